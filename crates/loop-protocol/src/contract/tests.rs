@@ -1,0 +1,227 @@
+use super::*;
+
+const GOOD: &str = r#"
+instruction: Create fib.py that prints the first ten Fibonacci numbers.
+criteria:
+  - id: prints-sequence
+    text: python3 fib.py prints 0 1 1 2 3 5 8 13 21 34
+    checks:
+      - run: python3 fib.py
+        expect_exit: 0
+        expect_stdout: "0 1 1 2 3 5 8 13 21 34"
+  - id: files
+    checks:
+      - file_exists: fib.py
+      - file_contains: fib.py
+        text: "def "
+      - file_matches: fib.py
+        regex: "print\\("
+      - json_equals: meta.json
+        pointer: /name
+        value: fib
+artifacts: [fib.py]
+protected: ["tests/**"]
+limits: { max_steps: 12, max_tokens: 60000, budget_usd: 1.00, timeout_secs: 600 }
+"#;
+
+fn errors(src: &str) -> Vec<Diagnostic> {
+    Contract::from_yaml(src, "task.yaml").unwrap_err().0
+}
+
+fn one_error(src: &str) -> Diagnostic {
+    let errs = errors(src);
+    assert_eq!(errs.len(), 1, "expected one error, got {errs:#?}");
+    errs.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_architecture_example_compiles() {
+    let c = Contract::from_yaml(GOOD, "task.yaml").unwrap();
+    assert_eq!(c.criteria.len(), 2);
+    assert_eq!(c.criteria[1].text, "files", "text defaults to the id");
+    assert_eq!(c.criteria[1].checks.len(), 4);
+    assert_eq!(c.limits.max_steps, 12);
+    assert_eq!(c.limits.budget_usd, Some(1.0));
+    assert_eq!(c.artifacts[0].as_str(), "fib.py");
+    match &c.criteria[0].checks[0] {
+        Check::Run(r) => {
+            assert_eq!(r.command, "python3 fib.py");
+            assert_eq!(r.expect_stdout.as_deref(), Some("0 1 1 2 3 5 8 13 21 34"));
+            assert_eq!(r.timeout_secs, DEFAULT_CHECK_TIMEOUT_SECS);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &c.criteria[1].checks[3] {
+        Check::JsonEquals { pointer, value, .. } => {
+            assert_eq!(pointer, "/name");
+            assert_eq!(value, &serde_json::json!("fib"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hash_is_stable_and_changes_with_content() {
+    let a = Contract::from_yaml(GOOD, "a").unwrap();
+    let b = Contract::from_yaml(GOOD, "b").unwrap();
+    assert_eq!(a.sha256().unwrap(), b.sha256().unwrap());
+    assert_eq!(a.sha256().unwrap().len(), 64);
+    let mut c = a.clone();
+    c.criteria[0].text.push('!');
+    assert_ne!(a.sha256().unwrap(), c.sha256().unwrap());
+}
+
+#[test]
+fn json_round_trip_preserves_the_contract_and_its_hash() {
+    let a = Contract::from_yaml(GOOD, "a").unwrap();
+    let json = serde_json::to_string(&a).unwrap();
+    let back: Contract = serde_json::from_str(&json).unwrap();
+    assert_eq!(a, back);
+    assert_eq!(a.sha256().unwrap(), back.sha256().unwrap());
+}
+
+#[test]
+fn criterion_without_checks_is_refused_with_its_position() {
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    text: nothing to run\n");
+    assert_eq!(d.pos, Some(Pos { line: 3, col: 5 }));
+    assert!(d.message.contains("criterion `a` has no check"), "{d}");
+    assert!(d.hint.as_deref().unwrap().contains("run"), "{d}");
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: []\n");
+    assert_eq!(d.pos, Some(Pos { line: 4, col: 13 }));
+    assert!(d.message.contains("has no check"), "{d}");
+}
+
+#[test]
+fn duplicate_ids_are_refused_at_the_second() {
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: f}]\n  - id: a\n    checks: [{file_exists: g}]\n",
+    );
+    assert_eq!(d.pos, Some(Pos { line: 5, col: 9 }));
+    assert!(d.message.contains("duplicate criterion id `a` (first used at line 3)"), "{d}");
+}
+
+#[test]
+fn unknown_key_reports_position_and_did_you_mean() {
+    let errs = errors("instruction: x\ncritera: []\n");
+    assert_eq!(errs[0].pos, Some(Pos { line: 2, col: 1 }));
+    assert!(errs[0].message.contains("unknown key `critera`"), "{}", errs[0]);
+    assert!(errs[0].hint.as_deref().unwrap().contains("did you mean `criteria`"));
+    assert!(errs.iter().any(|e| e.message.contains("no `criteria`")));
+}
+
+#[test]
+fn unknown_check_kind_is_refused() {
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - shell: make test\n");
+    assert_eq!(d.pos, Some(Pos { line: 5, col: 9 }));
+    assert!(d.message.contains("unknown check kind `shell`"), "{d}");
+}
+
+#[test]
+fn misspelled_check_kind_gets_a_suggestion() {
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_exist: a.txt\n");
+    assert!(d.hint.unwrap().contains("did you mean `file_exists`"));
+}
+
+#[test]
+fn key_of_another_kind_is_named() {
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        text: hi\n",
+    );
+    assert_eq!(d.pos, Some(Pos { line: 6, col: 9 }));
+    assert!(d.message.contains("`text` does not apply to a `run` check"), "{d}");
+}
+
+#[test]
+fn unknown_key_inside_a_check_is_refused() {
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        expect_stdot: ok\n",
+    );
+    assert_eq!(d.pos, Some(Pos { line: 6, col: 9 }));
+    assert!(d.hint.unwrap().contains("expect_stdout"));
+}
+
+#[test]
+fn two_kinds_in_one_check_are_refused() {
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        file_exists: a\n",
+    );
+    assert!(d.message.contains("one kind"), "{d}");
+}
+
+#[test]
+fn absolute_and_parent_paths_are_refused() {
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: /etc/passwd}]\n");
+    assert_eq!(d.pos, Some(Pos { line: 4, col: 28 }));
+    assert!(d.message.contains("absolute"), "{d}");
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nartifacts: [../out.txt]\n");
+    assert_eq!(d.pos, Some(Pos { line: 5, col: 13 }));
+    assert!(d.message.contains(".."), "{d}");
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nprotected: [../x]\n");
+    assert!(d.message.contains("without `..`"), "{d}");
+}
+
+#[test]
+fn bad_regex_and_pointer_and_exit_are_refused() {
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_matches: a\n        regex: \"(unclosed\"\n",
+    );
+    assert_eq!(d.pos, Some(Pos { line: 6, col: 16 }));
+    assert!(d.message.contains("not a valid regular expression"), "{d}");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - json_equals: a.json\n        pointer: name\n        value: 1\n",
+    );
+    assert!(d.message.contains("not a JSON pointer"), "{d}");
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        expect_exit: 300\n");
+    assert!(d.message.contains("0..=255"), "{d}");
+}
+
+#[test]
+fn missing_required_fields_are_named() {
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: a\n");
+    assert!(d.message.contains("needs `text`"), "{d}");
+    let d = one_error("criteria:\n  - id: a\n    checks: [{file_exists: a}]\n");
+    assert!(d.message.contains("no `instruction`"), "{d}");
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let d = one_error("instruction: x\ncriteria: {a: 1}\n");
+    assert_eq!(d.pos, Some(Pos { line: 2, col: 11 }));
+    assert!(d.message.contains("must be a list, found a mapping"), "{d}");
+    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: a}]\nlimits: {max_steps: many}\n");
+    assert!(d.message.contains("`max_steps` must be an integer"), "{d}");
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_position() {
+    let d = one_error("instruction: x\ncriteria: [\n");
+    assert!(d.pos.is_some());
+    assert!(d.message.contains("invalid YAML"), "{d}");
+    let text = d.to_string();
+    assert!(text.starts_with("task.yaml:"), "{text}");
+}
+
+#[test]
+fn several_errors_are_reported_together() {
+    let errs = errors(
+        "instruction: x\ncriteria:\n  - id: a\n  - id: b\n    checks: [{file_exists: /abs}]\nbogus: 1\n",
+    );
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}
+
+#[test]
+fn flags_build_one_criterion_per_check() {
+    let c = Contract::from_flags(
+        "make it pass",
+        &["pytest -q".into(), "ruff check .".into()],
+        &["out/report.txt".into()],
+    )
+    .unwrap();
+    assert_eq!(c.criteria.len(), 2);
+    assert_eq!(c.criteria[1].id, "check-2");
+    assert_eq!(c.artifacts[0].as_str(), "out/report.txt");
+    let e = Contract::from_flags("x", &[], &[]).unwrap_err();
+    assert!(e.to_string().contains("no acceptance check"), "{e}");
+    let e = Contract::from_flags("x", &["true".into()], &["/etc/x".into()]).unwrap_err();
+    assert!(e.to_string().contains("absolute"), "{e}");
+}

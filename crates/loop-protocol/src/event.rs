@@ -1,0 +1,164 @@
+//! Events: every fact the runtime records about a task. Each event becomes
+//! one ledger entry (`kind` + `payload`) and one line of `--json` output.
+
+use crate::action::{ModelInfo, ToolCall, Usage};
+use crate::contract::{Contract, Limits};
+use crate::evidence::VerificationReport;
+use crate::observation::Observation;
+use crate::outcome::OutcomeRecord;
+use crate::state::TaskState;
+use serde::{Deserialize, Serialize};
+
+/// This runtime, for provenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeInfo {
+    /// `loop-engine`.
+    pub name: String,
+    /// Crate version.
+    pub version: String,
+}
+
+impl RuntimeInfo {
+    /// This build.
+    pub fn current() -> Self {
+        RuntimeInfo {
+            name: "loop-engine".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+/// What a task has used of its budgets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// Model turns taken.
+    pub steps: u32,
+    /// Input + output tokens.
+    pub tokens: u64,
+    /// Dollars spent (0 for scripted models).
+    pub usd: f64,
+    /// Wall-clock time since the task started.
+    pub elapsed_ms: u64,
+    /// Verification attempts.
+    pub verifications: u32,
+}
+
+/// One recorded fact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The genesis: binds the ledger to the task and its locked contract.
+    TaskStarted {
+        /// Task id.
+        task_id: String,
+        /// Locked contract hash.
+        contract_sha256: String,
+        /// The contract itself.
+        contract: Contract,
+        /// Budgets granted.
+        limits: Limits,
+        /// The model driving the task.
+        model: ModelInfo,
+        /// This runtime.
+        runtime: RuntimeInfo,
+        /// Merkle root of the task workspace at the start.
+        baseline_root: String,
+    },
+    /// A state transition, with its reason.
+    Transition {
+        /// Transition number within the task, from 1.
+        n: u32,
+        /// From.
+        from: TaskState,
+        /// To.
+        to: TaskState,
+        /// Why.
+        reason: String,
+    },
+    /// The model proposed a turn.
+    ModelTurn {
+        /// Step number, from 1.
+        step: u32,
+        /// SHA-256 of the canonical context the model was given.
+        context_sha256: String,
+        /// The stated reasoning.
+        thought: Option<String>,
+        /// Proposed calls.
+        calls: Vec<ToolCall>,
+        /// Tokens used.
+        usage: Usage,
+    },
+    /// The model had nothing more to say.
+    ModelSilent {
+        /// The step it was asked for.
+        step: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A tool call's result.
+    Observed {
+        /// Step number.
+        step: u32,
+        /// The observation.
+        observation: Observation,
+        /// Workspace Merkle root after the call, when it changed.
+        workspace_root: Option<String>,
+    },
+    /// A verification pass and its verdict.
+    Verified {
+        /// The evidence.
+        report: VerificationReport,
+        /// Whether the contract accepted it.
+        accepted: bool,
+        /// If not, why.
+        rejection: Option<String>,
+    },
+    /// Text the runtime put into the model's context (e.g. failing evidence).
+    Feedback {
+        /// The step it precedes.
+        step: u32,
+        /// The text.
+        text: String,
+    },
+    /// The end: outcome and budgets used.
+    Finished {
+        /// How it ended.
+        outcome: OutcomeRecord,
+        /// What it used.
+        used: BudgetUse,
+    },
+}
+
+impl Event {
+    /// The event's kind, as in the ledger.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::TaskStarted { .. } => "task_started",
+            Event::Transition { .. } => "transition",
+            Event::ModelTurn { .. } => "model_turn",
+            Event::ModelSilent { .. } => "model_silent",
+            Event::Observed { .. } => "observed",
+            Event::Verified { .. } => "verified",
+            Event::Feedback { .. } => "feedback",
+            Event::Finished { .. } => "finished",
+        }
+    }
+
+    /// Split into ledger `kind` and `payload` (the event without its tag).
+    pub fn to_kind_payload(&self) -> Result<(String, serde_json::Value), serde_json::Error> {
+        let mut v = serde_json::to_value(self)?;
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("kind");
+        }
+        Ok((self.kind().to_string(), v))
+    }
+
+    /// Rebuild from a ledger entry's `kind` and `payload`.
+    pub fn from_kind_payload(kind: &str, payload: &serde_json::Value) -> Result<Event, serde_json::Error> {
+        let mut v = payload.clone();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("kind".into(), serde_json::Value::String(kind.to_string()));
+        }
+        serde_json::from_value(v)
+    }
+}

@@ -1,0 +1,138 @@
+//! Evidence: what verification observed, check by check.
+
+use crate::contract::Check;
+use crate::path::RelPath;
+use serde::{Deserialize, Serialize};
+
+/// A captured output stream: its size and digest over every byte, plus a
+/// bounded excerpt (head and tail) for people and models.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEvidence {
+    /// Total bytes the command wrote.
+    pub bytes: u64,
+    /// SHA-256 of all of them.
+    pub sha256: String,
+    /// Head and tail, lossily decoded as UTF-8.
+    pub excerpt: String,
+    /// Whether the excerpt leaves bytes out.
+    pub truncated: bool,
+}
+
+/// The isolation a command actually ran under: reported, never assumed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Isolation {
+    /// Own process group, killed as a whole.
+    pub process_group: bool,
+    /// Own PID namespace.
+    pub pid_namespace: bool,
+    /// Landlock filesystem rules (ABI version), if enforced.
+    pub landlock_abi: Option<u32>,
+    /// A seccomp filter was installed.
+    pub seccomp: bool,
+    /// `none` (own network namespace, loopback only) or `host`.
+    pub network: String,
+    /// Resource limits set (e.g. `core=0`, `nofile=1024`).
+    pub rlimits: Vec<String>,
+    /// A memory cgroup limited the command.
+    pub memory_cgroup: bool,
+    /// The environment was reduced to an allow-list.
+    pub env_scrubbed: bool,
+    /// Anything the sandbox wants a reader to know (what was not available).
+    pub notes: Vec<String>,
+}
+
+/// The result of one check on its own snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckEvidence {
+    /// The criterion this check belongs to.
+    pub criterion: String,
+    /// Position of the check within its criterion.
+    pub index: usize,
+    /// The check's definition.
+    pub check: Check,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Why it failed, in one sentence.
+    pub failure: Option<String>,
+    /// Exit status, for `run` checks that exited.
+    pub exit_code: Option<i32>,
+    /// Terminating signal, for `run` checks that were killed.
+    pub signal: Option<i32>,
+    /// Whether the check hit its timeout.
+    pub timed_out: bool,
+    /// Wall-clock duration.
+    pub duration_ms: u64,
+    /// Captured stdout (`run` checks).
+    pub stdout: Option<StreamEvidence>,
+    /// Captured stderr (`run` checks).
+    pub stderr: Option<StreamEvidence>,
+    /// How the check's fresh snapshot was made (`copy`, `reflink`, `overlay`).
+    pub snapshot: String,
+}
+
+/// The checks of one criterion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriterionEvidence {
+    /// Criterion id.
+    pub id: String,
+    /// True when every check passed.
+    pub passed: bool,
+    /// Per check, in contract order.
+    pub checks: Vec<CheckEvidence>,
+}
+
+/// A required artifact as found in the sealed workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactEvidence {
+    /// Workspace-relative path.
+    pub path: RelPath,
+    /// Whether it exists as a regular file.
+    pub present: bool,
+    /// SHA-256 of its content.
+    pub sha256: Option<String>,
+    /// Its size.
+    pub bytes: Option<u64>,
+}
+
+/// One verification pass over a sealed workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerificationReport {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The contract hash the verifier checked against.
+    pub contract_sha256: String,
+    /// Merkle root of the sealed workspace manifest.
+    pub manifest_root: String,
+    /// Number of files sealed.
+    pub files: u64,
+    /// How check snapshots were made.
+    pub snapshot_method: String,
+    /// Per criterion, in contract order.
+    pub criteria: Vec<CriterionEvidence>,
+    /// Per required artifact.
+    pub artifacts: Vec<ArtifactEvidence>,
+    /// Isolation the checks ran under.
+    pub isolation: Isolation,
+    /// Wall-clock duration of the whole pass.
+    pub duration_ms: u64,
+}
+
+impl VerificationReport {
+    /// Checks that failed, in order.
+    pub fn failing_checks(&self) -> impl Iterator<Item = &CheckEvidence> {
+        self.criteria
+            .iter()
+            .flat_map(|c| c.checks.iter())
+            .filter(|c| !c.passed)
+    }
+
+    /// Required artifacts that are missing.
+    pub fn missing_artifacts(&self) -> impl Iterator<Item = &ArtifactEvidence> {
+        self.artifacts.iter().filter(|a| !a.present)
+    }
+
+    /// Number of criteria that passed.
+    pub fn passed_criteria(&self) -> usize {
+        self.criteria.iter().filter(|c| c.passed).count()
+    }
+}

@@ -1,0 +1,35 @@
+//! # loop-protocol
+//!
+//! The typed values that cross Loop Engine's boundaries: the acceptance
+//! [`Contract`](contract::Contract) and its checks, the model's
+//! [`ToolCall`](action::ToolCall)s, the runtime's
+//! [`Observation`](observation::Observation)s, verification
+//! [`evidence`], task [`state`]s, [`outcome`]s, and the [`Event`](event::Event)s
+//! that make up a task's ledger. Serde and validation only: no I/O.
+//!
+//! The one invariant this crate guards with types: an
+//! [`Outcome::Verified`](outcome::Outcome::Verified) carries an
+//! [`Acceptance`](outcome::Acceptance), which can only be built from a
+//! verification report that covers and passes every criterion of the locked
+//! contract.
+
+pub mod action;
+pub mod contract;
+pub mod event;
+pub mod evidence;
+pub mod hash;
+pub mod observation;
+pub mod outcome;
+pub mod path;
+pub mod state;
+pub mod time;
+pub mod yaml;
+
+pub use action::{ModelInfo, ModelReply, ToolCall, ToolSpec, Turn, Usage};
+pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
+pub use event::{BudgetUse, Event, RuntimeInfo};
+pub use evidence::{ArtifactEvidence, CheckEvidence, CriterionEvidence, Isolation, StreamEvidence, VerificationReport};
+pub use observation::{Observation, ObservationStatus};
+pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};
+pub use path::RelPath;
+pub use state::TaskState;

@@ -1,0 +1,118 @@
+//! What the runtime observed after acting: the result of one tool call.
+
+use serde::{Deserialize, Serialize};
+
+/// How a tool call ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ObservationStatus {
+    /// The tool ran.
+    Ok,
+    /// The authority check refused it; `rule` names what refused it.
+    Refused {
+        /// The rule that matched.
+        rule: String,
+    },
+    /// The tool ran and failed (bad arguments, file missing, command failed to start, …).
+    Error,
+}
+
+/// The result of one tool call, as shown to the model and recorded in the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The call this answers.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// How it ended.
+    #[serde(flatten)]
+    pub status: ObservationStatus,
+    /// What the model sees: bounded text. Untrusted data, never instructions.
+    pub content: String,
+    /// Whether the call changed the workspace.
+    pub changed: bool,
+}
+
+impl Observation {
+    /// A successful observation.
+    pub fn ok(call_id: &str, tool: &str, content: impl Into<String>, changed: bool) -> Self {
+        Observation {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            status: ObservationStatus::Ok,
+            content: content.into(),
+            changed,
+        }
+    }
+
+    /// A refusal naming its rule.
+    pub fn refused(call_id: &str, tool: &str, rule: impl Into<String>, content: impl Into<String>) -> Self {
+        Observation {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            status: ObservationStatus::Refused { rule: rule.into() },
+            content: content.into(),
+            changed: false,
+        }
+    }
+
+    /// A failed call.
+    pub fn error(call_id: &str, tool: &str, content: impl Into<String>) -> Self {
+        Observation {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            status: ObservationStatus::Error,
+            content: content.into(),
+            changed: false,
+        }
+    }
+}
+
+/// Bound `text` to about `max` bytes, keeping the head and the tail and
+/// saying how much was left out.
+pub fn head_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    let omitted_lines = text[head_end..tail_start].matches('\n').count();
+    format!(
+        "{}\n[… omitted {} bytes, {} lines of {} bytes …]\n{}",
+        &text[..head_end],
+        tail_start - head_end,
+        omitted_lines,
+        text.len(),
+        &text[tail_start..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_tail_keeps_both_ends_and_marks_the_gap() {
+        let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let out = head_tail(&text, 200);
+        assert!(out.starts_with("line 0\n"));
+        assert!(out.ends_with("line 999\n"));
+        assert!(out.contains("omitted"));
+        assert!(out.len() < 300);
+        assert_eq!(head_tail("short", 200), "short");
+    }
+
+    #[test]
+    fn head_tail_respects_utf8() {
+        let text = "é".repeat(500);
+        let out = head_tail(&text, 101);
+        assert!(out.contains("omitted"));
+    }
+}

@@ -1,0 +1,236 @@
+//! How a task ends. `Verified` can only be built from evidence that covers
+//! every criterion of the locked contract.
+
+use crate::contract::Contract;
+use crate::evidence::VerificationReport;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which budget ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Model turns.
+    Steps,
+    /// Tokens.
+    Tokens,
+    /// Wall-clock time.
+    Time,
+    /// Money.
+    Cost,
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitKind::Steps => "steps",
+            LimitKind::Tokens => "tokens",
+            LimitKind::Time => "time",
+            LimitKind::Cost => "cost",
+        })
+    }
+}
+
+/// Proof that a verification report covers and passes the whole locked
+/// contract. The only way to make one is [`Acceptance::establish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acceptance {
+    contract_sha256: String,
+    manifest_root: String,
+    attempt: u32,
+}
+
+/// Why a report does not accept the contract.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The contract no longer hashes to the locked value.
+    #[error("the contract changed after it was locked (locked {locked}, now {now})")]
+    ContractChanged {
+        /// Hash at lock time.
+        locked: String,
+        /// Hash now.
+        now: String,
+    },
+    /// The report was made against a different contract.
+    #[error("the report checked contract {report}, not the locked {locked}")]
+    WrongContract {
+        /// Locked hash.
+        locked: String,
+        /// The report's.
+        report: String,
+    },
+    /// Criteria without passing evidence.
+    #[error("criteria not passing: {}", .0.join(", "))]
+    CriteriaFailing(Vec<String>),
+    /// Required artifacts that are missing.
+    #[error("required artifacts missing: {}", .0.join(", "))]
+    ArtifactsMissing(Vec<String>),
+}
+
+impl Acceptance {
+    /// Accept `report` for `contract` only if the contract still hashes to
+    /// `locked_sha256`, the report was made for it, every criterion has
+    /// evidence for every one of its checks and all passed, and every
+    /// required artifact is present with a hash.
+    pub fn establish(
+        contract: &Contract,
+        locked_sha256: &str,
+        report: &VerificationReport,
+    ) -> Result<Acceptance, Rejection> {
+        let now = contract.sha256().unwrap_or_default();
+        if now != locked_sha256 {
+            return Err(Rejection::ContractChanged {
+                locked: locked_sha256.to_string(),
+                now,
+            });
+        }
+        if report.contract_sha256 != locked_sha256 {
+            return Err(Rejection::WrongContract {
+                locked: locked_sha256.to_string(),
+                report: report.contract_sha256.clone(),
+            });
+        }
+        let failing: Vec<String> = contract
+            .criteria
+            .iter()
+            .filter(|criterion| {
+                let Some(ev) = report.criteria.iter().find(|e| e.id == criterion.id) else {
+                    return true;
+                };
+                let covered = ev.checks.len() == criterion.checks.len()
+                    && ev
+                        .checks
+                        .iter()
+                        .zip(&criterion.checks)
+                        .all(|(e, c)| e.passed && &e.check == c && e.criterion == criterion.id);
+                !(ev.passed && covered)
+            })
+            .map(|c| c.id.clone())
+            .collect();
+        if !failing.is_empty() {
+            return Err(Rejection::CriteriaFailing(failing));
+        }
+        let missing: Vec<String> = contract
+            .artifacts
+            .iter()
+            .filter(|a| {
+                !report
+                    .artifacts
+                    .iter()
+                    .any(|e| &e.path == *a && e.present && e.sha256.is_some())
+            })
+            .map(|a| a.to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Rejection::ArtifactsMissing(missing));
+        }
+        Ok(Acceptance {
+            contract_sha256: locked_sha256.to_string(),
+            manifest_root: report.manifest_root.clone(),
+            attempt: report.attempt,
+        })
+    }
+
+    /// The accepted contract's hash.
+    pub fn contract_sha256(&self) -> &str {
+        &self.contract_sha256
+    }
+
+    /// The Merkle root of the accepted workspace.
+    pub fn manifest_root(&self) -> &str {
+        &self.manifest_root
+    }
+
+    /// Which verification attempt accepted.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every criterion passed on fresh snapshots.
+    Verified(Acceptance),
+    /// Verification kept rejecting the result.
+    Failed,
+    /// No progress: the model stalled.
+    Lost,
+    /// A budget ran out.
+    LimitReached(LimitKind),
+    /// A person or signal stopped it.
+    Cancelled,
+    /// The runtime could not go on.
+    Error,
+}
+
+/// The outcome's kind, as written in ledgers and receipts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// See [`Outcome::Verified`].
+    Verified,
+    /// See [`Outcome::Failed`].
+    Failed,
+    /// See [`Outcome::Lost`].
+    Lost,
+    /// See [`Outcome::LimitReached`].
+    LimitReached,
+    /// See [`Outcome::Cancelled`].
+    Cancelled,
+    /// See [`Outcome::Error`].
+    Error,
+}
+
+impl Outcome {
+    /// The serialisable record of this outcome.
+    pub fn record(&self, reason: impl Into<String>) -> OutcomeRecord {
+        let (kind, limit) = match self {
+            Outcome::Verified(_) => (OutcomeKind::Verified, None),
+            Outcome::Failed => (OutcomeKind::Failed, None),
+            Outcome::Lost => (OutcomeKind::Lost, None),
+            Outcome::LimitReached(k) => (OutcomeKind::LimitReached, Some(*k)),
+            Outcome::Cancelled => (OutcomeKind::Cancelled, None),
+            Outcome::Error => (OutcomeKind::Error, None),
+        };
+        OutcomeRecord {
+            kind,
+            limit,
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether the task is verified.
+    pub fn is_verified(&self) -> bool {
+        matches!(self, Outcome::Verified(_))
+    }
+}
+
+/// An outcome as recorded: kind, limit and reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// The kind.
+    pub kind: OutcomeKind,
+    /// For `limit_reached`, which limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitKind>,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+impl fmt::Display for OutcomeRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            OutcomeKind::Verified => "verified",
+            OutcomeKind::Failed => "failed",
+            OutcomeKind::Lost => "lost",
+            OutcomeKind::LimitReached => "limit_reached",
+            OutcomeKind::Cancelled => "cancelled",
+            OutcomeKind::Error => "error",
+        };
+        match self.limit {
+            Some(l) => write!(f, "{kind}{{{l}}}"),
+            None => f.write_str(kind),
+        }
+    }
+}
