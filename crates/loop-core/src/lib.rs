@@ -1,1 +1,27 @@
-//! placeholder
+//! # loop-core
+//!
+//! The Director: Loop Engine's deterministic decision maker. It drives a
+//! task through plan → act → observe → verify over four traits —
+//! [`Model`], [`Tools`], [`Verifier`] and [`Ledger`] — with time coming in
+//! through a [`Clock`]. No OS or network I/O happens here, so every rule
+//! (budgets, the state machine, "finish is a claim, not a completion",
+//! "a silent model is lost") is tested with in-memory fakes, step by step.
+
+pub mod budget;
+pub mod context;
+pub mod director;
+pub mod feedback;
+pub mod machine;
+pub mod traits;
+
+pub use budget::Budget;
+pub use context::{Context, Message};
+pub use director::{Director, DirectorError, Parts, RunResult, VerifyPolicy};
+pub use machine::{InvalidTransition, Machine, allowed};
+pub use traits::{
+    BoundaryError, Clock, Control, Ledger, Model, NoObserver, Observer, SystemClock, ToolOutcome,
+    Tools, Verifier,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,341 @@
+//! The Director: the loop, top to bottom. Decide, call, record.
+//!
+//! It owns the state machine and the budgets, asks the model for turns,
+//! passes calls through the tools' authority choke point, sends every claim
+//! of completion to the verifier, and ends the task only on evidence (or on
+//! a limit, a stall, a cancel or an error). Every decision is recorded in
+//! the ledger before the next step begins.
+
+use crate::budget::Budget;
+use crate::context::Context;
+use crate::feedback::rejection_feedback;
+use crate::machine::Machine;
+use crate::traits::{BoundaryError, Clock, Control, Ledger, Model, Observer, Tools, Verifier};
+use loop_protocol::{
+    Acceptance, BudgetUse, Contract, Event, ModelReply, Outcome, OutcomeRecord, RuntimeInfo,
+    TaskState, VerificationReport,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// When the Director runs verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VerifyPolicy {
+    /// Only when the model calls `finish`.
+    #[default]
+    OnFinish,
+    /// Also after every step that changed the workspace, so a change that
+    /// makes the checks pass completes the task without a `finish` claim.
+    OnFinishOrChange,
+}
+
+/// Everything the Director needs, borrowed for one run.
+pub struct Parts<'a> {
+    /// The model.
+    pub model: &'a mut dyn Model,
+    /// The tools (authority choke point included).
+    pub tools: &'a mut dyn Tools,
+    /// The verifier.
+    pub verifier: &'a mut dyn Verifier,
+    /// The ledger.
+    pub ledger: &'a mut dyn Ledger,
+    /// The clock.
+    pub clock: &'a dyn Clock,
+    /// Presentation.
+    pub observer: &'a mut dyn Observer,
+    /// Set to stop the task at the next decision point.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The outcome (verified only with an acceptance).
+    pub outcome: Outcome,
+    /// The outcome as recorded, with its reason.
+    pub record: OutcomeRecord,
+    /// Budgets used.
+    pub used: BudgetUse,
+    /// The last verification report, if any ran.
+    pub last_report: Option<VerificationReport>,
+}
+
+/// A run that could not even be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectorError {
+    /// The ledger refused an append: nothing more can be trusted.
+    #[error("ledger append failed: {0}")]
+    Ledger(BoundaryError),
+    /// The contract cannot be hashed.
+    #[error("contract cannot be hashed: {0}")]
+    Contract(String),
+    /// A transition the state machine refuses (a bug in the Director).
+    #[error(transparent)]
+    Transition(#[from] crate::machine::InvalidTransition),
+}
+
+/// The Director for one task.
+pub struct Director<'a> {
+    task_id: String,
+    contract: Contract,
+    locked_sha256: String,
+    policy: VerifyPolicy,
+    parts: Parts<'a>,
+    machine: Machine,
+    budget: Budget,
+    last_report: Option<VerificationReport>,
+}
+
+enum Stop {
+    Outcome(Outcome, String),
+}
+
+impl<'a> Director<'a> {
+    /// Lock `contract` (hash it) and prepare to run it.
+    pub fn new(
+        task_id: impl Into<String>,
+        contract: Contract,
+        policy: VerifyPolicy,
+        parts: Parts<'a>,
+    ) -> Result<Self, DirectorError> {
+        let locked_sha256 = contract
+            .sha256()
+            .map_err(|e| DirectorError::Contract(e.to_string()))?;
+        let budget = Budget::new(contract.limits.clone(), parts.clock.now_ms());
+        Ok(Director {
+            task_id: task_id.into(),
+            contract,
+            locked_sha256,
+            policy,
+            parts,
+            machine: Machine::new(),
+            budget,
+            last_report: None,
+        })
+    }
+
+    /// The locked contract hash.
+    pub fn contract_sha256(&self) -> &str {
+        &self.locked_sha256
+    }
+
+    fn record(&mut self, event: Event) -> Result<(), DirectorError> {
+        self.parts.ledger.append(&event).map_err(DirectorError::Ledger)?;
+        self.parts.observer.on_event(&event);
+        Ok(())
+    }
+
+    fn go(&mut self, to: TaskState, reason: impl Into<String>) -> Result<(), DirectorError> {
+        let event = self.machine.go(to, reason)?;
+        self.record(event)
+    }
+
+    /// Run the task to a terminal outcome.
+    pub fn run(mut self) -> Result<RunResult, DirectorError> {
+        let baseline_root = self.parts.tools.workspace_root();
+        let baseline = match &baseline_root {
+            Ok(r) => r.clone(),
+            Err(_) => String::new(),
+        };
+        self.record(Event::TaskStarted {
+            task_id: self.task_id.clone(),
+            contract_sha256: self.locked_sha256.clone(),
+            contract: self.contract.clone(),
+            limits: self.contract.limits.clone(),
+            model: self.parts.model.info(),
+            runtime: RuntimeInfo::current(),
+            baseline_root: baseline,
+        })?;
+        let stop = match baseline_root {
+            Err(e) => Stop::Outcome(Outcome::Error, format!("cannot read the workspace: {e}")),
+            Ok(_) => {
+                self.go(TaskState::Planning, "task started: contract locked")?;
+                self.drive()?
+            }
+        };
+        let Stop::Outcome(outcome, reason) = stop;
+        self.finish(outcome, reason)
+    }
+
+    fn finish(mut self, outcome: Outcome, reason: String) -> Result<RunResult, DirectorError> {
+        debug_assert!(
+            !outcome.is_verified() || self.machine.state() == TaskState::Verifying,
+            "only verification can end a task verified"
+        );
+        let record = outcome.record(reason.clone());
+        self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
+        let used = self.budget.used(self.parts.clock.now_ms());
+        self.record(Event::Finished {
+            outcome: record.clone(),
+            used,
+        })?;
+        Ok(RunResult {
+            outcome,
+            record,
+            used,
+            last_report: self.last_report,
+        })
+    }
+
+    /// The loop. Returns when the task must stop; the caller records the end.
+    fn drive(&mut self) -> Result<Stop, DirectorError> {
+        let mut context = Context::new(
+            &self.contract,
+            &self.locked_sha256,
+            self.parts.tools.specs(),
+        );
+        let mut step: u32 = 0;
+        loop {
+            // Decide: may we spend another model turn?
+            if self.parts.cancel.load(Ordering::SeqCst) {
+                return Ok(Stop::Outcome(Outcome::Cancelled, "cancelled by request".into()));
+            }
+            if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
+                return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
+            }
+            step += 1;
+
+            // Call the model.
+            let context_sha256 = context.sha256().unwrap_or_default();
+            let turn = match self.parts.model.next_turn(&context) {
+                Err(e) => {
+                    return Ok(Stop::Outcome(Outcome::Error, format!("model failed: {e}")));
+                }
+                Ok(ModelReply::NothingMore { reason }) => {
+                    self.record(Event::ModelSilent {
+                        step,
+                        reason: reason.clone(),
+                    })?;
+                    return Ok(Stop::Outcome(
+                        Outcome::Lost,
+                        format!("the model stalled: {reason}"),
+                    ));
+                }
+                Ok(ModelReply::Turn(turn)) => turn,
+            };
+            self.budget.charge_turn(turn.usage.total(), 0.0);
+            self.record(Event::ModelTurn {
+                step,
+                context_sha256,
+                thought: turn.thought.clone(),
+                calls: turn.calls.clone(),
+                usage: turn.usage,
+            })?;
+            context.push_turn(turn.thought.clone(), turn.calls.clone());
+            self.go(
+                TaskState::Acting,
+                format!("step {step}: model proposed {} call(s)", turn.calls.len()),
+            )?;
+
+            // Act: every call through the tools' authority check.
+            let mut finish_claim = None;
+            let mut changed = false;
+            if turn.calls.is_empty() {
+                let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
+                self.record(Event::Feedback {
+                    step,
+                    text: text.clone(),
+                })?;
+                context.push_feedback(text);
+            }
+            for call in &turn.calls {
+                if self.parts.cancel.load(Ordering::SeqCst) {
+                    return Ok(Stop::Outcome(Outcome::Cancelled, "cancelled by request".into()));
+                }
+                let outcome = match self.parts.tools.execute(call) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        return Ok(Stop::Outcome(Outcome::Error, format!("tool runtime failed: {e}")));
+                    }
+                };
+                let workspace_root = if outcome.observation.changed {
+                    changed = true;
+                    self.parts.tools.workspace_root().ok()
+                } else {
+                    None
+                };
+                self.record(Event::Observed {
+                    step,
+                    observation: outcome.observation.clone(),
+                    workspace_root,
+                })?;
+                context.push_observation(&outcome.observation);
+                if let Some(Control::Finish { summary }) = outcome.control {
+                    finish_claim = Some(summary);
+                    // Calls after `finish` in the same turn are not executed.
+                    break;
+                }
+            }
+
+            // Verify on a claim (or on change, by policy); otherwise plan again.
+            let trigger = match (&finish_claim, self.policy) {
+                (Some(summary), _) => Some(format!("model claimed finish: {summary}")),
+                (None, VerifyPolicy::OnFinishOrChange) if changed => {
+                    Some("the workspace changed; checking the contract".to_string())
+                }
+                _ => None,
+            };
+            let Some(trigger) = trigger else {
+                self.go(TaskState::Planning, "observations returned to the model")?;
+                continue;
+            };
+            self.go(TaskState::Verifying, trigger)?;
+            let attempt = self.budget.charge_verification();
+            let report = match self
+                .parts
+                .verifier
+                .verify(&self.contract, &self.locked_sha256, attempt)
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    return Ok(Stop::Outcome(Outcome::Error, format!("verifier failed: {e}")));
+                }
+            };
+            let verdict = Acceptance::establish(&self.contract, &self.locked_sha256, &report);
+            self.record(Event::Verified {
+                report: report.clone(),
+                accepted: verdict.is_ok(),
+                rejection: verdict.as_ref().err().map(|r| r.to_string()),
+            })?;
+            self.last_report = Some(report.clone());
+            match verdict {
+                Ok(acceptance) => {
+                    let reason = format!(
+                        "all {} criteria passed on fresh snapshots (attempt {attempt})",
+                        self.contract.criteria.len()
+                    );
+                    return Ok(Stop::Outcome(Outcome::Verified(acceptance), reason));
+                }
+                Err(rejection) => {
+                    if matches!(
+                        rejection,
+                        loop_protocol::Rejection::ContractChanged { .. }
+                            | loop_protocol::Rejection::WrongContract { .. }
+                    ) {
+                        return Ok(Stop::Outcome(Outcome::Error, rejection.to_string()));
+                    }
+                    if attempt >= self.contract.limits.max_verifications {
+                        return Ok(Stop::Outcome(
+                            Outcome::Failed,
+                            format!(
+                                "verification rejected {attempt} time(s), the limit: {rejection}"
+                            ),
+                        ));
+                    }
+                    // Without a finish claim a failing check is not news
+                    // to report as a rejection; it still goes back as evidence.
+                    let text = rejection_feedback(&report, &rejection, finish_claim.is_some());
+                    self.record(Event::Feedback {
+                        step: step + 1,
+                        text: text.clone(),
+                    })?;
+                    context.push_feedback(text);
+                    self.go(
+                        TaskState::Planning,
+                        format!("verification rejected: {rejection}; evidence returned to the model"),
+                    )?;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The Director, driven with in-memory fakes.
+
+use crate::*;
+use loop_protocol::*;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+fn contract(max_steps: u32) -> Contract {
+    let mut c = Contract::from_yaml(
+        "instruction: write done=yes\ncriteria:\n  - id: done\n    checks:\n      - file_contains: done\n        text: yes\n",
+        "t",
+    )
+    .unwrap();
+    c.limits.max_steps = max_steps;
+    c.limits.max_verifications = 3;
+    c
+}
+
+fn call(tool: &str, args: serde_json::Value) -> ToolCall {
+    ToolCall { id: format!("c-{tool}"), tool: tool.into(), args }
+}
+
+fn turn(calls: Vec<ToolCall>, tokens: u64) -> Turn {
+    Turn {
+        thought: None,
+        calls,
+        usage: Usage { input_tokens: tokens, output_tokens: 0, estimated: false },
+    }
+}
+
+fn write(content: &str) -> ToolCall {
+    call("write", serde_json::json!({"content": content}))
+}
+
+fn finish() -> ToolCall {
+    call("finish", serde_json::json!({"summary": "done"}))
+}
+
+struct FakeModel {
+    script: Vec<Turn>,
+    repeat_forever: Option<Turn>,
+    seen: Vec<Context>,
+    clock: Rc<Cell<u64>>,
+    ms_per_turn: u64,
+}
+
+impl FakeModel {
+    fn new(script: Vec<Turn>, clock: &Rc<Cell<u64>>) -> Self {
+        FakeModel { script, repeat_forever: None, seen: vec![], clock: clock.clone(), ms_per_turn: 10 }
+    }
+}
+
+impl Model for FakeModel {
+    fn info(&self) -> ModelInfo {
+        ModelInfo { provider: "fake".into(), name: "fake".into(), source_sha256: None }
+    }
+    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError> {
+        self.seen.push(context.clone());
+        self.clock.set(self.clock.get() + self.ms_per_turn);
+        if let Some(t) = &self.repeat_forever {
+            return Ok(ModelReply::Turn(t.clone()));
+        }
+        if self.script.is_empty() {
+            return Ok(ModelReply::NothingMore { reason: "script exhausted".into() });
+        }
+        Ok(ModelReply::Turn(self.script.remove(0)))
+    }
+}
+
+#[derive(Default)]
+struct FakeTools {
+    files: BTreeMap<String, String>,
+}
+
+impl Tools for FakeTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![]
+    }
+    fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+        match call.tool.as_str() {
+            "write" => {
+                let content = call.args["content"].as_str().unwrap_or_default().to_string();
+                let changed = self.files.get("done") != Some(&content);
+                self.files.insert("done".into(), content);
+                Ok(ToolOutcome { observation: Observation::ok(&call.id, "write", "wrote", changed), control: None })
+            }
+            "finish" => Ok(ToolOutcome {
+                observation: Observation::ok(&call.id, "finish", "verification requested", false),
+                control: Some(Control::Finish { summary: "done".into() }),
+            }),
+            other => Ok(ToolOutcome {
+                observation: Observation::refused(&call.id, other, "unknown tool", "no such tool"),
+                control: None,
+            }),
+        }
+    }
+    fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+        Ok(hash::canonical_sha256(&self.files).unwrap())
+    }
+}
+
+/// Reads the fake workspace through a shared view, like a sealed snapshot.
+struct FakeVerifier {
+    files: Rc<std::cell::RefCell<BTreeMap<String, String>>>,
+}
+
+impl Verifier for FakeVerifier {
+    fn verify(&mut self, contract: &Contract, sha: &str, attempt: u32) -> Result<VerificationReport, BoundaryError> {
+        let files = self.files.borrow();
+        let criteria = contract
+            .criteria
+            .iter()
+            .map(|c| {
+                let checks: Vec<CheckEvidence> = c
+                    .checks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, check)| {
+                        let passed = match check {
+                            Check::FileContains { path, text } => {
+                                files.get(path.as_str()).is_some_and(|f| f.contains(text.as_str()))
+                            }
+                            _ => false,
+                        };
+                        CheckEvidence {
+                            criterion: c.id.clone(),
+                            index: i,
+                            check: check.clone(),
+                            passed,
+                            failure: (!passed).then(|| "text not found".to_string()),
+                            exit_code: None,
+                            signal: None,
+                            timed_out: false,
+                            duration_ms: 1,
+                            stdout: None,
+                            stderr: None,
+                            snapshot: "memory".into(),
+                        }
+                    })
+                    .collect();
+                CriterionEvidence { id: c.id.clone(), passed: checks.iter().all(|c| c.passed), checks }
+            })
+            .collect();
+        Ok(VerificationReport {
+            attempt,
+            contract_sha256: sha.into(),
+            manifest_root: "root".into(),
+            files: files.len() as u64,
+            snapshot_method: "memory".into(),
+            criteria,
+            artifacts: vec![],
+            isolation: Isolation::default(),
+            duration_ms: 1,
+        })
+    }
+}
+
+#[derive(Default)]
+struct MemLedger(Vec<Event>);
+
+impl Ledger for MemLedger {
+    fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
+        self.0.push(event.clone());
+        Ok(())
+    }
+}
+
+struct FakeClock(Rc<Cell<u64>>);
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// Tools that share their files with the verifier.
+struct SharedTools {
+    inner: FakeTools,
+    shared: Rc<std::cell::RefCell<BTreeMap<String, String>>>,
+}
+
+impl Tools for SharedTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.inner.specs()
+    }
+    fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+        let r = self.inner.execute(call);
+        *self.shared.borrow_mut() = self.inner.files.clone();
+        r
+    }
+    fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+        self.inner.workspace_root()
+    }
+}
+
+struct Outcome_ {
+    result: RunResult,
+    ledger: Vec<Event>,
+    contexts: Vec<Context>,
+}
+
+fn run_with(contract: Contract, mut model: FakeModel, policy: VerifyPolicy, clock: Rc<Cell<u64>>, cancel: bool) -> Outcome_ {
+    let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+    let mut tools = SharedTools { inner: FakeTools::default(), shared: shared.clone() };
+    let mut verifier = FakeVerifier { files: shared };
+    let mut ledger = MemLedger::default();
+    let clock = FakeClock(clock);
+    let mut observer = NoObserver;
+    let parts = Parts {
+        model: &mut model,
+        tools: &mut tools,
+        verifier: &mut verifier,
+        ledger: &mut ledger,
+        clock: &clock,
+        observer: &mut observer,
+        cancel: Arc::new(AtomicBool::new(cancel)),
+    };
+    let result = Director::new("t-1", contract, policy, parts).unwrap().run().unwrap();
+    Outcome_ { result, ledger: ledger.0, contexts: model.seen }
+}
+
+fn run(contract: Contract, script: Vec<Turn>) -> Outcome_ {
+    let clock = Rc::new(Cell::new(1_000));
+    let model = FakeModel::new(script, &clock);
+    run_with(contract, model, VerifyPolicy::OnFinish, clock, false)
+}
+
+fn assert_well_formed(ledger: &[Event]) {
+    assert!(matches!(ledger.first(), Some(Event::TaskStarted { .. })), "genesis first");
+    assert!(matches!(ledger.last(), Some(Event::Finished { .. })), "finished last");
+    let mut state = TaskState::Pending;
+    let mut n = 0;
+    for e in ledger {
+        if let Event::Transition { n: tn, from, to, reason } = e {
+            n += 1;
+            assert_eq!(*tn, n, "transitions numbered in order");
+            assert_eq!(*from, state, "transitions chain");
+            assert!(allowed(*from, *to), "{from} → {to}");
+            assert!(!reason.is_empty());
+            state = *to;
+        }
+    }
+    assert_eq!(state, TaskState::Terminal);
+}
+
+#[test]
+fn work_then_finish_is_verified() {
+    let o = run(contract(10), vec![turn(vec![write("yes")], 5), turn(vec![finish()], 5)]);
+    assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
+    assert_eq!(o.result.used.steps, 2);
+    assert_eq!(o.result.used.tokens, 10);
+    assert_eq!(o.result.used.verifications, 1);
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn finish_without_passing_checks_is_not_verified() {
+    let o = run(contract(10), vec![turn(vec![finish()], 1); 10]);
+    assert_eq!(o.result.record.kind, OutcomeKind::Failed, "{:?}", o.result.record);
+    assert_eq!(o.result.used.verifications, 3, "stops at max_verifications");
+    assert!(o.result.record.reason.contains("rejected 3 time(s)"));
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn failing_evidence_is_fed_back_to_the_model() {
+    let o = run(
+        contract(10),
+        vec![turn(vec![write("no")], 1), turn(vec![finish()], 1), turn(vec![write("yes"), finish()], 1)],
+    );
+    assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
+    let third = &o.contexts[2];
+    let Some(Message::User { content }) = third.messages.last() else { panic!("feedback last") };
+    assert!(content.contains("rejected the finish claim"), "{content}");
+    assert!(content.contains("text not found"), "{content}");
+    assert!(o.ledger.iter().any(|e| matches!(e, Event::Verified { accepted: false, .. })));
+}
+
+#[test]
+fn a_script_that_runs_out_is_lost_not_success() {
+    let o = run(contract(10), vec![turn(vec![write("yes")], 1)]);
+    assert_eq!(o.result.record.kind, OutcomeKind::Lost);
+    assert!(o.result.record.reason.contains("script exhausted"));
+    assert!(o.ledger.iter().any(|e| matches!(e, Event::ModelSilent { step: 2, .. })));
+    assert_eq!(o.result.used.verifications, 0, "work done but never claimed is not verified");
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn a_model_that_never_finishes_hits_the_step_limit() {
+    let clock = Rc::new(Cell::new(0));
+    let mut model = FakeModel::new(vec![], &clock);
+    model.repeat_forever = Some(turn(vec![write("no")], 1));
+    let o = run_with(contract(4), model, VerifyPolicy::OnFinish, clock, false);
+    assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Steps));
+    assert_eq!(o.result.used.steps, 4);
+    assert_eq!(o.contexts.len(), 4, "no model call after the limit");
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn tokens_are_enforced_by_the_director() {
+    let mut c = contract(100);
+    c.limits.max_tokens = 25;
+    let o = run(c, vec![turn(vec![write("no")], 10); 10]);
+    assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Tokens));
+    assert_eq!(o.result.used.tokens, 30);
+    assert_eq!(o.result.used.steps, 3);
+}
+
+#[test]
+fn wall_time_is_enforced_with_the_injected_clock() {
+    let clock = Rc::new(Cell::new(0));
+    let mut model = FakeModel::new(vec![], &clock);
+    model.repeat_forever = Some(turn(vec![write("no")], 1));
+    model.ms_per_turn = 400;
+    let mut c = contract(100);
+    c.limits.timeout_secs = 1;
+    let o = run_with(c, model, VerifyPolicy::OnFinish, clock, false);
+    assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Time));
+    assert_eq!(o.result.used.steps, 3, "0.4 s per turn: 3 turns then 1.2 s ≥ 1 s");
+}
+
+#[test]
+fn cancel_stops_before_the_next_model_call() {
+    let clock = Rc::new(Cell::new(0));
+    let model = FakeModel::new(vec![turn(vec![write("yes")], 1)], &clock);
+    let o = run_with(contract(10), model, VerifyPolicy::OnFinish, clock, true);
+    assert_eq!(o.result.outcome, Outcome::Cancelled);
+    assert!(o.contexts.is_empty());
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn verify_on_change_accepts_a_change_that_makes_the_checks_pass() {
+    let clock = Rc::new(Cell::new(0));
+    let model = FakeModel::new(vec![turn(vec![write("no")], 1), turn(vec![write("yes")], 1)], &clock);
+    let o = run_with(contract(10), model, VerifyPolicy::OnFinishOrChange, clock, false);
+    assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
+    assert_eq!(o.result.used.verifications, 2);
+}
+
+#[test]
+fn an_empty_turn_is_told_to_act() {
+    let o = run(contract(3), vec![turn(vec![], 1), turn(vec![write("yes"), finish()], 1)]);
+    assert!(o.result.outcome.is_verified());
+    let Some(Message::User { content }) = o.contexts[1].messages.last() else { panic!() };
+    assert!(content.contains("No tool call was proposed"));
+}
+
+#[test]
+fn calls_after_finish_in_the_same_turn_are_not_executed() {
+    let o = run(contract(3), vec![turn(vec![finish(), write("yes")], 1)]);
+    let observed = o.ledger.iter().filter(|e| matches!(e, Event::Observed { .. })).count();
+    assert_eq!(observed, 1);
+    assert!(!o.result.outcome.is_verified());
+}
+
+#[test]
+fn the_context_hash_of_each_turn_is_recorded() {
+    let o = run(contract(3), vec![turn(vec![write("yes")], 1), turn(vec![finish()], 1)]);
+    let hashes: Vec<&String> = o
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Event::ModelTurn { context_sha256, .. } => Some(context_sha256),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hashes.len(), 2);
+    assert_eq!(hashes[0], &o.contexts[0].sha256().unwrap());
+    assert_ne!(hashes[0], hashes[1]);
+}

@@ -1,0 +1,98 @@
+//! The boundaries the Director drives. Every one of them has an in-memory
+//! fake in the tests; real implementations live in their own crates.
+
+use crate::context::Context;
+use loop_protocol::{Contract, Event, ModelInfo, ModelReply, Observation, ToolCall, ToolSpec, VerificationReport};
+
+/// A failure at a boundary, with a message for the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BoundaryError(pub String);
+
+/// The model: proposes actions, decides nothing.
+pub trait Model {
+    /// Provider and name, for provenance.
+    fn info(&self) -> ModelInfo;
+    /// The next turn for this context.
+    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError>;
+}
+
+/// What a tool call asks of the Director beyond its observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// The model claims the task is done; verification decides.
+    Finish {
+        /// The model's summary.
+        summary: String,
+    },
+}
+
+/// The result of executing one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    /// What happened, for the model and the ledger.
+    pub observation: Observation,
+    /// A control request (only `finish` today).
+    pub control: Option<Control>,
+}
+
+/// The tools, behind the one authority choke point.
+pub trait Tools {
+    /// What is offered to the model.
+    fn specs(&self) -> Vec<ToolSpec>;
+    /// Check authority and execute. Refusals and failures are observations,
+    /// never errors: an `Err` means the runtime itself cannot go on.
+    fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError>;
+    /// Merkle root of the workspace content now (progress keys on content).
+    fn workspace_root(&mut self) -> Result<String, BoundaryError>;
+}
+
+/// Runs the contract's checks on sealed, fresh snapshots.
+pub trait Verifier {
+    /// One verification pass. `Err` means the verifier could not run at all.
+    fn verify(
+        &mut self,
+        contract: &Contract,
+        contract_sha256: &str,
+        attempt: u32,
+    ) -> Result<VerificationReport, BoundaryError>;
+}
+
+/// The append-only, hash-chained record. An append must be durable before it returns.
+pub trait Ledger {
+    /// Append one event.
+    fn append(&mut self, event: &Event) -> Result<(), BoundaryError>;
+}
+
+/// Time, injected so the Director is deterministic under test.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// Sees every event after it is recorded (presentation, streaming).
+pub trait Observer {
+    /// Called once per recorded event, in order.
+    fn on_event(&mut self, event: &Event);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn on_event(&mut self, _event: &Event) {}
+}
