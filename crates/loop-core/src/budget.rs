@@ -60,18 +60,28 @@ impl Budget {
         if u.steps >= l.max_steps {
             return Some((
                 LimitKind::Steps,
-                format!("step limit reached: {} of {} model turns used", u.steps, l.max_steps),
+                format!(
+                    "step limit reached: {} of {} model turns used",
+                    u.steps, l.max_steps
+                ),
             ));
         }
         if u.tokens >= l.max_tokens {
             return Some((
                 LimitKind::Tokens,
-                format!("token limit reached: {} of {} tokens used", u.tokens, l.max_tokens),
+                format!(
+                    "token limit reached: {} of {} tokens used",
+                    u.tokens, l.max_tokens
+                ),
             ));
         }
         if let Some(max_usd) = l.budget_usd {
             // A zero budget allows only free calls; otherwise spending reaches it.
-            let over = if max_usd > 0.0 { u.usd >= max_usd } else { u.usd > 0.0 };
+            let over = if max_usd > 0.0 {
+                u.usd >= max_usd
+            } else {
+                u.usd > 0.0
+            };
             if over {
                 return Some((
                     LimitKind::Cost,
@@ -125,7 +135,13 @@ mod tests {
         assert_eq!(kind, LimitKind::Time);
         assert!(reason.contains("10.0s of 10s"), "{reason}");
 
-        let mut b = Budget::new(Limits { budget_usd: Some(0.5), ..limits() }, 0);
+        let mut b = Budget::new(
+            Limits {
+                budget_usd: Some(0.5),
+                ..limits()
+            },
+            0,
+        );
         b.charge_turn(1, 0.6);
         assert_eq!(b.exhausted(0).unwrap().0, LimitKind::Cost);
     }

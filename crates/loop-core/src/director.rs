@@ -7,13 +7,13 @@
 //! the ledger before the next step begins.
 
 use crate::budget::Budget;
-use crate::context::Context;
 use crate::feedback::rejection_feedback;
 use crate::machine::Machine;
-use crate::traits::{BoundaryError, Clock, Control, Ledger, Model, Observer, Tools, Verifier};
+use crate::prompt::system_prompt;
+use crate::traits::{BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier};
 use loop_protocol::{
-    Acceptance, BudgetUse, Contract, Event, ModelReply, Outcome, OutcomeRecord, RuntimeInfo,
-    TaskState, VerificationReport,
+    Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Outcome, OutcomeRecord,
+    RuntimeInfo, TaskState, VerificationReport,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,7 +120,10 @@ impl<'a> Director<'a> {
     }
 
     fn record(&mut self, event: Event) -> Result<(), DirectorError> {
-        self.parts.ledger.append(&event).map_err(DirectorError::Ledger)?;
+        self.parts
+            .ledger
+            .append(&event)
+            .map_err(DirectorError::Ledger)?;
         self.parts.observer.on_event(&event);
         Ok(())
     }
@@ -179,16 +182,17 @@ impl<'a> Director<'a> {
 
     /// The loop. Returns when the task must stop; the caller records the end.
     fn drive(&mut self) -> Result<Stop, DirectorError> {
-        let mut context = Context::new(
-            &self.contract,
-            &self.locked_sha256,
-            self.parts.tools.specs(),
-        );
+        let tools = self.parts.tools.specs();
+        let system = system_prompt(&self.contract, &self.locked_sha256, &tools);
+        let mut context = Context::new(system, tools, &self.contract.instruction);
         let mut step: u32 = 0;
         loop {
             // Decide: may we spend another model turn?
             if self.parts.cancel.load(Ordering::SeqCst) {
-                return Ok(Stop::Outcome(Outcome::Cancelled, "cancelled by request".into()));
+                return Ok(Stop::Outcome(
+                    Outcome::Cancelled,
+                    "cancelled by request".into(),
+                ));
             }
             if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
                 return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
@@ -240,12 +244,18 @@ impl<'a> Director<'a> {
             }
             for call in &turn.calls {
                 if self.parts.cancel.load(Ordering::SeqCst) {
-                    return Ok(Stop::Outcome(Outcome::Cancelled, "cancelled by request".into()));
+                    return Ok(Stop::Outcome(
+                        Outcome::Cancelled,
+                        "cancelled by request".into(),
+                    ));
                 }
                 let outcome = match self.parts.tools.execute(call) {
                     Ok(o) => o,
                     Err(e) => {
-                        return Ok(Stop::Outcome(Outcome::Error, format!("tool runtime failed: {e}")));
+                        return Ok(Stop::Outcome(
+                            Outcome::Error,
+                            format!("tool runtime failed: {e}"),
+                        ));
                     }
                 };
                 let workspace_root = if outcome.observation.changed {
@@ -281,16 +291,20 @@ impl<'a> Director<'a> {
             };
             self.go(TaskState::Verifying, trigger)?;
             let attempt = self.budget.charge_verification();
-            let report = match self
-                .parts
-                .verifier
-                .verify(&self.contract, &self.locked_sha256, attempt)
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    return Ok(Stop::Outcome(Outcome::Error, format!("verifier failed: {e}")));
-                }
-            };
+            let report =
+                match self
+                    .parts
+                    .verifier
+                    .verify(&self.contract, &self.locked_sha256, attempt)
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return Ok(Stop::Outcome(
+                            Outcome::Error,
+                            format!("verifier failed: {e}"),
+                        ));
+                    }
+                };
             let verdict = Acceptance::establish(&self.contract, &self.locked_sha256, &report);
             self.record(Event::Verified {
                 report: report.clone(),
@@ -332,7 +346,9 @@ impl<'a> Director<'a> {
                     context.push_feedback(text);
                     self.go(
                         TaskState::Planning,
-                        format!("verification rejected: {rejection}; evidence returned to the model"),
+                        format!(
+                            "verification rejected: {rejection}; evidence returned to the model"
+                        ),
                     )?;
                 }
             }

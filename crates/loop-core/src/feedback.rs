@@ -8,7 +8,11 @@ use loop_protocol::{Rejection, VerificationReport};
 const EXCERPT_BYTES: usize = 1500;
 
 /// Compose the feedback for a rejected verification.
-pub fn rejection_feedback(report: &VerificationReport, rejection: &Rejection, claimed: bool) -> String {
+pub fn rejection_feedback(
+    report: &VerificationReport,
+    rejection: &Rejection,
+    claimed: bool,
+) -> String {
     let mut s = String::new();
     if claimed {
         s.push_str(&format!(

@@ -8,19 +8,18 @@
 //! "a silent model is lost") is tested with in-memory fakes, step by step.
 
 pub mod budget;
-pub mod context;
 pub mod director;
 pub mod feedback;
 pub mod machine;
+pub mod prompt;
 pub mod traits;
 
 pub use budget::Budget;
-pub use context::{Context, Message};
 pub use director::{Director, DirectorError, Parts, RunResult, VerifyPolicy};
+pub use loop_protocol::context::{Context, Message};
 pub use machine::{InvalidTransition, Machine, allowed};
 pub use traits::{
-    BoundaryError, Clock, Control, Ledger, Model, NoObserver, Observer, SystemClock, ToolOutcome,
-    Tools, Verifier,
+    BoundaryError, Clock, Ledger, Model, NoObserver, Observer, SystemClock, Tools, Verifier,
 };
 
 #[cfg(test)]

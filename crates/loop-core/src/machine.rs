@@ -71,7 +71,11 @@ impl Machine {
     }
 
     /// Take a transition, or refuse it. The returned event is to be recorded.
-    pub fn go(&mut self, to: TaskState, reason: impl Into<String>) -> Result<Event, InvalidTransition> {
+    pub fn go(
+        &mut self,
+        to: TaskState,
+        reason: impl Into<String>,
+    ) -> Result<Event, InvalidTransition> {
         let from = self.state;
         if !allowed(from, to) {
             return Err(InvalidTransition { from, to });
@@ -116,7 +120,10 @@ mod tests {
         let mut refused = 0;
         for from in TaskState::ALL {
             for to in TaskState::ALL {
-                let mut m = Machine { state: from, taken: 0 };
+                let mut m = Machine {
+                    state: from,
+                    taken: 0,
+                };
                 let expected = legal.contains(&(from, to));
                 let result = m.go(to, "test");
                 assert_eq!(result.is_ok(), expected, "{from} → {to}");
@@ -125,7 +132,11 @@ mod tests {
                 } else {
                     refused += 1;
                     assert_eq!(result.unwrap_err(), InvalidTransition { from, to });
-                    assert_eq!(m.state(), from, "a refused transition leaves the state unchanged");
+                    assert_eq!(
+                        m.state(),
+                        from,
+                        "a refused transition leaves the state unchanged"
+                    );
                 }
             }
         }
@@ -138,8 +149,14 @@ mod tests {
             assert!(!allowed(Terminal, to), "terminal → {to}");
             assert!(!allowed(to, to), "{to} → {to}");
         }
-        assert!(!allowed(Pending, Verifying), "nothing is verified before work starts");
-        assert!(!allowed(Planning, Verifying), "verification follows an action");
+        assert!(
+            !allowed(Pending, Verifying),
+            "nothing is verified before work starts"
+        );
+        assert!(
+            !allowed(Planning, Verifying),
+            "verification follows an action"
+        );
     }
 
     #[test]
@@ -149,10 +166,17 @@ mod tests {
         let e2 = m.go(Acting, "model proposed").unwrap();
         assert_eq!(
             e1,
-            Event::Transition { n: 1, from: Pending, to: Planning, reason: "start".into() }
+            Event::Transition {
+                n: 1,
+                from: Pending,
+                to: Planning,
+                reason: "start".into()
+            }
         );
         match e2 {
-            Event::Transition { n, from, to, .. } => assert_eq!((n, from, to), (2, Planning, Acting)),
+            Event::Transition { n, from, to, .. } => {
+                assert_eq!((n, from, to), (2, Planning, Acting))
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -20,14 +20,22 @@ fn contract(max_steps: u32) -> Contract {
 }
 
 fn call(tool: &str, args: serde_json::Value) -> ToolCall {
-    ToolCall { id: format!("c-{tool}"), tool: tool.into(), args }
+    ToolCall {
+        id: format!("c-{tool}"),
+        tool: tool.into(),
+        args,
+    }
 }
 
 fn turn(calls: Vec<ToolCall>, tokens: u64) -> Turn {
     Turn {
         thought: None,
         calls,
-        usage: Usage { input_tokens: tokens, output_tokens: 0, estimated: false },
+        usage: Usage {
+            input_tokens: tokens,
+            output_tokens: 0,
+            estimated: false,
+        },
     }
 }
 
@@ -49,13 +57,23 @@ struct FakeModel {
 
 impl FakeModel {
     fn new(script: Vec<Turn>, clock: &Rc<Cell<u64>>) -> Self {
-        FakeModel { script, repeat_forever: None, seen: vec![], clock: clock.clone(), ms_per_turn: 10 }
+        FakeModel {
+            script,
+            repeat_forever: None,
+            seen: vec![],
+            clock: clock.clone(),
+            ms_per_turn: 10,
+        }
     }
 }
 
 impl Model for FakeModel {
     fn info(&self) -> ModelInfo {
-        ModelInfo { provider: "fake".into(), name: "fake".into(), source_sha256: None }
+        ModelInfo {
+            provider: "fake".into(),
+            name: "fake".into(),
+            source_sha256: None,
+        }
     }
     fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError> {
         self.seen.push(context.clone());
@@ -64,7 +82,9 @@ impl Model for FakeModel {
             return Ok(ModelReply::Turn(t.clone()));
         }
         if self.script.is_empty() {
-            return Ok(ModelReply::NothingMore { reason: "script exhausted".into() });
+            return Ok(ModelReply::NothingMore {
+                reason: "script exhausted".into(),
+            });
         }
         Ok(ModelReply::Turn(self.script.remove(0)))
     }
@@ -82,14 +102,22 @@ impl Tools for FakeTools {
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
         match call.tool.as_str() {
             "write" => {
-                let content = call.args["content"].as_str().unwrap_or_default().to_string();
+                let content = call.args["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
                 let changed = self.files.get("done") != Some(&content);
                 self.files.insert("done".into(), content);
-                Ok(ToolOutcome { observation: Observation::ok(&call.id, "write", "wrote", changed), control: None })
+                Ok(ToolOutcome {
+                    observation: Observation::ok(&call.id, "write", "wrote", changed),
+                    control: None,
+                })
             }
             "finish" => Ok(ToolOutcome {
                 observation: Observation::ok(&call.id, "finish", "verification requested", false),
-                control: Some(Control::Finish { summary: "done".into() }),
+                control: Some(Control::Finish {
+                    summary: "done".into(),
+                }),
             }),
             other => Ok(ToolOutcome {
                 observation: Observation::refused(&call.id, other, "unknown tool", "no such tool"),
@@ -108,7 +136,12 @@ struct FakeVerifier {
 }
 
 impl Verifier for FakeVerifier {
-    fn verify(&mut self, contract: &Contract, sha: &str, attempt: u32) -> Result<VerificationReport, BoundaryError> {
+    fn verify(
+        &mut self,
+        contract: &Contract,
+        sha: &str,
+        attempt: u32,
+    ) -> Result<VerificationReport, BoundaryError> {
         let files = self.files.borrow();
         let criteria = contract
             .criteria
@@ -120,9 +153,9 @@ impl Verifier for FakeVerifier {
                     .enumerate()
                     .map(|(i, check)| {
                         let passed = match check {
-                            Check::FileContains { path, text } => {
-                                files.get(path.as_str()).is_some_and(|f| f.contains(text.as_str()))
-                            }
+                            Check::FileContains { path, text } => files
+                                .get(path.as_str())
+                                .is_some_and(|f| f.contains(text.as_str())),
                             _ => false,
                         };
                         CheckEvidence {
@@ -141,7 +174,11 @@ impl Verifier for FakeVerifier {
                         }
                     })
                     .collect();
-                CriterionEvidence { id: c.id.clone(), passed: checks.iter().all(|c| c.passed), checks }
+                CriterionEvidence {
+                    id: c.id.clone(),
+                    passed: checks.iter().all(|c| c.passed),
+                    checks,
+                }
             })
             .collect();
         Ok(VerificationReport {
@@ -202,9 +239,18 @@ struct Outcome_ {
     contexts: Vec<Context>,
 }
 
-fn run_with(contract: Contract, mut model: FakeModel, policy: VerifyPolicy, clock: Rc<Cell<u64>>, cancel: bool) -> Outcome_ {
+fn run_with(
+    contract: Contract,
+    mut model: FakeModel,
+    policy: VerifyPolicy,
+    clock: Rc<Cell<u64>>,
+    cancel: bool,
+) -> Outcome_ {
     let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
-    let mut tools = SharedTools { inner: FakeTools::default(), shared: shared.clone() };
+    let mut tools = SharedTools {
+        inner: FakeTools::default(),
+        shared: shared.clone(),
+    };
     let mut verifier = FakeVerifier { files: shared };
     let mut ledger = MemLedger::default();
     let clock = FakeClock(clock);
@@ -218,8 +264,15 @@ fn run_with(contract: Contract, mut model: FakeModel, policy: VerifyPolicy, cloc
         observer: &mut observer,
         cancel: Arc::new(AtomicBool::new(cancel)),
     };
-    let result = Director::new("t-1", contract, policy, parts).unwrap().run().unwrap();
-    Outcome_ { result, ledger: ledger.0, contexts: model.seen }
+    let result = Director::new("t-1", contract, policy, parts)
+        .unwrap()
+        .run()
+        .unwrap();
+    Outcome_ {
+        result,
+        ledger: ledger.0,
+        contexts: model.seen,
+    }
 }
 
 fn run(contract: Contract, script: Vec<Turn>) -> Outcome_ {
@@ -229,12 +282,24 @@ fn run(contract: Contract, script: Vec<Turn>) -> Outcome_ {
 }
 
 fn assert_well_formed(ledger: &[Event]) {
-    assert!(matches!(ledger.first(), Some(Event::TaskStarted { .. })), "genesis first");
-    assert!(matches!(ledger.last(), Some(Event::Finished { .. })), "finished last");
+    assert!(
+        matches!(ledger.first(), Some(Event::TaskStarted { .. })),
+        "genesis first"
+    );
+    assert!(
+        matches!(ledger.last(), Some(Event::Finished { .. })),
+        "finished last"
+    );
     let mut state = TaskState::Pending;
     let mut n = 0;
     for e in ledger {
-        if let Event::Transition { n: tn, from, to, reason } = e {
+        if let Event::Transition {
+            n: tn,
+            from,
+            to,
+            reason,
+        } = e
+        {
             n += 1;
             assert_eq!(*tn, n, "transitions numbered in order");
             assert_eq!(*from, state, "transitions chain");
@@ -248,7 +313,10 @@ fn assert_well_formed(ledger: &[Event]) {
 
 #[test]
 fn work_then_finish_is_verified() {
-    let o = run(contract(10), vec![turn(vec![write("yes")], 5), turn(vec![finish()], 5)]);
+    let o = run(
+        contract(10),
+        vec![turn(vec![write("yes")], 5), turn(vec![finish()], 5)],
+    );
     assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
     assert_eq!(o.result.used.steps, 2);
     assert_eq!(o.result.used.tokens, 10);
@@ -259,7 +327,12 @@ fn work_then_finish_is_verified() {
 #[test]
 fn finish_without_passing_checks_is_not_verified() {
     let o = run(contract(10), vec![turn(vec![finish()], 1); 10]);
-    assert_eq!(o.result.record.kind, OutcomeKind::Failed, "{:?}", o.result.record);
+    assert_eq!(
+        o.result.record.kind,
+        OutcomeKind::Failed,
+        "{:?}",
+        o.result.record
+    );
     assert_eq!(o.result.used.verifications, 3, "stops at max_verifications");
     assert!(o.result.record.reason.contains("rejected 3 time(s)"));
     assert_well_formed(&o.ledger);
@@ -269,14 +342,26 @@ fn finish_without_passing_checks_is_not_verified() {
 fn failing_evidence_is_fed_back_to_the_model() {
     let o = run(
         contract(10),
-        vec![turn(vec![write("no")], 1), turn(vec![finish()], 1), turn(vec![write("yes"), finish()], 1)],
+        vec![
+            turn(vec![write("no")], 1),
+            turn(vec![finish()], 1),
+            turn(vec![write("yes"), finish()], 1),
+        ],
     );
     assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
     let third = &o.contexts[2];
-    let Some(Message::User { content }) = third.messages.last() else { panic!("feedback last") };
+    let Some(Message::User { content }) = third.messages.last() else {
+        panic!("feedback last")
+    };
     assert!(content.contains("rejected the finish claim"), "{content}");
     assert!(content.contains("text not found"), "{content}");
-    assert!(o.ledger.iter().any(|e| matches!(e, Event::Verified { accepted: false, .. })));
+    assert!(o.ledger.iter().any(|e| matches!(
+        e,
+        Event::Verified {
+            accepted: false,
+            ..
+        }
+    )));
 }
 
 #[test]
@@ -284,8 +369,15 @@ fn a_script_that_runs_out_is_lost_not_success() {
     let o = run(contract(10), vec![turn(vec![write("yes")], 1)]);
     assert_eq!(o.result.record.kind, OutcomeKind::Lost);
     assert!(o.result.record.reason.contains("script exhausted"));
-    assert!(o.ledger.iter().any(|e| matches!(e, Event::ModelSilent { step: 2, .. })));
-    assert_eq!(o.result.used.verifications, 0, "work done but never claimed is not verified");
+    assert!(
+        o.ledger
+            .iter()
+            .any(|e| matches!(e, Event::ModelSilent { step: 2, .. }))
+    );
+    assert_eq!(
+        o.result.used.verifications, 0,
+        "work done but never claimed is not verified"
+    );
     assert_well_formed(&o.ledger);
 }
 
@@ -321,7 +413,10 @@ fn wall_time_is_enforced_with_the_injected_clock() {
     c.limits.timeout_secs = 1;
     let o = run_with(c, model, VerifyPolicy::OnFinish, clock, false);
     assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Time));
-    assert_eq!(o.result.used.steps, 3, "0.4 s per turn: 3 turns then 1.2 s ≥ 1 s");
+    assert_eq!(
+        o.result.used.steps, 3,
+        "0.4 s per turn: 3 turns then 1.2 s ≥ 1 s"
+    );
 }
 
 #[test]
@@ -337,31 +432,52 @@ fn cancel_stops_before_the_next_model_call() {
 #[test]
 fn verify_on_change_accepts_a_change_that_makes_the_checks_pass() {
     let clock = Rc::new(Cell::new(0));
-    let model = FakeModel::new(vec![turn(vec![write("no")], 1), turn(vec![write("yes")], 1)], &clock);
-    let o = run_with(contract(10), model, VerifyPolicy::OnFinishOrChange, clock, false);
+    let model = FakeModel::new(
+        vec![turn(vec![write("no")], 1), turn(vec![write("yes")], 1)],
+        &clock,
+    );
+    let o = run_with(
+        contract(10),
+        model,
+        VerifyPolicy::OnFinishOrChange,
+        clock,
+        false,
+    );
     assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
     assert_eq!(o.result.used.verifications, 2);
 }
 
 #[test]
 fn an_empty_turn_is_told_to_act() {
-    let o = run(contract(3), vec![turn(vec![], 1), turn(vec![write("yes"), finish()], 1)]);
+    let o = run(
+        contract(3),
+        vec![turn(vec![], 1), turn(vec![write("yes"), finish()], 1)],
+    );
     assert!(o.result.outcome.is_verified());
-    let Some(Message::User { content }) = o.contexts[1].messages.last() else { panic!() };
+    let Some(Message::User { content }) = o.contexts[1].messages.last() else {
+        panic!()
+    };
     assert!(content.contains("No tool call was proposed"));
 }
 
 #[test]
 fn calls_after_finish_in_the_same_turn_are_not_executed() {
     let o = run(contract(3), vec![turn(vec![finish(), write("yes")], 1)]);
-    let observed = o.ledger.iter().filter(|e| matches!(e, Event::Observed { .. })).count();
+    let observed = o
+        .ledger
+        .iter()
+        .filter(|e| matches!(e, Event::Observed { .. }))
+        .count();
     assert_eq!(observed, 1);
     assert!(!o.result.outcome.is_verified());
 }
 
 #[test]
 fn the_context_hash_of_each_turn_is_recorded() {
-    let o = run(contract(3), vec![turn(vec![write("yes")], 1), turn(vec![finish()], 1)]);
+    let o = run(
+        contract(3),
+        vec![turn(vec![write("yes")], 1), turn(vec![finish()], 1)],
+    );
     let hashes: Vec<&String> = o
         .ledger
         .iter()

@@ -1,8 +1,10 @@
 //! The boundaries the Director drives. Every one of them has an in-memory
 //! fake in the tests; real implementations live in their own crates.
 
-use crate::context::Context;
-use loop_protocol::{Contract, Event, ModelInfo, ModelReply, Observation, ToolCall, ToolSpec, VerificationReport};
+use loop_protocol::{
+    Context, Contract, Event, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec,
+    VerificationReport,
+};
 
 /// A failure at a boundary, with a message for the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,25 +17,6 @@ pub trait Model {
     fn info(&self) -> ModelInfo;
     /// The next turn for this context.
     fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError>;
-}
-
-/// What a tool call asks of the Director beyond its observation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Control {
-    /// The model claims the task is done; verification decides.
-    Finish {
-        /// The model's summary.
-        summary: String,
-    },
-}
-
-/// The result of executing one call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutcome {
-    /// What happened, for the model and the ledger.
-    pub observation: Observation,
-    /// A control request (only `finish` today).
-    pub control: Option<Control>,
 }
 
 /// The tools, behind the one authority choke point.

@@ -76,3 +76,23 @@ pub struct ToolSpec {
     /// JSON Schema of its arguments.
     pub parameters: serde_json::Value,
 }
+
+/// What a tool call asks of the Director beyond its observation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "control", rename_all = "snake_case")]
+pub enum Control {
+    /// The model claims the task is done; verification decides.
+    Finish {
+        /// The model's summary.
+        summary: String,
+    },
+}
+
+/// The result of executing one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    /// What happened, for the model and the ledger.
+    pub observation: crate::observation::Observation,
+    /// A control request (only `finish` today).
+    pub control: Option<Control>,
+}

@@ -746,7 +746,10 @@ impl Reader {
                 if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id) {
                     self.err(
                         Some(v.pos),
-                        format!("duplicate criterion id `{id}` (first used at line {})", first.line),
+                        format!(
+                            "duplicate criterion id `{id}` (first used at line {})",
+                            first.line
+                        ),
                         Some("give every criterion its own id".into()),
                     );
                     return None;
@@ -803,8 +806,14 @@ impl Reader {
         let Value::Map(entries) = &node.value else {
             self.err(
                 Some(node.pos),
-                format!("a check must be a mapping, found {}", node.value.type_name()),
-                Some(format!("start a check with one of: {}", CHECK_KINDS.join(", "))),
+                format!(
+                    "a check must be a mapping, found {}",
+                    node.value.type_name()
+                ),
+                Some(format!(
+                    "start a check with one of: {}",
+                    CHECK_KINDS.join(", ")
+                )),
             );
             return None;
         };
@@ -824,7 +833,10 @@ impl Reader {
                 for (k, _) in entries {
                     if !all.contains(&k.name.as_str()) {
                         let hint = match closest(&k.name, CHECK_KINDS) {
-                            Some(s) => format!("did you mean `{s}`? check kinds: {}", CHECK_KINDS.join(", ")),
+                            Some(s) => format!(
+                                "did you mean `{s}`? check kinds: {}",
+                                CHECK_KINDS.join(", ")
+                            ),
                             None => format!("check kinds: {}", CHECK_KINDS.join(", ")),
                         };
                         self.err(

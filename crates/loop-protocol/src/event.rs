@@ -154,7 +154,10 @@ impl Event {
     }
 
     /// Rebuild from a ledger entry's `kind` and `payload`.
-    pub fn from_kind_payload(kind: &str, payload: &serde_json::Value) -> Result<Event, serde_json::Error> {
+    pub fn from_kind_payload(
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Result<Event, serde_json::Error> {
         let mut v = payload.clone();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("kind".into(), serde_json::Value::String(kind.to_string()));

@@ -14,6 +14,7 @@
 //! contract.
 
 pub mod action;
+pub mod context;
 pub mod contract;
 pub mod event;
 pub mod evidence;
@@ -25,10 +26,14 @@ pub mod state;
 pub mod time;
 pub mod yaml;
 
-pub use action::{ModelInfo, ModelReply, ToolCall, ToolSpec, Turn, Usage};
+pub use action::{Control, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec, Turn, Usage};
+pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
 pub use event::{BudgetUse, Event, RuntimeInfo};
-pub use evidence::{ArtifactEvidence, CheckEvidence, CriterionEvidence, Isolation, StreamEvidence, VerificationReport};
+pub use evidence::{
+    ArtifactEvidence, CheckEvidence, CriterionEvidence, Isolation, StreamEvidence,
+    VerificationReport,
+};
 pub use observation::{Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};
 pub use path::RelPath;

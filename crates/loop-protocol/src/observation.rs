@@ -46,7 +46,12 @@ impl Observation {
     }
 
     /// A refusal naming its rule.
-    pub fn refused(call_id: &str, tool: &str, rule: impl Into<String>, content: impl Into<String>) -> Self {
+    pub fn refused(
+        call_id: &str,
+        tool: &str,
+        rule: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
         Observation {
             call_id: call_id.to_string(),
             tool: tool.to_string(),

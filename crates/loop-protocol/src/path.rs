@@ -93,11 +93,20 @@ mod tests {
     fn normalises_and_refuses_escapes() {
         assert_eq!(RelPath::parse("./a//b/").unwrap().as_str(), "a/b");
         assert_eq!(RelPath::parse(".").unwrap(), RelPath::root());
-        assert!(matches!(RelPath::parse("/etc/passwd"), Err(PathError::Absolute(_))));
+        assert!(matches!(
+            RelPath::parse("/etc/passwd"),
+            Err(PathError::Absolute(_))
+        ));
         assert!(matches!(RelPath::parse("~/x"), Err(PathError::Absolute(_))));
-        assert!(matches!(RelPath::parse("a/../../b"), Err(PathError::ParentDir(_))));
+        assert!(matches!(
+            RelPath::parse("a/../../b"),
+            Err(PathError::ParentDir(_))
+        ));
         assert!(matches!(RelPath::parse(".."), Err(PathError::ParentDir(_))));
         assert!(matches!(RelPath::parse(""), Err(PathError::Empty)));
-        assert!(matches!(RelPath::parse("a\\..\\b"), Err(PathError::BadChar(_))));
+        assert!(matches!(
+            RelPath::parse("a\\..\\b"),
+            Err(PathError::BadChar(_))
+        ));
     }
 }

@@ -38,6 +38,9 @@ mod tests {
     fn formats_known_instants() {
         assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
-        assert_eq!(rfc3339_millis(1_795_950_000_000), "2026-11-29T11:00:00.000Z");
+        assert_eq!(
+            rfc3339_millis(1_795_950_000_000),
+            "2026-11-29T11:00:00.000Z"
+        );
     }
 }

@@ -224,7 +224,10 @@ impl<'a> Builder<'a> {
                         other => {
                             return Err(YamlError::at(
                                 key_node.pos,
-                                format!("a mapping key must be a string, not {}", other.type_name()),
+                                format!(
+                                    "a mapping key must be a string, not {}",
+                                    other.type_name()
+                                ),
                             ));
                         }
                     };
@@ -340,11 +343,13 @@ impl Node {
             Value::Int(i) => serde_json::Value::from(*i),
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map(serde_json::Value::Number)
-                .ok_or_else(|| YamlError::at(self.pos, "infinite or NaN numbers have no JSON form"))?,
+                .ok_or_else(|| {
+                    YamlError::at(self.pos, "infinite or NaN numbers have no JSON form")
+                })?,
             Value::Str(s) => serde_json::Value::String(s.clone()),
-            Value::Seq(items) => serde_json::Value::Array(
-                items.iter().map(Node::to_json).collect::<Result<_, _>>()?,
-            ),
+            Value::Seq(items) => {
+                serde_json::Value::Array(items.iter().map(Node::to_json).collect::<Result<_, _>>()?)
+            }
             Value::Map(entries) => {
                 let mut map = serde_json::Map::new();
                 for (k, v) in entries {

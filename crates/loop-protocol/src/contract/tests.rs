@@ -97,28 +97,44 @@ fn duplicate_ids_are_refused_at_the_second() {
         "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: f}]\n  - id: a\n    checks: [{file_exists: g}]\n",
     );
     assert_eq!(d.pos, Some(Pos { line: 5, col: 9 }));
-    assert!(d.message.contains("duplicate criterion id `a` (first used at line 3)"), "{d}");
+    assert!(
+        d.message
+            .contains("duplicate criterion id `a` (first used at line 3)"),
+        "{d}"
+    );
 }
 
 #[test]
 fn unknown_key_reports_position_and_did_you_mean() {
     let errs = errors("instruction: x\ncritera: []\n");
     assert_eq!(errs[0].pos, Some(Pos { line: 2, col: 1 }));
-    assert!(errs[0].message.contains("unknown key `critera`"), "{}", errs[0]);
-    assert!(errs[0].hint.as_deref().unwrap().contains("did you mean `criteria`"));
+    assert!(
+        errs[0].message.contains("unknown key `critera`"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[0]
+            .hint
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `criteria`")
+    );
     assert!(errs.iter().any(|e| e.message.contains("no `criteria`")));
 }
 
 #[test]
 fn unknown_check_kind_is_refused() {
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - shell: make test\n");
+    let d =
+        one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - shell: make test\n");
     assert_eq!(d.pos, Some(Pos { line: 5, col: 9 }));
     assert!(d.message.contains("unknown check kind `shell`"), "{d}");
 }
 
 #[test]
 fn misspelled_check_kind_gets_a_suggestion() {
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_exist: a.txt\n");
+    let d =
+        one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_exist: a.txt\n");
     assert!(d.hint.unwrap().contains("did you mean `file_exists`"));
 }
 
@@ -128,7 +144,10 @@ fn key_of_another_kind_is_named() {
         "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        text: hi\n",
     );
     assert_eq!(d.pos, Some(Pos { line: 6, col: 9 }));
-    assert!(d.message.contains("`text` does not apply to a `run` check"), "{d}");
+    assert!(
+        d.message.contains("`text` does not apply to a `run` check"),
+        "{d}"
+    );
 }
 
 #[test]
@@ -150,13 +169,19 @@ fn two_kinds_in_one_check_are_refused() {
 
 #[test]
 fn absolute_and_parent_paths_are_refused() {
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: /etc/passwd}]\n");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: /etc/passwd}]\n",
+    );
     assert_eq!(d.pos, Some(Pos { line: 4, col: 28 }));
     assert!(d.message.contains("absolute"), "{d}");
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nartifacts: [../out.txt]\n");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nartifacts: [../out.txt]\n",
+    );
     assert_eq!(d.pos, Some(Pos { line: 5, col: 13 }));
     assert!(d.message.contains(".."), "{d}");
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nprotected: [../x]\n");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: ok}]\nprotected: [../x]\n",
+    );
     assert!(d.message.contains("without `..`"), "{d}");
 }
 
@@ -171,13 +196,16 @@ fn bad_regex_and_pointer_and_exit_are_refused() {
         "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - json_equals: a.json\n        pointer: name\n        value: 1\n",
     );
     assert!(d.message.contains("not a JSON pointer"), "{d}");
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        expect_exit: 300\n");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: make\n        expect_exit: 300\n",
+    );
     assert!(d.message.contains("0..=255"), "{d}");
 }
 
 #[test]
 fn missing_required_fields_are_named() {
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: a\n");
+    let d =
+        one_error("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: a\n");
     assert!(d.message.contains("needs `text`"), "{d}");
     let d = one_error("criteria:\n  - id: a\n    checks: [{file_exists: a}]\n");
     assert!(d.message.contains("no `instruction`"), "{d}");
@@ -188,7 +216,9 @@ fn wrong_types_are_named() {
     let d = one_error("instruction: x\ncriteria: {a: 1}\n");
     assert_eq!(d.pos, Some(Pos { line: 2, col: 11 }));
     assert!(d.message.contains("must be a list, found a mapping"), "{d}");
-    let d = one_error("instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: a}]\nlimits: {max_steps: many}\n");
+    let d = one_error(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: a}]\nlimits: {max_steps: many}\n",
+    );
     assert!(d.message.contains("`max_steps` must be an integer"), "{d}");
 }
 
