@@ -1,1 +1,21 @@
-//! placeholder
+//! # loop-workspace
+//!
+//! The task workspace, as the runtime sees it: the [`Jail`] (every path
+//! resolves inside the root, symlinks included; protected paths cannot be
+//! written), atomic file writes, content [`Manifest`]s with a Merkle root,
+//! and [`Sealed`] snapshots that give each verification check its own fresh
+//! view.
+
+pub mod fsutil;
+pub mod jail;
+pub mod manifest;
+pub mod snapshot;
+pub mod testdir;
+
+pub use fsutil::{CopyStats, copy_tree, write_atomic};
+pub use jail::{Intent, Jail, JailError, Protected};
+pub use manifest::{Entry, EntryKind, Manifest};
+pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! Filesystem primitives: atomic writes and tree copies.
+
+use crate::jail::to_slash;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// Write `bytes` to `path` atomically: a temporary file in the same
+/// directory, fsync, rename over the target, fsync the directory. A crash
+/// leaves either the old content or the new, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.loop-tmp-{}", std::process::id()));
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions().mode())
+        .unwrap_or(0o644);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Files copied.
+    pub files: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Top-level paths skipped by the filter.
+    pub skipped: Vec<String>,
+}
+
+/// Copy the tree at `src` into `dst` (created), keeping symlinks as
+/// symlinks and file modes (plus `writable` owner-write when asked).
+/// `skip` sees `/`-separated relative paths; a skipped directory is not entered.
+pub fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    skip: &dyn Fn(&str) -> bool,
+    writable: bool,
+) -> std::io::Result<CopyStats> {
+    let mut stats = CopyStats::default();
+    std::fs::create_dir_all(dst)?;
+    copy_dir(src, src, dst, skip, writable, &mut stats)?;
+    Ok(stats)
+}
+
+fn copy_dir(
+    root: &Path,
+    dir: &Path,
+    dst_root: &Path,
+    skip: &dyn Fn(&str) -> bool,
+    writable: bool,
+    stats: &mut CopyStats,
+) -> std::io::Result<()> {
+    for item in std::fs::read_dir(dir)? {
+        let item = item?;
+        let path = item.path();
+        let rel = to_slash(path.strip_prefix(root).unwrap_or(&path));
+        if skip(&rel) {
+            stats.skipped.push(rel);
+            continue;
+        }
+        let target = dst_root.join(&rel);
+        let meta = std::fs::symlink_metadata(&path)?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&path)?, &target)?;
+        } else if ft.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_dir(root, &path, dst_root, skip, writable, stats)?;
+        } else if ft.is_file() {
+            std::fs::copy(&path, &target)?;
+            let mut mode = meta.permissions().mode();
+            if writable {
+                mode |= 0o200;
+            }
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+            stats.files += 1;
+            stats.bytes += meta.len();
+        }
+        // Sockets, FIFOs and devices are not workspace content.
+    }
+    Ok(())
+}
+
+/// Remove the owner-write bit from every regular file under `dir`.
+pub fn make_read_only(dir: &Path) -> std::io::Result<()> {
+    for item in std::fs::read_dir(dir)? {
+        let item = item?;
+        let meta = std::fs::symlink_metadata(item.path())?;
+        if meta.is_dir() {
+            make_read_only(&item.path())?;
+        } else if meta.is_file() {
+            let mode = meta.permissions().mode() & !0o222;
+            std::fs::set_permissions(item.path(), std::fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    #[test]
+    fn atomic_write_replaces_content_and_keeps_mode() {
+        let d = TestDir::new("atomic");
+        let p = d.path().join("x/y.txt");
+        write_atomic(&p, b"one").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o755);
+        let leftovers: Vec<_> = std::fs::read_dir(d.path().join("x")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+    }
+
+    #[test]
+    fn copy_keeps_symlinks_and_skips() {
+        let d = TestDir::new("copy");
+        let src = d.path().join("src");
+        std::fs::create_dir_all(src.join("keep")).unwrap();
+        std::fs::create_dir_all(src.join("skipme")).unwrap();
+        std::fs::write(src.join("keep/a"), "a").unwrap();
+        std::fs::write(src.join("skipme/b"), "b").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
+        let stats = copy_tree(&src, &d.path().join("dst"), &|p| p == "skipme", false).unwrap();
+        assert_eq!(stats.files, 1);
+        assert_eq!(stats.skipped, vec!["skipme".to_string()]);
+        let link = std::fs::read_link(d.path().join("dst/link")).unwrap();
+        assert_eq!(link, Path::new("/etc/passwd"));
+        assert!(!d.path().join("dst/skipme").exists());
+    }
+}

@@ -1,0 +1,220 @@
+//! The path jail: every path a tool touches resolves inside the workspace
+//! root, symlinks included, and writes to protected paths are refused with
+//! the rule that matched.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use loop_protocol::RelPath;
+use loop_protocol::path::PathError;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a path was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    /// Lexically invalid (absolute, `..`, …).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// Resolves (through a symlink) outside the workspace.
+    #[error("`{path}` resolves outside the workspace (to {resolved})")]
+    Escapes {
+        /// As requested.
+        path: String,
+        /// Where it led.
+        resolved: String,
+    },
+    /// A protected path.
+    #[error("`{path}` is protected by the rule `{rule}`")]
+    Protected {
+        /// As requested (or as resolved).
+        path: String,
+        /// The glob that matched.
+        rule: String,
+    },
+    /// The filesystem failed while resolving.
+    #[error("cannot resolve `{path}`: {source}")]
+    Io {
+        /// As requested.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl JailError {
+    /// The rule name recorded with a refusal.
+    pub fn rule(&self) -> String {
+        match self {
+            JailError::Path(PathError::Absolute(_)) => "jail: absolute path".into(),
+            JailError::Path(PathError::ParentDir(_)) => "jail: `..` component".into(),
+            JailError::Path(_) => "jail: invalid path".into(),
+            JailError::Escapes { .. } => "jail: symlink escape".into(),
+            JailError::Protected { rule, .. } => format!("protected: {rule}"),
+            JailError::Io { .. } => "jail: unresolvable path".into(),
+        }
+    }
+}
+
+/// Protected-path globs, compiled once.
+#[derive(Debug, Clone)]
+pub struct Protected {
+    rules: Vec<(String, GlobSet)>,
+}
+
+impl Protected {
+    /// Compile `rules`. A rule without `/` matches at any depth (`*.pem`),
+    /// as in `.gitignore`; `dir/**` also protects `dir` itself, so it cannot
+    /// be replaced by a symlink.
+    pub fn new(rules: &[String]) -> Result<Self, globset::Error> {
+        let mut compiled = Vec::with_capacity(rules.len());
+        for r in rules {
+            let mut b = GlobSetBuilder::new();
+            b.add(Glob::new(r)?);
+            if !r.contains('/') {
+                b.add(Glob::new(&format!("**/{r}"))?);
+            }
+            if let Some(dir) = r.strip_suffix("/**") {
+                b.add(Glob::new(dir)?);
+            }
+            compiled.push((r.clone(), b.build()?));
+        }
+        Ok(Protected { rules: compiled })
+    }
+
+    /// The first rule that protects `rel`, if any.
+    pub fn matching(&self, rel: &str) -> Option<&str> {
+        self.rules
+            .iter()
+            .find(|(_, set)| set.is_match(rel))
+            .map(|(r, _)| r.as_str())
+    }
+
+    /// The rules, as given.
+    pub fn rules(&self) -> Vec<&str> {
+        self.rules.iter().map(|(r, _)| r.as_str()).collect()
+    }
+}
+
+/// The workspace root and its protection rules.
+#[derive(Debug, Clone)]
+pub struct Jail {
+    root: PathBuf,
+    protected: Protected,
+}
+
+/// What the path will be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Reading or listing.
+    Read,
+    /// Creating, writing or deleting.
+    Write,
+}
+
+impl Jail {
+    /// A jail at `root` (canonicalised) with `protected` rules.
+    pub fn new(root: &Path, protected: Protected) -> std::io::Result<Self> {
+        Ok(Jail {
+            root: root.canonicalize()?,
+            protected,
+        })
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The protection rules.
+    pub fn protected(&self) -> &Protected {
+        &self.protected
+    }
+
+    /// Resolve `requested` for `intent`: lexically valid, inside the root
+    /// after following every existing symlink, and (for writes) not
+    /// protected either as requested or as resolved.
+    pub fn resolve(&self, requested: &str, intent: Intent) -> Result<(RelPath, PathBuf), JailError> {
+        let rel = RelPath::parse(requested)?;
+        if intent == Intent::Write {
+            if rel.is_root() {
+                return Err(JailError::Protected {
+                    path: ".".into(),
+                    rule: "the workspace root".into(),
+                });
+            }
+            self.check_protected(rel.as_str())?;
+        }
+        let joined = self.root.join(rel.as_str());
+        // The deepest existing ancestor (or the path itself) decides where
+        // the path really is; components below it do not exist yet and so
+        // cannot be symlinks.
+        let mut existing = joined.as_path();
+        let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+        loop {
+            match existing.symlink_metadata() {
+                Ok(_) => break,
+                Err(_) => {
+                    let Some(name) = existing.file_name() else { break };
+                    rest.push(name);
+                    match existing.parent() {
+                        Some(p) => existing = p,
+                        None => break,
+                    }
+                }
+            }
+        }
+        let canon = existing.canonicalize().map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                // A dangling symlink: writing through it could create a file anywhere.
+                let target = std::fs::read_link(existing)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return JailError::Escapes {
+                    path: requested.to_string(),
+                    resolved: format!("dangling link to {target}"),
+                };
+            }
+            JailError::Io {
+                path: requested.to_string(),
+                source,
+            }
+        })?;
+        if !canon.starts_with(&self.root) {
+            return Err(JailError::Escapes {
+                path: requested.to_string(),
+                resolved: canon.display().to_string(),
+            });
+        }
+        let mut full = canon;
+        for name in rest.iter().rev() {
+            full.push(name);
+        }
+        let resolved_rel = full
+            .strip_prefix(&self.root)
+            .map(to_slash)
+            .unwrap_or_default();
+        if intent == Intent::Write && resolved_rel != rel.as_str() {
+            self.check_protected(&resolved_rel)?;
+        }
+        Ok((rel, full))
+    }
+
+    fn check_protected(&self, rel: &str) -> Result<(), JailError> {
+        match self.protected.matching(rel) {
+            Some(rule) => Err(JailError::Protected {
+                path: rel.to_string(),
+                rule: rule.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A relative path as a `/`-separated string.
+pub fn to_slash(p: &Path) -> String {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}

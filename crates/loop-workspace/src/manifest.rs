@@ -1,0 +1,191 @@
+//! Content manifests: SHA-256 per file and a Merkle root over the tree.
+//! Progress detection and receipts key on content, never on mtimes.
+
+use crate::jail::to_slash;
+use loop_protocol::hash::{Sha256Stream, hex};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// What an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file (digest over its bytes).
+    File,
+    /// A symbolic link (digest over its target path).
+    Symlink,
+}
+
+/// One manifest entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// `/`-separated path relative to the root.
+    pub path: String,
+    /// File or symlink.
+    pub kind: EntryKind,
+    /// SHA-256 of the content (or link target).
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Owner-executable bit.
+    pub executable: bool,
+}
+
+/// Every file under a root, sorted by path, and their Merkle root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Entries, sorted by path.
+    pub entries: Vec<Entry>,
+    /// Merkle root over the entries.
+    pub root: String,
+}
+
+impl Manifest {
+    /// Walk `dir` and hash every file and symlink.
+    pub fn of(dir: &Path) -> std::io::Result<Manifest> {
+        let mut entries = Vec::new();
+        walk(dir, dir, &mut entries)?;
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        let root = merkle_root(&entries);
+        Ok(Manifest { entries, root })
+    }
+
+    /// The entry for `path`.
+    pub fn get(&self, path: &str) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|e| e.path.as_str().cmp(path))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// Total bytes.
+    pub fn bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.size).sum()
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<Entry>) -> std::io::Result<()> {
+    for item in std::fs::read_dir(dir)? {
+        let item = item?;
+        let path = item.path();
+        let meta = std::fs::symlink_metadata(&path)?;
+        let rel = to_slash(path.strip_prefix(root).unwrap_or(&path));
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            let t = target.to_string_lossy();
+            out.push(Entry {
+                path: rel,
+                kind: EntryKind::Symlink,
+                sha256: loop_protocol::hash::sha256_hex(t.as_bytes()),
+                size: t.len() as u64,
+                executable: false,
+            });
+        } else if meta.is_dir() {
+            walk(root, &path, out)?;
+        } else if meta.is_file() {
+            out.push(Entry {
+                path: rel,
+                kind: EntryKind::File,
+                sha256: hash_file(&path)?,
+                size: meta.len(),
+                executable: meta.permissions().mode() & 0o100 != 0,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// SHA-256 of a file's content, streamed.
+pub fn hash_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256Stream::default();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finish_hex())
+}
+
+/// Merkle root: leaves are `H(0x00 ‖ path ‖ 0 ‖ kind ‖ 0 ‖ digest ‖ 0 ‖ mode)`,
+/// inner nodes `H(0x01 ‖ left ‖ right)`, an odd node is promoted. The empty
+/// tree's root is `H("")`.
+pub fn merkle_root(entries: &[Entry]) -> String {
+    if entries.is_empty() {
+        return loop_protocol::hash::sha256_hex(b"");
+    }
+    let mut level: Vec<[u8; 32]> = entries
+        .iter()
+        .map(|e| {
+            let mut h = Sha256::new();
+            h.update([0u8]);
+            h.update(e.path.as_bytes());
+            h.update([0u8]);
+            h.update(match e.kind {
+                EntryKind::File => b"f",
+                EntryKind::Symlink => b"l",
+            });
+            h.update([0u8]);
+            h.update(e.sha256.as_bytes());
+            h.update([0u8]);
+            h.update(if e.executable { b"x" } else { b"-" });
+            h.finalize().into()
+        })
+        .collect();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|pair| match pair {
+                [l, r] => {
+                    let mut h = Sha256::new();
+                    h.update([1u8]);
+                    h.update(l);
+                    h.update(r);
+                    h.finalize().into()
+                }
+                [one] => *one,
+                _ => [0u8; 32],
+            })
+            .collect();
+    }
+    hex(&level[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    #[test]
+    fn root_changes_with_content_not_with_mtime() {
+        let d = TestDir::new("manifest");
+        std::fs::write(d.path().join("a.txt"), "one").unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/b.txt"), "two").unwrap();
+        let m1 = Manifest::of(d.path()).unwrap();
+        assert_eq!(m1.entries.len(), 2);
+        assert_eq!(m1.get("sub/b.txt").unwrap().size, 3);
+        // Same content rewritten: same root.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(d.path().join("a.txt"), "one").unwrap();
+        assert_eq!(Manifest::of(d.path()).unwrap().root, m1.root);
+        std::fs::write(d.path().join("a.txt"), "One").unwrap();
+        assert_ne!(Manifest::of(d.path()).unwrap().root, m1.root);
+    }
+
+    #[test]
+    fn renames_and_modes_change_the_root() {
+        let d = TestDir::new("manifest2");
+        std::fs::write(d.path().join("a"), "x").unwrap();
+        let r1 = Manifest::of(d.path()).unwrap().root;
+        std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
+        let r2 = Manifest::of(d.path()).unwrap().root;
+        assert_ne!(r1, r2);
+        std::fs::set_permissions(d.path().join("b"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_ne!(Manifest::of(d.path()).unwrap().root, r2);
+    }
+}

@@ -1,0 +1,132 @@
+//! Sealed snapshots. At verification the workspace is sealed — copied out
+//! of the model's reach and hashed — and every check gets its own fresh,
+//! writable view of the sealed tree, so no check can create state for
+//! another and nothing a check writes reaches the seal.
+//!
+//! This build makes each view with a plain copy and says so
+//! ([`SnapshotMethod::Copy`]); cheaper methods (overlayfs, reflinks) slot in
+//! behind [`Sealed::fresh_view`].
+
+use crate::fsutil::{copy_tree, make_read_only};
+use crate::manifest::Manifest;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// How a check's view was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotMethod {
+    /// A full copy of the sealed tree.
+    Copy,
+}
+
+impl SnapshotMethod {
+    /// The name recorded in evidence.
+    pub fn name(self) -> &'static str {
+        match self {
+            SnapshotMethod::Copy => "copy",
+        }
+    }
+}
+
+/// A sealed, hashed copy of a workspace.
+#[derive(Debug)]
+pub struct Sealed {
+    dir: PathBuf,
+    manifest: Manifest,
+}
+
+impl Sealed {
+    /// Seal `workspace` into `dir` (which must not exist): copy, hash, and
+    /// make every file read-only.
+    pub fn create(workspace: &Path, dir: &Path) -> std::io::Result<Sealed> {
+        if dir.exists() {
+            remove_tree(dir)?;
+        }
+        copy_tree(workspace, dir, &|_| false, false)?;
+        make_read_only(dir)?;
+        let manifest = Manifest::of(dir)?;
+        Ok(Sealed {
+            dir: dir.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// Where the sealed tree is.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its manifest at sealing time.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// A fresh, writable view of the sealed tree at `dest`.
+    pub fn fresh_view(&self, dest: &Path) -> std::io::Result<SnapshotMethod> {
+        if dest.exists() {
+            remove_tree(dest)?;
+        }
+        copy_tree(&self.dir, dest, &|_| false, true)?;
+        Ok(SnapshotMethod::Copy)
+    }
+
+    /// Whether the sealed tree still hashes to its manifest root.
+    pub fn is_intact(&self) -> std::io::Result<bool> {
+        Ok(Manifest::of(&self.dir)?.root == self.manifest.root)
+    }
+}
+
+/// Remove a tree even where files or directories were made read-only.
+pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(dir);
+            std::fs::remove_dir_all(dir)
+        }
+    }
+}
+
+fn make_writable(dir: &Path) {
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    if let Ok(items) = std::fs::read_dir(dir) {
+        for item in items.flatten() {
+            if let Ok(meta) = std::fs::symlink_metadata(item.path()) {
+                if meta.is_dir() {
+                    make_writable(&item.path());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    #[test]
+    fn views_are_independent_and_never_reach_the_seal() {
+        let d = TestDir::new("seal");
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "sealed").unwrap();
+        let sealed = Sealed::create(&ws, &d.path().join("sealed")).unwrap();
+        // Later edits to the workspace do not reach the seal.
+        std::fs::write(ws.join("a.txt"), "changed").unwrap();
+        let v1 = d.path().join("v1");
+        let v2 = d.path().join("v2");
+        assert_eq!(sealed.fresh_view(&v1).unwrap(), SnapshotMethod::Copy);
+        sealed.fresh_view(&v2).unwrap();
+        std::fs::write(v1.join("a.txt"), "check one wrote this").unwrap();
+        std::fs::write(v1.join("state"), "made by check one").unwrap();
+        assert_eq!(std::fs::read_to_string(v2.join("a.txt")).unwrap(), "sealed");
+        assert!(!v2.join("state").exists());
+        assert!(sealed.is_intact().unwrap());
+        assert_eq!(
+            std::fs::read_to_string(sealed.dir().join("a.txt")).unwrap(),
+            "sealed"
+        );
+    }
+}
