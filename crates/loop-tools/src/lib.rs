@@ -1,1 +1,401 @@
-//! placeholder
+//! # loop-tools
+//!
+//! The tools a model may call, behind one choke point: [`ToolBox::execute`]
+//! checks the tool is granted, parses its arguments strictly, resolves every
+//! path through the workspace [`Jail`], and runs every command through
+//! `loop-sandbox`. A refusal or a failure is an [`Observation`] for the
+//! model, naming the rule — never a crash.
+
+pub mod specs;
+
+use loop_protocol::observation::head_tail;
+use loop_protocol::{Control, Observation, ToolCall, ToolOutcome, ToolSpec};
+use loop_sandbox::{ExecRequest, Net};
+use loop_workspace::{Intent, Jail, Manifest, write_atomic};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Bounds on what tools read, write and show.
+#[derive(Debug, Clone)]
+pub struct ToolLimits {
+    /// Largest file `write_file`/`edit_file` will produce.
+    pub max_write_bytes: usize,
+    /// Bytes of a file or listing shown to the model.
+    pub max_shown_bytes: usize,
+    /// Default and maximum `run_command` timeout.
+    pub command_timeout: Duration,
+    /// Entries `list_files` returns.
+    pub max_list_entries: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            max_write_bytes: 1024 * 1024,
+            max_shown_bytes: 16 * 1024,
+            command_timeout: Duration::from_secs(120),
+            max_list_entries: 500,
+        }
+    }
+}
+
+/// The tools and the authority that governs them.
+pub struct ToolBox {
+    jail: Jail,
+    granted: BTreeSet<String>,
+    limits: ToolLimits,
+    net: Net,
+}
+
+/// The tool runtime itself failed (not the tool call).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolsError(pub String);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old: String,
+    new: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunArgs {
+    command: String,
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishArgs {
+    #[serde(default)]
+    summary: String,
+}
+
+impl ToolBox {
+    /// Every tool granted, in `jail`.
+    pub fn new(jail: Jail, limits: ToolLimits) -> Self {
+        ToolBox {
+            jail,
+            granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
+            limits,
+            net: Net::None,
+        }
+    }
+
+    /// Narrow the granted tools (authority can be narrowed, never widened).
+    pub fn narrow(&mut self, keep: &[&str]) {
+        self.granted.retain(|t| keep.contains(&t.as_str()));
+    }
+
+    /// The workspace jail.
+    pub fn jail(&self) -> &Jail {
+        &self.jail
+    }
+
+    /// Specs of the granted tools.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        specs::all()
+            .into_iter()
+            .filter(|s| self.granted.contains(&s.name))
+            .collect()
+    }
+
+    /// Merkle root of the workspace content.
+    pub fn workspace_root(&self) -> Result<String, ToolsError> {
+        Manifest::of(self.jail.root())
+            .map(|m| m.root)
+            .map_err(|e| ToolsError(format!("cannot hash the workspace: {e}")))
+    }
+
+    /// The choke point: authority, arguments, jail, then the tool.
+    pub fn execute(&mut self, call: &ToolCall) -> ToolOutcome {
+        let id = call.id.as_str();
+        let tool = call.tool.as_str();
+        if !specs::TOOL_NAMES.contains(&tool) {
+            return refused(
+                id,
+                tool,
+                "authority: unknown tool",
+                format!(
+                    "There is no tool `{tool}`. Tools: {}.",
+                    self.granted.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        if !self.granted.contains(tool) {
+            return refused(
+                id,
+                tool,
+                "authority: tool not granted",
+                format!("The tool `{tool}` is not granted to this task."),
+            );
+        }
+        let observation = match tool {
+            "read_file" => self.parse(call).map(|a: PathArgs| self.read_file(id, &a.path)),
+            "write_file" => self
+                .parse(call)
+                .map(|a: WriteArgs| self.write_file(id, &a.path, &a.content)),
+            "edit_file" => self.parse(call).map(|a: EditArgs| self.edit_file(id, &a)),
+            "list_files" => self
+                .parse(call)
+                .map(|a: ListArgs| self.list_files(id, a.path.as_deref().unwrap_or("."))),
+            "run_command" => self.parse(call).map(|a: RunArgs| self.run_command(id, &a)),
+            _ => {
+                return match self.parse::<FinishArgs>(call) {
+                    Ok(a) => ToolOutcome {
+                        observation: Observation::ok(
+                            id,
+                            tool,
+                            "Verification requested: every acceptance check will run on a sealed copy.",
+                            false,
+                        ),
+                        control: Some(Control::Finish { summary: a.summary }),
+                    },
+                    Err(obs) => ToolOutcome {
+                        observation: obs,
+                        control: None,
+                    },
+                };
+            }
+        };
+        ToolOutcome {
+            observation: observation.unwrap_or_else(|e| e),
+            control: None,
+        }
+    }
+
+    fn parse<T: for<'de> Deserialize<'de>>(&self, call: &ToolCall) -> Result<T, Observation> {
+        let args = if call.args.is_null() {
+            serde_json::json!({})
+        } else {
+            call.args.clone()
+        };
+        serde_json::from_value(args).map_err(|e| {
+            Observation::error(
+                &call.id,
+                &call.tool,
+                format!("invalid arguments for `{}`: {e}", call.tool),
+            )
+        })
+    }
+
+    fn resolve(
+        &self,
+        id: &str,
+        tool: &str,
+        path: &str,
+        intent: Intent,
+    ) -> Result<(String, std::path::PathBuf), Observation> {
+        self.jail
+            .resolve(path, intent)
+            .map(|(rel, full)| (rel.to_string(), full))
+            .map_err(|e| Observation::refused(id, tool, e.rule(), format!("Refused: {e}.")))
+    }
+
+    fn read_file(&self, id: &str, path: &str) -> Observation {
+        let (rel, full) = match self.resolve(id, "read_file", path, Intent::Read) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        match std::fs::read(&full) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Observation::ok(
+                    id,
+                    "read_file",
+                    head_tail(&text, self.limits.max_shown_bytes),
+                    false,
+                ),
+                Err(e) => Observation::ok(
+                    id,
+                    "read_file",
+                    format!("{rel} is binary ({} bytes); not shown", e.as_bytes().len()),
+                    false,
+                ),
+            },
+            Err(e) => Observation::error(id, "read_file", format!("cannot read {rel}: {e}")),
+        }
+    }
+
+    fn write_file(&self, id: &str, path: &str, content: &str) -> Observation {
+        let (rel, full) = match self.resolve(id, "write_file", path, Intent::Write) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        if content.len() > self.limits.max_write_bytes {
+            return Observation::refused(
+                id,
+                "write_file",
+                "limit: max_write_bytes",
+                format!(
+                    "Refused: {} bytes exceeds the {}-byte file limit.",
+                    content.len(),
+                    self.limits.max_write_bytes
+                ),
+            );
+        }
+        if full.is_dir() {
+            return Observation::error(id, "write_file", format!("{rel} is a directory"));
+        }
+        let before = std::fs::read(&full).ok();
+        let changed = before.as_deref() != Some(content.as_bytes());
+        match write_atomic(&full, content.as_bytes()) {
+            Ok(()) => Observation::ok(
+                id,
+                "write_file",
+                format!(
+                    "{} {rel}: {} bytes, {} lines",
+                    if before.is_some() { "replaced" } else { "created" },
+                    content.len(),
+                    content.lines().count()
+                ),
+                changed,
+            ),
+            Err(e) => Observation::error(id, "write_file", format!("cannot write {rel}: {e}")),
+        }
+    }
+
+    fn edit_file(&self, id: &str, a: &EditArgs) -> Observation {
+        let (rel, full) = match self.resolve(id, "edit_file", &a.path, Intent::Write) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        let text = match std::fs::read_to_string(&full) {
+            Ok(t) => t,
+            Err(e) => {
+                return Observation::error(id, "edit_file", format!("cannot read {rel}: {e}"));
+            }
+        };
+        if a.old.is_empty() {
+            return Observation::error(id, "edit_file", "`old` is empty; give the exact text to replace");
+        }
+        let count = text.matches(a.old.as_str()).count();
+        if count != 1 {
+            let why = if count == 0 {
+                format!("`old` was not found in {rel}; read the file and copy the exact text")
+            } else {
+                format!("`old` occurs {count} times in {rel}; include more surrounding text so it is unique")
+            };
+            return Observation::error(id, "edit_file", why);
+        }
+        let updated = text.replacen(a.old.as_str(), a.new.as_str(), 1);
+        if updated.len() > self.limits.max_write_bytes {
+            return Observation::refused(
+                id,
+                "edit_file",
+                "limit: max_write_bytes",
+                "Refused: the edited file would exceed the file size limit.",
+            );
+        }
+        let line = text[..text.find(a.old.as_str()).unwrap_or(0)].matches('\n').count() + 1;
+        match write_atomic(&full, updated.as_bytes()) {
+            Ok(()) => Observation::ok(
+                id,
+                "edit_file",
+                format!(
+                    "edited {rel} at line {line}: replaced {} line(s) with {}",
+                    a.old.lines().count().max(1),
+                    a.new.lines().count()
+                ),
+                updated != text,
+            ),
+            Err(e) => Observation::error(id, "edit_file", format!("cannot write {rel}: {e}")),
+        }
+    }
+
+    fn list_files(&self, id: &str, path: &str) -> Observation {
+        let (rel, full) = match self.resolve(id, "list_files", path, Intent::Read) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        let manifest = match Manifest::of(&full) {
+            Ok(m) => m,
+            Err(e) => {
+                return Observation::error(id, "list_files", format!("cannot list {rel}: {e}"));
+            }
+        };
+        let mut out = String::new();
+        for e in manifest.entries.iter().take(self.limits.max_list_entries) {
+            out.push_str(&format!("{}\t{} bytes\n", e.path, e.size));
+        }
+        if manifest.entries.len() > self.limits.max_list_entries {
+            out.push_str(&format!(
+                "[… {} more entries …]\n",
+                manifest.entries.len() - self.limits.max_list_entries
+            ));
+        }
+        if manifest.entries.is_empty() {
+            out.push_str("(no files)\n");
+        }
+        Observation::ok(id, "list_files", head_tail(&out, self.limits.max_shown_bytes), false)
+    }
+
+    fn run_command(&self, id: &str, a: &RunArgs) -> Observation {
+        if a.command.trim().is_empty() {
+            return Observation::error(id, "run_command", "`command` is empty");
+        }
+        let max = self.limits.command_timeout;
+        let timeout = a
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(max)
+            .min(max);
+        let before = Manifest::of(self.jail.root()).map(|m| m.root).ok();
+        let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
+        req.timeout = timeout;
+        req.net = self.net;
+        req.max_output = self.limits.max_shown_bytes;
+        let result = match loop_sandbox::run(&req) {
+            Ok(r) => r,
+            Err(e) => return Observation::error(id, "run_command", e.to_string()),
+        };
+        let after = Manifest::of(self.jail.root()).map(|m| m.root).ok();
+        let status = match (result.exit_code, result.signal, result.timed_out) {
+            (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
+            (Some(c), _, _) => format!("exit {c}"),
+            (None, Some(s), _) => format!("killed by signal {s}"),
+            _ => "ended".to_string(),
+        };
+        let mut content = format!("{status} ({:.2} s)\n", result.duration.as_secs_f64());
+        for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            if c.total() > 0 {
+                content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));
+            }
+        }
+        Observation::ok(id, "run_command", content, before != after)
+    }
+}
+
+fn refused(id: &str, tool: &str, rule: &str, text: String) -> ToolOutcome {
+    ToolOutcome {
+        observation: Observation::refused(id, tool, rule, text),
+        control: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
