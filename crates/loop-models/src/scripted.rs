@@ -1,0 +1,265 @@
+//! The scripted model: a YAML file of turns, each a list of tool calls,
+//! returned in order whatever the model observes. When the script runs out
+//! the model has nothing more to say — the Director treats that as a stall.
+
+use loop_protocol::contract::Diagnostic;
+use loop_protocol::yaml::{self, Node, Value};
+use loop_protocol::{Context, ModelInfo, ModelReply, ToolCall, Turn, Usage};
+
+/// A script that could not be read.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
+pub struct ScriptError(pub Vec<Diagnostic>);
+
+/// A loaded script.
+#[derive(Debug, Clone)]
+pub struct ScriptedModel {
+    name: String,
+    source_sha256: String,
+    turns: Vec<ScriptTurn>,
+    next: usize,
+}
+
+#[derive(Debug, Clone)]
+struct ScriptTurn {
+    thought: Option<String>,
+    calls: Vec<(String, serde_json::Value)>,
+    usage: Option<Usage>,
+}
+
+impl ScriptedModel {
+    /// Parse a script. `origin` names it in errors and provenance.
+    pub fn from_yaml(src: &str, origin: &str) -> Result<ScriptedModel, ScriptError> {
+        let diag = |pos, message: String, hint: Option<&str>| Diagnostic {
+            origin: origin.to_string(),
+            pos: Some(pos),
+            message,
+            hint: hint.map(str::to_string),
+        };
+        let root = yaml::parse(src).map_err(|e| ScriptError(vec![diag(e.pos, e.message, None)]))?;
+        let mut errors = Vec::new();
+        let mut turns = Vec::new();
+        let Value::Map(top) = &root.value else {
+            return Err(ScriptError(vec![diag(
+                root.pos,
+                "a script is a mapping with `turns:`".into(),
+                Some("see the scripted model format in docs/formats.md"),
+            )]));
+        };
+        let mut turns_node = None;
+        for (k, v) in top {
+            match k.name.as_str() {
+                "turns" => turns_node = Some(v),
+                "version" => {}
+                other => errors.push(diag(
+                    k.pos,
+                    format!("unknown key `{other}` in the script"),
+                    Some("allowed: version, turns"),
+                )),
+            }
+        }
+        let Some(turns_node) = turns_node else {
+            errors.push(diag(root.pos, "the script has no `turns`".into(), None));
+            return Err(ScriptError(errors));
+        };
+        let Value::Seq(items) = &turns_node.value else {
+            errors.push(diag(turns_node.pos, "`turns` must be a list".into(), None));
+            return Err(ScriptError(errors));
+        };
+        for item in items {
+            match parse_turn(item) {
+                Ok(t) => turns.push(t),
+                Err((pos, msg, hint)) => errors.push(diag(pos, msg, hint)),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ScriptError(errors));
+        }
+        Ok(ScriptedModel {
+            name: origin.to_string(),
+            source_sha256: loop_protocol::hash::sha256_hex(src.as_bytes()),
+            turns,
+            next: 0,
+        })
+    }
+
+    /// Provenance.
+    pub fn info(&self) -> ModelInfo {
+        ModelInfo {
+            provider: "scripted".into(),
+            name: self.name.clone(),
+            source_sha256: Some(self.source_sha256.clone()),
+        }
+    }
+
+    /// The next turn. Usage not given in the script is estimated from the
+    /// context's size (4 bytes per token) and marked as estimated.
+    pub fn next_turn(&mut self, context: &Context) -> ModelReply {
+        let Some(t) = self.turns.get(self.next) else {
+            return ModelReply::NothingMore {
+                reason: format!("script exhausted after {} turn(s)", self.turns.len()),
+            };
+        };
+        self.next += 1;
+        let n = self.next;
+        let calls: Vec<ToolCall> = t
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, (tool, args))| ToolCall {
+                id: format!("t{n}-c{}", i + 1),
+                tool: tool.clone(),
+                args: args.clone(),
+            })
+            .collect();
+        let usage = t.usage.unwrap_or_else(|| {
+            let input = serde_json::to_string(context).map(|s| s.len()).unwrap_or(0) as u64 / 4;
+            let output = serde_json::to_string(&calls).map(|s| s.len()).unwrap_or(0) as u64 / 4;
+            Usage {
+                input_tokens: input,
+                output_tokens: output,
+                estimated: true,
+            }
+        });
+        ModelReply::Turn(Turn {
+            thought: t.thought.clone(),
+            calls,
+            usage,
+        })
+    }
+}
+
+type Problem = (yaml::Pos, String, Option<&'static str>);
+
+fn parse_turn(node: &Node) -> Result<ScriptTurn, Problem> {
+    let Value::Map(entries) = &node.value else {
+        return Err((node.pos, "a turn must be a mapping with `calls:`".into(), None));
+    };
+    let mut turn = ScriptTurn {
+        thought: None,
+        calls: Vec::new(),
+        usage: None,
+    };
+    for (k, v) in entries {
+        match k.name.as_str() {
+            "thought" => match &v.value {
+                Value::Str(s) => turn.thought = Some(s.clone()),
+                _ => return Err((v.pos, "`thought` must be a string".into(), None)),
+            },
+            "calls" => {
+                let Value::Seq(calls) = &v.value else {
+                    return Err((v.pos, "`calls` must be a list".into(), None));
+                };
+                for c in calls {
+                    turn.calls.push(parse_call(c)?);
+                }
+            }
+            "usage" => turn.usage = Some(parse_usage(v)?),
+            other => {
+                return Err((
+                    k.pos,
+                    format!("unknown key `{other}` in a turn"),
+                    Some("allowed: thought, calls, usage"),
+                ));
+            }
+        }
+    }
+    Ok(turn)
+}
+
+fn parse_call(node: &Node) -> Result<(String, serde_json::Value), Problem> {
+    let Value::Map(entries) = &node.value else {
+        return Err((node.pos, "a call must be a mapping with `tool:` and `args:`".into(), None));
+    };
+    let mut tool = None;
+    let mut args = serde_json::json!({});
+    for (k, v) in entries {
+        match k.name.as_str() {
+            "tool" => match &v.value {
+                Value::Str(s) => tool = Some(s.clone()),
+                _ => return Err((v.pos, "`tool` must be a string".into(), None)),
+            },
+            "args" => args = v.to_json().map_err(|e| (e.pos, e.message, None))?,
+            other => {
+                return Err((
+                    k.pos,
+                    format!("unknown key `{other}` in a call"),
+                    Some("allowed: tool, args"),
+                ));
+            }
+        }
+    }
+    let tool = tool.ok_or((node.pos, "a call has no `tool`".to_string(), None))?;
+    Ok((tool, args))
+}
+
+fn parse_usage(node: &Node) -> Result<Usage, Problem> {
+    let Value::Map(entries) = &node.value else {
+        return Err((node.pos, "`usage` must be a mapping".into(), None));
+    };
+    let mut u = Usage::default();
+    for (k, v) in entries {
+        let Value::Int(n) = v.value else {
+            return Err((v.pos, format!("`{}` must be a non-negative integer", k.name), None));
+        };
+        let n = u64::try_from(n)
+            .map_err(|_| (v.pos, format!("`{}` must be a non-negative integer", k.name), None))?;
+        match k.name.as_str() {
+            "input_tokens" => u.input_tokens = n,
+            "output_tokens" => u.output_tokens = n,
+            other => {
+                return Err((
+                    k.pos,
+                    format!("unknown key `{other}` in usage"),
+                    Some("allowed: input_tokens, output_tokens"),
+                ));
+            }
+        }
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = r#"
+turns:
+  - thought: write a first version
+    calls:
+      - tool: write_file
+        args: { path: fib.py, content: "print(1)\n" }
+    usage: { input_tokens: 120, output_tokens: 40 }
+  - calls:
+      - tool: finish
+        args: { summary: "fib.py prints the sequence" }
+"#;
+
+    fn ctx() -> Context {
+        Context::new("system".into(), vec![], "do it")
+    }
+
+    #[test]
+    fn the_architecture_example_plays_then_falls_silent() {
+        let mut m = ScriptedModel::from_yaml(SCRIPT, "s.yaml").unwrap();
+        let ModelReply::Turn(t1) = m.next_turn(&ctx()) else { panic!() };
+        assert_eq!(t1.thought.as_deref(), Some("write a first version"));
+        assert_eq!(t1.calls[0].tool, "write_file");
+        assert_eq!(t1.calls[0].args["content"], "print(1)\n");
+        assert_eq!(t1.usage, Usage { input_tokens: 120, output_tokens: 40, estimated: false });
+        let ModelReply::Turn(t2) = m.next_turn(&ctx()) else { panic!() };
+        assert!(t2.usage.estimated, "no usage given: estimated and marked so");
+        assert_eq!(t2.calls[0].id, "t2-c1");
+        assert!(matches!(m.next_turn(&ctx()), ModelReply::NothingMore { .. }));
+        assert_eq!(m.info().provider, "scripted");
+    }
+
+    #[test]
+    fn malformed_scripts_name_the_position() {
+        let e = ScriptedModel::from_yaml("turns:\n  - calls:\n      - tol: x\n", "s.yaml").unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("s.yaml:3:9: unknown key `tol` in a call"), "{text}");
+        let e = ScriptedModel::from_yaml("turn: []\n", "s.yaml").unwrap_err();
+        assert!(e.to_string().contains("unknown key `turn`"));
+    }
+}
