@@ -1,1 +1,315 @@
-//! placeholder
+//! # loop-verifier
+//!
+//! Acceptance lives here, and only here. [`SnapshotVerifier::verify`] seals
+//! the task workspace (a read-only, hashed copy the model cannot reach),
+//! runs each `run` check through the sandbox on its own fresh view of the
+//! seal, evaluates file checks against the seal through the path jail,
+//! hashes the required artifacts, and confirms the seal is still intact
+//! afterwards. The report is evidence; whether it accepts the contract is
+//! decided by [`Acceptance::establish`](loop_protocol::Acceptance::establish).
+
+use loop_protocol::hash::canonical_json;
+use loop_protocol::observation::head_tail;
+use loop_protocol::{
+    ArtifactEvidence, Check, CheckEvidence, Contract, CriterionEvidence, Isolation, RunCheck,
+    StreamEvidence, VerificationReport,
+};
+use loop_sandbox::{ExecRequest, ExecResult};
+use loop_workspace::{Intent, Jail, Protected, Sealed, remove_tree};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Bytes of output kept per stream for matching (every byte is hashed).
+const MATCH_BYTES: usize = 1024 * 1024;
+/// Bytes of output kept per stream in the evidence excerpt.
+const EXCERPT_BYTES: usize = 4096;
+
+/// The verifier could not run at all (not: a check failed).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Sealing or making a view failed.
+    #[error("cannot prepare snapshot: {0}")]
+    Snapshot(std::io::Error),
+    /// The sealed tree changed while checks ran.
+    #[error("the sealed workspace changed during verification (expected root {0})")]
+    SealBroken(String),
+}
+
+/// Seals a workspace and runs checks on fresh snapshots of it.
+pub struct SnapshotVerifier {
+    workspace: PathBuf,
+    scratch: PathBuf,
+    last_sealed: Option<Sealed>,
+}
+
+impl SnapshotVerifier {
+    /// Verify `workspace`, keeping seals and views under `scratch`
+    /// (outside the workspace).
+    pub fn new(workspace: &Path, scratch: &Path) -> Self {
+        SnapshotVerifier {
+            workspace: workspace.to_path_buf(),
+            scratch: scratch.to_path_buf(),
+            last_sealed: None,
+        }
+    }
+
+    /// The seal of the most recent verification.
+    pub fn last_sealed(&self) -> Option<&Sealed> {
+        self.last_sealed.as_ref()
+    }
+
+    /// One verification pass.
+    pub fn verify(
+        &mut self,
+        contract: &Contract,
+        contract_sha256: &str,
+        attempt: u32,
+    ) -> Result<VerificationReport, VerifyError> {
+        let started = Instant::now();
+        if let Some(old) = self.last_sealed.take() {
+            let _ = remove_tree(old.dir());
+        }
+        std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
+        let sealed = Sealed::create(&self.workspace, &self.scratch.join(format!("sealed-{attempt}")))
+            .map_err(VerifyError::Snapshot)?;
+        let jail = Jail::new(sealed.dir(), Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?)
+            .map_err(VerifyError::Snapshot)?;
+        let mut isolation = None;
+        let mut method = "sealed-read-only".to_string();
+        let mut criteria = Vec::new();
+        for criterion in &contract.criteria {
+            let mut checks = Vec::new();
+            for (index, check) in criterion.checks.iter().enumerate() {
+                let ev = match check {
+                    Check::Run(run) => {
+                        let view = self
+                            .scratch
+                            .join(format!("view-{attempt}-{}-{index}", criterion.id));
+                        let m = sealed.fresh_view(&view).map_err(VerifyError::Snapshot)?;
+                        method = m.name().to_string();
+                        let (ev, iso) = run_check(&criterion.id, index, check, run, &view, m.name());
+                        let _ = remove_tree(&view);
+                        isolation = iso.or(isolation);
+                        ev
+                    }
+                    _ => file_check(&criterion.id, index, check, &jail),
+                };
+                checks.push(ev);
+            }
+            criteria.push(CriterionEvidence {
+                id: criterion.id.clone(),
+                passed: checks.iter().all(|c| c.passed),
+                checks,
+            });
+        }
+        let artifacts = contract
+            .artifacts
+            .iter()
+            .map(|a| match sealed.manifest().get(a.as_str()) {
+                Some(e) if e.kind == loop_workspace::EntryKind::File => ArtifactEvidence {
+                    path: a.clone(),
+                    present: true,
+                    sha256: Some(e.sha256.clone()),
+                    bytes: Some(e.size),
+                },
+                _ => ArtifactEvidence {
+                    path: a.clone(),
+                    present: false,
+                    sha256: None,
+                    bytes: None,
+                },
+            })
+            .collect();
+        if !sealed.is_intact().map_err(VerifyError::Snapshot)? {
+            return Err(VerifyError::SealBroken(sealed.manifest().root.clone()));
+        }
+        let report = VerificationReport {
+            attempt,
+            contract_sha256: contract_sha256.to_string(),
+            manifest_root: sealed.manifest().root.clone(),
+            files: sealed.manifest().entries.len() as u64,
+            snapshot_method: method,
+            criteria,
+            artifacts,
+            isolation: isolation.unwrap_or_default(),
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
+        self.last_sealed = Some(sealed);
+        Ok(report)
+    }
+}
+
+fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckEvidence {
+    CheckEvidence {
+        criterion: criterion.to_string(),
+        index,
+        check: check.clone(),
+        passed: false,
+        failure: None,
+        exit_code: None,
+        signal: None,
+        timed_out: false,
+        duration_ms: 0,
+        stdout: None,
+        stderr: None,
+        snapshot: snapshot.to_string(),
+    }
+}
+
+/// Phrases test runners print when they ran nothing.
+const EMPTY_TEST_RUN: &str = r"(?im)(\bRan 0 tests?\b|\bcollected 0 items\b|\brunning 0 tests?\b|\bno tests ran\b|\b0 tests? (run|ran|executed)\b)";
+
+fn run_check(
+    criterion: &str,
+    index: usize,
+    check: &Check,
+    run: &RunCheck,
+    view: &Path,
+    method: &str,
+) -> (CheckEvidence, Option<Isolation>) {
+    let mut ev = blank(criterion, index, check, method);
+    let mut req = ExecRequest::shell(run.command.clone(), view);
+    req.timeout = Duration::from_secs(run.timeout_secs);
+    req.max_output = MATCH_BYTES;
+    let result = match loop_sandbox::run(&req) {
+        Ok(r) => r,
+        Err(e) => {
+            ev.failure = Some(format!("the command could not start: {e}"));
+            return (ev, None);
+        }
+    };
+    ev.exit_code = result.exit_code;
+    ev.signal = result.signal;
+    ev.timed_out = result.timed_out;
+    ev.duration_ms = result.duration.as_millis() as u64;
+    ev.stdout = Some(stream(&result.stdout));
+    ev.stderr = Some(stream(&result.stderr));
+    ev.failure = judge(run, &result);
+    ev.passed = ev.failure.is_none();
+    (ev, Some(result.isolation))
+}
+
+fn stream(c: &loop_sandbox::Captured) -> StreamEvidence {
+    let full = c.excerpt();
+    let excerpt = head_tail(&full, EXCERPT_BYTES);
+    StreamEvidence {
+        bytes: c.total(),
+        sha256: c.sha256().to_string(),
+        truncated: c.truncated() || excerpt.len() != full.len(),
+        excerpt,
+    }
+}
+
+/// Why a run check failed, or `None` when it passed.
+fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
+    if r.timed_out {
+        return Some(format!("timed out after {} s", run.timeout_secs));
+    }
+    match (r.exit_code, r.signal) {
+        (Some(c), _) if c != run.expect_exit => {
+            return Some(format!("exit code {c}, expected {}", run.expect_exit));
+        }
+        (None, Some(s)) => return Some(format!("killed by signal {s}")),
+        (None, None) => return Some("ended without an exit status".into()),
+        _ => {}
+    }
+    let stdout = r.stdout.excerpt();
+    let stderr = r.stderr.excerpt();
+    let partial = |c: &loop_sandbox::Captured| {
+        if c.truncated() {
+            " (output was longer than the matched window)"
+        } else {
+            ""
+        }
+    };
+    if let Some(want) = &run.expect_stdout {
+        if !stdout.contains(want.as_str()) {
+            return Some(format!("stdout does not contain {want:?}{}", partial(&r.stdout)));
+        }
+    }
+    if let Some(want) = &run.expect_stderr {
+        if !stderr.contains(want.as_str()) {
+            return Some(format!("stderr does not contain {want:?}{}", partial(&r.stderr)));
+        }
+    }
+    if let Some(pattern) = &run.stdout_matches {
+        match regex::Regex::new(pattern) {
+            Ok(re) if re.is_match(&stdout) => {}
+            Ok(_) => return Some(format!("stdout does not match /{pattern}/")),
+            Err(e) => return Some(format!("invalid regex /{pattern}/: {e}")),
+        }
+    }
+    if run.nonempty_tests {
+        let empty = regex::Regex::new(EMPTY_TEST_RUN).ok()?;
+        let found = empty.find(&stdout).or_else(|| empty.find(&stderr));
+        if let Some(m) = found {
+            return Some(format!(
+                "no tests ran ({:?}): an empty test run is not a pass",
+                m.as_str()
+            ));
+        }
+    }
+    None
+}
+
+fn file_check(criterion: &str, index: usize, check: &Check, jail: &Jail) -> CheckEvidence {
+    let started = Instant::now();
+    let mut ev = blank(criterion, index, check, "sealed-read-only");
+    ev.failure = file_failure(check, jail);
+    ev.passed = ev.failure.is_none();
+    ev.duration_ms = started.elapsed().as_millis() as u64;
+    ev
+}
+
+fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
+    let path = match check {
+        Check::FileExists { path }
+        | Check::FileContains { path, .. }
+        | Check::FileMatches { path, .. }
+        | Check::JsonEquals { path, .. } => path,
+        Check::Run(_) => return Some("not a file check".into()),
+    };
+    let full = match jail.resolve(path.as_str(), Intent::Read) {
+        Ok((_, full)) => full,
+        Err(e) => return Some(e.to_string()),
+    };
+    if !full.is_file() {
+        return Some(format!("{path} does not exist as a regular file"));
+    }
+    if matches!(check, Check::FileExists { .. }) {
+        return None;
+    }
+    let text = match std::fs::read(&full) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => return Some(format!("cannot read {path}: {e}")),
+    };
+    match check {
+        Check::FileContains { text: want, .. } => {
+            (!text.contains(want.as_str())).then(|| format!("{path} does not contain {want:?}"))
+        }
+        Check::FileMatches { regex, .. } => match regex::Regex::new(regex) {
+            Ok(re) if re.is_match(&text) => None,
+            Ok(_) => Some(format!("{path} does not match /{regex}/")),
+            Err(e) => Some(format!("invalid regex /{regex}/: {e}")),
+        },
+        Check::JsonEquals { pointer, value, .. } => {
+            let doc: serde_json::Value = match serde_json::from_str(&text) {
+                Ok(d) => d,
+                Err(e) => return Some(format!("{path} is not valid JSON: {e}")),
+            };
+            let Some(found) = doc.pointer(pointer) else {
+                return Some(format!("{path} has no value at {pointer:?}"));
+            };
+            // Compare canonical forms, so 1 and 1.0 are equal as in JSON.
+            let same = match (canonical_json(found), canonical_json(value)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            };
+            (!same).then(|| format!("{path} at {pointer:?} is {found}, expected {value}"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

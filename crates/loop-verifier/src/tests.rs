@@ -1,0 +1,143 @@
+use super::*;
+use loop_workspace::testdir::TestDir;
+
+fn contract(yaml: &str) -> Contract {
+    Contract::from_yaml(yaml, "t").unwrap()
+}
+
+fn verify(ws_files: &[(&str, &str)], yaml: &str) -> VerificationReport {
+    let d = TestDir::new("verifier");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (p, c) in ws_files {
+        let full = ws.join(p);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, c).unwrap();
+    }
+    let c = contract(yaml);
+    let sha = c.sha256().unwrap();
+    let mut v = SnapshotVerifier::new(&ws, &d.path().join("scratch"));
+    v.verify(&c, &sha, 1).unwrap()
+}
+
+fn failures(r: &VerificationReport) -> Vec<String> {
+    r.failing_checks().map(|c| c.failure.clone().unwrap_or_default()).collect()
+}
+
+#[test]
+fn every_check_kind_passes_and_fails_for_the_right_reason() {
+    let yaml = r#"
+instruction: x
+criteria:
+  - id: run
+    checks:
+      - run: "cat a.txt | tr a-z A-Z"
+        expect_stdout: HELLO
+      - run: "echo oops >&2; exit 2"
+        expect_exit: 2
+        expect_stderr: oops
+      - run: "printf 'v=%d' 42"
+        stdout_matches: "v=\\d+"
+  - id: files
+    checks:
+      - file_exists: a.txt
+      - file_contains: a.txt
+        text: hello
+      - file_matches: a.txt
+        regex: "^hel+o"
+      - json_equals: data.json
+        pointer: /n
+        value: 1.0
+artifacts: [a.txt]
+"#;
+    let r = verify(&[("a.txt", "hello\n"), ("data.json", "{\"n\": 1}")], yaml);
+    assert_eq!(failures(&r), Vec::<String>::new());
+    assert!(r.criteria.iter().all(|c| c.passed));
+    assert_eq!(r.artifacts[0].sha256.as_deref(), Some(loop_protocol::hash::sha256_hex(b"hello\n").as_str()));
+    assert_eq!(r.snapshot_method, "copy");
+    assert_eq!(r.criteria[0].checks[0].snapshot, "copy");
+
+    let r = verify(&[("a.txt", "bye\n"), ("data.json", "{\"n\": 2}")], yaml);
+    let f = failures(&r);
+    assert_eq!(f.len(), 4, "{f:#?}");
+    assert!(f[0].contains("stdout does not contain \"HELLO\""));
+    assert!(f[1].contains("does not contain \"hello\""));
+    assert!(f[2].contains("does not match"));
+    assert!(f[3].contains("at \"/n\" is 2, expected 1.0"), "{}", f[3]);
+}
+
+#[test]
+fn wrong_exit_code_fails_with_its_evidence() {
+    let r = verify(&[], "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo out; echo err >&2; exit 3\"\n");
+    let ev = &r.criteria[0].checks[0];
+    assert!(!ev.passed);
+    assert_eq!(ev.exit_code, Some(3));
+    assert_eq!(ev.failure.as_deref(), Some("exit code 3, expected 0"));
+    assert_eq!(ev.stdout.as_ref().unwrap().excerpt, "out\n");
+    assert_eq!(ev.stderr.as_ref().unwrap().sha256, loop_protocol::hash::sha256_hex(b"err\n"));
+}
+
+#[test]
+fn an_empty_test_run_is_not_a_pass() {
+    let yaml = "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"python3 -m unittest discover -s tests\"\n        nonempty_tests: true\n";
+    let r = verify(&[("tests/__init__.py", "")], yaml);
+    let ev = &r.criteria[0].checks[0];
+    assert!(!ev.passed);
+    // Python < 3.12 exits 0 after running nothing; 3.12+ exits 5. Either way it fails.
+    let failure = ev.failure.clone().unwrap();
+    assert!(
+        failure.contains("no tests ran") || failure.contains("exit code 5"),
+        "{failure}"
+    );
+    let yaml2 = "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"echo 'Ran 0 tests in 0.000s'; echo OK\"\n        nonempty_tests: true\n";
+    let r = verify(&[], yaml2);
+    let f = failures(&r);
+    assert_eq!(f.len(), 1);
+    assert!(f[0].contains("no tests ran"), "{}", f[0]);
+    let yaml3 = "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"echo 'Ran 10 tests in 0.1s'\"\n        nonempty_tests: true\n";
+    assert!(failures(&verify(&[], yaml3)).is_empty());
+}
+
+#[test]
+fn a_check_cannot_create_state_for_another() {
+    let yaml = "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"touch made-by-first && echo tampered > a.txt\"\n      - run: \"test ! -e made-by-first && grep -q original a.txt\"\n";
+    let r = verify(&[("a.txt", "original")], yaml);
+    assert!(failures(&r).is_empty(), "{:#?}", failures(&r));
+}
+
+#[test]
+fn a_check_cannot_change_the_seal() {
+    let d = TestDir::new("verifier-seal");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "x").unwrap();
+    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo changed > a.txt\"\n      - file_contains: a.txt\n        text: x\n");
+    let sha = c.sha256().unwrap();
+    let mut v = SnapshotVerifier::new(&ws, &d.path().join("scratch"));
+    let r = v.verify(&c, &sha, 1).unwrap();
+    assert!(failures(&r).is_empty());
+    assert!(v.last_sealed().unwrap().is_intact().unwrap());
+}
+
+#[test]
+fn file_checks_do_not_follow_symlinks_out() {
+    let outside = TestDir::new("verifier-outside");
+    std::fs::write(outside.path().join("secret"), "password").unwrap();
+    let d = TestDir::new("verifier-link");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), ws.join("link")).unwrap();
+    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: link\n        text: password\n");
+    let sha = c.sha256().unwrap();
+    let r = SnapshotVerifier::new(&ws, &d.path().join("scratch")).verify(&c, &sha, 1).unwrap();
+    let f = failures(&r);
+    assert_eq!(f.len(), 1);
+    assert!(f[0].contains("resolves outside the workspace"), "{}", f[0]);
+}
+
+#[test]
+fn missing_artifacts_are_reported() {
+    let r = verify(&[], "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\nartifacts: [out.txt]\n");
+    assert!(!r.artifacts[0].present);
+    assert_eq!(r.missing_artifacts().count(), 1);
+}
