@@ -1,1 +1,19 @@
-//! placeholder
+//! # loop-receipt
+//!
+//! The evidence trail of a task: the hash-chained [`ledger`] (written entry
+//! by entry, durable before the next step), and the [`receipt`] — an in-toto
+//! Statement in a DSSE envelope whose subjects are the artifacts and the
+//! ledger file — with offline verification of every layer.
+
+pub mod ledger;
+pub mod receipt;
+
+pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
+pub use receipt::{
+    Budgets, Change, Envelope, LedgerRef, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance,
+    ReceiptError, STATEMENT_TYPE, SignatureStatus, Statement, Subject, VerifyReport, pae,
+    subject, verify_receipt, write_envelope,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! The ledger: an append-only JSON Lines file in which every entry's hash
+//! covers the previous entry's hash and its own canonical content.
+//!
+//! Entry: `{seq, prev, kind, payload, at}`; its `hash` is SHA-256 over the
+//! RFC 8785 canonical JSON of exactly those five fields. The genesis entry
+//! (`seq` 0, `prev` all zeros) is a `task_started` event that binds the
+//! chain to the task id and the locked contract hash. Each append is
+//! flushed and fsynced before it returns.
+
+use loop_protocol::Event;
+use loop_protocol::hash::canonical_sha256;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// The `prev` of the genesis entry.
+pub const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The hashed part of an entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryBody {
+    /// Position, from 0.
+    pub seq: u64,
+    /// Hash of the previous entry.
+    pub prev: String,
+    /// Event kind.
+    pub kind: String,
+    /// Event payload.
+    pub payload: serde_json::Value,
+    /// RFC 3339 UTC time of recording.
+    pub at: String,
+}
+
+/// An entry as stored: body plus its hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Position, from 0.
+    pub seq: u64,
+    /// Hash of the previous entry.
+    pub prev: String,
+    /// Event kind.
+    pub kind: String,
+    /// Event payload.
+    pub payload: serde_json::Value,
+    /// RFC 3339 UTC time of recording.
+    pub at: String,
+    /// SHA-256 of the canonical body.
+    pub hash: String,
+}
+
+impl Entry {
+    fn body(&self) -> EntryBody {
+        EntryBody {
+            seq: self.seq,
+            prev: self.prev.clone(),
+            kind: self.kind.clone(),
+            payload: self.payload.clone(),
+            at: self.at.clone(),
+        }
+    }
+}
+
+/// A ledger failure.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// Filesystem.
+    #[error("ledger {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An event could not be encoded.
+    #[error("cannot encode ledger entry: {0}")]
+    Encode(String),
+}
+
+/// An append-only ledger file.
+pub struct FileLedger {
+    path: PathBuf,
+    file: std::fs::File,
+    next_seq: u64,
+    head: String,
+}
+
+impl FileLedger {
+    /// Create a new ledger at `path` (it must not exist).
+    pub fn create(path: &Path) -> Result<FileLedger, LedgerError> {
+        let io = |source| LedgerError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        Ok(FileLedger {
+            path: path.to_path_buf(),
+            file,
+            next_seq: 0,
+            head: GENESIS_PREV.to_string(),
+        })
+    }
+
+    /// Append an event recorded at `unix_ms`; durable when this returns.
+    pub fn append(&mut self, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+        let (kind, payload) = event
+            .to_kind_payload()
+            .map_err(|e| LedgerError::Encode(e.to_string()))?;
+        let body = EntryBody {
+            seq: self.next_seq,
+            prev: self.head.clone(),
+            kind,
+            payload,
+            at: loop_protocol::time::rfc3339_millis(unix_ms),
+        };
+        let hash = canonical_sha256(&body).map_err(|e| LedgerError::Encode(e.to_string()))?;
+        let entry = Entry {
+            seq: body.seq,
+            prev: body.prev,
+            kind: body.kind,
+            payload: body.payload,
+            at: body.at,
+            hash,
+        };
+        let mut line =
+            serde_json::to_vec(&entry).map_err(|e| LedgerError::Encode(e.to_string()))?;
+        line.push(b'\n');
+        let io = |source| LedgerError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        self.file.write_all(&line).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.next_seq += 1;
+        self.head = entry.hash.clone();
+        Ok(entry)
+    }
+
+    /// Hash of the last entry.
+    pub fn head(&self) -> &str {
+        &self.head
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.next_seq == 0
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The result of checking a ledger entry by entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainReport {
+    /// Entries read that verified.
+    pub intact_entries: u64,
+    /// Hash of the last verified entry.
+    pub head: String,
+    /// The first broken entry and why.
+    pub broken: Option<(u64, String)>,
+    /// The entries, for replay and cross-checks (up to the break).
+    pub entries: Vec<Entry>,
+}
+
+impl ChainReport {
+    /// Whether every entry verified.
+    pub fn intact(&self) -> bool {
+        self.broken.is_none()
+    }
+}
+
+/// Verify a ledger file entry by entry.
+pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
+    let file = std::fs::File::open(path).map_err(|source| LedgerError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut report = ChainReport {
+        intact_entries: 0,
+        head: GENESIS_PREV.to_string(),
+        broken: None,
+        entries: Vec::new(),
+    };
+    for (i, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+        let i = i as u64;
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                report.broken = Some((i, format!("unreadable: {e}")));
+                break;
+            }
+        };
+        let entry: Entry = match serde_json::from_slice(&line) {
+            Ok(e) => e,
+            Err(e) => {
+                report.broken = Some((i, format!("not a ledger entry: {e}")));
+                break;
+            }
+        };
+        if entry.seq != i {
+            report.broken = Some((i, format!("sequence number {} where {i} was expected", entry.seq)));
+            break;
+        }
+        if entry.prev != report.head {
+            report.broken = Some((i, "its `prev` does not match the previous entry's hash".into()));
+            break;
+        }
+        let recomputed = match canonical_sha256(&entry.body()) {
+            Ok(h) => h,
+            Err(e) => {
+                report.broken = Some((i, e.to_string()));
+                break;
+            }
+        };
+        if recomputed != entry.hash {
+            report.broken = Some((i, "its content does not match its hash".into()));
+            break;
+        }
+        if i == 0 && entry.kind != "task_started" {
+            report.broken = Some((0, "the genesis entry is not `task_started`".into()));
+            break;
+        }
+        report.head = entry.hash.clone();
+        report.intact_entries += 1;
+        report.entries.push(entry);
+    }
+    if report.broken.is_none() && report.intact_entries == 0 {
+        report.broken = Some((0, "the ledger is empty".into()));
+    }
+    Ok(report)
+}

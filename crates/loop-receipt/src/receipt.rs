@@ -1,0 +1,424 @@
+//! Receipts: an in-toto Statement v1 about the task's artifacts and ledger,
+//! in a DSSE envelope. This build writes the envelope unsigned (an empty
+//! `signatures` list) and says so when verifying; Ed25519 signatures slot
+//! into the same envelope over the same PAE bytes.
+
+use crate::ledger::{Entry, verify_chain};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use loop_protocol::hash::{canonical_json, canonical_sha256, sha256_hex};
+use loop_protocol::{
+    BudgetUse, Contract, Isolation, Limits, ModelInfo, OutcomeRecord, RelPath, RuntimeInfo,
+    VerificationReport,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The in-toto Statement type.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// The DSSE payload type of an in-toto Statement.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// This project's predicate type (versioned).
+pub const PREDICATE_TYPE: &str = "https://loop-engine.dev/attestation/receipt/v0.1";
+
+/// A DSSE envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    /// `application/vnd.in-toto+json`.
+    pub payload_type: String,
+    /// Base64 of the canonical Statement.
+    pub payload: String,
+    /// Signatures over PAE(payloadType, payload).
+    pub signatures: Vec<Signature>,
+}
+
+/// One DSSE signature.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Signature {
+    /// Key id.
+    pub keyid: String,
+    /// Base64 signature.
+    pub sig: String,
+}
+
+/// DSSE pre-authentication encoding: `DSSEv1 SP len(type) SP type SP len(body) SP body`.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An in-toto Statement v1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Statement {
+    /// [`STATEMENT_TYPE`].
+    #[serde(rename = "_type")]
+    pub statement_type: String,
+    /// Artifacts and the ledger, with digests.
+    pub subject: Vec<Subject>,
+    /// [`PREDICATE_TYPE`].
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    /// What happened.
+    pub predicate: Predicate,
+}
+
+/// A subject: a named file and its digests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subject {
+    /// File name (artifact path, or the ledger file name).
+    pub name: String,
+    /// `{"sha256": hex}`.
+    pub digest: BTreeMap<String, String>,
+}
+
+/// A file changed by the task, against the baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Path.
+    pub path: String,
+    /// `added`, `modified` or `deleted`.
+    pub change: String,
+    /// New content hash (none when deleted).
+    pub sha256: Option<String>,
+}
+
+/// Budgets granted and used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Budgets {
+    /// Granted.
+    pub granted: Limits,
+    /// Used.
+    pub used: BudgetUse,
+}
+
+/// Who produced the result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// This runtime.
+    pub runtime: RuntimeInfo,
+    /// The model.
+    pub model: ModelInfo,
+}
+
+/// Where the ledger is and what it must hash to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRef {
+    /// File name beside the receipt.
+    pub name: String,
+    /// Hash of the last entry.
+    pub head: String,
+    /// Number of entries.
+    pub length: u64,
+}
+
+/// The receipt predicate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicate {
+    /// Task id.
+    pub task_id: String,
+    /// The locked contract.
+    pub contract: Contract,
+    /// Its hash.
+    pub contract_sha256: String,
+    /// How it ended.
+    pub outcome: OutcomeRecord,
+    /// The last verification's evidence, per criterion and artifact.
+    pub verification: Option<VerificationReport>,
+    /// Required artifacts shipped with the receipt.
+    pub artifacts: Vec<RelPath>,
+    /// Merkle root of the workspace at the start.
+    pub baseline_root: String,
+    /// Merkle root of the workspace at the end.
+    pub final_root: String,
+    /// Files changed, against the baseline.
+    pub change_set: Vec<Change>,
+    /// Budgets.
+    pub budgets: Budgets,
+    /// Runtime and model.
+    pub provenance: Provenance,
+    /// Isolation the checks actually ran under.
+    pub isolation: Option<Isolation>,
+    /// The ledger.
+    pub ledger: LedgerRef,
+    /// When the receipt was made.
+    pub created_at: String,
+}
+
+/// A receipt failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiptError {
+    /// Filesystem.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a receipt.
+    #[error("{path} is not a Loop Engine receipt: {why}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReceiptError + '_ {
+    move |source| ReceiptError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Write `statement` as an unsigned DSSE envelope to `path`.
+pub fn write_envelope(path: &Path, statement: &Statement) -> Result<(), ReceiptError> {
+    let payload = canonical_json(statement).map_err(|e| ReceiptError::Format {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })?;
+    let env = Envelope {
+        payload_type: PAYLOAD_TYPE.into(),
+        payload: B64.encode(payload),
+        signatures: Vec::new(),
+    };
+    let mut text = serde_json::to_string_pretty(&env).map_err(|e| ReceiptError::Format {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })?;
+    text.push('\n');
+    std::fs::write(path, text).map_err(io_err(path))
+}
+
+/// The subject entry for a file's bytes.
+pub fn subject(name: &str, bytes: &[u8]) -> Subject {
+    Subject {
+        name: name.to_string(),
+        digest: BTreeMap::from([("sha256".to_string(), sha256_hex(bytes))]),
+    }
+}
+
+/// Signature status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureStatus {
+    /// No signatures in the envelope.
+    Unsigned,
+    /// Signatures present but this build cannot check them.
+    Unchecked(usize),
+}
+
+/// What `loop verify` found, layer by layer.
+#[derive(Debug, Clone)]
+pub struct VerifyReport {
+    /// The receipt file.
+    pub receipt: PathBuf,
+    /// Signature layer.
+    pub signature: SignatureStatus,
+    /// The statement, when it decoded.
+    pub statement: Option<Statement>,
+    /// Problems with the statement itself (types, contract hash).
+    pub statement_problems: Vec<String>,
+    /// Ledger entries that verified.
+    pub ledger_entries: u64,
+    /// Ledger problems (first break, mismatches with the predicate).
+    pub ledger_problems: Vec<String>,
+    /// Artifacts checked.
+    pub artifacts_checked: usize,
+    /// Artifact problems (missing or different).
+    pub artifact_problems: Vec<String>,
+    /// The ledger's entries (up to any break), for replay.
+    pub entries: Vec<Entry>,
+}
+
+impl VerifyReport {
+    /// Whether every layer holds.
+    pub fn ok(&self) -> bool {
+        self.statement.is_some()
+            && self.statement_problems.is_empty()
+            && self.ledger_problems.is_empty()
+            && self.artifact_problems.is_empty()
+    }
+}
+
+/// Verify a receipt offline: decode the envelope and statement, re-hash
+/// the contract, check the ledger file's digest and its chain entry by
+/// entry against the predicate, and re-hash every artifact in
+/// `artifacts_dir` (default: `<task>.artifacts` beside the receipt).
+pub fn verify_receipt(path: &Path, artifacts_dir: Option<&Path>) -> Result<VerifyReport, ReceiptError> {
+    let fmt = |why: String| ReceiptError::Format {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read(path).map_err(io_err(path))?;
+    let env: Envelope = serde_json::from_slice(&text).map_err(|e| fmt(format!("not a DSSE envelope: {e}")))?;
+    let mut report = VerifyReport {
+        receipt: path.to_path_buf(),
+        signature: if env.signatures.is_empty() {
+            SignatureStatus::Unsigned
+        } else {
+            SignatureStatus::Unchecked(env.signatures.len())
+        },
+        statement: None,
+        statement_problems: Vec::new(),
+        ledger_entries: 0,
+        ledger_problems: Vec::new(),
+        artifacts_checked: 0,
+        artifact_problems: Vec::new(),
+        entries: Vec::new(),
+    };
+    if env.payload_type != PAYLOAD_TYPE {
+        report
+            .statement_problems
+            .push(format!("payloadType is {:?}, expected {PAYLOAD_TYPE:?}", env.payload_type));
+    }
+    let payload = match B64.decode(env.payload.as_bytes()) {
+        Ok(p) => p,
+        Err(e) => {
+            report.statement_problems.push(format!("payload is not base64: {e}"));
+            return Ok(report);
+        }
+    };
+    let statement: Statement = match serde_json::from_slice(&payload) {
+        Ok(s) => s,
+        Err(e) => {
+            report.statement_problems.push(format!("payload is not a receipt statement: {e}"));
+            return Ok(report);
+        }
+    };
+    if statement.statement_type != STATEMENT_TYPE {
+        report.statement_problems.push(format!("_type is {:?}", statement.statement_type));
+    }
+    if statement.predicate_type != PREDICATE_TYPE {
+        report
+            .statement_problems
+            .push(format!("predicateType {:?} is not understood by this build", statement.predicate_type));
+    }
+    let p = &statement.predicate;
+    match canonical_sha256(&p.contract) {
+        Ok(h) if h == p.contract_sha256 => {}
+        Ok(h) => report
+            .statement_problems
+            .push(format!("the contract hashes to {h}, not the recorded {}", p.contract_sha256)),
+        Err(e) => report.statement_problems.push(e.to_string()),
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    check_ledger(&mut report, &statement, dir);
+    let default_artifacts = dir.join(format!("{}.artifacts", p.task_id));
+    let artifacts_dir = artifacts_dir.unwrap_or(&default_artifacts);
+    for s in statement.subject.iter().filter(|s| s.name != p.ledger.name) {
+        report.artifacts_checked += 1;
+        let want = s.digest.get("sha256").cloned().unwrap_or_default();
+        let rel = match RelPath::parse(&s.name) {
+            Ok(r) => r,
+            Err(e) => {
+                report.artifact_problems.push(format!("{}: {e}", s.name));
+                continue;
+            }
+        };
+        match std::fs::read(artifacts_dir.join(rel.as_str())) {
+            Ok(bytes) => {
+                let got = sha256_hex(&bytes);
+                if got != want {
+                    report
+                        .artifact_problems
+                        .push(format!("{} differs (sha256 {got}, receipt says {want})", s.name));
+                }
+            }
+            Err(e) => report
+                .artifact_problems
+                .push(format!("{} cannot be read from {}: {e}", s.name, artifacts_dir.display())),
+        }
+    }
+    report.statement = Some(statement);
+    Ok(report)
+}
+
+fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
+    let p = &statement.predicate;
+    let problems = &mut report.ledger_problems;
+    let ledger_path = dir.join(&p.ledger.name);
+    if p.ledger.name.contains('/') || p.ledger.name.contains("..") {
+        problems.push(format!("ledger name {:?} is not a plain file name", p.ledger.name));
+        return;
+    }
+    match statement.subject.iter().find(|s| s.name == p.ledger.name) {
+        None => problems.push("the ledger is not a subject of the statement".into()),
+        Some(s) => match std::fs::read(&ledger_path) {
+            Ok(bytes) => {
+                let got = sha256_hex(&bytes);
+                if Some(&got) != s.digest.get("sha256") {
+                    problems.push(format!("the ledger file's sha256 {got} differs from the receipt's"));
+                }
+            }
+            Err(e) => {
+                problems.push(format!("cannot read {}: {e}", ledger_path.display()));
+                return;
+            }
+        },
+    }
+    let chain = match verify_chain(&ledger_path) {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(e.to_string());
+            return;
+        }
+    };
+    report.ledger_entries = chain.intact_entries;
+    if let Some((n, why)) = &chain.broken {
+        problems.push(format!("broken at entry {n}: {why}"));
+    } else {
+        if chain.intact_entries != p.ledger.length {
+            problems.push(format!(
+                "{} entries, the receipt says {}",
+                chain.intact_entries, p.ledger.length
+            ));
+        }
+        if chain.head != p.ledger.head {
+            problems.push(format!("head {} differs from the receipt's {}", chain.head, p.ledger.head));
+        }
+        if let Some(genesis) = chain.entries.first() {
+            let task = genesis.payload.get("task_id").and_then(|v| v.as_str());
+            let contract = genesis.payload.get("contract_sha256").and_then(|v| v.as_str());
+            if task != Some(p.task_id.as_str()) || contract != Some(p.contract_sha256.as_str()) {
+                problems.push("the genesis entry is bound to another task or contract".into());
+            }
+        }
+        match chain.entries.last() {
+            Some(last) if last.kind == "finished" => {
+                let recorded: Option<OutcomeRecord> = last
+                    .payload
+                    .get("outcome")
+                    .and_then(|o| serde_json::from_value(o.clone()).ok());
+                if recorded.as_ref() != Some(&p.outcome) {
+                    problems.push("the ledger's final outcome differs from the receipt's".into());
+                }
+            }
+            _ => problems.push("the ledger does not end with a `finished` entry".into()),
+        }
+    }
+    report.entries = chain.entries;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pae_matches_the_dsse_spec_example() {
+        // From the DSSE protocol document: PAE("http://example.com/HelloWorld", "hello world").
+        assert_eq!(
+            pae("http://example.com/HelloWorld", b"hello world"),
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
+        );
+    }
+}
