@@ -1,1 +1,246 @@
-fn main() {}
+//! `loop` — Loop Engine's command line. Argument parsing and presentation
+//! only; the work happens in the library crates.
+
+mod demo;
+mod story;
+mod task;
+mod verify_cmd;
+mod wiring;
+
+use clap::{Parser, Subcommand};
+use loop_protocol::{Contract, OutcomeKind};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A failure the binary reports: an exit code and a message with a hint.
+#[derive(Debug)]
+pub struct CliError {
+    code: u8,
+    message: String,
+}
+
+impl CliError {
+    /// Bad usage, configuration or input (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+    /// An internal failure (exit 3).
+    pub fn internal(message: impl Into<String>) -> Self {
+        CliError {
+            code: 3,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "loop",
+    version,
+    about = "Loop Engine: agent loops that stop only on evidence",
+    long_about = "Loop Engine turns one instruction into an acceptance contract, drives a model through plan → act → observe → verify inside a sandbox, and stops only when every check passes on a fresh snapshot — or when a budget, a stall or a person stops it. Every run ends with a hash-chained receipt.\n\nExit codes: 0 verified / success; 1 finished but not verified, or a receipt that does not hold; 2 bad usage, config or input; 3 internal error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the built-in example end to end, offline.
+    Demo {
+        /// Directory for the demo project (default: a new one under the temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print machine-readable events.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a task until its contract is verified or a limit stops it.
+    Run {
+        /// The instruction (optional with --task, which has its own).
+        instruction: Option<String>,
+        /// An acceptance check (a shell command that must exit 0); repeatable.
+        #[arg(long = "check", value_name = "CMD")]
+        checks: Vec<String>,
+        /// A file that must exist at the end; repeatable.
+        #[arg(long = "artifact", value_name = "PATH")]
+        artifacts: Vec<String>,
+        /// A contract file (YAML).
+        #[arg(long, value_name = "FILE")]
+        task: Option<PathBuf>,
+        /// The model: scripted:PATH (openai:, anthropic:, replay: are not built in yet).
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
+        /// Model turns allowed.
+        #[arg(long)]
+        max_steps: Option<u32>,
+        /// Tokens allowed.
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// Dollars allowed.
+        #[arg(long)]
+        budget_usd: Option<f64>,
+        /// Wall-clock seconds allowed.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        /// The project directory (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Do not ask for confirmation of the contract.
+        #[arg(long)]
+        yes: bool,
+        /// Also verify after every change, not only when the model claims finish.
+        #[arg(long)]
+        verify_on_change: bool,
+        /// Print machine-readable events (JSON lines).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a receipt offline: statement, ledger chain, artifacts.
+    Verify {
+        /// The receipt (`<task>.receipt.json`).
+        receipt: PathBuf,
+        /// Require a signature by this public key.
+        #[arg(long, value_name = "FILE")]
+        pubkey: Option<PathBuf>,
+        /// Where the artifacts are (default: `<task>.artifacts` beside the receipt).
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+        /// Print a JSON report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a contract file and print its hash.
+    Validate {
+        /// The contract (default: task.yaml).
+        #[arg(default_value = "task.yaml")]
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<u8, CliError> {
+    match command {
+        Command::Demo { dir, json } => Ok(if demo::demo(dir, json)? { 0 } else { 1 }),
+        Command::Verify {
+            receipt,
+            pubkey,
+            artifacts,
+            json,
+        } => {
+            let ok = verify_cmd::verify(&receipt, artifacts.as_deref(), pubkey.as_deref(), json)?;
+            Ok(if ok { 0 } else { 1 })
+        }
+        Command::Validate { file } => {
+            let contract = read_contract(&file)?;
+            let sha = contract
+                .sha256()
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            let checks: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
+            println!(
+                "{}: valid contract, {} criteria, {} checks, {} artifacts\nsha256 {sha}",
+                file.display(),
+                contract.criteria.len(),
+                checks,
+                contract.artifacts.len()
+            );
+            Ok(0)
+        }
+        Command::Run {
+            instruction,
+            checks,
+            artifacts,
+            task,
+            model,
+            max_steps,
+            max_tokens,
+            budget_usd,
+            timeout,
+            project,
+            yes: _,
+            verify_on_change,
+            json,
+        } => {
+            let mut contract = match (&task, &instruction) {
+                (Some(file), _) => {
+                    let mut c = read_contract(file)?;
+                    if let Some(i) = &instruction {
+                        c.instruction = i.clone();
+                    }
+                    c.extend_with_flags(&checks, &artifacts)
+                        .map_err(|e| CliError::usage(e.to_string()))?;
+                    c
+                }
+                (None, Some(i)) => Contract::from_flags(i, &checks, &artifacts)
+                    .map_err(|e| CliError::usage(e.to_string()))?,
+                (None, None) => {
+                    return Err(CliError::usage(
+                        "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)",
+                    ));
+                }
+            };
+            let l = &mut contract.limits;
+            if let Some(n) = max_steps {
+                l.max_steps = n.max(1);
+            }
+            if let Some(n) = max_tokens {
+                l.max_tokens = n.max(1);
+            }
+            if let Some(x) = budget_usd {
+                if !x.is_finite() || x < 0.0 {
+                    return Err(CliError::usage(
+                        "--budget-usd must be a non-negative number",
+                    ));
+                }
+                l.budget_usd = Some(x);
+            }
+            if let Some(n) = timeout {
+                l.timeout_secs = n.max(1);
+            }
+            let model = model.ok_or_else(|| {
+                CliError::usage("no model given: use --model scripted:FILE (see docs/formats.md)")
+            })?;
+            let report = task::run_task(task::TaskRequest {
+                contract,
+                model,
+                project,
+                json,
+                verify_on_change,
+            })?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome})
+                );
+            } else {
+                println!("receipt {}", report.receipt.display());
+            }
+            Ok(if report.outcome.kind == OutcomeKind::Verified {
+                0
+            } else {
+                1
+            })
+        }
+    }
+}
+
+fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+    Contract::from_yaml(&text, &file.display().to_string())
+        .map_err(|e| CliError::usage(e.to_string()))
+}

@@ -26,7 +26,9 @@ pub enum ModelSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// Not `provider:name`.
-    #[error("model spec `{0}` is not PROVIDER:NAME (scripted:PATH, openai:MODEL, anthropic:MODEL, replay:PATH)")]
+    #[error(
+        "model spec `{0}` is not PROVIDER:NAME (scripted:PATH, openai:MODEL, anthropic:MODEL, replay:PATH)"
+    )]
     Malformed(String),
     /// Unknown provider.
     #[error("unknown model provider `{0}` (known: scripted, openai, anthropic, replay)")]
@@ -56,9 +58,21 @@ mod tests {
 
     #[test]
     fn specs_parse_and_bad_ones_are_named() {
-        assert_eq!(ModelSpec::parse("scripted:a.yaml").unwrap(), ModelSpec::Scripted("a.yaml".into()));
-        assert_eq!(ModelSpec::parse("openai:gpt-x").unwrap(), ModelSpec::OpenAi("gpt-x".into()));
-        assert!(matches!(ModelSpec::parse("gpt"), Err(SpecError::Malformed(_))));
-        assert!(matches!(ModelSpec::parse("foo:bar"), Err(SpecError::UnknownProvider(_))));
+        assert_eq!(
+            ModelSpec::parse("scripted:a.yaml").unwrap(),
+            ModelSpec::Scripted("a.yaml".into())
+        );
+        assert_eq!(
+            ModelSpec::parse("openai:gpt-x").unwrap(),
+            ModelSpec::OpenAi("gpt-x".into())
+        );
+        assert!(matches!(
+            ModelSpec::parse("gpt"),
+            Err(SpecError::Malformed(_))
+        ));
+        assert!(matches!(
+            ModelSpec::parse("foo:bar"),
+            Err(SpecError::UnknownProvider(_))
+        ));
     }
 }

@@ -133,7 +133,11 @@ type Problem = (yaml::Pos, String, Option<&'static str>);
 
 fn parse_turn(node: &Node) -> Result<ScriptTurn, Problem> {
     let Value::Map(entries) = &node.value else {
-        return Err((node.pos, "a turn must be a mapping with `calls:`".into(), None));
+        return Err((
+            node.pos,
+            "a turn must be a mapping with `calls:`".into(),
+            None,
+        ));
     };
     let mut turn = ScriptTurn {
         thought: None,
@@ -169,7 +173,11 @@ fn parse_turn(node: &Node) -> Result<ScriptTurn, Problem> {
 
 fn parse_call(node: &Node) -> Result<(String, serde_json::Value), Problem> {
     let Value::Map(entries) = &node.value else {
-        return Err((node.pos, "a call must be a mapping with `tool:` and `args:`".into(), None));
+        return Err((
+            node.pos,
+            "a call must be a mapping with `tool:` and `args:`".into(),
+            None,
+        ));
     };
     let mut tool = None;
     let mut args = serde_json::json!({});
@@ -200,10 +208,19 @@ fn parse_usage(node: &Node) -> Result<Usage, Problem> {
     let mut u = Usage::default();
     for (k, v) in entries {
         let Value::Int(n) = v.value else {
-            return Err((v.pos, format!("`{}` must be a non-negative integer", k.name), None));
+            return Err((
+                v.pos,
+                format!("`{}` must be a non-negative integer", k.name),
+                None,
+            ));
         };
-        let n = u64::try_from(n)
-            .map_err(|_| (v.pos, format!("`{}` must be a non-negative integer", k.name), None))?;
+        let n = u64::try_from(n).map_err(|_| {
+            (
+                v.pos,
+                format!("`{}` must be a non-negative integer", k.name),
+                None,
+            )
+        })?;
         match k.name.as_str() {
             "input_tokens" => u.input_tokens = n,
             "output_tokens" => u.output_tokens = n,
@@ -242,23 +259,44 @@ turns:
     #[test]
     fn the_architecture_example_plays_then_falls_silent() {
         let mut m = ScriptedModel::from_yaml(SCRIPT, "s.yaml").unwrap();
-        let ModelReply::Turn(t1) = m.next_turn(&ctx()) else { panic!() };
+        let ModelReply::Turn(t1) = m.next_turn(&ctx()) else {
+            panic!()
+        };
         assert_eq!(t1.thought.as_deref(), Some("write a first version"));
         assert_eq!(t1.calls[0].tool, "write_file");
         assert_eq!(t1.calls[0].args["content"], "print(1)\n");
-        assert_eq!(t1.usage, Usage { input_tokens: 120, output_tokens: 40, estimated: false });
-        let ModelReply::Turn(t2) = m.next_turn(&ctx()) else { panic!() };
-        assert!(t2.usage.estimated, "no usage given: estimated and marked so");
+        assert_eq!(
+            t1.usage,
+            Usage {
+                input_tokens: 120,
+                output_tokens: 40,
+                estimated: false
+            }
+        );
+        let ModelReply::Turn(t2) = m.next_turn(&ctx()) else {
+            panic!()
+        };
+        assert!(
+            t2.usage.estimated,
+            "no usage given: estimated and marked so"
+        );
         assert_eq!(t2.calls[0].id, "t2-c1");
-        assert!(matches!(m.next_turn(&ctx()), ModelReply::NothingMore { .. }));
+        assert!(matches!(
+            m.next_turn(&ctx()),
+            ModelReply::NothingMore { .. }
+        ));
         assert_eq!(m.info().provider, "scripted");
     }
 
     #[test]
     fn malformed_scripts_name_the_position() {
-        let e = ScriptedModel::from_yaml("turns:\n  - calls:\n      - tol: x\n", "s.yaml").unwrap_err();
+        let e =
+            ScriptedModel::from_yaml("turns:\n  - calls:\n      - tol: x\n", "s.yaml").unwrap_err();
         let text = e.to_string();
-        assert!(text.starts_with("s.yaml:3:9: unknown key `tol` in a call"), "{text}");
+        assert!(
+            text.starts_with("s.yaml:3:9: unknown key `tol` in a call"),
+            "{text}"
+        );
         let e = ScriptedModel::from_yaml("turn: []\n", "s.yaml").unwrap_err();
         assert!(e.to_string().contains("unknown key `turn`"));
     }

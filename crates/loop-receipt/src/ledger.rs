@@ -213,11 +213,17 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
             }
         };
         if entry.seq != i {
-            report.broken = Some((i, format!("sequence number {} where {i} was expected", entry.seq)));
+            report.broken = Some((
+                i,
+                format!("sequence number {} where {i} was expected", entry.seq),
+            ));
             break;
         }
         if entry.prev != report.head {
-            report.broken = Some((i, "its `prev` does not match the previous entry's hash".into()));
+            report.broken = Some((
+                i,
+                "its `prev` does not match the previous entry's hash".into(),
+            ));
             break;
         }
         let recomputed = match canonical_sha256(&entry.body()) {

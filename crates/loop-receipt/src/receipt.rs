@@ -254,13 +254,17 @@ impl VerifyReport {
 /// the contract, check the ledger file's digest and its chain entry by
 /// entry against the predicate, and re-hash every artifact in
 /// `artifacts_dir` (default: `<task>.artifacts` beside the receipt).
-pub fn verify_receipt(path: &Path, artifacts_dir: Option<&Path>) -> Result<VerifyReport, ReceiptError> {
+pub fn verify_receipt(
+    path: &Path,
+    artifacts_dir: Option<&Path>,
+) -> Result<VerifyReport, ReceiptError> {
     let fmt = |why: String| ReceiptError::Format {
         path: path.display().to_string(),
         why,
     };
     let text = std::fs::read(path).map_err(io_err(path))?;
-    let env: Envelope = serde_json::from_slice(&text).map_err(|e| fmt(format!("not a DSSE envelope: {e}")))?;
+    let env: Envelope =
+        serde_json::from_slice(&text).map_err(|e| fmt(format!("not a DSSE envelope: {e}")))?;
     let mut report = VerifyReport {
         receipt: path.to_path_buf(),
         signature: if env.signatures.is_empty() {
@@ -277,38 +281,47 @@ pub fn verify_receipt(path: &Path, artifacts_dir: Option<&Path>) -> Result<Verif
         entries: Vec::new(),
     };
     if env.payload_type != PAYLOAD_TYPE {
-        report
-            .statement_problems
-            .push(format!("payloadType is {:?}, expected {PAYLOAD_TYPE:?}", env.payload_type));
+        report.statement_problems.push(format!(
+            "payloadType is {:?}, expected {PAYLOAD_TYPE:?}",
+            env.payload_type
+        ));
     }
     let payload = match B64.decode(env.payload.as_bytes()) {
         Ok(p) => p,
         Err(e) => {
-            report.statement_problems.push(format!("payload is not base64: {e}"));
+            report
+                .statement_problems
+                .push(format!("payload is not base64: {e}"));
             return Ok(report);
         }
     };
     let statement: Statement = match serde_json::from_slice(&payload) {
         Ok(s) => s,
         Err(e) => {
-            report.statement_problems.push(format!("payload is not a receipt statement: {e}"));
+            report
+                .statement_problems
+                .push(format!("payload is not a receipt statement: {e}"));
             return Ok(report);
         }
     };
     if statement.statement_type != STATEMENT_TYPE {
-        report.statement_problems.push(format!("_type is {:?}", statement.statement_type));
-    }
-    if statement.predicate_type != PREDICATE_TYPE {
         report
             .statement_problems
-            .push(format!("predicateType {:?} is not understood by this build", statement.predicate_type));
+            .push(format!("_type is {:?}", statement.statement_type));
+    }
+    if statement.predicate_type != PREDICATE_TYPE {
+        report.statement_problems.push(format!(
+            "predicateType {:?} is not understood by this build",
+            statement.predicate_type
+        ));
     }
     let p = &statement.predicate;
     match canonical_sha256(&p.contract) {
         Ok(h) if h == p.contract_sha256 => {}
-        Ok(h) => report
-            .statement_problems
-            .push(format!("the contract hashes to {h}, not the recorded {}", p.contract_sha256)),
+        Ok(h) => report.statement_problems.push(format!(
+            "the contract hashes to {h}, not the recorded {}",
+            p.contract_sha256
+        )),
         Err(e) => report.statement_problems.push(e.to_string()),
     }
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -329,14 +342,17 @@ pub fn verify_receipt(path: &Path, artifacts_dir: Option<&Path>) -> Result<Verif
             Ok(bytes) => {
                 let got = sha256_hex(&bytes);
                 if got != want {
-                    report
-                        .artifact_problems
-                        .push(format!("{} differs (sha256 {got}, receipt says {want})", s.name));
+                    report.artifact_problems.push(format!(
+                        "{} differs (sha256 {got}, receipt says {want})",
+                        s.name
+                    ));
                 }
             }
-            Err(e) => report
-                .artifact_problems
-                .push(format!("{} cannot be read from {}: {e}", s.name, artifacts_dir.display())),
+            Err(e) => report.artifact_problems.push(format!(
+                "{} cannot be read from {}: {e}",
+                s.name,
+                artifacts_dir.display()
+            )),
         }
     }
     report.statement = Some(statement);
@@ -348,7 +364,10 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
     let problems = &mut report.ledger_problems;
     let ledger_path = dir.join(&p.ledger.name);
     if p.ledger.name.contains('/') || p.ledger.name.contains("..") {
-        problems.push(format!("ledger name {:?} is not a plain file name", p.ledger.name));
+        problems.push(format!(
+            "ledger name {:?} is not a plain file name",
+            p.ledger.name
+        ));
         return;
     }
     match statement.subject.iter().find(|s| s.name == p.ledger.name) {
@@ -357,7 +376,9 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
             Ok(bytes) => {
                 let got = sha256_hex(&bytes);
                 if Some(&got) != s.digest.get("sha256") {
-                    problems.push(format!("the ledger file's sha256 {got} differs from the receipt's"));
+                    problems.push(format!(
+                        "the ledger file's sha256 {got} differs from the receipt's"
+                    ));
                 }
             }
             Err(e) => {
@@ -384,11 +405,17 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
             ));
         }
         if chain.head != p.ledger.head {
-            problems.push(format!("head {} differs from the receipt's {}", chain.head, p.ledger.head));
+            problems.push(format!(
+                "head {} differs from the receipt's {}",
+                chain.head, p.ledger.head
+            ));
         }
         if let Some(genesis) = chain.entries.first() {
             let task = genesis.payload.get("task_id").and_then(|v| v.as_str());
-            let contract = genesis.payload.get("contract_sha256").and_then(|v| v.as_str());
+            let contract = genesis
+                .payload
+                .get("contract_sha256")
+                .and_then(|v| v.as_str());
             if task != Some(p.task_id.as_str()) || contract != Some(p.contract_sha256.as_str()) {
                 problems.push("the genesis entry is bound to another task or contract".into());
             }

@@ -17,7 +17,11 @@ fn genesis() -> Event {
         contract_sha256: contract.sha256().unwrap(),
         limits: contract.limits.clone(),
         contract,
-        model: loop_protocol::ModelInfo { provider: "scripted".into(), name: "s".into(), source_sha256: None },
+        model: loop_protocol::ModelInfo {
+            provider: "scripted".into(),
+            name: "s".into(),
+            source_sha256: None,
+        },
         runtime: loop_protocol::RuntimeInfo::current(),
         baseline_root: "r".into(),
     }
@@ -29,7 +33,12 @@ fn write_ledger(dir: &std::path::Path) -> std::path::PathBuf {
     l.append(&genesis(), 0).unwrap();
     for n in 1..=4 {
         l.append(
-            &Event::Transition { n, from: TaskState::Planning, to: TaskState::Acting, reason: format!("r{n}") },
+            &Event::Transition {
+                n,
+                from: TaskState::Planning,
+                to: TaskState::Acting,
+                reason: format!("r{n}"),
+            },
             n as u64,
         )
         .unwrap();
@@ -67,7 +76,12 @@ fn changing_any_byte_of_an_entry_breaks_the_chain_there() {
         all[i] = &tampered_line;
         std::fs::write(&path, all.join("\n") + "\n").unwrap();
         let r = verify_chain(&path).unwrap();
-        assert_eq!(r.broken.as_ref().map(|b| b.0), Some(i as u64), "entry {i}: {:?}", r.broken);
+        assert_eq!(
+            r.broken.as_ref().map(|b| b.0),
+            Some(i as u64),
+            "entry {i}: {:?}",
+            r.broken
+        );
     }
 }
 
@@ -93,17 +107,29 @@ fn a_recomputed_entry_still_breaks_the_next_link() {
     let dir = tmp("recompute");
     let path = write_ledger(&dir);
     let original = std::fs::read_to_string(&path).unwrap();
-    let mut entries: Vec<Entry> = original.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut entries: Vec<Entry> = original
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     entries[2].payload["reason"] = "forged".into();
     let body = serde_json::json!({
         "seq": entries[2].seq, "prev": entries[2].prev, "kind": entries[2].kind,
         "payload": entries[2].payload, "at": entries[2].at
     });
     entries[2].hash = loop_protocol::hash::canonical_sha256(&body).unwrap();
-    let text: String = entries.iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
+    let text: String = entries
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
     std::fs::write(&path, text).unwrap();
     let r = verify_chain(&path).unwrap();
-    assert_eq!(r.broken.unwrap(), (3, "its `prev` does not match the previous entry's hash".to_string()));
+    assert_eq!(
+        r.broken.unwrap(),
+        (
+            3,
+            "its `prev` does not match the previous entry's hash".to_string()
+        )
+    );
 }
 
 #[test]
@@ -123,7 +149,16 @@ fn canonical_json_matches_rfc8785_examples() {
     )
     .unwrap();
     let got = String::from_utf8(loop_protocol::hash::canonical_json(&sorted).unwrap()).unwrap();
-    let order: Vec<&str> = ["\\r", "1", "\u{80}", "\u{f6}", "\u{20ac}", "\u{1f600}", "\u{fb33}"].to_vec();
+    let order: Vec<&str> = [
+        "\\r",
+        "1",
+        "\u{80}",
+        "\u{f6}",
+        "\u{20ac}",
+        "\u{1f600}",
+        "\u{fb33}",
+    ]
+    .to_vec();
     let mut last = 0;
     for k in order {
         let pos = got.find(&format!("\"{k}\":")).unwrap();

@@ -41,7 +41,10 @@ impl Captured {
         let tail = String::from_utf8_lossy(&tail);
         if self.truncated() {
             let omitted = self.total - (self.head.len() + self.tail.len()) as u64;
-            format!("{head}\n[… omitted {omitted} of {} bytes …]\n{tail}", self.total)
+            format!(
+                "{head}\n[… omitted {omitted} of {} bytes …]\n{tail}",
+                self.total
+            )
         } else {
             format!("{head}{tail}")
         }
@@ -101,7 +104,9 @@ mod tests {
 
     #[test]
     fn keeps_head_and_tail_and_hashes_everything() {
-        let data: Vec<u8> = (0..100_000u32).flat_map(|i| format!("{i}\n").into_bytes()).collect();
+        let data: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
         let c = Captured::read_all(&data[..], 1000);
         assert_eq!(c.total(), data.len() as u64);
         assert_eq!(c.sha256(), loop_protocol::hash::sha256_hex(&data));

@@ -167,7 +167,14 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
     // calls async-signal-safe libc functions (prctl, setrlimit).
     unsafe {
         cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             let no_core = libc::rlimit {
@@ -319,7 +326,10 @@ mod tests {
         assert_eq!(res.signal, Some(libc::SIGKILL));
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         std::thread::sleep(Duration::from_millis(1300));
-        assert!(!marker.exists(), "the background child must have died with the group");
+        assert!(
+            !marker.exists(),
+            "the background child must have died with the group"
+        );
     }
 
     #[test]

@@ -156,7 +156,9 @@ impl ToolBox {
             );
         }
         let observation = match tool {
-            "read_file" => self.parse(call).map(|a: PathArgs| self.read_file(id, &a.path)),
+            "read_file" => self
+                .parse(call)
+                .map(|a: PathArgs| self.read_file(id, &a.path)),
             "write_file" => self
                 .parse(call)
                 .map(|a: WriteArgs| self.write_file(id, &a.path, &a.content)),
@@ -269,7 +271,11 @@ impl ToolBox {
                 "write_file",
                 format!(
                     "{} {rel}: {} bytes, {} lines",
-                    if before.is_some() { "replaced" } else { "created" },
+                    if before.is_some() {
+                        "replaced"
+                    } else {
+                        "created"
+                    },
                     content.len(),
                     content.lines().count()
                 ),
@@ -291,14 +297,20 @@ impl ToolBox {
             }
         };
         if a.old.is_empty() {
-            return Observation::error(id, "edit_file", "`old` is empty; give the exact text to replace");
+            return Observation::error(
+                id,
+                "edit_file",
+                "`old` is empty; give the exact text to replace",
+            );
         }
         let count = text.matches(a.old.as_str()).count();
         if count != 1 {
             let why = if count == 0 {
                 format!("`old` was not found in {rel}; read the file and copy the exact text")
             } else {
-                format!("`old` occurs {count} times in {rel}; include more surrounding text so it is unique")
+                format!(
+                    "`old` occurs {count} times in {rel}; include more surrounding text so it is unique"
+                )
             };
             return Observation::error(id, "edit_file", why);
         }
@@ -311,7 +323,10 @@ impl ToolBox {
                 "Refused: the edited file would exceed the file size limit.",
             );
         }
-        let line = text[..text.find(a.old.as_str()).unwrap_or(0)].matches('\n').count() + 1;
+        let line = text[..text.find(a.old.as_str()).unwrap_or(0)]
+            .matches('\n')
+            .count()
+            + 1;
         match write_atomic(&full, updated.as_bytes()) {
             Ok(()) => Observation::ok(
                 id,
@@ -351,7 +366,12 @@ impl ToolBox {
         if manifest.entries.is_empty() {
             out.push_str("(no files)\n");
         }
-        Observation::ok(id, "list_files", head_tail(&out, self.limits.max_shown_bytes), false)
+        Observation::ok(
+            id,
+            "list_files",
+            head_tail(&out, self.limits.max_shown_bytes),
+            false,
+        )
     }
 
     fn run_command(&self, id: &str, a: &RunArgs) -> Observation {

@@ -65,7 +65,12 @@ pub fn all() -> Vec<ToolSpec> {
     ]
 }
 
-fn spec(name: &str, description: &str, properties: serde_json::Value, required: &[&str]) -> ToolSpec {
+fn spec(
+    name: &str,
+    description: &str,
+    properties: serde_json::Value,
+    required: &[&str],
+) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: description.into(),

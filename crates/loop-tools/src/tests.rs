@@ -17,7 +17,11 @@ fn toolbox(d: &TestDir) -> ToolBox {
 }
 
 fn call(tool: &str, args: serde_json::Value) -> ToolCall {
-    ToolCall { id: "c1".into(), tool: tool.into(), args }
+    ToolCall {
+        id: "c1".into(),
+        tool: tool.into(),
+        args,
+    }
 }
 
 fn rule_of(o: &ToolOutcome) -> Option<&str> {
@@ -31,12 +35,27 @@ fn rule_of(o: &ToolOutcome) -> Option<&str> {
 fn write_read_edit_round_trip() {
     let d = TestDir::new("tools-rw");
     let mut t = toolbox(&d);
-    let o = t.execute(&call("write_file", json!({"path": "src/a.py", "content": "x = 1\ny = 2\n"})));
-    assert_eq!(o.observation.status, ObservationStatus::Ok, "{}", o.observation.content);
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "src/a.py", "content": "x = 1\ny = 2\n"}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
     assert!(o.observation.changed);
-    let o = t.execute(&call("edit_file", json!({"path": "src/a.py", "old": "y = 2", "new": "y = 3"})));
+    let o = t.execute(&call(
+        "edit_file",
+        json!({"path": "src/a.py", "old": "y = 2", "new": "y = 3"}),
+    ));
     assert!(o.observation.changed, "{}", o.observation.content);
-    assert!(o.observation.content.contains("line 2"), "{}", o.observation.content);
+    assert!(
+        o.observation.content.contains("line 2"),
+        "{}",
+        o.observation.content
+    );
     let o = t.execute(&call("read_file", json!({"path": "src/a.py"})));
     assert_eq!(o.observation.content, "x = 1\ny = 3\n");
     let o = t.execute(&call("list_files", json!({})));
@@ -56,22 +75,40 @@ fn writing_the_same_content_is_not_a_change() {
 fn edit_needs_a_unique_exact_match() {
     let d = TestDir::new("tools-edit");
     let mut t = toolbox(&d);
-    t.execute(&call("write_file", json!({"path": "a", "content": "x\nx\n"})));
-    let o = t.execute(&call("edit_file", json!({"path": "a", "old": "x", "new": "y"})));
+    t.execute(&call(
+        "write_file",
+        json!({"path": "a", "content": "x\nx\n"}),
+    ));
+    let o = t.execute(&call(
+        "edit_file",
+        json!({"path": "a", "old": "x", "new": "y"}),
+    ));
     assert_eq!(o.observation.status, ObservationStatus::Error);
     assert!(o.observation.content.contains("occurs 2 times"));
-    let o = t.execute(&call("edit_file", json!({"path": "a", "old": "z", "new": "y"})));
+    let o = t.execute(&call(
+        "edit_file",
+        json!({"path": "a", "old": "z", "new": "y"}),
+    ));
     assert!(o.observation.content.contains("not found"));
-    assert_eq!(std::fs::read_to_string(d.path().join("a")).unwrap(), "x\nx\n");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("a")).unwrap(),
+        "x\nx\n"
+    );
 }
 
 #[test]
 fn writes_outside_the_workspace_are_refused_with_the_rule() {
     let d = TestDir::new("tools-outside");
     let mut t = toolbox(&d);
-    let o = t.execute(&call("write_file", json!({"path": "/tmp/loop-escape", "content": "x"})));
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "/tmp/loop-escape", "content": "x"}),
+    ));
     assert_eq!(rule_of(&o), Some("jail: absolute path"));
-    let o = t.execute(&call("write_file", json!({"path": "../escape", "content": "x"})));
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "../escape", "content": "x"}),
+    ));
     assert_eq!(rule_of(&o), Some("jail: `..` component"));
     assert!(!d.path().parent().unwrap().join("escape").exists());
 }
@@ -82,11 +119,20 @@ fn protected_files_cannot_be_edited() {
     std::fs::create_dir_all(d.path().join("tests")).unwrap();
     std::fs::write(d.path().join("tests/test_x.py"), "assert False\n").unwrap();
     let mut t = toolbox(&d);
-    let o = t.execute(&call("edit_file", json!({"path": "tests/test_x.py", "old": "False", "new": "True"})));
+    let o = t.execute(&call(
+        "edit_file",
+        json!({"path": "tests/test_x.py", "old": "False", "new": "True"}),
+    ));
     assert_eq!(rule_of(&o), Some("protected: tests/**"));
     assert!(o.observation.content.contains("tests/**"));
-    assert_eq!(std::fs::read_to_string(d.path().join("tests/test_x.py")).unwrap(), "assert False\n");
-    let o = t.execute(&call("write_file", json!({"path": ".env", "content": "KEY=1"})));
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("tests/test_x.py")).unwrap(),
+        "assert False\n"
+    );
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": ".env", "content": "KEY=1"}),
+    ));
     assert_eq!(rule_of(&o), Some("protected: .env*"));
 }
 
@@ -98,9 +144,19 @@ fn unknown_tools_and_bad_arguments_are_observations() {
     assert_eq!(rule_of(&o), Some("authority: unknown tool"));
     let o = t.execute(&call("write_file", json!({"path": 3})));
     assert_eq!(o.observation.status, ObservationStatus::Error);
-    assert!(o.observation.content.contains("invalid arguments for `write_file`"), "{}", o.observation.content);
+    assert!(
+        o.observation
+            .content
+            .contains("invalid arguments for `write_file`"),
+        "{}",
+        o.observation.content
+    );
     let o = t.execute(&call("read_file", json!({"path": "a", "extra": 1})));
-    assert!(o.observation.content.contains("unknown field"), "{}", o.observation.content);
+    assert!(
+        o.observation.content.contains("unknown field"),
+        "{}",
+        o.observation.content
+    );
 }
 
 #[test]
@@ -117,11 +173,21 @@ fn narrowed_authority_refuses_the_rest() {
 fn run_command_reports_exit_output_and_changes() {
     let d = TestDir::new("tools-run");
     let mut t = toolbox(&d);
-    let o = t.execute(&call("run_command", json!({"command": "echo hi > out.txt; echo done; exit 4"})));
-    assert!(o.observation.content.starts_with("exit 4"), "{}", o.observation.content);
+    let o = t.execute(&call(
+        "run_command",
+        json!({"command": "echo hi > out.txt; echo done; exit 4"}),
+    ));
+    assert!(
+        o.observation.content.starts_with("exit 4"),
+        "{}",
+        o.observation.content
+    );
     assert!(o.observation.content.contains("done"));
     assert!(o.observation.changed);
-    assert_eq!(std::fs::read_to_string(d.path().join("out.txt")).unwrap(), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("out.txt")).unwrap(),
+        "hi\n"
+    );
 }
 
 #[test]
@@ -129,6 +195,11 @@ fn finish_is_a_control_not_a_completion() {
     let d = TestDir::new("tools-finish");
     let mut t = toolbox(&d);
     let o = t.execute(&call("finish", json!({"summary": "all done"})));
-    assert_eq!(o.control, Some(Control::Finish { summary: "all done".into() }));
+    assert_eq!(
+        o.control,
+        Some(Control::Finish {
+            summary: "all done".into()
+        })
+    );
     assert!(o.observation.content.contains("Verification requested"));
 }

@@ -70,10 +70,16 @@ impl SnapshotVerifier {
             let _ = remove_tree(old.dir());
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
-        let sealed = Sealed::create(&self.workspace, &self.scratch.join(format!("sealed-{attempt}")))
-            .map_err(VerifyError::Snapshot)?;
-        let jail = Jail::new(sealed.dir(), Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?)
-            .map_err(VerifyError::Snapshot)?;
+        let sealed = Sealed::create(
+            &self.workspace,
+            &self.scratch.join(format!("sealed-{attempt}")),
+        )
+        .map_err(VerifyError::Snapshot)?;
+        let jail = Jail::new(
+            sealed.dir(),
+            Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?,
+        )
+        .map_err(VerifyError::Snapshot)?;
         let mut isolation = None;
         let mut method = "sealed-read-only".to_string();
         let mut criteria = Vec::new();
@@ -87,7 +93,8 @@ impl SnapshotVerifier {
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
                         let m = sealed.fresh_view(&view).map_err(VerifyError::Snapshot)?;
                         method = m.name().to_string();
-                        let (ev, iso) = run_check(&criterion.id, index, check, run, &view, m.name());
+                        let (ev, iso) =
+                            run_check(&criterion.id, index, check, run, &view, m.name());
                         let _ = remove_tree(&view);
                         isolation = iso.or(isolation);
                         ev
@@ -224,12 +231,18 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
     };
     if let Some(want) = &run.expect_stdout {
         if !stdout.contains(want.as_str()) {
-            return Some(format!("stdout does not contain {want:?}{}", partial(&r.stdout)));
+            return Some(format!(
+                "stdout does not contain {want:?}{}",
+                partial(&r.stdout)
+            ));
         }
     }
     if let Some(want) = &run.expect_stderr {
         if !stderr.contains(want.as_str()) {
-            return Some(format!("stderr does not contain {want:?}{}", partial(&r.stderr)));
+            return Some(format!(
+                "stderr does not contain {want:?}{}",
+                partial(&r.stderr)
+            ));
         }
     }
     if let Some(pattern) = &run.stdout_matches {

@@ -21,7 +21,9 @@ fn verify(ws_files: &[(&str, &str)], yaml: &str) -> VerificationReport {
 }
 
 fn failures(r: &VerificationReport) -> Vec<String> {
-    r.failing_checks().map(|c| c.failure.clone().unwrap_or_default()).collect()
+    r.failing_checks()
+        .map(|c| c.failure.clone().unwrap_or_default())
+        .collect()
 }
 
 #[test]
@@ -53,7 +55,10 @@ artifacts: [a.txt]
     let r = verify(&[("a.txt", "hello\n"), ("data.json", "{\"n\": 1}")], yaml);
     assert_eq!(failures(&r), Vec::<String>::new());
     assert!(r.criteria.iter().all(|c| c.passed));
-    assert_eq!(r.artifacts[0].sha256.as_deref(), Some(loop_protocol::hash::sha256_hex(b"hello\n").as_str()));
+    assert_eq!(
+        r.artifacts[0].sha256.as_deref(),
+        Some(loop_protocol::hash::sha256_hex(b"hello\n").as_str())
+    );
     assert_eq!(r.snapshot_method, "copy");
     assert_eq!(r.criteria[0].checks[0].snapshot, "copy");
 
@@ -68,13 +73,19 @@ artifacts: [a.txt]
 
 #[test]
 fn wrong_exit_code_fails_with_its_evidence() {
-    let r = verify(&[], "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo out; echo err >&2; exit 3\"\n");
+    let r = verify(
+        &[],
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo out; echo err >&2; exit 3\"\n",
+    );
     let ev = &r.criteria[0].checks[0];
     assert!(!ev.passed);
     assert_eq!(ev.exit_code, Some(3));
     assert_eq!(ev.failure.as_deref(), Some("exit code 3, expected 0"));
     assert_eq!(ev.stdout.as_ref().unwrap().excerpt, "out\n");
-    assert_eq!(ev.stderr.as_ref().unwrap().sha256, loop_protocol::hash::sha256_hex(b"err\n"));
+    assert_eq!(
+        ev.stderr.as_ref().unwrap().sha256,
+        loop_protocol::hash::sha256_hex(b"err\n")
+    );
 }
 
 #[test]
@@ -111,7 +122,9 @@ fn a_check_cannot_change_the_seal() {
     let ws = d.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("a.txt"), "x").unwrap();
-    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo changed > a.txt\"\n      - file_contains: a.txt\n        text: x\n");
+    let c = contract(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"echo changed > a.txt\"\n      - file_contains: a.txt\n        text: x\n",
+    );
     let sha = c.sha256().unwrap();
     let mut v = SnapshotVerifier::new(&ws, &d.path().join("scratch"));
     let r = v.verify(&c, &sha, 1).unwrap();
@@ -127,9 +140,13 @@ fn file_checks_do_not_follow_symlinks_out() {
     let ws = d.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::os::unix::fs::symlink(outside.path().join("secret"), ws.join("link")).unwrap();
-    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: link\n        text: password\n");
+    let c = contract(
+        "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - file_contains: link\n        text: password\n",
+    );
     let sha = c.sha256().unwrap();
-    let r = SnapshotVerifier::new(&ws, &d.path().join("scratch")).verify(&c, &sha, 1).unwrap();
+    let r = SnapshotVerifier::new(&ws, &d.path().join("scratch"))
+        .verify(&c, &sha, 1)
+        .unwrap();
     let f = failures(&r);
     assert_eq!(f.len(), 1);
     assert!(f[0].contains("resolves outside the workspace"), "{}", f[0]);
@@ -137,7 +154,10 @@ fn file_checks_do_not_follow_symlinks_out() {
 
 #[test]
 fn missing_artifacts_are_reported() {
-    let r = verify(&[], "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\nartifacts: [out.txt]\n");
+    let r = verify(
+        &[],
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\nartifacts: [out.txt]\n",
+    );
     assert!(!r.artifacts[0].present);
     assert_eq!(r.missing_artifacts().count(), 1);
 }

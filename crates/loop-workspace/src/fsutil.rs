@@ -128,7 +128,10 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o755);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
         let leftovers: Vec<_> = std::fs::read_dir(d.path().join("x")).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file left behind");
     }

@@ -131,7 +131,11 @@ impl Jail {
     /// Resolve `requested` for `intent`: lexically valid, inside the root
     /// after following every existing symlink, and (for writes) not
     /// protected either as requested or as resolved.
-    pub fn resolve(&self, requested: &str, intent: Intent) -> Result<(RelPath, PathBuf), JailError> {
+    pub fn resolve(
+        &self,
+        requested: &str,
+        intent: Intent,
+    ) -> Result<(RelPath, PathBuf), JailError> {
         let rel = RelPath::parse(requested)?;
         if intent == Intent::Write {
             if rel.is_root() {
@@ -152,7 +156,9 @@ impl Jail {
             match existing.symlink_metadata() {
                 Ok(_) => break,
                 Err(_) => {
-                    let Some(name) = existing.file_name() else { break };
+                    let Some(name) = existing.file_name() else {
+                        break;
+                    };
                     rest.push(name);
                     match existing.parent() {
                         Some(p) => existing = p,

@@ -185,7 +185,8 @@ mod tests {
         std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
         let r2 = Manifest::of(d.path()).unwrap().root;
         assert_ne!(r1, r2);
-        std::fs::set_permissions(d.path().join("b"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(d.path().join("b"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
         assert_ne!(Manifest::of(d.path()).unwrap().root, r2);
     }
 }

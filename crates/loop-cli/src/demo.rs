@@ -1,0 +1,72 @@
+//! `loop demo`: the whole promise, offline, in one command.
+
+use crate::CliError;
+use crate::task::{TaskRequest, run_task};
+use crate::verify_cmd;
+use loop_protocol::{Contract, OutcomeKind};
+use std::path::{Path, PathBuf};
+
+const TASK: &str = include_str!("../demo/task.yaml");
+const SCRIPT: &str = include_str!("../demo/script.yaml");
+const TESTS: &str = include_str!("../demo/project/tests/test_todo.py");
+const README: &str = include_str!("../demo/project/README.md");
+
+/// Write the demo project and run it. Returns whether it ended verified
+/// and its receipt verified.
+pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!(
+            "loop-demo-{}",
+            crate::task::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))
+        )),
+    };
+    let project = dir.join("project");
+    let write = |path: &Path, text: &str| -> Result<(), CliError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        std::fs::write(path, text)
+            .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))
+    };
+    if project.exists() {
+        return Err(CliError::usage(format!(
+            "{} already exists; give --dir a new directory",
+            project.display()
+        )));
+    }
+    write(&project.join("tests/test_todo.py"), TESTS)?;
+    write(&project.join("README.md"), README)?;
+    write(&dir.join("task.yaml"), TASK)?;
+    write(&dir.join("script.yaml"), SCRIPT)?;
+    let task_path = dir.join("task.yaml");
+    let contract = Contract::from_yaml(TASK, &task_path.display().to_string())
+        .map_err(|e| CliError::internal(format!("the built-in contract is invalid: {e}")))?;
+    if !json {
+        println!(
+            "Loop Engine demo: a todo app is written, fails verification, is repaired, and is proven."
+        );
+        println!("project   {}", project.display());
+        println!("contract  {}", task_path.display());
+        println!("script    {}", dir.join("script.yaml").display());
+    }
+    let report = run_task(TaskRequest {
+        contract,
+        model: format!("scripted:{}", dir.join("script.yaml").display()),
+        project,
+        json,
+        verify_on_change: false,
+    })?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "outcome": report.outcome})
+        );
+    } else {
+        println!("\nreceipt   {}", report.receipt.display());
+        println!("\n$ loop verify {}", report.receipt.display());
+    }
+    let verified = verify_cmd::verify(&report.receipt, None, None, json)?;
+    Ok(verified && report.outcome.kind == OutcomeKind::Verified)
+}

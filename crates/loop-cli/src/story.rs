@@ -1,0 +1,204 @@
+//! Presentation: the story of a run for people, or JSON lines for programs.
+
+use loop_core::Observer;
+use loop_protocol::observation::head_tail;
+use loop_protocol::{Event, ObservationStatus, TaskState};
+use std::collections::HashMap;
+use std::io::Write;
+
+/// Shows events as they are recorded: narration for people, or one JSON
+/// object per line for programs.
+pub struct Story {
+    json: bool,
+    /// Call id → a short description of the call, to narrate its observation.
+    calls: HashMap<String, String>,
+}
+
+impl Story {
+    /// A story printer; `json` selects JSON lines.
+    pub fn new(json: bool) -> Self {
+        Story {
+            json,
+            calls: HashMap::new(),
+        }
+    }
+}
+
+impl Observer for Story {
+    fn on_event(&mut self, event: &Event) {
+        if let Event::ModelTurn { calls, .. } = event {
+            for c in calls {
+                self.calls
+                    .insert(c.id.clone(), describe_call(&c.tool, &c.args));
+            }
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = if self.json {
+            match serde_json::to_string(event) {
+                Ok(line) => writeln!(out, "{line}"),
+                Err(_) => Ok(()),
+            }
+        } else {
+            write!(out, "{}", narrate(event, &self.calls))
+        };
+        let _ = out.flush();
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let first = s.lines().next().unwrap_or("");
+    let more = s.lines().nth(1).is_some();
+    let mut t: String = first.chars().take(max).collect();
+    if more || first.chars().count() > max {
+        t.push('…');
+    }
+    t
+}
+
+fn describe_call(tool: &str, args: &serde_json::Value) -> String {
+    let s = |k: &str| args.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    match tool {
+        "read_file" | "write_file" | "edit_file" => format!("{tool} {}", s("path")),
+        "list_files" => format!(
+            "list_files {}",
+            args.get("path").and_then(|v| v.as_str()).unwrap_or(".")
+        ),
+        "run_command" => format!("run_command `{}`", one_line(s("command"), 60)),
+        "finish" => format!("finish \"{}\"", one_line(s("summary"), 60)),
+        other => other.to_string(),
+    }
+}
+
+/// The narration of one event.
+pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
+    match event {
+        Event::TaskStarted {
+            task_id,
+            contract_sha256,
+            contract,
+            model,
+            ..
+        } => {
+            let l = &contract.limits;
+            format!(
+                "▶ task {task_id}\n  contract sha256:{} · {} criteria · limits {} steps, {} tokens, {} s\n  model {}:{}\n",
+                short(contract_sha256),
+                contract.criteria.len(),
+                l.max_steps,
+                l.max_tokens,
+                l.timeout_secs,
+                model.provider,
+                model.name
+            )
+        }
+        Event::ModelTurn {
+            step,
+            thought,
+            calls,
+            ..
+        } => {
+            let mut s = format!("\ncycle {step}");
+            if let Some(t) = thought {
+                s.push_str(&format!(" · {}", one_line(&t.replace('\n', " "), 100)));
+            }
+            s.push('\n');
+            if calls.is_empty() {
+                s.push_str("  (no action proposed)\n");
+            }
+            s
+        }
+        Event::ModelSilent { step, reason } => {
+            format!("\ncycle {step} · the model has nothing more to say ({reason})\n")
+        }
+        Event::Observed { observation: o, .. } => {
+            let (mark, detail) = match &o.status {
+                ObservationStatus::Ok => ("✓", one_line(&o.content, 70)),
+                ObservationStatus::Refused { rule } => ("⛔", format!("refused by {rule}")),
+                ObservationStatus::Error => ("✗", one_line(&o.content, 70)),
+            };
+            let call = calls
+                .get(&o.call_id)
+                .cloned()
+                .unwrap_or_else(|| o.tool.clone());
+            format!("  → {:<44} {mark} {detail}\n", one_line(&call, 44))
+        }
+        Event::Verified {
+            report,
+            accepted,
+            rejection,
+        } => {
+            let mut s = format!(
+                "  ⧗ verification #{}: sealed {} files (root {}), each run check on its own fresh {}\n",
+                report.attempt,
+                report.files,
+                short(&report.manifest_root),
+                report.snapshot_method
+            );
+            for c in &report.criteria {
+                for ev in &c.checks {
+                    let mark = if ev.passed { "✓" } else { "✗" };
+                    let status = match (ev.exit_code, &ev.failure) {
+                        (_, Some(f)) => f.clone(),
+                        (Some(code), None) => format!("exit {code}"),
+                        (None, None) => "ok".into(),
+                    };
+                    s.push_str(&format!(
+                        "    {mark} {:<16} {:<44} {status} · {} ms\n",
+                        c.id,
+                        one_line(&ev.check.describe(), 44),
+                        ev.duration_ms
+                    ));
+                    if !ev.passed {
+                        if let Some(err) =
+                            ev.stderr.as_ref().filter(|e| !e.excerpt.trim().is_empty())
+                        {
+                            let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
+                            for line in tail.into_iter().rev() {
+                                s.push_str(&format!("        stderr │ {line}\n"));
+                            }
+                        }
+                    }
+                }
+            }
+            for a in &report.artifacts {
+                if let Some(h) = &a.sha256 {
+                    s.push_str(&format!("    ✓ artifact {} sha256:{}\n", a.path, short(h)));
+                } else {
+                    s.push_str(&format!("    ✗ artifact {} missing\n", a.path));
+                }
+            }
+            if *accepted {
+                s.push_str("  decision: accepted — every criterion passed\n");
+            } else if let Some(r) = rejection {
+                s.push_str(&format!("  decision: rejected — {r}\n"));
+            }
+            s
+        }
+        Event::Feedback { text, .. } => {
+            if text.starts_with("Verification") {
+                "  ↩ failing evidence returned to the model\n".to_string()
+            } else {
+                format!("  ↩ {}\n", one_line(text, 80))
+            }
+        }
+        Event::Transition {
+            to: TaskState::Terminal,
+            reason,
+            ..
+        } => {
+            format!("\n■ {}\n", head_tail(reason, 300))
+        }
+        Event::Transition { .. } => String::new(),
+        Event::Finished { used, .. } => format!(
+            "  used {} steps, {} tokens, {} verification(s), {:.1} s\n",
+            used.steps,
+            used.tokens,
+            used.verifications,
+            used.elapsed_ms as f64 / 1000.0
+        ),
+    }
+}

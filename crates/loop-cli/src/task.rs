@@ -1,0 +1,248 @@
+//! One task, end to end: workspace, Director, receipt.
+
+use crate::CliError;
+use crate::story::Story;
+use crate::wiring::{LedgerAdapter, ScriptedAdapter, ToolsAdapter, VerifierAdapter};
+use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
+use loop_models::{ModelSpec, ScriptedModel};
+use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
+use loop_receipt::{
+    Budgets, Change, FileLedger, LedgerRef, PREDICATE_TYPE, Predicate, Provenance, STATEMENT_TYPE,
+    Statement, subject, write_envelope,
+};
+use loop_tools::{ToolBox, ToolLimits};
+use loop_verifier::SnapshotVerifier;
+use loop_workspace::{Jail, Manifest, Protected, copy_tree, remove_tree};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// What to run.
+pub struct TaskRequest {
+    /// The locked contract.
+    pub contract: Contract,
+    /// `--model`.
+    pub model: String,
+    /// `--project`.
+    pub project: PathBuf,
+    /// `--json`.
+    pub json: bool,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+}
+
+/// How it ended.
+pub struct TaskReport {
+    /// Task id.
+    pub task_id: String,
+    /// Outcome.
+    pub outcome: OutcomeRecord,
+    /// The receipt file.
+    pub receipt: PathBuf,
+    /// The task workspace (kept for inspection, apply and undo).
+    pub workspace: PathBuf,
+}
+
+/// Directories the task copy never takes from the project.
+const SKIP_TOP: &[&str] = &[".loop", ".git"];
+
+/// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
+pub fn new_task_id(now_ms: u64) -> String {
+    let stamp = loop_protocol::time::rfc3339_millis(now_ms);
+    let digits: String = stamp
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .take(14)
+        .collect();
+    let mut rnd = [0u8; 3];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut rnd);
+    }
+    format!(
+        "t-{}-{}-{}",
+        &digits[..8.min(digits.len())],
+        &digits[8.min(digits.len())..],
+        loop_protocol::hash::hex(&rnd)
+    )
+}
+
+fn load_model(spec: &str) -> Result<Box<dyn Model>, CliError> {
+    let spec = ModelSpec::parse(spec).map_err(|e| CliError::usage(e.to_string()))?;
+    match spec {
+        ModelSpec::Scripted(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| CliError::usage(format!("cannot read script {path}: {e}")))?;
+            let model = ScriptedModel::from_yaml(&text, &path)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            Ok(Box::new(ScriptedAdapter(model)))
+        }
+        ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Replay(_) => {
+            Err(CliError::usage(
+                "this build drives scripted models only (--model scripted:FILE); network providers and replay are not built in yet",
+            ))
+        }
+    }
+}
+
+/// Run one task and write its receipt.
+pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
+    let clock = SystemClock;
+    let mut model = load_model(&req.model)?;
+    let project = req
+        .project
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("project {}: {e}", req.project.display())))?;
+    let state = project.join(".loop");
+    let task_id = new_task_id(clock.now_ms());
+    let task_dir = state.join("tasks").join(&task_id);
+    let workspace = task_dir.join("workspace");
+    let receipts = state.join("receipts");
+    let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
+
+    // The task never works in the user's checkout: it works in a copy.
+    copy_tree(&project, &workspace, &|rel| SKIP_TOP.contains(&rel), true)
+        .map_err(|e| io("cannot copy the project into the task workspace", e))?;
+    let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
+
+    let protected = Protected::new(&req.contract.protected_globs())
+        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
+    let jail = Jail::new(&workspace, protected).map_err(|e| io("workspace", e))?;
+    let mut tools = ToolsAdapter(ToolBox::new(jail, ToolLimits::default()));
+    let mut verifier =
+        VerifierAdapter(SnapshotVerifier::new(&workspace, &task_dir.join("scratch")));
+    let ledger_name = format!("{task_id}.ledger.jsonl");
+    let ledger_path = receipts.join(&ledger_name);
+    let mut ledger = LedgerAdapter {
+        ledger: FileLedger::create(&ledger_path).map_err(|e| CliError::internal(e.to_string()))?,
+        clock: &clock,
+    };
+    let mut story = Story::new(req.json);
+    if !req.json {
+        println!("workspace {}", workspace.display());
+    }
+    let model_info = model.info();
+    let parts = Parts {
+        model: model.as_mut(),
+        tools: &mut tools,
+        verifier: &mut verifier,
+        ledger: &mut ledger,
+        clock: &clock,
+        observer: &mut story,
+        cancel: Arc::new(AtomicBool::new(false)),
+    };
+    let policy = if req.verify_on_change {
+        VerifyPolicy::OnFinishOrChange
+    } else {
+        VerifyPolicy::OnFinish
+    };
+    let contract_sha256 = req
+        .contract
+        .sha256()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let director = Director::new(&task_id, req.contract.clone(), policy, parts)
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let result = director
+        .run()
+        .map_err(|e| CliError::internal(e.to_string()))?;
+
+    // Artifacts ship beside the receipt: from the accepted seal when
+    // verified, otherwise from the workspace as the task left it.
+    let artifacts_dir = receipts.join(format!("{task_id}.artifacts"));
+    let source: &Path = match (&result.record.kind, verifier.0.last_sealed()) {
+        (OutcomeKind::Verified, Some(sealed)) => sealed.dir(),
+        _ => &workspace,
+    };
+    let mut subjects = Vec::new();
+    let mut shipped = Vec::new();
+    for a in &req.contract.artifacts {
+        let from = source.join(a.as_str());
+        let Ok(bytes) = std::fs::read(&from) else {
+            continue;
+        };
+        let to = artifacts_dir.join(a.as_str());
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io("artifacts", e))?;
+        }
+        std::fs::write(&to, &bytes).map_err(|e| io("artifacts", e))?;
+        subjects.push(subject(a.as_str(), &bytes));
+        shipped.push(a.clone());
+    }
+    let ledger_bytes = std::fs::read(&ledger_path).map_err(|e| io("ledger", e))?;
+    subjects.push(subject(&ledger_name, &ledger_bytes));
+
+    let final_manifest =
+        Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
+    let statement = Statement {
+        statement_type: STATEMENT_TYPE.into(),
+        subject: subjects,
+        predicate_type: PREDICATE_TYPE.into(),
+        predicate: Predicate {
+            task_id: task_id.clone(),
+            contract: req.contract.clone(),
+            contract_sha256,
+            outcome: result.record.clone(),
+            isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
+            verification: result.last_report,
+            artifacts: shipped,
+            baseline_root: baseline.root.clone(),
+            final_root: final_manifest.root.clone(),
+            change_set: change_set(&baseline, &final_manifest),
+            budgets: Budgets {
+                granted: req.contract.limits.clone(),
+                used: result.used,
+            },
+            provenance: Provenance {
+                runtime: loop_protocol::RuntimeInfo::current(),
+                model: model_info,
+            },
+            ledger: LedgerRef {
+                name: ledger_name,
+                head: ledger.ledger.head().to_string(),
+                length: ledger.ledger.len(),
+            },
+            created_at: loop_protocol::time::rfc3339_millis(clock.now_ms()),
+        },
+    };
+    let receipt = receipts.join(format!("{task_id}.receipt.json"));
+    write_envelope(&receipt, &statement).map_err(|e| CliError::internal(e.to_string()))?;
+    // Seals and check views are scratch; the receipt holds their evidence.
+    let _ = remove_tree(&task_dir.join("scratch"));
+    Ok(TaskReport {
+        task_id,
+        outcome: result.record,
+        receipt,
+        workspace,
+    })
+}
+
+/// Files added, modified or deleted between two manifests.
+fn change_set(before: &Manifest, after: &Manifest) -> Vec<Change> {
+    let mut out = Vec::new();
+    for e in &after.entries {
+        match before.get(&e.path) {
+            None => out.push(Change {
+                path: e.path.clone(),
+                change: "added".into(),
+                sha256: Some(e.sha256.clone()),
+            }),
+            Some(b) if b != e => out.push(Change {
+                path: e.path.clone(),
+                change: "modified".into(),
+                sha256: Some(e.sha256.clone()),
+            }),
+            Some(_) => {}
+        }
+    }
+    for b in &before.entries {
+        if after.get(&b.path).is_none() {
+            out.push(Change {
+                path: b.path.clone(),
+                change: "deleted".into(),
+                sha256: None,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}

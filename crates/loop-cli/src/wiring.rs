@@ -1,0 +1,73 @@
+//! Adapters that plug the component crates into the Director's traits.
+
+use loop_core::{BoundaryError, Clock, Ledger, Model, Tools, Verifier};
+use loop_models::ScriptedModel;
+use loop_protocol::{
+    Context, Contract, Event, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec,
+    VerificationReport,
+};
+use loop_receipt::FileLedger;
+use loop_tools::ToolBox;
+use loop_verifier::SnapshotVerifier;
+
+/// The scripted model.
+pub struct ScriptedAdapter(pub ScriptedModel);
+
+impl Model for ScriptedAdapter {
+    fn info(&self) -> ModelInfo {
+        self.0.info()
+    }
+    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError> {
+        Ok(self.0.next_turn(context))
+    }
+}
+
+/// The tool box.
+pub struct ToolsAdapter(pub ToolBox);
+
+impl Tools for ToolsAdapter {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.0.specs()
+    }
+    fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+        Ok(self.0.execute(call))
+    }
+    fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+        self.0
+            .workspace_root()
+            .map_err(|e| BoundaryError(e.to_string()))
+    }
+}
+
+/// The snapshot verifier.
+pub struct VerifierAdapter(pub SnapshotVerifier);
+
+impl Verifier for VerifierAdapter {
+    fn verify(
+        &mut self,
+        contract: &Contract,
+        contract_sha256: &str,
+        attempt: u32,
+    ) -> Result<VerificationReport, BoundaryError> {
+        self.0
+            .verify(contract, contract_sha256, attempt)
+            .map_err(|e| BoundaryError(e.to_string()))
+    }
+}
+
+/// The file ledger, timestamped by a clock.
+pub struct LedgerAdapter<'c> {
+    /// The ledger.
+    pub ledger: FileLedger,
+    /// Time source for `at`.
+    pub clock: &'c dyn Clock,
+}
+
+impl Ledger for LedgerAdapter<'_> {
+    fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
+        self.ledger
+            .append(event, self.clock.now_ms())
+            .map(|_| ())
+            .map_err(|e| BoundaryError(e.to_string()))
+    }
+}
