@@ -152,14 +152,13 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
                         one_line(&ev.check.describe(), 44),
                         ev.duration_ms
                     ));
-                    if !ev.passed {
-                        if let Some(err) =
+                    if !ev.passed
+                        && let Some(err) =
                             ev.stderr.as_ref().filter(|e| !e.excerpt.trim().is_empty())
-                        {
-                            let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
-                            for line in tail.into_iter().rev() {
-                                s.push_str(&format!("        stderr │ {line}\n"));
-                            }
+                    {
+                        let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
+                        for line in tail.into_iter().rev() {
+                            s.push_str(&format!("        stderr │ {line}\n"));
                         }
                     }
                 }

@@ -41,13 +41,13 @@ pub fn rejection_feedback(
             s.push_str(&format!("  exit code: {code}\n"));
         }
         for (name, stream) in [("stdout", &ev.stdout), ("stderr", &ev.stderr)] {
-            if let Some(st) = stream {
-                if !st.excerpt.trim().is_empty() {
-                    s.push_str(&format!(
-                        "  {name}:\n{}\n",
-                        indent(&head_tail(&st.excerpt, EXCERPT_BYTES))
-                    ));
-                }
+            if let Some(st) = stream
+                && !st.excerpt.trim().is_empty()
+            {
+                s.push_str(&format!(
+                    "  {name}:\n{}\n",
+                    indent(&head_tail(&st.excerpt, EXCERPT_BYTES))
+                ));
             }
         }
     }

@@ -298,24 +298,22 @@ fn resolve_plain(s: &str) -> Value {
         ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
         _ => {}
     }
-    if let Some(hex) = s.strip_prefix("0x") {
-        if let Ok(i) = i64::from_str_radix(hex, 16) {
-            return Value::Int(i);
-        }
+    if let Some(hex) = s.strip_prefix("0x")
+        && let Ok(i) = i64::from_str_radix(hex, 16)
+    {
+        return Value::Int(i);
     }
-    if let Some(oct) = s.strip_prefix("0o") {
-        if let Ok(i) = i64::from_str_radix(oct, 8) {
-            return Value::Int(i);
-        }
+    if let Some(oct) = s.strip_prefix("0o")
+        && let Ok(i) = i64::from_str_radix(oct, 8)
+    {
+        return Value::Int(i);
     }
     let is_int = {
         let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
         !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
     };
-    if is_int {
-        if let Ok(i) = s.parse::<i64>() {
-            return Value::Int(i);
-        }
+    if is_int && let Ok(i) = s.parse::<i64>() {
+        return Value::Int(i);
     }
     let looks_float = {
         let body = s.strip_prefix(['-', '+']).unwrap_or(s);
@@ -326,10 +324,8 @@ fn resolve_plain(s: &str) -> Value {
             && body.bytes().any(|b| b.is_ascii_digit())
             && (body.contains('.') || body.contains('e') || body.contains('E'))
     };
-    if looks_float {
-        if let Ok(f) = s.parse::<f64>() {
-            return Value::Float(f);
-        }
+    if looks_float && let Ok(f) = s.parse::<f64>() {
+        return Value::Float(f);
     }
     Value::Str(s.to_string())
 }

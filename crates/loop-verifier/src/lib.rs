@@ -229,21 +229,21 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
             ""
         }
     };
-    if let Some(want) = &run.expect_stdout {
-        if !stdout.contains(want.as_str()) {
-            return Some(format!(
-                "stdout does not contain {want:?}{}",
-                partial(&r.stdout)
-            ));
-        }
+    if let Some(want) = &run.expect_stdout
+        && !stdout.contains(want.as_str())
+    {
+        return Some(format!(
+            "stdout does not contain {want:?}{}",
+            partial(&r.stdout)
+        ));
     }
-    if let Some(want) = &run.expect_stderr {
-        if !stderr.contains(want.as_str()) {
-            return Some(format!(
-                "stderr does not contain {want:?}{}",
-                partial(&r.stderr)
-            ));
-        }
+    if let Some(want) = &run.expect_stderr
+        && !stderr.contains(want.as_str())
+    {
+        return Some(format!(
+            "stderr does not contain {want:?}{}",
+            partial(&r.stderr)
+        ));
     }
     if let Some(pattern) = &run.stdout_matches {
         match regex::Regex::new(pattern) {

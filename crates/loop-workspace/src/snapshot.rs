@@ -92,10 +92,10 @@ fn make_writable(dir: &Path) {
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
     if let Ok(items) = std::fs::read_dir(dir) {
         for item in items.flatten() {
-            if let Ok(meta) = std::fs::symlink_metadata(item.path()) {
-                if meta.is_dir() {
-                    make_writable(&item.path());
-                }
+            if let Ok(meta) = std::fs::symlink_metadata(item.path())
+                && meta.is_dir()
+            {
+                make_writable(&item.path());
             }
         }
     }
