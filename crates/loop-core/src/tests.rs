@@ -187,6 +187,7 @@ impl Verifier for FakeVerifier {
             manifest_root: "root".into(),
             files: files.len() as u64,
             snapshot_method: "memory".into(),
+            protected_violations: vec![],
             criteria,
             artifacts: vec![],
             isolation: Isolation::default(),

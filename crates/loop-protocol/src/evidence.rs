@@ -111,6 +111,10 @@ pub struct VerificationReport {
     pub criteria: Vec<CriterionEvidence>,
     /// Per required artifact.
     pub artifacts: Vec<ArtifactEvidence>,
+    /// Protected paths whose content differs from the task's baseline
+    /// (however they were changed: a tool, a command, a symlink).
+    #[serde(default)]
+    pub protected_violations: Vec<String>,
     /// Isolation the checks ran under.
     pub isolation: Isolation,
     /// Wall-clock duration of the whole pass.

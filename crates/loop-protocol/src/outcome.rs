@@ -59,6 +59,9 @@ pub enum Rejection {
         /// The report's.
         report: String,
     },
+    /// Protected paths changed since the task started.
+    #[error("protected paths changed: {}", .0.join(", "))]
+    ProtectedChanged(Vec<String>),
     /// Criteria without passing evidence.
     #[error("criteria not passing: {}", .0.join(", "))]
     CriteriaFailing(Vec<String>),
@@ -89,6 +92,11 @@ impl Acceptance {
                 locked: locked_sha256.to_string(),
                 report: report.contract_sha256.clone(),
             });
+        }
+        if !report.protected_violations.is_empty() {
+            return Err(Rejection::ProtectedChanged(
+                report.protected_violations.clone(),
+            ));
         }
         let failing: Vec<String> = contract
             .criteria

@@ -15,7 +15,7 @@ use loop_protocol::{
     StreamEvidence, VerificationReport,
 };
 use loop_sandbox::{ExecRequest, ExecResult};
-use loop_workspace::{Intent, Jail, Protected, Sealed, remove_tree};
+use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, remove_tree};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,7 @@ pub struct SnapshotVerifier {
     workspace: PathBuf,
     scratch: PathBuf,
     last_sealed: Option<Sealed>,
+    guard: Option<(Manifest, Protected)>,
 }
 
 impl SnapshotVerifier {
@@ -50,7 +51,41 @@ impl SnapshotVerifier {
             workspace: workspace.to_path_buf(),
             scratch: scratch.to_path_buf(),
             last_sealed: None,
+            guard: None,
         }
+    }
+
+    /// Reject any seal in which a path matching `protected` differs from
+    /// `baseline` — the task's starting content — whatever changed it.
+    pub fn guard_protected(mut self, baseline: Manifest, protected: Protected) -> Self {
+        self.guard = Some((baseline, protected));
+        self
+    }
+
+    fn protected_violations(&self, sealed: &Manifest) -> Vec<String> {
+        let Some((baseline, protected)) = &self.guard else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in &sealed.entries {
+            if let Some(rule) = protected.matching(&e.path) {
+                match baseline.get(&e.path) {
+                    None => out.push(format!("{} added (protected by {rule})", e.path)),
+                    Some(b) if b != e => {
+                        out.push(format!("{} modified (protected by {rule})", e.path))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        for b in &baseline.entries {
+            if let Some(rule) = protected.matching(&b.path) {
+                if sealed.get(&b.path).is_none() {
+                    out.push(format!("{} deleted (protected by {rule})", b.path));
+                }
+            }
+        }
+        out
     }
 
     /// The seal of the most recent verification.
@@ -136,6 +171,7 @@ impl SnapshotVerifier {
             manifest_root: sealed.manifest().root.clone(),
             files: sealed.manifest().entries.len() as u64,
             snapshot_method: method,
+            protected_violations: self.protected_violations(sealed.manifest()),
             criteria,
             artifacts,
             isolation: isolation.unwrap_or_default(),

@@ -161,3 +161,32 @@ fn missing_artifacts_are_reported() {
     assert!(!r.artifacts[0].present);
     assert_eq!(r.missing_artifacts().count(), 1);
 }
+
+#[test]
+fn a_protected_file_changed_by_any_means_is_a_violation() {
+    let d = TestDir::new("verifier-protected");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(ws.join("tests")).unwrap();
+    std::fs::write(ws.join("tests/test_a.py"), "assert False\n").unwrap();
+    std::fs::write(ws.join("tests/keep.py"), "x\n").unwrap();
+    let baseline = Manifest::of(&ws).unwrap();
+    // A command (not a tool) rewrites one protected file and adds another.
+    std::fs::write(ws.join("tests/test_a.py"), "pass\n").unwrap();
+    std::fs::write(ws.join("tests/new.py"), "pass\n").unwrap();
+    std::fs::remove_file(ws.join("tests/keep.py")).unwrap();
+    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\n");
+    let sha = c.sha256().unwrap();
+    let mut v = SnapshotVerifier::new(&ws, &d.path().join("scratch"))
+        .guard_protected(baseline, Protected::new(&["tests/**".to_string()]).unwrap());
+    let r = v.verify(&c, &sha, 1).unwrap();
+    assert_eq!(
+        r.protected_violations,
+        vec![
+            "tests/new.py added (protected by tests/**)".to_string(),
+            "tests/test_a.py modified (protected by tests/**)".to_string(),
+            "tests/keep.py deleted (protected by tests/**)".to_string(),
+        ]
+    );
+    let rejection = loop_protocol::Acceptance::establish(&c, &sha, &r).unwrap_err();
+    assert!(matches!(rejection, loop_protocol::Rejection::ProtectedChanged(_)));
+}
