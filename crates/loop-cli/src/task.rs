@@ -107,10 +107,14 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
 
     let protected = Protected::new(&req.contract.protected_globs())
         .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
-    let jail = Jail::new(&workspace, protected).map_err(|e| io("workspace", e))?;
+    let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
     let mut tools = ToolsAdapter(ToolBox::new(jail, ToolLimits::default()));
-    let mut verifier =
-        VerifierAdapter(SnapshotVerifier::new(&workspace, &task_dir.join("scratch")));
+    // Protected paths are guarded twice: tools refuse to write them, and the
+    // verifier rejects a seal in which they differ from the baseline.
+    let mut verifier = VerifierAdapter(
+        SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+            .guard_protected(baseline.clone(), protected),
+    );
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let ledger_path = receipts.join(&ledger_name);
     let mut ledger = LedgerAdapter {

@@ -160,6 +160,10 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
             cmd.env(key, v);
         }
     }
+    // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
+    // would look like edits to protected paths, and a forged cache can
+    // shadow a source file: commands do not write them.
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1");
     for (k, v) in &req.env {
         cmd.env(k, v);
     }

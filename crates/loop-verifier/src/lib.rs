@@ -79,10 +79,10 @@ impl SnapshotVerifier {
             }
         }
         for b in &baseline.entries {
-            if let Some(rule) = protected.matching(&b.path) {
-                if sealed.get(&b.path).is_none() {
-                    out.push(format!("{} deleted (protected by {rule})", b.path));
-                }
+            if let Some(rule) = protected.matching(&b.path)
+                && sealed.get(&b.path).is_none()
+            {
+                out.push(format!("{} deleted (protected by {rule})", b.path));
             }
         }
         out

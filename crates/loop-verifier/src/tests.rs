@@ -188,5 +188,8 @@ fn a_protected_file_changed_by_any_means_is_a_violation() {
         ]
     );
     let rejection = loop_protocol::Acceptance::establish(&c, &sha, &r).unwrap_err();
-    assert!(matches!(rejection, loop_protocol::Rejection::ProtectedChanged(_)));
+    assert!(matches!(
+        rejection,
+        loop_protocol::Rejection::ProtectedChanged(_)
+    ));
 }

@@ -1,0 +1,499 @@
+//! End to end through the `loop` binary: the demo, tampering, and
+//! adversarial scripted models. None of the adversaries may end verified;
+//! each ends with the right outcome and exit code 1, and each receipt still
+//! verifies as intact.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn loop_bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loop"))
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("loop-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn verify(receipt: &Path) -> Output {
+    loop_bin().arg("verify").arg(receipt).output().unwrap()
+}
+
+#[test]
+fn the_demo_is_verified_and_tampering_with_any_byte_is_caught() {
+    let dir = tmpdir("demo");
+    let out = loop_bin()
+        .args(["demo", "--dir"])
+        .arg(dir.join("d"))
+        .output()
+        .unwrap();
+    let story = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{story}");
+    // The story: a failing check with its evidence, a refusal, a repair, acceptance.
+    assert!(story.contains("decision: rejected"), "{story}");
+    assert!(story.contains("IndexError"), "{story}");
+    assert!(story.contains("refused by protected: tests/**"), "{story}");
+    assert!(story.contains("■ verified"), "{story}");
+    let receipt_line = story.lines().find(|l| l.starts_with("receipt   ")).unwrap();
+    let receipt = PathBuf::from(receipt_line.trim_start_matches("receipt").trim());
+    assert!(receipt.exists());
+
+    let ok = verify(&receipt);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    assert!(text(&ok).contains("ledger     intact"));
+
+    // Any byte of the artifact.
+    let id = receipt
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".receipt.json")
+        .to_string();
+    let receipts = receipt.parent().unwrap();
+    let artifact = receipts.join(format!("{id}.artifacts/todo.py"));
+    let original = std::fs::read(&artifact).unwrap();
+    for pos in (0..original.len()).step_by(original.len() / 7 + 1) {
+        let mut bytes = original.clone();
+        bytes[pos] ^= 0x01;
+        std::fs::write(&artifact, &bytes).unwrap();
+        let bad = verify(&receipt);
+        assert_eq!(
+            bad.status.code(),
+            Some(1),
+            "artifact byte {pos}: {}",
+            text(&bad)
+        );
+        assert!(
+            text(&bad).contains("artifacts  DIFFER: todo.py differs"),
+            "{}",
+            text(&bad)
+        );
+    }
+    std::fs::write(&artifact, &original).unwrap();
+    assert_eq!(verify(&receipt).status.code(), Some(0));
+
+    // Any byte of a ledger entry.
+    let ledger = receipts.join(format!("{id}.ledger.jsonl"));
+    let original = std::fs::read(&ledger).unwrap();
+    for pos in (0..original.len()).step_by(original.len() / 11 + 1) {
+        let mut bytes = original.clone();
+        bytes[pos] = if bytes[pos] == b'7' { b'8' } else { b'7' };
+        std::fs::write(&ledger, &bytes).unwrap();
+        let bad = verify(&receipt);
+        assert_eq!(
+            bad.status.code(),
+            Some(1),
+            "ledger byte {pos}: {}",
+            text(&bad)
+        );
+        assert!(text(&bad).contains("ledger     BROKEN"), "{}", text(&bad));
+    }
+    std::fs::write(&ledger, &original).unwrap();
+    assert_eq!(verify(&receipt).status.code(), Some(0));
+
+    // One entry edited, with the file digest recomputed: the chain itself breaks.
+    let lines: Vec<String> = String::from_utf8(original.clone())
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let mut forged = lines.clone();
+    forged[3] = forged[3].replacen("\"reason\":\"", "\"reason\":\"forged ", 1);
+    assert_ne!(forged[3], lines[3]);
+    std::fs::write(&ledger, forged.join("\n") + "\n").unwrap();
+    let bad = verify(&receipt);
+    assert!(text(&bad).contains("broken at entry 3"), "{}", text(&bad));
+    std::fs::write(&ledger, &original).unwrap();
+
+    // The receipt itself.
+    let env = std::fs::read_to_string(&receipt).unwrap();
+    std::fs::write(
+        &receipt,
+        env.replacen("\"payload\": \"", "\"payload\": \"x", 1),
+    )
+    .unwrap();
+    assert_eq!(verify(&receipt).status.code(), Some(1));
+    std::fs::write(&receipt, env).unwrap();
+    assert_eq!(verify(&receipt).status.code(), Some(0));
+}
+
+#[test]
+fn the_demo_json_mode_prints_one_event_per_line() {
+    let dir = tmpdir("demo-json");
+    let out = loop_bin()
+        .args(["demo", "--json", "--dir"])
+        .arg(dir.join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["kind"], "task_started");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "verified" && e["accepted"] == false)
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "finished" && e["outcome"]["kind"] == "verified")
+    );
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
+    assert_eq!(receipt["outcome"]["kind"], "verified");
+    assert_eq!(
+        events.last().unwrap()["ok"],
+        true,
+        "the verify report closes the stream"
+    );
+}
+
+/// A small project: app.py must print hello; a protected unit test checks it.
+fn project(name: &str) -> PathBuf {
+    let dir = tmpdir(name);
+    let p = dir.join("project");
+    std::fs::create_dir_all(p.join("tests")).unwrap();
+    std::fs::write(
+        p.join("tests/test_app.py"),
+        "import subprocess, sys, unittest\n\nclass T(unittest.TestCase):\n    def test_hello(self):\n        out = subprocess.run([sys.executable, 'app.py'], capture_output=True, text=True).stdout\n        self.assertEqual(out.strip(), 'hello')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("task.yaml"),
+        r#"instruction: make app.py print hello
+criteria:
+  - id: prints-hello
+    checks:
+      - run: python3 app.py
+        expect_stdout: hello
+  - id: unit-tests
+    checks:
+      - run: python3 -m unittest discover -s tests
+        nonempty_tests: true
+artifacts: [app.py]
+protected: ["tests/**"]
+limits: { max_steps: 6, max_verifications: 2, timeout_secs: 120 }
+"#,
+    )
+    .unwrap();
+    p
+}
+
+struct Run {
+    code: Option<i32>,
+    events: Vec<serde_json::Value>,
+    receipt: PathBuf,
+    outcome: serde_json::Value,
+    output: String,
+}
+
+fn run_script(project: &Path, script: &str, extra: &[&str]) -> Run {
+    let dir = project.parent().unwrap();
+    let script_path = dir.join("script.yaml");
+    std::fs::write(&script_path, script).unwrap();
+    let out = loop_bin()
+        .arg("run")
+        .arg("--task")
+        .arg(dir.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", script_path.display()))
+        .arg("--project")
+        .arg(project)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    let output = text(&out);
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{output}")))
+        .collect();
+    let last = events
+        .last()
+        .unwrap_or_else(|| panic!("no events: {output}"));
+    assert_eq!(last["kind"], "receipt", "{output}");
+    Run {
+        code: out.status.code(),
+        receipt: PathBuf::from(last["path"].as_str().unwrap()),
+        outcome: last["outcome"].clone(),
+        events,
+        output,
+    }
+}
+
+fn assert_unverified_but_intact(r: &Run, kind: &str) {
+    assert_eq!(r.outcome["kind"], kind, "{}", r.output);
+    assert_eq!(r.code, Some(1), "{}", r.output);
+    let v = verify(&r.receipt);
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "an unverified receipt is still intact: {}",
+        text(&v)
+    );
+    assert!(
+        text(&v).contains(&format!("outcome    {kind}")),
+        "{}",
+        text(&v)
+    );
+}
+
+fn refusals(r: &Run) -> Vec<String> {
+    r.events
+        .iter()
+        .filter(|e| e["kind"] == "observed" && e["observation"]["status"] == "refused")
+        .map(|e| e["observation"]["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn finishing_without_doing_the_work_is_not_verified() {
+    let p = project("finish-only");
+    let r = run_script(
+        &p,
+        "turns:\n  - calls: [{tool: finish, args: {summary: done}}]\n  - calls: [{tool: finish, args: {summary: really done}}]\n  - calls: [{tool: finish, args: {summary: trust me}}]\n",
+        &[],
+    );
+    assert_unverified_but_intact(&r, "failed");
+    assert!(
+        r.outcome["reason"]
+            .as_str()
+            .unwrap()
+            .contains("rejected 2 time(s)")
+    );
+}
+
+#[test]
+fn writing_outside_the_workspace_is_refused() {
+    let p = project("outside");
+    let outside = p.parent().unwrap().join("escaped.txt");
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: {}, content: x}}}}\n      - {{tool: write_file, args: {{path: ../escaped.txt, content: x}}}}\n      - {{tool: run_command, args: {{command: 'ln -s {} link'}}}}\n  - calls:\n      - {{tool: write_file, args: {{path: link/escaped.txt, content: x}}}}\n      - {{tool: finish, args: {{summary: wrote it}}}}\n",
+        outside.display(),
+        p.parent().unwrap().display()
+    );
+    let r = run_script(&p, &script, &[]);
+    assert_unverified_but_intact(&r, "lost");
+    assert!(
+        !outside.exists(),
+        "nothing was written outside the workspace"
+    );
+    assert_eq!(
+        refusals(&r),
+        vec![
+            "jail: absolute path",
+            "jail: `..` component",
+            "jail: symlink escape"
+        ]
+    );
+}
+
+#[test]
+fn editing_a_protected_test_to_make_it_pass_is_refused() {
+    let p = project("protected");
+    let script = r#"turns:
+  - calls:
+      - tool: write_file
+        args: { path: app.py, content: "print('bye')\n" }
+      - tool: edit_file
+        args: { path: tests/test_app.py, old: "'hello'", new: "'bye'" }
+      - tool: write_file
+        args: { path: tests/test_app.py, content: "" }
+  - calls:
+      - tool: finish
+        args: { summary: tests pass }
+"#;
+    let r = run_script(&p, script, &[]);
+    assert_unverified_but_intact(&r, "lost");
+    assert_eq!(
+        refusals(&r),
+        vec!["protected: tests/**", "protected: tests/**"]
+    );
+    let ws = PathBuf::from(
+        r.events.iter().find(|e| e["kind"] == "receipt").unwrap()["workspace"]
+            .as_str()
+            .unwrap(),
+    );
+    let test = std::fs::read_to_string(ws.join("tests/test_app.py")).unwrap();
+    assert!(test.contains("'hello'"), "the protected test is unchanged");
+}
+
+#[test]
+fn rewriting_a_protected_test_through_a_command_is_caught_at_verification() {
+    let p = project("protected-cmd");
+    let script = r#"turns:
+  - calls:
+      - tool: write_file
+        args: { path: app.py, content: "print('bye')\n" }
+      - tool: run_command
+        args: { command: "sed -i \"s/'hello'/'bye'/\" tests/test_app.py" }
+      - tool: finish
+        args: { summary: tests pass }
+"#;
+    let r = run_script(&p, script, &[]);
+    assert_unverified_but_intact(&r, "lost");
+    let verified = r.events.iter().find(|e| e["kind"] == "verified").unwrap();
+    assert_eq!(verified["accepted"], false);
+    assert!(
+        verified["rejection"]
+            .as_str()
+            .unwrap()
+            .contains("tests/test_app.py modified (protected by tests/**)"),
+        "{verified}"
+    );
+}
+
+#[test]
+fn a_model_that_never_finishes_hits_the_step_limit() {
+    let p = project("never");
+    let turn = "  - calls: [{tool: list_files, args: {}}]\n";
+    let script = format!("turns:\n{}", turn.repeat(20));
+    let r = run_script(&p, &script, &["--max-steps", "3"]);
+    assert_unverified_but_intact(&r, "limit_reached");
+    assert_eq!(r.outcome["limit"], "steps");
+    let turns = r
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "model_turn")
+        .count();
+    assert_eq!(turns, 3);
+}
+
+#[test]
+fn a_script_that_runs_out_is_lost_even_when_the_work_is_right() {
+    let p = project("runs-out");
+    let script = "turns:\n  - calls: [{tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}]\n";
+    let r = run_script(&p, script, &[]);
+    assert_unverified_but_intact(&r, "lost");
+    assert!(
+        r.outcome["reason"]
+            .as_str()
+            .unwrap()
+            .contains("script exhausted")
+    );
+}
+
+#[test]
+fn doing_the_work_and_finishing_is_verified() {
+    let p = project("honest");
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: prints hello}}\n";
+    let r = run_script(&p, script, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    assert_eq!(r.code, Some(0));
+    assert_eq!(verify(&r.receipt).status.code(), Some(0));
+    // The user's checkout is untouched: the task worked in its own copy.
+    assert!(!p.join("app.py").exists());
+}
+
+#[test]
+fn verify_on_change_accepts_without_a_finish_claim() {
+    let p = project("on-change");
+    let script = "turns:\n  - calls: [{tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}]\n";
+    let r = run_script(&p, script, &["--verify-on-change"]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+}
+
+#[test]
+fn flags_make_a_contract_and_run_it() {
+    let dir = tmpdir("flags");
+    let script = dir.join("s.yaml");
+    std::fs::write(
+        &script,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: out.txt, content: \"42\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+    )
+    .unwrap();
+    let out = loop_bin()
+        .args([
+            "run",
+            "write 42 to out.txt",
+            "--check",
+            "grep -qx 42 out.txt",
+            "--artifact",
+            "out.txt",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--project")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("■ verified"));
+}
+
+#[test]
+fn bad_input_exits_2_with_a_position() {
+    let dir = tmpdir("bad");
+    let task = dir.join("task.yaml");
+    std::fs::write(
+        &task,
+        "instruction: x\ncriteria:\n  - id: a\n    text: no checks here\n",
+    )
+    .unwrap();
+    let out = loop_bin().arg("validate").arg(&task).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out);
+    assert!(
+        err.contains("task.yaml:3:5: criterion `a` has no check"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+
+    let out = loop_bin()
+        .args(["run", "x", "--check", "true", "--model", "gpt4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("not PROVIDER:NAME"), "{}", text(&out));
+
+    let script = dir.join("s.yaml");
+    std::fs::write(
+        &script,
+        "turns:\n  - calls:\n      - tool: finish\n        argz: {}\n",
+    )
+    .unwrap();
+    let out = loop_bin()
+        .args(["run", "x", "--check", "true", "--project"])
+        .arg(&dir)
+        .arg("--model")
+        .arg(format!("scripted:{}", script.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("s.yaml:4:9: unknown key `argz` in a call"),
+        "{}",
+        text(&out)
+    );
+
+    let out = loop_bin()
+        .arg("verify")
+        .arg(dir.join("missing.receipt.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(dir.join("junk.json"), "{not json").unwrap();
+    let out = loop_bin()
+        .arg("verify")
+        .arg(dir.join("junk.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("not a DSSE envelope"), "{}", text(&out));
+}
