@@ -2,6 +2,7 @@
 //! only; the work happens in the library crates.
 
 mod demo;
+mod interrupt;
 mod story;
 mod task;
 mod verify_cmd;
@@ -124,6 +125,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    interrupt::install();
     match dispatch(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -15,8 +15,6 @@ use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Jail, Manifest, Protected, copy_tree, remove_tree};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 /// What to run.
 pub struct TaskRequest {
@@ -133,7 +131,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         ledger: &mut ledger,
         clock: &clock,
         observer: &mut story,
-        cancel: Arc::new(AtomicBool::new(false)),
+        cancel: &crate::interrupt::CANCEL,
     };
     let policy = if req.verify_on_change {
         VerifyPolicy::OnFinishOrChange

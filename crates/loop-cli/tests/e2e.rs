@@ -497,3 +497,37 @@ fn bad_input_exits_2_with_a_position() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not a DSSE envelope"), "{}", text(&out));
 }
+
+#[test]
+fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
+    let p = project("cancel");
+    let dir = p.parent().unwrap().to_path_buf();
+    let script_path = dir.join("script.yaml");
+    let turn = "  - calls: [{tool: run_command, args: {command: 'sleep 0.3'}}]\n";
+    std::fs::write(&script_path, format!("turns:\n{}", turn.repeat(50))).unwrap();
+    let child = loop_bin()
+        .arg("run")
+        .arg("--task")
+        .arg(dir.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", script_path.display()))
+        .args(["--max-steps", "50", "--json", "--project"])
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["kind"], "cancelled", "{stdout}");
+    let v = verify(Path::new(last["path"].as_str().unwrap()));
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
+}

@@ -15,7 +15,6 @@ use loop_protocol::{
     Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Outcome, OutcomeRecord,
     RuntimeInfo, TaskState, VerificationReport,
 };
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// When the Director runs verification.
@@ -44,7 +43,7 @@ pub struct Parts<'a> {
     /// Presentation.
     pub observer: &'a mut dyn Observer,
     /// Set to stop the task at the next decision point.
-    pub cancel: Arc<AtomicBool>,
+    pub cancel: &'a AtomicBool,
 }
 
 /// How a run ended.

@@ -5,7 +5,6 @@ use loop_protocol::*;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 fn contract(max_steps: u32) -> Contract {
@@ -256,6 +255,7 @@ fn run_with(
     let mut ledger = MemLedger::default();
     let clock = FakeClock(clock);
     let mut observer = NoObserver;
+    let cancel_flag = AtomicBool::new(cancel);
     let parts = Parts {
         model: &mut model,
         tools: &mut tools,
@@ -263,7 +263,7 @@ fn run_with(
         ledger: &mut ledger,
         clock: &clock,
         observer: &mut observer,
-        cancel: Arc::new(AtomicBool::new(cancel)),
+        cancel: &cancel_flag,
     };
     let result = Director::new("t-1", contract, policy, parts)
         .unwrap()
