@@ -2,6 +2,7 @@
 //! only; the work happens in the library crates.
 
 mod demo;
+mod exec_cmd;
 mod interrupt;
 mod story;
 mod task;
@@ -115,6 +116,38 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run one command in the sandbox; the exit code mirrors the command's.
+    Exec {
+        /// `none` (own network namespace, loopback only) or `host`.
+        #[arg(long, default_value = "none")]
+        net: String,
+        /// Memory limit in MiB.
+        #[arg(long, value_name = "MB")]
+        mem: Option<u64>,
+        /// CPU seconds.
+        #[arg(long, value_name = "S")]
+        cpu_secs: Option<u64>,
+        /// Wall-clock seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        timeout: u64,
+        /// Bytes of output kept, both streams together (every byte is hashed).
+        #[arg(long, value_name = "BYTES", default_value_t = loop_sandbox::DEFAULT_MAX_OUTPUT)]
+        max_output: usize,
+        /// The read-write directory (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// `preferred` runs with what the kernel offers; `required` fails closed.
+        #[arg(long, default_value = "preferred")]
+        isolation: String,
+        /// Print a JSON result.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show what the sandbox can enforce on this machine.
+    Doctor,
     /// Check a contract file and print its hash.
     Validate {
         /// The contract (default: task.yaml).
@@ -147,6 +180,28 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             let ok = verify_cmd::verify(&receipt, artifacts.as_deref(), pubkey.as_deref(), json)?;
             Ok(if ok { 0 } else { 1 })
         }
+        Command::Exec {
+            net,
+            mem,
+            cpu_secs,
+            timeout,
+            max_output,
+            workspace,
+            isolation,
+            json,
+            command,
+        } => exec_cmd::exec(exec_cmd::ExecOptions {
+            net: net.parse().map_err(CliError::usage)?,
+            mem,
+            cpu_secs,
+            timeout,
+            max_output,
+            workspace,
+            isolation: isolation.parse().map_err(CliError::usage)?,
+            json,
+            argv: command,
+        }),
+        Command::Doctor => exec_cmd::doctor(),
         Command::Validate { file } => {
             let contract = read_contract(&file)?;
             let sha = contract

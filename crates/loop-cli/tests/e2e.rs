@@ -335,28 +335,39 @@ fn editing_a_protected_test_to_make_it_pass_is_refused() {
 }
 
 #[test]
-fn rewriting_a_protected_test_through_a_command_is_caught_at_verification() {
+fn rewriting_a_protected_test_through_a_command_is_contained() {
     let p = project("protected-cmd");
     let script = r#"turns:
   - calls:
       - tool: write_file
         args: { path: app.py, content: "print('bye')\n" }
       - tool: run_command
-        args: { command: "sed -i \"s/'hello'/'bye'/\" tests/test_app.py" }
+        args: { command: "sed -i \"s/'hello'/'bye'/\" tests/test_app.py; echo 'x' > tests/conftest.py" }
       - tool: finish
         args: { summary: tests pass }
 "#;
     let r = run_script(&p, script, &[]);
     assert_unverified_but_intact(&r, "lost");
+    let observed = r
+        .events
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["tool"] == "run_command")
+        .unwrap();
+    let content = observed["observation"]["content"].as_str().unwrap();
+    assert!(content.contains("Read-only file system"), "{content}");
+    let ws = PathBuf::from(
+        r.events.iter().find(|e| e["kind"] == "receipt").unwrap()["workspace"]
+            .as_str()
+            .unwrap(),
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("tests/test_app.py"))
+            .unwrap()
+            .contains("'hello'")
+    );
+    assert!(!ws.join("tests/conftest.py").exists());
     let verified = r.events.iter().find(|e| e["kind"] == "verified").unwrap();
     assert_eq!(verified["accepted"], false);
-    assert!(
-        verified["rejection"]
-            .as_str()
-            .unwrap()
-            .contains("tests/test_app.py modified (protected by tests/**)"),
-        "{verified}"
-    );
 }
 
 #[test]

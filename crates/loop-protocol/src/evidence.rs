@@ -23,8 +23,14 @@ pub struct StreamEvidence {
 pub struct Isolation {
     /// Own process group, killed as a whole.
     pub process_group: bool,
-    /// Own PID namespace.
+    /// Own PID namespace (with a fresh `/proc`).
     pub pid_namespace: bool,
+    /// Own mount namespace (protected paths bound read-only).
+    #[serde(default)]
+    pub mount_namespace: bool,
+    /// Own user namespace.
+    #[serde(default)]
+    pub user_namespace: bool,
     /// Landlock filesystem rules (ABI version), if enforced.
     pub landlock_abi: Option<u32>,
     /// A seccomp filter was installed.
@@ -35,6 +41,9 @@ pub struct Isolation {
     pub rlimits: Vec<String>,
     /// A memory cgroup limited the command.
     pub memory_cgroup: bool,
+    /// A pids cgroup limited the command's processes.
+    #[serde(default)]
+    pub pids_cgroup: bool,
     /// The environment was reduced to an allow-list.
     pub env_scrubbed: bool,
     /// Anything the sandbox wants a reader to know (what was not available).

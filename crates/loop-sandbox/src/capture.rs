@@ -1,16 +1,20 @@
-//! Bounded capture of an output stream: the first and last bytes are kept,
-//! every byte is counted and hashed.
+//! Bounded capture of an output stream: the first and last bytes are kept
+//! in fixed buffers, every byte is counted and hashed, memory stays flat
+//! whatever the command writes.
 
+use crate::redact::redact;
 use loop_protocol::StreamEvidence;
 use loop_protocol::hash::Sha256Stream;
-use std::collections::VecDeque;
 use std::io::Read;
 
 /// A captured stream.
 #[derive(Debug, Clone, Default)]
 pub struct Captured {
     head: Vec<u8>,
-    tail: VecDeque<u8>,
+    /// Ring buffer of the last bytes; `tail_start` is the oldest byte once full.
+    tail: Vec<u8>,
+    tail_start: usize,
+    tail_max: usize,
     total: u64,
     sha256: String,
 }
@@ -31,23 +35,30 @@ impl Captured {
         self.total > (self.head.len() + self.tail.len()) as u64
     }
 
-    /// Head and tail as text, with a marker where bytes were left out.
+    /// Bytes left out of the excerpt.
+    pub fn omitted(&self) -> u64 {
+        self.total - (self.head.len() + self.tail.len()) as u64
+    }
+
+    fn tail_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.tail.len());
+        v.extend_from_slice(&self.tail[self.tail_start..]);
+        v.extend_from_slice(&self.tail[..self.tail_start]);
+        v
+    }
+
+    /// Head and tail as text, secrets redacted, with an explicit
+    /// `[… N bytes omitted …]` marker where bytes were left out.
     pub fn excerpt(&self) -> String {
         let head = String::from_utf8_lossy(&self.head);
-        if !self.truncated() && self.tail.is_empty() {
-            return head.into_owned();
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        let tail = String::from_utf8_lossy(&tail);
-        if self.truncated() {
-            let omitted = self.total - (self.head.len() + self.tail.len()) as u64;
-            format!(
-                "{head}\n[… omitted {omitted} of {} bytes …]\n{tail}",
-                self.total
-            )
+        let tail_bytes = self.tail_bytes();
+        let tail = String::from_utf8_lossy(&tail_bytes);
+        let text = if self.truncated() {
+            format!("{head}\n[… {} bytes omitted …]\n{tail}", self.omitted())
         } else {
             format!("{head}{tail}")
-        }
+        };
+        redact(&text)
     }
 
     /// As evidence for a receipt.
@@ -64,11 +75,16 @@ impl Captured {
     pub fn read_all(mut reader: impl Read, max: usize) -> Captured {
         let head_max = max / 2;
         let tail_max = max - head_max;
-        let mut head = Vec::with_capacity(head_max.min(64 * 1024));
-        let mut tail = VecDeque::new();
-        let mut total = 0u64;
+        let mut c = Captured {
+            head: Vec::with_capacity(head_max.min(64 * 1024)),
+            tail: Vec::new(),
+            tail_start: 0,
+            tail_max,
+            total: 0,
+            sha256: String::new(),
+        };
         let mut hasher = Sha256Stream::default();
-        let mut buf = [0u8; 16 * 1024];
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
@@ -78,22 +94,37 @@ impl Captured {
             };
             let chunk = &buf[..n];
             hasher.update(chunk);
-            total += n as u64;
-            let room = head_max - head.len();
+            c.total += n as u64;
+            let room = head_max - c.head.len();
             let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
-            head.extend_from_slice(to_head);
-            for &b in rest {
-                if tail.len() == tail_max {
-                    tail.pop_front();
-                }
-                tail.push_back(b);
-            }
+            c.head.extend_from_slice(to_head);
+            c.push_tail(rest);
         }
-        Captured {
-            head,
-            tail,
-            total,
-            sha256: hasher.finish_hex(),
+        c.sha256 = hasher.finish_hex();
+        c
+    }
+
+    fn push_tail(&mut self, mut bytes: &[u8]) {
+        if self.tail_max == 0 || bytes.is_empty() {
+            return;
+        }
+        if bytes.len() >= self.tail_max {
+            bytes = &bytes[bytes.len() - self.tail_max..];
+            self.tail.clear();
+            self.tail.extend_from_slice(bytes);
+            self.tail_start = 0;
+            return;
+        }
+        // Fill up, then overwrite the oldest bytes in place.
+        let fill = (self.tail_max - self.tail.len()).min(bytes.len());
+        self.tail.extend_from_slice(&bytes[..fill]);
+        let mut rest = &bytes[fill..];
+        while !rest.is_empty() {
+            let end = (self.tail_start + rest.len()).min(self.tail_max);
+            let n = end - self.tail_start;
+            self.tail[self.tail_start..end].copy_from_slice(&rest[..n]);
+            self.tail_start = end % self.tail_max;
+            rest = &rest[n..];
         }
     }
 }
@@ -113,9 +144,27 @@ mod tests {
         assert!(c.truncated());
         let ex = c.excerpt();
         assert!(ex.starts_with("0\n1\n2\n"));
-        assert!(ex.ends_with("99999\n"));
-        assert!(ex.contains("omitted"));
+        assert!(ex.ends_with("99999\n"), "{}", &ex[ex.len() - 40..]);
+        assert!(ex.contains(&format!("[… {} bytes omitted …]", data.len() - 1000)));
         assert!(ex.len() < 1100);
+    }
+
+    #[test]
+    fn the_tail_ring_is_exact_across_uneven_chunks() {
+        struct Chunky<'a>(&'a [u8], usize);
+        impl Read for Chunky<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.1.min(self.0.len()).min(buf.len());
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                self.1 = self.1 % 7 + 3;
+                Ok(n)
+            }
+        }
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let c = Captured::read_all(Chunky(&data, 5), 100);
+        assert_eq!(c.tail_bytes(), data[data.len() - 50..].to_vec());
+        assert_eq!(c.head, data[..50].to_vec());
     }
 
     #[test]

@@ -1,25 +1,50 @@
 //! # loop-sandbox
 //!
-//! Every command Loop Engine runs — the agent's `run_command` and every
-//! verification check — goes through [`run`]. Today it gives each command
-//! its own process group (the whole group is killed on timeout and after
-//! the command exits, so background children cannot outlive it), a
-//! parent-death signal, `stdin` from `/dev/null`, an allow-listed
-//! environment (no API keys), no core dumps, and bounded head+tail capture
-//! with a digest over every byte. It never waits forever on a grandchild
-//! holding a pipe: draining is bounded after the kill.
+//! Every command Loop Engine runs — the agent's `run_command`, every
+//! verification check, `loop exec` — goes through [`run`]. On Linux, with
+//! no container engine:
 //!
-//! What is enforced is reported in [`Isolation`], never assumed: kernel
-//! filesystem and network confinement (Landlock, namespaces, seccomp) are
-//! reported as absent until they are applied.
+//! - **lifetime**: its own process group and PID namespace (when init, PID 1
+//!   inside, exits, the kernel kills everything left, daemons included),
+//!   parent-death signals, `stdin` from `/dev/null`, a timeout that kills
+//!   the whole group, bounded draining afterwards;
+//! - **resources**: rlimits for CPU, address space, open files, processes,
+//!   file size and core dumps, and memory/pids cgroups where writable;
+//! - **filesystem**: Landlock — read-write to the workspace and a private
+//!   tmp, read+execute to system trees and the toolchains behind `PATH`,
+//!   nothing else; credential stores and `/etc/shadow` never; protected
+//!   paths inside the workspace bound read-only;
+//! - **network**: a fresh network namespace with only loopback, unless
+//!   `--net host` is chosen (and recorded);
+//! - **system calls**: a seccomp filter denying `ptrace`, `mount`, `bpf`,
+//!   `io_uring`, `keyctl`, … and exotic socket families;
+//! - **environment**: cleared, then an allow-list, `HOME` and `TMPDIR`
+//!   private; secret-looking values redacted from recorded output.
+//!
+//! What was enforced is reported in [`Isolation`], layer by layer. With
+//! [`IsolationLevel::Required`] a missing layer fails closed, naming it.
 
 mod capture;
+mod cgroup;
+mod child;
+mod landlock;
+pub mod policy;
+pub mod probe;
+pub mod redact;
+mod seccomp;
 
 pub use capture::Captured;
 use loop_protocol::Isolation;
+pub use policy::{IsolationLevel, Limits};
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -28,46 +53,78 @@ use std::time::{Duration, Instant};
 pub enum Program {
     /// `sh -c SCRIPT`: quotes, pipes and heredocs work.
     Shell(String),
-    /// An argument vector, run directly.
+    /// An argument vector, run directly (looked up on `PATH`).
     Argv(Vec<String>),
 }
 
 /// Network policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Net {
-    /// No network (a fresh namespace with loopback only, once available).
+    /// A fresh network namespace with loopback only.
     #[default]
     None,
-    /// The host's network, an explicit opt-in.
+    /// The host's network: an explicit opt-in, recorded with the result.
     Host,
 }
+
+impl std::str::FromStr for Net {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Net::None),
+            "host" => Ok(Net::Host),
+            other => Err(format!("--net must be `none` or `host`, not `{other}`")),
+        }
+    }
+}
+
+/// Default bound on captured output, both streams together.
+pub const DEFAULT_MAX_OUTPUT: usize = 2 * 1024 * 1024;
 
 /// One command to run.
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
     /// The program.
     pub program: Program,
-    /// Working directory.
+    /// Working directory (inside the workspace).
     pub cwd: PathBuf,
+    /// The read-write root; defaults to `cwd`.
+    pub workspace: Option<PathBuf>,
+    /// Existing paths inside the workspace to make read-only.
+    pub read_only_paths: Vec<PathBuf>,
     /// Wall-clock limit.
     pub timeout: Duration,
-    /// Bytes kept per stream (head + tail); every byte is still hashed.
+    /// Bytes kept of stdout and stderr together (head + tail of each); every byte is hashed.
     pub max_output: usize,
     /// Network policy.
     pub net: Net,
+    /// Resource limits.
+    pub limits: Limits,
+    /// How to treat missing kernel features.
+    pub isolation: IsolationLevel,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
 }
 
 impl ExecRequest {
-    /// A shell command in `cwd` with defaults: 60 s, 64 KiB per stream, no network.
+    /// A shell command in `cwd` with defaults: 60 s, 2 MiB of output, no
+    /// network, default limits, isolation preferred.
     pub fn shell(script: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        Self::new(Program::Shell(script.into()), cwd)
+    }
+
+    /// A program with defaults as for [`ExecRequest::shell`].
+    pub fn new(program: Program, cwd: impl Into<PathBuf>) -> Self {
         ExecRequest {
-            program: Program::Shell(script.into()),
+            program,
             cwd: cwd.into(),
+            workspace: None,
+            read_only_paths: Vec::new(),
             timeout: Duration::from_secs(60),
-            max_output: 64 * 1024,
+            max_output: DEFAULT_MAX_OUTPUT,
             net: Net::None,
+            limits: Limits::default(),
+            isolation: IsolationLevel::Preferred,
             env: Vec::new(),
         }
     }
@@ -92,51 +149,279 @@ pub struct ExecResult {
     pub isolation: Isolation,
 }
 
-/// The command could not be started.
+/// The command could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// Spawning failed.
-    #[error("cannot start `{program}` in {cwd}: {source}")]
+    #[error("cannot start `{program}` in {cwd}: {step}{source}")]
     Spawn {
         /// What was run.
         program: String,
         /// Where.
         cwd: String,
+        /// The sandbox step that failed, if it was one.
+        step: String,
         /// Why.
         source: std::io::Error,
     },
     /// Waiting failed.
     #[error("cannot wait for the command: {0}")]
     Wait(std::io::Error),
+    /// `isolation: required` and a layer is missing.
+    #[error("isolation is required but unavailable: {missing}. {how}")]
+    Unavailable {
+        /// The missing layers.
+        missing: String,
+        /// How to enable them.
+        how: String,
+    },
+    /// Preparing the sandbox failed.
+    #[error("cannot prepare the sandbox: {0}")]
+    Prepare(String),
 }
 
-/// Variables passed through from the runtime's environment; everything
-/// else (API keys, tokens, cloud credentials) is dropped.
-pub const ENV_ALLOW: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TZ",
-    "PYENV_ROOT",
-    "PYENV_VERSION",
-    "RUSTUP_HOME",
-    "CARGO_HOME",
-    "RUSTUP_TOOLCHAIN",
-    "JAVA_HOME",
-    "GOROOT",
-    "GOPATH",
-];
+/// Variables passed through from the runtime's environment (plus every `LC_*`).
+pub const ENV_ALLOW: &[&str] = &["PATH", "LANG", "TZ", "TERM"];
 
 /// How long to keep draining pipes after the command's group was killed.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+fn seccomp_program() -> &'static Result<Vec<libc::sock_filter>, String> {
+    static P: OnceLock<Result<Vec<libc::sock_filter>, String>> = OnceLock::new();
+    P.get_or_init(|| {
+        seccomp::program().map(|p| {
+            p.into_iter()
+                .map(|f| libc::sock_filter {
+                    code: f.code,
+                    jt: f.jt,
+                    jf: f.jf,
+                    k: f.k,
+                })
+                .collect()
+        })
+    })
+}
+
+/// A private directory for one command: its `TMPDIR` and `HOME`.
+struct PrivateTmp(PathBuf);
+
+impl PrivateTmp {
+    fn create() -> std::io::Result<Self> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!(
+            "loop-sbx-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir.join("home"))?;
+        Ok(PrivateTmp(dir))
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cstring(p: &Path) -> Result<CString, SandboxError> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| SandboxError::Prepare(format!("path {} contains a NUL byte", p.display())))
+}
+
+/// Mount flags a read-only bind of `path` must keep (a user namespace may
+/// not drop them).
+fn locked_flags(path: &Path) -> libc::c_ulong {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs into a zeroed struct with a NUL-terminated path.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return 0;
+        }
+        let mut flags = 0;
+        for (st_flag, ms_flag) in [
+            (libc::ST_NOSUID, libc::MS_NOSUID),
+            (libc::ST_NODEV, libc::MS_NODEV),
+            (libc::ST_NOEXEC, libc::MS_NOEXEC),
+            (libc::ST_NOATIME, libc::MS_NOATIME),
+            (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+            (libc::ST_RELATIME, libc::MS_RELATIME),
+        ] {
+            if st.f_flag & st_flag != 0 {
+                flags |= ms_flag;
+            }
+        }
+        flags
+    }
+}
+
 /// Run one command and report how it ended and what was enforced.
 pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
+    let support = probe::support();
+    let program_text = match &req.program {
+        Program::Shell(s) => format!("sh -c {s:?}"),
+        Program::Argv(a) => a.join(" "),
+    };
+    let spawn_err = |step: String, source: std::io::Error| SandboxError::Spawn {
+        program: program_text.clone(),
+        cwd: req.cwd.display().to_string(),
+        step,
+        source,
+    };
+    let workspace = req
+        .workspace
+        .clone()
+        .unwrap_or_else(|| req.cwd.clone())
+        .canonicalize()
+        .map_err(|e| spawn_err("workspace: ".into(), e))?;
+    let tmp = PrivateTmp::create().map_err(|e| spawn_err("private tmp: ".into(), e))?;
+
+    // Decide the layers.
+    let mut notes = Vec::new();
+    let mut missing = Vec::new();
+    let use_ns = support.namespaces;
+    if !use_ns {
+        missing.push("namespaces (pid, mount, net)");
+    }
+    let view = policy::host_view();
+    let landlock = if support.landlock_abi > 0 {
+        landlock::prepare(view, &[workspace.clone(), tmp.0.clone()])
+            .map_err(SandboxError::Prepare)?
+    } else {
+        None
+    };
+    if landlock.is_none() {
+        missing.push("Landlock");
+    }
+    let seccomp = match (support.seccomp, seccomp_program()) {
+        (true, Ok(p)) => Some(p.clone()),
+        (true, Err(e)) => return Err(SandboxError::Prepare(format!("seccomp: {e}"))),
+        (false, _) => {
+            missing.push("seccomp");
+            None
+        }
+    };
+    let mem_bytes = req.limits.mem_mb.saturating_mul(1024 * 1024);
+    let cgroups = cgroup::Cgroups::create(mem_bytes, req.limits.nproc);
+    if !cgroups.memory {
+        missing.push("memory cgroup");
+    }
+    if req.isolation == IsolationLevel::Required && !missing.is_empty() {
+        cgroups.destroy();
+        return Err(SandboxError::Unavailable {
+            missing: missing.join(", "),
+            how: "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0), boot with Landlock in the LSM list (lsm=landlock,…), a kernel with seccomp, and a delegated cgroup (cgroup v2 with memory and pids enabled in cgroup.subtree_control); `loop doctor` shows what this machine has.".into(),
+        });
+    }
+    notes.extend(cgroups.notes.iter().cloned());
+    if !use_ns {
+        notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
+    }
+
+    // Resource limits: the address space is the backstop when no cgroup limits memory.
+    let cpu = req
+        .limits
+        .cpu_secs
+        .unwrap_or_else(|| req.timeout.as_secs().max(1) + 1);
+    let as_bytes = if cgroups.memory {
+        mem_bytes.saturating_mul(4)
+    } else {
+        mem_bytes
+    };
+    let rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)> = vec![
+        (libc::RLIMIT_CORE, 0, "core=0".into()),
+        (libc::RLIMIT_CPU, cpu, format!("cpu={cpu}s")),
+        (
+            libc::RLIMIT_AS,
+            as_bytes,
+            format!("as={}MiB", as_bytes >> 20),
+        ),
+        (
+            libc::RLIMIT_NOFILE,
+            req.limits.nofile,
+            format!("nofile={}", req.limits.nofile),
+        ),
+        (
+            libc::RLIMIT_NPROC,
+            req.limits.nproc,
+            format!("nproc={}", req.limits.nproc),
+        ),
+        (
+            libc::RLIMIT_FSIZE,
+            req.limits.fsize_mb.saturating_mul(1024 * 1024),
+            format!("fsize={}MiB", req.limits.fsize_mb),
+        ),
+    ];
+    if support.root {
+        notes.push(
+            "running as root: RLIMIT_NPROC does not bind root; the pids cgroup limits processes"
+                .into(),
+        );
+    }
+
+    // The child's plan.
+    let (diag_read, diag_write) = {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors we then own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(spawn_err("pipe: ".into(), std::io::Error::last_os_error()));
+        }
+        // SAFETY: both descriptors were just created and are owned here only.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let userns = use_ns && support.userns;
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut flags = 0;
+    if use_ns {
+        flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+        if userns {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        if req.net == Net::None {
+            flags |= libc::CLONE_NEWNET;
+        }
+    }
+    let mut ro_binds = Vec::new();
+    if use_ns {
+        for p in &req.read_only_paths {
+            if std::fs::symlink_metadata(p)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(true)
+            {
+                continue;
+            }
+            ro_binds.push((cstring(p)?, locked_flags(p)));
+        }
+    }
+    let plan_seccomp = seccomp.is_some();
+    let plan = child::ChildPlan {
+        unshare_flags: flags,
+        userns,
+        uid_map: format!("{uid} {uid} 1").into_bytes(),
+        gid_map: format!("{gid} {gid} 1").into_bytes(),
+        cgroup_procs: cgroups
+            .dirs
+            .iter()
+            .map(|d| cstring(&d.join("cgroup.procs")))
+            .collect::<Result<_, _>>()?,
+        mount_proc: use_ns && support.proc_mount,
+        proc_rule: landlock.as_ref().map(|l| (l.fd.as_raw_fd(), l.read_mask)),
+        ro_binds,
+        loopback_up: use_ns && req.net == Net::None,
+        rlimits: rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
+        landlock_fd: landlock.as_ref().map(|l| l.fd.as_raw_fd()),
+        seccomp,
+        diag_fd: diag_write.as_raw_fd(),
+    };
+
     let mut cmd = match &req.program {
         Program::Shell(script) => {
             let mut c = Command::new("/bin/sh");
@@ -155,64 +440,61 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
         .stderr(Stdio::piped())
         .env_clear()
         .process_group(0);
-    for key in ENV_ALLOW {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
+    for (k, v) in std::env::vars_os() {
+        let key = k.to_string_lossy();
+        if ENV_ALLOW.contains(&key.as_ref()) || key.starts_with("LC_") {
+            cmd.env(&k, &v);
         }
     }
-    // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
-    // would look like edits to protected paths, and a forged cache can
-    // shadow a source file: commands do not write them.
-    cmd.env("PYTHONDONTWRITEBYTECODE", "1");
+    for (k, v) in &view.toolchain_env {
+        cmd.env(k, v);
+    }
+    cmd.env("HOME", tmp.0.join("home"))
+        .env("TMPDIR", &tmp.0)
+        // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
+        // would look like edits to protected paths, and a forged cache can
+        // shadow a source file: commands do not write them.
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls async-signal-safe libc functions (prctl, setrlimit).
+    // SAFETY: `child::enter` only makes async-signal-safe system calls on
+    // data prepared above, which outlives the spawn.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            if libc::setrlimit(libc::RLIMIT_CORE, &no_core) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || child::enter(&plan));
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
-        program: match &req.program {
-            Program::Shell(s) => format!("sh -c {s:?}"),
-            Program::Argv(a) => a.join(" "),
-        },
-        cwd: req.cwd.display().to_string(),
-        source,
-    })?;
+    let spawned = cmd.spawn();
+    drop(diag_write);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let mut step = String::new();
+            let _ = std::fs::File::from(diag_read).read_to_string(&mut step);
+            cgroups.destroy();
+            let step = if step.is_empty() {
+                step
+            } else {
+                format!("sandbox step `{step}` failed: ")
+            };
+            return Err(spawn_err(step, e));
+        }
+    };
+    let landlock_abi = landlock.as_ref().map(|l| l.abi);
+    drop(landlock);
     let pgid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel::<(u8, Captured)>();
-    let max = req.max_output;
+    let per_stream = (req.max_output / 2).max(2);
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let _ = tx.send((1, Captured::read_all(out, max)));
+            let _ = tx.send((1, Captured::read_all(out, per_stream)));
         });
     }
     if let Some(err) = child.stderr.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let _ = tx.send((2, Captured::read_all(err, max)));
+            let _ = tx.send((2, Captured::read_all(err, per_stream)));
         });
     }
     drop(tx);
@@ -225,24 +507,31 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
             Ok(None) => {}
             Err(e) => {
                 kill_group(pgid);
+                cgroups.destroy();
                 return Err(SandboxError::Wait(e));
             }
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             timed_out = true;
             kill_group(pgid);
             match child.wait() {
                 Ok(status) => break status,
-                Err(e) => return Err(SandboxError::Wait(e)),
+                Err(e) => {
+                    cgroups.destroy();
+                    return Err(SandboxError::Wait(e));
+                }
             }
         }
-        std::thread::sleep(Duration::from_millis(2));
+        // Poll finely near the deadline so kill-to-reap stays in milliseconds.
+        let left = deadline.saturating_duration_since(now);
+        std::thread::sleep(left.min(Duration::from_millis(1)));
     };
     let duration = started.elapsed();
-    // Whatever the command left behind in its group dies with it.
+    // Whatever the command left behind in its group or cgroup dies with it.
     kill_group(pgid);
+    cgroups.destroy();
 
-    let mut notes = Vec::new();
     let mut stdout = Captured::default();
     let mut stderr = Captured::default();
     let drain_deadline = Instant::now() + DRAIN_GRACE;
@@ -252,15 +541,11 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
             Ok((1, c)) => stdout = c,
             Ok((_, c)) => stderr = c,
             Err(_) => {
-                notes.push(
-                    "an output pipe was still held open by a detached process; draining stopped after 500 ms"
-                        .to_string(),
-                );
+                notes.push("an output pipe was still held open by a detached process; draining stopped after 500 ms".into());
                 break;
             }
         }
     }
-    notes.push("no kernel filesystem or network confinement applied (Landlock, namespaces and seccomp are not enforced by this build)".to_string());
     Ok(ExecResult {
         exit_code: status.code(),
         signal: status.signal(),
@@ -270,15 +555,19 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
         stderr,
         isolation: Isolation {
             process_group: true,
-            pid_namespace: false,
-            landlock_abi: None,
-            seccomp: false,
-            network: match req.net {
-                // Without a namespace the host network is what the command had.
-                Net::None | Net::Host => "host".into(),
+            pid_namespace: use_ns,
+            mount_namespace: use_ns,
+            user_namespace: userns,
+            landlock_abi,
+            seccomp: plan_seccomp,
+            network: if use_ns && req.net == Net::None {
+                "none".into()
+            } else {
+                "host".into()
             },
-            rlimits: vec!["core=0".into()],
-            memory_cgroup: false,
+            rlimits: rlimits.into_iter().map(|(_, _, s)| s).collect(),
+            memory_cgroup: cgroups.memory,
+            pids_cgroup: cgroups.pids,
             env_scrubbed: true,
             notes,
         },
@@ -286,79 +575,9 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
 }
 
 fn kill_group(pgid: libc::pid_t) {
-    // SAFETY: killpg with a positive pgid we created; errors (ESRCH when the
-    // group is already gone) are expected and ignored.
+    // SAFETY: killpg with a positive pgid we created; ESRCH when the group
+    // is already gone is expected and ignored.
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sh(script: &str) -> ExecResult {
-        let mut r = ExecRequest::shell(script, std::env::temp_dir());
-        r.timeout = Duration::from_secs(5);
-        run(&r).unwrap()
-    }
-
-    #[test]
-    fn exit_codes_and_streams_are_captured() {
-        let r = sh("echo out; echo err >&2; exit 3");
-        assert_eq!(r.exit_code, Some(3));
-        assert_eq!(r.stdout.excerpt(), "out\n");
-        assert_eq!(r.stderr.excerpt(), "err\n");
-        assert!(!r.timed_out);
-    }
-
-    #[test]
-    fn shell_quoting_pipes_and_heredocs_work() {
-        let r = sh("printf '%s\\n' \"a b\" | tr a-z A-Z; cat <<'EOF'\nhere doc\nEOF");
-        assert_eq!(r.stdout.excerpt(), "A B\nhere doc\n");
-    }
-
-    #[test]
-    fn timeout_kills_the_whole_group() {
-        let marker = std::env::temp_dir().join(format!("loop-sbx-{}", std::process::id()));
-        let script = format!("(sleep 1; touch {}) & sleep 30", marker.display());
-        let mut r = ExecRequest::shell(script, std::env::temp_dir());
-        r.timeout = Duration::from_millis(200);
-        let t = Instant::now();
-        let res = run(&r).unwrap();
-        assert!(res.timed_out);
-        assert_eq!(res.signal, Some(libc::SIGKILL));
-        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-        std::thread::sleep(Duration::from_millis(1300));
-        assert!(
-            !marker.exists(),
-            "the background child must have died with the group"
-        );
-    }
-
-    #[test]
-    fn secrets_in_the_environment_do_not_reach_the_command() {
-        // SAFETY: test-only; no other thread reads this variable.
-        unsafe { std::env::set_var("LOOP_TEST_SECRET_API_KEY", "sk-should-not-leak") };
-        let r = sh("env");
-        assert!(!r.stdout.excerpt().contains("sk-should-not-leak"));
-        assert!(r.stdout.excerpt().contains("PATH="));
-        assert!(r.isolation.env_scrubbed);
-    }
-
-    #[test]
-    fn a_missing_program_is_an_error_not_a_panic() {
-        let mut r = ExecRequest::shell("true", "/nonexistent/dir");
-        r.program = Program::Argv(vec!["true".into()]);
-        assert!(matches!(run(&r), Err(SandboxError::Spawn { .. })));
-    }
-
-    #[test]
-    fn isolation_is_reported_honestly() {
-        let r = sh("true");
-        assert!(r.isolation.process_group);
-        assert_eq!(r.isolation.landlock_abi, None);
-        assert!(!r.isolation.pid_namespace);
-        assert_eq!(r.isolation.network, "host");
     }
 }

@@ -386,9 +386,12 @@ impl ToolBox {
             .min(max);
         let before = Manifest::of(self.jail.root()).map(|m| m.root).ok();
         let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
+        req.workspace = Some(self.jail.root().to_path_buf());
+        // Protected paths are read-only to commands too, not only to the file tools.
+        req.read_only_paths = self.jail.protected().existing(self.jail.root());
         req.timeout = timeout;
         req.net = self.net;
-        req.max_output = self.limits.max_shown_bytes;
+        req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
             Ok(r) => r,
             Err(e) => return Observation::error(id, "run_command", e.to_string()),

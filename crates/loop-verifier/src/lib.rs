@@ -212,6 +212,7 @@ fn run_check(
 ) -> (CheckEvidence, Option<Isolation>) {
     let mut ev = blank(criterion, index, check, method);
     let mut req = ExecRequest::shell(run.command.clone(), view);
+    req.workspace = Some(view.to_path_buf());
     req.timeout = Duration::from_secs(run.timeout_secs);
     req.max_output = MATCH_BYTES;
     let result = match loop_sandbox::run(&req) {

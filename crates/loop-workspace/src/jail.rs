@@ -87,6 +87,33 @@ impl Protected {
             .map(|(r, _)| r.as_str())
     }
 
+    /// Existing paths under `root` that a rule protects, for the sandbox to
+    /// bind read-only. A protected directory is listed once, not entered.
+    pub fn existing(&self, root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        self.collect(root, root, &mut out);
+        out
+    }
+
+    fn collect(&self, root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(items) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for item in items.flatten() {
+            let path = item.path();
+            let rel = to_slash(path.strip_prefix(root).unwrap_or(&path));
+            let Ok(ft) = item.file_type() else { continue };
+            if ft.is_symlink() {
+                continue;
+            }
+            if self.matching(&rel).is_some() {
+                out.push(path);
+            } else if ft.is_dir() {
+                self.collect(root, &path, out);
+            }
+        }
+    }
+
     /// The rules, as given.
     pub fn rules(&self) -> Vec<&str> {
         self.rules.iter().map(|(r, _)| r.as_str()).collect()

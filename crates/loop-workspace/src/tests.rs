@@ -116,3 +116,23 @@ fn the_root_itself_cannot_be_written() {
     assert!(j.resolve(".", Intent::Write).is_err());
     assert!(j.resolve(".", Intent::Read).is_ok());
 }
+
+#[test]
+fn existing_protected_paths_are_listed_for_read_only_binding() {
+    let d = TestDir::new("jail-existing");
+    std::fs::create_dir_all(d.path().join("tests/sub")).unwrap();
+    std::fs::write(d.path().join("tests/sub/t.py"), "x").unwrap();
+    std::fs::create_dir_all(d.path().join("src/keys")).unwrap();
+    std::fs::write(d.path().join("src/keys/server.pem"), "x").unwrap();
+    std::fs::write(d.path().join(".env"), "x").unwrap();
+    std::fs::write(d.path().join("main.py"), "x").unwrap();
+    let j = jail(&d, &["tests/**"]);
+    let mut got: Vec<String> = j
+        .protected()
+        .existing(j.root())
+        .iter()
+        .map(|p| p.strip_prefix(j.root()).unwrap().display().to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![".env", "src/keys/server.pem", "tests"]);
+}

@@ -1,0 +1,126 @@
+//! `loop exec` and `loop doctor`: one command under the sandbox, and what
+//! this machine's kernel offers.
+
+use crate::CliError;
+use loop_sandbox::{ExecRequest, IsolationLevel, Limits, Net, Program};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `loop exec` options.
+pub struct ExecOptions {
+    /// `--net`.
+    pub net: Net,
+    /// `--mem` in MiB.
+    pub mem: Option<u64>,
+    /// `--cpu-secs`.
+    pub cpu_secs: Option<u64>,
+    /// `--timeout` in seconds.
+    pub timeout: u64,
+    /// `--max-output` in bytes.
+    pub max_output: usize,
+    /// `--workspace`.
+    pub workspace: Option<PathBuf>,
+    /// `--isolation`.
+    pub isolation: IsolationLevel,
+    /// `--json`.
+    pub json: bool,
+    /// The command.
+    pub argv: Vec<String>,
+}
+
+/// Run it; the exit code mirrors the command's (128 + signal when killed).
+pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
+    let cwd = match &o.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| CliError::usage(format!("current directory: {e}")))?,
+    };
+    let mut req = ExecRequest::new(Program::Argv(o.argv.clone()), &cwd);
+    req.workspace = Some(cwd);
+    req.net = o.net;
+    req.timeout = Duration::from_secs(o.timeout.max(1));
+    req.max_output = o.max_output;
+    req.isolation = o.isolation;
+    req.limits = Limits {
+        cpu_secs: o.cpu_secs,
+        mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
+        ..Limits::default()
+    };
+    let r = loop_sandbox::run(&req).map_err(|e| match e {
+        loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
+        other => CliError::internal(other.to_string()),
+    })?;
+    if o.json {
+        let v = serde_json::json!({
+            "exit_code": r.exit_code,
+            "signal": r.signal,
+            "timed_out": r.timed_out,
+            "duration_ms": r.duration.as_millis() as u64,
+            "stdout": r.stdout.excerpt(),
+            "stderr": r.stderr.excerpt(),
+            "stdout_bytes": r.stdout.total(),
+            "stderr_bytes": r.stderr.total(),
+            "truncated": r.stdout.truncated() || r.stderr.truncated(),
+            "isolation": r.isolation,
+        });
+        println!("{v}");
+    } else {
+        let _ = std::io::stdout().write_all(r.stdout.excerpt().as_bytes());
+        let _ = std::io::stderr().write_all(r.stderr.excerpt().as_bytes());
+        if r.timed_out {
+            eprintln!(
+                "loop exec: timed out after {} s; the command's process tree was killed",
+                o.timeout
+            );
+        }
+    }
+    Ok(match (r.exit_code, r.signal) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => 1,
+    })
+}
+
+/// `loop doctor`: what the sandbox can enforce here, tried for real.
+pub fn doctor() -> Result<u8, CliError> {
+    let s = loop_sandbox::probe::support();
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    println!(
+        "user          {}",
+        if s.root { "root" } else { "unprivileged" }
+    );
+    println!("user ns       {}", yes(s.userns));
+    println!("pid/mount/net namespaces  {}", yes(s.namespaces));
+    println!("fresh /proc   {}", yes(s.proc_mount));
+    println!(
+        "landlock      {}",
+        if s.landlock_abi > 0 {
+            format!("ABI {}", s.landlock_abi)
+        } else {
+            "NO".into()
+        }
+    );
+    println!("seccomp       {}", yes(s.seccomp));
+    let dir = std::env::temp_dir();
+    let mut req = ExecRequest::new(Program::Argv(vec!["true".into()]), &dir);
+    req.timeout = Duration::from_secs(10);
+    match loop_sandbox::run(&req) {
+        Ok(r) => {
+            let i = &r.isolation;
+            println!("memory cgroup {}", yes(i.memory_cgroup));
+            println!("pids cgroup   {}", yes(i.pids_cgroup));
+            println!("rlimits       {}", i.rlimits.join(" "));
+            for n in &i.notes {
+                println!("note          {n}");
+            }
+            println!(
+                "`true` under full isolation: exit {:?} in {:.1} ms",
+                r.exit_code,
+                r.duration.as_secs_f64() * 1000.0
+            );
+        }
+        Err(e) => println!("sandboxed `true` failed: {e}"),
+    }
+    Ok(0)
+}

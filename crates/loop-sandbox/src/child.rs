@@ -1,0 +1,363 @@
+//! What happens in the child between fork and exec. Everything here was
+//! prepared by the runtime (strings, rulesets, filters), so the child only
+//! makes system calls: no allocation, no locks — safe after fork in a
+//! multi-threaded process.
+//!
+//! With namespaces the child becomes three processes:
+//!
+//! ```text
+//! runtime ─ relay (outside the new PID namespace; what the runtime waits for)
+//!             └─ init (PID 1 inside: reaps orphans, reports the command's status)
+//!                  └─ command (mounts, limits, Landlock, seccomp, then exec)
+//! ```
+//!
+//! When `init` exits the kernel kills everything left in the namespace, so
+//! no daemon, `setsid`'d or double-forked, outlives the command.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel ABI).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Everything the child needs, prepared before fork.
+pub struct ChildPlan {
+    /// Namespaces to create (`CLONE_NEW*`), 0 for none.
+    pub unshare_flags: libc::c_int,
+    /// Whether a user namespace is among them (then the id maps are written).
+    pub userns: bool,
+    /// `/proc/self/uid_map` content.
+    pub uid_map: Vec<u8>,
+    /// `/proc/self/gid_map` content.
+    pub gid_map: Vec<u8>,
+    /// `cgroup.procs` files to join before anything forks.
+    pub cgroup_procs: Vec<CString>,
+    /// Mount a fresh procfs for the new PID namespace.
+    pub mount_proc: bool,
+    /// Paths to bind read-only onto themselves, with the flags their mount must keep.
+    pub ro_binds: Vec<(CString, libc::c_ulong)>,
+    /// The Landlock ruleset to extend with the fresh `/proc` (read access mask).
+    pub proc_rule: Option<(RawFd, u64)>,
+    /// Bring up `lo` in the new network namespace.
+    pub loopback_up: bool,
+    /// Resource limits to set.
+    pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// A Landlock ruleset to enforce.
+    pub landlock_fd: Option<RawFd>,
+    /// A seccomp BPF program to install.
+    pub seccomp: Option<Vec<libc::sock_filter>>,
+    /// Where to write the name of a failing step.
+    pub diag_fd: RawFd,
+}
+
+fn fail(diag: RawFd, step: &'static [u8]) -> io::Error {
+    let e = io::Error::last_os_error();
+    // SAFETY: writing a static buffer to a pipe we own.
+    unsafe {
+        libc::write(diag, step.as_ptr().cast(), step.len());
+    }
+    e
+}
+
+fn check(ret: libc::c_long, diag: RawFd, step: &'static [u8]) -> io::Result<()> {
+    if ret < 0 {
+        Err(fail(diag, step))
+    } else {
+        Ok(())
+    }
+}
+
+fn write_file(path: &[u8], data: &[u8]) -> bool {
+    // SAFETY: `path` is NUL-terminated (static or prepared); plain syscalls.
+    unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        libc::close(fd);
+        n == data.len() as isize
+    }
+}
+
+/// Close every descriptor except `keep`.
+fn close_all_but(keep: RawFd) {
+    // SAFETY: close_range on descriptor ranges; errors are harmless.
+    unsafe {
+        if keep > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+    }
+}
+
+/// Run in the forked child (via `pre_exec`). Returns only in the process
+/// that goes on to exec the command.
+///
+/// # Safety
+/// Must be called between fork and exec; only async-signal-safe calls follow.
+pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
+    let d = plan.diag_fd;
+    // SAFETY (whole body): raw system calls on prepared, NUL-terminated data.
+    unsafe {
+        check(
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long,
+            d,
+            b"pdeathsig",
+        )?;
+        for procs in &plan.cgroup_procs {
+            if !write_file(procs.as_bytes_with_nul(), b"0") {
+                return Err(fail(d, b"join cgroup"));
+            }
+        }
+        if plan.unshare_flags != 0 {
+            check(
+                libc::unshare(plan.unshare_flags) as libc::c_long,
+                d,
+                b"unshare namespaces",
+            )?;
+            if plan.userns {
+                // Only our own ids are mapped: inside, we are who we were.
+                if !write_file(b"/proc/self/setgroups\0", b"deny")
+                    || !write_file(b"/proc/self/gid_map\0", &plan.gid_map)
+                    || !write_file(b"/proc/self/uid_map\0", &plan.uid_map)
+                {
+                    return Err(fail(d, b"write user namespace id maps"));
+                }
+            }
+            relay_and_init(plan)?;
+            setup_namespaces(plan)?;
+        }
+        for (resource, value) in &plan.rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: *value,
+                rlim_max: *value,
+            };
+            check(
+                libc::setrlimit(*resource, &lim) as libc::c_long,
+                d,
+                b"setrlimit",
+            )?;
+        }
+        check(
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long,
+            d,
+            b"no_new_privs",
+        )?;
+        if let Some(fd) = plan.landlock_fd {
+            check(
+                libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32),
+                d,
+                b"landlock_restrict_self",
+            )?;
+        }
+        if let Some(filter) = &plan.seccomp {
+            let prog = libc::sock_fprog {
+                len: filter.len() as libc::c_ushort,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            check(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                    0,
+                    0,
+                ) as libc::c_long,
+                d,
+                b"seccomp",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Fork twice: the relay stays outside the PID namespace and mirrors the
+/// command's end; init is PID 1 inside and reaps. Returns in the command.
+unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
+    let d = plan.diag_fd;
+    // SAFETY: fork/wait/pipe/_exit only.
+    unsafe {
+        let mut status_pipe = [0 as RawFd; 2];
+        check(
+            libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) as libc::c_long,
+            d,
+            b"pipe",
+        )?;
+        let init = libc::fork();
+        if init < 0 {
+            return Err(fail(d, b"fork init"));
+        }
+        if init > 0 {
+            // The relay.
+            close_all_but(status_pipe[0]);
+            let mut st: libc::c_int = 0;
+            let mut got = 0usize;
+            let buf = &mut st as *mut libc::c_int as *mut u8;
+            while got < 4 {
+                let n = libc::read(status_pipe[0], buf.add(got).cast(), 4 - got);
+                if n > 0 {
+                    got += n as usize;
+                } else if n == 0 || *libc::__errno_location() != libc::EINTR {
+                    break;
+                }
+            }
+            let mut init_st: libc::c_int = 0;
+            while libc::waitpid(init, &mut init_st, 0) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            if got < 4 {
+                st = init_st;
+            }
+            mirror(st);
+        }
+        // Init: PID 1 of the new namespace.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        let cmd = libc::fork();
+        if cmd < 0 {
+            return Err(fail(d, b"fork command"));
+        }
+        if cmd > 0 {
+            close_all_but(status_pipe[1]);
+            loop {
+                let mut st: libc::c_int = 0;
+                let pid = libc::waitpid(-1, &mut st, 0);
+                if pid == cmd {
+                    libc::write(status_pipe[1], (&st as *const libc::c_int).cast(), 4);
+                    libc::_exit(0);
+                }
+                if pid < 0 && *libc::__errno_location() == libc::ECHILD {
+                    libc::_exit(0);
+                }
+            }
+        }
+        // The command.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    Ok(())
+}
+
+/// End this process the way the command ended: same exit code, or the same signal.
+unsafe fn mirror(st: libc::c_int) -> ! {
+    // SAFETY: signal/kill/_exit only.
+    unsafe {
+        if libc::WIFSIGNALED(st) {
+            let sig = libc::WTERMSIG(st);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            1
+        })
+    }
+}
+
+/// Mounts and network inside the new namespaces.
+unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
+    let d = plan.diag_fd;
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount/socket/ioctl on prepared NUL-terminated strings.
+    unsafe {
+        if plan.unshare_flags & libc::CLONE_NEWNS != 0 {
+            check(
+                libc::mount(
+                    null,
+                    c"/".as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) as libc::c_long,
+                d,
+                b"make mounts private",
+            )?;
+            if plan.mount_proc {
+                check(
+                    libc::mount(
+                        c"proc".as_ptr(),
+                        c"/proc".as_ptr(),
+                        c"proc".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        std::ptr::null(),
+                    ) as libc::c_long,
+                    d,
+                    b"mount /proc",
+                )?;
+                // The new procfs did not exist when the ruleset was built:
+                // allow reading it now, from inside.
+                if let Some((ruleset, access)) = plan.proc_rule {
+                    let fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(fail(d, b"open /proc"));
+                    }
+                    let attr = PathBeneathAttr {
+                        allowed_access: access,
+                        parent_fd: fd,
+                    };
+                    let r = libc::syscall(
+                        libc::SYS_landlock_add_rule,
+                        ruleset,
+                        LANDLOCK_RULE_PATH_BENEATH,
+                        &attr as *const PathBeneathAttr,
+                        0u32,
+                    );
+                    libc::close(fd);
+                    check(r, d, b"landlock rule for /proc")?;
+                }
+            }
+            for (path, keep) in &plan.ro_binds {
+                check(
+                    libc::mount(
+                        path.as_ptr(),
+                        path.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ) as libc::c_long,
+                    d,
+                    b"bind protected path",
+                )?;
+                check(
+                    libc::mount(
+                        null,
+                        path.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                        std::ptr::null(),
+                    ) as libc::c_long,
+                    d,
+                    b"remount protected path read-only",
+                )?;
+            }
+        }
+        if plan.loopback_up {
+            let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if s < 0 {
+                return Err(fail(d, b"socket for lo"));
+            }
+            let mut req: libc::ifreq = std::mem::zeroed();
+            for (i, b) in b"lo".iter().enumerate() {
+                req.ifr_name[i] = *b as libc::c_char;
+            }
+            req.ifr_ifru.ifru_flags =
+                (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+            let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
+            libc::close(s);
+            check(r as libc::c_long, d, b"bring up lo")?;
+        }
+    }
+    Ok(())
+}

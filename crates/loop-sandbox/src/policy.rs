@@ -1,0 +1,325 @@
+//! What a command may touch, decided once in the runtime and enforced in
+//! the child: resource limits, the filesystem view, the network.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// How strictly to demand isolation layers the machine may not offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Fail closed, naming the missing feature, when any layer is unavailable.
+    Required,
+    /// Run with what is available and say so in the result.
+    #[default]
+    Preferred,
+}
+
+impl std::str::FromStr for IsolationLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "required" => Ok(IsolationLevel::Required),
+            "preferred" => Ok(IsolationLevel::Preferred),
+            other => Err(format!(
+                "isolation must be `required` or `preferred`, not `{other}`"
+            )),
+        }
+    }
+}
+
+/// Resource limits. Every field is enforced with an rlimit; memory and
+/// processes also with a cgroup where the machine offers a writable one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// CPU seconds (RLIMIT_CPU); `None` derives it from the wall timeout.
+    pub cpu_secs: Option<u64>,
+    /// Memory in MiB: the cgroup limit, and the basis of RLIMIT_AS.
+    pub mem_mb: u64,
+    /// Open files (RLIMIT_NOFILE).
+    pub nofile: u64,
+    /// Processes (cgroup `pids.max`, and RLIMIT_NPROC counted per user namespace).
+    pub nproc: u64,
+    /// Largest file a command may write, in MiB (RLIMIT_FSIZE).
+    pub fsize_mb: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu_secs: None,
+            mem_mb: 4096,
+            nofile: 1024,
+            nproc: 512,
+            fsize_mb: 1024,
+        }
+    }
+}
+
+/// Names under a home directory that hold credentials: never readable,
+/// even inside an allowed tree.
+pub const CREDENTIAL_STORES: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gcloud",
+    ".docker",
+    ".kube",
+    ".netrc",
+    ".git-credentials",
+    ".local/share/keyrings",
+    ".config/gh",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".pypirc",
+    ".npmrc",
+    ".azure",
+    ".password-store",
+];
+
+/// Files under /etc that hold secrets.
+pub const ETC_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+];
+
+/// System trees commands may read and execute.
+const SYSTEM_TREES: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
+    "/sys", "/dev",
+];
+
+/// The host's read-only view, resolved once per process: system trees,
+/// the trees behind the `PATH` (toolchains under home directories
+/// included), minus credential stores.
+#[derive(Debug, Clone, Default)]
+pub struct HostView {
+    /// Trees to allow read + execute, already expanded around denied paths.
+    pub read_exec: Vec<PathBuf>,
+    /// Paths that must never be readable.
+    pub denied: Vec<PathBuf>,
+    /// Toolchain variables derived from the PATH (e.g. `PYENV_ROOT`), so
+    /// shims keep working with a private `HOME`.
+    pub toolchain_env: Vec<(String, String)>,
+}
+
+static HOST: OnceLock<HostView> = OnceLock::new();
+
+/// The host view for this process's `PATH` and `HOME`, computed once.
+pub fn host_view() -> &'static HostView {
+    HOST.get_or_init(|| {
+        let path = std::env::var("PATH").unwrap_or_default();
+        let home = std::env::var("HOME").ok().map(PathBuf::from);
+        HostView::resolve(&path, home.as_deref(), &[])
+    })
+}
+
+impl HostView {
+    /// Resolve the view for a `PATH` string and home directory, plus
+    /// `extra` read-only trees (a Loopfile's `sandbox.read_only`).
+    pub fn resolve(path_var: &str, home: Option<&Path>, extra: &[PathBuf]) -> HostView {
+        let mut homes: BTreeSet<PathBuf> = BTreeSet::new();
+        if let Some(h) = home {
+            homes.insert(canon(h));
+        }
+        homes.insert(PathBuf::from("/root"));
+        if let Ok(items) = std::fs::read_dir("/home") {
+            for item in items.flatten() {
+                homes.insert(item.path());
+            }
+        }
+        let mut trees: BTreeSet<PathBuf> = SYSTEM_TREES.iter().map(PathBuf::from).collect();
+        let mut env = Vec::new();
+        for entry in path_var.split(':').filter(|e| e.starts_with('/')) {
+            let dir = canon(Path::new(entry));
+            if !dir.is_dir() {
+                continue;
+            }
+            trees.insert(toolchain_tree(&dir, &homes));
+            // Interpreters behind symlinked shims live in their own trees.
+            if let Ok(items) = std::fs::read_dir(&dir) {
+                for item in items.flatten() {
+                    if item.file_type().map(|t| t.is_symlink()).unwrap_or(false)
+                        && let Ok(target) = item.path().canonicalize()
+                        && let Some(parent) = target.parent()
+                    {
+                        trees.insert(toolchain_tree(parent, &homes));
+                    }
+                }
+            }
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let parent = dir.parent().map(Path::to_path_buf);
+            match (name, parent) {
+                ("shims", Some(root)) if root.ends_with(".pyenv") => {
+                    env.push(("PYENV_ROOT".to_string(), root.display().to_string()));
+                }
+                ("bin", Some(root)) if root.ends_with(".cargo") => {
+                    env.push(("CARGO_HOME".to_string(), root.display().to_string()));
+                    if let Some(h) = root.parent() {
+                        let rustup = h.join(".rustup");
+                        if rustup.is_dir() {
+                            trees.insert(rustup.clone());
+                            env.push(("RUSTUP_HOME".to_string(), rustup.display().to_string()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for var in ["PYENV_ROOT", "RUSTUP_HOME", "CARGO_HOME"] {
+            if let Ok(v) = std::env::var(var)
+                && Path::new(&v).is_dir()
+                && !env.iter().any(|(k, _)| k == var)
+            {
+                trees.insert(canon(Path::new(&v)));
+                env.push((var.to_string(), v));
+            }
+        }
+        for e in extra {
+            trees.insert(canon(e));
+        }
+        let mut denied: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
+        for h in &homes {
+            for c in CREDENTIAL_STORES {
+                denied.push(h.join(c));
+            }
+        }
+        let mut read_exec = Vec::new();
+        for t in &trees {
+            if t.exists() {
+                expand_allow(t, &denied, &mut read_exec);
+            }
+        }
+        read_exec.sort();
+        read_exec.dedup();
+        HostView {
+            read_exec,
+            denied,
+            toolchain_env: env,
+        }
+    }
+}
+
+fn canon(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The tree to allow for a directory on the PATH: `X/bin` or `X/shims`
+/// allows `X`, and under a home directory the top-level entry
+/// (`~/.pyenv`, `~/.cargo`, `~/.local`) — never a home directory itself.
+fn toolchain_tree(dir: &Path, homes: &BTreeSet<PathBuf>) -> PathBuf {
+    for h in homes {
+        if let Ok(rest) = dir.strip_prefix(h) {
+            return match rest.components().next() {
+                Some(first) => h.join(first),
+                None => dir.to_path_buf(),
+            };
+        }
+    }
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match (name, dir.parent()) {
+        ("bin" | "sbin" | "shims", Some(parent)) if parent != Path::new("/") => {
+            parent.to_path_buf()
+        }
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// Allow `tree` minus every denied path beneath it: where a denied path
+/// lies inside, allow the siblings along the way instead of the tree.
+pub fn expand_allow(tree: &Path, denied: &[PathBuf], out: &mut Vec<PathBuf>) {
+    if denied.iter().any(|d| d == tree) {
+        return;
+    }
+    if !denied.iter().any(|d| d.starts_with(tree)) {
+        out.push(tree.to_path_buf());
+        return;
+    }
+    let Ok(items) = std::fs::read_dir(tree) else {
+        return;
+    };
+    for item in items.flatten() {
+        let p = item.path();
+        let is_dir = item.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        if is_dir {
+            expand_allow(&p, denied, out);
+        } else if !denied.iter().any(|d| d == &p) {
+            out.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_leaves_out_denied_paths_and_keeps_their_siblings() {
+        let root = std::env::temp_dir().join(format!("loop-expand-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("home/.ssh")).unwrap();
+        std::fs::create_dir_all(root.join("home/.pyenv/versions")).unwrap();
+        std::fs::write(root.join("home/.netrc"), "x").unwrap();
+        std::fs::write(root.join("home/notes"), "x").unwrap();
+        let denied = vec![root.join("home/.ssh"), root.join("home/.netrc")];
+        let mut out = Vec::new();
+        expand_allow(&root, &denied, &mut out);
+        out.sort();
+        assert_eq!(out, vec![root.join("home/.pyenv"), root.join("home/notes")]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn path_trees_under_a_home_allow_the_toolchain_not_the_home() {
+        let homes = BTreeSet::from([PathBuf::from("/root")]);
+        assert_eq!(
+            toolchain_tree(Path::new("/root/.pyenv/shims"), &homes),
+            PathBuf::from("/root/.pyenv")
+        );
+        assert_eq!(
+            toolchain_tree(Path::new("/root/.cargo/bin"), &homes),
+            PathBuf::from("/root/.cargo")
+        );
+        assert_eq!(
+            toolchain_tree(Path::new("/root"), &homes),
+            PathBuf::from("/root")
+        );
+        assert_eq!(
+            toolchain_tree(Path::new("/usr/local/bin"), &homes),
+            PathBuf::from("/usr/local")
+        );
+        assert_eq!(
+            toolchain_tree(Path::new("/bin"), &homes),
+            PathBuf::from("/bin")
+        );
+    }
+
+    #[test]
+    fn etc_secrets_and_credential_stores_are_not_in_the_view() {
+        let v = HostView::resolve("/usr/bin:/bin", Some(Path::new("/root")), &[]);
+        assert!(
+            !v.read_exec.iter().any(|p| p == Path::new("/etc")),
+            "/etc is expanded"
+        );
+        assert!(!v.read_exec.iter().any(|p| p.starts_with("/etc/shadow")));
+        assert!(v.read_exec.iter().any(|p| p == Path::new("/etc/passwd")));
+        assert!(
+            !v.read_exec.iter().any(|p| p == Path::new("/root")),
+            "never a whole home"
+        );
+        for c in CREDENTIAL_STORES {
+            let store = Path::new("/root").join(c);
+            assert!(
+                !v.read_exec.iter().any(|p| store.starts_with(p)),
+                "{c} reachable"
+            );
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Redaction of secret-looking values in everything recorded from a
+//! command's output: private keys, provider tokens, bearer tokens, and
+//! `NAME=value` pairs whose name says "secret".
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// What replaces a secret.
+pub const MARK: &str = "[REDACTED]";
+
+fn patterns() -> &'static [Regex] {
+    static P: OnceLock<Vec<Regex>> = OnceLock::new();
+    P.get_or_init(|| {
+        [
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
+            r"\bsk-[A-Za-z0-9_\-]{16,}",
+            r"\bgh[opsru]_[A-Za-z0-9]{20,}",
+            r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+            r"\bAKIA[0-9A-Z]{16}\b",
+            r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
+            r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
+        ]
+        .iter()
+        .filter_map(|p| Regex::new(p).ok())
+        .collect()
+    })
+}
+
+fn assignment() -> Option<&'static Regex> {
+    static A: OnceLock<Option<Regex>> = OnceLock::new();
+    A.get_or_init(|| {
+        Regex::new(
+            r#"(?i)\b([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)(\s*[=:]\s*)("[^"\n]*"|'[^'\n]*'|[^\s"']+)"#,
+        )
+        .ok()
+    })
+    .as_ref()
+}
+
+/// Replace secret-looking values in `text`.
+pub fn redact(text: &str) -> String {
+    let mut out = text.to_string();
+    for re in patterns() {
+        if re.is_match(&out) {
+            out = re.replace_all(&out, MARK).into_owned();
+        }
+    }
+    if let Some(re) = assignment()
+        && re.is_match(&out)
+    {
+        out = re
+            .replace_all(&out, |c: &regex::Captures<'_>| {
+                format!("{}{}{MARK}", &c[1], &c[2])
+            })
+            .into_owned();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_and_ordinary_text_is_not() {
+        let cases = [
+            ("key sk-abcdefghijklmnop1234", "key [REDACTED]"),
+            ("ghp_0123456789abcdefghijABCDEFGHIJ", "[REDACTED]"),
+            ("id AKIAIOSFODNN7EXAMPLE here", "id [REDACTED] here"),
+            ("xoxb-1234567890-abcdef", "[REDACTED]"),
+            (
+                "Authorization: Bearer abc.def.ghi-jkl_mno",
+                "Authorization: [REDACTED]",
+            ),
+            ("OPENAI_API_KEY=sk-x", "OPENAI_API_KEY=[REDACTED]"),
+            ("db_password: 'hunter2'", "db_password: [REDACTED]"),
+            ("GITHUB_TOKEN=abc", "GITHUB_TOKEN=[REDACTED]"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact(input), want, "{input}");
+        }
+        let pem = "before\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----\nafter";
+        assert_eq!(redact(pem), "before\n[REDACTED]\nafter");
+        let plain = "Ran 4 tests in 0.3s\nOK\npath=/usr/bin\ncat: /root/.cargo/credentials.toml: No such file";
+        assert_eq!(redact("Ran 4 tests in 0.3s\nOK"), "Ran 4 tests in 0.3s\nOK");
+        assert_eq!(redact(plain), plain);
+    }
+}
