@@ -15,6 +15,10 @@ pub struct ExecOptions {
     pub mem: Option<u64>,
     /// `--cpu-secs`.
     pub cpu_secs: Option<u64>,
+    /// `--fsize` in MiB.
+    pub fsize: Option<u64>,
+    /// `--protect` globs, added to the defaults.
+    pub protect: Vec<String>,
     /// `--timeout` in seconds.
     pub timeout: u64,
     /// `--max-output` in bytes.
@@ -36,7 +40,18 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
         None => std::env::current_dir()
             .map_err(|e| CliError::usage(format!("current directory: {e}")))?,
     };
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("workspace {}: {e}", cwd.display())))?;
+    let globs: Vec<String> = loop_protocol::contract::DEFAULT_PROTECTED
+        .iter()
+        .map(|s| s.to_string())
+        .chain(o.protect.iter().cloned())
+        .collect();
+    let protected = loop_workspace::Protected::new(&globs)
+        .map_err(|e| CliError::usage(format!("--protect: {e}")))?;
     let mut req = ExecRequest::new(Program::Argv(o.argv.clone()), &cwd);
+    req.read_only_paths = protected.existing(&cwd);
     req.workspace = Some(cwd);
     req.net = o.net;
     req.timeout = Duration::from_secs(o.timeout.max(1));
@@ -45,6 +60,7 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
+        fsize_mb: o.fsize.unwrap_or(Limits::default().fsize_mb),
         ..Limits::default()
     };
     let r = loop_sandbox::run(&req).map_err(|e| match e {

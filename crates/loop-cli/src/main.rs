@@ -127,6 +127,13 @@ enum Command {
         /// CPU seconds.
         #[arg(long, value_name = "S")]
         cpu_secs: Option<u64>,
+        /// Largest file the command may write, in MiB.
+        #[arg(long, value_name = "MB")]
+        fsize: Option<u64>,
+        /// A glob inside the workspace to make read-only, besides the defaults
+        /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
+        #[arg(long = "protect", value_name = "GLOB")]
+        protect: Vec<String>,
         /// Wall-clock seconds.
         #[arg(long, value_name = "SECS", default_value_t = 60)]
         timeout: u64,
@@ -184,6 +191,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             net,
             mem,
             cpu_secs,
+            fsize,
+            protect,
             timeout,
             max_output,
             workspace,
@@ -194,6 +203,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             net: net.parse().map_err(CliError::usage)?,
             mem,
             cpu_secs,
+            fsize,
+            protect,
             timeout,
             max_output,
             workspace,

@@ -30,11 +30,18 @@ fn assignment() -> Option<&'static Regex> {
     static A: OnceLock<Option<Regex>> = OnceLock::new();
     A.get_or_init(|| {
         Regex::new(
-            r#"(?i)\b([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)(\s*[=:]\s*)("[^"\n]*"|'[^'\n]*'|[^\s"']+)"#,
+            r#"(?im)(^|[\s"'{,(])([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)("?[ \t]*[=:][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',}]+)"#,
         )
         .ok()
     })
     .as_ref()
+}
+
+/// `name: value` is only a secret assignment when the name looks like a
+/// variable (`DB_PASSWORD`, `api_key`), not a word in prose or a file name
+/// in an error message (`cat: secret: Permission denied`).
+fn looks_like_variable(name: &str) -> bool {
+    name.contains('_') || name.chars().all(|c| !c.is_ascii_lowercase())
 }
 
 /// Replace secret-looking values in `text`.
@@ -50,7 +57,10 @@ pub fn redact(text: &str) -> String {
     {
         out = re
             .replace_all(&out, |c: &regex::Captures<'_>| {
-                format!("{}{}{MARK}", &c[1], &c[2])
+                if c[3].contains(':') && !looks_like_variable(&c[2]) {
+                    return c[0].to_string();
+                }
+                format!("{}{}{}{MARK}", &c[1], &c[2], &c[3])
             })
             .into_owned();
     }
@@ -75,13 +85,15 @@ mod tests {
             ("OPENAI_API_KEY=sk-x", "OPENAI_API_KEY=[REDACTED]"),
             ("db_password: 'hunter2'", "db_password: [REDACTED]"),
             ("GITHUB_TOKEN=abc", "GITHUB_TOKEN=[REDACTED]"),
+            ("export password=hunter2", "export password=[REDACTED]"),
+            ("{\"api_key\": \"abc\"}", "{\"api_key\": [REDACTED]}"),
         ];
         for (input, want) in cases {
             assert_eq!(redact(input), want, "{input}");
         }
         let pem = "before\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----\nafter";
         assert_eq!(redact(pem), "before\n[REDACTED]\nafter");
-        let plain = "Ran 4 tests in 0.3s\nOK\npath=/usr/bin\ncat: /root/.cargo/credentials.toml: No such file";
+        let plain = "Ran 4 tests in 0.3s\nOK\npath=/usr/bin\ncat: /root/.cargo/credentials.toml: No such file\ncat: secret: Permission denied\ncat: /x/secret: Permission denied";
         assert_eq!(redact("Ran 4 tests in 0.3s\nOK"), "Ran 4 tests in 0.3s\nOK");
         assert_eq!(redact(plain), plain);
     }
