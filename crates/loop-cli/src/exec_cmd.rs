@@ -27,6 +27,8 @@ pub struct ExecOptions {
     pub workspace: Option<PathBuf>,
     /// `--isolation`.
     pub isolation: IsolationLevel,
+    /// Layers (`--without`).
+    pub layers: loop_sandbox::Layers,
     /// `--json`.
     pub json: bool,
     /// The command.
@@ -57,6 +59,7 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
     req.timeout = Duration::from_secs(o.timeout.max(1));
     req.max_output = o.max_output;
     req.isolation = o.isolation;
+    req.layers = o.layers;
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),

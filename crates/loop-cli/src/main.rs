@@ -146,6 +146,10 @@ enum Command {
         /// `preferred` runs with what the kernel offers; `required` fails closed.
         #[arg(long, default_value = "preferred")]
         isolation: String,
+        /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
+        /// measurement and diagnosis; repeatable. Reported as not enforced.
+        #[arg(long = "without", value_name = "LAYER")]
+        without: Vec<String>,
         /// Print a JSON result.
         #[arg(long)]
         json: bool,
@@ -197,9 +201,14 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             max_output,
             workspace,
             isolation,
+            without,
             json,
             command,
         } => exec_cmd::exec(exec_cmd::ExecOptions {
+            layers: without
+                .iter()
+                .try_fold(loop_sandbox::Layers::default(), |l, name| l.without(name))
+                .map_err(CliError::usage)?,
             net: net.parse().map_err(CliError::usage)?,
             mem,
             cpu_secs,

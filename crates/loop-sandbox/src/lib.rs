@@ -78,6 +78,49 @@ impl std::str::FromStr for Net {
     }
 }
 
+/// Which layers to apply. All on by default; turning one off is for
+/// measurement and diagnosis, and is reported as not enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layers {
+    /// PID, mount, network (and user) namespaces.
+    pub namespaces: bool,
+    /// The Landlock filesystem allow-list.
+    pub landlock: bool,
+    /// The seccomp filter.
+    pub seccomp: bool,
+    /// Memory and pids cgroups.
+    pub cgroups: bool,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers {
+            namespaces: true,
+            landlock: true,
+            seccomp: true,
+            cgroups: true,
+        }
+    }
+}
+
+impl Layers {
+    /// Turn off the layer named `name` (`namespaces`, `landlock`, `seccomp`, `cgroups`).
+    pub fn without(mut self, name: &str) -> Result<Self, String> {
+        match name {
+            "namespaces" => self.namespaces = false,
+            "landlock" => self.landlock = false,
+            "seccomp" => self.seccomp = false,
+            "cgroups" => self.cgroups = false,
+            other => {
+                return Err(format!(
+                    "unknown layer `{other}` (namespaces, landlock, seccomp, cgroups)"
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
 /// Default bound on captured output, both streams together.
 pub const DEFAULT_MAX_OUTPUT: usize = 2 * 1024 * 1024;
 
@@ -102,6 +145,8 @@ pub struct ExecRequest {
     pub limits: Limits,
     /// How to treat missing kernel features.
     pub isolation: IsolationLevel,
+    /// Layers to apply.
+    pub layers: Layers,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
 }
@@ -125,6 +170,7 @@ impl ExecRequest {
             net: Net::None,
             limits: Limits::default(),
             isolation: IsolationLevel::Preferred,
+            layers: Layers::default(),
             env: Vec::new(),
         }
     }
@@ -263,8 +309,26 @@ fn locked_flags(path: &Path) -> libc::c_ulong {
 }
 
 /// Run one command and report how it ended and what was enforced.
+///
+/// The first attempt assumes the kernel offers every layer; if a sandbox
+/// step fails, the machine is probed once and the command runs again with
+/// what is really there (or fails closed under `required`).
 pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
-    let support = probe::support();
+    static PROBED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if PROBED.load(Ordering::Relaxed) {
+        return run_with(req, probe::support());
+    }
+    match run_with(req, &probe::optimistic()) {
+        Err(SandboxError::Spawn { step, .. }) if step.starts_with("sandbox step") => {
+            PROBED.store(true, Ordering::Relaxed);
+            run_with(req, probe::support())
+        }
+        other => other,
+    }
+}
+
+fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, SandboxError> {
+    let trace = Trace::start();
     let program_text = match &req.program {
         Program::Shell(s) => format!("sh -c {s:?}"),
         Program::Argv(a) => a.join(" "),
@@ -286,12 +350,24 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
     // Decide the layers.
     let mut notes = Vec::new();
     let mut missing = Vec::new();
-    let use_ns = support.namespaces;
+    let layers = req.layers;
+    for (on, name) in [
+        (layers.namespaces, "namespaces"),
+        (layers.landlock, "landlock"),
+        (layers.seccomp, "seccomp"),
+        (layers.cgroups, "cgroups"),
+    ] {
+        if !on {
+            notes.push(format!("{name} disabled by request"));
+        }
+    }
+    let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
     }
     let view = policy::host_view();
-    let landlock = if support.landlock_abi > 0 {
+    trace.mark("view");
+    let landlock = if support.landlock_abi > 0 && layers.landlock {
         landlock::prepare(view, &[workspace.clone(), tmp.0.clone()])
             .map_err(SandboxError::Prepare)?
     } else {
@@ -300,7 +376,8 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
     if landlock.is_none() {
         missing.push("Landlock");
     }
-    let seccomp = match (support.seccomp, seccomp_program()) {
+    trace.mark("landlock");
+    let seccomp = match (support.seccomp && layers.seccomp, seccomp_program()) {
         (true, Ok(p)) => Some(p.clone()),
         (true, Err(e)) => return Err(SandboxError::Prepare(format!("seccomp: {e}"))),
         (false, _) => {
@@ -309,7 +386,12 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
         }
     };
     let mem_bytes = req.limits.mem_mb.saturating_mul(1024 * 1024);
-    let cgroups = cgroup::Cgroups::create(mem_bytes, req.limits.nproc);
+    let cgroups = if layers.cgroups {
+        cgroup::Cgroups::create(mem_bytes, req.limits.nproc)
+    } else {
+        cgroup::Cgroups::default()
+    };
+    trace.mark("cgroups");
     if !cgroups.memory {
         missing.push("memory cgroup");
     }
@@ -321,6 +403,12 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
         });
     }
     notes.extend(cgroups.notes.iter().cloned());
+    if !missing.is_empty() {
+        notes.push(format!(
+            "isolation preferred: running without {}",
+            missing.join(", ")
+        ));
+    }
     if !use_ns {
         notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
     }
@@ -463,8 +551,10 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
     unsafe {
         cmd.pre_exec(move || child::enter(&plan));
     }
+    trace.mark("plan");
     let started = Instant::now();
     let spawned = cmd.spawn();
+    trace.mark("spawned");
     drop(diag_write);
     let mut child = match spawned {
         Ok(c) => c,
@@ -501,6 +591,7 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
 
     let deadline = started + req.timeout;
     let mut timed_out = false;
+    let pidfd = pidfd_open(pgid);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -523,15 +614,19 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
                 }
             }
         }
-        // Poll finely near the deadline so kill-to-reap stays in milliseconds.
+        // Sleep until the child exits or the deadline comes, whichever is first.
         let left = deadline.saturating_duration_since(now);
-        std::thread::sleep(left.min(Duration::from_millis(1)));
+        match &pidfd {
+            Some(fd) => wait_readable(fd, left),
+            None => std::thread::sleep(left.min(Duration::from_millis(1))),
+        }
     };
     let duration = started.elapsed();
+    trace.mark("exited");
     // Whatever the command left behind in its group or cgroup dies with it.
     kill_group(pgid);
     cgroups.destroy();
-
+    trace.mark("cleaned");
     let mut stdout = Captured::default();
     let mut stderr = Captured::default();
     let drain_deadline = Instant::now() + DRAIN_GRACE;
@@ -572,6 +667,46 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
             notes,
         },
     })
+}
+
+/// Phase timings on stderr when `LOOP_SANDBOX_TRACE` is set: where a
+/// command's fixed cost goes (used for docs/benchmarks.md).
+struct Trace(Option<Instant>);
+
+impl Trace {
+    fn start() -> Self {
+        Trace(std::env::var_os("LOOP_SANDBOX_TRACE").map(|_| Instant::now()))
+    }
+
+    fn mark(&self, phase: &str) {
+        if let Some(t0) = self.0 {
+            eprintln!(
+                "sandbox: {phase} at {:.3} ms",
+                t0.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+    }
+}
+
+/// A pidfd for `pid`, to sleep until it exits (Linux 5.3+).
+fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative return is a descriptor we now own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn wait_readable(fd: &OwnedFd, timeout: Duration) {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: poll on one valid descriptor.
+    unsafe {
+        libc::poll(&mut pfd, 1, ms);
+    }
 }
 
 fn kill_group(pgid: libc::pid_t) {

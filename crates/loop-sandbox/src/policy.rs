@@ -143,11 +143,34 @@ impl HostView {
                 continue;
             }
             trees.insert(toolchain_tree(&dir, &homes));
-            // Interpreters behind symlinked shims live in their own trees.
+            // Links in the system's own bin directories are the packages'
+            // business and stay in the system trees; elsewhere (home
+            // toolchains, /usr/local) interpreters behind symlinked shims
+            // may live in their own trees.
+            let system_bin = ["/bin", "/sbin", "/usr/bin", "/usr/sbin"]
+                .iter()
+                .any(|b| dir == Path::new(b));
+            if system_bin {
+                continue;
+            }
+            // Only links that may leave the allowed trees are resolved.
             if let Ok(items) = std::fs::read_dir(&dir) {
                 for item in items.flatten() {
-                    if item.file_type().map(|t| t.is_symlink()).unwrap_or(false)
-                        && let Ok(target) = item.path().canonicalize()
+                    if !item.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
+                        continue;
+                    }
+                    let Ok(link) = std::fs::read_link(item.path()) else {
+                        continue;
+                    };
+                    // Judge the target lexically first: most links stay
+                    // inside the system trees and need no resolving.
+                    let lexical = normalize(&dir.join(&link));
+                    let stays = SYSTEM_TREES.iter().any(|t| lexical.starts_with(t))
+                        || lexical.starts_with(&dir);
+                    if stays {
+                        continue;
+                    }
+                    if let Ok(target) = item.path().canonicalize()
                         && let Some(parent) = target.parent()
                     {
                         trees.insert(toolchain_tree(parent, &homes));
@@ -205,6 +228,21 @@ impl HostView {
             toolchain_env: env,
         }
     }
+}
+
+/// `a/b/../c` → `a/c`, without touching the filesystem.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn canon(p: &Path) -> PathBuf {

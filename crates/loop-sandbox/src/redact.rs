@@ -44,8 +44,37 @@ fn looks_like_variable(name: &str) -> bool {
     name.contains('_') || name.chars().all(|c| !c.is_ascii_lowercase())
 }
 
+/// Cheap literal hints: without one of them no pattern can match, and the
+/// regular expressions (costly to compile) are never built.
+fn may_hold_secret(text: &str) -> bool {
+    const HINTS: &[&str] = &[
+        "private key",
+        "sk-",
+        "gh",
+        "akia",
+        "xox",
+        "bearer",
+        "secret",
+        "token",
+        "passw",
+        "api_key",
+        "apikey",
+        "private_key",
+        "privatekey",
+        "access_key",
+        "accesskey",
+        "credential",
+        "github_pat",
+    ];
+    let lower = text.to_ascii_lowercase();
+    HINTS.iter().any(|h| lower.contains(h))
+}
+
 /// Replace secret-looking values in `text`.
 pub fn redact(text: &str) -> String {
+    if !may_hold_secret(text) {
+        return text.to_string();
+    }
     let mut out = text.to_string();
     for re in patterns() {
         if re.is_match(&out) {
