@@ -27,6 +27,8 @@ pub struct ExecOptions {
     pub workspace: Option<PathBuf>,
     /// `--isolation`.
     pub isolation: IsolationLevel,
+    /// `--repeat`.
+    pub repeat: u32,
     /// Layers (`--without`).
     pub layers: loop_sandbox::Layers,
     /// `--json`.
@@ -66,10 +68,16 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
         fsize_mb: o.fsize.unwrap_or(Limits::default().fsize_mb),
         ..Limits::default()
     };
-    let r = loop_sandbox::run(&req).map_err(|e| match e {
-        loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
-        other => CliError::internal(other.to_string()),
-    })?;
+    let run = || {
+        loop_sandbox::run(&req).map_err(|e| match e {
+            loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
+            other => CliError::internal(other.to_string()),
+        })
+    };
+    for _ in 1..o.repeat {
+        run()?;
+    }
+    let r = run()?;
     if o.json {
         let v = serde_json::json!({
             "exit_code": r.exit_code,

@@ -150,6 +150,10 @@ enum Command {
         /// measurement and diagnosis; repeatable. Reported as not enforced.
         #[arg(long = "without", value_name = "LAYER")]
         without: Vec<String>,
+        /// Run the command N times in this process and report the last run
+        /// (for measuring the per-command cost inside a long-lived runtime).
+        #[arg(long, default_value_t = 1, hide = true)]
+        repeat: u32,
         /// Print a JSON result.
         #[arg(long)]
         json: bool,
@@ -202,9 +206,11 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             workspace,
             isolation,
             without,
+            repeat,
             json,
             command,
         } => exec_cmd::exec(exec_cmd::ExecOptions {
+            repeat: repeat.max(1),
             layers: without
                 .iter()
                 .try_fold(loop_sandbox::Layers::default(), |l, name| l.without(name))

@@ -8,7 +8,8 @@ use landlock::{
     Scope,
 };
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// A ruleset ready to be enforced in the child.
 pub struct Prepared {
@@ -45,57 +46,80 @@ const DEVICES: &[&str] = &[
     "/dev/tty",
 ];
 
+/// Descriptors of the host view's trees, opened once per process: a new
+/// ruleset per command then costs one `landlock_add_rule` per tree and no
+/// path lookups.
+struct StaticRules {
+    abi: ABI,
+    rules: Vec<(PathFd, BitFlags<AccessFs>)>,
+}
+
+fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
+    static RULES: OnceLock<StaticRules> = OnceLock::new();
+    RULES.get_or_init(|| {
+        let read_exec = AccessFs::from_read(abi);
+        let file = AccessFs::from_file(abi);
+        let mut rules = Vec::with_capacity(view.read_exec.len() + DEVICES.len());
+        for p in &view.read_exec {
+            if let Ok(fd) = PathFd::new(p) {
+                let access = if view.files.contains(p) {
+                    read_exec & file
+                } else {
+                    read_exec
+                };
+                rules.push((fd, access));
+            }
+        }
+        for d in DEVICES {
+            if let Ok(fd) = PathFd::new(d) {
+                rules.push((
+                    fd,
+                    (read_exec | AccessFs::WriteFile | ioctl_dev(abi)) & file,
+                ));
+            }
+        }
+        StaticRules { abi, rules }
+    })
+}
+
 /// Build a ruleset: `read_write` trees get every right; the host view's
 /// trees get read and execute; a few devices are writable. Returns `None`
 /// when the kernel has no Landlock.
-pub fn prepare(view: &HostView, read_write: &[PathBuf]) -> Result<Option<Prepared>, String> {
+pub fn prepare(
+    view: &'static HostView,
+    read_write: &[PathBuf],
+) -> Result<Option<Prepared>, String> {
     let abi_n = kernel_abi();
     if abi_n == 0 {
         return Ok(None);
     }
     let abi = ABI::from(abi_n as i32);
     let all = AccessFs::from_all(abi);
-    let read_exec = AccessFs::from_read(abi);
     let err = |e: &dyn std::fmt::Display| format!("landlock: {e}");
     let mut ruleset = Ruleset::default().handle_access(all).map_err(|e| err(&e))?;
     if abi_n >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err(&e))?;
     }
     let mut created = ruleset.create().map_err(|e| err(&e))?;
-    let mut add = |path: &Path, access: BitFlags<AccessFs>| -> Result<(), String> {
-        let Ok(fd) = PathFd::new(path) else {
-            // Vanished or unreadable: nothing to allow.
-            return Ok(());
-        };
-        let is_dir = path.is_dir();
-        let access = if is_dir {
-            access
-        } else {
-            access & AccessFs::from_file(abi)
-        };
+    let fixed = static_rules(view, abi);
+    for (fd, access) in &fixed.rules {
         created
             .as_mut()
-            .add_rule(PathBeneath::new(fd, access))
+            .add_rule(PathBeneath::new(fd, *access))
             .map_err(|e| err(&e))?;
-        Ok(())
-    };
-    for p in &view.read_exec {
-        add(p, read_exec)?;
-    }
-    for d in DEVICES {
-        add(
-            Path::new(d),
-            read_exec | AccessFs::WriteFile | ioctl_dev(abi),
-        )?;
     }
     for p in read_write {
-        add(p, all)?;
+        let Ok(fd) = PathFd::new(p) else { continue };
+        created
+            .as_mut()
+            .add_rule(PathBeneath::new(fd, all))
+            .map_err(|e| err(&e))?;
     }
     let fd: Option<OwnedFd> = created.into();
     Ok(fd.map(|fd| Prepared {
         fd,
         abi: abi_n,
-        read_mask: read_exec.bits(),
+        read_mask: AccessFs::from_read(fixed.abi).bits(),
     }))
 }
 

@@ -2,6 +2,7 @@
 //! the child: resource limits, the filesystem view, the network.
 
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -103,6 +104,9 @@ const SYSTEM_TREES: &[&str] = &[
 pub struct HostView {
     /// Trees to allow read + execute, already expanded around denied paths.
     pub read_exec: Vec<PathBuf>,
+    /// Those of `read_exec` that are not directories (known from the walk,
+    /// so building a ruleset needs no `stat` per entry).
+    pub files: BTreeSet<PathBuf>,
     /// Paths that must never be readable.
     pub denied: Vec<PathBuf>,
     /// Toolchain variables derived from the PATH (e.g. `PYENV_ROOT`), so
@@ -215,15 +219,22 @@ impl HostView {
             }
         }
         let mut read_exec = Vec::new();
+        let mut files = BTreeSet::new();
         for t in &trees {
-            if t.exists() {
-                expand_allow(t, &denied, &mut read_exec);
+            match std::fs::metadata(t) {
+                Ok(m) if m.is_dir() => expand_allow(t, &denied, &mut read_exec, &mut files),
+                Ok(_) => {
+                    files.insert(t.clone());
+                    read_exec.push(t.clone());
+                }
+                Err(_) => {}
             }
         }
         read_exec.sort();
         read_exec.dedup();
         HostView {
             read_exec,
+            files,
             denied,
             toolchain_env: env,
         }
@@ -272,14 +283,38 @@ fn toolchain_tree(dir: &Path, homes: &BTreeSet<PathBuf>) -> PathBuf {
 
 /// Allow `tree` minus every denied path beneath it: where a denied path
 /// lies inside, allow the siblings along the way instead of the tree.
-pub fn expand_allow(tree: &Path, denied: &[PathBuf], out: &mut Vec<PathBuf>) {
-    if denied.iter().any(|d| d == tree) {
+pub fn expand_allow(
+    tree: &Path,
+    denied: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+    files: &mut BTreeSet<PathBuf>,
+) {
+    // Only the denied paths under this tree matter below it; comparing
+    // bytes keeps the walk of a large /etc cheap.
+    let inner: Vec<&[u8]> = denied
+        .iter()
+        .filter(|d| d.starts_with(tree))
+        .map(|d| d.as_os_str().as_bytes())
+        .collect();
+    expand_inner(tree, &inner, out, files);
+}
+
+fn expand_inner(
+    tree: &Path,
+    denied: &[&[u8]],
+    out: &mut Vec<PathBuf>,
+    files: &mut BTreeSet<PathBuf>,
+) {
+    let t = tree.as_os_str().as_bytes();
+    if denied.contains(&t) {
         return;
     }
-    if !denied.iter().any(|d| d.starts_with(tree)) {
+    let under = |d: &&[u8]| d.len() > t.len() && d.starts_with(t) && d[t.len()] == b'/';
+    if !denied.iter().any(under) {
         out.push(tree.to_path_buf());
         return;
     }
+    let below: Vec<&[u8]> = denied.iter().copied().filter(under).collect();
     let Ok(items) = std::fs::read_dir(tree) else {
         return;
     };
@@ -287,8 +322,9 @@ pub fn expand_allow(tree: &Path, denied: &[PathBuf], out: &mut Vec<PathBuf>) {
         let p = item.path();
         let is_dir = item.file_type().map(|t| t.is_dir()).unwrap_or(false);
         if is_dir {
-            expand_allow(&p, denied, out);
-        } else if !denied.iter().any(|d| d == &p) {
+            expand_inner(&p, &below, out, files);
+        } else if !below.contains(&p.as_os_str().as_bytes()) {
+            files.insert(p.clone());
             out.push(p);
         }
     }
@@ -308,7 +344,9 @@ mod tests {
         std::fs::write(root.join("home/notes"), "x").unwrap();
         let denied = vec![root.join("home/.ssh"), root.join("home/.netrc")];
         let mut out = Vec::new();
-        expand_allow(&root, &denied, &mut out);
+        let mut files = BTreeSet::new();
+        expand_allow(&root, &denied, &mut out, &mut files);
+        assert_eq!(files, BTreeSet::from([root.join("home/notes")]));
         out.sort();
         assert_eq!(out, vec![root.join("home/.pyenv"), root.join("home/notes")]);
         std::fs::remove_dir_all(&root).unwrap();
