@@ -57,6 +57,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         project,
         json,
         verify_on_change: false,
+        isolation: loop_sandbox::IsolationLevel::Preferred,
     })?;
     if json {
         println!(

@@ -1,22 +1,32 @@
-//! Ctrl-C asks the Director to stop at its next decision point, so the task
-//! still ends `cancelled` with a ledger entry and a receipt. A second Ctrl-C
-//! kills the process (the handler resets itself).
+//! Ctrl-C (or SIGTERM) asks the Director to stop at its next decision
+//! point and kills a running sandboxed command, so the task still ends
+//! `cancelled` with a ledger entry and a receipt. A second Ctrl-C kills the
+//! process (the handler resets itself).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-/// Set by SIGINT or SIGTERM; read by the Director.
-pub static CANCEL: AtomicBool = AtomicBool::new(false);
+static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    CANCEL.store(true, Ordering::SeqCst);
+/// The process-wide cancel flag (created on first use).
+pub fn flag() -> Arc<AtomicBool> {
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone()
 }
 
-/// Install the handler for SIGINT and SIGTERM.
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic load and store: async-signal-safe.
+    if let Some(f) = FLAG.get() {
+        f.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Create the flag, then install the handler for SIGINT and SIGTERM.
 pub fn install() {
+    let _ = flag();
     // SAFETY: a zeroed sigaction is a valid starting value; the handler only
-    // performs an atomic store, and SA_RESETHAND restores the default action
-    // so a second signal terminates the process.
+    // touches an already-initialised atomic, and SA_RESETHAND restores the
+    // default action so a second signal terminates the process.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_signal as *const () as usize;

@@ -98,6 +98,10 @@ enum Command {
         /// Also verify after every change, not only when the model claims finish.
         #[arg(long)]
         verify_on_change: bool,
+        /// `preferred` runs commands with the isolation the kernel offers and
+        /// records it; `required` fails closed when a layer is missing.
+        #[arg(long, default_value = "preferred")]
+        isolation: String,
         /// Print machine-readable events (JSON lines).
         #[arg(long)]
         json: bool,
@@ -256,8 +260,10 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             project,
             yes: _,
             verify_on_change,
+            isolation,
             json,
         } => {
+            let isolation = isolation.parse().map_err(CliError::usage)?;
             let mut contract = match (&task, &instruction) {
                 (Some(file), _) => {
                     let mut c = read_contract(file)?;
@@ -303,6 +309,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 project,
                 json,
                 verify_on_change,
+                isolation,
             })?;
             if json {
                 println!(

@@ -28,6 +28,8 @@ pub struct TaskRequest {
     pub json: bool,
     /// `--verify-on-change`.
     pub verify_on_change: bool,
+    /// `--isolation`.
+    pub isolation: loop_sandbox::IsolationLevel,
 }
 
 /// How it ended.
@@ -106,12 +108,16 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     let protected = Protected::new(&req.contract.protected_globs())
         .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
     let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
-    let mut tools = ToolsAdapter(ToolBox::new(jail, ToolLimits::default()));
+    let cancel = crate::interrupt::flag();
+    let mut tools = ToolsAdapter(
+        ToolBox::new(jail, ToolLimits::default()).with_sandbox(req.isolation, Some(cancel.clone())),
+    );
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
     let mut verifier = VerifierAdapter(
         SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
-            .guard_protected(baseline.clone(), protected),
+            .guard_protected(baseline.clone(), protected)
+            .with_sandbox(req.isolation, Some(cancel.clone())),
     );
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let ledger_path = receipts.join(&ledger_name);
@@ -131,7 +137,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         ledger: &mut ledger,
         clock: &clock,
         observer: &mut story,
-        cancel: &crate::interrupt::CANCEL,
+        cancel: &cancel,
     };
     let policy = if req.verify_on_change {
         VerifyPolicy::OnFinishOrChange

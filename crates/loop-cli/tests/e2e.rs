@@ -542,3 +542,50 @@ fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
     let v = verify(Path::new(last["path"].as_str().unwrap()));
     assert_eq!(v.status.code(), Some(0), "{}", text(&v));
 }
+
+#[test]
+fn cancelling_kills_a_long_running_command_at_once() {
+    let p = project("cancel-long");
+    let dir = p.parent().unwrap().to_path_buf();
+    let script_path = dir.join("script.yaml");
+    std::fs::write(
+        &script_path,
+        "turns:\n  - calls: [{tool: run_command, args: {command: 'sleep 60', timeout_secs: 100}}]\n",
+    )
+    .unwrap();
+    let child = loop_bin()
+        .arg("run")
+        .arg("--task")
+        .arg(dir.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", script_path.display()))
+        .args(["--json", "--project"])
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let t = std::time::Instant::now();
+    Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let observed = stdout
+        .lines()
+        .find(|l| l.contains("\"kind\":\"observed\""))
+        .unwrap();
+    assert!(
+        observed.contains("cancelled; the command's process tree was killed"),
+        "{observed}"
+    );
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["kind"], "cancelled", "{stdout}");
+}

@@ -529,3 +529,42 @@ fn required_isolation_fails_closed_with_a_reason_when_a_layer_is_missing() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn killing_the_runtime_takes_the_command_tree_with_it() {
+    for who in users() {
+        let sc = Scene::new("runtime-death", who);
+        let script = "setsid sh -c 'while true; do date +%s%N > hb; sleep 0.05; done' & sleep 60";
+        let mut child = sc
+            .command(&["--timeout", "120"], &["sh", "-c", script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let hb = sc.ws().join("hb");
+        let t = Instant::now();
+        while !hb.exists() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(hb.exists(), "{who:?}: the daemon started");
+        // SIGKILL: no handler, no cleanup code in the runtime runs.
+        let target = match who {
+            Who::Me => child.id().to_string(),
+            // setpriv execs env, which execs loop: same pid.
+            Who::Nobody => child.id().to_string(),
+        };
+        Command::new("kill")
+            .args(["-KILL", &target])
+            .status()
+            .unwrap();
+        child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let before = std::fs::read(&hb).unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(
+            before,
+            std::fs::read(&hb).unwrap(),
+            "{who:?}: the daemon outlived the runtime"
+        );
+    }
+}

@@ -43,8 +43,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -147,6 +148,8 @@ pub struct ExecRequest {
     pub isolation: IsolationLevel,
     /// Layers to apply.
     pub layers: Layers,
+    /// When set, the command's whole tree is killed within 50 ms.
+    pub cancel: Option<Arc<AtomicBool>>,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
 }
@@ -171,6 +174,7 @@ impl ExecRequest {
             limits: Limits::default(),
             isolation: IsolationLevel::Preferred,
             layers: Layers::default(),
+            cancel: None,
             env: Vec::new(),
         }
     }
@@ -185,6 +189,8 @@ pub struct ExecResult {
     pub signal: Option<i32>,
     /// Whether the timeout killed it.
     pub timed_out: bool,
+    /// Whether a cancel request killed it.
+    pub cancelled: bool,
     /// Wall-clock duration, spawn to reap.
     pub duration: Duration,
     /// Captured stdout.
@@ -314,7 +320,7 @@ fn locked_flags(path: &Path) -> libc::c_ulong {
 /// step fails, the machine is probed once and the command runs again with
 /// what is really there (or fails closed under `required`).
 pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
-    static PROBED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static PROBED: AtomicBool = AtomicBool::new(false);
     if PROBED.load(Ordering::Relaxed) {
         return run_with(req, probe::support());
     }
@@ -591,6 +597,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
 
     let deadline = started + req.timeout;
     let mut timed_out = false;
+    let mut cancelled = false;
     let pidfd = pidfd_open(pgid);
     let status = loop {
         match child.try_wait() {
@@ -603,8 +610,13 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             }
         }
         let now = Instant::now();
-        if now >= deadline {
-            timed_out = true;
+        let cancel_now = req
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst));
+        if now >= deadline || cancel_now {
+            timed_out = !cancel_now;
+            cancelled = cancel_now;
             kill_group(pgid);
             match child.wait() {
                 Ok(status) => break status,
@@ -614,8 +626,12 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
                 }
             }
         }
-        // Sleep until the child exits or the deadline comes, whichever is first.
-        let left = deadline.saturating_duration_since(now);
+        // Sleep until the child exits or the deadline comes, whichever is
+        // first; wake every 50 ms to notice a cancel request.
+        let mut left = deadline.saturating_duration_since(now);
+        if req.cancel.is_some() {
+            left = left.min(Duration::from_millis(50));
+        }
         match &pidfd {
             Some(fd) => wait_readable(fd, left),
             None => std::thread::sleep(left.min(Duration::from_millis(1))),
@@ -645,6 +661,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         exit_code: status.code(),
         signal: status.signal(),
         timed_out,
+        cancelled,
         duration,
         stdout,
         stderr,

@@ -10,10 +10,13 @@ pub mod specs;
 
 use loop_protocol::observation::head_tail;
 use loop_protocol::{Control, Observation, ToolCall, ToolOutcome, ToolSpec};
-use loop_sandbox::{ExecRequest, Net};
+use loop_sandbox::redact::redact;
+use loop_sandbox::{ExecRequest, IsolationLevel, Net};
 use loop_workspace::{Intent, Jail, Manifest, write_atomic};
 use serde::Deserialize;
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Bounds on what tools read, write and show.
@@ -46,6 +49,8 @@ pub struct ToolBox {
     granted: BTreeSet<String>,
     limits: ToolLimits,
     net: Net,
+    isolation: IsolationLevel,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// The tool runtime itself failed (not the tool call).
@@ -104,7 +109,21 @@ impl ToolBox {
             granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
             limits,
             net: Net::None,
+            isolation: IsolationLevel::Preferred,
+            cancel: None,
         }
+    }
+
+    /// How commands are isolated: the level demanded, and a flag that
+    /// kills a running command when set.
+    pub fn with_sandbox(
+        mut self,
+        isolation: IsolationLevel,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> Self {
+        self.isolation = isolation;
+        self.cancel = cancel;
+        self
     }
 
     /// Narrow the granted tools (authority can be narrowed, never widened).
@@ -226,10 +245,11 @@ impl ToolBox {
         };
         match std::fs::read(&full) {
             Ok(bytes) => match String::from_utf8(bytes) {
+                // Secrets in files are not shown to the model or recorded.
                 Ok(text) => Observation::ok(
                     id,
                     "read_file",
-                    head_tail(&text, self.limits.max_shown_bytes),
+                    head_tail(&redact(&text), self.limits.max_shown_bytes),
                     false,
                 ),
                 Err(e) => Observation::ok(
@@ -391,6 +411,8 @@ impl ToolBox {
         req.read_only_paths = self.jail.protected().existing(self.jail.root());
         req.timeout = timeout;
         req.net = self.net;
+        req.isolation = self.isolation;
+        req.cancel = self.cancel.clone();
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
             Ok(r) => r,
@@ -398,6 +420,7 @@ impl ToolBox {
         };
         let after = Manifest::of(self.jail.root()).map(|m| m.root).ok();
         let status = match (result.exit_code, result.signal, result.timed_out) {
+            _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
             (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
             (Some(c), _, _) => format!("exit {c}"),
             (None, Some(s), _) => format!("killed by signal {s}"),

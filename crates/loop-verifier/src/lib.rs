@@ -14,9 +14,11 @@ use loop_protocol::{
     ArtifactEvidence, Check, CheckEvidence, Contract, CriterionEvidence, Isolation, RunCheck,
     StreamEvidence, VerificationReport,
 };
-use loop_sandbox::{ExecRequest, ExecResult};
+use loop_sandbox::{ExecRequest, ExecResult, IsolationLevel};
 use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, remove_tree};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// Bytes of output kept per stream for matching (every byte is hashed).
@@ -41,6 +43,8 @@ pub struct SnapshotVerifier {
     scratch: PathBuf,
     last_sealed: Option<Sealed>,
     guard: Option<(Manifest, Protected)>,
+    isolation: IsolationLevel,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl SnapshotVerifier {
@@ -52,7 +56,21 @@ impl SnapshotVerifier {
             scratch: scratch.to_path_buf(),
             last_sealed: None,
             guard: None,
+            isolation: IsolationLevel::Preferred,
+            cancel: None,
         }
+    }
+
+    /// How checks are isolated: the level demanded, and a flag that kills
+    /// a running check when set.
+    pub fn with_sandbox(
+        mut self,
+        isolation: IsolationLevel,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> Self {
+        self.isolation = isolation;
+        self.cancel = cancel;
+        self
     }
 
     /// Reject any seal in which a path matching `protected` differs from
@@ -128,8 +146,9 @@ impl SnapshotVerifier {
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
                         let m = sealed.fresh_view(&view).map_err(VerifyError::Snapshot)?;
                         method = m.name().to_string();
+                        let sandbox = (self.isolation, self.cancel.clone());
                         let (ev, iso) =
-                            run_check(&criterion.id, index, check, run, &view, m.name());
+                            run_check(&criterion.id, index, check, run, &view, m.name(), sandbox);
                         let _ = remove_tree(&view);
                         isolation = iso.or(isolation);
                         ev
@@ -209,9 +228,12 @@ fn run_check(
     run: &RunCheck,
     view: &Path,
     method: &str,
+    (isolation, cancel): (IsolationLevel, Option<Arc<AtomicBool>>),
 ) -> (CheckEvidence, Option<Isolation>) {
     let mut ev = blank(criterion, index, check, method);
     let mut req = ExecRequest::shell(run.command.clone(), view);
+    req.isolation = isolation;
+    req.cancel = cancel;
     req.workspace = Some(view.to_path_buf());
     req.timeout = Duration::from_secs(run.timeout_secs);
     req.max_output = MATCH_BYTES;
@@ -246,6 +268,9 @@ fn stream(c: &loop_sandbox::Captured) -> StreamEvidence {
 
 /// Why a run check failed, or `None` when it passed.
 fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
+    if r.cancelled {
+        return Some("cancelled".into());
+    }
     if r.timed_out {
         return Some(format!("timed out after {} s", run.timeout_secs));
     }
