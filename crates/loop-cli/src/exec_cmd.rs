@@ -7,38 +7,60 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `loop exec` options.
-pub struct ExecOptions {
-    /// `--net`.
-    pub net: Net,
-    /// `--mem` in MiB.
-    pub mem: Option<u64>,
-    /// `--cpu-secs`.
-    pub cpu_secs: Option<u64>,
-    /// `--fsize` in MiB.
-    pub fsize: Option<u64>,
-    /// `--protect` globs, added to the defaults.
-    pub protect: Vec<String>,
-    /// `--timeout` in seconds.
-    pub timeout: u64,
-    /// `--max-output` in bytes.
-    pub max_output: usize,
-    /// `--workspace`.
-    pub workspace: Option<PathBuf>,
-    /// `--isolation`.
-    pub isolation: IsolationLevel,
-    /// `--repeat`.
-    pub repeat: u32,
-    /// Layers (`--without`).
-    pub layers: loop_sandbox::Layers,
-    /// `--json`.
-    pub json: bool,
-    /// The command.
-    pub argv: Vec<String>,
+/// `loop exec` arguments.
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// `none` (own network namespace, loopback only) or `host`.
+    #[arg(long, default_value = "none")]
+    net: Net,
+    /// Memory limit in MiB.
+    #[arg(long, value_name = "MB")]
+    mem: Option<u64>,
+    /// CPU seconds.
+    #[arg(long, value_name = "S")]
+    cpu_secs: Option<u64>,
+    /// Largest file the command may write, in MiB.
+    #[arg(long, value_name = "MB")]
+    fsize: Option<u64>,
+    /// A glob inside the workspace to make read-only, besides the defaults
+    /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
+    #[arg(long = "protect", value_name = "GLOB")]
+    protect: Vec<String>,
+    /// Wall-clock seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    timeout: u64,
+    /// Bytes of output kept, both streams together (every byte is hashed).
+    #[arg(long, value_name = "BYTES", default_value_t = loop_sandbox::DEFAULT_MAX_OUTPUT)]
+    max_output: usize,
+    /// The read-write directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// `preferred` runs with what the kernel offers; `required` fails closed.
+    #[arg(long, default_value = "preferred")]
+    isolation: IsolationLevel,
+    /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
+    /// measurement and diagnosis; repeatable. Reported as not enforced.
+    #[arg(long = "without", value_name = "LAYER")]
+    without: Vec<String>,
+    /// Run the command N times in this process and report the last run
+    /// (for measuring the per-command cost inside a long-lived runtime).
+    #[arg(long, default_value_t = 1, hide = true)]
+    repeat: u32,
+    /// Print a JSON result.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
 }
 
 /// Run it; the exit code mirrors the command's (128 + signal when killed).
-pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
+pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
+    let layers = o
+        .without
+        .iter()
+        .try_fold(loop_sandbox::Layers::default(), |l, name| l.without(name))
+        .map_err(CliError::usage)?;
     let cwd = match &o.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir()
@@ -54,14 +76,14 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
         .collect();
     let protected = loop_workspace::Protected::new(&globs)
         .map_err(|e| CliError::usage(format!("--protect: {e}")))?;
-    let mut req = ExecRequest::new(Program::Argv(o.argv.clone()), &cwd);
+    let mut req = ExecRequest::new(Program::Argv(o.command.clone()), &cwd);
     req.read_only_paths = protected.existing(&cwd);
     req.workspace = Some(cwd);
     req.net = o.net;
     req.timeout = Duration::from_secs(o.timeout.max(1));
     req.max_output = o.max_output;
     req.isolation = o.isolation;
-    req.layers = o.layers;
+    req.layers = layers;
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
@@ -74,7 +96,7 @@ pub fn exec(o: ExecOptions) -> Result<u8, CliError> {
             other => CliError::internal(other.to_string()),
         })
     };
-    for _ in 1..o.repeat {
+    for _ in 1..o.repeat.max(1) {
         run()?;
     }
     let r = run()?;

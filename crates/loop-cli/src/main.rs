@@ -121,50 +121,7 @@ enum Command {
         json: bool,
     },
     /// Run one command in the sandbox; the exit code mirrors the command's.
-    Exec {
-        /// `none` (own network namespace, loopback only) or `host`.
-        #[arg(long, default_value = "none")]
-        net: String,
-        /// Memory limit in MiB.
-        #[arg(long, value_name = "MB")]
-        mem: Option<u64>,
-        /// CPU seconds.
-        #[arg(long, value_name = "S")]
-        cpu_secs: Option<u64>,
-        /// Largest file the command may write, in MiB.
-        #[arg(long, value_name = "MB")]
-        fsize: Option<u64>,
-        /// A glob inside the workspace to make read-only, besides the defaults
-        /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
-        #[arg(long = "protect", value_name = "GLOB")]
-        protect: Vec<String>,
-        /// Wall-clock seconds.
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
-        timeout: u64,
-        /// Bytes of output kept, both streams together (every byte is hashed).
-        #[arg(long, value_name = "BYTES", default_value_t = loop_sandbox::DEFAULT_MAX_OUTPUT)]
-        max_output: usize,
-        /// The read-write directory (default: the current directory).
-        #[arg(long, value_name = "DIR")]
-        workspace: Option<PathBuf>,
-        /// `preferred` runs with what the kernel offers; `required` fails closed.
-        #[arg(long, default_value = "preferred")]
-        isolation: String,
-        /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
-        /// measurement and diagnosis; repeatable. Reported as not enforced.
-        #[arg(long = "without", value_name = "LAYER")]
-        without: Vec<String>,
-        /// Run the command N times in this process and report the last run
-        /// (for measuring the per-command cost inside a long-lived runtime).
-        #[arg(long, default_value_t = 1, hide = true)]
-        repeat: u32,
-        /// Print a JSON result.
-        #[arg(long)]
-        json: bool,
-        /// The command and its arguments.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Exec(exec_cmd::ExecArgs),
     /// Show what the sandbox can enforce on this machine.
     Doctor,
     /// Check a contract file and print its hash.
@@ -199,38 +156,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             let ok = verify_cmd::verify(&receipt, artifacts.as_deref(), pubkey.as_deref(), json)?;
             Ok(if ok { 0 } else { 1 })
         }
-        Command::Exec {
-            net,
-            mem,
-            cpu_secs,
-            fsize,
-            protect,
-            timeout,
-            max_output,
-            workspace,
-            isolation,
-            without,
-            repeat,
-            json,
-            command,
-        } => exec_cmd::exec(exec_cmd::ExecOptions {
-            repeat: repeat.max(1),
-            layers: without
-                .iter()
-                .try_fold(loop_sandbox::Layers::default(), |l, name| l.without(name))
-                .map_err(CliError::usage)?,
-            net: net.parse().map_err(CliError::usage)?,
-            mem,
-            cpu_secs,
-            fsize,
-            protect,
-            timeout,
-            max_output,
-            workspace,
-            isolation: isolation.parse().map_err(CliError::usage)?,
-            json,
-            argv: command,
-        }),
+        Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
         Command::Validate { file } => {
             let contract = read_contract(&file)?;

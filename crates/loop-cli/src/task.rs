@@ -109,15 +109,18 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
     let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
     let cancel = crate::interrupt::flag();
-    let mut tools = ToolsAdapter(
-        ToolBox::new(jail, ToolLimits::default()).with_sandbox(req.isolation, Some(cancel.clone())),
-    );
+    let sandbox = loop_sandbox::Settings {
+        isolation: req.isolation,
+        cancel: Some(cancel.clone()),
+    };
+    let mut tools =
+        ToolsAdapter(ToolBox::new(jail, ToolLimits::default()).with_sandbox(sandbox.clone()));
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
     let mut verifier = VerifierAdapter(
         SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
             .guard_protected(baseline.clone(), protected)
-            .with_sandbox(req.isolation, Some(cancel.clone())),
+            .with_sandbox(sandbox),
     );
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let ledger_path = receipts.join(&ledger_name);

@@ -203,12 +203,13 @@ struct Run {
     output: String,
 }
 
-fn run_script(project: &Path, script: &str, extra: &[&str]) -> Run {
+/// `loop run --task … --model scripted:… --project … --json EXTRA…` with `script`.
+fn loop_run(project: &Path, script: &str, extra: &[&str]) -> Command {
     let dir = project.parent().unwrap();
     let script_path = dir.join("script.yaml");
     std::fs::write(&script_path, script).unwrap();
-    let out = loop_bin()
-        .arg("run")
+    let mut c = loop_bin();
+    c.arg("run")
         .arg("--task")
         .arg(dir.join("task.yaml"))
         .arg("--model")
@@ -216,9 +217,12 @@ fn run_script(project: &Path, script: &str, extra: &[&str]) -> Run {
         .arg("--project")
         .arg(project)
         .arg("--json")
-        .args(extra)
-        .output()
-        .unwrap();
+        .args(extra);
+    c
+}
+
+fn run_script(project: &Path, script: &str, extra: &[&str]) -> Run {
+    let out = loop_run(project, script, extra).output().unwrap();
     let output = text(&out);
     let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -512,21 +516,15 @@ fn bad_input_exits_2_with_a_position() {
 #[test]
 fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
     let p = project("cancel");
-    let dir = p.parent().unwrap().to_path_buf();
-    let script_path = dir.join("script.yaml");
     let turn = "  - calls: [{tool: run_command, args: {command: 'sleep 0.3'}}]\n";
-    std::fs::write(&script_path, format!("turns:\n{}", turn.repeat(50))).unwrap();
-    let child = loop_bin()
-        .arg("run")
-        .arg("--task")
-        .arg(dir.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", script_path.display()))
-        .args(["--max-steps", "50", "--json", "--project"])
-        .arg(&p)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = loop_run(
+        &p,
+        &format!("turns:\n{}", turn.repeat(50)),
+        &["--max-steps", "50"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let status = Command::new("kill")
         .arg("-TERM")
@@ -546,21 +544,8 @@ fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
 #[test]
 fn cancelling_kills_a_long_running_command_at_once() {
     let p = project("cancel-long");
-    let dir = p.parent().unwrap().to_path_buf();
-    let script_path = dir.join("script.yaml");
-    std::fs::write(
-        &script_path,
-        "turns:\n  - calls: [{tool: run_command, args: {command: 'sleep 60', timeout_secs: 100}}]\n",
-    )
-    .unwrap();
-    let child = loop_bin()
-        .arg("run")
-        .arg("--task")
-        .arg(dir.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", script_path.display()))
-        .args(["--json", "--project"])
-        .arg(&p)
+    let script = "turns:\n  - calls: [{tool: run_command, args: {command: 'sleep 60', timeout_secs: 100}}]\n";
+    let child = loop_run(&p, script, &[])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

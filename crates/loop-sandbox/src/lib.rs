@@ -122,6 +122,24 @@ impl Layers {
     }
 }
 
+/// How a component (the tools, the verifier) runs its commands: the
+/// isolation level demanded and a flag that kills a running command.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Required or preferred.
+    pub isolation: IsolationLevel,
+    /// Set to kill the running command's tree.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Settings {
+    /// Apply to a request.
+    pub fn apply(&self, req: &mut ExecRequest) {
+        req.isolation = self.isolation;
+        req.cancel = self.cancel.clone();
+    }
+}
+
 /// Default bound on captured output, both streams together.
 pub const DEFAULT_MAX_OUTPUT: usize = 2 * 1024 * 1024;
 

@@ -11,12 +11,10 @@ pub mod specs;
 use loop_protocol::observation::head_tail;
 use loop_protocol::{Control, Observation, ToolCall, ToolOutcome, ToolSpec};
 use loop_sandbox::redact::redact;
-use loop_sandbox::{ExecRequest, IsolationLevel, Net};
+use loop_sandbox::{ExecRequest, Net, Settings};
 use loop_workspace::{Intent, Jail, Manifest, write_atomic};
 use serde::Deserialize;
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Bounds on what tools read, write and show.
@@ -49,8 +47,7 @@ pub struct ToolBox {
     granted: BTreeSet<String>,
     limits: ToolLimits,
     net: Net,
-    isolation: IsolationLevel,
-    cancel: Option<Arc<AtomicBool>>,
+    sandbox: Settings,
 }
 
 /// The tool runtime itself failed (not the tool call).
@@ -109,20 +106,13 @@ impl ToolBox {
             granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
             limits,
             net: Net::None,
-            isolation: IsolationLevel::Preferred,
-            cancel: None,
+            sandbox: Settings::default(),
         }
     }
 
-    /// How commands are isolated: the level demanded, and a flag that
-    /// kills a running command when set.
-    pub fn with_sandbox(
-        mut self,
-        isolation: IsolationLevel,
-        cancel: Option<Arc<AtomicBool>>,
-    ) -> Self {
-        self.isolation = isolation;
-        self.cancel = cancel;
+    /// How commands are isolated and cancelled.
+    pub fn with_sandbox(mut self, sandbox: Settings) -> Self {
+        self.sandbox = sandbox;
         self
     }
 
@@ -411,8 +401,7 @@ impl ToolBox {
         req.read_only_paths = self.jail.protected().existing(self.jail.root());
         req.timeout = timeout;
         req.net = self.net;
-        req.isolation = self.isolation;
-        req.cancel = self.cancel.clone();
+        self.sandbox.apply(&mut req);
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
             Ok(r) => r,

@@ -14,11 +14,9 @@ use loop_protocol::{
     ArtifactEvidence, Check, CheckEvidence, Contract, CriterionEvidence, Isolation, RunCheck,
     StreamEvidence, VerificationReport,
 };
-use loop_sandbox::{ExecRequest, ExecResult, IsolationLevel};
+use loop_sandbox::{ExecRequest, ExecResult, Settings};
 use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, remove_tree};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// Bytes of output kept per stream for matching (every byte is hashed).
@@ -43,8 +41,7 @@ pub struct SnapshotVerifier {
     scratch: PathBuf,
     last_sealed: Option<Sealed>,
     guard: Option<(Manifest, Protected)>,
-    isolation: IsolationLevel,
-    cancel: Option<Arc<AtomicBool>>,
+    sandbox: Settings,
 }
 
 impl SnapshotVerifier {
@@ -56,20 +53,13 @@ impl SnapshotVerifier {
             scratch: scratch.to_path_buf(),
             last_sealed: None,
             guard: None,
-            isolation: IsolationLevel::Preferred,
-            cancel: None,
+            sandbox: Settings::default(),
         }
     }
 
-    /// How checks are isolated: the level demanded, and a flag that kills
-    /// a running check when set.
-    pub fn with_sandbox(
-        mut self,
-        isolation: IsolationLevel,
-        cancel: Option<Arc<AtomicBool>>,
-    ) -> Self {
-        self.isolation = isolation;
-        self.cancel = cancel;
+    /// How checks are isolated and cancelled.
+    pub fn with_sandbox(mut self, sandbox: Settings) -> Self {
+        self.sandbox = sandbox;
         self
     }
 
@@ -146,9 +136,15 @@ impl SnapshotVerifier {
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
                         let m = sealed.fresh_view(&view).map_err(VerifyError::Snapshot)?;
                         method = m.name().to_string();
-                        let sandbox = (self.isolation, self.cancel.clone());
-                        let (ev, iso) =
-                            run_check(&criterion.id, index, check, run, &view, m.name(), sandbox);
+                        let (ev, iso) = run_check(
+                            &criterion.id,
+                            index,
+                            check,
+                            run,
+                            &view,
+                            m.name(),
+                            &self.sandbox,
+                        );
                         let _ = remove_tree(&view);
                         isolation = iso.or(isolation);
                         ev
@@ -228,12 +224,11 @@ fn run_check(
     run: &RunCheck,
     view: &Path,
     method: &str,
-    (isolation, cancel): (IsolationLevel, Option<Arc<AtomicBool>>),
+    sandbox: &Settings,
 ) -> (CheckEvidence, Option<Isolation>) {
     let mut ev = blank(criterion, index, check, method);
     let mut req = ExecRequest::shell(run.command.clone(), view);
-    req.isolation = isolation;
-    req.cancel = cancel;
+    sandbox.apply(&mut req);
     req.workspace = Some(view.to_path_buf());
     req.timeout = Duration::from_secs(run.timeout_secs);
     req.max_output = MATCH_BYTES;
