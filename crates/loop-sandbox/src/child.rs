@@ -41,10 +41,14 @@ pub struct ChildPlan {
     pub cgroup_procs: Vec<CString>,
     /// Mount a fresh procfs for the new PID namespace.
     pub mount_proc: bool,
+    /// An overlay to mount on the workspace (target, options), then the
+    /// directory to re-enter so the command works inside it.
+    pub overlay: Option<(CString, CString, CString)>,
     /// Paths to bind read-only onto themselves, with the flags their mount must keep.
     pub ro_binds: Vec<(CString, libc::c_ulong)>,
-    /// The Landlock ruleset to extend with the fresh `/proc` (read access mask).
-    pub proc_rule: Option<(RawFd, u64)>,
+    /// The Landlock ruleset to extend with mounts made in the child (the
+    /// fresh `/proc`, an overlay), with the read and the full access masks.
+    pub late_rules: Option<(RawFd, u64, u64)>,
     /// Bring up `lo` in the new network namespace.
     pub loopback_up: bool,
     /// Resource limits to set.
@@ -266,6 +270,36 @@ unsafe fn mirror(st: libc::c_int) -> ! {
     }
 }
 
+/// Add a Landlock rule for `path` (opened now, inside the namespaces).
+unsafe fn allow_beneath(
+    ruleset: RawFd,
+    path: *const libc::c_char,
+    access: u64,
+    d: RawFd,
+    step: &'static [u8],
+) -> io::Result<()> {
+    // SAFETY: open/landlock_add_rule/close on a NUL-terminated path.
+    unsafe {
+        let fd = libc::open(path, libc::O_PATH | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(fail(d, step));
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: access,
+            parent_fd: fd,
+        };
+        let r = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        libc::close(fd);
+        check(r, d, step)
+    }
+}
+
 /// Mounts and network inside the new namespaces.
 unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
     let d = plan.diag_fd;
@@ -298,25 +332,44 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
                 )?;
                 // The new procfs did not exist when the ruleset was built:
                 // allow reading it now, from inside.
-                if let Some((ruleset, access)) = plan.proc_rule {
-                    let fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(fail(d, b"open /proc"));
-                    }
-                    let attr = PathBeneathAttr {
-                        allowed_access: access,
-                        parent_fd: fd,
-                    };
-                    let r = libc::syscall(
-                        libc::SYS_landlock_add_rule,
+                if let Some((ruleset, read, _)) = plan.late_rules {
+                    allow_beneath(
                         ruleset,
-                        LANDLOCK_RULE_PATH_BENEATH,
-                        &attr as *const PathBeneathAttr,
-                        0u32,
-                    );
-                    libc::close(fd);
-                    check(r, d, b"landlock rule for /proc")?;
+                        c"/proc".as_ptr(),
+                        read,
+                        d,
+                        b"landlock rule for /proc",
+                    )?;
                 }
+            }
+            if let Some((target, options, cwd)) = &plan.overlay {
+                check(
+                    libc::mount(
+                        c"overlay".as_ptr(),
+                        target.as_ptr(),
+                        c"overlay".as_ptr(),
+                        0,
+                        options.as_ptr().cast(),
+                    ) as libc::c_long,
+                    d,
+                    b"mount overlay",
+                )?;
+                // Landlock sees an overlay's merged tree as its own: rules on
+                // the directory underneath do not reach into it.
+                if let Some((ruleset, _, all)) = plan.late_rules {
+                    allow_beneath(
+                        ruleset,
+                        target.as_ptr(),
+                        all,
+                        d,
+                        b"landlock rule for the overlay",
+                    )?;
+                }
+                check(
+                    libc::chdir(cwd.as_ptr()) as libc::c_long,
+                    d,
+                    b"enter overlay",
+                )?;
             }
             for (path, keep) in &plan.ro_binds {
                 check(

@@ -19,6 +19,8 @@ pub struct Prepared {
     pub abi: u32,
     /// The read+execute access mask, for rules added in the child.
     pub read_mask: u64,
+    /// Every handled access right, for read-write rules added in the child.
+    pub all_mask: u64,
 }
 
 /// The Landlock ABI the kernel offers (0 when Landlock is unavailable).
@@ -120,6 +122,7 @@ pub fn prepare(
         fd,
         abi: abi_n,
         read_mask: AccessFs::from_read(fixed.abi).bits(),
+        all_mask: all.bits(),
     }))
 }
 

@@ -168,6 +168,10 @@ pub struct ExecRequest {
     pub layers: Layers,
     /// When set, the command's whole tree is killed within 50 ms.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// When set, the workspace is seen through an overlay whose upper layer
+    /// lives in this (empty, private) directory: the command may write, the
+    /// workspace itself never changes. Needs namespaces; see [`overlay_available`].
+    pub overlay_scratch: Option<PathBuf>,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
 }
@@ -193,6 +197,7 @@ impl ExecRequest {
             isolation: IsolationLevel::Preferred,
             layers: Layers::default(),
             cancel: None,
+            overlay_scratch: None,
             env: Vec::new(),
         }
     }
@@ -269,6 +274,26 @@ fn seccomp_program() -> &'static Result<Vec<libc::sock_filter>, String> {
                 })
                 .collect()
         })
+    })
+}
+
+/// Whether commands can see a workspace through an overlay here (tried
+/// once per process with a real sandboxed command).
+pub fn overlay_available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        let Ok(dir) = PrivateTmp::create() else {
+            return false;
+        };
+        let lower = dir.0.join("lower");
+        if std::fs::create_dir(&lower).is_err() || std::fs::write(lower.join("f"), "x").is_err() {
+            return false;
+        }
+        let mut req = ExecRequest::shell("echo y > f && test \"$(cat f)\" = y", &lower);
+        req.overlay_scratch = Some(dir.0.join("overlay"));
+        req.timeout = Duration::from_secs(10);
+        let ran = matches!(run(&req), Ok(r) if r.exit_code == Some(0));
+        ran && std::fs::read(lower.join("f")).is_ok_and(|b| b == b"x")
     })
 }
 
@@ -513,6 +538,47 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             ro_binds.push((cstring(p)?, locked_flags(p)));
         }
     }
+    let overlay = match &req.overlay_scratch {
+        None => None,
+        Some(_) if !use_ns => {
+            cgroups.destroy();
+            return Err(SandboxError::Prepare(
+                "an overlay view needs a mount namespace, which is unavailable here".into(),
+            ));
+        }
+        Some(scratch) => {
+            let upper = scratch.join("upper");
+            let work = scratch.join("work");
+            for d in [&upper, &work] {
+                std::fs::create_dir_all(d).map_err(|e| spawn_err("overlay dirs: ".into(), e))?;
+            }
+            let esc = |p: &Path| {
+                p.to_string_lossy()
+                    .replace('\\', "\\\\")
+                    .replace(',', "\\,")
+                    .replace(':', "\\:")
+            };
+            let mut options = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                esc(&workspace),
+                esc(&upper),
+                esc(&work)
+            );
+            if userns {
+                options.push_str(",userxattr");
+            }
+            let cwd = req
+                .cwd
+                .canonicalize()
+                .map_err(|e| spawn_err("cwd: ".into(), e))?;
+            Some((
+                cstring(&workspace)?,
+                CString::new(options)
+                    .map_err(|_| SandboxError::Prepare("overlay options contain NUL".into()))?,
+                cstring(&cwd)?,
+            ))
+        }
+    };
     let plan_seccomp = seccomp.is_some();
     let plan = child::ChildPlan {
         unshare_flags: flags,
@@ -525,7 +591,10 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             .map(|d| cstring(&d.join("cgroup.procs")))
             .collect::<Result<_, _>>()?,
         mount_proc: use_ns && support.proc_mount,
-        proc_rule: landlock.as_ref().map(|l| (l.fd.as_raw_fd(), l.read_mask)),
+        late_rules: landlock
+            .as_ref()
+            .map(|l| (l.fd.as_raw_fd(), l.read_mask, l.all_mask)),
+        overlay,
         ro_binds,
         loopback_up: use_ns && req.net == Net::None,
         rlimits: rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),

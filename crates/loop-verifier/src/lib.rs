@@ -15,7 +15,7 @@ use loop_protocol::{
     StreamEvidence, VerificationReport,
 };
 use loop_sandbox::{ExecRequest, ExecResult, Settings};
-use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, remove_tree};
+use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, SnapshotMethod, remove_tree};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -110,13 +110,18 @@ impl SnapshotVerifier {
     ) -> Result<VerificationReport, VerifyError> {
         let started = Instant::now();
         if let Some(old) = self.last_sealed.take() {
-            let _ = remove_tree(old.dir());
+            old.discard();
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
-        let sealed = Sealed::create(
-            &self.workspace,
-            &self.scratch.join(format!("sealed-{attempt}")),
-        )
+        let overlay = loop_sandbox::overlay_available();
+        let sealed = if overlay {
+            Sealed::in_place(&self.workspace)
+        } else {
+            Sealed::create(
+                &self.workspace,
+                &self.scratch.join(format!("sealed-{attempt}")),
+            )
+        }
         .map_err(VerifyError::Snapshot)?;
         let jail = Jail::new(
             sealed.dir(),
@@ -131,21 +136,27 @@ impl SnapshotVerifier {
             for (index, check) in criterion.checks.iter().enumerate() {
                 let ev = match check {
                     Check::Run(run) => {
-                        let view = self
+                        let scratch = self
                             .scratch
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
-                        let m = sealed.fresh_view(&view).map_err(VerifyError::Snapshot)?;
-                        method = m.name().to_string();
-                        let (ev, iso) = run_check(
-                            &criterion.id,
-                            index,
-                            check,
-                            run,
-                            &view,
-                            m.name(),
-                            &self.sandbox,
-                        );
-                        let _ = remove_tree(&view);
+                        let view = if overlay {
+                            View {
+                                dir: sealed.dir().to_path_buf(),
+                                overlay: Some(scratch.clone()),
+                                method: SnapshotMethod::Overlay,
+                            }
+                        } else {
+                            let m = sealed.fresh_view(&scratch).map_err(VerifyError::Snapshot)?;
+                            View {
+                                dir: scratch.clone(),
+                                overlay: None,
+                                method: m,
+                            }
+                        };
+                        method = view.method.name().to_string();
+                        let (ev, iso) =
+                            run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        let _ = remove_tree(&scratch);
                         isolation = iso.or(isolation);
                         ev
                     }
@@ -217,19 +228,27 @@ fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckE
 /// Phrases test runners print when they ran nothing.
 const EMPTY_TEST_RUN: &str = r"(?im)(\bRan 0 tests?\b|\bcollected 0 items\b|\brunning 0 tests?\b|\bno tests ran\b|\b0 tests? (run|ran|executed)\b)";
 
+/// Where a check runs: a directory, seen directly (a copy) or through an
+/// overlay whose upper layer lives in `overlay`.
+struct View {
+    dir: PathBuf,
+    overlay: Option<PathBuf>,
+    method: SnapshotMethod,
+}
+
 fn run_check(
     criterion: &str,
     index: usize,
     check: &Check,
     run: &RunCheck,
-    view: &Path,
-    method: &str,
+    view: &View,
     sandbox: &Settings,
 ) -> (CheckEvidence, Option<Isolation>) {
-    let mut ev = blank(criterion, index, check, method);
-    let mut req = ExecRequest::shell(run.command.clone(), view);
+    let mut ev = blank(criterion, index, check, view.method.name());
+    let mut req = ExecRequest::shell(run.command.clone(), &view.dir);
+    req.overlay_scratch = view.overlay.clone();
     sandbox.apply(&mut req);
-    req.workspace = Some(view.to_path_buf());
+    req.workspace = Some(view.dir.clone());
     req.timeout = Duration::from_secs(run.timeout_secs);
     req.max_output = MATCH_BYTES;
     let result = match loop_sandbox::run(&req) {

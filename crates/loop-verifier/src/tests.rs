@@ -59,8 +59,13 @@ artifacts: [a.txt]
         r.artifacts[0].sha256.as_deref(),
         Some(loop_protocol::hash::sha256_hex(b"hello\n").as_str())
     );
-    assert_eq!(r.snapshot_method, "copy");
-    assert_eq!(r.criteria[0].checks[0].snapshot, "copy");
+    let method = if loop_sandbox::overlay_available() {
+        "overlay"
+    } else {
+        "copy"
+    };
+    assert_eq!(r.snapshot_method, method);
+    assert_eq!(r.criteria[0].checks[0].snapshot, method);
 
     let r = verify(&[("a.txt", "bye\n"), ("data.json", "{\"n\": 2}")], yaml);
     let f = failures(&r);

@@ -3,9 +3,12 @@
 //! writable view of the sealed tree, so no check can create state for
 //! another and nothing a check writes reaches the seal.
 //!
-//! This build makes each view with a plain copy and says so
-//! ([`SnapshotMethod::Copy`]); cheaper methods (overlayfs, reflinks) slot in
-//! behind [`Sealed::fresh_view`].
+//! Where the sandbox can mount overlays, sealing copies nothing: the
+//! quiescent workspace itself is the read-only lower layer and each check
+//! writes to its own upper layer ([`SnapshotMethod::Overlay`], O(1) in the
+//! workspace's size); the seal's manifest proves afterwards that nothing
+//! changed. Otherwise the workspace is copied once and each view is a copy
+//! ([`SnapshotMethod::Copy`]). The method is recorded in the evidence.
 
 use crate::fsutil::{copy_tree, make_read_only};
 use crate::manifest::Manifest;
@@ -17,6 +20,8 @@ use std::path::{Path, PathBuf};
 pub enum SnapshotMethod {
     /// A full copy of the sealed tree.
     Copy,
+    /// An overlay: the sealed tree as the read-only lower layer, a private upper layer.
+    Overlay,
 }
 
 impl SnapshotMethod {
@@ -24,6 +29,7 @@ impl SnapshotMethod {
     pub fn name(self) -> &'static str {
         match self {
             SnapshotMethod::Copy => "copy",
+            SnapshotMethod::Overlay => "overlay",
         }
     }
 }
@@ -33,6 +39,8 @@ impl SnapshotMethod {
 pub struct Sealed {
     dir: PathBuf,
     manifest: Manifest,
+    /// Whether `dir` is a copy this seal owns (and may remove).
+    copied: bool,
 }
 
 impl Sealed {
@@ -48,7 +56,26 @@ impl Sealed {
         Ok(Sealed {
             dir: dir.to_path_buf(),
             manifest,
+            copied: true,
         })
+    }
+
+    /// Seal `workspace` where it is, without copying: record its manifest.
+    /// The caller guarantees nothing writes to it while the seal is in use
+    /// (views are overlays) and checks [`Sealed::is_intact`] afterwards.
+    pub fn in_place(workspace: &Path) -> std::io::Result<Sealed> {
+        Ok(Sealed {
+            dir: workspace.to_path_buf(),
+            manifest: Manifest::of(workspace)?,
+            copied: false,
+        })
+    }
+
+    /// Remove the sealed copy, if this seal made one (never the workspace).
+    pub fn discard(self) {
+        if self.copied {
+            let _ = remove_tree(&self.dir);
+        }
     }
 
     /// Where the sealed tree is.
