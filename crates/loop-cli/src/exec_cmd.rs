@@ -38,6 +38,10 @@ pub struct ExecArgs {
     /// `preferred` runs with what the kernel offers; `required` fails closed.
     #[arg(long, default_value = "preferred")]
     isolation: IsolationLevel,
+    /// See the workspace through an overlay: the command may write, the
+    /// workspace never changes (what each verification check gets).
+    #[arg(long)]
+    overlay: bool,
     /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
     /// measurement and diagnosis; repeatable. Reported as not enforced.
     #[arg(long = "without", value_name = "LAYER")]
@@ -77,13 +81,24 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     let protected = loop_workspace::Protected::new(&globs)
         .map_err(|e| CliError::usage(format!("--protect: {e}")))?;
     let mut req = ExecRequest::new(Program::Argv(o.command.clone()), &cwd);
-    req.read_only_paths = protected.existing(&cwd);
+    // Through an overlay nothing reaches the workspace, protected or not;
+    // otherwise protected paths are bound read-only.
+    if !o.overlay {
+        req.read_only_paths = protected.existing(&cwd);
+    }
     req.workspace = Some(cwd);
     req.net = o.net;
     req.timeout = Duration::from_secs(o.timeout.max(1));
     req.max_output = o.max_output;
     req.isolation = o.isolation;
     req.layers = layers;
+    let overlay_dir = if o.overlay {
+        let dir = std::env::temp_dir().join(format!("loop-exec-overlay-{}", std::process::id()));
+        req.overlay_scratch = Some(dir.clone());
+        Some(dir)
+    } else {
+        None
+    };
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
@@ -91,6 +106,10 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
         ..Limits::default()
     };
     let run = || {
+        if let Some(dir) = &overlay_dir {
+            // Every run starts from an empty upper layer.
+            let _ = loop_workspace::remove_tree(dir);
+        }
         loop_sandbox::run(&req).map_err(|e| match e {
             loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
             other => CliError::internal(other.to_string()),
@@ -99,7 +118,11 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     for _ in 1..o.repeat.max(1) {
         run()?;
     }
-    let r = run()?;
+    let r = run();
+    if let Some(dir) = &overlay_dir {
+        let _ = loop_workspace::remove_tree(dir);
+    }
+    let r = r?;
     if o.json {
         let v = serde_json::json!({
             "exit_code": r.exit_code,

@@ -122,6 +122,12 @@ enum Command {
     },
     /// Run one command in the sandbox; the exit code mirrors the command's.
     Exec(exec_cmd::ExecArgs),
+    /// Print the content manifest of a directory: its Merkle root, files and bytes.
+    Manifest {
+        /// The directory (default: the current one).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Show what the sandbox can enforce on this machine.
     Doctor,
     /// Check a contract file and print its hash.
@@ -158,6 +164,18 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
+        Command::Manifest { dir } => {
+            let m = loop_workspace::Manifest::of(&dir)
+                .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+            println!(
+                "{}  {} files, {} bytes  {}",
+                m.root,
+                m.entries.len(),
+                m.bytes(),
+                dir.display()
+            );
+            Ok(0)
+        }
         Command::Validate { file } => {
             let contract = read_contract(&file)?;
             let sha = contract
