@@ -92,37 +92,35 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     req.max_output = o.max_output;
     req.isolation = o.isolation;
     req.layers = layers;
-    let overlay_dir = if o.overlay {
-        let dir = std::env::temp_dir().join(format!("loop-exec-overlay-{}", std::process::id()));
-        req.overlay_scratch = Some(dir.clone());
-        Some(dir)
-    } else {
-        None
-    };
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
         fsize_mb: o.fsize.unwrap_or(Limits::default().fsize_mb),
         ..Limits::default()
     };
-    let run = || {
-        if let Some(dir) = &overlay_dir {
-            // Every run starts from an empty upper layer.
-            let _ = loop_workspace::remove_tree(dir);
+    let overlay_root = o
+        .overlay
+        .then(|| std::env::temp_dir().join(format!("loop-exec-overlay-{}", std::process::id())));
+    // Each run gets its own upper layer: an overlay's work directory cannot
+    // be reused while the previous mount namespace is still being torn down.
+    let mut run = |n: u32| {
+        if let Some(root) = &overlay_root {
+            req.overlay_scratch = Some(root.join(n.to_string()));
         }
         loop_sandbox::run(&req).map_err(|e| match e {
             loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
             other => CliError::internal(other.to_string()),
         })
     };
-    for _ in 1..o.repeat.max(1) {
-        run()?;
+    let mut last = run(0);
+    for n in 1..o.repeat.max(1) {
+        last?;
+        last = run(n);
     }
-    let r = run();
-    if let Some(dir) = &overlay_dir {
-        let _ = loop_workspace::remove_tree(dir);
+    if let Some(root) = &overlay_root {
+        let _ = loop_workspace::remove_tree(root);
     }
-    let r = r?;
+    let r = last?;
     if o.json {
         let v = serde_json::json!({
             "exit_code": r.exit_code,

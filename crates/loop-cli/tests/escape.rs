@@ -530,16 +530,32 @@ EOF"#;
 
 #[test]
 fn required_isolation_fails_closed_with_a_reason_when_a_layer_is_missing() {
-    // Simulated here by asking for more than exists is not possible, so the
-    // contract is checked the other way: on this machine `required` runs.
-    let sc = Scene::new("required", Who::Me);
-    let (out, j) = sc.run(&["--isolation", "required"], "echo fine");
-    assert_eq!(
-        s(&j, "stdout"),
-        "fine\n",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for who in users() {
+        let sc = Scene::new("required", who);
+        let (out, j) = sc.run(&["--isolation", "required"], "echo fine");
+        assert_eq!(
+            s(&j, "stdout"),
+            "fine\n",
+            "{who:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A missing layer (simulated by turning it off) is named, and nothing runs.
+        let marker = sc.ws().join("ran");
+        let out = sc
+            .command(
+                &["--isolation", "required", "--without", "landlock"],
+                &["sh", "-c", &format!("touch {}", marker.display())],
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{who:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("isolation is required but unavailable: Landlock"),
+            "{who:?}: {err}"
+        );
+        assert!(!marker.exists(), "{who:?}: the command ran anyway");
+    }
 }
 
 #[test]

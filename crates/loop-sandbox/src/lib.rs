@@ -441,14 +441,14 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         cgroup::Cgroups::default()
     };
     trace.mark("cgroups");
-    if !cgroups.memory {
-        missing.push("memory cgroup");
-    }
+    // Cgroups are used where the machine offers writable ones; their absence
+    // is said in the notes, not treated as a missing layer (rlimits still bound
+    // memory and processes), so `required` stays usable without root.
     if req.isolation == IsolationLevel::Required && !missing.is_empty() {
         cgroups.destroy();
         return Err(SandboxError::Unavailable {
             missing: missing.join(", "),
-            how: "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0), boot with Landlock in the LSM list (lsm=landlock,…), a kernel with seccomp, and a delegated cgroup (cgroup v2 with memory and pids enabled in cgroup.subtree_control); `loop doctor` shows what this machine has.".into(),
+            how: "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0), Landlock in the kernel's LSM list (boot with lsm=landlock,…) and seccomp; `loop doctor` shows what this machine has.".into(),
         });
     }
     notes.extend(cgroups.notes.iter().cloned());
