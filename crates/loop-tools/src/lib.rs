@@ -12,9 +12,11 @@ use loop_protocol::observation::head_tail;
 use loop_protocol::{Control, Observation, ToolCall, ToolOutcome, ToolSpec};
 use loop_sandbox::redact::redact;
 use loop_sandbox::{ExecRequest, Net, Settings};
-use loop_workspace::{Intent, Jail, Manifest, write_atomic};
+use loop_workspace::{Change, Intent, Jail, Journal, Manifest, patch, write_atomic};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Bounds on what tools read, write and show.
@@ -44,6 +46,7 @@ impl Default for ToolLimits {
 /// The tools and the authority that governs them.
 pub struct ToolBox {
     jail: Jail,
+    journal: Journal,
     granted: BTreeSet<String>,
     limits: ToolLimits,
     net: Net,
@@ -85,6 +88,12 @@ struct EditArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct PatchArgs {
+    patch: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunArgs {
     command: String,
     #[serde(default)]
@@ -101,13 +110,31 @@ struct FinishArgs {
 impl ToolBox {
     /// Every tool granted, in `jail`.
     pub fn new(jail: Jail, limits: ToolLimits) -> Self {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let journal_dir = std::env::temp_dir().join(format!(
+            "loop-journal-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
         ToolBox {
+            journal: Journal::new(&journal_dir),
             jail,
             granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
             limits,
             net: Net::None,
             sandbox: Settings::default(),
         }
+    }
+
+    /// Keep the edit journal in `dir` (outside the workspace), rolling back
+    /// a step a crash interrupted. Returns the files restored.
+    pub fn with_journal(mut self, dir: &std::path::Path) -> Result<(Self, usize), ToolsError> {
+        self.journal = Journal::new(dir);
+        let restored = self
+            .journal
+            .recover()
+            .map_err(|e| ToolsError(format!("cannot recover the edit journal: {e}")))?;
+        Ok((self, restored))
     }
 
     /// How commands are isolated and cancelled.
@@ -172,6 +199,9 @@ impl ToolBox {
                 .parse(call)
                 .map(|a: WriteArgs| self.write_file(id, &a.path, &a.content)),
             "edit_file" => self.parse(call).map(|a: EditArgs| self.edit_file(id, &a)),
+            "apply_patch" => self
+                .parse(call)
+                .map(|a: PatchArgs| self.apply_patch(id, &a.patch)),
             "list_files" => self
                 .parse(call)
                 .map(|a: ListArgs| self.list_files(id, a.path.as_deref().unwrap_or("."))),
@@ -350,6 +380,159 @@ impl ToolBox {
             ),
             Err(e) => Observation::error(id, "edit_file", format!("cannot write {rel}: {e}")),
         }
+    }
+
+    fn apply_patch(&self, id: &str, text: &str) -> Observation {
+        const TOOL: &str = "apply_patch";
+        let files = match patch::parse(text) {
+            Ok(f) => f,
+            Err(e) => {
+                return Observation::error(
+                    id,
+                    TOOL,
+                    format!("patch refused, nothing applied: {e}"),
+                );
+            }
+        };
+        // Later sections see earlier sections' results.
+        let mut pending: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
+        let (mut added, mut removed) = (0usize, 0usize);
+        for fp in &files {
+            let old = match &fp.old {
+                Some(rel) => {
+                    let (rel, full) = match self.resolve(id, TOOL, rel.as_str(), Intent::Read) {
+                        Ok(p) => p,
+                        Err(o) => return o,
+                    };
+                    match pending.get(&rel) {
+                        Some((_, content)) => content.clone(),
+                        None => match std::fs::read(&full) {
+                            Ok(bytes) => match String::from_utf8(bytes) {
+                                Ok(t) => Some(t),
+                                Err(_) => {
+                                    return Observation::error(
+                                        id,
+                                        TOOL,
+                                        format!("{rel} is binary; patches apply to text"),
+                                    );
+                                }
+                            },
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                            Err(e) => {
+                                return Observation::error(
+                                    id,
+                                    TOOL,
+                                    format!("cannot read {rel}: {e}"),
+                                );
+                            }
+                        },
+                    }
+                }
+                None => {
+                    // A creation: the target must not exist yet.
+                    let target = fp.new.as_ref().map(|p| p.as_str()).unwrap_or_default();
+                    let (rel, full) = match self.resolve(id, TOOL, target, Intent::Write) {
+                        Ok(p) => p,
+                        Err(o) => return o,
+                    };
+                    let exists = match pending.get(&rel) {
+                        Some((_, content)) => content.is_some(),
+                        None => full.exists(),
+                    };
+                    exists.then(String::new)
+                }
+            };
+            let new = match patch::apply(fp, old.as_deref()) {
+                Ok(n) => n,
+                Err(e) => {
+                    return Observation::error(
+                        id,
+                        TOOL,
+                        format!("patch refused, nothing applied: {e}"),
+                    );
+                }
+            };
+            for h in &fp.hunks {
+                for l in &h.lines {
+                    match l {
+                        patch::Line::Add(_) => added += 1,
+                        patch::Line::Remove(_) => removed += 1,
+                        patch::Line::Context(_) => {}
+                    }
+                }
+            }
+            if let Some(old_rel) = &fp.old
+                && fp.new.as_ref() != Some(old_rel)
+            {
+                // A deletion or the old side of a rename writes the old path.
+                let (rel, full) = match self.resolve(id, TOOL, old_rel.as_str(), Intent::Write) {
+                    Ok(p) => p,
+                    Err(o) => return o,
+                };
+                pending.insert(rel, (full, None));
+            }
+            if let Some(new_rel) = &fp.new {
+                let (rel, full) = match self.resolve(id, TOOL, new_rel.as_str(), Intent::Write) {
+                    Ok(p) => p,
+                    Err(o) => return o,
+                };
+                let content = new.unwrap_or_default();
+                if content.len() > self.limits.max_write_bytes {
+                    return Observation::refused(
+                        id,
+                        TOOL,
+                        "limit: max_write_bytes",
+                        format!(
+                            "Refused: {rel} would be {} bytes, over the {}-byte limit; nothing applied.",
+                            content.len(),
+                            self.limits.max_write_bytes
+                        ),
+                    );
+                }
+                pending.insert(rel, (full, Some(content)));
+            }
+        }
+        let changes: Vec<Change> = pending
+            .into_iter()
+            .map(|(rel, (full, content))| Change {
+                rel,
+                full,
+                content: content.map(String::into_bytes),
+            })
+            .collect();
+        if let Err(e) = self.journal.commit(&changes) {
+            // The journal restores the files it may have touched.
+            let _ = self.journal.recover();
+            return Observation::error(
+                id,
+                TOOL,
+                format!("cannot apply the patch, nothing changed: {e}"),
+            );
+        }
+        let names: Vec<String> = changes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}{}",
+                    c.rel,
+                    if c.content.is_none() {
+                        " (deleted)"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        Observation::ok(
+            id,
+            TOOL,
+            format!(
+                "applied to {} file(s): {}; +{added} -{removed} lines",
+                changes.len(),
+                names.join(", ")
+            ),
+            true,
+        )
     }
 
     fn list_files(&self, id: &str, path: &str) -> Observation {

@@ -8,6 +8,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "read_file",
     "write_file",
     "edit_file",
+    "apply_patch",
     "list_files",
     "run_command",
     "finish",
@@ -40,6 +41,12 @@ pub fn all() -> Vec<ToolSpec> {
                 "new": {"type": "string"}
             }),
             &["path", "old", "new"],
+        ),
+        spec(
+            "apply_patch",
+            "Apply a unified diff (one or more files; create with --- /dev/null, delete with +++ /dev/null, rename with different ---/+++ paths). All hunks apply or none do; a mismatch reports the file, the hunk and the lines that differ.",
+            json!({"patch": {"type": "string", "description": "unified diff text"}}),
+            &["patch"],
         ),
         spec(
             "list_files",

@@ -1,7 +1,7 @@
 use super::*;
 use loop_protocol::ObservationStatus;
-use loop_workspace::Protected;
 use loop_workspace::testdir::TestDir;
+use loop_workspace::{Change, Journal, Protected};
 use serde_json::json;
 
 fn toolbox(d: &TestDir) -> ToolBox {
@@ -202,4 +202,123 @@ fn finish_is_a_control_not_a_completion() {
         })
     );
     assert!(o.observation.content.contains("Verification requested"));
+}
+
+#[test]
+fn a_multi_file_patch_applies_whole() {
+    let d = TestDir::new("tools-patch");
+    std::fs::write(d.path().join("a.py"), "x = 1\ny = 2\n").unwrap();
+    std::fs::write(d.path().join("old.txt"), "move me\n").unwrap();
+    std::fs::write(d.path().join("gone.txt"), "bye\n").unwrap();
+    let mut t = toolbox(&d);
+    let patch = "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\n\
+--- /dev/null\n+++ b/pkg/new.py\n@@ -0,0 +1 @@\n+print('new')\n\
+--- a/old.txt\n+++ b/renamed.txt\n@@ -1 +1 @@\n-move me\n+moved\n\
+--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n";
+    let o = t.execute(&call("apply_patch", json!({ "patch": patch })));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    assert!(o.observation.changed);
+    assert!(
+        o.observation.content.contains("+3 -3"),
+        "{}",
+        o.observation.content
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("a.py")).unwrap(),
+        "x = 1\ny = 3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("pkg/new.py")).unwrap(),
+        "print('new')\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("renamed.txt")).unwrap(),
+        "moved\n"
+    );
+    assert!(!d.path().join("old.txt").exists());
+    assert!(!d.path().join("gone.txt").exists());
+}
+
+#[test]
+fn one_stale_hunk_refuses_the_whole_patch_and_names_it() {
+    let d = TestDir::new("tools-patch-stale");
+    std::fs::write(d.path().join("a.txt"), "one\n").unwrap();
+    std::fs::write(d.path().join("b.txt"), "two\nthree\n").unwrap();
+    let mut t = toolbox(&d);
+    let patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+ONE\n--- a/b.txt\n+++ b/b.txt\n@@ -1,2 +1,2 @@\n two\n-four\n+FOUR\n";
+    let o = t.execute(&call("apply_patch", json!({ "patch": patch })));
+    assert_eq!(o.observation.status, ObservationStatus::Error);
+    let c = &o.observation.content;
+    assert!(c.contains("nothing applied"), "{c}");
+    assert!(c.contains("b.txt: hunk 1 does not apply"), "{c}");
+    assert!(c.contains("expected │four"), "{c}");
+    assert!(c.contains("found    │three"), "{c}");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("a.txt")).unwrap(),
+        "one\n",
+        "all or nothing"
+    );
+}
+
+#[test]
+fn patches_cannot_leave_the_workspace_or_touch_protected_paths() {
+    let d = TestDir::new("tools-patch-jail");
+    std::fs::create_dir_all(d.path().join("tests")).unwrap();
+    std::fs::write(d.path().join("tests/t.py"), "assert 0\n").unwrap();
+    let mut t = toolbox(&d);
+    let escape = "--- /dev/null\n+++ b/../escaped.txt\n@@ -0,0 +1 @@\n+x\n";
+    let o = t.execute(&call("apply_patch", json!({ "patch": escape })));
+    assert!(
+        o.observation
+            .content
+            .contains("may not leave the workspace"),
+        "{}",
+        o.observation.content
+    );
+    assert!(!d.path().parent().unwrap().join("escaped.txt").exists());
+    let protected = "--- a/tests/t.py\n+++ b/tests/t.py\n@@ -1 +1 @@\n-assert 0\n+assert 1\n";
+    let o = t.execute(&call("apply_patch", json!({ "patch": protected })));
+    assert_eq!(rule_of(&o), Some("protected: tests/**"));
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("tests/t.py")).unwrap(),
+        "assert 0\n"
+    );
+}
+
+#[test]
+fn a_crash_mid_patch_is_rolled_back_when_the_toolbox_starts_again() {
+    let d = TestDir::new("tools-patch-crash");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a"), "a0\n").unwrap();
+    let journal_dir = d.path().join("journal");
+    // Simulate a step that crashed after writing one of two files.
+    let j = Journal::new(&journal_dir);
+    let changes = vec![
+        Change {
+            rel: "a".into(),
+            full: ws.join("a"),
+            content: Some(b"a1\n".to_vec()),
+        },
+        Change {
+            rel: "b".into(),
+            full: ws.join("b"),
+            content: Some(b"b1\n".to_vec()),
+        },
+    ];
+    assert!(j.commit_until(&changes, Some(1)).is_err());
+    assert_eq!(std::fs::read_to_string(ws.join("a")).unwrap(), "a1\n");
+    let rules: Vec<String> = vec![];
+    let jail = Jail::new(&ws, loop_workspace::Protected::new(&rules).unwrap()).unwrap();
+    let (_t, restored) = ToolBox::new(jail, ToolLimits::default())
+        .with_journal(&journal_dir)
+        .unwrap();
+    assert_eq!(restored, 2);
+    assert_eq!(std::fs::read_to_string(ws.join("a")).unwrap(), "a0\n");
+    assert!(!ws.join("b").exists());
 }

@@ -8,12 +8,15 @@
 
 pub mod fsutil;
 pub mod jail;
+pub mod journal;
 pub mod manifest;
+pub mod patch;
 pub mod snapshot;
 pub mod testdir;
 
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
+pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 
