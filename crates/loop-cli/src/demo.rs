@@ -58,6 +58,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         json,
         verify_on_change: false,
         isolation: loop_sandbox::IsolationLevel::Preferred,
+        include_dirty: false,
     })?;
     if json {
         println!(

@@ -1,6 +1,7 @@
 //! `loop` — Loop Engine's command line. Argument parsing and presentation
 //! only; the work happens in the library crates.
 
+mod changes;
 mod demo;
 mod exec_cmd;
 mod interrupt;
@@ -95,6 +96,9 @@ enum Command {
         /// Do not ask for confirmation of the contract.
         #[arg(long)]
         yes: bool,
+        /// Carry your uncommitted changes into the task's worktree.
+        #[arg(long)]
+        include_dirty: bool,
         /// Also verify after every change, not only when the model claims finish.
         #[arg(long)]
         verify_on_change: bool,
@@ -105,6 +109,30 @@ enum Command {
         /// Print machine-readable events (JSON lines).
         #[arg(long)]
         json: bool,
+    },
+    /// Apply a verified task's change set to the project (nothing if anything changed since).
+    Apply {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Reverse an applied change set exactly.
+    Undo {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Drop a task's workspace (worktree and branch, or copy).
+    Discard {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
     },
     /// Check a receipt offline: statement, ledger chain, artifacts.
     Verify {
@@ -164,6 +192,9 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
+        Command::Apply { id, project } => changes::apply(&project, &id),
+        Command::Undo { id, project } => changes::undo(&project, &id),
+        Command::Discard { id, project } => changes::discard(&project, &id),
         Command::Manifest { dir } => {
             let m = loop_workspace::Manifest::of(&dir)
                 .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
@@ -203,6 +234,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             timeout,
             project,
             yes: _,
+            include_dirty,
             verify_on_change,
             isolation,
             json,
@@ -254,6 +286,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 json,
                 verify_on_change,
                 isolation,
+                include_dirty,
             })?;
             if json {
                 println!(

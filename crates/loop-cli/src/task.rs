@@ -7,12 +7,12 @@ use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
 use loop_models::{ModelSpec, ScriptedModel};
 use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
 use loop_receipt::{
-    Budgets, Change, FileLedger, LedgerRef, PREDICATE_TYPE, Predicate, Provenance, STATEMENT_TYPE,
+    Budgets, FileLedger, LedgerRef, PREDICATE_TYPE, Predicate, Provenance, STATEMENT_TYPE,
     Statement, subject, write_envelope,
 };
 use loop_tools::{ToolBox, ToolLimits};
 use loop_verifier::SnapshotVerifier;
-use loop_workspace::{Jail, Manifest, Protected, copy_tree, remove_tree};
+use loop_workspace::{Jail, Manifest, Origin, Protected, TaskWorkspace, remove_tree};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,8 @@ pub struct TaskRequest {
     pub verify_on_change: bool,
     /// `--isolation`.
     pub isolation: loop_sandbox::IsolationLevel,
+    /// `--include-dirty`.
+    pub include_dirty: bool,
 }
 
 /// How it ended.
@@ -43,9 +45,6 @@ pub struct TaskReport {
     /// The task workspace (kept for inspection, apply and undo).
     pub workspace: PathBuf,
 }
-
-/// Directories the task copy never takes from the project.
-const SKIP_TOP: &[&str] = &[".loop", ".git"];
 
 /// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
 pub fn new_task_id(now_ms: u64) -> String {
@@ -100,9 +99,15 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     let receipts = state.join("receipts");
     let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
 
-    // The task never works in the user's checkout: it works in a copy.
-    copy_tree(&project, &workspace, &|rel| SKIP_TOP.contains(&rel), true)
-        .map_err(|e| io("cannot copy the project into the task workspace", e))?;
+    // The runtime's state never shows in the user's `git status`.
+    std::fs::create_dir_all(&state).map_err(|e| io("cannot create .loop", e))?;
+    if !state.join(".gitignore").exists() {
+        std::fs::write(state.join(".gitignore"), "*\n").map_err(|e| io(".loop/.gitignore", e))?;
+    }
+    // The task never works in the user's checkout: a worktree or a copy.
+    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
+        .map_err(|e| CliError::internal(format!("cannot make the task workspace: {e}")))?;
+    crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
 
     let protected = Protected::new(&req.contract.protected_globs())
@@ -130,7 +135,31 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     };
     let mut story = Story::new(req.json);
     if !req.json {
-        println!("workspace {}", workspace.display());
+        match &task_ws.origin {
+            Origin::Worktree {
+                branch,
+                base_commit,
+                dirty_included,
+                ..
+            } => println!(
+                "workspace {} (git worktree on {branch} from {}{})",
+                workspace.display(),
+                &base_commit[..12.min(base_commit.len())],
+                if *dirty_included {
+                    ", with your uncommitted changes"
+                } else {
+                    ""
+                }
+            ),
+            Origin::Copy { skipped } if skipped.is_empty() => {
+                println!("workspace {} (copy)", workspace.display())
+            }
+            Origin::Copy { skipped } => println!(
+                "workspace {} (copy; skipped {})",
+                workspace.display(),
+                skipped.join(", ")
+            ),
+        }
     }
     let model_info = model.info();
     let parts = Parts {
@@ -184,6 +213,10 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
 
     let final_manifest =
         Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
+    let changes = crate::changes::compute(&project, &task_ws, &baseline, &final_manifest);
+    let patch_name = format!("{task_id}.changes.patch");
+    std::fs::write(receipts.join(&patch_name), &changes.patch).map_err(|e| io("change set", e))?;
+    subjects.push(subject(&patch_name, changes.patch.as_bytes()));
     let statement = Statement {
         statement_type: STATEMENT_TYPE.into(),
         subject: subjects,
@@ -198,7 +231,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             artifacts: shipped,
             baseline_root: baseline.root.clone(),
             final_root: final_manifest.root.clone(),
-            change_set: change_set(&baseline, &final_manifest),
+            change_set: crate::changes::record(&changes, &patch_name),
             budgets: Budgets {
                 granted: req.contract.limits.clone(),
                 used: result.used,
@@ -225,35 +258,4 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         receipt,
         workspace,
     })
-}
-
-/// Files added, modified or deleted between two manifests.
-fn change_set(before: &Manifest, after: &Manifest) -> Vec<Change> {
-    let mut out = Vec::new();
-    for e in &after.entries {
-        match before.get(&e.path) {
-            None => out.push(Change {
-                path: e.path.clone(),
-                change: "added".into(),
-                sha256: Some(e.sha256.clone()),
-            }),
-            Some(b) if b != e => out.push(Change {
-                path: e.path.clone(),
-                change: "modified".into(),
-                sha256: Some(e.sha256.clone()),
-            }),
-            Some(_) => {}
-        }
-    }
-    for b in &before.entries {
-        if after.get(&b.path).is_none() {
-            out.push(Change {
-                path: b.path.clone(),
-                change: "deleted".into(),
-                sha256: None,
-            });
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
 }

@@ -574,3 +574,181 @@ fn cancelling_kills_a_long_running_command_at_once() {
     let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["outcome"]["kind"], "cancelled", "{stdout}");
 }
+
+fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The app project as a git repository with one commit.
+fn git_project(name: &str) -> PathBuf {
+    let p = project(name);
+    std::fs::write(p.join("app.py"), "print('draft')\n").unwrap();
+    sh(
+        &p,
+        "git init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base",
+    );
+    p
+}
+
+const HONEST: &str = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: prints hello}}\n";
+
+#[test]
+fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly() {
+    let p = git_project("git-apply");
+    std::fs::write(p.join("notes.txt"), "my uncommitted notes\n").unwrap();
+    let status_before = sh(&p, "git status --porcelain");
+    let head_before = sh(&p, "git rev-parse HEAD");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    // The base checkout: same HEAD, same status (.loop ignores itself), same bytes.
+    assert_eq!(sh(&p, "git rev-parse HEAD"), head_before);
+    assert_eq!(sh(&p, "git status --porcelain"), status_before);
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('draft')\n"
+    );
+    let id = r
+        .receipt
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".receipt.json")
+        .to_string();
+    assert!(sh(&p, "git branch --list").contains(&format!("loop/{id}")));
+    // The receipt names the base commit and the patch.
+    let env: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&r.receipt).unwrap()).unwrap();
+    use base64::Engine;
+    let stmt: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(env["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let cs = &stmt["predicate"]["change_set"];
+    assert_eq!(cs["base_commit"].as_str().unwrap(), head_before.trim());
+    assert_eq!(cs["files"][0]["path"], "app.py");
+    let patch =
+        std::fs::read_to_string(r.receipt.with_file_name(cs["patch"].as_str().unwrap())).unwrap();
+    assert!(
+        patch.contains("-print('draft')\n+print('hello')"),
+        "{patch}"
+    );
+
+    let before = std::fs::read(p.join("app.py")).unwrap();
+    let out = loop_bin()
+        .args(["apply", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('hello')\n"
+    );
+    let out = loop_bin()
+        .args(["undo", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read(p.join("app.py")).unwrap(),
+        before,
+        "undo restores the exact bytes"
+    );
+    let out = loop_bin()
+        .args(["discard", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
+    assert_eq!(sh(&p, "git worktree list").lines().count(), 1);
+}
+
+#[test]
+fn apply_refuses_when_the_project_changed_and_applies_nothing() {
+    let p = git_project("git-conflict");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = r
+        .receipt
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".receipt.json")
+        .to_string();
+    std::fs::write(p.join("app.py"), "print('the user changed this')\n").unwrap();
+    let out = loop_bin()
+        .args(["apply", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("app.py: the project's file changed since the task started"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('the user changed this')\n"
+    );
+    // A new commit on the base also refuses.
+    sh(&p, "git commit -qam moved");
+    let out = loop_bin()
+        .args(["apply", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("the project's HEAD is"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn unverified_work_is_never_applied() {
+    let p = git_project("git-unverified");
+    let r = run_script(
+        &p,
+        "turns:\n  - calls: [{tool: write_file, args: {path: app.py, content: \"print('bye')\\n\"}}]\n",
+        &[],
+    );
+    assert_eq!(r.outcome["kind"], "lost");
+    let id = r
+        .receipt
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".receipt.json")
+        .to_string();
+    let out = loop_bin()
+        .args(["apply", &id, "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("not verified"), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('draft')\n"
+    );
+}

@@ -10,9 +10,9 @@ pub mod receipt;
 
 pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use receipt::{
-    Budgets, Change, Envelope, LedgerRef, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance,
-    ReceiptError, STATEMENT_TYPE, SignatureStatus, Statement, Subject, VerifyReport, pae, subject,
-    verify_receipt, write_envelope,
+    Budgets, Change, ChangeSetRecord, Envelope, LedgerRef, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate,
+    Provenance, ReceiptError, STATEMENT_TYPE, SignatureStatus, Statement, Subject, VerifyReport,
+    pae, subject, verify_receipt, write_envelope,
 };
 
 #[cfg(test)]

@@ -87,8 +87,24 @@ pub struct Change {
     pub path: String,
     /// `added`, `modified` or `deleted`.
     pub change: String,
-    /// New content hash (none when deleted).
-    pub sha256: Option<String>,
+    /// Content hash before (none when added).
+    pub before_sha256: Option<String>,
+    /// Content hash after (none when deleted).
+    pub after_sha256: Option<String>,
+}
+
+/// What the task changed: the files, the base it started from, and the
+/// unified diff shipped beside the receipt (`<task>.changes.patch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeSetRecord {
+    /// The git commit the task's worktree started from, if any.
+    pub base_commit: Option<String>,
+    /// Changed files.
+    pub files: Vec<Change>,
+    /// The patch file's name beside the receipt.
+    pub patch: String,
+    /// Its SHA-256.
+    pub patch_sha256: String,
 }
 
 /// Budgets granted and used.
@@ -139,8 +155,8 @@ pub struct Predicate {
     pub baseline_root: String,
     /// Merkle root of the workspace at the end.
     pub final_root: String,
-    /// Files changed, against the baseline.
-    pub change_set: Vec<Change>,
+    /// What changed, against the baseline.
+    pub change_set: ChangeSetRecord,
     /// Budgets.
     pub budgets: Budgets,
     /// Runtime and model.
@@ -338,7 +354,13 @@ pub fn verify_receipt(
                 continue;
             }
         };
-        match std::fs::read(artifacts_dir.join(rel.as_str())) {
+        // The change set's patch lies beside the receipt; artifacts in their directory.
+        let location = if s.name == p.change_set.patch && !s.name.contains('/') {
+            dir.join(&s.name)
+        } else {
+            artifacts_dir.join(rel.as_str())
+        };
+        match std::fs::read(&location) {
             Ok(bytes) => {
                 let got = sha256_hex(&bytes);
                 if got != want {

@@ -6,19 +6,23 @@
 //! and [`Sealed`] snapshots that give each verification check its own fresh
 //! view.
 
+pub mod changeset;
 pub mod fsutil;
 pub mod jail;
 pub mod journal;
 pub mod manifest;
 pub mod patch;
 pub mod snapshot;
+pub mod task_workspace;
 pub mod testdir;
 
+pub use changeset::{ChangeSet, ChangeSetError, FileChange};
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
+pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head};
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,256 @@
+//! Change sets of tasks: computing them at the end of a run, and
+//! `loop apply`, `loop undo`, `loop discard`.
+
+use crate::CliError;
+use loop_protocol::OutcomeKind;
+use loop_receipt::{Change, ChangeSetRecord, verify_receipt};
+use loop_workspace::{ChangeSet, FileChange, Journal, Manifest, Origin, TaskWorkspace, git_head};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Serialize, Deserialize)]
+struct SavedOrigin {
+    path: PathBuf,
+    worktree: Option<(PathBuf, String, String)>,
+}
+
+/// Remember how the task workspace was made (for `discard`).
+pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
+    let saved = SavedOrigin {
+        path: ws.path.clone(),
+        worktree: match &ws.origin {
+            Origin::Worktree {
+                repo,
+                base_commit,
+                branch,
+                ..
+            } => Some((repo.clone(), base_commit.clone(), branch.clone())),
+            Origin::Copy { .. } => None,
+        },
+    };
+    std::fs::create_dir_all(task_dir)?;
+    let text = serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?;
+    std::fs::write(task_dir.join("workspace.json"), text)
+}
+
+fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
+    let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
+        CliError::usage(format!(
+            "no task workspace recorded in {}: {e}",
+            task_dir.display()
+        ))
+    })?;
+    let saved: SavedOrigin = serde_json::from_slice(&text)
+        .map_err(|e| CliError::internal(format!("workspace.json: {e}")))?;
+    Ok(TaskWorkspace {
+        path: saved.path,
+        origin: match saved.worktree {
+            Some((repo, base_commit, branch)) => Origin::Worktree {
+                repo,
+                base_commit,
+                branch,
+                dirty_included: false,
+            },
+            None => Origin::Copy {
+                skipped: Vec::new(),
+            },
+        },
+    })
+}
+
+/// The change set of a finished run.
+pub fn compute(
+    project: &Path,
+    ws: &TaskWorkspace,
+    baseline: &Manifest,
+    last: &Manifest,
+) -> ChangeSet {
+    let base = ws.base_commit().map(str::to_string);
+    let before = |path: &str, sha: &str| -> Option<Vec<u8>> {
+        match &base {
+            Some(commit) => Command::new("git")
+                .arg("-C")
+                .arg(project)
+                .args(["show", &format!("{commit}:{path}")])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| o.stdout),
+            // Without git, the project still holds the start content if its hash matches.
+            None => std::fs::read(project.join(path))
+                .ok()
+                .filter(|b| loop_protocol::hash::sha256_hex(b) == sha),
+        }
+    };
+    ChangeSet::compute(baseline, last, &ws.path, base.clone(), &before)
+}
+
+/// The receipt's record of a change set.
+pub fn record(cs: &ChangeSet, patch_name: &str) -> ChangeSetRecord {
+    ChangeSetRecord {
+        base_commit: cs.base_commit.clone(),
+        files: cs
+            .files
+            .iter()
+            .map(|f| Change {
+                path: f.path.clone(),
+                change: f.change.clone(),
+                before_sha256: f.before_sha256.clone(),
+                after_sha256: f.after_sha256.clone(),
+            })
+            .collect(),
+        patch: patch_name.to_string(),
+        patch_sha256: cs.patch_sha256.clone(),
+    }
+}
+
+struct Task {
+    project: PathBuf,
+    dir: PathBuf,
+    receipt: PathBuf,
+}
+
+fn task(project: &Path, id: &str) -> Result<Task, CliError> {
+    if id.contains('/') || id.contains("..") || id.is_empty() {
+        return Err(CliError::usage(format!("`{id}` is not a task id")));
+    }
+    let project = project
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))?;
+    let dir = project.join(".loop/tasks").join(id);
+    let receipt = project
+        .join(".loop/receipts")
+        .join(format!("{id}.receipt.json"));
+    if !dir.is_dir() {
+        return Err(CliError::usage(format!(
+            "no task {id} in {}",
+            project.display()
+        )));
+    }
+    Ok(Task {
+        project,
+        dir,
+        receipt,
+    })
+}
+
+/// The change set from a receipt that holds, of a verified task.
+fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
+    let report = verify_receipt(&t.receipt, None).map_err(|e| CliError::usage(e.to_string()))?;
+    let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
+        return Err(CliError::usage(format!(
+            "the receipt {} does not hold; run `loop verify` on it",
+            t.receipt.display()
+        )));
+    };
+    let p = &statement.predicate;
+    if p.outcome.kind != OutcomeKind::Verified {
+        return Err(CliError::usage(format!(
+            "task {} ended {}, not verified: only verified work is applied",
+            p.task_id, p.outcome
+        )));
+    }
+    let patch_path = t.receipt.with_file_name(&p.change_set.patch);
+    let patch = std::fs::read_to_string(&patch_path)
+        .map_err(|e| CliError::usage(format!("{}: {e}", patch_path.display())))?;
+    if loop_protocol::hash::sha256_hex(patch.as_bytes()) != p.change_set.patch_sha256 {
+        return Err(CliError::usage(format!(
+            "{} differs from the receipt",
+            patch_path.display()
+        )));
+    }
+    Ok(ChangeSet {
+        base_commit: p.change_set.base_commit.clone(),
+        files: p
+            .change_set
+            .files
+            .iter()
+            .map(|c| FileChange {
+                path: c.path.clone(),
+                change: c.change.clone(),
+                before_sha256: c.before_sha256.clone(),
+                after_sha256: c.after_sha256.clone(),
+            })
+            .collect(),
+        patch,
+        patch_sha256: p.change_set.patch_sha256.clone(),
+    })
+}
+
+/// `loop apply ID`.
+pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
+    let t = task(project, id)?;
+    if t.dir.join("applied").exists() {
+        return Err(CliError::usage(format!(
+            "task {id} is already applied; `loop undo {id}` first"
+        )));
+    }
+    let cs = verified_change_set(&t)?;
+    if let Some(base) = &cs.base_commit {
+        let head = git_head(&t.project).unwrap_or_default();
+        if &head != base {
+            println!(
+                "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}"
+            );
+            return Ok(1);
+        }
+    }
+    let ws = load_origin(&t.dir)?;
+    let journal = Journal::new(&t.dir.join("apply-journal"));
+    match cs.apply(&t.project, &ws.path, &ChangeSet::undo_dir(&t.dir), &journal) {
+        Ok(n) => {
+            std::fs::write(t.dir.join("applied"), &cs.patch_sha256)
+                .map_err(|e| CliError::internal(e.to_string()))?;
+            println!(
+                "applied {n} file(s) of task {id} to {}",
+                t.project.display()
+            );
+            Ok(0)
+        }
+        Err(loop_workspace::ChangeSetError::Conflict(list)) => {
+            println!("conflict, nothing applied:");
+            for c in list {
+                println!("  {c}");
+            }
+            Ok(1)
+        }
+        Err(e) => Err(CliError::internal(e.to_string())),
+    }
+}
+
+/// `loop undo ID`.
+pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
+    let t = task(project, id)?;
+    if !t.dir.join("applied").exists() {
+        return Err(CliError::usage(format!("task {id} is not applied")));
+    }
+    let cs = verified_change_set(&t)?;
+    let journal = Journal::new(&t.dir.join("apply-journal"));
+    match cs.undo(&t.project, &ChangeSet::undo_dir(&t.dir), &journal) {
+        Ok(n) => {
+            let _ = std::fs::remove_file(t.dir.join("applied"));
+            let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+            println!("undid {n} file(s) of task {id}");
+            Ok(0)
+        }
+        Err(loop_workspace::ChangeSetError::Conflict(list)) => {
+            println!("conflict, nothing undone:");
+            for c in list {
+                println!("  {c}");
+            }
+            Ok(1)
+        }
+        Err(e) => Err(CliError::internal(e.to_string())),
+    }
+}
+
+/// `loop discard ID`.
+pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
+    let t = task(project, id)?;
+    let ws = load_origin(&t.dir)?;
+    ws.discard()
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    println!("discarded the workspace of task {id}; its receipt stays in .loop/receipts");
+    Ok(0)
+}

@@ -1,0 +1,361 @@
+//! The task's own workspace. A task never works in the user's checkout:
+//! in a git repository it gets a worktree on a new branch `loop/<task-id>`
+//! (the base checkout's HEAD, index and working tree are not touched);
+//! elsewhere a copy that respects `.gitignore` and skips build outputs,
+//! saying what it skipped.
+
+use crate::fsutil::copy_tree;
+use crate::jail::Protected;
+use crate::snapshot::remove_tree;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Directory names that are build outputs or caches, never copied.
+pub const BUILD_OUTPUTS: &[&str] = &[
+    "target",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".gradle",
+    ".next",
+    "dist",
+    "build",
+];
+
+/// How the workspace was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A git worktree.
+    Worktree {
+        /// The repository (the project).
+        repo: PathBuf,
+        /// The commit the task started from.
+        base_commit: String,
+        /// The task's branch.
+        branch: String,
+        /// Whether the user's uncommitted changes were carried over.
+        dirty_included: bool,
+    },
+    /// A filtered copy.
+    Copy {
+        /// Paths (relative to the project) left out.
+        skipped: Vec<String>,
+    },
+}
+
+/// A task workspace.
+#[derive(Debug, Clone)]
+pub struct TaskWorkspace {
+    /// Where it is.
+    pub path: PathBuf,
+    /// How it was made.
+    pub origin: Origin,
+}
+
+/// Making or removing a workspace failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// Filesystem.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A git command failed.
+    #[error("`git {args}` failed: {stderr}")]
+    Git {
+        /// The arguments.
+        args: String,
+        /// What git said.
+        stderr: String,
+    },
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, WorkspaceError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|source| WorkspaceError::Io {
+            what: "cannot run git".into(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(WorkspaceError::Git {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+}
+
+/// The commit `HEAD` points at, when `project` is the top of a git repository with one.
+pub fn git_head(project: &Path) -> Option<String> {
+    let top = git(project, &["rev-parse", "--show-toplevel"]).ok()?;
+    let top = Path::new(&top).canonicalize().ok()?;
+    if top != project.canonicalize().ok()? {
+        return None;
+    }
+    git(project, &["rev-parse", "--verify", "HEAD"]).ok()
+}
+
+impl TaskWorkspace {
+    /// Make the workspace for `task_id` at `dest` from `project`.
+    pub fn create(
+        project: &Path,
+        dest: &Path,
+        task_id: &str,
+        include_dirty: bool,
+    ) -> Result<TaskWorkspace, WorkspaceError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| WorkspaceError::Io { what, source }
+        };
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir).map_err(io("cannot create the task directory"))?;
+        }
+        if let Some(base_commit) = git_head(project) {
+            let branch = format!("loop/{task_id}");
+            let dest_s = dest.to_string_lossy().into_owned();
+            git(
+                project,
+                &[
+                    "worktree",
+                    "add",
+                    "--quiet",
+                    "-b",
+                    &branch,
+                    &dest_s,
+                    &base_commit,
+                ],
+            )?;
+            if include_dirty {
+                carry_dirty(project, dest)?;
+            }
+            return Ok(TaskWorkspace {
+                path: dest.to_path_buf(),
+                origin: Origin::Worktree {
+                    repo: project.to_path_buf(),
+                    base_commit,
+                    branch,
+                    dirty_included: include_dirty,
+                },
+            });
+        }
+        let ignore = gitignore(project);
+        let skip = |rel: &str| {
+            let name = rel.rsplit('/').next().unwrap_or(rel);
+            rel == ".loop"
+                || rel == ".git"
+                || BUILD_OUTPUTS.contains(&name)
+                || ignore.as_ref().is_some_and(|p| p.matching(rel).is_some())
+        };
+        let stats = copy_tree(project, dest, &skip, true).map_err(io("cannot copy the project"))?;
+        Ok(TaskWorkspace {
+            path: dest.to_path_buf(),
+            origin: Origin::Copy {
+                skipped: stats.skipped,
+            },
+        })
+    }
+
+    /// The base commit, for a worktree.
+    pub fn base_commit(&self) -> Option<&str> {
+        match &self.origin {
+            Origin::Worktree { base_commit, .. } => Some(base_commit),
+            Origin::Copy { .. } => None,
+        }
+    }
+
+    /// Remove the workspace (and, for a worktree, prune it and delete its branch).
+    pub fn discard(&self) -> Result<(), WorkspaceError> {
+        match &self.origin {
+            Origin::Worktree { repo, branch, .. } => {
+                let path = self.path.to_string_lossy().into_owned();
+                let _ = git(repo, &["worktree", "remove", "--force", &path]);
+                let _ = remove_tree(&self.path);
+                git(repo, &["worktree", "prune"])?;
+                git(repo, &["branch", "-D", branch])?;
+                Ok(())
+            }
+            Origin::Copy { .. } => remove_tree(&self.path).map_err(|source| WorkspaceError::Io {
+                what: "cannot remove the workspace".into(),
+                source,
+            }),
+        }
+    }
+}
+
+/// The user's uncommitted changes (tracked diffs and untracked files) into the worktree.
+fn carry_dirty(project: &Path, dest: &Path) -> Result<(), WorkspaceError> {
+    let diff = Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(["diff", "HEAD", "--binary"])
+        .output()
+        .map_err(|source| WorkspaceError::Io {
+            what: "cannot run git diff".into(),
+            source,
+        })?;
+    if !diff.stdout.is_empty() {
+        let patch = dest.join(".loop-dirty.patch");
+        std::fs::write(&patch, &diff.stdout).map_err(|source| WorkspaceError::Io {
+            what: "cannot write the dirty patch".into(),
+            source,
+        })?;
+        let applied = git(dest, &["apply", "--binary", ".loop-dirty.patch"]);
+        let _ = std::fs::remove_file(&patch);
+        applied?;
+    }
+    let untracked = git(
+        project,
+        &["ls-files", "--others", "--exclude-standard", "-z"],
+    )?;
+    for rel in untracked
+        .split('\0')
+        .filter(|r| !r.is_empty() && !r.starts_with(".loop/"))
+    {
+        let to = dest.join(rel);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| WorkspaceError::Io {
+                what: format!("cannot create {}", dir.display()),
+                source,
+            })?;
+        }
+        std::fs::copy(project.join(rel), &to).map_err(|source| WorkspaceError::Io {
+            what: format!("cannot copy {rel}"),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The project's root `.gitignore` as globs (negations are not supported and are ignored).
+fn gitignore(project: &Path) -> Option<Protected> {
+    let text = std::fs::read_to_string(project.join(".gitignore")).ok()?;
+    let globs: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .map(|l| l.trim_start_matches('/').trim_end_matches('/').to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    Protected::new(&globs).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    fn sh(dir: &Path, script: &str) -> String {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn repo(d: &TestDir) -> PathBuf {
+        let p = d.path().join("proj");
+        std::fs::create_dir_all(&p).unwrap();
+        sh(
+            &p,
+            "git init -q && git config user.email t@t && git config user.name t && echo one > a.txt && echo base > b.txt && git add -A && git commit -qm base",
+        );
+        p
+    }
+
+    #[test]
+    fn a_worktree_leaves_the_base_checkout_untouched() {
+        let d = TestDir::new("tw-git");
+        let p = repo(&d);
+        // The user has staged and unstaged changes and an untracked file.
+        sh(
+            &p,
+            "echo staged > b.txt && git add b.txt && echo dirty > a.txt && echo new > c.txt",
+        );
+        let before = (
+            sh(&p, "git rev-parse HEAD"),
+            sh(&p, "git status --porcelain"),
+            sh(&p, "git diff --cached"),
+            std::fs::read(p.join("a.txt")).unwrap(),
+        );
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", false).unwrap();
+        assert!(matches!(ws.origin, Origin::Worktree { .. }));
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
+            "one\n",
+            "HEAD content, not the dirty file"
+        );
+        assert!(!ws.path.join("c.txt").exists());
+        let after = (
+            sh(&p, "git rev-parse HEAD"),
+            sh(&p, "git status --porcelain"),
+            sh(&p, "git diff --cached"),
+            std::fs::read(p.join("a.txt")).unwrap(),
+        );
+        assert_eq!(before, after, "HEAD, index and working tree unchanged");
+        ws.discard().unwrap();
+        assert!(!ws.path.exists());
+        assert_eq!(sh(&p, "git branch --list 'loop/*'"), "");
+    }
+
+    #[test]
+    fn include_dirty_carries_the_users_changes() {
+        let d = TestDir::new("tw-dirty");
+        let p = repo(&d);
+        sh(&p, "echo dirty > a.txt && echo new > c.txt");
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", true).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
+            "dirty\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("c.txt")).unwrap(),
+            "new\n"
+        );
+        assert_eq!(sh(&p, "git status --porcelain"), " M a.txt\n?? c.txt\n");
+    }
+
+    #[test]
+    fn a_copy_respects_gitignore_and_skips_build_outputs() {
+        let d = TestDir::new("tw-copy");
+        let p = d.path().join("proj");
+        for f in [
+            "src/main.py",
+            "target/debug/x",
+            "node_modules/m/i.js",
+            "logs/app.log",
+            "keep.txt",
+        ] {
+            std::fs::create_dir_all(p.join(f).parent().unwrap()).unwrap();
+            std::fs::write(p.join(f), "x").unwrap();
+        }
+        std::fs::write(p.join(".gitignore"), "# comment\n*.log\n/logs/\n").unwrap();
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", false).unwrap();
+        let Origin::Copy { mut skipped } = ws.origin.clone() else {
+            panic!()
+        };
+        skipped.sort();
+        assert_eq!(skipped, vec!["logs", "node_modules", "target"]);
+        assert!(ws.path.join("src/main.py").exists());
+        assert!(ws.path.join(".gitignore").exists());
+        assert!(!ws.path.join("target").exists());
+    }
+}
