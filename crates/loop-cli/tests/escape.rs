@@ -337,7 +337,14 @@ fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
             "{who:?}: {:?}",
             t.elapsed()
         );
-        assert_eq!(j["timed_out"], true, "{who:?}: {j}");
+        // Either the timeout killed the tree, or the shell itself could not
+        // fork any more and gave up: both are containment. Never a clean exit.
+        assert!(
+            j["timed_out"] == true
+                || (j["exit_code"] != 0 && !j["exit_code"].is_null())
+                || !j["signal"].is_null(),
+            "{who:?}: {j}"
+        );
         let t = Instant::now();
         let (_, j) = sc.run(&[], "echo alive");
         assert_eq!(s(&j, "stdout"), "alive\n");
