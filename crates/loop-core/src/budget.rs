@@ -114,6 +114,7 @@ mod tests {
             budget_usd: None,
             timeout_secs: 10,
             max_verifications: 3,
+            max_diff_lines: 250,
         }
     }
 

@@ -231,6 +231,7 @@ impl<'a> Director<'a> {
             )?;
 
             // Act: every call through the tools' authority check.
+            self.parts.tools.begin_step();
             let mut finish_claim = None;
             let mut changed = false;
             if turn.calls.is_empty() {

@@ -26,6 +26,8 @@ pub trait Tools {
     /// Check authority and execute. Refusals and failures are observations,
     /// never errors: an `Err` means the runtime itself cannot go on.
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError>;
+    /// A new step begins (per-step limits, such as changed lines, restart).
+    fn begin_step(&mut self) {}
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
 }

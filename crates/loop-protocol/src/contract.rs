@@ -117,6 +117,14 @@ pub struct Limits {
     pub timeout_secs: u64,
     /// Verification attempts before the task ends as `failed`.
     pub max_verifications: u32,
+    /// Lines a single step may change, measured as a diff against the
+    /// content before the step.
+    #[serde(default = "default_max_diff_lines")]
+    pub max_diff_lines: u32,
+}
+
+fn default_max_diff_lines() -> u32 {
+    250
 }
 
 impl Default for Limits {
@@ -127,6 +135,7 @@ impl Default for Limits {
             budget_usd: None,
             timeout_secs: 1800,
             max_verifications: 5,
+            max_diff_lines: default_max_diff_lines(),
         }
     }
 }
@@ -357,6 +366,7 @@ const LIMIT_KEYS: &[&str] = &[
     "budget_usd",
     "timeout_secs",
     "max_verifications",
+    "max_diff_lines",
 ];
 const CHECK_KINDS: &[&str] = &[
     "run",
@@ -684,6 +694,11 @@ impl Reader {
                 "max_verifications" => {
                     if let Some(n) = self.unsigned(v, "`max_verifications`", 1) {
                         l.max_verifications = u32::try_from(n).unwrap_or(u32::MAX);
+                    }
+                }
+                "max_diff_lines" => {
+                    if let Some(n) = self.unsigned(v, "`max_diff_lines`", 1) {
+                        l.max_diff_lines = u32::try_from(n).unwrap_or(u32::MAX);
                     }
                 }
                 "budget_usd" => match v.value {

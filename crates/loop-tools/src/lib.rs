@@ -30,6 +30,11 @@ pub struct ToolLimits {
     pub command_timeout: Duration,
     /// Entries `list_files` returns.
     pub max_list_entries: usize,
+    /// Lines one step may change (inserted + deleted), diffed against the
+    /// content before the step.
+    pub max_diff_lines: usize,
+    /// Whether files with NUL bytes may be written.
+    pub allow_binary: bool,
 }
 
 impl Default for ToolLimits {
@@ -39,12 +44,15 @@ impl Default for ToolLimits {
             max_shown_bytes: 16 * 1024,
             command_timeout: Duration::from_secs(120),
             max_list_entries: 500,
+            max_diff_lines: 250,
+            allow_binary: false,
         }
     }
 }
 
 /// The tools and the authority that governs them.
 pub struct ToolBox {
+    step: std::cell::RefCell<StepEdits>,
     jail: Jail,
     journal: Journal,
     granted: BTreeSet<String>,
@@ -117,6 +125,7 @@ impl ToolBox {
             SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         ToolBox {
+            step: Default::default(),
             journal: Journal::new(&journal_dir),
             jail,
             granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
@@ -141,6 +150,61 @@ impl ToolBox {
     pub fn with_sandbox(mut self, sandbox: Settings) -> Self {
         self.sandbox = sandbox;
         self
+    }
+
+    /// A new step: the changed-lines budget starts again.
+    pub fn begin_step(&mut self) {
+        *self.step.borrow_mut() = StepEdits::default();
+    }
+
+    /// Refuse `proposed` edits (path, content before this change, content
+    /// after) if the step would then change more lines than allowed, or
+    /// write binary content; otherwise count them.
+    fn admit(
+        &self,
+        id: &str,
+        tool: &str,
+        proposed: &[(String, Option<&str>, Option<&str>)],
+    ) -> Result<(), Observation> {
+        if !self.limits.allow_binary
+            && let Some((rel, _, _)) = proposed
+                .iter()
+                .find(|(_, _, new)| new.is_some_and(|n| n.contains('\0')))
+        {
+            return Err(Observation::refused(
+                id,
+                tool,
+                "limit: binary content",
+                format!("Refused: {rel} would contain NUL bytes; binary content is not written."),
+            ));
+        }
+        let mut step = self.step.borrow_mut();
+        let mut counted = step.lines.clone();
+        for (rel, before, after) in proposed {
+            let base = step
+                .base
+                .entry(rel.clone())
+                .or_insert_with(|| before.unwrap_or("").to_string())
+                .clone();
+            counted.insert(rel.clone(), changed_lines(&base, after.unwrap_or("")));
+        }
+        let total: usize = counted.values().sum();
+        if total > self.limits.max_diff_lines {
+            // Files first seen in this refused proposal keep no base.
+            let StepEdits { base, lines } = &mut *step;
+            base.retain(|k, _| lines.contains_key(k));
+            return Err(Observation::refused(
+                id,
+                tool,
+                "limit: max_diff_lines",
+                format!(
+                    "Refused: this step would change {total} lines, over the limit of {}; make smaller steps.",
+                    self.limits.max_diff_lines
+                ),
+            ));
+        }
+        step.lines = counted;
+        Ok(())
     }
 
     /// Narrow the granted tools (authority can be narrowed, never widened).
@@ -305,6 +369,14 @@ impl ToolBox {
         }
         let before = std::fs::read(&full).ok();
         let changed = before.as_deref() != Some(content.as_bytes());
+        let before_text = before.as_deref().map(String::from_utf8_lossy);
+        if let Err(o) = self.admit(
+            id,
+            "write_file",
+            &[(rel.clone(), before_text.as_deref(), Some(content))],
+        ) {
+            return o;
+        }
         match write_atomic(&full, content.as_bytes()) {
             Ok(()) => Observation::ok(
                 id,
@@ -362,6 +434,13 @@ impl ToolBox {
                 "limit: max_write_bytes",
                 "Refused: the edited file would exceed the file size limit.",
             );
+        }
+        if let Err(o) = self.admit(
+            id,
+            "edit_file",
+            &[(rel.clone(), Some(&text), Some(&updated))],
+        ) {
+            return o;
         }
         let line = text[..text.find(a.old.as_str()).unwrap_or(0)]
             .matches('\n')
@@ -492,6 +571,22 @@ impl ToolBox {
                 pending.insert(rel, (full, Some(content)));
             }
         }
+        let proposed: Vec<(String, Option<String>, Option<String>)> = pending
+            .iter()
+            .map(|(rel, (full, content))| {
+                let before = std::fs::read(full)
+                    .ok()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned());
+                (rel.clone(), before, content.clone())
+            })
+            .collect();
+        let view: Vec<(String, Option<&str>, Option<&str>)> = proposed
+            .iter()
+            .map(|(r, b, a)| (r.clone(), b.as_deref(), a.as_deref()))
+            .collect();
+        if let Err(o) = self.admit(id, TOOL, &view) {
+            return o;
+        }
         let changes: Vec<Change> = pending
             .into_iter()
             .map(|(rel, (full, content))| Change {
@@ -606,6 +701,31 @@ impl ToolBox {
         }
         Observation::ok(id, "run_command", content, before != after)
     }
+}
+
+/// What the current step has changed, per file: the content before the
+/// step and the lines changed since.
+#[derive(Debug, Default)]
+struct StepEdits {
+    base: BTreeMap<String, String>,
+    lines: BTreeMap<String, usize>,
+}
+
+/// Inserted plus deleted lines between two texts.
+fn changed_lines(a: &str, b: &str) -> usize {
+    similar::TextDiff::from_lines(a, b)
+        .ops()
+        .iter()
+        .map(|op| {
+            let (tag, old, new) = op.as_tag_tuple();
+            match tag {
+                similar::DiffTag::Equal => 0,
+                similar::DiffTag::Delete => old.len(),
+                similar::DiffTag::Insert => new.len(),
+                similar::DiffTag::Replace => old.len() + new.len(),
+            }
+        })
+        .sum()
 }
 
 fn refused(id: &str, tool: &str, rule: &str, text: String) -> ToolOutcome {

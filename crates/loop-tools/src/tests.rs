@@ -322,3 +322,79 @@ fn a_crash_mid_patch_is_rolled_back_when_the_toolbox_starts_again() {
     assert_eq!(std::fs::read_to_string(ws.join("a")).unwrap(), "a0\n");
     assert!(!ws.join("b").exists());
 }
+
+fn lines(n: usize, tag: &str) -> String {
+    (0..n).map(|i| format!("{tag} {i}\n")).collect()
+}
+
+#[test]
+fn a_step_may_change_only_so_many_lines_measured_against_the_step_start() {
+    let d = TestDir::new("tools-diff-limit");
+    let jail = Jail::new(d.path(), Protected::new(&[]).unwrap()).unwrap();
+    let mut t = ToolBox::new(
+        jail,
+        ToolLimits {
+            max_diff_lines: 10,
+            ..ToolLimits::default()
+        },
+    );
+    t.begin_step();
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "a", "content": lines(8, "a")}),
+    ));
+    assert_eq!(o.observation.status, ObservationStatus::Ok);
+    // Rewriting the same file counts against the step's start, not cumulatively.
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "a", "content": lines(9, "a")}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "b", "content": lines(5, "b")}),
+    ));
+    assert_eq!(rule_of(&o), Some("limit: max_diff_lines"));
+    assert!(
+        o.observation
+            .content
+            .contains("14 lines, over the limit of 10"),
+        "{}",
+        o.observation.content
+    );
+    assert!(!d.path().join("b").exists());
+    // A patch is measured as a whole, too.
+    let patch = "--- /dev/null\n+++ b/c\n@@ -0,0 +1,2 @@\n+c 0\n+c 1\n".to_string();
+    let o = t.execute(&call("apply_patch", json!({"patch": patch})));
+    assert_eq!(rule_of(&o), Some("limit: max_diff_lines"));
+    // The next step starts over.
+    t.begin_step();
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "b", "content": lines(5, "b")}),
+    ));
+    assert_eq!(o.observation.status, ObservationStatus::Ok);
+    // Changing one line of a long file is one... two lines (out and in).
+    t.begin_step();
+    let mut text = lines(9, "a");
+    text = text.replacen("a 3", "A 3", 1);
+    let o = t.execute(&call("write_file", json!({"path": "a", "content": text})));
+    assert_eq!(o.observation.status, ObservationStatus::Ok);
+}
+
+#[test]
+fn binary_content_is_refused_unless_allowed() {
+    let d = TestDir::new("tools-binary");
+    let mut t = toolbox(&d);
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "blob", "content": "a\u{0}b"}),
+    ));
+    assert_eq!(rule_of(&o), Some("limit: binary content"));
+    assert!(!d.path().join("blob").exists());
+}
