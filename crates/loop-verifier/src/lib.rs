@@ -114,62 +114,39 @@ impl SnapshotVerifier {
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
         let overlay = loop_sandbox::overlay_available();
-        let sealed = if overlay {
-            Sealed::in_place(&self.workspace)
+        // With overlays the quiescent workspace is the seal: checks start at
+        // once, and its manifest is hashed alongside them. Otherwise the
+        // workspace is copied (and hashed) first.
+        let copied = if overlay {
+            None
         } else {
-            Sealed::create(
-                &self.workspace,
-                &self.scratch.join(format!("sealed-{attempt}")),
+            Some(
+                Sealed::create(
+                    &self.workspace,
+                    &self.scratch.join(format!("sealed-{attempt}")),
+                )
+                .map_err(VerifyError::Snapshot)?,
             )
-        }
-        .map_err(VerifyError::Snapshot)?;
-        let jail = Jail::new(
-            sealed.dir(),
-            Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?,
-        )
-        .map_err(VerifyError::Snapshot)?;
-        let mut isolation = None;
-        let mut method = "sealed-read-only".to_string();
-        let mut criteria = Vec::new();
-        for criterion in &contract.criteria {
-            let mut checks = Vec::new();
-            for (index, check) in criterion.checks.iter().enumerate() {
-                let ev = match check {
-                    Check::Run(run) => {
-                        let scratch = self
-                            .scratch
-                            .join(format!("view-{attempt}-{}-{index}", criterion.id));
-                        let view = if overlay {
-                            View {
-                                dir: sealed.dir().to_path_buf(),
-                                overlay: Some(scratch.clone()),
-                                method: SnapshotMethod::Overlay,
-                            }
-                        } else {
-                            let m = sealed.fresh_view(&scratch).map_err(VerifyError::Snapshot)?;
-                            View {
-                                dir: scratch.clone(),
-                                overlay: None,
-                                method: m,
-                            }
-                        };
-                        method = view.method.name().to_string();
-                        let (ev, iso) =
-                            run_check(&criterion.id, index, check, run, &view, &self.sandbox);
-                        let _ = remove_tree(&scratch);
-                        isolation = iso.or(isolation);
-                        ev
-                    }
-                    _ => file_check(&criterion.id, index, check, &jail),
-                };
-                checks.push(ev);
+        };
+        let dir = copied
+            .as_ref()
+            .map_or_else(|| self.workspace.clone(), |s| s.dir().to_path_buf());
+        let (checked, hashed) = std::thread::scope(|scope| {
+            let hashing = overlay.then(|| scope.spawn(|| Manifest::of(&dir)));
+            let checked = self.run_checks(contract, attempt, &dir, copied.as_ref());
+            (checked, hashing.map(|h| h.join()))
+        });
+        let (criteria, method, isolation) = checked?;
+        let sealed = match (copied, hashed) {
+            (Some(s), _) => s,
+            (None, Some(Ok(Ok(manifest)))) => Sealed::in_place_with(&self.workspace, manifest),
+            (None, Some(Ok(Err(e)))) => return Err(VerifyError::Snapshot(e)),
+            (None, _) => {
+                return Err(VerifyError::Snapshot(std::io::Error::other(
+                    "hashing the sealed workspace failed",
+                )));
             }
-            criteria.push(CriterionEvidence {
-                id: criterion.id.clone(),
-                passed: checks.iter().all(|c| c.passed),
-                checks,
-            });
-        }
+        };
         let artifacts = contract
             .artifacts
             .iter()
@@ -205,6 +182,70 @@ impl SnapshotVerifier {
         };
         self.last_sealed = Some(sealed);
         Ok(report)
+    }
+}
+
+type Checked = (Vec<CriterionEvidence>, String, Option<Isolation>);
+
+impl SnapshotVerifier {
+    /// Run every check on `dir`: run checks each on a fresh view (an
+    /// overlay when `copied` is `None`, else a copy of the sealed copy),
+    /// file checks read-only through the jail.
+    fn run_checks(
+        &self,
+        contract: &Contract,
+        attempt: u32,
+        dir: &Path,
+        copied: Option<&Sealed>,
+    ) -> Result<Checked, VerifyError> {
+        let jail = Jail::new(
+            dir,
+            Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?,
+        )
+        .map_err(VerifyError::Snapshot)?;
+        let mut isolation = None;
+        let mut method = "sealed-read-only".to_string();
+        let mut criteria = Vec::new();
+        for criterion in &contract.criteria {
+            let mut checks = Vec::new();
+            for (index, check) in criterion.checks.iter().enumerate() {
+                let ev = match check {
+                    Check::Run(run) => {
+                        let scratch = self
+                            .scratch
+                            .join(format!("view-{attempt}-{}-{index}", criterion.id));
+                        let view = match copied {
+                            None => View {
+                                dir: dir.to_path_buf(),
+                                overlay: Some(scratch.clone()),
+                                method: SnapshotMethod::Overlay,
+                            },
+                            Some(sealed) => View {
+                                dir: scratch.clone(),
+                                overlay: None,
+                                method: sealed
+                                    .fresh_view(&scratch)
+                                    .map_err(VerifyError::Snapshot)?,
+                            },
+                        };
+                        method = view.method.name().to_string();
+                        let (ev, iso) =
+                            run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        let _ = remove_tree(&scratch);
+                        isolation = iso.or(isolation);
+                        ev
+                    }
+                    _ => file_check(&criterion.id, index, check, &jail),
+                };
+                checks.push(ev);
+            }
+            criteria.push(CriterionEvidence {
+                id: criterion.id.clone(),
+                passed: checks.iter().all(|c| c.passed),
+                checks,
+            });
+        }
+        Ok((criteria, method, isolation))
     }
 }
 

@@ -42,6 +42,8 @@ pub struct CopyStats {
     pub files: u64,
     /// Bytes copied.
     pub bytes: u64,
+    /// Files cloned by reflink (sharing extents; no data copied).
+    pub reflinked: u64,
     /// Top-level paths skipped by the filter.
     pub skipped: Vec<String>,
 }
@@ -86,7 +88,11 @@ fn copy_dir(
             std::fs::create_dir_all(&target)?;
             copy_dir(root, &path, dst_root, skip, writable, stats)?;
         } else if ft.is_file() {
-            std::fs::copy(&path, &target)?;
+            if reflink(&path, &target) {
+                stats.reflinked += 1;
+            } else {
+                std::fs::copy(&path, &target)?;
+            }
             let mut mode = meta.permissions().mode();
             if writable {
                 mode |= 0o200;
@@ -98,6 +104,29 @@ fn copy_dir(
         // Sockets, FIFOs and devices are not workspace content.
     }
     Ok(())
+}
+
+/// Clone `src` to a new `dst` sharing its extents (btrfs, XFS, …); false
+/// when the filesystem cannot, leaving no `dst` behind.
+fn reflink(src: &Path, dst: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(from) = std::fs::File::open(src) else {
+        return false;
+    };
+    let Ok(to) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dst)
+    else {
+        return false;
+    };
+    // SAFETY: FICLONE between two descriptors we own.
+    let ok = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE, from.as_raw_fd()) } == 0;
+    drop(to);
+    if !ok {
+        let _ = std::fs::remove_file(dst);
+    }
+    ok
 }
 
 /// Remove the owner-write bit from every regular file under `dir`.

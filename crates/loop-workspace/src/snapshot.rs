@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 pub enum SnapshotMethod {
     /// A full copy of the sealed tree.
     Copy,
+    /// A reflink clone of the sealed tree (extents shared, no data copied).
+    Reflink,
     /// An overlay: the sealed tree as the read-only lower layer, a private upper layer.
     Overlay,
 }
@@ -29,6 +31,7 @@ impl SnapshotMethod {
     pub fn name(self) -> &'static str {
         match self {
             SnapshotMethod::Copy => "copy",
+            SnapshotMethod::Reflink => "reflink",
             SnapshotMethod::Overlay => "overlay",
         }
     }
@@ -71,6 +74,16 @@ impl Sealed {
         })
     }
 
+    /// Seal `workspace` in place with a manifest computed by the caller
+    /// (for example concurrently with the first checks).
+    pub fn in_place_with(workspace: &Path, manifest: Manifest) -> Sealed {
+        Sealed {
+            dir: workspace.to_path_buf(),
+            manifest,
+            copied: false,
+        }
+    }
+
     /// Remove the sealed copy, if this seal made one (never the workspace).
     pub fn discard(self) {
         if self.copied {
@@ -93,8 +106,12 @@ impl Sealed {
         if dest.exists() {
             remove_tree(dest)?;
         }
-        copy_tree(&self.dir, dest, &|_| false, true)?;
-        Ok(SnapshotMethod::Copy)
+        let stats = copy_tree(&self.dir, dest, &|_| false, true)?;
+        Ok(if stats.files > 0 && stats.reflinked == stats.files {
+            SnapshotMethod::Reflink
+        } else {
+            SnapshotMethod::Copy
+        })
     }
 
     /// Whether the sealed tree still hashes to its manifest root.
@@ -144,7 +161,11 @@ mod tests {
         std::fs::write(ws.join("a.txt"), "changed").unwrap();
         let v1 = d.path().join("v1");
         let v2 = d.path().join("v2");
-        assert_eq!(sealed.fresh_view(&v1).unwrap(), SnapshotMethod::Copy);
+        // A reflink where the filesystem clones extents, a copy elsewhere.
+        assert!(matches!(
+            sealed.fresh_view(&v1).unwrap(),
+            SnapshotMethod::Copy | SnapshotMethod::Reflink
+        ));
         sealed.fresh_view(&v2).unwrap();
         std::fs::write(v1.join("a.txt"), "check one wrote this").unwrap();
         std::fs::write(v1.join("state"), "made by check one").unwrap();
