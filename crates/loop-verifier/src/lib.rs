@@ -48,6 +48,9 @@ impl SnapshotVerifier {
     /// Verify `workspace`, keeping seals and views under `scratch`
     /// (outside the workspace).
     pub fn new(workspace: &Path, scratch: &Path) -> Self {
+        // Learn now, not on the first verification's critical path, whether
+        // checks can run on overlays.
+        let _ = loop_sandbox::overlay_available();
         SnapshotVerifier {
             workspace: workspace.to_path_buf(),
             scratch: scratch.to_path_buf(),
@@ -109,6 +112,13 @@ impl SnapshotVerifier {
         attempt: u32,
     ) -> Result<VerificationReport, VerifyError> {
         let started = Instant::now();
+        if std::env::var_os("LOOP_VERIFY_TRACE").is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            eprintln!("verify: attempt {attempt} began at {now} ns since the epoch");
+        }
         if let Some(old) = self.last_sealed.take() {
             old.discard();
         }
@@ -132,8 +142,28 @@ impl SnapshotVerifier {
             .as_ref()
             .map_or_else(|| self.workspace.clone(), |s| s.dir().to_path_buf());
         let (checked, hashed) = std::thread::scope(|scope| {
-            let hashing = overlay.then(|| scope.spawn(|| Manifest::of(&dir)));
-            let checked = self.run_checks(contract, attempt, &dir, copied.as_ref());
+            // Hashing waits until the first check has run: hashing alongside
+            // a spawn slows the spawn (a cgroup join waits for the other core).
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let dir_ref = &dir;
+            let hashing = overlay.then(|| {
+                scope.spawn(move || {
+                    let _ = wait.recv();
+                    Manifest::of(dir_ref)
+                })
+            });
+            let first_done = || {
+                let _ = go.send(());
+            };
+            let checked = self.run_checks(
+                contract,
+                attempt,
+                &dir,
+                copied.as_ref(),
+                started,
+                &first_done,
+            );
+            first_done();
             (checked, hashing.map(|h| h.join()))
         });
         let (criteria, method, isolation) = checked?;
@@ -197,6 +227,8 @@ impl SnapshotVerifier {
         attempt: u32,
         dir: &Path,
         copied: Option<&Sealed>,
+        began: Instant,
+        first_done: &dyn Fn(),
     ) -> Result<Checked, VerifyError> {
         let jail = Jail::new(
             dir,
@@ -229,8 +261,16 @@ impl SnapshotVerifier {
                             },
                         };
                         method = view.method.name().to_string();
+                        if std::env::var_os("LOOP_VERIFY_TRACE").is_some() {
+                            eprintln!(
+                                "verify: check {}#{index} starting {:.3} ms after verification began",
+                                criterion.id,
+                                began.elapsed().as_secs_f64() * 1000.0
+                            );
+                        }
                         let (ev, iso) =
                             run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        first_done();
                         let _ = remove_tree(&scratch);
                         isolation = iso.or(isolation);
                         ev
