@@ -23,17 +23,7 @@ echo "|---|---|---|---|---|---|"
 for n in "${sizes[@]}"; do
   ws="$root/ws-$n"
   mkdir -p "$ws"
-  python3 - "$ws" "$n" <<'PY'
-import os, sys
-ws, n = sys.argv[1], int(sys.argv[2])
-block = os.urandom(10240)
-for i in range(n):
-    d = os.path.join(ws, f"d{i // 1000:03d}")
-    if i % 1000 == 0:
-        os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
-        f.write(block[: 9000 + i % 1000])
-PY
+  python3 scripts/make-tree.py "$ws" "$n"
   repo="$root/repo-$n"
   cp -a "$ws" "$repo"
   git -C "$repo" init -q && git -C "$repo" add -A && git -C "$repo" -c user.email=b@b -c user.name=b commit -qm base

@@ -14,17 +14,7 @@ echo "| files (size) | verification start → first check running (median of 3) 
 echo "|---|---|---|"
 for n in "${@:-1000 10000 100000}"; do
   p="$root/p-$n"
-  python3 - "$p" "$n" <<'PY'
-import os, sys
-ws, n = sys.argv[1], int(sys.argv[2])
-block = os.urandom(10240)
-for i in range(n):
-    d = os.path.join(ws, f"d{i // 1000:03d}")
-    if i % 1000 == 0:
-        os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
-        f.write(block[: 9000 + i % 1000])
-PY
+  python3 scripts/make-tree.py "$p" "$n"
   size=$(du -sh "$p" | cut -f1)
   lat=()
   for _ in 1 2 3; do
