@@ -137,7 +137,9 @@ fn task(project: &Path, id: &str) -> Result<Task, CliError> {
 
 /// The change set from a receipt that holds, of a verified task.
 fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
-    let report = verify_receipt(&t.receipt, None).map_err(|e| CliError::usage(e.to_string()))?;
+    let trusted = crate::verify_cmd::trusted_keys(None)?;
+    let report =
+        verify_receipt(&t.receipt, None, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
     let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
         return Err(CliError::usage(format!(
             "the receipt {} does not hold; run `loop verify` on it",

@@ -156,6 +156,12 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// This machine's receipt-signing key (created on first use).
+    Keys {
+        /// `show` (id, hex and PEM) or `export` (PEM only).
+        #[arg(default_value = "show")]
+        action: String,
+    },
     /// Show what the sandbox can enforce on this machine.
     Doctor,
     /// Check a contract file and print its hash.
@@ -192,6 +198,25 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
+        Command::Keys { action } => {
+            let key = loop_receipt::KeyPair::load_or_create()
+                .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
+            let public = key.public();
+            match action.as_str() {
+                "show" => {
+                    println!("keyid  {}", public.keyid);
+                    println!("ed25519 {}", public.hex());
+                    print!("{}", public.pem());
+                }
+                "export" => print!("{}", public.pem()),
+                other => {
+                    return Err(CliError::usage(format!(
+                        "unknown keys action `{other}` (show, export)"
+                    )));
+                }
+            }
+            Ok(0)
+        }
         Command::Apply { id, project } => changes::apply(&project, &id),
         Command::Undo { id, project } => changes::undo(&project, &id),
         Command::Discard { id, project } => changes::discard(&project, &id),

@@ -249,7 +249,10 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         },
     };
     let receipt = receipts.join(format!("{task_id}.receipt.json"));
-    write_envelope(&receipt, &statement).map_err(|e| CliError::internal(e.to_string()))?;
+    let key = loop_receipt::KeyPair::load_or_create()
+        .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
+    write_envelope(&receipt, &statement, Some(&key))
+        .map_err(|e| CliError::internal(e.to_string()))?;
     // Seals and check views are scratch; the receipt holds their evidence.
     let _ = remove_tree(&task_dir.join("scratch"));
     Ok(TaskReport {

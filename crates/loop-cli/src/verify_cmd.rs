@@ -1,7 +1,7 @@
 //! `loop verify`: check a receipt offline, layer by layer.
 
 use crate::CliError;
-use loop_receipt::{SignatureStatus, VerifyReport, verify_receipt};
+use loop_receipt::{KeyPair, PublicKey, SignatureStatus, VerifyReport, verify_receipt};
 use std::path::Path;
 
 /// Verify and print; returns whether everything holds.
@@ -11,11 +11,10 @@ pub fn verify(
     pubkey: Option<&Path>,
     json: bool,
 ) -> Result<bool, CliError> {
-    let report = verify_receipt(receipt, artifacts).map_err(|e| CliError::usage(e.to_string()))?;
-    // This build writes and checks no signatures, so a requested key can
-    // never be satisfied, and signatures it cannot check are not trusted.
-    let signature_ok = pubkey.is_none() && report.signature == SignatureStatus::Unsigned;
-    let ok = report.ok() && signature_ok;
+    let trusted = trusted_keys(pubkey)?;
+    let report =
+        verify_receipt(receipt, artifacts, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
+    let ok = report.ok();
     if json {
         println!("{}", to_json(&report, ok, pubkey.is_some()));
     } else {
@@ -24,15 +23,43 @@ pub fn verify(
     Ok(ok)
 }
 
+/// The keys a verification trusts: `--pubkey`, else this machine's own key.
+pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, CliError> {
+    match pubkey {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| CliError::usage(format!("--pubkey {}: {e}", p.display())))?;
+            let key = PublicKey::parse(&text)
+                .map_err(|e| CliError::usage(format!("--pubkey {}: {e}", p.display())))?;
+            Ok(vec![key])
+        }
+        None => Ok(KeyPair::existing()
+            .map_err(|e| CliError::usage(e.to_string()))?
+            .map(|k| vec![k.public()])
+            .unwrap_or_default()),
+    }
+}
+
 fn signature_line(report: &VerifyReport, key_requested: bool) -> String {
-    match (&report.signature, key_requested) {
-        (SignatureStatus::Unsigned, false) => {
-            "unsigned (this build writes unsigned DSSE envelopes; integrity rests on the hashes below)".into()
-        }
-        (SignatureStatus::Unsigned, true) => "unsigned, but --pubkey asked for a signature: FAIL".into(),
-        (SignatureStatus::Unchecked(n), _) => {
-            format!("{n} signature(s) present, which this build cannot check: FAIL")
-        }
+    let whose = if key_requested {
+        "the given key"
+    } else {
+        "this machine's key"
+    };
+    match &report.signature {
+        SignatureStatus::Valid { keyid } => format!(
+            "valid (Ed25519, key {}…, {whose})",
+            &keyid[..16.min(keyid.len())]
+        ),
+        SignatureStatus::Invalid { keyid } => format!(
+            "INVALID: the signature by key {}… does not verify",
+            &keyid[..16.min(keyid.len())]
+        ),
+        SignatureStatus::Unsigned => "UNSIGNED: the envelope carries no signature".into(),
+        SignatureStatus::UnknownKey { keyids } => format!(
+            "UNKNOWN KEY: signed by {} — pass the signer's public key with --pubkey",
+            keyids.join(", ")
+        ),
     }
 }
 

@@ -27,6 +27,35 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// A Python with `securesystemslib`, in a venv made once under the target dir.
+fn ssl_python() -> PathBuf {
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sslvenv");
+    let python = venv.join("bin/python");
+    let ready = Command::new(&python)
+        .args(["-c", "import securesystemslib"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        let st = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(st.success(), "python3 -m venv failed");
+        let out = Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "securesystemslib"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pip install securesystemslib: {}",
+            text(&out)
+        );
+    }
+    python
+}
+
 fn verify(receipt: &Path) -> Output {
     loop_bin().arg("verify").arg(receipt).output().unwrap()
 }
@@ -118,8 +147,103 @@ fn the_demo_is_verified_and_tampering_with_any_byte_is_caught() {
     assert!(text(&bad).contains("broken at entry 3"), "{}", text(&bad));
     std::fs::write(&ledger, &original).unwrap();
 
-    // The receipt itself.
+    // The signature: a flipped byte, a replaced key id, another key.
     let env = std::fs::read_to_string(&receipt).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&env).unwrap();
+    let sig = doc["signatures"][0]["sig"].as_str().unwrap().to_string();
+    let flipped = format!(
+        "{}{}",
+        if sig.starts_with('A') { "B" } else { "A" },
+        &sig[1..]
+    );
+    doc["signatures"][0]["sig"] = flipped.into();
+    std::fs::write(&receipt, doc.to_string()).unwrap();
+    let bad = verify(&receipt);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad).contains("signature  INVALID"), "{}", text(&bad));
+    let mut doc: serde_json::Value = serde_json::from_str(&env).unwrap();
+    doc["signatures"][0]["keyid"] = "0".repeat(64).into();
+    std::fs::write(&receipt, doc.to_string()).unwrap();
+    let bad = verify(&receipt);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad).contains("signature  UNKNOWN KEY"),
+        "{}",
+        text(&bad)
+    );
+    std::fs::write(&receipt, &env).unwrap();
+    // With this machine's exported key given explicitly, it holds; with another key, it does not.
+    let pem = loop_bin().args(["keys", "export"]).output().unwrap();
+    let pem_path = dir.join("pub.pem");
+    std::fs::write(&pem_path, &pem.stdout).unwrap();
+    let out = loop_bin()
+        .arg("verify")
+        .arg(&receipt)
+        .arg("--pubkey")
+        .arg(&pem_path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let other = dir.join("other.hex");
+    std::fs::write(
+        &other,
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+    )
+    .unwrap();
+    let out = loop_bin()
+        .arg("verify")
+        .arg(&receipt)
+        .arg("--pubkey")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("UNKNOWN KEY"), "{}", text(&out));
+
+    // An independent DSSE implementation accepts it, and refuses a tampered copy.
+    let python = ssl_python();
+    let show =
+        String::from_utf8(loop_bin().args(["keys", "show"]).output().unwrap().stdout).unwrap();
+    let field = |name: &str| {
+        show.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    let (keyid, hex) = (field("keyid"), field("ed25519"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/dsse-verify.py");
+    let ok = Command::new(&python)
+        .arg(script)
+        .arg(&receipt)
+        .args([&keyid, &hex])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let tampered = dir.join("tampered.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&env).unwrap();
+    let payload = doc["payload"].as_str().unwrap().to_string();
+    let mid = payload.len() / 2;
+    let swapped = if &payload[mid..mid + 1] == "A" {
+        "B"
+    } else {
+        "A"
+    };
+    doc["payload"] = format!("{}{}{}", &payload[..mid], swapped, &payload[mid + 1..]).into();
+    std::fs::write(&tampered, doc.to_string()).unwrap();
+    let bad = Command::new(&python)
+        .arg(script)
+        .arg(&tampered)
+        .args([&keyid, &hex])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    let ours = verify(&tampered);
+    assert_eq!(ours.status.code(), Some(1), "{}", text(&ours));
+
+    // The receipt itself.
     std::fs::write(
         &receipt,
         env.replacen("\"payload\": \"", "\"payload\": \"x", 1),

@@ -5,9 +5,11 @@
 //! Statement in a DSSE envelope whose subjects are the artifacts and the
 //! ledger file — with offline verification of every layer.
 
+pub mod keys;
 pub mod ledger;
 pub mod receipt;
 
+pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
 pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use receipt::{
     Budgets, Change, ChangeSetRecord, Envelope, LedgerRef, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate,

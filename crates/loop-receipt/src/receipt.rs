@@ -3,6 +3,7 @@
 //! `signatures` list) and says so when verifying; Ed25519 signatures slot
 //! into the same envelope over the same PAE bytes.
 
+use crate::keys::{KeyPair, PublicKey};
 use crate::ledger::{Entry, verify_chain};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -198,15 +199,27 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReceiptError + '_ {
 }
 
 /// Write `statement` as an unsigned DSSE envelope to `path`.
-pub fn write_envelope(path: &Path, statement: &Statement) -> Result<(), ReceiptError> {
+pub fn write_envelope(
+    path: &Path,
+    statement: &Statement,
+    key: Option<&KeyPair>,
+) -> Result<(), ReceiptError> {
     let payload = canonical_json(statement).map_err(|e| ReceiptError::Format {
         path: path.display().to_string(),
         why: e.to_string(),
     })?;
+    // DSSE signs the pre-authentication encoding of the raw payload bytes.
+    let signatures = key
+        .map(|k| Signature {
+            keyid: k.keyid().to_string(),
+            sig: k.sign_b64(&pae(PAYLOAD_TYPE, &payload)),
+        })
+        .into_iter()
+        .collect();
     let env = Envelope {
         payload_type: PAYLOAD_TYPE.into(),
         payload: B64.encode(payload),
-        signatures: Vec::new(),
+        signatures,
     };
     let mut text = serde_json::to_string_pretty(&env).map_err(|e| ReceiptError::Format {
         path: path.display().to_string(),
@@ -229,8 +242,21 @@ pub fn subject(name: &str, bytes: &[u8]) -> Subject {
 pub enum SignatureStatus {
     /// No signatures in the envelope.
     Unsigned,
-    /// Signatures present but this build cannot check them.
-    Unchecked(usize),
+    /// A trusted key's signature verifies.
+    Valid {
+        /// The key id.
+        keyid: String,
+    },
+    /// A trusted key's id is named but its signature does not verify.
+    Invalid {
+        /// The key id.
+        keyid: String,
+    },
+    /// Signed, but by no key this verification trusts.
+    UnknownKey {
+        /// The key ids named.
+        keyids: Vec<String>,
+    },
 }
 
 /// What `loop verify` found, layer by layer.
@@ -259,7 +285,8 @@ pub struct VerifyReport {
 impl VerifyReport {
     /// Whether every layer holds.
     pub fn ok(&self) -> bool {
-        self.statement.is_some()
+        matches!(self.signature, SignatureStatus::Valid { .. })
+            && self.statement.is_some()
             && self.statement_problems.is_empty()
             && self.ledger_problems.is_empty()
             && self.artifact_problems.is_empty()
@@ -273,6 +300,7 @@ impl VerifyReport {
 pub fn verify_receipt(
     path: &Path,
     artifacts_dir: Option<&Path>,
+    trusted: &[PublicKey],
 ) -> Result<VerifyReport, ReceiptError> {
     let fmt = |why: String| ReceiptError::Format {
         path: path.display().to_string(),
@@ -283,11 +311,7 @@ pub fn verify_receipt(
         serde_json::from_slice(&text).map_err(|e| fmt(format!("not a DSSE envelope: {e}")))?;
     let mut report = VerifyReport {
         receipt: path.to_path_buf(),
-        signature: if env.signatures.is_empty() {
-            SignatureStatus::Unsigned
-        } else {
-            SignatureStatus::Unchecked(env.signatures.len())
-        },
+        signature: SignatureStatus::Unsigned,
         statement: None,
         statement_problems: Vec::new(),
         ledger_entries: 0,
@@ -311,6 +335,7 @@ pub fn verify_receipt(
             return Ok(report);
         }
     };
+    report.signature = check_signatures(&env, &payload, trusted);
     let statement: Statement = match serde_json::from_slice(&payload) {
         Ok(s) => s,
         Err(e) => {
@@ -379,6 +404,30 @@ pub fn verify_receipt(
     }
     report.statement = Some(statement);
     Ok(report)
+}
+
+/// The signature layer: valid if a trusted key signed PAE(type, payload).
+fn check_signatures(env: &Envelope, payload: &[u8], trusted: &[PublicKey]) -> SignatureStatus {
+    if env.signatures.is_empty() {
+        return SignatureStatus::Unsigned;
+    }
+    let message = pae(&env.payload_type, payload);
+    for sig in &env.signatures {
+        if let Some(key) = trusted.iter().find(|k| k.keyid == sig.keyid) {
+            return if key.verifies(&message, &sig.sig) {
+                SignatureStatus::Valid {
+                    keyid: sig.keyid.clone(),
+                }
+            } else {
+                SignatureStatus::Invalid {
+                    keyid: sig.keyid.clone(),
+                }
+            };
+        }
+    }
+    SignatureStatus::UnknownKey {
+        keyids: env.signatures.iter().map(|s| s.keyid.clone()).collect(),
+    }
 }
 
 fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {

@@ -76,6 +76,7 @@ pub const CREDENTIAL_STORES: &[&str] = &[
     ".npmrc",
     ".azure",
     ".password-store",
+    ".local/state/loop-engine",
 ];
 
 /// Files under /etc that hold secrets.
@@ -213,6 +214,15 @@ impl HostView {
             trees.insert(canon(e));
         }
         let mut denied: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
+        // The runtime's own state (signing keys) wherever it is configured.
+        for var in ["LOOP_STATE_DIR", "LOOP_SIGNING_KEY_FILE"] {
+            if let Some(p) = std::env::var_os(var) {
+                denied.push(canon(Path::new(&p)));
+            }
+        }
+        if let Some(p) = std::env::var_os("XDG_STATE_HOME") {
+            denied.push(canon(&Path::new(&p).join("loop-engine")));
+        }
         for h in &homes {
             for c in CREDENTIAL_STORES {
                 denied.push(h.join(c));

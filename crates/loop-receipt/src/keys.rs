@@ -1,0 +1,262 @@
+//! Ed25519 signing keys. One key pair per user, generated on first use in
+//! the runtime's state directory (mode 0600 in a 0700 directory), or given
+//! by `LOOP_SIGNING_KEY` (hex seed) / `LOOP_SIGNING_KEY_FILE`. The key id is
+//! the SHA-256 of the raw public key, in hex.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use loop_protocol::hash::{hex, sha256_hex};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410), before the 32 key bytes.
+const SPKI_PREFIX: [u8; 12] = [
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
+
+/// A key failure.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// Filesystem.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a key.
+    #[error("{0}")]
+    Format(String),
+}
+
+/// A signing key and its id.
+pub struct KeyPair {
+    signing: SigningKey,
+    keyid: String,
+}
+
+/// A public key and its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    key: VerifyingKey,
+    /// SHA-256 of the raw key, hex.
+    pub keyid: String,
+}
+
+fn keyid_of(key: &VerifyingKey) -> String {
+    sha256_hex(key.as_bytes())
+}
+
+fn parse_hex32(text: &str) -> Option<[u8; 32]> {
+    let t = text.trim();
+    if t.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, chunk) in t.as_bytes().chunks(2).enumerate() {
+        let s = std::str::from_utf8(chunk).ok()?;
+        out[i] = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The runtime's state directory: `LOOP_STATE_DIR`, else
+/// `$XDG_STATE_HOME/loop-engine`, else `~/.local/state/loop-engine`.
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LOOP_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("loop-engine");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/state/loop-engine")
+}
+
+impl KeyPair {
+    /// From a 32-byte seed.
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        let signing = SigningKey::from_bytes(&seed);
+        let keyid = keyid_of(&signing.verifying_key());
+        KeyPair { signing, keyid }
+    }
+
+    /// The configured key: `LOOP_SIGNING_KEY`, `LOOP_SIGNING_KEY_FILE`, or
+    /// the state directory's key (created on first use).
+    pub fn load_or_create() -> Result<KeyPair, KeyError> {
+        if let Ok(hex_seed) = std::env::var("LOOP_SIGNING_KEY") {
+            let seed = parse_hex32(&hex_seed).ok_or_else(|| {
+                KeyError::Format("LOOP_SIGNING_KEY must be 64 hex digits (an Ed25519 seed)".into())
+            })?;
+            return Ok(KeyPair::from_seed(seed));
+        }
+        if let Ok(file) = std::env::var("LOOP_SIGNING_KEY_FILE") {
+            return KeyPair::read(Path::new(&file));
+        }
+        let dir = state_dir().join("keys");
+        let path = dir.join("signing.key");
+        if path.exists() {
+            return KeyPair::read(&path);
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|source| KeyError::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        let mut seed = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut seed))
+            .map_err(|source| KeyError::Io {
+                path: "/dev/urandom".into(),
+                source,
+            })?;
+        // Written whole under a temporary name, then linked into place:
+        // two first uses at once agree on one key, and no reader sees half.
+        let tmp = dir.join(format!(".signing.key.{}", std::process::id()));
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |source| KeyError::Io { path: p, source }
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
+        f.write_all(format!("{}\n", hex(&seed)).as_bytes())
+            .map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return KeyPair::read(&path),
+            Err(e) => return Err(io(&path)(e)),
+        }
+        Ok(KeyPair::from_seed(seed))
+    }
+
+    /// The configured key if one exists (nothing is created).
+    pub fn existing() -> Result<Option<KeyPair>, KeyError> {
+        if std::env::var_os("LOOP_SIGNING_KEY").is_some()
+            || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some()
+            || state_dir().join("keys/signing.key").exists()
+        {
+            return KeyPair::load_or_create().map(Some);
+        }
+        Ok(None)
+    }
+
+    fn read(path: &Path) -> Result<KeyPair, KeyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let seed = parse_hex32(&text).ok_or_else(|| {
+            KeyError::Format(format!(
+                "{} is not a 64-hex-digit Ed25519 seed",
+                path.display()
+            ))
+        })?;
+        Ok(KeyPair::from_seed(seed))
+    }
+
+    /// The key id.
+    pub fn keyid(&self) -> &str {
+        &self.keyid
+    }
+
+    /// The public half.
+    pub fn public(&self) -> PublicKey {
+        PublicKey {
+            key: self.signing.verifying_key(),
+            keyid: self.keyid.clone(),
+        }
+    }
+
+    /// Sign `message`, returning the base64 signature.
+    pub fn sign_b64(&self, message: &[u8]) -> String {
+        B64.encode(self.signing.sign(message).to_bytes())
+    }
+}
+
+impl PublicKey {
+    /// Raw key as hex (the form `securesystemslib` takes).
+    pub fn hex(&self) -> String {
+        hex(self.key.as_bytes())
+    }
+
+    /// PEM (SubjectPublicKeyInfo).
+    pub fn pem(&self) -> String {
+        let mut der = SPKI_PREFIX.to_vec();
+        der.extend_from_slice(self.key.as_bytes());
+        format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            B64.encode(der)
+        )
+    }
+
+    /// Read a public key from PEM or 64 hex digits.
+    pub fn parse(text: &str) -> Result<PublicKey, KeyError> {
+        let raw = if let Some(seed) = parse_hex32(text) {
+            seed
+        } else {
+            let body: String = text.lines().filter(|l| !l.starts_with("-----")).collect();
+            let der = B64
+                .decode(body.trim())
+                .map_err(|e| KeyError::Format(format!("not a PEM public key: {e}")))?;
+            if der.len() != 44 || der[..12] != SPKI_PREFIX {
+                return Err(KeyError::Format(
+                    "not an Ed25519 public key (SubjectPublicKeyInfo)".into(),
+                ));
+            }
+            let mut raw = [0u8; 32];
+            raw.copy_from_slice(&der[12..]);
+            raw
+        };
+        let key = VerifyingKey::from_bytes(&raw)
+            .map_err(|e| KeyError::Format(format!("invalid Ed25519 key: {e}")))?;
+        Ok(PublicKey {
+            keyid: keyid_of(&key),
+            key,
+        })
+    }
+
+    /// Whether `sig_b64` is this key's signature of `message`.
+    pub fn verifies(&self, message: &[u8], sig_b64: &str) -> bool {
+        let Ok(bytes) = B64.decode(sig_b64) else {
+            return false;
+        };
+        let Ok(sig) = Signature::from_slice(&bytes) else {
+            return false;
+        };
+        self.key.verify(message, &sig).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_verify_and_round_trip_the_public_key() {
+        let k = KeyPair::from_seed([7u8; 32]);
+        let sig = k.sign_b64(b"message");
+        let p = k.public();
+        assert!(p.verifies(b"message", &sig));
+        assert!(!p.verifies(b"messagE", &sig));
+        assert_eq!(PublicKey::parse(&p.pem()).unwrap(), p);
+        assert_eq!(PublicKey::parse(&p.hex()).unwrap(), p);
+        assert_eq!(p.keyid, sha256_hex(&parse_hex32(&p.hex()).unwrap()));
+        assert!(PublicKey::parse("nonsense").is_err());
+    }
+}
