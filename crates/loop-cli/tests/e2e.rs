@@ -876,3 +876,52 @@ fn unverified_work_is_never_applied() {
         "print('draft')\n"
     );
 }
+
+#[test]
+fn swapping_ledgers_or_artifacts_between_tasks_is_caught() {
+    let p = project("swap");
+    let a = run_script(&p, HONEST, &[]);
+    let b = run_script(
+        &p,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print( 'hello' )\\n\"}}\n      - {tool: finish, args: {summary: prints hello}}\n",
+        &[],
+    );
+    assert_eq!(a.outcome["kind"], "verified", "{}", a.output);
+    assert_eq!(b.outcome["kind"], "verified", "{}", b.output);
+    let id = |r: &Run| {
+        r.receipt
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".receipt.json")
+            .to_string()
+    };
+    let dir = a.receipt.parent().unwrap();
+    let (la, lb) = (
+        dir.join(format!("{}.ledger.jsonl", id(&a))),
+        dir.join(format!("{}.ledger.jsonl", id(&b))),
+    );
+    let saved = std::fs::read(&la).unwrap();
+    std::fs::copy(&lb, &la).unwrap();
+    let out = verify(&a.receipt);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("ledger     BROKEN"), "{}", text(&out));
+    std::fs::write(&la, saved).unwrap();
+    assert_eq!(verify(&a.receipt).status.code(), Some(0));
+    let (aa, ab) = (
+        dir.join(format!("{}.artifacts/app.py", id(&a))),
+        dir.join(format!("{}.artifacts/app.py", id(&b))),
+    );
+    let saved = std::fs::read(&aa).unwrap();
+    std::fs::copy(&ab, &aa).unwrap();
+    let out = verify(&a.receipt);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("artifacts  DIFFER: app.py differs"),
+        "{}",
+        text(&out)
+    );
+    std::fs::write(&aa, saved).unwrap();
+    assert_eq!(verify(&a.receipt).status.code(), Some(0));
+}

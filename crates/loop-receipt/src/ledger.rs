@@ -10,7 +10,7 @@
 use loop_protocol::Event;
 use loop_protocol::hash::canonical_sha256;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The `prev` of the genesis entry.
@@ -49,14 +49,24 @@ pub struct Entry {
     pub hash: String,
 }
 
+/// The hashed part of an entry, borrowed (hashing copies nothing).
+#[derive(Serialize)]
+struct EntryBodyRef<'a> {
+    seq: u64,
+    prev: &'a str,
+    kind: &'a str,
+    payload: &'a serde_json::Value,
+    at: &'a str,
+}
+
 impl Entry {
-    fn body(&self) -> EntryBody {
-        EntryBody {
+    fn body(&self) -> EntryBodyRef<'_> {
+        EntryBodyRef {
             seq: self.seq,
-            prev: self.prev.clone(),
-            kind: self.kind.clone(),
-            payload: self.payload.clone(),
-            at: self.at.clone(),
+            prev: &self.prev,
+            kind: &self.kind,
+            payload: &self.payload,
+            at: &self.at,
         }
     }
 }
@@ -186,29 +196,49 @@ impl ChainReport {
 
 /// Verify a ledger file entry by entry.
 pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
-    let file = std::fs::File::open(path).map_err(|source| LedgerError::Io {
+    let data = std::fs::read(path).map_err(|source| LedgerError::Io {
         path: path.display().to_string(),
         source,
     })?;
+    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    // Parsing and hashing each entry is independent work: spread it over
+    // the cores, then walk the chain in order.
+    let parse = |line: &[u8]| -> Result<(Entry, String), String> {
+        let entry: Entry =
+            serde_json::from_slice(line).map_err(|e| format!("not a ledger entry: {e}"))?;
+        let hash = canonical_sha256(&entry.body()).map_err(|e| e.to_string())?;
+        Ok((entry, hash))
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let chunk = lines.len().div_ceil(workers).max(1);
+    let parsed: Vec<Result<(Entry, String), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = lines
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(|l| parse(l)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec![Err("a verification thread failed".into())])
+            })
+            .collect()
+    });
     let mut report = ChainReport {
         intact_entries: 0,
         head: GENESIS_PREV.to_string(),
         broken: None,
-        entries: Vec::new(),
+        entries: Vec::with_capacity(parsed.len()),
     };
-    for (i, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+    for (i, item) in parsed.into_iter().enumerate() {
         let i = i as u64;
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                report.broken = Some((i, format!("unreadable: {e}")));
-                break;
-            }
-        };
-        let entry: Entry = match serde_json::from_slice(&line) {
-            Ok(e) => e,
-            Err(e) => {
-                report.broken = Some((i, format!("not a ledger entry: {e}")));
+        let (entry, recomputed) = match item {
+            Ok(pair) => pair,
+            Err(why) => {
+                report.broken = Some((i, why));
                 break;
             }
         };
@@ -226,13 +256,6 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
             ));
             break;
         }
-        let recomputed = match canonical_sha256(&entry.body()) {
-            Ok(h) => h,
-            Err(e) => {
-                report.broken = Some((i, e.to_string()));
-                break;
-            }
-        };
         if recomputed != entry.hash {
             report.broken = Some((i, "its content does not match its hash".into()));
             break;

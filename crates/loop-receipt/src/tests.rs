@@ -166,3 +166,26 @@ fn canonical_json_matches_rfc8785_examples() {
         last = pos;
     }
 }
+
+#[test]
+fn duplicated_and_truncated_ledgers_are_detected() {
+    let dir = tmp("dup");
+    let path = write_ledger(&dir);
+    let original = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    let mut dup = lines.clone();
+    dup.insert(3, lines[2]);
+    std::fs::write(&path, dup.join("\n") + "\n").unwrap();
+    assert_eq!(verify_chain(&path).unwrap().broken.unwrap().0, 3);
+    // Truncation keeps a valid prefix: the chain holds, but it is shorter,
+    // which the receipt's recorded length and head expose.
+    std::fs::write(&path, lines[..3].join("\n") + "\n").unwrap();
+    let r = verify_chain(&path).unwrap();
+    assert!(r.intact());
+    assert_eq!(r.intact_entries, 3);
+    // A line cut in the middle is not an entry.
+    let cut = &original[..original.len() - 20];
+    std::fs::write(&path, cut).unwrap();
+    let r = verify_chain(&path).unwrap();
+    assert_eq!(r.broken.unwrap().0, 4);
+}
