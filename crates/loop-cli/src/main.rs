@@ -5,6 +5,7 @@ mod changes;
 mod demo;
 mod exec_cmd;
 mod interrupt;
+mod replay;
 mod story;
 mod task;
 mod verify_cmd;
@@ -164,6 +165,11 @@ enum Command {
     },
     /// Show what the sandbox can enforce on this machine.
     Doctor,
+    /// Re-run a receipt's checks on the tree it verified, without a model.
+    Replay {
+        /// The receipt.
+        receipt: PathBuf,
+    },
     /// Check a contract file and print its hash.
     Validate {
         /// The contract (default: task.yaml).
@@ -198,6 +204,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
+        Command::Replay { receipt } => replay::replay(&receipt),
         Command::Keys { action } => {
             let key = loop_receipt::KeyPair::load_or_create()
                 .map_err(|e| CliError::usage(format!("signing key: {e}")))?;

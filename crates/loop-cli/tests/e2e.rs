@@ -147,6 +147,15 @@ fn the_demo_is_verified_and_tampering_with_any_byte_is_caught() {
     assert!(text(&bad).contains("broken at entry 3"), "{}", text(&bad));
     std::fs::write(&ledger, &original).unwrap();
 
+    // Replayed without a model, the outcome reproduces.
+    let out = loop_bin().arg("replay").arg(&receipt).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("recorded verified, replayed verified: reproduced"),
+        "{}",
+        text(&out)
+    );
+
     // The signature: a flipped byte, a replaced key id, another key.
     let env = std::fs::read_to_string(&receipt).unwrap();
     let mut doc: serde_json::Value = serde_json::from_str(&env).unwrap();
@@ -874,6 +883,42 @@ fn unverified_work_is_never_applied() {
     assert_eq!(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('draft')\n"
+    );
+}
+
+#[test]
+fn replay_refuses_a_workspace_that_changed_and_reproduces_failures() {
+    let p = project("replay");
+    let r = run_script(
+        &p,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('bye')\\n\"}}\n      - {tool: finish, args: {summary: done}}\n",
+        &["--max-steps", "1"],
+    );
+    assert_eq!(r.outcome["kind"], "limit_reached", "{}", r.output);
+    let out = loop_bin().arg("replay").arg(&r.receipt).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a rejected outcome reproduces too: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("recorded fail, replayed fail"),
+        "{}",
+        text(&out)
+    );
+    let ws = PathBuf::from(
+        r.events.iter().find(|e| e["kind"] == "receipt").unwrap()["workspace"]
+            .as_str()
+            .unwrap(),
+    );
+    std::fs::write(ws.join("app.py"), "print('hello')\n").unwrap();
+    let out = loop_bin().arg("replay").arg(&r.receipt).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("changed since verification"),
+        "{}",
+        text(&out)
     );
 }
 
