@@ -180,6 +180,28 @@ fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
     })
 }
 
+/// Sign an addendum about the receipt: the receipt is never edited.
+fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBuf, CliError> {
+    let key = loop_receipt::KeyPair::load_or_create()
+        .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    loop_receipt::write_addendum(
+        &t.receipt,
+        loop_receipt::AddendumFact {
+            task_id: id.to_string(),
+            event: event.to_string(),
+            project: t.project.display().to_string(),
+            patch_sha256: cs.patch_sha256.clone(),
+            at: loop_protocol::time::rfc3339_millis(now),
+        },
+        &key,
+    )
+    .map_err(|e| CliError::internal(e.to_string()))
+}
+
 /// `loop apply ID`.
 pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
     let t = task(project, id)?;
@@ -204,10 +226,12 @@ pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
         Ok(n) => {
             std::fs::write(t.dir.join("applied"), &cs.patch_sha256)
                 .map_err(|e| CliError::internal(e.to_string()))?;
+            let addendum = record_fact(&t, id, "applied", &cs)?;
             println!(
                 "applied {n} file(s) of task {id} to {}",
                 t.project.display()
             );
+            println!("addendum {}", addendum.display());
             Ok(0)
         }
         Err(loop_workspace::ChangeSetError::Conflict(list)) => {
@@ -233,7 +257,9 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
         Ok(n) => {
             let _ = std::fs::remove_file(t.dir.join("applied"));
             let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+            let addendum = record_fact(&t, id, "undone", &cs)?;
             println!("undid {n} file(s) of task {id}");
+            println!("addendum {}", addendum.display());
             Ok(0)
         }
         Err(loop_workspace::ChangeSetError::Conflict(list)) => {

@@ -791,6 +791,24 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('hello')\n"
     );
+    // The apply is recorded in a signed addendum about the receipt; the receipt is untouched.
+    let receipt_bytes = std::fs::read(&r.receipt).unwrap();
+    let addendum_path = r.receipt.with_file_name(format!("{id}.addendum-1.json"));
+    let addendum: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&addendum_path).unwrap()).unwrap();
+    assert_eq!(addendum["signatures"].as_array().unwrap().len(), 1);
+    let stmt: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(addendum["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stmt["predicate"]["event"], "applied");
+    assert_eq!(
+        stmt["subject"][0]["digest"]["sha256"].as_str().unwrap(),
+        sha256sum(&receipt_bytes)
+    );
+    assert_eq!(verify(&r.receipt).status.code(), Some(0));
     let out = loop_bin()
         .args(["undo", &id, "--project"])
         .arg(&p)
@@ -801,6 +819,12 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         std::fs::read(p.join("app.py")).unwrap(),
         before,
         "undo restores the exact bytes"
+    );
+    assert!(
+        r.receipt
+            .with_file_name(format!("{id}.addendum-2.json"))
+            .exists(),
+        "the undo is recorded too"
     );
     let out = loop_bin()
         .args(["discard", &id, "--project"])
@@ -969,4 +993,22 @@ fn swapping_ledgers_or_artifacts_between_tasks_is_caught() {
     );
     std::fs::write(&aa, saved).unwrap();
     assert_eq!(verify(&a.receipt).status.code(), Some(0));
+}
+
+/// SHA-256 in hex by coreutils, independent of the project's own hashing.
+fn sha256sum(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }

@@ -204,6 +204,15 @@ pub fn write_envelope(
     statement: &Statement,
     key: Option<&KeyPair>,
 ) -> Result<(), ReceiptError> {
+    write_dsse(path, statement, key)
+}
+
+/// Write any in-toto statement as a DSSE envelope, signed by `key`.
+pub fn write_dsse<T: Serialize>(
+    path: &Path,
+    statement: &T,
+    key: Option<&KeyPair>,
+) -> Result<(), ReceiptError> {
     let payload = canonical_json(statement).map_err(|e| ReceiptError::Format {
         path: path.display().to_string(),
         why: e.to_string(),
@@ -227,6 +236,72 @@ pub fn write_envelope(
     })?;
     text.push('\n');
     std::fs::write(path, text).map_err(io_err(path))
+}
+
+/// The predicate type of an addendum.
+pub const ADDENDUM_TYPE: &str = "https://loop-engine.dev/attestation/addendum/v0.1";
+
+/// A fact learned after a receipt was signed (an apply, an undo), in its
+/// own signed statement whose subject is the receipt file: the receipt
+/// itself is never re-signed or edited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Addendum {
+    /// [`STATEMENT_TYPE`].
+    #[serde(rename = "_type")]
+    pub statement_type: String,
+    /// The receipt, by name and digest.
+    pub subject: Vec<Subject>,
+    /// [`ADDENDUM_TYPE`].
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    /// What happened.
+    pub predicate: AddendumFact,
+}
+
+/// The fact an addendum records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddendumFact {
+    /// The task.
+    pub task_id: String,
+    /// `applied` or `undone`.
+    pub event: String,
+    /// Where.
+    pub project: String,
+    /// The change set's patch digest.
+    pub patch_sha256: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// Sign and write an addendum about the receipt at `receipt` next to it,
+/// as `<task>.addendum-<n>.json`; returns its path.
+pub fn write_addendum(
+    receipt: &Path,
+    fact: AddendumFact,
+    key: &KeyPair,
+) -> Result<PathBuf, ReceiptError> {
+    let bytes = std::fs::read(receipt).map_err(io_err(receipt))?;
+    let name = receipt
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = receipt.parent().unwrap_or(Path::new("."));
+    let mut n = 1;
+    let path = loop {
+        let p = dir.join(format!("{}.addendum-{n}.json", fact.task_id));
+        if !p.exists() {
+            break p;
+        }
+        n += 1;
+    };
+    let addendum = Addendum {
+        statement_type: STATEMENT_TYPE.into(),
+        subject: vec![subject(&name, &bytes)],
+        predicate_type: ADDENDUM_TYPE.into(),
+        predicate: fact,
+    };
+    write_dsse(&path, &addendum, Some(key))?;
+    Ok(path)
 }
 
 /// The subject entry for a file's bytes.
