@@ -189,3 +189,39 @@ fn duplicated_and_truncated_ledgers_are_detected() {
     let r = verify_chain(&path).unwrap();
     assert_eq!(r.broken.unwrap().0, 4);
 }
+
+#[test]
+fn canonical_numbers_match_the_rfc8785_appendix_b_vectors() {
+    // IEEE 754 bit patterns and their JCS serialisations, RFC 8785 Appendix B.
+    let vectors: &[(u64, &str)] = &[
+        (0x0000000000000000, "0"),
+        (0x8000000000000000, "0"),
+        (0x0000000000000001, "5e-324"),
+        (0x8000000000000001, "-5e-324"),
+        (0x7fefffffffffffff, "1.7976931348623157e+308"),
+        (0xffefffffffffffff, "-1.7976931348623157e+308"),
+        (0x4340000000000000, "9007199254740992"),
+        (0xc340000000000000, "-9007199254740992"),
+        (0x4430000000000000, "295147905179352830000"),
+        (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+        (0x44b52d02c7e14af6, "1e+23"),
+        (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+        (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+        (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+        (0x444b1ae4d6e2ef50, "1e+21"),
+        (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+        (0x3eb0c6f7a0b5ed8d, "0.000001"),
+        (0x41b3de4355555553, "333333333.3333332"),
+        (0x41b3de4355555554, "333333333.33333325"),
+        (0x41b3de4355555555, "333333333.3333333"),
+        (0x41b3de4355555556, "333333333.3333334"),
+        (0x41b3de4355555557, "333333333.33333343"),
+        (0xbecbf647612f3696, "-0.0000033333333333333333"),
+        (0x43143ff3c1cb0959, "1424953923781206.2"),
+    ];
+    for (bits, want) in vectors {
+        let v = serde_json::Value::from(f64::from_bits(*bits));
+        let got = String::from_utf8(loop_protocol::hash::canonical_json(&v).unwrap()).unwrap();
+        assert_eq!(&got, want, "bits {bits:#018x}");
+    }
+}
