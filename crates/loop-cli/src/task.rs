@@ -161,6 +161,20 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             ),
         }
     }
+    // Baseline: the contract's checks on the workspace as it starts, so the
+    // receipt shows what held before any change.
+    let baseline_report = req
+        .contract
+        .sha256()
+        .ok()
+        .and_then(|sha| verifier.0.verify(&req.contract, &sha, 0).ok());
+    if let (false, Some(b)) = (req.json, &baseline_report) {
+        println!(
+            "baseline: {} of {} criteria hold before any change",
+            b.passed_criteria(),
+            b.criteria.len()
+        );
+    }
     let model_info = model.info();
     let parts = Parts {
         model: model.as_mut(),
@@ -228,6 +242,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             outcome: result.record.clone(),
             isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
             verification: result.last_report,
+            baseline: baseline_report,
             artifacts: shipped,
             baseline_root: baseline.root.clone(),
             final_root: final_manifest.root.clone(),

@@ -770,6 +770,14 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
             .unwrap(),
     )
     .unwrap();
+    // The baseline shows what held before the work: `prints-hello` did not.
+    let baseline = &stmt["predicate"]["baseline"];
+    assert_eq!(baseline["criteria"][0]["id"], "prints-hello");
+    assert_eq!(baseline["criteria"][0]["passed"], false);
+    assert_eq!(
+        stmt["predicate"]["verification"]["criteria"][0]["passed"],
+        true
+    );
     let cs = &stmt["predicate"]["change_set"];
     assert_eq!(cs["base_commit"].as_str().unwrap(), head_before.trim());
     assert_eq!(cs["files"][0]["path"], "app.py");

@@ -59,13 +59,31 @@ fn binary(who: Who) -> PathBuf {
 /// A fresh base directory with `ws/` (the workspace), `sibling/secret`
 /// (world-readable: only the sandbox can keep it out) and `outside/`
 /// (world-writable).
+/// Tests that load the whole machine (fork and memory bombs, the flood) run
+/// alone; every other test holds this lock shared while its scene lives, so
+/// a bomb never starves another test's sandbox set-up.
+static LOAD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LOAD.write().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Scene {
+    _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
     base: PathBuf,
     who: Who,
 }
 
 impl Scene {
     fn new(name: &str, who: Who) -> Scene {
+        let guard = LOAD.read().unwrap_or_else(|e| e.into_inner());
+        let mut sc = Scene::heavy(name, who);
+        sc._shared = Some(guard);
+        sc
+    }
+
+    /// A scene for a test that already holds [`exclusive`].
+    fn heavy(name: &str, who: Who) -> Scene {
         let base =
             std::env::temp_dir().join(format!("loop-escape-{name}-{who:?}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
@@ -89,7 +107,11 @@ impl Scene {
                 .unwrap();
             assert!(st.success());
         }
-        Scene { base, who }
+        Scene {
+            _shared: None,
+            base,
+            who,
+        }
     }
 
     fn ws(&self) -> PathBuf {
@@ -326,7 +348,8 @@ fn loopback_outside_the_namespace_is_unreachable_unless_host_net_is_chosen() {
 #[test]
 fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
     for who in users() {
-        let sc = Scene::new("forkbomb", who);
+        let _alone = exclusive();
+        let sc = Scene::heavy("forkbomb", who);
         let t = Instant::now();
         let (_, j) = sc.run(
             &["--timeout", "3"],
@@ -358,7 +381,8 @@ fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
 #[test]
 fn a_memory_bomb_is_stopped() {
     for who in users() {
-        let sc = Scene::new("membomb", who);
+        let _alone = exclusive();
+        let sc = Scene::heavy("membomb", who);
         let (_, j) = sc.run(
             &["--mem", "256"],
             "python3 -c 'b = bytearray(2 * 1024**3); print(len(b))'",
@@ -411,7 +435,8 @@ fn daemons_do_not_outlive_the_timeout() {
 
 #[test]
 fn a_gigabyte_of_output_keeps_the_runtime_flat() {
-    let sc = Scene::new("flood", Who::Me);
+    let _alone = exclusive();
+    let sc = Scene::heavy("flood", Who::Me);
     let mut child = sc
         .command(&["--json"], &["head", "-c", "1073741824", "/dev/zero"])
         .stdout(Stdio::piped())

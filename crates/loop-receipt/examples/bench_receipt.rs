@@ -71,6 +71,7 @@ fn main() {
                 contract: contract.clone(),
                 outcome: loop_protocol::Outcome::Lost.record("bench"),
                 verification: None,
+                baseline: None,
                 artifacts: vec![],
                 baseline_root: "r".into(),
                 final_root: "r".into(),

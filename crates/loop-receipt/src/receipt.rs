@@ -150,6 +150,10 @@ pub struct Predicate {
     pub outcome: OutcomeRecord,
     /// The last verification's evidence, per criterion and artifact.
     pub verification: Option<VerificationReport>,
+    /// The same checks on the workspace before any change: what already
+    /// held, so the receipt shows what the work changed.
+    #[serde(default)]
+    pub baseline: Option<VerificationReport>,
     /// Required artifacts shipped with the receipt.
     pub artifacts: Vec<RelPath>,
     /// Merkle root of the workspace at the start.
