@@ -194,7 +194,8 @@ fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBu
             task_id: id.to_string(),
             event: event.to_string(),
             project: t.project.display().to_string(),
-            patch_sha256: cs.patch_sha256.clone(),
+            patch_sha256: Some(cs.patch_sha256.clone()),
+            revoked_keyid: None,
             at: loop_protocol::time::rfc3339_millis(now),
         },
         &key,
@@ -280,5 +281,57 @@ pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
     ws.discard()
         .map_err(|e| CliError::internal(e.to_string()))?;
     println!("discarded the workspace of task {id}; its receipt stays in .loop/receipts");
+    Ok(0)
+}
+
+/// `loop keys rotate`: revoke the signing key, make a new one, and record
+/// the revocation in a signed addendum (by the new key) on every receipt of
+/// `project` that the old key signed.
+pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
+    let (old, new) = loop_receipt::KeyPair::rotate().map_err(|e| CliError::usage(e.to_string()))?;
+    let receipts = project.join(".loop/receipts");
+    let mut noted = 0;
+    if let Ok(items) = std::fs::read_dir(&receipts) {
+        for item in items.flatten() {
+            let path = item.path();
+            let name = item.file_name().to_string_lossy().into_owned();
+            let Some(task_id) = name.strip_suffix(".receipt.json") else {
+                continue;
+            };
+            let Ok(text) = std::fs::read(&path) else {
+                continue;
+            };
+            let Ok(env) = serde_json::from_slice::<loop_receipt::Envelope>(&text) else {
+                continue;
+            };
+            if !env.signatures.iter().any(|s| s.keyid == old.keyid) {
+                continue;
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            loop_receipt::write_addendum(
+                &path,
+                loop_receipt::AddendumFact {
+                    task_id: task_id.to_string(),
+                    event: "signing-key-revoked".into(),
+                    project: project.display().to_string(),
+                    patch_sha256: None,
+                    revoked_keyid: Some(old.keyid.clone()),
+                    at: loop_protocol::time::rfc3339_millis(now),
+                },
+                &new,
+            )
+            .map_err(|e| CliError::internal(e.to_string()))?;
+            noted += 1;
+        }
+    }
+    println!("revoked key {}", old.keyid);
+    println!("new key     {}", new.keyid());
+    println!(
+        "{noted} receipt(s) in {} got a revocation addendum",
+        receipts.display()
+    );
     Ok(0)
 }

@@ -159,9 +159,14 @@ enum Command {
     },
     /// This machine's receipt-signing key (created on first use).
     Keys {
-        /// `show` (id, hex and PEM) or `export` (PEM only).
+        /// `show` (id, hex and PEM), `export` (PEM only), or `rotate`
+        /// (revoke the key, make a new one, and add a signed addendum to every
+        /// receipt of the project that the old key signed).
         #[arg(default_value = "show")]
         action: String,
+        /// The project whose receipts `rotate` annotates.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
     },
     /// Show what the sandbox can enforce on this machine.
     Doctor,
@@ -205,7 +210,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
         Command::Replay { receipt } => replay::replay(&receipt),
-        Command::Keys { action } => {
+        Command::Keys { action, project } if action == "rotate" => changes::rotate_key(&project),
+        Command::Keys { action, .. } => {
             let key = loop_receipt::KeyPair::load_or_create()
                 .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
             let public = key.public();
@@ -218,7 +224,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 "export" => print!("{}", public.pem()),
                 other => {
                     return Err(CliError::usage(format!(
-                        "unknown keys action `{other}` (show, export)"
+                        "unknown keys action `{other}` (show, export, rotate)"
                     )));
                 }
             }

@@ -56,10 +56,18 @@ fn signature_line(report: &VerifyReport, key_requested: bool) -> String {
             &keyid[..16.min(keyid.len())]
         ),
         SignatureStatus::Unsigned => "UNSIGNED: the envelope carries no signature".into(),
-        SignatureStatus::UnknownKey { keyids } => format!(
-            "UNKNOWN KEY: signed by {} — pass the signer's public key with --pubkey",
-            keyids.join(", ")
-        ),
+        SignatureStatus::UnknownKey { keyids } => {
+            let revoked = KeyPair::revoked();
+            match keyids.iter().find(|k| revoked.contains(k)) {
+                Some(k) => format!(
+                    "REVOKED: signed by key {k}, which this machine revoked (see the receipt's addenda)"
+                ),
+                None => format!(
+                    "UNKNOWN KEY: signed by {} — pass the signer's public key with --pubkey",
+                    keyids.join(", ")
+                ),
+            }
+        }
     }
 }
 

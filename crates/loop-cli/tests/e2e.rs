@@ -1020,3 +1020,54 @@ fn sha256sum(bytes: &[u8]) -> String {
         .unwrap()
         .to_string()
 }
+
+#[test]
+fn rotating_the_key_revokes_old_receipts_through_signed_addenda() {
+    let p = project("rotate");
+    let state = p.parent().unwrap().join("state");
+    let out = loop_run(&p, HONEST, &[])
+        .env("LOOP_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let receipt = PathBuf::from(last["path"].as_str().unwrap());
+    let verify_here = || {
+        loop_bin()
+            .arg("verify")
+            .arg(&receipt)
+            .env("LOOP_STATE_DIR", &state)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(verify_here().status.code(), Some(0));
+    let out = loop_bin()
+        .args(["keys", "rotate", "--project"])
+        .arg(&p)
+        .env("LOOP_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("1 receipt(s)"), "{}", text(&out));
+    let out = verify_here();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("signature  REVOKED"), "{}", text(&out));
+    let task = last["task_id"].as_str().unwrap();
+    let addendum: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(receipt.with_file_name(format!("{task}.addendum-1.json"))).unwrap(),
+    )
+    .unwrap();
+    use base64::Engine;
+    let stmt: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(addendum["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stmt["predicate"]["event"], "signing-key-revoked");
+    assert_ne!(
+        addendum["signatures"][0]["keyid"], stmt["predicate"]["revoked_keyid"],
+        "signed by the new key"
+    );
+}

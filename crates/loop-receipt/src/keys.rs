@@ -145,6 +145,48 @@ impl KeyPair {
         Ok(KeyPair::from_seed(seed))
     }
 
+    /// Retire the state directory's key: keep its public half in
+    /// `keys/revoked/<keyid>` and make a new key. Returns (old, new).
+    pub fn rotate() -> Result<(PublicKey, KeyPair), KeyError> {
+        if std::env::var_os("LOOP_SIGNING_KEY").is_some()
+            || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some()
+        {
+            return Err(KeyError::Format(
+                "the signing key comes from LOOP_SIGNING_KEY(_FILE); rotate it where it is kept"
+                    .into(),
+            ));
+        }
+        let old = KeyPair::load_or_create()?.public();
+        let keys = state_dir().join("keys");
+        let revoked = keys.join("revoked");
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |source| KeyError::Io { path: p, source }
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&revoked)
+            .map_err(io(&revoked))?;
+        std::fs::write(revoked.join(&old.keyid), format!("{}\n", old.hex()))
+            .map_err(io(&revoked))?;
+        std::fs::remove_file(keys.join("signing.key")).map_err(io(&keys))?;
+        let new = KeyPair::load_or_create()?;
+        Ok((old, new))
+    }
+
+    /// Key ids revoked on this machine.
+    pub fn revoked() -> Vec<String> {
+        std::fs::read_dir(state_dir().join("keys/revoked"))
+            .map(|items| {
+                items
+                    .flatten()
+                    .map(|i| i.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The configured key if one exists (nothing is created).
     pub fn existing() -> Result<Option<KeyPair>, KeyError> {
         if std::env::var_os("LOOP_SIGNING_KEY").is_some()

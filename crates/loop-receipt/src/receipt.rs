@@ -267,12 +267,16 @@ pub struct Addendum {
 pub struct AddendumFact {
     /// The task.
     pub task_id: String,
-    /// `applied` or `undone`.
+    /// `applied`, `undone` or `signing-key-revoked`.
     pub event: String,
     /// Where.
     pub project: String,
-    /// The change set's patch digest.
-    pub patch_sha256: String,
+    /// The change set's patch digest (apply, undo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_sha256: Option<String>,
+    /// The key that signed the receipt and is now revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_keyid: Option<String>,
     /// When (RFC 3339).
     pub at: String,
 }
