@@ -235,14 +235,21 @@ pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
             println!("addendum {}", addendum.display());
             Ok(0)
         }
-        Err(loop_workspace::ChangeSetError::Conflict(list)) => {
-            println!("conflict, nothing applied:");
+        Err(e) => refused(e, "applied"),
+    }
+}
+
+/// A conflict is reported (exit 1, nothing changed); anything else is internal.
+fn refused(e: loop_workspace::ChangeSetError, verb: &str) -> Result<u8, CliError> {
+    match e {
+        loop_workspace::ChangeSetError::Conflict(list) => {
+            println!("conflict, nothing {verb}:");
             for c in list {
                 println!("  {c}");
             }
             Ok(1)
         }
-        Err(e) => Err(CliError::internal(e.to_string())),
+        other => Err(CliError::internal(other.to_string())),
     }
 }
 
@@ -263,14 +270,7 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
             println!("addendum {}", addendum.display());
             Ok(0)
         }
-        Err(loop_workspace::ChangeSetError::Conflict(list)) => {
-            println!("conflict, nothing undone:");
-            for c in list {
-                println!("  {c}");
-            }
-            Ok(1)
-        }
-        Err(e) => Err(CliError::internal(e.to_string())),
+        Err(e) => refused(e, "undone"),
     }
 }
 

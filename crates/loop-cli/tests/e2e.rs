@@ -56,6 +56,16 @@ fn ssl_python() -> PathBuf {
     python
 }
 
+/// The in-toto statement inside a DSSE envelope file.
+fn statement_of(envelope: &Path) -> serde_json::Value {
+    use base64::Engine;
+    let env: serde_json::Value = serde_json::from_slice(&std::fs::read(envelope).unwrap()).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&payload).unwrap()
+}
+
 fn verify(receipt: &Path) -> Output {
     loop_bin().arg("verify").arg(receipt).output().unwrap()
 }
@@ -761,15 +771,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         .to_string();
     assert!(sh(&p, "git branch --list").contains(&format!("loop/{id}")));
     // The receipt names the base commit and the patch.
-    let env: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&r.receipt).unwrap()).unwrap();
-    use base64::Engine;
-    let stmt: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(env["payload"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let stmt = statement_of(&r.receipt);
     // The baseline shows what held before the work: `prints-hello` did not.
     let baseline = &stmt["predicate"]["baseline"];
     assert_eq!(baseline["criteria"][0]["id"], "prints-hello");
@@ -805,12 +807,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
     let addendum: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&addendum_path).unwrap()).unwrap();
     assert_eq!(addendum["signatures"].as_array().unwrap().len(), 1);
-    let stmt: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(addendum["payload"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let stmt = statement_of(&addendum_path);
     assert_eq!(stmt["predicate"]["event"], "applied");
     assert_eq!(
         stmt["subject"][0]["digest"]["sha256"].as_str().unwrap(),
@@ -1054,17 +1051,10 @@ fn rotating_the_key_revokes_old_receipts_through_signed_addenda() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("signature  REVOKED"), "{}", text(&out));
     let task = last["task_id"].as_str().unwrap();
-    let addendum: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(receipt.with_file_name(format!("{task}.addendum-1.json"))).unwrap(),
-    )
-    .unwrap();
-    use base64::Engine;
-    let stmt: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(addendum["payload"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let addendum_path = receipt.with_file_name(format!("{task}.addendum-1.json"));
+    let addendum: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&addendum_path).unwrap()).unwrap();
+    let stmt = statement_of(&addendum_path);
     assert_eq!(stmt["predicate"]["event"], "signing-key-revoked");
     assert_ne!(
         addendum["signatures"][0]["keyid"], stmt["predicate"]["revoked_keyid"],
