@@ -417,13 +417,13 @@ fn finishing_without_doing_the_work_is_not_verified() {
         "turns:\n  - calls: [{tool: finish, args: {summary: done}}]\n  - calls: [{tool: finish, args: {summary: really done}}]\n  - calls: [{tool: finish, args: {summary: trust me}}]\n",
         &[],
     );
-    assert_unverified_but_intact(&r, "failed");
-    assert!(
-        r.outcome["reason"]
-            .as_str()
-            .unwrap()
-            .contains("rejected 2 time(s)")
-    );
+    // The first claim is verified and rejected; claiming again on the same
+    // workspace is a stall: nudged, then lost, with the pattern named.
+    assert_unverified_but_intact(&r, "lost");
+    let reason = r.outcome["reason"].as_str().unwrap();
+    assert!(reason.contains("`finish` claimed again"), "{reason}");
+    let verifications = r.events.iter().filter(|e| e["kind"] == "verified").count();
+    assert_eq!(verifications, 1);
 }
 
 #[test]

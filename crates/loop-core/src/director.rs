@@ -9,6 +9,7 @@
 use crate::budget::Budget;
 use crate::feedback::rejection_feedback;
 use crate::machine::Machine;
+use crate::progress::{ProgressDetector, Verdict};
 use crate::prompt::system_prompt;
 use crate::traits::{BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier};
 use loop_protocol::{
@@ -83,6 +84,9 @@ pub struct Director<'a> {
     machine: Machine,
     budget: Budget,
     last_report: Option<VerificationReport>,
+    progress: ProgressDetector,
+    /// The workspace's Merkle root as last known (updated on every change).
+    root: String,
 }
 
 enum Stop {
@@ -110,6 +114,8 @@ impl<'a> Director<'a> {
             machine: Machine::new(),
             budget,
             last_report: None,
+            progress: ProgressDetector::default(),
+            root: String::new(),
         })
     }
 
@@ -139,6 +145,7 @@ impl<'a> Director<'a> {
             Ok(r) => r.clone(),
             Err(_) => String::new(),
         };
+        self.root = baseline.clone();
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -234,6 +241,7 @@ impl<'a> Director<'a> {
             self.parts.tools.begin_step();
             let mut finish_claim = None;
             let mut changed = false;
+            let mut observations = Vec::new();
             if turn.calls.is_empty() {
                 let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
                 self.record(Event::Feedback {
@@ -260,10 +268,15 @@ impl<'a> Director<'a> {
                 };
                 let workspace_root = if outcome.observation.changed {
                     changed = true;
-                    self.parts.tools.workspace_root().ok()
+                    let root = self.parts.tools.workspace_root().ok();
+                    if let Some(r) = &root {
+                        self.root = r.clone();
+                    }
+                    root
                 } else {
                     None
                 };
+                observations.push(outcome.observation.clone());
                 self.record(Event::Observed {
                     step,
                     observation: outcome.observation.clone(),
@@ -274,6 +287,36 @@ impl<'a> Director<'a> {
                     finish_claim = Some(summary);
                     // Calls after `finish` in the same turn are not executed.
                     break;
+                }
+            }
+
+            // Is the loop getting anywhere? Nudge once, then stop as lost.
+            let mut verdict = self.progress.step(&turn.calls, &observations, &self.root);
+            if verdict == Verdict::Ok && finish_claim.is_some() {
+                verdict = self.progress.claim(&self.root);
+            }
+            match verdict {
+                Verdict::Ok => {}
+                Verdict::Stop(pattern) => {
+                    return Ok(Stop::Outcome(
+                        Outcome::Lost,
+                        format!("no progress: {pattern}"),
+                    ));
+                }
+                Verdict::Nudge(pattern) => {
+                    let text = format!(
+                        "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
+                    );
+                    self.record(Event::Feedback {
+                        step,
+                        text: text.clone(),
+                    })?;
+                    context.push_feedback(text);
+                    if finish_claim.is_some() {
+                        // A claim on the rejected workspace is not verified again.
+                        self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
+                        continue;
+                    }
                 }
             }
 
@@ -321,6 +364,7 @@ impl<'a> Director<'a> {
                     return Ok(Stop::Outcome(Outcome::Verified(acceptance), reason));
                 }
                 Err(rejection) => {
+                    self.progress.rejected_at(&report.manifest_root);
                     if matches!(
                         rejection,
                         loop_protocol::Rejection::ContractChanged { .. }

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod director;
 pub mod feedback;
 pub mod machine;
+pub mod progress;
 pub mod prompt;
 pub mod traits;
 
@@ -18,6 +19,7 @@ pub use budget::Budget;
 pub use director::{Director, DirectorError, Parts, RunResult, VerifyPolicy};
 pub use loop_protocol::context::{Context, Message};
 pub use machine::{InvalidTransition, Machine, allowed};
+pub use progress::{ProgressConfig, ProgressDetector, Verdict};
 pub use traits::{
     BoundaryError, Clock, Ledger, Model, NoObserver, Observer, SystemClock, Tools, Verifier,
 };

@@ -183,7 +183,8 @@ impl Verifier for FakeVerifier {
         Ok(VerificationReport {
             attempt,
             contract_sha256: sha.into(),
-            manifest_root: "root".into(),
+            // The same Merkle root the tools report for the same content.
+            manifest_root: hash::canonical_sha256(&*files).unwrap(),
             files: files.len() as u64,
             snapshot_method: "memory".into(),
             protected_violations: vec![],
@@ -328,6 +329,34 @@ fn work_then_finish_is_verified() {
 #[test]
 fn finish_without_passing_checks_is_not_verified() {
     let o = run(contract(10), vec![turn(vec![finish()], 1); 10]);
+    // One verification rejects the claim; claiming again on the same
+    // workspace is a stall: nudged once, then lost.
+    assert_eq!(
+        o.result.record.kind,
+        OutcomeKind::Lost,
+        "{:?}",
+        o.result.record
+    );
+    assert_eq!(o.result.used.verifications, 1);
+    assert!(
+        o.result.record.reason.contains("`finish` claimed again"),
+        "{}",
+        o.result.record.reason
+    );
+    assert!(
+        o.ledger.iter().any(
+            |e| matches!(e, Event::Feedback { text, .. } if text.starts_with("Stall detected"))
+        )
+    );
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn verification_keeps_rejecting_changed_work_until_the_limit_then_fails() {
+    let script: Vec<Turn> = (0..10)
+        .map(|i| turn(vec![write(&format!("attempt {i}")), finish()], 1))
+        .collect();
+    let o = run(contract(10), script);
     assert_eq!(
         o.result.record.kind,
         OutcomeKind::Failed,
@@ -337,6 +366,32 @@ fn finish_without_passing_checks_is_not_verified() {
     assert_eq!(o.result.used.verifications, 3, "stops at max_verifications");
     assert!(o.result.record.reason.contains("rejected 3 time(s)"));
     assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn repeating_the_same_useless_step_ends_lost_with_the_pattern_named() {
+    let clock = Rc::new(Cell::new(0));
+    let mut model = FakeModel::new(vec![], &clock);
+    model.repeat_forever = Some(turn(vec![call("list", serde_json::json!({}))], 1));
+    let o = run_with(contract(30), model, VerifyPolicy::OnFinish, clock, false);
+    assert_eq!(
+        o.result.record.kind,
+        OutcomeKind::Lost,
+        "{:?}",
+        o.result.record
+    );
+    assert!(
+        o.result
+            .record
+            .reason
+            .contains("no progress: the same action"),
+        "{}",
+        o.result.record.reason
+    );
+    assert!(
+        o.result.used.steps < 30,
+        "stopped by the detector, not the step limit"
+    );
 }
 
 #[test]
