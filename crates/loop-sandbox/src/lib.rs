@@ -366,16 +366,40 @@ fn locked_flags(path: &Path) -> libc::c_ulong {
 /// what is really there (or fails closed under `required`).
 pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
     static PROBED: AtomicBool = AtomicBool::new(false);
-    if PROBED.load(Ordering::Relaxed) {
-        return run_with(req, probe::support());
-    }
-    match run_with(req, &probe::optimistic()) {
-        Err(SandboxError::Spawn { step, .. }) if step.starts_with("sandbox step") => {
-            PROBED.store(true, Ordering::Relaxed);
-            run_with(req, probe::support())
+    let optimistic = probe::optimistic();
+    let mut tries = 0u64;
+    loop {
+        let support = if PROBED.load(Ordering::Relaxed) {
+            probe::support()
+        } else {
+            &optimistic
+        };
+        match run_with(req, support) {
+            // Resources the kernel frees asynchronously (namespaces being torn
+            // down, a cgroup being emptied) can be briefly exhausted under
+            // load: try again before concluding anything about the machine.
+            Err(SandboxError::Spawn { step, source, .. })
+                if step.starts_with("sandbox step") && transient(&source) && tries < 4 =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(25 * tries));
+            }
+            Err(SandboxError::Spawn { step, .. })
+                if step.starts_with("sandbox step") && !PROBED.load(Ordering::Relaxed) =>
+            {
+                PROBED.store(true, Ordering::Relaxed);
+            }
+            other => return other,
         }
-        other => other,
     }
+}
+
+/// Errors that say "not now" rather than "not here".
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN | libc::ENOMEM | libc::ENOSPC | libc::EBUSY | libc::EINTR)
+    )
 }
 
 fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, SandboxError> {

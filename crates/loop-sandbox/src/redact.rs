@@ -70,6 +70,54 @@ fn may_hold_secret(text: &str) -> bool {
     HINTS.iter().any(|h| lower.contains(h))
 }
 
+/// A credential found in text: where it starts (1-based) and what it looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    /// Line.
+    pub line: usize,
+    /// Column, in characters.
+    pub col: usize,
+    /// What kind of credential it looks like.
+    pub kind: &'static str,
+    /// The matched text (for comparisons; never shown).
+    pub matched: String,
+}
+
+const KINDS: &[&str] = &[
+    "a private key",
+    "an OpenAI-style API key (sk-…)",
+    "a GitHub token",
+    "a GitHub fine-grained token",
+    "an AWS access key id",
+    "a Slack token",
+    "a bearer token",
+];
+
+/// High-confidence credentials in `text` (private keys and provider
+/// tokens; not generic `NAME=value` assignments, which code legitimately
+/// writes), for the secret gate.
+pub fn find_secrets(text: &str) -> Vec<Secret> {
+    if !may_hold_secret(text) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (re, kind) in patterns().iter().zip(KINDS) {
+        for m in re.find_iter(text) {
+            let before = &text[..m.start()];
+            let line = before.matches('\n').count() + 1;
+            let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            out.push(Secret {
+                line,
+                col,
+                kind,
+                matched: m.as_str().to_string(),
+            });
+        }
+    }
+    out.sort_by_key(|s| (s.line, s.col));
+    out
+}
+
 /// Replace secret-looking values in `text`.
 pub fn redact(text: &str) -> String {
     if !may_hold_secret(text) {
@@ -99,6 +147,25 @@ pub fn redact(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_found_with_their_position_and_code_reading_env_is_not() {
+        let text = "import os\nkey = os.environ['API_KEY']\ntoken = 'ghp_0123456789abcdefghijABCDEFGHIJ'\n";
+        let found = find_secrets(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].line, found[0].col, found[0].kind),
+            (3, 10, "a GitHub token")
+        );
+        let pem = "x\n-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\n";
+        assert_eq!(find_secrets(pem)[0].kind, "a private key");
+        assert!(find_secrets("password = os.environ.get('PW')").is_empty());
+        assert_eq!(
+            patterns().len(),
+            KINDS.len(),
+            "every pattern compiles and has a name"
+        );
+    }
 
     #[test]
     fn secrets_are_redacted_and_ordinary_text_is_not() {

@@ -178,6 +178,28 @@ impl ToolBox {
                 format!("Refused: {rel} would contain NUL bytes; binary content is not written."),
             ));
         }
+        // The secret gate: no credential may be written into a file unless
+        // the file already held that exact value.
+        for (rel, before, after) in proposed {
+            let Some(after) = after else { continue };
+            let existing = before
+                .map(loop_sandbox::redact::find_secrets)
+                .unwrap_or_default();
+            if let Some(s) = loop_sandbox::redact::find_secrets(after)
+                .into_iter()
+                .find(|s| !existing.iter().any(|e| e.matched == s.matched))
+            {
+                return Err(Observation::refused(
+                    id,
+                    tool,
+                    "gate: secret",
+                    format!(
+                        "Refused: {rel}:{}:{} would contain {}; credentials are never written into files (read them from the environment at run time).",
+                        s.line, s.col, s.kind
+                    ),
+                ));
+            }
+        }
         let mut step = self.step.borrow_mut();
         let mut counted = step.lines.clone();
         for (rel, before, after) in proposed {

@@ -398,3 +398,38 @@ fn binary_content_is_refused_unless_allowed() {
     assert_eq!(rule_of(&o), Some("limit: binary content"));
     assert!(!d.path().join("blob").exists());
 }
+
+#[test]
+fn the_secret_gate_refuses_credentials_written_into_files() {
+    let d = TestDir::new("tools-secret");
+    let mut t = toolbox(&d);
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "config.py", "content": "import os\nKEY = 'sk-abcdefghijklmnopqrstu'\n"}),
+    ));
+    assert_eq!(rule_of(&o), Some("gate: secret"));
+    assert!(
+        o.observation.content.contains("config.py:2:8"),
+        "{}",
+        o.observation.content
+    );
+    assert!(
+        !o.observation.content.contains("sk-abcdef"),
+        "the refusal does not echo the secret"
+    );
+    assert!(!d.path().join("config.py").exists());
+    let patch = "--- /dev/null\n+++ b/id_rsa\n@@ -0,0 +1,3 @@\n+-----BEGIN OPENSSH PRIVATE KEY-----\n+b3Blbn\n+-----END OPENSSH PRIVATE KEY-----\n";
+    let o = t.execute(&call("apply_patch", json!({ "patch": patch })));
+    assert_eq!(rule_of(&o), Some("gate: secret"));
+    // Reading the key from the environment is fine.
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "config.py", "content": "import os\nKEY = os.environ['OPENAI_API_KEY']\n"}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+}
