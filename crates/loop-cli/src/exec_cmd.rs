@@ -100,7 +100,7 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     };
     let overlay_root = o
         .overlay
-        .then(|| std::env::temp_dir().join(format!("loop-exec-overlay-{}", std::process::id())));
+        .then(|| std::env::temp_dir().join(loop_sandbox::unique_name("loop-exec-overlay")));
     // Each run gets its own upper layer: an overlay's work directory cannot
     // be reused while the previous mount namespace is still being torn down.
     let mut run = |n: u32| {

@@ -4,7 +4,6 @@
 //! counted; the runtime kills what is left and removes them afterwards.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The cgroup directories of one command.
 #[derive(Debug, Default)]
@@ -18,8 +17,6 @@ pub struct Cgroups {
     /// Why a controller is missing.
     pub notes: Vec<String>,
 }
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// This process's cgroup path in a v1 hierarchy (`controller`) or in v2 (`""`).
 fn own_path(controller: &str) -> Option<String> {
@@ -58,11 +55,7 @@ impl Cgroups {
     /// Create cgroups limiting memory to `mem_bytes` and processes to `pids`.
     pub fn create(mem_bytes: u64, pids: u64) -> Cgroups {
         let mut cg = Cgroups::default();
-        let name = format!(
-            "loop-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        );
+        let name = crate::unique_name("loop");
         // cgroup v2 with both controllers delegated to our level.
         if let (Some(root), Some(own)) = (v2_root(), own_path("")) {
             let base = root.join(own.trim_start_matches('/'));

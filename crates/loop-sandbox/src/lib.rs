@@ -304,19 +304,39 @@ struct PrivateTmp(PathBuf);
 
 impl PrivateTmp {
     fn create() -> std::io::Result<Self> {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
         use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!(
-            "loop-sbx-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir.join("home"))?;
-        Ok(PrivateTmp(dir))
+        // A process killed mid-command leaves its directory behind, and pids
+        // are reused: names are random, and an existing one is never reused.
+        let mut tries = 0;
+        loop {
+            let dir = std::env::temp_dir().join(unique_name("loop-sbx"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    std::fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(dir.join("home"))?;
+                    return Ok(PrivateTmp(dir));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
+}
+
+/// `PREFIX-<pid>-<seq>-<16 random hex digits>`: unique even across pid reuse.
+pub fn unique_name(prefix: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let mut rnd = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut rnd);
+    }
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        loop_protocol::hash::hex(&rnd)
+    )
 }
 
 impl Drop for PrivateTmp {

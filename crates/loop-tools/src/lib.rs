@@ -118,12 +118,7 @@ struct FinishArgs {
 impl ToolBox {
     /// Every tool granted, in `jail`.
     pub fn new(jail: Jail, limits: ToolLimits) -> Self {
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let journal_dir = std::env::temp_dir().join(format!(
-            "loop-journal-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        ));
+        let journal_dir = std::env::temp_dir().join(loop_sandbox::unique_name("loop-journal"));
         ToolBox {
             step: Default::default(),
             journal: Journal::new(&journal_dir),
