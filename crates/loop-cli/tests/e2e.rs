@@ -66,6 +66,21 @@ fn statement_of(envelope: &Path) -> serde_json::Value {
     serde_json::from_slice(&payload).unwrap()
 }
 
+/// `loop CMD ID --project P` (apply, undo, discard).
+fn task_cmd(cmd: &str, id: &str, project: &Path) -> Output {
+    loop_bin()
+        .args([cmd, id, "--project"])
+        .arg(project)
+        .output()
+        .unwrap()
+}
+
+/// The task id of a run, from its receipt's file name.
+fn task_id(r: &Run) -> String {
+    let name = r.receipt.file_name().unwrap().to_str().unwrap();
+    name.trim_end_matches(".receipt.json").to_string()
+}
+
 fn verify(receipt: &Path) -> Output {
     loop_bin().arg("verify").arg(receipt).output().unwrap()
 }
@@ -761,14 +776,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('draft')\n"
     );
-    let id = r
-        .receipt
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".receipt.json")
-        .to_string();
+    let id = task_id(&r);
     assert!(sh(&p, "git branch --list").contains(&format!("loop/{id}")));
     // The receipt names the base commit and the patch.
     let stmt = statement_of(&r.receipt);
@@ -791,11 +799,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
     );
 
     let before = std::fs::read(p.join("app.py")).unwrap();
-    let out = loop_bin()
-        .args(["apply", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = task_cmd("apply", &id, &p);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
@@ -814,11 +818,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         sha256sum(&receipt_bytes)
     );
     assert_eq!(verify(&r.receipt).status.code(), Some(0));
-    let out = loop_bin()
-        .args(["undo", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = task_cmd("undo", &id, &p);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(
         std::fs::read(p.join("app.py")).unwrap(),
@@ -831,11 +831,7 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
             .exists(),
         "the undo is recorded too"
     );
-    let out = loop_bin()
-        .args(["discard", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = task_cmd("discard", &id, &p);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
     assert_eq!(sh(&p, "git worktree list").lines().count(), 1);
@@ -846,20 +842,9 @@ fn apply_refuses_when_the_project_changed_and_applies_nothing() {
     let p = git_project("git-conflict");
     let r = run_script(&p, HONEST, &[]);
     assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
-    let id = r
-        .receipt
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".receipt.json")
-        .to_string();
+    let id = task_id(&r);
     std::fs::write(p.join("app.py"), "print('the user changed this')\n").unwrap();
-    let out = loop_bin()
-        .args(["apply", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = task_cmd("apply", &id, &p);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("app.py: the project's file changed since the task started"),
@@ -872,11 +857,7 @@ fn apply_refuses_when_the_project_changed_and_applies_nothing() {
     );
     // A new commit on the base also refuses.
     sh(&p, "git commit -qam moved");
-    let out = loop_bin()
-        .args(["apply", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = task_cmd("apply", &id, &p);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out).contains("the project's HEAD is"),
@@ -894,19 +875,8 @@ fn unverified_work_is_never_applied() {
         &[],
     );
     assert_eq!(r.outcome["kind"], "lost");
-    let id = r
-        .receipt
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".receipt.json")
-        .to_string();
-    let out = loop_bin()
-        .args(["apply", &id, "--project"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let id = task_id(&r);
+    let out = task_cmd("apply", &id, &p);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not verified"), "{}", text(&out));
     assert_eq!(
@@ -962,15 +932,7 @@ fn swapping_ledgers_or_artifacts_between_tasks_is_caught() {
     );
     assert_eq!(a.outcome["kind"], "verified", "{}", a.output);
     assert_eq!(b.outcome["kind"], "verified", "{}", b.output);
-    let id = |r: &Run| {
-        r.receipt
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .trim_end_matches(".receipt.json")
-            .to_string()
-    };
+    let id = task_id;
     let dir = a.receipt.parent().unwrap();
     let (la, lb) = (
         dir.join(format!("{}.ledger.jsonl", id(&a))),
