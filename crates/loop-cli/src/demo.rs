@@ -53,7 +53,8 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
     }
     let report = run_task(TaskRequest {
         contract,
-        model: format!("scripted:{}", dir.join("script.yaml").display()),
+        model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
+        record: None,
         project,
         json,
         verify_on_change: false,

@@ -5,6 +5,7 @@ mod changes;
 mod demo;
 mod exec_cmd;
 mod interrupt;
+mod loopfile;
 mod replay;
 mod story;
 mod task;
@@ -76,9 +77,13 @@ enum Command {
         /// A contract file (YAML).
         #[arg(long, value_name = "FILE")]
         task: Option<PathBuf>,
-        /// The model: scripted:PATH (openai:, anthropic:, replay: are not built in yet).
+        /// The model: scripted:PATH, openai:MODEL, anthropic:MODEL or replay:FILE
+        /// (default: `models.maker` in the project's Loopfile.yaml).
         #[arg(long, value_name = "SPEC")]
         model: Option<String>,
+        /// Save every model exchange to FILE (secrets redacted) for `--model replay:FILE`.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
         /// Model turns allowed.
         #[arg(long)]
         max_steps: Option<u32>,
@@ -266,6 +271,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             artifacts,
             task,
             model,
+            record,
             max_steps,
             max_tokens,
             budget_usd,
@@ -314,12 +320,10 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             if let Some(n) = timeout {
                 l.timeout_secs = n.max(1);
             }
-            let model = model.ok_or_else(|| {
-                CliError::usage("no model given: use --model scripted:FILE (see docs/formats.md)")
-            })?;
             let report = task::run_task(task::TaskRequest {
                 contract,
                 model,
+                record,
                 project,
                 json,
                 verify_on_change,

@@ -111,6 +111,18 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
             }
             s
         }
+        Event::ModelMalformed { step, error, .. } => {
+            format!(
+                "\ncycle {step} · ✗ malformed answer: {}\n",
+                one_line(error, 100)
+            )
+        }
+        Event::ModelFailed { step, error, .. } => {
+            format!(
+                "\ncycle {step} · ✗ no model answered: {}\n",
+                one_line(error, 120)
+            )
+        }
         Event::ModelSilent { step, reason } => {
             format!("\ncycle {step} · the model has nothing more to say ({reason})\n")
         }

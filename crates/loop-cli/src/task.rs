@@ -2,9 +2,12 @@
 
 use crate::CliError;
 use crate::story::Story;
-use crate::wiring::{LedgerAdapter, ScriptedAdapter, ToolsAdapter, VerifierAdapter};
+use crate::wiring::{LedgerAdapter, ProviderAdapter, ToolsAdapter, VerifierAdapter};
 use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
-use loop_models::{ModelSpec, ScriptedModel};
+use loop_models::config::{Env, ModelsConfig};
+use loop_models::http::{Timeouts, UreqTransport};
+use loop_models::retry::ThreadSleeper;
+use loop_models::{Fallback, HttpModel, ModelSpec, Provider, Recorder, ReplayModel, ScriptedModel};
 use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
 use loop_receipt::{
     Budgets, FileLedger, LedgerRef, PREDICATE_TYPE, Predicate, Provenance, STATEMENT_TYPE,
@@ -20,8 +23,10 @@ use std::path::{Path, PathBuf};
 pub struct TaskRequest {
     /// The locked contract.
     pub contract: Contract,
-    /// `--model`.
-    pub model: String,
+    /// `--model` (else the Loopfile's maker).
+    pub model: Option<String>,
+    /// `--record FILE`.
+    pub record: Option<PathBuf>,
     /// `--project`.
     pub project: PathBuf,
     /// `--json`.
@@ -66,32 +71,82 @@ pub fn new_task_id(now_ms: u64) -> String {
     )
 }
 
-fn load_model(spec: &str) -> Result<Box<dyn Model>, CliError> {
-    let spec = ModelSpec::parse(spec).map_err(|e| CliError::usage(e.to_string()))?;
-    match spec {
-        ModelSpec::Scripted(path) => {
-            let text = std::fs::read_to_string(&path)
+/// Build the model from `--model`, the Loopfile and the environment.
+fn load_model(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+    record: Option<&Path>,
+) -> Result<Box<dyn Model>, CliError> {
+    let spec = spec
+        .map(ModelSpec::parse)
+        .transpose()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let origin = loopfile
+        .path
+        .as_ref()
+        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
+    let provider: Box<dyn Provider> = match &spec {
+        Some(ModelSpec::Scripted(path)) => {
+            let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::usage(format!("cannot read script {path}: {e}")))?;
-            let model = ScriptedModel::from_yaml(&text, &path)
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            Ok(Box::new(ScriptedAdapter(model)))
+            Box::new(
+                ScriptedModel::from_yaml(&text, path)
+                    .map_err(|e| CliError::usage(e.to_string()))?,
+            )
         }
-        ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Replay(_) => {
-            Err(CliError::usage(
-                "this build drives scripted models only (--model scripted:FILE); network providers and replay are not built in yet",
-            ))
+        Some(ModelSpec::Replay(path)) => Box::new(
+            ReplayModel::open(Path::new(path)).map_err(|e| CliError::usage(e.to_string()))?,
+        ),
+        _ => {
+            let config = ModelsConfig::resolve(
+                spec.as_ref(),
+                loopfile.models.as_ref(),
+                &Env::from_process(),
+                &origin,
+            )
+            .map_err(|e| CliError::usage(e.to_string()))?;
+            if config.maker.is_empty() {
+                return Err(CliError::usage(
+                    "no model given: use --model scripted:FILE | openai:MODEL | anthropic:MODEL | replay:FILE, or `models.maker` in Loopfile.yaml",
+                ));
+            }
+            let mut chain: Vec<Box<dyn Provider>> = config
+                .maker
+                .into_iter()
+                .map(|c| {
+                    Box::new(HttpModel::new(
+                        c,
+                        Box::new(UreqTransport::new(Timeouts::default())),
+                        Box::new(ThreadSleeper),
+                    )) as Box<dyn Provider>
+                })
+                .collect();
+            if chain.len() == 1 {
+                chain.remove(0)
+            } else {
+                Box::new(Fallback::new(chain))
+            }
         }
-    }
+    };
+    let provider = match record {
+        None => provider,
+        Some(path) => Box::new(
+            Recorder::create(provider, path, Box::new(loop_sandbox::redact::redact))
+                .map_err(|e| CliError::usage(e.to_string()))?,
+        ),
+    };
+    Ok(Box::new(ProviderAdapter(provider)))
 }
 
 /// Run one task and write its receipt.
 pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     let clock = SystemClock;
-    let mut model = load_model(&req.model)?;
     let project = req
         .project
         .canonicalize()
         .map_err(|e| CliError::usage(format!("project {}: {e}", req.project.display())))?;
+    let loopfile = crate::loopfile::Loopfile::load(&project)?;
+    let mut model = load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
     let state = project.join(".loop");
     let task_id = new_task_id(clock.now_ms());
     let task_dir = state.join("tasks").join(&task_id);

@@ -1,24 +1,34 @@
 //! Adapters that plug the component crates into the Director's traits.
 
 use loop_core::{BoundaryError, Clock, Ledger, Model, Tools, Verifier};
-use loop_models::ScriptedModel;
+use loop_models::Provider;
 use loop_protocol::{
-    Context, Contract, Event, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec,
-    VerificationReport,
+    CallLimits, Context, Contract, Event, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome,
+    ToolSpec, VerificationReport,
 };
 use loop_receipt::FileLedger;
 use loop_tools::ToolBox;
 use loop_verifier::SnapshotVerifier;
 
-/// The scripted model.
-pub struct ScriptedAdapter(pub ScriptedModel);
+/// Any provider (scripted, network, fallback chain, recorder, replay).
+pub struct ProviderAdapter(pub Box<dyn Provider>);
 
-impl Model for ScriptedAdapter {
+impl Model for ProviderAdapter {
     fn info(&self) -> ModelInfo {
         self.0.info()
     }
-    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError> {
-        Ok(self.0.next_turn(context))
+    fn next_turn(
+        &mut self,
+        context: &Context,
+        limits: CallLimits,
+    ) -> Result<ModelReply, BoundaryError> {
+        Ok(self.0.next_turn(context, limits))
+    }
+    fn price(&self) -> Option<Price> {
+        self.0.price()
+    }
+    fn max_output_tokens(&self) -> u64 {
+        self.0.max_output_tokens()
     }
 }
 

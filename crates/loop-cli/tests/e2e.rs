@@ -1023,3 +1023,108 @@ fn rotating_the_key_revokes_old_receipts_through_signed_addenda() {
         "signed by the new key"
     );
 }
+
+#[test]
+fn provider_keys_never_reach_the_sandbox_or_the_record() {
+    let p = project("keys");
+    let script = "turns:\n  - calls: [{tool: run_command, args: {command: \"env; cat /proc/self/environ | tr '\\\\0' '\\\\n'\"}}]\n";
+    let rec = p.parent().unwrap().join("keys.jsonl");
+    let out = loop_run(&p, script, &["--record", rec.to_str().unwrap()])
+        .env("LOOP_OPENAI_API_KEY", "sk-keytest-0123456789abcdef")
+        .env("ANTHROPIC_API_KEY", "sk-ant-keytest-0123456789abcdef")
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(all.contains("\"tool\":\"run_command\""), "{all}");
+    assert!(
+        all.contains("PATH="),
+        "the command ran and printed its environment: {all}"
+    );
+    assert!(
+        !all.contains("keytest"),
+        "a provider key leaked into the run: {all}"
+    );
+    let recorded = std::fs::read_to_string(&rec).unwrap();
+    assert!(!recorded.contains("keytest"));
+}
+
+/// Arguments of the wrong type are refused by the tools with the argument
+/// named; repeated, the same failing call is a stall.
+#[test]
+fn mistyped_arguments_are_named_and_repeating_them_is_a_stall() {
+    let p = project("mistyped");
+    let turn = "  - calls: [{tool: write_file, args: {path: 7, content: x}}]\n";
+    let script = format!("turns:\n{}", turn.repeat(6));
+    let r = run_script(&p, &script, &[]);
+    assert_unverified_but_intact(&r, "lost");
+    let observations: Vec<String> = r
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "observed")
+        .map(|e| {
+            e["observation"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(!observations.is_empty(), "{}", r.output);
+    assert!(
+        observations
+            .iter()
+            .all(|o| o.contains("args.path: must be string, got a number")),
+        "each refusal names the bad argument: {observations:?}"
+    );
+    assert!(
+        r.outcome["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no progress"),
+        "{}",
+        r.output
+    );
+}
+
+#[test]
+fn a_recorded_run_replays_to_the_same_outcome_and_a_divergence_stops() {
+    let p = project("record");
+    let rec = p.parent().unwrap().join("session.jsonl");
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: prints hello}}\n";
+    let r = run_script(&p, script, &["--record", rec.to_str().unwrap()]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+
+    // Replay: same answers, no model.
+    let out = loop_bin()
+        .arg("run")
+        .arg("--task")
+        .arg(p.parent().unwrap().join("task.yaml"))
+        .arg("--model")
+        .arg(format!("replay:{}", rec.display()))
+        .arg("--project")
+        .arg(&p)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("\"provider\":\"replay\""));
+
+    // A different instruction is a different context: the replay refuses.
+    let out = loop_bin()
+        .args([
+            "run",
+            "make app.py print goodbye",
+            "--check",
+            "true",
+            "--model",
+        ])
+        .arg(format!("replay:{}", rec.display()))
+        .arg("--project")
+        .arg(&p)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("replay diverged at exchange 1"), "{all}");
+    assert!(all.contains("\"kind\":\"error\""), "{all}");
+}

@@ -1,7 +1,10 @@
 //! Budgets: granted limits against what has been used. The Director
 //! consults this before every model call; the model never sees a way around it.
 
-use loop_protocol::{BudgetUse, LimitKind, Limits};
+use loop_protocol::{BudgetUse, CallLimits, LimitKind, Limits, Price, Usage};
+
+/// The fewest completion tokens worth asking a model for.
+pub const MIN_OUTPUT_TOKENS: u64 = 32;
 
 /// Granted limits and their use.
 #[derive(Debug, Clone)]
@@ -34,11 +37,73 @@ impl Budget {
         }
     }
 
-    /// Count one model turn and its tokens.
-    pub fn charge_turn(&mut self, tokens: u64, usd: f64) {
-        self.used.steps += 1;
-        self.used.tokens = self.used.tokens.saturating_add(tokens);
-        self.used.usd += usd;
+    /// Count one model turn and what it cost, as the provider reported it.
+    pub fn charge_turn(&mut self, usage: &Usage) {
+        let u = &mut self.used;
+        u.steps += 1;
+        u.tokens = u.tokens.saturating_add(usage.total());
+        u.input_tokens = u.input_tokens.saturating_add(usage.input_tokens);
+        u.cached_input_tokens = u
+            .cached_input_tokens
+            .saturating_add(usage.cached_input_tokens);
+        u.output_tokens = u.output_tokens.saturating_add(usage.output_tokens);
+        u.estimated |= usage.estimated;
+        u.usd += usage.cost_usd;
+        u.model_calls = u.model_calls.saturating_add(usage.attempts);
+    }
+
+    /// Limits for the next model call: its context needs about
+    /// `context_tokens`, it would like `want_output` completion tokens, and
+    /// `reserve` tokens must stay unspent (kept for review and verification
+    /// feedback). The completion is clamped to what remains of the token and
+    /// dollar budgets; when not even a minimal call fits, the limit is reached
+    /// now, before anything is spent.
+    pub fn call_limits(
+        &self,
+        context_tokens: u64,
+        want_output: u64,
+        price: Option<Price>,
+        reserve: u64,
+    ) -> Result<CallLimits, (LimitKind, String)> {
+        let l = &self.limits;
+        let left = l
+            .max_tokens
+            .saturating_sub(self.used.tokens)
+            .saturating_sub(reserve);
+        let need = context_tokens.saturating_add(MIN_OUTPUT_TOKENS);
+        if left < need {
+            return Err((
+                LimitKind::Tokens,
+                format!(
+                    "token limit reached: the next call needs about {need} tokens ({context_tokens} of context), \
+                     {left} remain of {} ({} used, {reserve} reserved)",
+                    l.max_tokens, self.used.tokens
+                ),
+            ));
+        }
+        let mut max_out = want_output.min(left - context_tokens);
+        if let (Some(max_usd), Some(p)) = (l.budget_usd, price) {
+            let left_usd = max_usd - self.used.usd;
+            let input_cost = context_tokens as f64 * p.input_per_mtok / 1e6;
+            let out_cost = MIN_OUTPUT_TOKENS as f64 * p.output_per_mtok / 1e6;
+            if input_cost + out_cost > left_usd {
+                return Err((
+                    LimitKind::Cost,
+                    format!(
+                        "budget reached: the next call would cost about ${:.6}, ${:.6} of ${max_usd:.2} remain",
+                        input_cost + out_cost,
+                        left_usd.max(0.0)
+                    ),
+                ));
+            }
+            if p.output_per_mtok > 0.0 {
+                let affordable = ((left_usd - input_cost) / p.output_per_mtok * 1e6).floor() as u64;
+                max_out = max_out.min(affordable);
+            }
+        }
+        Ok(CallLimits {
+            max_output_tokens: max_out,
+        })
     }
 
     /// Count one verification attempt; returns its number.
@@ -118,16 +183,80 @@ mod tests {
         }
     }
 
+    fn tokens(n: u64, usd: f64) -> Usage {
+        Usage {
+            input_tokens: n,
+            cost_usd: usd,
+            attempts: 1,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn calls_are_clamped_to_what_remains_and_refused_before_spending() {
+        let mut b = Budget::new(
+            Limits {
+                max_tokens: 1_000,
+                max_steps: 100,
+                ..limits()
+            },
+            0,
+        );
+        // Plenty left: the model gets what it asked for.
+        assert_eq!(
+            b.call_limits(100, 256, None, 0).unwrap().max_output_tokens,
+            256
+        );
+        // 700 used: 300 left, 100 of context, 150 reserved -> 50 for output.
+        b.charge_turn(&tokens(700, 0.0));
+        assert_eq!(
+            b.call_limits(100, 256, None, 150)
+                .unwrap()
+                .max_output_tokens,
+            50
+        );
+        // Not even a minimal call fits: refused, nothing spent.
+        let (kind, reason) = b.call_limits(280, 256, None, 0).unwrap_err();
+        assert_eq!(kind, LimitKind::Tokens);
+        assert!(reason.contains("needs about 312 tokens"), "{reason}");
+        assert_eq!(b.used(0).tokens, 700);
+
+        // Dollars: $1/M in, $10/M out, $0.001 left after $0.009 spent.
+        let price = Price {
+            input_per_mtok: 1.0,
+            cached_input_per_mtok: 0.1,
+            output_per_mtok: 10.0,
+        };
+        let mut b = Budget::new(
+            Limits {
+                budget_usd: Some(0.01),
+                max_tokens: 1_000_000,
+                ..limits()
+            },
+            0,
+        );
+        b.charge_turn(&tokens(0, 0.009));
+        // 200 input tokens cost $0.0002; $0.0008 buys 80 output tokens.
+        assert_eq!(
+            b.call_limits(200, 4096, Some(price), 0)
+                .unwrap()
+                .max_output_tokens,
+            80
+        );
+        let (kind, _) = b.call_limits(900, 4096, Some(price), 0).unwrap_err();
+        assert_eq!(kind, LimitKind::Cost);
+    }
+
     #[test]
     fn each_limit_is_reported_by_kind() {
         let mut b = Budget::new(limits(), 1_000);
         assert_eq!(b.exhausted(1_000), None);
-        b.charge_turn(10, 0.0);
-        b.charge_turn(10, 0.0);
+        b.charge_turn(&tokens(10, 0.0));
+        b.charge_turn(&tokens(10, 0.0));
         assert_eq!(b.exhausted(1_000).unwrap().0, LimitKind::Steps);
 
         let mut b = Budget::new(limits(), 0);
-        b.charge_turn(100, 0.0);
+        b.charge_turn(&tokens(100, 0.0));
         assert_eq!(b.exhausted(0).unwrap().0, LimitKind::Tokens);
 
         let b = Budget::new(limits(), 0);
@@ -143,7 +272,7 @@ mod tests {
             },
             0,
         );
-        b.charge_turn(1, 0.6);
+        b.charge_turn(&tokens(1, 0.6));
         assert_eq!(b.exhausted(0).unwrap().0, LimitKind::Cost);
     }
 }

@@ -87,6 +87,8 @@ pub struct Director<'a> {
     progress: ProgressDetector,
     /// The workspace's Merkle root as last known (updated on every change).
     root: String,
+    /// Tokens never handed to the maker (kept for review and feedback).
+    reserve_tokens: u64,
 }
 
 enum Stop {
@@ -116,7 +118,14 @@ impl<'a> Director<'a> {
             last_report: None,
             progress: ProgressDetector::default(),
             root: String::new(),
+            reserve_tokens: 0,
         })
+    }
+
+    /// Keep `tokens` of the token budget out of the maker's reach.
+    pub fn with_reserve(mut self, tokens: u64) -> Self {
+        self.reserve_tokens = tokens;
+        self
     }
 
     /// The locked contract hash.
@@ -203,11 +212,23 @@ impl<'a> Director<'a> {
             if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
                 return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
             }
+            // How much may this call spend? Refuse before spending if nothing fits.
+            let limits = match self.budget.call_limits(
+                context.estimate_tokens(),
+                self.parts.model.max_output_tokens(),
+                self.parts.model.price(),
+                self.reserve_tokens,
+            ) {
+                Ok(l) => l,
+                Err((kind, reason)) => {
+                    return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
+                }
+            };
             step += 1;
 
             // Call the model.
             let context_sha256 = context.sha256().unwrap_or_default();
-            let turn = match self.parts.model.next_turn(&context) {
+            let turn = match self.parts.model.next_turn(&context, limits) {
                 Err(e) => {
                     return Ok(Stop::Outcome(Outcome::Error, format!("model failed: {e}")));
                 }
@@ -221,9 +242,67 @@ impl<'a> Director<'a> {
                         format!("the model stalled: {reason}"),
                     ));
                 }
+                Ok(ModelReply::Unavailable { error, usage }) => {
+                    self.budget.charge_turn(&usage);
+                    self.record(Event::ModelFailed {
+                        step,
+                        error: error.clone(),
+                        usage,
+                    })?;
+                    return Ok(Stop::Outcome(
+                        Outcome::Error,
+                        format!("model unavailable: {error}"),
+                    ));
+                }
+                Ok(ModelReply::Malformed {
+                    error,
+                    excerpt,
+                    usage,
+                }) => {
+                    // It cost what it cost; it goes back as a typed observation.
+                    self.budget.charge_turn(&usage);
+                    self.record(Event::ModelMalformed {
+                        step,
+                        context_sha256,
+                        error: error.clone(),
+                        excerpt,
+                        usage,
+                    })?;
+                    let text = format!(
+                        "[malformed answer] Your last answer could not be used: {error}. \
+                         Answer with tool calls only, in the format described."
+                    );
+                    self.record(Event::Feedback {
+                        step,
+                        text: text.clone(),
+                    })?;
+                    context.push_feedback(text);
+                    let synthetic = loop_protocol::ToolCall {
+                        id: format!("malformed-{step}"),
+                        tool: "<malformed answer>".into(),
+                        args: serde_json::Value::String(error.clone()),
+                    };
+                    let obs =
+                        loop_protocol::Observation::error(&synthetic.id, &synthetic.tool, error);
+                    match self.progress.step(&[synthetic], &[obs], &self.root) {
+                        Verdict::Stop(pattern) => {
+                            return Ok(Stop::Outcome(
+                                Outcome::Lost,
+                                format!("no progress: {pattern}"),
+                            ));
+                        }
+                        Verdict::Nudge(_) | Verdict::Ok => {}
+                    }
+                    self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
+                    self.go(
+                        TaskState::Planning,
+                        "malformed answer returned to the model",
+                    )?;
+                    continue;
+                }
                 Ok(ModelReply::Turn(turn)) => turn,
             };
-            self.budget.charge_turn(turn.usage.total(), 0.0);
+            self.budget.charge_turn(&turn.usage);
             self.record(Event::ModelTurn {
                 step,
                 context_sha256,

@@ -32,9 +32,9 @@ fn turn(calls: Vec<ToolCall>, tokens: u64) -> Turn {
         calls,
         usage: Usage {
             input_tokens: tokens,
-            output_tokens: 0,
-            estimated: false,
+            ..Usage::default()
         },
+        served_by: None,
     }
 }
 
@@ -72,9 +72,14 @@ impl Model for FakeModel {
             provider: "fake".into(),
             name: "fake".into(),
             source_sha256: None,
+            parameters: None,
         }
     }
-    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError> {
+    fn next_turn(
+        &mut self,
+        context: &Context,
+        _limits: loop_protocol::CallLimits,
+    ) -> Result<ModelReply, BoundaryError> {
         self.seen.push(context.clone());
         self.clock.set(self.clock.get() + self.ms_per_turn);
         if let Some(t) = &self.repeat_forever {
@@ -452,11 +457,23 @@ fn a_model_that_never_finishes_hits_the_step_limit() {
 #[test]
 fn tokens_are_enforced_by_the_director() {
     let mut c = contract(100);
+    c.limits.max_tokens = 2_000;
+    let o = run(c.clone(), vec![turn(vec![write("no")], 500); 10]);
+    assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Tokens));
+    assert_eq!(o.result.used.tokens, 2_000);
+    assert_eq!(o.result.used.steps, 4);
+
+    // A budget too small for even one call is refused before anything is spent.
     c.limits.max_tokens = 25;
     let o = run(c, vec![turn(vec![write("no")], 10); 10]);
     assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Tokens));
-    assert_eq!(o.result.used.tokens, 30);
-    assert_eq!(o.result.used.steps, 3);
+    assert_eq!(o.result.used.tokens, 0);
+    assert_eq!(o.contexts.len(), 0, "no model call was made");
+    assert!(
+        o.result.record.reason.contains("needs about"),
+        "{}",
+        o.result.record.reason
+    );
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! fake in the tests; real implementations live in their own crates.
 
 use loop_protocol::{
-    Context, Contract, Event, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec,
-    VerificationReport,
+    CallLimits, Context, Contract, Event, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome,
+    ToolSpec, VerificationReport,
 };
 
 /// A failure at a boundary, with a message for the ledger.
@@ -15,8 +15,22 @@ pub struct BoundaryError(pub String);
 pub trait Model {
     /// Provider and name, for provenance.
     fn info(&self) -> ModelInfo;
-    /// The next turn for this context.
-    fn next_turn(&mut self, context: &Context) -> Result<ModelReply, BoundaryError>;
+    /// The next turn for this context, within `limits` (the completion is
+    /// clamped to them). An `Err` is a provider failure after its retries and
+    /// fallbacks; malformed answers are `ModelReply::Malformed`, not errors.
+    fn next_turn(
+        &mut self,
+        context: &Context,
+        limits: CallLimits,
+    ) -> Result<ModelReply, BoundaryError>;
+    /// Its prices, so the Director can clamp calls to the dollar budget.
+    fn price(&self) -> Option<Price> {
+        None
+    }
+    /// The completion size it asks for when the budget allows.
+    fn max_output_tokens(&self) -> u64 {
+        4096
+    }
 }
 
 /// The tools, behind the one authority choke point.

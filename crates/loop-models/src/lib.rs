@@ -1,13 +1,87 @@
 //! # loop-models
 //!
 //! Model providers for Loop Engine. A provider proposes turns of tool calls
-//! and reports its usage; it decides nothing. This build ships the
-//! [`ScriptedModel`] (deterministic, offline) and the model-spec parser;
-//! network providers arrive behind the same interface.
+//! and reports its usage; it decides nothing.
+//!
+//! - [`ScriptedModel`]: deterministic, offline (demos, tests, reproductions);
+//! - [`HttpModel`]: OpenAI-compatible Chat Completions or Anthropic Messages,
+//!   native tool calling or the strict JSON action protocol, streaming,
+//!   retries with backoff and `Retry-After`, provider-reported usage priced
+//!   from a table;
+//! - [`Fallback`]: a chain of providers, tried in order when one is down;
+//! - [`Recorder`] / [`ReplayModel`]: `--record FILE` and `replay:FILE`.
 
+pub mod actions;
+pub mod anthropic;
+pub mod config;
+pub mod fallback;
+pub mod http;
+pub mod openai;
+pub mod pricing;
+pub mod provider;
+pub mod record;
+pub mod retry;
 pub mod scripted;
+pub mod sse;
+pub mod wire;
 
+pub use config::{ConfigError, ModelsConfig};
+pub use fallback::Fallback;
+pub use provider::{Dialect, EndpointConfig, HttpModel, Secret, WireExchange};
+pub use record::{Recorder, ReplayModel};
 pub use scripted::{ScriptError, ScriptedModel};
+
+use loop_protocol::{CallLimits, Context, ModelInfo, ModelReply, Price};
+
+/// A source of turns. Failures are replies (`Unavailable`, `Malformed`),
+/// so what they cost is never lost.
+pub trait Provider: Send {
+    /// Provenance.
+    fn info(&self) -> ModelInfo;
+    /// The next turn within `limits`.
+    fn next_turn(&mut self, context: &Context, limits: CallLimits) -> ModelReply;
+    /// Prices, if known.
+    fn price(&self) -> Option<Price> {
+        None
+    }
+    /// Completion tokens asked for when the budget allows.
+    fn max_output_tokens(&self) -> u64 {
+        4096
+    }
+    /// The HTTP exchanges since the last call (for the recorder).
+    fn take_exchanges(&mut self) -> Vec<WireExchange> {
+        Vec::new()
+    }
+}
+
+/// How tools are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolProtocol {
+    /// The provider's native tool calling.
+    Native,
+    /// The strict JSON action protocol, for models without tool calling.
+    Json,
+}
+
+/// Which tool the model must call (native tool calling only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// Some tool must be called.
+    Required,
+    /// This tool must be called.
+    Tool(String),
+}
+
+impl Provider for ScriptedModel {
+    fn info(&self) -> ModelInfo {
+        ScriptedModel::info(self)
+    }
+    fn next_turn(&mut self, context: &Context, _limits: CallLimits) -> ModelReply {
+        ScriptedModel::next_turn(self, context)
+    }
+}
 
 /// A parsed `--model` value.
 #[derive(Debug, Clone, PartialEq, Eq)]

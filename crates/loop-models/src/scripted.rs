@@ -89,6 +89,7 @@ impl ScriptedModel {
             provider: "scripted".into(),
             name: self.name.clone(),
             source_sha256: Some(self.source_sha256.clone()),
+            parameters: None,
         }
     }
 
@@ -119,12 +120,14 @@ impl ScriptedModel {
                 input_tokens: input,
                 output_tokens: output,
                 estimated: true,
+                ..Usage::default()
             }
         });
         ModelReply::Turn(Turn {
             thought: t.thought.clone(),
             calls,
             usage,
+            served_by: None,
         })
     }
 }
@@ -224,11 +227,12 @@ fn parse_usage(node: &Node) -> Result<Usage, Problem> {
         match k.name.as_str() {
             "input_tokens" => u.input_tokens = n,
             "output_tokens" => u.output_tokens = n,
+            "cached_input_tokens" => u.cached_input_tokens = n,
             other => {
                 return Err((
                     k.pos,
                     format!("unknown key `{other}` in usage"),
-                    Some("allowed: input_tokens, output_tokens"),
+                    Some("allowed: input_tokens, cached_input_tokens, output_tokens"),
                 ));
             }
         }
@@ -270,7 +274,7 @@ turns:
             Usage {
                 input_tokens: 120,
                 output_tokens: 40,
-                estimated: false
+                ..Usage::default()
             }
         );
         let ModelReply::Turn(t2) = m.next_turn(&ctx()) else {

@@ -4,7 +4,7 @@
 
 use crate::action::{ToolCall, ToolSpec};
 use crate::hash::{CanonicalError, canonical_sha256};
-use crate::observation::{Observation, ObservationStatus};
+use crate::observation::{Observation, ObservationStatus, head_tail};
 use serde::{Deserialize, Serialize};
 
 /// One message in the context.
@@ -72,7 +72,10 @@ impl Context {
         self.messages.push(Message::Tool {
             call_id: obs.call_id.clone(),
             tool: obs.tool.clone(),
-            content: format!("{status}{}", obs.content),
+            content: format!(
+                "{status}{}",
+                head_tail(&obs.content, OBSERVATION_TOKENS as usize * BYTES_PER_TOKEN)
+            ),
         });
     }
 
@@ -81,8 +84,278 @@ impl Context {
         self.messages.push(Message::User { content: text });
     }
 
+    /// A rough size in tokens (for budgeting before a call; providers report
+    /// the real figure afterwards).
+    pub fn estimate_tokens(&self) -> u64 {
+        let tools: usize = self
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+            .sum();
+        let messages: usize = self.messages.iter().map(message_len).sum();
+        estimate_tokens_of_len(self.system.len() + tools + messages)
+    }
+
+    /// This context shrunk to about `budget_tokens`, deterministically and
+    /// without a model call: the system prompt, the tools and the instruction
+    /// stay; the most recent whole turns stay verbatim; the older middle
+    /// becomes one digest of what was done, what changed, and what failed.
+    pub fn compacted(&self, budget_tokens: u64) -> Context {
+        if self.estimate_tokens() <= budget_tokens || self.messages.len() < 3 {
+            return self.clone();
+        }
+        let first = &self.messages[0];
+        let fixed = Context {
+            system: self.system.clone(),
+            tools: self.tools.clone(),
+            messages: vec![first.clone()],
+        }
+        .estimate_tokens();
+        // Room for the digest itself.
+        let digest_room = budget_tokens / 5;
+        let mut room = budget_tokens.saturating_sub(fixed + digest_room);
+        // Keep the longest suffix of whole turns (starting at an assistant
+        // message, so tool results always follow their calls) that fits.
+        let mut keep_from = self.messages.len();
+        let mut i = self.messages.len();
+        let mut pending = 0u64;
+        while i > 1 {
+            i -= 1;
+            pending += estimate_tokens_of_len(message_len(&self.messages[i]));
+            if matches!(self.messages[i], Message::Assistant { .. }) {
+                if pending > room {
+                    break;
+                }
+                room -= pending;
+                pending = 0;
+                keep_from = i;
+            }
+        }
+        let forced = keep_from == self.messages.len();
+        if forced {
+            // Not even the last turn fits: keep it anyway, its tool output cut.
+            keep_from = self
+                .messages
+                .iter()
+                .rposition(|m| matches!(m, Message::Assistant { .. }))
+                .unwrap_or(self.messages.len());
+        }
+        let dropped = &self.messages[1..keep_from.max(1)];
+        let mut messages = vec![first.clone()];
+        if !dropped.is_empty() {
+            messages.push(Message::User {
+                content: digest(dropped, digest_room as usize * BYTES_PER_TOKEN),
+            });
+        }
+        let tail_budget =
+            budget_tokens.saturating_sub(fixed + digest_room) as usize * BYTES_PER_TOKEN;
+        let kept = &self.messages[keep_from.max(1)..];
+        let per_tool = if forced {
+            tail_budget / kept.len().max(1)
+        } else {
+            usize::MAX
+        };
+        for m in kept {
+            messages.push(match m {
+                Message::Tool {
+                    call_id,
+                    tool,
+                    content,
+                } if content.len() > per_tool => Message::Tool {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    content: head_tail(content, per_tool.max(256)),
+                },
+                other => other.clone(),
+            });
+        }
+        Context {
+            system: self.system.clone(),
+            tools: self.tools.clone(),
+            messages,
+        }
+    }
+
     /// SHA-256 over the canonical context: what exactly the model was shown.
     pub fn sha256(&self) -> Result<String, CanonicalError> {
         canonical_sha256(self)
+    }
+}
+
+/// Bytes per token in the runtime's estimates (English and code average).
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// The most tokens one observation may take in the context.
+pub const OBSERVATION_TOKENS: u64 = 1500;
+
+/// Estimate tokens for `text` (used only where no provider figure exists).
+pub fn estimate_tokens(text: &str) -> u64 {
+    estimate_tokens_of_len(text.len())
+}
+
+fn estimate_tokens_of_len(len: usize) -> u64 {
+    (len as u64).div_ceil(BYTES_PER_TOKEN as u64) + 4
+}
+
+fn message_len(m: &Message) -> usize {
+    match m {
+        Message::User { content } => content.len(),
+        Message::Assistant { thought, calls } => {
+            thought.as_ref().map_or(0, |t| t.len())
+                + calls
+                    .iter()
+                    .map(|c| c.id.len() + c.tool.len() + c.args.to_string().len())
+                    .sum::<usize>()
+        }
+        Message::Tool { content, .. } => content.len() + 16,
+    }
+}
+
+/// The first line of `text`, at most `max` bytes.
+fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if line.len() <= max {
+        return line.to_string();
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}
+
+/// A deterministic digest of older messages: each call with its key
+/// argument and the first line of its result; runtime feedback by its
+/// first lines. Bounded to about `max` bytes, keeping the newest entries.
+fn digest(messages: &[Message], max: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut results: std::collections::BTreeMap<&str, &str> = Default::default();
+    for m in messages {
+        if let Message::Tool {
+            call_id, content, ..
+        } = m
+        {
+            results.insert(call_id, content);
+        }
+    }
+    for m in messages {
+        match m {
+            Message::Assistant { calls, .. } => {
+                for c in calls {
+                    let key = ["path", "command", "summary"]
+                        .iter()
+                        .find_map(|k| c.args.get(*k).and_then(|v| v.as_str()))
+                        .map(|v| format!(" {}", first_line(v, 80)))
+                        .unwrap_or_default();
+                    let result = results
+                        .get(c.id.as_str())
+                        .map(|r| first_line(r, 120))
+                        .unwrap_or_else(|| "(no result)".into());
+                    lines.push(format!("- {}{key} → {result}", c.tool));
+                }
+            }
+            Message::User { content } => {
+                let head: Vec<&str> = content
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .take(3)
+                    .collect();
+                lines.push(format!("- runtime: {}", head.join(" / ")));
+            }
+            Message::Tool { .. } => {}
+        }
+    }
+    let header = format!(
+        "[Earlier steps, compacted by the runtime: {} messages. Tool results are shown by their first line.]",
+        messages.len()
+    );
+    // Keep the newest lines that fit.
+    let mut out: Vec<String> = Vec::new();
+    let mut size = header.len();
+    for line in lines.iter().rev() {
+        if size + line.len() + 1 > max && !out.is_empty() {
+            out.push(format!(
+                "- … {} older entries omitted",
+                lines.len() - out.len()
+            ));
+            break;
+        }
+        size += line.len() + 1;
+        out.push(line.clone());
+    }
+    out.reverse();
+    format!("{header}\n{}", out.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observation::Observation;
+
+    fn long_context(turns: usize) -> Context {
+        let mut c = Context::new("system".into(), vec![], "do the thing");
+        for i in 0..turns {
+            let call = ToolCall {
+                id: format!("c{i}"),
+                tool: "run_command".into(),
+                args: serde_json::json!({"command": format!("pytest -k t{i}")}),
+            };
+            c.push_turn(None, vec![call]);
+            c.push_observation(&Observation::ok(
+                &format!("c{i}"),
+                "run_command",
+                format!("FAILED t{i}\n{}", "x".repeat(2000)),
+                false,
+            ));
+        }
+        c
+    }
+
+    #[test]
+    fn compaction_is_deterministic_bounded_and_keeps_the_recent_turns() {
+        let c = long_context(40);
+        assert!(c.estimate_tokens() > 20_000);
+        let a = c.compacted(4_000);
+        let b = c.compacted(4_000);
+        assert_eq!(a, b);
+        assert!(a.estimate_tokens() <= 4_000, "{}", a.estimate_tokens());
+        // The instruction stays first; the digest follows; the last call is verbatim.
+        assert_eq!(a.messages[0], c.messages[0]);
+        let Message::User { content } = &a.messages[1] else {
+            panic!("digest expected, got {:?}", a.messages[1]);
+        };
+        assert!(content.contains("compacted by the runtime"), "{content}");
+        assert!(
+            content.contains("run_command pytest -k t0 → FAILED t0"),
+            "{content}"
+        );
+        assert_eq!(a.messages.last(), c.messages.last());
+        // Every kept tool result follows its call.
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &a.messages {
+            match m {
+                Message::Assistant { calls, .. } => seen.extend(calls.iter().map(|c| c.id.clone())),
+                Message::Tool { call_id, .. } => assert!(seen.contains(call_id), "{call_id}"),
+                Message::User { .. } => {}
+            }
+        }
+    }
+
+    #[test]
+    fn small_contexts_are_left_alone_and_observations_are_bounded() {
+        let c = long_context(2);
+        assert_eq!(c.compacted(100_000), c);
+        let mut c = Context::new("s".into(), vec![], "i");
+        c.push_observation(&Observation::ok(
+            "x",
+            "read_file",
+            "y".repeat(100_000),
+            false,
+        ));
+        let Message::Tool { content, .. } = &c.messages[1] else {
+            panic!()
+        };
+        assert!(content.len() < 7_000, "{}", content.len());
+        assert!(content.contains("omitted"));
     }
 }

@@ -35,6 +35,21 @@ pub struct BudgetUse {
     pub steps: u32,
     /// Input + output tokens.
     pub tokens: u64,
+    /// Prompt tokens, as the providers reported them.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Of those, served from a provider cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// Completion tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// True when some usage was estimated because a provider reported none.
+    #[serde(default)]
+    pub estimated: bool,
+    /// HTTP calls made to model providers, failed and retried ones included.
+    #[serde(default)]
+    pub model_calls: u32,
     /// Dollars spent (0 for scripted models).
     pub usd: f64,
     /// Wall-clock time since the task started.
@@ -88,6 +103,28 @@ pub enum Event {
         /// Tokens used.
         usage: Usage,
     },
+    /// The model answered with something that is not a usable turn.
+    ModelMalformed {
+        /// Step number.
+        step: u32,
+        /// SHA-256 of the canonical context the model was given.
+        context_sha256: String,
+        /// What was wrong.
+        error: String,
+        /// Bounded excerpt of the answer.
+        excerpt: String,
+        /// What it cost.
+        usage: Usage,
+    },
+    /// No provider answered; the task ends in error, the attempts charged.
+    ModelFailed {
+        /// Step number.
+        step: u32,
+        /// What failed.
+        error: String,
+        /// What the attempts cost.
+        usage: Usage,
+    },
     /// The model had nothing more to say.
     ModelSilent {
         /// The step it was asked for.
@@ -136,6 +173,8 @@ impl Event {
             Event::TaskStarted { .. } => "task_started",
             Event::Transition { .. } => "transition",
             Event::ModelTurn { .. } => "model_turn",
+            Event::ModelMalformed { .. } => "model_malformed",
+            Event::ModelFailed { .. } => "model_failed",
             Event::ModelSilent { .. } => "model_silent",
             Event::Observed { .. } => "observed",
             Event::Verified { .. } => "verified",

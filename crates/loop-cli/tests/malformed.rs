@@ -1,0 +1,163 @@
+//! A model's garbage through the whole loop: `loop run` against an
+//! OpenAI-compatible server on 127.0.0.1 whose "model" answers, in the JSON
+//! action protocol, with prose, two objects, an unknown tool, broken JSON,
+//! mistyped arguments and an enormous argument. Each one is recorded as
+//! `model_malformed` naming what was wrong, charged what the server
+//! reported, and returned to the model; the repeats end the task `lost`;
+//! the receipt holds.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../loop-models/tests/common/mod.rs"]
+mod common;
+
+use common::{Canned, serve};
+use std::process::Command;
+
+fn completion(content: &str, prompt: u64, completion: u64) -> Canned {
+    let body = serde_json::json!({
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "model": "garbage-1",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    });
+    Canned::json(200, &body.to_string())
+}
+
+#[test]
+fn malformed_answers_are_typed_observations_charged_and_end_lost() {
+    let huge = format!(
+        "{{\"calls\":[{{\"tool\":\"write_file\",\"args\":{{\"path\":\"a\",\"content\":\"{}\"}}}}]}}",
+        "x".repeat(300_000)
+    );
+    let answers: Vec<(String, &str)> = vec![
+        (
+            "Sure! Here is my plan: {\"calls\": []}".into(),
+            "prose before the JSON object",
+        ),
+        (
+            "{\"calls\": []}{\"calls\": []}".into(),
+            "a second JSON object after",
+        ),
+        (
+            "{\"calls\": [{\"tool\": \"rm_rf\", \"args\": {}}]}".into(),
+            "unknown tool `rm_rf`",
+        ),
+        (
+            "{\"calls\": [{\"tool\": \"write_file\", \"args\": {\"path\": ".into(),
+            "invalid JSON",
+        ),
+        (
+            "{\"calls\": [{\"tool\": \"write_file\", \"args\": {\"path\": 3, \"content\": \"\"}}]}"
+                .into(),
+            "calls[0].args.path: must be string",
+        ),
+        (huge, "more than the 262144-byte limit"),
+        ("I cannot do that.".into(), "invalid JSON"),
+        ("I cannot do that.".into(), "invalid JSON"),
+        ("I cannot do that.".into(), "invalid JSON"),
+        ("I cannot do that.".into(), "invalid JSON"),
+        ("I cannot do that.".into(), "invalid JSON"),
+        ("I cannot do that.".into(), "invalid JSON"),
+    ];
+    let canned: Vec<Canned> = answers
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| completion(a, 100 + i as u64, 10))
+        .collect();
+    let server = serve(canned);
+
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("malformed");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Loopfile.yaml"),
+        "models:\n  maker:\n    spec: openai:garbage-1\n    tool_protocol: json\n    stream: false\n    retries: 1\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args([
+            "run",
+            "write a.txt",
+            "--check",
+            "test -f a.txt",
+            "--max-steps",
+            "12",
+            "--json",
+            "--project",
+        ])
+        .arg(&dir)
+        .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let malformed: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "model_malformed")
+        .collect();
+    assert!(
+        malformed.len() >= 7,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (e, (_, want)) in malformed.iter().zip(&answers) {
+        let error = e["error"].as_str().unwrap();
+        assert!(error.contains(want), "{error:?} should name {want:?}");
+    }
+    // Each one went back to the model as an observation naming the error.
+    let feedback = events
+        .iter()
+        .filter(|e| {
+            e["kind"] == "feedback"
+                && e["text"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("[malformed answer]")
+        })
+        .count();
+    assert_eq!(feedback, malformed.len());
+    // Nothing was executed.
+    assert!(!events.iter().any(|e| e["kind"] == "observed"), "{stdout}");
+    // Charged exactly what the server reported.
+    let finished = events.iter().find(|e| e["kind"] == "finished").unwrap();
+    let n = malformed.len() as u64;
+    let want_input: u64 = (0..n).map(|i| 100 + i).sum();
+    assert_eq!(finished["used"]["input_tokens"], want_input);
+    assert_eq!(finished["used"]["output_tokens"], 10 * n);
+    assert_eq!(finished["used"]["estimated"], false);
+    assert_eq!(finished["outcome"]["kind"], "lost", "{stdout}");
+    assert_eq!(out.status.code(), Some(1));
+    // The runtime told the model the protocol, and the receipt holds.
+    let sent = server.received.lock().unwrap()[0].body.clone();
+    assert!(
+        sent["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Answer with exactly one JSON object")
+    );
+    assert!(
+        sent.get("tools").is_none(),
+        "the JSON protocol sends no native tools"
+    );
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["verify", &receipt])
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+}

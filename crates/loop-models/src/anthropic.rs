@@ -1,0 +1,259 @@
+//! Anthropic Messages: `system`, alternating `user`/`assistant` messages of
+//! content blocks, `tool_use` / `tool_result`, and the streaming events
+//! (`message_start`, `content_block_start`/`_delta`/`_stop`,
+//! `message_delta`, `message_stop`, `ping`, `error`).
+
+use crate::sse::SseReader;
+use crate::wire::{WireCall, WireError, WireReply, WireRequest, error_message, u64_at};
+use loop_protocol::{Message, Usage};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// The API version this client speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// The request body.
+pub fn request_body(req: &WireRequest<'_>) -> Value {
+    // Messages must alternate; consecutive same-role blocks are merged, and
+    // tool results come first in the user message after the tool uses.
+    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
+    let mut push = |role: &str, block: Value| match out.last_mut() {
+        Some((r, blocks)) if r == role => blocks.push(block),
+        _ => out.push((role.to_string(), vec![block])),
+    };
+    for m in &req.context.messages {
+        match m {
+            Message::User { content } => push("user", json!({"type": "text", "text": content})),
+            Message::Assistant { thought, calls } => {
+                if req.native_tools {
+                    if let Some(t) = thought.as_deref().filter(|t| !t.is_empty()) {
+                        push("assistant", json!({"type": "text", "text": t}));
+                    }
+                    for c in calls {
+                        push(
+                            "assistant",
+                            json!({"type": "tool_use", "id": c.id, "name": c.tool, "input": c.args}),
+                        );
+                    }
+                    if calls.is_empty() && thought.as_deref().is_none_or(str::is_empty) {
+                        push("assistant", json!({"type": "text", "text": "(no answer)"}));
+                    }
+                } else {
+                    push(
+                        "assistant",
+                        json!({"type": "text", "text": crate::wire::json_answer_text(thought, calls)}),
+                    );
+                }
+            }
+            Message::Tool {
+                call_id,
+                tool,
+                content,
+            } => {
+                let is_error = content.starts_with("[error]") || content.starts_with("[refused");
+                if req.native_tools {
+                    push(
+                        "user",
+                        json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}),
+                    );
+                } else {
+                    push(
+                        "user",
+                        json!({"type": "text", "text": format!("Result of {tool} (call {call_id}), untrusted data:\n{content}")}),
+                    );
+                }
+            }
+        }
+    }
+    let messages: Vec<Value> = out
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut body = json!({
+        "model": req.model,
+        "max_tokens": req.max_output_tokens,
+        "system": req.system,
+        "messages": messages,
+        "stream": req.stream,
+    });
+    if let Some(t) = req.temperature {
+        body["temperature"] = json!(t);
+    }
+    if req.native_tools && !req.context.tools.is_empty() {
+        body["tools"] = req
+            .context
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body["tool_choice"] = match req.tool_choice {
+            crate::ToolChoice::Auto => json!({"type": "auto"}),
+            crate::ToolChoice::Required => json!({"type": "any"}),
+            crate::ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        };
+    }
+    body
+}
+
+/// Anthropic reports uncached input separately from cache reads and writes;
+/// the runtime's `input_tokens` is all of them.
+fn usage_of(u: &Value) -> Usage {
+    let uncached = u64_at(u, &["input_tokens"]);
+    let cache_read = u64_at(u, &["cache_read_input_tokens"]);
+    let cache_write = u64_at(u, &["cache_creation_input_tokens"]);
+    Usage {
+        input_tokens: uncached + cache_read + cache_write,
+        cached_input_tokens: cache_read,
+        output_tokens: u64_at(u, &["output_tokens"]),
+        ..Usage::default()
+    }
+}
+
+fn blocks_to_reply(content: &[Value]) -> (String, Vec<WireCall>) {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for b in content {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(b["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => calls.push(WireCall {
+                id: b.get("id").and_then(Value::as_str).map(str::to_string),
+                name: b["name"].as_str().unwrap_or_default().to_string(),
+                arguments: b.get("input").map(Value::to_string).unwrap_or_default(),
+            }),
+            _ => {}
+        }
+    }
+    (text, calls)
+}
+
+/// Parse a non-streaming response body.
+pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
+    let v: Value = serde_json::from_str(body)
+        .map_err(|e| WireError::Decode(format!("response is not JSON: {e}")))?;
+    if let Some(msg) = error_message(&v) {
+        return Err(WireError::Decode(format!("error in a 200 response: {msg}")));
+    }
+    let content = v
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| WireError::Decode("response has no `content` list".into()))?;
+    let (text, calls) = blocks_to_reply(content);
+    Ok(WireReply {
+        text,
+        calls,
+        usage: v.get("usage").map(usage_of),
+        stop: v
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
+}
+
+/// Read a streamed response.
+pub fn parse_stream(body: Box<dyn Read + Send>, limit: usize) -> Result<WireReply, WireError> {
+    let mut sse = SseReader::new(body, limit);
+    let mut blocks: BTreeMap<u64, (Value, String)> = BTreeMap::new();
+    let mut usage: Option<Usage> = None;
+    let mut stop = None;
+    let mut finished = false;
+    while let Some(ev) = sse
+        .next_event()
+        .map_err(|e| WireError::Stream(e.to_string()))?
+    {
+        let v: Value = serde_json::from_str(&ev.data)
+            .map_err(|e| WireError::Decode(format!("stream event is not JSON: {e}")))?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .or(ev.event.as_deref())
+            .unwrap_or_default()
+            .to_string();
+        match kind.as_str() {
+            "message_start" => {
+                if let Some(u) = v["message"].get("usage") {
+                    usage = Some(usage_of(u));
+                }
+            }
+            "content_block_start" => {
+                let index = v["index"].as_u64().unwrap_or(blocks.len() as u64);
+                blocks.insert(index, (v["content_block"].clone(), String::new()));
+            }
+            "content_block_delta" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                let Some((block, partial)) = blocks.get_mut(&index) else {
+                    return Err(WireError::Stream(format!(
+                        "delta for unknown content block {index}"
+                    )));
+                };
+                let d = &v["delta"];
+                match d.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            block["text"].as_str().unwrap_or_default(),
+                            d["text"].as_str().unwrap_or_default()
+                        );
+                        block["text"] = Value::String(t);
+                    }
+                    Some("input_json_delta") => {
+                        partial.push_str(d["partial_json"].as_str().unwrap_or_default())
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"].get("stop_reason").and_then(Value::as_str) {
+                    stop = Some(r.to_string());
+                }
+                if let Some(u) = v.get("usage") {
+                    // Output tokens here are cumulative; input may be restated.
+                    let mut total = usage.unwrap_or_default();
+                    total.output_tokens = u64_at(u, &["output_tokens"]);
+                    if u.get("input_tokens").is_some() {
+                        let restated = usage_of(u);
+                        total.input_tokens = restated.input_tokens;
+                        total.cached_input_tokens = restated.cached_input_tokens;
+                    }
+                    usage = Some(total);
+                }
+            }
+            "message_stop" => {
+                finished = true;
+                break;
+            }
+            "error" => {
+                let msg = error_message(&v).unwrap_or_else(|| ev.data.clone());
+                return Err(WireError::Stream(format!("error event: {msg}")));
+            }
+            _ => {} // ping and future event types
+        }
+    }
+    if !finished {
+        return Err(WireError::Stream("stream ended before message_stop".into()));
+    }
+    let content: Vec<Value> = blocks
+        .into_values()
+        .map(|(mut block, partial)| {
+            if block.get("type").and_then(Value::as_str) == Some("tool_use") && !partial.is_empty()
+            {
+                // Left as text when it does not parse: the action parser names the error.
+                block["input"] = serde_json::from_str(&partial).unwrap_or(Value::String(partial));
+            }
+            block
+        })
+        .collect();
+    let (text, mut calls) = blocks_to_reply(&content);
+    for c in &mut calls {
+        // A string `input` is raw partial JSON that failed to parse: pass it on verbatim.
+        if let Ok(Value::String(raw)) = serde_json::from_str::<Value>(&c.arguments) {
+            c.arguments = raw;
+        }
+    }
+    Ok(WireReply {
+        text,
+        calls,
+        usage,
+        stop,
+    })
+}

@@ -1,0 +1,504 @@
+//! Model configuration: the `--model` spec, the environment, and the
+//! Loopfile's `models:` section.
+//!
+//! ```yaml
+//! models:
+//!   maker:
+//!     spec: openai:gpt-4o-mini        # provider:model
+//!     base_url: http://127.0.0.1:8080/v1
+//!     api_key_env: MY_KEY             # the variable holding the key (never the key)
+//!     temperature: 0
+//!     max_output_tokens: 1024
+//!     context_tokens: 16000
+//!     tool_protocol: native           # or json, for models without tool calling
+//!     tool_choice: auto               # required, or a tool's name
+//!     stream: true
+//!     retries: 4                      # attempts in all
+//!     fallback: [ { spec: anthropic:claude-sonnet-4-20250514 } ]
+//!   checker:                          # optional reviewer: another model, temperature, prompt
+//!     spec: anthropic:claude-3-5-haiku-latest
+//!     prompt: Review the change against the instruction; object to anything that games the checks.
+//!   pricing:                          # USD per million tokens; overrides the built-in table
+//!     gpt-4o-mini: { input: 0.15, cached_input: 0.075, output: 0.60 }
+//! ```
+//!
+//! Keys come only from the environment: `LOOP_OPENAI_API_KEY` (OpenAI
+//! dialect), `ANTHROPIC_API_KEY` (Anthropic), or the variable `api_key_env`
+//! names. Base URLs: `LOOP_OPENAI_BASE_URL`, `LOOP_ANTHROPIC_BASE_URL`.
+
+use crate::pricing::Pricing;
+use crate::provider::{Dialect, EndpointConfig, Secret};
+use crate::retry::RetryPolicy;
+use crate::{ModelSpec, ToolChoice, ToolProtocol};
+use loop_protocol::Price;
+use loop_protocol::contract::Diagnostic;
+use loop_protocol::yaml::{Node, Pos, Value};
+
+/// What the environment provides (read once, passed in, so tests need no globals).
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: std::collections::BTreeMap<String, String>,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn from_process() -> Self {
+        Env {
+            vars: std::env::vars().collect(),
+        }
+    }
+    /// A fixed set (tests).
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Self {
+        Env {
+            vars: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+    fn get(&self, k: &str) -> Option<&str> {
+        self.vars
+            .get(k)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The configured models.
+#[derive(Debug, Clone, Default)]
+pub struct ModelsConfig {
+    /// The maker (planner): primary endpoint, then fallbacks. Empty when
+    /// the `--model` spec is not a network model.
+    pub maker: Vec<EndpointConfig>,
+    /// The checker (reviewer), if configured.
+    pub checker: Vec<EndpointConfig>,
+    /// Prices.
+    pub pricing: Pricing,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError(pub Vec<Diagnostic>);
+
+#[derive(Debug, Clone, Default)]
+struct EndpointDraft {
+    spec: Option<(ModelSpec, Pos)>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    temperature: Option<f64>,
+    max_output_tokens: Option<u64>,
+    context_tokens: Option<u64>,
+    tool_protocol: Option<ToolProtocol>,
+    tool_choice: Option<ToolChoice>,
+    stream: Option<bool>,
+    retries: Option<u32>,
+    prompt: Option<String>,
+    fallback: Vec<EndpointDraft>,
+}
+
+/// The Loopfile's `models:` section, parsed but not yet bound to a spec.
+#[derive(Debug, Clone, Default)]
+pub struct ModelsSection {
+    maker: Option<EndpointDraft>,
+    checker: Option<EndpointDraft>,
+    pricing: Vec<(String, Price)>,
+}
+
+struct Parser<'a> {
+    origin: &'a str,
+    errors: Vec<Diagnostic>,
+}
+
+impl Parser<'_> {
+    fn err(&mut self, pos: Pos, message: String, hint: Option<&str>) {
+        self.errors.push(Diagnostic {
+            origin: self.origin.to_string(),
+            pos: Some(pos),
+            message,
+            hint: hint.map(str::to_string),
+        });
+    }
+
+    fn string(&mut self, n: &Node, what: &str) -> Option<String> {
+        match &n.value {
+            Value::Str(s) => Some(s.clone()),
+            other => {
+                self.err(
+                    n.pos,
+                    format!("`{what}` must be a string, not {}", other.type_name()),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    fn uint(&mut self, n: &Node, what: &str) -> Option<u64> {
+        match n.value {
+            Value::Int(i) if i > 0 => Some(i as u64),
+            _ => {
+                self.err(n.pos, format!("`{what}` must be a positive integer"), None);
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, n: &Node, what: &str) -> Option<f64> {
+        match n.value {
+            Value::Int(i) if i >= 0 => Some(i as f64),
+            Value::Float(f) if f.is_finite() && f >= 0.0 => Some(f),
+            _ => {
+                self.err(
+                    n.pos,
+                    format!("`{what}` must be a non-negative number"),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    fn endpoint(&mut self, n: &Node, what: &str) -> Option<EndpointDraft> {
+        let Value::Map(entries) = &n.value else {
+            self.err(
+                n.pos,
+                format!("`{what}` must be a mapping (spec, base_url, temperature, ...)"),
+                None,
+            );
+            return None;
+        };
+        let mut d = EndpointDraft::default();
+        for (k, v) in entries {
+            match k.name.as_str() {
+                "spec" => {
+                    if let Some(s) = self.string(v, "spec") {
+                        match ModelSpec::parse(&s) {
+                            Ok(spec) => d.spec = Some((spec, v.pos)),
+                            Err(e) => self.err(v.pos, e.to_string(), None),
+                        }
+                    }
+                }
+                "base_url" => d.base_url = self.string(v, "base_url"),
+                "api_key_env" => d.api_key_env = self.string(v, "api_key_env"),
+                "api_key" => self.err(
+                    k.pos,
+                    "a key never goes in the Loopfile".into(),
+                    Some("put it in an environment variable and name it with `api_key_env`"),
+                ),
+                "temperature" => d.temperature = self.number(v, "temperature"),
+                "max_output_tokens" => d.max_output_tokens = self.uint(v, "max_output_tokens"),
+                "context_tokens" => d.context_tokens = self.uint(v, "context_tokens"),
+                "retries" => d.retries = self.uint(v, "retries").map(|n| n.min(20) as u32),
+                "stream" => match v.value {
+                    Value::Bool(b) => d.stream = Some(b),
+                    _ => self.err(v.pos, "`stream` must be true or false".into(), None),
+                },
+                "tool_protocol" => match self.string(v, "tool_protocol").as_deref() {
+                    Some("native") => d.tool_protocol = Some(ToolProtocol::Native),
+                    Some("json") => d.tool_protocol = Some(ToolProtocol::Json),
+                    Some(other) => self.err(
+                        v.pos,
+                        format!("unknown tool_protocol `{other}`"),
+                        Some("native (the provider's tool calling) or json (the JSON action protocol)"),
+                    ),
+                    None => {}
+                },
+                "tool_choice" => {
+                    d.tool_choice = self.string(v, "tool_choice").map(|s| match s.as_str() {
+                        "auto" => ToolChoice::Auto,
+                        "required" => ToolChoice::Required,
+                        name => ToolChoice::Tool(name.to_string()),
+                    })
+                }
+                "prompt" => d.prompt = self.string(v, "prompt"),
+                "fallback" if what == "fallback entry" => {
+                    self.err(k.pos, "a fallback cannot have fallbacks of its own".into(), None)
+                }
+                "fallback" => match &v.value {
+                    Value::Seq(items) => {
+                        for item in items {
+                            if let Some(f) = self.endpoint(item, "fallback entry") {
+                                d.fallback.push(f);
+                            }
+                        }
+                    }
+                    _ => self.err(v.pos, "`fallback` must be a list of endpoints".into(), None),
+                },
+                other => self.err(
+                    k.pos,
+                    format!("unknown key `{other}` in `{what}`"),
+                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, prompt, fallback"),
+                ),
+            }
+        }
+        Some(d)
+    }
+}
+
+impl ModelsSection {
+    /// Parse the `models:` node of a Loopfile called `origin`.
+    pub fn parse(node: &Node, origin: &str) -> Result<ModelsSection, ConfigError> {
+        let mut p = Parser {
+            origin,
+            errors: Vec::new(),
+        };
+        let mut out = ModelsSection::default();
+        let Value::Map(entries) = &node.value else {
+            p.err(
+                node.pos,
+                "`models` must be a mapping (maker, checker, pricing)".into(),
+                None,
+            );
+            return Err(ConfigError(p.errors));
+        };
+        for (k, v) in entries {
+            match k.name.as_str() {
+                "maker" => out.maker = p.endpoint(v, "maker"),
+                "checker" => out.checker = p.endpoint(v, "checker"),
+                "pricing" => {
+                    let Value::Map(models) = &v.value else {
+                        p.err(
+                            v.pos,
+                            "`pricing` must map model names to prices".into(),
+                            None,
+                        );
+                        continue;
+                    };
+                    for (name, price) in models {
+                        let Value::Map(fields) = &price.value else {
+                            p.err(
+                                price.pos,
+                                format!(
+                                    "price of `{}` must be {{input, cached_input, output}}",
+                                    name.name
+                                ),
+                                None,
+                            );
+                            continue;
+                        };
+                        let mut pr = Price::default();
+                        let mut cached = None;
+                        for (f, fv) in fields {
+                            let Some(x) = p.number(fv, &f.name) else {
+                                continue;
+                            };
+                            match f.name.as_str() {
+                                "input" => pr.input_per_mtok = x,
+                                "cached_input" => cached = Some(x),
+                                "output" => pr.output_per_mtok = x,
+                                other => p.err(
+                                    f.pos,
+                                    format!("unknown price field `{other}`"),
+                                    Some("input, cached_input, output (USD per million tokens)"),
+                                ),
+                            }
+                        }
+                        pr.cached_input_per_mtok = cached.unwrap_or(pr.input_per_mtok);
+                        out.pricing.push((name.name.clone(), pr));
+                    }
+                }
+                other => p.err(
+                    k.pos,
+                    format!("unknown key `{other}` in `models`"),
+                    Some("allowed: maker, checker, pricing"),
+                ),
+            }
+        }
+        if p.errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(ConfigError(p.errors))
+        }
+    }
+}
+
+fn bind(
+    draft: &EndpointDraft,
+    spec: Option<&ModelSpec>,
+    env: &Env,
+    pricing: &Pricing,
+    role: &str,
+    origin: &str,
+) -> Result<Option<EndpointConfig>, Diagnostic> {
+    let spec = match spec.or(draft.spec.as_ref().map(|(s, _)| s)) {
+        Some(s) => s,
+        None => {
+            return Err(Diagnostic {
+                origin: origin.to_string(),
+                pos: None,
+                message: format!("the {role} model has no `spec`"),
+                hint: Some("give `spec: openai:MODEL` or `spec: anthropic:MODEL`".into()),
+            });
+        }
+    };
+    let (dialect, model) = match spec {
+        ModelSpec::OpenAi(m) => (Dialect::OpenAi, m),
+        ModelSpec::Anthropic(m) => (Dialect::Anthropic, m),
+        _ => return Ok(None),
+    };
+    let mut c = EndpointConfig::new(dialect, model.clone());
+    c.role = role.to_string();
+    let (url_var, key_var) = match dialect {
+        Dialect::OpenAi => ("LOOP_OPENAI_BASE_URL", "LOOP_OPENAI_API_KEY"),
+        Dialect::Anthropic => ("LOOP_ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+    };
+    if let Some(u) = draft
+        .base_url
+        .clone()
+        .or_else(|| env.get(url_var).map(str::to_string))
+    {
+        c.base_url = u;
+    }
+    let key_var = draft.api_key_env.as_deref().unwrap_or(key_var);
+    c.api_key = env.get(key_var).map(Secret::new);
+    c.temperature = draft.temperature;
+    if let Some(n) = draft.max_output_tokens {
+        c.max_output_tokens = n;
+    }
+    if let Some(n) = draft.context_tokens {
+        c.context_tokens = n;
+    }
+    if let Some(p) = draft.tool_protocol {
+        c.tool_protocol = p;
+    }
+    if let Some(t) = &draft.tool_choice {
+        c.tool_choice = t.clone();
+    }
+    if let Some(s) = draft.stream {
+        c.stream = s;
+    }
+    if let Some(r) = draft.retries {
+        c.retry = RetryPolicy {
+            max_attempts: r.max(1),
+            ..RetryPolicy::default()
+        };
+    }
+    c.role_prompt = draft.prompt.clone();
+    c.price = pricing.lookup(model);
+    Ok(Some(c))
+}
+
+impl ModelsConfig {
+    /// Bind the `--model` spec (if any) and the Loopfile section (if any)
+    /// with the environment. The spec, when given, names the maker's
+    /// primary model; the section supplies its settings and fallbacks.
+    pub fn resolve(
+        spec: Option<&ModelSpec>,
+        section: Option<&ModelsSection>,
+        env: &Env,
+        origin: &str,
+    ) -> Result<ModelsConfig, ConfigError> {
+        let mut pricing = Pricing::default();
+        let empty = ModelsSection::default();
+        let section = section.unwrap_or(&empty);
+        for (name, price) in &section.pricing {
+            pricing.set(name.clone(), *price);
+        }
+        let mut out = ModelsConfig {
+            pricing: pricing.clone(),
+            ..ModelsConfig::default()
+        };
+        let mut errors = Vec::new();
+        let maker = section.maker.clone().unwrap_or_default();
+        if spec.is_some() || section.maker.is_some() {
+            match bind(&maker, spec, env, &pricing, "maker", origin) {
+                Ok(Some(c)) => {
+                    out.maker.push(c);
+                    for f in &maker.fallback {
+                        match bind(f, None, env, &pricing, "maker-fallback", origin) {
+                            Ok(Some(c)) => out.maker.push(c),
+                            Ok(None) => {}
+                            Err(e) => errors.push(e),
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(checker) = &section.checker {
+            match bind(checker, None, env, &pricing, "checker", origin) {
+                Ok(Some(c)) => {
+                    out.checker.push(c);
+                    for f in &checker.fallback {
+                        if let Ok(Some(c)) =
+                            bind(f, None, env, &pricing, "checker-fallback", origin)
+                        {
+                            out.checker.push(c);
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(ConfigError(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(src: &str) -> Result<ModelsSection, ConfigError> {
+        let root = loop_protocol::yaml::parse(src).unwrap();
+        let Value::Map(top) = &root.value else {
+            panic!()
+        };
+        ModelsSection::parse(&top[0].1, "Loopfile.yaml")
+    }
+
+    #[test]
+    fn the_section_binds_with_the_environment_and_never_holds_a_key() {
+        let s = section(
+            "models:\n  maker:\n    spec: openai:gpt-4o-mini\n    temperature: 0\n    tool_choice: write_file\n    fallback:\n      - spec: anthropic:claude-3-5-haiku-latest\n  pricing:\n    gpt-4o-mini: { input: 1, output: 2 }\n",
+        )
+        .unwrap();
+        let env = Env::from_pairs(&[
+            ("LOOP_OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            ("LOOP_OPENAI_API_KEY", "sk-test-123"),
+            ("ANTHROPIC_API_KEY", "sk-ant-456"),
+        ]);
+        let c = ModelsConfig::resolve(None, Some(&s), &env, "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker.len(), 2);
+        let m = &c.maker[0];
+        assert_eq!(m.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(m.api_key.as_ref().unwrap().expose(), "sk-test-123");
+        assert_eq!(m.tool_choice, ToolChoice::Tool("write_file".into()));
+        assert_eq!(
+            m.price.unwrap().output_per_mtok,
+            2.0,
+            "the Loopfile overrides the table"
+        );
+        assert_eq!(c.maker[1].dialect, Dialect::Anthropic);
+        // The key is in no printed or recorded form.
+        assert!(!format!("{m:?}").contains("sk-test"));
+        assert!(!m.parameters().to_string().contains("sk-test"));
+        // The command-line spec names the primary; the section's settings stay.
+        let spec = ModelSpec::parse("openai:other").unwrap();
+        let c = ModelsConfig::resolve(Some(&spec), Some(&s), &env, "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker[0].model, "other");
+        assert_eq!(c.maker[0].temperature, Some(0.0));
+    }
+
+    #[test]
+    fn bad_sections_are_named_with_positions() {
+        let e = section("models:\n  maker:\n    spec: openai:x\n    api_key: sk-oops\n    tool_protocol: xml\n  colour: red\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Loopfile.yaml:4:5: a key never goes in the Loopfile"),
+            "{e}"
+        );
+        assert!(
+            e.contains("Loopfile.yaml:5:20: unknown tool_protocol `xml`"),
+            "{e}"
+        );
+        assert!(e.contains("Loopfile.yaml:6:3: unknown key `colour`"), "{e}");
+    }
+}

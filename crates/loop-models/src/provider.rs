@@ -1,0 +1,498 @@
+//! A network model: one configured endpoint speaking one dialect, with
+//! retries, accounting and strict parsing of what comes back.
+
+use crate::actions::{self, ActionError};
+use crate::http::{HttpRequest, Transport};
+use crate::retry::{Jitter, RetryPolicy, Sleeper, parse_retry_after};
+use crate::wire::{WireError, WireReply, WireRequest, error_message};
+use crate::{Provider, ToolChoice, ToolProtocol};
+use loop_protocol::{
+    CallLimits, Context, ModelInfo, ModelReply, Price, ToolCall, Turn, Usage,
+    context::estimate_tokens,
+};
+use serde_json::json;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Which wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI-compatible Chat Completions.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Dialect {
+    /// The spec prefix (`openai`, `anthropic`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "openai",
+            Dialect::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// An API key: never printed, never recorded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a key.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The key itself, for the one header that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// One endpoint's configuration.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Wire format.
+    pub dialect: Dialect,
+    /// Provider-side model name.
+    pub model: String,
+    /// Base URL (`…/v1` for OpenAI-compatible servers).
+    pub base_url: String,
+    /// API key, if the endpoint needs one.
+    pub api_key: Option<Secret>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Completion tokens asked for when the budget allows.
+    pub max_output_tokens: u64,
+    /// The model's context window; the context is compacted to fit.
+    pub context_tokens: u64,
+    /// Native tool calling or the JSON action protocol.
+    pub tool_protocol: ToolProtocol,
+    /// Tool choice (native only).
+    pub tool_choice: ToolChoice,
+    /// Stream answers.
+    pub stream: bool,
+    /// Prices, if known.
+    pub price: Option<Price>,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Extra system prompt for this role (e.g. the checker's).
+    pub role_prompt: Option<String>,
+    /// The role it plays (`maker`, `checker`), for provenance.
+    pub role: String,
+}
+
+impl EndpointConfig {
+    /// Defaults for `dialect` and `model` (base URL from the usual place).
+    pub fn new(dialect: Dialect, model: impl Into<String>) -> Self {
+        EndpointConfig {
+            dialect,
+            model: model.into(),
+            base_url: match dialect {
+                Dialect::OpenAi => "https://api.openai.com/v1".into(),
+                Dialect::Anthropic => "https://api.anthropic.com".into(),
+            },
+            api_key: None,
+            temperature: None,
+            max_output_tokens: 4096,
+            context_tokens: 128_000,
+            tool_protocol: ToolProtocol::Native,
+            tool_choice: ToolChoice::Auto,
+            stream: true,
+            price: None,
+            retry: RetryPolicy::default(),
+            role_prompt: None,
+            role: "maker".into(),
+        }
+    }
+
+    fn url(&self) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        match self.dialect {
+            Dialect::OpenAi => format!("{base}/chat/completions"),
+            Dialect::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
+            Dialect::Anthropic => format!("{base}/v1/messages"),
+        }
+    }
+
+    /// The settings that shape answers, for provenance (no key).
+    pub fn parameters(&self) -> serde_json::Value {
+        json!({
+            "role": self.role,
+            "base_url": self.base_url,
+            "temperature": self.temperature,
+            "max_output_tokens": self.max_output_tokens,
+            "context_tokens": self.context_tokens,
+            "tool_protocol": match self.tool_protocol { ToolProtocol::Native => "native", ToolProtocol::Json => "json" },
+            "tool_choice": match &self.tool_choice {
+                ToolChoice::Auto => "auto".to_string(),
+                ToolChoice::Required => "required".to_string(),
+                ToolChoice::Tool(t) => format!("tool:{t}"),
+            },
+            "stream": self.stream,
+            "price_per_mtok": self.price.map(|p| json!([p.input_per_mtok, p.cached_input_per_mtok, p.output_per_mtok])),
+            "role_prompt_sha256": self.role_prompt.as_ref().map(|p| loop_protocol::hash::sha256_hex(p.as_bytes())),
+        })
+    }
+}
+
+/// One HTTP exchange, kept for `--record` (keys never included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WireExchange {
+    /// The request body.
+    pub request: serde_json::Value,
+    /// Status, or 0 when nothing came back.
+    pub status: u16,
+    /// What came back (or the transport error), bounded.
+    pub response: String,
+}
+
+/// The largest response body read, in bytes.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// A model behind an HTTP endpoint.
+pub struct HttpModel {
+    cfg: EndpointConfig,
+    transport: Box<dyn Transport>,
+    sleeper: Box<dyn Sleeper>,
+    jitter: Jitter,
+    turn: u32,
+    exchanges: Vec<WireExchange>,
+}
+
+impl HttpModel {
+    /// A model with this configuration, transport and sleeper.
+    pub fn new(
+        cfg: EndpointConfig,
+        transport: Box<dyn Transport>,
+        sleeper: Box<dyn Sleeper>,
+    ) -> Self {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        HttpModel {
+            cfg,
+            transport,
+            sleeper,
+            jitter: Jitter::new(seed),
+            turn: 0,
+            exchanges: Vec::new(),
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    fn system_prompt(&self, context: &Context) -> String {
+        let mut s = context.system.clone();
+        if let Some(p) = &self.cfg.role_prompt {
+            s.push_str("\n\n");
+            s.push_str(p);
+        }
+        if self.cfg.tool_protocol == ToolProtocol::Json {
+            s.push_str(&actions::json_protocol_instructions(&context.tools));
+        }
+        s
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut h = vec![("content-type".to_string(), "application/json".to_string())];
+        match self.cfg.dialect {
+            Dialect::OpenAi => {
+                if let Some(k) = &self.cfg.api_key {
+                    h.push(("authorization".into(), format!("Bearer {}", k.expose())));
+                }
+            }
+            Dialect::Anthropic => {
+                if let Some(k) = &self.cfg.api_key {
+                    h.push(("x-api-key".into(), k.expose().to_string()));
+                }
+                h.push((
+                    "anthropic-version".into(),
+                    crate::anthropic::API_VERSION.into(),
+                ));
+            }
+        }
+        if self.cfg.stream {
+            h.push(("accept".into(), "text/event-stream".into()));
+        }
+        h
+    }
+
+    fn attempt(&mut self, body: &serde_json::Value) -> Result<WireReply, WireError> {
+        let req = HttpRequest {
+            url: self.cfg.url(),
+            headers: self.headers(),
+            body: body.to_string().into_bytes(),
+        };
+        let resp = match self.transport.post(&req) {
+            Ok(r) => r,
+            Err(e) => {
+                self.keep(body, 0, e.to_string());
+                return Err(e.into());
+            }
+        };
+        let status = resp.status;
+        let retry_after = resp.header("retry-after").and_then(|v| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            parse_retry_after(v, now)
+        });
+        let is_stream = resp
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if status != 200 {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(
+                &mut std::io::Read::take(resp.body, 64 * 1024),
+                &mut text,
+            );
+            self.keep(body, status, text.clone());
+            let message = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| error_message(&v))
+                .unwrap_or_else(|| text.chars().take(300).collect());
+            return Err(WireError::Status {
+                status,
+                message,
+                retry_after,
+            });
+        }
+        if is_stream {
+            let tee = Tee::new(resp.body);
+            let kept = tee.kept.clone();
+            let r = match self.cfg.dialect {
+                Dialect::OpenAi => crate::openai::parse_stream(Box::new(tee), MAX_BODY),
+                Dialect::Anthropic => crate::anthropic::parse_stream(Box::new(tee), MAX_BODY),
+            };
+            let text = kept
+                .lock()
+                .map(|k| String::from_utf8_lossy(&k).into_owned())
+                .unwrap_or_default();
+            self.keep(body, status, text);
+            r
+        } else {
+            let mut text = String::new();
+            let read = std::io::Read::read_to_string(
+                &mut std::io::Read::take(resp.body, MAX_BODY as u64),
+                &mut text,
+            );
+            self.keep(body, status, text.clone());
+            read.map_err(|e| WireError::Stream(e.to_string()))
+                .and_then(|_| match self.cfg.dialect {
+                    Dialect::OpenAi => crate::openai::parse_response(&text),
+                    Dialect::Anthropic => crate::anthropic::parse_response(&text),
+                })
+        }
+    }
+
+    fn keep(&mut self, request: &serde_json::Value, status: u16, response: String) {
+        let mut response = response;
+        if let Some(k) = &self.cfg.api_key {
+            response = response.replace(k.expose(), "[REDACTED]");
+        }
+        self.exchanges.push(WireExchange {
+            request: request.clone(),
+            status,
+            response: loop_protocol::observation::head_tail(&response, 256 * 1024),
+        });
+    }
+
+    /// The call itself: retries, accounting, then strict parsing.
+    fn call(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
+        self.turn += 1;
+        let window = self
+            .cfg
+            .context_tokens
+            .saturating_sub(limits.max_output_tokens);
+        let compacted = context.compacted(window);
+        let system = self.system_prompt(&compacted);
+        let native = self.cfg.tool_protocol == ToolProtocol::Native;
+        let wreq = WireRequest {
+            model: &self.cfg.model,
+            system: &system,
+            context: &compacted,
+            max_output_tokens: limits.max_output_tokens,
+            temperature: self.cfg.temperature,
+            stream: self.cfg.stream,
+            native_tools: native,
+            tool_choice: &self.cfg.tool_choice,
+        };
+        let body = match self.cfg.dialect {
+            Dialect::OpenAi => crate::openai::request_body(&wreq),
+            Dialect::Anthropic => crate::anthropic::request_body(&wreq),
+        };
+        let prompt_estimate = estimate_tokens(&body.to_string());
+        let mut charged = Usage::default();
+        let mut attempt = 0;
+        let reply = loop {
+            attempt += 1;
+            match self.attempt(&body) {
+                Ok(r) => break r,
+                Err(e) => {
+                    // Every attempt is counted; one the provider may have
+                    // processed is charged its estimated prompt.
+                    charged.absorb(&Usage {
+                        input_tokens: if e.maybe_billed() { prompt_estimate } else { 0 },
+                        estimated: e.maybe_billed(),
+                        attempts: 1,
+                        ..Usage::default()
+                    });
+                    if !e.retryable() || attempt >= self.cfg.retry.max_attempts {
+                        if let Some(p) = self.cfg.price {
+                            charged.cost_usd = p.cost(&charged);
+                        }
+                        return ModelReply::Unavailable {
+                            error: format!(
+                                "{} {}: {e} (after {attempt} attempt(s))",
+                                self.cfg.dialect.name(),
+                                self.cfg.model
+                            ),
+                            usage: charged,
+                        };
+                    }
+                    let retry_after = match &e {
+                        WireError::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    let wait = self.cfg.retry.delay(attempt, retry_after, &mut self.jitter);
+                    self.sleeper.sleep(wait);
+                }
+            }
+        };
+        let mut usage = match reply.usage {
+            Some(u) => Usage { attempts: 1, ..u },
+            None => Usage {
+                input_tokens: prompt_estimate,
+                output_tokens: estimate_tokens(&reply.text)
+                    + reply
+                        .calls
+                        .iter()
+                        .map(|c| estimate_tokens(&c.arguments))
+                        .sum::<u64>(),
+                estimated: true,
+                attempts: 1,
+                ..Usage::default()
+            },
+        };
+        usage.absorb(&charged);
+        if let Some(p) = self.cfg.price {
+            usage.cost_usd = p.cost(&usage);
+        }
+        self.interpret(reply, usage, &compacted)
+    }
+
+    fn interpret(&self, reply: WireReply, usage: Usage, context: &Context) -> ModelReply {
+        let excerpt = |text: &str| loop_protocol::observation::head_tail(text, 2_000);
+        let served_by = Some(format!("{}:{}", self.cfg.dialect.name(), self.cfg.model));
+        let thought = Some(reply.text.trim().to_string()).filter(|t| !t.is_empty());
+        if self.cfg.tool_protocol == ToolProtocol::Json {
+            return match actions::parse_json_answer(&reply.text, &context.tools) {
+                Ok(a) => ModelReply::Turn(Turn {
+                    thought: a.thought,
+                    calls: actions::number_calls(self.turn, a.calls),
+                    usage,
+                    served_by,
+                }),
+                Err(e) => malformed(e, excerpt(&reply.text), usage),
+            };
+        }
+        let mut calls = Vec::new();
+        for (i, c) in reply.calls.iter().enumerate() {
+            match actions::parse_native_call(&context.tools, i, &c.name, &c.arguments) {
+                Ok(args) => calls.push(ToolCall {
+                    id: c
+                        .id
+                        .clone()
+                        .filter(|id| !id.is_empty())
+                        .unwrap_or_else(|| format!("t{}-c{}", self.turn, i + 1)),
+                    tool: c.name.clone(),
+                    args,
+                }),
+                Err(e) => {
+                    return malformed(e, excerpt(&format!("{}({})", c.name, c.arguments)), usage);
+                }
+            }
+        }
+        if calls.len() > actions::MAX_CALLS {
+            return malformed(ActionError::TooManyCalls(calls.len()), String::new(), usage);
+        }
+        ModelReply::Turn(Turn {
+            thought,
+            calls,
+            usage,
+            served_by,
+        })
+    }
+}
+
+fn malformed(e: ActionError, excerpt: String, usage: Usage) -> ModelReply {
+    ModelReply::Malformed {
+        error: e.to_string(),
+        excerpt,
+        usage,
+    }
+}
+
+impl Provider for HttpModel {
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            provider: self.cfg.dialect.name().into(),
+            name: self.cfg.model.clone(),
+            source_sha256: None,
+            parameters: Some(self.cfg.parameters()),
+        }
+    }
+
+    fn next_turn(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
+        self.call(context, limits)
+    }
+
+    fn price(&self) -> Option<Price> {
+        self.cfg.price
+    }
+
+    fn max_output_tokens(&self) -> u64 {
+        self.cfg.max_output_tokens
+    }
+
+    fn take_exchanges(&mut self) -> Vec<WireExchange> {
+        std::mem::take(&mut self.exchanges)
+    }
+}
+
+/// Copies what a stream reader passes through, for the record.
+struct Tee {
+    inner: Box<dyn std::io::Read + Send>,
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Tee {
+    fn new(inner: Box<dyn std::io::Read + Send>) -> Self {
+        Tee {
+            inner,
+            kept: Default::default(),
+        }
+    }
+}
+
+impl std::io::Read for Tee {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Ok(mut k) = self.kept.lock()
+            && k.len() < MAX_BODY
+        {
+            k.extend_from_slice(&buf[..n]);
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,135 @@
+//! What the two wire dialects share: the request to build, the reply read
+//! back, and the errors in between.
+
+use crate::ToolChoice;
+use crate::http::TransportError;
+use loop_protocol::{Context, ToolCall, Usage};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Everything a dialect needs to build one request body.
+pub struct WireRequest<'a> {
+    /// Provider-side model name.
+    pub model: &'a str,
+    /// The system prompt (role prompt and, in JSON mode, the protocol included).
+    pub system: &'a str,
+    /// The (compacted) context.
+    pub context: &'a Context,
+    /// Completion cap for this call.
+    pub max_output_tokens: u64,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Stream the answer.
+    pub stream: bool,
+    /// Native tool calling (else the JSON action protocol).
+    pub native_tools: bool,
+    /// Tool choice (native only).
+    pub tool_choice: &'a ToolChoice,
+}
+
+/// One tool call as it came over the wire, arguments still text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireCall {
+    /// The provider's id.
+    pub id: Option<String>,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON text (unparsed).
+    pub arguments: String,
+}
+
+/// One answer as it came over the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WireReply {
+    /// Text content.
+    pub text: String,
+    /// Native tool calls.
+    pub calls: Vec<WireCall>,
+    /// Provider-reported usage, if any.
+    pub usage: Option<Usage>,
+    /// Why generation stopped.
+    pub stop: Option<String>,
+}
+
+/// A failed attempt.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WireError {
+    /// Nothing came back.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// An HTTP error status.
+    #[error("HTTP {status}: {message}")]
+    Status {
+        /// The status.
+        status: u16,
+        /// The provider's message (from its error body).
+        message: String,
+        /// `Retry-After`, if sent.
+        retry_after: Option<Duration>,
+    },
+    /// The stream broke or carried an error event.
+    #[error("stream: {0}")]
+    Stream(String),
+    /// A body that is not what the dialect promises.
+    #[error("decode: {0}")]
+    Decode(String),
+}
+
+impl WireError {
+    /// Worth another attempt?
+    pub fn retryable(&self) -> bool {
+        match self {
+            WireError::Transport(_) | WireError::Stream(_) => true,
+            WireError::Status { status, .. } => crate::retry::retryable_status(*status),
+            WireError::Decode(_) => false,
+        }
+    }
+
+    /// Might the provider have processed (and billed) the prompt?
+    pub fn maybe_billed(&self) -> bool {
+        match self {
+            WireError::Transport(t) => t.maybe_processed(),
+            WireError::Status { status, .. } => *status >= 500 && *status != 529 && *status != 503,
+            WireError::Stream(_) | WireError::Decode(_) => true,
+        }
+    }
+}
+
+/// The message of an error body in either dialect:
+/// `{"error": {"message": ...}}` or `{"type": "error", "error": {"type", "message"}}`.
+pub fn error_message(v: &Value) -> Option<String> {
+    let e = v.get("error")?;
+    if e.is_null() {
+        return None;
+    }
+    let msg = e
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| e.to_string());
+    Some(match e.get("type").and_then(Value::as_str) {
+        Some(t) => format!("{t}: {msg}"),
+        None => msg,
+    })
+}
+
+/// A non-negative integer at `path`, 0 when absent.
+pub fn u64_at(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(next) => cur = next,
+            None => return 0,
+        }
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+/// How an earlier turn is shown back to a model in the JSON protocol.
+pub fn json_answer_text(thought: &Option<String>, calls: &[ToolCall]) -> String {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|c| serde_json::json!({"tool": c.tool, "args": c.args}))
+        .collect();
+    serde_json::json!({"thought": thought, "calls": calls}).to_string()
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need
+# (Debian packages; the local model server, built once and cached), then
+# runs every test. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+# The receipt interop test and the local model server use venvs.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# The real OpenAI-compatible server the provider tests run against.
+LOOP_LLAMA_VENV=$(scripts/local-model.sh)
+export LOOP_LLAMA_VENV
+export LOOP_REQUIRE_LOCAL_MODEL=1
+
+cargo test --workspace --locked "$@"
