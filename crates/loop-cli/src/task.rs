@@ -5,7 +5,7 @@ use crate::story::Story;
 use crate::wiring::{LedgerAdapter, ProviderAdapter, ToolsAdapter, VerifierAdapter};
 use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
 use loop_models::config::{Env, ModelsConfig};
-use loop_models::http::{Timeouts, UreqTransport};
+use loop_models::http::UreqTransport;
 use loop_models::retry::ThreadSleeper;
 use loop_models::{Fallback, HttpModel, ModelSpec, Provider, Recorder, ReplayModel, ScriptedModel};
 use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
@@ -114,9 +114,10 @@ fn load_model(
                 .maker
                 .into_iter()
                 .map(|c| {
+                    let timeouts = c.timeouts;
                     Box::new(HttpModel::new(
                         c,
-                        Box::new(UreqTransport::new(Timeouts::default())),
+                        Box::new(UreqTransport::new(timeouts)),
                         Box::new(ThreadSleeper),
                     )) as Box<dyn Provider>
                 })

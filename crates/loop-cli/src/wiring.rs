@@ -30,6 +30,9 @@ impl Model for ProviderAdapter {
     fn max_output_tokens(&self) -> u64 {
         self.0.max_output_tokens()
     }
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        self.0.estimate_prompt_tokens(context)
+    }
 }
 
 /// The tool box.

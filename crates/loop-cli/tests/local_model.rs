@@ -314,11 +314,13 @@ fn a_real_local_model_is_driven_verified_bounded_and_replayed() {
         "no usage reported: estimated and said so"
     );
 
-    // 4. An open task it cannot solve, the model's own choice of tool. It
-    //    must stop lost or at a limit, within budget, never verified.
+    // 4. An open task it cannot solve, in the JSON action protocol (this
+    //    server ignores max_tokens when it picks a tool by itself, and can
+    //    generate until its context is full). It must stop lost or at a
+    //    limit, within budget, never verified.
     let p = project(
         &scratch.join("open"),
-        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 128\n    context_tokens: 4096\n    stream: false\n",
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 96\n    context_tokens: 4096\n    stream: false\n    tool_protocol: json\n",
     );
     let out = run(
         &p,

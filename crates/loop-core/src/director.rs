@@ -214,7 +214,7 @@ impl<'a> Director<'a> {
             }
             // How much may this call spend? Refuse before spending if nothing fits.
             let limits = match self.budget.call_limits(
-                context.estimate_tokens(),
+                self.parts.model.estimate_prompt_tokens(&context),
                 self.parts.model.max_output_tokens(),
                 self.parts.model.price(),
                 self.reserve_tokens,
@@ -291,7 +291,17 @@ impl<'a> Director<'a> {
                                 format!("no progress: {pattern}"),
                             ));
                         }
-                        Verdict::Nudge(_) | Verdict::Ok => {}
+                        Verdict::Nudge(pattern) => {
+                            let text = format!(
+                                "Stall detected: {pattern}. Answering the same way again will end the task as lost."
+                            );
+                            self.record(Event::Feedback {
+                                step,
+                                text: text.clone(),
+                            })?;
+                            context.push_feedback(text);
+                        }
+                        Verdict::Ok => {}
                     }
                     self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
                     self.go(

@@ -49,6 +49,8 @@ fn finish() -> ToolCall {
 struct FakeModel {
     script: Vec<Turn>,
     repeat_forever: Option<Turn>,
+    /// Answer this (malformed, unavailable) instead of turns.
+    reply_forever: Option<ModelReply>,
     seen: Vec<Context>,
     clock: Rc<Cell<u64>>,
     ms_per_turn: u64,
@@ -59,6 +61,7 @@ impl FakeModel {
         FakeModel {
             script,
             repeat_forever: None,
+            reply_forever: None,
             seen: vec![],
             clock: clock.clone(),
             ms_per_turn: 10,
@@ -84,6 +87,9 @@ impl Model for FakeModel {
         self.clock.set(self.clock.get() + self.ms_per_turn);
         if let Some(t) = &self.repeat_forever {
             return Ok(ModelReply::Turn(t.clone()));
+        }
+        if let Some(r) = &self.reply_forever {
+            return Ok(r.clone());
         }
         if self.script.is_empty() {
             return Ok(ModelReply::NothingMore {
@@ -562,4 +568,70 @@ fn the_context_hash_of_each_turn_is_recorded() {
     assert_eq!(hashes.len(), 2);
     assert_eq!(hashes[0], &o.contexts[0].sha256().unwrap());
     assert_ne!(hashes[0], hashes[1]);
+}
+
+#[test]
+fn malformed_answers_are_charged_returned_to_the_model_and_end_lost() {
+    let clock = Rc::new(Cell::new(0));
+    let mut model = FakeModel::new(vec![], &clock);
+    model.reply_forever = Some(ModelReply::Malformed {
+        error: "invalid JSON at line 1, column 1".into(),
+        excerpt: "I cannot".into(),
+        usage: Usage {
+            input_tokens: 100,
+            output_tokens: 5,
+            attempts: 1,
+            ..Usage::default()
+        },
+    });
+    let o = run_with(contract(20), model, VerifyPolicy::OnFinish, clock, false);
+    assert_eq!(o.result.outcome, Outcome::Lost);
+    assert!(
+        o.result
+            .record
+            .reason
+            .contains("the same action failed 3 times"),
+        "{}",
+        o.result.record.reason
+    );
+    let malformed = o
+        .ledger
+        .iter()
+        .filter(|e| matches!(e, Event::ModelMalformed { .. }))
+        .count() as u64;
+    // Nudged after 3, stopped after 3 more.
+    assert_eq!(malformed, 6);
+    assert_eq!(
+        o.result.used.tokens,
+        105 * malformed,
+        "every malformed answer is charged"
+    );
+    assert_eq!(o.result.used.model_calls as u64, malformed);
+    // The model saw what was wrong.
+    let last = o.contexts.last().unwrap();
+    assert!(last.messages.iter().any(|m| matches!(m, loop_protocol::Message::User { content } if content.contains("invalid JSON at line 1, column 1"))));
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn an_unavailable_provider_ends_in_error_with_its_attempts_charged() {
+    let clock = Rc::new(Cell::new(0));
+    let mut model = FakeModel::new(vec![], &clock);
+    model.reply_forever = Some(ModelReply::Unavailable {
+        error: "HTTP 529: overloaded_error".into(),
+        usage: Usage {
+            attempts: 4,
+            ..Usage::default()
+        },
+    });
+    let o = run_with(contract(20), model, VerifyPolicy::OnFinish, clock, false);
+    assert_eq!(o.result.outcome, Outcome::Error);
+    assert!(o.result.record.reason.contains("overloaded_error"));
+    assert_eq!(o.result.used.model_calls, 4);
+    assert!(
+        o.ledger
+            .iter()
+            .any(|e| matches!(e, Event::ModelFailed { .. }))
+    );
+    assert_well_formed(&o.ledger);
 }

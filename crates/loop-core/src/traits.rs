@@ -31,6 +31,11 @@ pub trait Model {
     fn max_output_tokens(&self) -> u64 {
         4096
     }
+    /// Tokens the next call's prompt will take (the runtime's estimate unless
+    /// the model knows better).
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        context.estimate_tokens()
+    }
 }
 
 /// The tools, behind the one authority choke point.

@@ -151,7 +151,12 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
 }
 
 /// Read a streamed response.
-pub fn parse_stream(body: Box<dyn Read + Send>, limit: usize) -> Result<WireReply, WireError> {
+pub fn parse_stream(
+    body: Box<dyn Read + Send>,
+    limit: usize,
+    max_tokens: u64,
+) -> Result<WireReply, WireError> {
+    let cap = crate::wire::output_byte_cap(max_tokens);
     let mut sse = SseReader::new(body, limit);
     let mut blocks: BTreeMap<u64, (Value, String)> = BTreeMap::new();
     let mut usage: Option<Usage> = None;
@@ -227,6 +232,13 @@ pub fn parse_stream(body: Box<dyn Read + Send>, limit: usize) -> Result<WireRepl
                 return Err(WireError::Stream(format!("error event: {msg}")));
             }
             _ => {} // ping and future event types
+        }
+        let bytes: usize = blocks
+            .values()
+            .map(|(b, partial)| partial.len() + b["text"].as_str().map_or(0, str::len))
+            .sum();
+        if bytes > cap {
+            return Err(WireError::Overlong { max_tokens, bytes });
         }
     }
     if !finished {

@@ -14,6 +14,7 @@
 //!     tool_choice: auto               # required, or a tool's name
 //!     stream: true
 //!     retries: 4                      # attempts in all
+//!     timeout_secs: 600               # the whole call, streamed body included
 //!     fallback: [ { spec: anthropic:claude-sonnet-4-20250514 } ]
 //!   checker:                          # optional reviewer: another model, temperature, prompt
 //!     spec: anthropic:claude-3-5-haiku-latest
@@ -93,6 +94,7 @@ struct EndpointDraft {
     tool_choice: Option<ToolChoice>,
     stream: Option<bool>,
     retries: Option<u32>,
+    timeout_secs: Option<u64>,
     prompt: Option<String>,
     fallback: Vec<EndpointDraft>,
 }
@@ -190,6 +192,7 @@ impl Parser<'_> {
                 "max_output_tokens" => d.max_output_tokens = self.uint(v, "max_output_tokens"),
                 "context_tokens" => d.context_tokens = self.uint(v, "context_tokens"),
                 "retries" => d.retries = self.uint(v, "retries").map(|n| n.min(20) as u32),
+                "timeout_secs" => d.timeout_secs = self.uint(v, "timeout_secs"),
                 "stream" => match v.value {
                     Value::Bool(b) => d.stream = Some(b),
                     _ => self.err(v.pos, "`stream` must be true or false".into(), None),
@@ -228,7 +231,7 @@ impl Parser<'_> {
                 other => self.err(
                     k.pos,
                     format!("unknown key `{other}` in `{what}`"),
-                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, prompt, fallback"),
+                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, timeout_secs, prompt, fallback"),
                 ),
             }
         }
@@ -373,6 +376,10 @@ fn bind(
             max_attempts: r.max(1),
             ..RetryPolicy::default()
         };
+    }
+    if let Some(t) = draft.timeout_secs {
+        c.timeouts.call = std::time::Duration::from_secs(t);
+        c.timeouts.read = c.timeouts.read.min(c.timeouts.call);
     }
     c.role_prompt = draft.prompt.clone();
     c.price = pricing.lookup(model);

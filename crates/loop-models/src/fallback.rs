@@ -96,6 +96,14 @@ impl Provider for Fallback {
         self.chain.first().map_or(4096, |p| p.max_output_tokens())
     }
 
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        self.chain
+            .iter()
+            .map(|p| p.estimate_prompt_tokens(context))
+            .max()
+            .unwrap_or_else(|| context.estimate_tokens())
+    }
+
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         self.chain
             .iter_mut()

@@ -70,6 +70,8 @@ pub struct Timeouts {
     pub connect: Duration,
     /// Waiting for any single read (the first byte, or the next event of a stream).
     pub read: Duration,
+    /// The whole call, streamed body included (a server that never stops is cut).
+    pub call: Duration,
 }
 
 impl Default for Timeouts {
@@ -77,6 +79,7 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(10),
             read: Duration::from_secs(120),
+            call: Duration::from_secs(600),
         }
     }
 }
@@ -94,6 +97,7 @@ impl UreqTransport {
             .timeout_connect(Some(timeouts.connect))
             .timeout_recv_response(Some(timeouts.read))
             .timeout_per_read(Some(timeouts.read))
+            .timeout_global(Some(timeouts.call))
             .build();
         UreqTransport {
             agent: config.into(),

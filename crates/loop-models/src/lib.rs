@@ -48,6 +48,11 @@ pub trait Provider: Send {
     fn max_output_tokens(&self) -> u64 {
         4096
     }
+    /// Tokens the next call's prompt will take (checked against the budget
+    /// before the call is made).
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        context.estimate_tokens()
+    }
     /// The HTTP exchanges since the last call (for the recorder).
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         Vec::new()

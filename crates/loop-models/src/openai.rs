@@ -145,7 +145,12 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
 }
 
 /// Read a streamed response (server-sent `chat.completion.chunk` events).
-pub fn parse_stream(body: Box<dyn Read + Send>, limit: usize) -> Result<WireReply, WireError> {
+pub fn parse_stream(
+    body: Box<dyn Read + Send>,
+    limit: usize,
+    max_tokens: u64,
+) -> Result<WireReply, WireError> {
+    let cap = crate::wire::output_byte_cap(max_tokens);
     let mut sse = SseReader::new(body, limit);
     let mut text = String::new();
     let mut calls: BTreeMap<u64, WireCall> = BTreeMap::new();
@@ -205,6 +210,10 @@ pub fn parse_stream(body: Box<dyn Read + Send>, limit: usize) -> Result<WireRepl
                 }
             }
         }
+        let bytes = text.len() + calls.values().map(|c| c.arguments.len()).sum::<usize>();
+        if bytes > cap {
+            return Err(WireError::Overlong { max_tokens, bytes });
+        }
     }
     if !done && stop.is_none() {
         return Err(WireError::Stream(
@@ -235,6 +244,7 @@ mod tests {
         let r = parse_stream(
             Box::new(std::io::Cursor::new(stream.as_bytes().to_vec())),
             1 << 20,
+            1000,
         )
         .unwrap();
         assert_eq!(r.calls.len(), 1);
@@ -261,9 +271,37 @@ mod tests {
             )
         };
         let stream = format!("{}{}data: [DONE]\n\n", chunk("{\"path\":"), chunk("\"a\"}"));
-        let r = parse_stream(Box::new(std::io::Cursor::new(stream.into_bytes())), 1 << 20).unwrap();
+        let r = parse_stream(
+            Box::new(std::io::Cursor::new(stream.into_bytes())),
+            1 << 20,
+            1000,
+        )
+        .unwrap();
         assert_eq!(r.calls[0].name, "write_file");
         assert_eq!(r.calls[0].arguments, "{\"path\":\"a\"}");
+    }
+
+    #[test]
+    fn a_runaway_answer_is_cut_off_at_the_cap() {
+        let chunk = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+            "x".repeat(1000)
+        );
+        // max_tokens 16 → cap 16×8+4096 = 4224 bytes: the fifth chunk trips it.
+        let stream = chunk.repeat(50);
+        let e = parse_stream(
+            Box::new(std::io::Cursor::new(stream.into_bytes())),
+            1 << 24,
+            16,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            WireError::Overlong {
+                max_tokens: 16,
+                bytes: 5000
+            }
+        );
     }
 
     #[test]
@@ -272,6 +310,7 @@ mod tests {
         let e = parse_stream(
             Box::new(std::io::Cursor::new(stream.as_bytes().to_vec())),
             1 << 20,
+            1000,
         )
         .unwrap_err();
         assert!(e.to_string().contains("ended before"), "{e}");

@@ -84,6 +84,8 @@ pub struct EndpointConfig {
     pub role_prompt: Option<String>,
     /// The role it plays (`maker`, `checker`), for provenance.
     pub role: String,
+    /// Connect, read and whole-call timeouts.
+    pub timeouts: crate::http::Timeouts,
 }
 
 impl EndpointConfig {
@@ -107,6 +109,7 @@ impl EndpointConfig {
             retry: RetryPolicy::default(),
             role_prompt: None,
             role: "maker".into(),
+            timeouts: crate::http::Timeouts::default(),
         }
     }
 
@@ -134,6 +137,7 @@ impl EndpointConfig {
                 ToolChoice::Tool(t) => format!("tool:{t}"),
             },
             "stream": self.stream,
+            "call_timeout_secs": self.timeouts.call.as_secs(),
             "price_per_mtok": self.price.map(|p| json!([p.input_per_mtok, p.cached_input_per_mtok, p.output_per_mtok])),
             "role_prompt_sha256": self.role_prompt.as_ref().map(|p| loop_protocol::hash::sha256_hex(p.as_bytes())),
         })
@@ -162,6 +166,8 @@ pub struct HttpModel {
     jitter: Jitter,
     turn: u32,
     exchanges: Vec<WireExchange>,
+    /// Reported prompt tokens per estimated token, the most seen (≥ 1).
+    calibration: f64,
 }
 
 impl HttpModel {
@@ -182,6 +188,7 @@ impl HttpModel {
             jitter: Jitter::new(seed),
             turn: 0,
             exchanges: Vec::new(),
+            calibration: 1.0,
         }
     }
 
@@ -226,7 +233,11 @@ impl HttpModel {
         h
     }
 
-    fn attempt(&mut self, body: &serde_json::Value) -> Result<WireReply, WireError> {
+    fn attempt(
+        &mut self,
+        body: &serde_json::Value,
+        max_tokens: u64,
+    ) -> Result<WireReply, WireError> {
         let req = HttpRequest {
             url: self.cfg.url(),
             headers: self.headers(),
@@ -271,8 +282,10 @@ impl HttpModel {
             let tee = Tee::new(resp.body);
             let kept = tee.kept.clone();
             let r = match self.cfg.dialect {
-                Dialect::OpenAi => crate::openai::parse_stream(Box::new(tee), MAX_BODY),
-                Dialect::Anthropic => crate::anthropic::parse_stream(Box::new(tee), MAX_BODY),
+                Dialect::OpenAi => crate::openai::parse_stream(Box::new(tee), MAX_BODY, max_tokens),
+                Dialect::Anthropic => {
+                    crate::anthropic::parse_stream(Box::new(tee), MAX_BODY, max_tokens)
+                }
             };
             let text = kept
                 .lock()
@@ -308,20 +321,23 @@ impl HttpModel {
     }
 
     /// The call itself: retries, accounting, then strict parsing.
-    fn call(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
-        self.turn += 1;
+    /// The request body for `context`, and its size in estimated tokens.
+    /// The context is compacted to the model's window (in the runtime's
+    /// units, corrected by what this provider's counts showed so far).
+    fn body_for(&self, context: &Context, max_output_tokens: u64) -> (serde_json::Value, u64) {
         let window = self
             .cfg
             .context_tokens
-            .saturating_sub(limits.max_output_tokens);
-        let compacted = context.compacted(window);
+            .saturating_sub(self.cfg.max_output_tokens) as f64
+            / self.calibration;
+        let compacted = context.compacted(window as u64);
         let system = self.system_prompt(&compacted);
         let native = self.cfg.tool_protocol == ToolProtocol::Native;
         let wreq = WireRequest {
             model: &self.cfg.model,
             system: &system,
             context: &compacted,
-            max_output_tokens: limits.max_output_tokens,
+            max_output_tokens,
             temperature: self.cfg.temperature,
             stream: self.cfg.stream,
             native_tools: native,
@@ -331,13 +347,47 @@ impl HttpModel {
             Dialect::OpenAi => crate::openai::request_body(&wreq),
             Dialect::Anthropic => crate::anthropic::request_body(&wreq),
         };
-        let prompt_estimate = estimate_tokens(&body.to_string());
+        let estimate = estimate_tokens(&body.to_string());
+        (body, estimate)
+    }
+
+    /// Tokens the next call's prompt will take, by the runtime's estimate
+    /// scaled to this provider's own counts (with a 10% margin).
+    pub fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        let (_, raw) = self.body_for(context, self.cfg.max_output_tokens);
+        (raw as f64 * self.calibration * 1.1).ceil() as u64
+    }
+
+    /// The call itself: retries, accounting, then strict parsing.
+    fn call(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
+        self.turn += 1;
+        let (body, prompt_estimate) = self.body_for(context, limits.max_output_tokens);
         let mut charged = Usage::default();
         let mut attempt = 0;
         let reply = loop {
             attempt += 1;
-            match self.attempt(&body) {
+            match self.attempt(&body, limits.max_output_tokens) {
                 Ok(r) => break r,
+                Err(WireError::Overlong { max_tokens, bytes }) => {
+                    // The server ignored max_tokens: what it sent is charged as
+                    // estimated, and the model is told, not the runtime stopped.
+                    let mut usage = Usage {
+                        input_tokens: prompt_estimate,
+                        output_tokens: (bytes / loop_protocol::context::BYTES_PER_TOKEN) as u64,
+                        estimated: true,
+                        attempts: 1,
+                        ..Usage::default()
+                    };
+                    usage.absorb(&charged);
+                    if let Some(p) = self.cfg.price {
+                        usage.cost_usd = p.cost(&usage);
+                    }
+                    return ModelReply::Malformed {
+                        error: WireError::Overlong { max_tokens, bytes }.to_string(),
+                        excerpt: String::new(),
+                        usage,
+                    };
+                }
                 Err(e) => {
                     // Every attempt is counted; one the provider may have
                     // processed is charged its estimated prompt.
@@ -370,7 +420,14 @@ impl HttpModel {
             }
         };
         let mut usage = match reply.usage {
-            Some(u) => Usage { attempts: 1, ..u },
+            Some(u) => {
+                // Learn how this provider's counts compare with the estimate.
+                if prompt_estimate > 0 && u.input_tokens > 0 {
+                    let ratio = u.input_tokens as f64 / prompt_estimate as f64;
+                    self.calibration = self.calibration.max(ratio).min(4.0);
+                }
+                Usage { attempts: 1, ..u }
+            }
             None => Usage {
                 input_tokens: prompt_estimate,
                 output_tokens: estimate_tokens(&reply.text)
@@ -388,7 +445,7 @@ impl HttpModel {
         if let Some(p) = self.cfg.price {
             usage.cost_usd = p.cost(&usage);
         }
-        self.interpret(reply, usage, &compacted)
+        self.interpret(reply, usage, context)
     }
 
     fn interpret(&self, reply: WireReply, usage: Usage, context: &Context) -> ModelReply {
@@ -463,6 +520,10 @@ impl Provider for HttpModel {
 
     fn max_output_tokens(&self) -> u64 {
         self.cfg.max_output_tokens
+    }
+
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        HttpModel::estimate_prompt_tokens(self, context)
     }
 
     fn take_exchanges(&mut self) -> Vec<WireExchange> {

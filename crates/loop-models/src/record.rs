@@ -227,6 +227,9 @@ impl Provider for Recorder {
     fn max_output_tokens(&self) -> u64 {
         self.inner.max_output_tokens()
     }
+    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
+        self.inner.estimate_prompt_tokens(context)
+    }
 }
 
 /// Plays a recording back.

@@ -73,6 +73,21 @@ pub enum WireError {
     /// A body that is not what the dialect promises.
     #[error("decode: {0}")]
     Decode(String),
+    /// The answer ran far past the `max_tokens` asked for (a server that
+    /// ignores it); the stream was cut off rather than paid for.
+    #[error("the answer ran past {max_tokens} max_tokens (over {bytes} bytes) and was cut off")]
+    Overlong {
+        /// The limit asked for.
+        max_tokens: u64,
+        /// Bytes of answer received when it was cut.
+        bytes: usize,
+    },
+}
+
+/// How many bytes of answer a stream may carry for `max_tokens`: generous
+/// (a token is rarely more than 8 bytes), so only a runaway trips it.
+pub fn output_byte_cap(max_tokens: u64) -> usize {
+    (max_tokens as usize).saturating_mul(8).saturating_add(4096)
 }
 
 impl WireError {
@@ -81,7 +96,7 @@ impl WireError {
         match self {
             WireError::Transport(_) | WireError::Stream(_) => true,
             WireError::Status { status, .. } => crate::retry::retryable_status(*status),
-            WireError::Decode(_) => false,
+            WireError::Decode(_) | WireError::Overlong { .. } => false,
         }
     }
 
@@ -90,7 +105,7 @@ impl WireError {
         match self {
             WireError::Transport(t) => t.maybe_processed(),
             WireError::Status { status, .. } => *status >= 500 && *status != 529 && *status != 503,
-            WireError::Stream(_) | WireError::Decode(_) => true,
+            WireError::Stream(_) | WireError::Decode(_) | WireError::Overlong { .. } => true,
         }
     }
 }

@@ -371,3 +371,18 @@ fn a_recording_replays_exactly_and_a_divergence_is_named() {
     assert!(error.contains("replay diverged at exchange 1"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn prompt_estimates_learn_from_the_providers_own_counts() {
+    // The fixture reports 2000 prompt tokens, far more than the estimate of
+    // this small request: later estimates scale up (never down), by at most 4×.
+    let server = serve(vec![Canned::json(200, &fixture("anthropic/tool_use.json"))]);
+    let mut m = model(&server.url, false, &FakeSleeper::default());
+    let ctx = context();
+    let before = m.estimate_prompt_tokens(&ctx);
+    assert!(before < 2000, "{before}");
+    let _ = m.next_turn(&ctx, LIMITS);
+    let after = m.estimate_prompt_tokens(&ctx);
+    assert!(before * 4 < 2000, "{before}");
+    assert!(after as f64 >= before as f64 * 3.9, "{before} → {after}");
+}
