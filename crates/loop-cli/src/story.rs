@@ -117,6 +117,15 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
                 one_line(error, 100)
             )
         }
+        Event::Reviewed {
+            attempt,
+            verdict,
+            reasons,
+            ..
+        } => format!(
+            "  ⚖ checker on verification #{attempt}: {verdict} — {}\n",
+            one_line(reasons, 100)
+        ),
         Event::ModelFailed { step, error, .. } => {
             format!(
                 "\ncycle {step} · ✗ no model answered: {}\n",

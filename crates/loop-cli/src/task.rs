@@ -71,12 +71,35 @@ pub fn new_task_id(now_ms: u64) -> String {
     )
 }
 
-/// Build the model from `--model`, the Loopfile and the environment.
+/// One provider, or a fallback chain of them.
+fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Provider> {
+    let mut chain: Vec<Box<dyn Provider>> = configs
+        .into_iter()
+        .map(|c| {
+            let timeouts = c.timeouts;
+            Box::new(HttpModel::new(
+                c,
+                Box::new(UreqTransport::new(timeouts)),
+                Box::new(ThreadSleeper),
+            )) as Box<dyn Provider>
+        })
+        .collect();
+    if chain.len() == 1 {
+        chain.remove(0)
+    } else {
+        Box::new(Fallback::new(chain))
+    }
+}
+
+/// The maker from `--model`, the Loopfile and the environment, and the
+/// checker if the Loopfile configures one.
+type Models = (Box<dyn Model>, Option<Box<dyn Model>>);
+
 fn load_model(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
     record: Option<&Path>,
-) -> Result<Box<dyn Model>, CliError> {
+) -> Result<Models, CliError> {
     let spec = spec
         .map(ModelSpec::parse)
         .transpose()
@@ -85,6 +108,15 @@ fn load_model(
         .path
         .as_ref()
         .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
+    let config = ModelsConfig::resolve(
+        spec.as_ref(),
+        loopfile.models.as_ref(),
+        &Env::from_process(),
+        &origin,
+    )
+    .map_err(|e| CliError::usage(e.to_string()))?;
+    let checker = (!config.checker.is_empty())
+        .then(|| Box::new(ProviderAdapter(chain_of(config.checker))) as Box<dyn Model>);
     let provider: Box<dyn Provider> = match &spec {
         Some(ModelSpec::Scripted(path)) => {
             let text = std::fs::read_to_string(path)
@@ -98,35 +130,12 @@ fn load_model(
             ReplayModel::open(Path::new(path)).map_err(|e| CliError::usage(e.to_string()))?,
         ),
         _ => {
-            let config = ModelsConfig::resolve(
-                spec.as_ref(),
-                loopfile.models.as_ref(),
-                &Env::from_process(),
-                &origin,
-            )
-            .map_err(|e| CliError::usage(e.to_string()))?;
             if config.maker.is_empty() {
                 return Err(CliError::usage(
                     "no model given: use --model scripted:FILE | openai:MODEL | anthropic:MODEL | replay:FILE, or `models.maker` in Loopfile.yaml",
                 ));
             }
-            let mut chain: Vec<Box<dyn Provider>> = config
-                .maker
-                .into_iter()
-                .map(|c| {
-                    let timeouts = c.timeouts;
-                    Box::new(HttpModel::new(
-                        c,
-                        Box::new(UreqTransport::new(timeouts)),
-                        Box::new(ThreadSleeper),
-                    )) as Box<dyn Provider>
-                })
-                .collect();
-            if chain.len() == 1 {
-                chain.remove(0)
-            } else {
-                Box::new(Fallback::new(chain))
-            }
+            chain_of(config.maker)
         }
     };
     let provider = match record {
@@ -136,7 +145,7 @@ fn load_model(
                 .map_err(|e| CliError::usage(e.to_string()))?,
         ),
     };
-    Ok(Box::new(ProviderAdapter(provider)))
+    Ok((Box::new(ProviderAdapter(provider)), checker))
 }
 
 /// Run one task and write its receipt.
@@ -147,7 +156,8 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         .canonicalize()
         .map_err(|e| CliError::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
-    let mut model = load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
+    let (mut model, mut checker) =
+        load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
     let state = project.join(".loop");
     let task_id = new_task_id(clock.now_ms());
     let task_dir = state.join("tasks").join(&task_id);
@@ -174,8 +184,14 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         isolation: req.isolation,
         cancel: Some(cancel.clone()),
     };
-    let mut tools =
-        ToolsAdapter(ToolBox::new(jail, ToolLimits::default()).with_sandbox(sandbox.clone()));
+    let diff_ws = workspace.clone();
+    let mut tools = ToolsAdapter {
+        tools: ToolBox::new(jail, ToolLimits::default()).with_sandbox(sandbox.clone()),
+        diff: Some(Box::new(|| match Manifest::of(&diff_ws) {
+            Ok(now) => crate::changes::compute(&project, &task_ws, &baseline, &now).patch,
+            Err(e) => format!("(the change cannot be computed: {e})"),
+        })),
+    };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
     let mut verifier = VerifierAdapter(
@@ -232,6 +248,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         );
     }
     let model_info = model.info();
+    let checker_info = checker.as_ref().map(|c| c.info());
     let parts = Parts {
         model: model.as_mut(),
         tools: &mut tools,
@@ -250,8 +267,11 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         .contract
         .sha256()
         .map_err(|e| CliError::usage(e.to_string()))?;
-    let director = Director::new(&task_id, req.contract.clone(), policy, parts)
+    let mut director = Director::new(&task_id, req.contract.clone(), policy, parts)
         .map_err(|e| CliError::internal(e.to_string()))?;
+    if let Some(c) = checker.as_deref_mut() {
+        director = director.with_reviewer(c);
+    }
     let result = director
         .run()
         .map_err(|e| CliError::internal(e.to_string()))?;
@@ -310,6 +330,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             provenance: Provenance {
                 runtime: loop_protocol::RuntimeInfo::current(),
                 model: model_info,
+                checker: checker_info,
             },
             ledger: LedgerRef {
                 name: ledger_name,

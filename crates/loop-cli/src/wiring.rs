@@ -36,19 +36,27 @@ impl Model for ProviderAdapter {
 }
 
 /// The tool box.
-pub struct ToolsAdapter(pub ToolBox);
+pub struct ToolsAdapter<'a> {
+    /// The tools.
+    pub tools: ToolBox,
+    /// The change so far as a unified diff, for the checker.
+    pub diff: Option<Box<dyn FnMut() -> String + 'a>>,
+}
 
-impl Tools for ToolsAdapter {
+impl Tools for ToolsAdapter<'_> {
     fn specs(&self) -> Vec<ToolSpec> {
-        self.0.specs()
+        self.tools.specs()
     }
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
-        Ok(self.0.execute(call))
+        Ok(self.tools.execute(call))
     }
     fn workspace_root(&mut self) -> Result<String, BoundaryError> {
-        self.0
+        self.tools
             .workspace_root()
             .map_err(|e| BoundaryError(e.to_string()))
+    }
+    fn change_summary(&mut self) -> String {
+        self.diff.as_mut().map(|d| d()).unwrap_or_default()
     }
 }
 

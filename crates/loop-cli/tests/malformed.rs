@@ -161,3 +161,100 @@ fn malformed_answers_are_typed_observations_charged_and_end_lost() {
         String::from_utf8_lossy(&v.stdout)
     );
 }
+
+fn review_call(verdict: &str, reasons: &str) -> Canned {
+    let args = serde_json::json!({"verdict": verdict, "reasons": reasons}).to_string();
+    let body = serde_json::json!({
+        "id": "chatcmpl-r",
+        "object": "chat.completion",
+        "model": "checker-1",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_r", "type": "function", "function": {"name": "review", "arguments": args}}
+        ]}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}
+    });
+    Canned::json(200, &body.to_string())
+}
+
+/// A scripted maker with a checker from the Loopfile, served over HTTP: the
+/// checker sees the diff, its objection goes back to the maker, and its
+/// approval lets the acceptance stand. Its identity is in the receipt.
+#[test]
+fn a_checker_from_the_loopfile_reviews_the_diff_and_can_veto() {
+    let server = serve(vec![
+        review_call("object", "hello is printed without a greeting mark"),
+        review_call("approve", "prints hello"),
+    ]);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("checker");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Loopfile.yaml"),
+        "models:\n  checker:\n    spec: openai:checker-1\n    temperature: 0.7\n    stream: false\n    prompt: Be strict about greetings.\n",
+    )
+    .unwrap();
+    let script = dir.join("script.yaml");
+    std::fs::write(
+        &script,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: done}}\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')  # hello!\\n\"}}\n      - {tool: finish, args: {summary: done again}}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args([
+            "run",
+            "make app.py print hello",
+            "--check",
+            "python3 app.py | grep -qx hello",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--project")
+        .arg(&dir)
+        .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let reviews: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "reviewed")
+        .map(|e| e["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(reviews, ["object", "approve"]);
+    assert!(events.iter().any(|e| {
+        e["kind"] == "feedback"
+            && e["text"]
+                .as_str()
+                .unwrap()
+                .contains("without a greeting mark")
+    }));
+    // The checker got the diff, its own prompt, and only the review tool.
+    let sent = server.received.lock().unwrap()[0].body.clone();
+    let user = sent["messages"][1]["content"].as_str().unwrap();
+    assert!(user.contains("+print('hello')"), "{user}");
+    assert!(
+        sent["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Be strict about greetings.")
+    );
+    assert_eq!(sent["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(sent["temperature"], 0.7);
+    // Its cost is charged and it is named in the genesis.
+    let finished = events.iter().find(|e| e["kind"] == "finished").unwrap();
+    assert!(finished["used"]["input_tokens"].as_u64().unwrap() >= 600);
+    let genesis = events.iter().find(|e| e["kind"] == "task_started").unwrap();
+    assert_eq!(genesis["checker"]["name"], "checker-1");
+    assert_eq!(genesis["checker"]["parameters"]["role"], "checker");
+}

@@ -39,8 +39,13 @@ impl Budget {
 
     /// Count one model turn and what it cost, as the provider reported it.
     pub fn charge_turn(&mut self, usage: &Usage) {
+        self.used.steps += 1;
+        self.charge_review(usage);
+    }
+
+    /// Count what a call cost without taking a step (the checker's review).
+    pub fn charge_review(&mut self, usage: &Usage) {
         let u = &mut self.used;
-        u.steps += 1;
         u.tokens = u.tokens.saturating_add(usage.total());
         u.input_tokens = u.input_tokens.saturating_add(usage.input_tokens);
         u.cached_input_tokens = u

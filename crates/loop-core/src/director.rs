@@ -89,7 +89,12 @@ pub struct Director<'a> {
     root: String,
     /// Tokens never handed to the maker (kept for review and feedback).
     reserve_tokens: u64,
+    /// The checker, if one is configured.
+    reviewer: Option<&'a mut dyn Model>,
 }
+
+/// Tokens kept for the checker's prompt, beyond its completion.
+const REVIEW_PROMPT_RESERVE: u64 = 8_000;
 
 enum Stop {
     Outcome(Outcome, String),
@@ -119,7 +124,20 @@ impl<'a> Director<'a> {
             progress: ProgressDetector::default(),
             root: String::new(),
             reserve_tokens: 0,
+            reviewer: None,
         })
+    }
+
+    /// Have `checker` review work the checks accept; it can only veto. Its
+    /// largest answer is kept in reserve from the maker's token budget.
+    pub fn with_reviewer(mut self, checker: &'a mut dyn Model) -> Self {
+        self.reserve_tokens = self.reserve_tokens.max(
+            checker
+                .max_output_tokens()
+                .saturating_add(REVIEW_PROMPT_RESERVE),
+        );
+        self.reviewer = Some(checker);
+        self
     }
 
     /// Keep `tokens` of the token budget out of the maker's reach.
@@ -161,6 +179,7 @@ impl<'a> Director<'a> {
             contract: self.contract.clone(),
             limits: self.contract.limits.clone(),
             model: self.parts.model.info(),
+            checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
             runtime: RuntimeInfo::current(),
             baseline_root: baseline,
         })?;
@@ -193,6 +212,59 @@ impl<'a> Director<'a> {
             used,
             last_report: self.last_report,
         })
+    }
+
+    /// Ask the checker, if there is one, about accepted work. `Some(reasons)`
+    /// is an objection (also when the checker cannot answer: fail closed).
+    fn review(
+        &mut self,
+        report: &VerificationReport,
+        attempt: u32,
+    ) -> Result<Option<String>, DirectorError> {
+        let Some(reviewer) = self.reviewer.as_deref_mut() else {
+            return Ok(None);
+        };
+        let change = self.parts.tools.change_summary();
+        let ctx =
+            crate::review::review_context(&self.contract, &self.locked_sha256, report, &change);
+        // The reserve exists for this call: it may spend it.
+        let limits = match self.budget.call_limits(
+            reviewer.estimate_prompt_tokens(&ctx),
+            reviewer.max_output_tokens(),
+            reviewer.price(),
+            0,
+        ) {
+            Ok(l) => l,
+            Err((_, reason)) => {
+                let reasons = format!("no budget left for the review: {reason}");
+                self.record(Event::Reviewed {
+                    attempt,
+                    verdict: "object".into(),
+                    reasons: reasons.clone(),
+                    usage: loop_protocol::Usage::default(),
+                })?;
+                return Ok(Some(reasons));
+            }
+        };
+        let reply = reviewer
+            .next_turn(&ctx, limits)
+            .unwrap_or_else(|e| ModelReply::Unavailable {
+                error: e.to_string(),
+                usage: loop_protocol::Usage::default(),
+            });
+        let (verdict, usage) = crate::review::read_reply(&reply);
+        self.budget.charge_review(&usage);
+        let (name, reasons, objection) = match verdict {
+            crate::review::Verdict::Approve(r) => ("approve", r, None),
+            crate::review::Verdict::Object(r) => ("object", r.clone(), Some(r)),
+        };
+        self.record(Event::Reviewed {
+            attempt,
+            verdict: name.into(),
+            reasons,
+            usage,
+        })?;
+        Ok(objection)
     }
 
     /// The loop. Returns when the task must stop; the caller records the end.
@@ -446,6 +518,29 @@ impl<'a> Director<'a> {
             self.last_report = Some(report.clone());
             match verdict {
                 Ok(acceptance) => {
+                    if let Some(objection) = self.review(&report, attempt)? {
+                        if attempt >= self.contract.limits.max_verifications {
+                            return Ok(Stop::Outcome(
+                                Outcome::Failed,
+                                format!(
+                                    "the checker objected at verification {attempt}, the limit: {objection}"
+                                ),
+                            ));
+                        }
+                        let text = format!(
+                            "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
+                        );
+                        self.record(Event::Feedback {
+                            step: step + 1,
+                            text: text.clone(),
+                        })?;
+                        context.push_feedback(text);
+                        self.go(
+                            TaskState::Planning,
+                            "the checker objected; its reasons returned to the model",
+                        )?;
+                        continue;
+                    }
                     let reason = format!(
                         "all {} criteria passed on fresh snapshots (attempt {attempt})",
                         self.contract.criteria.len()

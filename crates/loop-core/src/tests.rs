@@ -253,11 +253,22 @@ struct Outcome_ {
 
 fn run_with(
     contract: Contract,
-    mut model: FakeModel,
+    model: FakeModel,
     policy: VerifyPolicy,
     clock: Rc<Cell<u64>>,
     cancel: bool,
 ) -> Outcome_ {
+    run_reviewed(contract, model, None, policy, clock, cancel).0
+}
+
+fn run_reviewed(
+    contract: Contract,
+    mut model: FakeModel,
+    mut checker: Option<FakeModel>,
+    policy: VerifyPolicy,
+    clock: Rc<Cell<u64>>,
+    cancel: bool,
+) -> (Outcome_, Vec<Context>) {
     let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
     let mut tools = SharedTools {
         inner: FakeTools::default(),
@@ -277,15 +288,19 @@ fn run_with(
         observer: &mut observer,
         cancel: &cancel_flag,
     };
-    let result = Director::new("t-1", contract, policy, parts)
-        .unwrap()
-        .run()
-        .unwrap();
-    Outcome_ {
-        result,
-        ledger: ledger.0,
-        contexts: model.seen,
+    let mut director = Director::new("t-1", contract, policy, parts).unwrap();
+    if let Some(c) = checker.as_mut() {
+        director = director.with_reviewer(c);
     }
+    let result = director.run().unwrap();
+    (
+        Outcome_ {
+            result,
+            ledger: ledger.0,
+            contexts: model.seen,
+        },
+        checker.map(|c| c.seen).unwrap_or_default(),
+    )
 }
 
 fn run(contract: Contract, script: Vec<Turn>) -> Outcome_ {
@@ -634,4 +649,140 @@ fn an_unavailable_provider_ends_in_error_with_its_attempts_charged() {
             .any(|e| matches!(e, Event::ModelFailed { .. }))
     );
     assert_well_formed(&o.ledger);
+}
+
+fn review(verdict: &str, reasons: &str, tokens: u64) -> Turn {
+    turn(
+        vec![call(
+            "review",
+            serde_json::json!({"verdict": verdict, "reasons": reasons}),
+        )],
+        tokens,
+    )
+}
+
+#[test]
+fn the_checker_can_veto_accepted_work_and_its_reasons_reach_the_maker() {
+    let clock = Rc::new(Cell::new(0));
+    let maker = FakeModel::new(
+        vec![
+            turn(vec![write("yes"), finish()], 10),
+            turn(vec![write("yes\n"), finish()], 10),
+        ],
+        &clock,
+    );
+    let checker = FakeModel::new(
+        vec![
+            review("object", "the file lacks a trailing newline", 7),
+            review("approve", "fine now", 7),
+        ],
+        &clock,
+    );
+    let (o, seen) = run_reviewed(
+        contract(10),
+        maker,
+        Some(checker),
+        VerifyPolicy::OnFinish,
+        clock,
+        false,
+    );
+    assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
+    let verdicts: Vec<(String, String)> = o
+        .ledger
+        .iter()
+        .filter_map(|e| match e {
+            Event::Reviewed {
+                verdict, reasons, ..
+            } => Some((verdict.clone(), reasons.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec![
+            ("object".into(), "the file lacks a trailing newline".into()),
+            ("approve".into(), "fine now".into())
+        ]
+    );
+    // The maker saw the objection; the checker saw the evidence and was offered only `review`.
+    assert!(o.contexts[1].messages.iter().any(
+        |m| matches!(m, Message::User { content } if content.contains("lacks a trailing newline"))
+    ));
+    assert_eq!(seen[0].tools.len(), 1);
+    assert_eq!(seen[0].tools[0].name, "review");
+    // Review tokens are charged but take no step.
+    assert_eq!(o.result.used.tokens, 10 + 10 + 7 + 7);
+    assert_eq!(o.result.used.steps, 2);
+    match &o.ledger[0] {
+        Event::TaskStarted { checker, .. } => {
+            assert!(checker.is_some(), "the checker is in the genesis")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_well_formed(&o.ledger);
+}
+
+#[test]
+fn a_checker_that_cannot_answer_is_an_objection_never_an_approval() {
+    let clock = Rc::new(Cell::new(0));
+    let maker = FakeModel::new(vec![turn(vec![write("yes"), finish()], 10); 5], &clock);
+    let mut checker = FakeModel::new(vec![], &clock);
+    checker.reply_forever = Some(ModelReply::Malformed {
+        error: "invalid JSON".into(),
+        excerpt: String::new(),
+        usage: Usage::default(),
+    });
+    let (o, _) = run_reviewed(
+        contract(10),
+        maker,
+        Some(checker),
+        VerifyPolicy::OnFinish,
+        clock.clone(),
+        false,
+    );
+    assert!(
+        !o.result.outcome.is_verified(),
+        "fail closed: {:?}",
+        o.result.record
+    );
+    assert!(o.ledger.iter().any(|e| matches!(e, Event::Reviewed { verdict, reasons, .. } if verdict == "object" && reasons.contains("malformed"))));
+
+    // A checker can never make failing work pass: it is not even asked.
+    let maker = FakeModel::new(vec![turn(vec![write("no"), finish()], 10); 3], &clock);
+    let checker = FakeModel::new(vec![review("approve", "looks great", 1); 3], &clock);
+    let (o, seen) = run_reviewed(
+        contract(3),
+        maker,
+        Some(checker),
+        VerifyPolicy::OnFinish,
+        clock,
+        false,
+    );
+    assert!(!o.result.outcome.is_verified());
+    assert!(seen.is_empty(), "the checker reviews only accepted work");
+}
+
+#[test]
+fn the_checkers_answer_is_kept_in_reserve_from_the_maker() {
+    let clock = Rc::new(Cell::new(0));
+    let mut c = contract(100);
+    c.limits.max_tokens = 9_000;
+    // The checker asks for up to 4096 tokens; with the prompt reserve that is
+    // more than the whole budget, so the maker cannot make even one call.
+    let maker = FakeModel::new(vec![turn(vec![write("yes"), finish()], 10)], &clock);
+    let checker = FakeModel::new(vec![review("approve", "ok", 1)], &clock);
+    let (o, _) = run_reviewed(
+        c,
+        maker,
+        Some(checker),
+        VerifyPolicy::OnFinish,
+        clock,
+        false,
+    );
+    assert_eq!(o.result.outcome, Outcome::LimitReached(LimitKind::Tokens));
+    assert!(
+        o.result.record.reason.contains("reserved"),
+        "{}",
+        o.result.record.reason
+    );
 }

@@ -49,6 +49,10 @@ pub trait Tools {
     fn begin_step(&mut self) {}
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
+    /// The change so far as a unified diff (shown to the checker).
+    fn change_summary(&mut self) -> String {
+        String::new()
+    }
 }
 
 /// Runs the contract's checks on sealed, fresh snapshots.

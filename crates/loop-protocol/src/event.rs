@@ -74,6 +74,9 @@ pub enum Event {
         limits: Limits,
         /// The model driving the task.
         model: ModelInfo,
+        /// The checker reviewing accepted work, if one is configured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checker: Option<Box<ModelInfo>>,
         /// This runtime.
         runtime: RuntimeInfo,
         /// Merkle root of the task workspace at the start.
@@ -114,6 +117,17 @@ pub enum Event {
         /// Bounded excerpt of the answer.
         excerpt: String,
         /// What it cost.
+        usage: Usage,
+    },
+    /// The checker reviewed work the checks accepted.
+    Reviewed {
+        /// The verification attempt reviewed.
+        attempt: u32,
+        /// `approve` or `object`.
+        verdict: String,
+        /// Its reasons.
+        reasons: String,
+        /// What the review cost.
         usage: Usage,
     },
     /// No provider answered; the task ends in error, the attempts charged.
@@ -175,6 +189,7 @@ impl Event {
             Event::ModelTurn { .. } => "model_turn",
             Event::ModelMalformed { .. } => "model_malformed",
             Event::ModelFailed { .. } => "model_failed",
+            Event::Reviewed { .. } => "reviewed",
             Event::ModelSilent { .. } => "model_silent",
             Event::Observed { .. } => "observed",
             Event::Verified { .. } => "verified",

@@ -34,6 +34,7 @@ fn main() {
                     source_sha256: None,
                     parameters: None,
                 },
+                checker: None,
                 runtime: loop_protocol::RuntimeInfo::current(),
                 baseline_root: "r".into(),
             },
@@ -87,6 +88,7 @@ fn main() {
                     used: Default::default(),
                 },
                 provenance: Provenance {
+                    checker: None,
                     runtime: loop_protocol::RuntimeInfo::current(),
                     model: loop_protocol::ModelInfo {
                         provider: "bench".into(),

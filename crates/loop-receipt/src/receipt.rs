@@ -122,8 +122,11 @@ pub struct Budgets {
 pub struct Provenance {
     /// This runtime.
     pub runtime: RuntimeInfo,
-    /// The model.
+    /// The model (the maker).
     pub model: ModelInfo,
+    /// The checker that reviewed accepted work, if one was configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker: Option<ModelInfo>,
 }
 
 /// Where the ledger is and what it must hash to.

@@ -23,6 +23,7 @@ fn genesis() -> Event {
             source_sha256: None,
             parameters: None,
         },
+        checker: None,
         runtime: loop_protocol::RuntimeInfo::current(),
         baseline_root: "r".into(),
     }
