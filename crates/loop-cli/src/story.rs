@@ -117,6 +117,8 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
                 one_line(error, 100)
             )
         }
+        Event::Intent { .. } => String::new(),
+        Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,
             verdict,

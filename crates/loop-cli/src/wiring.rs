@@ -55,6 +55,17 @@ impl Tools for ToolsAdapter<'_> {
             .workspace_root()
             .map_err(|e| BoundaryError(e.to_string()))
     }
+    fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+        use loop_protocol::Effect;
+        match call.tool.as_str() {
+            "read_file" | "list_files" | "finish" => Effect::Pure,
+            // All-or-nothing through the edit journal; a completed one shows
+            // in the workspace root.
+            "write_file" | "edit_file" | "apply_patch" => Effect::Idempotent,
+            // A command may have effects beyond its output.
+            _ => Effect::AtMostOnce,
+        }
+    }
     fn change_summary(&mut self) -> String {
         self.diff.as_mut().map(|d| d()).unwrap_or_default()
     }

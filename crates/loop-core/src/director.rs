@@ -13,8 +13,8 @@ use crate::progress::{ProgressDetector, Verdict};
 use crate::prompt::system_prompt;
 use crate::traits::{BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier};
 use loop_protocol::{
-    Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Outcome, OutcomeRecord,
-    RuntimeInfo, TaskState, VerificationReport,
+    Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Observation, Outcome,
+    OutcomeRecord, RuntimeInfo, TaskState, Turn, VerificationReport,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -69,6 +69,9 @@ pub enum DirectorError {
     /// The contract cannot be hashed.
     #[error("contract cannot be hashed: {0}")]
     Contract(String),
+    /// The record cannot be resumed.
+    #[error("cannot resume: {0}")]
+    Resume(String),
     /// A transition the state machine refuses (a bug in the Director).
     #[error(transparent)]
     Transition(#[from] crate::machine::InvalidTransition),
@@ -166,29 +169,125 @@ impl<'a> Director<'a> {
     }
 
     /// Run the task to a terminal outcome.
-    pub fn run(mut self) -> Result<RunResult, DirectorError> {
-        let baseline_root = self.parts.tools.workspace_root();
-        let baseline = match &baseline_root {
-            Ok(r) => r.clone(),
-            Err(_) => String::new(),
-        };
-        self.root = baseline.clone();
-        self.record(Event::TaskStarted {
-            task_id: self.task_id.clone(),
-            contract_sha256: self.locked_sha256.clone(),
-            contract: self.contract.clone(),
-            limits: self.contract.limits.clone(),
-            model: self.parts.model.info(),
-            checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
-            runtime: RuntimeInfo::current(),
-            baseline_root: baseline,
+    pub fn run(self) -> Result<RunResult, DirectorError> {
+        self.run_from(&[], 0)
+    }
+
+    /// Continue a task whose ledger so far is `history` (its events, in
+    /// order) and which had used `elapsed_ms` of wall time. The context,
+    /// budgets, state, progress and verification so far are rebuilt from the
+    /// record; an interrupted step is finished (calls that may have had
+    /// effects are not run twice); then the loop goes on. With an empty
+    /// history this is [`Director::run`].
+    pub fn resume(self, history: &[Event], elapsed_ms: u64) -> Result<RunResult, DirectorError> {
+        self.run_from(history, elapsed_ms)
+    }
+
+    fn run_from(mut self, history: &[Event], elapsed_ms: u64) -> Result<RunResult, DirectorError> {
+        if history.is_empty() {
+            let baseline_root = self.parts.tools.workspace_root();
+            let baseline = match &baseline_root {
+                Ok(r) => r.clone(),
+                Err(_) => String::new(),
+            };
+            self.root = baseline.clone();
+            self.record(Event::TaskStarted {
+                task_id: self.task_id.clone(),
+                contract_sha256: self.locked_sha256.clone(),
+                contract: self.contract.clone(),
+                limits: self.contract.limits.clone(),
+                model: self.parts.model.info(),
+                checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
+                runtime: RuntimeInfo::current(),
+                baseline_root: baseline,
+            })?;
+            let stop = match baseline_root {
+                Err(e) => Stop::Outcome(Outcome::Error, format!("cannot read the workspace: {e}")),
+                Ok(_) => {
+                    self.go(TaskState::Planning, "task started: contract locked")?;
+                    let tools = self.parts.tools.specs();
+                    let system = system_prompt(&self.contract, &self.locked_sha256, &tools);
+                    let context = Context::new(system, tools, &self.contract.instruction);
+                    self.drive(context, 0, Phase::Plan)?
+                }
+            };
+            let Stop::Outcome(outcome, reason) = stop;
+            return self.finish(outcome, reason);
+        }
+        let restored = crate::resume::rebuild(
+            self.contract.limits.clone(),
+            history,
+            self.parts.clock.now_ms(),
+            elapsed_ms,
+        )
+        .map_err(DirectorError::Resume)?;
+        if restored.task_id != self.task_id || restored.contract_sha256 != self.locked_sha256 {
+            return Err(DirectorError::Resume(format!(
+                "the history is for task {} with contract {}, not task {} with contract {}",
+                restored.task_id, restored.contract_sha256, self.task_id, self.locked_sha256
+            )));
+        }
+        self.machine = restored.machine;
+        self.budget = restored.budget;
+        self.last_report = restored.last_report;
+        self.progress = restored.progress;
+        self.root = restored.root;
+        self.parts.model.resume_at(restored.turns);
+        if let Some((record, used)) = restored.finished {
+            // It ended; only the receipt was missing.
+            let outcome = match (record.kind, &self.last_report) {
+                (loop_protocol::OutcomeKind::Verified, Some(report)) => {
+                    match Acceptance::establish(&self.contract, &self.locked_sha256, report) {
+                        Ok(a) => Outcome::Verified(a),
+                        Err(_) => Outcome::Error,
+                    }
+                }
+                (kind, _) => crate::resume::unverified_outcome(kind, record.limit),
+            };
+            return Ok(RunResult {
+                outcome,
+                record,
+                used,
+                last_report: self.last_report,
+            });
+        }
+        let state = self.machine.state();
+        self.record(Event::Resumed {
+            reason: format!(
+                "the runtime stopped in state {state}; resuming at step {}",
+                restored.step
+            ),
         })?;
-        let stop = match baseline_root {
-            Err(e) => Stop::Outcome(Outcome::Error, format!("cannot read the workspace: {e}")),
-            Ok(_) => {
-                self.go(TaskState::Planning, "task started: contract locked")?;
-                self.drive()?
+        let mut context = restored.context;
+        // The tools offered are this build's (they are part of the context).
+        context.tools = self.parts.tools.specs();
+        context.system = system_prompt(&self.contract, &self.locked_sha256, &context.tools);
+        let mut phase = restored.phase;
+        if let (Some(int), Phase::Act { done, .. }) = (restored.interrupted, &mut phase)
+            && let Some(obs) = self.settle_interrupted(&int, restored.step)?
+        {
+            context.push_observation(&obs);
+            done.push((obs, None));
+        }
+        if matches!(phase, Phase::Plan) && self.machine.state() != TaskState::Planning {
+            self.go(TaskState::Planning, format!("resumed from {state}"))?;
+        }
+        if let Phase::Act { turn, .. } = &phase {
+            if self.machine.state() == TaskState::Planning {
+                self.go(
+                    TaskState::Acting,
+                    format!(
+                        "step {}: model proposed {} call(s)",
+                        restored.step,
+                        turn.calls.len()
+                    ),
+                )?;
             }
+            self.parts.tools.begin_step();
+        }
+        let stop = match phase {
+            Phase::End(outcome, reason) => Stop::Outcome(outcome, reason),
+            phase => self.drive(context, restored.step, phase)?,
         };
         let Stop::Outcome(outcome, reason) = stop;
         self.finish(outcome, reason)
@@ -196,11 +295,17 @@ impl<'a> Director<'a> {
 
     fn finish(mut self, outcome: Outcome, reason: String) -> Result<RunResult, DirectorError> {
         debug_assert!(
-            !outcome.is_verified() || self.machine.state() == TaskState::Verifying,
+            !outcome.is_verified()
+                || matches!(
+                    self.machine.state(),
+                    TaskState::Verifying | TaskState::Terminal
+                ),
             "only verification can end a task verified"
         );
         let record = outcome.record(reason.clone());
-        self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
+        if self.machine.state() != TaskState::Terminal {
+            self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
+        }
         let used = self.budget.used(self.parts.clock.now_ms());
         self.record(Event::Finished {
             outcome: record.clone(),
@@ -212,6 +317,45 @@ impl<'a> Director<'a> {
             used,
             last_report: self.last_report,
         })
+    }
+
+    /// A call was in flight when the runtime stopped. Reads run again. A
+    /// write or command runs again only if the workspace is exactly as it
+    /// was before the call (so it had no effect yet, and commands have no
+    /// network). Otherwise a write completed (the edit journal makes writes
+    /// all-or-nothing) and a command's outcome is unknown: it is never run
+    /// twice, and the model is told to inspect. `None` means: run it again.
+    fn settle_interrupted(
+        &mut self,
+        int: &crate::resume::Interrupted,
+        step: u32,
+    ) -> Result<Option<Observation>, DirectorError> {
+        let now = self.parts.tools.workspace_root().unwrap_or_default();
+        if int.effect == loop_protocol::Effect::Pure || now == int.root_before {
+            return Ok(None);
+        }
+        let call = &int.call;
+        let mut obs = match int.effect {
+            loop_protocol::Effect::Idempotent => Observation::ok(
+                &call.id,
+                &call.tool,
+                "completed before the runtime stopped (the workspace changed); its output was not recorded",
+                true,
+            ),
+            _ => Observation::error(
+                &call.id,
+                &call.tool,
+                "outcome unknown: the runtime stopped while this ran and the workspace has changed since, so it ran at least in part; it was not run again. Inspect the workspace before relying on it.",
+            ),
+        };
+        obs.changed = true;
+        self.root = now.clone();
+        self.record(Event::Observed {
+            step,
+            observation: obs.clone(),
+            workspace_root: Some(now),
+        })?;
+        Ok(Some(obs))
     }
 
     /// Ask the checker, if there is one, about accepted work. `Some(reasons)`
@@ -267,161 +411,191 @@ impl<'a> Director<'a> {
         Ok(objection)
     }
 
-    /// The loop. Returns when the task must stop; the caller records the end.
-    fn drive(&mut self) -> Result<Stop, DirectorError> {
-        let tools = self.parts.tools.specs();
-        let system = system_prompt(&self.contract, &self.locked_sha256, &tools);
-        let mut context = Context::new(system, tools, &self.contract.instruction);
-        let mut step: u32 = 0;
+    /// The loop, as phases so a resumed task can enter it anywhere.
+    /// Returns when the task must stop; the caller records the end.
+    fn drive(
+        &mut self,
+        mut context: Context,
+        mut step: u32,
+        mut phase: Phase,
+    ) -> Result<Stop, DirectorError> {
         loop {
-            // Decide: may we spend another model turn?
-            if self.parts.cancel.load(Ordering::SeqCst) {
-                return Ok(Stop::Outcome(
-                    Outcome::Cancelled,
-                    "cancelled by request".into(),
+            phase = match phase {
+                Phase::End(outcome, reason) => return Ok(Stop::Outcome(outcome, reason)),
+                Phase::Plan => self.plan(&mut context, &mut step)?,
+                Phase::Act { turn, done } => self.act(&mut context, step, *turn, done)?,
+                Phase::Verify { claim } => self.verify_phase(&mut context, step, claim)?,
+                Phase::Decide { report, claim } => {
+                    self.decide(&mut context, step, report, claim)?
+                }
+            };
+        }
+    }
+
+    /// Decide whether another model turn may be spent, and ask for it.
+    fn plan(&mut self, context: &mut Context, step: &mut u32) -> Result<Phase, DirectorError> {
+        if self.parts.cancel.load(Ordering::SeqCst) {
+            return Ok(Phase::End(
+                Outcome::Cancelled,
+                "cancelled by request".into(),
+            ));
+        }
+        if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
+            return Ok(Phase::End(Outcome::LimitReached(kind), reason));
+        }
+        // How much may this call spend? Refuse before spending if nothing fits.
+        let limits = match self.budget.call_limits(
+            self.parts.model.estimate_prompt_tokens(context),
+            self.parts.model.max_output_tokens(),
+            self.parts.model.price(),
+            self.reserve_tokens,
+        ) {
+            Ok(l) => l,
+            Err((kind, reason)) => return Ok(Phase::End(Outcome::LimitReached(kind), reason)),
+        };
+        *step += 1;
+        let step = *step;
+        let context_sha256 = context.sha256().unwrap_or_default();
+        let turn = match self.parts.model.next_turn(context, limits) {
+            Err(e) => {
+                return Ok(Phase::End(Outcome::Error, format!("model failed: {e}")));
+            }
+            Ok(ModelReply::NothingMore { reason }) => {
+                self.record(Event::ModelSilent {
+                    step,
+                    reason: reason.clone(),
+                })?;
+                return Ok(Phase::End(
+                    Outcome::Lost,
+                    format!("the model stalled: {reason}"),
                 ));
             }
-            if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
-                return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
+            Ok(ModelReply::Unavailable { error, usage }) => {
+                self.budget.charge_turn(&usage);
+                self.record(Event::ModelFailed {
+                    step,
+                    error: error.clone(),
+                    usage,
+                })?;
+                return Ok(Phase::End(
+                    Outcome::Error,
+                    format!("model unavailable: {error}"),
+                ));
             }
-            // How much may this call spend? Refuse before spending if nothing fits.
-            let limits = match self.budget.call_limits(
-                self.parts.model.estimate_prompt_tokens(&context),
-                self.parts.model.max_output_tokens(),
-                self.parts.model.price(),
-                self.reserve_tokens,
-            ) {
-                Ok(l) => l,
-                Err((kind, reason)) => {
-                    return Ok(Stop::Outcome(Outcome::LimitReached(kind), reason));
-                }
-            };
-            step += 1;
-
-            // Call the model.
-            let context_sha256 = context.sha256().unwrap_or_default();
-            let turn = match self.parts.model.next_turn(&context, limits) {
-                Err(e) => {
-                    return Ok(Stop::Outcome(Outcome::Error, format!("model failed: {e}")));
-                }
-                Ok(ModelReply::NothingMore { reason }) => {
-                    self.record(Event::ModelSilent {
-                        step,
-                        reason: reason.clone(),
-                    })?;
-                    return Ok(Stop::Outcome(
-                        Outcome::Lost,
-                        format!("the model stalled: {reason}"),
-                    ));
-                }
-                Ok(ModelReply::Unavailable { error, usage }) => {
-                    self.budget.charge_turn(&usage);
-                    self.record(Event::ModelFailed {
-                        step,
-                        error: error.clone(),
-                        usage,
-                    })?;
-                    return Ok(Stop::Outcome(
-                        Outcome::Error,
-                        format!("model unavailable: {error}"),
-                    ));
-                }
-                Ok(ModelReply::Malformed {
-                    error,
+            Ok(ModelReply::Malformed {
+                error,
+                excerpt,
+                usage,
+            }) => {
+                // It cost what it cost; it goes back as a typed observation.
+                self.budget.charge_turn(&usage);
+                self.record(Event::ModelMalformed {
+                    step,
+                    context_sha256,
+                    error: error.clone(),
                     excerpt,
                     usage,
-                }) => {
-                    // It cost what it cost; it goes back as a typed observation.
-                    self.budget.charge_turn(&usage);
-                    self.record(Event::ModelMalformed {
-                        step,
-                        context_sha256,
-                        error: error.clone(),
-                        excerpt,
-                        usage,
-                    })?;
-                    let text = format!(
-                        "[malformed answer] Your last answer could not be used: {error}. \
-                         Answer with tool calls only, in the format described."
-                    );
-                    self.record(Event::Feedback {
-                        step,
-                        text: text.clone(),
-                    })?;
-                    context.push_feedback(text);
-                    let synthetic = loop_protocol::ToolCall {
-                        id: format!("malformed-{step}"),
-                        tool: "<malformed answer>".into(),
-                        args: serde_json::Value::String(error.clone()),
-                    };
-                    let obs =
-                        loop_protocol::Observation::error(&synthetic.id, &synthetic.tool, error);
-                    match self.progress.step(&[synthetic], &[obs], &self.root) {
-                        Verdict::Stop(pattern) => {
-                            return Ok(Stop::Outcome(
-                                Outcome::Lost,
-                                format!("no progress: {pattern}"),
-                            ));
-                        }
-                        Verdict::Nudge(pattern) => {
-                            let text = format!(
-                                "Stall detected: {pattern}. Answering the same way again will end the task as lost."
-                            );
-                            self.record(Event::Feedback {
-                                step,
-                                text: text.clone(),
-                            })?;
-                            context.push_feedback(text);
-                        }
-                        Verdict::Ok => {}
-                    }
-                    self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
-                    self.go(
-                        TaskState::Planning,
-                        "malformed answer returned to the model",
-                    )?;
-                    continue;
-                }
-                Ok(ModelReply::Turn(turn)) => turn,
-            };
-            self.budget.charge_turn(&turn.usage);
-            self.record(Event::ModelTurn {
-                step,
-                context_sha256,
-                thought: turn.thought.clone(),
-                calls: turn.calls.clone(),
-                usage: turn.usage,
-            })?;
-            context.push_turn(turn.thought.clone(), turn.calls.clone());
-            self.go(
-                TaskState::Acting,
-                format!("step {step}: model proposed {} call(s)", turn.calls.len()),
-            )?;
-
-            // Act: every call through the tools' authority check.
-            self.parts.tools.begin_step();
-            let mut finish_claim = None;
-            let mut changed = false;
-            let mut observations = Vec::new();
-            if turn.calls.is_empty() {
-                let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
+                })?;
+                let text = format!(
+                    "[malformed answer] Your last answer could not be used: {error}. \
+                     Answer with tool calls only, in the format described."
+                );
                 self.record(Event::Feedback {
                     step,
                     text: text.clone(),
                 })?;
                 context.push_feedback(text);
+                match self.progress.malformed(step, &error, &self.root) {
+                    Verdict::Stop(pattern) => {
+                        return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
+                    }
+                    Verdict::Nudge(pattern) => {
+                        let text = format!(
+                            "Stall detected: {pattern}. Answering the same way again will end the task as lost."
+                        );
+                        self.record(Event::Feedback {
+                            step,
+                            text: text.clone(),
+                        })?;
+                        context.push_feedback(text);
+                    }
+                    Verdict::Ok => {}
+                }
+                self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
+                self.go(
+                    TaskState::Planning,
+                    "malformed answer returned to the model",
+                )?;
+                return Ok(Phase::Plan);
             }
-            for call in &turn.calls {
+            Ok(ModelReply::Turn(turn)) => turn,
+        };
+        self.budget.charge_turn(&turn.usage);
+        self.record(Event::ModelTurn {
+            step,
+            context_sha256,
+            thought: turn.thought.clone(),
+            calls: turn.calls.clone(),
+            usage: turn.usage,
+        })?;
+        context.push_turn(turn.thought.clone(), turn.calls.clone());
+        self.go(
+            TaskState::Acting,
+            format!("step {step}: model proposed {} call(s)", turn.calls.len()),
+        )?;
+        self.parts.tools.begin_step();
+        if turn.calls.is_empty() {
+            let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
+            self.record(Event::Feedback {
+                step,
+                text: text.clone(),
+            })?;
+            context.push_feedback(text);
+        }
+        Ok(Phase::Act {
+            turn: Box::new(turn),
+            done: Vec::new(),
+        })
+    }
+
+    /// Execute the turn's calls not yet observed (`done` holds those that were,
+    /// for a resumed step), then judge progress and decide on verification.
+    fn act(
+        &mut self,
+        context: &mut Context,
+        step: u32,
+        turn: Turn,
+        done: Vec<(Observation, Option<Control>)>,
+    ) -> Result<Phase, DirectorError> {
+        let mut finish_claim = None;
+        let mut changed = done.iter().any(|(o, _)| o.changed);
+        let mut observations: Vec<Observation> = Vec::new();
+        for (o, control) in &done {
+            observations.push(o.clone());
+            if let Some(Control::Finish { summary }) = control {
+                finish_claim = Some(summary.clone());
+            }
+        }
+        if finish_claim.is_none() {
+            for call in turn.calls.iter().skip(done.len()) {
                 if self.parts.cancel.load(Ordering::SeqCst) {
-                    return Ok(Stop::Outcome(
+                    return Ok(Phase::End(
                         Outcome::Cancelled,
                         "cancelled by request".into(),
                     ));
                 }
+                // The intent is durable before the call runs.
+                self.record(Event::Intent {
+                    step,
+                    call_id: call.id.clone(),
+                    tool: call.tool.clone(),
+                    effect: self.parts.tools.effect(call),
+                    root_before: self.root.clone(),
+                })?;
                 let outcome = match self.parts.tools.execute(call) {
                     Ok(o) => o,
                     Err(e) => {
-                        return Ok(Stop::Outcome(
+                        return Ok(Phase::End(
                             Outcome::Error,
                             format!("tool runtime failed: {e}"),
                         ));
@@ -450,123 +624,108 @@ impl<'a> Director<'a> {
                     break;
                 }
             }
+        }
 
-            // Is the loop getting anywhere? Nudge once, then stop as lost.
-            let mut verdict = self.progress.step(&turn.calls, &observations, &self.root);
-            if verdict == Verdict::Ok && finish_claim.is_some() {
-                verdict = self.progress.claim(&self.root);
+        // Is the loop getting anywhere? Nudge once, then stop as lost.
+        let mut verdict = self.progress.step(&turn.calls, &observations, &self.root);
+        if verdict == Verdict::Ok && finish_claim.is_some() {
+            verdict = self.progress.claim(&self.root);
+        }
+        match verdict {
+            Verdict::Ok => {}
+            Verdict::Stop(pattern) => {
+                return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
             }
-            match verdict {
-                Verdict::Ok => {}
-                Verdict::Stop(pattern) => {
-                    return Ok(Stop::Outcome(
-                        Outcome::Lost,
-                        format!("no progress: {pattern}"),
-                    ));
-                }
-                Verdict::Nudge(pattern) => {
-                    let text = format!(
-                        "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
-                    );
-                    self.record(Event::Feedback {
-                        step,
-                        text: text.clone(),
-                    })?;
-                    context.push_feedback(text);
-                    if finish_claim.is_some() {
-                        // A claim on the rejected workspace is not verified again.
-                        self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
-                        continue;
-                    }
+            Verdict::Nudge(pattern) => {
+                let text = format!(
+                    "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
+                );
+                self.record(Event::Feedback {
+                    step,
+                    text: text.clone(),
+                })?;
+                context.push_feedback(text);
+                if finish_claim.is_some() {
+                    // A claim on the rejected workspace is not verified again.
+                    self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
+                    return Ok(Phase::Plan);
                 }
             }
+        }
 
-            // Verify on a claim (or on change, by policy); otherwise plan again.
-            let trigger = match (&finish_claim, self.policy) {
-                (Some(summary), _) => Some(format!("model claimed finish: {summary}")),
-                (None, VerifyPolicy::OnFinishOrChange) if changed => {
-                    Some("the workspace changed; checking the contract".to_string())
-                }
-                _ => None,
-            };
-            let Some(trigger) = trigger else {
-                self.go(TaskState::Planning, "observations returned to the model")?;
-                continue;
-            };
-            self.go(TaskState::Verifying, trigger)?;
-            let attempt = self.budget.charge_verification();
-            let report =
-                match self
-                    .parts
-                    .verifier
-                    .verify(&self.contract, &self.locked_sha256, attempt)
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        return Ok(Stop::Outcome(
-                            Outcome::Error,
-                            format!("verifier failed: {e}"),
-                        ));
-                    }
-                };
-            let verdict = Acceptance::establish(&self.contract, &self.locked_sha256, &report);
-            self.record(Event::Verified {
-                report: report.clone(),
-                accepted: verdict.is_ok(),
-                rejection: verdict.as_ref().err().map(|r| r.to_string()),
-            })?;
-            self.last_report = Some(report.clone());
-            match verdict {
-                Ok(acceptance) => {
-                    if let Some(objection) = self.review(&report, attempt)? {
-                        if attempt >= self.contract.limits.max_verifications {
-                            return Ok(Stop::Outcome(
-                                Outcome::Failed,
-                                format!(
-                                    "the checker objected at verification {attempt}, the limit: {objection}"
-                                ),
-                            ));
-                        }
-                        let text = format!(
-                            "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
-                        );
-                        self.record(Event::Feedback {
-                            step: step + 1,
-                            text: text.clone(),
-                        })?;
-                        context.push_feedback(text);
-                        self.go(
-                            TaskState::Planning,
-                            "the checker objected; its reasons returned to the model",
-                        )?;
-                        continue;
-                    }
-                    let reason = format!(
-                        "all {} criteria passed on fresh snapshots (attempt {attempt})",
-                        self.contract.criteria.len()
-                    );
-                    return Ok(Stop::Outcome(Outcome::Verified(acceptance), reason));
-                }
-                Err(rejection) => {
-                    self.progress.rejected_at(&report.manifest_root);
-                    if matches!(
-                        rejection,
-                        loop_protocol::Rejection::ContractChanged { .. }
-                            | loop_protocol::Rejection::WrongContract { .. }
-                    ) {
-                        return Ok(Stop::Outcome(Outcome::Error, rejection.to_string()));
-                    }
+        // Verify on a claim (or on change, by policy); otherwise plan again.
+        let trigger = match (&finish_claim, self.policy) {
+            (Some(summary), _) => Some(format!("model claimed finish: {summary}")),
+            (None, VerifyPolicy::OnFinishOrChange) if changed => {
+                Some("the workspace changed; checking the contract".to_string())
+            }
+            _ => None,
+        };
+        let Some(trigger) = trigger else {
+            self.go(TaskState::Planning, "observations returned to the model")?;
+            return Ok(Phase::Plan);
+        };
+        self.go(TaskState::Verifying, trigger)?;
+        Ok(Phase::Verify {
+            claim: finish_claim.is_some(),
+        })
+    }
+
+    /// Run one verification pass.
+    fn verify_phase(
+        &mut self,
+        _context: &mut Context,
+        _step: u32,
+        claim: bool,
+    ) -> Result<Phase, DirectorError> {
+        let attempt = self.budget.charge_verification();
+        let report = match self
+            .parts
+            .verifier
+            .verify(&self.contract, &self.locked_sha256, attempt)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok(Phase::End(Outcome::Error, format!("verifier failed: {e}")));
+            }
+        };
+        let verdict = Acceptance::establish(&self.contract, &self.locked_sha256, &report);
+        self.record(Event::Verified {
+            report: report.clone(),
+            accepted: verdict.is_ok(),
+            rejection: verdict.as_ref().err().map(|r| r.to_string()),
+        })?;
+        Ok(Phase::Decide {
+            report: Box::new(report),
+            claim,
+        })
+    }
+
+    /// Act on a recorded verification: accept (after the checker, if any),
+    /// or return the evidence to the model.
+    fn decide(
+        &mut self,
+        context: &mut Context,
+        step: u32,
+        report: Box<VerificationReport>,
+        claim: bool,
+    ) -> Result<Phase, DirectorError> {
+        let attempt = report.attempt;
+        self.last_report = Some((*report).clone());
+        match Acceptance::establish(&self.contract, &self.locked_sha256, &report) {
+            Ok(acceptance) => {
+                if let Some(objection) = self.review(&report, attempt)? {
                     if attempt >= self.contract.limits.max_verifications {
-                        return Ok(Stop::Outcome(
+                        return Ok(Phase::End(
                             Outcome::Failed,
                             format!(
-                                "verification rejected {attempt} time(s), the limit: {rejection}"
+                                "the checker objected at verification {attempt}, the limit: {objection}"
                             ),
                         ));
                     }
-                    // Without a finish claim a failing check is not news
-                    // to report as a rejection; it still goes back as evidence.
-                    let text = rejection_feedback(&report, &rejection, finish_claim.is_some());
+                    let text = format!(
+                        "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
+                    );
                     self.record(Event::Feedback {
                         step: step + 1,
                         text: text.clone(),
@@ -574,12 +733,65 @@ impl<'a> Director<'a> {
                     context.push_feedback(text);
                     self.go(
                         TaskState::Planning,
-                        format!(
-                            "verification rejected: {rejection}; evidence returned to the model"
-                        ),
+                        "the checker objected; its reasons returned to the model",
                     )?;
+                    return Ok(Phase::Plan);
                 }
+                let reason = format!(
+                    "all {} criteria passed on fresh snapshots (attempt {attempt})",
+                    self.contract.criteria.len()
+                );
+                Ok(Phase::End(Outcome::Verified(acceptance), reason))
+            }
+            Err(rejection) => {
+                self.progress.rejected_at(&report.manifest_root);
+                if matches!(
+                    rejection,
+                    loop_protocol::Rejection::ContractChanged { .. }
+                        | loop_protocol::Rejection::WrongContract { .. }
+                ) {
+                    return Ok(Phase::End(Outcome::Error, rejection.to_string()));
+                }
+                if attempt >= self.contract.limits.max_verifications {
+                    return Ok(Phase::End(
+                        Outcome::Failed,
+                        format!("verification rejected {attempt} time(s), the limit: {rejection}"),
+                    ));
+                }
+                // Without a finish claim a failing check is not news
+                // to report as a rejection; it still goes back as evidence.
+                let text = rejection_feedback(&report, &rejection, claim);
+                self.record(Event::Feedback {
+                    step: step + 1,
+                    text: text.clone(),
+                })?;
+                context.push_feedback(text);
+                self.go(
+                    TaskState::Planning,
+                    format!("verification rejected: {rejection}; evidence returned to the model"),
+                )?;
+                Ok(Phase::Plan)
             }
         }
     }
+}
+
+/// Where the loop is (a resumed task may enter at any of these).
+pub(crate) enum Phase {
+    /// Ask the model for a turn.
+    Plan,
+    /// Execute a turn's calls; `done` were already executed and observed.
+    Act {
+        turn: Box<Turn>,
+        done: Vec<(Observation, Option<Control>)>,
+    },
+    /// Run verification.
+    Verify { claim: bool },
+    /// Act on a recorded verification.
+    Decide {
+        report: Box<VerificationReport>,
+        claim: bool,
+    },
+    /// Stop.
+    End(Outcome, String),
 }

@@ -13,6 +13,7 @@ pub mod feedback;
 pub mod machine;
 pub mod progress;
 pub mod prompt;
+pub mod resume;
 pub mod review;
 pub mod traits;
 

@@ -65,6 +65,11 @@ impl Machine {
         Self::default()
     }
 
+    /// A machine in `state` after `taken` transitions (a resumed task).
+    pub fn restore(state: TaskState, taken: u32) -> Self {
+        Machine { state, taken }
+    }
+
     /// The current state.
     pub fn state(&self) -> TaskState {
         self.state

@@ -111,6 +111,18 @@ impl ProgressDetector {
         Verdict::Ok
     }
 
+    /// Record a malformed answer at `step`: the same error again and again
+    /// is the same failing action.
+    pub fn malformed(&mut self, step: u32, error: &str, root: &str) -> Verdict {
+        let call = ToolCall {
+            id: format!("malformed-{step}"),
+            tool: "<malformed answer>".into(),
+            args: serde_json::Value::String(error.to_string()),
+        };
+        let obs = Observation::error(&call.id, &call.tool, error);
+        self.step(&[call], &[obs], root)
+    }
+
     /// Record one step (its calls and observations, and the workspace root
     /// after it) and judge.
     pub fn step(

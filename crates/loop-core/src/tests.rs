@@ -786,3 +786,285 @@ fn the_checkers_answer_is_kept_in_reserve_from_the_maker() {
         o.result.record.reason
     );
 }
+
+mod resume {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A workspace of files plus an effect counter kept outside it (the
+    /// "external" side of an at-most-once action).
+    #[derive(Default, Clone)]
+    struct World {
+        files: BTreeMap<String, String>,
+        effects: BTreeMap<String, u32>,
+    }
+
+    struct WorldTools(Rc<RefCell<World>>);
+
+    impl Tools for WorldTools {
+        fn specs(&self) -> Vec<ToolSpec> {
+            vec![]
+        }
+        fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+            let mut w = self.0.borrow_mut();
+            match call.tool.as_str() {
+                "write" => {
+                    let path = call.args["path"].as_str().unwrap_or("done").to_string();
+                    let content = call.args["content"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let changed = w.files.get(&path) != Some(&content);
+                    w.files.insert(path, content);
+                    Ok(ToolOutcome {
+                        observation: Observation::ok(&call.id, "write", "wrote", changed),
+                        control: None,
+                    })
+                }
+                "effect" => {
+                    // An action with an effect that must not happen twice; it
+                    // also leaves a trace in the workspace, as commands do.
+                    *w.effects.entry(call.id.clone()).or_default() += 1;
+                    let log = w.files.entry("effects.log".into()).or_default();
+                    log.push_str(&format!("{}\n", call.id));
+                    Ok(ToolOutcome {
+                        observation: Observation::ok(&call.id, "effect", "done", true),
+                        control: None,
+                    })
+                }
+                "finish" => Ok(ToolOutcome {
+                    observation: Observation::ok(
+                        &call.id,
+                        "finish",
+                        "verification requested",
+                        false,
+                    ),
+                    control: Some(Control::Finish {
+                        summary: "done".into(),
+                    }),
+                }),
+                other => Ok(ToolOutcome {
+                    observation: Observation::refused(
+                        &call.id,
+                        other,
+                        "unknown tool",
+                        "no such tool",
+                    ),
+                    control: None,
+                }),
+            }
+        }
+        fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+            match call.tool.as_str() {
+                "write" => loop_protocol::Effect::Idempotent,
+                "finish" => loop_protocol::Effect::Pure,
+                _ => loop_protocol::Effect::AtMostOnce,
+            }
+        }
+        fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+            Ok(hash::canonical_sha256(&self.0.borrow().files).unwrap())
+        }
+    }
+
+    struct WorldVerifier(Rc<RefCell<World>>);
+
+    impl Verifier for WorldVerifier {
+        fn verify(
+            &mut self,
+            contract: &Contract,
+            sha: &str,
+            attempt: u32,
+        ) -> Result<VerificationReport, BoundaryError> {
+            let files = Rc::new(RefCell::new(self.0.borrow().files.clone()));
+            FakeVerifier { files }.verify(contract, sha, attempt)
+        }
+    }
+
+    /// A ledger that dies (like the process) after `limit` appends.
+    struct DyingLedger {
+        events: Rc<RefCell<Vec<Event>>>,
+        limit: usize,
+    }
+
+    impl Ledger for DyingLedger {
+        fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
+            let mut e = self.events.borrow_mut();
+            if e.len() >= self.limit {
+                return Err(BoundaryError("killed".into()));
+            }
+            e.push(event.clone());
+            Ok(())
+        }
+    }
+
+    struct ScriptModel {
+        script: Vec<Turn>,
+        next: usize,
+    }
+
+    impl Model for ScriptModel {
+        fn info(&self) -> ModelInfo {
+            ModelInfo {
+                provider: "script".into(),
+                name: "s".into(),
+                source_sha256: None,
+                parameters: None,
+            }
+        }
+        fn next_turn(
+            &mut self,
+            _c: &Context,
+            _l: loop_protocol::CallLimits,
+        ) -> Result<ModelReply, BoundaryError> {
+            let t = self.script.get(self.next).cloned();
+            self.next += 1;
+            Ok(match t {
+                Some(t) => ModelReply::Turn(t),
+                None => ModelReply::NothingMore {
+                    reason: "script exhausted".into(),
+                },
+            })
+        }
+        fn resume_at(&mut self, turns: u32) {
+            self.next = turns as usize;
+        }
+    }
+
+    fn script() -> Vec<Turn> {
+        let effect = |id: &str| ToolCall {
+            id: id.into(),
+            tool: "effect".into(),
+            args: serde_json::json!({}),
+        };
+        let write = |id: &str, content: &str| ToolCall {
+            id: id.into(),
+            tool: "write".into(),
+            args: serde_json::json!({"path": "done", "content": content}),
+        };
+        let finish = |id: &str| ToolCall {
+            id: id.into(),
+            tool: "finish".into(),
+            args: serde_json::json!({"summary": "done"}),
+        };
+        vec![
+            turn(vec![effect("e1"), write("w1", "no")], 10),
+            turn(vec![write("w2", "almost"), finish("f2")], 10),
+            turn(vec![effect("e3"), write("w3", "yes"), finish("f3")], 10),
+        ]
+    }
+
+    /// Run with a ledger that dies after `limit` entries; returns the record
+    /// and whether the run completed.
+    fn run_until(
+        world: &Rc<RefCell<World>>,
+        history: Vec<Event>,
+        limit: usize,
+    ) -> (Vec<Event>, Option<RunResult>) {
+        let events = Rc::new(RefCell::new(history.clone()));
+        let mut model = ScriptModel {
+            script: script(),
+            next: 0,
+        };
+        let mut tools = WorldTools(world.clone());
+        let mut verifier = WorldVerifier(world.clone());
+        let mut ledger = DyingLedger {
+            events: events.clone(),
+            limit,
+        };
+        let clock = FakeClock(Rc::new(Cell::new(1_000)));
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let d = Director::new("t-1", contract(10), VerifyPolicy::OnFinish, parts).unwrap();
+        let r = if history.is_empty() {
+            d.run()
+        } else {
+            d.resume(&history, 0)
+        };
+        let out = events.borrow().clone();
+        (out, r.ok())
+    }
+
+    #[test]
+    fn a_task_killed_after_any_entry_resumes_to_the_same_end_without_doing_anything_twice() {
+        // The run never killed.
+        let clean = Rc::new(RefCell::new(World::default()));
+        let (clean_ledger, clean_result) = run_until(&clean, vec![], usize::MAX);
+        let clean_result = clean_result.unwrap();
+        assert!(
+            clean_result.outcome.is_verified(),
+            "{:?}",
+            clean_result.record
+        );
+        let n = clean_ledger.len();
+        assert!(n > 20, "{n}");
+
+        // Killed after each entry in turn (and again after resuming), then resumed.
+        for kill_at in 1..n {
+            for second_kill in [None, Some(kill_at + 3)] {
+                let world = Rc::new(RefCell::new(World::default()));
+                let (mut history, done) = run_until(&world, vec![], kill_at);
+
+                assert!(done.is_none());
+                if let Some(k2) = second_kill {
+                    let (h, _) = run_until(&world, history.clone(), k2);
+                    history = h;
+                }
+                let (ledger, result) = run_until(&world, history, usize::MAX);
+                let result = result.unwrap_or_else(|| panic!("kill at {kill_at}: resume failed"));
+                let w = world.borrow();
+
+                assert!(
+                    result.outcome.is_verified(),
+                    "kill at {kill_at}: {:?}",
+                    result.record
+                );
+                assert_eq!(
+                    w.files,
+                    clean.borrow().files,
+                    "kill at {kill_at}: the workspace differs"
+                );
+                for (id, count) in &w.effects {
+                    assert_eq!(
+                        *count, 1,
+                        "kill at {kill_at}: effect {id} ran {count} times"
+                    );
+                }
+                assert_eq!(w.effects.len(), 2, "kill at {kill_at}: an effect was lost");
+                // Steps are never duplicated or skipped; one task_started, one finished.
+                let steps: Vec<u32> = ledger
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::ModelTurn { step, .. } => Some(*step),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(steps, vec![1, 2, 3], "kill at {kill_at}");
+                assert_eq!(
+                    ledger
+                        .iter()
+                        .filter(|e| matches!(e, Event::TaskStarted { .. }))
+                        .count(),
+                    1
+                );
+                assert_eq!(
+                    ledger
+                        .iter()
+                        .filter(|e| matches!(e, Event::Finished { .. }))
+                        .count(),
+                    1
+                );
+                assert_eq!(result.used.steps, 3, "kill at {kill_at}: budget replayed");
+                assert_well_formed(&ledger);
+            }
+        }
+    }
+}

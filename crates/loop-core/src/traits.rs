@@ -23,6 +23,11 @@ pub trait Model {
         context: &Context,
         limits: CallLimits,
     ) -> Result<ModelReply, BoundaryError>;
+    /// A resumed task has already had `turns` answers: models that play a
+    /// fixed sequence (scripts, recordings) skip them.
+    fn resume_at(&mut self, turns: u32) {
+        let _ = turns;
+    }
     /// Its prices, so the Director can clamp calls to the dollar budget.
     fn price(&self) -> Option<Price> {
         None
@@ -49,6 +54,11 @@ pub trait Tools {
     fn begin_step(&mut self) {}
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
+    /// What running `call` again would do (for resuming an interrupted step).
+    fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+        let _ = call;
+        loop_protocol::Effect::AtMostOnce
+    }
     /// The change so far as a unified diff (shown to the checker).
     fn change_summary(&mut self) -> String {
         String::new()

@@ -155,6 +155,22 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
+/// What running a call again would do: how an interrupted call is treated
+/// when a task resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Reads only: run it again.
+    Pure,
+    /// Writes whose repetition is harmless once the edit journal has rolled
+    /// back a partial step: run again when the workspace is as it was before
+    /// the call, otherwise it completed.
+    Idempotent,
+    /// May have effects that must not happen twice: never run again once it
+    /// may have had an effect; its outcome is recorded as unknown.
+    AtMostOnce,
+}
+
 /// What a tool call asks of the Director beyond its observation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "control", rename_all = "snake_case")]

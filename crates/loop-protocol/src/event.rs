@@ -146,6 +146,25 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// A tool call is about to run (journaled first, so a resumed task knows
+    /// which calls may have had effects).
+    Intent {
+        /// Step number.
+        step: u32,
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// What running it again would do.
+        effect: crate::action::Effect,
+        /// The workspace's Merkle root before it.
+        root_before: String,
+    },
+    /// A task resumed after its runtime stopped.
+    Resumed {
+        /// Why it is resuming (the interrupted state).
+        reason: String,
+    },
     /// A tool call's result.
     Observed {
         /// Step number.
@@ -191,6 +210,8 @@ impl Event {
             Event::ModelFailed { .. } => "model_failed",
             Event::Reviewed { .. } => "reviewed",
             Event::ModelSilent { .. } => "model_silent",
+            Event::Intent { .. } => "intent",
+            Event::Resumed { .. } => "resumed",
             Event::Observed { .. } => "observed",
             Event::Verified { .. } => "verified",
             Event::Feedback { .. } => "feedback",

@@ -118,27 +118,70 @@ impl FileLedger {
         })
     }
 
+    /// Continue the chain whose entries so far are `entries` (from the
+    /// store, which is authoritative): the file is rewritten to exactly those
+    /// entries (atomically), then appended to. The links are checked first.
+    pub fn continue_from(path: &Path, entries: &[Entry]) -> Result<FileLedger, LedgerError> {
+        let mut head = GENESIS_PREV.to_string();
+        for (i, e) in entries.iter().enumerate() {
+            let hash =
+                canonical_sha256(&e.body()).map_err(|x| LedgerError::Encode(x.to_string()))?;
+            if e.seq != i as u64 || e.prev != head || e.hash != hash {
+                return Err(LedgerError::Encode(format!(
+                    "stored entry {i} does not continue the chain (seq {}, prev or hash mismatch)",
+                    e.seq
+                )));
+            }
+            head = e.hash.clone();
+        }
+        let io = |source| LedgerError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut text = Vec::new();
+        for e in entries {
+            serde_json::to_writer(&mut text, e).map_err(|x| LedgerError::Encode(x.to_string()))?;
+            text.push(b'\n');
+        }
+        let tmp = path.with_extension("jsonl.tmp");
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&text).map_err(io)?;
+            f.sync_data().map_err(io)?;
+        }
+        std::fs::rename(&tmp, path).map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        Ok(FileLedger {
+            path: path.to_path_buf(),
+            file,
+            next_seq: entries.len() as u64,
+            head,
+        })
+    }
+
+    /// The entry that would come next for `event` at `unix_ms` (not yet written).
+    pub fn next_entry(&self, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+        seal_entry(self.next_seq, &self.head, event, unix_ms)
+    }
+
     /// Append an event recorded at `unix_ms`; durable when this returns.
     pub fn append(&mut self, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
-        let (kind, payload) = event
-            .to_kind_payload()
-            .map_err(|e| LedgerError::Encode(e.to_string()))?;
-        let body = EntryBody {
-            seq: self.next_seq,
-            prev: self.head.clone(),
-            kind,
-            payload,
-            at: loop_protocol::time::rfc3339_millis(unix_ms),
-        };
-        let hash = canonical_sha256(&body).map_err(|e| LedgerError::Encode(e.to_string()))?;
-        let entry = Entry {
-            seq: body.seq,
-            prev: body.prev,
-            kind: body.kind,
-            payload: body.payload,
-            at: body.at,
-            hash,
-        };
+        let entry = self.next_entry(event, unix_ms)?;
+        self.write(entry)
+    }
+
+    /// Write an entry made by [`FileLedger::next_entry`]; durable when this returns.
+    pub fn write(&mut self, entry: Entry) -> Result<Entry, LedgerError> {
+        if entry.seq != self.next_seq || entry.prev != self.head {
+            return Err(LedgerError::Encode(format!(
+                "entry {} does not follow entry {}",
+                entry.seq,
+                self.next_seq as i64 - 1
+            )));
+        }
         let mut line =
             serde_json::to_vec(&entry).map_err(|e| LedgerError::Encode(e.to_string()))?;
         line.push(b'\n');
@@ -172,6 +215,29 @@ impl FileLedger {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Make entry `seq` after `prev` for `event` at `unix_ms`.
+pub fn seal_entry(seq: u64, prev: &str, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+    let (kind, payload) = event
+        .to_kind_payload()
+        .map_err(|e| LedgerError::Encode(e.to_string()))?;
+    let body = EntryBody {
+        seq,
+        prev: prev.to_string(),
+        kind,
+        payload,
+        at: loop_protocol::time::rfc3339_millis(unix_ms),
+    };
+    let hash = canonical_sha256(&body).map_err(|e| LedgerError::Encode(e.to_string()))?;
+    Ok(Entry {
+        seq: body.seq,
+        prev: body.prev,
+        kind: body.kind,
+        payload: body.payload,
+        at: body.at,
+        hash,
+    })
 }
 
 /// The result of checking a ledger entry by entry.

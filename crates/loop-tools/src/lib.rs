@@ -319,7 +319,7 @@ impl ToolBox {
         };
         // The schema first: its errors name the argument and what it should be.
         let specs = self.specs();
-        if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, "args") {
+        if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, &call.tool) {
             return Err(Observation::error(
                 &call.id,
                 &call.tool,

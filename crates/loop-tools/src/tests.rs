@@ -151,9 +151,26 @@ fn unknown_tools_and_bad_arguments_are_observations() {
         "{}",
         o.observation.content
     );
+    assert!(
+        o.observation
+            .content
+            .contains("write_file.args.content: missing (required by `write_file`)"),
+        "the missing argument is named: {}",
+        o.observation.content
+    );
+    let o = t.execute(&call("write_file", json!({"path": 3, "content": ""})));
+    assert!(
+        o.observation
+            .content
+            .contains("write_file.args.path: must be string, got a number"),
+        "{}",
+        o.observation.content
+    );
     let o = t.execute(&call("read_file", json!({"path": "a", "extra": 1})));
     assert!(
-        o.observation.content.contains("unknown field"),
+        o.observation
+            .content
+            .contains("read_file.args.extra: `read_file` takes no such argument (it takes: path)"),
         "{}",
         o.observation.content
     );
