@@ -34,7 +34,7 @@ pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
     std::fs::write(task_dir.join("workspace.json"), text)
 }
 
-fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
+pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
     let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
         CliError::usage(format!(
             "no task workspace recorded in {}: {e}",

@@ -9,6 +9,7 @@ mod loopfile;
 mod replay;
 mod story;
 mod task;
+mod tasks_cmd;
 mod verify_cmd;
 mod wiring;
 
@@ -115,6 +116,10 @@ enum Command {
         /// Print machine-readable events (JSON lines).
         #[arg(long)]
         json: bool,
+        /// First continue this project's interrupted tasks (whose runtime
+        /// died); with no instruction, only that.
+        #[arg(long)]
+        resume_interrupted: bool,
     },
     /// Apply a verified task's change set to the project (nothing if anything changed since).
     Apply {
@@ -131,6 +136,62 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
+    },
+    /// The project's tasks, newest first.
+    List {
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// One JSON object per task.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One task: state or outcome, budgets used, receipt.
+    Status {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A task's story, from the store.
+    Logs {
+        /// The task id.
+        id: String,
+        /// Keep printing as the task goes on, until it ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// One JSON event per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a running task (within a second; its commands are killed).
+    Cancel {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// JSON events if the task is ended here.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a task whose runtime stopped, from its last committed step.
+    Resume {
+        /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Print machine-readable events (JSON lines).
+        #[arg(long)]
+        json: bool,
     },
     /// Drop a task's workspace (worktree and branch, or copy).
     Discard {
@@ -238,6 +299,19 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Apply { id, project } => changes::apply(&project, &id),
         Command::Undo { id, project } => changes::undo(&project, &id),
         Command::Discard { id, project } => changes::discard(&project, &id),
+        Command::List { project, json } => tasks_cmd::list(&project, json),
+        Command::Status { id, project, json } => tasks_cmd::status(&project, &id, json),
+        Command::Logs {
+            id,
+            follow,
+            project,
+            json,
+        } => tasks_cmd::logs(&project, &id, follow, json),
+        Command::Cancel { id, project, json } => tasks_cmd::cancel(&project, &id, json),
+        Command::Resume { id, project, json } => {
+            let report = task::resume_task(&project, &id, json)?;
+            Ok(report_end(&report, json))
+        }
         Command::Manifest { dir } => {
             let m = loop_workspace::Manifest::of(&dir)
                 .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
@@ -282,7 +356,18 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             verify_on_change,
             isolation,
             json,
+            resume_interrupted,
         } => {
+            let mut resumed_code = 0;
+            if resume_interrupted {
+                for id in task::interrupted_tasks(&project)? {
+                    let report = task::resume_task(&project, &id, json)?;
+                    resumed_code = resumed_code.max(report_end(&report, json));
+                }
+                if instruction.is_none() && task.is_none() {
+                    return Ok(resumed_code);
+                }
+            }
             let isolation = isolation.parse().map_err(CliError::usage)?;
             let mut contract = match (&task, &instruction) {
                 (Some(file), _) => {
@@ -330,19 +415,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 isolation,
                 include_dirty,
             })?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome})
-                );
-            } else {
-                println!("receipt {}", report.receipt.display());
-            }
-            Ok(if report.outcome.kind == OutcomeKind::Verified {
-                0
-            } else {
-                1
-            })
+            Ok(report_end(&report, json).max(resumed_code))
         }
     }
 }
@@ -352,4 +425,21 @@ fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
     Contract::from_yaml(&text, &file.display().to_string())
         .map_err(|e| CliError::usage(e.to_string()))
+}
+
+/// Print how a task ended; its exit code (0 verified, 1 otherwise).
+fn report_end(report: &task::TaskReport, json: bool) -> u8 {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome})
+        );
+    } else {
+        println!("receipt {}", report.receipt.display());
+    }
+    if report.outcome.kind == OutcomeKind::Verified {
+        0
+    } else {
+        1
+    }
 }

@@ -2,8 +2,8 @@
 
 use crate::CliError;
 use crate::story::Story;
-use crate::wiring::{LedgerAdapter, ProviderAdapter, ToolsAdapter, VerifierAdapter};
-use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
+use crate::wiring::{ProviderAdapter, StoreLedger, ToolsAdapter, VerifierAdapter};
+use loop_core::{Clock, Director, Model, Observer, Parts, SystemClock, VerifyPolicy};
 use loop_models::config::{Env, ModelsConfig};
 use loop_models::http::UreqTransport;
 use loop_models::retry::ThreadSleeper;
@@ -148,64 +148,83 @@ fn load_model(
     Ok((Box::new(ProviderAdapter(provider)), checker))
 }
 
+/// What the store keeps to run a task again (`loop resume`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredRequest {
+    /// The locked contract.
+    pub contract: Contract,
+    /// `--model`, if given.
+    pub model: Option<String>,
+    /// `--record`, if given.
+    pub record: Option<PathBuf>,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+    /// `--isolation` (`required` or `preferred`).
+    pub isolation: String,
+}
+
+/// How long a claim lasts without a heartbeat (the owner is also checked
+/// for being alive, so a killed runtime's task is free at once).
+const LEASE_MS: u64 = 15_000;
+
+/// The project's store, `.loop/loop.db`.
+pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, CliError> {
+    let state = project.join(".loop");
+    std::fs::create_dir_all(&state)
+        .map_err(|e| CliError::internal(format!("cannot create .loop: {e}")))?;
+    if !state.join(".gitignore").exists() {
+        std::fs::write(state.join(".gitignore"), "*\n")
+            .map_err(|e| CliError::internal(format!(".loop/.gitignore: {e}")))?;
+    }
+    loop_store::SqliteStore::open(&state.join("loop.db"))
+        .map_err(|e| CliError::internal(e.to_string()))
+}
+
+fn store_err(e: loop_store::StoreError) -> CliError {
+    match e {
+        loop_store::StoreError::NoSuchTask(_) => CliError::usage(e.to_string()),
+        other => CliError::internal(other.to_string()),
+    }
+}
+
 /// Run one task and write its receipt.
 pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
+    use loop_store::Store;
     let clock = SystemClock;
     let project = req
         .project
         .canonicalize()
         .map_err(|e| CliError::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
-    let (mut model, mut checker) =
-        load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
-    let state = project.join(".loop");
+    // Bad model configuration is refused before anything is created.
+    let models = load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
+    let store = open_store(&project)?;
     let task_id = new_task_id(clock.now_ms());
-    let task_dir = state.join("tasks").join(&task_id);
+    let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
-    let receipts = state.join("receipts");
     let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
+    let contract_sha256 = req
+        .contract
+        .sha256()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let stored = StoredRequest {
+        contract: req.contract.clone(),
+        model: req.model.clone(),
+        record: req.record.clone(),
+        verify_on_change: req.verify_on_change,
+        isolation: match req.isolation {
+            loop_sandbox::IsolationLevel::Required => "required".into(),
+            loop_sandbox::IsolationLevel::Preferred => "preferred".into(),
+        },
+    };
+    let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
-    // The runtime's state never shows in the user's `git status`.
-    std::fs::create_dir_all(&state).map_err(|e| io("cannot create .loop", e))?;
-    if !state.join(".gitignore").exists() {
-        std::fs::write(state.join(".gitignore"), "*\n").map_err(|e| io(".loop/.gitignore", e))?;
-    }
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
         .map_err(|e| CliError::internal(format!("cannot make the task workspace: {e}")))?;
     crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-
-    let protected = Protected::new(&req.contract.protected_globs())
-        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
-    let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
-    let cancel = crate::interrupt::flag();
-    let sandbox = loop_sandbox::Settings {
-        isolation: req.isolation,
-        cancel: Some(cancel.clone()),
-    };
-    let diff_ws = workspace.clone();
-    let mut tools = ToolsAdapter {
-        tools: ToolBox::new(jail, ToolLimits::default()).with_sandbox(sandbox.clone()),
-        diff: Some(Box::new(|| match Manifest::of(&diff_ws) {
-            Ok(now) => crate::changes::compute(&project, &task_ws, &baseline, &now).patch,
-            Err(e) => format!("(the change cannot be computed: {e})"),
-        })),
-    };
-    // Protected paths are guarded twice: tools refuse to write them, and the
-    // verifier rejects a seal in which they differ from the baseline.
-    let mut verifier = VerifierAdapter(
-        SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
-            .guard_protected(baseline.clone(), protected)
-            .with_sandbox(sandbox),
-    );
-    let ledger_name = format!("{task_id}.ledger.jsonl");
-    let ledger_path = receipts.join(&ledger_name);
-    let mut ledger = LedgerAdapter {
-        ledger: FileLedger::create(&ledger_path).map_err(|e| CliError::internal(e.to_string()))?,
-        clock: &clock,
-    };
-    let mut story = Story::new(req.json);
+    write_json(&task_dir.join("baseline.json"), &baseline)?;
     if !req.json {
         match &task_ws.origin {
             Origin::Worktree {
@@ -235,11 +254,16 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     }
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
-    let baseline_report = req
-        .contract
-        .sha256()
-        .ok()
-        .and_then(|sha| verifier.0.verify(&req.contract, &sha, 0).ok());
+    let protected = Protected::new(&req.contract.protected_globs())
+        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
+    let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+        .guard_protected(baseline.clone(), protected)
+        .with_sandbox(loop_sandbox::Settings {
+            isolation: req.isolation,
+            cancel: Some(crate::interrupt::flag()),
+        })
+        .verify(&req.contract, &contract_sha256, 0)
+        .ok();
     if let (false, Some(b)) = (req.json, &baseline_report) {
         println!(
             "baseline: {} of {} criteria hold before any change",
@@ -247,34 +271,230 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             b.criteria.len()
         );
     }
+    write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
+    // Recorded last: a task in the store has everything it needs to resume.
+    store
+        .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
+        .map_err(store_err)?;
+    drive(&project, &store, &task_id, &stored, models, req.json)
+}
+
+/// Continue a task whose runtime stopped (or that was never started).
+pub fn resume_task(project: &Path, task_id: &str, json: bool) -> Result<TaskReport, CliError> {
+    use loop_store::Store;
+    let project = project
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))?;
+    let store = open_store(&project)?;
+    let record = store.task(task_id).map_err(store_err)?;
+    if record.state == "terminal" {
+        return Err(CliError::usage(format!(
+            "task {task_id} has already ended ({}); its receipt: {}",
+            record.outcome.as_deref().unwrap_or("?"),
+            record.receipt.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let stored: StoredRequest = serde_json::from_value(record.request.clone())
+        .map_err(|e| CliError::internal(format!("task {task_id}: stored request: {e}")))?;
+    let loopfile = crate::loopfile::Loopfile::load(&project)?;
+    // A recording is not continued (it would not replay from the middle).
+    let models = load_model(stored.model.as_deref(), &loopfile, None)?;
+    drive(&project, &store, task_id, &stored, models, json)
+}
+
+/// Tasks of this project that are not over and whose runtime is gone.
+pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, CliError> {
+    use loop_store::Store;
+    let store = open_store(project)?;
+    Ok(store
+        .tasks()
+        .map_err(store_err)?
+        .into_iter()
+        .filter(|t| t.state != "terminal" && t.owner.as_ref().is_none_or(|o| o.is_dead()))
+        .map(|t| t.id)
+        .collect())
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), CliError> {
+    let text = serde_json::to_vec(value).map_err(|e| CliError::internal(e.to_string()))?;
+    loop_workspace::write_atomic(path, &text)
+        .map_err(|e| CliError::internal(format!("{}: {e}", path.display())))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
+    let text =
+        std::fs::read(path).map_err(|e| CliError::internal(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&text)
+        .map_err(|e| CliError::internal(format!("{}: {e}", path.display())))
+}
+
+fn random_token() -> String {
+    let mut rnd = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut rnd);
+    }
+    loop_protocol::hash::hex(&rnd)
+}
+
+/// Claim the task, rebuild it from the store, run it to its end, and write
+/// the receipt.
+fn drive(
+    project: &Path,
+    store: &loop_store::SqliteStore,
+    task_id: &str,
+    stored: &StoredRequest,
+    models: Models,
+    json: bool,
+) -> Result<TaskReport, CliError> {
+    use loop_store::{Claim, Owner, Store};
+    let clock = SystemClock;
+    let (mut model, mut checker) = models;
+    let state = project.join(".loop");
+    let task_dir = state.join("tasks").join(task_id);
+    let workspace = task_dir.join("workspace");
+    let receipts = state.join("receipts");
+    let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
+    let contract = &stored.contract;
+    let isolation: loop_sandbox::IsolationLevel =
+        stored.isolation.parse().map_err(CliError::internal)?;
+
+    let owner = Owner::this_process(random_token(), clock.now_ms());
+    match store
+        .claim(task_id, &owner, LEASE_MS, clock.now_ms())
+        .map_err(store_err)?
+    {
+        Claim::Claimed => {}
+        Claim::Held(o) => {
+            return Err(CliError::usage(format!(
+                "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
+                o.pid
+            )));
+        }
+        Claim::Terminal => {
+            return Err(CliError::usage(format!("task {task_id} has already ended")));
+        }
+    }
+    let task_ws = crate::changes::load_origin(&task_dir)?;
+    let baseline: Manifest = read_json(&task_dir.join("baseline.json"))?;
+    let baseline_report: Option<loop_protocol::VerificationReport> =
+        read_json(&task_dir.join("baseline-report.json"))?;
+
+    let protected = Protected::new(&contract.protected_globs())
+        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
+    let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
+    let cancel = crate::interrupt::flag();
+    let sandbox = loop_sandbox::Settings {
+        isolation,
+        cancel: Some(cancel.clone()),
+    };
+    // The edit journal lives with the task: a step a crash interrupted is
+    // rolled back before anything else happens.
+    let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
+        .with_sandbox(sandbox.clone())
+        .with_journal(&task_dir.join("journal"))
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let diff_ws = workspace.clone();
+    let mut tools = ToolsAdapter {
+        tools: toolbox,
+        diff: Some(Box::new(|| match Manifest::of(&diff_ws) {
+            Ok(now) => crate::changes::compute(project, &task_ws, &baseline, &now).patch,
+            Err(e) => format!("(the change cannot be computed: {e})"),
+        })),
+    };
+    // Protected paths are guarded twice: tools refuse to write them, and the
+    // verifier rejects a seal in which they differ from the baseline.
+    let mut verifier = VerifierAdapter(
+        SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+            .guard_protected(baseline.clone(), protected)
+            .with_sandbox(sandbox),
+    );
+
+    // The record so far: the store's entries are the truth; the file copy
+    // is rewritten to match them.
+    let entries = store.entries(task_id, 0).map_err(store_err)?;
+    let mut history = Vec::with_capacity(entries.len());
+    let mut chain = Vec::with_capacity(entries.len());
+    for e in &entries {
+        history.push(
+            loop_protocol::Event::from_kind_payload(&e.kind, &e.payload).map_err(|x| {
+                CliError::internal(format!(
+                    "task {task_id}: entry {} cannot be read: {x}",
+                    e.seq
+                ))
+            })?,
+        );
+        chain.push(loop_receipt::Entry {
+            seq: e.seq,
+            prev: e.prev.clone(),
+            kind: e.kind.clone(),
+            payload: e.payload.clone(),
+            at: e.at.clone(),
+            hash: e.hash.clone(),
+        });
+    }
+    let elapsed_ms = match (entries.first(), entries.last()) {
+        (Some(a), Some(b)) => loop_protocol::time::parse_rfc3339_millis(&b.at)
+            .zip(loop_protocol::time::parse_rfc3339_millis(&a.at))
+            .map_or(0, |(b, a)| b.saturating_sub(a)),
+        _ => 0,
+    };
+    let ledger_name = format!("{task_id}.ledger.jsonl");
+    let ledger_path = receipts.join(&ledger_name);
+    std::fs::create_dir_all(&receipts).map_err(|e| io("receipts", e))?;
+    let mut ledger = StoreLedger {
+        store,
+        task_id: task_id.to_string(),
+        file: FileLedger::continue_from(&ledger_path, &chain)
+            .map_err(|e| CliError::internal(e.to_string()))?,
+        clock: &clock,
+    };
+    let mut story = Story::new(json);
+    if !history.is_empty() {
+        for e in &history {
+            story.on_event(e);
+        }
+    }
     let model_info = model.info();
     let checker_info = checker.as_ref().map(|c| c.info());
-    let parts = Parts {
-        model: model.as_mut(),
-        tools: &mut tools,
-        verifier: &mut verifier,
-        ledger: &mut ledger,
-        clock: &clock,
-        observer: &mut story,
-        cancel: &cancel,
-    };
-    let policy = if req.verify_on_change {
+    let policy = if stored.verify_on_change {
         VerifyPolicy::OnFinishOrChange
     } else {
         VerifyPolicy::OnFinish
     };
-    let contract_sha256 = req
-        .contract
+    let contract_sha256 = contract
         .sha256()
         .map_err(|e| CliError::usage(e.to_string()))?;
-    let mut director = Director::new(&task_id, req.contract.clone(), policy, parts)
-        .map_err(|e| CliError::internal(e.to_string()))?;
-    if let Some(c) = checker.as_deref_mut() {
-        director = director.with_reviewer(c);
-    }
-    let result = director
-        .run()
-        .map_err(|e| CliError::internal(e.to_string()))?;
+
+    // Heartbeat, and cancel requests from other processes (`loop cancel`):
+    // both reach this run through the cancel flag within a fraction of a second.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let db_path = state.join("loop.db");
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| watch(&db_path, task_id, &owner.token, &cancel, &done));
+        let parts = Parts {
+            model: model.as_mut(),
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &clock,
+            observer: &mut story,
+            cancel: &cancel,
+        };
+        let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
+            let d = match checker.as_deref_mut() {
+                Some(c) => d.with_reviewer(c),
+                None => d,
+            };
+            if history.is_empty() {
+                d.run()
+            } else {
+                d.resume(&history, elapsed_ms)
+            }
+        });
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        run
+    })
+    .map_err(|e| CliError::internal(e.to_string()))?;
 
     // Artifacts ship beside the receipt: from the accepted seal when
     // verified, otherwise from the workspace as the task left it.
@@ -285,7 +505,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     };
     let mut subjects = Vec::new();
     let mut shipped = Vec::new();
-    for a in &req.contract.artifacts {
+    for a in &contract.artifacts {
         let from = source.join(a.as_str());
         let Ok(bytes) = std::fs::read(&from) else {
             continue;
@@ -303,17 +523,18 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
 
     let final_manifest =
         Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-    let changes = crate::changes::compute(&project, &task_ws, &baseline, &final_manifest);
+    let changes = crate::changes::compute(project, &task_ws, &baseline, &final_manifest);
     let patch_name = format!("{task_id}.changes.patch");
     std::fs::write(receipts.join(&patch_name), &changes.patch).map_err(|e| io("change set", e))?;
     subjects.push(subject(&patch_name, changes.patch.as_bytes()));
+    let change_set = crate::changes::record(&changes, &patch_name);
     let statement = Statement {
         statement_type: STATEMENT_TYPE.into(),
         subject: subjects,
         predicate_type: PREDICATE_TYPE.into(),
         predicate: Predicate {
-            task_id: task_id.clone(),
-            contract: req.contract.clone(),
+            task_id: task_id.to_string(),
+            contract: contract.clone(),
             contract_sha256,
             outcome: result.record.clone(),
             isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
@@ -322,9 +543,9 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             artifacts: shipped,
             baseline_root: baseline.root.clone(),
             final_root: final_manifest.root.clone(),
-            change_set: crate::changes::record(&changes, &patch_name),
+            change_set: change_set.clone(),
             budgets: Budgets {
-                granted: req.contract.limits.clone(),
+                granted: contract.limits.clone(),
                 used: result.used,
             },
             provenance: Provenance {
@@ -334,8 +555,8 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             },
             ledger: LedgerRef {
                 name: ledger_name,
-                head: ledger.ledger.head().to_string(),
-                length: ledger.ledger.len(),
+                head: ledger.file.head().to_string(),
+                length: ledger.file.len(),
             },
             created_at: loop_protocol::time::rfc3339_millis(clock.now_ms()),
         },
@@ -345,12 +566,51 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
     write_envelope(&receipt, &statement, Some(&key))
         .map_err(|e| CliError::internal(e.to_string()))?;
+    // The task ends in the store only once its receipt is written.
+    store
+        .finish(
+            task_id,
+            &result.record.to_string(),
+            &result.record.reason,
+            &receipt.display().to_string(),
+            &serde_json::to_value(&change_set).unwrap_or_default(),
+            clock.now_ms(),
+        )
+        .map_err(store_err)?;
     // Seals and check views are scratch; the receipt holds their evidence.
     let _ = remove_tree(&task_dir.join("scratch"));
     Ok(TaskReport {
-        task_id,
+        task_id: task_id.to_string(),
         outcome: result.record,
         receipt,
         workspace,
     })
+}
+
+/// Every 200 ms: renew the claim, and turn a cancel request (or a lost
+/// claim) into the cancel flag.
+fn watch(
+    db: &Path,
+    task_id: &str,
+    token: &str,
+    cancel: &std::sync::atomic::AtomicBool,
+    done: &std::sync::atomic::AtomicBool,
+) {
+    use loop_store::Store;
+    use std::sync::atomic::Ordering;
+    let Ok(store) = loop_store::SqliteStore::open(db) else {
+        return;
+    };
+    while !done.load(Ordering::SeqCst) {
+        let now = SystemClock.now_ms();
+        let still_ours = store.heartbeat(task_id, token, now).unwrap_or(true);
+        let asked = store
+            .task(task_id)
+            .map(|t| t.cancel_requested)
+            .unwrap_or(false);
+        if asked || !still_ours {
+            cancel.store(true, Ordering::SeqCst);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }

@@ -33,6 +33,9 @@ impl Model for ProviderAdapter {
     fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
         self.0.estimate_prompt_tokens(context)
     }
+    fn resume_at(&mut self, turns: u32) {
+        self.0.resume_at(turns);
+    }
 }
 
 /// The tool box.
@@ -87,18 +90,50 @@ impl Verifier for VerifierAdapter {
     }
 }
 
-/// The file ledger, timestamped by a clock.
-pub struct LedgerAdapter<'c> {
-    /// The ledger.
-    pub ledger: FileLedger,
+/// The ledger: each entry committed to the store (the record of truth,
+/// with the task's new state in the same transaction), then to the JSON
+/// Lines file that ships with the receipt.
+pub struct StoreLedger<'c> {
+    /// The store.
+    pub store: &'c loop_store::SqliteStore,
+    /// The task.
+    pub task_id: String,
+    /// The file copy.
+    pub file: FileLedger,
     /// Time source for `at`.
     pub clock: &'c dyn Clock,
 }
 
-impl Ledger for LedgerAdapter<'_> {
+impl Ledger for StoreLedger<'_> {
     fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
-        self.ledger
-            .append(event, self.clock.now_ms())
+        use loop_store::Store;
+        let now = self.clock.now_ms();
+        let entry = self
+            .file
+            .next_entry(event, now)
+            .map_err(|e| BoundaryError(e.to_string()))?;
+        // A task is `terminal` in the store only once its receipt exists
+        // (`Store::finish`); until then its end is `ending`, and resumable.
+        let state = match event {
+            Event::Transition { to, .. } if *to == loop_protocol::TaskState::Terminal => {
+                Some("ending".to_string())
+            }
+            Event::Transition { to, .. } => Some(to.to_string()),
+            _ => None,
+        };
+        let stored = loop_store::StoredEntry {
+            seq: entry.seq,
+            prev: entry.prev.clone(),
+            kind: entry.kind.clone(),
+            payload: entry.payload.clone(),
+            at: entry.at.clone(),
+            hash: entry.hash.clone(),
+        };
+        self.store
+            .append(&self.task_id, &stored, state.as_deref(), now)
+            .map_err(|e| BoundaryError(e.to_string()))?;
+        self.file
+            .write(entry)
             .map(|_| ())
             .map_err(|e| BoundaryError(e.to_string()))
     }

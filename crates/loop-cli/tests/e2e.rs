@@ -703,24 +703,41 @@ fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
 fn cancelling_kills_a_long_running_command_at_once() {
     let p = project("cancel-long");
     let script = "turns:\n  - calls: [{tool: run_command, args: {command: 'sleep 60', timeout_secs: 100}}]\n";
-    let child = loop_run(&p, script, &[])
+    let mut child = loop_run(&p, script, &[])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Wait until the command is about to run (its intent is recorded).
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut stdout = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "ended early: {stdout}"
+        );
+        stdout.push_str(&line);
+        if line.contains("\"kind\":\"intent\"") {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let t = std::time::Instant::now();
     Command::new("kill")
         .arg("-INT")
         .arg(child.id().to_string())
         .status()
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+    stdout.push_str(&rest);
+    child.wait().unwrap();
     assert!(
         t.elapsed() < std::time::Duration::from_secs(5),
         "{:?}",
         t.elapsed()
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let observed = stdout
         .lines()
         .find(|l| l.contains("\"kind\":\"observed\""))

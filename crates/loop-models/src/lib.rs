@@ -53,6 +53,11 @@ pub trait Provider: Send {
     fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
         context.estimate_tokens()
     }
+    /// A resumed task has had `turns` answers already: fixed sequences
+    /// (scripts, recordings) skip them.
+    fn resume_at(&mut self, turns: u32) {
+        let _ = turns;
+    }
     /// The HTTP exchanges since the last call (for the recorder).
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         Vec::new()
@@ -85,6 +90,9 @@ impl Provider for ScriptedModel {
     }
     fn next_turn(&mut self, context: &Context, _limits: CallLimits) -> ModelReply {
         ScriptedModel::next_turn(self, context)
+    }
+    fn resume_at(&mut self, turns: u32) {
+        ScriptedModel::skip_to(self, turns as usize);
     }
 }
 

@@ -230,6 +230,9 @@ impl Provider for Recorder {
     fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
         self.inner.estimate_prompt_tokens(context)
     }
+    fn resume_at(&mut self, turns: u32) {
+        self.inner.resume_at(turns);
+    }
 }
 
 /// Plays a recording back.
@@ -316,6 +319,9 @@ impl ReplayModel {
 impl Provider for ReplayModel {
     fn info(&self) -> ModelInfo {
         self.info.clone()
+    }
+    fn resume_at(&mut self, turns: u32) {
+        self.next = turns as usize;
     }
     fn next_turn(&mut self, context: &Context, _limits: CallLimits) -> ModelReply {
         let n = self.next + 1;

@@ -66,19 +66,13 @@ fn parse_http_date(v: &str) -> Option<u64> {
     let [h, m, s] = hms.as_slice() else {
         return None;
     };
-    // Days from the civil date (Howard Hinnant's algorithm, public domain maths).
-    let (y, mth) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * mth + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe;
-    let days_since_epoch = days.checked_sub(719_468)?;
-    Some(days_since_epoch * 86_400 + h * 3600 + m * 60 + s)
+    let days = u64::try_from(loop_protocol::time::days_from_civil(
+        year as i64,
+        month as u32,
+        day as u32,
+    ))
+    .ok()?;
+    Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
 /// A small deterministic generator for jitter (seeded per client).

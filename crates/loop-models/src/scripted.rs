@@ -93,6 +93,11 @@ impl ScriptedModel {
         }
     }
 
+    /// Continue after `turns` turns already played (a resumed task).
+    pub fn skip_to(&mut self, turns: usize) {
+        self.next = turns;
+    }
+
     /// The next turn. Usage not given in the script is estimated from the
     /// context's size (4 bytes per token) and marked as estimated.
     pub fn next_turn(&mut self, context: &Context) -> ModelReply {

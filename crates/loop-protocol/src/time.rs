@@ -15,6 +15,38 @@ pub fn rfc3339_millis(unix_ms: u64) -> String {
     )
 }
 
+/// Parse `YYYY-MM-DDTHH:MM:SS[.mmm]Z` (as [`rfc3339_millis`] writes it)
+/// back to milliseconds since the Unix epoch.
+pub fn parse_rfc3339_millis(s: &str) -> Option<u64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, ms) = match time.split_once('.') {
+        Some((hms, frac)) => (hms, frac.get(..3)?.parse::<u64>().ok()?),
+        None => (time, 0),
+    };
+    let mut t = hms.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, mi, sec) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let days = u64::try_from(days_from_civil(y, m as u32, day as u32)).ok()?;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1000) + ms)
+}
+
+/// (year, month, day) to days since 1970-01-01, proleptic Gregorian (the
+/// inverse of `civil_from_days`, Howard Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 } as i64;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
 /// (Howard Hinnant's well-known algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -33,6 +65,15 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_what_it_formats() {
+        for ms in [0, 951_782_400_123, 1_795_959_352_999, 4_102_444_800_000] {
+            assert_eq!(parse_rfc3339_millis(&rfc3339_millis(ms)), Some(ms));
+        }
+        assert_eq!(parse_rfc3339_millis("2026-13-01T00:00:00.000Z"), None);
+        assert_eq!(parse_rfc3339_millis("yesterday"), None);
+    }
 
     #[test]
     fn formats_known_instants() {

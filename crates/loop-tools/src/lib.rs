@@ -138,7 +138,11 @@ impl ToolBox {
             .journal
             .recover()
             .map_err(|e| ToolsError(format!("cannot recover the edit journal: {e}")))?;
-        Ok((self, restored))
+        // A single-file write cut short leaves only its temporary file: gone
+        // too, so the workspace is exactly as before the write or after it.
+        let swept = loop_workspace::fsutil::remove_stray_temporaries(self.jail.root())
+            .map_err(|e| ToolsError(format!("cannot clean interrupted writes: {e}")))?;
+        Ok((self, restored + swept))
     }
 
     /// How commands are isolated and cancelled.

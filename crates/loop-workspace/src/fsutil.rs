@@ -35,6 +35,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Remove the temporary files [`write_atomic`] leaves when a process dies
+/// between writing and renaming (`.NAME.loop-tmp-PID`), under `root`
+/// (`.git` skipped). Returns how many went.
+pub fn remove_stray_temporaries(root: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                if name != ".git" {
+                    dirs.push(entry.path());
+                }
+            } else if kind.is_file() && name.starts_with('.') && name.contains(".loop-tmp-") {
+                std::fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// What a copy did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyStats {

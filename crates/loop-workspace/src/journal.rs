@@ -66,6 +66,9 @@ impl Journal {
         let entries: Vec<Entry> = serde_json::from_slice(&plan)
             .map_err(|e| std::io::Error::other(format!("journal plan unreadable: {e}")))?;
         for e in &entries {
+            // A write the crash cut short leaves its temporary file beside
+            // the target: it goes too, so the workspace is exactly as before.
+            remove_temporaries(&e.full)?;
             match &e.backup {
                 Some(name) => {
                     let bytes = std::fs::read(pending.join(name))?;
@@ -145,6 +148,26 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// Remove `write_atomic`'s leftover temporary files for `target`.
+fn remove_temporaries(target: &Path) -> std::io::Result<()> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{}.loop-tmp-", name.to_string_lossy());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// What an entry is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EntryKind {
     /// A regular file (digest over its bytes).
     File,
@@ -18,7 +18,7 @@ pub enum EntryKind {
 }
 
 /// One manifest entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     /// `/`-separated path relative to the root.
     pub path: String,
@@ -33,7 +33,7 @@ pub struct Entry {
 }
 
 /// Every file under a root, sorted by path, and their Merkle root.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Manifest {
     /// Entries, sorted by path.
     pub entries: Vec<Entry>,

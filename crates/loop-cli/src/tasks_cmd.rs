@@ -1,0 +1,220 @@
+//! `loop list`, `loop status`, `loop logs`, `loop cancel`: the store, read
+//! (and, for cancel, asked) from any process while tasks run.
+
+use crate::CliError;
+use crate::story::Story;
+use crate::task::open_store;
+use loop_core::Observer;
+use loop_protocol::Event;
+use loop_store::{Store, TaskRecord};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
+    project
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))
+}
+
+fn live(t: &TaskRecord) -> &'static str {
+    match &t.owner {
+        _ if t.state == "terminal" => "",
+        Some(o) if !o.is_dead() => "running",
+        _ => "interrupted",
+    }
+}
+
+fn summary_json(t: &TaskRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": t.id,
+        "state": t.state,
+        "outcome": t.outcome,
+        "reason": t.reason,
+        "running": live(t) == "running",
+        "interrupted": live(t) == "interrupted",
+        "owner_pid": t.owner.as_ref().map(|o| o.pid),
+        "cancel_requested": t.cancel_requested,
+        "instruction": t.request["contract"]["instruction"],
+        "model": t.request["model"],
+        "contract_sha256": t.contract_sha256,
+        "entries": t.entries,
+        "created": loop_protocol::time::rfc3339_millis(t.created_ms),
+        "updated": loop_protocol::time::rfc3339_millis(t.updated_ms),
+        "receipt": t.receipt,
+    })
+}
+
+/// `loop list`.
+pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
+    let store = open_store(&project_of(project)?)?;
+    let tasks = store
+        .tasks()
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    if json {
+        for t in &tasks {
+            println!("{}", summary_json(t));
+        }
+        return Ok(0);
+    }
+    if tasks.is_empty() {
+        println!("no tasks in this project");
+    }
+    for t in &tasks {
+        let state = match (&t.outcome, live(t)) {
+            (Some(o), _) => o.clone(),
+            (None, l) => format!("{} ({l})", t.state),
+        };
+        let instruction: String = t.request["contract"]["instruction"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect();
+        println!(
+            "{}  {:<28} {}  {}",
+            t.id,
+            state,
+            loop_protocol::time::rfc3339_millis(t.created_ms),
+            instruction
+        );
+    }
+    Ok(0)
+}
+
+/// `loop status ID`.
+pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
+    let store = open_store(&project_of(project)?)?;
+    let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+    // Budgets as recorded: the last `finished` event, or a running tally.
+    let entries = store
+        .entries(id, 0)
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let (mut steps, mut tokens, mut verifications) = (0u64, 0u64, 0u64);
+    for e in &entries {
+        match e.kind.as_str() {
+            "model_turn" | "model_malformed" | "model_failed" => {
+                steps += 1;
+                let u = &e.payload["usage"];
+                tokens += u["input_tokens"].as_u64().unwrap_or(0)
+                    + u["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "verified" => verifications += 1,
+            _ => {}
+        }
+    }
+    let mut v = summary_json(&t);
+    v["used"] =
+        serde_json::json!({"steps": steps, "tokens": tokens, "verifications": verifications});
+    v["approvals"] =
+        serde_json::to_value(store.approvals(id).unwrap_or_default()).unwrap_or_default();
+    if json {
+        println!("{v}");
+        return Ok(0);
+    }
+    println!("task {}", t.id);
+    println!(
+        "  instruction  {}",
+        v["instruction"].as_str().unwrap_or_default()
+    );
+    match &t.outcome {
+        Some(o) => println!(
+            "  outcome      {o}: {}",
+            t.reason.as_deref().unwrap_or_default()
+        ),
+        None => println!("  state        {} ({})", t.state, live(&t)),
+    }
+    if let Some(o) = t.owner.as_ref().filter(|_| live(&t) == "running") {
+        println!("  running in   pid {}", o.pid);
+    }
+    if t.cancel_requested && t.outcome.is_none() {
+        println!("  cancel       requested");
+    }
+    println!("  used         {steps} steps, {tokens} tokens, {verifications} verification(s)");
+    println!("  ledger       {} entries", t.entries);
+    if let Some(r) = &t.receipt {
+        println!("  receipt      {r}");
+    } else if live(&t) == "interrupted" {
+        println!("  resume with  loop resume {}", t.id);
+    }
+    Ok(0)
+}
+
+/// `loop logs ID [--follow]`: the story, from the store.
+pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, CliError> {
+    let store = open_store(&project_of(project)?)?;
+    store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+    let mut story = Story::new(json);
+    let mut next = 0u64;
+    loop {
+        let entries = store
+            .entries(id, next)
+            .map_err(|e| CliError::internal(e.to_string()))?;
+        for e in &entries {
+            let event = Event::from_kind_payload(&e.kind, &e.payload)
+                .map_err(|x| CliError::internal(format!("entry {}: {x}", e.seq)))?;
+            story.on_event(&event);
+            next = e.seq + 1;
+        }
+        if !follow {
+            return Ok(0);
+        }
+        let t = store
+            .task(id)
+            .map_err(|e| CliError::internal(e.to_string()))?;
+        if t.state == "terminal" && entries.is_empty() {
+            return Ok(0);
+        }
+        if entries.is_empty() {
+            if live(&t) == "interrupted" && t.state != "terminal" {
+                eprintln!("(task {id} is interrupted; loop resume {id} continues it)");
+                return Ok(1);
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+}
+
+/// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
+/// until it has; an interrupted task is ended `cancelled` here.
+pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
+    let project = project_of(project)?;
+    let store = open_store(&project)?;
+    let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+    let asked = store
+        .request_cancel(id, now)
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    if !asked {
+        let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+        println!(
+            "task {id} has already ended: {}",
+            t.outcome.as_deref().unwrap_or("?")
+        );
+        return Ok(1);
+    }
+    let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+    if live(&t) != "running" {
+        // Nobody runs it: end it here, with its receipt, as cancelled.
+        crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        let report = crate::task::resume_task(&project, id, json)?;
+        println!("task {id}: {}", report.outcome);
+        return Ok(0);
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let t = store
+            .task(id)
+            .map_err(|e| CliError::internal(e.to_string()))?;
+        if t.state == "terminal" {
+            println!(
+                "task {id}: {} ({:.1} s)",
+                t.outcome.as_deref().unwrap_or("?"),
+                start.elapsed().as_secs_f64()
+            );
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(CliError::internal(format!(
+        "task {id} was asked to stop but has not ended within 10 s"
+    )))
+}
