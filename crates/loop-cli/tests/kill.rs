@@ -362,3 +362,64 @@ fn cancel_reaches_a_running_task_and_kills_its_commands() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+/// Two runs, a `logs --follow`, `status` and `list` on one project at once:
+/// nobody sees "database is locked", and the follower sees the whole story.
+#[test]
+fn several_processes_share_one_project_store() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-shared");
+    let project = setup(&dir);
+    let spawn_run = || {
+        let mut c = run_cmd(&dir, &project);
+        c.stdout(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let a = spawn_run();
+    let b = spawn_run();
+    // Follow the first task that appears.
+    let start = Instant::now();
+    let id = loop {
+        assert!(start.elapsed() < Duration::from_secs(30));
+        if let Some(t) = tasks(&project).last() {
+            break t["id"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let follower = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["logs", &id, "--follow", "--json", "--project"])
+        .arg(&project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut readers = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        for args in [vec!["list"], vec!["status", id.as_str()]] {
+            let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+                .args(&args)
+                .arg("--project")
+                .arg(&project)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && !err.contains("locked"), "{args:?}: {err}");
+            readers += 1;
+        }
+    }
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success(), "{}", String::from_utf8_lossy(&followed.stderr));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&followed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["kind"], "task_started");
+    assert_eq!(events.last().unwrap()["kind"], "finished", "the follower saw the end");
+    let all = tasks(&project);
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().all(|t| t["outcome"] == "verified"), "{all:?}");
+    assert!(readers > 4);
+}
