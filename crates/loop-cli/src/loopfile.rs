@@ -4,7 +4,8 @@
 
 use crate::CliError;
 use loop_models::config::ModelsSection;
-use loop_protocol::yaml::{self, Value};
+use loop_protocol::yaml::{self, Node, Value};
+use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
 use std::path::{Path, PathBuf};
 
 /// A loaded Loopfile.
@@ -14,6 +15,8 @@ pub struct Loopfile {
     pub path: Option<PathBuf>,
     /// `models:`.
     pub models: Option<ModelsSection>,
+    /// `exec:` (run_command's prefix rules).
+    pub exec: Option<loop_tools::exec_policy::ExecPolicy>,
 }
 
 impl Loopfile {
@@ -57,9 +60,10 @@ impl Loopfile {
                             .map_err(|e| CliError::usage(e.to_string()))?,
                     )
                 }
+                "exec" => out.exec = Some(parse_exec(v, origin)?),
                 other => {
                     return Err(CliError::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models)",
+                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec)",
                         k.pos
                     )));
                 }
@@ -67,4 +71,141 @@ impl Loopfile {
         }
         Ok(out)
     }
+}
+
+/// `exec:`: default decision, approval timeout, and prefix rules whose
+/// examples are checked here, at load.
+fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, CliError> {
+    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
+        CliError::usage(format!("{origin}:{pos}: {msg}"))
+    };
+    let decision = |n: &Node| -> Result<Decision, CliError> {
+        match &n.value {
+            Value::Str(s) if s == "allow" => Ok(Decision::Allow),
+            Value::Str(s) if s == "prompt" => Ok(Decision::Prompt),
+            Value::Str(s) if s == "forbidden" => Ok(Decision::Forbidden),
+            _ => Err(err(
+                n.pos,
+                "a decision is `allow`, `prompt` or `forbidden`".into(),
+            )),
+        }
+    };
+    let strings = |n: &Node, what: &str| -> Result<Vec<String>, CliError> {
+        match &n.value {
+            Value::Str(s) => Ok(vec![s.clone()]),
+            Value::Seq(items) => items
+                .iter()
+                .map(|i| match &i.value {
+                    Value::Str(s) => Ok(s.clone()),
+                    other => Err(err(
+                        i.pos,
+                        format!("`{what}` holds strings, not {}", other.type_name()),
+                    )),
+                })
+                .collect(),
+            other => Err(err(
+                n.pos,
+                format!("`{what}` is a list of strings, not {}", other.type_name()),
+            )),
+        }
+    };
+    let Value::Map(entries) = &node.value else {
+        return Err(err(
+            node.pos,
+            "`exec` is a mapping (default, approval_timeout_secs, rules)".into(),
+        ));
+    };
+    let mut policy = ExecPolicy::default();
+    let mut rule_pos = Vec::new();
+    for (k, v) in entries {
+        match k.name.as_str() {
+            "default" => policy.default = decision(v)?,
+            "approval_timeout_secs" => match v.value {
+                Value::Int(n) if n > 0 => policy.approval_timeout_secs = n as u64,
+                _ => {
+                    return Err(err(
+                        v.pos,
+                        "`approval_timeout_secs` is a positive integer".into(),
+                    ));
+                }
+            },
+            "rules" => {
+                let Value::Seq(items) = &v.value else {
+                    return Err(err(v.pos, "`rules` is a list".into()));
+                };
+                for item in items {
+                    let Value::Map(fields) = &item.value else {
+                        return Err(err(
+                            item.pos,
+                            "a rule is a mapping (prefix, decision, examples, not_examples)".into(),
+                        ));
+                    };
+                    let mut rule = Rule {
+                        prefix: Vec::new(),
+                        decision: Decision::Prompt,
+                        examples: Vec::new(),
+                        not_examples: Vec::new(),
+                    };
+                    let mut has_decision = false;
+                    for (fk, fv) in fields {
+                        match fk.name.as_str() {
+                            "prefix" => {
+                                rule.prefix = strings(fv, "prefix")?
+                                    .iter()
+                                    .flat_map(|s| {
+                                        s.split_whitespace().map(str::to_string).collect::<Vec<_>>()
+                                    })
+                                    .collect()
+                            }
+                            "decision" => {
+                                rule.decision = decision(fv)?;
+                                has_decision = true;
+                            }
+                            "examples" => rule.examples = strings(fv, "examples")?,
+                            "not_examples" => rule.not_examples = strings(fv, "not_examples")?,
+                            other => {
+                                return Err(err(
+                                    fk.pos,
+                                    format!(
+                                        "unknown key `{other}` in a rule (prefix, decision, examples, not_examples)"
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                    if rule.prefix.is_empty() {
+                        return Err(err(item.pos, "a rule needs a `prefix`".into()));
+                    }
+                    if !has_decision {
+                        return Err(err(item.pos, "a rule needs a `decision`".into()));
+                    }
+                    rule_pos.push(item.pos);
+                    policy.rules.push(rule);
+                }
+            }
+            other => {
+                return Err(err(
+                    k.pos,
+                    format!(
+                        "unknown key `{other}` in `exec` (default, approval_timeout_secs, rules)"
+                    ),
+                ));
+            }
+        }
+    }
+    let problems = policy.check_examples();
+    if let Some(first) = problems.first() {
+        // "rule N (...)": point at rule N.
+        let n: usize = first
+            .strip_prefix("rule ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let pos = rule_pos
+            .get(n.saturating_sub(1))
+            .copied()
+            .unwrap_or(node.pos);
+        return Err(err(pos, problems.join("; ")));
+    }
+    Ok(policy)
 }

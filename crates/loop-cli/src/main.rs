@@ -182,6 +182,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Answer a task's pending approval (a command under a `prompt` rule).
+    Approve {
+        /// The task id.
+        id: String,
+        /// Deny instead.
+        #[arg(long)]
+        deny: bool,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
     /// Continue a task whose runtime stopped, from its last committed step.
     Resume {
         /// The task id.
@@ -308,6 +319,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             json,
         } => tasks_cmd::logs(&project, &id, follow, json),
         Command::Cancel { id, project, json } => tasks_cmd::cancel(&project, &id, json),
+        Command::Approve { id, deny, project } => tasks_cmd::approve(&project, &id, deny),
         Command::Resume { id, project, json } => {
             let report = task::resume_task(&project, &id, json)?;
             Ok(report_end(&report, json))

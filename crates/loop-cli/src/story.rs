@@ -118,6 +118,16 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
             )
         }
         Event::Intent { .. } => String::new(),
+        Event::ApprovalRequested {
+            approval_id,
+            detail,
+            rule,
+            ..
+        } => format!(
+            "  ⏸ `{}` needs a person's approval (rule `{rule}`): loop approve <task> [--deny] ({approval_id})\n",
+            one_line(detail, 60)
+        ),
+        Event::ApprovalDecided { decision, .. } => format!("  ▶ approval: {decision}\n"),
         Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,

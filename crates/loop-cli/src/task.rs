@@ -2,7 +2,7 @@
 
 use crate::CliError;
 use crate::story::Story;
-use crate::wiring::{ProviderAdapter, StoreLedger, ToolsAdapter, VerifierAdapter};
+use crate::wiring::{ProviderAdapter, StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
 use loop_core::{Clock, Director, Model, Observer, Parts, SystemClock, VerifyPolicy};
 use loop_models::config::{Env, ModelsConfig};
 use loop_models::http::UreqTransport;
@@ -161,6 +161,9 @@ pub struct StoredRequest {
     pub verify_on_change: bool,
     /// `--isolation` (`required` or `preferred`).
     pub isolation: String,
+    /// The Loopfile's exec policy when the task started.
+    #[serde(default)]
+    pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -216,6 +219,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             loop_sandbox::IsolationLevel::Required => "required".into(),
             loop_sandbox::IsolationLevel::Preferred => "preferred".into(),
         },
+        exec_policy: loopfile.exec.clone(),
     };
     let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
@@ -389,8 +393,10 @@ fn drive(
     };
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens.
+    let exec_policy = stored.exec_policy.clone().unwrap_or_default();
     let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
         .with_sandbox(sandbox.clone())
+        .with_exec_policy(exec_policy.clone())
         .with_journal(&task_dir.join("journal"))
         .map_err(|e| CliError::internal(e.to_string()))?;
     let diff_ws = workspace.clone();
@@ -480,7 +486,13 @@ fn drive(
             observer: &mut story,
             cancel: &cancel,
         };
+        let mut approvals = StoreApprovals {
+            store,
+            task_id: task_id.to_string(),
+            clock: &clock,
+        };
         let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
+            let d = d.with_approvals(&mut approvals, exec_policy.approval_timeout_secs);
             let d = match checker.as_deref_mut() {
                 Some(c) => d.with_reviewer(c),
                 None => d,

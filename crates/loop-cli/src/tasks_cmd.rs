@@ -218,3 +218,32 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         "task {id} was asked to stop but has not ended within 10 s"
     )))
 }
+
+/// `loop approve ID [--deny]`: answer the task's pending approval.
+pub fn approve(project: &Path, id: &str, deny: bool) -> Result<u8, CliError> {
+    let store = open_store(&project_of(project)?)?;
+    store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+    let pending: Vec<_> = store
+        .approvals(id)
+        .map_err(|e| CliError::internal(e.to_string()))?
+        .into_iter()
+        .filter(|a| a.status == "pending")
+        .collect();
+    let Some(mut a) = pending.into_iter().next() else {
+        return Err(CliError::usage(format!(
+            "task {id} has no pending approval"
+        )));
+    };
+    a.status = if deny { "denied" } else { "approved" }.into();
+    a.decided_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
+    store
+        .put_approval(&a)
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    println!(
+        "{} `{}` (rule `{}`) for task {id}",
+        a.status,
+        a.payload["detail"].as_str().unwrap_or_default(),
+        a.payload["rule"].as_str().unwrap_or_default()
+    );
+    Ok(0)
+}

@@ -58,6 +58,12 @@ impl Tools for ToolsAdapter<'_> {
             .workspace_root()
             .map_err(|e| BoundaryError(e.to_string()))
     }
+    fn needs_approval(&self, call: &ToolCall) -> Option<String> {
+        self.tools.needs_approval(call)
+    }
+    fn approve(&mut self, call_id: &str) {
+        self.tools.approve(call_id);
+    }
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         use loop_protocol::Effect;
         match call.tool.as_str() {
@@ -136,5 +142,79 @@ impl Ledger for StoreLedger<'_> {
             .write(entry)
             .map(|_| ())
             .map_err(|e| BoundaryError(e.to_string()))
+    }
+}
+
+/// Approvals kept in the store: a pending request survives a restart of
+/// the runtime, and `loop approve` answers it from any process.
+pub struct StoreApprovals<'c> {
+    /// The store.
+    pub store: &'c loop_store::SqliteStore,
+    /// The task.
+    pub task_id: String,
+    /// Time.
+    pub clock: &'c dyn Clock,
+}
+
+impl loop_core::Approvals for StoreApprovals<'_> {
+    fn request(
+        &mut self,
+        approval_id: &str,
+        payload: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), BoundaryError> {
+        use loop_store::Store;
+        self.store
+            .put_approval(&loop_store::Approval {
+                task_id: self.task_id.clone(),
+                id: approval_id.to_string(),
+                kind: "approval".into(),
+                payload: payload.clone(),
+                status: "pending".into(),
+                created_ms: now_ms,
+                decided_ms: None,
+            })
+            .map_err(|e| BoundaryError(e.to_string()))
+    }
+
+    fn wait(
+        &mut self,
+        approval_id: &str,
+        deadline_ms: u64,
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
+        use loop_core::ApprovalDecision;
+        use loop_store::Store;
+        loop {
+            if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(ApprovalDecision::Cancelled);
+            }
+            let all = self
+                .store
+                .approvals(&self.task_id)
+                .map_err(|e| BoundaryError(e.to_string()))?;
+            let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) else {
+                return Err(BoundaryError(format!(
+                    "approval {approval_id} is not in the store"
+                )));
+            };
+            match a.status.as_str() {
+                "approved" => return Ok(ApprovalDecision::Approved),
+                "denied" => return Ok(ApprovalDecision::Denied),
+                "expired" => return Ok(ApprovalDecision::Expired),
+                _ => {}
+            }
+            let now = self.clock.now_ms();
+            if now >= deadline_ms {
+                // Nobody answered: a deny, recorded as such.
+                a.status = "expired".into();
+                a.decided_ms = Some(now);
+                self.store
+                    .put_approval(&a)
+                    .map_err(|e| BoundaryError(e.to_string()))?;
+                return Ok(ApprovalDecision::Expired);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }

@@ -402,22 +402,38 @@ fn several_processes_share_one_project_store() {
                 .output()
                 .unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success() && !err.contains("locked"), "{args:?}: {err}");
+            assert!(
+                out.status.success() && !err.contains("locked"),
+                "{args:?}: {err}"
+            );
             readers += 1;
         }
     }
     for child in [a, b] {
         let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let followed = follower.wait_with_output().unwrap();
-    assert!(followed.status.success(), "{}", String::from_utf8_lossy(&followed.stderr));
+    assert!(
+        followed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&followed.stderr)
+    );
     let events: Vec<serde_json::Value> = String::from_utf8_lossy(&followed.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(events.first().unwrap()["kind"], "task_started");
-    assert_eq!(events.last().unwrap()["kind"], "finished", "the follower saw the end");
+    assert_eq!(
+        events.last().unwrap()["kind"],
+        "finished",
+        "the follower saw the end"
+    );
     let all = tasks(&project);
     assert_eq!(all.len(), 2);
     assert!(all.iter().all(|t| t["outcome"] == "verified"), "{all:?}");

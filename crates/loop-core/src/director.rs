@@ -11,10 +11,12 @@ use crate::feedback::rejection_feedback;
 use crate::machine::Machine;
 use crate::progress::{ProgressDetector, Verdict};
 use crate::prompt::system_prompt;
-use crate::traits::{BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier};
+use crate::traits::{
+    ApprovalDecision, Approvals, BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier,
+};
 use loop_protocol::{
     Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Observation, Outcome,
-    OutcomeRecord, RuntimeInfo, TaskState, Turn, VerificationReport,
+    OutcomeRecord, RuntimeInfo, TaskState, ToolCall, Turn, VerificationReport,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -94,6 +96,10 @@ pub struct Director<'a> {
     reserve_tokens: u64,
     /// The checker, if one is configured.
     reviewer: Option<&'a mut dyn Model>,
+    /// Where approvals are asked (none: a `prompt` is denied, fail closed).
+    approvals: Option<&'a mut dyn Approvals>,
+    /// How long a pending approval waits before it is a deny.
+    approval_timeout_ms: u64,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -128,7 +134,111 @@ impl<'a> Director<'a> {
             root: String::new(),
             reserve_tokens: 0,
             reviewer: None,
+            approvals: None,
+            approval_timeout_ms: 3_600_000,
         })
+    }
+
+    /// Ask `approvals` when a call needs a person; unanswered after
+    /// `timeout_secs`, the request is a deny.
+    pub fn with_approvals(mut self, approvals: &'a mut dyn Approvals, timeout_secs: u64) -> Self {
+        self.approvals = Some(approvals);
+        self.approval_timeout_ms = timeout_secs.saturating_mul(1000);
+        self
+    }
+
+    /// Ask for approval of `call` (or, resuming, wait for an earlier
+    /// request), record the answer, and come back to acting.
+    fn seek_approval(
+        &mut self,
+        step: u32,
+        call: &ToolCall,
+        rule: &str,
+        pending: Option<(String, u64)>,
+    ) -> Result<ApprovalDecision, DirectorError> {
+        let (approval_id, deadline) = match pending {
+            Some(p) => p,
+            None => {
+                let now = self.parts.clock.now_ms();
+                let approval_id = format!("{}-{}", step, call.id);
+                let deadline = now.saturating_add(self.approval_timeout_ms);
+                let detail = call
+                    .args
+                    .get("command")
+                    .and_then(|c| c.as_str())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| call.args.to_string());
+                self.record(Event::ApprovalRequested {
+                    step,
+                    approval_id: approval_id.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.tool.clone(),
+                    detail: detail.clone(),
+                    rule: rule.to_string(),
+                    deadline_ms: deadline,
+                })?;
+                self.go(
+                    TaskState::AwaitingApproval,
+                    format!("`{detail}` needs a person's approval (rule `{rule}`)"),
+                )?;
+                if let Some(a) = self.approvals.as_deref_mut() {
+                    let payload = serde_json::json!({
+                        "call_id": call.id, "tool": call.tool, "detail": detail,
+                        "rule": rule, "deadline_ms": deadline,
+                    });
+                    a.request(&approval_id, &payload, now)
+                        .map_err(DirectorError::Ledger)?;
+                }
+                (approval_id, deadline)
+            }
+        };
+        let decision = match self.approvals.as_deref_mut() {
+            // Nobody can answer: fail closed.
+            None => ApprovalDecision::Denied,
+            Some(a) => a
+                .wait(&approval_id, deadline, self.parts.cancel)
+                .unwrap_or(ApprovalDecision::Denied),
+        };
+        if decision == ApprovalDecision::Cancelled {
+            return Ok(decision);
+        }
+        self.record(Event::ApprovalDecided {
+            approval_id,
+            decision: decision.as_str().into(),
+        })?;
+        self.go(TaskState::Acting, format!("approval {}", decision.as_str()))?;
+        Ok(decision)
+    }
+
+    /// The observation of a call a person did not approve.
+    fn denial(call: &ToolCall, rule: &str, decision: &str) -> Observation {
+        Observation::refused(
+            &call.id,
+            &call.tool,
+            format!("approval: {decision}"),
+            format!(
+                "this needed a person's approval (rule `{rule}`) and the answer was `{decision}`; it was not run"
+            ),
+        )
+    }
+
+    /// Record a denial as the call's observation.
+    fn record_denial(
+        &mut self,
+        step: u32,
+        call: &ToolCall,
+        rule: &str,
+        decision: &str,
+        context: &mut Context,
+    ) -> Result<Observation, DirectorError> {
+        let obs = Self::denial(call, rule, decision);
+        self.record(Event::Observed {
+            step,
+            observation: obs.clone(),
+            workspace_root: None,
+        })?;
+        context.push_observation(&obs);
+        Ok(obs)
     }
 
     /// Have `checker` review work the checks accept; it can only veto. Its
@@ -263,6 +373,45 @@ impl<'a> Director<'a> {
         context.tools = self.parts.tools.specs();
         context.system = system_prompt(&self.contract, &self.locked_sha256, &context.tools);
         let mut phase = restored.phase;
+        // Approvals the record shows: granted ones let their calls run; a
+        // deny whose refusal was not recorded yet is recorded now; a pending
+        // request is waited for again (it survives the restart).
+        for call_id in &restored.approved {
+            self.parts.tools.approve(call_id);
+        }
+        if let Phase::Act { turn, done } = &mut phase {
+            for (call_id, rule, decision) in &restored.denied {
+                if let Some(call) = turn.calls.iter().find(|c| &c.id == call_id).cloned() {
+                    let obs =
+                        self.record_denial(restored.step, &call, rule, decision, &mut context)?;
+                    done.push((obs, None));
+                }
+            }
+            if let Some(p) = &restored.pending_approval
+                && let Some(call) = turn.calls.iter().find(|c| c.id == p.call_id).cloned()
+            {
+                let pending = Some((p.approval_id.clone(), p.deadline_ms));
+                match self.seek_approval(restored.step, &call, &p.rule, pending)? {
+                    ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
+                    ApprovalDecision::Cancelled => {
+                        return self.finish(
+                            Outcome::Cancelled,
+                            "cancelled by request while awaiting approval".into(),
+                        );
+                    }
+                    d => {
+                        let obs = self.record_denial(
+                            restored.step,
+                            &call,
+                            &p.rule,
+                            d.as_str(),
+                            &mut context,
+                        )?;
+                        done.push((obs, None));
+                    }
+                }
+            }
+        }
         if let (Some(int), Phase::Act { done, .. }) = (restored.interrupted, &mut phase)
             && let Some(obs) = self.settle_interrupted(&int, restored.step)?
         {
@@ -583,6 +732,22 @@ impl<'a> Director<'a> {
                         Outcome::Cancelled,
                         "cancelled by request".into(),
                     ));
+                }
+                if let Some(rule) = self.parts.tools.needs_approval(call) {
+                    match self.seek_approval(step, call, &rule, None)? {
+                        ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
+                        ApprovalDecision::Cancelled => {
+                            return Ok(Phase::End(
+                                Outcome::Cancelled,
+                                "cancelled by request while awaiting approval".into(),
+                            ));
+                        }
+                        d => {
+                            let obs = self.record_denial(step, call, &rule, d.as_str(), context)?;
+                            observations.push(obs);
+                            continue;
+                        }
+                    }
                 }
                 // The intent is durable before the call runs.
                 self.record(Event::Intent {

@@ -23,7 +23,8 @@ pub use loop_protocol::context::{Context, Message};
 pub use machine::{InvalidTransition, Machine, allowed};
 pub use progress::{ProgressConfig, ProgressDetector, Verdict};
 pub use traits::{
-    BoundaryError, Clock, Ledger, Model, NoObserver, Observer, SystemClock, Tools, Verifier,
+    ApprovalDecision, Approvals, BoundaryError, Clock, Ledger, Model, NoObserver, Observer,
+    SystemClock, Tools, Verifier,
 };
 
 #[cfg(test)]

@@ -22,6 +22,19 @@ pub struct Interrupted {
     pub root_before: String,
 }
 
+/// An approval asked for and not yet answered.
+#[derive(Debug, Clone)]
+pub struct PendingApproval {
+    /// Its id.
+    pub approval_id: String,
+    /// The call waiting.
+    pub call_id: String,
+    /// The rule.
+    pub rule: String,
+    /// When it expires.
+    pub deadline_ms: u64,
+}
+
 /// Everything rebuilt from the record.
 pub(crate) struct Restored {
     pub task_id: String,
@@ -43,6 +56,13 @@ pub(crate) struct Restored {
     pub interrupted: Option<Interrupted>,
     /// Set when the task had ended (only the receipt may be missing).
     pub finished: Option<(OutcomeRecord, BudgetUse)>,
+    /// A request waiting for its answer.
+    pub pending_approval: Option<PendingApproval>,
+    /// Calls of the current turn a person approved.
+    pub approved: Vec<String>,
+    /// Calls of the current turn denied whose refusal is not yet recorded:
+    /// (call, rule, decision).
+    pub denied: Vec<(String, String, String)>,
 }
 
 fn control_of(call: &ToolCall, obs: &Observation) -> Option<Control> {
@@ -117,7 +137,11 @@ pub(crate) fn rebuild(
         phase: Phase::Plan,
         interrupted: None,
         finished: None,
+        pending_approval: None,
+        approved: Vec::new(),
+        denied: Vec::new(),
     };
+    let mut requested: std::collections::BTreeMap<String, PendingApproval> = Default::default();
     let mut turn: Option<Turn> = None;
     let mut done: Vec<(Observation, Option<Control>)> = Vec::new();
     let mut judged = true;
@@ -140,7 +164,10 @@ pub(crate) fn rebuild(
                     ));
                 }
                 // Progress is judged when a turn's calls are done.
-                if *from == TaskState::Acting && !judged {
+                if *from == TaskState::Acting
+                    && !judged
+                    && !matches!(to, TaskState::AwaitingApproval | TaskState::AwaitingInput)
+                {
                     if let Some(t) = &turn {
                         let observations: Vec<Observation> =
                             done.iter().map(|(o, _)| o.clone()).collect();
@@ -180,6 +207,8 @@ pub(crate) fn rebuild(
                 done.clear();
                 judged = false;
                 intent = None;
+                r.approved.clear();
+                r.denied.clear();
             }
             Event::ModelMalformed {
                 step, error, usage, ..
@@ -235,6 +264,7 @@ pub(crate) fn rebuild(
                     .and_then(|c| control_of(c, observation));
                 done.push((observation.clone(), control));
                 intent = None;
+                r.denied.retain(|(c, _, _)| c != &observation.call_id);
             }
             Event::Feedback { text, .. } => r.context.push_feedback(text.clone()),
             Event::Verified {
@@ -249,6 +279,36 @@ pub(crate) fn rebuild(
             }
             Event::Reviewed { usage, .. } => r.budget.charge_review(usage),
             Event::Resumed { .. } => {}
+            Event::ApprovalRequested {
+                approval_id,
+                call_id,
+                rule,
+                deadline_ms,
+                ..
+            } => {
+                let p = PendingApproval {
+                    approval_id: approval_id.clone(),
+                    call_id: call_id.clone(),
+                    rule: rule.clone(),
+                    deadline_ms: *deadline_ms,
+                };
+                requested.insert(approval_id.clone(), p.clone());
+                r.pending_approval = Some(p);
+            }
+            Event::ApprovalDecided {
+                approval_id,
+                decision,
+            } => {
+                r.pending_approval = None;
+                if let Some(p) = requested.get(approval_id) {
+                    if decision == "approved" {
+                        r.approved.push(p.call_id.clone());
+                    } else {
+                        r.denied
+                            .push((p.call_id.clone(), p.rule.clone(), decision.clone()));
+                    }
+                }
+            }
             Event::Finished { outcome, used } => {
                 r.finished = Some((outcome.clone(), *used));
             }
@@ -260,6 +320,10 @@ pub(crate) fn rebuild(
         // A turn recorded but not yet acted on (the runtime stopped before
         // the move to acting was recorded): act on it, never ask again.
         TaskState::Planning if !judged && turn.is_some() => Phase::Act {
+            turn: Box::new(turn.take().ok_or("no turn")?),
+            done,
+        },
+        TaskState::AwaitingApproval if !judged && turn.is_some() => Phase::Act {
             turn: Box::new(turn.take().ok_or("no turn")?),
             done,
         },

@@ -54,6 +54,15 @@ pub trait Tools {
     fn begin_step(&mut self) {}
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
+    /// The rule that makes `call` wait for a person's approval, if any.
+    fn needs_approval(&self, call: &ToolCall) -> Option<String> {
+        let _ = call;
+        None
+    }
+    /// A person approved `call_id`: let it run.
+    fn approve(&mut self, call_id: &str) {
+        let _ = call_id;
+    }
     /// What running `call` again would do (for resuming an interrupted step).
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         let _ = call;
@@ -113,4 +122,49 @@ pub struct NoObserver;
 
 impl Observer for NoObserver {
     fn on_event(&mut self, _event: &Event) {}
+}
+
+/// A person's answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Run it.
+    Approved,
+    /// Do not.
+    Denied,
+    /// Nobody answered in time: a deny.
+    Expired,
+    /// The task was cancelled while waiting.
+    Cancelled,
+}
+
+impl ApprovalDecision {
+    /// As recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Approved => "approved",
+            ApprovalDecision::Denied => "denied",
+            ApprovalDecision::Expired => "expired",
+            ApprovalDecision::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Where approvals are asked and answered (persisted, so a pending one
+/// survives a restart of the runtime).
+pub trait Approvals {
+    /// Record a pending request.
+    fn request(
+        &mut self,
+        approval_id: &str,
+        payload: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), BoundaryError>;
+    /// Wait for the answer until `deadline_ms` (then it is `Expired`), or
+    /// until `cancel` is set.
+    fn wait(
+        &mut self,
+        approval_id: &str,
+        deadline_ms: u64,
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<ApprovalDecision, BoundaryError>;
 }

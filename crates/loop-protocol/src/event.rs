@@ -160,6 +160,30 @@ pub enum Event {
         /// The workspace's Merkle root before it.
         root_before: String,
     },
+    /// A call waits for a person's approval (exec policy `prompt`).
+    ApprovalRequested {
+        /// Step number.
+        step: u32,
+        /// The approval's id (what `loop approve` answers).
+        approval_id: String,
+        /// The call waiting.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+        /// What would run.
+        detail: String,
+        /// The rule that asks.
+        rule: String,
+        /// When an unanswered request becomes a deny (ms since the epoch).
+        deadline_ms: u64,
+    },
+    /// A person answered (or nobody did in time: `expired`, a deny).
+    ApprovalDecided {
+        /// The approval's id.
+        approval_id: String,
+        /// `approved`, `denied` or `expired`.
+        decision: String,
+    },
     /// A task resumed after its runtime stopped.
     Resumed {
         /// Why it is resuming (the interrupted state).
@@ -212,6 +236,8 @@ impl Event {
             Event::ModelSilent { .. } => "model_silent",
             Event::Intent { .. } => "intent",
             Event::Resumed { .. } => "resumed",
+            Event::ApprovalRequested { .. } => "approval_requested",
+            Event::ApprovalDecided { .. } => "approval_decided",
             Event::Observed { .. } => "observed",
             Event::Verified { .. } => "verified",
             Event::Feedback { .. } => "feedback",

@@ -6,6 +6,7 @@
 //! `loop-sandbox`. A refusal or a failure is an [`Observation`] for the
 //! model, naming the rule — never a crash.
 
+pub mod exec_policy;
 pub mod specs;
 
 use loop_protocol::observation::head_tail;
@@ -59,6 +60,9 @@ pub struct ToolBox {
     limits: ToolLimits,
     net: Net,
     sandbox: Settings,
+    exec_policy: exec_policy::ExecPolicy,
+    /// Calls a person approved (their `prompt` rule is satisfied).
+    approved: BTreeSet<String>,
 }
 
 /// The tool runtime itself failed (not the tool call).
@@ -127,7 +131,32 @@ impl ToolBox {
             limits,
             net: Net::None,
             sandbox: Settings::default(),
+            exec_policy: exec_policy::ExecPolicy::default(),
+            approved: BTreeSet::new(),
         }
+    }
+
+    /// Judge `run_command` calls by this policy.
+    pub fn with_exec_policy(mut self, policy: exec_policy::ExecPolicy) -> Self {
+        self.exec_policy = policy;
+        self
+    }
+
+    /// The rule that makes `call` wait for a person's approval, if any
+    /// (`run_command` under a `prompt` rule, not yet approved).
+    pub fn needs_approval(&self, call: &ToolCall) -> Option<String> {
+        if call.tool != "run_command" || self.approved.contains(&call.id) {
+            return None;
+        }
+        let command = call.args.get("command")?.as_str()?;
+        let v = self.exec_policy.evaluate(command);
+        (v.decision == exec_policy::Decision::Prompt)
+            .then(|| v.rule.unwrap_or_else(|| "default: prompt".into()))
+    }
+
+    /// A person approved `call_id`.
+    pub fn approve(&mut self, call_id: &str) {
+        self.approved.insert(call_id.to_string());
     }
 
     /// Keep the edit journal in `dir` (outside the workspace), rolling back
@@ -290,7 +319,9 @@ impl ToolBox {
             "list_files" => self
                 .parse(call)
                 .map(|a: ListArgs| self.list_files(id, a.path.as_deref().unwrap_or("."))),
-            "run_command" => self.parse(call).map(|a: RunArgs| self.run_command(id, &a)),
+            "run_command" => self
+                .parse(call)
+                .map(|a: RunArgs| self.run_command(id, &a, self.approved.contains(id))),
             _ => {
                 return match self.parse::<FinishArgs>(call) {
                     Ok(a) => ToolOutcome {
@@ -692,9 +723,37 @@ impl ToolBox {
         )
     }
 
-    fn run_command(&self, id: &str, a: &RunArgs) -> Observation {
+    fn run_command(&self, id: &str, a: &RunArgs, approved: bool) -> Observation {
         if a.command.trim().is_empty() {
             return Observation::error(id, "run_command", "`command` is empty");
+        }
+        // The exec policy: the one place a command is allowed to run.
+        let verdict = self.exec_policy.evaluate(&a.command);
+        let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
+        match verdict.decision {
+            exec_policy::Decision::Forbidden => {
+                return Observation::refused(
+                    id,
+                    "run_command",
+                    format!("exec policy: forbidden ({rule})"),
+                    format!(
+                        "`{}` is forbidden by the exec policy (rule `{rule}`); it was not run",
+                        verdict.command
+                    ),
+                );
+            }
+            exec_policy::Decision::Prompt if !approved => {
+                return Observation::refused(
+                    id,
+                    "run_command",
+                    format!("exec policy: needs approval ({rule})"),
+                    format!(
+                        "`{}` needs a person's approval (rule `{rule}`); it was not run",
+                        verdict.command
+                    ),
+                );
+            }
+            _ => {}
         }
         let max = self.limits.command_timeout;
         let timeout = a

@@ -1,0 +1,282 @@
+//! Exec policy and human approvals through the binary: `forbidden` is
+//! refused, `prompt` pauses the task in `awaiting_approval` until
+//! `loop approve` (or `--deny`), a pending approval survives a restart of
+//! the runtime, and one nobody answers expires to a deny. Nothing is ever
+//! approved by default.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LOOPFILE: &str = "exec:
+  approval_timeout_secs: TIMEOUT
+  rules:
+    - prefix: touch
+      decision: prompt
+      examples: [\"touch a.txt\"]
+    - prefix: rm
+      decision: forbidden
+      examples: [\"rm -rf /\"]
+      not_examples: [\"rmdir x\"]
+";
+
+const SCRIPT: &str = "turns:
+  - calls:
+      - {tool: run_command, args: {command: \"rm -f README.md\"}}
+      - {tool: run_command, args: {command: \"echo ok > ran.txt && touch approved.txt\"}}
+      - {tool: finish, args: {summary: done}}
+";
+
+fn setup(name: &str, timeout_secs: u64) -> (PathBuf, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gov-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "keep me\n").unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        LOOPFILE.replace("TIMEOUT", &timeout_secs.to_string()),
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+    (dir, project)
+}
+
+fn loop_cmd(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env("LOOP_STATE_DIR", dir.join("state"))
+        .stdin(Stdio::null());
+    c
+}
+
+fn start_run(dir: &Path, project: &Path) -> Child {
+    loop_cmd(dir)
+        .args([
+            "run",
+            "make approved.txt",
+            "--check",
+            "test -f approved.txt",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn first_task(dir: &Path, project: &Path) -> serde_json::Value {
+    let out = loop_cmd(dir)
+        .args(["list", "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("null"),
+    )
+    .unwrap()
+}
+
+/// Wait until the task is waiting for a person.
+fn await_approval(dir: &Path, project: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the task never asked for approval"
+        );
+        let t = first_task(dir, project);
+        if t["state"] == "awaiting_approval" {
+            return t["id"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn approve(dir: &Path, project: &Path, id: &str, deny: bool) -> Output {
+    let mut c = loop_cmd(dir);
+    c.args(["approve", id, "--project"]).arg(project);
+    if deny {
+        c.arg("--deny");
+    }
+    c.output().unwrap()
+}
+
+fn events(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn workspace(project: &Path, id: &str) -> PathBuf {
+    project.join(format!(".loop/tasks/{id}/workspace"))
+}
+
+#[test]
+fn an_approved_command_runs_and_a_forbidden_one_never_does() {
+    let (dir, project) = setup("approve", 60);
+    let child = start_run(&dir, &project);
+    let id = await_approval(&dir, &project);
+    // Nothing ran while it waited.
+    assert!(!workspace(&project, &id).join("ran.txt").exists());
+    let out = approve(&dir, &project, &id, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let ev = events(&out);
+    let refused = ev
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["call_id"] == "t1-c1")
+        .unwrap();
+    assert_eq!(
+        refused["observation"]["rule"], "exec policy: forbidden (rm)",
+        "{refused}"
+    );
+    assert!(
+        workspace(&project, &id).join("README.md").exists(),
+        "the forbidden rm did not run"
+    );
+    let asked = ev
+        .iter()
+        .find(|e| e["kind"] == "approval_requested")
+        .unwrap();
+    assert_eq!(asked["rule"], "touch");
+    assert_eq!(asked["detail"], "echo ok > ran.txt && touch approved.txt");
+    let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
+    assert_eq!(decided["decision"], "approved");
+    assert!(workspace(&project, &id).join("ran.txt").exists());
+}
+
+#[test]
+fn a_denied_command_is_refused_and_the_task_goes_on_without_it() {
+    let (dir, project) = setup("deny", 60);
+    let child = start_run(&dir, &project);
+    let id = await_approval(&dir, &project);
+    assert!(approve(&dir, &project, &id, true).status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "unverified: the file was never made"
+    );
+    let ev = events(&out);
+    let obs = ev
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["call_id"] == "t1-c2")
+        .unwrap();
+    assert_eq!(obs["observation"]["rule"], "approval: denied", "{obs}");
+    assert!(
+        !workspace(&project, &id).join("ran.txt").exists(),
+        "a denied command never runs"
+    );
+    // Nothing left to approve.
+    let again = approve(&dir, &project, &id, false);
+    assert_eq!(again.status.code(), Some(2));
+}
+
+#[test]
+fn an_unanswered_approval_expires_to_a_deny() {
+    let (dir, project) = setup("timeout", 1);
+    let child = start_run(&dir, &project);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let ev = events(&out);
+    let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
+    assert_eq!(decided["decision"], "expired");
+    let id = first_task(&dir, &project)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !workspace(&project, &id).join("ran.txt").exists(),
+        "never approved by default"
+    );
+}
+
+#[test]
+fn a_pending_approval_survives_a_restart_of_the_runtime() {
+    let (dir, project) = setup("restart", 600);
+    let mut child = start_run(&dir, &project);
+    let id = await_approval(&dir, &project);
+    // The runtime dies while waiting.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let status = loop_cmd(&dir)
+        .args(["status", &id, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["state"], "awaiting_approval");
+    assert_eq!(status["interrupted"], true);
+    assert_eq!(status["approvals"][0]["status"], "pending");
+    // A person approves while nothing runs; resuming picks the answer up.
+    assert!(approve(&dir, &project, &id, false).status.success());
+    let out = loop_cmd(&dir)
+        .args(["resume", &id, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(workspace(&project, &id).join("ran.txt").exists());
+    // One request, one decision, in one chain that verifies.
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl"))).unwrap();
+    assert_eq!(ledger.matches("\"kind\":\"approval_requested\"").count(), 1);
+    assert_eq!(ledger.matches("\"kind\":\"approval_decided\"").count(), 1);
+    let v = loop_cmd(&dir)
+        .arg("verify")
+        .arg(project.join(format!(".loop/receipts/{id}.receipt.json")))
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+}
+
+#[test]
+fn rule_examples_are_checked_when_the_loopfile_loads() {
+    let (dir, project) = setup("examples", 60);
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "exec:\n  rules:\n    - prefix: git push\n      decision: forbidden\n      examples: [\"git pull\"]\n",
+    )
+    .unwrap();
+    let child = start_run(&dir, &project);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "Loopfile.yaml:3:7: rule 1 (`git push`): example `git pull` does not match it"
+        ),
+        "{err}"
+    );
+    assert!(first_task(&dir, &project).is_null(), "nothing was started");
+}
