@@ -193,10 +193,23 @@ enum Command {
         #[arg(long, default_value = ".")]
         project: PathBuf,
     },
-    /// Continue a task whose runtime stopped, from its last committed step.
+    /// Continue a task whose runtime stopped, from its last committed step;
+    /// with --add-*, give a task that reached a limit more budget.
     Resume {
         /// The task id.
         id: String,
+        /// More model turns.
+        #[arg(long, value_name = "N")]
+        add_steps: Option<u32>,
+        /// More tokens.
+        #[arg(long, value_name = "N")]
+        add_tokens: Option<u64>,
+        /// More dollars.
+        #[arg(long, value_name = "X")]
+        add_usd: Option<f64>,
+        /// More wall-clock seconds.
+        #[arg(long, value_name = "S")]
+        add_secs: Option<u64>,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -320,8 +333,29 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         } => tasks_cmd::logs(&project, &id, follow, json),
         Command::Cancel { id, project, json } => tasks_cmd::cancel(&project, &id, json),
         Command::Approve { id, deny, project } => tasks_cmd::approve(&project, &id, deny),
-        Command::Resume { id, project, json } => {
-            let report = task::resume_task(&project, &id, json)?;
+        Command::Resume {
+            id,
+            add_steps,
+            add_tokens,
+            add_usd,
+            add_secs,
+            project,
+            json,
+        } => {
+            if add_usd.is_some_and(|x| !x.is_finite() || x < 0.0) {
+                return Err(CliError::usage("--add-usd must be a non-negative number"));
+            }
+            let extension = (add_steps.is_some()
+                || add_tokens.is_some()
+                || add_usd.is_some()
+                || add_secs.is_some())
+            .then(|| loop_core::Extension {
+                add_steps: add_steps.unwrap_or(0),
+                add_tokens: add_tokens.unwrap_or(0),
+                add_usd: add_usd.unwrap_or(0.0),
+                add_secs: add_secs.unwrap_or(0),
+            });
+            let report = task::resume_task(&project, &id, json, extension)?;
             Ok(report_end(&report, json))
         }
         Command::Manifest { dir } => {
@@ -373,7 +407,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             let mut resumed_code = 0;
             if resume_interrupted {
                 for id in task::interrupted_tasks(&project)? {
-                    let report = task::resume_task(&project, &id, json)?;
+                    let report = task::resume_task(&project, &id, json, None)?;
                     resumed_code = resumed_code.max(report_end(&report, json));
                 }
                 if instruction.is_none() && task.is_none() {

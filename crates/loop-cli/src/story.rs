@@ -118,6 +118,14 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
             )
         }
         Event::Intent { .. } => String::new(),
+        Event::BudgetExtended {
+            add_steps,
+            add_tokens,
+            add_usd,
+            add_secs,
+        } => format!(
+            "\n＋ budget extended: +{add_steps} steps, +{add_tokens} tokens, +${add_usd:.2}, +{add_secs} s\n"
+        ),
         Event::ApprovalRequested {
             approval_id,
             detail,

@@ -280,18 +280,39 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
-    drive(&project, &store, &task_id, &stored, models, req.json)
+    drive(&project, &store, &task_id, &stored, models, req.json, None)
 }
 
-/// Continue a task whose runtime stopped (or that was never started).
-pub fn resume_task(project: &Path, task_id: &str, json: bool) -> Result<TaskReport, CliError> {
+/// Continue a task whose runtime stopped (or that was never started); with
+/// an extension, give a task that reached a limit more budget and go on.
+pub fn resume_task(
+    project: &Path,
+    task_id: &str,
+    json: bool,
+    extension: Option<loop_core::Extension>,
+) -> Result<TaskReport, CliError> {
     use loop_store::Store;
     let project = project
         .canonicalize()
         .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))?;
     let store = open_store(&project)?;
     let record = store.task(task_id).map_err(store_err)?;
-    if record.state == "terminal" {
+    if record.state == "terminal" && extension.is_some() {
+        if !record
+            .outcome
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("limit_reached")
+        {
+            return Err(CliError::usage(format!(
+                "task {task_id} ended {}, not at a limit: only a task that reached a limit can be given more budget",
+                record.outcome.as_deref().unwrap_or("?")
+            )));
+        }
+        store
+            .reopen(task_id, SystemClock.now_ms())
+            .map_err(store_err)?;
+    } else if record.state == "terminal" {
         return Err(CliError::usage(format!(
             "task {task_id} has already ended ({}); its receipt: {}",
             record.outcome.as_deref().unwrap_or("?"),
@@ -303,7 +324,7 @@ pub fn resume_task(project: &Path, task_id: &str, json: bool) -> Result<TaskRepo
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     // A recording is not continued (it would not replay from the middle).
     let models = load_model(stored.model.as_deref(), &loopfile, None)?;
-    drive(&project, &store, task_id, &stored, models, json)
+    drive(&project, &store, task_id, &stored, models, json, extension)
 }
 
 /// Tasks of this project that are not over and whose runtime is gone.
@@ -349,6 +370,7 @@ fn drive(
     stored: &StoredRequest,
     models: Models,
     json: bool,
+    extension: Option<loop_core::Extension>,
 ) -> Result<TaskReport, CliError> {
     use loop_store::{Claim, Owner, Store};
     let clock = SystemClock;
@@ -497,10 +519,10 @@ fn drive(
                 Some(c) => d.with_reviewer(c),
                 None => d,
             };
-            if history.is_empty() {
-                d.run()
-            } else {
-                d.resume(&history, elapsed_ms)
+            match extension {
+                Some(ext) => d.extend(&history, elapsed_ms, ext),
+                None if history.is_empty() => d.run(),
+                None => d.resume(&history, elapsed_ms),
             }
         });
         done.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -557,7 +579,7 @@ fn drive(
             final_root: final_manifest.root.clone(),
             change_set: change_set.clone(),
             budgets: Budgets {
-                granted: contract.limits.clone(),
+                granted: result.granted.clone(),
                 used: result.used,
             },
             provenance: Provenance {

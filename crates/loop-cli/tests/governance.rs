@@ -280,3 +280,127 @@ fn rule_examples_are_checked_when_the_loopfile_loads() {
     );
     assert!(first_task(&dir, &project).is_null(), "nothing was started");
 }
+
+/// Each limit stops the task cleanly; `loop resume ID --add-…` grants more
+/// and it goes on from where it stopped, as new entries of the same chain,
+/// to a verified end whose receipt verifies.
+#[test]
+fn a_task_stopped_by_any_limit_goes_on_when_given_more() {
+    let work = "turns:
+  - calls: [{tool: run_command, args: {command: 'echo one > one.txt; sleep SLEEP'}}]
+    usage: {input_tokens: 600, output_tokens: 100, cost_usd: 0.006}
+  - calls: [{tool: write_file, args: {path: approved.txt, content: yes}}]
+    usage: {input_tokens: 600, output_tokens: 100, cost_usd: 0.006}
+  - calls: [{tool: finish, args: {summary: done}}]
+    usage: {input_tokens: 600, output_tokens: 100, cost_usd: 0.006}
+";
+    let cases: [(&str, &[&str], &str, &[&str]); 4] = [
+        ("steps", &["--max-steps", "1"], "0", &["--add-steps", "5"]),
+        (
+            "tokens",
+            &["--max-tokens", "1200"],
+            "0",
+            &["--add-tokens", "100000"],
+        ),
+        ("cost", &["--budget-usd", "0.01"], "0", &["--add-usd", "1"]),
+        ("time", &["--timeout", "1"], "1.5", &["--add-secs", "60"]),
+    ];
+    for (kind, limit, sleep, more) in cases {
+        let (dir, project) = setup(&format!("limit-{kind}"), 60);
+        std::fs::remove_file(project.join("Loopfile.yaml")).unwrap();
+        std::fs::write(dir.join("script.yaml"), work.replace("SLEEP", sleep)).unwrap();
+        let out = loop_cmd(&dir)
+            .args([
+                "run",
+                "make approved.txt",
+                "--check",
+                "test -f approved.txt",
+                "--json",
+                "--model",
+            ])
+            .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+            .args(limit)
+            .arg("--project")
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let t = first_task(&dir, &project);
+        assert_eq!(
+            t["outcome"],
+            format!("limit_reached{{{kind}}}"),
+            "{kind}: {t}"
+        );
+        let id = t["id"].as_str().unwrap().to_string();
+        // Resuming without more is refused; a task that did not stop at a limit cannot be extended.
+        let plain = loop_cmd(&dir)
+            .args(["resume", &id, "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert_eq!(plain.status.code(), Some(2), "{kind}");
+        let out = loop_cmd(&dir)
+            .args(["resume", &id, "--json", "--project"])
+            .arg(&project)
+            .args(more)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{kind}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ledger =
+            std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
+                .unwrap();
+        assert_eq!(
+            ledger.matches("\"kind\":\"budget_extended\"").count(),
+            1,
+            "{kind}"
+        );
+        assert_eq!(
+            ledger.matches("\"kind\":\"finished\"").count(),
+            2,
+            "{kind}: the first end stays on record"
+        );
+        assert_eq!(
+            ledger.matches("\"kind\":\"task_started\"").count(),
+            1,
+            "{kind}"
+        );
+        let receipt = project.join(format!(".loop/receipts/{id}.receipt.json"));
+        let v = loop_cmd(&dir).arg("verify").arg(&receipt).output().unwrap();
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "{kind}: {}",
+            String::from_utf8_lossy(&v.stdout)
+        );
+        assert_eq!(first_task(&dir, &project)["outcome"], "verified", "{kind}");
+        // The work before the limit was not redone.
+        let ws = workspace(&project, &id);
+        assert_eq!(
+            std::fs::read_to_string(ws.join("one.txt")).unwrap(),
+            "one\n",
+            "{kind}"
+        );
+        // A verified task cannot be extended.
+        let again = loop_cmd(&dir)
+            .args(["resume", &id, "--add-steps", "1", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert_eq!(again.status.code(), Some(2), "{kind}");
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("only a task that reached a limit"),
+            "{kind}"
+        );
+    }
+}

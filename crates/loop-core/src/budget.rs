@@ -24,6 +24,18 @@ impl Budget {
         }
     }
 
+    /// Grant more: the limits grow by these amounts (the contract's own
+    /// limits, which its hash locks, do not change).
+    pub fn extend(&mut self, add_steps: u32, add_tokens: u64, add_usd: f64, add_secs: u64) {
+        let l = &mut self.limits;
+        l.max_steps = l.max_steps.saturating_add(add_steps);
+        l.max_tokens = l.max_tokens.saturating_add(add_tokens);
+        if add_usd > 0.0 {
+            l.budget_usd = Some(l.budget_usd.unwrap_or(0.0) + add_usd);
+        }
+        l.timeout_secs = l.timeout_secs.saturating_add(add_secs);
+    }
+
     /// The limits granted.
     pub fn limits(&self) -> &Limits {
         &self.limits

@@ -52,6 +52,8 @@ pub struct Parts<'a> {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct RunResult {
+    /// The limits granted in the end (the contract's, plus any extension).
+    pub granted: loop_protocol::Limits,
     /// The outcome (verified only with an acceptance).
     pub outcome: Outcome,
     /// The outcome as recorded, with its reason.
@@ -280,7 +282,7 @@ impl<'a> Director<'a> {
 
     /// Run the task to a terminal outcome.
     pub fn run(self) -> Result<RunResult, DirectorError> {
-        self.run_from(&[], 0)
+        self.run_from(&[], 0, None)
     }
 
     /// Continue a task whose ledger so far is `history` (its events, in
@@ -290,10 +292,27 @@ impl<'a> Director<'a> {
     /// effects are not run twice); then the loop goes on. With an empty
     /// history this is [`Director::run`].
     pub fn resume(self, history: &[Event], elapsed_ms: u64) -> Result<RunResult, DirectorError> {
-        self.run_from(history, elapsed_ms)
+        self.run_from(history, elapsed_ms, None)
     }
 
-    fn run_from(mut self, history: &[Event], elapsed_ms: u64) -> Result<RunResult, DirectorError> {
+    /// Grant more budget to a task that ended `limit_reached` (its record is
+    /// `history`) and let it go on: the grant and the reopening are new
+    /// entries of the same chain. Any other task is refused.
+    pub fn extend(
+        self,
+        history: &[Event],
+        elapsed_ms: u64,
+        extension: Extension,
+    ) -> Result<RunResult, DirectorError> {
+        self.run_from(history, elapsed_ms, Some(extension))
+    }
+
+    fn run_from(
+        mut self,
+        history: &[Event],
+        elapsed_ms: u64,
+        extension: Option<Extension>,
+    ) -> Result<RunResult, DirectorError> {
         if history.is_empty() {
             let baseline_root = self.parts.tools.workspace_root();
             let baseline = match &baseline_root {
@@ -324,7 +343,7 @@ impl<'a> Director<'a> {
             let Stop::Outcome(outcome, reason) = stop;
             return self.finish(outcome, reason);
         }
-        let restored = crate::resume::rebuild(
+        let mut restored = crate::resume::rebuild(
             self.contract.limits.clone(),
             history,
             self.parts.clock.now_ms(),
@@ -341,8 +360,46 @@ impl<'a> Director<'a> {
         self.budget = restored.budget;
         self.last_report = restored.last_report;
         self.progress = restored.progress;
-        self.root = restored.root;
+        self.root = restored.root.clone();
         self.parts.model.resume_at(restored.turns);
+        if let Some(ext) = extension {
+            match &restored.finished {
+                Some((record, _)) if record.kind == loop_protocol::OutcomeKind::LimitReached => {}
+                Some((record, _)) => {
+                    return Err(DirectorError::Resume(format!(
+                        "only a task that reached a limit can be given more budget; this one ended {record}"
+                    )));
+                }
+                None => {
+                    return Err(DirectorError::Resume(
+                        "the task has not ended; resume it without extending".into(),
+                    ));
+                }
+            }
+            self.record(Event::BudgetExtended {
+                add_steps: ext.add_steps,
+                add_tokens: ext.add_tokens,
+                add_usd: ext.add_usd,
+                add_secs: ext.add_secs,
+            })?;
+            self.budget
+                .extend(ext.add_steps, ext.add_tokens, ext.add_usd, ext.add_secs);
+            // Out of terminal: recorded, and only ever here.
+            let n = self.machine.taken() + 1;
+            self.record(Event::Transition {
+                n,
+                from: TaskState::Terminal,
+                to: TaskState::Planning,
+                reason: format!(
+                    "budget extended: +{} steps, +{} tokens, +${:.2}, +{} s",
+                    ext.add_steps, ext.add_tokens, ext.add_usd, ext.add_secs
+                ),
+            })?;
+            self.machine = Machine::restore(TaskState::Planning, n);
+            restored.finished = None;
+            restored.phase = Phase::Plan;
+            restored.interrupted = None;
+        }
         if let Some((record, used)) = restored.finished {
             // It ended; only the receipt was missing.
             let outcome = match (record.kind, &self.last_report) {
@@ -355,6 +412,7 @@ impl<'a> Director<'a> {
                 (kind, _) => crate::resume::unverified_outcome(kind, record.limit),
             };
             return Ok(RunResult {
+                granted: self.budget.limits().clone(),
                 outcome,
                 record,
                 used,
@@ -461,6 +519,7 @@ impl<'a> Director<'a> {
             used,
         })?;
         Ok(RunResult {
+            granted: self.budget.limits().clone(),
             outcome,
             record,
             used,
@@ -939,6 +998,19 @@ impl<'a> Director<'a> {
             }
         }
     }
+}
+
+/// More budget for a task that reached a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Extension {
+    /// More model turns.
+    pub add_steps: u32,
+    /// More tokens.
+    pub add_tokens: u64,
+    /// More dollars.
+    pub add_usd: f64,
+    /// More wall-clock seconds.
+    pub add_secs: u64,
 }
 
 /// Where the loop is (a resumed task may enter at any of these).

@@ -70,6 +70,11 @@ impl Machine {
         Machine { state, taken }
     }
 
+    /// Transitions taken so far.
+    pub fn taken(&self) -> u32 {
+        self.taken
+    }
+
     /// The current state.
     pub fn state(&self) -> TaskState {
         self.state

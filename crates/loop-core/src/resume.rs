@@ -279,6 +279,17 @@ pub(crate) fn rebuild(
             }
             Event::Reviewed { usage, .. } => r.budget.charge_review(usage),
             Event::Resumed { .. } => {}
+            Event::BudgetExtended {
+                add_steps,
+                add_tokens,
+                add_usd,
+                add_secs,
+            } => {
+                r.budget
+                    .extend(*add_steps, *add_tokens, *add_usd, *add_secs);
+                r.finished = None;
+                terminal_reason = None;
+            }
             Event::ApprovalRequested {
                 approval_id,
                 call_id,

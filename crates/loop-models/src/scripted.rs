@@ -215,6 +215,20 @@ fn parse_usage(node: &Node) -> Result<Usage, Problem> {
     };
     let mut u = Usage::default();
     for (k, v) in entries {
+        if k.name == "cost_usd" {
+            u.cost_usd = match v.value {
+                Value::Int(n) if n >= 0 => n as f64,
+                Value::Float(x) if x.is_finite() && x >= 0.0 => x,
+                _ => {
+                    return Err((
+                        v.pos,
+                        "`cost_usd` must be a non-negative number".into(),
+                        None,
+                    ));
+                }
+            };
+            continue;
+        }
         let Value::Int(n) = v.value else {
             return Err((
                 v.pos,
@@ -237,7 +251,7 @@ fn parse_usage(node: &Node) -> Result<Usage, Problem> {
                 return Err((
                     k.pos,
                     format!("unknown key `{other}` in usage"),
-                    Some("allowed: input_tokens, cached_input_tokens, output_tokens"),
+                    Some("allowed: input_tokens, cached_input_tokens, output_tokens, cost_usd"),
                 ));
             }
         }

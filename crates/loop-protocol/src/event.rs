@@ -184,6 +184,17 @@ pub enum Event {
         /// `approved`, `denied` or `expired`.
         decision: String,
     },
+    /// A person granted more budget to a task that reached a limit; it goes on.
+    BudgetExtended {
+        /// More model turns.
+        add_steps: u32,
+        /// More tokens.
+        add_tokens: u64,
+        /// More dollars.
+        add_usd: f64,
+        /// More wall-clock seconds.
+        add_secs: u64,
+    },
     /// A task resumed after its runtime stopped.
     Resumed {
         /// Why it is resuming (the interrupted state).
@@ -236,6 +247,7 @@ impl Event {
             Event::ModelSilent { .. } => "model_silent",
             Event::Intent { .. } => "intent",
             Event::Resumed { .. } => "resumed",
+            Event::BudgetExtended { .. } => "budget_extended",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
             Event::Observed { .. } => "observed",

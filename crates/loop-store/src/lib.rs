@@ -231,6 +231,9 @@ pub trait Store: Send {
         change_set: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(), StoreError>;
+    /// Reopen a task that ended (a budget extension): it is no longer
+    /// terminal until it ends again. `false` if it was not terminal.
+    fn reopen(&self, task: &str, now_ms: u64) -> Result<bool, StoreError>;
     /// Record an approval or question.
     fn put_approval(&self, a: &Approval) -> Result<(), StoreError>;
     /// A task's approvals and questions.

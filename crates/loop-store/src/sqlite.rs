@@ -421,6 +421,19 @@ impl Store for SqliteStore {
         })
     }
 
+    fn reopen(&self, task: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "UPDATE tasks SET state = 'ending', outcome = NULL, reason = NULL,
+                     cancel_requested = 0, updated_ms = ?2 WHERE id = ?1 AND state = 'terminal'",
+                    params![task, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n > 0)
+        })
+    }
+
     fn put_approval(&self, a: &Approval) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
