@@ -17,6 +17,8 @@ pub struct Loopfile {
     pub models: Option<ModelsSection>,
     /// `exec:` (run_command's prefix rules).
     pub exec: Option<loop_tools::exec_policy::ExecPolicy>,
+    /// `rules:` (the code-policy gate).
+    pub rules: Option<loop_gates::CodePolicy>,
 }
 
 impl Loopfile {
@@ -61,9 +63,10 @@ impl Loopfile {
                     )
                 }
                 "exec" => out.exec = Some(parse_exec(v, origin)?),
+                "rules" => out.rules = Some(parse_rules(v, origin)?),
                 other => {
                     return Err(CliError::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec)",
+                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules)",
                         k.pos
                     )));
                 }
@@ -206,6 +209,64 @@ fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, CliError> {
             .copied()
             .unwrap_or(node.pos);
         return Err(err(pos, problems.join("; ")));
+    }
+    Ok(policy)
+}
+
+/// `rules:`: banned imports, calls and attributes for Python and JavaScript.
+fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, CliError> {
+    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
+        CliError::usage(format!("{origin}:{pos}: {msg}"))
+    };
+    let Value::Map(langs) = &node.value else {
+        return Err(err(
+            node.pos,
+            "`rules` maps a language (python, javascript) to its banned names".into(),
+        ));
+    };
+    let mut policy = loop_gates::CodePolicy::default();
+    for (lang, body) in langs {
+        let target = match lang.name.as_str() {
+            "python" => &mut policy.python,
+            "javascript" => &mut policy.javascript,
+            other => {
+                return Err(err(
+                    lang.pos,
+                    format!("no code rules for `{other}` (python, javascript)"),
+                ));
+            }
+        };
+        let Value::Map(fields) = &body.value else {
+            return Err(err(
+                body.pos,
+                "banned_imports, banned_calls, banned_attributes".into(),
+            ));
+        };
+        for (k, v) in fields {
+            let Value::Seq(items) = &v.value else {
+                return Err(err(v.pos, format!("`{}` is a list of names", k.name)));
+            };
+            let mut names = Vec::new();
+            for i in items {
+                match &i.value {
+                    Value::Str(s) if !s.trim().is_empty() => names.push(s.trim().to_string()),
+                    _ => return Err(err(i.pos, "a name is a non-empty string".into())),
+                }
+            }
+            match k.name.as_str() {
+                "banned_imports" => target.banned_imports = names,
+                "banned_calls" => target.banned_calls = names,
+                "banned_attributes" => target.banned_attributes = names,
+                other => {
+                    return Err(err(
+                        k.pos,
+                        format!(
+                            "unknown key `{other}` (banned_imports, banned_calls, banned_attributes)"
+                        ),
+                    ));
+                }
+            }
+        }
     }
     Ok(policy)
 }

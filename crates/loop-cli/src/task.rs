@@ -164,6 +164,9 @@ pub struct StoredRequest {
     /// The Loopfile's exec policy when the task started.
     #[serde(default)]
     pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,
+    /// The Loopfile's code rules when the task started.
+    #[serde(default)]
+    pub code_policy: Option<loop_gates::CodePolicy>,
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -220,6 +223,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
             loop_sandbox::IsolationLevel::Preferred => "preferred".into(),
         },
         exec_policy: loopfile.exec.clone(),
+        code_policy: loopfile.rules.clone(),
     };
     let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
@@ -419,6 +423,7 @@ fn drive(
     let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default())
         .with_journal(&task_dir.join("journal"))
         .map_err(|e| CliError::internal(e.to_string()))?;
     let diff_ws = workspace.clone();

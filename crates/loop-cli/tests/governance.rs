@@ -404,3 +404,116 @@ fn a_task_stopped_by_any_limit_goes_on_when_given_more() {
         );
     }
 }
+
+/// Run `script` in a project with `loopfile`; the events.
+fn run_gated(
+    name: &str,
+    loopfile: &str,
+    script: &str,
+    env: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, PathBuf, String) {
+    let (dir, project) = setup(name, 60);
+    std::fs::write(project.join("Loopfile.yaml"), loopfile).unwrap();
+    std::fs::write(project.join("app.py"), "x = 1\n").unwrap();
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
+    let mut c = loop_cmd(&dir);
+    c.args([
+        "run",
+        "edit the app",
+        "--check",
+        "true",
+        "--json",
+        "--max-steps",
+        "3",
+        "--model",
+    ])
+    .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+    .arg("--project")
+    .arg(&project);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let id = first_task(&dir, &project)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ws = workspace(&project, &id);
+    (
+        events(&out),
+        ws,
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
+fn refusal(events: &[serde_json::Value], call: &str) -> (String, String) {
+    let o = events
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["call_id"] == call)
+        .unwrap_or_else(|| panic!("no observation for {call}"));
+    (
+        o["observation"]["rule"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        o["observation"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+#[test]
+fn the_syntax_and_code_policy_gates_refuse_changes_before_they_enter() {
+    let loopfile = "rules:\n  python:\n    banned_imports: [subprocess]\n    banned_attributes: [__globals__]\n";
+    let script = "turns:
+  - calls:
+      - {tool: write_file, args: {path: app.py, content: \"def f(:\\n    return 1\\n\"}}
+      - {tool: edit_file, args: {path: app.py, old: \"x = 1\", new: \"import subprocess\\nx = 1\"}}
+      - {tool: apply_patch, args: {patch: \"--- a/app.py\\n+++ b/app.py\\n@@ -1 +1,2 @@\\n x = 1\\n+g = (lambda: 0).__globals__\\n\"}}
+      - {tool: write_file, args: {path: conf.json, content: \"{\\\"a\\\": [1, 2}\"}}
+      - {tool: write_file, args: {path: ok.py, content: \"import json\\nprint(json.dumps(1))\\n\"}}
+";
+    let (ev, ws, out) = run_gated("gates", loopfile, script, &[]);
+    let (rule, text) = refusal(&ev, "t1-c1");
+    assert_eq!(rule, "gate: syntax", "{out}");
+    assert!(text.contains("app.py:1:"), "{text}");
+    assert!(text.contains("Python syntax error"), "{text}");
+    let (rule, text) = refusal(&ev, "t1-c2");
+    assert_eq!(rule, "gate: code policy (banned import `subprocess`)");
+    assert!(text.contains("app.py:1:8:"), "{text}");
+    let (rule, text) = refusal(&ev, "t1-c3");
+    assert_eq!(rule, "gate: code policy (banned attribute `__globals__`)");
+    assert!(text.contains("app.py:2:17:"), "{text}");
+    let (rule, text) = refusal(&ev, "t1-c4");
+    assert_eq!(rule, "gate: syntax");
+    assert!(
+        text.contains("conf.json:1:") && text.contains("JSON syntax error"),
+        "{text}"
+    );
+    // None of the refused changes entered; the clean one did.
+    assert_eq!(
+        std::fs::read_to_string(ws.join("app.py")).unwrap(),
+        "x = 1\n"
+    );
+    assert!(!ws.join("conf.json").exists());
+    assert!(ws.join("ok.py").exists());
+}
+
+#[test]
+fn a_gate_that_fails_internally_refuses_rather_than_waving_through() {
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: ok.py, content: \"print(1)\\n\"}}\n";
+    let (ev, ws, out) = run_gated(
+        "gate-fault",
+        "version: 1\n",
+        script,
+        &[("LOOP_GATES_FAULT", "parse")],
+    );
+    let (rule, text) = refusal(&ev, "t1-c1");
+    assert_eq!(rule, "gate: syntax (internal error)", "{out}");
+    assert!(text.contains("injected fault"), "{text}");
+    assert!(
+        !ws.join("ok.py").exists(),
+        "a failing gate never fails open"
+    );
+}

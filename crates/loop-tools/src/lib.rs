@@ -61,6 +61,7 @@ pub struct ToolBox {
     net: Net,
     sandbox: Settings,
     exec_policy: exec_policy::ExecPolicy,
+    code_policy: loop_gates::CodePolicy,
     /// Calls a person approved (their `prompt` rule is satisfied).
     approved: BTreeSet<String>,
 }
@@ -132,8 +133,16 @@ impl ToolBox {
             net: Net::None,
             sandbox: Settings::default(),
             exec_policy: exec_policy::ExecPolicy::default(),
+            code_policy: loop_gates::CodePolicy::default(),
             approved: BTreeSet::new(),
         }
+    }
+
+    /// Check every proposed change against these code rules (the syntax
+    /// gate runs always).
+    pub fn with_code_policy(mut self, policy: loop_gates::CodePolicy) -> Self {
+        self.code_policy = policy;
+        self
     }
 
     /// Judge `run_command` calls by this policy.
@@ -224,6 +233,22 @@ impl ToolBox {
                     format!(
                         "Refused: {rel}:{}:{} would contain {}; credentials are never written into files (read them from the environment at run time).",
                         s.line, s.col, s.kind
+                    ),
+                ));
+            }
+        }
+        // The syntax and code-policy gates: a change that would leave a
+        // file unparseable, or bring in what the rules ban, never enters.
+        for (rel, before, after) in proposed {
+            let Some(after) = after else { continue };
+            if let Err(r) = loop_gates::check(rel, *before, after, &self.code_policy) {
+                return Err(Observation::refused(
+                    id,
+                    tool,
+                    r.rule.clone(),
+                    format!(
+                        "Refused: {}:{}:{}: {}.",
+                        r.file, r.line, r.column, r.message
                     ),
                 ));
             }
