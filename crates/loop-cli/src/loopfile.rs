@@ -19,6 +19,8 @@ pub struct Loopfile {
     pub exec: Option<loop_tools::exec_policy::ExecPolicy>,
     /// `rules:` (the code-policy gate).
     pub rules: Option<loop_gates::CodePolicy>,
+    /// `progress:` (stall thresholds).
+    pub progress: Option<loop_core::ProgressConfig>,
 }
 
 impl Loopfile {
@@ -64,9 +66,10 @@ impl Loopfile {
                 }
                 "exec" => out.exec = Some(parse_exec(v, origin)?),
                 "rules" => out.rules = Some(parse_rules(v, origin)?),
+                "progress" => out.progress = Some(parse_progress(v, origin)?),
                 other => {
                     return Err(CliError::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules)",
+                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress)",
                         k.pos
                     )));
                 }
@@ -269,4 +272,45 @@ fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, CliE
         }
     }
     Ok(policy)
+}
+
+/// `progress:`: the stall thresholds (each a positive count of steps).
+fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig, CliError> {
+    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
+        CliError::usage(format!("{origin}:{pos}: {msg}"))
+    };
+    let Value::Map(fields) = &node.value else {
+        return Err(err(
+            node.pos,
+            "`progress` is a mapping of thresholds".into(),
+        ));
+    };
+    let mut c = loop_core::ProgressConfig::default();
+    for (k, v) in fields {
+        let n = match v.value {
+            Value::Int(n) if (2..=1000).contains(&n) => n as usize,
+            _ => {
+                return Err(err(
+                    v.pos,
+                    format!("`{}` is a number of steps from 2 to 1000", k.name),
+                ));
+            }
+        };
+        match k.name.as_str() {
+            "repeat_same" => c.repeat_same = n,
+            "repeat_failing" => c.repeat_failing = n,
+            "alternation" => c.alternation = n,
+            "read_only" => c.read_only = n,
+            "no_evidence" => c.no_evidence = n,
+            other => {
+                return Err(err(
+                    k.pos,
+                    format!(
+                        "unknown threshold `{other}` (repeat_same, repeat_failing, alternation, read_only, no_evidence)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(c)
 }

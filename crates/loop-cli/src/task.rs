@@ -167,6 +167,9 @@ pub struct StoredRequest {
     /// The Loopfile's code rules when the task started.
     #[serde(default)]
     pub code_policy: Option<loop_gates::CodePolicy>,
+    /// The Loopfile's stall thresholds when the task started.
+    #[serde(default)]
+    pub progress: Option<loop_core::ProgressConfig>,
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -224,6 +227,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         },
         exec_policy: loopfile.exec.clone(),
         code_policy: loopfile.rules.clone(),
+        progress: loopfile.progress.clone(),
     };
     let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
@@ -519,7 +523,9 @@ fn drive(
             clock: &clock,
         };
         let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
-            let d = d.with_approvals(&mut approvals, exec_policy.approval_timeout_secs);
+            let d = d
+                .with_approvals(&mut approvals, exec_policy.approval_timeout_secs)
+                .with_progress(stored.progress.clone().unwrap_or_default());
             let d = match checker.as_deref_mut() {
                 Some(c) => d.with_reviewer(c),
                 None => d,

@@ -424,7 +424,7 @@ fn run_gated(
         "true",
         "--json",
         "--max-steps",
-        "3",
+        "8",
         "--model",
     ])
     .arg(format!("scripted:{}", dir.join("script.yaml").display()))
@@ -515,5 +515,35 @@ fn a_gate_that_fails_internally_refuses_rather_than_waving_through() {
     assert!(
         !ws.join("ok.py").exists(),
         "a failing gate never fails open"
+    );
+}
+
+#[test]
+fn stall_thresholds_come_from_the_loopfile() {
+    let turn = "  - calls: [{tool: run_command, args: {command: 'exit 3'}}]\n";
+    let script = format!("turns:\n{}", turn.repeat(8));
+    let (ev, _ws, out) = run_gated("progress", "progress:\n  repeat_failing: 2\n", &script, &[]);
+    let finished = ev.iter().find(|e| e["kind"] == "finished").unwrap();
+    assert_eq!(finished["outcome"]["kind"], "lost", "{out}");
+    assert!(
+        finished["outcome"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("failed 2 times"),
+        "{out}"
+    );
+    // Nudged after 2, stopped after 2 more.
+    assert_eq!(finished["used"]["steps"], 4, "{out}");
+    let (dir, project) = setup("progress-bad", 60);
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "progress:\n  repeat_failing: 1\n",
+    )
+    .unwrap();
+    let out = start_run(&dir, &project).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("Loopfile.yaml:2:19: `repeat_failing` is a number of steps from 2 to 1000")
     );
 }

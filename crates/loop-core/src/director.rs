@@ -98,6 +98,8 @@ pub struct Director<'a> {
     reserve_tokens: u64,
     /// The checker, if one is configured.
     reviewer: Option<&'a mut dyn Model>,
+    /// Stall thresholds.
+    progress_config: crate::progress::ProgressConfig,
     /// Where approvals are asked (none: a `prompt` is denied, fail closed).
     approvals: Option<&'a mut dyn Approvals>,
     /// How long a pending approval waits before it is a deny.
@@ -133,12 +135,20 @@ impl<'a> Director<'a> {
             budget,
             last_report: None,
             progress: ProgressDetector::default(),
+            progress_config: crate::progress::ProgressConfig::default(),
             root: String::new(),
             reserve_tokens: 0,
             reviewer: None,
             approvals: None,
             approval_timeout_ms: 3_600_000,
         })
+    }
+
+    /// Use these stall thresholds (the Loopfile's `progress`).
+    pub fn with_progress(mut self, config: crate::progress::ProgressConfig) -> Self {
+        self.progress = ProgressDetector::new(config.clone());
+        self.progress_config = config;
+        self
     }
 
     /// Ask `approvals` when a call needs a person; unanswered after
@@ -345,6 +355,7 @@ impl<'a> Director<'a> {
         }
         let mut restored = crate::resume::rebuild(
             self.contract.limits.clone(),
+            self.progress_config.clone(),
             history,
             self.parts.clock.now_ms(),
             elapsed_ms,

@@ -9,8 +9,9 @@ use loop_protocol::hash::canonical_sha256;
 use loop_protocol::{Observation, ObservationStatus, ToolCall};
 use std::collections::{BTreeSet, HashSet};
 
-/// Thresholds (Loopfile-configurable later; defaults follow proven agent runtimes).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Thresholds (the Loopfile's `progress`; defaults follow proven agent runtimes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProgressConfig {
     /// The same action with the same observation this many times running.
     pub repeat_same: usize,
@@ -68,6 +69,9 @@ pub struct ProgressDetector {
     seen_observations: HashSet<String>,
     nudged: BTreeSet<&'static str>,
     rejected_root: Option<String>,
+    /// The workspace root after the last step (kept across a nudge, which
+    /// clears the window but not what the workspace was).
+    last_root: Option<String>,
 }
 
 fn failed(o: &Observation) -> bool {
@@ -145,7 +149,8 @@ impl ProgressDetector {
                 .collect::<Vec<_>>(),
         )
         .unwrap_or_default();
-        let changed = self.steps.last().is_none_or(|s| s.root != root);
+        let changed = self.last_root.as_deref() != Some(root);
+        self.last_root = Some(root.to_string());
         let new_observation = self.seen_observations.insert(observation.clone());
         self.steps.push(StepRecord {
             action,
@@ -283,6 +288,58 @@ mod tests {
         }
         let o = [ok("run_command", "exit 2 (0.1 s)\nerror at 9")];
         assert!(matches!(d.step(&c, &o, "r"), Verdict::Nudge(p) if p.contains("failed 3 times")));
+    }
+
+    #[test]
+    fn steps_with_no_new_evidence_are_flagged_then_stopped() {
+        // Different commands each time (so no repeat), all answering what
+        // was already seen, and nothing changing.
+        let mut d = ProgressDetector::default();
+        let seen = [ok("run_command", "exit 0 (0.01 s)\nnothing new")];
+        let _ = d.step(
+            &[call("run_command", json!({"command": "true"}))],
+            &seen,
+            "r",
+        );
+        let mut verdicts = Vec::new();
+        for i in 0..20 {
+            let c = [call(
+                "run_command",
+                json!({"command": format!("echo {i} >/dev/null")}),
+            )];
+            verdicts.push(d.step(&c, &seen, "r"));
+        }
+        let nudge = verdicts
+            .iter()
+            .position(|v| matches!(v, Verdict::Nudge(p) if p.contains("no new evidence")));
+        let stop = verdicts
+            .iter()
+            .position(|v| matches!(v, Verdict::Stop(p) if p.contains("no new evidence")));
+        assert_eq!(
+            nudge,
+            Some(9),
+            "the tenth step without evidence: {verdicts:?}"
+        );
+        assert_eq!(stop, Some(19), "ten more after the nudge: {verdicts:?}");
+    }
+
+    #[test]
+    fn thresholds_come_from_the_configuration() {
+        let mut d = ProgressDetector::new(ProgressConfig {
+            repeat_failing: 5,
+            ..ProgressConfig::default()
+        });
+        let c = [call("run_command", json!({"command": "make"}))];
+        let mut verdicts = Vec::new();
+        for i in 0..5 {
+            let o = [ok("run_command", &format!("exit 2 (0.1 s)\nerror {i}"))];
+            verdicts.push(d.step(&c, &o, "r"));
+        }
+        assert_eq!(
+            &verdicts[..4],
+            &[Verdict::Ok, Verdict::Ok, Verdict::Ok, Verdict::Ok]
+        );
+        assert!(matches!(&verdicts[4], Verdict::Nudge(p) if p.contains("failed 5 times")));
     }
 
     #[test]

@@ -109,6 +109,7 @@ pub(crate) fn unverified_outcome(kind: OutcomeKind, limit: Option<LimitKind>) ->
 /// Rebuild from `history`. `now_ms - elapsed_ms` becomes the budget's start.
 pub(crate) fn rebuild(
     limits: Limits,
+    progress: crate::progress::ProgressConfig,
     history: &[Event],
     now_ms: u64,
     elapsed_ms: u64,
@@ -129,7 +130,7 @@ pub(crate) fn rebuild(
         machine: Machine::new(),
         budget: Budget::new(limits, now_ms.saturating_sub(elapsed_ms)),
         last_report: None,
-        progress: ProgressDetector::default(),
+        progress: ProgressDetector::new(progress),
         root: baseline_root.clone(),
         turns: 0,
         step: 0,
