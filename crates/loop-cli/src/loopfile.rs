@@ -21,6 +21,8 @@ pub struct Loopfile {
     pub rules: Option<loop_gates::CodePolicy>,
     /// `progress:` (stall thresholds).
     pub progress: Option<loop_core::ProgressConfig>,
+    /// `checkpoints:` (pauses for a person, transient retries).
+    pub checkpoints: Option<loop_core::Checkpoints>,
 }
 
 impl Loopfile {
@@ -67,9 +69,10 @@ impl Loopfile {
                 "exec" => out.exec = Some(parse_exec(v, origin)?),
                 "rules" => out.rules = Some(parse_rules(v, origin)?),
                 "progress" => out.progress = Some(parse_progress(v, origin)?),
+                "checkpoints" => out.checkpoints = Some(parse_checkpoints(v, origin)?),
                 other => {
                     return Err(CliError::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress)",
+                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress, checkpoints)",
                         k.pos
                     )));
                 }
@@ -307,6 +310,52 @@ fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig
                     k.pos,
                     format!(
                         "unknown threshold `{other}` (repeat_same, repeat_failing, alternation, read_only, no_evidence)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// `checkpoints:`: when to pause for a person, and transient retries.
+fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints, CliError> {
+    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
+        CliError::usage(format!("{origin}:{pos}: {msg}"))
+    };
+    let Value::Map(fields) = &node.value else {
+        return Err(err(node.pos, "`checkpoints` is a mapping".into()));
+    };
+    let mut c = loop_core::Checkpoints::default();
+    let count = |v: &Node, k: &str, min: i64| -> Result<u64, CliError> {
+        match v.value {
+            Value::Int(n) if n >= min => Ok(n as u64),
+            _ => Err(err(v.pos, format!("`{k}` is an integer of at least {min}"))),
+        }
+    };
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "after_failed_repairs" => c.after_failed_repairs = Some(count(v, &k.name, 1)? as u32),
+            "timeout_secs" => c.timeout_secs = count(v, &k.name, 1)?,
+            "retry_transient" => c.retry_transient = count(v, &k.name, 0)?.min(10) as u32,
+            "retry_base_ms" => c.retry_base_ms = count(v, &k.name, 1)?,
+            "cost_usd_over" => {
+                c.cost_usd_over = Some(match v.value {
+                    Value::Int(n) if n >= 0 => n as f64,
+                    Value::Float(x) if x.is_finite() && x >= 0.0 => x,
+                    _ => {
+                        return Err(err(
+                            v.pos,
+                            "`cost_usd_over` is a non-negative number".into(),
+                        ));
+                    }
+                })
+            }
+            other => {
+                return Err(err(
+                    k.pos,
+                    format!(
+                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms)"
                     ),
                 ));
             }

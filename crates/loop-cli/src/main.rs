@@ -182,13 +182,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Answer a task's pending approval (a command under a `prompt` rule).
+    /// Answer a task waiting for a person: a command under a `prompt` rule,
+    /// or a checkpoint.
     Approve {
         /// The task id.
         id: String,
-        /// Deny instead.
+        /// Deny instead (at a checkpoint: stop the task).
         #[arg(long)]
         deny: bool,
+        /// Guidance for the model (at a checkpoint).
+        #[arg(long, value_name = "TEXT")]
+        message: Option<String>,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -332,7 +336,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             json,
         } => tasks_cmd::logs(&project, &id, follow, json),
         Command::Cancel { id, project, json } => tasks_cmd::cancel(&project, &id, json),
-        Command::Approve { id, deny, project } => tasks_cmd::approve(&project, &id, deny),
+        Command::Approve {
+            id,
+            deny,
+            message,
+            project,
+        } => tasks_cmd::approve(&project, &id, deny, message.as_deref()),
         Command::Resume {
             id,
             add_steps,

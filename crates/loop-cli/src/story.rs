@@ -118,6 +118,22 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
             )
         }
         Event::Intent { .. } => String::new(),
+        Event::CheckpointRequested { reason, .. } => format!(
+            "\n⏸ checkpoint: {} — loop approve <task> [--message TEXT] to go on, --deny to stop\n",
+            one_line(reason, 90)
+        ),
+        Event::CheckpointDecided {
+            decision, message, ..
+        } => match message {
+            Some(m) => format!("  ▶ checkpoint {decision}: {}\n", one_line(m, 80)),
+            None => format!("  ▶ checkpoint {decision}\n"),
+        },
+        Event::Recovery {
+            policy,
+            attempt,
+            detail,
+            ..
+        } => format!("  ↻ {policy} #{attempt}: {}\n", one_line(detail, 90)),
         Event::BudgetExtended {
             add_steps,
             add_tokens,

@@ -170,6 +170,9 @@ pub struct StoredRequest {
     /// The Loopfile's stall thresholds when the task started.
     #[serde(default)]
     pub progress: Option<loop_core::ProgressConfig>,
+    /// The Loopfile's checkpoints when the task started.
+    #[serde(default)]
+    pub checkpoints: Option<loop_core::Checkpoints>,
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -228,6 +231,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         exec_policy: loopfile.exec.clone(),
         code_policy: loopfile.rules.clone(),
         progress: loopfile.progress.clone(),
+        checkpoints: loopfile.checkpoints.clone(),
     };
     let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
@@ -525,7 +529,8 @@ fn drive(
         let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
             let d = d
                 .with_approvals(&mut approvals, exec_policy.approval_timeout_secs)
-                .with_progress(stored.progress.clone().unwrap_or_default());
+                .with_progress(stored.progress.clone().unwrap_or_default())
+                .with_checkpoints(stored.checkpoints.clone().unwrap_or_default());
             let d = match checker.as_deref_mut() {
                 Some(c) => d.with_reviewer(c),
                 None => d,

@@ -220,7 +220,12 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
 }
 
 /// `loop approve ID [--deny]`: answer the task's pending approval.
-pub fn approve(project: &Path, id: &str, deny: bool) -> Result<u8, CliError> {
+pub fn approve(
+    project: &Path,
+    id: &str,
+    deny: bool,
+    message: Option<&str>,
+) -> Result<u8, CliError> {
     let store = open_store(&project_of(project)?)?;
     store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
     let pending: Vec<_> = store
@@ -235,6 +240,9 @@ pub fn approve(project: &Path, id: &str, deny: bool) -> Result<u8, CliError> {
         )));
     };
     a.status = if deny { "denied" } else { "approved" }.into();
+    if let Some(m) = message {
+        a.payload["answer"] = serde_json::Value::String(m.to_string());
+    }
     a.decided_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
     store
         .put_approval(&a)

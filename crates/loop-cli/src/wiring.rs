@@ -64,6 +64,18 @@ impl Tools for ToolsAdapter<'_> {
     fn approve(&mut self, call_id: &str) {
         self.tools.approve(call_id);
     }
+    fn transient(&self, observation: &loop_protocol::Observation) -> bool {
+        // Set-up failures of the machine, not of the command: worth a retry.
+        observation.status == loop_protocol::ObservationStatus::Error
+            && [
+                "Resource temporarily unavailable",
+                "Text file busy",
+                "Too many open files",
+                "Interrupted system call",
+            ]
+            .iter()
+            .any(|m| observation.content.contains(m))
+    }
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         use loop_protocol::Effect;
         match call.tool.as_str() {
@@ -175,6 +187,19 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 decided_ms: None,
             })
             .map_err(|e| BoundaryError(e.to_string()))
+    }
+
+    fn message(&mut self, approval_id: &str) -> Option<String> {
+        use loop_store::Store;
+        self.store
+            .approvals(&self.task_id)
+            .ok()?
+            .into_iter()
+            .find(|a| a.id == approval_id)?
+            .payload
+            .get("answer")?
+            .as_str()
+            .map(str::to_string)
     }
 
     fn wait(

@@ -547,3 +547,134 @@ fn stall_thresholds_come_from_the_loopfile() {
             .contains("Loopfile.yaml:2:19: `repeat_failing` is a number of steps from 2 to 1000")
     );
 }
+
+const REPAIRS: &str = "turns:
+  - calls: [{tool: write_file, args: {path: approved.txt.tmp, content: no}}, {tool: finish, args: {summary: try 1}}]
+  - calls: [{tool: write_file, args: {path: approved.txt.tmp, content: nope}}, {tool: finish, args: {summary: try 2}}]
+  - calls: [{tool: write_file, args: {path: approved.txt, content: yes}}, {tool: finish, args: {summary: try 3}}]
+";
+
+fn start_repairs(name: &str, checkpoints: &str) -> (PathBuf, PathBuf, Child) {
+    let (dir, project) = setup(name, 60);
+    std::fs::write(project.join("Loopfile.yaml"), checkpoints).unwrap();
+    std::fs::write(dir.join("script.yaml"), REPAIRS).unwrap();
+    let child = start_run(&dir, &project);
+    (dir, project, child)
+}
+
+fn await_state(dir: &Path, project: &Path, state: &str) -> String {
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never reached {state}"
+        );
+        let t = first_task(dir, project);
+        if t["state"] == state {
+            return t["id"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn after_failed_repairs_a_person_is_asked_and_their_guidance_reaches_the_model() {
+    let (dir, project, child) =
+        start_repairs("checkpoint-go", "checkpoints:\n  after_failed_repairs: 2\n");
+    let id = await_state(&dir, &project, "awaiting_input");
+    let out = loop_cmd(&dir)
+        .args([
+            "approve",
+            &id,
+            "--message",
+            "write approved.txt, not a .tmp file",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let ev = events(&out);
+    let asked = ev
+        .iter()
+        .find(|e| e["kind"] == "checkpoint_requested")
+        .unwrap();
+    assert!(
+        asked["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("verification rejected 2 time(s)"),
+        "{asked}"
+    );
+    let decided = ev
+        .iter()
+        .find(|e| e["kind"] == "checkpoint_decided")
+        .unwrap();
+    assert_eq!(decided["decision"], "approved");
+    assert!(ev.iter().any(
+        |e| e["kind"] == "feedback" && e["text"].as_str().unwrap().contains("not a .tmp file")
+    ));
+}
+
+#[test]
+fn a_checkpoint_denied_or_unanswered_stops_the_task() {
+    let (dir, project, child) = start_repairs(
+        "checkpoint-deny",
+        "checkpoints:\n  after_failed_repairs: 1\n",
+    );
+    let id = await_state(&dir, &project, "awaiting_input");
+    assert!(
+        loop_cmd(&dir)
+            .args(["approve", &id, "--deny", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let t = first_task(&dir, &project);
+    assert_eq!(t["outcome"], "cancelled");
+    assert!(
+        t["reason"]
+            .as_str()
+            .unwrap()
+            .contains("stopped by a person at a checkpoint"),
+        "{t}"
+    );
+
+    // Nobody answers: stopped, never continued unasked.
+    let (dir, project, child) = start_repairs(
+        "checkpoint-timeout",
+        "checkpoints:\n  after_failed_repairs: 1\n  timeout_secs: 1\n",
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let t = first_task(&dir, &project);
+    assert_eq!(t["outcome"], "cancelled");
+    assert!(
+        t["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nobody answered the checkpoint"),
+        "{t}"
+    );
+    let ev = events(&out);
+    assert_eq!(
+        ev.iter().filter(|e| e["kind"] == "model_turn").count(),
+        1,
+        "no turn after the unanswered checkpoint"
+    );
+}

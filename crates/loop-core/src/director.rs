@@ -100,6 +100,14 @@ pub struct Director<'a> {
     reviewer: Option<&'a mut dyn Model>,
     /// Stall thresholds.
     progress_config: crate::progress::ProgressConfig,
+    /// When to pause for a person.
+    checkpoints: Checkpoints,
+    /// A checkpoint due before the next model turn.
+    checkpoint_due: Option<String>,
+    /// Rejected verifications so far.
+    failed_repairs: u32,
+    /// Whether the cost checkpoint has been asked.
+    cost_asked: bool,
     /// Where approvals are asked (none: a `prompt` is denied, fail closed).
     approvals: Option<&'a mut dyn Approvals>,
     /// How long a pending approval waits before it is a deny.
@@ -136,12 +144,101 @@ impl<'a> Director<'a> {
             last_report: None,
             progress: ProgressDetector::default(),
             progress_config: crate::progress::ProgressConfig::default(),
+            checkpoints: Checkpoints::default(),
+            checkpoint_due: None,
+            failed_repairs: 0,
+            cost_asked: false,
             root: String::new(),
             reserve_tokens: 0,
             reviewer: None,
             approvals: None,
             approval_timeout_ms: 3_600_000,
         })
+    }
+
+    /// Pause for a person at these checkpoints (the Loopfile's `checkpoints`).
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = checkpoints;
+        self
+    }
+
+    /// Pause for a person: record the request, wait for the answer. `Ok(None)`
+    /// means go on (the guidance, if any, is already in the context);
+    /// `Ok(Some(..))` is how the task ends. Nobody answering stops it.
+    fn checkpoint(
+        &mut self,
+        context: &mut Context,
+        reason: &str,
+        pending: Option<(String, u64)>,
+    ) -> Result<Option<(Outcome, String)>, DirectorError> {
+        let (approval_id, deadline) = match pending {
+            Some(p) => p,
+            None => {
+                let now = self.parts.clock.now_ms();
+                let approval_id = format!("checkpoint-{}", self.machine.taken() + 1);
+                let deadline =
+                    now.saturating_add(self.checkpoints.timeout_secs.saturating_mul(1000));
+                self.record(Event::CheckpointRequested {
+                    approval_id: approval_id.clone(),
+                    reason: reason.to_string(),
+                    deadline_ms: deadline,
+                })?;
+                self.go(TaskState::AwaitingInput, format!("checkpoint: {reason}"))?;
+                if let Some(a) = self.approvals.as_deref_mut() {
+                    let payload = serde_json::json!({
+                        "kind": "checkpoint", "detail": reason, "rule": "checkpoint",
+                        "deadline_ms": deadline,
+                    });
+                    a.request(&approval_id, &payload, now)
+                        .map_err(DirectorError::Ledger)?;
+                }
+                (approval_id, deadline)
+            }
+        };
+        let (decision, message) = match self.approvals.as_deref_mut() {
+            None => (ApprovalDecision::Expired, None),
+            Some(a) => {
+                let d = a
+                    .wait(&approval_id, deadline, self.parts.cancel)
+                    .unwrap_or(ApprovalDecision::Denied);
+                (d, a.message(&approval_id))
+            }
+        };
+        if decision == ApprovalDecision::Cancelled {
+            return Ok(Some((
+                Outcome::Cancelled,
+                "cancelled by request at a checkpoint".into(),
+            )));
+        }
+        self.record(Event::CheckpointDecided {
+            approval_id,
+            decision: decision.as_str().into(),
+            message: message.clone(),
+        })?;
+        match decision {
+            ApprovalDecision::Approved => {
+                self.go(TaskState::Planning, "a person said to go on")?;
+                if let Some(m) = message {
+                    let text = format!("A person reviewed the task at a checkpoint and says: {m}");
+                    self.record(Event::Feedback {
+                        step: 0,
+                        text: text.clone(),
+                    })?;
+                    context.push_feedback(text);
+                }
+                Ok(None)
+            }
+            ApprovalDecision::Denied => Ok(Some((
+                Outcome::Cancelled,
+                format!("stopped by a person at a checkpoint ({reason})"),
+            ))),
+            _ => Ok(Some((
+                Outcome::Cancelled,
+                format!(
+                    "nobody answered the checkpoint ({reason}); stopped, never continued unasked"
+                ),
+            ))),
+        }
     }
 
     /// Use these stall thresholds (the Loopfile's `progress`).
@@ -442,6 +539,26 @@ impl<'a> Director<'a> {
         context.tools = self.parts.tools.specs();
         context.system = system_prompt(&self.contract, &self.locked_sha256, &context.tools);
         let mut phase = restored.phase;
+        self.failed_repairs = restored.failed_repairs;
+        self.cost_asked = restored.cost_asked;
+        if let Some(n) = self.checkpoints.after_failed_repairs
+            && n > 0
+            && restored.rejection_unasked
+            && restored.failed_repairs.is_multiple_of(n)
+        {
+            self.checkpoint_due = Some(format!(
+                "verification rejected {} time(s)",
+                restored.failed_repairs
+            ));
+        }
+        if let Some((id, reason, deadline)) = restored.pending_checkpoint.clone() {
+            // The runtime stopped while a person was asked: wait again.
+            if let Some((outcome, why)) =
+                self.checkpoint(&mut context, &reason, Some((id, deadline)))?
+            {
+                return self.finish(outcome, why);
+            }
+        }
         // Approvals the record shows: granted ones let their calls run; a
         // deny whose refusal was not recorded yet is recorded now; a pending
         // request is waited for again (it survives the restart).
@@ -659,6 +776,19 @@ impl<'a> Director<'a> {
                 "cancelled by request".into(),
             ));
         }
+        if let Some(threshold) = self.checkpoints.cost_usd_over
+            && !self.cost_asked
+            && self.budget.used(self.parts.clock.now_ms()).usd > threshold
+        {
+            self.cost_asked = true;
+            self.checkpoint_due
+                .get_or_insert(format!("spending crossed ${threshold:.2}"));
+        }
+        if let Some(reason) = self.checkpoint_due.take()
+            && let Some((outcome, why)) = self.checkpoint(context, &reason, None)?
+        {
+            return Ok(Phase::End(outcome, why));
+        }
         if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
             return Ok(Phase::End(Outcome::LimitReached(kind), reason));
         }
@@ -827,7 +957,7 @@ impl<'a> Director<'a> {
                     effect: self.parts.tools.effect(call),
                     root_before: self.root.clone(),
                 })?;
-                let outcome = match self.parts.tools.execute(call) {
+                let mut outcome = match self.parts.tools.execute(call) {
                     Ok(o) => o,
                     Err(e) => {
                         return Ok(Phase::End(
@@ -836,6 +966,43 @@ impl<'a> Director<'a> {
                         ));
                     }
                 };
+                // Recovery: a failure for a passing reason is retried, with
+                // backoff, up to the cap; each retry is recorded.
+                let mut attempt = 0;
+                while attempt < self.checkpoints.retry_transient
+                    && self.parts.tools.transient(&outcome.observation)
+                {
+                    attempt += 1;
+                    let wait = self
+                        .checkpoints
+                        .retry_base_ms
+                        .saturating_mul(1 << (attempt - 1).min(10));
+                    self.record(Event::Recovery {
+                        step,
+                        policy: "retry".into(),
+                        call_id: call.id.clone(),
+                        attempt,
+                        detail: format!(
+                            "transient failure, retried after {wait} ms: {}",
+                            outcome
+                                .observation
+                                .content
+                                .lines()
+                                .next()
+                                .unwrap_or_default()
+                        ),
+                    })?;
+                    self.parts.clock.pause(wait);
+                    outcome = match self.parts.tools.execute(call) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            return Ok(Phase::End(
+                                Outcome::Error,
+                                format!("tool runtime failed: {e}"),
+                            ));
+                        }
+                    };
+                }
                 let workspace_root = if outcome.observation.changed {
                     changed = true;
                     let root = self.parts.tools.workspace_root().ok();
@@ -980,6 +1147,16 @@ impl<'a> Director<'a> {
             }
             Err(rejection) => {
                 self.progress.rejected_at(&report.manifest_root);
+                self.failed_repairs += 1;
+                if let Some(n) = self.checkpoints.after_failed_repairs
+                    && n > 0
+                    && self.failed_repairs.is_multiple_of(n)
+                {
+                    self.checkpoint_due = Some(format!(
+                        "verification rejected {} time(s): {rejection}",
+                        self.failed_repairs
+                    ));
+                }
                 if matches!(
                     rejection,
                     loop_protocol::Rejection::ContractChanged { .. }
@@ -1007,6 +1184,34 @@ impl<'a> Director<'a> {
                 )?;
                 Ok(Phase::Plan)
             }
+        }
+    }
+}
+
+/// When to pause for a person, and how transient failures are retried.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Checkpoints {
+    /// Ask after every N rejected verifications (failed repairs).
+    pub after_failed_repairs: Option<u32>,
+    /// Ask once when spending passes this many dollars.
+    pub cost_usd_over: Option<f64>,
+    /// Unanswered this long, a checkpoint stops the task.
+    pub timeout_secs: u64,
+    /// Retries for a call that failed for a passing reason (0: none).
+    pub retry_transient: u32,
+    /// The first retry's wait; each later one doubles, with jitter.
+    pub retry_base_ms: u64,
+}
+
+impl Default for Checkpoints {
+    fn default() -> Self {
+        Checkpoints {
+            after_failed_repairs: None,
+            cost_usd_over: None,
+            timeout_secs: 3600,
+            retry_transient: 2,
+            retry_base_ms: 200,
         }
     }
 }

@@ -18,7 +18,9 @@ pub mod review;
 pub mod traits;
 
 pub use budget::Budget;
-pub use director::{Director, DirectorError, Extension, Parts, RunResult, VerifyPolicy};
+pub use director::{
+    Checkpoints, Director, DirectorError, Extension, Parts, RunResult, VerifyPolicy,
+};
 pub use loop_protocol::context::{Context, Message};
 pub use machine::{InvalidTransition, Machine, allowed};
 pub use progress::{ProgressConfig, ProgressDetector, Verdict};

@@ -58,6 +58,14 @@ pub(crate) struct Restored {
     pub finished: Option<(OutcomeRecord, BudgetUse)>,
     /// A request waiting for its answer.
     pub pending_approval: Option<PendingApproval>,
+    /// A checkpoint asked and not yet answered: (id, reason, deadline).
+    pub pending_checkpoint: Option<(String, String, u64)>,
+    /// Rejected verifications so far.
+    pub failed_repairs: u32,
+    /// The last rejection has not been followed by a checkpoint.
+    pub rejection_unasked: bool,
+    /// The cost checkpoint has been asked.
+    pub cost_asked: bool,
     /// Calls of the current turn a person approved.
     pub approved: Vec<String>,
     /// Calls of the current turn denied whose refusal is not yet recorded:
@@ -139,6 +147,10 @@ pub(crate) fn rebuild(
         interrupted: None,
         finished: None,
         pending_approval: None,
+        pending_checkpoint: None,
+        failed_repairs: 0,
+        rejection_unasked: false,
+        cost_asked: false,
         approved: Vec::new(),
         denied: Vec::new(),
     };
@@ -274,12 +286,26 @@ pub(crate) fn rebuild(
                 r.budget.charge_verification();
                 if !accepted {
                     r.progress.rejected_at(&report.manifest_root);
+                    r.failed_repairs += 1;
+                    r.rejection_unasked = true;
                 }
                 r.last_report = Some(report.clone());
                 verified_since_verifying = Some(report.clone());
             }
             Event::Reviewed { usage, .. } => r.budget.charge_review(usage),
-            Event::Resumed { .. } => {}
+            Event::Resumed { .. } | Event::Recovery { .. } => {}
+            Event::CheckpointRequested {
+                approval_id,
+                reason,
+                deadline_ms,
+            } => {
+                r.pending_checkpoint = Some((approval_id.clone(), reason.clone(), *deadline_ms));
+                r.rejection_unasked = false;
+                if reason.starts_with("spending crossed") {
+                    r.cost_asked = true;
+                }
+            }
+            Event::CheckpointDecided { .. } => r.pending_checkpoint = None,
             Event::BudgetExtended {
                 add_steps,
                 add_tokens,

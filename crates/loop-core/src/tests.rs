@@ -223,6 +223,9 @@ impl Clock for FakeClock {
     fn now_ms(&self) -> u64 {
         self.0.get()
     }
+    fn pause(&self, ms: u64) {
+        self.0.set(self.0.get() + ms);
+    }
 }
 
 /// Tools that share their files with the verifier.
@@ -1066,5 +1069,158 @@ mod resume {
                 assert_well_formed(&ledger);
             }
         }
+    }
+}
+
+mod recovery {
+    use super::*;
+
+    /// Tools whose `flaky` call fails for a passing reason `fails` times.
+    struct Flaky {
+        fails: u32,
+        calls: u32,
+    }
+
+    impl Tools for Flaky {
+        fn specs(&self) -> Vec<ToolSpec> {
+            vec![]
+        }
+        fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+            self.calls += 1;
+            let observation = if self.calls <= self.fails {
+                Observation::error(
+                    &call.id,
+                    &call.tool,
+                    "fork: Resource temporarily unavailable",
+                )
+            } else {
+                Observation::ok(&call.id, &call.tool, "done", false)
+            };
+            Ok(ToolOutcome {
+                observation,
+                control: None,
+            })
+        }
+        fn transient(&self, o: &Observation) -> bool {
+            o.content.contains("temporarily unavailable")
+        }
+        fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+            Ok("root".into())
+        }
+    }
+
+    fn run_flaky(fails: u32, retries: u32) -> (Vec<Event>, u32, u64) {
+        let clock = Rc::new(Cell::new(0));
+        let mut model = FakeModel::new(
+            vec![turn(vec![call("flaky", serde_json::json!({}))], 1)],
+            &clock,
+        );
+        model.ms_per_turn = 0;
+        let mut tools = Flaky { fails, calls: 0 };
+        let mut verifier = FakeVerifier {
+            files: Rc::new(std::cell::RefCell::new(BTreeMap::new())),
+        };
+        let mut ledger = MemLedger::default();
+        let fake_clock = FakeClock(clock.clone());
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &fake_clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let checkpoints = crate::Checkpoints {
+            retry_transient: retries,
+            retry_base_ms: 100,
+            ..Default::default()
+        };
+        Director::new("t", contract(5), VerifyPolicy::OnFinish, parts)
+            .unwrap()
+            .with_checkpoints(checkpoints)
+            .run()
+            .unwrap();
+        (ledger.0, tools.calls, clock.get())
+    }
+
+    #[test]
+    fn transient_failures_are_retried_with_backoff_up_to_the_cap_and_recorded() {
+        let (ledger, calls, waited) = run_flaky(2, 3);
+        assert_eq!(calls, 3, "two failures, then success");
+        let retries: Vec<u32> = ledger
+            .iter()
+            .filter_map(|e| match e {
+                Event::Recovery {
+                    attempt, policy, ..
+                } if policy == "retry" => Some(*attempt),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(retries, vec![1, 2]);
+        assert_eq!(waited, 100 + 200, "exponential backoff through the clock");
+        let observed = ledger.iter().find_map(|e| match e {
+            Event::Observed { observation, .. } => Some(observation.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            observed.unwrap().status,
+            loop_protocol::ObservationStatus::Ok
+        );
+        // The cap holds: past it, the failure is the observation.
+        let (ledger, calls, _) = run_flaky(5, 2);
+        assert_eq!(calls, 3);
+        assert!(ledger.iter().any(|e| matches!(e, Event::Observed { observation, .. } if observation.status == loop_protocol::ObservationStatus::Error)));
+    }
+
+    #[test]
+    fn spending_past_the_threshold_pauses_and_nobody_answering_stops() {
+        let clock = Rc::new(Cell::new(0));
+        let mut expensive = turn(vec![write("no")], 10);
+        expensive.usage.cost_usd = 0.3;
+        let mut model = FakeModel::new(vec![], &clock);
+        model.repeat_forever = Some(expensive);
+        let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+        let mut tools = SharedTools {
+            inner: FakeTools::default(),
+            shared: shared.clone(),
+        };
+        let mut verifier = FakeVerifier { files: shared };
+        let mut ledger = MemLedger::default();
+        let fake_clock = FakeClock(clock.clone());
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &fake_clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let r = Director::new("t", contract(20), VerifyPolicy::OnFinish, parts)
+            .unwrap()
+            .with_checkpoints(crate::Checkpoints {
+                cost_usd_over: Some(0.5),
+                ..Default::default()
+            })
+            .run()
+            .unwrap();
+        assert_eq!(r.outcome, Outcome::Cancelled);
+        assert!(
+            r.record
+                .reason
+                .contains("nobody answered the checkpoint (spending crossed $0.50)"),
+            "{}",
+            r.record.reason
+        );
+        assert_eq!(
+            r.used.steps, 2,
+            "paused right after crossing, before a third turn"
+        );
+        assert_well_formed(&ledger.0);
     }
 }

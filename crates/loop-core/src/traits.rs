@@ -63,6 +63,11 @@ pub trait Tools {
     fn approve(&mut self, call_id: &str) {
         let _ = call_id;
     }
+    /// Whether a failed call failed for a passing reason (worth a retry).
+    fn transient(&self, observation: &loop_protocol::Observation) -> bool {
+        let _ = observation;
+        false
+    }
     /// What running `call` again would do (for resuming an interrupted step).
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         let _ = call;
@@ -95,6 +100,10 @@ pub trait Ledger {
 pub trait Clock {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+    /// Wait `ms` (a backoff). Fakes advance instead of sleeping.
+    fn pause(&self, ms: u64) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// The system clock.
@@ -159,6 +168,11 @@ pub trait Approvals {
         payload: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(), BoundaryError>;
+    /// The guidance a person gave with their answer, if any.
+    fn message(&mut self, approval_id: &str) -> Option<String> {
+        let _ = approval_id;
+        None
+    }
     /// Wait for the answer until `deadline_ms` (then it is `Expired`), or
     /// until `cancel` is set.
     fn wait(

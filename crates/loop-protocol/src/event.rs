@@ -195,6 +195,40 @@ pub enum Event {
         /// More wall-clock seconds.
         add_secs: u64,
     },
+    /// The task pauses for a person (a checkpoint: repeated failed repairs,
+    /// spending past a threshold). It goes on only if someone says so.
+    CheckpointRequested {
+        /// The request's id (what `loop approve` answers).
+        approval_id: String,
+        /// Why it pauses.
+        reason: String,
+        /// When an unanswered checkpoint stops the task (ms since the epoch).
+        deadline_ms: u64,
+    },
+    /// A person answered a checkpoint (`approved`: go on; `denied` or
+    /// `expired`: stop), perhaps with guidance for the model.
+    CheckpointDecided {
+        /// The request's id.
+        approval_id: String,
+        /// `approved`, `denied` or `expired`.
+        decision: String,
+        /// Guidance, passed to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// A recovery policy acted (a transient failure retried).
+    Recovery {
+        /// Step number.
+        step: u32,
+        /// The policy (`retry`).
+        policy: String,
+        /// The call concerned.
+        call_id: String,
+        /// Attempt number of the retry.
+        attempt: u32,
+        /// What happened.
+        detail: String,
+    },
     /// A task resumed after its runtime stopped.
     Resumed {
         /// Why it is resuming (the interrupted state).
@@ -247,6 +281,9 @@ impl Event {
             Event::ModelSilent { .. } => "model_silent",
             Event::Intent { .. } => "intent",
             Event::Resumed { .. } => "resumed",
+            Event::CheckpointRequested { .. } => "checkpoint_requested",
+            Event::CheckpointDecided { .. } => "checkpoint_decided",
+            Event::Recovery { .. } => "recovery",
             Event::BudgetExtended { .. } => "budget_extended",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
