@@ -204,7 +204,7 @@ fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBu
 }
 
 /// `loop apply ID`.
-pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
+pub fn apply(project: &Path, id: &str, confirmed: bool) -> Result<u8, CliError> {
     let t = task(project, id)?;
     if t.dir.join("applied").exists() {
         return Err(CliError::usage(format!(
@@ -212,6 +212,32 @@ pub fn apply(project: &Path, id: &str) -> Result<u8, CliError> {
         )));
     }
     let cs = verified_change_set(&t)?;
+    // The checkpoint before apply: a person reviews the change and says so.
+    let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
+    if loopfile
+        .checkpoints
+        .as_ref()
+        .is_some_and(|c| c.before_apply)
+        && !confirmed
+    {
+        println!("the Loopfile asks a person to review a change before it is applied:");
+        for f in &cs.files {
+            println!("  {}", f.path);
+        }
+        println!(
+            "review the patch ({}), then run `loop apply {id} --yes`; nothing was applied",
+            t.dir
+                .parent()
+                .and_then(|p| p.parent())
+                .map(|s| s
+                    .join("receipts")
+                    .join(format!("{id}.changes.patch"))
+                    .display()
+                    .to_string())
+                .unwrap_or_default()
+        );
+        return Ok(1);
+    }
     if let Some(base) = &cs.base_commit {
         let head = git_head(&t.project).unwrap_or_default();
         if &head != base {

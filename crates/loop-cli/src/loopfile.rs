@@ -339,6 +339,10 @@ fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints
             "timeout_secs" => c.timeout_secs = count(v, &k.name, 1)?,
             "retry_transient" => c.retry_transient = count(v, &k.name, 0)?.min(10) as u32,
             "retry_base_ms" => c.retry_base_ms = count(v, &k.name, 1)?,
+            "before_apply" => match v.value {
+                Value::Bool(b) => c.before_apply = b,
+                _ => return Err(err(v.pos, "`before_apply` is true or false".into())),
+            },
             "cost_usd_over" => {
                 c.cost_usd_over = Some(match v.value {
                     Value::Int(n) if n >= 0 => n as f64,
@@ -355,7 +359,7 @@ fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints
                 return Err(err(
                     k.pos,
                     format!(
-                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms)"
+                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms, before_apply)"
                     ),
                 ));
             }

@@ -125,6 +125,10 @@ enum Command {
     Apply {
         /// The task id.
         id: String,
+        /// Confirm, where the Loopfile's `checkpoints.before_apply` asks a
+        /// person to review the change first.
+        #[arg(long)]
+        yes: bool,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -324,7 +328,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        Command::Apply { id, project } => changes::apply(&project, &id),
+        Command::Apply { id, yes, project } => changes::apply(&project, &id, yes),
         Command::Undo { id, project } => changes::undo(&project, &id),
         Command::Discard { id, project } => changes::discard(&project, &id),
         Command::List { project, json } => tasks_cmd::list(&project, json),

@@ -1145,3 +1145,40 @@ fn a_recorded_run_replays_to_the_same_outcome_and_a_divergence_stops() {
     assert!(all.contains("replay diverged at exchange 1"), "{all}");
     assert!(all.contains("\"kind\":\"error\""), "{all}");
 }
+
+/// `checkpoints.before_apply`: a verified change set is applied only after
+/// a person confirms it; without `--yes`, nothing is applied.
+#[test]
+fn a_checkpoint_before_apply_needs_a_person_to_confirm() {
+    let p = project("apply-checkpoint");
+    std::fs::write(p.join("app.py"), "print('draft')\n").unwrap();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        "checkpoints:\n  before_apply: true\n",
+    )
+    .unwrap();
+    sh(
+        &p,
+        "git init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base",
+    );
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    let out = task_cmd("apply", &id, &p);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("nothing was applied"), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('draft')\n"
+    );
+    let out = loop_bin()
+        .args(["apply", &id, "--yes", "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('hello')\n"
+    );
+}

@@ -416,8 +416,11 @@ fn daemons_do_not_outlive_the_timeout() {
         let (_, j) = sc.run(&["--timeout", "1"], script);
         let took = t.elapsed();
         assert_eq!(j["timed_out"], true, "{who:?}: {j}");
+        // Far below the 60 s the script asks for: the timeout ended it. (The
+        // kill-to-reap latency itself is measured in docs/benchmarks.md, not
+        // bounded here, where a loaded machine would make it flaky.)
         assert!(
-            took < Duration::from_millis(1900),
+            took < Duration::from_secs(10),
             "{who:?}: kill-to-reap {took:?}"
         );
         let before = (

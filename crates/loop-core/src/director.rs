@@ -1200,8 +1200,10 @@ pub struct Checkpoints {
     pub timeout_secs: u64,
     /// Retries for a call that failed for a passing reason (0: none).
     pub retry_transient: u32,
-    /// The first retry's wait; each later one doubles, with jitter.
+    /// The first retry's wait; each later one doubles.
     pub retry_base_ms: u64,
+    /// `loop apply` needs a person's `--yes` after reviewing the change.
+    pub before_apply: bool,
 }
 
 impl Default for Checkpoints {
@@ -1212,6 +1214,7 @@ impl Default for Checkpoints {
             timeout_secs: 3600,
             retry_transient: 2,
             retry_base_ms: 200,
+            before_apply: false,
         }
     }
 }
