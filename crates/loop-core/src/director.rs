@@ -220,11 +220,7 @@ impl<'a> Director<'a> {
                 self.go(TaskState::Planning, "a person said to go on")?;
                 if let Some(m) = message {
                     let text = format!("A person reviewed the task at a checkpoint and says: {m}");
-                    self.record(Event::Feedback {
-                        step: 0,
-                        text: text.clone(),
-                    })?;
-                    context.push_feedback(text);
+                    self.tell(0, context, text)?;
                 }
                 Ok(None)
             }
@@ -694,6 +690,21 @@ impl<'a> Director<'a> {
         Ok(Some(obs))
     }
 
+    /// Record runtime feedback and show it to the model.
+    fn tell(
+        &mut self,
+        step: u32,
+        context: &mut Context,
+        text: String,
+    ) -> Result<(), DirectorError> {
+        self.record(Event::Feedback {
+            step,
+            text: text.clone(),
+        })?;
+        context.push_feedback(text);
+        Ok(())
+    }
+
     /// Ask the checker, if there is one, about accepted work. `Some(reasons)`
     /// is an objection (also when the checker cannot answer: fail closed).
     fn review(
@@ -849,11 +860,7 @@ impl<'a> Director<'a> {
                     "[malformed answer] Your last answer could not be used: {error}. \
                      Answer with tool calls only, in the format described."
                 );
-                self.record(Event::Feedback {
-                    step,
-                    text: text.clone(),
-                })?;
-                context.push_feedback(text);
+                self.tell(step, context, text)?;
                 match self.progress.malformed(step, &error, &self.root) {
                     Verdict::Stop(pattern) => {
                         return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
@@ -862,11 +869,7 @@ impl<'a> Director<'a> {
                         let text = format!(
                             "Stall detected: {pattern}. Answering the same way again will end the task as lost."
                         );
-                        self.record(Event::Feedback {
-                            step,
-                            text: text.clone(),
-                        })?;
-                        context.push_feedback(text);
+                        self.tell(step, context, text)?;
                     }
                     Verdict::Ok => {}
                 }
@@ -895,11 +898,7 @@ impl<'a> Director<'a> {
         self.parts.tools.begin_step();
         if turn.calls.is_empty() {
             let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
-            self.record(Event::Feedback {
-                step,
-                text: text.clone(),
-            })?;
-            context.push_feedback(text);
+            self.tell(step, context, text)?;
         }
         Ok(Phase::Act {
             turn: Box::new(turn),
@@ -1042,11 +1041,7 @@ impl<'a> Director<'a> {
                 let text = format!(
                     "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
                 );
-                self.record(Event::Feedback {
-                    step,
-                    text: text.clone(),
-                })?;
-                context.push_feedback(text);
+                self.tell(step, context, text)?;
                 if finish_claim.is_some() {
                     // A claim on the rejected workspace is not verified again.
                     self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
@@ -1128,11 +1123,7 @@ impl<'a> Director<'a> {
                     let text = format!(
                         "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
                     );
-                    self.record(Event::Feedback {
-                        step: step + 1,
-                        text: text.clone(),
-                    })?;
-                    context.push_feedback(text);
+                    self.tell(step + 1, context, text)?;
                     self.go(
                         TaskState::Planning,
                         "the checker objected; its reasons returned to the model",
@@ -1173,11 +1164,7 @@ impl<'a> Director<'a> {
                 // Without a finish claim a failing check is not news
                 // to report as a rejection; it still goes back as evidence.
                 let text = rejection_feedback(&report, &rejection, claim);
-                self.record(Event::Feedback {
-                    step: step + 1,
-                    text: text.clone(),
-                })?;
-                context.push_feedback(text);
+                self.tell(step + 1, context, text)?;
                 self.go(
                     TaskState::Planning,
                     format!("verification rejected: {rejection}; evidence returned to the model"),

@@ -99,11 +99,7 @@ fn usage_of(v: &Value) -> Option<Usage> {
 
 /// Parse a non-streaming response body.
 pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
-    let v: Value = serde_json::from_str(body)
-        .map_err(|e| WireError::Decode(format!("response is not JSON: {e}")))?;
-    if let Some(msg) = error_message(&v) {
-        return Err(WireError::Decode(format!("error in a 200 response: {msg}")));
-    }
+    let v = crate::wire::decode_body(body)?;
     let choice = v
         .get("choices")
         .and_then(|c| c.get(0))

@@ -128,6 +128,16 @@ pub fn error_message(v: &Value) -> Option<String> {
     })
 }
 
+/// Decode a non-streaming response body; an error object in a 200 is an error.
+pub fn decode_body(body: &str) -> Result<Value, WireError> {
+    let v: Value = serde_json::from_str(body)
+        .map_err(|e| WireError::Decode(format!("response is not JSON: {e}")))?;
+    if let Some(msg) = error_message(&v) {
+        return Err(WireError::Decode(format!("error in a 200 response: {msg}")));
+    }
+    Ok(v)
+}
+
 /// A non-negative integer at `path`, 0 when absent.
 pub fn u64_at(v: &Value, path: &[&str]) -> u64 {
     let mut cur = v;

@@ -79,6 +79,22 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// The task's current owner, read inside `tx`.
+    fn owner_in(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        task: &str,
+    ) -> Result<Option<Owner>, StoreError> {
+        let current: Option<String> = tx
+            .query_row("SELECT owner FROM tasks WHERE id = ?1", [task], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?
+            .flatten();
+        Ok(current.and_then(|o| serde_json::from_str::<Owner>(&o).ok()))
+    }
+
     /// The schema version this build writes.
     pub fn schema_version() -> i64 {
         MIGRATIONS.len() as i64
@@ -322,15 +338,7 @@ impl Store for SqliteStore {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.err(e))?;
-            let current: Option<String> = tx
-                .query_row("SELECT owner FROM tasks WHERE id = ?1", [task], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(|e| self.err(e))?
-                .flatten();
-            let Some(mut owner) = current.and_then(|o| serde_json::from_str::<Owner>(&o).ok())
-            else {
+            let Some(mut owner) = self.owner_in(&tx, task)? else {
                 return Ok(false);
             };
             if owner.token != token {
@@ -352,17 +360,7 @@ impl Store for SqliteStore {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.err(e))?;
-            let current: Option<String> = tx
-                .query_row("SELECT owner FROM tasks WHERE id = ?1", [task], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(|e| self.err(e))?
-                .flatten();
-            if current
-                .and_then(|o| serde_json::from_str::<Owner>(&o).ok())
-                .is_some_and(|o| o.token == token)
-            {
+            if self.owner_in(&tx, task)?.is_some_and(|o| o.token == token) {
                 tx.execute("UPDATE tasks SET owner = NULL WHERE id = ?1", [task])
                     .map_err(|e| self.err(e))?;
             }
