@@ -439,3 +439,44 @@ fn several_processes_share_one_project_store() {
     assert!(all.iter().all(|t| t["outcome"] == "verified"), "{all:?}");
     assert!(readers > 4);
 }
+
+/// `loop cancel` on a task whose runtime died ends it there, cancelled,
+/// with a receipt that verifies.
+#[test]
+fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-cancel-interrupted");
+    let project = setup(&dir);
+    std::fs::write(
+        dir.join("script.yaml"),
+        SCRIPT.replace("echo c1 >> effects.log", "echo c1 >> effects.log; sleep 5"),
+    )
+    .unwrap();
+    assert!(run_and_kill(run_cmd(&dir, &project), 1_500));
+    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["cancel", &id, "--project"])
+        .arg(&project)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = &tasks(&project)[0];
+    assert_eq!(t["outcome"], "cancelled", "{t}");
+    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .arg("verify")
+        .arg(t["receipt"].as_str().unwrap())
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+}
