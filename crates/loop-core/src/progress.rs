@@ -288,6 +288,11 @@ mod tests {
         }
         let o = [ok("run_command", "exit 2 (0.1 s)\nerror at 9")];
         assert!(matches!(d.step(&c, &o, "r"), Verdict::Nudge(p) if p.contains("failed 3 times")));
+        // After the nudge, three more of the same is a stop.
+        let o = [ok("run_command", "exit 2 (0.1 s)\nerror again")];
+        assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
+        assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
+        assert!(matches!(d.step(&c, &o, "r"), Verdict::Stop(p) if p.contains("failed 3 times")));
     }
 
     #[test]
@@ -352,7 +357,12 @@ mod tests {
             let (c, root) = if i % 2 == 0 { (&a, "r1") } else { (&b, "r2") };
             last = d.step(c, &[ok("write_file", &format!("replaced x {i}"))], root);
         }
-        assert!(matches!(last, Verdict::Nudge(p) if p.contains("A-B-A-B")));
+        assert!(matches!(&last, Verdict::Nudge(p) if p.contains("A-B-A-B")));
+        for i in 6..12 {
+            let (c, root) = if i % 2 == 0 { (&a, "r1") } else { (&b, "r2") };
+            last = d.step(c, &[ok("write_file", &format!("replaced x {i}"))], root);
+        }
+        assert!(matches!(last, Verdict::Stop(p) if p.contains("A-B-A-B")));
     }
 
     #[test]
@@ -363,7 +373,12 @@ mod tests {
             let c = [call("read_file", json!({"path": format!("f{i}")}))];
             last = d.step(&c, &[ok("read_file", &format!("content {i}"))], "r");
         }
-        assert!(matches!(last, Verdict::Nudge(p) if p.contains("read-only explorations")));
+        assert!(matches!(&last, Verdict::Nudge(p) if p.contains("read-only explorations")));
+        for i in 8..16 {
+            let c = [call("read_file", json!({"path": format!("f{i}")}))];
+            last = d.step(&c, &[ok("read_file", &format!("content {i}"))], "r");
+        }
+        assert!(matches!(last, Verdict::Stop(p) if p.contains("read-only explorations")));
     }
 
     #[test]

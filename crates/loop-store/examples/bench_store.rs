@@ -17,7 +17,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).map(|a| a.parse().unwrap()).unwrap_or(500);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().unwrap())
+        .unwrap_or(500);
     let dir = std::env::temp_dir().join(format!("loop-bench-store-{}", std::process::id()));
     let payload = serde_json::json!({
         "step": 3,
@@ -30,7 +33,9 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("loop.db")).unwrap();
-        store.create_task("t", "c", &serde_json::json!({}), 0).unwrap();
+        store
+            .create_task("t", "c", &serde_json::json!({}), 0)
+            .unwrap();
         let t = Instant::now();
         for seq in 0..n {
             let e = StoredEntry {
@@ -62,7 +67,13 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!("entries per run                 {n}");
-    println!("store append (commit, fsync)    {:.0} µs/entry", median(store_us));
-    println!("file append + fsync             {:.0} µs/entry", median(file_us));
+    println!(
+        "store append (commit, fsync)    {:.0} µs/entry",
+        median(store_us)
+    );
+    println!(
+        "file append + fsync             {:.0} µs/entry",
+        median(file_us)
+    );
     println!("read all back (resume)          {:.1} ms", median(read_ms));
 }
