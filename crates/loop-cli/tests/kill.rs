@@ -480,3 +480,92 @@ fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
         String::from_utf8_lossy(&v.stdout)
     );
 }
+
+/// The same durability for an unprivileged user (uid 65534 via setpriv,
+/// when the tests run as root): a task killed mid-command resumes to a
+/// verified end with every effect exactly once; nothing in the store, the
+/// journal or the resume path needs root.
+#[test]
+fn an_unprivileged_users_task_survives_a_kill_and_resumes() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("not root: the current user is the unprivileged case, covered above");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("loop-kill-nobody-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let project = setup(&base);
+    std::fs::write(
+        base.join("script.yaml"),
+        SCRIPT.replace("echo c1 >> effects.log", "echo c1 >> effects.log; sleep 2"),
+    )
+    .unwrap();
+    let bin = base.join("loop");
+    std::fs::copy(env!("CARGO_BIN_EXE_loop"), &bin).unwrap();
+    for (p, mode) in [(&base, 0o777), (&project, 0o777), (&bin, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for f in ["script.yaml", "task.yaml", "project/README.md"] {
+        std::fs::set_permissions(base.join(f), std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let as_nobody = |args: &[&str]| {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "env",
+        ])
+        .arg(format!("HOME={}", base.display()))
+        .arg(format!("LOOP_STATE_DIR={}", base.join("state").display()))
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg(&bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        c
+    };
+    let task = base.join("task.yaml").display().to_string();
+    let script = format!("scripted:{}", base.join("script.yaml").display());
+    let proj = project.display().to_string();
+    let killed = run_and_kill(
+        as_nobody(&[
+            "run",
+            "--task",
+            &task,
+            "--model",
+            &script,
+            "--project",
+            &proj,
+        ]),
+        1_200,
+    );
+    assert!(killed, "the run was still in its first command");
+    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    std::fs::write(base.join("script.yaml"), SCRIPT).unwrap();
+    let out = as_nobody(&["resume", &id, "--project", &proj])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let log = std::fs::read_to_string(ws.join("effects.log")).unwrap();
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["c1", "c2", "c3"]);
+    let owner = std::fs::metadata(project.join(".loop/loop.db")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&owner),
+        65534,
+        "the store is the user's own"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
