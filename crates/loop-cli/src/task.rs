@@ -396,6 +396,14 @@ fn drive(
     let isolation: loop_sandbox::IsolationLevel =
         stored.isolation.parse().map_err(CliError::internal)?;
 
+    // Leftovers of runtimes that were killed (their private tmp, cgroups).
+    let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
+    if !json && swept != loop_sandbox::sweep::Swept::default() {
+        println!(
+            "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
+            swept.dirs, swept.cgroups
+        );
+    }
     let owner = Owner::this_process(random_token(), clock.now_ms());
     match store
         .claim(task_id, &owner, LEASE_MS, clock.now_ms())

@@ -19,7 +19,7 @@ pub struct Cgroups {
 }
 
 /// This process's cgroup path in a v1 hierarchy (`controller`) or in v2 (`""`).
-fn own_path(controller: &str) -> Option<String> {
+pub(crate) fn own_path(controller: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     text.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');

@@ -32,6 +32,7 @@ pub mod policy;
 pub mod probe;
 pub mod redact;
 mod seccomp;
+pub mod sweep;
 
 pub use capture::Captured;
 use loop_protocol::Isolation;

@@ -1,0 +1,118 @@
+//! Leftovers of runtimes that were killed: their private temporary
+//! directories, default edit journals, `loop exec --overlay` scratch and
+//! cgroups. Every such name carries the creating process's id
+//! (`PREFIX-PID-SEQ-RANDOM`); a leftover whose process is gone is removed.
+//! A pid that runs again (reused) keeps its leftovers: never removing what
+//! might be in use matters more than tidiness.
+
+use std::path::{Path, PathBuf};
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Temporary directories.
+    pub dirs: usize,
+    /// Cgroups.
+    pub cgroups: usize,
+}
+
+/// The pid in `PREFIX-PID-…`, for the prefixes this crate and its users make.
+fn owner_pid(name: &str) -> Option<u32> {
+    let rest = ["loop-sbx-", "loop-journal-", "loop-exec-overlay-", "loop-"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?.parse().ok()?;
+    // SEQ and RANDOM follow: a name of another shape is not ours.
+    let seq_ok = parts
+        .next()
+        .is_some_and(|s| s.chars().all(|c| c.is_ascii_digit()));
+    // Older builds wrote no random part.
+    let rnd_ok = parts
+        .next()
+        .is_none_or(|r| r.len() == 16 && r.chars().all(|c| c.is_ascii_hexdigit()));
+    (seq_ok && rnd_ok && parts.next().is_none()).then_some(pid)
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn stale_entries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            owner_pid(&name.to_string_lossy()).is_some_and(|pid| !alive(pid))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Remove the leftovers of dead runtimes under `tmp` and in this
+/// process's cgroups.
+pub fn sweep(tmp: &Path) -> Swept {
+    let mut swept = Swept::default();
+    for dir in stale_entries(tmp) {
+        if dir.is_dir() && std::fs::remove_dir_all(&dir).is_ok() {
+            swept.dirs += 1;
+        }
+    }
+    let mut bases = Vec::new();
+    for (root, controller) in [
+        ("/sys/fs/cgroup", ""),
+        ("/sys/fs/cgroup/unified", ""),
+        ("/sys/fs/cgroup/memory", "memory"),
+        ("/sys/fs/cgroup/pids", "pids"),
+    ] {
+        if let Some(own) = crate::cgroup::own_path(controller) {
+            bases.push(Path::new(root).join(own.trim_start_matches('/')));
+        }
+    }
+    bases.sort();
+    bases.dedup();
+    for base in bases {
+        for cg in stale_entries(&base) {
+            // Only an empty cgroup can go; a dead runtime's processes died with it.
+            if std::fs::remove_dir(&cg).is_ok() {
+                swept.cgroups += 1;
+            }
+        }
+    }
+    swept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_names_of_dead_processes_are_swept() {
+        assert_eq!(owner_pid("loop-sbx-123-7-0123456789abcdef"), Some(123));
+        assert_eq!(owner_pid("loop-123-0-0123456789abcdef"), Some(123));
+        assert_eq!(owner_pid("loop-sbx-123-7"), Some(123), "the older form");
+        assert_eq!(owner_pid("loop-sbx-123-7-xyz"), None);
+        assert_eq!(owner_pid("loop-demo-t-20261129-125055-f2b376"), None);
+        assert_eq!(owner_pid("loop-e2e-keys-123"), None);
+        let tmp = std::env::temp_dir().join(format!("loop-sweep-test-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        // A dead pid (beyond pid_max) and a live one (ours).
+        let dead = tmp.join("loop-sbx-4194399-0-0123456789abcdef");
+        let live = tmp.join(format!(
+            "loop-sbx-{}-0-0123456789abcdef",
+            std::process::id()
+        ));
+        let other = tmp.join("loop-keep-me");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d.join("home")).unwrap();
+        }
+        let s = sweep(&tmp);
+        assert_eq!(s.dirs, 1);
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
