@@ -57,8 +57,26 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Open (creating and migrating as needed).
+    /// Open (creating and migrating as needed). Two processes creating the
+    /// database at once can find it busy while the other switches it to WAL
+    /// (that switch does not wait on the busy handler): retried for up to
+    /// ten seconds.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let start = std::time::Instant::now();
+        loop {
+            match Self::open_once(path) {
+                Err(StoreError::Db { message, .. })
+                    if (message.contains("locked") || message.contains("busy"))
+                        && start.elapsed() < Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<SqliteStore, StoreError> {
         let shown = path.display().to_string();
         let db = |e: rusqlite::Error| StoreError::Db {
             path: shown.clone(),
@@ -580,6 +598,27 @@ mod tests {
             .unwrap();
         assert_eq!(s.claim("t", &me, 60_000, 3).unwrap(), Claim::Terminal);
         assert!(!s.request_cancel("t", 4).unwrap());
+    }
+
+    #[test]
+    fn many_processes_may_create_the_database_at_once() {
+        for round in 0..5 {
+            let path = tmp(&format!("first-open-{round}"));
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let path = path.clone();
+                    std::thread::spawn(move || {
+                        let s = SqliteStore::open(&path).unwrap();
+                        s.create_task(&format!("t{i}"), "x", &serde_json::json!({}), 0)
+                            .unwrap();
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            assert_eq!(SqliteStore::open(&path).unwrap().tasks().unwrap().len(), 8);
+        }
     }
 
     #[test]
