@@ -126,6 +126,23 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     if let Some(o) = t.owner.as_ref().filter(|_| live(&t) == "running") {
         println!("  running in   pid {}", o.pid);
     }
+    for a in v["approvals"].as_array().into_iter().flatten() {
+        if a["status"] == "pending" {
+            let what = if a["payload"]["kind"] == "checkpoint" {
+                format!(
+                    "a checkpoint: {}",
+                    a["payload"]["detail"].as_str().unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "approval of `{}` (rule `{}`)",
+                    a["payload"]["detail"].as_str().unwrap_or_default(),
+                    a["payload"]["rule"].as_str().unwrap_or_default()
+                )
+            };
+            println!("  waiting for  {what}: loop approve {} [--deny]", t.id);
+        }
+    }
     if t.cancel_requested && t.outcome.is_none() {
         println!("  cancel       requested");
     }
