@@ -95,6 +95,7 @@ struct EndpointDraft {
     stream: Option<bool>,
     retries: Option<u32>,
     timeout_secs: Option<u64>,
+    max_tokens_field: Option<String>,
     prompt: Option<String>,
     fallback: Vec<EndpointDraft>,
 }
@@ -193,6 +194,17 @@ impl Parser<'_> {
                 "context_tokens" => d.context_tokens = self.uint(v, "context_tokens"),
                 "retries" => d.retries = self.uint(v, "retries").map(|n| n.min(20) as u32),
                 "timeout_secs" => d.timeout_secs = self.uint(v, "timeout_secs"),
+                "max_tokens_field" => match self.string(v, "max_tokens_field").as_deref() {
+                    Some(f @ ("max_tokens" | "max_completion_tokens")) => {
+                        d.max_tokens_field = Some(f.to_string())
+                    }
+                    Some(other) => self.err(
+                        v.pos,
+                        format!("unknown max_tokens_field `{other}`"),
+                        Some("max_tokens or max_completion_tokens"),
+                    ),
+                    None => {}
+                },
                 "stream" => match v.value {
                     Value::Bool(b) => d.stream = Some(b),
                     _ => self.err(v.pos, "`stream` must be true or false".into(), None),
@@ -231,7 +243,7 @@ impl Parser<'_> {
                 other => self.err(
                     k.pos,
                     format!("unknown key `{other}` in `{what}`"),
-                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, timeout_secs, prompt, fallback"),
+                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, timeout_secs, max_tokens_field, prompt, fallback"),
                 ),
             }
         }
@@ -382,6 +394,14 @@ fn bind(
         c.timeouts.read = c.timeouts.read.min(c.timeouts.call);
     }
     c.role_prompt = draft.prompt.clone();
+    // OpenAI's own endpoint takes the newer name; compatible servers the older.
+    c.max_tokens_field = draft.max_tokens_field.clone().unwrap_or_else(|| {
+        if dialect == Dialect::OpenAi && c.base_url.contains("api.openai.com") {
+            "max_completion_tokens".into()
+        } else {
+            "max_tokens".into()
+        }
+    });
     c.price = pricing.lookup(model);
     Ok(Some(c))
 }
@@ -483,6 +503,14 @@ mod tests {
             "the Loopfile overrides the table"
         );
         assert_eq!(c.maker[1].dialect, Dialect::Anthropic);
+        assert_eq!(
+            m.max_tokens_field, "max_tokens",
+            "a compatible server takes max_tokens"
+        );
+        // OpenAI's own API takes the newer field name.
+        let spec = ModelSpec::parse("openai:gpt-4.1").unwrap();
+        let c = ModelsConfig::resolve(Some(&spec), None, &Env::default(), "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker[0].max_tokens_field, "max_completion_tokens");
         // The key is in no printed or recorded form.
         assert!(!format!("{m:?}").contains("sk-test"));
         assert!(!m.parameters().to_string().contains("sk-test"));

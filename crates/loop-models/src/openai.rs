@@ -57,9 +57,9 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
     let mut body = json!({
         "model": req.model,
         "messages": messages,
-        "max_tokens": req.max_output_tokens,
         "stream": req.stream,
     });
+    body[req.max_tokens_field] = json!(req.max_output_tokens);
     if let Some(t) = req.temperature {
         body["temperature"] = json!(t);
     }

@@ -84,6 +84,10 @@ pub struct EndpointConfig {
     pub role_prompt: Option<String>,
     /// The role it plays (`maker`, `checker`), for provenance.
     pub role: String,
+    /// The request field that caps the completion: OpenAI's own API wants
+    /// `max_completion_tokens` (its newer models refuse `max_tokens`); other
+    /// OpenAI-compatible servers take `max_tokens`. Anthropic's is fixed.
+    pub max_tokens_field: String,
     /// Connect, read and whole-call timeouts.
     pub timeouts: crate::http::Timeouts,
 }
@@ -109,6 +113,7 @@ impl EndpointConfig {
             retry: RetryPolicy::default(),
             role_prompt: None,
             role: "maker".into(),
+            max_tokens_field: "max_tokens".into(),
             timeouts: crate::http::Timeouts::default(),
         }
     }
@@ -342,6 +347,10 @@ impl HttpModel {
             stream: self.cfg.stream,
             native_tools: native,
             tool_choice: &self.cfg.tool_choice,
+            max_tokens_field: match self.cfg.dialect {
+                Dialect::OpenAi => &self.cfg.max_tokens_field,
+                Dialect::Anthropic => "max_tokens",
+            },
         };
         let body = match self.cfg.dialect {
             Dialect::OpenAi => crate::openai::request_body(&wreq),

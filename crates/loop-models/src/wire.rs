@@ -25,6 +25,9 @@ pub struct WireRequest<'a> {
     pub native_tools: bool,
     /// Tool choice (native only).
     pub tool_choice: &'a ToolChoice,
+    /// The name of the completion cap (`max_tokens`, or OpenAI's newer
+    /// `max_completion_tokens`).
+    pub max_tokens_field: &'a str,
 }
 
 /// One tool call as it came over the wire, arguments still text.
