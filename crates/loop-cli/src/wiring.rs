@@ -83,7 +83,10 @@ impl Tools for ToolsAdapter<'_> {
             // All-or-nothing through the edit journal; a completed one shows
             // in the workspace root.
             "write_file" | "edit_file" | "apply_patch" => Effect::Idempotent,
-            // A command may have effects beyond its output.
+            // A network-less command whose effects are staged and committed
+            // all at once: nothing of it happened unless all of it did.
+            "run_command" if self.tools.commands_all_or_nothing() => Effect::Idempotent,
+            // Otherwise a command may have effects beyond its output.
             _ => Effect::AtMostOnce,
         }
     }

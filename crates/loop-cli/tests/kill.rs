@@ -323,10 +323,16 @@ fn cancel_reaches_a_running_task_and_kills_its_commands() {
         );
         if let Some(t) = tasks(&project).first() {
             let id = t["id"].as_str().unwrap().to_string();
-            if project
-                .join(format!(".loop/tasks/{id}/workspace/pid.txt"))
-                .exists()
-            {
+            // The command is running once its intent is recorded and its
+            // `sleep 300` exists (its effects are staged, not yet visible).
+            let ledger =
+                std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
+                    .unwrap_or_default();
+            let sleeping = Command::new("pgrep")
+                .args(["-f", "^sleep 300$"])
+                .output()
+                .unwrap();
+            if ledger.contains("\"kind\":\"intent\"") && !sleeping.stdout.is_empty() {
                 break id;
             }
         }

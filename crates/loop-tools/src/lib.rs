@@ -62,8 +62,17 @@ pub struct ToolBox {
     sandbox: Settings,
     exec_policy: exec_policy::ExecPolicy,
     code_policy: loop_gates::CodePolicy,
+    /// Where commands' effects are staged and committed all at once (set
+    /// with the task's journal, when overlays work here).
+    commands: Option<CommandStaging>,
     /// Calls a person approved (their `prompt` rule is satisfied).
     approved: BTreeSet<String>,
+}
+
+/// Where commands' effects are staged and their commits journaled.
+struct CommandStaging {
+    journal: std::path::PathBuf,
+    scratch: std::path::PathBuf,
 }
 
 /// The tool runtime itself failed (not the tool call).
@@ -134,6 +143,7 @@ impl ToolBox {
             sandbox: Settings::default(),
             exec_policy: exec_policy::ExecPolicy::default(),
             code_policy: loop_gates::CodePolicy::default(),
+            commands: None,
             approved: BTreeSet::new(),
         }
     }
@@ -149,6 +159,12 @@ impl ToolBox {
     pub fn with_exec_policy(mut self, policy: exec_policy::ExecPolicy) -> Self {
         self.exec_policy = policy;
         self
+    }
+
+    /// Whether a command's workspace effects are committed all at once
+    /// (so an interrupted one can run again: nothing of it happened).
+    pub fn commands_all_or_nothing(&self) -> bool {
+        self.commands.is_some() && matches!(self.net, Net::None)
     }
 
     /// The rule that makes `call` wait for a person's approval, if any
@@ -180,7 +196,24 @@ impl ToolBox {
         // too, so the workspace is exactly as before the write or after it.
         let swept = loop_workspace::fsutil::remove_stray_temporaries(self.jail.root())
             .map_err(|e| ToolsError(format!("cannot clean interrupted writes: {e}")))?;
-        Ok((self, restored + swept))
+        // Commands stage their effects beside the journal (same file system
+        // as the workspace) and commit them all at once; a commit a crash
+        // cut short is undone, and staging left by a killed command dropped.
+        let mut undone = 0;
+        if loop_sandbox::overlay_available()
+            && let Some(task_dir) = dir.parent()
+        {
+            let staging = CommandStaging {
+                journal: task_dir.join("command-journal"),
+                scratch: task_dir.join("command-scratch"),
+            };
+            undone = loop_workspace::OverlayCommit::new(&staging.journal)
+                .recover(self.jail.root())
+                .map_err(|e| ToolsError(format!("cannot recover a command's commit: {e}")))?;
+            let _ = std::fs::remove_dir_all(&staging.scratch);
+            self.commands = Some(staging);
+        }
+        Ok((self, restored + swept + undone))
     }
 
     /// How commands are isolated and cancelled.
@@ -786,8 +819,16 @@ impl ToolBox {
             .map(Duration::from_secs)
             .unwrap_or(max)
             .min(max);
-        let before = Manifest::of(self.jail.root()).map(|m| m.root).ok();
+        let staging = self.commands.as_ref().map(|c| {
+            c.scratch
+                .join(loop_sandbox::unique_name("cmd").trim_start_matches("cmd-"))
+        });
+        let before = match &staging {
+            Some(_) => None,
+            None => Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+        };
         let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
+        req.overlay_scratch = staging.clone();
         req.workspace = Some(self.jail.root().to_path_buf());
         // Protected paths are read-only to commands too, not only to the file tools.
         req.read_only_paths = self.jail.protected().existing(self.jail.root());
@@ -797,9 +838,42 @@ impl ToolBox {
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
             Ok(r) => r,
-            Err(e) => return Observation::error(id, "run_command", e.to_string()),
+            Err(e) => {
+                if let Some(s) = &staging {
+                    let _ = std::fs::remove_dir_all(s);
+                }
+                return Observation::error(id, "run_command", e.to_string());
+            }
         };
-        let after = Manifest::of(self.jail.root()).map(|m| m.root).ok();
+        // Staged: the command's effects enter the workspace now, all at once.
+        let mut refused = Vec::new();
+        let changed = match (&staging, &self.commands) {
+            (Some(s), Some(c)) => {
+                let protected = |rel: &str| self.jail.protected().matching(rel).is_some();
+                let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
+                    &s.join("upper"),
+                    self.jail.root(),
+                    &protected,
+                );
+                let _ = std::fs::remove_dir_all(s);
+                match merged {
+                    Ok(m) => {
+                        refused = m.refused;
+                        !m.paths.is_empty()
+                    }
+                    Err(e) => {
+                        return Observation::error(
+                            id,
+                            "run_command",
+                            format!(
+                                "the command ran, but its effects could not be committed (nothing of them entered the workspace): {e}"
+                            ),
+                        );
+                    }
+                }
+            }
+            _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+        };
         let status = match (result.exit_code, result.signal, result.timed_out) {
             _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
             (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
@@ -813,7 +887,13 @@ impl ToolBox {
                 content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));
             }
         }
-        Observation::ok(id, "run_command", content, before != after)
+        if !refused.is_empty() {
+            content.push_str(&format!(
+                "--- not applied (protected) ---\n{}\n",
+                refused.join("\n")
+            ));
+        }
+        Observation::ok(id, "run_command", content, changed)
     }
 }
 

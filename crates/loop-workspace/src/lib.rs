@@ -11,6 +11,7 @@ pub mod fsutil;
 pub mod jail;
 pub mod journal;
 pub mod manifest;
+pub mod overlay_commit;
 pub mod patch;
 pub mod snapshot;
 pub mod task_workspace;
@@ -21,6 +22,7 @@ pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest};
+pub use overlay_commit::{Merged, OverlayCommit};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head};
 

@@ -1,0 +1,385 @@
+//! Committing a command's effects all at once.
+//!
+//! A command runs on an overlay of the workspace: everything it writes,
+//! creates or deletes lands in a private upper directory, and the workspace
+//! itself is untouched until the command has ended. Then the upper layer is
+//! merged into the workspace through a journal, so that a crash leaves the
+//! workspace either exactly as before the command or exactly as after it —
+//! which is what lets a resumed task run an interrupted command again
+//! without doing anything twice.
+//!
+//! The upper layer speaks overlayfs: a character device 0:0 is a whiteout
+//! (the path was deleted); a directory marked opaque (`user.overlay.opaque`
+//! or `trusted.overlay.opaque` = `y`) replaces the one below it. Everything
+//! else in it is new or changed content. The merge moves files by rename
+//! (the upper directory is on the workspace's file system); existing targets
+//! are moved into the journal first, and put back if the merge is cut short.
+
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// One change the merge makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Op {
+    /// Remove the path (a whiteout).
+    Delete(String),
+    /// Make the path an empty directory replacing what is there (opaque).
+    ReplaceDir(String),
+    /// Make sure the path is a directory (merge into it).
+    EnsureDir(String),
+    /// Put the upper file (or symlink) at the path.
+    Put(String),
+}
+
+impl Op {
+    fn rel(&self) -> &str {
+        match self {
+            Op::Delete(r) | Op::ReplaceDir(r) | Op::EnsureDir(r) | Op::Put(r) => r,
+        }
+    }
+}
+
+/// The journal's plan: each op, and whether its target existed when the
+/// plan was made (so recovery knows what it may remove).
+#[derive(Debug, Serialize, Deserialize)]
+struct Plan {
+    ops: Vec<(Op, bool)>,
+}
+
+/// What a merge changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Workspace-relative paths written, created or deleted.
+    pub paths: Vec<String>,
+    /// Paths the merge refused (protected), left as they were.
+    pub refused: Vec<String>,
+}
+
+fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+    meta.file_type().is_char_device() && meta.rdev() == 0
+}
+
+fn is_opaque(dir: &Path) -> bool {
+    ["user.overlay.opaque", "trusted.overlay.opaque"]
+        .iter()
+        .any(|name| xattr_is_y(dir, name))
+}
+
+fn xattr_is_y(path: &Path, name: &str) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(p), Ok(n)) = (
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+        std::ffi::CString::new(name),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 4];
+    // SAFETY: both strings are NUL-terminated and live across the call; the
+    // buffer's length is passed with it.
+    let n = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    n == 1 && buf[0] == b'y'
+}
+
+/// Walk the upper layer into a list of operations, parents before children.
+fn plan(upper: &Path, rel: &str, ops: &mut Vec<Op>) -> std::io::Result<()> {
+    let dir = if rel.is_empty() {
+        upper.to_path_buf()
+    } else {
+        upper.join(rel)
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let meta = std::fs::symlink_metadata(e.path())?;
+        if is_whiteout(&meta) {
+            ops.push(Op::Delete(child));
+        } else if meta.is_dir() {
+            if is_opaque(&e.path()) {
+                ops.push(Op::ReplaceDir(child.clone()));
+            } else {
+                ops.push(Op::EnsureDir(child.clone()));
+            }
+            plan(upper, &child, ops)?;
+        } else {
+            ops.push(Op::Put(child));
+        }
+    }
+    Ok(())
+}
+
+fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+    }
+}
+
+/// Move `from` to `to` (rename; a copy when they are on different file systems).
+fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let meta = std::fs::symlink_metadata(from)?;
+            if meta.is_dir() {
+                crate::fsutil::copy_tree(from, to, &|_| false, false)?;
+            } else if meta.file_type().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+            } else {
+                std::fs::copy(from, to)?;
+                std::fs::File::open(to)?.sync_all()?;
+            }
+            remove_any(from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Merges command effects into a workspace through a journal in `journal`.
+pub struct OverlayCommit {
+    journal: PathBuf,
+}
+
+impl OverlayCommit {
+    /// Journal kept in `journal` (outside the workspace).
+    pub fn new(journal: &Path) -> Self {
+        OverlayCommit {
+            journal: journal.to_path_buf(),
+        }
+    }
+
+    fn plan_path(&self) -> PathBuf {
+        self.journal.join("plan.json")
+    }
+
+    fn backup(&self, i: usize) -> PathBuf {
+        self.journal.join(format!("b{i}"))
+    }
+
+    /// Merge `upper` into `workspace`, skipping paths `protected` says no
+    /// to. Durable when it returns; cut short, [`OverlayCommit::recover`]
+    /// puts the workspace back as it was.
+    pub fn merge(
+        &self,
+        upper: &Path,
+        workspace: &Path,
+        protected: &dyn Fn(&str) -> bool,
+    ) -> std::io::Result<Merged> {
+        let mut ops = Vec::new();
+        if upper.exists() {
+            plan(upper, "", &mut ops)?;
+        }
+        let mut merged = Merged::default();
+        ops.retain(|op| {
+            let ok = !protected(op.rel());
+            if !ok {
+                merged.refused.push(op.rel().to_string());
+            }
+            ok
+        });
+        if ops.is_empty() {
+            return Ok(merged);
+        }
+        // The plan is durable before the workspace is touched.
+        let _ = std::fs::remove_dir_all(&self.journal);
+        std::fs::create_dir_all(&self.journal)?;
+        let planned: Vec<(Op, bool)> = ops
+            .iter()
+            .map(|op| {
+                let existed = std::fs::symlink_metadata(workspace.join(op.rel())).is_ok();
+                (op.clone(), existed)
+            })
+            .collect();
+        let text = serde_json::to_vec(&Plan { ops: planned }).map_err(std::io::Error::other)?;
+        crate::fsutil::write_atomic(&self.plan_path(), &text)?;
+        for (i, op) in ops.iter().enumerate() {
+            let target = workspace.join(op.rel());
+            let exists = std::fs::symlink_metadata(&target).is_ok();
+            // Move aside what the op replaces (kept until the commit point).
+            let aside = match op {
+                Op::EnsureDir(_) => exists && !target.is_dir(),
+                _ => exists,
+            };
+            if aside {
+                std::fs::rename(&target, self.backup(i))?;
+            }
+            match op {
+                Op::Delete(_) => {}
+                Op::ReplaceDir(_) => std::fs::create_dir(&target)?,
+                Op::EnsureDir(_) => {
+                    if !target.is_dir() {
+                        std::fs::create_dir(&target)?;
+                    }
+                }
+                Op::Put(rel) => move_path(&upper.join(rel), &target)?,
+            }
+            merged.paths.push(op.rel().to_string());
+        }
+        let mut dirs: Vec<PathBuf> = merged
+            .paths
+            .iter()
+            .filter_map(|r| workspace.join(r).parent().map(Path::to_path_buf))
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        for d in dirs {
+            fsync_dir(&d)?;
+        }
+        // The commit point: the journal goes, with the old content.
+        std::fs::remove_dir_all(&self.journal)?;
+        Ok(merged)
+    }
+
+    /// Undo a merge that was cut short: every op's effect is removed and what
+    /// it moved aside is put back, last op first. Returns the ops undone.
+    pub fn recover(&self, workspace: &Path) -> std::io::Result<usize> {
+        let Ok(text) = std::fs::read(self.plan_path()) else {
+            // No plan: nothing was touched (or the merge completed).
+            let _ = std::fs::remove_dir_all(&self.journal);
+            return Ok(0);
+        };
+        let plan: Plan = serde_json::from_slice(&text)
+            .map_err(|e| std::io::Error::other(format!("overlay journal unreadable: {e}")))?;
+        for (i, (op, existed)) in plan.ops.iter().enumerate().rev() {
+            let target = workspace.join(op.rel());
+            let backup = self.backup(i);
+            let had_backup = std::fs::symlink_metadata(&backup).is_ok();
+            let is_there = std::fs::symlink_metadata(&target).is_ok();
+            if had_backup {
+                // The op started: what is at the target is its doing.
+                remove_any(&target)?;
+                std::fs::rename(&backup, &target)?;
+            } else if !existed && is_there {
+                // Nothing was there when planned: the op created it.
+                remove_any(&target)?;
+            }
+            // Existed and no backup: the op never started (or, for a
+            // directory merged into, never needed to); leave it.
+        }
+        std::fs::remove_dir_all(&self.journal)?;
+        Ok(plan.ops.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("loop-ovc-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn whiteout(path: &Path) {
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mknod of a 0:0 char device.
+        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) };
+        assert_eq!(r, 0, "mknod needs root (these tests run as root in CI)");
+    }
+
+    #[test]
+    fn an_upper_layer_is_merged_and_a_cut_short_merge_is_undone() {
+        let base = tmp("merge");
+        let (ws, upper, journal) = (base.join("ws"), base.join("upper"), base.join("journal"));
+        std::fs::create_dir_all(ws.join("dir/sub")).unwrap();
+        std::fs::write(ws.join("keep.txt"), "keep").unwrap();
+        std::fs::write(ws.join("change.txt"), "old").unwrap();
+        std::fs::write(ws.join("gone.txt"), "bye").unwrap();
+        std::fs::write(ws.join("dir/sub/x"), "x").unwrap();
+        std::fs::write(ws.join("secret.key"), "s").unwrap();
+        std::fs::create_dir_all(upper.join("dir/new")).unwrap();
+        std::fs::write(upper.join("change.txt"), "new").unwrap();
+        std::fs::write(upper.join("dir/new/y"), "y").unwrap();
+        std::fs::write(upper.join("secret.key"), "tampered").unwrap();
+        whiteout(&upper.join("gone.txt"));
+        let before = crate::Manifest::of(&ws).unwrap();
+
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &|rel| rel.ends_with(".key"))
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("change.txt")).unwrap(),
+            "new"
+        );
+        assert_eq!(std::fs::read_to_string(ws.join("dir/new/y")).unwrap(), "y");
+        assert!(!ws.join("gone.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(ws.join("keep.txt")).unwrap(),
+            "keep"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("secret.key")).unwrap(),
+            "s",
+            "protected"
+        );
+        assert_eq!(merged.refused, vec!["secret.key".to_string()]);
+        assert!(!journal.exists(), "committed");
+
+        // A merge cut short after some ops: recovery restores the exact tree.
+        let ws2 = base.join("ws2");
+        crate::fsutil::copy_tree(&base.join("ws"), &ws2, &|_| false, false).unwrap();
+        let before2 = crate::Manifest::of(&ws2).unwrap();
+        let upper2 = base.join("upper2");
+        std::fs::create_dir_all(upper2.join("dir")).unwrap();
+        std::fs::write(upper2.join("change.txt"), "newer").unwrap();
+        std::fs::write(upper2.join("dir/z"), "z").unwrap();
+        whiteout(&upper2.join("keep.txt"));
+        let j2 = base.join("journal2");
+        // Simulate the crash: write the plan and apply the first two ops by hand.
+        let mut ops = Vec::new();
+        plan(&upper2, "", &mut ops).unwrap();
+        std::fs::create_dir_all(&j2).unwrap();
+        let planned: Vec<(Op, bool)> = ops
+            .iter()
+            .map(|op| {
+                (
+                    op.clone(),
+                    std::fs::symlink_metadata(ws2.join(op.rel())).is_ok(),
+                )
+            })
+            .collect();
+        std::fs::write(
+            j2.join("plan.json"),
+            serde_json::to_vec(&Plan { ops: planned }).unwrap(),
+        )
+        .unwrap();
+        let c = OverlayCommit::new(&j2);
+        for (i, op) in ops.iter().enumerate().take(2) {
+            let t = ws2.join(op.rel());
+            if std::fs::symlink_metadata(&t).is_ok() && !matches!(op, Op::EnsureDir(_)) {
+                std::fs::rename(&t, c.backup(i)).unwrap();
+            }
+            match op {
+                Op::Put(rel) => std::fs::rename(upper2.join(rel), &t).unwrap(),
+                Op::EnsureDir(_) | Op::ReplaceDir(_) if !t.is_dir() => {
+                    std::fs::create_dir(&t).unwrap()
+                }
+                _ => {}
+            }
+        }
+        assert_ne!(crate::Manifest::of(&ws2).unwrap().root, before2.root);
+        assert_eq!(c.recover(&ws2).unwrap(), ops.len());
+        assert_eq!(
+            crate::Manifest::of(&ws2).unwrap().root,
+            before2.root,
+            "exactly as before"
+        );
+        assert!(!j2.exists());
+        let _ = before;
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}
