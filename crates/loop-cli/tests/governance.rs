@@ -85,20 +85,9 @@ fn first_task(dir: &Path, project: &Path) -> serde_json::Value {
     .unwrap()
 }
 
-/// Wait until the task is waiting for a person.
+/// Wait until the task is waiting for a person's approval.
 fn await_approval(dir: &Path, project: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the task never asked for approval"
-        );
-        let t = first_task(dir, project);
-        if t["state"] == "awaiting_approval" {
-            return t["id"].as_str().unwrap().to_string();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_state(dir, project, "awaiting_approval")
 }
 
 fn approve(dir: &Path, project: &Path, id: &str, deny: bool) -> Output {
