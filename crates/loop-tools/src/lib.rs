@@ -65,6 +65,8 @@ pub struct ToolBox {
     /// Where commands' effects are staged and committed all at once (set
     /// with the task's journal, when overlays work here).
     commands: Option<CommandStaging>,
+    /// Content hashes of unchanged files, for the workspace root.
+    stat_cache: std::cell::RefCell<loop_workspace::StatCache>,
     /// Calls a person approved (their `prompt` rule is satisfied).
     approved: BTreeSet<String>,
 }
@@ -144,6 +146,7 @@ impl ToolBox {
             exec_policy: exec_policy::ExecPolicy::default(),
             code_policy: loop_gates::CodePolicy::default(),
             commands: None,
+            stat_cache: Default::default(),
             approved: BTreeSet::new(),
         }
     }
@@ -335,7 +338,9 @@ impl ToolBox {
 
     /// Merkle root of the workspace content.
     pub fn workspace_root(&self) -> Result<String, ToolsError> {
-        Manifest::of(self.jail.root())
+        // Only files that changed since the last time are read again.
+        let mut cache = self.stat_cache.borrow_mut();
+        Manifest::of_cached(self.jail.root(), &mut cache)
             .map(|m| m.root)
             .map_err(|e| ToolsError(format!("cannot hash the workspace: {e}")))
     }

@@ -21,7 +21,7 @@ pub use changeset::{ChangeSet, ChangeSetError, FileChange};
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
-pub use manifest::{Entry, EntryKind, Manifest};
+pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head};

@@ -41,11 +41,29 @@ pub struct Manifest {
     pub root: String,
 }
 
+/// Content hashes remembered by file identity and timestamps, so a
+/// manifest taken again re-reads only files that changed. An entry is
+/// trusted only when the file's size, inode, modification and change times
+/// all match and its change time was more than two seconds old when it was
+/// hashed (a file changed within the same clock tick is never trusted).
+#[derive(Debug, Default)]
+pub struct StatCache {
+    map: std::collections::HashMap<String, (u64, u64, i64, i64, String)>,
+}
+
 impl Manifest {
     /// Walk `dir` and hash every file and symlink.
     pub fn of(dir: &Path) -> std::io::Result<Manifest> {
+        Self::of_cached(dir, &mut StatCache::default())
+    }
+
+    /// [`Manifest::of`], re-hashing only files whose identity or timestamps
+    /// changed since `cache` saw them. The same manifest, to the byte.
+    pub fn of_cached(dir: &Path, cache: &mut StatCache) -> std::io::Result<Manifest> {
         let mut entries = Vec::new();
-        walk(dir, dir, &mut entries)?;
+        let mut next = StatCache::default();
+        walk(dir, dir, &mut entries, cache, &mut next)?;
+        *cache = next;
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         let root = merkle_root(&entries);
         Ok(Manifest { entries, root })
@@ -65,7 +83,13 @@ impl Manifest {
     }
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<Entry>) -> std::io::Result<()> {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<Entry>,
+    cache: &StatCache,
+    next: &mut StatCache,
+) -> std::io::Result<()> {
     for item in std::fs::read_dir(dir)? {
         let item = item?;
         let path = item.path();
@@ -82,12 +106,33 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Entry>) -> std::io::Result<()> {
                 executable: false,
             });
         } else if meta.is_dir() {
-            walk(root, &path, out)?;
+            walk(root, &path, out, cache, next)?;
         } else if meta.is_file() {
+            use std::os::unix::fs::MetadataExt;
+            let mtime = meta.mtime().saturating_mul(1_000_000_000) + meta.mtime_nsec();
+            let ctime = meta.ctime().saturating_mul(1_000_000_000) + meta.ctime_nsec();
+            let sha = match cache.map.get(&rel) {
+                Some((size, ino, m, c, sha))
+                    if *size == meta.len() && *ino == meta.ino() && *m == mtime && *c == ctime =>
+                {
+                    sha.clone()
+                }
+                _ => hash_file(&path)?,
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            if ctime < now - 2_000_000_000 {
+                next.map.insert(
+                    rel.clone(),
+                    (meta.len(), meta.ino(), mtime, ctime, sha.clone()),
+                );
+            }
             out.push(Entry {
                 path: rel,
                 kind: EntryKind::File,
-                sha256: hash_file(&path)?,
+                sha256: sha,
                 size: meta.len(),
                 executable: meta.permissions().mode() & 0o100 != 0,
             });
@@ -157,6 +202,38 @@ pub fn merkle_root(entries: &[Entry]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_cached_manifest_is_the_same_manifest_and_sees_every_change() {
+        let d = std::env::temp_dir().join(format!("loop-statcache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for i in 0..20 {
+            std::fs::write(d.join(format!("sub/f{i}")), format!("content {i:03}")).unwrap();
+        }
+        // Old enough to be trusted.
+        std::thread::sleep(std::time::Duration::from_millis(2_100));
+        let mut cache = StatCache::default();
+        let first = Manifest::of_cached(&d, &mut cache).unwrap();
+        assert_eq!(first, Manifest::of(&d).unwrap());
+        assert_eq!(cache.map.len(), 20, "every file remembered");
+        // Unchanged: the same manifest, from the cache.
+        assert_eq!(Manifest::of_cached(&d, &mut cache).unwrap(), first);
+        // A same-size rewrite, a chmod, a new file and a deletion are all seen.
+        std::fs::write(d.join("sub/f3"), "content 999").unwrap();
+        std::fs::set_permissions(d.join("sub/f4"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(d.join("new"), "n").unwrap();
+        std::fs::remove_file(d.join("sub/f5")).unwrap();
+        let after = Manifest::of_cached(&d, &mut cache).unwrap();
+        assert_eq!(after, Manifest::of(&d).unwrap());
+        assert_ne!(after.root, first.root);
+        assert_eq!(
+            after.get("sub/f3").unwrap().sha256,
+            loop_protocol::hash::sha256_hex(b"content 999")
+        );
+        assert!(after.get("sub/f4").unwrap().executable);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
     use super::*;
     use crate::testdir::TestDir;
 
