@@ -15,7 +15,7 @@ python=/usr/bin/python3
 [ -x "$python" ] || python=$(command -v python3)
 
 if [ ! -f "$venv/.loop-ready" ]; then
-  echo "building the local model server in $venv (about 4 minutes, once)" >&2
+  echo "building the local model server in $venv (about 5 minutes, once)" >&2
   rm -rf "$venv"
   mkdir -p "$cache"
   "$python" -m venv "$venv"
