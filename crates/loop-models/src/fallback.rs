@@ -47,6 +47,11 @@ impl Provider for Fallback {
     }
 
     fn next_turn(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
+        // A provider not asked this turn must not hand over an older turn's
+        // exchanges to the recorder.
+        for p in &mut self.chain {
+            p.take_exchanges();
+        }
         let mut spent = Usage::default();
         let mut errors = Vec::new();
         for p in &mut self.chain {

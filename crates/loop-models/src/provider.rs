@@ -370,6 +370,9 @@ impl HttpModel {
     /// The call itself: retries, accounting, then strict parsing.
     fn call(&mut self, context: &Context, limits: CallLimits) -> ModelReply {
         self.turn += 1;
+        // Only this call's exchanges are kept (for a recorder to take);
+        // without one they would pile up, a full request each.
+        self.exchanges.clear();
         let (body, prompt_estimate) = self.body_for(context, limits.max_output_tokens);
         let mut charged = Usage::default();
         let mut attempt = 0;
