@@ -34,6 +34,13 @@ pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
     std::fs::write(task_dir.join("workspace.json"), text)
 }
 
+/// How the task workspace of `task_dir` (`PROJECT/.loop/tasks/ID`) was
+/// made. `workspace.json` is the runtime's own file, but it lives in the
+/// project, where a repository can commit one or a model's apply could
+/// plant one: no path in it is trusted. The workspace is always
+/// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
+/// and the base commit must be a commit id; a file that says otherwise is
+/// refused, naming what differs.
 pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
     let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
         CliError::usage(format!(
@@ -43,20 +50,62 @@ pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
     })?;
     let saved: SavedOrigin = serde_json::from_slice(&text)
         .map_err(|e| CliError::internal(format!("workspace.json: {e}")))?;
-    Ok(TaskWorkspace {
-        path: saved.path,
-        origin: match saved.worktree {
-            Some((repo, base_commit, branch)) => Origin::Worktree {
-                repo,
+    let id = task_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let project = task_dir
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .ok_or_else(|| {
+            CliError::internal(format!("{} is not a task directory", task_dir.display()))
+        })?;
+    let path = task_dir.join("workspace");
+    let refuse = |what: String| {
+        CliError::usage(format!(
+            "{}: {what}; the runtime only acts on the workspaces it makes (was the project moved, or the file planted?)",
+            task_dir.join("workspace.json").display()
+        ))
+    };
+    if saved.path != path {
+        // A moved project keeps its old absolute path: say so, act on the right one.
+        let moved = saved
+            .path
+            .ends_with(Path::new(".loop/tasks").join(&id).join("workspace"));
+        if !moved {
+            return Err(refuse(format!(
+                "it names the workspace {}, not {}",
+                saved.path.display(),
+                path.display()
+            )));
+        }
+    }
+    let origin = match saved.worktree {
+        Some((_repo, base_commit, branch)) => {
+            let hex = base_commit.len() >= 40
+                && base_commit.len() <= 64
+                && base_commit.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex {
+                return Err(refuse(format!("`{base_commit}` is not a commit id")));
+            }
+            if branch != format!("loop/{id}") {
+                return Err(refuse(format!(
+                    "it names the branch `{branch}`, not `loop/{id}`"
+                )));
+            }
+            Origin::Worktree {
+                repo: project.to_path_buf(),
                 base_commit,
                 branch,
                 dirty_included: false,
-            },
-            None => Origin::Copy {
-                skipped: Vec::new(),
-            },
+            }
+        }
+        None => Origin::Copy {
+            skipped: Vec::new(),
         },
-    })
+    };
+    Ok(TaskWorkspace { path, origin })
 }
 
 /// The change set of a finished run.
@@ -77,10 +126,19 @@ pub fn compute(
                 .ok()
                 .filter(|o| o.status.success())
                 .map(|o| o.stdout),
-            // Without git, the project still holds the start content if its hash matches.
-            None => std::fs::read(project.join(path))
-                .ok()
-                .filter(|b| loop_protocol::hash::sha256_hex(b) == sha),
+            // Without git, the project still holds the start content if its
+            // hash matches (a link is shown as its target, never followed).
+            None => {
+                let tree = loop_workspace::Tree::open(project).ok()?;
+                let bytes = match tree.node(path).ok()? {
+                    loop_workspace::Node::Symlink(t) => t.into_os_string().into_encoded_bytes(),
+                    loop_workspace::Node::File { .. } => tree
+                        .read_file(path, loop_workspace::changeset::MAX_DIFF_BYTES)
+                        .ok()?,
+                    _ => return None,
+                };
+                Some(bytes).filter(|b| loop_protocol::hash::sha256_hex(b) == sha)
+            }
         }
     };
     ChangeSet::compute(baseline, last, &ws.path, base.clone(), &before)
@@ -98,6 +156,8 @@ pub fn record(cs: &ChangeSet, patch_name: &str) -> ChangeSetRecord {
                 change: f.change.clone(),
                 before_sha256: f.before_sha256.clone(),
                 after_sha256: f.after_sha256.clone(),
+                before_mode: f.before_mode.clone(),
+                after_mode: f.after_mode.clone(),
             })
             .collect(),
         patch: patch_name.to_string(),
@@ -173,6 +233,8 @@ fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
                 change: c.change.clone(),
                 before_sha256: c.before_sha256.clone(),
                 after_sha256: c.after_sha256.clone(),
+                before_mode: c.before_mode.clone(),
+                after_mode: c.after_mode.clone(),
             })
             .collect(),
         patch,
@@ -316,6 +378,7 @@ pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
 pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
     let (old, new) = loop_receipt::KeyPair::rotate().map_err(|e| CliError::usage(e.to_string()))?;
     let receipts = project.join(".loop/receipts");
+    let mut skipped: Vec<String> = Vec::new();
     let mut noted = 0;
     if let Ok(items) = std::fs::read_dir(&receipts) {
         for item in items.flatten() {
@@ -331,6 +394,14 @@ pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
                 continue;
             };
             if !env.signatures.iter().any(|s| s.keyid == old.keyid) {
+                continue;
+            }
+            // Only a receipt the old key really signed gets an addendum: a
+            // planted envelope carrying its key id is not annotated.
+            let signed = loop_receipt::verify_receipt(&path, None, std::slice::from_ref(&old))
+                .is_ok_and(|r| matches!(r.signature, loop_receipt::SignatureStatus::Valid { .. }));
+            if !signed {
+                skipped.push(name.clone());
                 continue;
             }
             let now = std::time::SystemTime::now()
@@ -359,5 +430,8 @@ pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
         "{noted} receipt(s) in {} got a revocation addendum",
         receipts.display()
     );
+    for name in &skipped {
+        println!("not annotated: {name} carries the key id but its signature does not verify");
+    }
     Ok(0)
 }

@@ -19,6 +19,10 @@ use loop_workspace::{Jail, Manifest, Origin, Protected, TaskWorkspace, remove_tr
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// The largest artifact shipped beside a receipt (the sandbox's file-size
+/// limit is 1 GiB; an artifact is evidence, not a data set).
+const ARTIFACT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
 /// What to run.
 pub struct TaskRequest {
     /// The locked contract.
@@ -563,9 +567,10 @@ fn drive(
     };
     let mut subjects = Vec::new();
     let mut shipped = Vec::new();
+    // Read as untrusted: a link is never followed, a FIFO never opened.
+    let source_tree = loop_workspace::Tree::open(source).map_err(|e| io("artifacts", e))?;
     for a in &contract.artifacts {
-        let from = source.join(a.as_str());
-        let Ok(bytes) = std::fs::read(&from) else {
+        let Ok(bytes) = source_tree.read_file(a.as_str(), ARTIFACT_MAX_BYTES) else {
             continue;
         };
         let to = artifacts_dir.join(a.as_str());
@@ -578,6 +583,7 @@ fn drive(
     }
     let ledger_bytes = std::fs::read(&ledger_path).map_err(|e| io("ledger", e))?;
     subjects.push(subject(&ledger_name, &ledger_bytes));
+    drop(source_tree);
 
     let final_manifest =
         Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;

@@ -14,7 +14,8 @@ pub fn verify(
     let trusted = trusted_keys(pubkey)?;
     let report =
         verify_receipt(receipt, artifacts, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
-    let ok = report.ok();
+    // A key this machine revoked stays revoked whoever passes it with --pubkey.
+    let ok = report.ok() && revoked_signer(&report).is_none();
     if json {
         println!("{}", to_json(&report, ok, pubkey.is_some()));
     } else {
@@ -40,12 +41,27 @@ pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, CliError> {
     }
 }
 
+/// The key id of a valid signature by a key this machine revoked.
+fn revoked_signer(report: &VerifyReport) -> Option<String> {
+    match &report.signature {
+        SignatureStatus::Valid { keyid } if KeyPair::revoked().contains(keyid) => {
+            Some(keyid.clone())
+        }
+        _ => None,
+    }
+}
+
 fn signature_line(report: &VerifyReport, key_requested: bool) -> String {
     let whose = if key_requested {
         "the given key"
     } else {
         "this machine's key"
     };
+    if let Some(k) = revoked_signer(report) {
+        return format!(
+            "REVOKED: signed by key {k}, which this machine revoked (see the receipt's addenda)"
+        );
+    }
     match &report.signature {
         SignatureStatus::Valid { keyid } => format!(
             "valid (Ed25519, key {}…, {whose})",

@@ -168,6 +168,17 @@ fn s<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
     v[k].as_str().unwrap_or("")
 }
 
+/// Whether `stderr` says `what` was refused: denied by Landlock, or not
+/// there at all (the command's root holds only what it may use).
+fn refused(stderr: &str, what: &str) -> bool {
+    stderr.lines().any(|l| {
+        l.contains(what)
+            && (l.contains("Permission denied")
+                || l.contains("No such file")
+                || l.contains("nonexistent"))
+    })
+}
+
 #[test]
 fn every_layer_is_enforced_here() {
     for who in users() {
@@ -227,10 +238,7 @@ fn writing_outside_the_workspace_is_denied() {
                 target.display()
             ),
         );
-        assert!(
-            s(&j, "stderr").contains("Permission denied"),
-            "{who:?}: {j}"
-        );
+        assert!(refused(s(&j, "stderr"), "outside/escaped"), "{who:?}: {j}");
         assert!(!target.exists(), "{who:?}");
         assert!(!Path::new(&format!("/tmp/loop-escaped-{who:?}")).exists());
         assert_eq!(
@@ -259,10 +267,7 @@ fn root_shadow_and_a_sibling_workspace_are_unreadable() {
             "{who:?}: {err}"
         );
         assert!(err.contains("/root"), "{who:?}: {err}");
-        assert!(
-            err.contains("sibling/secret: Permission denied"),
-            "{who:?}: {err}"
-        );
+        assert!(refused(err, "sibling/secret"), "{who:?}: {err}");
         assert!(!s(&j, "stdout").contains("sibling-secret"), "{who:?}");
     }
 }
@@ -283,8 +288,8 @@ fn symlinks_and_hardlinks_do_not_escape() {
         );
         let err = s(&j, "stderr");
         assert!(!s(&j, "stdout").contains("sibling-secret"), "{who:?}: {j}");
-        assert!(err.contains("planted: Permission denied"), "{who:?}: {err}");
-        assert!(err.contains("mine: Permission denied"), "{who:?}: {err}");
+        assert!(refused(err, "planted"), "{who:?}: {err}");
+        assert!(refused(err, "mine"), "{who:?}: {err}");
         assert!(
             !sc.ws().join("hard").exists(),
             "{who:?}: hardlink to a file outside was created"
@@ -629,5 +634,113 @@ fn killing_the_runtime_takes_the_command_tree_with_it() {
             std::fs::read(&hb).unwrap(),
             "{who:?}: the daemon outlived the runtime"
         );
+    }
+}
+
+/// A host service listening on a Unix socket at `path`, reachable by
+/// anyone outside a sandbox (mode 0777, directories 0755).
+struct HostService {
+    dir: PathBuf,
+    path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl HostService {
+    fn at(dir: PathBuf) -> HostService {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("service.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        HostService {
+            dir,
+            path,
+            listener,
+        }
+    }
+
+    fn was_reached(&self) -> bool {
+        self.listener.accept().is_ok()
+    }
+}
+
+impl Drop for HostService {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn host_unix_sockets_cannot_be_reached_from_the_sandbox() {
+    // Landlock does not govern connect() to a pathname socket: a sandbox
+    // that shows the host's root lets a command drive host services (a tmux
+    // server runs shell commands as its owner). The command's root holds no
+    // host /tmp, /run or homes, and allowed trees are overlays, through
+    // which a socket has no listener.
+    let pid = std::process::id();
+    let mut services = vec![
+        (
+            HostService::at(PathBuf::from(format!("/tmp/loop-sock-{pid}"))),
+            "No such file",
+        ),
+        (
+            HostService::at(PathBuf::from(format!("/run/loop-sock-{pid}"))),
+            "No such file",
+        ),
+        (
+            HostService::at(PathBuf::from(format!("/home/loop-sock-{pid}"))),
+            "No such file",
+        ),
+        // Inside an allowed tree (/usr is always one): visible, not reachable.
+        (
+            HostService::at(PathBuf::from(format!("/usr/local/loop-sock-{pid}"))),
+            "Connection refused",
+        ),
+    ];
+    if let Ok(home) = std::env::var("HOME") {
+        services.push((
+            HostService::at(Path::new(&home).join(format!("loop-sock-{pid}"))),
+            "",
+        ));
+    }
+    // The runtime's own toolchain trees (e.g. ~/.cargo behind PATH).
+    if let Ok(cargo) = std::env::var("CARGO_HOME")
+        .or_else(|_| std::env::var("HOME").map(|h| format!("{h}/.cargo")))
+        && Path::new(&cargo).join("bin").is_dir()
+    {
+        services.push((
+            HostService::at(Path::new(&cargo).join(format!("loop-sock-{pid}"))),
+            "",
+        ));
+    }
+    for who in users() {
+        let sc = Scene::new("unix-sockets", who);
+        let mut script = String::new();
+        for (svc, _) in &services {
+            script.push_str(&format!(
+                "python3 -c \"import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect(sys.argv[1]); print('CONNECTED', sys.argv[1])\nexcept OSError as e: print('refused', sys.argv[1], e.strerror)\" {}\n",
+                svc.path.display()
+            ));
+        }
+        let (_, j) = sc.run(&[], &script);
+        let out = s(&j, "stdout");
+        assert!(!out.contains("CONNECTED"), "{who:?}: {j}");
+        for (svc, why) in &services {
+            assert!(
+                !svc.was_reached(),
+                "{who:?}: {} was reached",
+                svc.path.display()
+            );
+            let line = out
+                .lines()
+                .find(|l| l.contains(&*svc.path.to_string_lossy()))
+                .unwrap_or_else(|| panic!("{who:?}: no line for {}: {j}", svc.path.display()));
+            assert!(line.starts_with("refused"), "{who:?}: {line}");
+            if who == Who::Me && !why.is_empty() {
+                assert!(line.contains(why), "{who:?}: {line}");
+            }
+        }
     }
 }

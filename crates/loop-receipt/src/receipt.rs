@@ -92,6 +92,12 @@ pub struct Change {
     pub before_sha256: Option<String>,
     /// Content hash after (none when deleted).
     pub after_sha256: Option<String>,
+    /// git's mode before (`100644`, `100755`, `120000` for a symlink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_mode: Option<String>,
+    /// git's mode after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_mode: Option<String>,
 }
 
 /// What the task changed: the files, the base it started from, and the

@@ -51,6 +51,8 @@ pub struct ChildPlan {
     pub late_rules: Option<(RawFd, u64, u64)>,
     /// Bring up `lo` in the new network namespace.
     pub loopback_up: bool,
+    /// Build a root from the allowed trees and enter it (see `root.rs`).
+    pub root: Option<crate::root::RootPlan>,
     /// Resource limits to set.
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// A Landlock ruleset to enforce.
@@ -318,7 +320,7 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
                 d,
                 b"make mounts private",
             )?;
-            if plan.mount_proc {
+            if plan.mount_proc && plan.root.is_none() {
                 check(
                     libc::mount(
                         c"proc".as_ptr(),
@@ -395,6 +397,10 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
                     b"remount protected path read-only",
                 )?;
             }
+            if let Some(root) = &plan.root {
+                let ruleset = plan.late_rules.map(|(fd, _, _)| fd);
+                enter_root(root, ruleset, d)?;
+            }
         }
         if plan.loopback_up {
             let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -411,6 +417,154 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
             libc::close(s);
             check(r as libc::c_long, d, b"bring up lo")?;
         }
+    }
+    Ok(())
+}
+
+/// Build the new root under the staging directory and make it `/`.
+unsafe fn enter_root(
+    root: &crate::root::RootPlan,
+    ruleset: Option<RawFd>,
+    d: RawFd,
+) -> io::Result<()> {
+    use crate::root::Op;
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount/mkdir/open/symlink/pivot_root on prepared NUL-terminated strings.
+    unsafe {
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                root.staging.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=755,size=1m".as_ptr().cast(),
+            ) as libc::c_long,
+            d,
+            b"mount the new root",
+        )?;
+        for op in &root.ops {
+            match op {
+                Op::Mkdir(p) => {
+                    if libc::mkdir(p.as_ptr(), 0o755) != 0
+                        && *libc::__errno_location() != libc::EEXIST
+                    {
+                        return Err(fail(d, b"mkdir in the new root"));
+                    }
+                }
+                Op::Touch(p) => {
+                    let fd = libc::open(
+                        p.as_ptr(),
+                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                        0o600,
+                    );
+                    if fd < 0 {
+                        return Err(fail(d, b"mount point in the new root"));
+                    }
+                    libc::close(fd);
+                }
+                Op::Symlink(target, at) => {
+                    if libc::symlink(target.as_ptr(), at.as_ptr()) != 0
+                        && *libc::__errno_location() != libc::EEXIST
+                    {
+                        return Err(fail(d, b"symlink in the new root"));
+                    }
+                }
+                Op::Overlay(at, options) => check(
+                    libc::mount(
+                        c"overlay".as_ptr(),
+                        at.as_ptr(),
+                        c"overlay".as_ptr(),
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                        options.as_ptr().cast(),
+                    ) as libc::c_long,
+                    d,
+                    b"overlay host tree",
+                )?,
+                Op::Bind(src, at, rec, ro) => {
+                    let rec_flag = if *rec { libc::MS_REC } else { 0 };
+                    check(
+                        libc::mount(
+                            src.as_ptr(),
+                            at.as_ptr(),
+                            null,
+                            libc::MS_BIND | rec_flag,
+                            std::ptr::null(),
+                        ) as libc::c_long,
+                        d,
+                        b"bind into the new root",
+                    )?;
+                    if let Some(keep) = ro {
+                        check(
+                            libc::mount(
+                                null,
+                                at.as_ptr(),
+                                null,
+                                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                                std::ptr::null(),
+                            ) as libc::c_long,
+                            d,
+                            b"read-only bind in the new root",
+                        )?;
+                    }
+                }
+                Op::Tmpfs(at, flags, options) => check(
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        at.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        *flags,
+                        options.as_ptr().cast(),
+                    ) as libc::c_long,
+                    d,
+                    b"tmpfs in the new root",
+                )?,
+                Op::Proc(at) => check(
+                    libc::mount(
+                        c"proc".as_ptr(),
+                        at.as_ptr(),
+                        c"proc".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        std::ptr::null(),
+                    ) as libc::c_long,
+                    d,
+                    b"mount /proc",
+                )?,
+            }
+        }
+        if let Some(ruleset) = ruleset {
+            for (path, access) in &root.rules {
+                allow_beneath(
+                    ruleset,
+                    path.as_ptr(),
+                    *access,
+                    d,
+                    b"landlock rule in the new root",
+                )?;
+            }
+        }
+        // Enter it: the old root is stacked under the new one, then
+        // detached, so nothing of the host's tree stays reachable.
+        check(
+            libc::chdir(root.staging.as_ptr()) as libc::c_long,
+            d,
+            b"enter the new root",
+        )?;
+        check(
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()),
+            d,
+            b"pivot_root",
+        )?;
+        check(
+            libc::umount2(c".".as_ptr(), libc::MNT_DETACH) as libc::c_long,
+            d,
+            b"detach the old root",
+        )?;
+        check(libc::chdir(c"/".as_ptr()) as libc::c_long, d, b"chdir /")?;
+        check(
+            libc::chdir(root.cwd.as_ptr()) as libc::c_long,
+            d,
+            b"enter the working directory",
+        )?;
     }
     Ok(())
 }

@@ -21,6 +21,8 @@ pub struct Prepared {
     pub read_mask: u64,
     /// Every handled access right, for read-write rules added in the child.
     pub all_mask: u64,
+    /// Read and execute for a file (directory rights removed).
+    pub read_file_mask: u64,
 }
 
 /// The Landlock ABI the kernel offers (0 when Landlock is unavailable).
@@ -123,6 +125,7 @@ pub fn prepare(
         abi: abi_n,
         read_mask: AccessFs::from_read(fixed.abi).bits(),
         all_mask: all.bits(),
+        read_file_mask: (AccessFs::from_read(fixed.abi) & AccessFs::from_file(fixed.abi)).bits(),
     }))
 }
 

@@ -31,6 +31,7 @@ mod landlock;
 pub mod policy;
 pub mod probe;
 pub mod redact;
+pub mod root;
 mod seccomp;
 pub mod sweep;
 
@@ -286,12 +287,12 @@ pub fn overlay_available() -> bool {
         let Ok(dir) = PrivateTmp::create() else {
             return false;
         };
-        let lower = dir.0.join("lower");
+        let lower = dir.tmp().join("lower");
         if std::fs::create_dir(&lower).is_err() || std::fs::write(lower.join("f"), "x").is_err() {
             return false;
         }
         let mut req = ExecRequest::shell("echo y > f && test \"$(cat f)\" = y", &lower);
-        req.overlay_scratch = Some(dir.0.join("overlay"));
+        req.overlay_scratch = Some(dir.tmp().join("overlay"));
         req.timeout = Duration::from_secs(10);
         // The probe tests overlays, not cgroups (whose join can be slow).
         req.layers.cgroups = false;
@@ -300,12 +301,13 @@ pub fn overlay_available() -> bool {
     })
 }
 
-/// A private directory for one command: its `TMPDIR` and `HOME`.
-struct PrivateTmp(PathBuf);
+/// A private directory for one command: its `TMPDIR` and `HOME`, and the
+/// parts its root is built from (see [`root::Private`]).
+struct PrivateTmp(root::Private);
 
 impl PrivateTmp {
     fn create() -> std::io::Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         // A process killed mid-command leaves its directory behind, and pids
         // are reused: names are random, and an existing one is never reused.
         let mut tries = 0;
@@ -313,15 +315,30 @@ impl PrivateTmp {
             let dir = std::env::temp_dir().join(unique_name("loop-sbx"));
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
-                    std::fs::DirBuilder::new()
-                        .mode(0o700)
-                        .create(dir.join("home"))?;
-                    return Ok(PrivateTmp(dir));
+                    let p = root::Private::under(dir);
+                    let mut b = std::fs::DirBuilder::new();
+                    b.mode(0o700);
+                    b.create(&p.tmp)?;
+                    b.create(p.tmp.join("home"))?;
+                    b.mode(0o755);
+                    b.create(&p.staging)?;
+                    b.create(&p.empty)?;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o000)
+                        .open(&p.mask)?;
+                    return Ok(PrivateTmp(p));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The directory that becomes the command's `/tmp`.
+    fn tmp(&self) -> &Path {
+        &self.0.tmp
     }
 }
 
@@ -342,7 +359,7 @@ pub fn unique_name(prefix: &str) -> String {
 
 impl Drop for PrivateTmp {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0.base);
     }
 }
 
@@ -353,7 +370,7 @@ fn cstring(p: &Path) -> Result<CString, SandboxError> {
 
 /// Mount flags a read-only bind of `path` must keep (a user namespace may
 /// not drop them).
-fn locked_flags(path: &Path) -> libc::c_ulong {
+pub(crate) fn locked_flags(path: &Path) -> libc::c_ulong {
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
         return 0;
     };
@@ -464,7 +481,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     let view = policy::host_view();
     trace.mark("view");
     let landlock = if support.landlock_abi > 0 && layers.landlock {
-        landlock::prepare(view, &[workspace.clone(), tmp.0.clone()])
+        landlock::prepare(view, &[workspace.clone(), tmp.tmp().to_path_buf()])
             .map_err(SandboxError::Prepare)?
     } else {
         None
@@ -626,6 +643,40 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             ))
         }
     };
+    // The command's root: built from what it may use (see `root.rs`).
+    let root_plan = if use_ns {
+        let cwd = req
+            .cwd
+            .canonicalize()
+            .map_err(|e| spawn_err("cwd: ".into(), e))?;
+        let masks = landlock
+            .as_ref()
+            .map(|l| root::Masks {
+                read_dir: l.read_mask,
+                read_file: l.read_file_mask,
+                all_dir: l.all_mask,
+            })
+            .unwrap_or_default();
+        Some(
+            root::plan(&root::Inputs {
+                view,
+                private: &tmp.0,
+                workspace: &workspace,
+                cwd: &cwd,
+                fresh_proc: support.proc_mount,
+                overlay_trees: support.tree_overlay,
+                userns,
+                masks,
+            })
+            .map_err(SandboxError::Prepare)?,
+        )
+    } else {
+        None
+    };
+    if use_ns && !support.tree_overlay {
+        notes.push("host trees are bound, not overlaid (overlays unavailable): a socket file inside an allowed tree stays reachable".into());
+    }
+    let in_root = root_plan.is_some();
     let plan_seccomp = seccomp.is_some();
     let plan = child::ChildPlan {
         unshare_flags: flags,
@@ -644,6 +695,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         overlay,
         ro_binds,
         loopback_up: use_ns && req.net == Net::None,
+        root: root_plan,
         rlimits: rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
         landlock_fd: landlock.as_ref().map(|l| l.fd.as_raw_fd()),
         seccomp,
@@ -677,8 +729,14 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     for (k, v) in &view.toolchain_env {
         cmd.env(k, v);
     }
-    cmd.env("HOME", tmp.0.join("home"))
-        .env("TMPDIR", &tmp.0)
+    // Inside its own root the private tmp is `/tmp`.
+    let tmp_dir = if in_root {
+        PathBuf::from("/tmp")
+    } else {
+        tmp.tmp().to_path_buf()
+    };
+    cmd.env("HOME", tmp_dir.join("home"))
+        .env("TMPDIR", &tmp_dir)
         // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
         // would look like edits to protected paths, and a forged cache can
         // shadow a source file: commands do not write them.

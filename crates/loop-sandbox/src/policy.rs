@@ -113,6 +113,9 @@ pub struct HostView {
     /// Toolchain variables derived from the PATH (e.g. `PYENV_ROOT`), so
     /// shims keep working with a private `HOME`.
     pub toolchain_env: Vec<(String, String)>,
+    /// The allowed trees before expansion, outermost only (a tree inside
+    /// another is covered by it): what a command's root is built from.
+    pub trees: Vec<PathBuf>,
 }
 
 static HOST: OnceLock<HostView> = OnceLock::new();
@@ -242,11 +245,19 @@ impl HostView {
         }
         read_exec.sort();
         read_exec.dedup();
+        // BTreeSet order puts a parent before its children.
+        let mut outer: Vec<PathBuf> = Vec::new();
+        for t in &trees {
+            if !outer.iter().any(|o| t.starts_with(o)) {
+                outer.push(t.clone());
+            }
+        }
         HostView {
             read_exec,
             files,
             denied,
             toolchain_env: env,
+            trees: outer,
         }
     }
 }

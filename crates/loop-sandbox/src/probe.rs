@@ -18,6 +18,9 @@ pub struct Support {
     pub landlock_abi: u32,
     /// seccomp filters can be installed.
     pub seccomp: bool,
+    /// Host trees can be shown through read-only overlays in a command's
+    /// root (which keeps socket files in them unreachable).
+    pub tree_overlay: bool,
 }
 
 static SUPPORT: OnceLock<Support> = OnceLock::new();
@@ -38,11 +41,17 @@ pub fn optimistic() -> Support {
         proc_mount: true,
         landlock_abi: crate::landlock::kernel_abi(),
         seccomp: true,
+        tree_overlay: true,
     }
 }
 
 /// Run `f` in a forked child and report whether it returned true.
 fn in_child(f: fn() -> bool) -> bool {
+    in_child_with(&f)
+}
+
+/// [`in_child`] for a closure (which must only make system calls).
+fn in_child_with(f: &dyn Fn() -> bool) -> bool {
     // SAFETY: the child only makes system calls, then _exits.
     unsafe {
         let pid = libc::fork();
@@ -153,6 +162,58 @@ fn try_seccomp() -> bool {
     }
 }
 
+/// Whether a read-only overlay of `/usr` can be mounted in a new mount
+/// namespace (with a user namespace when `userns`).
+fn tree_overlay(userns: bool) -> bool {
+    let Ok(empty) = std::ffi::CString::new(
+        std::env::temp_dir()
+            .join(crate::unique_name("loop-probe"))
+            .into_os_string()
+            .into_encoded_bytes(),
+    ) else {
+        return false;
+    };
+    // SAFETY: mkdir/rmdir on a NUL-terminated path we own.
+    if unsafe { libc::mkdir(empty.as_ptr(), 0o755) } != 0 {
+        return false;
+    }
+    let mut opts = format!("lowerdir=/usr:{}", empty.to_string_lossy());
+    if userns {
+        opts.push_str(",userxattr");
+    }
+    let ok = std::ffi::CString::new(opts).is_ok_and(|opts| {
+        let flags = if userns {
+            libc::CLONE_NEWNS | libc::CLONE_NEWUSER
+        } else {
+            libc::CLONE_NEWNS
+        };
+        in_child_with(&|| {
+            // SAFETY: a throwaway child unshares and mounts in its own namespace.
+            unsafe {
+                let null = std::ptr::null::<libc::c_char>();
+                libc::unshare(flags) == 0
+                    && libc::mount(
+                        null,
+                        c"/".as_ptr(),
+                        null,
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) == 0
+                    && libc::mount(
+                        c"overlay".as_ptr(),
+                        empty.as_ptr(),
+                        c"overlay".as_ptr(),
+                        libc::MS_RDONLY,
+                        opts.as_ptr().cast(),
+                    ) == 0
+            }
+        })
+    });
+    // SAFETY: as above.
+    unsafe { libc::rmdir(empty.as_ptr()) };
+    ok
+}
+
 fn probe() -> Support {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -171,5 +232,6 @@ fn probe() -> Support {
         proc_mount,
         landlock_abi: crate::landlock::kernel_abi(),
         seccomp: in_child(try_seccomp),
+        tree_overlay: namespaces && tree_overlay(userns),
     }
 }

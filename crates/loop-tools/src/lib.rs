@@ -713,11 +713,7 @@ impl ToolBox {
         }
         let changes: Vec<Change> = pending
             .into_iter()
-            .map(|(rel, (full, content))| Change {
-                rel,
-                full,
-                content: content.map(String::into_bytes),
-            })
+            .map(|(rel, (full, content))| Change::file(rel, full, content.map(String::into_bytes)))
             .collect();
         if let Err(e) = self.journal.commit(&changes) {
             // The journal restores the files it may have touched.

@@ -317,16 +317,8 @@ fn a_crash_mid_patch_is_rolled_back_when_the_toolbox_starts_again() {
     // Simulate a step that crashed after writing one of two files.
     let j = Journal::new(&journal_dir);
     let changes = vec![
-        Change {
-            rel: "a".into(),
-            full: ws.join("a"),
-            content: Some(b"a1\n".to_vec()),
-        },
-        Change {
-            rel: "b".into(),
-            full: ws.join("b"),
-            content: Some(b"b1\n".to_vec()),
-        },
+        Change::file("a", ws.join("a"), Some(b"a1\n".to_vec())),
+        Change::file("b", ws.join("b"), Some(b"b1\n".to_vec())),
     ];
     assert!(j.commit_until(&changes, Some(1)).is_err());
     assert_eq!(std::fs::read_to_string(ws.join("a")).unwrap(), "a1\n");

@@ -99,6 +99,40 @@ impl SnapshotVerifier {
         out
     }
 
+    /// Symlinks the task added or changed whose target leaves the
+    /// workspace (resolved through the tree's other links): such a link is
+    /// never accepted, since apply and everyone who opens the result would
+    /// follow it out.
+    fn link_violations(&self, dir: &Path, sealed: &Manifest) -> Vec<String> {
+        use loop_workspace::untrusted::{Node, Tree, link_stays_inside};
+        let Ok(tree) = Tree::open(dir) else {
+            return vec!["the sealed workspace cannot be opened to check its links".into()];
+        };
+        let target_of = |p: &str| match tree.node(p) {
+            Ok(Node::Symlink(t)) => Some(t),
+            _ => None,
+        };
+        let baseline = self.guard.as_ref().map(|(b, _)| b);
+        let mut out = Vec::new();
+        for e in &sealed.entries {
+            if e.kind != loop_workspace::EntryKind::Symlink
+                || baseline.and_then(|b| b.get(&e.path)) == Some(e)
+            {
+                continue;
+            }
+            match target_of(&e.path) {
+                Some(t) if link_stays_inside(&e.path, &t, &target_of) => {}
+                Some(t) => out.push(format!(
+                    "{} is a symlink to {}, which leads outside the workspace",
+                    e.path,
+                    t.display()
+                )),
+                None => out.push(format!("{}: the symlink could not be read", e.path)),
+            }
+        }
+        out
+    }
+
     /// The seal of the most recent verification.
     pub fn last_sealed(&self) -> Option<&Sealed> {
         self.last_sealed.as_ref()
@@ -204,7 +238,11 @@ impl SnapshotVerifier {
             manifest_root: sealed.manifest().root.clone(),
             files: sealed.manifest().entries.len() as u64,
             snapshot_method: method,
-            protected_violations: self.protected_violations(sealed.manifest()),
+            protected_violations: {
+                let mut v = self.protected_violations(sealed.manifest());
+                v.extend(self.link_violations(sealed.dir(), sealed.manifest()));
+                v
+            },
             criteria,
             artifacts,
             isolation: isolation.unwrap_or_default(),

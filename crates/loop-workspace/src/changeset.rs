@@ -4,7 +4,8 @@
 //! (only from exactly the content it produced). Nothing is half-applied.
 
 use crate::journal::{Change, Journal};
-use crate::manifest::{Manifest, hash_file};
+use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::untrusted::{Node, Tree, UntrustedError, link_stays_inside};
 use loop_protocol::hash::sha256_hex;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -20,6 +21,55 @@ pub struct FileChange {
     pub before_sha256: Option<String>,
     /// Content hash after (none when deleted).
     pub after_sha256: Option<String>,
+    /// git's mode before: `100644`, `100755` or `120000` (a symlink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_mode: Option<String>,
+    /// git's mode after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_mode: Option<String>,
+}
+
+/// git's mode string for a manifest entry.
+pub fn git_mode(e: &Entry) -> &'static str {
+    match (e.kind, e.executable) {
+        (EntryKind::Symlink, _) => "120000",
+        (EntryKind::File, true) => "100755",
+        (EntryKind::File, false) => "100644",
+    }
+}
+
+/// Largest file shown as text in a patch; larger ones are named by digest.
+pub const MAX_DIFF_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A path as it goes into a patch header: `prefix/path`, quoted the way
+/// git quotes (C escapes inside double quotes) when it holds a control
+/// character, a quote or a backslash, so no name can forge a header line.
+pub fn quote_path(prefix: &str, path: &str) -> String {
+    let full = format!("{prefix}{path}");
+    if !full
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return full;
+    }
+    let mut q = String::from("\"");
+    for c in full.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            '\n' => q.push_str("\\n"),
+            '\t' => q.push_str("\\t"),
+            c if c.is_control() => {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    q.push_str(&format!("\\{byte:03o}"));
+                }
+            }
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
 }
 
 /// A task's change set.
@@ -44,20 +94,81 @@ pub enum ChangeSetError {
     /// Filesystem.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The workspace holds something the runtime will not read.
+    #[error("{0}")]
+    Untrusted(UntrustedError),
 }
 
-fn file_sha(path: &Path) -> std::io::Result<Option<String>> {
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => hash_file(path).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+/// What a path in a tree holds, as a change set compares it.
+#[derive(Debug, PartialEq, Eq)]
+enum Held {
+    Nothing,
+    File { sha: String, executable: bool },
+    Link(PathBuf),
+    Other(&'static str),
+}
+
+fn held(tree: &Tree, rel: &str) -> Result<Held, ChangeSetError> {
+    Ok(match tree.node(rel).map_err(untrusted)? {
+        Node::Missing => Held::Nothing,
+        Node::File { mut file, mode, .. } => {
+            let mut h = loop_protocol::hash::Sha256Stream::default();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = std::io::Read::read(&mut file, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Held::File {
+                sha: h.finish_hex(),
+                executable: mode & 0o100 != 0,
+            }
+        }
+        Node::Symlink(t) => Held::Link(t),
+        Node::Dir => Held::Other("a directory"),
+        Node::Special(what) => Held::Other(what),
+    })
+}
+
+fn untrusted(e: UntrustedError) -> ChangeSetError {
+    ChangeSetError::Untrusted(e)
+}
+
+/// Whether `h` is what a change set says (`sha`, `mode`) should be there.
+fn holds(h: &Held, sha: Option<&String>, mode: Option<&str>) -> bool {
+    match (h, sha) {
+        (Held::Nothing, None) => true,
+        (
+            Held::File {
+                sha: got,
+                executable,
+            },
+            Some(want),
+        ) => {
+            got == want
+                && match mode {
+                    Some("100755") => *executable,
+                    Some("100644") => !*executable,
+                    Some(_) => false,
+                    None => true,
+                }
+        }
+        (Held::Link(t), Some(want)) => {
+            mode.is_none_or(|m| m == "120000")
+                && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want
+        }
+        _ => false,
     }
 }
 
 impl ChangeSet {
     /// Compare the task's `baseline` and `last` manifests of `workspace`;
     /// `before` gives a file's content at the start (from git, or from the
-    /// project while it still holds it), for the diff.
+    /// project while it still holds it), for the diff. The workspace is
+    /// read through [`Tree`]: a link is shown as a link (its target), never
+    /// as what it points to; a file that is not regular is never opened.
     pub fn compute(
         baseline: &Manifest,
         last: &Manifest,
@@ -73,12 +184,16 @@ impl ChangeSet {
                     change: "added".into(),
                     before_sha256: None,
                     after_sha256: Some(e.sha256.clone()),
+                    before_mode: None,
+                    after_mode: Some(git_mode(e).into()),
                 }),
                 Some(b) if b != e => files.push(FileChange {
                     path: e.path.clone(),
                     change: "modified".into(),
                     before_sha256: Some(b.sha256.clone()),
                     after_sha256: Some(e.sha256.clone()),
+                    before_mode: Some(git_mode(b).into()),
+                    after_mode: Some(git_mode(e).into()),
                 }),
                 Some(_) => {}
             }
@@ -90,45 +205,29 @@ impl ChangeSet {
                     change: "deleted".into(),
                     before_sha256: Some(b.sha256.clone()),
                     after_sha256: None,
+                    before_mode: Some(git_mode(b).into()),
+                    after_mode: None,
                 });
             }
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
+        let tree = Tree::open(workspace).ok();
         let mut patch = String::new();
         for f in &files {
             let old = match &f.before_sha256 {
                 Some(sha) => before(&f.path, sha),
                 None => Some(Vec::new()),
             };
-            let new = match f.after_sha256 {
-                Some(_) => std::fs::read(workspace.join(&f.path)).ok(),
-                None => Some(Vec::new()),
+            let new = match (&f.after_sha256, &tree) {
+                (None, _) => Some(Vec::new()),
+                (Some(_), None) => None,
+                (Some(_), Some(t)) => match t.node(&f.path) {
+                    Ok(Node::Symlink(target)) => Some(target.into_os_string().into_encoded_bytes()),
+                    Ok(Node::File { .. }) => t.read_file(&f.path, MAX_DIFF_BYTES).ok(),
+                    _ => None,
+                },
             };
-            let (a, b) = (
-                if f.before_sha256.is_some() {
-                    format!("a/{}", f.path)
-                } else {
-                    "/dev/null".into()
-                },
-                if f.after_sha256.is_some() {
-                    format!("b/{}", f.path)
-                } else {
-                    "/dev/null".into()
-                },
-            );
-            match (old.map(String::from_utf8), new.map(String::from_utf8)) {
-                (Some(Ok(o)), Some(Ok(n))) => {
-                    let diff = similar::TextDiff::from_lines(&o, &n);
-                    patch.push_str(
-                        &diff
-                            .unified_diff()
-                            .context_radius(3)
-                            .header(&a, &b)
-                            .to_string(),
-                    );
-                }
-                _ => patch.push_str(&format!("Binary or unavailable content differs: {a} {b}\n")),
-            }
+            patch.push_str(&file_diff(f, old, new));
         }
         let patch_sha256 = sha256_hex(patch.as_bytes());
         ChangeSet {
@@ -141,8 +240,9 @@ impl ChangeSet {
 
     /// Apply to `project`, taking the new contents from `workspace`, keeping
     /// what it replaces in `undo_dir`. Refused, with every conflict listed,
-    /// unless each project file still holds its `before` content and each
-    /// workspace file its `after` content.
+    /// unless each project path still holds its `before` content and each
+    /// workspace path its `after` content (modes and links included). A
+    /// link whose target would leave the project is refused.
     pub fn apply(
         &self,
         project: &Path,
@@ -150,35 +250,94 @@ impl ChangeSet {
         undo_dir: &Path,
         journal: &Journal,
     ) -> Result<usize, ChangeSetError> {
+        let ws = Tree::open(workspace)?;
+        let proj = Tree::open(project)?;
         let mut conflicts = Vec::new();
         let mut changes = Vec::new();
+        // Links as they will be after the apply, to judge where each leads.
+        let links: std::collections::BTreeMap<String, PathBuf> = self
+            .files
+            .iter()
+            .filter(|f| f.after_mode.as_deref() == Some("120000"))
+            .filter_map(|f| match ws.node(&f.path) {
+                Ok(Node::Symlink(t)) => Some((f.path.clone(), t)),
+                _ => None,
+            })
+            .collect();
+        let link_of = |p: &str| -> Option<PathBuf> {
+            if let Some(t) = links.get(p) {
+                return Some(t.clone());
+            }
+            match proj.node(p) {
+                Ok(Node::Symlink(t)) => Some(t),
+                _ => None,
+            }
+        };
         for f in &self.files {
             let target = project.join(&f.path);
-            if file_sha(&target)? != f.before_sha256 {
+            let now = match held(&proj, &f.path) {
+                Ok(h) => h,
+                Err(e) => {
+                    conflicts.push(format!("{}: {e}", f.path));
+                    continue;
+                }
+            };
+            if !holds(&now, f.before_sha256.as_ref(), f.before_mode.as_deref()) {
                 conflicts.push(format!(
                     "{}: the project's file changed since the task started",
                     f.path
                 ));
             }
-            let content = match &f.after_sha256 {
-                Some(want) => {
-                    let src = workspace.join(&f.path);
-                    if file_sha(&src)?.as_ref() != Some(want) {
+            let mut change = Change::file(f.path.clone(), target, None);
+            if let Some(want) = &f.after_sha256 {
+                match ws.node(&f.path) {
+                    Ok(Node::Symlink(t))
+                        if f.after_mode.as_deref().is_none_or(|m| m == "120000")
+                            && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want =>
+                    {
+                        if !link_stays_inside(&f.path, &t, &link_of) {
+                            conflicts.push(format!(
+                                "{}: a symlink to {} would lead outside the project",
+                                f.path,
+                                t.display()
+                            ));
+                            continue;
+                        }
+                        change.link = Some(t);
+                    }
+                    Ok(Node::File { file, mode, .. }) => {
+                        let mut bytes = Vec::new();
+                        std::io::Read::read_to_end(
+                            &mut std::io::Read::take(file, u64::MAX),
+                            &mut bytes,
+                        )?;
+                        let exec = mode & 0o100 != 0;
+                        let mode_ok = match f.after_mode.as_deref() {
+                            Some("100755") => exec,
+                            Some("100644") => !exec,
+                            Some(_) => false,
+                            None => true,
+                        };
+                        if sha256_hex(&bytes) != *want || !mode_ok {
+                            conflicts.push(format!(
+                                "{}: the task workspace no longer holds the verified content",
+                                f.path
+                            ));
+                            continue;
+                        }
+                        change.mode = Some(if exec { 0o755 } else { 0o644 });
+                        change.content = Some(bytes);
+                    }
+                    Ok(_) | Err(_) => {
                         conflicts.push(format!(
                             "{}: the task workspace no longer holds the verified content",
                             f.path
                         ));
                         continue;
                     }
-                    Some(std::fs::read(&src)?)
                 }
-                None => None,
-            };
-            changes.push(Change {
-                rel: f.path.clone(),
-                full: target,
-                content,
-            });
+            }
+            changes.push(change);
         }
         if !conflicts.is_empty() {
             return Err(ChangeSetError::Conflict(conflicts));
@@ -187,42 +346,93 @@ impl ChangeSet {
         std::fs::create_dir_all(undo_dir)?;
         for (i, f) in self.files.iter().enumerate() {
             if f.before_sha256.is_some() {
-                std::fs::copy(project.join(&f.path), undo_dir.join(i.to_string()))?;
+                match proj.node(&f.path).map_err(untrusted)? {
+                    Node::Symlink(t) => {
+                        let _ = std::fs::remove_file(undo_dir.join(format!("{i}.link")));
+                        std::os::unix::fs::symlink(t, undo_dir.join(format!("{i}.link")))?;
+                    }
+                    Node::File { mut file, .. } => {
+                        let mut out = std::fs::File::create(undo_dir.join(i.to_string()))?;
+                        std::io::copy(&mut file, &mut out)?;
+                        out.sync_all()?;
+                    }
+                    _ => {}
+                }
             }
         }
+        // Directories the apply creates, so undo leaves none behind.
+        let mut created = Vec::new();
+        for c in &changes {
+            let mut cur = c.full.parent();
+            let mut chain = Vec::new();
+            while let Some(d) = cur {
+                if d == project || std::fs::symlink_metadata(d).is_ok() {
+                    break;
+                }
+                chain.push(d.strip_prefix(project).unwrap_or(d).to_path_buf());
+                cur = d.parent();
+            }
+            for d in chain.into_iter().rev() {
+                if !created.contains(&d) {
+                    created.push(d);
+                }
+            }
+        }
+        crate::fsutil::write_atomic(
+            &undo_dir.join("dirs.json"),
+            &serde_json::to_vec(&created).map_err(std::io::Error::other)?,
+        )?;
         journal.commit(&changes)?;
         Ok(changes.len())
     }
 
-    /// Undo an apply: refused unless each project file still holds exactly
-    /// the content the apply wrote.
+    /// Undo an apply: refused unless each project path still holds exactly
+    /// what the apply wrote. Restores contents, modes and links, and removes
+    /// the directories the apply created.
     pub fn undo(
         &self,
         project: &Path,
         undo_dir: &Path,
         journal: &Journal,
     ) -> Result<usize, ChangeSetError> {
+        let proj = Tree::open(project)?;
         let mut conflicts = Vec::new();
         let mut changes = Vec::new();
         for (i, f) in self.files.iter().enumerate() {
             let target = project.join(&f.path);
-            if file_sha(&target)? != f.after_sha256 {
+            let now = held(&proj, &f.path)?;
+            if !holds(&now, f.after_sha256.as_ref(), f.after_mode.as_deref()) {
                 conflicts.push(format!("{}: changed since the apply", f.path));
             }
-            let content = match &f.before_sha256 {
-                Some(_) => Some(std::fs::read(undo_dir.join(i.to_string()))?),
-                None => None,
-            };
-            changes.push(Change {
-                rel: f.path.clone(),
-                full: target,
-                content,
-            });
+            let mut change = Change::file(f.path.clone(), target, None);
+            if f.before_sha256.is_some() {
+                let link = undo_dir.join(format!("{i}.link"));
+                if std::fs::symlink_metadata(&link).is_ok() {
+                    change.link = Some(std::fs::read_link(&link)?);
+                } else {
+                    change.content = Some(std::fs::read(undo_dir.join(i.to_string()))?);
+                    change.mode = Some(match f.before_mode.as_deref() {
+                        Some("100755") => 0o755,
+                        _ => 0o644,
+                    });
+                }
+            }
+            changes.push(change);
         }
         if !conflicts.is_empty() {
             return Err(ChangeSetError::Conflict(conflicts));
         }
         journal.commit(&changes)?;
+        let created: Vec<PathBuf> = std::fs::read(undo_dir.join("dirs.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        for d in created.iter().rev() {
+            // Only what the apply made, and only when empty again.
+            if d.is_relative() && !d.components().any(|c| c == std::path::Component::ParentDir) {
+                let _ = std::fs::remove_dir(project.join(d));
+            }
+        }
         Ok(changes.len())
     }
 
@@ -230,6 +440,58 @@ impl ChangeSet {
     pub fn undo_dir(task_dir: &Path) -> PathBuf {
         task_dir.join("undo")
     }
+}
+
+/// One file's part of the patch, git-style: mode lines, then a text diff,
+/// or a line naming binary, oversized or unreadable content by digest.
+fn file_diff(f: &FileChange, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> String {
+    let a = if f.before_sha256.is_some() {
+        quote_path("a/", &f.path)
+    } else {
+        "/dev/null".into()
+    };
+    let b = if f.after_sha256.is_some() {
+        quote_path("b/", &f.path)
+    } else {
+        "/dev/null".into()
+    };
+    let mut out = format!(
+        "diff --git {} {}\n",
+        quote_path("a/", &f.path),
+        quote_path("b/", &f.path)
+    );
+    match (f.before_mode.as_deref(), f.after_mode.as_deref()) {
+        (None, Some(m)) => out.push_str(&format!("new file mode {m}\n")),
+        (Some(m), None) => out.push_str(&format!("deleted file mode {m}\n")),
+        (Some(o), Some(n)) if o != n => {
+            out.push_str(&format!("old mode {o}\nnew mode {n}\n"));
+        }
+        _ => {}
+    }
+    let text = |v: Option<Vec<u8>>| {
+        v.filter(|b| !b.iter().take(8000).any(|c| *c == 0))
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    match (text(old), text(new)) {
+        (Some(o), Some(n)) => {
+            if o != n {
+                let diff = similar::TextDiff::from_lines(&o, &n);
+                out.push_str(
+                    &diff
+                        .unified_diff()
+                        .context_radius(3)
+                        .header(&a, &b)
+                        .to_string(),
+                );
+            }
+        }
+        _ => out.push_str(&format!(
+            "Binary, oversized or unreadable content differs: {a} {b} (sha256 {} -> {})\n",
+            f.before_sha256.as_deref().unwrap_or("none"),
+            f.after_sha256.as_deref().unwrap_or("none")
+        )),
+    }
+    out
 }
 
 #[cfg(test)]

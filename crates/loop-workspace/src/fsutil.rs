@@ -22,7 +22,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .map(|m| m.permissions().mode())
         .unwrap_or(0o644);
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        // Whatever sits at the temporary name (a planted link) is removed,
+        // and the file is created new: nothing is written through a link.
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.sync_all()?;

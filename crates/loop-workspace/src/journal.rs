@@ -18,6 +18,23 @@ pub struct Change {
     pub full: PathBuf,
     /// New content, or `None` to delete.
     pub content: Option<Vec<u8>>,
+    /// Permission bits to set on the written file (else kept, or 0644).
+    pub mode: Option<u32>,
+    /// Make the path a symlink to this target instead of a file.
+    pub link: Option<PathBuf>,
+}
+
+impl Change {
+    /// Write `content` (or delete, with `None`) at `full`.
+    pub fn file(rel: impl Into<String>, full: PathBuf, content: Option<Vec<u8>>) -> Change {
+        Change {
+            rel: rel.into(),
+            full,
+            content,
+            mode: None,
+            link: None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -27,6 +44,56 @@ struct Entry {
     /// Backup file name in the journal, when the file existed.
     backup: Option<String>,
     mode: Option<u32>,
+    /// The symlink that was there, when it was one.
+    #[serde(default)]
+    link: Option<PathBuf>,
+    /// Directories the step creates for this path (removed on rollback).
+    #[serde(default)]
+    created: Vec<PathBuf>,
+}
+
+/// Remove whatever is at `path` (a file or a link; never a directory).
+fn remove_entry(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Make `path` a symlink to `target`, atomically (a new link renamed over).
+fn write_link(path: &Path, target: &Path) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.loop-tmp-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(dir)
+}
+
+/// The ancestors of `full` (below `stop`'s depth) that do not exist yet, outermost first.
+fn missing_dirs(full: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut cur = full.parent();
+    while let Some(d) = cur {
+        if std::fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        out.push(d.to_path_buf());
+        cur = d.parent();
+    }
+    out.reverse();
+    out
 }
 
 /// A per-task journal directory (outside the workspace).
@@ -69,6 +136,10 @@ impl Journal {
             // A write the crash cut short leaves its temporary file beside
             // the target: it goes too, so the workspace is exactly as before.
             remove_temporaries(&e.full)?;
+            if let Some(target) = &e.link {
+                write_link(&e.full, target)?;
+                continue;
+            }
             match &e.backup {
                 Some(name) => {
                     let bytes = std::fs::read(pending.join(name))?;
@@ -77,11 +148,13 @@ impl Journal {
                         std::fs::set_permissions(&e.full, std::fs::Permissions::from_mode(mode))?;
                     }
                 }
-                None => match std::fs::remove_file(&e.full) {
-                    Ok(()) => {}
-                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(err) => return Err(err),
-                },
+                None => remove_entry(&e.full)?,
+            }
+        }
+        // Directories the step created go too, innermost first, if empty.
+        for e in entries.iter().rev() {
+            for d in e.created.iter().rev() {
+                let _ = std::fs::remove_dir(d);
             }
         }
         std::fs::remove_dir_all(&pending)?;
@@ -106,24 +179,45 @@ impl Journal {
         let pending = self.pending();
         std::fs::create_dir_all(&pending)?;
         let mut entries = Vec::with_capacity(changes.len());
+        let mut planned_dirs = std::collections::BTreeSet::new();
         for (i, c) in changes.iter().enumerate() {
-            let (backup, mode) = match std::fs::read(&c.full) {
-                Ok(bytes) => {
+            // What is there now, without following a link at the path itself.
+            let (backup, mode, link) = match std::fs::symlink_metadata(&c.full) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    (None, None, Some(std::fs::read_link(&c.full)?))
+                }
+                Ok(m) if m.is_file() => {
+                    let bytes = std::fs::read(&c.full)?;
                     let name = i.to_string();
                     let mut f = std::fs::File::create(pending.join(&name))?;
                     std::io::Write::write_all(&mut f, &bytes)?;
                     f.sync_all()?;
-                    let mode = std::fs::metadata(&c.full)?.permissions().mode();
-                    (Some(name), Some(mode))
+                    (Some(name), Some(m.permissions().mode()), None)
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, None),
+                Ok(_) => {
+                    return Err(std::io::Error::other(format!(
+                        "{}: not a regular file or a link",
+                        c.rel
+                    )));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, None, None),
                 Err(e) => return Err(e),
+            };
+            let created = if c.content.is_some() || c.link.is_some() {
+                missing_dirs(&c.full)
+                    .into_iter()
+                    .filter(|d| planned_dirs.insert(d.clone()))
+                    .collect()
+            } else {
+                Vec::new()
             };
             entries.push(Entry {
                 rel: c.rel.clone(),
                 full: c.full.clone(),
                 backup,
                 mode,
+                link,
+                created,
             });
         }
         let plan = serde_json::to_vec(&entries).map_err(std::io::Error::other)?;
@@ -133,13 +227,20 @@ impl Journal {
             if crash_after == Some(i) {
                 return Err(std::io::Error::other("simulated crash"));
             }
-            match &c.content {
-                Some(bytes) => write_atomic(&c.full, bytes)?,
-                None => match std::fs::remove_file(&c.full) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                },
+            match (&c.link, &c.content) {
+                (Some(target), _) => write_link(&c.full, target)?,
+                (None, Some(bytes)) => {
+                    // A link in the way is replaced, never written through.
+                    if std::fs::symlink_metadata(&c.full).is_ok_and(|m| m.file_type().is_symlink())
+                    {
+                        remove_entry(&c.full)?;
+                    }
+                    write_atomic(&c.full, bytes)?;
+                    if let Some(mode) = c.mode {
+                        std::fs::set_permissions(&c.full, std::fs::Permissions::from_mode(mode))?;
+                    }
+                }
+                (None, None) => remove_entry(&c.full)?,
             }
         }
         std::fs::remove_dir_all(&pending)?;
@@ -176,11 +277,7 @@ mod tests {
     use crate::testdir::TestDir;
 
     fn change(root: &Path, rel: &str, content: Option<&str>) -> Change {
-        Change {
-            rel: rel.into(),
-            full: root.join(rel),
-            content: content.map(|c| c.as_bytes().to_vec()),
-        }
+        Change::file(rel, root.join(rel), content.map(|c| c.as_bytes().to_vec()))
     }
 
     #[test]
@@ -214,6 +311,10 @@ mod tests {
             0o755
         );
         assert!(!ws.join("new/c").exists());
+        assert!(
+            !ws.join("new").exists(),
+            "a directory the step made goes too"
+        );
         assert_eq!(j.recover().unwrap(), 0, "recovery is idempotent");
         // And a complete commit applies everything and leaves no journal.
         j.commit(&changes).unwrap();

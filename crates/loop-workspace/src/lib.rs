@@ -16,6 +16,7 @@ pub mod patch;
 pub mod snapshot;
 pub mod task_workspace;
 pub mod testdir;
+pub mod untrusted;
 
 pub use changeset::{ChangeSet, ChangeSetError, FileChange};
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
@@ -25,6 +26,7 @@ pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head};
+pub use untrusted::{Node, Tree, UntrustedError};
 
 #[cfg(test)]
 mod tests;

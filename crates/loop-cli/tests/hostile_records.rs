@@ -1,0 +1,480 @@
+//! The runtime outside the sandbox reads what the model left in the
+//! workspace: records, artifacts, apply. Each test is a scripted hostile
+//! model, run as the current user and, when that is root, again as an
+//! unprivileged one (uid 65534 via `setpriv`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const NOBODY: u32 = 65534;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Who {
+    Me,
+    Nobody,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn users() -> Vec<Who> {
+    if is_root() && Command::new("setpriv").arg("--version").output().is_ok() {
+        vec![Who::Me, Who::Nobody]
+    } else {
+        vec![Who::Me]
+    }
+}
+
+/// The binary, copied where an unprivileged user can execute it.
+fn binary() -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("loop-hostile-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let to = dir.join("loop");
+        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        to
+    })
+    .clone()
+}
+
+/// A scene: a base directory with a home (holding the signing key), a
+/// project, and a canary outside both.
+struct Scene {
+    base: PathBuf,
+    who: Who,
+}
+
+const CANARY: &str = "CANARY-host-file-5f3a9c";
+
+impl Scene {
+    fn new(name: &str, who: Who) -> Scene {
+        let base = std::env::temp_dir().join(format!(
+            "loop-hostile-{name}-{who:?}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        for d in ["home", "project", "outside"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::fs::write(base.join("outside/canary.txt"), format!("{CANARY}\n")).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if who == Who::Nobody {
+            for d in ["home", "project", "outside"] {
+                let st = Command::new("chown")
+                    .arg("-R")
+                    .arg(format!("{NOBODY}:{NOBODY}"))
+                    .arg(base.join(d))
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            }
+        }
+        Scene { base, who }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.base.join("project")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.base.join("home")
+    }
+
+    fn canary(&self) -> PathBuf {
+        self.base.join("outside/canary.txt")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.home()
+            .join(".local/state/loop-engine/keys/signing.key")
+    }
+
+    fn loop_cmd(&self, args: &[&str]) -> Output {
+        let mut c = match self.who {
+            Who::Me => Command::new(binary()),
+            Who::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={NOBODY}"),
+                    &format!("--regid={NOBODY}"),
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(binary());
+                c
+            }
+        };
+        c.args(args)
+            .env("HOME", self.home())
+            .env_remove("LOOP_STATE_DIR")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("LOOP_SIGNING_KEY")
+            .env_remove("LOOP_SIGNING_KEY_FILE");
+        if self.who == Who::Nobody {
+            c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        }
+        c.output().unwrap()
+    }
+
+    /// `loop run` with a task file and a script; returns (output, receipt, outcome).
+    fn run(&self, task: &str, script: &str) -> (String, PathBuf, String) {
+        std::fs::write(self.base.join("task.yaml"), task).unwrap();
+        std::fs::write(self.base.join("script.yaml"), script).unwrap();
+        let task = self.base.join("task.yaml");
+        let script = format!("scripted:{}", self.base.join("script.yaml").display());
+        let project = self.project();
+        let out = self.loop_cmd(&[
+            "run",
+            "--task",
+            task.to_str().unwrap(),
+            "--model",
+            &script,
+            "--project",
+            project.to_str().unwrap(),
+            "--json",
+        ]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let last: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("{:?}: no receipt event: {text}", self.who));
+        (
+            text,
+            PathBuf::from(last["path"].as_str().unwrap()),
+            last["outcome"]["kind"].as_str().unwrap().to_string(),
+        )
+    }
+
+    fn task_cmd(&self, verb: &str, id: &str) -> Output {
+        let project = self.project();
+        let mut args = vec![verb, id, "--project", project.to_str().unwrap()];
+        if verb == "apply" {
+            args.push("--yes");
+        }
+        self.loop_cmd(&args)
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn id_of(receipt: &Path) -> String {
+    let name = receipt.file_name().unwrap().to_str().unwrap();
+    name.strip_suffix(".receipt.json").unwrap().to_string()
+}
+
+/// Every file under `dir`, with its bytes (links not followed).
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(items) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for item in items.flatten() {
+            let p = item.path();
+            let ft = item.file_type().unwrap();
+            if ft.is_dir() {
+                todo.push(p);
+            } else if ft.is_file() {
+                out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn git(dir: &Path, args: &str) {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(
+            format!("git -c safe.directory=* {args}")
+                .replace("&& git ", "&& git -c safe.directory=* "),
+        )
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "git {args}");
+}
+
+const TRIVIAL_TASK: &str = r#"instruction: leave a report
+criteria:
+  - id: runs
+    checks:
+      - run: "true"
+artifacts: [report.txt]
+limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
+"#;
+
+#[test]
+fn links_to_host_files_never_reach_a_record_and_are_refused() {
+    for who in users() {
+        let sc = Scene::new("links-out", who);
+        // A first run creates the signing key, so the model can link to it.
+        let (_, _, _) = sc.run(
+            TRIVIAL_TASK,
+            "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+        );
+        let key = std::fs::read(sc.key()).unwrap_or_else(|e| panic!("{who:?}: {e}"));
+        let script = format!(
+            "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: \"rm -f report.txt; ln -s {} report.txt; ln -s {} key_link; ln -s /etc/passwd passwd_link\"}}}}\n      - {{tool: finish, args: {{summary: done}}}}\n",
+            sc.canary().display(),
+            sc.key().display()
+        );
+        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, &script);
+        assert_ne!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("leads outside the workspace"),
+            "{who:?}: the verifier names the link: {out}"
+        );
+        // Not the canary, not the key, not /etc/passwd: in no record, nowhere.
+        let passwd = std::fs::read("/etc/passwd").unwrap();
+        let first_line = passwd.split(|b| *b == b'\n').next().unwrap().to_vec();
+        assert!(!out.contains(CANARY), "{who:?}: {out}");
+        for (path, bytes) in files_under(&sc.project().join(".loop")) {
+            if path.starts_with(sc.project().join(".loop/tasks"))
+                && path.to_string_lossy().contains("/workspace/")
+            {
+                continue;
+            }
+            assert!(
+                !contains(&bytes, CANARY.as_bytes()),
+                "{who:?}: canary in {}",
+                path.display()
+            );
+            assert!(
+                !contains(&bytes, &key),
+                "{who:?}: the signing key in {}",
+                path.display()
+            );
+            assert!(
+                !contains(&bytes, &first_line),
+                "{who:?}: /etc/passwd in {}",
+                path.display()
+            );
+        }
+        // The patch shows the links as links, by target.
+        let id = id_of(&receipt);
+        let patch =
+            std::fs::read_to_string(receipt.with_file_name(format!("{id}.changes.patch"))).unwrap();
+        assert!(patch.contains("new file mode 120000"), "{who:?}: {patch}");
+        assert!(
+            patch.contains(&format!("+{}", sc.canary().display())),
+            "{who:?}: {patch}"
+        );
+        // A link is never shipped as an artifact.
+        assert!(
+            !receipt
+                .with_file_name(format!("{id}.artifacts/report.txt"))
+                .exists(),
+            "{who:?}"
+        );
+    }
+}
+
+#[test]
+fn links_inside_and_modes_apply_and_undo_exactly() {
+    for who in users() {
+        let sc = Scene::new("links-in", who);
+        let p = sc.project();
+        std::fs::write(p.join("README"), "base\n").unwrap();
+        git(
+            &p,
+            "init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base",
+        );
+        if who == Who::Nobody {
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(&p)
+                .status()
+                .unwrap();
+            // git refuses repositories owned by another user unless told.
+            std::fs::create_dir_all(sc.home()).unwrap();
+            std::fs::write(sc.home().join(".gitconfig"), "[safe]\n\tdirectory = *\n").unwrap();
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(sc.home())
+                .status()
+                .unwrap();
+        }
+        let task = r#"instruction: a tool and its library
+criteria:
+  - id: tool-runs
+    checks:
+      - run: ./tool.sh
+        expect_stdout: from lib
+artifacts: [tool.sh]
+limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
+"#;
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"mkdir -p lib/deep && echo 'echo from lib' > lib/deep/impl.sh && ln -s lib/deep current && ln -s current/impl.sh entry.sh && printf '#!/bin/sh\\\\nsh ./entry.sh\\\\n' > tool.sh && chmod +x tool.sh\"}}\n      - {tool: finish, args: {summary: done}}\n";
+        let (out, receipt, outcome) = sc.run(task, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        let id = id_of(&receipt);
+        let before: Vec<_> = files_under(&p)
+            .into_iter()
+            .filter(|(f, _)| !f.starts_with(p.join(".loop")) && !f.starts_with(p.join(".git")))
+            .collect();
+        let o = sc.task_cmd("apply", &id);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{who:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // As verified: the links are links, the tool is executable and runs.
+        assert_eq!(
+            std::fs::read_link(p.join("current")).unwrap(),
+            Path::new("lib/deep")
+        );
+        assert_eq!(
+            std::fs::read_link(p.join("entry.sh")).unwrap(),
+            Path::new("current/impl.sh")
+        );
+        assert_eq!(
+            std::fs::metadata(p.join("tool.sh"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o755
+        );
+        let ran = Command::new("./tool.sh").current_dir(&p).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&ran.stdout),
+            "from lib\n",
+            "{who:?}"
+        );
+        // Undo restores the exact tree: no file, link or directory left behind.
+        let o = sc.task_cmd("undo", &id);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{who:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        for gone in ["lib", "current", "entry.sh", "tool.sh"] {
+            assert!(
+                std::fs::symlink_metadata(p.join(gone)).is_err(),
+                "{who:?}: {gone} left behind"
+            );
+        }
+        let after: Vec<_> = files_under(&p)
+            .into_iter()
+            .filter(|(f, _)| !f.starts_with(p.join(".loop")) && !f.starts_with(p.join(".git")))
+            .collect();
+        assert_eq!(before.len(), after.len(), "{who:?}");
+    }
+}
+
+#[test]
+fn a_planted_workspace_record_never_makes_discard_act_elsewhere() {
+    for who in users() {
+        let sc = Scene::new("planted-origin", who);
+        let (out, receipt, _) = sc.run(
+            TRIVIAL_TASK,
+            "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+        );
+        let id = id_of(&receipt);
+        let victim = sc.base.join("outside/victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+        let record = sc
+            .project()
+            .join(format!(".loop/tasks/{id}/workspace.json"));
+        assert!(record.exists(), "{who:?}: {out}");
+        std::fs::write(
+            &record,
+            format!("{{\"path\": \"{}\", \"worktree\": null}}", victim.display()),
+        )
+        .unwrap();
+        let o = sc.task_cmd("discard", &id);
+        let text =
+            String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(2), "{who:?}: {text}");
+        assert!(
+            text.contains("only acts on the workspaces it makes"),
+            "{who:?}: {text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(victim.join("precious.txt")).unwrap(),
+            "keep me\n"
+        );
+    }
+}
+
+#[test]
+fn revocation_holds_with_an_explicit_key_and_only_real_signatures_are_annotated() {
+    for who in users() {
+        let sc = Scene::new("revoke", who);
+        let (_, receipt, outcome) = sc.run(
+            TRIVIAL_TASK,
+            "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+        );
+        assert_eq!(outcome, "verified", "{who:?}");
+        let old_pem = sc.base.join("old.pem");
+        let o = sc.loop_cmd(&["keys", "export"]);
+        assert!(
+            o.status.success(),
+            "{who:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::write(&old_pem, &o.stdout).unwrap();
+        // A planted envelope with the current key id and a junk signature.
+        let env: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+        let mut planted = env.clone();
+        planted["signatures"][0]["sig"] = serde_json::Value::String("AAAA".into());
+        let planted_path = receipt.with_file_name("t-planted.receipt.json");
+        std::fs::write(&planted_path, serde_json::to_vec(&planted).unwrap()).unwrap();
+        let project = sc.project();
+        let o = sc.loop_cmd(&["keys", "rotate", "--project", project.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "{who:?}: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            text.contains("not annotated: t-planted.receipt.json"),
+            "{who:?}: {text}"
+        );
+        assert!(
+            !receipt.with_file_name("t-planted.addendum-1.json").exists(),
+            "{who:?}"
+        );
+        // The revoked key, passed explicitly, does not make the receipt valid here.
+        let o = sc.loop_cmd(&[
+            "verify",
+            receipt.to_str().unwrap(),
+            "--pubkey",
+            old_pem.to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
+        assert!(text.contains("REVOKED"), "{who:?}: {text}");
+    }
+}

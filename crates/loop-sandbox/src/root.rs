@@ -1,0 +1,419 @@
+//! The command's filesystem root, built from what it may use.
+//!
+//! Landlock does not govern `connect()` to a pathname Unix socket (before
+//! its ABI 9), so a sandbox that shows the host's whole root and denies
+//! paths with Landlock still lets a command talk to every host service
+//! whose socket it can name: tmux and screen servers, ssh-agent, D-Bus,
+//! Docker. So a command never sees the host's root. Its root is a fresh
+//! tmpfs holding only:
+//!
+//! - the allowed host trees (system and toolchain trees), each through a
+//!   read-only **overlay**: an overlay shows a socket file but a `connect()`
+//!   through it finds no listener (the kernel looks sockets up by the
+//!   overlay's inode, not the real one), so even a socket inside an
+//!   allowed tree is unreachable;
+//! - denied paths inside those trees (`/etc/shadow`, credential stores)
+//!   covered by an unreadable mask;
+//! - a fresh `/proc`, `/sys` read-only, a `/dev` with only the harmless
+//!   devices, a private `/dev/shm` and `/run`;
+//! - the private tmp as `/tmp` (with `HOME` inside it);
+//! - the workspace at its own path, read-write.
+//!
+//! Host `/tmp`, `/run`, `/var` and home directories are not there at all:
+//! nothing in them can be named. Landlock and seccomp stay as the second
+//! layer. Everything here is prepared in the runtime; the child only makes
+//! the system calls (see `child.rs`).
+
+use crate::policy::HostView;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One step of building the root, in order.
+#[derive(Debug)]
+pub enum Op {
+    /// `mkdir` (an existing directory is fine).
+    Mkdir(CString),
+    /// Create an empty file to mount onto (an existing one is fine).
+    Touch(CString),
+    /// `symlink(target, at)`.
+    Symlink(CString, CString),
+    /// A read-only overlay of a host tree: (target, mount options).
+    Overlay(CString, CString),
+    /// A bind mount: (source, target, recursive, read-only with these kept flags).
+    Bind(CString, CString, bool, Option<libc::c_ulong>),
+    /// A tmpfs: (target, flags, options).
+    Tmpfs(CString, libc::c_ulong, CString),
+    /// A fresh procfs at the target.
+    Proc(CString),
+}
+
+/// Everything the child needs to build the root and enter it.
+#[derive(Debug)]
+pub struct RootPlan {
+    /// The directory the new root's tmpfs is mounted on.
+    pub staging: CString,
+    /// Mount steps, parents before children.
+    pub ops: Vec<Op>,
+    /// Landlock rules to add once the mounts exist (an overlay's tree is
+    /// its own to Landlock): (path under the staging root, access mask).
+    pub rules: Vec<(CString, u64)>,
+    /// The working directory to enter after `pivot_root`.
+    pub cwd: CString,
+}
+
+/// Landlock masks for the rules added in the child (0 when Landlock is off).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Masks {
+    /// Read and execute, for directories.
+    pub read_dir: u64,
+    /// Read and execute, for files.
+    pub read_file: u64,
+    /// Every right, for directories.
+    pub all_dir: u64,
+}
+
+/// Devices a command may use; the rest of the host's `/dev` is not there.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// What [`plan`] needs to know about one command.
+pub struct Inputs<'a> {
+    /// The host view (trees and denied paths).
+    pub view: &'a HostView,
+    /// The private directory's layout.
+    pub private: &'a Private,
+    /// The workspace (canonical).
+    pub workspace: &'a Path,
+    /// The working directory (canonical).
+    pub cwd: &'a Path,
+    /// Mount a fresh procfs (else bind the host's).
+    pub fresh_proc: bool,
+    /// Overlay the host trees (else bind them read-only).
+    pub overlay_trees: bool,
+    /// The mount is made in a user namespace (overlays need `userxattr`).
+    pub userns: bool,
+    /// Landlock masks; all zero adds no rules.
+    pub masks: Masks,
+}
+
+/// The private directory of one command and its parts.
+#[derive(Debug, Clone)]
+pub struct Private {
+    /// The directory itself (removed after the command).
+    pub base: PathBuf,
+    /// Becomes `/tmp` (and holds `home/`).
+    pub tmp: PathBuf,
+    /// Where the new root's tmpfs is mounted.
+    pub staging: PathBuf,
+    /// An empty directory: the second lower layer of read-only overlays.
+    pub empty: PathBuf,
+    /// An empty file with no permissions, mounted over denied files.
+    pub mask: PathBuf,
+}
+
+impl Private {
+    /// The layout under `base`.
+    pub fn under(base: PathBuf) -> Private {
+        Private {
+            tmp: base.join("tmp"),
+            staging: base.join("root"),
+            empty: base.join("empty"),
+            mask: base.join("mask"),
+            base,
+        }
+    }
+}
+
+fn c(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("path {} contains a NUL byte", p.display()))
+}
+
+/// `staging` + `p` (an absolute path).
+fn under(staging: &Path, p: &Path) -> PathBuf {
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    staging.join(rel)
+}
+
+/// Overlay options escape `\`, `,` and `:` in paths.
+pub fn overlay_escape(p: &Path) -> String {
+    p.to_string_lossy()
+        .replace('\\', "\\\\")
+        .replace(',', "\\,")
+        .replace(':', "\\:")
+}
+
+/// The trees handled on their own rather than as host trees.
+const SPECIAL: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/run"];
+
+/// Build the plan for one command.
+pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
+    let staging = &inp.private.staging;
+    let mut ops = Vec::new();
+    let mut rules = Vec::new();
+    let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
+    // mkdir every ancestor of `p` (inside the new root) not made yet.
+    let mut mkdirs = |p: &Path, ops: &mut Vec<Op>| -> Result<(), String> {
+        let mut acc = PathBuf::from("/");
+        for comp in p.components().skip(1) {
+            acc.push(comp);
+            if made.insert(acc.clone()) {
+                ops.push(Op::Mkdir(c(&under(staging, &acc))?));
+            }
+        }
+        Ok(())
+    };
+    // Mount targets, sorted so a parent is mounted before what lies inside it.
+    enum Kind {
+        Tree,
+        Workspace,
+        Tmp,
+    }
+    let mut targets: Vec<(PathBuf, Kind)> = Vec::new();
+    for t in &inp.view.trees {
+        if SPECIAL.iter().any(|s| t == Path::new(s)) {
+            continue;
+        }
+        targets.push((t.clone(), Kind::Tree));
+    }
+    targets.push((PathBuf::from("/tmp"), Kind::Tmp));
+    targets.push((inp.workspace.to_path_buf(), Kind::Workspace));
+    targets.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let read_dir = inp.masks.read_dir;
+    for (t, kind) in &targets {
+        let at = under(staging, t);
+        match kind {
+            Kind::Tree => {
+                let Ok(meta) = std::fs::symlink_metadata(t) else {
+                    continue;
+                };
+                if let Some(parent) = t.parent() {
+                    mkdirs(parent, &mut ops)?;
+                }
+                let ft = meta.file_type();
+                if ft.is_symlink() {
+                    // `/bin -> usr/bin` on merged-/usr systems.
+                    let target =
+                        std::fs::read_link(t).map_err(|e| format!("{}: {e}", t.display()))?;
+                    ops.push(Op::Symlink(c(&target)?, c(&at)?));
+                } else if ft.is_dir() {
+                    mkdirs(t, &mut ops)?;
+                    if inp.overlay_trees {
+                        let mut o = format!(
+                            "lowerdir={}:{}",
+                            overlay_escape(t),
+                            overlay_escape(&inp.private.empty)
+                        );
+                        if inp.userns {
+                            o.push_str(",userxattr");
+                        }
+                        ops.push(Op::Overlay(c(&at)?, c(Path::new(&o))?));
+                        // Landlock sees the overlay as a tree of its own: the
+                        // view's rules for this tree are added again on it.
+                        if read_dir != 0 {
+                            for e in inp.view.read_exec.iter().filter(|e| e.starts_with(t)) {
+                                let mask = if inp.view.files.contains(e) {
+                                    inp.masks.read_file
+                                } else {
+                                    read_dir
+                                };
+                                rules.push((c(&under(staging, e))?, mask));
+                            }
+                        }
+                    } else {
+                        ops.push(Op::Bind(c(t)?, c(&at)?, true, Some(crate::locked_flags(t))));
+                    }
+                } else if ft.is_file() {
+                    ops.push(Op::Touch(c(&at)?));
+                    ops.push(Op::Bind(
+                        c(t)?,
+                        c(&at)?,
+                        false,
+                        Some(crate::locked_flags(t)),
+                    ));
+                }
+                // Sockets, FIFOs and devices named as trees are left out.
+            }
+            Kind::Tmp => {
+                mkdirs(t, &mut ops)?;
+                ops.push(Op::Bind(c(&inp.private.tmp)?, c(&at)?, false, None));
+            }
+            Kind::Workspace => {
+                mkdirs(t, &mut ops)?;
+                // Recursive: protected paths bound read-only and a check's
+                // overlay, mounted on the host path first, come along.
+                ops.push(Op::Bind(c(t)?, c(&at)?, true, None));
+            }
+        }
+    }
+
+    // Denied paths inside what is mounted from the host: an unreadable mask
+    // on top (the host's /tmp is not mounted: the private one is).
+    let mounted = |p: &Path| {
+        targets
+            .iter()
+            .any(|(t, k)| !matches!(k, Kind::Tmp) && p.starts_with(t))
+    };
+    for d in &inp.view.denied {
+        if !mounted(d) || d.starts_with(&inp.private.base) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(d) else {
+            continue;
+        };
+        let at = c(&under(staging, d))?;
+        if meta.is_dir() {
+            ops.push(Op::Tmpfs(
+                at,
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c(Path::new("mode=000,size=4k"))?,
+            ));
+        } else if meta.is_file() {
+            ops.push(Op::Bind(c(&inp.private.mask)?, at, false, Some(0)));
+        }
+    }
+
+    // /proc, /sys, /dev, /run.
+    let proc_at = under(staging, Path::new("/proc"));
+    ops.push(Op::Mkdir(c(&proc_at)?));
+    if inp.fresh_proc {
+        ops.push(Op::Proc(c(&proc_at)?));
+        if read_dir != 0 {
+            rules.push((c(&proc_at)?, read_dir));
+        }
+    } else {
+        ops.push(Op::Bind(c(Path::new("/proc"))?, c(&proc_at)?, true, None));
+    }
+    if Path::new("/sys").is_dir() {
+        let sys_at = under(staging, Path::new("/sys"));
+        ops.push(Op::Mkdir(c(&sys_at)?));
+        ops.push(Op::Bind(
+            c(Path::new("/sys"))?,
+            c(&sys_at)?,
+            true,
+            Some(crate::locked_flags(Path::new("/sys"))),
+        ));
+    }
+    let dev = under(staging, Path::new("/dev"));
+    ops.push(Op::Mkdir(c(&dev)?));
+    ops.push(Op::Tmpfs(
+        c(&dev)?,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        c(Path::new("mode=755,size=64k"))?,
+    ));
+    if read_dir != 0 {
+        rules.push((c(&dev)?, read_dir));
+    }
+    for d in DEVICES {
+        let host = Path::new("/dev").join(d);
+        if std::fs::metadata(&host).is_err() {
+            continue;
+        }
+        ops.push(Op::Touch(c(&dev.join(d))?));
+        ops.push(Op::Bind(c(&host)?, c(&dev.join(d))?, false, None));
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        ops.push(Op::Symlink(c(Path::new(target))?, c(&dev.join(name))?));
+    }
+    for (at, size) in [
+        (dev.join("shm"), "64m"),
+        (under(staging, Path::new("/run")), "16m"),
+    ] {
+        ops.push(Op::Mkdir(c(&at)?));
+        ops.push(Op::Tmpfs(
+            c(&at)?,
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c(Path::new(&format!("mode=1777,size={size}")))?,
+        ));
+        if inp.masks.all_dir != 0 {
+            rules.push((c(&at)?, inp.masks.all_dir));
+        }
+    }
+    Ok(RootPlan {
+        staging: c(staging)?,
+        ops,
+        rules,
+        cwd: c(inp.cwd)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(plan: &RootPlan) -> Vec<String> {
+        plan.ops
+            .iter()
+            .map(|o| match o {
+                Op::Mkdir(p) => format!("mkdir {}", p.to_string_lossy()),
+                Op::Touch(p) => format!("touch {}", p.to_string_lossy()),
+                Op::Symlink(t, p) => format!("ln {} {}", t.to_string_lossy(), p.to_string_lossy()),
+                Op::Overlay(p, _) => format!("overlay {}", p.to_string_lossy()),
+                Op::Bind(s, p, _, _) => {
+                    format!("bind {} {}", s.to_string_lossy(), p.to_string_lossy())
+                }
+                Op::Tmpfs(p, _, _) => format!("tmpfs {}", p.to_string_lossy()),
+                Op::Proc(p) => format!("proc {}", p.to_string_lossy()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_root_holds_the_trees_the_workspace_and_private_places_only() {
+        let view = HostView::resolve("/usr/bin:/bin", Some(Path::new("/root")), &[]);
+        let private = Private::under(PathBuf::from("/tmp/p"));
+        let ws = PathBuf::from("/tmp/x/ws");
+        let plan = plan(&Inputs {
+            view: &view,
+            private: &private,
+            workspace: &ws,
+            cwd: &ws,
+            fresh_proc: true,
+            overlay_trees: true,
+            userns: true,
+            masks: Masks {
+                read_dir: 1,
+                read_file: 1,
+                all_dir: 1,
+            },
+        })
+        .unwrap();
+        let ops = names(&plan);
+        let pos = |s: &str| {
+            ops.iter()
+                .position(|o| o == s)
+                .unwrap_or_else(|| panic!("{s} missing in {ops:#?}"))
+        };
+        assert!(pos("overlay /tmp/p/root/usr") > 0);
+        assert!(pos("overlay /tmp/p/root/etc") > 0);
+        // /tmp is the private one, and the workspace is mounted after it.
+        assert!(
+            pos("bind /tmp/p/tmp /tmp/p/root/tmp") < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws")
+        );
+        assert!(pos("proc /tmp/p/root/proc") > 0);
+        assert!(pos("bind /dev/null /tmp/p/root/dev/null") > 0);
+        if Path::new("/etc/shadow").exists() {
+            assert!(
+                pos("bind /tmp/p/mask /tmp/p/root/etc/shadow") > pos("overlay /tmp/p/root/etc")
+            );
+        }
+        // Nothing of the host's /run, /var or home directories.
+        for o in &ops {
+            for never in ["/var", "/home", "/root/.ssh", "/dev/log"] {
+                assert!(!o.ends_with(never), "{o}");
+            }
+        }
+        // Landlock rules are added again on the overlays.
+        assert!(
+            plan.rules
+                .iter()
+                .any(|(p, _)| p.as_bytes() == b"/tmp/p/root/etc/passwd")
+        );
+    }
+}
