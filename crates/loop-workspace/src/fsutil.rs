@@ -9,15 +9,8 @@ use std::path::Path;
 /// directory, fsync, rename over the target, fsync the directory. A crash
 /// leaves either the old content or the new, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.loop-tmp-{}", std::process::id()));
+    let (dir, tmp) = temp_beside(path)?;
+    let dir = dir.as_path();
     let mode = std::fs::metadata(path)
         .map(|m| m.permissions().mode())
         .unwrap_or(0o644);
@@ -43,6 +36,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// The directory of `path` (created) and the temporary name beside it
+/// that an atomic replacement of `path` goes through.
+pub(crate) fn temp_beside(
+    path: &Path,
+) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.loop-tmp-{}", std::process::id()));
+    Ok((dir.to_path_buf(), tmp))
 }
 
 /// Remove the temporary files [`write_atomic`] leaves when a process dies

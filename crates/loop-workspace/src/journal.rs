@@ -63,15 +63,8 @@ fn remove_entry(path: &Path) -> std::io::Result<()> {
 
 /// Make `path` a symlink to `target`, atomically (a new link renamed over).
 fn write_link(path: &Path, target: &Path) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("path has no parent directory"))?;
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.loop-tmp-{}", std::process::id()));
+    let (dir, tmp) = crate::fsutil::temp_beside(path)?;
+    let dir = dir.as_path();
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)?;
     if let Err(e) = std::fs::rename(&tmp, path) {
