@@ -178,12 +178,7 @@ impl<'a> Director<'a> {
                 let approval_id = format!("checkpoint-{}", self.machine.taken() + 1);
                 let deadline =
                     now.saturating_add(self.checkpoints.timeout_secs.saturating_mul(1000));
-                self.record(Event::CheckpointRequested {
-                    approval_id: approval_id.clone(),
-                    reason: reason.to_string(),
-                    deadline_ms: deadline,
-                })?;
-                self.go(TaskState::AwaitingInput, format!("checkpoint: {reason}"))?;
+                // Stored before the task says it waits (as for approvals).
                 if let Some(a) = self.approvals.as_deref_mut() {
                     let payload = serde_json::json!({
                         "kind": "checkpoint", "detail": reason, "rule": "checkpoint",
@@ -192,6 +187,12 @@ impl<'a> Director<'a> {
                     a.request(&approval_id, &payload, now)
                         .map_err(DirectorError::Ledger)?;
                 }
+                self.record(Event::CheckpointRequested {
+                    approval_id: approval_id.clone(),
+                    reason: reason.to_string(),
+                    deadline_ms: deadline,
+                })?;
+                self.go(TaskState::AwaitingInput, format!("checkpoint: {reason}"))?;
                 (approval_id, deadline)
             }
         };
@@ -273,6 +274,16 @@ impl<'a> Director<'a> {
                     .and_then(|c| c.as_str())
                     .map(str::to_string)
                     .unwrap_or_else(|| call.args.to_string());
+                // The request is stored before the task says it waits: a
+                // reader who sees `awaiting_approval` always finds it.
+                if let Some(a) = self.approvals.as_deref_mut() {
+                    let payload = serde_json::json!({
+                        "call_id": call.id, "tool": call.tool, "detail": detail,
+                        "rule": rule, "deadline_ms": deadline,
+                    });
+                    a.request(&approval_id, &payload, now)
+                        .map_err(DirectorError::Ledger)?;
+                }
                 self.record(Event::ApprovalRequested {
                     step,
                     approval_id: approval_id.clone(),
@@ -286,14 +297,6 @@ impl<'a> Director<'a> {
                     TaskState::AwaitingApproval,
                     format!("`{detail}` needs a person's approval (rule `{rule}`)"),
                 )?;
-                if let Some(a) = self.approvals.as_deref_mut() {
-                    let payload = serde_json::json!({
-                        "call_id": call.id, "tool": call.tool, "detail": detail,
-                        "rule": rule, "deadline_ms": deadline,
-                    });
-                    a.request(&approval_id, &payload, now)
-                        .map_err(DirectorError::Ledger)?;
-                }
                 (approval_id, deadline)
             }
         };
