@@ -197,6 +197,11 @@ fn task(project: &Path, id: &str) -> Result<Task, CliError> {
 
 /// The change set from a receipt that holds, of a verified task.
 fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
+    verified(t).map(|(cs, _)| cs)
+}
+
+/// [`verified_change_set`] with the task's locked contract.
+fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), CliError> {
     let trusted = crate::verify_cmd::trusted_keys(None)?;
     let report =
         verify_receipt(&t.receipt, None, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
@@ -222,24 +227,57 @@ fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
             patch_path.display()
         )));
     }
-    Ok(ChangeSet {
-        base_commit: p.change_set.base_commit.clone(),
-        files: p
-            .change_set
-            .files
-            .iter()
-            .map(|c| FileChange {
-                path: c.path.clone(),
-                change: c.change.clone(),
-                before_sha256: c.before_sha256.clone(),
-                after_sha256: c.after_sha256.clone(),
-                before_mode: c.before_mode.clone(),
-                after_mode: c.after_mode.clone(),
-            })
-            .collect(),
-        patch,
-        patch_sha256: p.change_set.patch_sha256.clone(),
-    })
+    Ok((
+        ChangeSet {
+            base_commit: p.change_set.base_commit.clone(),
+            files: p
+                .change_set
+                .files
+                .iter()
+                .map(|c| FileChange {
+                    path: c.path.clone(),
+                    change: c.change.clone(),
+                    before_sha256: c.before_sha256.clone(),
+                    after_sha256: c.after_sha256.clone(),
+                    before_mode: c.before_mode.clone(),
+                    after_mode: c.after_mode.clone(),
+                })
+                .collect(),
+            patch,
+            patch_sha256: p.change_set.patch_sha256.clone(),
+        },
+        p.contract.clone(),
+    ))
+}
+
+/// What `loop apply` will not bring home: protected paths (refused
+/// always) and host-executable ones (refused without `--trust-host-files`).
+fn gatekeep(
+    cs: &ChangeSet,
+    contract: &loop_protocol::Contract,
+    extra_host: &[String],
+) -> Result<(Vec<String>, Vec<String>), CliError> {
+    let bad = |e: String| CliError::internal(format!("protected globs: {e}"));
+    let protected = loop_workspace::Protected::new(&contract.protected_globs())
+        .map_err(|e| bad(e.to_string()))?;
+    let host_globs: Vec<String> = loop_workspace::changeset::HOST_EXECUTABLE
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra_host.iter().cloned())
+        .collect();
+    let host = loop_workspace::Protected::new(&host_globs).map_err(|e| bad(e.to_string()))?;
+    let mut refused = Vec::new();
+    let mut risky = Vec::new();
+    for f in &cs.files {
+        if let Some(rule) = protected.matching(&f.path) {
+            refused.push(format!("{}: protected by `{rule}`", f.path));
+        } else if f.path.chars().any(char::is_control) {
+            refused.push(format!("{:?}: a name with a control character", f.path));
+        } else if let Some(rule) = host.matching(&f.path) {
+            risky.push(format!("{} ({rule})", f.path));
+        }
+    }
+    Ok((refused, risky))
 }
 
 /// Sign an addendum about the receipt: the receipt is never edited.
@@ -266,16 +304,43 @@ fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBu
 }
 
 /// `loop apply ID`.
-pub fn apply(project: &Path, id: &str, confirmed: bool) -> Result<u8, CliError> {
+pub fn apply(
+    project: &Path,
+    id: &str,
+    confirmed: bool,
+    trust_host_files: bool,
+) -> Result<u8, CliError> {
     let t = task(project, id)?;
     if t.dir.join("applied").exists() {
         return Err(CliError::usage(format!(
             "task {id} is already applied; `loop undo {id}` first"
         )));
     }
-    let cs = verified_change_set(&t)?;
-    // The checkpoint before apply: a person reviews the change and says so.
+    let (cs, contract) = verified(&t)?;
     let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
+    // At the door, again: nothing protected, nothing that would run on this
+    // machine unasked.
+    let (never, risky) = gatekeep(&cs, &contract, &loopfile.host_executable)?;
+    if !never.is_empty() {
+        println!("refused, nothing applied:");
+        for r in &never {
+            println!("  {r}");
+        }
+        return Ok(1);
+    }
+    if !risky.is_empty() && !trust_host_files {
+        println!(
+            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell or editor configuration):"
+        );
+        for r in &risky {
+            println!("  {r}");
+        }
+        println!(
+            "review them in the patch, then run `loop apply {id} --trust-host-files` to bring them home"
+        );
+        return Ok(1);
+    }
+    // The checkpoint before apply: a person reviews the change and says so.
     if loopfile
         .checkpoints
         .as_ref()

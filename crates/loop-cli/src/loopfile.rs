@@ -23,6 +23,9 @@ pub struct Loopfile {
     pub progress: Option<loop_core::ProgressConfig>,
     /// `checkpoints:` (pauses for a person, transient retries).
     pub checkpoints: Option<loop_core::Checkpoints>,
+    /// `apply: { host_executable: [GLOB…] }`: more paths that `loop apply`
+    /// brings home only with `--trust-host-files`.
+    pub host_executable: Vec<String>,
 }
 
 impl Loopfile {
@@ -70,9 +73,10 @@ impl Loopfile {
                 "rules" => out.rules = Some(parse_rules(v, origin)?),
                 "progress" => out.progress = Some(parse_progress(v, origin)?),
                 "checkpoints" => out.checkpoints = Some(parse_checkpoints(v, origin)?),
+                "apply" => out.host_executable = parse_apply(v, origin)?,
                 other => {
                     return Err(CliError::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress, checkpoints)",
+                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress, checkpoints, apply)",
                         k.pos
                     )));
                 }
@@ -319,6 +323,40 @@ fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig
 }
 
 /// `checkpoints:`: when to pause for a person, and transient retries.
+fn parse_apply(node: &Node, origin: &str) -> Result<Vec<String>, CliError> {
+    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
+        CliError::usage(format!("{origin}:{pos}: {msg}"))
+    };
+    let Value::Map(fields) = &node.value else {
+        return Err(err(node.pos, "`apply` is a mapping".into()));
+    };
+    let mut globs = Vec::new();
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "host_executable" => {
+                let Value::Seq(items) = &v.value else {
+                    return Err(err(v.pos, "`host_executable` is a list of globs".into()));
+                };
+                for item in items {
+                    let Value::Str(g) = &item.value else {
+                        return Err(err(item.pos, "a glob is a string".into()));
+                    };
+                    loop_workspace::Protected::new(std::slice::from_ref(g))
+                        .map_err(|e| err(item.pos, format!("`{g}` is not a glob: {e}")))?;
+                    globs.push(g.clone());
+                }
+            }
+            other => {
+                return Err(err(
+                    k.pos,
+                    format!("unknown key `{other}` in `apply` (this build reads: host_executable)"),
+                ));
+            }
+        }
+    }
+    Ok(globs)
+}
+
 fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints, CliError> {
     let err = |pos: loop_protocol::yaml::Pos, msg: String| {
         CliError::usage(format!("{origin}:{pos}: {msg}"))

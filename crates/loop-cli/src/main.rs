@@ -129,6 +129,10 @@ enum Command {
         /// person to review the change first.
         #[arg(long)]
         yes: bool,
+        /// Consent to files that would run code on this machine once
+        /// applied (hooks, `.envrc`, editor tasks, git configuration).
+        #[arg(long)]
+        trust_host_files: bool,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -328,7 +332,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        Command::Apply { id, yes, project } => changes::apply(&project, &id, yes),
+        Command::Apply {
+            id,
+            yes,
+            trust_host_files,
+            project,
+        } => changes::apply(&project, &id, yes, trust_host_files),
         Command::Undo { id, project } => changes::undo(&project, &id),
         Command::Discard { id, project } => changes::discard(&project, &id),
         Command::List { project, json } => tasks_cmd::list(&project, json),

@@ -429,7 +429,7 @@ impl<'a> Director<'a> {
             self.record(Event::TaskStarted {
                 task_id: self.task_id.clone(),
                 contract_sha256: self.locked_sha256.clone(),
-                contract: self.contract.clone(),
+                contract: Box::new(self.contract.clone()),
                 limits: self.contract.limits.clone(),
                 model: self.parts.model.info(),
                 checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),

@@ -15,7 +15,21 @@ use std::fmt;
 pub const CONTRACT_VERSION: u32 = 1;
 
 /// Paths no tool may write, whatever the contract says.
-pub const DEFAULT_PROTECTED: &[&str] = &[".git/**", ".env*", "secrets/**", "*.pem", "*.key"];
+///
+/// `.git` at any depth (a nested repository's config runs commands on the
+/// host: `core.fsmonitor`, hooks), `.gitmodules` (submodules fetch code),
+/// the runtime's own state `.loop/` and its policy `Loopfile.yaml`, then
+/// secrets. A contract may lift one of these with `unprotect:`.
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    "**/.git/**",
+    "**/.gitmodules",
+    ".loop/**",
+    "Loopfile.yaml",
+    ".env*",
+    "secrets/**",
+    "*.pem",
+    "*.key",
+];
 
 /// A locked acceptance contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +45,10 @@ pub struct Contract {
     pub artifacts: Vec<RelPath>,
     /// Globs (relative to the workspace) that no tool may write, in addition to [`DEFAULT_PROTECTED`].
     pub protected: Vec<String>,
+    /// Entries of [`DEFAULT_PROTECTED`] this contract explicitly lifts
+    /// (for a task whose work is, say, its `.gitmodules`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unprotect: Vec<String>,
     /// Budgets the runtime enforces.
     pub limits: Limits,
 }
@@ -177,10 +195,12 @@ impl Contract {
         canonical_sha256(self)
     }
 
-    /// All protected globs: the defaults, then the contract's own.
+    /// All protected globs: the defaults (less those the contract lifts
+    /// with `unprotect`), then the contract's own.
     pub fn protected_globs(&self) -> Vec<String> {
         DEFAULT_PROTECTED
             .iter()
+            .filter(|d| !self.unprotect.iter().any(|u| u == *d))
             .map(|s| s.to_string())
             .chain(self.protected.iter().cloned())
             .collect()
@@ -219,6 +239,7 @@ impl Contract {
             criteria: Vec::new(),
             artifacts: Vec::new(),
             protected: Vec::new(),
+            unprotect: Vec::new(),
             limits: Limits::default(),
         };
         let mut r = Reader::new("command line");
@@ -357,6 +378,7 @@ const TOP_KEYS: &[&str] = &[
     "criteria",
     "artifacts",
     "protected",
+    "unprotect",
     "limits",
 ];
 const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
@@ -575,6 +597,7 @@ impl Reader {
         let mut criteria = None;
         let mut artifacts = Vec::new();
         let mut protected = Vec::new();
+        let mut unprotect = Vec::new();
         let mut limits = Limits::default();
         for (k, v) in entries {
             match k.name.as_str() {
@@ -618,6 +641,27 @@ impl Reader {
                         }
                     }
                 }
+                "unprotect" => {
+                    if let Some(items) = self.seq(v, "`unprotect`") {
+                        for item in items {
+                            let Some(g) = self.nonempty_string(item, "default protection") else {
+                                continue;
+                            };
+                            if DEFAULT_PROTECTED.contains(&g.as_str()) {
+                                unprotect.push(g);
+                            } else {
+                                self.err(
+                                    Some(item.pos),
+                                    format!("`{g}` is not one of the default protections"),
+                                    Some(format!(
+                                        "`unprotect` lifts one of: {}",
+                                        DEFAULT_PROTECTED.join(", ")
+                                    )),
+                                );
+                            }
+                        }
+                    }
+                }
                 "limits" => {
                     if let Some(l) = self.limits(v) {
                         limits = l;
@@ -646,6 +690,7 @@ impl Reader {
             criteria: criteria?,
             artifacts,
             protected,
+            unprotect,
             limits,
         })
     }

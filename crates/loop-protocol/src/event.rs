@@ -69,7 +69,7 @@ pub enum Event {
         /// Locked contract hash.
         contract_sha256: String,
         /// The contract itself.
-        contract: Contract,
+        contract: Box<Contract>,
         /// Budgets granted.
         limits: Limits,
         /// The model driving the task.

@@ -21,6 +21,10 @@ pub enum PathError {
     /// Contains a NUL byte or a backslash.
     #[error("`{0}` contains a NUL byte or a backslash")]
     BadChar(String),
+    /// Contains a control character (a newline could forge a line of a
+    /// patch a person reviews).
+    #[error("{0:?} contains a control character; file names may not")]
+    Control(String),
 }
 
 /// A normalised, relative path inside a workspace: no leading `/`, no `..`,
@@ -37,6 +41,9 @@ impl RelPath {
         }
         if s.contains('\0') || s.contains('\\') {
             return Err(PathError::BadChar(s.to_string()));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(PathError::Control(s.to_string()));
         }
         if s.starts_with('/') || s.starts_with('~') {
             return Err(PathError::Absolute(s.to_string()));

@@ -27,7 +27,7 @@ fn main() {
                 task_id: "t".into(),
                 contract_sha256: contract.sha256().unwrap(),
                 limits: contract.limits.clone(),
-                contract: contract.clone(),
+                contract: Box::new(contract.clone()),
                 model: loop_protocol::ModelInfo {
                     provider: "bench".into(),
                     name: "bench".into(),

@@ -16,7 +16,7 @@ fn genesis() -> Event {
         task_id: "t-1".into(),
         contract_sha256: contract.sha256().unwrap(),
         limits: contract.limits.clone(),
-        contract,
+        contract: Box::new(contract),
         model: loop_protocol::ModelInfo {
             provider: "scripted".into(),
             name: "s".into(),

@@ -850,7 +850,12 @@ impl ToolBox {
         let mut refused = Vec::new();
         let changed = match (&staging, &self.commands) {
             (Some(s), Some(c)) => {
-                let protected = |rel: &str| self.jail.protected().matching(rel).is_some();
+                // Protected paths, and names no record can show faithfully
+                // (control characters), are refused.
+                let protected = |rel: &str| {
+                    self.jail.protected().matching(rel).is_some()
+                        || rel.chars().any(char::is_control)
+                };
                 let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
                     &s.join("upper"),
                     self.jail.root(),

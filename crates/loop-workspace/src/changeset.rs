@@ -38,6 +38,26 @@ pub fn git_mode(e: &Entry) -> &'static str {
     }
 }
 
+/// Paths that would run code on the user's machine, outside any sandbox,
+/// once applied (hooks, `.envrc`, editor tasks, git configuration):
+/// `loop apply` brings them home only with the user's explicit consent.
+/// A Loopfile's `apply.host_executable` adds to the list.
+pub const HOST_EXECUTABLE: &[&str] = &[
+    ".githooks/**",
+    ".husky/**",
+    "**/.envrc",
+    "**/.direnv/**",
+    "**/.vscode/tasks.json",
+    "**/.vscode/launch.json",
+    "**/.vscode/settings.json",
+    "**/.idea/**",
+    "**/.devcontainer/**",
+    "**/.pre-commit-config.yaml",
+    "**/.gitattributes",
+    "**/.gitconfig",
+    "**/.lfsconfig",
+];
+
 /// Largest file shown as text in a patch; larger ones are named by digest.
 pub const MAX_DIFF_BYTES: u64 = 8 * 1024 * 1024;
 

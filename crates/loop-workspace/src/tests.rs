@@ -81,7 +81,12 @@ fn protected_paths_cannot_be_written_but_can_be_read() {
     std::fs::write(d.path().join("tests/test_a.py"), "x").unwrap();
     let j = jail(&d, &["tests/**"]);
     let cases = [
-        (".git/config", ".git/**"),
+        (".git/config", "**/.git/**"),
+        ("vendor/lib/.git/config", "**/.git/**"),
+        ("vendor/lib/.git", "**/.git/**"),
+        ("sub/.gitmodules", "**/.gitmodules"),
+        (".loop/loop.db-wal", ".loop/**"),
+        ("Loopfile.yaml", "Loopfile.yaml"),
         (".env", ".env*"),
         (".env.local", ".env*"),
         ("secrets/token", "secrets/**"),

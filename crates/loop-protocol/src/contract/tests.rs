@@ -255,3 +255,29 @@ fn flags_build_one_criterion_per_check() {
     let e = Contract::from_flags("x", &["true".into()], &["/etc/x".into()]).unwrap_err();
     assert!(e.to_string().contains("absolute"), "{e}");
 }
+
+#[test]
+fn unprotect_lifts_only_a_default_and_names_anything_else() {
+    let c = Contract::from_yaml(&format!("{GOOD}unprotect: [\"**/.gitmodules\"]\n"), "t").unwrap();
+    let globs = c.protected_globs();
+    assert!(!globs.iter().any(|g| g == "**/.gitmodules"));
+    assert!(globs.iter().any(|g| g == "**/.git/**"), "the rest stay");
+    // The hash of a contract without `unprotect` is what it always was.
+    let plain = Contract::from_yaml(GOOD, "t").unwrap();
+    assert!(!serde_json::to_string(&plain).unwrap().contains("unprotect"));
+    let e = one_error(&format!("{GOOD}unprotect: [\"tests/**\"]\n"));
+    assert!(
+        e.message.contains("not one of the default protections"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn nested_repositories_state_and_policy_are_protected_by_default() {
+    let c = Contract::from_yaml(GOOD, "t").unwrap();
+    let globs = c.protected_globs();
+    for g in ["**/.git/**", "**/.gitmodules", ".loop/**", "Loopfile.yaml"] {
+        assert!(globs.iter().any(|x| x == g), "{g}");
+    }
+}
