@@ -4,7 +4,9 @@
 use crate::CliError;
 use loop_protocol::OutcomeKind;
 use loop_receipt::{Change, ChangeSetRecord, verify_receipt};
-use loop_workspace::{ChangeSet, FileChange, Journal, Manifest, Origin, TaskWorkspace, git_head};
+use loop_workspace::{
+    ChangeSet, FileChange, Journal, Manifest, Origin, Standing, TaskWorkspace, git_head,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -282,6 +284,18 @@ fn gatekeep(
 
 /// Sign an addendum about the receipt: the receipt is never edited.
 fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBuf, CliError> {
+    record_fact_with(t, id, event, cs, None, None)
+}
+
+/// [`record_fact`] with what apply checked and what recovery did.
+fn record_fact_with(
+    t: &Task,
+    id: &str,
+    event: &str,
+    cs: &ChangeSet,
+    matches_verified: Option<bool>,
+    recovered: Option<&str>,
+) -> Result<PathBuf, CliError> {
     let key = loop_receipt::KeyPair::load_or_create()
         .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
     let now = std::time::SystemTime::now()
@@ -296,6 +310,8 @@ fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBu
             project: t.project.display().to_string(),
             patch_sha256: Some(cs.patch_sha256.clone()),
             revoked_keyid: None,
+            matches_verified,
+            recovered: recovered.map(str::to_string),
             at: loop_protocol::time::rfc3339_millis(now),
         },
         &key,
@@ -311,6 +327,9 @@ pub fn apply(
     trust_host_files: bool,
 ) -> Result<u8, CliError> {
     let t = task(project, id)?;
+    if let Some(what) = settle(&t, id)? {
+        println!("task {id}: {what}");
+    }
     if t.dir.join("applied").exists() {
         return Err(CliError::usage(format!(
             "task {id} is already applied; `loop undo {id}` first"
@@ -376,20 +395,123 @@ pub fn apply(
     }
     let ws = load_origin(&t.dir)?;
     let journal = Journal::new(&t.dir.join("apply-journal"));
+    // The intent first: a kill from here on is settled by the next command.
+    mark(&t, APPLYING, &cs.patch_sha256)?;
     match cs.apply(&t.project, &ws.path, &ChangeSet::undo_dir(&t.dir), &journal) {
         Ok(n) => {
-            std::fs::write(t.dir.join("applied"), &cs.patch_sha256)
+            // Checked, not assumed: every touched path holds what was verified.
+            let standing = cs
+                .standing(&t.project)
                 .map_err(|e| CliError::internal(e.to_string()))?;
-            let addendum = record_fact(&t, id, "applied", &cs)?;
+            let matches = standing == Standing::After;
+            mark(&t, APPLIED, &cs.patch_sha256)?;
+            unmark(&t, APPLYING);
+            let addendum = record_fact_with(&t, id, "applied", &cs, Some(matches), None)?;
             println!(
                 "applied {n} file(s) of task {id} to {}",
                 t.project.display()
             );
+            if matches {
+                println!("every touched path now holds exactly the verified content and mode");
+            } else {
+                println!(
+                    "warning: after the apply the project does not hold the verified content: {standing:?}"
+                );
+            }
             println!("addendum {}", addendum.display());
-            Ok(0)
+            Ok(if matches { 0 } else { 1 })
         }
-        Err(e) => refused(e, "applied"),
+        Err(e) => {
+            unmark(&t, APPLYING);
+            refused(e, "applied")
+        }
     }
+}
+
+const APPLYING: &str = "applying";
+const APPLIED: &str = "applied";
+const UNDOING: &str = "undoing";
+
+/// Write a marker in the task's directory, durably.
+fn mark(t: &Task, name: &str, content: &str) -> Result<(), CliError> {
+    loop_workspace::write_atomic(&t.dir.join(name), content.as_bytes())
+        .map_err(|e| CliError::internal(format!("{name} marker: {e}")))
+}
+
+fn unmark(t: &Task, name: &str) {
+    let _ = std::fs::remove_file(t.dir.join(name));
+}
+
+/// Finish what a killed `loop apply` or `loop undo` left: the journal rolls
+/// a half-written step back, then the project's own content says whether
+/// the change set is in or out, and the markers (and the record) follow.
+/// Returns what was done, if anything.
+fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
+    let journal_dir = t.dir.join("apply-journal");
+    let pending = journal_dir.join("pending").exists();
+    let applying = t.dir.join(APPLYING).exists();
+    let undoing = t.dir.join(UNDOING).exists();
+    if !pending && !applying && !undoing {
+        return Ok(None);
+    }
+    let restored = Journal::new(&journal_dir)
+        .recover()
+        .map_err(|e| CliError::internal(format!("recovering the apply journal: {e}")))?;
+    let cs = verified_change_set(t)?;
+    let standing = cs
+        .standing(&t.project)
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let what = match standing {
+        Standing::Before => {
+            let was_applied = t.dir.join(APPLIED).exists();
+            unmark(t, APPLYING);
+            unmark(t, UNDOING);
+            if was_applied {
+                // An undo had finished its files: finish its bookkeeping.
+                unmark(t, APPLIED);
+                let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+                record_fact_with(t, id, "undone", &cs, None, Some("completed"))?;
+                "an interrupted undo had completed; recorded it".to_string()
+            } else {
+                format!(
+                    "an interrupted apply was rolled back ({restored} file(s) restored); nothing of it remains"
+                )
+            }
+        }
+        Standing::After => {
+            let was_applied = t.dir.join(APPLIED).exists();
+            unmark(t, UNDOING);
+            if was_applied {
+                unmark(t, APPLYING);
+                format!(
+                    "an interrupted undo was rolled back ({restored} file(s) restored); the change stays applied"
+                )
+            } else {
+                mark(t, APPLIED, &cs.patch_sha256)?;
+                unmark(t, APPLYING);
+                record_fact_with(t, id, "applied", &cs, Some(true), Some("completed"))?;
+                "an interrupted apply had completed; recorded it".to_string()
+            }
+        }
+        Standing::Mixed(paths) => {
+            return Err(CliError::internal(format!(
+                "after recovery the project holds neither the task's start nor its result at: {}",
+                paths.join(", ")
+            )));
+        }
+    };
+    Ok(Some(what))
+}
+
+/// `loop apply ID --recover` (and every command that touches a task):
+/// settle an interrupted apply or undo.
+pub fn recover(project: &Path, id: &str) -> Result<u8, CliError> {
+    let t = task(project, id)?;
+    match settle(&t, id)? {
+        Some(what) => println!("task {id}: {what}"),
+        None => println!("task {id}: no interrupted apply or undo"),
+    }
+    Ok(0)
 }
 
 /// A conflict is reported (exit 1, nothing changed); anything else is internal.
@@ -409,27 +531,38 @@ fn refused(e: loop_workspace::ChangeSetError, verb: &str) -> Result<u8, CliError
 /// `loop undo ID`.
 pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
     let t = task(project, id)?;
+    if let Some(what) = settle(&t, id)? {
+        println!("task {id}: {what}");
+    }
     if !t.dir.join("applied").exists() {
         return Err(CliError::usage(format!("task {id} is not applied")));
     }
     let cs = verified_change_set(&t)?;
     let journal = Journal::new(&t.dir.join("apply-journal"));
+    mark(&t, UNDOING, &cs.patch_sha256)?;
     match cs.undo(&t.project, &ChangeSet::undo_dir(&t.dir), &journal) {
         Ok(n) => {
-            let _ = std::fs::remove_file(t.dir.join("applied"));
+            unmark(&t, APPLIED);
+            unmark(&t, UNDOING);
             let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
             let addendum = record_fact(&t, id, "undone", &cs)?;
             println!("undid {n} file(s) of task {id}");
             println!("addendum {}", addendum.display());
             Ok(0)
         }
-        Err(e) => refused(e, "undone"),
+        Err(e) => {
+            unmark(&t, UNDOING);
+            refused(e, "undone")
+        }
     }
 }
 
 /// `loop discard ID`.
 pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
     let t = task(project, id)?;
+    if let Some(what) = settle(&t, id)? {
+        println!("task {id}: {what}");
+    }
     let ws = load_origin(&t.dir)?;
     ws.discard()
         .map_err(|e| CliError::internal(e.to_string()))?;
@@ -481,6 +614,8 @@ pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
                     project: project.display().to_string(),
                     patch_sha256: None,
                     revoked_keyid: Some(old.keyid.clone()),
+                    matches_verified: None,
+                    recovered: None,
                     at: loop_protocol::time::rfc3339_millis(now),
                 },
                 &new,

@@ -133,6 +133,10 @@ enum Command {
         /// applied (hooks, `.envrc`, editor tasks, git configuration).
         #[arg(long)]
         trust_host_files: bool,
+        /// Only settle an interrupted apply or undo of the task (every
+        /// command that touches the task does this first).
+        #[arg(long)]
+        recover: bool,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -334,9 +338,16 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Apply {
             id,
+            recover: true,
+            project,
+            ..
+        } => changes::recover(&project, &id),
+        Command::Apply {
+            id,
             yes,
             trust_host_files,
             project,
+            ..
         } => changes::apply(&project, &id, yes, trust_host_files),
         Command::Undo { id, project } => changes::undo(&project, &id),
         Command::Discard { id, project } => changes::discard(&project, &id),

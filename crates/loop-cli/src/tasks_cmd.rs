@@ -107,6 +107,25 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         serde_json::json!({"steps": steps, "tokens": tokens, "verifications": verifications});
     v["approvals"] =
         serde_json::to_value(store.approvals(id).unwrap_or_default()).unwrap_or_default();
+    // Where the change set stands in the project (an apply killed midway
+    // is said, not hidden behind "verified").
+    let task_dir = project_of(project)?.join(".loop/tasks").join(id);
+    let apply = if task_dir.join("apply-journal/pending").exists()
+        || task_dir.join("applying").exists()
+        || task_dir.join("undoing").exists()
+    {
+        "interrupted"
+    } else if task_dir.join("applied").exists() {
+        "applied"
+    } else {
+        "not applied"
+    };
+    v["apply"] = serde_json::Value::String(apply.into());
+    if !json && apply == "interrupted" {
+        println!(
+            "an apply or undo of task {id} was interrupted: `loop apply {id} --recover` settles it (so does the next apply, undo or discard)"
+        );
+    }
     if json {
         println!("{v}");
         return Ok(0);

@@ -593,3 +593,119 @@ fn apply_asks_before_bringing_home_what_runs_on_the_host() {
         );
     }
 }
+
+#[test]
+fn a_kill_during_apply_or_undo_leaves_the_project_before_or_after_never_between() {
+    let who = Who::Me;
+    let sc = Scene::new("apply-kill", who);
+    let task = r#"instruction: two hundred files
+criteria:
+  - id: made
+    checks:
+      - run: "test -f f199.txt"
+artifacts: [f0.txt]
+limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
+"#;
+    let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"python3 -c \\\"[open('f%d.txt' % i, 'w').write('line %d\\\\\\\\n' % i) for i in range(200)]\\\"\"}}\n      - {tool: finish, args: {summary: done}}\n";
+    let (out, receipt, outcome) = sc.run(task, script);
+    assert_eq!(outcome, "verified", "{out}");
+    let id = id_of(&receipt);
+    let p = sc.project();
+    let present = || {
+        (0..200)
+            .filter(|i| p.join(format!("f{i}.txt")).exists())
+            .count()
+    };
+    let apply_cmd = || {
+        let mut c = Command::new(binary());
+        c.args(["apply", &id, "--yes", "--project", p.to_str().unwrap()])
+            .env("HOME", sc.home())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    // How long a whole apply takes here.
+    let t0 = std::time::Instant::now();
+    assert!(apply_cmd().status().unwrap().success());
+    let full = t0.elapsed();
+    assert_eq!(present(), 200);
+    assert_eq!(sc.task_cmd("undo", &id).status.code(), Some(0));
+    assert_eq!(present(), 0);
+    let seed = std::env::var("LOOP_APPLY_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("LOOP_APPLY_KILL_SEED={seed} (whole apply: {full:?})");
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut outcomes = std::collections::BTreeMap::new();
+    for round in 0..16 {
+        // Kills land from process start-up to past the end, most of them
+        // while files are being written.
+        let delay = full.mul_f64(0.2 + (rnd() % 1000) as f64 / 1000.0);
+        let mut child = apply_cmd().spawn().unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+        let o = sc.loop_cmd(&["apply", &id, "--recover", "--project", p.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "round {round} (seed {seed}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let said = String::from_utf8_lossy(&o.stdout).to_string();
+        if said.contains("rolled back") && !said.contains("(0 file(s)")
+            || said.contains("had completed")
+        {
+            *outcomes.entry("recovered midway").or_insert(0) += 1;
+        }
+        let n = present();
+        assert!(
+            n == 0 || n == 200,
+            "round {round} (seed {seed}): {n} of 200 files after recovery"
+        );
+        let status = sc.loop_cmd(&["status", &id, "--json", "--project", p.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let want = if n == 200 { "applied" } else { "not applied" };
+        assert_eq!(v["apply"], want, "round {round} (seed {seed})");
+        *outcomes.entry(want).or_insert(0) += 1;
+        if n == 200 {
+            // The same for an undo killed midway.
+            let mut c = Command::new(binary());
+            c.args(["undo", &id, "--project", p.to_str().unwrap()])
+                .env("HOME", sc.home())
+                .stdout(std::process::Stdio::null());
+            let mut child = c.spawn().unwrap();
+            std::thread::sleep(delay);
+            let _ = child.kill();
+            let _ = child.wait();
+            let o = sc.loop_cmd(&["apply", &id, "--recover", "--project", p.to_str().unwrap()]);
+            assert_eq!(o.status.code(), Some(0), "round {round} (seed {seed})");
+            let n = present();
+            assert!(
+                n == 0 || n == 200,
+                "round {round} undo (seed {seed}): {n} of 200"
+            );
+            if n == 200 {
+                assert_eq!(sc.task_cmd("undo", &id).status.code(), Some(0));
+            }
+            assert_eq!(present(), 0);
+        }
+    }
+    println!("after kill and recovery: {outcomes:?}");
+    assert!(
+        outcomes.contains_key("recovered midway"),
+        "no kill landed while files were being written (seed {seed}): {outcomes:?}"
+    );
+}

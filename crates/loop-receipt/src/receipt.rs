@@ -286,6 +286,14 @@ pub struct AddendumFact {
     /// The key that signed the receipt and is now revoked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_keyid: Option<String>,
+    /// For an apply: every touched path was re-read afterwards and holds
+    /// exactly the verified content and mode (`true`), checked, not assumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches_verified: Option<bool>,
+    /// Set when the fact was recorded by recovery after an interrupted
+    /// apply or undo (`rolled-back` or `completed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<String>,
     /// When (RFC 3339).
     pub at: String,
 }

@@ -92,6 +92,17 @@ pub fn quote_path(prefix: &str, path: &str) -> String {
     q
 }
 
+/// Where a project stands with respect to a change set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Every path holds its `before` content: not applied.
+    Before,
+    /// Every path holds its `after` content: applied.
+    After,
+    /// Neither: these paths hold something else.
+    Mixed(Vec<String>),
+}
+
 /// A task's change set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeSet {
@@ -454,6 +465,32 @@ impl ChangeSet {
             }
         }
         Ok(changes.len())
+    }
+
+    /// Whether `project` holds this change set's `before` or `after`
+    /// content, path by path (links and modes included).
+    pub fn standing(&self, project: &Path) -> Result<Standing, ChangeSetError> {
+        let proj = Tree::open(project)?;
+        let (mut before, mut after, mut other) = (true, true, Vec::new());
+        for f in &self.files {
+            let h = held(&proj, &f.path)?;
+            let b = holds(&h, f.before_sha256.as_ref(), f.before_mode.as_deref());
+            let a = holds(&h, f.after_sha256.as_ref(), f.after_mode.as_deref());
+            before &= b;
+            after &= a;
+            if !a && !b {
+                other.push(f.path.clone());
+            }
+        }
+        Ok(match (before, after) {
+            (true, _) => Standing::Before,
+            (_, true) => Standing::After,
+            _ => Standing::Mixed(if other.is_empty() {
+                self.files.iter().map(|f| f.path.clone()).collect()
+            } else {
+                other
+            }),
+        })
     }
 
     /// Where a task keeps its undo data.

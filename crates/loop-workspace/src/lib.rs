@@ -18,7 +18,7 @@ pub mod task_workspace;
 pub mod testdir;
 pub mod untrusted;
 
-pub use changeset::{ChangeSet, ChangeSetError, FileChange};
+pub use changeset::{ChangeSet, ChangeSetError, FileChange, Standing};
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
