@@ -292,10 +292,16 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     interrupt::install();
+    // Whatever credentials this process was given (provider keys, tokens)
+    // are scrubbed, by value, from every record it writes.
+    loop_sandbox::redact::register_environment();
     match dispatch(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}", e.message);
+            eprintln!(
+                "error: {}",
+                loop_sandbox::redact::scrub_literals(&e.message)
+            );
             ExitCode::from(e.code)
         }
     }

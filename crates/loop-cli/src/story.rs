@@ -26,6 +26,8 @@ impl Story {
 
 impl Observer for Story {
     fn on_event(&mut self, event: &Event) {
+        let scrubbed = crate::wiring::scrub_event(event);
+        let event = &scrubbed;
         if let Event::ModelTurn { calls, .. } = event {
             for c in calls {
                 self.calls

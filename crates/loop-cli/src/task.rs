@@ -587,7 +587,12 @@ fn drive(
 
     let final_manifest =
         Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-    let changes = crate::changes::compute(project, &task_ws, &baseline, &final_manifest);
+    let mut changes = crate::changes::compute(project, &task_ws, &baseline, &final_manifest);
+    // The patch is a record like any other: secrets in it are redacted (the
+    // per-file digests stay those of the real content, so what was verified
+    // is still identified exactly).
+    changes.patch = loop_sandbox::redact::redact(&changes.patch);
+    changes.patch_sha256 = loop_protocol::hash::sha256_hex(changes.patch.as_bytes());
     let patch_name = format!("{task_id}.changes.patch");
     std::fs::write(receipts.join(&patch_name), &changes.patch).map_err(|e| io("change set", e))?;
     subjects.push(subject(&patch_name, changes.patch.as_bytes()));
@@ -600,7 +605,11 @@ fn drive(
             task_id: task_id.to_string(),
             contract: contract.clone(),
             contract_sha256,
-            outcome: result.record.clone(),
+            // As the ledger has it: registered secret values scrubbed.
+            outcome: loop_protocol::OutcomeRecord {
+                reason: loop_sandbox::redact::scrub_literals(&result.record.reason),
+                ..result.record.clone()
+            },
             isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
             verification: result.last_report,
             baseline: baseline_report,

@@ -22,7 +22,7 @@ impl Model for ProviderAdapter {
         context: &Context,
         limits: CallLimits,
     ) -> Result<ModelReply, BoundaryError> {
-        Ok(self.0.next_turn(context, limits))
+        Ok(scrub_reply(self.0.next_turn(context, limits)))
     }
     fn price(&self) -> Option<Price> {
         self.0.price()
@@ -36,6 +36,68 @@ impl Model for ProviderAdapter {
     fn resume_at(&mut self, turns: u32) {
         self.0.resume_at(turns);
     }
+}
+
+/// A model's words become records (the ledger, the receipt, the screen):
+/// its thought, a malformed excerpt and every error text (a provider's
+/// error body may echo the API key) are redacted where they enter.
+fn scrub_reply(reply: ModelReply) -> ModelReply {
+    use loop_sandbox::redact::redact;
+    match reply {
+        ModelReply::Turn(mut t) => {
+            t.thought = t.thought.map(|x| redact(&x));
+            ModelReply::Turn(t)
+        }
+        ModelReply::NothingMore { reason } => ModelReply::NothingMore {
+            reason: redact(&reason),
+        },
+        ModelReply::Malformed {
+            error,
+            excerpt,
+            usage,
+        } => ModelReply::Malformed {
+            error: redact(&error),
+            excerpt: redact(&excerpt),
+            usage,
+        },
+        ModelReply::Unavailable { error, usage } => ModelReply::Unavailable {
+            error: redact(&error),
+            usage,
+        },
+    }
+}
+
+/// The registered secret values scrubbed from every string of an event
+/// (the genesis keeps its contract, which its hash covers).
+pub fn scrub_event(event: &Event) -> Event {
+    if matches!(event, Event::TaskStarted { .. }) {
+        return event.clone();
+    }
+    // Most events hold no secret: only those that do are rebuilt.
+    let Ok(text) = serde_json::to_string(event) else {
+        return event.clone();
+    };
+    if loop_sandbox::redact::scrub_literals(&text) == text {
+        return event.clone();
+    }
+    let Ok(mut v) = serde_json::to_value(event) else {
+        return event.clone();
+    };
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                let clean = loop_sandbox::redact::scrub_literals(s);
+                if clean != *s {
+                    *s = clean;
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(o) => o.values_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    serde_json::from_value(v).unwrap_or_else(|_| event.clone())
 }
 
 /// The tool box.
@@ -128,6 +190,8 @@ pub struct StoreLedger<'c> {
 impl Ledger for StoreLedger<'_> {
     fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
         use loop_store::Store;
+        let scrubbed = scrub_event(event);
+        let event = &scrubbed;
         let now = self.clock.now_ms();
         let entry = self
             .file

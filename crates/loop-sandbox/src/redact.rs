@@ -1,29 +1,158 @@
-//! Redaction of secret-looking values in everything recorded from a
-//! command's output: private keys, provider tokens, bearer tokens, and
-//! `NAME=value` pairs whose name says "secret".
+//! Redaction of secret-looking values in everything recorded: private
+//! keys, provider tokens, bearer tokens, passwords inside URLs, base64 of
+//! any of these, `NAME=value` pairs whose name says "secret", and the
+//! exact values of the secrets this process was configured with
+//! ([`register_literal`]), whatever their shape.
 
 use regex::Regex;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock};
 
 /// What replaces a secret.
 pub const MARK: &str = "[REDACTED]";
 
+/// The credential shapes, as data: (what it is, pattern, a literal hint
+/// without which the pattern cannot match).
+pub const SHAPES: &[(&str, &str, &str)] = &[
+    (
+        "a private key",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
+        "private key",
+    ),
+    (
+        "an OpenAI-style API key (sk-…)",
+        r"\bsk-[A-Za-z0-9_\-]{16,}",
+        "sk-",
+    ),
+    ("a GitHub token", r"\bgh[opsru]_[A-Za-z0-9]{20,}", "gh"),
+    (
+        "a GitHub fine-grained token",
+        r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+        "github_pat",
+    ),
+    ("an AWS access key id", r"\bAKIA[0-9A-Z]{16}\b", "akia"),
+    ("a Slack token", r"\bxox[abprs]-[A-Za-z0-9\-]{10,}", "xox"),
+    (
+        "a bearer token",
+        r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
+        "bearer",
+    ),
+    (
+        "a Stripe secret key",
+        r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
+        "k_",
+    ),
+    ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{30,}", "hf_"),
+    ("a GitLab token", r"\bglpat-[A-Za-z0-9_\-]{20,}", "glpat-"),
+    ("a Google API key", r"\bAIza[0-9A-Za-z_\-]{35}\b", "aiza"),
+    (
+        "a password inside a URL",
+        r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:([^\s@/]+)@",
+        "://",
+    ),
+];
+
 fn patterns() -> &'static [Regex] {
     static P: OnceLock<Vec<Regex>> = OnceLock::new();
     P.get_or_init(|| {
-        [
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
-            r"\bsk-[A-Za-z0-9_\-]{16,}",
-            r"\bgh[opsru]_[A-Za-z0-9]{20,}",
-            r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-            r"\bAKIA[0-9A-Z]{16}\b",
-            r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
-            r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
-        ]
-        .iter()
-        .filter_map(|p| Regex::new(p).ok())
-        .collect()
+        SHAPES
+            .iter()
+            .filter_map(|(_, p, _)| Regex::new(p).ok())
+            .collect()
     })
+}
+
+/// Exact secret values this process was configured with.
+static LITERALS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Scrub `value` from everything recorded from now on, wherever it appears
+/// and whatever it looks like (a provider key such as `sk-test-SECRET123`
+/// that no pattern knows). Values under 8 bytes are too likely to occur by
+/// chance and are not registered.
+pub fn register_literal(value: &str) {
+    let v = value.trim();
+    if v.len() < 8 {
+        return;
+    }
+    if let Ok(mut l) = LITERALS.write()
+        && !l.iter().any(|x| x == v)
+    {
+        l.push(v.to_string());
+        // Longest first, so a key that contains another is scrubbed whole.
+        l.sort_by_key(|x| std::cmp::Reverse(x.len()));
+    }
+}
+
+/// Register the values of this process's environment variables whose
+/// names say they hold a credential (`*_API_KEY`, `*TOKEN*`, `*SECRET*`,
+/// `*PASSWORD*`, …).
+pub fn register_environment() {
+    for (k, v) in std::env::vars_os() {
+        let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+            continue;
+        };
+        let upper = k.to_ascii_uppercase();
+        // By whole name segments: `OPENAI_API_KEY`, `GH_TOKEN`, not `MONKEY`.
+        const WORDS: &[&str] = &[
+            "KEY",
+            "APIKEY",
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSWD",
+            "PASS",
+            "CREDENTIAL",
+            "CREDENTIALS",
+            "PAT",
+        ];
+        let secret = upper.split('_').any(|seg| WORDS.contains(&seg));
+        // Not paths to a secret (`LOOP_SIGNING_KEY_FILE`), their content is elsewhere.
+        if secret && !upper.ends_with("_FILE") && !upper.ends_with("_PATH") {
+            register_literal(v);
+        }
+    }
+}
+
+/// Replace every registered secret value in `text`.
+pub fn scrub_literals(text: &str) -> String {
+    let Ok(l) = LITERALS.read() else {
+        return text.to_string();
+    };
+    let mut out = None::<String>;
+    for v in l.iter() {
+        let cur = out.as_deref().unwrap_or(text);
+        if cur.contains(v.as_str()) {
+            out = Some(cur.replace(v.as_str(), MARK));
+        }
+    }
+    out.unwrap_or_else(|| text.to_string())
+}
+
+/// Base64 runs long enough to hide a credential.
+fn base64_run() -> Option<&'static Regex> {
+    static B: OnceLock<Option<Regex>> = OnceLock::new();
+    B.get_or_init(|| Regex::new(r"[A-Za-z0-9+/]{32,}={0,2}").ok())
+        .as_ref()
+}
+
+/// Whether `run` is base64 of text that holds a credential (runs over
+/// 64 KiB are not decoded: a blob that size is data, not a hidden key).
+fn hides_secret(run: &str) -> bool {
+    use base64::Engine;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    if run.len() > 64 * 1024 {
+        return false;
+    }
+    let body = run.trim_end_matches('=');
+    let body = &body[..body.len() - body.len() % 4];
+    let engine = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let Ok(bytes) = engine.decode(body) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    !find_secrets(&text).is_empty() || redact_plain(&text) != text
 }
 
 fn assignment() -> Option<&'static Regex> {
@@ -55,12 +184,6 @@ fn is_a_count(name: &str, value: &str) -> bool {
 /// regular expressions (costly to compile) are never built.
 fn may_hold_secret(text: &str) -> bool {
     const HINTS: &[&str] = &[
-        "private key",
-        "sk-",
-        "gh",
-        "akia",
-        "xox",
-        "bearer",
         "secret",
         "token",
         "passw",
@@ -74,7 +197,7 @@ fn may_hold_secret(text: &str) -> bool {
         "github_pat",
     ];
     let lower = text.to_ascii_lowercase();
-    HINTS.iter().any(|h| lower.contains(h))
+    HINTS.iter().any(|h| lower.contains(h)) || SHAPES.iter().any(|(_, _, h)| lower.contains(h))
 }
 
 /// A credential found in text: where it starts (1-based) and what it looks like.
@@ -90,25 +213,15 @@ pub struct Secret {
     pub matched: String,
 }
 
-const KINDS: &[&str] = &[
-    "a private key",
-    "an OpenAI-style API key (sk-…)",
-    "a GitHub token",
-    "a GitHub fine-grained token",
-    "an AWS access key id",
-    "a Slack token",
-    "a bearer token",
-];
-
 /// High-confidence credentials in `text` (private keys and provider
 /// tokens; not generic `NAME=value` assignments, which code legitimately
 /// writes), for the secret gate.
 pub fn find_secrets(text: &str) -> Vec<Secret> {
-    if !may_hold_secret(text) {
-        return Vec::new();
-    }
     let mut out = Vec::new();
-    for (re, kind) in patterns().iter().zip(KINDS) {
+    if !may_hold_secret(text) && base64_run().is_none_or(|re| !re.is_match(text)) {
+        return out;
+    }
+    for (re, (kind, _, _)) in patterns().iter().zip(SHAPES) {
         for m in re.find_iter(text) {
             let before = &text[..m.start()];
             let line = before.matches('\n').count() + 1;
@@ -121,19 +234,62 @@ pub fn find_secrets(text: &str) -> Vec<Secret> {
             });
         }
     }
+    // A credential hidden as base64 (of a secrets file, say).
+    if let Some(re) = base64_run() {
+        for m in re.find_iter(text) {
+            if hides_secret(m.as_str()) {
+                let before = &text[..m.start()];
+                out.push(Secret {
+                    line: before.matches('\n').count() + 1,
+                    col: before.rsplit('\n').next().unwrap_or("").chars().count() + 1,
+                    kind: "base64 of a credential",
+                    matched: m.as_str().to_string(),
+                });
+            }
+        }
+    }
     out.sort_by_key(|s| (s.line, s.col));
     out
 }
 
-/// Replace secret-looking values in `text`.
+/// Replace secret-looking values in `text`, the registered secret values,
+/// and base64 runs that decode to either.
 pub fn redact(text: &str) -> String {
-    if !may_hold_secret(text) {
-        return text.to_string();
+    let out = redact_plain(&scrub_literals(text));
+    match base64_run() {
+        Some(re) if re.is_match(&out) => re
+            .replace_all(&out, |c: &regex::Captures<'_>| {
+                if hides_secret(&c[0]) {
+                    MARK.to_string()
+                } else {
+                    c[0].to_string()
+                }
+            })
+            .into_owned(),
+        _ => out,
     }
-    let mut out = text.to_string();
+}
+
+/// [`redact`] without the base64 pass.
+fn redact_plain(text: &str) -> String {
+    let text = scrub_literals(text);
+    if !may_hold_secret(&text) {
+        return text;
+    }
+    let mut out = text;
     for re in patterns() {
         if re.is_match(&out) {
-            out = re.replace_all(&out, MARK).into_owned();
+            // A URL keeps its user and host; only the password goes.
+            out = if re.captures_len() > 1 && re.as_str().contains("://") {
+                re.replace_all(&out, |c: &regex::Captures<'_>| {
+                    let whole = &c[0];
+                    let pw = c.get(1).map_or("", |m| m.as_str());
+                    whole.replacen(&format!(":{pw}@"), &format!(":{MARK}@"), 1)
+                })
+                .into_owned()
+            } else {
+                re.replace_all(&out, MARK).into_owned()
+            };
         }
     }
     if let Some(re) = assignment()
@@ -167,11 +323,7 @@ mod tests {
         let pem = "x\n-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\n";
         assert_eq!(find_secrets(pem)[0].kind, "a private key");
         assert!(find_secrets("password = os.environ.get('PW')").is_empty());
-        assert_eq!(
-            patterns().len(),
-            KINDS.len(),
-            "every pattern compiles and has a name"
-        );
+        assert_eq!(patterns().len(), SHAPES.len(), "every pattern compiles");
     }
 
     #[test]
@@ -205,5 +357,95 @@ mod tests {
         let plain = "Ran 4 tests in 0.3s\nOK\npath=/usr/bin\ncat: /root/.cargo/credentials.toml: No such file\ncat: secret: Permission denied\ncat: /x/secret: Permission denied";
         assert_eq!(redact("Ran 4 tests in 0.3s\nOK"), "Ran 4 tests in 0.3s\nOK");
         assert_eq!(redact(plain), plain);
+    }
+
+    #[test]
+    fn each_credential_shape_is_redacted() {
+        // One sample per shape (fabricated, of the documented form).
+        let samples = [
+            (
+                "a private key",
+                "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----",
+            ),
+            (
+                "an OpenAI-style API key (sk-…)",
+                "sk-proj-abcdefghijklmnop1234",
+            ),
+            ("a GitHub token", "ghp_0123456789abcdefghijABCDEFGHIJ"),
+            (
+                "a GitHub fine-grained token",
+                "github_pat_11ABCDEFG0123456789_abcdefghij",
+            ),
+            ("an AWS access key id", "AKIAIOSFODNN7EXAMPLE"),
+            ("a Slack token", "xoxb-1234567890-abcdef"),
+            ("a bearer token", "Bearer abc.def.ghi-jkl_mno"),
+            ("a Stripe secret key", "sk_live_51Habcdefghijklmnopqrst"),
+            (
+                "a Hugging Face token",
+                "hf_abcdefghijklmnopqrstuvwxyzABCDEF",
+            ),
+            ("a GitLab token", "glpat-abcdefghij0123456789"),
+            (
+                "a Google API key",
+                "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            ),
+        ];
+        assert_eq!(samples.len() + 1, SHAPES.len(), "a sample per shape");
+        for (kind, secret) in samples {
+            let text = format!("value: {secret} end");
+            let out = redact(&text);
+            assert!(!out.contains(secret), "{kind}: {out}");
+            assert!(out.contains(MARK), "{kind}: {out}");
+            assert!(
+                find_secrets(&text).iter().any(|s| s.kind == kind),
+                "{kind} found by the gate"
+            );
+        }
+    }
+
+    #[test]
+    fn a_password_inside_a_url_goes_and_the_rest_of_the_url_stays() {
+        assert_eq!(
+            redact("DATABASE_URL postgres://app:hunter2secret@db.internal:5432/x"),
+            "DATABASE_URL postgres://app:[REDACTED]@db.internal:5432/x"
+        );
+        assert_eq!(
+            redact("see https://example.invalid/a:b"),
+            "see https://example.invalid/a:b"
+        );
+    }
+
+    #[test]
+    fn base64_of_a_secret_is_redacted_and_other_base64_is_not() {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let hidden = b64("OPENAI_API_KEY=sk-abcdefghijklmnop1234\nDEBUG=1\n");
+        assert_eq!(redact(&format!("blob {hidden} end")), "blob [REDACTED] end");
+        assert_eq!(
+            find_secrets(&format!("data = '{hidden}'"))[0].kind,
+            "base64 of a credential",
+            "the secret gate sees it too"
+        );
+        let harmless = b64("just some ordinary text that is long enough");
+        assert_eq!(
+            redact(&format!("blob {harmless}")),
+            format!("blob {harmless}")
+        );
+    }
+
+    #[test]
+    fn a_configured_secret_is_scrubbed_whatever_its_shape() {
+        let key = "k3y-Test-7f9a2Q";
+        assert_eq!(
+            redact(&format!("error: bad key {key}!")),
+            format!("error: bad key {key}!")
+        );
+        register_literal(key);
+        assert_eq!(
+            redact(&format!("error: bad key {key}!")),
+            "error: bad key [REDACTED]!"
+        );
+        register_literal("short");
+        assert_eq!(redact("short"), "short", "too short to register");
     }
 }
