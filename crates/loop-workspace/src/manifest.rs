@@ -143,7 +143,19 @@ fn walk(
 
 /// SHA-256 of a file's content, streamed.
 pub fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // The workspace is untrusted: a link swapped in since the walk looked is
+    // not followed, and a FIFO never blocks the runtime.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
     let mut h = Sha256Stream::default();
     let mut buf = [0u8; 64 * 1024];
     loop {
