@@ -8,7 +8,7 @@ use landlock::{
     Scope,
 };
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// A ruleset ready to be enforced in the child.
@@ -55,7 +55,7 @@ const DEVICES: &[&str] = &[
 /// path lookups.
 struct StaticRules {
     abi: ABI,
-    rules: Vec<(PathFd, BitFlags<AccessFs>)>,
+    rules: Vec<(PathBuf, PathFd, BitFlags<AccessFs>)>,
 }
 
 fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
@@ -71,12 +71,13 @@ fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
                 } else {
                     read_exec
                 };
-                rules.push((fd, access));
+                rules.push((p.clone(), fd, access));
             }
         }
         for d in DEVICES {
             if let Ok(fd) = PathFd::new(d) {
                 rules.push((
+                    PathBuf::from(d),
                     fd,
                     (read_exec | AccessFs::WriteFile | ioctl_dev(abi)) & file,
                 ));
@@ -87,11 +88,13 @@ fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
 }
 
 /// Build a ruleset: `read_write` trees get every right; the host view's
-/// trees get read and execute; a few devices are writable. Returns `None`
-/// when the kernel has no Landlock.
+/// trees get read and execute (except those `shadowed` says the child
+/// overlays, whose rules it adds itself); a few devices are writable.
+/// Returns `None` when the kernel has no Landlock.
 pub fn prepare(
     view: &'static HostView,
     read_write: &[PathBuf],
+    shadowed: &dyn Fn(&Path) -> bool,
 ) -> Result<Option<Prepared>, String> {
     let abi_n = kernel_abi();
     if abi_n == 0 {
@@ -106,7 +109,10 @@ pub fn prepare(
     }
     let mut created = ruleset.create().map_err(|e| err(&e))?;
     let fixed = static_rules(view, abi);
-    for (fd, access) in &fixed.rules {
+    for (path, fd, access) in &fixed.rules {
+        if shadowed(path) {
+            continue;
+        }
         created
             .as_mut()
             .add_rule(PathBeneath::new(fd, *access))

@@ -481,8 +481,21 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     let view = policy::host_view();
     trace.mark("view");
     let landlock = if support.landlock_abi > 0 && layers.landlock {
-        landlock::prepare(view, &[workspace.clone(), tmp.tmp().to_path_buf()])
-            .map_err(SandboxError::Prepare)?
+        // Trees the command's root overlays get their rules inside the child.
+        let overlays = use_ns && support.tree_overlay;
+        let shadowed = |p: &Path| {
+            overlays
+                && view
+                    .trees
+                    .iter()
+                    .any(|t| p.starts_with(t) && root::overlaid(t, true) && !root::special(t))
+        };
+        landlock::prepare(
+            view,
+            &[workspace.clone(), tmp.tmp().to_path_buf()],
+            &shadowed,
+        )
+        .map_err(SandboxError::Prepare)?
     } else {
         None
     };

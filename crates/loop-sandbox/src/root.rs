@@ -143,8 +143,22 @@ pub fn overlay_escape(p: &Path) -> String {
         .replace(':', "\\:")
 }
 
+/// Whether the host tree `t` is shown through an overlay (else bound
+/// read-only). `/etc` is bound: no service keeps a socket there, and its
+/// Landlock rules (one per entry around `/etc/shadow` and friends) would
+/// otherwise be re-added inside every command, a third of its start-up.
+pub fn overlaid(t: &Path, overlay_trees: bool) -> bool {
+    overlay_trees && t != Path::new("/etc")
+}
+
 /// The trees handled on their own rather than as host trees.
 const SPECIAL: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/run"];
+
+/// Whether `t` is one of the trees the root makes on its own (`/proc`,
+/// `/dev`, `/sys`, `/tmp`, `/run`).
+pub fn special(t: &Path) -> bool {
+    SPECIAL.iter().any(|s| t == Path::new(s))
+}
 
 /// Build the plan for one command.
 pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
@@ -171,7 +185,7 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
     }
     let mut targets: Vec<(PathBuf, Kind)> = Vec::new();
     for t in &inp.view.trees {
-        if SPECIAL.iter().any(|s| t == Path::new(s)) {
+        if special(t) {
             continue;
         }
         targets.push((t.clone(), Kind::Tree));
@@ -199,7 +213,7 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
                     ops.push(Op::Symlink(c(&target)?, c(&at)?));
                 } else if ft.is_dir() {
                     mkdirs(t, &mut ops)?;
-                    if inp.overlay_trees {
+                    if overlaid(t, inp.overlay_trees) {
                         let mut o = format!(
                             "lowerdir={}:{}",
                             overlay_escape(t),
@@ -391,7 +405,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("{s} missing in {ops:#?}"))
         };
         assert!(pos("overlay /tmp/p/root/usr") > 0);
-        assert!(pos("overlay /tmp/p/root/etc") > 0);
+        assert!(pos("bind /etc /tmp/p/root/etc") > 0);
         // /tmp is the private one, and the workspace is mounted after it.
         assert!(
             pos("bind /tmp/p/tmp /tmp/p/root/tmp") < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws")
@@ -400,7 +414,7 @@ mod tests {
         assert!(pos("bind /dev/null /tmp/p/root/dev/null") > 0);
         if Path::new("/etc/shadow").exists() {
             assert!(
-                pos("bind /tmp/p/mask /tmp/p/root/etc/shadow") > pos("overlay /tmp/p/root/etc")
+                pos("bind /tmp/p/mask /tmp/p/root/etc/shadow") > pos("bind /etc /tmp/p/root/etc")
             );
         }
         // Nothing of the host's /run, /var or home directories.
@@ -409,11 +423,18 @@ mod tests {
                 assert!(!o.ends_with(never), "{o}");
             }
         }
-        // Landlock rules are added again on the overlays.
+        // Landlock rules are added again on the overlays (a bound tree
+        // keeps the host's).
         assert!(
             plan.rules
                 .iter()
-                .any(|(p, _)| p.as_bytes() == b"/tmp/p/root/etc/passwd")
+                .any(|(p, _)| p.as_bytes() == b"/tmp/p/root/usr")
+        );
+        assert!(
+            !plan
+                .rules
+                .iter()
+                .any(|(p, _)| p.as_bytes().starts_with(b"/tmp/p/root/etc"))
         );
     }
 }
