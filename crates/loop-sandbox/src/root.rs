@@ -349,6 +349,36 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
             rules.push((c(&at)?, inp.masks.all_dir));
         }
     }
+    // `/etc/resolv.conf` is often a link into `/run` (systemd-resolved):
+    // its target file alone comes along, read-only, so names resolve under
+    // `--net host`.
+    if let Ok(target) = std::fs::canonicalize("/etc/resolv.conf")
+        && target.starts_with("/run")
+        && target.is_file()
+    {
+        let at = under(staging, &target);
+        if let Some(parent) = at.parent() {
+            let mut acc = under(staging, Path::new("/run"));
+            for comp in parent
+                .strip_prefix(&acc)
+                .unwrap_or(Path::new(""))
+                .components()
+            {
+                acc.push(comp);
+                ops.push(Op::Mkdir(c(&acc)?));
+            }
+        }
+        ops.push(Op::Touch(c(&at)?));
+        ops.push(Op::Bind(
+            c(&target)?,
+            c(&at)?,
+            false,
+            Some(crate::locked_flags(&target)),
+        ));
+        if inp.masks.read_file != 0 {
+            rules.push((c(&at)?, inp.masks.read_file));
+        }
+    }
     Ok(RootPlan {
         staging: c(staging)?,
         ops,
