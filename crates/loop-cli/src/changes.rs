@@ -147,8 +147,9 @@ pub fn compute(
 }
 
 /// The receipt's record of a change set.
-pub fn record(cs: &ChangeSet, patch_name: &str) -> ChangeSetRecord {
+pub fn record(cs: &ChangeSet, patch_name: &str, unredacted: Option<String>) -> ChangeSetRecord {
     ChangeSetRecord {
+        unredacted_patch_sha256: unredacted,
         base_commit: cs.base_commit.clone(),
         files: cs
             .files
@@ -270,6 +271,33 @@ fn gatekeep(
     let host = loop_workspace::Protected::new(&host_globs).map_err(|e| bad(e.to_string()))?;
     let mut refused = Vec::new();
     let mut risky = Vec::new();
+    // A directory git would take for a bare repository (its `HEAD` beside a
+    // `config`, `objects/` or `refs/`): git reads that config, and the
+    // commands it names, when run inside it.
+    let paths: std::collections::BTreeSet<&str> = cs
+        .files
+        .iter()
+        .filter(|f| f.after_sha256.is_some())
+        .map(|f| f.path.as_str())
+        .collect();
+    for head in paths
+        .iter()
+        .filter(|p| **p == "HEAD" || p.ends_with("/HEAD"))
+    {
+        let dir = head.strip_suffix("HEAD").unwrap_or("");
+        let beside = |name: &str| {
+            paths.iter().any(|p| {
+                p.strip_prefix(dir)
+                    .is_some_and(|r| r == name || r.starts_with(&format!("{name}/")))
+            })
+        };
+        if beside("config") || beside("objects") || beside("refs") {
+            refused.push(format!(
+                "{}: a bare git repository (HEAD with config, objects or refs); git would run what its config names",
+                if dir.is_empty() { "." } else { dir.trim_end_matches('/') }
+            ));
+        }
+    }
     for f in &cs.files {
         if let Some(rule) = protected.matching(&f.path) {
             refused.push(format!("{}: protected by `{rule}`", f.path));
@@ -314,7 +342,7 @@ fn record_fact_with(
             recovered: recovered.map(str::to_string),
             at: loop_protocol::time::rfc3339_millis(now),
         },
-        &key,
+        &[&key],
     )
     .map_err(|e| CliError::internal(e.to_string()))
 }
@@ -359,6 +387,16 @@ pub fn apply(
         );
         return Ok(1);
     }
+    // Redaction keeps secrets out of the patch; it also hides what those
+    // lines really add. Say where, so a person can look at the real content.
+    let hidden = redacted_additions(&cs.patch);
+    if !hidden.is_empty() {
+        println!(
+            "note: the patch shows redacted values in lines it adds to: {} — what is applied is the real content; review it in {}",
+            hidden.join(", "),
+            t.dir.join("workspace").display()
+        );
+    }
     // The checkpoint before apply: a person reviews the change and says so.
     if loopfile
         .checkpoints
@@ -394,7 +432,7 @@ pub fn apply(
         }
     }
     let ws = load_origin(&t.dir)?;
-    let journal = Journal::new(&t.dir.join("apply-journal"));
+    let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
     // The intent first: a kill from here on is settled by the next command.
     mark(&t, APPLYING, &cs.patch_sha256)?;
     match cs.apply(&t.project, &ws.path, &ChangeSet::undo_dir(&t.dir), &journal) {
@@ -405,8 +443,8 @@ pub fn apply(
                 .map_err(|e| CliError::internal(e.to_string()))?;
             let matches = standing == Standing::After;
             mark(&t, APPLIED, &cs.patch_sha256)?;
-            unmark(&t, APPLYING);
             let addendum = record_fact_with(&t, id, "applied", &cs, Some(matches), None)?;
+            unmark(&t, APPLYING);
             println!(
                 "applied {n} file(s) of task {id} to {}",
                 t.project.display()
@@ -426,6 +464,23 @@ pub fn apply(
             refused(e, "applied")
         }
     }
+}
+
+/// Files whose added lines the patch shows redacted.
+fn redacted_additions(patch: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut file = String::new();
+    for line in patch.lines() {
+        if let Some(rest) = line.strip_prefix("+++ ") {
+            file = rest.strip_prefix("b/").unwrap_or(rest).to_string();
+        } else if line.starts_with('+')
+            && line.contains(loop_sandbox::redact::MARK)
+            && !out.contains(&file)
+        {
+            out.push(file.clone());
+        }
+    }
+    out
 }
 
 const APPLYING: &str = "applying";
@@ -454,48 +509,48 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
     if !pending && !applying && !undoing {
         return Ok(None);
     }
-    let restored = Journal::new(&journal_dir)
+    // Nothing is touched for a task whose receipt does not hold.
+    let cs = verified_change_set(t)?;
+    let restored = Journal::new(&journal_dir, &t.project)
         .recover()
         .map_err(|e| CliError::internal(format!("recovering the apply journal: {e}")))?;
-    let cs = verified_change_set(t)?;
     let standing = cs
         .standing(&t.project)
         .map_err(|e| CliError::internal(e.to_string()))?;
+    // The markers stay until the fact is recorded, so a kill anywhere is
+    // settled here: `applying` or `undoing` says which step was cut short.
     let what = match standing {
+        Standing::Before if undoing || (!applying && t.dir.join(APPLIED).exists()) => {
+            let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+            record_fact_with(t, id, "undone", &cs, None, Some("completed"))?;
+            unmark(t, APPLIED);
+            unmark(t, UNDOING);
+            unmark(t, APPLYING);
+            "an interrupted undo had completed; recorded it".to_string()
+        }
         Standing::Before => {
-            let was_applied = t.dir.join(APPLIED).exists();
+            unmark(t, APPLYING);
+            format!(
+                "an interrupted apply was rolled back ({restored} file(s) restored); nothing of it remains"
+            )
+        }
+        Standing::After if applying => {
+            mark(t, APPLIED, &cs.patch_sha256)?;
+            record_fact_with(t, id, "applied", &cs, Some(true), Some("completed"))?;
             unmark(t, APPLYING);
             unmark(t, UNDOING);
-            if was_applied {
-                // An undo had finished its files: finish its bookkeeping.
-                unmark(t, APPLIED);
-                let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
-                record_fact_with(t, id, "undone", &cs, None, Some("completed"))?;
-                "an interrupted undo had completed; recorded it".to_string()
-            } else {
-                format!(
-                    "an interrupted apply was rolled back ({restored} file(s) restored); nothing of it remains"
-                )
-            }
+            "an interrupted apply had completed; recorded it".to_string()
         }
         Standing::After => {
-            let was_applied = t.dir.join(APPLIED).exists();
+            mark(t, APPLIED, &cs.patch_sha256)?;
             unmark(t, UNDOING);
-            if was_applied {
-                unmark(t, APPLYING);
-                format!(
-                    "an interrupted undo was rolled back ({restored} file(s) restored); the change stays applied"
-                )
-            } else {
-                mark(t, APPLIED, &cs.patch_sha256)?;
-                unmark(t, APPLYING);
-                record_fact_with(t, id, "applied", &cs, Some(true), Some("completed"))?;
-                "an interrupted apply had completed; recorded it".to_string()
-            }
+            format!(
+                "an interrupted undo was rolled back ({restored} file(s) restored); the change stays applied"
+            )
         }
         Standing::Mixed(paths) => {
-            return Err(CliError::internal(format!(
-                "after recovery the project holds neither the task's start nor its result at: {}",
+            return Err(CliError::usage(format!(
+                "after recovery the project holds neither the task's start nor its result at: {} (changed by hand since?); resolve these files, then run the command again",
                 paths.join(", ")
             )));
         }
@@ -538,14 +593,14 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
         return Err(CliError::usage(format!("task {id} is not applied")));
     }
     let cs = verified_change_set(&t)?;
-    let journal = Journal::new(&t.dir.join("apply-journal"));
+    let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
     mark(&t, UNDOING, &cs.patch_sha256)?;
     match cs.undo(&t.project, &ChangeSet::undo_dir(&t.dir), &journal) {
         Ok(n) => {
-            unmark(&t, APPLIED);
-            unmark(&t, UNDOING);
             let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
             let addendum = record_fact(&t, id, "undone", &cs)?;
+            unmark(&t, APPLIED);
+            unmark(&t, UNDOING);
             println!("undid {n} file(s) of task {id}");
             println!("addendum {}", addendum.display());
             Ok(0)
@@ -560,8 +615,12 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
 /// `loop discard ID`.
 pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
     let t = task(project, id)?;
-    if let Some(what) = settle(&t, id)? {
-        println!("task {id}: {what}");
+    // Discarding drops the task's workspace, not the project's files: an
+    // apply that cannot be settled is said, and does not block it.
+    match settle(&t, id) {
+        Ok(Some(what)) => println!("task {id}: {what}"),
+        Ok(None) => {}
+        Err(e) => println!("task {id}: {}", e.message),
     }
     let ws = load_origin(&t.dir)?;
     ws.discard()
@@ -574,7 +633,13 @@ pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
 /// the revocation in a signed addendum (by the new key) on every receipt of
 /// `project` that the old key signed.
 pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
+    // The key being revoked signs its own revocation too: whoever trusts
+    // it (`loop verify --pubkey OLD`, anywhere) learns it was revoked.
+    let old_pair = loop_receipt::KeyPair::existing().map_err(|e| CliError::usage(e.to_string()))?;
     let (old, new) = loop_receipt::KeyPair::rotate().map_err(|e| CliError::usage(e.to_string()))?;
+    let old_pair = old_pair.filter(|k| k.keyid() == old.keyid);
+    let signers: Vec<&loop_receipt::KeyPair> =
+        std::iter::once(&new).chain(old_pair.as_ref()).collect();
     let receipts = project.join(".loop/receipts");
     let mut skipped: Vec<String> = Vec::new();
     let mut noted = 0;
@@ -618,7 +683,7 @@ pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
                     recovered: None,
                     at: loop_protocol::time::rfc3339_millis(now),
                 },
-                &new,
+                &signers,
             )
             .map_err(|e| CliError::internal(e.to_string()))?;
             noted += 1;

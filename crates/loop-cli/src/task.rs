@@ -119,6 +119,13 @@ fn load_model(
         &origin,
     )
     .map_err(|e| CliError::usage(e.to_string()))?;
+    // Every configured key, wherever it came from (`api_key_env` may name
+    // any variable), is scrubbed by value from every record.
+    for e in config.maker.iter().chain(&config.checker) {
+        if let Some(k) = &e.api_key {
+            loop_sandbox::redact::register_literal(k.expose());
+        }
+    }
     let checker = (!config.checker.is_empty())
         .then(|| Box::new(ProviderAdapter(chain_of(config.checker))) as Box<dyn Model>);
     let provider: Box<dyn Provider> = match &spec {
@@ -591,12 +598,14 @@ fn drive(
     // The patch is a record like any other: secrets in it are redacted (the
     // per-file digests stay those of the real content, so what was verified
     // is still identified exactly).
-    changes.patch = loop_sandbox::redact::redact(&changes.patch);
+    let redacted = loop_sandbox::redact::redact(&changes.patch);
+    let unredacted = (redacted != changes.patch).then(|| changes.patch_sha256.clone());
+    changes.patch = redacted;
     changes.patch_sha256 = loop_protocol::hash::sha256_hex(changes.patch.as_bytes());
     let patch_name = format!("{task_id}.changes.patch");
     std::fs::write(receipts.join(&patch_name), &changes.patch).map_err(|e| io("change set", e))?;
     subjects.push(subject(&patch_name, changes.patch.as_bytes()));
-    let change_set = crate::changes::record(&changes, &patch_name);
+    let change_set = crate::changes::record(&changes, &patch_name, unredacted);
     let statement = Statement {
         statement_type: STATEMENT_TYPE.into(),
         subject: subjects,

@@ -14,12 +14,19 @@ pub fn verify(
     let trusted = trusted_keys(pubkey)?;
     let report =
         verify_receipt(receipt, artifacts, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
-    // A key this machine revoked stays revoked whoever passes it with --pubkey.
-    let ok = report.ok() && revoked_signer(&report).is_none();
+    // A revoked key stays revoked whoever passes it with --pubkey: this
+    // machine's list, and revocation addenda beside the receipt signed by
+    // a trusted key (the revoked key signs its own revocation).
+    let mut keys = trusted.clone();
+    if let Ok(Some(k)) = KeyPair::existing() {
+        keys.push(k.public());
+    }
+    let revoked_here = loop_receipt::revoked_by_addenda(receipt, &keys);
+    let ok = report.ok() && revoked_signer(&report, &revoked_here).is_none();
     if json {
-        println!("{}", to_json(&report, ok, pubkey.is_some()));
+        println!("{}", to_json(&report, ok, pubkey.is_some(), &revoked_here));
     } else {
-        print!("{}", render(&report, ok, pubkey.is_some()));
+        print!("{}", render(&report, ok, pubkey.is_some(), &revoked_here));
     }
     Ok(ok)
 }
@@ -41,25 +48,28 @@ pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, CliError> {
     }
 }
 
-/// The key id of a valid signature by a key this machine revoked.
-fn revoked_signer(report: &VerifyReport) -> Option<String> {
+/// The key id of a valid signature by a revoked key (revoked on this
+/// machine, or by a trusted addendum beside the receipt).
+fn revoked_signer(report: &VerifyReport, by_addenda: &[String]) -> Option<String> {
     match &report.signature {
-        SignatureStatus::Valid { keyid } if KeyPair::revoked().contains(keyid) => {
+        SignatureStatus::Valid { keyid }
+            if KeyPair::revoked().contains(keyid) || by_addenda.contains(keyid) =>
+        {
             Some(keyid.clone())
         }
         _ => None,
     }
 }
 
-fn signature_line(report: &VerifyReport, key_requested: bool) -> String {
+fn signature_line(report: &VerifyReport, key_requested: bool, by_addenda: &[String]) -> String {
     let whose = if key_requested {
         "the given key"
     } else {
         "this machine's key"
     };
-    if let Some(k) = revoked_signer(report) {
+    if let Some(k) = revoked_signer(report, by_addenda) {
         return format!(
-            "REVOKED: signed by key {k}, which this machine revoked (see the receipt's addenda)"
+            "REVOKED: signed by key {k}, which was revoked (see the receipt's addenda)"
         );
     }
     match &report.signature {
@@ -88,11 +98,16 @@ fn signature_line(report: &VerifyReport, key_requested: bool) -> String {
 }
 
 /// Human report.
-pub fn render(report: &VerifyReport, ok: bool, key_requested: bool) -> String {
+pub fn render(
+    report: &VerifyReport,
+    ok: bool,
+    key_requested: bool,
+    by_addenda: &[String],
+) -> String {
     let mut s = format!("receipt    {}\n", report.receipt.display());
     s.push_str(&format!(
         "signature  {}\n",
-        signature_line(report, key_requested)
+        signature_line(report, key_requested, by_addenda)
     ));
     let statement = match (&report.statement, report.statement_problems.as_slice()) {
         (Some(st), []) => format!(
@@ -139,11 +154,16 @@ pub fn render(report: &VerifyReport, ok: bool, key_requested: bool) -> String {
     s
 }
 
-fn to_json(report: &VerifyReport, ok: bool, key_requested: bool) -> serde_json::Value {
+fn to_json(
+    report: &VerifyReport,
+    ok: bool,
+    key_requested: bool,
+    by_addenda: &[String],
+) -> serde_json::Value {
     serde_json::json!({
         "receipt": report.receipt.display().to_string(),
         "ok": ok,
-        "signature": signature_line(report, key_requested),
+        "signature": signature_line(report, key_requested, by_addenda),
         "statement_problems": report.statement_problems,
         "ledger": {
             "entries": report.ledger_entries,

@@ -423,6 +423,24 @@ fn a_planted_workspace_record_never_makes_discard_act_elsewhere() {
             std::fs::read_to_string(victim.join("precious.txt")).unwrap(),
             "keep me\n"
         );
+        // A planted apply journal naming a file outside the project is not
+        // recovered from: apply refuses, the file is untouched.
+        let pending = sc
+            .project()
+            .join(format!(".loop/tasks/{id}/apply-journal/pending"));
+        std::fs::create_dir_all(&pending).unwrap();
+        std::fs::write(pending.join("0"), "pwned\n").unwrap();
+        let plan = serde_json::json!([{"rel": "precious.txt", "full": victim.join("precious.txt"), "backup": "0", "mode": 420}]);
+        std::fs::write(pending.join("plan.json"), plan.to_string()).unwrap();
+        let o = sc.task_cmd("apply", &id);
+        let text =
+            String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout);
+        assert_ne!(o.status.code(), Some(0), "{who:?}: {text}");
+        assert!(text.contains("refusing to recover"), "{who:?}: {text}");
+        assert_eq!(
+            std::fs::read_to_string(victim.join("precious.txt")).unwrap(),
+            "keep me\n"
+        );
     }
 }
 
@@ -476,6 +494,26 @@ fn revocation_holds_with_an_explicit_key_and_only_real_signatures_are_annotated(
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
         assert!(text.contains("REVOKED"), "{who:?}: {text}");
+        // Nor anywhere else: a third party with only the old public key and
+        // an empty state directory reads the revocation beside the receipt,
+        // which the old key itself signed.
+        let elsewhere = sc.base.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let o = Command::new(binary())
+            .args([
+                "verify",
+                receipt.to_str().unwrap(),
+                "--pubkey",
+                old_pem.to_str().unwrap(),
+            ])
+            .env("HOME", &elsewhere)
+            .env_remove("LOOP_STATE_DIR")
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
+        assert!(text.contains("REVOKED"), "{who:?}: a third party: {text}");
     }
 }
 
@@ -708,4 +746,28 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
         outcomes.contains_key("recovered midway"),
         "no kill landed while files were being written (seed {seed}): {outcomes:?}"
     );
+}
+
+#[test]
+fn apply_refuses_a_bare_repository_the_model_assembled() {
+    for who in users() {
+        let sc = Scene::new("bare-repo", who);
+        // Written as plain files: no `.git` anywhere, yet git would take
+        // vendor/x for a repository and run what its config names.
+        let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: write_file, args: {path: vendor/x/HEAD, content: \"ref: refs/heads/main\\n\"}}\n      - {tool: write_file, args: {path: vendor/x/config, content: \"[core]\\n\\tfsmonitor = id\\n\"}}\n      - {tool: write_file, args: {path: vendor/x/refs/heads/main, content: \"0000000000000000000000000000000000000000\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        let id = id_of(&receipt);
+        let o = sc.task_cmd("apply", &id);
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
+        assert!(
+            text.contains("vendor/x: a bare git repository"),
+            "{who:?}: {text}"
+        );
+        assert!(
+            !sc.project().join("vendor").exists(),
+            "{who:?}: nothing applied"
+        );
+    }
 }

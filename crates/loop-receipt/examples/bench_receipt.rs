@@ -82,6 +82,7 @@ fn main() {
                     files: vec![],
                     patch: "t.changes.patch".into(),
                     patch_sha256: String::new(),
+                    unredacted_patch_sha256: None,
                 },
                 budgets: Budgets {
                     granted: contract.limits.clone(),

@@ -112,6 +112,10 @@ pub struct ChangeSetRecord {
     pub patch: String,
     /// Its SHA-256.
     pub patch_sha256: String,
+    /// The SHA-256 of the patch before secrets in it were redacted (when
+    /// any were): what was really changed stays identified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unredacted_patch_sha256: Option<String>,
 }
 
 /// Budgets granted and used.
@@ -217,26 +221,27 @@ pub fn write_envelope(
     statement: &Statement,
     key: Option<&KeyPair>,
 ) -> Result<(), ReceiptError> {
-    write_dsse(path, statement, key)
+    let keys: Vec<&KeyPair> = key.into_iter().collect();
+    write_dsse(path, statement, &keys)
 }
 
 /// Write any in-toto statement as a DSSE envelope, signed by `key`.
 pub fn write_dsse<T: Serialize>(
     path: &Path,
     statement: &T,
-    key: Option<&KeyPair>,
+    keys: &[&KeyPair],
 ) -> Result<(), ReceiptError> {
     let payload = canonical_json(statement).map_err(|e| ReceiptError::Format {
         path: path.display().to_string(),
         why: e.to_string(),
     })?;
     // DSSE signs the pre-authentication encoding of the raw payload bytes.
-    let signatures = key
+    let signatures = keys
+        .iter()
         .map(|k| Signature {
             keyid: k.keyid().to_string(),
             sig: k.sign_b64(&pae(PAYLOAD_TYPE, &payload)),
         })
-        .into_iter()
         .collect();
     let env = Envelope {
         payload_type: PAYLOAD_TYPE.into(),
@@ -303,7 +308,7 @@ pub struct AddendumFact {
 pub fn write_addendum(
     receipt: &Path,
     fact: AddendumFact,
-    key: &KeyPair,
+    keys: &[&KeyPair],
 ) -> Result<PathBuf, ReceiptError> {
     let bytes = std::fs::read(receipt).map_err(io_err(receipt))?;
     let name = receipt
@@ -325,8 +330,66 @@ pub fn write_addendum(
         predicate_type: ADDENDUM_TYPE.into(),
         predicate: fact,
     };
-    write_dsse(&path, &addendum, Some(key))?;
+    write_dsse(&path, &addendum, keys)?;
     Ok(path)
+}
+
+/// Key ids that signed addenda beside `receipt` declare revoked: only
+/// addenda about this receipt (its digest), signed by a `trusted` key, with
+/// the event `signing-key-revoked`. (`loop keys rotate` signs them with the
+/// new key and with the revoked key itself, so whoever trusts the old key
+/// learns it was revoked.)
+pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> {
+    let (Some(dir), Some(name), Ok(bytes)) = (
+        receipt.parent(),
+        receipt
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        std::fs::read(receipt),
+    ) else {
+        return Vec::new();
+    };
+    let Some(task_id) = name.strip_suffix(".receipt.json") else {
+        return Vec::new();
+    };
+    let digest = sha256_hex(&bytes);
+    let prefix = format!("{task_id}.addendum-");
+    let mut out = Vec::new();
+    for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let fname = item.file_name().to_string_lossy().into_owned();
+        if !fname.starts_with(&prefix) || !fname.ends_with(".json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read(item.path()) else {
+            continue;
+        };
+        let Ok(env) = serde_json::from_slice::<Envelope>(&text) else {
+            continue;
+        };
+        let Ok(payload) = B64.decode(env.payload.as_bytes()) else {
+            continue;
+        };
+        if !matches!(
+            check_signatures(&env, &payload, trusted),
+            SignatureStatus::Valid { .. }
+        ) {
+            continue;
+        }
+        let Ok(add) = serde_json::from_slice::<Addendum>(&payload) else {
+            continue;
+        };
+        let about_this = add
+            .subject
+            .iter()
+            .any(|s| s.digest.get("sha256") == Some(&digest));
+        if about_this
+            && add.predicate.event == "signing-key-revoked"
+            && let Some(k) = add.predicate.revoked_keyid
+        {
+            out.push(k);
+        }
+    }
+    out
 }
 
 /// The subject entry for a file's bytes.

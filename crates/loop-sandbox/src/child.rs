@@ -494,17 +494,33 @@ unsafe fn enter_root(
                         b"bind into the new root",
                     )?;
                     if let Some(keep) = ro {
-                        check(
-                            libc::mount(
-                                null,
+                        // Read-only all the way down (a bound tree's own
+                        // submounts too, e.g. a container's /etc/hosts);
+                        // kernels before 5.12 get the top mount only.
+                        const MOUNT_ATTR_RDONLY: u64 = 0x1;
+                        let attr: [u64; 4] = [MOUNT_ATTR_RDONLY, 0, 0, 0];
+                        let recursive = *rec
+                            && libc::syscall(
+                                libc::SYS_mount_setattr,
+                                libc::AT_FDCWD,
                                 at.as_ptr(),
-                                null,
-                                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                                std::ptr::null(),
-                            ) as libc::c_long,
-                            d,
-                            b"read-only bind in the new root",
-                        )?;
+                                libc::AT_RECURSIVE as libc::c_uint,
+                                attr.as_ptr(),
+                                std::mem::size_of_val(&attr),
+                            ) == 0;
+                        if !recursive {
+                            check(
+                                libc::mount(
+                                    null,
+                                    at.as_ptr(),
+                                    null,
+                                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                                    std::ptr::null(),
+                                ) as libc::c_long,
+                                d,
+                                b"read-only bind in the new root",
+                            )?;
+                        }
                     }
                 }
                 Op::Tmpfs(at, flags, options) => check(

@@ -687,7 +687,17 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         None
     };
     if use_ns && !support.tree_overlay {
+        if req.isolation == IsolationLevel::Required {
+            cgroups.destroy();
+            return Err(SandboxError::Unavailable {
+                missing: "read-only overlays of the allowed trees (socket isolation)".into(),
+                how: "Overlayfs must be mountable in a user namespace (Linux 5.11+); without it a socket file inside an allowed tree stays reachable. Use --isolation preferred to run anyway.".into(),
+            });
+        }
         notes.push("host trees are bound, not overlaid (overlays unavailable): a socket file inside an allowed tree stays reachable".into());
+    }
+    if use_ns && !support.proc_mount {
+        notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
     }
     let in_root = root_plan.is_some();
     let plan_seccomp = seccomp.is_some();

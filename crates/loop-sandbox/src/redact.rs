@@ -46,7 +46,7 @@ pub const SHAPES: &[(&str, &str, &str)] = &[
     ("a Google API key", r"\bAIza[0-9A-Za-z_\-]{35}\b", "aiza"),
     (
         "a password inside a URL",
-        r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:([^\s@/]+)@",
+        r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]*:([^\s@/]+)@",
         "://",
     ),
 ];
@@ -159,7 +159,7 @@ fn assignment() -> Option<&'static Regex> {
     static A: OnceLock<Option<Regex>> = OnceLock::new();
     A.get_or_init(|| {
         Regex::new(
-            r#"(?im)(^|[\s"'{,(])([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)("?[ \t]*[=:][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',}]+)"#,
+            r#"(?im)(^|[\s"'{,(+\-])([A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|CREDENTIAL)[A-Z0-9_]*)("?[ \t]*[=:][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',}]+)"#,
         )
         .ok()
     })

@@ -296,9 +296,9 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
         if read_dir != 0 {
             rules.push((c(&proc_at)?, read_dir));
         }
-    } else {
-        ops.push(Op::Bind(c(Path::new("/proc"))?, c(&proc_at)?, true, None));
     }
+    // Without a fresh procfs there is no /proc at all: the host's would name
+    // every host process's root, and through it host sockets again.
     if Path::new("/sys").is_dir() {
         let sys_at = under(staging, Path::new("/sys"));
         ops.push(Op::Mkdir(c(&sys_at)?));

@@ -137,7 +137,7 @@ impl ToolBox {
         let journal_dir = std::env::temp_dir().join(loop_sandbox::unique_name("loop-journal"));
         ToolBox {
             step: Default::default(),
-            journal: Journal::new(&journal_dir),
+            journal: Journal::new(&journal_dir, jail.root()),
             jail,
             granted: specs::TOOL_NAMES.iter().map(|s| s.to_string()).collect(),
             limits,
@@ -190,7 +190,7 @@ impl ToolBox {
     /// Keep the edit journal in `dir` (outside the workspace), rolling back
     /// a step a crash interrupted. Returns the files restored.
     pub fn with_journal(mut self, dir: &std::path::Path) -> Result<(Self, usize), ToolsError> {
-        self.journal = Journal::new(dir);
+        self.journal = Journal::new(dir, self.jail.root());
         let restored = self
             .journal
             .recover()

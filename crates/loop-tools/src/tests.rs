@@ -315,7 +315,7 @@ fn a_crash_mid_patch_is_rolled_back_when_the_toolbox_starts_again() {
     std::fs::write(ws.join("a"), "a0\n").unwrap();
     let journal_dir = d.path().join("journal");
     // Simulate a step that crashed after writing one of two files.
-    let j = Journal::new(&journal_dir);
+    let j = Journal::new(&journal_dir, &ws);
     let changes = vec![
         Change::file("a", ws.join("a"), Some(b"a1\n".to_vec())),
         Change::file("b", ws.join("b"), Some(b"b1\n".to_vec())),

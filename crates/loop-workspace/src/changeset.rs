@@ -43,8 +43,8 @@ pub fn git_mode(e: &Entry) -> &'static str {
 /// `loop apply` brings them home only with the user's explicit consent.
 /// A Loopfile's `apply.host_executable` adds to the list.
 pub const HOST_EXECUTABLE: &[&str] = &[
-    ".githooks/**",
-    ".husky/**",
+    "**/.githooks/**",
+    "**/.husky/**",
     "**/.envrc",
     "**/.direnv/**",
     "**/.vscode/tasks.json",
@@ -615,7 +615,7 @@ mod tests {
         let d = TestDir::new("cs-apply");
         let (project, ws, cs) = setup(&d);
         let before = Manifest::of(&project).unwrap();
-        let j = Journal::new(&d.path().join("journal"));
+        let j = Journal::new(&d.path().join("journal"), &project);
         let undo = d.path().join("undo");
         assert_eq!(cs.apply(&project, &ws, &undo, &j).unwrap(), 3);
         assert_eq!(
@@ -646,7 +646,7 @@ mod tests {
         std::fs::write(project.join("sub_add_guard"), "x").unwrap();
         std::fs::create_dir_all(project.join("sub")).unwrap();
         std::fs::write(project.join("sub/add.txt"), "user's own file\n").unwrap();
-        let j = Journal::new(&d.path().join("journal"));
+        let j = Journal::new(&d.path().join("journal"), &project);
         let e = cs
             .apply(&project, &ws, &d.path().join("undo"), &j)
             .unwrap_err();

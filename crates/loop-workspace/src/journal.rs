@@ -89,10 +89,12 @@ fn missing_dirs(full: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A per-task journal directory (outside the workspace).
+/// A per-task journal directory (outside the workspace), for the files
+/// under one root.
 #[derive(Debug, Clone)]
 pub struct Journal {
     dir: PathBuf,
+    root: PathBuf,
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -100,11 +102,43 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 impl Journal {
-    /// A journal kept in `dir`.
-    pub fn new(dir: &Path) -> Self {
+    /// A journal kept in `dir` for files under `root`. Its plan is read
+    /// back on recovery, and it lives where a repository could plant one
+    /// (`.loop/`): recovery acts only on paths that are `root` joined with
+    /// a plain relative path, and on backups it names by number.
+    pub fn new(dir: &Path, root: &Path) -> Self {
         Journal {
             dir: dir.to_path_buf(),
+            root: root.to_path_buf(),
         }
+    }
+
+    /// Whether a plan entry names a path of this journal's root.
+    fn owns(&self, e: &Entry) -> bool {
+        let rel_ok = loop_protocol::RelPath::parse(&e.rel)
+            .is_ok_and(|r| !r.is_root() && r.as_str() == e.rel);
+        let backup_ok = e
+            .backup
+            .as_deref()
+            .is_none_or(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()));
+        let created_ok = e
+            .created
+            .iter()
+            .all(|d| d.starts_with(&self.root) && e.full.starts_with(d) && d != &self.root);
+        // A write through a link inside the root records the resolved path:
+        // inside the root, plainly, is what is required.
+        let plain = e.full.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+        rel_ok
+            && backup_ok
+            && created_ok
+            && plain
+            && e.full.starts_with(&self.root)
+            && e.full != self.root
     }
 
     fn pending(&self) -> PathBuf {
@@ -125,6 +159,15 @@ impl Journal {
         };
         let entries: Vec<Entry> = serde_json::from_slice(&plan)
             .map_err(|e| std::io::Error::other(format!("journal plan unreadable: {e}")))?;
+        if let Some(bad) = entries.iter().find(|e| !self.owns(e)) {
+            return Err(std::io::Error::other(format!(
+                "{}: the journal names {} (as `{}`), which is not under {}: refusing to recover from it",
+                plan_path.display(),
+                bad.full.display(),
+                bad.rel,
+                self.root.display()
+            )));
+        }
         for e in &entries {
             // A write the crash cut short leaves its temporary file beside
             // the target: it goes too, so the workspace is exactly as before.
@@ -281,7 +324,7 @@ mod tests {
         std::fs::write(ws.join("a"), "a0").unwrap();
         std::fs::write(ws.join("b"), "b0").unwrap();
         std::fs::set_permissions(ws.join("b"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let j = Journal::new(&d.path().join("journal"));
+        let j = Journal::new(&d.path().join("journal"), &ws);
         let changes = vec![
             change(&ws, "a", Some("a1")),
             change(&ws, "new/c", Some("c1")),
@@ -314,5 +357,33 @@ mod tests {
         assert_eq!(std::fs::read_to_string(ws.join("new/c")).unwrap(), "c1");
         assert!(!ws.join("b").exists());
         assert!(!d.path().join("journal/pending").exists());
+    }
+}
+
+#[cfg(test)]
+mod planted {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    #[test]
+    fn a_planted_plan_naming_a_path_outside_the_root_is_refused() {
+        let d = TestDir::new("journal-planted");
+        let root = d.path().join("project");
+        let victim = d.path().join("victim.txt");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let dir = d.path().join("journal");
+        std::fs::create_dir_all(dir.join("pending")).unwrap();
+        for (rel, full) in [
+            ("victim.txt", victim.clone()),
+            ("../victim.txt", root.join("../victim.txt")),
+        ] {
+            let plan =
+                serde_json::json!([{ "rel": rel, "full": full, "backup": null, "mode": null }]);
+            std::fs::write(dir.join("pending/plan.json"), plan.to_string()).unwrap();
+            let e = Journal::new(&dir, &root).recover().unwrap_err().to_string();
+            assert!(e.contains("refusing to recover"), "{e}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        }
     }
 }

@@ -96,12 +96,13 @@ fn walk(
         let meta = std::fs::symlink_metadata(&path)?;
         let rel = to_slash(path.strip_prefix(root).unwrap_or(&path));
         if meta.file_type().is_symlink() {
+            // The target's raw bytes: two targets never share a digest.
             let target = std::fs::read_link(&path)?;
-            let t = target.to_string_lossy();
+            let t = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
             out.push(Entry {
                 path: rel,
                 kind: EntryKind::Symlink,
-                sha256: loop_protocol::hash::sha256_hex(t.as_bytes()),
+                sha256: loop_protocol::hash::sha256_hex(t),
                 size: t.len() as u64,
                 executable: false,
             });
