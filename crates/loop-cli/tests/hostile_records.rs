@@ -99,6 +99,11 @@ impl Scene {
     }
 
     fn loop_cmd(&self, args: &[&str]) -> Output {
+        self.loop_command(args).output().unwrap()
+    }
+
+    /// `loop ARGS` as this scene's user, with its home.
+    fn loop_command(&self, args: &[&str]) -> Command {
         let mut c = match self.who {
             Who::Me => Command::new(binary()),
             Who::Nobody => {
@@ -122,7 +127,7 @@ impl Scene {
         if self.who == Who::Nobody {
             c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
         }
-        c.output().unwrap()
+        c
     }
 
     /// `loop run` with a task file and a script; returns (output, receipt, outcome).
@@ -634,7 +639,12 @@ fn apply_asks_before_bringing_home_what_runs_on_the_host() {
 
 #[test]
 fn a_kill_during_apply_or_undo_leaves_the_project_before_or_after_never_between() {
-    let who = Who::Me;
+    for who in users() {
+        kill_apply_as(who);
+    }
+}
+
+fn kill_apply_as(who: Who) {
     let sc = Scene::new("apply-kill", who);
     let task = r#"instruction: two hundred files
 criteria:
@@ -655,10 +665,8 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
             .count()
     };
     let apply_cmd = || {
-        let mut c = Command::new(binary());
-        c.args(["apply", &id, "--yes", "--project", p.to_str().unwrap()])
-            .env("HOME", sc.home())
-            .stdout(std::process::Stdio::null())
+        let mut c = sc.loop_command(&["apply", &id, "--yes", "--project", p.to_str().unwrap()]);
+        c.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         c
     };
@@ -678,7 +686,7 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
                 .unwrap()
                 .as_nanos() as u64
         });
-    println!("LOOP_APPLY_KILL_SEED={seed} (whole apply: {full:?})");
+    println!("{who:?}: LOOP_APPLY_KILL_SEED={seed} (whole apply: {full:?})");
     let mut x = seed | 1;
     let mut rnd = move || {
         x ^= x << 13;
@@ -720,10 +728,8 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
         *outcomes.entry(want).or_insert(0) += 1;
         if n == 200 {
             // The same for an undo killed midway.
-            let mut c = Command::new(binary());
-            c.args(["undo", &id, "--project", p.to_str().unwrap()])
-                .env("HOME", sc.home())
-                .stdout(std::process::Stdio::null());
+            let mut c = sc.loop_command(&["undo", &id, "--project", p.to_str().unwrap()]);
+            c.stdout(std::process::Stdio::null());
             let mut child = c.spawn().unwrap();
             std::thread::sleep(delay);
             let _ = child.kill();
@@ -741,7 +747,7 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
             assert_eq!(present(), 0);
         }
     }
-    println!("after kill and recovery: {outcomes:?}");
+    println!("{who:?}: after kill and recovery: {outcomes:?}");
     assert!(
         outcomes.contains_key("recovered midway"),
         "no kill landed while files were being written (seed {seed}): {outcomes:?}"

@@ -8,8 +8,67 @@
 mod common;
 
 use common::{Canned, serve};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+const NOBODY: u32 = 65534;
+
+/// Who runs `loop`: this user, and (when that is root) uid 65534 too.
+fn users() -> Vec<bool> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && Command::new("setpriv").arg("--version").output().is_ok() {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+/// `loop` as this user, or as nobody (a copy of the binary it can run;
+/// `dir` handed over to it).
+fn loop_as(nobody: bool, dir: &Path) -> Command {
+    if !nobody {
+        return Command::new(env!("CARGO_BIN_EXE_loop"));
+    }
+    let bin = std::env::temp_dir().join(format!("loop-secrets-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = bin.join("loop");
+    if !exe.exists() {
+        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &exe).unwrap();
+    }
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{NOBODY}:{NOBODY}"))
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={NOBODY}"),
+        &format!("--regid={NOBODY}"),
+        "--clear-groups",
+        "--",
+    ])
+    .arg(exe)
+    .env("HOME", dir)
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    c
+}
+
+/// A fresh directory any user can reach.
+fn scene(name: &str, nobody: bool) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "loop-secrets-{name}-{nobody}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
 
 /// A key no pattern knows (too short for the `sk-` shape).
 const KEY: &str = "sk-test-SECRET123";
@@ -37,6 +96,12 @@ fn contains(hay: &[u8], needle: &str) -> bool {
 
 #[test]
 fn an_api_key_echoed_by_the_provider_reaches_no_record() {
+    for nobody in users() {
+        echoed_key(nobody);
+    }
+}
+
+fn echoed_key(nobody: bool) {
     let echo = serde_json::json!({"error": {"message": format!("Incorrect API key provided: {KEY}. You can find your key at …"), "type": "invalid_request_error"}});
     let thought = serde_json::json!({
         "id": "c", "object": "chat.completion", "model": "m",
@@ -47,16 +112,15 @@ fn an_api_key_echoed_by_the_provider_reaches_no_record() {
         Canned::json(200, &thought.to_string()),
         Canned::json(400, &echo.to_string()),
     ]);
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("secrets-echo");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scene("echo", nobody);
+    let _cleanup = Cleanup(dir.clone());
     std::fs::write(
         dir.join("Loopfile.yaml"),
         "models:\n  maker:\n    spec: openai:m\n    tool_protocol: json\n    stream: false\n    retries: 1\n",
     )
     .unwrap();
     let record = dir.join("session.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+    let out = loop_as(nobody, &dir)
         .args([
             "run",
             "write a.txt",
@@ -118,8 +182,14 @@ fn an_api_key_echoed_by_the_provider_reaches_no_record() {
 
 #[test]
 fn a_token_in_the_repository_is_redacted_in_the_patch_and_applies_exactly() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("secrets-patch");
-    let _ = std::fs::remove_dir_all(&dir);
+    for nobody in users() {
+        token_in_patch(nobody);
+    }
+}
+
+fn token_in_patch(nobody: bool) {
+    let dir = scene("patch", nobody);
+    let _cleanup = Cleanup(dir.clone());
     let project = dir.join("project");
     std::fs::create_dir_all(&project).unwrap();
     let token = "ghp_ZYXWVUTSRQPONMLKJIHGfedcba9876543210";
@@ -133,7 +203,7 @@ fn a_token_in_the_repository_is_redacted_in_the_patch_and_applies_exactly() {
         "turns:\n  - calls:\n      - {tool: edit_file, args: {path: config.py, old: \"DEBUG = False\", new: \"DEBUG = True\"}}\n      - {tool: finish, args: {summary: debug on}}\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+    let out = loop_as(nobody, &dir)
         .args([
             "run",
             "turn debug on",
@@ -172,7 +242,7 @@ fn a_token_in_the_repository_is_redacted_in_the_patch_and_applies_exactly() {
         .strip_suffix(".changes.patch")
         .unwrap()
         .to_string();
-    let applied = Command::new(env!("CARGO_BIN_EXE_loop"))
+    let applied = loop_as(nobody, &dir)
         .args(["apply", &id, "--project"])
         .arg(&project)
         .env("LOOP_STATE_DIR", dir.join("state"))
@@ -190,3 +260,12 @@ fn a_token_in_the_repository_is_redacted_in_the_patch_and_applies_exactly() {
         format!("TOKEN = '{token}'\nDEBUG = True\n")
     );
 }
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes a scene when the test ends.
+struct Cleanup(PathBuf);
