@@ -665,4 +665,52 @@ mod tests {
             "the user edited this\n"
         );
     }
+
+    #[test]
+    fn names_that_could_forge_a_header_are_quoted_as_git_does() {
+        assert_eq!(quote_path("b/", "plain/name.py"), "b/plain/name.py");
+        assert_eq!(quote_path("b/", "x\n+++ b/evil"), "\"b/x\\n+++ b/evil\"");
+        assert_eq!(quote_path("a/", "q\"uote\\"), "\"a/q\\\"uote\\\\\"");
+        assert_eq!(quote_path("a/", "bell\u{7}"), "\"a/bell\\007\"");
+        // Quoted, a name cannot start a line of its own.
+        assert!(!quote_path("b/", "x\n+++ b/evil").contains('\n'));
+    }
+
+    #[test]
+    fn a_mode_change_alone_is_a_change_and_applies() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = TestDir::new("cs-mode");
+        let project = d.path().join("project");
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("tool.sh"), "echo hi\n").unwrap();
+        std::fs::set_permissions(
+            project.join("tool.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        crate::fsutil::copy_tree(&project, &ws, &|_| false, true).unwrap();
+        let baseline = Manifest::of(&ws).unwrap();
+        std::fs::set_permissions(ws.join("tool.sh"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let last = Manifest::of(&ws).unwrap();
+        let p = project.clone();
+        let cs = ChangeSet::compute(&baseline, &last, &ws, None, &|path, _| {
+            std::fs::read(p.join(path)).ok()
+        });
+        assert_eq!(cs.files.len(), 1);
+        assert!(
+            cs.patch.contains("old mode 100755\nnew mode 100644"),
+            "{}",
+            cs.patch
+        );
+        let j = Journal::new(&d.path().join("journal"), &project);
+        cs.apply(&project, &ws, &d.path().join("undo"), &j).unwrap();
+        let mode = std::fs::metadata(project.join("tool.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+        assert_eq!(cs.standing(&project).unwrap(), Standing::After);
+    }
 }

@@ -52,6 +52,18 @@ struct Entry {
     created: Vec<PathBuf>,
 }
 
+/// Drop a journal whose step is over: the plan goes first (durably), so a
+/// kill while the rest is removed leaves a journal with no plan, which
+/// means nothing to roll back, never a plan whose backups are half gone.
+fn finish(pending: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(pending.join("plan.json")) {
+        Ok(()) => sync_dir(pending)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::remove_dir_all(pending)
+}
+
 /// Remove whatever is at `path` (a file or a link; never a directory).
 fn remove_entry(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
@@ -153,7 +165,8 @@ impl Journal {
             return Ok(0);
         }
         let Ok(plan) = std::fs::read(&plan_path) else {
-            // The crash came before the plan was complete: nothing was touched.
+            // No plan: the crash came before it was complete (nothing was
+            // touched) or after the step was over (nothing to undo).
             std::fs::remove_dir_all(&pending)?;
             return Ok(0);
         };
@@ -193,7 +206,7 @@ impl Journal {
                 let _ = std::fs::remove_dir(d);
             }
         }
-        std::fs::remove_dir_all(&pending)?;
+        finish(&pending)?;
         Ok(entries.len())
     }
 
@@ -279,7 +292,7 @@ impl Journal {
                 (None, None) => remove_entry(&c.full)?,
             }
         }
-        std::fs::remove_dir_all(&pending)?;
+        finish(&pending)?;
         if let Some(parent) = pending.parent() {
             sync_dir(parent)?;
         }

@@ -237,8 +237,9 @@ impl OverlayCommit {
         for d in dirs {
             fsync_dir(&d)?;
         }
-        // The commit point: the journal goes, with the old content.
-        std::fs::remove_dir_all(&self.journal)?;
+        // The commit point: the plan goes (durably) first, then the old
+        // content; a kill in between leaves no plan, so nothing is undone.
+        self.drop_journal()?;
         Ok(merged)
     }
 
@@ -268,8 +269,19 @@ impl OverlayCommit {
             // Existed and no backup: the op never started (or, for a
             // directory merged into, never needed to); leave it.
         }
-        std::fs::remove_dir_all(&self.journal)?;
+        self.drop_journal()?;
         Ok(plan.ops.len())
+    }
+
+    /// Remove the journal, its plan first and durably: a journal without a
+    /// plan is one with nothing to undo.
+    fn drop_journal(&self) -> std::io::Result<()> {
+        match std::fs::remove_file(self.plan_path()) {
+            Ok(()) => std::fs::File::open(&self.journal)?.sync_all()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::remove_dir_all(&self.journal)
     }
 }
 
