@@ -98,9 +98,15 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
         fsize_mb: o.fsize.unwrap_or(Limits::default().fsize_mb),
         ..Limits::default()
     };
-    let overlay_root = o
-        .overlay
-        .then(|| std::env::temp_dir().join(loop_sandbox::unique_name("loop-exec-overlay")));
+    let overlay_root = match o.overlay {
+        true => Some(
+            std::env::temp_dir().join(
+                loop_sandbox::unique_name("loop-exec-overlay")
+                    .map_err(|e| CliError::internal(format!("overlay scratch: {e}")))?,
+            ),
+        ),
+        false => None,
+    };
     // Each run gets its own upper layer: an overlay's work directory cannot
     // be reused while the previous mount namespace is still being torn down.
     let mut run = |n: u32| {

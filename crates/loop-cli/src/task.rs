@@ -16,7 +16,6 @@ use loop_receipt::{
 use loop_tools::{ToolBox, ToolLimits};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Jail, Manifest, Origin, Protected, TaskWorkspace, remove_tree};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The largest artifact shipped beside a receipt (the sandbox's file-size
@@ -56,23 +55,19 @@ pub struct TaskReport {
 }
 
 /// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
-pub fn new_task_id(now_ms: u64) -> String {
+pub fn new_task_id(now_ms: u64) -> Result<String, CliError> {
     let stamp = loop_protocol::time::rfc3339_millis(now_ms);
     let digits: String = stamp
         .chars()
         .filter(|c| c.is_ascii_digit())
         .take(14)
         .collect();
-    let mut rnd = [0u8; 3];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut rnd);
-    }
-    format!(
-        "t-{}-{}-{}",
+    let rnd = loop_protocol::random::hex::<3>().map_err(|e| CliError::internal(e.to_string()))?;
+    Ok(format!(
+        "t-{}-{}-{rnd}",
         &digits[..8.min(digits.len())],
         &digits[8.min(digits.len())..],
-        loop_protocol::hash::hex(&rnd)
-    )
+    ))
 }
 
 /// One provider, or a fallback chain of them.
@@ -222,7 +217,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     // Bad model configuration is refused before anything is created.
     let models = load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
     let store = open_store(&project)?;
-    let task_id = new_task_id(clock.now_ms());
+    let task_id = new_task_id(clock.now_ms())?;
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
     let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
@@ -376,12 +371,8 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError>
         .map_err(|e| CliError::internal(format!("{}: {e}", path.display())))
 }
 
-fn random_token() -> String {
-    let mut rnd = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut rnd);
-    }
-    loop_protocol::hash::hex(&rnd)
+fn random_token() -> Result<String, CliError> {
+    loop_protocol::random::hex::<8>().map_err(|e| CliError::internal(e.to_string()))
 }
 
 /// Claim the task, rebuild it from the store, run it to its end, and write
@@ -415,7 +406,7 @@ fn drive(
             swept.dirs, swept.cgroups
         );
     }
-    let owner = Owner::this_process(random_token(), clock.now_ms());
+    let owner = Owner::this_process(random_token()?, clock.now_ms());
     match store
         .claim(task_id, &owner, LEASE_MS, clock.now_ms())
         .map_err(store_err)?
@@ -448,6 +439,7 @@ fn drive(
     // rolled back before anything else happens.
     let exec_policy = stored.exec_policy.clone().unwrap_or_default();
     let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
+        .map_err(|e| CliError::internal(e.0))?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default())

@@ -22,6 +22,7 @@ pub mod hash;
 pub mod observation;
 pub mod outcome;
 pub mod path;
+pub mod random;
 pub mod state;
 pub mod time;
 pub mod yaml;

@@ -55,7 +55,13 @@ impl Cgroups {
     /// Create cgroups limiting memory to `mem_bytes` and processes to `pids`.
     pub fn create(mem_bytes: u64, pids: u64) -> Cgroups {
         let mut cg = Cgroups::default();
-        let name = crate::unique_name("loop");
+        let name = match crate::unique_name("loop") {
+            Ok(n) => n,
+            Err(e) => {
+                cg.notes.push(format!("no cgroups: cannot name one ({e})"));
+                return cg;
+            }
+        };
         // cgroup v2 with both controllers delegated to our level.
         if let (Some(root), Some(own)) = (v2_root(), own_path("")) {
             let base = root.join(own.trim_start_matches('/'));

@@ -312,7 +312,7 @@ impl PrivateTmp {
         // are reused: names are random, and an existing one is never reused.
         let mut tries = 0;
         loop {
-            let dir = std::env::temp_dir().join(unique_name("loop-sbx"));
+            let dir = std::env::temp_dir().join(unique_name("loop-sbx")?);
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
                     let p = root::Private::under(dir);
@@ -342,19 +342,17 @@ impl PrivateTmp {
     }
 }
 
-/// `PREFIX-<pid>-<seq>-<16 random hex digits>`: unique even across pid reuse.
-pub fn unique_name(prefix: &str) -> String {
+/// `PREFIX-<pid>-<seq>-<16 random hex digits>`: unique even across pid
+/// reuse. Fails, rather than naming everything alike, when the system's
+/// random source does.
+pub fn unique_name(prefix: &str) -> std::io::Result<String> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let mut rnd = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut rnd);
-    }
-    format!(
-        "{prefix}-{}-{}-{}",
+    let rnd = loop_protocol::random::hex::<8>().map_err(std::io::Error::other)?;
+    Ok(format!(
+        "{prefix}-{}-{}-{rnd}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::SeqCst),
-        loop_protocol::hash::hex(&rnd)
-    )
+    ))
 }
 
 impl Drop for PrivateTmp {

@@ -165,9 +165,12 @@ fn try_seccomp() -> bool {
 /// Whether a read-only overlay of `/usr` can be mounted in a new mount
 /// namespace (with a user namespace when `userns`).
 fn tree_overlay(userns: bool) -> bool {
+    let Ok(name) = crate::unique_name("loop-probe") else {
+        return false;
+    };
     let Ok(empty) = std::ffi::CString::new(
         std::env::temp_dir()
-            .join(crate::unique_name("loop-probe"))
+            .join(name)
             .into_os_string()
             .into_encoded_bytes(),
     ) else {

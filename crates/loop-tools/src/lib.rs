@@ -133,9 +133,11 @@ struct FinishArgs {
 
 impl ToolBox {
     /// Every tool granted, in `jail`.
-    pub fn new(jail: Jail, limits: ToolLimits) -> Self {
-        let journal_dir = std::env::temp_dir().join(loop_sandbox::unique_name("loop-journal"));
-        ToolBox {
+    pub fn new(jail: Jail, limits: ToolLimits) -> Result<Self, ToolsError> {
+        let name = loop_sandbox::unique_name("loop-journal")
+            .map_err(|e| ToolsError(format!("cannot name the edit journal: {e}")))?;
+        let journal_dir = std::env::temp_dir().join(name);
+        Ok(ToolBox {
             step: Default::default(),
             journal: Journal::new(&journal_dir, jail.root()),
             jail,
@@ -148,7 +150,7 @@ impl ToolBox {
             commands: None,
             stat_cache: Default::default(),
             approved: BTreeSet::new(),
-        }
+        })
     }
 
     /// Check every proposed change against these code rules (the syntax
@@ -820,10 +822,19 @@ impl ToolBox {
             .map(Duration::from_secs)
             .unwrap_or(max)
             .min(max);
-        let staging = self.commands.as_ref().map(|c| {
-            c.scratch
-                .join(loop_sandbox::unique_name("cmd").trim_start_matches("cmd-"))
-        });
+        let staging = match self.commands.as_ref().map(|c| {
+            loop_sandbox::unique_name("cmd").map(|n| c.scratch.join(n.trim_start_matches("cmd-")))
+        }) {
+            None => None,
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
+                return Observation::error(
+                    id,
+                    "run_command",
+                    format!("cannot stage the command: {e}"),
+                );
+            }
+        };
         let before = match &staging {
             Some(_) => None,
             None => Manifest::of(self.jail.root()).map(|m| m.root).ok(),

@@ -14,6 +14,7 @@ fn toolbox(d: &TestDir) -> ToolBox {
         Jail::new(d.path(), Protected::new(&rules).unwrap()).unwrap(),
         ToolLimits::default(),
     )
+    .unwrap()
 }
 
 fn call(tool: &str, args: serde_json::Value) -> ToolCall {
@@ -325,6 +326,7 @@ fn a_crash_mid_patch_is_rolled_back_when_the_toolbox_starts_again() {
     let rules: Vec<String> = vec![];
     let jail = Jail::new(&ws, loop_workspace::Protected::new(&rules).unwrap()).unwrap();
     let (_t, restored) = ToolBox::new(jail, ToolLimits::default())
+        .unwrap()
         .with_journal(&journal_dir)
         .unwrap();
     assert_eq!(restored, 2);
@@ -346,7 +348,8 @@ fn a_step_may_change_only_so_many_lines_measured_against_the_step_start() {
             max_diff_lines: 10,
             ..ToolLimits::default()
         },
-    );
+    )
+    .unwrap();
     t.begin_step();
     let o = t.execute(&call(
         "write_file",
