@@ -632,7 +632,39 @@ pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
 /// `loop keys rotate`: revoke the signing key, make a new one, and record
 /// the revocation in a signed addendum (by the new key) on every receipt of
 /// `project` that the old key signed.
-pub fn rotate_key(project: &Path) -> Result<u8, CliError> {
+pub fn rotate_key(project: &Path, yes: bool) -> Result<u8, CliError> {
+    // Revoking is not undone: a wrong project or a slip of the hand is
+    // refused before anything changes.
+    let receipts_dir = project.join(".loop/receipts");
+    if !project.is_dir() {
+        return Err(CliError::usage(format!(
+            "project {} does not exist; nothing was revoked",
+            project.display()
+        )));
+    }
+    if !yes {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::usage(
+                "`loop keys rotate` revokes the signing key for good: confirm with --yes",
+            ));
+        }
+        let current = loop_receipt::KeyPair::existing()
+            .map_err(|e| CliError::usage(e.to_string()))?
+            .map(|k| k.keyid().to_string())
+            .unwrap_or_else(|| "(none yet)".into());
+        print!(
+            "revoke signing key {current} and annotate the receipts in {}? [y/N] ",
+            receipts_dir.display()
+        );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("nothing was revoked");
+            return Ok(1);
+        }
+    }
     // The key being revoked signs its own revocation too: whoever trusts
     // it (`loop verify --pubkey OLD`, anywhere) learns it was revoked.
     let old_pair = loop_receipt::KeyPair::existing().map_err(|e| CliError::usage(e.to_string()))?;

@@ -273,6 +273,9 @@ enum Command {
         /// The project whose receipts `rotate` annotates.
         #[arg(long, default_value = ".")]
         project: PathBuf,
+        /// Rotate without asking (on a terminal, `rotate` asks first).
+        #[arg(long)]
+        yes: bool,
     },
     /// Show what the sandbox can enforce on this machine.
     Doctor,
@@ -291,6 +294,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Output into a closed pipe (`loop demo | head`) ends the process
+    // quietly, as it does for other command-line tools, not with a panic.
+    // SAFETY: restoring the default disposition of one signal at start-up.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     interrupt::install();
     // Whatever credentials this process was given (provider keys, tokens)
     // are scrubbed, by value, from every record it writes.
@@ -322,7 +331,11 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Exec(args) => exec_cmd::exec(args),
         Command::Doctor => exec_cmd::doctor(),
         Command::Replay { receipt } => replay::replay(&receipt),
-        Command::Keys { action, project } if action == "rotate" => changes::rotate_key(&project),
+        Command::Keys {
+            action,
+            project,
+            yes,
+        } if action == "rotate" => changes::rotate_key(&project, yes),
         Command::Keys { action, .. } => {
             let key = loop_receipt::KeyPair::load_or_create()
                 .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
@@ -473,11 +486,21 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 }
             };
             let l = &mut contract.limits;
+            if max_steps == Some(0) {
+                return Err(CliError::usage(
+                    "--max-steps 0 leaves the model no step at all; give at least 1",
+                ));
+            }
+            if max_tokens == Some(0) {
+                return Err(CliError::usage(
+                    "--max-tokens 0 leaves the model no tokens at all; give at least 1",
+                ));
+            }
             if let Some(n) = max_steps {
-                l.max_steps = n.max(1);
+                l.max_steps = n;
             }
             if let Some(n) = max_tokens {
-                l.max_tokens = n.max(1);
+                l.max_tokens = n;
             }
             if let Some(x) = budget_usd {
                 if !x.is_finite() || x < 0.0 {

@@ -22,11 +22,16 @@ pub fn verify(
         keys.push(k.public());
     }
     let revoked_here = loop_receipt::revoked_by_addenda(receipt, &keys);
+    let whose = match (pubkey, trusted.first()) {
+        (Some(_), Some(k)) => format!("the given key {}", k.keyid),
+        (None, Some(k)) => format!("this machine's key {}", k.keyid),
+        (_, None) => "no key (this machine has none yet)".to_string(),
+    };
     let ok = report.ok() && revoked_signer(&report, &revoked_here).is_none();
     if json {
-        println!("{}", to_json(&report, ok, pubkey.is_some(), &revoked_here));
+        println!("{}", to_json(&report, ok, &whose, &revoked_here));
     } else {
-        print!("{}", render(&report, ok, pubkey.is_some(), &revoked_here));
+        print!("{}", render(&report, ok, &whose, &revoked_here));
     }
     Ok(ok)
 }
@@ -61,22 +66,14 @@ fn revoked_signer(report: &VerifyReport, by_addenda: &[String]) -> Option<String
     }
 }
 
-fn signature_line(report: &VerifyReport, key_requested: bool, by_addenda: &[String]) -> String {
-    let whose = if key_requested {
-        "the given key"
-    } else {
-        "this machine's key"
-    };
+fn signature_line(report: &VerifyReport, whose: &str, by_addenda: &[String]) -> String {
     if let Some(k) = revoked_signer(report, by_addenda) {
         return format!(
             "REVOKED: signed by key {k}, which was revoked (see the receipt's addenda)"
         );
     }
     match &report.signature {
-        SignatureStatus::Valid { keyid } => format!(
-            "valid (Ed25519, key {}…, {whose})",
-            &keyid[..16.min(keyid.len())]
-        ),
+        SignatureStatus::Valid { .. } => format!("valid (Ed25519, {whose})"),
         SignatureStatus::Invalid { keyid } => format!(
             "INVALID: the signature by key {}… does not verify",
             &keyid[..16.min(keyid.len())]
@@ -89,7 +86,7 @@ fn signature_line(report: &VerifyReport, key_requested: bool, by_addenda: &[Stri
                     "REVOKED: signed by key {k}, which this machine revoked (see the receipt's addenda)"
                 ),
                 None => format!(
-                    "UNKNOWN KEY: signed by {} — pass the signer's public key with --pubkey",
+                    "UNKNOWN KEY: signed by key {}, not by {whose}: pass the signer's public key with --pubkey",
                     keyids.join(", ")
                 ),
             }
@@ -98,16 +95,11 @@ fn signature_line(report: &VerifyReport, key_requested: bool, by_addenda: &[Stri
 }
 
 /// Human report.
-pub fn render(
-    report: &VerifyReport,
-    ok: bool,
-    key_requested: bool,
-    by_addenda: &[String],
-) -> String {
+pub fn render(report: &VerifyReport, ok: bool, whose: &str, by_addenda: &[String]) -> String {
     let mut s = format!("receipt    {}\n", report.receipt.display());
     s.push_str(&format!(
         "signature  {}\n",
-        signature_line(report, key_requested, by_addenda)
+        signature_line(report, whose, by_addenda)
     ));
     let statement = match (&report.statement, report.statement_problems.as_slice()) {
         (Some(st), []) => format!(
@@ -157,13 +149,13 @@ pub fn render(
 fn to_json(
     report: &VerifyReport,
     ok: bool,
-    key_requested: bool,
+    whose: &str,
     by_addenda: &[String],
 ) -> serde_json::Value {
     serde_json::json!({
         "receipt": report.receipt.display().to_string(),
         "ok": ok,
-        "signature": signature_line(report, key_requested, by_addenda),
+        "signature": signature_line(report, whose, by_addenda),
         "statement_problems": report.statement_problems,
         "ledger": {
             "entries": report.ledger_entries,

@@ -233,6 +233,15 @@ fn the_demo_is_verified_and_tampering_with_any_byte_is_caught() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("UNKNOWN KEY"), "{}", text(&out));
+    // It names the key that signed, and says it is not the one given.
+    let signed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let signer = signed["signatures"][0]["keyid"].as_str().unwrap();
+    assert!(
+        text(&out).contains(&format!("signed by key {signer}, not by the given key")),
+        "{}",
+        text(&out)
+    );
 
     // An independent DSSE implementation accepts it, and refuses a tampered copy.
     let python = ssl_python();
@@ -1019,7 +1028,7 @@ fn rotating_the_key_revokes_old_receipts_through_signed_addenda() {
     };
     assert_eq!(verify_here().status.code(), Some(0));
     let out = loop_bin()
-        .args(["keys", "rotate", "--project"])
+        .args(["keys", "rotate", "--yes", "--project"])
         .arg(&p)
         .env("LOOP_STATE_DIR", &state)
         .output()
@@ -1180,5 +1189,78 @@ fn a_checkpoint_before_apply_needs_a_person_to_confirm() {
     assert_eq!(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('hello')\n"
+    );
+}
+
+#[test]
+fn the_command_line_refuses_what_it_cannot_honour() {
+    // A closed pipe ends `loop` quietly (SIGPIPE), never with a panic.
+    let dir = tmpdir("pipe");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "\"{}\" demo --dir \"{}\" | head -1 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\"",
+            env!("CARGO_BIN_EXE_loop"),
+            dir.join("demo").display()
+        ))
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(!all.contains("panicked"), "{all}");
+    assert!(all.contains("status 141"), "killed by SIGPIPE: {all}");
+    // No step at all is not a budget.
+    let out = loop_bin()
+        .args([
+            "run",
+            "x",
+            "--check",
+            "true",
+            "--max-steps",
+            "0",
+            "--project",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--max-steps 0"), "{}", text(&out));
+    // Rotating the key for a project that does not exist revokes nothing.
+    let state = dir.join("state");
+    let keys = |args: &[&str]| {
+        loop_bin()
+            .args(args)
+            .env("LOOP_STATE_DIR", &state)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let before = keys(&["keys", "show"]);
+    let out = keys(&[
+        "keys",
+        "rotate",
+        "--yes",
+        "--project",
+        "/nonexistent/project",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("does not exist; nothing was revoked"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        keys(&["keys", "show"]).stdout,
+        before.stdout,
+        "the key is unchanged"
+    );
+    // Without a terminal, rotating needs --yes.
+    let project = dir.to_str().unwrap().to_string();
+    let out = keys(&["keys", "rotate", "--project", &project]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("confirm with --yes"), "{}", text(&out));
+    assert_eq!(
+        keys(&["keys", "show"]).stdout,
+        before.stdout,
+        "the key is unchanged"
     );
 }

@@ -489,7 +489,13 @@ fn revocation_holds_with_an_explicit_key_and_only_real_signatures_are_annotated(
         let planted_path = receipt.with_file_name("t-planted.receipt.json");
         std::fs::write(&planted_path, serde_json::to_vec(&planted).unwrap()).unwrap();
         let project = sc.project();
-        let o = sc.loop_cmd(&["keys", "rotate", "--project", project.to_str().unwrap()]);
+        let o = sc.loop_cmd(&[
+            "keys",
+            "rotate",
+            "--yes",
+            "--project",
+            project.to_str().unwrap(),
+        ]);
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(
             o.status.success(),
