@@ -254,6 +254,11 @@ enum Command {
         /// Print a JSON report.
         #[arg(long)]
         json: bool,
+        /// Check only that the receipt holds (signature, ledger,
+        /// artifacts): exit 0 for an intact receipt of a task that ended
+        /// failed, lost, limit_reached or cancelled too.
+        #[arg(long)]
+        integrity_only: bool,
     },
     /// Run one command in the sandbox; the exit code mirrors the command's.
     Exec(exec_cmd::ExecArgs),
@@ -324,8 +329,15 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             pubkey,
             artifacts,
             json,
+            integrity_only,
         } => {
-            let ok = verify_cmd::verify(&receipt, artifacts.as_deref(), pubkey.as_deref(), json)?;
+            let ok = verify_cmd::verify(
+                &receipt,
+                artifacts.as_deref(),
+                pubkey.as_deref(),
+                json,
+                integrity_only,
+            )?;
             Ok(if ok { 0 } else { 1 })
         }
         Command::Exec(args) => exec_cmd::exec(args),

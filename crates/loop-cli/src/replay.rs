@@ -11,6 +11,11 @@ use std::path::Path;
 
 /// Replay; exit 0 when every criterion comes out as recorded.
 pub fn replay(receipt: &Path) -> Result<u8, CliError> {
+    // Resolved once, absolutely: everything below is found from it, and a
+    // relative path would give the checks a relative workspace.
+    let receipt = &receipt
+        .canonicalize()
+        .map_err(|e| CliError::usage(format!("{}: {e}", receipt.display())))?;
     let trusted = crate::verify_cmd::trusted_keys(None)?;
     let report =
         verify_receipt(receipt, None, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
@@ -72,6 +77,26 @@ pub fn replay(receipt: &Path) -> Result<u8, CliError> {
             if now.passed { "pass" } else { "fail" },
             if agree { "" } else { "  ← differs" }
         );
+        if !agree {
+            // What the replay saw, so a difference can be understood.
+            for c in now.checks.iter().filter(|c| !c.passed) {
+                println!(
+                    "      check {}: {}",
+                    c.index + 1,
+                    c.failure.as_deref().unwrap_or("failed")
+                );
+                for (name, s) in [("stdout", &c.stdout), ("stderr", &c.stderr)] {
+                    if let Some(s) = s
+                        && !s.excerpt.trim().is_empty()
+                    {
+                        println!(
+                            "      {name}: {}",
+                            s.excerpt.trim_end().replace('\n', "\n        ")
+                        );
+                    }
+                }
+            }
+        }
     }
     let accepted = Acceptance::establish(&p.contract, &p.contract_sha256, &replayed).is_ok();
     let recorded_verified = p.outcome.kind == OutcomeKind::Verified;

@@ -4,12 +4,31 @@ use crate::CliError;
 use loop_receipt::{KeyPair, PublicKey, SignatureStatus, VerifyReport, verify_receipt};
 use std::path::Path;
 
-/// Verify and print; returns whether everything holds.
+/// What a verification found: whether the receipt holds, and whether the
+/// task it records was verified.
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    intact: bool,
+    verified: bool,
+    integrity_only: bool,
+}
+
+impl Verdict {
+    /// `loop verify R && deploy` ships only verified work: success needs
+    /// both, unless only the receipt's integrity was asked about.
+    fn ok(self) -> bool {
+        self.intact && (self.verified || self.integrity_only)
+    }
+}
+
+/// Verify and print; returns whether the receipt holds and (unless
+/// `integrity_only`) records a verified task.
 pub fn verify(
     receipt: &Path,
     artifacts: Option<&Path>,
     pubkey: Option<&Path>,
     json: bool,
+    integrity_only: bool,
 ) -> Result<bool, CliError> {
     let trusted = trusted_keys(pubkey)?;
     let report =
@@ -27,11 +46,19 @@ pub fn verify(
         (None, Some(k)) => format!("this machine's key {}", k.keyid),
         (_, None) => "no key (this machine has none yet)".to_string(),
     };
-    let ok = report.ok() && revoked_signer(&report, &revoked_here).is_none();
+    let verdict = Verdict {
+        intact: report.ok() && revoked_signer(&report, &revoked_here).is_none(),
+        verified: report
+            .statement
+            .as_ref()
+            .is_some_and(|s| s.predicate.outcome.kind == loop_protocol::OutcomeKind::Verified),
+        integrity_only,
+    };
+    let ok = verdict.ok();
     if json {
-        println!("{}", to_json(&report, ok, &whose, &revoked_here));
+        println!("{}", to_json(&report, verdict, &whose, &revoked_here));
     } else {
-        print!("{}", render(&report, ok, &whose, &revoked_here));
+        print!("{}", render(&report, verdict, &whose, &revoked_here));
     }
     Ok(ok)
 }
@@ -95,7 +122,7 @@ fn signature_line(report: &VerifyReport, whose: &str, by_addenda: &[String]) -> 
 }
 
 /// Human report.
-pub fn render(report: &VerifyReport, ok: bool, whose: &str, by_addenda: &[String]) -> String {
+fn render(report: &VerifyReport, verdict: Verdict, whose: &str, by_addenda: &[String]) -> String {
     let mut s = format!("receipt    {}\n", report.receipt.display());
     s.push_str(&format!(
         "signature  {}\n",
@@ -138,23 +165,36 @@ pub fn render(report: &VerifyReport, ok: bool, whose: &str, by_addenda: &[String
             st.predicate.outcome, st.predicate.outcome.reason
         ));
     }
-    s.push_str(if ok {
-        "result     the receipt holds\n"
-    } else {
-        "result     the receipt does NOT hold\n"
+    let kind = report
+        .statement
+        .as_ref()
+        .map(|st| st.predicate.outcome.to_string())
+        .unwrap_or_default();
+    s.push_str(&match (verdict.intact, verdict.verified, verdict.integrity_only) {
+        (false, _, _) => "result     the receipt does NOT hold\n".to_string(),
+        (true, true, _) => "result     the receipt holds and the task was verified\n".to_string(),
+        (true, false, true) => format!(
+            "result     the receipt holds (integrity only); the task ended {kind}, not verified\n"
+        ),
+        (true, false, false) => format!(
+            "result     NOT VERIFIED: the task ended {kind}; the receipt itself holds (--integrity-only checks just that)\n"
+        ),
     });
     s
 }
 
 fn to_json(
     report: &VerifyReport,
-    ok: bool,
+    verdict: Verdict,
     whose: &str,
     by_addenda: &[String],
 ) -> serde_json::Value {
     serde_json::json!({
         "receipt": report.receipt.display().to_string(),
-        "ok": ok,
+        "ok": verdict.ok(),
+        "intact": verdict.intact,
+        "verified": verdict.verified,
+        "integrity_only": verdict.integrity_only,
         "signature": signature_line(report, whose, by_addenda),
         "statement_problems": report.statement_problems,
         "ledger": {

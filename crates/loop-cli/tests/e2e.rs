@@ -85,6 +85,15 @@ fn verify(receipt: &Path) -> Output {
     loop_bin().arg("verify").arg(receipt).output().unwrap()
 }
 
+/// `loop verify --integrity-only RECEIPT`: the receipt holds, whatever the outcome.
+fn verify_integrity(receipt: &Path) -> Output {
+    loop_bin()
+        .args(["verify", "--integrity-only"])
+        .arg(receipt)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_demo_is_verified_and_tampering_with_any_byte_is_caught() {
     let dir = tmpdir("demo");
@@ -411,7 +420,15 @@ fn run_script(project: &Path, script: &str, extra: &[&str]) -> Run {
 fn assert_unverified_but_intact(r: &Run, kind: &str) {
     assert_eq!(r.outcome["kind"], kind, "{}", r.output);
     assert_eq!(r.code, Some(1), "{}", r.output);
-    let v = verify(&r.receipt);
+    // `loop verify R && deploy` ships nothing unverified: exit 1, naming it.
+    let plain = verify(&r.receipt);
+    assert_eq!(plain.status.code(), Some(1), "{}", text(&plain));
+    assert!(
+        text(&plain).contains(&format!("NOT VERIFIED: the task ended {kind}")),
+        "{}",
+        text(&plain)
+    );
+    let v = verify_integrity(&r.receipt);
     assert_eq!(
         v.status.code(),
         Some(0),
@@ -704,7 +721,7 @@ fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["outcome"]["kind"], "cancelled", "{stdout}");
-    let v = verify(Path::new(last["path"].as_str().unwrap()));
+    let v = verify_integrity(Path::new(last["path"].as_str().unwrap()));
     assert_eq!(v.status.code(), Some(0), "{}", text(&v));
 }
 
@@ -1263,4 +1280,30 @@ fn the_command_line_refuses_what_it_cannot_honour() {
         before.stdout,
         "the key is unchanged"
     );
+}
+
+#[test]
+fn replay_with_a_relative_receipt_path_reproduces() {
+    let dir = tmpdir("replay-relative");
+    let demo = loop_bin()
+        .args(["demo", "--dir"])
+        .arg(dir.join("demo"))
+        .output()
+        .unwrap();
+    assert_eq!(demo.status.code(), Some(0), "{}", text(&demo));
+    let project = dir.join("demo/project");
+    let receipt = std::fs::read_dir(project.join(".loop/receipts"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.ends_with(".receipt.json"))
+        .unwrap();
+    let out = loop_bin()
+        .arg("replay")
+        .arg(format!(".loop/receipts/{receipt}"))
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains(": reproduced"), "{}", text(&out));
 }

@@ -150,7 +150,7 @@ fn malformed_answers_are_typed_observations_charged_and_end_lost() {
         .unwrap()
         .to_string();
     let v = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .args(["verify", &receipt])
+        .args(["verify", "--integrity-only", &receipt])
         .env("LOOP_STATE_DIR", dir.join("state"))
         .output()
         .unwrap();

@@ -31,13 +31,20 @@ fn loop_as(nobody: bool, dir: &Path) -> Command {
     if !nobody {
         return Command::new(env!("CARGO_BIN_EXE_loop"));
     }
-    let bin = std::env::temp_dir().join(format!("loop-secrets-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = bin.join("loop");
-    if !exe.exists() {
-        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &exe).unwrap();
-    }
+    // Copied once for the whole process: a copy made while another test
+    // executes it fails with "text file busy".
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let exe = COPY
+        .get_or_init(|| {
+            let bin = std::env::temp_dir().join(format!("loop-secrets-bin-{}", std::process::id()));
+            std::fs::create_dir_all(&bin).unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let exe = bin.join("loop");
+            std::fs::copy(env!("CARGO_BIN_EXE_loop"), &exe).unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            exe
+        })
+        .clone();
     let st = Command::new("chown")
         .arg("-R")
         .arg(format!("{NOBODY}:{NOBODY}"))
