@@ -281,6 +281,10 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(loop_sandbox::Settings {
+            deadline: Some(
+                std::time::Instant::now()
+                    + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
+            ),
             isolation: req.isolation,
             cancel: Some(crate::interrupt::flag()),
         })
@@ -430,37 +434,6 @@ fn drive(
     let protected = Protected::new(&contract.protected_globs())
         .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
     let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
-    let cancel = crate::interrupt::flag();
-    let sandbox = loop_sandbox::Settings {
-        isolation,
-        cancel: Some(cancel.clone()),
-    };
-    // The edit journal lives with the task: a step a crash interrupted is
-    // rolled back before anything else happens.
-    let exec_policy = stored.exec_policy.clone().unwrap_or_default();
-    let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
-        .map_err(|e| CliError::internal(e.0))?
-        .with_sandbox(sandbox.clone())
-        .with_exec_policy(exec_policy.clone())
-        .with_code_policy(stored.code_policy.clone().unwrap_or_default())
-        .with_journal(&task_dir.join("journal"))
-        .map_err(|e| CliError::internal(e.to_string()))?;
-    let diff_ws = workspace.clone();
-    let mut tools = ToolsAdapter {
-        tools: toolbox,
-        diff: Some(Box::new(|| match Manifest::of(&diff_ws) {
-            Ok(now) => crate::changes::compute(project, &task_ws, &baseline, &now).patch,
-            Err(e) => format!("(the change cannot be computed: {e})"),
-        })),
-    };
-    // Protected paths are guarded twice: tools refuse to write them, and the
-    // verifier rejects a seal in which they differ from the baseline.
-    let mut verifier = VerifierAdapter(
-        SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
-            .guard_protected(baseline.clone(), protected)
-            .with_sandbox(sandbox),
-    );
-
     // The record so far: the store's entries are the truth; the file copy
     // is rewritten to match them.
     let entries = store.entries(task_id, 0).map_err(store_err)?;
@@ -490,6 +463,48 @@ fn drive(
             .map_or(0, |(b, a)| b.saturating_sub(a)),
         _ => 0,
     };
+    let cancel = crate::interrupt::flag();
+    // No command or check runs past the task's wall-time budget.
+    let granted_secs = history
+        .iter()
+        .map(|e| match e {
+            loop_protocol::Event::BudgetExtended { add_secs, .. } => *add_secs,
+            _ => 0,
+        })
+        .chain(extension.as_ref().map(|x| x.add_secs))
+        .fold(contract.limits.timeout_secs, u64::saturating_add);
+    let remaining_ms = granted_secs.saturating_mul(1000).saturating_sub(elapsed_ms);
+    let sandbox = loop_sandbox::Settings {
+        isolation,
+        cancel: Some(cancel.clone()),
+        deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
+    };
+    // The edit journal lives with the task: a step a crash interrupted is
+    // rolled back before anything else happens.
+    let exec_policy = stored.exec_policy.clone().unwrap_or_default();
+    let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
+        .map_err(|e| CliError::internal(e.0))?
+        .with_sandbox(sandbox.clone())
+        .with_exec_policy(exec_policy.clone())
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default())
+        .with_journal(&task_dir.join("journal"))
+        .map_err(|e| CliError::internal(e.to_string()))?;
+    let diff_ws = workspace.clone();
+    let mut tools = ToolsAdapter {
+        tools: toolbox,
+        diff: Some(Box::new(|| match Manifest::of(&diff_ws) {
+            Ok(now) => crate::changes::compute(project, &task_ws, &baseline, &now).patch,
+            Err(e) => format!("(the change cannot be computed: {e})"),
+        })),
+    };
+    // Protected paths are guarded twice: tools refuse to write them, and the
+    // verifier rejects a seal in which they differ from the baseline.
+    let mut verifier = VerifierAdapter(
+        SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+            .guard_protected(baseline.clone(), protected)
+            .with_sandbox(sandbox),
+    );
+
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let ledger_path = receipts.join(&ledger_name);
     std::fs::create_dir_all(&receipts).map_err(|e| io("receipts", e))?;

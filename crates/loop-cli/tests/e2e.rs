@@ -1307,3 +1307,44 @@ fn replay_with_a_relative_receipt_path_reproduces() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains(": reproduced"), "{}", text(&out));
 }
+
+#[test]
+fn the_time_budget_bounds_every_command_and_check() {
+    let dir = tmpdir("time-bound");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let script = dir.join("script.yaml");
+    std::fs::write(
+        &script,
+        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 30\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = loop_bin()
+        .args([
+            "run",
+            "wait",
+            "--check",
+            "sleep 30",
+            "--timeout",
+            "3",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["kind"], "limit_reached", "{stdout}");
+    assert_eq!(last["outcome"]["limit"], "time", "{stdout}");
+    // The command's own 30 s (and the check's) never ran past the 3 s budget;
+    // the baseline checks have a budget of their own of the same size.
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "a 3 s budget took {took:?}: {stdout}"
+    );
+}

@@ -132,13 +132,19 @@ pub struct Settings {
     pub isolation: IsolationLevel,
     /// Set to kill the running command's tree.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// When the task's wall-time budget runs out: no command runs past it,
+    /// whatever its own timeout.
+    pub deadline: Option<Instant>,
 }
 
 impl Settings {
-    /// Apply to a request.
+    /// Apply to a request (after its own timeout is set: the deadline caps it).
     pub fn apply(&self, req: &mut ExecRequest) {
         req.isolation = self.isolation;
         req.cancel = self.cancel.clone();
+        if let Some(d) = self.deadline {
+            req.timeout = req.timeout.min(d.saturating_duration_since(Instant::now()));
+        }
     }
 }
 

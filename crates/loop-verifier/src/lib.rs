@@ -366,9 +366,10 @@ fn run_check(
     let mut ev = blank(criterion, index, check, view.method.name());
     let mut req = ExecRequest::shell(run.command.clone(), &view.dir);
     req.overlay_scratch = view.overlay.clone();
-    sandbox.apply(&mut req);
     req.workspace = Some(view.dir.clone());
     req.timeout = Duration::from_secs(run.timeout_secs);
+    // After the check's own timeout: the task's deadline caps it.
+    sandbox.apply(&mut req);
     req.max_output = MATCH_BYTES;
     let result = match loop_sandbox::run(&req) {
         Ok(r) => r,
