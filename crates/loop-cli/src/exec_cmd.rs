@@ -113,9 +113,25 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
         if let Some(root) = &overlay_root {
             req.overlay_scratch = Some(root.join(n.to_string()));
         }
-        loop_sandbox::run(&req).map_err(|e| match e {
-            loop_sandbox::SandboxError::Unavailable { .. } => CliError::usage(e.to_string()),
-            other => CliError::internal(other.to_string()),
+        // Our own failures never look like the command's exit code: 127
+        // for a command not found, 126 for one that cannot be run, 125 for
+        // anything else (as `env`, `timeout` and container runtimes do).
+        loop_sandbox::run(&req).map_err(|e| match &e {
+            loop_sandbox::SandboxError::Spawn { step, source, .. } if step.is_empty() => {
+                let code = match source.kind() {
+                    std::io::ErrorKind::NotFound => 127,
+                    std::io::ErrorKind::PermissionDenied => 126,
+                    _ => 125,
+                };
+                CliError {
+                    code,
+                    message: e.to_string(),
+                }
+            }
+            _ => CliError {
+                code: 125,
+                message: e.to_string(),
+            },
         })
     };
     let mut last = run(0);

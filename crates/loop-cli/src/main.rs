@@ -260,7 +260,8 @@ enum Command {
         #[arg(long)]
         integrity_only: bool,
     },
-    /// Run one command in the sandbox; the exit code mirrors the command's.
+    /// Run one command in the sandbox; the exit code mirrors the command's
+    /// (loop exec's own failures: 125; 126 cannot run, 127 not found).
     Exec(exec_cmd::ExecArgs),
     /// Print the content manifest of a directory: its Merkle root, files and bytes.
     Manifest {
@@ -298,7 +299,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // `loop exec` with bad flags is our failure, not the command's.
+            let exec = std::env::args().nth(1).as_deref() == Some("exec");
+            let code = if exec && e.use_stderr() {
+                125
+            } else {
+                e.exit_code()
+            };
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
     // Output into a closed pipe (`loop demo | head`) ends the process
     // quietly, as it does for other command-line tools, not with a panic.
     // SAFETY: restoring the default disposition of one signal at start-up.
@@ -340,7 +354,15 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             )?;
             Ok(if ok { 0 } else { 1 })
         }
-        Command::Exec(args) => exec_cmd::exec(args),
+        // `loop exec` passes the command's code through: its own failures
+        // are 125 (126/127 for a command it cannot run or find).
+        Command::Exec(args) => exec_cmd::exec(args).map_err(|e| match e.code {
+            2 | 3 => CliError {
+                code: 125,
+                message: e.message,
+            },
+            _ => e,
+        }),
         Command::Doctor => exec_cmd::doctor(),
         Command::Replay { receipt } => replay::replay(&receipt),
         Command::Keys {

@@ -588,7 +588,7 @@ fn required_isolation_fails_closed_with_a_reason_when_a_layer_is_missing() {
             )
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{who:?}");
+        assert_eq!(out.status.code(), Some(125), "{who:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("isolation is required but unavailable: Landlock"),
@@ -743,4 +743,20 @@ fn host_unix_sockets_cannot_be_reached_from_the_sandbox() {
             }
         }
     }
+}
+
+#[test]
+fn loop_exec_passes_the_commands_code_through_and_uses_125_to_127_for_its_own() {
+    let sc = Scene::new("exit-codes", Who::Me);
+    let code =
+        |flags: &[&str], cmd: &[&str]| sc.command(flags, cmd).output().unwrap().status.code();
+    // The command's own codes, 2 and 3 included, pass through untouched.
+    assert_eq!(code(&[], &["sh", "-c", "exit 2"]), Some(2));
+    assert_eq!(code(&[], &["sh", "-c", "exit 3"]), Some(3));
+    // Ours: a command that is not there, one that cannot run, a bad flag.
+    assert_eq!(code(&[], &["no-such-command-5f2a"]), Some(127));
+    std::fs::write(sc.ws().join("plain.sh"), "echo hi\n").unwrap();
+    let plain = sc.ws().join("plain.sh");
+    assert_eq!(code(&[], &[plain.to_str().unwrap()]), Some(126));
+    assert_eq!(code(&["--no-such-flag"], &["true"]), Some(125));
 }
