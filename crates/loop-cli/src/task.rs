@@ -534,10 +534,12 @@ fn drive(
 
     // Heartbeat, and cancel requests from other processes (`loop cancel`):
     // both reach this run through the cancel flag within a fraction of a second.
-    let done = std::sync::atomic::AtomicBool::new(false);
+    // Dropping `stop` wakes the watcher at once, so a run ends when its
+    // work ends (a sleeping watcher made every run up to 200 ms late).
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let db_path = state.join("loop.db");
     let result = std::thread::scope(|scope| {
-        scope.spawn(|| watch(&db_path, task_id, &owner.token, &cancel, &done));
+        scope.spawn(|| watch(&db_path, task_id, &owner.token, &cancel, stopped));
         let parts = Parts {
             model: model.as_mut(),
             tools: &mut tools,
@@ -567,7 +569,7 @@ fn drive(
                 None => d.resume(&history, elapsed_ms),
             }
         });
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(stop);
         run
     })
     .map_err(|e| CliError::internal(e.to_string()))?;
@@ -683,15 +685,16 @@ fn watch(
     task_id: &str,
     token: &str,
     cancel: &std::sync::atomic::AtomicBool,
-    done: &std::sync::atomic::AtomicBool,
+    stopped: std::sync::mpsc::Receiver<()>,
 ) {
     use loop_store::Store;
     use std::sync::atomic::Ordering;
+    use std::sync::mpsc::RecvTimeoutError;
     let Ok(store) = loop_store::SqliteStore::open(db) else {
         return;
     };
     let mut tick: u64 = 0;
-    while !done.load(Ordering::SeqCst) {
+    loop {
         // The claim is renewed every 2 s (a durable write; the lease is
         // 15 s); a cancel request is looked for every 200 ms (a read).
         let still_ours = if tick.is_multiple_of(10) {
@@ -709,6 +712,9 @@ fn watch(
         if asked || !still_ours {
             cancel.store(true, Ordering::SeqCst);
         }
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        match stopped.recv_timeout(std::time::Duration::from_millis(200)) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
