@@ -671,3 +671,65 @@ fn a_checkpoint_denied_or_unanswered_stops_the_task() {
         "no turn after the unanswered checkpoint"
     );
 }
+
+#[test]
+fn shell_forms_that_waved_rm_past_the_policy_are_all_refused() {
+    // Each of these ran `rm` although the Loopfile forbids it, when the
+    // policy read lines with a hand-written splitter.
+    let (dir, project) = setup("bypass", 600);
+    let forms = [
+        "{ rm README.md; }",
+        "if true; then rm README.md; fi",
+        "! rm README.md",
+        "timeout 5 rm README.md",
+        "sh -c 'rm README.md'",
+        "eval rm README.md",
+        "echo README.md | xargs rm",
+        "r=rm; $r README.md",
+    ];
+    let mut script = String::from("turns:\n  - calls:\n");
+    for f in forms {
+        script.push_str(&format!(
+            "      - {{tool: run_command, args: {{command: {}}}}}\n",
+            serde_json::to_string(f).unwrap()
+        ));
+    }
+    script.push_str("      - {tool: finish, args: {summary: done}}\n");
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
+    let out = loop_cmd(&dir)
+        .args([
+            "run",
+            "keep the readme",
+            "--check",
+            "test -f README.md",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let refused: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "observed" && e["observation"]["status"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), forms.len(), "every form refused: {stdout}");
+    for r in &refused {
+        let rule = r["observation"]["rule"].as_str().unwrap();
+        assert!(rule.contains("rm") || rule.contains("unreadable"), "{rule}");
+    }
+    let id = first_task(&dir, &project)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        workspace(&project, &id).join("README.md").exists(),
+        "the file survived every form"
+    );
+}

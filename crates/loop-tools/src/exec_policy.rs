@@ -14,16 +14,24 @@
 //!       examples: ["pip install requests"]
 //! ```
 //!
-//! A command line is split into simple commands at `;`, `&&`, `||`, `|`,
-//! `&` and newlines (quotes respected); each is split into words like a
-//! shell would, leading `VAR=value` assignments and `env`/`sudo`/`command`
-//! wrappers skipped. A rule matches a simple command whose words start with
-//! the rule's words. Every simple command is judged; the strictest decision
-//! wins (`forbidden` over `prompt` over `allow`). A command substitution or
-//! anything the splitter cannot read is judged by the strictest rule of
-//! all, never waved through. Each rule's examples are checked when the
-//! policy loads.
+//! A command line is read with a real shell grammar ([`crate::shell`]):
+//! every command in command position anywhere in it is judged — in lists,
+//! pipelines, groups, subshells, `if`/`while`/`for`/`case` bodies, `!`,
+//! functions, redirections, command and process substitutions — and so is
+//! the command each wrapper runs (`env`, `sudo`, `timeout`, `xargs`, `find
+//! -exec`, `sh -c 'literal'`, `eval literal`, …). A rule matches a command
+//! whose words start with the rule's words; a rule that could match
+//! through a computed word (`$x`, `$(…)`, a glob) counts as matching. The
+//! strictest decision wins (`forbidden` over `prompt` over `allow`). A line
+//! that cannot be read with confidence (a parse error, a computed command
+//! name, `sh -c`/`eval` of something not literal) gets the strictest
+//! decision of all. With no rules, every line gets the default. Each rule's
+//! examples are checked when the policy loads.
+//!
+//! Prefix rules are a convenience for people, not the security boundary:
+//! the sandbox is.
 
+use crate::shell::{self, Word};
 use serde::{Deserialize, Serialize};
 
 /// What a rule decides.
@@ -102,150 +110,96 @@ pub struct Verdict {
     pub command: String,
 }
 
-/// Split a command line into simple commands, each into words. `None`
-/// when it cannot be read with confidence (unbalanced quotes, command
-/// substitution, here-documents).
-pub fn split(line: &str) -> Option<Vec<Vec<String>>> {
-    let mut commands = Vec::new();
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars().peekable();
-    let end_word = |words: &mut Vec<String>, word: &mut String, in_word: &mut bool| {
-        if *in_word {
-            words.push(std::mem::take(word));
-            *in_word = false;
-        }
-    };
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        x => word.push(x),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => word.push(chars.next()?),
-                        '$' if chars.peek() == Some(&'(') => return None,
-                        '`' => return None,
-                        x => word.push(x),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some('\n') | None => {}
-                    Some(x) => word.push(x),
-                }
-            }
-            '`' => return None,
-            '$' if chars.peek() == Some(&'(') => return None,
-            '<' if chars.peek() == Some(&'<') => return None,
-            ';' | '&' | '|' | '\n' | '(' | ')' => {
-                end_word(&mut words, &mut word, &mut in_word);
-                if !words.is_empty() {
-                    commands.push(std::mem::take(&mut words));
-                }
-                if matches!(c, '&' | '|') && chars.peek() == Some(&c) {
-                    chars.next();
-                }
-            }
-            c if c.is_whitespace() => end_word(&mut words, &mut word, &mut in_word),
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    end_word(&mut words, &mut word, &mut in_word);
-    if !words.is_empty() {
-        commands.push(words);
-    }
-    Some(commands)
+/// How a rule meets one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// Every word of the prefix is there, literally.
+    Exact,
+    /// It could be: a computed word stands where a prefix word is.
+    Possible,
+    /// It is not.
+    No,
 }
 
-/// Drop leading assignments and transparent wrappers (`env`, `sudo`,
-/// `command`, `exec`, `nice`, `time`), so `FOO=1 sudo git push` is `git push`.
-fn effective(words: &[String]) -> &[String] {
-    let mut i = 0;
-    while i < words.len() {
-        let w = &words[i];
-        let is_assignment = w.split_once('=').is_some_and(|(k, _)| {
-            !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
-        if is_assignment
-            || matches!(
-                w.as_str(),
-                "env" | "sudo" | "command" | "exec" | "nice" | "time"
-            )
-        {
-            i += 1;
-        } else {
-            break;
+fn fit(rule: &Rule, words: &[Word]) -> Fit {
+    let mut possible = false;
+    for (i, p) in rule.prefix.iter().enumerate() {
+        match words.get(i) {
+            // A computed word may expand to several, so a short command
+            // with one can still reach the rule's words.
+            None if words.iter().any(Option::is_none) => possible = true,
+            None => return Fit::No,
+            Some(None) => possible = true,
+            // The program may be named by path: /usr/bin/git is git.
+            Some(Some(w)) if w == p || (i == 0 && w.rsplit('/').next() == Some(p.as_str())) => {}
+            Some(Some(_)) => return Fit::No,
         }
     }
-    &words[i..]
+    if possible { Fit::Possible } else { Fit::Exact }
+}
+
+fn show(words: &[Word]) -> String {
+    words
+        .iter()
+        .map(|w| w.as_deref().unwrap_or("…"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl ExecPolicy {
-    fn rule_matches(rule: &Rule, words: &[String]) -> bool {
-        let words = effective(words);
-        if words.len() < rule.prefix.len() {
-            return false;
-        }
-        rule.prefix.iter().zip(words).all(|(p, w)| {
-            // The program may be named by path: /usr/bin/git is git.
-            p == w || (std::ptr::eq(p, &rule.prefix[0]) && w.rsplit('/').next() == Some(p.as_str()))
-        })
+    /// The strictest decision any rule or the default can give.
+    fn strictest(&self) -> Decision {
+        self.rules
+            .iter()
+            .map(|r| r.decision)
+            .chain([self.default])
+            .max()
+            .unwrap_or(self.default)
     }
 
-    /// Judge a command line.
+    /// Judge a command line: every command in it (see [`crate::shell`]),
+    /// the strictest decision wins; a rule that could match through a
+    /// computed word counts as matching; a line that cannot be read gets
+    /// the strictest decision of all. With no rules, every line gets the
+    /// default.
     pub fn evaluate(&self, line: &str) -> Verdict {
-        let Some(commands) = split(line) else {
-            let strictest = self
-                .rules
-                .iter()
-                .map(|r| r.decision)
-                .chain([self.default, Decision::Prompt])
-                .max()
-                .unwrap_or(Decision::Prompt);
-            return Verdict {
-                decision: strictest,
-                rule: Some(
-                    "unreadable command line (substitution, here-document or unbalanced quotes)"
-                        .into(),
-                ),
-                command: line.to_string(),
-            };
-        };
-        let mut best = Verdict {
+        let default = Verdict {
             decision: self.default,
             rule: None,
             command: line.to_string(),
         };
+        if self.rules.is_empty() {
+            return default;
+        }
+        let parsed = shell::parse(line);
+        if let Some(why) = parsed.unreadable.first() {
+            return Verdict {
+                decision: self.strictest(),
+                rule: Some(format!("unreadable command line: {why}")),
+                command: line.to_string(),
+            };
+        }
+        let mut best = default;
         let mut first = true;
-        for words in &commands {
+        for words in &parsed.commands {
             let (decision, rule) = self
                 .rules
                 .iter()
-                .filter(|r| Self::rule_matches(r, words))
-                .map(|r| (r.decision, Some(r.name())))
+                .filter_map(|r| match fit(r, words) {
+                    Fit::Exact => Some((r.decision, Some(r.name()))),
+                    Fit::Possible => Some((
+                        r.decision,
+                        Some(format!("{} (through a computed word)", r.name())),
+                    )),
+                    Fit::No => None,
+                })
                 .max_by_key(|(d, _)| *d)
                 .unwrap_or((self.default, None));
             if first || decision > best.decision {
                 best = Verdict {
                     decision,
                     rule,
-                    command: words.join(" "),
+                    command: show(words),
                 };
                 first = false;
             }
@@ -253,14 +207,20 @@ impl ExecPolicy {
         best
     }
 
+    /// Whether `rule` matches some command of `line` exactly.
+    fn matches_line(rule: &Rule, line: &str) -> bool {
+        shell::parse(line)
+            .commands
+            .iter()
+            .any(|w| fit(rule, w) == Fit::Exact)
+    }
+
     /// Check every rule's examples; the problems, by rule.
     pub fn check_examples(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             for ex in &r.examples {
-                let matched =
-                    split(ex).is_some_and(|cmds| cmds.iter().any(|w| Self::rule_matches(r, w)));
-                if !matched {
+                if !Self::matches_line(r, ex) {
                     problems.push(format!(
                         "rule {} (`{}`): example `{ex}` does not match it",
                         i + 1,
@@ -277,7 +237,7 @@ impl ExecPolicy {
                 }
             }
             for ex in &r.not_examples {
-                if split(ex).is_some_and(|cmds| cmds.iter().any(|w| Self::rule_matches(r, w))) {
+                if Self::matches_line(r, ex) {
                     problems.push(format!(
                         "rule {} (`{}`): not_example `{ex}` matches it",
                         i + 1,
@@ -343,19 +303,135 @@ mod tests {
     fn what_cannot_be_read_is_judged_by_the_strictest_rule() {
         let p = policy();
         for c in [
-            "echo $(git push)",
-            "echo `git push`",
-            "cat <<EOF\nx\nEOF",
+            "r=git; $r push",
+            "sh -c \"$CMD\"",
+            "eval \"$X\"",
             "echo 'unbalanced",
         ] {
-            assert_eq!(p.evaluate(c).decision, Decision::Forbidden, "{c}");
+            let v = p.evaluate(c);
+            assert_eq!(v.decision, Decision::Forbidden, "{c}");
+            assert!(
+                v.rule.unwrap().starts_with("unreadable command line"),
+                "{c}"
+            );
         }
-        let lenient = ExecPolicy::default();
-        assert_eq!(
-            lenient.evaluate("echo $(date)").decision,
-            Decision::Prompt,
-            "never waved through"
-        );
+        // With no rules at all, nothing is unreadable: the default decides.
+        let none = ExecPolicy::default();
+        for c in [
+            "echo $(date)",
+            "cat > t.py <<'EOF'\nimport os\nEOF",
+            "$x",
+            "echo 'unbalanced",
+        ] {
+            assert_eq!(none.evaluate(c).decision, Decision::Allow, "{c}");
+        }
+    }
+
+    /// The exec-policy table: each line with the decision it must get
+    /// under `rm` forbidden, `git push` forbidden, `pip install` prompt,
+    /// `git` allow, default allow.
+    #[test]
+    fn every_command_in_command_position_is_judged() {
+        let mut p = policy();
+        p.rules.push(rule("rm", Decision::Forbidden));
+        use Decision::{Allow as A, Forbidden as F, Prompt as P};
+        let table: &[(&str, Decision)] = &[
+            ("rm victim.txt", F),
+            ("rm victim.txt>/dev/null", F),
+            ("(rm victim.txt)", F),
+            ("command rm victim.txt", F),
+            ("nice rm victim.txt", F),
+            ("nice -n 5 rm victim.txt", F),
+            ("\\rm victim.txt", F),
+            ("{ rm victim.txt; }", F),
+            ("if true; then rm victim.txt; fi", F),
+            ("if rm x; then echo; else echo; fi", F),
+            ("! rm victim.txt", F),
+            ("timeout 5 rm victim.txt", F),
+            ("timeout -s KILL -k 2 5 rm victim.txt", F),
+            ("sh -c 'rm victim.txt'", F),
+            ("bash -c \"rm x\"", F),
+            ("bash -lc 'echo hi && rm x'", F),
+            ("sh -c \"sh -c 'rm x'\"", F),
+            ("eval rm victim.txt", F),
+            ("eval 'echo a; rm b'", F),
+            ("echo victim.txt | xargs rm", F),
+            ("xargs -I{} -n 1 rm {}", F),
+            ("echo {a,b}", A),
+            ("ls {} x", A),
+            ("r=rm; $r victim.txt", F),
+            ("/bin/rm x", F),
+            ("\"rm\" x", F),
+            ("'r'm x", F),
+            ("$'rm' x", F),
+            ("/bin/r? x", F),
+            ("env -i FOO=1 rm x", F),
+            ("env -u HOME rm x", F),
+            ("env -S 'rm x'", F),
+            ("sudo -u root rm x", F),
+            ("doas rm x", F),
+            ("exec rm x", F),
+            ("exec -a name rm x", F),
+            ("builtin command rm x", F),
+            ("nohup rm x &", F),
+            ("time rm x", F),
+            ("stdbuf -oL rm x", F),
+            ("setsid rm x", F),
+            ("chroot / rm x", F),
+            ("find . -name '*.tmp' -exec rm {} \\;", F),
+            ("find . -execdir rm {} +", F),
+            ("parallel rm ::: a b", F),
+            ("sh -c \"$CMD\"", F),
+            ("eval \"$CMD\"", F),
+            ("echo $(rm x)", F),
+            ("echo `rm x`", F),
+            ("cat <(rm x)", F),
+            ("echo hi > >(rm x)", F),
+            ("while true; do rm x; done", F),
+            ("until false; do rm x; done", F),
+            ("for f in a b; do rm $f; done", F),
+            ("case x in x) rm x;; esac", F),
+            ("f() { rm x; }; f", F),
+            ("true && rm x", F),
+            ("false || rm x", F),
+            ("echo hi | rm x", F),
+            ("x=$(rm y) true", F),
+            ("export X=$(rm y)", F),
+            ("cat <<EOF\n$(rm x)\nEOF", F),
+            ("rm $FILE", F),
+            ("git $SUB origin", F),
+            ("timeout 5 git push", F),
+            ("FOO=1 sudo /usr/bin/git push", F),
+            ("git push origin main", F),
+            ("echo 'unbalanced", F),
+            ("sudo pip install x", P),
+            ("pip install requests", P),
+            ("git status", A),
+            ("git pushd", A),
+            ("echo 'rm x'", A),
+            ("echo rm x", A),
+            ("ls -la", A),
+            ("echo hi # rm x", A),
+            ("printf '%s\\n' rm", A),
+            ("env FOO=rm echo hi", A),
+            ("grep -r rm .", A),
+            ("python3 -c \"import os; os.remove('x')\"", A),
+            ("pip3 install x", A),
+            ("cat > tests/x.py <<'EOF'\nimport os\nrm = 1\nEOF", A),
+            ("ls | wc -l", A),
+        ];
+        assert!(table.len() >= 50);
+        let mut wrong = Vec::new();
+        for (line, want) in table {
+            let got = p.evaluate(line);
+            if got.decision != *want {
+                wrong.push(format!(
+                    "{line:?}: want {want}, got {} ({:?})",
+                    got.decision, got.rule
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! model, naming the rule — never a crash.
 
 pub mod exec_policy;
+pub mod shell;
 pub mod specs;
 
 use loop_protocol::observation::head_tail;

@@ -1,0 +1,464 @@
+//! Reading a `run_command` line the way a shell would, to judge it:
+//! every command in command position, anywhere in the line, with the
+//! wrappers that run another command resolved to it.
+//!
+//! The line is parsed with tree-sitter-bash. Every `command` node counts,
+//! wherever it is: lists, pipelines, `{ }`, `( )`, `if`/`while`/`for`/`case`
+//! bodies, `!`, function bodies, redirections, command and process
+//! substitutions, here-documents. Words are literal only when the shell
+//! would not change them (quotes and escapes resolved; no expansion, glob or
+//! brace); anything else is a wildcard for judging. Wrappers (`env`,
+//! `sudo`, `timeout`, `xargs`, `find -exec`, `sh -c 'literal'`, `eval
+//! literal`, …) add the command they run as another candidate.
+//!
+//! What cannot be read with confidence — a parse error, a command name that
+//! is not literal, `sh -c` or `eval` of something not literal, nesting too
+//! deep — is reported, and the policy judges it strictly.
+
+use tree_sitter::{Node, Parser};
+
+/// One word: literal text, or `None` when the shell computes it
+/// (expansions, substitutions, globs, braces): a wildcard for judging.
+pub type Word = Option<String>;
+
+/// What a line holds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// Every command to judge (wrappers and what they run, both).
+    pub commands: Vec<Vec<Word>>,
+    /// Why the line, or part of it, cannot be read with confidence.
+    pub unreadable: Vec<String>,
+}
+
+/// How deep `sh -c`/`eval` strings are read before giving up.
+const MAX_DEPTH: usize = 8;
+
+/// Read `line`.
+pub fn parse(line: &str) -> Parsed {
+    let mut out = Parsed::default();
+    parse_into(line, 0, &mut out);
+    out
+}
+
+fn parse_into(line: &str, depth: usize, out: &mut Parsed) {
+    if depth > MAX_DEPTH {
+        out.unreadable
+            .push("nested `sh -c`/`eval` deeper than this reader follows".into());
+        return;
+    }
+    let mut parser = Parser::new();
+    if parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .is_err()
+    {
+        out.unreadable
+            .push("the shell grammar could not be loaded".into());
+        return;
+    }
+    let Some(tree) = parser.parse(line, None) else {
+        out.unreadable.push("the line could not be parsed".into());
+        return;
+    };
+    walk(tree.root_node(), line, depth, out);
+}
+
+fn text<'a>(n: Node<'_>, src: &'a str) -> &'a str {
+    src.get(n.byte_range()).unwrap_or("")
+}
+
+fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
+    if n.is_error() || n.is_missing() {
+        out.unreadable.push(format!(
+            "the shell grammar cannot read `{}` (line {}, column {})",
+            text(n, src).chars().take(40).collect::<String>(),
+            n.start_position().row + 1,
+            n.start_position().column + 1
+        ));
+    }
+    match n.kind() {
+        "command" => command(n, src, depth, out),
+        "declaration_command" | "unset_command" => {
+            // `export`, `local`, `declare`, `readonly`, `unset`: builtins,
+            // judged like commands by their keyword and literal arguments.
+            let mut words: Vec<Word> = Vec::new();
+            let mut c = n.walk();
+            for child in n.children(&mut c) {
+                if !child.is_named() {
+                    words.push(Some(text(child, src).to_string()));
+                } else {
+                    words.push(literal(child, src));
+                }
+            }
+            if !words.is_empty() {
+                out.commands.push(words);
+            }
+        }
+        _ => {}
+    }
+    let mut c = n.walk();
+    for child in n.children(&mut c) {
+        walk(child, src, depth, out);
+    }
+}
+
+/// A simple command: its name and arguments, then what its wrappers run.
+fn command(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
+    let Some(name) = n.child_by_field_name("name") else {
+        return;
+    };
+    let name_word = name.named_child(0).and_then(|w| literal(w, src));
+    let mut words: Vec<Word> = vec![name_word];
+    let mut c = n.walk();
+    for arg in n.children_by_field_name("argument", &mut c) {
+        words.push(literal(arg, src));
+    }
+    resolve(&words, depth, out);
+}
+
+/// Record `words` as a command, then whatever command it runs.
+fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
+    let Some(first) = words.first() else {
+        return;
+    };
+    out.commands.push(words.to_vec());
+    let Some(name) = first else {
+        out.unreadable
+            .push("a command name that is not a literal word".into());
+        return;
+    };
+    let base = name.rsplit('/').next().unwrap_or(name);
+    let rest = &words[1..];
+    let inner: Option<&[Word]> = match base {
+        "env" => Some(skip_options(
+            rest,
+            &["-u", "--unset", "-C", "--chdir"],
+            true,
+            &mut |w, out2: &mut Parsed| {
+                // `env -S 'cmd args'` splits its string into a command.
+                if let Some(s) = w {
+                    parse_into(s, depth + 1, out2);
+                } else {
+                    out2.unreadable
+                        .push("`env -S` of a string that is not literal".into());
+                }
+            },
+            &["-S", "--split-string"],
+            out,
+        )),
+        "sudo" | "doas" => Some(skip_options(
+            rest,
+            &[
+                "-u",
+                "-g",
+                "-C",
+                "-D",
+                "-h",
+                "-p",
+                "-r",
+                "-t",
+                "-U",
+                "-T",
+                "--user",
+                "--group",
+                "--chdir",
+                "--host",
+                "--prompt",
+                "--role",
+                "--type",
+                "--other-user",
+                "--command-timeout",
+                "--close-from",
+            ],
+            false,
+            &mut |_, _| {},
+            &[],
+            out,
+        )),
+        "command" | "builtin" | "nohup" | "setsid" | "time" => {
+            Some(skip_options(rest, &[], false, &mut |_, _| {}, &[], out))
+        }
+        "exec" => Some(skip_options(rest, &["-a"], false, &mut |_, _| {}, &[], out)),
+        "nice" => Some(skip_options(
+            rest,
+            &["-n", "--adjustment"],
+            false,
+            &mut |_, _| {},
+            &[],
+            out,
+        )),
+        "stdbuf" => Some(skip_options(
+            rest,
+            &["-i", "-o", "-e", "--input", "--output", "--error"],
+            false,
+            &mut |_, _| {},
+            &[],
+            out,
+        )),
+        "timeout" => {
+            let after = skip_options(
+                rest,
+                &["-s", "--signal", "-k", "--kill-after"],
+                false,
+                &mut |_, _| {},
+                &[],
+                out,
+            );
+            // Then the duration, then the command.
+            Some(after.get(1..).unwrap_or(&[]))
+        }
+        "chroot" => {
+            let after = skip_options(
+                rest,
+                &["--userspec", "--groups"],
+                false,
+                &mut |_, _| {},
+                &[],
+                out,
+            );
+            Some(after.get(1..).unwrap_or(&[]))
+        }
+        "xargs" => {
+            let after = skip_options(
+                rest,
+                &[
+                    "-a",
+                    "-d",
+                    "-E",
+                    "-e",
+                    "-I",
+                    "-i",
+                    "-L",
+                    "-l",
+                    "-n",
+                    "-P",
+                    "-s",
+                    "--arg-file",
+                    "--delimiter",
+                    "--eof",
+                    "--replace",
+                    "--max-lines",
+                    "--max-args",
+                    "--max-procs",
+                    "--max-chars",
+                    "--process-slot-var",
+                ],
+                false,
+                &mut |_, _| {},
+                &[],
+                out,
+            );
+            // Without a command, xargs runs `echo`.
+            Some(after)
+        }
+        "find" => {
+            let mut i = 0;
+            while i < rest.len() {
+                let opens = matches!(
+                    rest[i].as_deref(),
+                    Some("-exec" | "-execdir" | "-ok" | "-okdir")
+                );
+                i += 1;
+                if opens {
+                    let start = i;
+                    while i < rest.len() && !matches!(rest[i].as_deref(), Some(";" | "+" | "\\;")) {
+                        i += 1;
+                    }
+                    resolve(&rest[start..i], depth, out);
+                }
+            }
+            None
+        }
+        "parallel" => {
+            // The command is what comes before `:::`, after the options.
+            let end = rest
+                .iter()
+                .position(|w| w.as_deref() == Some(":::"))
+                .unwrap_or(rest.len());
+            let body = &rest[..end];
+            let start = body
+                .iter()
+                .position(|w| !w.as_deref().is_some_and(|s| s.starts_with('-')))
+                .unwrap_or(body.len());
+            Some(&body[start..])
+        }
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "busybox" => {
+            let mut i = 0;
+            let mut script: Option<&Word> = None;
+            while i < rest.len() {
+                match rest[i].as_deref() {
+                    Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('c') => {
+                        script = rest.get(i + 1);
+                        break;
+                    }
+                    Some(o) if o.starts_with('-') || o == "sh" => i += 1,
+                    _ => break,
+                }
+            }
+            match script {
+                Some(Some(s)) => parse_into(s, depth + 1, out),
+                Some(None) => out.unreadable.push(format!(
+                    "`{base} -c` of a script that is not a literal string"
+                )),
+                None => {}
+            }
+            None
+        }
+        "eval" => {
+            if rest.iter().all(Option::is_some) {
+                let joined = rest.iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+                parse_into(&joined, depth + 1, out);
+            } else {
+                out.unreadable
+                    .push("`eval` of something that is not literal".into());
+            }
+            None
+        }
+        _ => None,
+    };
+    if let Some(inner) = inner
+        && !inner.is_empty()
+    {
+        resolve(inner, depth, out);
+    }
+}
+
+/// Skip leading options (and `NAME=value` assignments when `assignments`)
+/// of a wrapper; `with_arg` options take the next word (or `=value`);
+/// `split` options hand their argument to `on_split`. Returns the rest:
+/// the wrapped command.
+fn skip_options<'w>(
+    words: &'w [Word],
+    with_arg: &[&str],
+    assignments: bool,
+    on_split: &mut dyn FnMut(&Word, &mut Parsed),
+    split: &[&str],
+    out: &mut Parsed,
+) -> &'w [Word] {
+    let mut i = 0;
+    while i < words.len() {
+        let Some(w) = words[i].as_deref() else {
+            // A computed word where an option or the command goes: it could
+            // be the command itself.
+            return &words[i..];
+        };
+        if w == "--" {
+            return &words[i + 1..];
+        }
+        let is_assignment = w.split_once('=').is_some_and(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if assignments && is_assignment {
+            i += 1;
+            continue;
+        }
+        if !w.starts_with('-') || w == "-" {
+            return &words[i..];
+        }
+        let key = w.split_once('=').map_or(w, |(k, _)| k);
+        if split.contains(&key) {
+            if w.contains('=') {
+                let v = w.split_once('=').map(|(_, v)| v.to_string());
+                on_split(&v, out);
+                i += 1;
+            } else {
+                if let Some(next) = words.get(i + 1) {
+                    on_split(next, out);
+                }
+                i += 2;
+            }
+            // `env -S` replaces the rest of the command with its string.
+            return &words[words.len().min(i)..words.len().min(i)];
+        }
+        if with_arg.contains(&key) && !w.contains('=') {
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    &words[words.len()..]
+}
+
+/// The literal value of a word node, as the shell would pass it, or `None`
+/// when the shell computes it.
+fn literal(n: Node<'_>, src: &str) -> Word {
+    match n.kind() {
+        "word" | "number" => unescape(text(n, src)),
+        "raw_string" => {
+            let t = text(n, src);
+            Some(t.strip_prefix('\'')?.strip_suffix('\'')?.to_string())
+        }
+        "string" => {
+            let mut s = String::new();
+            let mut c = n.walk();
+            for child in n.named_children(&mut c) {
+                if child.kind() != "string_content" {
+                    return None;
+                }
+                s.push_str(&unescape_double(text(child, src)));
+            }
+            Some(s)
+        }
+        "concatenation" => {
+            let mut s = String::new();
+            let mut c = n.walk();
+            for child in n.named_children(&mut c) {
+                s.push_str(&literal(child, src)?);
+            }
+            Some(s)
+        }
+        _ => None,
+    }
+}
+
+/// An unquoted word: backslashes escape the next character; an unescaped
+/// glob or brace expansion makes the word computed.
+fn unescape(t: &str) -> Word {
+    let mut out = String::new();
+    let mut braces = String::new();
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next()
+                    && n != '\n'
+                {
+                    out.push(n);
+                }
+            }
+            '*' | '?' | '[' | '$' | '`' => return None,
+            c => {
+                if matches!(c, '{' | '}' | ',' | '.') {
+                    braces.push(c);
+                }
+                out.push(c);
+            }
+        }
+    }
+    // `{a,b}` and `{1..3}` expand; a lone `{}` (find, xargs) does not.
+    let expands = braces.find('{').is_some_and(|open| {
+        braces[open..]
+            .find('}')
+            .is_some_and(|close| braces[open..open + close].contains([',', '.']))
+    });
+    if expands { None } else { Some(out) }
+}
+
+/// Inside double quotes only `\"`, `\\`, `\$`, `` \` `` and a newline are escapes.
+fn unescape_double(t: &str) -> String {
+    let mut out = String::new();
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\'
+            && let Some(&n) = chars.peek()
+            && matches!(n, '"' | '\\' | '$' | '`' | '\n')
+        {
+            chars.next();
+            if n != '\n' {
+                out.push(n);
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
