@@ -96,6 +96,19 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
     body
 }
 
+/// Whether an Anthropic usage object's counts are plausible.
+fn valid(u: &Value) -> bool {
+    crate::wire::usage_is_valid(
+        u,
+        &[
+            &["input_tokens"],
+            &["output_tokens"],
+            &["cache_read_input_tokens"],
+            &["cache_creation_input_tokens"],
+        ],
+    )
+}
+
 /// Anthropic reports uncached input separately from cache reads and writes;
 /// the runtime's `input_tokens` is all of them.
 fn usage_of(u: &Value) -> Usage {
@@ -138,7 +151,7 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
     Ok(WireReply {
         text,
         calls,
-        usage: v.get("usage").map(usage_of),
+        usage: v.get("usage").filter(|u| valid(u)).map(usage_of),
         stop: v
             .get("stop_reason")
             .and_then(Value::as_str)
@@ -156,6 +169,8 @@ pub fn parse_stream(
     let mut sse = SseReader::new(body, limit);
     let mut blocks: BTreeMap<u64, (Value, String)> = BTreeMap::new();
     let mut usage: Option<Usage> = None;
+    // One implausible count makes the whole report unusable (estimated).
+    let mut lied = false;
     let mut stop = None;
     let mut finished = false;
     while let Some(ev) = sse
@@ -173,6 +188,7 @@ pub fn parse_stream(
         match kind.as_str() {
             "message_start" => {
                 if let Some(u) = v["message"].get("usage") {
+                    lied |= !valid(u);
                     usage = Some(usage_of(u));
                 }
             }
@@ -208,6 +224,7 @@ pub fn parse_stream(
                     stop = Some(r.to_string());
                 }
                 if let Some(u) = v.get("usage") {
+                    lied |= !valid(u);
                     // Output tokens here are cumulative; input may be restated.
                     let mut total = usage.unwrap_or_default();
                     total.output_tokens = u64_at(u, &["output_tokens"]);
@@ -239,6 +256,9 @@ pub fn parse_stream(
     }
     if !finished {
         return Err(WireError::Stream("stream ended before message_stop".into()));
+    }
+    if lied {
+        usage = None;
     }
     let content: Vec<Value> = blocks
         .into_values()

@@ -94,6 +94,9 @@ impl UreqTransport {
     pub fn new(timeouts: Timeouts) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // A redirect would turn the POST into a GET to wherever the
+            // endpoint points, whose answer would pass for the model's.
+            .max_redirects(0)
             .timeout_connect(Some(timeouts.connect))
             .timeout_recv_response(Some(timeouts.read))
             .timeout_per_read(Some(timeouts.read))
@@ -132,6 +135,21 @@ impl Transport for UreqTransport {
     }
 }
 
+/// The resolver's words for a name it cannot resolve (glibc, musl, macOS).
+fn is_lookup_failure(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "failed to lookup address",
+        "name or service not known",
+        "nodename nor servname",
+        "temporary failure in name resolution",
+        "no address associated",
+        "dns",
+    ]
+    .iter()
+    .any(|w| m.contains(w))
+}
+
 fn classify(e: ureq::Error) -> TransportError {
     match e {
         ureq::Error::Timeout(t) => TransportError::Timeout(t.to_string()),
@@ -142,6 +160,8 @@ fn classify(e: ureq::Error) -> TransportError {
             std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
                 TransportError::Connect(io.to_string())
             }
+            // A name that does not resolve: nothing was sent.
+            _ if is_lookup_failure(&io.to_string()) => TransportError::Connect(io.to_string()),
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
                 TransportError::Timeout(io.to_string())
             }

@@ -89,6 +89,16 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
 
 fn usage_of(v: &Value) -> Option<Usage> {
     let u = v.get("usage").filter(|u| u.is_object())?;
+    if !crate::wire::usage_is_valid(
+        u,
+        &[
+            &["prompt_tokens"],
+            &["completion_tokens"],
+            &["prompt_tokens_details", "cached_tokens"],
+        ],
+    ) {
+        return None;
+    }
     Some(Usage {
         input_tokens: u64_at(u, &["prompt_tokens"]),
         cached_input_tokens: u64_at(u, &["prompt_tokens_details", "cached_tokens"]),

@@ -299,11 +299,27 @@ impl HttpModel {
             self.keep(body, status, text);
             r
         } else {
+            // Bounded as a stream is: an answer far past `max_tokens` is a
+            // runaway (or a hostile endpoint), not something to read whole.
+            let cap = crate::wire::output_byte_cap(max_tokens)
+                .saturating_add(64 * 1024)
+                .min(MAX_BODY);
             let mut text = String::new();
             let read = std::io::Read::read_to_string(
-                &mut std::io::Read::take(resp.body, MAX_BODY as u64),
+                &mut std::io::Read::take(resp.body, cap as u64 + 1),
                 &mut text,
             );
+            if text.len() > cap {
+                self.keep(
+                    body,
+                    status,
+                    loop_protocol::observation::head_tail(&text, 4096),
+                );
+                return Err(WireError::Overlong {
+                    max_tokens,
+                    bytes: text.len(),
+                });
+            }
             self.keep(body, status, text.clone());
             read.map_err(|e| WireError::Stream(e.to_string()))
                 .and_then(|_| match self.cfg.dialect {

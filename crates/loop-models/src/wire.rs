@@ -141,6 +141,26 @@ pub fn decode_body(body: &str) -> Result<Value, WireError> {
     Ok(v)
 }
 
+/// The most tokens one call can plausibly report; anything above is a lie.
+pub const MAX_REPORTED_TOKENS: u64 = 100_000_000;
+
+/// Whether every count a usage object reports at `paths` is a plausible
+/// non-negative integer. A negative, fractional, huge or quoted count makes
+/// the whole report unusable: it is treated as absent (and the call's usage
+/// estimated and flagged), never as zero.
+pub fn usage_is_valid(u: &Value, paths: &[&[&str]]) -> bool {
+    paths.iter().all(|path| {
+        let mut cur = u;
+        for p in *path {
+            match cur.get(p) {
+                Some(next) => cur = next,
+                None => return true,
+            }
+        }
+        cur.is_null() || cur.as_u64().is_some_and(|n| n <= MAX_REPORTED_TOKENS)
+    })
+}
+
 /// A non-negative integer at `path`, 0 when absent.
 pub fn u64_at(v: &Value, path: &[&str]) -> u64 {
     let mut cur = v;

@@ -1,0 +1,147 @@
+//! An endpoint that lies: usage counts that are negative, fractional, huge
+//! or quoted; an answer far larger than `max_tokens` allows without
+//! streaming; a redirect to somewhere else. Served over real HTTP on
+//! 127.0.0.1.
+
+mod common;
+
+use common::{Canned, FakeSleeper, serve};
+use loop_models::Provider;
+use loop_models::provider::{Dialect, EndpointConfig, HttpModel, Secret};
+use loop_models::retry::RetryPolicy;
+use loop_protocol::{CallLimits, Context, ModelReply, ToolSpec};
+use serde_json::json;
+use std::time::Duration;
+
+fn context() -> Context {
+    let tools = vec![ToolSpec {
+        name: "finish".into(),
+        description: "finish".into(),
+        parameters: json!({"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}),
+    }];
+    Context::new("SYSTEM".into(), tools, "say done")
+}
+
+fn model(url: &str) -> HttpModel {
+    let mut cfg = EndpointConfig::new(Dialect::OpenAi, "m");
+    cfg.base_url = url.to_string();
+    cfg.api_key = Some(Secret::new("sk-test-key"));
+    cfg.stream = false;
+    cfg.retry = RetryPolicy {
+        max_attempts: 1,
+        base: Duration::from_millis(1),
+        cap: Duration::from_millis(1),
+    };
+    HttpModel::new(
+        cfg,
+        Box::new(loop_models::http::UreqTransport::new(Default::default())),
+        Box::new(FakeSleeper::default()),
+    )
+}
+
+fn answer(usage: serde_json::Value) -> Canned {
+    let body = json!({
+        "id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "finish", "arguments": "{\"summary\":\"done\"}"}}]},
+            "finish_reason": "tool_calls"}],
+        "usage": usage,
+    });
+    Canned::json(200, &body.to_string())
+}
+
+#[test]
+fn lying_usage_is_treated_as_absent_and_estimated_never_as_zero() {
+    for lie in [
+        json!({"prompt_tokens": -1000000, "completion_tokens": 5}),
+        json!({"prompt_tokens": 1e30, "completion_tokens": 5}),
+        json!({"prompt_tokens": "9999999", "completion_tokens": 5}),
+        json!({"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": -3}}),
+    ] {
+        let server = serve(vec![answer(lie.clone())]);
+        let mut m = model(&format!("{}/v1", server.url));
+        let reply = m.next_turn(
+            &context(),
+            CallLimits {
+                max_output_tokens: 64,
+            },
+        );
+        let ModelReply::Turn(t) = reply else {
+            panic!("{lie}: {reply:?}");
+        };
+        assert!(t.usage.estimated, "{lie}: flagged as estimated");
+        assert!(
+            t.usage.input_tokens > 0,
+            "{lie}: charged the estimated prompt, not 0"
+        );
+    }
+    // An honest report is taken as it is.
+    let server = serve(vec![answer(
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    )]);
+    let mut m = model(&format!("{}/v1", server.url));
+    let ModelReply::Turn(t) = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 64,
+        },
+    ) else {
+        panic!("no turn");
+    };
+    assert!(!t.usage.estimated);
+    assert_eq!((t.usage.input_tokens, t.usage.output_tokens), (10, 5));
+}
+
+#[test]
+fn an_answer_far_past_max_tokens_is_cut_off_without_streaming_too() {
+    let huge = "x".repeat(3 * 1024 * 1024);
+    let body = json!({
+        "id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": huge}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    });
+    let server = serve(vec![Canned::json(200, &body.to_string())]);
+    let mut m = model(&format!("{}/v1", server.url));
+    let reply = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 64,
+        },
+    );
+    let ModelReply::Malformed { error, .. } = reply else {
+        panic!("{reply:?}");
+    };
+    assert!(
+        error.contains("max_tokens") || error.contains("64"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_redirect_is_not_followed() {
+    let elsewhere = serve(vec![answer(
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    )]);
+    let mut redirect = Canned::json(302, "{}");
+    redirect.headers.push((
+        "location".into(),
+        format!("{}/v1/chat/completions", elsewhere.url),
+    ));
+    let server = serve(vec![redirect]);
+    let mut m = model(&format!("{}/v1", server.url));
+    let reply = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 64,
+        },
+    );
+    let ModelReply::Unavailable { error, .. } = reply else {
+        panic!("a redirect's target passed for the model: {reply:?}");
+    };
+    assert!(error.contains("302"), "{error}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        elsewhere.received.lock().unwrap().is_empty(),
+        "nothing went to the redirect's target"
+    );
+}
