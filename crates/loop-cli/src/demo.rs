@@ -60,6 +60,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         verify_on_change: false,
         isolation: loop_sandbox::IsolationLevel::Preferred,
         include_dirty: false,
+        on_prompt: crate::wiring::OnPrompt::Deny,
     })?;
     if json {
         println!(

@@ -100,9 +100,15 @@ enum Command {
         /// The project directory (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Do not ask for confirmation of the contract.
+        /// Answer yes to every question the task asks (exec-policy prompts,
+        /// checkpoints); the same as `--on-prompt allow`.
         #[arg(long)]
         yes: bool,
+        /// Who answers the task's questions when no terminal can: `deny`
+        /// (the default without a terminal), `allow`, or `wait` for `loop
+        /// approve`. On a terminal the question is asked inline.
+        #[arg(long, value_name = "deny|allow|wait")]
+        on_prompt: Option<String>,
         /// Carry your uncommitted changes into the task's worktree.
         #[arg(long)]
         include_dirty: bool,
@@ -232,6 +238,10 @@ enum Command {
         /// Print machine-readable events (JSON lines).
         #[arg(long)]
         json: bool,
+        /// Who answers the task's questions when no terminal can: `deny`
+        /// (the default without a terminal), `allow`, or `wait`.
+        #[arg(long, value_name = "deny|allow|wait")]
+        on_prompt: Option<String>,
     },
     /// Drop a task's workspace (worktree and branch, or copy).
     Discard {
@@ -427,7 +437,16 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             add_secs,
             project,
             json,
+            on_prompt,
         } => {
+            let on_prompt = wiring::OnPrompt::choose(
+                on_prompt
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(CliError::usage)?,
+                false,
+            );
             if add_usd.is_some_and(|x| !x.is_finite() || x < 0.0) {
                 return Err(CliError::usage("--add-usd must be a non-negative number"));
             }
@@ -441,7 +460,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 add_usd: add_usd.unwrap_or(0.0),
                 add_secs: add_secs.unwrap_or(0),
             });
-            let report = task::resume_task(&project, &id, json, extension)?;
+            let report = task::resume_task(&project, &id, json, extension, on_prompt)?;
             Ok(report_end(&report, json))
         }
         Command::Manifest { dir } => {
@@ -483,17 +502,26 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             budget_usd,
             timeout,
             project,
-            yes: _,
+            yes,
+            on_prompt,
             include_dirty,
             verify_on_change,
             isolation,
             json,
             resume_interrupted,
         } => {
+            let on_prompt = wiring::OnPrompt::choose(
+                on_prompt
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(CliError::usage)?,
+                yes,
+            );
             let mut resumed_code = 0;
             if resume_interrupted {
                 for id in task::interrupted_tasks(&project)? {
-                    let report = task::resume_task(&project, &id, json, None)?;
+                    let report = task::resume_task(&project, &id, json, None, on_prompt)?;
                     resumed_code = resumed_code.max(report_end(&report, json));
                 }
                 if instruction.is_none() && task.is_none() {
@@ -556,6 +584,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 verify_on_change,
                 isolation,
                 include_dirty,
+                on_prompt,
             })?;
             Ok(report_end(&report, json).max(resumed_code))
         }

@@ -12,6 +12,8 @@ pub struct Story {
     json: bool,
     /// Call id → a short description of the call, to narrate its observation.
     calls: HashMap<String, String>,
+    /// The task's id (from its first event), for the hints printed.
+    task_id: String,
 }
 
 impl Story {
@@ -20,6 +22,7 @@ impl Story {
         Story {
             json,
             calls: HashMap::new(),
+            task_id: "ID".into(),
         }
     }
 }
@@ -28,6 +31,9 @@ impl Observer for Story {
     fn on_event(&mut self, event: &Event) {
         let scrubbed = crate::wiring::scrub_event(event);
         let event = &scrubbed;
+        if let Event::TaskStarted { task_id, .. } = event {
+            self.task_id = task_id.clone();
+        }
         if let Event::ModelTurn { calls, .. } = event {
             for c in calls {
                 self.calls
@@ -41,7 +47,7 @@ impl Observer for Story {
                 Err(_) => Ok(()),
             }
         } else {
-            write!(out, "{}", narrate(event, &self.calls))
+            write!(out, "{}", narrate(event, &self.calls, &self.task_id))
         };
         let _ = out.flush();
     }
@@ -76,7 +82,7 @@ fn describe_call(tool: &str, args: &serde_json::Value) -> String {
 }
 
 /// The narration of one event.
-pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
+pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> String {
     match event {
         Event::TaskStarted {
             task_id,
@@ -121,7 +127,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
         }
         Event::Intent { .. } => String::new(),
         Event::CheckpointRequested { reason, .. } => format!(
-            "\n⏸ checkpoint: {} — loop approve <task> [--message TEXT] to go on, --deny to stop\n",
+            "\n⏸ checkpoint: {} — loop approve {task} [--message TEXT] to go on, --deny to stop\n",
             one_line(reason, 90)
         ),
         Event::CheckpointDecided {
@@ -150,10 +156,13 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>) -> String {
             rule,
             ..
         } => format!(
-            "  ⏸ `{}` needs a person's approval (rule `{rule}`): loop approve <task> [--deny] ({approval_id})\n",
+            "  ⏸ `{}` needs a person's approval (rule `{rule}`): loop approve {task} [--deny] ({approval_id})\n",
             one_line(detail, 60)
         ),
-        Event::ApprovalDecided { decision, .. } => format!("  ▶ approval: {decision}\n"),
+        Event::ApprovalDecided { decision, by, .. } => match by {
+            Some(by) => format!("  ▶ approval: {decision} (by {by})\n"),
+            None => format!("  ▶ approval: {decision}\n"),
+        },
         Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,

@@ -22,6 +22,16 @@ use std::path::{Path, PathBuf};
 /// limit is 1 GiB; an artifact is evidence, not a data set).
 const ARTIFACT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
+/// How a run meets people: JSON lines or narration, and who answers its
+/// questions.
+#[derive(Debug, Clone, Copy)]
+pub struct Ui {
+    /// JSON lines.
+    pub json: bool,
+    /// Who answers.
+    pub on_prompt: crate::wiring::OnPrompt,
+}
+
 /// What to run.
 pub struct TaskRequest {
     /// The locked contract.
@@ -40,6 +50,8 @@ pub struct TaskRequest {
     pub isolation: loop_sandbox::IsolationLevel,
     /// `--include-dirty`.
     pub include_dirty: bool,
+    /// Who answers the questions the task asks.
+    pub on_prompt: crate::wiring::OnPrompt,
 }
 
 /// How it ended.
@@ -302,7 +314,11 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
-    drive(&project, &store, &task_id, &stored, models, req.json, None)
+    let ui = Ui {
+        json: req.json,
+        on_prompt: req.on_prompt,
+    };
+    drive(&project, &store, &task_id, &stored, models, ui, None)
 }
 
 /// Continue a task whose runtime stopped (or that was never started); with
@@ -312,6 +328,7 @@ pub fn resume_task(
     task_id: &str,
     json: bool,
     extension: Option<loop_core::Extension>,
+    on_prompt: crate::wiring::OnPrompt,
 ) -> Result<TaskReport, CliError> {
     use loop_store::Store;
     let project = project
@@ -346,7 +363,8 @@ pub fn resume_task(
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     // A recording is not continued (it would not replay from the middle).
     let models = load_model(stored.model.as_deref(), &loopfile, None)?;
-    drive(&project, &store, task_id, &stored, models, json, extension)
+    let ui = Ui { json, on_prompt };
+    drive(&project, &store, task_id, &stored, models, ui, extension)
 }
 
 /// Tasks of this project that are not over and whose runtime is gone.
@@ -387,10 +405,11 @@ fn drive(
     task_id: &str,
     stored: &StoredRequest,
     models: Models,
-    json: bool,
+    ui: Ui,
     extension: Option<loop_core::Extension>,
 ) -> Result<TaskReport, CliError> {
     use loop_store::{Claim, Owner, Store};
+    let Ui { json, on_prompt } = ui;
     let clock = SystemClock;
     let (mut model, mut checker) = models;
     let state = project.join(".loop");
@@ -553,6 +572,9 @@ fn drive(
             store,
             task_id: task_id.to_string(),
             clock: &clock,
+            on_prompt,
+            task_deadline_ms: Some(clock.now_ms().saturating_add(remaining_ms)),
+            always: Default::default(),
         };
         let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
             let d = d

@@ -231,7 +231,8 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     if live(&t) != "running" {
         // Nobody runs it: end it here, with its receipt, as cancelled.
         crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
-        let report = crate::task::resume_task(&project, id, json, None)?;
+        let report =
+            crate::task::resume_task(&project, id, json, None, crate::wiring::OnPrompt::Deny)?;
         println!("task {id}: {}", report.outcome);
         return Ok(0);
     }

@@ -224,6 +224,73 @@ impl Ledger for StoreLedger<'_> {
     }
 }
 
+/// Who answers a question the task asks (an exec-policy `prompt`, a
+/// checkpoint) when it is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPrompt {
+    /// A person at this terminal, asked inline (`loop approve` from
+    /// another terminal still works; whichever answers first wins).
+    Ask,
+    /// Nobody can answer here: deny (the default without a terminal).
+    Deny,
+    /// Answer yes (`--on-prompt allow`, or `--yes`).
+    Allow,
+    /// Wait for `loop approve`, until the approval timeout.
+    Wait,
+}
+
+impl std::str::FromStr for OnPrompt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "deny" => Ok(OnPrompt::Deny),
+            "allow" => Ok(OnPrompt::Allow),
+            "wait" => Ok(OnPrompt::Wait),
+            other => Err(format!(
+                "--on-prompt must be deny, allow or wait, not `{other}`"
+            )),
+        }
+    }
+}
+
+impl OnPrompt {
+    /// The mode for this process: on a terminal a person is asked, unless
+    /// told otherwise; without one, `--on-prompt` (default `deny`).
+    pub fn choose(flag: Option<OnPrompt>, yes: bool) -> OnPrompt {
+        use std::io::IsTerminal;
+        match (flag, yes) {
+            (Some(m), _) => m,
+            (None, true) => OnPrompt::Allow,
+            (None, false) if std::io::stdin().is_terminal() => OnPrompt::Ask,
+            (None, false) => OnPrompt::Deny,
+        }
+    }
+}
+
+/// Lines typed at this terminal, read by one thread for the whole process.
+fn terminal_lines() -> &'static std::sync::Mutex<std::sync::mpsc::Receiver<String>> {
+    static LINES: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Receiver<String>>> =
+        std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let stdin = std::io::stdin();
+            loop {
+                let mut line = String::new();
+                match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if tx.send(line.trim_end().to_string()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        std::sync::Mutex::new(rx)
+    })
+}
+
 /// Approvals kept in the store: a pending request survives a restart of
 /// the runtime, and `loop approve` answers it from any process.
 pub struct StoreApprovals<'c> {
@@ -233,6 +300,46 @@ pub struct StoreApprovals<'c> {
     pub task_id: String,
     /// Time.
     pub clock: &'c dyn Clock,
+    /// Who answers.
+    pub on_prompt: OnPrompt,
+    /// The task's wall-time budget ends here (ms): nobody's answer is
+    /// waited for past it.
+    pub task_deadline_ms: Option<u64>,
+    /// Rules a person said "always" to, for this task.
+    pub always: std::collections::BTreeSet<String>,
+}
+
+impl StoreApprovals<'_> {
+    /// Record an answer given here (not through `loop approve`).
+    fn answer(
+        &mut self,
+        approval_id: &str,
+        approved: bool,
+        by: &str,
+        guidance: Option<String>,
+    ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
+        use loop_store::Store;
+        let all = self
+            .store
+            .approvals(&self.task_id)
+            .map_err(|e| BoundaryError(e.to_string()))?;
+        if let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) {
+            a.status = if approved { "approved" } else { "denied" }.into();
+            a.decided_ms = Some(self.clock.now_ms());
+            a.payload["by"] = serde_json::Value::String(by.to_string());
+            if let Some(g) = guidance {
+                a.payload["answer"] = serde_json::Value::String(g);
+            }
+            self.store
+                .put_approval(&a)
+                .map_err(|e| BoundaryError(e.to_string()))?;
+        }
+        Ok(if approved {
+            loop_core::ApprovalDecision::Approved
+        } else {
+            loop_core::ApprovalDecision::Denied
+        })
+    }
 }
 
 impl loop_core::Approvals for StoreApprovals<'_> {
@@ -269,6 +376,21 @@ impl loop_core::Approvals for StoreApprovals<'_> {
             .map(str::to_string)
     }
 
+    fn decided_by(&mut self, approval_id: &str) -> Option<String> {
+        use loop_store::Store;
+        let a = self
+            .store
+            .approvals(&self.task_id)
+            .ok()?
+            .into_iter()
+            .find(|a| a.id == approval_id)?;
+        match a.payload.get("by").and_then(|b| b.as_str()) {
+            Some(by) => Some(by.to_string()),
+            None if a.status == "expired" => Some("the timeout (nobody answered)".into()),
+            None => Some("loop approve".into()),
+        }
+    }
+
     fn wait(
         &mut self,
         approval_id: &str,
@@ -277,7 +399,102 @@ impl loop_core::Approvals for StoreApprovals<'_> {
     ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
         use loop_core::ApprovalDecision;
         use loop_store::Store;
+        // The task's clock keeps running while it waits for a person.
+        let deadline_ms = self
+            .task_deadline_ms
+            .map_or(deadline_ms, |t| t.min(deadline_ms));
+        let pending = self
+            .store
+            .approvals(&self.task_id)
+            .map_err(|e| BoundaryError(e.to_string()))?
+            .into_iter()
+            .find(|a| a.id == approval_id);
+        let (kind, detail, rule) = pending.as_ref().map_or_else(Default::default, |a| {
+            let s = |k: &str| {
+                a.payload
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            (s("kind"), s("detail"), s("rule"))
+        });
+        let checkpoint = kind == "checkpoint";
+        if pending.as_ref().is_some_and(|a| a.status == "pending") {
+            match self.on_prompt {
+                OnPrompt::Deny => {
+                    return self.answer(
+                        approval_id,
+                        false,
+                        "--on-prompt deny (no terminal to ask)",
+                        None,
+                    );
+                }
+                OnPrompt::Allow => {
+                    return self.answer(approval_id, true, "--on-prompt allow", None);
+                }
+                OnPrompt::Ask if !checkpoint && self.always.contains(&rule) => {
+                    return self.answer(
+                        approval_id,
+                        true,
+                        "the terminal (always for this rule)",
+                        None,
+                    );
+                }
+                OnPrompt::Ask => {
+                    let question = if checkpoint {
+                        format!(
+                            "\n⏸ task {} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {}` elsewhere): ",
+                            self.task_id, self.task_id
+                        )
+                    } else {
+                        format!(
+                            "\n⏸ task {} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {}` elsewhere): ",
+                            self.task_id, self.task_id
+                        )
+                    };
+                    eprint!("{question}");
+                    let _ = std::io::Write::flush(&mut std::io::stderr());
+                    // Lines typed before this question are not its answer.
+                    if let Ok(rx) = terminal_lines().lock() {
+                        while rx.try_recv().is_ok() {}
+                    }
+                }
+                OnPrompt::Wait => {}
+            }
+        }
         loop {
+            if self.on_prompt == OnPrompt::Ask
+                && let Ok(rx) = terminal_lines().lock()
+                && let Ok(line) = rx.try_recv()
+            {
+                let l = line.trim();
+                let lower = l.to_ascii_lowercase();
+                match (checkpoint, lower.as_str()) {
+                    (_, "y" | "yes") => {
+                        return self.answer(approval_id, true, "the terminal", None);
+                    }
+                    (_, "n" | "no") => {
+                        return self.answer(approval_id, false, "the terminal", None);
+                    }
+                    (false, "a" | "always") => {
+                        self.always.insert(rule.clone());
+                        return self.answer(
+                            approval_id,
+                            true,
+                            "the terminal (always for this rule)",
+                            None,
+                        );
+                    }
+                    (true, _) if !l.is_empty() => {
+                        return self.answer(approval_id, true, "the terminal", Some(l.to_string()));
+                    }
+                    _ => eprint!(
+                        "  answer y, n{}: ",
+                        if checkpoint { " or guidance" } else { " or a" }
+                    ),
+                }
+            }
             if cancel.load(std::sync::atomic::Ordering::SeqCst) {
                 return Ok(ApprovalDecision::Cancelled);
             }

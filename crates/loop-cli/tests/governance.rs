@@ -58,6 +58,8 @@ fn start_run(dir: &Path, project: &Path) -> Child {
             "make approved.txt",
             "--check",
             "test -f approved.txt",
+            "--on-prompt",
+            "wait",
             "--json",
             "--model",
         ])
@@ -732,4 +734,143 @@ fn shell_forms_that_waved_rm_past_the_policy_are_all_refused() {
         workspace(&project, &id).join("README.md").exists(),
         "the file survived every form"
     );
+}
+
+/// `loop run` of the approval scene, headless, with `extra` flags; its events.
+fn run_headless(
+    name: &str,
+    extra: &[&str],
+) -> (Vec<serde_json::Value>, PathBuf, PathBuf, Duration) {
+    let (dir, project) = setup(name, 600);
+    let started = Instant::now();
+    let out = loop_cmd(&dir)
+        .args([
+            "run",
+            "make approved.txt",
+            "--check",
+            "test -f approved.txt",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .args(extra)
+        .output()
+        .unwrap();
+    (events(&out), dir, project, started.elapsed())
+}
+
+fn decided(events: &[serde_json::Value]) -> &serde_json::Value {
+    events
+        .iter()
+        .find(|e| e["kind"] == "approval_decided")
+        .expect("an approval was decided")
+}
+
+#[test]
+fn without_a_terminal_a_question_is_denied_at_once_and_the_ledger_says_by_whom() {
+    // No terminal and no --on-prompt: nobody can answer, so it is a deny,
+    // now, not a run that hangs until the approval timeout (600 s here).
+    let (ev, _dir, project, took) = run_headless("headless-deny", &[]);
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let d = decided(&ev);
+    assert_eq!(d["decision"], "denied", "{d}");
+    assert_eq!(d["by"], "--on-prompt deny (no terminal to ask)", "{d}");
+    let id = first_task(&_dir, &project)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!workspace(&project, &id).join("approved.txt").exists());
+    // --on-prompt allow, and --yes, answer yes, and say so.
+    for flag in [&["--on-prompt", "allow"][..], &["--yes"][..]] {
+        let (ev, dir, project, _) = run_headless(&format!("headless-allow-{}", flag.len()), flag);
+        let d = decided(&ev);
+        assert_eq!(d["decision"], "approved", "{flag:?}: {d}");
+        assert_eq!(d["by"], "--on-prompt allow", "{flag:?}: {d}");
+        let id = first_task(&dir, &project)["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            workspace(&project, &id).join("approved.txt").exists(),
+            "{flag:?}"
+        );
+    }
+}
+
+#[test]
+fn on_a_terminal_the_question_is_asked_inline_and_answered_there() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        panic!("tmux is needed for the terminal test (scripts/test.sh installs it)");
+    }
+    let (dir, project) = setup("inline", 600);
+    let session = format!("loop-inline-{}", std::process::id());
+    let sock = dir.join("tmux.sock");
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let cmd = format!(
+        "LOOP_STATE_DIR={} {} run 'make approved.txt' --check 'test -f approved.txt' --model scripted:{} --project {} ; echo EXITED $?; sleep 30",
+        dir.join("state").display(),
+        env!("CARGO_BIN_EXE_loop"),
+        dir.join("script.yaml").display(),
+        project.display()
+    );
+    assert!(
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            &cmd
+        ])
+        .status
+        .success()
+    );
+    let screen = |tmux: &dyn Fn(&[&str]) -> Output| {
+        String::from_utf8_lossy(
+            &tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", &session]).stdout,
+        )
+        .to_string()
+    };
+    let wait_for = |what: &str| {
+        let start = Instant::now();
+        loop {
+            let s = screen(&tmux);
+            if s.contains(what) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "never saw {what:?}:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let asked = wait_for("[y]es / [n]o / [a]lways");
+    assert!(asked.contains("touch approved.txt"), "{asked}");
+    assert!(asked.contains("rule `touch`"), "{asked}");
+    tmux(&["send-keys", "-t", &session, "y", "Enter"]);
+    let end = wait_for("EXITED");
+    let _ = tmux(&["kill-server"]);
+    assert!(
+        end.contains("approval: approved (by the terminal)"),
+        "{end}"
+    );
+    assert!(end.contains("EXITED 0"), "{end}");
+    let id = first_task(&dir, &project)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(workspace(&project, &id).join("approved.txt").exists());
 }

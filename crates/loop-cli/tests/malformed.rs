@@ -73,7 +73,7 @@ fn malformed_answers_are_typed_observations_charged_and_end_lost() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("Loopfile.yaml"),
-        "models:\n  maker:\n    spec: openai:garbage-1\n    tool_protocol: json\n    stream: false\n    retries: 1\n",
+        "models:\n  maker:\n    spec: openai:garbage-1\n    tool_protocol: json\n    stream: false\n    retries: 1\n    max_output_tokens: 100000\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_loop"))

@@ -310,9 +310,14 @@ impl<'a> Director<'a> {
         if decision == ApprovalDecision::Cancelled {
             return Ok(decision);
         }
+        let by = self
+            .approvals
+            .as_deref_mut()
+            .and_then(|a| a.decided_by(&approval_id));
         self.record(Event::ApprovalDecided {
             approval_id,
             decision: decision.as_str().into(),
+            by,
         })?;
         self.go(TaskState::Acting, format!("approval {}", decision.as_str()))?;
         Ok(decision)

@@ -336,6 +336,7 @@ pub(crate) fn rebuild(
             Event::ApprovalDecided {
                 approval_id,
                 decision,
+                ..
             } => {
                 r.pending_approval = None;
                 if let Some(p) = requested.get(approval_id) {

@@ -173,6 +173,11 @@ pub trait Approvals {
         let _ = approval_id;
         None
     }
+    /// Who or what gave the answer to `approval_id`, for the ledger.
+    fn decided_by(&mut self, approval_id: &str) -> Option<String> {
+        let _ = approval_id;
+        None
+    }
     /// Wait for the answer until `deadline_ms` (then it is `Expired`), or
     /// until `cancel` is set.
     fn wait(

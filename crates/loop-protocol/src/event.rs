@@ -183,6 +183,10 @@ pub enum Event {
         approval_id: String,
         /// `approved`, `denied` or `expired`.
         decision: String,
+        /// Who or what decided: a person (at the terminal, or with `loop
+        /// approve`), `--on-prompt`, or the timeout.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A person granted more budget to a task that reached a limit; it goes on.
     BudgetExtended {
