@@ -615,6 +615,13 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
 /// `loop discard ID`.
 pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
     let t = task(project, id)?;
+    // A running task's workspace is its work in progress: pulling it away
+    // would leave the task stuck with no receipt.
+    if crate::tasks_cmd::is_running(&t.project, id)? {
+        return Err(CliError::usage(format!(
+            "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
+        )));
+    }
     // Discarding drops the task's workspace, not the project's files: an
     // apply that cannot be settled is said, and does not block it.
     match settle(&t, id) {

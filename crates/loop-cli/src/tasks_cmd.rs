@@ -16,6 +16,12 @@ fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
         .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))
 }
 
+/// Whether task `id` of `project` is running in a live process now.
+pub fn is_running(project: &Path, id: &str) -> Result<bool, CliError> {
+    let store = open_store(project)?;
+    Ok(store.task(id).is_ok_and(|t| live(&t) == "running"))
+}
+
 fn live(t: &TaskRecord) -> &'static str {
     match &t.owner {
         _ if t.state == "terminal" => "",

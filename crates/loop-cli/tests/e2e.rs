@@ -748,6 +748,13 @@ fn cancelling_kills_a_long_running_command_at_once() {
             break;
         }
     }
+    // A running task's workspace is not pulled away from under it.
+    let first: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let id = first["task_id"].as_str().unwrap();
+    let discard = task_cmd("discard", id, &p);
+    assert_eq!(discard.status.code(), Some(2), "{}", text(&discard));
+    assert!(text(&discard).contains("is running"), "{}", text(&discard));
+    assert!(p.join(format!(".loop/tasks/{id}/workspace")).exists());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t = std::time::Instant::now();
     Command::new("kill")
@@ -1346,5 +1353,28 @@ fn the_time_budget_bounds_every_command_and_check() {
     assert!(
         took < std::time::Duration::from_secs(15),
         "a 3 s budget took {took:?}: {stdout}"
+    );
+}
+
+#[test]
+fn a_moved_project_still_applies_its_verified_change() {
+    let p = git_project("moved");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    let moved = p.with_file_name("project-moved");
+    let _ = std::fs::remove_dir_all(&moved);
+    std::fs::rename(&p, &moved).unwrap();
+    let out = task_cmd("apply", &id, &moved);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(moved.join("app.py")).unwrap(),
+        "print('hello')\n"
+    );
+    let out = task_cmd("undo", &id, &moved);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(moved.join("app.py")).unwrap(),
+        "print('draft')\n"
     );
 }
