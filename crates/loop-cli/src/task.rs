@@ -88,11 +88,15 @@ fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Provider> {
         .into_iter()
         .map(|c| {
             let timeouts = c.timeouts;
-            Box::new(HttpModel::new(
-                c,
-                Box::new(UreqTransport::new(timeouts)),
-                Box::new(ThreadSleeper),
-            )) as Box<dyn Provider>
+            // A cancel or SIGTERM stops an in-flight call at once.
+            Box::new(
+                HttpModel::new(
+                    c,
+                    Box::new(UreqTransport::new(timeouts)),
+                    Box::new(ThreadSleeper),
+                )
+                .with_cancel(crate::interrupt::flag()),
+            ) as Box<dyn Provider>
         })
         .collect();
     if chain.len() == 1 {

@@ -69,6 +69,14 @@ impl Budget {
         u.model_calls = u.model_calls.saturating_add(usage.attempts);
     }
 
+    /// Milliseconds left of the wall-time budget at `now_ms`.
+    pub fn time_left_ms(&self, now_ms: u64) -> u64 {
+        self.limits
+            .timeout_secs
+            .saturating_mul(1000)
+            .saturating_sub(now_ms.saturating_sub(self.started_ms))
+    }
+
     /// Limits for the next model call: its context needs about
     /// `context_tokens`, it would like `want_output` completion tokens, and
     /// `reserve` tokens must stay unspent (kept for review and verification
@@ -120,6 +128,7 @@ impl Budget {
         }
         Ok(CallLimits {
             max_output_tokens: max_out,
+            time_left_ms: None,
         })
     }
 

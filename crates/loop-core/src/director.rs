@@ -733,7 +733,10 @@ impl<'a> Director<'a> {
             reviewer.price(),
             0,
         ) {
-            Ok(l) => l,
+            Ok(l) => loop_protocol::CallLimits {
+                time_left_ms: Some(self.budget.time_left_ms(self.parts.clock.now_ms())),
+                ..l
+            },
             Err((_, reason)) => {
                 let reasons = format!("no budget left for the review: {reason}");
                 self.record(Event::Reviewed {
@@ -818,7 +821,11 @@ impl<'a> Director<'a> {
             self.parts.model.price(),
             self.reserve_tokens,
         ) {
-            Ok(l) => l,
+            // The call gives up when the task's time is up.
+            Ok(l) => loop_protocol::CallLimits {
+                time_left_ms: Some(self.budget.time_left_ms(self.parts.clock.now_ms())),
+                ..l
+            },
             Err((kind, reason)) => return Ok(Phase::End(Outcome::LimitReached(kind), reason)),
         };
         *step += 1;

@@ -3,7 +3,10 @@
 //! server on 127.0.0.1 in tests and by `ureq` in production alike.
 
 use std::io::Read;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::time::{Duration, Instant};
 
 /// One request.
 #[derive(Debug, Clone)]
@@ -14,6 +17,27 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// JSON body.
     pub body: Vec<u8>,
+    /// Give up at this instant (what is left of the task's time).
+    pub deadline: Option<Instant>,
+    /// Give up within a fraction of a second once this is set (cancel, SIGTERM).
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl HttpRequest {
+    /// Why the caller should stop waiting now, if it should.
+    fn stop_reason(&self) -> Option<&'static str> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
+        {
+            return Some("the task was cancelled");
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some("the task's time is up");
+        }
+        None
+    }
 }
 
 /// One response, its body not yet read.
@@ -48,12 +72,76 @@ pub enum TransportError {
     /// The connection broke mid-way.
     #[error("i/o error: {0}")]
     Io(String),
+    /// The caller stopped waiting (cancelled, or out of time): not retried.
+    #[error("stopped: {0}")]
+    Stopped(String),
 }
 
 impl TransportError {
     /// True when the request may have reached the provider (and been billed).
     pub fn maybe_processed(&self) -> bool {
         !matches!(self, TransportError::Connect(_))
+    }
+}
+
+/// How often a waiting caller looks at its cancel flag and deadline.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A response body fed by the worker thread, chunk by chunk; reading it
+/// stops within [`POLL`] of a cancel or the deadline, whatever the server
+/// does (keep-alive comments forever, or silence).
+struct ChannelBody {
+    rx: Receiver<Result<Vec<u8>, String>>,
+    buf: Vec<u8>,
+    pos: usize,
+    req: HttpRequest,
+}
+
+impl Read for ChannelBody {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.pos < self.buf.len() {
+                let n = out.len().min(self.buf.len() - self.pos);
+                out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            // Not `Interrupted`: readers retry that one, forever.
+            if let Some(why) = self.req.stop_reason() {
+                return Err(std::io::Error::other(why));
+            }
+            match self.rx.recv_timeout(POLL) {
+                Ok(Ok(chunk)) => {
+                    self.buf = chunk;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(std::io::Error::other(e)),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(0),
+            }
+        }
+    }
+}
+
+/// What the worker sends first: the status and headers, or why not.
+type Head = Result<(u16, Vec<(String, String)>), TransportError>;
+
+fn pump(mut body: impl Read, tx: &SyncSender<Result<Vec<u8>, String>>) {
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match body.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => {
+                if tx.send(Ok(chunk[..n].to_vec())).is_err() {
+                    // The caller stopped listening: stop reading.
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+                return;
+            }
+        }
     }
 }
 
@@ -109,28 +197,65 @@ impl UreqTransport {
 }
 
 impl Transport for UreqTransport {
+    /// The request runs on a worker thread; this thread waits for it in
+    /// steps of [`POLL`], so a cancel or the task's deadline stops the wait
+    /// at once, however the server behaves. A worker left behind ends with
+    /// its own timeouts.
     fn post(&self, req: &HttpRequest) -> Result<HttpResponse, TransportError> {
-        let mut builder = self.agent.post(&req.url);
-        for (k, v) in &req.headers {
-            builder = builder.header(k.as_str(), v.as_str());
-        }
-        let response = builder.send(&req.body[..]).map_err(classify)?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_ascii_lowercase(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let body = response.into_body().into_reader();
+        let agent = self.agent.clone();
+        let (head_tx, head_rx) = std::sync::mpsc::sync_channel::<Head>(1);
+        let (body_tx, body_rx) = std::sync::mpsc::sync_channel(16);
+        let url = req.url.clone();
+        let headers = req.headers.clone();
+        let payload = req.body.clone();
+        std::thread::spawn(move || {
+            let mut builder = agent.post(&url);
+            for (k, v) in &headers {
+                builder = builder.header(k.as_str(), v.as_str());
+            }
+            match builder.send(&payload[..]) {
+                Err(e) => {
+                    let _ = head_tx.send(Err(classify(e)));
+                }
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let headers = response
+                        .headers()
+                        .iter()
+                        .map(|(k, v)| {
+                            (
+                                k.as_str().to_ascii_lowercase(),
+                                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                            )
+                        })
+                        .collect();
+                    if head_tx.send(Ok((status, headers))).is_ok() {
+                        pump(response.into_body().into_reader(), &body_tx);
+                    }
+                }
+            }
+        });
+        let (status, headers) = loop {
+            if let Some(why) = req.stop_reason() {
+                return Err(TransportError::Stopped(why.into()));
+            }
+            match head_rx.recv_timeout(POLL) {
+                Ok(head) => break head?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(TransportError::Io("the request's worker ended".into()));
+                }
+            }
+        };
         Ok(HttpResponse {
             status,
             headers,
-            body: Box::new(body),
+            body: Box::new(ChannelBody {
+                rx: body_rx,
+                buf: Vec::new(),
+                pos: 0,
+                req: req.clone(),
+            }),
         })
     }
 }

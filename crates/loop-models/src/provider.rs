@@ -173,6 +173,8 @@ pub struct HttpModel {
     exchanges: Vec<WireExchange>,
     /// Reported prompt tokens per estimated token, the most seen (≥ 1).
     calibration: f64,
+    /// Set to stop an in-flight call (cancel, SIGTERM).
+    cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl HttpModel {
@@ -194,6 +196,7 @@ impl HttpModel {
             turn: 0,
             exchanges: Vec::new(),
             calibration: 1.0,
+            cancel: None,
         }
     }
 
@@ -238,15 +241,37 @@ impl HttpModel {
         h
     }
 
+    /// Stop in-flight calls within a fraction of a second once `cancel` is set.
+    pub fn with_cancel(mut self, cancel: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn stopped(&self, deadline: Option<std::time::Instant>) -> Option<&'static str> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            return Some("the task was cancelled");
+        }
+        deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+            .then_some("the task's time is up")
+    }
+
     fn attempt(
         &mut self,
         body: &serde_json::Value,
         max_tokens: u64,
+        deadline: Option<std::time::Instant>,
     ) -> Result<WireReply, WireError> {
         let req = HttpRequest {
             url: self.cfg.url(),
             headers: self.headers(),
             body: body.to_string().into_bytes(),
+            deadline,
+            cancel: self.cancel.clone(),
         };
         let resp = match self.transport.post(&req) {
             Ok(r) => r,
@@ -390,11 +415,14 @@ impl HttpModel {
         // without one they would pile up, a full request each.
         self.exchanges.clear();
         let (body, prompt_estimate) = self.body_for(context, limits.max_output_tokens);
+        let deadline = limits
+            .time_left_ms
+            .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
         let mut charged = Usage::default();
         let mut attempt = 0;
         let reply = loop {
             attempt += 1;
-            match self.attempt(&body, limits.max_output_tokens) {
+            match self.attempt(&body, limits.max_output_tokens, deadline) {
                 Ok(r) => break r,
                 Err(WireError::Overlong { max_tokens, bytes }) => {
                     // The server ignored max_tokens: what it sent is charged as
@@ -425,7 +453,9 @@ impl HttpModel {
                         attempts: 1,
                         ..Usage::default()
                     });
-                    if !e.retryable() || attempt >= self.cfg.retry.max_attempts {
+                    let stopped = self.stopped(deadline);
+                    if stopped.is_some() || !e.retryable() || attempt >= self.cfg.retry.max_attempts
+                    {
                         if let Some(p) = self.cfg.price {
                             charged.cost_usd = p.cost(&charged);
                         }

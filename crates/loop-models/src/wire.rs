@@ -97,6 +97,7 @@ impl WireError {
     /// Worth another attempt?
     pub fn retryable(&self) -> bool {
         match self {
+            WireError::Transport(crate::http::TransportError::Stopped(_)) => false,
             WireError::Transport(_) | WireError::Stream(_) => true,
             WireError::Status { status, .. } => crate::retry::retryable_status(*status),
             WireError::Decode(_) | WireError::Overlong { .. } => false,

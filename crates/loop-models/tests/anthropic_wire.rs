@@ -85,6 +85,7 @@ fn model(url: &str, stream: bool, sleeper: &FakeSleeper) -> HttpModel {
 
 const LIMITS: CallLimits = CallLimits {
     max_output_tokens: 777,
+    time_left_ms: None,
 };
 
 #[test]

@@ -3,6 +3,8 @@
 //! streaming; a redirect to somewhere else. Served over real HTTP on
 //! 127.0.0.1.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{Canned, FakeSleeper, serve};
@@ -64,6 +66,7 @@ fn lying_usage_is_treated_as_absent_and_estimated_never_as_zero() {
             &context(),
             CallLimits {
                 max_output_tokens: 64,
+                time_left_ms: None,
             },
         );
         let ModelReply::Turn(t) = reply else {
@@ -84,6 +87,7 @@ fn lying_usage_is_treated_as_absent_and_estimated_never_as_zero() {
         &context(),
         CallLimits {
             max_output_tokens: 64,
+            time_left_ms: None,
         },
     ) else {
         panic!("no turn");
@@ -106,6 +110,7 @@ fn an_answer_far_past_max_tokens_is_cut_off_without_streaming_too() {
         &context(),
         CallLimits {
             max_output_tokens: 64,
+            time_left_ms: None,
         },
     );
     let ModelReply::Malformed { error, .. } = reply else {
@@ -133,6 +138,7 @@ fn a_redirect_is_not_followed() {
         &context(),
         CallLimits {
             max_output_tokens: 64,
+            time_left_ms: None,
         },
     );
     let ModelReply::Unavailable { error, .. } = reply else {
@@ -143,5 +149,117 @@ fn a_redirect_is_not_followed() {
     assert!(
         elsewhere.received.lock().unwrap().is_empty(),
         "nothing went to the redirect's target"
+    );
+}
+
+/// A server that answers with an event stream of keep-alive comments only,
+/// for up to 20 s: a per-read timeout never fires.
+fn keep_alive_server() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; len];
+                let _ = reader.read_exact(&mut body);
+                let mut out = stream;
+                let _ =
+                    out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n");
+                let start = std::time::Instant::now();
+                while start.elapsed() < Duration::from_secs(20) {
+                    if out.write_all(b": keep-alive\n\n").is_err() {
+                        return;
+                    }
+                    let _ = out.flush();
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn a_call_held_open_by_keep_alives_ends_with_the_tasks_time() {
+    let url = keep_alive_server();
+    let mut cfg = EndpointConfig::new(Dialect::OpenAi, "m");
+    cfg.base_url = format!("{url}/v1");
+    cfg.stream = true;
+    cfg.retry = RetryPolicy {
+        max_attempts: 4,
+        base: Duration::from_millis(1),
+        cap: Duration::from_millis(1),
+    };
+    let mut m = HttpModel::new(
+        cfg,
+        Box::new(loop_models::http::UreqTransport::new(Default::default())),
+        Box::new(FakeSleeper::default()),
+    );
+    let started = std::time::Instant::now();
+    let reply = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 64,
+            time_left_ms: Some(1500),
+        },
+    );
+    let took = started.elapsed();
+    let ModelReply::Unavailable { error, .. } = reply else {
+        panic!("{reply:?}");
+    };
+    assert!(error.contains("time is up"), "{error}");
+    assert!(took < Duration::from_secs(4), "1.5 s left, took {took:?}");
+}
+
+#[test]
+fn a_cancel_stops_an_in_flight_call_within_a_second() {
+    let url = keep_alive_server();
+    let mut cfg = EndpointConfig::new(Dialect::OpenAi, "m");
+    cfg.base_url = format!("{url}/v1");
+    cfg.stream = true;
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut m = HttpModel::new(
+        cfg,
+        Box::new(loop_models::http::UreqTransport::new(Default::default())),
+        Box::new(FakeSleeper::default()),
+    )
+    .with_cancel(cancel.clone());
+    let flag = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let started = std::time::Instant::now();
+    let reply = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 64,
+            time_left_ms: None,
+        },
+    );
+    let took = started.elapsed();
+    let ModelReply::Unavailable { error, .. } = reply else {
+        panic!("{reply:?}");
+    };
+    assert!(error.contains("cancelled"), "{error}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "cancelled at 0.5 s, took {took:?}"
     );
 }

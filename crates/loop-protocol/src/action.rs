@@ -82,6 +82,8 @@ impl Price {
 pub struct CallLimits {
     /// The most completion tokens the call may ask for (`max_tokens`).
     pub max_output_tokens: u64,
+    /// What is left of the task's wall time: the call gives up then.
+    pub time_left_ms: Option<u64>,
 }
 
 /// One model turn.
