@@ -258,3 +258,55 @@ fn a_checker_from_the_loopfile_reviews_the_diff_and_can_veto() {
     assert_eq!(genesis["checker"]["name"], "checker-1");
     assert_eq!(genesis["checker"]["parameters"]["role"], "checker");
 }
+
+#[test]
+fn a_checker_nobody_can_reach_ends_the_task_naming_it() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("checker-unreachable");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Loopfile.yaml"),
+        "models:\n  checker:\n    spec: openai:checker-1\n    stream: false\n    retries: 1\n",
+    )
+    .unwrap();
+    let script = dir.join("script.yaml");
+    std::fs::write(
+        &script,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args([
+            "run",
+            "make app.py print hello",
+            "--check",
+            "python3 app.py | grep -qx hello",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--project")
+        .arg(&dir)
+        .env(
+            "LOOP_OPENAI_BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        )
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["kind"], "error", "{stdout}");
+    let reason = last["outcome"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the checker openai:checker-1 could not be reached"),
+        "{reason}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -81,6 +81,16 @@ pub enum DirectorError {
     Transition(#[from] crate::machine::InvalidTransition),
 }
 
+/// What the checker said about accepted work.
+enum Review {
+    /// No checker, or it approved.
+    Approved,
+    /// It objected, with its reasons for the maker.
+    Objection(String),
+    /// It could not be reached: nobody reviewed the work.
+    Unreachable(String),
+}
+
 /// The Director for one task.
 pub struct Director<'a> {
     task_id: String,
@@ -719,9 +729,9 @@ impl<'a> Director<'a> {
         &mut self,
         report: &VerificationReport,
         attempt: u32,
-    ) -> Result<Option<String>, DirectorError> {
+    ) -> Result<Review, DirectorError> {
         let Some(reviewer) = self.reviewer.as_deref_mut() else {
-            return Ok(None);
+            return Ok(Review::Approved);
         };
         let change = self.parts.tools.change_summary();
         let ctx =
@@ -745,7 +755,7 @@ impl<'a> Director<'a> {
                     reasons: reasons.clone(),
                     usage: loop_protocol::Usage::default(),
                 })?;
-                return Ok(Some(reasons));
+                return Ok(Review::Objection(reasons));
             }
         };
         let reply = reviewer
@@ -754,6 +764,23 @@ impl<'a> Director<'a> {
                 error: e.to_string(),
                 usage: loop_protocol::Usage::default(),
             });
+        // A checker nobody can reach is not an objection the maker could
+        // address: the task ends, naming it.
+        if let ModelReply::Unavailable { error, usage } = &reply {
+            self.budget.charge_review(usage);
+            let info = reviewer.info();
+            let reasons = format!(
+                "the checker {}:{} could not be reached: {error}",
+                info.provider, info.name
+            );
+            self.record(Event::Reviewed {
+                attempt,
+                verdict: "unreachable".into(),
+                reasons: reasons.clone(),
+                usage: usage.clone(),
+            })?;
+            return Ok(Review::Unreachable(reasons));
+        }
         let (verdict, usage) = crate::review::read_reply(&reply);
         self.budget.charge_review(&usage);
         let (name, reasons, objection) = match verdict {
@@ -766,7 +793,7 @@ impl<'a> Director<'a> {
             reasons,
             usage,
         })?;
-        Ok(objection)
+        Ok(objection.map_or(Review::Approved, Review::Objection))
     }
 
     /// The loop, as phases so a resumed task can enter it anywhere.
@@ -1126,7 +1153,19 @@ impl<'a> Director<'a> {
         self.last_report = Some((*report).clone());
         match Acceptance::establish(&self.contract, &self.locked_sha256, &report) {
             Ok(acceptance) => {
-                if let Some(objection) = self.review(&report, attempt)? {
+                let objection = match self.review(&report, attempt)? {
+                    Review::Approved => None,
+                    Review::Objection(o) => Some(o),
+                    Review::Unreachable(why) => {
+                        return Ok(Phase::End(
+                            Outcome::Error,
+                            format!(
+                                "every check passed, but {why}; the work is not accepted without its review"
+                            ),
+                        ));
+                    }
+                };
+                if let Some(objection) = objection {
                     if attempt >= self.contract.limits.max_verifications {
                         return Ok(Phase::End(
                             Outcome::Failed,
