@@ -777,7 +777,7 @@ impl<'a> Director<'a> {
                 attempt,
                 verdict: "unreachable".into(),
                 reasons: reasons.clone(),
-                usage: usage.clone(),
+                usage: *usage,
             })?;
             return Ok(Review::Unreachable(reasons));
         }
