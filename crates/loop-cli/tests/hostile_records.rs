@@ -784,3 +784,19 @@ fn apply_refuses_a_bare_repository_the_model_assembled() {
         );
     }
 }
+
+#[test]
+fn a_fifo_the_model_made_never_blocks_the_runtime() {
+    for who in users() {
+        let sc = Scene::new("fifo", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"mkfifo pipe report.txt.fifo && echo ok > report.txt\"}}\n      - {tool: read_file, args: {path: pipe}}\n      - {tool: edit_file, args: {path: pipe, old: a, new: b}}\n      - {tool: write_file, args: {path: report.txt.fifo, content: \"fine\\n\"}}\n      - {tool: finish, args: {summary: done}}\n";
+        let started = std::time::Instant::now();
+        let (out, _receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{who:?}: the run hung on a FIFO: {out}"
+        );
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(out.contains("not a regular file"), "{who:?}: {out}");
+    }
+}

@@ -454,7 +454,7 @@ impl ToolBox {
             Ok(p) => p,
             Err(o) => return o,
         };
-        match std::fs::read(&full) {
+        match read_regular(&full) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 // Secrets in files are not shown to the model or recorded.
                 Ok(text) => Observation::ok(
@@ -494,7 +494,7 @@ impl ToolBox {
         if full.is_dir() {
             return Observation::error(id, "write_file", format!("{rel} is a directory"));
         }
-        let before = std::fs::read(&full).ok();
+        let before = read_regular(&full).ok();
         let changed = before.as_deref() != Some(content.as_bytes());
         let before_text = before.as_deref().map(String::from_utf8_lossy);
         if let Err(o) = self.admit(
@@ -529,7 +529,10 @@ impl ToolBox {
             Ok(p) => p,
             Err(o) => return o,
         };
-        let text = match std::fs::read_to_string(&full) {
+        let text = match read_regular(&full).and_then(|b| {
+            String::from_utf8(b)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        }) {
             Ok(t) => t,
             Err(e) => {
                 return Observation::error(id, "edit_file", format!("cannot read {rel}: {e}"));
@@ -612,7 +615,7 @@ impl ToolBox {
                     };
                     match pending.get(&rel) {
                         Some((_, content)) => content.clone(),
-                        None => match std::fs::read(&full) {
+                        None => match read_regular(&full) {
                             Ok(bytes) => match String::from_utf8(bytes) {
                                 Ok(t) => Some(t),
                                 Err(_) => {
@@ -701,7 +704,7 @@ impl ToolBox {
         let proposed: Vec<(String, Option<String>, Option<String>)> = pending
             .iter()
             .map(|(rel, (full, content))| {
-                let before = std::fs::read(full)
+                let before = read_regular(full)
                     .ok()
                     .map(|b| String::from_utf8_lossy(&b).into_owned());
                 (rel.clone(), before, content.clone())
@@ -949,3 +952,26 @@ fn refused(id: &str, tool: &str, rule: &str, text: String) -> ToolOutcome {
 
 #[cfg(test)]
 mod tests;
+
+/// Read a workspace file the way every tool must: opened without blocking
+/// (a FIFO the model made would hang the runtime forever) and refused
+/// unless it is a regular file. Links were resolved inside the workspace
+/// by the jail before this.
+fn read_regular(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, socket, device or directory is never read)",
+        ));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
