@@ -88,6 +88,7 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     }
     req.workspace = Some(cwd);
     req.net = o.net;
+    req.memory_required = o.mem.is_some();
     req.timeout = Duration::from_secs(o.timeout.max(1));
     req.max_output = o.max_output;
     req.isolation = o.isolation;

@@ -760,3 +760,39 @@ fn loop_exec_passes_the_commands_code_through_and_uses_125_to_127_for_its_own() 
     assert_eq!(code(&[], &[plain.to_str().unwrap()]), Some(126));
     assert_eq!(code(&["--no-such-flag"], &["true"]), Some(125));
 }
+
+#[test]
+fn required_isolation_enforces_an_explicit_memory_limit_or_refuses() {
+    for who in users() {
+        let sc = Scene::new("required-mem", who);
+        let marker = sc.ws().join("ran");
+        let out = sc
+            .command(
+                &["--isolation", "required", "--mem", "100", "--json"],
+                &["sh", "-c", &format!("touch {}", marker.display())],
+            )
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.code() == Some(0) {
+            // It ran: then a memory cgroup held the whole command.
+            let j: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+            assert_eq!(j["isolation"]["memory_cgroup"], true, "{who:?}: {j}");
+        } else {
+            // It could not: refused, naming the layer, and nothing ran.
+            assert_eq!(out.status.code(), Some(125), "{who:?}: {text}");
+            assert!(text.contains("a memory cgroup"), "{who:?}: {text}");
+            assert!(!marker.exists(), "{who:?}");
+        }
+        // Without an explicit --mem, required isolation needs no cgroup.
+        let out = sc
+            .command(&["--isolation", "required"], &["true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{who:?}");
+    }
+}

@@ -170,6 +170,10 @@ pub struct ExecRequest {
     pub net: Net,
     /// Resource limits.
     pub limits: Limits,
+    /// The memory limit was asked for explicitly: under
+    /// [`IsolationLevel::Required`] it must be enforced for the whole
+    /// command (a memory cgroup), not per process only (RLIMIT_AS).
+    pub memory_required: bool,
     /// How to treat missing kernel features.
     pub isolation: IsolationLevel,
     /// Layers to apply.
@@ -202,6 +206,7 @@ impl ExecRequest {
             max_output: DEFAULT_MAX_OUTPUT,
             net: Net::None,
             limits: Limits::default(),
+            memory_required: false,
             isolation: IsolationLevel::Preferred,
             layers: Layers::default(),
             cancel: None,
@@ -522,6 +527,13 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         cgroup::Cgroups::default()
     };
     trace.mark("cgroups");
+    if req.isolation == IsolationLevel::Required && req.memory_required && !cgroups.memory {
+        cgroups.destroy();
+        return Err(SandboxError::Unavailable {
+            missing: "a memory cgroup (the --mem limit would bind each process alone, not the command)".into(),
+            how: "Run as a user with a writable memory cgroup (root here, or a delegated cgroup v2 subtree), or use --isolation preferred, which says the limit is per process.".into(),
+        });
+    }
     // Cgroups are used where the machine offers writable ones; their absence
     // is said in the notes, not treated as a missing layer (rlimits still bound
     // memory and processes), so `required` stays usable without root.
