@@ -301,6 +301,10 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
                 std::time::Instant::now()
                     + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
             ),
+            git_dir: match &task_ws.origin {
+                Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
+                Origin::Copy { .. } => None,
+            },
             isolation: req.isolation,
             cancel: Some(crate::interrupt::flag()),
         })
@@ -501,6 +505,12 @@ fn drive(
         isolation,
         cancel: Some(cancel.clone()),
         deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
+        // A worktree's repository is readable (git status, diff, log work
+        // in commands and checks); never writable.
+        git_dir: match &task_ws.origin {
+            Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
+            Origin::Copy { .. } => None,
+        },
     };
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens.

@@ -1378,3 +1378,37 @@ fn a_moved_project_still_applies_its_verified_change() {
         "print('draft')\n"
     );
 }
+
+#[test]
+fn read_only_git_works_in_a_worktree_task_and_its_remotes_stay_unreadable() {
+    let p = git_project("git-inside");
+    sh(
+        &p,
+        "git remote add origin https://user:tok3n-s3cret@example.invalid/r.git",
+    );
+    let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"git status --porcelain; git log --oneline -1; git diff --stat; echo REMOTE=$(git config --get remote.origin.url); git commit --allow-empty -qm x || echo COMMIT-REFUSED\"}}\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: done}}\n";
+    let r = run_script(&p, script, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let observed = r
+        .events
+        .iter()
+        .find(|e| e["kind"] == "observed")
+        .unwrap()
+        .to_string();
+    assert!(
+        observed.contains("base"),
+        "git log reads the repository: {observed}"
+    );
+    assert!(!observed.contains("not a git repository"), "{observed}");
+    assert!(
+        !observed.contains("tok3n-s3cret"),
+        "the remote's token is not readable: {observed}"
+    );
+    assert!(observed.contains("REMOTE="), "{observed}");
+    assert!(
+        observed.contains("COMMIT-REFUSED"),
+        "the repository is not writable: {observed}"
+    );
+    // The user's repository is untouched.
+    assert_eq!(sh(&p, "git log --oneline").lines().count(), 1);
+}

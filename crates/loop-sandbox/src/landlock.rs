@@ -94,6 +94,7 @@ fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
 pub fn prepare(
     view: &'static HostView,
     read_write: &[PathBuf],
+    read_only: &[PathBuf],
     shadowed: &dyn Fn(&Path) -> bool,
 ) -> Result<Option<Prepared>, String> {
     let abi_n = kernel_abi();
@@ -123,6 +124,16 @@ pub fn prepare(
         created
             .as_mut()
             .add_rule(PathBeneath::new(fd, all))
+            .map_err(|e| err(&e))?;
+    }
+    let read = AccessFs::from_read(fixed.abi);
+    let file = AccessFs::from_file(fixed.abi);
+    for p in read_only {
+        let Ok(fd) = PathFd::new(p) else { continue };
+        let access = if p.is_dir() { read } else { read & file };
+        created
+            .as_mut()
+            .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| err(&e))?;
     }
     let fd: Option<OwnedFd> = created.into();

@@ -135,6 +135,11 @@ pub struct Settings {
     /// When the task's wall-time budget runs out: no command runs past it,
     /// whatever its own timeout.
     pub deadline: Option<Instant>,
+    /// The git directory of the repository a worktree workspace belongs
+    /// to: shown read-only (its config reduced to `[core]` and
+    /// `[extensions]`, so no credential in a remote URL is readable), so
+    /// `git status`, `diff` and `log` work; nothing in it is writable.
+    pub git_dir: Option<PathBuf>,
 }
 
 impl Settings {
@@ -142,6 +147,7 @@ impl Settings {
     pub fn apply(&self, req: &mut ExecRequest) {
         req.isolation = self.isolation;
         req.cancel = self.cancel.clone();
+        req.git_dir = self.git_dir.clone();
         if let Some(d) = self.deadline {
             req.timeout = req.timeout.min(d.saturating_duration_since(Instant::now()));
         }
@@ -186,6 +192,8 @@ pub struct ExecRequest {
     pub overlay_scratch: Option<PathBuf>,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
+    /// A repository's git directory to show read-only (see [`Settings::git_dir`]).
+    pub git_dir: Option<PathBuf>,
 }
 
 impl ExecRequest {
@@ -212,6 +220,7 @@ impl ExecRequest {
             cancel: None,
             overlay_scratch: None,
             env: Vec::new(),
+            git_dir: None,
         }
     }
 }
@@ -489,6 +498,18 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     }
     let view = policy::host_view();
     trace.mark("view");
+    // A worktree's repository, read-only, with a config that names no
+    // remote (a URL may carry a token).
+    let git_view: Option<(PathBuf, PathBuf)> = match (&req.git_dir, use_ns) {
+        (Some(dir), true) if dir.is_dir() => {
+            let reduced = tmp.0.base.join("gitconfig");
+            let text = std::fs::read_to_string(dir.join("config")).unwrap_or_default();
+            std::fs::write(&reduced, git_config_core(&text))
+                .map_err(|e| spawn_err("git config view: ".into(), e))?;
+            Some((dir.clone(), reduced))
+        }
+        _ => None,
+    };
     let landlock = if support.landlock_abi > 0 && layers.landlock {
         // Trees the command's root overlays get their rules inside the child.
         let overlays = use_ns && support.tree_overlay;
@@ -502,6 +523,10 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         landlock::prepare(
             view,
             &[workspace.clone(), tmp.tmp().to_path_buf()],
+            &git_view
+                .iter()
+                .flat_map(|(d, c)| [d.clone(), c.clone()])
+                .collect::<Vec<_>>(),
             &shadowed,
         )
         .map_err(SandboxError::Prepare)?
@@ -693,6 +718,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
                 workspace: &workspace,
                 cwd: &cwd,
                 fresh_proc: support.proc_mount,
+                git: git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
                 overlay_trees: support.tree_overlay,
                 userns,
                 masks,
@@ -915,6 +941,30 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             notes,
         },
     })
+}
+
+/// The `[core]` and `[extensions]` sections of a git config, nothing else:
+/// what git needs to read a repository, without remotes or credentials.
+fn git_config_core(text: &str) -> String {
+    let mut out = String::new();
+    let mut keep = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            let name = t
+                .trim_start_matches('[')
+                .split([']', ' ', '"'])
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            keep = name == "core" || name == "extensions";
+        }
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Phase timings on stderr when `LOOP_SANDBOX_TRACE` is set: where a

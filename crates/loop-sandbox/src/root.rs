@@ -86,8 +86,11 @@ pub struct Inputs<'a> {
     pub workspace: &'a Path,
     /// The working directory (canonical).
     pub cwd: &'a Path,
-    /// Mount a fresh procfs (else bind the host's).
+    /// Mount a fresh procfs (else leave `/proc` empty).
     pub fresh_proc: bool,
+    /// A git directory to show read-only, and the reduced config to show
+    /// as its `config`.
+    pub git: Option<(&'a Path, &'a Path)>,
     /// Overlay the host trees (else bind them read-only).
     pub overlay_trees: bool,
     /// The mount is made in a user namespace (overlays need `userxattr`).
@@ -262,6 +265,20 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
         }
     }
 
+    // A worktree's repository, read-only, its config reduced.
+    if let Some((dir, config)) = inp.git {
+        mkdirs(dir, &mut ops)?;
+        let at = under(staging, dir);
+        ops.push(Op::Bind(
+            c(dir)?,
+            c(&at)?,
+            true,
+            Some(crate::locked_flags(dir)),
+        ));
+        if dir.join("config").is_file() {
+            ops.push(Op::Bind(c(config)?, c(&at.join("config"))?, false, Some(0)));
+        }
+    }
     // Denied paths inside what is mounted from the host: an unreadable mask
     // on top (the host's /tmp is not mounted: the private one is).
     let mounted = |p: &Path| {
@@ -419,6 +436,7 @@ mod tests {
             workspace: &ws,
             cwd: &ws,
             fresh_proc: true,
+            git: None,
             overlay_trees: true,
             userns: true,
             masks: Masks {
