@@ -439,14 +439,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             json,
             on_prompt,
         } => {
-            let on_prompt = wiring::OnPrompt::choose(
-                on_prompt
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(CliError::usage)?,
-                false,
-            );
+            let on_prompt = wiring::OnPrompt::from_flags(on_prompt.as_deref(), false)
+                .map_err(CliError::usage)?;
             if add_usd.is_some_and(|x| !x.is_finite() || x < 0.0) {
                 return Err(CliError::usage("--add-usd must be a non-negative number"));
             }
@@ -510,14 +504,8 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             json,
             resume_interrupted,
         } => {
-            let on_prompt = wiring::OnPrompt::choose(
-                on_prompt
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(CliError::usage)?,
-                yes,
-            );
+            let on_prompt =
+                wiring::OnPrompt::from_flags(on_prompt.as_deref(), yes).map_err(CliError::usage)?;
             let mut resumed_code = 0;
             if resume_interrupted {
                 for id in task::interrupted_tasks(&project)? {

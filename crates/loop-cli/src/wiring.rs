@@ -254,6 +254,11 @@ impl std::str::FromStr for OnPrompt {
 }
 
 impl OnPrompt {
+    /// From the command line: `--on-prompt` as given (checked) and `--yes`.
+    pub fn from_flags(flag: Option<&str>, yes: bool) -> Result<OnPrompt, String> {
+        Ok(Self::choose(flag.map(str::parse).transpose()?, yes))
+    }
+
     /// The mode for this process: on a terminal a person is asked, unless
     /// told otherwise; without one, `--on-prompt` (default `deny`).
     pub fn choose(flag: Option<OnPrompt>, yes: bool) -> OnPrompt {
