@@ -800,3 +800,40 @@ fn a_fifo_the_model_made_never_blocks_the_runtime() {
         assert!(out.contains("not a regular file"), "{who:?}: {out}");
     }
 }
+
+#[test]
+fn gates_judge_the_file_really_written_not_the_name_asked_for() {
+    for who in users() {
+        let sc = Scene::new("gate-links", who);
+        std::fs::write(
+            sc.project().join("Loopfile.yaml"),
+            "rules:\n  python:\n    banned_imports: [subprocess]\n",
+        )
+        .unwrap();
+        std::fs::write(sc.project().join("calc.py"), "x = 1\n").unwrap();
+        if who == Who::Nobody {
+            Command::new("chown")
+                .arg("-R")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(sc.project())
+                .status()
+                .unwrap();
+        }
+        let bad = "import subprocess\\nsubprocess.run(['id'])\\n";
+        let script = format!(
+            "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: \"ln -s calc.py notes.txt\"}}}}\n      - {{tool: write_file, args: {{path: notes.txt, content: \"{bad}\"}}}}\n      - {{tool: write_file, args: {{path: tool.pyw, content: \"{bad}\"}}}}\n      - {{tool: write_file, args: {{path: bin/tool, content: \"#!/usr/bin/env python3\\n{bad}\"}}}}\n      - {{tool: write_file, args: {{path: report.txt, content: \"ok\\n\"}}}}\n      - {{tool: finish, args: {{summary: done}}}}\n"
+        );
+        let (out, receipt, _) = sc.run(TRIVIAL_TASK, &script);
+        let refusals = out.matches("banned import").count() + out.matches("banned_imports").count();
+        assert!(refusals >= 3, "{who:?}: every form refused: {out}");
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        assert_eq!(
+            std::fs::read_to_string(ws.join("calc.py")).unwrap(),
+            "x = 1\n",
+            "{who:?}: the write through the link never landed"
+        );
+        assert!(!ws.join("tool.pyw").exists(), "{who:?}");
+        assert!(!ws.join("bin/tool").exists(), "{who:?}");
+    }
+}

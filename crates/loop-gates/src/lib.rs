@@ -46,7 +46,8 @@ pub fn check(
     after: &str,
     policy: &CodePolicy,
 ) -> Result<(), GateRejection> {
-    let Some(lang) = language_of(path) else {
+    // By the name, else by what the content says it is (a `#!` line).
+    let Some(lang) = language_of(path).or_else(|| syntax::language_of_content(after)) else {
         return Ok(());
     };
     syntax::check(lang, path, before, after)?;

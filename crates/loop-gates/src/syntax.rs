@@ -69,7 +69,7 @@ impl Language {
 pub fn language_of(path: &str) -> Option<Language> {
     let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
     Some(match ext.as_str() {
-        "py" | "pyi" => Language::Python,
+        "py" | "pyi" | "pyw" => Language::Python,
         "rs" => Language::Rust,
         "js" | "mjs" | "cjs" | "jsx" => Language::JavaScript,
         "ts" | "mts" | "cts" => Language::TypeScript,
@@ -82,6 +82,23 @@ pub fn language_of(path: &str) -> Option<Language> {
         "toml" => Language::Toml,
         _ => return None,
     })
+}
+
+/// The language a file's content says it is, by its `#!` line (for files
+/// whose name says nothing: `bin/tool`, `notes.txt` made executable).
+pub fn language_of_content(text: &str) -> Option<Language> {
+    let first = text.lines().next()?.strip_prefix("#!")?;
+    let interpreter = first
+        .split_whitespace()
+        .find(|w| !w.ends_with("/env") && !w.starts_with('-'))?;
+    let name = interpreter.rsplit('/').next()?;
+    if name.starts_with("python") {
+        Some(Language::Python)
+    } else if name == "node" || name == "nodejs" || name == "deno" || name == "bun" {
+        Some(Language::JavaScript)
+    } else {
+        None
+    }
 }
 
 /// Parse `text` as `lang`. An error is the gate's own failure.

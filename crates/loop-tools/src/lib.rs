@@ -233,6 +233,15 @@ impl ToolBox {
         *self.step.borrow_mut() = StepEdits::default();
     }
 
+    /// The path a write really lands on, relative to the workspace: gates
+    /// judge the file that will be written (a link resolved), not the name
+    /// the model asked for.
+    fn resolved_rel(&self, full: &std::path::Path) -> String {
+        full.strip_prefix(self.jail.root())
+            .map(loop_workspace::jail::to_slash)
+            .unwrap_or_else(|_| full.display().to_string())
+    }
+
     /// Refuse `proposed` edits (path, content before this change, content
     /// after) if the step would then change more lines than allowed, or
     /// write binary content; otherwise count them.
@@ -500,7 +509,11 @@ impl ToolBox {
         if let Err(o) = self.admit(
             id,
             "write_file",
-            &[(rel.clone(), before_text.as_deref(), Some(content))],
+            &[(
+                self.resolved_rel(&full),
+                before_text.as_deref(),
+                Some(content),
+            )],
         ) {
             return o;
         }
@@ -568,7 +581,7 @@ impl ToolBox {
         if let Err(o) = self.admit(
             id,
             "edit_file",
-            &[(rel.clone(), Some(&text), Some(&updated))],
+            &[(self.resolved_rel(&full), Some(&text), Some(&updated))],
         ) {
             return o;
         }
@@ -703,11 +716,11 @@ impl ToolBox {
         }
         let proposed: Vec<(String, Option<String>, Option<String>)> = pending
             .iter()
-            .map(|(rel, (full, content))| {
+            .map(|(_, (full, content))| {
                 let before = read_regular(full)
                     .ok()
                     .map(|b| String::from_utf8_lossy(&b).into_owned());
-                (rel.clone(), before, content.clone())
+                (self.resolved_rel(full), before, content.clone())
             })
             .collect();
         let view: Vec<(String, Option<&str>, Option<&str>)> = proposed
