@@ -5,7 +5,6 @@
 //! saying what it skipped.
 
 use crate::fsutil::copy_tree;
-use crate::jail::Protected;
 use crate::snapshot::remove_tree;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,13 +149,10 @@ impl TaskWorkspace {
                 },
             });
         }
-        let ignore = gitignore(project);
+        let ignores = GitIgnores::new(project);
         let skip = |rel: &str| {
             let name = rel.rsplit('/').next().unwrap_or(rel);
-            rel == ".loop"
-                || rel == ".git"
-                || BUILD_OUTPUTS.contains(&name)
-                || ignore.as_ref().is_some_and(|p| p.matching(rel).is_some())
+            rel == ".loop" || rel == ".git" || BUILD_OUTPUTS.contains(&name) || ignores.ignored(rel)
         };
         let stats = copy_tree(project, dest, &skip, true).map_err(io("cannot copy the project"))?;
         Ok(TaskWorkspace {
@@ -238,17 +234,64 @@ fn carry_dirty(project: &Path, dest: &Path) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
-/// The project's root `.gitignore` as globs (negations are not supported and are ignored).
-fn gitignore(project: &Path) -> Option<Protected> {
-    let text = std::fs::read_to_string(project.join(".gitignore")).ok()?;
-    let globs: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-        .map(|l| l.trim_start_matches('/').trim_end_matches('/').to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    Protected::new(&globs).ok()
+/// The project's `.gitignore` files, every one of them, read as git reads
+/// them (negations, anchors, directory-only patterns): the deepest file
+/// with a matching pattern decides, and an ignored directory is not
+/// entered (so nothing under it can be re-included, as in git).
+struct GitIgnores {
+    root: PathBuf,
+    cache:
+        std::cell::RefCell<std::collections::HashMap<String, Option<ignore::gitignore::Gitignore>>>,
+}
+
+impl GitIgnores {
+    fn new(root: &Path) -> Self {
+        GitIgnores {
+            root: root.to_path_buf(),
+            cache: Default::default(),
+        }
+    }
+
+    /// The matcher of the `.gitignore` in directory `dir` (relative), if any.
+    fn matcher(&self, dir: &str) -> Option<ignore::gitignore::Gitignore> {
+        if let Some(m) = self.cache.borrow().get(dir) {
+            return m.clone();
+        }
+        let base = if dir.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(dir)
+        };
+        let file = base.join(".gitignore");
+        let m = file.is_file().then(|| {
+            let mut b = ignore::gitignore::GitignoreBuilder::new(&base);
+            // A malformed line is skipped, as git skips it.
+            let _ = b.add(&file);
+            b.build().ok()
+        });
+        let m = m.flatten();
+        self.cache.borrow_mut().insert(dir.to_string(), m.clone());
+        m
+    }
+
+    /// Whether `rel` (a path relative to the root) is ignored.
+    fn ignored(&self, rel: &str) -> bool {
+        use ignore::Match;
+        let full = self.root.join(rel);
+        let is_dir = std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir());
+        let parts: Vec<&str> = rel.split('/').collect();
+        for depth in (0..parts.len()).rev() {
+            let dir = parts[..depth].join("/");
+            if let Some(m) = self.matcher(&dir) {
+                match m.matched(&full, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
+                }
+            }
+        }
+        false
+    }
 }
 
 #[cfg(test)]
@@ -357,5 +400,42 @@ mod tests {
         assert!(ws.path.join("src/main.py").exists());
         assert!(ws.path.join(".gitignore").exists());
         assert!(!ws.path.join("target").exists());
+    }
+}
+
+#[cfg(test)]
+mod gitignore_tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    #[test]
+    fn a_copy_reads_every_gitignore_with_negations_as_git_does() {
+        let d = TestDir::new("copy-gitignore");
+        let p = d.path().join("project");
+        for dir in ["logs", "src/gen", "docs"] {
+            std::fs::create_dir_all(p.join(dir)).unwrap();
+        }
+        std::fs::write(p.join(".gitignore"), "*.log\n!keep.log\n/logs/\n").unwrap();
+        std::fs::write(p.join("a.log"), "x").unwrap();
+        std::fs::write(p.join("keep.log"), "x").unwrap();
+        std::fs::write(p.join("logs/l.txt"), "x").unwrap();
+        // A nested file ignores more, and re-includes what its parent ignored.
+        std::fs::write(p.join("src/.gitignore"), "gen/\n!*.log\n").unwrap();
+        std::fs::write(p.join("src/gen/out.rs"), "x").unwrap();
+        std::fs::write(p.join("src/trace.log"), "x").unwrap();
+        std::fs::write(p.join("src/main.rs"), "x").unwrap();
+        std::fs::write(p.join("docs/notes.log"), "x").unwrap();
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", false).unwrap();
+        let has = |rel: &str| ws.path.join(rel).exists();
+        assert!(!has("a.log"), "ignored");
+        assert!(has("keep.log"), "a negation re-includes");
+        assert!(!has("logs"), "an anchored directory pattern");
+        assert!(!has("src/gen"), "a nested .gitignore");
+        assert!(
+            has("src/trace.log"),
+            "a nested negation overrides its parent"
+        );
+        assert!(has("src/main.rs"));
+        assert!(!has("docs/notes.log"), "the root's pattern reaches down");
     }
 }
