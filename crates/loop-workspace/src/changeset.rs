@@ -142,21 +142,10 @@ enum Held {
 fn held(tree: &Tree, rel: &str) -> Result<Held, ChangeSetError> {
     Ok(match tree.node(rel).map_err(untrusted)? {
         Node::Missing => Held::Nothing,
-        Node::File { mut file, mode, .. } => {
-            let mut h = loop_protocol::hash::Sha256Stream::default();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = std::io::Read::read(&mut file, &mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            Held::File {
-                sha: h.finish_hex(),
-                executable: mode & 0o100 != 0,
-            }
-        }
+        Node::File { mut file, mode, .. } => Held::File {
+            sha: crate::manifest::hash_reader(&mut file)?,
+            executable: mode & 0o100 != 0,
+        },
         Node::Symlink(t) => Held::Link(t),
         Node::Dir => Held::Other("a directory"),
         Node::Special(what) => Held::Other(what),
@@ -165,6 +154,17 @@ fn held(tree: &Tree, rel: &str) -> Result<Held, ChangeSetError> {
 
 fn untrusted(e: UntrustedError) -> ChangeSetError {
     ChangeSetError::Untrusted(e)
+}
+
+/// Whether a file's executable bit is what git's `mode` says (no mode
+/// recorded: any).
+fn mode_fits(mode: Option<&str>, executable: bool) -> bool {
+    match mode {
+        Some("100755") => executable,
+        Some("100644") => !executable,
+        Some(_) => false,
+        None => true,
+    }
 }
 
 /// Whether `h` is what a change set says (`sha`, `mode`) should be there.
@@ -177,15 +177,7 @@ fn holds(h: &Held, sha: Option<&String>, mode: Option<&str>) -> bool {
                 executable,
             },
             Some(want),
-        ) => {
-            got == want
-                && match mode {
-                    Some("100755") => *executable,
-                    Some("100644") => !*executable,
-                    Some(_) => false,
-                    None => true,
-                }
-        }
+        ) => got == want && mode_fits(mode, *executable),
         (Held::Link(t), Some(want)) => {
             mode.is_none_or(|m| m == "120000")
                 && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want
@@ -337,18 +329,11 @@ impl ChangeSet {
                         change.link = Some(t);
                     }
                     Ok(Node::File { file, mode, .. }) => {
+                        let mut file = file;
                         let mut bytes = Vec::new();
-                        std::io::Read::read_to_end(
-                            &mut std::io::Read::take(file, u64::MAX),
-                            &mut bytes,
-                        )?;
+                        std::io::Read::read_to_end(&mut file, &mut bytes)?;
                         let exec = mode & 0o100 != 0;
-                        let mode_ok = match f.after_mode.as_deref() {
-                            Some("100755") => exec,
-                            Some("100644") => !exec,
-                            Some(_) => false,
-                            None => true,
-                        };
+                        let mode_ok = mode_fits(f.after_mode.as_deref(), exec);
                         if sha256_hex(&bytes) != *want || !mode_ok {
                             conflicts.push(format!(
                                 "{}: the task workspace no longer holds the verified content",

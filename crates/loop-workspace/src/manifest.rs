@@ -157,10 +157,15 @@ pub fn hash_file(path: &Path) -> std::io::Result<String> {
             path.display()
         )));
     }
+    hash_reader(&mut f)
+}
+
+/// SHA-256 of everything `r` yields, streamed (never held in memory).
+pub fn hash_reader(r: &mut impl Read) -> std::io::Result<String> {
     let mut h = Sha256Stream::default();
     let mut buf = [0u8; 64 * 1024];
     loop {
-        let n = f.read(&mut buf)?;
+        let n = r.read(&mut buf)?;
         if n == 0 {
             break;
         }
