@@ -14,6 +14,8 @@ command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 # The receipt interop test and the local model server use venvs.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# The check-integrity tests run a real pytest, the system interpreter's.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -195,6 +195,27 @@ pub struct StoredRequest {
     /// The Loopfile's checkpoints when the task started.
     #[serde(default)]
     pub checkpoints: Option<loop_core::Checkpoints>,
+    /// The check-integrity set derived when the task started (files that
+    /// define what the checks mean; protected like `protected` globs).
+    #[serde(default)]
+    pub check_integrity: Vec<loop_protocol::IntegrityRule>,
+}
+
+/// What no tool may write and every seal must leave as it was: the
+/// contract's protections, then the check-integrity set (less what the
+/// contract lets the model change).
+fn protection(
+    contract: &Contract,
+    integrity: &[loop_protocol::IntegrityRule],
+) -> Result<Protected, CliError> {
+    Protected::new(&contract.protected_globs())
+        .and_then(|p| {
+            p.with_named(
+                &loop_verifier::integrity::named(integrity),
+                &contract.allow_check_changes,
+            )
+        })
+        .map_err(|e| CliError::usage(format!("protected globs: {e}")))
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -254,8 +275,8 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         code_policy: loopfile.rules.clone(),
         progress: loopfile.progress.clone(),
         checkpoints: loopfile.checkpoints.clone(),
+        check_integrity: Vec::new(),
     };
-    let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
 
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
@@ -263,6 +284,9 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
+    let mut stored = stored;
+    stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
+    let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
     if !req.json {
         match &task_ws.origin {
             Origin::Worktree {
@@ -292,8 +316,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     }
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
-    let protected = Protected::new(&req.contract.protected_globs())
-        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
+    let protected = protection(&req.contract, &stored.check_integrity)?;
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(loop_sandbox::Settings {
@@ -458,8 +481,7 @@ fn drive(
     let baseline_report: Option<loop_protocol::VerificationReport> =
         read_json(&task_dir.join("baseline-report.json"))?;
 
-    let protected = Protected::new(&contract.protected_globs())
-        .map_err(|e| CliError::usage(format!("protected globs: {e}")))?;
+    let protected = protection(contract, &stored.check_integrity)?;
     let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
     // The record so far: the store's entries are the truth; the file copy
     // is rewritten to match them.
@@ -537,6 +559,11 @@ fn drive(
             .guard_protected(baseline.clone(), protected)
             .with_sandbox(sandbox),
     );
+    if let Some(b) = &baseline_report {
+        verifier.0 = verifier
+            .0
+            .compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
+    }
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let ledger_path = receipts.join(&ledger_name);
@@ -667,6 +694,7 @@ fn drive(
             isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
             verification: result.last_report,
             baseline: baseline_report,
+            check_integrity: stored.check_integrity.clone(),
             artifacts: shipped,
             baseline_root: baseline.root.clone(),
             final_root: final_manifest.root.clone(),

@@ -181,6 +181,8 @@ impl Verifier for FakeVerifier {
                             stdout: None,
                             stderr: None,
                             snapshot: "memory".into(),
+                            env: Vec::new(),
+                            tests: None,
                         }
                     })
                     .collect();

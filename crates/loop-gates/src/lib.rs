@@ -17,6 +17,7 @@
 //! gives up) refuses too: gates never fail open.
 
 pub mod policy;
+pub mod shadow;
 pub mod syntax;
 
 pub use policy::{CodePolicy, LanguageRules};

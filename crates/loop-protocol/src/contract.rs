@@ -49,6 +49,11 @@ pub struct Contract {
     /// (for a task whose work is, say, its `.gitmodules`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unprotect: Vec<String>,
+    /// Globs the model may change although they define what a check means
+    /// (the check-integrity set: test files, runner configuration, build
+    /// manifests; see `docs/formats.md`). Empty: none of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_check_changes: Vec<String>,
     /// Budgets the runtime enforces.
     pub limits: Limits,
 }
@@ -240,6 +245,7 @@ impl Contract {
             artifacts: Vec::new(),
             protected: Vec::new(),
             unprotect: Vec::new(),
+            allow_check_changes: Vec::new(),
             limits: Limits::default(),
         };
         let mut r = Reader::new("command line");
@@ -379,6 +385,7 @@ const TOP_KEYS: &[&str] = &[
     "artifacts",
     "protected",
     "unprotect",
+    "allow_check_changes",
     "limits",
 ];
 const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
@@ -598,6 +605,7 @@ impl Reader {
         let mut artifacts = Vec::new();
         let mut protected = Vec::new();
         let mut unprotect = Vec::new();
+        let mut allow_check_changes = Vec::new();
         let mut limits = Limits::default();
         for (k, v) in entries {
             match k.name.as_str() {
@@ -662,6 +670,15 @@ impl Reader {
                         }
                     }
                 }
+                "allow_check_changes" => {
+                    if let Some(items) = self.seq(v, "`allow_check_changes`") {
+                        for item in items {
+                            if let Some(g) = self.glob(item) {
+                                allow_check_changes.push(g);
+                            }
+                        }
+                    }
+                }
                 "limits" => {
                     if let Some(l) = self.limits(v) {
                         limits = l;
@@ -691,6 +708,7 @@ impl Reader {
             artifacts,
             protected,
             unprotect,
+            allow_check_changes,
             limits,
         })
     }

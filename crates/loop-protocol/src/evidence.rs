@@ -77,6 +77,49 @@ pub struct CheckEvidence {
     pub stderr: Option<StreamEvidence>,
     /// How the check's fresh snapshot was made (`copy`, `reflink`, `overlay`).
     pub snapshot: String,
+    /// Environment the runtime imposed on a `run` check so that its
+    /// interpreters find their own libraries and tools before anything in
+    /// the workspace (`PATH=…`, `PYTHONSAFEPATH=1`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// What the test runner reported, when its output was recognised:
+    /// compared with the baseline run's to catch tests that vanished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<TestTally>,
+}
+
+/// A test runner's account of one run, read from its output.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestTally {
+    /// The runner whose format was recognised (`pytest`, `unittest`,
+    /// `cargo`, `go`, `jest`, `node`).
+    pub runner: String,
+    /// Tests that ran (passed, failed or errored; not skipped).
+    pub ran: u64,
+    /// Tests reported skipped (or deselected, or expected failures).
+    pub skipped: u64,
+    /// Names of the tests that ran, when the runner printed them (sorted,
+    /// at most [`TestTally::MAX_NAMES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Whether `names` was cut at [`TestTally::MAX_NAMES`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub names_truncated: bool,
+}
+
+impl TestTally {
+    /// Names kept per check.
+    pub const MAX_NAMES: usize = 2000;
+}
+
+/// One entry of a task's check-integrity set: files that define what a
+/// check means, protected like the contract's own `protected` globs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntegrityRule {
+    /// The glob (relative to the workspace).
+    pub glob: String,
+    /// Why it is in the set (`pytest configuration`, `test files tests#0 runs`).
+    pub why: String,
 }
 
 /// The checks of one criterion.

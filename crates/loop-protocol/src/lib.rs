@@ -35,8 +35,8 @@ pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
 pub use event::{BudgetUse, Event, RuntimeInfo};
 pub use evidence::{
-    ArtifactEvidence, CheckEvidence, CriterionEvidence, Isolation, StreamEvidence,
-    VerificationReport,
+    ArtifactEvidence, CheckEvidence, CriterionEvidence, IntegrityRule, Isolation, StreamEvidence,
+    TestTally, VerificationReport,
 };
 pub use observation::{Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};

@@ -74,6 +74,7 @@ fn main() {
                 outcome: loop_protocol::Outcome::Lost.record("bench"),
                 verification: None,
                 baseline: None,
+                check_integrity: Vec::new(),
                 artifacts: vec![],
                 baseline_root: "r".into(),
                 final_root: "r".into(),

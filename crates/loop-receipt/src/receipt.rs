@@ -167,6 +167,11 @@ pub struct Predicate {
     /// held, so the receipt shows what the work changed.
     #[serde(default)]
     pub baseline: Option<VerificationReport>,
+    /// The check-integrity set the task ran under: files that define what
+    /// the checks mean, protected like the contract's `protected` globs
+    /// (less the contract's `allow_check_changes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_integrity: Vec<loop_protocol::IntegrityRule>,
     /// Required artifacts shipped with the receipt.
     pub artifacts: Vec<RelPath>,
     /// Merkle root of the workspace at the start.

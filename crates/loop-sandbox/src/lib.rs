@@ -26,6 +26,7 @@
 
 mod capture;
 mod cgroup;
+pub mod check_env;
 mod child;
 mod landlock;
 pub mod policy;
@@ -194,6 +195,11 @@ pub struct ExecRequest {
     pub env: Vec<(String, String)>,
     /// A repository's git directory to show read-only (see [`Settings::git_dir`]).
     pub git_dir: Option<PathBuf>,
+    /// The command is an acceptance check: its interpreters are run so
+    /// that they find their own libraries and tools before anything in the
+    /// workspace (see [`check_env`]); what was imposed is reported in
+    /// [`ExecResult::env_imposed`].
+    pub check: bool,
 }
 
 impl ExecRequest {
@@ -220,6 +226,7 @@ impl ExecRequest {
             cancel: None,
             overlay_scratch: None,
             env: Vec::new(),
+            check: false,
             git_dir: None,
         }
     }
@@ -244,6 +251,8 @@ pub struct ExecResult {
     pub stderr: Captured,
     /// What was enforced.
     pub isolation: Isolation,
+    /// Environment imposed on a check (`NAME=value`), see [`ExecRequest::check`].
+    pub env_imposed: Vec<String>,
 }
 
 /// The command could not be run.
@@ -809,6 +818,18 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
+    let mut env_imposed = Vec::new();
+    if req.check {
+        let pydir = tmp.tmp().join(check_env::PYTHON_DIR);
+        check_env::write_python_hook(&pydir)
+            .map_err(|e| spawn_err("check environment: ".into(), e))?;
+        let host_path = std::env::var("PATH").unwrap_or_default();
+        for (k, v) in check_env::vars(&host_path, &workspace, &tmp_dir.join(check_env::PYTHON_DIR))
+        {
+            env_imposed.push(format!("{k}={v}"));
+            cmd.env(k, v);
+        }
+    }
     // SAFETY: `child::enter` only makes async-signal-safe system calls on
     // data prepared above, which outlives the spawn.
     unsafe {
@@ -940,6 +961,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             env_scrubbed: true,
             notes,
         },
+        env_imposed,
     })
 }
 

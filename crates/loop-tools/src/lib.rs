@@ -233,6 +233,19 @@ impl ToolBox {
         *self.step.borrow_mut() = StepEdits::default();
     }
 
+    /// Whether workspace directory `dir` is a Python package (holds an
+    /// `__init__.py`): a module inside one shadows nothing.
+    fn is_package(&self, dir: &str) -> bool {
+        let rel = if dir.is_empty() {
+            "__init__.py".to_string()
+        } else {
+            format!("{dir}/__init__.py")
+        };
+        self.jail
+            .resolve(&rel, loop_workspace::Intent::Read)
+            .is_ok_and(|(_, full)| full.is_file())
+    }
+
     /// The path a write really lands on, relative to the workspace: gates
     /// judge the file that will be written (a link resolved), not the name
     /// the model asked for.
@@ -282,6 +295,20 @@ impl ToolBox {
                         "Refused: {rel}:{}:{} would contain {}; credentials are never written into files (read them from the environment at run time).",
                         s.line, s.col, s.kind
                     ),
+                ));
+            }
+        }
+        // The shadow gate: no new module named like the standard library.
+        for (rel, before, after) in proposed {
+            if before.is_none()
+                && after.is_some()
+                && let Err(r) = loop_gates::shadow::check(rel, &|d| self.is_package(d))
+            {
+                return Err(Observation::refused(
+                    id,
+                    tool,
+                    r.rule.clone(),
+                    format!("Refused: {}.", r.message),
                 ));
             }
         }
@@ -883,6 +910,8 @@ impl ToolBox {
                 let protected = |rel: &str| {
                     self.jail.protected().matching(rel).is_some()
                         || rel.chars().any(char::is_control)
+                        || (std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
+                            && loop_gates::shadow::shadowed(rel, &|d| self.is_package(d)).is_some())
                 };
                 let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
                     &s.join("upper"),

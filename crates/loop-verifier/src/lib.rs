@@ -12,12 +12,15 @@ use loop_protocol::hash::canonical_json;
 use loop_protocol::observation::head_tail;
 use loop_protocol::{
     ArtifactEvidence, Check, CheckEvidence, Contract, CriterionEvidence, Isolation, RunCheck,
-    StreamEvidence, VerificationReport,
+    StreamEvidence, TestTally, VerificationReport,
 };
 use loop_sandbox::{ExecRequest, ExecResult, Settings};
 use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, SnapshotMethod, remove_tree};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+pub mod integrity;
+pub mod tally;
 
 /// Bytes of output kept per stream for matching (every byte is hashed).
 const MATCH_BYTES: usize = 1024 * 1024;
@@ -42,6 +45,7 @@ pub struct SnapshotVerifier {
     last_sealed: Option<Sealed>,
     guard: Option<(Manifest, Protected)>,
     sandbox: Settings,
+    baseline: Option<(VerificationReport, bool)>,
 }
 
 impl SnapshotVerifier {
@@ -57,6 +61,7 @@ impl SnapshotVerifier {
             last_sealed: None,
             guard: None,
             sandbox: Settings::default(),
+            baseline: None,
         }
     }
 
@@ -71,6 +76,28 @@ impl SnapshotVerifier {
     pub fn guard_protected(mut self, baseline: Manifest, protected: Protected) -> Self {
         self.guard = Some((baseline, protected));
         self
+    }
+
+    /// Compare each test check's tally with the one the `baseline` run
+    /// (the contract's checks before any change) recorded: a check whose
+    /// runner now reports no summary, fewer tests, or (with `names`) no
+    /// longer runs tests it ran, fails with the reason (see [`tally`]).
+    pub fn compare_with_baseline(mut self, baseline: VerificationReport, names: bool) -> Self {
+        self.baseline = Some((baseline, names));
+        self
+    }
+
+    fn baseline_tally(&self, criterion: &str, index: usize, check: &Check) -> Option<&TestTally> {
+        let (report, _) = self.baseline.as_ref()?;
+        report
+            .criteria
+            .iter()
+            .find(|c| c.id == criterion)?
+            .checks
+            .iter()
+            .find(|e| e.index == index && &e.check == check)?
+            .tests
+            .as_ref()
     }
 
     fn protected_violations(&self, sealed: &Manifest) -> Vec<String> {
@@ -94,6 +121,25 @@ impl SnapshotVerifier {
                 && sealed.get(&b.path).is_none()
             {
                 out.push(format!("{} deleted (protected by {rule})", b.path));
+            }
+        }
+        // New modules named like the standard library (however they came).
+        let is_package = |dir: &str| {
+            let init = if dir.is_empty() {
+                "__init__.py".to_string()
+            } else {
+                format!("{dir}/__init__.py")
+            };
+            sealed.get(&init).is_some()
+        };
+        for e in &sealed.entries {
+            if baseline.get(&e.path).is_none()
+                && let Some((lang, module)) = loop_gates::shadow::shadowed(&e.path, &is_package)
+            {
+                out.push(format!(
+                    "{} added (check integrity: it shadows the {lang} standard module `{module}`)",
+                    e.path
+                ));
             }
         }
         out
@@ -306,8 +352,19 @@ impl SnapshotVerifier {
                                 began.elapsed().as_secs_f64() * 1000.0
                             );
                         }
-                        let (ev, iso) =
+                        let (mut ev, iso) =
                             run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        if let Some(base) = self.baseline_tally(&criterion.id, index, check)
+                            && ev.passed
+                            && let Some(why) = tally::compare(
+                                base,
+                                ev.tests.as_ref(),
+                                self.baseline.as_ref().is_some_and(|(_, n)| *n),
+                            )
+                        {
+                            ev.passed = false;
+                            ev.failure = Some(format!("check integrity: {why}"));
+                        }
                         first_done();
                         let _ = remove_tree(&scratch);
                         isolation = iso.or(isolation);
@@ -341,6 +398,8 @@ fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckE
         stdout: None,
         stderr: None,
         snapshot: snapshot.to_string(),
+        env: Vec::new(),
+        tests: None,
     }
 }
 
@@ -367,6 +426,7 @@ fn run_check(
     let mut req = ExecRequest::shell(run.command.clone(), &view.dir);
     req.overlay_scratch = view.overlay.clone();
     req.workspace = Some(view.dir.clone());
+    req.check = true;
     req.timeout = Duration::from_secs(run.timeout_secs);
     // After the check's own timeout: the task's deadline caps it.
     sandbox.apply(&mut req);
@@ -384,6 +444,12 @@ fn run_check(
     ev.duration_ms = result.duration.as_millis() as u64;
     ev.stdout = Some(stream(&result.stdout));
     ev.stderr = Some(stream(&result.stderr));
+    ev.env = result.env_imposed.clone();
+    ev.tests = tally::read(&format!(
+        "{}\n{}",
+        result.stdout.excerpt(),
+        result.stderr.excerpt()
+    ));
     ev.failure = judge(run, &result);
     ev.passed = ev.failure.is_none();
     (ev, Some(result.isolation))

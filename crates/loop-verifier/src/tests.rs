@@ -198,3 +198,36 @@ fn a_protected_file_changed_by_any_means_is_a_violation() {
         loop_protocol::Rejection::ProtectedChanged(_)
     ));
 }
+
+/// The check-integrity set and the shadow scan reject a seal however the
+/// file got there (a command's effect, a later edit), naming the layer.
+#[test]
+fn integrity_rules_and_new_stdlib_modules_are_rejected_at_verification() {
+    let d = TestDir::new("verifier-integrity");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(ws.join("pkg")).unwrap();
+    std::fs::write(ws.join("pkg/__init__.py"), "").unwrap();
+    let baseline = Manifest::of(&ws).unwrap();
+    std::fs::write(ws.join("conftest.py"), "x = 1\n").unwrap();
+    std::fs::write(ws.join("json.py"), "x = 1\n").unwrap();
+    std::fs::write(ws.join("pkg/json.py"), "x = 1\n").unwrap();
+    let c = contract(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"python3 -m pytest\"}]\n",
+    );
+    let sha = c.sha256().unwrap();
+    let rules = crate::integrity::derive(&c, &ws);
+    let protected = Protected::new(&[])
+        .unwrap()
+        .with_named(&crate::integrity::named(&rules), &[])
+        .unwrap();
+    let mut v =
+        SnapshotVerifier::new(&ws, &d.path().join("scratch")).guard_protected(baseline, protected);
+    let r = v.verify(&c, &sha, 1).unwrap();
+    assert_eq!(
+        r.protected_violations,
+        vec![
+            "conftest.py added (protected by check integrity: pytest hook files (python) `**/conftest.py`)".to_string(),
+            "json.py added (check integrity: it shadows the python standard module `json`)".to_string(),
+        ]
+    );
+}

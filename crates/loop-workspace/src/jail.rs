@@ -56,7 +56,30 @@ impl JailError {
 /// Protected-path globs, compiled once.
 #[derive(Debug, Clone)]
 pub struct Protected {
-    rules: Vec<(String, GlobSet)>,
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    /// What [`Protected::matching`] names.
+    name: String,
+    /// The glob as given.
+    glob: String,
+    set: GlobSet,
+    /// Paths this rule does not protect after all.
+    unless: Option<GlobSet>,
+}
+
+fn compile(glob: &str) -> Result<GlobSet, globset::Error> {
+    let mut b = GlobSetBuilder::new();
+    b.add(Glob::new(glob)?);
+    if !glob.contains('/') {
+        b.add(Glob::new(&format!("**/{glob}"))?);
+    }
+    if let Some(dir) = glob.strip_suffix("/**") {
+        b.add(Glob::new(dir)?);
+    }
+    b.build()
 }
 
 impl Protected {
@@ -66,29 +89,57 @@ impl Protected {
     pub fn new(rules: &[String]) -> Result<Self, globset::Error> {
         let mut compiled = Vec::with_capacity(rules.len());
         for r in rules {
-            let mut b = GlobSetBuilder::new();
-            b.add(Glob::new(r)?);
-            if !r.contains('/') {
-                b.add(Glob::new(&format!("**/{r}"))?);
-            }
-            if let Some(dir) = r.strip_suffix("/**") {
-                b.add(Glob::new(dir)?);
-            }
-            compiled.push((r.clone(), b.build()?));
+            compiled.push(Rule {
+                name: r.clone(),
+                glob: r.clone(),
+                set: compile(r)?,
+                unless: None,
+            });
         }
         Ok(Protected { rules: compiled })
+    }
+
+    /// Add rules named for why they exist (`(glob, name)`), each lifted for
+    /// paths that match one of `unless` (globs compiled as rules are).
+    pub fn with_named(
+        mut self,
+        rules: &[(String, String)],
+        unless: &[String],
+    ) -> Result<Self, globset::Error> {
+        let unless = if unless.is_empty() {
+            None
+        } else {
+            let mut b = GlobSetBuilder::new();
+            for u in unless {
+                b.add(Glob::new(u)?);
+                if !u.contains('/') {
+                    b.add(Glob::new(&format!("**/{u}"))?);
+                }
+            }
+            Some(b.build()?)
+        };
+        for (glob, name) in rules {
+            self.rules.push(Rule {
+                name: name.clone(),
+                glob: glob.clone(),
+                set: compile(glob)?,
+                unless: unless.clone(),
+            });
+        }
+        Ok(self)
     }
 
     /// The first rule that protects `rel`, if any.
     pub fn matching(&self, rel: &str) -> Option<&str> {
         self.rules
             .iter()
-            .find(|(_, set)| set.is_match(rel))
-            .map(|(r, _)| r.as_str())
+            .find(|r| r.set.is_match(rel) && !r.unless.as_ref().is_some_and(|u| u.is_match(rel)))
+            .map(|r| r.name.as_str())
     }
 
     /// Existing paths under `root` that a rule protects, for the sandbox to
-    /// bind read-only. A protected directory is listed once, not entered.
+    /// bind read-only. A protected directory is listed once, not entered,
+    /// unless a rule's exceptions may lift paths inside it.
     pub fn existing(&self, root: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();
         self.collect(root, root, &mut out);
@@ -106,17 +157,20 @@ impl Protected {
             if ft.is_symlink() {
                 continue;
             }
-            if self.matching(&rel).is_some() {
-                out.push(path);
-            } else if ft.is_dir() {
-                self.collect(root, &path, out);
+            let rule = self.rules.iter().find(|r| {
+                r.set.is_match(&rel) && !r.unless.as_ref().is_some_and(|u| u.is_match(&rel))
+            });
+            match rule {
+                Some(r) if !(ft.is_dir() && r.unless.is_some()) => out.push(path),
+                _ if ft.is_dir() => self.collect(root, &path, out),
+                _ => {}
             }
         }
     }
 
-    /// The rules, as given.
+    /// The rules' globs, as given.
     pub fn rules(&self) -> Vec<&str> {
-        self.rules.iter().map(|(r, _)| r.as_str()).collect()
+        self.rules.iter().map(|r| r.glob.as_str()).collect()
     }
 }
 

@@ -1,0 +1,334 @@
+//! The check-integrity set: the files that define what a contract's
+//! checks mean.
+//!
+//! A check runs a command in the delivered workspace; the model cannot
+//! change the command (it is in the locked contract), but it can change
+//! what the command does: a `conftest.py` that marks every test passed, a
+//! `pytest.ini` whose `addopts` deselects the failing tests, a
+//! `package.json` whose `scripts.test` is `exit 0`, a new test module
+//! whose import-time code patches the function under test, a `Makefile`
+//! target, a `.cargo/config.toml` runner, a `go.mod` `replace`. For each
+//! stack a task's checks use (seen in the check commands, or in the
+//! workspace's own markers) [`derive`] lists those files as globs, with
+//! the reason each is there. The runtime protects them like the
+//! contract's own `protected` globs (refused at write time, rejected at
+//! verification), except paths the contract lifts with
+//! `allow_check_changes`.
+
+use loop_protocol::{Check, Contract, IntegrityRule};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Files of one stack that decide what its test commands do.
+struct Stack {
+    name: &'static str,
+    /// Words in a check command that mean the stack is used.
+    commands: &'static [&'static str],
+    /// Files at the workspace root that mean the stack is used.
+    markers: &'static [&'static str],
+    rules: &'static [(&'static str, &'static str)],
+}
+
+const STACKS: &[Stack] = &[
+    Stack {
+        name: "python",
+        commands: &[
+            "python", "python3", "pytest", "py.test", "tox", "nox", "unittest", "coverage",
+        ],
+        markers: &[
+            "pyproject.toml",
+            "setup.py",
+            "setup.cfg",
+            "pytest.ini",
+            "tox.ini",
+            "conftest.py",
+            "requirements.txt",
+        ],
+        rules: &[
+            ("**/conftest.py", "pytest hook files"),
+            ("pytest.ini", "pytest configuration"),
+            (".pytest.ini", "pytest configuration"),
+            ("pyproject.toml", "pytest and build configuration"),
+            ("setup.cfg", "pytest and build configuration"),
+            ("tox.ini", "tox and pytest configuration"),
+            ("setup.py", "build script"),
+            ("noxfile.py", "nox sessions"),
+            ("**/sitecustomize.py", "interpreter start-up hooks"),
+            ("**/usercustomize.py", "interpreter start-up hooks"),
+            ("**/*.pth", "interpreter start-up hooks"),
+            ("**/test*.py", "test modules the runners collect"),
+            ("**/*_test.py", "test modules the runners collect"),
+        ],
+    },
+    Stack {
+        name: "node",
+        commands: &[
+            "node", "npm", "npx", "yarn", "pnpm", "jest", "vitest", "mocha", "tsx", "ts-node",
+        ],
+        markers: &["package.json"],
+        rules: &[
+            ("package.json", "npm scripts and test-runner configuration"),
+            ("**/jest.config.*", "Jest configuration"),
+            ("**/jest.setup.*", "Jest set-up files"),
+            ("**/setupTests.*", "test set-up files"),
+            ("**/vitest.config.*", "Vitest configuration"),
+            ("**/vitest.workspace.*", "Vitest configuration"),
+            ("**/vite.config.*", "Vite and Vitest configuration"),
+            ("**/.mocharc*", "Mocha configuration"),
+            ("**/babel.config.*", "transpiler configuration"),
+            ("**/.babelrc*", "transpiler configuration"),
+            ("**/tsconfig*.json", "TypeScript configuration"),
+            (".npmrc", "npm configuration"),
+            ("**/__mocks__/**", "test mocks"),
+            ("**/__tests__/**", "test files"),
+            ("**/*.test.*", "test files"),
+            ("**/*.spec.*", "test files"),
+            (
+                "node_modules/**",
+                "installed packages and their executables",
+            ),
+        ],
+    },
+    Stack {
+        name: "rust",
+        commands: &["cargo", "rustc"],
+        markers: &["Cargo.toml"],
+        rules: &[
+            ("**/Cargo.toml", "Cargo manifests"),
+            (".cargo/**", "Cargo configuration (runners, aliases)"),
+            ("**/build.rs", "build scripts"),
+            ("tests/**", "integration tests"),
+            ("rust-toolchain", "toolchain selection"),
+            ("rust-toolchain.toml", "toolchain selection"),
+        ],
+    },
+    Stack {
+        name: "go",
+        commands: &["go"],
+        markers: &["go.mod"],
+        rules: &[
+            ("go.mod", "module requirements and replace directives"),
+            ("go.sum", "module checksums"),
+            ("go.work", "workspace configuration"),
+            ("go.work.sum", "workspace checksums"),
+            ("**/*_test.go", "test files"),
+            ("**/testdata/**", "test data"),
+            ("vendor/**", "vendored modules"),
+        ],
+    },
+    Stack {
+        name: "make",
+        commands: &["make", "gmake"],
+        markers: &[],
+        rules: &[
+            ("Makefile", "make targets the checks call"),
+            ("makefile", "make targets the checks call"),
+            ("GNUmakefile", "make targets the checks call"),
+            ("**/*.mk", "make includes"),
+        ],
+    },
+];
+
+/// The words of a shell command line, roughly: enough to see which tools
+/// it names and which workspace paths it passes.
+fn words(command: &str) -> Vec<String> {
+    command
+        .split(|c: char| c.is_whitespace() || ";|&()<>`$\"'".contains(c))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn command_name(word: &str) -> &str {
+    let base = word.rsplit('/').next().unwrap_or(word);
+    // python3.11 -> python3, pytest-3 -> pytest
+    base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-')
+        .trim_end_matches('3')
+}
+
+fn testish(rel: &str) -> bool {
+    rel.split('/').any(|c| {
+        let c = c.to_ascii_lowercase();
+        c.contains("test") || c.contains("spec") || c.contains("check")
+    })
+}
+
+/// The set for `contract`'s checks over the workspace at `root` as the
+/// task starts. Deterministic for the same contract and workspace.
+pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
+    let commands: Vec<&str> = contract
+        .criteria
+        .iter()
+        .flat_map(|c| &c.checks)
+        .filter_map(|c| match c {
+            Check::Run(r) => Some(r.command.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<IntegrityRule> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut push = |glob: String, why: String, out: &mut Vec<IntegrityRule>| {
+        if seen.insert(glob.clone()) {
+            out.push(IntegrityRule { glob, why });
+        }
+    };
+    if commands.is_empty() {
+        return out;
+    }
+    let mut all_words: Vec<String> = commands.iter().flat_map(|c| words(c)).collect();
+    // Indirection: the stacks a Makefile or a script the checks run uses
+    // count too (`make test` that runs pytest).
+    let mut called: Vec<String> = all_words
+        .iter()
+        .filter(|w| !w.starts_with('-') && !w.starts_with('/') && !w.contains(".."))
+        .map(|w| w.trim_start_matches("./").to_string())
+        .collect();
+    if all_words
+        .iter()
+        .any(|w| matches!(command_name(w), "make" | "gmake"))
+    {
+        called.extend(["Makefile", "makefile", "GNUmakefile"].map(String::from));
+    }
+    for rel in called {
+        let path = root.join(&rel);
+        if let Ok(meta) = std::fs::symlink_metadata(&path)
+            && meta.is_file()
+            && meta.len() <= 256 * 1024
+            && let Ok(text) = std::fs::read(&path)
+        {
+            all_words.extend(words(&String::from_utf8_lossy(&text)));
+        }
+    }
+    for stack in STACKS {
+        let by_command = all_words.iter().any(|w| {
+            let name = command_name(w);
+            stack.commands.iter().any(|c| command_name(c) == name)
+        });
+        let by_marker = stack.markers.iter().any(|m| root.join(m).is_file());
+        if !(by_command || by_marker) {
+            continue;
+        }
+        for (glob, why) in stack.rules {
+            push(
+                glob.to_string(),
+                format!("{} ({})", why, stack.name),
+                &mut out,
+            );
+        }
+    }
+    // Test files, directories and scripts the commands name.
+    for (i, command) in commands.iter().enumerate() {
+        for w in words(command) {
+            let rel = w.trim_start_matches("./").trim_end_matches('/');
+            if rel.is_empty()
+                || rel.starts_with('/')
+                || rel.starts_with('-')
+                || rel.split('/').any(|c| c == ".." || c.is_empty())
+                || !testish(rel)
+            {
+                continue;
+            }
+            // `tests/test_x.py::test_a` names a file.
+            let rel = rel.split("::").next().unwrap_or(rel);
+            let Ok(meta) = std::fs::symlink_metadata(root.join(rel)) else {
+                continue;
+            };
+            let glob = if meta.is_dir() {
+                format!("{rel}/**")
+            } else {
+                rel.to_string()
+            };
+            push(glob, format!("named by check command {}", i + 1), &mut out);
+        }
+    }
+    out
+}
+
+/// The rules as `(glob, name)` pairs for [`loop_workspace::Protected::with_named`]:
+/// the name says the layer, so a refusal or a violation names it.
+pub fn named(rules: &[IntegrityRule]) -> Vec<(String, String)> {
+    rules
+        .iter()
+        .map(|r| {
+            (
+                r.glob.clone(),
+                format!("check integrity: {} `{}`", r.why, r.glob),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contract(commands: &[&str]) -> Contract {
+        let mut yaml = String::from("instruction: x\ncriteria:\n");
+        for (i, c) in commands.iter().enumerate() {
+            yaml.push_str(&format!(
+                "  - id: c{i}\n    text: t\n    checks:\n      - run: {c:?}\n"
+            ));
+        }
+        Contract::from_yaml(&yaml, "t").unwrap()
+    }
+
+    #[test]
+    fn stacks_come_from_commands_and_markers() {
+        let dir = loop_workspace::testdir::TestDir::new("integrity");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        std::fs::write(root.join("tests/test_calc.py"), "").unwrap();
+        std::fs::write(root.join("run_checks.sh"), "").unwrap();
+        let rules = derive(
+            &contract(&[
+                "python3 -m pytest -q tests/",
+                "sh ./run_checks.sh && echo ok",
+            ]),
+            root,
+        );
+        let globs: Vec<&str> = rules.iter().map(|r| r.glob.as_str()).collect();
+        for want in [
+            "**/conftest.py",
+            "pytest.ini",
+            "pyproject.toml",
+            "**/*.pth",
+            "tests/**",
+            "run_checks.sh",
+        ] {
+            assert!(globs.contains(&want), "{want} in {globs:?}");
+        }
+        assert!(!globs.contains(&"package.json"), "{globs:?}");
+        // A marker brings its stack in even when the command hides it.
+        std::fs::write(root.join("package.json"), "{}").unwrap();
+        let rules = derive(&contract(&["sh -c 'exit 0'"]), root);
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.glob == "package.json" && r.why.contains("node"))
+        );
+        assert!(
+            !rules.iter().any(|r| r.glob == "**/conftest.py"),
+            "{rules:?}"
+        );
+        // A Makefile the checks call brings in the stacks it runs.
+        std::fs::write(root.join("Makefile"), "test:\n\tpython3 -m pytest -q\n").unwrap();
+        let rules = derive(&contract(&["make test"]), root);
+        assert!(
+            rules.iter().any(|r| r.glob == "**/conftest.py"),
+            "{rules:?}"
+        );
+        assert!(rules.iter().any(|r| r.glob == "Makefile"), "{rules:?}");
+        let rules = derive(
+            &contract(&["make test", "cargo test", "go test ./..."]),
+            root,
+        );
+        let globs: Vec<&str> = rules.iter().map(|r| r.glob.as_str()).collect();
+        for want in ["Makefile", ".cargo/**", "go.mod", "**/*_test.go"] {
+            assert!(globs.contains(&want), "{want} in {globs:?}");
+        }
+        // The program under test, named by a check, is not in the set.
+        std::fs::write(root.join("calc.py"), "").unwrap();
+        let rules = derive(&contract(&["python3 calc.py 2 3"]), root);
+        assert!(!rules.iter().any(|r| r.glob == "calc.py"));
+    }
+}

@@ -1,0 +1,297 @@
+//! What a test runner says it ran, read from its output.
+//!
+//! A check's exit status says whether the runner was satisfied, not what
+//! it ran. Code under test runs inside the runner's process and can end it
+//! early (`os._exit(0)` at import), skip every test (`pytest.skip` at
+//! module level), or make tests vanish from collection. The tally read
+//! here is compared with the baseline run's (see [`compare`]): a check
+//! whose runner printed no summary where it printed one before, ran fewer
+//! tests, or no longer ran tests it ran before is rejected.
+//!
+//! Formats recognised: pytest, unittest, `cargo test`, `go test -v`, Jest,
+//! Mocha, and TAP (`node --test`). Names are kept only when the output
+//! lists every test that ran (verbose modes), so a partial listing (a
+//! failure summary) never reads as tests that vanished.
+
+use loop_protocol::TestTally;
+use regex::Regex;
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+struct Patterns {
+    pytest_summary: Regex,
+    pytest_count: Regex,
+    pytest_name: Regex,
+    unittest_ran: Regex,
+    unittest_skipped: Regex,
+    unittest_name: Regex,
+    cargo_result: Regex,
+    cargo_name: Regex,
+    go_name: Regex,
+    jest_tests: Regex,
+    jest_count: Regex,
+    mocha: Regex,
+    tap: Regex,
+}
+
+/// The patterns, compiled once (`None` only if one of these constants
+/// failed to compile, which the unit tests would show).
+fn patterns() -> Option<&'static Patterns> {
+    static P: OnceLock<Option<Patterns>> = OnceLock::new();
+    P.get_or_init(|| {
+        let re = |s: &str| Regex::new(s).ok();
+        Some(Patterns {
+            pytest_summary: re(
+                r"(?m)^[= ]*((?:\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?|rerun)(?:, )?)+|no tests ran)(?: in [\d.]+s.*)?[ =]*$",
+            )?,
+            pytest_count: re(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")?,
+            pytest_name: re(r"(?m)^(\S+::\S+) (PASSED|FAILED|ERROR|XPASS)\b")?,
+            unittest_ran: re(r"(?m)^Ran (\d+) tests? in [\d.]+s$")?,
+            unittest_skipped: re(r"(?m)^(?:OK|FAILED) \(.*?\bskipped=(\d+)")?,
+            unittest_name: re(r"(?m)^(\w+ \([\w.]+\)) \.\.\. (ok|FAIL|ERROR|unexpected success)\b")?,
+            cargo_result: re(
+                r"(?m)^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; (\d+) filtered out",
+            )?,
+            cargo_name: re(r"(?m)^test (\S+) \.\.\. (ok|FAILED)$")?,
+            go_name: re(r"(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)")?,
+            jest_tests: re(r"(?m)^Tests:\s+(.*?)(\d+) total")?,
+            jest_count: re(r"(\d+) (passed|failed|skipped|todo)")?,
+            mocha: re(r"(?m)^\s+(\d+) (passing|failing|pending)\b")?,
+            tap: re(r"(?m)^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$")?,
+        })
+    })
+    .as_ref()
+}
+
+fn num(s: &str) -> u64 {
+    s.parse().unwrap_or(0)
+}
+
+/// The tally in `output` (a check's stdout and stderr), when a runner's
+/// summary is recognised.
+pub fn read(output: &str) -> Option<TestTally> {
+    let p = patterns()?;
+    let mut names = BTreeSet::new();
+    // pytest: the last summary line.
+    if let Some(line) = p.pytest_summary.captures_iter(output).last() {
+        let (mut ran, mut skipped) = (0, 0);
+        for c in p.pytest_count.captures_iter(&line[1]) {
+            let n = num(&c[1]);
+            match &c[2] {
+                "passed" | "failed" | "error" | "errors" | "xpassed" => ran += n,
+                _ => skipped += n,
+            }
+        }
+        for c in p.pytest_name.captures_iter(output) {
+            names.insert(c[1].to_string());
+        }
+        return Some(finish("pytest", ran, skipped, names));
+    }
+    if let Some(c) = p.unittest_ran.captures_iter(output).last() {
+        let total = num(&c[1]);
+        let skipped = p
+            .unittest_skipped
+            .captures_iter(output)
+            .last()
+            .map_or(0, |c| num(&c[1]));
+        for c in p.unittest_name.captures_iter(output) {
+            names.insert(c[1].to_string());
+        }
+        return Some(finish(
+            "unittest",
+            total.saturating_sub(skipped),
+            skipped,
+            names,
+        ));
+    }
+    let cargo: Vec<_> = p.cargo_result.captures_iter(output).collect();
+    if !cargo.is_empty() {
+        let ran = cargo.iter().map(|c| num(&c[1]) + num(&c[2])).sum();
+        let skipped = cargo.iter().map(|c| num(&c[3]) + num(&c[4])).sum();
+        for c in p.cargo_name.captures_iter(output) {
+            names.insert(c[1].to_string());
+        }
+        return Some(finish("cargo", ran, skipped, names));
+    }
+    if let Some(c) = p.jest_tests.captures_iter(output).last() {
+        let (mut ran, mut skipped) = (0, 0);
+        for k in p.jest_count.captures_iter(&c[1]) {
+            match &k[2] {
+                "passed" | "failed" => ran += num(&k[1]),
+                _ => skipped += num(&k[1]),
+            }
+        }
+        return Some(finish("jest", ran, skipped, names));
+    }
+    let tap: Vec<_> = p.tap.captures_iter(output).collect();
+    if tap.iter().any(|c| &c[1] == "tests") {
+        let get = |k: &str| {
+            tap.iter()
+                .filter(|c| &c[1] == k)
+                .map(|c| num(&c[2]))
+                .next_back()
+                .unwrap_or(0)
+        };
+        return Some(finish(
+            "tap",
+            get("pass") + get("fail") + get("cancelled"),
+            get("skipped") + get("todo"),
+            names,
+        ));
+    }
+    let mocha: Vec<_> = p.mocha.captures_iter(output).collect();
+    if mocha.iter().any(|c| &c[2] == "passing") {
+        let (mut ran, mut skipped) = (0, 0);
+        for c in &mocha {
+            match &c[2] {
+                "pending" => skipped += num(&c[1]),
+                _ => ran += num(&c[1]),
+            }
+        }
+        return Some(finish("mocha", ran, skipped, names));
+    }
+    let go: Vec<_> = p.go_name.captures_iter(output).collect();
+    if !go.is_empty() {
+        let mut ran = 0;
+        let mut skipped = 0;
+        for c in &go {
+            if &c[1] == "SKIP" {
+                skipped += 1;
+            } else {
+                ran += 1;
+                names.insert(c[2].to_string());
+            }
+        }
+        return Some(finish("go", ran, skipped, names));
+    }
+    None
+}
+
+/// Keep names only when they account for every test that ran.
+fn finish(runner: &str, ran: u64, skipped: u64, names: BTreeSet<String>) -> TestTally {
+    let complete = names.len() as u64 == ran;
+    let names_truncated = complete && names.len() > TestTally::MAX_NAMES;
+    TestTally {
+        runner: runner.to_string(),
+        ran,
+        skipped,
+        names: if complete {
+            names.into_iter().take(TestTally::MAX_NAMES).collect()
+        } else {
+            Vec::new()
+        },
+        names_truncated,
+    }
+}
+
+/// How the tally of a check now differs from the baseline run's in a way
+/// that says tests were lost, or `None`. With `names` false (the contract
+/// lets the model change check files) renamed tests are not compared.
+pub fn compare(baseline: &TestTally, now: Option<&TestTally>, names: bool) -> Option<String> {
+    let Some(now) = now else {
+        return Some(format!(
+            "the test runner printed no summary, though at the baseline {} reported {} test(s) ran: the run ended before its runner could report (or its output was replaced)",
+            baseline.runner, baseline.ran
+        ));
+    };
+    if now.ran < baseline.ran {
+        return Some(format!(
+            "{} test(s) ran, fewer than the {} that ran at the baseline ({} now skipped)",
+            now.ran, baseline.ran, now.skipped
+        ));
+    }
+    if names && !baseline.names.is_empty() && !baseline.names_truncated && !now.names.is_empty() {
+        let have: BTreeSet<&String> = now.names.iter().collect();
+        let gone: Vec<&str> = baseline
+            .names
+            .iter()
+            .filter(|n| !have.contains(n))
+            .map(String::as_str)
+            .collect();
+        if !gone.is_empty() {
+            let shown: Vec<&str> = gone.iter().take(5).copied().collect();
+            return Some(format!(
+                "{} test(s) that ran at the baseline no longer ran (renamed, removed or skipped): {}{}",
+                gone.len(),
+                shown.join(", "),
+                if gone.len() > 5 { ", …" } else { "" }
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pytest_quiet_and_verbose() {
+        let t = read("F.s.\n1 failed, 2 passed, 1 skipped in 0.01s\n").unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("pytest", 3, 1));
+        assert!(t.names.is_empty());
+        let v = "tests/t.py::test_a PASSED    [ 25%]\ntests/t.py::test_b FAILED   [ 50%]\ntests/t.py::test_c SKIPPED (x)\n\
+                 FAILED tests/t.py::test_b - assert 2 == 3\n=========== 1 failed, 1 passed, 1 skipped in 0.01s ===========\n";
+        let t = read(v).unwrap();
+        assert_eq!((t.ran, t.skipped), (2, 1));
+        assert_eq!(t.names, vec!["tests/t.py::test_a", "tests/t.py::test_b"]);
+        // A failure summary alone names only some: no names kept.
+        let t = read("FAILED tests/t.py::test_b - x\n1 failed, 4 passed in 0.1s\n").unwrap();
+        assert!(t.names.is_empty());
+        let t = read("============ no tests ran in 0.01s ============\n").unwrap();
+        assert_eq!(t.ran, 0);
+        let t = read("==== 1 skipped in 0.01s ====\n").unwrap();
+        assert_eq!((t.ran, t.skipped), (0, 1));
+    }
+
+    #[test]
+    fn unittest_cargo_go_jest_tap_mocha() {
+        let u = "test_a (m.T.test_a) ... ok\ntest_b (m.T.test_b) ... FAIL\ntest_c (m.T.test_c) ... skipped 'x'\n\
+                 ----\nRan 3 tests in 0.000s\n\nFAILED (failures=1, skipped=1)\n";
+        let t = read(u).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("unittest", 2, 1));
+        assert_eq!(t.names.len(), 2);
+        let c = "test a::x ... ok\ntest b ... FAILED\ntest result: FAILED. 1 passed; 1 failed; 2 ignored; 0 measured; 3 filtered out; finished\n\
+                 test result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished\n";
+        let t = read(c).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("cargo", 6, 5));
+        assert!(t.names.is_empty(), "2 names for 6 tests is partial");
+        let g = "=== RUN   TestA\n--- PASS: TestA (0.00s)\n--- FAIL: TestB (0.00s)\n--- SKIP: TestC (0.00s)\nFAIL\n";
+        let t = read(g).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("go", 2, 1));
+        assert_eq!(t.names, vec!["TestA", "TestB"]);
+        let j = "Tests:       1 failed, 1 skipped, 3 passed, 5 total\n";
+        let t = read(j).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("jest", 4, 1));
+        let tap =
+            "# tests 4\n# suites 0\n# pass 3\n# fail 0\n# cancelled 0\n# skipped 1\n# todo 0\n";
+        let t = read(tap).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("tap", 3, 1));
+        let m = "  3 passing (5ms)\n  1 pending\n  1 failing\n";
+        let t = read(m).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("mocha", 4, 1));
+        assert!(read("all good\n").is_none());
+    }
+
+    #[test]
+    fn comparison_names_the_loss() {
+        let base = read("t.py::a PASSED\nt.py::b FAILED\n1 failed, 1 passed in 0.1s\n").unwrap();
+        assert!(compare(&base, None, true).unwrap().contains("no summary"));
+        let skipped = read("1 skipped in 0.01s\n").unwrap();
+        let why = compare(&base, Some(&skipped), true).unwrap();
+        assert!(why.contains("0 test(s) ran, fewer than the 2"), "{why}");
+        let renamed = read("t.py::a PASSED\nt.py::c PASSED\n2 passed in 0.1s\n").unwrap();
+        let why = compare(&base, Some(&renamed), true).unwrap();
+        assert!(
+            why.contains("no longer ran") && why.contains("t.py::b"),
+            "{why}"
+        );
+        assert_eq!(compare(&base, Some(&renamed), false), None);
+        let more =
+            read("t.py::a PASSED\nt.py::b PASSED\nt.py::c PASSED\n3 passed in 0.1s\n").unwrap();
+        assert_eq!(compare(&base, Some(&more), true), None);
+        // Quiet output (no names) compares counts only.
+        let quiet = read("2 passed in 0.1s\n").unwrap();
+        assert_eq!(compare(&base, Some(&quiet), true), None);
+    }
+}
