@@ -381,6 +381,10 @@ fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints
                 Value::Bool(b) => c.before_apply = b,
                 _ => return Err(err(v.pos, "`before_apply` is true or false".into())),
             },
+            "pause_clock" => match v.value {
+                Value::Bool(b) => c.pause_clock = b,
+                _ => return Err(err(v.pos, "`pause_clock` is true or false".into())),
+            },
             "cost_usd_over" => {
                 c.cost_usd_over = Some(match v.value {
                     Value::Int(n) if n >= 0 => n as f64,
@@ -397,7 +401,7 @@ fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints
                 return Err(err(
                     k.pos,
                     format!(
-                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms, before_apply)"
+                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms, before_apply, pause_clock)"
                     ),
                 ));
             }

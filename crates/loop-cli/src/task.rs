@@ -324,6 +324,7 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
                 std::time::Instant::now()
                     + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
             ),
+            paused_ms: None,
             git_dir: match &task_ws.origin {
                 Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
                 Origin::Copy { .. } => None,
@@ -482,6 +483,14 @@ fn drive(
         read_json(&task_dir.join("baseline-report.json"))?;
 
     let protected = protection(contract, &stored.check_integrity)?;
+    // A workspace deleted behind the runtime's back (by hand, or a discard
+    // that raced a crash) can be neither resumed nor verified: the task
+    // ends in error with a receipt that says so, over an empty stand-in,
+    // and no change set (nothing of it can be applied).
+    let gone = std::fs::symlink_metadata(&workspace).is_err();
+    if gone {
+        std::fs::create_dir_all(&workspace).map_err(|e| io("workspace", e))?;
+    }
     let jail = Jail::new(&workspace, protected.clone()).map_err(|e| io("workspace", e))?;
     // The record so far: the store's entries are the truth; the file copy
     // is rewritten to match them.
@@ -506,12 +515,28 @@ fn drive(
             hash: e.hash.clone(),
         });
     }
-    let elapsed_ms = match (entries.first(), entries.last()) {
-        (Some(a), Some(b)) => loop_protocol::time::parse_rfc3339_millis(&b.at)
-            .zip(loop_protocol::time::parse_rfc3339_millis(&a.at))
-            .map_or(0, |(b, a)| b.saturating_sub(a)),
+    let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
+    let at = |e: &loop_store::StoredEntry| loop_protocol::time::parse_rfc3339_millis(&e.at);
+    let mut elapsed_ms = match (entries.first(), entries.last()) {
+        (Some(a), Some(b)) => at(b).zip(at(a)).map_or(0, |(b, a)| b.saturating_sub(a)),
         _ => 0,
     };
+    // With `pause_clock`, the record's waits for a person were not charged.
+    if pause_clock {
+        let mut asked = None;
+        for e in &entries {
+            match e.kind.as_str() {
+                "approval_requested" | "checkpoint_requested" => asked = at(e),
+                "approval_decided" | "checkpoint_decided" => {
+                    if let (Some(a), Some(d)) = (asked.take(), at(e)) {
+                        elapsed_ms = elapsed_ms.saturating_sub(d.saturating_sub(a));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let paused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let cancel = crate::interrupt::flag();
     // No command or check runs past the task's wall-time budget.
     let granted_secs = history
@@ -527,6 +552,7 @@ fn drive(
         isolation,
         cancel: Some(cancel.clone()),
         deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
+        paused_ms: Some(paused.clone()),
         // A worktree's repository is readable (git status, diff, log work
         // in commands and checks); never writable.
         git_dir: match &task_ws.origin {
@@ -537,13 +563,20 @@ fn drive(
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens.
     let exec_policy = stored.exec_policy.clone().unwrap_or_default();
-    let (toolbox, _rolled_back) = ToolBox::new(jail, ToolLimits::default())
+    let toolbox = ToolBox::new(jail, ToolLimits::default())
         .map_err(|e| CliError::internal(e.0))?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())
-        .with_code_policy(stored.code_policy.clone().unwrap_or_default())
-        .with_journal(&task_dir.join("journal"))
-        .map_err(|e| CliError::internal(e.to_string()))?;
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default());
+    // (Nothing is rolled back into the stand-in of a workspace that is gone.)
+    let toolbox = if gone {
+        toolbox
+    } else {
+        toolbox
+            .with_journal(&task_dir.join("journal"))
+            .map_err(|e| CliError::internal(e.to_string()))?
+            .0
+    };
     let diff_ws = workspace.clone();
     let mut tools = ToolsAdapter {
         tools: toolbox,
@@ -614,14 +647,26 @@ fn drive(
             task_id: task_id.to_string(),
             clock: &clock,
             on_prompt,
-            task_deadline_ms: Some(clock.now_ms().saturating_add(remaining_ms)),
+            // The task's clock keeps running while it waits for a person,
+            // unless the Loopfile pauses it.
+            task_deadline_ms: (!pause_clock)
+                .then(|| clock.now_ms().saturating_add(remaining_ms)),
             always: Default::default(),
         };
         let run = Director::new(task_id, contract.clone(), policy, parts).and_then(|d| {
             let d = d
                 .with_approvals(&mut approvals, exec_policy.approval_timeout_secs)
                 .with_progress(stored.progress.clone().unwrap_or_default())
-                .with_checkpoints(stored.checkpoints.clone().unwrap_or_default());
+                .with_checkpoints(stored.checkpoints.clone().unwrap_or_default())
+                .with_clock_pause(paused.clone());
+            let d = if gone {
+                d.ending_at_once(format!(
+                    "the task workspace {} is gone (deleted outside the runtime): the task can be neither resumed nor verified, and nothing of it can be applied",
+                    workspace.display()
+                ))
+            } else {
+                d
+            };
             let d = match checker.as_deref_mut() {
                 Some(c) => d.with_reviewer(c),
                 None => d,
@@ -666,7 +711,12 @@ fn drive(
 
     let final_manifest =
         Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-    let mut changes = crate::changes::compute(project, &task_ws, &baseline, &final_manifest);
+    let mut changes = crate::changes::compute(
+        project,
+        &task_ws,
+        &baseline,
+        if gone { &baseline } else { &final_manifest },
+    );
     // The patch is a record like any other: secrets in it are redacted (the
     // per-file digests stay those of the real content, so what was verified
     // is still identified exactly).

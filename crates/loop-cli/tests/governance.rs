@@ -874,3 +874,57 @@ fn on_a_terminal_the_question_is_asked_inline_and_answered_there() {
         .to_string();
     assert!(workspace(&project, &id).join("approved.txt").exists());
 }
+
+/// `loop run … --timeout 3` whose command needs an approval answered
+/// after 4 s: the outcome and the receipt's elapsed time.
+fn answer_late(name: &str, loopfile_extra: &str) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let (dir, project) = setup(name, 60);
+    let lf = project.join("Loopfile.yaml");
+    let text = std::fs::read_to_string(&lf).unwrap();
+    std::fs::write(&lf, format!("{text}{loopfile_extra}")).unwrap();
+    let child = loop_cmd(&dir)
+        .args([
+            "run",
+            "make approved.txt",
+            "--check",
+            "test -f approved.txt",
+            "--on-prompt",
+            "wait",
+            "--timeout",
+            "3",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = await_approval(&dir, &project);
+    std::thread::sleep(Duration::from_millis(4000));
+    // Late: without pause_clock the task may have ended already.
+    let _ = approve(&dir, &project, &id, false);
+    let out = child.wait_with_output().unwrap();
+    let ev = events(&out);
+    let last = ev.last().cloned().unwrap();
+    (last, ev)
+}
+
+#[test]
+fn the_wall_clock_runs_while_a_person_is_awaited_unless_the_loopfile_pauses_it() {
+    // Default: the wait is charged, and nobody is waited for past the
+    // task's time budget.
+    let (last, ev) = answer_late("clock-runs", "");
+    assert_eq!(last["outcome"]["kind"], "limit_reached", "{last}");
+    assert_eq!(last["outcome"]["limit"], "time", "{last}");
+    let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
+    assert_eq!(decided["decision"], "expired", "{decided}");
+    // pause_clock: the 4 s wait is not charged; the approved command runs
+    // and the task verifies inside its 3 s of working time.
+    let (last, ev) = answer_late("clock-paused", "checkpoints:\n  pause_clock: true\n");
+    assert_eq!(last["outcome"]["kind"], "verified", "{last} {ev:?}");
+    let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
+    assert_eq!(decided["decision"], "approved");
+}

@@ -487,6 +487,69 @@ fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
     );
 }
 
+/// A task whose workspace was deleted while its runtime was down cannot go
+/// on: resuming it ends it in error, with a receipt that names the reason
+/// and an empty change set, and apply has nothing to bring home.
+#[test]
+fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-workspace-gone");
+    let project = setup(&dir);
+    std::fs::write(
+        dir.join("script.yaml"),
+        SCRIPT.replace("echo c1 >> effects.log", "echo c1 >> effects.log; sleep 5"),
+    )
+    .unwrap();
+    assert!(run_and_kill(run_cmd(&dir, &project), 1_500));
+    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    std::fs::remove_dir_all(&ws).unwrap();
+    let out = resume_cmd(&dir, &project, &id).output().unwrap();
+    let t = &tasks(&project)[0];
+    assert_eq!(
+        t["state"],
+        "terminal",
+        "{t} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(t["outcome"], "error", "{t}");
+    let receipt = t["receipt"].as_str().unwrap();
+    let envelope: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(receipt).unwrap()).unwrap();
+    use base64::Engine;
+    let statement: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(envelope["payload"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let p = &statement["predicate"];
+    let reason = p["outcome"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("workspace") && reason.contains("is gone"),
+        "{reason}"
+    );
+    assert_eq!(p["change_set"]["files"].as_array().unwrap().len(), 0, "{p}");
+    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["verify", "--integrity-only", receipt])
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    // Resuming again says it has ended.
+    let again = resume_cmd(&dir, &project, &id).output().unwrap();
+    assert_ne!(again.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("has already ended"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
+
 /// The same durability for an unprivileged user (uid 65534 via setpriv,
 /// when the tests run as root): a task killed mid-command resumes to a
 /// verified end with every effect exactly once; nothing in the store, the

@@ -12,6 +12,8 @@ pub struct Budget {
     limits: Limits,
     used: BudgetUse,
     started_ms: u64,
+    /// Wall time not charged (waits for a person, with `pause_clock`).
+    paused_ms: u64,
 }
 
 impl Budget {
@@ -21,6 +23,7 @@ impl Budget {
             limits,
             used: BudgetUse::default(),
             started_ms: now_ms,
+            paused_ms: 0,
         }
     }
 
@@ -41,10 +44,21 @@ impl Budget {
         &self.limits
     }
 
+    /// Do not charge `ms` of wall time (a wait for a person).
+    pub fn pause(&mut self, ms: u64) {
+        self.paused_ms = self.paused_ms.saturating_add(ms);
+    }
+
+    fn elapsed_ms(&self, now_ms: u64) -> u64 {
+        now_ms
+            .saturating_sub(self.started_ms)
+            .saturating_sub(self.paused_ms)
+    }
+
     /// Use so far, with elapsed time as of `now_ms`.
     pub fn used(&self, now_ms: u64) -> BudgetUse {
         BudgetUse {
-            elapsed_ms: now_ms.saturating_sub(self.started_ms),
+            elapsed_ms: self.elapsed_ms(now_ms),
             ..self.used
         }
     }
@@ -74,7 +88,7 @@ impl Budget {
         self.limits
             .timeout_secs
             .saturating_mul(1000)
-            .saturating_sub(now_ms.saturating_sub(self.started_ms))
+            .saturating_sub(self.elapsed_ms(now_ms))
     }
 
     /// Limits for the next model call: its context needs about

@@ -122,6 +122,10 @@ pub struct Director<'a> {
     approvals: Option<&'a mut dyn Approvals>,
     /// How long a pending approval waits before it is a deny.
     approval_timeout_ms: u64,
+    /// Milliseconds paused for a person, shared with the sandbox.
+    clock_pause: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// End the task at once, in error, for this reason (its workspace is gone).
+    end_at_once: Option<String>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -163,6 +167,8 @@ impl<'a> Director<'a> {
             reviewer: None,
             approvals: None,
             approval_timeout_ms: 3_600_000,
+            clock_pause: None,
+            end_at_once: None,
         })
     }
 
@@ -206,6 +212,7 @@ impl<'a> Director<'a> {
                 (approval_id, deadline)
             }
         };
+        let began = self.parts.clock.now_ms();
         let (decision, message) = match self.approvals.as_deref_mut() {
             None => (ApprovalDecision::Expired, None),
             Some(a) => {
@@ -215,6 +222,7 @@ impl<'a> Director<'a> {
                 (d, a.message(&approval_id))
             }
         };
+        self.waited_for_a_person(began);
         if decision == ApprovalDecision::Cancelled {
             return Ok(Some((
                 Outcome::Cancelled,
@@ -246,6 +254,40 @@ impl<'a> Director<'a> {
                 ),
             ))),
         }
+    }
+
+    /// With `checkpoints.pause_clock`, the wait that began at `began` (ms)
+    /// is not charged to the wall-time budget, and commands' deadlines
+    /// move by as much (through the counter given to
+    /// [`Director::with_clock_pause`]).
+    fn waited_for_a_person(&mut self, began: u64) {
+        if !self.checkpoints.pause_clock {
+            return;
+        }
+        let waited = self.parts.clock.now_ms().saturating_sub(began);
+        self.budget.pause(waited);
+        if let Some(c) = &self.clock_pause {
+            c.fetch_add(waited, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Add every pause for a person (with `checkpoints.pause_clock`) to
+    /// `counter`, in milliseconds: the sandbox moves commands' deadlines
+    /// by it.
+    pub fn with_clock_pause(
+        mut self,
+        counter: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        self.clock_pause = Some(counter);
+        self
+    }
+
+    /// Do not go on: end the task in error, recording `reason` (a task
+    /// whose workspace is gone can be neither resumed nor verified; it
+    /// still ends with a receipt that says why).
+    pub fn ending_at_once(mut self, reason: String) -> Self {
+        self.end_at_once = Some(reason);
+        self
     }
 
     /// Use these stall thresholds (the Loopfile's `progress`).
@@ -310,6 +352,7 @@ impl<'a> Director<'a> {
                 (approval_id, deadline)
             }
         };
+        let began = self.parts.clock.now_ms();
         let decision = match self.approvals.as_deref_mut() {
             // Nobody can answer: fail closed.
             None => ApprovalDecision::Denied,
@@ -317,6 +360,7 @@ impl<'a> Director<'a> {
                 .wait(&approval_id, deadline, self.parts.cancel)
                 .unwrap_or(ApprovalDecision::Denied),
         };
+        self.waited_for_a_person(began);
         if decision == ApprovalDecision::Cancelled {
             return Ok(decision);
         }
@@ -453,6 +497,9 @@ impl<'a> Director<'a> {
             })?;
             let stop = match baseline_root {
                 Err(e) => Stop::Outcome(Outcome::Error, format!("cannot read the workspace: {e}")),
+                Ok(_) if self.end_at_once.is_some() => {
+                    Stop::Outcome(Outcome::Error, self.end_at_once.take().unwrap_or_default())
+                }
                 Ok(_) => {
                     self.go(TaskState::Planning, "task started: contract locked")?;
                     let tools = self.parts.tools.specs();
@@ -540,6 +587,9 @@ impl<'a> Director<'a> {
                 used,
                 last_report: self.last_report,
             });
+        }
+        if let Some(reason) = self.end_at_once.take() {
+            return self.finish(Outcome::Error, reason);
         }
         let state = self.machine.state();
         self.record(Event::Resumed {
@@ -1245,6 +1295,10 @@ pub struct Checkpoints {
     pub retry_base_ms: u64,
     /// `loop apply` needs a person's `--yes` after reviewing the change.
     pub before_apply: bool,
+    /// Time spent waiting for a person (an approval, a checkpoint) is not
+    /// charged to the wall-time budget; the wait is still bounded by the
+    /// approval timeout.
+    pub pause_clock: bool,
 }
 
 impl Default for Checkpoints {
@@ -1256,6 +1310,7 @@ impl Default for Checkpoints {
             retry_transient: 2,
             retry_base_ms: 200,
             before_apply: false,
+            pause_clock: false,
         }
     }
 }

@@ -136,6 +136,9 @@ pub struct Settings {
     /// When the task's wall-time budget runs out: no command runs past it,
     /// whatever its own timeout.
     pub deadline: Option<Instant>,
+    /// Milliseconds the deadline has moved since it was set (time a task
+    /// paused for a person, with `checkpoints.pause_clock`).
+    pub paused_ms: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// The git directory of the repository a worktree workspace belongs
     /// to: shown read-only (its config reduced to `[core]` and
     /// `[extensions]`, so no credential in a remote URL is readable), so
@@ -150,6 +153,11 @@ impl Settings {
         req.cancel = self.cancel.clone();
         req.git_dir = self.git_dir.clone();
         if let Some(d) = self.deadline {
+            let moved = self
+                .paused_ms
+                .as_ref()
+                .map_or(0, |p| p.load(Ordering::SeqCst));
+            let d = d + Duration::from_millis(moved);
             req.timeout = req.timeout.min(d.saturating_duration_since(Instant::now()));
         }
     }
