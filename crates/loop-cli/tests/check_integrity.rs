@@ -248,7 +248,7 @@ fn files_that_define_a_check_are_refused_by_the_check_integrity_set() {
     );
     // The command ran; its pytest.ini never entered the workspace.
     assert!(
-        run.text.contains("not applied (protected)") && run.text.contains("pytest.ini"),
+        run.text.contains("not applied (refused)") && run.text.contains("pytest.ini"),
         "{}",
         run.text
     );
@@ -307,7 +307,7 @@ fn a_module_named_like_the_standard_library_is_refused() {
         run.text
     );
     assert!(
-        run.text.contains("not applied (protected)") && run.text.contains("unittest/__init__.py"),
+        run.text.contains("not applied (refused)") && run.text.contains("unittest/__init__.py"),
         "{}",
         run.text
     );

@@ -837,3 +837,46 @@ fn gates_judge_the_file_really_written_not_the_name_asked_for() {
         assert!(!ws.join("bin/tool").exists(), "{who:?}");
     }
 }
+
+/// One command deletes a file, creates one, and makes a directory the
+/// defaults protect (`*.key`) with a file inside: the merge refuses the
+/// directory and its child by rule, brings in the rest, and says exactly
+/// that — it once failed half way and reported that nothing had entered.
+#[test]
+fn a_commands_refused_directory_takes_its_children_and_the_report_is_true() {
+    for who in users() {
+        let sc = Scene::new("merge-refused", who);
+        std::fs::write(sc.project().join("0data.txt"), "data\n").unwrap();
+        if who == Who::Nobody {
+            let st = Command::new("chown")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(sc.project().join("0data.txt"))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"rm 0data.txt; echo leaked > 0first.txt; mkdir b.key; echo x > b.key/inner\"}}\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("b.key (protected by *.key)")
+                && out.contains("b.key/inner (inside refused b.key)"),
+            "{who:?}: {out}"
+        );
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        assert!(!ws.join("0data.txt").exists(), "{who:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("0first.txt")).unwrap(),
+            "leaked\n"
+        );
+        assert!(!ws.join("b.key").exists(), "{who:?}");
+        // The observation says it changed the workspace.
+        let observed = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["kind"] == "observed" && e["observation"]["tool"] == "run_command")
+            .unwrap();
+        assert_eq!(observed["observation"]["changed"], true, "{observed}");
+    }
+}

@@ -487,6 +487,81 @@ fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
     );
 }
 
+/// A command's effects enter the workspace all at once: a kill after every
+/// single step of their merge (the plan written, each file moved) is rolled
+/// back when the task resumes, the command runs again, and the task ends
+/// exactly as a run never killed does, every effect once.
+#[test]
+fn a_kill_at_every_step_of_a_commands_merge_leaves_before_or_after() {
+    const MERGE_SCRIPT: &str = r#"turns:
+  - calls:
+      - {tool: run_command, args: {command: "echo c1 >> effects.log; rm README.md; mkdir -p d/e; echo x > d/e/f; echo y > g.txt; echo z > a.txt"}}
+      - {tool: finish, args: {summary: done}}
+"#;
+    const MERGE_TASK: &str = r#"instruction: effects
+criteria:
+  - id: files
+    checks:
+      - file_contains: d/e/f
+        text: x
+limits: { max_steps: 4, max_verifications: 1 }
+"#;
+    let snapshot = |ws: &Path| -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for name in ["README.md", "a.txt", "d/e/f", "effects.log", "g.txt"] {
+            out.push((
+                name.to_string(),
+                std::fs::read_to_string(ws.join(name)).unwrap_or_else(|_| "<absent>".into()),
+            ));
+        }
+        out
+    };
+    let run_one = |name: &str, kill_at: Option<usize>| -> (bool, Vec<(String, String)>) {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        let project = setup(&dir);
+        std::fs::write(project.join("a.txt"), "a0\n").unwrap();
+        std::fs::write(dir.join("script.yaml"), MERGE_SCRIPT).unwrap();
+        std::fs::write(dir.join("task.yaml"), MERGE_TASK).unwrap();
+        let mut cmd = run_cmd(&dir, &project);
+        if let Some(n) = kill_at {
+            cmd.env("LOOP_FAULT_KILL_IN_MERGE", n.to_string());
+        }
+        let status = cmd.status().unwrap();
+        let killed = status.code().is_none();
+        let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+        if killed {
+            let out = resume_cmd(&dir, &project, &id).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let t = &tasks(&project)[0];
+        assert_eq!(t["outcome"], "verified", "{name}: {t}");
+        let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+        assert!(
+            !project
+                .join(format!(".loop/tasks/{id}/journal/commands/plan.json"))
+                .exists(),
+            "{name}: no merge left pending"
+        );
+        (killed, snapshot(&ws))
+    };
+    let (_, reference) = run_one("merge-kill-ref", None);
+    assert_eq!(reference[4].1, "y\n");
+    assert_eq!(reference[3].1, "c1\n", "{reference:?}");
+    // Six operations (README.md deleted, a.txt replaced, d, d/e, d/e/f,
+    // effects.log, g.txt): a kill after the plan and after each of them.
+    let mut kills = 0;
+    for at in 0..=7 {
+        let (killed, files) = run_one(&format!("merge-kill-{at}"), Some(at));
+        kills += usize::from(killed);
+        assert_eq!(files, reference, "killed after merge step {at}");
+    }
+    assert_eq!(kills, 8, "every step of the merge was a kill point");
+}
+
 /// A task whose workspace was deleted while its runtime was down cannot go
 /// on: resuming it ends it in error, with a receipt that names the reason
 /// and an empty change set, and apply has nothing to bring home.

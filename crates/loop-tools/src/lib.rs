@@ -905,18 +905,30 @@ impl ToolBox {
         let mut refused = Vec::new();
         let changed = match (&staging, &self.commands) {
             (Some(s), Some(c)) => {
-                // Protected paths, and names no record can show faithfully
-                // (control characters), are refused.
-                let protected = |rel: &str| {
-                    self.jail.protected().matching(rel).is_some()
-                        || rel.chars().any(char::is_control)
-                        || (std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
-                            && loop_gates::shadow::shadowed(rel, &|d| self.is_package(d)).is_some())
+                // Protected paths, names no record can show faithfully
+                // (control characters) and new modules named like the
+                // standard library are refused, each with its rule.
+                let refuse = |rel: &str| -> Option<String> {
+                    if let Some(rule) = self.jail.protected().matching(rel) {
+                        return Some(format!("protected by {rule}"));
+                    }
+                    if rel.chars().any(char::is_control) {
+                        return Some("a control character in the name".into());
+                    }
+                    if std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
+                        && let Some((lang, module)) =
+                            loop_gates::shadow::shadowed(rel, &|d| self.is_package(d))
+                    {
+                        return Some(format!(
+                            "gate: stdlib shadow ({lang} {module}): it would shadow the {lang} standard module `{module}`"
+                        ));
+                    }
+                    None
                 };
                 let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
                     &s.join("upper"),
                     self.jail.root(),
-                    &protected,
+                    &refuse,
                 );
                 let _ = std::fs::remove_dir_all(s);
                 match merged {
@@ -928,9 +940,7 @@ impl ToolBox {
                         return Observation::error(
                             id,
                             "run_command",
-                            format!(
-                                "the command ran, but its effects could not be committed (nothing of them entered the workspace): {e}"
-                            ),
+                            format!("the command ran, but its effects could not be committed: {e}"),
                         );
                     }
                 }
@@ -952,7 +962,7 @@ impl ToolBox {
         }
         if !refused.is_empty() {
             content.push_str(&format!(
-                "--- not applied (protected) ---\n{}\n",
+                "--- not applied (refused) ---\n{}\n",
                 refused.join("\n")
             ));
         }

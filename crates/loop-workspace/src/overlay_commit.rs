@@ -52,8 +52,30 @@ struct Plan {
 pub struct Merged {
     /// Workspace-relative paths written, created or deleted.
     pub paths: Vec<String>,
-    /// Paths the merge refused (protected), left as they were.
+    /// Paths the merge refused, left as they were, each with why
+    /// (`b.key (protected by *.key)`, `b.key/inner (inside refused b.key)`).
     pub refused: Vec<String>,
+}
+
+/// Test-only fault injection: `LOOP_FAULT_KILL_IN_MERGE=N` makes the
+/// process SIGKILL itself after the merge's Nth operation (0: right after
+/// the plan is durable), as a crash would. Read once per process.
+fn kill_after_op() -> Option<usize> {
+    static AT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| {
+        std::env::var("LOOP_FAULT_KILL_IN_MERGE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+fn maybe_die(done: usize) {
+    if kill_after_op() == Some(done) {
+        // SAFETY: signalling this very process; nothing after it runs.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
 }
 
 fn is_whiteout(meta: &std::fs::Metadata) -> bool {
@@ -168,32 +190,65 @@ impl OverlayCommit {
         self.journal.join(format!("b{i}"))
     }
 
-    /// Merge `upper` into `workspace`, skipping paths `protected` says no
-    /// to. Durable when it returns; cut short, [`OverlayCommit::recover`]
-    /// puts the workspace back as it was.
+    /// Merge `upper` into `workspace`, skipping paths `refuse` names a
+    /// rule for (and everything inside a refused directory). The whole
+    /// plan, refusals included, is decided before anything moves; it is
+    /// executed through the journal and, if any step fails, rolled back
+    /// before the error is returned, so the workspace is either exactly as
+    /// before or exactly as after. Durable when it returns; cut short by a
+    /// crash, [`OverlayCommit::recover`] puts the workspace back.
     pub fn merge(
         &self,
         upper: &Path,
         workspace: &Path,
-        protected: &dyn Fn(&str) -> bool,
+        refuse: &dyn Fn(&str) -> Option<String>,
     ) -> std::io::Result<Merged> {
+        self.merge_until(upper, workspace, refuse, None)
+    }
+
+    /// As [`OverlayCommit::merge`], but fail (as a full disk would) at op
+    /// `fail_at`. For tests.
+    #[doc(hidden)]
+    pub fn merge_until(
+        &self,
+        upper: &Path,
+        workspace: &Path,
+        refuse: &dyn Fn(&str) -> Option<String>,
+        fail_at: Option<usize>,
+    ) -> std::io::Result<Merged> {
+        // A merge an earlier failure or crash left half done goes first:
+        // its backups are the only copy of what it moved aside.
+        self.recover(workspace)?;
         let mut ops = Vec::new();
         if upper.exists() {
             plan(upper, "", &mut ops)?;
         }
         let mut merged = Merged::default();
+        let mut refused_dirs: Vec<String> = Vec::new();
         ops.retain(|op| {
-            let ok = !protected(op.rel());
-            if !ok {
-                merged.refused.push(op.rel().to_string());
+            let rel = op.rel();
+            if let Some(dir) = refused_dirs
+                .iter()
+                .find(|d| rel.starts_with(&format!("{d}/")))
+            {
+                merged.refused.push(format!("{rel} (inside refused {dir})"));
+                return false;
             }
-            ok
+            match refuse(rel) {
+                None => true,
+                Some(why) => {
+                    merged.refused.push(format!("{rel} ({why})"));
+                    if matches!(op, Op::EnsureDir(_) | Op::ReplaceDir(_)) {
+                        refused_dirs.push(rel.to_string());
+                    }
+                    false
+                }
+            }
         });
         if ops.is_empty() {
             return Ok(merged);
         }
         // The plan is durable before the workspace is touched.
-        let _ = std::fs::remove_dir_all(&self.journal);
         std::fs::create_dir_all(&self.journal)?;
         let planned: Vec<(Op, bool)> = ops
             .iter()
@@ -204,7 +259,38 @@ impl OverlayCommit {
             .collect();
         let text = serde_json::to_vec(&Plan { ops: planned }).map_err(std::io::Error::other)?;
         crate::fsutil::write_atomic(&self.plan_path(), &text)?;
+        maybe_die(0);
+        let executed = self.execute(&ops, upper, workspace, &mut merged, fail_at);
+        if let Err(e) = executed {
+            return match self.recover(workspace) {
+                Ok(_) => Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e}; the merge was rolled back, nothing of it entered the workspace"),
+                )),
+                Err(r) => Err(std::io::Error::other(format!(
+                    "{e}; rolling the merge back failed too ({r}): the journal in {} still holds it",
+                    self.journal.display()
+                ))),
+            };
+        }
+        // The commit point: the plan goes (durably) first, then the old
+        // content; a kill in between leaves no plan, so nothing is undone.
+        self.drop_journal()?;
+        Ok(merged)
+    }
+
+    fn execute(
+        &self,
+        ops: &[Op],
+        upper: &Path,
+        workspace: &Path,
+        merged: &mut Merged,
+        fail_at: Option<usize>,
+    ) -> std::io::Result<()> {
         for (i, op) in ops.iter().enumerate() {
+            if fail_at == Some(i) {
+                return Err(std::io::Error::other("simulated failure"));
+            }
             let target = workspace.join(op.rel());
             let exists = std::fs::symlink_metadata(&target).is_ok();
             // Move aside what the op replaces (kept until the commit point).
@@ -226,6 +312,7 @@ impl OverlayCommit {
                 Op::Put(rel) => move_path(&upper.join(rel), &target)?,
             }
             merged.paths.push(op.rel().to_string());
+            maybe_die(i + 1);
         }
         let mut dirs: Vec<PathBuf> = merged
             .paths
@@ -237,10 +324,7 @@ impl OverlayCommit {
         for d in dirs {
             fsync_dir(&d)?;
         }
-        // The commit point: the plan goes (durably) first, then the old
-        // content; a kill in between leaves no plan, so nothing is undone.
-        self.drop_journal()?;
-        Ok(merged)
+        Ok(())
     }
 
     /// Undo a merge that was cut short: every op's effect is removed and what
@@ -253,6 +337,18 @@ impl OverlayCommit {
         };
         let plan: Plan = serde_json::from_slice(&text)
             .map_err(|e| std::io::Error::other(format!("overlay journal unreadable: {e}")))?;
+        // The plan lives beside the task's other state: it may name only
+        // plain paths inside the workspace.
+        if let Some((op, _)) = plan.ops.iter().find(|(op, _)| {
+            loop_protocol::RelPath::parse(op.rel())
+                .map_or(true, |r| r.is_root() || r.as_str() != op.rel())
+        }) {
+            return Err(std::io::Error::other(format!(
+                "{}: the plan names `{}`, which is not a path inside the workspace: refusing to recover from it",
+                self.plan_path().display(),
+                op.rel()
+            )));
+        }
         for (i, (op, existed)) in plan.ops.iter().enumerate().rev() {
             let target = workspace.join(op.rel());
             let backup = self.backup(i);
@@ -321,7 +417,10 @@ mod tests {
         let before = crate::Manifest::of(&ws).unwrap();
 
         let merged = OverlayCommit::new(&journal)
-            .merge(&upper, &ws, &|rel| rel.ends_with(".key"))
+            .merge(&upper, &ws, &|rel| {
+                rel.ends_with(".key")
+                    .then(|| "protected by *.key".to_string())
+            })
             .unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("change.txt")).unwrap(),
@@ -338,7 +437,10 @@ mod tests {
             "s",
             "protected"
         );
-        assert_eq!(merged.refused, vec!["secret.key".to_string()]);
+        assert_eq!(
+            merged.refused,
+            vec!["secret.key (protected by *.key)".to_string()]
+        );
         assert!(!journal.exists(), "committed");
 
         // A merge cut short after some ops: recovery restores the exact tree.
@@ -392,6 +494,61 @@ mod tests {
         );
         assert!(!j2.exists());
         let _ = before;
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn refusals_cover_whole_directories_and_a_failed_merge_leaves_nothing() {
+        let base = tmp("refuse-fail");
+        let (ws, journal) = (base.join("ws"), base.join("journal"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("0data.txt"), "data").unwrap();
+        std::fs::write(ws.join("z.txt"), "old").unwrap();
+        let make_upper = |name: &str| {
+            let upper = base.join(name);
+            std::fs::create_dir_all(upper.join("b.key")).unwrap();
+            std::fs::write(upper.join("b.key/inner"), "x").unwrap();
+            std::fs::write(upper.join("0first.txt"), "leaked").unwrap();
+            std::fs::write(upper.join("z.txt"), "new").unwrap();
+            whiteout(&upper.join("0data.txt"));
+            upper
+        };
+        let refuse = |rel: &str| {
+            rel.ends_with(".key")
+                .then(|| "protected by *.key".to_string())
+        };
+        let before = crate::Manifest::of(&ws).unwrap();
+        // A failure at every op leaves the workspace exactly as before.
+        for at in 0..3 {
+            let upper = make_upper(&format!("upper-{at}"));
+            let e = OverlayCommit::new(&journal)
+                .merge_until(&upper, &ws, &refuse, Some(at))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("rolled back"), "{e}");
+            assert_eq!(
+                crate::Manifest::of(&ws).unwrap().root,
+                before.root,
+                "fail at {at}"
+            );
+            assert!(!journal.exists());
+        }
+        // Without a failure: the refused directory and its child are named,
+        // everything else enters.
+        let upper = make_upper("upper-ok");
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &refuse)
+            .unwrap();
+        assert_eq!(
+            merged.refused,
+            vec![
+                "b.key (protected by *.key)".to_string(),
+                "b.key/inner (inside refused b.key)".to_string()
+            ]
+        );
+        assert_eq!(merged.paths, vec!["0data.txt", "0first.txt", "z.txt"]);
+        assert!(!ws.join("0data.txt").exists() && !ws.join("b.key").exists());
+        assert_eq!(std::fs::read_to_string(ws.join("z.txt")).unwrap(), "new");
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
