@@ -563,7 +563,14 @@ fn drive(
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens.
     let exec_policy = stored.exec_policy.clone().unwrap_or_default();
-    let toolbox = ToolBox::new(jail, ToolLimits::default())
+    // The contract's limits reach the tools (max_diff_lines was once left
+    // at its default whatever the contract said).
+    let tool_limits = ToolLimits {
+        max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
+        max_file_bytes: contract.limits.max_file_bytes,
+        ..ToolLimits::default()
+    };
+    let toolbox = ToolBox::new(jail, tool_limits)
         .map_err(|e| CliError::internal(e.0))?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())

@@ -880,3 +880,83 @@ fn a_commands_refused_directory_takes_its_children_and_the_report_is_true() {
         assert_eq!(observed["observation"]["changed"], true, "{observed}");
     }
 }
+
+/// Sparse files cost a command nothing and the runtime everything that
+/// reads every byte: three of 900 MiB (a few KiB on disk) are refused when
+/// the command's effects are merged (over `limits.max_file_bytes`), one of
+/// 100 MiB enters and is recorded by digest, never diffed as text; the run
+/// stays within seconds and a bounded amount of memory.
+#[test]
+fn large_sparse_files_are_bounded_in_time_memory_and_records() {
+    for who in users() {
+        let sc = Scene::new("sparse", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"truncate -s 900M a.bin; truncate -s 900M b.bin; truncate -s 900M c.bin; truncate -s 100M d.bin; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let started = std::time::Instant::now();
+        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        let wall = started.elapsed();
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        for f in ["a.bin", "b.bin", "c.bin"] {
+            assert!(
+                out.contains(&format!(
+                    "{f} (943718400 bytes, over the per-file limit of 134217728 (limits.max_file_bytes))"
+                )),
+                "{who:?}: {f}: {out}"
+            );
+        }
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        assert!(!ws.join("a.bin").exists());
+        assert_eq!(
+            std::fs::metadata(ws.join("d.bin")).unwrap().len(),
+            100 << 20
+        );
+        let patch = receipt.with_file_name(format!("{id}.changes.patch"));
+        let size = std::fs::metadata(&patch).unwrap().len();
+        assert!(size < 64 * 1024, "{who:?}: the patch is {size} bytes");
+        let text = std::fs::read_to_string(&patch).unwrap();
+        assert!(text.contains("d.bin"), "{text}");
+        assert!(
+            wall < std::time::Duration::from_secs(30),
+            "{who:?}: {wall:?}"
+        );
+        // SAFETY: getrusage fills the struct it is given.
+        let rss_kib = unsafe {
+            let mut u: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+            u.ru_maxrss
+        };
+        assert!(
+            rss_kib < 300 * 1024,
+            "{who:?}: a process of the run reached {rss_kib} KiB"
+        );
+    }
+}
+
+/// A name that is not UTF-8 (`a\xff.py`) renders like another file's
+/// (`a\u{FFFD}.py`) in every record: a command's effect with one is
+/// refused at the merge, named, and never enters the workspace.
+#[test]
+fn names_no_record_can_show_faithfully_are_refused() {
+    for who in users() {
+        let sc = Scene::new("lossy-name", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"echo 1 > \\\"$(printf 'a\\\\377.py')\\\"; mkdir \\\"$(printf 'd\\\\376')\\\"; echo 2 > \\\"$(printf 'd\\\\376')/in.py\\\"; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("a\u{FFFD}.py (a name that is not UTF-8")
+                && out.contains("d\u{FFFD} (a name that is not UTF-8"),
+            "{who:?}: {out}"
+        );
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let names: Vec<String> = std::fs::read_dir(&ws)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.contains('\u{FFFD}')),
+            "{who:?}: {names:?}"
+        );
+        assert!(ws.join("report.txt").exists());
+    }
+}

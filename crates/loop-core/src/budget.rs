@@ -220,6 +220,7 @@ mod tests {
             timeout_secs: 10,
             max_verifications: 3,
             max_diff_lines: 250,
+            max_file_bytes: loop_protocol::contract::DEFAULT_MAX_FILE_BYTES,
         }
     }
 

@@ -144,10 +144,30 @@ pub struct Limits {
     /// content before the step.
     #[serde(default = "default_max_diff_lines")]
     pub max_diff_lines: u32,
+    /// Largest file a command may leave in the workspace (its apparent
+    /// size, so a sparse file counts whole): bigger ones are refused when
+    /// the command's effects are merged, so the runtime never hashes or
+    /// diffs them.
+    #[serde(
+        default = "default_max_file_bytes",
+        skip_serializing_if = "is_default_max_file_bytes"
+    )]
+    pub max_file_bytes: u64,
 }
 
 fn default_max_diff_lines() -> u32 {
     250
+}
+
+/// 128 MiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 128 * 1024 * 1024;
+
+fn default_max_file_bytes() -> u64 {
+    DEFAULT_MAX_FILE_BYTES
+}
+
+fn is_default_max_file_bytes(n: &u64) -> bool {
+    *n == DEFAULT_MAX_FILE_BYTES
 }
 
 impl Default for Limits {
@@ -159,6 +179,7 @@ impl Default for Limits {
             timeout_secs: 1800,
             max_verifications: 5,
             max_diff_lines: default_max_diff_lines(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -396,6 +417,7 @@ const LIMIT_KEYS: &[&str] = &[
     "timeout_secs",
     "max_verifications",
     "max_diff_lines",
+    "max_file_bytes",
 ];
 const CHECK_KINDS: &[&str] = &[
     "run",
@@ -762,6 +784,11 @@ impl Reader {
                 "max_diff_lines" => {
                     if let Some(n) = self.unsigned(v, "`max_diff_lines`", 1) {
                         l.max_diff_lines = u32::try_from(n).unwrap_or(u32::MAX);
+                    }
+                }
+                "max_file_bytes" => {
+                    if let Some(n) = self.unsigned(v, "`max_file_bytes`", 1) {
+                        l.max_file_bytes = n;
                     }
                 }
                 "budget_usd" => match v.value {

@@ -37,6 +37,9 @@ pub struct ToolLimits {
     pub max_diff_lines: usize,
     /// Whether files with NUL bytes may be written.
     pub allow_binary: bool,
+    /// Largest file (apparent size) a command's effects may bring into the
+    /// workspace.
+    pub max_file_bytes: u64,
 }
 
 impl Default for ToolLimits {
@@ -48,6 +51,7 @@ impl Default for ToolLimits {
             max_list_entries: 500,
             max_diff_lines: 250,
             allow_binary: false,
+            max_file_bytes: loop_protocol::contract::DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -908,9 +912,22 @@ impl ToolBox {
                 // Protected paths, names no record can show faithfully
                 // (control characters) and new modules named like the
                 // standard library are refused, each with its rule.
+                let upper = s.join("upper");
                 let refuse = |rel: &str| -> Option<String> {
                     if let Some(rule) = self.jail.protected().matching(rel) {
                         return Some(format!("protected by {rule}"));
+                    }
+                    // Apparent size: a sparse file counts whole, since
+                    // everything that hashes or diffs it reads every byte.
+                    if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
+                        && m.is_file()
+                        && m.len() > self.limits.max_file_bytes
+                    {
+                        return Some(format!(
+                            "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
+                            m.len(),
+                            self.limits.max_file_bytes
+                        ));
                     }
                     if rel.chars().any(char::is_control) {
                         return Some("a control character in the name".into());
@@ -926,7 +943,7 @@ impl ToolBox {
                     None
                 };
                 let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
-                    &s.join("upper"),
+                    &upper,
                     self.jail.root(),
                     &refuse,
                 );

@@ -30,6 +30,29 @@ pub struct Entry {
     pub size: u64,
     /// Owner-executable bit.
     pub executable: bool,
+    /// The path's raw bytes in hex, when they are not UTF-8 (`path` then
+    /// holds a lossy rendering for people; the Merkle leaf hashes these
+    /// bytes, so `a\xff` and `a\u{FFFD}` never share a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_path: Option<String>,
+}
+
+impl Entry {
+    /// The path's bytes as the file system has them.
+    pub fn path_bytes(&self) -> Vec<u8> {
+        match &self.raw_path {
+            Some(h) => (0..h.len() / 2)
+                .filter_map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect(),
+            None => self.path.as_bytes().to_vec(),
+        }
+    }
+}
+
+/// The raw bytes of `rel` in hex when they are not UTF-8.
+fn raw_if_lossy(rel: &Path) -> Option<String> {
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(rel.as_os_str());
+    std::str::from_utf8(bytes).is_err().then(|| hex(bytes))
 }
 
 /// Every file under a root, sorted by path, and their Merkle root.
@@ -64,7 +87,12 @@ impl Manifest {
         let mut next = StatCache::default();
         walk(dir, dir, &mut entries, cache, &mut next)?;
         *cache = next;
-        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        // By path, then by raw bytes where two names render alike.
+        entries.sort_by(|a, b| {
+            a.path
+                .cmp(&b.path)
+                .then_with(|| a.path_bytes().cmp(&b.path_bytes()))
+        });
         let root = merkle_root(&entries);
         Ok(Manifest { entries, root })
     }
@@ -94,7 +122,9 @@ fn walk(
         let item = item?;
         let path = item.path();
         let meta = std::fs::symlink_metadata(&path)?;
-        let rel = to_slash(path.strip_prefix(root).unwrap_or(&path));
+        let rel_path = path.strip_prefix(root).unwrap_or(&path);
+        let rel = to_slash(rel_path);
+        let raw_path = raw_if_lossy(rel_path);
         if meta.file_type().is_symlink() {
             // The target's raw bytes: two targets never share a digest.
             let target = std::fs::read_link(&path)?;
@@ -105,6 +135,7 @@ fn walk(
                 sha256: loop_protocol::hash::sha256_hex(t),
                 size: t.len() as u64,
                 executable: false,
+                raw_path,
             });
         } else if meta.is_dir() {
             walk(root, &path, out, cache, next)?;
@@ -136,6 +167,7 @@ fn walk(
                 sha256: sha,
                 size: meta.len(),
                 executable: meta.permissions().mode() & 0o100 != 0,
+                raw_path,
             });
         }
     }
@@ -174,7 +206,8 @@ pub fn hash_reader(r: &mut impl Read) -> std::io::Result<String> {
     Ok(h.finish_hex())
 }
 
-/// Merkle root: leaves are `H(0x00 ‖ path ‖ 0 ‖ kind ‖ 0 ‖ digest ‖ 0 ‖ mode)`,
+/// Merkle root: leaves are `H(0x00 ‖ path ‖ 0 ‖ kind ‖ 0 ‖ digest ‖ 0 ‖ mode)`
+/// (the path's raw bytes, as the file system has them),
 /// inner nodes `H(0x01 ‖ left ‖ right)`, an odd node is promoted. The empty
 /// tree's root is `H("")`.
 pub fn merkle_root(entries: &[Entry]) -> String {
@@ -186,7 +219,7 @@ pub fn merkle_root(entries: &[Entry]) -> String {
         .map(|e| {
             let mut h = Sha256::new();
             h.update([0u8]);
-            h.update(e.path.as_bytes());
+            h.update(e.path_bytes());
             h.update([0u8]);
             h.update(match e.kind {
                 EntryKind::File => b"f",

@@ -103,8 +103,16 @@ fn xattr_is_y(path: &Path, name: &str) -> bool {
     n == 1 && buf[0] == b'y'
 }
 
-/// Walk the upper layer into a list of operations, parents before children.
-fn plan(upper: &Path, rel: &str, ops: &mut Vec<Op>) -> std::io::Result<()> {
+/// Walk the upper layer into a list of operations, parents before
+/// children. A name that is not UTF-8 (no record can show it faithfully,
+/// and its lossy rendering could pass for another file's) is put in
+/// `unreadable`, rendered lossily, and not entered.
+fn plan(
+    upper: &Path,
+    rel: &str,
+    ops: &mut Vec<Op>,
+    unreadable: &mut Vec<String>,
+) -> std::io::Result<()> {
     let dir = if rel.is_empty() {
         upper.to_path_buf()
     } else {
@@ -119,6 +127,10 @@ fn plan(upper: &Path, rel: &str, ops: &mut Vec<Op>) -> std::io::Result<()> {
         } else {
             format!("{rel}/{name}")
         };
+        if e.file_name().to_str().is_none() {
+            unreadable.push(child);
+            continue;
+        }
         let meta = std::fs::symlink_metadata(e.path())?;
         if is_whiteout(&meta) {
             ops.push(Op::Delete(child));
@@ -128,7 +140,7 @@ fn plan(upper: &Path, rel: &str, ops: &mut Vec<Op>) -> std::io::Result<()> {
             } else {
                 ops.push(Op::EnsureDir(child.clone()));
             }
-            plan(upper, &child, ops)?;
+            plan(upper, &child, ops, unreadable)?;
         } else {
             ops.push(Op::Put(child));
         }
@@ -220,10 +232,16 @@ impl OverlayCommit {
         // its backups are the only copy of what it moved aside.
         self.recover(workspace)?;
         let mut ops = Vec::new();
+        let mut unreadable = Vec::new();
         if upper.exists() {
-            plan(upper, "", &mut ops)?;
+            plan(upper, "", &mut ops, &mut unreadable)?;
         }
         let mut merged = Merged::default();
+        for name in unreadable {
+            merged.refused.push(format!(
+                "{name} (a name that is not UTF-8, which no record can show faithfully)"
+            ));
+        }
         let mut refused_dirs: Vec<String> = Vec::new();
         ops.retain(|op| {
             let rel = op.rel();
@@ -455,7 +473,7 @@ mod tests {
         let j2 = base.join("journal2");
         // Simulate the crash: write the plan and apply the first two ops by hand.
         let mut ops = Vec::new();
-        plan(&upper2, "", &mut ops).unwrap();
+        plan(&upper2, "", &mut ops, &mut Vec::new()).unwrap();
         std::fs::create_dir_all(&j2).unwrap();
         let planned: Vec<(Op, bool)> = ops
             .iter()

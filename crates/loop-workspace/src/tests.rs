@@ -141,3 +141,23 @@ fn existing_protected_paths_are_listed_for_read_only_binding() {
     got.sort();
     assert_eq!(got, vec![".env", "src/keys/server.pem", "tests"]);
 }
+
+#[test]
+fn names_that_render_alike_never_share_a_manifest_root() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = TestDir::new("lossy-names");
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(a.join(std::ffi::OsStr::from_bytes(b"x\xff.py")), "1").unwrap();
+    std::fs::write(b.join("x\u{FFFD}.py"), "1").unwrap();
+    let (ma, mb) = (Manifest::of(&a).unwrap(), Manifest::of(&b).unwrap());
+    assert_eq!(ma.entries[0].path, mb.entries[0].path, "rendered alike");
+    assert_ne!(ma.root, mb.root, "hashed by their raw bytes");
+    assert_eq!(ma.entries[0].raw_path.as_deref(), Some("78ff2e7079"));
+    assert_eq!(ma.entries[0].path_bytes(), b"x\xff.py");
+    assert_eq!(mb.entries[0].raw_path, None);
+    // The JSON form keeps the bytes (a baseline read back hashes the same).
+    let back: Manifest = serde_json::from_str(&serde_json::to_string(&ma).unwrap()).unwrap();
+    assert_eq!(crate::manifest::merkle_root(&back.entries), ma.root);
+}
