@@ -1,9 +1,9 @@
 //! `loop demo`: the whole promise, offline, in one command.
 
 use crate::CliError;
-use crate::task::{TaskRequest, run_task};
 use crate::verify_cmd;
 use loop_protocol::{Contract, OutcomeKind};
+use loop_runtime::task::{TaskRequest, run_task};
 use std::path::{Path, PathBuf};
 
 const TASK: &str = include_str!("../demo/task.yaml");
@@ -18,7 +18,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         Some(d) => d,
         None => std::env::temp_dir().join(format!(
             "loop-demo-{}",
-            crate::task::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))?
+            loop_runtime::task::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))?
         )),
     };
     let project = dir.join("project");
@@ -51,17 +51,19 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("contract  {}", task_path.display());
         println!("script    {}", dir.join("script.yaml").display());
     }
-    let report = run_task(TaskRequest {
-        contract,
-        model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
-        record: None,
-        project,
-        json,
-        verify_on_change: false,
-        isolation: loop_sandbox::IsolationLevel::Preferred,
-        include_dirty: false,
-        on_prompt: crate::wiring::OnPrompt::Deny,
-    })?;
+    let report = run_task(
+        TaskRequest {
+            contract,
+            model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
+            record: None,
+            project,
+            verify_on_change: false,
+            isolation: loop_sandbox::IsolationLevel::Preferred,
+            include_dirty: false,
+            on_prompt: loop_runtime::OnPrompt::Deny,
+        },
+        &mut crate::story::Story::new(json),
+    )?;
     if json {
         println!(
             "{}",

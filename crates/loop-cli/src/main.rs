@@ -1,20 +1,16 @@
 //! `loop` — Loop Engine's command line. Argument parsing and presentation
 //! only; the work happens in the library crates.
 
-mod changes;
 mod demo;
 mod exec_cmd;
-mod interrupt;
-mod loopfile;
 mod replay;
 mod story;
-mod task;
 mod tasks_cmd;
 mod verify_cmd;
-mod wiring;
 
 use clap::{Parser, Subcommand};
 use loop_protocol::{Contract, OutcomeKind};
+use loop_runtime::{changes, interrupt, task, wiring};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +19,15 @@ use std::process::ExitCode;
 pub struct CliError {
     code: u8,
     message: String,
+}
+
+impl From<loop_runtime::Error> for CliError {
+    fn from(e: loop_runtime::Error) -> Self {
+        match e.kind {
+            loop_runtime::error::ErrorKind::Usage => CliError::usage(e.message),
+            loop_runtime::error::ErrorKind::Internal => CliError::internal(e.message),
+        }
+    }
 }
 
 impl CliError {
@@ -379,7 +384,11 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             action,
             project,
             yes,
-        } if action == "rotate" => changes::rotate_key(&project, yes),
+        } if action == "rotate" => Ok(changes::rotate_key(
+            &project,
+            yes,
+            &mut story::Story::new(false),
+        )?),
         Command::Keys { action, .. } => {
             let key = loop_receipt::KeyPair::load_or_create()
                 .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
@@ -404,16 +413,32 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             recover: true,
             project,
             ..
-        } => changes::recover(&project, &id),
+        } => Ok(changes::recover(
+            &project,
+            &id,
+            &mut story::Story::new(false),
+        )?),
         Command::Apply {
             id,
             yes,
             trust_host_files,
             project,
             ..
-        } => changes::apply(&project, &id, yes, trust_host_files),
-        Command::Undo { id, project } => changes::undo(&project, &id),
-        Command::Discard { id, project } => changes::discard(&project, &id),
+        } => Ok(changes::apply(
+            &project,
+            &id,
+            yes,
+            trust_host_files,
+            &mut story::Story::new(false),
+        )?),
+        Command::Undo { id, project } => {
+            Ok(changes::undo(&project, &id, &mut story::Story::new(false))?)
+        }
+        Command::Discard { id, project } => Ok(changes::discard(
+            &project,
+            &id,
+            &mut story::Story::new(false),
+        )?),
         Command::List { project, json } => tasks_cmd::list(&project, json),
         Command::Status { id, project, json } => tasks_cmd::status(&project, &id, json),
         Command::Logs {
@@ -454,7 +479,13 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 add_usd: add_usd.unwrap_or(0.0),
                 add_secs: add_secs.unwrap_or(0),
             });
-            let report = task::resume_task(&project, &id, json, extension, on_prompt)?;
+            let report = task::resume_task(
+                &project,
+                &id,
+                extension,
+                on_prompt,
+                &mut story::Story::new(json),
+            )?;
             Ok(report_end(&report, json))
         }
         Command::Manifest { dir } => {
@@ -509,7 +540,13 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             let mut resumed_code = 0;
             if resume_interrupted {
                 for id in task::interrupted_tasks(&project)? {
-                    let report = task::resume_task(&project, &id, json, None, on_prompt)?;
+                    let report = task::resume_task(
+                        &project,
+                        &id,
+                        None,
+                        on_prompt,
+                        &mut story::Story::new(json),
+                    )?;
                     resumed_code = resumed_code.max(report_end(&report, json));
                 }
                 if instruction.is_none() && task.is_none() {
@@ -563,17 +600,19 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             if let Some(n) = timeout {
                 l.timeout_secs = n.max(1);
             }
-            let report = task::run_task(task::TaskRequest {
-                contract,
-                model,
-                record,
-                project,
-                json,
-                verify_on_change,
-                isolation,
-                include_dirty,
-                on_prompt,
-            })?;
+            let report = task::run_task(
+                task::TaskRequest {
+                    contract,
+                    model,
+                    record,
+                    project,
+                    verify_on_change,
+                    isolation,
+                    include_dirty,
+                    on_prompt,
+                },
+                &mut story::Story::new(json),
+            )?;
             Ok(report_end(&report, json).max(resumed_code))
         }
     }

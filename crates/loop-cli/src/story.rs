@@ -27,9 +27,33 @@ impl Story {
     }
 }
 
+impl loop_runtime::Observer for Story {
+    /// Narration only: JSON lines carry events, nothing else.
+    fn note(&mut self, line: &str) {
+        if !self.json {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+
+    /// On a terminal, ask; elsewhere nobody can answer.
+    fn confirm(&mut self, question: &str) -> Option<bool> {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        print!("{question} [y/N] ");
+        let _ = std::io::stdout().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        Some(matches!(answer.trim(), "y" | "Y" | "yes"))
+    }
+}
+
 impl Observer for Story {
     fn on_event(&mut self, event: &Event) {
-        let scrubbed = crate::wiring::scrub_event(event);
+        let scrubbed = loop_runtime::wiring::scrub_event(event);
         let event = &scrubbed;
         if let Event::TaskStarted { task_id, .. } = event {
             self.task_id = task_id.clone();

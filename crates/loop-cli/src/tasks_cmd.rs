@@ -3,9 +3,9 @@
 
 use crate::CliError;
 use crate::story::Story;
-use crate::task::open_store;
 use loop_core::Observer;
 use loop_protocol::Event;
+use loop_runtime::task::open_store;
 use loop_store::{Store, TaskRecord};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,18 +16,8 @@ fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
         .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))
 }
 
-/// Whether task `id` of `project` is running in a live process now.
-pub fn is_running(project: &Path, id: &str) -> Result<bool, CliError> {
-    let store = open_store(project)?;
-    Ok(store.task(id).is_ok_and(|t| live(&t) == "running"))
-}
-
 fn live(t: &TaskRecord) -> &'static str {
-    match &t.owner {
-        _ if t.state == "terminal" => "",
-        Some(o) if !o.is_dead() => "running",
-        _ => "interrupted",
-    }
+    loop_runtime::task::liveness(t)
 }
 
 fn summary_json(t: &TaskRecord) -> serde_json::Value {
@@ -236,9 +226,14 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
     if live(&t) != "running" {
         // Nobody runs it: end it here, with its receipt, as cancelled.
-        crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
-        let report =
-            crate::task::resume_task(&project, id, json, None, crate::wiring::OnPrompt::Deny)?;
+        loop_runtime::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        let report = loop_runtime::task::resume_task(
+            &project,
+            id,
+            None,
+            loop_runtime::OnPrompt::Deny,
+            &mut crate::story::Story::new(json),
+        )?;
         println!("task {id}: {}", report.outcome);
         return Ok(0);
     }

@@ -1,7 +1,7 @@
 //! Change sets of tasks: computing them at the end of a run, and
 //! `loop apply`, `loop undo`, `loop discard`.
 
-use crate::CliError;
+use crate::Error;
 use loop_protocol::OutcomeKind;
 use loop_receipt::{Change, ChangeSetRecord, verify_receipt};
 use loop_workspace::{
@@ -43,15 +43,15 @@ pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
 /// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
 /// and the base commit must be a commit id; a file that says otherwise is
 /// refused, naming what differs.
-pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
+pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
     let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
-        CliError::usage(format!(
+        Error::usage(format!(
             "no task workspace recorded in {}: {e}",
             task_dir.display()
         ))
     })?;
     let saved: SavedOrigin = serde_json::from_slice(&text)
-        .map_err(|e| CliError::internal(format!("workspace.json: {e}")))?;
+        .map_err(|e| Error::internal(format!("workspace.json: {e}")))?;
     let id = task_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -61,11 +61,11 @@ pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, CliError> {
         .and_then(Path::parent)
         .and_then(Path::parent)
         .ok_or_else(|| {
-            CliError::internal(format!("{} is not a task directory", task_dir.display()))
+            Error::internal(format!("{} is not a task directory", task_dir.display()))
         })?;
     let path = task_dir.join("workspace");
     let refuse = |what: String| {
-        CliError::usage(format!(
+        Error::usage(format!(
             "{}: {what}; the runtime only acts on the workspaces it makes (was the project moved, or the file planted?)",
             task_dir.join("workspace.json").display()
         ))
@@ -174,19 +174,19 @@ struct Task {
     receipt: PathBuf,
 }
 
-fn task(project: &Path, id: &str) -> Result<Task, CliError> {
+fn task(project: &Path, id: &str) -> Result<Task, Error> {
     if id.contains('/') || id.contains("..") || id.is_empty() {
-        return Err(CliError::usage(format!("`{id}` is not a task id")));
+        return Err(Error::usage(format!("`{id}` is not a task id")));
     }
     let project = project
         .canonicalize()
-        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))?;
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
     let dir = project.join(".loop/tasks").join(id);
     let receipt = project
         .join(".loop/receipts")
         .join(format!("{id}.receipt.json"));
     if !dir.is_dir() {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "no task {id} in {}",
             project.display()
         )));
@@ -199,33 +199,36 @@ fn task(project: &Path, id: &str) -> Result<Task, CliError> {
 }
 
 /// The change set from a receipt that holds, of a verified task.
-fn verified_change_set(t: &Task) -> Result<ChangeSet, CliError> {
+fn verified_change_set(t: &Task) -> Result<ChangeSet, Error> {
     verified(t).map(|(cs, _)| cs)
 }
 
 /// [`verified_change_set`] with the task's locked contract.
-fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), CliError> {
-    let trusted = crate::verify_cmd::trusted_keys(None)?;
+fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), Error> {
+    let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
+        .map_err(|e| Error::usage(e.to_string()))?
+        .map(|k| vec![k.public()])
+        .unwrap_or_default();
     let report =
-        verify_receipt(&t.receipt, None, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
+        verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
     let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "the receipt {} does not hold; run `loop verify` on it",
             t.receipt.display()
         )));
     };
     let p = &statement.predicate;
     if p.outcome.kind != OutcomeKind::Verified {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "task {} ended {}, not verified: only verified work is applied",
             p.task_id, p.outcome
         )));
     }
     let patch_path = t.receipt.with_file_name(&p.change_set.patch);
     let patch = std::fs::read_to_string(&patch_path)
-        .map_err(|e| CliError::usage(format!("{}: {e}", patch_path.display())))?;
+        .map_err(|e| Error::usage(format!("{}: {e}", patch_path.display())))?;
     if loop_protocol::hash::sha256_hex(patch.as_bytes()) != p.change_set.patch_sha256 {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "{} differs from the receipt",
             patch_path.display()
         )));
@@ -259,8 +262,8 @@ fn gatekeep(
     cs: &ChangeSet,
     contract: &loop_protocol::Contract,
     extra_host: &[String],
-) -> Result<(Vec<String>, Vec<String>), CliError> {
-    let bad = |e: String| CliError::internal(format!("protected globs: {e}"));
+) -> Result<(Vec<String>, Vec<String>), Error> {
+    let bad = |e: String| Error::internal(format!("protected globs: {e}"));
     let protected = loop_workspace::Protected::new(&contract.protected_globs())
         .map_err(|e| bad(e.to_string()))?;
     let host_globs: Vec<String> = loop_workspace::changeset::HOST_EXECUTABLE
@@ -311,7 +314,7 @@ fn gatekeep(
 }
 
 /// Sign an addendum about the receipt: the receipt is never edited.
-fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBuf, CliError> {
+fn record_fact(t: &Task, id: &str, event: &str, cs: &ChangeSet) -> Result<PathBuf, Error> {
     record_fact_with(t, id, event, cs, None, None)
 }
 
@@ -323,9 +326,9 @@ fn record_fact_with(
     cs: &ChangeSet,
     matches_verified: Option<bool>,
     recovered: Option<&str>,
-) -> Result<PathBuf, CliError> {
+) -> Result<PathBuf, Error> {
     let key = loop_receipt::KeyPair::load_or_create()
-        .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
+        .map_err(|e| Error::usage(format!("signing key: {e}")))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -344,7 +347,7 @@ fn record_fact_with(
         },
         &[&key],
     )
-    .map_err(|e| CliError::internal(e.to_string()))
+    .map_err(|e| Error::internal(e.to_string()))
 }
 
 /// `loop apply ID`.
@@ -353,13 +356,14 @@ pub fn apply(
     id: &str,
     confirmed: bool,
     trust_host_files: bool,
-) -> Result<u8, CliError> {
+    out: &mut dyn crate::Observer,
+) -> Result<u8, Error> {
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {
-        println!("task {id}: {what}");
+        out.note(&format!("task {id}: {what}"));
     }
     if t.dir.join("applied").exists() {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "task {id} is already applied; `loop undo {id}` first"
         )));
     }
@@ -369,33 +373,33 @@ pub fn apply(
     // machine unasked.
     let (never, risky) = gatekeep(&cs, &contract, &loopfile.host_executable)?;
     if !never.is_empty() {
-        println!("refused, nothing applied:");
+        out.note("refused, nothing applied:");
         for r in &never {
-            println!("  {r}");
+            out.note(&format!("  {r}"));
         }
         return Ok(1);
     }
     if !risky.is_empty() && !trust_host_files {
-        println!(
-            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell or editor configuration):"
+        out.note(
+            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell or editor configuration):",
         );
         for r in &risky {
-            println!("  {r}");
+            out.note(&format!("  {r}"));
         }
-        println!(
+        out.note(&format!(
             "review them in the patch, then run `loop apply {id} --trust-host-files` to bring them home"
-        );
+        ));
         return Ok(1);
     }
     // Redaction keeps secrets out of the patch; it also hides what those
     // lines really add. Say where, so a person can look at the real content.
     let hidden = redacted_additions(&cs.patch);
     if !hidden.is_empty() {
-        println!(
+        out.note(&format!(
             "note: the patch shows redacted values in lines it adds to: {} — what is applied is the real content; review it in {}",
             hidden.join(", "),
             t.dir.join("workspace").display()
-        );
+        ));
     }
     // The checkpoint before apply: a person reviews the change and says so.
     if loopfile
@@ -404,11 +408,11 @@ pub fn apply(
         .is_some_and(|c| c.before_apply)
         && !confirmed
     {
-        println!("the Loopfile asks a person to review a change before it is applied:");
+        out.note("the Loopfile asks a person to review a change before it is applied:");
         for f in &cs.files {
-            println!("  {}", f.path);
+            out.note(&format!("  {}", f.path));
         }
-        println!(
+        out.note(&format!(
             "review the patch ({}), then run `loop apply {id} --yes`; nothing was applied",
             t.dir
                 .parent()
@@ -419,15 +423,15 @@ pub fn apply(
                     .display()
                     .to_string())
                 .unwrap_or_default()
-        );
+        ));
         return Ok(1);
     }
     if let Some(base) = &cs.base_commit {
         let head = git_head(&t.project).unwrap_or_default();
         if &head != base {
-            println!(
+            out.note(&format!(
                 "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}"
-            );
+            ));
             return Ok(1);
         }
     }
@@ -440,28 +444,28 @@ pub fn apply(
             // Checked, not assumed: every touched path holds what was verified.
             let standing = cs
                 .standing(&t.project)
-                .map_err(|e| CliError::internal(e.to_string()))?;
+                .map_err(|e| Error::internal(e.to_string()))?;
             let matches = standing == Standing::After;
             mark(&t, APPLIED, &cs.patch_sha256)?;
             let addendum = record_fact_with(&t, id, "applied", &cs, Some(matches), None)?;
             unmark(&t, APPLYING);
-            println!(
+            out.note(&format!(
                 "applied {n} file(s) of task {id} to {}",
                 t.project.display()
-            );
+            ));
             if matches {
-                println!("every touched path now holds exactly the verified content and mode");
+                out.note("every touched path now holds exactly the verified content and mode");
             } else {
-                println!(
+                out.note(&format!(
                     "warning: after the apply the project does not hold the verified content: {standing:?}"
-                );
+                ));
             }
-            println!("addendum {}", addendum.display());
+            out.note(&format!("addendum {}", addendum.display()));
             Ok(if matches { 0 } else { 1 })
         }
         Err(e) => {
             unmark(&t, APPLYING);
-            refused(e, "applied")
+            refused(e, "applied", out)
         }
     }
 }
@@ -488,9 +492,9 @@ const APPLIED: &str = "applied";
 const UNDOING: &str = "undoing";
 
 /// Write a marker in the task's directory, durably.
-fn mark(t: &Task, name: &str, content: &str) -> Result<(), CliError> {
+fn mark(t: &Task, name: &str, content: &str) -> Result<(), Error> {
     loop_workspace::write_atomic(&t.dir.join(name), content.as_bytes())
-        .map_err(|e| CliError::internal(format!("{name} marker: {e}")))
+        .map_err(|e| Error::internal(format!("{name} marker: {e}")))
 }
 
 fn unmark(t: &Task, name: &str) {
@@ -501,7 +505,7 @@ fn unmark(t: &Task, name: &str) {
 /// a half-written step back, then the project's own content says whether
 /// the change set is in or out, and the markers (and the record) follow.
 /// Returns what was done, if anything.
-fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
+fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
     let journal_dir = t.dir.join("apply-journal");
     let pending = journal_dir.join("pending").exists();
     let applying = t.dir.join(APPLYING).exists();
@@ -513,10 +517,10 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
     let cs = verified_change_set(t)?;
     let restored = Journal::new(&journal_dir, &t.project)
         .recover()
-        .map_err(|e| CliError::internal(format!("recovering the apply journal: {e}")))?;
+        .map_err(|e| Error::internal(format!("recovering the apply journal: {e}")))?;
     let standing = cs
         .standing(&t.project)
-        .map_err(|e| CliError::internal(e.to_string()))?;
+        .map_err(|e| Error::internal(e.to_string()))?;
     // The markers stay until the fact is recorded, so a kill anywhere is
     // settled here: `applying` or `undoing` says which step was cut short.
     let what = match standing {
@@ -549,7 +553,7 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
             )
         }
         Standing::Mixed(paths) => {
-            return Err(CliError::usage(format!(
+            return Err(Error::usage(format!(
                 "after recovery the project holds neither the task's start nor its result at: {} (changed by hand since?); resolve these files, then run the command again",
                 paths.join(", ")
             )));
@@ -560,37 +564,41 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, CliError> {
 
 /// `loop apply ID --recover` (and every command that touches a task):
 /// settle an interrupted apply or undo.
-pub fn recover(project: &Path, id: &str) -> Result<u8, CliError> {
+pub fn recover(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
     let t = task(project, id)?;
     match settle(&t, id)? {
-        Some(what) => println!("task {id}: {what}"),
-        None => println!("task {id}: no interrupted apply or undo"),
+        Some(what) => out.note(&format!("task {id}: {what}")),
+        None => out.note(&format!("task {id}: no interrupted apply or undo")),
     }
     Ok(0)
 }
 
 /// A conflict is reported (exit 1, nothing changed); anything else is internal.
-fn refused(e: loop_workspace::ChangeSetError, verb: &str) -> Result<u8, CliError> {
+fn refused(
+    e: loop_workspace::ChangeSetError,
+    verb: &str,
+    out: &mut dyn crate::Observer,
+) -> Result<u8, Error> {
     match e {
         loop_workspace::ChangeSetError::Conflict(list) => {
-            println!("conflict, nothing {verb}:");
+            out.note(&format!("conflict, nothing {verb}:"));
             for c in list {
-                println!("  {c}");
+                out.note(&format!("  {c}"));
             }
             Ok(1)
         }
-        other => Err(CliError::internal(other.to_string())),
+        other => Err(Error::internal(other.to_string())),
     }
 }
 
 /// `loop undo ID`.
-pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
+pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {
-        println!("task {id}: {what}");
+        out.note(&format!("task {id}: {what}"));
     }
     if !t.dir.join("applied").exists() {
-        return Err(CliError::usage(format!("task {id} is not applied")));
+        return Err(Error::usage(format!("task {id} is not applied")));
     }
     let cs = verified_change_set(&t)?;
     let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
@@ -601,81 +609,81 @@ pub fn undo(project: &Path, id: &str) -> Result<u8, CliError> {
             let addendum = record_fact(&t, id, "undone", &cs)?;
             unmark(&t, APPLIED);
             unmark(&t, UNDOING);
-            println!("undid {n} file(s) of task {id}");
-            println!("addendum {}", addendum.display());
+            out.note(&format!("undid {n} file(s) of task {id}"));
+            out.note(&format!("addendum {}", addendum.display()));
             Ok(0)
         }
         Err(e) => {
             unmark(&t, UNDOING);
-            refused(e, "undone")
+            refused(e, "undone", out)
         }
     }
 }
 
 /// `loop discard ID`.
-pub fn discard(project: &Path, id: &str) -> Result<u8, CliError> {
+pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
     let t = task(project, id)?;
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
-    if crate::tasks_cmd::is_running(&t.project, id)? {
-        return Err(CliError::usage(format!(
+    if crate::task::is_running(&t.project, id)? {
+        return Err(Error::usage(format!(
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
         )));
     }
     // Discarding drops the task's workspace, not the project's files: an
     // apply that cannot be settled is said, and does not block it.
     match settle(&t, id) {
-        Ok(Some(what)) => println!("task {id}: {what}"),
+        Ok(Some(what)) => out.note(&format!("task {id}: {what}")),
         Ok(None) => {}
-        Err(e) => println!("task {id}: {}", e.message),
+        Err(e) => out.note(&format!("task {id}: {}", e.message)),
     }
     let ws = load_origin(&t.dir)?;
-    ws.discard()
-        .map_err(|e| CliError::internal(e.to_string()))?;
-    println!("discarded the workspace of task {id}; its receipt stays in .loop/receipts");
+    ws.discard().map_err(|e| Error::internal(e.to_string()))?;
+    out.note(&format!(
+        "discarded the workspace of task {id}; its receipt stays in .loop/receipts"
+    ));
     Ok(0)
 }
 
 /// `loop keys rotate`: revoke the signing key, make a new one, and record
 /// the revocation in a signed addendum (by the new key) on every receipt of
 /// `project` that the old key signed.
-pub fn rotate_key(project: &Path, yes: bool) -> Result<u8, CliError> {
+pub fn rotate_key(project: &Path, yes: bool, out: &mut dyn crate::Observer) -> Result<u8, Error> {
     // Revoking is not undone: a wrong project or a slip of the hand is
     // refused before anything changes.
     let receipts_dir = project.join(".loop/receipts");
     if !project.is_dir() {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "project {} does not exist; nothing was revoked",
             project.display()
         )));
     }
     if !yes {
-        use std::io::IsTerminal;
-        if !std::io::stdin().is_terminal() {
-            return Err(CliError::usage(
-                "`loop keys rotate` revokes the signing key for good: confirm with --yes",
-            ));
-        }
         let current = loop_receipt::KeyPair::existing()
-            .map_err(|e| CliError::usage(e.to_string()))?
+            .map_err(|e| Error::usage(e.to_string()))?
             .map(|k| k.keyid().to_string())
             .unwrap_or_else(|| "(none yet)".into());
-        print!(
-            "revoke signing key {current} and annotate the receipts in {}? [y/N] ",
+        let question = format!(
+            "revoke signing key {current} and annotate the receipts in {}?",
             receipts_dir.display()
         );
-        let _ = std::io::Write::flush(&mut std::io::stdout());
-        let mut answer = String::new();
-        let _ = std::io::stdin().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            println!("nothing was revoked");
-            return Ok(1);
+        match out.confirm(&question) {
+            None => {
+                return Err(Error::usage(
+                    "`loop keys rotate` revokes the signing key for good: confirm with --yes",
+                ));
+            }
+            Some(false) => {
+                out.note("nothing was revoked");
+                return Ok(1);
+            }
+            Some(true) => {}
         }
     }
     // The key being revoked signs its own revocation too: whoever trusts
     // it (`loop verify --pubkey OLD`, anywhere) learns it was revoked.
-    let old_pair = loop_receipt::KeyPair::existing().map_err(|e| CliError::usage(e.to_string()))?;
-    let (old, new) = loop_receipt::KeyPair::rotate().map_err(|e| CliError::usage(e.to_string()))?;
+    let old_pair = loop_receipt::KeyPair::existing().map_err(|e| Error::usage(e.to_string()))?;
+    let (old, new) = loop_receipt::KeyPair::rotate().map_err(|e| Error::usage(e.to_string()))?;
     let old_pair = old_pair.filter(|k| k.keyid() == old.keyid);
     let signers: Vec<&loop_receipt::KeyPair> =
         std::iter::once(&new).chain(old_pair.as_ref()).collect();
@@ -724,18 +732,20 @@ pub fn rotate_key(project: &Path, yes: bool) -> Result<u8, CliError> {
                 },
                 &signers,
             )
-            .map_err(|e| CliError::internal(e.to_string()))?;
+            .map_err(|e| Error::internal(e.to_string()))?;
             noted += 1;
         }
     }
-    println!("revoked key {}", old.keyid);
-    println!("new key     {}", new.keyid());
-    println!(
+    out.note(&format!("revoked key {}", old.keyid));
+    out.note(&format!("new key     {}", new.keyid()));
+    out.note(&format!(
         "{noted} receipt(s) in {} got a revocation addendum",
         receipts.display()
-    );
+    ));
     for name in &skipped {
-        println!("not annotated: {name} carries the key id but its signature does not verify");
+        out.note(&format!(
+            "not annotated: {name} carries the key id but its signature does not verify"
+        ));
     }
     Ok(0)
 }

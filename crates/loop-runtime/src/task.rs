@@ -1,9 +1,8 @@
 //! One task, end to end: workspace, Director, receipt.
 
-use crate::CliError;
-use crate::story::Story;
+use crate::Error;
 use crate::wiring::{ProviderAdapter, StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
-use loop_core::{Clock, Director, Model, Observer, Parts, SystemClock, VerifyPolicy};
+use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
 use loop_models::config::{Env, ModelsConfig};
 use loop_models::http::UreqTransport;
 use loop_models::retry::ThreadSleeper;
@@ -22,16 +21,6 @@ use std::path::{Path, PathBuf};
 /// limit is 1 GiB; an artifact is evidence, not a data set).
 const ARTIFACT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
-/// How a run meets people: JSON lines or narration, and who answers its
-/// questions.
-#[derive(Debug, Clone, Copy)]
-pub struct Ui {
-    /// JSON lines.
-    pub json: bool,
-    /// Who answers.
-    pub on_prompt: crate::wiring::OnPrompt,
-}
-
 /// What to run.
 pub struct TaskRequest {
     /// The locked contract.
@@ -42,8 +31,6 @@ pub struct TaskRequest {
     pub record: Option<PathBuf>,
     /// `--project`.
     pub project: PathBuf,
-    /// `--json`.
-    pub json: bool,
     /// `--verify-on-change`.
     pub verify_on_change: bool,
     /// `--isolation`.
@@ -67,14 +54,14 @@ pub struct TaskReport {
 }
 
 /// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
-pub fn new_task_id(now_ms: u64) -> Result<String, CliError> {
+pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
     let stamp = loop_protocol::time::rfc3339_millis(now_ms);
     let digits: String = stamp
         .chars()
         .filter(|c| c.is_ascii_digit())
         .take(14)
         .collect();
-    let rnd = loop_protocol::random::hex::<3>().map_err(|e| CliError::internal(e.to_string()))?;
+    let rnd = loop_protocol::random::hex::<3>().map_err(|e| Error::internal(e.to_string()))?;
     Ok(format!(
         "t-{}-{}-{rnd}",
         &digits[..8.min(digits.len())],
@@ -114,11 +101,11 @@ fn load_model(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
     record: Option<&Path>,
-) -> Result<Models, CliError> {
+) -> Result<Models, Error> {
     let spec = spec
         .map(ModelSpec::parse)
         .transpose()
-        .map_err(|e| CliError::usage(e.to_string()))?;
+        .map_err(|e| Error::usage(e.to_string()))?;
     let origin = loopfile
         .path
         .as_ref()
@@ -129,7 +116,7 @@ fn load_model(
         &Env::from_process(),
         &origin,
     )
-    .map_err(|e| CliError::usage(e.to_string()))?;
+    .map_err(|e| Error::usage(e.to_string()))?;
     // Every configured key, wherever it came from (`api_key_env` may name
     // any variable), is scrubbed by value from every record.
     for e in config.maker.iter().chain(&config.checker) {
@@ -142,18 +129,17 @@ fn load_model(
     let provider: Box<dyn Provider> = match &spec {
         Some(ModelSpec::Scripted(path)) => {
             let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::usage(format!("cannot read script {path}: {e}")))?;
+                .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
             Box::new(
-                ScriptedModel::from_yaml(&text, path)
-                    .map_err(|e| CliError::usage(e.to_string()))?,
+                ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?,
             )
         }
-        Some(ModelSpec::Replay(path)) => Box::new(
-            ReplayModel::open(Path::new(path)).map_err(|e| CliError::usage(e.to_string()))?,
-        ),
+        Some(ModelSpec::Replay(path)) => {
+            Box::new(ReplayModel::open(Path::new(path)).map_err(|e| Error::usage(e.to_string()))?)
+        }
         _ => {
             if config.maker.is_empty() {
-                return Err(CliError::usage(
+                return Err(Error::usage(
                     "no model given: use --model scripted:FILE | openai:MODEL | anthropic:MODEL | replay:FILE, or `models.maker` in Loopfile.yaml",
                 ));
             }
@@ -164,7 +150,7 @@ fn load_model(
         None => provider,
         Some(path) => Box::new(
             Recorder::create(provider, path, Box::new(loop_sandbox::redact::redact))
-                .map_err(|e| CliError::usage(e.to_string()))?,
+                .map_err(|e| Error::usage(e.to_string()))?,
         ),
     };
     Ok((Box::new(ProviderAdapter(provider)), checker))
@@ -207,7 +193,7 @@ pub struct StoredRequest {
 fn protection(
     contract: &Contract,
     integrity: &[loop_protocol::IntegrityRule],
-) -> Result<Protected, CliError> {
+) -> Result<Protected, Error> {
     Protected::new(&contract.protected_globs())
         .and_then(|p| {
             p.with_named(
@@ -215,7 +201,7 @@ fn protection(
                 &contract.allow_check_changes,
             )
         })
-        .map_err(|e| CliError::usage(format!("protected globs: {e}")))
+        .map_err(|e| Error::usage(format!("protected globs: {e}")))
 }
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
@@ -223,33 +209,34 @@ fn protection(
 const LEASE_MS: u64 = 15_000;
 
 /// The project's store, `.loop/loop.db`.
-pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, CliError> {
+pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
     let state = project.join(".loop");
     std::fs::create_dir_all(&state)
-        .map_err(|e| CliError::internal(format!("cannot create .loop: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
     if !state.join(".gitignore").exists() {
         std::fs::write(state.join(".gitignore"), "*\n")
-            .map_err(|e| CliError::internal(format!(".loop/.gitignore: {e}")))?;
+            .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
     }
     loop_store::SqliteStore::open(&state.join("loop.db"))
-        .map_err(|e| CliError::internal(e.to_string()))
+        .map_err(|e| Error::internal(e.to_string()))
 }
 
-fn store_err(e: loop_store::StoreError) -> CliError {
+fn store_err(e: loop_store::StoreError) -> Error {
     match e {
-        loop_store::StoreError::NoSuchTask(_) => CliError::usage(e.to_string()),
-        other => CliError::internal(other.to_string()),
+        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()),
+        other => Error::internal(other.to_string()),
     }
 }
 
-/// Run one task and write its receipt.
-pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
+/// Run one task and write its receipt; `observer` sees every event and
+/// every line for the person running it.
+pub fn run_task(req: TaskRequest, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
     use loop_store::Store;
     let clock = SystemClock;
     let project = req
         .project
         .canonicalize()
-        .map_err(|e| CliError::usage(format!("project {}: {e}", req.project.display())))?;
+        .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     // Bad model configuration is refused before anything is created.
     let models = load_model(req.model.as_deref(), &loopfile, req.record.as_deref())?;
@@ -257,11 +244,11 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
     let task_id = new_task_id(clock.now_ms())?;
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
-    let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
     let contract_sha256 = req
         .contract
         .sha256()
-        .map_err(|e| CliError::usage(e.to_string()))?;
+        .map_err(|e| Error::usage(e.to_string()))?;
     let stored = StoredRequest {
         contract: req.contract.clone(),
         model: req.model.clone(),
@@ -280,40 +267,38 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
 
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
-        .map_err(|e| CliError::internal(format!("cannot make the task workspace: {e}")))?;
+        .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
     crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     let mut stored = stored;
     stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
-    let request = serde_json::to_value(&stored).map_err(|e| CliError::internal(e.to_string()))?;
-    if !req.json {
-        match &task_ws.origin {
-            Origin::Worktree {
-                branch,
-                base_commit,
-                dirty_included,
-                ..
-            } => println!(
-                "workspace {} (git worktree on {branch} from {}{})",
-                workspace.display(),
-                &base_commit[..12.min(base_commit.len())],
-                if *dirty_included {
-                    ", with your uncommitted changes"
-                } else {
-                    ""
-                }
-            ),
-            Origin::Copy { skipped } if skipped.is_empty() => {
-                println!("workspace {} (copy)", workspace.display())
+    let request = serde_json::to_value(&stored).map_err(|e| Error::internal(e.to_string()))?;
+    observer.note(&match &task_ws.origin {
+        Origin::Worktree {
+            branch,
+            base_commit,
+            dirty_included,
+            ..
+        } => format!(
+            "workspace {} (git worktree on {branch} from {}{})",
+            workspace.display(),
+            &base_commit[..12.min(base_commit.len())],
+            if *dirty_included {
+                ", with your uncommitted changes"
+            } else {
+                ""
             }
-            Origin::Copy { skipped } => println!(
-                "workspace {} (copy; skipped {})",
-                workspace.display(),
-                skipped.join(", ")
-            ),
+        ),
+        Origin::Copy { skipped } if skipped.is_empty() => {
+            format!("workspace {} (copy)", workspace.display())
         }
-    }
+        Origin::Copy { skipped } => format!(
+            "workspace {} (copy; skipped {})",
+            workspace.display(),
+            skipped.join(", ")
+        ),
+    });
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
     let protected = protection(&req.contract, &stored.check_integrity)?;
@@ -334,23 +319,26 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
         })
         .verify(&req.contract, &contract_sha256, 0)
         .ok();
-    if let (false, Some(b)) = (req.json, &baseline_report) {
-        println!(
+    if let Some(b) = &baseline_report {
+        observer.note(&format!(
             "baseline: {} of {} criteria hold before any change",
             b.passed_criteria(),
             b.criteria.len()
-        );
+        ));
     }
     write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
     // Recorded last: a task in the store has everything it needs to resume.
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
-    let ui = Ui {
-        json: req.json,
+    let run = Run {
+        store: &store,
+        task_id: &task_id,
+        stored: &stored,
         on_prompt: req.on_prompt,
+        extension: None,
     };
-    drive(&project, &store, &task_id, &stored, models, ui, None)
+    drive(&project, run, models, observer)
 }
 
 /// Continue a task whose runtime stopped (or that was never started); with
@@ -358,14 +346,14 @@ pub fn run_task(req: TaskRequest) -> Result<TaskReport, CliError> {
 pub fn resume_task(
     project: &Path,
     task_id: &str,
-    json: bool,
     extension: Option<loop_core::Extension>,
     on_prompt: crate::wiring::OnPrompt,
-) -> Result<TaskReport, CliError> {
+    observer: &mut dyn crate::Observer,
+) -> Result<TaskReport, Error> {
     use loop_store::Store;
     let project = project
         .canonicalize()
-        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))?;
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
     let store = open_store(&project)?;
     let record = store.task(task_id).map_err(store_err)?;
     if record.state == "terminal" && extension.is_some() {
@@ -375,7 +363,7 @@ pub fn resume_task(
             .unwrap_or_default()
             .starts_with("limit_reached")
         {
-            return Err(CliError::usage(format!(
+            return Err(Error::usage(format!(
                 "task {task_id} ended {}, not at a limit: only a task that reached a limit can be given more budget",
                 record.outcome.as_deref().unwrap_or("?")
             )));
@@ -384,23 +372,46 @@ pub fn resume_task(
             .reopen(task_id, SystemClock.now_ms())
             .map_err(store_err)?;
     } else if record.state == "terminal" {
-        return Err(CliError::usage(format!(
+        return Err(Error::usage(format!(
             "task {task_id} has already ended ({}); its receipt: {}",
             record.outcome.as_deref().unwrap_or("?"),
             record.receipt.as_deref().unwrap_or("(none)")
         )));
     }
     let stored: StoredRequest = serde_json::from_value(record.request.clone())
-        .map_err(|e| CliError::internal(format!("task {task_id}: stored request: {e}")))?;
+        .map_err(|e| Error::internal(format!("task {task_id}: stored request: {e}")))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     // A recording is not continued (it would not replay from the middle).
     let models = load_model(stored.model.as_deref(), &loopfile, None)?;
-    let ui = Ui { json, on_prompt };
-    drive(&project, &store, task_id, &stored, models, ui, extension)
+    let run = Run {
+        store: &store,
+        task_id,
+        stored: &stored,
+        on_prompt,
+        extension,
+    };
+    drive(&project, run, models, observer)
+}
+
+/// Whether a task is `running` in a live process now, `interrupted` (not
+/// over, its runtime gone), or over (`""`).
+pub fn liveness(t: &loop_store::TaskRecord) -> &'static str {
+    match &t.owner {
+        _ if t.state == "terminal" => "",
+        Some(o) if !o.is_dead() => "running",
+        _ => "interrupted",
+    }
+}
+
+/// Whether task `id` of `project` is running in a live process now.
+pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
+    use loop_store::Store;
+    let store = open_store(project)?;
+    Ok(store.task(id).is_ok_and(|t| liveness(&t) == "running"))
 }
 
 /// Tasks of this project that are not over and whose runtime is gone.
-pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, CliError> {
+pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     use loop_store::Store;
     let store = open_store(project)?;
     Ok(store
@@ -412,54 +423,65 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, CliError> {
         .collect())
 }
 
-fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), CliError> {
-    let text = serde_json::to_vec(value).map_err(|e| CliError::internal(e.to_string()))?;
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
+    let text = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
     loop_workspace::write_atomic(path, &text)
-        .map_err(|e| CliError::internal(format!("{}: {e}", path.display())))
+        .map_err(|e| Error::internal(format!("{}: {e}", path.display())))
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
     let text =
-        std::fs::read(path).map_err(|e| CliError::internal(format!("{}: {e}", path.display())))?;
-    serde_json::from_slice(&text)
-        .map_err(|e| CliError::internal(format!("{}: {e}", path.display())))
+        std::fs::read(path).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&text).map_err(|e| Error::internal(format!("{}: {e}", path.display())))
 }
 
-fn random_token() -> Result<String, CliError> {
-    loop_protocol::random::hex::<8>().map_err(|e| CliError::internal(e.to_string()))
+fn random_token() -> Result<String, Error> {
+    loop_protocol::random::hex::<8>().map_err(|e| Error::internal(e.to_string()))
+}
+
+/// Which task to drive, and how.
+struct Run<'r> {
+    store: &'r loop_store::SqliteStore,
+    task_id: &'r str,
+    stored: &'r StoredRequest,
+    on_prompt: crate::wiring::OnPrompt,
+    extension: Option<loop_core::Extension>,
 }
 
 /// Claim the task, rebuild it from the store, run it to its end, and write
 /// the receipt.
 fn drive(
     project: &Path,
-    store: &loop_store::SqliteStore,
-    task_id: &str,
-    stored: &StoredRequest,
+    run: Run<'_>,
     models: Models,
-    ui: Ui,
-    extension: Option<loop_core::Extension>,
-) -> Result<TaskReport, CliError> {
+    observer: &mut dyn crate::Observer,
+) -> Result<TaskReport, Error> {
     use loop_store::{Claim, Owner, Store};
-    let Ui { json, on_prompt } = ui;
+    let Run {
+        store,
+        task_id,
+        stored,
+        on_prompt,
+        extension,
+    } = run;
     let clock = SystemClock;
     let (mut model, mut checker) = models;
     let state = project.join(".loop");
     let task_dir = state.join("tasks").join(task_id);
     let workspace = task_dir.join("workspace");
     let receipts = state.join("receipts");
-    let io = |what: &str, e: std::io::Error| CliError::internal(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
-        stored.isolation.parse().map_err(CliError::internal)?;
+        stored.isolation.parse().map_err(Error::internal)?;
 
     // Leftovers of runtimes that were killed (their private tmp, cgroups).
     let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
-    if !json && swept != loop_sandbox::sweep::Swept::default() {
-        println!(
+    if swept != loop_sandbox::sweep::Swept::default() {
+        observer.note(&format!(
             "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
             swept.dirs, swept.cgroups
-        );
+        ));
     }
     let owner = Owner::this_process(random_token()?, clock.now_ms());
     match store
@@ -468,13 +490,13 @@ fn drive(
     {
         Claim::Claimed => {}
         Claim::Held(o) => {
-            return Err(CliError::usage(format!(
+            return Err(Error::usage(format!(
                 "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
                 o.pid
             )));
         }
         Claim::Terminal => {
-            return Err(CliError::usage(format!("task {task_id} has already ended")));
+            return Err(Error::usage(format!("task {task_id} has already ended")));
         }
     }
     let task_ws = crate::changes::load_origin(&task_dir)?;
@@ -500,7 +522,7 @@ fn drive(
     for e in &entries {
         history.push(
             loop_protocol::Event::from_kind_payload(&e.kind, &e.payload).map_err(|x| {
-                CliError::internal(format!(
+                Error::internal(format!(
                     "task {task_id}: entry {} cannot be read: {x}",
                     e.seq
                 ))
@@ -571,7 +593,7 @@ fn drive(
         ..ToolLimits::default()
     };
     let toolbox = ToolBox::new(jail, tool_limits)
-        .map_err(|e| CliError::internal(e.0))?
+        .map_err(|e| Error::internal(e.0))?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default());
@@ -581,7 +603,7 @@ fn drive(
     } else {
         toolbox
             .with_journal(&task_dir.join("journal"))
-            .map_err(|e| CliError::internal(e.to_string()))?
+            .map_err(|e| Error::internal(e.to_string()))?
             .0
     };
     let diff_ws = workspace.clone();
@@ -612,14 +634,11 @@ fn drive(
         store,
         task_id: task_id.to_string(),
         file: FileLedger::continue_from(&ledger_path, &chain)
-            .map_err(|e| CliError::internal(e.to_string()))?,
+            .map_err(|e| Error::internal(e.to_string()))?,
         clock: &clock,
     };
-    let mut story = Story::new(json);
-    if !history.is_empty() {
-        for e in &history {
-            story.on_event(e);
-        }
+    for e in &history {
+        observer.on_event(e);
     }
     let model_info = model.info();
     let checker_info = checker.as_ref().map(|c| c.info());
@@ -628,9 +647,7 @@ fn drive(
     } else {
         VerifyPolicy::OnFinish
     };
-    let contract_sha256 = contract
-        .sha256()
-        .map_err(|e| CliError::usage(e.to_string()))?;
+    let contract_sha256 = contract.sha256().map_err(|e| Error::usage(e.to_string()))?;
 
     // Heartbeat, and cancel requests from other processes (`loop cancel`):
     // both reach this run through the cancel flag within a fraction of a second.
@@ -646,7 +663,7 @@ fn drive(
             verifier: &mut verifier,
             ledger: &mut ledger,
             clock: &clock,
-            observer: &mut story,
+            observer: &mut *observer,
             cancel: &cancel,
         };
         let mut approvals = StoreApprovals {
@@ -687,7 +704,7 @@ fn drive(
         drop(stop);
         run
     })
-    .map_err(|e| CliError::internal(e.to_string()))?;
+    .map_err(|e| Error::internal(e.to_string()))?;
 
     // Artifacts ship beside the receipt: from the accepted seal when
     // verified, otherwise from the workspace as the task left it.
@@ -775,9 +792,8 @@ fn drive(
     };
     let receipt = receipts.join(format!("{task_id}.receipt.json"));
     let key = loop_receipt::KeyPair::load_or_create()
-        .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
-    write_envelope(&receipt, &statement, Some(&key))
-        .map_err(|e| CliError::internal(e.to_string()))?;
+        .map_err(|e| Error::usage(format!("signing key: {e}")))?;
+    write_envelope(&receipt, &statement, Some(&key)).map_err(|e| Error::internal(e.to_string()))?;
     // The task ends in the store only once its receipt is written.
     store
         .finish(

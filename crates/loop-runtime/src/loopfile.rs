@@ -2,7 +2,7 @@
 //! top-level keys are refused with their position, so a typo never
 //! silently drops a setting.
 
-use crate::CliError;
+use crate::Error;
 use loop_models::config::ModelsSection;
 use loop_protocol::yaml::{self, Node, Value};
 use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
@@ -30,14 +30,14 @@ pub struct Loopfile {
 
 impl Loopfile {
     /// Read `dir/Loopfile.yaml` if it exists.
-    pub fn load(dir: &Path) -> Result<Loopfile, CliError> {
+    pub fn load(dir: &Path) -> Result<Loopfile, Error> {
         let path = dir.join("Loopfile.yaml");
         if !path.exists() {
             return Ok(Loopfile::default());
         }
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| CliError::usage(format!("{origin}: {e}")))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| Error::usage(format!("{origin}: {e}")))?;
         Self::parse(&text, &origin).map(|mut l| {
             l.path = Some(path);
             l
@@ -45,15 +45,15 @@ impl Loopfile {
     }
 
     /// Parse Loopfile text; `origin` names it in errors.
-    pub fn parse(text: &str, origin: &str) -> Result<Loopfile, CliError> {
+    pub fn parse(text: &str, origin: &str) -> Result<Loopfile, Error> {
         let root = yaml::parse(text)
-            .map_err(|e| CliError::usage(format!("{origin}:{}: {}", e.pos, e.message)))?;
+            .map_err(|e| Error::usage(format!("{origin}:{}: {}", e.pos, e.message)))?;
         let mut out = Loopfile::default();
         let entries = match &root.value {
             Value::Map(m) => m.as_slice(),
             Value::Null => &[],
             other => {
-                return Err(CliError::usage(format!(
+                return Err(Error::usage(format!(
                     "{origin}:{}: a Loopfile is a mapping, not {}",
                     root.pos,
                     other.type_name()
@@ -65,8 +65,7 @@ impl Loopfile {
                 "version" => {}
                 "models" => {
                     out.models = Some(
-                        ModelsSection::parse(v, origin)
-                            .map_err(|e| CliError::usage(e.to_string()))?,
+                        ModelsSection::parse(v, origin).map_err(|e| Error::usage(e.to_string()))?,
                     )
                 }
                 "exec" => out.exec = Some(parse_exec(v, origin)?),
@@ -75,7 +74,7 @@ impl Loopfile {
                 "checkpoints" => out.checkpoints = Some(parse_checkpoints(v, origin)?),
                 "apply" => out.host_executable = parse_apply(v, origin)?,
                 other => {
-                    return Err(CliError::usage(format!(
+                    return Err(Error::usage(format!(
                         "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress, checkpoints, apply)",
                         k.pos
                     )));
@@ -88,11 +87,10 @@ impl Loopfile {
 
 /// `exec:`: default decision, approval timeout, and prefix rules whose
 /// examples are checked here, at load.
-fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, CliError> {
-    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
-        CliError::usage(format!("{origin}:{pos}: {msg}"))
-    };
-    let decision = |n: &Node| -> Result<Decision, CliError> {
+fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, Error> {
+    let err =
+        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
+    let decision = |n: &Node| -> Result<Decision, Error> {
         match &n.value {
             Value::Str(s) if s == "allow" => Ok(Decision::Allow),
             Value::Str(s) if s == "prompt" => Ok(Decision::Prompt),
@@ -103,7 +101,7 @@ fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, CliError> {
             )),
         }
     };
-    let strings = |n: &Node, what: &str| -> Result<Vec<String>, CliError> {
+    let strings = |n: &Node, what: &str| -> Result<Vec<String>, Error> {
         match &n.value {
             Value::Str(s) => Ok(vec![s.clone()]),
             Value::Seq(items) => items
@@ -224,10 +222,9 @@ fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, CliError> {
 }
 
 /// `rules:`: banned imports, calls and attributes for Python and JavaScript.
-fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, CliError> {
-    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
-        CliError::usage(format!("{origin}:{pos}: {msg}"))
-    };
+fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, Error> {
+    let err =
+        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
     let Value::Map(langs) = &node.value else {
         return Err(err(
             node.pos,
@@ -282,10 +279,9 @@ fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, CliE
 }
 
 /// `progress:`: the stall thresholds (each a positive count of steps).
-fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig, CliError> {
-    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
-        CliError::usage(format!("{origin}:{pos}: {msg}"))
-    };
+fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig, Error> {
+    let err =
+        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
     let Value::Map(fields) = &node.value else {
         return Err(err(
             node.pos,
@@ -323,10 +319,9 @@ fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig
 }
 
 /// `checkpoints:`: when to pause for a person, and transient retries.
-fn parse_apply(node: &Node, origin: &str) -> Result<Vec<String>, CliError> {
-    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
-        CliError::usage(format!("{origin}:{pos}: {msg}"))
-    };
+fn parse_apply(node: &Node, origin: &str) -> Result<Vec<String>, Error> {
+    let err =
+        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
     let Value::Map(fields) = &node.value else {
         return Err(err(node.pos, "`apply` is a mapping".into()));
     };
@@ -357,15 +352,14 @@ fn parse_apply(node: &Node, origin: &str) -> Result<Vec<String>, CliError> {
     Ok(globs)
 }
 
-fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints, CliError> {
-    let err = |pos: loop_protocol::yaml::Pos, msg: String| {
-        CliError::usage(format!("{origin}:{pos}: {msg}"))
-    };
+fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints, Error> {
+    let err =
+        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
     let Value::Map(fields) = &node.value else {
         return Err(err(node.pos, "`checkpoints` is a mapping".into()));
     };
     let mut c = loop_core::Checkpoints::default();
-    let count = |v: &Node, k: &str, min: i64| -> Result<u64, CliError> {
+    let count = |v: &Node, k: &str, min: i64| -> Result<u64, Error> {
         match v.value {
             Value::Int(n) if n >= min => Ok(n as u64),
             _ => Err(err(v.pos, format!("`{k}` is an integer of at least {min}"))),

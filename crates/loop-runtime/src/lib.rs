@@ -1,0 +1,52 @@
+//! # loop-runtime
+//!
+//! A task's whole life, behind one API that every front end (the `loop`
+//! command, and the server, workers and MCP endpoint to come) shares:
+//! prepare the workspace, lock the contract, run the baseline, build the
+//! Director with its tools, verifier, models, store and clock, run,
+//! resume, extend or cancel it, assemble and sign the receipt, ship the
+//! artifacts and the change set, close the task in the store; and, after,
+//! apply, undo or discard what it changed.
+//!
+//! Everything a task records reaches the caller through one [`Observer`]:
+//! the ledger's events as they are recorded, and lines meant for the
+//! person running it. A front end only parses its arguments and presents.
+
+pub mod changes;
+pub mod error;
+pub mod interrupt;
+pub mod loopfile;
+pub mod task;
+pub mod wiring;
+
+pub use error::Error;
+pub use task::{
+    TaskReport, TaskRequest, interrupted_tasks, new_task_id, open_store, resume_task, run_task,
+};
+pub use wiring::OnPrompt;
+
+/// What a front end sees of a task: every recorded event (through
+/// [`loop_core::Observer`]), and lines for the person running it.
+pub trait Observer: loop_core::Observer {
+    /// A line for a person (a workspace made, the baseline, an apply's
+    /// result). Machine-readable front ends may drop it.
+    fn note(&mut self, line: &str);
+
+    /// Ask the person a yes/no question; `None` when nobody here can answer.
+    fn confirm(&mut self, _question: &str) -> Option<bool> {
+        None
+    }
+}
+
+/// An observer that keeps nothing (a library caller that only wants the
+/// report).
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl loop_core::Observer for Quiet {
+    fn on_event(&mut self, _event: &loop_protocol::Event) {}
+}
+
+impl Observer for Quiet {
+    fn note(&mut self, _line: &str) {}
+}

@@ -1,0 +1,182 @@
+//! The runtime as a library, with no `loop` binary: a scripted task goes
+//! from request to a verified, signed receipt through the API alone, and a
+//! task whose process was killed midway (this test binary, re-run as a
+//! child that SIGKILLs itself on an event) is resumed to the same end.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use loop_protocol::{Contract, Event, OutcomeKind};
+use loop_runtime::{OnPrompt, TaskRequest};
+use std::path::{Path, PathBuf};
+
+const TASK: &str = r#"instruction: make a.txt say ALPHA
+criteria:
+  - id: files
+    checks:
+      - file_contains: a.txt
+        text: ALPHA
+      - run: "test \"$(cat effects.log)\" = c1"
+limits: { max_steps: 6, max_verifications: 2 }
+"#;
+
+const SCRIPT: &str = r#"turns:
+  - calls:
+      - {tool: write_file, args: {path: a.txt, content: "ALPHA\n"}}
+      - {tool: run_command, args: {command: "echo c1 >> effects.log"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+"#;
+
+/// Records what a front end would see.
+#[derive(Default)]
+struct Seen {
+    kinds: Vec<String>,
+    notes: Vec<String>,
+    /// SIGKILL this process when this event kind is seen.
+    die_at: Option<&'static str>,
+}
+
+impl loop_core::Observer for Seen {
+    fn on_event(&mut self, event: &Event) {
+        let kind = serde_json::to_value(event).unwrap()["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if self.die_at == Some(kind.as_str()) {
+            // SAFETY: signalling this very process; nothing after it runs.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+        self.kinds.push(kind);
+    }
+}
+
+impl loop_runtime::Observer for Seen {
+    fn note(&mut self, line: &str) {
+        self.notes.push(line.to_string());
+    }
+}
+
+fn scene(name: &str) -> (PathBuf, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("runtime-lib-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "scratch\n").unwrap();
+    std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+    (dir, project)
+}
+
+fn request(dir: &Path, project: &Path) -> TaskRequest {
+    TaskRequest {
+        contract: Contract::from_yaml(TASK, "task.yaml").unwrap(),
+        model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
+        record: None,
+        project: project.to_path_buf(),
+        verify_on_change: false,
+        isolation: loop_sandbox::IsolationLevel::Preferred,
+        include_dirty: false,
+        on_prompt: OnPrompt::Deny,
+    }
+}
+
+/// The receipt holds: signature, statement, chain, artifacts.
+fn holds(receipt: &Path) -> loop_receipt::VerifyReport {
+    let key = loop_receipt::KeyPair::existing().unwrap().unwrap();
+    let report = loop_receipt::verify_receipt(receipt, None, &[key.public()]).unwrap();
+    assert!(report.ok(), "{report:?}");
+    report
+}
+
+#[test]
+fn a_task_runs_and_resumes_through_the_library_alone() {
+    // The child: run the task and die midway, as a crash would.
+    if let Some(dir) = std::env::var_os("LOOP_RUNTIME_TEST_CHILD") {
+        let dir = PathBuf::from(dir);
+        let mut seen = Seen {
+            die_at: Some("observed"),
+            ..Seen::default()
+        };
+        let _ = loop_runtime::run_task(request(&dir, &dir.join("project")), &mut seen);
+        unreachable!("the child kills itself at its first observation");
+    }
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime-lib-state");
+    // SAFETY: set once, before this test starts any thread or process (it
+    // is the only test in this binary).
+    unsafe {
+        std::env::set_var("LOOP_STATE_DIR", &state);
+    }
+
+    // 1. Request to verified, signed receipt.
+    let (dir, project) = scene("run");
+    let mut seen = Seen::default();
+    let report = loop_runtime::run_task(request(&dir, &project), &mut seen).unwrap();
+    assert_eq!(
+        report.outcome.kind,
+        OutcomeKind::Verified,
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(seen.kinds.first().map(String::as_str), Some("task_started"));
+    assert_eq!(seen.kinds.last().map(String::as_str), Some("finished"));
+    assert!(
+        seen.notes.iter().any(|n| n.starts_with("workspace ")),
+        "{:?}",
+        seen.notes
+    );
+    assert!(
+        seen.notes.iter().any(|n| n.starts_with("baseline: 0 of 1")),
+        "{:?}",
+        seen.notes
+    );
+    let verified = holds(&report.receipt);
+    assert_eq!(
+        verified.statement.unwrap().predicate.outcome.kind,
+        OutcomeKind::Verified
+    );
+
+    // 2. Killed midway in another process, resumed here.
+    let (dir, project) = scene("resume");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_task_runs_and_resumes_through_the_library_alone",
+            "--nocapture",
+        ])
+        .env("LOOP_RUNTIME_TEST_CHILD", &dir)
+        .env("LOOP_STATE_DIR", &state)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "the child was killed midway"
+    );
+    let ids = loop_runtime::interrupted_tasks(&project).unwrap();
+    assert_eq!(ids.len(), 1, "one task left unfinished");
+    let mut seen = Seen::default();
+    let report =
+        loop_runtime::resume_task(&project, &ids[0], None, OnPrompt::Deny, &mut seen).unwrap();
+    assert_eq!(
+        report.outcome.kind,
+        OutcomeKind::Verified,
+        "{:?}",
+        report.outcome
+    );
+    assert!(
+        seen.kinds.iter().any(|k| k == "resumed"),
+        "{:?}",
+        seen.kinds
+    );
+    holds(&report.receipt);
+    // Every effect exactly once: the check reads effects.log == "c1".
+    let log = std::fs::read_to_string(report.workspace.join("effects.log")).unwrap();
+    assert_eq!(log, "c1\n");
+    assert!(
+        loop_runtime::interrupted_tasks(&project)
+            .unwrap()
+            .is_empty()
+    );
+}
