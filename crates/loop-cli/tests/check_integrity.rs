@@ -286,30 +286,60 @@ fn a_contract_that_allows_a_test_change_gets_it() {
 
 /// Layer 3: a new module named like the standard library is refused,
 /// naming the file and the module, whether a tool or a command writes it.
+/// The project has a `conftest.py` at its root, so pytest puts the root
+/// first on `sys.path` (whatever the interpreter's mode): a `statistics.py`
+/// there is what the test imports, and the one below makes the buggy
+/// `avg` agree with it: the same pytest, interpreter mode and files make
+/// the test pass when the module is there. With the gate it never is.
 #[test]
 fn a_module_named_like_the_standard_library_is_refused() {
     let sc = Scene::new("stdlib");
+    let p = sc.project();
+    std::fs::write(p.join("conftest.py"), "").unwrap();
+    std::fs::write(
+        p.join("calc.py"),
+        "def add(a, b):\n    return a + b\n\n\ndef avg(xs):\n    return sum(xs)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("tests/test_stats.py"),
+        "from statistics import mean\nfrom calc import avg\n\n\ndef test_avg():\n    assert avg([1, 2, 3]) == mean([1, 2, 3])\n",
+    )
+    .unwrap();
+    let fake = "def mean(xs):\n    return sum(xs)\n";
     let run = sc.run(
         "",
         &[vec![
-            write("json.py", "def dumps(x):\n    return '{}'\n"),
-            command("mkdir -p unittest && echo 'raise SystemExit(0)' > unittest/__init__.py"),
+            write("statistics.py", fake),
+            command("printf 'def mean(xs):\\n    return sum(xs)\\n' > statistics.py; mkdir -p unittest && echo 'raise SystemExit(0)' > unittest/__init__.py"),
             finish(),
         ]],
     );
     assert_ne!(run.outcome, "verified", "{}", run.text);
     assert!(
-        run.text.contains("gate: stdlib shadow (python json)")
+        run.text.contains("gate: stdlib shadow (python statistics)")
             && run
                 .text
-                .contains("json.py would shadow the python standard module `json`"),
+                .contains("statistics.py would shadow the python standard module `statistics`"),
         "{}",
         run.text
     );
     assert!(
-        run.text.contains("not applied (refused)") && run.text.contains("unittest/__init__.py"),
+        run.text.contains("not applied (refused)")
+            && run
+                .text
+                .contains("statistics.py (gate: stdlib shadow (python statistics)")
+            && run.text.contains("unittest/__init__.py"),
         "{}",
         run.text
+    );
+    let check = run.check();
+    assert!(
+        check["stdout"]["excerpt"]
+            .as_str()
+            .unwrap()
+            .contains("assert 6 == 2"),
+        "the real statistics.mean ran: {check}"
     );
 }
 

@@ -875,8 +875,8 @@ fn on_a_terminal_the_question_is_asked_inline_and_answered_there() {
     assert!(workspace(&project, &id).join("approved.txt").exists());
 }
 
-/// `loop run … --timeout 3` whose command needs an approval answered
-/// after 4 s: the outcome and the receipt's elapsed time.
+/// `loop run … --timeout 5` whose command needs an approval answered
+/// after 6.5 s: the outcome and the events.
 fn answer_late(name: &str, loopfile_extra: &str) -> (serde_json::Value, Vec<serde_json::Value>) {
     let (dir, project) = setup(name, 60);
     let lf = project.join("Loopfile.yaml");
@@ -891,7 +891,7 @@ fn answer_late(name: &str, loopfile_extra: &str) -> (serde_json::Value, Vec<serd
             "--on-prompt",
             "wait",
             "--timeout",
-            "3",
+            "5",
             "--json",
             "--model",
         ])
@@ -903,7 +903,7 @@ fn answer_late(name: &str, loopfile_extra: &str) -> (serde_json::Value, Vec<serd
         .spawn()
         .unwrap();
     let id = await_approval(&dir, &project);
-    std::thread::sleep(Duration::from_millis(4000));
+    std::thread::sleep(Duration::from_millis(6500));
     // Late: without pause_clock the task may have ended already.
     let _ = approve(&dir, &project, &id, false);
     let out = child.wait_with_output().unwrap();
@@ -921,8 +921,8 @@ fn the_wall_clock_runs_while_a_person_is_awaited_unless_the_loopfile_pauses_it()
     assert_eq!(last["outcome"]["limit"], "time", "{last}");
     let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
     assert_eq!(decided["decision"], "expired", "{decided}");
-    // pause_clock: the 4 s wait is not charged; the approved command runs
-    // and the task verifies inside its 3 s of working time.
+    // pause_clock: the 6.5 s wait is not charged; the approved command runs
+    // and the task verifies inside its 5 s of working time.
     let (last, ev) = answer_late("clock-paused", "checkpoints:\n  pause_clock: true\n");
     assert_eq!(last["outcome"]["kind"], "verified", "{last} {ev:?}");
     let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
@@ -999,4 +999,36 @@ fn the_code_policy_gate_resolves_aliases_escapes_and_strings() {
         assert!(!ws.join(path).exists(), "{path} entered");
     }
     assert!(ws.join("ok.py").exists(), "{out}");
+}
+
+/// The code-policy gate judges what a command writes, as it judges the
+/// file tools: a banned import written by `printf` never enters.
+#[test]
+fn the_code_policy_gate_judges_a_commands_effects() {
+    let loopfile =
+        "rules:\n  python:\n    banned_imports: [subprocess]\n    banned_calls: [os.system]\n";
+    let script = "turns:
+  - calls:
+      - {tool: run_command, args: {command: \"printf 'import subprocess\\\\nsubprocess.run([1])\\\\n' > app.py; printf 'from os import system as s\\\\n' > b.py; echo ok > notes.txt\"}}
+";
+    let (ev, ws, out) = run_gated("gate-command", loopfile, script, &[]);
+    let o = ev
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["tool"] == "run_command")
+        .unwrap_or_else(|| panic!("{out}"));
+    let text = o["observation"]["content"].as_str().unwrap();
+    assert!(
+        text.contains("app.py (gate: code policy (banned import `subprocess`) at app.py:1:8)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("b.py (gate: code policy (banned call `os.system`"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("app.py")).unwrap(),
+        "x = 1\n"
+    );
+    assert!(!ws.join("b.py").exists());
+    assert!(ws.join("notes.txt").exists());
 }

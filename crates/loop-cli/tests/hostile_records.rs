@@ -878,43 +878,59 @@ fn a_commands_refused_directory_takes_its_children_and_the_report_is_true() {
             .find(|e| e["kind"] == "observed" && e["observation"]["tool"] == "run_command")
             .unwrap();
         assert_eq!(observed["observation"]["changed"], true, "{observed}");
+        // A command whose every effect is refused changed nothing, and says so.
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"mkdir -p c.key && echo x > c.key/inner && echo y > d.pem\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, _, _) = sc.run(TRIVIAL_TASK, script);
+        let observed = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["kind"] == "observed" && e["observation"]["tool"] == "run_command")
+            .unwrap();
+        assert_eq!(observed["observation"]["changed"], false, "{observed}");
     }
 }
 
 /// Sparse files cost a command nothing and the runtime everything that
-/// reads every byte: three of 900 MiB (a few KiB on disk) are refused when
-/// the command's effects are merged (over `limits.max_file_bytes`), one of
-/// 100 MiB enters and is recorded by digest, never diffed as text; the run
+/// reads every byte: files over `limits.max_file_bytes` (900 MiB, a few
+/// KiB on disk) are refused when the command's effects are merged, and so
+/// are files past the per-command total (4 × the per-file limit); the
+/// ones admitted are recorded by digest, never diffed as text; the run
 /// stays within seconds and a bounded amount of memory.
 #[test]
 fn large_sparse_files_are_bounded_in_time_memory_and_records() {
+    let task = TRIVIAL_TASK.replace(
+        "limits: { max_steps: 4,",
+        "limits: { max_file_bytes: 8388608, max_steps: 4,",
+    );
+    assert!(task.contains("max_file_bytes"));
     for who in users() {
         let sc = Scene::new("sparse", who);
-        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"truncate -s 900M a.bin; truncate -s 900M b.bin; truncate -s 900M c.bin; truncate -s 100M d.bin; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"truncate -s 900M a.bin; truncate -s 900M b.bin; for i in 1 2 3 4 5; do truncate -s 7M d$i.bin; done; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
         let started = std::time::Instant::now();
-        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        let (out, receipt, outcome) = sc.run(&task, script);
         let wall = started.elapsed();
         assert_eq!(outcome, "verified", "{who:?}: {out}");
-        for f in ["a.bin", "b.bin", "c.bin"] {
+        for f in ["a.bin", "b.bin"] {
             assert!(
                 out.contains(&format!(
-                    "{f} (943718400 bytes, over the per-file limit of 134217728 (limits.max_file_bytes))"
+                    "{f} (943718400 bytes, over the per-file limit of 8388608 (limits.max_file_bytes))"
                 )),
                 "{who:?}: {f}: {out}"
             );
         }
+        assert!(
+            out.contains("d5.bin (the command's files would reach 36700160 bytes, over the per-command total of 33554432"),
+            "{who:?}: {out}"
+        );
         let id = id_of(&receipt);
         let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
-        assert!(!ws.join("a.bin").exists());
-        assert_eq!(
-            std::fs::metadata(ws.join("d.bin")).unwrap().len(),
-            100 << 20
-        );
+        assert!(!ws.join("a.bin").exists() && !ws.join("d5.bin").exists());
+        assert_eq!(std::fs::metadata(ws.join("d4.bin")).unwrap().len(), 7 << 20);
         let patch = receipt.with_file_name(format!("{id}.changes.patch"));
         let size = std::fs::metadata(&patch).unwrap().len();
         assert!(size < 64 * 1024, "{who:?}: the patch is {size} bytes");
         let text = std::fs::read_to_string(&patch).unwrap();
-        assert!(text.contains("d.bin"), "{text}");
+        assert!(text.contains("d4.bin"), "{text}");
         assert!(
             wall < std::time::Duration::from_secs(30),
             "{who:?}: {wall:?}"

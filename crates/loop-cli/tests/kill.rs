@@ -516,6 +516,18 @@ limits: { max_steps: 4, max_verifications: 1 }
         }
         out
     };
+    let before = || -> Vec<(String, String)> {
+        [
+            ("README.md", "scratch\n"),
+            ("a.txt", "a0\n"),
+            ("d/e/f", "<absent>"),
+            ("effects.log", "<absent>"),
+            ("g.txt", "<absent>"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+    };
     let run_one = |name: &str, kill_at: Option<usize>| -> (bool, Vec<(String, String)>) {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
         let project = setup(&dir);
@@ -529,7 +541,20 @@ limits: { max_steps: 4, max_verifications: 1 }
         let status = cmd.status().unwrap();
         let killed = status.code().is_none();
         let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+        let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+        let journal = project.join(format!(".loop/tasks/{id}/command-journal"));
         if killed {
+            // Killed mid-merge: the plan is there, and recovering from it
+            // (as the next start does) leaves the workspace exactly as it
+            // was before the command: never between.
+            assert!(
+                journal.join("plan.json").exists(),
+                "{name}: the merge's plan"
+            );
+            loop_workspace::OverlayCommit::new(&journal)
+                .recover(&ws)
+                .unwrap();
+            assert_eq!(snapshot(&ws), before(), "{name}: after recovery");
             let out = resume_cmd(&dir, &project, &id).output().unwrap();
             assert!(
                 out.status.success(),

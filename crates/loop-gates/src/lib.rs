@@ -54,3 +54,12 @@ pub fn check(
     syntax::check(lang, path, before, after)?;
     policy.check(lang, path, after)
 }
+
+/// The code-policy gate alone over one file (a command's effect: a
+/// command may leave a file mid-edit, so the syntax gate is not asked).
+pub fn check_policy(path: &str, after: &str, policy: &CodePolicy) -> Result<(), GateRejection> {
+    match language_of(path).or_else(|| syntax::language_of_content(after)) {
+        Some(lang) => policy.check(lang, path, after),
+        None => Ok(()),
+    }
+}

@@ -323,6 +323,13 @@ impl<'t> Gate<'t, '_> {
         {
             return Some(format!("banned call `{b}`"));
         }
+        // `pkgutil.resolve_name('os.system')`, `'os:system'`.
+        let dotted = s.replace(':', ".");
+        if let Some(b) = self.rules.banned_calls.iter().find(|b| {
+            b.contains('.') && (dotted == b.as_str() || dotted.starts_with(&format!("{b}.")))
+        }) {
+            return Some(format!("banned call `{b}`"));
+        }
         let m = self.module(s);
         if !m.is_empty()
             && let Some(b) = self.rules.banned_imports.iter().find(|b| {
@@ -697,16 +704,41 @@ impl<'t> Gate<'t, '_> {
         out
     }
 
+    /// Modules the rules care about: a module's attribute that names one
+    /// (`shutil.os`, `os.sys`, `asyncio.subprocess`) may be that module.
+    fn relevant_module(&self, key: &str) -> bool {
+        matches!(key, "builtins" | "sys" | "os" | "importlib" | "subprocess")
+            || self.rules.banned_imports.iter().any(|b| b == key)
+            || self
+                .rules
+                .banned_calls
+                .iter()
+                .any(|b| b.split('.').next() == Some(key) && b.contains('.'))
+    }
+
     /// `vals`, one level down by `key`.
     fn member(&self, vals: BTreeSet<Val>, key: &str) -> BTreeSet<Val> {
-        vals.into_iter()
-            .map(|v| match v {
+        let mut out = BTreeSet::new();
+        for v in vals {
+            match v {
                 // `sys.modules['os']` is the module `os`.
-                Val::Path(p) if p == "sys.modules" => Val::Path(key.to_string()),
-                Val::Path(p) => Val::Path(format!("{p}.{key}")),
-                d => d,
-            })
-            .collect()
+                Val::Path(p) if p.ends_with("sys.modules") => {
+                    out.insert(Val::Path(key.to_string()));
+                }
+                Val::Path(p) => {
+                    // A module re-exported by another (`shutil.os`) is that
+                    // module, whatever the path to it.
+                    if p != self.root() && self.relevant_module(key) {
+                        out.insert(Val::Path(key.to_string()));
+                    }
+                    out.insert(Val::Path(format!("{p}.{key}")));
+                }
+                d => {
+                    out.insert(d);
+                }
+            }
+        }
+        out
     }
 
     /// A member whose name is computed: unresolvable when it could be a
@@ -798,12 +830,63 @@ impl<'t> Gate<'t, '_> {
                     .unwrap_or_default();
                 let callee = self.resolve(f, depth + 1, seen);
                 let names = |p: &str| callee.contains(&Val::Path(p.to_string()));
+                // A method of a namespace that looks a name up by a key
+                // (`vars(builtins).get(k)`, `os.__dict__.pop(k)`), or hands
+                // them all out (`.values()`).
+                let lookups: Vec<(String, bool)> = callee
+                    .iter()
+                    .filter_map(|v| match v {
+                        Val::Path(p) if self.python => {
+                            let (base, method) = p.rsplit_once('.')?;
+                            let by_key = matches!(
+                                method,
+                                "get" | "__getitem__" | "__getattribute__" | "pop" | "setdefault"
+                            );
+                            let all = matches!(method, "values" | "items");
+                            (by_key || all).then(|| (base.to_string(), by_key))
+                        }
+                        _ => None,
+                    })
+                    .collect();
                 let arg_const = |i: usize| args.get(i).and_then(|a| self.const_str(*a, 0));
                 let arg_vals = |i: usize, seen: &mut BTreeSet<String>| {
                     args.get(i)
                         .map(|a| self.resolve(*a, depth + 1, seen))
                         .unwrap_or_default()
                 };
+                for (base, by_key) in lookups {
+                    let base: BTreeSet<Val> = [Val::Path(base)].into();
+                    out.extend(if by_key {
+                        match arg_const(0) {
+                            Some(key) => self.member(base, &key),
+                            None => self.computed(base, "a lookup with a computed key"),
+                        }
+                    } else {
+                        self.computed(base, "every member")
+                    });
+                }
+                if !self.python {
+                    if names("global.Object.getOwnPropertyDescriptor")
+                        || names("global.Reflect.getOwnPropertyDescriptor")
+                    {
+                        let base = arg_vals(0, seen);
+                        out.extend(match arg_const(1) {
+                            Some(key) => self.member(base, &key),
+                            None => {
+                                self.computed(base, "a property descriptor with a computed name")
+                            }
+                        });
+                        return out;
+                    }
+                    if names("global.Object.values")
+                        || names("global.Object.entries")
+                        || names("global.Object.getOwnPropertyDescriptors")
+                    {
+                        let base = arg_vals(0, seen);
+                        out.extend(self.computed(base, "every property"));
+                        return out;
+                    }
+                }
                 if self.python {
                     if names("builtins.getattr") {
                         let base = arg_vals(0, seen);
@@ -828,7 +911,7 @@ impl<'t> Gate<'t, '_> {
                         return out;
                     }
                 } else {
-                    if names("global.require") || names("global.import") {
+                    if is_require(&callee) || names("global.import") {
                         if let Some(m) = arg_const(0) {
                             out.insert(Val::Path(self.module(&m)));
                         }
@@ -864,6 +947,16 @@ impl<'t> Gate<'t, '_> {
         for v in vals {
             match v {
                 Val::Path(p) => {
+                    if !p.starts_with(&format!("{}.", self.root()))
+                        && let Some(b) = self.import_banned(p)
+                    {
+                        let spelled: String = self.text_of(node).split_whitespace().collect();
+                        self.refuse(
+                            node,
+                            format!("banned import `{b}` (reached as `{spelled}`)"),
+                        );
+                        return;
+                    }
                     if let Some(b) = self.path_banned(p) {
                         let spelled: String = self.text_of(node).split_whitespace().collect();
                         let what = if spelled == b {
@@ -1036,6 +1129,10 @@ impl<'t> Gate<'t, '_> {
             }
             (_, "call") | (_, "call_expression") | (_, "new_expression") => {
                 self.check_call(n);
+                // What the call returns may itself be a banned function or
+                // unresolvable (`vars(builtins).get(k)`, `Object.values(globalThis)`).
+                let vals = self.resolve(n, 0, &mut BTreeSet::new());
+                self.judge(n, &vals);
             }
             (_, "string")
             | (_, "concatenated_string")
@@ -1084,7 +1181,7 @@ impl<'t> Gate<'t, '_> {
         let import_call = if self.python {
             names("builtins.__import__") || names("importlib.import_module")
         } else {
-            names("global.require") || names("global.import") || self.text_of(f) == "import"
+            is_require(&callee) || names("global.import") || self.text_of(f) == "import"
         };
         if import_call && !self.rules.banned_imports.is_empty() {
             match first.and_then(|a| self.const_str(a, 0)) {
@@ -1110,6 +1207,18 @@ impl<'t> Gate<'t, '_> {
             self.refuse(n, format!("unresolvable: `{spelled}` with a computed name"));
         }
     }
+}
+
+/// Whether a callee is a CommonJS loader: `require`, `module.require`,
+/// `require.main.require`, `process.mainModule.require`, whatever the
+/// path to it.
+fn is_require(callee: &BTreeSet<Val>) -> bool {
+    callee.iter().any(|v| match v {
+        Val::Path(p) => {
+            p == "global.require" || (p.starts_with("global.") && p.ends_with(".require"))
+        }
+        Val::Dynamic(_) => false,
+    })
 }
 
 /// Every descendant of `n` of `kind`.

@@ -411,9 +411,13 @@ pub fn shadowed(rel: &str, is_package: &dyn Fn(&str) -> bool) -> Option<(&'stati
             })
             .map(|m| (m.to_string(), parent.clone()))
     };
+    // `src/` and `lib/` are where test runners are told to look for
+    // top-level modules (`pythonpath = ["src"]`): their direct children are
+    // judged as top-level even when an `__init__.py` sits beside them.
+    let search_root = matches!(dir_of(&module), Some("src" | "lib"));
     if let Some((m, dir)) = module
         && PYTHON_STDLIB.contains(&m.as_str())
-        && !is_package(&dir)
+        && (search_root || !is_package(&dir))
     {
         return Some(("python", m));
     }
@@ -435,6 +439,10 @@ pub fn shadowed(rel: &str, is_package: &dyn Fn(&str) -> bool) -> Option<(&'stati
         }
     }
     None
+}
+
+fn dir_of(module: &Option<(String, String)>) -> Option<&str> {
+    module.as_ref().map(|(_, d)| d.as_str())
 }
 
 /// [`shadowed`] as a gate refusal.
@@ -460,7 +468,7 @@ mod tests {
     #[test]
     fn new_modules_named_like_the_standard_library_are_refused() {
         let none = |_: &str| false;
-        let pkg = |d: &str| d == "mypkg";
+        let pkg = |d: &str| d == "mypkg" || d == "src";
         for (rel, want) in [
             ("json.py", Some(("python", "json"))),
             ("tests/unittest.py", Some(("python", "unittest"))),
@@ -468,6 +476,7 @@ mod tests {
             ("json.pyc", Some(("python", "json"))),
             ("os.cpython-311-x86_64-linux-gnu.so", Some(("python", "os"))),
             ("mypkg/json.py", None),
+            ("src/fractions.py", Some(("python", "fractions"))),
             ("jsonx.py", None),
             ("json/data.txt", None),
             ("calc.py", None),

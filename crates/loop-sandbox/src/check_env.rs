@@ -15,7 +15,12 @@
 //!   private tmp (named by `PYTHONPATH`) appends that directory at the end
 //!   instead, so the project's own modules still import, after the
 //!   standard library and the installed packages;
-//! - `PYTHONNOUSERSITE=1`: no per-user packages.
+//! - `PYTHONNOUSERSITE=1`: no per-user packages;
+//! - `PYTHONPYCACHEPREFIX` names a private directory: bytecode caches are
+//!   read and written there only, never from `__pycache__` beside the
+//!   sources (a forged `tests/__pycache__/test_x.cpython-311.pyc` with an
+//!   unchecked hash would otherwise replace a protected test module, and
+//!   pytest's assertion-rewrite cache follows the same prefix).
 //!
 //! Everything imposed is reported (`NAME=value`) in the check's evidence.
 
@@ -88,6 +93,15 @@ pub fn vars(host_path: &str, workspace: &Path, hook_dir: &Path) -> Vec<(String, 
         ("PYTHONSAFEPATH".to_string(), "1".to_string()),
         ("PYTHONNOUSERSITE".to_string(), "1".to_string()),
         ("PYTHONPATH".to_string(), hook_dir.display().to_string()),
+        (
+            "PYTHONPYCACHEPREFIX".to_string(),
+            hook_dir
+                .parent()
+                .unwrap_or(hook_dir)
+                .join(".loop-engine-pycache")
+                .display()
+                .to_string(),
+        ),
     ]
 }
 
@@ -105,6 +119,10 @@ mod tests {
         assert_eq!(v[0], ("PATH".into(), "/usr/bin:/opt/x/bin:/bin".into()));
         assert!(v.contains(&("PYTHONSAFEPATH".into(), "1".into())));
         assert!(v.contains(&("PYTHONPATH".into(), "/tmp/h".into())));
+        assert!(v.contains(&(
+            "PYTHONPYCACHEPREFIX".into(),
+            "/tmp/.loop-engine-pycache".into()
+        )));
         // /wsx is not inside /ws.
         let v = vars("/wsx/bin", Path::new("/ws"), Path::new("/h"));
         assert_eq!(v[0].1, "/wsx/bin");

@@ -284,6 +284,13 @@ unsafe fn allow_beneath(
     unsafe {
         let fd = libc::open(path, libc::O_PATH | libc::O_CLOEXEC);
         if fd < 0 {
+            // A path that is gone grants nothing, and is no reason not to
+            // run: the host's view is resolved once per process, and a file
+            // in it (a tool's lock file under a toolchain tree) may have been
+            // removed since.
+            if *libc::__errno_location() == libc::ENOENT {
+                return Ok(());
+            }
             return Err(fail(d, step));
         }
         let attr = PathBeneathAttr {

@@ -237,6 +237,51 @@ impl ToolBox {
         *self.step.borrow_mut() = StepEdits::default();
     }
 
+    /// Why the code-policy gate refuses the file a command left at `rel`
+    /// in its upper layer, if it does.
+    fn policy_refusal(&self, upper: &std::path::Path, rel: &str) -> Option<String> {
+        use std::io::Read;
+        const MAX_JUDGED: u64 = 4 * 1024 * 1024;
+        let lang_by_name = loop_gates::language_of(rel);
+        let path = upper.join(rel);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let policed = |lang: Option<loop_gates::Language>| match lang {
+            Some(loop_gates::Language::Python) => self.code_policy.python != Default::default(),
+            Some(
+                loop_gates::Language::JavaScript
+                | loop_gates::Language::TypeScript
+                | loop_gates::Language::Tsx,
+            ) => self.code_policy.javascript != Default::default(),
+            _ => false,
+        };
+        if self.code_policy == Default::default() {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_JUDGED + 1).read_to_end(&mut bytes))
+            .ok()?;
+        if bytes.len() as u64 > MAX_JUDGED {
+            // Too large to judge: refused where the rules police its
+            // language (by name, else by its `#!` line).
+            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+            let lang = lang_by_name.or_else(|| loop_gates::syntax::language_of_content(&head));
+            return policed(lang).then(|| {
+                format!(
+                    "gate: code policy: {} bytes, more than the {MAX_JUDGED} the gate reads",
+                    meta.len()
+                )
+            });
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        loop_gates::check_policy(rel, &text, &self.code_policy)
+            .err()
+            .map(|r| format!("{} at {}:{}:{}", r.rule, r.file, r.line, r.column))
+    }
+
     /// Whether workspace directory `dir` is a Python package (holds an
     /// `__init__.py`): a module inside one shadows nothing.
     fn is_package(&self, dir: &str) -> bool {
@@ -913,6 +958,7 @@ impl ToolBox {
                 // (control characters) and new modules named like the
                 // standard library are refused, each with its rule.
                 let upper = s.join("upper");
+                let admitted = std::cell::Cell::new(0u64);
                 let refuse = |rel: &str| -> Option<String> {
                     if let Some(rule) = self.jail.protected().matching(rel) {
                         return Some(format!("protected by {rule}"));
@@ -921,16 +967,31 @@ impl ToolBox {
                     // everything that hashes or diffs it reads every byte.
                     if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
                         && m.is_file()
-                        && m.len() > self.limits.max_file_bytes
                     {
-                        return Some(format!(
-                            "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
-                            m.len(),
-                            self.limits.max_file_bytes
-                        ));
+                        if m.len() > self.limits.max_file_bytes {
+                            return Some(format!(
+                                "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
+                                m.len(),
+                                self.limits.max_file_bytes
+                            ));
+                        }
+                        // All of one command's files together, too.
+                        let cap = self.limits.max_file_bytes.saturating_mul(4);
+                        let total = admitted.get().saturating_add(m.len());
+                        if total > cap {
+                            return Some(format!(
+                                "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
+                            ));
+                        }
+                        admitted.set(total);
                     }
                     if rel.chars().any(char::is_control) {
                         return Some("a control character in the name".into());
+                    }
+                    // The code-policy gate judges what a command wrote as
+                    // it judges the file tools' writes.
+                    if let Some(why) = self.policy_refusal(&upper, rel) {
+                        return Some(why);
                     }
                     if std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
                         && let Some((lang, module)) =

@@ -56,8 +56,14 @@ const STACKS: &[Stack] = &[
             ("**/sitecustomize.py", "interpreter start-up hooks"),
             ("**/usercustomize.py", "interpreter start-up hooks"),
             ("**/*.pth", "interpreter start-up hooks"),
+            ("pytest.toml", "pytest configuration"),
+            (".pytest.toml", "pytest configuration"),
             ("**/test*.py", "test modules the runners collect"),
             ("**/*_test.py", "test modules the runners collect"),
+            ("**/tests/**", "test directories, their data and helpers"),
+            ("**/test/**", "test directories, their data and helpers"),
+            ("**/__pycache__/**", "bytecode caches"),
+            ("**/*.pyc", "bytecode caches"),
         ],
     },
     Stack {
@@ -79,6 +85,15 @@ const STACKS: &[Stack] = &[
             ("**/.babelrc*", "transpiler configuration"),
             ("**/tsconfig*.json", "TypeScript configuration"),
             (".npmrc", "npm configuration"),
+            (".yarnrc", "yarn configuration"),
+            (
+                ".yarnrc.yml",
+                "yarn configuration (yarnPath runs another file)",
+            ),
+            (".pnpmfile.cjs", "pnpm hooks"),
+            ("bunfig.toml", "bun configuration (test preload)"),
+            ("**/tests/**", "test directories, their data and helpers"),
+            ("**/test/**", "test directories, their data and helpers"),
             ("**/__mocks__/**", "test mocks"),
             ("**/__tests__/**", "test files"),
             ("**/*.test.*", "test files"),
@@ -114,6 +129,45 @@ const STACKS: &[Stack] = &[
             ("**/*_test.go", "test files"),
             ("**/testdata/**", "test data"),
             ("vendor/**", "vendored modules"),
+        ],
+    },
+    Stack {
+        name: "just",
+        commands: &["just"],
+        markers: &[],
+        rules: &[
+            ("justfile", "just recipes the checks call"),
+            ("Justfile", "just recipes the checks call"),
+            (".justfile", "just recipes the checks call"),
+        ],
+    },
+    Stack {
+        name: "gradle",
+        commands: &["gradle", "gradlew"],
+        markers: &[
+            "build.gradle",
+            "build.gradle.kts",
+            "settings.gradle",
+            "settings.gradle.kts",
+        ],
+        rules: &[
+            ("**/build.gradle*", "Gradle builds"),
+            ("**/settings.gradle*", "Gradle settings"),
+            ("gradle.properties", "Gradle properties"),
+            ("gradle/**", "Gradle wrapper and version catalogs"),
+            ("gradlew", "Gradle wrapper"),
+            ("**/src/test/**", "test sources"),
+        ],
+    },
+    Stack {
+        name: "maven",
+        commands: &["mvn", "mvnw"],
+        markers: &["pom.xml"],
+        rules: &[
+            ("**/pom.xml", "Maven builds"),
+            (".mvn/**", "Maven configuration and wrapper"),
+            ("mvnw", "Maven wrapper"),
+            ("**/src/test/**", "test sources"),
         ],
     },
     Stack {
@@ -153,6 +207,66 @@ fn testish(rel: &str) -> bool {
     })
 }
 
+/// Scripts and Makefiles followed from the checks, at most.
+const MAX_SCRIPTS: usize = 32;
+
+/// Workspace files one shell line runs as a program or a script: the
+/// first word of each simple command when it is a path (`./run.sh`,
+/// `scripts/ci`), the script a shell or `source` is given (`sh verify.sh`,
+/// `. env.sh`), the Makefile `make` reads (`-f FILE`, else the default
+/// names).
+fn scripts_run(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let plain = |w: &str| -> Option<String> {
+        let w = w.trim_matches(|c| c == '"' || c == '\'');
+        let rel = w.trim_start_matches("./");
+        (!rel.is_empty()
+            && !w.starts_with('/')
+            && !w.starts_with('-')
+            && !w.starts_with('$')
+            && !rel.split('/').any(|c| c == ".." || c.is_empty()))
+        .then(|| rel.to_string())
+    };
+    for simple in line.split(|c: char| ";|&(){}`\n".contains(c)) {
+        let mut ws = simple
+            .split_whitespace()
+            .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+            .peekable();
+        // Wrappers that run the rest: `env`, `timeout 5`, `nice`, `time`.
+        while let Some(w) = ws.peek() {
+            match *w {
+                "env" | "nice" | "time" | "exec" | "command" | "nohup" | "stdbuf" => {
+                    ws.next();
+                }
+                "timeout" => {
+                    ws.next();
+                    ws.next();
+                }
+                _ => break,
+            }
+        }
+        let Some(first) = ws.next() else { continue };
+        match command_name(first) {
+            "sh" | "bash" | "dash" | "zsh" | "ksh" | "source" | "." => {
+                if let Some(script) = ws.find(|w| !w.starts_with('-')).and_then(plain) {
+                    out.push(script);
+                }
+            }
+            "make" | "gmake" => {
+                let args: Vec<&str> = ws.collect();
+                match args.iter().position(|a| *a == "-f" || *a == "--file") {
+                    Some(i) => out.extend(args.get(i + 1).and_then(|f| plain(f))),
+                    None => out.extend(["Makefile", "makefile", "GNUmakefile"].map(String::from)),
+                }
+            }
+            "just" => out.extend(["justfile", "Justfile", ".justfile"].map(String::from)),
+            _ if first.contains('/') => out.extend(plain(first)),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The set for `contract`'s checks over the workspace at `root` as the
 /// task starts. Deterministic for the same contract and workspace.
 pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
@@ -176,28 +290,51 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         return out;
     }
     let mut all_words: Vec<String> = commands.iter().flat_map(|c| words(c)).collect();
-    // Indirection: the stacks a Makefile or a script the checks run uses
-    // count too (`make test` that runs pytest).
-    let mut called: Vec<String> = all_words
-        .iter()
-        .filter(|w| !w.starts_with('-') && !w.starts_with('/') && !w.contains(".."))
-        .map(|w| w.trim_start_matches("./").to_string())
-        .collect();
-    if all_words
-        .iter()
-        .any(|w| matches!(command_name(w), "make" | "gmake"))
-    {
-        called.extend(["Makefile", "makefile", "GNUmakefile"].map(String::from));
-    }
-    for rel in called {
-        let path = root.join(&rel);
-        if let Ok(meta) = std::fs::symlink_metadata(&path)
-            && meta.is_file()
-            && meta.len() <= 256 * 1024
-            && let Ok(text) = std::fs::read(&path)
-        {
-            all_words.extend(words(&String::from_utf8_lossy(&text)));
+    // Indirection: the scripts and Makefiles the checks run (and the ones
+    // those run, a few levels deep) are in the set, and the stacks they
+    // use count too (`make test` whose recipe runs a script that runs
+    // pytest).
+    let mut scripts: Vec<(String, usize)> = Vec::new();
+    let mut queue: Vec<(String, usize)> = Vec::new();
+    for (i, c) in commands.iter().enumerate() {
+        for rel in scripts_run(c) {
+            queue.push((rel, i));
         }
+    }
+    let mut read = 0;
+    while let Some((rel, i)) = queue.pop() {
+        if read >= MAX_SCRIPTS || scripts.iter().any(|(r, _)| *r == rel) {
+            continue;
+        }
+        let path = root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        scripts.push((rel.clone(), i));
+        read += 1;
+        if meta.len() > 256 * 1024 {
+            continue;
+        }
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        all_words.extend(words(&text));
+        for line in text.lines() {
+            for next in scripts_run(line.trim_start_matches('\t')) {
+                queue.push((next, i));
+            }
+        }
+    }
+    for (rel, i) in &scripts {
+        push(
+            rel.clone(),
+            format!("a script or Makefile check command {} runs", i + 1),
+            &mut out,
+        );
     }
     for stack in STACKS {
         let by_command = all_words.iter().any(|w| {
@@ -274,7 +411,8 @@ mod tests {
 
     #[test]
     fn stacks_come_from_commands_and_markers() {
-        let dir = loop_workspace::testdir::TestDir::new("integrity");
+        use loop_workspace::testdir::TestDir;
+        let dir = TestDir::new("integrity");
         let root = dir.path();
         std::fs::create_dir_all(root.join("tests")).unwrap();
         std::fs::write(root.join("tests/test_calc.py"), "").unwrap();
@@ -324,6 +462,30 @@ mod tests {
         );
         let globs: Vec<&str> = rules.iter().map(|r| r.glob.as_str()).collect();
         for want in ["Makefile", ".cargo/**", "go.mod", "**/*_test.go"] {
+            assert!(globs.contains(&want), "{want} in {globs:?}");
+        }
+        // Scripts a check runs are in the set, followed through a Makefile
+        // (whose stacks count, though no marker says so).
+        let deep = TestDir::new("integrity-deep");
+        let d = deep.path();
+        std::fs::create_dir_all(d.join("scripts")).unwrap();
+        std::fs::write(d.join("Makefile"), "test:\n\t./scripts/run-tests.sh -q\n").unwrap();
+        std::fs::write(
+            d.join("scripts/run-tests.sh"),
+            "#!/bin/sh\nexec python3 -m pytest \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("verify.sh"), "exit 1\n").unwrap();
+        let rules = derive(&contract(&["make test", "sh verify.sh && echo ok"]), d);
+        let globs: Vec<&str> = rules.iter().map(|r| r.glob.as_str()).collect();
+        for want in [
+            "Makefile",
+            "scripts/run-tests.sh",
+            "verify.sh",
+            "**/conftest.py",
+            "**/tests/**",
+            "**/__pycache__/**",
+        ] {
             assert!(globs.contains(&want), "{want} in {globs:?}");
         }
         // The program under test, named by a check, is not in the set.

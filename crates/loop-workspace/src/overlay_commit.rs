@@ -148,6 +148,53 @@ fn plan(
     Ok(())
 }
 
+/// The first path under workspace directory `rel` that `refuse` names,
+/// with why (links are not followed).
+fn refused_inside(
+    workspace: &Path,
+    rel: &str,
+    refuse: &dyn Fn(&str) -> Option<String>,
+) -> Option<(String, String)> {
+    let mut todo = vec![rel.to_string()];
+    while let Some(dir) = todo.pop() {
+        let Ok(items) = std::fs::read_dir(workspace.join(&dir)) else {
+            continue;
+        };
+        for item in items.flatten() {
+            let child = format!("{dir}/{}", item.file_name().to_string_lossy());
+            if let Some(why) = refuse(&child) {
+                return Some((child, why));
+            }
+            if item.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(child);
+            }
+        }
+    }
+    None
+}
+
+/// Whether `a` (in the upper layer) and `b` (in the workspace) are the same
+/// file with the same mode, or links to the same target.
+fn same_entry(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let (Ok(ma), Ok(mb)) = (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) else {
+        return false;
+    };
+    if ma.file_type().is_symlink() && mb.file_type().is_symlink() {
+        return std::fs::read_link(a).ok() == std::fs::read_link(b).ok();
+    }
+    if !(ma.is_file() && mb.is_file())
+        || ma.len() != mb.len()
+        || ma.permissions().mode() != mb.permissions().mode()
+    {
+        return false;
+    }
+    match (crate::manifest::hash_file(a), crate::manifest::hash_file(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -252,7 +299,17 @@ impl OverlayCommit {
                 merged.refused.push(format!("{rel} (inside refused {dir})"));
                 return false;
             }
-            match refuse(rel) {
+            // An op that removes or replaces a workspace directory takes
+            // everything in it: refused if anything in it is.
+            let removes_dir = !matches!(op, Op::EnsureDir(_))
+                && std::fs::symlink_metadata(workspace.join(rel)).is_ok_and(|m| m.is_dir());
+            let why = refuse(rel).or_else(|| {
+                removes_dir
+                    .then(|| refused_inside(workspace, rel, refuse))
+                    .flatten()
+                    .map(|(inner, why)| format!("it would remove {inner} ({why})"))
+            });
+            match why {
                 None => true,
                 Some(why) => {
                     merged.refused.push(format!("{rel} ({why})"));
@@ -262,6 +319,12 @@ impl OverlayCommit {
                     false
                 }
             }
+        });
+        // What would change nothing is not an op: a file put back with the
+        // same bytes and mode, a link with the same target.
+        ops.retain(|op| match op {
+            Op::Put(rel) => !same_entry(&upper.join(rel), &workspace.join(rel)),
+            _ => true,
         });
         if ops.is_empty() {
             return Ok(merged);
@@ -319,17 +382,22 @@ impl OverlayCommit {
             if aside {
                 std::fs::rename(&target, self.backup(i))?;
             }
+            let mut changed = true;
             match op {
                 Op::Delete(_) => {}
                 Op::ReplaceDir(_) => std::fs::create_dir(&target)?,
                 Op::EnsureDir(_) => {
-                    if !target.is_dir() {
+                    // Merging into a directory that is there changes nothing.
+                    changed = !target.is_dir();
+                    if changed {
                         std::fs::create_dir(&target)?;
                     }
                 }
                 Op::Put(rel) => move_path(&upper.join(rel), &target)?,
             }
-            merged.paths.push(op.rel().to_string());
+            if changed {
+                merged.paths.push(op.rel().to_string());
+            }
             maybe_die(i + 1);
         }
         let mut dirs: Vec<PathBuf> = merged
@@ -567,6 +635,38 @@ mod tests {
         assert_eq!(merged.paths, vec!["0data.txt", "0first.txt", "z.txt"]);
         assert!(!ws.join("0data.txt").exists() && !ws.join("b.key").exists());
         assert_eq!(std::fs::read_to_string(ws.join("z.txt")).unwrap(), "new");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn removing_a_directory_with_a_protected_path_is_refused_and_no_ops_are_not_changes() {
+        let base = tmp("refuse-inside");
+        let (ws, journal) = (base.join("ws"), base.join("journal"));
+        std::fs::create_dir_all(ws.join("keys/deep")).unwrap();
+        std::fs::write(ws.join("keys/deep/server.key"), "k").unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.txt"), "same").unwrap();
+        let upper = base.join("upper");
+        std::fs::create_dir_all(upper.join("src")).unwrap();
+        std::fs::write(upper.join("src/a.txt"), "same").unwrap();
+        whiteout(&upper.join("keys"));
+        let refuse = |rel: &str| {
+            rel.ends_with(".key")
+                .then(|| "protected by *.key".to_string())
+        };
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &refuse)
+            .unwrap();
+        assert_eq!(
+            merged.refused,
+            vec!["keys (it would remove keys/deep/server.key (protected by *.key))".to_string()]
+        );
+        assert!(ws.join("keys/deep/server.key").exists());
+        assert!(
+            merged.paths.is_empty(),
+            "nothing changed: {:?}",
+            merged.paths
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

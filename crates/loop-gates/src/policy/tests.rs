@@ -245,6 +245,30 @@ const JS_REFUSED: &[(&str, &str)] = &[
     ("const r = Reflect.get(globalThis, name);\n", "unresolvable"),
     ("const w = {eval};\n", "banned call `eval`"),
     ("await import('fs');\n", "banned import `fs`"),
+    (
+        "const k = ['child', 'process'].join('_'); (module).require(k);\n",
+        "unresolvable: an import of a computed module",
+    ),
+    (
+        "const k = x(); require.main.require(k);\n",
+        "unresolvable: an import of a computed module",
+    ),
+    (
+        "const k = x(); process.mainModule.require(k);\n",
+        "unresolvable: an import of a computed module",
+    ),
+    (
+        "const k = x(); Object.getOwnPropertyDescriptor(globalThis, k).value('1');\n",
+        "unresolvable",
+    ),
+    (
+        "Object.getOwnPropertyDescriptor(globalThis, 'eval').value('1');\n",
+        "banned call `eval`",
+    ),
+    (
+        "for (const f of Object.values(globalThis)) f('1');\n",
+        "unresolvable: every property",
+    ),
 ];
 
 const JS_ALLOWED: &[&str] = &[
