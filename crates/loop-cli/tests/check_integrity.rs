@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -96,15 +98,7 @@ impl Scene {
             )
         });
         let receipt = PathBuf::from(last["path"].as_str().unwrap());
-        let envelope: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
-        use base64::Engine;
-        let statement: serde_json::Value = serde_json::from_slice(
-            &base64::engine::general_purpose::STANDARD
-                .decode(envelope["payload"].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap();
+        let statement = shared::payload_of(&receipt);
         Run {
             outcome: last["outcome"]["kind"].as_str().unwrap().to_string(),
             text,

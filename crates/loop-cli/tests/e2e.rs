@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -58,12 +60,7 @@ fn ssl_python() -> PathBuf {
 
 /// The in-toto statement inside a DSSE envelope file.
 fn statement_of(envelope: &Path) -> serde_json::Value {
-    use base64::Engine;
-    let env: serde_json::Value = serde_json::from_slice(&std::fs::read(envelope).unwrap()).unwrap();
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(env["payload"].as_str().unwrap())
-        .unwrap();
-    serde_json::from_slice(&payload).unwrap()
+    shared::payload_of(envelope)
 }
 
 /// `loop CMD ID --project P` (apply, undo, discard).

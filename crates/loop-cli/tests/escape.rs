@@ -5,10 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const NOBODY: u32 = 65534;
@@ -19,16 +20,10 @@ enum Who {
     Nobody,
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
+use shared::is_root;
 
 fn users() -> Vec<Who> {
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if is_root() && setpriv {
+    if shared::can_drop_privileges() {
         vec![Who::Me, Who::Nobody]
     } else {
         vec![Who::Me]
@@ -37,22 +32,9 @@ fn users() -> Vec<Who> {
 
 /// The binary, copied where an unprivileged user can execute it.
 fn binary(who: Who) -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_loop"));
     match who {
-        Who::Me => built,
-        Who::Nobody => COPY
-            .get_or_init(|| {
-                let dir =
-                    std::env::temp_dir().join(format!("loop-escape-bin-{}", std::process::id()));
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-                let to = dir.join("loop");
-                std::fs::copy(&built, &to).unwrap();
-                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
-                to
-            })
-            .clone(),
+        Who::Me => PathBuf::from(env!("CARGO_BIN_EXE_loop")),
+        Who::Nobody => shared::shared_binary(),
     }
 }
 

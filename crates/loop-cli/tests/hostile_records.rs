@@ -5,12 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-const NOBODY: u32 = 65534;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
@@ -18,13 +17,10 @@ enum Who {
     Nobody,
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use shared::NOBODY;
 
 fn users() -> Vec<Who> {
-    if is_root() && Command::new("setpriv").arg("--version").output().is_ok() {
+    if shared::can_drop_privileges() {
         vec![Who::Me, Who::Nobody]
     } else {
         vec![Who::Me]
@@ -33,17 +29,7 @@ fn users() -> Vec<Who> {
 
 /// The binary, copied where an unprivileged user can execute it.
 fn binary() -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    COPY.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("loop-hostile-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let to = dir.join("loop");
-        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &to).unwrap();
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
-        to
-    })
-    .clone()
+    shared::shared_binary()
 }
 
 /// A scene: a base directory with a home (holding the signing key), a
@@ -370,14 +356,7 @@ limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
             0o755
         );
         // The apply read every touched path back and says so, signed.
-        let addendum =
-            std::fs::read(receipt.with_file_name(format!("{id}.addendum-1.json"))).unwrap();
-        let env: serde_json::Value = serde_json::from_slice(&addendum).unwrap();
-        use base64::Engine;
-        let payload = base64::engine::general_purpose::STANDARD
-            .decode(env["payload"].as_str().unwrap())
-            .unwrap();
-        let fact: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        let fact = shared::payload_of(&receipt.with_file_name(format!("{id}.addendum-1.json")));
         assert_eq!(
             fact["predicate"]["matches_verified"], true,
             "{who:?}: {fact}"

@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -473,17 +475,9 @@ fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
     );
     let t = &tasks(&project)[0];
     assert_eq!(t["outcome"], "cancelled", "{t}");
-    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .args(["verify", "--integrity-only"])
-        .arg(t["receipt"].as_str().unwrap())
-        .env("LOOP_STATE_DIR", dir.join("state"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        v.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&v.stdout)
+    shared::assert_receipt_holds(
+        Path::new(t["receipt"].as_str().unwrap()),
+        &dir.join("state"),
     );
 }
 
@@ -613,15 +607,7 @@ fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so()
     );
     assert_eq!(t["outcome"], "error", "{t}");
     let receipt = t["receipt"].as_str().unwrap();
-    let envelope: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(receipt).unwrap()).unwrap();
-    use base64::Engine;
-    let statement: serde_json::Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(envelope["payload"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let statement = shared::payload_of(Path::new(receipt));
     let p = &statement["predicate"];
     let reason = p["outcome"]["reason"].as_str().unwrap();
     assert!(
@@ -629,17 +615,7 @@ fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so()
         "{reason}"
     );
     assert_eq!(p["change_set"]["files"].as_array().unwrap().len(), 0, "{p}");
-    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .args(["verify", "--integrity-only", receipt])
-        .env("LOOP_STATE_DIR", dir.join("state"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        v.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&v.stdout)
-    );
+    shared::assert_receipt_holds(Path::new(receipt), &dir.join("state"));
     // Resuming again says it has ended.
     let again = resume_cmd(&dir, &project, &id).output().unwrap();
     assert_ne!(again.status.code(), Some(0));

@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -153,13 +155,7 @@ fn receipt_of(out: &Output) -> serde_json::Value {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-    use base64::Engine;
-    let env: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(line["path"].as_str().unwrap()).unwrap()).unwrap();
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(env["payload"].as_str().unwrap())
-        .unwrap();
-    serde_json::from_slice(&payload).unwrap()
+    shared::payload_of(std::path::Path::new(line["path"].as_str().unwrap()))
 }
 
 /// Sum the usage the server itself reported, from the recording's HTTP bodies.

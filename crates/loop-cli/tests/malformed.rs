@@ -10,6 +10,7 @@
 
 #[path = "../../loop-models/tests/common/mod.rs"]
 mod common;
+mod shared;
 
 use common::{Canned, serve};
 use std::process::Command;
@@ -149,17 +150,7 @@ fn malformed_answers_are_typed_observations_charged_and_end_lost() {
         .as_str()
         .unwrap()
         .to_string();
-    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .args(["verify", "--integrity-only", &receipt])
-        .env("LOOP_STATE_DIR", dir.join("state"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        v.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&v.stdout)
-    );
+    shared::assert_receipt_holds(std::path::Path::new(&receipt), &dir.join("state"));
 }
 
 fn review_call(verdict: &str, reasons: &str) -> Canned {

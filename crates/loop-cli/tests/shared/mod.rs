@@ -1,0 +1,78 @@
+//! Helpers the `loop` command's integration tests share (each test file
+//! includes this module; not every file uses every helper).
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The uid tests drop to when they run as root.
+pub const NOBODY: u32 = 65534;
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether the tests can also run as an unprivileged user here (root,
+/// with `setpriv`).
+pub fn can_drop_privileges() -> bool {
+    is_root() && Command::new("setpriv").arg("--version").output().is_ok()
+}
+
+/// The `loop` binary, copied once per test process where an unprivileged
+/// user can execute it (the build directory may not be).
+pub fn shared_binary() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("loop-test-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let to = dir.join("loop");
+        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        to
+    })
+    .clone()
+}
+
+/// The payload of a DSSE envelope file (a receipt's in-toto statement,
+/// an addendum's fact), as JSON.
+pub fn payload_of(envelope: &Path) -> serde_json::Value {
+    use base64::Engine;
+    let env: serde_json::Value = serde_json::from_slice(&std::fs::read(envelope).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", envelope.display()));
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&payload).unwrap()
+}
+
+/// Every JSON line a `--json` run printed.
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `loop verify --integrity-only RECEIPT` with `state` as the state
+/// directory: the receipt holds, whatever its outcome (asserted).
+pub fn assert_receipt_holds(receipt: &Path, state: &Path) {
+    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .arg("verify")
+        .arg("--integrity-only")
+        .arg(receipt)
+        .env("LOOP_STATE_DIR", state)
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+}
