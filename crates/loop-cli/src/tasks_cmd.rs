@@ -16,8 +16,19 @@ fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
         .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))
 }
 
-fn live(t: &TaskRecord) -> &'static str {
+use loop_runtime::task::Liveness;
+
+fn live(t: &TaskRecord) -> Liveness {
     loop_runtime::task::liveness(t)
+}
+
+/// How `loop list`/`status` name a task's liveness.
+fn live_name(t: &TaskRecord) -> &'static str {
+    match live(t) {
+        Liveness::Running => "running",
+        Liveness::Interrupted => "interrupted",
+        Liveness::Over => "",
+    }
 }
 
 fn summary_json(t: &TaskRecord) -> serde_json::Value {
@@ -26,8 +37,8 @@ fn summary_json(t: &TaskRecord) -> serde_json::Value {
         "state": t.state,
         "outcome": t.outcome,
         "reason": t.reason,
-        "running": live(t) == "running",
-        "interrupted": live(t) == "interrupted",
+        "running": live(t) == Liveness::Running,
+        "interrupted": live(t) == Liveness::Interrupted,
         "owner_pid": t.owner.as_ref().map(|o| o.pid),
         "cancel_requested": t.cancel_requested,
         "instruction": t.request["contract"]["instruction"],
@@ -56,9 +67,9 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
         println!("no tasks in this project");
     }
     for t in &tasks {
-        let state = match (&t.outcome, live(t)) {
-            (Some(o), _) => o.clone(),
-            (None, l) => format!("{} ({l})", t.state),
+        let state = match &t.outcome {
+            Some(o) => o.clone(),
+            None => format!("{} ({})", t.state, live_name(t)),
         };
         let instruction: String = t.request["contract"]["instruction"]
             .as_str()
@@ -136,9 +147,9 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             "  outcome      {o}: {}",
             t.reason.as_deref().unwrap_or_default()
         ),
-        None => println!("  state        {} ({})", t.state, live(&t)),
+        None => println!("  state        {} ({})", t.state, live_name(&t)),
     }
-    if let Some(o) = t.owner.as_ref().filter(|_| live(&t) == "running") {
+    if let Some(o) = t.owner.as_ref().filter(|_| live(&t) == Liveness::Running) {
         println!("  running in   pid {}", o.pid);
     }
     for a in v["approvals"].as_array().into_iter().flatten() {
@@ -165,7 +176,7 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     println!("  ledger       {} entries", t.entries);
     if let Some(r) = &t.receipt {
         println!("  receipt      {r}");
-    } else if live(&t) == "interrupted" {
+    } else if live(&t) == Liveness::Interrupted {
         println!("  resume with  loop resume {}", t.id);
     }
     Ok(0)
@@ -193,11 +204,11 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
         let t = store
             .task(id)
             .map_err(|e| CliError::internal(e.to_string()))?;
-        if t.state == "terminal" && entries.is_empty() {
+        if t.is_terminal() && entries.is_empty() {
             return Ok(0);
         }
         if entries.is_empty() {
-            if live(&t) == "interrupted" && t.state != "terminal" {
+            if live(&t) == Liveness::Interrupted {
                 eprintln!("(task {id} is interrupted; loop resume {id} continues it)");
                 return Ok(1);
             }
@@ -224,7 +235,7 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         return Ok(1);
     }
     let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
-    if live(&t) != "running" {
+    if live(&t) != Liveness::Running {
         // Nobody runs it: end it here, with its receipt, as cancelled.
         loop_runtime::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
         let report = loop_runtime::task::resume_task(
@@ -242,7 +253,7 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         let t = store
             .task(id)
             .map_err(|e| CliError::internal(e.to_string()))?;
-        if t.state == "terminal" {
+        if t.is_terminal() {
             println!(
                 "task {id}: {} ({:.1} s)",
                 t.outcome.as_deref().unwrap_or("?"),

@@ -226,19 +226,66 @@ pub struct OutcomeRecord {
     pub reason: String,
 }
 
-impl fmt::Display for OutcomeRecord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
+impl OutcomeKind {
+    /// Every kind.
+    pub const ALL: [OutcomeKind; 6] = [
+        OutcomeKind::Verified,
+        OutcomeKind::Failed,
+        OutcomeKind::Lost,
+        OutcomeKind::LimitReached,
+        OutcomeKind::Cancelled,
+        OutcomeKind::Error,
+    ];
+
+    /// The snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
             OutcomeKind::Verified => "verified",
             OutcomeKind::Failed => "failed",
             OutcomeKind::Lost => "lost",
             OutcomeKind::LimitReached => "limit_reached",
             OutcomeKind::Cancelled => "cancelled",
             OutcomeKind::Error => "error",
-        };
+        }
+    }
+
+    /// The kind of an outcome as [`OutcomeRecord`]'s `Display` writes it
+    /// (`verified`, `limit_reached{tokens}`).
+    pub fn of_recorded(text: &str) -> Option<OutcomeKind> {
+        let name = text.split('{').next().unwrap_or(text);
+        OutcomeKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for OutcomeRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.kind.name();
         match self.limit {
             Some(l) => write!(f, "{kind}{{{l}}}"),
             None => f.write_str(kind),
         }
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::*;
+
+    #[test]
+    fn recorded_outcomes_read_back_as_their_kind() {
+        for k in OutcomeKind::ALL {
+            let rec = OutcomeRecord {
+                kind: k,
+                limit: (k == OutcomeKind::LimitReached).then_some(LimitKind::Tokens),
+                reason: "r".into(),
+            };
+            assert_eq!(OutcomeKind::of_recorded(&rec.to_string()), Some(k), "{rec}");
+        }
+        assert_eq!(OutcomeKind::of_recorded("limit_reached_soon"), None);
+        assert_eq!(
+            crate::TaskState::from_name("awaiting_approval"),
+            Some(crate::TaskState::AwaitingApproval)
+        );
+        assert_eq!(crate::TaskState::from_name("Terminal"), None);
     }
 }

@@ -48,6 +48,11 @@ impl TaskState {
             TaskState::Terminal => "terminal",
         }
     }
+
+    /// The state a [`TaskState::name`] names.
+    pub fn from_name(name: &str) -> Option<TaskState> {
+        TaskState::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 impl fmt::Display for TaskState {

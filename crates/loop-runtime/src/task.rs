@@ -356,13 +356,8 @@ pub fn resume_task(
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
     let store = open_store(&project)?;
     let record = store.task(task_id).map_err(store_err)?;
-    if record.state == "terminal" && extension.is_some() {
-        if !record
-            .outcome
-            .as_deref()
-            .unwrap_or_default()
-            .starts_with("limit_reached")
-        {
+    if record.is_terminal() && extension.is_some() {
+        if record.outcome_kind() != Some(OutcomeKind::LimitReached) {
             return Err(Error::usage(format!(
                 "task {task_id} ended {}, not at a limit: only a task that reached a limit can be given more budget",
                 record.outcome.as_deref().unwrap_or("?")
@@ -371,7 +366,7 @@ pub fn resume_task(
         store
             .reopen(task_id, SystemClock.now_ms())
             .map_err(store_err)?;
-    } else if record.state == "terminal" {
+    } else if record.is_terminal() {
         return Err(Error::usage(format!(
             "task {task_id} has already ended ({}); its receipt: {}",
             record.outcome.as_deref().unwrap_or("?"),
@@ -393,13 +388,23 @@ pub fn resume_task(
     drive(&project, run, models, observer)
 }
 
-/// Whether a task is `running` in a live process now, `interrupted` (not
-/// over, its runtime gone), or over (`""`).
-pub fn liveness(t: &loop_store::TaskRecord) -> &'static str {
+/// Whether a task's runtime is with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Not over, and a live process runs it.
+    Running,
+    /// Not over, and its runtime is gone (`loop resume` goes on).
+    Interrupted,
+    /// It has ended.
+    Over,
+}
+
+/// Whether a task is running in a live process now, interrupted, or over.
+pub fn liveness(t: &loop_store::TaskRecord) -> Liveness {
     match &t.owner {
-        _ if t.state == "terminal" => "",
-        Some(o) if !o.is_dead() => "running",
-        _ => "interrupted",
+        _ if t.is_terminal() => Liveness::Over,
+        Some(o) if !o.is_dead() => Liveness::Running,
+        _ => Liveness::Interrupted,
     }
 }
 
@@ -407,7 +412,9 @@ pub fn liveness(t: &loop_store::TaskRecord) -> &'static str {
 pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
     use loop_store::Store;
     let store = open_store(project)?;
-    Ok(store.task(id).is_ok_and(|t| liveness(&t) == "running"))
+    Ok(store
+        .task(id)
+        .is_ok_and(|t| liveness(&t) == Liveness::Running))
 }
 
 /// Tasks of this project that are not over and whose runtime is gone.
@@ -418,7 +425,7 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
         .tasks()
         .map_err(store_err)?
         .into_iter()
-        .filter(|t| t.state != "terminal" && t.owner.as_ref().is_none_or(|o| o.is_dead()))
+        .filter(|t| liveness(t) == Liveness::Interrupted)
         .map(|t| t.id)
         .collect())
 }

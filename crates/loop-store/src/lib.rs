@@ -134,6 +134,20 @@ pub struct TaskRecord {
     pub entries: u64,
 }
 
+impl TaskRecord {
+    /// Whether the task has ended.
+    pub fn is_terminal(&self) -> bool {
+        loop_protocol::TaskState::from_name(&self.state) == Some(loop_protocol::TaskState::Terminal)
+    }
+
+    /// How it ended, once it has.
+    pub fn outcome_kind(&self) -> Option<loop_protocol::OutcomeKind> {
+        self.outcome
+            .as_deref()
+            .and_then(loop_protocol::OutcomeKind::of_recorded)
+    }
+}
+
 /// One ledger entry as stored (the chain's fields, verbatim).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredEntry {

@@ -331,7 +331,7 @@ impl Store for SqliteStore {
             let Some((state, current)) = row else {
                 return Err(StoreError::NoSuchTask(task.to_string()));
             };
-            if state == "terminal" {
+            if state == loop_protocol::TaskState::Terminal.name() {
                 return Ok(Claim::Terminal);
             }
             if let Some(cur) = current.and_then(|o| serde_json::from_str::<Owner>(&o).ok()) {
