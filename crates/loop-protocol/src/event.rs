@@ -319,3 +319,24 @@ impl Event {
         serde_json::from_value(v)
     }
 }
+
+/// One entry of a task's hash-chained ledger, as the ledger file, the
+/// store and the receipt's verifier all hold it: the event (kind and
+/// payload), its place in the chain, and its hash (SHA-256 of the canonical
+/// JSON of every other field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerEntry {
+    /// Position, from 0.
+    pub seq: u64,
+    /// Hash of the previous entry.
+    pub prev: String,
+    /// Event kind.
+    pub kind: String,
+    /// Event payload.
+    pub payload: serde_json::Value,
+    /// RFC 3339 UTC time of recording.
+    pub at: String,
+    /// SHA-256 of the canonical body.
+    pub hash: String,
+}

@@ -192,3 +192,23 @@ impl VerificationReport {
         self.criteria.iter().filter(|c| c.passed).count()
     }
 }
+
+/// A file a task changed, against its baseline: what the change set, the
+/// receipt and `loop apply` all speak of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    /// Path relative to the workspace (and the project).
+    pub path: String,
+    /// `added`, `modified` or `deleted`.
+    pub change: String,
+    /// Content hash before (none when added).
+    pub before_sha256: Option<String>,
+    /// Content hash after (none when deleted).
+    pub after_sha256: Option<String>,
+    /// git's mode before: `100644`, `100755` or `120000` (a symlink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_mode: Option<String>,
+    /// git's mode after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_mode: Option<String>,
+}

@@ -33,10 +33,10 @@ pub use action::{
 };
 pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
-pub use event::{BudgetUse, Event, RuntimeInfo};
+pub use event::{BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
-    ArtifactEvidence, CheckEvidence, CriterionEvidence, IntegrityRule, Isolation, StreamEvidence,
-    TestTally, VerificationReport,
+    ArtifactEvidence, CheckEvidence, CriterionEvidence, FileChange, IntegrityRule, Isolation,
+    StreamEvidence, TestTally, VerificationReport,
 };
 pub use observation::{Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};

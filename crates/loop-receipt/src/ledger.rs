@@ -31,23 +31,8 @@ pub struct EntryBody {
     pub at: String,
 }
 
-/// An entry as stored: body plus its hash.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Entry {
-    /// Position, from 0.
-    pub seq: u64,
-    /// Hash of the previous entry.
-    pub prev: String,
-    /// Event kind.
-    pub kind: String,
-    /// Event payload.
-    pub payload: serde_json::Value,
-    /// RFC 3339 UTC time of recording.
-    pub at: String,
-    /// SHA-256 of the canonical body.
-    pub hash: String,
-}
+/// An entry as stored: body plus its hash (one type across the runtime).
+pub use loop_protocol::LedgerEntry as Entry;
 
 /// The hashed part of an entry, borrowed (hashing copies nothing).
 #[derive(Serialize)]
@@ -59,15 +44,14 @@ struct EntryBodyRef<'a> {
     at: &'a str,
 }
 
-impl Entry {
-    fn body(&self) -> EntryBodyRef<'_> {
-        EntryBodyRef {
-            seq: self.seq,
-            prev: &self.prev,
-            kind: &self.kind,
-            payload: &self.payload,
-            at: &self.at,
-        }
+/// The part of `e` its hash covers.
+fn body(e: &Entry) -> EntryBodyRef<'_> {
+    EntryBodyRef {
+        seq: e.seq,
+        prev: &e.prev,
+        kind: &e.kind,
+        payload: &e.payload,
+        at: &e.at,
     }
 }
 
@@ -125,7 +109,7 @@ impl FileLedger {
         let mut head = GENESIS_PREV.to_string();
         for (i, e) in entries.iter().enumerate() {
             let hash =
-                canonical_sha256(&e.body()).map_err(|x| LedgerError::Encode(x.to_string()))?;
+                canonical_sha256(&body(e)).map_err(|x| LedgerError::Encode(x.to_string()))?;
             if e.seq != i as u64 || e.prev != head || e.hash != hash {
                 return Err(LedgerError::Encode(format!(
                     "stored entry {i} does not continue the chain (seq {}, prev or hash mismatch)",
@@ -275,7 +259,7 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
     let parse = |line: &[u8]| -> Result<(Entry, String), String> {
         let entry: Entry =
             serde_json::from_slice(line).map_err(|e| format!("not a ledger entry: {e}"))?;
-        let hash = canonical_sha256(&entry.body()).map_err(|e| e.to_string())?;
+        let hash = canonical_sha256(&body(&entry)).map_err(|e| e.to_string())?;
         Ok((entry, hash))
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));

@@ -81,24 +81,9 @@ pub struct Subject {
     pub digest: BTreeMap<String, String>,
 }
 
-/// A file changed by the task, against the baseline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
-    /// Path.
-    pub path: String,
-    /// `added`, `modified` or `deleted`.
-    pub change: String,
-    /// Content hash before (none when added).
-    pub before_sha256: Option<String>,
-    /// Content hash after (none when deleted).
-    pub after_sha256: Option<String>,
-    /// git's mode before (`100644`, `100755`, `120000` for a symlink).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub before_mode: Option<String>,
-    /// git's mode after.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_mode: Option<String>,
-}
+/// A file changed by the task, against the baseline (one type across the
+/// runtime).
+pub use loop_protocol::FileChange as Change;
 
 /// What the task changed: the files, the base it started from, and the
 /// unified diff shipped beside the receipt (`<task>.changes.patch`).

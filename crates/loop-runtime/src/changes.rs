@@ -3,10 +3,8 @@
 
 use crate::Error;
 use loop_protocol::OutcomeKind;
-use loop_receipt::{Change, ChangeSetRecord, verify_receipt};
-use loop_workspace::{
-    ChangeSet, FileChange, Journal, Manifest, Origin, Standing, TaskWorkspace, git_head,
-};
+use loop_receipt::{ChangeSetRecord, verify_receipt};
+use loop_workspace::{ChangeSet, Journal, Manifest, Origin, Standing, TaskWorkspace, git_head};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -151,18 +149,7 @@ pub fn record(cs: &ChangeSet, patch_name: &str, unredacted: Option<String>) -> C
     ChangeSetRecord {
         unredacted_patch_sha256: unredacted,
         base_commit: cs.base_commit.clone(),
-        files: cs
-            .files
-            .iter()
-            .map(|f| Change {
-                path: f.path.clone(),
-                change: f.change.clone(),
-                before_sha256: f.before_sha256.clone(),
-                after_sha256: f.after_sha256.clone(),
-                before_mode: f.before_mode.clone(),
-                after_mode: f.after_mode.clone(),
-            })
-            .collect(),
+        files: cs.files.clone(),
         patch: patch_name.to_string(),
         patch_sha256: cs.patch_sha256.clone(),
     }
@@ -236,19 +223,7 @@ fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), Error> {
     Ok((
         ChangeSet {
             base_commit: p.change_set.base_commit.clone(),
-            files: p
-                .change_set
-                .files
-                .iter()
-                .map(|c| FileChange {
-                    path: c.path.clone(),
-                    change: c.change.clone(),
-                    before_sha256: c.before_sha256.clone(),
-                    after_sha256: c.after_sha256.clone(),
-                    before_mode: c.before_mode.clone(),
-                    after_mode: c.after_mode.clone(),
-                })
-                .collect(),
+            files: p.change_set.files.clone(),
             patch,
             patch_sha256: p.change_set.patch_sha256.clone(),
         },

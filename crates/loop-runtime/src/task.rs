@@ -535,14 +535,7 @@ fn drive(
                 ))
             })?,
         );
-        chain.push(loop_receipt::Entry {
-            seq: e.seq,
-            prev: e.prev.clone(),
-            kind: e.kind.clone(),
-            payload: e.payload.clone(),
-            at: e.at.clone(),
-            hash: e.hash.clone(),
-        });
+        chain.push(e.clone());
     }
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let at = |e: &loop_store::StoredEntry| loop_protocol::time::parse_rfc3339_millis(&e.at);

@@ -206,16 +206,8 @@ impl Ledger for StoreLedger<'_> {
             Event::Transition { to, .. } => Some(to.to_string()),
             _ => None,
         };
-        let stored = loop_store::StoredEntry {
-            seq: entry.seq,
-            prev: entry.prev.clone(),
-            kind: entry.kind.clone(),
-            payload: entry.payload.clone(),
-            at: entry.at.clone(),
-            hash: entry.hash.clone(),
-        };
         self.store
-            .append(&self.task_id, &stored, state.as_deref(), now)
+            .append(&self.task_id, &entry, state.as_deref(), now)
             .map_err(|e| BoundaryError(e.to_string()))?;
         self.file
             .write(entry)

@@ -148,22 +148,8 @@ impl TaskRecord {
     }
 }
 
-/// One ledger entry as stored (the chain's fields, verbatim).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredEntry {
-    /// Position, from 0.
-    pub seq: u64,
-    /// Previous entry's hash.
-    pub prev: String,
-    /// Event kind.
-    pub kind: String,
-    /// Event payload.
-    pub payload: serde_json::Value,
-    /// RFC 3339 time.
-    pub at: String,
-    /// This entry's hash.
-    pub hash: String,
-}
+/// A ledger entry as the store keeps it (one type across the runtime).
+pub use loop_protocol::LedgerEntry as StoredEntry;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,24 +10,8 @@ use loop_protocol::hash::sha256_hex;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// One changed file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileChange {
-    /// Path relative to the project.
-    pub path: String,
-    /// `added`, `modified` or `deleted`.
-    pub change: String,
-    /// Content hash before (none when added).
-    pub before_sha256: Option<String>,
-    /// Content hash after (none when deleted).
-    pub after_sha256: Option<String>,
-    /// git's mode before: `100644`, `100755` or `120000` (a symlink).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub before_mode: Option<String>,
-    /// git's mode after.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_mode: Option<String>,
-}
+/// One changed file (one type across the runtime).
+pub use loop_protocol::FileChange;
 
 /// git's mode string for a manifest entry.
 pub fn git_mode(e: &Entry) -> &'static str {
