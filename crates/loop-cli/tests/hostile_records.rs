@@ -955,3 +955,48 @@ fn names_no_record_can_show_faithfully_are_refused() {
         assert!(ws.join("report.txt").exists());
     }
 }
+
+/// The code-policy gate, for every user: with the README's rules, indirect
+/// forms written by a tool or left by a command never enter, and the
+/// look-alike does.
+#[test]
+fn the_code_policy_gate_holds_for_every_user() {
+    const RULES: &str = "rules:
+  python:
+    banned_imports: [subprocess, ctypes, importlib]
+    banned_calls: [eval, exec, getattr, __import__, os.system]
+    banned_attributes: [__subclasses__, __globals__, __builtins__, __mro__, __dict__]
+  javascript:
+    banned_imports: [child_process, fs]
+    banned_calls: [eval, Function]
+    banned_attributes: [__proto__, constructor]
+";
+    for who in users() {
+        let sc = Scene::new("gate-users", who);
+        std::fs::write(sc.project().join("Loopfile.yaml"), RULES).unwrap();
+        let script = "turns:
+  - calls:
+      - {tool: write_file, args: {path: a.py, content: \"import shutil\\nshutil.os.system('id')\\n\"}}
+      - {tool: write_file, args: {path: b.js, content: \"globalThis['ev' + 'al']('1');\\n\"}}
+      - {tool: run_command, args: {command: \"printf 'e = eval\\\\n' > c.py; echo ok > report.txt\"}}
+      - {tool: write_file, args: {path: d.py, content: \"system = 'linux'\\nmodel.eval()\\n\"}}
+      - {tool: finish, args: {summary: ok}}
+";
+        let (out, receipt, _) = sc.run(TRIVIAL_TASK, script);
+        assert!(out.contains("banned call `os.system`"), "{who:?}: {out}");
+        assert!(out.contains("b.js:1:1"), "{who:?}: {out}");
+        assert!(
+            out.contains("c.py (gate: code policy (banned call `eval`"),
+            "{who:?}: {out}"
+        );
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        for f in ["a.py", "b.js", "c.py"] {
+            assert!(!ws.join(f).exists(), "{who:?}: {f} entered");
+        }
+        assert!(
+            ws.join("d.py").exists() && ws.join("report.txt").exists(),
+            "{who:?}"
+        );
+    }
+}

@@ -187,6 +187,10 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
 
 /// Fork twice: the relay stays outside the PID namespace and mirrors the
 /// command's end; init is PID 1 inside and reaps. Returns in the command.
+///
+/// # Safety
+/// Called from [`enter`], between fork and exec: it forks again and makes
+/// only async-signal-safe calls on data prepared before the first fork.
 unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
     let d = plan.diag_fd;
     // SAFETY: fork/wait/pipe/_exit only.
@@ -251,6 +255,10 @@ unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
 }
 
 /// End this process the way the command ended: same exit code, or the same signal.
+///
+/// # Safety
+/// Only in the relay or init process (never in the runtime): it resets a
+/// signal's disposition, raises it and `_exit`s, all async-signal-safe.
 unsafe fn mirror(st: libc::c_int) -> ! {
     // SAFETY: signal/kill/_exit only.
     unsafe {
@@ -273,6 +281,11 @@ unsafe fn mirror(st: libc::c_int) -> ! {
 }
 
 /// Add a Landlock rule for `path` (opened now, inside the namespaces).
+///
+/// # Safety
+/// `path` is a NUL-terminated string that outlives the call, `ruleset` a
+/// Landlock ruleset descriptor; between fork and exec (async-signal-safe
+/// calls only).
 unsafe fn allow_beneath(
     ruleset: RawFd,
     path: *const libc::c_char,
@@ -310,6 +323,10 @@ unsafe fn allow_beneath(
 }
 
 /// Mounts and network inside the new namespaces.
+///
+/// # Safety
+/// Between fork and exec, in the namespaces `plan` asked for; every string
+/// it passes is NUL-terminated and prepared before the fork.
 unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
     let d = plan.diag_fd;
     let null = std::ptr::null::<libc::c_char>();
@@ -429,6 +446,11 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
 }
 
 /// Build the new root under the staging directory and make it `/`.
+///
+/// # Safety
+/// Between fork and exec, inside a private mount namespace (its mounts
+/// never reach the host's); the plan's strings are NUL-terminated and
+/// prepared before the fork.
 unsafe fn enter_root(
     root: &crate::root::RootPlan,
     ruleset: Option<RawFd>,
