@@ -895,7 +895,7 @@ mod resume {
         fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
             let mut e = self.events.borrow_mut();
             if e.len() >= self.limit {
-                return Err(BoundaryError("killed".into()));
+                return Err(BoundaryError::new("killed"));
             }
             e.push(event.clone());
             Ok(())

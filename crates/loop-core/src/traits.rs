@@ -6,10 +6,37 @@ use loop_protocol::{
     ToolSpec, VerificationReport,
 };
 
-/// A failure at a boundary, with a message for the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BoundaryError(pub String);
+/// A failure at a boundary: a message for the ledger, and the cause, kept.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct BoundaryError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BoundaryError {
+    /// A failure described by `message` alone.
+    pub fn new(message: impl Into<String>) -> Self {
+        BoundaryError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure caused by `cause` (its text is the message).
+    pub fn caused_by(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BoundaryError {
+            message: cause.to_string(),
+            source: Some(Box::new(cause)),
+        }
+    }
+
+    /// What the ledger records.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
 
 /// The model: proposes actions, decides nothing.
 pub trait Model {

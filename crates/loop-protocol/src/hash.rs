@@ -20,7 +20,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Canonical JSON bytes (RFC 8785, JCS) of any serialisable value.
 pub fn canonical_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    serde_json_canonicalizer::to_vec(value).map_err(|e| CanonicalError(e.to_string()))
+    serde_json_canonicalizer::to_vec(value).map_err(CanonicalError)
 }
 
 /// SHA-256 over the canonical JSON of `value`.
@@ -28,10 +28,11 @@ pub fn canonical_sha256<T: serde::Serialize>(value: &T) -> Result<String, Canoni
     Ok(sha256_hex(&canonical_json(value)?))
 }
 
-/// A value could not be canonicalised (for example a non-finite number).
-#[derive(Debug, Clone, thiserror::Error)]
+/// A value could not be canonicalised (for example a non-finite number);
+/// the serializer's error is kept as the cause.
+#[derive(Debug, thiserror::Error)]
 #[error("cannot canonicalise value as JSON: {0}")]
-pub struct CanonicalError(pub String);
+pub struct CanonicalError(#[source] pub serde_json::Error);
 
 /// A streaming SHA-256 hasher that reports hex.
 #[derive(Default, Clone)]

@@ -593,7 +593,7 @@ fn drive(
         ..ToolLimits::default()
     };
     let toolbox = ToolBox::new(jail, tool_limits)
-        .map_err(|e| Error::internal(e.0))?
+        .map_err(|e| Error::internal(e.to_string()))?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(exec_policy.clone())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default());

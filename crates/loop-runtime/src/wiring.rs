@@ -118,7 +118,7 @@ impl Tools for ToolsAdapter<'_> {
     fn workspace_root(&mut self) -> Result<String, BoundaryError> {
         self.tools
             .workspace_root()
-            .map_err(|e| BoundaryError(e.to_string()))
+            .map_err(BoundaryError::caused_by)
     }
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {
         self.tools.needs_approval(call)
@@ -169,7 +169,7 @@ impl Verifier for VerifierAdapter {
     ) -> Result<VerificationReport, BoundaryError> {
         self.0
             .verify(contract, contract_sha256, attempt)
-            .map_err(|e| BoundaryError(e.to_string()))
+            .map_err(BoundaryError::caused_by)
     }
 }
 
@@ -196,7 +196,7 @@ impl Ledger for StoreLedger<'_> {
         let entry = self
             .file
             .next_entry(event, now)
-            .map_err(|e| BoundaryError(e.to_string()))?;
+            .map_err(BoundaryError::caused_by)?;
         // A task is `terminal` in the store only once its receipt exists
         // (`Store::finish`); until then its end is `ending`, and resumable.
         let state = match event {
@@ -208,11 +208,11 @@ impl Ledger for StoreLedger<'_> {
         };
         self.store
             .append(&self.task_id, &entry, state.as_deref(), now)
-            .map_err(|e| BoundaryError(e.to_string()))?;
+            .map_err(BoundaryError::caused_by)?;
         self.file
             .write(entry)
             .map(|_| ())
-            .map_err(|e| BoundaryError(e.to_string()))
+            .map_err(BoundaryError::caused_by)
     }
 }
 
@@ -319,7 +319,7 @@ impl StoreApprovals<'_> {
         let all = self
             .store
             .approvals(&self.task_id)
-            .map_err(|e| BoundaryError(e.to_string()))?;
+            .map_err(BoundaryError::caused_by)?;
         if let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) {
             a.status = if approved { "approved" } else { "denied" }.into();
             a.decided_ms = Some(self.clock.now_ms());
@@ -329,7 +329,7 @@ impl StoreApprovals<'_> {
             }
             self.store
                 .put_approval(&a)
-                .map_err(|e| BoundaryError(e.to_string()))?;
+                .map_err(BoundaryError::caused_by)?;
         }
         Ok(if approved {
             loop_core::ApprovalDecision::Approved
@@ -357,7 +357,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 created_ms: now_ms,
                 decided_ms: None,
             })
-            .map_err(|e| BoundaryError(e.to_string()))
+            .map_err(BoundaryError::caused_by)
     }
 
     fn message(&mut self, approval_id: &str) -> Option<String> {
@@ -403,7 +403,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         let pending = self
             .store
             .approvals(&self.task_id)
-            .map_err(|e| BoundaryError(e.to_string()))?
+            .map_err(BoundaryError::caused_by)?
             .into_iter()
             .find(|a| a.id == approval_id);
         let (kind, detail, rule) = pending.as_ref().map_or_else(Default::default, |a| {
@@ -498,9 +498,9 @@ impl loop_core::Approvals for StoreApprovals<'_> {
             let all = self
                 .store
                 .approvals(&self.task_id)
-                .map_err(|e| BoundaryError(e.to_string()))?;
+                .map_err(BoundaryError::caused_by)?;
             let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) else {
-                return Err(BoundaryError(format!(
+                return Err(BoundaryError::new(format!(
                     "approval {approval_id} is not in the store"
                 )));
             };
@@ -517,7 +517,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 a.decided_ms = Some(now);
                 self.store
                     .put_approval(&a)
-                    .map_err(|e| BoundaryError(e.to_string()))?;
+                    .map_err(BoundaryError::caused_by)?;
                 return Ok(ApprovalDecision::Expired);
             }
             std::thread::sleep(std::time::Duration::from_millis(100));

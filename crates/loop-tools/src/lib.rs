@@ -82,10 +82,28 @@ struct CommandStaging {
     scratch: std::path::PathBuf,
 }
 
-/// The tool runtime itself failed (not the tool call).
+/// The tool runtime itself failed (not a tool call): what it was doing,
+/// and the cause, kept.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ToolsError(pub String);
+pub enum ToolsError {
+    /// The edit journal could not be named or recovered.
+    #[error("cannot {what} the edit journal: {source}")]
+    Journal {
+        /// `name` or `recover`.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Temporary files of a write a crash cut short could not be removed.
+    #[error("cannot clean interrupted writes: {0}")]
+    InterruptedWrites(#[source] std::io::Error),
+    /// A command's commit a crash cut short could not be undone.
+    #[error("cannot recover a command's commit: {0}")]
+    CommandCommit(#[source] std::io::Error),
+    /// The workspace could not be hashed.
+    #[error("cannot hash the workspace: {0}")]
+    Hash(#[source] std::io::Error),
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,8 +157,11 @@ struct FinishArgs {
 impl ToolBox {
     /// Every tool granted, in `jail`.
     pub fn new(jail: Jail, limits: ToolLimits) -> Result<Self, ToolsError> {
-        let name = loop_sandbox::unique_name("loop-journal")
-            .map_err(|e| ToolsError(format!("cannot name the edit journal: {e}")))?;
+        let name =
+            loop_sandbox::unique_name("loop-journal").map_err(|source| ToolsError::Journal {
+                what: "name",
+                source,
+            })?;
         let journal_dir = std::env::temp_dir().join(name);
         Ok(ToolBox {
             step: Default::default(),
@@ -201,11 +222,14 @@ impl ToolBox {
         let restored = self
             .journal
             .recover()
-            .map_err(|e| ToolsError(format!("cannot recover the edit journal: {e}")))?;
+            .map_err(|source| ToolsError::Journal {
+                what: "recover",
+                source,
+            })?;
         // A single-file write cut short leaves only its temporary file: gone
         // too, so the workspace is exactly as before the write or after it.
         let swept = loop_workspace::fsutil::remove_stray_temporaries(self.jail.root())
-            .map_err(|e| ToolsError(format!("cannot clean interrupted writes: {e}")))?;
+            .map_err(ToolsError::InterruptedWrites)?;
         // Commands stage their effects beside the journal (same file system
         // as the workspace) and commit them all at once; a commit a crash
         // cut short is undone, and staging left by a killed command dropped.
@@ -219,7 +243,7 @@ impl ToolBox {
             };
             undone = loop_workspace::OverlayCommit::new(&staging.journal)
                 .recover(self.jail.root())
-                .map_err(|e| ToolsError(format!("cannot recover a command's commit: {e}")))?;
+                .map_err(ToolsError::CommandCommit)?;
             let _ = std::fs::remove_dir_all(&staging.scratch);
             self.commands = Some(staging);
         }
@@ -430,7 +454,7 @@ impl ToolBox {
         let mut cache = self.stat_cache.borrow_mut();
         Manifest::of_cached(self.jail.root(), &mut cache)
             .map(|m| m.root)
-            .map_err(|e| ToolsError(format!("cannot hash the workspace: {e}")))
+            .map_err(ToolsError::Hash)
     }
 
     /// The choke point: authority, arguments, jail, then the tool.

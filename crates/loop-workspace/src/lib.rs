@@ -15,6 +15,7 @@ pub mod overlay_commit;
 pub mod patch;
 pub mod snapshot;
 pub mod task_workspace;
+#[cfg(any(test, feature = "testing"))]
 pub mod testdir;
 pub mod untrusted;
 
