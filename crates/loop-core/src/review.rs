@@ -15,6 +15,7 @@ pub const REVIEW_TOOL: &str = "review";
 /// The review tool's spec.
 pub fn review_spec() -> ToolSpec {
     ToolSpec {
+        effect: Default::default(),
         name: REVIEW_TOOL.into(),
         description:
             "Give your verdict on the change: approve, or object with reasons the maker can act on."

@@ -1090,11 +1090,14 @@ mod recovery {
         fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
             self.calls += 1;
             let observation = if self.calls <= self.fails {
-                Observation::error(
+                // The tool that saw EAGAIN says it is passing.
+                let mut o = Observation::error(
                     &call.id,
                     &call.tool,
                     "fork: Resource temporarily unavailable",
-                )
+                );
+                o.transient = true;
+                o
             } else {
                 Observation::ok(&call.id, &call.tool, "done", false)
             };
@@ -1102,9 +1105,6 @@ mod recovery {
                 observation,
                 control: None,
             })
-        }
-        fn transient(&self, o: &Observation) -> bool {
-            o.content.contains("temporarily unavailable")
         }
         fn workspace_root(&mut self) -> Result<String, BoundaryError> {
             Ok("root".into())

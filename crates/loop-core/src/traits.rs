@@ -90,15 +90,18 @@ pub trait Tools {
     fn approve(&mut self, call_id: &str) {
         let _ = call_id;
     }
-    /// Whether a failed call failed for a passing reason (worth a retry).
+    /// Whether a failed call failed for a passing reason (worth a retry):
+    /// what the tool that saw the error said.
     fn transient(&self, observation: &loop_protocol::Observation) -> bool {
-        let _ = observation;
-        false
+        observation.transient
     }
-    /// What running `call` again would do (for resuming an interrupted step).
+    /// What running `call` again would do (for resuming an interrupted
+    /// step): its spec says; a tool without one is never run twice.
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
-        let _ = call;
-        loop_protocol::Effect::AtMostOnce
+        self.specs()
+            .into_iter()
+            .find(|s| s.name == call.tool)
+            .map_or(loop_protocol::Effect::AtMostOnce, |s| s.effect)
     }
     /// The change so far as a unified diff (shown to the checker).
     fn change_summary(&mut self) -> String {

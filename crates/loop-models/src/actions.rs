@@ -283,6 +283,7 @@ mod tests {
     fn tools() -> Vec<ToolSpec> {
         vec![
             ToolSpec {
+                effect: Default::default(),
                 name: "write_file".into(),
                 description: "write".into(),
                 parameters: serde_json::json!({
@@ -292,6 +293,7 @@ mod tests {
                 }),
             },
             ToolSpec {
+                effect: Default::default(),
                 name: "finish".into(),
                 description: "claim".into(),
                 parameters: serde_json::json!({

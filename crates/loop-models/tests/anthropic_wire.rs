@@ -15,6 +15,7 @@ use std::time::Duration;
 
 fn tools() -> Vec<ToolSpec> {
     let spec = |name: &str, props: serde_json::Value, required: &[&str]| ToolSpec {
+        effect: Default::default(),
         name: name.into(),
         description: format!("the {name} tool"),
         parameters: json!({"type": "object", "properties": props, "required": required}),

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 fn context() -> Context {
     let tools = vec![ToolSpec {
+        effect: Default::default(),
         name: "finish".into(),
         description: "finish".into(),
         parameters: json!({"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}),

@@ -155,11 +155,16 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of its arguments.
     pub parameters: serde_json::Value,
+    /// What running a call again would do (how a call a crash interrupted
+    /// is settled on resume). The runtime's own knowledge: never sent to a
+    /// model, never part of a context's hash.
+    #[serde(skip)]
+    pub effect: Effect,
 }
 
 /// What running a call again would do: how an interrupted call is treated
 /// when a task resumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// Reads only: run it again.
@@ -170,6 +175,7 @@ pub enum Effect {
     Idempotent,
     /// May have effects that must not happen twice: never run again once it
     /// may have had an effect; its outcome is recorded as unknown.
+    #[default]
     AtMostOnce,
 }
 

@@ -31,6 +31,10 @@ pub struct Observation {
     pub content: String,
     /// Whether the call changed the workspace.
     pub changed: bool,
+    /// It failed for a passing reason of the machine (EAGAIN, ETXTBSY,
+    /// EMFILE, EINTR), said by the tool that saw the error: worth a retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 impl Observation {
@@ -42,6 +46,7 @@ impl Observation {
             status: ObservationStatus::Ok,
             content: content.into(),
             changed,
+            transient: false,
         }
     }
 
@@ -58,6 +63,7 @@ impl Observation {
             status: ObservationStatus::Refused { rule: rule.into() },
             content: content.into(),
             changed: false,
+            transient: false,
         }
     }
 
@@ -69,6 +75,7 @@ impl Observation {
             status: ObservationStatus::Error,
             content: content.into(),
             changed: false,
+            transient: false,
         }
     }
 }

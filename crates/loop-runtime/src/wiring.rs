@@ -126,32 +126,6 @@ impl Tools for ToolsAdapter<'_> {
     fn approve(&mut self, call_id: &str) {
         self.tools.approve(call_id);
     }
-    fn transient(&self, observation: &loop_protocol::Observation) -> bool {
-        // Set-up failures of the machine, not of the command: worth a retry.
-        observation.status == loop_protocol::ObservationStatus::Error
-            && [
-                "Resource temporarily unavailable",
-                "Text file busy",
-                "Too many open files",
-                "Interrupted system call",
-            ]
-            .iter()
-            .any(|m| observation.content.contains(m))
-    }
-    fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
-        use loop_protocol::Effect;
-        match call.tool.as_str() {
-            "read_file" | "list_files" | "finish" => Effect::Pure,
-            // All-or-nothing through the edit journal; a completed one shows
-            // in the workspace root.
-            "write_file" | "edit_file" | "apply_patch" => Effect::Idempotent,
-            // A network-less command whose effects are staged and committed
-            // all at once: nothing of it happened unless all of it did.
-            "run_command" if self.tools.commands_all_or_nothing() => Effect::Idempotent,
-            // Otherwise a command may have effects beyond its output.
-            _ => Effect::AtMostOnce,
-        }
-    }
     fn change_summary(&mut self) -> String {
         self.diff.as_mut().map(|d| d()).unwrap_or_default()
     }

@@ -294,6 +294,23 @@ pub enum SandboxError {
     Prepare(String),
 }
 
+impl SandboxError {
+    /// Whether the command could not start for a passing reason of the
+    /// machine (EAGAIN, ETXTBSY, EMFILE, ENFILE, EINTR): worth a retry.
+    pub fn is_transient(&self) -> bool {
+        let errno = match self {
+            SandboxError::Spawn { source, .. } | SandboxError::Wait(source) => {
+                source.raw_os_error()
+            }
+            _ => None,
+        };
+        matches!(
+            errno,
+            Some(libc::EAGAIN | libc::ETXTBSY | libc::EMFILE | libc::ENFILE | libc::EINTR)
+        )
+    }
+}
+
 /// Variables passed through from the runtime's environment (plus every `LC_*`).
 pub const ENV_ALLOW: &[&str] = &["PATH", "LANG", "TZ", "TERM"];
 
@@ -1042,5 +1059,32 @@ fn kill_group(pgid: libc::pid_t) {
     // is already gone is expected and ignored.
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod transient {
+    use super::SandboxError;
+
+    #[test]
+    fn only_passing_errors_of_the_machine_are_transient() {
+        let spawn = |errno| SandboxError::Spawn {
+            program: "sh".into(),
+            cwd: "/".into(),
+            step: String::new(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        for errno in [
+            libc::EAGAIN,
+            libc::ETXTBSY,
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::EINTR,
+        ] {
+            assert!(spawn(errno).is_transient(), "{errno}");
+        }
+        for errno in [libc::ENOENT, libc::EPERM, libc::EACCES] {
+            assert!(!spawn(errno).is_transient(), "{errno}");
+        }
     }
 }

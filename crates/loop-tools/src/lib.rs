@@ -445,6 +445,15 @@ impl ToolBox {
         specs::all()
             .into_iter()
             .filter(|s| self.granted.contains(&s.name))
+            .map(|mut s| {
+                // A network-less command whose effects are staged and
+                // committed all at once: nothing of it happened unless all
+                // of it did, so it may run again after a crash.
+                if s.name == "run_command" && self.commands_all_or_nothing() {
+                    s.effect = loop_protocol::Effect::Idempotent;
+                }
+                s
+            })
             .collect()
     }
 
@@ -971,7 +980,9 @@ impl ToolBox {
                 if let Some(s) = &staging {
                     let _ = std::fs::remove_dir_all(s);
                 }
-                return Observation::error(id, "run_command", e.to_string());
+                let mut o = Observation::error(id, "run_command", e.to_string());
+                o.transient = e.is_transient();
+                return o;
             }
         };
         // Staged: the command's effects enter the workspace now, all at once.

@@ -1,6 +1,6 @@
 //! The tools offered to the model, with JSON Schemas of their arguments.
 
-use loop_protocol::ToolSpec;
+use loop_protocol::{Effect, ToolSpec};
 use serde_json::json;
 
 /// Names of the tools this build offers.
@@ -22,6 +22,7 @@ pub fn all() -> Vec<ToolSpec> {
             "Read a text file in the workspace.",
             json!({"path": {"type": "string", "description": "workspace-relative path"}}),
             &["path"],
+            Effect::Pure,
         ),
         spec(
             "write_file",
@@ -31,6 +32,7 @@ pub fn all() -> Vec<ToolSpec> {
                 "content": {"type": "string"}
             }),
             &["path", "content"],
+            Effect::Idempotent,
         ),
         spec(
             "edit_file",
@@ -41,18 +43,21 @@ pub fn all() -> Vec<ToolSpec> {
                 "new": {"type": "string"}
             }),
             &["path", "old", "new"],
+            Effect::Idempotent,
         ),
         spec(
             "apply_patch",
             "Apply a unified diff (one or more files; create with --- /dev/null, delete with +++ /dev/null, rename with different ---/+++ paths). All hunks apply or none do; a mismatch reports the file, the hunk and the lines that differ.",
             json!({"patch": {"type": "string", "description": "unified diff text"}}),
             &["patch"],
+            Effect::Idempotent,
         ),
         spec(
             "list_files",
             "List files under a directory of the workspace (recursive).",
             json!({"path": {"type": "string", "description": "directory, default the root"}}),
             &[],
+            Effect::Pure,
         ),
         spec(
             "run_command",
@@ -62,12 +67,14 @@ pub fn all() -> Vec<ToolSpec> {
                 "timeout_secs": {"type": "integer", "minimum": 1}
             }),
             &["command"],
+            Effect::AtMostOnce,
         ),
         spec(
             "finish",
             "Claim the task is done and ask for verification. The runtime runs every acceptance check on a sealed copy; failing evidence comes back to you.",
             json!({"summary": {"type": "string"}}),
             &["summary"],
+            Effect::Pure,
         ),
     ]
 }
@@ -77,10 +84,12 @@ fn spec(
     description: &str,
     properties: serde_json::Value,
     required: &[&str],
+    effect: Effect,
 ) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: description.into(),
+        effect,
         parameters: json!({
             "type": "object",
             "properties": properties,

@@ -445,3 +445,22 @@ fn the_secret_gate_refuses_credentials_written_into_files() {
         o.observation.content
     );
 }
+
+/// Effect classes are data on the tool specs (what resume relies on).
+#[test]
+fn every_tool_spec_says_what_running_it_again_would_do() {
+    use loop_protocol::Effect;
+    let specs = crate::specs::all();
+    let effect = |n: &str| specs.iter().find(|s| s.name == n).unwrap().effect;
+    assert_eq!(effect("read_file"), Effect::Pure);
+    assert_eq!(effect("list_files"), Effect::Pure);
+    assert_eq!(effect("finish"), Effect::Pure);
+    for w in ["write_file", "edit_file", "apply_patch"] {
+        assert_eq!(effect(w), Effect::Idempotent, "{w}");
+    }
+    // Unstaged, a command may have effects that must not happen twice.
+    assert_eq!(effect("run_command"), Effect::AtMostOnce);
+    // Never sent to a model.
+    let json = serde_json::to_string(&specs[0]).unwrap();
+    assert!(!json.contains("effect"), "{json}");
+}
