@@ -614,40 +614,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
     }
 
-    // Resource limits: the address space is the backstop when no cgroup limits memory.
-    let cpu = req
-        .limits
-        .cpu_secs
-        .unwrap_or_else(|| req.timeout.as_secs().max(1) + 1);
-    let as_bytes = if cgroups.memory {
-        mem_bytes.saturating_mul(4)
-    } else {
-        mem_bytes
-    };
-    let rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)> = vec![
-        (libc::RLIMIT_CORE, 0, "core=0".into()),
-        (libc::RLIMIT_CPU, cpu, format!("cpu={cpu}s")),
-        (
-            libc::RLIMIT_AS,
-            as_bytes,
-            format!("as={}MiB", as_bytes >> 20),
-        ),
-        (
-            libc::RLIMIT_NOFILE,
-            req.limits.nofile,
-            format!("nofile={}", req.limits.nofile),
-        ),
-        (
-            libc::RLIMIT_NPROC,
-            req.limits.nproc,
-            format!("nproc={}", req.limits.nproc),
-        ),
-        (
-            libc::RLIMIT_FSIZE,
-            req.limits.fsize_mb.saturating_mul(1024 * 1024),
-            format!("fsize={}MiB", req.limits.fsize_mb),
-        ),
-    ];
+    let rlimits = rlimits_for(req, cgroups.memory, mem_bytes);
     if support.root {
         notes.push(
             "running as root: RLIMIT_NPROC does not bind root; the pids cgroup limits processes"
@@ -690,45 +657,11 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             ro_binds.push((cstring(p)?, locked_flags(p)));
         }
     }
-    let overlay = match &req.overlay_scratch {
-        None => None,
-        Some(_) if !use_ns => {
+    let overlay = match overlay_mount(req, &workspace, use_ns, userns, &spawn_err) {
+        Ok(o) => o,
+        Err(e) => {
             cgroups.destroy();
-            return Err(SandboxError::Prepare(
-                "an overlay view needs a mount namespace, which is unavailable here".into(),
-            ));
-        }
-        Some(scratch) => {
-            let upper = scratch.join("upper");
-            let work = scratch.join("work");
-            for d in [&upper, &work] {
-                std::fs::create_dir_all(d).map_err(|e| spawn_err("overlay dirs: ".into(), e))?;
-            }
-            let esc = |p: &Path| {
-                p.to_string_lossy()
-                    .replace('\\', "\\\\")
-                    .replace(',', "\\,")
-                    .replace(':', "\\:")
-            };
-            let mut options = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                esc(&workspace),
-                esc(&upper),
-                esc(&work)
-            );
-            if userns {
-                options.push_str(",userxattr");
-            }
-            let cwd = req
-                .cwd
-                .canonicalize()
-                .map_err(|e| spawn_err("cwd: ".into(), e))?;
-            Some((
-                cstring(&workspace)?,
-                CString::new(options)
-                    .map_err(|_| SandboxError::Prepare("overlay options contain NUL".into()))?,
-                cstring(&cwd)?,
-            ))
+            return Err(e);
         }
     };
     // The command's root: built from what it may use (see `root.rs`).
@@ -801,60 +734,14 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         diag_fd: diag_write.as_raw_fd(),
     };
 
-    let mut cmd = match &req.program {
-        Program::Shell(script) => {
-            let mut c = Command::new("/bin/sh");
-            c.arg("-c").arg(script);
-            c
-        }
-        Program::Argv(argv) => {
-            let mut c = Command::new(argv.first().map(String::as_str).unwrap_or("true"));
-            c.args(argv.iter().skip(1));
-            c
-        }
-    };
-    cmd.current_dir(&req.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_clear()
-        .process_group(0);
-    for (k, v) in std::env::vars_os() {
-        let key = k.to_string_lossy();
-        if ENV_ALLOW.contains(&key.as_ref()) || key.starts_with("LC_") {
-            cmd.env(&k, &v);
-        }
-    }
-    for (k, v) in &view.toolchain_env {
-        cmd.env(k, v);
-    }
     // Inside its own root the private tmp is `/tmp`.
     let tmp_dir = if in_root {
         PathBuf::from("/tmp")
     } else {
         tmp.tmp().to_path_buf()
     };
-    cmd.env("HOME", tmp_dir.join("home"))
-        .env("TMPDIR", &tmp_dir)
-        // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
-        // would look like edits to protected paths, and a forged cache can
-        // shadow a source file: commands do not write them.
-        .env("PYTHONDONTWRITEBYTECODE", "1");
-    for (k, v) in &req.env {
-        cmd.env(k, v);
-    }
-    let mut env_imposed = Vec::new();
-    if req.check {
-        let pydir = tmp.tmp().join(check_env::PYTHON_DIR);
-        check_env::write_python_hook(&pydir)
-            .map_err(|e| spawn_err("check environment: ".into(), e))?;
-        let host_path = std::env::var("PATH").unwrap_or_default();
-        for (k, v) in check_env::vars(&host_path, &workspace, &tmp_dir.join(check_env::PYTHON_DIR))
-        {
-            env_imposed.push(format!("{k}={v}"));
-            cmd.env(k, v);
-        }
-    }
+    let (mut cmd, env_imposed) = command(req, view, &tmp, &tmp_dir, &workspace)
+        .map_err(|e| spawn_err("check environment: ".into(), e))?;
     // SAFETY: `child::enter` only makes async-signal-safe system calls on
     // data prepared above, which outlives the spawn.
     unsafe {
@@ -898,46 +785,12 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     }
     drop(tx);
 
-    let deadline = started + req.timeout;
-    let mut timed_out = false;
-    let mut cancelled = false;
-    let pidfd = pidfd_open(pgid);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => {
-                kill_group(pgid);
-                cgroups.destroy();
-                return Err(SandboxError::Wait(e));
-            }
-        }
-        let now = Instant::now();
-        let cancel_now = req
-            .cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::SeqCst));
-        if now >= deadline || cancel_now {
-            timed_out = !cancel_now;
-            cancelled = cancel_now;
+    let (status, timed_out, cancelled) = match wait_for(&mut child, req, started, pgid) {
+        Ok(w) => w,
+        Err(e) => {
             kill_group(pgid);
-            match child.wait() {
-                Ok(status) => break status,
-                Err(e) => {
-                    cgroups.destroy();
-                    return Err(SandboxError::Wait(e));
-                }
-            }
-        }
-        // Sleep until the child exits or the deadline comes, whichever is
-        // first; wake every 50 ms to notice a cancel request.
-        let mut left = deadline.saturating_duration_since(now);
-        if req.cancel.is_some() {
-            left = left.min(Duration::from_millis(50));
-        }
-        match &pidfd {
-            Some(fd) => wait_readable(fd, left),
-            None => std::thread::sleep(left.min(Duration::from_millis(1))),
+            cgroups.destroy();
+            return Err(SandboxError::Wait(e));
         }
     };
     let duration = started.elapsed();
@@ -946,20 +799,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     kill_group(pgid);
     cgroups.destroy();
     trace.mark("cleaned");
-    let mut stdout = Captured::default();
-    let mut stderr = Captured::default();
-    let drain_deadline = Instant::now() + DRAIN_GRACE;
-    for _ in 0..2 {
-        let wait = drain_deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok((1, c)) => stdout = c,
-            Ok((_, c)) => stderr = c,
-            Err(_) => {
-                notes.push("an output pipe was still held open by a detached process; draining stopped after 500 ms".into());
-                break;
-            }
-        }
-    }
+    let (stdout, stderr) = drain(&rx, &mut notes);
     Ok(ExecResult {
         exit_code: status.code(),
         signal: status.signal(),
@@ -988,6 +828,211 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         },
         env_imposed,
     })
+}
+
+/// Resource limits: the address space is the backstop when no cgroup
+/// limits memory. Each with how the evidence names it.
+fn rlimits_for(
+    req: &ExecRequest,
+    memory_cgroup: bool,
+    mem_bytes: u64,
+) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)> {
+    let cpu = req
+        .limits
+        .cpu_secs
+        .unwrap_or_else(|| req.timeout.as_secs().max(1) + 1);
+    let as_bytes = if memory_cgroup {
+        mem_bytes.saturating_mul(4)
+    } else {
+        mem_bytes
+    };
+    vec![
+        (libc::RLIMIT_CORE, 0, "core=0".into()),
+        (libc::RLIMIT_CPU, cpu, format!("cpu={cpu}s")),
+        (
+            libc::RLIMIT_AS,
+            as_bytes,
+            format!("as={}MiB", as_bytes >> 20),
+        ),
+        (
+            libc::RLIMIT_NOFILE,
+            req.limits.nofile,
+            format!("nofile={}", req.limits.nofile),
+        ),
+        (
+            libc::RLIMIT_NPROC,
+            req.limits.nproc,
+            format!("nproc={}", req.limits.nproc),
+        ),
+        (
+            libc::RLIMIT_FSIZE,
+            req.limits.fsize_mb.saturating_mul(1024 * 1024),
+            format!("fsize={}MiB", req.limits.fsize_mb),
+        ),
+    ]
+}
+
+/// The overlay a request's workspace is seen through, as the child mounts
+/// it: (lower, options, cwd).
+fn overlay_mount(
+    req: &ExecRequest,
+    workspace: &Path,
+    use_ns: bool,
+    userns: bool,
+    spawn_err: &dyn Fn(String, std::io::Error) -> SandboxError,
+) -> Result<Option<(CString, CString, CString)>, SandboxError> {
+    let Some(scratch) = &req.overlay_scratch else {
+        return Ok(None);
+    };
+    if !use_ns {
+        return Err(SandboxError::Prepare(
+            "an overlay view needs a mount namespace, which is unavailable here".into(),
+        ));
+    }
+    let upper = scratch.join("upper");
+    let work = scratch.join("work");
+    for d in [&upper, &work] {
+        std::fs::create_dir_all(d).map_err(|e| spawn_err("overlay dirs: ".into(), e))?;
+    }
+    let esc = |p: &Path| {
+        p.to_string_lossy()
+            .replace('\\', "\\\\")
+            .replace(',', "\\,")
+            .replace(':', "\\:")
+    };
+    let mut options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        esc(workspace),
+        esc(&upper),
+        esc(&work)
+    );
+    if userns {
+        options.push_str(",userxattr");
+    }
+    let cwd = req
+        .cwd
+        .canonicalize()
+        .map_err(|e| spawn_err("cwd: ".into(), e))?;
+    Ok(Some((
+        cstring(workspace)?,
+        CString::new(options)
+            .map_err(|_| SandboxError::Prepare("overlay options contain NUL".into()))?,
+        cstring(&cwd)?,
+    )))
+}
+
+/// The command to spawn, with its scrubbed environment (and, for a check,
+/// the check environment: what was imposed comes back too).
+fn command(
+    req: &ExecRequest,
+    view: &policy::HostView,
+    tmp: &PrivateTmp,
+    tmp_dir: &Path,
+    workspace: &Path,
+) -> std::io::Result<(Command, Vec<String>)> {
+    let mut cmd = match &req.program {
+        Program::Shell(script) => {
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c").arg(script);
+            c
+        }
+        Program::Argv(argv) => {
+            let mut c = Command::new(argv.first().map(String::as_str).unwrap_or("true"));
+            c.args(argv.iter().skip(1));
+            c
+        }
+    };
+    cmd.current_dir(&req.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_clear()
+        .process_group(0);
+    for (k, v) in std::env::vars_os() {
+        let key = k.to_string_lossy();
+        if ENV_ALLOW.contains(&key.as_ref()) || key.starts_with("LC_") {
+            cmd.env(&k, &v);
+        }
+    }
+    for (k, v) in &view.toolchain_env {
+        cmd.env(k, v);
+    }
+    cmd.env("HOME", tmp_dir.join("home"))
+        .env("TMPDIR", tmp_dir)
+        // Interpreter caches written beside sources (e.g. `tests/__pycache__`)
+        // would look like edits to protected paths, and a forged cache can
+        // shadow a source file: commands do not write them.
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    for (k, v) in &req.env {
+        cmd.env(k, v);
+    }
+    let mut env_imposed = Vec::new();
+    if req.check {
+        check_env::write_python_hook(&tmp.tmp().join(check_env::PYTHON_DIR))?;
+        let host_path = std::env::var("PATH").unwrap_or_default();
+        for (k, v) in check_env::vars(&host_path, workspace, &tmp_dir.join(check_env::PYTHON_DIR)) {
+            env_imposed.push(format!("{k}={v}"));
+            cmd.env(k, v);
+        }
+    }
+    Ok((cmd, env_imposed))
+}
+
+/// Wait for the command: until it exits, its timeout passes or a cancel
+/// comes (then its group is killed). Returns its status and whether the
+/// timeout or a cancel ended it.
+fn wait_for(
+    child: &mut std::process::Child,
+    req: &ExecRequest,
+    started: Instant,
+    pgid: libc::pid_t,
+) -> std::io::Result<(std::process::ExitStatus, bool, bool)> {
+    let deadline = started + req.timeout;
+    let pidfd = pidfd_open(pgid);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, false, false));
+        }
+        let now = Instant::now();
+        let cancel_now = req
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst));
+        if now >= deadline || cancel_now {
+            kill_group(pgid);
+            return Ok((child.wait()?, !cancel_now, cancel_now));
+        }
+        // Sleep until the child exits or the deadline comes, whichever is
+        // first; wake every 50 ms to notice a cancel request.
+        let mut left = deadline.saturating_duration_since(now);
+        if req.cancel.is_some() {
+            left = left.min(Duration::from_millis(50));
+        }
+        match &pidfd {
+            Some(fd) => wait_readable(fd, left),
+            None => std::thread::sleep(left.min(Duration::from_millis(1))),
+        }
+    }
+}
+
+/// What the output readers captured, waiting at most [`DRAIN_GRACE`] for
+/// a pipe a detached process still holds (said in `notes`).
+fn drain(rx: &mpsc::Receiver<(u8, Captured)>, notes: &mut Vec<String>) -> (Captured, Captured) {
+    let mut stdout = Captured::default();
+    let mut stderr = Captured::default();
+    let drain_deadline = Instant::now() + DRAIN_GRACE;
+    for _ in 0..2 {
+        let wait = drain_deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok((1, c)) => stdout = c,
+            Ok((_, c)) => stderr = c,
+            Err(_) => {
+                notes.push("an output pipe was still held open by a detached process; draining stopped after 500 ms".into());
+                break;
+            }
+        }
+    }
+    (stdout, stderr)
 }
 
 /// The `[core]` and `[extensions]` sections of a git config, nothing else:
