@@ -1,0 +1,182 @@
+//! `run_command`: the exec policy, the sandbox, and the command's effects
+//! merged into the workspace all at once.
+
+use crate::{RunArgs, ToolBox, exec_policy};
+use loop_protocol::Observation;
+use loop_sandbox::ExecRequest;
+use loop_workspace::Manifest;
+use std::time::Duration;
+
+impl ToolBox {
+    pub(crate) fn run_command(&self, id: &str, a: &RunArgs, approved: bool) -> Observation {
+        if a.command.trim().is_empty() {
+            return Observation::error(id, "run_command", "`command` is empty");
+        }
+        // The exec policy: the one place a command is allowed to run.
+        let verdict = self.exec_policy.evaluate(&a.command);
+        let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
+        match verdict.decision {
+            exec_policy::Decision::Forbidden => {
+                return Observation::refused(
+                    id,
+                    "run_command",
+                    format!("exec policy: forbidden ({rule})"),
+                    format!(
+                        "`{}` is forbidden by the exec policy (rule `{rule}`); it was not run",
+                        verdict.command
+                    ),
+                );
+            }
+            exec_policy::Decision::Prompt if !approved => {
+                return Observation::refused(
+                    id,
+                    "run_command",
+                    format!("exec policy: needs approval ({rule})"),
+                    format!(
+                        "`{}` needs a person's approval (rule `{rule}`); it was not run",
+                        verdict.command
+                    ),
+                );
+            }
+            _ => {}
+        }
+        let max = self.limits.command_timeout;
+        let timeout = a
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(max)
+            .min(max);
+        let staging = match self.commands.as_ref().map(|c| {
+            loop_sandbox::unique_name("cmd").map(|n| c.scratch.join(n.trim_start_matches("cmd-")))
+        }) {
+            None => None,
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
+                return Observation::error(
+                    id,
+                    "run_command",
+                    format!("cannot stage the command: {e}"),
+                );
+            }
+        };
+        let before = match &staging {
+            Some(_) => None,
+            None => Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+        };
+        let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
+        req.overlay_scratch = staging.clone();
+        req.workspace = Some(self.jail.root().to_path_buf());
+        // Protected paths are read-only to commands too, not only to the file tools.
+        req.read_only_paths = self.jail.protected().existing(self.jail.root());
+        req.timeout = timeout;
+        req.net = self.net;
+        self.sandbox.apply(&mut req);
+        req.max_output = self.limits.max_shown_bytes * 2;
+        let result = match loop_sandbox::run(&req) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(s) = &staging {
+                    let _ = std::fs::remove_dir_all(s);
+                }
+                let mut o = Observation::error(id, "run_command", e.to_string());
+                o.transient = e.is_transient();
+                return o;
+            }
+        };
+        // Staged: the command's effects enter the workspace now, all at once.
+        let mut refused = Vec::new();
+        let changed = match (&staging, &self.commands) {
+            (Some(s), Some(c)) => {
+                // Protected paths, names no record can show faithfully
+                // (control characters) and new modules named like the
+                // standard library are refused, each with its rule.
+                let upper = s.join("upper");
+                let admitted = std::cell::Cell::new(0u64);
+                let refuse = |rel: &str| -> Option<String> {
+                    if let Some(rule) = self.jail.protected().matching(rel) {
+                        return Some(format!("protected by {rule}"));
+                    }
+                    // Apparent size: a sparse file counts whole, since
+                    // everything that hashes or diffs it reads every byte.
+                    if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
+                        && m.is_file()
+                    {
+                        if m.len() > self.limits.max_file_bytes {
+                            return Some(format!(
+                                "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
+                                m.len(),
+                                self.limits.max_file_bytes
+                            ));
+                        }
+                        // All of one command's files together, too.
+                        let cap = self.limits.max_file_bytes.saturating_mul(4);
+                        let total = admitted.get().saturating_add(m.len());
+                        if total > cap {
+                            return Some(format!(
+                                "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
+                            ));
+                        }
+                        admitted.set(total);
+                    }
+                    if rel.chars().any(char::is_control) {
+                        return Some("a control character in the name".into());
+                    }
+                    // The code-policy gate judges what a command wrote as
+                    // it judges the file tools' writes.
+                    if let Some(why) = self.policy_refusal(&upper, rel) {
+                        return Some(why);
+                    }
+                    if std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
+                        && let Some((lang, module)) =
+                            loop_gates::shadow::shadowed(rel, &|d| self.is_package(d))
+                    {
+                        return Some(format!(
+                            "gate: stdlib shadow ({lang} {module}): it would shadow the {lang} standard module `{module}`"
+                        ));
+                    }
+                    None
+                };
+                let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
+                    &upper,
+                    self.jail.root(),
+                    &refuse,
+                );
+                let _ = std::fs::remove_dir_all(s);
+                match merged {
+                    Ok(m) => {
+                        refused = m.refused;
+                        !m.paths.is_empty()
+                    }
+                    Err(e) => {
+                        return Observation::error(
+                            id,
+                            "run_command",
+                            format!("the command ran, but its effects could not be committed: {e}"),
+                        );
+                    }
+                }
+            }
+            _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+        };
+        let status = match (result.exit_code, result.signal, result.timed_out) {
+            _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
+            (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
+            (Some(c), _, _) => format!("exit {c}"),
+            (None, Some(s), _) => format!("killed by signal {s}"),
+            _ => "ended".to_string(),
+        };
+        let mut content = format!("{status} ({:.2} s)\n", result.duration.as_secs_f64());
+        for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            if c.total() > 0 {
+                content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));
+            }
+        }
+        if !refused.is_empty() {
+            content.push_str(&format!(
+                "--- not applied (refused) ---\n{}\n",
+                refused.join("\n")
+            ));
+        }
+        Observation::ok(id, "run_command", content, changed)
+    }
+}
