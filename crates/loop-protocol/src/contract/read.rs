@@ -1,0 +1,756 @@
+//! Reading a contract from YAML: every error collected, each with its
+//! `file:line:column` and a hint ("did you mean"), before any work starts.
+
+use super::{
+    CONTRACT_VERSION, Check, Contract, ContractErrors, Criterion, DEFAULT_CHECK_TIMEOUT_SECS,
+    DEFAULT_PROTECTED, Diagnostic, Limits, RunCheck,
+};
+use crate::path::RelPath;
+use crate::yaml::{Key, Node, Pos, Value};
+
+pub(super) const PATH_HINT: &str = "use a path relative to the workspace root, without `..`";
+const TOP_KEYS: &[&str] = &[
+    "version",
+    "instruction",
+    "criteria",
+    "artifacts",
+    "protected",
+    "unprotect",
+    "allow_check_changes",
+    "limits",
+];
+const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
+const LIMIT_KEYS: &[&str] = &[
+    "max_steps",
+    "max_tokens",
+    "budget_usd",
+    "timeout_secs",
+    "max_verifications",
+    "max_diff_lines",
+    "max_file_bytes",
+];
+const CHECK_KINDS: &[&str] = &[
+    "run",
+    "file_exists",
+    "file_contains",
+    "file_matches",
+    "json_equals",
+];
+const RUN_KEYS: &[&str] = &[
+    "run",
+    "expect_exit",
+    "expect_stdout",
+    "expect_stderr",
+    "stdout_matches",
+    "nonempty_tests",
+    "timeout_secs",
+];
+
+fn keys_for_kind(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "run" => RUN_KEYS,
+        "file_exists" => &["file_exists"],
+        "file_contains" => &["file_contains", "text"],
+        "file_matches" => &["file_matches", "regex"],
+        _ => &["json_equals", "pointer", "value"],
+    }
+}
+
+/// Collects diagnostics while walking the YAML tree.
+pub(super) struct Reader {
+    origin: String,
+    pub(super) errors: Vec<Diagnostic>,
+}
+
+impl Reader {
+    pub(super) fn new(origin: &str) -> Self {
+        Reader {
+            origin: origin.to_string(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub(super) fn err(&mut self, pos: Option<Pos>, message: String, hint: Option<String>) {
+        self.errors.push(Diagnostic {
+            origin: self.origin.clone(),
+            pos,
+            message,
+            hint,
+        });
+    }
+
+    pub(super) fn finish_err(self) -> ContractErrors {
+        ContractErrors(self.errors)
+    }
+
+    /// The entries of a mapping, reporting keys outside `allowed`.
+    pub(super) fn mapping<'n>(
+        &mut self,
+        node: &'n Node,
+        what: &str,
+        allowed: &[&str],
+    ) -> Option<&'n [(Key, Node)]> {
+        let Value::Map(entries) = &node.value else {
+            self.err(
+                Some(node.pos),
+                format!("{what} must be a mapping, found {}", node.value.type_name()),
+                None,
+            );
+            return None;
+        };
+        for (k, _) in entries {
+            if !allowed.contains(&k.name.as_str()) {
+                self.unknown_key(k, what, allowed);
+            }
+        }
+        Some(entries)
+    }
+
+    pub(super) fn unknown_key(&mut self, k: &Key, what: &str, allowed: &[&str]) {
+        let hint = match closest(&k.name, allowed) {
+            Some(s) => format!("did you mean `{s}`? allowed here: {}", allowed.join(", ")),
+            None => format!("allowed here: {}", allowed.join(", ")),
+        };
+        self.err(
+            Some(k.pos),
+            format!("unknown key `{}` in {what}", k.name),
+            Some(hint),
+        );
+    }
+
+    pub(super) fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            Value::Str(s) => Some(s.clone()),
+            Value::Int(i) => Some(i.to_string()),
+            Value::Float(f) => Some(f.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            other => {
+                self.err(
+                    Some(node.pos),
+                    format!("{what} must be a string, found {}", other.type_name()),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn nonempty_string(&mut self, node: &Node, what: &str) -> Option<String> {
+        let s = self.string(node, what)?;
+        if s.trim().is_empty() {
+            self.err(Some(node.pos), format!("{what} is empty"), None);
+            return None;
+        }
+        Some(s)
+    }
+
+    pub(super) fn unsigned(&mut self, node: &Node, what: &str, min: u64) -> Option<u64> {
+        match node.value {
+            Value::Int(i) if i >= 0 && i as u64 >= min => Some(i as u64),
+            _ => {
+                self.err(
+                    Some(node.pos),
+                    format!(
+                        "{what} must be an integer of at least {min}, found {}",
+                        describe_value(node)
+                    ),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
+        match node.value {
+            Value::Bool(b) => Some(b),
+            _ => {
+                self.err(
+                    Some(node.pos),
+                    format!(
+                        "{what} must be true or false, found {}",
+                        describe_value(node)
+                    ),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn rel_path(&mut self, node: &Node, what: &str) -> Option<RelPath> {
+        let s = self.string(node, what)?;
+        match RelPath::parse(&s) {
+            Ok(p) if p.is_root() => {
+                self.err(
+                    Some(node.pos),
+                    format!("{what} names the workspace root"),
+                    Some("name a file".into()),
+                );
+                None
+            }
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.err(
+                    Some(node.pos),
+                    format!("{what}: {e}"),
+                    Some(PATH_HINT.into()),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn regex(&mut self, node: &Node, what: &str) -> Option<String> {
+        let s = self.string(node, what)?;
+        if let Err(e) = regex::Regex::new(&s) {
+            let first = e.to_string().lines().last().unwrap_or_default().to_string();
+            self.err(
+                Some(node.pos),
+                format!("{what} is not a valid regular expression: {first}"),
+                Some("escape regex metacharacters such as ( [ . * + ? with a backslash".into()),
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    pub(super) fn seq<'n>(&mut self, node: &'n Node, what: &str) -> Option<&'n [Node]> {
+        match &node.value {
+            Value::Seq(items) => Some(items),
+            other => {
+                self.err(
+                    Some(node.pos),
+                    format!("{what} must be a list, found {}", other.type_name()),
+                    Some(format!("write {what} as a YAML list (`- item` lines)")),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn contract(&mut self, root: &Node) -> Option<Contract> {
+        let entries = self.mapping(root, "the contract", TOP_KEYS)?;
+        let mut version = CONTRACT_VERSION;
+        let mut instruction = None;
+        let mut criteria = None;
+        let mut artifacts = Vec::new();
+        let mut protected = Vec::new();
+        let mut unprotect = Vec::new();
+        let mut allow_check_changes = Vec::new();
+        let mut limits = Limits::default();
+        for (k, v) in entries {
+            match k.name.as_str() {
+                "version" => {
+                    if let Some(n) = self.unsigned(v, "`version`", 1) {
+                        if n != u64::from(CONTRACT_VERSION) {
+                            self.err(
+                                Some(v.pos),
+                                format!("unsupported contract version {n}"),
+                                Some(format!("this build reads version {CONTRACT_VERSION}")),
+                            );
+                        }
+                        version = CONTRACT_VERSION;
+                    }
+                }
+                "instruction" => instruction = self.nonempty_string(v, "`instruction`"),
+                "criteria" => criteria = self.criteria(v),
+                "artifacts" => {
+                    if let Some(items) = self.seq(v, "`artifacts`") {
+                        for item in items {
+                            if let Some(p) = self.rel_path(item, "artifact") {
+                                if artifacts.contains(&p) {
+                                    self.err(
+                                        Some(item.pos),
+                                        format!("artifact `{p}` is listed twice"),
+                                        None,
+                                    );
+                                } else {
+                                    artifacts.push(p);
+                                }
+                            }
+                        }
+                    }
+                }
+                "protected" => {
+                    if let Some(items) = self.seq(v, "`protected`") {
+                        for item in items {
+                            if let Some(g) = self.glob(item) {
+                                protected.push(g);
+                            }
+                        }
+                    }
+                }
+                "unprotect" => {
+                    if let Some(items) = self.seq(v, "`unprotect`") {
+                        for item in items {
+                            let Some(g) = self.nonempty_string(item, "default protection") else {
+                                continue;
+                            };
+                            if DEFAULT_PROTECTED.contains(&g.as_str()) {
+                                unprotect.push(g);
+                            } else {
+                                self.err(
+                                    Some(item.pos),
+                                    format!("`{g}` is not one of the default protections"),
+                                    Some(format!(
+                                        "`unprotect` lifts one of: {}",
+                                        DEFAULT_PROTECTED.join(", ")
+                                    )),
+                                );
+                            }
+                        }
+                    }
+                }
+                "allow_check_changes" => {
+                    if let Some(items) = self.seq(v, "`allow_check_changes`") {
+                        for item in items {
+                            if let Some(g) = self.glob(item) {
+                                allow_check_changes.push(g);
+                            }
+                        }
+                    }
+                }
+                "limits" => {
+                    if let Some(l) = self.limits(v) {
+                        limits = l;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if instruction.is_none() && !entries.iter().any(|(k, _)| k.name == "instruction") {
+            self.err(
+                Some(root.pos),
+                "the contract has no `instruction`".into(),
+                Some("add `instruction: <what the task should achieve>`".into()),
+            );
+        }
+        if !entries.iter().any(|(k, _)| k.name == "criteria") {
+            self.err(
+                Some(root.pos),
+                "the contract has no `criteria`".into(),
+                Some("add `criteria:` with at least one criterion and its checks".into()),
+            );
+        }
+        Some(Contract {
+            version,
+            instruction: instruction?,
+            criteria: criteria?,
+            artifacts,
+            protected,
+            unprotect,
+            allow_check_changes,
+            limits,
+        })
+    }
+
+    pub(super) fn glob(&mut self, node: &Node) -> Option<String> {
+        let s = self.nonempty_string(node, "protected glob")?;
+        if s.starts_with('/') || s.split('/').any(|c| c == "..") {
+            self.err(
+                Some(node.pos),
+                format!("protected glob `{s}` must be relative to the workspace, without `..`"),
+                Some(PATH_HINT.into()),
+            );
+            return None;
+        }
+        if let Err(e) = globset::Glob::new(&s) {
+            self.err(
+                Some(node.pos),
+                format!("protected glob `{s}` is invalid: {}", e.kind()),
+                None,
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    pub(super) fn limits(&mut self, node: &Node) -> Option<Limits> {
+        let entries = self.mapping(node, "`limits`", LIMIT_KEYS)?;
+        let mut l = Limits::default();
+        for (k, v) in entries {
+            match k.name.as_str() {
+                "max_steps" => {
+                    if let Some(n) = self.unsigned(v, "`max_steps`", 1) {
+                        l.max_steps = u32::try_from(n).unwrap_or(u32::MAX);
+                    }
+                }
+                "max_tokens" => {
+                    if let Some(n) = self.unsigned(v, "`max_tokens`", 1) {
+                        l.max_tokens = n;
+                    }
+                }
+                "timeout_secs" => {
+                    if let Some(n) = self.unsigned(v, "`timeout_secs`", 1) {
+                        l.timeout_secs = n;
+                    }
+                }
+                "max_verifications" => {
+                    if let Some(n) = self.unsigned(v, "`max_verifications`", 1) {
+                        l.max_verifications = u32::try_from(n).unwrap_or(u32::MAX);
+                    }
+                }
+                "max_diff_lines" => {
+                    if let Some(n) = self.unsigned(v, "`max_diff_lines`", 1) {
+                        l.max_diff_lines = u32::try_from(n).unwrap_or(u32::MAX);
+                    }
+                }
+                "max_file_bytes" => {
+                    if let Some(n) = self.unsigned(v, "`max_file_bytes`", 1) {
+                        l.max_file_bytes = n;
+                    }
+                }
+                "budget_usd" => match v.value {
+                    Value::Int(i) if i >= 0 => l.budget_usd = Some(i as f64),
+                    Value::Float(f) if f.is_finite() && f >= 0.0 => l.budget_usd = Some(f),
+                    _ => self.err(
+                        Some(v.pos),
+                        format!(
+                            "`budget_usd` must be a non-negative number, found {}",
+                            describe_value(v)
+                        ),
+                        None,
+                    ),
+                },
+                _ => {}
+            }
+        }
+        Some(l)
+    }
+
+    pub(super) fn criteria(&mut self, node: &Node) -> Option<Vec<Criterion>> {
+        let items = self.seq(node, "`criteria`")?;
+        if items.is_empty() {
+            self.err(
+                Some(node.pos),
+                "`criteria` is empty".into(),
+                Some("a contract needs at least one criterion with a check".into()),
+            );
+            return None;
+        }
+        let mut out: Vec<Criterion> = Vec::new();
+        let mut seen: Vec<(String, Pos)> = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match self.criterion(item, &mut seen) {
+                Some(c) => out.push(c),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    pub(super) fn criterion(
+        &mut self,
+        node: &Node,
+        seen: &mut Vec<(String, Pos)>,
+    ) -> Option<Criterion> {
+        let entries = self.mapping(node, "a criterion", CRITERION_KEYS)?;
+        let find = |name: &str| entries.iter().find(|(k, _)| k.name == name);
+        let id = match find("id") {
+            Some((_, v)) => {
+                let id = self.nonempty_string(v, "criterion `id`")?;
+                if !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                {
+                    self.err(
+                        Some(v.pos),
+                        format!("criterion id `{id}` has characters other than letters, digits, `.`, `_`, `-`"),
+                        None,
+                    );
+                    return None;
+                }
+                if let Some((_, first)) = seen.iter().find(|(s, _)| *s == id) {
+                    self.err(
+                        Some(v.pos),
+                        format!(
+                            "duplicate criterion id `{id}` (first used at line {})",
+                            first.line
+                        ),
+                        Some("give every criterion its own id".into()),
+                    );
+                    return None;
+                }
+                seen.push((id.clone(), v.pos));
+                id
+            }
+            None => {
+                self.err(
+                    Some(node.pos),
+                    "a criterion has no `id`".into(),
+                    Some("add `id: <short-name>`".into()),
+                );
+                return None;
+            }
+        };
+        let text = match find("text") {
+            Some((_, v)) => self.string(v, "criterion `text`")?,
+            None => id.clone(),
+        };
+        let no_check_hint = Some(format!(
+            "add `checks:` with at least one of {}: a criterion that cannot be executed cannot be accepted",
+            CHECK_KINDS.join(", ")
+        ));
+        let Some((_, checks_node)) = find("checks") else {
+            self.err(
+                Some(node.pos),
+                format!("criterion `{id}` has no check"),
+                no_check_hint,
+            );
+            return None;
+        };
+        let items = self.seq(checks_node, "`checks`")?;
+        if items.is_empty() {
+            self.err(
+                Some(checks_node.pos),
+                format!("criterion `{id}` has no check"),
+                no_check_hint,
+            );
+            return None;
+        }
+        let mut checks = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match self.check(item) {
+                Some(c) => checks.push(c),
+                None => ok = false,
+            }
+        }
+        ok.then_some(Criterion { id, text, checks })
+    }
+
+    pub(super) fn check(&mut self, node: &Node) -> Option<Check> {
+        let Value::Map(entries) = &node.value else {
+            self.err(
+                Some(node.pos),
+                format!(
+                    "a check must be a mapping, found {}",
+                    node.value.type_name()
+                ),
+                Some(format!(
+                    "start a check with one of: {}",
+                    CHECK_KINDS.join(", ")
+                )),
+            );
+            return None;
+        };
+        let kinds: Vec<&Key> = entries
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| CHECK_KINDS.contains(&k.name.as_str()))
+            .collect();
+        let kind = match kinds.as_slice() {
+            [] => {
+                let all: Vec<&str> = CHECK_KINDS
+                    .iter()
+                    .chain(RUN_KEYS)
+                    .copied()
+                    .chain(["text", "regex", "pointer", "value"])
+                    .collect();
+                for (k, _) in entries {
+                    if !all.contains(&k.name.as_str()) {
+                        let hint = match closest(&k.name, CHECK_KINDS) {
+                            Some(s) => format!(
+                                "did you mean `{s}`? check kinds: {}",
+                                CHECK_KINDS.join(", ")
+                            ),
+                            None => format!("check kinds: {}", CHECK_KINDS.join(", ")),
+                        };
+                        self.err(
+                            Some(k.pos),
+                            format!("unknown check kind `{}`", k.name),
+                            Some(hint),
+                        );
+                        return None;
+                    }
+                }
+                self.err(
+                    Some(node.pos),
+                    "this check has no kind".into(),
+                    Some(format!("start it with one of: {}", CHECK_KINDS.join(", "))),
+                );
+                return None;
+            }
+            [one] => one.name.clone(),
+            [first, second, ..] => {
+                self.err(
+                    Some(second.pos),
+                    format!(
+                        "a check has one kind; found both `{}` and `{}`",
+                        first.name, second.name
+                    ),
+                    Some("split it into two checks".into()),
+                );
+                return None;
+            }
+        };
+        let allowed = keys_for_kind(&kind);
+        let mut bad = false;
+        for (k, _) in entries {
+            if !allowed.contains(&k.name.as_str()) {
+                bad = true;
+                let is_other_kinds_key = CHECK_KINDS
+                    .iter()
+                    .any(|kk| keys_for_kind(kk).contains(&k.name.as_str()));
+                if is_other_kinds_key {
+                    self.err(
+                        Some(k.pos),
+                        format!("`{}` does not apply to a `{kind}` check", k.name),
+                        Some(format!("a `{kind}` check takes: {}", allowed.join(", "))),
+                    );
+                } else {
+                    self.unknown_key(k, &format!("a `{kind}` check"), allowed);
+                }
+            }
+        }
+        if bad {
+            return None;
+        }
+        let get = |name: &str| entries.iter().find(|(k, _)| k.name == name).map(|(_, v)| v);
+        let kind_node = get(&kind)?;
+        let required = |r: &mut Reader, name: &str| -> Option<&Node> {
+            let v = get(name);
+            if v.is_none() {
+                r.err(
+                    Some(node.pos),
+                    format!("a `{kind}` check needs `{name}`"),
+                    None,
+                );
+            }
+            v
+        };
+        match kind.as_str() {
+            "run" => {
+                let command = self.nonempty_string(kind_node, "`run` command")?;
+                let expect_exit = match get("expect_exit") {
+                    Some(v) => match v.value {
+                        Value::Int(i) if (0..=255).contains(&i) => i as i32,
+                        _ => {
+                            self.err(
+                                Some(v.pos),
+                                format!(
+                                    "`expect_exit` must be an exit status 0..=255, found {}",
+                                    describe_value(v)
+                                ),
+                                None,
+                            );
+                            return None;
+                        }
+                    },
+                    None => 0,
+                };
+                let opt_str = |r: &mut Reader, name: &str| -> Result<Option<String>, ()> {
+                    match get(name) {
+                        Some(v) => r.string(v, &format!("`{name}`")).map(Some).ok_or(()),
+                        None => Ok(None),
+                    }
+                };
+                let expect_stdout = opt_str(self, "expect_stdout").ok()?;
+                let expect_stderr = opt_str(self, "expect_stderr").ok()?;
+                let stdout_matches = match get("stdout_matches") {
+                    Some(v) => Some(self.regex(v, "`stdout_matches`")?),
+                    None => None,
+                };
+                let nonempty_tests = match get("nonempty_tests") {
+                    Some(v) => self.boolean(v, "`nonempty_tests`")?,
+                    None => false,
+                };
+                let timeout_secs = match get("timeout_secs") {
+                    Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
+                    None => DEFAULT_CHECK_TIMEOUT_SECS,
+                };
+                Some(Check::Run(RunCheck {
+                    command,
+                    expect_exit,
+                    expect_stdout,
+                    expect_stderr,
+                    stdout_matches,
+                    nonempty_tests,
+                    timeout_secs,
+                }))
+            }
+            "file_exists" => Some(Check::FileExists {
+                path: self.rel_path(kind_node, "`file_exists` path")?,
+            }),
+            "file_contains" => {
+                let path = self.rel_path(kind_node, "`file_contains` path");
+                let text_node = required(self, "text")?;
+                let text = self.string(text_node, "`text`")?;
+                Some(Check::FileContains { path: path?, text })
+            }
+            "file_matches" => {
+                let path = self.rel_path(kind_node, "`file_matches` path");
+                let regex_node = required(self, "regex")?;
+                let regex = self.regex(regex_node, "`regex`")?;
+                Some(Check::FileMatches { path: path?, regex })
+            }
+            _ => {
+                let path = self.rel_path(kind_node, "`json_equals` path");
+                let pointer = match get("pointer") {
+                    Some(v) => {
+                        let p = self.string(v, "`pointer`")?;
+                        if !(p.is_empty() || p.starts_with('/')) {
+                            self.err(
+                                Some(v.pos),
+                                format!("`pointer` `{p}` is not a JSON pointer"),
+                                Some("a JSON pointer is empty or starts with `/`, e.g. /items/0/name".into()),
+                            );
+                            return None;
+                        }
+                        p
+                    }
+                    None => String::new(),
+                };
+                let value_node = required(self, "value")?;
+                let value = match value_node.to_json() {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.err(Some(e.pos), e.message, None);
+                        return None;
+                    }
+                };
+                Some(Check::JsonEquals {
+                    path: path?,
+                    pointer,
+                    value,
+                })
+            }
+        }
+    }
+}
+
+fn describe_value(node: &Node) -> String {
+    match &node.value {
+        Value::Str(s) => format!("{s:?}"),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => other.type_name().to_string(),
+    }
+}
+
+/// The closest allowed word within edit distance 2.
+fn closest<'a>(word: &str, allowed: &[&'a str]) -> Option<&'a str> {
+    allowed
+        .iter()
+        .map(|a| (edit_distance(word, a), *a))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, a)| a)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
