@@ -8,7 +8,7 @@ use loop_protocol::Event;
 use loop_runtime::task::open_store;
 use loop_store::{Store, TaskRecord};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
     project
@@ -220,52 +220,27 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
 /// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
 /// until it has; an interrupted task is ended `cancelled` here.
 pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
+    use loop_runtime::task::Cancelled;
     let project = project_of(project)?;
-    let store = open_store(&project)?;
-    let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
-    let asked = store
-        .request_cancel(id, now)
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    if !asked {
-        let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
-        println!(
-            "task {id} has already ended: {}",
-            t.outcome.as_deref().unwrap_or("?")
-        );
-        return Ok(1);
-    }
-    let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
-    if live(&t) != Liveness::Running {
-        // Nobody runs it: end it here, with its receipt, as cancelled.
-        loop_runtime::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
-        let report = loop_runtime::task::resume_task(
-            &project,
-            id,
-            None,
-            loop_runtime::OnPrompt::Deny,
-            &mut crate::story::Story::new(json),
-        )?;
-        println!("task {id}: {}", report.outcome);
-        return Ok(0);
-    }
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        let t = store
-            .task(id)
-            .map_err(|e| CliError::internal(e.to_string()))?;
-        if t.is_terminal() {
-            println!(
-                "task {id}: {} ({:.1} s)",
-                t.outcome.as_deref().unwrap_or("?"),
-                start.elapsed().as_secs_f64()
-            );
-            return Ok(0);
+    match loop_runtime::task::cancel(
+        &project,
+        id,
+        Duration::from_secs(10),
+        &mut crate::story::Story::new(json),
+    )? {
+        Cancelled::AlreadyEnded(outcome) => {
+            println!("task {id} has already ended: {outcome}");
+            Ok(1)
         }
-        std::thread::sleep(Duration::from_millis(50));
+        Cancelled::EndedHere(report) => {
+            println!("task {id}: {}", report.outcome);
+            Ok(0)
+        }
+        Cancelled::Stopped(outcome, took) => {
+            println!("task {id}: {outcome} ({:.1} s)", took.as_secs_f64());
+            Ok(0)
+        }
     }
-    Err(CliError::internal(format!(
-        "task {id} was asked to stop but has not ended within 10 s"
-    )))
 }
 
 /// `loop approve ID [--deny]`: answer the task's pending approval.
@@ -275,27 +250,7 @@ pub fn approve(
     deny: bool,
     message: Option<&str>,
 ) -> Result<u8, CliError> {
-    let store = open_store(&project_of(project)?)?;
-    store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
-    let pending: Vec<_> = store
-        .approvals(id)
-        .map_err(|e| CliError::internal(e.to_string()))?
-        .into_iter()
-        .filter(|a| a.status == "pending")
-        .collect();
-    let Some(mut a) = pending.into_iter().next() else {
-        return Err(CliError::usage(format!(
-            "task {id} has no pending approval"
-        )));
-    };
-    a.status = if deny { "denied" } else { "approved" }.into();
-    if let Some(m) = message {
-        a.payload["answer"] = serde_json::Value::String(m.to_string());
-    }
-    a.decided_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
-    store
-        .put_approval(&a)
-        .map_err(|e| CliError::internal(e.to_string()))?;
+    let a = loop_runtime::task::answer(&project_of(project)?, id, !deny, message)?;
     println!(
         "{} `{}` (rule `{}`) for task {id}",
         a.status,

@@ -42,6 +42,7 @@ pub struct TaskRequest {
 }
 
 /// How it ended.
+#[derive(Debug, Clone)]
 pub struct TaskReport {
     /// Task id.
     pub task_id: String,
@@ -415,6 +416,92 @@ pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
     Ok(store
         .task(id)
         .is_ok_and(|t| liveness(&t) == Liveness::Running))
+}
+
+/// How `cancel` ended a task.
+#[derive(Debug)]
+pub enum Cancelled {
+    /// It had already ended (its outcome, as recorded).
+    AlreadyEnded(String),
+    /// Nobody ran it: it was ended here, cancelled, with its receipt.
+    EndedHere(TaskReport),
+    /// Its running process stopped it (its outcome; how long it took).
+    Stopped(String, std::time::Duration),
+}
+
+/// Ask task `id` to stop, and wait (up to `wait`) until it has; a task
+/// nobody runs (interrupted) is ended here, `cancelled`, with its receipt.
+pub fn cancel(
+    project: &Path,
+    id: &str,
+    wait: std::time::Duration,
+    observer: &mut dyn crate::Observer,
+) -> Result<Cancelled, Error> {
+    use loop_store::Store;
+    let project = project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    let store = open_store(&project)?;
+    let asked = store
+        .request_cancel(id, SystemClock.now_ms())
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let t = store.task(id).map_err(|e| Error::usage(e.to_string()))?;
+    if !asked {
+        return Ok(Cancelled::AlreadyEnded(t.outcome.unwrap_or_default()));
+    }
+    if liveness(&t) != Liveness::Running {
+        crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        let report = resume_task(&project, id, None, crate::OnPrompt::Deny, observer)?;
+        return Ok(Cancelled::EndedHere(report));
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < wait {
+        let t = store.task(id).map_err(|e| Error::internal(e.to_string()))?;
+        if t.is_terminal() {
+            return Ok(Cancelled::Stopped(
+                t.outcome.unwrap_or_default(),
+                start.elapsed(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Err(Error::internal(format!(
+        "task {id} was asked to stop but has not ended within {} s",
+        wait.as_secs()
+    )))
+}
+
+/// Answer task `id`'s pending approval (or checkpoint): approve, or deny;
+/// `message` is guidance handed to the model. Returns the decided request.
+pub fn answer(
+    project: &Path,
+    id: &str,
+    approve: bool,
+    message: Option<&str>,
+) -> Result<loop_store::Approval, Error> {
+    use loop_store::Store;
+    let project = project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    let store = open_store(&project)?;
+    store.task(id).map_err(|e| Error::usage(e.to_string()))?;
+    let Some(mut a) = store
+        .approvals(id)
+        .map_err(|e| Error::internal(e.to_string()))?
+        .into_iter()
+        .find(|a| a.status == "pending")
+    else {
+        return Err(Error::usage(format!("task {id} has no pending approval")));
+    };
+    a.status = if approve { "approved" } else { "denied" }.into();
+    if let Some(m) = message {
+        a.payload["answer"] = serde_json::Value::String(m.to_string());
+    }
+    a.decided_ms = Some(SystemClock.now_ms());
+    store
+        .put_approval(&a)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    Ok(a)
 }
 
 /// Tasks of this project that are not over and whose runtime is gone.
