@@ -93,15 +93,18 @@ fn one_line(s: &str, max: usize) -> String {
 
 fn describe_call(tool: &str, args: &serde_json::Value) -> String {
     let s = |k: &str| args.get(k).and_then(|v| v.as_str()).unwrap_or("");
-    match tool {
-        "read_file" | "write_file" | "edit_file" => format!("{tool} {}", s("path")),
-        "list_files" => format!(
+    use loop_protocol::ToolName;
+    match ToolName::from_name(tool) {
+        Some(ToolName::ReadFile | ToolName::WriteFile | ToolName::EditFile) => {
+            format!("{tool} {}", s("path"))
+        }
+        Some(ToolName::ListFiles) => format!(
             "list_files {}",
             args.get("path").and_then(|v| v.as_str()).unwrap_or(".")
         ),
-        "run_command" => format!("run_command `{}`", one_line(s("command"), 60)),
-        "finish" => format!("finish \"{}\"", one_line(s("summary"), 60)),
-        other => other.to_string(),
+        Some(ToolName::RunCommand) => format!("run_command `{}`", one_line(s("command"), 60)),
+        Some(ToolName::Finish) => format!("finish \"{}\"", one_line(s("summary"), 60)),
+        Some(ToolName::ApplyPatch) | None => tool.to_string(),
     }
 }
 

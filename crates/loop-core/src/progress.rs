@@ -59,7 +59,9 @@ struct StepRecord {
 }
 
 /// Tools that only read.
-const READ_ONLY_TOOLS: &[&str] = &["read_file", "list_files"];
+fn reads_only(tool: &str) -> bool {
+    loop_protocol::ToolName::from_name(tool).is_some_and(loop_protocol::ToolName::reads_only)
+}
 
 /// Watches steps and names stalls.
 #[derive(Debug, Default)]
@@ -78,7 +80,7 @@ fn failed(o: &Observation) -> bool {
     match &o.status {
         ObservationStatus::Ok => {
             // run_command reports "exit N …" first; a non-zero exit is a failure.
-            o.tool == "run_command"
+            o.tool == loop_protocol::ToolName::RunCommand.as_str()
                 && o.content
                     .strip_prefix("exit ")
                     .and_then(|r| r.split_whitespace().next())
@@ -108,7 +110,7 @@ impl ProgressDetector {
     pub fn claim(&mut self, root: &str) -> Verdict {
         if self.rejected_root.as_deref() == Some(root) {
             return self.flag(
-                "finish",
+                loop_protocol::ToolName::Finish.as_str(),
                 "`finish` claimed again on the unchanged workspace that verification rejected",
             );
         }
@@ -156,10 +158,7 @@ impl ProgressDetector {
             action,
             observation,
             failed: observations.iter().any(failed),
-            read_only: !calls.is_empty()
-                && calls
-                    .iter()
-                    .all(|c| READ_ONLY_TOOLS.contains(&c.tool.as_str())),
+            read_only: !calls.is_empty() && calls.iter().all(|c| reads_only(&c.tool)),
             root: root.to_string(),
             new_evidence: changed || new_observation,
         });

@@ -74,12 +74,13 @@ pub(crate) struct Restored {
 }
 
 fn control_of(call: &ToolCall, obs: &Observation) -> Option<Control> {
-    (call.tool == "finish" && obs.status == ObservationStatus::Ok).then(|| Control::Finish {
-        summary: call.args["summary"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    })
+    (call.tool == loop_protocol::ToolName::Finish.as_str() && obs.status == ObservationStatus::Ok)
+        .then(|| Control::Finish {
+            summary: call.args["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        })
 }
 
 /// Parse the outcome out of a `→ terminal` transition's reason

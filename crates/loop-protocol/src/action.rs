@@ -302,3 +302,65 @@ pub fn json_kind(v: &serde_json::Value) -> &'static str {
         serde_json::Value::Object(_) => "object",
     }
 }
+
+/// The tools this runtime offers, by name (a call's `tool` is the name as
+/// the model sent it; [`ToolName::from_name`] reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolName {
+    /// Read a text file.
+    ReadFile,
+    /// Create or replace a file.
+    WriteFile,
+    /// Replace one exact occurrence in a file.
+    EditFile,
+    /// Apply a unified diff.
+    ApplyPatch,
+    /// List files under a directory.
+    ListFiles,
+    /// Run a shell command in the sandbox.
+    RunCommand,
+    /// Claim the task is done.
+    Finish,
+}
+
+impl ToolName {
+    /// Every tool, in the order they are offered.
+    pub const ALL: [ToolName; 7] = [
+        ToolName::ReadFile,
+        ToolName::WriteFile,
+        ToolName::EditFile,
+        ToolName::ApplyPatch,
+        ToolName::ListFiles,
+        ToolName::RunCommand,
+        ToolName::Finish,
+    ];
+
+    /// The name models call it by.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ToolName::ReadFile => "read_file",
+            ToolName::WriteFile => "write_file",
+            ToolName::EditFile => "edit_file",
+            ToolName::ApplyPatch => "apply_patch",
+            ToolName::ListFiles => "list_files",
+            ToolName::RunCommand => "run_command",
+            ToolName::Finish => "finish",
+        }
+    }
+
+    /// The tool a name names, if it is one of ours.
+    pub fn from_name(name: &str) -> Option<ToolName> {
+        ToolName::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// Whether it only reads.
+    pub fn reads_only(self) -> bool {
+        matches!(self, ToolName::ReadFile | ToolName::ListFiles)
+    }
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -28,8 +28,8 @@ pub mod time;
 pub mod yaml;
 
 pub use action::{
-    CallLimits, Control, Effect, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome, ToolSpec,
-    Turn, Usage,
+    CallLimits, Control, Effect, ModelInfo, ModelReply, Price, ToolCall, ToolName, ToolOutcome,
+    ToolSpec, Turn, Usage,
 };
 pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};

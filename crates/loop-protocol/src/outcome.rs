@@ -289,3 +289,18 @@ mod names {
         assert_eq!(crate::TaskState::from_name("Terminal"), None);
     }
 }
+
+#[cfg(test)]
+mod tool_names {
+    use crate::ToolName;
+
+    #[test]
+    fn every_tool_name_reads_back() {
+        for t in ToolName::ALL {
+            assert_eq!(ToolName::from_name(t.as_str()), Some(t));
+        }
+        assert_eq!(ToolName::from_name("rm_rf"), None);
+        assert!(ToolName::ReadFile.reads_only() && ToolName::ListFiles.reads_only());
+        assert!(!ToolName::RunCommand.reads_only());
+    }
+}

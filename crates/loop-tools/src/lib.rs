@@ -321,21 +321,22 @@ impl ToolBox {
                 format!("The tool `{tool}` is not granted to this task."),
             );
         }
-        let observation = match tool {
-            "read_file" => self
+        use loop_protocol::ToolName;
+        let observation = match ToolName::from_name(tool) {
+            Some(ToolName::ReadFile) => self
                 .parse(call)
                 .map(|a: PathArgs| self.read_file(id, &a.path)),
-            "write_file" => self
+            Some(ToolName::WriteFile) => self
                 .parse(call)
                 .map(|a: WriteArgs| self.write_file(id, &a.path, &a.content)),
-            "edit_file" => self.parse(call).map(|a: EditArgs| self.edit_file(id, &a)),
-            "apply_patch" => self
+            Some(ToolName::EditFile) => self.parse(call).map(|a: EditArgs| self.edit_file(id, &a)),
+            Some(ToolName::ApplyPatch) => self
                 .parse(call)
                 .map(|a: PatchArgs| self.apply_patch(id, &a.patch)),
-            "list_files" => self
+            Some(ToolName::ListFiles) => self
                 .parse(call)
                 .map(|a: ListArgs| self.list_files(id, a.path.as_deref().unwrap_or("."))),
-            "run_command" => self
+            Some(ToolName::RunCommand) => self
                 .parse(call)
                 .map(|a: RunArgs| self.run_command(id, &a, self.approved.contains(id))),
             _ => {

@@ -1,31 +1,31 @@
 //! The tools offered to the model, with JSON Schemas of their arguments.
 
-use loop_protocol::{Effect, ToolSpec};
+use loop_protocol::{Effect, ToolName, ToolSpec};
 use serde_json::json;
 
 /// Names of the tools this build offers.
-pub const TOOL_NAMES: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "apply_patch",
-    "list_files",
-    "run_command",
-    "finish",
+pub const TOOL_NAMES: [&str; 7] = [
+    ToolName::ReadFile.as_str(),
+    ToolName::WriteFile.as_str(),
+    ToolName::EditFile.as_str(),
+    ToolName::ApplyPatch.as_str(),
+    ToolName::ListFiles.as_str(),
+    ToolName::RunCommand.as_str(),
+    ToolName::Finish.as_str(),
 ];
 
 /// Every tool's spec.
 pub fn all() -> Vec<ToolSpec> {
     vec![
         spec(
-            "read_file",
+            ToolName::ReadFile.as_str(),
             "Read a text file in the workspace.",
             json!({"path": {"type": "string", "description": "workspace-relative path"}}),
             &["path"],
             Effect::Pure,
         ),
         spec(
-            "write_file",
+            ToolName::WriteFile.as_str(),
             "Create or replace a file with the given content (atomic).",
             json!({
                 "path": {"type": "string", "description": "workspace-relative path"},
@@ -35,7 +35,7 @@ pub fn all() -> Vec<ToolSpec> {
             Effect::Idempotent,
         ),
         spec(
-            "edit_file",
+            ToolName::EditFile.as_str(),
             "Replace one exact, unique occurrence of `old` with `new` in a file.",
             json!({
                 "path": {"type": "string"},
@@ -46,21 +46,21 @@ pub fn all() -> Vec<ToolSpec> {
             Effect::Idempotent,
         ),
         spec(
-            "apply_patch",
+            ToolName::ApplyPatch.as_str(),
             "Apply a unified diff (one or more files; create with --- /dev/null, delete with +++ /dev/null, rename with different ---/+++ paths). All hunks apply or none do; a mismatch reports the file, the hunk and the lines that differ.",
             json!({"patch": {"type": "string", "description": "unified diff text"}}),
             &["patch"],
             Effect::Idempotent,
         ),
         spec(
-            "list_files",
+            ToolName::ListFiles.as_str(),
             "List files under a directory of the workspace (recursive).",
             json!({"path": {"type": "string", "description": "directory, default the root"}}),
             &[],
             Effect::Pure,
         ),
         spec(
-            "run_command",
+            ToolName::RunCommand.as_str(),
             "Run a shell command (sh -c) in the workspace root, sandboxed, with a timeout.",
             json!({
                 "command": {"type": "string"},
@@ -70,7 +70,7 @@ pub fn all() -> Vec<ToolSpec> {
             Effect::AtMostOnce,
         ),
         spec(
-            "finish",
+            ToolName::Finish.as_str(),
             "Claim the task is done and ask for verification. The runtime runs every acceptance check on a sealed copy; failing evidence comes back to you.",
             json!({"summary": {"type": "string"}}),
             &["summary"],
