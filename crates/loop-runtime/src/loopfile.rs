@@ -8,6 +8,17 @@ use loop_protocol::yaml::{self, Node, Value};
 use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
 use std::path::{Path, PathBuf};
 
+/// The sections this build reads.
+const SECTIONS: &[&str] = &[
+    "version",
+    "models",
+    "exec",
+    "rules",
+    "progress",
+    "checkpoints",
+    "apply",
+];
+
 /// A loaded Loopfile.
 #[derive(Debug, Default)]
 pub struct Loopfile {
@@ -60,26 +71,34 @@ impl Loopfile {
                 )));
             }
         };
+        // Every section is read, and every section's error reported, at once.
+        let mut errors: Vec<String> = Vec::new();
         for (k, v) in entries {
-            match k.name.as_str() {
-                "version" => {}
-                "models" => {
-                    out.models = Some(
-                        ModelsSection::parse(v, origin).map_err(|e| Error::usage(e.to_string()))?,
-                    )
-                }
-                "exec" => out.exec = Some(parse_exec(v, origin)?),
-                "rules" => out.rules = Some(parse_rules(v, origin)?),
-                "progress" => out.progress = Some(parse_progress(v, origin)?),
-                "checkpoints" => out.checkpoints = Some(parse_checkpoints(v, origin)?),
-                "apply" => out.host_executable = parse_apply(v, origin)?,
-                other => {
-                    return Err(Error::usage(format!(
-                        "{origin}:{}: unknown Loopfile section `{other}` (this build reads: version, models, exec, rules, progress, checkpoints, apply)",
-                        k.pos
-                    )));
-                }
+            let read: Result<(), Error> = match k.name.as_str() {
+                "version" => Ok(()),
+                "models" => ModelsSection::parse(v, origin)
+                    .map(|m| out.models = Some(m))
+                    .map_err(|e| Error::usage(e.to_string())),
+                "exec" => parse_exec(v, origin).map(|x| out.exec = Some(x)),
+                "rules" => parse_rules(v, origin).map(|x| out.rules = Some(x)),
+                "progress" => parse_progress(v, origin).map(|x| out.progress = Some(x)),
+                "checkpoints" => parse_checkpoints(v, origin).map(|x| out.checkpoints = Some(x)),
+                "apply" => parse_apply(v, origin).map(|x| out.host_executable = x),
+                other => Err(Error::usage(format!(
+                    "{origin}:{}: unknown Loopfile section `{other}`{} (this build reads: {})",
+                    k.pos,
+                    yaml::closest(other, SECTIONS)
+                        .map(|c| format!(" (did you mean `{c}`?)"))
+                        .unwrap_or_default(),
+                    SECTIONS.join(", ")
+                ))),
+            };
+            if let Err(e) = read {
+                errors.push(e.message);
             }
+        }
+        if !errors.is_empty() {
+            return Err(Error::usage(errors.join("\n")));
         }
         Ok(out)
     }
@@ -402,4 +421,28 @@ fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints
         }
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Loopfile;
+
+    #[test]
+    fn every_sections_error_is_reported_at_once_with_a_hint() {
+        let text = "chekpoints:\n  timeout_secs: 5\nexec:\n  default: maybe\nrules:\n  python:\n    banned_imports: [os]\n";
+        let e = Loopfile::parse(text, "Loopfile.yaml").unwrap_err().message;
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 2, "{e}");
+        assert!(
+            lines[0].starts_with("Loopfile.yaml:1:1: unknown Loopfile section `chekpoints` (did you mean `checkpoints`?)"),
+            "{e}"
+        );
+        assert!(lines[1].starts_with("Loopfile.yaml:4:"), "{e}");
+        // What is right is still read.
+        let ok = Loopfile::parse("rules:\n  python:\n    banned_imports: [os]\n", "L").unwrap();
+        assert_eq!(
+            ok.rules.unwrap().python.banned_imports,
+            vec!["os".to_string()]
+        );
+    }
 }

@@ -6,7 +6,7 @@ use super::{
     DEFAULT_PROTECTED, Diagnostic, Limits, RunCheck,
 };
 use crate::path::RelPath;
-use crate::yaml::{Key, Node, Pos, Value};
+use crate::yaml::{Key, Node, Pos, Value, closest};
 
 pub(super) const PATH_HINT: &str = "use a path relative to the workspace root, without `..`";
 const TOP_KEYS: &[&str] = &[
@@ -729,28 +729,4 @@ fn describe_value(node: &Node) -> String {
         Value::Bool(b) => b.to_string(),
         other => other.type_name().to_string(),
     }
-}
-
-/// The closest allowed word within edit distance 2.
-fn closest<'a>(word: &str, allowed: &[&'a str]) -> Option<&'a str> {
-    allowed
-        .iter()
-        .map(|a| (edit_distance(word, a), *a))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, a)| a)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
