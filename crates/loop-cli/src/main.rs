@@ -515,107 +515,110 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             );
             Ok(0)
         }
-        Command::Run {
-            instruction,
-            checks,
-            artifacts,
-            task,
-            model,
-            record,
-            max_steps,
-            max_tokens,
-            budget_usd,
-            timeout,
-            project,
-            yes,
-            on_prompt,
-            include_dirty,
-            verify_on_change,
-            isolation,
-            json,
-            resume_interrupted,
-        } => {
-            let on_prompt =
-                wiring::OnPrompt::from_flags(on_prompt.as_deref(), yes).map_err(CliError::usage)?;
-            let mut resumed_code = 0;
-            if resume_interrupted {
-                for id in task::interrupted_tasks(&project)? {
-                    let report = task::resume_task(
-                        &project,
-                        &id,
-                        None,
-                        on_prompt,
-                        &mut story::Story::new(json),
-                    )?;
-                    resumed_code = resumed_code.max(report_end(&report, json));
-                }
-                if instruction.is_none() && task.is_none() {
-                    return Ok(resumed_code);
-                }
-            }
-            let isolation = isolation.parse().map_err(CliError::usage)?;
-            let mut contract = match (&task, &instruction) {
-                (Some(file), _) => {
-                    let mut c = read_contract(file)?;
-                    if let Some(i) = &instruction {
-                        c.instruction = i.clone();
-                    }
-                    c.extend_with_flags(&checks, &artifacts)
-                        .map_err(|e| CliError::usage(e.to_string()))?;
-                    c
-                }
-                (None, Some(i)) => Contract::from_flags(i, &checks, &artifacts)
-                    .map_err(|e| CliError::usage(e.to_string()))?,
-                (None, None) => {
-                    return Err(CliError::usage(
-                        "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)",
-                    ));
-                }
-            };
-            let l = &mut contract.limits;
-            if max_steps == Some(0) {
-                return Err(CliError::usage(
-                    "--max-steps 0 leaves the model no step at all; give at least 1",
-                ));
-            }
-            if max_tokens == Some(0) {
-                return Err(CliError::usage(
-                    "--max-tokens 0 leaves the model no tokens at all; give at least 1",
-                ));
-            }
-            if let Some(n) = max_steps {
-                l.max_steps = n;
-            }
-            if let Some(n) = max_tokens {
-                l.max_tokens = n;
-            }
-            if let Some(x) = budget_usd {
-                if !x.is_finite() || x < 0.0 {
-                    return Err(CliError::usage(
-                        "--budget-usd must be a non-negative number",
-                    ));
-                }
-                l.budget_usd = Some(x);
-            }
-            if let Some(n) = timeout {
-                l.timeout_secs = n.max(1);
-            }
-            let report = task::run_task(
-                task::TaskRequest {
-                    contract,
-                    model,
-                    record,
-                    project,
-                    verify_on_change,
-                    isolation,
-                    include_dirty,
-                    on_prompt,
-                },
-                &mut story::Story::new(json),
-            )?;
-            Ok(report_end(&report, json).max(resumed_code))
+        run @ Command::Run { .. } => run_command(run),
+    }
+}
+
+/// `loop run`: resume interrupted tasks if asked, compile the contract from
+/// the file and the flags, run it, and say how it ended.
+fn run_command(run: Command) -> Result<u8, CliError> {
+    let Command::Run {
+        instruction,
+        checks,
+        artifacts,
+        task,
+        model,
+        record,
+        max_steps,
+        max_tokens,
+        budget_usd,
+        timeout,
+        project,
+        yes,
+        on_prompt,
+        include_dirty,
+        verify_on_change,
+        isolation,
+        json,
+        resume_interrupted,
+    } = run
+    else {
+        return Err(CliError::internal("run_command is given `loop run` only"));
+    };
+    let on_prompt =
+        wiring::OnPrompt::from_flags(on_prompt.as_deref(), yes).map_err(CliError::usage)?;
+    let mut resumed_code = 0;
+    if resume_interrupted {
+        for id in task::interrupted_tasks(&project)? {
+            let report =
+                task::resume_task(&project, &id, None, on_prompt, &mut story::Story::new(json))?;
+            resumed_code = resumed_code.max(report_end(&report, json));
+        }
+        if instruction.is_none() && task.is_none() {
+            return Ok(resumed_code);
         }
     }
+    let isolation = isolation.parse().map_err(CliError::usage)?;
+    let mut contract = match (&task, &instruction) {
+        (Some(file), _) => {
+            let mut c = read_contract(file)?;
+            if let Some(i) = &instruction {
+                c.instruction = i.clone();
+            }
+            c.extend_with_flags(&checks, &artifacts)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            c
+        }
+        (None, Some(i)) => Contract::from_flags(i, &checks, &artifacts)
+            .map_err(|e| CliError::usage(e.to_string()))?,
+        (None, None) => {
+            return Err(CliError::usage(
+                "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)",
+            ));
+        }
+    };
+    let l = &mut contract.limits;
+    if max_steps == Some(0) {
+        return Err(CliError::usage(
+            "--max-steps 0 leaves the model no step at all; give at least 1",
+        ));
+    }
+    if max_tokens == Some(0) {
+        return Err(CliError::usage(
+            "--max-tokens 0 leaves the model no tokens at all; give at least 1",
+        ));
+    }
+    if let Some(n) = max_steps {
+        l.max_steps = n;
+    }
+    if let Some(n) = max_tokens {
+        l.max_tokens = n;
+    }
+    if let Some(x) = budget_usd {
+        if !x.is_finite() || x < 0.0 {
+            return Err(CliError::usage(
+                "--budget-usd must be a non-negative number",
+            ));
+        }
+        l.budget_usd = Some(x);
+    }
+    if let Some(n) = timeout {
+        l.timeout_secs = n.max(1);
+    }
+    let report = task::run_task(
+        task::TaskRequest {
+            contract,
+            model,
+            record,
+            project,
+            verify_on_change,
+            isolation,
+            include_dirty,
+            on_prompt,
+        },
+        &mut story::Story::new(json),
+    )?;
+    Ok(report_end(&report, json).max(resumed_code))
 }
 
 fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
