@@ -260,8 +260,12 @@ impl<'t> Gate<'t, '_> {
 
     // ---- rules ----
 
+    /// The banned import `module` is (or is inside: `os.path` of `os`).
     fn import_banned(&self, module: &str) -> Option<String> {
         let module = self.module(module);
+        if module.is_empty() {
+            return None;
+        }
         self.rules
             .banned_imports
             .iter()
@@ -273,33 +277,31 @@ impl<'t> Gate<'t, '_> {
             .cloned()
     }
 
-    /// The banned function `path` is (or is inside: `os.system.__call__`).
-    fn path_banned(&self, path: &str) -> Option<String> {
-        self.rules
-            .banned_calls
-            .iter()
-            .find(|b| {
-                let full = if b.contains('.') {
-                    b.to_string()
-                } else {
-                    format!("{}.{b}", self.root())
-                };
-                path == full || path.starts_with(&format!("{full}."))
-            })
-            .cloned()
-    }
-
-    /// Whether a banned function lives somewhere below `path` (a computed
-    /// member of it could be one).
-    fn holds_banned(&self, path: &str) -> bool {
-        self.rules.banned_calls.iter().any(|b| {
+    /// Each banned call with the path it names (`eval` is `builtins.eval`
+    /// in Python, `global.eval` in JavaScript; `os.system` is itself).
+    fn banned_paths(&self) -> impl Iterator<Item = (&String, String)> {
+        self.rules.banned_calls.iter().map(|b| {
             let full = if b.contains('.') {
                 b.to_string()
             } else {
                 format!("{}.{b}", self.root())
             };
-            full.starts_with(&format!("{path}."))
+            (b, full)
         })
+    }
+
+    /// The banned function `path` is (or is inside: `os.system.__call__`).
+    fn path_banned(&self, path: &str) -> Option<String> {
+        self.banned_paths()
+            .find(|(_, full)| path == full || path.starts_with(&format!("{full}.")))
+            .map(|(b, _)| b.clone())
+    }
+
+    /// Whether a banned function lives somewhere below `path` (a computed
+    /// member of it could be one).
+    fn holds_banned(&self, path: &str) -> bool {
+        self.banned_paths()
+            .any(|(_, full)| full.starts_with(&format!("{path}.")))
     }
 
     fn attribute_banned(&self, name: &str) -> Option<String> {
@@ -330,17 +332,8 @@ impl<'t> Gate<'t, '_> {
         }) {
             return Some(format!("banned call `{b}`"));
         }
-        let m = self.module(s);
-        if !m.is_empty()
-            && let Some(b) = self.rules.banned_imports.iter().find(|b| {
-                m == b.as_str()
-                    || m.starts_with(&format!("{b}."))
-                    || m.starts_with(&format!("{b}/"))
-            })
-        {
-            return Some(format!("banned import `{b}`"));
-        }
-        None
+        self.import_banned(s)
+            .map(|b| format!("banned import `{b}`"))
     }
 
     fn strict(&self) -> bool {

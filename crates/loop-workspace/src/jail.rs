@@ -131,10 +131,14 @@ impl Protected {
 
     /// The first rule that protects `rel`, if any.
     pub fn matching(&self, rel: &str) -> Option<&str> {
+        self.rule_for(rel).map(|r| r.name.as_str())
+    }
+
+    /// The first rule that protects `rel`, its exceptions considered.
+    fn rule_for(&self, rel: &str) -> Option<&Rule> {
         self.rules
             .iter()
             .find(|r| r.set.is_match(rel) && !r.unless.as_ref().is_some_and(|u| u.is_match(rel)))
-            .map(|r| r.name.as_str())
     }
 
     /// Existing paths under `root` that a rule protects, for the sandbox to
@@ -157,10 +161,7 @@ impl Protected {
             if ft.is_symlink() {
                 continue;
             }
-            let rule = self.rules.iter().find(|r| {
-                r.set.is_match(&rel) && !r.unless.as_ref().is_some_and(|u| u.is_match(&rel))
-            });
-            match rule {
+            match self.rule_for(&rel) {
                 Some(r) if !(ft.is_dir() && r.unless.is_some()) => out.push(path),
                 _ if ft.is_dir() => self.collect(root, &path, out),
                 _ => {}
