@@ -152,6 +152,11 @@ impl Budget {
         self.used.verifications
     }
 
+    /// Dollars spent so far.
+    pub fn usd_spent(&self) -> f64 {
+        self.used.usd
+    }
+
     /// Verification attempts so far.
     pub fn verifications(&self) -> u32 {
         self.used.verifications

@@ -6,17 +6,20 @@
 //! a limit, a stall, a cancel or an error). Every decision is recorded in
 //! the ledger before the next step begins.
 
-use crate::budget::Budget;
+mod people;
+
+pub use people::Checkpoints;
+
 use crate::feedback::rejection_feedback;
-use crate::machine::Machine;
-use crate::progress::{ProgressDetector, Verdict};
+use crate::progress::{ProgressConfig, Verdict};
 use crate::prompt::system_prompt;
+use crate::state::{Interrupted, Phase, RecordError, State};
 use crate::traits::{
     ApprovalDecision, Approvals, BoundaryError, Clock, Ledger, Model, Observer, Tools, Verifier,
 };
 use loop_protocol::{
-    Acceptance, BudgetUse, Context, Contract, Control, Event, ModelReply, Observation, Outcome,
-    OutcomeRecord, RuntimeInfo, TaskState, ToolCall, Turn, VerificationReport,
+    Acceptance, BudgetUse, Contract, Control, Event, ModelReply, Observation, Outcome, OutcomeKind,
+    OutcomeRecord, RuntimeInfo, TaskState, ToolCall, VerificationReport,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -76,6 +79,9 @@ pub enum DirectorError {
     /// The record cannot be resumed.
     #[error("cannot resume: {0}")]
     Resume(String),
+    /// The record does not hold together.
+    #[error("cannot resume: {0}")]
+    Record(#[from] RecordError),
     /// A transition the state machine refuses (a bug in the Director).
     #[error(transparent)]
     Transition(#[from] crate::machine::InvalidTransition),
@@ -98,26 +104,16 @@ pub struct Director<'a> {
     locked_sha256: String,
     policy: VerifyPolicy,
     parts: Parts<'a>,
-    machine: Machine,
-    budget: Budget,
-    last_report: Option<VerificationReport>,
-    progress: ProgressDetector,
-    /// The workspace's Merkle root as last known (updated on every change).
-    root: String,
+    /// The task as its recorded events made it (see [`State::apply`]).
+    state: State,
     /// Tokens never handed to the maker (kept for review and feedback).
     reserve_tokens: u64,
     /// The checker, if one is configured.
     reviewer: Option<&'a mut dyn Model>,
     /// Stall thresholds.
-    progress_config: crate::progress::ProgressConfig,
+    progress_config: ProgressConfig,
     /// When to pause for a person.
     checkpoints: Checkpoints,
-    /// A checkpoint due before the next model turn.
-    checkpoint_due: Option<String>,
-    /// Rejected verifications so far.
-    failed_repairs: u32,
-    /// Whether the cost checkpoint has been asked.
-    cost_asked: bool,
     /// Where approvals are asked (none: a `prompt` is denied, fail closed).
     approvals: Option<&'a mut dyn Approvals>,
     /// How long a pending approval waits before it is a deny.
@@ -131,10 +127,6 @@ pub struct Director<'a> {
 /// Tokens kept for the checker's prompt, beyond its completion.
 const REVIEW_PROMPT_RESERVE: u64 = 8_000;
 
-enum Stop {
-    Outcome(Outcome, String),
-}
-
 impl<'a> Director<'a> {
     /// Lock `contract` (hash it) and prepare to run it.
     pub fn new(
@@ -146,23 +138,24 @@ impl<'a> Director<'a> {
         let locked_sha256 = contract
             .sha256()
             .map_err(|e| DirectorError::Contract(e.to_string()))?;
-        let budget = Budget::new(contract.limits.clone(), parts.clock.now_ms());
+        let task_id = task_id.into();
+        let state = State::new(
+            task_id.clone(),
+            locked_sha256.clone(),
+            contract.limits.clone(),
+            ProgressConfig::default(),
+            None,
+            parts.clock.now_ms(),
+        );
         Ok(Director {
-            task_id: task_id.into(),
+            task_id,
             contract,
             locked_sha256,
             policy,
             parts,
-            machine: Machine::new(),
-            budget,
-            last_report: None,
-            progress: ProgressDetector::default(),
-            progress_config: crate::progress::ProgressConfig::default(),
+            state,
+            progress_config: ProgressConfig::default(),
             checkpoints: Checkpoints::default(),
-            checkpoint_due: None,
-            failed_repairs: 0,
-            cost_asked: false,
-            root: String::new(),
             reserve_tokens: 0,
             reviewer: None,
             approvals: None,
@@ -172,103 +165,24 @@ impl<'a> Director<'a> {
         })
     }
 
+    /// A state before any event, with this Director's settings, whose wall
+    /// clock started `elapsed_ms` ago.
+    fn fresh_state(&self, elapsed_ms: u64) -> State {
+        State::new(
+            self.task_id.clone(),
+            self.locked_sha256.clone(),
+            self.contract.limits.clone(),
+            self.progress_config.clone(),
+            self.checkpoints.cost_usd_over,
+            self.parts.clock.now_ms().saturating_sub(elapsed_ms),
+        )
+    }
+
     /// Pause for a person at these checkpoints (the Loopfile's `checkpoints`).
     pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
         self.checkpoints = checkpoints;
+        self.state = self.fresh_state(0);
         self
-    }
-
-    /// Pause for a person: record the request, wait for the answer. `Ok(None)`
-    /// means go on (the guidance, if any, is already in the context);
-    /// `Ok(Some(..))` is how the task ends. Nobody answering stops it.
-    fn checkpoint(
-        &mut self,
-        context: &mut Context,
-        reason: &str,
-        pending: Option<(String, u64)>,
-    ) -> Result<Option<(Outcome, String)>, DirectorError> {
-        let (approval_id, deadline) = match pending {
-            Some(p) => p,
-            None => {
-                let now = self.parts.clock.now_ms();
-                let approval_id = format!("checkpoint-{}", self.machine.taken() + 1);
-                let deadline =
-                    now.saturating_add(self.checkpoints.timeout_secs.saturating_mul(1000));
-                // Stored before the task says it waits (as for approvals).
-                if let Some(a) = self.approvals.as_deref_mut() {
-                    let payload = serde_json::json!({
-                        "kind": "checkpoint", "detail": reason, "rule": "checkpoint",
-                        "deadline_ms": deadline,
-                    });
-                    a.request(&approval_id, &payload, now)
-                        .map_err(DirectorError::Ledger)?;
-                }
-                self.record(Event::CheckpointRequested {
-                    approval_id: approval_id.clone(),
-                    reason: reason.to_string(),
-                    deadline_ms: deadline,
-                })?;
-                self.go(TaskState::AwaitingInput, format!("checkpoint: {reason}"))?;
-                (approval_id, deadline)
-            }
-        };
-        let began = self.parts.clock.now_ms();
-        let (decision, message) = match self.approvals.as_deref_mut() {
-            None => (ApprovalDecision::Expired, None),
-            Some(a) => {
-                let d = a
-                    .wait(&approval_id, deadline, self.parts.cancel)
-                    .unwrap_or(ApprovalDecision::Denied);
-                (d, a.message(&approval_id))
-            }
-        };
-        self.waited_for_a_person(began);
-        if decision == ApprovalDecision::Cancelled {
-            return Ok(Some((
-                Outcome::Cancelled,
-                "cancelled by request at a checkpoint".into(),
-            )));
-        }
-        self.record(Event::CheckpointDecided {
-            approval_id,
-            decision: decision.as_str().into(),
-            message: message.clone(),
-        })?;
-        match decision {
-            ApprovalDecision::Approved => {
-                self.go(TaskState::Planning, "a person said to go on")?;
-                if let Some(m) = message {
-                    let text = format!("A person reviewed the task at a checkpoint and says: {m}");
-                    self.tell(0, context, text)?;
-                }
-                Ok(None)
-            }
-            ApprovalDecision::Denied => Ok(Some((
-                Outcome::Cancelled,
-                format!("stopped by a person at a checkpoint ({reason})"),
-            ))),
-            _ => Ok(Some((
-                Outcome::Cancelled,
-                format!(
-                    "nobody answered the checkpoint ({reason}); stopped, never continued unasked"
-                ),
-            ))),
-        }
-    }
-
-    /// With `checkpoints.pause_clock`, the wait that began at `began` (ms)
-    /// is not charged to the wall-time budget, and commands' deadlines
-    /// move by as much (through the counter given to
-    /// [`Director::with_clock_pause`]).
-    fn waited_for_a_person(&mut self, began: u64) {
-        if !self.checkpoints.pause_clock {
-            return;
-        }
-        let waited = self.parts.clock.now_ms().saturating_sub(began);
-        self.budget.pause(waited);
-        if let Some(c) = &self.clock_pause {
-            c.fetch_add(waited, std::sync::atomic::Ordering::SeqCst);
-        }
     }
 
     /// Add every pause for a person (with `checkpoints.pause_clock`) to
@@ -291,9 +205,9 @@ impl<'a> Director<'a> {
     }
 
     /// Use these stall thresholds (the Loopfile's `progress`).
-    pub fn with_progress(mut self, config: crate::progress::ProgressConfig) -> Self {
-        self.progress = ProgressDetector::new(config.clone());
+    pub fn with_progress(mut self, config: ProgressConfig) -> Self {
         self.progress_config = config;
+        self.state = self.fresh_state(0);
         self
     }
 
@@ -303,109 +217,6 @@ impl<'a> Director<'a> {
         self.approvals = Some(approvals);
         self.approval_timeout_ms = timeout_secs.saturating_mul(1000);
         self
-    }
-
-    /// Ask for approval of `call` (or, resuming, wait for an earlier
-    /// request), record the answer, and come back to acting.
-    fn seek_approval(
-        &mut self,
-        step: u32,
-        call: &ToolCall,
-        rule: &str,
-        pending: Option<(String, u64)>,
-    ) -> Result<ApprovalDecision, DirectorError> {
-        let (approval_id, deadline) = match pending {
-            Some(p) => p,
-            None => {
-                let now = self.parts.clock.now_ms();
-                let approval_id = format!("{}-{}", step, call.id);
-                let deadline = now.saturating_add(self.approval_timeout_ms);
-                let detail = call
-                    .args
-                    .get("command")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_string)
-                    .unwrap_or_else(|| call.args.to_string());
-                // The request is stored before the task says it waits: a
-                // reader who sees `awaiting_approval` always finds it.
-                if let Some(a) = self.approvals.as_deref_mut() {
-                    let payload = serde_json::json!({
-                        "call_id": call.id, "tool": call.tool, "detail": detail,
-                        "rule": rule, "deadline_ms": deadline,
-                    });
-                    a.request(&approval_id, &payload, now)
-                        .map_err(DirectorError::Ledger)?;
-                }
-                self.record(Event::ApprovalRequested {
-                    step,
-                    approval_id: approval_id.clone(),
-                    call_id: call.id.clone(),
-                    tool: call.tool.clone(),
-                    detail: detail.clone(),
-                    rule: rule.to_string(),
-                    deadline_ms: deadline,
-                })?;
-                self.go(
-                    TaskState::AwaitingApproval,
-                    format!("`{detail}` needs a person's approval (rule `{rule}`)"),
-                )?;
-                (approval_id, deadline)
-            }
-        };
-        let began = self.parts.clock.now_ms();
-        let decision = match self.approvals.as_deref_mut() {
-            // Nobody can answer: fail closed.
-            None => ApprovalDecision::Denied,
-            Some(a) => a
-                .wait(&approval_id, deadline, self.parts.cancel)
-                .unwrap_or(ApprovalDecision::Denied),
-        };
-        self.waited_for_a_person(began);
-        if decision == ApprovalDecision::Cancelled {
-            return Ok(decision);
-        }
-        let by = self
-            .approvals
-            .as_deref_mut()
-            .and_then(|a| a.decided_by(&approval_id));
-        self.record(Event::ApprovalDecided {
-            approval_id,
-            decision: decision.as_str().into(),
-            by,
-        })?;
-        self.go(TaskState::Acting, format!("approval {}", decision.as_str()))?;
-        Ok(decision)
-    }
-
-    /// The observation of a call a person did not approve.
-    fn denial(call: &ToolCall, rule: &str, decision: &str) -> Observation {
-        Observation::refused(
-            &call.id,
-            &call.tool,
-            format!("approval: {decision}"),
-            format!(
-                "this needed a person's approval (rule `{rule}`) and the answer was `{decision}`; it was not run"
-            ),
-        )
-    }
-
-    /// Record a denial as the call's observation.
-    fn record_denial(
-        &mut self,
-        step: u32,
-        call: &ToolCall,
-        rule: &str,
-        decision: &str,
-        context: &mut Context,
-    ) -> Result<Observation, DirectorError> {
-        let obs = Self::denial(call, rule, decision);
-        self.record(Event::Observed {
-            step,
-            observation: obs.clone(),
-            workspace_root: None,
-        })?;
-        context.push_observation(&obs);
-        Ok(obs)
     }
 
     /// Have `checker` review work the checks accept; it can only veto. Its
@@ -431,33 +242,71 @@ impl<'a> Director<'a> {
         &self.locked_sha256
     }
 
+    /// Record `event` and apply it to the state: nothing changes the
+    /// state that is not on the record.
     fn record(&mut self, event: Event) -> Result<(), DirectorError> {
         self.parts
             .ledger
             .append(&event)
             .map_err(DirectorError::Ledger)?;
+        self.state.apply(&event)?;
         self.parts.observer.on_event(&event);
         Ok(())
     }
 
     fn go(&mut self, to: TaskState, reason: impl Into<String>) -> Result<(), DirectorError> {
-        let event = self.machine.go(to, reason)?;
+        let event = self.state.machine.clone().go(to, reason)?;
         self.record(event)
     }
 
+    /// Record runtime feedback; the model sees it in its context.
+    fn tell(&mut self, step: u32, text: String) -> Result<(), DirectorError> {
+        self.record(Event::Feedback { step, text })
+    }
+
+    /// The tools this build offers and the system prompt naming them (they
+    /// are part of the context, and not on the record).
+    fn offer_tools(&mut self) {
+        let tools = self.parts.tools.specs();
+        self.state.context.system = system_prompt(&self.contract, &self.locked_sha256, &tools);
+        self.state.context.tools = tools;
+    }
+
     /// Run the task to a terminal outcome.
-    pub fn run(self) -> Result<RunResult, DirectorError> {
-        self.run_from(&[], 0, None)
+    pub fn run(mut self) -> Result<RunResult, DirectorError> {
+        let baseline_root = self.parts.tools.workspace_root();
+        self.record(Event::TaskStarted {
+            task_id: self.task_id.clone(),
+            contract_sha256: self.locked_sha256.clone(),
+            contract: Box::new(self.contract.clone()),
+            limits: self.contract.limits.clone(),
+            model: self.parts.model.info(),
+            checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
+            runtime: RuntimeInfo::current(),
+            baseline_root: baseline_root.as_ref().cloned().unwrap_or_default(),
+        })?;
+        let phase = match (baseline_root, self.end_at_once.take()) {
+            (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),
+            (Ok(_), Some(reason)) => Phase::End(Outcome::Error, reason),
+            (Ok(_), None) => {
+                self.go(TaskState::Planning, "task started: contract locked")?;
+                self.offer_tools();
+                Phase::Plan
+            }
+        };
+        self.drive(phase)
     }
 
     /// Continue a task whose ledger so far is `history` (its events, in
-    /// order) and which had used `elapsed_ms` of wall time. The context,
-    /// budgets, state, progress and verification so far are rebuilt from the
-    /// record; an interrupted step is finished (calls that may have had
-    /// effects are not run twice); then the loop goes on. With an empty
-    /// history this is [`Director::run`].
+    /// order) and which had used `elapsed_ms` of wall time. The state is
+    /// rebuilt by applying the record; an interrupted step is finished
+    /// (calls that may have had effects are not run twice); then the loop
+    /// goes on. With an empty history this is [`Director::run`].
     pub fn resume(self, history: &[Event], elapsed_ms: u64) -> Result<RunResult, DirectorError> {
-        self.run_from(history, elapsed_ms, None)
+        if history.is_empty() {
+            return self.run();
+        }
+        self.continue_from(history, elapsed_ms, None)
     }
 
     /// Grant more budget to a task that ended `limit_reached` (its record is
@@ -469,254 +318,132 @@ impl<'a> Director<'a> {
         elapsed_ms: u64,
         extension: Extension,
     ) -> Result<RunResult, DirectorError> {
-        self.run_from(history, elapsed_ms, Some(extension))
+        self.continue_from(history, elapsed_ms, Some(extension))
     }
 
-    fn run_from(
+    fn continue_from(
         mut self,
         history: &[Event],
         elapsed_ms: u64,
         extension: Option<Extension>,
     ) -> Result<RunResult, DirectorError> {
+        self.state = self.fresh_state(elapsed_ms);
         if history.is_empty() {
-            let baseline_root = self.parts.tools.workspace_root();
-            let baseline = match &baseline_root {
-                Ok(r) => r.clone(),
-                Err(_) => String::new(),
-            };
-            self.root = baseline.clone();
-            self.record(Event::TaskStarted {
-                task_id: self.task_id.clone(),
-                contract_sha256: self.locked_sha256.clone(),
-                contract: Box::new(self.contract.clone()),
-                limits: self.contract.limits.clone(),
-                model: self.parts.model.info(),
-                checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
-                runtime: RuntimeInfo::current(),
-                baseline_root: baseline,
-            })?;
-            let stop = match baseline_root {
-                Err(e) => Stop::Outcome(Outcome::Error, format!("cannot read the workspace: {e}")),
-                Ok(_) if self.end_at_once.is_some() => {
-                    Stop::Outcome(Outcome::Error, self.end_at_once.take().unwrap_or_default())
-                }
-                Ok(_) => {
-                    self.go(TaskState::Planning, "task started: contract locked")?;
-                    let tools = self.parts.tools.specs();
-                    let system = system_prompt(&self.contract, &self.locked_sha256, &tools);
-                    let context = Context::new(system, tools, &self.contract.instruction);
-                    self.drive(context, 0, Phase::Plan)?
-                }
-            };
-            let Stop::Outcome(outcome, reason) = stop;
-            return self.finish(outcome, reason);
+            return Err(RecordError::NotStarted.into());
         }
-        let mut restored = crate::resume::rebuild(
-            self.contract.limits.clone(),
-            self.progress_config.clone(),
-            history,
-            self.parts.clock.now_ms(),
-            elapsed_ms,
-        )
-        .map_err(DirectorError::Resume)?;
-        if restored.task_id != self.task_id || restored.contract_sha256 != self.locked_sha256 {
-            return Err(DirectorError::Resume(format!(
-                "the history is for task {} with contract {}, not task {} with contract {}",
-                restored.task_id, restored.contract_sha256, self.task_id, self.locked_sha256
-            )));
+        for event in history {
+            self.state.apply(event)?;
         }
-        self.machine = restored.machine;
-        self.budget = restored.budget;
-        self.last_report = restored.last_report;
-        self.progress = restored.progress;
-        self.root = restored.root.clone();
-        self.parts.model.resume_at(restored.turns);
+        self.parts.model.resume_at(self.state.turns);
         if let Some(ext) = extension {
-            match &restored.finished {
-                Some((record, _)) if record.kind == loop_protocol::OutcomeKind::LimitReached => {}
-                Some((record, _)) => {
-                    return Err(DirectorError::Resume(format!(
-                        "only a task that reached a limit can be given more budget; this one ended {record}"
-                    )));
-                }
-                None => {
-                    return Err(DirectorError::Resume(
-                        "the task has not ended; resume it without extending".into(),
-                    ));
-                }
-            }
-            self.record(Event::BudgetExtended {
-                add_steps: ext.add_steps,
-                add_tokens: ext.add_tokens,
-                add_usd: ext.add_usd,
-                add_secs: ext.add_secs,
-            })?;
-            self.budget
-                .extend(ext.add_steps, ext.add_tokens, ext.add_usd, ext.add_secs);
-            // Out of terminal: recorded, and only ever here.
-            let n = self.machine.taken() + 1;
-            self.record(Event::Transition {
-                n,
-                from: TaskState::Terminal,
-                to: TaskState::Planning,
-                reason: format!(
-                    "budget extended: +{} steps, +{} tokens, +${:.2}, +{} s",
-                    ext.add_steps, ext.add_tokens, ext.add_usd, ext.add_secs
-                ),
-            })?;
-            self.machine = Machine::restore(TaskState::Planning, n);
-            restored.finished = None;
-            restored.phase = Phase::Plan;
-            restored.interrupted = None;
+            self.reopen(ext)?;
         }
-        if let Some((record, used)) = restored.finished {
+        if let Some((record, used)) = self.state.finished.clone() {
             // It ended; only the receipt was missing.
-            let outcome = match (record.kind, &self.last_report) {
-                (loop_protocol::OutcomeKind::Verified, Some(report)) => {
-                    match Acceptance::establish(&self.contract, &self.locked_sha256, report) {
-                        Ok(a) => Outcome::Verified(a),
-                        Err(_) => Outcome::Error,
-                    }
-                }
-                (kind, _) => crate::resume::unverified_outcome(kind, record.limit),
-            };
-            return Ok(RunResult {
-                granted: self.budget.limits().clone(),
-                outcome,
-                record,
-                used,
-                last_report: self.last_report,
-            });
+            let outcome = self.state.recorded_outcome(&self.contract, &record);
+            return Ok(self.result(outcome, record, used));
         }
         if let Some(reason) = self.end_at_once.take() {
             return self.finish(Outcome::Error, reason);
         }
-        let state = self.machine.state();
+        let state = self.state.machine.state();
+        let step = self.state.step;
+        let phase = self.state.resume_phase(&self.contract)?;
         self.record(Event::Resumed {
-            reason: format!(
-                "the runtime stopped in state {state}; resuming at step {}",
-                restored.step
-            ),
+            reason: format!("the runtime stopped in state {state}; resuming at step {step}"),
         })?;
-        let mut context = restored.context;
-        // The tools offered are this build's (they are part of the context).
-        context.tools = self.parts.tools.specs();
-        context.system = system_prompt(&self.contract, &self.locked_sha256, &context.tools);
-        let mut phase = restored.phase;
-        self.failed_repairs = restored.failed_repairs;
-        self.cost_asked = restored.cost_asked;
-        if let Some(n) = self.checkpoints.after_failed_repairs
-            && n > 0
-            && restored.rejection_unasked
-            && restored.failed_repairs.is_multiple_of(n)
+        self.offer_tools();
+        if let Some(p) = self.state.pending_checkpoint.clone()
+            && let Some((outcome, why)) =
+                self.checkpoint(&p.reason, Some((p.approval_id, p.deadline_ms)))?
         {
-            self.checkpoint_due = Some(format!(
-                "verification rejected {} time(s)",
-                restored.failed_repairs
-            ));
+            // The runtime stopped while a person was asked: asked again.
+            return self.finish(outcome, why);
         }
-        if let Some((id, reason, deadline)) = restored.pending_checkpoint.clone() {
-            // The runtime stopped while a person was asked: wait again.
-            if let Some((outcome, why)) =
-                self.checkpoint(&mut context, &reason, Some((id, deadline)))?
-            {
-                return self.finish(outcome, why);
-            }
+        if let Some((outcome, why)) = self.settle_approvals()? {
+            return self.finish(outcome, why);
         }
-        // Approvals the record shows: granted ones let their calls run; a
-        // deny whose refusal was not recorded yet is recorded now; a pending
-        // request is waited for again (it survives the restart).
-        for call_id in &restored.approved {
-            self.parts.tools.approve(call_id);
+        if let (Some(int), Phase::Act) = (self.state.take_interrupted(), &phase) {
+            self.settle_interrupted(&int, step)?;
         }
-        if let Phase::Act { turn, done } = &mut phase {
-            for (call_id, rule, decision) in &restored.denied {
-                if let Some(call) = turn.calls.iter().find(|c| &c.id == call_id).cloned() {
-                    let obs =
-                        self.record_denial(restored.step, &call, rule, decision, &mut context)?;
-                    done.push((obs, None));
-                }
-            }
-            if let Some(p) = &restored.pending_approval
-                && let Some(call) = turn.calls.iter().find(|c| c.id == p.call_id).cloned()
-            {
-                let pending = Some((p.approval_id.clone(), p.deadline_ms));
-                match self.seek_approval(restored.step, &call, &p.rule, pending)? {
-                    ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
-                    ApprovalDecision::Cancelled => {
-                        return self.finish(
-                            Outcome::Cancelled,
-                            "cancelled by request while awaiting approval".into(),
-                        );
-                    }
-                    d => {
-                        let obs = self.record_denial(
-                            restored.step,
-                            &call,
-                            &p.rule,
-                            d.as_str(),
-                            &mut context,
-                        )?;
-                        done.push((obs, None));
-                    }
-                }
-            }
-        }
-        if let (Some(int), Phase::Act { done, .. }) = (restored.interrupted, &mut phase)
-            && let Some(obs) = self.settle_interrupted(&int, restored.step)?
-        {
-            context.push_observation(&obs);
-            done.push((obs, None));
-        }
-        if matches!(phase, Phase::Plan) && self.machine.state() != TaskState::Planning {
+        if matches!(phase, Phase::Plan) && self.state.machine.state() != TaskState::Planning {
             self.go(TaskState::Planning, format!("resumed from {state}"))?;
         }
-        if let Phase::Act { turn, .. } = &phase {
-            if self.machine.state() == TaskState::Planning {
+        if let Phase::Act = phase {
+            if self.state.machine.state() == TaskState::Planning {
+                let calls = self.state.turn().map_or(0, |t| t.calls.len());
                 self.go(
                     TaskState::Acting,
-                    format!(
-                        "step {}: model proposed {} call(s)",
-                        restored.step,
-                        turn.calls.len()
-                    ),
+                    format!("step {step}: model proposed {calls} call(s)"),
                 )?;
             }
             self.parts.tools.begin_step();
         }
-        let stop = match phase {
-            Phase::End(outcome, reason) => Stop::Outcome(outcome, reason),
-            phase => self.drive(context, restored.step, phase)?,
-        };
-        let Stop::Outcome(outcome, reason) = stop;
-        self.finish(outcome, reason)
+        self.drive(phase)
+    }
+
+    /// Record the grant of `ext` to a task that reached a limit and move it
+    /// out of terminal (recorded, and only ever here).
+    fn reopen(&mut self, ext: Extension) -> Result<(), DirectorError> {
+        match &self.state.finished {
+            Some((record, _)) if record.kind == OutcomeKind::LimitReached => {}
+            Some((record, _)) => {
+                return Err(DirectorError::Resume(format!(
+                    "only a task that reached a limit can be given more budget; this one ended {record}"
+                )));
+            }
+            None => {
+                return Err(DirectorError::Resume(
+                    "the task has not ended; resume it without extending".into(),
+                ));
+            }
+        }
+        self.record(Event::BudgetExtended {
+            add_steps: ext.add_steps,
+            add_tokens: ext.add_tokens,
+            add_usd: ext.add_usd,
+            add_secs: ext.add_secs,
+        })?;
+        self.record(Event::Transition {
+            n: self.state.machine.taken() + 1,
+            from: TaskState::Terminal,
+            to: TaskState::Planning,
+            reason: format!(
+                "budget extended: +{} steps, +{} tokens, +${:.2}, +{} s",
+                ext.add_steps, ext.add_tokens, ext.add_usd, ext.add_secs
+            ),
+        })
+    }
+
+    fn result(&self, outcome: Outcome, record: OutcomeRecord, used: BudgetUse) -> RunResult {
+        RunResult {
+            granted: self.state.budget.limits().clone(),
+            outcome,
+            record,
+            used,
+            last_report: self.state.last_report.clone(),
+        }
     }
 
     fn finish(mut self, outcome: Outcome, reason: String) -> Result<RunResult, DirectorError> {
         debug_assert!(
             !outcome.is_verified()
                 || matches!(
-                    self.machine.state(),
+                    self.state.machine.state(),
                     TaskState::Verifying | TaskState::Terminal
                 ),
             "only verification can end a task verified"
         );
         let record = outcome.record(reason.clone());
-        if self.machine.state() != TaskState::Terminal {
+        if self.state.machine.state() != TaskState::Terminal {
             self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
         }
-        let used = self.budget.used(self.parts.clock.now_ms());
+        let used = self.state.budget.used(self.parts.clock.now_ms());
         self.record(Event::Finished {
             outcome: record.clone(),
             used,
         })?;
-        Ok(RunResult {
-            granted: self.budget.limits().clone(),
-            outcome,
-            record,
-            used,
-            last_report: self.last_report,
-        })
+        Ok(self.result(outcome, record, used))
     }
 
     /// A call was in flight when the runtime stopped. Reads run again. A
@@ -724,15 +451,12 @@ impl<'a> Director<'a> {
     /// was before the call (so it had no effect yet, and commands have no
     /// network). Otherwise a write completed (the edit journal makes writes
     /// all-or-nothing) and a command's outcome is unknown: it is never run
-    /// twice, and the model is told to inspect. `None` means: run it again.
-    fn settle_interrupted(
-        &mut self,
-        int: &crate::resume::Interrupted,
-        step: u32,
-    ) -> Result<Option<Observation>, DirectorError> {
+    /// twice, and the model is told to inspect. Nothing recorded means: run
+    /// it again.
+    fn settle_interrupted(&mut self, int: &Interrupted, step: u32) -> Result<(), DirectorError> {
         let now = self.parts.tools.workspace_root().unwrap_or_default();
         if int.effect == loop_protocol::Effect::Pure || now == int.root_before {
-            return Ok(None);
+            return Ok(());
         }
         let call = &int.call;
         let mut obs = match int.effect {
@@ -749,28 +473,11 @@ impl<'a> Director<'a> {
             ),
         };
         obs.changed = true;
-        self.root = now.clone();
         self.record(Event::Observed {
             step,
-            observation: obs.clone(),
+            observation: obs,
             workspace_root: Some(now),
-        })?;
-        Ok(Some(obs))
-    }
-
-    /// Record runtime feedback and show it to the model.
-    fn tell(
-        &mut self,
-        step: u32,
-        context: &mut Context,
-        text: String,
-    ) -> Result<(), DirectorError> {
-        self.record(Event::Feedback {
-            step,
-            text: text.clone(),
-        })?;
-        context.push_feedback(text);
-        Ok(())
+        })
     }
 
     /// Ask the checker, if there is one, about accepted work. `Some(reasons)`
@@ -787,14 +494,14 @@ impl<'a> Director<'a> {
         let ctx =
             crate::review::review_context(&self.contract, &self.locked_sha256, report, &change);
         // The reserve exists for this call: it may spend it.
-        let limits = match self.budget.call_limits(
+        let limits = match self.state.budget.call_limits(
             reviewer.estimate_prompt_tokens(&ctx),
             reviewer.max_output_tokens(),
             reviewer.price(),
             0,
         ) {
             Ok(l) => loop_protocol::CallLimits {
-                time_left_ms: Some(self.budget.time_left_ms(self.parts.clock.now_ms())),
+                time_left_ms: Some(self.state.budget.time_left_ms(self.parts.clock.now_ms())),
                 ..l
             },
             Err((_, reason)) => {
@@ -817,7 +524,6 @@ impl<'a> Director<'a> {
         // A checker nobody can reach is not an objection the maker could
         // address: the task ends, naming it.
         if let ModelReply::Unavailable { error, usage } = &reply {
-            self.budget.charge_review(usage);
             let info = reviewer.info();
             let reasons = format!(
                 "the checker {}:{} could not be reached: {error}",
@@ -832,7 +538,6 @@ impl<'a> Director<'a> {
             return Ok(Review::Unreachable(reasons));
         }
         let (verdict, usage) = crate::review::read_reply(&reply);
-        self.budget.charge_review(&usage);
         let (name, reasons, objection) = match verdict {
             crate::review::Verdict::Approve(r) => ("approve", r, None),
             crate::review::Verdict::Object(r) => ("object", r.clone(), Some(r)),
@@ -846,69 +551,54 @@ impl<'a> Director<'a> {
         Ok(objection.map_or(Review::Approved, Review::Objection))
     }
 
-    /// The loop, as phases so a resumed task can enter it anywhere.
-    /// Returns when the task must stop; the caller records the end.
-    fn drive(
-        &mut self,
-        mut context: Context,
-        mut step: u32,
-        mut phase: Phase,
-    ) -> Result<Stop, DirectorError> {
+    /// The loop, as phases so a resumed task can enter it anywhere; it
+    /// records the end.
+    fn drive(mut self, mut phase: Phase) -> Result<RunResult, DirectorError> {
         loop {
             phase = match phase {
-                Phase::End(outcome, reason) => return Ok(Stop::Outcome(outcome, reason)),
-                Phase::Plan => self.plan(&mut context, &mut step)?,
-                Phase::Act { turn, done } => self.act(&mut context, step, *turn, done)?,
-                Phase::Verify { claim } => self.verify_phase(&mut context, step, claim)?,
-                Phase::Decide { report, claim } => {
-                    self.decide(&mut context, step, report, claim)?
-                }
+                Phase::End(outcome, reason) => return self.finish(outcome, reason),
+                Phase::Plan => self.plan()?,
+                Phase::Act => self.act()?,
+                Phase::Verify { claim } => self.verify_phase(claim)?,
+                Phase::Decide { report, claim } => self.decide(report, claim)?,
             };
         }
     }
 
     /// Decide whether another model turn may be spent, and ask for it.
-    fn plan(&mut self, context: &mut Context, step: &mut u32) -> Result<Phase, DirectorError> {
+    fn plan(&mut self) -> Result<Phase, DirectorError> {
         if self.parts.cancel.load(Ordering::SeqCst) {
             return Ok(Phase::End(
                 Outcome::Cancelled,
                 "cancelled by request".into(),
             ));
         }
-        if let Some(threshold) = self.checkpoints.cost_usd_over
-            && !self.cost_asked
-            && self.budget.used(self.parts.clock.now_ms()).usd > threshold
-        {
-            self.cost_asked = true;
-            self.checkpoint_due
-                .get_or_insert(format!("spending crossed ${threshold:.2}"));
-        }
-        if let Some(reason) = self.checkpoint_due.take()
-            && let Some((outcome, why)) = self.checkpoint(context, &reason, None)?
+        if let Some(reason) = self.checkpoint_due()
+            && let Some((outcome, why)) = self.checkpoint(&reason, None)?
         {
             return Ok(Phase::End(outcome, why));
         }
-        if let Some((kind, reason)) = self.budget.exhausted(self.parts.clock.now_ms()) {
+        let now = self.parts.clock.now_ms();
+        if let Some((kind, reason)) = self.state.budget.exhausted(now) {
             return Ok(Phase::End(Outcome::LimitReached(kind), reason));
         }
         // How much may this call spend? Refuse before spending if nothing fits.
-        let limits = match self.budget.call_limits(
-            self.parts.model.estimate_prompt_tokens(context),
+        let limits = match self.state.budget.call_limits(
+            self.parts.model.estimate_prompt_tokens(&self.state.context),
             self.parts.model.max_output_tokens(),
             self.parts.model.price(),
             self.reserve_tokens,
         ) {
             // The call gives up when the task's time is up.
             Ok(l) => loop_protocol::CallLimits {
-                time_left_ms: Some(self.budget.time_left_ms(self.parts.clock.now_ms())),
+                time_left_ms: Some(self.state.budget.time_left_ms(now)),
                 ..l
             },
             Err((kind, reason)) => return Ok(Phase::End(Outcome::LimitReached(kind), reason)),
         };
-        *step += 1;
-        let step = *step;
-        let context_sha256 = context.sha256().unwrap_or_default();
-        let turn = match self.parts.model.next_turn(context, limits) {
+        let step = self.state.step + 1;
+        let context_sha256 = self.state.context.sha256().unwrap_or_default();
+        let turn = match self.parts.model.next_turn(&self.state.context, limits) {
             Err(e) => {
                 return Ok(Phase::End(Outcome::Error, format!("model failed: {e}")));
             }
@@ -923,7 +613,6 @@ impl<'a> Director<'a> {
                 ));
             }
             Ok(ModelReply::Unavailable { error, usage }) => {
-                self.budget.charge_turn(&usage);
                 self.record(Event::ModelFailed {
                     step,
                     error: error.clone(),
@@ -938,193 +627,106 @@ impl<'a> Director<'a> {
                 error,
                 excerpt,
                 usage,
-            }) => {
-                // It cost what it cost; it goes back as a typed observation.
-                self.budget.charge_turn(&usage);
-                self.record(Event::ModelMalformed {
-                    step,
-                    context_sha256,
-                    error: error.clone(),
-                    excerpt,
-                    usage,
-                })?;
-                let text = format!(
-                    "[malformed answer] Your last answer could not be used: {error}. \
-                     Answer with tool calls only, in the format described."
-                );
-                self.tell(step, context, text)?;
-                match self.progress.malformed(step, &error, &self.root) {
-                    Verdict::Stop(pattern) => {
-                        return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
-                    }
-                    Verdict::Nudge(pattern) => {
-                        let text = format!(
-                            "Stall detected: {pattern}. Answering the same way again will end the task as lost."
-                        );
-                        self.tell(step, context, text)?;
-                    }
-                    Verdict::Ok => {}
-                }
-                self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
-                self.go(
-                    TaskState::Planning,
-                    "malformed answer returned to the model",
-                )?;
-                return Ok(Phase::Plan);
-            }
+            }) => return self.malformed(step, context_sha256, error, excerpt, usage),
             Ok(ModelReply::Turn(turn)) => turn,
         };
-        self.budget.charge_turn(&turn.usage);
+        let calls = turn.calls.len();
         self.record(Event::ModelTurn {
             step,
             context_sha256,
-            thought: turn.thought.clone(),
-            calls: turn.calls.clone(),
+            thought: turn.thought,
+            calls: turn.calls,
             usage: turn.usage,
         })?;
-        context.push_turn(turn.thought.clone(), turn.calls.clone());
         self.go(
             TaskState::Acting,
-            format!("step {step}: model proposed {} call(s)", turn.calls.len()),
+            format!("step {step}: model proposed {calls} call(s)"),
         )?;
         self.parts.tools.begin_step();
-        if turn.calls.is_empty() {
+        if calls == 0 {
             let text = "No tool call was proposed. Act with a tool, or call `finish` when the checks should pass.".to_string();
-            self.tell(step, context, text)?;
+            self.tell(step, text)?;
         }
-        Ok(Phase::Act {
-            turn: Box::new(turn),
-            done: Vec::new(),
-        })
+        Ok(Phase::Act)
     }
 
-    /// Execute the turn's calls not yet observed (`done` holds those that were,
-    /// for a resumed step), then judge progress and decide on verification.
-    fn act(
+    /// An answer that could not be used: it cost what it cost, and goes
+    /// back to the model as a typed observation; repeated, it is a stall.
+    fn malformed(
         &mut self,
-        context: &mut Context,
         step: u32,
-        turn: Turn,
-        done: Vec<(Observation, Option<Control>)>,
+        context_sha256: String,
+        error: String,
+        excerpt: String,
+        usage: loop_protocol::Usage,
     ) -> Result<Phase, DirectorError> {
-        let mut finish_claim = None;
-        let mut changed = done.iter().any(|(o, _)| o.changed);
-        let mut observations: Vec<Observation> = Vec::new();
-        for (o, control) in &done {
-            observations.push(o.clone());
-            if let Some(Control::Finish { summary }) = control {
-                finish_claim = Some(summary.clone());
+        self.record(Event::ModelMalformed {
+            step,
+            context_sha256,
+            error: error.clone(),
+            excerpt,
+            usage,
+        })?;
+        let text = format!(
+            "[malformed answer] Your last answer could not be used: {error}. \
+             Answer with tool calls only, in the format described."
+        );
+        self.tell(step, text)?;
+        match self.state.malformed_verdict.clone() {
+            Verdict::Stop(pattern) => {
+                return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
             }
+            Verdict::Nudge(pattern) => {
+                let text = format!(
+                    "Stall detected: {pattern}. Answering the same way again will end the task as lost."
+                );
+                self.tell(step, text)?;
+            }
+            Verdict::Ok => {}
         }
+        self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
+        self.go(
+            TaskState::Planning,
+            "malformed answer returned to the model",
+        )?;
+        Ok(Phase::Plan)
+    }
+
+    /// Execute the turn's calls not yet observed (a resumed step may have
+    /// some), then judge progress and decide on verification.
+    fn act(&mut self) -> Result<Phase, DirectorError> {
+        let Some(turn) = self.state.turn().cloned() else {
+            return Err(RecordError::Inconsistent("acting with no turn in flight").into());
+        };
+        let step = self.state.step;
+        let mut finish_claim = self.state.done().iter().find_map(|(_, c)| {
+            c.as_ref()
+                .map(|Control::Finish { summary }| summary.clone())
+        });
         if finish_claim.is_none() {
-            for call in turn.calls.iter().skip(done.len()) {
+            let already = self.state.done().len();
+            for call in turn.calls.iter().skip(already) {
                 if self.parts.cancel.load(Ordering::SeqCst) {
                     return Ok(Phase::End(
                         Outcome::Cancelled,
                         "cancelled by request".into(),
                     ));
                 }
-                if let Some(rule) = self.parts.tools.needs_approval(call) {
-                    match self.seek_approval(step, call, &rule, None)? {
-                        ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
-                        ApprovalDecision::Cancelled => {
-                            return Ok(Phase::End(
-                                Outcome::Cancelled,
-                                "cancelled by request while awaiting approval".into(),
-                            ));
-                        }
-                        d => {
-                            let obs = self.record_denial(step, call, &rule, d.as_str(), context)?;
-                            observations.push(obs);
-                            continue;
-                        }
+                match self.call(step, call)? {
+                    Called::Observed => {}
+                    Called::Claimed(summary) => {
+                        finish_claim = Some(summary);
+                        // Calls after `finish` in the same turn are not executed.
+                        break;
                     }
-                }
-                // The intent is durable before the call runs.
-                self.record(Event::Intent {
-                    step,
-                    call_id: call.id.clone(),
-                    tool: call.tool.clone(),
-                    effect: self.parts.tools.effect(call),
-                    root_before: self.root.clone(),
-                })?;
-                let mut outcome = match self.parts.tools.execute(call) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        return Ok(Phase::End(
-                            Outcome::Error,
-                            format!("tool runtime failed: {e}"),
-                        ));
-                    }
-                };
-                // Recovery: a failure for a passing reason is retried, with
-                // backoff, up to the cap; each retry is recorded.
-                let mut attempt = 0;
-                while attempt < self.checkpoints.retry_transient
-                    && self.parts.tools.transient(&outcome.observation)
-                {
-                    attempt += 1;
-                    let wait = self
-                        .checkpoints
-                        .retry_base_ms
-                        .saturating_mul(1 << (attempt - 1).min(10));
-                    self.record(Event::Recovery {
-                        step,
-                        policy: "retry".into(),
-                        call_id: call.id.clone(),
-                        attempt,
-                        detail: format!(
-                            "transient failure, retried after {wait} ms: {}",
-                            outcome
-                                .observation
-                                .content
-                                .lines()
-                                .next()
-                                .unwrap_or_default()
-                        ),
-                    })?;
-                    self.parts.clock.pause(wait);
-                    outcome = match self.parts.tools.execute(call) {
-                        Ok(o) => o,
-                        Err(e) => {
-                            return Ok(Phase::End(
-                                Outcome::Error,
-                                format!("tool runtime failed: {e}"),
-                            ));
-                        }
-                    };
-                }
-                let workspace_root = if outcome.observation.changed {
-                    changed = true;
-                    let root = self.parts.tools.workspace_root().ok();
-                    if let Some(r) = &root {
-                        self.root = r.clone();
-                    }
-                    root
-                } else {
-                    None
-                };
-                observations.push(outcome.observation.clone());
-                self.record(Event::Observed {
-                    step,
-                    observation: outcome.observation.clone(),
-                    workspace_root,
-                })?;
-                context.push_observation(&outcome.observation);
-                if let Some(Control::Finish { summary }) = outcome.control {
-                    finish_claim = Some(summary);
-                    // Calls after `finish` in the same turn are not executed.
-                    break;
+                    Called::End(outcome, reason) => return Ok(Phase::End(outcome, reason)),
                 }
             }
         }
+        let changed = self.state.done().iter().any(|(o, _)| o.changed);
 
         // Is the loop getting anywhere? Nudge once, then stop as lost.
-        let mut verdict = self.progress.step(&turn.calls, &observations, &self.root);
-        if verdict == Verdict::Ok && finish_claim.is_some() {
-            verdict = self.progress.claim(&self.root);
-        }
-        match verdict {
+        match self.state.judge() {
             Verdict::Ok => {}
             Verdict::Stop(pattern) => {
                 return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
@@ -1133,7 +735,7 @@ impl<'a> Director<'a> {
                 let text = format!(
                     "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
                 );
-                self.tell(step, context, text)?;
+                self.tell(step, text)?;
                 if finish_claim.is_some() {
                     // A claim on the rejected workspace is not verified again.
                     self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
@@ -1160,14 +762,98 @@ impl<'a> Director<'a> {
         })
     }
 
+    /// One call of a turn: approval if the policy asks for it, the intent
+    /// recorded before it runs, retries of transient failures, and its
+    /// observation recorded.
+    fn call(&mut self, step: u32, call: &ToolCall) -> Result<Called, DirectorError> {
+        if let Some(rule) = self.parts.tools.needs_approval(call) {
+            match self.seek_approval(step, call, &rule, None)? {
+                ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
+                ApprovalDecision::Cancelled => {
+                    return Ok(Called::End(
+                        Outcome::Cancelled,
+                        "cancelled by request while awaiting approval".into(),
+                    ));
+                }
+                d => {
+                    self.record_denial(step, call, &rule, d.as_str())?;
+                    return Ok(Called::Observed);
+                }
+            }
+        }
+        // The intent is durable before the call runs.
+        self.record(Event::Intent {
+            step,
+            call_id: call.id.clone(),
+            tool: call.tool.clone(),
+            effect: self.parts.tools.effect(call),
+            root_before: self.state.root.clone(),
+        })?;
+        let mut outcome = match self.parts.tools.execute(call) {
+            Ok(o) => o,
+            Err(e) => {
+                return Ok(Called::End(
+                    Outcome::Error,
+                    format!("tool runtime failed: {e}"),
+                ));
+            }
+        };
+        // Recovery: a failure for a passing reason is retried, with
+        // backoff, up to the cap; each retry is recorded.
+        let mut attempt = 0;
+        while attempt < self.checkpoints.retry_transient
+            && self.parts.tools.transient(&outcome.observation)
+        {
+            attempt += 1;
+            let wait = self
+                .checkpoints
+                .retry_base_ms
+                .saturating_mul(1 << (attempt - 1).min(10));
+            self.record(Event::Recovery {
+                step,
+                policy: "retry".into(),
+                call_id: call.id.clone(),
+                attempt,
+                detail: format!(
+                    "transient failure, retried after {wait} ms: {}",
+                    outcome
+                        .observation
+                        .content
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                ),
+            })?;
+            self.parts.clock.pause(wait);
+            outcome = match self.parts.tools.execute(call) {
+                Ok(o) => o,
+                Err(e) => {
+                    return Ok(Called::End(
+                        Outcome::Error,
+                        format!("tool runtime failed: {e}"),
+                    ));
+                }
+            };
+        }
+        let workspace_root = if outcome.observation.changed {
+            self.parts.tools.workspace_root().ok()
+        } else {
+            None
+        };
+        self.record(Event::Observed {
+            step,
+            observation: outcome.observation,
+            workspace_root,
+        })?;
+        Ok(match outcome.control {
+            Some(Control::Finish { summary }) => Called::Claimed(summary),
+            None => Called::Observed,
+        })
+    }
+
     /// Run one verification pass.
-    fn verify_phase(
-        &mut self,
-        _context: &mut Context,
-        _step: u32,
-        claim: bool,
-    ) -> Result<Phase, DirectorError> {
-        let attempt = self.budget.charge_verification();
+    fn verify_phase(&mut self, claim: bool) -> Result<Phase, DirectorError> {
+        let attempt = self.state.budget.verifications() + 1;
         let report = match self
             .parts
             .verifier
@@ -1194,125 +880,91 @@ impl<'a> Director<'a> {
     /// or return the evidence to the model.
     fn decide(
         &mut self,
-        context: &mut Context,
-        step: u32,
         report: Box<VerificationReport>,
         claim: bool,
     ) -> Result<Phase, DirectorError> {
         let attempt = report.attempt;
-        self.last_report = Some((*report).clone());
-        match Acceptance::establish(&self.contract, &self.locked_sha256, &report) {
-            Ok(acceptance) => {
-                let objection = match self.review(&report, attempt)? {
-                    Review::Approved => None,
-                    Review::Objection(o) => Some(o),
-                    Review::Unreachable(why) => {
-                        return Ok(Phase::End(
-                            Outcome::Error,
-                            format!(
-                                "every check passed, but {why}; the work is not accepted without its review"
-                            ),
-                        ));
-                    }
-                };
-                if let Some(objection) = objection {
-                    if attempt >= self.contract.limits.max_verifications {
-                        return Ok(Phase::End(
-                            Outcome::Failed,
-                            format!(
-                                "the checker objected at verification {attempt}, the limit: {objection}"
-                            ),
-                        ));
-                    }
-                    let text = format!(
-                        "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
-                    );
-                    self.tell(step + 1, context, text)?;
-                    self.go(
-                        TaskState::Planning,
-                        "the checker objected; its reasons returned to the model",
-                    )?;
-                    return Ok(Phase::Plan);
-                }
+        let step = self.state.step;
+        let rejection = match Acceptance::establish(&self.contract, &self.locked_sha256, &report) {
+            Ok(acceptance) => return self.accepted(acceptance, &report, attempt, step),
+            Err(r) => r,
+        };
+        if matches!(
+            rejection,
+            loop_protocol::Rejection::ContractChanged { .. }
+                | loop_protocol::Rejection::WrongContract { .. }
+        ) {
+            return Ok(Phase::End(Outcome::Error, rejection.to_string()));
+        }
+        if attempt >= self.contract.limits.max_verifications {
+            return Ok(Phase::End(
+                Outcome::Failed,
+                format!("verification rejected {attempt} time(s), the limit: {rejection}"),
+            ));
+        }
+        // Without a finish claim a failing check is not news
+        // to report as a rejection; it still goes back as evidence.
+        let text = rejection_feedback(&report, &rejection, claim);
+        self.tell(step + 1, text)?;
+        self.go(
+            TaskState::Planning,
+            format!("verification rejected: {rejection}; evidence returned to the model"),
+        )?;
+        Ok(Phase::Plan)
+    }
+
+    /// Every check passed: the checker, if any, may still object.
+    fn accepted(
+        &mut self,
+        acceptance: Acceptance,
+        report: &VerificationReport,
+        attempt: u32,
+        step: u32,
+    ) -> Result<Phase, DirectorError> {
+        let objection = match self.review(report, attempt)? {
+            Review::Approved => {
                 let reason = format!(
                     "all {} criteria passed on fresh snapshots (attempt {attempt})",
                     self.contract.criteria.len()
                 );
-                Ok(Phase::End(Outcome::Verified(acceptance), reason))
+                return Ok(Phase::End(Outcome::Verified(acceptance), reason));
             }
-            Err(rejection) => {
-                self.progress.rejected_at(&report.manifest_root);
-                self.failed_repairs += 1;
-                if let Some(n) = self.checkpoints.after_failed_repairs
-                    && n > 0
-                    && self.failed_repairs.is_multiple_of(n)
-                {
-                    self.checkpoint_due = Some(format!(
-                        "verification rejected {} time(s): {rejection}",
-                        self.failed_repairs
-                    ));
-                }
-                if matches!(
-                    rejection,
-                    loop_protocol::Rejection::ContractChanged { .. }
-                        | loop_protocol::Rejection::WrongContract { .. }
-                ) {
-                    return Ok(Phase::End(Outcome::Error, rejection.to_string()));
-                }
-                if attempt >= self.contract.limits.max_verifications {
-                    return Ok(Phase::End(
-                        Outcome::Failed,
-                        format!("verification rejected {attempt} time(s), the limit: {rejection}"),
-                    ));
-                }
-                // Without a finish claim a failing check is not news
-                // to report as a rejection; it still goes back as evidence.
-                let text = rejection_feedback(&report, &rejection, claim);
-                self.tell(step + 1, context, text)?;
-                self.go(
-                    TaskState::Planning,
-                    format!("verification rejected: {rejection}; evidence returned to the model"),
-                )?;
-                Ok(Phase::Plan)
+            Review::Objection(o) => o,
+            Review::Unreachable(why) => {
+                return Ok(Phase::End(
+                    Outcome::Error,
+                    format!(
+                        "every check passed, but {why}; the work is not accepted without its review"
+                    ),
+                ));
             }
+        };
+        if attempt >= self.contract.limits.max_verifications {
+            return Ok(Phase::End(
+                Outcome::Failed,
+                format!("the checker objected at verification {attempt}, the limit: {objection}"),
+            ));
         }
+        let text = format!(
+            "Every check passed, but the checker objected:\n{objection}\nAddress it, then call `finish` again."
+        );
+        self.tell(step + 1, text)?;
+        self.go(
+            TaskState::Planning,
+            "the checker objected; its reasons returned to the model",
+        )?;
+        Ok(Phase::Plan)
     }
 }
 
-/// When to pause for a person, and how transient failures are retried.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Checkpoints {
-    /// Ask after every N rejected verifications (failed repairs).
-    pub after_failed_repairs: Option<u32>,
-    /// Ask once when spending passes this many dollars.
-    pub cost_usd_over: Option<f64>,
-    /// Unanswered this long, a checkpoint stops the task.
-    pub timeout_secs: u64,
-    /// Retries for a call that failed for a passing reason (0: none).
-    pub retry_transient: u32,
-    /// The first retry's wait; each later one doubles.
-    pub retry_base_ms: u64,
-    /// `loop apply` needs a person's `--yes` after reviewing the change.
-    pub before_apply: bool,
-    /// Time spent waiting for a person (an approval, a checkpoint) is not
-    /// charged to the wall-time budget; the wait is still bounded by the
-    /// approval timeout.
-    pub pause_clock: bool,
-}
-
-impl Default for Checkpoints {
-    fn default() -> Self {
-        Checkpoints {
-            after_failed_repairs: None,
-            cost_usd_over: None,
-            timeout_secs: 3600,
-            retry_transient: 2,
-            retry_base_ms: 200,
-            before_apply: false,
-            pause_clock: false,
-        }
-    }
+/// What one call came to.
+enum Called {
+    /// Its observation is recorded.
+    Observed,
+    /// It was a `finish` claim, with this summary.
+    Claimed(String),
+    /// The task must end.
+    End(Outcome, String),
 }
 
 /// More budget for a task that reached a limit.
@@ -1326,24 +978,4 @@ pub struct Extension {
     pub add_usd: f64,
     /// More wall-clock seconds.
     pub add_secs: u64,
-}
-
-/// Where the loop is (a resumed task may enter at any of these).
-pub(crate) enum Phase {
-    /// Ask the model for a turn.
-    Plan,
-    /// Execute a turn's calls; `done` were already executed and observed.
-    Act {
-        turn: Box<Turn>,
-        done: Vec<(Observation, Option<Control>)>,
-    },
-    /// Run verification.
-    Verify { claim: bool },
-    /// Act on a recorded verification.
-    Decide {
-        report: Box<VerificationReport>,
-        claim: bool,
-    },
-    /// Stop.
-    End(Outcome, String),
 }

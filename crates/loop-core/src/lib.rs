@@ -13,8 +13,8 @@ pub mod feedback;
 pub mod machine;
 pub mod progress;
 pub mod prompt;
-pub mod resume;
 pub mod review;
+pub mod state;
 pub mod traits;
 
 pub use budget::Budget;

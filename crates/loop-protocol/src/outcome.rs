@@ -20,6 +20,16 @@ pub enum LimitKind {
     Cost,
 }
 
+impl LimitKind {
+    /// Every limit.
+    pub const ALL: [LimitKind; 4] = [
+        LimitKind::Steps,
+        LimitKind::Tokens,
+        LimitKind::Time,
+        LimitKind::Cost,
+    ];
+}
+
 impl fmt::Display for LimitKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -212,6 +222,19 @@ impl Outcome {
     pub fn is_verified(&self) -> bool {
         matches!(self, Outcome::Verified(_))
     }
+
+    /// An outcome that needs no evidence, from its recorded kind. A
+    /// recorded `verified` is not one: it is re-established from its
+    /// evidence with [`Acceptance::establish`], so here it is an error.
+    pub fn unverified(kind: OutcomeKind, limit: Option<LimitKind>) -> Outcome {
+        match kind {
+            OutcomeKind::Failed => Outcome::Failed,
+            OutcomeKind::Lost => Outcome::Lost,
+            OutcomeKind::LimitReached => Outcome::LimitReached(limit.unwrap_or(LimitKind::Steps)),
+            OutcomeKind::Cancelled => Outcome::Cancelled,
+            OutcomeKind::Verified | OutcomeKind::Error => Outcome::Error,
+        }
+    }
 }
 
 /// An outcome as recorded: kind, limit and reason.
@@ -257,6 +280,34 @@ impl OutcomeKind {
     }
 }
 
+impl OutcomeRecord {
+    /// Read back `"{record}: {reason}"`, the reason of the transition into
+    /// `terminal` (written before the `finished` entry, so it is what a task
+    /// that stopped between the two left).
+    pub fn of_terminal_transition(text: &str) -> Option<OutcomeRecord> {
+        let (record, reason) = text.split_once(": ")?;
+        let (name, limit) = match record.split_once('{') {
+            Some((name, rest)) => {
+                let limit = rest.strip_suffix('}')?;
+                let limit = LimitKind::ALL
+                    .into_iter()
+                    .find(|l| l.to_string() == limit)?;
+                (name, Some(limit))
+            }
+            None => (record, None),
+        };
+        let kind = OutcomeKind::ALL.into_iter().find(|k| k.name() == name)?;
+        if (kind == OutcomeKind::LimitReached) != limit.is_some() {
+            return None;
+        }
+        Some(OutcomeRecord {
+            kind,
+            limit,
+            reason: reason.to_string(),
+        })
+    }
+}
+
 impl fmt::Display for OutcomeRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = self.kind.name();
@@ -287,6 +338,35 @@ mod names {
             Some(crate::TaskState::AwaitingApproval)
         );
         assert_eq!(crate::TaskState::from_name("Terminal"), None);
+    }
+
+    #[test]
+    fn a_terminal_transition_reads_back_as_its_record() {
+        for k in OutcomeKind::ALL {
+            let limits: Vec<Option<LimitKind>> = if k == OutcomeKind::LimitReached {
+                LimitKind::ALL.into_iter().map(Some).collect()
+            } else {
+                vec![None]
+            };
+            for limit in limits {
+                let rec = OutcomeRecord {
+                    kind: k,
+                    limit,
+                    reason: "why: with a colon".into(),
+                };
+                let text = format!("{rec}: {}", rec.reason);
+                assert_eq!(OutcomeRecord::of_terminal_transition(&text), Some(rec));
+            }
+        }
+        for bad in [
+            "limit_reached: no limit named",
+            "verified{steps}: a limit on a verified end",
+            "limit_reached{money}: unknown limit",
+            "finished: unknown kind",
+            "no separator",
+        ] {
+            assert_eq!(OutcomeRecord::of_terminal_transition(bad), None, "{bad}");
+        }
     }
 }
 
