@@ -515,12 +515,7 @@ impl<'a> Director<'a> {
                 return Ok(Review::Objection(reasons));
             }
         };
-        let reply = reviewer
-            .next_turn(&ctx, limits)
-            .unwrap_or_else(|e| ModelReply::Unavailable {
-                error: e.to_string(),
-                usage: loop_protocol::Usage::default(),
-            });
+        let reply = reviewer.next_turn(&ctx, limits);
         // A checker nobody can reach is not an objection the maker could
         // address: the task ends, naming it.
         if let ModelReply::Unavailable { error, usage } = &reply {
@@ -599,10 +594,7 @@ impl<'a> Director<'a> {
         let step = self.state.step + 1;
         let context_sha256 = self.state.context.sha256().unwrap_or_default();
         let turn = match self.parts.model.next_turn(&self.state.context, limits) {
-            Err(e) => {
-                return Ok(Phase::End(Outcome::Error, format!("model failed: {e}")));
-            }
-            Ok(ModelReply::NothingMore { reason }) => {
+            ModelReply::NothingMore { reason } => {
                 self.record(Event::ModelSilent {
                     step,
                     reason: reason.clone(),
@@ -612,7 +604,7 @@ impl<'a> Director<'a> {
                     format!("the model stalled: {reason}"),
                 ));
             }
-            Ok(ModelReply::Unavailable { error, usage }) => {
+            ModelReply::Unavailable { error, usage } => {
                 self.record(Event::ModelFailed {
                     step,
                     error: error.clone(),
@@ -623,12 +615,12 @@ impl<'a> Director<'a> {
                     format!("model unavailable: {error}"),
                 ));
             }
-            Ok(ModelReply::Malformed {
+            ModelReply::Malformed {
                 error,
                 excerpt,
                 usage,
-            }) => return self.malformed(step, context_sha256, error, excerpt, usage),
-            Ok(ModelReply::Turn(turn)) => turn,
+            } => return self.malformed(step, context_sha256, error, excerpt, usage),
+            ModelReply::Turn(turn) => turn,
         };
         let calls = turn.calls.len();
         self.record(Event::ModelTurn {

@@ -78,25 +78,21 @@ impl Model for FakeModel {
             parameters: None,
         }
     }
-    fn next_turn(
-        &mut self,
-        context: &Context,
-        _limits: loop_protocol::CallLimits,
-    ) -> Result<ModelReply, BoundaryError> {
+    fn next_turn(&mut self, context: &Context, _limits: loop_protocol::CallLimits) -> ModelReply {
         self.seen.push(context.clone());
         self.clock.set(self.clock.get() + self.ms_per_turn);
         if let Some(t) = &self.repeat_forever {
-            return Ok(ModelReply::Turn(t.clone()));
+            return ModelReply::Turn(t.clone());
         }
         if let Some(r) = &self.reply_forever {
-            return Ok(r.clone());
+            return r.clone();
         }
         if self.script.is_empty() {
-            return Ok(ModelReply::NothingMore {
+            return ModelReply::NothingMore {
                 reason: "script exhausted".into(),
-            });
+            };
         }
-        Ok(ModelReply::Turn(self.script.remove(0)))
+        ModelReply::Turn(self.script.remove(0))
     }
 }
 
@@ -916,19 +912,15 @@ mod resume {
                 parameters: None,
             }
         }
-        fn next_turn(
-            &mut self,
-            _c: &Context,
-            _l: loop_protocol::CallLimits,
-        ) -> Result<ModelReply, BoundaryError> {
+        fn next_turn(&mut self, _c: &Context, _l: loop_protocol::CallLimits) -> ModelReply {
             let t = self.script.get(self.next).cloned();
             self.next += 1;
-            Ok(match t {
+            match t {
                 Some(t) => ModelReply::Turn(t),
                 None => ModelReply::NothingMore {
                     reason: "script exhausted".into(),
                 },
-            })
+            }
         }
         fn resume_at(&mut self, turns: u32) {
             self.next = turns as usize;

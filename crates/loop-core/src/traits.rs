@@ -1,10 +1,7 @@
 //! The boundaries the Director drives. Every one of them has an in-memory
 //! fake in the tests; real implementations live in their own crates.
 
-use loop_protocol::{
-    CallLimits, Context, Contract, Event, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome,
-    ToolSpec, VerificationReport,
-};
+use loop_protocol::{Contract, Event, ToolCall, ToolOutcome, ToolSpec, VerificationReport};
 
 /// A failure at a boundary: a message for the ledger, and the cause, kept.
 #[derive(Debug, thiserror::Error)]
@@ -38,37 +35,7 @@ impl BoundaryError {
     }
 }
 
-/// The model: proposes actions, decides nothing.
-pub trait Model {
-    /// Provider and name, for provenance.
-    fn info(&self) -> ModelInfo;
-    /// The next turn for this context, within `limits` (the completion is
-    /// clamped to them). An `Err` is a provider failure after its retries and
-    /// fallbacks; malformed answers are `ModelReply::Malformed`, not errors.
-    fn next_turn(
-        &mut self,
-        context: &Context,
-        limits: CallLimits,
-    ) -> Result<ModelReply, BoundaryError>;
-    /// A resumed task has already had `turns` answers: models that play a
-    /// fixed sequence (scripts, recordings) skip them.
-    fn resume_at(&mut self, turns: u32) {
-        let _ = turns;
-    }
-    /// Its prices, so the Director can clamp calls to the dollar budget.
-    fn price(&self) -> Option<Price> {
-        None
-    }
-    /// The completion size it asks for when the budget allows.
-    fn max_output_tokens(&self) -> u64 {
-        4096
-    }
-    /// Tokens the next call's prompt will take (the runtime's estimate unless
-    /// the model knows better).
-    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
-        context.estimate_tokens()
-    }
-}
+pub use loop_protocol::Model;
 
 /// The tools, behind the one authority choke point.
 pub trait Tools {

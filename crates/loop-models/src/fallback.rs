@@ -3,22 +3,22 @@
 //! attempts cost is carried into the turn. A malformed answer is an answer:
 //! it is returned, not retried elsewhere.
 
-use crate::{Provider, WireExchange};
+use crate::{Model, WireExchange};
 use loop_protocol::{CallLimits, Context, ModelInfo, ModelReply, Price, Usage};
 
 /// Providers tried in order.
 pub struct Fallback {
-    chain: Vec<Box<dyn Provider>>,
+    chain: Vec<Box<dyn Model + Send>>,
 }
 
 impl Fallback {
     /// A chain; the first is the primary.
-    pub fn new(chain: Vec<Box<dyn Provider>>) -> Self {
+    pub fn new(chain: Vec<Box<dyn Model + Send>>) -> Self {
         Fallback { chain }
     }
 }
 
-impl Provider for Fallback {
+impl Model for Fallback {
     fn info(&self) -> ModelInfo {
         let mut info = self.chain.first().map(|p| p.info()).unwrap_or(ModelInfo {
             provider: "none".into(),

@@ -20,6 +20,7 @@ pub mod openai;
 pub mod pricing;
 pub mod provider;
 pub mod record;
+pub mod redacted;
 pub mod retry;
 pub mod scripted;
 pub mod sse;
@@ -27,42 +28,13 @@ pub mod wire;
 
 pub use config::{ConfigError, ModelsConfig};
 pub use fallback::Fallback;
-pub use provider::{Dialect, EndpointConfig, HttpModel, Secret, WireExchange};
+pub use loop_protocol::{Model, WireExchange};
+pub use provider::{Dialect, EndpointConfig, HttpModel, Secret};
 pub use record::{Recorder, ReplayModel};
+pub use redacted::Redacted;
 pub use scripted::{ScriptError, ScriptedModel};
 
-use loop_protocol::{CallLimits, Context, ModelInfo, ModelReply, Price};
-
-/// A source of turns. Failures are replies (`Unavailable`, `Malformed`),
-/// so what they cost is never lost.
-pub trait Provider: Send {
-    /// Provenance.
-    fn info(&self) -> ModelInfo;
-    /// The next turn within `limits`.
-    fn next_turn(&mut self, context: &Context, limits: CallLimits) -> ModelReply;
-    /// Prices, if known.
-    fn price(&self) -> Option<Price> {
-        None
-    }
-    /// Completion tokens asked for when the budget allows.
-    fn max_output_tokens(&self) -> u64 {
-        4096
-    }
-    /// Tokens the next call's prompt will take (checked against the budget
-    /// before the call is made).
-    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
-        context.estimate_tokens()
-    }
-    /// A resumed task has had `turns` answers already: fixed sequences
-    /// (scripts, recordings) skip them.
-    fn resume_at(&mut self, turns: u32) {
-        let _ = turns;
-    }
-    /// The HTTP exchanges since the last call (for the recorder).
-    fn take_exchanges(&mut self) -> Vec<WireExchange> {
-        Vec::new()
-    }
-}
+use loop_protocol::{CallLimits, Context, ModelInfo, ModelReply};
 
 /// How tools are offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +56,7 @@ pub enum ToolChoice {
     Tool(String),
 }
 
-impl Provider for ScriptedModel {
+impl Model for ScriptedModel {
     fn info(&self) -> ModelInfo {
         ScriptedModel::info(self)
     }

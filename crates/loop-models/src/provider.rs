@@ -5,7 +5,7 @@ use crate::actions::{self, ActionError};
 use crate::http::{HttpRequest, Transport};
 use crate::retry::{Jitter, RetryPolicy, Sleeper, parse_retry_after};
 use crate::wire::{WireError, WireReply, WireRequest, error_message};
-use crate::{Provider, ToolChoice, ToolProtocol};
+use crate::{Model, ToolChoice, ToolProtocol};
 use loop_protocol::{
     CallLimits, Context, ModelInfo, ModelReply, Price, ToolCall, Turn, Usage,
     context::estimate_tokens,
@@ -149,16 +149,7 @@ impl EndpointConfig {
     }
 }
 
-/// One HTTP exchange, kept for `--record` (keys never included).
-#[derive(Debug, Clone, PartialEq)]
-pub struct WireExchange {
-    /// The request body.
-    pub request: serde_json::Value,
-    /// Status, or 0 when nothing came back.
-    pub status: u16,
-    /// What came back (or the transport error), bounded.
-    pub response: String,
-}
+pub use loop_protocol::WireExchange;
 
 /// The largest response body read, in bytes.
 const MAX_BODY: usize = 8 * 1024 * 1024;
@@ -558,7 +549,7 @@ fn malformed(e: ActionError, excerpt: String, usage: Usage) -> ModelReply {
     }
 }
 
-impl Provider for HttpModel {
+impl Model for HttpModel {
     fn info(&self) -> ModelInfo {
         ModelInfo {
             provider: self.cfg.dialect.name().into(),

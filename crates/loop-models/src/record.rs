@@ -11,7 +11,7 @@
 //! diverging replay stops with an error naming the exchange; it never
 //! improvises.
 
-use crate::{Provider, WireExchange};
+use crate::{Model, WireExchange};
 use loop_protocol::{CallLimits, Context, ModelInfo, ModelReply, Price, Turn, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -102,7 +102,7 @@ pub type Redactor = Box<dyn Fn(&str) -> String + Send>;
 
 /// Wraps a provider and writes every exchange to a file.
 pub struct Recorder {
-    inner: Box<dyn Provider>,
+    inner: Box<dyn Model + Send>,
     file: std::fs::File,
     redact: Redactor,
     n: u32,
@@ -144,7 +144,7 @@ fn redact_value(v: &mut Value, redact: &dyn Fn(&str) -> String) {
 impl Recorder {
     /// Record `inner` into `path` (created or truncated).
     pub fn create(
-        inner: Box<dyn Provider>,
+        inner: Box<dyn Model + Send>,
         path: &Path,
         redact: Redactor,
     ) -> Result<Self, RecordError> {
@@ -205,7 +205,7 @@ impl Recorder {
     }
 }
 
-impl Provider for Recorder {
+impl Model for Recorder {
     fn info(&self) -> ModelInfo {
         self.inner.info()
     }
@@ -316,7 +316,7 @@ impl ReplayModel {
     }
 }
 
-impl Provider for ReplayModel {
+impl Model for ReplayModel {
     fn info(&self) -> ModelInfo {
         self.info.clone()
     }

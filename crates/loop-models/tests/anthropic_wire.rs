@@ -8,7 +8,7 @@ mod common;
 use common::{Canned, FakeSleeper, fixture, serve};
 use loop_models::provider::{Dialect, EndpointConfig, HttpModel, Secret};
 use loop_models::retry::RetryPolicy;
-use loop_models::{Fallback, Provider, Recorder, ReplayModel, ToolChoice};
+use loop_models::{Fallback, Model, Recorder, ReplayModel, ToolChoice};
 use loop_protocol::{CallLimits, Context, ModelReply, Observation, Price, ToolCall, ToolSpec};
 use serde_json::json;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Canned, FakeSleeper, serve};
-use loop_models::Provider;
+use loop_models::Model;
 use loop_models::provider::{Dialect, EndpointConfig, HttpModel, Secret};
 use loop_models::retry::RetryPolicy;
 use loop_protocol::{CallLimits, Context, ModelReply, ToolSpec};

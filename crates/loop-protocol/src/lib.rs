@@ -19,6 +19,7 @@ pub mod contract;
 pub mod event;
 pub mod evidence;
 pub mod hash;
+pub mod model;
 pub mod observation;
 pub mod outcome;
 pub mod path;
@@ -38,6 +39,7 @@ pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, FileChange, IntegrityRule, Isolation,
     StreamEvidence, TestTally, VerificationReport,
 };
+pub use model::{Model, WireExchange};
 pub use observation::{Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};
 pub use path::RelPath;

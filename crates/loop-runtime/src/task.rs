@@ -1,12 +1,12 @@
 //! One task, end to end: workspace, Director, receipt.
 
 use crate::Error;
-use crate::wiring::{ProviderAdapter, StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
 use loop_core::{Clock, Director, Model, Parts, SystemClock, VerifyPolicy};
 use loop_models::config::{Env, ModelsConfig};
 use loop_models::http::UreqTransport;
 use loop_models::retry::ThreadSleeper;
-use loop_models::{Fallback, HttpModel, ModelSpec, Provider, Recorder, ReplayModel, ScriptedModel};
+use loop_models::{Fallback, HttpModel, ModelSpec, Recorder, Redacted, ReplayModel, ScriptedModel};
 use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
 use loop_receipt::{
     Budgets, FileLedger, LedgerRef, PREDICATE_TYPE, Predicate, Provenance, STATEMENT_TYPE,
@@ -71,8 +71,8 @@ pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
 }
 
 /// One provider, or a fallback chain of them.
-fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Provider> {
-    let mut chain: Vec<Box<dyn Provider>> = configs
+fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Model + Send> {
+    let mut chain: Vec<Box<dyn Model + Send>> = configs
         .into_iter()
         .map(|c| {
             let timeouts = c.timeouts;
@@ -84,7 +84,7 @@ fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Provider> {
                     Box::new(ThreadSleeper),
                 )
                 .with_cancel(crate::interrupt::flag()),
-            ) as Box<dyn Provider>
+            ) as Box<dyn Model + Send>
         })
         .collect();
     if chain.len() == 1 {
@@ -96,7 +96,12 @@ fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Provider> {
 
 /// The maker from `--model`, the Loopfile and the environment, and the
 /// checker if the Loopfile configures one.
-type Models = (Box<dyn Model>, Option<Box<dyn Model>>);
+type Models = (Box<dyn Model + Send>, Option<Box<dyn Model + Send>>);
+
+/// A model whose words are redacted before anything records them.
+fn redacted(model: Box<dyn Model + Send>) -> Box<dyn Model + Send> {
+    Box::new(Redacted::new(model, loop_sandbox::redact::redact))
+}
 
 fn load_model(
     spec: Option<&str>,
@@ -125,9 +130,8 @@ fn load_model(
             loop_sandbox::redact::register_literal(k.expose());
         }
     }
-    let checker = (!config.checker.is_empty())
-        .then(|| Box::new(ProviderAdapter(chain_of(config.checker))) as Box<dyn Model>);
-    let provider: Box<dyn Provider> = match &spec {
+    let checker = (!config.checker.is_empty()).then(|| redacted(chain_of(config.checker)));
+    let provider: Box<dyn Model + Send> = match &spec {
         Some(ModelSpec::Scripted(path)) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
@@ -154,7 +158,7 @@ fn load_model(
                 .map_err(|e| Error::usage(e.to_string()))?,
         ),
     };
-    Ok((Box::new(ProviderAdapter(provider)), checker))
+    Ok((redacted(provider), checker))
 }
 
 /// What the store keeps to run a task again (`loop resume`).

@@ -1,71 +1,10 @@
 //! Adapters that plug the component crates into the Director's traits.
 
-use loop_core::{BoundaryError, Clock, Ledger, Model, Tools, Verifier};
-use loop_models::Provider;
-use loop_protocol::{
-    CallLimits, Context, Contract, Event, ModelInfo, ModelReply, Price, ToolCall, ToolOutcome,
-    ToolSpec, VerificationReport,
-};
+use loop_core::{BoundaryError, Clock, Ledger, Tools, Verifier};
+use loop_protocol::{Contract, Event, ToolCall, ToolOutcome, ToolSpec, VerificationReport};
 use loop_receipt::FileLedger;
 use loop_tools::ToolBox;
 use loop_verifier::SnapshotVerifier;
-
-/// Any provider (scripted, network, fallback chain, recorder, replay).
-pub struct ProviderAdapter(pub Box<dyn Provider>);
-
-impl Model for ProviderAdapter {
-    fn info(&self) -> ModelInfo {
-        self.0.info()
-    }
-    fn next_turn(
-        &mut self,
-        context: &Context,
-        limits: CallLimits,
-    ) -> Result<ModelReply, BoundaryError> {
-        Ok(scrub_reply(self.0.next_turn(context, limits)))
-    }
-    fn price(&self) -> Option<Price> {
-        self.0.price()
-    }
-    fn max_output_tokens(&self) -> u64 {
-        self.0.max_output_tokens()
-    }
-    fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
-        self.0.estimate_prompt_tokens(context)
-    }
-    fn resume_at(&mut self, turns: u32) {
-        self.0.resume_at(turns);
-    }
-}
-
-/// A model's words become records (the ledger, the receipt, the screen):
-/// its thought, a malformed excerpt and every error text (a provider's
-/// error body may echo the API key) are redacted where they enter.
-fn scrub_reply(reply: ModelReply) -> ModelReply {
-    use loop_sandbox::redact::redact;
-    match reply {
-        ModelReply::Turn(mut t) => {
-            t.thought = t.thought.map(|x| redact(&x));
-            ModelReply::Turn(t)
-        }
-        ModelReply::NothingMore { reason } => ModelReply::NothingMore {
-            reason: redact(&reason),
-        },
-        ModelReply::Malformed {
-            error,
-            excerpt,
-            usage,
-        } => ModelReply::Malformed {
-            error: redact(&error),
-            excerpt: redact(&excerpt),
-            usage,
-        },
-        ModelReply::Unavailable { error, usage } => ModelReply::Unavailable {
-            error: redact(&error),
-            usage,
-        },
-    }
-}
 
 /// The registered secret values scrubbed from every string of an event
 /// (the genesis keeps its contract, which its hash covers).
