@@ -2,7 +2,8 @@
 //! this machine's kernel offers.
 
 use crate::CliError;
-use loop_sandbox::{ExecRequest, IsolationLevel, Limits, Net, Program};
+use loop_runtime::exec::ExecOptions;
+use loop_sandbox::{ExecRequest, IsolationLevel, Net, Program};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,77 +74,25 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     let cwd = cwd
         .canonicalize()
         .map_err(|e| CliError::usage(format!("workspace {}: {e}", cwd.display())))?;
-    let globs: Vec<String> = loop_protocol::contract::DEFAULT_PROTECTED
-        .iter()
-        .map(|s| s.to_string())
-        .chain(o.protect.iter().cloned())
-        .collect();
-    let protected = loop_workspace::Protected::new(&globs)
-        .map_err(|e| CliError::usage(format!("--protect: {e}")))?;
-    let mut req = ExecRequest::new(Program::Argv(o.command.clone()), &cwd);
-    // Through an overlay nothing reaches the workspace, protected or not;
-    // otherwise protected paths are bound read-only.
-    if !o.overlay {
-        req.read_only_paths = protected.existing(&cwd);
-    }
-    req.workspace = Some(cwd);
-    req.net = o.net;
-    req.memory_required = o.mem.is_some();
-    req.timeout = Duration::from_secs(o.timeout.max(1));
-    req.max_output = o.max_output;
-    req.isolation = o.isolation;
-    req.layers = layers;
-    req.limits = Limits {
+    let r = loop_runtime::exec::exec(&ExecOptions {
+        command: o.command.clone(),
+        workspace: cwd,
+        protect: o.protect.clone(),
+        net: o.net,
+        mem_mb: o.mem,
         cpu_secs: o.cpu_secs,
-        mem_mb: o.mem.unwrap_or(Limits::default().mem_mb),
-        fsize_mb: o.fsize.unwrap_or(Limits::default().fsize_mb),
-        ..Limits::default()
-    };
-    let overlay_root = match o.overlay {
-        true => Some(
-            std::env::temp_dir().join(
-                loop_sandbox::unique_name("loop-exec-overlay")
-                    .map_err(|e| CliError::internal(format!("overlay scratch: {e}")))?,
-            ),
-        ),
-        false => None,
-    };
-    // Each run gets its own upper layer: an overlay's work directory cannot
-    // be reused while the previous mount namespace is still being torn down.
-    let mut run = |n: u32| {
-        if let Some(root) = &overlay_root {
-            req.overlay_scratch = Some(root.join(n.to_string()));
-        }
-        // Our own failures never look like the command's exit code: 127
-        // for a command not found, 126 for one that cannot be run, 125 for
-        // anything else (as `env`, `timeout` and container runtimes do).
-        loop_sandbox::run(&req).map_err(|e| match &e {
-            loop_sandbox::SandboxError::Spawn { step, source, .. } if step.is_empty() => {
-                let code = match source.kind() {
-                    std::io::ErrorKind::NotFound => 127,
-                    std::io::ErrorKind::PermissionDenied => 126,
-                    _ => 125,
-                };
-                CliError {
-                    code,
-                    message: e.to_string(),
-                }
-            }
-            _ => CliError {
-                code: 125,
-                message: e.to_string(),
-            },
-        })
-    };
-    let mut last = run(0);
-    for n in 1..o.repeat.max(1) {
-        last?;
-        last = run(n);
-    }
-    if let Some(root) = &overlay_root {
-        let _ = loop_workspace::remove_tree(root);
-    }
-    let r = last?;
+        fsize_mb: o.fsize,
+        timeout: Duration::from_secs(o.timeout),
+        max_output: o.max_output,
+        isolation: o.isolation,
+        overlay: o.overlay,
+        layers,
+        repeat: o.repeat,
+    })
+    .map_err(|e| CliError {
+        code: e.code,
+        message: e.message,
+    })?;
     if o.json {
         let v = serde_json::json!({
             "exit_code": r.exit_code,

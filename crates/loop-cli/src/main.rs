@@ -10,7 +10,7 @@ mod verify_cmd;
 
 use clap::{Parser, Subcommand};
 use loop_protocol::{Contract, OutcomeKind};
-use loop_runtime::{changes, interrupt, task, wiring};
+use loop_runtime::{Runtime, TaskReport, TaskRequest, interrupt, wiring};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -384,11 +384,14 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             action,
             project,
             yes,
-        } if action == "rotate" => Ok(changes::rotate_key(
-            &project,
-            yes,
-            &mut story::Story::new(false),
-        )?),
+        } if action == "rotate" => {
+            // Said plainly when the project does not exist: nothing revoked.
+            Ok(loop_runtime::changes::rotate_key(
+                &project,
+                yes,
+                &mut story::Story::new(false),
+            )?)
+        }
         Command::Keys { action, .. } => {
             let key = loop_receipt::KeyPair::load_or_create()
                 .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
@@ -413,32 +416,25 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             recover: true,
             project,
             ..
-        } => Ok(changes::recover(
-            &project,
-            &id,
-            &mut story::Story::new(false),
-        )?),
+        } => Ok(Runtime::open(&project)?.recover(&id, &mut story::Story::new(false))?),
         Command::Apply {
             id,
             yes,
             trust_host_files,
             project,
             ..
-        } => Ok(changes::apply(
-            &project,
+        } => Ok(Runtime::open(&project)?.apply(
             &id,
             yes,
             trust_host_files,
             &mut story::Story::new(false),
         )?),
         Command::Undo { id, project } => {
-            Ok(changes::undo(&project, &id, &mut story::Story::new(false))?)
+            Ok(Runtime::open(&project)?.undo(&id, &mut story::Story::new(false))?)
         }
-        Command::Discard { id, project } => Ok(changes::discard(
-            &project,
-            &id,
-            &mut story::Story::new(false),
-        )?),
+        Command::Discard { id, project } => {
+            Ok(Runtime::open(&project)?.discard(&id, &mut story::Story::new(false))?)
+        }
         Command::List { project, json } => tasks_cmd::list(&project, json),
         Command::Status { id, project, json } => tasks_cmd::status(&project, &id, json),
         Command::Logs {
@@ -479,13 +475,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 add_usd: add_usd.unwrap_or(0.0),
                 add_secs: add_secs.unwrap_or(0),
             });
-            let report = task::resume_task(
-                &project,
-                &id,
-                extension,
-                on_prompt,
-                &mut story::Story::new(json),
-            )?;
+            let runtime = Runtime::open(&project)?;
+            let mut story = story::Story::new(json);
+            let report = match extension {
+                Some(ext) => runtime.extend(&id, ext, on_prompt, &mut story)?,
+                None => runtime.run(&id, on_prompt, &mut story)?,
+            };
             Ok(report_end(&report, json))
         }
         Command::Manifest { dir } => {
@@ -549,9 +544,9 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         wiring::OnPrompt::from_flags(on_prompt.as_deref(), yes).map_err(CliError::usage)?;
     let mut resumed_code = 0;
     if resume_interrupted {
-        for id in task::interrupted_tasks(&project)? {
-            let report =
-                task::resume_task(&project, &id, None, on_prompt, &mut story::Story::new(json))?;
+        let runtime = Runtime::open(&project)?;
+        for id in runtime.interrupted()? {
+            let report = runtime.run(&id, on_prompt, &mut story::Story::new(json))?;
             resumed_code = resumed_code.max(report_end(&report, json));
         }
         if instruction.is_none() && task.is_none() {
@@ -605,8 +600,10 @@ fn run_command(run: Command) -> Result<u8, CliError> {
     if let Some(n) = timeout {
         l.timeout_secs = n.max(1);
     }
-    let report = task::run_task(
-        task::TaskRequest {
+    let runtime = Runtime::open(&project)?;
+    let mut story = story::Story::new(json);
+    let id = runtime.submit(
+        TaskRequest {
             contract,
             model,
             record,
@@ -616,8 +613,9 @@ fn run_command(run: Command) -> Result<u8, CliError> {
             include_dirty,
             on_prompt,
         },
-        &mut story::Story::new(json),
+        &mut story,
     )?;
+    let report = runtime.run(&id, on_prompt, &mut story)?;
     Ok(report_end(&report, json).max(resumed_code))
 }
 
@@ -629,7 +627,7 @@ fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
 }
 
 /// Print how a task ended; its exit code (0 verified, 1 otherwise).
-fn report_end(report: &task::TaskReport, json: bool) -> u8 {
+fn report_end(report: &TaskReport, json: bool) -> u8 {
     if json {
         println!(
             "{}",

@@ -4,62 +4,29 @@
 use crate::CliError;
 use crate::story::Story;
 use loop_core::Observer;
-use loop_protocol::Event;
-use loop_runtime::task::open_store;
-use loop_store::{Store, TaskRecord};
+use loop_runtime::{ApplyState, Cancelled, Liveness, Runtime, TaskView};
 use std::path::Path;
 use std::time::Duration;
 
-fn project_of(project: &Path) -> Result<std::path::PathBuf, CliError> {
-    project
-        .canonicalize()
-        .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))
-}
-
-use loop_runtime::task::Liveness;
-
-fn live(t: &TaskRecord) -> Liveness {
-    loop_runtime::task::liveness(t)
-}
-
 /// How `loop list`/`status` name a task's liveness.
-fn live_name(t: &TaskRecord) -> &'static str {
-    match live(t) {
+fn live_name(t: &TaskView) -> &'static str {
+    match t.liveness() {
         Liveness::Running => "running",
         Liveness::Interrupted => "interrupted",
         Liveness::Over => "",
     }
 }
 
-fn summary_json(t: &TaskRecord) -> serde_json::Value {
-    serde_json::json!({
-        "id": t.id,
-        "state": t.state,
-        "outcome": t.outcome,
-        "reason": t.reason,
-        "running": live(t) == Liveness::Running,
-        "interrupted": live(t) == Liveness::Interrupted,
-        "owner_pid": t.owner.as_ref().map(|o| o.pid),
-        "cancel_requested": t.cancel_requested,
-        "instruction": t.request["contract"]["instruction"],
-        "model": t.request["model"],
-        "contract_sha256": t.contract_sha256,
-        "entries": t.entries,
-        "created": loop_protocol::time::rfc3339_millis(t.created_ms),
-        "updated": loop_protocol::time::rfc3339_millis(t.updated_ms),
-        "receipt": t.receipt,
-    })
+fn to_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
 }
 
 /// `loop list`.
 pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
-    let store = open_store(&project_of(project)?)?;
-    let tasks = store
-        .tasks()
-        .map_err(|e| CliError::internal(e.to_string()))?;
+    let tasks = Runtime::open(project)?.tasks()?;
     if json {
         for t in &tasks {
-            println!("{}", summary_json(t));
+            println!("{}", to_json(t));
         }
         return Ok(0);
     }
@@ -71,112 +38,73 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
             Some(o) => o.clone(),
             None => format!("{} ({})", t.state, live_name(t)),
         };
-        let instruction: String = t.request["contract"]["instruction"]
-            .as_str()
+        let instruction: String = t
+            .instruction
+            .as_deref()
             .unwrap_or_default()
             .chars()
             .take(60)
             .collect();
-        println!(
-            "{}  {:<28} {}  {}",
-            t.id,
-            state,
-            loop_protocol::time::rfc3339_millis(t.created_ms),
-            instruction
-        );
+        println!("{}  {:<28} {}  {}", t.id, state, t.created, instruction);
     }
     Ok(0)
 }
 
 /// `loop status ID`.
 pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
-    let store = open_store(&project_of(project)?)?;
-    let t = store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
-    // Budgets as recorded: the last `finished` event, or a running tally.
-    let entries = store
-        .entries(id, 0)
-        .map_err(|e| CliError::internal(e.to_string()))?;
-    let (mut steps, mut tokens, mut verifications) = (0u64, 0u64, 0u64);
-    for e in &entries {
-        match e.kind.as_str() {
-            "model_turn" | "model_malformed" | "model_failed" => {
-                steps += 1;
-                let u = &e.payload["usage"];
-                tokens += u["input_tokens"].as_u64().unwrap_or(0)
-                    + u["output_tokens"].as_u64().unwrap_or(0);
-            }
-            "verified" => verifications += 1,
-            _ => {}
-        }
-    }
-    let mut v = summary_json(&t);
-    v["used"] =
-        serde_json::json!({"steps": steps, "tokens": tokens, "verifications": verifications});
-    v["approvals"] =
-        serde_json::to_value(store.approvals(id).unwrap_or_default()).unwrap_or_default();
-    // Where the change set stands in the project (an apply killed midway
-    // is said, not hidden behind "verified").
-    let task_dir = project_of(project)?.join(".loop/tasks").join(id);
-    let apply = if task_dir.join("apply-journal/pending").exists()
-        || task_dir.join("applying").exists()
-        || task_dir.join("undoing").exists()
-    {
-        "interrupted"
-    } else if task_dir.join("applied").exists() {
-        "applied"
-    } else {
-        "not applied"
-    };
-    v["apply"] = serde_json::Value::String(apply.into());
-    if !json && apply == "interrupted" {
+    let s = Runtime::open(project)?.status(id)?;
+    if !json && s.apply == ApplyState::Interrupted {
         println!(
             "an apply or undo of task {id} was interrupted: `loop apply {id} --recover` settles it (so does the next apply, undo or discard)"
         );
     }
     if json {
-        println!("{v}");
+        println!("{}", to_json(&s));
         return Ok(0);
     }
+    let t = &s.task;
     println!("task {}", t.id);
     println!(
         "  instruction  {}",
-        v["instruction"].as_str().unwrap_or_default()
+        t.instruction.as_deref().unwrap_or_default()
     );
     match &t.outcome {
         Some(o) => println!(
             "  outcome      {o}: {}",
             t.reason.as_deref().unwrap_or_default()
         ),
-        None => println!("  state        {} ({})", t.state, live_name(&t)),
+        None => println!("  state        {} ({})", t.state, live_name(t)),
     }
-    if let Some(o) = t.owner.as_ref().filter(|_| live(&t) == Liveness::Running) {
-        println!("  running in   pid {}", o.pid);
+    if let Some(pid) = t.owner_pid.filter(|_| t.running) {
+        println!("  running in   pid {pid}");
     }
-    for a in v["approvals"].as_array().into_iter().flatten() {
-        if a["status"] == "pending" {
-            let what = if a["payload"]["kind"] == "checkpoint" {
-                format!(
-                    "a checkpoint: {}",
-                    a["payload"]["detail"].as_str().unwrap_or_default()
-                )
-            } else {
-                format!(
-                    "approval of `{}` (rule `{}`)",
-                    a["payload"]["detail"].as_str().unwrap_or_default(),
-                    a["payload"]["rule"].as_str().unwrap_or_default()
-                )
-            };
-            println!("  waiting for  {what}: loop approve {} [--deny]", t.id);
-        }
+    for a in s.approvals.iter().filter(|a| a.status == "pending") {
+        let what = if a.payload["kind"] == "checkpoint" {
+            format!(
+                "a checkpoint: {}",
+                a.payload["detail"].as_str().unwrap_or_default()
+            )
+        } else {
+            format!(
+                "approval of `{}` (rule `{}`)",
+                a.payload["detail"].as_str().unwrap_or_default(),
+                a.payload["rule"].as_str().unwrap_or_default()
+            )
+        };
+        println!("  waiting for  {what}: loop approve {} [--deny]", t.id);
     }
     if t.cancel_requested && t.outcome.is_none() {
         println!("  cancel       requested");
     }
-    println!("  used         {steps} steps, {tokens} tokens, {verifications} verification(s)");
+    let u = s.used;
+    println!(
+        "  used         {} steps, {} tokens, {} verification(s)",
+        u.steps, u.tokens, u.verifications
+    );
     println!("  ledger       {} entries", t.entries);
     if let Some(r) = &t.receipt {
         println!("  receipt      {r}");
-    } else if live(&t) == Liveness::Interrupted {
+    } else if t.interrupted {
         println!("  resume with  loop resume {}", t.id);
     }
     Ok(0)
@@ -184,31 +112,25 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
 
 /// `loop logs ID [--follow]`: the story, from the store.
 pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, CliError> {
-    let store = open_store(&project_of(project)?)?;
-    store.task(id).map_err(|e| CliError::usage(e.to_string()))?;
+    let runtime = Runtime::open(project)?;
+    runtime.task(id)?;
     let mut story = Story::new(json);
     let mut next = 0u64;
     loop {
-        let entries = store
-            .entries(id, next)
-            .map_err(|e| CliError::internal(e.to_string()))?;
-        for e in &entries {
-            let event = Event::from_kind_payload(&e.kind, &e.payload)
-                .map_err(|x| CliError::internal(format!("entry {}: {x}", e.seq)))?;
-            story.on_event(&event);
-            next = e.seq + 1;
+        let recorded = runtime.events(id, next)?;
+        for r in &recorded {
+            story.on_event(&r.event);
+            next = r.seq + 1;
         }
         if !follow {
             return Ok(0);
         }
-        let t = store
-            .task(id)
-            .map_err(|e| CliError::internal(e.to_string()))?;
-        if t.is_terminal() && entries.is_empty() {
+        let t = runtime.task(id)?;
+        if t.liveness() == Liveness::Over && recorded.is_empty() {
             return Ok(0);
         }
-        if entries.is_empty() {
-            if live(&t) == Liveness::Interrupted {
+        if recorded.is_empty() {
+            if t.interrupted {
                 eprintln!("(task {id} is interrupted; loop resume {id} continues it)");
                 return Ok(1);
             }
@@ -220,14 +142,7 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
 /// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
 /// until it has; an interrupted task is ended `cancelled` here.
 pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
-    use loop_runtime::task::Cancelled;
-    let project = project_of(project)?;
-    match loop_runtime::task::cancel(
-        &project,
-        id,
-        Duration::from_secs(10),
-        &mut crate::story::Story::new(json),
-    )? {
+    match Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))? {
         Cancelled::AlreadyEnded(outcome) => {
             println!("task {id} has already ended: {outcome}");
             Ok(1)
@@ -250,7 +165,7 @@ pub fn approve(
     deny: bool,
     message: Option<&str>,
 ) -> Result<u8, CliError> {
-    let a = loop_runtime::task::answer(&project_of(project)?, id, !deny, message)?;
+    let a = Runtime::open(project)?.answer(id, !deny, message)?;
     println!(
         "{} `{}` (rule `{}`) for task {id}",
         a.status,

@@ -1,7 +1,8 @@
 //! `loop verify`: check a receipt offline, layer by layer.
 
 use crate::CliError;
-use loop_receipt::{KeyPair, PublicKey, SignatureStatus, VerifyReport, verify_receipt};
+use loop_receipt::{KeyPair, SignatureStatus};
+use loop_runtime::receipts::ReceiptCheck;
 use std::path::Path;
 
 /// What a verification found: whether the receipt holds, and whether the
@@ -30,71 +31,24 @@ pub fn verify(
     json: bool,
     integrity_only: bool,
 ) -> Result<bool, CliError> {
-    let trusted = trusted_keys(pubkey)?;
-    let report =
-        verify_receipt(receipt, artifacts, &trusted).map_err(|e| CliError::usage(e.to_string()))?;
-    // A revoked key stays revoked whoever passes it with --pubkey: this
-    // machine's list, and revocation addenda beside the receipt signed by
-    // a trusted key (the revoked key signs its own revocation).
-    let mut keys = trusted.clone();
-    if let Ok(Some(k)) = KeyPair::existing() {
-        keys.push(k.public());
-    }
-    let revoked_here = loop_receipt::revoked_by_addenda(receipt, &keys);
-    let whose = match (pubkey, trusted.first()) {
-        (Some(_), Some(k)) => format!("the given key {}", k.keyid),
-        (None, Some(k)) => format!("this machine's key {}", k.keyid),
-        (_, None) => "no key (this machine has none yet)".to_string(),
-    };
+    let check = loop_runtime::receipts::verify(receipt, artifacts, pubkey)?;
     let verdict = Verdict {
-        intact: report.ok() && revoked_signer(&report, &revoked_here).is_none(),
-        verified: report
-            .statement
-            .as_ref()
-            .is_some_and(|s| s.predicate.outcome.kind == loop_protocol::OutcomeKind::Verified),
+        intact: check.intact,
+        verified: check.verified,
         integrity_only,
     };
-    let ok = verdict.ok();
     if json {
-        println!("{}", to_json(&report, verdict, &whose, &revoked_here));
+        println!("{}", to_json(&check, verdict));
     } else {
-        print!("{}", render(&report, verdict, &whose, &revoked_here));
+        print!("{}", render(&check, verdict));
     }
-    Ok(ok)
+    Ok(verdict.ok())
 }
 
-/// The keys a verification trusts: `--pubkey`, else this machine's own key.
-pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, CliError> {
-    match pubkey {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| CliError::usage(format!("--pubkey {}: {e}", p.display())))?;
-            let key = PublicKey::parse(&text)
-                .map_err(|e| CliError::usage(format!("--pubkey {}: {e}", p.display())))?;
-            Ok(vec![key])
-        }
-        None => Ok(KeyPair::existing()
-            .map_err(|e| CliError::usage(e.to_string()))?
-            .map(|k| vec![k.public()])
-            .unwrap_or_default()),
-    }
-}
-
-/// The key id of a valid signature by a revoked key (revoked on this
-/// machine, or by a trusted addendum beside the receipt).
-fn revoked_signer(report: &VerifyReport, by_addenda: &[String]) -> Option<String> {
-    match &report.signature {
-        SignatureStatus::Valid { keyid }
-            if KeyPair::revoked().contains(keyid) || by_addenda.contains(keyid) =>
-        {
-            Some(keyid.clone())
-        }
-        _ => None,
-    }
-}
-
-fn signature_line(report: &VerifyReport, whose: &str, by_addenda: &[String]) -> String {
-    if let Some(k) = revoked_signer(report, by_addenda) {
+fn signature_line(check: &ReceiptCheck) -> String {
+    let report = &check.report;
+    let whose = &check.trusted;
+    if let Some(k) = &check.revoked_signer {
         return format!(
             "REVOKED: signed by key {k}, which was revoked (see the receipt's addenda)"
         );
@@ -122,12 +76,10 @@ fn signature_line(report: &VerifyReport, whose: &str, by_addenda: &[String]) -> 
 }
 
 /// Human report.
-fn render(report: &VerifyReport, verdict: Verdict, whose: &str, by_addenda: &[String]) -> String {
+fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
+    let report = &check.report;
     let mut s = format!("receipt    {}\n", report.receipt.display());
-    s.push_str(&format!(
-        "signature  {}\n",
-        signature_line(report, whose, by_addenda)
-    ));
+    s.push_str(&format!("signature  {}\n", signature_line(check)));
     let statement = match (&report.statement, report.statement_problems.as_slice()) {
         (Some(st), []) => format!(
             "ok (in-toto Statement v1, {} subjects, contract sha256:{})",
@@ -183,19 +135,15 @@ fn render(report: &VerifyReport, verdict: Verdict, whose: &str, by_addenda: &[St
     s
 }
 
-fn to_json(
-    report: &VerifyReport,
-    verdict: Verdict,
-    whose: &str,
-    by_addenda: &[String],
-) -> serde_json::Value {
+fn to_json(check: &ReceiptCheck, verdict: Verdict) -> serde_json::Value {
+    let report = &check.report;
     serde_json::json!({
         "receipt": report.receipt.display().to_string(),
         "ok": verdict.ok(),
         "intact": verdict.intact,
         "verified": verdict.verified,
         "integrity_only": verdict.integrity_only,
-        "signature": signature_line(report, whose, by_addenda),
+        "signature": signature_line(check),
         "statement_problems": report.statement_problems,
         "ledger": {
             "entries": report.ledger_entries,

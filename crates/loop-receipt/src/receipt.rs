@@ -673,3 +673,57 @@ mod tests {
         );
     }
 }
+
+/// A task's receipt being assembled: each file it covers (the artifacts,
+/// the change set, the ledger) becomes a subject as it is shipped; then
+/// the predicate is given and the statement signed. The statement's
+/// types, and the artifact list matching the shipped artifacts, are kept
+/// here, once.
+#[derive(Debug, Default)]
+pub struct ReceiptBuilder {
+    subjects: Vec<Subject>,
+    artifacts: Vec<RelPath>,
+}
+
+impl ReceiptBuilder {
+    /// Nothing shipped yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A required artifact was shipped with these bytes.
+    pub fn artifact(&mut self, path: &RelPath, bytes: &[u8]) {
+        self.subjects.push(subject(path.as_str(), bytes));
+        self.artifacts.push(path.clone());
+    }
+
+    /// Another file the receipt covers (the ledger, the change set), by
+    /// its name beside the receipt.
+    pub fn file(&mut self, name: &str, bytes: &[u8]) {
+        self.subjects.push(subject(name, bytes));
+    }
+
+    /// The statement over `predicate`, whose artifact list becomes the
+    /// artifacts shipped.
+    pub fn statement(self, mut predicate: Predicate) -> Statement {
+        predicate.artifacts = self.artifacts;
+        Statement {
+            statement_type: STATEMENT_TYPE.into(),
+            subject: self.subjects,
+            predicate_type: PREDICATE_TYPE.into(),
+            predicate,
+        }
+    }
+
+    /// Write the statement over `predicate` to `path`, signed by `key`.
+    pub fn write_signed(
+        self,
+        predicate: Predicate,
+        path: &Path,
+        key: &KeyPair,
+    ) -> Result<Statement, ReceiptError> {
+        let statement = self.statement(predicate);
+        write_envelope(path, &statement, Some(key))?;
+        Ok(statement)
+    }
+}

@@ -600,7 +600,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     let t = task(project, id)?;
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
-    if crate::task::is_running(&t.project, id)? {
+    if crate::control::is_running(&t.project, id)? {
         return Err(Error::usage(format!(
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
         )));

@@ -13,16 +13,27 @@
 //! person running it. A front end only parses its arguments and presents.
 
 pub mod changes;
+pub mod control;
+mod drive;
 pub mod error;
+pub mod exec;
 pub mod interrupt;
 pub mod loopfile;
+mod models;
+pub mod prepare;
+pub mod query;
+pub mod receipts;
+mod runtime;
+mod ship;
 pub mod task;
 pub mod wiring;
 
+pub use control::{Cancelled, Liveness, answer, cancel, interrupted_tasks, is_running, liveness};
 pub use error::Error;
-pub use task::{
-    TaskReport, TaskRequest, interrupted_tasks, new_task_id, open_store, resume_task, run_task,
-};
+pub use prepare::submit;
+pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
+pub use runtime::Runtime;
+pub use task::{TaskReport, TaskRequest, new_task_id, open_store, resume_task, run_task};
 pub use wiring::OnPrompt;
 
 /// What a front end sees of a task: every recorded event (through

@@ -1,0 +1,135 @@
+//! A task seen from outside its run: is it running, interrupted or
+//! over; stop it; answer what it asks.
+
+use crate::Error;
+use crate::task::{TaskReport, open_store, resume_task};
+use loop_core::{Clock, SystemClock};
+use std::path::Path;
+
+/// Whether a task's runtime is with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Not over, and a live process runs it.
+    Running,
+    /// Not over, and its runtime is gone (`loop resume` goes on).
+    Interrupted,
+    /// It has ended.
+    Over,
+}
+
+/// Whether a task is running in a live process now, interrupted, or over.
+pub fn liveness(t: &loop_store::TaskRecord) -> Liveness {
+    match &t.owner {
+        _ if t.is_terminal() => Liveness::Over,
+        Some(o) if !o.is_dead() => Liveness::Running,
+        _ => Liveness::Interrupted,
+    }
+}
+
+/// Whether task `id` of `project` is running in a live process now.
+pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
+    use loop_store::Store;
+    let store = open_store(project)?;
+    Ok(store
+        .task(id)
+        .is_ok_and(|t| liveness(&t) == Liveness::Running))
+}
+
+/// How `cancel` ended a task.
+#[derive(Debug)]
+pub enum Cancelled {
+    /// It had already ended (its outcome, as recorded).
+    AlreadyEnded(String),
+    /// Nobody ran it: it was ended here, cancelled, with its receipt.
+    EndedHere(TaskReport),
+    /// Its running process stopped it (its outcome; how long it took).
+    Stopped(String, std::time::Duration),
+}
+
+/// Ask task `id` to stop, and wait (up to `wait`) until it has; a task
+/// nobody runs (interrupted) is ended here, `cancelled`, with its receipt.
+pub fn cancel(
+    project: &Path,
+    id: &str,
+    wait: std::time::Duration,
+    observer: &mut dyn crate::Observer,
+) -> Result<Cancelled, Error> {
+    use loop_store::Store;
+    let project = project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    let store = open_store(&project)?;
+    let asked = store
+        .request_cancel(id, SystemClock.now_ms())
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let t = store.task(id).map_err(|e| Error::usage(e.to_string()))?;
+    if !asked {
+        return Ok(Cancelled::AlreadyEnded(t.outcome.unwrap_or_default()));
+    }
+    if liveness(&t) != Liveness::Running {
+        crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        let report = resume_task(&project, id, None, crate::OnPrompt::Deny, observer)?;
+        return Ok(Cancelled::EndedHere(report));
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < wait {
+        let t = store.task(id).map_err(|e| Error::internal(e.to_string()))?;
+        if t.is_terminal() {
+            return Ok(Cancelled::Stopped(
+                t.outcome.unwrap_or_default(),
+                start.elapsed(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Err(Error::internal(format!(
+        "task {id} was asked to stop but has not ended within {} s",
+        wait.as_secs()
+    )))
+}
+
+/// Answer task `id`'s pending approval (or checkpoint): approve, or deny;
+/// `message` is guidance handed to the model. Returns the decided request.
+pub fn answer(
+    project: &Path,
+    id: &str,
+    approve: bool,
+    message: Option<&str>,
+) -> Result<loop_store::Approval, Error> {
+    use loop_store::Store;
+    let project = project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    let store = open_store(&project)?;
+    store.task(id).map_err(|e| Error::usage(e.to_string()))?;
+    let Some(mut a) = store
+        .approvals(id)
+        .map_err(|e| Error::internal(e.to_string()))?
+        .into_iter()
+        .find(|a| a.status == "pending")
+    else {
+        return Err(Error::usage(format!("task {id} has no pending approval")));
+    };
+    a.status = if approve { "approved" } else { "denied" }.into();
+    if let Some(m) = message {
+        a.payload["answer"] = serde_json::Value::String(m.to_string());
+    }
+    a.decided_ms = Some(SystemClock.now_ms());
+    store
+        .put_approval(&a)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    Ok(a)
+}
+
+/// Tasks of this project that are not over and whose runtime is gone.
+pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
+    use loop_store::Store;
+    let store = open_store(project)?;
+    Ok(store
+        .tasks()
+        .map_err(crate::task::store_err)?
+        .into_iter()
+        .filter(|t| liveness(t) == Liveness::Interrupted)
+        .map(|t| t.id)
+        .collect())
+}

@@ -1,0 +1,452 @@
+//! Driving a stored task: claim it, rebuild its record from the store,
+//! wire the Director to its tools, verifier, models, ledger and approvals,
+//! run it to its end (fresh, resumed or extended), then ship what it made
+//! ([`crate::ship`]).
+
+use crate::Error;
+use crate::models::Models;
+use crate::prepare::{StoredRequest, git_dir, protection};
+use crate::task::{TaskReport, read_json, store_err};
+use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
+use loop_protocol::Event;
+use loop_receipt::FileLedger;
+use loop_store::{Claim, Owner, Store, StoredEntry};
+use loop_tools::{ToolBox, ToolLimits};
+use loop_verifier::SnapshotVerifier;
+use loop_workspace::{Jail, Manifest, TaskWorkspace};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// How long a claim lasts without a heartbeat (the owner is also checked
+/// for being alive, so a killed runtime's task is free at once).
+const LEASE_MS: u64 = 15_000;
+
+/// Which task to drive, and how.
+pub(crate) struct Run<'r> {
+    pub store: &'r loop_store::SqliteStore,
+    pub task_id: &'r str,
+    pub stored: &'r StoredRequest,
+    pub on_prompt: crate::wiring::OnPrompt,
+    pub extension: Option<loop_core::Extension>,
+}
+
+/// Where a task's files are.
+pub(crate) struct TaskPaths {
+    /// `.loop`.
+    pub state: PathBuf,
+    /// `.loop/tasks/ID`.
+    pub task_dir: PathBuf,
+    /// `.loop/tasks/ID/workspace`.
+    pub workspace: PathBuf,
+    /// `.loop/receipts`.
+    pub receipts: PathBuf,
+}
+
+impl TaskPaths {
+    pub fn of(project: &Path, task_id: &str) -> Self {
+        let state = project.join(".loop");
+        let task_dir = state.join("tasks").join(task_id);
+        TaskPaths {
+            workspace: task_dir.join("workspace"),
+            receipts: state.join("receipts"),
+            task_dir,
+            state,
+        }
+    }
+}
+
+/// The record so far, as the store has it (the truth; the ledger file is
+/// rewritten to match), and the wall time it used.
+struct Record {
+    history: Vec<Event>,
+    chain: Vec<StoredEntry>,
+    elapsed_ms: u64,
+}
+
+impl Record {
+    fn load(store: &dyn Store, task_id: &str, pause_clock: bool) -> Result<Record, Error> {
+        let chain = store.entries(task_id, 0).map_err(store_err)?;
+        let history = chain
+            .iter()
+            .map(|e| {
+                Event::from_kind_payload(&e.kind, &e.payload).map_err(|x| {
+                    Error::internal(format!(
+                        "task {task_id}: entry {} cannot be read: {x}",
+                        e.seq
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let at = |e: &StoredEntry| loop_protocol::time::parse_rfc3339_millis(&e.at);
+        let mut elapsed_ms = match (chain.first(), chain.last()) {
+            (Some(a), Some(b)) => at(b).zip(at(a)).map_or(0, |(b, a)| b.saturating_sub(a)),
+            _ => 0,
+        };
+        // With `pause_clock`, the record's waits for a person were not charged.
+        if pause_clock {
+            let mut asked = None;
+            for e in &chain {
+                match e.kind.as_str() {
+                    "approval_requested" | "checkpoint_requested" => asked = at(e),
+                    "approval_decided" | "checkpoint_decided" => {
+                        if let (Some(a), Some(d)) = (asked.take(), at(e)) {
+                            elapsed_ms = elapsed_ms.saturating_sub(d.saturating_sub(a));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Record {
+            history,
+            chain,
+            elapsed_ms,
+        })
+    }
+
+    /// Wall time left of the budget granted (the contract's, every
+    /// extension on record, and `extension`): no command or check runs
+    /// past it.
+    fn remaining_ms(&self, timeout_secs: u64, extension: Option<&loop_core::Extension>) -> u64 {
+        let granted_secs = self
+            .history
+            .iter()
+            .map(|e| match e {
+                Event::BudgetExtended { add_secs, .. } => *add_secs,
+                _ => 0,
+            })
+            .chain(extension.map(|x| x.add_secs))
+            .fold(timeout_secs, u64::saturating_add);
+        granted_secs
+            .saturating_mul(1000)
+            .saturating_sub(self.elapsed_ms)
+    }
+}
+
+/// Claim `task_id` for this process, or say who holds it.
+fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, Error> {
+    let owner = Owner::this_process(crate::task::random_token()?, clock.now_ms());
+    match store
+        .claim(task_id, &owner, LEASE_MS, clock.now_ms())
+        .map_err(store_err)?
+    {
+        Claim::Claimed => Ok(owner),
+        Claim::Held(o) => Err(Error::usage(format!(
+            "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
+            o.pid
+        ))),
+        Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
+    }
+}
+
+/// What the task's workspace started as.
+pub(crate) struct Start {
+    pub task_ws: TaskWorkspace,
+    pub baseline: Manifest,
+    pub baseline_report: Option<loop_protocol::VerificationReport>,
+    /// The workspace was deleted behind the runtime's back.
+    pub gone: bool,
+}
+
+/// The tools and the verifier of one run, over one sandbox.
+struct Wired<'a> {
+    tools: ToolsAdapter<'a>,
+    verifier: VerifierAdapter,
+    paused: Arc<AtomicU64>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// The tool box (authority, journal, policies, limits) and the verifier
+/// (protected paths guarded, baseline compared), sharing one sandbox.
+fn wire<'a>(
+    project: &'a Path,
+    paths: &TaskPaths,
+    stored: &StoredRequest,
+    start: &'a Start,
+    remaining_ms: u64,
+) -> Result<Wired<'a>, Error> {
+    let contract = &stored.contract;
+    let isolation: loop_sandbox::IsolationLevel =
+        stored.isolation.parse().map_err(Error::internal)?;
+    let protected = protection(contract, &stored.check_integrity)?;
+    let jail = Jail::new(&paths.workspace, protected.clone())
+        .map_err(|e| Error::internal(format!("workspace: {e}")))?;
+    let paused = Arc::new(AtomicU64::new(0));
+    let cancel = crate::interrupt::flag();
+    let sandbox = loop_sandbox::Settings {
+        isolation,
+        cancel: Some(cancel.clone()),
+        deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
+        paused_ms: Some(paused.clone()),
+        git_dir: git_dir(&start.task_ws.origin),
+    };
+    // The contract's limits reach the tools (max_diff_lines was once left
+    // at its default whatever the contract said).
+    let tool_limits = ToolLimits {
+        max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
+        max_file_bytes: contract.limits.max_file_bytes,
+        ..ToolLimits::default()
+    };
+    let toolbox = ToolBox::new(jail, tool_limits)
+        .map_err(|e| Error::internal(e.to_string()))?
+        .with_sandbox(sandbox.clone())
+        .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default());
+    // The edit journal lives with the task: a step a crash interrupted is
+    // rolled back before anything else happens (nothing is rolled back
+    // into the stand-in of a workspace that is gone).
+    let toolbox = if start.gone {
+        toolbox
+    } else {
+        toolbox
+            .with_journal(&paths.task_dir.join("journal"))
+            .map_err(|e| Error::internal(e.to_string()))?
+            .0
+    };
+    let diff_ws = paths.workspace.clone();
+    let tools = ToolsAdapter {
+        tools: toolbox,
+        diff: Some(Box::new(move || match Manifest::of(&diff_ws) {
+            Ok(now) => {
+                crate::changes::compute(project, &start.task_ws, &start.baseline, &now).patch
+            }
+            Err(e) => format!("(the change cannot be computed: {e})"),
+        })),
+    };
+    // Protected paths are guarded twice: tools refuse to write them, and the
+    // verifier rejects a seal in which they differ from the baseline.
+    let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.task_dir.join("scratch"))
+        .guard_protected(start.baseline.clone(), protected)
+        .with_sandbox(sandbox);
+    if let Some(b) = &start.baseline_report {
+        verifier =
+            verifier.compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
+    }
+    Ok(Wired {
+        tools,
+        verifier: VerifierAdapter(verifier),
+        paused,
+        cancel,
+    })
+}
+
+/// Claim the task, rebuild it from the store, run it to its end, and ship
+/// its receipt.
+pub(crate) fn drive(
+    project: &Path,
+    run: Run<'_>,
+    models: Models,
+    observer: &mut dyn crate::Observer,
+) -> Result<TaskReport, Error> {
+    let Run {
+        store,
+        task_id,
+        stored,
+        on_prompt,
+        extension,
+    } = run;
+    let clock = SystemClock;
+    let paths = TaskPaths::of(project, task_id);
+    // Leftovers of runtimes that were killed (their private tmp, cgroups).
+    let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
+    if swept != loop_sandbox::sweep::Swept::default() {
+        observer.note(&format!(
+            "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
+            swept.dirs, swept.cgroups
+        ));
+    }
+    let owner = claim(store, task_id, &clock)?;
+    // A workspace deleted behind the runtime's back (by hand, or a discard
+    // that raced a crash) can be neither resumed nor verified: the task
+    // ends in error with a receipt that says so, over an empty stand-in,
+    // and no change set (nothing of it can be applied).
+    let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
+    if gone {
+        std::fs::create_dir_all(&paths.workspace)
+            .map_err(|e| Error::internal(format!("workspace: {e}")))?;
+    }
+    let start = Start {
+        task_ws: crate::changes::load_origin(&paths.task_dir)?,
+        baseline: read_json(&paths.task_dir.join("baseline.json"))?,
+        baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
+        gone,
+    };
+    let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
+    let record = Record::load(store, task_id, pause_clock)?;
+    let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
+    let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
+
+    let ledger_name = format!("{task_id}.ledger.jsonl");
+    let ledger_path = paths.receipts.join(&ledger_name);
+    std::fs::create_dir_all(&paths.receipts)
+        .map_err(|e| Error::internal(format!("receipts: {e}")))?;
+    let mut ledger = StoreLedger {
+        store,
+        task_id: task_id.to_string(),
+        file: FileLedger::continue_from(&ledger_path, &record.chain)
+            .map_err(|e| Error::internal(e.to_string()))?,
+        clock: &clock,
+    };
+    for e in &record.history {
+        observer.on_event(e);
+    }
+    let (mut model, mut checker) = models;
+    let provenance = loop_receipt::Provenance {
+        runtime: loop_protocol::RuntimeInfo::current(),
+        model: model.info(),
+        checker: checker.as_ref().map(|c| c.info()),
+    };
+    let mut approvals = StoreApprovals {
+        store,
+        task_id: task_id.to_string(),
+        clock: &clock,
+        on_prompt,
+        // The task's clock keeps running while it waits for a person,
+        // unless the Loopfile pauses it.
+        task_deadline_ms: (!pause_clock).then(|| clock.now_ms().saturating_add(remaining_ms)),
+        always: Default::default(),
+    };
+    let cancel = wired.cancel.clone();
+    let parts = Parts {
+        model: model.as_mut(),
+        tools: &mut wired.tools,
+        verifier: &mut wired.verifier,
+        ledger: &mut ledger,
+        clock: &clock,
+        observer: &mut *observer,
+        cancel: &cancel,
+    };
+    let director = Director::new(
+        task_id,
+        stored.contract.clone(),
+        if stored.verify_on_change {
+            VerifyPolicy::OnFinishOrChange
+        } else {
+            VerifyPolicy::OnFinish
+        },
+        parts,
+    )
+    .map_err(|e| Error::internal(e.to_string()))?
+    .with_approvals(
+        &mut approvals,
+        stored
+            .exec_policy
+            .clone()
+            .unwrap_or_default()
+            .approval_timeout_secs,
+    )
+    .with_progress(stored.progress.clone().unwrap_or_default())
+    .with_checkpoints(stored.checkpoints.clone().unwrap_or_default())
+    .with_clock_pause(wired.paused.clone());
+    let director = if gone {
+        director.ending_at_once(format!(
+            "the task workspace {} is gone (deleted outside the runtime): the task can be neither resumed nor verified, and nothing of it can be applied",
+            paths.workspace.display()
+        ))
+    } else {
+        director
+    };
+    let director = match checker.as_deref_mut() {
+        Some(c) => director.with_reviewer(c),
+        None => director,
+    };
+    let db_path = paths.state.join("loop.db");
+    let result = run_watched(
+        &db_path,
+        task_id,
+        &owner.token,
+        &cancel,
+        || match extension {
+            Some(ext) => director.extend(&record.history, record.elapsed_ms, ext),
+            None => director.resume(&record.history, record.elapsed_ms),
+        },
+    )
+    .map_err(|e| Error::internal(e.to_string()))?;
+    let head = ledger.file.head().to_string();
+    let length = ledger.file.len();
+    let sealed = wired
+        .verifier
+        .0
+        .last_sealed()
+        .map(|s| s.dir().to_path_buf());
+    crate::ship::ship(crate::ship::Shipment {
+        project,
+        store,
+        task_id,
+        stored,
+        paths: &paths,
+        start: &start,
+        result,
+        sealed: sealed.as_deref(),
+        ledger: loop_receipt::LedgerRef {
+            name: ledger_name,
+            head,
+            length,
+        },
+        provenance,
+        clock: &clock,
+    })
+}
+
+/// Run `work` while a watcher renews the claim and turns cancel requests
+/// from other processes (`loop cancel`) into the cancel flag, within a
+/// fraction of a second. The watcher stops the moment the work ends (a
+/// sleeping watcher once made every run up to 200 ms late).
+fn run_watched(
+    db: &Path,
+    task_id: &str,
+    token: &str,
+    cancel: &AtomicBool,
+    work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
+) -> Result<RunResult, loop_core::DirectorError> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(|| watch(db, task_id, token, cancel, stopped));
+        let result = work();
+        drop(stop);
+        result
+    })
+}
+
+/// Renew the claim, and turn a cancel request (or a lost claim) into the
+/// cancel flag.
+fn watch(
+    db: &Path,
+    task_id: &str,
+    token: &str,
+    cancel: &std::sync::atomic::AtomicBool,
+    stopped: std::sync::mpsc::Receiver<()>,
+) {
+    use loop_store::Store;
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc::RecvTimeoutError;
+    let Ok(store) = loop_store::SqliteStore::open(db) else {
+        return;
+    };
+    let mut tick: u64 = 0;
+    loop {
+        // The claim is renewed every 2 s (a durable write; the lease is
+        // 15 s); a cancel request is looked for every 200 ms (a read).
+        let still_ours = if tick.is_multiple_of(10) {
+            store
+                .heartbeat(task_id, token, SystemClock.now_ms())
+                .unwrap_or(true)
+        } else {
+            true
+        };
+        tick += 1;
+        let asked = store
+            .task(task_id)
+            .map(|t| t.cancel_requested)
+            .unwrap_or(false);
+        if asked || !still_ours {
+            cancel.store(true, Ordering::SeqCst);
+        }
+        match stopped.recv_timeout(std::time::Duration::from_millis(200)) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The models a task runs with: the maker from `--model`, the Loopfile
+//! and the environment, and the checker if one is configured — each a
+//! provider or a fallback chain, recorded if asked, and redacted before
+//! anything records its words.
+
+use crate::Error;
+use loop_core::Model;
+use loop_models::config::{Env, ModelsConfig};
+use loop_models::http::UreqTransport;
+use loop_models::retry::ThreadSleeper;
+use loop_models::{Fallback, HttpModel, ModelSpec, Recorder, Redacted, ReplayModel, ScriptedModel};
+use std::path::Path;
+
+/// One provider, or a fallback chain of them.
+fn chain_of(configs: Vec<loop_models::EndpointConfig>) -> Box<dyn Model + Send> {
+    let mut chain: Vec<Box<dyn Model + Send>> = configs
+        .into_iter()
+        .map(|c| {
+            let timeouts = c.timeouts;
+            // A cancel or SIGTERM stops an in-flight call at once.
+            Box::new(
+                HttpModel::new(
+                    c,
+                    Box::new(UreqTransport::new(timeouts)),
+                    Box::new(ThreadSleeper),
+                )
+                .with_cancel(crate::interrupt::flag()),
+            ) as Box<dyn Model + Send>
+        })
+        .collect();
+    if chain.len() == 1 {
+        chain.remove(0)
+    } else {
+        Box::new(Fallback::new(chain))
+    }
+}
+
+/// The maker from `--model`, the Loopfile and the environment, and the
+/// checker if the Loopfile configures one.
+pub(crate) type Models = (Box<dyn Model + Send>, Option<Box<dyn Model + Send>>);
+
+/// A model whose words are redacted before anything records them.
+fn redacted(model: Box<dyn Model + Send>) -> Box<dyn Model + Send> {
+    Box::new(Redacted::new(model, loop_sandbox::redact::redact))
+}
+
+pub(crate) fn load_model(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+    record: Option<&Path>,
+) -> Result<Models, Error> {
+    let spec = spec
+        .map(ModelSpec::parse)
+        .transpose()
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let origin = loopfile
+        .path
+        .as_ref()
+        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
+    let config = ModelsConfig::resolve(
+        spec.as_ref(),
+        loopfile.models.as_ref(),
+        &Env::from_process(),
+        &origin,
+    )
+    .map_err(|e| Error::usage(e.to_string()))?;
+    // Every configured key, wherever it came from (`api_key_env` may name
+    // any variable), is scrubbed by value from every record.
+    for e in config.maker.iter().chain(&config.checker) {
+        if let Some(k) = &e.api_key {
+            loop_sandbox::redact::register_literal(k.expose());
+        }
+    }
+    let checker = (!config.checker.is_empty()).then(|| redacted(chain_of(config.checker)));
+    let provider: Box<dyn Model + Send> = match &spec {
+        Some(ModelSpec::Scripted(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
+            Box::new(
+                ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?,
+            )
+        }
+        Some(ModelSpec::Replay(path)) => {
+            Box::new(ReplayModel::open(Path::new(path)).map_err(|e| Error::usage(e.to_string()))?)
+        }
+        _ => {
+            if config.maker.is_empty() {
+                return Err(Error::usage(
+                    "no model given: use --model scripted:FILE | openai:MODEL | anthropic:MODEL | replay:FILE, or `models.maker` in Loopfile.yaml",
+                ));
+            }
+            chain_of(config.maker)
+        }
+    };
+    let provider = match record {
+        None => provider,
+        Some(path) => Box::new(
+            Recorder::create(provider, path, Box::new(loop_sandbox::redact::redact))
+                .map_err(|e| Error::usage(e.to_string()))?,
+        ),
+    };
+    Ok((redacted(provider), checker))
+}

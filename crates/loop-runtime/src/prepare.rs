@@ -1,0 +1,176 @@
+//! A task before its first step: its workspace (a worktree or a copy,
+//! never the user's checkout), the baseline manifest and the contract's
+//! checks run on it, the check-integrity set, and the request stored so
+//! any process can run or resume it.
+
+use crate::Error;
+use crate::task::{TaskRequest, new_task_id, open_store, store_err, write_json};
+use loop_core::{Clock, SystemClock};
+use loop_protocol::Contract;
+use loop_verifier::SnapshotVerifier;
+use loop_workspace::{Manifest, Origin, Protected, TaskWorkspace};
+use std::path::{Path, PathBuf};
+
+/// What the store keeps to run a task again (`loop resume`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredRequest {
+    /// The locked contract.
+    pub contract: Contract,
+    /// `--model`, if given.
+    pub model: Option<String>,
+    /// `--record`, if given.
+    pub record: Option<PathBuf>,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+    /// `--isolation` (`required` or `preferred`).
+    pub isolation: String,
+    /// The Loopfile's exec policy when the task started.
+    #[serde(default)]
+    pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,
+    /// The Loopfile's code rules when the task started.
+    #[serde(default)]
+    pub code_policy: Option<loop_gates::CodePolicy>,
+    /// The Loopfile's stall thresholds when the task started.
+    #[serde(default)]
+    pub progress: Option<loop_core::ProgressConfig>,
+    /// The Loopfile's checkpoints when the task started.
+    #[serde(default)]
+    pub checkpoints: Option<loop_core::Checkpoints>,
+    /// The check-integrity set derived when the task started (files that
+    /// define what the checks mean; protected like `protected` globs).
+    #[serde(default)]
+    pub check_integrity: Vec<loop_protocol::IntegrityRule>,
+}
+
+/// What no tool may write and every seal must leave as it was: the
+/// contract's protections, then the check-integrity set (less what the
+/// contract lets the model change).
+pub(crate) fn protection(
+    contract: &Contract,
+    integrity: &[loop_protocol::IntegrityRule],
+) -> Result<Protected, Error> {
+    Protected::new(&contract.protected_globs())
+        .and_then(|p| {
+            p.with_named(
+                &loop_verifier::integrity::named(integrity),
+                &contract.allow_check_changes,
+            )
+        })
+        .map_err(|e| Error::usage(format!("protected globs: {e}")))
+}
+
+/// Prepare the task `req` asks for and store it, ready to run; its id.
+/// Bad model configuration is refused before anything is created.
+pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<String, Error> {
+    use loop_store::Store;
+    let clock = SystemClock;
+    let project = req
+        .project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
+    let loopfile = crate::loopfile::Loopfile::load(&project)?;
+    crate::models::load_model(req.model.as_deref(), &loopfile, None)?;
+    let store = open_store(&project)?;
+    let task_id = new_task_id(clock.now_ms())?;
+    let task_dir = project.join(".loop").join("tasks").join(&task_id);
+    let workspace = task_dir.join("workspace");
+    let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
+    let contract_sha256 = req
+        .contract
+        .sha256()
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let stored = StoredRequest {
+        contract: req.contract.clone(),
+        model: req.model.clone(),
+        record: req.record.clone(),
+        verify_on_change: req.verify_on_change,
+        isolation: match req.isolation {
+            loop_sandbox::IsolationLevel::Required => "required".into(),
+            loop_sandbox::IsolationLevel::Preferred => "preferred".into(),
+        },
+        exec_policy: loopfile.exec.clone(),
+        code_policy: loopfile.rules.clone(),
+        progress: loopfile.progress.clone(),
+        checkpoints: loopfile.checkpoints.clone(),
+        check_integrity: Vec::new(),
+    };
+
+    // The task never works in the user's checkout: a worktree or a copy.
+    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
+        .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
+    crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
+    write_json(&task_dir.join("baseline.json"), &baseline)?;
+    let mut stored = stored;
+    stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
+    let request = serde_json::to_value(&stored).map_err(|e| Error::internal(e.to_string()))?;
+    observer.note(&describe(&workspace, &task_ws.origin));
+    // Baseline: the contract's checks on the workspace as it starts, so the
+    // receipt shows what held before any change.
+    let protected = protection(&req.contract, &stored.check_integrity)?;
+    let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+        .guard_protected(baseline.clone(), protected)
+        .with_sandbox(loop_sandbox::Settings {
+            deadline: Some(
+                std::time::Instant::now()
+                    + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
+            ),
+            paused_ms: None,
+            git_dir: git_dir(&task_ws.origin),
+            isolation: req.isolation,
+            cancel: Some(crate::interrupt::flag()),
+        })
+        .verify(&req.contract, &contract_sha256, 0)
+        .ok();
+    if let Some(b) = &baseline_report {
+        observer.note(&format!(
+            "baseline: {} of {} criteria hold before any change",
+            b.passed_criteria(),
+            b.criteria.len()
+        ));
+    }
+    write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
+    // Recorded last: a task in the store has everything it needs to resume.
+    store
+        .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
+        .map_err(store_err)?;
+    Ok(task_id)
+}
+
+/// A line saying where the task works.
+fn describe(workspace: &Path, origin: &Origin) -> String {
+    match origin {
+        Origin::Worktree {
+            branch,
+            base_commit,
+            dirty_included,
+            ..
+        } => format!(
+            "workspace {} (git worktree on {branch} from {}{})",
+            workspace.display(),
+            &base_commit[..12.min(base_commit.len())],
+            if *dirty_included {
+                ", with your uncommitted changes"
+            } else {
+                ""
+            }
+        ),
+        Origin::Copy { skipped } if skipped.is_empty() => {
+            format!("workspace {} (copy)", workspace.display())
+        }
+        Origin::Copy { skipped } => format!(
+            "workspace {} (copy; skipped {})",
+            workspace.display(),
+            skipped.join(", ")
+        ),
+    }
+}
+
+/// A worktree's repository, readable in commands and checks (git status,
+/// diff and log work there); never writable.
+pub(crate) fn git_dir(origin: &Origin) -> Option<PathBuf> {
+    match origin {
+        Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
+        Origin::Copy { .. } => None,
+    }
+}

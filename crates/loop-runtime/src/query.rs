@@ -1,0 +1,196 @@
+//! What any front end may read of a project's tasks while they run: the
+//! list, one task's status (its budgets as recorded, what it waits for,
+//! where its change set stands), and its recorded events from a position
+//! on — the same events a running task's observer sees.
+
+use crate::Error;
+use crate::control::{Liveness, liveness};
+use crate::task::{open_store, store_err};
+use loop_protocol::Event;
+use loop_store::{Approval, Store, TaskRecord};
+use serde::Serialize;
+use std::path::Path;
+
+/// One task as a front end shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskView {
+    /// Its id.
+    pub id: String,
+    /// Its state (`planning`, `acting`, …, `terminal`).
+    pub state: String,
+    /// How it ended (`verified`, `limit_reached{steps}`, …), once it has.
+    pub outcome: Option<String>,
+    /// Why it ended.
+    pub reason: Option<String>,
+    /// A live process runs it now.
+    pub running: bool,
+    /// Not over, and nobody runs it (`loop resume` goes on).
+    pub interrupted: bool,
+    /// The process running it, if it is running.
+    pub owner_pid: Option<u32>,
+    /// Someone asked it to stop.
+    pub cancel_requested: bool,
+    /// The instruction.
+    pub instruction: Option<String>,
+    /// `--model`, if one was given.
+    pub model: Option<String>,
+    /// The locked contract's hash.
+    pub contract_sha256: String,
+    /// Ledger entries so far.
+    pub entries: u64,
+    /// Created (RFC 3339).
+    pub created: String,
+    /// Last changed (RFC 3339).
+    pub updated: String,
+    /// The receipt, once written.
+    pub receipt: Option<String>,
+    #[serde(skip)]
+    liveness: Liveness,
+}
+
+impl TaskView {
+    fn of(t: &TaskRecord) -> Self {
+        let live = liveness(t);
+        TaskView {
+            id: t.id.clone(),
+            state: t.state.clone(),
+            outcome: t.outcome.clone(),
+            reason: t.reason.clone(),
+            running: live == Liveness::Running,
+            interrupted: live == Liveness::Interrupted,
+            owner_pid: t.owner.as_ref().map(|o| o.pid),
+            cancel_requested: t.cancel_requested,
+            instruction: t.request["contract"]["instruction"]
+                .as_str()
+                .map(str::to_string),
+            model: t.request["model"].as_str().map(str::to_string),
+            contract_sha256: t.contract_sha256.clone(),
+            entries: t.entries,
+            created: loop_protocol::time::rfc3339_millis(t.created_ms),
+            updated: loop_protocol::time::rfc3339_millis(t.updated_ms),
+            receipt: t.receipt.clone(),
+            liveness: live,
+        }
+    }
+
+    /// Whether a process runs it, it is interrupted, or it is over.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+}
+
+/// Budgets used, as the record shows them.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Used {
+    /// Model answers charged.
+    pub steps: u64,
+    /// Tokens, in and out.
+    pub tokens: u64,
+    /// Verification passes.
+    pub verifications: u64,
+}
+
+/// Where a task's change set stands in the project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ApplyState {
+    /// Not applied.
+    #[serde(rename = "not applied")]
+    NotApplied,
+    /// Applied (undo reverses it).
+    #[serde(rename = "applied")]
+    Applied,
+    /// An apply or undo was killed midway (`loop apply ID --recover`).
+    #[serde(rename = "interrupted")]
+    Interrupted,
+}
+
+/// One task in full.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskStatus {
+    /// The task.
+    #[serde(flatten)]
+    pub task: TaskView,
+    /// What it used.
+    pub used: Used,
+    /// Its approvals and checkpoints, answered or pending.
+    pub approvals: Vec<Approval>,
+    /// Its change set in the project.
+    pub apply: ApplyState,
+}
+
+/// Every task of `project`, newest last.
+pub fn tasks(project: &Path) -> Result<Vec<TaskView>, Error> {
+    let store = open_store(project)?;
+    Ok(store
+        .tasks()
+        .map_err(store_err)?
+        .iter()
+        .map(TaskView::of)
+        .collect())
+}
+
+/// Task `id` of `project`.
+pub fn task(project: &Path, id: &str) -> Result<TaskView, Error> {
+    let store = open_store(project)?;
+    Ok(TaskView::of(&store.task(id).map_err(store_err)?))
+}
+
+/// Task `id` of `project` in full.
+pub fn status(project: &Path, id: &str) -> Result<TaskStatus, Error> {
+    let store = open_store(project)?;
+    let t = store.task(id).map_err(store_err)?;
+    let mut used = Used::default();
+    for e in store.entries(id, 0).map_err(store_err)? {
+        match e.kind.as_str() {
+            "model_turn" | "model_malformed" | "model_failed" => {
+                used.steps += 1;
+                let u = &e.payload["usage"];
+                used.tokens += u["input_tokens"].as_u64().unwrap_or(0)
+                    + u["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "verified" => used.verifications += 1,
+            _ => {}
+        }
+    }
+    let task_dir = project.join(".loop/tasks").join(id);
+    let apply = if task_dir.join("apply-journal/pending").exists()
+        || task_dir.join("applying").exists()
+        || task_dir.join("undoing").exists()
+    {
+        ApplyState::Interrupted
+    } else if task_dir.join("applied").exists() {
+        ApplyState::Applied
+    } else {
+        ApplyState::NotApplied
+    };
+    Ok(TaskStatus {
+        task: TaskView::of(&t),
+        used,
+        approvals: store.approvals(id).unwrap_or_default(),
+        apply,
+    })
+}
+
+/// An event as recorded, with its position in the ledger.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Its position (0-based): read on from `seq + 1`.
+    pub seq: u64,
+    /// The event.
+    pub event: Event,
+}
+
+/// Task `id`'s events from position `since` on.
+pub fn events(project: &Path, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
+    let store = open_store(project)?;
+    store
+        .entries(id, since)
+        .map_err(store_err)?
+        .into_iter()
+        .map(|e| {
+            Event::from_kind_payload(&e.kind, &e.payload)
+                .map(|event| Recorded { seq: e.seq, event })
+                .map_err(|x| Error::internal(format!("task {id}: entry {}: {x}", e.seq)))
+        })
+        .collect()
+}

@@ -1,0 +1,193 @@
+//! Receipts after the fact: verify one offline (signature, statement,
+//! ledger, artifacts, and whether its signer was revoked), and replay its
+//! checks with no model on the exact tree it verified.
+
+use crate::Error;
+use loop_protocol::{Acceptance, OutcomeKind, VerificationReport};
+use loop_receipt::{KeyPair, PublicKey, SignatureStatus, Statement, VerifyReport, verify_receipt};
+use loop_verifier::SnapshotVerifier;
+use loop_workspace::{Manifest, remove_tree};
+use std::path::Path;
+
+/// Whose key a verification trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustedKey {
+    /// The key given (`--pubkey`).
+    Given(String),
+    /// This machine's own key.
+    ThisMachine(String),
+    /// None: this machine has no key yet.
+    None,
+}
+
+impl std::fmt::Display for TrustedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrustedKey::Given(k) => write!(f, "the given key {k}"),
+            TrustedKey::ThisMachine(k) => write!(f, "this machine's key {k}"),
+            TrustedKey::None => f.write_str("no key (this machine has none yet)"),
+        }
+    }
+}
+
+/// What verifying a receipt found.
+#[derive(Debug)]
+pub struct ReceiptCheck {
+    /// Layer by layer.
+    pub report: VerifyReport,
+    /// Whose key was trusted.
+    pub trusted: TrustedKey,
+    /// Keys revoked by trusted addenda beside the receipt.
+    pub revoked_by_addenda: Vec<String>,
+    /// A valid signature by a key revoked (on this machine, or by an
+    /// addendum): the receipt does not hold.
+    pub revoked_signer: Option<String>,
+    /// Every layer holds and the signer is not revoked.
+    pub intact: bool,
+    /// The task it records was verified.
+    pub verified: bool,
+}
+
+/// The keys a verification trusts: the key in `pubkey` (a PEM file), else
+/// this machine's own key.
+pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, Error> {
+    match pubkey {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| Error::usage(format!("--pubkey {}: {e}", p.display())))?;
+            let key = PublicKey::parse(&text)
+                .map_err(|e| Error::usage(format!("--pubkey {}: {e}", p.display())))?;
+            Ok(vec![key])
+        }
+        None => Ok(KeyPair::existing()
+            .map_err(|e| Error::usage(e.to_string()))?
+            .map(|k| vec![k.public()])
+            .unwrap_or_default()),
+    }
+}
+
+/// Verify `receipt` offline (its artifacts in `artifacts`, else beside
+/// it) against the key in `pubkey`, else this machine's.
+pub fn verify(
+    receipt: &Path,
+    artifacts: Option<&Path>,
+    pubkey: Option<&Path>,
+) -> Result<ReceiptCheck, Error> {
+    let trusted = trusted_keys(pubkey)?;
+    let report =
+        verify_receipt(receipt, artifacts, &trusted).map_err(|e| Error::usage(e.to_string()))?;
+    // A revoked key stays revoked whoever passes it with --pubkey: this
+    // machine's list, and revocation addenda beside the receipt signed by
+    // a trusted key (the revoked key signs its own revocation).
+    let mut keys = trusted.clone();
+    if let Ok(Some(k)) = KeyPair::existing() {
+        keys.push(k.public());
+    }
+    let revoked_by_addenda = loop_receipt::revoked_by_addenda(receipt, &keys);
+    let revoked_signer = match &report.signature {
+        SignatureStatus::Valid { keyid }
+            if KeyPair::revoked().contains(keyid) || revoked_by_addenda.contains(keyid) =>
+        {
+            Some(keyid.clone())
+        }
+        _ => None,
+    };
+    let trusted = match (pubkey, trusted.first()) {
+        (Some(_), Some(k)) => TrustedKey::Given(k.keyid.clone()),
+        (None, Some(k)) => TrustedKey::ThisMachine(k.keyid.clone()),
+        (_, None) => TrustedKey::None,
+    };
+    let intact = report.ok() && revoked_signer.is_none();
+    let verified = report
+        .statement
+        .as_ref()
+        .is_some_and(|s| s.predicate.outcome.kind == OutcomeKind::Verified);
+    Ok(ReceiptCheck {
+        report,
+        trusted,
+        revoked_by_addenda,
+        revoked_signer,
+        intact,
+        verified,
+    })
+}
+
+/// A receipt's checks run again.
+#[derive(Debug)]
+pub struct Replay {
+    /// The receipt's statement.
+    pub statement: Statement,
+    /// The verification it recorded.
+    pub recorded: VerificationReport,
+    /// The same checks now, on fresh snapshots of the same tree.
+    pub replayed: VerificationReport,
+    /// The replayed evidence establishes acceptance of the contract.
+    pub accepted: bool,
+    /// Every criterion, and the outcome, came out as recorded.
+    pub reproduced: bool,
+}
+
+/// Re-run every check of `receipt`'s contract, in the sandbox, on fresh
+/// snapshots of the exact tree the receipt verified (the task workspace,
+/// if it still holds exactly that content), with no model.
+pub fn replay(receipt: &Path) -> Result<Replay, Error> {
+    // Resolved once, absolutely: everything below is found from it, and a
+    // relative path would give the checks a relative workspace.
+    let receipt = &receipt
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("{}: {e}", receipt.display())))?;
+    let check = verify(receipt, None, None)?;
+    let Some(statement) = check.report.statement.filter(|_| check.intact) else {
+        return Err(Error::usage(format!(
+            "the receipt {} does not hold; run `loop verify` on it",
+            receipt.display()
+        )));
+    };
+    let p = &statement.predicate;
+    let Some(recorded) = p.verification.clone() else {
+        return Err(Error::usage(format!(
+            "task {} ended {} before any verification: there is nothing to replay",
+            p.task_id, p.outcome
+        )));
+    };
+    let state = receipt
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| Error::usage("the receipt is not inside a .loop/receipts directory"))?;
+    let task_dir = state.join("tasks").join(&p.task_id);
+    let workspace = task_dir.join("workspace");
+    let current = Manifest::of(&workspace).map_err(|e| {
+        Error::usage(format!(
+            "the task workspace {} is gone ({e}); replay needs the verified tree",
+            workspace.display()
+        ))
+    })?;
+    if current.root != recorded.manifest_root {
+        return Err(Error::usage(format!(
+            "the task workspace changed since verification (root {} ≠ recorded {})",
+            current.root, recorded.manifest_root
+        )));
+    }
+    // The verifier never writes to the tree it seals (overlays, or its own copy).
+    let scratch = task_dir.join("replay");
+    let _ = remove_tree(&scratch);
+    let replayed = SnapshotVerifier::new(&workspace, &scratch)
+        .verify(&p.contract, &p.contract_sha256, recorded.attempt)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let _ = remove_tree(&scratch);
+    let accepted = Acceptance::establish(&p.contract, &p.contract_sha256, &replayed).is_ok();
+    let reproduced = recorded.criteria.len() == replayed.criteria.len()
+        && recorded
+            .criteria
+            .iter()
+            .zip(&replayed.criteria)
+            .all(|(was, now)| was.passed == now.passed)
+        && accepted == (p.outcome.kind == OutcomeKind::Verified);
+    Ok(Replay {
+        statement,
+        recorded,
+        replayed,
+        accepted,
+        reproduced,
+    })
+}

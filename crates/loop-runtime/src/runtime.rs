@@ -1,0 +1,137 @@
+//! [`Runtime`]: one project's tasks behind one handle, the API every front
+//! end calls. The CLI, the server, a worker and the MCP endpoint submit,
+//! run, watch, steer and settle tasks through exactly these methods, so a
+//! task behaves, records and proves the same whichever started it.
+
+use crate::control::Cancelled;
+use crate::query::{Recorded, TaskStatus, TaskView};
+use crate::task::{TaskReport, TaskRequest};
+use crate::{Error, Observer, OnPrompt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A project's tasks.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    project: PathBuf,
+}
+
+impl Runtime {
+    /// The runtime of the project at `project` (its store is
+    /// `.loop/loop.db`, made on first use).
+    pub fn open(project: &Path) -> Result<Runtime, Error> {
+        let project = project
+            .canonicalize()
+            .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+        Ok(Runtime { project })
+    }
+
+    /// The project's directory (canonical).
+    pub fn project(&self) -> &Path {
+        &self.project
+    }
+
+    /// Prepare and store the task `req` asks for (its `project` is this
+    /// runtime's); it is ready to [`Runtime::run`]. Its id.
+    pub fn submit(
+        &self,
+        mut req: TaskRequest,
+        observer: &mut dyn Observer,
+    ) -> Result<String, Error> {
+        req.project = self.project.clone();
+        crate::prepare::submit(&req, observer)
+    }
+
+    /// Run task `id` to its end, from wherever its record stops (a task
+    /// just submitted starts; an interrupted one resumes).
+    pub fn run(
+        &self,
+        id: &str,
+        on_prompt: OnPrompt,
+        observer: &mut dyn Observer,
+    ) -> Result<TaskReport, Error> {
+        crate::task::resume_task(&self.project, id, None, on_prompt, observer)
+    }
+
+    /// Give task `id`, which reached a limit, more budget and let it go on.
+    pub fn extend(
+        &self,
+        id: &str,
+        extension: loop_core::Extension,
+        on_prompt: OnPrompt,
+        observer: &mut dyn Observer,
+    ) -> Result<TaskReport, Error> {
+        crate::task::resume_task(&self.project, id, Some(extension), on_prompt, observer)
+    }
+
+    /// Ask task `id` to stop and wait up to `wait` until it has.
+    pub fn cancel(
+        &self,
+        id: &str,
+        wait: Duration,
+        observer: &mut dyn Observer,
+    ) -> Result<Cancelled, Error> {
+        crate::control::cancel(&self.project, id, wait, observer)
+    }
+
+    /// Answer task `id`'s pending approval or checkpoint.
+    pub fn answer(
+        &self,
+        id: &str,
+        approve: bool,
+        message: Option<&str>,
+    ) -> Result<loop_store::Approval, Error> {
+        crate::control::answer(&self.project, id, approve, message)
+    }
+
+    /// Every task.
+    pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
+        crate::query::tasks(&self.project)
+    }
+
+    /// Task `id`.
+    pub fn task(&self, id: &str) -> Result<TaskView, Error> {
+        crate::query::task(&self.project, id)
+    }
+
+    /// Task `id` in full.
+    pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
+        crate::query::status(&self.project, id)
+    }
+
+    /// Task `id`'s events from position `since` on.
+    pub fn events(&self, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
+        crate::query::events(&self.project, id, since)
+    }
+
+    /// Tasks not over whose runtime is gone.
+    pub fn interrupted(&self) -> Result<Vec<String>, Error> {
+        crate::control::interrupted_tasks(&self.project)
+    }
+
+    /// Apply task `id`'s change set to the project.
+    pub fn apply(
+        &self,
+        id: &str,
+        confirmed: bool,
+        trust_host_files: bool,
+        observer: &mut dyn Observer,
+    ) -> Result<u8, Error> {
+        crate::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
+    }
+
+    /// Settle an apply or undo that was killed midway.
+    pub fn recover(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+        crate::changes::recover(&self.project, id, observer)
+    }
+
+    /// Undo task `id`'s applied change set.
+    pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+        crate::changes::undo(&self.project, id, observer)
+    }
+
+    /// Remove task `id`'s workspace (its receipt stays).
+    pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+        crate::changes::discard(&self.project, id, observer)
+    }
+}

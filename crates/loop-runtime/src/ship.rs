@@ -1,0 +1,151 @@
+//! What a task leaves when it ends: its artifacts (from the accepted seal
+//! when verified, else from the workspace as it was left), the change set
+//! (redacted like every record), the signed receipt covering them and the
+//! ledger, and only then the task closed in the store.
+
+use crate::Error;
+use crate::drive::{Start, TaskPaths};
+use crate::prepare::StoredRequest;
+use crate::task::{TaskReport, store_err};
+use loop_core::{Clock, RunResult};
+use loop_protocol::OutcomeKind;
+use loop_receipt::{Budgets, LedgerRef, Predicate, Provenance, ReceiptBuilder};
+use loop_store::Store;
+use loop_workspace::{Manifest, remove_tree};
+use std::path::Path;
+
+/// The largest artifact shipped beside a receipt (the sandbox's file-size
+/// limit is 1 GiB; an artifact is evidence, not a data set).
+const ARTIFACT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Everything a finished run hands over.
+pub(crate) struct Shipment<'a> {
+    pub project: &'a Path,
+    pub store: &'a dyn Store,
+    pub task_id: &'a str,
+    pub stored: &'a StoredRequest,
+    pub paths: &'a TaskPaths,
+    pub start: &'a Start,
+    pub result: RunResult,
+    /// The accepted seal's tree, if verification kept one.
+    pub sealed: Option<&'a Path>,
+    pub ledger: LedgerRef,
+    pub provenance: Provenance,
+    pub clock: &'a dyn Clock,
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
+    move |e| Error::internal(format!("{what}: {e}"))
+}
+
+/// Ship the artifacts beside the receipt, read as untrusted (a link is
+/// never followed, a FIFO never opened); an artifact the task did not make
+/// is simply not shipped (the verification says so).
+fn ship_artifacts(s: &Shipment<'_>, receipt: &mut ReceiptBuilder) -> Result<(), Error> {
+    let source: &Path = match (s.result.record.kind, s.sealed) {
+        (OutcomeKind::Verified, Some(sealed)) => sealed,
+        _ => &s.paths.workspace,
+    };
+    let dir = s.paths.receipts.join(format!("{}.artifacts", s.task_id));
+    let tree = loop_workspace::Tree::open(source).map_err(io("artifacts"))?;
+    for a in &s.stored.contract.artifacts {
+        let Ok(bytes) = tree.read_file(a.as_str(), ARTIFACT_MAX_BYTES) else {
+            continue;
+        };
+        let to = dir.join(a.as_str());
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io("artifacts"))?;
+        }
+        std::fs::write(&to, &bytes).map_err(io("artifacts"))?;
+        receipt.artifact(a, &bytes);
+    }
+    Ok(())
+}
+
+/// Ship everything, sign the receipt, close the task in the store.
+pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
+    let task_id = s.task_id;
+    let contract = &s.stored.contract;
+    let mut receipt = ReceiptBuilder::new();
+    ship_artifacts(&s, &mut receipt)?;
+    let ledger_bytes =
+        std::fs::read(s.paths.receipts.join(&s.ledger.name)).map_err(io("ledger"))?;
+    receipt.file(&s.ledger.name, &ledger_bytes);
+
+    let start = s.start;
+    let final_manifest =
+        Manifest::of(&s.paths.workspace).map_err(io("cannot hash the workspace"))?;
+    let mut changes = crate::changes::compute(
+        s.project,
+        &start.task_ws,
+        &start.baseline,
+        if start.gone {
+            &start.baseline
+        } else {
+            &final_manifest
+        },
+    );
+    // The patch is a record like any other: secrets in it are redacted (the
+    // per-file digests stay those of the real content, so what was verified
+    // is still identified exactly).
+    let redacted = loop_sandbox::redact::redact(&changes.patch);
+    let unredacted = (redacted != changes.patch).then(|| changes.patch_sha256.clone());
+    changes.patch = redacted;
+    changes.patch_sha256 = loop_protocol::hash::sha256_hex(changes.patch.as_bytes());
+    let patch_name = format!("{task_id}.changes.patch");
+    std::fs::write(s.paths.receipts.join(&patch_name), &changes.patch).map_err(io("change set"))?;
+    receipt.file(&patch_name, changes.patch.as_bytes());
+    let change_set = crate::changes::record(&changes, &patch_name, unredacted);
+
+    let result = s.result;
+    let predicate = Predicate {
+        task_id: task_id.to_string(),
+        contract: contract.clone(),
+        contract_sha256: contract.sha256().map_err(|e| Error::usage(e.to_string()))?,
+        // As the ledger has it: registered secret values scrubbed.
+        outcome: loop_protocol::OutcomeRecord {
+            reason: loop_sandbox::redact::scrub_literals(&result.record.reason),
+            ..result.record.clone()
+        },
+        isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
+        verification: result.last_report,
+        baseline: start.baseline_report.clone(),
+        check_integrity: s.stored.check_integrity.clone(),
+        artifacts: Vec::new(),
+        baseline_root: start.baseline.root.clone(),
+        final_root: final_manifest.root.clone(),
+        change_set: change_set.clone(),
+        budgets: Budgets {
+            granted: result.granted.clone(),
+            used: result.used,
+        },
+        provenance: s.provenance,
+        ledger: s.ledger,
+        created_at: loop_protocol::time::rfc3339_millis(s.clock.now_ms()),
+    };
+    let receipt_path = s.paths.receipts.join(format!("{task_id}.receipt.json"));
+    let key = loop_receipt::KeyPair::load_or_create()
+        .map_err(|e| Error::usage(format!("signing key: {e}")))?;
+    receipt
+        .write_signed(predicate, &receipt_path, &key)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    // The task ends in the store only once its receipt is written.
+    s.store
+        .finish(
+            task_id,
+            &result.record.to_string(),
+            &result.record.reason,
+            &receipt_path.display().to_string(),
+            &serde_json::to_value(&change_set).unwrap_or_default(),
+            s.clock.now_ms(),
+        )
+        .map_err(store_err)?;
+    // Seals and check views are scratch; the receipt holds their evidence.
+    let _ = remove_tree(&s.paths.task_dir.join("scratch"));
+    Ok(TaskReport {
+        task_id: task_id.to_string(),
+        outcome: result.record,
+        receipt: receipt_path,
+        workspace: s.paths.workspace.clone(),
+    })
+}
