@@ -63,15 +63,16 @@ echo "| + seccomp | $(per_cmd "--without cgroups") |"
 echo "| + cgroups (full) | $(per_cmd "") |"
 echo
 
-echo "## Where the time goes in one \`loop exec -- true\` (LOOP_SANDBOX_TRACE, median of 50)"
+echo "## Where the time goes in one \`loop exec -- true\` (LOOP_LOG=loop_sandbox::phases=debug, median of 50)"
 echo
-for _ in $(seq 50); do LOOP_SANDBOX_TRACE=1 "$loop_bin" exec -- true 2>&1 >/dev/null; done | python3 -c '
+for _ in $(seq 50); do LOOP_LOG=loop_sandbox::phases=debug "$loop_bin" exec -- true 2>&1 >/dev/null; done | python3 -c '
 import sys, collections, statistics
 t = collections.defaultdict(list)
 for line in sys.stdin:
     p = line.split()
-    if p and p[0] == "sandbox:":
-        t[p[1]].append(float(p[3]))
+    if "sandbox:" in p:
+        i = p.index("sandbox:")
+        t[p[i + 1]].append(float(p[i + 3]))
 print("| phase reached | at (ms, cumulative) |")
 print("|---|---|")
 for k in ["view", "landlock", "cgroups", "plan", "spawned", "exited", "cleaned"]:

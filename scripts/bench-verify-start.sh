@@ -2,7 +2,7 @@
 # From the start of a verification attempt to the first check's command
 # running, inside `loop run`, for workspaces of 1k, 10k and 100k files
 # (~10 KB each): the check is `date +%s%N`, compared with the verifier's
-# own start time (LOOP_VERIFY_TRACE). Three runs per size, median printed.
+# own start time (LOOP_LOG=loop_verifier=debug). Three runs per size, median printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -q -p loop-cli
@@ -18,7 +18,7 @@ for n in "${@:-1000 10000 100000}"; do
   size=$(du -sh "$p" | cut -f1)
   lat=()
   for _ in 1 2 3; do
-    out=$(LOOP_VERIFY_TRACE=1 "$loop_bin" run "time the first check" --check 'date +%s%N' \
+    out=$(LOOP_LOG=loop_verifier=debug "$loop_bin" run "time the first check" --check 'date +%s%N' \
           --model "scripted:$root/s.yaml" --project "$p" --json 2>"$root/err")
     began=$(grep -o 'began at [0-9]*' "$root/err" | head -1 | awk '{print $3}')
     ran=$(printf '%s\n' "$out" | python3 -c 'import json,sys

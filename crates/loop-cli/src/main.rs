@@ -3,6 +3,7 @@
 
 mod demo;
 mod exec_cmd;
+mod logging;
 mod replay;
 mod story;
 mod tasks_cmd;
@@ -55,6 +56,10 @@ impl CliError {
     long_about = "Loop Engine turns one instruction into an acceptance contract, drives a model through plan → act → observe → verify inside a sandbox, and stops only when every check passes on a fresh snapshot — or when a budget, a stall or a person stops it. Every run ends with a hash-chained receipt.\n\nExit codes: 0 verified / success; 1 finished but not verified, or a receipt that does not hold; 2 bad usage, config or input; 3 internal error."
 )]
 struct Cli {
+    /// Diagnostics on stderr: -v info, -vv debug, -vvv trace (LOOP_LOG
+    /// chooses by target instead, e.g. `LOOP_LOG=loop_sandbox=debug`).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -335,6 +340,12 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     interrupt::install();
+    if let Err(e) = logging::init(cli.verbose) {
+        eprintln!("error: {e}");
+        // As for its flags: `loop exec`'s own failures are not the command's.
+        let exec = matches!(cli.command, Command::Exec(_));
+        return ExitCode::from(if exec { 125 } else { 2 });
+    }
     // Whatever credentials this process was given (provider keys, tokens)
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();

@@ -53,8 +53,6 @@ impl loop_runtime::Observer for Story {
 
 impl Observer for Story {
     fn on_event(&mut self, event: &Event) {
-        let scrubbed = loop_runtime::wiring::scrub_event(event);
-        let event = &scrubbed;
         if let Event::TaskStarted { task_id, .. } = event {
             self.task_id = task_id.clone();
         }

@@ -1409,3 +1409,41 @@ fn read_only_git_works_in_a_worktree_task_and_its_remotes_stay_unreadable() {
     // The user's repository is untouched.
     assert_eq!(sh(&p, "git log --oneline").lines().count(), 1);
 }
+
+#[test]
+fn diagnostics_are_off_by_default_and_on_with_v_or_loop_log() {
+    let dir = std::env::temp_dir().join(format!("loop-e2e-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exec = |pre: &[&str], log: Option<&str>| {
+        let mut c = loop_bin();
+        c.args(pre)
+            .args(["exec", "--workspace"])
+            .arg(&dir)
+            .args(["--", "true"])
+            .env_remove("LOOP_LOG");
+        if let Some(l) = log {
+            c.env("LOOP_LOG", l);
+        }
+        c.output().unwrap()
+    };
+    let quiet = exec(&[], None);
+    assert_eq!(quiet.status.code(), Some(0));
+    assert!(quiet.stderr.is_empty(), "{}", text(&quiet));
+    let loud = exec(&["-vv"], None);
+    assert_eq!(loud.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&loud.stderr);
+    assert!(err.contains("sandbox: spawned at"), "{err}");
+    // LOOP_LOG picks targets: only the verifier here, so no sandbox phases.
+    let picked = exec(&[], Some("loop_verifier=debug"));
+    assert!(picked.stderr.is_empty(), "{}", text(&picked));
+    // A filter that cannot be read is named; for `loop exec` it is the
+    // runtime's failure (125), never mistaken for the command's exit.
+    let bad = exec(&[], Some("loop_sandbox=loudest"));
+    assert_eq!(bad.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("LOOP_LOG=loop_sandbox=loudest"),
+        "{}",
+        text(&bad)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

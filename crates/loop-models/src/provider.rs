@@ -464,6 +464,12 @@ impl HttpModel {
                         _ => None,
                     };
                     let wait = self.cfg.retry.delay(attempt, retry_after, &mut self.jitter);
+                    tracing::info!(
+                        "{} {}: attempt {attempt} failed ({e}); retrying in {} ms",
+                        self.cfg.dialect.name(),
+                        self.cfg.model,
+                        wait.as_millis()
+                    );
                     self.sleeper.sleep(wait);
                 }
             }

@@ -4,10 +4,12 @@
 //! ([`crate::ship`]).
 
 use crate::Error;
+use crate::Observer as _;
 use crate::models::Models;
 use crate::prepare::{StoredRequest, git_dir, protection};
 use crate::task::{TaskReport, read_json, store_err};
 use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
 use loop_protocol::Event;
 use loop_receipt::FileLedger;
@@ -248,6 +250,7 @@ pub(crate) fn drive(
         extension,
     } = run;
     let clock = SystemClock;
+    let observer = &mut crate::wiring::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
     // Leftovers of runtimes that were killed (their private tmp, cgroups).
     let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
@@ -258,6 +261,7 @@ pub(crate) fn drive(
         ));
     }
     let owner = claim(store, task_id, &clock)?;
+    tracing::info!("task {task_id}: claimed by process {}", owner.pid);
     // A workspace deleted behind the runtime's back (by hand, or a discard
     // that raced a crash) can be neither resumed nor verified: the task
     // ends in error with a receipt that says so, over an empty stand-in,
@@ -276,6 +280,12 @@ pub(crate) fn drive(
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let record = Record::load(store, task_id, pause_clock)?;
     let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
+    tracing::info!(
+        "task {task_id}: {} entries on record, {} ms used, {} ms left",
+        record.history.len(),
+        record.elapsed_ms,
+        remaining_ms
+    );
     let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
 
     let ledger_name = format!("{task_id}.ledger.jsonl");

@@ -129,6 +129,11 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     receipt
         .write_signed(predicate, &receipt_path, &key)
         .map_err(|e| Error::internal(e.to_string()))?;
+    tracing::info!(
+        "task {task_id}: {} receipt written to {}",
+        result.record,
+        receipt_path.display()
+    );
     // The task ends in the store only once its receipt is written.
     s.store
         .finish(

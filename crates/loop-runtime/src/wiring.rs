@@ -6,6 +6,25 @@ use loop_receipt::FileLedger;
 use loop_tools::ToolBox;
 use loop_verifier::SnapshotVerifier;
 
+/// A front end's observer that is handed events as the ledger records
+/// them: registered secret values scrubbed, whatever the front end.
+pub(crate) struct Scrubbed<'o>(pub &'o mut dyn crate::Observer);
+
+impl loop_core::Observer for Scrubbed<'_> {
+    fn on_event(&mut self, event: &Event) {
+        self.0.on_event(&scrub_event(event));
+    }
+}
+
+impl crate::Observer for Scrubbed<'_> {
+    fn note(&mut self, line: &str) {
+        self.0.note(line);
+    }
+    fn confirm(&mut self, question: &str) -> Option<bool> {
+        self.0.confirm(question)
+    }
+}
+
 /// The registered secret values scrubbed from every string of an event
 /// (the genesis keeps its contract, which its hash covers).
 pub fn scrub_event(event: &Event) -> Event {

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_protocol::{Contract, Event, OutcomeKind};
-use loop_runtime::{OnPrompt, TaskRequest};
+use loop_runtime::{OnPrompt, Runtime, TaskRequest};
 use std::path::{Path, PathBuf};
 
 const TASK: &str = r#"instruction: make a.txt say ALPHA
@@ -108,10 +108,18 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
         std::env::set_var("LOOP_STATE_DIR", &state);
     }
 
-    // 1. Request to verified, signed receipt.
+    // 1. Request to verified, signed receipt, through the Runtime handle:
+    // submitted (prepared and stored, nothing run), then run.
     let (dir, project) = scene("run");
+    let runtime = Runtime::open(&project).unwrap();
     let mut seen = Seen::default();
-    let report = loop_runtime::run_task(request(&dir, &project), &mut seen).unwrap();
+    let id = runtime.submit(request(&dir, &project), &mut seen).unwrap();
+    let submitted = runtime.task(&id).unwrap();
+    assert_eq!(submitted.state, "pending");
+    assert_eq!(submitted.entries, 0, "submitting runs nothing");
+    assert!(seen.kinds.is_empty(), "{:?}", seen.kinds);
+    let report = runtime.run(&id, OnPrompt::Deny, &mut seen).unwrap();
+    assert_eq!(report.task_id, id);
     assert_eq!(
         report.outcome.kind,
         OutcomeKind::Verified,
@@ -135,6 +143,20 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
         verified.statement.unwrap().predicate.outcome.kind,
         OutcomeKind::Verified
     );
+    // What a front end reads afterwards is what the run saw.
+    let recorded: Vec<String> = runtime
+        .events(&id, 0)
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind().to_string())
+        .collect();
+    assert_eq!(recorded, seen.kinds);
+    let status = runtime.status(&id).unwrap();
+    assert_eq!(status.task.outcome.as_deref(), Some("verified"));
+    assert_eq!(status.apply, loop_runtime::ApplyState::NotApplied);
+    assert_eq!(status.used.verifications, 1);
+    let check = loop_runtime::receipts::verify(&report.receipt, None, None).unwrap();
+    assert!(check.intact && check.verified, "{check:?}");
 
     // 2. Killed midway in another process, resumed here.
     let (dir, project) = scene("resume");
@@ -154,11 +176,12 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
         Some(libc::SIGKILL),
         "the child was killed midway"
     );
-    let ids = loop_runtime::interrupted_tasks(&project).unwrap();
+    let runtime = Runtime::open(&project).unwrap();
+    let ids = runtime.interrupted().unwrap();
     assert_eq!(ids.len(), 1, "one task left unfinished");
+    assert!(runtime.task(&ids[0]).unwrap().interrupted);
     let mut seen = Seen::default();
-    let report =
-        loop_runtime::resume_task(&project, &ids[0], None, OnPrompt::Deny, &mut seen).unwrap();
+    let report = runtime.run(&ids[0], OnPrompt::Deny, &mut seen).unwrap();
     assert_eq!(
         report.outcome.kind,
         OutcomeKind::Verified,
@@ -174,9 +197,5 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
     // Every effect exactly once: the check reads effects.log == "c1".
     let log = std::fs::read_to_string(report.workspace.join("effects.log")).unwrap();
     assert_eq!(log, "c1\n");
-    assert!(
-        loop_runtime::interrupted_tasks(&project)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(runtime.interrupted().unwrap().is_empty());
 }

@@ -1059,20 +1059,26 @@ fn git_config_core(text: &str) -> String {
     out
 }
 
-/// Phase timings on stderr when `LOOP_SANDBOX_TRACE` is set: where a
-/// command's fixed cost goes (used for docs/benchmarks.md).
+/// Phase timings of one command, as `debug` events of target
+/// `loop_sandbox::phases` (`LOOP_LOG=loop_sandbox::phases=debug`): where a
+/// command's fixed cost goes (used for docs/benchmarks.md). Marks are made
+/// in the runtime's process only, never in a forked child.
 struct Trace(Option<Instant>);
 
 impl Trace {
     fn start() -> Self {
-        Trace(std::env::var_os("LOOP_SANDBOX_TRACE").map(|_| Instant::now()))
+        Trace(
+            tracing::enabled!(target: "loop_sandbox::phases", tracing::Level::DEBUG)
+                .then(Instant::now),
+        )
     }
 
     fn mark(&self, phase: &str) {
         if let Some(t0) = self.0 {
-            eprintln!(
-                "sandbox: {phase} at {:.3} ms",
-                t0.elapsed().as_secs_f64() * 1000.0
+            let ms = t0.elapsed().as_secs_f64() * 1000.0;
+            tracing::debug!(
+                target: "loop_sandbox::phases",
+                "sandbox: {phase} at {ms:.3} ms"
             );
         }
     }

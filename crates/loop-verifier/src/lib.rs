@@ -192,12 +192,12 @@ impl SnapshotVerifier {
         attempt: u32,
     ) -> Result<VerificationReport, VerifyError> {
         let started = Instant::now();
-        if std::env::var_os("LOOP_VERIFY_TRACE").is_some() {
+        if tracing::enabled!(tracing::Level::DEBUG) {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos())
                 .unwrap_or(0);
-            eprintln!("verify: attempt {attempt} began at {now} ns since the epoch");
+            tracing::debug!("verify: attempt {attempt} began at {now} ns since the epoch");
         }
         if let Some(old) = self.last_sealed.take() {
             old.discard();
@@ -345,13 +345,11 @@ impl SnapshotVerifier {
                             },
                         };
                         method = view.method.name().to_string();
-                        if std::env::var_os("LOOP_VERIFY_TRACE").is_some() {
-                            eprintln!(
-                                "verify: check {}#{index} starting {:.3} ms after verification began",
-                                criterion.id,
-                                began.elapsed().as_secs_f64() * 1000.0
-                            );
-                        }
+                        tracing::debug!(
+                            "verify: check {}#{index} starting {:.3} ms after verification began",
+                            criterion.id,
+                            began.elapsed().as_secs_f64() * 1000.0
+                        );
                         let (mut ev, iso) =
                             run_check(&criterion.id, index, check, run, &view, &self.sandbox);
                         if let Some(base) = self.baseline_tally(&criterion.id, index, check)
