@@ -16,6 +16,9 @@ command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The check-integrity tests run a real pytest, the system interpreter's.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need_apt+=(python3-pytest)
+# Every doc example is checked against the JSON Schemas (scripts/check-schemas.py).
+/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1 || need_apt+=(python3-jsonschema)
+/usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 || need_apt+=(python3-yaml)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

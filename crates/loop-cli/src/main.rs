@@ -310,11 +310,20 @@ enum Command {
         /// The receipt.
         receipt: PathBuf,
     },
-    /// Check a contract file and print its hash.
+    /// Check a contract file and print its hash (a file named
+    /// Loopfile.yaml is checked as a Loopfile).
     Validate {
         /// The contract (default: task.yaml).
         #[arg(default_value = "task.yaml")]
         file: PathBuf,
+        /// Read FILE as a Loopfile whatever its name.
+        #[arg(long)]
+        loopfile: bool,
+    },
+    /// Print the JSON Schema of a format: `contract` or `loopfile`.
+    Schema {
+        /// contract | loopfile
+        format: String,
     },
 }
 
@@ -506,7 +515,52 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             );
             Ok(0)
         }
-        Command::Validate { file } => {
+        Command::Schema { format } => {
+            let schema = match format.as_str() {
+                "contract" => loop_protocol::contract::schema::contract_schema(),
+                "loopfile" => loop_runtime::loopfile::schema(),
+                other => {
+                    return Err(CliError::usage(format!(
+                        "no schema for `{other}` (contract, loopfile)"
+                    )));
+                }
+            };
+            let text = serde_json::to_string_pretty(&schema)
+                .map_err(|e| CliError::internal(e.to_string()))?;
+            println!("{text}");
+            Ok(0)
+        }
+        Command::Validate { file, loopfile }
+            if loopfile || file.file_name().is_some_and(|n| n == "Loopfile.yaml") =>
+        {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+            let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
+            let sections = [
+                ("models", l.models.is_some()),
+                ("exec", l.exec.is_some()),
+                ("rules", l.rules.is_some()),
+                ("progress", l.progress.is_some()),
+                ("checkpoints", l.checkpoints.is_some()),
+                ("apply", !l.host_executable.is_empty()),
+            ];
+            let read: Vec<&str> = sections
+                .iter()
+                .filter(|(_, set)| *set)
+                .map(|(n, _)| *n)
+                .collect();
+            println!(
+                "{}: valid Loopfile ({})",
+                file.display(),
+                if read.is_empty() {
+                    "no sections".to_string()
+                } else {
+                    read.join(", ")
+                }
+            );
+            Ok(0)
+        }
+        Command::Validate { file, .. } => {
             let contract = read_contract(&file)?;
             let sha = contract
                 .sha256()

@@ -33,7 +33,7 @@ use crate::retry::RetryPolicy;
 use crate::{ModelSpec, ToolChoice, ToolProtocol};
 use loop_protocol::Price;
 use loop_protocol::contract::Diagnostic;
-use loop_protocol::yaml::{Node, Pos, Value};
+use loop_protocol::yaml::{Node, Pos, Reader};
 
 /// What the environment provides (read once, passed in, so tests need no globals).
 #[derive(Debug, Clone, Default)]
@@ -108,223 +108,146 @@ pub struct ModelsSection {
     pricing: Vec<(String, Price)>,
 }
 
-struct Parser<'a> {
-    origin: &'a str,
-    errors: Vec<Diagnostic>,
+/// The keys of `models:`.
+const MODELS_KEYS: &[&str] = &["maker", "checker", "pricing"];
+/// A price's fields (USD per million tokens).
+const PRICE_KEYS: &[&str] = &["input", "cached_input", "output"];
+/// An endpoint's keys (`api_key` is refused with its own reason).
+const ENDPOINT_KEYS: &[&str] = &[
+    "spec",
+    "base_url",
+    "api_key_env",
+    "api_key",
+    "temperature",
+    "max_output_tokens",
+    "context_tokens",
+    "tool_protocol",
+    "tool_choice",
+    "stream",
+    "retries",
+    "timeout_secs",
+    "max_tokens_field",
+    "prompt",
+    "fallback",
+];
+
+fn endpoint(r: &mut Reader, n: &Node, what: &str) -> Option<EndpointDraft> {
+    let entries = r.mapping(n, &format!("`{what}`"), ENDPOINT_KEYS)?;
+    let mut d = EndpointDraft::default();
+    for (k, v) in entries {
+        match k.name.as_str() {
+            "spec" => {
+                if let Some(s) = r.string(v, "`spec`") {
+                    match ModelSpec::parse(&s) {
+                        Ok(spec) => d.spec = Some((spec, v.pos)),
+                        Err(e) => r.err(Some(v.pos), e.to_string(), None),
+                    }
+                }
+            }
+            "base_url" => d.base_url = r.string(v, "`base_url`"),
+            "api_key_env" => d.api_key_env = r.string(v, "`api_key_env`"),
+            "api_key" => r.err(
+                Some(k.pos),
+                "a key never goes in the Loopfile".into(),
+                Some("put it in an environment variable and name it with `api_key_env`".into()),
+            ),
+            "temperature" => d.temperature = r.number(v, "`temperature`", 0.0),
+            "max_output_tokens" => d.max_output_tokens = r.unsigned(v, "`max_output_tokens`", 1),
+            "context_tokens" => d.context_tokens = r.unsigned(v, "`context_tokens`", 1),
+            "retries" => d.retries = r.unsigned(v, "`retries`", 1).map(|n| n.min(20) as u32),
+            "timeout_secs" => d.timeout_secs = r.unsigned(v, "`timeout_secs`", 1),
+            "max_tokens_field" => {
+                d.max_tokens_field = r
+                    .one_of(
+                        v,
+                        "max_tokens_field",
+                        &["max_tokens", "max_completion_tokens"],
+                    )
+                    .map(str::to_string)
+            }
+            "stream" => d.stream = r.boolean(v, "`stream`"),
+            "tool_protocol" => {
+                d.tool_protocol = r
+                    .one_of(v, "tool_protocol", &["native", "json"])
+                    .map(|p| match p {
+                        "native" => ToolProtocol::Native,
+                        _ => ToolProtocol::Json,
+                    })
+            }
+            "tool_choice" => {
+                d.tool_choice = r.string(v, "`tool_choice`").map(|s| match s.as_str() {
+                    "auto" => ToolChoice::Auto,
+                    "required" => ToolChoice::Required,
+                    name => ToolChoice::Tool(name.to_string()),
+                })
+            }
+            "prompt" => d.prompt = r.string(v, "`prompt`"),
+            "fallback" if what == "fallback entry" => r.err(
+                Some(k.pos),
+                "a fallback cannot have fallbacks of its own".into(),
+                None,
+            ),
+            _ => {
+                for item in r.seq(v, "`fallback`").unwrap_or_default() {
+                    if let Some(f) = endpoint(r, item, "fallback entry") {
+                        d.fallback.push(f);
+                    }
+                }
+            }
+        }
+    }
+    Some(d)
 }
 
-impl Parser<'_> {
-    fn err(&mut self, pos: Pos, message: String, hint: Option<&str>) {
-        self.errors.push(Diagnostic {
-            origin: self.origin.to_string(),
-            pos: Some(pos),
-            message,
-            hint: hint.map(str::to_string),
-        });
-    }
-
-    fn string(&mut self, n: &Node, what: &str) -> Option<String> {
-        match &n.value {
-            Value::Str(s) => Some(s.clone()),
-            other => {
-                self.err(
-                    n.pos,
-                    format!("`{what}` must be a string, not {}", other.type_name()),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    fn uint(&mut self, n: &Node, what: &str) -> Option<u64> {
-        match n.value {
-            Value::Int(i) if i > 0 => Some(i as u64),
-            _ => {
-                self.err(n.pos, format!("`{what}` must be a positive integer"), None);
-                None
-            }
-        }
-    }
-
-    fn number(&mut self, n: &Node, what: &str) -> Option<f64> {
-        match n.value {
-            Value::Int(i) if i >= 0 => Some(i as f64),
-            Value::Float(f) if f.is_finite() && f >= 0.0 => Some(f),
-            _ => {
-                self.err(
-                    n.pos,
-                    format!("`{what}` must be a non-negative number"),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    fn endpoint(&mut self, n: &Node, what: &str) -> Option<EndpointDraft> {
-        let Value::Map(entries) = &n.value else {
-            self.err(
-                n.pos,
-                format!("`{what}` must be a mapping (spec, base_url, temperature, ...)"),
-                None,
-            );
-            return None;
+/// `pricing:`: model names to USD per million tokens.
+fn pricing(r: &mut Reader, v: &Node) -> Vec<(String, Price)> {
+    let mut out = Vec::new();
+    let Some(models) = r.entries(v, "`pricing`") else {
+        return out;
+    };
+    for (name, price) in models {
+        let what = format!("the price of `{}`", name.name);
+        let Some(fields) = r.mapping(price, &what, PRICE_KEYS) else {
+            continue;
         };
-        let mut d = EndpointDraft::default();
-        for (k, v) in entries {
-            match k.name.as_str() {
-                "spec" => {
-                    if let Some(s) = self.string(v, "spec") {
-                        match ModelSpec::parse(&s) {
-                            Ok(spec) => d.spec = Some((spec, v.pos)),
-                            Err(e) => self.err(v.pos, e.to_string(), None),
-                        }
-                    }
-                }
-                "base_url" => d.base_url = self.string(v, "base_url"),
-                "api_key_env" => d.api_key_env = self.string(v, "api_key_env"),
-                "api_key" => self.err(
-                    k.pos,
-                    "a key never goes in the Loopfile".into(),
-                    Some("put it in an environment variable and name it with `api_key_env`"),
-                ),
-                "temperature" => d.temperature = self.number(v, "temperature"),
-                "max_output_tokens" => d.max_output_tokens = self.uint(v, "max_output_tokens"),
-                "context_tokens" => d.context_tokens = self.uint(v, "context_tokens"),
-                "retries" => d.retries = self.uint(v, "retries").map(|n| n.min(20) as u32),
-                "timeout_secs" => d.timeout_secs = self.uint(v, "timeout_secs"),
-                "max_tokens_field" => match self.string(v, "max_tokens_field").as_deref() {
-                    Some(f @ ("max_tokens" | "max_completion_tokens")) => {
-                        d.max_tokens_field = Some(f.to_string())
-                    }
-                    Some(other) => self.err(
-                        v.pos,
-                        format!("unknown max_tokens_field `{other}`"),
-                        Some("max_tokens or max_completion_tokens"),
-                    ),
-                    None => {}
-                },
-                "stream" => match v.value {
-                    Value::Bool(b) => d.stream = Some(b),
-                    _ => self.err(v.pos, "`stream` must be true or false".into(), None),
-                },
-                "tool_protocol" => match self.string(v, "tool_protocol").as_deref() {
-                    Some("native") => d.tool_protocol = Some(ToolProtocol::Native),
-                    Some("json") => d.tool_protocol = Some(ToolProtocol::Json),
-                    Some(other) => self.err(
-                        v.pos,
-                        format!("unknown tool_protocol `{other}`"),
-                        Some("native (the provider's tool calling) or json (the JSON action protocol)"),
-                    ),
-                    None => {}
-                },
-                "tool_choice" => {
-                    d.tool_choice = self.string(v, "tool_choice").map(|s| match s.as_str() {
-                        "auto" => ToolChoice::Auto,
-                        "required" => ToolChoice::Required,
-                        name => ToolChoice::Tool(name.to_string()),
-                    })
-                }
-                "prompt" => d.prompt = self.string(v, "prompt"),
-                "fallback" if what == "fallback entry" => {
-                    self.err(k.pos, "a fallback cannot have fallbacks of its own".into(), None)
-                }
-                "fallback" => match &v.value {
-                    Value::Seq(items) => {
-                        for item in items {
-                            if let Some(f) = self.endpoint(item, "fallback entry") {
-                                d.fallback.push(f);
-                            }
-                        }
-                    }
-                    _ => self.err(v.pos, "`fallback` must be a list of endpoints".into(), None),
-                },
-                other => self.err(
-                    k.pos,
-                    format!("unknown key `{other}` in `{what}`"),
-                    Some("allowed: spec, base_url, api_key_env, temperature, max_output_tokens, context_tokens, tool_protocol, tool_choice, stream, retries, timeout_secs, max_tokens_field, prompt, fallback"),
-                ),
+        let mut pr = Price::default();
+        let mut cached = None;
+        for (f, fv) in fields {
+            let Some(x) = r.number(fv, &format!("`{}`", f.name), 0.0) else {
+                continue;
+            };
+            match f.name.as_str() {
+                "input" => pr.input_per_mtok = x,
+                "cached_input" => cached = Some(x),
+                _ => pr.output_per_mtok = x,
             }
         }
-        Some(d)
+        pr.cached_input_per_mtok = cached.unwrap_or(pr.input_per_mtok);
+        out.push((name.name.clone(), pr));
     }
+    out
 }
 
 impl ModelsSection {
-    /// Parse the `models:` node of a Loopfile called `origin`.
-    pub fn parse(node: &Node, origin: &str) -> Result<ModelsSection, ConfigError> {
-        let mut p = Parser {
-            origin,
-            errors: Vec::new(),
-        };
+    /// Read the `models:` node of a Loopfile into `r`'s diagnostics.
+    pub fn read(r: &mut Reader, node: &Node) -> Option<ModelsSection> {
+        let entries = r.mapping(node, "`models`", MODELS_KEYS)?;
         let mut out = ModelsSection::default();
-        let Value::Map(entries) = &node.value else {
-            p.err(
-                node.pos,
-                "`models` must be a mapping (maker, checker, pricing)".into(),
-                None,
-            );
-            return Err(ConfigError(p.errors));
-        };
         for (k, v) in entries {
             match k.name.as_str() {
-                "maker" => out.maker = p.endpoint(v, "maker"),
-                "checker" => out.checker = p.endpoint(v, "checker"),
-                "pricing" => {
-                    let Value::Map(models) = &v.value else {
-                        p.err(
-                            v.pos,
-                            "`pricing` must map model names to prices".into(),
-                            None,
-                        );
-                        continue;
-                    };
-                    for (name, price) in models {
-                        let Value::Map(fields) = &price.value else {
-                            p.err(
-                                price.pos,
-                                format!(
-                                    "price of `{}` must be {{input, cached_input, output}}",
-                                    name.name
-                                ),
-                                None,
-                            );
-                            continue;
-                        };
-                        let mut pr = Price::default();
-                        let mut cached = None;
-                        for (f, fv) in fields {
-                            let Some(x) = p.number(fv, &f.name) else {
-                                continue;
-                            };
-                            match f.name.as_str() {
-                                "input" => pr.input_per_mtok = x,
-                                "cached_input" => cached = Some(x),
-                                "output" => pr.output_per_mtok = x,
-                                other => p.err(
-                                    f.pos,
-                                    format!("unknown price field `{other}`"),
-                                    Some("input, cached_input, output (USD per million tokens)"),
-                                ),
-                            }
-                        }
-                        pr.cached_input_per_mtok = cached.unwrap_or(pr.input_per_mtok);
-                        out.pricing.push((name.name.clone(), pr));
-                    }
-                }
-                other => p.err(
-                    k.pos,
-                    format!("unknown key `{other}` in `models`"),
-                    Some("allowed: maker, checker, pricing"),
-                ),
+                "maker" => out.maker = endpoint(r, v, "maker"),
+                "checker" => out.checker = endpoint(r, v, "checker"),
+                _ => out.pricing = pricing(r, v),
             }
         }
-        if p.errors.is_empty() {
-            Ok(out)
-        } else {
-            Err(ConfigError(p.errors))
-        }
+        Some(out)
+    }
+
+    /// Parse the `models:` node of a Loopfile called `origin`.
+    pub fn parse(node: &Node, origin: &str) -> Result<ModelsSection, ConfigError> {
+        let mut r = Reader::new(origin);
+        let section = Self::read(&mut r, node);
+        r.finish(section).map_err(|d| ConfigError(d.0))
     }
 }
 
@@ -468,9 +391,61 @@ impl ModelsConfig {
     }
 }
 
+/// The JSON Schema of the Loopfile's `models:` section, from the key
+/// tables the reader walks (`api_key` is left out: it is refused).
+pub fn models_schema() -> serde_json::Value {
+    use serde_json::json;
+    let endpoint = |nested: bool| {
+        let props: serde_json::Map<String, serde_json::Value> = ENDPOINT_KEYS
+            .iter()
+            .filter(|k| **k != "api_key" && !(nested && **k == "fallback"))
+            .map(|k| {
+                let v = match *k {
+                    "spec" => json!({"type": "string", "pattern": "^(openai|anthropic|scripted|replay):.+$",
+                        "description": "openai:MODEL, anthropic:MODEL, scripted:FILE or replay:FILE"}),
+                    "temperature" => json!({"type": "number", "minimum": 0}),
+                    "max_output_tokens" | "context_tokens" | "retries" | "timeout_secs" => {
+                        json!({"type": "integer", "minimum": 1})
+                    }
+                    "max_tokens_field" => json!({"enum": ["max_tokens", "max_completion_tokens"]}),
+                    "tool_protocol" => json!({"enum": ["native", "json"]}),
+                    "stream" => json!({"type": "boolean"}),
+                    "api_key_env" => json!({"type": "string",
+                        "description": "the environment variable holding the key (never the key)"}),
+                    "fallback" => json!({"type": "array", "items": {"$ref": "#/$defs/fallback"}}),
+                    _ => json!({"type": "string"}),
+                };
+                (k.to_string(), v)
+            })
+            .collect();
+        json!({"type": "object", "properties": props, "additionalProperties": false})
+    };
+    let price: serde_json::Map<String, serde_json::Value> = PRICE_KEYS
+        .iter()
+        .map(|k| (k.to_string(), json!({"type": "number", "minimum": 0})))
+        .collect();
+    let section: serde_json::Map<String, serde_json::Value> = MODELS_KEYS
+        .iter()
+        .map(|k| {
+            let v = match *k {
+                "pricing" => json!({"type": "object", "additionalProperties": {
+                    "type": "object", "properties": price, "additionalProperties": false}}),
+                _ => json!({"$ref": "#/$defs/endpoint"}),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    json!({
+        "section": {"type": "object", "properties": section, "additionalProperties": false},
+        "endpoint": endpoint(false),
+        "fallback": endpoint(true),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loop_protocol::yaml::Value;
 
     fn section(src: &str) -> Result<ModelsSection, ConfigError> {
         let root = loop_protocol::yaml::parse(src).unwrap();
@@ -535,5 +510,26 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("Loopfile.yaml:6:3: unknown key `colour`"), "{e}");
+    }
+
+    #[test]
+    fn the_schema_names_exactly_the_keys_the_reader_accepts() {
+        let s = models_schema();
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let mut want: Vec<String> = ENDPOINT_KEYS
+            .iter()
+            .filter(|k| **k != "api_key")
+            .map(|k| k.to_string())
+            .collect();
+        want.sort();
+        assert_eq!(keys(&s["endpoint"]["properties"]), want);
+        assert_eq!(
+            keys(&s["section"]["properties"]),
+            vec!["checker", "maker", "pricing"]
+        );
     }
 }

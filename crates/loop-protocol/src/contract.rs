@@ -7,7 +7,7 @@
 
 use crate::hash::{CanonicalError, canonical_sha256};
 use crate::path::RelPath;
-use crate::yaml::{self, Pos};
+use crate::yaml;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -243,13 +243,13 @@ impl Contract {
                     e.message,
                     Some("check the indentation and quoting near this position".into()),
                 );
-                return Err(r.finish_err());
+                return Err(ContractErrors(r.errors));
             }
         };
         let contract = r.contract(&root);
         match contract {
             Some(c) if r.errors.is_empty() => Ok(c),
-            _ => Err(r.finish_err()),
+            _ => Err(ContractErrors(r.errors)),
         }
     }
 
@@ -291,7 +291,7 @@ impl Contract {
         if r.errors.is_empty() {
             Ok(contract)
         } else {
-            Err(r.finish_err())
+            Err(ContractErrors(r.errors))
         }
     }
 
@@ -306,7 +306,7 @@ impl Contract {
         if r.errors.is_empty() {
             Ok(())
         } else {
-            Err(r.finish_err())
+            Err(ContractErrors(r.errors))
         }
     }
 
@@ -356,31 +356,7 @@ impl Contract {
     }
 }
 
-/// One problem found in a contract.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Diagnostic {
-    /// The file (or "command line").
-    pub origin: String,
-    /// Line and column, when the problem has a place.
-    pub pos: Option<Pos>,
-    /// What is wrong.
-    pub message: String,
-    /// What to do about it.
-    pub hint: Option<String>,
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.pos {
-            Some(p) => write!(f, "{}:{}:{}: {}", self.origin, p.line, p.col, self.message)?,
-            None => write!(f, "{}: {}", self.origin, self.message)?,
-        }
-        if let Some(h) = &self.hint {
-            write!(f, "\n  hint: {h}")?;
-        }
-        Ok(())
-    }
-}
+pub use crate::yaml::Diagnostic;
 
 /// Every problem found in a contract (at least one).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -399,7 +375,9 @@ impl fmt::Display for ContractErrors {
 }
 
 mod read;
-use read::{PATH_HINT, Reader};
+pub mod schema;
+use crate::yaml::Reader;
+use crate::yaml::reader::PATH_HINT;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,9 @@
 //! configuration harder to read or audit (anchors, aliases, custom tags,
 //! duplicate keys, non-string keys).
 
+pub mod reader;
+
+pub use reader::{Diagnostic, Diagnostics, Reader};
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 use std::fmt;
 

@@ -4,7 +4,7 @@
 
 use crate::Error;
 use loop_models::config::ModelsSection;
-use loop_protocol::yaml::{self, Node, Value};
+use loop_protocol::yaml::{self, Node, Reader, Value};
 use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
 use std::path::{Path, PathBuf};
 
@@ -18,6 +18,37 @@ const SECTIONS: &[&str] = &[
     "checkpoints",
     "apply",
 ];
+
+/// `exec:`'s keys.
+const EXEC_KEYS: &[&str] = &["default", "approval_timeout_secs", "rules"];
+/// A prefix rule's keys.
+const RULE_KEYS: &[&str] = &["prefix", "decision", "examples", "not_examples"];
+/// The exec policy's decisions.
+const DECISIONS: &[&str] = &["allow", "prompt", "forbidden"];
+/// The languages `rules:` holds code rules for.
+const RULE_LANGUAGES: &[&str] = &["python", "javascript"];
+/// What a language's code rules ban.
+const BANNED_KEYS: &[&str] = &["banned_imports", "banned_calls", "banned_attributes"];
+/// The stall thresholds of `progress:`.
+const PROGRESS_KEYS: &[&str] = &[
+    "repeat_same",
+    "repeat_failing",
+    "alternation",
+    "read_only",
+    "no_evidence",
+];
+/// `checkpoints:`'s keys.
+const CHECKPOINT_KEYS: &[&str] = &[
+    "after_failed_repairs",
+    "cost_usd_over",
+    "timeout_secs",
+    "retry_transient",
+    "retry_base_ms",
+    "before_apply",
+    "pause_clock",
+];
+/// `apply:`'s keys.
+const APPLY_KEYS: &[&str] = &["host_executable"];
 
 /// A loaded Loopfile.
 #[derive(Debug, Default)]
@@ -55,173 +86,141 @@ impl Loopfile {
         })
     }
 
-    /// Parse Loopfile text; `origin` names it in errors.
+    /// Parse Loopfile text; `origin` names it in errors. Every section is
+    /// read and every problem in every section reported at once, each with
+    /// its `file:line:column`.
     pub fn parse(text: &str, origin: &str) -> Result<Loopfile, Error> {
         let root = yaml::parse(text)
             .map_err(|e| Error::usage(format!("{origin}:{}: {}", e.pos, e.message)))?;
         let mut out = Loopfile::default();
+        let mut r = Reader::new(origin);
         let entries = match &root.value {
-            Value::Map(m) => m.as_slice(),
             Value::Null => &[],
-            other => {
-                return Err(Error::usage(format!(
-                    "{origin}:{}: a Loopfile is a mapping, not {}",
-                    root.pos,
-                    other.type_name()
-                )));
-            }
+            _ => r.entries(&root, "a Loopfile").unwrap_or_default(),
         };
-        // Every section is read, and every section's error reported, at once.
-        let mut errors: Vec<String> = Vec::new();
         for (k, v) in entries {
-            let read: Result<(), Error> = match k.name.as_str() {
-                "version" => Ok(()),
-                "models" => ModelsSection::parse(v, origin)
-                    .map(|m| out.models = Some(m))
-                    .map_err(|e| Error::usage(e.to_string())),
-                "exec" => parse_exec(v, origin).map(|x| out.exec = Some(x)),
-                "rules" => parse_rules(v, origin).map(|x| out.rules = Some(x)),
-                "progress" => parse_progress(v, origin).map(|x| out.progress = Some(x)),
-                "checkpoints" => parse_checkpoints(v, origin).map(|x| out.checkpoints = Some(x)),
-                "apply" => parse_apply(v, origin).map(|x| out.host_executable = x),
-                other => Err(Error::usage(format!(
-                    "{origin}:{}: unknown Loopfile section `{other}`{} (this build reads: {})",
-                    k.pos,
-                    yaml::closest(other, SECTIONS)
-                        .map(|c| format!(" (did you mean `{c}`?)"))
-                        .unwrap_or_default(),
-                    SECTIONS.join(", ")
-                ))),
-            };
-            if let Err(e) = read {
-                errors.push(e.message);
+            match k.name.as_str() {
+                "version" => {}
+                "models" => out.models = ModelsSection::read(&mut r, v),
+                "exec" => out.exec = read_exec(&mut r, v),
+                "rules" => out.rules = read_rules(&mut r, v),
+                "progress" => out.progress = read_progress(&mut r, v),
+                "checkpoints" => out.checkpoints = read_checkpoints(&mut r, v),
+                "apply" => out.host_executable = read_apply(&mut r, v),
+                other => r.err(
+                    Some(k.pos),
+                    format!(
+                        "unknown Loopfile section `{other}`{} (this build reads: {})",
+                        yaml::closest(other, SECTIONS)
+                            .map(|c| format!(" (did you mean `{c}`?)"))
+                            .unwrap_or_default(),
+                        SECTIONS.join(", ")
+                    ),
+                    None,
+                ),
             }
         }
-        if !errors.is_empty() {
-            return Err(Error::usage(errors.join("\n")));
-        }
-        Ok(out)
+        r.finish(Some(out)).map_err(|d| Error::usage(d.to_string()))
     }
+}
+
+/// A decision of the exec policy.
+fn decision(r: &mut Reader, n: &Node) -> Option<Decision> {
+    match &n.value {
+        Value::Str(s) if s == DECISIONS[0] => Some(Decision::Allow),
+        Value::Str(s) if s == DECISIONS[1] => Some(Decision::Prompt),
+        Value::Str(s) if s == DECISIONS[2] => Some(Decision::Forbidden),
+        _ => {
+            r.err(
+                Some(n.pos),
+                "a decision is `allow`, `prompt` or `forbidden`".into(),
+                None,
+            );
+            None
+        }
+    }
+}
+
+/// One prefix rule of `exec.rules`.
+fn read_rule(r: &mut Reader, item: &Node) -> Option<Rule> {
+    let fields = r.mapping(item, "a rule", RULE_KEYS)?;
+    let mut rule = Rule {
+        prefix: Vec::new(),
+        decision: Decision::Prompt,
+        examples: Vec::new(),
+        not_examples: Vec::new(),
+    };
+    let mut has_decision = false;
+    let mut ok = true;
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "prefix" => match r.strings(v, "`prefix`") {
+                Some(p) => {
+                    rule.prefix = p
+                        .iter()
+                        .flat_map(|s| s.split_whitespace().map(str::to_string))
+                        .collect()
+                }
+                None => ok = false,
+            },
+            "decision" => match decision(r, v) {
+                Some(d) => {
+                    rule.decision = d;
+                    has_decision = true;
+                }
+                None => ok = false,
+            },
+            "examples" => rule.examples = r.strings(v, "`examples`").unwrap_or_default(),
+            "not_examples" => {
+                rule.not_examples = r.strings(v, "`not_examples`").unwrap_or_default()
+            }
+            _ => ok = false,
+        }
+    }
+    if rule.prefix.is_empty() && ok {
+        r.err(Some(item.pos), "a rule needs a `prefix`".into(), None);
+        ok = false;
+    }
+    if !has_decision && ok {
+        r.err(Some(item.pos), "a rule needs a `decision`".into(), None);
+        ok = false;
+    }
+    ok.then_some(rule)
 }
 
 /// `exec:`: default decision, approval timeout, and prefix rules whose
 /// examples are checked here, at load.
-fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, Error> {
-    let err =
-        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
-    let decision = |n: &Node| -> Result<Decision, Error> {
-        match &n.value {
-            Value::Str(s) if s == "allow" => Ok(Decision::Allow),
-            Value::Str(s) if s == "prompt" => Ok(Decision::Prompt),
-            Value::Str(s) if s == "forbidden" => Ok(Decision::Forbidden),
-            _ => Err(err(
-                n.pos,
-                "a decision is `allow`, `prompt` or `forbidden`".into(),
-            )),
-        }
-    };
-    let strings = |n: &Node, what: &str| -> Result<Vec<String>, Error> {
-        match &n.value {
-            Value::Str(s) => Ok(vec![s.clone()]),
-            Value::Seq(items) => items
-                .iter()
-                .map(|i| match &i.value {
-                    Value::Str(s) => Ok(s.clone()),
-                    other => Err(err(
-                        i.pos,
-                        format!("`{what}` holds strings, not {}", other.type_name()),
-                    )),
-                })
-                .collect(),
-            other => Err(err(
-                n.pos,
-                format!("`{what}` is a list of strings, not {}", other.type_name()),
-            )),
-        }
-    };
-    let Value::Map(entries) = &node.value else {
-        return Err(err(
-            node.pos,
-            "`exec` is a mapping (default, approval_timeout_secs, rules)".into(),
-        ));
-    };
+fn read_exec(r: &mut Reader, node: &Node) -> Option<ExecPolicy> {
+    let entries = r.mapping(node, "`exec`", EXEC_KEYS)?;
     let mut policy = ExecPolicy::default();
     let mut rule_pos = Vec::new();
+    let mut ok = true;
     for (k, v) in entries {
         match k.name.as_str() {
-            "default" => policy.default = decision(v)?,
-            "approval_timeout_secs" => match v.value {
-                Value::Int(n) if n > 0 => policy.approval_timeout_secs = n as u64,
-                _ => {
-                    return Err(err(
-                        v.pos,
-                        "`approval_timeout_secs` is a positive integer".into(),
-                    ));
-                }
+            "default" => match decision(r, v) {
+                Some(d) => policy.default = d,
+                None => ok = false,
+            },
+            "approval_timeout_secs" => match r.unsigned(v, "`approval_timeout_secs`", 1) {
+                Some(n) => policy.approval_timeout_secs = n,
+                None => ok = false,
             },
             "rules" => {
-                let Value::Seq(items) = &v.value else {
-                    return Err(err(v.pos, "`rules` is a list".into()));
-                };
-                for item in items {
-                    let Value::Map(fields) = &item.value else {
-                        return Err(err(
-                            item.pos,
-                            "a rule is a mapping (prefix, decision, examples, not_examples)".into(),
-                        ));
-                    };
-                    let mut rule = Rule {
-                        prefix: Vec::new(),
-                        decision: Decision::Prompt,
-                        examples: Vec::new(),
-                        not_examples: Vec::new(),
-                    };
-                    let mut has_decision = false;
-                    for (fk, fv) in fields {
-                        match fk.name.as_str() {
-                            "prefix" => {
-                                rule.prefix = strings(fv, "prefix")?
-                                    .iter()
-                                    .flat_map(|s| {
-                                        s.split_whitespace().map(str::to_string).collect::<Vec<_>>()
-                                    })
-                                    .collect()
-                            }
-                            "decision" => {
-                                rule.decision = decision(fv)?;
-                                has_decision = true;
-                            }
-                            "examples" => rule.examples = strings(fv, "examples")?,
-                            "not_examples" => rule.not_examples = strings(fv, "not_examples")?,
-                            other => {
-                                return Err(err(
-                                    fk.pos,
-                                    format!(
-                                        "unknown key `{other}` in a rule (prefix, decision, examples, not_examples)"
-                                    ),
-                                ));
-                            }
+                for item in r.seq(v, "`rules`").unwrap_or_default() {
+                    match read_rule(r, item) {
+                        Some(rule) => {
+                            rule_pos.push(item.pos);
+                            policy.rules.push(rule);
                         }
+                        None => ok = false,
                     }
-                    if rule.prefix.is_empty() {
-                        return Err(err(item.pos, "a rule needs a `prefix`".into()));
-                    }
-                    if !has_decision {
-                        return Err(err(item.pos, "a rule needs a `decision`".into()));
-                    }
-                    rule_pos.push(item.pos);
-                    policy.rules.push(rule);
                 }
             }
-            other => {
-                return Err(err(
-                    k.pos,
-                    format!(
-                        "unknown key `{other}` in `exec` (default, approval_timeout_secs, rules)"
-                    ),
-                ));
-            }
+            _ => ok = false,
         }
+    }
+    if !ok {
+        return None;
     }
     let problems = policy.check_examples();
     if let Some(first) = problems.first() {
@@ -235,87 +234,58 @@ fn parse_exec(node: &Node, origin: &str) -> Result<ExecPolicy, Error> {
             .get(n.saturating_sub(1))
             .copied()
             .unwrap_or(node.pos);
-        return Err(err(pos, problems.join("; ")));
+        r.err(Some(pos), problems.join("; "), None);
+        return None;
     }
-    Ok(policy)
+    Some(policy)
 }
 
 /// `rules:`: banned imports, calls and attributes for Python and JavaScript.
-fn parse_rules(node: &Node, origin: &str) -> Result<loop_gates::CodePolicy, Error> {
-    let err =
-        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
-    let Value::Map(langs) = &node.value else {
-        return Err(err(
-            node.pos,
-            "`rules` maps a language (python, javascript) to its banned names".into(),
-        ));
-    };
+fn read_rules(r: &mut Reader, node: &Node) -> Option<loop_gates::CodePolicy> {
+    let langs = r.mapping(node, "`rules`", RULE_LANGUAGES)?;
     let mut policy = loop_gates::CodePolicy::default();
     for (lang, body) in langs {
         let target = match lang.name.as_str() {
             "python" => &mut policy.python,
             "javascript" => &mut policy.javascript,
-            other => {
-                return Err(err(
-                    lang.pos,
-                    format!("no code rules for `{other}` (python, javascript)"),
-                ));
-            }
+            _ => continue,
         };
-        let Value::Map(fields) = &body.value else {
-            return Err(err(
-                body.pos,
-                "banned_imports, banned_calls, banned_attributes".into(),
-            ));
+        let what = format!("`rules.{}`", lang.name);
+        let Some(fields) = r.mapping(body, &what, BANNED_KEYS) else {
+            continue;
         };
         for (k, v) in fields {
-            let Value::Seq(items) = &v.value else {
-                return Err(err(v.pos, format!("`{}` is a list of names", k.name)));
-            };
             let mut names = Vec::new();
-            for i in items {
-                match &i.value {
-                    Value::Str(s) if !s.trim().is_empty() => names.push(s.trim().to_string()),
-                    _ => return Err(err(i.pos, "a name is a non-empty string".into())),
+            for i in r.seq(v, &format!("`{}`", k.name)).unwrap_or_default() {
+                if let Some(s) = r.nonempty_string(i, "a name") {
+                    names.push(s.trim().to_string());
                 }
             }
             match k.name.as_str() {
                 "banned_imports" => target.banned_imports = names,
                 "banned_calls" => target.banned_calls = names,
                 "banned_attributes" => target.banned_attributes = names,
-                other => {
-                    return Err(err(
-                        k.pos,
-                        format!(
-                            "unknown key `{other}` (banned_imports, banned_calls, banned_attributes)"
-                        ),
-                    ));
-                }
+                _ => {}
             }
         }
     }
-    Ok(policy)
+    Some(policy)
 }
 
-/// `progress:`: the stall thresholds (each a positive count of steps).
-fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig, Error> {
-    let err =
-        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
-    let Value::Map(fields) = &node.value else {
-        return Err(err(
-            node.pos,
-            "`progress` is a mapping of thresholds".into(),
-        ));
-    };
+/// `progress:`: the stall thresholds (each a count of steps, 2 to 1000).
+fn read_progress(r: &mut Reader, node: &Node) -> Option<loop_core::ProgressConfig> {
+    let fields = r.mapping(node, "`progress`", PROGRESS_KEYS)?;
     let mut c = loop_core::ProgressConfig::default();
     for (k, v) in fields {
         let n = match v.value {
             Value::Int(n) if (2..=1000).contains(&n) => n as usize,
             _ => {
-                return Err(err(
-                    v.pos,
+                r.err(
+                    Some(v.pos),
                     format!("`{}` is a number of steps from 2 to 1000", k.name),
-                ));
+                    None,
+                );
+                continue;
             }
         };
         match k.name.as_str() {
@@ -324,103 +294,124 @@ fn parse_progress(node: &Node, origin: &str) -> Result<loop_core::ProgressConfig
             "alternation" => c.alternation = n,
             "read_only" => c.read_only = n,
             "no_evidence" => c.no_evidence = n,
-            other => {
-                return Err(err(
-                    k.pos,
-                    format!(
-                        "unknown threshold `{other}` (repeat_same, repeat_failing, alternation, read_only, no_evidence)"
-                    ),
-                ));
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+/// `apply:`: more paths `loop apply` brings home only with
+/// `--trust-host-files`.
+fn read_apply(r: &mut Reader, node: &Node) -> Vec<String> {
+    let mut globs = Vec::new();
+    let Some(fields) = r.mapping(node, "`apply`", APPLY_KEYS) else {
+        return globs;
+    };
+    for (_, v) in fields {
+        for item in r.seq(v, "`host_executable`").unwrap_or_default() {
+            let Some(g) = r.string(item, "a glob") else {
+                continue;
+            };
+            match loop_workspace::Protected::new(std::slice::from_ref(&g)) {
+                Ok(_) => globs.push(g),
+                Err(e) => r.err(Some(item.pos), format!("`{g}` is not a glob: {e}"), None),
             }
         }
     }
-    Ok(c)
+    globs
 }
 
 /// `checkpoints:`: when to pause for a person, and transient retries.
-fn parse_apply(node: &Node, origin: &str) -> Result<Vec<String>, Error> {
-    let err =
-        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
-    let Value::Map(fields) = &node.value else {
-        return Err(err(node.pos, "`apply` is a mapping".into()));
-    };
-    let mut globs = Vec::new();
+fn read_checkpoints(r: &mut Reader, node: &Node) -> Option<loop_core::Checkpoints> {
+    let fields = r.mapping(node, "`checkpoints`", CHECKPOINT_KEYS)?;
+    let mut c = loop_core::Checkpoints::default();
     for (k, v) in fields {
+        let what = format!("`{}`", k.name);
         match k.name.as_str() {
-            "host_executable" => {
-                let Value::Seq(items) = &v.value else {
-                    return Err(err(v.pos, "`host_executable` is a list of globs".into()));
-                };
-                for item in items {
-                    let Value::Str(g) = &item.value else {
-                        return Err(err(item.pos, "a glob is a string".into()));
-                    };
-                    loop_workspace::Protected::new(std::slice::from_ref(g))
-                        .map_err(|e| err(item.pos, format!("`{g}` is not a glob: {e}")))?;
-                    globs.push(g.clone());
-                }
+            "after_failed_repairs" => {
+                c.after_failed_repairs = r
+                    .unsigned(v, &what, 1)
+                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
             }
-            other => {
-                return Err(err(
-                    k.pos,
-                    format!("unknown key `{other}` in `apply` (this build reads: host_executable)"),
-                ));
+            "timeout_secs" => c.timeout_secs = r.unsigned(v, &what, 1).unwrap_or(c.timeout_secs),
+            "retry_transient" => {
+                c.retry_transient = r
+                    .unsigned(v, &what, 0)
+                    .map_or(c.retry_transient, |n| n.min(10) as u32)
             }
+            "retry_base_ms" => c.retry_base_ms = r.unsigned(v, &what, 1).unwrap_or(c.retry_base_ms),
+            "before_apply" => c.before_apply = r.boolean(v, &what).unwrap_or(c.before_apply),
+            "pause_clock" => c.pause_clock = r.boolean(v, &what).unwrap_or(c.pause_clock),
+            "cost_usd_over" => c.cost_usd_over = r.number(v, &what, 0.0),
+            _ => {}
         }
     }
-    Ok(globs)
+    Some(c)
 }
 
-fn parse_checkpoints(node: &Node, origin: &str) -> Result<loop_core::Checkpoints, Error> {
-    let err =
-        |pos: loop_protocol::yaml::Pos, msg: String| Error::usage(format!("{origin}:{pos}: {msg}"));
-    let Value::Map(fields) = &node.value else {
-        return Err(err(node.pos, "`checkpoints` is a mapping".into()));
+/// Where the Loopfile schema says it lives.
+pub const LOOPFILE_SCHEMA_ID: &str = "https://loop-engine.dev/schema/loopfile-v1.json";
+
+fn props(keys: &[&str], each: impl Fn(&str) -> serde_json::Value) -> serde_json::Value {
+    serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), each(k))).collect())
+}
+
+/// The Loopfile's JSON Schema (draft 2020-12), built from the same key
+/// tables the reader walks.
+pub fn schema() -> serde_json::Value {
+    use serde_json::json;
+    let strings =
+        json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]});
+    let rule = json!({
+        "type": "object",
+        "properties": props(RULE_KEYS, |k| match k {
+            "decision" => json!({"enum": DECISIONS}),
+            _ => strings.clone(),
+        }),
+        "required": ["prefix", "decision"],
+        "additionalProperties": false
+    });
+    let section = |k: &str| match k {
+        "version" => json!({"const": 1}),
+        "models" => json!({"$ref": "#/$defs/models"}),
+        "exec" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(EXEC_KEYS, |k| match k {
+            "default" => json!({"enum": DECISIONS}),
+            "approval_timeout_secs" => json!({"type": "integer", "minimum": 1}),
+            _ => json!({"type": "array", "items": rule.clone()}),
+        })}),
+        "rules" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(RULE_LANGUAGES, |_| json!({
+            "type": "object", "additionalProperties": false,
+            "properties": props(BANNED_KEYS, |_| json!({"type": "array",
+                "items": {"type": "string", "minLength": 1}}))
+        }))}),
+        "progress" => json!({"type": "object", "additionalProperties": false,
+            "properties": props(PROGRESS_KEYS, |_| json!({"type": "integer", "minimum": 2, "maximum": 1000}))}),
+        "checkpoints" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(CHECKPOINT_KEYS, |k| match k {
+            "cost_usd_over" => json!({"type": "number", "minimum": 0}),
+            "before_apply" | "pause_clock" => json!({"type": "boolean"}),
+            "retry_transient" => json!({"type": "integer", "minimum": 0}),
+            _ => json!({"type": "integer", "minimum": 1}),
+        })}),
+        _ => json!({"type": "object", "additionalProperties": false,
+            "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
     };
-    let mut c = loop_core::Checkpoints::default();
-    let count = |v: &Node, k: &str, min: i64| -> Result<u64, Error> {
-        match v.value {
-            Value::Int(n) if n >= min => Ok(n as u64),
-            _ => Err(err(v.pos, format!("`{k}` is an integer of at least {min}"))),
+    let models = loop_models::config::models_schema();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": LOOPFILE_SCHEMA_ID,
+        "title": "Loop Engine Loopfile.yaml",
+        "type": ["object", "null"],
+        "properties": props(SECTIONS, section),
+        "additionalProperties": false,
+        "$defs": {
+            "models": models["section"],
+            "endpoint": models["endpoint"],
+            "fallback": models["fallback"],
         }
-    };
-    for (k, v) in fields {
-        match k.name.as_str() {
-            "after_failed_repairs" => c.after_failed_repairs = Some(count(v, &k.name, 1)? as u32),
-            "timeout_secs" => c.timeout_secs = count(v, &k.name, 1)?,
-            "retry_transient" => c.retry_transient = count(v, &k.name, 0)?.min(10) as u32,
-            "retry_base_ms" => c.retry_base_ms = count(v, &k.name, 1)?,
-            "before_apply" => match v.value {
-                Value::Bool(b) => c.before_apply = b,
-                _ => return Err(err(v.pos, "`before_apply` is true or false".into())),
-            },
-            "pause_clock" => match v.value {
-                Value::Bool(b) => c.pause_clock = b,
-                _ => return Err(err(v.pos, "`pause_clock` is true or false".into())),
-            },
-            "cost_usd_over" => {
-                c.cost_usd_over = Some(match v.value {
-                    Value::Int(n) if n >= 0 => n as f64,
-                    Value::Float(x) if x.is_finite() && x >= 0.0 => x,
-                    _ => {
-                        return Err(err(
-                            v.pos,
-                            "`cost_usd_over` is a non-negative number".into(),
-                        ));
-                    }
-                })
-            }
-            other => {
-                return Err(err(
-                    k.pos,
-                    format!(
-                        "unknown key `{other}` (after_failed_repairs, cost_usd_over, timeout_secs, retry_transient, retry_base_ms, before_apply, pause_clock)"
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(c)
+    })
 }
 
 #[cfg(test)]
@@ -443,6 +434,58 @@ mod tests {
         assert_eq!(
             ok.rules.unwrap().python.banned_imports,
             vec!["os".to_string()]
+        );
+    }
+
+    #[test]
+    fn every_error_inside_a_section_is_reported_too() {
+        let text = "checkpoints:\n  timeout_secs: 0\n  pause_clok: true\n  before_apply: maybe\nexec:\n  rules:\n    - prefix: [git]\n    - decision: allow\nprogress:\n  repeat_same: 1\n";
+        let e = Loopfile::parse(text, "Loopfile.yaml").unwrap_err().message;
+        for want in [
+            "Loopfile.yaml:2:17: `timeout_secs` must be an integer of at least 1",
+            "Loopfile.yaml:3:3: unknown key `pause_clok` in `checkpoints`",
+            "did you mean `pause_clock`?",
+            "Loopfile.yaml:4:17: `before_apply` must be true or false",
+            "Loopfile.yaml:7:7: a rule needs a `decision`",
+            "Loopfile.yaml:8:7: a rule needs a `prefix`",
+            "Loopfile.yaml:10:16: `repeat_same` is a number of steps from 2 to 1000",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in:\n{e}");
+        }
+    }
+
+    #[test]
+    fn the_schema_names_exactly_the_sections_and_keys_the_reader_accepts() {
+        let s = super::schema();
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let sorted = |l: &[&str]| {
+            let mut k: Vec<String> = l.iter().map(|s| s.to_string()).collect();
+            k.sort();
+            k
+        };
+        let p = &s["properties"];
+        assert_eq!(keys(p), sorted(super::SECTIONS));
+        assert_eq!(keys(&p["exec"]["properties"]), sorted(super::EXEC_KEYS));
+        assert_eq!(
+            keys(&p["exec"]["properties"]["rules"]["items"]["properties"]),
+            sorted(super::RULE_KEYS)
+        );
+        assert_eq!(
+            keys(&p["checkpoints"]["properties"]),
+            sorted(super::CHECKPOINT_KEYS)
+        );
+        assert_eq!(
+            keys(&p["progress"]["properties"]),
+            sorted(super::PROGRESS_KEYS)
+        );
+        assert_eq!(keys(&p["apply"]["properties"]), sorted(super::APPLY_KEYS));
+        assert_eq!(
+            keys(&p["rules"]["properties"]),
+            sorted(super::RULE_LANGUAGES)
         );
     }
 }

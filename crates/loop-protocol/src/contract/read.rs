@@ -2,14 +2,13 @@
 //! `file:line:column` and a hint ("did you mean"), before any work starts.
 
 use super::{
-    CONTRACT_VERSION, Check, Contract, ContractErrors, Criterion, DEFAULT_CHECK_TIMEOUT_SECS,
-    DEFAULT_PROTECTED, Diagnostic, Limits, RunCheck,
+    CONTRACT_VERSION, Check, Contract, Criterion, DEFAULT_CHECK_TIMEOUT_SECS, DEFAULT_PROTECTED,
+    Limits, RunCheck,
 };
-use crate::path::RelPath;
-use crate::yaml::{Key, Node, Pos, Value, closest};
+use crate::yaml::reader::{PATH_HINT, describe_value};
+use crate::yaml::{Key, Node, Pos, Reader, Value, closest};
 
-pub(super) const PATH_HINT: &str = "use a path relative to the workspace root, without `..`";
-const TOP_KEYS: &[&str] = &[
+pub(super) const TOP_KEYS: &[&str] = &[
     "version",
     "instruction",
     "criteria",
@@ -19,8 +18,8 @@ const TOP_KEYS: &[&str] = &[
     "allow_check_changes",
     "limits",
 ];
-const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
-const LIMIT_KEYS: &[&str] = &[
+pub(super) const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
+pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_steps",
     "max_tokens",
     "budget_usd",
@@ -29,7 +28,7 @@ const LIMIT_KEYS: &[&str] = &[
     "max_diff_lines",
     "max_file_bytes",
 ];
-const CHECK_KINDS: &[&str] = &[
+pub(super) const CHECK_KINDS: &[&str] = &[
     "run",
     "file_exists",
     "file_contains",
@@ -46,7 +45,7 @@ const RUN_KEYS: &[&str] = &[
     "timeout_secs",
 ];
 
-fn keys_for_kind(kind: &str) -> &'static [&'static str] {
+pub(super) fn keys_for_kind(kind: &str) -> &'static [&'static str] {
     match kind {
         "run" => RUN_KEYS,
         "file_exists" => &["file_exists"],
@@ -56,180 +55,8 @@ fn keys_for_kind(kind: &str) -> &'static [&'static str] {
     }
 }
 
-/// Collects diagnostics while walking the YAML tree.
-pub(super) struct Reader {
-    origin: String,
-    pub(super) errors: Vec<Diagnostic>,
-}
-
 impl Reader {
-    pub(super) fn new(origin: &str) -> Self {
-        Reader {
-            origin: origin.to_string(),
-            errors: Vec::new(),
-        }
-    }
-
-    pub(super) fn err(&mut self, pos: Option<Pos>, message: String, hint: Option<String>) {
-        self.errors.push(Diagnostic {
-            origin: self.origin.clone(),
-            pos,
-            message,
-            hint,
-        });
-    }
-
-    pub(super) fn finish_err(self) -> ContractErrors {
-        ContractErrors(self.errors)
-    }
-
-    /// The entries of a mapping, reporting keys outside `allowed`.
-    pub(super) fn mapping<'n>(
-        &mut self,
-        node: &'n Node,
-        what: &str,
-        allowed: &[&str],
-    ) -> Option<&'n [(Key, Node)]> {
-        let Value::Map(entries) = &node.value else {
-            self.err(
-                Some(node.pos),
-                format!("{what} must be a mapping, found {}", node.value.type_name()),
-                None,
-            );
-            return None;
-        };
-        for (k, _) in entries {
-            if !allowed.contains(&k.name.as_str()) {
-                self.unknown_key(k, what, allowed);
-            }
-        }
-        Some(entries)
-    }
-
-    pub(super) fn unknown_key(&mut self, k: &Key, what: &str, allowed: &[&str]) {
-        let hint = match closest(&k.name, allowed) {
-            Some(s) => format!("did you mean `{s}`? allowed here: {}", allowed.join(", ")),
-            None => format!("allowed here: {}", allowed.join(", ")),
-        };
-        self.err(
-            Some(k.pos),
-            format!("unknown key `{}` in {what}", k.name),
-            Some(hint),
-        );
-    }
-
-    pub(super) fn string(&mut self, node: &Node, what: &str) -> Option<String> {
-        match &node.value {
-            Value::Str(s) => Some(s.clone()),
-            Value::Int(i) => Some(i.to_string()),
-            Value::Float(f) => Some(f.to_string()),
-            Value::Bool(b) => Some(b.to_string()),
-            other => {
-                self.err(
-                    Some(node.pos),
-                    format!("{what} must be a string, found {}", other.type_name()),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn nonempty_string(&mut self, node: &Node, what: &str) -> Option<String> {
-        let s = self.string(node, what)?;
-        if s.trim().is_empty() {
-            self.err(Some(node.pos), format!("{what} is empty"), None);
-            return None;
-        }
-        Some(s)
-    }
-
-    pub(super) fn unsigned(&mut self, node: &Node, what: &str, min: u64) -> Option<u64> {
-        match node.value {
-            Value::Int(i) if i >= 0 && i as u64 >= min => Some(i as u64),
-            _ => {
-                self.err(
-                    Some(node.pos),
-                    format!(
-                        "{what} must be an integer of at least {min}, found {}",
-                        describe_value(node)
-                    ),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
-        match node.value {
-            Value::Bool(b) => Some(b),
-            _ => {
-                self.err(
-                    Some(node.pos),
-                    format!(
-                        "{what} must be true or false, found {}",
-                        describe_value(node)
-                    ),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn rel_path(&mut self, node: &Node, what: &str) -> Option<RelPath> {
-        let s = self.string(node, what)?;
-        match RelPath::parse(&s) {
-            Ok(p) if p.is_root() => {
-                self.err(
-                    Some(node.pos),
-                    format!("{what} names the workspace root"),
-                    Some("name a file".into()),
-                );
-                None
-            }
-            Ok(p) => Some(p),
-            Err(e) => {
-                self.err(
-                    Some(node.pos),
-                    format!("{what}: {e}"),
-                    Some(PATH_HINT.into()),
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn regex(&mut self, node: &Node, what: &str) -> Option<String> {
-        let s = self.string(node, what)?;
-        if let Err(e) = regex::Regex::new(&s) {
-            let first = e.to_string().lines().last().unwrap_or_default().to_string();
-            self.err(
-                Some(node.pos),
-                format!("{what} is not a valid regular expression: {first}"),
-                Some("escape regex metacharacters such as ( [ . * + ? with a backslash".into()),
-            );
-            return None;
-        }
-        Some(s)
-    }
-
-    pub(super) fn seq<'n>(&mut self, node: &'n Node, what: &str) -> Option<&'n [Node]> {
-        match &node.value {
-            Value::Seq(items) => Some(items),
-            other => {
-                self.err(
-                    Some(node.pos),
-                    format!("{what} must be a list, found {}", other.type_name()),
-                    Some(format!("write {what} as a YAML list (`- item` lines)")),
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn contract(&mut self, root: &Node) -> Option<Contract> {
+    pub(crate) fn contract(&mut self, root: &Node) -> Option<Contract> {
         let entries = self.mapping(root, "the contract", TOP_KEYS)?;
         let mut version = CONTRACT_VERSION;
         let mut instruction = None;
@@ -345,7 +172,7 @@ impl Reader {
         })
     }
 
-    pub(super) fn glob(&mut self, node: &Node) -> Option<String> {
+    pub(crate) fn glob(&mut self, node: &Node) -> Option<String> {
         let s = self.nonempty_string(node, "protected glob")?;
         if s.starts_with('/') || s.split('/').any(|c| c == "..") {
             self.err(
@@ -366,7 +193,7 @@ impl Reader {
         Some(s)
     }
 
-    pub(super) fn limits(&mut self, node: &Node) -> Option<Limits> {
+    pub(crate) fn limits(&mut self, node: &Node) -> Option<Limits> {
         let entries = self.mapping(node, "`limits`", LIMIT_KEYS)?;
         let mut l = Limits::default();
         for (k, v) in entries {
@@ -419,7 +246,7 @@ impl Reader {
         Some(l)
     }
 
-    pub(super) fn criteria(&mut self, node: &Node) -> Option<Vec<Criterion>> {
+    pub(crate) fn criteria(&mut self, node: &Node) -> Option<Vec<Criterion>> {
         let items = self.seq(node, "`criteria`")?;
         if items.is_empty() {
             self.err(
@@ -441,7 +268,7 @@ impl Reader {
         ok.then_some(out)
     }
 
-    pub(super) fn criterion(
+    pub(crate) fn criterion(
         &mut self,
         node: &Node,
         seen: &mut Vec<(String, Pos)>,
@@ -521,7 +348,7 @@ impl Reader {
         ok.then_some(Criterion { id, text, checks })
     }
 
-    pub(super) fn check(&mut self, node: &Node) -> Option<Check> {
+    pub(crate) fn check(&mut self, node: &Node) -> Option<Check> {
         let Value::Map(entries) = &node.value else {
             self.err(
                 Some(node.pos),
@@ -718,15 +545,5 @@ impl Reader {
                 })
             }
         }
-    }
-}
-
-fn describe_value(node: &Node) -> String {
-    match &node.value {
-        Value::Str(s) => format!("{s:?}"),
-        Value::Int(i) => i.to_string(),
-        Value::Float(f) => f.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => other.type_name().to_string(),
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::yaml::Pos;
 
 const GOOD: &str = r#"
 instruction: Create fib.py that prints the first ten Fibonacci numbers.

@@ -1,0 +1,185 @@
+//! The contract's JSON Schema (draft 2020-12), built from the same key
+//! tables the reader walks, so the two cannot drift apart: a key the reader
+//! accepts is a property here, and nothing else is (`docs/schema/`, written
+//! by `loop schema contract`, is checked against this in the tests).
+
+use super::read::{CHECK_KINDS, CRITERION_KEYS, LIMIT_KEYS, TOP_KEYS, keys_for_kind};
+use serde_json::{Value, json};
+
+/// Where the schema says it lives.
+pub const CONTRACT_SCHEMA_ID: &str = "https://loop-engine.dev/schema/contract-v1.json";
+
+fn path() -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "description": "a path relative to the workspace root, without `..`"
+    })
+}
+
+fn string_list(description: &str) -> Value {
+    json!({"type": "array", "items": {"type": "string", "minLength": 1}, "description": description})
+}
+
+fn count(description: &str) -> Value {
+    json!({"type": "integer", "minimum": 1, "description": description})
+}
+
+/// The schema of one check kind: its own key required, only its keys.
+fn check_kind(kind: &str) -> Value {
+    let mut props = serde_json::Map::new();
+    for key in keys_for_kind(kind) {
+        let v = match (kind, *key) {
+            ("run", "run") => json!({"type": "string", "minLength": 1,
+                "description": "a command, run with sh -c in the workspace root"}),
+            ("run", "expect_exit") => json!({"type": "integer", "default": 0}),
+            ("run", "expect_stdout" | "expect_stderr") => {
+                json!({"type": "string", "description": "an exact substring"})
+            }
+            ("run", "stdout_matches") => {
+                json!({"type": "string", "description": "a regular expression (Rust regex syntax)"})
+            }
+            ("run", "nonempty_tests") => json!({"type": "boolean",
+                "description": "a test runner that ran no test fails the check"}),
+            ("run", "timeout_secs") => count("seconds the check may take (default 300)"),
+            (_, "text") => json!({"type": "string", "description": "an exact substring"}),
+            (_, "regex") => json!({"type": "string", "description": "a regular expression"}),
+            (_, "pointer") => json!({"type": "string", "pattern": "^(/.*)?$",
+                "description": "an RFC 6901 JSON pointer (\"\" is the whole document)"}),
+            (_, "value") => json!({"description": "the JSON value expected at the pointer"}),
+            _ => path(),
+        };
+        props.insert(key.to_string(), v);
+    }
+    let required: Vec<&str> = keys_for_kind(kind)
+        .iter()
+        .copied()
+        .filter(|k| *k == kind || matches!(*k, "text" | "regex" | "value"))
+        .collect();
+    json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false
+    })
+}
+
+/// The contract's schema.
+pub fn contract_schema() -> Value {
+    let limits: serde_json::Map<String, Value> = LIMIT_KEYS
+        .iter()
+        .map(|k| {
+            let v = match *k {
+                "budget_usd" => json!({"type": "number", "minimum": 0,
+                    "description": "dollars the task may spend"}),
+                "max_steps" => count("model turns (default 30)"),
+                "max_tokens" => count("tokens (default 200000)"),
+                "timeout_secs" => count("the task's wall time (default 1800)"),
+                "max_verifications" => count("verification passes (default 5)"),
+                "max_diff_lines" => count("lines one step may change (default 250)"),
+                _ => count("the largest file a command may bring in (default 128 MiB)"),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    let top: serde_json::Map<String, Value> = TOP_KEYS
+        .iter()
+        .map(|k| {
+            let v = match *k {
+                "version" => json!({"const": 1}),
+                "instruction" => json!({"type": "string", "minLength": 1}),
+                "criteria" => json!({"type": "array", "minItems": 1,
+                    "items": {"$ref": "#/$defs/criterion"}}),
+                "artifacts" => json!({"type": "array", "items": path(),
+                    "description": "files that must exist at the end, hashed into the receipt"}),
+                "protected" => string_list("globs never writable, added to the defaults"),
+                "unprotect" => string_list("default protections lifted, by their exact text"),
+                "allow_check_changes" => {
+                    string_list("paths of the check-integrity set the model may change")
+                }
+                _ => json!({"type": "object", "properties": limits,
+                    "additionalProperties": false}),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    let criterion: serde_json::Map<String, Value> = CRITERION_KEYS
+        .iter()
+        .map(|k| {
+            let v = match *k {
+                "id" => json!({"type": "string", "pattern": "^[A-Za-z0-9._-]+$"}),
+                "text" => json!({"type": "string", "description": "defaults to the id"}),
+                _ => json!({"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/check"}}),
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    let checks: Vec<Value> = CHECK_KINDS.iter().map(|k| check_kind(k)).collect();
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": CONTRACT_SCHEMA_ID,
+        "title": "Loop Engine contract (version 1)",
+        "type": "object",
+        "properties": top,
+        "required": ["instruction", "criteria"],
+        "additionalProperties": false,
+        "$defs": {
+            "criterion": {
+                "type": "object",
+                "properties": criterion,
+                "required": ["id", "checks"],
+                "additionalProperties": false
+            },
+            "check": {"oneOf": checks}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(v: &Value) -> Vec<String> {
+        let mut k: Vec<String> = v
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        k.sort();
+        k
+    }
+
+    fn sorted(list: &[&str]) -> Vec<String> {
+        let mut k: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn the_schema_names_exactly_the_keys_the_reader_accepts() {
+        let s = contract_schema();
+        assert_eq!(keys(&s["properties"]), sorted(TOP_KEYS));
+        assert_eq!(
+            keys(&s["properties"]["limits"]["properties"]),
+            sorted(LIMIT_KEYS)
+        );
+        assert_eq!(
+            keys(&s["$defs"]["criterion"]["properties"]),
+            sorted(CRITERION_KEYS)
+        );
+        let checks = s["$defs"]["check"]["oneOf"].as_array().unwrap();
+        assert_eq!(checks.len(), CHECK_KINDS.len());
+        for (kind, schema) in CHECK_KINDS.iter().zip(checks) {
+            assert_eq!(
+                keys(&schema["properties"]),
+                sorted(keys_for_kind(kind)),
+                "{kind}"
+            );
+            assert!(
+                schema["required"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(kind))
+            );
+        }
+    }
+}
