@@ -4,6 +4,7 @@
 mod demo;
 mod exec_cmd;
 mod logging;
+mod prompt;
 mod replay;
 mod story;
 mod tasks_cmd;

@@ -49,6 +49,11 @@ impl loop_runtime::Observer for Story {
         let _ = std::io::stdin().read_line(&mut answer);
         Some(matches!(answer.trim(), "y" | "Y" | "yes"))
     }
+
+    /// The terminal (used only when stdin is one: `OnPrompt::Ask`).
+    fn prompter(&mut self) -> Option<Box<dyn loop_runtime::Prompter>> {
+        Some(Box::new(crate::prompt::Terminal))
+    }
 }
 
 impl Observer for Story {

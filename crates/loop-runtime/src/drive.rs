@@ -4,7 +4,6 @@
 //! ([`crate::ship`]).
 
 use crate::Error;
-use crate::Observer as _;
 use crate::models::Models;
 use crate::prepare::{StoredRequest, git_dir, protection};
 use crate::task::{TaskReport, read_json, store_err};
@@ -152,6 +151,39 @@ pub(crate) struct Start {
     pub gone: bool,
 }
 
+impl Start {
+    /// What the task's directory says it started as. A workspace deleted
+    /// behind the runtime's back (by hand, or a discard that raced a crash)
+    /// can be neither resumed nor verified: the task ends in error with a
+    /// receipt that says so, over an empty stand-in, and no change set
+    /// (nothing of it can be applied).
+    fn load(paths: &TaskPaths) -> Result<Start, Error> {
+        let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
+        if gone {
+            std::fs::create_dir_all(&paths.workspace)
+                .map_err(|e| Error::internal(format!("workspace: {e}")))?;
+        }
+        Ok(Start {
+            task_ws: crate::changes::load_origin(&paths.task_dir)?,
+            baseline: read_json(&paths.task_dir.join("baseline.json"))?,
+            baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
+            gone,
+        })
+    }
+}
+
+/// Leftovers of runtimes that were killed (their private tmp, cgroups),
+/// removed and said.
+fn sweep(observer: &mut dyn crate::Observer) {
+    let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
+    if swept != loop_sandbox::sweep::Swept::default() {
+        observer.note(&format!(
+            "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
+            swept.dirs, swept.cgroups
+        ));
+    }
+}
+
 /// The tools and the verifier of one run, over one sandbox.
 struct Wired<'a> {
     tools: ToolsAdapter<'a>,
@@ -252,31 +284,10 @@ pub(crate) fn drive(
     let clock = SystemClock;
     let observer = &mut crate::wiring::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
-    // Leftovers of runtimes that were killed (their private tmp, cgroups).
-    let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
-    if swept != loop_sandbox::sweep::Swept::default() {
-        observer.note(&format!(
-            "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
-            swept.dirs, swept.cgroups
-        ));
-    }
+    sweep(observer);
     let owner = claim(store, task_id, &clock)?;
     tracing::info!("task {task_id}: claimed by process {}", owner.pid);
-    // A workspace deleted behind the runtime's back (by hand, or a discard
-    // that raced a crash) can be neither resumed nor verified: the task
-    // ends in error with a receipt that says so, over an empty stand-in,
-    // and no change set (nothing of it can be applied).
-    let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
-    if gone {
-        std::fs::create_dir_all(&paths.workspace)
-            .map_err(|e| Error::internal(format!("workspace: {e}")))?;
-    }
-    let start = Start {
-        task_ws: crate::changes::load_origin(&paths.task_dir)?,
-        baseline: read_json(&paths.task_dir.join("baseline.json"))?,
-        baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
-        gone,
-    };
+    let start = Start::load(&paths)?;
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let record = Record::load(store, task_id, pause_clock)?;
     let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
@@ -289,16 +300,7 @@ pub(crate) fn drive(
     let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
-    let ledger_path = paths.receipts.join(&ledger_name);
-    std::fs::create_dir_all(&paths.receipts)
-        .map_err(|e| Error::internal(format!("receipts: {e}")))?;
-    let mut ledger = StoreLedger {
-        store,
-        task_id: task_id.to_string(),
-        file: FileLedger::continue_from(&ledger_path, &record.chain)
-            .map_err(|e| Error::internal(e.to_string()))?,
-        clock: &clock,
-    };
+    let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
     for e in &record.history {
         observer.on_event(e);
     }
@@ -317,6 +319,7 @@ pub(crate) fn drive(
         // unless the Loopfile pauses it.
         task_deadline_ms: (!pause_clock).then(|| clock.now_ms().saturating_add(remaining_ms)),
         always: Default::default(),
+        prompter: crate::Observer::prompter(observer),
     };
     let cancel = wired.cancel.clone();
     let parts = Parts {
@@ -328,40 +331,23 @@ pub(crate) fn drive(
         observer: &mut *observer,
         cancel: &cancel,
     };
-    let director = Director::new(
-        task_id,
-        stored.contract.clone(),
-        if stored.verify_on_change {
-            VerifyPolicy::OnFinishOrChange
-        } else {
-            VerifyPolicy::OnFinish
-        },
-        parts,
-    )
-    .map_err(|e| Error::internal(e.to_string()))?
-    .with_approvals(
-        &mut approvals,
-        stored
-            .exec_policy
-            .clone()
-            .unwrap_or_default()
-            .approval_timeout_secs,
-    )
-    .with_progress(stored.progress.clone().unwrap_or_default())
-    .with_checkpoints(stored.checkpoints.clone().unwrap_or_default())
-    .with_clock_pause(wired.paused.clone());
-    let director = if gone {
-        director.ending_at_once(format!(
+    let gone = start.gone.then(|| {
+        format!(
             "the task workspace {} is gone (deleted outside the runtime): the task can be neither resumed nor verified, and nothing of it can be applied",
             paths.workspace.display()
-        ))
-    } else {
-        director
-    };
-    let director = match checker.as_deref_mut() {
-        Some(c) => director.with_reviewer(c),
-        None => director,
-    };
+        )
+    });
+    let director = configured(
+        task_id,
+        parts,
+        stored,
+        &mut approvals,
+        wired.paused.clone(),
+        checker
+            .as_deref_mut()
+            .map(|c| c as &mut dyn loop_core::Model),
+        gone,
+    )?;
     let db_path = paths.state.join("loop.db");
     let result = run_watched(
         &db_path,
@@ -397,6 +383,65 @@ pub(crate) fn drive(
         },
         provenance,
         clock: &clock,
+    })
+}
+
+/// The ledger of a run: the store's entries are the truth, and the file
+/// beside the receipt is rewritten to match them before anything is added.
+fn ledger_for<'c>(
+    store: &'c loop_store::SqliteStore,
+    task_id: &str,
+    paths: &TaskPaths,
+    name: &str,
+    record: &Record,
+    clock: &'c dyn Clock,
+) -> Result<StoreLedger<'c>, Error> {
+    std::fs::create_dir_all(&paths.receipts)
+        .map_err(|e| Error::internal(format!("receipts: {e}")))?;
+    Ok(StoreLedger {
+        store,
+        task_id: task_id.to_string(),
+        file: FileLedger::continue_from(&paths.receipts.join(name), &record.chain)
+            .map_err(|e| Error::internal(e.to_string()))?,
+        clock,
+    })
+}
+
+/// The stored request's settings on a Director: approvals, stall
+/// thresholds, checkpoints, the clock paused for people, the checker, and
+/// the end at once of a task whose workspace is gone.
+fn configured<'a>(
+    task_id: &str,
+    parts: Parts<'a>,
+    stored: &StoredRequest,
+    approvals: &'a mut dyn loop_core::Approvals,
+    paused: Arc<AtomicU64>,
+    checker: Option<&'a mut dyn loop_core::Model>,
+    gone: Option<String>,
+) -> Result<Director<'a>, Error> {
+    let policy = if stored.verify_on_change {
+        VerifyPolicy::OnFinishOrChange
+    } else {
+        VerifyPolicy::OnFinish
+    };
+    let director = Director::new(task_id, stored.contract.clone(), policy, parts)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let timeout_secs = stored.exec_policy.as_ref().map_or_else(
+        || loop_tools::exec_policy::ExecPolicy::default().approval_timeout_secs,
+        |p| p.approval_timeout_secs,
+    );
+    let director = director
+        .with_approvals(approvals, timeout_secs)
+        .with_progress(stored.progress.clone().unwrap_or_default())
+        .with_checkpoints(stored.checkpoints.clone().unwrap_or_default())
+        .with_clock_pause(paused);
+    let director = match gone {
+        Some(reason) => director.ending_at_once(reason),
+        None => director,
+    };
+    Ok(match checker {
+        Some(c) => director.with_reviewer(c),
+        None => director,
     })
 }
 

@@ -34,7 +34,7 @@ pub use prepare::submit;
 pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
 pub use runtime::Runtime;
 pub use task::{TaskReport, TaskRequest, new_task_id, open_store, resume_task, run_task};
-pub use wiring::OnPrompt;
+pub use wiring::{OnPrompt, Prompter, Question};
 
 /// What a front end sees of a task: every recorded event (through
 /// [`loop_core::Observer`]), and lines for the person running it.
@@ -45,6 +45,13 @@ pub trait Observer: loop_core::Observer {
 
     /// Ask the person a yes/no question; `None` when nobody here can answer.
     fn confirm(&mut self, _question: &str) -> Option<bool> {
+        None
+    }
+
+    /// Where a running task asks its person inline (approvals and
+    /// checkpoints, with `OnPrompt::Ask`); `None` when nobody here can be
+    /// asked (the request then waits for `loop approve`).
+    fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
         None
     }
 }

@@ -23,6 +23,9 @@ impl crate::Observer for Scrubbed<'_> {
     fn confirm(&mut self, question: &str) -> Option<bool> {
         self.0.confirm(question)
     }
+    fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
+        self.0.prompter()
+    }
 }
 
 /// The registered secret values scrubbed from every string of an event
@@ -196,28 +199,38 @@ impl OnPrompt {
     }
 }
 
-/// Lines typed at this terminal, read by one thread for the whole process.
-fn terminal_lines() -> &'static std::sync::Mutex<std::sync::mpsc::Receiver<String>> {
-    static LINES: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Receiver<String>>> =
-        std::sync::OnceLock::new();
-    LINES.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let stdin = std::io::stdin();
-            loop {
-                let mut line = String::new();
-                match stdin.read_line(&mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {
-                        if tx.send(line.trim_end().to_string()).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        std::sync::Mutex::new(rx)
-    })
+/// A question put to a person inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Question<'a> {
+    /// May this command run?
+    Approval {
+        /// The task.
+        task_id: &'a str,
+        /// The command (or the call's arguments).
+        detail: &'a str,
+        /// The exec-policy rule that asks.
+        rule: &'a str,
+    },
+    /// May the task go on (with guidance)?
+    Checkpoint {
+        /// The task.
+        task_id: &'a str,
+        /// Why it stopped to ask.
+        detail: &'a str,
+    },
+}
+
+/// A person asked inline, as a front end provides one (the CLI: the
+/// terminal). Whichever answers first wins: this, or `loop approve` from
+/// anywhere.
+pub trait Prompter: Send {
+    /// Put `question` to the person; lines typed before it are not its
+    /// answer.
+    fn ask(&mut self, question: &Question<'_>);
+    /// What the person typed since, if anything; never blocks.
+    fn answer(&mut self) -> Option<String>;
+    /// The last answer could not be read; `expected` says what would be.
+    fn again(&mut self, expected: &str);
 }
 
 /// Approvals kept in the store: a pending request survives a restart of
@@ -236,9 +249,114 @@ pub struct StoreApprovals<'c> {
     pub task_deadline_ms: Option<u64>,
     /// Rules a person said "always" to, for this task.
     pub always: std::collections::BTreeSet<String>,
+    /// Where a person is asked inline (with `OnPrompt::Ask`); without one,
+    /// the request waits for `loop approve`.
+    pub prompter: Option<Box<dyn Prompter>>,
 }
 
 impl StoreApprovals<'_> {
+    /// The stored request `approval_id`.
+    fn stored(&self, approval_id: &str) -> Result<Option<loop_store::Approval>, BoundaryError> {
+        use loop_store::Store;
+        Ok(self
+            .store
+            .approvals(&self.task_id)
+            .map_err(BoundaryError::caused_by)?
+            .into_iter()
+            .find(|a| a.id == approval_id))
+    }
+
+    /// A pending request answered by this process's mode at once (deny,
+    /// allow, a rule a person said "always" to), or put to the person.
+    fn settle_here(
+        &mut self,
+        approval_id: &str,
+        checkpoint: bool,
+        detail: &str,
+        rule: &str,
+    ) -> Result<Option<loop_core::ApprovalDecision>, BoundaryError> {
+        let decided = match self.on_prompt {
+            OnPrompt::Deny => self.answer(
+                approval_id,
+                false,
+                "--on-prompt deny (no terminal to ask)",
+                None,
+            )?,
+            OnPrompt::Allow => self.answer(approval_id, true, "--on-prompt allow", None)?,
+            OnPrompt::Ask if !checkpoint && self.always.contains(rule) => self.answer(
+                approval_id,
+                true,
+                "the terminal (always for this rule)",
+                None,
+            )?,
+            OnPrompt::Ask => {
+                let task_id = self.task_id.clone();
+                let question = if checkpoint {
+                    Question::Checkpoint {
+                        task_id: &task_id,
+                        detail,
+                    }
+                } else {
+                    Question::Approval {
+                        task_id: &task_id,
+                        detail,
+                        rule,
+                    }
+                };
+                if let Some(p) = self.prompter.as_mut() {
+                    p.ask(&question);
+                }
+                return Ok(None);
+            }
+            OnPrompt::Wait => return Ok(None),
+        };
+        Ok(Some(decided))
+    }
+
+    /// The person's inline answer, if one came: yes, no, "always" for an
+    /// approval, or guidance for a checkpoint (a yes with a message).
+    fn read_answer(
+        &mut self,
+        approval_id: &str,
+        checkpoint: bool,
+        rule: &str,
+    ) -> Result<Option<loop_core::ApprovalDecision>, BoundaryError> {
+        if self.on_prompt != OnPrompt::Ask {
+            return Ok(None);
+        }
+        let Some(line) = self.prompter.as_mut().and_then(|p| p.answer()) else {
+            return Ok(None);
+        };
+        let l = line.trim();
+        let decided = match (checkpoint, l.to_ascii_lowercase().as_str()) {
+            (_, "y" | "yes") => self.answer(approval_id, true, "the terminal", None)?,
+            (_, "n" | "no") => self.answer(approval_id, false, "the terminal", None)?,
+            (false, "a" | "always") => {
+                self.always.insert(rule.to_string());
+                self.answer(
+                    approval_id,
+                    true,
+                    "the terminal (always for this rule)",
+                    None,
+                )?
+            }
+            (true, _) if !l.is_empty() => {
+                self.answer(approval_id, true, "the terminal", Some(l.to_string()))?
+            }
+            _ => {
+                if let Some(p) = self.prompter.as_mut() {
+                    p.again(if checkpoint {
+                        "y, n or guidance"
+                    } else {
+                        "y, n or a"
+                    });
+                }
+                return Ok(None);
+            }
+        };
+        Ok(Some(decided))
+    }
+
     /// Record an answer given here (not through `loop approve`).
     fn answer(
         &mut self,
@@ -327,111 +445,38 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         cancel: &std::sync::atomic::AtomicBool,
     ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
         use loop_core::ApprovalDecision;
-        use loop_store::Store;
         // The task's clock keeps running while it waits for a person.
         let deadline_ms = self
             .task_deadline_ms
             .map_or(deadline_ms, |t| t.min(deadline_ms));
-        let pending = self
-            .store
-            .approvals(&self.task_id)
-            .map_err(BoundaryError::caused_by)?
-            .into_iter()
-            .find(|a| a.id == approval_id);
-        let (kind, detail, rule) = pending.as_ref().map_or_else(Default::default, |a| {
-            let s = |k: &str| {
-                a.payload
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            (s("kind"), s("detail"), s("rule"))
-        });
-        let checkpoint = kind == "checkpoint";
-        if pending.as_ref().is_some_and(|a| a.status == "pending") {
-            match self.on_prompt {
-                OnPrompt::Deny => {
-                    return self.answer(
-                        approval_id,
-                        false,
-                        "--on-prompt deny (no terminal to ask)",
-                        None,
-                    );
-                }
-                OnPrompt::Allow => {
-                    return self.answer(approval_id, true, "--on-prompt allow", None);
-                }
-                OnPrompt::Ask if !checkpoint && self.always.contains(&rule) => {
-                    return self.answer(
-                        approval_id,
-                        true,
-                        "the terminal (always for this rule)",
-                        None,
-                    );
-                }
-                OnPrompt::Ask => {
-                    let question = if checkpoint {
-                        format!(
-                            "\n⏸ task {} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {}` elsewhere): ",
-                            self.task_id, self.task_id
-                        )
-                    } else {
-                        format!(
-                            "\n⏸ task {} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {}` elsewhere): ",
-                            self.task_id, self.task_id
-                        )
-                    };
-                    eprint!("{question}");
-                    let _ = std::io::Write::flush(&mut std::io::stderr());
-                    // Lines typed before this question are not its answer.
-                    if let Ok(rx) = terminal_lines().lock() {
-                        while rx.try_recv().is_ok() {}
-                    }
-                }
-                OnPrompt::Wait => {}
-            }
+        let Some(pending) = self.stored(approval_id)? else {
+            return Err(BoundaryError::new(format!(
+                "approval {approval_id} is not in the store"
+            )));
+        };
+        let field = |k: &str| {
+            pending
+                .payload
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (detail, rule) = (field("detail"), field("rule"));
+        let checkpoint = field("kind") == "checkpoint";
+        if pending.status == "pending"
+            && let Some(decided) = self.settle_here(approval_id, checkpoint, &detail, &rule)?
+        {
+            return Ok(decided);
         }
         loop {
-            if self.on_prompt == OnPrompt::Ask
-                && let Ok(rx) = terminal_lines().lock()
-                && let Ok(line) = rx.try_recv()
-            {
-                let l = line.trim();
-                let lower = l.to_ascii_lowercase();
-                match (checkpoint, lower.as_str()) {
-                    (_, "y" | "yes") => {
-                        return self.answer(approval_id, true, "the terminal", None);
-                    }
-                    (_, "n" | "no") => {
-                        return self.answer(approval_id, false, "the terminal", None);
-                    }
-                    (false, "a" | "always") => {
-                        self.always.insert(rule.clone());
-                        return self.answer(
-                            approval_id,
-                            true,
-                            "the terminal (always for this rule)",
-                            None,
-                        );
-                    }
-                    (true, _) if !l.is_empty() => {
-                        return self.answer(approval_id, true, "the terminal", Some(l.to_string()));
-                    }
-                    _ => eprint!(
-                        "  answer y, n{}: ",
-                        if checkpoint { " or guidance" } else { " or a" }
-                    ),
-                }
+            if let Some(decided) = self.read_answer(approval_id, checkpoint, &rule)? {
+                return Ok(decided);
             }
             if cancel.load(std::sync::atomic::Ordering::SeqCst) {
                 return Ok(ApprovalDecision::Cancelled);
             }
-            let all = self
-                .store
-                .approvals(&self.task_id)
-                .map_err(BoundaryError::caused_by)?;
-            let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) else {
+            let Some(mut a) = self.stored(approval_id)? else {
                 return Err(BoundaryError::new(format!(
                     "approval {approval_id} is not in the store"
                 )));
@@ -447,6 +492,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 // Nobody answered: a deny, recorded as such.
                 a.status = "expired".into();
                 a.decided_ms = Some(now);
+                use loop_store::Store;
                 self.store
                     .put_approval(&a)
                     .map_err(BoundaryError::caused_by)?;

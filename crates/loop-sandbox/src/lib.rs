@@ -492,18 +492,63 @@ fn transient(e: &std::io::Error) -> bool {
     )
 }
 
-fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, SandboxError> {
-    let trace = Trace::start();
-    let program_text = match &req.program {
-        Program::Shell(s) => format!("sh -c {s:?}"),
-        Program::Argv(a) => a.join(" "),
+/// What one request prepares before the fork, layer by layer: which layers
+/// are on, what is said about those that are not, and what each needs.
+struct Prepared {
+    workspace: PathBuf,
+    tmp: PrivateTmp,
+    use_ns: bool,
+    userns: bool,
+    /// A worktree's repository and a reduced config for it.
+    git_view: Option<(PathBuf, PathBuf)>,
+    landlock: Option<landlock::Prepared>,
+    seccomp: Option<Vec<libc::sock_filter>>,
+    /// Destroyed on every way out once created (see [`run_with`]).
+    cgroups: cgroup::Cgroups,
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)>,
+    notes: Vec<String>,
+}
+
+type SpawnErr<'a> = &'a dyn Fn(String, std::io::Error) -> SandboxError;
+
+/// Landlock rules for the view, the workspace, the private tmp and a
+/// worktree's repository (trees the command's root overlays get their
+/// rules inside the child).
+fn landlock_for(
+    view: &'static policy::HostView,
+    workspace: &Path,
+    tmp: &PrivateTmp,
+    git_view: &Option<(PathBuf, PathBuf)>,
+    overlays: bool,
+) -> Result<Option<landlock::Prepared>, SandboxError> {
+    let shadowed = |p: &Path| {
+        overlays
+            && view
+                .trees
+                .iter()
+                .any(|t| p.starts_with(t) && root::overlaid(t, true) && !root::special(t))
     };
-    let spawn_err = |step: String, source: std::io::Error| SandboxError::Spawn {
-        program: program_text.clone(),
-        cwd: req.cwd.display().to_string(),
-        step,
-        source,
-    };
+    landlock::prepare(
+        view,
+        &[workspace.to_path_buf(), tmp.tmp().to_path_buf()],
+        &git_view
+            .iter()
+            .flat_map(|(d, c)| [d.clone(), c.clone()])
+            .collect::<Vec<_>>(),
+        &shadowed,
+    )
+    .map_err(SandboxError::Prepare)
+}
+
+/// Decide and prepare every layer for `req`; with `required` isolation, a
+/// layer this machine cannot give is an error naming it and how to get it.
+fn prepare(
+    req: &ExecRequest,
+    support: &probe::Support,
+    view: &'static policy::HostView,
+    trace: &Trace,
+    spawn_err: SpawnErr<'_>,
+) -> Result<Prepared, SandboxError> {
     let workspace = req
         .workspace
         .clone()
@@ -511,8 +556,6 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         .canonicalize()
         .map_err(|e| spawn_err("workspace: ".into(), e))?;
     let tmp = PrivateTmp::create().map_err(|e| spawn_err("private tmp: ".into(), e))?;
-
-    // Decide the layers.
     let mut notes = Vec::new();
     let mut missing = Vec::new();
     let layers = req.layers;
@@ -530,8 +573,6 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
     }
-    let view = policy::host_view();
-    trace.mark("view");
     // A worktree's repository, read-only, with a config that names no
     // remote (a URL may carry a token).
     let git_view: Option<(PathBuf, PathBuf)> = match (&req.git_dir, use_ns) {
@@ -544,28 +585,15 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         }
         _ => None,
     };
-    let landlock = if support.landlock_abi > 0 && layers.landlock {
-        // Trees the command's root overlays get their rules inside the child.
-        let overlays = use_ns && support.tree_overlay;
-        let shadowed = |p: &Path| {
-            overlays
-                && view
-                    .trees
-                    .iter()
-                    .any(|t| p.starts_with(t) && root::overlaid(t, true) && !root::special(t))
-        };
-        landlock::prepare(
+    let landlock = match support.landlock_abi > 0 && layers.landlock {
+        true => landlock_for(
             view,
-            &[workspace.clone(), tmp.tmp().to_path_buf()],
-            &git_view
-                .iter()
-                .flat_map(|(d, c)| [d.clone(), c.clone()])
-                .collect::<Vec<_>>(),
-            &shadowed,
-        )
-        .map_err(SandboxError::Prepare)?
-    } else {
-        None
+            &workspace,
+            &tmp,
+            &git_view,
+            use_ns && support.tree_overlay,
+        )?,
+        false => None,
     };
     if landlock.is_none() {
         missing.push("Landlock");
@@ -613,7 +641,6 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     if !use_ns {
         notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
     }
-
     let rlimits = rlimits_for(req, cgroups.memory, mem_bytes);
     if support.root {
         notes.push(
@@ -621,24 +648,38 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
                 .into(),
         );
     }
+    Ok(Prepared {
+        workspace,
+        tmp,
+        use_ns,
+        userns: use_ns && support.userns,
+        git_view,
+        landlock,
+        seccomp,
+        cgroups,
+        rlimits,
+        notes,
+    })
+}
 
-    // The child's plan.
-    let (diag_read, diag_write) = {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two descriptors we then own.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(spawn_err("pipe: ".into(), std::io::Error::last_os_error()));
-        }
-        // SAFETY: both descriptors were just created and are owned here only.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    };
-    let userns = use_ns && support.userns;
+/// The child's plan: namespaces, maps, cgroups to join, binds, the root
+/// built from what the command may use (see `root.rs`), rlimits, Landlock,
+/// seccomp. Whether the command runs inside its own root comes back too.
+fn child_plan(
+    req: &ExecRequest,
+    support: &probe::Support,
+    view: &policy::HostView,
+    p: &mut Prepared,
+    diag_fd: std::os::fd::RawFd,
+    spawn_err: SpawnErr<'_>,
+) -> Result<(child::ChildPlan, bool), SandboxError> {
+    let use_ns = p.use_ns;
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut flags = 0;
     if use_ns {
         flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS;
-        if userns {
+        if p.userns {
             flags |= libc::CLONE_NEWUSER;
         }
         if req.net == Net::None {
@@ -647,30 +688,24 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     }
     let mut ro_binds = Vec::new();
     if use_ns {
-        for p in &req.read_only_paths {
-            if std::fs::symlink_metadata(p)
+        for path in &req.read_only_paths {
+            if std::fs::symlink_metadata(path)
                 .map(|m| m.file_type().is_symlink())
                 .unwrap_or(true)
             {
                 continue;
             }
-            ro_binds.push((cstring(p)?, locked_flags(p)));
+            ro_binds.push((cstring(path)?, locked_flags(path)));
         }
     }
-    let overlay = match overlay_mount(req, &workspace, use_ns, userns, &spawn_err) {
-        Ok(o) => o,
-        Err(e) => {
-            cgroups.destroy();
-            return Err(e);
-        }
-    };
-    // The command's root: built from what it may use (see `root.rs`).
+    let overlay = overlay_mount(req, &p.workspace, use_ns, p.userns, spawn_err)?;
     let root_plan = if use_ns {
         let cwd = req
             .cwd
             .canonicalize()
             .map_err(|e| spawn_err("cwd: ".into(), e))?;
-        let masks = landlock
+        let masks = p
+            .landlock
             .as_ref()
             .map(|l| root::Masks {
                 read_dir: l.read_mask,
@@ -681,13 +716,13 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         Some(
             root::plan(&root::Inputs {
                 view,
-                private: &tmp.0,
-                workspace: &workspace,
+                private: &p.tmp.0,
+                workspace: &p.workspace,
                 cwd: &cwd,
                 fresh_proc: support.proc_mount,
-                git: git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
+                git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
                 overlay_trees: support.tree_overlay,
-                userns,
+                userns: p.userns,
                 masks,
             })
             .map_err(SandboxError::Prepare)?,
@@ -697,51 +732,103 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     };
     if use_ns && !support.tree_overlay {
         if req.isolation == IsolationLevel::Required {
-            cgroups.destroy();
             return Err(SandboxError::Unavailable {
                 missing: "read-only overlays of the allowed trees (socket isolation)".into(),
                 how: "Overlayfs must be mountable in a user namespace (Linux 5.11+); without it a socket file inside an allowed tree stays reachable. Use --isolation preferred to run anyway.".into(),
             });
         }
-        notes.push("host trees are bound, not overlaid (overlays unavailable): a socket file inside an allowed tree stays reachable".into());
+        p.notes.push("host trees are bound, not overlaid (overlays unavailable): a socket file inside an allowed tree stays reachable".into());
     }
     if use_ns && !support.proc_mount {
-        notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
+        p.notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
     }
     let in_root = root_plan.is_some();
-    let plan_seccomp = seccomp.is_some();
     let plan = child::ChildPlan {
         unshare_flags: flags,
-        userns,
+        userns: p.userns,
         uid_map: format!("{uid} {uid} 1").into_bytes(),
         gid_map: format!("{gid} {gid} 1").into_bytes(),
-        cgroup_procs: cgroups
+        cgroup_procs: p
+            .cgroups
             .dirs
             .iter()
             .map(|d| cstring(&d.join("cgroup.procs")))
             .collect::<Result<_, _>>()?,
         mount_proc: use_ns && support.proc_mount,
-        late_rules: landlock
+        late_rules: p
+            .landlock
             .as_ref()
             .map(|l| (l.fd.as_raw_fd(), l.read_mask, l.all_mask)),
         overlay,
         ro_binds,
         loopback_up: use_ns && req.net == Net::None,
         root: root_plan,
-        rlimits: rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
-        landlock_fd: landlock.as_ref().map(|l| l.fd.as_raw_fd()),
-        seccomp,
-        diag_fd: diag_write.as_raw_fd(),
+        rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
+        landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
+        seccomp: p.seccomp.clone(),
+        diag_fd,
     };
+    Ok((plan, in_root))
+}
 
+/// A pipe whose write end the child reports a failed sandbox step on.
+fn diag_pipe(spawn_err: SpawnErr<'_>) -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(spawn_err("pipe: ".into(), std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just created and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, SandboxError> {
+    let trace = Trace::start();
+    let program_text = match &req.program {
+        Program::Shell(s) => format!("sh -c {s:?}"),
+        Program::Argv(a) => a.join(" "),
+    };
+    let spawn_err = |step: String, source: std::io::Error| SandboxError::Spawn {
+        program: program_text.clone(),
+        cwd: req.cwd.display().to_string(),
+        step,
+        source,
+    };
+    let view = policy::host_view();
+    trace.mark("view");
+    let mut p = prepare(req, support, view, &trace, &spawn_err)?;
+    // From here every way out destroys the cgroups.
+    let planned = diag_pipe(&spawn_err).and_then(|(diag_read, diag_write)| {
+        let (plan, in_root) = child_plan(
+            req,
+            support,
+            view,
+            &mut p,
+            diag_write.as_raw_fd(),
+            &spawn_err,
+        )?;
+        Ok((diag_read, diag_write, plan, in_root))
+    });
+    let (diag_read, diag_write, plan, in_root) = match planned {
+        Ok(x) => x,
+        Err(e) => {
+            p.cgroups.destroy();
+            return Err(e);
+        }
+    };
     // Inside its own root the private tmp is `/tmp`.
     let tmp_dir = if in_root {
         PathBuf::from("/tmp")
     } else {
-        tmp.tmp().to_path_buf()
+        p.tmp.tmp().to_path_buf()
     };
-    let (mut cmd, env_imposed) = command(req, view, &tmp, &tmp_dir, &workspace)
-        .map_err(|e| spawn_err("check environment: ".into(), e))?;
+    let (mut cmd, env_imposed) = match command(req, view, &p.tmp, &tmp_dir, &p.workspace) {
+        Ok(c) => c,
+        Err(e) => {
+            p.cgroups.destroy();
+            return Err(spawn_err("check environment: ".into(), e));
+        }
+    };
     // SAFETY: `child::enter` only makes async-signal-safe system calls on
     // data prepared above, which outlives the spawn.
     unsafe {
@@ -757,7 +844,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         Err(e) => {
             let mut step = String::new();
             let _ = std::fs::File::from(diag_read).read_to_string(&mut step);
-            cgroups.destroy();
+            p.cgroups.destroy();
             let step = if step.is_empty() {
                 step
             } else {
@@ -766,8 +853,29 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             return Err(spawn_err(step, e));
         }
     };
-    let landlock_abi = landlock.as_ref().map(|l| l.abi);
-    drop(landlock);
+    let landlock_abi = p.landlock.take().map(|l| l.abi);
+    collect(
+        req,
+        &mut child,
+        started,
+        &trace,
+        p,
+        landlock_abi,
+        env_imposed,
+    )
+}
+
+/// Capture the spawned command's output, wait for it within its limits,
+/// kill whatever it left, and say what ran under which isolation.
+fn collect(
+    req: &ExecRequest,
+    child: &mut std::process::Child,
+    started: Instant,
+    trace: &Trace,
+    mut p: Prepared,
+    landlock_abi: Option<u32>,
+    env_imposed: Vec<String>,
+) -> Result<ExecResult, SandboxError> {
     let pgid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel::<(u8, Captured)>();
     let per_stream = (req.max_output / 2).max(2);
@@ -784,12 +892,11 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         });
     }
     drop(tx);
-
-    let (status, timed_out, cancelled) = match wait_for(&mut child, req, started, pgid) {
+    let (status, timed_out, cancelled) = match wait_for(child, req, started, pgid) {
         Ok(w) => w,
         Err(e) => {
             kill_group(pgid);
-            cgroups.destroy();
+            p.cgroups.destroy();
             return Err(SandboxError::Wait(e));
         }
     };
@@ -797,9 +904,10 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     trace.mark("exited");
     // Whatever the command left behind in its group or cgroup dies with it.
     kill_group(pgid);
-    cgroups.destroy();
+    p.cgroups.destroy();
     trace.mark("cleaned");
-    let (stdout, stderr) = drain(&rx, &mut notes);
+    let (stdout, stderr) = drain(&rx, &mut p.notes);
+    let use_ns = p.use_ns;
     Ok(ExecResult {
         exit_code: status.code(),
         signal: status.signal(),
@@ -812,19 +920,19 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             process_group: true,
             pid_namespace: use_ns,
             mount_namespace: use_ns,
-            user_namespace: userns,
+            user_namespace: p.userns,
             landlock_abi,
-            seccomp: plan_seccomp,
+            seccomp: p.seccomp.is_some(),
             network: if use_ns && req.net == Net::None {
                 "none".into()
             } else {
                 "host".into()
             },
-            rlimits: rlimits.into_iter().map(|(_, _, s)| s).collect(),
-            memory_cgroup: cgroups.memory,
-            pids_cgroup: cgroups.pids,
+            rlimits: p.rlimits.into_iter().map(|(_, _, s)| s).collect(),
+            memory_cgroup: p.cgroups.memory,
+            pids_cgroup: p.cgroups.pids,
             env_scrubbed: true,
-            notes,
+            notes: p.notes,
         },
         env_imposed,
     })

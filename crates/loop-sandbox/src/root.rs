@@ -165,85 +165,103 @@ pub fn special(t: &Path) -> bool {
 
 /// Build the plan for one command.
 pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
-    let staging = &inp.private.staging;
-    let mut ops = Vec::new();
-    let mut rules = Vec::new();
-    let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
-    // mkdir every ancestor of `p` (inside the new root) not made yet.
-    let mut mkdirs = |p: &Path, ops: &mut Vec<Op>| -> Result<(), String> {
-        let mut acc = PathBuf::from("/");
-        for comp in p.components().skip(1) {
-            acc.push(comp);
-            if made.insert(acc.clone()) {
-                ops.push(Op::Mkdir(c(&under(staging, &acc))?));
-            }
-        }
-        Ok(())
+    let mut b = Builder {
+        staging: &inp.private.staging,
+        ops: Vec::new(),
+        rules: Vec::new(),
+        made: Default::default(),
     };
-    // Mount targets, sorted so a parent is mounted before what lies inside it.
-    enum Kind {
-        Tree,
-        Workspace,
-        Tmp,
+    let targets = targets(inp);
+    for (t, kind) in &targets {
+        b.mount(inp, t, kind)?;
     }
-    let mut targets: Vec<(PathBuf, Kind)> = Vec::new();
-    for t in &inp.view.trees {
-        if special(t) {
-            continue;
-        }
-        targets.push((t.clone(), Kind::Tree));
+    if let Some((dir, config)) = inp.git {
+        b.git(dir, config)?;
     }
+    b.mask_denied(inp, &targets)?;
+    b.system(inp)?;
+    b.resolv_conf(inp)?;
+    Ok(RootPlan {
+        staging: c(b.staging)?,
+        ops: b.ops,
+        rules: b.rules,
+        cwd: c(inp.cwd)?,
+    })
+}
+
+/// What a mount target is.
+enum Kind {
+    Tree,
+    Workspace,
+    Tmp,
+}
+
+/// Mount targets, sorted so a parent is mounted before what lies inside it.
+fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
+    let mut targets: Vec<(PathBuf, Kind)> = inp
+        .view
+        .trees
+        .iter()
+        .filter(|t| !special(t))
+        .map(|t| (t.clone(), Kind::Tree))
+        .collect();
     targets.push((PathBuf::from("/tmp"), Kind::Tmp));
     targets.push((inp.workspace.to_path_buf(), Kind::Workspace));
     targets.sort_by(|a, b| a.0.cmp(&b.0));
+    targets
+}
 
-    let read_dir = inp.masks.read_dir;
-    for (t, kind) in &targets {
-        let at = under(staging, t);
+/// The plan as it is built: operations in order, Landlock rules for the
+/// new root, and the directories already made in it.
+struct Builder<'s> {
+    staging: &'s Path,
+    ops: Vec<Op>,
+    rules: Vec<(CString, u64)>,
+    made: std::collections::BTreeSet<PathBuf>,
+}
+
+impl Builder<'_> {
+    /// mkdir every ancestor of `p` (inside the new root) not made yet.
+    fn mkdirs(&mut self, p: &Path) -> Result<(), String> {
+        let mut acc = PathBuf::from("/");
+        for comp in p.components().skip(1) {
+            acc.push(comp);
+            if self.made.insert(acc.clone()) {
+                self.ops.push(Op::Mkdir(c(&under(self.staging, &acc))?));
+            }
+        }
+        Ok(())
+    }
+
+    /// One target: a host tree (overlaid read-only, or bound), the private
+    /// tmp, or the workspace.
+    fn mount(&mut self, inp: &Inputs<'_>, t: &Path, kind: &Kind) -> Result<(), String> {
+        let at = under(self.staging, t);
         match kind {
             Kind::Tree => {
                 let Ok(meta) = std::fs::symlink_metadata(t) else {
-                    continue;
+                    return Ok(());
                 };
                 if let Some(parent) = t.parent() {
-                    mkdirs(parent, &mut ops)?;
+                    self.mkdirs(parent)?;
                 }
                 let ft = meta.file_type();
                 if ft.is_symlink() {
                     // `/bin -> usr/bin` on merged-/usr systems.
                     let target =
                         std::fs::read_link(t).map_err(|e| format!("{}: {e}", t.display()))?;
-                    ops.push(Op::Symlink(c(&target)?, c(&at)?));
+                    self.ops.push(Op::Symlink(c(&target)?, c(&at)?));
                 } else if ft.is_dir() {
-                    mkdirs(t, &mut ops)?;
+                    self.mkdirs(t)?;
                     if overlaid(t, inp.overlay_trees) {
-                        let mut o = format!(
-                            "lowerdir={}:{}",
-                            overlay_escape(t),
-                            overlay_escape(&inp.private.empty)
-                        );
-                        if inp.userns {
-                            o.push_str(",userxattr");
-                        }
-                        ops.push(Op::Overlay(c(&at)?, c(Path::new(&o))?));
-                        // Landlock sees the overlay as a tree of its own: the
-                        // view's rules for this tree are added again on it.
-                        if read_dir != 0 {
-                            for e in inp.view.read_exec.iter().filter(|e| e.starts_with(t)) {
-                                let mask = if inp.view.files.contains(e) {
-                                    inp.masks.read_file
-                                } else {
-                                    read_dir
-                                };
-                                rules.push((c(&under(staging, e))?, mask));
-                            }
-                        }
+                        self.overlay_tree(inp, t, &at)?;
                     } else {
-                        ops.push(Op::Bind(c(t)?, c(&at)?, true, Some(crate::locked_flags(t))));
+                        self.ops
+                            .push(Op::Bind(c(t)?, c(&at)?, true, Some(crate::locked_flags(t))));
                     }
                 } else if ft.is_file() {
-                    ops.push(Op::Touch(c(&at)?));
-                    ops.push(Op::Bind(
+                    self.ops.push(Op::Touch(c(&at)?));
+                    self.ops.push(Op::Bind(
                         c(t)?,
                         c(&at)?,
                         false,
@@ -253,155 +271,196 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
                 // Sockets, FIFOs and devices named as trees are left out.
             }
             Kind::Tmp => {
-                mkdirs(t, &mut ops)?;
-                ops.push(Op::Bind(c(&inp.private.tmp)?, c(&at)?, false, None));
+                self.mkdirs(t)?;
+                self.ops
+                    .push(Op::Bind(c(&inp.private.tmp)?, c(&at)?, false, None));
             }
             Kind::Workspace => {
-                mkdirs(t, &mut ops)?;
+                self.mkdirs(t)?;
                 // Recursive: protected paths bound read-only and a check's
                 // overlay, mounted on the host path first, come along.
-                ops.push(Op::Bind(c(t)?, c(&at)?, true, None));
+                self.ops.push(Op::Bind(c(t)?, c(&at)?, true, None));
             }
         }
+        Ok(())
     }
 
-    // A worktree's repository, read-only, its config reduced.
-    if let Some((dir, config)) = inp.git {
-        mkdirs(dir, &mut ops)?;
-        let at = under(staging, dir);
-        ops.push(Op::Bind(
+    /// A host tree as a read-only overlay (over an empty upper layer, so no
+    /// socket inside it is reachable). Landlock sees the overlay as a tree
+    /// of its own: the view's rules for this tree are added again on it.
+    fn overlay_tree(&mut self, inp: &Inputs<'_>, t: &Path, at: &Path) -> Result<(), String> {
+        let mut o = format!(
+            "lowerdir={}:{}",
+            overlay_escape(t),
+            overlay_escape(&inp.private.empty)
+        );
+        if inp.userns {
+            o.push_str(",userxattr");
+        }
+        self.ops.push(Op::Overlay(c(at)?, c(Path::new(&o))?));
+        let read_dir = inp.masks.read_dir;
+        if read_dir != 0 {
+            for e in inp.view.read_exec.iter().filter(|e| e.starts_with(t)) {
+                let mask = if inp.view.files.contains(e) {
+                    inp.masks.read_file
+                } else {
+                    read_dir
+                };
+                self.rules.push((c(&under(self.staging, e))?, mask));
+            }
+        }
+        Ok(())
+    }
+
+    /// A worktree's repository, read-only, its config reduced.
+    fn git(&mut self, dir: &Path, config: &Path) -> Result<(), String> {
+        self.mkdirs(dir)?;
+        let at = under(self.staging, dir);
+        self.ops.push(Op::Bind(
             c(dir)?,
             c(&at)?,
             true,
             Some(crate::locked_flags(dir)),
         ));
         if dir.join("config").is_file() {
-            ops.push(Op::Bind(c(config)?, c(&at.join("config"))?, false, Some(0)));
+            self.ops
+                .push(Op::Bind(c(config)?, c(&at.join("config"))?, false, Some(0)));
         }
-    }
-    // Denied paths inside what is mounted from the host: an unreadable mask
-    // on top (the host's /tmp is not mounted: the private one is).
-    let mounted = |p: &Path| {
-        targets
-            .iter()
-            .any(|(t, k)| !matches!(k, Kind::Tmp) && p.starts_with(t))
-    };
-    for d in &inp.view.denied {
-        if !mounted(d) || d.starts_with(&inp.private.base) {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(d) else {
-            continue;
-        };
-        let at = c(&under(staging, d))?;
-        if meta.is_dir() {
-            ops.push(Op::Tmpfs(
-                at,
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                c(Path::new("mode=000,size=4k"))?,
-            ));
-        } else if meta.is_file() {
-            ops.push(Op::Bind(c(&inp.private.mask)?, at, false, Some(0)));
-        }
+        Ok(())
     }
 
-    // /proc, /sys, /dev, /run.
-    let proc_at = under(staging, Path::new("/proc"));
-    ops.push(Op::Mkdir(c(&proc_at)?));
-    if inp.fresh_proc {
-        ops.push(Op::Proc(c(&proc_at)?));
+    /// Denied paths inside what is mounted from the host: an unreadable
+    /// mask on top (the host's /tmp is not mounted: the private one is).
+    fn mask_denied(&mut self, inp: &Inputs<'_>, targets: &[(PathBuf, Kind)]) -> Result<(), String> {
+        let mounted = |p: &Path| {
+            targets
+                .iter()
+                .any(|(t, k)| !matches!(k, Kind::Tmp) && p.starts_with(t))
+        };
+        for d in &inp.view.denied {
+            if !mounted(d) || d.starts_with(&inp.private.base) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(d) else {
+                continue;
+            };
+            let at = c(&under(self.staging, d))?;
+            if meta.is_dir() {
+                self.ops.push(Op::Tmpfs(
+                    at,
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c(Path::new("mode=000,size=4k"))?,
+                ));
+            } else if meta.is_file() {
+                self.ops
+                    .push(Op::Bind(c(&inp.private.mask)?, at, false, Some(0)));
+            }
+        }
+        Ok(())
+    }
+
+    /// /proc (fresh, or none at all: the host's would name every host
+    /// process's root, and through it host sockets again), /sys read-only,
+    /// a minimal /dev, and private /dev/shm and /run.
+    fn system(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+        let read_dir = inp.masks.read_dir;
+        let proc_at = under(self.staging, Path::new("/proc"));
+        self.ops.push(Op::Mkdir(c(&proc_at)?));
+        if inp.fresh_proc {
+            self.ops.push(Op::Proc(c(&proc_at)?));
+            if read_dir != 0 {
+                self.rules.push((c(&proc_at)?, read_dir));
+            }
+        }
+        if Path::new("/sys").is_dir() {
+            let sys_at = under(self.staging, Path::new("/sys"));
+            self.ops.push(Op::Mkdir(c(&sys_at)?));
+            self.ops.push(Op::Bind(
+                c(Path::new("/sys"))?,
+                c(&sys_at)?,
+                true,
+                Some(crate::locked_flags(Path::new("/sys"))),
+            ));
+        }
+        let dev = under(self.staging, Path::new("/dev"));
+        self.ops.push(Op::Mkdir(c(&dev)?));
+        self.ops.push(Op::Tmpfs(
+            c(&dev)?,
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            c(Path::new("mode=755,size=64k"))?,
+        ));
         if read_dir != 0 {
-            rules.push((c(&proc_at)?, read_dir));
+            self.rules.push((c(&dev)?, read_dir));
         }
-    }
-    // Without a fresh procfs there is no /proc at all: the host's would name
-    // every host process's root, and through it host sockets again.
-    if Path::new("/sys").is_dir() {
-        let sys_at = under(staging, Path::new("/sys"));
-        ops.push(Op::Mkdir(c(&sys_at)?));
-        ops.push(Op::Bind(
-            c(Path::new("/sys"))?,
-            c(&sys_at)?,
-            true,
-            Some(crate::locked_flags(Path::new("/sys"))),
-        ));
-    }
-    let dev = under(staging, Path::new("/dev"));
-    ops.push(Op::Mkdir(c(&dev)?));
-    ops.push(Op::Tmpfs(
-        c(&dev)?,
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        c(Path::new("mode=755,size=64k"))?,
-    ));
-    if read_dir != 0 {
-        rules.push((c(&dev)?, read_dir));
-    }
-    for d in DEVICES {
-        let host = Path::new("/dev").join(d);
-        if std::fs::metadata(&host).is_err() {
-            continue;
+        for d in DEVICES {
+            let host = Path::new("/dev").join(d);
+            if std::fs::metadata(&host).is_err() {
+                continue;
+            }
+            self.ops.push(Op::Touch(c(&dev.join(d))?));
+            self.ops
+                .push(Op::Bind(c(&host)?, c(&dev.join(d))?, false, None));
         }
-        ops.push(Op::Touch(c(&dev.join(d))?));
-        ops.push(Op::Bind(c(&host)?, c(&dev.join(d))?, false, None));
-    }
-    for (name, target) in [
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        ops.push(Op::Symlink(c(Path::new(target))?, c(&dev.join(name))?));
-    }
-    for (at, size) in [
-        (dev.join("shm"), "64m"),
-        (under(staging, Path::new("/run")), "16m"),
-    ] {
-        ops.push(Op::Mkdir(c(&at)?));
-        ops.push(Op::Tmpfs(
-            c(&at)?,
-            libc::MS_NOSUID | libc::MS_NODEV,
-            c(Path::new(&format!("mode=1777,size={size}")))?,
-        ));
-        if inp.masks.all_dir != 0 {
-            rules.push((c(&at)?, inp.masks.all_dir));
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            self.ops
+                .push(Op::Symlink(c(Path::new(target))?, c(&dev.join(name))?));
         }
+        for (at, size) in [
+            (dev.join("shm"), "64m"),
+            (under(self.staging, Path::new("/run")), "16m"),
+        ] {
+            self.ops.push(Op::Mkdir(c(&at)?));
+            self.ops.push(Op::Tmpfs(
+                c(&at)?,
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c(Path::new(&format!("mode=1777,size={size}")))?,
+            ));
+            if inp.masks.all_dir != 0 {
+                self.rules.push((c(&at)?, inp.masks.all_dir));
+            }
+        }
+        Ok(())
     }
-    // `/etc/resolv.conf` is often a link into `/run` (systemd-resolved):
-    // its target file alone comes along, read-only, so names resolve under
-    // `--net host`.
-    if let Ok(target) = std::fs::canonicalize("/etc/resolv.conf")
-        && target.starts_with("/run")
-        && target.is_file()
-    {
-        let at = under(staging, &target);
+
+    /// `/etc/resolv.conf` is often a link into `/run` (systemd-resolved):
+    /// its target file alone comes along, read-only, so names resolve under
+    /// `--net host`.
+    fn resolv_conf(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+        let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
+            return Ok(());
+        };
+        if !target.starts_with("/run") || !target.is_file() {
+            return Ok(());
+        }
+        let at = under(self.staging, &target);
         if let Some(parent) = at.parent() {
-            let mut acc = under(staging, Path::new("/run"));
+            let mut acc = under(self.staging, Path::new("/run"));
             for comp in parent
                 .strip_prefix(&acc)
                 .unwrap_or(Path::new(""))
                 .components()
             {
                 acc.push(comp);
-                ops.push(Op::Mkdir(c(&acc)?));
+                self.ops.push(Op::Mkdir(c(&acc)?));
             }
         }
-        ops.push(Op::Touch(c(&at)?));
-        ops.push(Op::Bind(
+        self.ops.push(Op::Touch(c(&at)?));
+        self.ops.push(Op::Bind(
             c(&target)?,
             c(&at)?,
             false,
             Some(crate::locked_flags(&target)),
         ));
         if inp.masks.read_file != 0 {
-            rules.push((c(&at)?, inp.masks.read_file));
+            self.rules.push((c(&at)?, inp.masks.read_file));
         }
+        Ok(())
     }
-    Ok(RootPlan {
-        staging: c(staging)?,
-        ops,
-        rules,
-        cwd: c(inp.cwd)?,
-    })
 }
 
 #[cfg(test)]

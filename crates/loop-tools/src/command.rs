@@ -13,32 +13,8 @@ impl ToolBox {
             return Observation::error(id, "run_command", "`command` is empty");
         }
         // The exec policy: the one place a command is allowed to run.
-        let verdict = self.exec_policy.evaluate(&a.command);
-        let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
-        match verdict.decision {
-            exec_policy::Decision::Forbidden => {
-                return Observation::refused(
-                    id,
-                    "run_command",
-                    format!("exec policy: forbidden ({rule})"),
-                    format!(
-                        "`{}` is forbidden by the exec policy (rule `{rule}`); it was not run",
-                        verdict.command
-                    ),
-                );
-            }
-            exec_policy::Decision::Prompt if !approved => {
-                return Observation::refused(
-                    id,
-                    "run_command",
-                    format!("exec policy: needs approval ({rule})"),
-                    format!(
-                        "`{}` needs a person's approval (rule `{rule}`); it was not run",
-                        verdict.command
-                    ),
-                );
-            }
-            _ => {}
+        if let Some(refusal) = self.policy_refusal_of(id, &a.command, approved) {
+            return refusal;
         }
         let max = self.limits.command_timeout;
         let timeout = a
@@ -92,50 +68,7 @@ impl ToolBox {
                 // standard library are refused, each with its rule.
                 let upper = s.join("upper");
                 let admitted = std::cell::Cell::new(0u64);
-                let refuse = |rel: &str| -> Option<String> {
-                    if let Some(rule) = self.jail.protected().matching(rel) {
-                        return Some(format!("protected by {rule}"));
-                    }
-                    // Apparent size: a sparse file counts whole, since
-                    // everything that hashes or diffs it reads every byte.
-                    if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
-                        && m.is_file()
-                    {
-                        if m.len() > self.limits.max_file_bytes {
-                            return Some(format!(
-                                "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
-                                m.len(),
-                                self.limits.max_file_bytes
-                            ));
-                        }
-                        // All of one command's files together, too.
-                        let cap = self.limits.max_file_bytes.saturating_mul(4);
-                        let total = admitted.get().saturating_add(m.len());
-                        if total > cap {
-                            return Some(format!(
-                                "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
-                            ));
-                        }
-                        admitted.set(total);
-                    }
-                    if rel.chars().any(char::is_control) {
-                        return Some("a control character in the name".into());
-                    }
-                    // The code-policy gate judges what a command wrote as
-                    // it judges the file tools' writes.
-                    if let Some(why) = self.policy_refusal(&upper, rel) {
-                        return Some(why);
-                    }
-                    if std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
-                        && let Some((lang, module)) =
-                            loop_gates::shadow::shadowed(rel, &|d| self.is_package(d))
-                    {
-                        return Some(format!(
-                            "gate: stdlib shadow ({lang} {module}): it would shadow the {lang} standard module `{module}`"
-                        ));
-                    }
-                    None
-                };
+                let refuse = |rel: &str| self.effect_refusal(&upper, rel, &admitted);
                 let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
                     &upper,
                     self.jail.root(),
@@ -158,25 +91,113 @@ impl ToolBox {
             }
             _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
         };
-        let status = match (result.exit_code, result.signal, result.timed_out) {
-            _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
-            (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
-            (Some(c), _, _) => format!("exit {c}"),
-            (None, Some(s), _) => format!("killed by signal {s}"),
-            _ => "ended".to_string(),
-        };
-        let mut content = format!("{status} ({:.2} s)\n", result.duration.as_secs_f64());
-        for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
-            if c.total() > 0 {
-                content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));
-            }
-        }
-        if !refused.is_empty() {
-            content.push_str(&format!(
-                "--- not applied (refused) ---\n{}\n",
-                refused.join("\n")
-            ));
-        }
+        let content = report(&result, timeout, &refused);
         Observation::ok(id, "run_command", content, changed)
     }
+
+    /// The exec policy's refusal of `command`, if it refuses it: forbidden,
+    /// or needing a person's approval it does not have.
+    fn policy_refusal_of(&self, id: &str, command: &str, approved: bool) -> Option<Observation> {
+        let verdict = self.exec_policy.evaluate(command);
+        let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
+        let (title, why) = match verdict.decision {
+            exec_policy::Decision::Forbidden => (
+                format!("exec policy: forbidden ({rule})"),
+                "is forbidden by the exec policy",
+            ),
+            exec_policy::Decision::Prompt if !approved => (
+                format!("exec policy: needs approval ({rule})"),
+                "needs a person's approval",
+            ),
+            _ => return None,
+        };
+        Some(Observation::refused(
+            id,
+            "run_command",
+            title,
+            format!(
+                "`{}` {why} (rule `{rule}`); it was not run",
+                verdict.command
+            ),
+        ))
+    }
+
+    /// Why one path a command wrote (`rel`, in the staged `upper` layer) may
+    /// not enter the workspace, if it may not: protected paths, files over
+    /// the size limits (`admitted` counts the command's bytes so far), names
+    /// no record can show faithfully, the code-policy gate, and new modules
+    /// named like the standard library, each with its rule.
+    fn effect_refusal(
+        &self,
+        upper: &std::path::Path,
+        rel: &str,
+        admitted: &std::cell::Cell<u64>,
+    ) -> Option<String> {
+        if let Some(rule) = self.jail.protected().matching(rel) {
+            return Some(format!("protected by {rule}"));
+        }
+        // Apparent size: a sparse file counts whole, since everything
+        // that hashes or diffs it reads every byte.
+        if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
+            && m.is_file()
+        {
+            if m.len() > self.limits.max_file_bytes {
+                return Some(format!(
+                    "{} bytes, over the per-file limit of {} (limits.max_file_bytes)",
+                    m.len(),
+                    self.limits.max_file_bytes
+                ));
+            }
+            // All of one command's files together, too.
+            let cap = self.limits.max_file_bytes.saturating_mul(4);
+            let total = admitted.get().saturating_add(m.len());
+            if total > cap {
+                return Some(format!(
+                    "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
+                ));
+            }
+            admitted.set(total);
+        }
+        if rel.chars().any(char::is_control) {
+            return Some("a control character in the name".into());
+        }
+        // The code-policy gate judges what a command wrote as it judges
+        // the file tools' writes.
+        if let Some(why) = self.policy_refusal(upper, rel) {
+            return Some(why);
+        }
+        if std::fs::symlink_metadata(self.jail.root().join(rel)).is_err()
+            && let Some((lang, module)) = loop_gates::shadow::shadowed(rel, &|d| self.is_package(d))
+        {
+            return Some(format!(
+                "gate: stdlib shadow ({lang} {module}): it would shadow the {lang} standard module `{module}`"
+            ));
+        }
+        None
+    }
+}
+
+/// What the model is shown of a command: how it ended, its output, and
+/// what of its effects was refused.
+fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[String]) -> String {
+    let status = match (result.exit_code, result.signal, result.timed_out) {
+        _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
+        (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
+        (Some(c), _, _) => format!("exit {c}"),
+        (None, Some(s), _) => format!("killed by signal {s}"),
+        _ => "ended".to_string(),
+    };
+    let mut content = format!("{status} ({:.2} s)\n", result.duration.as_secs_f64());
+    for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+        if c.total() > 0 {
+            content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));
+        }
+    }
+    if !refused.is_empty() {
+        content.push_str(&format!(
+            "--- not applied (refused) ---\n{}\n",
+            refused.join("\n")
+        ));
+    }
+    content
 }

@@ -1,0 +1,66 @@
+//! The terminal as the place a running task asks its person: approvals of
+//! commands and checkpoints, answered inline (`loop approve` from another
+//! terminal still works; whichever answers first wins).
+
+use loop_runtime::{Prompter, Question};
+use std::io::Write;
+use std::sync::mpsc::Receiver;
+use std::sync::{Mutex, OnceLock};
+
+/// Lines typed at this terminal, read by one thread for the whole process.
+fn terminal_lines() -> &'static Mutex<Receiver<String>> {
+    static LINES: OnceLock<Mutex<Receiver<String>>> = OnceLock::new();
+    LINES.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let stdin = std::io::stdin();
+            loop {
+                let mut line = String::new();
+                match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if tx.send(line.trim_end().to_string()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Mutex::new(rx)
+    })
+}
+
+/// Questions on stderr, answers from stdin.
+pub struct Terminal;
+
+impl Prompter for Terminal {
+    fn ask(&mut self, question: &Question<'_>) {
+        let text = match question {
+            Question::Checkpoint { task_id, detail } => format!(
+                "\n⏸ task {task_id} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {task_id}` elsewhere): "
+            ),
+            Question::Approval {
+                task_id,
+                detail,
+                rule,
+            } => format!(
+                "\n⏸ task {task_id} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): "
+            ),
+        };
+        eprint!("{text}");
+        let _ = std::io::stderr().flush();
+        // Lines typed before this question are not its answer.
+        if let Ok(rx) = terminal_lines().lock() {
+            while rx.try_recv().is_ok() {}
+        }
+    }
+
+    fn answer(&mut self) -> Option<String> {
+        terminal_lines().lock().ok()?.try_recv().ok()
+    }
+
+    fn again(&mut self, expected: &str) {
+        eprint!("  answer {expected}: ");
+        let _ = std::io::stderr().flush();
+    }
+}
