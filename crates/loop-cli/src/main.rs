@@ -3,6 +3,7 @@
 
 mod demo;
 mod exec_cmd;
+mod files_cmd;
 mod logging;
 mod prompt;
 mod replay;
@@ -413,25 +414,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 &mut story::Story::new(false),
             )?)
         }
-        Command::Keys { action, .. } => {
-            let key = loop_receipt::KeyPair::load_or_create()
-                .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
-            let public = key.public();
-            match action.as_str() {
-                "show" => {
-                    println!("keyid  {}", public.keyid);
-                    println!("ed25519 {}", public.hex());
-                    print!("{}", public.pem());
-                }
-                "export" => print!("{}", public.pem()),
-                other => {
-                    return Err(CliError::usage(format!(
-                        "unknown keys action `{other}` (show, export, rotate)"
-                    )));
-                }
-            }
-            Ok(0)
-        }
+        Command::Keys { action, .. } => files_cmd::keys(&action),
         Command::Apply {
             id,
             recover: true,
@@ -483,19 +466,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         } => {
             let on_prompt = wiring::OnPrompt::from_flags(on_prompt.as_deref(), false)
                 .map_err(CliError::usage)?;
-            if add_usd.is_some_and(|x| !x.is_finite() || x < 0.0) {
-                return Err(CliError::usage("--add-usd must be a non-negative number"));
-            }
-            let extension = (add_steps.is_some()
-                || add_tokens.is_some()
-                || add_usd.is_some()
-                || add_secs.is_some())
-            .then(|| loop_core::Extension {
-                add_steps: add_steps.unwrap_or(0),
-                add_tokens: add_tokens.unwrap_or(0),
-                add_usd: add_usd.unwrap_or(0.0),
-                add_secs: add_secs.unwrap_or(0),
-            });
+            let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
             let runtime = Runtime::open(&project)?;
             let mut story = story::Story::new(json);
             let report = match extension {
@@ -504,80 +475,37 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             };
             Ok(report_end(&report, json))
         }
-        Command::Manifest { dir } => {
-            let m = loop_workspace::Manifest::of(&dir)
-                .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
-            println!(
-                "{}  {} files, {} bytes  {}",
-                m.root,
-                m.entries.len(),
-                m.bytes(),
-                dir.display()
-            );
-            Ok(0)
-        }
-        Command::Schema { format } => {
-            let schema = match format.as_str() {
-                "contract" => loop_protocol::contract::schema::contract_schema(),
-                "loopfile" => loop_runtime::loopfile::schema(),
-                other => {
-                    return Err(CliError::usage(format!(
-                        "no schema for `{other}` (contract, loopfile)"
-                    )));
-                }
-            };
-            let text = serde_json::to_string_pretty(&schema)
-                .map_err(|e| CliError::internal(e.to_string()))?;
-            println!("{text}");
-            Ok(0)
-        }
+        Command::Manifest { dir } => files_cmd::manifest(&dir),
+        Command::Schema { format } => files_cmd::schema(&format),
         Command::Validate { file, loopfile }
             if loopfile || file.file_name().is_some_and(|n| n == "Loopfile.yaml") =>
         {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
-            let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
-            let sections = [
-                ("models", l.models.is_some()),
-                ("exec", l.exec.is_some()),
-                ("rules", l.rules.is_some()),
-                ("progress", l.progress.is_some()),
-                ("checkpoints", l.checkpoints.is_some()),
-                ("apply", !l.host_executable.is_empty()),
-            ];
-            let read: Vec<&str> = sections
-                .iter()
-                .filter(|(_, set)| *set)
-                .map(|(n, _)| *n)
-                .collect();
-            println!(
-                "{}: valid Loopfile ({})",
-                file.display(),
-                if read.is_empty() {
-                    "no sections".to_string()
-                } else {
-                    read.join(", ")
-                }
-            );
-            Ok(0)
+            files_cmd::validate_loopfile(&file)
         }
-        Command::Validate { file, .. } => {
-            let contract = read_contract(&file)?;
-            let sha = contract
-                .sha256()
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            let checks: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
-            println!(
-                "{}: valid contract, {} criteria, {} checks, {} artifacts\nsha256 {sha}",
-                file.display(),
-                contract.criteria.len(),
-                checks,
-                contract.artifacts.len()
-            );
-            Ok(0)
-        }
+        Command::Validate { file, .. } => files_cmd::validate_contract(&file),
         run @ Command::Run { .. } => run_command(run),
     }
+}
+
+/// More budget from `loop resume`'s flags, if any was given.
+fn extension_of(
+    add_steps: Option<u32>,
+    add_tokens: Option<u64>,
+    add_usd: Option<f64>,
+    add_secs: Option<u64>,
+) -> Result<Option<loop_core::Extension>, CliError> {
+    if add_usd.is_some_and(|x| !x.is_finite() || x < 0.0) {
+        return Err(CliError::usage("--add-usd must be a non-negative number"));
+    }
+    Ok(
+        (add_steps.is_some() || add_tokens.is_some() || add_usd.is_some() || add_secs.is_some())
+            .then(|| loop_core::Extension {
+                add_steps: add_steps.unwrap_or(0),
+                add_tokens: add_tokens.unwrap_or(0),
+                add_usd: add_usd.unwrap_or(0.0),
+                add_secs: add_secs.unwrap_or(0),
+            }),
+    )
 }
 
 /// `loop run`: resume interrupted tasks if asked, compile the contract from

@@ -112,6 +112,8 @@ fn describe_call(tool: &str, args: &serde_json::Value) -> String {
 }
 
 /// The narration of one event.
+// Long by design: one arm per event kind, each the line a person reads
+// for it.
 pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> String {
     match event {
         Event::TaskStarted {

@@ -272,6 +272,8 @@ impl State {
     }
 
     /// Apply one event: the only way the state changes on the record.
+    // Long by design: one arm per event kind, so what each recorded event
+    // means to the state is written once, side by side.
     pub fn apply(&mut self, event: &Event) -> Result<(), RecordError> {
         let entry = self.applied;
         self.applied += 1;

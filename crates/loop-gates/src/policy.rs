@@ -483,63 +483,133 @@ impl<'t> Gate<'t, '_> {
             .map(|m| self.module(&m))
     }
 
+    /// `import a.b`, `import a as b`: bind what the names are.
+    fn py_import(&mut self, n: Node<'t>) {
+        let mut c = n.walk();
+        for child in n.named_children(&mut c) {
+            match child.kind() {
+                "aliased_import" => {
+                    if let (Some(name), Some(alias)) = (
+                        child.child_by_field_name("name"),
+                        child.child_by_field_name("alias"),
+                    ) {
+                        let m = self.module(self.text_of(name));
+                        let a = self.ident(alias);
+                        self.bind(a, Bind::Path(m));
+                    }
+                }
+                "dotted_name" => {
+                    // `import a.b` binds `a`.
+                    let m = self.module(self.text_of(child));
+                    let first = m.split('.').next().unwrap_or_default().to_string();
+                    self.bind(first.clone(), Bind::Path(first));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `from m import a as b, *`; false when the statement names no
+    /// module (nothing under it is read).
+    fn py_import_from(&mut self, n: Node<'t>) -> bool {
+        let Some(m) = n.child_by_field_name("module_name") else {
+            return false;
+        };
+        let module = self.module(self.text_of(m));
+        let mut c = n.walk();
+        for child in n.named_children(&mut c) {
+            if child == m {
+                continue;
+            }
+            match child.kind() {
+                "wildcard_import" => self.star.push(module.clone()),
+                "aliased_import" => {
+                    if let (Some(name), Some(alias)) = (
+                        child.child_by_field_name("name"),
+                        child.child_by_field_name("alias"),
+                    ) {
+                        let full = format!("{module}.{}", self.module(self.text_of(name)));
+                        let a = self.ident(alias);
+                        self.bind(a, Bind::Path(full));
+                    }
+                }
+                "dotted_name" => {
+                    let name = self.module(self.text_of(child));
+                    self.bind(name.clone(), Bind::Path(format!("{module}.{name}")));
+                }
+                _ => {}
+            }
+        }
+
+        true
+    }
+
+    /// ES and TypeScript imports; false for `import x = require('m')`,
+    /// whose clause is read here whole.
+    fn js_import(&mut self, n: Node<'t>) -> bool {
+        let Some(module) = self.js_source(n) else {
+            // TypeScript: `import x = require('m')`.
+            let mut c = n.walk();
+            for child in n.named_children(&mut c) {
+                if child.kind() == "import_require_clause"
+                    && let (Some(id), Some(m)) = (
+                        child.named_child(0).filter(|i| i.kind() == "identifier"),
+                        self.js_source(child),
+                    )
+                {
+                    let name = self.ident(id);
+                    self.bind(name, Bind::Path(m));
+                }
+            }
+            return false;
+        };
+        let mut c = n.walk();
+        for clause in n.named_children(&mut c) {
+            if clause.kind() != "import_clause" {
+                continue;
+            }
+            let mut c2 = clause.walk();
+            for part in clause.named_children(&mut c2) {
+                match part.kind() {
+                    // A default import of a CommonJS module is the module.
+                    "identifier" => {
+                        let name = self.ident(part);
+                        self.bind(name, Bind::Path(module.clone()));
+                    }
+                    "namespace_import" => {
+                        if let Some(id) = part.named_child(0) {
+                            let name = self.ident(id);
+                            self.bind(name, Bind::Path(module.clone()));
+                        }
+                    }
+                    "named_imports" => {
+                        let mut c3 = part.walk();
+                        for spec in part.named_children(&mut c3) {
+                            let Some(name) = spec.child_by_field_name("name") else {
+                                continue;
+                            };
+                            let imported =
+                                self.const_str(name, 0).unwrap_or_else(|| self.ident(name));
+                            let local = spec
+                                .child_by_field_name("alias")
+                                .map_or_else(|| imported.clone(), |a| self.ident(a));
+                            self.bind(local, Bind::Path(format!("{module}.{imported}")));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        true
+    }
+
     /// First pass: every binding in the file, whatever its scope or order.
     fn collect(&mut self, n: Node<'t>) {
         match (self.python, n.kind()) {
-            (true, "import_statement") => {
-                let mut c = n.walk();
-                for child in n.named_children(&mut c) {
-                    match child.kind() {
-                        "aliased_import" => {
-                            if let (Some(name), Some(alias)) = (
-                                child.child_by_field_name("name"),
-                                child.child_by_field_name("alias"),
-                            ) {
-                                let m = self.module(self.text_of(name));
-                                let a = self.ident(alias);
-                                self.bind(a, Bind::Path(m));
-                            }
-                        }
-                        "dotted_name" => {
-                            // `import a.b` binds `a`.
-                            let m = self.module(self.text_of(child));
-                            let first = m.split('.').next().unwrap_or_default().to_string();
-                            self.bind(first.clone(), Bind::Path(first));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            (true, "import_from_statement") => {
-                let Some(m) = n.child_by_field_name("module_name") else {
-                    return;
-                };
-                let module = self.module(self.text_of(m));
-                let mut c = n.walk();
-                for child in n.named_children(&mut c) {
-                    if child == m {
-                        continue;
-                    }
-                    match child.kind() {
-                        "wildcard_import" => self.star.push(module.clone()),
-                        "aliased_import" => {
-                            if let (Some(name), Some(alias)) = (
-                                child.child_by_field_name("name"),
-                                child.child_by_field_name("alias"),
-                            ) {
-                                let full = format!("{module}.{}", self.module(self.text_of(name)));
-                                let a = self.ident(alias);
-                                self.bind(a, Bind::Path(full));
-                            }
-                        }
-                        "dotted_name" => {
-                            let name = self.module(self.text_of(child));
-                            self.bind(name.clone(), Bind::Path(format!("{module}.{name}")));
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            (true, "import_statement") => self.py_import(n),
+            // What a statement that names no module holds is not read.
+            (true, "import_from_statement") if !self.py_import_from(n) => return,
             (true, "assignment") => {
                 if let (Some(l), Some(mut r)) = (
                     n.child_by_field_name("left"),
@@ -563,61 +633,7 @@ impl<'t> Gate<'t, '_> {
                     self.bind_target(l, r);
                 }
             }
-            (false, "import_statement") => {
-                let Some(module) = self.js_source(n) else {
-                    // TypeScript: `import x = require('m')`.
-                    let mut c = n.walk();
-                    for child in n.named_children(&mut c) {
-                        if child.kind() == "import_require_clause"
-                            && let (Some(id), Some(m)) = (
-                                child.named_child(0).filter(|i| i.kind() == "identifier"),
-                                self.js_source(child),
-                            )
-                        {
-                            let name = self.ident(id);
-                            self.bind(name, Bind::Path(m));
-                        }
-                    }
-                    return;
-                };
-                let mut c = n.walk();
-                for clause in n.named_children(&mut c) {
-                    if clause.kind() != "import_clause" {
-                        continue;
-                    }
-                    let mut c2 = clause.walk();
-                    for part in clause.named_children(&mut c2) {
-                        match part.kind() {
-                            // A default import of a CommonJS module is the module.
-                            "identifier" => {
-                                let name = self.ident(part);
-                                self.bind(name, Bind::Path(module.clone()));
-                            }
-                            "namespace_import" => {
-                                if let Some(id) = part.named_child(0) {
-                                    let name = self.ident(id);
-                                    self.bind(name, Bind::Path(module.clone()));
-                                }
-                            }
-                            "named_imports" => {
-                                let mut c3 = part.walk();
-                                for spec in part.named_children(&mut c3) {
-                                    let Some(name) = spec.child_by_field_name("name") else {
-                                        continue;
-                                    };
-                                    let imported =
-                                        self.const_str(name, 0).unwrap_or_else(|| self.ident(name));
-                                    let local = spec
-                                        .child_by_field_name("alias")
-                                        .map_or_else(|| imported.clone(), |a| self.ident(a));
-                                    self.bind(local, Bind::Path(format!("{module}.{imported}")));
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-            }
+            (false, "import_statement") if !self.js_import(n) => return,
             (false, "variable_declarator") => {
                 if let (Some(l), Some(r)) = (
                     n.child_by_field_name("name"),
@@ -748,6 +764,126 @@ impl<'t> Gate<'t, '_> {
             .collect()
     }
 
+    /// What a call evaluates to, when it looks a name up: `getattr`,
+    /// `vars`, `globals`, `__import__`, `require`, `Reflect.get`, property
+    /// descriptors, and namespace methods that take a key.
+    fn resolve_call(
+        &self,
+        n: Node<'t>,
+        depth: usize,
+        seen: &mut BTreeSet<String>,
+    ) -> BTreeSet<Val> {
+        let mut out = BTreeSet::new();
+        let Some(f) = n.child_by_field_name("function") else {
+            return out;
+        };
+        let args: Vec<Node<'t>> = n
+            .child_by_field_name("arguments")
+            .map(|a| {
+                let mut c = a.walk();
+                a.named_children(&mut c)
+                    .filter(|x| x.kind() != "comment")
+                    .collect()
+            })
+            .unwrap_or_default();
+        let callee = self.resolve(f, depth + 1, seen);
+        let names = |p: &str| callee.contains(&Val::Path(p.to_string()));
+        // A method of a namespace that looks a name up by a key
+        // (`vars(builtins).get(k)`, `os.__dict__.pop(k)`), or hands
+        // them all out (`.values()`).
+        let lookups: Vec<(String, bool)> = callee
+            .iter()
+            .filter_map(|v| match v {
+                Val::Path(p) if self.python => {
+                    let (base, method) = p.rsplit_once('.')?;
+                    let by_key = matches!(
+                        method,
+                        "get" | "__getitem__" | "__getattribute__" | "pop" | "setdefault"
+                    );
+                    let all = matches!(method, "values" | "items");
+                    (by_key || all).then(|| (base.to_string(), by_key))
+                }
+                _ => None,
+            })
+            .collect();
+        let arg_const = |i: usize| args.get(i).and_then(|a| self.const_str(*a, 0));
+        let arg_vals = |i: usize, seen: &mut BTreeSet<String>| {
+            args.get(i)
+                .map(|a| self.resolve(*a, depth + 1, seen))
+                .unwrap_or_default()
+        };
+        for (base, by_key) in lookups {
+            let base: BTreeSet<Val> = [Val::Path(base)].into();
+            out.extend(if by_key {
+                match arg_const(0) {
+                    Some(key) => self.member(base, &key),
+                    None => self.computed(base, "a lookup with a computed key"),
+                }
+            } else {
+                self.computed(base, "every member")
+            });
+        }
+        if !self.python {
+            if names("global.Object.getOwnPropertyDescriptor")
+                || names("global.Reflect.getOwnPropertyDescriptor")
+            {
+                let base = arg_vals(0, seen);
+                out.extend(match arg_const(1) {
+                    Some(key) => self.member(base, &key),
+                    None => self.computed(base, "a property descriptor with a computed name"),
+                });
+                return out;
+            }
+            if names("global.Object.values")
+                || names("global.Object.entries")
+                || names("global.Object.getOwnPropertyDescriptors")
+            {
+                let base = arg_vals(0, seen);
+                out.extend(self.computed(base, "every property"));
+                return out;
+            }
+        }
+        if self.python {
+            if names("builtins.getattr") {
+                let base = arg_vals(0, seen);
+                return match arg_const(1) {
+                    Some(key) => self.member(base, &key),
+                    None => self.computed(base, "a `getattr` with a computed name"),
+                };
+            }
+            // `vars(X)` is X's namespace; `globals()`, `locals()` the
+            // module's, which falls back to the built-ins.
+            if names("builtins.vars") && !args.is_empty() {
+                return arg_vals(0, seen);
+            }
+            if names("builtins.globals") || names("builtins.locals") {
+                out.insert(Val::Path("builtins".into()));
+                return out;
+            }
+            if names("builtins.__import__") || names("importlib.import_module") {
+                if let Some(m) = arg_const(0) {
+                    out.insert(Val::Path(self.module(&m)));
+                }
+                return out;
+            }
+        } else {
+            if is_require(&callee) || names("global.import") {
+                if let Some(m) = arg_const(0) {
+                    out.insert(Val::Path(self.module(&m)));
+                }
+                return out;
+            }
+            if names("global.Reflect.get") {
+                let base = arg_vals(0, seen);
+                return match arg_const(1) {
+                    Some(key) => self.member(base, &key),
+                    None => self.computed(base, "a `Reflect.get` with a computed name"),
+                };
+            }
+        }
+        out
+    }
+
     fn resolve(&self, n: Node<'t>, depth: usize, seen: &mut BTreeSet<String>) -> BTreeSet<Val> {
         let mut out = BTreeSet::new();
         if depth > MAX_DEPTH {
@@ -808,117 +944,7 @@ impl<'t> Gate<'t, '_> {
                     };
                 }
             }
-            "call" | "call_expression" => {
-                let Some(f) = n.child_by_field_name("function") else {
-                    return out;
-                };
-                let args: Vec<Node<'t>> = n
-                    .child_by_field_name("arguments")
-                    .map(|a| {
-                        let mut c = a.walk();
-                        a.named_children(&mut c)
-                            .filter(|x| x.kind() != "comment")
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let callee = self.resolve(f, depth + 1, seen);
-                let names = |p: &str| callee.contains(&Val::Path(p.to_string()));
-                // A method of a namespace that looks a name up by a key
-                // (`vars(builtins).get(k)`, `os.__dict__.pop(k)`), or hands
-                // them all out (`.values()`).
-                let lookups: Vec<(String, bool)> = callee
-                    .iter()
-                    .filter_map(|v| match v {
-                        Val::Path(p) if self.python => {
-                            let (base, method) = p.rsplit_once('.')?;
-                            let by_key = matches!(
-                                method,
-                                "get" | "__getitem__" | "__getattribute__" | "pop" | "setdefault"
-                            );
-                            let all = matches!(method, "values" | "items");
-                            (by_key || all).then(|| (base.to_string(), by_key))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let arg_const = |i: usize| args.get(i).and_then(|a| self.const_str(*a, 0));
-                let arg_vals = |i: usize, seen: &mut BTreeSet<String>| {
-                    args.get(i)
-                        .map(|a| self.resolve(*a, depth + 1, seen))
-                        .unwrap_or_default()
-                };
-                for (base, by_key) in lookups {
-                    let base: BTreeSet<Val> = [Val::Path(base)].into();
-                    out.extend(if by_key {
-                        match arg_const(0) {
-                            Some(key) => self.member(base, &key),
-                            None => self.computed(base, "a lookup with a computed key"),
-                        }
-                    } else {
-                        self.computed(base, "every member")
-                    });
-                }
-                if !self.python {
-                    if names("global.Object.getOwnPropertyDescriptor")
-                        || names("global.Reflect.getOwnPropertyDescriptor")
-                    {
-                        let base = arg_vals(0, seen);
-                        out.extend(match arg_const(1) {
-                            Some(key) => self.member(base, &key),
-                            None => {
-                                self.computed(base, "a property descriptor with a computed name")
-                            }
-                        });
-                        return out;
-                    }
-                    if names("global.Object.values")
-                        || names("global.Object.entries")
-                        || names("global.Object.getOwnPropertyDescriptors")
-                    {
-                        let base = arg_vals(0, seen);
-                        out.extend(self.computed(base, "every property"));
-                        return out;
-                    }
-                }
-                if self.python {
-                    if names("builtins.getattr") {
-                        let base = arg_vals(0, seen);
-                        return match arg_const(1) {
-                            Some(key) => self.member(base, &key),
-                            None => self.computed(base, "a `getattr` with a computed name"),
-                        };
-                    }
-                    // `vars(X)` is X's namespace; `globals()`, `locals()` the
-                    // module's, which falls back to the built-ins.
-                    if names("builtins.vars") && !args.is_empty() {
-                        return arg_vals(0, seen);
-                    }
-                    if names("builtins.globals") || names("builtins.locals") {
-                        out.insert(Val::Path("builtins".into()));
-                        return out;
-                    }
-                    if names("builtins.__import__") || names("importlib.import_module") {
-                        if let Some(m) = arg_const(0) {
-                            out.insert(Val::Path(self.module(&m)));
-                        }
-                        return out;
-                    }
-                } else {
-                    if is_require(&callee) || names("global.import") {
-                        if let Some(m) = arg_const(0) {
-                            out.insert(Val::Path(self.module(&m)));
-                        }
-                        return out;
-                    }
-                    if names("global.Reflect.get") {
-                        let base = arg_vals(0, seen);
-                        return match arg_const(1) {
-                            Some(key) => self.member(base, &key),
-                            None => self.computed(base, "a `Reflect.get` with a computed name"),
-                        };
-                    }
-                }
-            }
+            "call" | "call_expression" => return self.resolve_call(n, depth, seen),
             "await_expression" => {
                 if let Some(inner) = n.named_child(0) {
                     return self.resolve(inner, depth + 1, seen);
@@ -1020,6 +1046,72 @@ impl<'t> Gate<'t, '_> {
         }
     }
 
+    /// `from m import f`: a banned module, or a banned function by name.
+    fn check_py_import_from(&mut self, n: Node<'t>) {
+        if let Some(m) = n.child_by_field_name("module_name") {
+            let module = self.module(self.text_of(m));
+            if let Some(b) = self.import_banned(&module) {
+                self.refuse(m, format!("banned import `{b}`"));
+            }
+            let mut c = n.walk();
+            for child in n.named_children(&mut c) {
+                if child == m {
+                    continue;
+                }
+                let name = child.child_by_field_name("name").unwrap_or(child);
+                let full = format!("{module}.{}", self.module(self.text_of(name)));
+                if child.kind() != "wildcard_import"
+                    && let Some(b) = self.path_banned(&full)
+                {
+                    self.refuse(
+                        name,
+                        format!("banned call `{b}` (imported from `{module}`)"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// ES imports and re-exports, and TypeScript's `import x = require()`:
+    /// banned modules, and banned functions imported by name.
+    fn check_js_import(&mut self, n: Node<'t>) {
+        let mut sources = Vec::new();
+        if let Some(src) = n.child_by_field_name("source") {
+            sources.push(src);
+        }
+        let mut c = n.walk();
+        for child in n.named_children(&mut c) {
+            if child.kind() == "import_require_clause"
+                && let Some(src) = child.child_by_field_name("source")
+            {
+                sources.push(src);
+            }
+        }
+        for src in sources {
+            if let Some(m) = self.const_str(src, 0)
+                && let Some(b) = self.import_banned(&m)
+            {
+                self.refuse(src, format!("banned import `{b}`"));
+            }
+        }
+        // Named imports of banned functions.
+        if let Some(module) = self.js_source(n) {
+            let mut specs = Vec::new();
+            collect_kind(n, "import_specifier", &mut specs);
+            for spec in specs {
+                if let Some(name) = spec.child_by_field_name("name") {
+                    let imported = self.const_str(name, 0).unwrap_or_else(|| self.ident(name));
+                    if let Some(b) = self.path_banned(&format!("{module}.{imported}")) {
+                        self.refuse(
+                            name,
+                            format!("banned call `{b}` (imported from `{module}`)"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Second pass: judge every import, reference, attribute and constant.
     fn check(&mut self, n: Node<'t>) {
         let mut descend = true;
@@ -1035,67 +1127,11 @@ impl<'t> Gate<'t, '_> {
                 descend = false;
             }
             (true, "import_from_statement") => {
-                if let Some(m) = n.child_by_field_name("module_name") {
-                    let module = self.module(self.text_of(m));
-                    if let Some(b) = self.import_banned(&module) {
-                        self.refuse(m, format!("banned import `{b}`"));
-                    }
-                    let mut c = n.walk();
-                    for child in n.named_children(&mut c) {
-                        if child == m {
-                            continue;
-                        }
-                        let name = child.child_by_field_name("name").unwrap_or(child);
-                        let full = format!("{module}.{}", self.module(self.text_of(name)));
-                        if child.kind() != "wildcard_import"
-                            && let Some(b) = self.path_banned(&full)
-                        {
-                            self.refuse(
-                                name,
-                                format!("banned call `{b}` (imported from `{module}`)"),
-                            );
-                        }
-                    }
-                }
+                self.check_py_import_from(n);
                 descend = false;
             }
             (false, "import_statement") | (false, "export_statement") => {
-                let mut sources = Vec::new();
-                if let Some(src) = n.child_by_field_name("source") {
-                    sources.push(src);
-                }
-                let mut c = n.walk();
-                for child in n.named_children(&mut c) {
-                    if child.kind() == "import_require_clause"
-                        && let Some(src) = child.child_by_field_name("source")
-                    {
-                        sources.push(src);
-                    }
-                }
-                for src in sources {
-                    if let Some(m) = self.const_str(src, 0)
-                        && let Some(b) = self.import_banned(&m)
-                    {
-                        self.refuse(src, format!("banned import `{b}`"));
-                    }
-                }
-                // Named imports of banned functions.
-                if let Some(module) = self.js_source(n) {
-                    let mut specs = Vec::new();
-                    collect_kind(n, "import_specifier", &mut specs);
-                    for spec in specs {
-                        if let Some(name) = spec.child_by_field_name("name") {
-                            let imported =
-                                self.const_str(name, 0).unwrap_or_else(|| self.ident(name));
-                            if let Some(b) = self.path_banned(&format!("{module}.{imported}")) {
-                                self.refuse(
-                                    name,
-                                    format!("banned call `{b}` (imported from `{module}`)"),
-                                );
-                            }
-                        }
-                    }
-                }
+                self.check_js_import(n);
                 descend = n.kind() == "export_statement";
             }
             (_, "identifier") | (false, "shorthand_property_identifier")

@@ -160,6 +160,8 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
 }
 
 /// Read a streamed response.
+// Long by design: one state machine over the event stream; its states
+// (text, tool-use input, usage) are read together so none is lost.
 pub fn parse_stream(
     body: Box<dyn Read + Send>,
     limit: usize,

@@ -451,6 +451,10 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
 /// Between fork and exec, inside a private mount namespace (its mounts
 /// never reach the host's); the plan's strings are NUL-terminated and
 /// prepared before the fork.
+// Long by design: it runs after fork, one straight sequence of
+// async-signal-safe system calls over the prepared plan in the order the
+// kernel needs them (mounts, then pivot_root, then the old root detached);
+// split up, that order would be scattered over functions.
 unsafe fn enter_root(
     root: &crate::root::RootPlan,
     ruleset: Option<RawFd>,

@@ -128,197 +128,181 @@ fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
     };
     let base = name.rsplit('/').next().unwrap_or(name);
     let rest = &words[1..];
-    let inner: Option<&[Word]> = match base {
-        "env" => Some(skip_options(
-            rest,
-            &["-u", "--unset", "-C", "--chdir"],
-            true,
-            &mut |w, out2: &mut Parsed| {
-                // `env -S 'cmd args'` splits its string into a command.
-                if let Some(s) = w {
-                    parse_into(s, depth + 1, out2);
+    let inner: Option<&[Word]> = if let Some((_, opts, skip)) =
+        WRAPPERS.iter().find(|(names, _, _)| names.contains(&base))
+    {
+        let after = skip_options(rest, opts, false, &mut |_, _| {}, &[], out);
+        // `timeout` and `chroot` take one word (a duration, a root) first.
+        Some(after.get(*skip..).unwrap_or(&[]))
+    } else {
+        match base {
+            "env" => Some(skip_options(
+                rest,
+                &["-u", "--unset", "-C", "--chdir"],
+                true,
+                &mut |w, out2: &mut Parsed| {
+                    // `env -S 'cmd args'` splits its string into a command.
+                    if let Some(s) = w {
+                        parse_into(s, depth + 1, out2);
+                    } else {
+                        out2.unreadable
+                            .push("`env -S` of a string that is not literal".into());
+                    }
+                },
+                &["-S", "--split-string"],
+                out,
+            )),
+            "find" => {
+                find_exec(rest, depth, out);
+                None
+            }
+            "parallel" => Some(parallel_command(rest)),
+            "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "busybox" => {
+                shell_script(base, rest, depth, out);
+                None
+            }
+            "eval" => {
+                if rest.iter().all(Option::is_some) {
+                    let joined = rest.iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+                    parse_into(&joined, depth + 1, out);
                 } else {
-                    out2.unreadable
-                        .push("`env -S` of a string that is not literal".into());
+                    out.unreadable
+                        .push("`eval` of something that is not literal".into());
                 }
-            },
-            &["-S", "--split-string"],
-            out,
-        )),
-        "sudo" | "doas" => Some(skip_options(
-            rest,
-            &[
-                "-u",
-                "-g",
-                "-C",
-                "-D",
-                "-h",
-                "-p",
-                "-r",
-                "-t",
-                "-U",
-                "-T",
-                "--user",
-                "--group",
-                "--chdir",
-                "--host",
-                "--prompt",
-                "--role",
-                "--type",
-                "--other-user",
-                "--command-timeout",
-                "--close-from",
-            ],
-            false,
-            &mut |_, _| {},
-            &[],
-            out,
-        )),
-        "command" | "builtin" | "nohup" | "setsid" | "time" => {
-            Some(skip_options(rest, &[], false, &mut |_, _| {}, &[], out))
-        }
-        "exec" => Some(skip_options(rest, &["-a"], false, &mut |_, _| {}, &[], out)),
-        "nice" => Some(skip_options(
-            rest,
-            &["-n", "--adjustment"],
-            false,
-            &mut |_, _| {},
-            &[],
-            out,
-        )),
-        "stdbuf" => Some(skip_options(
-            rest,
-            &["-i", "-o", "-e", "--input", "--output", "--error"],
-            false,
-            &mut |_, _| {},
-            &[],
-            out,
-        )),
-        "timeout" => {
-            let after = skip_options(
-                rest,
-                &["-s", "--signal", "-k", "--kill-after"],
-                false,
-                &mut |_, _| {},
-                &[],
-                out,
-            );
-            // Then the duration, then the command.
-            Some(after.get(1..).unwrap_or(&[]))
-        }
-        "chroot" => {
-            let after = skip_options(
-                rest,
-                &["--userspec", "--groups"],
-                false,
-                &mut |_, _| {},
-                &[],
-                out,
-            );
-            Some(after.get(1..).unwrap_or(&[]))
-        }
-        "xargs" => {
-            let after = skip_options(
-                rest,
-                &[
-                    "-a",
-                    "-d",
-                    "-E",
-                    "-e",
-                    "-I",
-                    "-i",
-                    "-L",
-                    "-l",
-                    "-n",
-                    "-P",
-                    "-s",
-                    "--arg-file",
-                    "--delimiter",
-                    "--eof",
-                    "--replace",
-                    "--max-lines",
-                    "--max-args",
-                    "--max-procs",
-                    "--max-chars",
-                    "--process-slot-var",
-                ],
-                false,
-                &mut |_, _| {},
-                &[],
-                out,
-            );
-            // Without a command, xargs runs `echo`.
-            Some(after)
-        }
-        "find" => {
-            let mut i = 0;
-            while i < rest.len() {
-                let opens = matches!(
-                    rest[i].as_deref(),
-                    Some("-exec" | "-execdir" | "-ok" | "-okdir")
-                );
-                i += 1;
-                if opens {
-                    let start = i;
-                    while i < rest.len() && !matches!(rest[i].as_deref(), Some(";" | "+" | "\\;")) {
-                        i += 1;
-                    }
-                    resolve(&rest[start..i], depth, out);
-                }
+                None
             }
-            None
+            _ => None,
         }
-        "parallel" => {
-            // The command is what comes before `:::`, after the options.
-            let end = rest
-                .iter()
-                .position(|w| w.as_deref() == Some(":::"))
-                .unwrap_or(rest.len());
-            let body = &rest[..end];
-            let start = body
-                .iter()
-                .position(|w| !w.as_deref().is_some_and(|s| s.starts_with('-')))
-                .unwrap_or(body.len());
-            Some(&body[start..])
-        }
-        "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "busybox" => {
-            let mut i = 0;
-            let mut script: Option<&Word> = None;
-            while i < rest.len() {
-                match rest[i].as_deref() {
-                    Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('c') => {
-                        script = rest.get(i + 1);
-                        break;
-                    }
-                    Some(o) if o.starts_with('-') || o == "sh" => i += 1,
-                    _ => break,
-                }
-            }
-            match script {
-                Some(Some(s)) => parse_into(s, depth + 1, out),
-                Some(None) => out.unreadable.push(format!(
-                    "`{base} -c` of a script that is not a literal string"
-                )),
-                None => {}
-            }
-            None
-        }
-        "eval" => {
-            if rest.iter().all(Option::is_some) {
-                let joined = rest.iter().flatten().cloned().collect::<Vec<_>>().join(" ");
-                parse_into(&joined, depth + 1, out);
-            } else {
-                out.unreadable
-                    .push("`eval` of something that is not literal".into());
-            }
-            None
-        }
-        _ => None,
     };
     if let Some(inner) = inner
         && !inner.is_empty()
     {
         resolve(inner, depth, out);
+    }
+}
+
+/// Commands that run the command after their options: their names, the
+/// options that take a value, and how many words come before the command.
+/// (Without a command, xargs runs `echo`.)
+const WRAPPERS: &[(&[&str], &[&str], usize)] = &[
+    (
+        &["sudo", "doas"],
+        &[
+            "-u",
+            "-g",
+            "-C",
+            "-D",
+            "-h",
+            "-p",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "--user",
+            "--group",
+            "--chdir",
+            "--host",
+            "--prompt",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+            "--close-from",
+        ],
+        0,
+    ),
+    (&["command", "builtin", "nohup", "setsid", "time"], &[], 0),
+    (&["exec"], &["-a"], 0),
+    (&["nice"], &["-n", "--adjustment"], 0),
+    (
+        &["stdbuf"],
+        &["-i", "-o", "-e", "--input", "--output", "--error"],
+        0,
+    ),
+    (&["timeout"], &["-s", "--signal", "-k", "--kill-after"], 1),
+    (&["chroot"], &["--userspec", "--groups"], 1),
+    (
+        &["xargs"],
+        &[
+            "-a",
+            "-d",
+            "-E",
+            "-e",
+            "-I",
+            "-i",
+            "-L",
+            "-l",
+            "-n",
+            "-P",
+            "-s",
+            "--arg-file",
+            "--delimiter",
+            "--eof",
+            "--replace",
+            "--max-lines",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--process-slot-var",
+        ],
+        0,
+    ),
+];
+
+/// The commands `find` runs: each `-exec`/`-execdir`/`-ok`/`-okdir` up to
+/// its `;` or `+`.
+fn find_exec(rest: &[Word], depth: usize, out: &mut Parsed) {
+    let mut i = 0;
+    while i < rest.len() {
+        let opens = matches!(
+            rest[i].as_deref(),
+            Some("-exec" | "-execdir" | "-ok" | "-okdir")
+        );
+        i += 1;
+        if opens {
+            let start = i;
+            while i < rest.len() && !matches!(rest[i].as_deref(), Some(";" | "+" | "\\;")) {
+                i += 1;
+            }
+            resolve(&rest[start..i], depth, out);
+        }
+    }
+}
+
+/// The command `parallel` runs: what comes before `:::`, after the options.
+fn parallel_command(rest: &[Word]) -> &[Word] {
+    let end = rest
+        .iter()
+        .position(|w| w.as_deref() == Some(":::"))
+        .unwrap_or(rest.len());
+    let body = &rest[..end];
+    let start = body
+        .iter()
+        .position(|w| !w.as_deref().is_some_and(|s| s.starts_with('-')))
+        .unwrap_or(body.len());
+    &body[start..]
+}
+
+/// A shell's `-c` script, parsed as commands of its own.
+fn shell_script(base: &str, rest: &[Word], depth: usize, out: &mut Parsed) {
+    let mut i = 0;
+    let mut script: Option<&Word> = None;
+    while i < rest.len() {
+        match rest[i].as_deref() {
+            Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('c') => {
+                script = rest.get(i + 1);
+                break;
+            }
+            Some(o) if o.starts_with('-') || o == "sh" => i += 1,
+            _ => break,
+        }
+    }
+    match script {
+        Some(Some(s)) => parse_into(s, depth + 1, out),
+        Some(None) => out.unreadable.push(format!(
+            "`{base} -c` of a script that is not a literal string"
+        )),
+        None => {}
     }
 }
 

@@ -348,6 +348,8 @@ impl Reader {
         ok.then_some(Criterion { id, text, checks })
     }
 
+    // Long by design: one arm per check kind, each kind's whole reading
+    // (its keys, their types, what is required) in one place.
     pub(crate) fn check(&mut self, node: &Node) -> Option<Check> {
         let Value::Map(entries) = &node.value else {
             self.err(

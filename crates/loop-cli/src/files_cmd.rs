@@ -1,0 +1,103 @@
+//! `loop validate`, `loop schema`, `loop manifest` and `loop keys
+//! show|export`: a file, a format or a key, looked at.
+
+use crate::CliError;
+use std::path::Path;
+
+/// `loop keys show|export` (rotate is the runtime's).
+pub fn keys(action: &str) -> Result<u8, CliError> {
+    let key = loop_receipt::KeyPair::load_or_create()
+        .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
+    let public = key.public();
+    match action {
+        "show" => {
+            println!("keyid  {}", public.keyid);
+            println!("ed25519 {}", public.hex());
+            print!("{}", public.pem());
+        }
+        "export" => print!("{}", public.pem()),
+        other => {
+            return Err(CliError::usage(format!(
+                "unknown keys action `{other}` (show, export, rotate)"
+            )));
+        }
+    }
+    Ok(0)
+}
+
+/// `loop manifest DIR`: the directory's Merkle root, files and bytes.
+pub fn manifest(dir: &Path) -> Result<u8, CliError> {
+    let m = loop_workspace::Manifest::of(dir)
+        .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    println!(
+        "{}  {} files, {} bytes  {}",
+        m.root,
+        m.entries.len(),
+        m.bytes(),
+        dir.display()
+    );
+    Ok(0)
+}
+
+/// `loop schema contract|loopfile`: the format's JSON Schema.
+pub fn schema(format: &str) -> Result<u8, CliError> {
+    let schema = match format {
+        "contract" => loop_protocol::contract::schema::contract_schema(),
+        "loopfile" => loop_runtime::loopfile::schema(),
+        other => {
+            return Err(CliError::usage(format!(
+                "no schema for `{other}` (contract, loopfile)"
+            )));
+        }
+    };
+    let text =
+        serde_json::to_string_pretty(&schema).map_err(|e| CliError::internal(e.to_string()))?;
+    println!("{text}");
+    Ok(0)
+}
+
+/// `loop validate Loopfile.yaml`: every problem, or the sections read.
+pub fn validate_loopfile(file: &Path) -> Result<u8, CliError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+    let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
+    let read: Vec<&str> = [
+        ("models", l.models.is_some()),
+        ("exec", l.exec.is_some()),
+        ("rules", l.rules.is_some()),
+        ("progress", l.progress.is_some()),
+        ("checkpoints", l.checkpoints.is_some()),
+        ("apply", !l.host_executable.is_empty()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(n, _)| *n)
+    .collect();
+    println!(
+        "{}: valid Loopfile ({})",
+        file.display(),
+        if read.is_empty() {
+            "no sections".to_string()
+        } else {
+            read.join(", ")
+        }
+    );
+    Ok(0)
+}
+
+/// `loop validate FILE`: every problem, or the contract's shape and hash.
+pub fn validate_contract(file: &Path) -> Result<u8, CliError> {
+    let contract = crate::read_contract(file)?;
+    let sha = contract
+        .sha256()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let checks: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
+    println!(
+        "{}: valid contract, {} criteria, {} checks, {} artifacts\nsha256 {sha}",
+        file.display(),
+        contract.criteria.len(),
+        checks,
+        contract.artifacts.len()
+    );
+    Ok(0)
+}
