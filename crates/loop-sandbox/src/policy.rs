@@ -162,28 +162,8 @@ impl HostView {
                 continue;
             }
             // Only links that may leave the allowed trees are resolved.
-            if let Ok(items) = std::fs::read_dir(&dir) {
-                for item in items.flatten() {
-                    if !item.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
-                        continue;
-                    }
-                    let Ok(link) = std::fs::read_link(item.path()) else {
-                        continue;
-                    };
-                    // Judge the target lexically first: most links stay
-                    // inside the system trees and need no resolving.
-                    let lexical = normalize(&dir.join(&link));
-                    let stays = SYSTEM_TREES.iter().any(|t| lexical.starts_with(t))
-                        || lexical.starts_with(&dir);
-                    if stays {
-                        continue;
-                    }
-                    if let Ok(target) = item.path().canonicalize()
-                        && let Some(parent) = target.parent()
-                    {
-                        trees.insert(toolchain_tree(parent, &homes));
-                    }
-                }
+            for t in link_trees(&dir, &homes) {
+                trees.insert(t);
             }
             let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let parent = dir.parent().map(Path::to_path_buf);
@@ -216,21 +196,7 @@ impl HostView {
         for e in extra {
             trees.insert(canon(e));
         }
-        let mut denied: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
-        // The runtime's own state (signing keys) wherever it is configured.
-        for var in ["LOOP_STATE_DIR", "LOOP_SIGNING_KEY_FILE"] {
-            if let Some(p) = std::env::var_os(var) {
-                denied.push(canon(Path::new(&p)));
-            }
-        }
-        if let Some(p) = std::env::var_os("XDG_STATE_HOME") {
-            denied.push(canon(&Path::new(&p).join("loop-engine")));
-        }
-        for h in &homes {
-            for c in CREDENTIAL_STORES {
-                denied.push(h.join(c));
-            }
-        }
+        let denied = denied_paths(&homes);
         let mut read_exec = Vec::new();
         let mut files = BTreeSet::new();
         for t in &trees {
@@ -260,6 +226,57 @@ impl HostView {
             trees: outer,
         }
     }
+}
+
+/// The trees that symlinks in `dir` lead into, where they leave the
+/// system trees and `dir` itself (interpreters behind symlinked shims).
+/// Each target is judged lexically first: most links stay inside the
+/// system trees and need no resolving.
+fn link_trees(dir: &Path, homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(items) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for item in items.flatten() {
+        if !item.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
+            continue;
+        }
+        let Ok(link) = std::fs::read_link(item.path()) else {
+            continue;
+        };
+        let lexical = normalize(&dir.join(&link));
+        let stays = SYSTEM_TREES.iter().any(|t| lexical.starts_with(t)) || lexical.starts_with(dir);
+        if stays {
+            continue;
+        }
+        if let Ok(target) = item.path().canonicalize()
+            && let Some(parent) = target.parent()
+        {
+            out.push(toolchain_tree(parent, homes));
+        }
+    }
+    out
+}
+
+/// What no command may read: the system's secrets, the runtime's own
+/// state (signing keys) wherever it is configured, and every home's
+/// credential stores.
+fn denied_paths(homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut denied: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
+    for var in ["LOOP_STATE_DIR", "LOOP_SIGNING_KEY_FILE"] {
+        if let Some(p) = std::env::var_os(var) {
+            denied.push(canon(Path::new(&p)));
+        }
+    }
+    if let Some(p) = std::env::var_os("XDG_STATE_HOME") {
+        denied.push(canon(&Path::new(&p).join("loop-engine")));
+    }
+    for h in homes {
+        for c in CREDENTIAL_STORES {
+            denied.push(h.join(c));
+        }
+    }
+    denied
 }
 
 /// `a/b/../c` → `a/c`, without touching the filesystem.

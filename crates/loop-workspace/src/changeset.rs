@@ -295,95 +295,45 @@ impl ChangeSet {
                     f.path
                 ));
             }
-            let mut change = Change::file(f.path.clone(), target, None);
-            if let Some(want) = &f.after_sha256 {
-                match ws.node(&f.path) {
-                    Ok(Node::Symlink(t))
-                        if f.after_mode.as_deref().is_none_or(|m| m == "120000")
-                            && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want =>
-                    {
-                        if !link_stays_inside(&f.path, &t, &link_of) {
-                            conflicts.push(format!(
-                                "{}: a symlink to {} would lead outside the project",
-                                f.path,
-                                t.display()
-                            ));
-                            continue;
-                        }
-                        change.link = Some(t);
-                    }
-                    Ok(Node::File { file, mode, .. }) => {
-                        let mut file = file;
-                        let mut bytes = Vec::new();
-                        std::io::Read::read_to_end(&mut file, &mut bytes)?;
-                        let exec = mode & 0o100 != 0;
-                        let mode_ok = mode_fits(f.after_mode.as_deref(), exec);
-                        if sha256_hex(&bytes) != *want || !mode_ok {
-                            conflicts.push(format!(
-                                "{}: the task workspace no longer holds the verified content",
-                                f.path
-                            ));
-                            continue;
-                        }
-                        change.mode = Some(if exec { 0o755 } else { 0o644 });
-                        change.content = Some(bytes);
-                    }
-                    Ok(_) | Err(_) => {
-                        conflicts.push(format!(
-                            "{}: the task workspace no longer holds the verified content",
-                            f.path
-                        ));
-                        continue;
-                    }
-                }
+            match verified_change(f, target, &ws, &link_of)? {
+                Ok(change) => changes.push(change),
+                Err(conflict) => conflicts.push(conflict),
             }
-            changes.push(change);
         }
         if !conflicts.is_empty() {
             return Err(ChangeSetError::Conflict(conflicts));
         }
-        // Keep what is replaced, for undo.
         std::fs::create_dir_all(undo_dir)?;
-        for (i, f) in self.files.iter().enumerate() {
-            if f.before_sha256.is_some() {
-                match proj.node(&f.path).map_err(untrusted)? {
-                    Node::Symlink(t) => {
-                        let _ = std::fs::remove_file(undo_dir.join(format!("{i}.link")));
-                        std::os::unix::fs::symlink(t, undo_dir.join(format!("{i}.link")))?;
-                    }
-                    Node::File { mut file, .. } => {
-                        let mut out = std::fs::File::create(undo_dir.join(i.to_string()))?;
-                        std::io::copy(&mut file, &mut out)?;
-                        out.sync_all()?;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // Directories the apply creates, so undo leaves none behind.
-        let mut created = Vec::new();
-        for c in &changes {
-            let mut cur = c.full.parent();
-            let mut chain = Vec::new();
-            while let Some(d) = cur {
-                if d == project || std::fs::symlink_metadata(d).is_ok() {
-                    break;
-                }
-                chain.push(d.strip_prefix(project).unwrap_or(d).to_path_buf());
-                cur = d.parent();
-            }
-            for d in chain.into_iter().rev() {
-                if !created.contains(&d) {
-                    created.push(d);
-                }
-            }
-        }
+        self.keep_replaced(&proj, undo_dir)?;
         crate::fsutil::write_atomic(
             &undo_dir.join("dirs.json"),
-            &serde_json::to_vec(&created).map_err(std::io::Error::other)?,
+            &serde_json::to_vec(&created_dirs(project, &changes)).map_err(std::io::Error::other)?,
         )?;
         journal.commit(&changes)?;
         Ok(changes.len())
+    }
+
+    /// Keep what the apply replaces, for undo: each file's bytes, each
+    /// link's target, by its index in the change set.
+    fn keep_replaced(&self, proj: &Tree, undo_dir: &Path) -> Result<(), ChangeSetError> {
+        for (i, f) in self.files.iter().enumerate() {
+            if f.before_sha256.is_none() {
+                continue;
+            }
+            match proj.node(&f.path).map_err(untrusted)? {
+                Node::Symlink(t) => {
+                    let _ = std::fs::remove_file(undo_dir.join(format!("{i}.link")));
+                    std::os::unix::fs::symlink(t, undo_dir.join(format!("{i}.link")))?;
+                }
+                Node::File { mut file, .. } => {
+                    let mut out = std::fs::File::create(undo_dir.join(i.to_string()))?;
+                    std::io::copy(&mut file, &mut out)?;
+                    out.sync_all()?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Undo an apply: refused unless each project path still holds exactly
@@ -518,6 +468,81 @@ fn file_diff(f: &FileChange, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Stri
         )),
     }
     out
+}
+
+/// The change that brings `f` home, read from the task workspace and
+/// checked against what was verified (content, mode, a link's target
+/// staying inside the project); or the conflict that refuses it.
+fn verified_change(
+    f: &FileChange,
+    target: PathBuf,
+    ws: &Tree,
+    link_of: &dyn Fn(&str) -> Option<PathBuf>,
+) -> std::io::Result<Result<Change, String>> {
+    let mut change = Change::file(f.path.clone(), target, None);
+    if let Some(want) = &f.after_sha256 {
+        match ws.node(&f.path) {
+            Ok(Node::Symlink(t))
+                if f.after_mode.as_deref().is_none_or(|m| m == "120000")
+                    && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want =>
+            {
+                if !link_stays_inside(&f.path, &t, &link_of) {
+                    return Ok(Err(format!(
+                        "{}: a symlink to {} would lead outside the project",
+                        f.path,
+                        t.display()
+                    )));
+                }
+                change.link = Some(t);
+            }
+            Ok(Node::File { file, mode, .. }) => {
+                let mut file = file;
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes)?;
+                let exec = mode & 0o100 != 0;
+                let mode_ok = mode_fits(f.after_mode.as_deref(), exec);
+                if sha256_hex(&bytes) != *want || !mode_ok {
+                    return Ok(Err(stale(f)));
+                }
+                change.mode = Some(if exec { 0o755 } else { 0o644 });
+                change.content = Some(bytes);
+            }
+            Ok(_) | Err(_) => {
+                return Ok(Err(stale(f)));
+            }
+        }
+    }
+    Ok(Ok(change))
+}
+
+fn stale(f: &FileChange) -> String {
+    format!(
+        "{}: the task workspace no longer holds the verified content",
+        f.path
+    )
+}
+
+/// Directories the apply creates (relative to `project`, parents first),
+/// so undo leaves none behind.
+fn created_dirs(project: &Path, changes: &[Change]) -> Vec<PathBuf> {
+    let mut created = Vec::new();
+    for c in changes {
+        let mut cur = c.full.parent();
+        let mut chain = Vec::new();
+        while let Some(d) = cur {
+            if d == project || std::fs::symlink_metadata(d).is_ok() {
+                break;
+            }
+            chain.push(d.strip_prefix(project).unwrap_or(d).to_path_buf());
+            cur = d.parent();
+        }
+        for d in chain.into_iter().rev() {
+            if !created.contains(&d) {
+                created.push(d);
+            }
+        }
+    }
+    created
 }
 
 #[cfg(test)]
