@@ -2,111 +2,12 @@
 //! `loop apply`, `loop undo`, `loop discard`.
 
 use crate::Error;
+use crate::layout::load_origin;
 use loop_protocol::OutcomeKind;
 use loop_receipt::{ChangeSetRecord, verify_receipt};
-use loop_workspace::{ChangeSet, Journal, Manifest, Origin, Standing, TaskWorkspace, git_head};
-use serde::{Deserialize, Serialize};
+use loop_workspace::{ChangeSet, Journal, Manifest, Standing, TaskWorkspace, git_head};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-#[derive(Serialize, Deserialize)]
-struct SavedOrigin {
-    path: PathBuf,
-    worktree: Option<(PathBuf, String, String)>,
-}
-
-/// Remember how the task workspace was made (for `discard`).
-pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
-    let saved = SavedOrigin {
-        path: ws.path.clone(),
-        worktree: match &ws.origin {
-            Origin::Worktree {
-                repo,
-                base_commit,
-                branch,
-                ..
-            } => Some((repo.clone(), base_commit.clone(), branch.clone())),
-            Origin::Copy { .. } => None,
-        },
-    };
-    std::fs::create_dir_all(task_dir)?;
-    let text = serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?;
-    std::fs::write(task_dir.join("workspace.json"), text)
-}
-
-/// How the task workspace of `task_dir` (`PROJECT/.loop/tasks/ID`) was
-/// made. `workspace.json` is the runtime's own file, but it lives in the
-/// project, where a repository can commit one or a model's apply could
-/// plant one: no path in it is trusted. The workspace is always
-/// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
-/// and the base commit must be a commit id; a file that says otherwise is
-/// refused, naming what differs.
-pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
-    let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
-        Error::usage(format!(
-            "no task workspace recorded in {}: {e}",
-            task_dir.display()
-        ))
-    })?;
-    let saved: SavedOrigin = serde_json::from_slice(&text)
-        .map_err(|e| Error::internal(format!("workspace.json: {e}")))?;
-    let id = task_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let project = task_dir
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .ok_or_else(|| {
-            Error::internal(format!("{} is not a task directory", task_dir.display()))
-        })?;
-    let path = task_dir.join("workspace");
-    let refuse = |what: String| {
-        Error::usage(format!(
-            "{}: {what}; the runtime only acts on the workspaces it makes (was the project moved, or the file planted?)",
-            task_dir.join("workspace.json").display()
-        ))
-    };
-    if saved.path != path {
-        // A moved project keeps its old absolute path: say so, act on the right one.
-        let moved = saved
-            .path
-            .ends_with(Path::new(".loop/tasks").join(&id).join("workspace"));
-        if !moved {
-            return Err(refuse(format!(
-                "it names the workspace {}, not {}",
-                saved.path.display(),
-                path.display()
-            )));
-        }
-    }
-    let origin = match saved.worktree {
-        Some((_repo, base_commit, branch)) => {
-            let hex = base_commit.len() >= 40
-                && base_commit.len() <= 64
-                && base_commit.bytes().all(|b| b.is_ascii_hexdigit());
-            if !hex {
-                return Err(refuse(format!("`{base_commit}` is not a commit id")));
-            }
-            if branch != format!("loop/{id}") {
-                return Err(refuse(format!(
-                    "it names the branch `{branch}`, not `loop/{id}`"
-                )));
-            }
-            Origin::Worktree {
-                repo: project.to_path_buf(),
-                base_commit,
-                branch,
-                dirty_included: false,
-            }
-        }
-        None => Origin::Copy {
-            skipped: Vec::new(),
-        },
-    };
-    Ok(TaskWorkspace { path, origin })
-}
 
 /// The change set of a finished run.
 pub fn compute(
@@ -600,7 +501,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     let t = task(project, id)?;
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
-    if crate::control::is_running(&t.project, id)? {
+    if crate::layout::is_running(&t.project, id)? {
         return Err(Error::usage(format!(
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
         )));

@@ -2,38 +2,11 @@
 //! over; stop it; answer what it asks.
 
 use crate::Error;
-use crate::task::{TaskReport, open_store, resume_task};
+use crate::layout::{Liveness, liveness, open_store, store_err};
+use crate::request::TaskReport;
+use crate::task::resume_task;
 use loop_core::{Clock, SystemClock};
 use std::path::Path;
-
-/// Whether a task's runtime is with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
-    /// Not over, and a live process runs it.
-    Running,
-    /// Not over, and its runtime is gone (`loop resume` goes on).
-    Interrupted,
-    /// It has ended.
-    Over,
-}
-
-/// Whether a task is running in a live process now, interrupted, or over.
-pub fn liveness(t: &loop_store::TaskRecord) -> Liveness {
-    match &t.owner {
-        _ if t.is_terminal() => Liveness::Over,
-        Some(o) if !o.is_dead() => Liveness::Running,
-        _ => Liveness::Interrupted,
-    }
-}
-
-/// Whether task `id` of `project` is running in a live process now.
-pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
-    use loop_store::Store;
-    let store = open_store(project)?;
-    Ok(store
-        .task(id)
-        .is_ok_and(|t| liveness(&t) == Liveness::Running))
-}
 
 /// How `cancel` ended a task.
 #[derive(Debug)]
@@ -127,7 +100,7 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     let store = open_store(project)?;
     Ok(store
         .tasks()
-        .map_err(crate::task::store_err)?
+        .map_err(store_err)?
         .into_iter()
         .filter(|t| liveness(t) == Liveness::Interrupted)
         .map(|t| t.id)

@@ -4,9 +4,9 @@
 //! ([`crate::ship`]).
 
 use crate::Error;
+use crate::layout::{Start, TaskPaths, git_dir, store_err};
 use crate::models::Models;
-use crate::prepare::{StoredRequest, git_dir, protection};
-use crate::task::{TaskReport, read_json, store_err};
+use crate::request::{StoredRequest, TaskReport, protection};
 use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
 use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
@@ -15,8 +15,8 @@ use loop_receipt::FileLedger;
 use loop_store::{Claim, Owner, Store, StoredEntry};
 use loop_tools::{ToolBox, ToolLimits};
 use loop_verifier::SnapshotVerifier;
-use loop_workspace::{Jail, Manifest, TaskWorkspace};
-use std::path::{Path, PathBuf};
+use loop_workspace::{Jail, Manifest};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -31,31 +31,6 @@ pub(crate) struct Run<'r> {
     pub stored: &'r StoredRequest,
     pub on_prompt: crate::wiring::OnPrompt,
     pub extension: Option<loop_core::Extension>,
-}
-
-/// Where a task's files are.
-pub(crate) struct TaskPaths {
-    /// `.loop`.
-    pub state: PathBuf,
-    /// `.loop/tasks/ID`.
-    pub task_dir: PathBuf,
-    /// `.loop/tasks/ID/workspace`.
-    pub workspace: PathBuf,
-    /// `.loop/receipts`.
-    pub receipts: PathBuf,
-}
-
-impl TaskPaths {
-    pub fn of(project: &Path, task_id: &str) -> Self {
-        let state = project.join(".loop");
-        let task_dir = state.join("tasks").join(task_id);
-        TaskPaths {
-            workspace: task_dir.join("workspace"),
-            receipts: state.join("receipts"),
-            task_dir,
-            state,
-        }
-    }
 }
 
 /// The record so far, as the store has it (the truth; the ledger file is
@@ -128,7 +103,7 @@ impl Record {
 
 /// Claim `task_id` for this process, or say who holds it.
 fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, Error> {
-    let owner = Owner::this_process(crate::task::random_token()?, clock.now_ms());
+    let owner = Owner::this_process(crate::layout::random_token()?, clock.now_ms());
     match store
         .claim(task_id, &owner, LEASE_MS, clock.now_ms())
         .map_err(store_err)?
@@ -139,36 +114,6 @@ fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, E
             o.pid
         ))),
         Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
-    }
-}
-
-/// What the task's workspace started as.
-pub(crate) struct Start {
-    pub task_ws: TaskWorkspace,
-    pub baseline: Manifest,
-    pub baseline_report: Option<loop_protocol::VerificationReport>,
-    /// The workspace was deleted behind the runtime's back.
-    pub gone: bool,
-}
-
-impl Start {
-    /// What the task's directory says it started as. A workspace deleted
-    /// behind the runtime's back (by hand, or a discard that raced a crash)
-    /// can be neither resumed nor verified: the task ends in error with a
-    /// receipt that says so, over an empty stand-in, and no change set
-    /// (nothing of it can be applied).
-    fn load(paths: &TaskPaths) -> Result<Start, Error> {
-        let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
-        if gone {
-            std::fs::create_dir_all(&paths.workspace)
-                .map_err(|e| Error::internal(format!("workspace: {e}")))?;
-        }
-        Ok(Start {
-            task_ws: crate::changes::load_origin(&paths.task_dir)?,
-            baseline: read_json(&paths.task_dir.join("baseline.json"))?,
-            baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
-            gone,
-        })
     }
 }
 

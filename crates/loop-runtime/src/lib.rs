@@ -18,22 +18,26 @@ mod drive;
 pub mod error;
 pub mod exec;
 pub mod interrupt;
+pub mod layout;
 pub mod loopfile;
 mod models;
 pub mod prepare;
 pub mod query;
 pub mod receipts;
+pub mod request;
 mod runtime;
 mod ship;
 pub mod task;
 pub mod wiring;
 
-pub use control::{Cancelled, Liveness, answer, cancel, interrupted_tasks, is_running, liveness};
+pub use control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use error::Error;
+pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};
 pub use prepare::submit;
 pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
+pub use request::{StoredRequest, TaskReport, TaskRequest};
 pub use runtime::Runtime;
-pub use task::{TaskReport, TaskRequest, new_task_id, open_store, resume_task, run_task};
+pub use task::{resume_task, run_task};
 pub use wiring::{OnPrompt, Prompter, Question};
 
 /// What a front end sees of a task: every recorded event (through

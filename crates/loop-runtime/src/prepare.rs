@@ -4,60 +4,12 @@
 //! any process can run or resume it.
 
 use crate::Error;
-use crate::task::{TaskRequest, new_task_id, open_store, store_err, write_json};
+use crate::layout::{git_dir, new_task_id, open_store, save_origin, store_err, write_json};
+use crate::request::{StoredRequest, TaskRequest, protection};
 use loop_core::{Clock, SystemClock};
-use loop_protocol::Contract;
 use loop_verifier::SnapshotVerifier;
-use loop_workspace::{Manifest, Origin, Protected, TaskWorkspace};
-use std::path::{Path, PathBuf};
-
-/// What the store keeps to run a task again (`loop resume`).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct StoredRequest {
-    /// The locked contract.
-    pub contract: Contract,
-    /// `--model`, if given.
-    pub model: Option<String>,
-    /// `--record`, if given.
-    pub record: Option<PathBuf>,
-    /// `--verify-on-change`.
-    pub verify_on_change: bool,
-    /// `--isolation` (`required` or `preferred`).
-    pub isolation: String,
-    /// The Loopfile's exec policy when the task started.
-    #[serde(default)]
-    pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,
-    /// The Loopfile's code rules when the task started.
-    #[serde(default)]
-    pub code_policy: Option<loop_gates::CodePolicy>,
-    /// The Loopfile's stall thresholds when the task started.
-    #[serde(default)]
-    pub progress: Option<loop_core::ProgressConfig>,
-    /// The Loopfile's checkpoints when the task started.
-    #[serde(default)]
-    pub checkpoints: Option<loop_core::Checkpoints>,
-    /// The check-integrity set derived when the task started (files that
-    /// define what the checks mean; protected like `protected` globs).
-    #[serde(default)]
-    pub check_integrity: Vec<loop_protocol::IntegrityRule>,
-}
-
-/// What no tool may write and every seal must leave as it was: the
-/// contract's protections, then the check-integrity set (less what the
-/// contract lets the model change).
-pub(crate) fn protection(
-    contract: &Contract,
-    integrity: &[loop_protocol::IntegrityRule],
-) -> Result<Protected, Error> {
-    Protected::new(&contract.protected_globs())
-        .and_then(|p| {
-            p.with_named(
-                &loop_verifier::integrity::named(integrity),
-                &contract.allow_check_changes,
-            )
-        })
-        .map_err(|e| Error::usage(format!("protected globs: {e}")))
-}
+use loop_workspace::{Manifest, Origin, TaskWorkspace};
+use std::path::Path;
 
 /// Prepare the task `req` asks for and store it, ready to run; its id.
 /// Bad model configuration is refused before anything is created.
@@ -98,7 +50,7 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
         .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
-    crate::changes::save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     let mut stored = stored;
@@ -163,14 +115,5 @@ fn describe(workspace: &Path, origin: &Origin) -> String {
             workspace.display(),
             skipped.join(", ")
         ),
-    }
-}
-
-/// A worktree's repository, readable in commands and checks (git status,
-/// diff and log work there); never writable.
-pub(crate) fn git_dir(origin: &Origin) -> Option<PathBuf> {
-    match origin {
-        Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
-        Origin::Copy { .. } => None,
     }
 }

@@ -4,8 +4,7 @@
 //! on — the same events a running task's observer sees.
 
 use crate::Error;
-use crate::control::{Liveness, liveness};
-use crate::task::{open_store, store_err};
+use crate::layout::{Liveness, liveness, open_store, store_err};
 use loop_protocol::Event;
 use loop_store::{Approval, Store, TaskRecord};
 use serde::Serialize;

@@ -5,7 +5,7 @@
 
 use crate::control::Cancelled;
 use crate::query::{Recorded, TaskStatus, TaskView};
-use crate::task::{TaskReport, TaskRequest};
+use crate::request::{TaskReport, TaskRequest};
 use crate::{Error, Observer, OnPrompt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

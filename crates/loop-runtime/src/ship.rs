@@ -4,9 +4,8 @@
 //! ledger, and only then the task closed in the store.
 
 use crate::Error;
-use crate::drive::{Start, TaskPaths};
-use crate::prepare::StoredRequest;
-use crate::task::{TaskReport, store_err};
+use crate::layout::{Start, TaskPaths, store_err};
+use crate::request::{StoredRequest, TaskReport};
 use loop_core::{Clock, RunResult};
 use loop_protocol::OutcomeKind;
 use loop_receipt::{Budgets, LedgerRef, Predicate, Provenance, ReceiptBuilder};

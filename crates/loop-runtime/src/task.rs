@@ -4,95 +4,13 @@
 
 use crate::Error;
 use crate::drive::{Run, drive};
-use crate::prepare::StoredRequest;
+use crate::layout::store_err;
+pub use crate::layout::{new_task_id, open_store};
+use crate::request::StoredRequest;
+pub use crate::request::{TaskReport, TaskRequest};
 use loop_core::{Clock, SystemClock};
-use loop_protocol::{Contract, OutcomeKind, OutcomeRecord};
-use std::path::{Path, PathBuf};
-
-/// What to run.
-pub struct TaskRequest {
-    /// The locked contract.
-    pub contract: Contract,
-    /// `--model` (else the Loopfile's maker).
-    pub model: Option<String>,
-    /// `--record FILE`.
-    pub record: Option<PathBuf>,
-    /// `--project`.
-    pub project: PathBuf,
-    /// `--verify-on-change`.
-    pub verify_on_change: bool,
-    /// `--isolation`.
-    pub isolation: loop_sandbox::IsolationLevel,
-    /// `--include-dirty`.
-    pub include_dirty: bool,
-    /// Who answers the questions the task asks.
-    pub on_prompt: crate::wiring::OnPrompt,
-}
-
-/// How it ended.
-#[derive(Debug, Clone)]
-pub struct TaskReport {
-    /// Task id.
-    pub task_id: String,
-    /// Outcome.
-    pub outcome: OutcomeRecord,
-    /// The receipt file.
-    pub receipt: PathBuf,
-    /// The task workspace (kept for inspection, apply and undo).
-    pub workspace: PathBuf,
-}
-
-/// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
-pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
-    let stamp = loop_protocol::time::rfc3339_millis(now_ms);
-    let digits: String = stamp
-        .chars()
-        .filter(|c| c.is_ascii_digit())
-        .take(14)
-        .collect();
-    let rnd = loop_protocol::random::hex::<3>().map_err(|e| Error::internal(e.to_string()))?;
-    Ok(format!(
-        "t-{}-{}-{rnd}",
-        &digits[..8.min(digits.len())],
-        &digits[8.min(digits.len())..],
-    ))
-}
-
-/// The project's store, `.loop/loop.db`.
-pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
-    let state = project.join(".loop");
-    std::fs::create_dir_all(&state)
-        .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
-    if !state.join(".gitignore").exists() {
-        std::fs::write(state.join(".gitignore"), "*\n")
-            .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
-    }
-    loop_store::SqliteStore::open(&state.join("loop.db"))
-        .map_err(|e| Error::internal(e.to_string()))
-}
-
-pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
-    match e {
-        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()),
-        other => Error::internal(other.to_string()),
-    }
-}
-
-pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
-    let text = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
-    loop_workspace::write_atomic(path, &text)
-        .map_err(|e| Error::internal(format!("{}: {e}", path.display())))
-}
-
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
-    let text =
-        std::fs::read(path).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
-    serde_json::from_slice(&text).map_err(|e| Error::internal(format!("{}: {e}", path.display())))
-}
-
-pub(crate) fn random_token() -> Result<String, Error> {
-    loop_protocol::random::hex::<8>().map_err(|e| Error::internal(e.to_string()))
-}
+use loop_protocol::OutcomeKind;
+use std::path::Path;
 
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.

@@ -1,0 +1,255 @@
+//! Where a task lives and how it is found: its directory and files, the
+//! project's store, the record of how its workspace was made, what it
+//! started as, and whether a process runs it. Every other module of the
+//! runtime builds on this one; it builds on none of them (but the error
+//! type).
+
+use crate::Error;
+use loop_workspace::{Manifest, Origin, TaskWorkspace};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
+pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
+    let stamp = loop_protocol::time::rfc3339_millis(now_ms);
+    let digits: String = stamp
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .take(14)
+        .collect();
+    let rnd = loop_protocol::random::hex::<3>().map_err(|e| Error::internal(e.to_string()))?;
+    Ok(format!(
+        "t-{}-{}-{rnd}",
+        &digits[..8.min(digits.len())],
+        &digits[8.min(digits.len())..],
+    ))
+}
+
+/// The project's store, `.loop/loop.db`.
+pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
+    let state = project.join(".loop");
+    std::fs::create_dir_all(&state)
+        .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
+    if !state.join(".gitignore").exists() {
+        std::fs::write(state.join(".gitignore"), "*\n")
+            .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
+    }
+    loop_store::SqliteStore::open(&state.join("loop.db"))
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
+    match e {
+        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()),
+        other => Error::internal(other.to_string()),
+    }
+}
+
+pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
+    let text = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
+    loop_workspace::write_atomic(path, &text)
+        .map_err(|e| Error::internal(format!("{}: {e}", path.display())))
+}
+
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
+    let text =
+        std::fs::read(path).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&text).map_err(|e| Error::internal(format!("{}: {e}", path.display())))
+}
+
+pub(crate) fn random_token() -> Result<String, Error> {
+    loop_protocol::random::hex::<8>().map_err(|e| Error::internal(e.to_string()))
+}
+
+/// Where a task's files are.
+pub(crate) struct TaskPaths {
+    /// `.loop`.
+    pub state: PathBuf,
+    /// `.loop/tasks/ID`.
+    pub task_dir: PathBuf,
+    /// `.loop/tasks/ID/workspace`.
+    pub workspace: PathBuf,
+    /// `.loop/receipts`.
+    pub receipts: PathBuf,
+}
+
+impl TaskPaths {
+    /// The paths of task `task_id` of `project`.
+    pub fn of(project: &Path, task_id: &str) -> Self {
+        let state = project.join(".loop");
+        let task_dir = state.join("tasks").join(task_id);
+        TaskPaths {
+            workspace: task_dir.join("workspace"),
+            receipts: state.join("receipts"),
+            task_dir,
+            state,
+        }
+    }
+}
+
+/// What the task's workspace started as.
+pub(crate) struct Start {
+    pub task_ws: TaskWorkspace,
+    pub baseline: Manifest,
+    pub baseline_report: Option<loop_protocol::VerificationReport>,
+    /// The workspace was deleted behind the runtime's back.
+    pub gone: bool,
+}
+
+impl Start {
+    /// What the task's directory says it started as. A workspace deleted
+    /// behind the runtime's back (by hand, or a discard that raced a crash)
+    /// can be neither resumed nor verified: the task ends in error with a
+    /// receipt that says so, over an empty stand-in, and no change set
+    /// (nothing of it can be applied).
+    pub(crate) fn load(paths: &TaskPaths) -> Result<Start, Error> {
+        let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
+        if gone {
+            std::fs::create_dir_all(&paths.workspace)
+                .map_err(|e| Error::internal(format!("workspace: {e}")))?;
+        }
+        Ok(Start {
+            task_ws: load_origin(&paths.task_dir)?,
+            baseline: read_json(&paths.task_dir.join("baseline.json"))?,
+            baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
+            gone,
+        })
+    }
+}
+
+/// A worktree's repository, readable in commands and checks (git status,
+/// diff and log work there); never writable.
+pub(crate) fn git_dir(origin: &Origin) -> Option<PathBuf> {
+    match origin {
+        Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
+        Origin::Copy { .. } => None,
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedOrigin {
+    path: PathBuf,
+    worktree: Option<(PathBuf, String, String)>,
+}
+
+/// Remember how the task workspace was made (for `discard`).
+pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
+    let saved = SavedOrigin {
+        path: ws.path.clone(),
+        worktree: match &ws.origin {
+            Origin::Worktree {
+                repo,
+                base_commit,
+                branch,
+                ..
+            } => Some((repo.clone(), base_commit.clone(), branch.clone())),
+            Origin::Copy { .. } => None,
+        },
+    };
+    std::fs::create_dir_all(task_dir)?;
+    let text = serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?;
+    std::fs::write(task_dir.join("workspace.json"), text)
+}
+
+/// How the task workspace of `task_dir` (`PROJECT/.loop/tasks/ID`) was
+/// made. `workspace.json` is the runtime's own file, but it lives in the
+/// project, where a repository can commit one or a model's apply could
+/// plant one: no path in it is trusted. The workspace is always
+/// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
+/// and the base commit must be a commit id; a file that says otherwise is
+/// refused, naming what differs.
+pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
+    let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
+        Error::usage(format!(
+            "no task workspace recorded in {}: {e}",
+            task_dir.display()
+        ))
+    })?;
+    let saved: SavedOrigin = serde_json::from_slice(&text)
+        .map_err(|e| Error::internal(format!("workspace.json: {e}")))?;
+    let id = task_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let project = task_dir
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .ok_or_else(|| {
+            Error::internal(format!("{} is not a task directory", task_dir.display()))
+        })?;
+    let path = task_dir.join("workspace");
+    let refuse = |what: String| {
+        Error::usage(format!(
+            "{}: {what}; the runtime only acts on the workspaces it makes (was the project moved, or the file planted?)",
+            task_dir.join("workspace.json").display()
+        ))
+    };
+    if saved.path != path {
+        // A moved project keeps its old absolute path: say so, act on the right one.
+        let moved = saved
+            .path
+            .ends_with(Path::new(".loop/tasks").join(&id).join("workspace"));
+        if !moved {
+            return Err(refuse(format!(
+                "it names the workspace {}, not {}",
+                saved.path.display(),
+                path.display()
+            )));
+        }
+    }
+    let origin = match saved.worktree {
+        Some((_repo, base_commit, branch)) => {
+            let hex = base_commit.len() >= 40
+                && base_commit.len() <= 64
+                && base_commit.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex {
+                return Err(refuse(format!("`{base_commit}` is not a commit id")));
+            }
+            if branch != format!("loop/{id}") {
+                return Err(refuse(format!(
+                    "it names the branch `{branch}`, not `loop/{id}`"
+                )));
+            }
+            Origin::Worktree {
+                repo: project.to_path_buf(),
+                base_commit,
+                branch,
+                dirty_included: false,
+            }
+        }
+        None => Origin::Copy {
+            skipped: Vec::new(),
+        },
+    };
+    Ok(TaskWorkspace { path, origin })
+}
+
+/// Whether a task's runtime is with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Not over, and a live process runs it.
+    Running,
+    /// Not over, and its runtime is gone (`loop resume` goes on).
+    Interrupted,
+    /// It has ended.
+    Over,
+}
+
+/// Whether a task is running in a live process now, interrupted, or over.
+pub fn liveness(t: &loop_store::TaskRecord) -> Liveness {
+    match &t.owner {
+        _ if t.is_terminal() => Liveness::Over,
+        Some(o) if !o.is_dead() => Liveness::Running,
+        _ => Liveness::Interrupted,
+    }
+}
+
+/// Whether task `id` of `project` is running in a live process now.
+pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
+    use loop_store::Store;
+    let store = open_store(project)?;
+    Ok(store
+        .task(id)
+        .is_ok_and(|t| liveness(&t) == Liveness::Running))
+}

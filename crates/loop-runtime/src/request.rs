@@ -1,0 +1,88 @@
+//! What a front end asks for, what the store keeps to run it again, and
+//! what comes back.
+
+use crate::Error;
+use loop_protocol::{Contract, OutcomeRecord};
+use loop_workspace::Protected;
+use std::path::PathBuf;
+
+/// What to run.
+pub struct TaskRequest {
+    /// The locked contract.
+    pub contract: Contract,
+    /// `--model` (else the Loopfile's maker).
+    pub model: Option<String>,
+    /// `--record FILE`.
+    pub record: Option<PathBuf>,
+    /// `--project`.
+    pub project: PathBuf,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+    /// `--isolation`.
+    pub isolation: loop_sandbox::IsolationLevel,
+    /// `--include-dirty`.
+    pub include_dirty: bool,
+    /// Who answers the questions the task asks.
+    pub on_prompt: crate::wiring::OnPrompt,
+}
+
+/// How it ended.
+#[derive(Debug, Clone)]
+pub struct TaskReport {
+    /// Task id.
+    pub task_id: String,
+    /// Outcome.
+    pub outcome: OutcomeRecord,
+    /// The receipt file.
+    pub receipt: PathBuf,
+    /// The task workspace (kept for inspection, apply and undo).
+    pub workspace: PathBuf,
+}
+
+/// What the store keeps to run a task again (`loop resume`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredRequest {
+    /// The locked contract.
+    pub contract: Contract,
+    /// `--model`, if given.
+    pub model: Option<String>,
+    /// `--record`, if given.
+    pub record: Option<PathBuf>,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+    /// `--isolation` (`required` or `preferred`).
+    pub isolation: String,
+    /// The Loopfile's exec policy when the task started.
+    #[serde(default)]
+    pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,
+    /// The Loopfile's code rules when the task started.
+    #[serde(default)]
+    pub code_policy: Option<loop_gates::CodePolicy>,
+    /// The Loopfile's stall thresholds when the task started.
+    #[serde(default)]
+    pub progress: Option<loop_core::ProgressConfig>,
+    /// The Loopfile's checkpoints when the task started.
+    #[serde(default)]
+    pub checkpoints: Option<loop_core::Checkpoints>,
+    /// The check-integrity set derived when the task started (files that
+    /// define what the checks mean; protected like `protected` globs).
+    #[serde(default)]
+    pub check_integrity: Vec<loop_protocol::IntegrityRule>,
+}
+
+/// What no tool may write and every seal must leave as it was: the
+/// contract's protections, then the check-integrity set (less what the
+/// contract lets the model change).
+pub(crate) fn protection(
+    contract: &Contract,
+    integrity: &[loop_protocol::IntegrityRule],
+) -> Result<Protected, Error> {
+    Protected::new(&contract.protected_globs())
+        .and_then(|p| {
+            p.with_named(
+                &loop_verifier::integrity::named(integrity),
+                &contract.allow_check_changes,
+            )
+        })
+        .map_err(|e| Error::usage(format!("protected globs: {e}")))
+}
