@@ -664,17 +664,13 @@ impl<'a> Director<'a> {
              Answer with tool calls only, in the format described."
         );
         self.tell(step, text)?;
-        match self.state.malformed_verdict.clone() {
-            Verdict::Stop(pattern) => {
-                return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
-            }
-            Verdict::Nudge(pattern) => {
-                let text = format!(
-                    "Stall detected: {pattern}. Answering the same way again will end the task as lost."
-                );
-                self.tell(step, text)?;
-            }
-            Verdict::Ok => {}
+        let verdict = self.state.malformed_verdict.clone();
+        if let Stall::Stop(end) = self.stall(
+            step,
+            verdict,
+            "Answering the same way again will end the task as lost.",
+        )? {
+            return Ok(end);
         }
         self.go(TaskState::Acting, format!("step {step}: malformed answer"))?;
         self.go(
@@ -718,16 +714,11 @@ impl<'a> Director<'a> {
         let changed = self.state.done().iter().any(|(o, _)| o.changed);
 
         // Is the loop getting anywhere? Nudge once, then stop as lost.
-        match self.state.judge() {
-            Verdict::Ok => {}
-            Verdict::Stop(pattern) => {
-                return Ok(Phase::End(Outcome::Lost, format!("no progress: {pattern}")));
-            }
-            Verdict::Nudge(pattern) => {
-                let text = format!(
-                    "Stall detected: {pattern}. Doing the same again will end the task as lost; change approach (read the failing evidence, try something different)."
-                );
-                self.tell(step, text)?;
+        let verdict = self.state.judge();
+        match self.stall(step, verdict, "Doing the same again will end the task as lost; change approach (read the failing evidence, try something different).")? {
+            Stall::Go => {}
+            Stall::Stop(end) => return Ok(end),
+            Stall::Nudged(pattern) => {
                 if finish_claim.is_some() {
                     // A claim on the rejected workspace is not verified again.
                     self.go(TaskState::Planning, format!("stall nudge: {pattern}"))?;
@@ -751,6 +742,21 @@ impl<'a> Director<'a> {
         self.go(TaskState::Verifying, trigger)?;
         Ok(Phase::Verify {
             claim: finish_claim.is_some(),
+        })
+    }
+
+    /// Act on a stall verdict: the first time a pattern shows the model is
+    /// told, with `advice`; the next time the task ends as lost.
+    fn stall(&mut self, step: u32, verdict: Verdict, advice: &str) -> Result<Stall, DirectorError> {
+        Ok(match verdict {
+            Verdict::Ok => Stall::Go,
+            Verdict::Stop(pattern) => {
+                Stall::Stop(Phase::End(Outcome::Lost, format!("no progress: {pattern}")))
+            }
+            Verdict::Nudge(pattern) => {
+                self.tell(step, format!("Stall detected: {pattern}. {advice}"))?;
+                Stall::Nudged(pattern)
+            }
         })
     }
 
@@ -947,6 +953,16 @@ impl<'a> Director<'a> {
         )?;
         Ok(Phase::Plan)
     }
+}
+
+/// What a stall verdict comes to.
+enum Stall {
+    /// No stall.
+    Go,
+    /// The model was told of this pattern; the next time ends the task.
+    Nudged(String),
+    /// The task ends, lost.
+    Stop(Phase),
 }
 
 /// What one call came to.

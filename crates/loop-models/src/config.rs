@@ -79,7 +79,7 @@ pub struct ModelsConfig {
 
 /// A configuration that cannot be used.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
+#[error("{}", loop_protocol::yaml::Diagnostics(.0.clone()))]
 pub struct ConfigError(pub Vec<Diagnostic>);
 
 #[derive(Debug, Clone, Default)]

@@ -364,13 +364,7 @@ pub struct ContractErrors(pub Vec<Diagnostic>);
 
 impl fmt::Display for ContractErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{d}")?;
-        }
-        Ok(())
+        crate::yaml::reader::write_all(&self.0, f)
     }
 }
 

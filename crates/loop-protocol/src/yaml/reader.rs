@@ -42,14 +42,19 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl fmt::Display for Diagnostics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{d}")?;
-        }
-        Ok(())
+        write_all(&self.0, f)
     }
+}
+
+/// Every problem, one per line (hints on their own lines below each).
+pub fn write_all(list: &[Diagnostic], f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    for (i, d) in list.iter().enumerate() {
+        if i > 0 {
+            writeln!(f)?;
+        }
+        write!(f, "{d}")?;
+    }
+    Ok(())
 }
 
 /// Walks a YAML tree for a reader of one format, collecting every
