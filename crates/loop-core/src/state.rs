@@ -576,3 +576,125 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loop_protocol::{ModelInfo, RuntimeInfo, Usage};
+
+    fn contract() -> Contract {
+        Contract::from_flags("make it", &["true".to_string()], &[]).unwrap()
+    }
+
+    fn started(task: &str, sha: &str) -> Event {
+        let c = contract();
+        Event::TaskStarted {
+            task_id: task.into(),
+            contract_sha256: sha.into(),
+            limits: c.limits.clone(),
+            contract: Box::new(c),
+            model: ModelInfo {
+                provider: "test".into(),
+                name: "t".into(),
+                source_sha256: None,
+                parameters: None,
+            },
+            checker: None,
+            runtime: RuntimeInfo::current(),
+            baseline_root: "r0".into(),
+        }
+    }
+
+    fn state() -> State {
+        State::new(
+            "t1".into(),
+            "sha".into(),
+            contract().limits,
+            ProgressConfig::default(),
+            Some(0.75),
+            0,
+        )
+    }
+
+    fn go(n: u32, from: TaskState, to: TaskState) -> Event {
+        Event::Transition {
+            n,
+            from,
+            to,
+            reason: "r".into(),
+        }
+    }
+
+    #[test]
+    fn a_record_that_is_not_this_tasks_is_refused_naming_what_differs() {
+        let mut s = state();
+        assert_eq!(
+            s.apply(&go(1, TaskState::Pending, TaskState::Planning)),
+            Err(RecordError::NotStarted)
+        );
+        let mut s = state();
+        let e = s.apply(&started("t2", "sha")).unwrap_err();
+        assert!(e.to_string().contains("task t2"), "{e}");
+        let mut s = state();
+        s.apply(&started("t1", "sha")).unwrap();
+        assert_eq!(
+            s.apply(&started("t1", "sha")),
+            Err(RecordError::SecondStart { entry: 1 })
+        );
+        assert_eq!(
+            s.apply(&go(1, TaskState::Acting, TaskState::Planning)),
+            Err(RecordError::Transition {
+                n: 1,
+                from: TaskState::Acting,
+                state: TaskState::Pending
+            })
+        );
+    }
+
+    #[test]
+    fn events_charge_the_budget_and_a_checkpoint_after_the_cost_line_counts_as_asked() {
+        let mut s = state();
+        s.apply(&started("t1", "sha")).unwrap();
+        s.apply(&go(1, TaskState::Pending, TaskState::Planning))
+            .unwrap();
+        let usage = Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            cost_usd: 0.5,
+            ..Usage::default()
+        };
+        s.apply(&Event::ModelFailed {
+            step: 1,
+            error: "down".into(),
+            usage,
+        })
+        .unwrap();
+        assert_eq!((s.turns, s.step), (1, 1));
+        let asked = |s: &mut State, id: &str| {
+            s.apply(&Event::CheckpointRequested {
+                approval_id: id.into(),
+                reason: "anything".into(),
+                deadline_ms: 1,
+            })
+            .unwrap();
+            s.apply(&Event::CheckpointDecided {
+                approval_id: id.into(),
+                decision: "approved".into(),
+                message: None,
+            })
+            .unwrap();
+        };
+        // Under the line: a person asked has not seen the spending cross it.
+        asked(&mut s, "c1");
+        assert!(!s.cost_asked);
+        s.apply(&Event::ModelFailed {
+            step: 2,
+            error: "down".into(),
+            usage,
+        })
+        .unwrap();
+        asked(&mut s, "c2");
+        assert!(s.cost_asked, "spent {}", s.budget.usd_spent());
+        assert!(s.pending_checkpoint.is_none());
+    }
+}
