@@ -2,7 +2,7 @@
 //! this machine's kernel offers.
 
 use crate::CliError;
-use loop_runtime::exec::ExecOptions;
+use loop_runtime::exec::{ExecFailureKind, ExecOptions};
 use loop_sandbox::{ExecRequest, IsolationLevel, Net, Program};
 use std::io::Write;
 use std::path::PathBuf;
@@ -90,7 +90,13 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
         repeat: o.repeat,
     })
     .map_err(|e| CliError {
-        code: e.code,
+        // As `env`, `timeout` and container runtimes do: 127 not found,
+        // 126 cannot be run, 125 anything else.
+        code: match e.kind {
+            ExecFailureKind::NotFound => 127,
+            ExecFailureKind::NotRunnable => 126,
+            ExecFailureKind::Runtime => 125,
+        },
         message: e.message,
     })?;
     if o.json {

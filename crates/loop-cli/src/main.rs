@@ -408,7 +408,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             yes,
         } if action == "rotate" => {
             // Said plainly when the project does not exist: nothing revoked.
-            Ok(loop_runtime::changes::rotate_key(
+            settled(loop_runtime::changes::rotate_key(
                 &project,
                 yes,
                 &mut story::Story::new(false),
@@ -420,24 +420,24 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             recover: true,
             project,
             ..
-        } => Ok(Runtime::open(&project)?.recover(&id, &mut story::Story::new(false))?),
+        } => settled(Runtime::open(&project)?.recover(&id, &mut story::Story::new(false))?),
         Command::Apply {
             id,
             yes,
             trust_host_files,
             project,
             ..
-        } => Ok(Runtime::open(&project)?.apply(
+        } => settled(Runtime::open(&project)?.apply(
             &id,
             yes,
             trust_host_files,
             &mut story::Story::new(false),
         )?),
         Command::Undo { id, project } => {
-            Ok(Runtime::open(&project)?.undo(&id, &mut story::Story::new(false))?)
+            settled(Runtime::open(&project)?.undo(&id, &mut story::Story::new(false))?)
         }
         Command::Discard { id, project } => {
-            Ok(Runtime::open(&project)?.discard(&id, &mut story::Story::new(false))?)
+            settled(Runtime::open(&project)?.discard(&id, &mut story::Story::new(false))?)
         }
         Command::List { project, json } => tasks_cmd::list(&project, json),
         Command::Status { id, project, json } => tasks_cmd::status(&project, &id, json),
@@ -485,6 +485,14 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Validate { file, .. } => files_cmd::validate_contract(&file),
         run @ Command::Run { .. } => run_command(run),
     }
+}
+
+/// The exit code of a settled change: 0 done, 1 anything else.
+fn settled(s: loop_runtime::Settled) -> Result<u8, CliError> {
+    Ok(match s {
+        loop_runtime::Settled::Done => 0,
+        loop_runtime::Settled::NothingChanged | loop_runtime::Settled::DoneButDiffers => 1,
+    })
 }
 
 /// More budget from `loop resume`'s flags, if any was given.

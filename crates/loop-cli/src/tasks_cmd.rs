@@ -78,7 +78,7 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     if let Some(pid) = t.owner_pid.filter(|_| t.running) {
         println!("  running in   pid {pid}");
     }
-    for a in s.approvals.iter().filter(|a| a.status == "pending") {
+    for a in s.approvals.iter().filter(|a| a.status.decision().is_none()) {
         let what = if a.payload["kind"] == "checkpoint" {
             format!(
                 "a checkpoint: {}",

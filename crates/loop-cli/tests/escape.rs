@@ -14,21 +14,9 @@ use std::time::{Duration, Instant};
 
 const NOBODY: u32 = 65534;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Who {
-    Me,
-    Nobody,
-}
-
 use shared::is_root;
 
-fn users() -> Vec<Who> {
-    if shared::can_drop_privileges() {
-        vec![Who::Me, Who::Nobody]
-    } else {
-        vec![Who::Me]
-    }
-}
+use shared::{Who, users};
 
 /// The binary, copied where an unprivileged user can execute it.
 fn binary(who: Who) -> PathBuf {

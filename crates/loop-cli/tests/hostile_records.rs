@@ -11,21 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Who {
-    Me,
-    Nobody,
-}
-
 use shared::NOBODY;
 
-fn users() -> Vec<Who> {
-    if shared::can_drop_privileges() {
-        vec![Who::Me, Who::Nobody]
-    } else {
-        vec![Who::Me]
-    }
-}
+use shared::{Who, users};
 
 /// The binary, copied where an unprivileged user can execute it.
 fn binary() -> PathBuf {

@@ -774,7 +774,7 @@ impl<'a> Director<'a> {
                     ));
                 }
                 d => {
-                    self.record_denial(step, call, &rule, d.as_str())?;
+                    self.record_denial(step, call, &rule, d)?;
                     return Ok(Called::Observed);
                 }
             }

@@ -9,9 +9,9 @@ use crate::budget::Budget;
 use crate::machine::Machine;
 use crate::progress::{ProgressConfig, ProgressDetector, Verdict};
 use loop_protocol::{
-    Acceptance, BudgetUse, Context, Contract, Control, Effect, Event, Limits, Observation,
-    ObservationStatus, Outcome, OutcomeKind, OutcomeRecord, TaskState, ToolCall, ToolName, Turn,
-    VerificationReport,
+    Acceptance, ApprovalDecision, BudgetUse, Context, Contract, Control, Effect, Event, Limits,
+    Observation, ObservationStatus, Outcome, OutcomeKind, OutcomeRecord, TaskState, ToolCall,
+    ToolName, Turn, VerificationReport,
 };
 use std::collections::BTreeMap;
 
@@ -75,8 +75,8 @@ pub struct Denied {
     pub call_id: String,
     /// The rule that asked.
     pub rule: String,
-    /// The answer (`denied`, `expired`).
-    pub decision: String,
+    /// The answer (denied, expired).
+    pub decision: ApprovalDecision,
 }
 
 /// A record that does not hold together: the events cannot be a task's.
@@ -454,13 +454,13 @@ impl State {
             } => {
                 self.pending_approval = None;
                 if let Some(p) = self.requested.get(approval_id) {
-                    if decision == "approved" {
+                    if *decision == ApprovalDecision::Approved {
                         self.approved.push(p.call_id.clone());
                     } else {
                         self.denied.push(Denied {
                             call_id: p.call_id.clone(),
                             rule: p.rule.clone(),
-                            decision: decision.clone(),
+                            decision: *decision,
                         });
                     }
                 }
@@ -577,6 +577,37 @@ impl State {
     }
 }
 
+/// What a recorded task has used, charged by its events exactly as a
+/// running Director charges them (steps, tokens, dollars, verifications).
+/// Wall time is not in the events: it is left at 0. An empty record has
+/// used nothing.
+pub fn used_by(history: &[Event]) -> Result<BudgetUse, RecordError> {
+    let Some(first) = history.first() else {
+        return Ok(BudgetUse::default());
+    };
+    let Event::TaskStarted {
+        task_id,
+        contract_sha256,
+        limits,
+        ..
+    } = first
+    else {
+        return Err(RecordError::NotStarted);
+    };
+    let mut s = State::new(
+        task_id.clone(),
+        contract_sha256.clone(),
+        limits.clone(),
+        ProgressConfig::default(),
+        None,
+        0,
+    );
+    for e in history {
+        s.apply(e)?;
+    }
+    Ok(s.budget.used(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,7 +710,7 @@ mod tests {
             .unwrap();
             s.apply(&Event::CheckpointDecided {
                 approval_id: id.into(),
-                decision: "approved".into(),
+                decision: ApprovalDecision::Approved,
                 message: None,
             })
             .unwrap();

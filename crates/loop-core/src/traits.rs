@@ -130,30 +130,7 @@ impl Observer for NoObserver {
     fn on_event(&mut self, _event: &Event) {}
 }
 
-/// A person's answer to an approval request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApprovalDecision {
-    /// Run it.
-    Approved,
-    /// Do not.
-    Denied,
-    /// Nobody answered in time: a deny.
-    Expired,
-    /// The task was cancelled while waiting.
-    Cancelled,
-}
-
-impl ApprovalDecision {
-    /// As recorded.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalDecision::Approved => "approved",
-            ApprovalDecision::Denied => "denied",
-            ApprovalDecision::Expired => "expired",
-            ApprovalDecision::Cancelled => "cancelled",
-        }
-    }
-}
+pub use loop_protocol::ApprovalDecision;
 
 /// Where approvals are asked and answered (persisted, so a pending one
 /// survives a restart of the runtime).

@@ -182,7 +182,7 @@ pub enum Event {
         /// The approval's id.
         approval_id: String,
         /// `approved`, `denied` or `expired`.
-        decision: String,
+        decision: ApprovalDecision,
         /// Who or what decided: a person (at the terminal, or with `loop
         /// approve`), `--on-prompt`, or the timeout.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,7 +215,7 @@ pub enum Event {
         /// The request's id.
         approval_id: String,
         /// `approved`, `denied` or `expired`.
-        decision: String,
+        decision: ApprovalDecision,
         /// Guidance, passed to the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
@@ -339,4 +339,38 @@ pub struct LedgerEntry {
     pub at: String,
     /// SHA-256 of the canonical body.
     pub hash: String,
+}
+
+/// A person's answer to an approval or a checkpoint (or nobody's: the
+/// request expired, a deny; or the task was cancelled while it waited,
+/// which is never recorded as an answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Run it / go on.
+    Approved,
+    /// Do not / stop.
+    Denied,
+    /// Nobody answered in time: a deny.
+    Expired,
+    /// The task was cancelled while waiting.
+    Cancelled,
+}
+
+impl ApprovalDecision {
+    /// As recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Approved => "approved",
+            ApprovalDecision::Denied => "denied",
+            ApprovalDecision::Expired => "expired",
+            ApprovalDecision::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for ApprovalDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -34,7 +34,7 @@ pub use action::{
 };
 pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
-pub use event::{BudgetUse, Event, LedgerEntry, RuntimeInfo};
+pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, FileChange, IntegrityRule, Isolation,
     StreamEvidence, TestTally, VerificationReport,

@@ -644,13 +644,13 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
                 problems.push("the genesis entry is bound to another task or contract".into());
             }
         }
-        match chain.entries.last() {
-            Some(last) if last.kind == "finished" => {
-                let recorded: Option<OutcomeRecord> = last
-                    .payload
-                    .get("outcome")
-                    .and_then(|o| serde_json::from_value(o.clone()).ok());
-                if recorded.as_ref() != Some(&p.outcome) {
+        let last = chain
+            .entries
+            .last()
+            .and_then(|e| loop_protocol::Event::from_kind_payload(&e.kind, &e.payload).ok());
+        match last {
+            Some(loop_protocol::Event::Finished { outcome, .. }) => {
+                if outcome != p.outcome {
                     problems.push("the ledger's final outcome differs from the receipt's".into());
                 }
             }

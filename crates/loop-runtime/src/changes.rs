@@ -9,6 +9,20 @@ use loop_workspace::{ChangeSet, Journal, Manifest, Standing, TaskWorkspace, git_
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// How an apply, undo, discard, recovery or key rotation came out; what
+/// was found on the way went to the observer as notes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It was done.
+    Done,
+    /// Nothing changed: refused, in conflict, or waiting for a person's
+    /// say (the notes say which, and what to do).
+    NothingChanged,
+    /// It was done, but afterwards the project does not hold exactly what
+    /// was verified (the notes say where).
+    DoneButDiffers,
+}
+
 /// The change set of a finished run.
 pub fn compute(
     project: &Path,
@@ -223,7 +237,7 @@ fn record_fact_with(
         },
         &[&key],
     )
-    .map_err(|e| Error::internal(e.to_string()))
+    .map_err(Error::from_cause)
 }
 
 /// `loop apply ID`.
@@ -233,7 +247,7 @@ pub fn apply(
     confirmed: bool,
     trust_host_files: bool,
     out: &mut dyn crate::Observer,
-) -> Result<u8, Error> {
+) -> Result<Settled, Error> {
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
@@ -253,7 +267,7 @@ pub fn apply(
         for r in &never {
             out.note(&format!("  {r}"));
         }
-        return Ok(1);
+        return Ok(Settled::NothingChanged);
     }
     if !risky.is_empty() && !trust_host_files {
         out.note(
@@ -265,7 +279,7 @@ pub fn apply(
         out.note(&format!(
             "review them in the patch, then run `loop apply {id} --trust-host-files` to bring them home"
         ));
-        return Ok(1);
+        return Ok(Settled::NothingChanged);
     }
     // Redaction keeps secrets out of the patch; it also hides what those
     // lines really add. Say where, so a person can look at the real content.
@@ -300,7 +314,7 @@ pub fn apply(
                     .to_string())
                 .unwrap_or_default()
         ));
-        return Ok(1);
+        return Ok(Settled::NothingChanged);
     }
     if let Some(base) = &cs.base_commit {
         let head = git_head(&t.project).unwrap_or_default();
@@ -308,7 +322,7 @@ pub fn apply(
             out.note(&format!(
                 "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}"
             ));
-            return Ok(1);
+            return Ok(Settled::NothingChanged);
         }
     }
     let ws = load_origin(&t.dir)?;
@@ -318,9 +332,7 @@ pub fn apply(
     match cs.apply(&t.project, &ws.path, &ChangeSet::undo_dir(&t.dir), &journal) {
         Ok(n) => {
             // Checked, not assumed: every touched path holds what was verified.
-            let standing = cs
-                .standing(&t.project)
-                .map_err(|e| Error::internal(e.to_string()))?;
+            let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
             let matches = standing == Standing::After;
             mark(&t, APPLIED, &cs.patch_sha256)?;
             let addendum = record_fact_with(&t, id, "applied", &cs, Some(matches), None)?;
@@ -337,7 +349,11 @@ pub fn apply(
                 ));
             }
             out.note(&format!("addendum {}", addendum.display()));
-            Ok(if matches { 0 } else { 1 })
+            Ok(if matches {
+                Settled::Done
+            } else {
+                Settled::DoneButDiffers
+            })
         }
         Err(e) => {
             unmark(&t, APPLYING);
@@ -394,9 +410,7 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
     let restored = Journal::new(&journal_dir, &t.project)
         .recover()
         .map_err(|e| Error::internal(format!("recovering the apply journal: {e}")))?;
-    let standing = cs
-        .standing(&t.project)
-        .map_err(|e| Error::internal(e.to_string()))?;
+    let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
     // The markers stay until the fact is recorded, so a kill anywhere is
     // settled here: `applying` or `undoing` says which step was cut short.
     let what = match standing {
@@ -440,35 +454,35 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
 
 /// `loop apply ID --recover` (and every command that touches a task):
 /// settle an interrupted apply or undo.
-pub fn recover(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
+pub fn recover(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
     match settle(&t, id)? {
         Some(what) => out.note(&format!("task {id}: {what}")),
         None => out.note(&format!("task {id}: no interrupted apply or undo")),
     }
-    Ok(0)
+    Ok(Settled::Done)
 }
 
-/// A conflict is reported (exit 1, nothing changed); anything else is internal.
+/// A conflict is reported (nothing changed); anything else is internal.
 fn refused(
     e: loop_workspace::ChangeSetError,
     verb: &str,
     out: &mut dyn crate::Observer,
-) -> Result<u8, Error> {
+) -> Result<Settled, Error> {
     match e {
         loop_workspace::ChangeSetError::Conflict(list) => {
             out.note(&format!("conflict, nothing {verb}:"));
             for c in list {
                 out.note(&format!("  {c}"));
             }
-            Ok(1)
+            Ok(Settled::NothingChanged)
         }
         other => Err(Error::internal(other.to_string())),
     }
 }
 
 /// `loop undo ID`.
-pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
+pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
@@ -487,7 +501,7 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u
             unmark(&t, UNDOING);
             out.note(&format!("undid {n} file(s) of task {id}"));
             out.note(&format!("addendum {}", addendum.display()));
-            Ok(0)
+            Ok(Settled::Done)
         }
         Err(e) => {
             unmark(&t, UNDOING);
@@ -497,7 +511,7 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u
 }
 
 /// `loop discard ID`.
-pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<u8, Error> {
+pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
@@ -514,17 +528,21 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
         Err(e) => out.note(&format!("task {id}: {}", e.message)),
     }
     let ws = load_origin(&t.dir)?;
-    ws.discard().map_err(|e| Error::internal(e.to_string()))?;
+    ws.discard().map_err(Error::from_cause)?;
     out.note(&format!(
         "discarded the workspace of task {id}; its receipt stays in .loop/receipts"
     ));
-    Ok(0)
+    Ok(Settled::Done)
 }
 
 /// `loop keys rotate`: revoke the signing key, make a new one, and record
 /// the revocation in a signed addendum (by the new key) on every receipt of
 /// `project` that the old key signed.
-pub fn rotate_key(project: &Path, yes: bool, out: &mut dyn crate::Observer) -> Result<u8, Error> {
+pub fn rotate_key(
+    project: &Path,
+    yes: bool,
+    out: &mut dyn crate::Observer,
+) -> Result<Settled, Error> {
     // Revoking is not undone: a wrong project or a slip of the hand is
     // refused before anything changes.
     let receipts_dir = project.join(".loop/receipts");
@@ -551,7 +569,7 @@ pub fn rotate_key(project: &Path, yes: bool, out: &mut dyn crate::Observer) -> R
             }
             Some(false) => {
                 out.note("nothing was revoked");
-                return Ok(1);
+                return Ok(Settled::NothingChanged);
             }
             Some(true) => {}
         }
@@ -608,7 +626,7 @@ pub fn rotate_key(project: &Path, yes: bool, out: &mut dyn crate::Observer) -> R
                 },
                 &signers,
             )
-            .map_err(|e| Error::internal(e.to_string()))?;
+            .map_err(Error::from_cause)?;
             noted += 1;
         }
     }
@@ -623,5 +641,5 @@ pub fn rotate_key(project: &Path, yes: bool, out: &mut dyn crate::Observer) -> R
             "not annotated: {name} carries the key id but its signature does not verify"
         ));
     }
-    Ok(0)
+    Ok(Settled::Done)
 }

@@ -46,7 +46,7 @@ pub fn cancel(
     }
     let start = std::time::Instant::now();
     while start.elapsed() < wait {
-        let t = store.task(id).map_err(|e| Error::internal(e.to_string()))?;
+        let t = store.task(id).map_err(Error::from_cause)?;
         if t.is_terminal() {
             return Ok(Cancelled::Stopped(
                 t.outcome.unwrap_or_default(),
@@ -77,20 +77,18 @@ pub fn answer(
     store.task(id).map_err(|e| Error::usage(e.to_string()))?;
     let Some(mut a) = store
         .approvals(id)
-        .map_err(|e| Error::internal(e.to_string()))?
+        .map_err(Error::from_cause)?
         .into_iter()
-        .find(|a| a.status == "pending")
+        .find(|a| a.status == loop_store::ApprovalStatus::Pending)
     else {
         return Err(Error::usage(format!("task {id} has no pending approval")));
     };
-    a.status = if approve { "approved" } else { "denied" }.into();
+    a.status = loop_store::ApprovalStatus::answered(approve);
     if let Some(m) = message {
         a.payload["answer"] = serde_json::Value::String(m.to_string());
     }
     a.decided_ms = Some(SystemClock.now_ms());
-    store
-        .put_approval(&a)
-        .map_err(|e| Error::internal(e.to_string()))?;
+    store.put_approval(&a).map_err(Error::from_cause)?;
     Ok(a)
 }
 

@@ -63,10 +63,12 @@ impl Record {
         // With `pause_clock`, the record's waits for a person were not charged.
         if pause_clock {
             let mut asked = None;
-            for e in &chain {
-                match e.kind.as_str() {
-                    "approval_requested" | "checkpoint_requested" => asked = at(e),
-                    "approval_decided" | "checkpoint_decided" => {
+            for (e, event) in chain.iter().zip(&history) {
+                match event {
+                    Event::ApprovalRequested { .. } | Event::CheckpointRequested { .. } => {
+                        asked = at(e)
+                    }
+                    Event::ApprovalDecided { .. } | Event::CheckpointDecided { .. } => {
                         if let (Some(a), Some(d)) = (asked.take(), at(e)) {
                             elapsed_ms = elapsed_ms.saturating_sub(d.saturating_sub(a));
                         }
@@ -169,7 +171,7 @@ fn wire<'a>(
         ..ToolLimits::default()
     };
     let toolbox = ToolBox::new(jail, tool_limits)
-        .map_err(|e| Error::internal(e.to_string()))?
+        .map_err(Error::from_cause)?
         .with_sandbox(sandbox.clone())
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default());
@@ -181,7 +183,7 @@ fn wire<'a>(
     } else {
         toolbox
             .with_journal(&paths.task_dir.join("journal"))
-            .map_err(|e| Error::internal(e.to_string()))?
+            .map_err(Error::from_cause)?
             .0
     };
     let diff_ws = paths.workspace.clone();
@@ -304,7 +306,7 @@ pub(crate) fn drive(
             None => director.resume(&record.history, record.elapsed_ms),
         },
     )
-    .map_err(|e| Error::internal(e.to_string()))?;
+    .map_err(Error::from_cause)?;
     let head = ledger.file.head().to_string();
     let length = ledger.file.len();
     let sealed = wired
@@ -347,7 +349,7 @@ fn ledger_for<'c>(
         store,
         task_id: task_id.to_string(),
         file: FileLedger::continue_from(&paths.receipts.join(name), &record.chain)
-            .map_err(|e| Error::internal(e.to_string()))?,
+            .map_err(Error::from_cause)?,
         clock,
     })
 }
@@ -370,7 +372,7 @@ fn configured<'a>(
         VerifyPolicy::OnFinish
     };
     let director = Director::new(task_id, stored.contract.clone(), policy, parts)
-        .map_err(|e| Error::internal(e.to_string()))?;
+        .map_err(Error::from_cause)?;
     let timeout_secs = stored.exec_policy.as_ref().map_or_else(
         || loop_tools::exec_policy::ExecPolicy::default().approval_timeout_secs,
         |p| p.approval_timeout_secs,

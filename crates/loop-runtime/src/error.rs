@@ -9,13 +9,23 @@ pub enum ErrorKind {
     Internal,
 }
 
-/// A failure of a runtime operation, with a message that says what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A failure of a runtime operation, with a message that says what to do,
+/// and the failure that caused it when there was one (kept, for
+/// `Error::source` and for a front end that wants more than the message).
+#[derive(Debug, Clone)]
 pub struct Error {
     /// Whose doing it was.
     pub kind: ErrorKind,
     /// What went wrong.
     pub message: String,
+    /// What caused it.
+    pub cause: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
 }
 
 impl Error {
@@ -24,6 +34,7 @@ impl Error {
         Error {
             kind: ErrorKind::Usage,
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -32,7 +43,19 @@ impl Error {
         Error {
             kind: ErrorKind::Internal,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// This error, caused by `cause`.
+    pub fn because(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(std::sync::Arc::new(cause));
+        self
+    }
+
+    /// An internal failure whose message is its cause's.
+    pub fn from_cause(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::internal(cause.to_string()).because(cause)
     }
 }
 
@@ -42,4 +65,10 @@ impl std::fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}

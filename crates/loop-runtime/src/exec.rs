@@ -37,14 +37,23 @@ pub struct ExecOptions {
     pub repeat: u32,
 }
 
-/// Why the command could not be run; `code` follows `env`, `timeout` and
-/// container runtimes (127 not found, 126 cannot be run, 125 anything
-/// else), so the runtime's failures never look like the command's exit.
+/// Why the command could not be run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecFailureKind {
+    /// The command was not found.
+    NotFound,
+    /// The command cannot be run (not executable).
+    NotRunnable,
+    /// The sandbox or the runtime failed.
+    Runtime,
+}
+
+/// The command could not be run (never the command's own failure).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct ExecFailure {
-    /// The exit code to report.
-    pub code: u8,
+    /// Why.
+    pub kind: ExecFailureKind,
     /// What went wrong.
     pub message: String,
 }
@@ -52,7 +61,7 @@ pub struct ExecFailure {
 impl ExecFailure {
     fn other(message: impl Into<String>) -> Self {
         ExecFailure {
-            code: 125,
+            kind: ExecFailureKind::Runtime,
             message: message.into(),
         }
     }
@@ -104,13 +113,13 @@ pub fn exec(o: &ExecOptions) -> Result<ExecResult, ExecFailure> {
         }
         loop_sandbox::run(&req).map_err(|e| match &e {
             loop_sandbox::SandboxError::Spawn { step, source, .. } if step.is_empty() => {
-                let code = match source.kind() {
-                    std::io::ErrorKind::NotFound => 127,
-                    std::io::ErrorKind::PermissionDenied => 126,
-                    _ => 125,
+                let kind = match source.kind() {
+                    std::io::ErrorKind::NotFound => ExecFailureKind::NotFound,
+                    std::io::ErrorKind::PermissionDenied => ExecFailureKind::NotRunnable,
+                    _ => ExecFailureKind::Runtime,
                 };
                 ExecFailure {
-                    code,
+                    kind,
                     message: e.to_string(),
                 }
             }

@@ -17,7 +17,7 @@ pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
         .filter(|c| c.is_ascii_digit())
         .take(14)
         .collect();
-    let rnd = loop_protocol::random::hex::<3>().map_err(|e| Error::internal(e.to_string()))?;
+    let rnd = loop_protocol::random::hex::<3>().map_err(Error::from_cause)?;
     Ok(format!(
         "t-{}-{}-{rnd}",
         &digits[..8.min(digits.len())],
@@ -34,19 +34,18 @@ pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
         std::fs::write(state.join(".gitignore"), "*\n")
             .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
     }
-    loop_store::SqliteStore::open(&state.join("loop.db"))
-        .map_err(|e| Error::internal(e.to_string()))
+    loop_store::SqliteStore::open(&state.join("loop.db")).map_err(Error::from_cause)
 }
 
 pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
     match e {
-        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()),
-        other => Error::internal(other.to_string()),
+        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()).because(e),
+        other => Error::from_cause(other),
     }
 }
 
 pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
-    let text = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
+    let text = serde_json::to_vec(value).map_err(Error::from_cause)?;
     loop_workspace::write_atomic(path, &text)
         .map_err(|e| Error::internal(format!("{}: {e}", path.display())))
 }
@@ -58,7 +57,7 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
 }
 
 pub(crate) fn random_token() -> Result<String, Error> {
-    loop_protocol::random::hex::<8>().map_err(|e| Error::internal(e.to_string()))
+    loop_protocol::random::hex::<8>().map_err(Error::from_cause)
 }
 
 /// Where a task's files are.

@@ -30,6 +30,7 @@ mod ship;
 pub mod task;
 pub mod wiring;
 
+pub use changes::Settled;
 pub use control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use error::Error;
 pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};

@@ -55,7 +55,7 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     let mut stored = stored;
     stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
-    let request = serde_json::to_value(&stored).map_err(|e| Error::internal(e.to_string()))?;
+    let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.

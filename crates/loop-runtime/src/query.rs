@@ -79,7 +79,7 @@ impl TaskView {
 }
 
 /// Budgets used, as the record shows them.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Used {
     /// Model answers charged.
     pub steps: u64,
@@ -87,6 +87,8 @@ pub struct Used {
     pub tokens: u64,
     /// Verification passes.
     pub verifications: u64,
+    /// Dollars, as the providers' usage and the price table say.
+    pub usd: f64,
 }
 
 /// Where a task's change set stands in the project.
@@ -138,19 +140,20 @@ pub fn task(project: &Path, id: &str) -> Result<TaskView, Error> {
 pub fn status(project: &Path, id: &str) -> Result<TaskStatus, Error> {
     let store = open_store(project)?;
     let t = store.task(id).map_err(store_err)?;
-    let mut used = Used::default();
-    for e in store.entries(id, 0).map_err(store_err)? {
-        match e.kind.as_str() {
-            "model_turn" | "model_malformed" | "model_failed" => {
-                used.steps += 1;
-                let u = &e.payload["usage"];
-                used.tokens += u["input_tokens"].as_u64().unwrap_or(0)
-                    + u["output_tokens"].as_u64().unwrap_or(0);
-            }
-            "verified" => used.verifications += 1,
-            _ => {}
-        }
-    }
+    // Charged as the Director charges them: one definition of what each
+    // event costs.
+    let history: Vec<Event> = events(project, id, 0)?
+        .into_iter()
+        .map(|r| r.event)
+        .collect();
+    let budget = loop_core::state::used_by(&history)
+        .map_err(|e| Error::internal(format!("task {id}: {e}")))?;
+    let used = Used {
+        steps: u64::from(budget.steps),
+        tokens: budget.tokens,
+        verifications: u64::from(budget.verifications),
+        usd: budget.usd,
+    };
     let task_dir = project.join(".loop/tasks").join(id);
     let apply = if task_dir.join("apply-journal/pending").exists()
         || task_dir.join("applying").exists()

@@ -173,7 +173,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     let _ = remove_tree(&scratch);
     let replayed = SnapshotVerifier::new(&workspace, &scratch)
         .verify(&p.contract, &p.contract_sha256, recorded.attempt)
-        .map_err(|e| Error::internal(e.to_string()))?;
+        .map_err(Error::from_cause)?;
     let _ = remove_tree(&scratch);
     let accepted = Acceptance::establish(&p.contract, &p.contract_sha256, &replayed).is_ok();
     let reproduced = recorded.criteria.len() == replayed.criteria.len()

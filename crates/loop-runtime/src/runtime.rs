@@ -3,6 +3,7 @@
 //! run, watch, steer and settle tasks through exactly these methods, so a
 //! task behaves, records and proves the same whichever started it.
 
+use crate::changes::Settled;
 use crate::control::Cancelled;
 use crate::query::{Recorded, TaskStatus, TaskView};
 use crate::request::{TaskReport, TaskRequest};
@@ -116,22 +117,22 @@ impl Runtime {
         confirmed: bool,
         trust_host_files: bool,
         observer: &mut dyn Observer,
-    ) -> Result<u8, Error> {
+    ) -> Result<Settled, Error> {
         crate::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
     }
 
     /// Settle an apply or undo that was killed midway.
-    pub fn recover(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+    pub fn recover(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::recover(&self.project, id, observer)
     }
 
     /// Undo task `id`'s applied change set.
-    pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+    pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::undo(&self.project, id, observer)
     }
 
     /// Remove task `id`'s workspace (its receipt stays).
-    pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<u8, Error> {
+    pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::discard(&self.project, id, observer)
     }
 }

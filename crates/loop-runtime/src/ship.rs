@@ -127,7 +127,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         .map_err(|e| Error::usage(format!("signing key: {e}")))?;
     receipt
         .write_signed(predicate, &receipt_path, &key)
-        .map_err(|e| Error::internal(e.to_string()))?;
+        .map_err(Error::from_cause)?;
     tracing::info!(
         "task {task_id}: {} receipt written to {}",
         result.record,

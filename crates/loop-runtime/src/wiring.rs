@@ -3,6 +3,7 @@
 use loop_core::{BoundaryError, Clock, Ledger, Tools, Verifier};
 use loop_protocol::{Contract, Event, ToolCall, ToolOutcome, ToolSpec, VerificationReport};
 use loop_receipt::FileLedger;
+use loop_store::ApprovalStatus;
 use loop_tools::ToolBox;
 use loop_verifier::SnapshotVerifier;
 
@@ -371,7 +372,7 @@ impl StoreApprovals<'_> {
             .approvals(&self.task_id)
             .map_err(BoundaryError::caused_by)?;
         if let Some(mut a) = all.into_iter().find(|a| a.id == approval_id) {
-            a.status = if approved { "approved" } else { "denied" }.into();
+            a.status = ApprovalStatus::answered(approved);
             a.decided_ms = Some(self.clock.now_ms());
             a.payload["by"] = serde_json::Value::String(by.to_string());
             if let Some(g) = guidance {
@@ -403,7 +404,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 id: approval_id.to_string(),
                 kind: "approval".into(),
                 payload: payload.clone(),
-                status: "pending".into(),
+                status: ApprovalStatus::Pending,
                 created_ms: now_ms,
                 decided_ms: None,
             })
@@ -433,7 +434,9 @@ impl loop_core::Approvals for StoreApprovals<'_> {
             .find(|a| a.id == approval_id)?;
         match a.payload.get("by").and_then(|b| b.as_str()) {
             Some(by) => Some(by.to_string()),
-            None if a.status == "expired" => Some("the timeout (nobody answered)".into()),
+            None if a.status == ApprovalStatus::Expired => {
+                Some("the timeout (nobody answered)".into())
+            }
             None => Some("loop approve".into()),
         }
     }
@@ -464,7 +467,7 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         };
         let (detail, rule) = (field("detail"), field("rule"));
         let checkpoint = field("kind") == "checkpoint";
-        if pending.status == "pending"
+        if pending.status == ApprovalStatus::Pending
             && let Some(decided) = self.settle_here(approval_id, checkpoint, &detail, &rule)?
         {
             return Ok(decided);
@@ -481,16 +484,13 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                     "approval {approval_id} is not in the store"
                 )));
             };
-            match a.status.as_str() {
-                "approved" => return Ok(ApprovalDecision::Approved),
-                "denied" => return Ok(ApprovalDecision::Denied),
-                "expired" => return Ok(ApprovalDecision::Expired),
-                _ => {}
+            if let Some(decided) = a.status.decision() {
+                return Ok(decided);
             }
             let now = self.clock.now_ms();
             if now >= deadline_ms {
                 // Nobody answered: a deny, recorded as such.
-                a.status = "expired".into();
+                a.status = ApprovalStatus::Expired;
                 a.decided_ms = Some(now);
                 use loop_store::Store;
                 self.store

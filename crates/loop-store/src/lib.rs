@@ -173,12 +173,77 @@ pub struct Approval {
     pub kind: String,
     /// What is asked (JSON).
     pub payload: serde_json::Value,
-    /// `pending`, `approved`, `denied`, `answered`, `expired`.
-    pub status: String,
+    /// Pending, or how it was answered.
+    pub status: ApprovalStatus,
     /// Asked, ms since the epoch.
     pub created_ms: u64,
     /// Decided, ms since the epoch.
     pub decided_ms: Option<u64>,
+}
+
+/// Where an approval or checkpoint request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Nobody has answered yet.
+    Pending,
+    /// Yes (go on).
+    Approved,
+    /// No (stop).
+    Denied,
+    /// Nobody answered in time: a no.
+    Expired,
+}
+
+impl ApprovalStatus {
+    /// Every status.
+    pub const ALL: [ApprovalStatus; 4] = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Denied,
+        ApprovalStatus::Expired,
+    ];
+
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+
+    /// The status stored as `name`.
+    pub fn from_name(name: &str) -> Option<ApprovalStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// The answer it records, once there is one.
+    pub fn decision(self) -> Option<loop_protocol::ApprovalDecision> {
+        use loop_protocol::ApprovalDecision as D;
+        match self {
+            ApprovalStatus::Pending => None,
+            ApprovalStatus::Approved => Some(D::Approved),
+            ApprovalStatus::Denied => Some(D::Denied),
+            ApprovalStatus::Expired => Some(D::Expired),
+        }
+    }
+
+    /// Answered yes or no by a person.
+    pub fn answered(approve: bool) -> ApprovalStatus {
+        if approve {
+            ApprovalStatus::Approved
+        } else {
+            ApprovalStatus::Denied
+        }
+    }
+}
+
+impl std::fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Durable task state.

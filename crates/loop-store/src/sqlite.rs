@@ -1,6 +1,6 @@
 //! The embedded SQLite backend.
 
-use crate::{Approval, Claim, Owner, Store, StoreError, StoredEntry, TaskRecord};
+use crate::{Approval, ApprovalStatus, Claim, Owner, Store, StoreError, StoredEntry, TaskRecord};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -460,7 +460,7 @@ impl Store for SqliteStore {
                     a.id,
                     a.kind,
                     a.payload.to_string(),
-                    a.status,
+                    a.status.as_str(),
                     a.created_ms as i64,
                     a.decided_ms.map(|d| d as i64)
                 ],
@@ -481,12 +481,20 @@ impl Store for SqliteStore {
             let rows = stmt
                 .query_map([task], |r| {
                     let payload: String = r.get(3)?;
+                    let status: String = r.get(4)?;
+                    let status = ApprovalStatus::from_name(&status).ok_or_else(|| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            4,
+                            rusqlite::types::Type::Text,
+                            format!("unknown approval status `{status}`").into(),
+                        )
+                    })?;
                     Ok(Approval {
                         task_id: r.get(0)?,
                         id: r.get(1)?,
                         kind: r.get(2)?,
                         payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
-                        status: r.get(4)?,
+                        status,
                         created_ms: r.get::<_, i64>(5)? as u64,
                         decided_ms: r.get::<_, Option<i64>>(6)?.map(|d| d as u64),
                     })

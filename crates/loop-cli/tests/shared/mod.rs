@@ -10,6 +10,25 @@ use std::process::{Command, Output};
 /// The uid tests drop to when they run as root.
 pub const NOBODY: u32 = 65534;
 
+/// Who runs a scene: this process's user, or (as root) `nobody`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Who {
+    /// The user running the tests.
+    Me,
+    /// The unprivileged user tests drop to.
+    Nobody,
+}
+
+/// Every user a scene runs as: this one, and `nobody` where privileges
+/// can be dropped.
+pub fn users() -> Vec<Who> {
+    if can_drop_privileges() {
+        vec![Who::Me, Who::Nobody]
+    } else {
+        vec![Who::Me]
+    }
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

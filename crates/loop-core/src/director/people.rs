@@ -121,7 +121,7 @@ impl Director<'_> {
         }
         self.record(Event::CheckpointDecided {
             approval_id,
-            decision: decision.as_str().into(),
+            decision,
             message: message.clone(),
         })?;
         match decision {
@@ -226,7 +226,7 @@ impl Director<'_> {
             .and_then(|a| a.decided_by(&approval_id));
         self.record(Event::ApprovalDecided {
             approval_id,
-            decision: decision.as_str().into(),
+            decision,
             by,
         })?;
         self.go(TaskState::Acting, format!("approval {}", decision.as_str()))?;
@@ -239,7 +239,7 @@ impl Director<'_> {
         step: u32,
         call: &ToolCall,
         rule: &str,
-        decision: &str,
+        decision: ApprovalDecision,
     ) -> Result<(), DirectorError> {
         let obs = Observation::refused(
             &call.id,
@@ -270,7 +270,7 @@ impl Director<'_> {
         let step = self.state.step;
         for d in self.state.denied.clone() {
             if let Some(call) = turn.calls.iter().find(|c| c.id == d.call_id) {
-                self.record_denial(step, call, &d.rule, &d.decision)?;
+                self.record_denial(step, call, &d.rule, d.decision)?;
             }
         }
         if let Some(p) = self.state.pending_approval.clone()
@@ -285,7 +285,7 @@ impl Director<'_> {
                         "cancelled by request while awaiting approval".into(),
                     )));
                 }
-                d => self.record_denial(step, call, &p.rule, d.as_str())?,
+                d => self.record_denial(step, call, &p.rule, d)?,
             }
         }
         Ok(None)
