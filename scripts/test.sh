@@ -30,4 +30,5 @@ LOOP_LLAMA_VENV=$(scripts/local-model.sh)
 export LOOP_LLAMA_VENV
 export LOOP_REQUIRE_LOCAL_MODEL=1
 
-cargo test --workspace --locked "$@"
+# The crash and gate-failure tests need the fault-injection switches.
+cargo test --workspace --locked --features loop-cli/fault-injection "$@"

@@ -496,6 +496,7 @@ fn the_syntax_and_code_policy_gates_refuse_changes_before_they_enter() {
 }
 
 #[test]
+#[cfg(feature = "fault-injection")]
 fn a_gate_that_fails_internally_refuses_rather_than_waving_through() {
     let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: ok.py, content: \"print(1)\\n\"}}\n";
     let (ev, ws, out) = run_gated(

@@ -486,6 +486,7 @@ fn cancelling_an_interrupted_task_ends_it_with_a_receipt() {
 /// back when the task resumes, the command runs again, and the task ends
 /// exactly as a run never killed does, every effect once.
 #[test]
+#[cfg(feature = "fault-injection")]
 fn a_kill_at_every_step_of_a_commands_merge_leaves_before_or_after() {
     const MERGE_SCRIPT: &str = r#"turns:
   - calls:

@@ -104,8 +104,11 @@ pub fn language_of_content(text: &str) -> Option<Language> {
 /// Parse `text` as `lang`. An error is the gate's own failure.
 pub fn parse(lang: Language, text: &str) -> Result<Tree, String> {
     // Fault injection, so the tests can show a failing gate refuses rather
-    // than waves a change through (`LOOP_GATES_FAULT=parse`).
-    if std::env::var_os("LOOP_GATES_FAULT").is_some_and(|v| v == "parse") {
+    // than waves a change through (`LOOP_GATES_FAULT=parse`; only with the
+    // `fault-injection` feature).
+    if cfg!(feature = "fault-injection")
+        && std::env::var_os("LOOP_GATES_FAULT").is_some_and(|v| v == "parse")
+    {
         return Err(format!(
             "the {} parser failed (injected fault)",
             lang.name()

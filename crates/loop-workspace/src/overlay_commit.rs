@@ -57,9 +57,11 @@ pub struct Merged {
     pub refused: Vec<String>,
 }
 
-/// Test-only fault injection: `LOOP_FAULT_KILL_IN_MERGE=N` makes the
-/// process SIGKILL itself after the merge's Nth operation (0: right after
-/// the plan is durable), as a crash would. Read once per process.
+/// Test-only fault injection (the `fault-injection` feature):
+/// `LOOP_FAULT_KILL_IN_MERGE=N` makes the process SIGKILL itself after the
+/// merge's Nth operation (0: right after the plan is durable), as a crash
+/// would. Read once per process.
+#[cfg(feature = "fault-injection")]
 fn kill_after_op() -> Option<usize> {
     static AT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *AT.get_or_init(|| {
@@ -67,6 +69,12 @@ fn kill_after_op() -> Option<usize> {
             .ok()
             .and_then(|v| v.parse().ok())
     })
+}
+
+/// Without the `fault-injection` feature nothing is injected.
+#[cfg(not(feature = "fault-injection"))]
+fn kill_after_op() -> Option<usize> {
+    None
 }
 
 fn maybe_die(done: usize) {
