@@ -68,6 +68,7 @@ pub fn validate_loopfile(file: &Path) -> Result<u8, CliError> {
         ("progress", l.progress.is_some()),
         ("checkpoints", l.checkpoints.is_some()),
         ("apply", !l.host_executable.is_empty()),
+        ("workspace", !l.shares.is_empty() || l.no_share_detection),
     ]
     .iter()
     .filter(|(_, set)| *set)
@@ -99,5 +100,45 @@ pub fn validate_contract(file: &Path) -> Result<u8, CliError> {
         checks,
         contract.artifacts.len()
     );
+    Ok(0)
+}
+
+/// `loop audit`: the environments a task here would share, and how.
+pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
+    use loop_runtime::environments::Standing;
+    let a = loop_runtime::Runtime::open(project)?.audit()?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_value(&a).map_err(|e| CliError::internal(e.to_string()))?
+        );
+        return Ok(0);
+    }
+    match &a.loopfile {
+        Some(p) => println!("Loopfile {}", p.display()),
+        None => println!("no Loopfile: the defaults apply"),
+    }
+    if a.shares.is_empty() {
+        println!("no untracked dependency environment found or declared");
+    } else {
+        println!(
+            "untracked dependency environments (this build does not yet share them into tasks: a task sees only what git tracks, or its copy):"
+        );
+    }
+    for (s, st) in &a.shares {
+        let state = match st {
+            Standing::Present { files, bytes } => format!("{files} files, {bytes} bytes"),
+            Standing::Missing => "not there yet".to_string(),
+            Standing::Refused { why } => format!("NOT SHARED: {why}"),
+        };
+        println!(
+            "  {:<16} {:<10} {state} ({}{})",
+            s.path,
+            s.mode.as_str(),
+            s.why,
+            if s.declared { "" } else { ", detected" }
+        );
+    }
+    println!("network: denied to every command and check");
     Ok(0)
 }

@@ -322,6 +322,16 @@ enum Command {
         #[arg(long)]
         loopfile: bool,
     },
+    /// What a task in this project would share of its dependency
+    /// environments (a venv, node_modules, target/, vendor/), and how.
+    Audit {
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the JSON Schema of a format: `contract` or `loopfile`.
     Schema {
         /// contract | loopfile
@@ -476,6 +486,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             Ok(report_end(&report, json))
         }
         Command::Manifest { dir } => files_cmd::manifest(&dir),
+        Command::Audit { project, json } => files_cmd::audit(&project, json),
         Command::Schema { format } => files_cmd::schema(&format),
         Command::Validate { file, loopfile }
             if loopfile || file.file_name().is_some_and(|n| n == "Loopfile.yaml") =>

@@ -1447,3 +1447,69 @@ fn diagnostics_are_off_by_default_and_on_with_v_or_loop_log() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_honour() {
+    let dir = tmpdir("audit");
+    let project = dir.join("p");
+    std::fs::create_dir_all(project.join(".venv/lib")).unwrap();
+    std::fs::write(project.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    std::fs::write(project.join(".venv/lib/dep.py"), "X = 1\n").unwrap();
+    std::fs::write(project.join("package.json"), "{}\n").unwrap();
+    // A link is never shared, whatever it points at.
+    std::os::unix::fs::symlink("/etc", project.join("node_modules")).unwrap();
+    let out = loop_bin()
+        .args(["audit", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shares = v["shares"].as_array().unwrap();
+    assert_eq!(shares.len(), 2, "{v}");
+    assert_eq!(shares[0][0]["path"], ".venv");
+    assert_eq!(shares[0][0]["mode"], "read_only");
+    assert_eq!(shares[0][1]["state"], "present");
+    assert_eq!(shares[0][1]["files"], 2);
+    assert_eq!(shares[1][0]["path"], "node_modules");
+    assert_eq!(shares[1][1]["state"], "refused");
+    let human = loop_bin()
+        .args(["audit", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        said.contains("does not yet share them into tasks"),
+        "{said}"
+    );
+    assert!(said.contains("NOT SHARED: a symbolic link"), "{said}");
+    // Declared but not honoured yet: the run is refused, naming why,
+    // before anything is created.
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "workspace:\n  share: [.venv]\n",
+    )
+    .unwrap();
+    let run = loop_bin()
+        .args([
+            "run",
+            "x",
+            "--check",
+            "true",
+            "--model",
+            "scripted:none.yaml",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(
+        text(&run).contains("does not yet share environments into tasks"),
+        "{}",
+        text(&run)
+    );
+    assert!(!project.join(".loop/tasks").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

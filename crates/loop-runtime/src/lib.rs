@@ -15,6 +15,7 @@
 pub mod changes;
 pub mod control;
 mod drive;
+pub mod environments;
 pub mod error;
 pub mod exec;
 pub mod interrupt;

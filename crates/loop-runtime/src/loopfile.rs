@@ -17,6 +17,7 @@ const SECTIONS: &[&str] = &[
     "progress",
     "checkpoints",
     "apply",
+    "workspace",
 ];
 
 /// `exec:`'s keys.
@@ -49,6 +50,12 @@ const CHECKPOINT_KEYS: &[&str] = &[
 ];
 /// `apply:`'s keys.
 const APPLY_KEYS: &[&str] = &["host_executable"];
+/// `workspace:`'s keys.
+const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
+/// A share's keys.
+const SHARE_KEYS: &[&str] = &["path", "mode"];
+/// The ways to share.
+const SHARE_MODES: &[&str] = &["read_only", "overlay"];
 
 /// A loaded Loopfile.
 #[derive(Debug, Default)]
@@ -68,6 +75,10 @@ pub struct Loopfile {
     /// `apply: { host_executable: [GLOB…] }`: more paths that `loop apply`
     /// brings home only with `--trust-host-files`.
     pub host_executable: Vec<String>,
+    /// `workspace.share`: untracked project paths a task shares.
+    pub shares: Vec<crate::environments::Share>,
+    /// `workspace.detect: false`: share only what is declared.
+    pub no_share_detection: bool,
 }
 
 impl Loopfile {
@@ -107,6 +118,7 @@ impl Loopfile {
                 "progress" => out.progress = read_progress(&mut r, v),
                 "checkpoints" => out.checkpoints = read_checkpoints(&mut r, v),
                 "apply" => out.host_executable = read_apply(&mut r, v),
+                "workspace" => read_workspace(&mut r, v, &mut out),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -321,6 +333,75 @@ fn read_apply(r: &mut Reader, node: &Node) -> Vec<String> {
     globs
 }
 
+/// `workspace:`: the environments a task shares (`share`, each a path or
+/// `{path, mode}`) and whether more are detected per stack (`detect`).
+fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
+    let Some(fields) = r.mapping(node, "`workspace`", WORKSPACE_KEYS) else {
+        return;
+    };
+    for (k, v) in fields {
+        if k.name == "detect" {
+            out.no_share_detection = r.boolean(v, "`detect`").is_some_and(|d| !d);
+            continue;
+        }
+        for item in r.seq(v, "`share`").unwrap_or_default() {
+            let (path_node, mode) = match &item.value {
+                Value::Map(_) => {
+                    let Some(entries) = r.mapping(item, "a share", SHARE_KEYS) else {
+                        continue;
+                    };
+                    let find = |name: &str| entries.iter().find(|(k, _)| k.name == name);
+                    let Some((_, p)) = find("path") else {
+                        r.err(Some(item.pos), "a share needs a `path`".into(), None);
+                        continue;
+                    };
+                    let mode = match find("mode") {
+                        None => Some(crate::environments::ShareMode::ReadOnly),
+                        Some((_, m)) => r.one_of(m, "share mode", SHARE_MODES).map(|m| {
+                            if m == "overlay" {
+                                crate::environments::ShareMode::Overlay
+                            } else {
+                                crate::environments::ShareMode::ReadOnly
+                            }
+                        }),
+                    };
+                    (p, mode)
+                }
+                _ => (item, Some(crate::environments::ShareMode::ReadOnly)),
+            };
+            let (Some(path), Some(mode)) = (r.rel_path(path_node, "a shared path"), mode) else {
+                continue;
+            };
+            let first = path.as_str().split('/').next().unwrap_or_default();
+            if matches!(first, ".git" | ".loop") {
+                r.err(
+                    Some(path_node.pos),
+                    format!(
+                        "`{}` is the runtime's or git's own, never shared",
+                        path.as_str()
+                    ),
+                    None,
+                );
+                continue;
+            }
+            if out.shares.iter().any(|s| s.path == path.as_str()) {
+                r.err(
+                    Some(path_node.pos),
+                    format!("`{}` is shared twice", path.as_str()),
+                    None,
+                );
+                continue;
+            }
+            out.shares.push(crate::environments::Share {
+                path: path.as_str().to_string(),
+                mode,
+                why: "declared in the Loopfile".into(),
+                declared: true,
+            });
+        }
+    }
+}
+
 /// `checkpoints:`: when to pause for a person, and transient retries.
 fn read_checkpoints(r: &mut Reader, node: &Node) -> Option<loop_core::Checkpoints> {
     let fields = r.mapping(node, "`checkpoints`", CHECKPOINT_KEYS)?;
@@ -394,6 +475,18 @@ pub fn schema() -> serde_json::Value {
             "before_apply" | "pause_clock" => json!({"type": "boolean"}),
             "retry_transient" => json!({"type": "integer", "minimum": 0}),
             _ => json!({"type": "integer", "minimum": 1}),
+        })}),
+        "workspace" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(WORKSPACE_KEYS, |k| match k {
+            "detect" => json!({"type": "boolean", "default": true}),
+            _ => json!({"type": "array", "items": {"oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "object", "additionalProperties": false, "required": ["path"],
+                 "properties": props(SHARE_KEYS, |k| match k {
+                    "mode" => json!({"enum": SHARE_MODES}),
+                    _ => json!({"type": "string", "minLength": 1}),
+                 })},
+            ]}}),
         })}),
         _ => json!({"type": "object", "additionalProperties": false,
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
@@ -487,5 +580,39 @@ mod tests {
             keys(&p["rules"]["properties"]),
             sorted(super::RULE_LANGUAGES)
         );
+    }
+
+    #[test]
+    fn shares_are_read_with_every_problem_named() {
+        let ok = Loopfile::parse(
+            "workspace:\n  detect: false\n  share:\n    - .venv\n    - path: target\n      mode: overlay\n",
+            "L",
+        )
+        .unwrap();
+        assert!(ok.no_share_detection);
+        let got: Vec<(String, &str)> = ok
+            .shares
+            .iter()
+            .map(|s| (s.path.clone(), s.mode.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(".venv".into(), "read_only"), ("target".into(), "overlay")]
+        );
+        let e = Loopfile::parse(
+            "workspace:\n  share:\n    - ../outside\n    - .git/hooks\n    - path: t\n      mode: cow\n    - mode: overlay\n    - .venv\n    - .venv\n",
+            "Loopfile.yaml",
+        )
+        .unwrap_err()
+        .message;
+        for want in [
+            "Loopfile.yaml:3:7: a shared path",
+            "Loopfile.yaml:4:7: `.git/hooks` is the runtime's or git's own, never shared",
+            "Loopfile.yaml:6:13: unknown share mode `cow`",
+            "Loopfile.yaml:7:7: a share needs a `path`",
+            "Loopfile.yaml:9:7: `.venv` is shared twice",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in:\n{e}");
+        }
     }
 }

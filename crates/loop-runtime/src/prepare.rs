@@ -21,6 +21,17 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
+    // Declared, but not yet honoured: refused rather than silently ignored.
+    if let Some(s) = loopfile.shares.first() {
+        return Err(Error::usage(format!(
+            "{}: workspace.share (`{}`) is read and shown by `loop audit`, but this build does not yet share environments into tasks; remove it to run",
+            loopfile
+                .path
+                .as_ref()
+                .map_or("Loopfile.yaml".into(), |p| p.display().to_string()),
+            s.path
+        )));
+    }
     crate::models::load_model(req.model.as_deref(), &loopfile, None)?;
     let store = open_store(&project)?;
     let task_id = new_task_id(clock.now_ms())?;

@@ -135,4 +135,10 @@ impl Runtime {
     pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::discard(&self.project, id, observer)
     }
+
+    /// The dependency environments a task here would share, and where
+    /// each stands.
+    pub fn audit(&self) -> Result<crate::environments::Audit, Error> {
+        crate::environments::audit(&self.project)
+    }
 }

@@ -1,0 +1,304 @@
+//! Dependency environments a project keeps outside what git tracks (a
+//! Python venv, `node_modules`, Cargo's `target/`, Go's `vendor/`): which
+//! a task would share, how, and why. Declared in the Loopfile's
+//! `workspace.share`, or detected per stack unless `workspace.detect:
+//! false`. `loop audit` shows the plan; mounting them into the task's
+//! view is the next step of the dependency-environment work.
+
+use crate::loopfile::Loopfile;
+use std::path::Path;
+
+/// How a task sees a shared environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareMode {
+    /// Read-only: the task can use it, never change it.
+    ReadOnly,
+    /// Copy-on-write: the task's writes stay in the task (build outputs).
+    Overlay,
+}
+
+impl ShareMode {
+    /// As written in the Loopfile.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShareMode::ReadOnly => "read_only",
+            ShareMode::Overlay => "overlay",
+        }
+    }
+}
+
+/// One environment a task would share.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Share {
+    /// The project path, relative, `/`-separated.
+    pub path: String,
+    /// How.
+    pub mode: ShareMode,
+    /// Why: declared in the Loopfile, or the stack it was detected for.
+    pub why: String,
+    /// Declared in the Loopfile (not detected).
+    pub declared: bool,
+}
+
+/// Where a share stands in the project now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Standing {
+    /// A real directory, with this many files and bytes.
+    Present {
+        /// Regular files under it.
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// Nothing there (yet).
+    Missing,
+    /// It cannot be shared, and why (a link, not a directory, tracked).
+    Refused {
+        /// Why.
+        why: String,
+    },
+}
+
+/// The detected stacks' environments: (directory, marker file that must
+/// exist beside it, mode, why).
+const DETECTED: &[(&str, &str, ShareMode, &str)] = &[
+    (
+        "node_modules",
+        "package.json",
+        ShareMode::ReadOnly,
+        "Node packages (package.json)",
+    ),
+    (
+        "target",
+        "Cargo.toml",
+        ShareMode::Overlay,
+        "Cargo build output (Cargo.toml): the task's writes stay in the task",
+    ),
+    (
+        "vendor",
+        "go.mod",
+        ShareMode::ReadOnly,
+        "Go vendored modules (go.mod)",
+    ),
+];
+
+/// Environments detected in `project`: top-level directories holding a
+/// `pyvenv.cfg` (Python virtual environments), and each stack's directory
+/// beside its marker file.
+pub fn detect(project: &Path) -> Vec<Share> {
+    let mut out = Vec::new();
+    if let Ok(items) = std::fs::read_dir(project) {
+        let mut venvs: Vec<String> = items
+            .flatten()
+            .filter(|i| i.file_type().is_ok_and(|t| t.is_dir()))
+            .filter(|i| i.path().join("pyvenv.cfg").is_file())
+            .filter_map(|i| i.file_name().to_str().map(str::to_string))
+            .filter(|n| n != ".git" && n != ".loop")
+            .collect();
+        venvs.sort();
+        out.extend(venvs.into_iter().map(|path| Share {
+            path,
+            mode: ShareMode::ReadOnly,
+            why: "a Python virtual environment (pyvenv.cfg)".into(),
+            declared: false,
+        }));
+    }
+    for (dir, marker, mode, why) in DETECTED {
+        if project.join(marker).is_file() && std::fs::symlink_metadata(project.join(dir)).is_ok() {
+            out.push(Share {
+                path: dir.to_string(),
+                mode: *mode,
+                why: why.to_string(),
+                declared: false,
+            });
+        }
+    }
+    out
+}
+
+/// What a task in `project` would share under `loopfile`: the declared
+/// shares, then (unless detection is off) the detected ones not declared.
+pub fn plan(project: &Path, loopfile: &Loopfile) -> Vec<Share> {
+    let mut out: Vec<Share> = loopfile.shares.clone();
+    if !loopfile.no_share_detection {
+        for s in detect(project) {
+            if !out.iter().any(|d| d.path == s.path) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Where `share` stands in `project`: a real directory (counted, links
+/// not followed), missing, or refused with the reason.
+pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -> Standing {
+    let full = project.join(&share.path);
+    let Ok(meta) = std::fs::symlink_metadata(&full) else {
+        return Standing::Missing;
+    };
+    if meta.file_type().is_symlink() {
+        return Standing::Refused {
+            why: "a symbolic link: only a real directory is shared".into(),
+        };
+    }
+    if !meta.is_dir() {
+        return Standing::Refused {
+            why: "not a directory".into(),
+        };
+    }
+    if tracked(&share.path) {
+        return Standing::Refused {
+            why: "git tracks files in it: the task has its own copy".into(),
+        };
+    }
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![full];
+    while let Some(dir) = stack.pop() {
+        let Ok(items) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for item in items.flatten() {
+            let Ok(t) = item.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(item.path());
+            } else if t.is_file() {
+                files += 1;
+                bytes += item.metadata().map_or(0, |m| m.len());
+            }
+        }
+    }
+    Standing::Present { files, bytes }
+}
+
+/// Whether git tracks anything under `path` in `project` (false outside a
+/// repository, or when git is not there to ask).
+pub fn tracked_in_git(project: &Path, path: &str) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(["ls-files", "-z", "--"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+}
+
+/// What a task in a project would see of its environments.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Audit {
+    /// The Loopfile read, if there is one.
+    pub loopfile: Option<std::path::PathBuf>,
+    /// Each environment, and where it stands.
+    pub shares: Vec<(Share, Standing)>,
+}
+
+/// The audit of `project`'s environments under its Loopfile.
+pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
+    let loopfile = Loopfile::load(project)?;
+    let tracked = |p: &str| tracked_in_git(project, p);
+    let shares = plan(project, &loopfile)
+        .into_iter()
+        .map(|s| {
+            let st = standing(project, &s, &tracked);
+            (s, st)
+        })
+        .collect();
+    Ok(Audit {
+        loopfile: loopfile.path,
+        shares,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("loop-env-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn stacks_are_detected_by_their_markers_and_declarations_win() {
+        let p = project("detect");
+        std::fs::create_dir_all(p.join(".venv/lib")).unwrap();
+        std::fs::write(p.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        std::fs::write(p.join(".venv/lib/m.py"), "x = 1\n").unwrap();
+        std::fs::create_dir_all(p.join("target/debug")).unwrap();
+        std::fs::write(p.join("Cargo.toml"), "[package]\n").unwrap();
+        // node_modules without package.json is no Node project's.
+        std::fs::create_dir_all(p.join("node_modules")).unwrap();
+        let found = detect(&p);
+        let paths: Vec<(&str, ShareMode)> =
+            found.iter().map(|s| (s.path.as_str(), s.mode)).collect();
+        assert_eq!(
+            paths,
+            vec![
+                (".venv", ShareMode::ReadOnly),
+                ("target", ShareMode::Overlay)
+            ]
+        );
+        let lf = Loopfile::parse(
+            "workspace:\n  share:\n    - path: target\n      mode: read_only\n    - vendor\n",
+            "L",
+        )
+        .unwrap();
+        let planned = plan(&p, &lf);
+        let got: Vec<(&str, ShareMode, bool)> = planned
+            .iter()
+            .map(|s| (s.path.as_str(), s.mode, s.declared))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("target", ShareMode::ReadOnly, true),
+                ("vendor", ShareMode::ReadOnly, true),
+                (".venv", ShareMode::ReadOnly, false),
+            ]
+        );
+        let off = Loopfile::parse("workspace:\n  detect: false\n", "L").unwrap();
+        assert!(plan(&p, &off).is_empty());
+        let none = |_: &str| false;
+        assert_eq!(
+            standing(&p, &planned[2], &none),
+            Standing::Present {
+                files: 2,
+                bytes: 22
+            }
+        );
+        assert_eq!(standing(&p, &planned[1], &none), Standing::Missing);
+        let _ = std::fs::remove_dir_all(&p);
+    }
+
+    #[test]
+    fn a_link_a_file_or_a_tracked_directory_is_never_shared() {
+        let p = project("refuse");
+        std::os::unix::fs::symlink("/etc", p.join(".venv")).unwrap();
+        std::fs::write(p.join("vendor"), "a file").unwrap();
+        std::fs::create_dir_all(p.join("node_modules")).unwrap();
+        let share = |path: &str| Share {
+            path: path.into(),
+            mode: ShareMode::ReadOnly,
+            why: "declared".into(),
+            declared: true,
+        };
+        let tracked = |p: &str| p == "node_modules";
+        for (path, why) in [
+            (".venv", "a symbolic link"),
+            ("vendor", "not a directory"),
+            ("node_modules", "git tracks files in it"),
+        ] {
+            match standing(&p, &share(path), &tracked) {
+                Standing::Refused { why: w } => assert!(w.starts_with(why), "{path}: {w}"),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&p);
+    }
+}
