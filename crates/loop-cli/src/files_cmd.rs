@@ -122,7 +122,7 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
         println!("no untracked dependency environment found or declared");
     } else {
         println!(
-            "untracked dependency environments (this build does not yet share them into tasks: a task sees only what git tracks, or its copy):"
+            "untracked dependency environments (read_only ones are shared into every task, its commands and its checks; overlay ones are not built yet):"
         );
     }
     for (s, st) in &a.shares {

@@ -1480,15 +1480,15 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_hono
         .unwrap();
     let said = String::from_utf8_lossy(&human.stdout);
     assert!(
-        said.contains("does not yet share them into tasks"),
+        said.contains("read_only ones are shared into every task"),
         "{said}"
     );
     assert!(said.contains("NOT SHARED: a symbolic link"), "{said}");
-    // Declared but not honoured yet: the run is refused, naming why,
-    // before anything is created.
+    // Declared but not built yet (copy-on-write): the run is refused,
+    // naming why, before anything is created.
     std::fs::write(
         project.join("Loopfile.yaml"),
-        "workspace:\n  share: [.venv]\n",
+        "workspace:\n  share:\n    - path: .venv\n      mode: overlay\n",
     )
     .unwrap();
     let run = loop_bin()
@@ -1506,7 +1506,7 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_hono
         .unwrap();
     assert_eq!(run.status.code(), Some(2), "{}", text(&run));
     assert!(
-        text(&run).contains("does not yet share environments into tasks"),
+        text(&run).contains("mode overlay is not built yet"),
         "{}",
         text(&run)
     );

@@ -76,6 +76,7 @@ fn main() {
                 baseline: None,
                 check_integrity: Vec::new(),
                 artifacts: vec![],
+                environments: vec![],
                 baseline_root: "r".into(),
                 final_root: "r".into(),
                 change_set: ChangeSetRecord {

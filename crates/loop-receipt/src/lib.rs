@@ -14,8 +14,8 @@ pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, veri
 pub use receipt::{
     ADDENDUM_TYPE, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope, LedgerRef,
     PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder, ReceiptError,
-    STATEMENT_TYPE, SignatureStatus, Statement, Subject, VerifyReport, pae, revoked_by_addenda,
-    subject, verify_receipt, write_addendum, write_dsse, write_envelope,
+    STATEMENT_TYPE, SharedEnvironment, SignatureStatus, Statement, Subject, VerifyReport, pae,
+    revoked_by_addenda, subject, verify_receipt, write_addendum, write_dsse, write_envelope,
 };
 
 #[cfg(test)]

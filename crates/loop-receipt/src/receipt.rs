@@ -103,6 +103,18 @@ pub struct ChangeSetRecord {
     pub unredacted_patch_sha256: Option<String>,
 }
 
+/// A dependency environment the task shared read-only (a venv,
+/// `node_modules`): where, and the content digest it was verified against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedEnvironment {
+    /// Its path in the project and in the workspace, `/`-separated.
+    pub path: String,
+    /// The Merkle root of its content (links and modes included).
+    pub sha256: String,
+    /// Regular files in it.
+    pub files: u64,
+}
+
 /// Budgets granted and used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budgets {
@@ -159,6 +171,10 @@ pub struct Predicate {
     pub check_integrity: Vec<loop_protocol::IntegrityRule>,
     /// Required artifacts shipped with the receipt.
     pub artifacts: Vec<RelPath>,
+    /// Dependency environments shared read-only, with the digests the
+    /// result was verified against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environments: Vec<SharedEnvironment>,
     /// Merkle root of the workspace at the start.
     pub baseline_root: String,
     /// Merkle root of the workspace at the end.

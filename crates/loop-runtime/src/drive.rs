@@ -151,7 +151,7 @@ fn wire<'a>(
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
         stored.isolation.parse().map_err(Error::internal)?;
-    let protected = protection(contract, &stored.check_integrity)?;
+    let protected = protection(contract, &stored.check_integrity, &stored.shares)?;
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
@@ -162,6 +162,7 @@ fn wire<'a>(
         deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
         paused_ms: Some(paused.clone()),
         git_dir: git_dir(&start.task_ws.origin),
+        shares: crate::prepare::shared_views(project, &stored.shares),
     };
     // The contract's limits reach the tools (max_diff_lines was once left
     // at its default whatever the contract said).

@@ -21,14 +21,13 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
-    // Declared, but not yet honoured: refused rather than silently ignored.
-    if let Some(s) = loopfile.shares.first() {
+    if let Some(s) = loopfile
+        .shares
+        .iter()
+        .find(|s| s.mode == crate::environments::ShareMode::Overlay)
+    {
         return Err(Error::usage(format!(
-            "{}: workspace.share (`{}`) is read and shown by `loop audit`, but this build does not yet share environments into tasks; remove it to run",
-            loopfile
-                .path
-                .as_ref()
-                .map_or("Loopfile.yaml".into(), |p| p.display().to_string()),
+            "workspace.share `{}`: mode overlay is not built yet; share it read_only",
             s.path
         )));
     }
@@ -56,21 +55,23 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
         progress: loopfile.progress.clone(),
         checkpoints: loopfile.checkpoints.clone(),
         check_integrity: Vec::new(),
+        shares: Vec::new(),
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
         .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    let mut stored = stored;
+    stored.shares = share_environments(&project, &workspace, &loopfile, observer)?;
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
-    let mut stored = stored;
     stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
     let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
-    let protected = protection(&req.contract, &stored.check_integrity)?;
+    let protected = protection(&req.contract, &stored.check_integrity, &stored.shares)?;
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(loop_sandbox::Settings {
@@ -80,6 +81,7 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
             ),
             paused_ms: None,
             git_dir: git_dir(&task_ws.origin),
+            shares: shared_views(&project, &stored.shares),
             isolation: req.isolation,
             cancel: Some(crate::interrupt::flag()),
         })
@@ -98,6 +100,83 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
     Ok(task_id)
+}
+
+/// The dependency environments this task shares read-only. Each planned
+/// one that is a real, untracked directory of the project, and is not in
+/// the task's workspace, gets an empty directory there for it to be
+/// mounted on, and its digest taken (the receipt says which dependency set
+/// the result was verified against). Overlay shares are not built yet: a
+/// declared one is refused, a detected one left out; both are said.
+fn share_environments(
+    project: &Path,
+    workspace: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    observer: &mut dyn crate::Observer,
+) -> Result<Vec<loop_receipt::SharedEnvironment>, Error> {
+    use crate::environments::{ShareMode, Standing, plan, standing, tracked_in_git};
+    let mut out = Vec::new();
+    let tracked = |p: &str| tracked_in_git(project, p);
+    for s in plan(project, loopfile) {
+        if s.mode == ShareMode::Overlay {
+            // (A declared one was refused before anything was made.)
+            observer.note(&format!(
+                "not shared: `{}` ({}): overlay shares are not built yet",
+                s.path, s.why
+            ));
+            continue;
+        }
+        match standing(project, &s, &tracked) {
+            Standing::Present { .. } => {}
+            Standing::Missing => {
+                if s.declared {
+                    observer.note(&format!("not shared: `{}` is not in the project", s.path));
+                }
+                continue;
+            }
+            Standing::Refused { why } => {
+                observer.note(&format!("not shared: `{}`: {why}", s.path));
+                continue;
+            }
+        }
+        let in_ws = workspace.join(&s.path);
+        if std::fs::symlink_metadata(&in_ws).is_ok() {
+            observer.note(&format!(
+                "not shared: `{}` is already in the task's workspace",
+                s.path
+            ));
+            continue;
+        }
+        std::fs::create_dir_all(&in_ws)
+            .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
+        let m = Manifest::of(&project.join(&s.path))
+            .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
+        observer.note(&format!(
+            "sharing `{}` read-only ({}; {} files, sha256:{})",
+            s.path,
+            s.why,
+            m.entries.len(),
+            &m.root[..12.min(m.root.len())]
+        ));
+        out.push(loop_receipt::SharedEnvironment {
+            path: s.path,
+            sha256: m.root,
+            files: m.entries.len() as u64,
+        });
+    }
+    Ok(out)
+}
+
+/// The sandbox's view of shared environments: (project directory, path
+/// in the workspace).
+pub(crate) fn shared_views(
+    project: &Path,
+    shares: &[loop_receipt::SharedEnvironment],
+) -> Vec<(std::path::PathBuf, String)> {
+    shares
+        .iter()
+        .map(|s| (project.join(&s.path), s.path.clone()))
+        .collect()
 }
 
 /// A line saying where the task works.

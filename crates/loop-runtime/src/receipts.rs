@@ -168,10 +168,32 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
             current.root, recorded.manifest_root
         )));
     }
+    // The dependency environments it was verified against, only if they
+    // still hold exactly that content.
+    let project = state.parent().unwrap_or(state);
+    for e in &p.environments {
+        let now = Manifest::of(&project.join(&e.path)).map_err(|x| {
+            Error::usage(format!(
+                "the shared environment `{}` is gone ({x}); replay needs the one verified against",
+                e.path
+            ))
+        })?;
+        if now.root != e.sha256 {
+            return Err(Error::usage(format!(
+                "the shared environment `{}` changed since verification (root {} ≠ recorded {})",
+                e.path, now.root, e.sha256
+            )));
+        }
+    }
+    let sandbox = loop_sandbox::Settings {
+        shares: crate::prepare::shared_views(project, &p.environments),
+        ..loop_sandbox::Settings::default()
+    };
     // The verifier never writes to the tree it seals (overlays, or its own copy).
     let scratch = task_dir.join("replay");
     let _ = remove_tree(&scratch);
     let replayed = SnapshotVerifier::new(&workspace, &scratch)
+        .with_sandbox(sandbox)
         .verify(&p.contract, &p.contract_sha256, recorded.attempt)
         .map_err(Error::from_cause)?;
     let _ = remove_tree(&scratch);

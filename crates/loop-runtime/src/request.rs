@@ -68,6 +68,9 @@ pub struct StoredRequest {
     /// define what the checks mean; protected like `protected` globs).
     #[serde(default)]
     pub check_integrity: Vec<loop_protocol::IntegrityRule>,
+    /// Dependency environments shared read-only, with their digests.
+    #[serde(default)]
+    pub shares: Vec<loop_receipt::SharedEnvironment>,
 }
 
 /// What no tool may write and every seal must leave as it was: the
@@ -76,7 +79,19 @@ pub struct StoredRequest {
 pub(crate) fn protection(
     contract: &Contract,
     integrity: &[loop_protocol::IntegrityRule],
+    shares: &[loop_receipt::SharedEnvironment],
 ) -> Result<Protected, Error> {
+    // A shared environment is read-only to the tools, as it is to commands.
+    let shared: Vec<(String, String)> = shares
+        .iter()
+        .flat_map(|s| {
+            let why = format!("a shared read-only environment `{}`", s.path);
+            [
+                (s.path.clone(), why.clone()),
+                (format!("{}/**", s.path), why),
+            ]
+        })
+        .collect();
     Protected::new(&contract.protected_globs())
         .and_then(|p| {
             p.with_named(
@@ -84,5 +99,6 @@ pub(crate) fn protection(
                 &contract.allow_check_changes,
             )
         })
+        .and_then(|p| p.with_named(&shared, &[]))
         .map_err(|e| Error::usage(format!("protected globs: {e}")))
 }

@@ -111,6 +111,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         baseline: start.baseline_report.clone(),
         check_integrity: s.stored.check_integrity.clone(),
         artifacts: Vec::new(),
+        environments: s.stored.shares.clone(),
         baseline_root: start.baseline.root.clone(),
         final_root: final_manifest.root.clone(),
         change_set: change_set.clone(),

@@ -144,6 +144,10 @@ pub struct Settings {
     /// `[extensions]`, so no credential in a remote URL is readable), so
     /// `git status`, `diff` and `log` work; nothing in it is writable.
     pub git_dir: Option<PathBuf>,
+    /// Dependency environments shown read-only inside the workspace:
+    /// (the host directory, its path relative to the workspace). They need
+    /// a mount namespace; without one the request is refused.
+    pub shares: Vec<(PathBuf, String)>,
 }
 
 impl Settings {
@@ -152,6 +156,7 @@ impl Settings {
         req.isolation = self.isolation;
         req.cancel = self.cancel.clone();
         req.git_dir = self.git_dir.clone();
+        req.shares = self.shares.clone();
         if let Some(d) = self.deadline {
             let moved = self
                 .paused_ms
@@ -208,6 +213,9 @@ pub struct ExecRequest {
     /// workspace (see [`check_env`]); what was imposed is reported in
     /// [`ExecResult::env_imposed`].
     pub check: bool,
+    /// Dependency environments shown read-only inside the workspace (see
+    /// [`Settings::shares`]).
+    pub shares: Vec<(PathBuf, String)>,
 }
 
 impl ExecRequest {
@@ -236,6 +244,7 @@ impl ExecRequest {
             env: Vec::new(),
             check: false,
             git_dir: None,
+            shares: Vec::new(),
         }
     }
 }
@@ -572,6 +581,11 @@ fn prepare(
     let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
+        if let Some((_, rel)) = req.shares.first() {
+            return Err(SandboxError::Prepare(format!(
+                "the shared environment `{rel}` needs a mount namespace, which is unavailable here"
+            )));
+        }
     }
     // A worktree's repository, read-only, with a config that names no
     // remote (a URL may carry a token).
@@ -721,6 +735,7 @@ fn child_plan(
                 cwd: &cwd,
                 fresh_proc: support.proc_mount,
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
+                shares: &req.shares,
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
                 masks,

@@ -93,6 +93,9 @@ pub struct Inputs<'a> {
     pub git: Option<(&'a Path, &'a Path)>,
     /// Overlay the host trees (else bind them read-only).
     pub overlay_trees: bool,
+    /// Dependency environments bound read-only inside the workspace:
+    /// (host directory, path relative to the workspace).
+    pub shares: &'a [(PathBuf, String)],
     /// The mount is made in a user namespace (overlays need `userxattr`).
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
@@ -178,6 +181,7 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
     if let Some((dir, config)) = inp.git {
         b.git(dir, config)?;
     }
+    b.shares(inp)?;
     b.mask_denied(inp, &targets)?;
     b.system(inp)?;
     b.resolv_conf(inp)?;
@@ -308,6 +312,31 @@ impl Builder<'_> {
                 };
                 self.rules.push((c(&under(self.staging, e))?, mask));
             }
+        }
+        Ok(())
+    }
+
+    /// Dependency environments, each bound read-only over its directory in
+    /// the workspace (after the workspace, so on top of it). A share whose
+    /// place in the workspace is not a plain directory is refused: the
+    /// runtime made it, and anything else there was put by the task.
+    fn shares(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+        for (host, rel) in inp.shares {
+            let in_ws = inp.workspace.join(rel);
+            let meta =
+                std::fs::symlink_metadata(&in_ws).map_err(|e| format!("shared `{rel}`: {e}"))?;
+            if !meta.is_dir() {
+                return Err(format!(
+                    "shared `{rel}`: its place in the workspace is not a directory"
+                ));
+            }
+            let at = under(self.staging, &in_ws);
+            self.ops.push(Op::Bind(
+                c(host)?,
+                c(&at)?,
+                true,
+                Some(crate::locked_flags(host)),
+            ));
         }
         Ok(())
     }
@@ -497,6 +526,7 @@ mod tests {
             fresh_proc: true,
             git: None,
             overlay_trees: true,
+            shares: &[],
             userns: true,
             masks: Masks {
                 read_dir: 1,

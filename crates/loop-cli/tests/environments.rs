@@ -1,0 +1,156 @@
+//! A real project with a real third-party dependency installed in a `.venv`
+//! git ignores: the task shares it read-only, the project's own test
+//! command verifies, the model cannot change the environment, the user's
+//! venv is byte-identical afterwards, and the receipt names its digest.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn loop_cmd(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env("LOOP_STATE_DIR", home.join("state"))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// The venv's content root, as `loop manifest` gives it.
+fn digest(home: &Path, dir: &Path) -> String {
+    let out = loop_cmd(home).arg("manifest").arg(dir).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-venv");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join(".gitignore"), ".venv/\n").unwrap();
+    std::fs::write(
+        project.join("test_slug.py"),
+        "import unittest\nfrom slug import slug\n\nclass T(unittest.TestCase):\n    def test_ascii(self):\n        self.assertEqual(slug('Crème Brûlée'), 'creme-brulee')\n\nif __name__ == '__main__':\n    unittest.main()\n",
+    )
+    .unwrap();
+    // A real dependency from the package index, in the project's venv.
+    let venv = Command::new("/usr/bin/python3")
+        .args(["-m", "venv", ".venv"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(venv.success(), "python3 -m venv");
+    let pip = Command::new(project.join(".venv/bin/pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "text-unidecode==1.3",
+        ])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(pip.success(), "pip install text-unidecode");
+    let before = digest(&base, &project.join(".venv"));
+
+    let fix = "from text_unidecode import unidecode\n\ndef slug(s):\n    return unidecode(s).lower().replace(' ', '-')\n";
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: .venv/lib/evil.py, content: \"x = 1\"}}}}\n      - {{tool: run_command, args: {{command: \"touch .venv/owned\"}}}}\n  - calls:\n      - {{tool: write_file, args: {{path: slug.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: slug uses the dependency}}}}\n",
+        serde_json::to_string(fix).unwrap()
+    );
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    std::fs::write(
+        base.join("task.yaml"),
+        "instruction: write slug.py\ncriteria:\n  - id: tests\n    checks:\n      - run: \".venv/bin/python -m unittest test_slug\"\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 120 }\n",
+    )
+    .unwrap();
+    let out = loop_cmd(&base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    // The model could not change the shared environment, by either path.
+    let observed: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "observed")
+        .map(|e| &e["observation"])
+        .collect();
+    let evil = observed
+        .iter()
+        .find(|o| o["tool"] == "write_file" && o["content"].as_str().unwrap_or("").contains("evil"))
+        .or_else(|| observed.first())
+        .unwrap();
+    assert_eq!(evil["status"], "refused", "{evil}");
+    assert!(
+        evil.to_string()
+            .contains("a shared read-only environment `.venv`"),
+        "{evil}"
+    );
+    let touch = observed
+        .iter()
+        .find(|o| o["tool"] == "run_command")
+        .unwrap();
+    assert!(
+        touch["content"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{touch}"
+    );
+    // The user's venv is byte-identical, and the receipt names its digest.
+    assert_eq!(digest(&base, &project.join(".venv")), before);
+    assert!(!project.join(".venv/owned").exists());
+    assert!(!project.join(".venv/lib/evil.py").exists());
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let env = std::fs::read_to_string(&receipt).unwrap();
+    let env: serde_json::Value = serde_json::from_str(&env).unwrap();
+    let payload = base64_payload(env["payload"].as_str().unwrap());
+    let shared = &payload["predicate"]["environments"];
+    assert_eq!(shared[0]["path"], ".venv", "{shared}");
+    assert_eq!(shared[0]["sha256"], before.as_str(), "{shared}");
+    // Nothing of the mount shows in what the task changed.
+    assert!(
+        !payload["predicate"]["change_set"]
+            .to_string()
+            .contains(".venv"),
+        "{}",
+        payload["predicate"]["change_set"]
+    );
+    // Replayed with no model, against the same environment.
+    let replay = loop_cmd(&base)
+        .arg("replay")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{said}");
+    assert!(said.contains("reproduced"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn base64_payload(b64: &str) -> serde_json::Value {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
