@@ -322,13 +322,18 @@ impl Builder<'_> {
     /// runtime made it, and anything else there was put by the task.
     fn shares(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
         for (host, rel) in inp.shares {
-            let in_ws = inp.workspace.join(rel);
-            let meta =
-                std::fs::symlink_metadata(&in_ws).map_err(|e| format!("shared `{rel}`: {e}"))?;
-            if !meta.is_dir() {
-                return Err(format!(
-                    "shared `{rel}`: its place in the workspace is not a directory"
-                ));
+            // Every component a real directory: a link the task put on the
+            // way would carry the mount elsewhere.
+            let mut in_ws = inp.workspace.to_path_buf();
+            for part in Path::new(rel).components() {
+                in_ws.push(part);
+                let real_dir = std::fs::symlink_metadata(&in_ws)
+                    .is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink());
+                if !real_dir {
+                    return Err(format!(
+                        "shared `{rel}`: its place in the workspace is not a directory"
+                    ));
+                }
             }
             let at = under(self.staging, &in_ws);
             self.ops.push(Op::Bind(
@@ -573,5 +578,43 @@ mod tests {
                 .iter()
                 .any(|(p, _)| p.as_bytes().starts_with(b"/tmp/p/root/etc"))
         );
+    }
+
+    #[test]
+    fn a_share_is_bound_read_only_on_its_directory_and_never_through_a_link() {
+        let base = std::env::temp_dir().join(format!("loop-root-share-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join("a/env")).unwrap();
+        std::fs::create_dir_all(base.join("project/a/env")).unwrap();
+        std::os::unix::fs::symlink("/", ws.join("l")).unwrap();
+        let view = HostView::resolve("/usr/bin:/bin", Some(Path::new("/root")), &[]);
+        let private = Private::under(base.join("p"));
+        let plan_with = |shares: &[(PathBuf, String)]| {
+            plan(&Inputs {
+                view: &view,
+                private: &private,
+                workspace: &ws,
+                cwd: &ws,
+                fresh_proc: true,
+                git: None,
+                overlay_trees: true,
+                shares,
+                userns: true,
+                masks: Masks::default(),
+            })
+        };
+        let ok = plan_with(&[(base.join("project/a/env"), "a/env".into())]).unwrap();
+        let bound = ok.ops.iter().any(|op| {
+            matches!(op, Op::Bind(src, dst, true, Some(_))
+                if src.to_str().unwrap().ends_with("project/a/env")
+                    && dst.to_str().unwrap().ends_with("ws/a/env"))
+        });
+        assert!(bound, "{:?}", ok.ops);
+        for rel in ["l/etc", "a/missing", "a/env/../../l"] {
+            let e = plan_with(&[(base.join("project/a/env"), rel.into())]).unwrap_err();
+            assert!(e.contains("is not a directory"), "{rel}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
