@@ -113,6 +113,11 @@ pub struct SharedEnvironment {
     pub sha256: String,
     /// Regular files in it.
     pub files: u64,
+    /// Set when the environment changed while the task ran (someone
+    /// outside the task changed it): its root at the end. The result was
+    /// verified against one of the two, and the receipt cannot say which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_to: Option<String>,
 }
 
 /// Budgets granted and used.

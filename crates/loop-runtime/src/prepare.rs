@@ -162,6 +162,7 @@ fn share_environments(
             path: s.path,
             sha256: m.root,
             files: m.entries.len() as u64,
+            changed_to: None,
         });
     }
     Ok(out)

@@ -178,6 +178,12 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
                 e.path
             ))
         })?;
+        if e.changed_to.is_some() {
+            return Err(Error::usage(format!(
+                "the shared environment `{}` changed while the task ran: the receipt cannot say which content it was verified against",
+                e.path
+            )));
+        }
         if now.root != e.sha256 {
             return Err(Error::usage(format!(
                 "the shared environment `{}` changed since verification (root {} ≠ recorded {})",

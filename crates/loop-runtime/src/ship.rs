@@ -61,6 +61,26 @@ fn ship_artifacts(s: &Shipment<'_>, receipt: &mut ReceiptBuilder) -> Result<(), 
     Ok(())
 }
 
+/// The shared environments as the receipt lists them: each one's root is
+/// taken again, and one that changed while the task ran says so.
+fn environments_at_end(
+    project: &Path,
+    shares: &[loop_receipt::SharedEnvironment],
+) -> Vec<loop_receipt::SharedEnvironment> {
+    shares
+        .iter()
+        .map(|e| {
+            let now = Manifest::of(&project.join(&e.path))
+                .map(|m| m.root)
+                .unwrap_or_else(|err| format!("(unreadable: {err})"));
+            loop_receipt::SharedEnvironment {
+                changed_to: (now != e.sha256).then_some(now),
+                ..e.clone()
+            }
+        })
+        .collect()
+}
+
 /// Ship everything, sign the receipt, close the task in the store.
 pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let task_id = s.task_id;
@@ -111,7 +131,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         baseline: start.baseline_report.clone(),
         check_integrity: s.stored.check_integrity.clone(),
         artifacts: Vec::new(),
-        environments: s.stored.shares.clone(),
+        environments: environments_at_end(s.project, &s.stored.shares),
         baseline_root: start.baseline.root.clone(),
         final_root: final_manifest.root.clone(),
         change_set: change_set.clone(),
@@ -153,4 +173,32 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         receipt: receipt_path,
         workspace: s.paths.workspace.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_environment_changed_while_the_task_ran_is_named_in_the_receipt() {
+        let p = std::env::temp_dir().join(format!("loop-ship-env-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join(".venv")).unwrap();
+        std::fs::write(p.join(".venv/a.py"), "A = 1\n").unwrap();
+        let root = Manifest::of(&p.join(".venv")).unwrap().root;
+        let shared = vec![loop_receipt::SharedEnvironment {
+            path: ".venv".into(),
+            sha256: root.clone(),
+            files: 1,
+            changed_to: None,
+        }];
+        let same = environments_at_end(&p, &shared);
+        assert_eq!(same, shared);
+        std::fs::write(p.join(".venv/a.py"), "A = 2\n").unwrap();
+        let changed = environments_at_end(&p, &shared);
+        assert_eq!(changed[0].sha256, root);
+        let now = Manifest::of(&p.join(".venv")).unwrap().root;
+        assert_eq!(changed[0].changed_to.as_deref(), Some(now.as_str()));
+        let _ = std::fs::remove_dir_all(&p);
+    }
 }
