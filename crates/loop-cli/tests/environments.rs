@@ -58,9 +58,13 @@ fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
     assert!(pip.success(), "pip install text-unidecode");
     let before = digest(&base, &project.join(".venv"));
 
+    // Clearing the bind's read-only flag with the new mount API (what a
+    // command holding capabilities, as root, could try) is refused.
+    let setattr = ".venv/bin/python -c \"import ctypes;l=ctypes.CDLL(None,use_errno=True);a=(ctypes.c_uint64*4)(0,1,0,0);r=l.syscall(442,-100,b'.venv',0,a,32);print('setattr',r,ctypes.get_errno());open('.venv/pwned','w')\"";
     let fix = "from text_unidecode import unidecode\n\ndef slug(s):\n    return unidecode(s).lower().replace(' ', '-')\n";
     let script = format!(
-        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: .venv/lib/evil.py, content: \"x = 1\"}}}}\n      - {{tool: run_command, args: {{command: \"touch .venv/owned\"}}}}\n  - calls:\n      - {{tool: write_file, args: {{path: slug.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: slug uses the dependency}}}}\n",
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: .venv/lib/evil.py, content: \"x = 1\"}}}}\n      - {{tool: run_command, args: {{command: \"touch .venv/owned\"}}}}\n      - {{tool: run_command, args: {{command: {}}}}}\n  - calls:\n      - {{tool: write_file, args: {{path: slug.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: slug uses the dependency}}}}\n",
+        serde_json::to_string(setattr).unwrap(),
         serde_json::to_string(fix).unwrap()
     );
     std::fs::write(base.join("script.yaml"), script).unwrap();
@@ -113,6 +117,18 @@ fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
             .contains("Read-only file system"),
         "{touch}"
     );
+    let setattr_seen = observed
+        .iter()
+        .find(|o| o["content"].as_str().unwrap_or("").contains("setattr"))
+        .unwrap();
+    assert!(
+        setattr_seen["content"]
+            .as_str()
+            .unwrap()
+            .contains("setattr -1 1"),
+        "{setattr_seen}"
+    );
+    assert!(!project.join(".venv/pwned").exists());
     // The user's venv is byte-identical, and the receipt names its digest.
     assert_eq!(digest(&base, &project.join(".venv")), before);
     assert!(!project.join(".venv/owned").exists());

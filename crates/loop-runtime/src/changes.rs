@@ -102,11 +102,20 @@ fn task(project: &Path, id: &str) -> Result<Task, Error> {
 
 /// The change set from a receipt that holds, of a verified task.
 fn verified_change_set(t: &Task) -> Result<ChangeSet, Error> {
-    verified(t).map(|(cs, _)| cs)
+    verified(t).map(|(cs, _, _)| cs)
 }
 
 /// [`verified_change_set`] with the task's locked contract.
-fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), Error> {
+fn verified(
+    t: &Task,
+) -> Result<
+    (
+        ChangeSet,
+        loop_protocol::Contract,
+        Vec<loop_receipt::SharedEnvironment>,
+    ),
+    Error,
+> {
     let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
         .map_err(|e| Error::usage(e.to_string()))?
         .map(|k| vec![k.public()])
@@ -143,6 +152,7 @@ fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), Error> {
             patch_sha256: p.change_set.patch_sha256.clone(),
         },
         p.contract.clone(),
+        p.environments.clone(),
     ))
 }
 
@@ -151,6 +161,7 @@ fn verified(t: &Task) -> Result<(ChangeSet, loop_protocol::Contract), Error> {
 fn gatekeep(
     cs: &ChangeSet,
     contract: &loop_protocol::Contract,
+    shared: &[loop_receipt::SharedEnvironment],
     extra_host: &[String],
 ) -> Result<(Vec<String>, Vec<String>), Error> {
     let bad = |e: String| Error::internal(format!("protected globs: {e}"));
@@ -192,7 +203,15 @@ fn gatekeep(
         }
     }
     for f in &cs.files {
-        if let Some(rule) = protected.matching(&f.path) {
+        let in_shared = shared
+            .iter()
+            .find(|e| f.path == e.path || f.path.starts_with(&format!("{}/", e.path)));
+        if let Some(e) = in_shared {
+            refused.push(format!(
+                "{}: inside the shared read-only environment `{}`",
+                f.path, e.path
+            ));
+        } else if let Some(rule) = protected.matching(&f.path) {
             refused.push(format!("{}: protected by `{rule}`", f.path));
         } else if f.path.chars().any(char::is_control) {
             refused.push(format!("{:?}: a name with a control character", f.path));
@@ -257,11 +276,11 @@ pub fn apply(
             "task {id} is already applied; `loop undo {id}` first"
         )));
     }
-    let (cs, contract) = verified(&t)?;
+    let (cs, contract, shared) = verified(&t)?;
     let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
     // At the door, again: nothing protected, nothing that would run on this
     // machine unasked.
-    let (never, risky) = gatekeep(&cs, &contract, &loopfile.host_executable)?;
+    let (never, risky) = gatekeep(&cs, &contract, &shared, &loopfile.host_executable)?;
     if !never.is_empty() {
         out.note("refused, nothing applied:");
         for r in &never {

@@ -96,6 +96,8 @@ pub fn detect(project: &Path) -> Vec<Share> {
             .filter(|i| i.path().join("pyvenv.cfg").is_file())
             .filter_map(|i| i.file_name().to_str().map(str::to_string))
             .filter(|n| n != ".git" && n != ".loop")
+            // Shares are protected by their path as a glob: none with glob syntax.
+            .filter(|n| !n.contains(['*', '?', '[', ']', '{', '}', '\\']))
             .collect();
         venvs.sort();
         out.extend(venvs.into_iter().map(|path| Share {

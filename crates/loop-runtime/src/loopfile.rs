@@ -372,6 +372,18 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
             let (Some(path), Some(mode)) = (r.rel_path(path_node, "a shared path"), mode) else {
                 continue;
             };
+            // A share is protected by its path as a glob: no glob syntax in it.
+            if path.as_str().contains(['*', '?', '[', ']', '{', '}', '\\']) {
+                r.err(
+                    Some(path_node.pos),
+                    format!(
+                        "`{}`: a shared path cannot hold glob characters (* ? [ ] {{ }} \\)",
+                        path.as_str()
+                    ),
+                    None,
+                );
+                continue;
+            }
             let first = path.as_str().split('/').next().unwrap_or_default();
             if matches!(first, ".git" | ".loop") {
                 r.err(
@@ -600,7 +612,7 @@ mod tests {
             vec![(".venv".into(), "read_only"), ("target".into(), "overlay")]
         );
         let e = Loopfile::parse(
-            "workspace:\n  share:\n    - ../outside\n    - .git/hooks\n    - path: t\n      mode: cow\n    - mode: overlay\n    - .venv\n    - .venv\n",
+            "workspace:\n  share:\n    - ../outside\n    - .git/hooks\n    - path: t\n      mode: cow\n    - mode: overlay\n    - .venv\n    - .venv\n    - env[1]\n",
             "Loopfile.yaml",
         )
         .unwrap_err()
@@ -611,6 +623,7 @@ mod tests {
             "Loopfile.yaml:6:13: unknown share mode `cow`",
             "Loopfile.yaml:7:7: a share needs a `path`",
             "Loopfile.yaml:9:7: `.venv` is shared twice",
+            "Loopfile.yaml:10:7: `env[1]`: a shared path cannot hold glob characters",
         ] {
             assert!(e.contains(want), "missing {want:?} in:\n{e}");
         }

@@ -31,6 +31,12 @@ pub const DENIED: &[(&str, i64)] = &[
     ("move_mount", libc::SYS_move_mount),
     ("fsopen", libc::SYS_fsopen),
     ("fsmount", libc::SYS_fsmount),
+    // The new mount API: `mount_setattr` could clear a read-only bind's
+    // flag (a shared environment, protected paths) for a command that
+    // holds capabilities in its namespace (the runtime run as root).
+    ("fspick", libc::SYS_fspick),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("mount_setattr", libc::SYS_mount_setattr),
 ];
 
 #[cfg(target_arch = "x86_64")]
