@@ -614,8 +614,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         l.timeout_secs = n.max(1);
     }
     let runtime = Runtime::open(&project)?;
-    let mut story = story::Story::new(json);
-    let id = runtime.submit(
+    let report = runtime.start(
         TaskRequest {
             contract,
             model,
@@ -626,9 +625,8 @@ fn run_command(run: Command) -> Result<u8, CliError> {
             include_dirty,
             on_prompt,
         },
-        &mut story,
+        &mut story::Story::new(json),
     )?;
-    let report = runtime.run(&id, on_prompt, &mut story)?;
     Ok(report_end(&report, json).max(resumed_code))
 }
 

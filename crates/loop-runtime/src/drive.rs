@@ -4,7 +4,7 @@
 //! ([`crate::ship`]).
 
 use crate::Error;
-use crate::layout::{Start, TaskPaths, git_dir, store_err};
+use crate::layout::{Start, TaskPaths, claim, git_dir, store_err};
 use crate::models::Models;
 use crate::request::{StoredRequest, TaskReport, protection};
 use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
@@ -12,17 +12,13 @@ use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
 use loop_protocol::Event;
 use loop_receipt::FileLedger;
-use loop_store::{Claim, Owner, Store, StoredEntry};
+use loop_store::{Store, StoredEntry};
 use loop_tools::{ToolBox, ToolLimits};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Jail, Manifest};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-
-/// How long a claim lasts without a heartbeat (the owner is also checked
-/// for being alive, so a killed runtime's task is free at once).
-const LEASE_MS: u64 = 15_000;
 
 /// Which task to drive, and how.
 pub(crate) struct Run<'r> {
@@ -31,6 +27,8 @@ pub(crate) struct Run<'r> {
     pub stored: &'r StoredRequest,
     pub on_prompt: crate::wiring::OnPrompt,
     pub extension: Option<loop_core::Extension>,
+    /// The claim this process already holds (a task it just submitted).
+    pub claimed: Option<loop_store::Owner>,
 }
 
 /// The record so far, as the store has it (the truth; the ledger file is
@@ -100,22 +98,6 @@ impl Record {
         granted_secs
             .saturating_mul(1000)
             .saturating_sub(self.elapsed_ms)
-    }
-}
-
-/// Claim `task_id` for this process, or say who holds it.
-fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, Error> {
-    let owner = Owner::this_process(crate::layout::random_token()?, clock.now_ms());
-    match store
-        .claim(task_id, &owner, LEASE_MS, clock.now_ms())
-        .map_err(store_err)?
-    {
-        Claim::Claimed => Ok(owner),
-        Claim::Held(o) => Err(Error::usage(format!(
-            "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
-            o.pid
-        ))),
-        Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
     }
 }
 
@@ -228,12 +210,16 @@ pub(crate) fn drive(
         stored,
         on_prompt,
         extension,
+        claimed,
     } = run;
     let clock = SystemClock;
     let observer = &mut crate::wiring::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
     sweep(observer);
-    let owner = claim(store, task_id, &clock)?;
+    let owner = match claimed {
+        Some(o) => o,
+        None => claim(store, task_id, &clock)?,
+    };
     tracing::info!("task {task_id}: claimed by process {}", owner.pid);
     let start = Start::load(&paths)?;
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);

@@ -137,6 +137,15 @@ pub fn plan(project: &Path, loopfile: &Loopfile) -> Vec<Share> {
 /// Where `share` stands in `project`: a real directory (counted, links
 /// not followed), missing, or refused with the reason.
 pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -> Standing {
+    // Every parent a real directory: a link on the way (`a -> ~` with
+    // `a/.ssh` declared) would share whatever it leads to.
+    if let Some(parent) = Path::new(&share.path).parent()
+        && !real_dirs_on_the_way(project, parent)
+    {
+        return Standing::Refused {
+            why: "a symbolic link or a file on its way: only a real directory is shared".into(),
+        };
+    }
     let full = project.join(&share.path);
     let Ok(meta) = std::fs::symlink_metadata(&full) else {
         return Standing::Missing;
@@ -173,6 +182,21 @@ pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -
         }
     }
     Standing::Present { files, bytes }
+}
+
+/// Whether each component of `rel` under `base` is a real directory (no
+/// link followed; an empty `rel` is).
+pub fn real_dirs_on_the_way(base: &Path, rel: &Path) -> bool {
+    let mut at = base.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        let real =
+            std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink());
+        if !real {
+            return false;
+        }
+    }
+    true
 }
 
 /// Whether git tracks anything under `path` in `project` (false outside a
@@ -291,10 +315,13 @@ mod tests {
             declared: true,
         };
         let tracked = |p: &str| p == "node_modules";
+        std::os::unix::fs::symlink(&p, p.join("home")).unwrap();
+        std::fs::create_dir_all(p.join(".ssh")).unwrap();
         for (path, why) in [
             (".venv", "a symbolic link"),
             ("vendor", "not a directory"),
             ("node_modules", "git tracks files in it"),
+            ("home/.ssh", "a symbolic link or a file on its way"),
         ] {
             match standing(&p, &share(path), &tracked) {
                 Standing::Refused { why: w } => assert!(w.starts_with(why), "{path}: {w}"),

@@ -5,6 +5,8 @@
 //! type).
 
 use crate::Error;
+use loop_core::Clock;
+use loop_store::{Claim, Owner, Store};
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -251,4 +253,24 @@ pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
     Ok(store
         .task(id)
         .is_ok_and(|t| liveness(&t) == Liveness::Running))
+}
+
+/// How long a claim lasts without a heartbeat (the owner is also checked
+/// for being alive, so a killed runtime's task is free at once).
+const LEASE_MS: u64 = 15_000;
+
+/// Claim `task_id` for this process, or say who holds it.
+pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, Error> {
+    let owner = Owner::this_process(random_token()?, clock.now_ms());
+    match store
+        .claim(task_id, &owner, LEASE_MS, clock.now_ms())
+        .map_err(store_err)?
+    {
+        Claim::Claimed => Ok(owner),
+        Claim::Held(o) => Err(Error::usage(format!(
+            "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
+            o.pid
+        ))),
+        Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
+    }
 }

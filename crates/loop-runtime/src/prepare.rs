@@ -14,6 +14,17 @@ use std::path::Path;
 /// Prepare the task `req` asks for and store it, ready to run; its id.
 /// Bad model configuration is refused before anything is created.
 pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<String, Error> {
+    submit_claimed(req, observer, false).map(|(id, _)| id)
+}
+
+/// [`submit`]; with `claim`, the task is claimed for this process the
+/// moment it is stored, so no other process ever finds it unclaimed
+/// between its submission and its run here.
+pub(crate) fn submit_claimed(
+    req: &TaskRequest,
+    observer: &mut dyn crate::Observer,
+    claim: bool,
+) -> Result<(String, Option<loop_store::Owner>), Error> {
     use loop_store::Store;
     let clock = SystemClock;
     let project = req
@@ -99,7 +110,12 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
-    Ok(task_id)
+    let owner = if claim {
+        Some(crate::layout::claim(&store, &task_id, &clock)?)
+    } else {
+        None
+    };
+    Ok((task_id, owner))
 }
 
 /// The dependency environments this task shares read-only. Each planned
@@ -140,6 +156,26 @@ fn share_environments(
             }
         }
         let in_ws = workspace.join(&s.path);
+        let parent = Path::new(&s.path).parent().unwrap_or(Path::new(""));
+        let parents_ok = {
+            // Parents the workspace lacks are made below; those it has must
+            // be real directories (a tracked link would lead the mkdir out).
+            let mut at = workspace.to_path_buf();
+            parent.components().all(|part| {
+                at.push(part);
+                match std::fs::symlink_metadata(&at) {
+                    Ok(m) => m.is_dir() && !m.file_type().is_symlink(),
+                    Err(_) => true,
+                }
+            })
+        };
+        if !parents_ok {
+            observer.note(&format!(
+                "not shared: `{}`: a link or a file on its way in the task's workspace",
+                s.path
+            ));
+            continue;
+        }
         if std::fs::symlink_metadata(&in_ws).is_ok() {
             observer.note(&format!(
                 "not shared: `{}` is already in the task's workspace",

@@ -43,6 +43,18 @@ impl Runtime {
         crate::prepare::submit(&req, observer)
     }
 
+    /// Submit the task `req` asks for and run it here to its end; it is
+    /// claimed the moment it is stored, so no other process finds it
+    /// waiting in between.
+    pub fn start(
+        &self,
+        mut req: TaskRequest,
+        observer: &mut dyn Observer,
+    ) -> Result<TaskReport, Error> {
+        req.project = self.project.clone();
+        crate::task::run_task(req, observer)
+    }
+
     /// Run task `id` to its end, from wherever its record stops (a task
     /// just submitted starts; an interrupted one resumes).
     pub fn run(

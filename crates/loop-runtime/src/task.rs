@@ -15,8 +15,8 @@ use std::path::Path;
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.
 pub fn run_task(req: TaskRequest, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
-    let task_id = crate::prepare::submit(&req, observer)?;
-    resume_task(&req.project, &task_id, None, req.on_prompt, observer)
+    let (task_id, owner) = crate::prepare::submit_claimed(&req, observer, true)?;
+    drive_stored(&req.project, &task_id, None, req.on_prompt, observer, owner)
 }
 
 /// Continue a task whose runtime stopped (or that was never started); with
@@ -27,6 +27,18 @@ pub fn resume_task(
     extension: Option<loop_core::Extension>,
     on_prompt: crate::wiring::OnPrompt,
     observer: &mut dyn crate::Observer,
+) -> Result<TaskReport, Error> {
+    drive_stored(project, task_id, extension, on_prompt, observer, None)
+}
+
+/// [`resume_task`], for a task this process may already hold the claim of.
+pub(crate) fn drive_stored(
+    project: &Path,
+    task_id: &str,
+    extension: Option<loop_core::Extension>,
+    on_prompt: crate::wiring::OnPrompt,
+    observer: &mut dyn crate::Observer,
+    claimed: Option<loop_store::Owner>,
 ) -> Result<TaskReport, Error> {
     use loop_store::Store;
     let project = project
@@ -65,6 +77,7 @@ pub fn resume_task(
         stored: &stored,
         on_prompt,
         extension,
+        claimed,
     };
     drive(&project, run, models, observer)
 }
