@@ -170,3 +170,53 @@ fn base64_payload(b64: &str) -> serde_json::Value {
         .unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }
+
+#[test]
+fn a_venv_whose_interpreter_lives_outside_the_view_still_runs_in_the_sandbox() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-interp");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join(".gitignore"), ".venv/\n").unwrap();
+    // An interpreter prefix where the sandbox's usual view does not reach
+    // (as a pyenv install under another home would be): its python is a
+    // link to the system's, its lib/ marks it an interpreter's prefix.
+    let system = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let interp = base.join("interp");
+    std::fs::create_dir_all(interp.join("bin")).unwrap();
+    std::fs::create_dir_all(interp.join("lib/python3.0-prefix")).unwrap();
+    std::os::unix::fs::symlink(&system, interp.join("bin/python3")).unwrap();
+    let venv = Command::new(interp.join("bin/python3"))
+        .args(["-m", "venv", "--without-pip", ".venv"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(venv.success(), "venv from {}", interp.display());
+    let link = std::fs::read_link(project.join(".venv/bin/python3")).unwrap();
+    assert!(link.starts_with(&interp), "{}", link.display());
+    std::fs::write(
+        base.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: nothing to do}}\n",
+    )
+    .unwrap();
+    let out = loop_cmd(&base)
+        .args([
+            "run",
+            "run the venv's python",
+            "--check",
+            ".venv/bin/python -c 'import sys; print(sys.base_prefix)'",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}

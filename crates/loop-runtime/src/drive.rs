@@ -145,6 +145,7 @@ fn wire<'a>(
         paused_ms: Some(paused.clone()),
         git_dir: git_dir(&start.task_ws.origin),
         shares: crate::prepare::shared_views(project, &stored.shares),
+        read_only_trees: crate::prepare::interpreter_views(project, &stored.shares),
     };
     // The contract's limits reach the tools (max_diff_lines was once left
     // at its default whatever the contract said).

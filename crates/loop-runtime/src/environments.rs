@@ -184,6 +184,54 @@ pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -
     Standing::Present { files, bytes }
 }
 
+/// The interpreter prefixes a shared environment's `bin/` links lead to
+/// (a venv's `python3 -> ~/.pyenv/versions/3.11.7/bin/python3`), followed
+/// link by link (at most 16), so the sandbox can show them read-only where
+/// the usual view does not. Only a prefix that holds an interpreter's
+/// library (`lib/python3*`) is taken: a link cannot make a home directory
+/// or `/` visible.
+pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    let Ok(items) = std::fs::read_dir(env.join("bin")) else {
+        return out;
+    };
+    for item in items.flatten() {
+        let mut at = item.path();
+        for _ in 0..16 {
+            let Ok(target) = std::fs::read_link(&at) else {
+                break;
+            };
+            let next = match at.parent() {
+                Some(dir) if target.is_relative() => dir.join(&target),
+                _ => target,
+            };
+            if let Some(prefix) = next
+                .parent()
+                .filter(|d| d.ends_with("bin"))
+                .and_then(Path::parent)
+                && !prefix.starts_with(env)
+                && prefix.components().count() > 2
+                && holds_python_lib(prefix)
+                && !out.iter().any(|o| o == prefix)
+            {
+                out.push(prefix.to_path_buf());
+            }
+            at = next;
+        }
+    }
+    out
+}
+
+/// Whether `prefix/lib` holds a `python3*` directory.
+fn holds_python_lib(prefix: &Path) -> bool {
+    std::fs::read_dir(prefix.join("lib")).is_ok_and(|items| {
+        items.flatten().any(|i| {
+            i.file_name().to_string_lossy().starts_with("python3")
+                && i.file_type().is_ok_and(|t| t.is_dir())
+        })
+    })
+}
+
 /// Whether each component of `rel` under `base` is a real directory (no
 /// link followed; an empty `rel` is).
 pub fn real_dirs_on_the_way(base: &Path, rel: &Path) -> bool {

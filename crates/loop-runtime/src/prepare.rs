@@ -93,6 +93,7 @@ pub(crate) fn submit_claimed(
             paused_ms: None,
             git_dir: git_dir(&task_ws.origin),
             shares: shared_views(&project, &stored.shares),
+            read_only_trees: interpreter_views(&project, &stored.shares),
             isolation: req.isolation,
             cancel: Some(crate::interrupt::flag()),
         })
@@ -202,6 +203,23 @@ fn share_environments(
         });
     }
     Ok(out)
+}
+
+/// The interpreter trees the shared environments link to (see
+/// [`crate::environments::interpreter_trees`]).
+pub(crate) fn interpreter_views(
+    project: &Path,
+    shares: &[loop_receipt::SharedEnvironment],
+) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    for s in shares {
+        for t in crate::environments::interpreter_trees(&project.join(&s.path)) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
 }
 
 /// The sandbox's view of shared environments: (project directory, path

@@ -193,6 +193,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     }
     let sandbox = loop_sandbox::Settings {
         shares: crate::prepare::shared_views(project, &p.environments),
+        read_only_trees: crate::prepare::interpreter_views(project, &p.environments),
         ..loop_sandbox::Settings::default()
     };
     // The verifier never writes to the tree it seals (overlays, or its own copy).

@@ -148,6 +148,9 @@ pub struct Settings {
     /// (the host directory, its path relative to the workspace). They need
     /// a mount namespace; without one the request is refused.
     pub shares: Vec<(PathBuf, String)>,
+    /// More host trees shown read-only at their own paths (the
+    /// interpreters shared environments link to, outside the usual view).
+    pub read_only_trees: Vec<PathBuf>,
 }
 
 impl Settings {
@@ -157,6 +160,7 @@ impl Settings {
         req.cancel = self.cancel.clone();
         req.git_dir = self.git_dir.clone();
         req.shares = self.shares.clone();
+        req.read_only_trees = self.read_only_trees.clone();
         if let Some(d) = self.deadline {
             let moved = self
                 .paused_ms
@@ -216,6 +220,8 @@ pub struct ExecRequest {
     /// Dependency environments shown read-only inside the workspace (see
     /// [`Settings::shares`]).
     pub shares: Vec<(PathBuf, String)>,
+    /// More host trees shown read-only (see [`Settings::read_only_trees`]).
+    pub read_only_trees: Vec<PathBuf>,
 }
 
 impl ExecRequest {
@@ -245,6 +251,7 @@ impl ExecRequest {
             check: false,
             git_dir: None,
             shares: Vec::new(),
+            read_only_trees: Vec::new(),
         }
     }
 }
@@ -528,6 +535,7 @@ fn landlock_for(
     workspace: &Path,
     tmp: &PrivateTmp,
     git_view: &Option<(PathBuf, PathBuf)>,
+    extra: &[PathBuf],
     overlays: bool,
 ) -> Result<Option<landlock::Prepared>, SandboxError> {
     let shadowed = |p: &Path| {
@@ -543,6 +551,7 @@ fn landlock_for(
         &git_view
             .iter()
             .flat_map(|(d, c)| [d.clone(), c.clone()])
+            .chain(extra.iter().cloned())
             .collect::<Vec<_>>(),
         &shadowed,
     )
@@ -605,6 +614,7 @@ fn prepare(
             &workspace,
             &tmp,
             &git_view,
+            &req.read_only_trees,
             use_ns && support.tree_overlay,
         )?,
         false => None,
@@ -736,6 +746,7 @@ fn child_plan(
                 fresh_proc: support.proc_mount,
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
                 shares: &req.shares,
+                extra_trees: &req.read_only_trees,
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
                 masks,

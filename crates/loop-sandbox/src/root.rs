@@ -96,6 +96,8 @@ pub struct Inputs<'a> {
     /// Dependency environments bound read-only inside the workspace:
     /// (host directory, path relative to the workspace).
     pub shares: &'a [(PathBuf, String)],
+    /// More host trees to show read-only at their own paths.
+    pub extra_trees: &'a [PathBuf],
     /// The mount is made in a user namespace (overlays need `userxattr`).
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
@@ -209,6 +211,12 @@ fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
         .filter(|t| !special(t))
         .map(|t| (t.clone(), Kind::Tree))
         .collect();
+    // More trees, unless the view already shows them.
+    for t in inp.extra_trees {
+        if !inp.view.trees.iter().any(|v| t.starts_with(v)) && !special(t) {
+            targets.push((t.clone(), Kind::Tree));
+        }
+    }
     targets.push((PathBuf::from("/tmp"), Kind::Tmp));
     targets.push((inp.workspace.to_path_buf(), Kind::Workspace));
     targets.sort_by(|a, b| a.0.cmp(&b.0));
@@ -532,6 +540,7 @@ mod tests {
             git: None,
             overlay_trees: true,
             shares: &[],
+            extra_trees: &[],
             userns: true,
             masks: Masks {
                 read_dir: 1,
@@ -600,6 +609,7 @@ mod tests {
                 git: None,
                 overlay_trees: true,
                 shares,
+                extra_trees: &[],
                 userns: true,
                 masks: Masks::default(),
             })
