@@ -359,11 +359,22 @@ fn cancel_reaches_a_running_task_and_kills_its_commands() {
     let task = &tasks(&project)[0];
     assert_eq!(task["outcome"], "cancelled");
     // The sandboxed `sleep 300` is gone: its pid (inside the sandbox's PID
-    // namespace) is not ours to see, so look for any such sleep at all.
-    let ps = Command::new("pgrep")
+    // namespace) is not ours to see, so look for any such sleep at all. The
+    // kernel reaps a dead namespace's processes asynchronously: it gets a
+    // moment (on a loaded machine the last one was still listed as the run
+    // ended), never minutes.
+    let mut ps = Command::new("pgrep")
         .args(["-f", "sleep 300"])
         .output()
         .unwrap();
+    let reaped = Instant::now();
+    while !ps.stdout.is_empty() && reaped.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+        ps = Command::new("pgrep")
+            .args(["-f", "sleep 300"])
+            .output()
+            .unwrap();
+    }
     assert!(
         ps.stdout.is_empty(),
         "the command's process tree survived: {}",
