@@ -4,7 +4,7 @@
 //! on — the same events a running task's observer sees.
 
 use crate::Error;
-use crate::layout::{Liveness, liveness, open_store, store_err};
+use crate::layout::{Liveness, liveness, store_err};
 use loop_protocol::Event;
 use loop_store::{Approval, Store, TaskRecord};
 use serde::Serialize;
@@ -119,9 +119,8 @@ pub struct TaskStatus {
     pub apply: ApplyState,
 }
 
-/// Every task of `project`, newest last.
-pub fn tasks(project: &Path) -> Result<Vec<TaskView>, Error> {
-    let store = open_store(project)?;
+/// Every task in `store`, newest last.
+pub fn tasks(store: &dyn Store) -> Result<Vec<TaskView>, Error> {
     Ok(store
         .tasks()
         .map_err(store_err)?
@@ -130,22 +129,17 @@ pub fn tasks(project: &Path) -> Result<Vec<TaskView>, Error> {
         .collect())
 }
 
-/// Task `id` of `project`.
-pub fn task(project: &Path, id: &str) -> Result<TaskView, Error> {
-    let store = open_store(project)?;
+/// Task `id` in `store`.
+pub fn task(store: &dyn Store, id: &str) -> Result<TaskView, Error> {
     Ok(TaskView::of(&store.task(id).map_err(store_err)?))
 }
 
-/// Task `id` of `project` in full.
-pub fn status(project: &Path, id: &str) -> Result<TaskStatus, Error> {
-    let store = open_store(project)?;
+/// Task `id` of `project` (its store `store`) in full.
+pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus, Error> {
     let t = store.task(id).map_err(store_err)?;
     // Charged as the Director charges them: one definition of what each
     // event costs.
-    let history: Vec<Event> = events(project, id, 0)?
-        .into_iter()
-        .map(|r| r.event)
-        .collect();
+    let history: Vec<Event> = events(store, id, 0)?.into_iter().map(|r| r.event).collect();
     let budget = loop_core::state::used_by(&history)
         .map_err(|e| Error::internal(format!("task {id}: {e}")))?;
     let used = Used {
@@ -183,8 +177,7 @@ pub struct Recorded {
 }
 
 /// Task `id`'s events from position `since` on.
-pub fn events(project: &Path, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
-    let store = open_store(project)?;
+pub fn events(store: &dyn Store, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
     store
         .entries(id, since)
         .map_err(store_err)?

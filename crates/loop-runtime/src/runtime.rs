@@ -12,9 +12,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A project's tasks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Runtime {
     project: PathBuf,
+    /// The project's store, opened on first use and kept (a front end that
+    /// polls `task` and `events` does not reopen it each time).
+    store: std::sync::Arc<std::sync::OnceLock<loop_store::SqliteStore>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("project", &self.project)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Runtime {
@@ -24,7 +35,22 @@ impl Runtime {
         let project = project
             .canonicalize()
             .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
-        Ok(Runtime { project })
+        Ok(Runtime {
+            project,
+            store: Default::default(),
+        })
+    }
+
+    /// The project's store, opened once.
+    fn store(&self) -> Result<&loop_store::SqliteStore, Error> {
+        if let Some(s) = self.store.get() {
+            return Ok(s);
+        }
+        // Two threads may race to open it; either store is the same file.
+        let _ = self.store.set(crate::layout::open_store(&self.project)?);
+        self.store
+            .get()
+            .ok_or_else(|| Error::internal("the store could not be kept open"))
     }
 
     /// The project's directory (canonical).
@@ -99,22 +125,22 @@ impl Runtime {
 
     /// Every task.
     pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
-        crate::query::tasks(&self.project)
+        crate::query::tasks(self.store()?)
     }
 
     /// Task `id`.
     pub fn task(&self, id: &str) -> Result<TaskView, Error> {
-        crate::query::task(&self.project, id)
+        crate::query::task(self.store()?, id)
     }
 
     /// Task `id` in full.
     pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
-        crate::query::status(&self.project, id)
+        crate::query::status(self.store()?, &self.project, id)
     }
 
     /// Task `id`'s events from position `since` on.
     pub fn events(&self, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
-        crate::query::events(&self.project, id, since)
+        crate::query::events(self.store()?, id, since)
     }
 
     /// Tasks not over whose runtime is gone.
