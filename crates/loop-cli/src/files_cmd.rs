@@ -122,7 +122,7 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
         println!("no untracked dependency environment found or declared");
     } else {
         println!(
-            "untracked dependency environments (read_only ones are shared into every task, its commands and its checks; overlay ones are not built yet):"
+            "untracked dependency environments, shown to every task, its commands and its checks (read_only: never changed; overlay: copy-on-write, the task's writes stay in the task and each check starts from the project's):"
         );
     }
     for (s, st) in &a.shares {
@@ -138,6 +138,13 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
             s.why,
             if s.declared { "" } else { ", detected" }
         );
+    }
+    if !a.caches.is_empty() {
+        println!("toolchain caches, shown read-only:");
+    }
+    for c in &a.caches {
+        let vars: Vec<String> = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("  {} ({}; {})", c.path.display(), c.why, vars.join(" "));
     }
     println!("network: denied to every command and check");
     Ok(0)

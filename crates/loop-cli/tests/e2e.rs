@@ -1449,7 +1449,7 @@ fn diagnostics_are_off_by_default_and_on_with_v_or_loop_log() {
 }
 
 #[test]
-fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_honour() {
+fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_read() {
     let dir = tmpdir("audit");
     let project = dir.join("p");
     std::fs::create_dir_all(project.join(".venv/lib")).unwrap();
@@ -1480,15 +1480,15 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_hono
         .unwrap();
     let said = String::from_utf8_lossy(&human.stdout);
     assert!(
-        said.contains("read_only ones are shared into every task"),
+        said.contains("overlay: copy-on-write, the task's writes stay in the task"),
         "{said}"
     );
     assert!(said.contains("NOT SHARED: a symbolic link"), "{said}");
-    // Declared but not built yet (copy-on-write): the run is refused,
-    // naming why, before anything is created.
+    // A share the Loopfile cannot say how to make: the run is refused,
+    // naming where, before anything is created.
     std::fs::write(
         project.join("Loopfile.yaml"),
-        "workspace:\n  share:\n    - path: .venv\n      mode: overlay\n",
+        "workspace:\n  share:\n    - path: .venv\n      mode: writable\n",
     )
     .unwrap();
     let run = loop_bin()
@@ -1506,7 +1506,7 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_hono
         .unwrap();
     assert_eq!(run.status.code(), Some(2), "{}", text(&run));
     assert!(
-        text(&run).contains("mode overlay is not built yet"),
+        text(&run).contains("Loopfile.yaml:4:13: unknown share mode `writable`"),
         "{}",
         text(&run)
     );

@@ -220,3 +220,194 @@ fn a_venv_whose_interpreter_lives_outside_the_view_still_runs_in_the_sandbox() {
     assert_eq!(out.status.code(), Some(0), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Run a scripted task in `project`; its JSON events.
+fn run_task(base: &Path, project: &Path, script: &str, task: &str) -> Vec<serde_json::Value> {
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    std::fs::write(base.join("task.yaml"), task).unwrap();
+    let out = loop_cmd(base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(project)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The signed statement of the run whose events these are.
+fn statement(events: &[serde_json::Value]) -> (String, serde_json::Value) {
+    let path = events.iter().find(|e| e["kind"] == "receipt").unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let env: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let payload = base64_payload(env["payload"].as_str().unwrap());
+    (path, payload)
+}
+
+fn observations(events: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "observed")
+        .map(|e| e["observation"].clone())
+        .collect()
+}
+
+#[test]
+fn a_cargo_crate_builds_from_the_registry_cache_with_target_copy_on_write() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-cargo");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::create_dir_all(project.join("tests")).unwrap();
+    std::fs::write(project.join(".gitignore"), "target/\n").unwrap();
+    // A dependency from the registry, already in Cargo's cache (this
+    // workspace builds with the same version).
+    std::fs::write(
+        project.join("Cargo.toml"),
+        "[package]\nname = \"numtext\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nitoa = \"=1.0.19\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("src/lib.rs"),
+        "pub fn text(n: u64) -> String {\n    let _ = n;\n    String::new()\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("tests/text.rs"),
+        "#[test]\nfn forty_two() {\n    assert_eq!(numtext::text(42), \"42\");\n}\n",
+    )
+    .unwrap();
+    let cargo = |args: &[&str]| {
+        let st = Command::new("cargo")
+            .args(args)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .current_dir(&project)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cargo {args:?}");
+    };
+    cargo(&["generate-lockfile", "--offline"]);
+    cargo(&["build", "--tests", "--offline", "--quiet"]);
+    let before = digest(&base, &project.join("target"));
+    let fix = "pub fn text(n: u64) -> String {\n    itoa::Buffer::new().format(n).to_string()\n}\n";
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: target/evil.txt, content: x}}}}\n      - {{tool: write_file, args: {{path: src/lib.rs, content: {}}}}}\n      - {{tool: run_command, args: {{command: \"cargo test --offline 2>&1 | tail -n 3; ls target/debug\"}}}}\n  - calls:\n      - {{tool: finish, args: {{summary: text formats with itoa}}}}\n",
+        serde_json::to_string(fix).unwrap()
+    );
+    let events = run_task(
+        &base,
+        &project,
+        &script,
+        "instruction: make text() format numbers\ncriteria:\n  - id: tests\n    checks:\n      - run: \"cargo test --offline\"\n        timeout_secs: 300\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 600 }\n",
+    );
+    let observed = observations(&events);
+    assert_eq!(observed[0]["status"], "refused", "{}", observed[0]);
+    let built = observed
+        .iter()
+        .find(|o| o["tool"] == "run_command")
+        .unwrap();
+    let built_text = built["content"].as_str().unwrap();
+    assert!(built_text.contains("test result: ok"), "{built}");
+    // The user's build outputs are byte-identical; the task's went to its
+    // own layer.
+    assert_eq!(digest(&base, &project.join("target")), before);
+    assert!(!project.join("target/evil.txt").exists());
+    let tasks: Vec<PathBuf> = std::fs::read_dir(project.join(".loop/tasks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(tasks.len(), 1);
+    let layer = tasks[0].join("layers/0/upper/debug");
+    assert!(
+        layer.is_dir(),
+        "the task's build outputs at {}",
+        layer.display()
+    );
+    let (receipt, payload) = statement(&events);
+    let env = &payload["predicate"]["environments"][0];
+    assert_eq!(env["path"], "target", "{env}");
+    assert_eq!(env["overlay"], true, "{env}");
+    assert_eq!(env["sha256"], before.as_str(), "{env}");
+    assert_eq!(payload["predicate"]["outcome"]["kind"], "verified");
+    let replay = loop_cmd(&base)
+        .arg("replay")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{said}");
+    assert!(said.contains("reproduced"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_node_project_tests_against_its_node_modules_which_stay_untouched() {
+    if Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("npm is not installed here: the Node half does not apply");
+        return;
+    }
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-node");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join(".gitignore"), "node_modules/\n").unwrap();
+    std::fs::write(
+        project.join("package.json"),
+        "{\n  \"name\": \"evens\",\n  \"version\": \"1.0.0\",\n  \"private\": true,\n  \"scripts\": { \"test\": \"node test.js\" },\n  \"dependencies\": { \"is-number\": \"7.0.0\" }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("test.js"),
+        "const assert = require('assert');\nconst evens = require('./evens');\nassert.deepStrictEqual(evens([1, '2', 'x', 4]), ['2', 4]);\nconsole.log('ok');\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("evens.js"), "module.exports = () => [];\n").unwrap();
+    // A real package from the registry, in the project's node_modules.
+    let install = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--silent"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(install.success(), "npm install is-number");
+    let before = digest(&base, &project.join("node_modules"));
+    let fix = "const isNumber = require('is-number');\nmodule.exports = (xs) => xs.filter((x) => isNumber(x) && Number(x) % 2 === 0);\n";
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: \"rm -rf node_modules/is-number\"}}}}\n      - {{tool: write_file, args: {{path: node_modules/is-number/index.js, content: \"module.exports = () => true\"}}}}\n      - {{tool: write_file, args: {{path: evens.js, content: {}}}}}\n      - {{tool: finish, args: {{summary: evens keeps even numbers}}}}\n",
+        serde_json::to_string(fix).unwrap()
+    );
+    let events = run_task(
+        &base,
+        &project,
+        &script,
+        "instruction: make evens() keep the even numbers\ncriteria:\n  - id: tests\n    checks:\n      - run: \"npm test\"\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 300 }\n",
+    );
+    let observed = observations(&events);
+    assert!(
+        observed[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{}",
+        observed[0]
+    );
+    assert_eq!(observed[1]["status"], "refused", "{}", observed[1]);
+    let (_, payload) = statement(&events);
+    assert_eq!(payload["predicate"]["outcome"]["kind"], "verified");
+    let env = &payload["predicate"]["environments"][0];
+    assert_eq!(env["path"], "node_modules", "{env}");
+    assert_eq!(env["sha256"], before.as_str(), "{env}");
+    assert_eq!(digest(&base, &project.join("node_modules")), before);
+    let _ = std::fs::remove_dir_all(&base);
+}

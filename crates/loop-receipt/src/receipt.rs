@@ -113,6 +113,10 @@ pub struct SharedEnvironment {
     pub sha256: String,
     /// Regular files in it.
     pub files: u64,
+    /// Shared copy-on-write (build outputs: the task's and each check's
+    /// writes landed in layers of their own), not read-only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlay: bool,
     /// Set when the environment changed while the task ran (someone
     /// outside the task changed it): its root at the end. The result was
     /// verified against one of the two, and the receipt cannot say which.

@@ -138,15 +138,21 @@ fn wire<'a>(
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
     let cancel = crate::interrupt::flag();
-    let sandbox = loop_sandbox::Settings {
-        isolation,
-        cancel: Some(cancel.clone()),
-        deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms)),
-        paused_ms: Some(paused.clone()),
-        git_dir: git_dir(&start.task_ws.origin),
-        shares: crate::prepare::shared_views(project, &stored.shares),
-        read_only_trees: crate::prepare::interpreter_views(project, &stored.shares),
-    };
+    let sandbox = crate::prepare::with_environments(
+        loop_sandbox::Settings {
+            isolation,
+            cancel: Some(cancel.clone()),
+            deadline: Some(
+                std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms),
+            ),
+            paused_ms: Some(paused.clone()),
+            git_dir: git_dir(&start.task_ws.origin),
+            ..Default::default()
+        },
+        project,
+        Some(&paths.task_dir.join("layers")),
+        &stored.shares,
+    );
     // The contract's limits reach the tools (max_diff_lines was once left
     // at its default whatever the contract said).
     let tool_limits = ToolLimits {

@@ -2,8 +2,9 @@
 //! Python venv, `node_modules`, Cargo's `target/`, Go's `vendor/`): which
 //! a task would share, how, and why. Declared in the Loopfile's
 //! `workspace.share`, or detected per stack unless `workspace.detect:
-//! false`. `loop audit` shows the plan; mounting them into the task's
-//! view is the next step of the dependency-environment work.
+//! false`, and the toolchain caches each stack builds from. `loop audit`
+//! shows the plan; `prepare::with_environments` puts it in the sandbox's
+//! view.
 
 use crate::loopfile::Loopfile;
 use std::path::Path;
@@ -261,6 +262,101 @@ pub fn tracked_in_git(project: &Path, path: &str) -> bool {
         .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
 }
 
+/// A toolchain cache outside the project, shown read-only to a task of a
+/// stack that builds from it offline.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Cache {
+    /// The cache directory (an existing, real directory).
+    pub path: std::path::PathBuf,
+    /// Variables that point the toolchain at it (the task's `HOME` is
+    /// private, so the default place would be empty); none for the caches
+    /// a toolchain would write into even to read them (npm, pip).
+    pub env: Vec<(String, String)>,
+    /// The stack, and its marker.
+    pub why: String,
+}
+
+/// The toolchain caches a task in `project` reads: Cargo's registry and
+/// git checkouts (`Cargo.toml`), Go's module cache (`go.mod`), npm's cache
+/// (`package.json`) and pip's (a venv, `pyproject.toml` or
+/// `requirements.txt`), wherever the runtime's environment puts them.
+/// Only real directories are taken; credentials in a toolchain's home
+/// (`~/.cargo/credentials.toml`, `~/.npmrc`) stay outside them and denied.
+pub fn caches(project: &Path) -> Vec<Cache> {
+    caches_for(project, &|k| {
+        std::env::var_os(k).map(std::path::PathBuf::from)
+    })
+}
+
+fn caches_for(project: &Path, var: &dyn Fn(&str) -> Option<std::path::PathBuf>) -> Vec<Cache> {
+    let home = var("HOME");
+    let at_home = |rel: &str| home.as_ref().map(|h| h.join(rel));
+    let has = |m: &str| project.join(m).is_file();
+    let mut out = Vec::new();
+    let mut take = |path: Option<std::path::PathBuf>, env: Vec<(String, String)>, why: &str| {
+        let Some(path) = path else { return };
+        let real = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if real && path.is_absolute() && !out.iter().any(|c: &Cache| c.path == path) {
+            out.push(Cache {
+                path,
+                env,
+                why: why.into(),
+            });
+        }
+    };
+    let show = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    if has("Cargo.toml") {
+        let cargo_home = var("CARGO_HOME").or_else(|| at_home(".cargo"));
+        let env = vec![("CARGO_HOME".to_string(), show(&cargo_home))];
+        for sub in ["registry", "git"] {
+            take(
+                cargo_home.as_ref().map(|h| h.join(sub)),
+                env.clone(),
+                "Cargo's crates (Cargo.toml)",
+            );
+        }
+    }
+    if has("go.mod") {
+        let cache = var("GOMODCACHE").or_else(|| {
+            var("GOPATH")
+                .or_else(|| at_home("go"))
+                .map(|g| g.join("pkg/mod"))
+        });
+        let env = vec![
+            ("GOMODCACHE".to_string(), show(&cache)),
+            ("GOFLAGS".to_string(), "-mod=mod".to_string()),
+            ("GOPROXY".to_string(), "off".to_string()),
+        ];
+        take(cache, env, "Go's modules (go.mod)");
+    }
+    if has("package.json") {
+        // Readable, not pointed at: npm and pip write into their caches
+        // even to read them, and a task's installs go through `setup:`.
+        let cache = var("npm_config_cache").or_else(|| at_home(".npm"));
+        take(cache, Vec::new(), "npm's cache (package.json)");
+    }
+    let python = has("pyproject.toml")
+        || has("requirements.txt")
+        || std::fs::read_dir(project).is_ok_and(|items| {
+            items
+                .flatten()
+                .any(|i| i.path().join("pyvenv.cfg").is_file())
+        });
+    if python {
+        let cache = var("PIP_CACHE_DIR").or_else(|| {
+            var("XDG_CACHE_HOME")
+                .or_else(|| at_home(".cache"))
+                .map(|c| c.join("pip"))
+        });
+        take(cache, Vec::new(), "pip's cache (a Python project)");
+    }
+    out
+}
+
 /// What a task in a project would see of its environments.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Audit {
@@ -268,6 +364,8 @@ pub struct Audit {
     pub loopfile: Option<std::path::PathBuf>,
     /// Each environment, and where it stands.
     pub shares: Vec<(Share, Standing)>,
+    /// The toolchain caches shown read-only.
+    pub caches: Vec<Cache>,
 }
 
 /// The audit of `project`'s environments under its Loopfile.
@@ -284,6 +382,7 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
     Ok(Audit {
         loopfile: loopfile.path,
         shares,
+        caches: caches(project),
     })
 }
 
@@ -347,6 +446,62 @@ mod tests {
             }
         );
         assert_eq!(standing(&p, &planned[1], &none), Standing::Missing);
+        let _ = std::fs::remove_dir_all(&p);
+    }
+
+    #[test]
+    fn caches_follow_the_stack_and_the_toolchain_variables() {
+        let p = project("caches");
+        let home = p.join("home");
+        for d in [
+            ".cargo/registry",
+            ".cargo/git",
+            "gopath/pkg/mod",
+            ".npm",
+            ".cache/pip",
+        ] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        let proj = p.join("proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        let vars = |k: &str| match k {
+            "HOME" => Some(home.clone()),
+            "GOPATH" => Some(home.join("gopath")),
+            _ => None,
+        };
+        assert!(caches_for(&proj, &vars).is_empty(), "no stack, no cache");
+        for m in ["Cargo.toml", "go.mod", "package.json", "requirements.txt"] {
+            std::fs::write(proj.join(m), "").unwrap();
+        }
+        let got: Vec<(String, String)> = caches_for(&proj, &vars)
+            .into_iter()
+            .map(|c| {
+                let rel = c.path.strip_prefix(&home).unwrap().display().to_string();
+                let vars: Vec<&str> = c.env.iter().map(|(k, _)| k.as_str()).collect();
+                (rel, vars.join(" "))
+            })
+            .collect();
+        let want = [
+            (".cargo/registry", "CARGO_HOME"),
+            (".cargo/git", "CARGO_HOME"),
+            ("gopath/pkg/mod", "GOMODCACHE GOFLAGS GOPROXY"),
+            (".npm", ""),
+            (".cache/pip", ""),
+        ];
+        assert_eq!(
+            got,
+            want.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect::<Vec<_>>()
+        );
+        // A link is not a cache: it would show whatever it leads to.
+        std::fs::remove_dir_all(home.join(".npm")).unwrap();
+        std::os::unix::fs::symlink("/etc", home.join(".npm")).unwrap();
+        assert!(
+            !caches_for(&proj, &vars)
+                .iter()
+                .any(|c| c.path.ends_with(".npm"))
+        );
         let _ = std::fs::remove_dir_all(&p);
     }
 

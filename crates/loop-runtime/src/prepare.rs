@@ -32,16 +32,6 @@ pub(crate) fn submit_claimed(
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
-    if let Some(s) = loopfile
-        .shares
-        .iter()
-        .find(|s| s.mode == crate::environments::ShareMode::Overlay)
-    {
-        return Err(Error::usage(format!(
-            "workspace.share `{}`: mode overlay is not built yet; share it read_only",
-            s.path
-        )));
-    }
     crate::models::load_model(req.model.as_deref(), &loopfile, None)?;
     let store = open_store(&project)?;
     let task_id = new_task_id(clock.now_ms())?;
@@ -85,18 +75,21 @@ pub(crate) fn submit_claimed(
     let protected = protection(&req.contract, &stored.check_integrity, &stored.shares)?;
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
-        .with_sandbox(loop_sandbox::Settings {
-            deadline: Some(
-                std::time::Instant::now()
-                    + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
-            ),
-            paused_ms: None,
-            git_dir: git_dir(&task_ws.origin),
-            shares: shared_views(&project, &stored.shares),
-            read_only_trees: interpreter_views(&project, &stored.shares),
-            isolation: req.isolation,
-            cancel: Some(crate::interrupt::flag()),
-        })
+        .with_sandbox(with_environments(
+            loop_sandbox::Settings {
+                deadline: Some(
+                    std::time::Instant::now()
+                        + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
+                ),
+                git_dir: git_dir(&task_ws.origin),
+                isolation: req.isolation,
+                cancel: Some(crate::interrupt::flag()),
+                ..Default::default()
+            },
+            &project,
+            None,
+            &stored.shares,
+        ))
         .verify(&req.contract, &contract_sha256, 0)
         .ok();
     if let Some(b) = &baseline_report {
@@ -119,12 +112,12 @@ pub(crate) fn submit_claimed(
     Ok((task_id, owner))
 }
 
-/// The dependency environments this task shares read-only. Each planned
-/// one that is a real, untracked directory of the project, and is not in
-/// the task's workspace, gets an empty directory there for it to be
-/// mounted on, and its digest taken (the receipt says which dependency set
-/// the result was verified against). Overlay shares are not built yet: a
-/// declared one is refused, a detected one left out; both are said.
+/// The dependency environments this task shares. Each planned one that
+/// is a real, untracked directory of the project, and is not in the
+/// task's workspace, gets an empty directory there for it to be mounted
+/// on, and its digest taken (the receipt says which dependency set the
+/// result was verified against; for a copy-on-write share, the build
+/// outputs the task started from).
 fn share_environments(
     project: &Path,
     workspace: &Path,
@@ -135,14 +128,6 @@ fn share_environments(
     let mut out = Vec::new();
     let tracked = |p: &str| tracked_in_git(project, p);
     for s in plan(project, loopfile) {
-        if s.mode == ShareMode::Overlay {
-            // (A declared one was refused before anything was made.)
-            observer.note(&format!(
-                "not shared: `{}` ({}): overlay shares are not built yet",
-                s.path, s.why
-            ));
-            continue;
-        }
         match standing(project, &s, &tracked) {
             Standing::Present { .. } => {}
             Standing::Missing => {
@@ -188,9 +173,15 @@ fn share_environments(
             .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
         let m = Manifest::of(&project.join(&s.path))
             .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
+        let overlay = s.mode == ShareMode::Overlay;
         observer.note(&format!(
-            "sharing `{}` read-only ({}; {} files, sha256:{})",
+            "sharing `{}` {} ({}; {} files, sha256:{})",
             s.path,
+            if overlay {
+                "copy-on-write"
+            } else {
+                "read-only"
+            },
             s.why,
             m.entries.len(),
             &m.root[..12.min(m.root.len())]
@@ -199,39 +190,59 @@ fn share_environments(
             path: s.path,
             sha256: m.root,
             files: m.entries.len() as u64,
+            overlay,
             changed_to: None,
         });
     }
     Ok(out)
 }
 
-/// The interpreter trees the shared environments link to (see
-/// [`crate::environments::interpreter_trees`]).
-pub(crate) fn interpreter_views(
+/// `settings` with the project's environments in view: the shares (each
+/// copy-on-write one's layer kept under `layers/<index>` when given: the
+/// task's build outputs outlast a command), the interpreter trees they
+/// link to and the toolchain caches, read-only, with the variables that
+/// point the toolchains at those caches.
+pub(crate) fn with_environments(
+    mut settings: loop_sandbox::Settings,
     project: &Path,
+    layers: Option<&Path>,
     shares: &[loop_receipt::SharedEnvironment],
-) -> Vec<std::path::PathBuf> {
-    let mut out: Vec<std::path::PathBuf> = Vec::new();
+) -> loop_sandbox::Settings {
+    settings.shares = shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| loop_sandbox::Share {
+            host: project.join(&s.path),
+            rel: s.path.clone(),
+            access: if s.overlay {
+                loop_sandbox::ShareAccess::Overlay {
+                    keep: layers.map(|l| l.join(i.to_string())),
+                }
+            } else {
+                loop_sandbox::ShareAccess::ReadOnly
+            },
+        })
+        .collect();
+    let mut trees: Vec<std::path::PathBuf> = Vec::new();
     for s in shares {
         for t in crate::environments::interpreter_trees(&project.join(&s.path)) {
-            if !out.contains(&t) {
-                out.push(t);
+            if !trees.contains(&t) {
+                trees.push(t);
             }
         }
     }
-    out
-}
-
-/// The sandbox's view of shared environments: (project directory, path
-/// in the workspace).
-pub(crate) fn shared_views(
-    project: &Path,
-    shares: &[loop_receipt::SharedEnvironment],
-) -> Vec<(std::path::PathBuf, String)> {
-    shares
-        .iter()
-        .map(|s| (project.join(&s.path), s.path.clone()))
-        .collect()
+    for c in crate::environments::caches(project) {
+        if !trees.contains(&c.path) {
+            trees.push(c.path);
+        }
+        for kv in c.env {
+            if !settings.env.contains(&kv) {
+                settings.env.push(kv);
+            }
+        }
+    }
+    settings.read_only_trees = trees;
+    settings
 }
 
 /// A line saying where the task works.

@@ -191,11 +191,12 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
             )));
         }
     }
-    let sandbox = loop_sandbox::Settings {
-        shares: crate::prepare::shared_views(project, &p.environments),
-        read_only_trees: crate::prepare::interpreter_views(project, &p.environments),
-        ..loop_sandbox::Settings::default()
-    };
+    let sandbox = crate::prepare::with_environments(
+        loop_sandbox::Settings::default(),
+        project,
+        None,
+        &p.environments,
+    );
     // The verifier never writes to the tree it seals (overlays, or its own copy).
     let scratch = task_dir.join("replay");
     let _ = remove_tree(&scratch);

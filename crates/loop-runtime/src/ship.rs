@@ -190,6 +190,7 @@ mod tests {
             path: ".venv".into(),
             sha256: root.clone(),
             files: 1,
+            overlay: false,
             changed_to: None,
         }];
         let same = environments_at_end(&p, &shared);

@@ -502,16 +502,16 @@ unsafe fn enter_root(
                         return Err(fail(d, b"symlink in the new root"));
                     }
                 }
-                Op::Overlay(at, options) => check(
+                Op::Overlay(at, options, flags) => check(
                     libc::mount(
                         c"overlay".as_ptr(),
                         at.as_ptr(),
                         c"overlay".as_ptr(),
-                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                        *flags,
                         options.as_ptr().cast(),
                     ) as libc::c_long,
                     d,
-                    b"overlay host tree",
+                    b"overlay in the new root",
                 )?,
                 Op::Bind(src, at, rec, ro) => {
                     let rec_flag = if *rec { libc::MS_REC } else { 0 };

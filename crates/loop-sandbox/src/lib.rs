@@ -144,13 +144,45 @@ pub struct Settings {
     /// `[extensions]`, so no credential in a remote URL is readable), so
     /// `git status`, `diff` and `log` work; nothing in it is writable.
     pub git_dir: Option<PathBuf>,
-    /// Dependency environments shown read-only inside the workspace:
-    /// (the host directory, its path relative to the workspace). They need
-    /// a mount namespace; without one the request is refused.
-    pub shares: Vec<(PathBuf, String)>,
+    /// Dependency environments shown inside the workspace (see
+    /// [`Share`]). They need a mount namespace; without one the request is
+    /// refused.
+    pub shares: Vec<Share>,
     /// More host trees shown read-only at their own paths (the
-    /// interpreters shared environments link to, outside the usual view).
+    /// interpreters shared environments link to, toolchain caches).
     pub read_only_trees: Vec<PathBuf>,
+    /// Variables set for every command (after scrubbing): where the
+    /// toolchain caches shown read-only are (`CARGO_HOME`, `GOMODCACHE`).
+    pub env: Vec<(String, String)>,
+}
+
+/// A dependency environment of the project shown inside the workspace at
+/// the same relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// The host directory.
+    pub host: PathBuf,
+    /// Its path relative to the workspace, `/`-separated.
+    pub rel: String,
+    /// How the command sees it.
+    pub access: ShareAccess,
+}
+
+/// How a command sees a [`Share`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareAccess {
+    /// Bound read-only: usable, never changed.
+    ReadOnly,
+    /// Copy-on-write: an overlay whose lower layer is the host directory
+    /// (never written) and whose writes land in an upper layer. With
+    /// `keep`, that layer lives under `keep` and outlasts the command (a
+    /// task's build outputs, so incremental builds stay fast); without, or
+    /// for an acceptance check whatever `keep` says, it is fresh and
+    /// private to the command: a check never sees what a task wrote there.
+    Overlay {
+        /// Where the upper layer is kept (`upper/`, `work/` under it).
+        keep: Option<PathBuf>,
+    },
 }
 
 impl Settings {
@@ -161,6 +193,11 @@ impl Settings {
         req.git_dir = self.git_dir.clone();
         req.shares = self.shares.clone();
         req.read_only_trees = self.read_only_trees.clone();
+        for (k, v) in &self.env {
+            if !req.env.iter().any(|(have, _)| have == k) {
+                req.env.push((k.clone(), v.clone()));
+            }
+        }
         if let Some(d) = self.deadline {
             let moved = self
                 .paused_ms
@@ -217,9 +254,9 @@ pub struct ExecRequest {
     /// workspace (see [`check_env`]); what was imposed is reported in
     /// [`ExecResult::env_imposed`].
     pub check: bool,
-    /// Dependency environments shown read-only inside the workspace (see
+    /// Dependency environments shown inside the workspace (see
     /// [`Settings::shares`]).
-    pub shares: Vec<(PathBuf, String)>,
+    pub shares: Vec<Share>,
     /// More host trees shown read-only (see [`Settings::read_only_trees`]).
     pub read_only_trees: Vec<PathBuf>,
 }
@@ -590,9 +627,10 @@ fn prepare(
     let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
-        if let Some((_, rel)) = req.shares.first() {
+        if let Some(share) = req.shares.first() {
             return Err(SandboxError::Prepare(format!(
-                "the shared environment `{rel}` needs a mount namespace, which is unavailable here"
+                "the shared environment `{}` needs a mount namespace, which is unavailable here",
+                share.rel
             )));
         }
     }
@@ -745,7 +783,7 @@ fn child_plan(
                 cwd: &cwd,
                 fresh_proc: support.proc_mount,
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
-                shares: &req.shares,
+                shares: &share_mounts(req, &p.tmp.0, spawn_err)?,
                 extra_trees: &req.read_only_trees,
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
@@ -795,6 +833,40 @@ fn child_plan(
         diag_fd,
     };
     Ok((plan, in_root))
+}
+
+/// The shares as the root mounts them, with the upper and work layers of
+/// each copy-on-write one made: kept where the runtime asked, or fresh in
+/// the command's private directory (always, for an acceptance check).
+fn share_mounts(
+    req: &ExecRequest,
+    private: &root::Private,
+    spawn_err: SpawnErr<'_>,
+) -> Result<Vec<root::ShareMount>, SandboxError> {
+    let mut out = Vec::new();
+    for (i, share) in req.shares.iter().enumerate() {
+        let layers = match &share.access {
+            ShareAccess::ReadOnly => None,
+            ShareAccess::Overlay { keep } => {
+                let dir = match keep {
+                    Some(k) if !req.check => k.clone(),
+                    _ => private.base.join(format!("share-{i}")),
+                };
+                let (upper, work) = (dir.join("upper"), dir.join("work"));
+                for d in [&upper, &work] {
+                    std::fs::create_dir_all(d)
+                        .map_err(|e| spawn_err(format!("layer of `{}`: ", share.rel), e))?;
+                }
+                Some((upper, work))
+            }
+        };
+        out.push(root::ShareMount {
+            host: share.host.clone(),
+            rel: share.rel.clone(),
+            layers,
+        });
+    }
+    Ok(out)
 }
 
 /// A pipe whose write end the child reports a failed sandbox step on.

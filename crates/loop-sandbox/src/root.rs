@@ -38,8 +38,9 @@ pub enum Op {
     Touch(CString),
     /// `symlink(target, at)`.
     Symlink(CString, CString),
-    /// A read-only overlay of a host tree: (target, mount options).
-    Overlay(CString, CString),
+    /// An overlay: (target, mount options, mount flags: read-only for a
+    /// host tree, writable for a copy-on-write share).
+    Overlay(CString, CString, libc::c_ulong),
     /// A bind mount: (source, target, recursive, read-only with these kept flags).
     Bind(CString, CString, bool, Option<libc::c_ulong>),
     /// A tmpfs: (target, flags, options).
@@ -93,15 +94,26 @@ pub struct Inputs<'a> {
     pub git: Option<(&'a Path, &'a Path)>,
     /// Overlay the host trees (else bind them read-only).
     pub overlay_trees: bool,
-    /// Dependency environments bound read-only inside the workspace:
-    /// (host directory, path relative to the workspace).
-    pub shares: &'a [(PathBuf, String)],
+    /// Dependency environments inside the workspace.
+    pub shares: &'a [ShareMount],
     /// More host trees to show read-only at their own paths.
     pub extra_trees: &'a [PathBuf],
     /// The mount is made in a user namespace (overlays need `userxattr`).
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
     pub masks: Masks,
+}
+
+/// A dependency environment as the root shows it, inside the workspace.
+#[derive(Debug, Clone)]
+pub struct ShareMount {
+    /// The host directory.
+    pub host: PathBuf,
+    /// Its path relative to the workspace.
+    pub rel: String,
+    /// Bound read-only (`None`), or the lower layer of a writable overlay
+    /// with these (existing) upper and work directories.
+    pub layers: Option<(PathBuf, PathBuf)>,
 }
 
 /// The private directory of one command and its parts.
@@ -309,7 +321,11 @@ impl Builder<'_> {
         if inp.userns {
             o.push_str(",userxattr");
         }
-        self.ops.push(Op::Overlay(c(at)?, c(Path::new(&o))?));
+        self.ops.push(Op::Overlay(
+            c(at)?,
+            c(Path::new(&o))?,
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        ));
         let read_dir = inp.masks.read_dir;
         if read_dir != 0 {
             for e in inp.view.read_exec.iter().filter(|e| e.starts_with(t)) {
@@ -324,12 +340,16 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// Dependency environments, each bound read-only over its directory in
-    /// the workspace (after the workspace, so on top of it). A share whose
-    /// place in the workspace is not a plain directory is refused: the
-    /// runtime made it, and anything else there was put by the task.
+    /// Dependency environments, each mounted over its directory in the
+    /// workspace (after the workspace, so on top of it): bound read-only,
+    /// or an overlay whose lower layer is the host directory and whose
+    /// writes land in the share's upper layer (Landlock sees an overlay as
+    /// a tree of its own: it gets its own rule). A share whose place in the
+    /// workspace is not a plain directory is refused: the runtime made it,
+    /// and anything else there was put by the task.
     fn shares(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
-        for (host, rel) in inp.shares {
+        for share in inp.shares {
+            let rel = &share.rel;
             // Every component a real directory: a link the task put on the
             // way would carry the mount elsewhere.
             let mut in_ws = inp.workspace.to_path_buf();
@@ -344,12 +364,33 @@ impl Builder<'_> {
                 }
             }
             let at = under(self.staging, &in_ws);
-            self.ops.push(Op::Bind(
-                c(host)?,
-                c(&at)?,
-                true,
-                Some(crate::locked_flags(host)),
-            ));
+            match &share.layers {
+                None => self.ops.push(Op::Bind(
+                    c(&share.host)?,
+                    c(&at)?,
+                    true,
+                    Some(crate::locked_flags(&share.host)),
+                )),
+                Some((upper, work)) => {
+                    let mut o = format!(
+                        "lowerdir={},upperdir={},workdir={}",
+                        overlay_escape(&share.host),
+                        overlay_escape(upper),
+                        overlay_escape(work)
+                    );
+                    if inp.userns {
+                        o.push_str(",userxattr");
+                    }
+                    self.ops.push(Op::Overlay(
+                        c(&at)?,
+                        c(Path::new(&o))?,
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                    ));
+                    if inp.masks.all_dir != 0 {
+                        self.rules.push((c(&at)?, inp.masks.all_dir));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -516,7 +557,7 @@ mod tests {
                 Op::Mkdir(p) => format!("mkdir {}", p.to_string_lossy()),
                 Op::Touch(p) => format!("touch {}", p.to_string_lossy()),
                 Op::Symlink(t, p) => format!("ln {} {}", t.to_string_lossy(), p.to_string_lossy()),
-                Op::Overlay(p, _) => format!("overlay {}", p.to_string_lossy()),
+                Op::Overlay(p, _, _) => format!("overlay {}", p.to_string_lossy()),
                 Op::Bind(s, p, _, _) => {
                     format!("bind {} {}", s.to_string_lossy(), p.to_string_lossy())
                 }
@@ -599,7 +640,7 @@ mod tests {
         std::os::unix::fs::symlink("/", ws.join("l")).unwrap();
         let view = HostView::resolve("/usr/bin:/bin", Some(Path::new("/root")), &[]);
         let private = Private::under(base.join("p"));
-        let plan_with = |shares: &[(PathBuf, String)]| {
+        let plan_with = |shares: &[ShareMount]| {
             plan(&Inputs {
                 view: &view,
                 private: &private,
@@ -614,7 +655,12 @@ mod tests {
                 masks: Masks::default(),
             })
         };
-        let ok = plan_with(&[(base.join("project/a/env"), "a/env".into())]).unwrap();
+        let share = |rel: &str, layers: Option<(PathBuf, PathBuf)>| ShareMount {
+            host: base.join("project/a/env"),
+            rel: rel.into(),
+            layers,
+        };
+        let ok = plan_with(&[share("a/env", None)]).unwrap();
         let bound = ok.ops.iter().any(|op| {
             matches!(op, Op::Bind(src, dst, true, Some(_))
                 if src.to_str().unwrap().ends_with("project/a/env")
@@ -622,9 +668,22 @@ mod tests {
         });
         assert!(bound, "{:?}", ok.ops);
         for rel in ["l/etc", "a/missing", "a/env/../../l"] {
-            let e = plan_with(&[(base.join("project/a/env"), rel.into())]).unwrap_err();
+            let e = plan_with(&[share(rel, None)]).unwrap_err();
+            assert!(e.contains("is not a directory"), "{rel}: {e}");
+            let e = plan_with(&[share(rel, Some((base.join("u"), base.join("w"))))]).unwrap_err();
             assert!(e.contains("is not a directory"), "{rel}: {e}");
         }
+        // Copy-on-write: a writable overlay over the project's directory.
+        let cow = plan_with(&[share("a/env", Some((base.join("u"), base.join("w"))))]).unwrap();
+        let overlaid = cow.ops.iter().any(|op| {
+            matches!(op, Op::Overlay(dst, o, flags)
+                if dst.to_str().unwrap().ends_with("ws/a/env")
+                    && o.to_str().unwrap().contains("project/a/env,upperdir=")
+                    && flags & libc::MS_RDONLY == 0)
+        });
+        assert!(overlaid, "{:?}", cow.ops);
+        assert!(!cow.ops.iter().any(|op| matches!(op, Op::Bind(src, _, _, _)
+                if src.to_str().unwrap().ends_with("project/a/env"))));
         let _ = std::fs::remove_dir_all(&base);
     }
 }
