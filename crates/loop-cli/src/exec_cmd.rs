@@ -14,6 +14,14 @@ pub struct ExecArgs {
     /// `none` (own network namespace, loopback only) or `host`.
     #[arg(long, default_value = "none")]
     net: Net,
+    /// A host the command may reach through the runtime's egress proxy
+    /// (`host`, `host:port`, `*.domain`); repeatable. The network stays
+    /// otherwise denied; every attempt is reported.
+    #[arg(long = "allow", value_name = "HOST")]
+    allow: Vec<String>,
+    /// Reach HOST at ADDR (`ip:port`) instead of resolving it; repeatable.
+    #[arg(long = "resolve", value_name = "HOST=ADDR")]
+    resolve: Vec<String>,
     /// Memory limit in MiB.
     #[arg(long, value_name = "MB")]
     mem: Option<u64>,
@@ -74,7 +82,27 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     let cwd = cwd
         .canonicalize()
         .map_err(|e| CliError::usage(format!("workspace {}: {e}", cwd.display())))?;
+    let mut resolve = Vec::new();
+    for r in &o.resolve {
+        let parsed = r
+            .split_once('=')
+            .and_then(|(h, a)| Some((h.to_ascii_lowercase(), a.parse().ok()?)));
+        match parsed {
+            Some(p) => resolve.push(p),
+            None => {
+                return Err(CliError::usage(format!(
+                    "--resolve {r:?}: expected HOST=IP:PORT"
+                )));
+            }
+        }
+    }
+    let egress = (!o.allow.is_empty()).then(|| loop_sandbox::egress::Egress {
+        allow: o.allow.clone(),
+        resolve,
+        list: "loop exec --allow".into(),
+    });
     let r = loop_runtime::exec::exec(&ExecOptions {
+        egress,
         command: o.command.clone(),
         workspace: cwd,
         protect: o.protect.clone(),

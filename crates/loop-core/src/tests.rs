@@ -179,6 +179,7 @@ impl Verifier for FakeVerifier {
                             snapshot: "memory".into(),
                             env: Vec::new(),
                             tests: None,
+                            egress: Vec::new(),
                         }
                     })
                     .collect();

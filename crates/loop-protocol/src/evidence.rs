@@ -48,6 +48,30 @@ pub struct Isolation {
     pub env_scrubbed: bool,
     /// Anything the sandbox wants a reader to know (what was not available).
     pub notes: Vec<String>,
+    /// Every connection the command asked the runtime's egress proxy for,
+    /// allowed or refused (`network` is `proxy` then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressAttempt>,
+}
+
+/// One connection a sandboxed command asked for through the runtime's
+/// egress proxy, judged against the allow-list before anything was opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressAttempt {
+    /// The host asked for (lower case), as the command named it.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// `CONNECT` (a tunnel, e.g. HTTPS) or a plain-HTTP method.
+    pub method: String,
+    /// Whether the allow-list let it through.
+    pub allowed: bool,
+    /// The allow-list entry that let it through, or why it was refused
+    /// (naming the list).
+    pub rule: String,
+    /// An allowed connection that could not be opened, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The result of one check on its own snapshot.
@@ -86,6 +110,10 @@ pub struct CheckEvidence {
     /// compared with the baseline run's to catch tests that vanished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<TestTally>,
+    /// The connections the check asked for through the egress proxy (only
+    /// when the contract allows a check the network).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressAttempt>,
 }
 
 /// A test runner's account of one run, read from its output.

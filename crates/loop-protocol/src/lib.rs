@@ -36,8 +36,8 @@ pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
 pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
-    ArtifactEvidence, CheckEvidence, CriterionEvidence, FileChange, IntegrityRule, Isolation,
-    StreamEvidence, TestTally, VerificationReport,
+    ArtifactEvidence, CheckEvidence, CriterionEvidence, EgressAttempt, FileChange, IntegrityRule,
+    Isolation, StreamEvidence, TestTally, VerificationReport,
 };
 pub use model::{Model, WireExchange};
 pub use observation::{Observation, ObservationStatus};

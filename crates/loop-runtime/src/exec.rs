@@ -17,6 +17,8 @@ pub struct ExecOptions {
     pub protect: Vec<String>,
     /// `none` (loopback only) or `host`.
     pub net: Net,
+    /// Hosts reachable through the egress proxy (with `Net::None`).
+    pub egress: Option<loop_sandbox::egress::Egress>,
     /// Memory limit in MiB (also makes a memory limit required).
     pub mem_mb: Option<u64>,
     /// CPU seconds.
@@ -85,6 +87,7 @@ pub fn exec(o: &ExecOptions) -> Result<ExecResult, ExecFailure> {
     }
     req.workspace = Some(cwd.clone());
     req.net = o.net;
+    req.egress = o.egress.clone();
     req.memory_required = o.mem_mb.is_some();
     req.timeout = o.timeout.max(Duration::from_secs(1));
     req.max_output = o.max_output;

@@ -51,6 +51,9 @@ pub struct ChildPlan {
     pub late_rules: Option<(RawFd, u64, u64)>,
     /// Bring up `lo` in the new network namespace.
     pub loopback_up: bool,
+    /// Listen on the egress proxy's address in the new network namespace
+    /// and send the socket over this descriptor (see `egress.rs`).
+    pub proxy_sock: Option<RawFd>,
     /// Build a root from the allowed trees and enter it (see `root.rs`).
     pub root: Option<crate::root::RootPlan>,
     /// Resource limits to set.
@@ -440,6 +443,11 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
             let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
             libc::close(s);
             check(r as libc::c_long, d, b"bring up lo")?;
+            if let Some(pair) = plan.proxy_sock
+                && !crate::egress::send_listener(pair)
+            {
+                return Err(fail(d, b"egress proxy socket"));
+            }
         }
     }
     Ok(())

@@ -28,6 +28,7 @@ mod capture;
 mod cgroup;
 pub mod check_env;
 mod child;
+pub mod egress;
 mod landlock;
 pub mod policy;
 pub mod probe;
@@ -154,6 +155,9 @@ pub struct Settings {
     /// Variables set for every command (after scrubbing): where the
     /// toolchain caches shown read-only are (`CARGO_HOME`, `GOMODCACHE`).
     pub env: Vec<(String, String)>,
+    /// Hosts commands may reach through the runtime's egress proxy (see
+    /// [`egress`]); `None` is no network at all.
+    pub egress: Option<egress::Egress>,
 }
 
 /// A dependency environment of the project shown inside the workspace at
@@ -193,6 +197,7 @@ impl Settings {
         req.git_dir = self.git_dir.clone();
         req.shares = self.shares.clone();
         req.read_only_trees = self.read_only_trees.clone();
+        req.egress = self.egress.clone();
         for (k, v) in &self.env {
             if !req.env.iter().any(|(have, _)| have == k) {
                 req.env.push((k.clone(), v.clone()));
@@ -259,6 +264,9 @@ pub struct ExecRequest {
     pub shares: Vec<Share>,
     /// More host trees shown read-only (see [`Settings::read_only_trees`]).
     pub read_only_trees: Vec<PathBuf>,
+    /// Hosts the command may reach through the egress proxy, with
+    /// [`Net::None`] (see [`egress`]).
+    pub egress: Option<egress::Egress>,
 }
 
 impl ExecRequest {
@@ -289,6 +297,7 @@ impl ExecRequest {
             git_dir: None,
             shares: Vec::new(),
             read_only_trees: Vec::new(),
+            egress: None,
         }
     }
 }
@@ -560,6 +569,11 @@ struct Prepared {
     cgroups: cgroup::Cgroups,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)>,
     notes: Vec<String>,
+    /// The socket pair the child sends the egress proxy's listening socket
+    /// over: (the runtime's end, the child's).
+    proxy_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The egress proxy serving the running command.
+    proxy: Option<egress::Proxy>,
 }
 
 type SpawnErr<'a> = &'a dyn Fn(String, std::io::Error) -> SandboxError;
@@ -721,6 +735,8 @@ fn prepare(
         cgroups,
         rlimits,
         notes,
+        proxy_pair: None,
+        proxy: None,
     })
 }
 
@@ -806,6 +822,18 @@ fn child_plan(
     if use_ns && !support.proc_mount {
         p.notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
     }
+    if req.egress.is_some() && req.net == Net::None {
+        if use_ns {
+            p.proxy_pair = Some(
+                egress::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?,
+            );
+        } else {
+            p.notes.push(
+                "no network namespace: the egress allow-list is not enforced (the network is the host's)"
+                    .into(),
+            );
+        }
+    }
     let in_root = root_plan.is_some();
     let plan = child::ChildPlan {
         unshare_flags: flags,
@@ -826,6 +854,7 @@ fn child_plan(
         overlay,
         ro_binds,
         loopback_up: use_ns && req.net == Net::None,
+        proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
         root: root_plan,
         rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
         landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
@@ -927,6 +956,20 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
             return Err(spawn_err("check environment: ".into(), e));
         }
     };
+    if p.proxy_pair.is_some() {
+        for var in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "npm_config_proxy",
+            "npm_config_https_proxy",
+            "CARGO_HTTP_PROXY",
+        ] {
+            cmd.env(var, egress::PROXY_URL);
+        }
+        cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+    }
     // SAFETY: `child::enter` only makes async-signal-safe system calls on
     // data prepared above, which outlives the spawn.
     unsafe {
@@ -937,6 +980,23 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     let spawned = cmd.spawn();
     trace.mark("spawned");
     drop(diag_write);
+    // The child's end is the child's now; the listening socket it makes
+    // inside its namespace comes back over ours.
+    p.proxy = match (p.proxy_pair.take(), &req.egress) {
+        (Some((ours, theirs)), Some(egress)) if spawned.is_ok() => {
+            drop(theirs);
+            match egress::receive_listener(&ours, Duration::from_secs(10)) {
+                Some(l) => Some(egress::Proxy::start(l, egress.clone())),
+                None => {
+                    p.notes.push(
+                        "the egress proxy could not be started: the command had no network".into(),
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -990,7 +1050,9 @@ fn collect(
         });
     }
     drop(tx);
-    let (status, timed_out, cancelled) = match wait_for(child, req, started, pgid) {
+    let waited = wait_for(child, req, started, pgid);
+    let egress = p.proxy.take().map(egress::Proxy::finish);
+    let (status, timed_out, cancelled) = match waited {
         Ok(w) => w,
         Err(e) => {
             kill_group(pgid);
@@ -1021,16 +1083,17 @@ fn collect(
             user_namespace: p.userns,
             landlock_abi,
             seccomp: p.seccomp.is_some(),
-            network: if use_ns && req.net == Net::None {
-                "none".into()
-            } else {
-                "host".into()
+            network: match (use_ns && req.net == Net::None, &egress) {
+                (true, Some(_)) => "proxy".into(),
+                (true, None) => "none".into(),
+                (false, _) => "host".into(),
             },
             rlimits: p.rlimits.into_iter().map(|(_, _, s)| s).collect(),
             memory_cgroup: p.cgroups.memory,
             pids_cgroup: p.cgroups.pids,
             env_scrubbed: true,
             notes: p.notes,
+            egress: egress.unwrap_or_default(),
         },
         env_imposed,
     })

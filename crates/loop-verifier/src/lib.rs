@@ -398,6 +398,7 @@ fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckE
         snapshot: snapshot.to_string(),
         env: Vec::new(),
         tests: None,
+        egress: Vec::new(),
     }
 }
 
@@ -443,6 +444,7 @@ fn run_check(
     ev.stdout = Some(stream(&result.stdout));
     ev.stderr = Some(stream(&result.stderr));
     ev.env = result.env_imposed.clone();
+    ev.egress = result.isolation.egress.clone();
     ev.tests = tally::read(&format!(
         "{}\n{}",
         result.stdout.excerpt(),
