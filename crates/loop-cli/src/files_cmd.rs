@@ -146,6 +146,21 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
         let vars: Vec<String> = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("  {} ({}; {})", c.path.display(), c.why, vars.join(" "));
     }
-    println!("network: denied to every command and check");
+    let n = &a.network;
+    let list = |hosts: &[String]| match hosts.is_empty() {
+        true => "none (no network at all)".to_string(),
+        false => hosts.join(", "),
+    };
+    println!(
+        "network, through the runtime's egress proxy (every attempt recorded):\n  commands: {}\n  setup steps: {}\n  checks: what each contract's network_allow says (none by default)",
+        list(&n.commands),
+        list(&n.setup)
+    );
+    for (host, addr) in &n.resolve {
+        println!("  {host} is reached at {addr}");
+    }
+    if let Some(p) = &a.network_problem {
+        println!("  PROBLEM: {p}");
+    }
     Ok(0)
 }

@@ -411,3 +411,131 @@ fn a_node_project_tests_against_its_node_modules_which_stay_untouched() {
     assert_eq!(digest(&base, &project.join("node_modules")), before);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A one-page HTTP server on 127.0.0.1 (a registry's stand-in).
+fn page_server(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(16) {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn declared_egress_reaches_allowed_hosts_only_and_the_receipt_lists_every_attempt() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-egress");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let pkgs = page_server("pkg-v1");
+    let other = page_server("not for you");
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!(
+            "network:\n  allow: [\"pkgs.test:{pkgs}\"]\n  resolve:\n    pkgs.test: \"127.0.0.1:{pkgs}\"\n    other.test: \"127.0.0.1:{other}\"\n"
+        ),
+    )
+    .unwrap();
+    let fetch = |url: &str, save: &str| {
+        let cmd = format!(
+            "python3 -c \"import urllib.request as u\ntry:\n    b = u.urlopen('{url}', timeout=5).read().decode()\n    open('{save}', 'w').write(b)\nexcept Exception as e:\n    print('failed', e, e.read().decode() if hasattr(e, 'read') else '')\""
+        );
+        serde_json::to_string(&cmd).unwrap()
+    };
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: {}}}}}\n      - {{tool: run_command, args: {{command: {}}}}}\n  - calls:\n      - {{tool: finish, args: {{summary: fetched}}}}\n",
+        fetch(&format!("http://pkgs.test:{pkgs}/"), "got.txt"),
+        fetch(&format!("http://other.test:{other}/"), "other.txt"),
+    );
+    // Checks have no network unless the contract says so: the second
+    // check passes only if the fetch fails.
+    let events = run_task(
+        &base,
+        &project,
+        &script,
+        &format!(
+            "instruction: fetch the package index\ncriteria:\n  - id: fetched\n    checks:\n      - run: \"cat got.txt\"\n        expect_stdout: pkg-v1\n      - run: \"python3 -c \\\"import urllib.request as u; u.urlopen('http://pkgs.test:{pkgs}/', timeout=3)\\\"\"\n        expect_exit: 1\nlimits: {{ max_steps: 4, max_verifications: 2, timeout_secs: 120 }}\n"
+        ),
+    );
+    let observed = observations(&events);
+    let first = observed[0]["content"].as_str().unwrap();
+    assert!(
+        first.contains(&format!(
+            "GET pkgs.test:{pkgs}: allowed by `pkgs.test:{pkgs}`"
+        )),
+        "{first}"
+    );
+    let second = observed[1]["content"].as_str().unwrap();
+    assert!(
+        second.contains(&format!(
+            "loop: egress to other.test:{other} refused: not in network.allow (the Loopfile's, for commands)"
+        )),
+        "{second}"
+    );
+    let (_, payload) = statement(&events);
+    assert_eq!(payload["predicate"]["outcome"]["kind"], "verified");
+    let net = &payload["predicate"]["network"];
+    assert_eq!(
+        net["commands"],
+        serde_json::json!([format!("pkgs.test:{pkgs}")]),
+        "{net}"
+    );
+    assert!(net.get("checks").is_none(), "{net}");
+    assert_eq!(net["allowed"], 1, "{net}");
+    assert_eq!(net["refused"], 1, "{net}");
+    let attempts = net["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["host"], "pkgs.test");
+    assert_eq!(attempts[0]["by"], "run_command t1-c1");
+    assert_eq!(attempts[1]["host"], "other.test");
+    assert_eq!(attempts[1]["allowed"], false);
+    assert_eq!(
+        payload["predicate"]["isolation"]["network"], "none",
+        "checks had no network"
+    );
+
+    // A contract that lets its checks reach the host: they go through the
+    // proxy, the receipt says so, and replay reaches it again.
+    let events = run_task(
+        &base,
+        &project,
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: nothing to change}}\n",
+        &format!(
+            "instruction: the index answers\nnetwork_allow: [\"pkgs.test:{pkgs}\"]\ncriteria:\n  - id: index\n    checks:\n      - run: \"python3 -c \\\"import urllib.request as u; print(u.urlopen('http://pkgs.test:{pkgs}/', timeout=5).read().decode())\\\"\"\n        expect_stdout: pkg-v1\nlimits: {{ max_steps: 2, max_verifications: 1, timeout_secs: 120 }}\n"
+        ),
+    );
+    let (receipt, payload) = statement(&events);
+    assert_eq!(payload["predicate"]["outcome"]["kind"], "verified");
+    let net = &payload["predicate"]["network"];
+    assert_eq!(
+        net["checks"],
+        serde_json::json!([format!("pkgs.test:{pkgs}")]),
+        "{net}"
+    );
+    assert!(
+        net["attempts"][0]["by"]
+            .as_str()
+            .unwrap()
+            .starts_with("check index#0"),
+        "{net}"
+    );
+    assert_eq!(payload["predicate"]["isolation"]["network"], "proxy");
+    let replay = loop_cmd(&base)
+        .arg("replay")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -54,6 +54,11 @@ pub struct Contract {
     /// manifests; see `docs/formats.md`). Empty: none of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_check_changes: Vec<String>,
+    /// Hosts the checks may reach through the runtime's egress proxy (the
+    /// patterns and presets of the Loopfile's `network.allow`). Empty: the
+    /// checks have no network at all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_allow: Vec<String>,
     /// Budgets the runtime enforces.
     pub limits: Limits,
 }
@@ -267,6 +272,7 @@ impl Contract {
             protected: Vec::new(),
             unprotect: Vec::new(),
             allow_check_changes: Vec::new(),
+            network_allow: Vec::new(),
             limits: Limits::default(),
         };
         let mut r = Reader::new("command line");
@@ -372,6 +378,49 @@ mod read;
 pub mod schema;
 use crate::yaml::Reader;
 use crate::yaml::reader::PATH_HINT;
+
+/// The named sets of hosts an allow-list may hold, resolved on the machine
+/// from each toolchain's own configuration (never written here).
+pub const NETWORK_PRESETS: &[&str] = &["pypi", "npm", "crates"];
+
+/// What is wrong with an allow-list entry, if anything: a preset name, or
+/// `host`, `host:port`, `*.domain`, `*.domain:port` (host names of
+/// letters, digits, `-` and `.`, or an IP address; ports 1 to 65535).
+pub fn host_pattern_problem(entry: &str) -> Option<String> {
+    if NETWORK_PRESETS.contains(&entry) {
+        return None;
+    }
+    let bad = |why: &str| {
+        Some(format!(
+            "`{entry}` is not a host pattern: {why} (host, host:port, *.domain, or a preset: {})",
+            NETWORK_PRESETS.join(", ")
+        ))
+    };
+    let (name, port) = match entry.rsplit_once(':') {
+        Some((n, p)) if !n.contains(':') || n.ends_with(']') => (n, Some(p)),
+        _ => (entry, None),
+    };
+    if let Some(p) = port
+        && !p.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return bad("its port is not a number from 1 to 65535");
+    }
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let host = name.strip_prefix("*.").unwrap_or(name);
+    if host.is_empty() || host.starts_with('.') || host.ends_with('.') || host.len() > 253 {
+        return bad("its name is empty or starts or ends with a dot");
+    }
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return bad("only letters, digits, `-` and `.` make a host name, and `*.` only leads");
+    }
+    None
+}
 
 #[cfg(test)]
 mod tests;

@@ -35,6 +35,11 @@ pub struct Observation {
     /// EMFILE, EINTR), said by the tool that saw the error: worth a retry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transient: bool,
+    /// The connections a command asked the egress proxy for, allowed or
+    /// refused, as the ledger keeps them (boxed: most observations have
+    /// none, and an observation travels in `Result`s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Box<Vec<crate::EgressAttempt>>>,
 }
 
 impl Observation {
@@ -47,6 +52,7 @@ impl Observation {
             content: content.into(),
             changed,
             transient: false,
+            egress: None,
         }
     }
 
@@ -64,6 +70,7 @@ impl Observation {
             content: content.into(),
             changed: false,
             transient: false,
+            egress: None,
         }
     }
 
@@ -76,6 +83,7 @@ impl Observation {
             content: content.into(),
             changed: false,
             transient: false,
+            egress: None,
         }
     }
 }

@@ -101,6 +101,7 @@ fn main() {
                     },
                 },
                 isolation: None,
+                network: None,
                 ledger: LedgerRef {
                     name: "t.ledger.jsonl".into(),
                     head: ledger.head().to_string(),

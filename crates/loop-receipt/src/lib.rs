@@ -13,9 +13,10 @@ pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
 pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use receipt::{
     ADDENDUM_TYPE, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope, LedgerRef,
-    PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder, ReceiptError,
-    STATEMENT_TYPE, SharedEnvironment, SignatureStatus, Statement, Subject, VerifyReport, pae,
-    revoked_by_addenda, subject, verify_receipt, write_addendum, write_dsse, write_envelope,
+    NetworkReport, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder,
+    ReceiptError, RecordedEgress, STATEMENT_TYPE, SharedEnvironment, SignatureStatus, Statement,
+    Subject, VerifyReport, pae, revoked_by_addenda, subject, verify_receipt, write_addendum,
+    write_dsse, write_envelope,
 };
 
 #[cfg(test)]

@@ -124,6 +124,102 @@ pub struct SharedEnvironment {
     pub changed_to: Option<String>,
 }
 
+/// The egress allow-lists a task ran with and what crossed them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkReport {
+    /// Hosts commands could reach (presets expanded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// Hosts setup steps could reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<String>,
+    /// Hosts checks could reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+    /// Attempts the proxy let through.
+    pub allowed: u64,
+    /// Attempts it refused.
+    pub refused: u64,
+    /// Every attempt, with the ledger entry that records it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<RecordedEgress>,
+}
+
+/// One egress attempt as the ledger records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedEgress {
+    /// The ledger entry (`seq`) holding it.
+    pub seq: u64,
+    /// Who asked: `run_command <call id>`, `check <criterion>#<index>`,
+    /// `setup <index>`.
+    pub by: String,
+    /// The attempt.
+    #[serde(flatten)]
+    pub attempt: loop_protocol::EgressAttempt,
+}
+
+impl NetworkReport {
+    /// The report of a ledger (JSON Lines): the attempts of its command
+    /// observations, setup steps and verifications, under these lists;
+    /// `None` when no list was set and nothing was attempted.
+    pub fn from_ledger(
+        ledger: &[u8],
+        commands: &[String],
+        setup: &[String],
+        checks: &[String],
+    ) -> Option<NetworkReport> {
+        let mut r = NetworkReport {
+            commands: commands.to_vec(),
+            setup: setup.to_vec(),
+            checks: checks.to_vec(),
+            ..NetworkReport::default()
+        };
+        for line in ledger.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(entry) = serde_json::from_slice::<loop_protocol::LedgerEntry>(line) else {
+                continue;
+            };
+            let Ok(event) = loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload)
+            else {
+                continue;
+            };
+            let mut found: Vec<(String, loop_protocol::EgressAttempt)> = Vec::new();
+            match event {
+                loop_protocol::Event::Observed { observation, .. } => {
+                    let by = format!("{} {}", observation.tool, observation.call_id);
+                    let attempts = observation.egress.map(|b| *b).unwrap_or_default();
+                    found.extend(attempts.into_iter().map(|a| (by.clone(), a)));
+                }
+                loop_protocol::Event::Verified { report, .. } => {
+                    for c in report.criteria {
+                        for check in c.checks {
+                            let by = format!("check {}#{}", check.criterion, check.index);
+                            found.extend(check.egress.into_iter().map(|a| (by.clone(), a)));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            for (by, attempt) in found {
+                if attempt.allowed {
+                    r.allowed += 1;
+                } else {
+                    r.refused += 1;
+                }
+                r.attempts.push(RecordedEgress {
+                    seq: entry.seq,
+                    by,
+                    attempt,
+                });
+            }
+        }
+        let nothing = r.commands.is_empty()
+            && r.setup.is_empty()
+            && r.checks.is_empty()
+            && r.attempts.is_empty();
+        (!nothing).then_some(r)
+    }
+}
+
 /// Budgets granted and used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budgets {
@@ -196,6 +292,11 @@ pub struct Predicate {
     pub provenance: Provenance,
     /// Isolation the checks actually ran under.
     pub isolation: Option<Isolation>,
+    /// The network the task's commands, setup steps and checks had: the
+    /// allow-lists and every connection asked of the egress proxy (absent
+    /// when nothing had an allow-list: no network at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkReport>,
     /// The ledger.
     pub ledger: LedgerRef,
     /// When the receipt was made.

@@ -160,9 +160,18 @@ fn wire<'a>(
         max_file_bytes: contract.limits.max_file_bytes,
         ..ToolLimits::default()
     };
+    // Commands and checks differ only in the hosts they may reach.
+    let commands = loop_sandbox::Settings {
+        egress: stored.network.egress(crate::network::Use::Commands),
+        ..sandbox.clone()
+    };
+    let sandbox = loop_sandbox::Settings {
+        egress: stored.network.egress(crate::network::Use::Checks),
+        ..sandbox
+    };
     let toolbox = ToolBox::new(jail, tool_limits)
         .map_err(Error::from_cause)?
-        .with_sandbox(sandbox.clone())
+        .with_sandbox(commands)
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default());
     // The edit journal lives with the task: a step a crash interrupted is

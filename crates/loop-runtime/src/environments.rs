@@ -366,6 +366,12 @@ pub struct Audit {
     pub shares: Vec<(Share, Standing)>,
     /// The toolchain caches shown read-only.
     pub caches: Vec<Cache>,
+    /// Hosts commands and setup steps may reach, presets expanded here
+    /// (empty: no network).
+    pub network: crate::network::NetworkPlan,
+    /// Why a preset could not be expanded, if one could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_problem: Option<String>,
 }
 
 /// The audit of `project`'s environments under its Loopfile.
@@ -379,10 +385,24 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
             (s, st)
         })
         .collect();
+    let expanded = crate::network::expand(&loopfile.network.allow).and_then(|commands| {
+        Ok(crate::network::NetworkPlan {
+            commands,
+            setup: crate::network::expand(&loopfile.network.setup)?,
+            checks: Vec::new(),
+            resolve: loopfile.network.resolve.clone(),
+        })
+    });
+    let (network, network_problem) = match expanded {
+        Ok(n) => (n, None),
+        Err(e) => (crate::network::NetworkPlan::default(), Some(e.to_string())),
+    };
     Ok(Audit {
         loopfile: loopfile.path,
         shares,
         caches: caches(project),
+        network,
+        network_problem,
     })
 }
 

@@ -22,6 +22,7 @@ pub mod interrupt;
 pub mod layout;
 pub mod loopfile;
 mod models;
+pub mod network;
 pub mod prepare;
 pub mod query;
 pub mod receipts;

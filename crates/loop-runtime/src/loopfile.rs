@@ -18,6 +18,7 @@ const SECTIONS: &[&str] = &[
     "checkpoints",
     "apply",
     "workspace",
+    "network",
 ];
 
 /// `exec:`'s keys.
@@ -56,6 +57,8 @@ const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
 const SHARE_KEYS: &[&str] = &["path", "mode"];
 /// The ways to share.
 const SHARE_MODES: &[&str] = &["read_only", "overlay"];
+/// `network:`'s keys.
+const NETWORK_KEYS: &[&str] = &["allow", "setup", "resolve"];
 
 /// A loaded Loopfile.
 #[derive(Debug, Default)]
@@ -79,6 +82,8 @@ pub struct Loopfile {
     pub shares: Vec<crate::environments::Share>,
     /// `workspace.detect: false`: share only what is declared.
     pub no_share_detection: bool,
+    /// `network:`: hosts commands and setup steps may reach, names pinned.
+    pub network: crate::network::NetworkSection,
 }
 
 impl Loopfile {
@@ -119,6 +124,7 @@ impl Loopfile {
                 "checkpoints" => out.checkpoints = read_checkpoints(&mut r, v),
                 "apply" => out.host_executable = read_apply(&mut r, v),
                 "workspace" => read_workspace(&mut r, v, &mut out),
+                "network" => out.network = read_network(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -414,6 +420,60 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
     }
 }
 
+/// `network:`: `allow` (hosts `run_command` may reach through the egress
+/// proxy), `setup` (hosts setup steps may reach), `resolve` (names pinned
+/// to `ip:port`). Entries are host patterns or presets.
+fn read_network(r: &mut Reader, node: &Node) -> crate::network::NetworkSection {
+    let mut out = crate::network::NetworkSection::default();
+    let Some(fields) = r.mapping(node, "`network`", NETWORK_KEYS) else {
+        return out;
+    };
+    for (k, v) in fields {
+        if k.name == "resolve" {
+            for (name, addr) in r.entries(v, "`resolve`").unwrap_or_default() {
+                let host = name.name.to_ascii_lowercase();
+                if let Some(why) =
+                    loop_protocol::contract::host_pattern_problem(&host).or_else(|| {
+                        host.contains('*')
+                            .then(|| format!("`{host}`: a pinned name has no `*`"))
+                    })
+                {
+                    r.err(Some(name.pos), why, None);
+                    continue;
+                }
+                let Some(text) = r.string(addr, "an address") else {
+                    continue;
+                };
+                match text.parse::<std::net::SocketAddr>() {
+                    Ok(a) => out.resolve.push((host, a)),
+                    Err(_) => r.err(
+                        Some(addr.pos),
+                        format!("`{text}` is not an address (ip:port, e.g. 10.0.0.5:8443)"),
+                        None,
+                    ),
+                }
+            }
+            continue;
+        }
+        let mut hosts = Vec::new();
+        for item in r.seq(v, &format!("`{}`", k.name)).unwrap_or_default() {
+            let Some(h) = r.string(item, "an allowed host") else {
+                continue;
+            };
+            match loop_protocol::contract::host_pattern_problem(&h) {
+                Some(why) => r.err(Some(item.pos), why, None),
+                None => hosts.push(h),
+            }
+        }
+        if k.name == "allow" {
+            out.allow = hosts;
+        } else {
+            out.setup = hosts;
+        }
+    }
+    out
+}
+
 /// `checkpoints:`: when to pause for a person, and transient retries.
 fn read_checkpoints(r: &mut Reader, node: &Node) -> Option<loop_core::Checkpoints> {
     let fields = r.mapping(node, "`checkpoints`", CHECKPOINT_KEYS)?;
@@ -499,6 +559,16 @@ pub fn schema() -> serde_json::Value {
                     _ => json!({"type": "string", "minLength": 1}),
                  })},
             ]}}),
+        })}),
+        "network" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(NETWORK_KEYS, |k| match k {
+            "resolve" => json!({"type": "object",
+                "description": "host names pinned to an address (ip:port) instead of resolved",
+                "additionalProperties": {"type": "string"}}),
+            "setup" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                "description": "hosts setup steps may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
+            _ => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
         _ => json!({"type": "object", "additionalProperties": false,
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
@@ -592,6 +662,39 @@ mod tests {
             keys(&p["rules"]["properties"]),
             sorted(super::RULE_LANGUAGES)
         );
+    }
+
+    #[test]
+    fn network_is_read_with_every_problem_named() {
+        let ok = Loopfile::parse(
+            "network:\n  allow: [pypi, \"*.pkgs.example\"]\n  setup: [npm]\n  resolve:\n    Mirror.example: \"10.0.0.5:8443\"\n",
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.network.allow, vec!["pypi", "*.pkgs.example"]);
+        assert_eq!(ok.network.setup, vec!["npm"]);
+        assert_eq!(
+            ok.network.resolve,
+            vec![(
+                "mirror.example".to_string(),
+                "10.0.0.5:8443".parse().unwrap()
+            )]
+        );
+        let e = Loopfile::parse(
+            "network:\n  allow: [\"*\", \"a.example:99999\"]\n  resolve:\n    \"*.x\": \"10.0.0.5:1\"\n    y.example: nowhere\n  egress: []\n",
+            "Loopfile.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "Loopfile.yaml:2:11: `*` is not a host pattern",
+            "Loopfile.yaml:2:16: `a.example:99999` is not a host pattern: its port",
+            "Loopfile.yaml:4:5: `*.x`: a pinned name has no `*`",
+            "Loopfile.yaml:5:16: `nowhere` is not an address",
+            "Loopfile.yaml:6:3: unknown key `egress`",
+        ] {
+            assert!(e.contains(want), "{want} not in {e}");
+        }
     }
 
     #[test]

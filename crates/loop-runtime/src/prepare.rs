@@ -57,6 +57,7 @@ pub(crate) fn submit_claimed(
         checkpoints: loopfile.checkpoints.clone(),
         check_integrity: Vec::new(),
         shares: Vec::new(),
+        network: crate::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
@@ -84,6 +85,7 @@ pub(crate) fn submit_claimed(
                 git_dir: git_dir(&task_ws.origin),
                 isolation: req.isolation,
                 cancel: Some(crate::interrupt::flag()),
+                egress: stored.network.egress(crate::network::Use::Checks),
                 ..Default::default()
             },
             &project,

@@ -191,8 +191,19 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
             )));
         }
     }
+    // The checks reach what the contract allows them, here and now (the
+    // presets as this machine configures them, names pinned as the
+    // project's Loopfile pins them).
+    let network = crate::network::NetworkPlan {
+        checks: crate::network::expand(&p.contract.network_allow)?,
+        resolve: crate::loopfile::Loopfile::load(project)?.network.resolve,
+        ..Default::default()
+    };
     let sandbox = crate::prepare::with_environments(
-        loop_sandbox::Settings::default(),
+        loop_sandbox::Settings {
+            egress: network.egress(crate::network::Use::Checks),
+            ..Default::default()
+        },
         project,
         None,
         &p.environments,

@@ -71,6 +71,10 @@ pub struct StoredRequest {
     /// Dependency environments shared read-only, with their digests.
     #[serde(default)]
     pub shares: Vec<loop_receipt::SharedEnvironment>,
+    /// The allow-lists of the egress proxy, presets expanded when the
+    /// task started.
+    #[serde(default)]
+    pub network: crate::network::NetworkPlan,
 }
 
 /// What no tool may write and every seal must leave as it was: the

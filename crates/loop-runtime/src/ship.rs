@@ -127,6 +127,12 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
             ..result.record.clone()
         },
         isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
+        network: loop_receipt::NetworkReport::from_ledger(
+            &ledger_bytes,
+            &s.stored.network.commands,
+            &s.stored.network.setup,
+            &s.stored.network.checks,
+        ),
         verification: result.last_report,
         baseline: start.baseline_report.clone(),
         check_integrity: s.stored.check_integrity.clone(),

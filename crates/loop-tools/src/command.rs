@@ -92,7 +92,11 @@ impl ToolBox {
             _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
         };
         let content = report(&result, timeout, &refused);
-        Observation::ok(id, "run_command", content, changed)
+        let mut o = Observation::ok(id, "run_command", content, changed);
+        if !result.isolation.egress.is_empty() {
+            o.egress = Some(Box::new(result.isolation.egress));
+        }
+        o
     }
 
     /// The exec policy's refusal of `command`, if it refuses it: forbidden,
@@ -198,6 +202,18 @@ fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[Strin
             "--- not applied (refused) ---\n{}\n",
             refused.join("\n")
         ));
+    }
+    // The network, as the runtime's proxy saw it: a refusal names its list.
+    if !result.isolation.egress.is_empty() {
+        content.push_str("--- network (through the runtime's proxy) ---\n");
+        for a in &result.isolation.egress {
+            let verdict = match (a.allowed, &a.error) {
+                (true, None) => format!("allowed by `{}`", a.rule),
+                (true, Some(e)) => format!("allowed by `{}`, but {e}", a.rule),
+                (false, _) => a.rule.clone(),
+            };
+            content.push_str(&format!("{} {}:{}: {verdict}\n", a.method, a.host, a.port));
+        }
     }
     content
 }

@@ -16,6 +16,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "protected",
     "unprotect",
     "allow_check_changes",
+    "network_allow",
     "limits",
 ];
 pub(super) const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
@@ -65,6 +66,7 @@ impl Reader {
         let mut protected = Vec::new();
         let mut unprotect = Vec::new();
         let mut allow_check_changes = Vec::new();
+        let mut network_allow = Vec::new();
         let mut limits = Limits::default();
         for (k, v) in entries {
             match k.name.as_str() {
@@ -138,6 +140,16 @@ impl Reader {
                         }
                     }
                 }
+                "network_allow" => {
+                    for item in self.seq(v, "`network_allow`").unwrap_or_default() {
+                        if let Some(h) = self.nonempty_string(item, "an allowed host") {
+                            match crate::contract::host_pattern_problem(&h) {
+                                Some(why) => self.err(Some(item.pos), why, None),
+                                None => network_allow.push(h),
+                            }
+                        }
+                    }
+                }
                 "limits" => {
                     if let Some(l) = self.limits(v) {
                         limits = l;
@@ -168,6 +180,7 @@ impl Reader {
             protected,
             unprotect,
             allow_check_changes,
+            network_allow,
             limits,
         })
     }

@@ -97,6 +97,9 @@ pub fn contract_schema() -> Value {
                 "allow_check_changes" => {
                     string_list("paths of the check-integrity set the model may change")
                 }
+                "network_allow" => string_list(
+                    "hosts the checks may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)",
+                ),
                 _ => json!({"type": "object", "properties": limits,
                     "additionalProperties": false}),
             };

@@ -282,3 +282,30 @@ fn nested_repositories_state_and_policy_are_protected_by_default() {
         assert!(globs.iter().any(|x| x == g), "{g}");
     }
 }
+
+#[test]
+fn network_allow_takes_host_patterns_and_presets_and_names_the_rest() {
+    let c = Contract::from_yaml(
+        &format!("{GOOD}network_allow: [pypi, \"*.pkgs.example\", \"mirror.example:8443\", \"10.0.0.1\"]\n"),
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.network_allow.len(), 4);
+    // The hash of a contract without it is what it always was.
+    let plain = Contract::from_yaml(GOOD, "t").unwrap();
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("network_allow")
+    );
+    for (entry, why) in [
+        ("\"*\"", "only letters, digits"),
+        ("\"evil.example:0\"", "its port is not a number"),
+        ("\"a/b\"", "only letters, digits"),
+        ("\".example\"", "starts or ends with a dot"),
+        ("\"pypi.*\"", "only letters, digits"),
+    ] {
+        let e = one_error(&format!("{GOOD}network_allow: [{entry}]\n"));
+        assert!(e.message.contains(why), "{entry}: {}", e.message);
+    }
+}
