@@ -162,5 +162,32 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
     if let Some(p) = &a.network_problem {
         println!("  PROBLEM: {p}");
     }
+    if let Some(s) = &a.setup {
+        println!(
+            "setup: {} step(s), run in a task's workspace before its baseline:",
+            s.steps.len()
+        );
+        for step in &s.steps {
+            println!("  {step}");
+        }
+        match (&s.key, &s.cached_by, &s.problem) {
+            (_, _, Some(p)) => println!("  PROBLEM: {p}"),
+            (Some(k), Some(by), _) => println!(
+                "  keyed on {}: layer {} cached (made by {by}): the next task runs no step",
+                s.keyed_on.join(", "),
+                &k[..12]
+            ),
+            (Some(k), None, _) => println!(
+                "  keyed on {}: layer {} not cached yet: the next task runs the steps",
+                if s.keyed_on.is_empty() {
+                    "the steps alone".to_string()
+                } else {
+                    s.keyed_on.join(", ")
+                },
+                &k[..12]
+            ),
+            _ => {}
+        }
+    }
     Ok(0)
 }

@@ -539,3 +539,181 @@ fn declared_egress_reaches_allowed_hosts_only_and_the_receipt_lists_every_attemp
     assert_eq!(replay.status.code(), Some(0), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A static file server on 127.0.0.1 serving `dir` (a package index's
+/// stand-in), counting the requests it answers.
+fn file_server(dir: PathBuf) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(64) {
+            let Ok(mut s) = s else { continue };
+            let mut buf = vec![0u8; 8192];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let path = head
+                .split(' ')
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/');
+            let file = if path.is_empty() { "index.html" } else { path };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match std::fs::read(dir.join(file)) {
+                Ok(body) => {
+                    let kind = if file.ends_with(".html") {
+                        "text/html"
+                    } else {
+                        "application/octet-stream"
+                    };
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(&body);
+                }
+                Err(_) => {
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                }
+            }
+        }
+    });
+    (port, served)
+}
+
+#[test]
+fn setup_builds_the_venv_once_and_the_next_task_takes_the_cached_layer() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-setup");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    let index = base.join("index");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&index).unwrap();
+    // A package with a console script, as a wheel, in a local index.
+    let made = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import zipfile,sys\n\
+z = zipfile.ZipFile(sys.argv[1] + '/tinydep-1.0-py3-none-any.whl', 'w')\n\
+z.writestr('tinydep/__init__.py', 'def shout(s):\\n    return s.upper() + \"!\"\\n\\ndef main():\\n    import sys\\n    print(shout(sys.argv[1]))\\n')\n\
+z.writestr('tinydep-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tinydep\\nVersion: 1.0\\n')\n\
+z.writestr('tinydep-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+z.writestr('tinydep-1.0.dist-info/entry_points.txt', '[console_scripts]\\nshout = tinydep:main\\n')\n\
+z.writestr('tinydep-1.0.dist-info/RECORD', '')\n\
+z.close()\n",
+        )
+        .arg(&index)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::write(
+        index.join("index.html"),
+        "<html><body><a href=\"tinydep-1.0-py3-none-any.whl\">tinydep-1.0-py3-none-any.whl</a></body></html>\n",
+    )
+    .unwrap();
+    let (port, served) = file_server(index);
+    std::fs::write(project.join("requirements.txt"), "tinydep==1.0\n").unwrap();
+    std::fs::write(
+        project.join("test_shout.py"),
+        "import unittest\nfrom loud import loud\n\nclass T(unittest.TestCase):\n    def test_loud(self):\n        self.assertEqual(loud('hi'), 'HI!')\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("loud.py"), "def loud(s):\n    return s\n").unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!(
+            "network:\n  setup: [\"pkgs.test:{port}\"]\n  resolve:\n    pkgs.test: \"127.0.0.1:{port}\"\nsetup:\n  - python3 -m venv .venv\n  - .venv/bin/pip install --quiet --disable-pip-version-check --no-index --trusted-host pkgs.test --find-links http://pkgs.test:{port}/ -r requirements.txt\n"
+        ),
+    )
+    .unwrap();
+    let fix = "from tinydep import shout\n\ndef loud(s):\n    return shout(s)\n";
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: \".venv/bin/pip install --no-index six; touch .venv/owned\"}}}}\n      - {{tool: write_file, args: {{path: loud.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: loud shouts}}}}\n",
+        serde_json::to_string(fix).unwrap()
+    );
+    // The console script's first line names the venv where it was built:
+    // it runs in every task only because the workspace is shown there too.
+    let task = "instruction: make loud() shout\ncriteria:\n  - id: tests\n    checks:\n      - run: \".venv/bin/python -m unittest test_shout\"\n      - run: \".venv/bin/shout hi\"\n        expect_stdout: HI!\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 300 }\n";
+    let first = run_task(&base, &project, &script, task);
+    let fetched = served.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(fetched >= 2, "the index page and the wheel: {fetched}");
+    let observed = observations(&first);
+    let tried = observed[0]["content"].as_str().unwrap();
+    assert!(tried.contains("Read-only file system"), "{tried}");
+    let (_, payload) = statement(&first);
+    assert_eq!(
+        payload["predicate"]["outcome"]["kind"], "verified",
+        "{}",
+        payload["predicate"]["outcome"]
+    );
+    let setup = &payload["predicate"]["setup"];
+    assert_eq!(setup["reused"], false, "{setup}");
+    assert_eq!(setup["steps"].as_array().unwrap().len(), 2, "{setup}");
+    assert_eq!(setup["outputs"], serde_json::json!([".venv"]), "{setup}");
+    assert_eq!(setup["keyed_on"][0]["path"], "requirements.txt", "{setup}");
+    let env = &payload["predicate"]["environments"][0];
+    assert_eq!(env["path"], ".venv", "{env}");
+    assert!(
+        env["source"].as_str().unwrap().starts_with(".loop/layers/"),
+        "{env}"
+    );
+    let net = &payload["predicate"]["network"];
+    assert!(
+        net["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["by"] == "setup 2" && a["allowed"] == true),
+        "{net}"
+    );
+    // The user's project got no venv: setup ran in the task's workspace.
+    assert!(!project.join(".venv").exists());
+    let layer_dir = project.join(env["source"].as_str().unwrap());
+    assert!(!layer_dir.join("owned").exists());
+
+    // The second task: same steps, same lockfile: the layer as it is, no
+    // step, no request to the index.
+    let second = run_task(&base, &project, &script, task);
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), fetched);
+    let (receipt, payload) = statement(&second);
+    assert_eq!(
+        payload["predicate"]["outcome"]["kind"], "verified",
+        "{}",
+        payload["predicate"]["outcome"]
+    );
+    let setup = &payload["predicate"]["setup"];
+    assert_eq!(setup["reused"], true, "{setup}");
+    assert!(setup.get("steps").is_none(), "{setup}");
+    assert_eq!(
+        payload["predicate"]["environments"][0]["source"],
+        env["source"]
+    );
+    let replay = loop_cmd(&base)
+        .arg("replay")
+        .arg(&receipt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{said}");
+    assert!(said.contains("reproduced"), "{said}");
+
+    // A changed lockfile is another layer: the steps run again.
+    std::fs::write(project.join("requirements.txt"), "tinydep==1.0\n# pinned\n").unwrap();
+    let audit = loop_cmd(&base)
+        .args(["audit", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        said.contains("not cached yet: the next task runs the steps"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -122,6 +122,8 @@ pub struct Director<'a> {
     clock_pause: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// End the task at once, in error, for this reason (its workspace is gone).
     end_at_once: Option<String>,
+    /// The setup the task's workspace got, recorded in the genesis.
+    setup: Option<Box<loop_protocol::SetupRecord>>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -162,6 +164,7 @@ impl<'a> Director<'a> {
             approval_timeout_ms: 3_600_000,
             clock_pause: None,
             end_at_once: None,
+            setup: None,
         })
     }
 
@@ -231,6 +234,13 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// The setup the task's workspace got (run or taken from a cached
+    /// layer), recorded in the ledger's genesis.
+    pub fn with_setup(mut self, setup: loop_protocol::SetupRecord) -> Self {
+        self.setup = Some(Box::new(setup));
+        self
+    }
+
     /// Keep `tokens` of the token budget out of the maker's reach.
     pub fn with_reserve(mut self, tokens: u64) -> Self {
         self.reserve_tokens = tokens;
@@ -275,6 +285,7 @@ impl<'a> Director<'a> {
     /// Run the task to a terminal outcome.
     pub fn run(mut self) -> Result<RunResult, DirectorError> {
         let baseline_root = self.parts.tools.workspace_root();
+        let setup = self.setup.take();
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -284,6 +295,7 @@ impl<'a> Director<'a> {
             checker: self.reviewer.as_ref().map(|r| Box::new(r.info())),
             runtime: RuntimeInfo::current(),
             baseline_root: baseline_root.as_ref().cloned().unwrap_or_default(),
+            setup,
         })?;
         let phase = match (baseline_root, self.end_at_once.take()) {
             (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),

@@ -633,6 +633,7 @@ mod tests {
             checker: None,
             runtime: RuntimeInfo::current(),
             baseline_root: "r0".into(),
+            setup: None,
         }
     }
 

@@ -81,6 +81,10 @@ pub enum Event {
         runtime: RuntimeInfo,
         /// Merkle root of the task workspace at the start.
         baseline_root: String,
+        /// The project's setup steps, run before the baseline or taken
+        /// from a cached layer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setup: Option<Box<crate::SetupRecord>>,
     },
     /// A state transition, with its reason.
     Transition {

@@ -54,6 +54,62 @@ pub struct Isolation {
     pub egress: Vec<EgressAttempt>,
 }
 
+/// The project's setup steps as a task got them: run in its workspace
+/// before the baseline (their outputs then cached as a layer), or taken
+/// from the layer an earlier task made with the same steps and lockfiles.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupRecord {
+    /// The layer's key: SHA-256 over the steps and the key files' contents.
+    pub key: String,
+    /// The key files (lockfiles), each with its content digest.
+    pub keyed_on: Vec<KeyedFile>,
+    /// The layer came from an earlier task: no step ran, no network.
+    pub reused: bool,
+    /// The task whose setup made the layer.
+    pub made_by: String,
+    /// The workspace path the steps ran in: the layer's absolute paths
+    /// (a venv's scripts, an editable install) name it, so every command
+    /// of a task using the layer also sees its own workspace there.
+    pub built_at: String,
+    /// What the steps made, shared read-only from the layer (paths in the
+    /// workspace).
+    pub outputs: Vec<String>,
+    /// The steps as they ran (when this task ran them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<SetupStep>,
+}
+
+/// A file a setup layer is keyed on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedFile {
+    /// Its path in the workspace.
+    pub path: String,
+    /// SHA-256 of its content.
+    pub sha256: String,
+}
+
+/// One setup step as it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupStep {
+    /// The shell command.
+    pub command: String,
+    /// Exit status, if it exited.
+    pub exit_code: Option<i32>,
+    /// Terminating signal, if killed.
+    pub signal: Option<i32>,
+    /// Whether its timeout killed it.
+    pub timed_out: bool,
+    /// Wall-clock duration.
+    pub duration_ms: u64,
+    /// Captured stdout.
+    pub stdout: StreamEvidence,
+    /// Captured stderr.
+    pub stderr: StreamEvidence,
+    /// The connections it asked the egress proxy for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressAttempt>,
+}
+
 /// One connection a sandboxed command asked for through the runtime's
 /// egress proxy, judged against the allow-list before anything was opened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

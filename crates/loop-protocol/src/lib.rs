@@ -37,7 +37,7 @@ pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limit
 pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, EgressAttempt, FileChange, IntegrityRule,
-    Isolation, StreamEvidence, TestTally, VerificationReport,
+    Isolation, KeyedFile, SetupRecord, SetupStep, StreamEvidence, TestTally, VerificationReport,
 };
 pub use model::{Model, WireExchange};
 pub use observation::{Observation, ObservationStatus};

@@ -37,6 +37,7 @@ fn main() {
                 checker: None,
                 runtime: loop_protocol::RuntimeInfo::current(),
                 baseline_root: "r".into(),
+                setup: None,
             },
             0,
         )
@@ -102,6 +103,7 @@ fn main() {
                 },
                 isolation: None,
                 network: None,
+                setup: None,
                 ledger: LedgerRef {
                     name: "t.ledger.jsonl".into(),
                     head: ledger.head().to_string(),

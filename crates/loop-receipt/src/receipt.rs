@@ -117,11 +117,22 @@ pub struct SharedEnvironment {
     /// writes landed in layers of their own), not read-only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overlay: bool,
+    /// Where its content lives, relative to the project, when not at
+    /// `path` (the layer a setup step made: `.loop/layers/KEY/tree/.venv`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Set when the environment changed while the task ran (someone
     /// outside the task changed it): its root at the end. The result was
     /// verified against one of the two, and the receipt cannot say which.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_to: Option<String>,
+}
+
+impl SharedEnvironment {
+    /// Where its content lives, relative to the project.
+    pub fn content_path(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.path)
+    }
 }
 
 /// The egress allow-lists a task ran with and what crossed them.
@@ -195,6 +206,14 @@ impl NetworkReport {
                             let by = format!("check {}#{}", check.criterion, check.index);
                             found.extend(check.egress.into_iter().map(|a| (by.clone(), a)));
                         }
+                    }
+                }
+                loop_protocol::Event::TaskStarted {
+                    setup: Some(setup), ..
+                } => {
+                    for (i, step) in setup.steps.into_iter().enumerate() {
+                        let by = format!("setup {}", i + 1);
+                        found.extend(step.egress.into_iter().map(|a| (by.clone(), a)));
                     }
                 }
                 _ => {}
@@ -292,6 +311,10 @@ pub struct Predicate {
     pub provenance: Provenance,
     /// Isolation the checks actually ran under.
     pub isolation: Option<Isolation>,
+    /// The project's setup steps as the task got them (run, or a cached
+    /// layer taken), keyed on its lockfiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<loop_protocol::SetupRecord>,
     /// The network the task's commands, setup steps and checks had: the
     /// allow-lists and every connection asked of the egress proxy (absent
     /// when nothing had an allow-list: no network at all).

@@ -26,6 +26,7 @@ fn genesis() -> Event {
         checker: None,
         runtime: loop_protocol::RuntimeInfo::current(),
         baseline_root: "r".into(),
+        setup: None,
     }
 }
 

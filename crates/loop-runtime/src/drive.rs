@@ -152,6 +152,7 @@ fn wire<'a>(
         project,
         Some(&paths.task_dir.join("layers")),
         &stored.shares,
+        stored.setup.as_ref(),
     );
     // The contract's limits reach the tools (max_diff_lines was once left
     // at its default whatever the contract said).
@@ -385,6 +386,10 @@ fn configured<'a>(
         .with_progress(stored.progress.clone().unwrap_or_default())
         .with_checkpoints(stored.checkpoints.clone().unwrap_or_default())
         .with_clock_pause(paused);
+    let director = match &stored.setup {
+        Some(setup) => director.with_setup(setup.clone()),
+        None => director,
+    };
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),
         None => director,

@@ -372,6 +372,9 @@ pub struct Audit {
     /// Why a preset could not be expanded, if one could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_problem: Option<String>,
+    /// The setup steps, their key and whether their layer is cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::setup::SetupAudit>,
 }
 
 /// The audit of `project`'s environments under its Loopfile.
@@ -397,12 +400,14 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
         Ok(n) => (n, None),
         Err(e) => (crate::network::NetworkPlan::default(), Some(e.to_string())),
     };
+    let setup = crate::setup::audit(project, &loopfile);
     Ok(Audit {
         loopfile: loopfile.path,
         shares,
         caches: caches(project),
         network,
         network_problem,
+        setup,
     })
 }
 

@@ -28,6 +28,7 @@ pub mod query;
 pub mod receipts;
 pub mod request;
 mod runtime;
+pub mod setup;
 mod ship;
 pub mod task;
 pub mod wiring;

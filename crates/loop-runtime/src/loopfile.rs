@@ -19,6 +19,7 @@ const SECTIONS: &[&str] = &[
     "apply",
     "workspace",
     "network",
+    "setup",
 ];
 
 /// `exec:`'s keys.
@@ -57,6 +58,8 @@ const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
 const SHARE_KEYS: &[&str] = &["path", "mode"];
 /// The ways to share.
 const SHARE_MODES: &[&str] = &["read_only", "overlay"];
+/// `setup:`'s keys (its long form).
+const SETUP_KEYS: &[&str] = &["run", "keys", "outputs", "timeout_secs"];
 /// `network:`'s keys.
 const NETWORK_KEYS: &[&str] = &["allow", "setup", "resolve"];
 
@@ -84,6 +87,8 @@ pub struct Loopfile {
     pub no_share_detection: bool,
     /// `network:`: hosts commands and setup steps may reach, names pinned.
     pub network: crate::network::NetworkSection,
+    /// `setup:`: steps that prepare a task's environments, cached.
+    pub setup: Option<crate::setup::SetupSection>,
 }
 
 impl Loopfile {
@@ -125,6 +130,7 @@ impl Loopfile {
                 "apply" => out.host_executable = read_apply(&mut r, v),
                 "workspace" => read_workspace(&mut r, v, &mut out),
                 "network" => out.network = read_network(&mut r, v),
+                "setup" => out.setup = read_setup(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -420,6 +426,74 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
     }
 }
 
+/// `setup:`: a list of shell steps, or `{run: [...], keys: [FILE...],
+/// outputs: [DIR...], timeout_secs: N}`.
+fn read_setup(r: &mut Reader, node: &Node) -> Option<crate::setup::SetupSection> {
+    let mut out = crate::setup::SetupSection::default();
+    let steps = |r: &mut Reader, n: &Node| -> Vec<String> {
+        let mut v = Vec::new();
+        for item in r.seq(n, "setup steps").unwrap_or_default() {
+            if let Some(s) = r.string(item, "a setup step") {
+                if s.trim().is_empty() {
+                    r.err(Some(item.pos), "a setup step is empty".into(), None);
+                } else {
+                    v.push(s);
+                }
+            }
+        }
+        v
+    };
+    let paths = |r: &mut Reader, n: &Node, what: &str| -> Vec<String> {
+        let mut v = Vec::new();
+        for item in r.seq(n, what).unwrap_or_default() {
+            if let Some(p) = r.rel_path(item, what) {
+                let p = p.as_str().to_string();
+                let first = p.split('/').next().unwrap_or_default();
+                if matches!(first, ".git" | ".loop") {
+                    r.err(
+                        Some(item.pos),
+                        format!("`{p}` is the runtime's or git's own"),
+                        None,
+                    );
+                } else if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+        }
+        v
+    };
+    match &node.value {
+        Value::Map(_) => {
+            for (k, v) in r.mapping(node, "`setup`", SETUP_KEYS)? {
+                match k.name.as_str() {
+                    "run" => out.steps = steps(r, v),
+                    "keys" => out.keys = Some(paths(r, v, "a key file")),
+                    "outputs" => {
+                        let o = paths(r, v, "a setup output");
+                        for p in &o {
+                            if p.contains('/') || p.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+                                r.err(
+                                    Some(v.pos),
+                                    format!("`{p}`: a setup output is a top-level directory name"),
+                                    None,
+                                );
+                            }
+                        }
+                        out.outputs = Some(o);
+                    }
+                    _ => out.timeout_secs = r.unsigned(v, "`timeout_secs`", 1)?,
+                }
+            }
+        }
+        _ => out.steps = steps(r, node),
+    }
+    if out.steps.is_empty() {
+        r.err(Some(node.pos), "`setup` has no steps".into(), None);
+        return None;
+    }
+    Some(out)
+}
+
 /// `network:`: `allow` (hosts `run_command` may reach through the egress
 /// proxy), `setup` (hosts setup steps may reach), `resolve` (names pinned
 /// to `ip:port`). Entries are host patterns or presets.
@@ -560,6 +634,19 @@ pub fn schema() -> serde_json::Value {
                  })},
             ]}}),
         })}),
+        "setup" => {
+            let steps = json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}});
+            json!({"oneOf": [steps.clone(), {"type": "object", "additionalProperties": false,
+            "required": ["run"],
+            "properties": props(SETUP_KEYS, |k| match k {
+                "run" => steps.clone(),
+                "timeout_secs" => json!({"type": "integer", "minimum": 1}),
+                "keys" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "files whose content keys the cached layer (default: the lockfiles found)"}),
+                _ => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "top-level directories the steps make, shared read-only (default: every new one)"}),
+            })}]})
+        }
         "network" => json!({"type": "object", "additionalProperties": false,
         "properties": props(NETWORK_KEYS, |k| match k {
             "resolve" => json!({"type": "object",

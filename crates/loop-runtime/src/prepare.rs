@@ -58,6 +58,7 @@ pub(crate) fn submit_claimed(
         check_integrity: Vec::new(),
         shares: Vec::new(),
         network: crate::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
+        setup: None,
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
@@ -65,7 +66,25 @@ pub(crate) fn submit_claimed(
         .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     let mut stored = stored;
-    stored.shares = share_environments(&project, &workspace, &loopfile, observer)?;
+    // Setup first: what it makes is shared like any environment. A failed
+    // setup leaves no task behind (its steps' output is kept, and named).
+    let setup = match crate::setup::provide(
+        &project,
+        &workspace,
+        &task_id,
+        &loopfile,
+        &stored.network,
+        req.isolation,
+        observer,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = task_ws.discard();
+            return Err(e);
+        }
+    };
+    stored.shares = share_environments(&project, &workspace, &loopfile, setup.as_ref(), observer)?;
+    stored.setup = setup.map(|s| s.record);
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
@@ -91,6 +110,7 @@ pub(crate) fn submit_claimed(
             &project,
             None,
             &stored.shares,
+            stored.setup.as_ref(),
         ))
         .verify(&req.contract, &contract_sha256, 0)
         .ok();
@@ -124,12 +144,50 @@ fn share_environments(
     project: &Path,
     workspace: &Path,
     loopfile: &crate::loopfile::Loopfile,
+    setup: Option<&crate::setup::Provided>,
     observer: &mut dyn crate::Observer,
 ) -> Result<Vec<loop_receipt::SharedEnvironment>, Error> {
     use crate::environments::{ShareMode, Standing, plan, standing, tracked_in_git};
     let mut out = Vec::new();
+    // What setup made comes from its layer, read-only, before anything of
+    // the same name the project has.
+    for (path, source) in setup.map(|s| s.outputs.as_slice()).unwrap_or_default() {
+        let in_ws = workspace.join(path);
+        if std::fs::symlink_metadata(&in_ws).is_ok() {
+            return Err(Error::internal(format!(
+                "setup output `{path}` is still in the task's workspace"
+            )));
+        }
+        std::fs::create_dir_all(&in_ws)
+            .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
+        let m = Manifest::of(&project.join(source))
+            .map_err(|e| Error::internal(format!("setup layer `{source}`: {e}")).because(e))?;
+        observer.note(&format!(
+            "sharing `{path}` read-only from the setup layer ({} files, sha256:{})",
+            m.entries.len(),
+            &m.root[..12.min(m.root.len())]
+        ));
+        out.push(loop_receipt::SharedEnvironment {
+            path: path.clone(),
+            sha256: m.root,
+            files: m.entries.len() as u64,
+            overlay: false,
+            source: Some(source.clone()),
+            changed_to: None,
+        });
+    }
     let tracked = |p: &str| tracked_in_git(project, p);
     for s in plan(project, loopfile) {
+        if out
+            .iter()
+            .any(|o: &loop_receipt::SharedEnvironment| o.path == s.path)
+        {
+            observer.note(&format!(
+                "not shared from the project: `{}` comes from setup",
+                s.path
+            ));
+            continue;
+        }
         match standing(project, &s, &tracked) {
             Standing::Present { .. } => {}
             Standing::Missing => {
@@ -193,6 +251,7 @@ fn share_environments(
             sha256: m.root,
             files: m.entries.len() as u64,
             overlay,
+            source: None,
             changed_to: None,
         });
     }
@@ -203,18 +262,23 @@ fn share_environments(
 /// copy-on-write one's layer kept under `layers/<index>` when given: the
 /// task's build outputs outlast a command), the interpreter trees they
 /// link to and the toolchain caches, read-only, with the variables that
-/// point the toolchains at those caches.
+/// point the toolchains at those caches; and, with a setup layer, the
+/// workspace also at the path the layer was built in.
 pub(crate) fn with_environments(
     mut settings: loop_sandbox::Settings,
     project: &Path,
     layers: Option<&Path>,
     shares: &[loop_receipt::SharedEnvironment],
+    setup: Option<&loop_protocol::SetupRecord>,
 ) -> loop_sandbox::Settings {
+    if let Some(s) = setup {
+        settings.workspace_aliases = vec![std::path::PathBuf::from(&s.built_at)];
+    }
     settings.shares = shares
         .iter()
         .enumerate()
         .map(|(i, s)| loop_sandbox::Share {
-            host: project.join(&s.path),
+            host: project.join(s.content_path()),
             rel: s.path.clone(),
             access: if s.overlay {
                 loop_sandbox::ShareAccess::Overlay {
@@ -227,7 +291,7 @@ pub(crate) fn with_environments(
         .collect();
     let mut trees: Vec<std::path::PathBuf> = Vec::new();
     for s in shares {
-        for t in crate::environments::interpreter_trees(&project.join(&s.path)) {
+        for t in crate::environments::interpreter_trees(&project.join(s.content_path())) {
             if !trees.contains(&t) {
                 trees.push(t);
             }

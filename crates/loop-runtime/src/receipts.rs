@@ -172,7 +172,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     // still hold exactly that content.
     let project = state.parent().unwrap_or(state);
     for e in &p.environments {
-        let now = Manifest::of(&project.join(&e.path)).map_err(|x| {
+        let now = Manifest::of(&project.join(e.content_path())).map_err(|x| {
             Error::usage(format!(
                 "the shared environment `{}` is gone ({x}); replay needs the one verified against",
                 e.path
@@ -207,6 +207,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         project,
         None,
         &p.environments,
+        p.setup.as_ref(),
     );
     // The verifier never writes to the tree it seals (overlays, or its own copy).
     let scratch = task_dir.join("replay");

@@ -75,6 +75,9 @@ pub struct StoredRequest {
     /// task started.
     #[serde(default)]
     pub network: crate::network::NetworkPlan,
+    /// The setup the workspace got (steps run, or a cached layer taken).
+    #[serde(default)]
+    pub setup: Option<loop_protocol::SetupRecord>,
 }
 
 /// What no tool may write and every seal must leave as it was: the

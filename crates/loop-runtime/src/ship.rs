@@ -70,7 +70,7 @@ fn environments_at_end(
     shares
         .iter()
         .map(|e| {
-            let now = Manifest::of(&project.join(&e.path))
+            let now = Manifest::of(&project.join(e.content_path()))
                 .map(|m| m.root)
                 .unwrap_or_else(|err| format!("(unreadable: {err})"));
             loop_receipt::SharedEnvironment {
@@ -127,6 +127,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
             ..result.record.clone()
         },
         isolation: result.last_report.as_ref().map(|r| r.isolation.clone()),
+        setup: s.stored.setup.clone(),
         network: loop_receipt::NetworkReport::from_ledger(
             &ledger_bytes,
             &s.stored.network.commands,
@@ -197,6 +198,7 @@ mod tests {
             sha256: root.clone(),
             files: 1,
             overlay: false,
+            source: None,
             changed_to: None,
         }];
         let same = environments_at_end(&p, &shared);

@@ -158,6 +158,9 @@ pub struct Settings {
     /// Hosts commands may reach through the runtime's egress proxy (see
     /// [`egress`]); `None` is no network at all.
     pub egress: Option<egress::Egress>,
+    /// More paths at which the command sees its workspace (the path a
+    /// cached setup layer was built at: its absolute paths name it).
+    pub workspace_aliases: Vec<PathBuf>,
 }
 
 /// A dependency environment of the project shown inside the workspace at
@@ -198,6 +201,7 @@ impl Settings {
         req.shares = self.shares.clone();
         req.read_only_trees = self.read_only_trees.clone();
         req.egress = self.egress.clone();
+        req.workspace_aliases = self.workspace_aliases.clone();
         for (k, v) in &self.env {
             if !req.env.iter().any(|(have, _)| have == k) {
                 req.env.push((k.clone(), v.clone()));
@@ -267,6 +271,9 @@ pub struct ExecRequest {
     /// Hosts the command may reach through the egress proxy, with
     /// [`Net::None`] (see [`egress`]).
     pub egress: Option<egress::Egress>,
+    /// More paths the workspace is shown at (see
+    /// [`Settings::workspace_aliases`]); needs a mount namespace.
+    pub workspace_aliases: Vec<PathBuf>,
 }
 
 impl ExecRequest {
@@ -298,6 +305,7 @@ impl ExecRequest {
             shares: Vec::new(),
             read_only_trees: Vec::new(),
             egress: None,
+            workspace_aliases: Vec::new(),
         }
     }
 }
@@ -641,6 +649,12 @@ fn prepare(
     let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
+        if let Some(alias) = req.workspace_aliases.first() {
+            return Err(SandboxError::Prepare(format!(
+                "showing the workspace at {} (where its setup layer was built) needs a mount namespace, which is unavailable here",
+                alias.display()
+            )));
+        }
         if let Some(share) = req.shares.first() {
             return Err(SandboxError::Prepare(format!(
                 "the shared environment `{}` needs a mount namespace, which is unavailable here",
@@ -801,6 +815,7 @@ fn child_plan(
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
                 shares: &share_mounts(req, &p.tmp.0, spawn_err)?,
                 extra_trees: &req.read_only_trees,
+                aliases: &req.workspace_aliases,
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
                 masks,

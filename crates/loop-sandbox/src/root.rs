@@ -98,6 +98,8 @@ pub struct Inputs<'a> {
     pub shares: &'a [ShareMount],
     /// More host trees to show read-only at their own paths.
     pub extra_trees: &'a [PathBuf],
+    /// More paths to show the workspace at (with what is mounted in it).
+    pub aliases: &'a [PathBuf],
     /// The mount is made in a user namespace (overlays need `userxattr`).
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
@@ -196,6 +198,7 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
         b.git(dir, config)?;
     }
     b.shares(inp)?;
+    b.aliases(inp)?;
     b.mask_denied(inp, &targets)?;
     b.system(inp)?;
     b.resolv_conf(inp)?;
@@ -395,6 +398,48 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// The workspace again at each alias, as the new root has it (shares
+    /// mounted in it included); an alias that is the workspace is itself
+    /// already. An alias never covers a path of the root already made:
+    /// only a path outside the host trees and the workspace.
+    fn aliases(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+        for alias in inp.aliases {
+            if alias == inp.workspace {
+                continue;
+            }
+            if !alias.is_absolute()
+                || alias.starts_with(inp.workspace)
+                || inp.workspace.starts_with(alias)
+                || inp
+                    .view
+                    .trees
+                    .iter()
+                    .any(|t| alias.starts_with(t) || t.starts_with(alias))
+                || alias.starts_with(&inp.private.base)
+                || special(alias)
+                || alias.components().any(|c| {
+                    !matches!(
+                        c,
+                        std::path::Component::RootDir | std::path::Component::Normal(_)
+                    )
+                })
+            {
+                return Err(format!(
+                    "the workspace cannot also be shown at {}",
+                    alias.display()
+                ));
+            }
+            self.mkdirs(alias)?;
+            self.ops.push(Op::Bind(
+                c(&under(self.staging, inp.workspace))?,
+                c(&under(self.staging, alias))?,
+                true,
+                None,
+            ));
+        }
+        Ok(())
+    }
+
     /// A worktree's repository, read-only, its config reduced.
     fn git(&mut self, dir: &Path, config: &Path) -> Result<(), String> {
         self.mkdirs(dir)?;
@@ -582,6 +627,7 @@ mod tests {
             overlay_trees: true,
             shares: &[],
             extra_trees: &[],
+            aliases: &[],
             userns: true,
             masks: Masks {
                 read_dir: 1,
@@ -651,6 +697,7 @@ mod tests {
                 overlay_trees: true,
                 shares,
                 extra_trees: &[],
+                aliases: &[],
                 userns: true,
                 masks: Masks::default(),
             })

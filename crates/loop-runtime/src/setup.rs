@@ -1,0 +1,456 @@
+//! Setup steps: the Loopfile's `setup:` commands that make a task's
+//! dependency environments (`python3 -m venv .venv && .venv/bin/pip
+//! install -r requirements.txt`, `npm ci`), run once in the task's
+//! workspace before the baseline, in the sandbox, with only the hosts of
+//! `network.setup` reachable.
+//!
+//! What they make (new top-level directories, or the declared `outputs`)
+//! leaves the workspace for a layer under `.loop/layers/KEY/`, keyed by
+//! the steps and the lockfiles' contents; the task then shares it
+//! read-only like any environment. The next task with the same steps and
+//! lockfiles takes the layer as it is: no step runs, nothing is fetched.
+//! Absolute paths inside a layer (a venv's scripts, an editable install's
+//! path file) name the workspace it was built in, so every command of a
+//! task using it also sees its own workspace at that path.
+
+use crate::Error;
+use loop_protocol::{KeyedFile, SetupRecord, SetupStep};
+use loop_workspace::Manifest;
+use std::path::{Path, PathBuf};
+
+/// Lockfiles and manifests a layer is keyed on when `keys` is not given
+/// (those present at the top of the workspace).
+pub const LOCKFILES: &[&str] = &[
+    "requirements.txt",
+    "requirements-dev.txt",
+    "constraints.txt",
+    "pyproject.toml",
+    "poetry.lock",
+    "Pipfile.lock",
+    "uv.lock",
+    "setup.py",
+    "setup.cfg",
+    "package.json",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "Cargo.toml",
+    "Cargo.lock",
+    "go.mod",
+    "go.sum",
+    "Gemfile.lock",
+];
+
+/// The Loopfile's `setup:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupSection {
+    /// Shell steps, in order.
+    pub steps: Vec<String>,
+    /// Files keying the layer (default: [`LOCKFILES`] found).
+    pub keys: Option<Vec<String>>,
+    /// Top-level directories the steps make (default: every new one).
+    pub outputs: Option<Vec<String>>,
+    /// Seconds each step may take.
+    pub timeout_secs: u64,
+}
+
+impl Default for SetupSection {
+    fn default() -> Self {
+        SetupSection {
+            steps: Vec::new(),
+            keys: None,
+            outputs: None,
+            timeout_secs: 900,
+        }
+    }
+}
+
+/// A task's setup: the record, and where the layer's outputs are (relative
+/// to the project).
+#[derive(Debug, Clone)]
+pub struct Provided {
+    /// What happened, for the ledger and the receipt.
+    pub record: SetupRecord,
+    /// Each output: (its path in the workspace, the layer directory that
+    /// holds it, relative to the project).
+    pub outputs: Vec<(String, String)>,
+}
+
+/// `.loop/layers` of a project.
+fn layers_dir(project: &Path) -> PathBuf {
+    project.join(".loop").join("layers")
+}
+
+/// The files the layer is keyed on, with their digests. A key file must
+/// be a regular file (a link would key on whatever it points at).
+fn keyed_on(workspace: &Path, section: &SetupSection) -> Result<Vec<KeyedFile>, Error> {
+    let declared = section.keys.is_some();
+    let names: Vec<String> = match &section.keys {
+        Some(k) => k.clone(),
+        None => LOCKFILES.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let path = workspace.join(&name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() => {
+                let bytes = std::fs::read(&path)
+                    .map_err(|e| Error::internal(format!("setup key `{name}`: {e}")))?;
+                out.push(KeyedFile {
+                    path: name,
+                    sha256: loop_protocol::hash::sha256_hex(&bytes),
+                });
+            }
+            Ok(_) => {
+                return Err(Error::usage(format!(
+                    "setup key `{name}` is not a regular file in the task's workspace"
+                )));
+            }
+            Err(_) if declared => {
+                return Err(Error::usage(format!(
+                    "setup key `{name}` is not in the task's workspace (is it committed?)"
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The layer's key: the steps, the declared outputs and the key files.
+fn key_of(section: &SetupSection, keyed: &[KeyedFile], setup_hosts: &[String]) -> String {
+    let v = serde_json::json!({
+        "layer": 1,
+        "steps": section.steps,
+        "outputs": section.outputs,
+        "keyed_on": keyed,
+        "network": setup_hosts,
+    });
+    loop_protocol::hash::sha256_hex(v.to_string().as_bytes())
+}
+
+/// What `setup:` gives a task whose workspace is `workspace`: the cached
+/// layer of the same key, or the steps run now and their outputs made the
+/// layer. `None` without a `setup:` section.
+pub fn provide(
+    project: &Path,
+    workspace: &Path,
+    task_id: &str,
+    loopfile: &crate::loopfile::Loopfile,
+    network: &crate::network::NetworkPlan,
+    isolation: loop_sandbox::IsolationLevel,
+    observer: &mut dyn crate::Observer,
+) -> Result<Option<Provided>, Error> {
+    let Some(section) = &loopfile.setup else {
+        return Ok(None);
+    };
+    let keyed = keyed_on(workspace, section)?;
+    let key = key_of(section, &keyed, &network.setup);
+    let layer = layers_dir(project).join(&key);
+    if let Some(record) = read_layer(&layer) {
+        observer.note(&format!(
+            "setup: the layer {} made by {} fits (same steps and {}): no step runs, no network",
+            &key[..12],
+            record.made_by,
+            describe_keys(&keyed)
+        ));
+        return Ok(Some(provided(project, &layer, record, true)));
+    }
+    observer.note(&format!(
+        "setup: {} step(s) in the task's workspace ({}), network: {}",
+        section.steps.len(),
+        describe_keys(&keyed),
+        if network.setup.is_empty() {
+            "none".to_string()
+        } else {
+            network.setup.join(", ")
+        }
+    ));
+    let before = Manifest::of(workspace).map_err(|e| Error::internal(format!("setup: {e}")))?;
+    let top_before = top_level(workspace);
+    let mut steps = Vec::new();
+    for (i, command) in section.steps.iter().enumerate() {
+        let step = run_step(project, workspace, command, section, network, isolation)?;
+        let ok = step.exit_code == Some(0) && !step.timed_out;
+        observer.note(&format!(
+            "setup step {}: `{command}`: {} ({:.1} s)",
+            i + 1,
+            match (step.exit_code, step.signal, step.timed_out) {
+                (_, _, true) => "timed out".to_string(),
+                (Some(c), _, _) => format!("exit {c}"),
+                (None, Some(s), _) => format!("killed by signal {s}"),
+                _ => "ended".to_string(),
+            },
+            step.duration_ms as f64 / 1000.0
+        ));
+        let tail = tail_of(&step.stderr.excerpt, 800);
+        steps.push(step);
+        if !ok {
+            let log = save_log(project, task_id, &steps)?;
+            return Err(Error::usage(format!(
+                "setup step {} `{command}` failed; every step's output is in {}{}",
+                i + 1,
+                log.display(),
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(":\n{tail}")
+                }
+            )));
+        }
+    }
+    let outputs = match &section.outputs {
+        Some(o) => o.clone(),
+        None => top_level(workspace)
+            .into_iter()
+            .filter(|n| !top_before.contains(n) && n != ".git" && n != ".loop")
+            .collect(),
+    };
+    // The layer is assembled aside and renamed into place at once.
+    let staging = layers_dir(project).join(format!(".new-{key}-{task_id}"));
+    let tree = staging.join("tree");
+    std::fs::create_dir_all(&tree).map_err(|e| Error::internal(format!("setup layer: {e}")))?;
+    for name in &outputs {
+        let at = workspace.join(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::usage(format!(
+                    "setup made `{name}`, which is not a directory: only directories are kept as environments"
+                )));
+            }
+            Err(_) => {
+                return Err(Error::usage(format!(
+                    "setup output `{name}` was not made by the steps"
+                )));
+            }
+        }
+        std::fs::rename(&at, tree.join(name))
+            .map_err(|e| Error::internal(format!("setup output `{name}`: {e}")))?;
+    }
+    // Setup makes environments; it never changes the project's files.
+    let after = Manifest::of(workspace).map_err(|e| Error::internal(format!("setup: {e}")))?;
+    if after.root != before.root {
+        let changed = changed_paths(&before, &after);
+        let _ = loop_workspace::remove_tree(&staging);
+        return Err(Error::usage(format!(
+            "setup changed the project's files ({}): setup steps may only create environments (new top-level directories, or the declared `outputs`)",
+            changed.join(", ")
+        )));
+    }
+    let record = SetupRecord {
+        key: key.clone(),
+        keyed_on: keyed,
+        reused: false,
+        made_by: task_id.to_string(),
+        built_at: workspace.display().to_string(),
+        outputs,
+        steps,
+    };
+    let json = serde_json::to_vec_pretty(&record).map_err(Error::from_cause)?;
+    std::fs::write(staging.join("layer.json"), json)
+        .map_err(|e| Error::internal(format!("setup layer: {e}")))?;
+    if std::fs::rename(&staging, &layer).is_err() {
+        // Another task made the same layer meanwhile: theirs is as good.
+        let _ = loop_workspace::remove_tree(&staging);
+        if let Some(theirs) = read_layer(&layer) {
+            return Ok(Some(provided(project, &layer, theirs, true)));
+        }
+        return Err(Error::internal(format!(
+            "setup layer {} could not be stored",
+            layer.display()
+        )));
+    }
+    observer.note(&format!(
+        "setup: layer {} cached ({}), shared read-only",
+        &key[..12],
+        record.outputs.join(", ")
+    ));
+    Ok(Some(provided(project, &layer, record, false)))
+}
+
+/// The record and outputs of a layer.
+fn provided(project: &Path, layer: &Path, mut record: SetupRecord, reused: bool) -> Provided {
+    if reused {
+        record.reused = true;
+        record.steps.clear();
+    }
+    let rel = layer.strip_prefix(project).unwrap_or(layer);
+    let outputs = record
+        .outputs
+        .iter()
+        .map(|o| (o.clone(), rel.join("tree").join(o).display().to_string()))
+        .collect();
+    Provided { record, outputs }
+}
+
+/// A complete layer's record (a layer without one is not a layer).
+fn read_layer(layer: &Path) -> Option<SetupRecord> {
+    let text = std::fs::read(layer.join("layer.json")).ok()?;
+    let record: SetupRecord = serde_json::from_slice(&text).ok()?;
+    let all_there = record
+        .outputs
+        .iter()
+        .all(|o| layer.join("tree").join(o).is_dir());
+    all_there.then_some(record)
+}
+
+/// One step in the sandbox: the workspace writable, the project's
+/// default protections read-only, the toolchain caches readable, only
+/// the setup hosts reachable.
+fn run_step(
+    project: &Path,
+    workspace: &Path,
+    command: &str,
+    section: &SetupSection,
+    network: &crate::network::NetworkPlan,
+    isolation: loop_sandbox::IsolationLevel,
+) -> Result<SetupStep, Error> {
+    let protected = loop_workspace::Protected::new(
+        &loop_protocol::contract::DEFAULT_PROTECTED
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|e| Error::internal(e.to_string()))?;
+    let mut req = loop_sandbox::ExecRequest::shell(command, workspace);
+    req.workspace = Some(workspace.to_path_buf());
+    req.read_only_paths = protected.existing(workspace);
+    req.timeout = std::time::Duration::from_secs(section.timeout_secs);
+    let settings = crate::prepare::with_environments(
+        loop_sandbox::Settings {
+            isolation,
+            cancel: Some(crate::interrupt::flag()),
+            egress: network.egress(crate::network::Use::Setup),
+            ..Default::default()
+        },
+        project,
+        None,
+        &[],
+        None,
+    );
+    settings.apply(&mut req);
+    let r = loop_sandbox::run(&req)
+        .map_err(|e| Error::usage(format!("setup step `{command}` could not run: {e}")))?;
+    Ok(SetupStep {
+        command: command.to_string(),
+        exit_code: r.exit_code,
+        signal: r.signal,
+        timed_out: r.timed_out,
+        duration_ms: r.duration.as_millis() as u64,
+        stdout: r.stdout.evidence(),
+        stderr: r.stderr.evidence(),
+        egress: r.isolation.egress,
+    })
+}
+
+/// Top-level names in `dir`.
+fn top_level(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|items| {
+            items
+                .flatten()
+                .map(|i| i.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Paths whose entries differ between two manifests (at most 10 named).
+fn changed_paths(a: &Manifest, b: &Manifest) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in &a.entries {
+        if !b.entries.contains(e) {
+            out.push(e.path.clone());
+        }
+    }
+    for e in &b.entries {
+        if !a.entries.iter().any(|x| x.path == e.path) {
+            out.push(e.path.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    if out.len() > 10 {
+        let more = out.len() - 10;
+        out.truncate(10);
+        out.push(format!("and {more} more"));
+    }
+    out
+}
+
+/// The setup's steps as they ran, kept with the task when setup fails.
+fn save_log(project: &Path, task_id: &str, steps: &[SetupStep]) -> Result<PathBuf, Error> {
+    let dir = project.join(".loop").join("tasks").join(task_id);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::internal(format!("setup log: {e}")))?;
+    let path = dir.join("setup.json");
+    let json = serde_json::to_vec_pretty(steps).map_err(Error::from_cause)?;
+    std::fs::write(&path, json).map_err(|e| Error::internal(format!("setup log: {e}")))?;
+    Ok(path)
+}
+
+fn describe_keys(keyed: &[KeyedFile]) -> String {
+    if keyed.is_empty() {
+        "no lockfile".into()
+    } else {
+        keyed
+            .iter()
+            .map(|k| k.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The last `max` bytes of `text`, on a character boundary.
+fn tail_of(text: &str, max: usize) -> String {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].trim().to_string()
+}
+
+/// What `setup:` would do in `project` now: the key and whether its layer
+/// is cached (for `loop audit`), or why it cannot be said.
+pub fn audit(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Option<SetupAudit> {
+    let section = loopfile.setup.as_ref()?;
+    let setup_hosts = crate::network::expand(&loopfile.network.setup).unwrap_or_default();
+    Some(match keyed_on(project, section) {
+        Ok(keyed) => {
+            let key = key_of(section, &keyed, &setup_hosts);
+            let cached = read_layer(&layers_dir(project).join(&key)).map(|r| r.made_by);
+            SetupAudit {
+                steps: section.steps.clone(),
+                keyed_on: keyed.into_iter().map(|k| k.path).collect(),
+                key: Some(key),
+                cached_by: cached,
+                problem: None,
+            }
+        }
+        Err(e) => SetupAudit {
+            steps: section.steps.clone(),
+            keyed_on: Vec::new(),
+            key: None,
+            cached_by: None,
+            problem: Some(e.to_string()),
+        },
+    })
+}
+
+/// `loop audit`'s account of `setup:`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetupAudit {
+    /// The steps.
+    pub steps: Vec<String>,
+    /// The key files found.
+    pub keyed_on: Vec<String>,
+    /// The layer's key (from the project's files, as a task would start).
+    pub key: Option<String>,
+    /// The task that made the cached layer, when there is one.
+    pub cached_by: Option<String>,
+    /// Why the key cannot be taken.
+    pub problem: Option<String>,
+}
