@@ -494,6 +494,11 @@ fn declared_egress_reaches_allowed_hosts_only_and_the_receipt_lists_every_attemp
     assert!(net.get("checks").is_none(), "{net}");
     assert_eq!(net["allowed"], 1, "{net}");
     assert_eq!(net["refused"], 1, "{net}");
+    assert_eq!(
+        net["resolve"][0],
+        serde_json::json!(["pkgs.test", format!("127.0.0.1:{pkgs}")]),
+        "{net}"
+    );
     let attempts = net["attempts"].as_array().unwrap();
     assert_eq!(attempts[0]["host"], "pkgs.test");
     assert_eq!(attempts[0]["by"], "run_command t1-c1");
@@ -703,6 +708,29 @@ z.close()\n",
     assert_eq!(replay.status.code(), Some(0), "{said}");
     assert!(said.contains("reproduced"), "{said}");
 
+    let audit = |base: &Path| {
+        let out = loop_cmd(base)
+            .args(["audit", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let said = audit(&base);
+    assert!(said.contains("cached (made by"), "{said}");
+    assert!(
+        setup["toolchains"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("python3: Python 3"),
+        "{setup}"
+    );
+    // A layer changed after it was made is no layer: it would be made again.
+    std::fs::write(layer_dir.join("lib/planted.pth"), "import os\n").unwrap();
+    let said = audit(&base);
+    assert!(said.contains("not cached yet"), "{said}");
+    std::fs::remove_file(layer_dir.join("lib/planted.pth")).unwrap();
+    assert!(audit(&base).contains("cached (made by"));
     // A changed lockfile is another layer: the steps run again.
     std::fs::write(project.join("requirements.txt"), "tinydep==1.0\n# pinned\n").unwrap();
     let audit = loop_cmd(&base)

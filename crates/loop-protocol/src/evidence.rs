@@ -74,6 +74,14 @@ pub struct SetupRecord {
     /// What the steps made, shared read-only from the layer (paths in the
     /// workspace).
     pub outputs: Vec<String>,
+    /// Each output's content root when the layer was made (`path`: the
+    /// output): a reused layer must still hold exactly that.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_roots: Vec<KeyedFile>,
+    /// The toolchains the steps name, as they reported their versions
+    /// (part of the key: a new interpreter is a new layer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub toolchains: Vec<String>,
     /// The steps as they ran (when this task ran them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<SetupStep>,

@@ -147,6 +147,9 @@ pub struct NetworkReport {
     /// Hosts checks could reach.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<String>,
+    /// Names the runtime pinned to an address (`[host, "ip:port"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolve: Vec<(String, String)>,
     /// Attempts the proxy let through.
     pub allowed: u64,
     /// Attempts it refused.
@@ -171,19 +174,15 @@ pub struct RecordedEgress {
 
 impl NetworkReport {
     /// The report of a ledger (JSON Lines): the attempts of its command
-    /// observations, setup steps and verifications, under these lists;
-    /// `None` when no list was set and nothing was attempted.
-    pub fn from_ledger(
-        ledger: &[u8],
-        commands: &[String],
-        setup: &[String],
-        checks: &[String],
-    ) -> Option<NetworkReport> {
+    /// observations, setup steps and verifications, under the lists (and
+    /// pins) of `lists`; `None` when no list was set and nothing was
+    /// attempted.
+    pub fn from_ledger(ledger: &[u8], lists: NetworkReport) -> Option<NetworkReport> {
         let mut r = NetworkReport {
-            commands: commands.to_vec(),
-            setup: setup.to_vec(),
-            checks: checks.to_vec(),
-            ..NetworkReport::default()
+            allowed: 0,
+            refused: 0,
+            attempts: Vec::new(),
+            ..lists
         };
         for line in ledger.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             let Ok(entry) = serde_json::from_slice::<loop_protocol::LedgerEntry>(line) else {

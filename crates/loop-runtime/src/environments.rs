@@ -326,9 +326,10 @@ fn caches_for(project: &Path, var: &dyn Fn(&str) -> Option<std::path::PathBuf>) 
                 .or_else(|| at_home("go"))
                 .map(|g| g.join("pkg/mod"))
         });
+        // No GOFLAGS: Go picks `vendor/` itself when the project has one,
+        // and `-mod=mod` would let it rewrite go.mod and go.sum.
         let env = vec![
             ("GOMODCACHE".to_string(), show(&cache)),
-            ("GOFLAGS".to_string(), "-mod=mod".to_string()),
             ("GOPROXY".to_string(), "off".to_string()),
         ];
         take(cache, env, "Go's modules (go.mod)");
@@ -509,7 +510,7 @@ mod tests {
         let want = [
             (".cargo/registry", "CARGO_HOME"),
             (".cargo/git", "CARGO_HOME"),
-            ("gopath/pkg/mod", "GOMODCACHE GOFLAGS GOPROXY"),
+            ("gopath/pkg/mod", "GOMODCACHE GOPROXY"),
             (".npm", ""),
             (".cache/pip", ""),
         ];

@@ -120,14 +120,39 @@ pub fn url_host(url: &str) -> Option<String> {
         .then(|| host.to_string())
 }
 
-/// What a command prints, if it runs and succeeds.
-fn output_of(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program)
+/// What a command prints, if it runs and succeeds within 20 seconds. It
+/// runs from `/`: a toolchain asked from the project's directory could
+/// run the project's own code (a `pip.py` there, for Python's `-m`).
+pub(crate) fn output_of(program: &str, args: &[&str]) -> Option<String> {
+    output_in(Path::new("/"), program, args)
+}
+
+/// [`output_of`], run in `dir` (for a version question only, whose
+/// answer a directory's toolchain pin changes).
+pub(crate) fn output_in(dir: &Path, program: &str, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(program)
         .args(args)
+        .current_dir(dir)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = child.wait_with_output().ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).to_string())
@@ -143,7 +168,7 @@ fn pypi_hosts() -> Result<Vec<String>, String> {
             urls.extend(v.split_whitespace().map(str::to_string));
         }
     }
-    if let Some(listed) = output_of("python3", &["-m", "pip", "config", "list"]) {
+    if let Some(listed) = output_of("python3", &["-I", "-m", "pip", "config", "list"]) {
         for line in listed.lines() {
             if let Some((key, value)) = line.split_once('=')
                 && (key.ends_with("index-url") || key.ends_with("extra-index-url"))
@@ -162,6 +187,7 @@ fn pypi_hosts() -> Result<Vec<String>, String> {
         let asked = output_of(
             "python3",
             &[
+                "-I",
                 "-c",
                 "from pip._internal.models.index import PyPI as p; print(p.netloc); print(p.file_storage_domain)",
             ],
@@ -191,10 +217,11 @@ fn npm_hosts() -> Result<Vec<String>, String> {
         .ok_or_else(|| format!("npm's registry {:?} names no host", url.trim()))
 }
 
-/// Cargo's registry hosts: the registries Cargo has used here (its index
-/// caches under `$CARGO_HOME/registry/index/`, with the download and API
-/// hosts their `config.json` names) and the sources `config.toml` replaces
-/// crates.io with.
+/// Cargo's registry hosts: the sparse registries Cargo has used here
+/// (each index cache under `$CARGO_HOME/registry/index/` that holds the
+/// registry's `config.json`: its host, and the download and API hosts the
+/// file names; a git index's cache, such as an old `github.com-…`, has none
+/// and is not taken) and the sources `config.toml` names.
 fn crates_hosts() -> Result<Vec<String>, String> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
@@ -222,6 +249,9 @@ fn crates_hosts() -> Result<Vec<String>, String> {
     if let Ok(items) = std::fs::read_dir(home.join("registry/index")) {
         for item in items.flatten() {
             let name = item.file_name().to_string_lossy().to_string();
+            let Ok(text) = std::fs::read_to_string(item.path().join("config.json")) else {
+                continue;
+            };
             // `host-<16 hex digits>`.
             if let Some((host, hash)) = name.rsplit_once('-')
                 && hash.len() == 16
@@ -230,9 +260,7 @@ fn crates_hosts() -> Result<Vec<String>, String> {
             {
                 add(Some(host.to_ascii_lowercase()));
             }
-            if let Ok(text) = std::fs::read_to_string(item.path().join("config.json"))
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-            {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
                 for key in ["dl", "api"] {
                     add(v[key].as_str().and_then(url_host));
                 }
@@ -289,7 +317,7 @@ mod tests {
             assert_eq!(hosts, vec![url_host(&url).unwrap()], "{url}");
         }
         // pip's: never empty where pip runs, and never a pattern.
-        if output_of("python3", &["-m", "pip", "--version"]).is_some() {
+        if output_of("python3", &["-I", "-m", "pip", "--version"]).is_some() {
             let hosts = expand(&["pypi".into()]).unwrap();
             assert!(!hosts.is_empty());
             assert!(hosts.iter().all(|h| !h.contains(['*', '/'])), "{hosts:?}");
@@ -305,7 +333,9 @@ mod tests {
             for item in items.flatten() {
                 let name = item.file_name().to_string_lossy().to_string();
                 let host = name.rsplit_once('-').unwrap().0.to_string();
-                assert!(hosts.contains(&host), "{host} not in {hosts:?}");
+                // Only sparse registries (their config.json cached) count.
+                let sparse = item.path().join("config.json").is_file();
+                assert_eq!(hosts.contains(&host), sparse, "{host} in {hosts:?}");
             }
         }
     }

@@ -191,13 +191,19 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
             )));
         }
     }
-    // The checks reach what the contract allows them, here and now (the
-    // presets as this machine configures them, names pinned as the
-    // project's Loopfile pins them).
-    let network = crate::network::NetworkPlan {
-        checks: crate::network::expand(&p.contract.network_allow)?,
-        resolve: crate::loopfile::Loopfile::load(project)?.network.resolve,
-        ..Default::default()
+    // The checks reach what they reached when verified: the receipt's
+    // lists and pins (none: no network at all).
+    let network = match &p.network {
+        Some(n) => crate::network::NetworkPlan {
+            checks: n.checks.clone(),
+            resolve: n
+                .resolve
+                .iter()
+                .filter_map(|(h, a)| Some((h.clone(), a.parse().ok()?)))
+                .collect(),
+            ..Default::default()
+        },
+        None => crate::network::NetworkPlan::default(),
     };
     let sandbox = crate::prepare::with_environments(
         loop_sandbox::Settings {

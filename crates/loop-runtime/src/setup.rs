@@ -118,14 +118,60 @@ fn keyed_on(workspace: &Path, section: &SetupSection) -> Result<Vec<KeyedFile>, 
     Ok(out)
 }
 
-/// The layer's key: the steps, the declared outputs and the key files.
-fn key_of(section: &SetupSection, keyed: &[KeyedFile], setup_hosts: &[String]) -> String {
+/// Toolchains a step may name, and how each tells its version.
+const TOOLCHAINS: &[(&str, &[&str])] = &[
+    ("python3", &["-I", "--version"]),
+    ("python", &["-I", "--version"]),
+    ("node", &["--version"]),
+    ("npm", &["--version"]),
+    ("yarn", &["--version"]),
+    ("pnpm", &["--version"]),
+    ("cargo", &["--version"]),
+    ("rustc", &["--version"]),
+    ("go", &["version"]),
+    ("bundle", &["--version"]),
+    ("ruby", &["--version"]),
+];
+
+/// The versions of the toolchains the steps name (a word of a step), as
+/// each reports it in the workspace (where a version pin file applies);
+/// `pip` counts as Python's.
+fn toolchains(workspace: &Path, section: &SetupSection) -> Vec<String> {
+    let words: std::collections::BTreeSet<&str> = section
+        .steps
+        .iter()
+        .flat_map(|s| s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')))
+        .collect();
+    let mut out = Vec::new();
+    for (tool, args) in TOOLCHAINS {
+        let named = words.contains(tool)
+            || (*tool == "python3" && (words.contains("pip") || words.contains("pip3")));
+        if !named {
+            continue;
+        }
+        let said = crate::network::output_in(workspace, tool, args)
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| "(not found)".into());
+        out.push(format!("{tool}: {said}"));
+    }
+    out
+}
+
+/// The layer's key: the steps, the declared outputs, the setup hosts, the
+/// key files and the toolchains' versions.
+fn key_of(
+    section: &SetupSection,
+    keyed: &[KeyedFile],
+    setup_hosts: &[String],
+    tools: &[String],
+) -> String {
     let v = serde_json::json!({
         "layer": 1,
         "steps": section.steps,
         "outputs": section.outputs,
         "keyed_on": keyed,
         "network": setup_hosts,
+        "toolchains": tools,
     });
     loop_protocol::hash::sha256_hex(v.to_string().as_bytes())
 }
@@ -146,8 +192,19 @@ pub fn provide(
         return Ok(None);
     };
     let keyed = keyed_on(workspace, section)?;
-    let key = key_of(section, &keyed, &network.setup);
+    let tools = toolchains(workspace, section);
+    let key = key_of(section, &keyed, &network.setup, &tools);
     let layer = layers_dir(project).join(&key);
+    if layer.exists() && read_layer(&layer).is_none() {
+        // Not the layer it was made as (an output changed or went): gone,
+        // and made again.
+        observer.note(&format!(
+            "setup: the layer {} no longer holds what it was made with: it is made again",
+            &key[..12]
+        ));
+        loop_workspace::remove_tree(&layer)
+            .map_err(|e| Error::internal(format!("setup layer {}: {e}", layer.display())))?;
+    }
     if let Some(record) = read_layer(&layer) {
         observer.note(&format!(
             "setup: the layer {} made by {} fits (same steps and {}): no step runs, no network",
@@ -209,36 +266,14 @@ pub fn provide(
     };
     // The layer is assembled aside and renamed into place at once.
     let staging = layers_dir(project).join(format!(".new-{key}-{task_id}"));
-    let tree = staging.join("tree");
-    std::fs::create_dir_all(&tree).map_err(|e| Error::internal(format!("setup layer: {e}")))?;
-    for name in &outputs {
-        let at = workspace.join(name);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::usage(format!(
-                    "setup made `{name}`, which is not a directory: only directories are kept as environments"
-                )));
-            }
-            Err(_) => {
-                return Err(Error::usage(format!(
-                    "setup output `{name}` was not made by the steps"
-                )));
-            }
+    let made = make_layer(workspace, &staging, &outputs, &before);
+    let output_roots = match made {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = loop_workspace::remove_tree(&staging);
+            return Err(e);
         }
-        std::fs::rename(&at, tree.join(name))
-            .map_err(|e| Error::internal(format!("setup output `{name}`: {e}")))?;
-    }
-    // Setup makes environments; it never changes the project's files.
-    let after = Manifest::of(workspace).map_err(|e| Error::internal(format!("setup: {e}")))?;
-    if after.root != before.root {
-        let changed = changed_paths(&before, &after);
-        let _ = loop_workspace::remove_tree(&staging);
-        return Err(Error::usage(format!(
-            "setup changed the project's files ({}): setup steps may only create environments (new top-level directories, or the declared `outputs`)",
-            changed.join(", ")
-        )));
-    }
+    };
     let record = SetupRecord {
         key: key.clone(),
         keyed_on: keyed,
@@ -246,6 +281,8 @@ pub fn provide(
         made_by: task_id.to_string(),
         built_at: workspace.display().to_string(),
         outputs,
+        output_roots,
+        toolchains: tools,
         steps,
     };
     let json = serde_json::to_vec_pretty(&record).map_err(Error::from_cause)?;
@@ -270,6 +307,56 @@ pub fn provide(
     Ok(Some(provided(project, &layer, record, false)))
 }
 
+/// Move the outputs from the workspace into `staging/tree`, check that the
+/// steps changed none of the project's files, and take each output's root.
+fn make_layer(
+    workspace: &Path,
+    staging: &Path,
+    outputs: &[String],
+    before: &Manifest,
+) -> Result<Vec<KeyedFile>, Error> {
+    let tree = staging.join("tree");
+    std::fs::create_dir_all(&tree).map_err(|e| Error::internal(format!("setup layer: {e}")))?;
+    for name in outputs {
+        let at = workspace.join(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::usage(format!(
+                    "setup made `{name}`, which is not a directory: only directories are kept as environments"
+                )));
+            }
+            Err(_) => {
+                return Err(Error::usage(format!(
+                    "setup output `{name}` was not made by the steps"
+                )));
+            }
+        }
+        std::fs::rename(&at, tree.join(name))
+            .map_err(|e| Error::internal(format!("setup output `{name}`: {e}")))?;
+    }
+    // Setup makes environments; it never changes the project's files.
+    let after = Manifest::of(workspace).map_err(|e| Error::internal(format!("setup: {e}")))?;
+    if after.root != before.root {
+        let changed = changed_paths(before, &after);
+        return Err(Error::usage(format!(
+            "setup changed the project's files ({}): setup steps may only create environments (new top-level directories, or the declared `outputs`)",
+            changed.join(", ")
+        )));
+    }
+    outputs
+        .iter()
+        .map(|o| {
+            Manifest::of(&tree.join(o))
+                .map(|m| KeyedFile {
+                    path: o.clone(),
+                    sha256: m.root,
+                })
+                .map_err(|e| Error::internal(format!("setup output `{o}`: {e}")))
+        })
+        .collect()
+}
+
 /// The record and outputs of a layer.
 fn provided(project: &Path, layer: &Path, mut record: SetupRecord, reused: bool) -> Provided {
     if reused {
@@ -285,15 +372,18 @@ fn provided(project: &Path, layer: &Path, mut record: SetupRecord, reused: bool)
     Provided { record, outputs }
 }
 
-/// A complete layer's record (a layer without one is not a layer).
+/// A complete layer's record: every output there with the content root it
+/// was made with (a layer without them is not a layer).
 fn read_layer(layer: &Path) -> Option<SetupRecord> {
     let text = std::fs::read(layer.join("layer.json")).ok()?;
     let record: SetupRecord = serde_json::from_slice(&text).ok()?;
-    let all_there = record
-        .outputs
-        .iter()
-        .all(|o| layer.join("tree").join(o).is_dir());
-    all_there.then_some(record)
+    let intact = record.outputs.len() == record.output_roots.len()
+        && record.output_roots.iter().all(|r| {
+            let at = layer.join("tree").join(&r.path);
+            std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
+                && Manifest::of(&at).is_ok_and(|m| m.root == r.sha256)
+        });
+    intact.then_some(record)
 }
 
 /// One step in the sandbox: the workspace writable, the project's
@@ -414,13 +504,16 @@ fn tail_of(text: &str, max: usize) -> String {
 }
 
 /// What `setup:` would do in `project` now: the key and whether its layer
-/// is cached (for `loop audit`), or why it cannot be said.
+/// is cached (for `loop audit`), or why it cannot be said. The key is
+/// taken from the checkout's files as they are (uncommitted edits
+/// included), where a task takes it from its own workspace.
 pub fn audit(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Option<SetupAudit> {
     let section = loopfile.setup.as_ref()?;
     let setup_hosts = crate::network::expand(&loopfile.network.setup).unwrap_or_default();
     Some(match keyed_on(project, section) {
         Ok(keyed) => {
-            let key = key_of(section, &keyed, &setup_hosts);
+            let tools = toolchains(project, section);
+            let key = key_of(section, &keyed, &setup_hosts, &tools);
             let cached = read_layer(&layers_dir(project).join(&key)).map(|r| r.made_by);
             SetupAudit {
                 steps: section.steps.clone(),

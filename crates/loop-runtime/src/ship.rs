@@ -130,9 +130,19 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         setup: s.stored.setup.clone(),
         network: loop_receipt::NetworkReport::from_ledger(
             &ledger_bytes,
-            &s.stored.network.commands,
-            &s.stored.network.setup,
-            &s.stored.network.checks,
+            loop_receipt::NetworkReport {
+                commands: s.stored.network.commands.clone(),
+                setup: s.stored.network.setup.clone(),
+                checks: s.stored.network.checks.clone(),
+                resolve: s
+                    .stored
+                    .network
+                    .resolve
+                    .iter()
+                    .map(|(h, a)| (h.clone(), a.to_string()))
+                    .collect(),
+                ..Default::default()
+            },
         ),
         verification: result.last_report,
         baseline: start.baseline_report.clone(),

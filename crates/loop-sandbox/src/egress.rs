@@ -33,7 +33,7 @@ pub const PROXY_URL: &str = "http://127.0.0.1:3128";
 const MAX_HEAD: usize = 16 * 1024;
 /// Connections served at once per command; more wait.
 const MAX_OPEN: usize = 64;
-/// Attempts recorded per command; more are counted in the last entry.
+/// Attempts recorded per command; past it, every connection is refused.
 const MAX_RECORDED: usize = 1000;
 /// How long a client has to send its request head, and the proxy to
 /// connect to the host.
@@ -100,87 +100,184 @@ fn plausible_host(host: &str) -> bool {
 }
 
 /// Addresses the proxy never connects to unless the runtime pinned them:
-/// the runtime's own machine and its link.
+/// the runtime's own machine, its link and private networks, and every
+/// address of the machine's own interfaces (a name an attacker controls
+/// could point at any of them).
 fn local(ip: IpAddr) -> bool {
     let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .or_else(|| {
+                // IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96) forms.
+                let s = v6.segments();
+                let compat = s[..6].iter().all(|x| *x == 0);
+                let nat64 = s[0] == 0x64 && s[1] == 0xff9b && s[2..6].iter().all(|x| *x == 0);
+                (compat || nat64).then(|| {
+                    let o = v6.octets();
+                    std::net::Ipv4Addr::new(o[12], o[13], o[14], o[15])
+                })
+            })
+            .map(IpAddr::V4)
+            .unwrap_or(ip),
         v4 => v4,
     };
-    match ip {
+    let special = match ip {
         IpAddr::V4(v4) => {
+            let o = v4.octets();
             v4.is_loopback()
                 || v4.is_unspecified()
                 || v4.is_link_local()
                 || v4.is_multicast()
                 || v4.is_broadcast()
+                || v4.is_private()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
         }
         IpAddr::V6(v6) => {
+            let s0 = v6.segments()[0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || (s0 & 0xffc0) == 0xfe80
+                || (s0 & 0xfe00) == 0xfc00
         }
+    };
+    special || own_addresses().contains(&ip)
+}
+
+/// The addresses of this machine's interfaces.
+fn own_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we walk read-only and then free.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut at = list;
+        while !at.is_null() {
+            let addr = (*at).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let a = &*(addr as *const libc::sockaddr_in);
+                        out.push(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
+                            a.sin_addr.s_addr,
+                        ))));
+                    }
+                    libc::AF_INET6 => {
+                        let a = &*(addr as *const libc::sockaddr_in6);
+                        out.push(IpAddr::V6(std::net::Ipv6Addr::from(a.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            at = (*at).ifa_next;
+        }
+        libc::freeifaddrs(list);
     }
+    out
+}
+
+/// What the connections of one command share.
+struct Shared {
+    egress: Egress,
+    stop: AtomicBool,
+    attempts: Mutex<Vec<EgressAttempt>>,
+    /// Sockets still open, by connection: cut when the command ends.
+    open: Mutex<std::collections::HashMap<u64, Vec<TcpStream>>>,
+    busy: AtomicUsize,
+    next: std::sync::atomic::AtomicU64,
+    /// The recording limit was reached: every later connection is refused.
+    full: AtomicBool,
 }
 
 /// The proxy serving one command.
 pub(crate) struct Proxy {
-    stop: Arc<AtomicBool>,
-    attempts: Arc<Mutex<Vec<EgressAttempt>>>,
-    open: Arc<Mutex<Vec<TcpStream>>>,
+    shared: Arc<Shared>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proxy {
     /// Serve `listener` (the socket made inside the command's namespace).
     pub(crate) fn start(listener: TcpListener, egress: Egress) -> Proxy {
-        let stop = Arc::new(AtomicBool::new(false));
-        let attempts = Arc::new(Mutex::new(Vec::new()));
-        let open = Arc::new(Mutex::new(Vec::new()));
-        let (s, a, o) = (stop.clone(), attempts.clone(), open.clone());
-        let egress = Arc::new(egress);
+        let shared = Arc::new(Shared {
+            egress,
+            stop: AtomicBool::new(false),
+            attempts: Mutex::new(Vec::new()),
+            open: Mutex::new(std::collections::HashMap::new()),
+            busy: AtomicUsize::new(0),
+            next: std::sync::atomic::AtomicU64::new(0),
+            full: AtomicBool::new(false),
+        });
+        let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("loop-egress".into())
-            .spawn(move || accept_loop(&listener, &egress, &s, &a, &o))
+            .spawn(move || accept_loop(&listener, &s))
             .ok();
-        Proxy {
-            stop,
-            attempts,
-            open,
-            accept,
-        }
+        Proxy { shared, accept }
     }
 
-    /// Stop serving, cut what is still open, and say what was asked for.
+    /// Stop serving, cut what is still open, wait (briefly) for the
+    /// connections to end, and say what was asked for.
     pub(crate) fn finish(mut self) -> Vec<EgressAttempt> {
-        self.stop.store(true, Ordering::SeqCst);
+        self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        for s in self
-            .open
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
-        {
-            let _ = s.shutdown(Shutdown::Both);
+        let deadline = std::time::Instant::now() + CONNECT_TIMEOUT + Duration::from_secs(1);
+        loop {
+            let open: Vec<TcpStream> = self
+                .shared
+                .open
+                .lock()
+                .map(|m| {
+                    m.values()
+                        .flatten()
+                        .filter_map(|s| s.try_clone().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for s in &open {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            if self.shared.busy.load(Ordering::SeqCst) == 0 || std::time::Instant::now() > deadline
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        self.attempts
+        self.shared
+            .attempts
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default()
     }
 }
 
-fn accept_loop(
-    listener: &TcpListener,
-    egress: &Arc<Egress>,
-    stop: &AtomicBool,
-    attempts: &Arc<Mutex<Vec<EgressAttempt>>>,
-    open: &Arc<Mutex<Vec<TcpStream>>>,
-) {
-    let busy = Arc::new(AtomicUsize::new(0));
-    while !stop.load(Ordering::SeqCst) {
+/// Gives a connection's slot back however its thread ends.
+struct Slot(Arc<Shared>, u64);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.0.open.lock() {
+            m.remove(&self.1);
+        }
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Slot {
+    /// Keep a clone of `s` to cut when the command ends.
+    fn track(&self, s: &TcpStream) {
+        if let (Ok(c), Ok(mut m)) = (s.try_clone(), self.0.open.lock()) {
+            m.entry(self.1).or_default().push(c);
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    while !shared.stop.load(Ordering::SeqCst) {
         let mut pfd = libc::pollfd {
             fd: listener.as_raw_fd(),
             events: libc::POLLIN,
@@ -188,53 +285,64 @@ fn accept_loop(
         };
         // SAFETY: one pollfd on a descriptor this function borrows.
         let n = unsafe { libc::poll(&mut pfd, 1, 50) };
-        if n <= 0 || busy.load(Ordering::SeqCst) >= MAX_OPEN {
-            if n > 0 {
+        if n <= 0 {
+            continue;
+        }
+        if shared.busy.load(Ordering::SeqCst) >= MAX_OPEN {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let client = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(_) => {
+                // Out of descriptors, say: wait rather than spin.
                 std::thread::sleep(Duration::from_millis(20));
+                continue;
             }
-            continue;
-        }
-        let Ok((client, _)) = listener.accept() else {
-            continue;
         };
-        if let Ok(c) = client.try_clone()
-            && let Ok(mut v) = open.lock()
-        {
-            v.push(c);
-        }
-        let (egress, attempts, open, busy) =
-            (egress.clone(), attempts.clone(), open.clone(), busy.clone());
-        busy.fetch_add(1, Ordering::SeqCst);
+        shared.busy.fetch_add(1, Ordering::SeqCst);
+        let slot = Slot(shared.clone(), shared.next.fetch_add(1, Ordering::SeqCst));
+        slot.track(&client);
         let spawned = std::thread::Builder::new()
             .name("loop-egress-conn".into())
-            .spawn(move || {
-                serve(client, &egress, &attempts, &open);
-                busy.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            continue;
-        }
+            .spawn(move || serve(client, &slot));
+        // (A thread that could not start dropped its slot with its closure.)
+        drop(spawned);
     }
 }
 
 /// One request: (method, host, port, the head to send on for plain HTTP,
-/// bytes read past the head).
+/// bytes read past the head, the body's length for plain HTTP).
 struct Request {
     method: String,
     host: String,
     port: u16,
     forward: Option<Vec<u8>>,
     rest: Vec<u8>,
+    body: u64,
 }
 
-fn record(attempts: &Mutex<Vec<EgressAttempt>>, a: EgressAttempt) {
-    if let Ok(mut v) = attempts.lock() {
-        if v.len() < MAX_RECORDED {
-            v.push(a);
-        } else if let Some(last) = v.last_mut() {
-            last.rule = format!("{} (and more attempts, not recorded)", a.rule);
-        }
+/// Record an attempt; its index, or `None` when the limit is reached (the
+/// last entry then says so, and every later connection is refused).
+fn record(shared: &Shared, a: EgressAttempt) -> Option<usize> {
+    let mut v = shared.attempts.lock().ok()?;
+    if v.len() + 1 < MAX_RECORDED {
+        v.push(a);
+        return Some(v.len() - 1);
     }
+    if !shared.full.swap(true, Ordering::SeqCst) {
+        v.push(EgressAttempt {
+            host: a.host,
+            port: a.port,
+            method: a.method,
+            allowed: false,
+            rule: format!(
+                "refused: the limit of {MAX_RECORDED} connections per command was reached; this and every later connection were refused without being recorded one by one"
+            ),
+            error: None,
+        });
+    }
+    None
 }
 
 fn reply(client: &mut TcpStream, status: &str, text: &str) {
@@ -247,64 +355,102 @@ fn reply(client: &mut TcpStream, status: &str, text: &str) {
     );
 }
 
-fn serve(
-    mut client: TcpStream,
-    egress: &Egress,
-    attempts: &Mutex<Vec<EgressAttempt>>,
-    open: &Mutex<Vec<TcpStream>>,
+/// Refuse and record.
+fn refuse(
+    slot: &Slot,
+    client: &mut TcpStream,
+    mut attempt: EgressAttempt,
+    status: &str,
+    why: &str,
 ) {
+    attempt.allowed = false;
+    attempt.rule = format!("refused: {why}");
+    let text = format!(
+        "loop: egress to {}:{} refused: {why}",
+        attempt.host, attempt.port
+    );
+    record(&slot.0, attempt);
+    reply(client, status, &text);
+}
+
+fn serve(mut client: TcpStream, slot: &Slot) {
+    let shared = &slot.0;
+    let egress = &shared.egress;
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
-    let req = match read_request(&mut client) {
-        Ok(r) => r,
-        Err(why) => {
-            reply(
-                &mut client,
-                "400 Bad Request",
-                &format!("loop egress proxy: {why}"),
-            );
-            return;
-        }
-    };
+    let req = read_request(&mut client);
     let mut attempt = EgressAttempt {
-        host: req.host.clone(),
-        port: req.port,
-        method: req.method.clone(),
+        host: String::new(),
+        port: 0,
+        method: String::new(),
         allowed: false,
         rule: String::new(),
         error: None,
     };
+    let req = match req {
+        Ok(r) => r,
+        Err((why, seen)) => {
+            // Refused before any host could be judged: recorded as it came.
+            if let Some((method, host, port)) = seen {
+                attempt.method = method;
+                attempt.host = host;
+                attempt.port = port;
+            } else {
+                attempt.host = "(not named)".into();
+                attempt.method = "-".into();
+            }
+            // A connection closed before a byte was sent asked for nothing.
+            if why != "connection closed before a request" {
+                refuse(slot, &mut client, attempt, "400 Bad Request", &why);
+            }
+            return;
+        }
+    };
+    attempt.host = req.host.clone();
+    attempt.port = req.port;
+    attempt.method = req.method.clone();
+    if shared.full.load(Ordering::SeqCst) {
+        reply(
+            &mut client,
+            "403 Forbidden",
+            &format!(
+                "loop: egress refused: the limit of {MAX_RECORDED} connections per command was reached"
+            ),
+        );
+        return;
+    }
     let Some(rule) = egress.rule_for(&req.host, req.port) else {
-        attempt.rule = format!(
-            "refused: {}:{} is not in {}",
-            req.host, req.port, egress.list
-        );
-        let text = format!(
-            "loop: egress to {}:{} refused: not in {}",
-            req.host, req.port, egress.list
-        );
-        record(attempts, attempt);
-        reply(&mut client, "403 Forbidden", &text);
+        let why = format!("not in {}", egress.list);
+        refuse(slot, &mut client, attempt, "403 Forbidden", &why);
         return;
     };
-    let addrs = addresses(egress, &req.host, req.port);
-    let addrs = match addrs {
+    let addrs = match addresses(egress, &req.host, req.port) {
         Ok(a) => a,
         Err(why) => {
-            attempt.rule = format!("refused: {why}");
-            let text = format!("loop: egress to {}:{} refused: {why}", req.host, req.port);
-            record(attempts, attempt);
-            reply(&mut client, "403 Forbidden", &text);
+            refuse(slot, &mut client, attempt, "403 Forbidden", &why);
             return;
         }
     };
     attempt.allowed = true;
     attempt.rule = rule.to_string();
+    // Recorded before connecting: a connection the command's end cuts
+    // short is still on the record.
+    let Some(index) = record(shared, attempt) else {
+        reply(
+            &mut client,
+            "403 Forbidden",
+            "loop: egress refused: too many connections",
+        );
+        return;
+    };
     let upstream = addrs
         .iter()
         .find_map(|a| TcpStream::connect_timeout(a, CONNECT_TIMEOUT).ok());
     let Some(mut upstream) = upstream else {
-        attempt.error = Some("no address of the host answered".into());
-        record(attempts, attempt);
+        if let Ok(mut v) = shared.attempts.lock()
+            && let Some(a) = v.get_mut(index)
+        {
+            a.error = Some("no address of the host answered".into());
+        }
         reply(
             &mut client,
             "502 Bad Gateway",
@@ -315,40 +461,60 @@ fn serve(
         );
         return;
     };
-    record(attempts, attempt);
-    if let Ok(u) = upstream.try_clone()
-        && let Ok(mut v) = open.lock()
-    {
-        v.push(u);
-    }
+    slot.track(&upstream);
     let _ = client.set_read_timeout(None);
-    let sent = match &req.forward {
-        None => client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n"),
-        Some(head) => upstream.write_all(head),
-    };
-    if sent.is_err() || upstream.write_all(&req.rest).is_err() {
-        return;
+    match &req.forward {
+        None => {
+            if client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .is_err()
+                || upstream.write_all(&req.rest).is_err()
+            {
+                return;
+            }
+            relay(client, upstream, None);
+        }
+        Some(head) => {
+            // Exactly one request goes up: its head (rewritten) and its
+            // body; nothing the client sends after it reaches the host.
+            let body_now = (req.rest.len() as u64).min(req.body) as usize;
+            if upstream.write_all(head).is_err()
+                || upstream.write_all(&req.rest[..body_now]).is_err()
+            {
+                return;
+            }
+            relay(client, upstream, Some(req.body - body_now as u64));
+        }
     }
-    relay(client, upstream);
 }
 
-/// Copy both ways until each side is done.
-fn relay(client: TcpStream, upstream: TcpStream) {
+/// Copy the host's answer to the client until it ends; from the client to
+/// the host, everything (a tunnel) or only `up_to` more bytes (the rest
+/// of one plain-HTTP request's body).
+fn relay(client: TcpStream, upstream: TcpStream, up_to: Option<u64>) {
     let (Ok(mut c2), Ok(mut u2)) = (client.try_clone(), upstream.try_clone()) else {
         return;
     };
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut c2, &mut u2);
-        let _ = u2.shutdown(Shutdown::Write);
+    let up = std::thread::Builder::new().spawn(move || {
+        let _ = match up_to {
+            None => std::io::copy(&mut c2, &mut u2),
+            Some(n) => std::io::copy(&mut (&mut c2).take(n), &mut u2),
+        };
+        if up_to.is_none() {
+            let _ = u2.shutdown(Shutdown::Write);
+        }
     });
     let (mut c, mut u) = (client, upstream);
     let _ = std::io::copy(&mut u, &mut c);
-    let _ = c.shutdown(Shutdown::Write);
-    let _ = up.join();
+    let _ = c.shutdown(Shutdown::Both);
+    let _ = u.shutdown(Shutdown::Both);
+    if let Ok(t) = up {
+        let _ = t.join();
+    }
 }
 
 /// The addresses to connect to: the pinned one, or the resolved ones that
-/// are not the runtime's own machine.
+/// are not the runtime's own machine or its networks.
 fn addresses(egress: &Egress, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
     if let Some((_, addr)) = egress
         .resolve
@@ -365,15 +531,18 @@ fn addresses(egress: &Egress, host: &str, port: u16) -> Result<Vec<SocketAddr>, 
     if outside.is_empty() {
         let shown: Vec<String> = all.iter().map(|a| a.ip().to_string()).collect();
         return Err(format!(
-            "{host} resolves only to local or link-local addresses ({}), never reached",
+            "{host} resolves only to addresses of this machine or of local or private networks ({}), never reached unless the runtime pins the name (network.resolve)",
             shown.join(", ")
         ));
     }
     Ok(outside)
 }
 
+/// What could be read of a refused request: (method, host, port).
+type Seen = Option<(String, String, u16)>;
+
 /// Read and judge the request head.
-fn read_request(client: &mut TcpStream) -> Result<Request, String> {
+fn read_request(client: &mut TcpStream) -> Result<Request, (String, Seen)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     let end = loop {
@@ -381,50 +550,85 @@ fn read_request(client: &mut TcpStream) -> Result<Request, String> {
             break i + 4;
         }
         if buf.len() > MAX_HEAD {
-            return Err("request head too long".into());
+            return Err(("request head too long".into(), None));
         }
         match client.read(&mut chunk) {
-            Ok(0) => return Err("connection closed before a request".into()),
+            Ok(0) if buf.is_empty() => {
+                return Err(("connection closed before a request".into(), None));
+            }
+            Ok(0) => return Err(("connection closed inside the request head".into(), None)),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("no request ({e})")),
+            Err(e) => return Err((format!("no request ({e})"), None)),
         }
     };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| "request head is not UTF-8")?;
+    let head = std::str::from_utf8(&buf[..end])
+        .map_err(|_| ("the request head is not UTF-8".to_string(), None))?;
     let mut lines = head.split("\r\n");
     let first = lines.next().unwrap_or_default();
     let mut parts = first.split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
     else {
-        return Err(format!("malformed request line {first:?}"));
+        return Err((format!("malformed request line {first:?}"), None));
     };
-    if !method.bytes().all(|b| b.is_ascii_uppercase()) || !version.starts_with("HTTP/1.") {
-        return Err(format!("malformed request line {first:?}"));
+    if !method.bytes().all(|b| b.is_ascii_uppercase())
+        || !version.starts_with("HTTP/1.")
+        || parts.next().is_some()
+    {
+        return Err((format!("malformed request line {first:?}"), None));
     }
     let rest = buf[end..].to_vec();
     if method == "CONNECT" {
-        let (host, port) = authority(target, None)?;
+        let (host, port) = authority(target, None).map_err(|e| (e, None))?;
         return Ok(Request {
             method: method.into(),
             host,
             port,
             forward: None,
             rest,
+            body: 0,
         });
     }
     let Some(after) = target.strip_prefix("http://") else {
-        return Err(format!(
-            "only CONNECT and absolute http:// requests are proxied, not {target:?}"
+        return Err((
+            format!("only CONNECT and absolute http:// requests are proxied, not {target:?}"),
+            None,
         ));
     };
     let (auth, path) = match after.find('/') {
         Some(i) => (&after[..i], &after[i..]),
         None => (after, "/"),
     };
-    let (host, port) = authority(auth, Some(80))?;
+    let (host, port) = authority(auth, Some(80)).map_err(|e| (e, None))?;
+    let seen = Some((method.to_string(), host.clone(), port));
+    // The host the proxy judged is the host asked for: the client's own
+    // `Host` is replaced (a shared front end routes by it), and a body
+    // only of a length known up front goes up (no chunked body, whose end
+    // the proxy would have to parse to keep a second request out).
+    let mut body = 0u64;
     let mut fwd = format!("{method} {path} {version}\r\n");
     for line in lines.filter(|l| !l.is_empty()) {
-        let name = line.split(':').next().unwrap_or_default().trim();
+        let Some((name, value)) = line.split_once(':') else {
+            return Err((format!("malformed header line {line:?}"), seen));
+        };
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err((
+                "a request body of unknown length (Transfer-Encoding) is not proxied over plain HTTP".into(),
+                seen,
+            ));
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let n: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| (format!("bad Content-Length {value:?}"), seen.clone()))?;
+            if body != 0 && body != n {
+                return Err(("two different Content-Length headers".into(), seen));
+            }
+            body = n;
+        }
         if [
+            "host",
             "proxy-connection",
             "proxy-authorization",
             "connection",
@@ -438,6 +642,15 @@ fn read_request(client: &mut TcpStream) -> Result<Request, String> {
         fwd.push_str(line);
         fwd.push_str("\r\n");
     }
+    let named = match host.parse::<std::net::Ipv6Addr>() {
+        Ok(_) => format!("[{host}]"),
+        Err(_) => host.clone(),
+    };
+    if port == 80 {
+        fwd.push_str(&format!("Host: {named}\r\n"));
+    } else {
+        fwd.push_str(&format!("Host: {named}:{port}\r\n"));
+    }
     fwd.push_str("Connection: close\r\n\r\n");
     Ok(Request {
         method: method.into(),
@@ -445,6 +658,7 @@ fn read_request(client: &mut TcpStream) -> Result<Request, String> {
         port,
         forward: Some(fwd.into_bytes()),
         rest,
+        body,
     })
 }
 
@@ -630,11 +844,29 @@ mod tests {
             "::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "10.1.2.3",
+            "172.17.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "0.1.2.3",
+            "fd00::1",
+            "::127.0.0.1",
+            "64:ff9b::a01:203",
         ] {
             assert!(local(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["203.0.113.80", "10.1.2.3", "2001:db8::1"] {
+        // Public addresses (documentation ranges stand in for them here).
+        for ip in [
+            "203.0.113.80",
+            "198.51.100.7",
+            "2001:db8::1",
+            "64:ff9b::cb00:7150",
+        ] {
             assert!(!local(ip.parse().unwrap()), "{ip}");
+        }
+        // The machine's own interface addresses, whatever their range.
+        for ip in own_addresses() {
+            assert!(local(ip), "{ip}");
         }
         let e = Egress {
             allow: vec!["localhost".into()],
@@ -642,7 +874,10 @@ mod tests {
             list: "network.allow".into(),
         };
         let err = addresses(&e, "localhost", 80).unwrap_err();
-        assert!(err.contains("only to local"), "{err}");
+        assert!(
+            err.contains("resolves only to addresses of this machine"),
+            "{err}"
+        );
     }
 
     #[test]

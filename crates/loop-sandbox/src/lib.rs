@@ -649,6 +649,11 @@ fn prepare(
     let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
+        if req.egress.is_some() && req.net == Net::None {
+            return Err(SandboxError::Prepare(
+                "declared egress needs a network namespace, which is unavailable here: without one the allow-list could not be enforced".into(),
+            ));
+        }
         if let Some(alias) = req.workspace_aliases.first() {
             return Err(SandboxError::Prepare(format!(
                 "showing the workspace at {} (where its setup layer was built) needs a mount namespace, which is unavailable here",
@@ -837,17 +842,10 @@ fn child_plan(
     if use_ns && !support.proc_mount {
         p.notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
     }
-    if req.egress.is_some() && req.net == Net::None {
-        if use_ns {
-            p.proxy_pair = Some(
-                egress::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?,
-            );
-        } else {
-            p.notes.push(
-                "no network namespace: the egress allow-list is not enforced (the network is the host's)"
-                    .into(),
-            );
-        }
+    // (Without namespaces a request with egress was refused in `prepare`.)
+    if req.egress.is_some() && req.net == Net::None && use_ns {
+        p.proxy_pair =
+            Some(egress::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?);
     }
     let in_root = root_plan.is_some();
     let plan = child::ChildPlan {
