@@ -178,6 +178,22 @@ pub fn doctor() -> Result<u8, CliError> {
         }
     );
     println!("seccomp       {}", yes(s.seccomp));
+    println!(
+        "shares/setup  {}",
+        if s.namespaces {
+            "dependency environments and setup layers can be shown to tasks (`loop audit --project DIR` says what a project's tasks would share)"
+        } else {
+            "NO: sharing .venv, node_modules or a setup layer needs mount namespaces"
+        }
+    );
+    println!(
+        "egress        {}",
+        if s.namespaces {
+            "declared hosts through the runtime's proxy (network.allow); otherwise no network"
+        } else {
+            "NO: an allow-list needs a network namespace; tasks that declare one are refused"
+        }
+    );
     let dir = std::env::temp_dir();
     let mut req = ExecRequest::new(Program::Argv(vec!["true".into()]), &dir);
     req.timeout = Duration::from_secs(10);
