@@ -54,6 +54,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
     let report = run_task(
         TaskRequest {
             contract,
+            source: loop_runtime::ContractSource::Given,
             model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
             record: None,
             project,

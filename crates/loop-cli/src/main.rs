@@ -90,6 +90,11 @@ enum Command {
         /// A contract file (YAML).
         #[arg(long, value_name = "FILE")]
         task: Option<PathBuf>,
+        /// With an instruction and no --check or --task, the contract is
+        /// drafted by the model and judged by the critic; this locks the
+        /// draft the critic accepts without asking (needed without a terminal).
+        #[arg(long)]
+        accept_contract: bool,
         /// The model: scripted:PATH, openai:MODEL, anthropic:MODEL or replay:FILE
         /// (default: `models.maker` in the project's Loopfile.yaml).
         #[arg(long, value_name = "SPEC")]
@@ -535,6 +540,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         checks,
         artifacts,
         task,
+        accept_contract,
         model,
         record,
         max_steps,
@@ -567,6 +573,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         }
     }
     let isolation = isolation.parse().map_err(CliError::usage)?;
+    let mut source = loop_runtime::ContractSource::Given;
     let mut contract = match (&task, &instruction) {
         (Some(file), _) => {
             let mut c = read_contract(file)?;
@@ -574,6 +581,17 @@ fn run_command(run: Command) -> Result<u8, CliError> {
                 c.instruction = i.clone();
             }
             c.extend_with_flags(&checks, &artifacts)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            c
+        }
+        // The instruction alone: the contract is drafted.
+        (None, Some(i)) if checks.is_empty() => {
+            source = loop_runtime::ContractSource::Draft {
+                accept: accept_contract,
+            };
+            let mut c =
+                Contract::instruction_only(i).map_err(|e| CliError::usage(e.to_string()))?;
+            c.extend_with_flags(&[], &artifacts)
                 .map_err(|e| CliError::usage(e.to_string()))?;
             c
         }
@@ -617,6 +635,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
     let report = runtime.start(
         TaskRequest {
             contract,
+            source,
             model,
             record,
             project,

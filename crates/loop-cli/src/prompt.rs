@@ -64,3 +64,31 @@ impl Prompter for Terminal {
         let _ = std::io::stderr().flush();
     }
 }
+
+/// Let the person edit `text` in `$VISUAL` or `$EDITOR` (else `vi`); the
+/// edited text, or why it could not be edited.
+pub fn edit_in_editor(text: &str) -> Result<String, String> {
+    let path = std::env::temp_dir().join(format!(
+        "loop-contract-{}.yaml",
+        loop_sandbox::unique_name("edit").map_err(|e| e.to_string())?
+    ));
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("editor")
+        .arg(&path)
+        .status()
+        .map_err(|e| format!("cannot run the editor `{editor}`: {e}"))?;
+    let edited = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    if !status.success() {
+        return Err(format!(
+            "the editor `{editor}` ended with {status}; nothing changed"
+        ));
+    }
+    edited.map_err(|e| format!("cannot read the edit back: {e}"))
+}

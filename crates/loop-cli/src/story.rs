@@ -50,6 +50,34 @@ impl loop_runtime::Observer for Story {
         Some(matches!(answer.trim(), "y" | "Y" | "yes"))
     }
 
+    /// On a terminal: show the drafted contract, then accept, edit (in
+    /// `$VISUAL`/`$EDITOR`, judged again) or reject it.
+    fn review_contract(&mut self, contract: &str) -> loop_runtime::draft::ContractReview {
+        use loop_runtime::draft::ContractReview;
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() || self.json {
+            return ContractReview::Unanswered;
+        }
+        println!("The drafted contract (the critic accepted it):\n{contract}");
+        loop {
+            print!("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
+            let _ = std::io::stdout().flush();
+            let mut answer = String::new();
+            if std::io::stdin().read_line(&mut answer).unwrap_or(0) == 0 {
+                return ContractReview::Unanswered;
+            }
+            match answer.trim() {
+                "a" | "accept" => return ContractReview::Accept,
+                "r" | "reject" => return ContractReview::Reject,
+                "e" | "edit" => match crate::prompt::edit_in_editor(contract) {
+                    Ok(text) => return ContractReview::Edited(text),
+                    Err(e) => println!("{e}"),
+                },
+                _ => {}
+            }
+        }
+    }
+
     /// The terminal (used only when stdin is one: `OnPrompt::Ask`).
     fn prompter(&mut self) -> Option<Box<dyn loop_runtime::Prompter>> {
         Some(Box::new(crate::prompt::Terminal))

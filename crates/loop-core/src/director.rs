@@ -124,6 +124,8 @@ pub struct Director<'a> {
     end_at_once: Option<String>,
     /// The setup the task's workspace got, recorded in the genesis.
     setup: Option<Box<loop_protocol::SetupRecord>>,
+    /// How the contract was drafted, recorded in the genesis.
+    drafting: Option<Box<loop_protocol::DraftingRecord>>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -165,6 +167,7 @@ impl<'a> Director<'a> {
             clock_pause: None,
             end_at_once: None,
             setup: None,
+            drafting: None,
         })
     }
 
@@ -241,6 +244,13 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// How the contract was drafted from the instruction, recorded in the
+    /// ledger's genesis.
+    pub fn with_drafting(mut self, drafting: loop_protocol::DraftingRecord) -> Self {
+        self.drafting = Some(Box::new(drafting));
+        self
+    }
+
     /// Keep `tokens` of the token budget out of the maker's reach.
     pub fn with_reserve(mut self, tokens: u64) -> Self {
         self.reserve_tokens = tokens;
@@ -286,6 +296,7 @@ impl<'a> Director<'a> {
     pub fn run(mut self) -> Result<RunResult, DirectorError> {
         let baseline_root = self.parts.tools.workspace_root();
         let setup = self.setup.take();
+        let drafting = self.drafting.take();
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -296,6 +307,7 @@ impl<'a> Director<'a> {
             runtime: RuntimeInfo::current(),
             baseline_root: baseline_root.as_ref().cloned().unwrap_or_default(),
             setup,
+            drafting,
         })?;
         let phase = match (baseline_root, self.end_at_once.take()) {
             (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),

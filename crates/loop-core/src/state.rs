@@ -634,6 +634,7 @@ mod tests {
             runtime: RuntimeInfo::current(),
             baseline_root: "r0".into(),
             setup: None,
+            drafting: None,
         }
     }
 

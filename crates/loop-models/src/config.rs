@@ -73,6 +73,8 @@ pub struct ModelsConfig {
     pub maker: Vec<EndpointConfig>,
     /// The checker (reviewer), if configured.
     pub checker: Vec<EndpointConfig>,
+    /// The contract drafter, if configured (else the maker drafts).
+    pub drafter: Vec<EndpointConfig>,
     /// Prices.
     pub pricing: Pricing,
 }
@@ -105,11 +107,12 @@ struct EndpointDraft {
 pub struct ModelsSection {
     maker: Option<EndpointDraft>,
     checker: Option<EndpointDraft>,
+    drafter: Option<EndpointDraft>,
     pricing: Vec<(String, Price)>,
 }
 
 /// The keys of `models:`.
-const MODELS_KEYS: &[&str] = &["maker", "checker", "pricing"];
+const MODELS_KEYS: &[&str] = &["maker", "checker", "drafter", "pricing"];
 /// A price's fields (USD per million tokens).
 const PRICE_KEYS: &[&str] = &["input", "cached_input", "output"];
 /// An endpoint's keys (`api_key` is refused with its own reason).
@@ -237,6 +240,7 @@ impl ModelsSection {
             match k.name.as_str() {
                 "maker" => out.maker = endpoint(r, v, "maker"),
                 "checker" => out.checker = endpoint(r, v, "checker"),
+                "drafter" => out.drafter = endpoint(r, v, "drafter"),
                 _ => out.pricing = pricing(r, v),
             }
         }
@@ -367,15 +371,18 @@ impl ModelsConfig {
                 Err(e) => errors.push(e),
             }
         }
-        if let Some(checker) = &section.checker {
-            match bind(checker, None, env, &pricing, "checker", origin) {
+        for (role, draft, into) in [
+            ("checker", &section.checker, &mut out.checker),
+            ("drafter", &section.drafter, &mut out.drafter),
+        ] {
+            let Some(draft) = draft else { continue };
+            match bind(draft, None, env, &pricing, role, origin) {
                 Ok(Some(c)) => {
-                    out.checker.push(c);
-                    for f in &checker.fallback {
-                        if let Ok(Some(c)) =
-                            bind(f, None, env, &pricing, "checker-fallback", origin)
-                        {
-                            out.checker.push(c);
+                    into.push(c);
+                    let role = format!("{role}-fallback");
+                    for f in &draft.fallback {
+                        if let Ok(Some(c)) = bind(f, None, env, &pricing, &role, origin) {
+                            into.push(c);
                         }
                     }
                 }
@@ -529,7 +536,7 @@ mod tests {
         assert_eq!(keys(&s["endpoint"]["properties"]), want);
         assert_eq!(
             keys(&s["section"]["properties"]),
-            vec!["checker", "maker", "pricing"]
+            vec!["checker", "drafter", "maker", "pricing"]
         );
     }
 }

@@ -1,6 +1,8 @@
 //! The scripted model: a YAML file of turns, each a list of tool calls,
 //! returned in order whatever the model observes. When the script runs out
 //! the model has nothing more to say — the Director treats that as a stall.
+//! A script may also hold `draft:` turns: what it answers when asked to
+//! draft the task's contract ([`ScriptedModel::drafting`]).
 
 use loop_protocol::contract::Diagnostic;
 use loop_protocol::yaml::{self, Node, Value};
@@ -17,6 +19,7 @@ pub struct ScriptedModel {
     name: String,
     source_sha256: String,
     turns: Vec<ScriptTurn>,
+    draft: Vec<ScriptTurn>,
     next: usize,
 }
 
@@ -47,14 +50,26 @@ impl ScriptedModel {
             )]));
         };
         let mut turns_node = None;
+        let mut draft = Vec::new();
         for (k, v) in top {
             match k.name.as_str() {
                 "turns" => turns_node = Some(v),
+                "draft" => match &v.value {
+                    Value::Seq(items) => {
+                        for item in items {
+                            match parse_turn(item) {
+                                Ok(t) => draft.push(t),
+                                Err((pos, msg, hint)) => errors.push(diag(pos, msg, hint)),
+                            }
+                        }
+                    }
+                    _ => errors.push(diag(v.pos, "`draft` must be a list of turns".into(), None)),
+                },
                 "version" => {}
                 other => errors.push(diag(
                     k.pos,
                     format!("unknown key `{other}` in the script"),
-                    Some("allowed: version, turns"),
+                    Some("allowed: version, turns, draft"),
                 )),
             }
         }
@@ -79,8 +94,20 @@ impl ScriptedModel {
             name: origin.to_string(),
             source_sha256: loop_protocol::hash::sha256_hex(src.as_bytes()),
             turns,
+            draft,
             next: 0,
         })
+    }
+
+    /// The same script as the contract's drafter: it plays its `draft:`
+    /// turns (none: it has nothing to propose).
+    pub fn drafting(self) -> ScriptedModel {
+        ScriptedModel {
+            turns: self.draft,
+            draft: Vec::new(),
+            next: 0,
+            ..self
+        }
     }
 
     /// Provenance.

@@ -73,6 +73,11 @@ pub struct Criterion {
     pub text: String,
     /// Checks, all of which must pass.
     pub checks: Vec<Check>,
+    /// A regression guard: it already held before the task began (the
+    /// task need not make it hold, only keep it holding). Set by the
+    /// contract critic; shown as such to the model and in the receipt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guard: bool,
 }
 
 /// An executable assertion about the sealed workspace.
@@ -258,6 +263,124 @@ impl Contract {
         }
     }
 
+    /// The contract as a contract file writes it (JSON, which is YAML):
+    /// what [`Contract::from_yaml`] reads back to the same contract.
+    pub fn to_authoring(&self) -> serde_json::Value {
+        use serde_json::{Map, Value, json};
+        let check = |c: &Check| -> Value {
+            match c {
+                Check::Run(r) => {
+                    let mut m = Map::new();
+                    m.insert("run".into(), r.command.clone().into());
+                    if r.expect_exit != 0 {
+                        m.insert("expect_exit".into(), r.expect_exit.into());
+                    }
+                    for (k, v) in [
+                        ("expect_stdout", &r.expect_stdout),
+                        ("expect_stderr", &r.expect_stderr),
+                        ("stdout_matches", &r.stdout_matches),
+                    ] {
+                        if let Some(v) = v {
+                            m.insert(k.into(), v.clone().into());
+                        }
+                    }
+                    if r.nonempty_tests {
+                        m.insert("nonempty_tests".into(), true.into());
+                    }
+                    m.insert("timeout_secs".into(), r.timeout_secs.into());
+                    Value::Object(m)
+                }
+                Check::FileExists { path } => json!({"file_exists": path.as_str()}),
+                Check::FileContains { path, text } => {
+                    json!({"file_contains": path.as_str(), "text": text})
+                }
+                Check::FileMatches { path, regex } => {
+                    json!({"file_matches": path.as_str(), "regex": regex})
+                }
+                Check::JsonEquals {
+                    path,
+                    pointer,
+                    value,
+                } => json!({"json_equals": path.as_str(), "pointer": pointer, "value": value}),
+            }
+        };
+        let criteria: Vec<Value> = self
+            .criteria
+            .iter()
+            .map(|c| {
+                let mut m = Map::new();
+                m.insert("id".into(), c.id.clone().into());
+                m.insert("text".into(), c.text.clone().into());
+                if c.guard {
+                    m.insert("guard".into(), true.into());
+                }
+                m.insert("checks".into(), c.checks.iter().map(check).collect());
+                Value::Object(m)
+            })
+            .collect();
+        let l = &self.limits;
+        let mut limits = json!({
+            "max_steps": l.max_steps,
+            "max_tokens": l.max_tokens,
+            "timeout_secs": l.timeout_secs,
+            "max_verifications": l.max_verifications,
+            "max_diff_lines": l.max_diff_lines,
+            "max_file_bytes": l.max_file_bytes,
+        });
+        if let Some(b) = l.budget_usd {
+            limits["budget_usd"] = b.into();
+        }
+        let mut doc = Map::new();
+        doc.insert("version".into(), self.version.into());
+        doc.insert("instruction".into(), self.instruction.clone().into());
+        doc.insert("criteria".into(), criteria.into());
+        let lists = [
+            (
+                "artifacts",
+                self.artifacts
+                    .iter()
+                    .map(|a| a.as_str().to_string())
+                    .collect::<Vec<_>>(),
+            ),
+            ("protected", self.protected.clone()),
+            ("unprotect", self.unprotect.clone()),
+            ("allow_check_changes", self.allow_check_changes.clone()),
+            ("network_allow", self.network_allow.clone()),
+        ];
+        for (k, v) in lists {
+            if !v.is_empty() {
+                doc.insert(k.into(), v.into());
+            }
+        }
+        doc.insert("limits".into(), limits);
+        Value::Object(doc)
+    }
+
+    /// A contract with the instruction and default limits only, no
+    /// criteria yet: what a drafter starts from (never run as it is).
+    pub fn instruction_only(instruction: &str) -> Result<Contract, ContractErrors> {
+        let instruction = instruction.trim();
+        if instruction.is_empty() {
+            return Err(ContractErrors(vec![Diagnostic {
+                origin: "command line".into(),
+                pos: None,
+                message: "the instruction is empty".into(),
+                hint: Some("say what the task should achieve".into()),
+            }]));
+        }
+        Ok(Contract {
+            version: CONTRACT_VERSION,
+            instruction: instruction.to_string(),
+            criteria: Vec::new(),
+            artifacts: Vec::new(),
+            protected: Vec::new(),
+            unprotect: Vec::new(),
+            allow_check_changes: Vec::new(),
+            network_allow: Vec::new(),
+            limits: Limits::default(),
+        })
+    }
+
     /// Compile a contract from `loop run` flags: one criterion per `--check`.
     pub fn from_flags(
         instruction: &str,
@@ -327,6 +450,7 @@ impl Contract {
                 n += 1;
             }
             self.criteria.push(Criterion {
+                guard: false,
                 id: format!("check-{n}"),
                 text: format!("`{cmd}` exits 0"),
                 checks: vec![Check::Run(RunCheck {

@@ -85,6 +85,9 @@ pub enum Event {
         /// from a cached layer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         setup: Option<Box<crate::SetupRecord>>,
+        /// How the contract was drafted from the instruction, when it was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        drafting: Option<Box<crate::DraftingRecord>>,
     },
     /// A state transition, with its reason.
     Transition {

@@ -87,6 +87,60 @@ pub struct SetupRecord {
     pub steps: Vec<SetupStep>,
 }
 
+/// How the task's contract was drafted from its instruction: each
+/// proposal and the critic's verdict on it, the project's own checks the
+/// baseline judged, and who confirmed the locked contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DraftingRecord {
+    /// The model that drafted.
+    pub model: crate::action::ModelInfo,
+    /// Every proposal, in order.
+    pub attempts: Vec<DraftAttempt>,
+    /// The project's detected checks (build, test, lint), and whether each
+    /// held before the task began: those that held are kept as regression
+    /// guards; those that failed already are not blamed on the task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack_checks: Vec<StackCheckRecord>,
+    /// Who locked the contract: `--accept-contract`, `terminal`, or
+    /// `terminal, after editing`.
+    pub confirmed_by: String,
+}
+
+/// One drafting proposal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DraftAttempt {
+    /// From 1.
+    pub n: u32,
+    /// What was proposed: the tool call's arguments, the model's unusable
+    /// answer, or a person's edit.
+    pub proposal: serde_json::Value,
+    /// Whether the critic accepted it.
+    pub accepted: bool,
+    /// The critic's reasons for rejecting it (each names the criterion or
+    /// check), and notes on what it labelled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// Tokens the call took, when a model made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::action::Usage>,
+}
+
+/// A detected project check and what the untouched workspace said of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackCheckRecord {
+    /// The stack (`python`, `rust`, `go`, `node`, `cmake`, `make`).
+    pub stack: String,
+    /// `build`, `test` or `lint`.
+    pub kind: String,
+    /// The command.
+    pub command: String,
+    /// Whether it passed on the untouched workspace.
+    pub held: bool,
+    /// What became of it: `guard` (kept), `in the draft`, or `failing
+    /// before the task: not required`.
+    pub used: String,
+}
+
 /// A file a setup layer is keyed on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedFile {

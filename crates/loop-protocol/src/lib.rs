@@ -36,8 +36,9 @@ pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
 pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
-    ArtifactEvidence, CheckEvidence, CriterionEvidence, EgressAttempt, FileChange, IntegrityRule,
-    Isolation, KeyedFile, SetupRecord, SetupStep, StreamEvidence, TestTally, VerificationReport,
+    ArtifactEvidence, CheckEvidence, CriterionEvidence, DraftAttempt, DraftingRecord,
+    EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, SetupRecord, SetupStep,
+    StackCheckRecord, StreamEvidence, TestTally, VerificationReport,
 };
 pub use model::{Model, WireExchange};
 pub use observation::{Observation, ObservationStatus};

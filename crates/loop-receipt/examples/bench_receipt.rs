@@ -38,6 +38,7 @@ fn main() {
                 runtime: loop_protocol::RuntimeInfo::current(),
                 baseline_root: "r".into(),
                 setup: None,
+                drafting: None,
             },
             0,
         )

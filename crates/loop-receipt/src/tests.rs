@@ -27,6 +27,7 @@ fn genesis() -> Event {
         runtime: loop_protocol::RuntimeInfo::current(),
         baseline_root: "r".into(),
         setup: None,
+        drafting: None,
     }
 }
 

@@ -390,6 +390,10 @@ fn configured<'a>(
         Some(setup) => director.with_setup(setup.clone()),
         None => director,
     };
+    let director = match &stored.drafting {
+        Some(d) => director.with_drafting(d.clone()),
+        None => director,
+    };
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),
         None => director,

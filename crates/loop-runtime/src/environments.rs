@@ -62,29 +62,6 @@ pub enum Standing {
     },
 }
 
-/// The detected stacks' environments: (directory, marker file that must
-/// exist beside it, mode, why).
-const DETECTED: &[(&str, &str, ShareMode, &str)] = &[
-    (
-        "node_modules",
-        "package.json",
-        ShareMode::ReadOnly,
-        "Node packages (package.json)",
-    ),
-    (
-        "target",
-        "Cargo.toml",
-        ShareMode::Overlay,
-        "Cargo build output (Cargo.toml): the task's writes stay in the task",
-    ),
-    (
-        "vendor",
-        "go.mod",
-        ShareMode::ReadOnly,
-        "Go vendored modules (go.mod)",
-    ),
-];
-
 /// Environments detected in `project`: top-level directories holding a
 /// `pyvenv.cfg` (Python virtual environments), and each stack's directory
 /// beside its marker file.
@@ -108,11 +85,15 @@ pub fn detect(project: &Path) -> Vec<Share> {
             declared: false,
         }));
     }
-    for (dir, marker, mode, why) in DETECTED {
+    for (dir, marker, cow, why) in crate::stacks::ENVIRONMENTS {
         if project.join(marker).is_file() && std::fs::symlink_metadata(project.join(dir)).is_ok() {
             out.push(Share {
                 path: dir.to_string(),
-                mode: *mode,
+                mode: if *cow {
+                    ShareMode::Overlay
+                } else {
+                    ShareMode::ReadOnly
+                },
                 why: why.to_string(),
                 declared: false,
             });

@@ -14,6 +14,8 @@
 
 pub mod changes;
 pub mod control;
+pub mod critic;
+pub mod draft;
 mod drive;
 pub mod environments;
 pub mod error;
@@ -30,6 +32,7 @@ pub mod request;
 mod runtime;
 pub mod setup;
 mod ship;
+pub mod stacks;
 pub mod task;
 pub mod wiring;
 
@@ -39,7 +42,7 @@ pub use error::Error;
 pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};
 pub use prepare::submit;
 pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
-pub use request::{StoredRequest, TaskReport, TaskRequest};
+pub use request::{ContractSource, StoredRequest, TaskReport, TaskRequest};
 pub use runtime::Runtime;
 pub use task::{resume_task, run_task};
 pub use wiring::{OnPrompt, Prompter, Question};
@@ -54,6 +57,12 @@ pub trait Observer: loop_core::Observer {
     /// Ask the person a yes/no question; `None` when nobody here can answer.
     fn confirm(&mut self, _question: &str) -> Option<bool> {
         None
+    }
+
+    /// Show the drafted contract to the person and ask them to accept,
+    /// edit or reject it (`Unanswered` when nobody here can be asked).
+    fn review_contract(&mut self, _contract: &str) -> crate::draft::ContractReview {
+        crate::draft::ContractReview::Unanswered
     }
 
     /// Where a running task asks its person inline (approvals and

@@ -101,3 +101,44 @@ pub(crate) fn load_model(
     };
     Ok((redacted(provider), checker))
 }
+
+/// The contract's drafter: `models.drafter` in the Loopfile if set, else
+/// the maker (`--model`, or `models.maker`). A scripted model drafts with
+/// its script's `draft:` turns.
+pub(crate) fn load_drafter(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<Box<dyn Model + Send>, Error> {
+    let parsed = spec
+        .map(ModelSpec::parse)
+        .transpose()
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let origin = loopfile
+        .path
+        .as_ref()
+        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
+    let config = ModelsConfig::resolve(
+        parsed.as_ref(),
+        loopfile.models.as_ref(),
+        &Env::from_process(),
+        &origin,
+    )
+    .map_err(|e| Error::usage(e.to_string()))?;
+    for e in config.drafter.iter() {
+        if let Some(k) = &e.api_key {
+            loop_sandbox::redact::register_literal(k.expose());
+        }
+    }
+    if !config.drafter.is_empty() {
+        return Ok(redacted(chain_of(config.drafter)));
+    }
+    if let Some(ModelSpec::Scripted(path)) = &parsed {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
+        let script =
+            ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?;
+        return Ok(redacted(Box::new(script.drafting())));
+    }
+    let (maker, _) = load_model(spec, loopfile, None)?;
+    Ok(maker)
+}

@@ -38,10 +38,6 @@ pub(crate) fn submit_claimed(
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
-    let contract_sha256 = req
-        .contract
-        .sha256()
-        .map_err(|e| Error::usage(e.to_string()))?;
     let stored = StoredRequest {
         contract: req.contract.clone(),
         model: req.model.clone(),
@@ -59,6 +55,7 @@ pub(crate) fn submit_claimed(
         shares: Vec::new(),
         network: crate::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
         setup: None,
+        drafting: None,
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
@@ -85,17 +82,9 @@ pub(crate) fn submit_claimed(
     };
     stored.shares = share_environments(&project, &workspace, &loopfile, setup.as_ref(), observer)?;
     stored.setup = setup.map(|s| s.record);
-    let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-    write_json(&task_dir.join("baseline.json"), &baseline)?;
-    stored.check_integrity = loop_verifier::integrity::derive(&req.contract, &workspace);
-    let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
-    observer.note(&describe(&workspace, &task_ws.origin));
-    // Baseline: the contract's checks on the workspace as it starts, so the
-    // receipt shows what held before any change.
-    let protected = protection(&req.contract, &stored.check_integrity, &stored.shares)?;
-    let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
-        .guard_protected(baseline.clone(), protected)
-        .with_sandbox(with_environments(
+    // The checks' sandbox: the environments, and the contract's hosts.
+    let check_sandbox = |stored: &StoredRequest| {
+        with_environments(
             loop_sandbox::Settings {
                 deadline: Some(
                     std::time::Instant::now()
@@ -111,8 +100,43 @@ pub(crate) fn submit_claimed(
             None,
             &stored.shares,
             stored.setup.as_ref(),
-        ))
-        .verify(&req.contract, &contract_sha256, 0)
+        )
+    };
+    if let crate::ContractSource::Draft { accept } = req.source {
+        let drafted = draft_contract(
+            req,
+            &loopfile,
+            &workspace,
+            &task_dir,
+            check_sandbox(&stored),
+            accept,
+            observer,
+        );
+        match drafted {
+            Ok((contract, record)) => {
+                stored.contract = contract;
+                stored.drafting = Some(record);
+            }
+            Err(e) => {
+                let _ = task_ws.discard();
+                return Err(e);
+            }
+        }
+    }
+    let contract = stored.contract.clone();
+    let contract_sha256 = contract.sha256().map_err(|e| Error::usage(e.to_string()))?;
+    let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
+    write_json(&task_dir.join("baseline.json"), &baseline)?;
+    stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
+    let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
+    observer.note(&describe(&workspace, &task_ws.origin));
+    // Baseline: the contract's checks on the workspace as it starts, so the
+    // receipt shows what held before any change.
+    let protected = protection(&contract, &stored.check_integrity, &stored.shares)?;
+    let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+        .guard_protected(baseline.clone(), protected)
+        .with_sandbox(check_sandbox(&stored))
+        .verify(&contract, &contract_sha256, 0)
         .ok();
     if let Some(b) = &baseline_report {
         observer.note(&format!(
@@ -132,6 +156,63 @@ pub(crate) fn submit_claimed(
         None
     };
     Ok((task_id, owner))
+}
+
+/// The contract drafted from the instruction, judged and confirmed (see
+/// `draft.rs`); a failed drafting's record is kept in the task's
+/// directory and named.
+fn draft_contract(
+    req: &TaskRequest,
+    loopfile: &crate::loopfile::Loopfile,
+    workspace: &Path,
+    task_dir: &Path,
+    sandbox: loop_sandbox::Settings,
+    accept: bool,
+    observer: &mut dyn crate::Observer,
+) -> Result<(loop_protocol::Contract, loop_protocol::DraftingRecord), Error> {
+    let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
+    let scratch = task_dir.join("scratch");
+    let mut baseline = |c: &loop_protocol::Contract| {
+        let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
+        SnapshotVerifier::new(workspace, &scratch)
+            .with_sandbox(sandbox.clone())
+            .verify(c, &sha, 0)
+            .map_err(Error::from_cause)
+    };
+    let policy = loopfile.exec.clone().unwrap_or_default();
+    observer.note(&format!(
+        "drafting the contract with {} (the critic judges each draft)",
+        model.info().name
+    ));
+    let drafted = crate::draft::draft(
+        crate::draft::Drafting {
+            shell: &req.contract,
+            model: model.as_mut(),
+            workspace,
+            policy: &policy,
+            baseline: &mut baseline,
+            accept,
+            draft_file: &task_dir.join("draft.json"),
+        },
+        observer,
+    );
+    match drafted {
+        Ok(x) => Ok(x),
+        Err(failed) => {
+            let (e, record) = *failed;
+            let kept = task_dir.join("drafting.json");
+            let _ = std::fs::write(
+                &kept,
+                serde_json::to_vec_pretty(&record).unwrap_or_default(),
+            );
+            Err(Error::usage(format!(
+                "{}
+(the drafting record is in {})",
+                e.message,
+                kept.display()
+            )))
+        }
+    }
 }
 
 /// The dependency environments this task shares. Each planned one that

@@ -6,10 +6,28 @@ use loop_protocol::{Contract, OutcomeRecord};
 use loop_workspace::Protected;
 use std::path::PathBuf;
 
+/// Where the contract comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContractSource {
+    /// As given: locked as it is.
+    #[default]
+    Given,
+    /// Drafted from the instruction (the given contract holds only the
+    /// instruction and limits), judged by the critic, and confirmed by a
+    /// person on a terminal, or at once with `accept`.
+    Draft {
+        /// `--accept-contract`: lock the draft the critic accepts.
+        accept: bool,
+    },
+}
+
 /// What to run.
 pub struct TaskRequest {
-    /// The locked contract.
+    /// The locked contract (with [`ContractSource::Draft`], the instruction
+    /// and limits the draft gets).
     pub contract: Contract,
+    /// Where the contract comes from.
+    pub source: ContractSource,
     /// `--model` (else the Loopfile's maker).
     pub model: Option<String>,
     /// `--record FILE`.
@@ -78,6 +96,9 @@ pub struct StoredRequest {
     /// The setup the workspace got (steps run, or a cached layer taken).
     #[serde(default)]
     pub setup: Option<loop_protocol::SetupRecord>,
+    /// How the contract was drafted from the instruction, when it was.
+    #[serde(default)]
+    pub drafting: Option<loop_protocol::DraftingRecord>,
 }
 
 /// What no tool may write and every seal must leave as it was: the

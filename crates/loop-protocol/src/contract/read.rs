@@ -19,7 +19,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "network_allow",
     "limits",
 ];
-pub(super) const CRITERION_KEYS: &[&str] = &["id", "text", "checks"];
+pub(super) const CRITERION_KEYS: &[&str] = &["id", "text", "checks", "guard"];
 pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_steps",
     "max_tokens",
@@ -358,7 +358,16 @@ impl Reader {
                 None => ok = false,
             }
         }
-        ok.then_some(Criterion { id, text, checks })
+        let guard = match find("guard") {
+            Some((_, v)) => self.boolean(v, "criterion `guard`")?,
+            None => false,
+        };
+        ok.then_some(Criterion {
+            id,
+            text,
+            checks,
+            guard,
+        })
     }
 
     // Long by design: one arm per check kind, each kind's whole reading

@@ -112,6 +112,8 @@ pub fn contract_schema() -> Value {
             let v = match *k {
                 "id" => json!({"type": "string", "pattern": "^[A-Za-z0-9._-]+$"}),
                 "text" => json!({"type": "string", "description": "defaults to the id"}),
+                "guard" => json!({"type": "boolean", "default": false,
+                    "description": "a regression guard: it held before the task began and must still hold"}),
                 _ => json!({"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/check"}}),
             };
             (k.to_string(), v)

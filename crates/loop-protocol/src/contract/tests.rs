@@ -309,3 +309,18 @@ fn network_allow_takes_host_patterns_and_presets_and_names_the_rest() {
         assert!(e.message.contains(why), "{entry}: {}", e.message);
     }
 }
+
+#[test]
+fn the_authoring_form_reads_back_to_the_same_contract() {
+    let src = format!("{GOOD}network_allow: [pypi]\nunprotect: [\"**/.gitmodules\"]\n");
+    let mut c = Contract::from_yaml(&src, "t").unwrap();
+    c.criteria[0].guard = true;
+    c.criteria[0].checks.push(Check::FileContains {
+        path: crate::path::RelPath::parse("fib.py").unwrap(),
+        text: "fib".into(),
+    });
+    let text = serde_json::to_string_pretty(&c.to_authoring()).unwrap();
+    let back = Contract::from_yaml(&text, "back").unwrap();
+    assert_eq!(back, c, "{text}");
+    assert_eq!(back.sha256().unwrap(), c.sha256().unwrap());
+}

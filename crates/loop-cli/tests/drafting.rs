@@ -1,0 +1,212 @@
+//! From one instruction to a verified task: the contract is drafted
+//! (scripted), judged by the critic, locked with `--accept-contract`, and
+//! verified; a tautological draft is rejected and the task never starts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn loop_cmd(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env("LOOP_STATE_DIR", home.join("state"))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fresh clone of a small Python project whose test fails.
+fn python_project(base: &Path) -> PathBuf {
+    let origin = base.join("origin");
+    std::fs::create_dir_all(&origin).unwrap();
+    std::fs::write(origin.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+    std::fs::write(
+        origin.join("test_calc.py"),
+        "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+    )
+    .unwrap();
+    let sh = |dir: &Path, cmd: &str| {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{cmd}");
+    };
+    sh(
+        &origin,
+        "git init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base",
+    );
+    sh(base, "git clone -q origin project");
+    base.join("project")
+}
+
+const FIX: &str = "  - calls:\n      - {tool: write_file, args: {path: calc.py, content: \"def add(a, b):\\n    return a + b\\n\"}}\n      - {tool: finish, args: {summary: add adds}}\n";
+
+fn run(base: &Path, project: &Path, script: &str, extra: &[&str]) -> Output {
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    loop_cmd(base)
+        .args(["run", "make the tests pass", "--json"])
+        .args(extra)
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(project)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_instruction_alone_drafts_locks_and_verifies_a_contract() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-ok");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let script = format!(
+        "draft:\n  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes with at least one test run\n              checks:\n                - run: python3 -m unittest -v test_calc\n                  nonempty_tests: true\nturns:\n{FIX}"
+    );
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started = events.iter().find(|e| e["kind"] == "task_started").unwrap();
+    let d = &started["drafting"];
+    assert_eq!(d["confirmed_by"], "--accept-contract", "{d}");
+    assert_eq!(d["attempts"][0]["accepted"], true, "{d}");
+    // The project's own test command was detected; it fails before the
+    // work, so it is not blamed on the task and not required.
+    let stack = &d["stack_checks"][0];
+    assert_eq!(stack["command"], "python3 -m unittest discover -v", "{d}");
+    assert_eq!(stack["held"], false, "{d}");
+    assert_eq!(
+        stack["used"], "failing before the task: not required",
+        "{d}"
+    );
+    assert_eq!(started["contract"]["criteria"][0]["id"], "tests");
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
+    assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
+    let payload = shared::payload_of(&PathBuf::from(receipt["path"].as_str().unwrap()));
+    assert_eq!(
+        payload["predicate"]["contract"]["criteria"][0]["id"],
+        "tests"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_tautological_draft_is_rejected_three_times_and_the_task_never_starts() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-bad");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let turn = |cmd: &str| {
+        format!(
+            "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: done\n              text: the tests pass\n              checks:\n                - run: {}\n",
+            serde_json::to_string(cmd).unwrap()
+        )
+    };
+    let script = format!(
+        "draft:\n{}{}{}turns:\n{FIX}",
+        turn("true"),
+        turn("python3 -m unittest || true"),
+        turn("echo all tests pass"),
+    );
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("the contract critic rejected 3 drafts"),
+        "{said}"
+    );
+    assert!(said.contains("cannot fail or proves nothing"), "{said}");
+    // No task was stored, no workspace is left.
+    let list = loop_cmd(&base)
+        .args(["list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout).to_string();
+    assert!(!listed.contains("\"task_id\""), "{listed}");
+    let kept = said
+        .split("(the drafting record is in ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap();
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(kept).unwrap()).unwrap();
+    assert_eq!(record["attempts"].as_array().unwrap().len(), 3, "{record}");
+    assert!(
+        record["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["accepted"] == false)
+    );
+    assert!(
+        !Path::new(kept).parent().unwrap().join("workspace").exists(),
+        "the workspace was removed"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_draft_already_true_before_the_work_is_no_contract_for_a_change() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-guard");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    // calc.py exists already: a file check "proves" nothing new, and the
+    // import works before any change.
+    let turn = "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: importable\n              text: calc imports\n              checks:\n                - run: python3 -c 'import calc'\n";
+    let script = format!("draft:\n{turn}{turn}{turn}turns:\n{FIX}");
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("every criterion already holds on the untouched workspace"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn without_a_terminal_or_accept_contract_the_draft_waits_for_a_person() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-confirm");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let script = format!(
+        "draft:\n  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes\n              checks:\n                - run: python3 -m unittest -v test_calc\n                  nonempty_tests: true\nturns:\n{FIX}"
+    );
+    let out = run(&base, &project, &script, &[]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("needs your confirmation"), "{said}");
+    let draft = said
+        .split("review ")
+        .nth(1)
+        .and_then(|s| s.split(" and run it").next())
+        .unwrap();
+    // The kept draft is a contract `--task` takes.
+    let run2 = loop_cmd(&base)
+        .args(["run", "--json", "--task", draft, "--model"])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run2.status.code(), Some(0), "{}", text(&run2));
+    let _ = std::fs::remove_dir_all(&base);
+}

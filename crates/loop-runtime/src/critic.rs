@@ -1,0 +1,494 @@
+//! The contract critic: deterministic rules, no model, that reject a
+//! drafted contract which could look verified without the work being done.
+//! Every reason names the criterion (and check) it is about, so the
+//! drafter can mend exactly that.
+
+use loop_protocol::{Check, Contract, VerificationReport};
+use loop_tools::exec_policy::{Decision, ExecPolicy};
+
+/// Most criteria a drafted contract may have.
+pub const MAX_CRITERIA: usize = 12;
+
+/// Commands that succeed (or fail) whatever the workspace holds.
+const NO_OPS: &[&str] = &[
+    "true",
+    ":",
+    "false",
+    "echo",
+    "printf",
+    "exit",
+    "/bin/true",
+    "/usr/bin/true",
+    "/bin/false",
+    "/usr/bin/false",
+    "sleep",
+    "pwd",
+    "date",
+    "env",
+    "printenv",
+    "whoami",
+    "yes",
+    "seq",
+];
+
+/// Words that make a criterion about behaviour (what code does), which a
+/// file's existence or text alone cannot prove.
+const BEHAVIOUR: &[&str] = &[
+    "print",
+    "prints",
+    "output",
+    "outputs",
+    "return",
+    "returns",
+    "compute",
+    "computes",
+    "run",
+    "runs",
+    "pass",
+    "passes",
+    "fail",
+    "fails",
+    "raise",
+    "raises",
+    "handle",
+    "handles",
+    "respond",
+    "responds",
+    "work",
+    "works",
+    "exit",
+    "exits",
+    "compile",
+    "compiles",
+    "build",
+    "builds",
+    "sort",
+    "sorts",
+    "parse",
+    "parses",
+    "convert",
+    "converts",
+    "calculate",
+    "calculates",
+    "validate",
+    "validates",
+    "reject",
+    "rejects",
+    "accept",
+    "accepts",
+    "format",
+    "formats",
+    "serve",
+    "serves",
+    "test",
+    "tests",
+];
+
+/// Criteria text that promises nothing observable.
+const VAGUE: &[&str] = &[
+    "works correctly",
+    "work correctly",
+    "working correctly",
+    "is good",
+    "are good",
+    "as expected",
+    "properly",
+    "works well",
+    "is correct",
+    "are correct",
+    "looks good",
+    "high quality",
+    "is fine",
+    "no issues",
+    "is done",
+];
+
+/// Test runners whose run is an observable in itself.
+const RUNNERS: &[&str] = &[
+    "pytest",
+    "unittest",
+    "cargo test",
+    "go test",
+    "npm test",
+    "npm run test",
+    "pnpm test",
+    "pnpm run test",
+    "yarn test",
+    "yarn run test",
+    "bun test",
+    "jest",
+    "vitest",
+    "mocha",
+    "ctest",
+    "make test",
+    "rspec",
+    "phpunit",
+];
+
+/// What in a command reaches for the network.
+const NETWORK: &[&str] = &[
+    "curl ",
+    "wget ",
+    "pip install",
+    "pip3 install",
+    "npm install",
+    "npm ci",
+    "npm i ",
+    "yarn add",
+    "pnpm add",
+    "git clone",
+    "git fetch",
+    "git pull",
+    "apt-get ",
+    "apt ",
+    "go get",
+    "cargo install",
+    "http://",
+    "https://",
+];
+
+/// Commands that only run another (judged by what they run).
+const WRAPPERS: &[&str] = &[
+    "sh",
+    "bash",
+    "/bin/sh",
+    "/bin/bash",
+    "env",
+    "timeout",
+    "nice",
+    "eval",
+    "command",
+    "exec",
+];
+
+/// Whether every command the shell would run in `line` is a no-op (the
+/// line read as a shell reads it, wrappers followed to what they run).
+fn only_no_ops(line: &str) -> bool {
+    let parsed = loop_tools::shell::parse(line);
+    if !parsed.unreadable.is_empty() || parsed.commands.is_empty() {
+        return false;
+    }
+    let first = |c: &Vec<loop_tools::shell::Word>| c.first().cloned().flatten();
+    let mut any = false;
+    for c in &parsed.commands {
+        match first(c) {
+            Some(w) if WRAPPERS.contains(&w.as_str()) => {}
+            Some(w) if NO_OPS.contains(&w.as_str()) => any = true,
+            Some(w) if (w == "test" || w == "[") && c.len() <= 3 => any = true,
+            _ => return false,
+        }
+    }
+    any
+}
+
+/// Why `command` proves nothing, if it proves nothing: every command in
+/// it is a no-op, or a no-op after its last `||` makes it succeed
+/// whatever happened before.
+fn proves_nothing(command: &str) -> Option<String> {
+    let c = command.trim().trim_end_matches(';').trim();
+    if only_no_ops(c) {
+        return Some(
+            "it runs nothing that looks at the work (true, exit, echo and the like)".into(),
+        );
+    }
+    if let Some((_, after)) = c.rsplit_once("||")
+        && only_no_ops(after)
+    {
+        return Some(format!(
+            "`|| {}` at its end makes it succeed whatever happened",
+            after.trim()
+        ));
+    }
+    for tail in ["; true", "; exit 0", "; :", "\ntrue", "\nexit 0"] {
+        if c.ends_with(tail) {
+            return Some(format!(
+                "`{}` at its end makes it succeed whatever happened",
+                tail.trim_start_matches([';', '\n']).trim()
+            ));
+        }
+    }
+    None
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a check observes something specific: an expected output, a
+/// test runner's run, a file's content.
+fn observable(check: &Check) -> bool {
+    match check {
+        Check::Run(r) => {
+            r.expect_stdout.is_some()
+                || r.stdout_matches.is_some()
+                || r.expect_stderr.is_some()
+                || r.nonempty_tests
+                || RUNNERS.iter().any(|t| r.command.contains(t))
+        }
+        Check::FileContains { .. } => true,
+        _ => false,
+    }
+}
+
+fn is_file_check(check: &Check) -> bool {
+    !matches!(check, Check::Run(_))
+}
+
+/// Reasons to reject `contract` that need no run: its shape, checks that
+/// prove nothing, vague criteria, and checks the exec policy or the
+/// network rules would stop. `checks_have_network` is whether the
+/// contract lets its checks reach hosts.
+pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
+    let mut out = Vec::new();
+    let n = contract.criteria.len();
+    if n == 0 {
+        out.push("the draft has no criterion".into());
+    }
+    if n > MAX_CRITERIA {
+        out.push(format!(
+            "the draft has {n} criteria; at most {MAX_CRITERIA}: keep the ones that prove the instruction is done"
+        ));
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for c in &contract.criteria {
+        let id = c.id.as_str();
+        if id.trim().is_empty() {
+            out.push("a criterion has an empty id".into());
+        } else if seen.contains(&id) {
+            out.push(format!("criterion id `{id}` is used twice"));
+        }
+        seen.push(id);
+        if c.checks.is_empty() {
+            out.push(format!("criterion `{id}` has no check"));
+        }
+        for (i, check) in c.checks.iter().enumerate() {
+            let Check::Run(r) = check else { continue };
+            let at = format!("criterion `{id}`, check {} (`{}`)", i + 1, r.command);
+            if let Some(why) = proves_nothing(&r.command) {
+                out.push(format!("{at} cannot fail or proves nothing: {why}"));
+            }
+            let verdict = policy.evaluate(&r.command);
+            let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
+            match verdict.decision {
+                Decision::Forbidden => {
+                    out.push(format!("{at} is forbidden by the exec policy (rule `{rule}`)"));
+                }
+                Decision::Prompt => out.push(format!(
+                    "{at} needs a person's approval under the exec policy (rule `{rule}`), and a check runs unattended"
+                )),
+                Decision::Allow => {}
+            }
+            let lower = format!("{} ", r.command.to_lowercase());
+            let local = lower.contains("127.0.0.1") || lower.contains("localhost");
+            if contract.network_allow.is_empty()
+                && !local
+                && let Some(what) = NETWORK.iter().find(|w| lower.contains(*w))
+            {
+                out.push(format!(
+                    "{at} needs the network (`{}`), which checks do not have: a check must judge the workspace offline",
+                    what.trim()
+                ));
+            }
+        }
+        let text = words(&c.text);
+        let behavioural = text.iter().any(|w| BEHAVIOUR.contains(&w.as_str()));
+        if behavioural && !c.checks.is_empty() && c.checks.iter().all(is_file_check) {
+            out.push(format!(
+                "criterion `{id}` is about behaviour (\"{}\") but its only evidence is that a file exists or holds a text: run the code and check what it does",
+                c.text
+            ));
+        }
+        let lower = c.text.to_lowercase();
+        if let Some(v) = VAGUE.iter().find(|v| lower.contains(*v))
+            && !c.checks.iter().any(observable)
+        {
+            out.push(format!(
+                "criterion `{id}` says \"{v}\" but none of its checks observes anything specific (an expected output, a test run, a file's text): say what is observed"
+            ));
+        }
+    }
+    out
+}
+
+/// Whether the instruction asks for a change (most do; a request only to
+/// check or report does not).
+pub fn asks_for_change(instruction: &str) -> bool {
+    let first = words(instruction).into_iter().next().unwrap_or_default();
+    !matches!(
+        first.as_str(),
+        "check" | "verify" | "confirm" | "audit" | "report" | "list" | "explain" | "describe"
+    )
+}
+
+/// What the untouched workspace says of the draft: the criteria that
+/// already hold become regression guards (labelled in `contract`), and a
+/// contract of guards only, for an instruction that asks for a change, is
+/// rejected: nothing in it checks the change. Returns (reasons, notes).
+pub fn judge_baseline(
+    contract: &mut Contract,
+    baseline: &VerificationReport,
+    instruction_asks_change: bool,
+) -> (Vec<String>, Vec<String>) {
+    let mut notes = Vec::new();
+    for c in contract.criteria.iter_mut() {
+        let held = baseline
+            .criteria
+            .iter()
+            .find(|e| e.id == c.id)
+            .is_some_and(|e| e.passed);
+        if held && !c.guard {
+            c.guard = true;
+            notes.push(format!(
+                "criterion `{}` already holds before any change: kept as a regression guard",
+                c.id
+            ));
+        }
+    }
+    let mut reasons = Vec::new();
+    if instruction_asks_change && contract.criteria.iter().all(|c| c.guard) {
+        reasons.push(
+            "every criterion already holds on the untouched workspace: nothing checks the change the instruction asks for"
+                .to_string(),
+        );
+    }
+    (reasons, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contract(yaml: &str) -> Contract {
+        Contract::from_yaml(&format!("instruction: add a greeting\n{yaml}"), "t").unwrap()
+    }
+
+    fn reasons(yaml: &str) -> Vec<String> {
+        static_reasons(&contract(yaml), &ExecPolicy::default())
+    }
+
+    fn rejected_for(yaml: &str, want: &str) {
+        let r = reasons(yaml);
+        assert!(r.iter().any(|x| x.contains(want)), "{want:?} not in {r:#?}");
+    }
+
+    #[test]
+    fn a_good_draft_passes_every_rule() {
+        let r = reasons(
+            "criteria:\n  - id: greets\n    text: greet.py prints Hello\n    checks:\n      - run: python3 greet.py\n        expect_stdout: Hello\n  - id: file\n    text: the file exists\n    checks:\n      - file_exists: greet.py\n",
+        );
+        assert!(r.is_empty(), "{r:#?}");
+    }
+
+    #[test]
+    fn checks_that_cannot_fail_are_rejected_in_every_form() {
+        for cmd in [
+            "true",
+            "exit 0",
+            ":",
+            "echo done",
+            "printf ok",
+            "python3 greet.py || true",
+            "python3 greet.py; exit 0",
+            "true && echo ok",
+            "sh -c 'true'",
+            "bash -c \"exit 0\"",
+            "/bin/true",
+            "python3 greet.py || echo failed",
+            "test 1",
+            "env true",
+        ] {
+            rejected_for(
+                &format!(
+                    "criteria:\n  - id: a\n    text: it is there\n    checks:\n      - run: {}\n",
+                    serde_json::to_string(cmd).unwrap()
+                ),
+                "cannot fail or proves nothing",
+            );
+        }
+        // A real command is not a no-op, even beside one.
+        assert!(reasons("criteria:\n  - id: a\n    text: a\n    checks:\n      - run: python3 greet.py && echo ok\n").is_empty());
+    }
+
+    #[test]
+    fn behaviour_needs_more_than_a_file_and_vague_text_needs_an_observable() {
+        rejected_for(
+            "criteria:\n  - id: p\n    text: greet.py prints Hello\n    checks:\n      - {file_contains: greet.py, text: Hello}\n",
+            "about behaviour",
+        );
+        rejected_for(
+            "criteria:\n  - id: v\n    text: the script works correctly\n    checks:\n      - run: python3 greet.py\n",
+            "says \"works correctly\"",
+        );
+        // With an observable it is fine.
+        assert!(reasons("criteria:\n  - id: v\n    text: the script works correctly\n    checks:\n      - run: python3 greet.py\n        expect_stdout: Hello\n").is_empty());
+    }
+
+    #[test]
+    fn too_many_criteria_the_network_and_the_exec_policy_are_named() {
+        let many: String = (0..13)
+            .map(|i| format!("  - id: c{i}\n    text: c\n    checks:\n      - run: test -f f{i}\n"))
+            .collect();
+        rejected_for(&format!("criteria:\n{many}"), "13 criteria; at most 12");
+        rejected_for(
+            "criteria:\n  - id: n\n    text: n\n    checks:\n      - run: curl -fsS https://example.org/ok\n",
+            "needs the network",
+        );
+        let policy = ExecPolicy {
+            rules: vec![loop_tools::exec_policy::Rule {
+                prefix: vec!["rm".into()],
+                decision: Decision::Forbidden,
+                examples: Vec::new(),
+                not_examples: Vec::new(),
+            }],
+            ..ExecPolicy::default()
+        };
+        let r = static_reasons(
+            &contract(
+                "criteria:\n  - id: r\n    text: r\n    checks:\n      - run: rm -rf build\n",
+            ),
+            &policy,
+        );
+        assert!(
+            r.iter().any(|x| x.contains("forbidden by the exec policy")),
+            "{r:#?}"
+        );
+    }
+
+    #[test]
+    fn criteria_holding_already_become_guards_and_guards_alone_are_rejected() {
+        let mut c = contract(
+            "criteria:\n  - id: old\n    text: old\n    checks:\n      - run: test -f a\n  - id: new\n    text: new\n    checks:\n      - run: test -f b\n",
+        );
+        let report = |old: bool, new: bool| {
+            let v = serde_json::json!({
+                "attempt": 0, "contract_sha256": "x", "manifest_root": "r", "files": 0,
+                "snapshot_method": "copy", "artifacts": [], "protected_violations": [],
+                "isolation": {"process_group": true, "pid_namespace": true, "landlock_abi": null,
+                    "seccomp": true, "network": "none", "rlimits": [], "memory_cgroup": false,
+                    "env_scrubbed": true, "notes": []},
+                "duration_ms": 1,
+                "criteria": [
+                    {"id": "old", "passed": old, "checks": []},
+                    {"id": "new", "passed": new, "checks": []}
+                ]
+            });
+            serde_json::from_value::<VerificationReport>(v).unwrap()
+        };
+        let (reasons, notes) = judge_baseline(&mut c, &report(true, false), true);
+        assert!(reasons.is_empty(), "{reasons:?}");
+        assert_eq!(notes.len(), 1);
+        assert!(c.criteria[0].guard && !c.criteria[1].guard);
+        let (reasons, _) = judge_baseline(&mut c, &report(true, true), true);
+        assert!(
+            reasons[0].contains("nothing checks the change"),
+            "{reasons:?}"
+        );
+        // A request only to check may hold already.
+        assert!(!asks_for_change("check that the tests pass"));
+        assert!(asks_for_change("make the tests pass"));
+    }
+}

@@ -1,0 +1,499 @@
+//! From one instruction to a locked contract. A drafting model proposes
+//! criteria and checks through one tool, `propose_contract`, whose
+//! arguments are read as a contract is (every problem named); the critic
+//! (`critic.rs`, no model in it) judges the proposal, first by its text,
+//! then by running its checks and the project's own on the untouched
+//! workspace; a rejected proposal goes back with the reasons, three times
+//! at most. The accepted draft is confirmed by a person (or
+//! `--accept-contract`) before it is locked. Every proposal, verdict and
+//! the confirmation are recorded in the ledger's genesis.
+
+use crate::Error;
+use crate::critic;
+use crate::stacks::StackCheck;
+use loop_protocol::{
+    CallLimits, Check, Context, Contract, Criterion, DraftAttempt, DraftingRecord, ModelReply,
+    Observation, RunCheck, StackCheckRecord, ToolSpec, VerificationReport,
+};
+use loop_tools::exec_policy::ExecPolicy;
+use std::path::Path;
+
+/// Proposals a drafter gets.
+pub const MAX_ATTEMPTS: u32 = 3;
+/// The drafting tool's name.
+pub const TOOL: &str = "propose_contract";
+
+/// What a person says of the drafted contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContractReview {
+    /// Lock it.
+    Accept,
+    /// Lock this edited text instead (judged again first).
+    Edited(String),
+    /// Do not start the task.
+    Reject,
+    /// Nobody here can answer.
+    Unanswered,
+}
+
+/// The tool the drafter calls: criteria (each an id, a text and checks of
+/// the contract's kinds) and optional artifacts.
+fn tool() -> ToolSpec {
+    let schema = loop_protocol::contract::schema::contract_schema();
+    let criterion = schema["$defs"]["criterion"].clone();
+    let check = schema["$defs"]["check"].clone();
+    ToolSpec {
+        name: TOOL.into(),
+        description: "Propose the acceptance contract: criteria that together prove the instruction is done, each with checks that run on the finished workspace (offline, unattended) and fail when the work is missing or wrong.".into(),
+        parameters: serde_json::json!({
+            "type": "object",
+            "required": ["criteria"],
+            "additionalProperties": false,
+            "properties": {
+                "criteria": {"type": "array", "minItems": 1, "maxItems": critic::MAX_CRITERIA,
+                    "items": {"$ref": "#/$defs/criterion"}},
+                "artifacts": {"type": "array", "items": {"type": "string"}}
+            },
+            "$defs": {"criterion": criterion, "check": check}
+        }),
+        effect: Default::default(),
+    }
+}
+
+fn system_prompt() -> String {
+    format!(
+        "You write the acceptance contract of a coding task before anyone works on it. \
+Call `{TOOL}` once. Each criterion is one observable property of the finished work; each \
+check runs on the finished workspace, offline and unattended, and must FAIL if the work is \
+missing or wrong: run the code and check its output (`expect_stdout`, `stdout_matches`), run \
+the project's tests (`nonempty_tests: true` so that zero tests fail), or check a file's text. \
+Never propose checks that cannot fail (`true`, `exit 0`, `echo`, `|| true`), vague criteria \
+(\"works correctly\"), checks that need the network, or more than {} criteria. A critic \
+judges your proposal and tells you what to mend.",
+        critic::MAX_CRITERIA
+    )
+}
+
+/// What the drafter is told of the workspace: its top-level entries and
+/// the project's own checks.
+fn briefing(instruction: &str, workspace: &Path, stack: &[StackCheck]) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(workspace)
+        .map(|items| {
+            items
+                .flatten()
+                .map(|i| {
+                    let n = i.file_name().to_string_lossy().to_string();
+                    if i.file_type().is_ok_and(|t| t.is_dir()) {
+                        format!("{n}/")
+                    } else {
+                        n
+                    }
+                })
+                .filter(|n| n != ".git" && n != ".git/")
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let shown = names.len().min(60);
+    let mut s = format!(
+        "Instruction:\n{instruction}\n\nThe workspace's top level ({} entries{}):\n{}\n",
+        names.len(),
+        if shown < names.len() {
+            ", the first 60"
+        } else {
+            ""
+        },
+        names[..shown].join("\n")
+    );
+    if !stack.is_empty() {
+        s.push_str("\nThe project's own checks (the runtime keeps those that pass now as regression guards):\n");
+        for c in stack {
+            s.push_str(&format!("- {} {}: `{}`\n", c.stack, c.kind, c.command));
+        }
+    }
+    s
+}
+
+/// A proposal read as a contract: the instruction and limits are the
+/// task's, the criteria and artifacts the drafter's.
+fn read_proposal(shell: &Contract, args: &serde_json::Value) -> Result<Contract, Vec<String>> {
+    let mut doc = serde_json::Map::new();
+    doc.insert("instruction".into(), shell.instruction.clone().into());
+    let Some(obj) = args.as_object() else {
+        return Err(vec![format!("the arguments of `{TOOL}` must be an object")]);
+    };
+    for (k, v) in obj {
+        match k.as_str() {
+            "criteria" | "artifacts" => {
+                doc.insert(k.clone(), v.clone());
+            }
+            other => {
+                return Err(vec![format!(
+                    "`{other}` is not an argument of `{TOOL}` (criteria, artifacts)"
+                )]);
+            }
+        }
+    }
+    let text = serde_json::Value::Object(doc).to_string();
+    let mut c = Contract::from_yaml(&text, "the proposal")
+        .map_err(|e| e.0.iter().map(|d| d.message.clone()).collect::<Vec<_>>())?;
+    c.limits = shell.limits.clone();
+    for a in &shell.artifacts {
+        if !c.artifacts.contains(a) {
+            c.artifacts.push(a.clone());
+        }
+    }
+    c.protected = shell.protected.clone();
+    c.unprotect = shell.unprotect.clone();
+    c.allow_check_changes = shell.allow_check_changes.clone();
+    c.network_allow = shell.network_allow.clone();
+    Ok(c)
+}
+
+/// The project's checks as regression-guard criteria.
+fn stack_criterion(c: &StackCheck) -> Criterion {
+    Criterion {
+        id: c.criterion_id(),
+        text: format!(
+            "regression guard: the project's {} ({}) keeps passing",
+            c.kind, c.why
+        ),
+        checks: vec![Check::Run(RunCheck {
+            command: c.command.clone(),
+            expect_exit: 0,
+            expect_stdout: None,
+            expect_stderr: None,
+            stdout_matches: None,
+            nonempty_tests: c.kind == "test",
+            timeout_secs: 600,
+        })],
+        guard: true,
+    }
+}
+
+/// The critic's verdict on one contract.
+struct Judgement {
+    /// Why it is rejected (none: accepted).
+    reasons: Vec<String>,
+    /// What the critic labelled.
+    notes: Vec<String>,
+    /// The contract, criteria that held labelled as guards, the project's
+    /// checks that held added as guards.
+    contract: Contract,
+    /// What became of the project's checks.
+    stack: Vec<StackCheckRecord>,
+}
+
+/// The verdict on one contract: the critic's rules by text, then by the
+/// untouched workspace.
+fn judge(
+    contract: &Contract,
+    policy: &ExecPolicy,
+    stack: &[StackCheck],
+    baseline: &mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
+) -> Result<Judgement, Error> {
+    let reasons = critic::static_reasons(contract, policy);
+    if !reasons.is_empty() {
+        return Ok(Judgement {
+            reasons,
+            notes: Vec::new(),
+            contract: contract.clone(),
+            stack: Vec::new(),
+        });
+    }
+    let commands: Vec<&str> = contract
+        .criteria
+        .iter()
+        .flat_map(|c| c.checks.iter())
+        .filter_map(|c| match c {
+            Check::Run(r) => Some(r.command.as_str()),
+            _ => None,
+        })
+        .collect();
+    let extra: Vec<&StackCheck> = stack
+        .iter()
+        .filter(|s| !commands.contains(&s.command.as_str()))
+        .filter(|s| !contract.criteria.iter().any(|c| c.id == s.criterion_id()))
+        .collect();
+    let mut candidate = contract.clone();
+    candidate
+        .criteria
+        .extend(extra.iter().map(|s| stack_criterion(s)));
+    let report = baseline(&candidate)?;
+    let held = |id: &str| report.criteria.iter().any(|e| e.id == id && e.passed);
+    let mut labelled = contract.clone();
+    let (reasons, notes) = critic::judge_baseline(
+        &mut labelled,
+        &report,
+        critic::asks_for_change(&contract.instruction),
+    );
+    let mut records = Vec::new();
+    for s in stack {
+        let in_draft = !extra.iter().any(|e| e.command == s.command);
+        let ok = if in_draft {
+            commands.contains(&s.command.as_str())
+                && contract.criteria.iter().any(|c| {
+                    c.checks
+                        .iter()
+                        .any(|k| matches!(k, Check::Run(r) if r.command == s.command))
+                        && held(&c.id)
+                })
+        } else {
+            held(&s.criterion_id())
+        };
+        let used = if in_draft {
+            "in the draft".to_string()
+        } else if ok {
+            labelled.criteria.push(stack_criterion(s));
+            "guard".to_string()
+        } else {
+            "failing before the task: not required".to_string()
+        };
+        records.push(StackCheckRecord {
+            stack: s.stack.into(),
+            kind: s.kind.into(),
+            command: s.command.clone(),
+            held: ok,
+            used,
+        });
+    }
+    Ok(Judgement {
+        reasons,
+        notes,
+        contract: labelled,
+        stack: records,
+    })
+}
+
+/// A drafting that failed, with its record so far.
+pub(crate) type Failed = Box<(Error, DraftingRecord)>;
+
+/// Everything drafting needs from the runtime.
+pub(crate) struct Drafting<'a> {
+    /// The task's instruction and limits (no criteria yet).
+    pub shell: &'a Contract,
+    /// The drafting model.
+    pub model: &'a mut dyn loop_core::Model,
+    /// The task's workspace (untouched).
+    pub workspace: &'a Path,
+    /// The exec policy checks would run under.
+    pub policy: &'a ExecPolicy,
+    /// Runs a contract's checks on the untouched workspace.
+    pub baseline: &'a mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
+    /// `--accept-contract`.
+    pub accept: bool,
+    /// Where the draft is kept when nobody confirms it.
+    pub draft_file: &'a Path,
+}
+
+/// Draft, judge and confirm. On failure the record so far comes back too
+/// (kept with the task's files).
+pub(crate) fn draft(
+    d: Drafting<'_>,
+    observer: &mut dyn crate::Observer,
+) -> Result<(Contract, DraftingRecord), Failed> {
+    let stack = crate::stacks::checks(d.workspace);
+    let mut record = DraftingRecord {
+        model: d.model.info(),
+        attempts: Vec::new(),
+        stack_checks: Vec::new(),
+        confirmed_by: String::new(),
+    };
+    let mut ctx = Context::new(
+        system_prompt(),
+        vec![tool()],
+        &briefing(&d.shell.instruction, d.workspace, &stack),
+    );
+    let mut accepted: Option<Contract> = None;
+    for n in 1..=MAX_ATTEMPTS {
+        let reply = d.model.next_turn(
+            &ctx,
+            CallLimits {
+                max_output_tokens: d.model.max_output_tokens().min(8192),
+                time_left_ms: Some(d.shell.limits.timeout_secs.saturating_mul(1000)),
+            },
+        );
+        let (proposal, usage, calls, parsed) = match reply {
+            ModelReply::Turn(t) => {
+                let call = t.calls.iter().find(|c| c.tool == TOOL).cloned();
+                match call {
+                    Some(c) => {
+                        let parsed = read_proposal(d.shell, &c.args);
+                        (c.args.clone(), Some(t.usage), t.calls.clone(), parsed)
+                    }
+                    None => (
+                        serde_json::json!({"calls": t.calls}),
+                        Some(t.usage),
+                        t.calls.clone(),
+                        Err(vec![format!(
+                            "no call of `{TOOL}`: propose the contract with it"
+                        )]),
+                    ),
+                }
+            }
+            ModelReply::Malformed {
+                error,
+                excerpt,
+                usage,
+            } => (
+                serde_json::json!({"malformed": excerpt}),
+                Some(usage),
+                Vec::new(),
+                Err(vec![format!("the answer could not be read: {error}")]),
+            ),
+            ModelReply::NothingMore { reason } => {
+                return Err(Box::new((
+                    Error::usage(format!(
+                        "the drafting model proposed no contract ({reason}); give --check commands or a contract (--task FILE)"
+                    )),
+                    record,
+                )));
+            }
+            ModelReply::Unavailable { error, .. } => {
+                return Err(Box::new((
+                    Error::usage(format!(
+                        "the drafting model could not be asked: {error}; give --check commands or a contract (--task FILE)"
+                    )),
+                    record,
+                )));
+            }
+        };
+        let verdict = match parsed {
+            Ok(c) => match judge(&c, d.policy, &stack, d.baseline) {
+                Ok(v) => Ok(v),
+                Err(e) => return Err(Box::new((e, record))),
+            },
+            Err(reasons) => Err(reasons),
+        };
+        let (reasons, notes) = match &verdict {
+            Ok(j) => (j.reasons.clone(), j.notes.clone()),
+            Err(r) => (r.clone(), Vec::new()),
+        };
+        let ok = reasons.is_empty();
+        observer.note(&format!(
+            "draft {n}: {}",
+            if ok {
+                "accepted by the critic".to_string()
+            } else {
+                format!("rejected by the critic: {}", reasons.join("; "))
+            }
+        ));
+        record.attempts.push(DraftAttempt {
+            n,
+            proposal,
+            accepted: ok,
+            reasons: reasons.iter().chain(&notes).cloned().collect(),
+            usage,
+        });
+        if ok && let Ok(j) = verdict {
+            record.stack_checks = j.stack;
+            accepted = Some(j.contract);
+            break;
+        }
+        // The reasons go back as the call's observation.
+        let id = calls
+            .iter()
+            .find(|c| c.tool == TOOL)
+            .map(|c| c.id.clone())
+            .unwrap_or_else(|| format!("draft-{n}"));
+        ctx.push_turn(None, calls);
+        ctx.push_observation(&Observation::refused(
+            &id,
+            TOOL,
+            "contract critic",
+            format!(
+                "The critic rejected this draft:\n- {}\nPropose the contract again, mended.",
+                reasons.join("\n- ")
+            ),
+        ));
+    }
+    let Some(mut contract) = accepted else {
+        let last = record
+            .attempts
+            .last()
+            .map(|a| a.reasons.join("; "))
+            .unwrap_or_default();
+        return Err(Box::new((
+            Error::usage(format!(
+                "the contract critic rejected {MAX_ATTEMPTS} drafts; the task does not start. The last was rejected because: {last}. Give --check commands or a contract (--task FILE)"
+            )),
+            record,
+        )));
+    };
+    // A person locks it (or --accept-contract does).
+    if d.accept {
+        record.confirmed_by = "--accept-contract".into();
+        return Ok((contract, record));
+    }
+    let mut edited = false;
+    loop {
+        let shown = serde_json::to_string_pretty(&contract.to_authoring()).unwrap_or_default();
+        match observer.review_contract(&shown) {
+            ContractReview::Accept => {
+                record.confirmed_by = if edited {
+                    "terminal, after editing".into()
+                } else {
+                    "terminal".into()
+                };
+                return Ok((contract, record));
+            }
+            ContractReview::Reject => {
+                return Err(Box::new((
+                    Error::usage("you rejected the drafted contract; the task does not start"),
+                    record,
+                )));
+            }
+            ContractReview::Unanswered => {
+                let _ = std::fs::write(d.draft_file, &shown);
+                return Err(Box::new((
+                    Error::usage(format!(
+                        "the drafted contract needs your confirmation: run on a terminal, pass --accept-contract, or review {} and run it with --task",
+                        d.draft_file.display()
+                    )),
+                    record,
+                )));
+            }
+            ContractReview::Edited(text) => {
+                let n = record.attempts.len() as u32 + 1;
+                let judged = match Contract::from_yaml(&text, "your edit") {
+                    Err(e) => Err(e.0.iter().map(|d| d.to_string()).collect::<Vec<_>>()),
+                    Ok(mut c) => {
+                        c.instruction = d.shell.instruction.clone();
+                        match judge(&c, d.policy, &[], d.baseline) {
+                            Ok(j) if j.reasons.is_empty() => Ok(j.contract),
+                            Ok(j) => Err(j.reasons),
+                            Err(e) => return Err(Box::new((e, record))),
+                        }
+                    }
+                };
+                let proposal = serde_json::json!({"edited": text});
+                match judged {
+                    Ok(c) => {
+                        record.attempts.push(DraftAttempt {
+                            n,
+                            proposal,
+                            accepted: true,
+                            reasons: Vec::new(),
+                            usage: None,
+                        });
+                        contract = c;
+                        edited = true;
+                    }
+                    Err(reasons) => {
+                        observer.note(&format!(
+                            "your edit is rejected by the critic: {}",
+                            reasons.join("; ")
+                        ));
+                        record.attempts.push(DraftAttempt {
+                            n,
+                            proposal,
+                            accepted: false,
+                            reasons,
+                            usage: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
