@@ -349,5 +349,57 @@ fn a_real_local_model_is_driven_verified_bounded_and_replayed() {
         used["steps"].as_u64().unwrap() <= 8,
         "within the step budget: {used}"
     );
+
+    // 5. The contract drafted by the real model from the instruction
+    //    alone: a contract the critic accepted, or a clear refusal to
+    //    start — never a weak contract locked in silence.
+    let p = project(
+        &scratch.join("draft"),
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 96\n    context_tokens: 4096\n    tool_choice: write_file\n    stream: false\n  drafter:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 256\n    context_tokens: 4096\n    tool_choice: propose_contract\n    stream: false\n",
+    );
+    let out = run(
+        &p,
+        &[
+            "Write hello.txt containing hello",
+            "--accept-contract",
+            "--max-steps",
+            "3",
+        ],
+        &[("LOOP_OPENAI_BASE_URL", &server.url)],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match out.status.code() {
+        Some(2) => assert!(
+            said.contains("the contract critic rejected 3 drafts")
+                || said.contains("the drafting model"),
+            "a refusal names why: {said}"
+        ),
+        Some(0 | 1) => {
+            let started: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["kind"] == "task_started")
+                .unwrap();
+            let attempts = started["drafting"]["attempts"].as_array().unwrap();
+            assert_eq!(attempts.last().unwrap()["accepted"], true, "{started}");
+            for check in started["contract"]["criteria"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["checks"].as_array().unwrap())
+            {
+                let cmd = check["command"].as_str().unwrap_or("").trim();
+                assert!(
+                    !["true", ":", "exit 0"].contains(&cmd) && !cmd.starts_with("echo"),
+                    "a weak check was locked: {started}"
+                );
+            }
+        }
+        other => panic!("exit {other:?}: {said}"),
+    }
     drop(server);
 }
