@@ -30,6 +30,11 @@ fn python_project(base: &Path) -> PathBuf {
     std::fs::create_dir_all(&origin).unwrap();
     std::fs::write(origin.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
     std::fs::write(
+        origin.join("AGENTS.md"),
+        "# Notes for agents\nRun the tests with unittest.\n",
+    )
+    .unwrap();
+    std::fs::write(
         origin.join("test_calc.py"),
         "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
     )
@@ -95,6 +100,8 @@ fn the_instruction_alone_drafts_locks_and_verifies_a_contract() {
         "{d}"
     );
     assert_eq!(started["contract"]["criteria"][0]["id"], "tests");
+    // The project's guidance reached the model, named in the genesis.
+    assert_eq!(started["guidance"][0]["path"], "AGENTS.md", "{started}");
     let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
     assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
     let payload = shared::payload_of(&PathBuf::from(receipt["path"].as_str().unwrap()));
@@ -208,5 +215,46 @@ fn without_a_terminal_or_accept_contract_the_draft_waits_for_a_person() {
         .output()
         .unwrap();
     assert_eq!(run2.status.code(), Some(0), "{}", text(&run2));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn from_a_subdirectory_the_project_is_the_repository() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-subdir");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let sub = project.join("docs/notes");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(base.join("script.yaml"), format!("turns:\n{FIX}")).unwrap();
+    let out = loop_cmd(&base)
+        .args([
+            "run",
+            "make add add",
+            "--check",
+            "python3 -m unittest test_calc",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(project.join(".loop/loop.db").is_file());
+    assert!(
+        !sub.join(".loop").exists(),
+        "no second .loop/ in the subdirectory"
+    );
+    let list = loop_cmd(&base)
+        .args(["list", "--json", "--project"])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("\"verified\""),
+        "{}",
+        text(&list)
+    );
     let _ = std::fs::remove_dir_all(&base);
 }

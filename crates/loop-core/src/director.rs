@@ -126,6 +126,8 @@ pub struct Director<'a> {
     setup: Option<Box<loop_protocol::SetupRecord>>,
     /// How the contract was drafted, recorded in the genesis.
     drafting: Option<Box<loop_protocol::DraftingRecord>>,
+    /// The project's guidance files: (name, text, digest).
+    guidance: Vec<(String, String, String)>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -168,6 +170,7 @@ impl<'a> Director<'a> {
             end_at_once: None,
             setup: None,
             drafting: None,
+            guidance: Vec::new(),
         })
     }
 
@@ -251,6 +254,20 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// The project's guidance files (`LOOP.md`, `AGENTS.md`): (name,
+    /// text), shown to the model after the contract, bounded and marked as
+    /// the project's, their digests in the ledger's genesis.
+    pub fn with_guidance(mut self, files: Vec<(String, String)>) -> Self {
+        self.guidance = files
+            .into_iter()
+            .map(|(n, t)| {
+                let d = loop_protocol::hash::sha256_hex(t.as_bytes());
+                (n, t, d)
+            })
+            .collect();
+        self
+    }
+
     /// Keep `tokens` of the token budget out of the maker's reach.
     pub fn with_reserve(mut self, tokens: u64) -> Self {
         self.reserve_tokens = tokens;
@@ -288,7 +305,13 @@ impl<'a> Director<'a> {
     /// are part of the context, and not on the record).
     fn offer_tools(&mut self) {
         let tools = self.parts.tools.specs();
-        self.state.context.system = system_prompt(&self.contract, &self.locked_sha256, &tools);
+        let guidance: Vec<(String, String)> = self
+            .guidance
+            .iter()
+            .map(|(n, t, _)| (n.clone(), t.clone()))
+            .collect();
+        self.state.context.system = system_prompt(&self.contract, &self.locked_sha256, &tools)
+            + &crate::prompt::guidance_section(&guidance);
         self.state.context.tools = tools;
     }
 
@@ -308,6 +331,14 @@ impl<'a> Director<'a> {
             baseline_root: baseline_root.as_ref().cloned().unwrap_or_default(),
             setup,
             drafting,
+            guidance: self
+                .guidance
+                .iter()
+                .map(|(n, _, d)| loop_protocol::KeyedFile {
+                    path: n.clone(),
+                    sha256: d.clone(),
+                })
+                .collect(),
         })?;
         let phase = match (baseline_root, self.end_at_once.take()) {
             (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),

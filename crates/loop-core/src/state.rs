@@ -635,6 +635,7 @@ mod tests {
             baseline_root: "r0".into(),
             setup: None,
             drafting: None,
+            guidance: Vec::new(),
         }
     }
 

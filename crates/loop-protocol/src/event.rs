@@ -88,6 +88,10 @@ pub enum Event {
         /// How the contract was drafted from the instruction, when it was.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         drafting: Option<Box<crate::DraftingRecord>>,
+        /// The project's guidance files given to the model (`LOOP.md`,
+        /// `AGENTS.md`), with their digests.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        guidance: Vec<crate::KeyedFile>,
     },
     /// A state transition, with its reason.
     Transition {

@@ -39,6 +39,7 @@ fn main() {
                 baseline_root: "r".into(),
                 setup: None,
                 drafting: None,
+                guidance: Vec::new(),
             },
             0,
         )

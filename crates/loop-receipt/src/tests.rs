@@ -28,6 +28,7 @@ fn genesis() -> Event {
         baseline_root: "r".into(),
         setup: None,
         drafting: None,
+        guidance: Vec::new(),
     }
 }
 

@@ -284,6 +284,8 @@ pub(crate) struct Drafting<'a> {
     pub accept: bool,
     /// Where the draft is kept when nobody confirms it.
     pub draft_file: &'a Path,
+    /// The project's guidance for coding agents: (file, text).
+    pub guidance: &'a [(String, String)],
 }
 
 /// Draft, judge and confirm. On failure the record so far comes back too
@@ -300,7 +302,7 @@ pub(crate) fn draft(
         confirmed_by: String::new(),
     };
     let mut ctx = Context::new(
-        system_prompt(),
+        system_prompt() + &loop_core::prompt::guidance_section(d.guidance),
         vec![tool()],
         &briefing(&d.shell.instruction, d.workspace, &stack),
     );

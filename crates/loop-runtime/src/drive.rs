@@ -394,6 +394,7 @@ fn configured<'a>(
         Some(d) => director.with_drafting(d.clone()),
         None => director,
     };
+    let director = director.with_guidance(stored.guidance.clone());
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),
         None => director,

@@ -27,6 +27,52 @@ pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
     ))
 }
 
+/// The project a directory belongs to: inside a git repository (in a part
+/// git does not ignore), the nearest directory up to the repository's top
+/// level that holds a `Loopfile.yaml`, else the top level itself; outside
+/// one (or in an ignored part, such as a task's own workspace under
+/// `.loop/`), the directory itself. So every command run from a
+/// subdirectory finds the same `.loop/` and Loopfile. The runtime opened
+/// on a subdirectory ([`crate::Runtime::open`]) is the project's.
+pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", dir.display())))?;
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&dir)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+    };
+    let Some(top) = git(&["rev-parse", "--show-toplevel"])
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .and_then(|t| t.canonicalize().ok())
+    else {
+        return Ok(dir);
+    };
+    if top == dir {
+        return Ok(dir);
+    }
+    // An ignored directory is not the repository's project.
+    if git(&["check-ignore", "-q", "."]).is_some_and(|o| o.status.success()) {
+        return Ok(dir);
+    }
+    for a in dir.ancestors() {
+        if a.join("Loopfile.yaml").is_file() {
+            return Ok(a.to_path_buf());
+        }
+        if a == top {
+            break;
+        }
+    }
+    Ok(top)
+}
+
 /// The project's store, `.loop/loop.db`.
 pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
     let state = project.join(".loop");
@@ -272,5 +318,43 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
             o.pid
         ))),
         Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
+    }
+}
+
+#[cfg(test)]
+mod root_tests {
+    use super::*;
+
+    #[test]
+    fn a_subdirectory_belongs_to_its_repository_or_the_nearest_loopfile() {
+        let base = std::env::temp_dir().join(format!("loop-root-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        for d in [
+            "repo/src/deep",
+            "repo/pkg/inner",
+            "repo/build/out",
+            "plain/sub",
+        ] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::fs::write(base.join("repo/.gitignore"), "build/\n").unwrap();
+        std::fs::write(base.join("repo/pkg/Loopfile.yaml"), "version: 1\n").unwrap();
+        let st = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(base.join("repo"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let root = |d: &str| project_root(&base.join(d)).unwrap();
+        let canon = |d: &str| base.join(d).canonicalize().unwrap();
+        assert_eq!(root("repo"), canon("repo"));
+        assert_eq!(root("repo/src/deep"), canon("repo"));
+        // A package with its own Loopfile is its own project.
+        assert_eq!(root("repo/pkg/inner"), canon("repo/pkg"));
+        // What git ignores is not the repository's project.
+        assert_eq!(root("repo/build/out"), canon("repo/build/out"));
+        // Outside a repository: the directory itself.
+        assert_eq!(root("plain/sub"), canon("plain/sub"));
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -56,6 +56,7 @@ pub(crate) fn submit_claimed(
         network: crate::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
         setup: None,
         drafting: None,
+        guidance: Vec::new(),
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
@@ -80,6 +81,13 @@ pub(crate) fn submit_claimed(
             return Err(e);
         }
     };
+    stored.guidance = crate::request::read_guidance(&workspace);
+    for (file, text) in &stored.guidance {
+        observer.note(&format!(
+            "project guidance: {file} ({} bytes) is given to the model",
+            text.len()
+        ));
+    }
     stored.shares = share_environments(&project, &workspace, &loopfile, setup.as_ref(), observer)?;
     stored.setup = setup.map(|s| s.record);
     // The checks' sandbox: the environments, and the contract's hosts.
@@ -193,6 +201,7 @@ fn draft_contract(
             baseline: &mut baseline,
             accept,
             draft_file: &task_dir.join("draft.json"),
+            guidance: &crate::request::read_guidance(workspace),
         },
         observer,
     );

@@ -99,6 +99,36 @@ pub struct StoredRequest {
     /// How the contract was drafted from the instruction, when it was.
     #[serde(default)]
     pub drafting: Option<loop_protocol::DraftingRecord>,
+    /// The project's guidance for coding agents (`LOOP.md`, `AGENTS.md` at
+    /// the top of the task's workspace): (file, text) as the task began.
+    #[serde(default)]
+    pub guidance: Vec<(String, String)>,
+}
+
+/// The guidance files read, in this order.
+pub const GUIDANCE_FILES: &[&str] = &["LOOP.md", "AGENTS.md"];
+
+/// The project's guidance in `workspace`: each of [`GUIDANCE_FILES`] that
+/// is a regular file (a link is not followed), its first 64 KiB.
+pub fn read_guidance(workspace: &std::path::Path) -> Vec<(String, String)> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for name in GUIDANCE_FILES {
+        let path = workspace.join(name);
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        if !regular {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if let Ok(f) = std::fs::File::open(&path) {
+            let _ = f.take(64 * 1024).read_to_end(&mut bytes);
+        }
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        if !text.trim().is_empty() {
+            out.push((name.to_string(), text));
+        }
+    }
+    out
 }
 
 /// What no tool may write and every seal must leave as it was: the

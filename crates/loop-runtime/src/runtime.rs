@@ -29,12 +29,11 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// The runtime of the project at `project` (its store is
-    /// `.loop/loop.db`, made on first use).
+    /// The runtime of the project `project` belongs to (see
+    /// [`crate::layout::project_root`]; its store is `.loop/loop.db`, made
+    /// on first use).
     pub fn open(project: &Path) -> Result<Runtime, Error> {
-        let project = project
-            .canonicalize()
-            .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+        let project = crate::layout::project_root(project)?;
         Ok(Runtime {
             project,
             store: Default::default(),
