@@ -92,7 +92,7 @@ fn the_instruction_alone_drafts_locks_and_verifies_a_contract() {
     assert_eq!(d["attempts"][0]["accepted"], true, "{d}");
     // The project's own test command was detected; it fails before the
     // work, so it is not blamed on the task and not required.
-    let stack = &d["stack_checks"][0];
+    let stack = &started["project_checks"][0];
     assert_eq!(stack["command"], "python3 -m unittest discover -v", "{d}");
     assert_eq!(stack["held"], false, "{d}");
     assert_eq!(
@@ -255,6 +255,62 @@ fn from_a_subdirectory_the_project_is_the_repository() {
         String::from_utf8_lossy(&list.stdout).contains("\"verified\""),
         "{}",
         text(&list)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn the_loopfile_verification_feeds_a_written_contract() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-verification");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "verification:\n  build: python3 -m py_compile calc.py\n  lint: python3 -c 'import sys; sys.exit(1)'\n  checks:\n    - id: no-tabs\n      text: calc.py has no tab characters\n      checks:\n        - run: \"! grep -q \\\"$(printf '\\\\t')\\\" calc.py\"\n",
+    )
+    .unwrap();
+    std::fs::write(base.join("script.yaml"), format!("turns:\n{FIX}")).unwrap();
+    let out = loop_cmd(&base)
+        .args([
+            "run",
+            "make add add",
+            "--json",
+            "--check",
+            "python3 -m unittest test_calc",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let started: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["kind"] == "task_started")
+        .unwrap();
+    let ids: Vec<&str> = started["contract"]["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    // The written check, the project's build as a guard (it held), and the
+    // Loopfile's criterion; the lint failed before the work: left out.
+    assert_eq!(
+        ids,
+        vec!["check-1", "project-build", "no-tabs"],
+        "{started}"
+    );
+    assert_eq!(started["contract"]["criteria"][1]["guard"], true);
+    let checks = started["project_checks"].as_array().unwrap();
+    assert_eq!(checks[0]["used"], "guard", "{started}");
+    assert_eq!(checks[1]["kind"], "lint");
+    assert_eq!(
+        checks[1]["used"], "failing before the task: not required",
+        "{started}"
     );
     let _ = std::fs::remove_dir_all(&base);
 }

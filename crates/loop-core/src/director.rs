@@ -128,6 +128,8 @@ pub struct Director<'a> {
     drafting: Option<Box<loop_protocol::DraftingRecord>>,
     /// The project's guidance files: (name, text, digest).
     guidance: Vec<(String, String, String)>,
+    /// The project's checks, as the baseline judged them.
+    project_checks: Vec<loop_protocol::StackCheckRecord>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -171,6 +173,7 @@ impl<'a> Director<'a> {
             setup: None,
             drafting: None,
             guidance: Vec::new(),
+            project_checks: Vec::new(),
         })
     }
 
@@ -268,6 +271,13 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// The project's checks and what the baseline said of each, recorded
+    /// in the ledger's genesis.
+    pub fn with_project_checks(mut self, checks: Vec<loop_protocol::StackCheckRecord>) -> Self {
+        self.project_checks = checks;
+        self
+    }
+
     /// Keep `tokens` of the token budget out of the maker's reach.
     pub fn with_reserve(mut self, tokens: u64) -> Self {
         self.reserve_tokens = tokens;
@@ -320,6 +330,7 @@ impl<'a> Director<'a> {
         let baseline_root = self.parts.tools.workspace_root();
         let setup = self.setup.take();
         let drafting = self.drafting.take();
+        let project_checks = std::mem::take(&mut self.project_checks);
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -339,6 +350,7 @@ impl<'a> Director<'a> {
                     sha256: d.clone(),
                 })
                 .collect(),
+            project_checks,
         })?;
         let phase = match (baseline_root, self.end_at_once.take()) {
             (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),

@@ -636,6 +636,7 @@ mod tests {
             setup: None,
             drafting: None,
             guidance: Vec::new(),
+            project_checks: Vec::new(),
         }
     }
 

@@ -92,6 +92,10 @@ pub enum Event {
         /// `AGENTS.md`), with their digests.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         guidance: Vec<crate::KeyedFile>,
+        /// The project's own checks and what the untouched workspace said
+        /// of each (those that held are the contract's `guard` criteria).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        project_checks: Vec<crate::StackCheckRecord>,
     },
     /// A state transition, with its reason.
     Transition {

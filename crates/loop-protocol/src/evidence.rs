@@ -96,11 +96,6 @@ pub struct DraftingRecord {
     pub model: crate::action::ModelInfo,
     /// Every proposal, in order.
     pub attempts: Vec<DraftAttempt>,
-    /// The project's detected checks (build, test, lint), and whether each
-    /// held before the task began: those that held are kept as regression
-    /// guards; those that failed already are not blamed on the task.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stack_checks: Vec<StackCheckRecord>,
     /// Who locked the contract: `--accept-contract`, `terminal`, or
     /// `terminal, after editing`.
     pub confirmed_by: String,
@@ -125,7 +120,10 @@ pub struct DraftAttempt {
     pub usage: Option<crate::action::Usage>,
 }
 
-/// A detected project check and what the untouched workspace said of it.
+/// A project check (declared in the Loopfile's `verification:`, or
+/// detected per stack for a drafted contract) and what the untouched
+/// workspace said of it: one that held is kept as a regression guard; one
+/// that failed already is not blamed on the task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackCheckRecord {
     /// The stack (`python`, `rust`, `go`, `node`, `cmake`, `make`).

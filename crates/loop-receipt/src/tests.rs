@@ -29,6 +29,7 @@ fn genesis() -> Event {
         setup: None,
         drafting: None,
         guidance: Vec::new(),
+        project_checks: Vec::new(),
     }
 }
 

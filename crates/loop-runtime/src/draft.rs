@@ -184,6 +184,55 @@ struct Judgement {
     stack: Vec<StackCheckRecord>,
 }
 
+/// `contract` and the project's checks it lacks, run on the untouched
+/// workspace: each project check that holds is added as a guard criterion
+/// (`stack-…` or `project-…`), each that fails is left out and recorded.
+/// (the contract with its guards, the report, the records)
+pub(crate) fn guard_project_checks(
+    contract: &Contract,
+    stack: &[StackCheck],
+    baseline: &mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
+) -> Result<(Contract, VerificationReport, Vec<StackCheckRecord>), Error> {
+    let in_contract = |cmd: &str| {
+        contract.criteria.iter().find(|c| {
+            c.checks
+                .iter()
+                .any(|k| matches!(k, Check::Run(r) if r.command == cmd))
+        })
+    };
+    let extra: Vec<&StackCheck> = stack
+        .iter()
+        .filter(|s| in_contract(&s.command).is_none())
+        .filter(|s| !contract.criteria.iter().any(|c| c.id == s.criterion_id()))
+        .collect();
+    let mut candidate = contract.clone();
+    candidate
+        .criteria
+        .extend(extra.iter().map(|s| stack_criterion(s)));
+    let report = baseline(&candidate)?;
+    let held = |id: &str| report.criteria.iter().any(|e| e.id == id && e.passed);
+    let mut guarded = contract.clone();
+    let mut records = Vec::new();
+    for s in stack {
+        let (ok, used) = match in_contract(&s.command) {
+            Some(c) => (held(&c.id), "in the contract".to_string()),
+            None if held(&s.criterion_id()) => {
+                guarded.criteria.push(stack_criterion(s));
+                (true, "guard".to_string())
+            }
+            None => (false, "failing before the task: not required".to_string()),
+        };
+        records.push(StackCheckRecord {
+            stack: s.stack.into(),
+            kind: s.kind.into(),
+            command: s.command.clone(),
+            held: ok,
+            used,
+        });
+    }
+    Ok((guarded, report, records))
+}
+
 /// The verdict on one contract: the critic's rules by text, then by the
 /// untouched workspace.
 fn judge(
@@ -201,62 +250,14 @@ fn judge(
             stack: Vec::new(),
         });
     }
-    let commands: Vec<&str> = contract
-        .criteria
-        .iter()
-        .flat_map(|c| c.checks.iter())
-        .filter_map(|c| match c {
-            Check::Run(r) => Some(r.command.as_str()),
-            _ => None,
-        })
-        .collect();
-    let extra: Vec<&StackCheck> = stack
-        .iter()
-        .filter(|s| !commands.contains(&s.command.as_str()))
-        .filter(|s| !contract.criteria.iter().any(|c| c.id == s.criterion_id()))
-        .collect();
-    let mut candidate = contract.clone();
-    candidate
-        .criteria
-        .extend(extra.iter().map(|s| stack_criterion(s)));
-    let report = baseline(&candidate)?;
-    let held = |id: &str| report.criteria.iter().any(|e| e.id == id && e.passed);
-    let mut labelled = contract.clone();
+    let (mut labelled, report, records) = guard_project_checks(contract, stack, baseline)?;
+    // (The project's guards are guards already: "all guards" is about the
+    // draft's own criteria.)
     let (reasons, notes) = critic::judge_baseline(
         &mut labelled,
         &report,
         critic::asks_for_change(&contract.instruction),
     );
-    let mut records = Vec::new();
-    for s in stack {
-        let in_draft = !extra.iter().any(|e| e.command == s.command);
-        let ok = if in_draft {
-            commands.contains(&s.command.as_str())
-                && contract.criteria.iter().any(|c| {
-                    c.checks
-                        .iter()
-                        .any(|k| matches!(k, Check::Run(r) if r.command == s.command))
-                        && held(&c.id)
-                })
-        } else {
-            held(&s.criterion_id())
-        };
-        let used = if in_draft {
-            "in the draft".to_string()
-        } else if ok {
-            labelled.criteria.push(stack_criterion(s));
-            "guard".to_string()
-        } else {
-            "failing before the task: not required".to_string()
-        };
-        records.push(StackCheckRecord {
-            stack: s.stack.into(),
-            kind: s.kind.into(),
-            command: s.command.clone(),
-            held: ok,
-            used,
-        });
-    }
     Ok(Judgement {
         reasons,
         notes,
@@ -267,6 +268,10 @@ fn judge(
 
 /// A drafting that failed, with its record so far.
 pub(crate) type Failed = Box<(Error, DraftingRecord)>;
+
+/// A locked draft: the contract, how it was drafted, and what became of
+/// the project's checks.
+pub(crate) type Drafted = (Contract, DraftingRecord, Vec<StackCheckRecord>);
 
 /// Everything drafting needs from the runtime.
 pub(crate) struct Drafting<'a> {
@@ -286,6 +291,8 @@ pub(crate) struct Drafting<'a> {
     pub draft_file: &'a Path,
     /// The project's guidance for coding agents: (file, text).
     pub guidance: &'a [(String, String)],
+    /// The project's own checks (declared, else detected).
+    pub stack: &'a [StackCheck],
 }
 
 /// Draft, judge and confirm. On failure the record so far comes back too
@@ -293,18 +300,18 @@ pub(crate) struct Drafting<'a> {
 pub(crate) fn draft(
     d: Drafting<'_>,
     observer: &mut dyn crate::Observer,
-) -> Result<(Contract, DraftingRecord), Failed> {
-    let stack = crate::stacks::checks(d.workspace);
+) -> Result<Drafted, Failed> {
+    let stack = d.stack;
+    let mut project_checks = Vec::new();
     let mut record = DraftingRecord {
         model: d.model.info(),
         attempts: Vec::new(),
-        stack_checks: Vec::new(),
         confirmed_by: String::new(),
     };
     let mut ctx = Context::new(
         system_prompt() + &loop_core::prompt::guidance_section(d.guidance),
         vec![tool()],
-        &briefing(&d.shell.instruction, d.workspace, &stack),
+        &briefing(&d.shell.instruction, d.workspace, stack),
     );
     let mut accepted: Option<Contract> = None;
     for n in 1..=MAX_ATTEMPTS {
@@ -361,7 +368,7 @@ pub(crate) fn draft(
             }
         };
         let verdict = match parsed {
-            Ok(c) => match judge(&c, d.policy, &stack, d.baseline) {
+            Ok(c) => match judge(&c, d.policy, stack, d.baseline) {
                 Ok(v) => Ok(v),
                 Err(e) => return Err(Box::new((e, record))),
             },
@@ -388,7 +395,7 @@ pub(crate) fn draft(
             usage,
         });
         if ok && let Ok(j) = verdict {
-            record.stack_checks = j.stack;
+            project_checks = j.stack;
             accepted = Some(j.contract);
             break;
         }
@@ -425,7 +432,7 @@ pub(crate) fn draft(
     // A person locks it (or --accept-contract does).
     if d.accept {
         record.confirmed_by = "--accept-contract".into();
-        return Ok((contract, record));
+        return Ok((contract, record, project_checks));
     }
     let mut edited = false;
     loop {
@@ -437,7 +444,7 @@ pub(crate) fn draft(
                 } else {
                     "terminal".into()
                 };
-                return Ok((contract, record));
+                return Ok((contract, record, project_checks));
             }
             ContractReview::Reject => {
                 return Err(Box::new((

@@ -394,7 +394,9 @@ fn configured<'a>(
         Some(d) => director.with_drafting(d.clone()),
         None => director,
     };
-    let director = director.with_guidance(stored.guidance.clone());
+    let director = director
+        .with_guidance(stored.guidance.clone())
+        .with_project_checks(stored.project_checks.clone());
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),
         None => director,

@@ -20,6 +20,7 @@ const SECTIONS: &[&str] = &[
     "workspace",
     "network",
     "setup",
+    "verification",
 ];
 
 /// `exec:`'s keys.
@@ -58,6 +59,8 @@ const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
 const SHARE_KEYS: &[&str] = &["path", "mode"];
 /// The ways to share.
 const SHARE_MODES: &[&str] = &["read_only", "overlay"];
+/// `verification:`'s keys.
+const VERIFICATION_KEYS: &[&str] = &["build", "test", "lint", "checks"];
 /// `setup:`'s keys (its long form).
 const SETUP_KEYS: &[&str] = &["run", "keys", "outputs", "timeout_secs"];
 /// `network:`'s keys.
@@ -89,6 +92,18 @@ pub struct Loopfile {
     pub network: crate::network::NetworkSection,
     /// `setup:`: steps that prepare a task's environments, cached.
     pub setup: Option<crate::setup::SetupSection>,
+    /// `verification:`: the project's build, test and lint commands (its
+    /// regression guards) and criteria every task's contract gets.
+    pub verification: Verification,
+}
+
+/// The Loopfile's `verification:`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verification {
+    /// `build`, `test`, `lint`: (kind, command), in that order.
+    pub commands: Vec<(&'static str, String)>,
+    /// `checks`: criteria added to every task's contract, required.
+    pub checks: Vec<loop_protocol::Criterion>,
 }
 
 impl Loopfile {
@@ -131,6 +146,7 @@ impl Loopfile {
                 "workspace" => read_workspace(&mut r, v, &mut out),
                 "network" => out.network = read_network(&mut r, v),
                 "setup" => out.setup = read_setup(&mut r, v),
+                "verification" => out.verification = read_verification(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -426,6 +442,42 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
     }
 }
 
+/// `verification:`: `build`, `test`, `lint` (shell commands) and
+/// `checks` (criteria as in a contract).
+fn read_verification(r: &mut Reader, node: &Node) -> Verification {
+    let mut out = Verification::default();
+    let Some(fields) = r.mapping(node, "`verification`", VERIFICATION_KEYS) else {
+        return out;
+    };
+    for kind in ["build", "test", "lint"] {
+        if let Some((_, v)) = fields.iter().find(|(k, _)| k.name == kind)
+            && let Some(cmd) = r.string(v, &format!("`verification.{kind}`"))
+        {
+            if cmd.trim().is_empty() {
+                r.err(Some(v.pos), format!("`verification.{kind}` is empty"), None);
+            } else {
+                out.commands.push((kind, cmd));
+            }
+        }
+    }
+    if let Some((_, v)) = fields.iter().find(|(k, _)| k.name == "checks") {
+        out.checks = r.criteria(v).unwrap_or_default();
+        for c in &out.checks {
+            if c.id.starts_with("stack-") || c.id.starts_with("project-") {
+                r.err(
+                    Some(v.pos),
+                    format!(
+                        "criterion id `{}`: `stack-` and `project-` ids are the runtime's",
+                        c.id
+                    ),
+                    None,
+                );
+            }
+        }
+    }
+    out
+}
+
 /// `setup:`: a list of shell steps, or `{run: [...], keys: [FILE...],
 /// outputs: [DIR...], timeout_secs: N}`.
 fn read_setup(r: &mut Reader, node: &Node) -> Option<crate::setup::SetupSection> {
@@ -647,6 +699,14 @@ pub fn schema() -> serde_json::Value {
                     "description": "top-level directories the steps make, shared read-only (default: every new one)"}),
             })}]})
         }
+        "verification" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(VERIFICATION_KEYS, |k| match k {
+            "checks" => json!({"type": "array",
+                "description": "criteria (as in a contract) every task's contract gets, required",
+                "items": {"$ref": "#/$defs/criterion"}}),
+            _ => json!({"type": "string", "minLength": 1,
+                "description": "the project's command, kept as a regression guard of every task where it passes before the work"}),
+        })}),
         "network" => json!({"type": "object", "additionalProperties": false,
         "properties": props(NETWORK_KEYS, |k| match k {
             "resolve" => json!({"type": "object",
@@ -661,6 +721,7 @@ pub fn schema() -> serde_json::Value {
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
     };
     let models = loop_models::config::models_schema();
+    let contract = loop_protocol::contract::schema::contract_schema();
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": LOOPFILE_SCHEMA_ID,
@@ -672,6 +733,8 @@ pub fn schema() -> serde_json::Value {
             "models": models["section"],
             "endpoint": models["endpoint"],
             "fallback": models["fallback"],
+            "criterion": contract["$defs"]["criterion"],
+            "check": contract["$defs"]["check"],
         }
     })
 }

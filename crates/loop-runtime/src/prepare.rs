@@ -57,6 +57,7 @@ pub(crate) fn submit_claimed(
         setup: None,
         drafting: None,
         guidance: Vec::new(),
+        project_checks: Vec::new(),
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
@@ -110,25 +111,23 @@ pub(crate) fn submit_claimed(
             stored.setup.as_ref(),
         )
     };
-    if let crate::ContractSource::Draft { accept } = req.source {
-        let drafted = draft_contract(
-            req,
-            &loopfile,
-            &workspace,
-            &task_dir,
-            check_sandbox(&stored),
-            accept,
-            observer,
-        );
-        match drafted {
-            Ok((contract, record)) => {
-                stored.contract = contract;
-                stored.drafting = Some(record);
-            }
-            Err(e) => {
-                let _ = task_ws.discard();
-                return Err(e);
-            }
+    let settled = settle_contract(
+        req,
+        &loopfile,
+        &workspace,
+        &task_dir,
+        check_sandbox(&stored),
+        observer,
+    );
+    match settled {
+        Ok((contract, drafting, checks)) => {
+            stored.contract = contract;
+            stored.drafting = drafting;
+            stored.project_checks = checks;
+        }
+        Err(e) => {
+            let _ = task_ws.discard();
+            return Err(e);
         }
     }
     let contract = stored.contract.clone();
@@ -166,19 +165,27 @@ pub(crate) fn submit_claimed(
     Ok((task_id, owner))
 }
 
-/// The contract drafted from the instruction, judged and confirmed (see
-/// `draft.rs`); a failed drafting's record is kept in the task's
-/// directory and named.
-fn draft_contract(
+/// A settled contract: (contract, how it was drafted, the project checks).
+type Settled = (
+    loop_protocol::Contract,
+    Option<loop_protocol::DraftingRecord>,
+    Vec<loop_protocol::StackCheckRecord>,
+);
+
+/// The contract the task locks: as given, or drafted from the instruction
+/// (judged and confirmed, see `draft.rs`; a failed drafting's record is
+/// kept in the task's directory and named); with the project's checks that
+/// hold before the work as guards (the Loopfile's `verification:` ones,
+/// and for a draft the detected ones too) and the Loopfile's
+/// `verification.checks` criteria. (contract, drafting, project checks)
+fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
     workspace: &Path,
     task_dir: &Path,
     sandbox: loop_sandbox::Settings,
-    accept: bool,
     observer: &mut dyn crate::Observer,
-) -> Result<(loop_protocol::Contract, loop_protocol::DraftingRecord), Error> {
-    let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
+) -> Result<Settled, Error> {
     let scratch = task_dir.join("scratch");
     let mut baseline = |c: &loop_protocol::Contract| {
         let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
@@ -187,6 +194,65 @@ fn draft_contract(
             .verify(c, &sha, 0)
             .map_err(Error::from_cause)
     };
+    let (mut contract, drafting, checks) = match req.source {
+        crate::ContractSource::Draft { accept } => {
+            let stack = crate::stacks::project_checks(workspace, &loopfile.verification);
+            let (c, d, k) = draft_contract(
+                req,
+                loopfile,
+                workspace,
+                task_dir,
+                &stack,
+                accept,
+                &mut baseline,
+                observer,
+            )?;
+            (c, Some(d), k)
+        }
+        crate::ContractSource::Given => {
+            let declared = crate::stacks::declared(&loopfile.verification);
+            if declared.is_empty() {
+                (req.contract.clone(), None, Vec::new())
+            } else {
+                let (c, _, k) =
+                    crate::draft::guard_project_checks(&req.contract, &declared, &mut baseline)?;
+                (c, None, k)
+            }
+        }
+    };
+    for k in &checks {
+        observer.note(&format!(
+            "project check `{}` ({} {}): {}",
+            k.command, k.stack, k.kind, k.used
+        ));
+    }
+    for c in &loopfile.verification.checks {
+        if contract.criteria.iter().any(|have| have.id == c.id) {
+            return Err(Error::usage(format!(
+                "the Loopfile's verification.checks criterion `{}` has the id of one of the contract's",
+                c.id
+            )));
+        }
+        contract.criteria.push(c.clone());
+    }
+    Ok((contract, drafting, checks))
+}
+
+/// The contract drafted from the instruction, judged and confirmed.
+#[allow(clippy::too_many_arguments)]
+fn draft_contract(
+    req: &TaskRequest,
+    loopfile: &crate::loopfile::Loopfile,
+    workspace: &Path,
+    task_dir: &Path,
+    stack: &[crate::stacks::StackCheck],
+    accept: bool,
+    baseline: &mut dyn FnMut(
+        &loop_protocol::Contract,
+    ) -> Result<loop_protocol::VerificationReport, Error>,
+    observer: &mut dyn crate::Observer,
+) -> Result<crate::draft::Drafted, Error> {
+    let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
     let policy = loopfile.exec.clone().unwrap_or_default();
     observer.note(&format!(
         "drafting the contract with {} (the critic judges each draft)",
@@ -198,10 +264,11 @@ fn draft_contract(
             model: model.as_mut(),
             workspace,
             policy: &policy,
-            baseline: &mut baseline,
+            baseline,
             accept,
             draft_file: &task_dir.join("draft.json"),
             guidance: &crate::request::read_guidance(workspace),
+            stack,
         },
         observer,
     );

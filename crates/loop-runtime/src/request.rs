@@ -103,6 +103,9 @@ pub struct StoredRequest {
     /// the top of the task's workspace): (file, text) as the task began.
     #[serde(default)]
     pub guidance: Vec<(String, String)>,
+    /// The project's checks and what the baseline said of each.
+    #[serde(default)]
+    pub project_checks: Vec<loop_protocol::StackCheckRecord>,
 }
 
 /// The guidance files read, in this order.

@@ -20,9 +20,13 @@ pub struct StackCheck {
 }
 
 impl StackCheck {
-    /// The criterion id it gets in a contract (`stack-python-test`).
+    /// The criterion id it gets in a contract: `stack-python-test` for a
+    /// detected check, `project-test` for one the Loopfile declares.
     pub fn criterion_id(&self) -> String {
-        format!("stack-{}-{}", self.stack, self.kind)
+        match self.stack {
+            "project" => format!("project-{}", self.kind),
+            stack => format!("stack-{stack}-{}", self.kind),
+        }
     }
 }
 
@@ -91,6 +95,31 @@ fn python_project(dir: &Path) -> bool {
     .any(|m| has(dir, m))
         || named_test(dir)
         || named_test(&dir.join("tests"))
+}
+
+/// The project's checks: those the Loopfile's `verification:` declares
+/// (`project-build`, …), then the detected ones of the kinds it does not.
+pub fn project_checks(dir: &Path, v: &crate::loopfile::Verification) -> Vec<StackCheck> {
+    let mut out: Vec<StackCheck> = declared(v);
+    for d in checks(dir) {
+        if !v.commands.iter().any(|(k, _)| *k == d.kind) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// The checks the Loopfile's `verification:` declares.
+pub fn declared(v: &crate::loopfile::Verification) -> Vec<StackCheck> {
+    v.commands
+        .iter()
+        .map(|(kind, command)| StackCheck {
+            stack: "project",
+            kind,
+            command: command.clone(),
+            why: format!("the Loopfile's verification.{kind}"),
+        })
+        .collect()
 }
 
 /// The project's own checks, per detected stack, in a stable order.

@@ -259,7 +259,8 @@ impl Reader {
         Some(l)
     }
 
-    pub(crate) fn criteria(&mut self, node: &Node) -> Option<Vec<Criterion>> {
+    /// A contract's `criteria:` list (also the Loopfile's `verification.checks`).
+    pub fn criteria(&mut self, node: &Node) -> Option<Vec<Criterion>> {
         let items = self.seq(node, "`criteria`")?;
         if items.is_empty() {
             self.err(
