@@ -55,6 +55,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         TaskRequest {
             contract,
             source: loop_runtime::ContractSource::Given,
+            guidance: Vec::new(),
             model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
             record: None,
             project,

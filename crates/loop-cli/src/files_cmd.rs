@@ -191,3 +191,41 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
     }
     Ok(0)
 }
+
+/// `loop init`: a Loopfile from what the project is, and a pattern's files.
+pub fn init(
+    project: &Path,
+    pattern: Option<&str>,
+    force: bool,
+    json: bool,
+) -> Result<u8, CliError> {
+    let runtime = loop_runtime::Runtime::open(project)?;
+    let r = loop_runtime::patterns::init(runtime.project(), pattern, force)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_value(&r).map_err(|e| CliError::internal(e.to_string()))?
+        );
+        return Ok(0);
+    }
+    match &r.loopfile {
+        Some(p) => println!("wrote {}", p.display()),
+        None => println!("kept the Loopfile that is there"),
+    }
+    if r.checks.is_empty() {
+        println!("no build, test or lint command found: set `verification:` in the Loopfile");
+    }
+    for c in &r.checks {
+        println!("  {} {}: {} ({})", c.stack, c.kind, c.command, c.why);
+    }
+    for s in &r.shares {
+        println!("  shared with every task: {s}");
+    }
+    for f in &r.pattern_files {
+        println!("wrote {}", f.display());
+    }
+    if let Some(p) = pattern {
+        println!("run it with: loop run --pattern {p} --model SPEC");
+    }
+    Ok(0)
+}

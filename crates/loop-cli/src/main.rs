@@ -90,6 +90,11 @@ enum Command {
         /// A contract file (YAML).
         #[arg(long, value_name = "FILE")]
         task: Option<PathBuf>,
+        /// Run a pattern `loop init --pattern NAME` wrote (its contract
+        /// template, its SKILL.md given to the model); an instruction
+        /// given replaces the template's.
+        #[arg(long, value_name = "NAME", conflicts_with = "task")]
+        pattern: Option<String>,
         /// With an instruction and no --check or --task, the contract is
         /// drafted by the model and judged by the critic; this locks the
         /// draft the critic accepts without asking (needed without a terminal).
@@ -337,6 +342,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a Loopfile from what the project is (its build, test and lint
+    /// commands, protected paths, a budget) and, with --pattern, a task
+    /// pattern's SKILL.md and contract template in loop-patterns/NAME/.
+    Init {
+        /// One of: ci-sweeper, lint-fixer, dependency-bump,
+        /// changelog-drafter, todo-to-task.
+        #[arg(long, value_name = "NAME")]
+        pattern: Option<String>,
+        /// Write over an existing Loopfile (and pattern files).
+        #[arg(long)]
+        force: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the JSON Schema of a format: `contract` or `loopfile`.
     Schema {
         /// contract | loopfile
@@ -493,6 +516,12 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Manifest { dir } => files_cmd::manifest(&dir),
         Command::Audit { project, json } => files_cmd::audit(&project, json),
         Command::Schema { format } => files_cmd::schema(&format),
+        Command::Init {
+            pattern,
+            force,
+            project,
+            json,
+        } => files_cmd::init(&project, pattern.as_deref(), force, json),
         Command::Validate { file, loopfile }
             if loopfile || file.file_name().is_some_and(|n| n == "Loopfile.yaml") =>
         {
@@ -540,6 +569,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         checks,
         artifacts,
         task,
+        pattern,
         accept_contract,
         model,
         record,
@@ -573,8 +603,24 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         }
     }
     let isolation = isolation.parse().map_err(CliError::usage)?;
+    let runtime = Runtime::open(&project)?;
+    let loopfile = loop_runtime::loopfile::Loopfile::load(runtime.project())?;
     let mut source = loop_runtime::ContractSource::Given;
+    let mut guidance = Vec::new();
     let mut contract = match (&task, &instruction) {
+        _ if pattern.is_some() => {
+            let name = pattern.as_deref().unwrap_or_default();
+            let (mut c, skill) = loop_runtime::patterns::load(runtime.project(), name)?;
+            if let Some(i) = &instruction {
+                c.instruction = i.clone();
+            }
+            c.extend_with_flags(&checks, &artifacts)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            if !skill.trim().is_empty() {
+                guidance.push((format!("SKILL.md of the {name} pattern"), skill));
+            }
+            c
+        }
         (Some(file), _) => {
             let mut c = read_contract(file)?;
             if let Some(i) = &instruction {
@@ -593,10 +639,15 @@ fn run_command(run: Command) -> Result<u8, CliError> {
                 Contract::instruction_only(i).map_err(|e| CliError::usage(e.to_string()))?;
             c.extend_with_flags(&[], &artifacts)
                 .map_err(|e| CliError::usage(e.to_string()))?;
+            loopfile.defaults.apply(&mut c);
             c
         }
-        (None, Some(i)) => Contract::from_flags(i, &checks, &artifacts)
-            .map_err(|e| CliError::usage(e.to_string()))?,
+        (None, Some(i)) => {
+            let mut c = Contract::from_flags(i, &checks, &artifacts)
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            loopfile.defaults.apply(&mut c);
+            c
+        }
         (None, None) => {
             return Err(CliError::usage(
                 "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)",
@@ -631,11 +682,11 @@ fn run_command(run: Command) -> Result<u8, CliError> {
     if let Some(n) = timeout {
         l.timeout_secs = n.max(1);
     }
-    let runtime = Runtime::open(&project)?;
     let report = runtime.start(
         TaskRequest {
             contract,
             source,
+            guidance,
             model,
             record,
             project,

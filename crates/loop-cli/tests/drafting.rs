@@ -314,3 +314,90 @@ fn the_loopfile_verification_feeds_a_written_contract() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn loop_init_writes_the_loopfile_and_a_pattern_that_runs() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-init");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let init = |extra: &[&str]| {
+        loop_cmd(&base)
+            .args(["init", "--json", "--project"])
+            .arg(&project)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = init(&["--pattern", "ci-sweeper"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The --json shape.
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec!["checks", "loopfile", "pattern_files", "shares"],
+        "{v}"
+    );
+    assert_eq!(
+        v["checks"][0]["command"], "python3 -m unittest discover -v",
+        "{v}"
+    );
+    assert_eq!(v["checks"][0]["kind"], "test");
+    assert_eq!(v["pattern_files"].as_array().unwrap().len(), 2, "{v}");
+    let loopfile = std::fs::read_to_string(project.join("Loopfile.yaml")).unwrap();
+    assert!(
+        loopfile.contains("test: \"python3 -m unittest discover -v\""),
+        "{loopfile}"
+    );
+    let skill = std::fs::read_to_string(project.join("loop-patterns/ci-sweeper/SKILL.md")).unwrap();
+    for part in ["WHEN:", "READ:", "JUDGE:", "OUTPUT:", "STOP:"] {
+        assert!(skill.contains(part), "{skill}");
+    }
+    // Once written, the Loopfile is kept unless --force.
+    let again = init(&[]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("exists"), "{}", text(&again));
+    let valid = loop_cmd(&base)
+        .args(["validate"])
+        .arg(project.join("Loopfile.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(valid.status.code(), Some(0), "{}", text(&valid));
+    // The pattern runs: its contract, its skill given to the model, the
+    // Loopfile's test command kept as a guard where it holds (it fails
+    // before the work: recorded, not required).
+    std::fs::write(base.join("script.yaml"), format!("turns:\n{FIX}")).unwrap();
+    let run = loop_cmd(&base)
+        .args(["run", "--pattern", "ci-sweeper", "--json", "--model"])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let started: serde_json::Value = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["kind"] == "task_started")
+        .unwrap();
+    assert_eq!(
+        started["guidance"][0]["path"], "SKILL.md of the ci-sweeper pattern",
+        "{started}"
+    );
+    assert!(
+        started["contract"]["protected"]
+            .to_string()
+            .contains("**/test_*.py"),
+        "{started}"
+    );
+    assert!(
+        started["contract"]["instruction"]
+            .as_str()
+            .unwrap()
+            .starts_with("Make the failing test suite pass"),
+        "{started}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -25,6 +25,7 @@ pub mod layout;
 pub mod loopfile;
 mod models;
 pub mod network;
+pub mod patterns;
 pub mod prepare;
 pub mod query;
 pub mod receipts;

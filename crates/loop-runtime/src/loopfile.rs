@@ -21,6 +21,7 @@ const SECTIONS: &[&str] = &[
     "network",
     "setup",
     "verification",
+    "defaults",
 ];
 
 /// `exec:`'s keys.
@@ -59,6 +60,8 @@ const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
 const SHARE_KEYS: &[&str] = &["path", "mode"];
 /// The ways to share.
 const SHARE_MODES: &[&str] = &["read_only", "overlay"];
+/// `defaults:`'s keys.
+const DEFAULTS_KEYS: &[&str] = &["limits", "protected"];
 /// `verification:`'s keys.
 const VERIFICATION_KEYS: &[&str] = &["build", "test", "lint", "checks"];
 /// `setup:`'s keys (its long form).
@@ -95,6 +98,33 @@ pub struct Loopfile {
     /// `verification:`: the project's build, test and lint commands (its
     /// regression guards) and criteria every task's contract gets.
     pub verification: Verification,
+    /// `defaults:`: limits and protected globs for contracts made from
+    /// `--check` or an instruction alone.
+    pub defaults: Defaults,
+}
+
+/// The Loopfile's `defaults:`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Defaults {
+    /// `limits` (in place of the built-in defaults).
+    pub limits: Option<loop_protocol::Limits>,
+    /// `protected`: globs added to the contract's.
+    pub protected: Vec<String>,
+}
+
+impl Defaults {
+    /// Apply to a contract made from flags or an instruction (before the
+    /// command line's own limits).
+    pub fn apply(&self, contract: &mut loop_protocol::Contract) {
+        if let Some(l) = &self.limits {
+            contract.limits = l.clone();
+        }
+        for g in &self.protected {
+            if !contract.protected.contains(g) {
+                contract.protected.push(g.clone());
+            }
+        }
+    }
 }
 
 /// The Loopfile's `verification:`.
@@ -147,6 +177,7 @@ impl Loopfile {
                 "network" => out.network = read_network(&mut r, v),
                 "setup" => out.setup = read_setup(&mut r, v),
                 "verification" => out.verification = read_verification(&mut r, v),
+                "defaults" => out.defaults = read_defaults(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -442,6 +473,26 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
     }
 }
 
+/// `defaults:`: `limits` (as a contract's) and `protected` (globs).
+fn read_defaults(r: &mut Reader, node: &Node) -> Defaults {
+    let mut out = Defaults::default();
+    let Some(fields) = r.mapping(node, "`defaults`", DEFAULTS_KEYS) else {
+        return out;
+    };
+    for (k, v) in fields {
+        if k.name == "limits" {
+            out.limits = r.limits(v);
+        } else {
+            for item in r.seq(v, "`protected`").unwrap_or_default() {
+                if let Some(g) = r.glob(item) {
+                    out.protected.push(g);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `verification:`: `build`, `test`, `lint` (shell commands) and
 /// `checks` (criteria as in a contract).
 fn read_verification(r: &mut Reader, node: &Node) -> Verification {
@@ -639,6 +690,7 @@ fn props(keys: &[&str], each: impl Fn(&str) -> serde_json::Value) -> serde_json:
 /// tables the reader walks.
 pub fn schema() -> serde_json::Value {
     use serde_json::json;
+    let contract = loop_protocol::contract::schema::contract_schema();
     let strings =
         json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]});
     let rule = json!({
@@ -699,6 +751,12 @@ pub fn schema() -> serde_json::Value {
                     "description": "top-level directories the steps make, shared read-only (default: every new one)"}),
             })}]})
         }
+        "defaults" => json!({"type": "object", "additionalProperties": false,
+        "properties": props(DEFAULTS_KEYS, |k| match k {
+            "limits" => contract["properties"]["limits"].clone(),
+            _ => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                "description": "globs no tool may write, added to every contract made from --check or an instruction"}),
+        })}),
         "verification" => json!({"type": "object", "additionalProperties": false,
         "properties": props(VERIFICATION_KEYS, |k| match k {
             "checks" => json!({"type": "array",
@@ -721,7 +779,6 @@ pub fn schema() -> serde_json::Value {
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
     };
     let models = loop_models::config::models_schema();
-    let contract = loop_protocol::contract::schema::contract_schema();
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": LOOPFILE_SCHEMA_ID,

@@ -82,7 +82,10 @@ pub(crate) fn submit_claimed(
             return Err(e);
         }
     };
-    stored.guidance = crate::request::read_guidance(&workspace);
+    stored.guidance = req.guidance.clone();
+    stored
+        .guidance
+        .extend(crate::request::read_guidance(&workspace));
     for (file, text) in &stored.guidance {
         observer.note(&format!(
             "project guidance: {file} ({} bytes) is given to the model",
@@ -114,6 +117,7 @@ pub(crate) fn submit_claimed(
     let settled = settle_contract(
         req,
         &loopfile,
+        &project,
         &workspace,
         &task_dir,
         check_sandbox(&stored),
@@ -181,6 +185,7 @@ type Settled = (
 fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
+    project: &Path,
     workspace: &Path,
     task_dir: &Path,
     sandbox: loop_sandbox::Settings,
@@ -196,7 +201,8 @@ fn settle_contract(
     };
     let (mut contract, drafting, checks) = match req.source {
         crate::ContractSource::Draft { accept } => {
-            let stack = crate::stacks::project_checks(workspace, &loopfile.verification);
+            // Detected in the project: its untracked venv is only there.
+            let stack = crate::stacks::project_checks(project, &loopfile.verification);
             let (c, d, k) = draft_contract(
                 req,
                 loopfile,

@@ -28,6 +28,9 @@ pub struct TaskRequest {
     pub contract: Contract,
     /// Where the contract comes from.
     pub source: ContractSource,
+    /// Guidance for the model beyond the project's `LOOP.md`/`AGENTS.md`
+    /// (a pattern's `SKILL.md`): (name, text).
+    pub guidance: Vec<(String, String)>,
     /// `--model` (else the Loopfile's maker).
     pub model: Option<String>,
     /// `--record FILE`.

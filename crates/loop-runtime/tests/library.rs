@@ -71,6 +71,7 @@ fn scene(name: &str) -> (PathBuf, PathBuf) {
 fn request(dir: &Path, project: &Path) -> TaskRequest {
     TaskRequest {
         source: loop_runtime::ContractSource::Given,
+        guidance: Vec::new(),
         contract: Contract::from_yaml(TASK, "task.yaml").unwrap(),
         model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
         record: None,

@@ -515,13 +515,26 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
         }
     }
     if run.nonempty_tests {
-        let empty = regex::Regex::new(EMPTY_TEST_RUN).ok()?;
-        let found = empty.find(&stdout).or_else(|| empty.find(&stderr));
-        if let Some(m) = found {
-            return Some(format!(
-                "no tests ran ({:?}): an empty test run is not a pass",
-                m.as_str()
-            ));
+        // A runner's own account comes first: `cargo test` says "running 0
+        // tests" for each target without tests, beside the ones that ran.
+        match tally::read(&format!("{stdout}\n{stderr}")) {
+            Some(t) if t.ran > 0 => {}
+            Some(t) => {
+                return Some(format!(
+                    "no tests ran ({} reported none run): an empty test run is not a pass",
+                    t.runner
+                ));
+            }
+            None => {
+                let empty = regex::Regex::new(EMPTY_TEST_RUN).ok()?;
+                let found = empty.find(&stdout).or_else(|| empty.find(&stderr));
+                if let Some(m) = found {
+                    return Some(format!(
+                        "no tests ran ({:?}): an empty test run is not a pass",
+                        m.as_str()
+                    ));
+                }
+            }
         }
     }
     None

@@ -112,6 +112,21 @@ fn an_empty_test_run_is_not_a_pass() {
     assert!(f[0].contains("no tests ran"), "{}", f[0]);
     let yaml3 = "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"echo 'Ran 10 tests in 0.1s'\"\n        nonempty_tests: true\n";
     assert!(failures(&verify(&[], yaml3)).is_empty());
+    // `cargo test` prints "running 0 tests" for each target without tests,
+    // beside the target that ran some: that run is not empty...
+    let cargo = |counts: [u32; 3]| {
+        let out: String = counts
+            .iter()
+            .map(|n| format!("running {n} tests\\ntest result: ok. {n} passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\\n"))
+            .collect();
+        format!(
+            "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"printf '{out}'\"\n        nonempty_tests: true\n"
+        )
+    };
+    assert!(failures(&verify(&[], &cargo([0, 1, 0]))).is_empty());
+    // ...and one whose every target ran none is.
+    let f = failures(&verify(&[], &cargo([0, 0, 0])));
+    assert!(f[0].contains("cargo reported none run"), "{f:?}");
 }
 
 #[test]

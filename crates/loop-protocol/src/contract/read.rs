@@ -185,7 +185,8 @@ impl Reader {
         })
     }
 
-    pub(crate) fn glob(&mut self, node: &Node) -> Option<String> {
+    /// A protected glob, checked (also the Loopfile's `defaults.protected`).
+    pub fn glob(&mut self, node: &Node) -> Option<String> {
         let s = self.nonempty_string(node, "protected glob")?;
         if s.starts_with('/') || s.split('/').any(|c| c == "..") {
             self.err(
@@ -206,7 +207,8 @@ impl Reader {
         Some(s)
     }
 
-    pub(crate) fn limits(&mut self, node: &Node) -> Option<Limits> {
+    /// A contract's `limits:` (also the Loopfile's `defaults.limits`).
+    pub fn limits(&mut self, node: &Node) -> Option<Limits> {
         let entries = self.mapping(node, "`limits`", LIMIT_KEYS)?;
         let mut l = Limits::default();
         for (k, v) in entries {

@@ -1,0 +1,311 @@
+//! Real small projects of each stack, created here, each through
+//! detection → drafting (scripted) → critic → confirmation
+//! (`--accept-contract`) → a verified run. A stack whose toolchain is not
+//! on this machine is skipped with the reason printed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn sh(dir: &Path, cmd: &str) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {}", text(&out));
+}
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: `{tool}` is not installed here, so its stack is not tried");
+    }
+    ok
+}
+
+/// A git project made of `files`, committed.
+fn project(name: &str, files: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stack-{name}"));
+    let _ = std::fs::remove_dir_all(&base);
+    let p = base.join("project");
+    std::fs::create_dir_all(&p).unwrap();
+    for (path, body) in files {
+        let at = p.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, body).unwrap();
+    }
+    (base, p)
+}
+
+fn commit(p: &Path) {
+    sh(
+        p,
+        "git init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base",
+    );
+}
+
+/// Draft `check` (with `nonempty_tests` when a runner counts tests),
+/// repair `fix_path` with `fix`, and expect a verified task whose detected
+/// project test is `detected`.
+fn verified_through_drafting(
+    base: &Path,
+    p: &Path,
+    check: &str,
+    counts_tests: bool,
+    fix: (&str, &str),
+    detected: &str,
+) {
+    let script = format!(
+        "draft:\n  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the project's tests pass\n              checks:\n                - run: {}\n                  nonempty_tests: {counts_tests}\n                  timeout_secs: 300\nturns:\n  - calls:\n      - {{tool: write_file, args: {{path: {}, content: {}}}}}\n      - {{tool: finish, args: {{summary: fixed}}}}\n",
+        serde_json::to_string(check).unwrap(),
+        fix.0,
+        serde_json::to_string(fix.1).unwrap()
+    );
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .env("LOOP_STATE_DIR", base.join("state"))
+        .stdin(std::process::Stdio::null())
+        .args([
+            "run",
+            "make the tests pass",
+            "--accept-contract",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started = events.iter().find(|e| e["kind"] == "task_started").unwrap();
+    assert_eq!(
+        started["drafting"]["attempts"][0]["accepted"], true,
+        "{started}"
+    );
+    let checks = started["project_checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["kind"] == "test" && c["command"] == detected),
+        "{detected} not detected: {started}"
+    );
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
+    assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
+}
+
+#[test]
+fn a_cargo_crate() {
+    if !have("cargo") {
+        return;
+    }
+    let (base, p) = project(
+        "cargo",
+        &[
+            (
+                "Cargo.toml",
+                "[package]\nname = \"twice\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+            ),
+            ("src/lib.rs", "pub fn twice(n: u32) -> u32 {\n    n\n}\n"),
+            (
+                "tests/twice.rs",
+                "#[test]\nfn doubles() {\n    assert_eq!(twice::twice(21), 42);\n}\n",
+            ),
+            (".gitignore", "target/\n"),
+        ],
+    );
+    commit(&p);
+    verified_through_drafting(
+        &base,
+        &p,
+        "cargo test --offline",
+        true,
+        (
+            "src/lib.rs",
+            "pub fn twice(n: u32) -> u32 {\n    n * 2\n}\n",
+        ),
+        "cargo test --offline",
+    );
+}
+
+#[test]
+fn an_npm_package_with_a_lockfile() {
+    if !have("npm") {
+        return;
+    }
+    let (base, p) = project(
+        "npm",
+        &[
+            (
+                "package.json",
+                "{\n  \"name\": \"twice\",\n  \"version\": \"1.0.0\",\n  \"private\": true,\n  \"scripts\": { \"test\": \"node --test\" }\n}\n",
+            ),
+            ("twice.js", "module.exports = (n) => n;\n"),
+            (
+                "twice.test.js",
+                "const test = require('node:test');\nconst assert = require('node:assert');\nconst twice = require('./twice');\ntest('doubles', () => assert.strictEqual(twice(21), 42));\n",
+            ),
+        ],
+    );
+    sh(
+        &p,
+        "npm install --package-lock-only --no-audit --no-fund --silent",
+    );
+    assert!(p.join("package-lock.json").is_file());
+    commit(&p);
+    verified_through_drafting(
+        &base,
+        &p,
+        "npm test",
+        true,
+        ("twice.js", "module.exports = (n) => n * 2;\n"),
+        "npm test",
+    );
+}
+
+#[test]
+fn a_pytest_project_with_its_venv() {
+    if !have("python3") {
+        return;
+    }
+    let (base, p) = project(
+        "pytest",
+        &[
+            ("requirements.txt", "pytest\n"),
+            ("twice.py", "def twice(n):\n    return n\n"),
+            (
+                "test_twice.py",
+                "from twice import twice\n\ndef test_doubles():\n    assert twice(21) == 42\n",
+            ),
+            (".gitignore", ".venv/\n"),
+        ],
+    );
+    commit(&p);
+    // The project's own venv, with pytest from the package index.
+    sh(
+        &p,
+        "python3 -m venv .venv && .venv/bin/pip install --quiet --disable-pip-version-check pytest",
+    );
+    verified_through_drafting(
+        &base,
+        &p,
+        ".venv/bin/python -m pytest -q",
+        true,
+        ("twice.py", "def twice(n):\n    return n * 2\n"),
+        ".venv/bin/python -m pytest -q",
+    );
+}
+
+#[test]
+fn a_make_project() {
+    if !have("make") || !have("cc") {
+        return;
+    }
+    let (base, p) = project(
+        "make",
+        &[
+            (
+                "Makefile",
+                "all: twice_test\n\ntwice_test: twice.c twice_test.c\n\tcc -o twice_test twice.c twice_test.c\n\ntest: twice_test\n\t./twice_test\n",
+            ),
+            ("twice.c", "int twice(int n) { return n; }\n"),
+            (
+                "twice_test.c",
+                "int twice(int);\nint main(void) { return twice(21) == 42 ? 0 : 1; }\n",
+            ),
+            (".gitignore", "twice_test\n"),
+        ],
+    );
+    commit(&p);
+    verified_through_drafting(
+        &base,
+        &p,
+        "make test",
+        false,
+        ("twice.c", "int twice(int n) { return n * 2; }\n"),
+        "make test",
+    );
+}
+
+#[test]
+fn a_go_module() {
+    if !have("go") {
+        return;
+    }
+    let (base, p) = project(
+        "go",
+        &[
+            ("go.mod", "module example.com/twice\n\ngo 1.21\n"),
+            (
+                "twice.go",
+                "package twice\n\nfunc Twice(n int) int { return n }\n",
+            ),
+            (
+                "twice_test.go",
+                "package twice\n\nimport \"testing\"\n\nfunc TestTwice(t *testing.T) {\n\tif Twice(21) != 42 {\n\t\tt.Fatal(\"no\")\n\t}\n}\n",
+            ),
+        ],
+    );
+    commit(&p);
+    verified_through_drafting(
+        &base,
+        &p,
+        "go test -v ./...",
+        true,
+        (
+            "twice.go",
+            "package twice\n\nfunc Twice(n int) int { return n * 2 }\n",
+        ),
+        "go test ./...",
+    );
+}
+
+#[test]
+fn a_cmake_project() {
+    if !have("cmake") || !have("ctest") {
+        return;
+    }
+    let (base, p) = project(
+        "cmake",
+        &[
+            (
+                "CMakeLists.txt",
+                "cmake_minimum_required(VERSION 3.10)\nproject(twice C)\nenable_testing()\nadd_executable(twice_test twice_test.c)\nadd_test(NAME twice COMMAND twice_test)\n",
+            ),
+            ("twice.h", "static int twice(int n) { return n; }\n"),
+            (
+                "twice_test.c",
+                "#include \"twice.h\"\nint main(void) { return twice(21) == 42 ? 0 : 1; }\n",
+            ),
+        ],
+    );
+    commit(&p);
+    let detected = "cmake -S . -B build-loop && cmake --build build-loop && ctest --test-dir build-loop --output-on-failure";
+    verified_through_drafting(
+        &base,
+        &p,
+        detected,
+        false,
+        ("twice.h", "static int twice(int n) { return n * 2; }\n"),
+        detected,
+    );
+}
