@@ -159,7 +159,7 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
 }
 
 /// `loop doctor`: what the sandbox can enforce here, tried for real.
-pub fn doctor() -> Result<u8, CliError> {
+pub fn doctor(project: &std::path::Path) -> Result<u8, CliError> {
     let s = loop_sandbox::probe::support();
     let yes = |b: bool| if b { "yes" } else { "NO" };
     println!(
@@ -214,5 +214,113 @@ pub fn doctor() -> Result<u8, CliError> {
         }
         Err(e) => println!("sandboxed `true` failed: {e}"),
     }
+    project_doctor(project);
     Ok(0)
+}
+
+/// The project's side of `loop doctor`: each detected stack's toolchain,
+/// the store, the signing key, and whether the model endpoint answers.
+fn project_doctor(project: &std::path::Path) {
+    let Ok(runtime) = loop_runtime::Runtime::open(project) else {
+        println!("project       {} cannot be opened", project.display());
+        return;
+    };
+    let root = runtime.project();
+    println!("project       {}", root.display());
+    let loopfile = loop_runtime::loopfile::Loopfile::load(root);
+    let verification = loopfile
+        .as_ref()
+        .map(|l| l.verification.clone())
+        .unwrap_or_default();
+    let mut stacks: Vec<&str> = loop_runtime::stacks::project_checks(root, &verification)
+        .iter()
+        .map(|c| c.stack)
+        .collect();
+    stacks.dedup();
+    for stack in stacks {
+        let tools: &[(&str, &[&str])] = match stack {
+            "python" => &[("python3", &["--version"])],
+            "rust" => &[("cargo", &["--version"]), ("rustc", &["--version"])],
+            "go" => &[("go", &["version"])],
+            "node" => &[("node", &["--version"]), ("npm", &["--version"])],
+            "cmake" => &[("cmake", &["--version"]), ("ctest", &["--version"])],
+            "make" => &[("make", &["--version"])],
+            _ => &[],
+        };
+        for (tool, args) in tools {
+            let said = loop_runtime::network::output_of(tool, args)
+                .and_then(|o| o.lines().next().map(str::to_string))
+                .unwrap_or_else(|| "NOT FOUND".into());
+            println!("toolchain     {stack}: {tool}: {said}");
+        }
+    }
+    let db = root.join(".loop/loop.db");
+    // (Asked only when it exists: opening it would make it.)
+    match db.is_file().then(|| runtime.tasks()) {
+        None => println!(
+            "store         none yet (made at {} on the first run)",
+            db.display()
+        ),
+        Some(Ok(t)) => println!(
+            "store         {} ({} task(s))",
+            root.join(".loop/loop.db").display(),
+            t.len()
+        ),
+        Some(Err(e)) => println!("store         cannot be opened: {}", e.message),
+    }
+    let key = loop_receipt::state_dir().join("signing.key");
+    let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
+        || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();
+    println!(
+        "signing key   {}",
+        if from_env {
+            "from LOOP_SIGNING_KEY(_FILE)".to_string()
+        } else if key.is_file() {
+            key.display().to_string()
+        } else {
+            format!("none yet (made at {} on the first run)", key.display())
+        }
+    );
+    let endpoint = match &loopfile {
+        Ok(l) => loop_runtime::readiness::maker_endpoint(l),
+        Err(e) => Err(e.message.clone()),
+    };
+    match endpoint {
+        Ok(None) => println!("model         none configured in the Loopfile (give --model)"),
+        Err(e) => println!("model         the Loopfile's models do not resolve: {e}"),
+        Ok(Some((model, url))) => {
+            println!("model         {model} at {url}: {}", reachable(&url));
+        }
+    }
+}
+
+/// Whether a TCP connection to the URL's host opens within 3 seconds (no
+/// request is sent, no key is used).
+fn reachable(url: &str) -> String {
+    use std::net::ToSocketAddrs;
+    let Some(after) = url.split_once("://").map(|(_, a)| a) else {
+        return format!("not a URL: {url}");
+    };
+    let auth = after.split('/').next().unwrap_or_default();
+    let default_port = if url.starts_with("https") { 443 } else { 80 };
+    let target = if auth
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        auth.to_string()
+    } else {
+        format!("{auth}:{default_port}")
+    };
+    let addrs: Vec<std::net::SocketAddr> = match target.to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => return format!("UNREACHABLE: {target} does not resolve ({e})"),
+    };
+    let mut why = String::from("no address");
+    for a in &addrs {
+        match std::net::TcpStream::connect_timeout(a, Duration::from_secs(3)) {
+            Ok(_) => return format!("reachable ({a})"),
+            Err(e) => why = format!("{a}: {e}"),
+        }
+    }
+    format!("UNREACHABLE: {why}")
 }

@@ -162,6 +162,20 @@ pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
     if let Some(p) = &a.network_problem {
         println!("  PROBLEM: {p}");
     }
+    let r = &a.readiness;
+    println!("readiness {}/{} (each point checked now):", r.score, r.max);
+    for p in &r.points {
+        println!(
+            "  [{}] {}: {}{}",
+            if p.ok { "x" } else { " " },
+            p.point,
+            p.detail,
+            p.suggestion
+                .as_ref()
+                .map(|s| format!("\n      -> {s}"))
+                .unwrap_or_default()
+        );
+    }
     if let Some(s) = &a.setup {
         println!(
             "setup: {} step(s), run in a task's workspace before its baseline:",
@@ -227,5 +241,61 @@ pub fn init(
     if let Some(p) = pattern {
         println!("run it with: loop run --pattern {p} --model SPEC");
     }
+    Ok(0)
+}
+
+/// `loop cost`: what a run costs here, at most and as recorded, and a month
+/// of runs at the cadence asked.
+pub fn cost(
+    project: &Path,
+    model: Option<&str>,
+    per_month: f64,
+    json: bool,
+) -> Result<u8, CliError> {
+    let runtime = loop_runtime::Runtime::open(project)?;
+    let c = loop_runtime::readiness::cost(&runtime, model, per_month)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_value(&c).map_err(|e| CliError::internal(e.to_string()))?
+        );
+        return Ok(0);
+    }
+    let usd = |x: Option<f64>| x.map_or("unknown".to_string(), |v| format!("${v:.4}"));
+    match (&c.model, &c.price) {
+        (Some(m), Some(p)) => println!(
+            "model {m}: ${}/M input, ${}/M output",
+            p.input_per_mtok, p.output_per_mtok
+        ),
+        (Some(m), None) => {
+            println!("model {m}: no price known (add it under `models.pricing` in the Loopfile)")
+        }
+        _ => println!("no network model configured (give --model or `models.maker`)"),
+    }
+    println!(
+        "per run, at most: {} ({} tokens{})",
+        usd(c.worst_case_usd),
+        c.max_tokens,
+        c.budget_usd
+            .map(|b| format!(", capped by the ${b:.2} budget"))
+            .unwrap_or_default()
+    );
+    if c.recorded.runs > 0 {
+        println!(
+            "recorded: {} run(s), mean {} ({} tokens), dearest {}",
+            c.recorded.runs,
+            usd(c.recorded.mean_usd),
+            c.recorded.mean_tokens.unwrap_or(0),
+            usd(c.recorded.max_usd)
+        );
+    } else {
+        println!("recorded: no run yet");
+    }
+    println!(
+        "a month of {} run(s): {} as recorded, {} at most",
+        c.runs_per_month,
+        usd(c.monthly_usd),
+        usd(c.monthly_worst_usd)
+    );
     Ok(0)
 }

@@ -315,8 +315,14 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Show what the sandbox can enforce on this machine.
-    Doctor,
+    /// Show what the sandbox can enforce on this machine, and for the
+    /// project: its stacks' toolchains, its store, the signing key and
+    /// whether its model endpoint answers.
+    Doctor {
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
     /// Re-run a receipt's checks on the tree it verified, without a model.
     Replay {
         /// The receipt.
@@ -333,7 +339,8 @@ enum Command {
         loopfile: bool,
     },
     /// What a task in this project would share of its dependency
-    /// environments (a venv, node_modules, target/, vendor/), and how.
+    /// environments (a venv, node_modules, target/, vendor/), and how, and
+    /// the project's readiness score (every point a check run now).
     Audit {
         /// The project.
         #[arg(long, default_value = ".")]
@@ -353,6 +360,22 @@ enum Command {
         /// Write over an existing Loopfile (and pattern files).
         #[arg(long)]
         force: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a run costs here: at most (the price table and the limits
+    /// tasks get) and as recorded, and a month of runs at a cadence.
+    Cost {
+        /// The model to price (default: the Loopfile's maker).
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
+        /// Runs a day (a month is 30 days).
+        #[arg(long, value_name = "N", default_value_t = 1.0)]
+        per_day: f64,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -438,7 +461,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             },
             _ => e,
         }),
-        Command::Doctor => exec_cmd::doctor(),
+        Command::Doctor { project } => exec_cmd::doctor(&project),
         Command::Replay { receipt } => replay::replay(&receipt),
         Command::Keys {
             action,
@@ -516,6 +539,17 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         Command::Manifest { dir } => files_cmd::manifest(&dir),
         Command::Audit { project, json } => files_cmd::audit(&project, json),
         Command::Schema { format } => files_cmd::schema(&format),
+        Command::Cost {
+            model,
+            per_day,
+            project,
+            json,
+        } => {
+            if !per_day.is_finite() || per_day < 0.0 {
+                return Err(CliError::usage("--per-day must be a non-negative number"));
+            }
+            files_cmd::cost(&project, model.as_deref(), per_day * 30.0, json)
+        }
         Command::Init {
             pattern,
             force,

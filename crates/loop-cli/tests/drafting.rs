@@ -365,6 +365,95 @@ fn loop_init_writes_the_loopfile_and_a_pattern_that_runs() {
         .output()
         .unwrap();
     assert_eq!(valid.status.code(), Some(0), "{}", text(&valid));
+    // The readiness score: every point a check run now.
+    let audit = loop_cmd(&base)
+        .args(["audit", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(audit.status.code(), Some(0), "{}", text(&audit));
+    let a: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let r = &a["readiness"];
+    let names: Vec<&str> = r["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["point"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "loopfile",
+            "tests",
+            "protected paths",
+            "budget",
+            "isolation",
+            "signing key"
+        ],
+        "{r}"
+    );
+    assert_eq!(r["max"], 6);
+    let point = |n: &str| {
+        r["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["point"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(point("loopfile")["ok"], true, "{r}");
+    // The test command really ran: one test, failing (the bug is there).
+    assert_eq!(point("tests")["ok"], true, "{r}");
+    assert!(
+        point("tests")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ran 1 test(s) (unittest; exit 1)"),
+        "{r}"
+    );
+    assert_eq!(point("budget")["ok"], true, "{r}");
+    // The written protected globs match nothing in this project: said, with what to do.
+    assert_eq!(point("protected paths")["ok"], false, "{r}");
+    assert!(point("protected paths")["suggestion"].is_string(), "{r}");
+    // The cost: the shape, and the worst case capped by the budget.
+    let cost = loop_cmd(&base)
+        .args([
+            "cost",
+            "--json",
+            "--model",
+            "openai:gpt-4o",
+            "--per-day",
+            "2",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(cost.status.code(), Some(0), "{}", text(&cost));
+    let c: serde_json::Value = serde_json::from_slice(&cost.stdout).unwrap();
+    let mut keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![
+            "budget_usd",
+            "max_tokens",
+            "model",
+            "monthly_usd",
+            "monthly_worst_usd",
+            "price",
+            "recorded",
+            "runs_per_month",
+            "worst_case_usd"
+        ],
+        "{c}"
+    );
+    // 200000 tokens at $10/M would be $2.00; the $2.00 budget caps it.
+    assert_eq!(c["worst_case_usd"], 2.0, "{c}");
+    assert_eq!(c["runs_per_month"], 60.0, "{c}");
+    assert_eq!(c["monthly_worst_usd"], 120.0, "{c}");
+    assert_eq!(c["recorded"]["runs"], 0, "{c}");
     // The pattern runs: its contract, its skill given to the model, the
     // Loopfile's test command kept as a guard where it holds (it fails
     // before the work: recorded, not required).
@@ -399,5 +488,47 @@ fn loop_init_writes_the_loopfile_and_a_pattern_that_runs() {
             .starts_with("Make the failing test suite pass"),
         "{started}"
     );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn doctor_names_the_projects_toolchains_store_key_and_model_endpoint() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-doctor");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!("models:\n  maker:\n    spec: openai:some-model\n    base_url: http://127.0.0.1:{port}/v1\n"),
+    )
+    .unwrap();
+    let out = loop_cmd(&base)
+        .args(["doctor", "--project"])
+        .arg(project.join("docs").parent().unwrap())
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("toolchain     python: python3: Python 3"),
+        "{said}"
+    );
+    assert!(said.contains("store         none yet"), "{said}");
+    assert!(!project.join(".loop").exists(), "doctor makes no store");
+    assert!(
+        said.contains(&format!(
+            "model         some-model at http://127.0.0.1:{port}/v1: reachable"
+        )),
+        "{said}"
+    );
+    drop(listener);
+    let out = loop_cmd(&base)
+        .args(["doctor", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(text(&out).contains("UNREACHABLE"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&base);
 }

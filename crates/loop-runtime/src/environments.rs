@@ -357,6 +357,8 @@ pub struct Audit {
     /// The setup steps, their key and whether their layer is cached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<crate::setup::SetupAudit>,
+    /// The readiness score, every point a check run now.
+    pub readiness: crate::readiness::Readiness,
 }
 
 /// The audit of `project`'s environments under its Loopfile.
@@ -390,6 +392,7 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
         network,
         network_problem,
         setup,
+        readiness: crate::readiness::readiness(project),
     })
 }
 

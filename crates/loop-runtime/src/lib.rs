@@ -28,6 +28,7 @@ pub mod network;
 pub mod patterns;
 pub mod prepare;
 pub mod query;
+pub mod readiness;
 pub mod receipts;
 pub mod request;
 mod runtime;

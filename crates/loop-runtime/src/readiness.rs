@@ -1,0 +1,335 @@
+//! `loop audit`'s readiness score, every point of which is a check that
+//! was actually run here, and `loop cost`'s estimate of what runs cost.
+
+use crate::Error;
+use std::path::Path;
+
+/// One point of the score.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Point {
+    /// What is checked.
+    pub point: &'static str,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What the check found.
+    pub detail: String,
+    /// What to do when it does not hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<String>,
+}
+
+/// The score.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Readiness {
+    /// Points that hold.
+    pub score: usize,
+    /// Points checked.
+    pub max: usize,
+    /// Each point.
+    pub points: Vec<Point>,
+}
+
+fn point(point: &'static str, ok: bool, detail: String, suggestion: &str) -> Point {
+    Point {
+        point,
+        ok,
+        detail,
+        suggestion: (!ok).then(|| suggestion.to_string()),
+    }
+}
+
+/// Run the project's test command in the sandbox on an overlay of the
+/// project (nothing it writes reaches the project): (ran, what happened).
+fn tests_collected(project: &Path, command: &str) -> (bool, String) {
+    let scratch = match loop_sandbox::unique_name("audit") {
+        Ok(n) => std::env::temp_dir().join(n),
+        Err(e) => return (false, format!("no scratch directory: {e}")),
+    };
+    let mut req = loop_sandbox::ExecRequest::shell(command, project);
+    req.workspace = Some(project.to_path_buf());
+    req.overlay_scratch = Some(scratch.clone());
+    req.timeout = std::time::Duration::from_secs(300);
+    let settings = crate::prepare::with_environments(
+        loop_sandbox::Settings::default(),
+        project,
+        None,
+        &[],
+        None,
+    );
+    settings.apply(&mut req);
+    let result = loop_sandbox::run(&req);
+    let _ = loop_workspace::remove_tree(&scratch);
+    match result {
+        Err(e) => (false, format!("`{command}` could not run: {e}")),
+        Ok(r) => {
+            let out = format!("{}\n{}", r.stdout.excerpt(), r.stderr.excerpt());
+            let status = match (r.exit_code, r.timed_out) {
+                (_, true) => "timed out".to_string(),
+                (Some(c), _) => format!("exit {c}"),
+                (None, _) => "killed".to_string(),
+            };
+            match loop_verifier::tally::read(&out) {
+                Some(t) if t.ran > 0 => (
+                    true,
+                    format!("`{command}` ran {} test(s) ({}; {status})", t.ran, t.runner),
+                ),
+                Some(t) => (
+                    false,
+                    format!("`{command}` ran no test ({}; {status})", t.runner),
+                ),
+                None => (
+                    false,
+                    format!(
+                        "`{command}` ({status}) printed no test runner's summary this build reads"
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+/// The readiness of `project`: the Loopfile validates; the test command
+/// runs and collects tests; the protected paths exist; a budget is set;
+/// isolation is enforced here; the signing key exists.
+pub fn readiness(project: &Path) -> Readiness {
+    let mut points = Vec::new();
+    let loopfile = crate::loopfile::Loopfile::load(project);
+    let default = crate::loopfile::Loopfile::default();
+    let lf = match &loopfile {
+        Ok(l) => {
+            points.push(point(
+                "loopfile",
+                l.path.is_some(),
+                match &l.path {
+                    Some(p) => format!("{} validates", p.display()),
+                    None => "no Loopfile.yaml".into(),
+                },
+                "run `loop init` to write one from what the project is",
+            ));
+            l
+        }
+        Err(e) => {
+            points.push(point(
+                "loopfile",
+                false,
+                e.message.clone(),
+                "fix the Loopfile (`loop validate Loopfile.yaml` names every problem)",
+            ));
+            &default
+        }
+    };
+    let checks = crate::stacks::project_checks(project, &lf.verification);
+    match checks.iter().find(|c| c.kind == "test") {
+        Some(t) => {
+            let (ok, detail) = tests_collected(project, &t.command);
+            points.push(point(
+                "tests",
+                ok,
+                detail,
+                "make the test command collect and run tests (set `verification.test` in the Loopfile)",
+            ));
+        }
+        None => points.push(point(
+            "tests",
+            false,
+            "no test command found or declared".into(),
+            "set `verification.test` in the Loopfile",
+        )),
+    }
+    let protected = &lf.defaults.protected;
+    let missing: Vec<&String> = protected
+        .iter()
+        .filter(|g| {
+            loop_workspace::Protected::new(std::slice::from_ref(*g))
+                .map(|p| p.existing(project).is_empty())
+                .unwrap_or(true)
+        })
+        .collect();
+    points.push(point(
+        "protected paths",
+        !protected.is_empty() && missing.len() < protected.len(),
+        if protected.is_empty() {
+            "no protected paths declared (the built-in ones still apply)".into()
+        } else if missing.is_empty() {
+            format!("every declared glob matches: {}", protected.join(", "))
+        } else {
+            let m: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+            format!("matching nothing here: {}", m.join(", "))
+        },
+        "declare the paths no task may write (`defaults.protected`), each matching files here",
+    ));
+    let budget = lf.defaults.limits.as_ref().and_then(|l| l.budget_usd);
+    points.push(point(
+        "budget",
+        budget.is_some(),
+        match budget {
+            Some(b) => format!("${b:.2} per task (defaults.limits.budget_usd)"),
+            None => "no dollar budget for tasks".into(),
+        },
+        "set `defaults.limits.budget_usd` in the Loopfile",
+    ));
+    let s = loop_sandbox::probe::support();
+    let enforced = s.namespaces && s.landlock_abi > 0 && s.seccomp;
+    points.push(point(
+        "isolation",
+        enforced,
+        format!(
+            "namespaces {}, Landlock {}, seccomp {}",
+            if s.namespaces { "yes" } else { "no" },
+            if s.landlock_abi > 0 {
+                format!("ABI {}", s.landlock_abi)
+            } else {
+                "no".into()
+            },
+            if s.seccomp { "yes" } else { "no" }
+        ),
+        "run where the kernel offers user namespaces, Landlock and seccomp (`loop doctor` says how)",
+    ));
+    let key = loop_receipt::state_dir().join("signing.key");
+    let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
+        || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();
+    points.push(point(
+        "signing key",
+        key.is_file() || from_env,
+        if from_env {
+            "from LOOP_SIGNING_KEY(_FILE)".into()
+        } else if key.is_file() {
+            format!("{}", key.display())
+        } else {
+            format!("none at {}", key.display())
+        },
+        "run `loop keys show` once (it makes the key) and keep it safe",
+    ));
+    Readiness {
+        score: points.iter().filter(|p| p.ok).count(),
+        max: points.len(),
+        points,
+    }
+}
+
+/// What runs of this project cost.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Cost {
+    /// The model priced.
+    pub model: Option<String>,
+    /// Its price per million tokens (input, output), if known.
+    pub price: Option<loop_protocol::Price>,
+    /// Tokens a run may use (the contract limits tasks get here).
+    pub max_tokens: u64,
+    /// The dollar budget a run gets, if any.
+    pub budget_usd: Option<f64>,
+    /// The most one run can cost: every token at the dearer rate, capped
+    /// by the budget.
+    pub worst_case_usd: Option<f64>,
+    /// From the runs recorded here.
+    pub recorded: Recorded,
+    /// Runs a month, as asked.
+    pub runs_per_month: f64,
+    /// The recorded mean times the runs a month.
+    pub monthly_usd: Option<f64>,
+    /// The worst case times the runs a month.
+    pub monthly_worst_usd: Option<f64>,
+}
+
+/// The runs recorded in the project's store.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Recorded {
+    /// Tasks counted.
+    pub runs: u64,
+    /// Mean dollars per run.
+    pub mean_usd: Option<f64>,
+    /// Mean tokens per run.
+    pub mean_tokens: Option<u64>,
+    /// The dearest run.
+    pub max_usd: Option<f64>,
+}
+
+/// The cost of runs of `project` with `model` (else the Loopfile's maker),
+/// `runs_per_month` of them.
+pub fn cost(
+    runtime: &crate::Runtime,
+    model: Option<&str>,
+    runs_per_month: f64,
+) -> Result<Cost, Error> {
+    let project = runtime.project();
+    let loopfile = crate::loopfile::Loopfile::load(project)?;
+    let origin = loopfile
+        .path
+        .as_ref()
+        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
+    let spec = model
+        .map(loop_models::ModelSpec::parse)
+        .transpose()
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let config = loop_models::config::ModelsConfig::resolve(
+        spec.as_ref(),
+        loopfile.models.as_ref(),
+        &loop_models::config::Env::from_process(),
+        &origin,
+    )
+    .map_err(|e| Error::usage(e.to_string()))?;
+    let maker = config.maker.first();
+    let price = maker.and_then(|m| m.price);
+    let limits = loopfile.defaults.limits.clone().unwrap_or_default();
+    let worst = price.map(|p| {
+        let dear = p.input_per_mtok.max(p.output_per_mtok);
+        let all = limits.max_tokens as f64 * dear / 1e6;
+        limits.budget_usd.map_or(all, |b| all.min(b))
+    });
+    let mut recorded = Recorded::default();
+    let (mut usd, mut tokens, mut max): (f64, u64, f64) = (0.0, 0, 0.0);
+    // (The store is read only where it exists: asking would make it.)
+    let tasks = if project.join(".loop/loop.db").is_file() {
+        runtime.tasks()?
+    } else {
+        Vec::new()
+    };
+    for t in tasks {
+        let Ok(s) = runtime.status(&t.id) else {
+            continue;
+        };
+        if s.used.steps == 0 {
+            continue;
+        }
+        recorded.runs += 1;
+        usd += s.used.usd;
+        tokens += s.used.tokens;
+        max = max.max(s.used.usd);
+    }
+    if recorded.runs > 0 {
+        recorded.mean_usd = Some(usd / recorded.runs as f64);
+        recorded.mean_tokens = Some(tokens / recorded.runs);
+        recorded.max_usd = Some(max);
+    }
+    Ok(Cost {
+        model: maker.map(|m| m.model.clone()),
+        price,
+        max_tokens: limits.max_tokens,
+        budget_usd: limits.budget_usd,
+        worst_case_usd: worst,
+        monthly_usd: recorded.mean_usd.map(|m| m * runs_per_month),
+        monthly_worst_usd: worst.map(|w| w * runs_per_month),
+        recorded,
+        runs_per_month,
+    })
+}
+
+/// The Loopfile's maker endpoint: (model, base URL), `None` when no network
+/// model is configured, or why its models do not resolve.
+pub fn maker_endpoint(
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<Option<(String, String)>, String> {
+    let Some(models) = loopfile.models.as_ref() else {
+        return Ok(None);
+    };
+    let c = loop_models::config::ModelsConfig::resolve(
+        None,
+        Some(models),
+        &loop_models::config::Env::from_process(),
+        "Loopfile.yaml",
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(c.maker
+        .first()
+        .map(|m| (m.model.clone(), m.base_url.clone())))
+}
