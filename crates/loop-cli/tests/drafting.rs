@@ -532,3 +532,106 @@ fn doctor_names_the_projects_toolchains_store_key_and_model_endpoint() {
     assert!(text(&out).contains("UNREACHABLE"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `loop run` on a terminal (a pty from util-linux's `script`), typing
+/// `keys`, with `editor` as `$EDITOR`: (exit code, what it printed).
+fn on_a_terminal(base: &Path, project: &Path, keys: &str, editor: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let ed = base.join("editor.sh");
+    std::fs::write(&ed, format!("#!/bin/sh\n{editor}\n")).unwrap();
+    std::fs::set_permissions(&ed, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cmd = format!(
+        "{} run 'make the tests pass' --model scripted:{} --project {}",
+        env!("CARGO_BIN_EXE_loop"),
+        base.join("script.yaml").display(),
+        project.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("LOOP_STATE_DIR", base.join("state"))
+        .env("EDITOR", &ed)
+        .env_remove("VISUAL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(keys.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), text(&out))
+}
+
+#[test]
+fn on_a_terminal_the_draft_is_accepted_edited_and_judged_again_or_rejected() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: util-linux `script` (a pty for the terminal flow) is not installed");
+        return;
+    }
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-terminal");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    std::fs::write(
+        base.join("script.yaml"),
+        format!(
+            "draft:\n  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes\n              checks:\n                - run: python3 -m unittest -v test_calc\n                  nonempty_tests: true\nturns:\n{FIX}"
+        ),
+    )
+    .unwrap();
+    // Edit, then accept: the edited contract is judged again and locked.
+    let (code, said) = on_a_terminal(
+        &base,
+        &project,
+        "e\na\n",
+        "sed -i 's/the unittest suite passes/the unittest suite passes, edited/' \"$1\"",
+    );
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("The drafted contract (the critic accepted it)"),
+        "{said}"
+    );
+    let ledger = std::fs::read_dir(project.join(".loop/receipts"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".ledger.jsonl"))
+        .unwrap()
+        .path();
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&ledger)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let p = &first["payload"];
+    assert_eq!(
+        p["drafting"]["confirmed_by"], "terminal, after editing",
+        "{p}"
+    );
+    assert_eq!(
+        p["contract"]["criteria"][0]["text"],
+        "the unittest suite passes, edited"
+    );
+    // An edit that proves nothing is rejected by the critic; then the
+    // person rejects the draft, and the task does not start.
+    let (code, said) = on_a_terminal(
+        &base,
+        &project,
+        "e\nr\n",
+        "sed -i 's/python3 -m unittest -v test_calc/true/' \"$1\"",
+    );
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("your edit is rejected by the critic"),
+        "{said}"
+    );
+    assert!(said.contains("cannot fail or proves nothing"), "{said}");
+    assert!(said.contains("you rejected the drafted contract"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}
