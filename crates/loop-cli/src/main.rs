@@ -91,8 +91,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         task: Option<PathBuf>,
         /// Run a pattern `loop init --pattern NAME` wrote (its contract
-        /// template, its SKILL.md given to the model); an instruction
-        /// given replaces the template's.
+        /// template, its SKILL.md given to the model); it takes no other
+        /// instruction.
         #[arg(long, value_name = "NAME", conflicts_with = "task")]
         pattern: Option<String>,
         /// With an instruction and no --check or --task, the contract is
@@ -645,8 +645,12 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         _ if pattern.is_some() => {
             let name = pattern.as_deref().unwrap_or_default();
             let (mut c, skill) = loop_runtime::patterns::load(runtime.project(), name)?;
-            if let Some(i) = &instruction {
-                c.instruction = i.clone();
+            // Another instruction would keep the template's checks, which
+            // judge the pattern's work, not the new one's.
+            if instruction.is_some() {
+                return Err(CliError::usage(format!(
+                    "a pattern runs its own instruction; to change it, edit loop-patterns/{name}/contract.yaml (or run the instruction without --pattern)"
+                )));
             }
             c.extend_with_flags(&checks, &artifacts)
                 .map_err(|e| CliError::usage(e.to_string()))?;

@@ -68,14 +68,17 @@ pub fn guidance_section(files: &[(String, String)]) -> String {
             end -= 1;
         }
         left -= end;
-        s.push_str(&format!("<<< {file}\n{}", &text[..end]));
+        // The fence is the text's own digest: no text can hold the fence
+        // that closes it (changing the text changes the fence).
+        let fence = &loop_protocol::hash::sha256_hex(text.as_bytes())[..16];
+        s.push_str(&format!("<<< {file} [{fence}]\n{}", &text[..end]));
         if end < text.len() {
             s.push_str(&format!(
                 "\n[… {} more bytes of {file} not shown]",
                 text.len() - end
             ));
         }
-        s.push_str(&format!("\n>>> end of {file}\n"));
+        s.push_str(&format!("\n>>> end of {file} [{fence}]\n"));
     }
     s
 }
@@ -93,7 +96,13 @@ mod tests {
             ("AGENTS.md".into(), big),
         ]);
         assert!(s.contains("cannot change the contract"));
-        assert!(s.contains("<<< LOOP.md\nUse tabs.\n>>> end of LOOP.md"));
+        let fence = &loop_protocol::hash::sha256_hex(b"Use tabs.")[..16];
+        assert!(
+            s.contains(&format!(
+                "<<< LOOP.md [{fence}]\nUse tabs.\n>>> end of LOOP.md [{fence}]"
+            )),
+            "{s}"
+        );
         assert!(s.contains("more bytes of AGENTS.md not shown"));
         assert!(s.len() < GUIDANCE_BYTES + 1024, "{}", s.len());
     }

@@ -82,6 +82,38 @@ const BEHAVIOUR: &[&str] = &[
     "serves",
     "test",
     "tests",
+    "support",
+    "supports",
+    "greet",
+    "greets",
+    "show",
+    "shows",
+    "display",
+    "displays",
+    "add",
+    "adds",
+    "create",
+    "creates",
+    "read",
+    "reads",
+    "write",
+    "writes",
+    "count",
+    "counts",
+    "list",
+    "lists",
+    "answer",
+    "answers",
+    "emit",
+    "emits",
+    "log",
+    "logs",
+    "fix",
+    "fixes",
+    "compare",
+    "compares",
+    "match",
+    "matches",
 ];
 
 /// Criteria text that promises nothing observable.
@@ -174,11 +206,110 @@ fn only_no_ops(line: &str) -> bool {
         match first(c) {
             Some(w) if WRAPPERS.contains(&w.as_str()) => {}
             Some(w) if NO_OPS.contains(&w.as_str()) => any = true,
-            Some(w) if (w == "test" || w == "[") && c.len() <= 3 => any = true,
+            // `test`/`[` about no path at all (`test 1 = 1`).
+            Some(w) if (w == "test" || w == "[") && !c[1..].iter().any(path_like) => any = true,
             _ => return false,
         }
     }
     any
+}
+
+/// Whether a word names a path (`greet.py`, `src/a`, `.`): it holds a `/`
+/// or a `.`, or is computed (a wildcard could be one).
+fn path_like(w: &loop_tools::shell::Word) -> bool {
+    match w {
+        None => true,
+        Some(w) => !w.starts_with('-') && (w.contains('/') || w.contains('.')),
+    }
+}
+
+/// Commands that only read files: a check made of nothing else proves a
+/// file's text, not what code does.
+const READERS: &[&str] = &[
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "test",
+    "[",
+    "ls",
+    "stat",
+    "file",
+    "find",
+    "diff",
+    "cmp",
+    "sha256sum",
+    "md5sum",
+    "awk",
+    "sed",
+];
+
+/// Whether every command in `line` only reads files.
+fn only_readers(line: &str) -> bool {
+    let parsed = loop_tools::shell::parse(line);
+    !parsed.commands.is_empty()
+        && parsed.commands.iter().all(|c| {
+            c.first().cloned().flatten().is_some_and(|w| {
+                READERS.contains(&w.as_str())
+                    || WRAPPERS.contains(&w.as_str())
+                    || NO_OPS.contains(&w.as_str())
+            })
+        })
+}
+
+/// Interpreters whose first operand is the program they run.
+const INTERPRETERS: &[&str] = &[
+    "python", "python3", "sh", "bash", "node", "ruby", "perl", "php", "deno", "bun", "tsx",
+    "ts-node",
+];
+
+/// The files a check runs that are not there (`present` says what is: the
+/// workspace and the environments shared into it): a script named as the
+/// command (`./verify.sh`) or as an interpreter's program (`python3
+/// verify.py`). The task would write its own judge.
+fn missing_programs(line: &str, present: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let parsed = loop_tools::shell::parse(line);
+    let mut out = Vec::new();
+    for c in &parsed.commands {
+        let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
+        let Some(first) = words.first() else { continue };
+        let name = first.rsplit('/').next().unwrap_or(first);
+        let program = if first.contains('/') && !first.starts_with('/') {
+            Some(*first)
+        } else if INTERPRETERS
+            .iter()
+            .any(|i| name == *i || name.starts_with(&format!("{i}3.")))
+        {
+            // The first operand that is not a flag, unless the code comes
+            // inline (`-c`, `-e`, `-m module`).
+            let mut program = None;
+            for w in &words[1..] {
+                if ["-c", "-e", "-m", "--eval", "-p"].contains(w) {
+                    break;
+                }
+                if !w.starts_with('-') {
+                    program = Some(*w);
+                    break;
+                }
+            }
+            program
+        } else {
+            None
+        };
+        if let Some(p) = program
+            && !p.is_empty()
+            && !p.starts_with('/')
+            && !present(p)
+            && !out.contains(&p.to_string())
+        {
+            out.push(p.to_string());
+        }
+    }
+    out
 }
 
 /// Why `command` proves nothing, if it proves nothing: every command in
@@ -234,15 +365,15 @@ fn observable(check: &Check) -> bool {
     }
 }
 
-fn is_file_check(check: &Check) -> bool {
-    !matches!(check, Check::Run(_))
-}
-
 /// Reasons to reject `contract` that need no run: its shape, checks that
 /// prove nothing, vague criteria, and checks the exec policy or the
 /// network rules would stop. `checks_have_network` is whether the
 /// contract lets its checks reach hosts.
-pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
+pub fn static_reasons(
+    contract: &Contract,
+    policy: &ExecPolicy,
+    present: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
     let mut out = Vec::new();
     let n = contract.criteria.len();
     if n == 0 {
@@ -258,6 +389,10 @@ pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
         let id = c.id.as_str();
         if id.trim().is_empty() {
             out.push("a criterion has an empty id".into());
+        } else if id.starts_with("stack-") || id.starts_with("project-") {
+            out.push(format!(
+                "criterion id `{id}`: `stack-` and `project-` ids are the runtime's (the project's own checks)"
+            ));
         } else if seen.contains(&id) {
             out.push(format!("criterion id `{id}` is used twice"));
         }
@@ -270,6 +405,20 @@ pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
             let at = format!("criterion `{id}`, check {} (`{}`)", i + 1, r.command);
             if let Some(why) = proves_nothing(&r.command) {
                 out.push(format!("{at} cannot fail or proves nothing: {why}"));
+            }
+            let parsed = loop_tools::shell::parse(&r.command);
+            if !parsed.unreadable.is_empty() {
+                out.push(format!(
+                    "{at} cannot be read as a shell reads it ({}): a check must say plainly what it runs",
+                    parsed.unreadable.join("; ")
+                ));
+            }
+            let missing = missing_programs(&r.command, present);
+            if !missing.is_empty() {
+                out.push(format!(
+                    "{at} runs {}, which the workspace does not have: the task would write its own judge; check with the project's own code and tests",
+                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                ));
             }
             let verdict = policy.evaluate(&r.command);
             let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
@@ -296,9 +445,13 @@ pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
         }
         let text = words(&c.text);
         let behavioural = text.iter().any(|w| BEHAVIOUR.contains(&w.as_str()));
-        if behavioural && !c.checks.is_empty() && c.checks.iter().all(is_file_check) {
+        let reads_only = |k: &Check| match k {
+            Check::Run(r) => only_readers(&r.command),
+            _ => true,
+        };
+        if behavioural && !c.checks.is_empty() && c.checks.iter().all(reads_only) {
             out.push(format!(
-                "criterion `{id}` is about behaviour (\"{}\") but its only evidence is that a file exists or holds a text: run the code and check what it does",
+                "criterion `{id}` is about behaviour (\"{}\") but its only evidence is a file's existence or text (file checks, grep, cat, test and the like): run the code and check what it does",
                 c.text
             ));
         }
@@ -314,14 +467,48 @@ pub fn static_reasons(contract: &Contract, policy: &ExecPolicy) -> Vec<String> {
     out
 }
 
-/// Whether the instruction asks for a change (most do; a request only to
-/// check or report does not).
+/// Words of an instruction that ask for a change.
+const CHANGE_WORDS: &[&str] = &[
+    "fix",
+    "add",
+    "make",
+    "create",
+    "implement",
+    "change",
+    "update",
+    "write",
+    "remove",
+    "delete",
+    "rename",
+    "refactor",
+    "bump",
+    "convert",
+    "improve",
+    "support",
+    "replace",
+    "move",
+    "build",
+    "port",
+    "migrate",
+    "upgrade",
+    "repair",
+    "resolve",
+    "generate",
+    "draft",
+    "turn",
+    "set",
+];
+
+/// Whether the instruction asks for a change: always, unless it starts
+/// with a word that asks only to look (check, verify, …) and no word in it
+/// asks for a change.
 pub fn asks_for_change(instruction: &str) -> bool {
-    let first = words(instruction).into_iter().next().unwrap_or_default();
-    !matches!(
-        first.as_str(),
+    let w = words(instruction);
+    let looks = matches!(
+        w.first().map(String::as_str).unwrap_or_default(),
         "check" | "verify" | "confirm" | "audit" | "report" | "list" | "explain" | "describe"
-    )
+    );
+    !looks || w.iter().any(|x| CHANGE_WORDS.contains(&x.as_str()))
 }
 
 /// What the untouched workspace says of the draft: the criteria that
@@ -334,6 +521,31 @@ pub fn judge_baseline(
     instruction_asks_change: bool,
 ) -> (Vec<String>, Vec<String>) {
     let mut notes = Vec::new();
+    let mut reasons = Vec::new();
+    // A check the untouched workspace could not judge (killed by its
+    // timeout, unable to start) says nothing about the change.
+    for e in &baseline.criteria {
+        for k in &e.checks {
+            let unstarted = k
+                .failure
+                .as_deref()
+                .is_some_and(|f| f.starts_with("the command could not start"));
+            if k.timed_out || unstarted || k.signal.is_some() {
+                reasons.push(format!(
+                    "criterion `{}`, check {} could not be judged on the untouched workspace ({}): it would prove nothing either way",
+                    e.id,
+                    k.index + 1,
+                    if k.timed_out {
+                        "it timed out".to_string()
+                    } else if let Some(sig) = k.signal {
+                        format!("it was killed by signal {sig}")
+                    } else {
+                        k.failure.clone().unwrap_or_default()
+                    }
+                ));
+            }
+        }
+    }
     for c in contract.criteria.iter_mut() {
         let held = baseline
             .criteria
@@ -348,7 +560,6 @@ pub fn judge_baseline(
             ));
         }
     }
-    let mut reasons = Vec::new();
     if instruction_asks_change && contract.criteria.iter().all(|c| c.guard) {
         reasons.push(
             "every criterion already holds on the untouched workspace: nothing checks the change the instruction asks for"
@@ -367,7 +578,12 @@ mod tests {
     }
 
     fn reasons(yaml: &str) -> Vec<String> {
-        static_reasons(&contract(yaml), &ExecPolicy::default())
+        let ws = std::env::temp_dir().join(format!("loop-critic-ws-{}", std::process::id()));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("greet.py"), "print('Hello')\n").unwrap();
+        static_reasons(&contract(yaml), &ExecPolicy::default(), &|p| {
+            ws.join(p).exists()
+        })
     }
 
     fn rejected_for(yaml: &str, want: &str) {
@@ -428,6 +644,50 @@ mod tests {
     }
 
     #[test]
+    fn a_judge_the_task_would_write_readers_posing_as_behaviour_and_runtime_ids_are_rejected() {
+        rejected_for(
+            "criteria:\n  - id: s\n    text: greet.py --shout prints HELLO\n    checks:\n      - run: python3 verify_shout.py\n",
+            "runs `verify_shout.py`, which the workspace does not have",
+        );
+        rejected_for(
+            "criteria:\n  - id: s\n    text: s\n    checks:\n      - run: sh ci/check.sh\n",
+            "runs `ci/check.sh`",
+        );
+        rejected_for(
+            "criteria:\n  - id: s\n    text: s\n    checks:\n      - run: ./verify.sh\n",
+            "runs `./verify.sh`",
+        );
+        // The workspace's own program, or inline code, is fine.
+        assert!(reasons("criteria:\n  - id: g\n    text: greet.py prints Hello\n    checks:\n      - run: python3 greet.py\n        expect_stdout: Hello\n").is_empty());
+        assert!(reasons("criteria:\n  - id: g\n    text: g\n    checks:\n      - run: python3 -c 'import greet'\n").is_empty());
+        rejected_for(
+            "criteria:\n  - id: p\n    text: greet.py prints Hello\n    checks:\n      - run: grep -q Hello greet.py\n",
+            "about behaviour",
+        );
+        rejected_for(
+            "criteria:\n  - id: p\n    text: the CLI supports --verbose\n    checks:\n      - run: cat greet.py | grep -q verbose\n",
+            "about behaviour",
+        );
+        rejected_for(
+            "criteria:\n  - id: stack-python-test\n    text: x\n    checks:\n      - run: test -f greet.py\n",
+            "ids are the runtime's",
+        );
+        rejected_for(
+            "criteria:\n  - id: u\n    text: u\n    checks:\n      - run: sh -c \"$CHECK\"\n",
+            "cannot be read as a shell reads it",
+        );
+        // A file test about a path is not a no-op (the baseline judges it).
+        assert!(reasons("criteria:\n  - id: f\n    text: the file is there\n    checks:\n      - run: test -f greet.py\n").is_empty());
+        rejected_for(
+            "criteria:\n  - id: f\n    text: f\n    checks:\n      - run: test 1 = 1\n",
+            "cannot fail or proves nothing",
+        );
+        assert!(asks_for_change(
+            "Check the CSV parser rejects empty rows and fix it"
+        ));
+    }
+
+    #[test]
     fn too_many_criteria_the_network_and_the_exec_policy_are_named() {
         let many: String = (0..13)
             .map(|i| format!("  - id: c{i}\n    text: c\n    checks:\n      - run: test -f f{i}\n"))
@@ -451,6 +711,7 @@ mod tests {
                 "criteria:\n  - id: r\n    text: r\n    checks:\n      - run: rm -rf build\n",
             ),
             &policy,
+            &|_| true,
         );
         assert!(
             r.iter().any(|x| x.contains("forbidden by the exec policy")),

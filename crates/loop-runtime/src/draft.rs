@@ -76,13 +76,19 @@ judges your proposal and tells you what to mend.",
 
 /// What the drafter is told of the workspace: its top-level entries and
 /// the project's own checks.
-fn briefing(instruction: &str, workspace: &Path, stack: &[StackCheck]) -> String {
+fn briefing(
+    instruction: &str,
+    workspace: &Path,
+    stack: &[StackCheck],
+    guidance: &[(String, String)],
+) -> String {
     let mut names: Vec<String> = std::fs::read_dir(workspace)
         .map(|items| {
             items
                 .flatten()
                 .map(|i| {
-                    let n = i.file_name().to_string_lossy().to_string();
+                    // A name is data: control characters shown escaped.
+                    let n: String = i.file_name().to_string_lossy().escape_debug().collect();
                     if i.file_type().is_ok_and(|t| t.is_dir()) {
                         format!("{n}/")
                     } else {
@@ -111,6 +117,9 @@ fn briefing(instruction: &str, workspace: &Path, stack: &[StackCheck]) -> String
             s.push_str(&format!("- {} {}: `{}`\n", c.stack, c.kind, c.command));
         }
     }
+    // The project's notes, as data: they describe the project; the
+    // contract is yours to write.
+    s.push_str(&loop_core::prompt::guidance_section(guidance));
     s
 }
 
@@ -137,6 +146,10 @@ fn read_proposal(shell: &Contract, args: &serde_json::Value) -> Result<Contract,
     let text = serde_json::Value::Object(doc).to_string();
     let mut c = Contract::from_yaml(&text, "the proposal")
         .map_err(|e| e.0.iter().map(|d| d.message.clone()).collect::<Vec<_>>())?;
+    // Only the baseline says what holds already.
+    for k in c.criteria.iter_mut() {
+        k.guard = false;
+    }
     c.limits = shell.limits.clone();
     for a in &shell.artifacts {
         if !c.artifacts.contains(a) {
@@ -164,7 +177,7 @@ fn stack_criterion(c: &StackCheck) -> Criterion {
             expect_stdout: None,
             expect_stderr: None,
             stdout_matches: None,
-            nonempty_tests: c.kind == "test",
+            nonempty_tests: crate::stacks::counts_tests(c),
             timeout_secs: 600,
         })],
         guard: true,
@@ -193,11 +206,17 @@ pub(crate) fn guard_project_checks(
     stack: &[StackCheck],
     baseline: &mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
 ) -> Result<(Contract, VerificationReport, Vec<StackCheckRecord>), Error> {
+    // The contract has a project check only as the check itself: the same
+    // command, expected to succeed, nothing else asked of it.
     let in_contract = |cmd: &str| {
         contract.criteria.iter().find(|c| {
-            c.checks
-                .iter()
-                .any(|k| matches!(k, Check::Run(r) if r.command == cmd))
+            c.checks.iter().any(|k| {
+                matches!(k, Check::Run(r) if r.command == cmd
+                    && r.expect_exit == 0
+                    && r.expect_stdout.is_none()
+                    && r.expect_stderr.is_none()
+                    && r.stdout_matches.is_none())
+            })
         })
     };
     let extra: Vec<&StackCheck> = stack
@@ -239,9 +258,10 @@ fn judge(
     contract: &Contract,
     policy: &ExecPolicy,
     stack: &[StackCheck],
+    present: &dyn Fn(&str) -> bool,
     baseline: &mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
 ) -> Result<Judgement, Error> {
-    let reasons = critic::static_reasons(contract, policy);
+    let reasons = critic::static_reasons(contract, policy, present);
     if !reasons.is_empty() {
         return Ok(Judgement {
             reasons,
@@ -281,6 +301,9 @@ pub(crate) struct Drafting<'a> {
     pub model: &'a mut dyn loop_core::Model,
     /// The task's workspace (untouched).
     pub workspace: &'a Path,
+    /// Whether a workspace path is there (in the workspace, or in an
+    /// environment shared into it).
+    pub present: &'a dyn Fn(&str) -> bool,
     /// The exec policy checks would run under.
     pub policy: &'a ExecPolicy,
     /// Runs a contract's checks on the untouched workspace.
@@ -293,6 +316,9 @@ pub(crate) struct Drafting<'a> {
     pub guidance: &'a [(String, String)],
     /// The project's own checks (declared, else detected).
     pub stack: &'a [StackCheck],
+    /// Criteria every contract gets (the Loopfile's `verification.checks`),
+    /// added before the person sees the draft.
+    pub extra: &'a [Criterion],
 }
 
 /// Draft, judge and confirm. On failure the record so far comes back too
@@ -309,9 +335,9 @@ pub(crate) fn draft(
         confirmed_by: String::new(),
     };
     let mut ctx = Context::new(
-        system_prompt() + &loop_core::prompt::guidance_section(d.guidance),
+        system_prompt(),
         vec![tool()],
-        &briefing(&d.shell.instruction, d.workspace, stack),
+        &briefing(&d.shell.instruction, d.workspace, stack, d.guidance),
     );
     let mut accepted: Option<Contract> = None;
     for n in 1..=MAX_ATTEMPTS {
@@ -368,7 +394,7 @@ pub(crate) fn draft(
             }
         };
         let verdict = match parsed {
-            Ok(c) => match judge(&c, d.policy, stack, d.baseline) {
+            Ok(c) => match judge(&c, d.policy, stack, d.present, d.baseline) {
                 Ok(v) => Ok(v),
                 Err(e) => return Err(Box::new((e, record))),
             },
@@ -416,7 +442,14 @@ pub(crate) fn draft(
             ),
         ));
     }
-    let Some(mut contract) = accepted else {
+    let Some(mut contract) = accepted.map(|mut c| {
+        for e in d.extra {
+            if !c.criteria.iter().any(|have| have.id == e.id) {
+                c.criteria.push(e.clone());
+            }
+        }
+        c
+    }) else {
         let last = record
             .attempts
             .last()
@@ -453,11 +486,16 @@ pub(crate) fn draft(
                 )));
             }
             ContractReview::Unanswered => {
-                let _ = std::fs::write(d.draft_file, &shown);
+                let kept = match std::fs::write(d.draft_file, &shown) {
+                    Ok(()) => format!("review {} and run it with --task", d.draft_file.display()),
+                    Err(e) => format!(
+                        "(the draft could not be kept at {}: {e})",
+                        d.draft_file.display()
+                    ),
+                };
                 return Err(Box::new((
                     Error::usage(format!(
-                        "the drafted contract needs your confirmation: run on a terminal, pass --accept-contract, or review {} and run it with --task",
-                        d.draft_file.display()
+                        "the drafted contract needs your confirmation: run on a terminal, pass --accept-contract, or {kept}"
                     )),
                     record,
                 )));
@@ -468,8 +506,19 @@ pub(crate) fn draft(
                     Err(e) => Err(e.0.iter().map(|d| d.to_string()).collect::<Vec<_>>()),
                     Ok(mut c) => {
                         c.instruction = d.shell.instruction.clone();
-                        match judge(&c, d.policy, &[], d.baseline) {
-                            Ok(j) if j.reasons.is_empty() => Ok(j.contract),
+                        // The person's edit is judged like a draft: what
+                        // holds already is said by the baseline only.
+                        c.criteria.retain(|k| {
+                            !k.id.starts_with("stack-") && !k.id.starts_with("project-")
+                        });
+                        for k in c.criteria.iter_mut() {
+                            k.guard = false;
+                        }
+                        match judge(&c, d.policy, d.stack, d.present, d.baseline) {
+                            Ok(j) if j.reasons.is_empty() => {
+                                project_checks = j.stack;
+                                Ok(j.contract)
+                            }
                             Ok(j) => Err(j.reasons),
                             Err(e) => return Err(Box::new((e, record))),
                         }

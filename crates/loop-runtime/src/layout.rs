@@ -28,8 +28,9 @@ pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
 }
 
 /// The project a directory belongs to: inside a git repository (in a part
-/// git does not ignore), the nearest directory up to the repository's top
-/// level that holds a `Loopfile.yaml`, else the top level itself; outside
+/// git does not ignore), the repository's top level when it holds a
+/// `Loopfile.yaml`, else the nearest directory below it that does (a
+/// monorepo's package), else the top level itself; outside
 /// one (or in an ignored part, such as a task's own workspace under
 /// `.loop/`), the directory itself. So every command run from a
 /// subdirectory finds the same `.loop/` and Loopfile. The runtime opened
@@ -39,8 +40,18 @@ pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", dir.display())))?;
     let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
+        let mut c = std::process::Command::new("git");
+        // The repository is the directory's, whatever the caller's GIT_*.
+        for var in [
+            "GIT_DIR",
+            "GIT_WORK_TREE",
+            "GIT_INDEX_FILE",
+            "GIT_COMMON_DIR",
+            "GIT_CEILING_DIRECTORIES",
+        ] {
+            c.env_remove(var);
+        }
+        c.arg("-C")
             .arg(&dir)
             .args(args)
             .stdin(std::process::Stdio::null())
@@ -62,12 +73,20 @@ pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
     if git(&["check-ignore", "-q", "."]).is_some_and(|o| o.status.success()) {
         return Ok(dir);
     }
+    // The top's Loopfile makes the top the project; else the nearest
+    // package below it with its own (a monorepo's). A Loopfile that is a
+    // link makes no project.
+    let loopfile_at =
+        |d: &Path| std::fs::symlink_metadata(d.join("Loopfile.yaml")).is_ok_and(|m| m.is_file());
+    if loopfile_at(&top) {
+        return Ok(top);
+    }
     for a in dir.ancestors() {
-        if a.join("Loopfile.yaml").is_file() {
-            return Ok(a.to_path_buf());
-        }
         if a == top {
             break;
+        }
+        if loopfile_at(a) {
+            return Ok(a.to_path_buf());
         }
     }
     Ok(top)
@@ -349,8 +368,16 @@ mod root_tests {
         let canon = |d: &str| base.join(d).canonicalize().unwrap();
         assert_eq!(root("repo"), canon("repo"));
         assert_eq!(root("repo/src/deep"), canon("repo"));
-        // A package with its own Loopfile is its own project.
+        // A package with its own Loopfile is its own project...
         assert_eq!(root("repo/pkg/inner"), canon("repo/pkg"));
+        // ...unless the top has one: then the top is the project.
+        std::fs::write(base.join("repo/Loopfile.yaml"), "version: 1\n").unwrap();
+        assert_eq!(root("repo/pkg/inner"), canon("repo"));
+        std::fs::remove_file(base.join("repo/Loopfile.yaml")).unwrap();
+        // A Loopfile that is a link makes no project.
+        std::fs::remove_file(base.join("repo/pkg/Loopfile.yaml")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", base.join("repo/pkg/Loopfile.yaml")).unwrap();
+        assert_eq!(root("repo/pkg/inner"), canon("repo"));
         // What git ignores is not the repository's project.
         assert_eq!(root("repo/build/out"), canon("repo/build/out"));
         // Outside a repository: the directory itself.

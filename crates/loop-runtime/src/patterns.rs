@@ -100,6 +100,10 @@ fn first(checks: &[StackCheck], kind: &str) -> Option<String> {
 /// A pattern's SKILL.md and contract template, for this project's checks.
 fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), Error> {
     let test = first(checks, "test");
+    let counted = checks
+        .iter()
+        .find(|c| c.kind == "test")
+        .is_some_and(crate::stacks::counts_tests);
     let need = |what: &str, c: &Option<String>| {
         c.clone().ok_or_else(|| {
             Error::usage(format!(
@@ -111,7 +115,7 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
         format!(
             "  - id: tests\n    text: the project's test suite passes, with tests run\n    checks:\n      - run: {}\n        nonempty_tests: {}\n        timeout_secs: 900\n",
             yaml_str(t),
-            !t.starts_with("make")
+            counted
         )
     };
     let limits =
@@ -157,7 +161,7 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
         "changelog-drafter" => (
             "# changelog-drafter\n\nWHEN: commits have landed since the changelog was last written.\n\nREAD: `git log` since the last tag (or the last five commits), and CHANGELOG.md if there is one.\n\nJUDGE: one line per user-visible change, in the project's own words; nothing invented.\n\nOUTPUT: a new section at the top of CHANGELOG.md naming each of those commits' subjects.\n\nSTOP: when every recent commit's subject is in the new section.\n".to_string(),
             format!(
-                "instruction: Draft CHANGELOG.md entries for the last five commits, from the git history, at the top of CHANGELOG.md.\ncriteria:\n  - id: subjects\n    text: each of the last five commits' subjects is in CHANGELOG.md\n    checks:\n      - run: \"git log -5 --format=%s | while IFS= read -r s; do grep -qF -- \\\"$s\\\" CHANGELOG.md || exit 1; done\"\n      - file_exists: CHANGELOG.md\n{limits}"
+                "instruction: Draft CHANGELOG.md entries for the last five commits, from the git history, at the top of CHANGELOG.md.\ncriteria:\n  - id: subjects\n    text: each of the last five commits' subjects is in CHANGELOG.md\n    checks:\n      - run: \"s=$(git log -5 --format=%s) && test -n \\\"$s\\\" && printf '%s\\\\n' \\\"$s\\\" | while IFS= read -r l; do grep -qF -- \\\"$l\\\" CHANGELOG.md || exit 1; done\"\n      - file_exists: CHANGELOG.md\n{limits}"
             ),
         ),
         "todo-to-task" => (
@@ -264,12 +268,14 @@ mod tests {
                 kind: "test",
                 command: "cargo test --offline".into(),
                 why: "Cargo.toml".into(),
+                counted: true,
             },
             StackCheck {
                 stack: "project",
                 kind: "lint",
                 command: "cargo clippy --offline -- -D warnings".into(),
                 why: "declared".into(),
+                counted: true,
             },
         ];
         for (name, _) in PATTERNS {
@@ -278,8 +284,11 @@ mod tests {
                 assert!(skill.contains(part), "{name}: {part}");
             }
             let c = loop_protocol::Contract::from_yaml(&contract, name).unwrap();
-            let reasons =
-                crate::critic::static_reasons(&c, &loop_tools::exec_policy::ExecPolicy::default());
+            let reasons = crate::critic::static_reasons(
+                &c,
+                &loop_tools::exec_policy::ExecPolicy::default(),
+                &|_| true,
+            );
             assert!(reasons.is_empty(), "{name}: {reasons:?}");
         }
         let e = pattern_files("lint-fixer", &checks[..1]).unwrap_err();
@@ -297,6 +306,7 @@ mod tests {
             kind: "test",
             command: ".venv/bin/python -m pytest -q".into(),
             why: "pytest".into(),
+            counted: true,
         }];
         let l = crate::loopfile::Loopfile::parse(&loopfile_text(&checks, &[]), "t").unwrap();
         assert_eq!(

@@ -114,11 +114,21 @@ pub(crate) fn submit_claimed(
             stored.setup.as_ref(),
         )
     };
+    // What a check may run: the workspace's files, and the shared
+    // environments' (seen at the same paths in the sandbox).
+    let shares = stored.shares.clone();
+    let present = |rel: &str| {
+        std::fs::symlink_metadata(workspace.join(rel)).is_ok()
+            || shares.iter().any(|s| {
+                Path::new(rel)
+                    .strip_prefix(&s.path)
+                    .is_ok_and(|rest| project.join(s.content_path()).join(rest).exists())
+            })
+    };
     let settled = settle_contract(
         req,
         &loopfile,
-        &project,
-        &workspace,
+        (&project, &workspace, &present),
         &task_dir,
         check_sandbox(&stored),
         observer,
@@ -169,6 +179,10 @@ pub(crate) fn submit_claimed(
     Ok((task_id, owner))
 }
 
+/// Where a task's contract is settled: (the project, the task's workspace,
+/// whether a workspace path is there, shared environments included).
+type Where<'a> = (&'a Path, &'a Path, &'a dyn Fn(&str) -> bool);
+
 /// A settled contract: (contract, how it was drafted, the project checks).
 type Settled = (
     loop_protocol::Contract,
@@ -185,8 +199,7 @@ type Settled = (
 fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
-    project: &Path,
-    workspace: &Path,
+    (project, workspace, present): Where<'_>,
     task_dir: &Path,
     sandbox: loop_sandbox::Settings,
     observer: &mut dyn crate::Observer,
@@ -194,8 +207,15 @@ fn settle_contract(
     let scratch = task_dir.join("scratch");
     let mut baseline = |c: &loop_protocol::Contract| {
         let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
+        // A fresh deadline each run: drafting and a person's edit take
+        // time no check should lose.
+        let mut sandbox = sandbox.clone();
+        sandbox.deadline = Some(
+            std::time::Instant::now()
+                + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
+        );
         SnapshotVerifier::new(workspace, &scratch)
-            .with_sandbox(sandbox.clone())
+            .with_sandbox(sandbox)
             .verify(c, &sha, 0)
             .map_err(Error::from_cause)
     };
@@ -206,7 +226,7 @@ fn settle_contract(
             let (c, d, k) = draft_contract(
                 req,
                 loopfile,
-                workspace,
+                (workspace, present),
                 task_dir,
                 &stack,
                 accept,
@@ -232,7 +252,13 @@ fn settle_contract(
             k.command, k.stack, k.kind, k.used
         ));
     }
-    for c in &loopfile.verification.checks {
+    // (A drafted contract has them already: the person saw them.)
+    let extra: &[loop_protocol::Criterion] = if drafting.is_some() {
+        &[]
+    } else {
+        &loopfile.verification.checks
+    };
+    for c in extra {
         if contract.criteria.iter().any(|have| have.id == c.id) {
             return Err(Error::usage(format!(
                 "the Loopfile's verification.checks criterion `{}` has the id of one of the contract's",
@@ -249,7 +275,7 @@ fn settle_contract(
 fn draft_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
-    workspace: &Path,
+    (workspace, present): (&Path, &dyn Fn(&str) -> bool),
     task_dir: &Path,
     stack: &[crate::stacks::StackCheck],
     accept: bool,
@@ -269,12 +295,14 @@ fn draft_contract(
             shell: &req.contract,
             model: model.as_mut(),
             workspace,
+            present,
             policy: &policy,
             baseline,
             accept,
             draft_file: &task_dir.join("draft.json"),
             guidance: &crate::request::read_guidance(workspace),
             stack,
+            extra: &loopfile.verification.checks,
         },
         observer,
     );

@@ -147,7 +147,7 @@ pub fn readiness(project: &Path) -> Readiness {
         .collect();
     points.push(point(
         "protected paths",
-        !protected.is_empty() && missing.len() < protected.len(),
+        !protected.is_empty() && missing.is_empty(),
         if protected.is_empty() {
             "no protected paths declared (the built-in ones still apply)".into()
         } else if missing.is_empty() {
@@ -186,8 +186,10 @@ pub fn readiness(project: &Path) -> Readiness {
         "run where the kernel offers user namespaces, Landlock and seccomp (`loop doctor` says how)",
     ));
     let key = loop_receipt::state_dir().join("signing.key");
-    let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
-        || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();
+    // A key named by the environment counts only where it is there.
+    let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("LOOP_SIGNING_KEY_FILE")
+            .is_some_and(|f| std::path::Path::new(&f).is_file());
     points.push(point(
         "signing key",
         key.is_file() || from_env,

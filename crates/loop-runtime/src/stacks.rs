@@ -6,6 +6,12 @@
 
 use std::path::Path;
 
+/// Whether a check's output names the tests it ran in a form the
+/// verifier reads (so `nonempty_tests` can hold it to running some).
+pub fn counts_tests(c: &StackCheck) -> bool {
+    c.kind == "test" && matches!(c.stack, "python" | "rust" | "go" | "node") && c.counted
+}
+
 /// A detected project check.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct StackCheck {
@@ -17,6 +23,9 @@ pub struct StackCheck {
     pub command: String,
     /// Why this command (the marker, the runner found).
     pub why: String,
+    /// Its runner's summary is one the verifier reads.
+    #[serde(skip)]
+    pub counted: bool,
 }
 
 impl StackCheck {
@@ -118,6 +127,7 @@ pub fn declared(v: &crate::loopfile::Verification) -> Vec<StackCheck> {
             kind,
             command: command.clone(),
             why: format!("the Loopfile's verification.{kind}"),
+            counted: false,
         })
         .collect()
 }
@@ -131,6 +141,7 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
             kind,
             command,
             why,
+            counted: true,
         })
     };
     if python_project(dir) {
@@ -185,7 +196,7 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
     }
     if has(dir, "go.mod") {
         add("go", "build", "go build ./...".into(), "go.mod".into());
-        add("go", "test", "go test ./...".into(), "go.mod".into());
+        add("go", "test", "go test -v ./...".into(), "go.mod".into());
         add("go", "lint", "go vet ./...".into(), "go.mod".into());
     }
     if has(dir, "package.json") {
@@ -290,7 +301,7 @@ mod tests {
                 "rust build: cargo build --offline",
                 "rust test: cargo test --offline",
                 "go build: go build ./...",
-                "go test: go test ./...",
+                "go test: go test -v ./...",
                 "go lint: go vet ./...",
                 "node test: pnpm run test",
                 "node lint: pnpm run lint",

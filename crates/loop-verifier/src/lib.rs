@@ -534,6 +534,10 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
                         m.as_str()
                     ));
                 }
+                // Nothing shows tests ran: that is no proof they did.
+                return Some(
+                    "no test runner's summary was recognised (pytest, unittest, cargo test, go test -v, Jest, Mocha, TAP), so nothing shows tests ran; nonempty_tests needs one".into(),
+                );
             }
         }
     }
