@@ -236,12 +236,14 @@ fn settle_contract(
             (c, Some(d), k)
         }
         crate::ContractSource::Given => {
-            let declared = crate::stacks::declared(&loopfile.verification);
-            if declared.is_empty() {
+            // A written contract gets the project's checks as guards too:
+            // what builds and passes before the work must after it.
+            let stack = crate::stacks::project_checks(project, &loopfile.verification);
+            if stack.is_empty() {
                 (req.contract.clone(), None, Vec::new())
             } else {
                 let (c, _, k) =
-                    crate::draft::guard_project_checks(&req.contract, &declared, &mut baseline)?;
+                    crate::draft::guard_project_checks(&req.contract, &stack, &mut baseline)?;
                 (c, None, k)
             }
         }
