@@ -9,20 +9,7 @@ mod shared;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn loop_cmd(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
-    c.env("LOOP_STATE_DIR", home.join("state"))
-        .stdin(std::process::Stdio::null());
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use shared::{loop_in as loop_cmd, text};
 
 /// A fresh clone of a small Python project whose test fails.
 fn python_project(base: &Path) -> PathBuf {

@@ -5,15 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod shared;
+
+use shared::loop_in as loop_cmd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn loop_cmd(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
-    c.env("LOOP_STATE_DIR", home.join("state"))
-        .stdin(std::process::Stdio::null());
-    c
-}
 
 /// The venv's content root, as `loop manifest` gives it.
 fn digest(home: &Path, dir: &Path) -> String {
@@ -67,28 +63,12 @@ fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
         serde_json::to_string(setattr).unwrap(),
         serde_json::to_string(fix).unwrap()
     );
-    std::fs::write(base.join("script.yaml"), script).unwrap();
-    std::fs::write(
-        base.join("task.yaml"),
+    let events = run_task(
+        &base,
+        &project,
+        &script,
         "instruction: write slug.py\ncriteria:\n  - id: tests\n    checks:\n      - run: \".venv/bin/python -m unittest test_slug\"\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 120 }\n",
-    )
-    .unwrap();
-    let out = loop_cmd(&base)
-        .args(["run", "--json", "--task"])
-        .arg(base.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", base.join("script.yaml").display()))
-        .arg("--project")
-        .arg(&project)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
-    let events: Vec<serde_json::Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    );
     // The model could not change the shared environment, by either path.
     let observed: Vec<&serde_json::Value> = events
         .iter()
@@ -133,13 +113,7 @@ fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
     assert_eq!(digest(&base, &project.join(".venv")), before);
     assert!(!project.join(".venv/owned").exists());
     assert!(!project.join(".venv/lib/evil.py").exists());
-    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap()["path"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let env = std::fs::read_to_string(&receipt).unwrap();
-    let env: serde_json::Value = serde_json::from_str(&env).unwrap();
-    let payload = base64_payload(env["payload"].as_str().unwrap());
+    let (receipt, payload) = statement(&events);
     let shared = &payload["predicate"]["environments"];
     assert_eq!(shared[0]["path"], ".venv", "{shared}");
     assert_eq!(shared[0]["sha256"], before.as_str(), "{shared}");
@@ -161,14 +135,6 @@ fn a_project_whose_tests_need_its_venv_verifies_and_the_venv_is_untouched() {
     assert_eq!(replay.status.code(), Some(0), "{said}");
     assert!(said.contains("reproduced"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
-}
-
-fn base64_payload(b64: &str) -> serde_json::Value {
-    use base64::Engine;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 #[test]
@@ -237,9 +203,7 @@ fn run_task(base: &Path, project: &Path, script: &str, task: &str) -> Vec<serde_
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    shared::json_lines(&out)
 }
 
 /// The signed statement of the run whose events these are.
@@ -248,9 +212,7 @@ fn statement(events: &[serde_json::Value]) -> (String, serde_json::Value) {
         .as_str()
         .unwrap()
         .to_string();
-    let env: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let payload = base64_payload(env["payload"].as_str().unwrap());
+    let payload = shared::payload_of(Path::new(&path));
     (path, payload)
 }
 

@@ -5,16 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod shared;
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use shared::{json_lines, loop_in, text};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn sh(dir: &Path, cmd: &str) {
     let out = Command::new("sh")
@@ -77,9 +72,7 @@ fn verified_through_drafting(
         serde_json::to_string(fix.1).unwrap()
     );
     std::fs::write(base.join("script.yaml"), script).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .env("LOOP_STATE_DIR", base.join("state"))
-        .stdin(std::process::Stdio::null())
+    let out = loop_in(base)
         .args([
             "run",
             "make the tests pass",
@@ -93,10 +86,7 @@ fn verified_through_drafting(
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let events = json_lines(&out);
     let started = events.iter().find(|e| e["kind"] == "task_started").unwrap();
     assert_eq!(
         started["drafting"]["attempts"][0]["accepted"], true,

@@ -368,7 +368,12 @@ impl Contract {
                 hint: Some("say what the task should achieve".into()),
             }]));
         }
-        Ok(Contract {
+        Ok(Contract::empty(instruction))
+    }
+
+    /// The instruction, default limits, nothing else.
+    fn empty(instruction: &str) -> Contract {
+        Contract {
             version: CONTRACT_VERSION,
             instruction: instruction.to_string(),
             criteria: Vec::new(),
@@ -378,7 +383,7 @@ impl Contract {
             allow_check_changes: Vec::new(),
             network_allow: Vec::new(),
             limits: Limits::default(),
-        })
+        }
     }
 
     /// Compile a contract from `loop run` flags: one criterion per `--check`.
@@ -387,17 +392,7 @@ impl Contract {
         checks: &[String],
         artifacts: &[String],
     ) -> Result<Contract, ContractErrors> {
-        let mut contract = Contract {
-            version: CONTRACT_VERSION,
-            instruction: instruction.trim().to_string(),
-            criteria: Vec::new(),
-            artifacts: Vec::new(),
-            protected: Vec::new(),
-            unprotect: Vec::new(),
-            allow_check_changes: Vec::new(),
-            network_allow: Vec::new(),
-            limits: Limits::default(),
-        };
+        let mut contract = Contract::empty(instruction.trim());
         let mut r = Reader::new("command line");
         if contract.instruction.is_empty() {
             r.err(

@@ -44,11 +44,11 @@ fn redacted(model: Box<dyn Model + Send>) -> Box<dyn Model + Send> {
     Box::new(Redacted::new(model, loop_sandbox::redact::redact))
 }
 
-pub(crate) fn load_model(
+/// The `--model` spec parsed, and the models it and the Loopfile configure.
+pub(crate) fn resolve(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
-    record: Option<&Path>,
-) -> Result<Models, Error> {
+) -> Result<(Option<ModelSpec>, ModelsConfig), Error> {
     let spec = spec
         .map(ModelSpec::parse)
         .transpose()
@@ -64,6 +64,15 @@ pub(crate) fn load_model(
         &origin,
     )
     .map_err(|e| Error::usage(e.to_string()))?;
+    Ok((spec, config))
+}
+
+pub(crate) fn load_model(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+    record: Option<&Path>,
+) -> Result<Models, Error> {
+    let (spec, config) = resolve(spec, loopfile)?;
     // Every configured key, wherever it came from (`api_key_env` may name
     // any variable), is scrubbed by value from every record.
     for e in config.maker.iter().chain(&config.checker) {
@@ -109,21 +118,7 @@ pub(crate) fn load_drafter(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
 ) -> Result<Box<dyn Model + Send>, Error> {
-    let parsed = spec
-        .map(ModelSpec::parse)
-        .transpose()
-        .map_err(|e| Error::usage(e.to_string()))?;
-    let origin = loopfile
-        .path
-        .as_ref()
-        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
-    let config = ModelsConfig::resolve(
-        parsed.as_ref(),
-        loopfile.models.as_ref(),
-        &Env::from_process(),
-        &origin,
-    )
-    .map_err(|e| Error::usage(e.to_string()))?;
+    let (parsed, config) = resolve(spec, loopfile)?;
     for e in config.drafter.iter() {
         if let Some(k) = &e.api_key {
             loop_sandbox::redact::register_literal(k.expose());

@@ -255,21 +255,7 @@ pub fn cost(
 ) -> Result<Cost, Error> {
     let project = runtime.project();
     let loopfile = crate::loopfile::Loopfile::load(project)?;
-    let origin = loopfile
-        .path
-        .as_ref()
-        .map_or("Loopfile.yaml".to_string(), |p| p.display().to_string());
-    let spec = model
-        .map(loop_models::ModelSpec::parse)
-        .transpose()
-        .map_err(|e| Error::usage(e.to_string()))?;
-    let config = loop_models::config::ModelsConfig::resolve(
-        spec.as_ref(),
-        loopfile.models.as_ref(),
-        &loop_models::config::Env::from_process(),
-        &origin,
-    )
-    .map_err(|e| Error::usage(e.to_string()))?;
+    let (_, config) = crate::models::resolve(model, &loopfile)?;
     let maker = config.maker.first();
     let price = maker.and_then(|m| m.price);
     let limits = loopfile.defaults.limits.clone().unwrap_or_default();

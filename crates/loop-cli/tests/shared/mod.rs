@@ -69,6 +69,24 @@ pub fn payload_of(envelope: &Path) -> serde_json::Value {
     serde_json::from_slice(&payload).unwrap()
 }
 
+/// Both streams of a finished command, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The `loop` binary with `home/state` as its state directory (the
+/// signing key's) and no terminal on stdin.
+pub fn loop_in(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env("LOOP_STATE_DIR", home.join("state"))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
 /// Every JSON line a `--json` run printed.
 pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
