@@ -478,6 +478,7 @@ impl State {
             contract_sha256,
             contract,
             baseline_root,
+            drafting,
             ..
         } = event
         else {
@@ -493,6 +494,13 @@ impl State {
         }
         self.root = baseline_root.clone();
         self.context = Context::new(String::new(), vec![], &contract.instruction);
+        // Drafting the contract was paid for by the task: its calls count
+        // against its budgets (tokens and dollars, not steps).
+        for a in drafting.iter().flat_map(|d| &d.attempts) {
+            if let Some(u) = &a.usage {
+                self.budget.charge_review(u);
+            }
+        }
         Ok(())
     }
 
