@@ -207,8 +207,12 @@ pub fn doctor(project: &std::path::Path) -> Result<u8, CliError> {
                 println!("note          {n}");
             }
             println!(
-                "`true` under full isolation: exit {:?} in {:.1} ms",
-                r.exit_code,
+                "`true` under full isolation: {} in {:.1} ms",
+                match (r.exit_code, r.signal) {
+                    (Some(c), _) => format!("exit {c}"),
+                    (None, Some(s)) => format!("killed by signal {s}"),
+                    _ => "ended".to_string(),
+                },
                 r.duration.as_secs_f64() * 1000.0
             );
         }

@@ -397,6 +397,17 @@ fn main() -> ExitCode {
             let _ = e.print();
             // `loop exec` with bad flags is our failure, not the command's.
             let exec = std::env::args().nth(1).as_deref() == Some("exec");
+            // The command goes after `--`: say so when it was left out.
+            if exec
+                && !std::env::args().any(|a| a == "--")
+                && matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::UnknownArgument
+                        | clap::error::ErrorKind::MissingRequiredArgument
+                )
+            {
+                eprintln!("hint: give the command after `--`, e.g. `loop exec -- echo hi`");
+            }
             let code = if exec && e.use_stderr() {
                 125
             } else {
@@ -431,6 +442,12 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+/// The full id of the task `id` names in `project` (a unique prefix, or
+/// `last`).
+fn full_id(project: &std::path::Path, id: &str) -> Result<String, CliError> {
+    Ok(Runtime::open(project)?.resolve_id(id)?)
 }
 
 fn dispatch(command: Command) -> Result<u8, CliError> {
@@ -481,7 +498,10 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             recover: true,
             project,
             ..
-        } => settled(Runtime::open(&project)?.recover(&id, &mut story::Story::new(false))?),
+        } => settled(
+            Runtime::open(&project)?
+                .recover(&full_id(&project, &id)?, &mut story::Story::new(false))?,
+        ),
         Command::Apply {
             id,
             yes,
@@ -489,32 +509,38 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             project,
             ..
         } => settled(Runtime::open(&project)?.apply(
-            &id,
+            &full_id(&project, &id)?,
             yes,
             trust_host_files,
             &mut story::Story::new(false),
         )?),
-        Command::Undo { id, project } => {
-            settled(Runtime::open(&project)?.undo(&id, &mut story::Story::new(false))?)
-        }
-        Command::Discard { id, project } => {
-            settled(Runtime::open(&project)?.discard(&id, &mut story::Story::new(false))?)
-        }
+        Command::Undo { id, project } => settled(
+            Runtime::open(&project)?
+                .undo(&full_id(&project, &id)?, &mut story::Story::new(false))?,
+        ),
+        Command::Discard { id, project } => settled(
+            Runtime::open(&project)?
+                .discard(&full_id(&project, &id)?, &mut story::Story::new(false))?,
+        ),
         Command::List { project, json } => tasks_cmd::list(&project, json),
-        Command::Status { id, project, json } => tasks_cmd::status(&project, &id, json),
+        Command::Status { id, project, json } => {
+            tasks_cmd::status(&project, &full_id(&project, &id)?, json)
+        }
         Command::Logs {
             id,
             follow,
             project,
             json,
-        } => tasks_cmd::logs(&project, &id, follow, json),
-        Command::Cancel { id, project, json } => tasks_cmd::cancel(&project, &id, json),
+        } => tasks_cmd::logs(&project, &full_id(&project, &id)?, follow, json),
+        Command::Cancel { id, project, json } => {
+            tasks_cmd::cancel(&project, &full_id(&project, &id)?, json)
+        }
         Command::Approve {
             id,
             deny,
             message,
             project,
-        } => tasks_cmd::approve(&project, &id, deny, message.as_deref()),
+        } => tasks_cmd::approve(&project, &full_id(&project, &id)?, deny, message.as_deref()),
         Command::Resume {
             id,
             add_steps,
@@ -529,6 +555,7 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 .map_err(CliError::usage)?;
             let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
             let runtime = Runtime::open(&project)?;
+            let id = runtime.resolve_id(&id)?;
             let mut story = story::Story::new(json);
             let report = match extension {
                 Some(ext) => runtime.extend(&id, ext, on_prompt, &mut story)?,

@@ -244,6 +244,10 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
         }
         Event::Observed { observation: o, .. } => {
             let (mark, detail) = match &o.status {
+                // A command that ran but failed is a failure to see.
+                ObservationStatus::Ok if o.tool == "run_command" && command_failed(&o.content) => {
+                    ("✗", one_line(&o.content, 70))
+                }
                 ObservationStatus::Ok => ("✓", one_line(&o.content, 70)),
                 ObservationStatus::Refused { rule } => ("⛔", format!("refused by {rule}")),
                 ObservationStatus::Error => ("✗", one_line(&o.content, 70)),
@@ -327,5 +331,38 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             used.verifications,
             used.elapsed_ms as f64 / 1000.0
         ),
+    }
+}
+
+/// Whether a `run_command` observation reports a command that failed:
+/// a non-zero exit, a signal, a timeout, a cancel.
+fn command_failed(content: &str) -> bool {
+    let first = content.lines().next().unwrap_or_default();
+    match first.strip_prefix("exit ") {
+        Some(rest) => !rest.starts_with("0 ") && rest != "0",
+        None => {
+            first.starts_with("killed by signal")
+                || first.starts_with("timed out")
+                || first.starts_with("cancelled")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_failed;
+
+    #[test]
+    fn a_command_that_failed_is_marked_as_failed() {
+        assert!(!command_failed("exit 0 (0.01 s)\n--- stdout ---\nok"));
+        for failed in [
+            "exit 1 (0.01 s)",
+            "exit 128 (0.20 s)",
+            "killed by signal 9 (1.00 s)",
+            "timed out after 5 s and was killed (5.00 s)",
+            "cancelled; the command's process tree was killed (0.30 s)",
+        ] {
+            assert!(command_failed(failed), "{failed}");
+        }
     }
 }

@@ -122,6 +122,42 @@ impl Runtime {
         crate::control::answer(&self.project, id, approve, message)
     }
 
+    /// The full id of the task `given` names: its full id, `last` (the
+    /// newest task), or a prefix only one task's id starts with.
+    pub fn resolve_id(&self, given: &str) -> Result<String, Error> {
+        let given = given.trim();
+        let ids: Vec<String> = self.tasks()?.into_iter().map(|t| t.id).collect();
+        if given == "last" {
+            return ids
+                .into_iter()
+                .max()
+                .ok_or_else(|| Error::usage("`last`: this project has no task yet"));
+        }
+        if ids.iter().any(|i| i == given) {
+            return Ok(given.to_string());
+        }
+        let matching: Vec<&String> = ids
+            .iter()
+            .filter(|i| !given.is_empty() && i.starts_with(given))
+            .collect();
+        match matching.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(Error::usage(format!(
+                "no task `{given}` in {} (`loop list` shows them; `last` is the newest)",
+                self.project.display()
+            ))),
+            many => Err(Error::usage(format!(
+                "`{given}` is the start of {} task ids ({}): give more of it",
+                many.len(),
+                many.iter()
+                    .take(5)
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
     /// Every task.
     pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
         crate::query::tasks(self.store()?)

@@ -57,8 +57,16 @@ pub(crate) fn drive_stored(
             .reopen(task_id, SystemClock.now_ms())
             .map_err(store_err)?;
     } else if record.is_terminal() {
+        // A task stopped by a limit can go on with more: say how.
+        let more = if record.outcome_kind() == Some(OutcomeKind::LimitReached) {
+            format!(
+                "; it stopped at a limit: `loop resume {task_id} --add-steps N` (or --add-tokens, --add-usd, --add-secs) gives it more and lets it go on"
+            )
+        } else {
+            String::new()
+        };
         return Err(Error::usage(format!(
-            "task {task_id} has already ended ({}); its receipt: {}",
+            "task {task_id} has already ended ({}); its receipt: {}{more}",
             record.outcome.as_deref().unwrap_or("?"),
             record.receipt.as_deref().unwrap_or("(none)")
         )));
