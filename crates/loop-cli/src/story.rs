@@ -325,9 +325,11 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
         }
         Event::Transition { .. } => String::new(),
         Event::Finished { used, .. } => format!(
-            "  used {} steps, {} tokens, {} verification(s), {:.1} s\n",
+            "  used {} steps, {} tokens{}, ${:.4}, {} verification(s), {:.1} s\n",
             used.steps,
             used.tokens,
+            if used.estimated { " (estimated)" } else { "" },
+            used.usd,
             used.verifications,
             used.elapsed_ms as f64 / 1000.0
         ),

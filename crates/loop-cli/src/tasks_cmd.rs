@@ -98,8 +98,8 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     }
     let u = s.used;
     println!(
-        "  used         {} steps, {} tokens, {} verification(s)",
-        u.steps, u.tokens, u.verifications
+        "  used         {} steps, {} tokens, ${:.4}, {} verification(s)",
+        u.steps, u.tokens, u.usd, u.verifications
     );
     println!("  ledger       {} entries", t.entries);
     if let Some(r) = &t.receipt {
