@@ -4,9 +4,11 @@
 mod demo;
 mod exec_cmd;
 mod files_cmd;
+mod live;
 mod logging;
 mod prompt;
 mod replay;
+mod screen;
 mod story;
 mod tasks_cmd;
 mod verify_cmd;
@@ -264,6 +266,10 @@ enum Command {
         /// (the default without a terminal), `allow`, or `wait`.
         #[arg(long, value_name = "deny|allow|wait")]
         on_prompt: Option<String>,
+        /// Wait for this process to end first (a run detached with Ctrl-C
+        /// hands its task over this way).
+        #[arg(long, value_name = "PID", hide = true)]
+        after_pid: Option<u32>,
     },
     /// Drop a task's workspace (worktree and branch, or copy).
     Discard {
@@ -550,13 +556,17 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             project,
             json,
             on_prompt,
+            after_pid,
         } => {
             let on_prompt = wiring::OnPrompt::from_flags(on_prompt.as_deref(), false)
                 .map_err(CliError::usage)?;
             let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
+            if let Some(pid) = after_pid {
+                wait_for_exit(pid);
+            }
             let runtime = Runtime::open(&project)?;
             let id = runtime.resolve_id(&id)?;
-            let mut story = story::Story::new(json);
+            let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
             let report = match extension {
                 Some(ext) => runtime.extend(&id, ext, on_prompt, &mut story)?,
                 None => runtime.run(&id, on_prompt, &mut story)?,
@@ -590,6 +600,20 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         Command::Validate { file, .. } => files_cmd::validate_contract(&file),
         run @ Command::Run { .. } => run_command(run),
+    }
+}
+
+/// Wait until process `pid` has ended (at most a minute).
+fn wait_for_exit(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    for _ in 0..600 {
+        // SAFETY: signal 0 only asks whether the process exists.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
@@ -656,7 +680,11 @@ fn run_command(run: Command) -> Result<u8, CliError> {
     if resume_interrupted {
         let runtime = Runtime::open(&project)?;
         for id in runtime.interrupted()? {
-            let report = runtime.run(&id, on_prompt, &mut story::Story::new(json))?;
+            let report = runtime.run(
+                &id,
+                on_prompt,
+                &mut story::Story::watching(json, Some(runtime.project()), on_prompt),
+            )?;
             resumed_code = resumed_code.max(report_end(&report, json));
         }
         if instruction.is_none() && task.is_none() {
@@ -760,7 +788,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
             include_dirty,
             on_prompt,
         },
-        &mut story::Story::new(json),
+        &mut story::Story::watching(json, Some(runtime.project()), on_prompt),
     )?;
     Ok(report_end(&report, json).max(resumed_code))
 }

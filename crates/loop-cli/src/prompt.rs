@@ -30,8 +30,21 @@ fn terminal_lines() -> &'static Mutex<Receiver<String>> {
     })
 }
 
-/// Questions on stderr, answers from stdin.
-pub struct Terminal;
+/// Forget lines typed before a question: they are not its answer.
+pub fn drain_lines() {
+    if let Ok(rx) = terminal_lines().lock() {
+        while rx.try_recv().is_ok() {}
+    }
+}
+
+/// The next line typed at the terminal, waiting at most `wait`.
+pub fn next_line(wait: std::time::Duration) -> Option<String> {
+    terminal_lines().lock().ok()?.recv_timeout(wait).ok()
+}
+
+/// Questions on stderr, answers from stdin; a live view is hidden while
+/// a question waits (the story shows it again when the answer lands).
+pub struct Terminal(pub Option<crate::live::LiveView>);
 
 impl Prompter for Terminal {
     fn ask(&mut self, question: &Question<'_>) {
@@ -47,12 +60,13 @@ impl Prompter for Terminal {
                 "\n⏸ task {task_id} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): "
             ),
         };
-        eprint!("{text}");
-        let _ = std::io::stderr().flush();
-        // Lines typed before this question are not its answer.
-        if let Ok(rx) = terminal_lines().lock() {
-            while rx.try_recv().is_ok() {}
+        if let Some(view) = &self.0 {
+            view.pause();
         }
+        let screen = crate::screen::Screen::of_stdout();
+        eprint!("{}", screen.glyphs(&crate::screen::defang(&text)));
+        let _ = std::io::stderr().flush();
+        drain_lines();
     }
 
     fn answer(&mut self) -> Option<String> {

@@ -1,19 +1,28 @@
 //! Presentation: the story of a run for people, or JSON lines for programs.
 
+use crate::live::{Detach, LiveView};
+use crate::screen::Screen;
 use loop_core::Observer;
 use loop_protocol::observation::head_tail;
 use loop_protocol::{Event, ObservationStatus, TaskState};
 use std::collections::HashMap;
 use std::io::Write;
 
-/// Shows events as they are recorded: narration for people, or one JSON
-/// object per line for programs.
+/// Shows events as they are recorded: narration for people (live on a
+/// terminal, plain lines elsewhere), or one JSON object per line for
+/// programs.
 pub struct Story {
     json: bool,
     /// Call id → a short description of the call, to narrate its observation.
     calls: HashMap<String, String>,
     /// The task's id (from its first event), for the hints printed.
     task_id: String,
+    /// What stdout can show.
+    screen: Screen,
+    /// The spinner and status line, on a terminal while a task runs.
+    view: Option<LiveView>,
+    /// Where Ctrl-C's "detach" hands the task over, once it is known.
+    detach: Option<Detach>,
 }
 
 impl Story {
@@ -23,6 +32,62 @@ impl Story {
             json,
             calls: HashMap::new(),
             task_id: "ID".into(),
+            screen: Screen::of_stdout(),
+            view: None,
+            detach: None,
+        }
+    }
+
+    /// A story of a task this process runs: on a terminal (and without
+    /// `json`), a live view with a spinner and a status line, and Ctrl-C
+    /// asking whether to cancel or detach (the task of `project`).
+    pub fn watching(
+        json: bool,
+        project: Option<&std::path::Path>,
+        on_prompt: loop_runtime::OnPrompt,
+    ) -> Self {
+        let mut story = Story::new(json);
+        if !json && story.screen.live {
+            let view = LiveView::new(story.screen);
+            let detach = project.map(|p| Detach {
+                project: p.to_path_buf(),
+                task_id: Default::default(),
+                on_prompt: match on_prompt {
+                    loop_runtime::OnPrompt::Allow => "allow",
+                    loop_runtime::OnPrompt::Deny => "deny",
+                    loop_runtime::OnPrompt::Ask | loop_runtime::OnPrompt::Wait => "wait",
+                },
+            });
+            use std::io::IsTerminal;
+            if std::io::stdin().is_terminal() {
+                crate::live::watch_interrupts(view.clone(), detach.clone());
+            }
+            story.view = Some(view);
+            story.detach = detach;
+        }
+        story
+    }
+
+    /// Print narration: above the live view, or as plain lines.
+    fn print(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        match &self.view {
+            Some(view) => view.print(text),
+            None => {
+                let mut out = std::io::stdout().lock();
+                let _ = write!(out, "{}", self.screen.render(text));
+                let _ = out.flush();
+            }
+        }
+    }
+}
+
+impl Drop for Story {
+    fn drop(&mut self) {
+        if let Some(view) = &self.view {
+            view.finish();
         }
     }
 }
@@ -31,9 +96,7 @@ impl loop_runtime::Observer for Story {
     /// Narration only: JSON lines carry events, nothing else.
     fn note(&mut self, line: &str) {
         if !self.json {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
+            self.print(&format!("{line}\n"));
         }
     }
 
@@ -43,10 +106,16 @@ impl loop_runtime::Observer for Story {
         if !std::io::stdin().is_terminal() {
             return None;
         }
+        if let Some(v) = &self.view {
+            v.pause();
+        }
         print!("{question} [y/N] ");
         let _ = std::io::stdout().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().read_line(&mut answer);
+        if let Some(v) = &self.view {
+            v.resume();
+        }
         Some(matches!(answer.trim(), "y" | "Y" | "yes"))
     }
 
@@ -58,29 +127,42 @@ impl loop_runtime::Observer for Story {
         if !std::io::stdin().is_terminal() || self.json {
             return ContractReview::Unanswered;
         }
+        if let Some(v) = &self.view {
+            v.pause();
+        }
         println!("The drafted contract (the critic accepted it):\n{contract}");
-        loop {
+        let review = loop {
             print!("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
             let _ = std::io::stdout().flush();
             let mut answer = String::new();
             if std::io::stdin().read_line(&mut answer).unwrap_or(0) == 0 {
-                return ContractReview::Unanswered;
+                break ContractReview::Unanswered;
             }
             match answer.trim() {
-                "a" | "accept" => return ContractReview::Accept,
-                "r" | "reject" => return ContractReview::Reject,
+                "a" | "accept" => break ContractReview::Accept,
+                "r" | "reject" => break ContractReview::Reject,
                 "e" | "edit" => match crate::prompt::edit_in_editor(contract) {
-                    Ok(text) => return ContractReview::Edited(text),
+                    Ok(text) => break ContractReview::Edited(text),
                     Err(e) => println!("{e}"),
                 },
                 _ => {}
             }
+        };
+        if let Some(v) = &self.view {
+            v.resume();
         }
+        review
     }
 
     /// The terminal (used only when stdin is one: `OnPrompt::Ask`).
     fn prompter(&mut self) -> Option<Box<dyn loop_runtime::Prompter>> {
-        Some(Box::new(crate::prompt::Terminal))
+        Some(Box::new(crate::prompt::Terminal(self.view.clone())))
+    }
+
+    /// The live view, when there is one.
+    fn live_feed(&mut self) -> Option<loop_protocol::LiveFeed> {
+        let view = self.view.clone()?;
+        Some(loop_protocol::LiveFeed::new(move |m| view.on_live(m)))
     }
 }
 
@@ -88,6 +170,11 @@ impl Observer for Story {
     fn on_event(&mut self, event: &Event) {
         if let Event::TaskStarted { task_id, .. } = event {
             self.task_id = task_id.clone();
+            if let Some(d) = &self.detach
+                && let Ok(mut t) = d.task_id.lock()
+            {
+                *t = Some(task_id.clone());
+            }
         }
         if let Event::ModelTurn { calls, .. } = event {
             for c in calls {
@@ -95,16 +182,49 @@ impl Observer for Story {
                     .insert(c.id.clone(), describe_call(&c.tool, &c.args));
             }
         }
-        let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            match serde_json::to_string(event) {
-                Ok(line) => writeln!(out, "{line}"),
-                Err(_) => Ok(()),
+        if self.json {
+            let mut out = std::io::stdout().lock();
+            if let Ok(line) = serde_json::to_string(event) {
+                let _ = writeln!(out, "{line}");
             }
-        } else {
-            write!(out, "{}", narrate(event, &self.calls, &self.task_id))
+            let _ = out.flush();
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            self.print(&narrate(event, &self.calls, &self.task_id));
+            return;
         };
-        let _ = out.flush();
+        if matches!(
+            event,
+            Event::ApprovalDecided { .. } | Event::CheckpointDecided { .. }
+        ) {
+            view.resume();
+        }
+        let text = match event {
+            Event::Verified {
+                report,
+                accepted,
+                rejection,
+            } => verification(
+                report,
+                *accepted,
+                rejection.as_deref(),
+                view.take_checks_shown(),
+            ),
+            _ => narrate(event, &self.calls, &self.task_id),
+        };
+        self.print(&text);
+        let calls = &self.calls;
+        view.on_event(event, &|id| calls.get(id).cloned().unwrap_or_default());
+        if matches!(event, Event::Finished { .. }) {
+            view.finish();
+        }
+    }
+
+    fn live(&mut self, moment: &loop_protocol::Live) {
+        if let Some(view) = &self.view {
+            view.on_live(moment);
+        }
     }
 }
 
@@ -262,53 +382,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             report,
             accepted,
             rejection,
-        } => {
-            let mut s = format!(
-                "  ⧗ verification #{}: sealed {} files (root {}), each run check on its own fresh {}\n",
-                report.attempt,
-                report.files,
-                short(&report.manifest_root),
-                report.snapshot_method
-            );
-            for c in &report.criteria {
-                for ev in &c.checks {
-                    let mark = if ev.passed { "✓" } else { "✗" };
-                    let status = match (ev.exit_code, &ev.failure) {
-                        (_, Some(f)) => f.clone(),
-                        (Some(code), None) => format!("exit {code}"),
-                        (None, None) => "ok".into(),
-                    };
-                    s.push_str(&format!(
-                        "    {mark} {:<16} {:<44} {status} · {} ms\n",
-                        c.id,
-                        one_line(&ev.check.describe(), 44),
-                        ev.duration_ms
-                    ));
-                    if !ev.passed
-                        && let Some(err) =
-                            ev.stderr.as_ref().filter(|e| !e.excerpt.trim().is_empty())
-                    {
-                        let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
-                        for line in tail.into_iter().rev() {
-                            s.push_str(&format!("        stderr │ {line}\n"));
-                        }
-                    }
-                }
-            }
-            for a in &report.artifacts {
-                if let Some(h) = &a.sha256 {
-                    s.push_str(&format!("    ✓ artifact {} sha256:{}\n", a.path, short(h)));
-                } else {
-                    s.push_str(&format!("    ✗ artifact {} missing\n", a.path));
-                }
-            }
-            if *accepted {
-                s.push_str("  decision: accepted — every criterion passed\n");
-            } else if let Some(r) = rejection {
-                s.push_str(&format!("  decision: rejected — {r}\n"));
-            }
-            s
-        }
+        } => verification(report, *accepted, rejection.as_deref(), false),
         Event::Feedback { text, .. } => {
             if text.starts_with("Verification") {
                 "  ↩ failing evidence returned to the model\n".to_string()
@@ -334,6 +408,66 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             used.elapsed_ms as f64 / 1000.0
         ),
     }
+}
+
+/// The narration of a verification: its seal, each check (unless they
+/// were shown one by one as they ran: then only failures' stderr), its
+/// artifacts and its decision.
+fn verification(
+    report: &loop_protocol::VerificationReport,
+    accepted: bool,
+    rejection: Option<&str>,
+    checks_shown: bool,
+) -> String {
+    let mut s = format!(
+        "  ⧗ verification #{}: sealed {} files (root {}), each run check on its own fresh {}\n",
+        report.attempt,
+        report.files,
+        short(&report.manifest_root),
+        report.snapshot_method
+    );
+    for c in &report.criteria {
+        for ev in &c.checks {
+            let mark = if ev.passed { "✓" } else { "✗" };
+            let status = match (ev.exit_code, &ev.failure) {
+                (_, Some(f)) => f.clone(),
+                (Some(code), None) => format!("exit {code}"),
+                (None, None) => "ok".into(),
+            };
+            if !checks_shown {
+                s.push_str(&format!(
+                    "    {mark} {:<16} {:<44} {status} · {} ms\n",
+                    c.id,
+                    one_line(&ev.check.describe(), 44),
+                    ev.duration_ms
+                ));
+            }
+            if !ev.passed
+                && let Some(err) = ev.stderr.as_ref().filter(|e| !e.excerpt.trim().is_empty())
+            {
+                if checks_shown {
+                    s.push_str(&format!("    ✗ {} stderr:\n", c.id));
+                }
+                let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
+                for line in tail.into_iter().rev() {
+                    s.push_str(&format!("        stderr │ {line}\n"));
+                }
+            }
+        }
+    }
+    for a in &report.artifacts {
+        if let Some(h) = &a.sha256 {
+            s.push_str(&format!("    ✓ artifact {} sha256:{}\n", a.path, short(h)));
+        } else {
+            s.push_str(&format!("    ✗ artifact {} missing\n", a.path));
+        }
+    }
+    if accepted {
+        s.push_str("  decision: accepted — every criterion passed\n");
+    } else if let Some(r) = rejection {
+        s.push_str(&format!("  decision: rejected — {r}\n"));
+    }
+    s
 }
 
 /// Whether a `run_command` observation reports a command that failed:

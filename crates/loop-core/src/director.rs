@@ -660,6 +660,9 @@ impl<'a> Director<'a> {
         };
         let step = self.state.step + 1;
         let context_sha256 = self.state.context.sha256().unwrap_or_default();
+        self.parts
+            .observer
+            .live(&loop_protocol::Live::Thinking { step });
         let turn = match self.parts.model.next_turn(&self.state.context, limits) {
             ModelReply::NothingMore { reason } => {
                 self.record(Event::ModelSilent {

@@ -120,6 +120,11 @@ impl Clock for SystemClock {
 pub trait Observer {
     /// Called once per recorded event, in order.
     fn on_event(&mut self, event: &Event);
+    /// What is happening now that no event records yet (the model being
+    /// asked): for a person watching.
+    fn live(&mut self, moment: &loop_protocol::Live) {
+        let _ = moment;
+    }
 }
 
 /// An observer that ignores everything.

@@ -166,6 +166,7 @@ pub fn parse_stream(
     body: Box<dyn Read + Send>,
     limit: usize,
     max_tokens: u64,
+    on_text: &dyn Fn(&str),
 ) -> Result<WireReply, WireError> {
     let cap = crate::wire::output_byte_cap(max_tokens);
     let mut sse = SseReader::new(body, limit);
@@ -208,6 +209,7 @@ pub fn parse_stream(
                 let d = &v["delta"];
                 match d.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
+                        on_text(d["text"].as_str().unwrap_or_default());
                         let t = format!(
                             "{}{}",
                             block["text"].as_str().unwrap_or_default(),

@@ -115,4 +115,10 @@ impl Model for Fallback {
             .flat_map(|p| p.take_exchanges())
             .collect()
     }
+
+    fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
+        for p in &mut self.chain {
+            p.set_live(feed.clone());
+        }
+    }
 }

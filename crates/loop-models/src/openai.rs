@@ -151,10 +151,12 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
 }
 
 /// Read a streamed response (server-sent `chat.completion.chunk` events).
+/// `on_text` sees each fragment of text as it arrives (a live preview).
 pub fn parse_stream(
     body: Box<dyn Read + Send>,
     limit: usize,
     max_tokens: u64,
+    on_text: &dyn Fn(&str),
 ) -> Result<WireReply, WireError> {
     let cap = crate::wire::output_byte_cap(max_tokens);
     let mut sse = SseReader::new(body, limit);
@@ -188,6 +190,7 @@ pub fn parse_stream(
         let delta = &choice["delta"];
         if let Some(t) = delta.get("content").and_then(Value::as_str) {
             text.push_str(t);
+            on_text(t);
         }
         if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
             for (pos, tc) in tcs.iter().enumerate() {
@@ -251,6 +254,7 @@ mod tests {
             Box::new(std::io::Cursor::new(stream.as_bytes().to_vec())),
             1 << 20,
             1000,
+            &|_| {},
         )
         .unwrap();
         assert_eq!(r.calls.len(), 1);
@@ -281,6 +285,7 @@ mod tests {
             Box::new(std::io::Cursor::new(stream.into_bytes())),
             1 << 20,
             1000,
+            &|_| {},
         )
         .unwrap();
         assert_eq!(r.calls[0].name, "write_file");
@@ -299,6 +304,7 @@ mod tests {
             Box::new(std::io::Cursor::new(stream.into_bytes())),
             1 << 24,
             16,
+            &|_| {},
         )
         .unwrap_err();
         assert_eq!(
@@ -317,6 +323,7 @@ mod tests {
             Box::new(std::io::Cursor::new(stream.as_bytes().to_vec())),
             1 << 20,
             1000,
+            &|_| {},
         )
         .unwrap_err();
         assert!(e.to_string().contains("ended before"), "{e}");

@@ -166,6 +166,8 @@ pub struct HttpModel {
     calibration: f64,
     /// Set to stop an in-flight call (cancel, SIGTERM).
     cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Where streamed text goes as it arrives (a person watching).
+    live: Option<loop_protocol::LiveFeed>,
 }
 
 impl HttpModel {
@@ -188,6 +190,7 @@ impl HttpModel {
             exchanges: Vec::new(),
             calibration: 1.0,
             cancel: None,
+            live: None,
         }
     }
 
@@ -302,10 +305,23 @@ impl HttpModel {
         if is_stream {
             let tee = Tee::new(resp.body);
             let kept = tee.kept.clone();
+            let live = self.live.clone();
+            let on_text = move |t: &str| {
+                if !t.is_empty() {
+                    loop_protocol::live::emit(
+                        live.as_ref(),
+                        loop_protocol::Live::Text {
+                            fragment: t.to_string(),
+                        },
+                    );
+                }
+            };
             let r = match self.cfg.dialect {
-                Dialect::OpenAi => crate::openai::parse_stream(Box::new(tee), MAX_BODY, max_tokens),
+                Dialect::OpenAi => {
+                    crate::openai::parse_stream(Box::new(tee), MAX_BODY, max_tokens, &on_text)
+                }
                 Dialect::Anthropic => {
-                    crate::anthropic::parse_stream(Box::new(tee), MAX_BODY, max_tokens)
+                    crate::anthropic::parse_stream(Box::new(tee), MAX_BODY, max_tokens, &on_text)
                 }
             };
             let text = kept
@@ -583,6 +599,10 @@ impl Model for HttpModel {
 
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         std::mem::take(&mut self.exchanges)
+    }
+
+    fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
+        self.live = feed;
     }
 }
 

@@ -233,6 +233,9 @@ impl Model for Recorder {
     fn resume_at(&mut self, turns: u32) {
         self.inner.resume_at(turns);
     }
+    fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
+        self.inner.set_live(feed);
+    }
 }
 
 /// Plays a recording back.

@@ -40,6 +40,9 @@ impl Model for Redacted {
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         self.inner.take_exchanges()
     }
+    fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
+        self.inner.set_live(feed);
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod contract;
 pub mod event;
 pub mod evidence;
 pub mod hash;
+pub mod live;
 pub mod model;
 pub mod observation;
 pub mod outcome;
@@ -40,6 +41,7 @@ pub use evidence::{
     EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, SetupRecord, SetupStep,
     StackCheckRecord, StreamEvidence, TestTally, VerificationReport,
 };
+pub use live::{Live, LiveFeed};
 pub use model::{Model, WireExchange};
 pub use observation::{Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};

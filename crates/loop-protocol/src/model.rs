@@ -38,6 +38,11 @@ pub trait Model {
     fn take_exchanges(&mut self) -> Vec<WireExchange> {
         Vec::new()
     }
+    /// Where to stream the text of the answer as it arrives, for a person
+    /// watching (models that do not stream ignore it).
+    fn set_live(&mut self, feed: Option<crate::live::LiveFeed>) {
+        let _ = feed;
+    }
 }
 
 /// One HTTP exchange with a provider, kept for `--record` (keys never

@@ -249,6 +249,8 @@ pub(crate) fn drive(
         remaining_ms
     );
     let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
+    let live = crate::Observer::live_feed(observer);
+    wired.verifier.0.set_live(live.clone());
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
@@ -256,6 +258,7 @@ pub(crate) fn drive(
         observer.on_event(e);
     }
     let (mut model, mut checker) = models;
+    model.set_live(live);
     let provenance = loop_receipt::Provenance {
         runtime: loop_protocol::RuntimeInfo::current(),
         model: model.info(),

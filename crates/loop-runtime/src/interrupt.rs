@@ -1,12 +1,20 @@
 //! Ctrl-C (or SIGTERM) asks the Director to stop at its next decision
 //! point and kills a running sandboxed command, so the task still ends
-//! `cancelled` with a ledger entry and a receipt. A second Ctrl-C kills the
-//! process (the handler resets itself).
+//! `cancelled` with a ledger entry and a receipt. Once the task is being
+//! cancelled, another Ctrl-C kills the process.
+//!
+//! A front end that can ask its person ([`ask_first`]) turns the first
+//! Ctrl-C into a question instead ([`pending`]): cancel, detach or go on;
+//! a second Ctrl-C before the answer cancels.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+/// The first Ctrl-C asks rather than cancels.
+static ASK_FIRST: AtomicBool = AtomicBool::new(false);
+/// A Ctrl-C waits for its question to be answered.
+static PENDING: AtomicBool = AtomicBool::new(false);
 
 /// The process-wide cancel flag (created on first use).
 pub fn flag() -> Arc<AtomicBool> {
@@ -14,25 +22,67 @@ pub fn flag() -> Arc<AtomicBool> {
         .clone()
 }
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic load and store: async-signal-safe.
+/// Restore the default action of SIGINT and SIGTERM: the next one ends
+/// the process. Async-signal-safe (sigaction only).
+fn default_next() {
+    // SAFETY: a zeroed sigaction with SIG_DFL is valid; sigaction is
+    // async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+    }
+}
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    // Only atomic loads and stores, and sigaction: async-signal-safe.
+    if signal == libc::SIGINT
+        && ASK_FIRST.load(Ordering::SeqCst)
+        && !PENDING.swap(true, Ordering::SeqCst)
+    {
+        return;
+    }
     if let Some(f) = FLAG.get() {
         f.store(true, Ordering::SeqCst);
     }
+    default_next();
 }
 
 /// Create the flag, then install the handler for SIGINT and SIGTERM.
 pub fn install() {
     let _ = flag();
     // SAFETY: a zeroed sigaction is a valid starting value; the handler only
-    // touches an already-initialised atomic, and SA_RESETHAND restores the
-    // default action so a second signal terminates the process.
+    // touches already-initialised atomics and calls sigaction.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_signal as *const () as usize;
-        action.sa_flags = libc::SA_RESETHAND;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
         libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
     }
+}
+
+/// With `on`, the first Ctrl-C only sets [`pending`] (someone will ask);
+/// a second one cancels.
+pub fn ask_first(on: bool) {
+    ASK_FIRST.store(on, Ordering::SeqCst);
+}
+
+/// Whether a Ctrl-C waits for its question to be answered.
+pub fn pending() -> bool {
+    PENDING.load(Ordering::SeqCst) && !flag().load(Ordering::SeqCst)
+}
+
+/// The question was answered "go on": the next Ctrl-C asks again.
+pub fn dismiss() {
+    PENDING.store(false, Ordering::SeqCst);
+}
+
+/// Cancel now, as a Ctrl-C would without a question; the next Ctrl-C
+/// ends the process.
+pub fn cancel() {
+    flag().store(true, Ordering::SeqCst);
+    default_next();
 }

@@ -127,6 +127,11 @@ pub(crate) fn random_token() -> Result<String, Error> {
     loop_protocol::random::hex::<8>().map_err(Error::from_cause)
 }
 
+/// `PROJECT/.loop/tasks/ID`: where task `task_id`'s own files are.
+pub fn task_dir(project: &Path, task_id: &str) -> PathBuf {
+    TaskPaths::of(project, task_id).task_dir
+}
+
 /// Where a task's files are.
 pub(crate) struct TaskPaths {
     /// `.loop`.

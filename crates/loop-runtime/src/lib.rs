@@ -73,6 +73,12 @@ pub trait Observer: loop_core::Observer {
     fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
         None
     }
+
+    /// Where the model's streamed text and the verifier's check progress
+    /// go while they happen (`None`: nobody is watching live).
+    fn live_feed(&mut self) -> Option<loop_protocol::LiveFeed> {
+        None
+    }
 }
 
 /// An observer that keeps nothing (a library caller that only wants the

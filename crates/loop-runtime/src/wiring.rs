@@ -15,6 +15,48 @@ impl loop_core::Observer for Scrubbed<'_> {
     fn on_event(&mut self, event: &Event) {
         self.0.on_event(&scrub_event(event));
     }
+    fn live(&mut self, moment: &loop_protocol::Live) {
+        self.0.live(&scrub_live(moment));
+    }
+}
+
+/// A live moment with registered secret values scrubbed from its texts
+/// (streamed model text can echo one).
+fn scrub_live(moment: &loop_protocol::Live) -> loop_protocol::Live {
+    use loop_protocol::Live;
+    let s = loop_sandbox::redact::scrub_literals;
+    match moment {
+        Live::Text { fragment } => Live::Text {
+            fragment: s(fragment),
+        },
+        Live::CheckStarted {
+            index,
+            total,
+            criterion,
+            check,
+        } => Live::CheckStarted {
+            index: *index,
+            total: *total,
+            criterion: s(criterion),
+            check: s(check),
+        },
+        Live::CheckDone {
+            index,
+            total,
+            criterion,
+            passed,
+            status,
+            duration_ms,
+        } => Live::CheckDone {
+            index: *index,
+            total: *total,
+            criterion: s(criterion),
+            passed: *passed,
+            status: s(status),
+            duration_ms: *duration_ms,
+        },
+        other => other.clone(),
+    }
 }
 
 impl crate::Observer for Scrubbed<'_> {
@@ -26,6 +68,12 @@ impl crate::Observer for Scrubbed<'_> {
     }
     fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
         self.0.prompter()
+    }
+    fn live_feed(&mut self) -> Option<loop_protocol::LiveFeed> {
+        let inner = self.0.live_feed()?;
+        Some(loop_protocol::LiveFeed::new(move |m| {
+            inner.emit(scrub_live(m))
+        }))
     }
 }
 

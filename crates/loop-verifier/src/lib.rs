@@ -46,6 +46,8 @@ pub struct SnapshotVerifier {
     guard: Option<(Manifest, Protected)>,
     sandbox: Settings,
     baseline: Option<(VerificationReport, bool)>,
+    /// Where each check's start and result go as they happen.
+    live: Option<loop_protocol::LiveFeed>,
 }
 
 impl SnapshotVerifier {
@@ -62,7 +64,14 @@ impl SnapshotVerifier {
             guard: None,
             sandbox: Settings::default(),
             baseline: None,
+            live: None,
         }
+    }
+
+    /// Say each check's start and result to `feed` as they happen (a
+    /// person watching the verification).
+    pub fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
+        self.live = feed;
     }
 
     /// How checks are isolated and cancelled.
@@ -322,9 +331,23 @@ impl SnapshotVerifier {
         let mut isolation = None;
         let mut method = "sealed-read-only".to_string();
         let mut criteria = Vec::new();
+        let live = self.live.as_ref();
+        let total: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
+        loop_protocol::live::emit(live, loop_protocol::Live::Verifying { attempt, total });
+        let mut position = 0;
         for criterion in &contract.criteria {
             let mut checks = Vec::new();
             for (index, check) in criterion.checks.iter().enumerate() {
+                position += 1;
+                loop_protocol::live::emit(
+                    live,
+                    loop_protocol::Live::CheckStarted {
+                        index: position,
+                        total,
+                        criterion: criterion.id.clone(),
+                        check: check.describe(),
+                    },
+                );
                 let ev = match check {
                     Check::Run(run) => {
                         let scratch = self
@@ -370,6 +393,21 @@ impl SnapshotVerifier {
                     }
                     _ => file_check(&criterion.id, index, check, &jail),
                 };
+                loop_protocol::live::emit(
+                    live,
+                    loop_protocol::Live::CheckDone {
+                        index: position,
+                        total,
+                        criterion: criterion.id.clone(),
+                        passed: ev.passed,
+                        status: match (ev.exit_code, &ev.failure) {
+                            (_, Some(f)) => f.clone(),
+                            (Some(code), None) => format!("exit {code}"),
+                            (None, None) => "ok".into(),
+                        },
+                        duration_ms: ev.duration_ms,
+                    },
+                );
                 checks.push(ev);
             }
             criteria.push(CriterionEvidence {

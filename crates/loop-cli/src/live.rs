@@ -1,0 +1,441 @@
+//! The live view of a run on a terminal: finished lines scroll above; below
+//! them a spinner line says what is happening now (the model being asked,
+//! with a dimmed preview of the text it streams; a tool call running; check
+//! k of n) with its elapsed time, and a status line shows steps, tokens,
+//! dollars and time against the task's budgets.
+//!
+//! Ctrl-C asks: cancel the task, detach from it (it goes on in the
+//! background; `loop logs --follow` re-attaches), or go on. A second Ctrl-C
+//! cancels.
+
+use crate::screen::{Screen, Tone};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use loop_protocol::{Event, Limits, Live};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the status line counts.
+#[derive(Debug, Default)]
+struct Tally {
+    limits: Option<Limits>,
+    steps: u32,
+    tokens: u64,
+    usd: f64,
+    estimated: bool,
+    verifications: u32,
+    /// The model's text of the current turn, as streamed so far.
+    preview: String,
+    /// The step being asked for.
+    thinking: Option<u32>,
+    /// A verification streamed its checks (the report need not repeat them).
+    checks_shown: bool,
+}
+
+/// The spinner and status line under the scrolling story.
+#[derive(Clone)]
+pub struct LiveView {
+    screen: Screen,
+    bars: MultiProgress,
+    activity: ProgressBar,
+    status: ProgressBar,
+    tally: Arc<Mutex<Tally>>,
+    /// A question hides the bars.
+    paused: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Seconds with one decimal, from the bar's own clock.
+fn seconds_key(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    let _ = write!(w, "{:.1} s", state.elapsed().as_secs_f64());
+}
+
+impl LiveView {
+    /// A view drawing on stdout.
+    pub fn new(screen: Screen) -> LiveView {
+        let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stdout_with_hz(12));
+        let spinner: &[&str] = if screen.unicode {
+            &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✓"]
+        } else {
+            &["-", "\\", "|", "/", "+"]
+        };
+        let activity = bars.add(ProgressBar::new_spinner());
+        if let Ok(style) = ProgressStyle::with_template("  {spinner} {msg} {seconds}") {
+            activity.set_style(style.tick_strings(spinner).with_key("seconds", seconds_key));
+        }
+        let status = bars.add(ProgressBar::new_spinner());
+        if let Ok(style) = ProgressStyle::with_template("  {msg}{seconds}{prefix}") {
+            status.set_style(style.with_key("seconds", seconds_key));
+        }
+        activity.set_message("preparing the task");
+        activity.enable_steady_tick(Duration::from_millis(100));
+        LiveView {
+            screen,
+            bars,
+            activity,
+            status,
+            tally: Arc::default(),
+            paused: Arc::default(),
+        }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Print finished text above the bars.
+    pub fn print(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        // Rendered, tabs and control characters are gone: the bars below
+        // are redrawn from the width of what was printed above them.
+        let text = self.screen.render(text);
+        let body = text.strip_suffix('\n').unwrap_or(&text);
+        // While a question hides the bars, lines go straight out.
+        if self.paused.load(std::sync::atomic::Ordering::SeqCst) {
+            println!("{body}");
+        } else {
+            let _ = self.bars.println(body);
+        }
+    }
+
+    /// Say what is happening now (its clock restarts).
+    fn doing(&self, what: &str) {
+        let width = terminal_width().saturating_sub(16).max(20);
+        self.activity
+            .set_message(self.screen.glyphs(&clip(what, width)));
+        self.activity.reset_elapsed();
+    }
+
+    /// The status line from the tally.
+    fn show_status(&self, t: &Tally) {
+        let Some(l) = &t.limits else { return };
+        let dim = |s: String| self.screen.paint(Tone::Dim, &s);
+        let usd = match l.budget_usd {
+            Some(b) => format!("${:.4} of ${b:.2}", t.usd),
+            None => format!("${:.4}", t.usd),
+        };
+        self.status.set_message(dim(self.screen.glyphs(&format!(
+            "steps {}/{} · tokens {}{}/{} · {usd} · verifications {}/{} · ",
+            t.steps,
+            l.max_steps,
+            count(t.tokens),
+            if t.estimated { " (est.)" } else { "" },
+            count(l.max_tokens),
+            t.verifications,
+            l.max_verifications,
+        ))));
+        self.status
+            .set_prefix(dim(format!(" of {} s", l.timeout_secs)));
+    }
+
+    /// A recorded event: count it, and say what comes next.
+    pub fn on_event(&self, event: &Event, describe: &dyn Fn(&str) -> String) {
+        let mut t = self.tally();
+        match event {
+            Event::TaskStarted { contract, .. } => {
+                t.limits = Some(contract.limits.clone());
+                self.status.reset_elapsed();
+                self.doing("starting");
+            }
+            Event::BudgetExtended {
+                add_steps,
+                add_tokens,
+                add_usd,
+                add_secs,
+            } => {
+                if let Some(l) = &mut t.limits {
+                    l.max_steps += add_steps;
+                    l.max_tokens += add_tokens;
+                    l.budget_usd = l.budget_usd.map(|b| b + add_usd);
+                    l.timeout_secs += add_secs;
+                }
+            }
+            Event::ModelTurn { step, usage, .. } | Event::ModelMalformed { step, usage, .. } => {
+                t.steps = t.steps.max(*step);
+                t.tokens += usage.input_tokens + usage.output_tokens;
+                t.usd += usage.cost_usd;
+                t.estimated |= usage.estimated;
+                t.thinking = None;
+                t.preview.clear();
+            }
+            Event::ModelFailed { usage, .. } | Event::Reviewed { usage, .. } => {
+                t.tokens += usage.input_tokens + usage.output_tokens;
+                t.usd += usage.cost_usd;
+                t.estimated |= usage.estimated;
+            }
+            Event::Intent { call_id, tool, .. } => {
+                let what = describe(call_id);
+                let what = if what.is_empty() { tool.clone() } else { what };
+                self.doing(&format!("→ {what}"));
+            }
+            Event::ApprovalRequested { .. } | Event::CheckpointRequested { .. } => {
+                self.doing(
+                    &self
+                        .screen
+                        .paint(Tone::Ask, "waiting for a person's answer"),
+                );
+            }
+            Event::Verified { .. } => {
+                t.verifications += 1;
+                self.doing("deciding");
+            }
+            _ => {}
+        }
+        self.show_status(&t);
+    }
+
+    /// A moment no event records yet.
+    pub fn on_live(&self, moment: &Live) {
+        let mut t = self.tally();
+        match moment {
+            Live::Thinking { step } => {
+                t.thinking = Some(*step);
+                t.preview.clear();
+                self.doing(&format!("cycle {step} · asking the model"));
+            }
+            Live::Text { fragment } => {
+                // Bounded: only the tail is ever shown.
+                t.preview.push_str(fragment);
+                if t.preview.len() > 4096 {
+                    let cut = t.preview.len() - 2048;
+                    let cut = (cut..t.preview.len())
+                        .find(|i| t.preview.is_char_boundary(*i))
+                        .unwrap_or(t.preview.len());
+                    t.preview.drain(..cut);
+                }
+                let tail = last_line(&t.preview, 70);
+                let step = t.thinking.unwrap_or(t.steps + 1);
+                self.activity.set_message(format!(
+                    "cycle {step} · {}",
+                    self.screen.paint(Tone::Dim, &self.screen.glyphs(&tail))
+                ));
+            }
+            Live::Verifying { attempt, total } => {
+                t.checks_shown = *total > 0;
+                self.doing(&format!(
+                    "verification #{attempt}: sealing the workspace, {total} check(s) to run"
+                ));
+            }
+            Live::CheckStarted {
+                index,
+                total,
+                criterion,
+                check,
+            } => self.doing(&format!("check {index}/{total} · {criterion} · {check}")),
+            Live::CheckDone {
+                index,
+                total,
+                criterion,
+                passed,
+                status,
+                duration_ms,
+            } => {
+                let mark = if *passed { "✓" } else { "✗" };
+                self.print(&format!(
+                    "    {mark} {index}/{total} {criterion:<16} {status} · {duration_ms} ms\n"
+                ));
+                self.doing(&format!("check {index}/{total} done"));
+            }
+        }
+    }
+
+    /// Whether the last verification's checks were already shown one by
+    /// one (then its report need not list them again); resets.
+    pub fn take_checks_shown(&self) -> bool {
+        std::mem::take(&mut self.tally().checks_shown)
+    }
+
+    /// Hide the bars while a question is asked on the terminal.
+    pub fn pause(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.paused.swap(true, Ordering::SeqCst) {
+            let _ = self.bars.clear();
+            self.bars.set_draw_target(ProgressDrawTarget::hidden());
+        }
+    }
+
+    /// Show the bars again after a question.
+    pub fn resume(&self) {
+        use std::sync::atomic::Ordering;
+        if self.paused.swap(false, Ordering::SeqCst) {
+            self.bars
+                .set_draw_target(ProgressDrawTarget::stdout_with_hz(12));
+        }
+    }
+
+    /// Remove the bars for good (the run has ended).
+    pub fn finish(&self) {
+        self.activity.finish_and_clear();
+        self.status.finish_and_clear();
+        let _ = self.bars.clear();
+    }
+}
+
+/// The terminal's width in columns (80 when unknown).
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ fills a winsize; a failure leaves it zeroed.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        80
+    }
+}
+
+/// A count as people read it: 950, 19.3k, 1.2M.
+fn count(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// `s` cut to `max` characters, with an ellipsis when cut.
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// The last non-empty line of `s`, its last `max` characters, controls out.
+fn last_line(s: &str, max: usize) -> String {
+    let line = s
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    let n = clean.chars().count();
+    if n <= max {
+        clean
+    } else {
+        let tail: String = clean.chars().skip(n - max + 1).collect();
+        format!("…{tail}")
+    }
+}
+
+/// Where a detached task is handed over: the project and the task.
+#[derive(Debug, Clone)]
+pub struct Detach {
+    /// The project root.
+    pub project: PathBuf,
+    /// The task, once known.
+    pub task_id: Arc<Mutex<Option<String>>>,
+    /// Who answers the task's questions once nobody is at this terminal:
+    /// `allow` when this run answered yes to all, else `deny` or `wait`.
+    pub on_prompt: &'static str,
+}
+
+/// Watch for a Ctrl-C the live view should ask about; answer from the
+/// terminal's lines. Runs for the life of the process.
+pub fn watch_interrupts(view: LiveView, detach: Option<Detach>) {
+    use loop_runtime::interrupt;
+    interrupt::ask_first(true);
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            if !interrupt::pending() {
+                continue;
+            }
+            view.pause();
+            let task = detach
+                .as_ref()
+                .and_then(|d| d.task_id.lock().ok().and_then(|t| t.clone()));
+            let offer_detach = task.is_some();
+            eprint!(
+                "{}",
+                view.screen.glyphs(&format!(
+                    "\n⏸ Ctrl-C: [c]ancel the task{}, or Enter to go on (Ctrl-C again cancels): ",
+                    if offer_detach {
+                        ", [d]etach from it (it keeps running; `loop logs --follow` re-attaches)"
+                    } else {
+                        ""
+                    }
+                ))
+            );
+            crate::prompt::drain_lines();
+            let answer = loop {
+                if !interrupt::pending() {
+                    // A second Ctrl-C cancelled meanwhile.
+                    break None;
+                }
+                if let Some(line) = crate::prompt::next_line(Duration::from_millis(100)) {
+                    break Some(line);
+                }
+            };
+            eprintln!();
+            match answer.as_deref().map(str::trim) {
+                None => eprintln!("cancelling: the task stops at its next decision point"),
+                Some("c" | "cancel") => {
+                    eprintln!("cancelling: the task stops at its next decision point");
+                    interrupt::cancel();
+                }
+                Some("d" | "detach") if offer_detach => {
+                    if let (Some(d), Some(task)) = (&detach, &task) {
+                        view.finish();
+                        match hand_over(&d.project, task, d.on_prompt) {
+                            Ok(log) => {
+                                println!(
+                                    "detached: task {task} goes on in the background (its output: {})\n  loop logs {task} --follow   re-attaches\n  loop cancel {task}          stops it",
+                                    log.display()
+                                );
+                                std::process::exit(0);
+                            }
+                            Err(e) => eprintln!("cannot detach: {e}; the task goes on here"),
+                        }
+                    }
+                    interrupt::dismiss();
+                }
+                Some(_) => interrupt::dismiss(),
+            }
+            view.resume();
+        }
+    });
+}
+
+/// Start `loop resume TASK` in its own session, waiting for this process
+/// to end before it claims the task (the step this process was in the
+/// middle of is rolled back and done again, as after a crash). Its log.
+fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<PathBuf, String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| format!("where is this program? {e}"))?;
+    let log = loop_runtime::layout::task_dir(project, task).join("detached.log");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("resume")
+        .arg(task)
+        .arg("--project")
+        .arg(project)
+        .args(["--on-prompt", on_prompt, "--after-pid"])
+        .arg(std::process::id().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(file)
+        .stderr(err);
+    // SAFETY: setsid is async-signal-safe; the child leaves this terminal's
+    // session so a hang-up or Ctrl-C there does not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| format!("cannot start the background runtime: {e}"))?;
+    Ok(log)
+}

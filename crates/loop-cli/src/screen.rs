@@ -1,0 +1,285 @@
+//! How the terminal is written to: whether stdout is a terminal that can
+//! be redrawn (a live view), whether colours are wanted (`NO_COLOR`,
+//! `CLICOLOR_FORCE`, `TERM=dumb`), and whether Unicode glyphs can be shown
+//! (else ASCII stand-ins).
+
+use anstyle::{AnsiColor, Style};
+use std::io::IsTerminal;
+
+/// What this process's stdout can show, decided once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Screen {
+    /// A terminal that can be redrawn: spinners and a status line.
+    pub live: bool,
+    /// Escape sequences for colour and style.
+    pub color: bool,
+    /// Unicode glyphs (else ASCII).
+    pub unicode: bool,
+}
+
+/// A style for one kind of text.
+#[derive(Debug, Clone, Copy)]
+pub enum Tone {
+    /// Something that passed.
+    Good,
+    /// Something that failed or was refused.
+    Bad,
+    /// Waiting on a person.
+    Ask,
+    /// Secondary text (a preview, the status line).
+    Dim,
+    /// A heading (a cycle, the end).
+    Strong,
+}
+
+impl Screen {
+    /// The screen stdout is, from the environment.
+    pub fn of_stdout() -> Screen {
+        let terminal = std::io::stdout().is_terminal();
+        Screen::decide(terminal, &|k| std::env::var_os(k))
+    }
+
+    /// The decision, from whether stdout is a terminal and the environment.
+    pub fn decide(terminal: bool, env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Screen {
+        let set = |k: &str| env(k).is_some_and(|v| !v.is_empty());
+        let value = |k: &str| env(k).map(|v| v.to_string_lossy().into_owned());
+        let dumb = value("TERM").as_deref() == Some("dumb");
+        // https://no-color.org: any non-empty NO_COLOR turns colour off;
+        // CLICOLOR_FORCE turns it on even when piped; CLICOLOR=0 off.
+        let color = if set("NO_COLOR") {
+            false
+        } else if value("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
+            true
+        } else {
+            terminal && !dumb && value("CLICOLOR").as_deref() != Some("0")
+        };
+        // The locale in effect (LC_ALL, else LC_CTYPE, else LANG): one that
+        // is set and is not UTF-8 cannot show the glyphs.
+        let locale = ["LC_ALL", "LC_CTYPE", "LANG"]
+            .iter()
+            .find_map(|k| value(k).filter(|v| !v.is_empty()));
+        let utf8 = locale.is_none_or(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("utf-8") || l.contains("utf8")
+        });
+        let ascii = set("LOOP_ASCII") || dumb || !utf8;
+        Screen {
+            live: terminal && !dumb,
+            color,
+            unicode: !ascii,
+        }
+    }
+
+    /// `text` in `tone`, when colour is on.
+    pub fn paint(&self, tone: Tone, text: &str) -> String {
+        if !self.color || text.is_empty() {
+            return text.to_string();
+        }
+        let style = match tone {
+            Tone::Good => Style::new().fg_color(Some(AnsiColor::Green.into())),
+            Tone::Bad => Style::new().fg_color(Some(AnsiColor::Red.into())),
+            Tone::Ask => Style::new().fg_color(Some(AnsiColor::Yellow.into())).bold(),
+            Tone::Dim => Style::new().dimmed(),
+            Tone::Strong => Style::new().bold(),
+        };
+        format!("{style}{text}{style:#}")
+    }
+
+    /// `text` as this screen shows it: glyphs in ASCII where Unicode
+    /// cannot be shown.
+    pub fn glyphs(&self, text: &str) -> String {
+        if self.unicode {
+            return text.to_string();
+        }
+        ascii(text)
+    }
+
+    /// A narrated line or block, coloured by its marks, in this screen's
+    /// glyphs.
+    pub fn render(&self, text: &str) -> String {
+        let text = &defang(text);
+        let text = if self.color {
+            text.split_inclusive('\n')
+                .map(|line| self.tint_line(line))
+                .collect()
+        } else {
+            text.to_string()
+        };
+        self.glyphs(&text)
+    }
+
+    /// One narrated line with its mark coloured: ✓ green, ✗ and ⛔ red, ⏸
+    /// yellow, headings bold.
+    fn tint_line(&self, line: &str) -> String {
+        let marks: [(&str, Tone); 6] = [
+            ("✓", Tone::Good),
+            ("✗", Tone::Bad),
+            ("⛔", Tone::Bad),
+            ("⏸", Tone::Ask),
+            ("■", Tone::Strong),
+            ("▶", Tone::Strong),
+        ];
+        if line.starts_with("cycle ") {
+            let body = line.trim_end_matches('\n');
+            let nl = &line[body.len()..];
+            return match body.split_once(" · ") {
+                Some((head, rest)) => format!(
+                    "{} · {}{nl}",
+                    self.paint(Tone::Strong, head),
+                    self.paint(Tone::Dim, rest)
+                ),
+                None => format!("{}{nl}", self.paint(Tone::Strong, body)),
+            };
+        }
+        for (mark, tone) in marks {
+            if let Some(at) = line.find(mark) {
+                let (before, after) = line.split_at(at);
+                let rest = &after[mark.len()..];
+                return format!("{before}{}{rest}", self.paint(tone, mark));
+            }
+        }
+        line.to_string()
+    }
+}
+
+/// `text` safe to write to a terminal: what a model or a command wrote can
+/// hold escape sequences (retitling the window, moving the cursor, hiding
+/// text) and tabs the terminal widens; tabs become spaces and every other
+/// control character but the newline is shown as `^X` or `\u{..}`.
+pub fn defang(text: &str) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push_str("    "),
+            c if (c as u32) < 0x20 => {
+                out.push('^');
+                out.push(char::from(b'@' + c as u8));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The ASCII stand-in of every glyph the narration uses.
+pub fn ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '✓' => out.push_str("ok"),
+            '✗' => out.push_str("FAIL"),
+            '⛔' => out.push_str("REFUSED"),
+            '▶' => out.push('>'),
+            '■' => out.push('#'),
+            '⧗' => out.push('~'),
+            '↩' => out.push_str("<-"),
+            '↻' => out.push('@'),
+            '⏸' => out.push_str("||"),
+            '⚖' => out.push('='),
+            '→' => out.push_str("->"),
+            '＋' => out.push('+'),
+            '│' => out.push('|'),
+            '…' => out.push_str("..."),
+            '·' => out.push('-'),
+            '—' => out.push_str("--"),
+            c if c.is_ascii() => out.push(c),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn with(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn the_conventions_decide_colour_and_glyphs() {
+        let s = Screen::decide(true, &with(&[("TERM", "xterm"), ("LANG", "C.UTF-8")]));
+        assert_eq!(
+            s,
+            Screen {
+                live: true,
+                color: true,
+                unicode: true
+            }
+        );
+        assert!(!Screen::decide(true, &with(&[("NO_COLOR", "1")])).color);
+        // NO_COLOR wins over CLICOLOR_FORCE.
+        let both = with(&[("NO_COLOR", "1"), ("CLICOLOR_FORCE", "1")]);
+        assert!(!Screen::decide(true, &both).color);
+        assert!(Screen::decide(false, &with(&[("CLICOLOR_FORCE", "1")])).color);
+        assert!(!Screen::decide(false, &with(&[])).color);
+        assert!(!Screen::decide(false, &with(&[])).live);
+        let dumb = Screen::decide(true, &with(&[("TERM", "dumb")]));
+        assert!(!dumb.color && !dumb.live && !dumb.unicode);
+        assert!(!Screen::decide(true, &with(&[("LANG", "C")])).unicode);
+        // LC_ALL overrides LANG.
+        let lc = with(&[("LC_ALL", "POSIX"), ("LANG", "en_US.UTF-8")]);
+        assert!(!Screen::decide(true, &lc).unicode);
+        assert!(!Screen::decide(true, &with(&[("LOOP_ASCII", "1")])).unicode);
+    }
+
+    #[test]
+    fn without_colour_nothing_is_escaped_and_ascii_has_no_glyphs() {
+        let plain = Screen {
+            live: false,
+            color: false,
+            unicode: false,
+        };
+        let out = plain.render("  → run_command `pytest` ✓ exit 0 · 12 ms\n■ verified …\n");
+        assert!(out.is_ascii(), "{out}");
+        assert!(!out.contains('\x1b'));
+        assert_eq!(
+            out,
+            "  -> run_command `pytest` ok exit 0 - 12 ms\n# verified ...\n"
+        );
+        // What a model or a command wrote never reaches the terminal as an
+        // escape sequence, coloured or not.
+        let hostile = "  → read_file x ✓ \x1b]0;owned\x07\x1b[2J\tgone\u{9b}31m\n";
+        for screen in [
+            plain,
+            Screen {
+                live: true,
+                color: true,
+                unicode: true,
+            },
+        ] {
+            let out = screen.render(hostile);
+            // Only the tint of the ✓ is an escape sequence (two of them).
+            let escapes = out.matches('\x1b').count();
+            assert_eq!(escapes, if screen.color { 2 } else { 0 }, "{out:?}");
+            assert!(!out.contains('\x07') && !out.contains('\t') && !out.contains('\u{9b}'));
+            assert!(
+                out.contains("^[]0;owned^G^[[2J    gone\\u{9b}31m"),
+                "{out:?}"
+            );
+        }
+        let colour = Screen {
+            live: true,
+            color: true,
+            unicode: true,
+        };
+        let out = colour.render("    ✗ tests exit 1\n");
+        assert!(out.contains("\x1b[31m✗\x1b[0m"), "{out:?}");
+    }
+}

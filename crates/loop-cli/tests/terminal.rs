@@ -1,0 +1,306 @@
+//! The live view in a real terminal (tmux): a slow command shows a spinner
+//! with its elapsed time and the status line, a `prompt` rule is asked and
+//! answered inline, the checks land one by one, Ctrl-C asks whether to
+//! cancel or detach (detach hands the task to a background runtime;
+//! twice cancels); `NO_COLOR` leaves no colour, and piped output has no
+//! spinner and no escape sequence.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LOOPFILE: &str = "exec:
+  approval_timeout_secs: 120
+  rules:
+    - prefix: touch
+      decision: prompt
+      examples: [\"touch a.txt\"]
+";
+
+fn script(seconds: u32) -> String {
+    format!(
+        "turns:
+  - thought: Run the slow build first.
+    calls:
+      - {{tool: run_command, args: {{command: \"sleep {seconds} && echo built > built.txt\"}}}}
+  - calls:
+      - {{tool: run_command, args: {{command: \"touch approved.txt\"}}}}
+  - calls:
+      - {{tool: finish, args: {{summary: done}}}}
+"
+    )
+}
+
+fn setup(name: &str, seconds: u32) -> (PathBuf, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("term-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "keep me\n").unwrap();
+    std::fs::write(project.join("Loopfile.yaml"), LOOPFILE).unwrap();
+    std::fs::write(dir.join("script.yaml"), script(seconds)).unwrap();
+    (dir, project)
+}
+
+/// A tmux server of this test's own, on its own socket.
+struct Tmux {
+    sock: PathBuf,
+    session: String,
+}
+
+impl Tmux {
+    fn start(dir: &Path, command: &str) -> Tmux {
+        assert!(
+            Command::new("tmux").arg("-V").output().is_ok(),
+            "tmux is needed for the terminal tests (scripts/test.sh installs it)"
+        );
+        let t = Tmux {
+            sock: dir.join("tmux.sock"),
+            session: "loop-term".into(),
+        };
+        let out = t.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            &t.session,
+            "-x",
+            "160",
+            "-y",
+            "50",
+            command,
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.sock)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The screen and its scrollback; with `escapes`, the colours too.
+    fn screen(&self, escapes: bool) -> String {
+        let mut args = vec!["capture-pane", "-p", "-S", "-300", "-t", &self.session];
+        if escapes {
+            args.push("-e");
+        }
+        String::from_utf8_lossy(&self.run(&args).stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.session];
+        args.extend_from_slice(keys);
+        assert!(self.run(&args).status.success());
+    }
+
+    /// Wait until the screen shows what `seen` looks for.
+    fn wait_for(&self, what: &str, seen: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen(false);
+            if seen(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "never saw {what}:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// The shell command that runs `loop run` in the terminal, then says how
+/// it exited.
+fn loop_run(dir: &Path, project: &Path, env: &str, extra: &str) -> String {
+    format!(
+        "env LANG=C.UTF-8 TERM=xterm-256color {env} LOOP_STATE_DIR={} {} run 'build, then make approved.txt' --check 'test -f README.md' {extra} --model scripted:{} --project {} ; echo EXITED $?; sleep 60",
+        dir.join("state").display(),
+        env!("CARGO_BIN_EXE_loop"),
+        dir.join("script.yaml").display(),
+        project.display()
+    )
+}
+
+/// A line of the screen that shows the slow command running: its spinner
+/// and its elapsed seconds.
+fn spinner_line(screen: &str) -> Option<String> {
+    screen
+        .lines()
+        .find(|l| {
+            l.contains("→ run_command `sleep")
+                && l.chars().any(|c| ('\u{2800}'..='\u{28ff}').contains(&c))
+                && l.trim_end().ends_with(" s")
+        })
+        .map(str::to_string)
+}
+
+#[test]
+fn a_live_run_shows_progress_asks_inline_and_verifies() {
+    let (dir, project) = setup("live", 4);
+    let t = Tmux::start(&dir, &loop_run(&dir, &project, "", ""));
+    // The slow command: a spinner and its clock, and the budget line.
+    let running = t.wait_for("the slow command's spinner", |s| spinner_line(s).is_some());
+    assert!(
+        running.contains("steps 1/") && running.contains("tokens"),
+        "no status line:\n{running}"
+    );
+    // The clock moves.
+    let first = spinner_line(&running).unwrap();
+    let later = t.wait_for("the clock to move", |s| {
+        spinner_line(s).is_some_and(|l| l != first && l.contains(" 2.") || l.contains(" 3."))
+    });
+    assert!(spinner_line(&later).is_some(), "{later}");
+    // Colour is on: the screen has styled text.
+    assert!(t.screen(true).contains("\x1b["), "no colour at all");
+    // The prompt rule is asked here, and answered here.
+    let asked = t.wait_for("the question", |s| s.contains("[y]es / [n]o / [a]lways"));
+    assert!(asked.contains("touch approved.txt"), "{asked}");
+    // The command that took seconds finished with a tick and its time.
+    assert!(
+        asked
+            .lines()
+            .any(|l| l.contains("→ run_command `sleep 4") && l.contains("✓ exit 0")),
+        "{asked}"
+    );
+    t.keys(&["y", "Enter"]);
+    let end = t.wait_for("the end", |s| s.contains("EXITED"));
+    assert!(
+        end.contains("approval: approved (by the terminal)"),
+        "{end}"
+    );
+    // The check landed on its own line as it ran, then the decision.
+    assert!(end.contains("✓ 1/1 check-1"), "{end}");
+    assert!(end.contains("■ verified"), "{end}");
+    assert!(end.contains("EXITED 0"), "{end}");
+    // The bars are gone at the end: no spinner left on the screen.
+    assert!(spinner_line(&end).is_none(), "{end}");
+}
+
+#[test]
+fn no_color_leaves_no_escape_sequence_and_piped_output_no_spinner() {
+    let (dir, project) = setup("nocolor", 2);
+    let t = Tmux::start(&dir, &loop_run(&dir, &project, "NO_COLOR=1", "--yes"));
+    let live = t.wait_for("the spinner", |s| spinner_line(s).is_some());
+    assert!(live.contains("steps 1/"), "{live}");
+    let end = t.wait_for("the end", |s| s.contains("EXITED"));
+    assert!(end.contains("EXITED 0"), "{end}");
+    let styled = t.screen(true);
+    assert!(
+        !styled.contains('\x1b'),
+        "colour with NO_COLOR:\n{styled:?}"
+    );
+    drop(t);
+
+    // Piped: the same story as plain lines, no spinner, no escapes.
+    let (dir, project) = setup("piped", 2);
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LANG", "C.UTF-8")
+        .env("CLICOLOR_FORCE", "")
+        .args([
+            "run",
+            "build, then make approved.txt",
+            "--check",
+            "test -f README.md",
+            "--yes",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("→ run_command `sleep 2"), "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+    assert!(
+        !text.chars().any(|c| ('\u{2800}'..='\u{28ff}').contains(&c)),
+        "a spinner in piped output:\n{text}"
+    );
+    assert!(
+        !text.contains("steps 1/"),
+        "a status line when piped:\n{text}"
+    );
+}
+
+/// The state of task `id`, as `loop status --json` says.
+fn status(dir: &Path, project: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .args(["status", "last", "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "loop status: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn ctrl_c_asks_then_detach_hands_the_task_to_the_background() {
+    let (dir, project) = setup("detach", 6);
+    // The prompt rule is answered by --yes here: the background runtime
+    // has no terminal.
+    let t = Tmux::start(&dir, &loop_run(&dir, &project, "", "--yes"));
+    t.wait_for("the spinner", |s| spinner_line(s).is_some());
+    t.keys(&["C-c"]);
+    let asked = t.wait_for("the Ctrl-C question", |s| s.contains("[d]etach"));
+    assert!(asked.contains("[c]ancel the task"), "{asked}");
+    t.keys(&["d", "Enter"]);
+    let gone = t.wait_for("the hand-over", |s| s.contains("EXITED"));
+    assert!(gone.contains("detached: task t-"), "{gone}");
+    assert!(gone.contains("loop logs t-"), "{gone}");
+    assert!(gone.contains("EXITED 0"), "{gone}");
+    // The background runtime takes the task over and ends it.
+    let start = Instant::now();
+    let ended = loop {
+        let s = status(&dir, &project);
+        if s["outcome"].is_string() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the detached task never ended: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(ended["outcome"], "verified", "{ended}");
+    let id = ended["id"].as_str().unwrap();
+    let log = project.join(".loop/tasks").join(id).join("detached.log");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("resumed"), "{log}");
+}
+
+#[test]
+fn ctrl_c_twice_cancels_the_task() {
+    let (dir, project) = setup("twice", 30);
+    let t = Tmux::start(&dir, &loop_run(&dir, &project, "", "--yes"));
+    t.wait_for("the spinner", |s| spinner_line(s).is_some());
+    t.keys(&["C-c"]);
+    t.wait_for("the Ctrl-C question", |s| s.contains("[d]etach"));
+    t.keys(&["C-c"]);
+    let end = t.wait_for("the end", |s| s.contains("EXITED"));
+    assert!(end.contains("■ cancelled"), "{end}");
+    assert!(end.contains("EXITED 1"), "{end}");
+    let s = status(&dir, &project);
+    assert_eq!(s["outcome"], "cancelled", "{s}");
+}
