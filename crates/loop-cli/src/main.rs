@@ -9,6 +9,7 @@ mod logging;
 mod prompt;
 mod replay;
 mod screen;
+mod show_cmd;
 mod story;
 mod tasks_cmd;
 mod verify_cmd;
@@ -191,6 +192,36 @@ enum Command {
     /// One task: state or outcome, budgets used, receipt.
     Status {
         /// The task id.
+        id: String,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A task's change set: from its receipt once it has ended, else its
+    /// workspace now (coloured and paged on a terminal, exact when piped).
+    Diff {
+        /// The task id (a unique prefix, or `last`).
+        id: String,
+        /// Only the files and their lines added and removed.
+        #[arg(long)]
+        stat: bool,
+        /// Print straight to the terminal, not through `$PAGER`.
+        #[arg(long)]
+        no_pager: bool,
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A task in one place: its story, its change set and its receipt's
+    /// verdict.
+    Show {
+        /// The task id (a unique prefix, or `last`).
         id: String,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
@@ -529,6 +560,16 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
                 .discard(&full_id(&project, &id)?, &mut story::Story::new(false))?,
         ),
         Command::List { project, json } => tasks_cmd::list(&project, json),
+        Command::Diff {
+            id,
+            stat,
+            no_pager,
+            project,
+            json,
+        } => show_cmd::diff(&project, &full_id(&project, &id)?, stat, !no_pager, json),
+        Command::Show { id, project, json } => {
+            show_cmd::show(&project, &full_id(&project, &id)?, json)
+        }
         Command::Status { id, project, json } => {
             tasks_cmd::status(&project, &full_id(&project, &id)?, json)
         }

@@ -23,10 +23,15 @@ fn to_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
 
 /// `loop list`.
 pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
-    let tasks = Runtime::open(project)?.tasks()?;
+    let runtime = Runtime::open(project)?;
+    let tasks = runtime.tasks()?;
+    // What each spent, as `loop status` counts it.
+    let spent = |id: &str| runtime.status(id).map(|s| s.used).ok();
     if json {
         for t in &tasks {
-            println!("{}", to_json(t));
+            let mut v = to_json(t);
+            v["used"] = to_json(&spent(&t.id));
+            println!("{v}");
         }
         return Ok(0);
     }
@@ -45,7 +50,11 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
             .chars()
             .take(60)
             .collect();
-        println!("{}  {:<28} {}  {}", t.id, state, t.created, instruction);
+        let usd = spent(&t.id).map_or_else(|| "?".into(), |u| format!("${:.4}", u.usd));
+        println!(
+            "{}  {:<28} {:>9}  {}  {}",
+            t.id, state, usd, t.created, instruction
+        );
     }
     Ok(0)
 }

@@ -135,6 +135,16 @@ fn verified(
             p.task_id, p.outcome
         )));
     }
+    Ok((
+        recorded_change_set(t, p)?,
+        p.contract.clone(),
+        p.environments.clone(),
+    ))
+}
+
+/// The change set a receipt records, its patch read from beside it and
+/// checked against the hash the receipt signs.
+fn recorded_change_set(t: &Task, p: &loop_receipt::Predicate) -> Result<ChangeSet, Error> {
     let patch_path = t.receipt.with_file_name(&p.change_set.patch);
     let patch = std::fs::read_to_string(&patch_path)
         .map_err(|e| Error::usage(format!("{}: {e}", patch_path.display())))?;
@@ -144,16 +154,72 @@ fn verified(
             patch_path.display()
         )));
     }
-    Ok((
-        ChangeSet {
-            base_commit: p.change_set.base_commit.clone(),
-            files: p.change_set.files.clone(),
-            patch,
-            patch_sha256: p.change_set.patch_sha256.clone(),
-        },
-        p.contract.clone(),
-        p.environments.clone(),
-    ))
+    Ok(ChangeSet {
+        base_commit: p.change_set.base_commit.clone(),
+        files: p.change_set.files.clone(),
+        patch,
+        patch_sha256: p.change_set.patch_sha256.clone(),
+    })
+}
+
+/// Where a change set shown to a person comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiffSource {
+    /// The receipt of a task that has ended (checked against it).
+    Receipt(PathBuf),
+    /// The workspace of a task that has not ended, as it is now.
+    Workspace(PathBuf),
+}
+
+/// A task's change set for a person to read.
+#[derive(Debug, Clone)]
+pub struct Diff {
+    /// The change set.
+    pub change_set: ChangeSet,
+    /// Where it comes from.
+    pub source: DiffSource,
+}
+
+/// Task `id`'s change set: from its receipt once it has ended (whatever
+/// the outcome; a receipt that does not hold, or a patch that differs from
+/// it, is an error), else computed from its workspace now.
+pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
+    let t = task(project, id)?;
+    if t.receipt.exists() {
+        let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
+            .map_err(|e| Error::usage(e.to_string()))?
+            .map(|k| vec![k.public()])
+            .unwrap_or_default();
+        let report =
+            verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
+        let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
+            return Err(Error::usage(format!(
+                "the receipt {} does not hold; run `loop verify` on it",
+                t.receipt.display()
+            )));
+        };
+        return Ok(Diff {
+            change_set: recorded_change_set(&t, &statement.predicate)?,
+            source: DiffSource::Receipt(t.receipt.clone()),
+        });
+    }
+    let paths = crate::layout::TaskPaths::of(&t.project, id);
+    let start = crate::layout::Start::load(&paths)?;
+    if start.gone {
+        return Err(Error::usage(format!(
+            "the workspace of task {id} is gone: there is no change to show"
+        )));
+    }
+    let now = Manifest::of(&paths.workspace).map_err(|e| {
+        Error::usage(format!(
+            "the workspace {} cannot be read: {e}",
+            paths.workspace.display()
+        ))
+    })?;
+    Ok(Diff {
+        change_set: compute(&t.project, &start.task_ws, &start.baseline, &now),
+        source: DiffSource::Workspace(paths.workspace),
+    })
 }
 
 /// What `loop apply` will not bring home: protected paths (refused

@@ -199,6 +199,12 @@ impl Runtime {
         crate::changes::recover(&self.project, id, observer)
     }
 
+    /// Task `id`'s change set: from its receipt once it has ended, else
+    /// from its workspace as it is now.
+    pub fn diff(&self, id: &str) -> Result<crate::changes::Diff, Error> {
+        crate::changes::diff(&self.project, id)
+    }
+
     /// Undo task `id`'s applied change set.
     pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::undo(&self.project, id, observer)
