@@ -59,16 +59,13 @@ pub struct ExecArgs {
     /// (for measuring the per-command cost inside a long-lived runtime).
     #[arg(long, default_value_t = 1, hide = true)]
     repeat: u32,
-    /// Print a JSON result.
-    #[arg(long)]
-    json: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
 /// Run it; the exit code mirrors the command's (128 + signal when killed).
-pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
+pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
     let layers = o
         .without
         .iter()
@@ -127,7 +124,7 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
         },
         message: e.message,
     })?;
-    if o.json {
+    if json {
         let v = serde_json::json!({
             "exit_code": r.exit_code,
             "signal": r.signal,
@@ -158,41 +155,67 @@ pub fn exec(o: ExecArgs) -> Result<u8, CliError> {
     })
 }
 
+/// What `loop doctor` found, row by row: printed as aligned lines, or
+/// gathered into one JSON object (a label seen twice holds a list).
+struct Rows {
+    json: bool,
+    map: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Rows {
+    fn row(&mut self, label: &str, value: impl Into<String>) {
+        let value = value.into();
+        if !self.json {
+            println!("{label:<13} {value}");
+            return;
+        }
+        let key = label.replace([' ', '/'], "_");
+        match self.map.get_mut(&key) {
+            Some(serde_json::Value::Array(list)) => list.push(value.into()),
+            Some(old) => *old = serde_json::Value::Array(vec![old.take(), value.into()]),
+            None => {
+                self.map.insert(key, value.into());
+            }
+        }
+    }
+}
+
 /// `loop doctor`: what the sandbox can enforce here, tried for real.
-pub fn doctor(project: &std::path::Path) -> Result<u8, CliError> {
+pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
+    let mut out = Rows {
+        json,
+        map: serde_json::Map::new(),
+    };
     let s = loop_sandbox::probe::support();
     let yes = |b: bool| if b { "yes" } else { "NO" };
-    println!(
-        "user          {}",
-        if s.root { "root" } else { "unprivileged" }
-    );
-    println!("user ns       {}", yes(s.userns));
-    println!("pid/mount/net namespaces  {}", yes(s.namespaces));
-    println!("fresh /proc   {}", yes(s.proc_mount));
-    println!(
-        "landlock      {}",
+    out.row("user", if s.root { "root" } else { "unprivileged" });
+    out.row("user ns", yes(s.userns));
+    out.row("namespaces", yes(s.namespaces));
+    out.row("fresh /proc", yes(s.proc_mount));
+    out.row(
+        "landlock",
         if s.landlock_abi > 0 {
             format!("ABI {}", s.landlock_abi)
         } else {
             "NO".into()
-        }
+        },
     );
-    println!("seccomp       {}", yes(s.seccomp));
-    println!(
-        "shares/setup  {}",
+    out.row("seccomp", yes(s.seccomp));
+    out.row(
+        "shares/setup",
         if s.namespaces {
             "dependency environments and setup layers can be shown to tasks (`loop audit --project DIR` says what a project's tasks would share)"
         } else {
             "NO: sharing .venv, node_modules or a setup layer needs mount namespaces"
-        }
+        },
     );
-    println!(
-        "egress        {}",
+    out.row(
+        "egress",
         if s.namespaces {
             "declared hosts through the runtime's proxy (network.allow); otherwise no network"
         } else {
             "NO: an allow-list needs a network namespace; tasks that declare one are refused"
-        }
+        },
     );
     let dir = std::env::temp_dir();
     let mut req = ExecRequest::new(Program::Argv(vec!["true".into()]), &dir);
@@ -200,37 +223,43 @@ pub fn doctor(project: &std::path::Path) -> Result<u8, CliError> {
     match loop_sandbox::run(&req) {
         Ok(r) => {
             let i = &r.isolation;
-            println!("memory cgroup {}", yes(i.memory_cgroup));
-            println!("pids cgroup   {}", yes(i.pids_cgroup));
-            println!("rlimits       {}", i.rlimits.join(" "));
+            out.row("memory cgroup", yes(i.memory_cgroup));
+            out.row("pids cgroup", yes(i.pids_cgroup));
+            out.row("rlimits", i.rlimits.join(" "));
             for n in &i.notes {
-                println!("note          {n}");
+                out.row("note", n.clone());
             }
-            println!(
-                "`true` under full isolation: {} in {:.1} ms",
-                match (r.exit_code, r.signal) {
-                    (Some(c), _) => format!("exit {c}"),
-                    (None, Some(s)) => format!("killed by signal {s}"),
-                    _ => "ended".to_string(),
-                },
-                r.duration.as_secs_f64() * 1000.0
+            out.row(
+                "isolated true",
+                format!(
+                    "{} in {:.1} ms under full isolation",
+                    match (r.exit_code, r.signal) {
+                        (Some(c), _) => format!("exit {c}"),
+                        (None, Some(s)) => format!("killed by signal {s}"),
+                        _ => "ended".to_string(),
+                    },
+                    r.duration.as_secs_f64() * 1000.0
+                ),
             );
         }
-        Err(e) => println!("sandboxed `true` failed: {e}"),
+        Err(e) => out.row("isolated true", format!("FAILED: {e}")),
     }
-    project_doctor(project);
+    project_doctor(project, &mut out);
+    if json {
+        println!("{}", serde_json::Value::Object(out.map));
+    }
     Ok(0)
 }
 
 /// The project's side of `loop doctor`: each detected stack's toolchain,
 /// the store, the signing key, and whether the model endpoint answers.
-fn project_doctor(project: &std::path::Path) {
+fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     let Ok(runtime) = loop_runtime::Runtime::open(project) else {
-        println!("project       {} cannot be opened", project.display());
+        out.row("project", format!("{} cannot be opened", project.display()));
         return;
     };
     let root = runtime.project();
-    println!("project       {}", root.display());
+    out.row("project", root.display().to_string());
     let loopfile = loop_runtime::loopfile::Loopfile::load(root);
     let verification = loopfile
         .as_ref()
@@ -255,47 +284,44 @@ fn project_doctor(project: &std::path::Path) {
             let said = loop_runtime::network::output_of(tool, args)
                 .and_then(|o| o.lines().next().map(str::to_string))
                 .unwrap_or_else(|| "NOT FOUND".into());
-            println!("toolchain     {stack}: {tool}: {said}");
+            out.row("toolchain", format!("{stack}: {tool}: {said}"));
         }
     }
     let db = root.join(".loop/loop.db");
     // (Asked only when it exists: opening it would make it.)
-    match db.is_file().then(|| runtime.tasks()) {
-        None => println!(
-            "store         none yet (made at {} on the first run)",
-            db.display()
-        ),
-        Some(Ok(t)) => println!(
-            "store         {} ({} task(s))",
-            root.join(".loop/loop.db").display(),
-            t.len()
-        ),
-        Some(Err(e)) => println!("store         cannot be opened: {}", e.message),
-    }
+    out.row(
+        "store",
+        match db.is_file().then(|| runtime.tasks()) {
+            None => format!("none yet (made at {} on the first run)", db.display()),
+            Some(Ok(t)) => format!("{} ({} task(s))", db.display(), t.len()),
+            Some(Err(e)) => format!("cannot be opened: {}", e.message),
+        },
+    );
     let key = loop_receipt::state_dir().join("signing.key");
     let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
         || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();
-    println!(
-        "signing key   {}",
+    out.row(
+        "signing key",
         if from_env {
             "from LOOP_SIGNING_KEY(_FILE)".to_string()
         } else if key.is_file() {
             key.display().to_string()
         } else {
             format!("none yet (made at {} on the first run)", key.display())
-        }
+        },
     );
     let endpoint = match &loopfile {
         Ok(l) => loop_runtime::readiness::maker_endpoint(l),
         Err(e) => Err(e.message.clone()),
     };
-    match endpoint {
-        Ok(None) => println!("model         none configured in the Loopfile (give --model)"),
-        Err(e) => println!("model         the Loopfile's models do not resolve: {e}"),
-        Ok(Some((model, url))) => {
-            println!("model         {model} at {url}: {}", reachable(&url));
-        }
-    }
+    out.row(
+        "model",
+        match endpoint {
+            Ok(None) => "none configured in the Loopfile (give --model)".to_string(),
+            Err(e) => format!("the Loopfile's models do not resolve: {e}"),
+            Ok(Some((model, url))) => format!("{model} at {url}: {}", reachable(&url)),
+        },
+    );
 }
 
 /// Whether a TCP connection to the URL's host opens within 3 seconds (no

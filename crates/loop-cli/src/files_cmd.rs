@@ -5,30 +5,36 @@ use crate::CliError;
 use std::path::Path;
 
 /// `loop keys show|export` (rotate is the runtime's).
-pub fn keys(action: &str) -> Result<u8, CliError> {
+pub fn keys(show: bool, json: bool) -> Result<u8, CliError> {
     let key = loop_receipt::KeyPair::load_or_create()
         .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
     let public = key.public();
-    match action {
-        "show" => {
-            println!("keyid  {}", public.keyid);
-            println!("ed25519 {}", public.hex());
-            print!("{}", public.pem());
-        }
-        "export" => print!("{}", public.pem()),
-        other => {
-            return Err(CliError::usage(format!(
-                "unknown keys action `{other}` (show, export, rotate)"
-            )));
-        }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"keyid": public.keyid, "ed25519": public.hex(), "pem": public.pem()})
+        );
+        return Ok(0);
     }
+    if show {
+        println!("keyid  {}", public.keyid);
+        println!("ed25519 {}", public.hex());
+    }
+    print!("{}", public.pem());
     Ok(0)
 }
 
 /// `loop manifest DIR`: the directory's Merkle root, files and bytes.
-pub fn manifest(dir: &Path) -> Result<u8, CliError> {
+pub fn manifest(dir: &Path, json: bool) -> Result<u8, CliError> {
     let m = loop_workspace::Manifest::of(dir)
         .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"root": m.root, "files": m.entries.len(), "bytes": m.bytes(), "dir": dir})
+        );
+        return Ok(0);
+    }
     println!(
         "{}  {} files, {} bytes  {}",
         m.root,
@@ -57,7 +63,7 @@ pub fn schema(format: &str) -> Result<u8, CliError> {
 }
 
 /// `loop validate Loopfile.yaml`: every problem, or the sections read.
-pub fn validate_loopfile(file: &Path) -> Result<u8, CliError> {
+pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
     let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
@@ -74,6 +80,13 @@ pub fn validate_loopfile(file: &Path) -> Result<u8, CliError> {
     .filter(|(_, set)| *set)
     .map(|(n, _)| *n)
     .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"file": file, "kind": "loopfile", "valid": true, "sections": read})
+        );
+        return Ok(0);
+    }
     println!(
         "{}: valid Loopfile ({})",
         file.display(),
@@ -87,12 +100,23 @@ pub fn validate_loopfile(file: &Path) -> Result<u8, CliError> {
 }
 
 /// `loop validate FILE`: every problem, or the contract's shape and hash.
-pub fn validate_contract(file: &Path) -> Result<u8, CliError> {
+pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
     let contract = crate::read_contract(file)?;
     let sha = contract
         .sha256()
         .map_err(|e| CliError::usage(e.to_string()))?;
     let checks: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "file": file, "kind": "contract", "valid": true,
+                "criteria": contract.criteria.len(), "checks": checks,
+                "artifacts": contract.artifacts.len(), "sha256": sha,
+            })
+        );
+        return Ok(0);
+    }
     println!(
         "{}: valid contract, {} criteria, {} checks, {} artifacts\nsha256 {sha}",
         file.display(),

@@ -3,6 +3,7 @@
 
 mod demo;
 mod exec_cmd;
+mod failure;
 mod files_cmd;
 mod live;
 mod logging;
@@ -65,6 +66,12 @@ struct Cli {
     /// chooses by target instead, e.g. `LOOP_LOG=loop_sandbox=debug`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Machine-readable output, on every command: JSON (a running task's
+    /// events as JSON lines), and a failure as
+    /// `{"error":{"kind","message","location","hint"}}` on stderr with the
+    /// same exit code.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -76,9 +83,6 @@ enum Command {
         /// Directory for the demo project (default: a new one under the temp dir).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Print machine-readable events.
-        #[arg(long)]
-        json: bool,
     },
     /// Run a task until its contract is verified or a limit stops it.
     Run {
@@ -132,8 +136,8 @@ enum Command {
         /// Who answers the task's questions when no terminal can: `deny`
         /// (the default without a terminal), `allow`, or `wait` for `loop
         /// approve`. On a terminal the question is asked inline.
-        #[arg(long, value_name = "deny|allow|wait")]
-        on_prompt: Option<String>,
+        #[arg(long, value_enum)]
+        on_prompt: Option<OnPromptArg>,
         /// Carry your uncommitted changes into the task's worktree.
         #[arg(long)]
         include_dirty: bool,
@@ -142,11 +146,8 @@ enum Command {
         verify_on_change: bool,
         /// `preferred` runs commands with the isolation the kernel offers and
         /// records it; `required` fails closed when a layer is missing.
-        #[arg(long, default_value = "preferred")]
-        isolation: String,
-        /// Print machine-readable events (JSON lines).
-        #[arg(long)]
-        json: bool,
+        #[arg(long, value_enum, default_value_t = IsolationArg::Preferred)]
+        isolation: IsolationArg,
         /// First continue this project's interrupted tasks (whose runtime
         /// died); with no instruction, only that.
         #[arg(long)]
@@ -185,9 +186,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// One JSON object per task.
-        #[arg(long)]
-        json: bool,
     },
     /// One task: state or outcome, budgets used, receipt.
     Status {
@@ -196,9 +194,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// As JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// A task's change set: from its receipt once it has ended, else its
     /// workspace now (coloured and paged on a terminal, exact when piped).
@@ -214,9 +209,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// As JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// A task in one place: its story, its change set and its receipt's
     /// verdict.
@@ -226,9 +218,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// As JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// A task's story, from the store.
     Logs {
@@ -240,9 +229,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// One JSON event per line.
-        #[arg(long)]
-        json: bool,
     },
     /// Stop a running task (within a second; its commands are killed).
     Cancel {
@@ -251,9 +237,6 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// JSON events if the task is ended here.
-        #[arg(long)]
-        json: bool,
     },
     /// Answer a task waiting for a person: a command under a `prompt` rule,
     /// or a checkpoint.
@@ -290,13 +273,10 @@ enum Command {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Print machine-readable events (JSON lines).
-        #[arg(long)]
-        json: bool,
         /// Who answers the task's questions when no terminal can: `deny`
         /// (the default without a terminal), `allow`, or `wait`.
-        #[arg(long, value_name = "deny|allow|wait")]
-        on_prompt: Option<String>,
+        #[arg(long, value_enum)]
+        on_prompt: Option<OnPromptArg>,
         /// Wait for this process to end first (a run detached with Ctrl-C
         /// hands its task over this way).
         #[arg(long, value_name = "PID", hide = true)]
@@ -320,9 +300,6 @@ enum Command {
         /// Where the artifacts are (default: `<task>.artifacts` beside the receipt).
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
-        /// Print a JSON report.
-        #[arg(long)]
-        json: bool,
         /// Check only that the receipt holds (signature, ledger,
         /// artifacts): exit 0 for an intact receipt of a task that ended
         /// failed, lost, limit_reached or cancelled too.
@@ -343,8 +320,8 @@ enum Command {
         /// `show` (id, hex and PEM), `export` (PEM only), or `rotate`
         /// (revoke the key, make a new one, and add a signed addendum to every
         /// receipt of the project that the old key signed).
-        #[arg(default_value = "show")]
-        action: String,
+        #[arg(value_enum, default_value_t = KeysAction::Show)]
+        action: KeysAction,
         /// The project whose receipts `rotate` annotates.
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -382,9 +359,6 @@ enum Command {
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Write a Loopfile from what the project is (its build, test and lint
     /// commands, protected paths, a budget) and, with --pattern, a task
@@ -400,9 +374,6 @@ enum Command {
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// What a run costs here: at most (the price table and the limits
     /// tasks get) and as recorded, and a month of runs at a cadence.
@@ -416,24 +387,101 @@ enum Command {
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Print the JSON Schema of a format: `contract` or `loopfile`.
     Schema {
-        /// contract | loopfile
-        format: String,
+        /// The format.
+        #[arg(value_enum)]
+        format: SchemaFormat,
     },
+    /// Print a shell's completion script for `loop` (e.g.
+    /// `loop completions bash > /etc/bash_completion.d/loop`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page of `loop` (roff; `loop man | man -l -`).
+    Man,
+}
+
+/// Who answers a task's questions when no terminal can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnPromptArg {
+    /// Deny (the default without a terminal).
+    Deny,
+    /// Answer yes.
+    Allow,
+    /// Wait for `loop approve`, until the approval timeout.
+    Wait,
+}
+
+impl OnPromptArg {
+    fn mode(self) -> wiring::OnPrompt {
+        match self {
+            OnPromptArg::Deny => wiring::OnPrompt::Deny,
+            OnPromptArg::Allow => wiring::OnPrompt::Allow,
+            OnPromptArg::Wait => wiring::OnPrompt::Wait,
+        }
+    }
+}
+
+/// How strictly commands are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum IsolationArg {
+    /// What the kernel offers, recorded.
+    Preferred,
+    /// Fail closed when a layer is missing.
+    Required,
+}
+
+impl IsolationArg {
+    fn level(self) -> loop_sandbox::IsolationLevel {
+        match self {
+            IsolationArg::Preferred => loop_sandbox::IsolationLevel::Preferred,
+            IsolationArg::Required => loop_sandbox::IsolationLevel::Required,
+        }
+    }
+}
+
+/// What `loop keys` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum KeysAction {
+    /// The key's id, hex and PEM.
+    Show,
+    /// The public key as PEM only.
+    Export,
+    /// Revoke the key, make a new one, and add a signed addendum to every
+    /// receipt of the project the old key signed.
+    Rotate,
+}
+
+/// A format with a JSON Schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SchemaFormat {
+    /// The task contract (task.yaml).
+    Contract,
+    /// The project's Loopfile.yaml.
+    Loopfile,
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
             // `loop exec` with bad flags is our failure, not the command's.
             let exec = std::env::args().nth(1).as_deref() == Some("exec");
+            let json = std::env::args().any(|a| a == "--json");
+            if json && e.use_stderr() {
+                let code = if exec { 125 } else { e.exit_code() };
+                let code = code.clamp(0, 255) as u8;
+                let mut text = e.render().to_string();
+                // clap's own "For more information, try '--help'." is a hint.
+                text = text.replace("For more information, try", "hint: for more, try");
+                failure::tell(true, code, text.trim_start_matches("error: "));
+                return ExitCode::from(code);
+            }
+            let _ = e.print();
             // The command goes after `--`: say so when it was left out.
             if exec
                 && !std::env::args().any(|a| a == "--")
@@ -461,7 +509,7 @@ fn main() -> ExitCode {
     }
     interrupt::install();
     if let Err(e) = logging::init(cli.verbose) {
-        eprintln!("error: {e}");
+        failure::tell(cli.json, 2, &e.to_string());
         // As for its flags: `loop exec`'s own failures are not the command's.
         let exec = matches!(cli.command, Command::Exec(_));
         return ExitCode::from(if exec { 125 } else { 2 });
@@ -469,13 +517,11 @@ fn main() -> ExitCode {
     // Whatever credentials this process was given (provider keys, tokens)
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();
-    match dispatch(cli.command) {
+    let json = cli.json;
+    match dispatch(cli.command, json) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!(
-                "error: {}",
-                loop_sandbox::redact::scrub_literals(&e.message)
-            );
+            failure::tell(json, e.code, &e.message);
             ExitCode::from(e.code)
         }
     }
@@ -487,14 +533,13 @@ fn full_id(project: &std::path::Path, id: &str) -> Result<String, CliError> {
     Ok(Runtime::open(project)?.resolve_id(id)?)
 }
 
-fn dispatch(command: Command) -> Result<u8, CliError> {
+fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
     match command {
-        Command::Demo { dir, json } => Ok(if demo::demo(dir, json)? { 0 } else { 1 }),
+        Command::Demo { dir } => Ok(if demo::demo(dir, json)? { 0 } else { 1 }),
         Command::Verify {
             receipt,
             pubkey,
             artifacts,
-            json,
             integrity_only,
         } => {
             let ok = verify_cmd::verify(
@@ -508,78 +553,78 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
         }
         // `loop exec` passes the command's code through: its own failures
         // are 125 (126/127 for a command it cannot run or find).
-        Command::Exec(args) => exec_cmd::exec(args).map_err(|e| match e.code {
+        Command::Exec(args) => exec_cmd::exec(args, json).map_err(|e| match e.code {
             2 | 3 => CliError {
                 code: 125,
                 message: e.message,
             },
             _ => e,
         }),
-        Command::Doctor { project } => exec_cmd::doctor(&project),
-        Command::Replay { receipt } => replay::replay(&receipt),
+        Command::Doctor { project } => exec_cmd::doctor(&project, json),
+        Command::Replay { receipt } => replay::replay(&receipt, json),
         Command::Keys {
-            action,
+            action: KeysAction::Rotate,
             project,
             yes,
-        } if action == "rotate" => {
+        } => {
             // Said plainly when the project does not exist: nothing revoked.
-            settled(loop_runtime::changes::rotate_key(
-                &project,
-                yes,
-                &mut story::Story::new(false),
-            )?)
+            let s = loop_runtime::changes::rotate_key(&project, yes, &mut story::Story::new(json))?;
+            settled(s, json, "rotate", None)
         }
-        Command::Keys { action, .. } => files_cmd::keys(&action),
+        Command::Keys { action, .. } => files_cmd::keys(action == KeysAction::Show, json),
         Command::Apply {
             id,
             recover: true,
             project,
             ..
-        } => settled(
-            Runtime::open(&project)?
-                .recover(&full_id(&project, &id)?, &mut story::Story::new(false))?,
-        ),
+        } => {
+            let id = full_id(&project, &id)?;
+            let s = Runtime::open(&project)?.recover(&id, &mut story::Story::new(json))?;
+            settled(s, json, "recover", Some(&id))
+        }
         Command::Apply {
             id,
             yes,
             trust_host_files,
             project,
             ..
-        } => settled(Runtime::open(&project)?.apply(
-            &full_id(&project, &id)?,
-            yes,
-            trust_host_files,
-            &mut story::Story::new(false),
-        )?),
-        Command::Undo { id, project } => settled(
-            Runtime::open(&project)?
-                .undo(&full_id(&project, &id)?, &mut story::Story::new(false))?,
-        ),
-        Command::Discard { id, project } => settled(
-            Runtime::open(&project)?
-                .discard(&full_id(&project, &id)?, &mut story::Story::new(false))?,
-        ),
-        Command::List { project, json } => tasks_cmd::list(&project, json),
+        } => {
+            let id = full_id(&project, &id)?;
+            let s = Runtime::open(&project)?.apply(
+                &id,
+                yes,
+                trust_host_files,
+                &mut story::Story::new(json),
+            )?;
+            settled(s, json, "apply", Some(&id))
+        }
+        Command::Undo { id, project } => {
+            let id = full_id(&project, &id)?;
+            let s = Runtime::open(&project)?.undo(&id, &mut story::Story::new(json))?;
+            settled(s, json, "undo", Some(&id))
+        }
+        Command::Discard { id, project } => {
+            let id = full_id(&project, &id)?;
+            let s = Runtime::open(&project)?.discard(&id, &mut story::Story::new(json))?;
+            settled(s, json, "discard", Some(&id))
+        }
+        Command::List { project } => tasks_cmd::list(&project, json),
         Command::Diff {
             id,
             stat,
             no_pager,
             project,
-            json,
         } => show_cmd::diff(&project, &full_id(&project, &id)?, stat, !no_pager, json),
-        Command::Show { id, project, json } => {
-            show_cmd::show(&project, &full_id(&project, &id)?, json)
-        }
-        Command::Status { id, project, json } => {
+        Command::Show { id, project } => show_cmd::show(&project, &full_id(&project, &id)?, json),
+        Command::Status { id, project } => {
             tasks_cmd::status(&project, &full_id(&project, &id)?, json)
         }
         Command::Logs {
             id,
             follow,
             project,
-            json,
         } => tasks_cmd::logs(&project, &full_id(&project, &id)?, follow, json),
-        Command::Cancel { id, project, json } => {
+        Command::Cancel { id, project } => {
             tasks_cmd::cancel(&project, &full_id(&project, &id)?, json)
         }
         Command::Approve {
@@ -587,7 +632,13 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             deny,
             message,
             project,
-        } => tasks_cmd::approve(&project, &full_id(&project, &id)?, deny, message.as_deref()),
+        } => tasks_cmd::approve(
+            &project,
+            &full_id(&project, &id)?,
+            deny,
+            message.as_deref(),
+            json,
+        ),
         Command::Resume {
             id,
             add_steps,
@@ -595,12 +646,10 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             add_usd,
             add_secs,
             project,
-            json,
             on_prompt,
             after_pid,
         } => {
-            let on_prompt = wiring::OnPrompt::from_flags(on_prompt.as_deref(), false)
-                .map_err(CliError::usage)?;
+            let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), false);
             let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
             if let Some(pid) = after_pid {
                 wait_for_exit(pid);
@@ -614,14 +663,30 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             };
             Ok(report_end(&report, json))
         }
-        Command::Manifest { dir } => files_cmd::manifest(&dir),
-        Command::Audit { project, json } => files_cmd::audit(&project, json),
-        Command::Schema { format } => files_cmd::schema(&format),
+        Command::Manifest { dir } => files_cmd::manifest(&dir, json),
+        Command::Audit { project } => files_cmd::audit(&project, json),
+        Command::Schema { format } => files_cmd::schema(match format {
+            SchemaFormat::Contract => "contract",
+            SchemaFormat::Loopfile => "loopfile",
+        }),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "loop", &mut out);
+            print_generated(&out, json, "script")
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut out)
+                .map_err(|e| CliError::internal(format!("the man page: {e}")))?;
+            print_generated(&out, json, "man")
+        }
         Command::Cost {
             model,
             per_day,
             project,
-            json,
         } => {
             if !per_day.is_finite() || per_day < 0.0 {
                 return Err(CliError::usage("--per-day must be a non-negative number"));
@@ -632,16 +697,30 @@ fn dispatch(command: Command) -> Result<u8, CliError> {
             pattern,
             force,
             project,
-            json,
         } => files_cmd::init(&project, pattern.as_deref(), force, json),
         Command::Validate { file, loopfile }
             if loopfile || file.file_name().is_some_and(|n| n == "Loopfile.yaml") =>
         {
-            files_cmd::validate_loopfile(&file)
+            files_cmd::validate_loopfile(&file, json)
         }
-        Command::Validate { file, .. } => files_cmd::validate_contract(&file),
-        run @ Command::Run { .. } => run_command(run),
+        Command::Validate { file, .. } => files_cmd::validate_contract(&file, json),
+        run @ Command::Run { .. } => run_command(run, json),
     }
+}
+
+/// Print generated text (a completion script, a man page), or with
+/// `json` an object holding it under `key`.
+fn print_generated(out: &[u8], json: bool, key: &str) -> Result<u8, CliError> {
+    use std::io::Write;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ key: String::from_utf8_lossy(out) })
+        );
+    } else {
+        let _ = std::io::stdout().write_all(out);
+    }
+    Ok(0)
 }
 
 /// Wait until process `pid` has ended (at most a minute).
@@ -658,12 +737,26 @@ fn wait_for_exit(pid: u32) {
     }
 }
 
-/// The exit code of a settled change: 0 done, 1 anything else.
-fn settled(s: loop_runtime::Settled) -> Result<u8, CliError> {
-    Ok(match s {
-        loop_runtime::Settled::Done => 0,
-        loop_runtime::Settled::NothingChanged | loop_runtime::Settled::DoneButDiffers => 1,
-    })
+/// The exit code of a settled change (0 done, 1 anything else), said as
+/// JSON with `json` (the story told it otherwise).
+fn settled(
+    s: loop_runtime::Settled,
+    json: bool,
+    action: &str,
+    task: Option<&str>,
+) -> Result<u8, CliError> {
+    let (result, code) = match s {
+        loop_runtime::Settled::Done => ("done", 0),
+        loop_runtime::Settled::NothingChanged => ("nothing_changed", 1),
+        loop_runtime::Settled::DoneButDiffers => ("done_but_differs", 1),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"action": action, "task_id": task, "result": result})
+        );
+    }
+    Ok(code)
 }
 
 /// More budget from `loop resume`'s flags, if any was given.
@@ -689,7 +782,7 @@ fn extension_of(
 
 /// `loop run`: resume interrupted tasks if asked, compile the contract from
 /// the file and the flags, run it, and say how it ended.
-fn run_command(run: Command) -> Result<u8, CliError> {
+fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
     let Command::Run {
         instruction,
         checks,
@@ -709,14 +802,12 @@ fn run_command(run: Command) -> Result<u8, CliError> {
         include_dirty,
         verify_on_change,
         isolation,
-        json,
         resume_interrupted,
     } = run
     else {
         return Err(CliError::internal("run_command is given `loop run` only"));
     };
-    let on_prompt =
-        wiring::OnPrompt::from_flags(on_prompt.as_deref(), yes).map_err(CliError::usage)?;
+    let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), yes);
     let mut resumed_code = 0;
     if resume_interrupted {
         let runtime = Runtime::open(&project)?;
@@ -732,7 +823,7 @@ fn run_command(run: Command) -> Result<u8, CliError> {
             return Ok(resumed_code);
         }
     }
-    let isolation = isolation.parse().map_err(CliError::usage)?;
+    let isolation = isolation.level();
     let runtime = Runtime::open(&project)?;
     let loopfile = loop_runtime::loopfile::Loopfile::load(runtime.project())?;
     let mut source = loop_runtime::ContractSource::Given;

@@ -6,9 +6,29 @@ use crate::CliError;
 use std::path::Path;
 
 /// Replay; exit 0 when every criterion comes out as recorded.
-pub fn replay(receipt: &Path) -> Result<u8, CliError> {
+pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
     let r = loop_runtime::receipts::replay(receipt)?;
     let p = &r.statement.predicate;
+    if json {
+        let criteria: Vec<serde_json::Value> = r
+            .recorded
+            .criteria
+            .iter()
+            .zip(&r.replayed.criteria)
+            .map(|(was, now)| {
+                serde_json::json!({"id": now.id, "recorded": was.passed, "replayed": now.passed})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "task_id": p.task_id, "criteria": criteria,
+                "recorded_outcome": p.outcome, "accepted": r.accepted,
+                "reproduced": r.reproduced, "replayed": r.replayed,
+            })
+        );
+        return Ok(if r.reproduced { 0 } else { 1 });
+    }
     println!(
         "replaying task {} ({} criteria, no model)",
         p.task_id,

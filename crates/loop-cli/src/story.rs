@@ -339,10 +339,20 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             "  ⏸ `{}` needs a person's approval (rule `{rule}`): loop approve {task} [--deny] ({approval_id})\n",
             one_line(detail, 60)
         ),
-        Event::ApprovalDecided { decision, by, .. } => match by {
-            Some(by) => format!("  ▶ approval: {decision} (by {by})\n"),
-            None => format!("  ▶ approval: {decision}\n"),
-        },
+        Event::ApprovalDecided {
+            decision,
+            by,
+            message,
+            ..
+        } => {
+            let by = by
+                .as_ref()
+                .map_or_else(String::new, |b| format!(" (by {b})"));
+            let said = message
+                .as_ref()
+                .map_or_else(String::new, |m| format!(": \"{}\"", one_line(m, 80)));
+            format!("  ▶ approval: {decision}{by}{said}\n")
+        }
         Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,

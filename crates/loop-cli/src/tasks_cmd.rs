@@ -151,7 +151,21 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
 /// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
 /// until it has; an interrupted task is ended `cancelled` here.
 pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
-    match Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))? {
+    let cancelled =
+        Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))?;
+    if json {
+        let (result, outcome, code) = match &cancelled {
+            Cancelled::AlreadyEnded(o) => ("already_ended", o.to_string(), 1),
+            Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string(), 0),
+            Cancelled::Stopped(o, _) => ("stopped", o.to_string(), 0),
+        };
+        println!(
+            "{}",
+            serde_json::json!({"task_id": id, "result": result, "outcome": outcome})
+        );
+        return Ok(code);
+    }
+    match cancelled {
         Cancelled::AlreadyEnded(outcome) => {
             println!("task {id} has already ended: {outcome}");
             Ok(1)
@@ -173,8 +187,20 @@ pub fn approve(
     id: &str,
     deny: bool,
     message: Option<&str>,
+    json: bool,
 ) -> Result<u8, CliError> {
     let a = Runtime::open(project)?.answer(id, !deny, message)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "task_id": id, "approval_id": a.id, "kind": a.kind,
+                "status": a.status.to_string(), "detail": a.payload["detail"],
+                "rule": a.payload["rule"], "message": message,
+            })
+        );
+        return Ok(0);
+    }
     println!(
         "{} `{}` (rule `{}`) for task {id}",
         a.status,

@@ -93,10 +93,23 @@ fn await_approval(dir: &Path, project: &Path) -> String {
 }
 
 fn approve(dir: &Path, project: &Path, id: &str, deny: bool) -> Output {
+    approve_saying(dir, project, id, deny, None)
+}
+
+fn approve_saying(
+    dir: &Path,
+    project: &Path,
+    id: &str,
+    deny: bool,
+    message: Option<&str>,
+) -> Output {
     let mut c = loop_cmd(dir);
     c.args(["approve", id, "--project"]).arg(project);
     if deny {
         c.arg("--deny");
+    }
+    if let Some(m) = message {
+        c.args(["--message", m]);
     }
     c.output().unwrap()
 }
@@ -119,7 +132,8 @@ fn an_approved_command_runs_and_a_forbidden_one_never_does() {
     let id = await_approval(&dir, &project);
     // Nothing ran while it waited.
     assert!(!workspace(&project, &id).join("ran.txt").exists());
-    let out = approve(&dir, &project, &id, false);
+    // What the person says with the answer reaches the model, not the void.
+    let out = approve_saying(&dir, &project, &id, false, Some("then stop touching files"));
     assert!(
         out.status.success(),
         "{}",
@@ -153,6 +167,18 @@ fn an_approved_command_runs_and_a_forbidden_one_never_does() {
     assert_eq!(asked["detail"], "echo ok > ran.txt && touch approved.txt");
     let decided = ev.iter().find(|e| e["kind"] == "approval_decided").unwrap();
     assert_eq!(decided["decision"], "approved");
+    assert_eq!(decided["message"], "then stop touching files", "{decided}");
+    let ran = ev
+        .iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["call_id"] == "t1-c2")
+        .unwrap();
+    assert!(
+        ran["observation"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("(a person approved this call and says: then stop touching files)"),
+        "{ran}"
+    );
     assert!(workspace(&project, &id).join("ran.txt").exists());
 }
 
@@ -161,7 +187,11 @@ fn a_denied_command_is_refused_and_the_task_goes_on_without_it() {
     let (dir, project) = setup("deny", 60);
     let child = start_run(&dir, &project);
     let id = await_approval(&dir, &project);
-    assert!(approve(&dir, &project, &id, true).status.success());
+    assert!(
+        approve_saying(&dir, &project, &id, true, Some("no network tools"))
+            .status
+            .success()
+    );
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -174,6 +204,13 @@ fn a_denied_command_is_refused_and_the_task_goes_on_without_it() {
         .find(|e| e["kind"] == "observed" && e["observation"]["call_id"] == "t1-c2")
         .unwrap();
     assert_eq!(obs["observation"]["rule"], "approval: denied", "{obs}");
+    assert!(
+        obs["observation"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("it was not run; the person says: no network tools"),
+        "{obs}"
+    );
     assert!(
         !workspace(&project, &id).join("ran.txt").exists(),
         "a denied command never runs"

@@ -130,6 +130,9 @@ pub struct Director<'a> {
     guidance: Vec<(String, String, String)>,
     /// The project's checks, as the baseline judged them.
     project_checks: Vec<loop_protocol::StackCheckRecord>,
+    /// What the person who approved a call said (call id, words), for its
+    /// result.
+    approval_note: Option<(String, String)>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -174,6 +177,7 @@ impl<'a> Director<'a> {
             drafting: None,
             guidance: Vec::new(),
             project_checks: Vec::new(),
+            approval_note: None,
         })
     }
 
@@ -836,15 +840,18 @@ impl<'a> Director<'a> {
     fn call(&mut self, step: u32, call: &ToolCall) -> Result<Called, DirectorError> {
         if let Some(rule) = self.parts.tools.needs_approval(call) {
             match self.seek_approval(step, call, &rule, None)? {
-                ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
-                ApprovalDecision::Cancelled => {
+                (ApprovalDecision::Approved, message) => {
+                    self.parts.tools.approve(&call.id);
+                    self.approval_note = message.map(|m| (call.id.clone(), m));
+                }
+                (ApprovalDecision::Cancelled, _) => {
                     return Ok(Called::End(
                         Outcome::Cancelled,
                         "cancelled by request while awaiting approval".into(),
                     ));
                 }
-                d => {
-                    self.record_denial(step, call, &rule, d)?;
+                (d, message) => {
+                    self.record_denial(step, call, &rule, d, message.as_deref())?;
                     return Ok(Called::Observed);
                 }
             }
@@ -908,6 +915,16 @@ impl<'a> Director<'a> {
         } else {
             None
         };
+        // What the person who approved the call said reaches the model
+        // with its result.
+        if let Some((id, m)) = self.approval_note.take()
+            && id == call.id
+        {
+            outcome
+                .observation
+                .content
+                .push_str(&format!("\n\n(a person approved this call and says: {m})"));
+        }
         self.record(Event::Observed {
             step,
             observation: outcome.observation,

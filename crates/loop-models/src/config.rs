@@ -23,9 +23,11 @@
 //!     gpt-4o-mini: { input: 0.15, cached_input: 0.075, output: 0.60 }
 //! ```
 //!
-//! Keys come only from the environment: `LOOP_OPENAI_API_KEY` (OpenAI
-//! dialect), `ANTHROPIC_API_KEY` (Anthropic), or the variable `api_key_env`
-//! names. Base URLs: `LOOP_OPENAI_BASE_URL`, `LOOP_ANTHROPIC_BASE_URL`.
+//! Keys come only from the environment: `LOOP_OPENAI_API_KEY`, else the
+//! standard `OPENAI_API_KEY` (OpenAI dialect); `LOOP_ANTHROPIC_API_KEY`,
+//! else `ANTHROPIC_API_KEY` (Anthropic); or the variable `api_key_env`
+//! names. Base URLs: `LOOP_OPENAI_BASE_URL` else `OPENAI_BASE_URL`,
+//! `LOOP_ANTHROPIC_BASE_URL` else `ANTHROPIC_BASE_URL`.
 
 use crate::pricing::Pricing;
 use crate::provider::{Dialect, EndpointConfig, Secret};
@@ -281,19 +283,29 @@ fn bind(
     };
     let mut c = EndpointConfig::new(dialect, model.clone());
     c.role = role.to_string();
-    let (url_var, key_var) = match dialect {
-        Dialect::OpenAi => ("LOOP_OPENAI_BASE_URL", "LOOP_OPENAI_API_KEY"),
-        Dialect::Anthropic => ("LOOP_ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+    // The LOOP_ names first, then the names the providers' own tools use.
+    let (url_vars, key_vars): (&[&str], &[&str]) = match dialect {
+        Dialect::OpenAi => (
+            &["LOOP_OPENAI_BASE_URL", "OPENAI_BASE_URL"],
+            &["LOOP_OPENAI_API_KEY", "OPENAI_API_KEY"],
+        ),
+        Dialect::Anthropic => (
+            &["LOOP_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"],
+            &["LOOP_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"],
+        ),
     };
+    let first = |vars: &[&str]| vars.iter().find_map(|v| env.get(v));
     if let Some(u) = draft
         .base_url
         .clone()
-        .or_else(|| env.get(url_var).map(str::to_string))
+        .or_else(|| first(url_vars).map(str::to_string))
     {
         c.base_url = u;
     }
-    let key_var = draft.api_key_env.as_deref().unwrap_or(key_var);
-    c.api_key = env.get(key_var).map(Secret::new);
+    c.api_key = match draft.api_key_env.as_deref() {
+        Some(var) => env.get(var).map(Secret::new),
+        None => first(key_vars).map(Secret::new),
+    };
     c.temperature = draft.temperature;
     if let Some(n) = draft.max_output_tokens {
         c.max_output_tokens = n;
@@ -501,6 +513,27 @@ mod tests {
         let c = ModelsConfig::resolve(Some(&spec), Some(&s), &env, "Loopfile.yaml").unwrap();
         assert_eq!(c.maker[0].model, "other");
         assert_eq!(c.maker[0].temperature, Some(0.0));
+    }
+
+    #[test]
+    fn the_standard_names_are_understood_and_the_loop_names_win() {
+        let spec = ModelSpec::parse("openai:m").unwrap();
+        let standard = Env::from_pairs(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:7/v1"),
+            ("OPENAI_API_KEY", "sk-standard"),
+        ]);
+        let c = ModelsConfig::resolve(Some(&spec), None, &standard, "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker[0].base_url, "http://127.0.0.1:7/v1");
+        assert_eq!(c.maker[0].api_key.as_ref().unwrap().expose(), "sk-standard");
+        let both = Env::from_pairs(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:7/v1"),
+            ("OPENAI_API_KEY", "sk-standard"),
+            ("LOOP_OPENAI_BASE_URL", "http://127.0.0.1:8/v1"),
+            ("LOOP_OPENAI_API_KEY", "sk-loop"),
+        ]);
+        let c = ModelsConfig::resolve(Some(&spec), None, &both, "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker[0].base_url, "http://127.0.0.1:8/v1");
+        assert_eq!(c.maker[0].api_key.as_ref().unwrap().expose(), "sk-loop");
     }
 
     #[test]

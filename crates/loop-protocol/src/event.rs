@@ -202,6 +202,10 @@ pub enum Event {
         /// approve`), `--on-prompt`, or the timeout.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// What the person said with the answer (`loop approve --message`),
+        /// given to the model with the call's result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// A person granted more budget to a task that reached a limit; it goes on.
     BudgetExtended {

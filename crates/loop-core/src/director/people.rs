@@ -169,7 +169,7 @@ impl Director<'_> {
         call: &ToolCall,
         rule: &str,
         pending: Option<(String, u64)>,
-    ) -> Result<ApprovalDecision, DirectorError> {
+    ) -> Result<(ApprovalDecision, Option<String>), DirectorError> {
         let (approval_id, deadline) = match pending {
             Some(p) => p,
             None => {
@@ -218,19 +218,20 @@ impl Director<'_> {
         };
         self.waited_for_a_person(began);
         if decision == ApprovalDecision::Cancelled {
-            return Ok(decision);
+            return Ok((decision, None));
         }
-        let by = self
-            .approvals
-            .as_deref_mut()
-            .and_then(|a| a.decided_by(&approval_id));
+        let (by, message) = match self.approvals.as_deref_mut() {
+            Some(a) => (a.decided_by(&approval_id), a.message(&approval_id)),
+            None => (None, None),
+        };
         self.record(Event::ApprovalDecided {
             approval_id,
             decision,
             by,
+            message: message.clone(),
         })?;
         self.go(TaskState::Acting, format!("approval {}", decision.as_str()))?;
-        Ok(decision)
+        Ok((decision, message))
     }
 
     /// Record, as the call's observation, that a person did not approve it.
@@ -240,13 +241,15 @@ impl Director<'_> {
         call: &ToolCall,
         rule: &str,
         decision: ApprovalDecision,
+        message: Option<&str>,
     ) -> Result<(), DirectorError> {
+        let said = message.map_or_else(String::new, |m| format!("; the person says: {m}"));
         let obs = Observation::refused(
             &call.id,
             &call.tool,
             format!("approval: {decision}"),
             format!(
-                "this needed a person's approval (rule `{rule}`) and the answer was `{decision}`; it was not run"
+                "this needed a person's approval (rule `{rule}`) and the answer was `{decision}`; it was not run{said}"
             ),
         );
         self.record(Event::Observed {
@@ -270,7 +273,7 @@ impl Director<'_> {
         let step = self.state.step;
         for d in self.state.denied.clone() {
             if let Some(call) = turn.calls.iter().find(|c| c.id == d.call_id) {
-                self.record_denial(step, call, &d.rule, d.decision)?;
+                self.record_denial(step, call, &d.rule, d.decision, None)?;
             }
         }
         if let Some(p) = self.state.pending_approval.clone()
@@ -278,14 +281,17 @@ impl Director<'_> {
         {
             let pending = Some((p.approval_id.clone(), p.deadline_ms));
             match self.seek_approval(step, call, &p.rule, pending)? {
-                ApprovalDecision::Approved => self.parts.tools.approve(&call.id),
-                ApprovalDecision::Cancelled => {
+                (ApprovalDecision::Approved, message) => {
+                    self.parts.tools.approve(&call.id);
+                    self.approval_note = message.map(|m| (call.id.clone(), m));
+                }
+                (ApprovalDecision::Cancelled, _) => {
                     return Ok(Some((
                         Outcome::Cancelled,
                         "cancelled by request while awaiting approval".into(),
                     )));
                 }
-                d => self.record_denial(step, call, &p.rule, d)?,
+                (d, message) => self.record_denial(step, call, &p.rule, d, message.as_deref())?,
             }
         }
         Ok(None)
