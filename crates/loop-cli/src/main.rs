@@ -177,6 +177,10 @@ enum Command {
     Undo {
         /// The task id.
         id: String,
+        /// Touch no file: only stop counting the change set as applied
+        /// (its files were put back by other means, e.g. `git checkout`).
+        #[arg(long)]
+        forget: bool,
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -598,10 +602,19 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             )?;
             settled(s, json, "apply", Some(&id))
         }
-        Command::Undo { id, project } => {
+        Command::Undo {
+            id,
+            forget,
+            project,
+        } => {
             let id = full_id(&project, &id)?;
-            let s = Runtime::open(&project)?.undo(&id, &mut story::Story::new(json))?;
-            settled(s, json, "undo", Some(&id))
+            let runtime = Runtime::open(&project)?;
+            let mut story = story::Story::new(json);
+            if forget {
+                let s = runtime.forget(&id, &mut story)?;
+                return settled(s, json, "forget", Some(&id));
+            }
+            settled(runtime.undo(&id, &mut story)?, json, "undo", Some(&id))
         }
         Command::Discard { id, project } => {
             let id = full_id(&project, &id)?;

@@ -379,7 +379,12 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
                     ("✗", one_line(&o.content, 70))
                 }
                 ObservationStatus::Ok => ("✓", one_line(&o.content, 70)),
-                ObservationStatus::Refused { rule } => ("⛔", format!("refused by {rule}")),
+                // Where a gate found the problem (file:line:col) is said,
+                // not left in the ledger.
+                ObservationStatus::Refused { rule } => match refusal_place(&o.content) {
+                    Some(place) => ("⛔", format!("refused by {rule} at {place}")),
+                    None => ("⛔", format!("refused by {rule}")),
+                },
                 ObservationStatus::Error => ("✗", one_line(&o.content, 70)),
             };
             let call = calls
@@ -480,6 +485,19 @@ fn verification(
     s
 }
 
+/// The `file:line:col` a gate's refusal starts with, if it does.
+fn refusal_place(content: &str) -> Option<String> {
+    let first = content.lines().next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // `Refused: FILE:LINE:COL: what`: the first part shaped like a place.
+    first.split(": ").take(3).find_map(|head| {
+        let mut parts = head.rsplitn(3, ':');
+        let (col, line, file) = (parts.next()?, parts.next()?, parts.next()?);
+        (digits(col) && digits(line) && !file.is_empty() && !file.contains(' '))
+            .then(|| head.to_string())
+    })
+}
+
 /// Whether a `run_command` observation reports a command that failed:
 /// a non-zero exit, a signal, a timeout, a cancel.
 fn command_failed(content: &str) -> bool {
@@ -496,7 +514,16 @@ fn command_failed(content: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::command_failed;
+    use super::{command_failed, refusal_place};
+
+    #[test]
+    fn a_gate_refusal_says_where() {
+        assert_eq!(
+            refusal_place("Refused: app.py:1:7: Python syntax error: missing `)`.").as_deref(),
+            Some("app.py:1:7")
+        );
+        assert_eq!(refusal_place("tests/x.py is protected"), None);
+    }
 
     #[test]
     fn a_command_that_failed_is_marked_as_failed() {

@@ -111,6 +111,18 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         u.steps, u.tokens, u.usd, u.verifications
     );
     println!("  ledger       {} entries", t.entries);
+    let verified = t.outcome.as_deref() == Some("verified");
+    match s.apply {
+        ApplyState::Applied => println!(
+            "  change set   applied to the project (loop undo {} reverses it)",
+            t.id
+        ),
+        ApplyState::NotApplied if verified => println!(
+            "  change set   not applied (loop diff {0} shows it, loop apply {0} brings it home)",
+            t.id
+        ),
+        _ => {}
+    }
     if let Some(r) = &t.receipt {
         println!("  receipt      {r}");
     } else if t.interrupted {

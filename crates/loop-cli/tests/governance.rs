@@ -507,6 +507,18 @@ fn the_syntax_and_code_policy_gates_refuse_changes_before_they_enter() {
       - {tool: write_file, args: {path: ok.py, content: \"import json\\nprint(json.dumps(1))\\n\"}}
 ";
     let (ev, ws, out) = run_gated("gates", loopfile, script, &[]);
+    // The story says where, too, not only the ledger.
+    let project = ws.ancestors().nth(4).unwrap();
+    let logs = loop_cmd(project.parent().unwrap())
+        .args(["logs", "last", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    let story = String::from_utf8_lossy(&logs.stdout).to_string();
+    assert!(
+        story.contains("⛔ refused by gate: syntax at app.py:1:"),
+        "{story}"
+    );
     let (rule, text) = refusal(&ev, "t1-c1");
     assert_eq!(rule, "gate: syntax", "{out}");
     assert!(text.contains("app.py:1:"), "{text}");

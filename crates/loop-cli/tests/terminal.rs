@@ -304,3 +304,58 @@ fn ctrl_c_twice_cancels_the_task() {
     let s = status(&dir, &project);
     assert_eq!(s["outcome"], "cancelled", "{s}");
 }
+
+#[test]
+fn uncommitted_work_left_out_and_a_check_that_already_passes_are_warned_of() {
+    let (dir, project) = setup("warnings", 0);
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    std::fs::write(project.join("README.md"), "edited, not committed\n").unwrap();
+    std::fs::write(project.join("notes.txt"), "new, not added\n").unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_loop"))
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args([
+                "run",
+                "x",
+                "--check",
+                "test -f README.md",
+                "--max-steps",
+                "1",
+            ])
+            .args(extra)
+            .arg("--model")
+            .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+            .arg("--project")
+            .arg(&project)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("warning: 2 uncommitted change(s) are left out of the task")
+            && said.contains("README.md, notes.txt")
+            && said.contains("--include-dirty carries them in"),
+        "{said}"
+    );
+    assert!(
+        said.contains("warning: criterion `check-1` already passes before any change"),
+        "{said}"
+    );
+    // Carried in, nothing is left out, and nothing is said about it.
+    let out = run(&["--include-dirty"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!said.contains("left out of the task"), "{said}");
+}

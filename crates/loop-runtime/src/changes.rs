@@ -339,7 +339,7 @@ pub fn apply(
     }
     if t.dir.join("applied").exists() {
         return Err(Error::usage(format!(
-            "task {id} is already applied; `loop undo {id}` first"
+            "task {id} is already applied; `loop undo {id}` first\nhint: if its files were put back since (a `git checkout`, an edit), `loop undo {id} --forget` stops counting it as applied, leaving the files as they are; then it can be applied again"
         )));
     }
     let (cs, contract, shared) = verified(&t)?;
@@ -579,6 +579,17 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<S
     let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
     mark(&t, UNDOING, &cs.patch_sha256)?;
     match cs.undo(&t.project, &ChangeSet::undo_dir(&t.dir), &journal) {
+        Err(loop_workspace::ChangeSetError::Conflict(list)) => {
+            unmark(&t, UNDOING);
+            out.note("conflict, nothing undone: the project no longer holds what was applied:");
+            for c in list {
+                out.note(&format!("  {c}"));
+            }
+            out.note(&format!(
+                "if those files were put back on purpose (a `git checkout`, an edit), `loop undo {id} --forget` stops counting the change set as applied and touches no file; `loop apply {id}` can then apply it again"
+            ));
+            Ok(Settled::NothingChanged)
+        }
         Ok(n) => {
             let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
             let addendum = record_fact(&t, id, "undone", &cs)?;
@@ -593,6 +604,38 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<S
             refused(e, "undone", out)
         }
     }
+}
+
+/// `loop undo ID --forget`: stop counting task `id`'s change set as
+/// applied, touching no file (its files were put back by other means);
+/// signed as an addendum like apply and undo.
+pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
+    let t = task(project, id)?;
+    if let Some(what) = settle(&t, id)? {
+        out.note(&format!("task {id}: {what}"));
+    }
+    if !t.dir.join("applied").exists() {
+        return Err(Error::usage(format!("task {id} is not applied")));
+    }
+    let cs = verified_change_set(&t)?;
+    let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
+    // What the project holds now is signed with the fact: still the
+    // verified content, or not.
+    let addendum = record_fact_with(
+        &t,
+        id,
+        "forgotten",
+        &cs,
+        Some(standing == Standing::After),
+        None,
+    )?;
+    let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+    unmark(&t, APPLIED);
+    out.note(&format!(
+        "task {id} no longer counts as applied; no file was touched (`loop apply {id}` applies it again)"
+    ));
+    out.note(&format!("addendum {}", addendum.display()));
+    Ok(Settled::Done)
 }
 
 /// `loop discard ID`.

@@ -64,6 +64,21 @@ pub(crate) fn submit_claimed(
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
         .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    // Work the person has not committed is not in a worktree made from
+    // HEAD: said, so nobody wonders where it went.
+    if let Some(base) = task_ws.base_commit().filter(|_| !req.include_dirty) {
+        let left = loop_workspace::uncommitted(&project);
+        if !left.is_empty() {
+            let some: Vec<&str> = left.iter().take(3).map(String::as_str).collect();
+            observer.note(&format!(
+                "warning: {} uncommitted change(s) are left out of the task, which starts from commit {} ({}{}); --include-dirty carries them in",
+                left.len(),
+                base.get(..12).unwrap_or(base),
+                some.join(", "),
+                if left.len() > 3 { ", …" } else { "" }
+            ));
+        }
+    }
     let mut stored = stored;
     // Setup first: what it makes is shared like any environment. A failed
     // setup leaves no task behind (its steps' output is kept, and named).
@@ -165,6 +180,17 @@ pub(crate) fn submit_claimed(
             b.passed_criteria(),
             b.criteria.len()
         ));
+        // A criterion that holds already proves nothing about the work
+        // (unless it is a guard: one that must keep holding).
+        for c in b.criteria.iter().filter(|c| c.passed) {
+            let guard = contract.criteria.iter().any(|k| k.id == c.id && k.guard);
+            if !guard {
+                observer.note(&format!(
+                    "warning: criterion `{}` already passes before any change: it cannot tell whether the task did anything (check the new behaviour, or mark it `guard: true` if it must only keep passing)",
+                    c.id
+                ));
+            }
+        }
     }
     write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
     // Recorded last: a task in the store has everything it needs to resume.

@@ -210,6 +210,11 @@ impl Runtime {
         crate::changes::undo(&self.project, id, observer)
     }
 
+    /// Stop counting task `id`'s change set as applied, touching no file.
+    pub fn forget(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
+        crate::changes::forget(&self.project, id, observer)
+    }
+
     /// Remove task `id`'s workspace (its receipt stays).
     pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::changes::discard(&self.project, id, observer)

@@ -26,7 +26,7 @@ pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
-pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head};
+pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head, uncommitted};
 pub use untrusted::{Node, Tree, UntrustedError};
 
 #[cfg(test)]

@@ -106,6 +106,41 @@ pub fn git_head(project: &Path) -> Option<String> {
     git(project, &["rev-parse", "--verify", "HEAD"]).ok()
 }
 
+/// The paths a git project has uncommitted changes at (modified, staged,
+/// untracked; the runtime's own `.loop/` left out), which a worktree made
+/// from `HEAD` does not hold. Empty for anything that is not a repository.
+pub fn uncommitted(project: &Path) -> Vec<String> {
+    let Ok(out) = Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(["status", "--porcelain=v1", "-z", "--untracked-files=all"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut paths = Vec::new();
+    let mut entries = text.split('\0');
+    while let Some(e) = entries.next() {
+        if e.len() < 4 {
+            continue;
+        }
+        let (status, path) = e.split_at(3);
+        // A rename's entry is followed by the name it had.
+        if status.starts_with('R') || status.starts_with('C') {
+            let _ = entries.next();
+        }
+        if path == ".loop" || path.starts_with(".loop/") {
+            continue;
+        }
+        paths.push(path.to_string());
+    }
+    paths
+}
+
 impl TaskWorkspace {
     /// Make the workspace for `task_id` at `dest` from `project`.
     pub fn create(
