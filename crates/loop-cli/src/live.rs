@@ -8,7 +8,7 @@
 //! background; `loop logs --follow` re-attaches), or go on. A second Ctrl-C
 //! cancels.
 
-use crate::screen::{Screen, Tone};
+use crate::screen::{Screen, Tone, defang};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loop_protocol::{Event, Limits, Live};
 use std::path::PathBuf;
@@ -68,6 +68,9 @@ impl LiveView {
         }
         activity.set_message("preparing the task");
         activity.enable_steady_tick(Duration::from_millis(100));
+        // The status line's clock moves between events too.
+        status.set_message("elapsed ");
+        status.enable_steady_tick(Duration::from_millis(500));
         LiveView {
             screen,
             bars,
@@ -102,10 +105,19 @@ impl LiveView {
     }
 
     /// Say what is happening now (its clock restarts).
+    /// `what` may hold what the model wrote (a command, a path): one
+    /// line of it, defanged, cut to the terminal.
     fn doing(&self, what: &str) {
         let width = terminal_width().saturating_sub(16).max(20);
+        let mut lines = what.lines();
+        let first = lines.next().unwrap_or_default();
+        let line = if lines.next().is_some() {
+            format!("{first} …")
+        } else {
+            first.to_string()
+        };
         self.activity
-            .set_message(self.screen.glyphs(&clip(what, width)));
+            .set_message(self.screen.glyphs(&clip(&defang(&line), width)));
         self.activity.reset_elapsed();
     }
 
