@@ -3,7 +3,7 @@
 
 use crate::CliError;
 use loop_runtime::exec::{ExecFailureKind, ExecOptions};
-use loop_sandbox::{ExecRequest, IsolationLevel, Net, Program};
+use loop_sandbox::{ExecRequest, Net, Program};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,8 +12,8 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct ExecArgs {
     /// `none` (own network namespace, loopback only) or `host`.
-    #[arg(long, default_value = "none")]
-    net: Net,
+    #[arg(long, value_enum, default_value_t = NetArg::None)]
+    net: NetArg,
     /// A host the command may reach through the runtime's egress proxy
     /// (`host`, `host:port`, `*.domain`); repeatable. The network stays
     /// otherwise denied; every attempt is reported.
@@ -45,15 +45,16 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// `preferred` runs with what the kernel offers; `required` fails closed.
-    #[arg(long, default_value = "preferred")]
-    isolation: IsolationLevel,
+    #[arg(long, value_enum, default_value_t = crate::IsolationArg::Preferred)]
+    isolation: crate::IsolationArg,
     /// See the workspace through an overlay: the command may write, the
     /// workspace never changes (what each verification check gets).
     #[arg(long)]
     overlay: bool,
     /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
     /// measurement and diagnosis; repeatable. Reported as not enforced.
-    #[arg(long = "without", value_name = "LAYER")]
+    #[arg(long = "without", value_name = "LAYER",
+          value_parser = clap::builder::PossibleValuesParser::new(["namespaces", "landlock", "seccomp", "cgroups"]))]
     without: Vec<String>,
     /// Run the command N times in this process and report the last run
     /// (for measuring the per-command cost inside a long-lived runtime).
@@ -62,6 +63,15 @@ pub struct ExecArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// The network a command gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetArg {
+    /// Its own network namespace, loopback only.
+    None,
+    /// The host's network.
+    Host,
 }
 
 /// Run it; the exit code mirrors the command's (128 + signal when killed).
@@ -103,13 +113,16 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         command: o.command.clone(),
         workspace: cwd,
         protect: o.protect.clone(),
-        net: o.net,
+        net: match o.net {
+            NetArg::None => Net::None,
+            NetArg::Host => Net::Host,
+        },
         mem_mb: o.mem,
         cpu_secs: o.cpu_secs,
         fsize_mb: o.fsize,
         timeout: Duration::from_secs(o.timeout),
         max_output: o.max_output,
-        isolation: o.isolation,
+        isolation: o.isolation.level(),
         overlay: o.overlay,
         layers,
         repeat: o.repeat,
@@ -170,6 +183,17 @@ impl Rows {
             return;
         }
         let key = label.replace([' ', '/'], "_");
+        // Labels that can repeat are lists always, so their type is one.
+        if matches!(key.as_str(), "note" | "toolchain") {
+            if let serde_json::Value::Array(list) = self
+                .map
+                .entry(key)
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+            {
+                list.push(value.into());
+            }
+            return;
+        }
         match self.map.get_mut(&key) {
             Some(serde_json::Value::Array(list)) => list.push(value.into()),
             Some(old) => *old = serde_json::Value::Array(vec![old.take(), value.into()]),

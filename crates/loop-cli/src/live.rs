@@ -42,6 +42,8 @@ pub struct LiveView {
     tally: Arc<Mutex<Tally>>,
     /// A question hides the bars.
     paused: Arc<std::sync::atomic::AtomicBool>,
+    /// The task asked the person something that has no answer yet.
+    asking: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Seconds with one decimal, from the bar's own clock.
@@ -78,6 +80,7 @@ impl LiveView {
             status,
             tally: Arc::default(),
             paused: Arc::default(),
+            asking: Arc::default(),
         }
     }
 
@@ -105,6 +108,12 @@ impl LiveView {
     }
 
     /// Say what is happening now (its clock restarts).
+    /// Say what is happening now in `tone` (text of the runtime's own).
+    fn doing_styled(&self, tone: Tone, what: &str) {
+        self.activity.set_message(self.screen.paint(tone, what));
+        self.activity.reset_elapsed();
+    }
+
     /// `what` may hold what the model wrote (a command, a path): one
     /// line of it, defanged, cut to the terminal.
     fn doing(&self, what: &str) {
@@ -184,11 +193,7 @@ impl LiveView {
                 self.doing(&format!("→ {what}"));
             }
             Event::ApprovalRequested { .. } | Event::CheckpointRequested { .. } => {
-                self.doing(
-                    &self
-                        .screen
-                        .paint(Tone::Ask, "waiting for a person's answer"),
-                );
+                self.doing_styled(Tone::Ask, "waiting for a person's answer");
             }
             Event::Verified { .. } => {
                 t.verifications += 1;
@@ -218,7 +223,9 @@ impl LiveView {
                         .unwrap_or(t.preview.len());
                     t.preview.drain(..cut);
                 }
-                let tail = last_line(&t.preview, 70);
+                // Scrubbed whole: a secret split across fragments is
+                // matched here, where the fragments are joined.
+                let tail = last_line(&loop_sandbox::redact::scrub_literals(&t.preview), 70);
                 let step = t.thinking.unwrap_or(t.steps + 1);
                 self.activity.set_message(format!(
                     "cycle {step} · {}",
@@ -260,6 +267,24 @@ impl LiveView {
         std::mem::take(&mut self.tally().checks_shown)
     }
 
+    /// The task asks the person something (until [`LiveView::answered`]).
+    pub fn ask(&self) {
+        self.asking.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.pause();
+    }
+
+    /// The task's question has its answer.
+    pub fn answered(&self) {
+        self.asking
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.resume();
+    }
+
+    /// Whether a question of the task waits for its answer.
+    pub fn asking(&self) -> bool {
+        self.asking.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Hide the bars while a question is asked on the terminal.
     pub fn pause(&self) {
         use std::sync::atomic::Ordering;
@@ -280,6 +305,7 @@ impl LiveView {
 
     /// Remove the bars for good (the run has ended).
     pub fn finish(&self) {
+        unwatch(self);
         self.activity.finish_and_clear();
         self.status.finish_and_clear();
         let _ = self.bars.clear();
@@ -347,71 +373,116 @@ pub struct Detach {
     pub on_prompt: &'static str,
 }
 
-/// Watch for a Ctrl-C the live view should ask about; answer from the
-/// terminal's lines. Runs for the life of the process.
+/// The run a Ctrl-C is about: its view, and where it would be handed over.
+type Watched = (LiveView, Option<Detach>);
+
+/// The one slot the process's Ctrl-C watcher reads: the run being watched
+/// now (a `--resume-interrupted` run watches several, one after another).
+fn watched() -> &'static Mutex<Option<Watched>> {
+    static SLOT: std::sync::OnceLock<Mutex<Option<Watched>>> = std::sync::OnceLock::new();
+    SLOT.get_or_init(|| Mutex::new(None))
+}
+
+/// Make `view` (and its task's hand-over) the run Ctrl-C asks about; the
+/// one watcher thread starts on first use.
 pub fn watch_interrupts(view: LiveView, detach: Option<Detach>) {
     use loop_runtime::interrupt;
-    interrupt::ask_first(true);
-    std::thread::spawn(move || {
-        loop {
-            std::thread::sleep(Duration::from_millis(100));
+    if let Ok(mut slot) = watched().lock() {
+        *slot = Some((view, detach));
+    }
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        interrupt::ask_first(true);
+        std::thread::spawn(watch);
+    });
+}
+
+/// The run `view` belongs to has ended: Ctrl-C no longer asks about it.
+pub fn unwatch(view: &LiveView) {
+    if let Ok(mut slot) = watched().lock()
+        && slot
+            .as_ref()
+            .is_some_and(|(v, _)| Arc::ptr_eq(&v.tally, &view.tally))
+    {
+        *slot = None;
+    }
+}
+
+/// The watcher: on a pending Ctrl-C, ask the person about the watched run.
+fn watch() {
+    use loop_runtime::interrupt;
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if !interrupt::pending() {
+            continue;
+        }
+        let current = watched().lock().ok().and_then(|s| s.clone());
+        let Some((view, detach)) = current else {
+            // Nothing is watched: a Ctrl-C now cancels, as without a question.
+            interrupt::cancel();
+            continue;
+        };
+        view.pause();
+        let task = detach
+            .as_ref()
+            .and_then(|d| d.task_id.lock().ok().and_then(|t| t.clone()));
+        let offer_detach = task.is_some();
+        eprint!(
+            "{}",
+            view.screen.glyphs(&format!(
+                "\n⏸ Ctrl-C: [c]ancel the task{}, or Enter to go on (Ctrl-C again cancels): ",
+                if offer_detach {
+                    ", [d]etach from it (it keeps running; `loop logs --follow` re-attaches)"
+                } else {
+                    ""
+                }
+            ))
+        );
+        crate::prompt::drain_lines();
+        let answer = loop {
             if !interrupt::pending() {
-                continue;
+                // A second Ctrl-C cancelled meanwhile.
+                break None;
             }
-            view.pause();
-            let task = detach
-                .as_ref()
-                .and_then(|d| d.task_id.lock().ok().and_then(|t| t.clone()));
-            let offer_detach = task.is_some();
-            eprint!(
-                "{}",
-                view.screen.glyphs(&format!(
-                    "\n⏸ Ctrl-C: [c]ancel the task{}, or Enter to go on (Ctrl-C again cancels): ",
-                    if offer_detach {
-                        ", [d]etach from it (it keeps running; `loop logs --follow` re-attaches)"
-                    } else {
-                        ""
-                    }
-                ))
-            );
-            crate::prompt::drain_lines();
-            let answer = loop {
-                if !interrupt::pending() {
-                    // A second Ctrl-C cancelled meanwhile.
-                    break None;
-                }
-                if let Some(line) = crate::prompt::next_line(Duration::from_millis(100)) {
-                    break Some(line);
-                }
-            };
-            eprintln!();
-            match answer.as_deref().map(str::trim) {
-                None => eprintln!("cancelling: the task stops at its next decision point"),
-                Some("c" | "cancel") => {
-                    eprintln!("cancelling: the task stops at its next decision point");
-                    interrupt::cancel();
-                }
-                Some("d" | "detach") if offer_detach => {
-                    if let (Some(d), Some(task)) = (&detach, &task) {
-                        view.finish();
-                        match hand_over(&d.project, task, d.on_prompt) {
-                            Ok(log) => {
-                                println!(
-                                    "detached: task {task} goes on in the background (its output: {})\n  loop logs {task} --follow   re-attaches\n  loop cancel {task}          stops it",
-                                    log.display()
-                                );
-                                std::process::exit(0);
-                            }
-                            Err(e) => eprintln!("cannot detach: {e}; the task goes on here"),
+            match crate::prompt::next_line(Duration::from_millis(100)) {
+                crate::prompt::Line::Typed(line) => break Some(line),
+                crate::prompt::Line::Nothing => {}
+                // Nobody can answer any more (stdin is closed): cancel, as
+                // a Ctrl-C without a question does.
+                crate::prompt::Line::Closed => break Some("c".into()),
+            }
+        };
+        eprintln!();
+        match answer.as_deref().map(str::trim) {
+            None => eprintln!("cancelling: the task stops at its next decision point"),
+            Some("c" | "cancel") => {
+                eprintln!("cancelling: the task stops at its next decision point");
+                interrupt::cancel();
+            }
+            Some("d" | "detach") if offer_detach => {
+                if let (Some(d), Some(task)) = (&detach, &task) {
+                    view.finish();
+                    match hand_over(&d.project, task, d.on_prompt) {
+                        Ok(log) => {
+                            println!(
+                                "detached: task {task} goes on in the background (its output: {})\n  loop logs {task} --follow   re-attaches\n  loop cancel {task}          stops it",
+                                log.display()
+                            );
+                            std::process::exit(0);
                         }
+                        Err(e) => eprintln!("cannot detach: {e}; the task goes on here"),
                     }
-                    interrupt::dismiss();
                 }
-                Some(_) => interrupt::dismiss(),
+                interrupt::dismiss();
             }
+            Some(_) => interrupt::dismiss(),
+        }
+        // A question the task itself asked may still wait for its answer:
+        // the bars stay hidden until it has one.
+        if !view.asking() {
             view.resume();
         }
-    });
+    }
 }
 
 /// Start `loop resume TASK` in its own session, waiting for this process

@@ -1,6 +1,14 @@
 //! `loop` — Loop Engine's command line. Argument parsing and presentation
 //! only; the work happens in the library crates.
 
+/// `println!` for text that may hold what a model or a command wrote (a
+/// reason, an instruction, a check's output): defanged for the terminal.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::screen::defang(&format!($($arg)*)))
+    };
+}
+
 mod demo;
 mod exec_cmd;
 mod failure;
@@ -368,9 +376,10 @@ enum Command {
     /// commands, protected paths, a budget) and, with --pattern, a task
     /// pattern's SKILL.md and contract template in loop-patterns/NAME/.
     Init {
-        /// One of: ci-sweeper, lint-fixer, dependency-bump,
-        /// changelog-drafter, todo-to-task.
-        #[arg(long, value_name = "NAME")]
+        /// The task pattern to write.
+        #[arg(long, value_name = "NAME",
+              value_parser = clap::builder::PossibleValuesParser::new(
+                  loop_runtime::patterns::PATTERNS.iter().map(|(name, _)| *name)))]
         pattern: Option<String>,
         /// Write over an existing Loopfile (and pattern files).
         #[arg(long)]
@@ -432,7 +441,7 @@ impl OnPromptArg {
 
 /// How strictly commands are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum IsolationArg {
+pub(crate) enum IsolationArg {
     /// What the kernel offers, recorded.
     Preferred,
     /// Fail closed when a layer is missing.
@@ -440,7 +449,7 @@ enum IsolationArg {
 }
 
 impl IsolationArg {
-    fn level(self) -> loop_sandbox::IsolationLevel {
+    pub(crate) fn level(self) -> loop_sandbox::IsolationLevel {
         match self {
             IsolationArg::Preferred => loop_sandbox::IsolationLevel::Preferred,
             IsolationArg::Required => loop_sandbox::IsolationLevel::Required,
@@ -474,8 +483,10 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             // `loop exec` with bad flags is our failure, not the command's.
-            let exec = std::env::args().nth(1).as_deref() == Some("exec");
-            let json = std::env::args().any(|a| a == "--json");
+            // (args_os: an argument that is not UTF-8 is an error to report,
+            // not a panic.)
+            let exec = std::env::args_os().nth(1).is_some_and(|a| a == "exec");
+            let json = std::env::args_os().any(|a| a == "--json");
             if json && e.use_stderr() {
                 let code = if exec { 125 } else { e.exit_code() };
                 let code = code.clamp(0, 255) as u8;
@@ -488,7 +499,7 @@ fn main() -> ExitCode {
             let _ = e.print();
             // The command goes after `--`: say so when it was left out.
             if exec
-                && !std::env::args().any(|a| a == "--")
+                && !std::env::args_os().any(|a| a == "--")
                 && matches!(
                     e.kind(),
                     clap::error::ErrorKind::UnknownArgument
@@ -513,10 +524,14 @@ fn main() -> ExitCode {
     }
     interrupt::install();
     if let Err(e) = logging::init(cli.verbose) {
-        failure::tell(cli.json, 2, &e.to_string());
         // As for its flags: `loop exec`'s own failures are not the command's.
-        let exec = matches!(cli.command, Command::Exec(_));
-        return ExitCode::from(if exec { 125 } else { 2 });
+        let code = if matches!(cli.command, Command::Exec(_)) {
+            125
+        } else {
+            2
+        };
+        failure::tell(cli.json, code, &e.to_string());
+        return ExitCode::from(code);
     }
     // Whatever credentials this process was given (provider keys, tokens)
     // are scrubbed, by value, from every record it writes.
@@ -572,8 +587,9 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             yes,
         } => {
             // Said plainly when the project does not exist: nothing revoked.
-            let s = loop_runtime::changes::rotate_key(&project, yes, &mut story::Story::new(json))?;
-            settled(s, json, "rotate", None)
+            let mut story = story::Story::new(json);
+            let s = loop_runtime::changes::rotate_key(&project, yes, &mut story)?;
+            settled(s, &story, "rotate", None)
         }
         Command::Keys { action, .. } => files_cmd::keys(action == KeysAction::Show, json),
         Command::Apply {
@@ -583,8 +599,9 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             ..
         } => {
             let id = full_id(&project, &id)?;
-            let s = Runtime::open(&project)?.recover(&id, &mut story::Story::new(json))?;
-            settled(s, json, "recover", Some(&id))
+            let mut story = story::Story::new(json);
+            let s = Runtime::open(&project)?.recover(&id, &mut story)?;
+            settled(s, &story, "recover", Some(&id))
         }
         Command::Apply {
             id,
@@ -594,13 +611,9 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             ..
         } => {
             let id = full_id(&project, &id)?;
-            let s = Runtime::open(&project)?.apply(
-                &id,
-                yes,
-                trust_host_files,
-                &mut story::Story::new(json),
-            )?;
-            settled(s, json, "apply", Some(&id))
+            let mut story = story::Story::new(json);
+            let s = Runtime::open(&project)?.apply(&id, yes, trust_host_files, &mut story)?;
+            settled(s, &story, "apply", Some(&id))
         }
         Command::Undo {
             id,
@@ -612,14 +625,16 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             let mut story = story::Story::new(json);
             if forget {
                 let s = runtime.forget(&id, &mut story)?;
-                return settled(s, json, "forget", Some(&id));
+                return settled(s, &story, "forget", Some(&id));
             }
-            settled(runtime.undo(&id, &mut story)?, json, "undo", Some(&id))
+            let s = runtime.undo(&id, &mut story)?;
+            settled(s, &story, "undo", Some(&id))
         }
         Command::Discard { id, project } => {
             let id = full_id(&project, &id)?;
-            let s = Runtime::open(&project)?.discard(&id, &mut story::Story::new(json))?;
-            settled(s, json, "discard", Some(&id))
+            let mut story = story::Story::new(json);
+            let s = Runtime::open(&project)?.discard(&id, &mut story)?;
+            settled(s, &story, "discard", Some(&id))
         }
         Command::List { project } => tasks_cmd::list(&project, json),
         Command::Diff {
@@ -664,8 +679,12 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         } => {
             let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), false);
             let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
-            if let Some(pid) = after_pid {
-                wait_for_exit(pid);
+            if let Some(pid) = after_pid
+                && !wait_for_exit(pid)
+            {
+                return Err(CliError::usage(format!(
+                    "process {pid}, which detached from the task, has not ended after a minute; the task was not taken over (loop resume {id} takes it over once it has)"
+                )));
             }
             let runtime = Runtime::open(&project)?;
             let id = runtime.resolve_id(&id)?;
@@ -674,7 +693,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
                 Some(ext) => runtime.extend(&id, ext, on_prompt, &mut story)?,
                 None => runtime.run(&id, on_prompt, &mut story)?,
             };
-            Ok(report_end(&report, json))
+            Ok(report_end(&report, &story))
         }
         Command::Manifest { dir } => files_cmd::manifest(&dir, json),
         Command::Audit { project } => files_cmd::audit(&project, json),
@@ -736,25 +755,26 @@ fn print_generated(out: &[u8], json: bool, key: &str) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// Wait until process `pid` has ended (at most a minute).
-fn wait_for_exit(pid: u32) {
+/// Wait until process `pid` has ended (at most a minute); whether it has.
+fn wait_for_exit(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
+        return false;
     };
     for _ in 0..600 {
         // SAFETY: signal 0 only asks whether the process exists.
         if unsafe { libc::kill(pid, 0) } != 0 {
-            return;
+            return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    false
 }
 
 /// The exit code of a settled change (0 done, 1 anything else), said as
 /// JSON with `json` (the story told it otherwise).
 fn settled(
     s: loop_runtime::Settled,
-    json: bool,
+    story: &story::Story,
     action: &str,
     task: Option<&str>,
 ) -> Result<u8, CliError> {
@@ -763,10 +783,10 @@ fn settled(
         loop_runtime::Settled::NothingChanged => ("nothing_changed", 1),
         loop_runtime::Settled::DoneButDiffers => ("done_but_differs", 1),
     };
-    if json {
+    if story.json() {
         println!(
             "{}",
-            serde_json::json!({"action": action, "task_id": task, "result": result})
+            serde_json::json!({"action": action, "task_id": task, "result": result, "notes": story.notes()})
         );
     }
     Ok(code)
@@ -825,12 +845,9 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
     if resume_interrupted {
         let runtime = Runtime::open(&project)?;
         for id in runtime.interrupted()? {
-            let report = runtime.run(
-                &id,
-                on_prompt,
-                &mut story::Story::watching(json, Some(runtime.project()), on_prompt),
-            )?;
-            resumed_code = resumed_code.max(report_end(&report, json));
+            let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
+            let report = runtime.run(&id, on_prompt, &mut story)?;
+            resumed_code = resumed_code.max(report_end(&report, &story));
         }
         if instruction.is_none() && task.is_none() {
             return Ok(resumed_code);
@@ -920,6 +937,7 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
     if let Some(n) = timeout {
         l.timeout_secs = n.max(1);
     }
+    let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
     let report = runtime.start(
         TaskRequest {
             contract,
@@ -933,9 +951,9 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
             include_dirty,
             on_prompt,
         },
-        &mut story::Story::watching(json, Some(runtime.project()), on_prompt),
+        &mut story,
     )?;
-    Ok(report_end(&report, json).max(resumed_code))
+    Ok(report_end(&report, &story).max(resumed_code))
 }
 
 fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
@@ -945,12 +963,13 @@ fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
         .map_err(|e| CliError::usage(e.to_string()))
 }
 
-/// Print how a task ended; its exit code (0 verified, 1 otherwise).
-fn report_end(report: &TaskReport, json: bool) -> u8 {
-    if json {
+/// Print how a task ended; its exit code (0 verified, 1 otherwise). With
+/// JSON, the notes the run made (its warnings) are in the last line.
+fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
+    if story.json() {
         println!(
             "{}",
-            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome})
+            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome, "notes": story.notes()})
         );
     } else {
         println!("receipt {}", report.receipt.display());

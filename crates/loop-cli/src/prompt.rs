@@ -37,9 +37,27 @@ pub fn drain_lines() {
     }
 }
 
+/// What the terminal gave within a wait.
+pub enum Line {
+    /// A line typed.
+    Typed(String),
+    /// Nothing yet.
+    Nothing,
+    /// Nothing ever again: stdin is closed.
+    Closed,
+}
+
 /// The next line typed at the terminal, waiting at most `wait`.
-pub fn next_line(wait: std::time::Duration) -> Option<String> {
-    terminal_lines().lock().ok()?.recv_timeout(wait).ok()
+pub fn next_line(wait: std::time::Duration) -> Line {
+    use std::sync::mpsc::RecvTimeoutError;
+    let Ok(rx) = terminal_lines().lock() else {
+        return Line::Closed;
+    };
+    match rx.recv_timeout(wait) {
+        Ok(line) => Line::Typed(line),
+        Err(RecvTimeoutError::Timeout) => Line::Nothing,
+        Err(RecvTimeoutError::Disconnected) => Line::Closed,
+    }
 }
 
 /// Questions on stderr, answers from stdin; a live view is hidden while
@@ -61,7 +79,7 @@ impl Prompter for Terminal {
             ),
         };
         if let Some(view) = &self.0 {
-            view.pause();
+            view.ask();
         }
         let screen = crate::screen::Screen::of_stdout();
         eprint!("{}", screen.glyphs(&crate::screen::defang(&text)));
@@ -70,6 +88,10 @@ impl Prompter for Terminal {
     }
 
     fn answer(&mut self) -> Option<String> {
+        // While a Ctrl-C asks its own question, what is typed is its answer.
+        if loop_runtime::interrupt::pending() {
+            return None;
+        }
         terminal_lines().lock().ok()?.try_recv().ok()
     }
 

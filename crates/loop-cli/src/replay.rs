@@ -29,7 +29,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
         );
         return Ok(if r.reproduced { 0 } else { 1 });
     }
-    println!(
+    say!(
         "replaying task {} ({} criteria, no model)",
         p.task_id,
         p.contract.criteria.len()
@@ -37,7 +37,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
     for (was, now) in r.recorded.criteria.iter().zip(&r.replayed.criteria) {
         let mark = if now.passed { "✓" } else { "✗" };
         let agree = was.passed == now.passed;
-        println!(
+        say!(
             "  {mark} {:<20} recorded {}, replayed {}{}",
             now.id,
             if was.passed { "pass" } else { "fail" },
@@ -49,7 +49,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
         }
         // What the replay saw, so a difference can be understood.
         for c in now.checks.iter().filter(|c| !c.passed) {
-            println!(
+            say!(
                 "      check {}: {}",
                 c.index + 1,
                 c.failure.as_deref().unwrap_or("failed")
@@ -58,7 +58,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
                 if let Some(s) = s
                     && !s.excerpt.trim().is_empty()
                 {
-                    println!(
+                    say!(
                         "      {name}: {}",
                         s.excerpt.trim_end().replace('\n', "\n        ")
                     );
@@ -66,7 +66,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
             }
         }
     }
-    println!(
+    say!(
         "outcome: recorded {}, replayed {}: {}",
         p.outcome,
         if r.accepted {

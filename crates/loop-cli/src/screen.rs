@@ -147,7 +147,10 @@ impl Screen {
 /// text) and tabs the terminal widens; tabs become spaces and every other
 /// control character but the newline is shown as `^X` or `\u{..}`.
 pub fn defang(text: &str) -> String {
-    if !text.chars().any(|c| c.is_control() && c != '\n') {
+    if !text
+        .chars()
+        .any(|c| (c.is_control() && c != '\n') || invisible(c))
+    {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -159,11 +162,23 @@ pub fn defang(text: &str) -> String {
                 out.push('^');
                 out.push(char::from(b'@' + c as u8));
             }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if c.is_control() || invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
     out
+}
+
+/// Characters that change what text seems to say without being seen:
+/// bidirectional overrides and isolates (a line that reads backwards),
+/// zero-width ones (names that look alike), the BOM.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{feff}')
 }
 
 /// The ASCII stand-in of every glyph the narration uses.
@@ -274,6 +289,9 @@ mod tests {
                 "{out:?}"
             );
         }
+        // A line that would read backwards, or hide a character, shows it.
+        assert_eq!(defang("ok\u{202e}txt.exe"), "ok\\u{202e}txt.exe");
+        assert_eq!(defang("a\u{200b}b"), "a\\u{200b}b");
         let colour = Screen {
             live: true,
             color: true,

@@ -27,51 +27,60 @@ pub struct FileStat {
 /// Per-file line counts of `diff`'s patch, for every file its change set
 /// lists (files without text hunks count as binary).
 pub fn stat(diff: &Diff) -> Vec<FileStat> {
-    let mut counts: std::collections::HashMap<String, (u64, u64, bool)> = Default::default();
-    let mut file: Option<String> = None;
+    use loop_workspace::quote_path;
+    // A section is known by its exact header, as the change set writes it
+    // for each of its files: a name that looks like another header (`x
+    // b/README.md`) cannot claim another file's lines.
+    let headers: std::collections::HashMap<String, usize> = diff
+        .change_set
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            (
+                format!(
+                    "diff --git {} {}",
+                    quote_path("a/", &f.path),
+                    quote_path("b/", &f.path)
+                ),
+                i,
+            )
+        })
+        .collect();
+    let mut counts = vec![(0u64, 0u64, false); diff.change_set.files.len()];
+    let mut file: Option<usize> = None;
     let mut in_hunk = false;
     for line in diff.change_set.patch.lines() {
-        if let Some(rest) = line.strip_prefix("diff --git ") {
-            // `a/PATH b/PATH`: the second half names the file.
-            let path = rest
-                .rsplit_once(" b/")
-                .map(|(_, p)| p.to_string())
-                .unwrap_or_else(|| rest.to_string());
-            counts.entry(path.clone()).or_default();
-            file = Some(path);
+        if line.starts_with("diff --git ") {
+            file = headers.get(line).copied();
             in_hunk = false;
             continue;
         }
+        let Some(i) = file else { continue };
         if line.starts_with("@@") {
             in_hunk = true;
-            if let Some(f) = &file {
-                counts.entry(f.clone()).or_default().2 = true;
-            }
+            counts[i].2 = true;
             continue;
         }
         if !in_hunk {
             continue;
         }
-        let Some(f) = &file else { continue };
-        let entry = counts.entry(f.clone()).or_default();
         match line.as_bytes().first() {
-            Some(b'+') => entry.0 += 1,
-            Some(b'-') => entry.1 += 1,
+            Some(b'+') => counts[i].0 += 1,
+            Some(b'-') => counts[i].1 += 1,
             _ => {}
         }
     }
     diff.change_set
         .files
         .iter()
-        .map(|f| {
-            let (added, removed, hunks) = counts.get(&f.path).copied().unwrap_or_default();
-            FileStat {
-                path: f.path.clone(),
-                change: f.change.clone(),
-                added,
-                removed,
-                binary: !hunks,
-            }
+        .zip(counts)
+        .map(|(f, (added, removed, hunks))| FileStat {
+            path: f.path.clone(),
+            change: f.change.clone(),
+            added,
+            removed,
+            binary: !hunks,
         })
         .collect()
 }
@@ -287,7 +296,11 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             },
         });
         println!("{v}");
-        return Ok(0);
+        return Ok(match &receipt {
+            Some(Ok(c)) if !c.intact => 1,
+            Some(Err(_)) => 1,
+            _ => 0,
+        });
     }
     let mut story = crate::story::Story::new(false);
     for r in &events {
@@ -326,7 +339,12 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         Some(Err(e)) => println!("receipt: {e}"),
         None => println!("receipt: none yet (the task has not ended)"),
     }
-    Ok(0)
+    // As `loop verify`: a receipt that does not hold is not a success.
+    Ok(match &receipt {
+        Some(Ok(c)) if !c.intact => 1,
+        Some(Err(_)) => 1,
+        _ => 0,
+    })
 }
 
 #[cfg(test)]
@@ -360,6 +378,27 @@ mod tests {
         let s = stat(&d);
         assert_eq!((s[0].added, s[0].removed, s[0].binary), (2, 1, false));
         assert!(s[1].binary);
+        // A name made to look like another file's header claims nothing.
+        let patch = "diff --git a/evil b/README.md b/evil b/README.md\n@@ -0,0 +1 @@\n+x\ndiff --git a/README.md b/README.md\n@@ -1 +1 @@\n-a\n+b\n";
+        let forged = Diff {
+            change_set: loop_workspace::ChangeSet {
+                base_commit: None,
+                files: vec![
+                    change("README.md", "modified"),
+                    change("evil b/README.md", "added"),
+                ],
+                patch: patch.into(),
+                patch_sha256: String::new(),
+            },
+            source: DiffSource::Workspace("/w".into()),
+        };
+        let f = stat(&forged);
+        assert_eq!((f[0].added, f[0].removed), (1, 1), "{f:?}");
+        assert_eq!(
+            (f[1].added, f[1].removed, f[1].binary),
+            (1, 0, false),
+            "{f:?}"
+        );
         let screen = Screen {
             live: false,
             color: false,

@@ -23,6 +23,8 @@ pub struct Story {
     view: Option<LiveView>,
     /// Where Ctrl-C's "detach" hands the task over, once it is known.
     detach: Option<Detach>,
+    /// With `json`, the notes (kept for the command's JSON result).
+    notes: Vec<String>,
 }
 
 impl Story {
@@ -35,7 +37,18 @@ impl Story {
             screen: Screen::of_stdout(),
             view: None,
             detach: None,
+            notes: Vec::new(),
         }
+    }
+
+    /// Whether this story speaks JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+
+    /// The notes kept in JSON mode (for the command's JSON result).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// A story of a task this process runs: on a terminal (and without
@@ -58,8 +71,9 @@ impl Story {
                     loop_runtime::OnPrompt::Ask | loop_runtime::OnPrompt::Wait => "wait",
                 },
             });
+            // The Ctrl-C question is asked on stderr and answered on stdin.
             use std::io::IsTerminal;
-            if std::io::stdin().is_terminal() {
+            if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
                 crate::live::watch_interrupts(view.clone(), detach.clone());
             }
             story.view = Some(view);
@@ -95,7 +109,9 @@ impl Drop for Story {
 impl loop_runtime::Observer for Story {
     /// Narration only: JSON lines carry events, nothing else.
     fn note(&mut self, line: &str) {
-        if !self.json {
+        if self.json {
+            self.notes.push(line.to_string());
+        } else {
             self.print(&format!("{line}\n"));
         }
     }
@@ -103,7 +119,8 @@ impl loop_runtime::Observer for Story {
     /// On a terminal, ask; elsewhere nobody can answer.
     fn confirm(&mut self, question: &str) -> Option<bool> {
         use std::io::IsTerminal;
-        if !std::io::stdin().is_terminal() {
+        // With --json, stdout is for JSON: nobody is asked.
+        if !std::io::stdin().is_terminal() || self.json {
             return None;
         }
         if let Some(v) = &self.view {
@@ -130,7 +147,10 @@ impl loop_runtime::Observer for Story {
         if let Some(v) = &self.view {
             v.pause();
         }
-        println!("The drafted contract (the critic accepted it):\n{contract}");
+        println!(
+            "The drafted contract (the critic accepted it):\n{}",
+            crate::screen::defang(contract)
+        );
         let review = loop {
             print!("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
             let _ = std::io::stdout().flush();
@@ -198,7 +218,7 @@ impl Observer for Story {
             event,
             Event::ApprovalDecided { .. } | Event::CheckpointDecided { .. }
         ) {
-            view.resume();
+            view.answered();
         }
         let text = match event {
             Event::Verified {

@@ -36,7 +36,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
         return Ok(0);
     }
     if tasks.is_empty() {
-        println!("no tasks in this project");
+        say!("no tasks in this project");
     }
     for t in &tasks {
         let state = match &t.outcome {
@@ -51,9 +51,13 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
             .take(60)
             .collect();
         let usd = spent(&t.id).map_or_else(|| "?".into(), |u| format!("${:.4}", u.usd));
-        println!(
+        say!(
             "{}  {:<28} {:>9}  {}  {}",
-            t.id, state, usd, t.created, instruction
+            t.id,
+            state,
+            usd,
+            t.created,
+            instruction
         );
     }
     Ok(0)
@@ -63,7 +67,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
 pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let s = Runtime::open(project)?.status(id)?;
     if !json && s.apply == ApplyState::Interrupted {
-        println!(
+        say!(
             "an apply or undo of task {id} was interrupted: `loop apply {id} --recover` settles it (so does the next apply, undo or discard)"
         );
     }
@@ -72,20 +76,20 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         return Ok(0);
     }
     let t = &s.task;
-    println!("task {}", t.id);
-    println!(
+    say!("task {}", t.id);
+    say!(
         "  instruction  {}",
         t.instruction.as_deref().unwrap_or_default()
     );
     match &t.outcome {
-        Some(o) => println!(
+        Some(o) => say!(
             "  outcome      {o}: {}",
             t.reason.as_deref().unwrap_or_default()
         ),
-        None => println!("  state        {} ({})", t.state, live_name(t)),
+        None => say!("  state        {} ({})", t.state, live_name(t)),
     }
     if let Some(pid) = t.owner_pid.filter(|_| t.running) {
-        println!("  running in   pid {pid}");
+        say!("  running in   pid {pid}");
     }
     for a in s.approvals.iter().filter(|a| a.status.decision().is_none()) {
         let what = if a.payload["kind"] == "checkpoint" {
@@ -100,33 +104,36 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                 a.payload["rule"].as_str().unwrap_or_default()
             )
         };
-        println!("  waiting for  {what}: loop approve {} [--deny]", t.id);
+        say!("  waiting for  {what}: loop approve {} [--deny]", t.id);
     }
     if t.cancel_requested && t.outcome.is_none() {
-        println!("  cancel       requested");
+        say!("  cancel       requested");
     }
     let u = s.used;
-    println!(
+    say!(
         "  used         {} steps, {} tokens, ${:.4}, {} verification(s)",
-        u.steps, u.tokens, u.usd, u.verifications
+        u.steps,
+        u.tokens,
+        u.usd,
+        u.verifications
     );
-    println!("  ledger       {} entries", t.entries);
+    say!("  ledger       {} entries", t.entries);
     let verified = t.outcome.as_deref() == Some("verified");
     match s.apply {
-        ApplyState::Applied => println!(
+        ApplyState::Applied => say!(
             "  change set   applied to the project (loop undo {} reverses it)",
             t.id
         ),
-        ApplyState::NotApplied if verified => println!(
+        ApplyState::NotApplied if verified => say!(
             "  change set   not applied (loop diff {0} shows it, loop apply {0} brings it home)",
             t.id
         ),
         _ => {}
     }
     if let Some(r) = &t.receipt {
-        println!("  receipt      {r}");
+        say!("  receipt      {r}");
     } else if t.interrupted {
-        println!("  resume with  loop resume {}", t.id);
+        say!("  resume with  loop resume {}", t.id);
     }
     Ok(0)
 }
@@ -179,15 +186,15 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     }
     match cancelled {
         Cancelled::AlreadyEnded(outcome) => {
-            println!("task {id} has already ended: {outcome}");
+            say!("task {id} has already ended: {outcome}");
             Ok(1)
         }
         Cancelled::EndedHere(report) => {
-            println!("task {id}: {}", report.outcome);
+            say!("task {id}: {}", report.outcome);
             Ok(0)
         }
         Cancelled::Stopped(outcome, took) => {
-            println!("task {id}: {outcome} ({:.1} s)", took.as_secs_f64());
+            say!("task {id}: {outcome} ({:.1} s)", took.as_secs_f64());
             Ok(0)
         }
     }
@@ -213,7 +220,7 @@ pub fn approve(
         );
         return Ok(0);
     }
-    println!(
+    say!(
         "{} `{}` (rule `{}`) for task {id}",
         a.status,
         a.payload["detail"].as_str().unwrap_or_default(),

@@ -40,7 +40,8 @@ pub fn verify(
     if json {
         println!("{}", to_json(&check, verdict));
     } else {
-        print!("{}", render(&check, verdict));
+        // A receipt from elsewhere is hostile input like any other.
+        print!("{}", crate::screen::defang(&render(&check, verdict)));
     }
     Ok(verdict.ok())
 }

@@ -117,6 +117,13 @@ fn scene() -> (Scene, Vec<Value>) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", shared::text(&out));
+    // Every line of stdout is JSON: nothing else slips in.
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        assert!(
+            serde_json::from_str::<Value>(l).is_ok(),
+            "a line of `loop demo --json` is not JSON: {l}"
+        );
+    }
     let lines = shared::json_lines(&out);
     let end = lines
         .iter()
@@ -154,6 +161,12 @@ fn every_json_shape_matches_its_golden() {
     let id = s.task.as_str();
     let receipt = s.receipt.display().to_string();
     let contract = s.home.join("demo/task.yaml").display().to_string();
+    std::fs::write(
+        s.home.join("Loopfile.yaml"),
+        "exec:\n  rules:\n    - {prefix: touch, decision: prompt, examples: [\"touch a\"]}\n",
+    )
+    .unwrap();
+    let loopfile = s.home.join("Loopfile.yaml").display().to_string();
     let commands: Vec<(&str, Vec<&str>)> = vec![
         ("list (a line per task)", vec!["list", "--json"]),
         ("status", vec!["status", id, "--json"]),
@@ -169,11 +182,20 @@ fn every_json_shape_matches_its_golden() {
         ("completions", vec!["completions", "bash", "--json"]),
         ("man", vec!["man", "--json"]),
         ("exec", vec!["exec", "--json", "--", "echo", "hi"]),
+        ("logs (JSON lines)", vec!["logs", id, "--json"]),
+        ("validate (Loopfile)", vec!["validate", &loopfile, "--json"]),
+        ("schema", vec!["schema", "contract", "--json"]),
         ("cancel (already ended)", vec!["cancel", id, "--json"]),
     ];
     for (name, args) in &commands {
         let out = run(&s, args);
-        let v = if name.starts_with("list") {
+        let v = if name.starts_with("list") || name.starts_with("logs") {
+            for l in String::from_utf8_lossy(&out.stdout).lines() {
+                assert!(
+                    serde_json::from_str::<Value>(l).is_ok(),
+                    "{name}: not JSON: {l}"
+                );
+            }
             let lines = shared::json_lines(&out);
             assert!(!lines.is_empty(), "{name}: {}", shared::text(&out));
             json!(lines)
@@ -193,6 +215,32 @@ fn every_json_shape_matches_its_golden() {
         assert_eq!(v["result"], "done", "{name}: {v}");
         shapes.insert(name.into(), shape(&v));
     }
+    // Forgetting an applied change set that is still in place is refused;
+    // init on a fresh project; discard at the end.
+    let out = run(&s, &["apply", id, "--json"]);
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let refused = run(&s, &["--json", "undo", id, "--forget"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", shared::text(&refused));
+    shapes.insert(
+        "error: forget while applied".into(),
+        shape(&error_of(&refused, "forget")),
+    );
+    let out = run(&s, &["undo", id, "--json"]);
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let fresh = s.home.join("fresh");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::fs::write(
+        fresh.join("test_x.py"),
+        "import unittest
+",
+    )
+    .unwrap();
+    let out = loop_in(&s.home)
+        .args(["init", "--json", "--project"])
+        .arg(&fresh)
+        .output()
+        .unwrap();
+    shapes.insert("init".into(), shape(&one(&out, "init")));
     // Failures: the same exit code as without --json, one object on stderr.
     std::fs::write(
         s.home.join("bad.yaml"),
@@ -266,6 +314,8 @@ fn every_json_shape_matches_its_golden() {
     }
     let audit = one(&run(&s, &["audit", "--json"]), "audit");
     assert!(audit.is_object(), "{audit}");
+    let out = run(&s, &["discard", id, "--json"]);
+    shapes.insert("discard".into(), shape(&one(&out, "discard")));
 
     let got = Value::Object(shapes);
     let path = golden_path();

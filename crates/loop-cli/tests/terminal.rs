@@ -359,3 +359,46 @@ fn uncommitted_work_left_out_and_a_check_that_already_passes_are_warned_of() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!said.contains("left out of the task"), "{said}");
 }
+
+#[test]
+fn what_the_model_wrote_never_reaches_the_terminal_as_escape_sequences() {
+    let (dir, project) = setup("hostile", 0);
+    // A command whose text carries colour and title sequences, then one
+    // that waits for `loop approve` from elsewhere (the activity line says
+    // so, styled by the runtime, not shown as escape codes).
+    std::fs::write(
+        dir.join("script.yaml"),
+        "turns:
+  - thought: \"\\e]0;pwned\\a\\e[2J think\"
+    calls:
+      - {tool: run_command, args: {command: \"echo '\\e[31mRED\\e[0m' > out.txt\"}}
+  - calls:
+      - {tool: run_command, args: {command: \"touch approved.txt\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+",
+    )
+    .unwrap();
+    let t = Tmux::start(&dir, &loop_run(&dir, &project, "", "--on-prompt wait"));
+    let waiting = t.wait_for("the wait for loop approve", |s| {
+        s.contains("waiting for a person's answer")
+    });
+    assert!(
+        !waiting.contains("^[[1m") && !waiting.contains("^[[33m"),
+        "the runtime's own style shown as text:\n{waiting}"
+    );
+    // The model's sequences are shown, not obeyed.
+    assert!(waiting.contains("^[[31mRED^[[0m"), "{waiting}");
+    assert!(waiting.contains("^[]0;pwned^G^[[2J think"), "{waiting}");
+    let styled = t.screen(true);
+    assert!(!styled.contains("\u{1b}[31mRED"), "{styled:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .args(["approve", "last", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let end = t.wait_for("the end", |s| s.contains("EXITED"));
+    assert!(end.contains("EXITED 0"), "{end}");
+}

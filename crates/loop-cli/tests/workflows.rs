@@ -44,6 +44,15 @@ fn after_an_applied_file_is_put_back_undo_offers_a_way_forward() {
         "{}",
         text(&status)
     );
+    // Nothing was put back: forgetting would drop what undo restores from.
+    let out = run(&["undo", "last", "--forget"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("still holds every file"),
+        "{}",
+        text(&out)
+    );
+    assert!(project.join("todo.py").exists());
     // The person puts the file back by hand.
     std::fs::remove_file(project.join("todo.py")).unwrap();
     let out = run(&["undo", "last"]);
@@ -78,6 +87,21 @@ fn after_an_applied_file_is_put_back_undo_offers_a_way_forward() {
     let new = after.iter().find(|p| !before.contains(p)).unwrap();
     let payload = shared::payload_of(new);
     assert_eq!(payload["predicate"]["event"], "forgotten", "{payload}");
+    // What the apply replaced is kept, not thrown away.
+    let task = std::fs::read_dir(project.join(".loop/tasks"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    assert!(
+        std::fs::read_dir(&task).unwrap().flatten().any(|e| e
+            .file_name()
+            .to_string_lossy()
+            .starts_with("undo-forgotten-")),
+        "no kept undo directory in {}",
+        task.display()
+    );
     let status = run(&["status", "last"]);
     assert!(text(&status).contains("not applied"), "{}", text(&status));
     // And the change set can be brought home again.

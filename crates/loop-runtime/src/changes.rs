@@ -619,20 +619,34 @@ pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result
     }
     let cs = verified_change_set(&t)?;
     let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
-    // What the project holds now is signed with the fact: still the
-    // verified content, or not.
-    let addendum = record_fact_with(
-        &t,
-        id,
-        "forgotten",
-        &cs,
-        Some(standing == Standing::After),
-        None,
-    )?;
-    let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
+    // Nothing was put back: `undo` is the way, and forgetting would throw
+    // away what it restores from.
+    if standing == Standing::After {
+        return Err(Error::usage(format!(
+            "the project still holds every file of task {id} as applied: `loop undo {id}` reverses it (--forget is for files put back by other means)"
+        )));
+    }
+    let addendum = record_fact_with(&t, id, "forgotten", &cs, Some(false), None)?;
+    // What the apply replaced stays, beside the task, for whoever wants
+    // it back: a project without git has no other copy.
+    let undo = ChangeSet::undo_dir(&t.dir);
+    let kept = t.dir.join(format!(
+        "undo-forgotten-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0)
+    ));
+    let kept_note = match std::fs::rename(&undo, &kept) {
+        Ok(()) => format!(
+            "; what the apply had replaced is kept in {}",
+            kept.display()
+        ),
+        Err(_) => String::new(),
+    };
     unmark(&t, APPLIED);
     out.note(&format!(
-        "task {id} no longer counts as applied; no file was touched (`loop apply {id}` applies it again)"
+        "task {id} no longer counts as applied; no file was touched (`loop apply {id}` applies it again){kept_note}"
     ));
     out.note(&format!("addendum {}", addendum.display()));
     Ok(Settled::Done)

@@ -19,7 +19,7 @@ pub mod task_workspace;
 pub mod testdir;
 pub mod untrusted;
 
-pub use changeset::{ChangeSet, ChangeSetError, FileChange, Standing};
+pub use changeset::{ChangeSet, ChangeSetError, FileChange, Standing, quote_path};
 pub use fsutil::{CopyStats, copy_tree, write_atomic};
 pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
