@@ -30,6 +30,8 @@ struct Tally {
     thinking: Option<u32>,
     /// A verification streamed its checks (the report need not repeat them).
     checks_shown: bool,
+    /// When the tool call running now began (none between calls).
+    in_tool: Option<std::time::Instant>,
 }
 
 /// The spinner and status line under the scrolling story.
@@ -188,6 +190,7 @@ impl LiveView {
                 t.estimated |= usage.estimated;
             }
             Event::Intent { call_id, tool, .. } => {
+                t.in_tool = Some(std::time::Instant::now());
                 let what = describe(call_id);
                 let what = if what.is_empty() { tool.clone() } else { what };
                 self.doing(&format!("→ {what}"));
@@ -199,6 +202,7 @@ impl LiveView {
                 t.verifications += 1;
                 self.doing("deciding");
             }
+            Event::Observed { .. } => t.in_tool = None,
             _ => {}
         }
         self.show_status(&t);
@@ -259,6 +263,14 @@ impl LiveView {
                 self.doing(&format!("check {index}/{total} done"));
             }
         }
+    }
+
+    /// How long the tool call running now has run (zero between calls).
+    pub fn in_command_for(&self) -> Duration {
+        self.tally()
+            .in_tool
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
     }
 
     /// Whether the last verification's checks were already shown one by
@@ -371,6 +383,44 @@ pub struct Detach {
     /// Who answers the task's questions once nobody is at this terminal:
     /// `allow` when this run answered yes to all, else `deny` or `wait`.
     pub on_prompt: &'static str,
+    /// The person asked to detach: hand over once the step in flight is
+    /// recorded.
+    pub requested: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Detach {
+    /// Hand the task over to a background runtime and end this process
+    /// (once, whoever calls first); back only if that cannot be done.
+    pub fn now(&self, view: &LiveView) {
+        static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if ONCE.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // The other caller is handing over; this one waits for the end.
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        let Some(task) = self.task_id.lock().ok().and_then(|t| t.clone()) else {
+            ONCE.store(false, std::sync::atomic::Ordering::SeqCst);
+            return;
+        };
+        view.finish();
+        match hand_over(&self.project, &task, self.on_prompt) {
+            Ok(log) => {
+                println!(
+                    "detached: task {task} goes on in the background (its output: {})\n  loop logs {task} --follow   re-attaches\n  loop cancel {task}          stops it",
+                    log.display()
+                );
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("cannot detach: {e}; the task goes on here");
+                self.requested
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                ONCE.store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// The run a Ctrl-C is about: its view, and where it would be handed over.
@@ -460,17 +510,24 @@ fn watch() {
                 interrupt::cancel();
             }
             Some("d" | "detach") if offer_detach => {
-                if let (Some(d), Some(task)) = (&detach, &task) {
-                    view.finish();
-                    match hand_over(&d.project, task, d.on_prompt) {
-                        Ok(log) => {
-                            println!(
-                                "detached: task {task} goes on in the background (its output: {})\n  loop logs {task} --follow   re-attaches\n  loop cancel {task}          stops it",
-                                log.display()
-                            );
-                            std::process::exit(0);
+                if let Some(d) = &detach {
+                    // At the next recorded event nothing is in flight and
+                    // nothing is done twice (the story hands over there).
+                    // A command that runs on is not waited for: it is
+                    // stopped with this process and run again in the
+                    // background, as after a crash. A model call is waited
+                    // for, so what it costs is recorded.
+                    d.requested.store(true, std::sync::atomic::Ordering::SeqCst);
+                    eprintln!("detaching once the step in flight is recorded…");
+                    loop {
+                        std::thread::sleep(Duration::from_millis(100));
+                        if view.in_command_for() > Duration::from_secs(2) {
+                            d.now(&view);
+                            break;
                         }
-                        Err(e) => eprintln!("cannot detach: {e}; the task goes on here"),
+                        if !d.requested.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
                     }
                 }
                 interrupt::dismiss();

@@ -65,6 +65,7 @@ impl Story {
             let detach = project.map(|p| Detach {
                 project: p.to_path_buf(),
                 task_id: Default::default(),
+                requested: Default::default(),
                 on_prompt: match on_prompt {
                     loop_runtime::OnPrompt::Allow => "allow",
                     loop_runtime::OnPrompt::Deny => "deny",
@@ -238,6 +239,14 @@ impl Observer for Story {
         view.on_event(event, &|id| calls.get(id).cloned().unwrap_or_default());
         if matches!(event, Event::Finished { .. }) {
             view.finish();
+            return;
+        }
+        // The person asked to detach: this event is recorded, nothing is
+        // in flight; hand over here.
+        if let Some(d) = &self.detach
+            && d.requested.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            d.now(&view);
         }
     }
 

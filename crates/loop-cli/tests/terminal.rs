@@ -24,7 +24,7 @@ fn script(seconds: u32) -> String {
         "turns:
   - thought: Run the slow build first.
     calls:
-      - {{tool: run_command, args: {{command: \"sleep {seconds} && echo built > built.txt\"}}}}
+      - {{tool: run_command, args: {{command: \"sleep {seconds} && echo built >> built.txt\"}}}}
   - calls:
       - {{tool: run_command, args: {{command: \"touch approved.txt\"}}}}
   - calls:
@@ -288,6 +288,13 @@ fn ctrl_c_asks_then_detach_hands_the_task_to_the_background() {
     let log = project.join(".loop/tasks").join(id).join("detached.log");
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("resumed"), "{log}");
+    // The command stopped with this process ran once more in the
+    // background, and only that once: it appends a line each time.
+    let built = project
+        .join(".loop/tasks")
+        .join(id)
+        .join("workspace/built.txt");
+    assert_eq!(std::fs::read_to_string(&built).unwrap(), "built\n");
 }
 
 #[test]
