@@ -116,18 +116,7 @@ fn verified(
     ),
     Error,
 > {
-    let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
-        .map_err(|e| Error::usage(e.to_string()))?
-        .map(|k| vec![k.public()])
-        .unwrap_or_default();
-    let report =
-        verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
-    let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
-        return Err(Error::usage(format!(
-            "the receipt {} does not hold; run `loop verify` on it",
-            t.receipt.display()
-        )));
-    };
+    let statement = holding_statement(t)?;
     let p = &statement.predicate;
     if p.outcome.kind != OutcomeKind::Verified {
         return Err(Error::usage(format!(
@@ -140,6 +129,24 @@ fn verified(
         p.contract.clone(),
         p.environments.clone(),
     ))
+}
+
+/// The statement of task `t`'s receipt, checked to hold (signature by this
+/// machine's key, ledger, artifacts), whatever its outcome.
+fn holding_statement(t: &Task) -> Result<loop_receipt::Statement, Error> {
+    let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
+        .map_err(|e| Error::usage(e.to_string()))?
+        .map(|k| vec![k.public()])
+        .unwrap_or_default();
+    let report =
+        verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
+    match report.statement {
+        Some(statement) if report.ok() => Ok(statement),
+        _ => Err(Error::usage(format!(
+            "the receipt {} does not hold; run `loop verify` on it",
+            t.receipt.display()
+        ))),
+    }
 }
 
 /// The change set a receipt records, its patch read from beside it and
@@ -186,18 +193,7 @@ pub struct Diff {
 pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
     let t = task(project, id)?;
     if t.receipt.exists() {
-        let trusted: Vec<loop_receipt::PublicKey> = loop_receipt::KeyPair::existing()
-            .map_err(|e| Error::usage(e.to_string()))?
-            .map(|k| vec![k.public()])
-            .unwrap_or_default();
-        let report =
-            verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
-        let Some(statement) = report.statement.as_ref().filter(|_| report.ok()) else {
-            return Err(Error::usage(format!(
-                "the receipt {} does not hold; run `loop verify` on it",
-                t.receipt.display()
-            )));
-        };
+        let statement = holding_statement(&t)?;
         return Ok(Diff {
             change_set: recorded_change_set(&t, &statement.predicate)?,
             source: DiffSource::Receipt(t.receipt.clone()),
