@@ -121,4 +121,10 @@ impl Model for Fallback {
             p.set_live(feed.clone());
         }
     }
+
+    fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        for p in &mut self.chain {
+            p.set_cancel(flag.clone());
+        }
+    }
 }

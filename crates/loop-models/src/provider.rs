@@ -604,6 +604,10 @@ impl Model for HttpModel {
     fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
         self.live = feed;
     }
+
+    fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.cancel = Some(flag);
+    }
 }
 
 /// Copies what a stream reader passes through, for the record.

@@ -43,6 +43,9 @@ impl Model for Redacted {
     fn set_live(&mut self, feed: Option<loop_protocol::LiveFeed>) {
         self.inner.set_live(feed);
     }
+    fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.inner.set_cancel(flag);
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,11 @@ pub trait Model {
     fn set_live(&mut self, feed: Option<crate::live::LiveFeed>) {
         let _ = feed;
     }
+    /// The flag that stops the call in flight when its task is cancelled
+    /// (models that make no calls ignore it).
+    fn set_cancel(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        let _ = flag;
+    }
 }
 
 /// One HTTP exchange with a provider, kept for `--record` (keys never

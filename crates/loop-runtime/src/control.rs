@@ -40,7 +40,7 @@ pub fn cancel(
         return Ok(Cancelled::AlreadyEnded(t.outcome.unwrap_or_default()));
     }
     if liveness(&t) != Liveness::Running {
-        crate::interrupt::flag().store(true, std::sync::atomic::Ordering::SeqCst);
+        // The store's cancel request stops it as soon as it is driven.
         let report = resume_task(&project, id, None, crate::OnPrompt::Deny, observer)?;
         return Ok(Cancelled::EndedHere(report));
     }

@@ -137,7 +137,12 @@ fn wire<'a>(
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
-    let cancel = crate::interrupt::flag();
+    // The task's own flag: a process that runs several tasks (a server)
+    // stops only the one asked to stop. The watcher raises it for a
+    // cancel request in the store and for this process's Ctrl-C/SIGTERM.
+    let cancel = Arc::new(AtomicBool::new(
+        crate::interrupt::flag().load(std::sync::atomic::Ordering::SeqCst),
+    ));
     let sandbox = crate::prepare::with_environments(
         loop_sandbox::Settings {
             isolation,
@@ -249,6 +254,13 @@ pub(crate) fn drive(
         remaining_ms
     );
     let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
+    // A cancel asked for while nobody ran the task (`loop cancel` on an
+    // interrupted task) stops it at once.
+    if store.task(task_id).is_ok_and(|t| t.cancel_requested) {
+        wired
+            .cancel
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     let live = crate::Observer::live_feed(observer);
     wired.verifier.0.set_live(live.clone());
 
@@ -259,6 +271,11 @@ pub(crate) fn drive(
     }
     let (mut model, mut checker) = models;
     model.set_live(live);
+    // The call in flight stops with the task, not with the process only.
+    model.set_cancel(wired.cancel.clone());
+    if let Some(c) = checker.as_mut() {
+        c.set_cancel(wired.cancel.clone());
+    }
     let provenance = loop_receipt::Provenance {
         runtime: loop_protocol::RuntimeInfo::current(),
         model: model.info(),
@@ -461,7 +478,7 @@ fn watch(
             .task(task_id)
             .map(|t| t.cancel_requested)
             .unwrap_or(false);
-        if asked || !still_ours {
+        if asked || !still_ours || crate::interrupt::flag().load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
         match stopped.recv_timeout(std::time::Duration::from_millis(200)) {
