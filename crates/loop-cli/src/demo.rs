@@ -63,6 +63,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
             isolation: loop_sandbox::IsolationLevel::Preferred,
             include_dirty: false,
             on_prompt: loop_runtime::OnPrompt::Deny,
+            owner: None,
         },
         &mut crate::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;

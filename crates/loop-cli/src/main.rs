@@ -407,6 +407,26 @@ enum Command {
         #[arg(value_enum)]
         format: SchemaFormat,
     },
+    /// Serve the project's tasks over HTTP: the API (/api/v1, documented at
+    /// /openapi.json), live events, /metrics. Every route but /healthz and
+    /// /readyz needs a token (`loop tokens create`).
+    Serve {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        addr: std::net::SocketAddr,
+        /// Requests a token may make per minute.
+        #[arg(long, value_name = "N", default_value_t = 600)]
+        rate: u32,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// The API's bearer tokens: `create` prints one once (only its hash is
+    /// kept), `list`, `revoke ID`.
+    Tokens {
+        #[command(subcommand)]
+        action: TokensAction,
+    },
     /// Print a shell's completion script for `loop` (e.g.
     /// `loop completions bash > /etc/bash_completion.d/loop`).
     Completions {
@@ -416,6 +436,49 @@ enum Command {
     },
     /// Print the manual page of `loop` (roff; `loop man | man -l -`).
     Man,
+}
+
+/// What `loop tokens` does.
+#[derive(Debug, Subcommand)]
+enum TokensAction {
+    /// Make a token for OWNER and print it (once).
+    Create {
+        /// Who the token acts for: the tasks it starts belong to them.
+        #[arg(long)]
+        owner: String,
+        /// `read` its owner's tasks, `run` (start and steer them too), or
+        /// `admin` (every task of the project, the command line's too).
+        #[arg(long, value_enum, default_value_t = ScopeArg::Run)]
+        scope: ScopeArg,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// The tokens (ids, owners, scopes; never the secret).
+    List {
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Revoke a token by its id (`tok-…`).
+    Revoke {
+        /// The token's id.
+        id: String,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+}
+
+/// A token's scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ScopeArg {
+    /// Read its owner's tasks.
+    Read,
+    /// Start, steer and settle them too.
+    Run,
+    /// Every task of the project.
+    Admin,
 }
 
 /// Who answers a task's questions when no terminal can.
@@ -522,7 +585,11 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    interrupt::install();
+    // The server ends on SIGTERM leaving its tasks resumable; everything
+    // else turns Ctrl-C and SIGTERM into a cancel.
+    if !matches!(cli.command, Command::Serve { .. }) {
+        interrupt::install();
+    }
     if let Err(e) = logging::init(cli.verbose) {
         // As for its flags: `loop exec`'s own failures are not the command's.
         let code = if matches!(cli.command, Command::Exec(_)) {
@@ -701,6 +768,21 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             SchemaFormat::Contract => "contract",
             SchemaFormat::Loopfile => "loopfile",
         }),
+        Command::Serve {
+            addr,
+            rate,
+            project,
+        } => {
+            loop_server::serve(&loop_server::ServeOptions {
+                project,
+                addr,
+                rate_per_minute: rate.max(1),
+            })?;
+            // Tasks still running are left interrupted; the next serve (or
+            // `loop resume`) takes them up.
+            std::process::exit(0);
+        }
+        Command::Tokens { action } => tokens_cmd(action, json),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();
@@ -737,6 +819,74 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         }
         Command::Validate { file, .. } => files_cmd::validate_contract(&file, json),
         run @ Command::Run { .. } => run_command(run, json),
+    }
+}
+
+/// `loop tokens create|list|revoke`.
+fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliError> {
+    use loop_runtime::tokens::Scope;
+    match action {
+        TokensAction::Create {
+            owner,
+            scope,
+            project,
+        } => {
+            let scope = match scope {
+                ScopeArg::Read => Scope::Read,
+                ScopeArg::Run => Scope::Run,
+                ScopeArg::Admin => Scope::Admin,
+            };
+            let t = Runtime::open(&project)?.create_token(&owner, scope)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"token": t.token, "id": t.record.id, "owner": t.record.owner, "scope": t.record.scope})
+                );
+            } else {
+                println!("{}", t.token);
+                eprintln!(
+                    "token {} for {} ({}); it is shown this once: only its hash is kept",
+                    t.record.id, t.record.owner, t.record.scope
+                );
+            }
+            Ok(0)
+        }
+        TokensAction::List { project } => {
+            let list = Runtime::open(&project)?.tokens()?;
+            if json {
+                println!("{}", serde_json::json!({"tokens": list}));
+                return Ok(0);
+            }
+            if list.is_empty() {
+                println!("no tokens (loop tokens create --owner NAME makes one)");
+            }
+            for t in list {
+                say!(
+                    "{}  {:<20} {:<6} created {}{}",
+                    t.id,
+                    t.owner,
+                    t.scope,
+                    loop_protocol::time::rfc3339_millis(t.created_ms),
+                    t.revoked_ms
+                        .map(|r| format!("  revoked {}", loop_protocol::time::rfc3339_millis(r)))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(0)
+        }
+        TokensAction::Revoke { id, project } => {
+            let done = Runtime::open(&project)?.revoke_token(&id)?;
+            if json {
+                println!("{}", serde_json::json!({"id": id, "revoked": done}));
+            } else if done {
+                println!("revoked {id}");
+            }
+            if done {
+                Ok(0)
+            } else {
+                Err(CliError::usage(format!("no live token `{id}`")))
+            }
+        }
     }
 }
 
@@ -950,6 +1100,7 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
             isolation,
             include_dirty,
             on_prompt,
+            owner: None,
         },
         &mut story,
     )?;

@@ -36,6 +36,7 @@ pub mod setup;
 mod ship;
 pub mod stacks;
 pub mod task;
+pub mod tokens;
 pub mod wiring;
 
 pub use changes::Settled;

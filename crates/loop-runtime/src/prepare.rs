@@ -40,6 +40,7 @@ pub(crate) fn submit_claimed(
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
     let stored = StoredRequest {
         contract: req.contract.clone(),
+        owner: req.owner.clone(),
         model: req.model.clone(),
         record: req.record.clone(),
         verify_on_change: req.verify_on_change,

@@ -43,6 +43,8 @@ pub struct TaskView {
     pub updated: String,
     /// The receipt, once written.
     pub receipt: Option<String>,
+    /// Who it belongs to (an API token's owner); none from the command line.
+    pub owner: Option<String>,
     #[serde(skip)]
     liveness: Liveness,
 }
@@ -68,6 +70,7 @@ impl TaskView {
             created: loop_protocol::time::rfc3339_millis(t.created_ms),
             updated: loop_protocol::time::rfc3339_millis(t.updated_ms),
             receipt: t.receipt.clone(),
+            owner: t.request["owner"].as_str().map(str::to_string),
             liveness: live,
         }
     }

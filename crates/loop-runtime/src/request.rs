@@ -45,6 +45,9 @@ pub struct TaskRequest {
     pub include_dirty: bool,
     /// Who answers the questions the task asks.
     pub on_prompt: crate::wiring::OnPrompt,
+    /// Who the task belongs to (an API token's owner; `None` from the
+    /// command line, which belongs to whoever can read the project).
+    pub owner: Option<String>,
 }
 
 /// How it ended.
@@ -65,6 +68,9 @@ pub struct TaskReport {
 pub struct StoredRequest {
     /// The locked contract.
     pub contract: Contract,
+    /// Who the task belongs to (an API token's owner), if anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// `--model`, if given.
     pub model: Option<String>,
     /// `--record`, if given.

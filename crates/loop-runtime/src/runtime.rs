@@ -52,6 +52,11 @@ impl Runtime {
             .ok_or_else(|| Error::internal("the store could not be kept open"))
     }
 
+    /// The project's store (the token table is SQLite's own).
+    pub(crate) fn sqlite(&self) -> Result<&loop_store::SqliteStore, Error> {
+        self.store()
+    }
+
     /// The project's directory (canonical).
     pub fn project(&self) -> &Path {
         &self.project

@@ -80,6 +80,7 @@ fn request(dir: &Path, project: &Path) -> TaskRequest {
         isolation: loop_sandbox::IsolationLevel::Preferred,
         include_dirty: false,
         on_prompt: OnPrompt::Deny,
+        owner: None,
     }
 }
 

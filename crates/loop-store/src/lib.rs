@@ -17,7 +17,7 @@
 
 pub mod sqlite;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, TokenRecord};
 
 use serde::{Deserialize, Serialize};
 

@@ -48,7 +48,98 @@ const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL
      );
      CREATE INDEX tasks_by_state ON tasks(state);",
+    // 2: the API's bearer tokens, by the SHA-256 of the token (the token
+    // itself is shown once and never stored).
+    "CREATE TABLE tokens (
+        sha256 TEXT PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        revoked_ms INTEGER
+     );",
 ];
+
+/// A bearer token of the API, as stored (its hash, never the token).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenRecord {
+    /// A short public id (for listing and revoking).
+    pub id: String,
+    /// Who the token acts for: tasks it creates belong to them.
+    pub owner: String,
+    /// `read`, `run` or `admin`.
+    pub scope: String,
+    /// When it was made.
+    pub created_ms: u64,
+    /// When it was revoked, if it was.
+    pub revoked_ms: Option<u64>,
+}
+
+impl SqliteStore {
+    /// Keep a new token: its SHA-256, a public id, owner and scope.
+    pub fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO tokens (sha256, id, owner, scope, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![sha256, record.id, record.owner, record.scope, record.created_ms as i64],
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
+    /// The live token whose SHA-256 is `sha256`, if any.
+    pub fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens WHERE sha256 = ?1 AND revoked_ms IS NULL",
+                params![sha256],
+                row_to_token,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    /// Every token, newest first.
+    pub fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c
+                .prepare("SELECT id, owner, scope, created_ms, revoked_ms FROM tokens ORDER BY created_ms DESC, id")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], row_to_token)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+            Ok(rows)
+        })
+    }
+
+    /// Revoke the token with public id `id`; `false` when there is none
+    /// live.
+    pub fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "UPDATE tokens SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
+                    params![id, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n > 0)
+        })
+    }
+}
+
+fn row_to_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
+    Ok(TokenRecord {
+        id: r.get(0)?,
+        owner: r.get(1)?,
+        scope: r.get(2)?,
+        created_ms: r.get::<_, i64>(3)? as u64,
+        revoked_ms: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+    })
+}
 
 /// SQLite at a path (`PROJECT/.loop/loop.db` by default).
 pub struct SqliteStore {

@@ -1,0 +1,161 @@
+//! `loop serve` and `loop tokens` as a person runs them: a token made once,
+//! a task started over HTTP and seen by `loop status` (one store), and
+//! SIGTERM ending the server with the task left interrupted — the next
+//! `loop serve` takes it up and it ends verified.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use shared::{loop_in, text};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = "turns:
+  - calls:
+      - {tool: run_command, args: {command: \"sleep 3 && echo once >> slow.txt\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+/// `loop serve` on a free port: the child and its base URL.
+fn serve(home: &Path, project: &Path) -> (Child, String) {
+    let mut child = loop_in(home)
+        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
+        .arg(project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+fn get(url: &str, token: &str) -> serde_json::Value {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut r = agent
+        .get(url)
+        .header("Authorization", &format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+}
+
+fn status(home: &Path, project: &Path, id: &str) -> serde_json::Value {
+    let out = loop_in(home)
+        .args(["status", id, "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)))
+}
+
+#[test]
+fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-restart");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    let out = loop_in(&home)
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    // Only the hash is kept: the token is nowhere in the store.
+    let db = std::fs::read(project.join(".loop/loop.db")).unwrap();
+    assert!(
+        !db.windows(token.len()).any(|w| w == token.as_bytes()),
+        "the token is stored"
+    );
+    let (mut server, url) = serve(&home, &project);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .post(&format!("{url}/api/v1/tasks"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .content_type("application/json")
+        .send(
+            serde_json::json!({"instruction": "slow", "checks": ["test -f README.md"], "model": "scripted:script.yaml"})
+                .to_string(),
+        )
+        .unwrap();
+    let body = resp.body_mut().read_to_string().unwrap();
+    assert_eq!(resp.status().as_u16(), 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The command line sees it in the same store, running.
+    let start = Instant::now();
+    loop {
+        let s = status(&home, &project, &id);
+        if s["running"] == true && s["entries"].as_u64().unwrap_or(0) >= 4 {
+            assert_eq!(s["owner"], "alice", "{s}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SIGTERM: the server ends at once, the task is left to resume.
+    let t = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let code = server.wait().unwrap();
+    assert!(code.success(), "{code:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let s = status(&home, &project, &id);
+    assert_eq!(s["interrupted"], true, "{s}");
+    assert!(s["outcome"].is_null(), "SIGTERM ended the task: {s}");
+    // The next server takes it up.
+    let (mut server, url) = serve(&home, &project);
+    let start = Instant::now();
+    let ended = loop {
+        let v = get(&format!("{url}/api/v1/tasks/{id}"), &token);
+        if v["outcome"].is_string() {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(ended["outcome"], "verified", "{ended}");
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    let out = loop_in(&home)
+        .args(["logs", &id, "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(text(&out).contains("resumed"), "{}", text(&out));
+}

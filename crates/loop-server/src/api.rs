@@ -1,0 +1,810 @@
+//! The routes: each checks its caller's token and scope, finds the task
+//! only among those the caller may see (else 404, whether or not it
+//! exists), and does its work through the runtime on a blocking thread.
+
+use crate::{ApiError, AppState};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use loop_runtime::tokens::{Caller, Scope};
+use loop_runtime::{OnPrompt, Runtime};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The documented routes: (method, path, scope needed), for tests and
+/// tools that walk them.
+pub fn route_table() -> Vec<(&'static str, &'static str, Option<&'static str>)> {
+    crate::openapi::ROUTES
+        .iter()
+        .map(|r| (r.method, r.path, r.scope))
+        .collect()
+}
+
+pub(crate) fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/tasks", get(list).post(create))
+        .route("/api/v1/tasks/{id}", get(one))
+        .route("/api/v1/tasks/{id}/events", get(events))
+        .route("/api/v1/tasks/{id}/stream", get(stream))
+        .route("/api/v1/tasks/{id}/cancel", post(cancel))
+        .route("/api/v1/tasks/{id}/approve", post(approve))
+        .route("/api/v1/tasks/{id}/resume", post(resume))
+        .route("/api/v1/tasks/{id}/receipt", get(receipt))
+        .route("/api/v1/tasks/{id}/verify", get(verify))
+        .route("/api/v1/tasks/{id}/diff", get(diff))
+        .route("/api/v1/tasks/{id}/apply", post(apply))
+        .route("/api/v1/tasks/{id}/undo", post(undo))
+        .route("/api/v1/tasks/{id}/discard", post(discard))
+}
+
+/// Run `f` on a blocking thread (the store, the files, the sandbox).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("a worker thread failed: {e}"),
+        )
+    })?
+}
+
+/// A body that may be left out (its defaults then), read after the
+/// caller is known: a bad one is a 400 in the API's own shape.
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body: {e}")))
+}
+
+/// Task `id`, if `caller` may see it; 404 otherwise (an id alone reveals
+/// nothing about other owners' tasks).
+fn visible(
+    rt: &Runtime,
+    caller: &Caller,
+    id: &str,
+) -> Result<loop_runtime::query::TaskView, ApiError> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(ApiError::not_found("such task"));
+    }
+    match rt.task(id) {
+        Ok(t) if caller.may_see(t.owner.as_deref()) => Ok(t),
+        _ => Err(ApiError::not_found(&format!("task {id}"))),
+    }
+}
+
+/// Run task `id` to its end on a thread of its own (the Director is
+/// blocking); questions wait for `POST …/approve`.
+pub(crate) fn run_in_background(rt: Runtime, id: String, extension: Option<loop_core::Extension>) {
+    let name = format!("task {id}");
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let result = match extension {
+            Some(ext) => rt.extend(&id, ext, OnPrompt::Wait, &mut loop_runtime::Quiet),
+            None => rt.run(&id, OnPrompt::Wait, &mut loop_runtime::Quiet),
+        };
+        if let Err(e) = result {
+            tracing::warn!("task {id}: {}", e.message);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start a thread for a task: {e}");
+    }
+}
+
+/// Take up the API's tasks an earlier server left interrupted.
+pub(crate) fn resume_interrupted(state: &AppState) {
+    let Ok(tasks) = state.runtime.tasks() else {
+        return;
+    };
+    for t in tasks
+        .into_iter()
+        .filter(|t| t.interrupted && t.owner.is_some())
+    {
+        run_in_background(state.runtime.clone(), t.id, None);
+    }
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"ok": true}))
+}
+
+/// Ready: the store answers and the sandbox can run a command.
+async fn readyz(State(s): State<AppState>) -> Response {
+    let rt = s.runtime.clone();
+    let checked = blocking(move || {
+        let store = rt.tasks().map(|_| ()).map_err(|e| e.message);
+        // An empty directory of its own: what else lies in the temp
+        // directory is none of the probe's business.
+        let dir = std::env::temp_dir().join(format!("loop-ready-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let sandbox = loop_runtime::exec::exec(&loop_runtime::exec::ExecOptions {
+            egress: None,
+            command: vec!["true".into()],
+            workspace: dir,
+            protect: Vec::new(),
+            net: loop_sandbox::Net::None,
+            mem_mb: None,
+            cpu_secs: None,
+            fsize_mb: None,
+            timeout: Duration::from_secs(10),
+            max_output: 4096,
+            isolation: loop_sandbox::IsolationLevel::Preferred,
+            overlay: false,
+            layers: loop_sandbox::Layers::default(),
+            repeat: 1,
+        })
+        .map(|r| r.exit_code == Some(0))
+        .map_err(|e| e.message);
+        Ok((store, sandbox))
+    })
+    .await;
+    match checked {
+        Ok((Ok(()), Ok(true))) => Json(json!({"ready": true})).into_response(),
+        Ok((store, sandbox)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "ready": false,
+                "store": store.err(),
+                "sandbox": match sandbox { Ok(true) => None, Ok(false) => Some("`true` did not exit 0".to_string()), Err(e) => Some(e) },
+            })),
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    s.caller(&headers, Scope::Read)?;
+    Ok(Json(crate::openapi::document()))
+}
+
+/// A new task: an instruction with its checks (or a contract in YAML).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTask {
+    instruction: String,
+    #[serde(default)]
+    checks: Vec<String>,
+    #[serde(default)]
+    artifacts: Vec<String>,
+    /// A contract in YAML (its instruction is replaced by `instruction`).
+    contract: Option<String>,
+    /// `openai:MODEL`, `anthropic:MODEL`, or `scripted:PATH` / `replay:PATH`
+    /// with a path inside the project (default: the Loopfile's maker).
+    model: Option<String>,
+    max_steps: Option<u32>,
+    max_tokens: Option<u64>,
+    budget_usd: Option<f64>,
+    timeout_secs: Option<u64>,
+}
+
+/// A model spec the API accepts, as the runtime is to read it: a file a
+/// script or recording is read from must be inside the project (a
+/// relative path is the project's, made absolute).
+fn allowed_model(rt: &Runtime, spec: &str) -> Result<String, ApiError> {
+    let Some((provider, rest)) = spec.split_once(':') else {
+        return Err(ApiError::bad_request(format!(
+            "model `{spec}` is not PROVIDER:NAME"
+        )));
+    };
+    match provider {
+        "openai" | "anthropic" => Ok(spec.to_string()),
+        "scripted" | "replay" => {
+            let path = rt.project().join(rest);
+            match path.canonicalize() {
+                Ok(p) if p.starts_with(rt.project()) && p.is_file() => {
+                    Ok(format!("{provider}:{}", p.display()))
+                }
+                _ => Err(ApiError::bad_request(format!(
+                    "model `{spec}`: the file must be inside the project"
+                ))),
+            }
+        }
+        other => Err(ApiError::bad_request(format!(
+            "unknown model provider `{other}` (openai, anthropic, scripted, replay)"
+        ))),
+    }
+}
+
+async fn create(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let body: NewTask = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
+    let rt = s.runtime.clone();
+    let id = blocking(move || {
+        let mut contract = match &body.contract {
+            Some(yaml) => {
+                let mut c = loop_protocol::Contract::from_yaml(yaml, "contract")
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                c.instruction = body.instruction.clone();
+                c.extend_with_flags(&body.checks, &body.artifacts)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                c
+            }
+            None if body.checks.is_empty() => {
+                return Err(ApiError::bad_request(
+                    "give `checks` (shell commands that must exit 0) or a `contract`; a drafted contract is confirmed in the console",
+                ));
+            }
+            None => {
+                let mut c = loop_protocol::Contract::from_flags(
+                    &body.instruction,
+                    &body.checks,
+                    &body.artifacts,
+                )
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                if let Ok(l) = loop_runtime::loopfile::Loopfile::load(rt.project()) {
+                    l.defaults.apply(&mut c);
+                }
+                c
+            }
+        };
+        let l = &mut contract.limits;
+        if body.max_steps == Some(0) || body.max_tokens == Some(0) {
+            return Err(ApiError::bad_request(
+                "max_steps and max_tokens must be at least 1",
+            ));
+        }
+        if let Some(n) = body.max_steps {
+            l.max_steps = n;
+        }
+        if let Some(n) = body.max_tokens {
+            l.max_tokens = n;
+        }
+        if let Some(x) = body.budget_usd {
+            if !x.is_finite() || x < 0.0 {
+                return Err(ApiError::bad_request("budget_usd must be a non-negative number"));
+            }
+            l.budget_usd = Some(x);
+        }
+        if let Some(n) = body.timeout_secs {
+            l.timeout_secs = n.max(1);
+        }
+        let model = body
+            .model
+            .as_deref()
+            .map(|m| allowed_model(&rt, m))
+            .transpose()?;
+        let id = rt.submit(
+            loop_runtime::TaskRequest {
+                contract,
+                source: loop_runtime::ContractSource::Given,
+                guidance: Vec::new(),
+                model,
+                record: None,
+                project: rt.project().to_path_buf(),
+                verify_on_change: false,
+                isolation: loop_sandbox_level(),
+                include_dirty: false,
+                on_prompt: OnPrompt::Wait,
+                owner: Some(caller.owner.clone()),
+            },
+            &mut loop_runtime::Quiet,
+        )?;
+        Ok(id)
+    })
+    .await?;
+    s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+    run_in_background(s.runtime.clone(), id.clone(), None);
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})),
+    ))
+}
+
+/// Commands run with what the kernel offers, recorded (as the CLI's
+/// default).
+fn loop_sandbox_level() -> loop_sandbox::IsolationLevel {
+    loop_sandbox::IsolationLevel::Preferred
+}
+
+async fn list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        let tasks: Vec<Value> = rt
+            .tasks()?
+            .into_iter()
+            .filter(|t| caller.may_see(t.owner.as_deref()))
+            .map(|t| {
+                let used = rt.status(&t.id).ok().map(|s| s.used);
+                let mut v = serde_json::to_value(&t).unwrap_or_default();
+                v["used"] = serde_json::to_value(used).unwrap_or_default();
+                v
+            })
+            .collect();
+        Ok(Json(json!({"tasks": tasks})))
+    })
+    .await
+}
+
+async fn one(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let status = rt.status(&id)?;
+        Ok(Json(serde_json::to_value(status).unwrap_or_default()))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct Since {
+    #[serde(default)]
+    since: u64,
+}
+
+async fn events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Since>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let events: Vec<Value> = rt
+            .events(&id, q.since)?
+            .into_iter()
+            .map(|r| json!({"seq": r.seq, "event": r.event}))
+            .collect();
+        Ok(Json(json!({"events": events})))
+    })
+    .await
+}
+
+/// The task's events as server-sent events, from `Last-Event-ID` + 1 on,
+/// until it has ended and every event is sent. Each client reads the store
+/// on its own: a slow one slows nobody.
+async fn stream(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    let check_id = id.clone();
+    blocking(move || visible(&rt, &caller, &check_id).map(|_| ())).await?;
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |n| n + 1);
+    let metrics = s.metrics.clone();
+    metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
+    let rt = s.runtime.clone();
+    let events = futures_util::stream::unfold(
+        (rt, id, from, Vec::<SseEvent>::new(), false),
+        |(rt, id, mut next, mut queue, mut done)| async move {
+            loop {
+                if let Some(e) = (!queue.is_empty()).then(|| queue.remove(0)) {
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(e),
+                        (rt, id, next, queue, done),
+                    ));
+                }
+                if done {
+                    return None;
+                }
+                let (rt2, id2) = (rt.clone(), id.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    let events = rt2.events(&id2, next);
+                    let over = rt2
+                        .task(&id2)
+                        .map(|t| t.liveness() == loop_runtime::layout::Liveness::Over)
+                        .unwrap_or(true);
+                    (events, over)
+                })
+                .await;
+                let Ok((Ok(events), over)) = read else {
+                    return None;
+                };
+                for r in &events {
+                    let kind = r.event.kind();
+                    let data = serde_json::to_string(&r.event).unwrap_or_default();
+                    queue.push(
+                        SseEvent::default()
+                            .id(r.seq.to_string())
+                            .event(kind)
+                            .data(data),
+                    );
+                    next = r.seq + 1;
+                }
+                if events.is_empty() {
+                    if over {
+                        done = true;
+                        queue.push(SseEvent::default().event("end").data("{}"));
+                        continue;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        },
+    );
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+async fn cancel(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        use loop_runtime::control::Cancelled;
+        let (result, outcome) =
+            match rt.cancel(&id, Duration::from_secs(10), &mut loop_runtime::Quiet)? {
+                Cancelled::AlreadyEnded(o) => ("already_ended", o.to_string()),
+                Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string()),
+                Cancelled::Stopped(o, _) => ("stopped", o.to_string()),
+            };
+        Ok(Json(
+            json!({"id": id, "result": result, "outcome": outcome}),
+        ))
+    })
+    .await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    #[serde(default)]
+    deny: bool,
+    message: Option<String>,
+}
+
+async fn approve(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let rt = s.runtime.clone();
+    let answer: Answer = optional_body(&body)?;
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let a = rt.answer(&id, !answer.deny, answer.message.as_deref())?;
+        Ok(Json(json!({
+            "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),
+            "detail": a.payload["detail"], "rule": a.payload["rule"], "message": answer.message,
+        })))
+    })
+    .await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct More {
+    add_steps: Option<u32>,
+    add_tokens: Option<u64>,
+    add_usd: Option<f64>,
+    add_secs: Option<u64>,
+}
+
+async fn resume(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let more: More = optional_body(&body)?;
+    let rt = s.runtime.clone();
+    let check = id.clone();
+    let extension = (more.add_steps.is_some()
+        || more.add_tokens.is_some()
+        || more.add_usd.is_some()
+        || more.add_secs.is_some())
+    .then(|| loop_core::Extension {
+        add_steps: more.add_steps.unwrap_or(0),
+        add_tokens: more.add_tokens.unwrap_or(0),
+        add_usd: more.add_usd.unwrap_or(0.0),
+        add_secs: more.add_secs.unwrap_or(0),
+    });
+    if extension
+        .as_ref()
+        .is_some_and(|e| !e.add_usd.is_finite() || e.add_usd < 0.0)
+    {
+        return Err(ApiError::bad_request(
+            "add_usd must be a non-negative number",
+        ));
+    }
+    let has_extension = extension.is_some();
+    blocking(move || {
+        let t = visible(&rt, &caller, &check)?;
+        let limited = t
+            .outcome
+            .as_deref()
+            .is_some_and(|o| o.starts_with("limit_reached"));
+        match (has_extension, t.interrupted, limited) {
+            (false, true, _) | (true, _, true) => Ok(()),
+            (true, _, false) => Err(ApiError::bad_request(format!(
+                "task {check} did not end at a limit: there is nothing to extend"
+            ))),
+            (false, false, _) => Err(ApiError::bad_request(format!(
+                "task {check} is not interrupted: there is nothing to resume (give add_* to extend a task that reached a limit)"
+            ))),
+        }
+    })
+    .await?;
+    run_in_background(s.runtime.clone(), id.clone(), extension);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "resumed": true})),
+    ))
+}
+
+/// The task's receipt path, once it has one.
+fn receipt_of(t: &loop_runtime::query::TaskView) -> Result<std::path::PathBuf, ApiError> {
+    t.receipt
+        .as_ref()
+        .map(std::path::PathBuf::from)
+        .ok_or_else(|| ApiError::not_found("receipt yet: the task has not ended"))
+}
+
+async fn receipt(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        let t = visible(&rt, &caller, &id)?;
+        let path = receipt_of(&t)?;
+        let bytes = std::fs::read(&path).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        Ok((
+            [
+                (
+                    axum::http::header::CONTENT_TYPE,
+                    "application/json".to_string(),
+                ),
+                (
+                    axum::http::header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{id}.receipt.json\""),
+                ),
+            ],
+            bytes,
+        )
+            .into_response())
+    })
+    .await
+}
+
+async fn verify(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        let t = visible(&rt, &caller, &id)?;
+        let path = receipt_of(&t)?;
+        let c = loop_runtime::receipts::verify(&path, None, None)?;
+        let r = &c.report;
+        Ok(Json(json!({
+            "id": id,
+            "intact": c.intact,
+            "verified": c.verified,
+            "signature": match &r.signature {
+                loop_receipt::SignatureStatus::Valid { keyid } => json!({"valid": true, "keyid": keyid}),
+                other => json!({"valid": false, "status": format!("{other:?}")}),
+            },
+            "statement_problems": r.statement_problems,
+            "ledger": {"entries": r.ledger_entries, "problems": r.ledger_problems},
+            "artifacts": {"checked": r.artifacts_checked, "problems": r.artifact_problems},
+            "outcome": r.statement.as_ref().map(|s| &s.predicate.outcome),
+        })))
+    })
+    .await
+}
+
+async fn diff(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let d = rt.diff(&id)?;
+        let source = match &d.source {
+            loop_runtime::changes::DiffSource::Receipt(p) => json!({"receipt": p}),
+            loop_runtime::changes::DiffSource::Workspace(p) => json!({"workspace": p}),
+        };
+        Ok(Json(json!({
+            "id": id, "source": source, "base_commit": d.change_set.base_commit,
+            "files": d.change_set.files, "patch": d.change_set.patch,
+            "patch_sha256": d.change_set.patch_sha256,
+        })))
+    })
+    .await
+}
+
+/// An observer that keeps the notes (what apply, undo and discard say).
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl loop_core::Observer for Notes {
+    fn on_event(&mut self, _event: &loop_protocol::Event) {}
+}
+
+impl loop_runtime::Observer for Notes {
+    fn note(&mut self, line: &str) {
+        self.0.push(line.to_string());
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    /// A person reviewed the change (the Loopfile's `before_apply`).
+    #[serde(default)]
+    confirm: bool,
+    /// Consent to files that would run code on the host.
+    #[serde(default)]
+    trust_host_files: bool,
+}
+
+fn settled(action: &str, id: &str, s: loop_runtime::Settled, notes: Notes) -> Json<Value> {
+    let result = match s {
+        loop_runtime::Settled::Done => "done",
+        loop_runtime::Settled::NothingChanged => "nothing_changed",
+        loop_runtime::Settled::DoneButDiffers => "done_but_differs",
+    };
+    Json(json!({"action": action, "id": id, "result": result, "notes": notes.0}))
+}
+
+async fn apply(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let body: ApplyBody = optional_body(&body)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let mut notes = Notes::default();
+        let r = rt.apply(&id, body.confirm, body.trust_host_files, &mut notes)?;
+        Ok(settled("apply", &id, r, notes))
+    })
+    .await
+}
+
+async fn undo(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let mut notes = Notes::default();
+        let r = rt.undo(&id, &mut notes)?;
+        Ok(settled("undo", &id, r, notes))
+    })
+    .await
+}
+
+async fn discard(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run)?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let mut notes = Notes::default();
+        let r = rt.discard(&id, &mut notes)?;
+        Ok(settled("discard", &id, r, notes))
+    })
+    .await
+}
+
+/// Prometheus text: tasks by state and outcome, what they used, the
+/// verifications' time, and the server's own counters.
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read)?;
+    let rt = s.runtime.clone();
+    let m = s.metrics.clone();
+    let text = blocking(move || {
+        let mut by_state: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        let (mut steps, mut tokens, mut usd) = (0u64, 0u64, 0f64);
+        let (mut verify_ms, mut verifications) = (0u64, 0u64);
+        for t in rt.tasks()?.into_iter().filter(|t| caller.may_see(t.owner.as_deref())) {
+            let outcome = t
+                .outcome
+                .as_deref()
+                .map(|o| o.split('{').next().unwrap_or(o).to_string())
+                .unwrap_or_default();
+            *by_state.entry((t.state.clone(), outcome)).or_default() += 1;
+            if let Ok(st) = rt.status(&t.id) {
+                steps += st.used.steps;
+                tokens += st.used.tokens;
+                usd += st.used.usd;
+            }
+            for r in rt.events(&t.id, 0).unwrap_or_default() {
+                if let loop_protocol::Event::Verified { report, .. } = &r.event {
+                    verify_ms += report.duration_ms;
+                    verifications += 1;
+                }
+            }
+        }
+        let mut out = String::new();
+        out.push_str("# HELP loop_tasks Tasks by state and outcome.\n# TYPE loop_tasks gauge\n");
+        for ((state, outcome), n) in &by_state {
+            out.push_str(&format!(
+                "loop_tasks{{state=\"{state}\",outcome=\"{outcome}\"}} {n}\n"
+            ));
+        }
+        out.push_str(&format!(
+            "# HELP loop_steps_total Model turns charged.\n# TYPE loop_steps_total counter\nloop_steps_total {steps}\n\
+             # HELP loop_tokens_total Tokens charged.\n# TYPE loop_tokens_total counter\nloop_tokens_total {tokens}\n\
+             # HELP loop_usd_total Dollars charged.\n# TYPE loop_usd_total counter\nloop_usd_total {usd}\n\
+             # HELP loop_verification_seconds Time verification passes took.\n# TYPE loop_verification_seconds summary\n\
+             loop_verification_seconds_sum {}\nloop_verification_seconds_count {verifications}\n\
+             # HELP loop_http_requests_total Authenticated-route requests.\n# TYPE loop_http_requests_total counter\nloop_http_requests_total {}\n\
+             # HELP loop_http_refused_total Requests refused for want of a valid token.\n# TYPE loop_http_refused_total counter\nloop_http_refused_total {}\n\
+             # HELP loop_api_tasks_started_total Tasks started through the API.\n# TYPE loop_api_tasks_started_total counter\nloop_api_tasks_started_total {}\n\
+             # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n",
+            verify_ms as f64 / 1000.0,
+            m.requests.load(Ordering::Relaxed),
+            m.refused.load(Ordering::Relaxed),
+            m.tasks_started.load(Ordering::Relaxed),
+            m.sse_clients.load(Ordering::Relaxed),
+        ));
+        Ok(out)
+    })
+    .await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response())
+}

@@ -1,0 +1,248 @@
+//! # loop-server
+//!
+//! `loop serve`: an HTTP API over the runtime library. A task started here
+//! is submitted and run by [`loop_runtime::Runtime`] exactly as one started
+//! from the command line (the same store, ledger, receipt), on a thread of
+//! its own — the Director never runs on the async executor. Every route
+//! but `/healthz` and `/readyz` needs a bearer token (`loop tokens
+//! create`); a task belongs to the token owner that created it and is
+//! invisible (404) to other owners, unless the token's scope is `admin`.
+//!
+//! Live events are server-sent events read from the store, so a task run
+//! by the CLI in another process streams the same way (`Last-Event-ID`
+//! resumes). SIGTERM or Ctrl-C stops accepting, and the process ends:
+//! tasks it was running are left interrupted, and the next `loop serve`
+//! (or `loop resume`) takes them up where their record stops.
+
+mod api;
+mod openapi;
+
+pub use api::route_table;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use loop_runtime::Runtime;
+use loop_runtime::tokens::{Caller, Scope};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The project whose tasks are served.
+    pub project: PathBuf,
+    /// Where to listen (127.0.0.1 unless told otherwise).
+    pub addr: SocketAddr,
+    /// Requests a token may make per minute.
+    pub rate_per_minute: u32,
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    runtime: Runtime,
+    limits: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
+    rate_per_minute: u32,
+    metrics: Arc<Metrics>,
+}
+
+/// Counters `/metrics` reports beside what the store says.
+#[derive(Debug, Default)]
+struct Metrics {
+    requests: AtomicU64,
+    refused: AtomicU64,
+    tasks_started: AtomicU64,
+    sse_clients: AtomicU64,
+}
+
+impl AppState {
+    /// The state for `runtime`'s project.
+    pub fn new(runtime: Runtime, rate_per_minute: u32) -> AppState {
+        AppState {
+            runtime,
+            limits: Arc::default(),
+            rate_per_minute,
+            metrics: Arc::default(),
+        }
+    }
+
+    /// Who the request's bearer token acts for, with at least `need`; a
+    /// request over its token's rate is refused.
+    fn caller(&self, headers: &HeaderMap, need: Scope) -> Result<Caller, ApiError> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        let token = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::unauthorized(
+                "no bearer token: send `Authorization: Bearer TOKEN` (`loop tokens create --owner NAME` makes one)",
+            ));
+        };
+        let caller = self
+            .runtime
+            .authenticate(token)
+            .map_err(ApiError::from)?
+            .ok_or_else(|| {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                ApiError::unauthorized("the token is not a live token of this project")
+            })?;
+        if caller.scope < need {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "this needs a `{}` token; this one is `{}`",
+                    need.as_str(),
+                    caller.scope.as_str()
+                ),
+            ));
+        }
+        self.check_rate(&caller.token_id)?;
+        Ok(caller)
+    }
+
+    /// A fixed window of one minute per token.
+    fn check_rate(&self, token_id: &str) -> Result<(), ApiError> {
+        let mut limits = self
+            .limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let slot = limits.entry(token_id.to_string()).or_insert((now, 0));
+        if now.duration_since(slot.0) >= Duration::from_secs(60) {
+            *slot = (now, 0);
+        }
+        slot.1 += 1;
+        if slot.1 > self.rate_per_minute {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "more than {} requests in a minute with this token",
+                    self.rate_per_minute
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A failure, as the API says it: a status and
+/// `{"error":{"kind","message"}}` (the shape of the CLI's `--json`).
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn unauthorized(message: &str) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    fn not_found(what: &str) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {what}"))
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "usage", message)
+    }
+}
+
+impl From<loop_runtime::Error> for ApiError {
+    fn from(e: loop_runtime::Error) -> Self {
+        match e.kind {
+            loop_runtime::error::ErrorKind::Usage => ApiError::bad_request(e.message),
+            loop_runtime::error::ErrorKind::Internal => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"kind": self.kind, "message": self.message}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The router, over `state`.
+pub fn router(state: AppState) -> axum::Router {
+    api::routes()
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .with_state(state)
+}
+
+/// Serve `listener` until SIGTERM or Ctrl-C. Tasks the project has that an
+/// earlier server left interrupted are taken up first.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+) -> Result<(), loop_runtime::Error> {
+    api::resume_interrupted(&state);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(|e| loop_runtime::Error::internal(format!("the server stopped: {e}")))
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// `loop serve`: bind, say where, serve until told to stop. Returns when
+/// the server has stopped (the caller ends the process: tasks still
+/// running are left interrupted, to be resumed).
+pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
+    let runtime = Runtime::open(&opts.project)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| loop_runtime::Error::internal(format!("the async runtime: {e}")))?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(|e| {
+                loop_runtime::Error::usage(format!("cannot listen on {}: {e}", opts.addr))
+            })?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| loop_runtime::Error::internal(e.to_string()))?;
+        println!(
+            "serving {} at http://{local} (API /api/v1, OpenAPI /openapi.json); Ctrl-C stops",
+            runtime.project().display()
+        );
+        serve_on(listener, AppState::new(runtime, opts.rate_per_minute)).await
+    })
+}

@@ -1,0 +1,377 @@
+//! The OpenAPI 3.1 document, generated from the route table below — the
+//! same table a test walks to check every route answers as described.
+
+use serde_json::{Map, Value, json};
+
+/// One route: method, path, what it does, the scope it needs (none for the
+/// probes), the request body's schema, the response's.
+pub(crate) struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub scope: Option<&'static str>,
+    pub body: Option<fn() -> Value>,
+    pub response: fn() -> Value,
+    pub ok: u16,
+}
+
+fn obj(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required})
+}
+
+fn any_object() -> Value {
+    json!({"type": "object"})
+}
+
+fn ok_object() -> Value {
+    obj(json!({"ok": {"type": "boolean"}}), &["ok"])
+}
+
+fn ready() -> Value {
+    obj(json!({"ready": {"type": "boolean"}}), &["ready"])
+}
+
+fn text() -> Value {
+    json!({"type": "string"})
+}
+
+fn new_task() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["instruction"],
+        "properties": {
+            "instruction": {"type": "string"},
+            "checks": {"type": "array", "items": {"type": "string"}},
+            "artifacts": {"type": "array", "items": {"type": "string"}},
+            "contract": {"type": "string", "description": "a contract in YAML"},
+            "model": {"type": "string"},
+            "max_steps": {"type": "integer", "minimum": 1},
+            "max_tokens": {"type": "integer", "minimum": 1},
+            "budget_usd": {"type": "number", "minimum": 0},
+            "timeout_secs": {"type": "integer", "minimum": 1}
+        }
+    })
+}
+
+fn created() -> Value {
+    obj(
+        json!({"id": {"type": "string"}, "events": {"type": "string"}}),
+        &["id", "events"],
+    )
+}
+
+fn task_list() -> Value {
+    obj(
+        json!({"tasks": {"type": "array", "items": any_object()}}),
+        &["tasks"],
+    )
+}
+
+fn task() -> Value {
+    obj(
+        json!({
+            "id": {"type": "string"},
+            "state": {"type": "string"},
+            "outcome": {"type": ["string", "null"]},
+            "owner": {"type": ["string", "null"]},
+            "used": any_object(),
+            "approvals": {"type": "array"},
+            "apply": {"type": "string"}
+        }),
+        &["id", "state", "used", "approvals", "apply"],
+    )
+}
+
+fn event_list() -> Value {
+    obj(
+        json!({"events": {"type": "array", "items": obj(json!({"seq": {"type": "integer"}, "event": any_object()}), &["seq", "event"])}}),
+        &["events"],
+    )
+}
+
+fn answer() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {"deny": {"type": "boolean"}, "message": {"type": "string"}}
+    })
+}
+
+fn more() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "add_steps": {"type": "integer", "minimum": 0},
+            "add_tokens": {"type": "integer", "minimum": 0},
+            "add_usd": {"type": "number", "minimum": 0},
+            "add_secs": {"type": "integer", "minimum": 0}
+        }
+    })
+}
+
+fn apply_body() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {"confirm": {"type": "boolean"}, "trust_host_files": {"type": "boolean"}}
+    })
+}
+
+fn settled() -> Value {
+    obj(
+        json!({
+            "action": {"type": "string"},
+            "id": {"type": "string"},
+            "result": {"type": "string", "enum": ["done", "nothing_changed", "done_but_differs"]},
+            "notes": {"type": "array", "items": {"type": "string"}}
+        }),
+        &["action", "id", "result", "notes"],
+    )
+}
+
+/// Every route the server answers.
+pub(crate) const ROUTES: &[Route] = &[
+    Route {
+        method: "get",
+        path: "/healthz",
+        summary: "The process answers",
+        scope: None,
+        body: None,
+        response: ok_object,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/readyz",
+        summary: "The store answers and the sandbox runs a command",
+        scope: None,
+        body: None,
+        response: ready,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/openapi.json",
+        summary: "This document",
+        scope: Some("read"),
+        body: None,
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/metrics",
+        summary: "Prometheus metrics",
+        scope: Some("read"),
+        body: None,
+        response: text,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks",
+        summary: "Start a task (an instruction with checks, or a contract)",
+        scope: Some("run"),
+        body: Some(new_task),
+        response: created,
+        ok: 201,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks",
+        summary: "The tasks the caller may see, newest first",
+        scope: Some("read"),
+        body: None,
+        response: task_list,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}",
+        summary: "One task: state or outcome, budgets used, approvals, apply state",
+        scope: Some("read"),
+        body: None,
+        response: task,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/events",
+        summary: "The task's recorded events from `since` on",
+        scope: Some("read"),
+        body: None,
+        response: event_list,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/stream",
+        summary: "The task's events as server-sent events (Last-Event-ID resumes)",
+        scope: Some("read"),
+        body: None,
+        response: text,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/cancel",
+        summary: "Stop the task",
+        scope: Some("run"),
+        body: None,
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/approve",
+        summary: "Answer the task's pending approval or checkpoint",
+        scope: Some("run"),
+        body: Some(answer),
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/resume",
+        summary: "Resume an interrupted task, or give one that reached a limit more",
+        scope: Some("run"),
+        body: Some(more),
+        response: any_object,
+        ok: 202,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/receipt",
+        summary: "The signed receipt (DSSE envelope)",
+        scope: Some("read"),
+        body: None,
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/verify",
+        summary: "The receipt checked, layer by layer",
+        scope: Some("read"),
+        body: None,
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/diff",
+        summary: "The change set: from the receipt once ended, else the workspace now",
+        scope: Some("read"),
+        body: None,
+        response: any_object,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/apply",
+        summary: "Apply the verified change set to the project",
+        scope: Some("run"),
+        body: Some(apply_body),
+        response: settled,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/undo",
+        summary: "Reverse an applied change set exactly",
+        scope: Some("run"),
+        body: None,
+        response: settled,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/tasks/{id}/discard",
+        summary: "Drop the task's workspace",
+        scope: Some("run"),
+        body: None,
+        response: settled,
+        ok: 200,
+    },
+];
+
+fn error_schema() -> Value {
+    obj(
+        json!({"error": obj(json!({"kind": {"type": "string"}, "message": {"type": "string"}}), &["kind", "message"])}),
+        &["error"],
+    )
+}
+
+/// The OpenAPI 3.1 document.
+pub(crate) fn document() -> Value {
+    let mut paths = Map::new();
+    for r in ROUTES {
+        let mut op = Map::new();
+        op.insert("summary".into(), json!(r.summary));
+        op.insert(
+            "operationId".into(),
+            json!(format!(
+                "{}{}",
+                r.method,
+                r.path.replace(['/', '{', '}', '.'], "_")
+            )),
+        );
+        if r.path.contains("{id}") {
+            op.insert(
+                "parameters".into(),
+                json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]),
+            );
+        }
+        if let Some(body) = r.body {
+            op.insert(
+                "requestBody".into(),
+                json!({"required": r.path == "/api/v1/tasks", "content": {"application/json": {"schema": body()}}}),
+            );
+        }
+        let media = if r.path.ends_with("/stream") {
+            "text/event-stream"
+        } else if r.path == "/metrics" {
+            "text/plain"
+        } else {
+            "application/json"
+        };
+        let mut responses = Map::new();
+        responses.insert(
+            r.ok.to_string(),
+            json!({"description": "done", "content": {media: {"schema": (r.response)()}}}),
+        );
+        let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
+        for code in ["400", "404", "429", "500"] {
+            responses.insert(code.into(), err.clone());
+        }
+        if r.scope.is_some() {
+            responses.insert("401".into(), err.clone());
+            responses.insert("403".into(), err.clone());
+            op.insert("security".into(), json!([{"bearer": []}]));
+            op.insert("x-scope".into(), json!(r.scope));
+        } else {
+            op.insert("security".into(), json!([]));
+            responses.insert("503".into(), json!({"description": "not ready"}));
+        }
+        op.insert("responses".into(), Value::Object(responses));
+        let entry = paths
+            .entry(r.path.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(m) = entry {
+            m.insert(r.method.to_string(), Value::Object(op));
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Loop Engine",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Tasks that stop only on evidence: start, watch, steer and settle them. Every route but /healthz and /readyz takes `Authorization: Bearer TOKEN` (`loop tokens create`)."
+        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": paths,
+    })
+}

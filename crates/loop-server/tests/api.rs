@@ -1,0 +1,467 @@
+//! The API over real HTTP on 127.0.0.1: every route refuses a request with
+//! no token (but the probes), every task route answers another owner's
+//! token with 404, a read token cannot act, a task started through the
+//! API runs to a verified receipt exactly as from the CLI (and one started
+//! from the CLI is seen by an admin token), its events stream with
+//! `Last-Event-ID` resume, and the limits hold (rate, body size, a script
+//! outside the project).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use loop_runtime::Runtime;
+use loop_runtime::tokens::Scope;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = "turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+/// A project with a script, and a server on a free port of 127.0.0.1.
+struct Server {
+    base: String,
+    project: PathBuf,
+    runtime: Runtime,
+}
+
+fn start(name: &str, rate: u32) -> Server {
+    let project = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("api-{name}"));
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    let runtime = Runtime::open(&project).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let state = loop_server::AppState::new(runtime.clone(), rate);
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            loop_server::serve_on(listener, state).await.unwrap();
+        });
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    Server {
+        base: format!("http://{addr}"),
+        project: runtime.project().to_path_buf(),
+        runtime,
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// (status, body) of METHOD PATH with `token` and a JSON `body`.
+fn call(
+    s: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, String) {
+    let url = format!("{}{path}", s.base);
+    let a = agent();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let resp = match method {
+        "get" => {
+            let mut r = a.get(&url);
+            if let Some(h) = &auth {
+                r = r.header("Authorization", h);
+            }
+            r.call()
+        }
+        _ => {
+            let mut r = a.post(&url);
+            if let Some(h) = &auth {
+                r = r.header("Authorization", h);
+            }
+            match body {
+                Some(b) => r.content_type("application/json").send(b.to_string()),
+                None => r.send_empty(),
+            }
+        }
+    };
+    let mut resp = resp.unwrap();
+    let status = resp.status().as_u16();
+    // A stream that opened is not read to its end here.
+    if path.ends_with("/stream") && status == 200 {
+        return (status, String::new());
+    }
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn token(s: &Server, owner: &str, scope: Scope) -> String {
+    s.runtime.create_token(owner, scope).unwrap().token
+}
+
+/// Start a task through the API; its id.
+fn create(s: &Server, token: &str) -> String {
+    let (status, body) = call(
+        s,
+        "post",
+        "/api/v1/tasks",
+        Some(token),
+        Some(
+            json!({"instruction": "write hello", "checks": ["grep -q hello hello.txt"], "model": "scripted:script.yaml"}),
+        ),
+    );
+    assert_eq!(status, 201, "{body}");
+    json_of(&body)["id"].as_str().unwrap().to_string()
+}
+
+fn wait_ended(s: &Server, token: &str, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = call(s, "get", &format!("/api/v1/tasks/{id}"), Some(token), None);
+        assert_eq!(status, 200, "{body}");
+        let v = json_of(&body);
+        if v["outcome"].is_string() && v["receipt"].is_string() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never ended: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn path_for(path: &str, id: &str) -> String {
+    path.replace("{id}", id)
+}
+
+#[test]
+fn every_route_needs_a_token_and_hides_other_owners_tasks() {
+    let s = start("owners", 10_000);
+    let alice = token(&s, "alice", Scope::Run);
+    let bob = token(&s, "bob", Scope::Run);
+    let id = create(&s, &alice);
+    wait_ended(&s, &alice, &id);
+    for (method, path, scope) in loop_server::route_table() {
+        let p = path_for(path, &id);
+        let (status, body) = call(&s, method, &p, None, None);
+        match scope {
+            None => assert_ne!(status, 401, "{method} {p} is a probe: {body}"),
+            Some(_) => {
+                assert_eq!(status, 401, "{method} {p} without a token: {body}");
+                assert_eq!(json_of(&body)["error"]["kind"], "unauthorized", "{body}");
+            }
+        }
+        let (status, body) = call(&s, method, &p, Some("loop_not-a-token"), None);
+        if scope.is_some() {
+            assert_eq!(status, 401, "{method} {p} with a made-up token: {body}");
+        }
+        if path.contains("{id}") {
+            let (status, body) = call(&s, method, &p, Some(&bob), None);
+            assert_eq!(
+                status, 404,
+                "{method} {p} with another owner's token: {body}"
+            );
+            assert_eq!(json_of(&body)["error"]["kind"], "not_found", "{body}");
+        }
+    }
+    // Bob's list does not hold Alice's task; hers does.
+    let (_, body) = call(&s, "get", "/api/v1/tasks", Some(&bob), None);
+    assert_eq!(
+        json_of(&body)["tasks"].as_array().unwrap().len(),
+        0,
+        "{body}"
+    );
+    let (_, body) = call(&s, "get", "/api/v1/tasks", Some(&alice), None);
+    assert_eq!(json_of(&body)["tasks"][0]["id"], id.as_str(), "{body}");
+    // A revoked token is refused.
+    let t = s.runtime.create_token("carol", Scope::Read).unwrap();
+    assert!(s.runtime.revoke_token(&t.record.id).unwrap());
+    let (status, _) = call(&s, "get", "/api/v1/tasks", Some(&t.token), None);
+    assert_eq!(status, 401);
+}
+
+#[test]
+fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
+    let s = start("life", 10_000);
+    let alice = token(&s, "alice", Scope::Run);
+    let id = create(&s, &alice);
+    let t = wait_ended(&s, &alice, &id);
+    assert_eq!(t["outcome"], "verified", "{t}");
+    assert_eq!(t["owner"], "alice", "{t}");
+    // The same record the CLI reads.
+    let status = s.runtime.status(&id).unwrap();
+    assert_eq!(status.task.outcome.as_deref(), Some("verified"));
+    // Events: all of them, then from a position on.
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events"),
+        Some(&alice),
+        None,
+    );
+    let events = json_of(&body)["events"].as_array().unwrap().clone();
+    assert_eq!(events[0]["event"]["kind"], "task_started");
+    assert_eq!(events.last().unwrap()["event"]["kind"], "finished");
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events?since=3"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(json_of(&body)["events"][0]["seq"], 3, "{body}");
+    // The receipt, checked layer by layer.
+    let (status, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/receipt"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(
+        json_of(&body)["payload"].is_string(),
+        "a DSSE envelope: {body}"
+    );
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/verify"),
+        Some(&alice),
+        None,
+    );
+    let v = json_of(&body);
+    assert_eq!(
+        (v["intact"].as_bool(), v["verified"].as_bool()),
+        (Some(true), Some(true)),
+        "{v}"
+    );
+    // The change set, then apply and undo in the project.
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/diff"),
+        Some(&alice),
+        None,
+    );
+    let d = json_of(&body);
+    assert_eq!(d["files"][0]["path"], "hello.txt", "{d}");
+    assert!(d["patch"].as_str().unwrap().contains("+hello"), "{d}");
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/apply"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["result"], "done", "{body}");
+    assert_eq!(
+        std::fs::read_to_string(s.project.join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    let (_, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/undo"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(json_of(&body)["result"], "done", "{body}");
+    assert!(!s.project.join("hello.txt").exists());
+    // Nothing to cancel, approve or resume any more: said, not a 5xx.
+    let (_, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/cancel"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(json_of(&body)["result"], "already_ended", "{body}");
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/approve"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/resume"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/resume"),
+        Some(&alice),
+        Some(json!({"add_steps": 3})),
+    );
+    assert_eq!(
+        status, 400,
+        "a verified task has no limit to extend: {body}"
+    );
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/discard"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    // Metrics count it; the document lists every route.
+    let (_, body) = call(&s, "get", "/metrics", Some(&alice), None);
+    assert!(
+        body.contains("loop_tasks{state=\"terminal\",outcome=\"verified\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("loop_verification_seconds_count 1"), "{body}");
+    let (_, body) = call(&s, "get", "/openapi.json", Some(&alice), None);
+    let doc = json_of(&body);
+    assert_eq!(doc["openapi"], "3.1.0");
+    for (method, path, _) in loop_server::route_table() {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} undocumented"
+        );
+    }
+}
+
+#[test]
+fn the_event_stream_resumes_after_last_event_id() {
+    let s = start("stream", 10_000);
+    let alice = token(&s, "alice", Scope::Run);
+    let id = create(&s, &alice);
+    wait_ended(&s, &alice, &id);
+    let read = |last: Option<&str>| -> String {
+        let mut r = agent()
+            .get(&format!("{}/api/v1/tasks/{id}/stream", s.base))
+            .header("Authorization", &format!("Bearer {alice}"));
+        if let Some(l) = last {
+            r = r.header("Last-Event-ID", l);
+        }
+        let mut resp = r.call().unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.body_mut().read_to_string().unwrap()
+    };
+    let all = read(None);
+    assert!(all.starts_with("id: 0\nevent: task_started\n"), "{all}");
+    assert!(all.contains("event: finished"), "{all}");
+    assert!(all.trim_end().ends_with("event: end\ndata: {}"), "{all}");
+    let rest = read(Some("5"));
+    assert!(rest.starts_with("id: 6\n"), "{rest}");
+    assert_eq!(
+        rest.matches("\nid: ").count() + 1,
+        all.matches("\nid: ").count() + 1 - 6,
+        "{rest}"
+    );
+}
+
+#[test]
+fn scopes_limits_and_the_command_lines_tasks() {
+    let s = start("limits", 5);
+    let reader = token(&s, "alice", Scope::Read);
+    let (status, body) = call(
+        &s,
+        "post",
+        "/api/v1/tasks",
+        Some(&reader),
+        Some(json!({"instruction": "x", "checks": ["true"]})),
+    );
+    assert_eq!(status, 403, "a read token starts nothing: {body}");
+    // A script or recording outside the project is not read.
+    let runner = token(&s, "alice", Scope::Run);
+    let (status, body) = call(
+        &s,
+        "post",
+        "/api/v1/tasks",
+        Some(&runner),
+        Some(
+            json!({"instruction": "x", "checks": ["true"], "model": "scripted:../../../etc/passwd"}),
+        ),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("inside the project"), "{body}");
+    // Past the rate, 429.
+    let mut last = 0;
+    for _ in 0..5 {
+        last = call(&s, "get", "/api/v1/tasks", Some(&runner), None).0;
+    }
+    assert_eq!(last, 429);
+    // A body over a megabyte is refused before it is read whole.
+    let admin = token(&s, "ops", Scope::Admin);
+    let huge = "x".repeat(2 << 20);
+    let (status, _) = call(
+        &s,
+        "post",
+        "/api/v1/tasks",
+        Some(&admin),
+        Some(json!({"instruction": huge, "checks": ["true"]})),
+    );
+    assert_eq!(status, 413);
+    // A task the command line ran is seen by an admin token, not by an
+    // owner's.
+    let report = s
+        .runtime
+        .start(
+            loop_runtime::TaskRequest {
+                contract: loop_protocol::Contract::from_flags(
+                    "write hello",
+                    &["grep -q hello hello.txt".into()],
+                    &[],
+                )
+                .unwrap(),
+                source: loop_runtime::ContractSource::Given,
+                guidance: Vec::new(),
+                model: Some(format!(
+                    "scripted:{}",
+                    s.project.join("script.yaml").display()
+                )),
+                record: None,
+                project: s.project.clone(),
+                verify_on_change: false,
+                isolation: loop_sandbox::IsolationLevel::Preferred,
+                include_dirty: false,
+                on_prompt: loop_runtime::OnPrompt::Deny,
+                owner: None,
+            },
+            &mut loop_runtime::Quiet,
+        )
+        .unwrap();
+    let (status, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{}", report.task_id),
+        Some(&admin),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json_of(&body)["outcome"], "verified");
+    let other = token(&s, "dave", Scope::Run);
+    let (status, _) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{}", report.task_id),
+        Some(&other),
+        None,
+    );
+    assert_eq!(status, 404);
+}
