@@ -29,6 +29,9 @@ fi
 LOOP_LLAMA_VENV=$(scripts/local-model.sh)
 export LOOP_LLAMA_VENV
 export LOOP_REQUIRE_LOCAL_MODEL=1
+# Schemathesis, which the API test runs against `loop serve`.
+LOOP_SCHEMATHESIS_VENV=$(scripts/schemathesis.sh)
+export LOOP_SCHEMATHESIS_VENV
 
 # The crash and gate-failure tests need the fault-injection switches.
 cargo test --workspace --locked --features loop-cli/fault-injection "$@"

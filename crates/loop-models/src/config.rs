@@ -113,6 +113,17 @@ pub struct ModelsSection {
     pricing: Vec<(String, Price)>,
 }
 
+impl ModelsSection {
+    /// The maker, when it makes no call: a `scripted:` or `replay:` spec
+    /// (a Loopfile that runs offline, for demos and tests).
+    pub fn offline_maker(&self) -> Option<ModelSpec> {
+        match self.maker.as_ref()?.spec.as_ref()? {
+            (s @ (ModelSpec::Scripted(_) | ModelSpec::Replay(_)), _) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+
 /// The keys of `models:`.
 const MODELS_KEYS: &[&str] = &["maker", "checker", "drafter", "pricing"];
 /// A price's fields (USD per million tokens).

@@ -49,10 +49,28 @@ pub(crate) fn resolve(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
 ) -> Result<(Option<ModelSpec>, ModelsConfig), Error> {
-    let spec = spec
+    let mut spec = spec
         .map(ModelSpec::parse)
         .transpose()
         .map_err(|e| Error::usage(e.to_string()))?;
+    // A Loopfile whose maker is a script or a recording: its path is the
+    // Loopfile's directory's when relative.
+    if spec.is_none()
+        && let Some(offline) = loopfile.models.as_ref().and_then(|m| m.offline_maker())
+    {
+        let base = loopfile
+            .path
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let at = |p: &str| base.join(p).display().to_string();
+        spec = Some(match offline {
+            ModelSpec::Scripted(p) => ModelSpec::Scripted(at(&p)),
+            ModelSpec::Replay(p) => ModelSpec::Replay(at(&p)),
+            other => other,
+        });
+    }
     let origin = loopfile
         .path
         .as_ref()

@@ -570,7 +570,13 @@ fn receipt_of(t: &loop_runtime::query::TaskView) -> Result<std::path::PathBuf, A
     t.receipt
         .as_ref()
         .map(std::path::PathBuf::from)
-        .ok_or_else(|| ApiError::not_found("receipt yet: the task has not ended"))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "not_yet",
+                "no receipt yet: the task has not ended",
+            )
+        })
 }
 
 async fn receipt(

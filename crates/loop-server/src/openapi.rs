@@ -35,6 +35,15 @@ fn text() -> Value {
     json!({"type": "string"})
 }
 
+/// One server-sent event: its id (the event's position in the ledger),
+/// its kind, and the event as JSON.
+fn sse_event() -> Value {
+    obj(
+        json!({"id": {"type": "string"}, "event": {"type": "string"}, "data": {"type": "string"}}),
+        &["event", "data"],
+    )
+}
+
 fn new_task() -> Value {
     json!({
         "type": "object",
@@ -44,12 +53,12 @@ fn new_task() -> Value {
             "instruction": {"type": "string"},
             "checks": {"type": "array", "items": {"type": "string"}},
             "artifacts": {"type": "array", "items": {"type": "string"}},
-            "contract": {"type": "string", "description": "a contract in YAML"},
-            "model": {"type": "string"},
-            "max_steps": {"type": "integer", "minimum": 1},
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "budget_usd": {"type": "number", "minimum": 0},
-            "timeout_secs": {"type": "integer", "minimum": 1}
+            "contract": {"type": ["string", "null"], "description": "a contract in YAML"},
+            "model": {"type": ["string", "null"]},
+            "max_steps": {"type": ["integer", "null"], "minimum": 1},
+            "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+            "budget_usd": {"type": ["number", "null"], "minimum": 0},
+            "timeout_secs": {"type": ["integer", "null"], "minimum": 1}
         }
     })
 }
@@ -94,7 +103,7 @@ fn answer() -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "properties": {"deny": {"type": "boolean"}, "message": {"type": "string"}}
+        "properties": {"deny": {"type": "boolean"}, "message": {"type": ["string", "null"]}}
     })
 }
 
@@ -103,10 +112,10 @@ fn more() -> Value {
         "type": "object",
         "additionalProperties": false,
         "properties": {
-            "add_steps": {"type": "integer", "minimum": 0},
-            "add_tokens": {"type": "integer", "minimum": 0},
-            "add_usd": {"type": "number", "minimum": 0},
-            "add_secs": {"type": "integer", "minimum": 0}
+            "add_steps": {"type": ["integer", "null"], "minimum": 0},
+            "add_tokens": {"type": ["integer", "null"], "minimum": 0},
+            "add_usd": {"type": ["number", "null"], "minimum": 0},
+            "add_secs": {"type": ["integer", "null"], "minimum": 0}
         }
     })
 }
@@ -211,7 +220,7 @@ pub(crate) const ROUTES: &[Route] = &[
         summary: "The task's events as server-sent events (Last-Event-ID resumes)",
         scope: Some("read"),
         body: None,
-        response: text,
+        response: sse_event,
         ok: 200,
     },
     Route {
@@ -304,20 +313,18 @@ fn error_schema() -> Value {
     )
 }
 
+/// A route's operation id: its method and path, as one identifier.
+fn operation_id(r: &Route) -> String {
+    format!("{}{}", r.method, r.path.replace(['/', '{', '}', '.'], "_"))
+}
+
 /// The OpenAPI 3.1 document.
 pub(crate) fn document() -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
         let mut op = Map::new();
         op.insert("summary".into(), json!(r.summary));
-        op.insert(
-            "operationId".into(),
-            json!(format!(
-                "{}{}",
-                r.method,
-                r.path.replace(['/', '{', '}', '.'], "_")
-            )),
-        );
+        op.insert("operationId".into(), json!(operation_id(r)));
         if r.path.contains("{id}") {
             op.insert(
                 "parameters".into(),
@@ -338,12 +345,27 @@ pub(crate) fn document() -> Value {
             "application/json"
         };
         let mut responses = Map::new();
-        responses.insert(
-            r.ok.to_string(),
-            json!({"description": "done", "content": {media: {"schema": (r.response)()}}}),
-        );
+        let mut done =
+            json!({"description": "done", "content": {media: {"schema": (r.response)()}}});
+        // The id a new task gets leads to every route of that task (tools
+        // that walk the API, such as Schemathesis's stateful phase, follow
+        // these links).
+        if r.method == "post" && r.path == "/api/v1/tasks" {
+            let links: Map<String, Value> = ROUTES
+                .iter()
+                .filter(|t| t.path.contains("{id}"))
+                .map(|t| {
+                    (
+                        operation_id(t),
+                        json!({"operationId": operation_id(t), "parameters": {"id": "$response.body#/id"}}),
+                    )
+                })
+                .collect();
+            done["links"] = Value::Object(links);
+        }
+        responses.insert(r.ok.to_string(), done);
         let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
-        for code in ["400", "404", "429", "500"] {
+        for code in ["400", "404", "409", "429", "500"] {
             responses.insert(code.into(), err.clone());
         }
         if r.scope.is_some() {
