@@ -123,7 +123,23 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         assert!(start.elapsed() < Duration::from_secs(30), "{s}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // SIGTERM: the server ends at once, the task is left to resume.
+    // SIGTERM: the server ends at once, even with an event stream of the
+    // running task open, and the task is left to resume.
+    let stream_url = format!("{url}/api/v1/tasks/{id}/stream");
+    let stream_token = token.clone();
+    let reader = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent
+            .get(&stream_url)
+            .header("Authorization", &format!("Bearer {stream_token}"))
+            .call()
+            .unwrap();
+        let _ = r.body_mut().read_to_string();
+    });
+    std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     // SAFETY: signalling our own child.
     unsafe {
@@ -131,7 +147,8 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
     }
     let code = server.wait().unwrap();
     assert!(code.success(), "{code:?}");
-    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let _ = reader.join();
     let s = status(&home, &project, &id);
     assert_eq!(s["interrupted"], true, "{s}");
     assert!(s["outcome"].is_null(), "SIGTERM ended the task: {s}");
@@ -147,6 +164,13 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(ended["outcome"], "verified", "{ended}");
+    // The command the first server was running when it stopped ran to its
+    // end once, in the second.
+    let slow = project
+        .join(".loop/tasks")
+        .join(&id)
+        .join("workspace/slow.txt");
+    assert_eq!(std::fs::read_to_string(&slow).unwrap(), "once\n");
     // SAFETY: as above.
     unsafe {
         libc::kill(server.id() as libc::pid_t, libc::SIGTERM);

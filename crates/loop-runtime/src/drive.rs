@@ -147,9 +147,8 @@ fn wire<'a>(
         loop_sandbox::Settings {
             isolation,
             cancel: Some(cancel.clone()),
-            deadline: Some(
-                std::time::Instant::now() + std::time::Duration::from_millis(remaining_ms),
-            ),
+            deadline: std::time::Instant::now()
+                .checked_add(std::time::Duration::from_millis(remaining_ms)),
             paused_ms: Some(paused.clone()),
             git_dir: git_dir(&start.task_ws.origin),
             ..Default::default()
@@ -439,9 +438,24 @@ fn run_watched(
     work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
 ) -> Result<RunResult, loop_core::DirectorError> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| watch(db, task_id, token, cancel, stopped));
+        // This process's Ctrl-C or SIGTERM reaches the task at once, with
+        // no store read in between (the store may be busy).
+        scope.spawn(|| {
+            use std::sync::atomic::Ordering;
+            let process = crate::interrupt::flag();
+            while !done.load(Ordering::SeqCst) {
+                if process.load(Ordering::SeqCst) {
+                    cancel.store(true, Ordering::SeqCst);
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
         let result = work();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
         drop(stop);
         result
     })

@@ -114,10 +114,10 @@ pub(crate) fn submit_claimed(
     let check_sandbox = |stored: &StoredRequest| {
         with_environments(
             loop_sandbox::Settings {
-                deadline: Some(
-                    std::time::Instant::now()
-                        + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
-                ),
+                // (A time too far to add is no deadline, not a panic.)
+                deadline: std::time::Instant::now().checked_add(std::time::Duration::from_secs(
+                    req.contract.limits.timeout_secs,
+                )),
                 git_dir: git_dir(&task_ws.origin),
                 isolation: req.isolation,
                 cancel: Some(crate::interrupt::flag()),
@@ -237,10 +237,9 @@ fn settle_contract(
         // A fresh deadline each run: drafting and a person's edit take
         // time no check should lose.
         let mut sandbox = sandbox.clone();
-        sandbox.deadline = Some(
-            std::time::Instant::now()
-                + std::time::Duration::from_secs(req.contract.limits.timeout_secs),
-        );
+        sandbox.deadline = std::time::Instant::now().checked_add(std::time::Duration::from_secs(
+            req.contract.limits.timeout_secs,
+        ));
         SnapshotVerifier::new(workspace, &scratch)
             .with_sandbox(sandbox)
             .verify(c, &sha, 0)

@@ -124,53 +124,64 @@ async fn healthz() -> Json<Value> {
     Json(json!({"ok": true}))
 }
 
-/// Ready: the store answers and the sandbox can run a command.
+/// Ready: the store answers and the sandbox can run a command (probed at
+/// most every 30 s; no path or error detail is shown without a token).
 async fn readyz(State(s): State<AppState>) -> Response {
-    let rt = s.runtime.clone();
-    let checked = blocking(move || {
-        let store = rt.tasks().map(|_| ()).map_err(|e| e.message);
-        // An empty directory of its own: what else lies in the temp
-        // directory is none of the probe's business.
-        let dir = std::env::temp_dir().join(format!("loop-ready-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let sandbox = loop_runtime::exec::exec(&loop_runtime::exec::ExecOptions {
-            egress: None,
-            command: vec!["true".into()],
-            workspace: dir,
-            protect: Vec::new(),
-            net: loop_sandbox::Net::None,
-            mem_mb: None,
-            cpu_secs: None,
-            fsize_mb: None,
-            timeout: Duration::from_secs(10),
-            max_output: 4096,
-            isolation: loop_sandbox::IsolationLevel::Preferred,
-            overlay: false,
-            layers: loop_sandbox::Layers::default(),
-            repeat: 1,
-        })
-        .map(|r| r.exit_code == Some(0))
-        .map_err(|e| e.message);
-        Ok((store, sandbox))
-    })
-    .await;
-    match checked {
-        Ok((Ok(()), Ok(true))) => Json(json!({"ready": true})).into_response(),
-        Ok((store, sandbox)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({
-                "ready": false,
-                "store": store.err(),
-                "sandbox": match sandbox { Ok(true) => None, Ok(false) => Some("`true` did not exit 0".to_string()), Err(e) => Some(e) },
-            })),
-        )
-            .into_response(),
-        Err(e) => e.into_response(),
-    }
+    let cached = s
+        .ready
+        .lock()
+        .ok()
+        .and_then(|r| r.clone())
+        .filter(|(at, _)| at.elapsed() < Duration::from_secs(30))
+        .map(|(_, v)| v);
+    let verdict = match cached {
+        Some(v) => v,
+        None => {
+            let rt = s.runtime.clone();
+            let probed = blocking(move || {
+                let store = rt.tasks().is_ok();
+                // An empty directory of its own: what else lies in the temp
+                // directory is none of the probe's business.
+                let dir = std::env::temp_dir().join(format!("loop-ready-{}", std::process::id()));
+                let _ = std::fs::create_dir_all(&dir);
+                let sandbox = loop_runtime::exec::exec(&loop_runtime::exec::ExecOptions {
+                    egress: None,
+                    command: vec!["true".into()],
+                    workspace: dir,
+                    protect: Vec::new(),
+                    net: loop_sandbox::Net::None,
+                    mem_mb: None,
+                    cpu_secs: None,
+                    fsize_mb: None,
+                    timeout: Duration::from_secs(10),
+                    max_output: 4096,
+                    isolation: loop_sandbox::IsolationLevel::Required,
+                    overlay: false,
+                    layers: loop_sandbox::Layers::default(),
+                    repeat: 1,
+                })
+                .is_ok_and(|r| r.exit_code == Some(0));
+                Ok(json!({"ready": store && sandbox, "store": store, "sandbox": sandbox}))
+            })
+            .await;
+            let v = probed
+                .unwrap_or_else(|_| json!({"ready": false, "store": false, "sandbox": false}));
+            if let Ok(mut r) = s.ready.lock() {
+                *r = Some((std::time::Instant::now(), v.clone()));
+            }
+            v
+        }
+    };
+    let status = if verdict["ready"] == true {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(verdict)).into_response()
 }
 
 async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    s.caller(&headers, Scope::Read)?;
+    s.caller(&headers, Scope::Read).await?;
     Ok(Json(crate::openapi::document()))
 }
 
@@ -206,13 +217,25 @@ fn allowed_model(rt: &Runtime, spec: &str) -> Result<String, ApiError> {
     match provider {
         "openai" | "anthropic" => Ok(spec.to_string()),
         "scripted" | "replay" => {
-            let path = rt.project().join(rest);
+            // A plain path inside the project, outside the runtime's own
+            // `.loop/` (other owners' tasks live there), through no link
+            // and no `..`: what it names is what is read.
+            let rel = std::path::Path::new(rest);
+            let plain = !rest.is_empty()
+                && rel
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+                && rel
+                    .components()
+                    .next()
+                    .is_some_and(|c| c.as_os_str() != ".loop");
+            let path = rt.project().join(rel);
             match path.canonicalize() {
-                Ok(p) if p.starts_with(rt.project()) && p.is_file() => {
+                Ok(p) if plain && p == path && p.is_file() => {
                     Ok(format!("{provider}:{}", p.display()))
                 }
                 _ => Err(ApiError::bad_request(format!(
-                    "model `{spec}`: the file must be inside the project"
+                    "model `{spec}`: the file must be inside the project (a relative path, outside .loop/, through no link)"
                 ))),
             }
         }
@@ -227,7 +250,7 @@ async fn create(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
     let rt = s.runtime.clone();
@@ -278,6 +301,11 @@ async fn create(
             l.budget_usd = Some(x);
         }
         if let Some(n) = body.timeout_secs {
+            if n > MAX_TIMEOUT_SECS {
+                return Err(ApiError::bad_request(format!(
+                    "timeout_secs is at most {MAX_TIMEOUT_SECS} (a week)"
+                )));
+            }
             l.timeout_secs = n.max(1);
         }
         let model = body
@@ -312,14 +340,17 @@ async fn create(
     ))
 }
 
-/// Commands run with what the kernel offers, recorded (as the CLI's
-/// default).
+/// The longest wall time a task started here may ask for.
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
+/// A remote client's commands and checks run fully isolated or not at all
+/// (the CLI's default, `preferred`, is a person's own machine).
 fn loop_sandbox_level() -> loop_sandbox::IsolationLevel {
-    loop_sandbox::IsolationLevel::Preferred
+    loop_sandbox::IsolationLevel::Required
 }
 
 async fn list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         let tasks: Vec<Value> = rt
@@ -343,7 +374,7 @@ async fn one(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -353,9 +384,8 @@ async fn one(
     .await
 }
 
-#[derive(Debug, Deserialize)]
+/// Where a listing of events starts.
 struct Since {
-    #[serde(default)]
     since: u64,
 }
 
@@ -363,9 +393,18 @@ async fn events(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<Since>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
+    // Read here, so a bad value is answered in the API's own shape.
+    let q = Since {
+        since: match q.get("since") {
+            None => 0,
+            Some(v) => v.parse().map_err(|_| {
+                ApiError::bad_request(format!("since must be a whole number, not `{v}`"))
+            })?,
+        },
+    };
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -387,7 +426,7 @@ async fn stream(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     let check_id = id.clone();
     blocking(move || visible(&rt, &caller, &check_id).map(|_| ())).await?;
@@ -395,15 +434,21 @@ async fn stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(0, |n| n + 1);
+        .map_or(0, |n| n.saturating_add(1));
     let metrics = s.metrics.clone();
     metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
     let rt = s.runtime.clone();
     let events = futures_util::stream::unfold(
-        (rt, id, from, Vec::<SseEvent>::new(), false),
+        (
+            rt,
+            id,
+            from,
+            std::collections::VecDeque::<SseEvent>::new(),
+            false,
+        ),
         |(rt, id, mut next, mut queue, mut done)| async move {
             loop {
-                if let Some(e) = (!queue.is_empty()).then(|| queue.remove(0)) {
+                if let Some(e) = queue.pop_front() {
                     return Some((
                         Ok::<_, std::convert::Infallible>(e),
                         (rt, id, next, queue, done),
@@ -414,11 +459,13 @@ async fn stream(
                 }
                 let (rt2, id2) = (rt.clone(), id.clone());
                 let read = tokio::task::spawn_blocking(move || {
-                    let events = rt2.events(&id2, next);
+                    // The state first: events read after it include every
+                    // event of a task it says is over.
                     let over = rt2
                         .task(&id2)
                         .map(|t| t.liveness() == loop_runtime::layout::Liveness::Over)
                         .unwrap_or(true);
+                    let events = rt2.events(&id2, next);
                     (events, over)
                 })
                 .await;
@@ -428,7 +475,7 @@ async fn stream(
                 for r in &events {
                     let kind = r.event.kind();
                     let data = serde_json::to_string(&r.event).unwrap_or_default();
-                    queue.push(
+                    queue.push_back(
                         SseEvent::default()
                             .id(r.seq.to_string())
                             .event(kind)
@@ -439,7 +486,7 @@ async fn stream(
                 if events.is_empty() {
                     if over {
                         done = true;
-                        queue.push(SseEvent::default().event("end").data("{}"));
+                        queue.push_back(SseEvent::default().event("end").data("{}"));
                         continue;
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -457,7 +504,7 @@ async fn cancel(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -489,7 +536,7 @@ async fn approve(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     let answer: Answer = optional_body(&body)?;
     blocking(move || {
@@ -518,7 +565,7 @@ async fn resume(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let more: More = optional_body(&body)?;
     let rt = s.runtime.clone();
     let check = id.clone();
@@ -584,7 +631,7 @@ async fn receipt(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
@@ -619,7 +666,7 @@ async fn verify(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
@@ -648,7 +695,7 @@ async fn diff(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -706,8 +753,17 @@ async fn apply(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let body: ApplyBody = optional_body(&body)?;
+    // Files that would run code on the server's host come in only with an
+    // administrator's consent.
+    if body.trust_host_files && caller.scope < Scope::Admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "trust_host_files needs an `admin` token",
+        ));
+    }
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -723,7 +779,7 @@ async fn undo(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -739,7 +795,7 @@ async fn discard(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run)?;
+    let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -753,7 +809,7 @@ async fn discard(
 /// Prometheus text: tasks by state and outcome, what they used, the
 /// verifications' time, and the server's own counters.
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let caller = s.caller(&headers, Scope::Read)?;
+    let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     let m = s.metrics.clone();
     let text = blocking(move || {

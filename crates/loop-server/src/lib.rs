@@ -48,6 +48,9 @@ pub struct AppState {
     limits: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
     rate_per_minute: u32,
     metrics: Arc<Metrics>,
+    /// The last readiness probe (a sandboxed `true`), kept 30 s so the
+    /// unauthenticated probe cannot be made to spawn processes at will.
+    ready: Arc<Mutex<Option<(Instant, serde_json::Value)>>>,
 }
 
 /// Counters `/metrics` reports beside what the store says.
@@ -67,33 +70,46 @@ impl AppState {
             limits: Arc::default(),
             rate_per_minute,
             metrics: Arc::default(),
+            ready: Arc::default(),
         }
     }
 
     /// Who the request's bearer token acts for, with at least `need`; a
-    /// request over its token's rate is refused.
-    fn caller(&self, headers: &HeaderMap, need: Scope) -> Result<Caller, ApiError> {
+    /// request over its token's rate is refused. The store is asked on a
+    /// blocking thread, never on the executor.
+    async fn caller(&self, headers: &HeaderMap, need: Scope) -> Result<Caller, ApiError> {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| {
+                // The scheme is case-insensitive (RFC 9110).
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+            })
             .map(str::trim)
-            .filter(|t| !t.is_empty());
+            .filter(|t| !t.is_empty() && t.len() <= 256)
+            .map(str::to_string);
         let Some(token) = token else {
             self.metrics.refused.fetch_add(1, Ordering::Relaxed);
             return Err(ApiError::unauthorized(
                 "no bearer token: send `Authorization: Bearer TOKEN` (`loop tokens create --owner NAME` makes one)",
             ));
         };
-        let caller = self
-            .runtime
-            .authenticate(token)
-            .map_err(ApiError::from)?
-            .ok_or_else(|| {
-                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
-                ApiError::unauthorized("the token is not a live token of this project")
+        let rt = self.runtime.clone();
+        let found = tokio::task::spawn_blocking(move || rt.authenticate(&token))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("a worker thread failed: {e}"),
+                )
             })?;
+        let caller = found.map_err(ApiError::from)?.ok_or_else(|| {
+            self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            ApiError::unauthorized("the token is not a live token of this project")
+        })?;
         if caller.scope < need {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -184,11 +200,30 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The router, over `state`.
+/// The router, over `state`: bodies capped at 1 MiB, and every request
+/// but an event stream answered within 60 s.
 pub fn router(state: AppState) -> axum::Router {
     api::routes()
+        .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .with_state(state)
+}
+
+/// A request that takes more than 60 s is answered 503 (an event stream,
+/// which lasts as long as its task, is exempt).
+async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if req.uri().path().ends_with("/stream") {
+        return next.run(req).await;
+    }
+    match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            "the request took more than 60 s",
+        )
+        .into_response(),
+    }
 }
 
 /// Serve `listener` until SIGTERM or Ctrl-C. Tasks the project has that an
@@ -198,10 +233,22 @@ pub async fn serve_on(
     state: AppState,
 ) -> Result<(), loop_runtime::Error> {
     api::resume_interrupted(&state);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| loop_runtime::Error::internal(format!("the server stopped: {e}")))
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        let mut rx = rx;
+        let _ = rx.wait_for(|stop| *stop).await;
+    });
+    // On the signal, open requests get two seconds; event streams of
+    // running tasks would otherwise hold the process up until the tasks end.
+    let deadline = async move {
+        shutdown().await;
+        let _ = tx.send(true);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| loop_runtime::Error::internal(format!("the server stopped: {e}"))),
+        () = deadline => Ok(()),
+    }
 }
 
 /// SIGTERM or Ctrl-C.
@@ -230,7 +277,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
         .enable_all()
         .build()
         .map_err(|e| loop_runtime::Error::internal(format!("the async runtime: {e}")))?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(opts.addr)
             .await
             .map_err(|e| {
@@ -244,5 +291,9 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
             runtime.project().display()
         );
         serve_on(listener, AppState::new(runtime, opts.rate_per_minute)).await
-    })
+    });
+    // Blocking work still in progress (a baseline, a cancel waiting) is
+    // not waited for: the process ends, its tasks stay resumable.
+    rt.shutdown_background();
+    served
 }

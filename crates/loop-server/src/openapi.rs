@@ -55,10 +55,10 @@ fn new_task() -> Value {
             "artifacts": {"type": "array", "items": {"type": "string"}},
             "contract": {"type": ["string", "null"], "description": "a contract in YAML"},
             "model": {"type": ["string", "null"]},
-            "max_steps": {"type": ["integer", "null"], "minimum": 1},
+            "max_steps": {"type": ["integer", "null"], "minimum": 1, "maximum": 4294967295u64},
             "max_tokens": {"type": ["integer", "null"], "minimum": 1},
             "budget_usd": {"type": ["number", "null"], "minimum": 0},
-            "timeout_secs": {"type": ["integer", "null"], "minimum": 1}
+            "timeout_secs": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800}
         }
     })
 }
@@ -326,10 +326,16 @@ pub(crate) fn document() -> Value {
         op.insert("summary".into(), json!(r.summary));
         op.insert("operationId".into(), json!(operation_id(r)));
         if r.path.contains("{id}") {
-            op.insert(
-                "parameters".into(),
-                json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]),
-            );
+            let mut params = vec![
+                json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
+            ];
+            if r.path.ends_with("/events") {
+                params.push(json!({"name": "since", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}));
+            }
+            if r.path.ends_with("/stream") {
+                params.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}}));
+            }
+            op.insert("parameters".into(), Value::Array(params));
         }
         if let Some(body) = r.body {
             op.insert(
@@ -365,7 +371,7 @@ pub(crate) fn document() -> Value {
         }
         responses.insert(r.ok.to_string(), done);
         let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
-        for code in ["400", "404", "409", "429", "500"] {
+        for code in ["400", "404", "409", "413", "429", "500", "503"] {
             responses.insert(code.into(), err.clone());
         }
         if r.scope.is_some() {
@@ -375,7 +381,6 @@ pub(crate) fn document() -> Value {
             op.insert("x-scope".into(), json!(r.scope));
         } else {
             op.insert("security".into(), json!([]));
-            responses.insert("503".into(), json!({"description": "not ready"}));
         }
         op.insert("responses".into(), Value::Object(responses));
         let entry = paths

@@ -283,6 +283,37 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     );
     assert_eq!(json_of(&body)["result"], "done", "{body}");
     assert!(!s.project.join("hello.txt").exists());
+    // Consent to host-executable files is an administrator's.
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/apply"),
+        Some(&alice),
+        Some(json!({"trust_host_files": true})),
+    );
+    assert_eq!(status, 403, "{body}");
+    // A bad `since` is a 400 in the API's shape; the scheme's case does
+    // not matter.
+    let (status, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events?since=abc"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(json_of(&body)["error"]["kind"], "usage");
+    let mut resp = agent()
+        .get(&format!("{}/api/v1/tasks/{id}", s.base))
+        .header("Authorization", &format!("bearer {alice}"))
+        .call()
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.body_mut().read_to_string().unwrap()
+    );
     // Nothing to cancel, approve or resume any more: said, not a 5xx.
     let (_, body) = call(
         &s,
@@ -366,6 +397,9 @@ fn the_event_stream_resumes_after_last_event_id() {
     assert!(all.starts_with("id: 0\nevent: task_started\n"), "{all}");
     assert!(all.contains("event: finished"), "{all}");
     assert!(all.trim_end().ends_with("event: end\ndata: {}"), "{all}");
+    // An id past every event: nothing more, not a panic.
+    let none = read(Some(&u64::MAX.to_string()));
+    assert!(none.trim_end().ends_with("event: end\ndata: {}"), "{none}");
     let rest = read(Some("5"));
     assert!(rest.starts_with("id: 6\n"), "{rest}");
     assert_eq!(
@@ -400,9 +434,41 @@ fn scopes_limits_and_the_command_lines_tasks() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("inside the project"), "{body}");
-    // Past the rate, 429.
+    // Nor one under .loop/ (other owners' tasks live there), nor one
+    // reached through a link.
+    std::fs::create_dir_all(s.project.join(".loop/tasks/t-x/workspace")).unwrap();
+    std::fs::write(s.project.join(".loop/tasks/t-x/workspace/s.yaml"), SCRIPT).unwrap();
+    std::os::unix::fs::symlink(
+        s.project.join(".loop/tasks/t-x/workspace/s.yaml"),
+        s.project.join("link.yaml"),
+    )
+    .unwrap();
+    for spec in [
+        "scripted:.loop/tasks/t-x/workspace/s.yaml",
+        "scripted:link.yaml",
+        "replay:./script.yaml",
+    ] {
+        let (status, body) = call(
+            &s,
+            "post",
+            "/api/v1/tasks",
+            Some(&runner),
+            Some(json!({"instruction": "x", "checks": ["true"], "model": spec})),
+        );
+        assert_eq!(status, 400, "{spec}: {body}");
+    }
+    // A wall time past a week is refused, not a panic.
+    let (status, body) = call(
+        &s,
+        "post",
+        "/api/v1/tasks",
+        Some(&runner),
+        Some(json!({"instruction": "x", "checks": ["true"], "timeout_secs": u64::MAX})),
+    );
+    assert_eq!(status, 400, "{body}");
+    // Past the rate, 429 (the requests above count too).
     let mut last = 0;
-    for _ in 0..5 {
+    for _ in 0..2 {
         last = call(&s, "get", "/api/v1/tasks", Some(&runner), None).0;
     }
     assert_eq!(last, 429);
