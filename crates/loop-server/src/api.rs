@@ -27,6 +27,9 @@ pub fn route_table() -> Vec<(&'static str, &'static str, Option<&'static str>)> 
 
 pub(crate) fn routes() -> axum::Router<AppState> {
     axum::Router::new()
+        .route("/", get(console_page))
+        .route("/console.js", get(console_script))
+        .route("/console.css", get(console_style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
@@ -118,6 +121,46 @@ pub(crate) fn resume_interrupted(state: &AppState) {
     {
         run_in_background(state.runtime.clone(), t.id, None);
     }
+}
+
+/// What the console's files may do: load only themselves, talk only to
+/// this server; no inline script, no frames, no plugins.
+const CONSOLE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' blob:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// One of the console's embedded files (no data in it: the data comes
+/// from the API, with the person's token).
+fn console_file(kind: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, kind),
+            (axum::http::header::CONTENT_SECURITY_POLICY, CONSOLE_POLICY),
+            (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (axum::http::header::REFERRER_POLICY, "no-referrer"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn console_page() -> Response {
+    console_file(
+        "text/html; charset=utf-8",
+        include_str!("../console/index.html"),
+    )
+}
+
+async fn console_script() -> Response {
+    console_file(
+        "text/javascript; charset=utf-8",
+        include_str!("../console/console.js"),
+    )
+}
+
+async fn console_style() -> Response {
+    console_file(
+        "text/css; charset=utf-8",
+        include_str!("../console/console.css"),
+    )
 }
 
 async fn healthz() -> Json<Value> {

@@ -144,6 +144,33 @@ fn settled() -> Value {
 pub(crate) const ROUTES: &[Route] = &[
     Route {
         method: "get",
+        path: "/",
+        summary: "The web console (its data comes from the API, with the person's token)",
+        scope: None,
+        body: None,
+        response: text,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/console.js",
+        summary: "The console's script",
+        scope: None,
+        body: None,
+        response: text,
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/console.css",
+        summary: "The console's style sheet",
+        scope: None,
+        body: None,
+        response: text,
+        ok: 200,
+    },
+    Route {
+        method: "get",
         path: "/healthz",
         summary: "The process answers",
         scope: None,
@@ -343,12 +370,13 @@ pub(crate) fn document() -> Value {
                 json!({"required": r.path == "/api/v1/tasks", "content": {"application/json": {"schema": body()}}}),
             );
         }
-        let media = if r.path.ends_with("/stream") {
-            "text/event-stream"
-        } else if r.path == "/metrics" {
-            "text/plain"
-        } else {
-            "application/json"
+        let media = match r.path {
+            p if p.ends_with("/stream") => "text/event-stream",
+            "/metrics" => "text/plain",
+            "/" => "text/html",
+            "/console.js" => "text/javascript",
+            "/console.css" => "text/css",
+            _ => "application/json",
         };
         let mut responses = Map::new();
         let mut done =

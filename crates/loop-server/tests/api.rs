@@ -531,3 +531,60 @@ fn scopes_limits_and_the_command_lines_tasks() {
     );
     assert_eq!(status, 404);
 }
+
+#[test]
+fn the_console_is_served_locked_down_and_puts_data_on_the_page_as_text() {
+    let s = start("console", 10_000);
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console.js", "text/javascript"),
+        ("/console.css", "text/css"),
+    ] {
+        let mut r = agent().get(&format!("{}{path}", s.base)).call().unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        let csp = header("content-security-policy");
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+            "{csp}"
+        );
+        assert!(
+            !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+            "{csp}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        let body = r.body_mut().read_to_string().unwrap();
+        if path == "/" {
+            // No inline script or handler: the policy would refuse it, and
+            // none is needed.
+            assert!(
+                body.contains("<script src=\"/console.js\" defer></script>"),
+                "{body}"
+            );
+            assert!(
+                !body.contains(" onclick=") && !body.contains(" onload="),
+                "{body}"
+            );
+        }
+        if path == "/console.js" {
+            // What a task holds goes on the page as text, never as markup.
+            for sink in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
+                assert!(!body.contains(sink), "the console uses {sink}");
+            }
+            assert!(body.contains("textContent"));
+        }
+    }
+}

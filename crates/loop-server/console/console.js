@@ -1,0 +1,365 @@
+// The console: the API, read by a person. Everything a task's record holds
+// is put on the page as text (textContent), never as markup.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+let token = sessionStorage.getItem("loop-token") || "";
+let stopView = () => {};
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(typeof c === "string" || typeof c === "number" ? String(c) : c);
+  }
+  return e;
+}
+
+function say(text) {
+  const s = $("#status");
+  s.textContent = text;
+  if (text) setTimeout(() => { if (s.textContent === text) s.textContent = ""; }, 5000);
+}
+
+async function api(path, opts = {}) {
+  const headers = { Authorization: "Bearer " + token };
+  if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, {
+    method: opts.method || "GET",
+    headers,
+    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+  });
+  const text = await r.text();
+  let body = text;
+  try { body = JSON.parse(text); } catch (_) { /* text */ }
+  if (r.status === 401) { signOut(); throw new Error("the token was refused: sign in again"); }
+  if (!r.ok) throw new Error((body && body.error && body.error.message) || ("HTTP " + r.status));
+  return body;
+}
+
+function signOut() {
+  token = "";
+  sessionStorage.removeItem("loop-token");
+  route();
+}
+
+function outcomeBadge(t) {
+  if (t.outcome) {
+    const kind = t.outcome.split("{")[0];
+    return el("span", { class: "badge " + kind }, t.outcome);
+  }
+  const waiting = t.state === "awaiting_approval" || t.state === "awaiting_input";
+  return el("span", { class: "badge" + (waiting ? " waiting" : "") },
+    t.interrupted ? t.state + " (interrupted)" : t.state);
+}
+
+function money(x) { return "$" + Number(x || 0).toFixed(4); }
+
+// ---- the task list ----
+async function showList(view) {
+  view.replaceChildren(el("h1", {}, "Tasks"));
+  const table = el("table", {},
+    el("caption", { class: "hint" }, "Live: refreshed every two seconds."),
+    el("thead", {}, el("tr", {},
+      el("th", { scope: "col" }, "Task"), el("th", { scope: "col" }, "Instruction"),
+      el("th", { scope: "col" }, "State"), el("th", { scope: "col", class: "num opt" }, "Steps"),
+      el("th", { scope: "col", class: "num" }, "Cost"))),
+    el("tbody"));
+  view.append(table);
+  let alive = true;
+  stopView = () => { alive = false; };
+  const draw = async () => {
+    try {
+      const { tasks } = await api("/api/v1/tasks");
+      const rows = tasks.map((t) => el("tr", {},
+        el("td", {}, el("a", { href: "#/task/" + encodeURIComponent(t.id) }, t.id)),
+        el("td", {}, t.instruction || ""),
+        el("td", {}, outcomeBadge(t)),
+        el("td", { class: "num opt" }, t.used ? t.used.steps : ""),
+        el("td", { class: "num" }, t.used ? money(t.used.usd) : "")));
+      table.tBodies[0].replaceChildren(...rows);
+      if (!tasks.length) table.tBodies[0].append(el("tr", {}, el("td", { colspan: "5" }, "No tasks yet.")));
+    } catch (e) { say(e.message); }
+    if (alive) setTimeout(draw, 2000);
+  };
+  draw();
+}
+
+// ---- a new task ----
+function showNew(view) {
+  const form = el("form", { class: "stack" },
+    el("label", { for: "instruction" }, "Instruction"),
+    el("textarea", { id: "instruction", name: "instruction", rows: "3", required: "" }),
+    el("label", { for: "checks" }, "Acceptance checks"),
+    el("textarea", { id: "checks", name: "checks", rows: "3", "aria-describedby": "checks-hint" }),
+    el("p", { id: "checks-hint", class: "hint" }, "One shell command per line; each must exit 0 on a fresh snapshot of the result."),
+    el("label", { for: "model" }, "Model (optional)"),
+    el("input", { id: "model", name: "model", placeholder: "the Loopfile's maker" }),
+    el("label", { for: "max_steps" }, "Most model turns (optional)"),
+    el("input", { id: "max_steps", name: "max_steps", type: "number", min: "1" }),
+    el("div", { class: "row" }, el("button", { type: "submit" }, "Start the task")));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = {
+      instruction: form.instruction.value.trim(),
+      checks: form.checks.value.split("\n").map((l) => l.trim()).filter(Boolean),
+    };
+    if (form.model.value.trim()) body.model = form.model.value.trim();
+    if (form.max_steps.value) body.max_steps = Number(form.max_steps.value);
+    try {
+      const made = await api("/api/v1/tasks", { method: "POST", body });
+      location.hash = "#/task/" + encodeURIComponent(made.id);
+    } catch (e) { say(e.message); }
+  });
+  view.replaceChildren(el("h1", {}, "New task"), form);
+  form.instruction.focus();
+}
+
+// ---- one task ----
+function firstLine(s, n = 140) {
+  const l = String(s || "").split("\n")[0];
+  return l.length > n ? l.slice(0, n) + "…" : l;
+}
+
+function describeCall(c) {
+  const a = c.args || {};
+  if (a.command) return c.tool + " `" + firstLine(a.command, 80) + "`";
+  if (a.path) return c.tool + " " + a.path;
+  if (a.summary) return c.tool + " \"" + firstLine(a.summary, 80) + "\"";
+  return c.tool;
+}
+
+function commandFailed(content) {
+  const first = String(content || "").split("\n")[0];
+  if (first.startsWith("exit ")) return !(first.startsWith("exit 0 ") || first === "exit 0");
+  return /^(killed by signal|timed out|cancelled)/.test(first);
+}
+
+// One recorded event as a line of the story (null: nothing to show).
+function storyLine(ev, calls) {
+  const li = (cls, text, detail) => el("li", { class: cls }, text, detail ? el("span", { class: "detail" }, detail) : null);
+  switch (ev.kind) {
+    case "task_started": {
+      const l = ev.contract.limits;
+      return li("", "Task started: " + ev.contract.criteria.length + " criteria",
+        "limits " + l.max_steps + " steps, " + l.max_tokens + " tokens, " + l.timeout_secs + " s · model " + ev.model.provider + ":" + ev.model.name);
+    }
+    case "model_turn":
+      for (const c of ev.calls) calls[c.id] = describeCall(c);
+      return li("cycle", "Cycle " + ev.step, ev.thought ? firstLine(ev.thought, 300) : (ev.calls.length ? null : "no action proposed"));
+    case "model_malformed": return li("bad", "Cycle " + ev.step + ": the model's answer was malformed", ev.error);
+    case "model_failed": return li("bad", "Cycle " + ev.step + ": no model answered", ev.error);
+    case "observed": {
+      const o = ev.observation;
+      const what = calls[o.call_id] || o.tool;
+      if (o.status === "refused") return li("bad", "⛔ " + what, "refused by " + o.rule + ": " + firstLine(o.content));
+      const failed = o.status === "error" || (o.tool === "run_command" && commandFailed(o.content));
+      return li(failed ? "bad" : "good", (failed ? "✗ " : "✓ ") + what, firstLine(o.content));
+    }
+    case "approval_requested": return li("ask", "Waiting for a person: `" + firstLine(ev.detail, 100) + "` (rule " + ev.rule + ")");
+    case "approval_decided": return li("ask", "Approval: " + ev.decision + (ev.by ? " (by " + ev.by + ")" : ""), ev.message || null);
+    case "checkpoint_requested": return li("ask", "Checkpoint: " + ev.reason);
+    case "checkpoint_decided": return li("ask", "Checkpoint: " + ev.decision, ev.message || null);
+    case "verified": {
+      const r = ev.report;
+      const item = el("li", { class: ev.accepted ? "good" : "bad" },
+        "Verification #" + r.attempt + ": " + (ev.accepted ? "accepted" : "rejected"),
+        el("span", { class: "detail" }, "sealed " + r.files + " files, each check on a fresh " + r.snapshot_method));
+      const list = el("ul", {});
+      for (const c of r.criteria) for (const k of c.checks) {
+        const status = k.failure || (k.exit_code !== null && k.exit_code !== undefined ? "exit " + k.exit_code : "ok");
+        const row = el("li", {}, (k.passed ? "✓ " : "✗ ") + c.id + " · " + status + " · " + k.duration_ms + " ms");
+        if (!k.passed && k.stderr && k.stderr.excerpt && k.stderr.excerpt.trim()) {
+          row.append(el("span", { class: "detail" }, k.stderr.excerpt.trim().split("\n").slice(-3).join("\n")));
+        }
+        list.append(row);
+      }
+      item.append(list);
+      if (!ev.accepted && ev.rejection) item.append(el("span", { class: "detail" }, "rejected: " + ev.rejection));
+      return item;
+    }
+    case "feedback": return li("", "↩ " + firstLine(ev.text, 160));
+    case "transition": return ev.to === "terminal" ? li("cycle", "■ " + firstLine(ev.reason, 300)) : null;
+    case "finished": {
+      const u = ev.used;
+      return li("", "Used " + u.steps + " steps, " + u.tokens + " tokens, " + money(u.usd) + ", " + u.verifications + " verification(s), " + (u.elapsed_ms / 1000).toFixed(1) + " s");
+    }
+    default: return null;
+  }
+}
+
+// Read the task's server-sent events (fetch, so the token goes in a header).
+async function follow(id, onEvent, signal) {
+  let last = null;
+  for (;;) {
+    const headers = { Authorization: "Bearer " + token };
+    if (last !== null) headers["Last-Event-ID"] = last;
+    const r = await fetch("/api/v1/tasks/" + encodeURIComponent(id) + "/stream", { headers, signal });
+    if (!r.ok) throw new Error("the event stream: HTTP " + r.status);
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "", ended = false;
+    let ev = { id: null, event: null, data: "" };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        if (line === "") {
+          if (ev.event === "end") ended = true;
+          else if (ev.data) { if (ev.id !== null) last = ev.id; onEvent(JSON.parse(ev.data)); }
+          ev = { id: null, event: null, data: "" };
+        } else if (line.startsWith("id:")) ev.id = line.slice(3).trim();
+        else if (line.startsWith("event:")) ev.event = line.slice(6).trim();
+        else if (line.startsWith("data:")) ev.data += line.slice(5).trim();
+      }
+    }
+    if (ended) return;
+  }
+}
+
+async function showTask(view, id) {
+  const ctrl = new AbortController();
+  let alive = true;
+  stopView = () => { alive = false; ctrl.abort(); };
+  const head = el("div", {});
+  const budget = el("p", { class: "budget", "aria-live": "polite" });
+  const asks = el("div", {});
+  const trace = el("ol", { class: "trace", "aria-label": "What happened" });
+  const receipt = el("div", {});
+  const change = el("div", {});
+  view.replaceChildren(el("h1", {}, "Task " + id), head, budget, asks,
+    el("h2", {}, "Story"), trace, el("h2", {}, "Receipt"), receipt, el("h2", {}, "Change set"), change);
+  const calls = {};
+  let limits = null;
+
+  const refresh = async () => {
+    try {
+      const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
+      head.replaceChildren(el("p", {}, outcomeBadge(t), " ", t.instruction || ""),
+        t.reason ? el("p", { class: "hint" }, t.reason) : null);
+      const u = t.used;
+      budget.textContent = "Used " + u.steps + (limits ? "/" + limits.max_steps : "") + " steps · " +
+        u.tokens + (limits ? "/" + limits.max_tokens : "") + " tokens · " + money(u.usd) +
+        (limits && limits.budget_usd !== null ? " of $" + limits.budget_usd : "") + " · " + u.verifications + " verification(s)";
+      const pending = (t.approvals || []).filter((a) => a.status === "pending");
+      asks.replaceChildren(...pending.map((a) => answerCard(id, a)));
+      if (t.receipt) { await showReceipt(receipt, id); }
+      await showChange(change, id, t);
+      return t;
+    } catch (e) { say(e.message); return null; }
+  };
+  const t = await refresh();
+  if (!t) return;
+  follow(id, (ev) => {
+    if (ev.kind === "task_started") limits = ev.contract.limits;
+    const line = storyLine(ev, calls);
+    if (line) trace.append(line);
+    if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished"].includes(ev.kind)) refresh();
+  }, ctrl.signal).then(() => { if (alive) refresh(); }).catch((e) => { if (alive) say(e.message); });
+}
+
+function answerCard(id, a) {
+  const message = el("input", { id: "answer-" + a.id, name: "message" });
+  const send = async (deny) => {
+    try {
+      await api("/api/v1/tasks/" + encodeURIComponent(id) + "/approve", { method: "POST", body: { deny, message: message.value || null } });
+      say(deny ? "Denied." : "Approved.");
+    } catch (e) { say(e.message); }
+  };
+  const what = a.payload.kind === "checkpoint" ? "Checkpoint: " + a.payload.detail
+    : "May it run `" + a.payload.detail + "`? (rule " + a.payload.rule + ")";
+  return el("div", { class: "card", role: "group", "aria-label": "A question for you" },
+    el("p", {}, what),
+    el("label", { for: "answer-" + a.id }, "Message to the model (optional)"), message,
+    el("div", { class: "row" },
+      el("button", { type: "button", onclick: () => send(false) }, "Approve"),
+      el("button", { type: "button", class: "secondary", onclick: () => send(true) }, "Deny")));
+}
+
+async function showReceipt(box, id) {
+  try {
+    const v = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/verify");
+    const mark = (ok) => (ok ? "✓ " : "✗ ");
+    box.replaceChildren(el("ul", { class: "layers" },
+      el("li", {}, mark(v.signature.valid) + "signature " + (v.signature.valid ? "valid (key " + String(v.signature.keyid).slice(0, 16) + "…)" : "does not verify")),
+      el("li", {}, mark(!v.statement_problems.length) + "statement " + (v.statement_problems.length ? v.statement_problems.join("; ") : "ok")),
+      el("li", {}, mark(!v.ledger.problems.length) + "ledger " + (v.ledger.problems.length ? v.ledger.problems.join("; ") : v.ledger.entries + " entries, chained")),
+      el("li", {}, mark(!v.artifacts.problems.length) + "artifacts " + (v.artifacts.problems.length ? v.artifacts.problems.join("; ") : v.artifacts.checked + " re-hashed")),
+      el("li", {}, el("strong", {}, v.intact && v.verified ? "The receipt holds and the task was verified." : v.intact ? "The receipt holds; the task was not verified." : "The receipt does not hold."))),
+      el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); download(id); } }, "Download the receipt")));
+  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, e.message)); }
+}
+
+async function download(id) {
+  try {
+    const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/receipt");
+    const blob = new Blob([JSON.stringify(r, null, 2)], { type: "application/json" });
+    const a = el("a", { href: URL.createObjectURL(blob), download: id + ".receipt.json" });
+    document.body.append(a); a.click(); a.remove();
+  } catch (e) { say(e.message); }
+}
+
+async function showChange(box, id, t) {
+  try {
+    const d = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/diff");
+    const pre = el("pre", { class: "diff", tabindex: "0", "aria-label": "The change as a diff" });
+    let hunk = false;
+    for (const line of String(d.patch).split("\n")) {
+      if (line.startsWith("diff --git")) hunk = false;
+      if (line.startsWith("@@")) hunk = true;
+      const cls = line.startsWith("@@") ? "hunk" : hunk && line.startsWith("+") ? "add" : hunk && line.startsWith("-") ? "del" : "";
+      pre.append(el("span", { class: cls }, line + "\n"));
+    }
+    const act = async (what) => {
+      try {
+        const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body: { } });
+        say(what + ": " + r.result + (r.notes.length ? " — " + r.notes.join(" ") : ""));
+        showChange(box, id, await api("/api/v1/tasks/" + encodeURIComponent(id)));
+      } catch (e) { say(e.message); }
+    };
+    const buttons = el("div", { class: "row" });
+    if (t.outcome === "verified" && t.apply !== "applied") buttons.append(el("button", { type: "button", onclick: () => act("apply") }, "Apply to the project"));
+    if (t.apply === "applied") buttons.append(el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
+    box.replaceChildren(
+      el("p", {}, d.files.length + " file(s) · " + (d.source.receipt ? "from the receipt" : "the workspace as it is now") + (t.apply === "applied" ? " · applied" : "")),
+      buttons, d.files.length ? pre : null);
+  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, e.message)); }
+}
+
+// ---- routing ----
+function route() {
+  stopView();
+  stopView = () => {};
+  const signedIn = Boolean(token);
+  $("#signin").hidden = signedIn;
+  $("#signout").hidden = !signedIn;
+  const view = $("#view");
+  view.replaceChildren();
+  if (!signedIn) { $("#token").focus(); return; }
+  const h = location.hash || "#/";
+  if (h === "#/new") showNew(view);
+  else if (h.startsWith("#/task/")) showTask(view, decodeURIComponent(h.slice(7)));
+  else showList(view);
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", () => {
+  $("#signin-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    token = $("#token").value.trim();
+    sessionStorage.setItem("loop-token", token);
+    $("#token").value = "";
+    route();
+  });
+  $("#signout").addEventListener("click", signOut);
+  route();
+});
