@@ -19,6 +19,9 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # Every doc example is checked against the JSON Schemas (scripts/check-schemas.py).
 /usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1 || need_apt+=(python3-jsonschema)
 /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 || need_apt+=(python3-yaml)
+# The console's browser test drives headless Chromium through chromedriver.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -32,6 +35,9 @@ export LOOP_REQUIRE_LOCAL_MODEL=1
 # Schemathesis, which the API test runs against `loop serve`.
 LOOP_SCHEMATHESIS_VENV=$(scripts/schemathesis.sh)
 export LOOP_SCHEMATHESIS_VENV
+# Selenium, which drives Chromium through the console.
+LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
+export LOOP_BROWSER_VENV
 
 # The crash and gate-failure tests need the fault-injection switches.
 cargo test --workspace --locked --features loop-cli/fault-injection "$@"

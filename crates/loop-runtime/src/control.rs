@@ -68,6 +68,7 @@ pub fn answer(
     id: &str,
     approve: bool,
     message: Option<&str>,
+    by: Option<&str>,
 ) -> Result<loop_store::Approval, Error> {
     use loop_store::Store;
     let project = project
@@ -86,6 +87,9 @@ pub fn answer(
     a.status = loop_store::ApprovalStatus::answered(approve);
     if let Some(m) = message {
         a.payload["answer"] = serde_json::Value::String(m.to_string());
+    }
+    if let Some(b) = by {
+        a.payload["by"] = serde_json::Value::String(b.to_string());
     }
     a.decided_ms = Some(SystemClock.now_ms());
     store.put_approval(&a).map_err(Error::from_cause)?;

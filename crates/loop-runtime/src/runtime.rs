@@ -124,7 +124,19 @@ impl Runtime {
         approve: bool,
         message: Option<&str>,
     ) -> Result<loop_store::Approval, Error> {
-        crate::control::answer(&self.project, id, approve, message)
+        crate::control::answer(&self.project, id, approve, message, None)
+    }
+
+    /// [`Runtime::answer`], saying who answered (recorded in the ledger's
+    /// `approval_decided.by`; `loop approve` otherwise).
+    pub fn answer_as(
+        &self,
+        id: &str,
+        approve: bool,
+        message: Option<&str>,
+        by: &str,
+    ) -> Result<loop_store::Approval, Error> {
+        crate::control::answer(&self.project, id, approve, message, Some(by))
     }
 
     /// The full id of the task `given` names: its full id, `last` (the

@@ -584,7 +584,11 @@ async fn approve(
     let answer: Answer = optional_body(&body)?;
     blocking(move || {
         visible(&rt, &caller, &id)?;
-        let a = rt.answer(&id, !answer.deny, answer.message.as_deref())?;
+        let by = format!(
+            "the API (owner {}, token {})",
+            caller.owner, caller.token_id
+        );
+        let a = rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by)?;
         Ok(Json(json!({
             "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),
             "detail": a.payload["detail"], "rule": a.payload["rule"], "message": answer.message,

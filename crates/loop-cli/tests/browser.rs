@@ -1,0 +1,100 @@
+//! The web console in a real browser: headless Chromium, driven through
+//! chromedriver by `crates/loop-server/tests/browser/console.py` (Selenium
+//! from `scripts/browser-venv.sh`), signs in, starts a task from the form,
+//! watches its live story, approves the command it asks to run, sees it
+//! verified with a receipt that holds, reads the diff and applies it.
+//! Screenshots of each step are kept in `target/tmp/browser/shots`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use shared::loop_in;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+const SCRIPT: &str = "turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: run_command, args: {command: \"touch approved.txt\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+#[test]
+fn a_person_runs_a_task_from_the_console_in_chromium() {
+    let Some(venv) = std::env::var_os("LOOP_BROWSER_VENV") else {
+        assert!(
+            std::env::var_os("LOOP_REQUIRE_LOCAL_MODEL").is_none(),
+            "scripts/test.sh must pass LOOP_BROWSER_VENV"
+        );
+        eprintln!("skipped: LOOP_BROWSER_VENV is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "models:\n  maker:\n    spec: scripted:script.yaml\nexec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
+    )
+    .unwrap();
+    let out = loop_in(&home)
+        .args(["tokens", "create", "--owner", "web", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let mut server = loop_in(&home)
+        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
+        .arg(&project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let shots = home.join("shots");
+    let driver = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../loop-server/tests/browser/console.py"
+    );
+    let out = std::process::Command::new(PathBuf::from(&venv).join("bin/python"))
+        .arg(driver)
+        .arg(&url)
+        .arg(&token)
+        .arg(&project)
+        .arg(&shots)
+        .output()
+        .unwrap();
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the browser test failed:\n{said}");
+    assert_eq!(said.trim().lines().last(), Some("ok"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    let taken = std::fs::read_dir(&shots).unwrap().count();
+    assert_eq!(taken, 6, "screenshots in {}", shots.display());
+}
