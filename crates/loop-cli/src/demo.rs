@@ -64,6 +64,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
             include_dirty: false,
             on_prompt: loop_runtime::OnPrompt::Deny,
             owner: None,
+            trigger: None,
         },
         &mut crate::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;

@@ -1101,6 +1101,7 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
             include_dirty,
             on_prompt,
             owner: None,
+            trigger: None,
         },
         &mut story,
     )?;

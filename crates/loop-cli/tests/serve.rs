@@ -183,3 +183,121 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         .unwrap();
     assert!(text(&out).contains("resumed"), "{}", text(&out));
 }
+
+#[test]
+fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-hook");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(
+        project.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f README.md\"]}\n",
+    )
+    .unwrap();
+    let mut server = loop_in(&home)
+        .env("LOOP_TEST_HOOK_SECRET", "s3cret")
+        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
+        .arg(&project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let body = br#"{"action":"completed","workflow_run":{"conclusion":"failure"}}"#;
+    let sign = |key: &[u8], b: &[u8]| {
+        format!(
+            "sha256={}",
+            loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(key, b))
+        )
+    };
+    let post = |name: &str, sig: &str, delivery: &str| {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent
+            .post(&format!("{url}/api/v1/hooks/{name}"))
+            .header("X-Hub-Signature-256", sig)
+            .header("X-GitHub-Delivery", delivery)
+            .header("X-GitHub-Event", "workflow_run")
+            .send(&body[..])
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().unwrap_or_default())
+    };
+    // Signed with another key, or for a body that differs: refused.
+    let (code, said) = post("ci-failed", &sign(b"wrong", body), "d-1");
+    assert_eq!(code, 401, "{said}");
+    let (code, said) = post("ci-failed", &sign(b"s3cret", b"{}"), "d-1");
+    assert_eq!(code, 401, "{said}");
+    let (code, said) = post("nope", &sign(b"s3cret", body), "d-1");
+    assert_eq!(code, 404, "{said}");
+    // Signed: a task, owned by the trigger's owner.
+    let (code, said) = post("ci-failed", &sign(b"s3cret", body), "d-1");
+    assert_eq!(code, 202, "{said}");
+    let id = serde_json::from_str::<serde_json::Value>(&said).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The same delivery again: refused, nothing started.
+    let (code, said) = post("ci-failed", &sign(b"s3cret", body), "d-1");
+    assert_eq!(code, 409, "{said}");
+    let start = Instant::now();
+    let ended = loop {
+        let s = status(&home, &project, &id);
+        if s["outcome"].is_string() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    assert_eq!(ended["outcome"], "verified", "{ended}");
+    assert_eq!(ended["owner"], "ci", "{ended}");
+    let list = loop_in(&home)
+        .args(["list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(
+        shared::json_lines(&list).len(),
+        1,
+        "one task for one delivery: {}",
+        text(&list)
+    );
+    // The delivery is in the ledger's genesis, signed into the receipt.
+    let logs = loop_in(&home)
+        .args(["logs", &id, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let genesis = &shared::json_lines(&logs)[0];
+    let t = &genesis["trigger"];
+    assert_eq!(t["name"], "ci-failed", "{genesis}");
+    assert_eq!(t["kind"], "webhook");
+    assert_eq!(t["delivery"], "d-1");
+    assert_eq!(t["event"], "workflow_run");
+    assert_eq!(
+        t["body_sha256"],
+        loop_protocol::hash::sha256_hex(body).as_str()
+    );
+}

@@ -133,6 +133,8 @@ pub struct Director<'a> {
     /// What the person who approved a call said (call id, words), for its
     /// result.
     approval_note: Option<(String, String)>,
+    /// What started the task, recorded in the genesis.
+    trigger: Option<Box<loop_protocol::TriggerRecord>>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -178,6 +180,7 @@ impl<'a> Director<'a> {
             guidance: Vec::new(),
             project_checks: Vec::new(),
             approval_note: None,
+            trigger: None,
         })
     }
 
@@ -251,6 +254,13 @@ impl<'a> Director<'a> {
     /// layer), recorded in the ledger's genesis.
     pub fn with_setup(mut self, setup: loop_protocol::SetupRecord) -> Self {
         self.setup = Some(Box::new(setup));
+        self
+    }
+
+    /// What started the task (a webhook, a schedule), recorded in the
+    /// ledger's genesis.
+    pub fn with_trigger(mut self, trigger: loop_protocol::TriggerRecord) -> Self {
+        self.trigger = Some(Box::new(trigger));
         self
     }
 
@@ -335,6 +345,7 @@ impl<'a> Director<'a> {
         let setup = self.setup.take();
         let drafting = self.drafting.take();
         let project_checks = std::mem::take(&mut self.project_checks);
+        let trigger = self.trigger.take();
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -355,6 +366,7 @@ impl<'a> Director<'a> {
                 })
                 .collect(),
             project_checks,
+            trigger,
         })?;
         let phase = match (baseline_root, self.end_at_once.take()) {
             (Err(e), _) => Phase::End(Outcome::Error, format!("cannot read the workspace: {e}")),

@@ -645,6 +645,7 @@ mod tests {
             drafting: None,
             guidance: Vec::new(),
             project_checks: Vec::new(),
+            trigger: None,
         }
     }
 

@@ -96,6 +96,10 @@ pub enum Event {
         /// of each (those that held are the contract's `guard` criteria).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         project_checks: Vec<crate::StackCheckRecord>,
+        /// What started the task, when not a person at a front end (a
+        /// verified webhook delivery, a schedule).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger: Option<Box<crate::TriggerRecord>>,
     },
     /// A state transition, with its reason.
     Transition {

@@ -54,6 +54,30 @@ pub struct Isolation {
     pub egress: Vec<EgressAttempt>,
 }
 
+/// What started a task besides a person at a front end: a webhook
+/// delivery, verified, or a schedule. Recorded in the ledger's genesis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerRecord {
+    /// The trigger's name in the Loopfile.
+    pub name: String,
+    /// `webhook` or `cron`.
+    pub kind: String,
+    /// The delivery's id (replays of it are refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+    /// The sender's event name, when it says one (`X-GitHub-Event`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// SHA-256 of the delivery's body, as signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_sha256: Option<String>,
+    /// How it was authenticated (`hmac-sha256`, `github`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_by: Option<String>,
+    /// When it arrived (RFC 3339).
+    pub at: String,
+}
+
 /// The project's setup steps as a task got them: run in its workspace
 /// before the baseline (their outputs then cached as a layer), or taken
 /// from the layer an earlier task made with the same steps and lockfiles.

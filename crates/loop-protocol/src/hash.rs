@@ -7,7 +7,35 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Lower-case hex encoding.
+/// HMAC-SHA256 of `message` under `key` (RFC 2104), as webhooks sign.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    // RFC 2104: a key longer than the block is hashed first; the key, padded
+    // to the 64-byte block, is XORed with the inner and outer pads.
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// Whether `a` and `b` are equal, taking as long whatever differs (for
+/// comparing signatures).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -73,5 +101,32 @@ mod tests {
             String::from_utf8(bytes).unwrap(),
             "{\"a\":[true,null,\"\u{20ac}\"],\"b\":1,\"c\":1e+30}"
         );
+    }
+}
+
+#[cfg(test)]
+mod hmac_tests {
+    use super::{constant_time_eq, hex, hmac_sha256};
+
+    #[test]
+    fn hmac_sha256_gives_rfc_4231s_answers() {
+        // Test cases 1, 2 and 6 (a key longer than the block).
+        assert_eq!(
+            hex(&hmac_sha256(&[0x0b; 20], b"Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+        assert_eq!(
+            hex(&hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            hex(&hmac_sha256(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            )),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"abc", b"ab"));
     }
 }

@@ -39,7 +39,7 @@ pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, DraftAttempt, DraftingRecord,
     EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, SetupRecord, SetupStep,
-    StackCheckRecord, StreamEvidence, TestTally, VerificationReport,
+    StackCheckRecord, StreamEvidence, TestTally, TriggerRecord, VerificationReport,
 };
 pub use live::{Live, LiveFeed};
 pub use model::{Model, WireExchange};

@@ -41,6 +41,7 @@ fn main() {
                 drafting: None,
                 guidance: Vec::new(),
                 project_checks: Vec::new(),
+                trigger: None,
             },
             0,
         )

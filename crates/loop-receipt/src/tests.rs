@@ -30,6 +30,7 @@ fn genesis() -> Event {
         drafting: None,
         guidance: Vec::new(),
         project_checks: Vec::new(),
+        trigger: None,
     }
 }
 

@@ -413,6 +413,10 @@ fn configured<'a>(
         Some(d) => director.with_drafting(d.clone()),
         None => director,
     };
+    let director = match &stored.trigger {
+        Some(t) => director.with_trigger(t.clone()),
+        None => director,
+    };
     let director = director
         .with_guidance(stored.guidance.clone())
         .with_project_checks(stored.project_checks.clone());

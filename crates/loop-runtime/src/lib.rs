@@ -37,6 +37,7 @@ mod ship;
 pub mod stacks;
 pub mod task;
 pub mod tokens;
+pub mod triggers;
 pub mod wiring;
 
 pub use changes::Settled;

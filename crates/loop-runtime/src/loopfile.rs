@@ -22,6 +22,7 @@ const SECTIONS: &[&str] = &[
     "setup",
     "verification",
     "defaults",
+    "triggers",
 ];
 
 /// `exec:`'s keys.
@@ -101,6 +102,8 @@ pub struct Loopfile {
     /// `defaults:`: limits and protected globs for contracts made from
     /// `--check` or an instruction alone.
     pub defaults: Defaults,
+    /// `triggers:`: webhooks that start tasks from templates.
+    pub triggers: Vec<crate::triggers::Trigger>,
 }
 
 /// The Loopfile's `defaults:`.
@@ -178,6 +181,7 @@ impl Loopfile {
                 "setup" => out.setup = read_setup(&mut r, v),
                 "verification" => out.verification = read_verification(&mut r, v),
                 "defaults" => out.defaults = read_defaults(&mut r, v),
+                "triggers" => out.triggers = crate::triggers::read_triggers(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -765,6 +769,27 @@ pub fn schema() -> serde_json::Value {
             _ => json!({"type": "string", "minLength": 1,
                 "description": "the project's command, kept as a regression guard of every task where it passes before the work"}),
         })}),
+        "triggers" => json!({"type": "array", "items": {
+        "type": "object", "additionalProperties": false, "required": ["name", "webhook", "task"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
+            "webhook": {"type": "object", "additionalProperties": false,
+                "required": ["secret_env", "owner"],
+                "properties": props(crate::triggers::WEBHOOK_KEYS, |k| match k {
+                    "style" => json!({"enum": ["github", "hmac"]}),
+                    "secret_env" => json!({"type": "string", "minLength": 1,
+                        "description": "the environment variable holding the shared secret"}),
+                    _ => json!({"type": "string", "minLength": 1,
+                        "description": "the owner of the tasks it starts"}),
+                })},
+            "task": {"type": "object", "additionalProperties": false,
+                "required": ["instruction", "checks"],
+                "properties": props(crate::triggers::TEMPLATE_KEYS, |k| match k {
+                    "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
+                    "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
+                    _ => json!({"type": "string", "minLength": 1}),
+                })}
+        }}}),
         "network" => json!({"type": "object", "additionalProperties": false,
         "properties": props(NETWORK_KEYS, |k| match k {
             "resolve" => json!({"type": "object",

@@ -41,6 +41,7 @@ pub(crate) fn submit_claimed(
     let stored = StoredRequest {
         contract: req.contract.clone(),
         owner: req.owner.clone(),
+        trigger: req.trigger.clone(),
         model: req.model.clone(),
         record: req.record.clone(),
         verify_on_change: req.verify_on_change,

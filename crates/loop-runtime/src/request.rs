@@ -48,6 +48,8 @@ pub struct TaskRequest {
     /// Who the task belongs to (an API token's owner; `None` from the
     /// command line, which belongs to whoever can read the project).
     pub owner: Option<String>,
+    /// What started it, when not a person at a front end.
+    pub trigger: Option<loop_protocol::TriggerRecord>,
 }
 
 /// How it ended.
@@ -71,6 +73,9 @@ pub struct StoredRequest {
     /// Who the task belongs to (an API token's owner), if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// What started it (a webhook, a schedule), if not a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<loop_protocol::TriggerRecord>,
     /// `--model`, if given.
     pub model: Option<String>,
     /// `--record`, if given.

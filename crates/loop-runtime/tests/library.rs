@@ -81,6 +81,7 @@ fn request(dir: &Path, project: &Path) -> TaskRequest {
         include_dirty: false,
         on_prompt: OnPrompt::Deny,
         owner: None,
+        trigger: None,
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/apply", post(apply))
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
+        .route("/api/v1/hooks/{name}", post(hook))
 }
 
 /// Run `f` on a blocking thread (the store, the files, the sandbox).
@@ -369,6 +370,7 @@ async fn create(
                 include_dirty: false,
                 on_prompt: OnPrompt::Wait,
                 owner: Some(caller.owner.clone()),
+                trigger: None,
             },
             &mut loop_runtime::Quiet,
         )?;
@@ -851,6 +853,60 @@ async fn discard(
         Ok(settled("discard", &id, r, notes))
     })
     .await
+}
+
+/// A webhook delivery for the Loopfile's trigger `name`: no bearer token
+/// (the sender signs the body with the trigger's secret instead); a
+/// delivery taken is a task started, a replay is refused.
+async fn hook(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    use loop_runtime::triggers::Refusal;
+    s.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    let rt = s.runtime.clone();
+    let lookup: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(k, v)| {
+            Some((
+                k.as_str().to_ascii_lowercase(),
+                v.to_str().ok()?.to_string(),
+            ))
+        })
+        .collect();
+    let hook_name = name.clone();
+    let taken = blocking(move || {
+        let header = |k: &str| lookup.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        Ok(rt.take_delivery(&hook_name, &header, &body)?)
+    })
+    .await?;
+    match taken {
+        Ok(id) => {
+            s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+            run_in_background(s.runtime.clone(), id.clone(), None);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"id": id, "trigger": name})),
+            ))
+        }
+        Err(Refusal::Unknown) => Err(ApiError::not_found(&format!("webhook trigger `{name}`"))),
+        Err(Refusal::Unauthenticated(why)) => {
+            s.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            Err(ApiError::unauthorized(&why))
+        }
+        Err(Refusal::Replayed(d)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "replayed",
+            format!("delivery {d} was taken before"),
+        )),
+        Err(Refusal::Misconfigured(why)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "misconfigured",
+            why,
+        )),
+    }
 }
 
 /// Prometheus text: tasks by state and outcome, what they used, the

@@ -331,7 +331,27 @@ pub(crate) const ROUTES: &[Route] = &[
         response: settled,
         ok: 200,
     },
+    Route {
+        method: "post",
+        path: "/api/v1/hooks/{name}",
+        summary: "A webhook delivery for a Loopfile trigger (signed with its secret; no bearer token): starts the trigger's task",
+        scope: None,
+        body: Some(delivery),
+        response: delivered,
+        ok: 202,
+    },
 ];
+
+fn delivery() -> Value {
+    json!({"type": "string", "description": "the webhook's payload, signed with the trigger's secret"})
+}
+
+fn delivered() -> Value {
+    obj(
+        json!({"id": {"type": "string"}, "trigger": {"type": "string"}}),
+        &["id", "trigger"],
+    )
+}
 
 fn error_schema() -> Value {
     obj(
@@ -352,6 +372,12 @@ pub(crate) fn document() -> Value {
         let mut op = Map::new();
         op.insert("summary".into(), json!(r.summary));
         op.insert("operationId".into(), json!(operation_id(r)));
+        if r.path.contains("{name}") {
+            op.insert(
+                "parameters".into(),
+                json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}]),
+            );
+        }
         if r.path.contains("{id}") {
             let mut params = vec![
                 json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
@@ -365,9 +391,14 @@ pub(crate) fn document() -> Value {
             op.insert("parameters".into(), Value::Array(params));
         }
         if let Some(body) = r.body {
+            let media = if r.path.starts_with("/api/v1/hooks/") {
+                "application/octet-stream"
+            } else {
+                "application/json"
+            };
             op.insert(
                 "requestBody".into(),
-                json!({"required": r.path == "/api/v1/tasks", "content": {"application/json": {"schema": body()}}}),
+                json!({"required": r.path == "/api/v1/tasks", "content": {media: {"schema": body()}}}),
             );
         }
         let media = match r.path {
@@ -409,6 +440,9 @@ pub(crate) fn document() -> Value {
             op.insert("x-scope".into(), json!(r.scope));
         } else {
             op.insert("security".into(), json!([]));
+            if r.path.starts_with("/api/v1/hooks/") {
+                responses.insert("401".into(), err.clone());
+            }
         }
         op.insert("responses".into(), Value::Object(responses));
         let entry = paths

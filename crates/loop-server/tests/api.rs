@@ -508,6 +508,7 @@ fn scopes_limits_and_the_command_lines_tasks() {
                 include_dirty: false,
                 on_prompt: loop_runtime::OnPrompt::Deny,
                 owner: None,
+                trigger: None,
             },
             &mut loop_runtime::Quiet,
         )

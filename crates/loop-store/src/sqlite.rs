@@ -58,6 +58,13 @@ const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL,
         revoked_ms INTEGER
      );",
+    // 3: webhook deliveries taken, so none is taken twice.
+    "CREATE TABLE deliveries (
+        trigger TEXT NOT NULL,
+        id TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        PRIMARY KEY (trigger, id)
+     );",
 ];
 
 /// A bearer token of the API, as stored (its hash, never the token).
@@ -113,6 +120,20 @@ impl SqliteStore {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| self.err(e))?;
             Ok(rows)
+        })
+    }
+
+    /// Record delivery `id` of trigger `trigger` as taken; `false` when it
+    /// was taken before (a replay).
+    pub fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "INSERT OR IGNORE INTO deliveries (trigger, id, at_ms) VALUES (?1, ?2, ?3)",
+                    params![trigger, id, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n == 1)
         })
     }
 

@@ -1,0 +1,463 @@
+//! Triggers: the Loopfile's `triggers:` — a webhook whose deliveries,
+//! verified by their HMAC-SHA256 signature and never accepted twice, each
+//! start a task from the trigger's template, owned by the trigger's owner
+//! and recorded in its ledger's genesis.
+//!
+//! ```yaml
+//! triggers:
+//!   - name: ci-failed
+//!     webhook: { secret_env: LOOP_WEBHOOK_SECRET, style: github, owner: ci }
+//!     task: { instruction: "Make the failing tests pass", checks: ["pytest -q"] }
+//! ```
+//!
+//! `style: github` checks `X-Hub-Signature-256: sha256=HEX` over the body
+//! and takes the delivery id from `X-GitHub-Delivery`. `style: hmac` checks
+//! `X-Loop-Signature: sha256=HEX` over `TIMESTAMP.BODY`, with
+//! `X-Loop-Timestamp` (Unix seconds) within five minutes of now and the
+//! delivery id from `X-Loop-Delivery`.
+
+use crate::{Error, Runtime};
+use loop_protocol::yaml::{Node, Reader};
+
+/// A trigger's keys.
+pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "task"];
+/// A webhook's keys.
+pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
+/// A task template's keys.
+pub(crate) const TEMPLATE_KEYS: &[&str] = &[
+    "instruction",
+    "checks",
+    "artifacts",
+    "model",
+    "max_steps",
+    "timeout_secs",
+];
+/// How long a signed timestamp stays good, each way.
+const WINDOW_SECS: u64 = 300;
+
+/// One trigger of the Loopfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    /// Its name (in the webhook's path).
+    pub name: String,
+    /// Its webhook, when it has one.
+    pub webhook: Option<Webhook>,
+    /// The task each firing starts.
+    pub task: TaskTemplate,
+}
+
+/// How a webhook's deliveries are authenticated and whose tasks they start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    /// The environment variable that holds the shared secret (never the
+    /// secret itself in the Loopfile).
+    pub secret_env: String,
+    /// `github` or `hmac`.
+    pub style: HookStyle,
+    /// The owner of the tasks it starts.
+    pub owner: String,
+}
+
+/// How a delivery is signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStyle {
+    /// GitHub's `X-Hub-Signature-256` over the body, `X-GitHub-Delivery`.
+    Github,
+    /// `X-Loop-Signature` over `TIMESTAMP.BODY`, `X-Loop-Timestamp`,
+    /// `X-Loop-Delivery`.
+    Hmac,
+}
+
+/// The task a trigger starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskTemplate {
+    /// Its instruction.
+    pub instruction: String,
+    /// Its acceptance checks (shell commands that must exit 0).
+    pub checks: Vec<String>,
+    /// Files that must exist at the end.
+    pub artifacts: Vec<String>,
+    /// The model (default: the Loopfile's maker).
+    pub model: Option<String>,
+    /// Model turns allowed.
+    pub max_steps: Option<u32>,
+    /// Wall-clock seconds allowed.
+    pub timeout_secs: Option<u64>,
+}
+
+/// `triggers:`: a list of triggers, each named once.
+pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
+    let mut out: Vec<Trigger> = Vec::new();
+    for item in r.seq(node, "`triggers`").unwrap_or_default() {
+        let Some(fields) = r.mapping(item, "a trigger", TRIGGER_KEYS) else {
+            continue;
+        };
+        let mut name = None;
+        let mut webhook = None;
+        let mut task = None;
+        for (k, v) in fields {
+            match k.name.as_str() {
+                "name" => name = r.string(v, "a trigger's `name`").map(|n| (n, v.pos)),
+                "webhook" => webhook = read_webhook(r, v),
+                _ => task = read_template(r, v),
+            }
+        }
+        let Some((name, pos)) = name else {
+            r.err(Some(item.pos), "a trigger needs a `name`".into(), None);
+            continue;
+        };
+        let plain = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !plain {
+            r.err(
+                Some(pos),
+                format!("trigger name `{name}`: lower-case letters, digits and `-` only"),
+                None,
+            );
+            continue;
+        }
+        if out.iter().any(|t| t.name == name) {
+            r.err(Some(pos), format!("trigger `{name}` is named twice"), None);
+            continue;
+        }
+        let Some(task) = task else {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}` needs a `task`"),
+                None,
+            );
+            continue;
+        };
+        if webhook.is_none() {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}` needs a `webhook` (schedules come later)"),
+                None,
+            );
+            continue;
+        }
+        out.push(Trigger {
+            name,
+            webhook,
+            task,
+        });
+    }
+    out
+}
+
+fn read_webhook(r: &mut Reader, node: &Node) -> Option<Webhook> {
+    let fields = r.mapping(node, "`webhook`", WEBHOOK_KEYS)?;
+    let mut secret_env = None;
+    let mut style = HookStyle::Hmac;
+    let mut owner = None;
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "secret_env" => secret_env = r.string(v, "`secret_env`"),
+            "style" => match r.string(v, "`style`").as_deref() {
+                Some("github") => style = HookStyle::Github,
+                Some("hmac") => style = HookStyle::Hmac,
+                Some(other) => r.err(
+                    Some(v.pos),
+                    format!("webhook style `{other}`: `github` or `hmac`"),
+                    None,
+                ),
+                None => {}
+            },
+            _ => owner = r.string(v, "`owner`"),
+        }
+    }
+    match (secret_env, owner) {
+        (Some(secret_env), Some(owner)) if !secret_env.is_empty() && !owner.trim().is_empty() => {
+            Some(Webhook {
+                secret_env,
+                style,
+                owner,
+            })
+        }
+        _ => {
+            r.err(
+                Some(node.pos),
+                "a webhook needs `secret_env` (the variable holding its secret) and `owner`".into(),
+                None,
+            );
+            None
+        }
+    }
+}
+
+fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
+    let fields = r.mapping(node, "a trigger's `task`", TEMPLATE_KEYS)?;
+    let mut t = TaskTemplate::default();
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "instruction" => t.instruction = r.string(v, "`instruction`").unwrap_or_default(),
+            "checks" => t.checks = r.strings(v, "`checks`").unwrap_or_default(),
+            "artifacts" => t.artifacts = r.strings(v, "`artifacts`").unwrap_or_default(),
+            "model" => t.model = r.string(v, "`model`"),
+            "max_steps" => {
+                t.max_steps = r
+                    .unsigned(v, "`max_steps`", 1)
+                    .and_then(|n| u32::try_from(n).ok())
+            }
+            _ => t.timeout_secs = r.unsigned(v, "`timeout_secs`", 1),
+        }
+    }
+    if t.instruction.trim().is_empty() || t.checks.is_empty() {
+        r.err(
+            Some(node.pos),
+            "a trigger's task needs an `instruction` and `checks`".into(),
+            None,
+        );
+        return None;
+    }
+    Some(t)
+}
+
+/// Why a delivery was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No such trigger (or it has no webhook).
+    Unknown,
+    /// The signature, timestamp or delivery id does not hold.
+    Unauthenticated(String),
+    /// This delivery was taken before.
+    Replayed(String),
+    /// The trigger cannot work here (its secret is not set).
+    Misconfigured(String),
+}
+
+/// Check `body` against its headers as `hook` signs; the delivery id and
+/// the sender's event name.
+pub fn authenticate(
+    hook: &Webhook,
+    secret: &[u8],
+    header: &dyn Fn(&str) -> Option<String>,
+    body: &[u8],
+    now_secs: u64,
+) -> Result<(String, Option<String>), Refusal> {
+    let bad = |why: &str| Refusal::Unauthenticated(why.to_string());
+    let sig_header = match hook.style {
+        HookStyle::Github => "x-hub-signature-256",
+        HookStyle::Hmac => "x-loop-signature",
+    };
+    let given = header(sig_header)
+        .and_then(|s| s.strip_prefix("sha256=").map(str::to_string))
+        .ok_or_else(|| bad(&format!("no `{sig_header}: sha256=…` header")))?;
+    let (signed, delivery) = match hook.style {
+        HookStyle::Github => (
+            body.to_vec(),
+            header("x-github-delivery").ok_or_else(|| bad("no X-GitHub-Delivery header"))?,
+        ),
+        HookStyle::Hmac => {
+            let ts = header("x-loop-timestamp")
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .ok_or_else(|| bad("no X-Loop-Timestamp (Unix seconds) header"))?;
+            if ts.abs_diff(now_secs) > WINDOW_SECS {
+                return Err(bad("the timestamp is more than five minutes from now"));
+            }
+            let mut m = ts.to_string().into_bytes();
+            m.push(b'.');
+            m.extend_from_slice(body);
+            (
+                m,
+                header("x-loop-delivery").ok_or_else(|| bad("no X-Loop-Delivery header"))?,
+            )
+        }
+    };
+    let want = loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(secret, &signed));
+    if !loop_protocol::hash::constant_time_eq(want.as_bytes(), given.trim().as_bytes()) {
+        return Err(bad("the signature does not match the body"));
+    }
+    let delivery = delivery.trim().to_string();
+    if delivery.is_empty() || delivery.len() > 128 || delivery.chars().any(char::is_control) {
+        return Err(bad("the delivery id is empty, too long or not plain text"));
+    }
+    let event = header("x-github-event").filter(|e| e.len() <= 64);
+    Ok((delivery, event))
+}
+
+impl Runtime {
+    /// Take a webhook delivery for trigger `name`: authenticate it, refuse
+    /// a replay, and submit the trigger's task (owned by the webhook's
+    /// owner, the delivery recorded in its genesis). The task's id; the
+    /// caller runs it.
+    pub fn take_delivery(
+        &self,
+        name: &str,
+        header: &dyn Fn(&str) -> Option<String>,
+        body: &[u8],
+    ) -> Result<Result<String, Refusal>, Error> {
+        let loopfile = crate::loopfile::Loopfile::load(self.project())?;
+        let Some(t) = loopfile.triggers.iter().find(|t| t.name == name) else {
+            return Ok(Err(Refusal::Unknown));
+        };
+        let Some(hook) = &t.webhook else {
+            return Ok(Err(Refusal::Unknown));
+        };
+        let Some(secret) = std::env::var_os(&hook.secret_env).filter(|s| !s.is_empty()) else {
+            return Ok(Err(Refusal::Misconfigured(format!(
+                "trigger `{name}`: its secret variable {} is not set where the server runs",
+                hook.secret_env
+            ))));
+        };
+        let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        let (delivery, event) =
+            match authenticate(hook, secret.as_encoded_bytes(), header, body, now_ms / 1000) {
+                Ok(d) => d,
+                Err(r) => return Ok(Err(r)),
+            };
+        if !self
+            .sqlite()?
+            .take_delivery(name, &delivery, now_ms)
+            .map_err(Error::from_cause)?
+        {
+            return Ok(Err(Refusal::Replayed(delivery)));
+        }
+        let mut contract = loop_protocol::Contract::from_flags(
+            &t.task.instruction,
+            &t.task.checks,
+            &t.task.artifacts,
+        )
+        .map_err(|e| Error::usage(format!("trigger `{name}`: {e}")))?;
+        loopfile.defaults.apply(&mut contract);
+        if let Some(n) = t.task.max_steps {
+            contract.limits.max_steps = n;
+        }
+        if let Some(n) = t.task.timeout_secs {
+            contract.limits.timeout_secs = n;
+        }
+        let record = loop_protocol::TriggerRecord {
+            name: name.to_string(),
+            kind: "webhook".into(),
+            delivery: Some(delivery),
+            event,
+            body_sha256: Some(loop_protocol::hash::sha256_hex(body)),
+            verified_by: Some(
+                match hook.style {
+                    HookStyle::Github => "github (X-Hub-Signature-256)",
+                    HookStyle::Hmac => "hmac-sha256 (X-Loop-Signature)",
+                }
+                .into(),
+            ),
+            at: loop_protocol::time::rfc3339_millis(now_ms),
+        };
+        let id = self.submit(
+            crate::TaskRequest {
+                contract,
+                source: crate::ContractSource::Given,
+                guidance: Vec::new(),
+                model: t.task.model.clone(),
+                record: None,
+                project: self.project().to_path_buf(),
+                verify_on_change: false,
+                isolation: loop_sandbox::IsolationLevel::Required,
+                include_dirty: false,
+                on_prompt: crate::OnPrompt::Wait,
+                owner: Some(hook.owner.clone()),
+                trigger: Some(record),
+            },
+            &mut crate::Quiet,
+        )?;
+        Ok(Ok(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(style: HookStyle) -> Webhook {
+        Webhook {
+            secret_env: "S".into(),
+            style,
+            owner: "ci".into(),
+        }
+    }
+
+    fn headers(pairs: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn a_delivery_is_taken_only_with_its_signature_in_its_window() {
+        let body = br#"{"action":"completed"}"#;
+        let sig = |m: &[u8]| {
+            format!(
+                "sha256={}",
+                loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(b"k", m))
+            )
+        };
+        // GitHub's style: the body signed, the delivery id given.
+        let gh = headers(vec![
+            ("x-hub-signature-256", sig(body)),
+            ("x-github-delivery", "d-1".into()),
+            ("x-github-event", "workflow_run".into()),
+        ]);
+        assert_eq!(
+            authenticate(&hook(HookStyle::Github), b"k", &gh, body, 0),
+            Ok(("d-1".into(), Some("workflow_run".into())))
+        );
+        // A changed body, another key, no signature: refused.
+        assert!(authenticate(&hook(HookStyle::Github), b"k", &gh, b"{}", 0).is_err());
+        assert!(authenticate(&hook(HookStyle::Github), b"other", &gh, body, 0).is_err());
+        let none = headers(vec![("x-github-delivery", "d-1".into())]);
+        assert!(authenticate(&hook(HookStyle::Github), b"k", &none, body, 0).is_err());
+        // The plain style signs the timestamp too, and keeps to its window.
+        let now = 1_800_000_000;
+        let signed = |ts: u64| {
+            let mut m = format!("{ts}.").into_bytes();
+            m.extend_from_slice(body);
+            headers(vec![
+                ("x-loop-signature", sig(&m)),
+                ("x-loop-timestamp", ts.to_string()),
+                ("x-loop-delivery", "d-2".into()),
+            ])
+        };
+        assert!(authenticate(&hook(HookStyle::Hmac), b"k", &signed(now - 10), body, now).is_ok());
+        let stale = authenticate(&hook(HookStyle::Hmac), b"k", &signed(now - 301), body, now);
+        assert!(matches!(stale, Err(Refusal::Unauthenticated(w)) if w.contains("five minutes")));
+        // A timestamp changed after signing breaks the signature.
+        let moved = {
+            let mut m = format!("{}.", now - 10).into_bytes();
+            m.extend_from_slice(body);
+            headers(vec![
+                ("x-loop-signature", sig(&m)),
+                ("x-loop-timestamp", now.to_string()),
+                ("x-loop-delivery", "d-2".into()),
+            ])
+        };
+        assert!(authenticate(&hook(HookStyle::Hmac), b"k", &moved, body, now).is_err());
+    }
+}
+
+#[cfg(test)]
+mod loopfile_tests {
+    #[test]
+    fn bad_triggers_are_named_with_their_place() {
+        let text = "triggers:\n  - name: Bad_Name\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: ok\n    webhook: {secret_env: S, owner: ci, style: carrier-pigeon}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: nochecks\n    webhook: {owner: ci}\n    task: {instruction: x}\n";
+        let e = crate::loopfile::Loopfile::parse(text, "Loopfile.yaml")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("Loopfile.yaml:2:11: trigger name `Bad_Name`"),
+            "{e}"
+        );
+        assert!(e.contains("webhook style `carrier-pigeon`"), "{e}");
+        assert!(e.contains("trigger `twice` is named twice"), "{e}");
+        assert!(e.contains("a webhook needs `secret_env`"), "{e}");
+        assert!(e.contains("needs an `instruction` and `checks`"), "{e}");
+        let ok = crate::loopfile::Loopfile::parse(
+            "triggers:\n  - name: ci\n    webhook: {secret_env: S, owner: ci, style: github}\n    task: {instruction: x, checks: [\"true\"], max_steps: 3}\n",
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.triggers[0].task.max_steps, Some(3));
+        assert_eq!(
+            ok.triggers[0].webhook.as_ref().unwrap().style,
+            super::HookStyle::Github
+        );
+    }
+}
