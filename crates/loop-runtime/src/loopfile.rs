@@ -770,8 +770,10 @@ pub fn schema() -> serde_json::Value {
                 "description": "the project's command, kept as a regression guard of every task where it passes before the work"}),
         })}),
         "triggers" => json!({"type": "array", "items": {
-        "type": "object", "additionalProperties": false, "required": ["name", "webhook", "task"],
+        "type": "object", "additionalProperties": false, "required": ["name", "task"],
+        "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}],
         "properties": {
+            "cron": {"type": "string", "minLength": 9, "description": "minute hour day-of-month month day-of-week, in UTC"},
             "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
             "webhook": {"type": "object", "additionalProperties": false,
                 "required": ["secret_env", "owner"],
@@ -787,6 +789,7 @@ pub fn schema() -> serde_json::Value {
                 "properties": props(crate::triggers::TEMPLATE_KEYS, |k| match k {
                     "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
                     "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
+                        "owner" => json!({"type": "string", "minLength": 1, "description": "who a scheduled task belongs to"}),
                     _ => json!({"type": "string", "minLength": 1}),
                 })}
         }}}),

@@ -20,11 +20,12 @@ use crate::{Error, Runtime};
 use loop_protocol::yaml::{Node, Reader};
 
 /// A trigger's keys.
-pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "task"];
+pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "task"];
 /// A webhook's keys.
 pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
 /// A task template's keys.
 pub(crate) const TEMPLATE_KEYS: &[&str] = &[
+    "owner",
     "instruction",
     "checks",
     "artifacts",
@@ -42,6 +43,8 @@ pub struct Trigger {
     pub name: String,
     /// Its webhook, when it has one.
     pub webhook: Option<Webhook>,
+    /// Its schedule, when it has one (its tasks belong to `owner`).
+    pub cron: Option<Schedule>,
     /// The task each firing starts.
     pub task: TaskTemplate,
 }
@@ -83,6 +86,8 @@ pub struct TaskTemplate {
     pub max_steps: Option<u32>,
     /// Wall-clock seconds allowed.
     pub timeout_secs: Option<u64>,
+    /// Who a scheduled task belongs to (a webhook's own `owner` wins).
+    pub owner: Option<String>,
 }
 
 /// `triggers:`: a list of triggers, each named once.
@@ -94,11 +99,20 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
         };
         let mut name = None;
         let mut webhook = None;
+        let mut cron = None;
         let mut task = None;
         for (k, v) in fields {
             match k.name.as_str() {
                 "name" => name = r.string(v, "a trigger's `name`").map(|n| (n, v.pos)),
                 "webhook" => webhook = read_webhook(r, v),
+                "cron" => {
+                    if let Some(text) = r.string(v, "`cron`") {
+                        match Schedule::parse(&text) {
+                            Ok(s) => cron = Some(s),
+                            Err(why) => r.err(Some(v.pos), format!("cron `{text}`: {why}"), None),
+                        }
+                    }
+                }
                 _ => task = read_template(r, v),
             }
         }
@@ -131,10 +145,18 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             );
             continue;
         };
-        if webhook.is_none() {
+        if webhook.is_none() && cron.is_none() {
             r.err(
                 Some(item.pos),
-                format!("trigger `{name}` needs a `webhook` (schedules come later)"),
+                format!("trigger `{name}` needs a `webhook` or a `cron` schedule"),
+                None,
+            );
+            continue;
+        }
+        if cron.is_some() && task.owner.is_none() && webhook.is_none() {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}`: a scheduled task needs an `owner` (in `task`)"),
                 None,
             );
             continue;
@@ -142,6 +164,7 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
         out.push(Trigger {
             name,
             webhook,
+            cron,
             task,
         });
     }
@@ -194,6 +217,7 @@ fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
     for (k, v) in fields {
         match k.name.as_str() {
             "instruction" => t.instruction = r.string(v, "`instruction`").unwrap_or_default(),
+            "owner" => t.owner = r.string(v, "`owner`").filter(|o| !o.trim().is_empty()),
             "checks" => t.checks = r.strings(v, "`checks`").unwrap_or_default(),
             "artifacts" => t.artifacts = r.strings(v, "`artifacts`").unwrap_or_default(),
             "model" => t.model = r.string(v, "`model`"),
@@ -316,19 +340,6 @@ impl Runtime {
         {
             return Ok(Err(Refusal::Replayed(delivery)));
         }
-        let mut contract = loop_protocol::Contract::from_flags(
-            &t.task.instruction,
-            &t.task.checks,
-            &t.task.artifacts,
-        )
-        .map_err(|e| Error::usage(format!("trigger `{name}`: {e}")))?;
-        loopfile.defaults.apply(&mut contract);
-        if let Some(n) = t.task.max_steps {
-            contract.limits.max_steps = n;
-        }
-        if let Some(n) = t.task.timeout_secs {
-            contract.limits.timeout_secs = n;
-        }
         let record = loop_protocol::TriggerRecord {
             name: name.to_string(),
             kind: "webhook".into(),
@@ -344,24 +355,102 @@ impl Runtime {
             ),
             at: loop_protocol::time::rfc3339_millis(now_ms),
         };
-        let id = self.submit(
+        Ok(Ok(self.start_from(
+            &loopfile,
+            t,
+            hook.owner.clone(),
+            record,
+        )?))
+    }
+
+    /// Fire every scheduled trigger whose schedule matches the minute of
+    /// `now_ms` (UTC), once per minute whatever the number of servers (the
+    /// minute is the delivery id). The tasks' ids; the caller runs them.
+    pub fn fire_schedules(&self, now_ms: u64) -> Result<Vec<String>, Error> {
+        let loopfile = crate::loopfile::Loopfile::load(self.project())?;
+        let minute = now_ms / 60_000;
+        let mut started = Vec::new();
+        for t in &loopfile.triggers {
+            let Some(cron) = &t.cron else { continue };
+            if !cron.matches(minute * 60) {
+                continue;
+            }
+            let stamp = loop_protocol::time::rfc3339_millis(minute * 60_000);
+            let delivery = format!("cron {stamp}");
+            if !self
+                .sqlite()?
+                .take_delivery(&t.name, &delivery, now_ms)
+                .map_err(Error::from_cause)?
+            {
+                continue;
+            }
+            let owner = t
+                .task
+                .owner
+                .clone()
+                .or_else(|| t.webhook.as_ref().map(|w| w.owner.clone()))
+                .unwrap_or_default();
+            let record = loop_protocol::TriggerRecord {
+                name: t.name.clone(),
+                kind: "cron".into(),
+                delivery: Some(delivery),
+                event: Some(cron.text.clone()),
+                body_sha256: None,
+                verified_by: None,
+                at: loop_protocol::time::rfc3339_millis(now_ms),
+            };
+            started.push(self.start_from(&loopfile, t, owner, record)?);
+        }
+        Ok(started)
+    }
+
+    /// Submit trigger `t`'s task for `owner`, recording `record`.
+    fn start_from(
+        &self,
+        loopfile: &crate::loopfile::Loopfile,
+        t: &Trigger,
+        owner: String,
+        record: loop_protocol::TriggerRecord,
+    ) -> Result<String, Error> {
+        let name = &t.name;
+        let mut contract = loop_protocol::Contract::from_flags(
+            &t.task.instruction,
+            &t.task.checks,
+            &t.task.artifacts,
+        )
+        .map_err(|e| Error::usage(format!("trigger `{name}`: {e}")))?;
+        loopfile.defaults.apply(&mut contract);
+        if let Some(n) = t.task.max_steps {
+            contract.limits.max_steps = n;
+        }
+        if let Some(n) = t.task.timeout_secs {
+            contract.limits.timeout_secs = n;
+        }
+        // A script or recording the template names is the project's (a
+        // relative path is taken from the Loopfile's directory).
+        let model = t.task.model.as_ref().map(|m| match m.split_once(':') {
+            Some((p @ ("scripted" | "replay"), path)) if !path.starts_with('/') => {
+                format!("{p}:{}", self.project().join(path).display())
+            }
+            _ => m.clone(),
+        });
+        self.submit(
             crate::TaskRequest {
                 contract,
                 source: crate::ContractSource::Given,
                 guidance: Vec::new(),
-                model: t.task.model.clone(),
+                model,
                 record: None,
                 project: self.project().to_path_buf(),
                 verify_on_change: false,
                 isolation: loop_sandbox::IsolationLevel::Required,
                 include_dirty: false,
                 on_prompt: crate::OnPrompt::Wait,
-                owner: Some(hook.owner.clone()),
+                owner: Some(owner),
                 trigger: Some(record),
             },
             &mut crate::Quiet,
-        )?;
-        Ok(Ok(id))
+        )
     }
 }
 
@@ -459,5 +548,161 @@ mod loopfile_tests {
             ok.triggers[0].webhook.as_ref().unwrap().style,
             super::HookStyle::Github
         );
+    }
+}
+
+/// A five-field cron schedule (minute, hour, day of month, month, day of
+/// week; `*`, lists, ranges and steps; Sunday is 0 or 7), read in UTC. As
+/// cron does, when both day fields are restricted a day matching either
+/// fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// As written.
+    pub text: String,
+    minutes: Vec<bool>,
+    hours: Vec<bool>,
+    days: Vec<bool>,
+    months: Vec<bool>,
+    weekdays: Vec<bool>,
+    days_any: bool,
+    weekdays_any: bool,
+}
+
+impl Schedule {
+    /// Read `text`; what is wrong with it, if anything.
+    pub fn parse(text: &str) -> Result<Schedule, String> {
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        if fields.len() != 5 {
+            return Err(format!(
+                "five fields (minute hour day-of-month month day-of-week), not {}",
+                fields.len()
+            ));
+        }
+        let field = |s: &str, lo: u32, hi: u32, what: &str| -> Result<Vec<bool>, String> {
+            let mut set = vec![false; hi as usize + 1];
+            for part in s.split(',') {
+                let (range, step) = match part.split_once('/') {
+                    Some((r, st)) => (
+                        r,
+                        st.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            format!("{what}: step `{st}` is not a positive number")
+                        })?,
+                    ),
+                    None => (part, 1),
+                };
+                let (a, b) = if range == "*" {
+                    (lo, hi)
+                } else if let Some((a, b)) = range.split_once('-') {
+                    (num(a, what)?, num(b, what)?)
+                } else {
+                    let n = num(range, what)?;
+                    (n, if part.contains('/') { hi } else { n })
+                };
+                if a < lo || b > hi || a > b {
+                    return Err(format!("{what}: `{part}` is outside {lo}-{hi}"));
+                }
+                let mut v = a;
+                while v <= b {
+                    set[v as usize] = true;
+                    v += step;
+                }
+            }
+            Ok(set)
+        };
+        fn num(s: &str, what: &str) -> Result<u32, String> {
+            s.parse()
+                .map_err(|_| format!("{what}: `{s}` is not a number"))
+        }
+        let mut weekdays = field(fields[4], 0, 7, "day of week")?;
+        if weekdays[7] {
+            weekdays[0] = true;
+        }
+        weekdays.truncate(7);
+        Ok(Schedule {
+            text: text.to_string(),
+            minutes: field(fields[0], 0, 59, "minute")?,
+            hours: field(fields[1], 0, 23, "hour")?,
+            days: field(fields[2], 1, 31, "day of month")?,
+            months: field(fields[3], 1, 12, "month")?,
+            weekdays,
+            days_any: fields[2] == "*",
+            weekdays_any: fields[4] == "*",
+        })
+    }
+
+    /// Whether the minute that starts at Unix second `secs` (UTC) fires.
+    pub fn matches(&self, secs: u64) -> bool {
+        let days_since = secs / 86_400;
+        let rem = secs % 86_400;
+        let (hour, minute) = ((rem / 3600) as usize, ((rem % 3600) / 60) as usize);
+        let (_, month, day) = civil_from_days(days_since as i64);
+        // 1970-01-01 was a Thursday (4).
+        let weekday = ((days_since + 4) % 7) as usize;
+        let day_ok = match (self.days_any, self.weekdays_any) {
+            (true, true) => true,
+            (false, true) => self.days[day as usize],
+            (true, false) => self.weekdays[weekday],
+            (false, false) => self.days[day as usize] || self.weekdays[weekday],
+        };
+        self.minutes[minute] && self.hours[hour] && self.months[month as usize] && day_ok
+    }
+}
+
+/// (year, month 1-12, day 1-31) of the day `z` days after 1970-01-01 (the
+/// proleptic Gregorian calendar, by eras of 400 years).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::{Schedule, civil_from_days};
+
+    /// Unix seconds of a UTC date and time.
+    fn at(days: i64, h: u64, m: u64) -> u64 {
+        days as u64 * 86_400 + h * 3600 + m * 60
+    }
+
+    #[test]
+    fn dates_and_schedules_read_as_cron_reads_them() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        // 2026-12-01 is day 20_788, a Tuesday.
+        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
+        let nightly = Schedule::parse("0 3 * * *").unwrap();
+        assert!(nightly.matches(at(20_788, 3, 0)));
+        assert!(!nightly.matches(at(20_788, 3, 1)) && !nightly.matches(at(20_788, 4, 0)));
+        let weekdays = Schedule::parse("*/15 9-17 * * 1-5").unwrap();
+        assert!(weekdays.matches(at(20_788, 9, 45)));
+        assert!(!weekdays.matches(at(20_788, 9, 50)));
+        // 2026-12-06 is a Sunday (0, or 7).
+        assert!(!weekdays.matches(at(20_793, 10, 0)));
+        assert!(
+            Schedule::parse("0 0 * * 7")
+                .unwrap()
+                .matches(at(20_793, 0, 0))
+        );
+        // Both day fields restricted: either fires.
+        let either = Schedule::parse("0 0 1 * 0").unwrap();
+        assert!(either.matches(at(20_788, 0, 0)) && either.matches(at(20_793, 0, 0)));
+        assert!(!either.matches(at(20_789, 0, 0)));
+        for bad in [
+            "* * * *",
+            "60 * * * *",
+            "*/0 * * * *",
+            "a * * * *",
+            "5-1 * * * *",
+        ] {
+            assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -111,6 +111,26 @@ pub(crate) fn run_in_background(rt: Runtime, id: String, extension: Option<loop_
     }
 }
 
+/// Fire the Loopfile's scheduled triggers, checked every 15 s (each
+/// minute fires once, whatever the number of servers: the store keeps it).
+pub(crate) async fn schedules(state: AppState) {
+    loop {
+        let rt = state.runtime.clone();
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        match tokio::task::spawn_blocking(move || rt.fire_schedules(now)).await {
+            Ok(Ok(ids)) => {
+                for id in ids {
+                    state.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+                    run_in_background(state.runtime.clone(), id, None);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("scheduled triggers: {}", e.message),
+            Err(e) => tracing::warn!("scheduled triggers: {e}"),
+        }
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
+}
+
 /// Take up the API's tasks an earlier server left interrupted.
 pub(crate) fn resume_interrupted(state: &AppState) {
     let Ok(tasks) = state.runtime.tasks() else {

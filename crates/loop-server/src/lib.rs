@@ -233,6 +233,7 @@ pub async fn serve_on(
     state: AppState,
 ) -> Result<(), loop_runtime::Error> {
     api::resume_interrupted(&state);
+    tokio::spawn(api::schedules(state.clone()));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         let mut rx = rx;

@@ -589,3 +589,43 @@ fn the_console_is_served_locked_down_and_puts_data_on_the_page_as_text() {
         }
     }
 }
+
+#[test]
+fn a_schedule_fires_once_a_minute_and_its_task_says_so() {
+    let s = start("cron", 10_000);
+    std::fs::write(
+        s.project.join("Loopfile.yaml"),
+        "triggers:\n  - name: nightly\n    cron: \"0 3 * * *\"\n    task: {owner: ops, instruction: write hello, checks: [\"grep -q hello hello.txt\"], model: \"scripted:script.yaml\"}\n",
+    )
+    .unwrap();
+    // 2020-01-01T03:00:30Z, a minute the server's own clock never sees.
+    let at = 1_577_847_630_000;
+    let ids = s.runtime.fire_schedules(at).unwrap();
+    assert_eq!(ids.len(), 1);
+    // The same minute again (another server, a retry): nothing.
+    assert!(s.runtime.fire_schedules(at + 20_000).unwrap().is_empty());
+    // Another minute the schedule does not name: nothing.
+    assert!(s.runtime.fire_schedules(at + 60_000).unwrap().is_empty());
+    // Run it here; the owner's token sees it, verified, with its trigger.
+    let id = ids[0].clone();
+    let report = s
+        .runtime
+        .run(&id, loop_runtime::OnPrompt::Deny, &mut loop_runtime::Quiet)
+        .unwrap();
+    assert_eq!(report.outcome.kind, loop_protocol::OutcomeKind::Verified);
+    let ops = token(&s, "ops", Scope::Read);
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events"),
+        Some(&ops),
+        None,
+    );
+    let genesis = &json_of(&body)["events"][0]["event"];
+    assert_eq!(genesis["trigger"]["kind"], "cron", "{genesis}");
+    assert_eq!(
+        genesis["trigger"]["delivery"],
+        "cron 2020-01-01T03:00:00.000Z"
+    );
+    assert_eq!(genesis["trigger"]["event"], "0 3 * * *");
+}
