@@ -2,7 +2,9 @@
 //! chromedriver by `crates/loop-server/tests/browser/console.py` (Selenium
 //! from `scripts/browser-venv.sh`), signs in, starts a task from the form,
 //! watches its live story, approves the command it asks to run, sees it
-//! verified with a receipt that holds, reads the diff and applies it.
+//! verified with a receipt that holds, reads the diff and applies it; then
+//! gives an instruction alone, accepts the contract the model drafted, and
+//! sees that task verified too.
 //! Screenshots of each step are kept in `target/tmp/browser/shots`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,6 +25,23 @@ const SCRIPT: &str = "turns:
       - {tool: finish, args: {summary: done}}
 ";
 
+/// For an instruction alone: the contract the model drafts, then its work.
+const DRAFTING: &str = "draft:
+  - calls:
+      - tool: propose_contract
+        args:
+          criteria:
+            - id: hello
+              text: hello2.txt says hello
+              checks:
+                - run: grep -q hello hello2.txt
+turns:
+  - calls:
+      - {tool: write_file, args: {path: hello2.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
 #[test]
 fn a_person_runs_a_task_from_the_console_in_chromium() {
     let Some(venv) = std::env::var_os("LOOP_BROWSER_VENV") else {
@@ -39,6 +58,7 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
     std::fs::write(
         project.join("Loopfile.yaml"),
         "models:\n  maker:\n    spec: scripted:script.yaml\nexec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
@@ -96,5 +116,5 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "hello\n"
     );
     let taken = std::fs::read_dir(&shots).unwrap().count();
-    assert_eq!(taken, 6, "screenshots in {}", shots.display());
+    assert_eq!(taken, 7, "screenshots in {}", shots.display());
 }

@@ -472,10 +472,11 @@ pub(crate) fn draft(
         let shown = serde_json::to_string_pretty(&contract.to_authoring()).unwrap_or_default();
         match observer.review_contract(&shown) {
             ContractReview::Accept => {
+                let who = observer.reviewer();
                 record.confirmed_by = if edited {
-                    "terminal, after editing".into()
+                    format!("{who}, after editing")
                 } else {
-                    "terminal".into()
+                    who
                 };
                 return Ok((contract, record, project_checks));
             }

@@ -69,6 +69,12 @@ pub trait Observer: loop_core::Observer {
         crate::draft::ContractReview::Unanswered
     }
 
+    /// Who answers `review_contract`, for the drafting record
+    /// (`confirmed_by`).
+    fn reviewer(&self) -> String {
+        "terminal".into()
+    }
+
     /// Where a running task asks its person inline (approvals and
     /// checkpoints, with `OnPrompt::Ask`); `None` when nobody here can be
     /// asked (the request then waits for `loop approve`).

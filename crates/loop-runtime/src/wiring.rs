@@ -69,6 +69,12 @@ impl crate::Observer for Scrubbed<'_> {
     fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
         self.0.prompter()
     }
+    fn review_contract(&mut self, contract: &str) -> crate::draft::ContractReview {
+        self.0.review_contract(contract)
+    }
+    fn reviewer(&self) -> String {
+        self.0.reviewer()
+    }
     fn live_feed(&mut self) -> Option<loop_protocol::LiveFeed> {
         let inner = self.0.live_feed()?;
         Some(loop_protocol::LiveFeed::new(move |m| {

@@ -97,7 +97,7 @@ function showNew(view) {
     el("textarea", { id: "instruction", name: "instruction", rows: "3", required: "" }),
     el("label", { for: "checks" }, "Acceptance checks"),
     el("textarea", { id: "checks", name: "checks", rows: "3", "aria-describedby": "checks-hint" }),
-    el("p", { id: "checks-hint", class: "hint" }, "One shell command per line; each must exit 0 on a fresh snapshot of the result."),
+    el("p", { id: "checks-hint", class: "hint" }, "One shell command per line; each must exit 0 on a fresh snapshot of the result. Leave empty to have the model draft the contract: you confirm or edit it before anything runs."),
     el("label", { for: "model" }, "Model (optional)"),
     el("input", { id: "model", name: "model", placeholder: "the Loopfile's maker" }),
     el("label", { for: "max_steps" }, "Most model turns (optional)"),
@@ -113,11 +113,54 @@ function showNew(view) {
     if (form.max_steps.value) body.max_steps = Number(form.max_steps.value);
     try {
       const made = await api("/api/v1/tasks", { method: "POST", body });
-      location.hash = "#/task/" + encodeURIComponent(made.id);
+      location.hash = made.draft
+        ? "#/draft/" + encodeURIComponent(made.draft)
+        : "#/task/" + encodeURIComponent(made.id);
     } catch (e) { say(e.message); }
   });
   view.replaceChildren(el("h1", {}, "New task"), form);
   form.instruction.focus();
+}
+
+// ---- a drafted contract, waiting for its answer ----
+function showDraft(view, id) {
+  let alive = true;
+  stopView = () => { alive = false; };
+  const box = el("div", {});
+  view.replaceChildren(el("h1", {}, "Drafted contract"), box);
+  let shown = null;
+  const send = async (body) => {
+    try {
+      await api("/api/v1/drafts/" + encodeURIComponent(id) + "/confirm", { method: "POST", body });
+      shown = null;
+      say("Sent.");
+    } catch (e) { say(e.message); }
+  };
+  const draw = async () => {
+    try {
+      const d = await api("/api/v1/drafts/" + encodeURIComponent(id));
+      const notes = el("ul", { class: "hint" }, ...d.notes.map((n) => el("li", {}, n)));
+      if (d.state === "started") { location.hash = "#/task/" + encodeURIComponent(d.task_id); return; }
+      if (d.state === "ended") { box.replaceChildren(el("p", {}, "No task started: " + d.reason), notes); return; }
+      if (d.state === "drafting") {
+        box.replaceChildren(el("p", {}, "The model is drafting the contract; the critic judges each draft."), notes);
+        shown = null;
+      } else if (d.state === "proposed" && shown !== d.contract) {
+        shown = d.contract;
+        const text = el("textarea", { id: "contract", rows: "18", spellcheck: "false" });
+        text.value = d.contract;
+        box.replaceChildren(
+          el("p", {}, "The critic accepted this contract. Lock it and start, send it back edited (it is judged again), or reject it."),
+          el("label", { for: "contract" }, "Contract"), text,
+          el("div", { class: "row" },
+            el("button", { type: "button", onclick: () => send(text.value === d.contract ? {} : { contract: text.value }) }, "Accept and start"),
+            el("button", { type: "button", class: "secondary", onclick: () => send({ reject: true }) }, "Reject")),
+          notes);
+      }
+    } catch (e) { say(e.message); }
+    if (alive) setTimeout(draw, 1000);
+  };
+  draw();
 }
 
 // ---- one task ----
@@ -348,6 +391,7 @@ function route() {
   const h = location.hash || "#/";
   if (h === "#/new") showNew(view);
   else if (h.startsWith("#/task/")) showTask(view, decodeURIComponent(h.slice(7)));
+  else if (h.startsWith("#/draft/")) showDraft(view, decodeURIComponent(h.slice(8)));
   else showList(view);
 }
 

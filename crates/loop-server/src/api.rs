@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use loop_runtime::draft::ContractReview;
 use loop_runtime::tokens::{Caller, Scope};
 use loop_runtime::{OnPrompt, Runtime};
 use serde::Deserialize;
@@ -48,6 +49,8 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
         .route("/api/v1/hooks/{name}", post(hook))
+        .route("/api/v1/drafts/{id}", get(draft_view))
+        .route("/api/v1/drafts/{id}/confirm", post(draft_confirm))
 }
 
 /// Run `f` on a blocking thread (the store, the files, the sandbox).
@@ -250,7 +253,7 @@ async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<V
 }
 
 /// A new task: an instruction with its checks (or a contract in YAML).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewTask {
     instruction: String,
@@ -317,6 +320,8 @@ async fn create(
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
+    let draft_body = body.clone();
+    let draft_caller = caller.clone();
     let rt = s.runtime.clone();
     let id = blocking(move || {
         let mut contract = match &body.contract {
@@ -329,9 +334,7 @@ async fn create(
                 c
             }
             None if body.checks.is_empty() => {
-                return Err(ApiError::bad_request(
-                    "give `checks` (shell commands that must exit 0) or a `contract`; a drafted contract is confirmed in the console",
-                ));
+                return Ok(None);
             }
             None => {
                 let mut c = loop_protocol::Contract::from_flags(
@@ -360,7 +363,9 @@ async fn create(
         }
         if let Some(x) = body.budget_usd {
             if !x.is_finite() || x < 0.0 {
-                return Err(ApiError::bad_request("budget_usd must be a non-negative number"));
+                return Err(ApiError::bad_request(
+                    "budget_usd must be a non-negative number",
+                ));
             }
             l.budget_usd = Some(x);
         }
@@ -394,15 +399,172 @@ async fn create(
             },
             &mut loop_runtime::Quiet,
         )?;
-        Ok(id)
+        Ok(Some(id))
     })
     .await?;
+    let Some(id) = id else {
+        return start_draft(&s, &draft_caller, draft_body).await;
+    };
     s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
     run_in_background(s.runtime.clone(), id.clone(), None);
     Ok((
         StatusCode::CREATED,
         Json(json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})),
     ))
+}
+
+/// An instruction alone: draft its contract on a thread of its own; the
+/// person answers through `/api/v1/drafts/{id}`.
+async fn start_draft(
+    s: &AppState,
+    caller: &Caller,
+    body: NewTask,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if body.instruction.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "an instruction is needed to draft a contract",
+        ));
+    }
+    let rt = s.runtime.clone();
+    let model = body
+        .model
+        .as_deref()
+        .map(|m| allowed_model(&rt, m))
+        .transpose()?;
+    let mut contract = loop_protocol::Contract::instruction_only(&body.instruction)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Ok(l) = loop_runtime::loopfile::Loopfile::load(rt.project()) {
+        l.defaults.apply(&mut contract);
+    }
+    if let Some(n) = body.max_steps.filter(|n| *n > 0) {
+        contract.limits.max_steps = n;
+    }
+    let id = format!(
+        "d-{}",
+        loop_protocol::random::hex::<8>()
+            .map_err(|e| ApiError::from(loop_runtime::Error::from_cause(e)))?
+    );
+    crate::drafts::begin(&s.drafts, &id, &caller.owner);
+    let drafts = s.drafts.clone();
+    let (draft_id, owner) = (id.clone(), caller.owner.clone());
+    let who = format!(
+        "the API (owner {}, token {})",
+        caller.owner, caller.token_id
+    );
+    let metrics = s.metrics.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("draft {id}"))
+        .spawn(move || {
+            let mut observer = crate::drafts::DraftObserver {
+                drafts: drafts.clone(),
+                id: draft_id.clone(),
+                who,
+            };
+            let submitted = rt.submit(
+                loop_runtime::TaskRequest {
+                    contract,
+                    source: loop_runtime::ContractSource::Draft { accept: false },
+                    guidance: Vec::new(),
+                    model,
+                    record: None,
+                    project: rt.project().to_path_buf(),
+                    verify_on_change: false,
+                    isolation: loop_sandbox_level(),
+                    include_dirty: false,
+                    on_prompt: OnPrompt::Wait,
+                    owner: Some(owner),
+                    trigger: None,
+                },
+                &mut observer,
+            );
+            match submitted {
+                Ok(task_id) => {
+                    crate::drafts::set(
+                        &drafts,
+                        &draft_id,
+                        crate::drafts::DraftState::Started {
+                            task_id: task_id.clone(),
+                        },
+                    );
+                    metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = rt.run(&task_id, OnPrompt::Wait, &mut loop_runtime::Quiet) {
+                        tracing::warn!("task {task_id}: {}", e.message);
+                    }
+                }
+                Err(e) => crate::drafts::set(
+                    &drafts,
+                    &draft_id,
+                    crate::drafts::DraftState::Ended { reason: e.message },
+                ),
+            }
+        });
+    if let Err(e) = spawned {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot start drafting: {e}"),
+        ));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"draft": id, "status": format!("/api/v1/drafts/{id}")})),
+    ))
+}
+
+async fn draft_view(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Read).await?;
+    let (state, notes) =
+        crate::drafts::view(&s.drafts, &id, &caller.owner, caller.scope == Scope::Admin)
+            .ok_or_else(|| ApiError::not_found(&format!("draft {id}")))?;
+    let mut v = serde_json::to_value(state).unwrap_or_default();
+    v["id"] = json!(id);
+    v["notes"] = json!(notes);
+    Ok(Json(v))
+}
+
+/// The person's answer to a drafted contract.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Confirm {
+    /// Do not start the task.
+    #[serde(default)]
+    reject: bool,
+    /// Lock this edited contract instead (YAML or JSON; judged again).
+    contract: Option<String>,
+}
+
+async fn draft_confirm(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = s.caller(&headers, Scope::Run).await?;
+    let c: Confirm = optional_body(&body)?;
+    let review = match (c.reject, c.contract) {
+        (true, _) => ContractReview::Reject,
+        (false, Some(text)) => ContractReview::Edited(text),
+        (false, None) => ContractReview::Accept,
+    };
+    match crate::drafts::answer(
+        &s.drafts,
+        &id,
+        &caller.owner,
+        caller.scope == Scope::Admin,
+        review,
+    ) {
+        None => Err(ApiError::not_found(&format!("draft {id}"))),
+        Some(false) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_waiting",
+            format!("draft {id} is not waiting for an answer"),
+        )),
+        Some(true) => Ok(Json(json!({"id": id, "answered": true}))),
+    }
 }
 
 /// The longest wall time a task started here may ask for.

@@ -15,6 +15,7 @@
 //! (or `loop resume`) takes them up where their record stops.
 
 mod api;
+mod drafts;
 mod openapi;
 
 pub use api::route_table;
@@ -51,6 +52,8 @@ pub struct AppState {
     /// The last readiness probe (a sandboxed `true`), kept 30 s so the
     /// unauthenticated probe cannot be made to spawn processes at will.
     ready: Arc<Mutex<Option<(Instant, serde_json::Value)>>>,
+    /// Contracts drafted from an instruction, waiting for their answer.
+    drafts: drafts::Drafts,
 }
 
 /// Counters `/metrics` reports beside what the store says.
@@ -71,6 +74,7 @@ impl AppState {
             rate_per_minute,
             metrics: Arc::default(),
             ready: Arc::default(),
+            drafts: Arc::default(),
         }
     }
 

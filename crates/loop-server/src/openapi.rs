@@ -340,6 +340,24 @@ pub(crate) const ROUTES: &[Route] = &[
         response: delivered,
         ok: 202,
     },
+    Route {
+        method: "get",
+        path: "/api/v1/drafts/{id}",
+        summary: "A contract drafted from an instruction alone: drafting, proposed (waiting for the answer), started or ended",
+        scope: Some("read"),
+        body: None,
+        response: draft,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/drafts/{id}/confirm",
+        summary: "Answer a proposed contract: accept it, send it back edited (judged again), or reject it",
+        scope: Some("run"),
+        body: Some(confirm),
+        response: answered,
+        ok: 200,
+    },
 ];
 
 fn delivery() -> Value {
@@ -350,6 +368,38 @@ fn delivered() -> Value {
     obj(
         json!({"id": {"type": "string"}, "trigger": {"type": "string"}}),
         &["id", "trigger"],
+    )
+}
+
+fn draft() -> Value {
+    obj(
+        json!({
+            "id": {"type": "string"},
+            "state": {"type": "string", "enum": ["drafting", "proposed", "started", "ended"]},
+            "contract": {"type": "string"},
+            "task_id": {"type": "string"},
+            "reason": {"type": "string"},
+            "notes": {"type": "array", "items": {"type": "string"}}
+        }),
+        &["id", "state", "notes"],
+    )
+}
+
+fn confirm() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "reject": {"type": "boolean"},
+            "contract": {"type": ["string", "null"], "description": "an edited contract (YAML or JSON), judged again"}
+        }
+    })
+}
+
+fn answered() -> Value {
+    obj(
+        json!({"id": {"type": "string"}, "answered": {"type": "boolean"}}),
+        &["id", "answered"],
     )
 }
 
@@ -429,6 +479,15 @@ pub(crate) fn document() -> Value {
             done["links"] = Value::Object(links);
         }
         responses.insert(r.ok.to_string(), done);
+        if r.method == "post" && r.path == "/api/v1/tasks" {
+            responses.insert(
+                "202".into(),
+                json!({"description": "an instruction alone: its contract is being drafted",
+                    "content": {"application/json": {"schema": obj(
+                        json!({"draft": {"type": "string"}, "status": {"type": "string"}}),
+                        &["draft", "status"])}}}),
+            );
+        }
         let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
         for code in ["400", "404", "409", "413", "429", "500", "503"] {
             responses.insert(code.into(), err.clone());

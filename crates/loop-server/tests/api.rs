@@ -629,3 +629,123 @@ fn a_schedule_fires_once_a_minute_and_its_task_says_so() {
     );
     assert_eq!(genesis["trigger"]["event"], "0 3 * * *");
 }
+
+const DRAFTING: &str = "draft:
+  - calls:
+      - tool: propose_contract
+        args:
+          criteria:
+            - id: hello
+              text: hello.txt says hello
+              checks:
+                - run: grep -q hello hello.txt
+turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+/// The draft's state once it is no longer `drafting`.
+fn settled_draft(s: &Server, token: &str, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = call(s, "get", &format!("/api/v1/drafts/{id}"), Some(token), None);
+        assert_eq!(status, 200, "{body}");
+        let v = json_of(&body);
+        if v["state"] != "drafting" {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_instruction_alone_is_drafted_confirmed_over_http_and_started() {
+    let s = start("draft", 10_000);
+    std::fs::write(s.project.join("draft.yaml"), DRAFTING).unwrap();
+    let alice = token(&s, "alice", Scope::Run);
+    let bob = token(&s, "bob", Scope::Run);
+    let new = |t: &str| {
+        let (status, body) = call(
+            &s,
+            "post",
+            "/api/v1/tasks",
+            Some(t),
+            Some(
+                json!({"instruction": "write hello.txt saying hello", "model": "scripted:draft.yaml"}),
+            ),
+        );
+        assert_eq!(status, 202, "{body}");
+        json_of(&body)["draft"].as_str().unwrap().to_string()
+    };
+    let d = new(&alice);
+    let v = settled_draft(&s, &alice, &d);
+    assert_eq!(v["state"], "proposed", "{v}");
+    assert!(
+        v["contract"]
+            .as_str()
+            .unwrap()
+            .contains("grep -q hello hello.txt"),
+        "{v}"
+    );
+    // Another owner neither sees nor answers it.
+    let (status, _) = call(&s, "get", &format!("/api/v1/drafts/{d}"), Some(&bob), None);
+    assert_eq!(status, 404);
+    let (status, _) = call(
+        &s,
+        "post",
+        &format!("/api/v1/drafts/{d}/confirm"),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(status, 404);
+    // Accepted: the task starts and is verified; its genesis says who
+    // confirmed the drafted contract.
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/drafts/{d}/confirm"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let v = settled_draft(&s, &alice, &d);
+    assert_eq!(v["state"], "started", "{v}");
+    let id = v["task_id"].as_str().unwrap().to_string();
+    let t = wait_ended(&s, &alice, &id);
+    assert_eq!(t["outcome"], "verified", "{t}");
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events"),
+        Some(&alice),
+        None,
+    );
+    let genesis = &json_of(&body)["events"][0]["event"];
+    let by = genesis["drafting"]["confirmed_by"].as_str().unwrap();
+    assert!(by.starts_with("the API (owner alice"), "{genesis}");
+    // Answered twice: 409. Rejected: it ends, nothing starts.
+    let (status, _) = call(
+        &s,
+        "post",
+        &format!("/api/v1/drafts/{d}/confirm"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 409);
+    let d2 = new(&alice);
+    assert_eq!(settled_draft(&s, &alice, &d2)["state"], "proposed");
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/drafts/{d2}/confirm"),
+        Some(&alice),
+        Some(json!({"reject": true})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v = settled_draft(&s, &alice, &d2);
+    assert_eq!(v["state"], "ended", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("rejected"), "{v}");
+}

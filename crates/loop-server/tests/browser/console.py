@@ -87,9 +87,23 @@ try:
     wait_text("#view", "applied")
     shot("applied")
 
-    # The list shows it, with its cost; a phone-wide window still reads.
+    # An instruction alone: the drafted contract is shown, accepted here,
+    # and the task it starts is verified.
+    driver.get(url + "/#/new")
+    wait.until(EC.visibility_of_element_located((By.ID, "instruction")))
+    driver.find_element(By.ID, "instruction").send_keys("write hello2.txt saying hello")
+    driver.find_element(By.ID, "model").send_keys("scripted:draft.yaml")
+    driver.find_element(By.CSS_SELECTOR, "#view form button[type=submit]").click()
+    wait_text("#view", "The critic accepted this contract")
+    assert "grep -q hello hello2.txt" in driver.find_element(By.ID, "contract").get_attribute("value")
+    shot("draft-proposed")
+    driver.find_element(By.XPATH, "//button[text()='Accept and start']").click()
+    wait.until(lambda d: "/#/task/" in d.current_url)
+    wait_text("ol.trace", "Verification #1: accepted")
+
+    # The list shows both, with their cost; a phone-wide window still reads.
     driver.get(url + "/#/")
-    wait_text("#view table", "verified")
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#view table").text.count("verified") >= 2)
     driver.set_window_size(390, 844)
     shot("list-phone")
     print("ok")
