@@ -202,7 +202,7 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
     )
     .unwrap();
     let mut server = loop_in(&home)
-        .env("LOOP_TEST_HOOK_SECRET", "s3cret")
+        .env("LOOP_TEST_HOOK_SECRET", "s3cret-s3cret-s3cret")
         .args(["serve", "--addr", "127.0.0.1:0", "--project"])
         .arg(&project)
         .stdout(Stdio::piped())
@@ -243,19 +243,22 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
     // Signed with another key, or for a body that differs: refused.
     let (code, said) = post("ci-failed", &sign(b"wrong", body), "d-1");
     assert_eq!(code, 401, "{said}");
-    let (code, said) = post("ci-failed", &sign(b"s3cret", b"{}"), "d-1");
+    let (code, said) = post("ci-failed", &sign(b"s3cret-s3cret-s3cret", b"{}"), "d-1");
     assert_eq!(code, 401, "{said}");
-    let (code, said) = post("nope", &sign(b"s3cret", body), "d-1");
+    let (code, said) = post("nope", &sign(b"s3cret-s3cret-s3cret", body), "d-1");
     assert_eq!(code, 404, "{said}");
     // Signed: a task, owned by the trigger's owner.
-    let (code, said) = post("ci-failed", &sign(b"s3cret", body), "d-1");
+    let (code, said) = post("ci-failed", &sign(b"s3cret-s3cret-s3cret", body), "d-1");
     assert_eq!(code, 202, "{said}");
     let id = serde_json::from_str::<serde_json::Value>(&said).unwrap()["id"]
         .as_str()
         .unwrap()
         .to_string();
-    // The same delivery again: refused, nothing started.
-    let (code, said) = post("ci-failed", &sign(b"s3cret", body), "d-1");
+    // The same delivery again: refused, nothing started; nor under a new
+    // id (the same signed request is the same request).
+    let (code, said) = post("ci-failed", &sign(b"s3cret-s3cret-s3cret", body), "d-1");
+    assert_eq!(code, 409, "{said}");
+    let (code, said) = post("ci-failed", &sign(b"s3cret-s3cret-s3cret", body), "d-2");
     assert_eq!(code, 409, "{said}");
     let start = Instant::now();
     let ended = loop {

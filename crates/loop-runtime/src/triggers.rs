@@ -137,6 +137,23 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             r.err(Some(pos), format!("trigger `{name}` is named twice"), None);
             continue;
         }
+        if let Some(w) = &webhook
+            && let Some(other) = out.iter().find(|t| {
+                t.webhook
+                    .as_ref()
+                    .is_some_and(|o| o.secret_env == w.secret_env)
+            })
+        {
+            r.err(
+                Some(pos),
+                format!(
+                    "trigger `{name}` shares its secret ({}) with `{}`: a delivery signed for one would be taken by the other; give each its own",
+                    w.secret_env, other.name
+                ),
+                None,
+            );
+            continue;
+        }
         let Some(task) = task else {
             r.err(
                 Some(item.pos),
@@ -251,6 +268,8 @@ pub enum Refusal {
     Replayed(String),
     /// The trigger cannot work here (its secret is not set).
     Misconfigured(String),
+    /// Authentic, and nothing to do (GitHub's `ping`).
+    Ignored(String),
 }
 
 /// Check `body` against its headers as `hook` signs; the delivery id and
@@ -261,7 +280,7 @@ pub fn authenticate(
     header: &dyn Fn(&str) -> Option<String>,
     body: &[u8],
     now_secs: u64,
-) -> Result<(String, Option<String>), Refusal> {
+) -> Result<Authenticated, Refusal> {
     let bad = |why: &str| Refusal::Unauthenticated(why.to_string());
     let sig_header = match hook.style {
         HookStyle::Github => "x-hub-signature-256",
@@ -282,17 +301,18 @@ pub fn authenticate(
             if ts.abs_diff(now_secs) > WINDOW_SECS {
                 return Err(bad("the timestamp is more than five minutes from now"));
             }
-            let mut m = ts.to_string().into_bytes();
-            m.push(b'.');
+            let delivery =
+                header("x-loop-delivery").ok_or_else(|| bad("no X-Loop-Delivery header"))?;
+            // The delivery id is signed too: a captured request cannot be
+            // sent again under another id.
+            let mut m = format!("{ts}.{}.", delivery.trim()).into_bytes();
             m.extend_from_slice(body);
-            (
-                m,
-                header("x-loop-delivery").ok_or_else(|| bad("no X-Loop-Delivery header"))?,
-            )
+            (m, delivery)
         }
     };
     let want = loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(secret, &signed));
-    if !loop_protocol::hash::constant_time_eq(want.as_bytes(), given.trim().as_bytes()) {
+    let given = given.trim().to_ascii_lowercase();
+    if !loop_protocol::hash::constant_time_eq(want.as_bytes(), given.as_bytes()) {
         return Err(bad("the signature does not match the body"));
     }
     let delivery = delivery.trim().to_string();
@@ -300,7 +320,23 @@ pub fn authenticate(
         return Err(bad("the delivery id is empty, too long or not plain text"));
     }
     let event = header("x-github-event").filter(|e| e.len() <= 64);
-    Ok((delivery, event))
+    Ok(Authenticated {
+        delivery,
+        event,
+        signature: want,
+    })
+}
+
+/// A delivery whose signature holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    /// Its id, as the sender gave it.
+    pub delivery: String,
+    /// The sender's event name (`X-GitHub-Event`), not signed.
+    pub event: Option<String>,
+    /// The signature it carried (what was signed, hashed with the secret):
+    /// a request sent again carries it again, whatever its id.
+    pub signature: String,
 }
 
 impl Runtime {
@@ -321,21 +357,41 @@ impl Runtime {
         let Some(hook) = &t.webhook else {
             return Ok(Err(Refusal::Unknown));
         };
-        let Some(secret) = std::env::var_os(&hook.secret_env).filter(|s| !s.is_empty()) else {
-            return Ok(Err(Refusal::Misconfigured(format!(
-                "trigger `{name}`: its secret variable {} is not set where the server runs",
+        let Some(secret) = std::env::var_os(&hook.secret_env).filter(|s| s.len() >= 16) else {
+            tracing::warn!(
+                "trigger `{name}`: its secret variable {} is not set (or shorter than 16 bytes) where the server runs",
                 hook.secret_env
+            );
+            return Ok(Err(Refusal::Misconfigured(format!(
+                "trigger `{name}` cannot take deliveries here (see the server's log)"
             ))));
         };
         let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        let (delivery, event) =
-            match authenticate(hook, secret.as_encoded_bytes(), header, body, now_ms / 1000) {
-                Ok(d) => d,
-                Err(r) => return Ok(Err(r)),
-            };
-        if !self
-            .sqlite()?
-            .take_delivery(name, &delivery, now_ms)
+        let Authenticated {
+            delivery,
+            event,
+            signature,
+        } = match authenticate(hook, secret.as_encoded_bytes(), header, body, now_ms / 1000) {
+            Ok(d) => d,
+            Err(r) => return Ok(Err(r)),
+        };
+        // GitHub's ping (sent when the hook is made) starts nothing.
+        if event.as_deref() == Some("ping") {
+            return Ok(Err(Refusal::Ignored("ping".into())));
+        }
+        // Taken once: by its id, and by its signature (the same request
+        // under a new id is the same request).
+        let store = self.sqlite()?;
+        let by_id = format!("hook {delivery}");
+        let by_signature = format!("hook-signature {signature}");
+        if !store
+            .take_delivery(name, &by_signature, now_ms)
+            .map_err(Error::from_cause)?
+        {
+            return Ok(Err(Refusal::Replayed(delivery)));
+        }
+        if !store
+            .take_delivery(name, &by_id, now_ms)
             .map_err(Error::from_cause)?
         {
             return Ok(Err(Refusal::Replayed(delivery)));
@@ -355,12 +411,15 @@ impl Runtime {
             ),
             at: loop_protocol::time::rfc3339_millis(now_ms),
         };
-        Ok(Ok(self.start_from(
-            &loopfile,
-            t,
-            hook.owner.clone(),
-            record,
-        )?))
+        match self.start_from(&loopfile, t, hook.owner.clone(), record) {
+            Ok(id) => Ok(Ok(id)),
+            Err(e) => {
+                // Nothing started: the sender may try again.
+                let _ = store.forget_delivery(name, &by_id);
+                let _ = store.forget_delivery(name, &by_signature);
+                Err(e)
+            }
+        }
     }
 
     /// Fire every scheduled trigger whose schedule matches the minute of
@@ -393,13 +452,21 @@ impl Runtime {
             let record = loop_protocol::TriggerRecord {
                 name: t.name.clone(),
                 kind: "cron".into(),
-                delivery: Some(delivery),
+                delivery: Some(delivery.clone()),
                 event: Some(cron.text.clone()),
                 body_sha256: None,
                 verified_by: None,
                 at: loop_protocol::time::rfc3339_millis(now_ms),
             };
-            started.push(self.start_from(&loopfile, t, owner, record)?);
+            // One trigger that cannot start its task does not stop the
+            // others; its minute is given back for the next check.
+            match self.start_from(&loopfile, t, owner, record) {
+                Ok(id) => started.push(id),
+                Err(e) => {
+                    let _ = self.sqlite()?.forget_delivery(&t.name, &delivery);
+                    tracing::warn!("trigger `{}`: {}", t.name, e.message);
+                }
+            }
         }
         Ok(started)
     }
@@ -485,10 +552,21 @@ mod tests {
             ("x-github-delivery", "d-1".into()),
             ("x-github-event", "workflow_run".into()),
         ]);
+        let ok = authenticate(&hook(HookStyle::Github), b"k", &gh, body, 0).unwrap();
         assert_eq!(
-            authenticate(&hook(HookStyle::Github), b"k", &gh, body, 0),
-            Ok(("d-1".into(), Some("workflow_run".into())))
+            (ok.delivery.as_str(), ok.event.as_deref()),
+            ("d-1", Some("workflow_run"))
         );
+        assert_eq!(format!("sha256={}", ok.signature), sig(body));
+        // Upper-case hex is the same signature.
+        let upper = headers(vec![
+            (
+                "x-hub-signature-256",
+                sig(body).to_uppercase().replace("SHA256=", "sha256="),
+            ),
+            ("x-github-delivery", "d-1".into()),
+        ]);
+        assert!(authenticate(&hook(HookStyle::Github), b"k", &upper, body, 0).is_ok());
         // A changed body, another key, no signature: refused.
         assert!(authenticate(&hook(HookStyle::Github), b"k", &gh, b"{}", 0).is_err());
         assert!(authenticate(&hook(HookStyle::Github), b"other", &gh, body, 0).is_err());
@@ -497,7 +575,7 @@ mod tests {
         // The plain style signs the timestamp too, and keeps to its window.
         let now = 1_800_000_000;
         let signed = |ts: u64| {
-            let mut m = format!("{ts}.").into_bytes();
+            let mut m = format!("{ts}.d-2.").into_bytes();
             m.extend_from_slice(body);
             headers(vec![
                 ("x-loop-signature", sig(&m)),
@@ -509,8 +587,19 @@ mod tests {
         let stale = authenticate(&hook(HookStyle::Hmac), b"k", &signed(now - 301), body, now);
         assert!(matches!(stale, Err(Refusal::Unauthenticated(w)) if w.contains("five minutes")));
         // A timestamp changed after signing breaks the signature.
+        // So does another delivery id under the same signature.
+        let renamed = {
+            let mut m = format!("{}.d-2.", now - 10).into_bytes();
+            m.extend_from_slice(body);
+            headers(vec![
+                ("x-loop-signature", sig(&m)),
+                ("x-loop-timestamp", (now - 10).to_string()),
+                ("x-loop-delivery", "d-3".into()),
+            ])
+        };
+        assert!(authenticate(&hook(HookStyle::Hmac), b"k", &renamed, body, now).is_err());
         let moved = {
-            let mut m = format!("{}.", now - 10).into_bytes();
+            let mut m = format!("{}.d-2.", now - 10).into_bytes();
             m.extend_from_slice(body);
             headers(vec![
                 ("x-loop-signature", sig(&m)),
@@ -526,7 +615,15 @@ mod tests {
 mod loopfile_tests {
     #[test]
     fn bad_triggers_are_named_with_their_place() {
-        let text = "triggers:\n  - name: Bad_Name\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: ok\n    webhook: {secret_env: S, owner: ci, style: carrier-pigeon}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: nochecks\n    webhook: {owner: ci}\n    task: {instruction: x}\n";
+        let shared = "triggers:\n  - name: a\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: b\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n";
+        let e = crate::loopfile::Loopfile::parse(shared, "Loopfile.yaml")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("trigger `b` shares its secret (S) with `a`"),
+            "{e}"
+        );
+        let text = "triggers:\n  - name: Bad_Name\n    webhook: {secret_env: S1, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: ok\n    webhook: {secret_env: S2, owner: ci, style: carrier-pigeon}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S3, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S4, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: nochecks\n    webhook: {owner: ci}\n    task: {instruction: x}\n";
         let e = crate::loopfile::Loopfile::parse(text, "Loopfile.yaml")
             .unwrap_err()
             .message;

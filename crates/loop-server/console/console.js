@@ -6,6 +6,13 @@ const $ = (sel) => document.querySelector(sel);
 let token = sessionStorage.getItem("loop-token") || "";
 let stopView = () => {};
 
+// What text cannot show as itself is shown as its code point: controls,
+// bidirectional overrides and isolates, zero-width characters.
+function visible(s) {
+  return String(s).replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g,
+    (c) => "\\u{" + c.codePointAt(0).toString(16) + "}");
+}
+
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -15,7 +22,7 @@ function el(tag, attrs = {}, ...children) {
   }
   for (const c of children) {
     if (c === null || c === undefined) continue;
-    e.append(typeof c === "string" || typeof c === "number" ? String(c) : c);
+    e.append(typeof c === "string" || typeof c === "number" ? visible(c) : c);
   }
   return e;
 }
@@ -164,9 +171,13 @@ function showDraft(view, id) {
 }
 
 // ---- one task ----
+// The first line, marked when anything is left out (more lines, or past
+// `n` characters): a command's later lines are never silently hidden.
 function firstLine(s, n = 140) {
-  const l = String(s || "").split("\n")[0];
-  return l.length > n ? l.slice(0, n) + "…" : l;
+  const lines = String(s || "").split("\n");
+  const l = lines[0];
+  const more = lines.length > 1 && lines.slice(1).some((x) => x.trim() !== "");
+  return (l.length > n ? l.slice(0, n) + "…" : l) + (more ? " …(+" + (lines.length - 1) + " lines)" : "");
 }
 
 function describeCall(c) {
@@ -294,7 +305,12 @@ async function showTask(view, id) {
         u.tokens + (limits ? "/" + limits.max_tokens : "") + " tokens · " + money(u.usd) +
         (limits && limits.budget_usd !== null ? " of $" + limits.budget_usd : "") + " · " + u.verifications + " verification(s)";
       const pending = (t.approvals || []).filter((a) => a.status === "pending");
-      asks.replaceChildren(...pending.map((a) => answerCard(id, a)));
+      // A card already shown for the same question stays as it is (a
+      // redraw never moves a new question under the cursor).
+      const shownIds = [...asks.children].map((c) => c.getAttribute("data-approval")).join(",");
+      if (shownIds !== pending.map((a) => a.id).join(",")) {
+        asks.replaceChildren(...pending.map((a) => answerCard(id, a)));
+      }
       if (t.receipt) { await showReceipt(receipt, id); }
       await showChange(change, id, t);
       return t;
@@ -314,14 +330,17 @@ function answerCard(id, a) {
   const message = el("input", { id: "answer-" + a.id, name: "message" });
   const send = async (deny) => {
     try {
-      await api("/api/v1/tasks/" + encodeURIComponent(id) + "/approve", { method: "POST", body: { deny, message: message.value || null } });
+      await api("/api/v1/tasks/" + encodeURIComponent(id) + "/approve", { method: "POST", body: { deny, message: message.value || null, approval_id: a.id } });
       say(deny ? "Denied." : "Approved.");
     } catch (e) { say(e.message); }
   };
-  const what = a.payload.kind === "checkpoint" ? "Checkpoint: " + a.payload.detail
-    : "May it run `" + a.payload.detail + "`? (rule " + a.payload.rule + ")";
-  return el("div", { class: "card", role: "group", "aria-label": "A question for you" },
-    el("p", {}, what),
+  // The command whole, as code, apart from the runtime's own words.
+  const what = a.payload.kind === "checkpoint"
+    ? el("p", {}, "Checkpoint: ", el("span", { class: "cmd" }, a.payload.detail))
+    : el("div", {}, el("p", {}, "May it run this command? (rule " + a.payload.rule + ")"),
+      el("pre", { class: "cmd" }, a.payload.detail));
+  return el("div", { class: "card", role: "group", "aria-label": "A question for you", "data-approval": a.id },
+    what,
     el("label", { for: "answer-" + a.id }, "Message to the model (optional)"), message,
     el("div", { class: "row" },
       el("button", { type: "button", onclick: () => send(false) }, "Approve"),

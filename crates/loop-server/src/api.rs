@@ -755,6 +755,9 @@ struct Answer {
     #[serde(default)]
     deny: bool,
     message: Option<String>,
+    /// The question answered: when given, the answer counts only if this
+    /// is the one still pending (a click never answers a newer question).
+    approval_id: Option<String>,
 }
 
 async fn approve(
@@ -768,6 +771,20 @@ async fn approve(
     let answer: Answer = optional_body(&body)?;
     blocking(move || {
         visible(&rt, &caller, &id)?;
+        if let Some(want) = &answer.approval_id {
+            let pending = rt
+                .status(&id)?
+                .approvals
+                .into_iter()
+                .find(|a| a.status == loop_store::ApprovalStatus::Pending);
+            if pending.as_ref().map(|a| &a.id) != Some(want) {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "not_pending",
+                    format!("the question {want} is no longer the one waiting"),
+                ));
+            }
+        }
         let by = format!(
             "the API (owner {}, token {})",
             caller.owner, caller.token_id
@@ -1048,6 +1065,8 @@ async fn hook(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     use loop_runtime::triggers::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    // Before any work: a trigger takes at most --rate deliveries a minute.
+    s.check_rate(&format!("hook:{name}"))?;
     let rt = s.runtime.clone();
     let lookup: Vec<(String, String)> = headers
         .iter()
@@ -1061,7 +1080,16 @@ async fn hook(
     let hook_name = name.clone();
     let taken = blocking(move || {
         let header = |k: &str| lookup.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        Ok(rt.take_delivery(&hook_name, &header, &body)?)
+        // What went wrong inside is for the server's log, not for whoever
+        // sent the request.
+        rt.take_delivery(&hook_name, &header, &body).map_err(|e| {
+            tracing::warn!("webhook `{hook_name}`: {}", e.message);
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "misconfigured",
+                "this trigger cannot take deliveries now (see the server's log)",
+            )
+        })
     })
     .await?;
     match taken {
@@ -1087,6 +1115,10 @@ async fn hook(
             StatusCode::SERVICE_UNAVAILABLE,
             "misconfigured",
             why,
+        )),
+        Err(Refusal::Ignored(what)) => Ok((
+            StatusCode::OK,
+            Json(json!({"ignored": what, "trigger": name})),
         )),
     }
 }

@@ -103,7 +103,7 @@ fn answer() -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "properties": {"deny": {"type": "boolean"}, "message": {"type": ["string", "null"]}}
+        "properties": {"deny": {"type": "boolean"}, "message": {"type": ["string", "null"]}, "approval_id": {"type": ["string", "null"]}}
     })
 }
 
@@ -479,6 +479,13 @@ pub(crate) fn document() -> Value {
             done["links"] = Value::Object(links);
         }
         responses.insert(r.ok.to_string(), done);
+        if r.path.starts_with("/api/v1/hooks/") {
+            responses.insert(
+                "200".into(),
+                json!({"description": "authentic, and nothing to do (GitHub's ping)",
+                    "content": {"application/json": {"schema": any_object()}}}),
+            );
+        }
         if r.method == "post" && r.path == "/api/v1/tasks" {
             responses.insert(
                 "202".into(),

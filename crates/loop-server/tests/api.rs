@@ -283,6 +283,15 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     );
     assert_eq!(json_of(&body)["result"], "done", "{body}");
     assert!(!s.project.join("hello.txt").exists());
+    // An answer to a question that is no longer the one waiting: 409.
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{id}/approve"),
+        Some(&alice),
+        Some(json!({"approval_id": "2-t2-c1"})),
+    );
+    assert_eq!(status, 409, "{body}");
     // Consent to host-executable files is an administrator's.
     let (status, body) = call(
         &s,

@@ -137,6 +137,18 @@ impl SqliteStore {
         })
     }
 
+    /// Give delivery `id` of `trigger` back (nothing was started for it).
+    pub fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "DELETE FROM deliveries WHERE trigger = ?1 AND id = ?2",
+                params![trigger, id],
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
     /// Revoke the token with public id `id`; `false` when there is none
     /// live.
     pub fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {
