@@ -4,7 +4,8 @@
 //! watches its live story, approves the command it asks to run, sees it
 //! verified with a receipt that holds, reads the diff and applies it; then
 //! gives an instruction alone, accepts the contract the model drafted, and
-//! sees that task verified too.
+//! sees that task verified too; and a task the command line starts in the
+//! same project appears in the open console and plays live.
 //! Screenshots of each step are kept in `target/tmp/browser/shots`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -60,12 +61,25 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
     std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
     std::fs::write(
+        project.join("cli.yaml"),
+        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 2\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    std::fs::write(
         project.join("Loopfile.yaml"),
         "models:\n  maker:\n    spec: scripted:script.yaml\nexec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
     )
     .unwrap();
     let out = loop_in(&home)
-        .args(["tokens", "create", "--owner", "web", "--project"])
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "web",
+            "--scope",
+            "admin",
+            "--project",
+        ])
         .arg(&project)
         .output()
         .unwrap();
@@ -97,6 +111,8 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         .arg(&token)
         .arg(&project)
         .arg(&shots)
+        .arg(env!("CARGO_BIN_EXE_loop"))
+        .arg(home.join("state"))
         .output()
         .unwrap();
     // SAFETY: signalling our own child.
@@ -116,5 +132,5 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "hello\n"
     );
     let taken = std::fs::read_dir(&shots).unwrap().count();
-    assert_eq!(taken, 7, "screenshots in {}", shots.display());
+    assert_eq!(taken, 8, "screenshots in {}", shots.display());
 }

@@ -3,10 +3,14 @@ person would: sign in, start a task from the form, watch its live story,
 approve the command it asks to run, see it verified and its receipt hold,
 read the diff, apply it. Screenshots of each step go to OUTDIR.
 
-usage: console.py URL TOKEN PROJECT OUTDIR
+Then a task started from the command line (the same project's store)
+appears in the console's list while it is open, and its story plays live.
+
+usage: console.py URL TOKEN PROJECT OUTDIR LOOP STATE
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -17,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-url, token, project, outdir = sys.argv[1:5]
+url, token, project, outdir, loop_bin, state = sys.argv[1:7]
 os.makedirs(outdir, exist_ok=True)
 
 opts = Options()
@@ -106,6 +110,25 @@ try:
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#view table").text.count("verified") >= 2)
     driver.set_window_size(390, 844)
     shot("list-phone")
+    driver.set_window_size(1280, 1000)
+
+    # The command line runs a task in the same project: the open list shows
+    # it (the token is an administrator's), and its story plays.
+    cli = subprocess.Popen(
+        [loop_bin, "run", "from the command line", "--check", "test -f README.md",
+         "--model", "scripted:" + os.path.join(project, "cli.yaml"), "--project", project],
+        env={**os.environ, "LOOP_STATE_DIR": state},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_text("#view table", "from the command line")
+    driver.find_element(By.LINK_TEXT, [
+        r.find_element(By.TAG_NAME, "a").text
+        for r in driver.find_elements(By.CSS_SELECTOR, "#view tbody tr")
+        if "from the command line" in r.text
+    ][0]).click()
+    wait_text("ol.trace", "Verification #1: accepted")
+    shot("cli-task")
+    assert cli.wait(timeout=60) == 0
     print("ok")
 finally:
     driver.quit()
