@@ -13,9 +13,7 @@
 mod shared;
 
 use shared::loop_in;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 const SCRIPT: &str = "turns:
   - calls:
@@ -84,22 +82,7 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         .output()
         .unwrap();
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let mut server = loop_in(&home)
-        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
-        .arg(&project)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
+    let (server, url) = shared::serve(&home, &project, &[], &[]);
     let shots = home.join("shots");
     let driver = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -115,11 +98,7 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         .arg(home.join("state"))
         .output()
         .unwrap();
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let _ = server.wait();
+    shared::stop(server);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

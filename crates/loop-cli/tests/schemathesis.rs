@@ -14,9 +14,7 @@
 mod shared;
 
 use shared::loop_in;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 #[test]
 fn schemathesis_finds_nothing_wrong_with_the_api() {
@@ -63,29 +61,7 @@ fn schemathesis_finds_nothing_wrong_with_the_api() {
         .unwrap();
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(token.starts_with("loop_"), "{token}");
-    let mut server = loop_in(&home)
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--rate",
-            "100000",
-            "--project",
-        ])
-        .arg(&project)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
+    let (server, url) = shared::serve(&home, &project, &[], &["--rate", "100000"]);
     let out = std::process::Command::new(PathBuf::from(&venv).join("bin/schemathesis"))
         .args(["run", &format!("{url}/openapi.json")])
         .args(["-H", &format!("Authorization: Bearer {token}")])
@@ -105,13 +81,11 @@ fn schemathesis_finds_nothing_wrong_with_the_api() {
             "1",
         ])
         .env("SCHEMATHESIS_HOOKS", "")
+        // Its cache goes in the test's directory, not the source tree.
+        .current_dir(&home)
         .output()
         .unwrap();
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let _ = server.wait();
+    shared::stop(server);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "schemathesis found problems:\n{said}");
     // It really ran: every operation, and a stateful walk from new tasks.

@@ -8,9 +8,7 @@
 mod shared;
 
 use shared::{loop_in, text};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const SCRIPT: &str = "turns:
@@ -19,27 +17,6 @@ const SCRIPT: &str = "turns:
   - calls:
       - {tool: finish, args: {summary: done}}
 ";
-
-/// `loop serve` on a free port: the child and its base URL.
-fn serve(home: &Path, project: &Path) -> (Child, String) {
-    let mut child = loop_in(home)
-        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
-        .arg(project)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    (child, url)
-}
 
 fn get(url: &str, token: &str) -> serde_json::Value {
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -92,7 +69,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         !db.windows(token.len()).any(|w| w == token.as_bytes()),
         "the token is stored"
     );
-    let (mut server, url) = serve(&home, &project);
+    let (server, url) = shared::serve(&home, &project, &[], &[]);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -141,11 +118,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let code = server.wait().unwrap();
+    let code = shared::stop(server);
     assert!(code.success(), "{code:?}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let _ = reader.join();
@@ -153,7 +126,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
     assert_eq!(s["interrupted"], true, "{s}");
     assert!(s["outcome"].is_null(), "SIGTERM ended the task: {s}");
     // The next server takes it up.
-    let (mut server, url) = serve(&home, &project);
+    let (server, url) = shared::serve(&home, &project, &[], &[]);
     let start = Instant::now();
     let ended = loop {
         let v = get(&format!("{url}/api/v1/tasks/{id}"), &token);
@@ -171,11 +144,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         .join(&id)
         .join("workspace/slow.txt");
     assert_eq!(std::fs::read_to_string(&slow).unwrap(), "once\n");
-    // SAFETY: as above.
-    unsafe {
-        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let _ = server.wait();
+    shared::stop(server);
     let out = loop_in(&home)
         .args(["logs", &id, "--project"])
         .arg(&project)
@@ -201,23 +170,12 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
         "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f README.md\"]}\n",
     )
     .unwrap();
-    let mut server = loop_in(&home)
-        .env("LOOP_TEST_HOOK_SECRET", "s3cret-s3cret-s3cret")
-        .args(["serve", "--addr", "127.0.0.1:0", "--project"])
-        .arg(&project)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
+    let (server, url) = shared::serve(
+        &home,
+        &project,
+        &[("LOOP_TEST_HOOK_SECRET", "s3cret-s3cret-s3cret")],
+        &[],
+    );
     let body = br#"{"action":"completed","workflow_run":{"conclusion":"failure"}}"#;
     let sign = |key: &[u8], b: &[u8]| {
         format!(
@@ -269,11 +227,7 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
         assert!(start.elapsed() < Duration::from_secs(60), "{s}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
-    }
-    let _ = server.wait();
+    shared::stop(server);
     assert_eq!(ended["outcome"], "verified", "{ended}");
     assert_eq!(ended["owner"], "ci", "{ended}");
     let list = loop_in(&home)

@@ -113,3 +113,46 @@ pub fn assert_receipt_holds(receipt: &Path, state: &Path) {
         String::from_utf8_lossy(&v.stderr)
     );
 }
+
+/// `loop serve` for `project` on a free port of 127.0.0.1, with `env` set
+/// and `args` added: the child and the base URL it printed.
+pub fn serve(
+    home: &Path,
+    project: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut cmd = loop_in(home);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .arg("--project")
+        .arg(project)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+/// End a `loop serve` child with SIGTERM and wait for it.
+pub fn stop(mut server: std::process::Child) -> std::process::ExitStatus {
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    server.wait().unwrap()
+}
