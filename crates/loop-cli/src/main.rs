@@ -417,6 +417,10 @@ enum Command {
         /// Requests a token may make per minute.
         #[arg(long, value_name = "N", default_value_t = 600)]
         rate: u32,
+        /// Tasks run at once; more wait their turn (a task waiting for an
+        /// answer keeps its place).
+        #[arg(long, value_name = "N", default_value_t = 32)]
+        jobs: usize,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -771,12 +775,14 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         Command::Serve {
             addr,
             rate,
+            jobs,
             project,
         } => {
             loop_server::serve(&loop_server::ServeOptions {
                 project,
                 addr,
                 rate_per_minute: rate.max(1),
+                jobs: jobs.max(1),
             })?;
             // Tasks still running are left interrupted; the next serve (or
             // `loop resume`) takes them up.

@@ -175,6 +175,8 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
 pub struct Recorded {
     /// Its position (0-based): read on from `seq + 1`.
     pub seq: u64,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
     /// The event.
     pub event: Event,
 }
@@ -187,7 +189,11 @@ pub fn events(store: &dyn Store, id: &str, since: u64) -> Result<Vec<Recorded>, 
         .into_iter()
         .map(|e| {
             Event::from_kind_payload(&e.kind, &e.payload)
-                .map(|event| Recorded { seq: e.seq, event })
+                .map(|event| Recorded {
+                    seq: e.seq,
+                    at: e.at,
+                    event,
+                })
                 .map_err(|x| Error::internal(format!("task {id}: entry {}: {x}", e.seq)))
         })
         .collect()

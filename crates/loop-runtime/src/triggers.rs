@@ -422,53 +422,96 @@ impl Runtime {
         }
     }
 
-    /// Fire every scheduled trigger whose schedule matches the minute of
-    /// `now_ms` (UTC), once per minute whatever the number of servers (the
-    /// minute is the delivery id). The tasks' ids; the caller runs them.
-    pub fn fire_schedules(&self, now_ms: u64) -> Result<Vec<String>, Error> {
+    /// Fire every scheduled trigger whose schedule matches a minute (UTC)
+    /// after the one of `since_ms`, up to and with the one of `now_ms`: a
+    /// check that comes late still fires the minutes it missed (up to an
+    /// hour back; a server that was down does not catch up, as cron does
+    /// not). Each minute fires once whatever the number of servers (the
+    /// minute is the delivery id), and not at all while the trigger's task
+    /// from an earlier minute is still not over (runs never pile up). The
+    /// tasks' ids; the caller runs them.
+    pub fn fire_schedules(&self, since_ms: u64, now_ms: u64) -> Result<Vec<String>, Error> {
         let loopfile = crate::loopfile::Loopfile::load(self.project())?;
-        let minute = now_ms / 60_000;
+        let last = now_ms / 60_000;
+        let first = (since_ms / 60_000 + 1).max(last.saturating_sub(59));
         let mut started = Vec::new();
-        for t in &loopfile.triggers {
-            let Some(cron) = &t.cron else { continue };
-            if !cron.matches(minute * 60) {
-                continue;
-            }
-            let stamp = loop_protocol::time::rfc3339_millis(minute * 60_000);
-            let delivery = format!("cron {stamp}");
-            if !self
-                .sqlite()?
-                .take_delivery(&t.name, &delivery, now_ms)
-                .map_err(Error::from_cause)?
-            {
-                continue;
-            }
-            let owner = t
-                .task
-                .owner
-                .clone()
-                .or_else(|| t.webhook.as_ref().map(|w| w.owner.clone()))
-                .unwrap_or_default();
-            let record = loop_protocol::TriggerRecord {
-                name: t.name.clone(),
-                kind: "cron".into(),
-                delivery: Some(delivery.clone()),
-                event: Some(cron.text.clone()),
-                body_sha256: None,
-                verified_by: None,
-                at: loop_protocol::time::rfc3339_millis(now_ms),
-            };
-            // One trigger that cannot start its task does not stop the
-            // others; its minute is given back for the next check.
-            match self.start_from(&loopfile, t, owner, record) {
-                Ok(id) => started.push(id),
-                Err(e) => {
-                    let _ = self.sqlite()?.forget_delivery(&t.name, &delivery);
-                    tracing::warn!("trigger `{}`: {}", t.name, e.message);
+        for minute in first..=last {
+            for t in &loopfile.triggers {
+                if let Some(id) = self.fire_minute(&loopfile, t, minute, now_ms)? {
+                    started.push(id);
                 }
             }
         }
         Ok(started)
+    }
+
+    /// Trigger `t`'s task for `minute`, if its schedule names it and
+    /// nobody has taken that minute yet.
+    fn fire_minute(
+        &self,
+        loopfile: &crate::loopfile::Loopfile,
+        t: &Trigger,
+        minute: u64,
+        now_ms: u64,
+    ) -> Result<Option<String>, Error> {
+        let Some(cron) = &t.cron else {
+            return Ok(None);
+        };
+        if !cron.matches(minute * 60) {
+            return Ok(None);
+        }
+        let stamp = loop_protocol::time::rfc3339_millis(minute * 60_000);
+        let delivery = format!("cron {stamp}");
+        if !self
+            .sqlite()?
+            .take_delivery(&t.name, &delivery, now_ms)
+            .map_err(Error::from_cause)?
+        {
+            return Ok(None);
+        }
+        if let Some(earlier) = self.unfinished_from(&t.name)? {
+            tracing::warn!(
+                "trigger `{}`: the minute {stamp} is skipped: its task {earlier} is not over",
+                t.name
+            );
+            return Ok(None);
+        }
+        let owner = t
+            .task
+            .owner
+            .clone()
+            .or_else(|| t.webhook.as_ref().map(|w| w.owner.clone()))
+            .unwrap_or_default();
+        let record = loop_protocol::TriggerRecord {
+            name: t.name.clone(),
+            kind: "cron".into(),
+            delivery: Some(delivery.clone()),
+            event: Some(cron.text.clone()),
+            body_sha256: None,
+            verified_by: None,
+            at: loop_protocol::time::rfc3339_millis(now_ms),
+        };
+        // One trigger that cannot start its task does not stop the
+        // others; its minute is given back for the next check.
+        match self.start_from(loopfile, t, owner, record) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) => {
+                let _ = self.sqlite()?.forget_delivery(&t.name, &delivery);
+                tracing::warn!("trigger `{}`: {}", t.name, e.message);
+                Ok(None)
+            }
+        }
+    }
+
+    /// A task trigger `name` started that is not over yet, if any.
+    fn unfinished_from(&self, name: &str) -> Result<Option<String>, Error> {
+        use loop_store::Store;
+        let tasks = self.sqlite()?.tasks().map_err(crate::layout::store_err)?;
+        Ok(tasks
+            .into_iter()
+            .filter(|t| !t.is_terminal())
+            .find(|t| t.request["trigger"]["name"].as_str() == Some(name))
+            .map(|t| t.id))
     }
 
     /// Submit trigger `t`'s task for `owner`, recording `record`.

@@ -60,6 +60,7 @@ function outcomeBadge(t) {
     const kind = t.outcome.split("{")[0];
     return el("span", { class: "badge " + kind }, t.outcome);
   }
+  if (t.queued) return el("span", { class: "badge" }, "queued (waiting for a place to run)");
   const waiting = t.state === "awaiting_approval" || t.state === "awaiting_input";
   return el("span", { class: "badge" + (waiting ? " waiting" : "") },
     t.interrupted ? t.state + " (interrupted)" : t.state);
@@ -77,12 +78,24 @@ async function showList(view) {
       el("th", { scope: "col" }, "State"), el("th", { scope: "col", class: "num opt" }, "Steps"),
       el("th", { scope: "col", class: "num" }, "Cost"))),
     el("tbody"));
-  view.append(table);
+  // A page at a time: the newest first, older ones on request.
+  let before = null;
+  const pages = [];
+  const newer = el("button", { type: "button", class: "secondary", disabled: "" }, "Newer");
+  const older = el("button", { type: "button", class: "secondary", disabled: "" }, "Older");
+  view.append(table, el("div", { class: "row" }, newer, older));
   let alive = true;
   stopView = () => { alive = false; };
-  const draw = async () => {
+  let next = null;
+  older.onclick = () => { if (next) { pages.push(before); before = next; draw(true); } };
+  newer.onclick = () => { if (pages.length) { before = pages.pop(); draw(true); } };
+  const draw = async (once) => {
     try {
-      const { tasks } = await api("/api/v1/tasks");
+      const page = await api("/api/v1/tasks?limit=50" + (before ? "&before=" + encodeURIComponent(before) : ""));
+      const tasks = page.tasks;
+      next = page.next;
+      older.disabled = !next;
+      newer.disabled = !pages.length;
       const rows = tasks.map((t) => el("tr", {},
         el("td", {}, el("a", { href: "#/task/" + encodeURIComponent(t.id) }, t.id)),
         el("td", {}, t.instruction || ""),
@@ -92,7 +105,7 @@ async function showList(view) {
       table.tBodies[0].replaceChildren(...rows);
       if (!tasks.length) table.tBodies[0].append(el("tr", {}, el("td", { colspan: "5" }, "No tasks yet.")));
     } catch (e) { say(e.message); }
-    if (alive) setTimeout(draw, 2000);
+    if (alive && !once) setTimeout(draw, 2000);
   };
   draw();
 }

@@ -96,35 +96,20 @@ fn visible(
     }
 }
 
-/// Run task `id` to its end on a thread of its own (the Director is
-/// blocking); questions wait for `POST …/approve`.
-pub(crate) fn run_in_background(rt: Runtime, id: String, extension: Option<loop_core::Extension>) {
-    let name = format!("task {id}");
-    let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let result = match extension {
-            Some(ext) => rt.extend(&id, ext, OnPrompt::Wait, &mut loop_runtime::Quiet),
-            None => rt.run(&id, OnPrompt::Wait, &mut loop_runtime::Quiet),
-        };
-        if let Err(e) = result {
-            tracing::warn!("task {id}: {}", e.message);
-        }
-    });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start a thread for a task: {e}");
-    }
-}
-
 /// Fire the Loopfile's scheduled triggers, checked every 15 s (each
 /// minute fires once, whatever the number of servers: the store keeps it).
 pub(crate) async fn schedules(state: AppState) {
+    let mut since = loop_core::Clock::now_ms(&loop_core::SystemClock).saturating_sub(60_000);
     loop {
         let rt = state.runtime.clone();
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        match tokio::task::spawn_blocking(move || rt.fire_schedules(now)).await {
+        let from = since;
+        since = now;
+        match tokio::task::spawn_blocking(move || rt.fire_schedules(from, now)).await {
             Ok(Ok(ids)) => {
                 for id in ids {
                     state.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                    run_in_background(state.runtime.clone(), id, None);
+                    state.pool.start(id, None);
                 }
             }
             Ok(Err(e)) => tracing::warn!("scheduled triggers: {}", e.message),
@@ -143,7 +128,7 @@ pub(crate) fn resume_interrupted(state: &AppState) {
         .into_iter()
         .filter(|t| t.interrupted && t.owner.is_some())
     {
-        run_in_background(state.runtime.clone(), t.id, None);
+        state.pool.start(t.id, None);
     }
 }
 
@@ -406,7 +391,7 @@ async fn create(
         return start_draft(&s, &draft_caller, draft_body).await;
     };
     s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-    run_in_background(s.runtime.clone(), id.clone(), None);
+    s.pool.start(id.clone(), None);
     Ok((
         StatusCode::CREATED,
         Json(json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})),
@@ -452,6 +437,7 @@ async fn start_draft(
         caller.owner, caller.token_id
     );
     let metrics = s.metrics.clone();
+    let pool = s.pool.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("draft {id}"))
         .spawn(move || {
@@ -487,9 +473,7 @@ async fn start_draft(
                         },
                     );
                     metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                    if let Err(e) = rt.run(&task_id, OnPrompt::Wait, &mut loop_runtime::Quiet) {
-                        tracing::warn!("task {task_id}: {}", e.message);
-                    }
+                    pool.start(task_id, None);
                 }
                 Err(e) => crate::drafts::set(
                     &drafts,
@@ -576,22 +560,130 @@ fn loop_sandbox_level() -> loop_sandbox::IsolationLevel {
     loop_sandbox::IsolationLevel::Required
 }
 
-async fn list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+/// What a task has used, as its record says, and how long its
+/// verifications took; kept with the number of entries it was read at.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tally {
+    entries: u64,
+    used: loop_runtime::query::Used,
+    verify_ms: u64,
+    verifications: u64,
+}
+
+/// Each task's tally, by id: a task's events are read again only when it
+/// has recorded more (a list or `/metrics` over thousands of tasks reads
+/// only what changed).
+pub(crate) type Tallies =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Tally>>>;
+
+fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::query::TaskView) -> Tally {
+    let lock = || {
+        tallies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(x) = lock().get(&t.id).filter(|x| x.entries == t.entries) {
+        return *x;
+    }
+    let recorded = rt.events(&t.id, 0).unwrap_or_default();
+    let mut x = Tally {
+        entries: recorded.len() as u64,
+        ..Tally::default()
+    };
+    let history: Vec<loop_protocol::Event> = recorded.into_iter().map(|r| r.event).collect();
+    for e in &history {
+        if let loop_protocol::Event::Verified { report, .. } = e {
+            x.verify_ms += report.duration_ms;
+            x.verifications += 1;
+        }
+    }
+    // Charged as the Director charges them (one definition of a cost).
+    if let Ok(b) = loop_core::state::used_by(&history) {
+        x.used = loop_runtime::query::Used {
+            steps: u64::from(b.steps),
+            tokens: b.tokens,
+            verifications: u64::from(b.verifications),
+            usd: b.usd,
+        };
+    }
+    lock().insert(t.id.clone(), x);
+    x
+}
+
+/// A task as the API shows it: the server's own paths (the receipt's, a
+/// scripted model's) are said relative to the project, so a response does
+/// not map the server's disk.
+fn shown(project: &std::path::Path, mut v: Value) -> Value {
+    let prefix = format!("{}/", project.display());
+    for key in ["receipt", "model"] {
+        if let Some(text) = v[key].as_str() {
+            let (head, path) = text
+                .split_once(':')
+                .filter(|(h, _)| !h.contains('/'))
+                .unwrap_or(("", text));
+            if let Some(rel) = path.strip_prefix(&prefix) {
+                v[key] = json!(if head.is_empty() {
+                    rel.to_string()
+                } else {
+                    format!("{head}:{rel}")
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Tasks listed at once when the caller does not say.
+const PAGE: usize = 100;
+
+async fn list(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    let rt = s.runtime.clone();
+    let limit = match q.get("limit") {
+        None => PAGE,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "limit must be a whole number from 1 to 1000, not `{v}`"
+                ))
+            })?,
+    };
+    let before = q.get("before").cloned();
+    let (rt, tallies, pool) = (s.runtime.clone(), s.tallies.clone(), s.pool.clone());
     blocking(move || {
-        let tasks: Vec<Value> = rt
+        let mut seen: Vec<_> = rt
             .tasks()?
             .into_iter()
             .filter(|t| caller.may_see(t.owner.as_deref()))
+            .collect();
+        if let Some(b) = &before {
+            // Newest first: what comes after `before`; an id the caller
+            // may not see starts nowhere (it reveals nothing).
+            let at = seen
+                .iter()
+                .position(|t| &t.id == b)
+                .ok_or_else(|| ApiError::bad_request(format!("before: no task {b}")))?;
+            seen.drain(..=at);
+        }
+        let next = (seen.len() > limit).then(|| seen[limit - 1].id.clone());
+        seen.truncate(limit);
+        let tasks: Vec<Value> = seen
+            .iter()
             .map(|t| {
-                let used = rt.status(&t.id).ok().map(|s| s.used);
-                let mut v = serde_json::to_value(&t).unwrap_or_default();
+                let used = tally(&rt, &tallies, t).used;
+                let mut v = shown(rt.project(), serde_json::to_value(t).unwrap_or_default());
                 v["used"] = serde_json::to_value(used).unwrap_or_default();
+                v["queued"] = json!(pool.is_waiting(&t.id));
                 v
             })
             .collect();
-        Ok(Json(json!({"tasks": tasks})))
+        Ok(Json(json!({"tasks": tasks, "next": next})))
     })
     .await
 }
@@ -602,11 +694,16 @@ async fn one(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    let rt = s.runtime.clone();
+    let (rt, pool) = (s.runtime.clone(), s.pool.clone());
     blocking(move || {
         visible(&rt, &caller, &id)?;
         let status = rt.status(&id)?;
-        Ok(Json(serde_json::to_value(status).unwrap_or_default()))
+        let mut v = shown(
+            rt.project(),
+            serde_json::to_value(status).unwrap_or_default(),
+        );
+        v["queued"] = json!(pool.is_waiting(&id));
+        Ok(Json(v))
     })
     .await
 }
@@ -638,7 +735,7 @@ async fn events(
         let events: Vec<Value> = rt
             .events(&id, q.since)?
             .into_iter()
-            .map(|r| json!({"seq": r.seq, "event": r.event}))
+            .map(|r| json!({"seq": r.seq, "at": r.at, "event": r.event}))
             .collect();
         Ok(Json(json!({"events": events})))
     })
@@ -646,8 +743,9 @@ async fn events(
 }
 
 /// The task's events as server-sent events, from `Last-Event-ID` + 1 on,
-/// until it has ended and every event is sent. Each client reads the store
-/// on its own: a slow one slows nobody.
+/// until it has ended and every event is sent. Every watcher of a task
+/// reads from one shared reader of the store (see `feed`), each at its own
+/// pace: a slow one slows nobody.
 async fn stream(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -662,65 +760,53 @@ async fn stream(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(0, |n| n.saturating_add(1));
-    let metrics = s.metrics.clone();
-    metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
-    let rt = s.runtime.clone();
-    let events = futures_util::stream::unfold(
-        (
-            rt,
-            id,
-            from,
-            std::collections::VecDeque::<SseEvent>::new(),
-            false,
-        ),
-        |(rt, id, mut next, mut queue, mut done)| async move {
-            loop {
-                if let Some(e) = queue.pop_front() {
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(e),
-                        (rt, id, next, queue, done),
-                    ));
-                }
-                if done {
-                    return None;
-                }
-                let (rt2, id2) = (rt.clone(), id.clone());
-                let read = tokio::task::spawn_blocking(move || {
-                    // The state first: events read after it include every
-                    // event of a task it says is over.
-                    let over = rt2
-                        .task(&id2)
-                        .map(|t| t.liveness() == loop_runtime::layout::Liveness::Over)
-                        .unwrap_or(true);
-                    let events = rt2.events(&id2, next);
-                    (events, over)
-                })
-                .await;
-                let Ok((Ok(events), over)) = read else {
-                    return None;
-                };
-                for r in &events {
-                    let kind = r.event.kind();
-                    let data = serde_json::to_string(&r.event).unwrap_or_default();
-                    queue.push_back(
-                        SseEvent::default()
-                            .id(r.seq.to_string())
-                            .event(kind)
-                            .data(data),
-                    );
-                    next = r.seq + 1;
-                }
-                if events.is_empty() {
-                    if over {
-                        done = true;
-                        queue.push_back(SseEvent::default().event("end").data("{}"));
-                        continue;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+    s.metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
+    let feed = s.hub.feed(&s.runtime, &id);
+    let changed = feed.subscribe();
+    /// Where one watcher is.
+    struct Watcher {
+        feed: std::sync::Arc<crate::feed::Feed>,
+        changed: tokio::sync::watch::Receiver<u64>,
+        next: u64,
+        queue: std::collections::VecDeque<SseEvent>,
+        done: bool,
+    }
+    let start = Watcher {
+        feed,
+        changed,
+        next: from,
+        queue: std::collections::VecDeque::new(),
+        done: false,
+    };
+    let events = futures_util::stream::unfold(start, |mut w| async move {
+        loop {
+            if let Some(e) = w.queue.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(e), w));
             }
-        },
-    );
+            if w.done {
+                return None;
+            }
+            // Seen before reading: a change after this wakes the wait below.
+            w.changed.borrow_and_update();
+            let (batch, over) = w.feed.read(w.next, 256);
+            for f in &batch {
+                w.queue.push_back(
+                    SseEvent::default()
+                        .id(f.seq.to_string())
+                        .event(&f.kind)
+                        .data(&f.data),
+                );
+                w.next = f.seq + 1;
+            }
+            if over {
+                w.done = true;
+                w.queue
+                    .push_back(SseEvent::default().event("end").data("{}"));
+            } else if batch.is_empty() && w.changed.changed().await.is_err() {
+                return None;
+            }
+        }
+    });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
@@ -853,7 +939,7 @@ async fn resume(
         }
     })
     .await?;
-    run_in_background(s.runtime.clone(), id.clone(), extension);
+    s.pool.start(id.clone(), extension);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": id, "resumed": true})),
@@ -1023,33 +1109,40 @@ async fn apply(
 }
 
 async fn undo(
-    State(s): State<AppState>,
+    s: State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = s.caller(&headers, Scope::Run).await?;
-    let rt = s.runtime.clone();
-    blocking(move || {
-        visible(&rt, &caller, &id)?;
-        let mut notes = Notes::default();
-        let r = rt.undo(&id, &mut notes)?;
-        Ok(settled("undo", &id, r, notes))
-    })
-    .await
+    settle(s, headers, id, "undo", Runtime::undo).await
 }
 
 async fn discard(
+    s: State<AppState>,
+    headers: HeaderMap,
+    id: Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    settle(s, headers, id, "discard", Runtime::discard).await
+}
+
+/// Undo or discard task `id`'s change set (`how`), as its owner.
+async fn settle(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    action: &'static str,
+    how: fn(
+        &Runtime,
+        &str,
+        &mut dyn loop_runtime::Observer,
+    ) -> Result<loop_runtime::changes::Settled, loop_runtime::Error>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
         let mut notes = Notes::default();
-        let r = rt.discard(&id, &mut notes)?;
-        Ok(settled("discard", &id, r, notes))
+        let r = how(&rt, &id, &mut notes)?;
+        Ok(settled(action, &id, r, notes))
     })
     .await
 }
@@ -1095,7 +1188,7 @@ async fn hook(
     match taken {
         Ok(id) => {
             s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-            run_in_background(s.runtime.clone(), id.clone(), None);
+            s.pool.start(id.clone(), None);
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"id": id, "trigger": name})),
@@ -1129,6 +1222,9 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
     let caller = s.caller(&headers, Scope::Read).await?;
     let rt = s.runtime.clone();
     let m = s.metrics.clone();
+    let tallies = s.tallies.clone();
+    let (queued, running) = s.pool.counts();
+    let watched = s.hub.watched();
     let text = blocking(move || {
         let mut by_state: std::collections::BTreeMap<(String, String), u64> = Default::default();
         let (mut steps, mut tokens, mut usd) = (0u64, 0u64, 0f64);
@@ -1140,17 +1236,12 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
                 .map(|o| o.split('{').next().unwrap_or(o).to_string())
                 .unwrap_or_default();
             *by_state.entry((t.state.clone(), outcome)).or_default() += 1;
-            if let Ok(st) = rt.status(&t.id) {
-                steps += st.used.steps;
-                tokens += st.used.tokens;
-                usd += st.used.usd;
-            }
-            for r in rt.events(&t.id, 0).unwrap_or_default() {
-                if let loop_protocol::Event::Verified { report, .. } = &r.event {
-                    verify_ms += report.duration_ms;
-                    verifications += 1;
-                }
-            }
+            let x = tally(&rt, &tallies, &t);
+            steps += x.used.steps;
+            tokens += x.used.tokens;
+            usd += x.used.usd;
+            verify_ms += x.verify_ms;
+            verifications += x.verifications;
         }
         let mut out = String::new();
         out.push_str("# HELP loop_tasks Tasks by state and outcome.\n# TYPE loop_tasks gauge\n");
@@ -1168,7 +1259,10 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
              # HELP loop_http_requests_total Authenticated-route requests.\n# TYPE loop_http_requests_total counter\nloop_http_requests_total {}\n\
              # HELP loop_http_refused_total Requests refused for want of a valid token.\n# TYPE loop_http_refused_total counter\nloop_http_refused_total {}\n\
              # HELP loop_api_tasks_started_total Tasks started through the API.\n# TYPE loop_api_tasks_started_total counter\nloop_api_tasks_started_total {}\n\
-             # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n",
+             # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n\
+             # HELP loop_server_tasks_waiting Tasks waiting for a place to run here.\n# TYPE loop_server_tasks_waiting gauge\nloop_server_tasks_waiting {queued}\n\
+             # HELP loop_server_tasks_running Tasks running here now.\n# TYPE loop_server_tasks_running gauge\nloop_server_tasks_running {running}\n\
+             # HELP loop_server_tasks_watched Tasks whose events are being streamed.\n# TYPE loop_server_tasks_watched gauge\nloop_server_tasks_watched {watched}\n",
             verify_ms as f64 / 1000.0,
             m.requests.load(Ordering::Relaxed),
             m.refused.load(Ordering::Relaxed),

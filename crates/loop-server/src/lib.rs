@@ -16,7 +16,9 @@
 
 mod api;
 mod drafts;
+mod feed;
 mod openapi;
+mod pool;
 
 pub use api::route_table;
 
@@ -40,6 +42,8 @@ pub struct ServeOptions {
     pub addr: SocketAddr,
     /// Requests a token may make per minute.
     pub rate_per_minute: u32,
+    /// Tasks run at once (the rest wait their turn).
+    pub jobs: usize,
 }
 
 /// What every handler shares.
@@ -54,6 +58,12 @@ pub struct AppState {
     ready: Arc<Mutex<Option<(Instant, serde_json::Value)>>>,
     /// Contracts drafted from an instruction, waiting for their answer.
     drafts: drafts::Drafts,
+    /// The watched tasks' events, read once for all their watchers.
+    hub: feed::Hub,
+    /// The tasks this server runs.
+    pool: pool::Pool,
+    /// What each task has used, kept while its record does not change.
+    tallies: api::Tallies,
 }
 
 /// Counters `/metrics` reports beside what the store says.
@@ -66,9 +76,14 @@ struct Metrics {
 }
 
 impl AppState {
-    /// The state for `runtime`'s project.
-    pub fn new(runtime: Runtime, rate_per_minute: u32) -> AppState {
+    /// The state for `runtime`'s project, running at most `jobs` tasks at
+    /// once.
+    pub fn new(runtime: Runtime, rate_per_minute: u32, jobs: usize) -> AppState {
+        let hub = feed::Hub::default();
         AppState {
+            pool: pool::Pool::new(runtime.clone(), hub.clone(), jobs),
+            hub,
+            tallies: Arc::default(),
             runtime,
             limits: Arc::default(),
             rate_per_minute,
@@ -208,26 +223,56 @@ impl IntoResponse for ApiError {
 /// but an event stream answered within 60 s.
 pub fn router(state: AppState) -> axum::Router {
     api::routes()
+        .fallback(no_route)
         .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .with_state(state)
 }
 
 /// A request that takes more than 60 s is answered 503 (an event stream,
-/// which lasts as long as its task, is exempt).
+/// which lasts as long as its task, is exempt). Refusals the framework
+/// makes itself (a body over the limit, a method a route does not take)
+/// are said in the API's own shape too.
 async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     if req.uri().path().ends_with("/stream") {
         return next.run(req).await;
     }
-    match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {
+    let r = match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {
         Ok(r) => r,
-        Err(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "timeout",
-            "the request took more than 60 s",
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                "the request took more than 60 s",
+            )
+            .into_response();
+        }
+    };
+    let plain = !r
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE if plain => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the body is over 1 MiB",
         )
         .into_response(),
+        StatusCode::METHOD_NOT_ALLOWED if plain => ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this route does not take that method (see /openapi.json)",
+        )
+        .into_response(),
+        _ => r,
     }
+}
+
+/// Any path no route serves.
+async fn no_route() -> Response {
+    ApiError::not_found("such route (see /openapi.json)").into_response()
 }
 
 /// Serve `listener` until SIGTERM or Ctrl-C. Tasks the project has that an
@@ -295,7 +340,11 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
             "serving {} at http://{local} (API /api/v1, OpenAPI /openapi.json); Ctrl-C stops",
             runtime.project().display()
         );
-        serve_on(listener, AppState::new(runtime, opts.rate_per_minute)).await
+        serve_on(
+            listener,
+            AppState::new(runtime, opts.rate_per_minute, opts.jobs),
+        )
+        .await
     });
     // Blocking work still in progress (a baseline, a cancel waiting) is
     // not waited for: the process ends, its tasks stay resumable.

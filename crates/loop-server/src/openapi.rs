@@ -72,8 +72,16 @@ fn created() -> Value {
 
 fn task_list() -> Value {
     obj(
-        json!({"tasks": {"type": "array", "items": any_object()}}),
-        &["tasks"],
+        json!({
+            "tasks": {"type": "array", "items": obj(json!({
+                "id": {"type": "string"},
+                "state": {"type": "string"},
+                "queued": {"type": "boolean"},
+                "used": any_object()
+            }), &["id", "state", "queued", "used"])},
+            "next": {"type": ["string", "null"], "description": "pass as `before` for the next page"}
+        }),
+        &["tasks", "next"],
     )
 }
 
@@ -84,17 +92,18 @@ fn task() -> Value {
             "state": {"type": "string"},
             "outcome": {"type": ["string", "null"]},
             "owner": {"type": ["string", "null"]},
+            "queued": {"type": "boolean", "description": "waiting for one of the server's places to run"},
             "used": any_object(),
             "approvals": {"type": "array"},
             "apply": {"type": "string"}
         }),
-        &["id", "state", "used", "approvals", "apply"],
+        &["id", "state", "queued", "used", "approvals", "apply"],
     )
 }
 
 fn event_list() -> Value {
     obj(
-        json!({"events": {"type": "array", "items": obj(json!({"seq": {"type": "integer"}, "event": any_object()}), &["seq", "event"])}}),
+        json!({"events": {"type": "array", "items": obj(json!({"seq": {"type": "integer"}, "at": {"type": "string", "description": "when it was recorded (RFC 3339)"}, "event": any_object()}), &["seq", "at", "event"])}}),
         &["events"],
     )
 }
@@ -217,7 +226,7 @@ pub(crate) const ROUTES: &[Route] = &[
     Route {
         method: "get",
         path: "/api/v1/tasks",
-        summary: "The tasks the caller may see, newest first",
+        summary: "The tasks the caller may see, newest first, `limit` (default 100) at a time from after `before`",
         scope: Some("read"),
         body: None,
         response: task_list,
@@ -426,6 +435,15 @@ pub(crate) fn document() -> Value {
             op.insert(
                 "parameters".into(),
                 json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}]),
+            );
+        }
+        if r.method == "get" && r.path == "/api/v1/tasks" {
+            op.insert(
+                "parameters".into(),
+                json!([
+                    {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "before", "in": "query", "required": false, "schema": {"type": "string"}}
+                ]),
             );
         }
         if r.path.contains("{id}") {

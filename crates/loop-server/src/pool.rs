@@ -1,0 +1,162 @@
+//! The tasks this server runs: at most `jobs` at once, each on a thread of
+//! its own (the Director blocks), the rest waiting their turn in order.
+//!
+//! A task waiting here is stored and prepared, and nobody has claimed it:
+//! if the server stops, the next one (or `loop resume`) takes it up like
+//! any interrupted task. A task waiting for a person's answer keeps its
+//! place, as it would in a terminal.
+
+use crate::feed::Hub;
+use loop_runtime::{OnPrompt, Runtime};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long an idle worker thread waits for work before it ends.
+const IDLE: Duration = Duration::from_secs(30);
+
+struct Job {
+    id: String,
+    extension: Option<loop_core::Extension>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Job>,
+    /// Tasks waiting or running here.
+    held: HashSet<String>,
+    running: usize,
+    workers: usize,
+}
+
+struct Inner {
+    jobs: usize,
+    runtime: Runtime,
+    hub: Hub,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+/// The server's runner of tasks.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    inner: Arc<Inner>,
+}
+
+impl Pool {
+    /// A pool running at most `jobs` (at least 1) of `runtime`'s tasks at
+    /// once, telling `hub` of every event they record.
+    pub(crate) fn new(runtime: Runtime, hub: Hub, jobs: usize) -> Pool {
+        Pool {
+            inner: Arc::new(Inner {
+                jobs: jobs.max(1),
+                runtime,
+                hub,
+                queue: Mutex::default(),
+                ready: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Run task `id` (given `extension` more budget, if any) when a place
+    /// is free. A task already waiting or running here is not queued
+    /// twice, unless this brings it more budget.
+    pub(crate) fn start(&self, id: String, extension: Option<loop_core::Extension>) {
+        let mut q = self.lock();
+        if extension.is_none() && q.held.contains(&id) {
+            return;
+        }
+        q.held.insert(id.clone());
+        q.waiting.push_back(Job { id, extension });
+        let idle = q.workers - q.running;
+        if idle < q.waiting.len() && q.workers < self.inner.jobs {
+            let inner = self.inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("loop task".into())
+                .spawn(move || work(&inner));
+            match spawned {
+                Ok(_) => q.workers += 1,
+                Err(e) => tracing::warn!("cannot start a thread for tasks: {e}"),
+            }
+        }
+        drop(q);
+        self.inner.ready.notify_one();
+    }
+
+    /// Tasks waiting for a place, and tasks running.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let q = self.lock();
+        (q.waiting.len(), q.running)
+    }
+
+    /// Whether task `id` waits for a place here.
+    pub(crate) fn is_waiting(&self, id: &str) -> bool {
+        self.lock().waiting.iter().any(|j| j.id == id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.inner
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A worker: run waiting tasks one after another; end when none has come
+/// for a while.
+fn work(inner: &Inner) {
+    loop {
+        let job = {
+            let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                if let Some(job) = q.waiting.pop_front() {
+                    q.running += 1;
+                    break job;
+                }
+                let (guard, timeout) = inner
+                    .ready
+                    .wait_timeout(q, IDLE)
+                    .unwrap_or_else(PoisonError::into_inner);
+                q = guard;
+                if timeout.timed_out() && q.waiting.is_empty() {
+                    q.workers -= 1;
+                    return;
+                }
+            }
+        };
+        let mut observer = Poke {
+            hub: inner.hub.clone(),
+            id: job.id.clone(),
+        };
+        let result = match job.extension {
+            Some(ext) => inner
+                .runtime
+                .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
+            None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
+        };
+        if let Err(e) = result {
+            tracing::warn!("task {}: {}", job.id, e.message);
+        }
+        let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        q.running -= 1;
+        if !q.waiting.iter().any(|j| j.id == job.id) {
+            q.held.remove(&job.id);
+        }
+    }
+}
+
+/// Tells the task's watchers of each event the moment it is recorded.
+struct Poke {
+    hub: Hub,
+    id: String,
+}
+
+impl loop_core::Observer for Poke {
+    fn on_event(&mut self, _event: &loop_protocol::Event) {
+        self.hub.poke(&self.id);
+    }
+}
+
+impl loop_runtime::Observer for Poke {
+    fn note(&mut self, _line: &str) {}
+}
