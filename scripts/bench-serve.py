@@ -76,6 +76,13 @@ class Server:
         self.host, port = host_port.rsplit(":", 1)
         self.port = int(port)
 
+    def cpu_secs(self):
+        """The server's user + system CPU time so far."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / tick
+
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
@@ -195,8 +202,10 @@ async def watcher(server, task_id, opened, got):
     w.write((f"GET /api/v1/tasks/{task_id}/stream HTTP/1.1\r\nHost: {server.host}\r\n"
              f"Authorization: Bearer {server.token}\r\n\r\n").encode())
     await w.drain()
-    t0 = time.time()
+    t_ask = time.time()
     status, headers = await read_head(r)
+    t0 = time.time()
+    opened.append(t0 - t_ask)
     if status != 200:
         w.close()
         return t0, [], False, f"status {status}"
@@ -219,13 +228,14 @@ async def watcher(server, task_id, opened, got):
         if ended:
             break
     w.close()
-    opened.append(t0)
     got.append(len(seen))
     return t0, seen, ended, None
 
 
 async def phase_watch(loop_bin, clients, tasks, steps, jobs):
-    script = "turns:\n" + "".join(
+    # The first command gives every stream time to open; the events after
+    # it are the ones measured.
+    script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 6\"}}\n" + "".join(
         "  - calls:\n      - {tool: run_command, args: {command: \"sleep 0.2\"}}\n"
         for _ in range(steps)) + "  - calls:\n      - {tool: finish, args: {summary: done}}\n"
     s = Server(loop_bin, {"README.md": "hi\n", "slow.yaml": script}, jobs)
@@ -234,15 +244,17 @@ async def phase_watch(loop_bin, clients, tasks, steps, jobs):
         for _ in range(tasks):
             status, out = await json_call(s, "POST", "/api/v1/tasks", {
                 "instruction": "sleep a while", "checks": ["test -f README.md"],
-                "model": "scripted:slow.yaml", "max_steps": steps + 5})
+                "model": "scripted:slow.yaml", "max_steps": steps + 6})
             assert status == 201, (status, out)
             ids.append(out["id"])
         opened, got = [], []
         t0 = time.monotonic()
+        cpu0, mine0 = s.cpu_secs(), time.process_time()
         results = await asyncio.gather(
             *[watcher(s, ids[i % tasks], opened, got) for i in range(clients)],
             return_exceptions=True)
         wall = time.monotonic() - t0
+        server_cpu, client_cpu = s.cpu_secs() - cpu0, time.process_time() - mine0
         # When each event was recorded, from the store itself (so a build
         # whose API does not say `at` is measured the same way).
         db = sqlite3.connect(f"file:{s.project}/.loop/loop.db?mode=ro", uri=True)
@@ -270,8 +282,10 @@ async def phase_watch(loop_bin, clients, tasks, steps, jobs):
     finally:
         s.stop()
     return {"clients": clients, "tasks": tasks, "errors": errors, "delivered": delivered,
+            "open_p50": pct(opened, 50) * 1000, "open_p99": pct(opened, 99) * 1000,
             "live": len(lat), "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat or [0]),
-            "wall": wall, "rss_mib": rss / 1024}
+            "wall": wall, "rss_mib": rss / 1024, "server_cpu": server_cpu,
+            "client_cpu": client_cpu}
 
 
 # ---- submit ------------------------------------------------------------
@@ -377,8 +391,10 @@ def main():
     if a.phase in ("watch", "all"):
         r = asyncio.run(phase_watch(loop_bin, a.clients, a.tasks, a.steps, a.jobs))
         print(f"| {r['clients']} streams over {r['tasks']} tasks | {r['errors']} | "
+              f"{r['open_p50']:.0f} / {r['open_p99']:.0f} ms | "
               f"{r['delivered']} ({r['live']} live) | {r['p50']:.1f} ms | {r['p99']:.1f} ms | "
-              f"{r['max']:.1f} ms | {r['wall']:.1f} s | {r['rss_mib']:.1f} MiB |", flush=True)
+              f"{r['max']:.1f} ms | {r['wall']:.1f} s | {r['server_cpu']:.1f} s / {r['client_cpu']:.1f} s | "
+              f"{r['rss_mib']:.1f} MiB |", flush=True)
     if a.phase in ("submit", "all"):
         r = asyncio.run(phase_submit(loop_bin, a.submissions, a.concurrency, a.jobs))
         print(f"| {r['n']} POSTs, {r['concurrency']} at a time | {r['errors']} "

@@ -98,7 +98,13 @@ impl KeyPair {
         if let Ok(file) = std::env::var("LOOP_SIGNING_KEY_FILE") {
             return KeyPair::read(Path::new(&file));
         }
-        let dir = state_dir().join("keys");
+        KeyPair::load_or_create_in(&state_dir().join("keys"))
+    }
+
+    /// The key `dir/signing.key`, made if there is none yet. Any number of
+    /// first uses at once — threads of one server, several processes —
+    /// agree on one key, and no reader sees half of one.
+    fn load_or_create_in(dir: &Path) -> Result<KeyPair, KeyError> {
         let path = dir.join("signing.key");
         if path.exists() {
             return KeyPair::read(&path);
@@ -106,7 +112,7 @@ impl KeyPair {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&dir)
+            .create(dir)
             .map_err(|source| KeyError::Io {
                 path: dir.display().to_string(),
                 source,
@@ -118,9 +124,12 @@ impl KeyPair {
                 path: "/dev/urandom".into(),
                 source,
             })?;
-        // Written whole under a temporary name, then linked into place:
-        // two first uses at once agree on one key, and no reader sees half.
-        let tmp = dir.join(format!(".signing.key.{}", std::process::id()));
+        // Written whole under a name of this call's own (the process id
+        // alone is shared by a server's threads), then linked into place:
+        // the first link wins and the others read what it linked.
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".signing.key.{}.{call}", std::process::id()));
         let io = |p: &Path| {
             let p = p.display().to_string();
             move |source| KeyError::Io { path: p, source }
@@ -288,6 +297,35 @@ impl PublicKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_uses_on_many_threads_at_once_agree_on_one_key() {
+        let dir = std::env::temp_dir().join(format!("loop-keys-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(16));
+        let ids: Vec<String> = (0..16)
+            .map(|_| {
+                let (dir, barrier) = (dir.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    KeyPair::load_or_create_in(&dir.join("keys")).map(|k| k.keyid)
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        assert!(ids.iter().all(|k| k == &ids[0]), "{ids:?}");
+        let on_disk = KeyPair::read(&dir.join("keys/signing.key")).unwrap();
+        assert_eq!(on_disk.keyid, ids[0]);
+        // Nothing half-made is left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.join("keys"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [std::ffi::OsString::from("signing.key")]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn sign_verify_and_round_trip_the_public_key() {

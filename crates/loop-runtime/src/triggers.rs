@@ -424,22 +424,28 @@ impl Runtime {
 
     /// Fire every scheduled trigger whose schedule matches a minute (UTC)
     /// after the one of `since_ms`, up to and with the one of `now_ms`: a
-    /// check that comes late still fires the minutes it missed (up to an
-    /// hour back; a server that was down does not catch up, as cron does
-    /// not). Each minute fires once whatever the number of servers (the
-    /// minute is the delivery id), and not at all while the trigger's task
-    /// from an earlier minute is still not over (runs never pile up). The
-    /// tasks' ids; the caller runs them.
+    /// check that comes late still fires a minute it missed (up to an hour
+    /// back; the latest such minute, once, however many it missed; a
+    /// server that was down does not catch up, as cron does not). Each
+    /// minute fires once whatever the number of servers (the minute is the
+    /// delivery id), and not at all while the trigger's task from an
+    /// earlier minute is still not over (runs never pile up). The tasks'
+    /// ids; the caller runs them. A trigger that cannot fire is logged and
+    /// does not stop the others.
     pub fn fire_schedules(&self, since_ms: u64, now_ms: u64) -> Result<Vec<String>, Error> {
         let loopfile = crate::loopfile::Loopfile::load(self.project())?;
         let last = now_ms / 60_000;
         let first = (since_ms / 60_000 + 1).max(last.saturating_sub(59));
         let mut started = Vec::new();
-        for minute in first..=last {
-            for t in &loopfile.triggers {
-                if let Some(id) = self.fire_minute(&loopfile, t, minute, now_ms)? {
-                    started.push(id);
-                }
+        for t in &loopfile.triggers {
+            let Some(cron) = &t.cron else { continue };
+            let Some(minute) = (first..=last).rev().find(|m| cron.matches(m * 60)) else {
+                continue;
+            };
+            match self.fire_minute(&loopfile, t, minute, now_ms) {
+                Ok(Some(id)) => started.push(id),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("trigger `{}`: {}", t.name, e.message),
             }
         }
         Ok(started)

@@ -104,9 +104,11 @@ pub(crate) async fn schedules(state: AppState) {
         let rt = state.runtime.clone();
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         let from = since;
-        since = now;
         match tokio::task::spawn_blocking(move || rt.fire_schedules(from, now)).await {
             Ok(Ok(ids)) => {
+                // Only a check that ran moves on: minutes a failed one
+                // (an unreadable Loopfile) missed are looked at again.
+                since = now;
                 for id in ids {
                     state.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
                     state.pool.start(id, None);
@@ -614,20 +616,21 @@ fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::query::TaskView) -> 
 /// scripted model's) are said relative to the project, so a response does
 /// not map the server's disk.
 fn shown(project: &std::path::Path, mut v: Value) -> Value {
-    let prefix = format!("{}/", project.display());
     for key in ["receipt", "model"] {
-        if let Some(text) = v[key].as_str() {
-            let (head, path) = text
-                .split_once(':')
-                .filter(|(h, _)| !h.contains('/'))
-                .unwrap_or(("", text));
-            if let Some(rel) = path.strip_prefix(&prefix) {
-                v[key] = json!(if head.is_empty() {
-                    rel.to_string()
-                } else {
-                    format!("{head}:{rel}")
-                });
-            }
+        let Some(text) = v[key].as_str() else {
+            continue;
+        };
+        // `PROVIDER:PATH` for a model, a bare path for the receipt.
+        let (head, path) = match text.split_once(':') {
+            Some((h, p)) if key == "model" => (Some(h), p),
+            _ => (None, text),
+        };
+        if let Ok(rel) = std::path::Path::new(path).strip_prefix(project) {
+            let rel = rel.display().to_string();
+            v[key] = json!(match head {
+                Some(h) => format!("{h}:{rel}"),
+                None => rel,
+            });
         }
     }
     v
@@ -761,7 +764,7 @@ async fn stream(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(0, |n| n.saturating_add(1));
     s.metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
-    let feed = s.hub.feed(&s.runtime, &id);
+    let feed = s.hub.feed(&s.runtime, &s.pool, &id);
     let changed = feed.subscribe();
     /// Where one watcher is.
     struct Watcher {
@@ -788,7 +791,7 @@ async fn stream(
             }
             // Seen before reading: a change after this wakes the wait below.
             w.changed.borrow_and_update();
-            let (batch, over) = w.feed.read(w.next, 256);
+            let (batch, standing) = w.feed.read(w.next, 256);
             for f in &batch {
                 w.queue.push_back(
                     SseEvent::default()
@@ -798,12 +801,20 @@ async fn stream(
                 );
                 w.next = f.seq + 1;
             }
-            if over {
-                w.done = true;
-                w.queue
-                    .push_back(SseEvent::default().event("end").data("{}"));
-            } else if batch.is_empty() && w.changed.changed().await.is_err() {
-                return None;
+            match standing {
+                crate::feed::Standing::Over => {
+                    w.done = true;
+                    w.queue
+                        .push_back(SseEvent::default().event("end").data("{}"));
+                }
+                // The record cannot be read: the stream closes without
+                // `end` (the client may come back with Last-Event-ID).
+                crate::feed::Standing::Failed => w.done = true,
+                crate::feed::Standing::Open => {
+                    if batch.is_empty() && w.changed.changed().await.is_err() {
+                        return None;
+                    }
+                }
             }
         }
     });
@@ -1224,7 +1235,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
     let m = s.metrics.clone();
     let tallies = s.tallies.clone();
     let (queued, running) = s.pool.counts();
-    let watched = s.hub.watched();
+    let watched = s.hub.readers();
     let text = blocking(move || {
         let mut by_state: std::collections::BTreeMap<(String, String), u64> = Default::default();
         let (mut steps, mut tokens, mut usd) = (0u64, 0u64, 0f64);
@@ -1262,7 +1273,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
              # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n\
              # HELP loop_server_tasks_waiting Tasks waiting for a place to run here.\n# TYPE loop_server_tasks_waiting gauge\nloop_server_tasks_waiting {queued}\n\
              # HELP loop_server_tasks_running Tasks running here now.\n# TYPE loop_server_tasks_running gauge\nloop_server_tasks_running {running}\n\
-             # HELP loop_server_tasks_watched Tasks whose events are being streamed.\n# TYPE loop_server_tasks_watched gauge\nloop_server_tasks_watched {watched}\n",
+             # HELP loop_server_event_readers Readers of the store feeding event streams (one per watched task).\n# TYPE loop_server_event_readers gauge\nloop_server_event_readers {watched}\n",
             verify_ms as f64 / 1000.0,
             m.requests.load(Ordering::Relaxed),
             m.refused.load(Ordering::Relaxed),

@@ -9,14 +9,20 @@
 //! list is dropped. Tasks run by another process (the CLI) are seen by the
 //! polling alone.
 
+use crate::pool::Pool;
 use loop_runtime::Runtime;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 /// How often a watched task's record is read when nothing wakes it sooner.
 pub(crate) const POLL: Duration = Duration::from_millis(100);
+
+/// Reads of a record that fail one after another before its streams are
+/// closed (about 30 s): a passing failure (a busy store) is retried.
+const FAILURES: u32 = 300;
 
 /// One recorded event, ready to send.
 #[derive(Debug)]
@@ -35,6 +41,19 @@ struct Frames {
     list: Vec<Arc<Frame>>,
     /// The task is over and every event it recorded is in `list`.
     over: bool,
+    /// The record could not be read: streams close without `end`.
+    failed: bool,
+}
+
+/// Where a stream stands after a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// More may come.
+    Open,
+    /// The task is over and nothing is left after the batch.
+    Over,
+    /// The record cannot be read.
+    Failed,
 }
 
 /// A watched task's events, shared by its subscribers.
@@ -48,15 +67,26 @@ pub(crate) struct Feed {
 }
 
 impl Feed {
-    /// Up to `max` events from position `from` on, and whether the task is
-    /// over with nothing left after them.
-    pub(crate) fn read(&self, from: u64, max: usize) -> (Vec<Arc<Frame>>, bool) {
+    /// Up to `max` events from position `from` on, and where the stream
+    /// stands after them.
+    pub(crate) fn read(&self, from: u64, max: usize) -> (Vec<Arc<Frame>>, Standing) {
         let f = self.frames.read().unwrap_or_else(PoisonError::into_inner);
         let start = f.list.partition_point(|x| x.seq < from);
         let end = f.list.len().min(start.saturating_add(max));
         let batch = f.list[start..end].to_vec();
-        let over = f.over && end == f.list.len();
-        (batch, over)
+        let standing = match (f.over, f.failed) {
+            (_, true) => Standing::Failed,
+            (true, _) if end == f.list.len() => Standing::Over,
+            _ => Standing::Open,
+        };
+        (batch, standing)
+    }
+
+    /// Whether its reader has stopped (the task is over, or its record
+    /// could not be read): a new watcher needs a new feed.
+    fn finished(&self) -> bool {
+        let f = self.frames.read().unwrap_or_else(PoisonError::into_inner);
+        f.over || f.failed
     }
 
     /// A receiver told of every change from now on.
@@ -69,13 +99,21 @@ impl Feed {
 #[derive(Clone, Default)]
 pub(crate) struct Hub {
     feeds: Arc<Mutex<HashMap<String, Weak<Feed>>>>,
+    /// Readers of the store running now.
+    readers: Arc<AtomicUsize>,
 }
 
 impl Hub {
-    /// Task `id`'s feed, started if nobody watches it yet.
-    pub(crate) fn feed(&self, runtime: &Runtime, id: &str) -> Arc<Feed> {
+    /// Task `id`'s feed, started if nobody watches it yet (or its reader
+    /// has stopped: a task given more budget goes on). A task `pool` holds
+    /// is not over, whatever its record says yet.
+    pub(crate) fn feed(&self, runtime: &Runtime, pool: &Pool, id: &str) -> Arc<Feed> {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(f) = feeds.get(id).and_then(Weak::upgrade) {
+        if let Some(f) = feeds
+            .get(id)
+            .and_then(Weak::upgrade)
+            .filter(|f| !f.finished())
+        {
             return f;
         }
         let feed = Arc::new(Feed {
@@ -86,9 +124,11 @@ impl Hub {
         // Feeds nobody holds any more leave the table as new ones come.
         feeds.retain(|_, f| f.strong_count() > 0);
         feeds.insert(id.to_string(), Arc::downgrade(&feed));
+        self.readers.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(poll(
             self.clone(),
             runtime.clone(),
+            pool.clone(),
             id.to_string(),
             Arc::downgrade(&feed),
         ));
@@ -104,14 +144,15 @@ impl Hub {
         }
     }
 
-    /// Feeds being polled now (for `/metrics`).
-    pub(crate) fn watched(&self) -> usize {
-        let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        feeds.values().filter(|f| f.strong_count() > 0).count()
+    /// Readers of the store running now (for `/metrics`).
+    pub(crate) fn readers(&self) -> usize {
+        self.readers.load(Ordering::Relaxed)
     }
 
-    /// Forget `id`'s feed if nobody holds it any more.
-    fn forget(&self, id: &str) {
+    /// A reader has stopped: forget `id`'s feed if nobody holds it any
+    /// more.
+    fn stopped(&self, id: &str) {
+        self.readers.fetch_sub(1, Ordering::Relaxed);
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         if feeds.get(id).is_some_and(|f| f.strong_count() == 0) {
             feeds.remove(id);
@@ -121,11 +162,12 @@ impl Hub {
 
 /// Read task `id`'s new events into its feed until the task is over and
 /// all are read, or nobody watches any more.
-async fn poll(hub: Hub, runtime: Runtime, id: String, feed: Weak<Feed>) {
+async fn poll(hub: Hub, runtime: Runtime, pool: Pool, id: String, feed: Weak<Feed>) {
     let mut next = 0u64;
+    let mut failures = 0u32;
     loop {
         let Some(wake) = feed.upgrade().map(|f| f.wake.clone()) else {
-            hub.forget(&id);
+            hub.stopped(&id);
             return;
         };
         let (rt, task) = (runtime.clone(), id.clone());
@@ -134,26 +176,43 @@ async fn poll(hub: Hub, runtime: Runtime, id: String, feed: Weak<Feed>) {
             // of a task it says is over.
             let over = rt
                 .task(&task)
-                .map(|t| t.liveness() == loop_runtime::layout::Liveness::Over)
-                .unwrap_or(true);
-            (rt.events(&task, next), over)
+                .map(|t| t.liveness() == loop_runtime::layout::Liveness::Over);
+            let events = rt.events(&task, next);
+            match (over, events) {
+                (Ok(over), Ok(events)) => Ok((events, over)),
+                (Err(e), _) | (_, Err(e)) => Err(e.message),
+            }
         })
-        .await;
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
         let Some(f) = feed.upgrade() else {
-            hub.forget(&id);
+            hub.stopped(&id);
             return;
         };
         let (events, over) = match read {
-            Ok((Ok(events), over)) => (events, over),
-            // The record cannot be read: the stream ends rather than
-            // waits for what will not come.
-            Ok((Err(e), _)) => {
-                tracing::warn!("task {id}: reading its events: {}", e.message);
-                (Vec::new(), true)
+            Ok((events, over)) => {
+                failures = 0;
+                // A task waiting here for a place (given more budget, say)
+                // goes on, whatever its record says yet.
+                (events, over && !pool.holds(&id))
             }
             Err(e) => {
-                tracing::warn!("task {id}: reading its events: {e}");
-                (Vec::new(), true)
+                failures += 1;
+                if failures == 1 || failures == FAILURES {
+                    tracing::warn!("task {id}: reading its events ({failures} time(s)): {e}");
+                }
+                if failures >= FAILURES {
+                    f.frames
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .failed = true;
+                    f.changed.send_modify(|v| *v += 1);
+                    drop(f);
+                    hub.stopped(&id);
+                    return;
+                }
+                (Vec::new(), false)
             }
         };
         let done = events.is_empty() && over;
@@ -174,7 +233,7 @@ async fn poll(hub: Hub, runtime: Runtime, id: String, feed: Weak<Feed>) {
         if done {
             // Kept until its last subscriber has read it.
             drop(f);
-            hub.forget(&id);
+            hub.stopped(&id);
             return;
         }
         drop(f);

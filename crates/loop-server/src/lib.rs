@@ -234,7 +234,7 @@ pub fn router(state: AppState) -> axum::Router {
 /// makes itself (a body over the limit, a method a route does not take)
 /// are said in the API's own shape too.
 async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if req.uri().path().ends_with("/stream") {
+    if req.method() == axum::http::Method::GET && req.uri().path().ends_with("/stream") {
         return next.run(req).await;
     }
     let r = match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {

@@ -23,10 +23,22 @@ struct Job {
 #[derive(Default)]
 struct Queue {
     waiting: VecDeque<Job>,
-    /// Tasks waiting or running here.
-    held: HashSet<String>,
-    running: usize,
+    /// Tasks running here now (a task never runs twice at once).
+    running: HashSet<String>,
     workers: usize,
+}
+
+impl Queue {
+    /// The first waiting job whose task is not running now.
+    fn take(&mut self) -> Option<Job> {
+        let at = self
+            .waiting
+            .iter()
+            .position(|j| !self.running.contains(&j.id))?;
+        let job = self.waiting.remove(at)?;
+        self.running.insert(job.id.clone());
+        Some(job)
+    }
 }
 
 struct Inner {
@@ -63,12 +75,12 @@ impl Pool {
     /// twice, unless this brings it more budget.
     pub(crate) fn start(&self, id: String, extension: Option<loop_core::Extension>) {
         let mut q = self.lock();
-        if extension.is_none() && q.held.contains(&id) {
+        let held = q.running.contains(&id) || q.waiting.iter().any(|j| j.id == id);
+        if extension.is_none() && held {
             return;
         }
-        q.held.insert(id.clone());
         q.waiting.push_back(Job { id, extension });
-        let idle = q.workers - q.running;
+        let idle = q.workers.saturating_sub(q.running.len());
         if idle < q.waiting.len() && q.workers < self.inner.jobs {
             let inner = self.inner.clone();
             let spawned = std::thread::Builder::new()
@@ -76,7 +88,9 @@ impl Pool {
                 .spawn(move || work(&inner));
             match spawned {
                 Ok(_) => q.workers += 1,
-                Err(e) => tracing::warn!("cannot start a thread for tasks: {e}"),
+                // The task waits for the next place a worker frees (or the
+                // next start that can make a worker).
+                Err(e) => tracing::error!("cannot start a thread for tasks: {e}"),
             }
         }
         drop(q);
@@ -86,12 +100,18 @@ impl Pool {
     /// Tasks waiting for a place, and tasks running.
     pub(crate) fn counts(&self) -> (usize, usize) {
         let q = self.lock();
-        (q.waiting.len(), q.running)
+        (q.waiting.len(), q.running.len())
     }
 
     /// Whether task `id` waits for a place here.
     pub(crate) fn is_waiting(&self, id: &str) -> bool {
         self.lock().waiting.iter().any(|j| j.id == id)
+    }
+
+    /// Whether task `id` waits or runs here.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        let q = self.lock();
+        q.running.contains(id) || q.waiting.iter().any(|j| j.id == id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -109,8 +129,7 @@ fn work(inner: &Inner) {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
             loop {
-                if let Some(job) = q.waiting.pop_front() {
-                    q.running += 1;
+                if let Some(job) = q.take() {
                     break job;
                 }
                 let (guard, timeout) = inner
@@ -128,20 +147,25 @@ fn work(inner: &Inner) {
             hub: inner.hub.clone(),
             id: job.id.clone(),
         };
-        let result = match job.extension {
-            Some(ext) => inner
-                .runtime
-                .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
-            None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
-        };
-        if let Err(e) = result {
-            tracing::warn!("task {}: {}", job.id, e.message);
+        // A task that panics frees its place like any other (its record
+        // stays where it stopped: interrupted, resumable).
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job.extension {
+                Some(ext) => inner
+                    .runtime
+                    .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
+                None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
+            }));
+        match result {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("task {}: {}", job.id, e.message),
+            Err(_) => tracing::error!("task {}: its run panicked", job.id),
         }
         let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        q.running -= 1;
-        if !q.waiting.iter().any(|j| j.id == job.id) {
-            q.held.remove(&job.id);
-        }
+        q.running.remove(&job.id);
+        drop(q);
+        // A job of the same task may have waited for this one to end.
+        inner.ready.notify_one();
     }
 }
 

@@ -698,6 +698,13 @@ fn a_schedule_fires_once_a_minute_and_its_task_says_so() {
         .fire_schedules(at + 2 * day - 60_000, at + 2 * day + 180_000)
         .unwrap();
     assert_eq!(third.len(), 1);
+    s.runtime
+        .run(
+            &third[0],
+            loop_runtime::OnPrompt::Deny,
+            &mut loop_runtime::Quiet,
+        )
+        .unwrap();
     let late = s
         .runtime
         .fire_schedules(at + 3 * day - 60_000, at + 3 * day + 3_700_000)
@@ -1082,7 +1089,7 @@ fn many_watchers_of_one_task_get_every_event_from_one_reader() {
     let start = Instant::now();
     loop {
         let (_, body) = call(&s, "get", "/metrics", Some(&alice), None);
-        if body.contains("loop_server_tasks_watched 0\n") {
+        if body.contains("loop_server_event_readers 0\n") {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "{body}");
