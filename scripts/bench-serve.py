@@ -66,7 +66,10 @@ class Server:
         self.token = next(w for w in made.stdout.split() if w.startswith("loop_"))
         args = [loop_bin, "serve", "--addr", "127.0.0.1:0", "--rate", "100000000",
                 "--project", self.project]
-        if jobs:
+        # An older build has no --jobs (it ran every task at once).
+        takes_jobs = "--jobs" in subprocess.run([loop_bin, "serve", "--help"], env=self.env,
+                                                capture_output=True, text=True).stdout
+        if jobs and takes_jobs:
             args += ["--jobs", str(jobs)]
         self.proc = subprocess.Popen(args, env=self.env, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)

@@ -64,6 +64,11 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
     )
     .unwrap();
     std::fs::write(
+        project.join("long.yaml"),
+        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 60\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    std::fs::write(
         project.join("Loopfile.yaml"),
         "models:\n  maker:\n    spec: scripted:script.yaml\nexec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
     )
@@ -111,5 +116,5 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "hello\n"
     );
     let taken = std::fs::read_dir(&shots).unwrap().count();
-    assert_eq!(taken, 8, "screenshots in {}", shots.display());
+    assert_eq!(taken, 9, "screenshots in {}", shots.display());
 }

@@ -312,7 +312,7 @@ async function showTask(view, id) {
     try {
       const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
       head.replaceChildren(el("p", {}, outcomeBadge(t), " ", t.instruction || ""),
-        t.reason ? el("p", { class: "hint" }, t.reason) : null);
+        t.reason ? el("p", { class: "hint" }, t.reason) : null, controls(id, t));
       const u = t.used;
       budget.textContent = "Used " + u.steps + (limits ? "/" + limits.max_steps : "") + " steps · " +
         u.tokens + (limits ? "/" + limits.max_tokens : "") + " tokens · " + money(u.usd) +
@@ -337,6 +337,48 @@ async function showTask(view, id) {
     if (line) trace.append(line);
     if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished"].includes(ev.kind)) refresh();
   }, ctrl.signal).then(() => { if (alive) refresh(); }).catch((e) => { if (alive) say(e.message); });
+}
+
+// Stop a task, take up an interrupted one, or give one that reached a
+// limit more budget and let it go on.
+function controls(id, t) {
+  const post = async (what, body) => {
+    try {
+      const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body });
+      say(what === "cancel" ? "cancel: " + r.result + " (" + r.outcome + ")" : "resumed");
+    } catch (e) { say(e.message); }
+  };
+  const row = el("div", { class: "row" });
+  if (!t.outcome) {
+    row.append(el("button", { type: "button", class: "secondary", onclick: () => {
+      if (window.confirm("Stop task " + id + "? It ends cancelled, with a receipt.")) post("cancel", {});
+    } }, "Cancel the task"));
+  }
+  if (t.interrupted && !t.running && !t.queued && !t.outcome) {
+    row.append(el("button", { type: "button", onclick: () => post("resume", {}) }, "Resume"));
+  }
+  if (t.outcome && t.outcome.startsWith("limit_reached")) {
+    const field = (name, label) => {
+      const input = el("input", { id: "add-" + name, name, type: "number", min: "0", step: name === "usd" ? "0.01" : "1", inputmode: "decimal" });
+      return [el("label", { for: "add-" + name }, label), input];
+    };
+    const form = el("form", { class: "more", "aria-label": "Give more budget" },
+      el("p", {}, "It reached a limit. Give it more and let it go on:"),
+      ...field("steps", "More steps"), ...field("tokens", "More tokens"),
+      ...field("usd", "More dollars"), ...field("secs", "More seconds"),
+      el("div", { class: "row" }, el("button", { type: "submit" }, "Resume with more")));
+    form.onsubmit = (e) => {
+      e.preventDefault();
+      const body = {};
+      for (const k of ["steps", "tokens", "usd", "secs"]) {
+        const v = form.elements[k].value;
+        if (v !== "") body["add_" + k] = k === "usd" ? Number(v) : parseInt(v, 10);
+      }
+      post("resume", body);
+    };
+    return el("div", {}, row, form);
+  }
+  return row;
 }
 
 function answerCard(id, a) {
@@ -394,15 +436,28 @@ async function showChange(box, id, t) {
       const cls = line.startsWith("@@") ? "hunk" : hunk && line.startsWith("+") ? "add" : hunk && line.startsWith("-") ? "del" : "";
       pre.append(el("span", { class: cls }, line + "\n"));
     }
-    const act = async (what) => {
+    const act = async (what, body = {}) => {
       try {
-        const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body: { } });
+        const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body });
         say(what + ": " + r.result + (r.notes.length ? " — " + r.notes.join(" ") : ""));
         showChange(box, id, await api("/api/v1/tasks/" + encodeURIComponent(id)));
       } catch (e) { say(e.message); }
     };
     const buttons = el("div", { class: "row" });
-    if (t.outcome === "verified" && t.apply !== "applied") buttons.append(el("button", { type: "button", onclick: () => act("apply") }, "Apply to the project"));
+    // Host-executable files (a git hook, a build script the host runs)
+    // are applied only with an administrator's consent.
+    const trust = el("input", { id: "trust-host", type: "checkbox" });
+    if (t.outcome === "verified" && t.apply !== "applied") {
+      // The click, after the diff is shown and the question below is
+      // answered, is the person's confirmation (an apply checkpoint's too).
+      buttons.append(el("button", { type: "button", onclick: () => {
+        if (window.confirm("Apply " + d.files.length + " file(s) to the project?")) act("apply", { confirm: true, trust_host_files: trust.checked });
+      } }, "Apply to the project"),
+      el("button", { type: "button", class: "secondary", onclick: () => {
+        if (window.confirm("Discard the change set of task " + id + "? The receipt stays.")) act("discard");
+      } }, "Discard"),
+      el("span", {}, trust, el("label", { for: "trust-host" }, " also files that run on the host (admin token)")));
+    }
     if (t.apply === "applied") buttons.append(el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
     box.replaceChildren(
       el("p", {}, d.files.length + " file(s) · " + (d.source.receipt ? "from the receipt" : "the workspace as it is now") + (t.apply === "applied" ? " · applied" : "")),

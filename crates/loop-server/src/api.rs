@@ -1046,8 +1046,12 @@ async fn diff(
         visible(&rt, &caller, &id)?;
         let d = rt.diff(&id)?;
         let source = match &d.source {
-            loop_runtime::changes::DiffSource::Receipt(p) => json!({"receipt": p}),
-            loop_runtime::changes::DiffSource::Workspace(p) => json!({"workspace": p}),
+            loop_runtime::changes::DiffSource::Receipt(p) => {
+                json!({"receipt": project_relative(rt.project(), &p.display().to_string())})
+            }
+            loop_runtime::changes::DiffSource::Workspace(p) => {
+                json!({"workspace": project_relative(rt.project(), &p.display().to_string())})
+            }
         };
         Ok(Json(json!({
             "id": id, "source": source, "base_commit": d.change_set.base_commit,
@@ -1083,13 +1087,32 @@ struct ApplyBody {
     trust_host_files: bool,
 }
 
-fn settled(action: &str, id: &str, s: loop_runtime::Settled, notes: Notes) -> Json<Value> {
+fn settled(
+    project: &std::path::Path,
+    action: &str,
+    id: &str,
+    s: loop_runtime::Settled,
+    notes: Notes,
+) -> Json<Value> {
     let result = match s {
         loop_runtime::Settled::Done => "done",
         loop_runtime::Settled::NothingChanged => "nothing_changed",
         loop_runtime::Settled::DoneButDiffers => "done_but_differs",
     };
-    Json(json!({"action": action, "id": id, "result": result, "notes": notes.0}))
+    let notes: Vec<String> = notes
+        .0
+        .iter()
+        .map(|n| project_relative(project, n))
+        .collect();
+    Json(json!({"action": action, "id": id, "result": result, "notes": notes}))
+}
+
+/// `text` with the project's absolute path taken out of it (paths inside
+/// it said relative to the project): a response does not map the
+/// server's disk.
+fn project_relative(project: &std::path::Path, text: &str) -> String {
+    let root = project.display().to_string();
+    text.replace(&format!("{root}/"), "").replace(&root, ".")
 }
 
 async fn apply(
@@ -1114,7 +1137,7 @@ async fn apply(
         visible(&rt, &caller, &id)?;
         let mut notes = Notes::default();
         let r = rt.apply(&id, body.confirm, body.trust_host_files, &mut notes)?;
-        Ok(settled("apply", &id, r, notes))
+        Ok(settled(rt.project(), "apply", &id, r, notes))
     })
     .await
 }
@@ -1153,7 +1176,7 @@ async fn settle(
         visible(&rt, &caller, &id)?;
         let mut notes = Notes::default();
         let r = how(&rt, &id, &mut notes)?;
-        Ok(settled(action, &id, r, notes))
+        Ok(settled(rt.project(), action, &id, r, notes))
     })
     .await
 }

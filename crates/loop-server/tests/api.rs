@@ -156,6 +156,11 @@ fn wait_ended(s: &Server, token: &str, id: &str) -> Value {
     }
 }
 
+/// (status, body) of `POST /api/v1/tasks` with `body`.
+fn post_task(s: &Server, token: &str, body: Value) -> (u16, String) {
+    call(s, "post", "/api/v1/tasks", Some(token), Some(body))
+}
+
 fn body_of_list(s: &Server, token: &str) -> String {
     let (status, body) = call(s, "get", "/api/v1/tasks", Some(token), None);
     assert_eq!(status, 200, "{body}");
@@ -448,24 +453,14 @@ fn the_event_stream_resumes_after_last_event_id() {
 fn scopes_limits_and_the_command_lines_tasks() {
     let s = start("limits", 5);
     let reader = token(&s, "alice", Scope::Read);
-    let (status, body) = call(
-        &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&reader),
-        Some(json!({"instruction": "x", "checks": ["true"]})),
-    );
+    let (status, body) = post_task(&s, &reader, json!({"instruction": "x", "checks": ["true"]}));
     assert_eq!(status, 403, "a read token starts nothing: {body}");
     // A script or recording outside the project is not read.
     let runner = token(&s, "alice", Scope::Run);
-    let (status, body) = call(
+    let (status, body) = post_task(
         &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&runner),
-        Some(
-            json!({"instruction": "x", "checks": ["true"], "model": "scripted:../../../etc/passwd"}),
-        ),
+        &runner,
+        json!({"instruction": "x", "checks": ["true"], "model": "scripted:../../../etc/passwd"}),
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("inside the project"), "{body}");
@@ -483,22 +478,18 @@ fn scopes_limits_and_the_command_lines_tasks() {
         "scripted:link.yaml",
         "replay:./script.yaml",
     ] {
-        let (status, body) = call(
+        let (status, body) = post_task(
             &s,
-            "post",
-            "/api/v1/tasks",
-            Some(&runner),
-            Some(json!({"instruction": "x", "checks": ["true"], "model": spec})),
+            &runner,
+            json!({"instruction": "x", "checks": ["true"], "model": spec}),
         );
         assert_eq!(status, 400, "{spec}: {body}");
     }
     // A wall time past a week is refused, not a panic.
-    let (status, body) = call(
+    let (status, body) = post_task(
         &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&runner),
-        Some(json!({"instruction": "x", "checks": ["true"], "timeout_secs": u64::MAX})),
+        &runner,
+        json!({"instruction": "x", "checks": ["true"], "timeout_secs": u64::MAX}),
     );
     assert_eq!(status, 400, "{body}");
     // Past the rate, 429 (the requests above count too).
@@ -765,14 +756,10 @@ fn an_instruction_alone_is_drafted_confirmed_over_http_and_started() {
     let alice = token(&s, "alice", Scope::Run);
     let bob = token(&s, "bob", Scope::Run);
     let new = |t: &str| {
-        let (status, body) = call(
+        let (status, body) = post_task(
             &s,
-            "post",
-            "/api/v1/tasks",
-            Some(t),
-            Some(
-                json!({"instruction": "write hello.txt saying hello", "model": "scripted:draft.yaml"}),
-            ),
+            t,
+            json!({"instruction": "write hello.txt saying hello", "model": "scripted:draft.yaml"}),
         );
         assert_eq!(status, 202, "{body}");
         json_of(&body)["draft"].as_str().unwrap().to_string()
@@ -867,14 +854,10 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
     });
     let alice = token(&s, "alice", Scope::Run);
     // The one place is taken by a task waiting for an answer.
-    let (status, body) = call(
+    let (status, body) = post_task(
         &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&alice),
-        Some(
-            json!({"instruction": "touch a", "checks": ["test -f a.txt"], "model": "scripted:asks.yaml"}),
-        ),
+        &alice,
+        json!({"instruction": "touch a", "checks": ["test -f a.txt"], "model": "scripted:asks.yaml"}),
     );
     assert_eq!(status, 201, "{body}");
     let first = json_of(&body)["id"].as_str().unwrap().to_string();
@@ -1013,14 +996,10 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
 fn many_watchers_of_one_task_get_every_event_from_one_reader() {
     let s = start("watchers", 10_000);
     let alice = token(&s, "alice", Scope::Run);
-    let (status, body) = call(
+    let (status, body) = post_task(
         &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&alice),
-        Some(
-            json!({"instruction": "slowly", "checks": ["test -f README.md"], "model": "scripted:slow.yaml"}),
-        ),
+        &alice,
+        json!({"instruction": "slowly", "checks": ["test -f README.md"], "model": "scripted:slow.yaml"}),
     );
     // No such script: refused before anything is stored.
     assert_eq!(status, 400, "{body}");
@@ -1029,14 +1008,10 @@ fn many_watchers_of_one_task_get_every_event_from_one_reader() {
         "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 1\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
-    let (status, body) = call(
+    let (status, body) = post_task(
         &s,
-        "post",
-        "/api/v1/tasks",
-        Some(&alice),
-        Some(
-            json!({"instruction": "slowly", "checks": ["test -f README.md"], "model": "scripted:slow.yaml"}),
-        ),
+        &alice,
+        json!({"instruction": "slowly", "checks": ["test -f README.md"], "model": "scripted:slow.yaml"}),
     );
     assert_eq!(status, 201, "{body}");
     let id = json_of(&body)["id"].as_str().unwrap().to_string();

@@ -84,6 +84,8 @@ try:
     # Apply from the page: the file is in the project.
     wait.until(EC.element_to_be_clickable((By.XPATH, "//button[text()='Apply to the project']")))
     driver.find_element(By.XPATH, "//button[text()='Apply to the project']").click()
+    wait.until(EC.alert_is_present())
+    driver.switch_to.alert.accept()
     deadline = time.time() + 30
     while not os.path.exists(os.path.join(project, "hello.txt")):
         assert time.time() < deadline, "apply from the console changed nothing"
@@ -105,7 +107,23 @@ try:
     wait.until(lambda d: "/#/task/" in d.current_url)
     wait_text("ol.trace", "Verification #1: accepted")
 
-    # The list shows both, with their cost; a phone-wide window still reads.
+    # A task stopped from its page: it ends cancelled, with its receipt.
+    driver.get(url + "/#/new")
+    wait.until(EC.visibility_of_element_located((By.ID, "instruction")))
+    driver.find_element(By.ID, "instruction").send_keys("wait a long while")
+    driver.find_element(By.ID, "checks").send_keys("test -f README.md")
+    driver.find_element(By.ID, "model").send_keys("scripted:long.yaml")
+    driver.find_element(By.CSS_SELECTOR, "#view form button[type=submit]").click()
+    wait.until(lambda d: "/#/task/" in d.current_url)
+    wait_text("ol.trace", "Cycle 1")
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//button[text()='Cancel the task']")))
+    driver.find_element(By.XPATH, "//button[text()='Cancel the task']").click()
+    wait.until(EC.alert_is_present())
+    driver.switch_to.alert.accept()
+    wait_text("#view", "cancelled")
+    shot("cancelled")
+
+    # The list shows them, with their cost; a phone-wide window still reads.
     driver.get(url + "/#/")
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#view table").text.count("verified") >= 2)
     driver.set_window_size(390, 844)
