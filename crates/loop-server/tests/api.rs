@@ -1071,3 +1071,126 @@ fn many_watchers_of_one_task_get_every_event_from_one_reader() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_task_given_more_budget_while_the_server_is_full_streams_on_when_it_runs() {
+    let s = start_with("more", 10_000, 1, |p| {
+        std::fs::write(p.join("asks.yaml"), ASKS).unwrap();
+        std::fs::write(
+            p.join("Loopfile.yaml"),
+            "exec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
+        )
+        .unwrap();
+    });
+    let alice = token(&s, "alice", Scope::Run);
+    // A task that stops at its one-step limit.
+    let (status, body) = post_task(
+        &s,
+        &alice,
+        json!({"instruction": "write hello", "checks": ["grep -q hello hello.txt"], "model": "scripted:script.yaml", "max_steps": 1}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let short = json_of(&body)["id"].as_str().unwrap().to_string();
+    let ended = wait_ended(&s, &alice, &short);
+    assert!(
+        ended["outcome"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("limit_reached")),
+        "{ended}"
+    );
+    // The one place is then taken by a task waiting for an answer.
+    let (_, body) = post_task(
+        &s,
+        &alice,
+        json!({"instruction": "touch a", "checks": ["test -f a.txt"], "model": "scripted:asks.yaml"}),
+    );
+    let asking = json_of(&body)["id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    let pending = loop {
+        let (_, body) = call(
+            &s,
+            "get",
+            &format!("/api/v1/tasks/{asking}"),
+            Some(&alice),
+            None,
+        );
+        if let Some(a) = json_of(&body)["approvals"]
+            .as_array()
+            .and_then(|a| a.first())
+        {
+            break a["id"].as_str().unwrap().to_string();
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never asked");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // More budget: it waits its turn, and says so.
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{short}/resume"),
+        Some(&alice),
+        Some(json!({"add_steps": 5})),
+    );
+    assert_eq!(status, 202, "{body}");
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{short}"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(json_of(&body)["queued"], true, "{body}");
+    // A stream opened now, from its last event on, does not end: its
+    // record still says "ended", but the task goes on.
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{short}/events"),
+        Some(&alice),
+        None,
+    );
+    let last = json_of(&body)["events"].as_array().unwrap().len() - 1;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (base, token, id) = (s.base.clone(), alice.clone(), short.clone());
+    std::thread::spawn(move || {
+        let mut resp = agent()
+            .get(&format!("{base}/api/v1/tasks/{id}/stream"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Last-Event-ID", &last.to_string())
+            .call()
+            .unwrap();
+        let _ = tx.send(resp.body_mut().read_to_string().unwrap());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(2)).is_err(),
+        "the stream of a queued task ended"
+    );
+    // The answer frees the place: the task runs on, and its stream sends
+    // what it records, then `end`.
+    let (status, body) = call(
+        &s,
+        "post",
+        &format!("/api/v1/tasks/{asking}/approve"),
+        Some(&alice),
+        Some(json!({"approval_id": pending})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let streamed = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(
+        streamed.starts_with(&format!("id: {}\n", last + 1)),
+        "{streamed}"
+    );
+    assert!(streamed.contains("event: finished"), "{streamed}");
+    assert!(
+        streamed.trim_end().ends_with("event: end\ndata: {}"),
+        "{streamed}"
+    );
+    let (_, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{short}"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(json_of(&body)["outcome"], "verified", "{body}");
+}
