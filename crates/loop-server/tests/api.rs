@@ -842,44 +842,50 @@ const ASKS: &str = "turns:
       - {tool: finish, args: {summary: done}}
 ";
 
-#[test]
-fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
-    let s = start_with("pool", 10_000, 1, |p| {
+/// A server with one place to run tasks, whose `touch` commands wait for
+/// a person's approval.
+fn one_place(name: &str) -> Server {
+    start_with(name, 10_000, 1, |p| {
         std::fs::write(p.join("asks.yaml"), ASKS).unwrap();
         std::fs::write(
             p.join("Loopfile.yaml"),
             "exec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
         )
         .unwrap();
-    });
-    let alice = token(&s, "alice", Scope::Run);
-    // The one place is taken by a task waiting for an answer.
+    })
+}
+
+/// Start a task that takes the one place and waits there for an answer:
+/// its id and its pending approval's.
+fn take_the_place(s: &Server, token: &str) -> (String, String) {
     let (status, body) = post_task(
-        &s,
-        &alice,
+        s,
+        token,
         json!({"instruction": "touch a", "checks": ["test -f a.txt"], "model": "scripted:asks.yaml"}),
     );
     assert_eq!(status, 201, "{body}");
-    let first = json_of(&body)["id"].as_str().unwrap().to_string();
+    let id = json_of(&body)["id"].as_str().unwrap().to_string();
     let start = Instant::now();
-    let pending = loop {
-        let (_, body) = call(
-            &s,
-            "get",
-            &format!("/api/v1/tasks/{first}"),
-            Some(&alice),
-            None,
-        );
+    loop {
+        let (_, body) = call(s, "get", &format!("/api/v1/tasks/{id}"), Some(token), None);
         let v = json_of(&body);
         if let Some(a) = v["approvals"].as_array().and_then(|a| a.first()) {
-            break a["id"].as_str().unwrap().to_string();
+            return (id, a["id"].as_str().unwrap().to_string());
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "never asked: {v}"
         );
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+#[test]
+fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
+    let s = one_place("pool");
+    let alice = token(&s, "alice", Scope::Run);
+    // The one place is taken by a task waiting for an answer.
+    let (first, pending) = take_the_place(&s, &alice);
     // The next two wait their turn, and say so.
     let second = create(&s, &alice);
     let third = create(&s, &alice);
@@ -1074,14 +1080,7 @@ fn many_watchers_of_one_task_get_every_event_from_one_reader() {
 
 #[test]
 fn a_task_given_more_budget_while_the_server_is_full_streams_on_when_it_runs() {
-    let s = start_with("more", 10_000, 1, |p| {
-        std::fs::write(p.join("asks.yaml"), ASKS).unwrap();
-        std::fs::write(
-            p.join("Loopfile.yaml"),
-            "exec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",
-        )
-        .unwrap();
-    });
+    let s = one_place("more");
     let alice = token(&s, "alice", Scope::Run);
     // A task that stops at its one-step limit.
     let (status, body) = post_task(
@@ -1099,30 +1098,7 @@ fn a_task_given_more_budget_while_the_server_is_full_streams_on_when_it_runs() {
         "{ended}"
     );
     // The one place is then taken by a task waiting for an answer.
-    let (_, body) = post_task(
-        &s,
-        &alice,
-        json!({"instruction": "touch a", "checks": ["test -f a.txt"], "model": "scripted:asks.yaml"}),
-    );
-    let asking = json_of(&body)["id"].as_str().unwrap().to_string();
-    let start = Instant::now();
-    let pending = loop {
-        let (_, body) = call(
-            &s,
-            "get",
-            &format!("/api/v1/tasks/{asking}"),
-            Some(&alice),
-            None,
-        );
-        if let Some(a) = json_of(&body)["approvals"]
-            .as_array()
-            .and_then(|a| a.first())
-        {
-            break a["id"].as_str().unwrap().to_string();
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "never asked");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (asking, pending) = take_the_place(&s, &alice);
     // More budget: it waits its turn, and says so.
     let (status, body) = call(
         &s,
