@@ -22,6 +22,10 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The console's browser test drives headless Chromium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# The store tests run against a real PostgreSQL; the queue tests start
+# redis-server processes of their own.
+command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -38,6 +42,11 @@ export LOOP_SCHEMATHESIS_VENV
 # Selenium, which drives Chromium through the console.
 LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
 export LOOP_BROWSER_VENV
+
+# PostgreSQL on 127.0.0.1, for the store conformance suite.
+LOOP_TEST_POSTGRES_URL=$(scripts/services.sh)
+export LOOP_TEST_POSTGRES_URL
+export LOOP_REQUIRE_SERVICES=1
 
 # The crash and gate-failure tests need the fault-injection switches.
 cargo test --workspace --locked --features loop-cli/fault-injection "$@"

@@ -312,15 +312,32 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
         }
     }
     let db = root.join(".loop/loop.db");
-    // (Asked only when it exists: opening it would make it.)
+    // The store answers (a server's version, the schema's), or says why
+    // not. The embedded file is asked only when it exists: opening it
+    // would make it.
+    let named = loop_runtime::layout::store_url(root);
+    let asked = match &named {
+        Ok(Some(_)) => true,
+        Ok(None) => db.is_file(),
+        Err(_) => false,
+    };
     out.row(
         "store",
-        match db.is_file().then(|| runtime.tasks()) {
-            None => format!("none yet (made at {} on the first run)", db.display()),
-            Some(Ok(t)) => format!("{} ({} task(s))", db.display(), t.len()),
-            Some(Err(e)) => format!("cannot be opened: {}", e.message),
+        match &named {
+            Err(e) => format!("NO: {}", e.message),
+            Ok(_) if !asked => format!("none yet (made at {} on the first run)", db.display()),
+            Ok(_) => match runtime
+                .describe_store()
+                .and_then(|d| Ok((d, runtime.tasks()?)))
+            {
+                Ok((d, t)) => format!("{d}, {} task(s)", t.len()),
+                Err(e) => format!("NO: cannot be reached: {}", e.message),
+            },
         },
     );
+    if let Ok(Some((_, from))) = &named {
+        out.row("store from", from.to_string());
+    }
     let key = loop_receipt::state_dir().join("signing.key");
     let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
         || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();

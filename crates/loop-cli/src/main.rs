@@ -80,6 +80,12 @@ struct Cli {
     /// same exit code.
     #[arg(long, global = true)]
     json: bool,
+    /// Where the project's tasks are kept: `postgres://USER@HOST/DB` (one
+    /// store shared by servers and workers on many machines) or an SQLite
+    /// file. Default: LOOP_STORE_URL, else the Loopfile's `store:`, else
+    /// `.loop/loop.db`.
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -608,6 +614,9 @@ fn main() -> ExitCode {
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();
     let json = cli.json;
+    if let Some(url) = &cli.store {
+        loop_runtime::layout::set_store_url(url);
+    }
     match dispatch(cli.command, json) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

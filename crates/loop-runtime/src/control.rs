@@ -27,7 +27,6 @@ pub fn cancel(
     wait: std::time::Duration,
     observer: &mut dyn crate::Observer,
 ) -> Result<Cancelled, Error> {
-    use loop_store::Store;
     let project = project
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
@@ -70,7 +69,6 @@ pub fn answer(
     message: Option<&str>,
     by: Option<&str>,
 ) -> Result<loop_store::Approval, Error> {
-    use loop_store::Store;
     let project = project
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
@@ -98,7 +96,6 @@ pub fn answer(
 
 /// Tasks of this project that are not over and whose runtime is gone.
 pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
-    use loop_store::Store;
     let store = open_store(project)?;
     Ok(store
         .tasks()

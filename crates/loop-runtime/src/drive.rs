@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Which task to drive, and how.
 pub(crate) struct Run<'r> {
-    pub store: &'r loop_store::SqliteStore,
+    pub store: &'r dyn loop_store::Store,
     pub task_id: &'r str,
     pub stored: &'r StoredRequest,
     pub on_prompt: crate::wiring::OnPrompt,
@@ -318,9 +318,8 @@ pub(crate) fn drive(
             .map(|c| c as &mut dyn loop_core::Model),
         gone,
     )?;
-    let db_path = paths.state.join("loop.db");
     let result = run_watched(
-        &db_path,
+        project,
         task_id,
         &owner.token,
         &cancel,
@@ -359,7 +358,7 @@ pub(crate) fn drive(
 /// The ledger of a run: the store's entries are the truth, and the file
 /// beside the receipt is rewritten to match them before anything is added.
 fn ledger_for<'c>(
-    store: &'c loop_store::SqliteStore,
+    store: &'c dyn loop_store::Store,
     task_id: &str,
     paths: &TaskPaths,
     name: &str,
@@ -435,7 +434,7 @@ fn configured<'a>(
 /// fraction of a second. The watcher stops the moment the work ends (a
 /// sleeping watcher once made every run up to 200 ms late).
 fn run_watched(
-    db: &Path,
+    project: &Path,
     task_id: &str,
     token: &str,
     cancel: &AtomicBool,
@@ -444,7 +443,7 @@ fn run_watched(
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| watch(db, task_id, token, cancel, stopped));
+        scope.spawn(|| watch(project, task_id, token, cancel, stopped));
         // This process's Ctrl-C or SIGTERM reaches the task at once, with
         // no store read in between (the store may be busy).
         scope.spawn(|| {
@@ -466,32 +465,36 @@ fn run_watched(
 }
 
 /// Renew the claim, and turn a cancel request (or a lost claim) into the
-/// cancel flag.
+/// cancel flag. The watcher has a store handle of its own (SQLite: its own
+/// connection, so the Director's commits never wait on its reads).
 fn watch(
-    db: &Path,
+    project: &Path,
     task_id: &str,
     token: &str,
     cancel: &std::sync::atomic::AtomicBool,
     stopped: std::sync::mpsc::Receiver<()>,
 ) {
-    use loop_store::Store;
     use std::sync::atomic::Ordering;
-    use std::sync::mpsc::RecvTimeoutError;
-    let Ok(store) = loop_store::SqliteStore::open(db) else {
+    use std::sync::mpsc::TryRecvError;
+    use std::time::{Duration, Instant};
+    let Ok(store) = crate::layout::open_store(project) else {
         return;
     };
-    let mut tick: u64 = 0;
+    // The claim is renewed every 2 s (a durable write; the lease is 15 s).
+    // Between renewals the watcher waits for word of a change to the task:
+    // a store that announces them (PostgreSQL) wakes it the moment a
+    // cancel commits; SQLite has it look every 100 ms.
+    const RENEW: Duration = Duration::from_secs(2);
+    let mut renewed = Instant::now() - RENEW;
     loop {
-        // The claim is renewed every 2 s (a durable write; the lease is
-        // 15 s); a cancel request is looked for every 200 ms (a read).
-        let still_ours = if tick.is_multiple_of(10) {
+        let still_ours = if renewed.elapsed() >= RENEW {
+            renewed = Instant::now();
             store
                 .heartbeat(task_id, token, SystemClock.now_ms())
                 .unwrap_or(true)
         } else {
             true
         };
-        tick += 1;
         let asked = store
             .task(task_id)
             .map(|t| t.cancel_requested)
@@ -499,9 +502,14 @@ fn watch(
         if asked || !still_ours || crate::interrupt::flag().load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
-        match stopped.recv_timeout(std::time::Duration::from_millis(200)) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        match stopped.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            Ok(()) | Err(TryRecvError::Disconnected) => return,
+        }
+        store.wait_for(task_id, RENEW.saturating_sub(renewed.elapsed()));
+        match stopped.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            Ok(()) | Err(TryRecvError::Disconnected) => return,
         }
     }
 }

@@ -92,8 +92,52 @@ pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
     Ok(top)
 }
 
-/// The project's store, `.loop/loop.db`.
-pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
+/// The store a front end was told to use (`loop --store URL`), ahead of
+/// `LOOP_STORE_URL` and the Loopfile's `store:`.
+static STORE_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Use the store at `url` for every project this process opens
+/// (`loop --store`). Set once, before any store is opened.
+pub fn set_store_url(url: &str) {
+    let _ = STORE_URL.set(url.to_string());
+}
+
+/// Where the project's store is, and who said so: `--store`, then
+/// `LOOP_STORE_URL`, then the Loopfile's `store:`; else `None`, the
+/// embedded SQLite file `.loop/loop.db`.
+pub fn store_url(project: &Path) -> Result<Option<(String, &'static str)>, Error> {
+    if let Some(u) = STORE_URL.get() {
+        return Ok(Some((u.clone(), "--store")));
+    }
+    if let Some(u) = std::env::var("LOOP_STORE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        return Ok(Some((u, "LOOP_STORE_URL")));
+    }
+    // The Loopfile is read only when it may name a store (every command
+    // opens the store; most Loopfiles say nothing of it).
+    let mentions = std::fs::read_to_string(project.join("Loopfile.yaml"))
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("store:")));
+    if mentions && let Some(u) = crate::loopfile::Loopfile::load(project)?.store {
+        return Ok(Some((u, "the Loopfile")));
+    }
+    Ok(None)
+}
+
+/// The password in a store URL (`scheme://user:PASSWORD@host/…`), if any.
+fn url_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let auth = rest.split('/').next()?.rsplit_once('@')?.0;
+    auth.split_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty())
+}
+
+/// The project's store: the one [`store_url`] names, else SQLite at
+/// `.loop/loop.db`. A server store is shared by every caller in this
+/// process (one pool); each SQLite open is a connection of its own.
+pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
     let state = project.join(".loop");
     std::fs::create_dir_all(&state)
         .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
@@ -101,7 +145,20 @@ pub fn open_store(project: &Path) -> Result<loop_store::SqliteStore, Error> {
         std::fs::write(state.join(".gitignore"), "*\n")
             .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
     }
-    loop_store::SqliteStore::open(&state.join("loop.db")).map_err(Error::from_cause)
+    match store_url(project)? {
+        Some((url, from)) => {
+            // Its password is a secret: no record shows it.
+            if let Some(p) = url_password(&url) {
+                loop_sandbox::redact::register_literal(p);
+            }
+            loop_store::open_url(&url).map_err(|e| {
+                Error::usage(format!("the store {from} names cannot be opened: {e}")).because(e)
+            })
+        }
+        None => Ok(std::sync::Arc::new(
+            loop_store::SqliteStore::open(&state.join("loop.db")).map_err(Error::from_cause)?,
+        )),
+    }
 }
 
 pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
@@ -134,8 +191,6 @@ pub fn task_dir(project: &Path, task_id: &str) -> PathBuf {
 
 /// Where a task's files are.
 pub(crate) struct TaskPaths {
-    /// `.loop`.
-    pub state: PathBuf,
     /// `.loop/tasks/ID`.
     pub task_dir: PathBuf,
     /// `.loop/tasks/ID/workspace`.
@@ -153,7 +208,6 @@ impl TaskPaths {
             workspace: task_dir.join("workspace"),
             receipts: state.join("receipts"),
             task_dir,
-            state,
         }
     }
 }
@@ -308,17 +362,18 @@ pub enum Liveness {
 }
 
 /// Whether a task is running in a live process now, interrupted, or over.
+/// An owner on another machine is running while its lease holds.
 pub fn liveness(t: &loop_store::TaskRecord) -> Liveness {
+    let now = loop_core::SystemClock.now_ms();
     match &t.owner {
         _ if t.is_terminal() => Liveness::Over,
-        Some(o) if !o.is_dead() => Liveness::Running,
+        Some(o) if !o.is_dead() && !o.expired(LEASE_MS, now) => Liveness::Running,
         _ => Liveness::Interrupted,
     }
 }
 
 /// Whether task `id` of `project` is running in a live process now.
 pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
-    use loop_store::Store;
     let store = open_store(project)?;
     Ok(store
         .task(id)
@@ -327,7 +382,7 @@ pub fn is_running(project: &Path, id: &str) -> Result<bool, Error> {
 
 /// How long a claim lasts without a heartbeat (the owner is also checked
 /// for being alive, so a killed runtime's task is free at once).
-const LEASE_MS: u64 = 15_000;
+pub(crate) const LEASE_MS: u64 = 15_000;
 
 /// Claim `task_id` for this process, or say who holds it.
 pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Result<Owner, Error> {
@@ -338,8 +393,13 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
     {
         Claim::Claimed => Ok(owner),
         Claim::Held(o) => Err(Error::usage(format!(
-            "task {task_id} is running in process {} (loop cancel {task_id} stops it)",
-            o.pid
+            "task {task_id} is running in process {}{} (loop cancel {task_id} stops it)",
+            o.pid,
+            if o.is_local() {
+                ""
+            } else {
+                " on another machine"
+            }
         ))),
         Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
     }

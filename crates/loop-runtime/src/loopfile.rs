@@ -23,6 +23,7 @@ const SECTIONS: &[&str] = &[
     "verification",
     "defaults",
     "triggers",
+    "store",
 ];
 
 /// `exec:`'s keys.
@@ -104,6 +105,10 @@ pub struct Loopfile {
     pub defaults: Defaults,
     /// `triggers:`: webhooks that start tasks from templates.
     pub triggers: Vec<crate::triggers::Trigger>,
+    /// `store:`: a PostgreSQL store every process on this project shares
+    /// (`postgres://USER@HOST/DB`; the password comes from `PGPASSWORD`,
+    /// never the Loopfile, which is committed).
+    pub store: Option<String>,
 }
 
 /// The Loopfile's `defaults:`.
@@ -182,6 +187,7 @@ impl Loopfile {
                 "verification" => out.verification = read_verification(&mut r, v),
                 "defaults" => out.defaults = read_defaults(&mut r, v),
                 "triggers" => out.triggers = crate::triggers::read_triggers(&mut r, v),
+                "store" => out.store = read_store(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -197,6 +203,37 @@ impl Loopfile {
         }
         r.finish(Some(out)).map_err(|d| Error::usage(d.to_string()))
     }
+}
+
+/// `store:`: a PostgreSQL URL without a password.
+fn read_store(r: &mut Reader, v: &Node) -> Option<String> {
+    let url = r.nonempty_string(v, "`store`")?;
+    let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    else {
+        r.err(
+            Some(v.pos),
+            format!("`store` is a PostgreSQL URL (postgres://USER@HOST/DB), not `{url}`"),
+            Some("without `store:` the project keeps its tasks in .loop/loop.db".into()),
+        );
+        return None;
+    };
+    let auth = rest.split('/').next().unwrap_or_default();
+    let has_password =
+        auth.rsplit_once('@').is_some_and(|(a, _)| a.contains(':')) || rest.contains("password=");
+    if has_password {
+        r.err(
+            Some(v.pos),
+            "`store` holds a password, and the Loopfile is committed".into(),
+            Some(
+                "name the user only and set PGPASSWORD (or LOOP_STORE_URL) where the process runs"
+                    .into(),
+            ),
+        );
+        return None;
+    }
+    Some(url)
 }
 
 /// A decision of the exec policy.
@@ -769,6 +806,8 @@ pub fn schema() -> serde_json::Value {
             _ => json!({"type": "string", "minLength": 1,
                 "description": "the project's command, kept as a regression guard of every task where it passes before the work"}),
         })}),
+        "store" => json!({"type": "string", "pattern": "^postgres(ql)?://[^:@/]*(@[^/]*)?(/.*)?$",
+            "description": "a PostgreSQL store shared by every server and worker (postgres://USER@HOST/DB, no password: PGPASSWORD gives it)"}),
         "triggers" => json!({"type": "array", "items": {
         "type": "object", "additionalProperties": false, "required": ["name", "task"],
         "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}],

@@ -25,7 +25,6 @@ pub(crate) fn submit_claimed(
     observer: &mut dyn crate::Observer,
     claim: bool,
 ) -> Result<(String, Option<loop_store::Owner>), Error> {
-    use loop_store::Store;
     let clock = SystemClock;
     let project = req
         .project
@@ -200,7 +199,7 @@ pub(crate) fn submit_claimed(
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
     let owner = if claim {
-        Some(crate::layout::claim(&store, &task_id, &clock)?)
+        Some(crate::layout::claim(&*store, &task_id, &clock)?)
     } else {
         None
     };

@@ -267,7 +267,9 @@ pub fn cost(
     let mut recorded = Recorded::default();
     let (mut usd, mut tokens, mut max): (f64, u64, f64) = (0.0, 0, 0.0);
     // (The store is read only where it exists: asking would make it.)
-    let tasks = if project.join(".loop/loop.db").is_file() {
+    let tasks = if crate::layout::store_url(project)?.is_some()
+        || project.join(".loop/loop.db").is_file()
+    {
         runtime.tasks()?
     } else {
         Vec::new()

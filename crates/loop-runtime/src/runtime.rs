@@ -17,7 +17,7 @@ pub struct Runtime {
     project: PathBuf,
     /// The project's store, opened on first use and kept (a front end that
     /// polls `task` and `events` does not reopen it each time).
-    store: std::sync::Arc<std::sync::OnceLock<loop_store::SqliteStore>>,
+    store: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn loop_store::Store>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -41,20 +41,21 @@ impl Runtime {
     }
 
     /// The project's store, opened once.
-    fn store(&self) -> Result<&loop_store::SqliteStore, Error> {
+    pub(crate) fn store(&self) -> Result<&dyn loop_store::Store, Error> {
         if let Some(s) = self.store.get() {
-            return Ok(s);
+            return Ok(s.as_ref());
         }
-        // Two threads may race to open it; either store is the same file.
+        // Two threads may race to open it; either store is the same one.
         let _ = self.store.set(crate::layout::open_store(&self.project)?);
         self.store
             .get()
+            .map(|s| s.as_ref())
             .ok_or_else(|| Error::internal("the store could not be kept open"))
     }
 
-    /// The project's store (the token table is SQLite's own).
-    pub(crate) fn sqlite(&self) -> Result<&loop_store::SqliteStore, Error> {
-        self.store()
+    /// Which store the project uses and whether it answers (`loop doctor`).
+    pub fn describe_store(&self) -> Result<String, Error> {
+        self.store()?.describe().map_err(Error::from_cause)
     }
 
     /// The project's directory (canonical).

@@ -40,7 +40,6 @@ pub(crate) fn drive_stored(
     observer: &mut dyn crate::Observer,
     claimed: Option<loop_store::Owner>,
 ) -> Result<TaskReport, Error> {
-    use loop_store::Store;
     let project = project
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
@@ -80,7 +79,7 @@ pub(crate) fn drive_stored(
     let record = stored.record.as_deref().filter(|_| fresh);
     let models = crate::models::load_model(stored.model.as_deref(), &loopfile, record)?;
     let run = Run {
-        store: &store,
+        store: &*store,
         task_id,
         stored: &stored,
         on_prompt,

@@ -94,7 +94,7 @@ impl Runtime {
             created_ms: loop_core::Clock::now_ms(&loop_core::SystemClock),
             revoked_ms: None,
         };
-        self.sqlite()?
+        self.store()?
             .create_token(&digest(&token), &record)
             .map_err(Error::from_cause)?;
         Ok(NewToken { token, record })
@@ -103,7 +103,7 @@ impl Runtime {
     /// Who `token` acts for, if it is a live token of this project.
     pub fn authenticate(&self, token: &str) -> Result<Option<Caller>, Error> {
         let Some(r) = self
-            .sqlite()?
+            .store()?
             .token(&digest(token))
             .map_err(Error::from_cause)?
         else {
@@ -118,12 +118,12 @@ impl Runtime {
 
     /// Every token (their records; no secret is kept to show).
     pub fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
-        self.sqlite()?.tokens().map_err(Error::from_cause)
+        self.store()?.tokens().map_err(Error::from_cause)
     }
 
     /// Revoke the token with public id `id`.
     pub fn revoke_token(&self, id: &str) -> Result<bool, Error> {
-        self.sqlite()?
+        self.store()?
             .revoke_token(id, loop_core::Clock::now_ms(&loop_core::SystemClock))
             .map_err(Error::from_cause)
     }

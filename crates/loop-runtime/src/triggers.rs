@@ -381,7 +381,7 @@ impl Runtime {
         }
         // Taken once: by its id, and by its signature (the same request
         // under a new id is the same request).
-        let store = self.sqlite()?;
+        let store = self.store()?;
         let by_id = format!("hook {delivery}");
         let by_signature = format!("hook-signature {signature}");
         if !store
@@ -469,7 +469,7 @@ impl Runtime {
         let stamp = loop_protocol::time::rfc3339_millis(minute * 60_000);
         let delivery = format!("cron {stamp}");
         if !self
-            .sqlite()?
+            .store()?
             .take_delivery(&t.name, &delivery, now_ms)
             .map_err(Error::from_cause)?
         {
@@ -502,7 +502,7 @@ impl Runtime {
         match self.start_from(loopfile, t, owner, record) {
             Ok(id) => Ok(Some(id)),
             Err(e) => {
-                let _ = self.sqlite()?.forget_delivery(&t.name, &delivery);
+                let _ = self.store()?.forget_delivery(&t.name, &delivery);
                 tracing::warn!("trigger `{}`: {}", t.name, e.message);
                 Ok(None)
             }
@@ -511,8 +511,7 @@ impl Runtime {
 
     /// A task trigger `name` started that is not over yet, if any.
     fn unfinished_from(&self, name: &str) -> Result<Option<String>, Error> {
-        use loop_store::Store;
-        let tasks = self.sqlite()?.tasks().map_err(crate::layout::store_err)?;
+        let tasks = self.store()?.tasks().map_err(crate::layout::store_err)?;
         Ok(tasks
             .into_iter()
             .filter(|t| !t.is_terminal())

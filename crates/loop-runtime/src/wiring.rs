@@ -168,7 +168,7 @@ impl Verifier for VerifierAdapter {
 /// Lines file that ships with the receipt.
 pub struct StoreLedger<'c> {
     /// The store.
-    pub store: &'c loop_store::SqliteStore,
+    pub store: &'c dyn loop_store::Store,
     /// The task.
     pub task_id: String,
     /// The file copy.
@@ -179,7 +179,6 @@ pub struct StoreLedger<'c> {
 
 impl Ledger for StoreLedger<'_> {
     fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
-        use loop_store::Store;
         let scrubbed = scrub_event(event);
         let event = &scrubbed;
         let now = self.clock.now_ms();
@@ -292,7 +291,7 @@ pub trait Prompter: Send {
 /// the runtime, and `loop approve` answers it from any process.
 pub struct StoreApprovals<'c> {
     /// The store.
-    pub store: &'c loop_store::SqliteStore,
+    pub store: &'c dyn loop_store::Store,
     /// The task.
     pub task_id: String,
     /// Time.
@@ -312,7 +311,6 @@ pub struct StoreApprovals<'c> {
 impl StoreApprovals<'_> {
     /// The stored request `approval_id`.
     fn stored(&self, approval_id: &str) -> Result<Option<loop_store::Approval>, BoundaryError> {
-        use loop_store::Store;
         Ok(self
             .store
             .approvals(&self.task_id)
@@ -420,7 +418,6 @@ impl StoreApprovals<'_> {
         by: &str,
         guidance: Option<String>,
     ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
-        use loop_store::Store;
         let all = self
             .store
             .approvals(&self.task_id)
@@ -451,7 +448,6 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         payload: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(), BoundaryError> {
-        use loop_store::Store;
         self.store
             .put_approval(&loop_store::Approval {
                 task_id: self.task_id.clone(),
@@ -466,7 +462,6 @@ impl loop_core::Approvals for StoreApprovals<'_> {
     }
 
     fn message(&mut self, approval_id: &str) -> Option<String> {
-        use loop_store::Store;
         self.store
             .approvals(&self.task_id)
             .ok()?
@@ -479,7 +474,6 @@ impl loop_core::Approvals for StoreApprovals<'_> {
     }
 
     fn decided_by(&mut self, approval_id: &str) -> Option<String> {
-        use loop_store::Store;
         let a = self
             .store
             .approvals(&self.task_id)
@@ -546,7 +540,6 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 // Nobody answered: a deny, recorded as such.
                 a.status = ApprovalStatus::Expired;
                 a.decided_ms = Some(now);
-                use loop_store::Store;
                 self.store
                     .put_approval(&a)
                     .map_err(BoundaryError::caused_by)?;

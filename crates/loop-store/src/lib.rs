@@ -12,12 +12,123 @@
 //! share it; writers take the lock up front (`BEGIN IMMEDIATE`), so none of
 //! them sees "database is locked" while another commits.
 //!
-//! The schema is written for a server backend too (PostgreSQL, a later
-//! issue): plain tables, text and integer columns, JSON kept as text.
+//! The server backend is PostgreSQL ([`PgStore`], `postgres://…`): the
+//! same tables from the same migrations ([`MIGRATIONS`]: plain tables,
+//! text and 64-bit integer columns, JSON kept as text), a pool of
+//! connections, each ledger entry and its state change in one
+//! transaction, claims as a compare-and-set on a lease that works across
+//! machines, and `LISTEN/NOTIFY` so a cancel or an answer reaches the
+//! process that runs the task at once. [`open_url`] opens either.
 
+pub mod postgres;
 pub mod sqlite;
 
-pub use sqlite::{SqliteStore, TokenRecord};
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Migrations, in order, for every backend: the n-th brings a store to
+/// schema version n. Written in the SQL both engines read the same way
+/// (`BIGINT` is SQLite's INTEGER; PostgreSQL's INTEGER is 32 bits, too
+/// small for milliseconds).
+pub const MIGRATIONS: &[&str] = &[
+    // 1: tasks, the ledger, approvals and questions, receipts and change sets.
+    "CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        outcome TEXT,
+        reason TEXT,
+        contract_sha256 TEXT NOT NULL,
+        request TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        owner TEXT,
+        cancel_requested BIGINT NOT NULL DEFAULT 0
+     );
+     CREATE TABLE entries (
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        seq BIGINT NOT NULL,
+        prev TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        at TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (task_id, seq)
+     );
+     CREATE TABLE approvals (
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        decided_ms BIGINT,
+        PRIMARY KEY (task_id, id)
+     );
+     CREATE TABLE receipts (
+        task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+        path TEXT NOT NULL,
+        change_set TEXT NOT NULL,
+        created_ms BIGINT NOT NULL
+     );
+     CREATE INDEX tasks_by_state ON tasks(state);",
+    // 2: the API's bearer tokens, by the SHA-256 of the token (the token
+    // itself is shown once and never stored).
+    "CREATE TABLE tokens (
+        sha256 TEXT PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        owner TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        revoked_ms BIGINT
+     );",
+    // 3: webhook deliveries taken, so none is taken twice.
+    "CREATE TABLE deliveries (
+        trigger TEXT NOT NULL,
+        id TEXT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        PRIMARY KEY (trigger, id)
+     );",
+];
+
+/// The schema version this build writes.
+pub fn schema_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// A bearer token of the API, as stored (its hash, never the token).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenRecord {
+    /// A short public id (for listing and revoking).
+    pub id: String,
+    /// Who the token acts for: tasks it creates belong to them.
+    pub owner: String,
+    /// `read`, `run` or `admin`.
+    pub scope: String,
+    /// When it was made.
+    pub created_ms: u64,
+    /// When it was revoked, if it was.
+    pub revoked_ms: Option<u64>,
+}
+
+/// Open the store `url` names: `postgres://…` (or `postgresql://…`) is a
+/// PostgreSQL server (one pool per URL in a process, shared by every
+/// caller); `sqlite:PATH` or a plain path is an SQLite file.
+pub fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(PgStore::shared(url)?);
+    }
+    let path = url.strip_prefix("sqlite:").unwrap_or(url);
+    if path.contains("://") {
+        return Err(StoreError::Db {
+            path: url.to_string(),
+            message: "not a store this build knows: give postgres://USER@HOST/DB or a path to an SQLite file".into(),
+        });
+    }
+    Ok(Arc::new(SqliteStore::open(std::path::Path::new(path))?))
+}
 
 use serde::{Deserialize, Serialize};
 
@@ -57,11 +168,20 @@ pub enum StoreError {
     },
 }
 
-/// Who runs a task now.
+/// Who runs a task now: a lease. Its token is the owner's id; it expires
+/// when no heartbeat renews it within the lease. On the machine (and in
+/// the pid namespace) that holds it, a dead process frees it at once;
+/// elsewhere only the expiry does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
     /// A token unique to this run of the process.
     pub token: String,
+    /// Where the process runs: the kernel's boot id and the pid
+    /// namespace, so a pid is only looked up where it means something.
+    /// Empty in records made before leases crossed machines (taken as
+    /// this host).
+    #[serde(default)]
+    pub host: String,
     /// Its process id.
     pub pid: u32,
     /// The process's start time (clock ticks since boot), to tell a reused pid.
@@ -76,19 +196,56 @@ impl Owner {
         let pid = std::process::id();
         Owner {
             token,
+            host: this_host().to_string(),
             pid,
             start_time: process_start_time(pid).unwrap_or(0),
             heartbeat_ms: now_ms,
         }
     }
 
-    /// Is the owning process gone (exited, or its pid reused)?
+    /// Is the owning process known to be gone (exited, or its pid
+    /// reused)? Only answerable where the pid means something: on another
+    /// machine or in another container the answer is no, and the lease's
+    /// expiry decides.
     pub fn is_dead(&self) -> bool {
+        if !self.is_local() {
+            return false;
+        }
         match process_start_time(self.pid) {
             None => true,
             Some(t) => self.start_time != 0 && t != self.start_time,
         }
     }
+}
+
+impl Owner {
+    /// Whether the owner runs where this process does (same kernel boot,
+    /// same pid namespace).
+    pub fn is_local(&self) -> bool {
+        self.host.is_empty() || self.host == this_host()
+    }
+
+    /// Whether the lease has lapsed at `now_ms`.
+    pub fn expired(&self, lease_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.heartbeat_ms) > lease_ms
+    }
+}
+
+/// This process's host, as [`Owner::host`] records it: the kernel's boot
+/// id and the inode of the pid namespace (two containers on one machine
+/// share the boot id, not the namespace).
+pub fn this_host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|b| b.trim().to_string())
+            .unwrap_or_default();
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .map(|l| l.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ns = ns.trim_start_matches("pid:[").trim_end_matches(']');
+        format!("{boot}/{ns}")
+    })
 }
 
 /// The start time of `pid` (field 22 of `/proc/PID/stat`), if it runs.
@@ -246,8 +403,18 @@ impl std::fmt::Display for ApprovalStatus {
     }
 }
 
-/// Durable task state.
-pub trait Store: Send {
+/// Durable task state, shared by the threads of a process.
+pub trait Store: Send + Sync {
+    /// Which backend and where, with the server's version when there is
+    /// one, and the schema version (for `loop doctor`). Asks the backend,
+    /// so it fails when the store cannot be reached.
+    fn describe(&self) -> Result<String, StoreError>;
+    /// Block until something about `task` may have changed (a cancel
+    /// asked, an approval answered, the task reopened), or `timeout`
+    /// passes. A backend told of changes (PostgreSQL's NOTIFY) returns
+    /// the moment one commits; one that is not (SQLite) returns after a
+    /// short poll period, at most `timeout`, and the caller looks.
+    fn wait_for(&self, task: &str, timeout: Duration);
     /// Record a new task (state `pending`, unowned).
     fn create_task(
         &self,
@@ -262,7 +429,9 @@ pub trait Store: Send {
     fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError>;
     /// Append the next ledger entry and, in the same transaction, the task's
     /// new state (when the entry changes it). Refuses an entry whose `seq`
-    /// is not the next one.
+    /// is not the next one, but for the last entry offered again whole
+    /// (the same hash): that is a retry whose answer was lost, and it
+    /// stands.
     fn append(
         &self,
         task: &str,
@@ -303,4 +472,17 @@ pub trait Store: Send {
     fn put_approval(&self, a: &Approval) -> Result<(), StoreError>;
     /// A task's approvals and questions.
     fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError>;
+    /// Keep a new token: its SHA-256, a public id, owner and scope.
+    fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError>;
+    /// The live token whose SHA-256 is `sha256`, if any.
+    fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError>;
+    /// Every token, newest first.
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Revoke the token with public id `id`; `false` when there is none live.
+    fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError>;
+    /// Record delivery `id` of trigger `trigger` as taken; `false` when it
+    /// was taken before (a replay).
+    fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError>;
+    /// Give delivery `id` of `trigger` back (nothing was started for it).
+    fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError>;
 }

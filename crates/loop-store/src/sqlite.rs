@@ -1,168 +1,13 @@
 //! The embedded SQLite backend.
 
-use crate::{Approval, ApprovalStatus, Claim, Owner, Store, StoreError, StoredEntry, TaskRecord};
+use crate::{
+    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskRecord,
+    TokenRecord,
+};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// Migrations, in order; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[
-    // 1: tasks, the ledger, approvals and questions, receipts and change sets.
-    "CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
-        state TEXT NOT NULL,
-        outcome TEXT,
-        reason TEXT,
-        contract_sha256 TEXT NOT NULL,
-        request TEXT NOT NULL,
-        created_ms INTEGER NOT NULL,
-        updated_ms INTEGER NOT NULL,
-        owner TEXT,
-        cancel_requested INTEGER NOT NULL DEFAULT 0
-     );
-     CREATE TABLE entries (
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        seq INTEGER NOT NULL,
-        prev TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        at TEXT NOT NULL,
-        hash TEXT NOT NULL,
-        PRIMARY KEY (task_id, seq)
-     );
-     CREATE TABLE approvals (
-        task_id TEXT NOT NULL REFERENCES tasks(id),
-        id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_ms INTEGER NOT NULL,
-        decided_ms INTEGER,
-        PRIMARY KEY (task_id, id)
-     );
-     CREATE TABLE receipts (
-        task_id TEXT PRIMARY KEY REFERENCES tasks(id),
-        path TEXT NOT NULL,
-        change_set TEXT NOT NULL,
-        created_ms INTEGER NOT NULL
-     );
-     CREATE INDEX tasks_by_state ON tasks(state);",
-    // 2: the API's bearer tokens, by the SHA-256 of the token (the token
-    // itself is shown once and never stored).
-    "CREATE TABLE tokens (
-        sha256 TEXT PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        owner TEXT NOT NULL,
-        scope TEXT NOT NULL,
-        created_ms INTEGER NOT NULL,
-        revoked_ms INTEGER
-     );",
-    // 3: webhook deliveries taken, so none is taken twice.
-    "CREATE TABLE deliveries (
-        trigger TEXT NOT NULL,
-        id TEXT NOT NULL,
-        at_ms INTEGER NOT NULL,
-        PRIMARY KEY (trigger, id)
-     );",
-];
-
-/// A bearer token of the API, as stored (its hash, never the token).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct TokenRecord {
-    /// A short public id (for listing and revoking).
-    pub id: String,
-    /// Who the token acts for: tasks it creates belong to them.
-    pub owner: String,
-    /// `read`, `run` or `admin`.
-    pub scope: String,
-    /// When it was made.
-    pub created_ms: u64,
-    /// When it was revoked, if it was.
-    pub revoked_ms: Option<u64>,
-}
-
-impl SqliteStore {
-    /// Keep a new token: its SHA-256, a public id, owner and scope.
-    pub fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO tokens (sha256, id, owner, scope, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![sha256, record.id, record.owner, record.scope, record.created_ms as i64],
-            )
-            .map_err(|e| self.err(e))?;
-            Ok(())
-        })
-    }
-
-    /// The live token whose SHA-256 is `sha256`, if any.
-    pub fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError> {
-        self.with(|c| {
-            c.query_row(
-                "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens WHERE sha256 = ?1 AND revoked_ms IS NULL",
-                params![sha256],
-                row_to_token,
-            )
-            .optional()
-            .map_err(|e| self.err(e))
-        })
-    }
-
-    /// Every token, newest first.
-    pub fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
-        self.with(|c| {
-            let mut stmt = c
-                .prepare("SELECT id, owner, scope, created_ms, revoked_ms FROM tokens ORDER BY created_ms DESC, id")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], row_to_token)
-                .map_err(|e| self.err(e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))?;
-            Ok(rows)
-        })
-    }
-
-    /// Record delivery `id` of trigger `trigger` as taken; `false` when it
-    /// was taken before (a replay).
-    pub fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError> {
-        self.with(|c| {
-            let n = c
-                .execute(
-                    "INSERT OR IGNORE INTO deliveries (trigger, id, at_ms) VALUES (?1, ?2, ?3)",
-                    params![trigger, id, now_ms as i64],
-                )
-                .map_err(|e| self.err(e))?;
-            Ok(n == 1)
-        })
-    }
-
-    /// Give delivery `id` of `trigger` back (nothing was started for it).
-    pub fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute(
-                "DELETE FROM deliveries WHERE trigger = ?1 AND id = ?2",
-                params![trigger, id],
-            )
-            .map_err(|e| self.err(e))?;
-            Ok(())
-        })
-    }
-
-    /// Revoke the token with public id `id`; `false` when there is none
-    /// live.
-    pub fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {
-        self.with(|c| {
-            let n = c
-                .execute(
-                    "UPDATE tokens SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
-                    params![id, now_ms as i64],
-                )
-                .map_err(|e| self.err(e))?;
-            Ok(n > 0)
-        })
-    }
-}
 
 fn row_to_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     Ok(TokenRecord {
@@ -239,7 +84,7 @@ impl SqliteStore {
 
     /// The schema version this build writes.
     pub fn schema_version() -> i64 {
-        MIGRATIONS.len() as i64
+        crate::schema_version()
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
@@ -371,6 +216,19 @@ impl Store for SqliteStore {
                 )
                 .map_err(|e| self.err(e))?;
             if entry.seq as i64 != last + 1 {
+                // The same entry offered again (its hash covers all of it)
+                // is the one stored: as PostgreSQL answers a retry.
+                let stored: Option<String> = tx
+                    .query_row(
+                        "SELECT hash FROM entries WHERE task_id = ?1 AND seq = ?2",
+                        params![task, entry.seq as i64],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| self.err(e))?;
+                if entry.seq as i64 == last && stored.as_deref() == Some(entry.hash.as_str()) {
+                    return Ok(());
+                }
                 return Err(StoreError::OutOfSequence {
                     task: task.to_string(),
                     seq: entry.seq,
@@ -629,155 +487,121 @@ impl Store for SqliteStore {
             Ok(rows)
         })
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("loop-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d.join("loop.db")
+    fn describe(&self) -> Result<String, StoreError> {
+        let version = self.with(|c| {
+            c.query_row("SELECT sqlite_version()", [], |r| r.get::<_, String>(0))
+                .map_err(|e| self.err(e))
+        })?;
+        Ok(format!(
+            "sqlite {} (SQLite {version}, schema {})",
+            self.path.display(),
+            crate::schema_version()
+        ))
     }
 
-    fn entry(seq: u64) -> StoredEntry {
-        StoredEntry {
-            seq,
-            prev: format!("p{seq}"),
-            kind: "transition".into(),
-            payload: serde_json::json!({"n": seq}),
-            at: "2026-11-29T00:00:00.000Z".into(),
-            hash: format!("h{seq}"),
-        }
+    fn wait_for(&self, _task: &str, timeout: Duration) {
+        // SQLite tells nobody of a commit: look again soon.
+        std::thread::sleep(timeout.min(Duration::from_millis(100)));
     }
 
-    #[test]
-    fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
-        let path = tmp("round");
-        let s = SqliteStore::open(&path).unwrap();
-        s.create_task("t1", "abc", &serde_json::json!({"model": "scripted:x"}), 10)
-            .unwrap();
-        s.append("t1", &entry(0), Some("planning"), 11).unwrap();
-        s.append("t1", &entry(1), None, 12).unwrap();
-        let e = s.append("t1", &entry(1), None, 13).unwrap_err();
-        assert!(
-            e.to_string().contains("entry 1 does not follow entry 1"),
-            "{e}"
-        );
-        assert!(s.append("t1", &entry(5), None, 13).is_err());
-        let t = s.task("t1").unwrap();
-        assert_eq!(
-            (t.state.as_str(), t.entries, t.request["model"].as_str()),
-            ("planning", 2, Some("scripted:x"))
-        );
-        assert_eq!(s.entries("t1", 1).unwrap(), vec![entry(1)]);
-        s.finish(
-            "t1",
-            "verified",
-            "ok",
-            "/r.json",
-            &serde_json::json!({"files": 1}),
-            20,
-        )
-        .unwrap();
-        let t = s.task("t1").unwrap();
-        assert_eq!(
-            (t.state.as_str(), t.outcome.as_deref(), t.receipt.as_deref()),
-            ("terminal", Some("verified"), Some("/r.json"))
-        );
-        assert!(matches!(s.task("nope"), Err(StoreError::NoSuchTask(_))));
-        // Reopening keeps everything and does not re-run migrations.
-        drop(s);
-        let s = SqliteStore::open(&path).unwrap();
-        assert_eq!(s.tasks().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn a_claim_is_exclusive_while_its_owner_lives() {
-        let s = SqliteStore::open(&tmp("claim")).unwrap();
-        s.create_task("t", "abc", &serde_json::json!({}), 0)
-            .unwrap();
-        let me = Owner::this_process("me".into(), 1_000);
-        assert_eq!(s.claim("t", &me, 60_000, 1_000).unwrap(), Claim::Claimed);
-        // Another claimant while we live and our lease holds: refused.
-        let other = Owner::this_process("other".into(), 1_500);
-        assert!(
-            matches!(s.claim("t", &other, 60_000, 1_500).unwrap(), Claim::Held(o) if o.token == "me")
-        );
-        // Our lease lapses (no heartbeat): it can be taken, and we learn it.
-        assert_eq!(
-            s.claim("t", &other, 60_000, 70_000).unwrap(),
-            Claim::Claimed
-        );
-        assert!(!s.heartbeat("t", "me", 70_001).unwrap());
-        // A dead owner's claim can be taken at once.
-        let dead = Owner {
-            token: "dead".into(),
-            pid: u32::MAX - 1,
-            start_time: 1,
-            heartbeat_ms: 80_000,
-        };
-        assert!(dead.is_dead());
-        s.release("t", "other").unwrap();
-        assert_eq!(s.claim("t", &dead, 60_000, 80_000).unwrap(), Claim::Claimed);
-        assert_eq!(s.claim("t", &me, 60_000, 80_001).unwrap(), Claim::Claimed);
-        // A cancel is recorded; a terminal task cannot be claimed or cancelled.
-        assert!(s.request_cancel("t", 1).unwrap());
-        assert!(s.task("t").unwrap().cancel_requested);
-        s.finish("t", "cancelled", "asked", "/r", &serde_json::json!({}), 2)
-            .unwrap();
-        assert_eq!(s.claim("t", &me, 60_000, 3).unwrap(), Claim::Terminal);
-        assert!(!s.request_cancel("t", 4).unwrap());
-    }
-
-    #[test]
-    fn many_processes_may_create_the_database_at_once() {
-        for round in 0..5 {
-            let path = tmp(&format!("first-open-{round}"));
-            let handles: Vec<_> = (0..8)
-                .map(|i| {
-                    let path = path.clone();
-                    std::thread::spawn(move || {
-                        let s = SqliteStore::open(&path).unwrap();
-                        s.create_task(&format!("t{i}"), "x", &serde_json::json!({}), 0)
-                            .unwrap();
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().unwrap();
+    /// Keep a new token: its SHA-256, a public id, owner and scope.
+    fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "INSERT INTO tokens (sha256, id, owner, scope, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT DO NOTHING",
+                    params![sha256, record.id, record.owner, record.scope, record.created_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            if n == 1 {
+                return Ok(());
             }
-            assert_eq!(SqliteStore::open(&path).unwrap().tasks().unwrap().len(), 8);
-        }
+            // The same token again (a retry) stands; another is refused.
+            let ours: Option<i64> = c
+                .query_row(
+                    "SELECT 1 FROM tokens WHERE sha256 = ?1 AND id = ?2 AND created_ms = ?3",
+                    params![sha256, record.id, record.created_ms as i64],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| self.err(e))?;
+            match ours {
+                Some(_) => Ok(()),
+                None => Err(StoreError::Db {
+                    path: self.path.display().to_string(),
+                    message: format!("a token `{}` exists already", record.id),
+                }),
+            }
+        })
     }
 
-    #[test]
-    fn concurrent_writers_from_many_connections_never_see_a_locked_database() {
-        let path = tmp("concurrent");
-        let s = SqliteStore::open(&path).unwrap();
-        for t in 0..4 {
-            s.create_task(&format!("t{t}"), "x", &serde_json::json!({}), 0)
-                .unwrap();
-        }
-        let handles: Vec<_> = (0..4)
-            .map(|t| {
-                let path = path.clone();
-                std::thread::spawn(move || {
-                    let s = SqliteStore::open(&path).unwrap();
-                    for seq in 0..200 {
-                        s.append(&format!("t{t}"), &entry(seq), None, seq).unwrap();
-                        let _ = s.tasks().unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        for t in 0..4 {
-            assert_eq!(s.task(&format!("t{t}")).unwrap().entries, 200);
-        }
+    /// The live token whose SHA-256 is `sha256`, if any.
+    fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens WHERE sha256 = ?1 AND revoked_ms IS NULL",
+                params![sha256],
+                row_to_token,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    /// Every token, newest first.
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c
+                .prepare("SELECT id, owner, scope, created_ms, revoked_ms FROM tokens ORDER BY created_ms DESC, id")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], row_to_token)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+            Ok(rows)
+        })
+    }
+
+    /// Record delivery `id` of trigger `trigger` as taken; `false` when it
+    /// was taken before (a replay).
+    fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "INSERT OR IGNORE INTO deliveries (trigger, id, at_ms) VALUES (?1, ?2, ?3)",
+                    params![trigger, id, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Give delivery `id` of `trigger` back (nothing was started for it).
+    fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "DELETE FROM deliveries WHERE trigger = ?1 AND id = ?2",
+                params![trigger, id],
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
+    /// Revoke the token with public id `id`; `false` when there is none
+    /// live.
+    fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "UPDATE tokens SET revoked_ms = ?2 WHERE id = ?1 AND revoked_ms IS NULL",
+                    params![id, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n > 0)
+        })
     }
 }

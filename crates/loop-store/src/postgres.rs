@@ -1,0 +1,948 @@
+//! The PostgreSQL backend: the same tables as SQLite from the same
+//! migrations, for `loop serve` and `loop worker` processes on several
+//! machines sharing one store.
+//!
+//! - **A pool.** Connections are kept and reused, at most
+//!   `LOOP_STORE_POOL` (16) at once per process; a caller past that waits.
+//! - **Recovery.** A connection that breaks (the server restarted, a
+//!   backend was terminated, the network blinked) is dropped and the
+//!   operation tried again on a fresh one for up to 30 s. Every operation
+//!   is written so that running it twice after a commit whose answer was
+//!   lost gives the same answer: an entry already stored with the same
+//!   hash is the one offered; a claim already ours is ours; a delivery
+//!   taken at the same instant is ours.
+//! - **Claims across machines.** A claim is one `UPDATE … WHERE …
+//!   RETURNING`: free, already ours, or a lease whose heartbeat is older
+//!   than the lease. A dead owner frees the task at once only where its
+//!   pid can be looked up (the same host and pid namespace).
+//! - **Told, not polled.** A cancel, an approval or answer, and a reopen
+//!   send `NOTIFY loop_task` with the task id in their transaction; one
+//!   listening connection per process wakes [`Store::wait_for`] callers.
+
+use crate::{
+    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskRecord,
+    TokenRecord,
+};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls, Row};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a broken connection is retried before the operation fails.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+/// The channel changes are announced on.
+const CHANNEL: &str = "loop_task";
+/// The advisory lock migrations take (any constant of our own).
+const MIGRATION_LOCK: i64 = 0x6c6f_6f70_0001;
+
+/// A PostgreSQL store.
+pub struct PgStore {
+    /// The URL without its password.
+    shown: String,
+    config: postgres::Config,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+    max: usize,
+    changes: Arc<Changes>,
+    listening: OnceLock<()>,
+}
+
+struct Pool {
+    idle: Vec<Client>,
+    out: usize,
+}
+
+/// What the listening connection has heard.
+#[derive(Default)]
+struct Changes {
+    state: Mutex<Heard>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Heard {
+    /// Per task, how many notifications arrived.
+    per_task: HashMap<String, u64>,
+    /// Bumped when notifications may have been missed (the listener
+    /// reconnected): every waiter looks.
+    epoch: u64,
+    /// A listener is connected.
+    live: bool,
+}
+
+/// An operation's failure: the database's (maybe retried) or ours.
+enum Fail {
+    Pg(postgres::Error),
+    Store(StoreError),
+}
+
+impl From<postgres::Error> for Fail {
+    fn from(e: postgres::Error) -> Self {
+        Fail::Pg(e)
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+/// Whether a failure is the connection's, so a fresh one may succeed.
+fn transient(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        let c = code.code();
+        return c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "40001" | "40P01");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// `url` without a password.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((a, h)) => (Some(a), h),
+        None => (None, rest),
+    };
+    match auth {
+        Some(a) => {
+            let user = a.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{host}")
+        }
+        None => format!("{scheme}://{host}"),
+    }
+    .split('?')
+    .next()
+    .unwrap_or_default()
+    .to_string()
+}
+
+impl PgStore {
+    /// The store at `url`, one per URL in this process (its pool and its
+    /// listener are shared by every caller).
+    pub fn shared(url: &str) -> Result<Arc<PgStore>, StoreError> {
+        static OPEN: OnceLock<Mutex<HashMap<String, Arc<PgStore>>>> = OnceLock::new();
+        let open = OPEN.get_or_init(Default::default);
+        let mut map = open.lock().map_err(|_| StoreError::Db {
+            path: redact(url),
+            message: "the store table's lock was poisoned".into(),
+        })?;
+        if let Some(s) = map.get(url) {
+            return Ok(s.clone());
+        }
+        let store = Arc::new(PgStore::connect(url)?);
+        map.insert(url.to_string(), store.clone());
+        Ok(store)
+    }
+
+    /// Connect to `url` (a pool of its own) and bring the schema up to
+    /// date.
+    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        let shown = redact(url);
+        let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Db {
+            path: shown.clone(),
+            message: format!("not a PostgreSQL URL: {e}"),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        config.application_name("loop");
+        // The password is not written where the URL is (a Loopfile is
+        // committed): PGPASSWORD gives it, as to psql.
+        if config.get_password().is_none()
+            && let Some(p) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty())
+        {
+            config.password(p.as_encoded_bytes());
+        }
+        let max = std::env::var("LOOP_STORE_POOL")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(16);
+        let store = PgStore {
+            shown,
+            config,
+            pool: Mutex::new(Pool {
+                idle: Vec::new(),
+                out: 0,
+            }),
+            freed: Condvar::new(),
+            max,
+            changes: Arc::default(),
+            listening: OnceLock::new(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Db {
+            path: self.shown.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn pg_err(&self, e: &postgres::Error) -> StoreError {
+        // The database's own words (its message and detail), not only
+        // "db error".
+        let message = match e.as_db_error() {
+            Some(db) => match db.detail() {
+                Some(d) => format!("{} ({d})", db.message()),
+                None => db.message().to_string(),
+            },
+            None => e.to_string(),
+        };
+        self.err(message)
+    }
+
+    /// Take a connection from the pool (waiting while all are out), or
+    /// make one.
+    fn take(&self) -> Result<Client, Fail> {
+        let mut pool = self
+            .pool
+            .lock()
+            .map_err(|_| Fail::Store(self.err("the pool's lock was poisoned")))?;
+        loop {
+            if let Some(c) = pool.idle.pop() {
+                if c.is_closed() {
+                    continue;
+                }
+                pool.out += 1;
+                return Ok(c);
+            }
+            if pool.out < self.max {
+                pool.out += 1;
+                drop(pool);
+                return match self.config.connect(NoTls) {
+                    Ok(c) => Ok(c),
+                    Err(e) => {
+                        self.put_back(None);
+                        Err(Fail::Pg(e))
+                    }
+                };
+            }
+            pool = self
+                .freed
+                .wait(pool)
+                .map_err(|_| Fail::Store(self.err("the pool's lock was poisoned")))?;
+        }
+    }
+
+    /// Give a connection back (or its place, when it broke).
+    fn put_back(&self, client: Option<Client>) {
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.out = pool.out.saturating_sub(1);
+            if let Some(c) = client.filter(|c| !c.is_closed()) {
+                pool.idle.push(c);
+            }
+        }
+        self.freed.notify_one();
+    }
+
+    /// Run `op` on a pooled connection; a broken connection is replaced
+    /// and `op` run again, for up to [`RETRY_FOR`].
+    fn run<T>(&self, mut op: impl FnMut(&mut Client) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let outcome = match self.take() {
+                Ok(mut c) => {
+                    let r = op(&mut c);
+                    let broken = matches!(&r, Err(Fail::Pg(e)) if transient(e));
+                    self.put_back((!broken).then_some(c));
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(v) => return Ok(v),
+                Err(Fail::Store(e)) => return Err(e),
+                Err(Fail::Pg(e)) if transient(&e) && start.elapsed() < RETRY_FOR => {
+                    tracing::warn!(
+                        "store {}: {e}; trying again on a new connection",
+                        self.shown
+                    );
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(Fail::Pg(e)) => return Err(self.pg_err(&e)),
+            }
+        }
+    }
+
+    fn migrate(&self) -> Result<(), StoreError> {
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            // One process migrates at a time; the others wait, then find
+            // nothing left to do.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            tx.batch_execute("CREATE TABLE IF NOT EXISTS loop_schema (version BIGINT NOT NULL)")?;
+            let version: i64 = match tx.query_opt("SELECT version FROM loop_schema", &[])? {
+                Some(r) => r.try_get(0)?,
+                None => {
+                    tx.execute("INSERT INTO loop_schema (version) VALUES (0)", &[])?;
+                    0
+                }
+            };
+            if version > crate::schema_version() {
+                return Err(Fail::Store(StoreError::TooNew {
+                    path: self.shown.clone(),
+                    found: version,
+                    supported: crate::schema_version(),
+                }));
+            }
+            for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                tx.batch_execute(m)?;
+                tx.execute("UPDATE loop_schema SET version = $1", &[&(i as i64 + 1)])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// The schema version the database is at.
+    pub fn stored_version(&self) -> Result<i64, StoreError> {
+        self.run(|c| {
+            Ok(c.query_one("SELECT version FROM loop_schema", &[])?
+                .try_get(0)?)
+        })
+    }
+
+    /// Whether the listening connection is up (it starts with the first
+    /// [`Store::wait_for`]); until it is, waiters poll.
+    pub fn listening(&self) -> bool {
+        self.listen();
+        self.changes.state.lock().is_ok_and(|h| h.live)
+    }
+
+    /// Start the listening connection once.
+    fn listen(&self) {
+        self.listening.get_or_init(|| {
+            let changes = self.changes.clone();
+            let config = self.config.clone();
+            let shown = self.shown.clone();
+            let spawned = std::thread::Builder::new()
+                .name("loop-store-listen".into())
+                .spawn(move || listener(&config, &shown, &changes));
+            if let Err(e) = spawned {
+                tracing::warn!("store {}: cannot listen for changes: {e}", self.shown);
+            }
+        });
+    }
+}
+
+/// The listening connection's life: connect, `LISTEN`, count each task's
+/// notifications; on a broken connection, tell every waiter to look
+/// (something may have been missed) and connect again.
+fn listener(config: &postgres::Config, shown: &str, changes: &Changes) {
+    let mark = |live: bool| {
+        if let Ok(mut h) = changes.state.lock() {
+            h.live = live;
+            h.epoch += 1;
+        }
+        changes.cv.notify_all();
+    };
+    loop {
+        let mut client = match config.connect(NoTls) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("store {shown}: listener cannot connect: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")) {
+            tracing::debug!("store {shown}: LISTEN failed: {e}");
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        mark(true);
+        {
+            let mut notes = client.notifications();
+            let mut heard = notes.blocking_iter();
+            while let Ok(Some(n)) = heard.next() {
+                if let Ok(mut h) = changes.state.lock() {
+                    if h.per_task.len() > 10_000 {
+                        h.per_task.clear();
+                        h.epoch += 1;
+                    }
+                    *h.per_task.entry(n.payload().to_string()).or_default() += 1;
+                }
+                changes.cv.notify_all();
+            }
+        }
+        mark(false);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A row of the task query as a record.
+fn task_from(r: &Row) -> Result<TaskRecord, postgres::Error> {
+    let request: String = r.try_get("request")?;
+    let owner: Option<String> = r.try_get("owner")?;
+    Ok(TaskRecord {
+        id: r.try_get("id")?,
+        state: r.try_get("state")?,
+        outcome: r.try_get("outcome")?,
+        reason: r.try_get("reason")?,
+        contract_sha256: r.try_get("contract_sha256")?,
+        request: serde_json::from_str(&request).unwrap_or(serde_json::Value::Null),
+        created_ms: r.try_get::<_, i64>("created_ms")? as u64,
+        updated_ms: r.try_get::<_, i64>("updated_ms")? as u64,
+        owner: owner.and_then(|o| serde_json::from_str(&o).ok()),
+        cancel_requested: r.try_get::<_, i64>("cancel_requested")? != 0,
+        receipt: r.try_get("receipt")?,
+        entries: r.try_get::<_, i64>("entries")? as u64,
+    })
+}
+
+fn token_from(r: &Row) -> Result<TokenRecord, postgres::Error> {
+    Ok(TokenRecord {
+        id: r.try_get(0)?,
+        owner: r.try_get(1)?,
+        scope: r.try_get(2)?,
+        created_ms: r.try_get::<_, i64>(3)? as u64,
+        revoked_ms: r.try_get::<_, Option<i64>>(4)?.map(|v| v as u64),
+    })
+}
+
+const TASK_SELECT: &str = "SELECT t.id, t.state, t.outcome, t.reason, t.contract_sha256, t.request,
+    t.created_ms, t.updated_ms, t.owner, t.cancel_requested, r.path AS receipt,
+    (SELECT COUNT(*) FROM entries e WHERE e.task_id = t.id) AS entries
+    FROM tasks t LEFT JOIN receipts r ON r.task_id = t.id";
+
+fn notify(tx: &mut postgres::Transaction<'_>, task: &str) -> Result<(), postgres::Error> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &task])?;
+    Ok(())
+}
+
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Store for PgStore {
+    fn describe(&self) -> Result<String, StoreError> {
+        let server: String =
+            self.run(|c| Ok(c.query_one("SHOW server_version", &[])?.try_get(0)?))?;
+        let stored = self.stored_version()?;
+        Ok(format!(
+            "postgres {} (PostgreSQL {server}, schema {stored}, pool of {})",
+            self.shown, self.max
+        ))
+    }
+
+    fn wait_for(&self, task: &str, timeout: Duration) {
+        self.listen();
+        let Ok(h) = self.changes.state.lock() else {
+            std::thread::sleep(timeout.min(Duration::from_millis(100)));
+            return;
+        };
+        if !h.live {
+            // No listener yet (or it is reconnecting): poll meanwhile.
+            drop(h);
+            std::thread::sleep(timeout.min(Duration::from_millis(100)));
+            return;
+        }
+        let seen = (h.per_task.get(task).copied(), h.epoch);
+        let _ = self.changes.cv.wait_timeout_while(h, timeout, |h| {
+            (h.per_task.get(task).copied(), h.epoch) == seen
+        });
+    }
+
+    fn create_task(
+        &self,
+        id: &str,
+        contract_sha256: &str,
+        request: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let text = request.to_string();
+        self.run(|c| {
+            let n = c.execute(
+                "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms)
+                 VALUES ($1, 'pending', $2, $3, $4, $4) ON CONFLICT (id) DO NOTHING",
+                &[&id, &contract_sha256, &text, &ms(now_ms)],
+            )?;
+            if n == 1 {
+                return Ok(());
+            }
+            // Ours, committed before a broken connection lost the answer?
+            let same = c
+                .query_opt(
+                    "SELECT 1 FROM tasks WHERE id = $1 AND contract_sha256 = $2 AND request = $3 AND created_ms = $4",
+                    &[&id, &contract_sha256, &text, &ms(now_ms)],
+                )?
+                .is_some();
+            if same {
+                Ok(())
+            } else {
+                Err(Fail::Store(self.err(format!("a task `{id}` exists already"))))
+            }
+        })
+    }
+
+    fn task(&self, id: &str) -> Result<TaskRecord, StoreError> {
+        self.run(|c| {
+            let row = c.query_opt(&format!("{TASK_SELECT} WHERE t.id = $1"), &[&id])?;
+            match row {
+                Some(r) => Ok(task_from(&r)?),
+                None => Err(Fail::Store(StoreError::NoSuchTask(id.to_string()))),
+            }
+        })
+    }
+
+    fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                &format!("{TASK_SELECT} ORDER BY t.created_ms DESC, t.id DESC"),
+                &[],
+            )?;
+            Ok(rows.iter().map(task_from).collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    fn append(
+        &self,
+        task: &str,
+        entry: &StoredEntry,
+        state: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let payload = entry.payload.to_string();
+        let seq = ms(entry.seq);
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            // The task's row is the chain's lock: appends to one task
+            // take turns.
+            if tx
+                .query_opt("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", &[&task])?
+                .is_none()
+            {
+                return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
+            }
+            let last: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = $1",
+                    &[&task],
+                )?
+                .try_get(0)?;
+            if seq != last + 1 {
+                // The same entry, committed before a broken connection lost
+                // the answer, is the one offered.
+                let stored: Option<String> = tx
+                    .query_opt(
+                        "SELECT hash FROM entries WHERE task_id = $1 AND seq = $2",
+                        &[&task, &seq],
+                    )?
+                    .map(|r| r.try_get(0))
+                    .transpose()?;
+                if seq == last && stored.as_deref() == Some(entry.hash.as_str()) {
+                    return Ok(());
+                }
+                return Err(Fail::Store(StoreError::OutOfSequence {
+                    task: task.to_string(),
+                    seq: entry.seq,
+                    last,
+                }));
+            }
+            tx.execute(
+                "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &task,
+                    &seq,
+                    &entry.prev,
+                    &entry.kind,
+                    &payload,
+                    &entry.at,
+                    &entry.hash,
+                ],
+            )?;
+            match state {
+                Some(s) => tx.execute(
+                    "UPDATE tasks SET state = $2, updated_ms = $3 WHERE id = $1",
+                    &[&task, &s, &ms(now_ms)],
+                )?,
+                None => tx.execute(
+                    "UPDATE tasks SET updated_ms = $2 WHERE id = $1",
+                    &[&task, &ms(now_ms)],
+                )?,
+            };
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT seq, prev, kind, payload, at, hash FROM entries
+                 WHERE task_id = $1 AND seq >= $2 ORDER BY seq",
+                &[&task, &ms(from_seq)],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let payload: String = r.try_get(3)?;
+                out.push(StoredEntry {
+                    seq: r.try_get::<_, i64>(0)? as u64,
+                    prev: r.try_get(1)?,
+                    kind: r.try_get(2)?,
+                    payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+                    at: r.try_get(4)?,
+                    hash: r.try_get(5)?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn claim(
+        &self,
+        task: &str,
+        owner: &Owner,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        let json = serde_json::to_string(owner).map_err(|e| self.err(e))?;
+        // Free, already ours, its lease lapsed, or (`$5`) exactly the dead
+        // owner we looked at: one statement, so two claimants never both
+        // win.
+        let cas = "UPDATE tasks SET owner = $2, updated_ms = $3
+             WHERE id = $1 AND state <> 'terminal' AND (
+                owner IS NULL
+                OR (owner::jsonb ->> 'token') = $4
+                OR (owner::jsonb ->> 'heartbeat_ms')::bigint + $6 < $3
+                OR owner = $5)
+             RETURNING id";
+        self.run(|c| {
+            let none: Option<String> = None;
+            if c.query_opt(
+                cas,
+                &[
+                    &task,
+                    &json,
+                    &ms(now_ms),
+                    &owner.token,
+                    &none,
+                    &ms(lease_ms),
+                ],
+            )?
+            .is_some()
+            {
+                return Ok(Claim::Claimed);
+            }
+            let Some(row) =
+                c.query_opt("SELECT state, owner FROM tasks WHERE id = $1", &[&task])?
+            else {
+                return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
+            };
+            let state: String = row.try_get(0)?;
+            if state == loop_protocol::TaskState::Terminal.name() {
+                return Ok(Claim::Terminal);
+            }
+            let text: Option<String> = row.try_get(1)?;
+            let current = text
+                .as_deref()
+                .and_then(|o| serde_json::from_str::<Owner>(o).ok());
+            match current {
+                Some(cur) if cur.is_dead() => {
+                    let taken = c
+                        .query_opt(
+                            cas,
+                            &[
+                                &task,
+                                &json,
+                                &ms(now_ms),
+                                &owner.token,
+                                &text,
+                                &ms(lease_ms),
+                            ],
+                        )?
+                        .is_some();
+                    if taken {
+                        Ok(Claim::Claimed)
+                    } else {
+                        // Someone else took it in between: theirs.
+                        let now: Option<String> = c
+                            .query_opt("SELECT owner FROM tasks WHERE id = $1", &[&task])?
+                            .map(|r| r.try_get(0))
+                            .transpose()?
+                            .flatten();
+                        match now.and_then(|o| serde_json::from_str::<Owner>(&o).ok()) {
+                            Some(o) => Ok(Claim::Held(o)),
+                            None => Ok(Claim::Held(cur)),
+                        }
+                    }
+                }
+                Some(cur) => Ok(Claim::Held(cur)),
+                // An owner that is not one (a damaged record): the claim
+                // above would have taken a NULL one; refuse to guess.
+                None => Err(Fail::Store(
+                    self.err(format!("task {task}: its owner record cannot be read")),
+                )),
+            }
+        })
+    }
+
+    fn heartbeat(&self, task: &str, token: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.run(|c| {
+            let n = c.execute(
+                "UPDATE tasks SET owner = jsonb_set(owner::jsonb, '{heartbeat_ms}', to_jsonb($3::bigint))::text
+                 WHERE id = $1 AND (owner::jsonb ->> 'token') = $2",
+                &[&task, &token, &ms(now_ms)],
+            )?;
+            Ok(n > 0)
+        })
+    }
+
+    fn release(&self, task: &str, token: &str) -> Result<(), StoreError> {
+        self.run(|c| {
+            c.execute(
+                "UPDATE tasks SET owner = NULL WHERE id = $1 AND (owner::jsonb ->> 'token') = $2",
+                &[&task, &token],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn request_cancel(&self, task: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE tasks SET cancel_requested = 1, updated_ms = $2
+                 WHERE id = $1 AND state <> 'terminal'",
+                &[&task, &ms(now_ms)],
+            )?;
+            if n == 0 {
+                if tx
+                    .query_opt("SELECT 1 FROM tasks WHERE id = $1", &[&task])?
+                    .is_none()
+                {
+                    return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
+                }
+            } else {
+                notify(&mut tx, task)?;
+            }
+            tx.commit()?;
+            Ok(n > 0)
+        })
+    }
+
+    fn finish(
+        &self,
+        task: &str,
+        outcome: &str,
+        reason: &str,
+        receipt: &str,
+        change_set: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let change_set = change_set.to_string();
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "UPDATE tasks SET state = 'terminal', outcome = $2, reason = $3, owner = NULL, updated_ms = $4
+                 WHERE id = $1",
+                &[&task, &outcome, &reason, &ms(now_ms)],
+            )?;
+            tx.execute(
+                "INSERT INTO receipts (task_id, path, change_set, created_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (task_id) DO UPDATE SET path = EXCLUDED.path,
+                    change_set = EXCLUDED.change_set, created_ms = EXCLUDED.created_ms",
+                &[&task, &receipt, &change_set, &ms(now_ms)],
+            )?;
+            notify(&mut tx, task)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn reopen(&self, task: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE tasks SET state = 'ending', outcome = NULL, reason = NULL,
+                 cancel_requested = 0, updated_ms = $2 WHERE id = $1 AND state = 'terminal'",
+                &[&task, &ms(now_ms)],
+            )?;
+            if n > 0 {
+                notify(&mut tx, task)?;
+            }
+            tx.commit()?;
+            Ok(n > 0)
+        })
+    }
+
+    fn put_approval(&self, a: &Approval) -> Result<(), StoreError> {
+        let payload = a.payload.to_string();
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "INSERT INTO approvals (task_id, id, kind, payload, status, created_ms, decided_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (task_id, id) DO UPDATE SET kind = EXCLUDED.kind,
+                    payload = EXCLUDED.payload, status = EXCLUDED.status,
+                    created_ms = EXCLUDED.created_ms, decided_ms = EXCLUDED.decided_ms",
+                &[
+                    &a.task_id,
+                    &a.id,
+                    &a.kind,
+                    &payload,
+                    &a.status.as_str(),
+                    &ms(a.created_ms),
+                    &a.decided_ms.map(ms),
+                ],
+            )?;
+            notify(&mut tx, &a.task_id)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT task_id, id, kind, payload, status, created_ms, decided_ms
+                 FROM approvals WHERE task_id = $1 ORDER BY created_ms, id",
+                &[&task],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let payload: String = r.try_get(3)?;
+                let status: String = r.try_get(4)?;
+                let Some(status) = ApprovalStatus::from_name(&status) else {
+                    return Err(Fail::Store(
+                        self.err(format!("task {task}: unknown approval status `{status}`")),
+                    ));
+                };
+                out.push(Approval {
+                    task_id: r.try_get(0)?,
+                    id: r.try_get(1)?,
+                    kind: r.try_get(2)?,
+                    payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+                    status,
+                    created_ms: r.try_get::<_, i64>(5)? as u64,
+                    decided_ms: r.try_get::<_, Option<i64>>(6)?.map(|d| d as u64),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError> {
+        self.run(|c| {
+            let n = c.execute(
+                "INSERT INTO tokens (sha256, id, owner, scope, created_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT DO NOTHING",
+                &[&sha256, &record.id, &record.owner, &record.scope, &ms(record.created_ms)],
+            )?;
+            if n == 1 {
+                return Ok(());
+            }
+            let ours = c
+                .query_opt(
+                    "SELECT 1 FROM tokens WHERE sha256 = $1 AND id = $2 AND created_ms = $3",
+                    &[&sha256, &record.id, &ms(record.created_ms)],
+                )?
+                .is_some();
+            if ours {
+                Ok(())
+            } else {
+                Err(Fail::Store(self.err(format!("a token `{}` exists already", record.id))))
+            }
+        })
+    }
+
+    fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError> {
+        self.run(|c| {
+            let row = c.query_opt(
+                "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens WHERE sha256 = $1 AND revoked_ms IS NULL",
+                &[&sha256],
+            )?;
+            Ok(row.as_ref().map(token_from).transpose()?)
+        })
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens ORDER BY created_ms DESC, id",
+                &[],
+            )?;
+            Ok(rows.iter().map(token_from).collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.run(|c| {
+            let n = c.execute(
+                "UPDATE tokens SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL",
+                &[&id, &ms(now_ms)],
+            )?;
+            Ok(n > 0)
+        })
+    }
+
+    fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        self.run(|c| {
+            let n = c.execute(
+                "INSERT INTO deliveries (trigger, id, at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                &[&trigger, &id, &ms(now_ms)],
+            )?;
+            if n == 1 {
+                return Ok(true);
+            }
+            // Taken at this very instant: ours, committed before a broken
+            // connection lost the answer (a replay comes later).
+            let at: Option<i64> = c
+                .query_opt(
+                    "SELECT at_ms FROM deliveries WHERE trigger = $1 AND id = $2",
+                    &[&trigger, &id],
+                )?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            Ok(at == Some(ms(now_ms)))
+        })
+    }
+
+    fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError> {
+        self.run(|c| {
+            c.execute(
+                "DELETE FROM deliveries WHERE trigger = $1 AND id = $2",
+                &[&trigger, &id],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn a_shown_url_never_carries_the_password() {
+        assert_eq!(
+            redact("postgres://loop:s3cret@db.internal:5432/loop?sslmode=disable"),
+            "postgres://loop@db.internal:5432/loop"
+        );
+        assert_eq!(
+            redact("postgres://127.0.0.1/loop"),
+            "postgres://127.0.0.1/loop"
+        );
+        assert_eq!(redact("postgres://u:p@ss@h/d"), "postgres://u@h/d");
+    }
+}

@@ -1,0 +1,627 @@
+//! One test suite for every store backend: each test runs against SQLite
+//! and against a real PostgreSQL server (a fresh database per test), so
+//! the two keep the same behaviour. PostgreSQL comes from
+//! `LOOP_TEST_POSTGRES_URL` (scripts/services.sh starts one); without it
+//! the PostgreSQL half is skipped, unless `LOOP_REQUIRE_SERVICES=1` (as in
+//! `scripts/test.sh`), where its absence fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use loop_store::{
+    Approval, ApprovalStatus, Claim, Owner, PgStore, SqliteStore, Store, StoreError, StoredEntry,
+    TokenRecord,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A backend under test, and how to open a second, independent handle on
+/// the same data (another process's view).
+struct Backend {
+    name: &'static str,
+    url: String,
+    /// A fresh PostgreSQL database to drop at the end.
+    drop_db: Option<(String, String)>,
+}
+
+impl Backend {
+    /// A new handle (its own connection or pool, as another process has).
+    fn open(&self) -> Arc<dyn Store> {
+        if self.name == "postgres" {
+            Arc::new(PgStore::connect(&self.url).unwrap())
+        } else {
+            Arc::new(SqliteStore::open(std::path::Path::new(&self.url)).unwrap())
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some((admin, db)) = self.drop_db.take()
+            && let Ok(mut c) = postgres::Client::connect(&admin, postgres::NoTls)
+        {
+            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        }
+    }
+}
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+fn pg_admin_url() -> Option<String> {
+    match std::env::var("LOOP_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            assert!(
+                std::env::var("LOOP_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "LOOP_REQUIRE_SERVICES=1 but LOOP_TEST_POSTGRES_URL is not set (scripts/services.sh prints it)"
+            );
+            eprintln!(
+                "LOOP_TEST_POSTGRES_URL not set: the PostgreSQL half of this test is skipped"
+            );
+            None
+        }
+    }
+}
+
+/// `url` with its database replaced by `db`.
+fn with_db(url: &str, db: &str) -> String {
+    let (base, _) = url.rsplit_once('/').unwrap();
+    format!("{base}/{db}")
+}
+
+/// Every backend, fresh.
+fn backends(test: &str) -> Vec<Backend> {
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!(
+        "loop-conformance-{test}-{}-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut out = vec![Backend {
+        name: "sqlite",
+        url: dir.join("loop.db").display().to_string(),
+        drop_db: None,
+    }];
+    if let Some(admin) = pg_admin_url() {
+        let db = format!("loop_t_{}_{n}", std::process::id());
+        let mut c = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+        c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+            .unwrap();
+        c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+        out.push(Backend {
+            name: "postgres",
+            url: with_db(&admin, &db),
+            drop_db: Some((admin, db)),
+        });
+    }
+    out
+}
+
+fn entry(seq: u64) -> StoredEntry {
+    StoredEntry {
+        seq,
+        prev: format!("p{seq}"),
+        kind: "transition".into(),
+        payload: serde_json::json!({"n": seq, "text": "ünïcode ✓ and 'quotes'"}),
+        at: "2026-11-29T00:00:00.000Z".into(),
+        hash: format!("h{seq}"),
+    }
+}
+
+/// An owner on another machine: its pid means nothing here.
+fn remote(token: &str, at: u64) -> Owner {
+    Owner {
+        token: token.into(),
+        host: "another-boot/4026531836".into(),
+        pid: 1,
+        start_time: 1,
+        heartbeat_ms: at,
+    }
+}
+
+#[test]
+fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
+    for b in backends("round") {
+        let s = b.open();
+        let who = b.name;
+        s.create_task("t1", "abc", &serde_json::json!({"model": "scripted:x"}), 10)
+            .unwrap();
+        // The same id again, for another task: refused.
+        assert!(
+            s.create_task("t1", "other", &serde_json::json!({}), 11)
+                .is_err(),
+            "{who}"
+        );
+        s.append("t1", &entry(0), Some("planning"), 11).unwrap();
+        s.append("t1", &entry(1), None, 12).unwrap();
+        // The last entry offered again whole is a retry: it stands.
+        s.append("t1", &entry(1), None, 13).unwrap();
+        // Another entry 1 would fork the chain.
+        let mut fork = entry(1);
+        fork.hash = "other".into();
+        let e = s.append("t1", &fork, None, 13).unwrap_err();
+        assert!(
+            e.to_string().contains("entry 1 does not follow entry 1"),
+            "{who}: {e}"
+        );
+        assert!(s.append("t1", &entry(5), None, 13).is_err(), "{who}");
+        assert!(s.append("t1", &entry(0), None, 13).is_err(), "{who}");
+        assert!(
+            matches!(
+                s.append("nope", &entry(0), None, 1),
+                Err(StoreError::NoSuchTask(_)) | Err(StoreError::Db { .. })
+            ),
+            "{who}"
+        );
+        let t = s.task("t1").unwrap();
+        assert_eq!(
+            (t.state.as_str(), t.entries, t.request["model"].as_str()),
+            ("planning", 2, Some("scripted:x")),
+            "{who}"
+        );
+        assert_eq!(s.entries("t1", 1).unwrap(), vec![entry(1)], "{who}");
+        assert_eq!(
+            s.entries("t1", 0).unwrap(),
+            vec![entry(0), entry(1)],
+            "{who}"
+        );
+        s.finish(
+            "t1",
+            "verified",
+            "ok",
+            "/r.json",
+            &serde_json::json!({"files": 1}),
+            20,
+        )
+        .unwrap();
+        let t = s.task("t1").unwrap();
+        assert_eq!(
+            (t.state.as_str(), t.outcome.as_deref(), t.receipt.as_deref()),
+            ("terminal", Some("verified"), Some("/r.json")),
+            "{who}"
+        );
+        assert!(t.is_terminal(), "{who}");
+        assert!(
+            matches!(s.task("nope"), Err(StoreError::NoSuchTask(_))),
+            "{who}"
+        );
+        // Reopened (a budget extension): not terminal until it ends again.
+        assert!(s.reopen("t1", 30).unwrap(), "{who}");
+        assert!(!s.reopen("t1", 31).unwrap(), "{who}");
+        let t = s.task("t1").unwrap();
+        assert_eq!((t.state.as_str(), t.outcome), ("ending", None), "{who}");
+        // Newest first.
+        s.create_task("t2", "def", &serde_json::json!({}), 40)
+            .unwrap();
+        let ids: Vec<String> = s.tasks().unwrap().into_iter().map(|t| t.id).collect();
+        assert_eq!(ids, ["t2", "t1"], "{who}");
+        // Another handle (another process) sees all of it.
+        drop(s);
+        let s = b.open();
+        assert_eq!(s.tasks().unwrap().len(), 2, "{who}");
+        assert_eq!(s.entries("t1", 0).unwrap().len(), 2, "{who}");
+        assert!(
+            s.describe().unwrap().starts_with(who),
+            "{who}: {}",
+            s.describe().unwrap()
+        );
+    }
+}
+
+#[test]
+fn a_claim_is_exclusive_while_its_lease_holds_and_its_owner_lives() {
+    for b in backends("claim") {
+        let s = b.open();
+        let who = b.name;
+        s.create_task("t", "abc", &serde_json::json!({}), 0)
+            .unwrap();
+        let me = Owner::this_process("me".into(), 1_000);
+        assert!(me.is_local() && !me.is_dead(), "{who}");
+        assert_eq!(
+            s.claim("t", &me, 60_000, 1_000).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        // Claiming again with our own token: still ours.
+        assert_eq!(
+            s.claim("t", &me, 60_000, 1_100).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        // Another claimant while we live and our lease holds: refused.
+        let other = Owner::this_process("other".into(), 1_500);
+        assert!(
+            matches!(s.claim("t", &other, 60_000, 1_500).unwrap(), Claim::Held(o) if o.token == "me"),
+            "{who}"
+        );
+        // A heartbeat renews the lease.
+        assert!(s.heartbeat("t", "me", 50_000).unwrap(), "{who}");
+        assert!(
+            matches!(
+                s.claim("t", &other, 60_000, 70_000).unwrap(),
+                Claim::Held(_)
+            ),
+            "{who}: the renewed lease holds at 70 s"
+        );
+        // Our lease lapses (no heartbeat): it can be taken, and we learn it.
+        assert_eq!(
+            s.claim("t", &other, 60_000, 110_001).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        assert!(!s.heartbeat("t", "me", 110_002).unwrap(), "{who}");
+        // Releasing with a token that is not the owner's changes nothing.
+        s.release("t", "me").unwrap();
+        assert_eq!(
+            s.task("t").unwrap().owner.map(|o| o.token).as_deref(),
+            Some("other"),
+            "{who}"
+        );
+        s.release("t", "other").unwrap();
+        assert_eq!(s.task("t").unwrap().owner, None, "{who}");
+        // A dead owner on this host frees the task at once.
+        let dead = Owner {
+            token: "dead".into(),
+            host: loop_store::this_host().into(),
+            pid: u32::MAX - 1,
+            start_time: 1,
+            heartbeat_ms: 120_000,
+        };
+        assert!(dead.is_dead(), "{who}");
+        assert_eq!(
+            s.claim("t", &dead, 60_000, 120_000).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        assert_eq!(
+            s.claim("t", &me, 60_000, 120_001).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        // An owner on another machine is never taken for dead here: only
+        // its lease's expiry frees the task.
+        s.release("t", "me").unwrap();
+        let far = remote("far", 200_000);
+        assert!(!far.is_dead() && !far.is_local(), "{who}");
+        assert_eq!(
+            s.claim("t", &far, 15_000, 200_000).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        assert!(
+            matches!(s.claim("t", &me, 15_000, 214_000).unwrap(), Claim::Held(o) if o.token == "far"),
+            "{who}"
+        );
+        assert_eq!(
+            s.claim("t", &me, 15_000, 215_001).unwrap(),
+            Claim::Claimed,
+            "{who}"
+        );
+        // A cancel is recorded; a terminal task cannot be claimed or cancelled.
+        assert!(s.request_cancel("t", 1).unwrap(), "{who}");
+        assert!(s.task("t").unwrap().cancel_requested, "{who}");
+        s.finish("t", "cancelled", "asked", "/r", &serde_json::json!({}), 2)
+            .unwrap();
+        assert_eq!(s.task("t").unwrap().owner, None, "{who}");
+        assert_eq!(
+            s.claim("t", &me, 60_000, 3).unwrap(),
+            Claim::Terminal,
+            "{who}"
+        );
+        assert!(!s.request_cancel("t", 4).unwrap(), "{who}");
+        assert!(
+            matches!(s.request_cancel("nope", 4), Err(StoreError::NoSuchTask(_))),
+            "{who}"
+        );
+        assert!(
+            matches!(s.claim("nope", &me, 1, 1), Err(StoreError::NoSuchTask(_))),
+            "{who}"
+        );
+    }
+}
+
+#[test]
+fn racing_claimants_on_separate_handles_yield_exactly_one_owner() {
+    for b in backends("race") {
+        let who = b.name;
+        let s = b.open();
+        for round in 0..5 {
+            let task = format!("t{round}");
+            s.create_task(&task, "x", &serde_json::json!({}), 0)
+                .unwrap();
+            let handles: Vec<_> = (0..6)
+                .map(|i| {
+                    let store = b.open();
+                    let task = task.clone();
+                    std::thread::spawn(move || {
+                        let me = remote(&format!("claimant-{i}"), 1_000);
+                        store.claim(&task, &me, 60_000, 1_000).unwrap()
+                    })
+                })
+                .collect();
+            let won = handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|c| *c == Claim::Claimed)
+                .count();
+            assert_eq!(won, 1, "{who}: round {round}");
+        }
+    }
+}
+
+#[test]
+fn racing_appenders_never_fork_the_chain() {
+    for b in backends("append-race") {
+        let who = b.name;
+        let s = b.open();
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        // Four writers offer their own entry at every seq: exactly one wins
+        // each seq, and the chain has no gap and no duplicate.
+        let handles: Vec<_> = (0..4)
+            .map(|w| {
+                let store = b.open();
+                std::thread::spawn(move || {
+                    let mut won = 0;
+                    for seq in 0..40 {
+                        let mut e = entry(seq);
+                        e.hash = format!("w{w}-{seq}");
+                        if store.append("t", &e, None, seq).is_ok() {
+                            won += 1;
+                        }
+                    }
+                    won
+                })
+            })
+            .collect();
+        let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        let stored = s.entries("t", 0).unwrap();
+        let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "{who}");
+        assert_eq!(
+            total,
+            stored.len() as u64,
+            "{who}: every success is stored once"
+        );
+        assert!(!stored.is_empty(), "{who}");
+    }
+}
+
+#[test]
+fn approvals_tokens_and_deliveries_round_trip() {
+    for b in backends("misc") {
+        let who = b.name;
+        let s = b.open();
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        let mut a = Approval {
+            task_id: "t".into(),
+            id: "a1".into(),
+            kind: "approval".into(),
+            payload: serde_json::json!({"detail": "rm -rf build", "rule": "rm"}),
+            status: ApprovalStatus::Pending,
+            created_ms: 5,
+            decided_ms: None,
+        };
+        s.put_approval(&a).unwrap();
+        let mut q = a.clone();
+        q.id = "q1".into();
+        q.kind = "question".into();
+        q.created_ms = 6;
+        s.put_approval(&q).unwrap();
+        assert_eq!(
+            s.approvals("t").unwrap(),
+            vec![a.clone(), q.clone()],
+            "{who}"
+        );
+        a.status = ApprovalStatus::Approved;
+        a.decided_ms = Some(9);
+        s.put_approval(&a).unwrap();
+        assert_eq!(s.approvals("t").unwrap()[0], a, "{who}");
+        assert!(s.approvals("other").unwrap().is_empty(), "{who}");
+
+        let tok = TokenRecord {
+            id: "tok1".into(),
+            owner: "alice".into(),
+            scope: "run".into(),
+            created_ms: 100,
+            revoked_ms: None,
+        };
+        s.create_token("sha-1", &tok).unwrap();
+        // The same token again (a retry) stands; another with its id does not.
+        s.create_token("sha-1", &tok).unwrap();
+        let mut clash = tok.clone();
+        clash.created_ms = 101;
+        assert!(s.create_token("sha-2", &clash).is_err(), "{who}");
+        assert_eq!(s.token("sha-1").unwrap(), Some(tok.clone()), "{who}");
+        assert_eq!(s.token("sha-x").unwrap(), None, "{who}");
+        assert_eq!(s.tokens().unwrap(), vec![tok.clone()], "{who}");
+        assert!(s.revoke_token("tok1", 200).unwrap(), "{who}");
+        assert!(!s.revoke_token("tok1", 201).unwrap(), "{who}");
+        assert_eq!(s.token("sha-1").unwrap(), None, "{who}");
+        assert_eq!(s.tokens().unwrap()[0].revoked_ms, Some(200), "{who}");
+
+        assert!(s.take_delivery("hook", "d1", 1_000).unwrap(), "{who}");
+        assert!(
+            !s.take_delivery("hook", "d1", 2_000).unwrap(),
+            "{who}: a replay"
+        );
+        assert!(s.take_delivery("other", "d1", 2_000).unwrap(), "{who}");
+        s.forget_delivery("hook", "d1").unwrap();
+        assert!(s.take_delivery("hook", "d1", 3_000).unwrap(), "{who}");
+    }
+}
+
+#[test]
+fn a_cancel_from_another_process_wakes_a_waiter() {
+    for b in backends("wake") {
+        let who = b.name;
+        let s = b.open();
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        let other = b.open();
+        // The waiter starts listening before the cancel is asked.
+        s.wait_for("t", Duration::from_millis(300));
+        let asker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.request_cancel("t", 1).unwrap()
+        });
+        let start = Instant::now();
+        let mut seen = false;
+        while start.elapsed() < Duration::from_secs(10) {
+            s.wait_for("t", Duration::from_secs(10));
+            if s.task("t").unwrap().cancel_requested {
+                seen = true;
+                break;
+            }
+        }
+        let took = start.elapsed();
+        assert!(asker.join().unwrap(), "{who}");
+        assert!(seen, "{who}");
+        // Told (PostgreSQL) or polled every 100 ms (SQLite): well under
+        // the 10 s the waiter would otherwise sleep.
+        assert!(took < Duration::from_secs(2), "{who}: took {took:?}");
+    }
+}
+
+#[test]
+fn postgres_tells_a_waiter_of_an_answer_without_polling() {
+    if pg_admin_url().is_none() {
+        return;
+    }
+    let bs = backends("notify");
+    let b = &bs[1];
+    let pg = PgStore::connect(&b.url).unwrap();
+    pg.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+    let start = Instant::now();
+    while !pg.listening() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no listener");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other = b.open();
+    for round in 0..3 {
+        let other = other.clone();
+        let answerer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            other
+                .put_approval(&Approval {
+                    task_id: "t".into(),
+                    id: format!("a{round}"),
+                    kind: "approval".into(),
+                    payload: serde_json::json!({}),
+                    status: ApprovalStatus::Approved,
+                    created_ms: 1,
+                    decided_ms: Some(2),
+                })
+                .unwrap();
+        });
+        // One wait of up to 20 s: it ends when the answer commits, not
+        // before (no poll) and not at its timeout.
+        let start = Instant::now();
+        pg.wait_for("t", Duration::from_secs(20));
+        let took = start.elapsed();
+        answerer.join().unwrap();
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_secs(3),
+            "round {round}: woke after {took:?}"
+        );
+        assert_eq!(pg.approvals("t").unwrap().len(), round + 1);
+    }
+    // Word about another task does not wake this one.
+    let other2 = other.clone();
+    let noise = std::thread::spawn(move || {
+        other2
+            .create_task("u", "x", &serde_json::json!({}), 0)
+            .unwrap();
+        other2.request_cancel("u", 1).unwrap();
+    });
+    let start = Instant::now();
+    pg.wait_for("t", Duration::from_millis(1_500));
+    noise.join().unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_millis(1_400),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn the_two_backends_have_the_same_tables_and_columns() {
+    if pg_admin_url().is_none() {
+        return;
+    }
+    let bs = backends("schema");
+    for b in &bs {
+        b.open();
+    }
+    let sqlite = rusqlite_columns(&bs[0].url);
+    let mut c = postgres::Client::connect(&bs[1].url, postgres::NoTls).unwrap();
+    let mut pg: Vec<(String, String)> = c
+        .query(
+            "SELECT table_name::text, column_name::text FROM information_schema.columns
+             WHERE table_schema = 'public' AND table_name <> 'loop_schema'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    pg.sort();
+    assert_eq!(sqlite, pg);
+    assert!(sqlite.len() > 20, "{sqlite:?}");
+}
+
+/// Every (table, column) of an SQLite store.
+fn rusqlite_columns(path: &str) -> Vec<(String, String)> {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut cols = Vec::new();
+    for t in tables {
+        let mut stmt = c.prepare(&format!("PRAGMA table_info({t})")).unwrap();
+        let names: Vec<String> = stmt
+            .query_map([], |r| r.get(1))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        cols.extend(names.into_iter().map(|n| (t.clone(), n)));
+    }
+    cols.sort();
+    cols
+}
+
+#[test]
+fn a_dropped_postgres_connection_is_replaced_and_nothing_is_lost() {
+    let Some(_) = pg_admin_url() else {
+        return;
+    };
+    let bs = backends("drop");
+    let b = &bs[1];
+    let s = b.open();
+    s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+    let db = b.drop_db.as_ref().unwrap().1.clone();
+    let admin = b.drop_db.as_ref().unwrap().0.clone();
+    let mut killer = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    for seq in 0..30u64 {
+        s.append("t", &entry(seq), Some("acting"), seq).unwrap();
+        if seq % 3 == 0 {
+            // Every connection of the store's pool (and its listener) is
+            // terminated, as a restarting server or a failover does.
+            let n: i64 = killer
+                .query_one(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&db],
+                )
+                .unwrap()
+                .get(0);
+            assert!(n >= 1, "seq {seq}: no connection to drop");
+        }
+    }
+    let stored = s.entries("t", 0).unwrap();
+    assert_eq!(stored, (0..30).map(entry).collect::<Vec<_>>());
+    assert_eq!(s.task("t").unwrap().entries, 30);
+}
