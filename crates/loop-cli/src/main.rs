@@ -99,73 +99,50 @@ enum Command {
         dir: Option<PathBuf>,
     },
     /// Run a task until its contract is verified or a limit stops it.
-    Run {
-        /// The instruction (optional with --task, which has its own).
-        instruction: Option<String>,
-        /// An acceptance check (a shell command that must exit 0); repeatable.
-        #[arg(long = "check", value_name = "CMD")]
-        checks: Vec<String>,
-        /// A file that must exist at the end; repeatable.
-        #[arg(long = "artifact", value_name = "PATH")]
-        artifacts: Vec<String>,
-        /// A contract file (YAML).
-        #[arg(long, value_name = "FILE")]
-        task: Option<PathBuf>,
-        /// Run a pattern `loop init --pattern NAME` wrote (its contract
-        /// template, its SKILL.md given to the model); it takes no other
-        /// instruction.
-        #[arg(long, value_name = "NAME", conflicts_with = "task")]
-        pattern: Option<String>,
-        /// With an instruction and no --check or --task, the contract is
-        /// drafted by the model and judged by the critic; this locks the
-        /// draft the critic accepts without asking (needed without a terminal).
-        #[arg(long)]
-        accept_contract: bool,
-        /// The model: scripted:PATH, openai:MODEL, anthropic:MODEL or replay:FILE
-        /// (default: `models.maker` in the project's Loopfile.yaml).
-        #[arg(long, value_name = "SPEC")]
-        model: Option<String>,
-        /// Save every model exchange to FILE (secrets redacted) for `--model replay:FILE`.
-        #[arg(long, value_name = "FILE")]
-        record: Option<PathBuf>,
-        /// Model turns allowed.
-        #[arg(long)]
-        max_steps: Option<u32>,
-        /// Tokens allowed.
-        #[arg(long)]
-        max_tokens: Option<u64>,
-        /// Dollars allowed.
-        #[arg(long)]
-        budget_usd: Option<f64>,
-        /// Wall-clock seconds allowed.
-        #[arg(long, value_name = "SECS")]
-        timeout: Option<u64>,
-        /// The project directory (default: the current directory).
+    Run(RunArgs),
+    /// Store a task and put it on a queue for `loop worker` (prints its
+    /// id; `loop status`, `logs --follow` and `approve` follow it from
+    /// anywhere the store is).
+    Submit {
+        #[command(flatten)]
+        run: RunArgs,
+        /// The queue: `redis://HOST:PORT` (default: LOOP_QUEUE_URL).
+        #[arg(long, value_name = "URL")]
+        queue: Option<String>,
+        /// The queue's name (workers take from the one they are given).
+        #[arg(long, value_name = "NAME", default_value = "default")]
+        queue_name: String,
+    },
+    /// Run tasks from a queue, N at a time, until SIGTERM (which drains:
+    /// no new task, running ones get --grace to end, the rest are handed
+    /// back to other workers). Tasks whose worker died are resumed from
+    /// their last committed step.
+    Worker {
+        /// The queue: `redis://HOST:PORT` (default: LOOP_QUEUE_URL).
+        #[arg(long, value_name = "URL")]
+        queue: Option<String>,
+        /// The queue's name.
+        #[arg(long, value_name = "NAME", default_value = "default")]
+        queue_name: String,
+        /// Tasks run at once.
+        #[arg(long, value_name = "N", default_value_t = 4)]
+        jobs: usize,
+        /// A message idle this long (its worker died) is taken over.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        visibility_secs: u64,
+        /// Deliveries before a task goes to the dead-letter stream.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        max_attempts: u64,
+        /// On SIGTERM, how long running tasks may take to end before they
+        /// are handed back.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        grace: u64,
+        /// Serve /metrics here (e.g. 127.0.0.1:9700).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
+        /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
-        /// Answer yes to every question the task asks (exec-policy prompts,
-        /// checkpoints); the same as `--on-prompt allow`.
-        #[arg(long)]
-        yes: bool,
-        /// Who answers the task's questions when no terminal can: `deny`
-        /// (the default without a terminal), `allow`, or `wait` for `loop
-        /// approve`. On a terminal the question is asked inline.
-        #[arg(long, value_enum)]
-        on_prompt: Option<OnPromptArg>,
-        /// Carry your uncommitted changes into the task's worktree.
-        #[arg(long)]
-        include_dirty: bool,
-        /// Also verify after every change, not only when the model claims finish.
-        #[arg(long)]
-        verify_on_change: bool,
-        /// `preferred` runs commands with the isolation the kernel offers and
-        /// records it; `required` fails closed when a layer is missing.
-        #[arg(long, value_enum, default_value_t = IsolationArg::Preferred)]
-        isolation: IsolationArg,
-        /// First continue this project's interrupted tasks (whose runtime
-        /// died); with no instruction, only that.
-        #[arg(long)]
-        resume_interrupted: bool,
     },
     /// Apply a verified task's change set to the project (nothing if anything changed since).
     Apply {
@@ -448,6 +425,77 @@ enum Command {
     Man,
 }
 
+/// What a task is and how it runs (`loop run`, `loop submit`).
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The instruction (optional with --task, which has its own).
+    instruction: Option<String>,
+    /// An acceptance check (a shell command that must exit 0); repeatable.
+    #[arg(long = "check", value_name = "CMD")]
+    checks: Vec<String>,
+    /// A file that must exist at the end; repeatable.
+    #[arg(long = "artifact", value_name = "PATH")]
+    artifacts: Vec<String>,
+    /// A contract file (YAML).
+    #[arg(long, value_name = "FILE")]
+    task: Option<PathBuf>,
+    /// Run a pattern `loop init --pattern NAME` wrote (its contract
+    /// template, its SKILL.md given to the model); it takes no other
+    /// instruction.
+    #[arg(long, value_name = "NAME", conflicts_with = "task")]
+    pattern: Option<String>,
+    /// With an instruction and no --check or --task, the contract is
+    /// drafted by the model and judged by the critic; this locks the
+    /// draft the critic accepts without asking (needed without a terminal).
+    #[arg(long)]
+    accept_contract: bool,
+    /// The model: scripted:PATH, openai:MODEL, anthropic:MODEL or replay:FILE
+    /// (default: `models.maker` in the project's Loopfile.yaml).
+    #[arg(long, value_name = "SPEC")]
+    model: Option<String>,
+    /// Save every model exchange to FILE (secrets redacted) for `--model replay:FILE`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Model turns allowed.
+    #[arg(long)]
+    max_steps: Option<u32>,
+    /// Tokens allowed.
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Dollars allowed.
+    #[arg(long)]
+    budget_usd: Option<f64>,
+    /// Wall-clock seconds allowed.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// The project directory (default: the current directory).
+    #[arg(long, default_value = ".")]
+    project: PathBuf,
+    /// Answer yes to every question the task asks (exec-policy prompts,
+    /// checkpoints); the same as `--on-prompt allow`.
+    #[arg(long)]
+    yes: bool,
+    /// Who answers the task's questions when no terminal can: `deny`
+    /// (the default without a terminal), `allow`, or `wait` for `loop
+    /// approve`. On a terminal the question is asked inline.
+    #[arg(long, value_enum)]
+    on_prompt: Option<OnPromptArg>,
+    /// Carry your uncommitted changes into the task's worktree.
+    #[arg(long)]
+    include_dirty: bool,
+    /// Also verify after every change, not only when the model claims finish.
+    #[arg(long)]
+    verify_on_change: bool,
+    /// `preferred` runs commands with the isolation the kernel offers and
+    /// records it; `required` fails closed when a layer is missing.
+    #[arg(long, value_enum, default_value_t = IsolationArg::Preferred)]
+    isolation: IsolationArg,
+    /// First continue this project's interrupted tasks (whose runtime
+    /// died); with no instruction, only that.
+    #[arg(long)]
+    resume_interrupted: bool,
+}
+
 /// What `loop tokens` does.
 #[derive(Debug, Subcommand)]
 enum TokensAction {
@@ -597,7 +645,7 @@ fn main() -> ExitCode {
     }
     // The server ends on SIGTERM leaving its tasks resumable; everything
     // else turns Ctrl-C and SIGTERM into a cancel.
-    if !matches!(cli.command, Command::Serve { .. }) {
+    if !matches!(cli.command, Command::Serve { .. } | Command::Worker { .. }) {
         interrupt::install();
     }
     if let Err(e) = logging::init(cli.verbose) {
@@ -833,7 +881,36 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             files_cmd::validate_loopfile(&file, json)
         }
         Command::Validate { file, .. } => files_cmd::validate_contract(&file, json),
-        run @ Command::Run { .. } => run_command(run, json),
+        Command::Run(run) => run_command(run, None, json),
+        Command::Submit {
+            run,
+            queue,
+            queue_name,
+        } => run_command(run, Some((queue_url(queue)?, queue_name)), json),
+        Command::Worker {
+            queue,
+            queue_name,
+            jobs,
+            visibility_secs,
+            max_attempts,
+            grace,
+            metrics_addr,
+            project,
+        } => {
+            loop_server::worker::work(&loop_server::worker::WorkerOptions {
+                project,
+                queue_url: queue_url(queue)?,
+                queue: loop_store::QueueOptions {
+                    name: queue_name,
+                    visibility: std::time::Duration::from_secs(visibility_secs.max(1)),
+                    max_attempts: max_attempts.max(1),
+                },
+                jobs: jobs.max(1),
+                grace: std::time::Duration::from_secs(grace),
+                metrics_addr,
+            })?;
+            std::process::exit(0);
+        }
     }
 }
 
@@ -980,8 +1057,12 @@ fn extension_of(
 
 /// `loop run`: resume interrupted tasks if asked, compile the contract from
 /// the file and the flags, run it, and say how it ended.
-fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
-    let Command::Run {
+fn run_command(
+    run: RunArgs,
+    queue: Option<(String, String)>,
+    json: bool,
+) -> Result<u8, CliError> {
+    let RunArgs {
         instruction,
         checks,
         artifacts,
@@ -1001,10 +1082,12 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
         verify_on_change,
         isolation,
         resume_interrupted,
-    } = run
-    else {
-        return Err(CliError::internal("run_command is given `loop run` only"));
-    };
+    } = run;
+    if queue.is_some() && (resume_interrupted || record.is_some()) {
+        return Err(CliError::usage(
+            "loop submit queues one new task: --resume-interrupted and --record belong to loop run",
+        ));
+    }
     let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), yes);
     let mut resumed_code = 0;
     if resume_interrupted {
@@ -1103,24 +1186,58 @@ fn run_command(run: Command, json: bool) -> Result<u8, CliError> {
         l.timeout_secs = n.max(1);
     }
     let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
-    let report = runtime.start(
-        TaskRequest {
-            contract,
-            source,
-            guidance,
-            model,
-            record,
-            project,
-            verify_on_change,
-            isolation,
-            include_dirty,
-            on_prompt,
-            owner: None,
-            trigger: None,
-        },
-        &mut story,
-    )?;
+    let request = TaskRequest {
+        contract,
+        source,
+        guidance,
+        model,
+        record,
+        project,
+        verify_on_change,
+        isolation,
+        include_dirty,
+        on_prompt,
+        owner: None,
+        trigger: None,
+    };
+    if let Some((url, name)) = queue {
+        // The queue must answer before the task is stored.
+        let q = loop_store::RedisQueue::open(
+            &url,
+            loop_store::QueueOptions {
+                name: name.clone(),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| CliError::usage(e.to_string()))?;
+        let id = runtime.submit(request, &mut story)?;
+        q.enqueue(&id, &id).map_err(|e| {
+            CliError::usage(format!(
+                "task {id} is stored but not queued ({e}); `loop resume {id}` runs it here"
+            ))
+        })?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"kind": "submitted", "task_id": id, "queue": name})
+            );
+        } else {
+            println!("{id}");
+        }
+        return Ok(0);
+    }
+    let report = runtime.start(request, &mut story)?;
     Ok(report_end(&report, &story).max(resumed_code))
+}
+
+/// The queue `--queue` or LOOP_QUEUE_URL names.
+fn queue_url(flag: Option<String>) -> Result<String, CliError> {
+    flag.or_else(|| std::env::var("LOOP_QUEUE_URL").ok().filter(|u| !u.is_empty()))
+        .ok_or_else(|| {
+            CliError::usage(
+                "no queue: give --queue redis://HOST:PORT or set LOOP_QUEUE_URL (loop run runs a task here, without one)",
+            )
+        })
 }
 
 fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {

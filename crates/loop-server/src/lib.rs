@@ -19,6 +19,7 @@ mod drafts;
 mod feed;
 mod openapi;
 mod pool;
+pub mod worker;
 
 pub use api::route_table;
 

@@ -21,9 +21,11 @@
 //! process that runs the task at once. [`open_url`] opens either.
 
 pub mod postgres;
+pub mod queue;
 pub mod sqlite;
 
 pub use postgres::PgStore;
+pub use queue::{DeadLetter, Delivery, Depth, QueueError, QueueOptions, RedisQueue};
 pub use sqlite::SqliteStore;
 
 use std::sync::Arc;

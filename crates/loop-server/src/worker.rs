@@ -1,0 +1,494 @@
+//! `loop worker`: run tasks from a Redis Streams queue, `jobs` at a time in
+//! one process (each on a thread of its own, so a running task costs a
+//! thread and its buffers, not a process).
+//!
+//! A task is run by [`Runtime::run`] exactly as `loop resume` runs it: a
+//! task just submitted starts, one whose worker died goes on from its last
+//! committed step (the store's claim decides who runs it; the queue only
+//! says what to run). The message is acknowledged only once the task's end
+//! is committed, so a worker killed at any instant leaves either a task
+//! that has ended (its message, redelivered, is acknowledged unrun) or one
+//! another worker resumes after the visibility timeout.
+//!
+//! SIGTERM (or Ctrl-C) drains: no new message is taken, running tasks get
+//! `grace` to end, and those still running are handed back (a fresh message
+//! each, not counted as a failed attempt) and left interrupted when the
+//! process ends, for another worker to resume.
+
+use loop_runtime::{OnPrompt, Runtime};
+use loop_store::{Delivery, QueueOptions, RedisQueue};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to work.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The project whose tasks are run (its store is the shared one).
+    pub project: PathBuf,
+    /// The queue (`redis://…`).
+    pub queue_url: String,
+    /// The queue's name, visibility timeout and attempts.
+    pub queue: QueueOptions,
+    /// Tasks run at once.
+    pub jobs: usize,
+    /// On SIGTERM, how long running tasks may take to end before they are
+    /// handed back.
+    pub grace: Duration,
+    /// Where to serve `/metrics`, if anywhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// What a worker counts (served as Prometheus text).
+#[derive(Default)]
+pub struct WorkerMetrics {
+    taken: AtomicU64,
+    reclaimed: AtomicU64,
+    renewals: AtomicU64,
+    renewals_lost: AtomicU64,
+    acked: AtomicU64,
+    acked_unrun: AtomicU64,
+    handed_back: AtomicU64,
+    dead_lettered: AtomicU64,
+    errors: AtomicU64,
+    running: AtomicU64,
+    outcomes: Mutex<BTreeMap<String, u64>>,
+}
+
+impl WorkerMetrics {
+    fn outcome(&self, kind: &str) {
+        if let Ok(mut m) = self.outcomes.lock() {
+            *m.entry(kind.to_string()).or_default() += 1;
+        }
+    }
+
+    /// The metrics as Prometheus text, with the queue's depth as `queue`
+    /// answers it now.
+    pub fn render(&self, queue: Option<&RedisQueue>) -> String {
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+            ));
+        };
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        counter(
+            "loop_worker_messages_taken_total",
+            "Messages taken from the queue.",
+            get(&self.taken),
+        );
+        counter(
+            "loop_worker_reclaims_total",
+            "Messages taken over from a worker that died (idle past the visibility timeout).",
+            get(&self.reclaimed),
+        );
+        counter(
+            "loop_worker_lease_renewals_total",
+            "Leases renewed while a task ran.",
+            get(&self.renewals),
+        );
+        counter(
+            "loop_worker_lease_renewals_lost_total",
+            "Renewals that found the message no longer this worker's.",
+            get(&self.renewals_lost),
+        );
+        counter(
+            "loop_worker_acks_total",
+            "Messages acknowledged after their task's end was committed.",
+            get(&self.acked),
+        );
+        counter(
+            "loop_worker_acks_unrun_total",
+            "Redelivered messages whose task had already ended (acknowledged without running).",
+            get(&self.acked_unrun),
+        );
+        counter(
+            "loop_worker_hand_backs_total",
+            "Messages put back for another worker (a drain, or the task held elsewhere).",
+            get(&self.handed_back),
+        );
+        counter(
+            "loop_worker_dead_letters_total",
+            "Messages this worker moved to the dead-letter stream.",
+            get(&self.dead_lettered),
+        );
+        counter(
+            "loop_worker_errors_total",
+            "Runs that failed without ending their task (left for another attempt).",
+            get(&self.errors),
+        );
+        out.push_str(&format!(
+            "# HELP loop_worker_running Tasks running now.\n# TYPE loop_worker_running gauge\nloop_worker_running {}\n",
+            get(&self.running)
+        ));
+        out.push_str("# HELP loop_worker_outcomes_total Tasks this worker ran to their end, by outcome.\n# TYPE loop_worker_outcomes_total counter\n");
+        if let Ok(m) = self.outcomes.lock() {
+            for (k, v) in m.iter() {
+                out.push_str(&format!("loop_worker_outcomes_total{{outcome=\"{k}\"}} {v}\n"));
+            }
+        }
+        if let Some(d) = queue.and_then(|q| q.depth().ok()) {
+            out.push_str(&format!(
+                "# HELP loop_queue_depth Messages in the queue, by where they stand.\n# TYPE loop_queue_depth gauge\nloop_queue_depth{{state=\"waiting\"}} {}\nloop_queue_depth{{state=\"pending\"}} {}\nloop_queue_depth{{state=\"dead\"}} {}\n",
+                d.waiting, d.pending, d.dead
+            ));
+        }
+        out
+    }
+}
+
+/// Set by SIGTERM or SIGINT: stop taking work.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_signal: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop() {
+    // SAFETY: a zeroed sigaction is a valid starting value; the handler
+    // only stores to an atomic (async-signal-safe).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_stop as *const () as usize;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+    }
+}
+
+/// Says nothing (a worker's tasks are watched through the store).
+struct Quiet;
+
+impl loop_core::Observer for Quiet {
+    fn on_event(&mut self, _event: &loop_protocol::Event) {}
+}
+
+impl loop_runtime::Observer for Quiet {
+    fn note(&mut self, _line: &str) {}
+}
+
+/// What is running now, per slot: the message, to hand back on a drain.
+type Running = Arc<Mutex<BTreeMap<usize, Delivery>>>;
+
+/// `loop worker`: take and run tasks until SIGTERM, then drain. Returns
+/// when the process should end (tasks still running are handed back and
+/// left interrupted).
+pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
+    let runtime = Runtime::open(&opts.project)?;
+    // Both must answer before any work is taken.
+    let store = runtime.describe_store()?;
+    let queue = RedisQueue::open(&opts.queue_url, opts.queue.clone())
+        .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
+    let described = queue
+        .describe()
+        .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
+    install_stop();
+    let metrics = Arc::new(WorkerMetrics::default());
+    let host = hostname();
+    println!(
+        "worker {host}-{} on {}: {} at a time\n  store  {store}\n  queue  {described}",
+        std::process::id(),
+        runtime.project().display(),
+        opts.jobs
+    );
+    if let Some(addr) = opts.metrics_addr {
+        serve_metrics(addr, metrics.clone(), opts)?;
+    }
+    let running: Running = Arc::default();
+    std::thread::scope(|scope| {
+        for slot in 0..opts.jobs {
+            let (runtime, metrics, running) = (runtime.clone(), metrics.clone(), running.clone());
+            let consumer = format!("{host}-{}-{slot}", std::process::id());
+            scope.spawn(move || slot_loop(slot, &consumer, &runtime, opts, &metrics, &running));
+        }
+        // The drain: once told to stop, wait for the running tasks up to
+        // the grace, then hand back what still runs.
+        while !STOP.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        println!("worker: stopping (no new tasks; {} s for running ones to end)", opts.grace.as_secs());
+        let deadline = Instant::now() + opts.grace;
+        while Instant::now() < deadline && running.lock().is_ok_and(|r| !r.is_empty()) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let left: Vec<Delivery> = running
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
+        if let Ok(q) = RedisQueue::open(&opts.queue_url, opts.queue.clone()) {
+            for d in &left {
+                match q.hand_back(d) {
+                    Ok(_) => {
+                        metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+                        println!("worker: task {} handed back (another worker resumes it)", d.task);
+                    }
+                    Err(e) => tracing::warn!("task {}: cannot hand back: {e}", d.task),
+                }
+            }
+        }
+        // The process ends here with its tasks interrupted mid-step, as a
+        // kill would leave them: each resumes from its last committed step.
+        std::process::exit(0);
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "worker".into())
+}
+
+/// One slot: take a message, run its task, settle the message; again.
+fn slot_loop(
+    slot: usize,
+    consumer: &str,
+    runtime: &Runtime,
+    opts: &WorkerOptions,
+    metrics: &WorkerMetrics,
+    running: &Running,
+) {
+    let mut queue = None;
+    let mut pause = Duration::from_millis(100);
+    while !STOP.load(Ordering::SeqCst) {
+        let q = match &queue {
+            Some(q) => q,
+            None => match RedisQueue::open(&opts.queue_url, opts.queue.clone()) {
+                Ok(q) => queue.insert(q),
+                Err(e) => {
+                    tracing::warn!("{e}; trying again");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        let d = match q.take(consumer, Duration::from_secs(1)) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("{e}; trying again");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        pause = Duration::from_millis(100);
+        if STOP.load(Ordering::SeqCst) {
+            // Taken as the stop came: back at once.
+            let _ = q.hand_back(&d);
+            break;
+        }
+        metrics.taken.fetch_add(1, Ordering::Relaxed);
+        if d.attempts > 1 {
+            metrics.reclaimed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut r) = running.lock() {
+            r.insert(slot, d.clone());
+        }
+        settle(q, consumer, runtime, opts, metrics, &d);
+        if let Ok(mut r) = running.lock() {
+            r.remove(&slot);
+        }
+    }
+}
+
+/// Run the task of `d` (or find it ended) and settle the message.
+fn settle(
+    q: &RedisQueue,
+    consumer: &str,
+    runtime: &Runtime,
+    opts: &WorkerOptions,
+    metrics: &WorkerMetrics,
+    d: &Delivery,
+) {
+    let view = match runtime.task(&d.task) {
+        Ok(v) => v,
+        Err(e) if e.message.contains("no task") => {
+            let reason = format!("the store has no task `{}`", d.task);
+            if q.dead_letter(d, &reason).unwrap_or(false) {
+                metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        Err(e) => {
+            // The store cannot answer now: someone else (or this worker,
+            // later) takes the message once it is idle.
+            tracing::warn!("task {}: {}", d.task, e.message);
+            metrics.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    if view.state == "terminal" {
+        // It ended before (its worker died between the end's commit and
+        // the acknowledgement): done, not run again.
+        if ack(q, d) {
+            metrics.acked_unrun.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    if view.running {
+        // Another live process runs it (a slow renewal let the message go):
+        // it is theirs; the message comes back in a moment.
+        std::thread::sleep(Duration::from_secs(1));
+        if q.hand_back(d).unwrap_or(false) {
+            metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    metrics.running.fetch_add(1, Ordering::Relaxed);
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| renew_while(&done, consumer, opts, metrics, d));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.run(&d.task, OnPrompt::Wait, &mut Quiet)
+        }));
+        done.store(true, Ordering::SeqCst);
+        r
+    });
+    metrics.running.fetch_sub(1, Ordering::Relaxed);
+    let ended = runtime.task(&d.task).is_ok_and(|v| v.state == "terminal");
+    match result {
+        Ok(Ok(report)) if ended => {
+            metrics.outcome(report.outcome.kind.name());
+            if ack(q, d) {
+                metrics.acked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ if STOP.load(Ordering::SeqCst) => {
+            // Interrupted by the drain: handed back by it.
+        }
+        Ok(Err(e)) if runtime.task(&d.task).is_ok_and(|v| v.running) => {
+            tracing::info!("task {}: {} (handing the message back)", d.task, e.message);
+            std::thread::sleep(Duration::from_secs(1));
+            if q.hand_back(d).unwrap_or(false) {
+                metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(Ok(_)) => {
+            metrics.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("task {}: its run returned but the task has not ended", d.task);
+        }
+        Ok(Err(e)) => {
+            metrics.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "task {}: {} (left for another attempt, {} of {})",
+                d.task,
+                e.message,
+                d.attempts,
+                opts.queue.max_attempts
+            );
+        }
+        Err(_) => {
+            metrics.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("task {}: its run panicked (left for another attempt)", d.task);
+        }
+    }
+}
+
+/// Acknowledge, retrying while the queue cannot be reached (up to a
+/// minute: past that, a redelivery finds the task ended and acknowledges
+/// it then).
+fn ack(q: &RedisQueue, d: &Delivery) -> bool {
+    let start = Instant::now();
+    loop {
+        match q.ack(d) {
+            Ok(()) => return true,
+            Err(e) if start.elapsed() < Duration::from_secs(60) => {
+                tracing::warn!("task {}: {e}; acknowledging again", d.task);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                tracing::warn!("task {}: {e}; a redelivery will find it ended", d.task);
+                return false;
+            }
+        }
+    }
+}
+
+/// Renew `d`'s lease every third of the visibility timeout until `done`.
+fn renew_while(
+    done: &AtomicBool,
+    consumer: &str,
+    opts: &WorkerOptions,
+    metrics: &WorkerMetrics,
+    d: &Delivery,
+) {
+    let every = (opts.queue.visibility / 3).max(Duration::from_millis(200));
+    let mut q: Option<RedisQueue> = None;
+    let mut last = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if last.elapsed() < every {
+            continue;
+        }
+        last = Instant::now();
+        if q.is_none() {
+            q = RedisQueue::open(&opts.queue_url, opts.queue.clone()).ok();
+        }
+        let Some(handle) = &q else {
+            continue;
+        };
+        match handle.renew(d, consumer) {
+            Ok(true) => {
+                metrics.renewals.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(false) => {
+                metrics.renewals_lost.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("task {}: lease not renewed: {e}", d.task);
+                q = None;
+            }
+        }
+    }
+}
+
+/// Serve `/metrics` on `addr` from a thread of its own.
+fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: Arc<WorkerMetrics>,
+    opts: &WorkerOptions,
+) -> Result<(), loop_runtime::Error> {
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| loop_runtime::Error::usage(format!("cannot listen on {addr}: {e}")))?;
+    let (url, qopts) = (opts.queue_url.clone(), opts.queue.clone());
+    println!(
+        "  metrics http://{}/metrics",
+        listener.local_addr().map_or(addr, |a| a)
+    );
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let queue = Arc::new(Mutex::new(RedisQueue::open(&url, qopts).ok()));
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let (metrics, queue) = (metrics.clone(), queue.clone());
+                    async move {
+                        tokio::task::spawn_blocking(move || {
+                            let q = queue.lock().ok();
+                            metrics.render(q.as_ref().and_then(|q| q.as_ref()))
+                        })
+                        .await
+                        .unwrap_or_default()
+                    }
+                }),
+            );
+            if listener.set_nonblocking(true).is_err() {
+                return;
+            }
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            let _ = axum::serve(listener, app).await;
+        });
+    });
+    Ok(())
+}
