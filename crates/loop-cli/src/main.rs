@@ -1057,11 +1057,7 @@ fn extension_of(
 
 /// `loop run`: resume interrupted tasks if asked, compile the contract from
 /// the file and the flags, run it, and say how it ended.
-fn run_command(
-    run: RunArgs,
-    queue: Option<(String, String)>,
-    json: bool,
-) -> Result<u8, CliError> {
+fn run_command(run: RunArgs, queue: Option<(String, String)>, json: bool) -> Result<u8, CliError> {
     let RunArgs {
         instruction,
         checks,

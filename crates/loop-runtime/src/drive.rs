@@ -242,6 +242,14 @@ pub(crate) fn drive(
         None => claim(store, task_id, &clock)?,
     };
     tracing::info!("task {task_id}: claimed by process {}", owner.pid);
+    // However this run ends (an error, a panic), the claim is let go: a
+    // long-lived server or worker would otherwise hold a task it no longer
+    // runs until the process ends. (A task that ended has no owner already.)
+    let _release = Release {
+        store,
+        task_id,
+        token: &owner.token,
+    };
     let start = Start::load(&paths)?;
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let record = Record::load(store, task_id, pause_clock)?;
@@ -510,6 +518,21 @@ fn watch(
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
             Ok(()) | Err(TryRecvError::Disconnected) => return,
+        }
+    }
+}
+
+/// Lets go of a claim when dropped.
+struct Release<'a> {
+    store: &'a dyn loop_store::Store,
+    task_id: &'a str,
+    token: &'a str,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.store.release(self.task_id, self.token) {
+            tracing::warn!("task {}: the claim was not let go: {e}", self.task_id);
         }
     }
 }

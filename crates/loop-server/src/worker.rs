@@ -126,7 +126,9 @@ impl WorkerMetrics {
         out.push_str("# HELP loop_worker_outcomes_total Tasks this worker ran to their end, by outcome.\n# TYPE loop_worker_outcomes_total counter\n");
         if let Ok(m) = self.outcomes.lock() {
             for (k, v) in m.iter() {
-                out.push_str(&format!("loop_worker_outcomes_total{{outcome=\"{k}\"}} {v}\n"));
+                out.push_str(&format!(
+                    "loop_worker_outcomes_total{{outcome=\"{k}\"}} {v}\n"
+                ));
             }
         }
         if let Some(d) = queue.and_then(|q| q.depth().ok()) {
@@ -208,7 +210,10 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
         while !STOP.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100));
         }
-        println!("worker: stopping (no new tasks; {} s for running ones to end)", opts.grace.as_secs());
+        println!(
+            "worker: stopping (no new tasks; {} s for running ones to end)",
+            opts.grace.as_secs()
+        );
         let deadline = Instant::now() + opts.grace;
         while Instant::now() < deadline && running.lock().is_ok_and(|r| !r.is_empty()) {
             std::thread::sleep(Duration::from_millis(100));
@@ -222,7 +227,10 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
                 match q.hand_back(d) {
                     Ok(_) => {
                         metrics.handed_back.fetch_add(1, Ordering::Relaxed);
-                        println!("worker: task {} handed back (another worker resumes it)", d.task);
+                        println!(
+                            "worker: task {} handed back (another worker resumes it)",
+                            d.task
+                        );
                     }
                     Err(e) => tracing::warn!("task {}: cannot hand back: {e}", d.task),
                 }
@@ -368,7 +376,10 @@ fn settle(
         }
         Ok(Ok(_)) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("task {}: its run returned but the task has not ended", d.task);
+            tracing::warn!(
+                "task {}: its run returned but the task has not ended",
+                d.task
+            );
         }
         Ok(Err(e)) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);
@@ -382,7 +393,10 @@ fn settle(
         }
         Err(_) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!("task {}: its run panicked (left for another attempt)", d.task);
+            tracing::error!(
+                "task {}: its run panicked (left for another attempt)",
+                d.task
+            );
         }
     }
 }

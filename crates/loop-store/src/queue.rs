@@ -311,21 +311,20 @@ impl RedisQueue {
         }
         let stream = self.stream.clone();
         let block = wait.as_millis().max(1) as u64;
-        let reply: Option<StreamReadReply> =
-            self.with(wait + Duration::from_secs(5), |c| {
-                redis::cmd("XREADGROUP")
-                    .arg("GROUP")
-                    .arg(GROUP)
-                    .arg(consumer)
-                    .arg("COUNT")
-                    .arg(1)
-                    .arg("BLOCK")
-                    .arg(block)
-                    .arg("STREAMS")
-                    .arg(&stream)
-                    .arg(">")
-                    .query(c)
-            })?;
+        let reply: Option<StreamReadReply> = self.with(wait + Duration::from_secs(5), |c| {
+            redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(GROUP)
+                .arg(consumer)
+                .arg("COUNT")
+                .arg(1)
+                .arg("BLOCK")
+                .arg(block)
+                .arg("STREAMS")
+                .arg(&stream)
+                .arg(">")
+                .query(c)
+        })?;
         let Some(id) = reply
             .and_then(|r| r.keys.into_iter().next())
             .and_then(|k| k.ids.into_iter().next())
@@ -371,10 +370,7 @@ impl RedisQueue {
                 .arg(1)
                 .query(c)
         })?;
-        let attempts = pending
-            .ids
-            .first()
-            .map_or(1, |p| p.times_delivered as u64);
+        let attempts = pending.ids.first().map_or(1, |p| p.times_delivered as u64);
         tracing::info!(
             "queue {}: took over message {msg} (delivery {attempts})",
             self.shown
@@ -447,7 +443,11 @@ impl RedisQueue {
                 .invoke(c)
         })?;
         if n == 1 {
-            tracing::warn!("queue {}: task {} dead-lettered: {reason}", self.shown, d.task);
+            tracing::warn!(
+                "queue {}: task {} dead-lettered: {reason}",
+                self.shown,
+                d.task
+            );
         }
         Ok(n == 1)
     }

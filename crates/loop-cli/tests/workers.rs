@@ -1,0 +1,607 @@
+//! Many workers on one PostgreSQL store and one Redis Streams queue,
+//! killed: `loop worker` processes run scripted tasks while a killer
+//! SIGKILLs one at random moments and starts it again. For every task: it
+//! ends exactly once, verified; its ledger is one unbroken chain with every
+//! step once and its receipt verifies; no command with an effect ran twice
+//! (each appends its name to a log in the workspace); and the dead-letter
+//! stream holds exactly the tasks that exhausted their attempts (tasks
+//! whose model cannot be loaded: every attempt fails).
+//!
+//! A second test restarts Redis and drops every PostgreSQL connection in
+//! the middle of a run: the workers recover on their own and nothing is
+//! lost.
+//!
+//! Needs PostgreSQL (`LOOP_TEST_POSTGRES_URL`, scripts/services.sh) and
+//! `redis-server`; skipped without them unless `LOOP_REQUIRE_SERVICES=1`.
+//! Seeds are printed; `LOOP_KILL_SEED=N` replays one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+const SCRIPT: &str = r#"turns:
+  - calls:
+      - {tool: run_command, args: {command: "echo c1 >> effects.log"}}
+      - {tool: write_file, args: {path: a.txt, content: "alpha\n"}}
+  - calls:
+      - {tool: run_command, args: {command: "echo c2 >> effects.log"}}
+      - {tool: write_file, args: {path: b.txt, content: "beta\n"}}
+  - calls:
+      - {tool: run_command, args: {command: "echo c3 >> effects.log"}}
+      - {tool: finish, args: {summary: done}}
+"#;
+
+const TASK: &str = r#"instruction: write a.txt and b.txt, logging each command once
+criteria:
+  - id: files
+    checks:
+      - file_contains: a.txt
+        text: alpha
+      - file_contains: b.txt
+        text: beta
+  - id: once
+    checks:
+      - run: test "$(cat effects.log)" = "$(printf 'c1\nc2\nc3')"
+limits: { max_steps: 6, max_verifications: 2 }
+"#;
+
+/// The services, or why the test is skipped.
+fn services() -> Option<String> {
+    let required = std::env::var("LOOP_REQUIRE_SERVICES").as_deref() == Ok("1");
+    let pg = std::env::var("LOOP_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let redis = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    match (pg, redis) {
+        (Some(pg), true) => Some(pg),
+        _ => {
+            assert!(
+                !required,
+                "LOOP_REQUIRE_SERVICES=1 but PostgreSQL (LOOP_TEST_POSTGRES_URL) or redis-server is missing"
+            );
+            eprintln!("PostgreSQL or redis-server missing: skipped");
+            None
+        }
+    }
+}
+
+/// A fresh database on the test server; its URL.
+fn fresh_db(admin: &str, name: &str) -> String {
+    let mut c = postgres::Client::connect(admin, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}
+
+/// A redis-server of the test's own on a free port, with every write
+/// synced to its append-only file (a restart loses nothing).
+struct Redis {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> Redis {
+        std::fs::create_dir_all(dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis {
+            dir: dir.to_path_buf(),
+            port,
+            child: None,
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stop (SIGTERM: it finishes its file) and start again.
+    fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            c.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        self.spawn();
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn dead_letters(&self) -> Vec<(String, String, u64)> {
+        let mut c = redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg("loop:default:dead")
+            .arg("-")
+            .arg("+")
+            .query(&mut c)
+            .unwrap();
+        let field = |id: &redis::streams::StreamId, k: &str| -> String {
+            id.map
+                .get(k)
+                .map(|v| redis::from_redis_value_ref::<String>(v).unwrap())
+                .unwrap_or_default()
+        };
+        reply
+            .ids
+            .iter()
+            .map(|id| {
+                (
+                    field(id, "task"),
+                    field(id, "reason"),
+                    field(id, "attempts").parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A project (a git repository), its scripted model and its contract.
+struct Setup {
+    dir: PathBuf,
+    project: PathBuf,
+    store: String,
+    queue: String,
+}
+
+impl Setup {
+    fn new(dir: &Path, store: String, queue: String) -> Setup {
+        let _ = std::fs::remove_dir_all(dir);
+        let project = dir.join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("README.md"), "scratch\n").unwrap();
+        for args in [
+            vec!["init", "-q"],
+            vec!["add", "."],
+            vec![
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "commit",
+                "-qm",
+                "init",
+            ],
+        ] {
+            assert!(
+                Command::new("git")
+                    .args(&args)
+                    .current_dir(&project)
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+        std::fs::write(dir.join("task.yaml"), TASK).unwrap();
+        Setup {
+            dir: dir.to_path_buf(),
+            project,
+            store,
+            queue,
+        }
+    }
+
+    fn loop_cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+        c.env("LOOP_STORE_URL", &self.store)
+            .env("LOOP_QUEUE_URL", &self.queue)
+            .env("LOOP_STATE_DIR", self.dir.join("state"))
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Submit one task; `model` is its script. Its id.
+    fn submit(&self, model: &Path) -> String {
+        let out = self
+            .loop_cmd()
+            .arg("submit")
+            .arg("--task")
+            .arg(self.dir.join("task.yaml"))
+            .arg("--model")
+            .arg(format!("scripted:{}", model.display()))
+            .arg("--project")
+            .arg(&self.project)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+        let last = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["kind"] == "submitted")
+            .unwrap_or_else(|| panic!("no id: {}", shared::text(&out)));
+        last["task_id"].as_str().unwrap().to_string()
+    }
+
+    fn worker(&self, visibility_secs: u64, max_attempts: u64, log: &Path) -> Child {
+        self.loop_cmd()
+            .args(["worker", "--jobs", "2", "--grace", "0"])
+            .args(["--visibility-secs", &visibility_secs.to_string()])
+            .args(["--max-attempts", &max_attempts.to_string()])
+            .arg("--project")
+            .arg(&self.project)
+            .env("LOOP_LOG", "loop_server=info,loop_store=info")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap()
+    }
+
+    /// Every task as `loop list --json` shows it, by id.
+    fn tasks(&self) -> BTreeMap<String, serde_json::Value> {
+        let out = self
+            .loop_cmd()
+            .args(["list", "--json", "--project"])
+            .arg(&self.project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["id"].as_str().unwrap().to_string(), v))
+            .collect()
+    }
+
+    /// Check one task that ended: exactly once, verified, every step once,
+    /// every effect once, the receipt holds.
+    fn check(&self, id: &str, seed: u64) {
+        let ledger = self
+            .project
+            .join(format!(".loop/receipts/{id}.ledger.jsonl"));
+        let text = std::fs::read_to_string(&ledger).unwrap();
+        let entries: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds = |k: &str| entries.iter().filter(|e| e["kind"] == k).count();
+        assert_eq!(kinds("task_started"), 1, "seed {seed}, {id}: one genesis");
+        assert_eq!(kinds("finished"), 1, "seed {seed}, {id}: ends exactly once");
+        let seqs: Vec<u64> = entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert_eq!(
+            seqs,
+            (0..entries.len() as u64).collect::<Vec<_>>(),
+            "seed {seed}, {id}: no entry lost or duplicated"
+        );
+        let steps: Vec<u64> = entries
+            .iter()
+            .filter(|e| e["kind"] == "model_turn")
+            .map(|e| e["payload"]["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, vec![1, 2, 3], "seed {seed}, {id}: every step once");
+        let finished = entries.iter().find(|e| e["kind"] == "finished").unwrap();
+        assert_eq!(
+            finished["payload"]["outcome"]["kind"], "verified",
+            "seed {seed}, {id}: {text}"
+        );
+        let ws = self.project.join(format!(".loop/tasks/{id}/workspace"));
+        assert_eq!(
+            std::fs::read_to_string(ws.join("effects.log")).unwrap(),
+            "c1\nc2\nc3\n",
+            "seed {seed}, {id}: a command with an effect ran twice or not at all"
+        );
+        let v = self
+            .loop_cmd()
+            .args(["verify", "--integrity-only"])
+            .arg(
+                self.project
+                    .join(format!(".loop/receipts/{id}.receipt.json")),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "seed {seed}, {id}: {}",
+            shared::text(&v)
+        );
+    }
+}
+
+fn kill(c: &mut Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn workers_killed_at_random_lose_no_task_and_run_none_twice() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let seed: u64 = std::env::var("LOOP_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                % 1_000_000
+        });
+    eprintln!("seed {seed} (LOOP_KILL_SEED={seed} replays the kill schedule)");
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-kill");
+    let redis = Redis::start(&root.join("redis"));
+    let store = fresh_db(&admin, &format!("loop_kill_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), store, redis.url());
+    let (tasks, poison, workers, max_attempts, visibility) = (200, 4, 3, 4, 2);
+    // Poison tasks: their script is gone by the time a worker runs them,
+    // so every attempt fails and they must end up dead-lettered.
+    let gone = s.dir.join("gone.yaml");
+    std::fs::write(&gone, SCRIPT).unwrap();
+    let mut poisoned = BTreeSet::new();
+    for _ in 0..poison {
+        poisoned.insert(s.submit(&gone));
+    }
+    std::fs::remove_file(&gone).unwrap();
+    let log = s.dir.join("workers.log");
+    let mut running: Vec<Child> = (0..workers)
+        .map(|_| s.worker(visibility, max_attempts, &log))
+        .collect();
+    // Submit while the workers run and the killer kills.
+    let script = s.dir.join("script.yaml");
+    let submitter = {
+        let (s2, script) = (
+            Setup {
+                dir: s.dir.clone(),
+                project: s.project.clone(),
+                store: s.store.clone(),
+                queue: s.queue.clone(),
+            },
+            script.clone(),
+        );
+        std::thread::spawn(move || {
+            (0..tasks - poison)
+                .map(|_| s2.submit(&script))
+                .collect::<BTreeSet<_>>()
+        })
+    };
+    let start = Instant::now();
+    let mut kills = 0;
+    let mut schedule = Vec::new();
+    while kills < 50 || !submitter.is_finished() {
+        std::thread::sleep(Duration::from_millis(150 + rng.below(600)));
+        let victim = rng.below(workers as u64) as usize;
+        kill(&mut running[victim]);
+        schedule.push((start.elapsed().as_millis(), victim));
+        kills += 1;
+        running[victim] = s.worker(visibility, max_attempts, &log);
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "seed {seed}: still killing after 10 minutes"
+        );
+    }
+    let submitted = submitter.join().unwrap();
+    eprintln!(
+        "seed {seed}: {kills} kills in {:.1} s; waiting for the rest",
+        start.elapsed().as_secs_f64()
+    );
+    // No more kills: everything ends (poison tasks exhaust their attempts).
+    let waited = Instant::now();
+    loop {
+        let dead: BTreeSet<String> = redis.dead_letters().into_iter().map(|d| d.0).collect();
+        let t = s.tasks();
+        let settled = t.len() == tasks as usize
+            && t.iter()
+                .all(|(id, v)| v["state"] == "terminal" || dead.contains(id));
+        if settled && poisoned.is_subset(&dead) {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(300),
+            "seed {seed}: tasks never ended: {:?} (workers log: {})",
+            s.tasks()
+                .iter()
+                .filter(|(_, v)| v["state"] != "terminal")
+                .map(|(id, v)| (id.clone(), v["state"].clone()))
+                .collect::<Vec<_>>(),
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // A worker's last word: nothing is running, nothing waits.
+    std::thread::sleep(Duration::from_secs(visibility + 1));
+    for w in &mut running {
+        kill(w);
+    }
+    let listed = s.tasks();
+    assert_eq!(listed.len(), tasks as usize, "seed {seed}");
+    let ended: BTreeSet<String> = listed
+        .iter()
+        .filter(|(_, v)| v["state"] == "terminal")
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in &ended {
+        assert!(
+            submitted.contains(id),
+            "seed {seed}: {id} was poisoned yet ended"
+        );
+        s.check(id, seed);
+    }
+    // The dead letters are exactly the tasks that exhausted their attempts
+    // (the poisoned ones, and any good one killed more often than it may
+    // be), each once, with the reason; no task both ended and died.
+    let dead = redis.dead_letters();
+    let dead_ids: Vec<String> = dead.iter().map(|d| d.0.clone()).collect();
+    let dead_set: BTreeSet<String> = dead_ids.iter().cloned().collect();
+    assert_eq!(
+        dead_ids.len(),
+        dead_set.len(),
+        "seed {seed}: each once: {dead:?}"
+    );
+    assert!(poisoned.is_subset(&dead_set), "seed {seed}: {dead:?}");
+    assert!(ended.is_disjoint(&dead_set), "seed {seed}: {dead:?}");
+    assert_eq!(
+        ended.len() + dead_set.len(),
+        tasks as usize,
+        "seed {seed}: every task ended or was given up on"
+    );
+    assert!(
+        ended.len() >= submitted.len() - 2,
+        "seed {seed}: {} good tasks dead-lettered: {dead:?}",
+        submitted.len() - ended.len()
+    );
+    for (id, reason, attempts) in &dead {
+        assert!(
+            *attempts > max_attempts && reason.contains("without ending"),
+            "seed {seed}, {id}: {reason} ({attempts})"
+        );
+        assert_ne!(listed[id]["state"], "terminal", "seed {seed}");
+    }
+    eprintln!(
+        "seed {seed}: {tasks} tasks ({} dead-lettered), {kills} kills, all checked in {:.1} s; kills at {schedule:?}",
+        dead_set.len(),
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_redis_restart_and_dropped_postgres_connections_mid_run_lose_nothing() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-restart");
+    let mut redis = Redis::start(&root.join("redis"));
+    let db = format!("loop_restart_{}", std::process::id());
+    let store = fresh_db(&admin, &db);
+    let s = Setup::new(&root.join("run"), store, redis.url());
+    let log = s.dir.join("workers.log");
+    let script = s.dir.join("script.yaml");
+    let mut ids = BTreeSet::new();
+    for _ in 0..12 {
+        ids.insert(s.submit(&script));
+    }
+    let mut workers: Vec<Child> = (0..2).map(|_| s.worker(3, 5, &log)).collect();
+    let mut admin_conn = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    let mut drops = 0;
+    let mut restarts = 0;
+    let start = Instant::now();
+    for round in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        if round % 4 == 1 {
+            let n: i64 = admin_conn
+                .query_one(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&db],
+                )
+                .unwrap()
+                .get(0);
+            drops += n;
+        }
+        if round % 10 == 5 {
+            redis.restart();
+            restarts += 1;
+        }
+        // More work keeps arriving through the outages.
+        if round % 8 == 0 {
+            ids.insert(s.submit(&script));
+        }
+    }
+    assert!(
+        drops > 0 && restarts >= 3,
+        "{drops} drops, {restarts} restarts"
+    );
+    loop {
+        let t = s.tasks();
+        if ids.iter().all(|id| t[id]["state"] == "terminal") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "tasks never ended after the outages (log: {})",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for w in &mut workers {
+        kill(w);
+    }
+    for id in &ids {
+        s.check(id, 0);
+    }
+    assert!(redis.dead_letters().is_empty());
+    eprintln!(
+        "{} tasks through {drops} dropped PostgreSQL connections and {restarts} Redis restarts in {:.1} s",
+        ids.len(),
+        start.elapsed().as_secs_f64()
+    );
+}
