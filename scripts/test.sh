@@ -43,6 +43,9 @@ export LOOP_SCHEMATHESIS_VENV
 LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
 export LOOP_BROWSER_VENV
 
+# check-jsonschema and kubernetes-validate, for the deployment files.
+LOOP_DEPLOY_VENV=$(scripts/deploy-venv.sh)
+export LOOP_DEPLOY_VENV
 # PostgreSQL on 127.0.0.1, for the store conformance suite.
 LOOP_TEST_POSTGRES_URL=$(scripts/services.sh)
 export LOOP_TEST_POSTGRES_URL

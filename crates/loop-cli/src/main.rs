@@ -404,6 +404,14 @@ enum Command {
         /// answer keeps its place).
         #[arg(long, value_name = "N", default_value_t = 32)]
         jobs: usize,
+        /// Hand tasks to `loop worker` processes through this queue
+        /// (`redis://HOST:PORT`; default: LOOP_QUEUE_URL) instead of
+        /// running them here.
+        #[arg(long, value_name = "URL")]
+        queue: Option<String>,
+        /// The queue's name.
+        #[arg(long, value_name = "NAME", default_value = "default")]
+        queue_name: String,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -833,13 +841,31 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             addr,
             rate,
             jobs,
+            queue,
+            queue_name,
             project,
         } => {
+            let queue = queue
+                .or_else(|| {
+                    std::env::var("LOOP_QUEUE_URL")
+                        .ok()
+                        .filter(|u| !u.is_empty())
+                })
+                .map(|url| {
+                    (
+                        url,
+                        loop_store::QueueOptions {
+                            name: queue_name,
+                            ..Default::default()
+                        },
+                    )
+                });
             loop_server::serve(&loop_server::ServeOptions {
                 project,
                 addr,
                 rate_per_minute: rate.max(1),
                 jobs: jobs.max(1),
+                queue,
             })?;
             // Tasks still running are left interrupted; the next serve (or
             // `loop resume`) takes them up.

@@ -87,6 +87,32 @@ fn services() -> Option<String> {
     }
 }
 
+/// A database of the test's own, dropped when the test ends.
+struct Db {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+fn database(admin: &str, name: &str) -> Db {
+    Db {
+        admin: admin.to_string(),
+        name: name.to_string(),
+        url: fresh_db(admin, name),
+    }
+}
+
 /// A fresh database on the test server; its URL.
 fn fresh_db(admin: &str, name: &str) -> String {
     let mut c = postgres::Client::connect(admin, postgres::NoTls).unwrap();
@@ -107,6 +133,8 @@ struct Redis {
 
 impl Redis {
     fn start(dir: &Path) -> Redis {
+        // A fresh server: nothing from an earlier run's append-only file.
+        let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -400,8 +428,8 @@ fn workers_killed_at_random_lose_no_task_and_run_none_twice() {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-kill");
     let redis = Redis::start(&root.join("redis"));
-    let store = fresh_db(&admin, &format!("loop_kill_{}", std::process::id()));
-    let s = Setup::new(&root.join("run"), store, redis.url());
+    let db = database(&admin, &format!("loop_kill_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
     let (tasks, poison, workers, max_attempts, visibility) = (200, 4, 3, 4, 2);
     // Poison tasks: their script is gone by the time a worker runs them,
     // so every attempt fails and they must end up dead-lettered.
@@ -540,9 +568,9 @@ fn a_redis_restart_and_dropped_postgres_connections_mid_run_lose_nothing() {
     };
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-restart");
     let mut redis = Redis::start(&root.join("redis"));
-    let db = format!("loop_restart_{}", std::process::id());
-    let store = fresh_db(&admin, &db);
-    let s = Setup::new(&root.join("run"), store, redis.url());
+    let database = database(&admin, &format!("loop_restart_{}", std::process::id()));
+    let db = database.name.clone();
+    let s = Setup::new(&root.join("run"), database.url.clone(), redis.url());
     let log = s.dir.join("workers.log");
     let script = s.dir.join("script.yaml");
     let mut ids = BTreeSet::new();
@@ -604,4 +632,101 @@ fn a_redis_restart_and_dropped_postgres_connections_mid_run_lose_nothing() {
         ids.len(),
         start.elapsed().as_secs_f64()
     );
+}
+
+#[test]
+fn the_api_hands_its_tasks_to_the_workers_and_counts_the_queue() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-api");
+    let redis = Redis::start(&root.join("redis"));
+    let db = database(&admin, &format!("loop_api_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
+    std::fs::copy(s.dir.join("script.yaml"), s.project.join("script.yaml")).unwrap();
+    let out = s
+        .loop_cmd()
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(&s.project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    // The token is in the shared store: nothing is written to .loop/loop.db.
+    assert!(!s.project.join(".loop/loop.db").exists());
+    let env = [
+        ("LOOP_STORE_URL", s.store.as_str()),
+        ("LOOP_QUEUE_URL", s.queue.as_str()),
+    ];
+    let (server, url) = shared::serve(&s.dir, &s.project, &env, &[]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let contract = std::fs::read_to_string(s.dir.join("task.yaml")).unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut resp = agent
+            .post(&format!("{url}/api/v1/tasks"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(
+                serde_json::json!({"instruction": "write a.txt and b.txt, logging each command once", "contract": contract, "model": "scripted:script.yaml"})
+                    .to_string(),
+            )
+            .unwrap();
+        let body = resp.body_mut().read_to_string().unwrap();
+        assert_eq!(resp.status().as_u16(), 201, "{body}");
+        ids.push(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let metrics = |agent: &ureq::Agent| -> String {
+        agent
+            .get(&format!("{url}/metrics"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
+    };
+    // No worker yet: the server runs nothing itself, the queue holds them.
+    std::thread::sleep(Duration::from_millis(800));
+    let m = metrics(&agent);
+    assert!(m.contains("loop_queue_depth{state=\"waiting\"} 3"), "{m}");
+    assert!(m.contains("loop_server_tasks_running 0"), "{m}");
+    let t = s.tasks();
+    assert!(ids.iter().all(|id| t[id]["state"] == "pending"), "{t:?}");
+    // A worker takes them and runs them to their end.
+    let log = s.dir.join("worker.log");
+    let mut worker = s.worker(30, 3, &log);
+    let start = Instant::now();
+    while !ids.iter().all(|id| s.tasks()[id]["state"] == "terminal") {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the worker did not run them (log: {})",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for id in &ids {
+        s.check(id, 0);
+    }
+    let m = metrics(&agent);
+    assert!(m.contains("loop_queue_depth{state=\"waiting\"} 0"), "{m}");
+    assert!(m.contains("loop_queue_depth{state=\"pending\"} 0"), "{m}");
+    kill(&mut worker);
+    shared::stop(server);
 }

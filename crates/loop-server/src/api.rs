@@ -950,7 +950,7 @@ async fn resume(
         }
     })
     .await?;
-    s.pool.start(id.clone(), extension);
+    s.pool.resume(id.clone(), extension);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": id, "resumed": true})),
@@ -1259,6 +1259,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
     let tallies = s.tallies.clone();
     let (queued, running) = s.pool.counts();
     let watched = s.hub.readers();
+    let pool = s.pool.clone();
     let text = blocking(move || {
         let mut by_state: std::collections::BTreeMap<(String, String), u64> = Default::default();
         let (mut steps, mut tokens, mut usd) = (0u64, 0u64, 0f64);
@@ -1303,6 +1304,12 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
             m.tasks_started.load(Ordering::Relaxed),
             m.sse_clients.load(Ordering::Relaxed),
         ));
+        if let Some(d) = pool.shared().and_then(|q| q.depth().ok()) {
+            out.push_str(&format!(
+                "# HELP loop_queue_depth Messages in the workers' queue, by where they stand.\n# TYPE loop_queue_depth gauge\nloop_queue_depth{{state=\"waiting\"}} {}\nloop_queue_depth{{state=\"pending\"}} {}\nloop_queue_depth{{state=\"dead\"}} {}\n",
+                d.waiting, d.pending, d.dead
+            ));
+        }
         Ok(out)
     })
     .await?;

@@ -45,6 +45,9 @@ pub struct ServeOptions {
     pub rate_per_minute: u32,
     /// Tasks run at once (the rest wait their turn).
     pub jobs: usize,
+    /// Hand tasks to `loop worker` processes through this queue (URL and
+    /// settings) instead of running them here.
+    pub queue: Option<(String, loop_store::QueueOptions)>,
 }
 
 /// What every handler shares.
@@ -80,9 +83,32 @@ impl AppState {
     /// The state for `runtime`'s project, running at most `jobs` tasks at
     /// once.
     pub fn new(runtime: Runtime, rate_per_minute: u32, jobs: usize) -> AppState {
+        Self::with_pool(runtime, rate_per_minute, |rt, hub| {
+            pool::Pool::new(rt, hub, jobs)
+        })
+    }
+
+    /// The state of a server that hands its tasks to the workers of
+    /// `queue` (budget extensions still run here, at most `jobs` at once).
+    pub fn with_queue(
+        runtime: Runtime,
+        rate_per_minute: u32,
+        jobs: usize,
+        queue: loop_store::RedisQueue,
+    ) -> AppState {
+        Self::with_pool(runtime, rate_per_minute, |rt, hub| {
+            pool::Pool::with_queue(rt, hub, jobs, queue)
+        })
+    }
+
+    fn with_pool(
+        runtime: Runtime,
+        rate_per_minute: u32,
+        pool: impl FnOnce(Runtime, feed::Hub) -> pool::Pool,
+    ) -> AppState {
         let hub = feed::Hub::default();
         AppState {
-            pool: pool::Pool::new(runtime.clone(), hub.clone(), jobs),
+            pool: pool(runtime.clone(), hub.clone()),
             hub,
             tallies: Arc::default(),
             runtime,
@@ -288,7 +314,12 @@ pub async fn serve_on(
     listener: tokio::net::TcpListener,
     state: AppState,
 ) -> Result<(), loop_runtime::Error> {
-    api::resume_interrupted(&state);
+    // The store is never asked on the executor (a PostgreSQL store's
+    // client blocks on a runtime of its own).
+    let first = state.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await {
+        tracing::warn!("resuming interrupted tasks: {e}");
+    }
     tokio::spawn(api::schedules(state.clone()));
     tokio::spawn(give_back_memory());
     let (tx, rx) = tokio::sync::watch::channel(false);
@@ -360,15 +391,22 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
         let local = listener
             .local_addr()
             .map_err(|e| loop_runtime::Error::internal(e.to_string()))?;
+        // One line (a caller may read only the first): where, and where
+        // tasks go.
+        let (state, queued) = match &opts.queue {
+            Some((url, qopts)) => {
+                let queue = loop_store::RedisQueue::open(url, qopts.clone())
+                    .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
+                let to = format!("; tasks go to the workers' queue `{}` at {}", qopts.name, queue.url());
+                (AppState::with_queue(runtime.clone(), opts.rate_per_minute, opts.jobs, queue), to)
+            }
+            None => (AppState::new(runtime.clone(), opts.rate_per_minute, opts.jobs), String::new()),
+        };
         println!(
-            "serving {} at http://{local} (API /api/v1, OpenAPI /openapi.json); Ctrl-C stops",
+            "serving {} at http://{local} (API /api/v1, OpenAPI /openapi.json){queued}; Ctrl-C stops",
             runtime.project().display()
         );
-        serve_on(
-            listener,
-            AppState::new(runtime, opts.rate_per_minute, opts.jobs),
-        )
-        .await
+        serve_on(listener, state).await
     });
     // Blocking work still in progress (a baseline, a cancel waiting) is
     // not waited for: the process ends, its tasks stay resumable.

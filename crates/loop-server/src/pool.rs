@@ -47,6 +47,9 @@ struct Inner {
     hub: Hub,
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// Workers' queue (`loop serve --queue`): tasks go there to be run by
+    /// `loop worker` processes, not here.
+    shared: Option<Arc<loop_store::RedisQueue>>,
 }
 
 /// The server's runner of tasks.
@@ -66,7 +69,62 @@ impl Pool {
                 hub,
                 queue: Mutex::default(),
                 ready: Condvar::new(),
+                shared: None,
             }),
+        }
+    }
+
+    /// Hand tasks to the workers of `queue` instead of running them here
+    /// (but for budget extensions, which carry their budget with them and
+    /// run here).
+    pub(crate) fn with_queue(
+        runtime: Runtime,
+        hub: Hub,
+        jobs: usize,
+        queue: loop_store::RedisQueue,
+    ) -> Pool {
+        Pool {
+            inner: Arc::new(Inner {
+                jobs: jobs.max(1),
+                runtime,
+                hub,
+                queue: Mutex::default(),
+                ready: Condvar::new(),
+                shared: Some(Arc::new(queue)),
+            }),
+        }
+    }
+
+    /// The workers' queue, when tasks go to one.
+    pub(crate) fn shared(&self) -> Option<&loop_store::RedisQueue> {
+        self.inner.shared.as_deref()
+    }
+
+    /// Resume task `id` (a person asked): to the workers' queue under a
+    /// key of its own (so a task given up on before can be queued again),
+    /// or here.
+    pub(crate) fn resume(&self, id: String, extension: Option<loop_core::Extension>) {
+        if extension.is_none() && self.shared().is_some() {
+            let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+            let key = format!("{id}:resume:{now}");
+            self.enqueue_or_run(id, &key);
+            return;
+        }
+        self.start(id, extension);
+    }
+
+    /// To the workers' queue; if it cannot be reached, run here (the task
+    /// is not left waiting for a queue that may not come back).
+    fn enqueue_or_run(&self, id: String, key: &str) {
+        let Some(q) = self.shared() else {
+            return self.run_here(id, None);
+        };
+        match q.enqueue(&id, key) {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("task {id}: {e}; running it here instead");
+                self.run_here(id, None);
+            }
         }
     }
 
@@ -74,6 +132,15 @@ impl Pool {
     /// is free. A task already waiting or running here is not queued
     /// twice, unless this brings it more budget.
     pub(crate) fn start(&self, id: String, extension: Option<loop_core::Extension>) {
+        if extension.is_none() && self.shared().is_some() {
+            // Enqueued once per task, however often it is started here.
+            let key = id.clone();
+            return self.enqueue_or_run(id, &key);
+        }
+        self.run_here(id, extension);
+    }
+
+    fn run_here(&self, id: String, extension: Option<loop_core::Extension>) {
         let mut q = self.lock();
         let held = q.running.contains(&id) || q.waiting.iter().any(|j| j.id == id);
         if extension.is_none() && held {

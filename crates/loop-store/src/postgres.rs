@@ -15,6 +15,9 @@
 //!   RETURNING`: free, already ours, or a lease whose heartbeat is older
 //!   than the lease. A dead owner frees the task at once only where its
 //!   pid can be looked up (the same host and pid namespace).
+//! - **Blocking.** The client blocks (on a runtime of its own): call it
+//!   from ordinary threads, or `spawn_blocking` in async code, never on an
+//!   async executor's thread.
 //! - **Told, not polled.** A cancel, an approval or answer, and a reopen
 //!   send `NOTIFY loop_task` with the task id in their transaction; one
 //!   listening connection per process wakes [`Store::wait_for`] callers.

@@ -197,6 +197,11 @@ impl RedisQueue {
         Ok(q)
     }
 
+    /// The queue's URL, without a password.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
     /// The queue's settings.
     pub fn options(&self) -> &QueueOptions {
         &self.opts
