@@ -5,7 +5,9 @@
 //! RFC 8785 canonical JSON of exactly those five fields. The genesis entry
 //! (`seq` 0, `prev` all zeros) is a `task_started` event that binds the
 //! chain to the task id and the locked contract hash. Each append is
-//! flushed and fsynced before it returns.
+//! flushed and fsynced before it returns, unless the ledger is a copy of
+//! one kept durably elsewhere ([`FileLedger::defer_sync`]: the runtime's
+//! store), which is synced once, before a receipt names it.
 
 use loop_protocol::Event;
 use loop_protocol::hash::canonical_sha256;
@@ -77,6 +79,8 @@ pub struct FileLedger {
     file: std::fs::File,
     next_seq: u64,
     head: String,
+    /// Each entry is synced as it is written (else: on [`FileLedger::sync`]).
+    sync_each: bool,
 }
 
 impl FileLedger {
@@ -99,6 +103,7 @@ impl FileLedger {
             file,
             next_seq: 0,
             head: GENESIS_PREV.to_string(),
+            sync_each: true,
         })
     }
 
@@ -143,6 +148,22 @@ impl FileLedger {
             file,
             next_seq: entries.len() as u64,
             head,
+            sync_each: true,
+        })
+    }
+
+    /// Stop syncing each entry as it is written: for a copy of a ledger
+    /// kept durably elsewhere (the runtime's store, from which this file is
+    /// rewritten on resume). [`FileLedger::sync`] makes it durable.
+    pub fn defer_sync(&mut self) {
+        self.sync_each = false;
+    }
+
+    /// Make every entry written so far durable.
+    pub fn sync(&mut self) -> Result<(), LedgerError> {
+        self.file.sync_data().map_err(|source| LedgerError::Io {
+            path: self.path.display().to_string(),
+            source,
         })
     }
 
@@ -157,7 +178,8 @@ impl FileLedger {
         self.write(entry)
     }
 
-    /// Write an entry made by [`FileLedger::next_entry`]; durable when this returns.
+    /// Write an entry made by [`FileLedger::next_entry`]; durable when this
+    /// returns (unless syncs are deferred).
     pub fn write(&mut self, entry: Entry) -> Result<Entry, LedgerError> {
         if entry.seq != self.next_seq || entry.prev != self.head {
             return Err(LedgerError::Encode(format!(
@@ -174,7 +196,9 @@ impl FileLedger {
             source,
         };
         self.file.write_all(&line).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        if self.sync_each {
+            self.file.sync_data().map_err(io)?;
+        }
         self.next_seq += 1;
         self.head = entry.hash.clone();
         Ok(entry)

@@ -273,6 +273,7 @@ pub(crate) fn drive(
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
+    ledger.holder = owner.token.clone();
     for e in &record.history {
         observer.on_event(e);
     }
@@ -337,6 +338,10 @@ pub(crate) fn drive(
         },
     )
     .map_err(Error::from_cause)?;
+    // Everything recorded is committed, and the file copy durable, before
+    // the receipt names it.
+    ledger.flush().map_err(Error::from_cause)?;
+    ledger.file.sync().map_err(Error::from_cause)?;
     let head = ledger.file.head().to_string();
     let length = ledger.file.len();
     let sealed = wired
@@ -360,6 +365,7 @@ pub(crate) fn drive(
         },
         provenance,
         clock: &clock,
+        holder: &owner.token,
     })
 }
 
@@ -375,12 +381,18 @@ fn ledger_for<'c>(
 ) -> Result<StoreLedger<'c>, Error> {
     std::fs::create_dir_all(&paths.receipts)
         .map_err(|e| Error::internal(format!("receipts: {e}")))?;
+    let mut file = FileLedger::continue_from(&paths.receipts.join(name), &record.chain)
+        .map_err(Error::from_cause)?;
+    // The store is the ledger's truth: the file is synced once, at the end.
+    file.defer_sync();
     Ok(StoreLedger {
         store,
         task_id: task_id.to_string(),
-        file: FileLedger::continue_from(&paths.receipts.join(name), &record.chain)
-            .map_err(Error::from_cause)?,
+        file,
         clock,
+        pending: Vec::new(),
+        pending_state: None,
+        holder: String::new(),
     })
 }
 
@@ -493,13 +505,25 @@ fn watch(
     // a store that announces them (PostgreSQL) wakes it the moment a
     // cancel commits; SQLite has it look every 100 ms.
     const RENEW: Duration = Duration::from_secs(2);
-    let mut renewed = Instant::now() - RENEW;
+    // With no renewal for this long (the store unreachable), the lease
+    // (15 s) may lapse and another runtime take the task: this one stops
+    // first, killing its commands, so two never work on it at once.
+    const GIVE_UP: Duration = Duration::from_secs(10);
+    let mut renewed: Option<Instant> = None;
+    let mut confirmed = Instant::now();
     loop {
-        let still_ours = if renewed.elapsed() >= RENEW {
-            renewed = Instant::now();
-            store
-                .heartbeat(task_id, token, SystemClock.now_ms())
-                .unwrap_or(true)
+        let still_ours = if renewed.is_none_or(|r| r.elapsed() >= RENEW) {
+            renewed = Some(Instant::now());
+            match store.heartbeat(task_id, token, SystemClock.now_ms()) {
+                Ok(ours) => {
+                    confirmed = Instant::now();
+                    ours
+                }
+                Err(e) => {
+                    tracing::warn!("task {task_id}: the claim was not renewed: {e}");
+                    confirmed.elapsed() < GIVE_UP
+                }
+            }
         } else {
             true
         };
@@ -514,7 +538,8 @@ fn watch(
             Err(TryRecvError::Empty) => {}
             Ok(()) | Err(TryRecvError::Disconnected) => return,
         }
-        store.wait_for(task_id, RENEW.saturating_sub(renewed.elapsed()));
+        let next = renewed.map_or(Duration::ZERO, |r| RENEW.saturating_sub(r.elapsed()));
+        store.wait_for(task_id, next);
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
             Ok(()) | Err(TryRecvError::Disconnected) => return,

@@ -120,15 +120,24 @@ pub fn store_url(project: &Path) -> Result<Option<(String, &'static str)>, Error
     let mentions = std::fs::read_to_string(project.join("Loopfile.yaml"))
         .is_ok_and(|t| t.lines().any(|l| l.starts_with("store:")));
     if mentions && let Some(u) = crate::loopfile::Loopfile::load(project)?.store {
+        // A repository does not choose where this user's credentials and
+        // records go: a cloned project's Loopfile could name a server of
+        // its author's. The user says yes to it, once per environment.
+        if std::env::var("LOOP_TRUST_LOOPFILE_STORE").as_deref() != Ok("1") {
+            return Err(Error::usage(format!(
+                "the Loopfile names the store {u}; a repository cannot choose where your tasks and credentials go: set LOOP_STORE_URL (or --store) to it, or LOOP_TRUST_LOOPFILE_STORE=1 to accept the Loopfile's"
+            )));
+        }
         return Ok(Some((u, "the Loopfile")));
     }
     Ok(None)
 }
 
-/// The password in a store URL (`scheme://user:PASSWORD@host/…`), if any.
+/// The password in a store URL (`scheme://user:PASSWORD@host/…`, the
+/// user info ending at the last `@`), if any.
 fn url_password(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
-    let auth = rest.split('/').next()?.rsplit_once('@')?.0;
+    let auth = rest.rsplit_once('@')?.0;
     auth.split_once(':')
         .map(|(_, p)| p)
         .filter(|p| !p.is_empty())
@@ -150,6 +159,9 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
             // Its password is a secret: no record shows it.
             if let Some(p) = url_password(&url) {
                 loop_sandbox::redact::register_literal(p);
+            }
+            if let Ok(p) = std::env::var("PGPASSWORD") {
+                loop_sandbox::redact::register_literal(&p);
             }
             loop_store::open_url(&url).map_err(|e| {
                 Error::usage(format!("the store {from} names cannot be opened: {e}")).because(e)
@@ -408,6 +420,44 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
 #[cfg(test)]
 mod root_tests {
     use super::*;
+
+    #[test]
+    fn a_loopfile_store_needs_the_users_yes_and_never_holds_a_password() {
+        let base = std::env::temp_dir().join(format!("loop-store-url-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // (No test of this crate sets LOOP_STORE_URL or --store.)
+        assert!(store_url(&base).unwrap().is_none());
+        std::fs::write(
+            base.join("Loopfile.yaml"),
+            "version: 1\nstore: postgres://loop@db.example:5432/loop\n",
+        )
+        .unwrap();
+        let e = store_url(&base).unwrap_err();
+        assert!(
+            e.message.contains("LOOP_TRUST_LOOPFILE_STORE=1")
+                && e.message.contains("postgres://loop@db.example:5432/loop"),
+            "{}",
+            e.message
+        );
+        for bad in [
+            "postgres://loop:secret@db/loop",
+            "postgres://loop:se/cr@et@db/loop",
+            "postgres://db/loop?password=secret",
+        ] {
+            let text = format!("version: 1\nstore: {bad}\n");
+            let e = crate::loopfile::Loopfile::parse(&text, "Loopfile.yaml").unwrap_err();
+            assert!(
+                e.message.contains("holds a password"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        assert!(crate::loopfile::Loopfile::parse("store: redis://x\n", "L").is_err());
+        assert_eq!(url_password("postgres://u:p/w@h/db"), Some("p/w"));
+        assert_eq!(url_password("postgres://u@h/db"), None);
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn a_subdirectory_belongs_to_its_repository_or_the_nearest_loopfile() {

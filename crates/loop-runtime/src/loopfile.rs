@@ -219,9 +219,9 @@ fn read_store(r: &mut Reader, v: &Node) -> Option<String> {
         );
         return None;
     };
-    let auth = rest.split('/').next().unwrap_or_default();
+    // The user info ends at the last `@` (a password may hold `/`).
     let has_password =
-        auth.rsplit_once('@').is_some_and(|(a, _)| a.contains(':')) || rest.contains("password=");
+        rest.rsplit_once('@').is_some_and(|(a, _)| a.contains(':')) || rest.contains("password=");
     if has_password {
         r.err(
             Some(v.pos),

@@ -31,6 +31,8 @@ pub(crate) struct Shipment<'a> {
     pub ledger: LedgerRef,
     pub provenance: Provenance,
     pub clock: &'a dyn Clock,
+    /// The run's claim: the end is recorded only while it holds.
+    pub holder: &'a str,
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
@@ -179,6 +181,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
             &result.record.reason,
             &receipt_path.display().to_string(),
             &serde_json::to_value(&change_set).unwrap_or_default(),
+            Some(s.holder),
             s.clock.now_ms(),
         )
         .map_err(store_err)?;

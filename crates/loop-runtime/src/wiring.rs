@@ -163,9 +163,17 @@ impl Verifier for VerifierAdapter {
     }
 }
 
-/// The ledger: each entry committed to the store (the record of truth,
-/// with the task's new state in the same transaction), then to the JSON
-/// Lines file that ships with the receipt.
+/// The ledger: the store (the truth, committed before what an entry
+/// announces happens) and a file copy beside the receipt.
+///
+/// Entries are committed in groups, one transaction (one sync) each: an
+/// entry that is followed at once by another of the same step (a model's
+/// turn, the move to acting, an observation) waits for it; every other
+/// entry commits itself and everything before it. So a tool call's intent
+/// is durable before the call runs, the step's observation before the next
+/// model call, and a step costs two commits, not five. The file copy is
+/// written at once but synced only at the end (a resume rewrites it from
+/// the store).
 pub struct StoreLedger<'c> {
     /// The store.
     pub store: &'c dyn loop_store::Store,
@@ -175,6 +183,50 @@ pub struct StoreLedger<'c> {
     pub file: FileLedger,
     /// Time source for `at`.
     pub clock: &'c dyn Clock,
+    /// Entries written to the file, not yet committed to the store.
+    pub pending: Vec<loop_store::StoredEntry>,
+    /// The task's state after the pending entries.
+    pub pending_state: Option<String>,
+    /// This run's claim: entries are committed only while it holds.
+    pub holder: String,
+}
+
+impl StoreLedger<'_> {
+    /// Commit the pending entries (one transaction).
+    pub fn flush(&mut self) -> Result<(), BoundaryError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.store
+            .append_all(
+                &self.task_id,
+                &self.pending,
+                self.pending_state.as_deref(),
+                Some(&self.holder),
+                self.clock.now_ms(),
+            )
+            .map_err(BoundaryError::caused_by)?;
+        self.pending.clear();
+        self.pending_state = None;
+        Ok(())
+    }
+
+    /// Whether `event` is followed at once by another entry of its step,
+    /// so it may wait to be committed with it.
+    fn may_wait(event: &Event) -> bool {
+        matches!(event, Event::ModelTurn { .. } | Event::Observed { .. })
+            || matches!(event, Event::Transition { to, .. } if *to == loop_protocol::TaskState::Acting)
+    }
+}
+
+impl Drop for StoreLedger<'_> {
+    fn drop(&mut self) {
+        // A run that stopped between an entry and the one it waited for
+        // (an error) still keeps what it recorded.
+        if let Err(e) = self.flush() {
+            tracing::warn!("task {}: ledger entries not committed: {e}", self.task_id);
+        }
+    }
 }
 
 impl Ledger for StoreLedger<'_> {
@@ -186,22 +238,23 @@ impl Ledger for StoreLedger<'_> {
             .file
             .next_entry(event, now)
             .map_err(BoundaryError::caused_by)?;
+        let entry = self.file.write(entry).map_err(BoundaryError::caused_by)?;
+        self.pending.push(entry);
         // A task is `terminal` in the store only once its receipt exists
         // (`Store::finish`); until then its end is `ending`, and resumable.
-        let state = match event {
+        // (Set only once the entry is pending: a failed write leaves the
+        // state to the entries that were.)
+        match event {
             Event::Transition { to, .. } if *to == loop_protocol::TaskState::Terminal => {
-                Some("ending".to_string())
+                self.pending_state = Some("ending".to_string());
             }
-            Event::Transition { to, .. } => Some(to.to_string()),
-            _ => None,
-        };
-        self.store
-            .append(&self.task_id, &entry, state.as_deref(), now)
-            .map_err(BoundaryError::caused_by)?;
-        self.file
-            .write(entry)
-            .map(|_| ())
-            .map_err(BoundaryError::caused_by)
+            Event::Transition { to, .. } => self.pending_state = Some(to.to_string()),
+            _ => {}
+        }
+        if Self::may_wait(event) {
+            return Ok(());
+        }
+        self.flush()
     }
 }
 
@@ -545,7 +598,11 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                     .map_err(BoundaryError::caused_by)?;
                 return Ok(ApprovalDecision::Expired);
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            // An answer from another process wakes this at once where the
+            // store tells (PostgreSQL); a person typing here is looked for
+            // every 100 ms.
+            self.store
+                .wait_for(&self.task_id, std::time::Duration::from_millis(100));
         }
     }
 }

@@ -115,16 +115,24 @@ impl Pool {
 
     /// To the workers' queue; if it cannot be reached, run here (the task
     /// is not left waiting for a queue that may not come back).
+    /// (Off the caller's thread: the queue's client blocks, and the
+    /// caller may be the async executor.)
     fn enqueue_or_run(&self, id: String, key: &str) {
-        let Some(q) = self.shared() else {
-            return self.run_here(id, None);
-        };
-        match q.enqueue(&id, key) {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!("task {id}: {e}; running it here instead");
-                self.run_here(id, None);
-            }
+        let pool = self.clone();
+        let key = key.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("loop enqueue".into())
+            .spawn(move || {
+                let Some(q) = pool.shared() else {
+                    return pool.run_here(id, None);
+                };
+                if let Err(e) = q.enqueue(&id, &key) {
+                    tracing::warn!("task {id}: {e}; running it here instead");
+                    pool.run_here(id, None);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread to queue a task: {e}");
         }
     }
 

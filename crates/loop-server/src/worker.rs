@@ -313,7 +313,7 @@ fn settle(
 ) {
     let view = match runtime.task(&d.task) {
         Ok(v) => v,
-        Err(e) if e.message.contains("no task") => {
+        Err(e) if e.message.starts_with("no task") => {
             let reason = format!("the store has no task `{}`", d.task);
             if q.dead_letter(d, &reason).unwrap_or(false) {
                 metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
@@ -321,13 +321,25 @@ fn settle(
             return;
         }
         Err(e) => {
-            // The store cannot answer now: someone else (or this worker,
-            // later) takes the message once it is idle.
-            tracing::warn!("task {}: {}", d.task, e.message);
+            // The store cannot answer now: that is no failed attempt of
+            // the task's. Back in a moment, for whoever can reach it.
+            tracing::warn!("task {}: {} (handing the message back)", d.task, e.message);
             metrics.errors.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_secs(1));
+            if q.hand_back(d).unwrap_or(false) {
+                metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
     };
+    if view.state != "terminal" && d.attempts > opts.queue.max_attempts {
+        // Delivered too often without ending, and the store says it has
+        // not ended: given up on, with the reason.
+        if q.dead_letter(d, &q.exhausted(d)).unwrap_or(false) {
+            metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
     if view.state == "terminal" {
         // It ended before (its worker died between the end's commit and
         // the acknowledgement): done, not run again.

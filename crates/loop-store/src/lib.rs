@@ -1,8 +1,9 @@
 //! # loop-store
 //!
 //! Durable task state behind one trait, [`Store`]: tasks, their ledger
-//! entries (the hash chain, committed one transaction per entry before the
-//! next step begins), claims (a compare-and-set, so a task never runs twice
+//! entries (the hash chain, committed in transactions that group what
+//! one step records: a tool call's intent is always committed before the
+//! call runs), claims (a compare-and-set, so a task never runs twice
 //! at once), cancel requests, pending approvals and questions, receipts and
 //! change sets.
 //!
@@ -125,7 +126,7 @@ pub fn open_url(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     let path = url.strip_prefix("sqlite:").unwrap_or(url);
     if path.contains("://") {
         return Err(StoreError::Db {
-            path: url.to_string(),
+            path: postgres::redact(url),
             message: "not a store this build knows: give postgres://USER@HOST/DB or a path to an SQLite file".into(),
         });
     }
@@ -157,6 +158,15 @@ pub enum StoreError {
         seq: u64,
         /// The last one stored.
         last: i64,
+    },
+    /// The task's claim is no longer the writer's (its lease lapsed and
+    /// another runtime took it): nothing was written.
+    #[error(
+        "task {task}: this runtime no longer holds its claim (another took it over); nothing more is recorded here"
+    )]
+    NotHolder {
+        /// Task.
+        task: String,
     },
     /// The database was written by a newer build.
     #[error("store {path}: schema version {found} is newer than this build's {supported}")]
@@ -246,6 +256,14 @@ pub fn this_host() -> &'static str {
             .map(|l| l.to_string_lossy().into_owned())
             .unwrap_or_default();
         let ns = ns.trim_start_matches("pid:[").trim_end_matches(']');
+        if boot.is_empty() || ns.is_empty() {
+            // Where this cannot be told, no other process is taken for
+            // one of ours: only leases free tasks.
+            let mut r = [0u8; 16];
+            let _ = urandom(&mut r);
+            let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
+            return format!("unknown-{hex}");
+        }
         format!("{boot}/{ns}")
     })
 }
@@ -440,6 +458,23 @@ pub trait Store: Send + Sync {
         entry: &StoredEntry,
         state: Option<&str>,
         now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.append_all(task, std::slice::from_ref(entry), state, None, now_ms)
+    }
+    /// Append consecutive entries (the next ones) and the task's new state
+    /// in one transaction: one commit, one sync, for what a step records
+    /// together. A batch whose last entry is already stored with the same
+    /// hash is a retry and stands; anything else out of sequence is
+    /// refused, and nothing of the batch is kept. With `holder`, only
+    /// while the task's claim is that token's: a runtime whose lease was
+    /// taken over records nothing more ([`StoreError::NotHolder`]).
+    fn append_all(
+        &self,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
     ) -> Result<(), StoreError>;
     /// Entries from `from_seq` on, in order.
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError>;
@@ -457,7 +492,9 @@ pub trait Store: Send + Sync {
     fn release(&self, task: &str, token: &str) -> Result<(), StoreError>;
     /// Ask a running task to stop; `false` when it has already ended.
     fn request_cancel(&self, task: &str, now_ms: u64) -> Result<bool, StoreError>;
-    /// Record the end: outcome, reason, receipt path, and the change set.
+    /// Record the end: outcome, reason, receipt path, and the change set;
+    /// with `holder`, only while the task's claim is that token's.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         task: &str,
@@ -465,6 +502,7 @@ pub trait Store: Send + Sync {
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
+        holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError>;
     /// Reopen a task that ended (a budget extension): it is no longer
@@ -487,4 +525,10 @@ pub trait Store: Send + Sync {
     fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError>;
     /// Give delivery `id` of `trigger` back (nothing was started for it).
     fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError>;
+}
+
+/// Random bytes from the kernel (for a host id that cannot be read).
+fn urandom(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }

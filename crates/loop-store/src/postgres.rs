@@ -112,7 +112,7 @@ fn transient(e: &postgres::Error) -> bool {
 }
 
 /// `url` without a password.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -517,24 +517,37 @@ impl Store for PgStore {
         })
     }
 
-    fn append(
+    fn append_all(
         &self,
         task: &str,
-        entry: &StoredEntry,
+        entries: &[StoredEntry],
         state: Option<&str>,
+        holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let payload = entry.payload.to_string();
-        let seq = ms(entry.seq);
+        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
+            return Ok(());
+        };
+        let payloads: Vec<String> = entries.iter().map(|e| e.payload.to_string()).collect();
+        let (first_seq, final_seq) = (ms(first.seq), ms(final_entry.seq));
         self.run(|c| {
             let mut tx = c.transaction()?;
             // The task's row is the chain's lock: appends to one task
             // take turns.
-            if tx
-                .query_opt("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", &[&task])?
-                .is_none()
-            {
+            let Some(row) = tx.query_opt(
+                "SELECT owner::jsonb ->> 'token' FROM tasks WHERE id = $1 FOR UPDATE",
+                &[&task],
+            )?
+            else {
                 return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
+            };
+            let token: Option<String> = row.try_get(0)?;
+            if let Some(h) = holder
+                && token.as_deref() != Some(h)
+            {
+                return Err(Fail::Store(StoreError::NotHolder {
+                    task: task.to_string(),
+                }));
             }
             let last: i64 = tx
                 .query_one(
@@ -542,38 +555,51 @@ impl Store for PgStore {
                     &[&task],
                 )?
                 .try_get(0)?;
-            if seq != last + 1 {
-                // The same entry, committed before a broken connection lost
+            if first_seq != last + 1 {
+                // The same batch, committed before a broken connection lost
                 // the answer, is the one offered.
-                let stored: Option<String> = tx
-                    .query_opt(
-                        "SELECT hash FROM entries WHERE task_id = $1 AND seq = $2",
-                        &[&task, &seq],
-                    )?
-                    .map(|r| r.try_get(0))
-                    .transpose()?;
-                if seq == last && stored.as_deref() == Some(entry.hash.as_str()) {
+                let stored = tx.query(
+                    "SELECT hash FROM entries WHERE task_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+                    &[&task, &first_seq, &final_seq],
+                )?;
+                let mut same = stored.len() == entries.len();
+                for (r, e) in stored.iter().zip(entries) {
+                    same &= r.try_get::<_, String>(0)? == e.hash;
+                }
+                if final_seq == last && same {
                     return Ok(());
                 }
                 return Err(Fail::Store(StoreError::OutOfSequence {
                     task: task.to_string(),
-                    seq: entry.seq,
+                    seq: first.seq,
                     last,
                 }));
             }
-            tx.execute(
+            let insert = tx.prepare(
                 "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &task,
-                    &seq,
-                    &entry.prev,
-                    &entry.kind,
-                    &payload,
-                    &entry.at,
-                    &entry.hash,
-                ],
             )?;
+            for (i, (entry, payload)) in entries.iter().zip(&payloads).enumerate() {
+                if entry.seq != first.seq + i as u64 {
+                    return Err(Fail::Store(StoreError::OutOfSequence {
+                        task: task.to_string(),
+                        seq: entry.seq,
+                        last: (first.seq + i as u64) as i64 - 1,
+                    }));
+                }
+                tx.execute(
+                    &insert,
+                    &[
+                        &task,
+                        &ms(entry.seq),
+                        &entry.prev,
+                        &entry.kind,
+                        payload,
+                        &entry.at,
+                        &entry.hash,
+                    ],
+                )?;
+            }
             match state {
                 Some(s) => tx.execute(
                     "UPDATE tasks SET state = $2, updated_ms = $3 WHERE id = $1",
@@ -623,11 +649,14 @@ impl Store for PgStore {
         // Free, already ours, its lease lapsed, or (`$5`) exactly the dead
         // owner we looked at: one statement, so two claimants never both
         // win.
-        let cas = "UPDATE tasks SET owner = $2, updated_ms = $3
+        // Lease times are the database's clock, never a claimant's: two
+        // machines whose clocks disagree still agree on who holds a task.
+        let cas = "UPDATE tasks SET owner = jsonb_set($2::text::jsonb, '{heartbeat_ms}', to_jsonb((extract(epoch from clock_timestamp()) * 1000)::bigint))::text,
+                updated_ms = $3
              WHERE id = $1 AND state <> 'terminal' AND (
                 owner IS NULL
                 OR (owner::jsonb ->> 'token') = $4
-                OR (owner::jsonb ->> 'heartbeat_ms')::bigint + $6 < $3
+                OR (owner::jsonb ->> 'heartbeat_ms')::bigint + $6 < (extract(epoch from clock_timestamp()) * 1000)::bigint
                 OR owner = $5)
              RETURNING id";
         self.run(|c| {
@@ -700,12 +729,13 @@ impl Store for PgStore {
         })
     }
 
-    fn heartbeat(&self, task: &str, token: &str, now_ms: u64) -> Result<bool, StoreError> {
+    fn heartbeat(&self, task: &str, token: &str, _now_ms: u64) -> Result<bool, StoreError> {
         self.run(|c| {
             let n = c.execute(
-                "UPDATE tasks SET owner = jsonb_set(owner::jsonb, '{heartbeat_ms}', to_jsonb($3::bigint))::text
+                "UPDATE tasks SET owner = jsonb_set(owner::jsonb, '{heartbeat_ms}',
+                    to_jsonb((extract(epoch from clock_timestamp()) * 1000)::bigint))::text
                  WHERE id = $1 AND (owner::jsonb ->> 'token') = $2",
-                &[&task, &token, &ms(now_ms)],
+                &[&task, &token],
             )?;
             Ok(n > 0)
         })
@@ -751,11 +781,29 @@ impl Store for PgStore {
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
+        holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let change_set = change_set.to_string();
         self.run(|c| {
             let mut tx = c.transaction()?;
+            if let Some(h) = holder {
+                let row = tx.query_opt(
+                    "SELECT owner::jsonb ->> 'token', state FROM tasks WHERE id = $1 FOR UPDATE",
+                    &[&task],
+                )?;
+                let (token, state): (Option<String>, Option<String>) = match &row {
+                    Some(r) => (r.try_get(0)?, r.try_get(1)?),
+                    None => (None, None),
+                };
+                // A retry after the end committed (the claim is let go
+                // with it) finds the task ended: that end is ours.
+                if token.as_deref() != Some(h) && state.as_deref() != Some("terminal") {
+                    return Err(Fail::Store(StoreError::NotHolder {
+                        task: task.to_string(),
+                    }));
+                }
+            }
             tx.execute(
                 "UPDATE tasks SET state = 'terminal', outcome = $2, reason = $3, owner = NULL, updated_ms = $4
                  WHERE id = $1",

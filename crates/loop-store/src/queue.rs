@@ -300,18 +300,25 @@ impl RedisQueue {
     }
 
     /// The next message for `consumer`: first one whose worker died (idle
-    /// past the visibility timeout; one delivered too often goes to the
-    /// dead letters instead), else a new one, waiting up to `wait`.
+    /// past the visibility timeout), else a new one, waiting up to `wait`.
+    /// Its `attempts` say how often it was delivered: the caller gives up
+    /// on one past [`QueueOptions::max_attempts`] ([`RedisQueue::dead_letter`])
+    /// once it knows the task has not ended.
     pub fn take(&self, consumer: &str, wait: Duration) -> Result<Option<Delivery>, QueueError> {
-        while let Some(d) = self.reclaim(consumer)? {
-            if d.attempts > self.opts.max_attempts {
-                let reason = format!(
-                    "delivered {} times without ending (at most {}): each worker that took it died or could not run it",
-                    d.attempts, self.opts.max_attempts
-                );
-                self.dead_letter(&d, &reason)?;
-                continue;
+        match self.take_once(consumer, wait) {
+            // The stream or its group is gone (Redis lost its data, or
+            // someone deleted them): made again, and read again.
+            Err(e) if e.message.contains("NOGROUP") => {
+                tracing::warn!("queue {}: {e}; making the group again", self.shown);
+                self.ensure_group()?;
+                self.take_once(consumer, wait)
             }
+            other => other,
+        }
+    }
+
+    fn take_once(&self, consumer: &str, wait: Duration) -> Result<Option<Delivery>, QueueError> {
+        if let Some(d) = self.reclaim(consumer)? {
             return Ok(Some(d));
         }
         let stream = self.stream.clone();
@@ -339,6 +346,14 @@ impl RedisQueue {
         Ok(Some(self.delivery(id, 1)))
     }
 
+    /// The reason given when a message is given up on.
+    pub fn exhausted(&self, d: &Delivery) -> String {
+        format!(
+            "delivered {} times without ending (at most {}): each worker that took it died or could not run it",
+            d.attempts, self.opts.max_attempts
+        )
+    }
+
     fn delivery(&self, id: StreamId, attempts: u64) -> Delivery {
         Delivery {
             task: id.map.get("task").map(text).unwrap_or_default(),
@@ -348,21 +363,37 @@ impl RedisQueue {
     }
 
     /// One message idle past the visibility timeout, now `consumer`'s.
+    /// XAUTOCLAIM looks at a bounded run of pending messages per call: the
+    /// cursor is followed through all of them (messages still leased, of
+    /// tasks that run long, do not hide one whose worker died).
     fn reclaim(&self, consumer: &str) -> Result<Option<Delivery>, QueueError> {
         let stream = self.stream.clone();
         let idle = self.opts.visibility.as_millis() as u64;
-        let reply: StreamAutoClaimReply = self.with(Duration::from_secs(5), |c| {
-            redis::cmd("XAUTOCLAIM")
-                .arg(&stream)
-                .arg(GROUP)
-                .arg(consumer)
-                .arg(idle)
-                .arg("0-0")
-                .arg("COUNT")
-                .arg(1)
-                .query(c)
-        })?;
-        let Some(id) = reply.claimed.into_iter().next() else {
+        let mut cursor = "0-0".to_string();
+        let mut found = None;
+        for _ in 0..10_000 {
+            let start = cursor.clone();
+            let reply: StreamAutoClaimReply = self.with(Duration::from_secs(5), |c| {
+                redis::cmd("XAUTOCLAIM")
+                    .arg(&stream)
+                    .arg(GROUP)
+                    .arg(consumer)
+                    .arg(idle)
+                    .arg(&start)
+                    .arg("COUNT")
+                    .arg(1)
+                    .query(c)
+            })?;
+            if let Some(id) = reply.claimed.into_iter().next() {
+                found = Some(id);
+                break;
+            }
+            if reply.next_stream_id == "0-0" || reply.next_stream_id.is_empty() {
+                break;
+            }
+            cursor = reply.next_stream_id;
+        }
+        let Some(id) = found else {
             return Ok(None);
         };
         let msg = id.id.clone();

@@ -197,17 +197,28 @@ impl Store for SqliteStore {
         })
     }
 
-    fn append(
+    fn append_all(
         &self,
         task: &str,
-        entry: &StoredEntry,
+        entries: &[StoredEntry],
         state: Option<&str>,
+        holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
+        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
+            return Ok(());
+        };
         self.with(|c| {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.err(e))?;
+            if let Some(token) = holder
+                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
+            {
+                return Err(StoreError::NotHolder {
+                    task: task.to_string(),
+                });
+            }
             let last: i64 = tx
                 .query_row(
                     "SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = ?1",
@@ -215,40 +226,62 @@ impl Store for SqliteStore {
                     |r| r.get(0),
                 )
                 .map_err(|e| self.err(e))?;
-            if entry.seq as i64 != last + 1 {
-                // The same entry offered again (its hash covers all of it)
-                // is the one stored: as PostgreSQL answers a retry.
-                let stored: Option<String> = tx
-                    .query_row(
-                        "SELECT hash FROM entries WHERE task_id = ?1 AND seq = ?2",
-                        params![task, entry.seq as i64],
+            if first.seq as i64 != last + 1 {
+                // The same batch offered again (its last entry's hash
+                // covers the chain up to it) is the one stored: as
+                // PostgreSQL answers a retry.
+                let mut stmt = tx
+                    .prepare(
+                        "SELECT hash FROM entries WHERE task_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
+                    )
+                    .map_err(|e| self.err(e))?;
+                let stored: Vec<String> = stmt
+                    .query_map(
+                        params![task, first.seq as i64, final_entry.seq as i64],
                         |r| r.get(0),
                     )
-                    .optional()
+                    .map_err(|e| self.err(e))?
+                    .collect::<Result<_, _>>()
                     .map_err(|e| self.err(e))?;
-                if entry.seq as i64 == last && stored.as_deref() == Some(entry.hash.as_str()) {
+                let same = stored.len() == entries.len()
+                    && stored.iter().zip(entries).all(|(h, e)| *h == e.hash);
+                if final_entry.seq as i64 == last && same {
                     return Ok(());
                 }
                 return Err(StoreError::OutOfSequence {
                     task: task.to_string(),
-                    seq: entry.seq,
+                    seq: first.seq,
                     last,
                 });
             }
-            tx.execute(
-                "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    task,
-                    entry.seq as i64,
-                    entry.prev,
-                    entry.kind,
-                    entry.payload.to_string(),
-                    entry.at,
-                    entry.hash
-                ],
-            )
-            .map_err(|e| self.err(e))?;
+            {
+                let mut insert = tx
+                    .prepare(
+                        "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .map_err(|e| self.err(e))?;
+                for (i, entry) in entries.iter().enumerate() {
+                    if entry.seq != first.seq + i as u64 {
+                        return Err(StoreError::OutOfSequence {
+                            task: task.to_string(),
+                            seq: entry.seq,
+                            last: (first.seq + i as u64) as i64 - 1,
+                        });
+                    }
+                    insert
+                        .execute(params![
+                            task,
+                            entry.seq as i64,
+                            entry.prev,
+                            entry.kind,
+                            entry.payload.to_string(),
+                            entry.at,
+                            entry.hash
+                        ])
+                        .map_err(|e| self.err(e))?;
+                }
+            }
             match state {
                 Some(s) => tx.execute(
                     "UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1",
@@ -398,12 +431,20 @@ impl Store for SqliteStore {
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
+        holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.with(|c| {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.err(e))?;
+            if let Some(token) = holder
+                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
+            {
+                return Err(StoreError::NotHolder {
+                    task: task.to_string(),
+                });
+            }
             tx.execute(
                 "UPDATE tasks SET state = 'terminal', outcome = ?2, reason = ?3, owner = NULL, updated_ms = ?4
                  WHERE id = ?1",

@@ -172,6 +172,7 @@ fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
             "ok",
             "/r.json",
             &serde_json::json!({"files": 1}),
+            None,
             20,
         )
         .unwrap();
@@ -210,47 +211,131 @@ fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
 }
 
 #[test]
+fn a_batch_of_entries_is_one_transaction_all_or_nothing() {
+    for b in backends("batch") {
+        let s = b.open();
+        let who = b.name;
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        s.append_all(
+            "t",
+            &[entry(0), entry(1), entry(2)],
+            Some("acting"),
+            None,
+            5,
+        )
+        .unwrap();
+        // The same batch again (a retry whose answer was lost) stands.
+        s.append_all("t", &[entry(1), entry(2)], Some("acting"), None, 6)
+            .unwrap();
+        // A batch with a gap inside, or one that would fork, keeps nothing.
+        let mut gap = vec![entry(3), entry(5)];
+        assert!(s.append_all("t", &gap, None, None, 7).is_err(), "{who}");
+        gap[1] = entry(4);
+        gap[1].hash = "fork".into();
+        let mut fork = vec![entry(2)];
+        fork[0].hash = "other".into();
+        assert!(s.append_all("t", &fork, None, None, 7).is_err(), "{who}");
+        assert_eq!(
+            s.entries("t", 0).unwrap().len(),
+            3,
+            "{who}: nothing of a refused batch"
+        );
+        s.append_all("t", &gap, Some("verifying"), None, 8).unwrap();
+        let t = s.task("t").unwrap();
+        assert_eq!((t.entries, t.state.as_str()), (5, "verifying"), "{who}");
+        s.append_all("t", &[], None, None, 9).unwrap();
+        assert_eq!(s.task("t").unwrap().entries, 5, "{who}");
+    }
+}
+
+/// Now, as the store's clock has it (PostgreSQL keeps lease times on the
+/// database's clock; SQLite on the caller's, which is this one).
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
 fn a_claim_is_exclusive_while_its_lease_holds_and_its_owner_lives() {
+    const LEASE: u64 = 600;
+    let lapse = || std::thread::sleep(Duration::from_millis(LEASE + 300));
     for b in backends("claim") {
         let s = b.open();
         let who = b.name;
         s.create_task("t", "abc", &serde_json::json!({}), 0)
             .unwrap();
-        let me = Owner::this_process("me".into(), 1_000);
+        let me = Owner::this_process("me".into(), now());
         assert!(me.is_local() && !me.is_dead(), "{who}");
         assert_eq!(
-            s.claim("t", &me, 60_000, 1_000).unwrap(),
+            s.claim("t", &me, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         // Claiming again with our own token: still ours.
         assert_eq!(
-            s.claim("t", &me, 60_000, 1_100).unwrap(),
+            s.claim("t", &me, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         // Another claimant while we live and our lease holds: refused.
-        let other = Owner::this_process("other".into(), 1_500);
+        let other = Owner::this_process("other".into(), now());
         assert!(
-            matches!(s.claim("t", &other, 60_000, 1_500).unwrap(), Claim::Held(o) if o.token == "me"),
+            matches!(s.claim("t", &other, LEASE, now()).unwrap(), Claim::Held(o) if o.token == "me"),
             "{who}"
         );
-        // A heartbeat renews the lease.
-        assert!(s.heartbeat("t", "me", 50_000).unwrap(), "{who}");
+        // Heartbeats keep the lease past its first term.
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(LEASE / 3));
+            assert!(s.heartbeat("t", "me", now()).unwrap(), "{who}");
+        }
+        assert!(
+            matches!(s.claim("t", &other, LEASE, now()).unwrap(), Claim::Held(_)),
+            "{who}: the renewed lease holds"
+        );
+        // Writes as the holder pass; as anyone else, nothing is written.
+        s.append_all("t", &[entry(0)], None, Some("me"), now())
+            .unwrap();
         assert!(
             matches!(
-                s.claim("t", &other, 60_000, 70_000).unwrap(),
-                Claim::Held(_)
+                s.append_all("t", &[entry(1)], None, Some("other"), now()),
+                Err(StoreError::NotHolder { .. })
             ),
-            "{who}: the renewed lease holds at 70 s"
+            "{who}"
         );
         // Our lease lapses (no heartbeat): it can be taken, and we learn it.
+        lapse();
         assert_eq!(
-            s.claim("t", &other, 60_000, 110_001).unwrap(),
+            s.claim("t", &other, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
-        assert!(!s.heartbeat("t", "me", 110_002).unwrap(), "{who}");
+        assert!(!s.heartbeat("t", "me", now()).unwrap(), "{who}");
+        // The runtime that lost it records nothing more, nor the end.
+        assert!(
+            matches!(
+                s.append_all("t", &[entry(1)], None, Some("me"), now()),
+                Err(StoreError::NotHolder { .. })
+            ),
+            "{who}"
+        );
+        assert!(
+            matches!(
+                s.finish(
+                    "t",
+                    "verified",
+                    "x",
+                    "/r",
+                    &serde_json::json!({}),
+                    Some("me"),
+                    now()
+                ),
+                Err(StoreError::NotHolder { .. })
+            ),
+            "{who}"
+        );
+        assert_eq!(s.task("t").unwrap().entries, 1, "{who}");
         // Releasing with a token that is not the owner's changes nothing.
         s.release("t", "me").unwrap();
         assert_eq!(
@@ -266,46 +351,55 @@ fn a_claim_is_exclusive_while_its_lease_holds_and_its_owner_lives() {
             host: loop_store::this_host().into(),
             pid: u32::MAX - 1,
             start_time: 1,
-            heartbeat_ms: 120_000,
+            heartbeat_ms: now(),
         };
         assert!(dead.is_dead(), "{who}");
         assert_eq!(
-            s.claim("t", &dead, 60_000, 120_000).unwrap(),
+            s.claim("t", &dead, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         assert_eq!(
-            s.claim("t", &me, 60_000, 120_001).unwrap(),
+            s.claim("t", &me, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         // An owner on another machine is never taken for dead here: only
         // its lease's expiry frees the task.
         s.release("t", "me").unwrap();
-        let far = remote("far", 200_000);
+        let far = remote("far", now());
         assert!(!far.is_dead() && !far.is_local(), "{who}");
         assert_eq!(
-            s.claim("t", &far, 15_000, 200_000).unwrap(),
+            s.claim("t", &far, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         assert!(
-            matches!(s.claim("t", &me, 15_000, 214_000).unwrap(), Claim::Held(o) if o.token == "far"),
+            matches!(s.claim("t", &me, LEASE, now()).unwrap(), Claim::Held(o) if o.token == "far"),
             "{who}"
         );
+        lapse();
         assert_eq!(
-            s.claim("t", &me, 15_000, 215_001).unwrap(),
+            s.claim("t", &me, LEASE, now()).unwrap(),
             Claim::Claimed,
             "{who}"
         );
         // A cancel is recorded; a terminal task cannot be claimed or cancelled.
         assert!(s.request_cancel("t", 1).unwrap(), "{who}");
         assert!(s.task("t").unwrap().cancel_requested, "{who}");
-        s.finish("t", "cancelled", "asked", "/r", &serde_json::json!({}), 2)
-            .unwrap();
+        s.finish(
+            "t",
+            "cancelled",
+            "asked",
+            "/r",
+            &serde_json::json!({}),
+            Some("me"),
+            2,
+        )
+        .unwrap();
         assert_eq!(s.task("t").unwrap().owner, None, "{who}");
         assert_eq!(
-            s.claim("t", &me, 60_000, 3).unwrap(),
+            s.claim("t", &me, LEASE, 3).unwrap(),
             Claim::Terminal,
             "{who}"
         );
