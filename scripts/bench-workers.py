@@ -183,6 +183,7 @@ def memory(loop):
     env = Env(loop, "memory")
     try:
         w = env.worker(16)
+        time.sleep(3)  # connected to the store and the queue, waiting
 
         def running():
             return sum(1 for t in env.tasks() if t.get("running"))

@@ -509,8 +509,13 @@ fn watch(
     // (15 s) may lapse and another runtime take the task: this one stops
     // first, killing its commands, so two never work on it at once.
     const GIVE_UP: Duration = Duration::from_secs(10);
+    // The watcher looks every 100 ms for the end of the run (it must not
+    // keep a finished run waiting), and at the task only when told of a
+    // change (or, on SQLite, each time).
+    const TICK: Duration = Duration::from_millis(100);
     let mut renewed: Option<Instant> = None;
     let mut confirmed = Instant::now();
+    let mut look = true;
     loop {
         let still_ours = if renewed.is_none_or(|r| r.elapsed() >= RENEW) {
             renewed = Some(Instant::now());
@@ -527,10 +532,11 @@ fn watch(
         } else {
             true
         };
-        let asked = store
-            .task(task_id)
-            .map(|t| t.cancel_requested)
-            .unwrap_or(false);
+        let asked = look
+            && store
+                .task(task_id)
+                .map(|t| t.cancel_requested)
+                .unwrap_or(false);
         if asked || !still_ours || crate::interrupt::flag().load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
@@ -539,7 +545,7 @@ fn watch(
             Ok(()) | Err(TryRecvError::Disconnected) => return,
         }
         let next = renewed.map_or(Duration::ZERO, |r| RENEW.saturating_sub(r.elapsed()));
-        store.wait_for(task_id, next);
+        look = store.wait_for(task_id, next.min(TICK));
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
             Ok(()) | Err(TryRecvError::Disconnected) => return,

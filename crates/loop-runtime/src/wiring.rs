@@ -573,6 +573,11 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         {
             return Ok(decided);
         }
+        // The stored request is read when word of a change came (or, on
+        // SQLite, each time), and every 2 s besides; a person typing here
+        // and a cancel are looked for every 100 ms.
+        let mut look = true;
+        let mut looked = std::time::Instant::now();
         loop {
             if let Some(decided) = self.read_answer(approval_id, checkpoint, &rule)? {
                 return Ok(decided);
@@ -580,6 +585,14 @@ impl loop_core::Approvals for StoreApprovals<'_> {
             if cancel.load(std::sync::atomic::Ordering::SeqCst) {
                 return Ok(ApprovalDecision::Cancelled);
             }
+            let expired = self.clock.now_ms() >= deadline_ms;
+            if !look && !expired && looked.elapsed() < std::time::Duration::from_secs(2) {
+                look = self
+                    .store
+                    .wait_for(&self.task_id, std::time::Duration::from_millis(100));
+                continue;
+            }
+            looked = std::time::Instant::now();
             let Some(mut a) = self.stored(approval_id)? else {
                 return Err(BoundaryError::new(format!(
                     "approval {approval_id} is not in the store"
@@ -601,7 +614,8 @@ impl loop_core::Approvals for StoreApprovals<'_> {
             // An answer from another process wakes this at once where the
             // store tells (PostgreSQL); a person typing here is looked for
             // every 100 ms.
-            self.store
+            look = self
+                .store
                 .wait_for(&self.task_id, std::time::Duration::from_millis(100));
         }
     }

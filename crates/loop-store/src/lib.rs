@@ -434,7 +434,9 @@ pub trait Store: Send + Sync {
     /// passes. A backend told of changes (PostgreSQL's NOTIFY) returns
     /// the moment one commits; one that is not (SQLite) returns after a
     /// short poll period, at most `timeout`, and the caller looks.
-    fn wait_for(&self, task: &str, timeout: Duration);
+    /// `true` when the caller should look (word came, or the backend
+    /// cannot tell); `false` when the wait ran out with no word.
+    fn wait_for(&self, task: &str, timeout: Duration) -> bool;
     /// Record a new task (state `pending`, unowned).
     fn create_task(
         &self,

@@ -447,22 +447,25 @@ impl Store for PgStore {
         ))
     }
 
-    fn wait_for(&self, task: &str, timeout: Duration) {
+    fn wait_for(&self, task: &str, timeout: Duration) -> bool {
         self.listen();
         let Ok(h) = self.changes.state.lock() else {
             std::thread::sleep(timeout.min(Duration::from_millis(100)));
-            return;
+            return true;
         };
         if !h.live {
             // No listener yet (or it is reconnecting): poll meanwhile.
             drop(h);
             std::thread::sleep(timeout.min(Duration::from_millis(100)));
-            return;
+            return true;
         }
         let seen = (h.per_task.get(task).copied(), h.epoch);
-        let _ = self.changes.cv.wait_timeout_while(h, timeout, |h| {
+        match self.changes.cv.wait_timeout_while(h, timeout, |h| {
             (h.per_task.get(task).copied(), h.epoch) == seen
-        });
+        }) {
+            Ok((_, waited)) => !waited.timed_out(),
+            Err(_) => true,
+        }
     }
 
     fn create_task(

@@ -541,9 +541,10 @@ impl Store for SqliteStore {
         ))
     }
 
-    fn wait_for(&self, _task: &str, timeout: Duration) {
+    fn wait_for(&self, _task: &str, timeout: Duration) -> bool {
         // SQLite tells nobody of a commit: look again soon.
         std::thread::sleep(timeout.min(Duration::from_millis(100)));
+        true
     }
 
     /// Keep a new token: its SHA-256, a public id, owner and scope.
