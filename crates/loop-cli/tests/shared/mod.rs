@@ -156,3 +156,19 @@ pub fn stop(mut server: std::process::Child) -> std::process::ExitStatus {
     }
     server.wait().unwrap()
 }
+
+/// A small deterministic generator (xorshift64*), for replayable kill
+/// schedules.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
