@@ -718,3 +718,66 @@ fn the_api_hands_its_tasks_to_the_workers_and_counts_the_queue() {
     kill(&mut worker);
     shared::stop(server);
 }
+
+#[test]
+fn a_drained_worker_hands_its_running_task_to_another_which_ends_it_once() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-drain");
+    let redis = Redis::start(&root.join("redis"));
+    let db = database(&admin, &format!("loop_drain_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
+    // The first command takes a while: the drain comes in the middle of it.
+    let slow = s.dir.join("slow.yaml");
+    std::fs::write(
+        &slow,
+        SCRIPT.replace("echo c1 >> effects.log", "sleep 3; echo c1 >> effects.log"),
+    )
+    .unwrap();
+    let id = s.submit(&slow);
+    let log = s.dir.join("worker.log");
+    let mut first = s.worker(30, 3, &log);
+    let start = Instant::now();
+    while s.tasks()[&id]["running"] != true {
+        assert!(start.elapsed() < Duration::from_secs(60), "never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    // SIGTERM with no grace: the running task is handed back at once and
+    // the worker ends, well before its command would have.
+    let asked = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(first.id() as i32, libc::SIGTERM);
+    }
+    let status = first.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_ne!(s.tasks()[&id]["state"], "terminal");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("handed back"), "{said}");
+    // Another worker takes it at once (a hand-back is a fresh message, not
+    // a lapsed one) and ends it: every step and every effect once.
+    let mut second = s.worker(30, 3, &log);
+    let start = Instant::now();
+    while s.tasks()[&id]["state"] != "terminal" {
+        // Well inside the 30 s visibility timeout: the fresh message is
+        // taken at once, not the old one once it lapses.
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not resumed at once (log: {})",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(!said.contains("took over message"), "{said}");
+    s.check(&id, 0);
+    assert!(redis.dead_letters().is_empty());
+    kill(&mut second);
+}

@@ -199,18 +199,26 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
         serve_metrics(addr, metrics.clone(), opts)?;
     }
     let running: Running = Arc::default();
+    // Slots that have left their loop (after the stop).
+    let exited = Arc::new(AtomicU64::new(0));
     std::thread::scope(|scope| {
         for slot in 0..opts.jobs {
             let (runtime, metrics, running) = (runtime.clone(), metrics.clone(), running.clone());
             let consumer = format!("{host}-{}-{slot}", std::process::id());
-            scope.spawn(move || slot_loop(slot, &consumer, &runtime, opts, &metrics, &running));
+            let exited = exited.clone();
+            scope.spawn(move || {
+                slot_loop(slot, &consumer, &runtime, opts, &metrics, &running);
+                exited.fetch_add(1, Ordering::SeqCst);
+            });
         }
         // The drain: once told to stop, wait for the running tasks up to
         // the grace, then hand back what still runs.
         while !STOP.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100));
         }
-        println!(
+        // (On stderr: whoever started the worker may have stopped reading
+        // its output, and a write to a closed pipe would end it here.)
+        eprintln!(
             "worker: stopping (no new tasks; {} s for running ones to end)",
             opts.grace.as_secs()
         );
@@ -225,9 +233,11 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
         if let Ok(q) = RedisQueue::open(&opts.queue_url, opts.queue.clone()) {
             for d in &left {
                 match q.hand_back(d) {
-                    Ok(_) => {
+                    // Acknowledged meanwhile (its task just ended): done.
+                    Ok(false) => {}
+                    Ok(true) => {
                         metrics.handed_back.fetch_add(1, Ordering::Relaxed);
-                        println!(
+                        eprintln!(
                             "worker: task {} handed back (another worker resumes it)",
                             d.task
                         );
@@ -235,6 +245,18 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
                     Err(e) => tracing::warn!("task {}: cannot hand back: {e}", d.task),
                 }
             }
+        }
+        // A slot waiting for work may take a message (a hand-back among
+        // them) as the stop comes: it hands that back and leaves. The
+        // process waits for those (a read waits at most a second), so no
+        // message stays with a consumer that is gone.
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let busy = running.lock().map_or(0, |r| r.len()) as u64;
+            if exited.load(Ordering::SeqCst) + busy >= opts.jobs as u64 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         // The process ends here with its tasks interrupted mid-step, as a
         // kill would leave them: each resumes from its last committed step.
