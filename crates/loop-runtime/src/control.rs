@@ -90,7 +90,12 @@ pub fn answer(
         a.payload["by"] = serde_json::Value::String(b.to_string());
     }
     a.decided_ms = Some(SystemClock.now_ms());
-    store.put_approval(&a).map_err(Error::from_cause)?;
+    if !store.decide_approval(&a).map_err(Error::from_cause)? {
+        return Err(Error::usage(format!(
+            "task {id}'s request {} was decided meanwhile (it expired, or someone else answered); `loop status {id}` shows how",
+            a.id
+        )));
+    }
     Ok(a)
 }
 

@@ -482,9 +482,17 @@ impl StoreApprovals<'_> {
             if let Some(g) = guidance {
                 a.payload["answer"] = serde_json::Value::String(g);
             }
-            self.store
-                .put_approval(&a)
+            let decided = self
+                .store
+                .decide_approval(&a)
                 .map_err(BoundaryError::caused_by)?;
+            if !decided {
+                // Someone answered first (`loop approve`, the console):
+                // theirs stands.
+                if let Some(d) = self.stored(approval_id)?.and_then(|s| s.status.decision()) {
+                    return Ok(d);
+                }
+            }
         }
         Ok(if approved {
             loop_core::ApprovalDecision::Approved
@@ -606,9 +614,16 @@ impl loop_core::Approvals for StoreApprovals<'_> {
                 // Nobody answered: a deny, recorded as such.
                 a.status = ApprovalStatus::Expired;
                 a.decided_ms = Some(now);
-                self.store
-                    .put_approval(&a)
+                let expired = self
+                    .store
+                    .decide_approval(&a)
                     .map_err(BoundaryError::caused_by)?;
+                if !expired {
+                    // An answer came in the same instant: it stands.
+                    if let Some(d) = self.stored(approval_id)?.and_then(|s| s.status.decision()) {
+                        return Ok(d);
+                    }
+                }
                 return Ok(ApprovalDecision::Expired);
             }
             // An answer from another process wakes this at once where the

@@ -514,6 +514,11 @@ pub trait Store: Send + Sync {
     fn put_approval(&self, a: &Approval) -> Result<(), StoreError>;
     /// A task's approvals and questions.
     fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError>;
+    /// Decide a request: `a`'s status, payload and time are written only
+    /// while the stored request is still pending (a compare-and-set, so an
+    /// answer and an expiry never both stand). `false` when it was decided
+    /// before: nothing is written.
+    fn decide_approval(&self, a: &Approval) -> Result<bool, StoreError>;
     /// Keep a new token: its SHA-256, a public id, owner and scope.
     fn create_token(&self, sha256: &str, record: &TokenRecord) -> Result<(), StoreError>;
     /// The live token whose SHA-256 is `sha256`, if any.

@@ -866,6 +866,38 @@ impl Store for PgStore {
         })
     }
 
+    fn decide_approval(&self, a: &Approval) -> Result<bool, StoreError> {
+        let payload = a.payload.to_string();
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE approvals SET status = $3, payload = $4, decided_ms = $5
+                 WHERE task_id = $1 AND id = $2 AND status = 'pending'",
+                &[
+                    &a.task_id,
+                    &a.id,
+                    &a.status.as_str(),
+                    &payload,
+                    &a.decided_ms.map(ms),
+                ],
+            )?;
+            if n == 1 {
+                notify(&mut tx, &a.task_id)?;
+                tx.commit()?;
+                return Ok(true);
+            }
+            // Decided before: by this very decision, committed before a
+            // broken connection lost the answer, or by someone else.
+            let same = tx
+                .query_opt(
+                    "SELECT 1 FROM approvals WHERE task_id = $1 AND id = $2 AND status = $3 AND decided_ms = $4",
+                    &[&a.task_id, &a.id, &a.status.as_str(), &a.decided_ms.map(ms)],
+                )?
+                .is_some();
+            Ok(same)
+        })
+    }
+
     fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError> {
         self.run(|c| {
             let rows = c.query(

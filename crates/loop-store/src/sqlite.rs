@@ -493,6 +493,25 @@ impl Store for SqliteStore {
         })
     }
 
+    fn decide_approval(&self, a: &Approval) -> Result<bool, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "UPDATE approvals SET status = ?3, payload = ?4, decided_ms = ?5
+                     WHERE task_id = ?1 AND id = ?2 AND status = 'pending'",
+                    params![
+                        a.task_id,
+                        a.id,
+                        a.status.as_str(),
+                        a.payload.to_string(),
+                        a.decided_ms.map(|d| d as i64)
+                    ],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n == 1)
+        })
+    }
+
     fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError> {
         self.with(|c| {
             let mut stmt = c

@@ -512,6 +512,18 @@ fn approvals_tokens_and_deliveries_round_trip() {
         s.put_approval(&a).unwrap();
         assert_eq!(s.approvals("t").unwrap()[0], a, "{who}");
         assert!(s.approvals("other").unwrap().is_empty(), "{who}");
+        // A decision is a compare-and-set on a pending request: an answer
+        // and an expiry never both stand.
+        let mut answered = q.clone();
+        answered.status = ApprovalStatus::Denied;
+        answered.decided_ms = Some(10);
+        answered.payload["answer"] = serde_json::json!("not that");
+        assert!(s.decide_approval(&answered).unwrap(), "{who}");
+        let mut late = q.clone();
+        late.status = ApprovalStatus::Expired;
+        late.decided_ms = Some(11);
+        assert!(!s.decide_approval(&late).unwrap(), "{who}");
+        assert_eq!(s.approvals("t").unwrap()[1], answered, "{who}");
 
         let tok = TokenRecord {
             id: "tok1".into(),
