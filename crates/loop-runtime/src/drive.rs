@@ -487,6 +487,16 @@ fn run_watched(
 /// Renew the claim, and turn a cancel request (or a lost claim) into the
 /// cancel flag. The watcher has a store handle of its own (SQLite: its own
 /// connection, so the Director's commits never wait on its reads).
+///
+/// The claim is renewed every 2 s by a thread of its own (a renewal that
+/// hangs on a dead connection must neither keep the watcher from acting
+/// nor hold up the end of the run). With no renewal confirmed for 10 s the
+/// lease (15 s) may be about to lapse and another runtime take the task:
+/// this one stops first, killing its commands, so two never work on it at
+/// once. Between looks the watcher waits for word of a change to the task
+/// (PostgreSQL's NOTIFY wakes it the moment a cancel commits; SQLite has it
+/// look every 100 ms), and reads the task at least every 2 s besides (word
+/// that came between a look and the next wait is not lost).
 fn watch(
     project: &Path,
     task_id: &str,
@@ -494,63 +504,87 @@ fn watch(
     cancel: &std::sync::atomic::AtomicBool,
     stopped: std::sync::mpsc::Receiver<()>,
 ) {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::TryRecvError;
     use std::time::{Duration, Instant};
+    const RENEW: Duration = Duration::from_secs(2);
+    const GIVE_UP: Duration = Duration::from_secs(10);
+    const TICK: Duration = Duration::from_millis(100);
     let Ok(store) = crate::layout::open_store(project) else {
         return;
     };
-    // The claim is renewed every 2 s (a durable write; the lease is 15 s).
-    // Between renewals the watcher waits for word of a change to the task:
-    // a store that announces them (PostgreSQL) wakes it the moment a
-    // cancel commits; SQLite has it look every 100 ms.
-    const RENEW: Duration = Duration::from_secs(2);
-    // With no renewal for this long (the store unreachable), the lease
-    // (15 s) may lapse and another runtime take the task: this one stops
-    // first, killing its commands, so two never work on it at once.
-    const GIVE_UP: Duration = Duration::from_secs(10);
-    // The watcher looks every 100 ms for the end of the run (it must not
-    // keep a finished run waiting), and at the task only when told of a
-    // change (or, on SQLite, each time).
-    const TICK: Duration = Duration::from_millis(100);
-    let mut renewed: Option<Instant> = None;
-    let mut confirmed = Instant::now();
+    // Renewals, on a detached thread with its own handle: `confirmed` is
+    // the time (ms since `origin`) of the last one the store took, `lost`
+    // says the claim is someone else's now.
+    let origin = Instant::now();
+    let confirmed = Arc::new(AtomicU64::new(0));
+    let lost = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    {
+        let (confirmed, lost, finished) = (confirmed.clone(), lost.clone(), finished.clone());
+        let (dir, id, holder) = (
+            project.to_path_buf(),
+            task_id.to_string(),
+            token.to_string(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("loop renew".into())
+            .spawn(move || {
+                let Ok(store) = crate::layout::open_store(&dir) else {
+                    return;
+                };
+                while !finished.load(Ordering::SeqCst) {
+                    match store.heartbeat(&id, &holder, SystemClock.now_ms()) {
+                        Ok(true) => {
+                            confirmed.store(origin.elapsed().as_millis() as u64, Ordering::SeqCst)
+                        }
+                        Ok(false) => lost.store(true, Ordering::SeqCst),
+                        Err(e) => tracing::warn!("task {id}: the claim was not renewed: {e}"),
+                    }
+                    let slept = Instant::now();
+                    while slept.elapsed() < RENEW && !finished.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("task {task_id}: cannot renew its claim: {e}");
+        }
+    }
+    let mut read = Instant::now();
     let mut look = true;
     loop {
-        let still_ours = if renewed.is_none_or(|r| r.elapsed() >= RENEW) {
-            renewed = Some(Instant::now());
-            match store.heartbeat(task_id, token, SystemClock.now_ms()) {
-                Ok(ours) => {
-                    confirmed = Instant::now();
-                    ours
-                }
-                Err(e) => {
-                    tracing::warn!("task {task_id}: the claim was not renewed: {e}");
-                    confirmed.elapsed() < GIVE_UP
-                }
+        let since_confirmed = origin
+            .elapsed()
+            .saturating_sub(Duration::from_millis(confirmed.load(Ordering::SeqCst)));
+        let gone = lost.load(Ordering::SeqCst) || since_confirmed >= GIVE_UP;
+        if gone {
+            tracing::warn!("task {task_id}: its claim is lost or cannot be renewed; stopping");
+        }
+        if look || read.elapsed() >= RENEW {
+            read = Instant::now();
+            // A read that fails looks again next time.
+            look = false;
+            match store.task(task_id) {
+                Ok(t) if t.cancel_requested => cancel.store(true, Ordering::SeqCst),
+                Ok(_) => {}
+                Err(_) => look = true,
             }
-        } else {
-            true
-        };
-        let asked = look
-            && store
-                .task(task_id)
-                .map(|t| t.cancel_requested)
-                .unwrap_or(false);
-        if asked || !still_ours || crate::interrupt::flag().load(Ordering::SeqCst) {
+        }
+        if gone || crate::interrupt::flag().load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
         }
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
-            Ok(()) | Err(TryRecvError::Disconnected) => return,
+            Ok(()) | Err(TryRecvError::Disconnected) => break,
         }
-        let next = renewed.map_or(Duration::ZERO, |r| RENEW.saturating_sub(r.elapsed()));
-        look = store.wait_for(task_id, next.min(TICK));
+        look |= store.wait_for(task_id, TICK);
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
-            Ok(()) | Err(TryRecvError::Disconnected) => return,
+            Ok(()) | Err(TryRecvError::Disconnected) => break,
         }
     }
+    finished.store(true, Ordering::SeqCst);
 }
 
 /// Lets go of a claim when dropped.

@@ -305,17 +305,24 @@ fn slot_loop(
             }
         };
         pause = Duration::from_millis(100);
-        if STOP.load(Ordering::SeqCst) {
-            // Taken as the stop came: back at once.
-            let _ = q.hand_back(&d);
-            break;
+        {
+            // The stop is looked at under the lock the drain takes to see
+            // what runs: a message is either handed back here or seen there.
+            let Ok(mut r) = running.lock() else {
+                let _ = q.hand_back(&d);
+                break;
+            };
+            if STOP.load(Ordering::SeqCst) {
+                drop(r);
+                // Taken as the stop came: back at once.
+                let _ = q.hand_back(&d);
+                break;
+            }
+            r.insert(slot, d.clone());
         }
         metrics.taken.fetch_add(1, Ordering::Relaxed);
         if d.attempts > 1 {
             metrics.reclaimed.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Ok(mut r) = running.lock() {
-            r.insert(slot, d.clone());
         }
         settle(q, consumer, runtime, opts, metrics, &d);
         if let Ok(mut r) = running.lock() {
@@ -354,9 +361,19 @@ fn settle(
             return;
         }
     };
+    if view.running && view.state != "terminal" {
+        // Another live process runs it (a slow renewal let the message go):
+        // it is theirs; the message comes back in a moment. (Looked at
+        // before the attempts: a task running elsewhere is no failure.)
+        std::thread::sleep(Duration::from_secs(1));
+        if q.hand_back(d).unwrap_or(false) {
+            metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
     if view.state != "terminal" && d.attempts > opts.queue.max_attempts {
         // Delivered too often without ending, and the store says it has
-        // not ended: given up on, with the reason.
+        // not ended and nobody runs it: given up on, with the reason.
         if q.dead_letter(d, &q.exhausted(d)).unwrap_or(false) {
             metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
         }
@@ -367,15 +384,6 @@ fn settle(
         // the acknowledgement): done, not run again.
         if ack(q, d) {
             metrics.acked_unrun.fetch_add(1, Ordering::Relaxed);
-        }
-        return;
-    }
-    if view.running {
-        // Another live process runs it (a slow renewal let the message go):
-        // it is theirs; the message comes back in a moment.
-        std::thread::sleep(Duration::from_secs(1));
-        if q.hand_back(d).unwrap_or(false) {
-            metrics.handed_back.fetch_add(1, Ordering::Relaxed);
         }
         return;
     }
@@ -399,7 +407,11 @@ fn settle(
             }
         }
         _ if STOP.load(Ordering::SeqCst) => {
-            // Interrupted by the drain: handed back by it.
+            // Stopped during the drain without ending: back for another
+            // worker (a no-op if the drain already handed it back).
+            if q.hand_back(d).unwrap_or(false) {
+                metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(Err(e)) if runtime.task(&d.task).is_ok_and(|v| v.running) => {
             tracing::info!("task {}: {} (handing the message back)", d.task, e.message);

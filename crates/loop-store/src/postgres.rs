@@ -163,6 +163,13 @@ impl PgStore {
             config.connect_timeout(Duration::from_secs(5));
         }
         config.application_name("loop");
+        // A connection whose peer went away (a failover, a cut network)
+        // fails within seconds instead of hanging on a half-open socket.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(5));
+        config.keepalives_interval(Duration::from_secs(2));
+        config.keepalives_retries(3);
+        config.tcp_user_timeout(Duration::from_secs(10));
         // The password is not written where the URL is (a Loopfile is
         // committed): PGPASSWORD gives it, as to psql.
         if config.get_password().is_none()
@@ -799,9 +806,21 @@ impl Store for PgStore {
                     Some(r) => (r.try_get(0)?, r.try_get(1)?),
                     None => (None, None),
                 };
-                // A retry after the end committed (the claim is let go
-                // with it) finds the task ended: that end is ours.
-                if token.as_deref() != Some(h) && state.as_deref() != Some("terminal") {
+                if token.as_deref() != Some(h) {
+                    // A retry after our end committed (the claim is let go
+                    // with it) finds exactly that end: it stands. Any other
+                    // end is someone else's, and is not overwritten.
+                    let ours = state.as_deref() == Some("terminal")
+                        && tx
+                            .query_opt(
+                                "SELECT 1 FROM tasks t JOIN receipts r ON r.task_id = t.id
+                                 WHERE t.id = $1 AND t.outcome = $2 AND r.path = $3",
+                                &[&task, &outcome, &receipt],
+                            )?
+                            .is_some();
+                    if ours {
+                        return Ok(());
+                    }
                     return Err(Fail::Store(StoreError::NotHolder {
                         task: task.to_string(),
                     }));
