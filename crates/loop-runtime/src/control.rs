@@ -69,6 +69,19 @@ pub fn answer(
     message: Option<&str>,
     by: Option<&str>,
 ) -> Result<loop_store::Approval, Error> {
+    answer_request(project, id, None, approve, message, by)
+}
+
+/// [`answer`], of the request `only` when given: a request that is no
+/// longer the one waiting is not answered in its place.
+pub fn answer_request(
+    project: &Path,
+    id: &str,
+    only: Option<&str>,
+    approve: bool,
+    message: Option<&str>,
+    by: Option<&str>,
+) -> Result<loop_store::Approval, Error> {
     let project = project
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
@@ -78,9 +91,16 @@ pub fn answer(
         .approvals(id)
         .map_err(Error::from_cause)?
         .into_iter()
-        .find(|a| a.status == loop_store::ApprovalStatus::Pending)
+        .find(|a| {
+            a.status == loop_store::ApprovalStatus::Pending && only.is_none_or(|w| a.id == w)
+        })
     else {
-        return Err(Error::usage(format!("task {id} has no pending approval")));
+        return Err(Error::usage(match only {
+            Some(w) => {
+                format!("task {id}'s request {w} is not waiting (it was answered, or it expired)")
+            }
+            None => format!("task {id} has no pending approval"),
+        }));
     };
     a.status = loop_store::ApprovalStatus::answered(approve);
     if let Some(m) = message {

@@ -140,6 +140,26 @@ impl Runtime {
         crate::control::answer(&self.project, id, approve, message, Some(by))
     }
 
+    /// [`Runtime::answer_as`], of the request `approval_id` only (a click
+    /// on a question never answers a newer one).
+    pub fn answer_request(
+        &self,
+        id: &str,
+        approval_id: &str,
+        approve: bool,
+        message: Option<&str>,
+        by: &str,
+    ) -> Result<loop_store::Approval, Error> {
+        crate::control::answer_request(
+            &self.project,
+            id,
+            Some(approval_id),
+            approve,
+            message,
+            Some(by),
+        )
+    }
+
     /// The full id of the task `given` names: its full id, `last` (the
     /// newest task), or a prefix only one task's id starts with.
     pub fn resolve_id(&self, given: &str) -> Result<String, Error> {

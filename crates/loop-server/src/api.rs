@@ -886,7 +886,32 @@ async fn approve(
             "the API (owner {}, token {})",
             caller.owner, caller.token_id
         );
-        let a = rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by)?;
+        let answered = match &answer.approval_id {
+            Some(want) => {
+                rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)
+            }
+            None => rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by),
+        };
+        let a = match answered {
+            Ok(a) => a,
+            Err(e) => {
+                // The question named was answered or expired meanwhile (a
+                // race lost to another answer or to the clock): a
+                // conflict, as above.
+                let still = rt.status(&id)?.approvals.into_iter().any(|a| {
+                    a.status == loop_store::ApprovalStatus::Pending
+                        && answer.approval_id.as_ref().is_none_or(|w| *w == a.id)
+                });
+                if answer.approval_id.is_some() && !still {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "not_pending",
+                        format!("no question is waiting for this answer: {}", e.message),
+                    ));
+                }
+                return Err(e.into());
+            }
+        };
         Ok(Json(json!({
             "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),
             "detail": a.payload["detail"], "rule": a.payload["rule"], "message": answer.message,
