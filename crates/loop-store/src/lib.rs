@@ -94,6 +94,20 @@ pub const MIGRATIONS: &[&str] = &[
         at_ms BIGINT NOT NULL,
         PRIMARY KEY (trigger, id)
      );",
+    // 4: what a task's workspace needs to be rebuilt on another machine:
+    // its files (how it was made, its baseline, its state now) and the
+    // contents they name, kept once by SHA-256.
+    "CREATE TABLE task_files (
+        task_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        body TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (task_id, name)
+     );
+     CREATE TABLE blobs (
+        sha256 TEXT PRIMARY KEY,
+        bytes BYTEA NOT NULL
+     );",
 ];
 
 /// The schema version this build writes.
@@ -532,6 +546,30 @@ pub trait Store: Send + Sync {
     fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError>;
     /// Give delivery `id` of `trigger` back (nothing was started for it).
     fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError>;
+    /// Whether runtimes on other machines may share this store, so a task
+    /// may move to a machine that does not hold its workspace (its files
+    /// are then kept here: [`Store::put_task_file`]).
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Keep file `name` of `task` (written again, it is replaced), and in
+    /// the same transaction the contents it names (`(sha256, bytes)`; one
+    /// already kept stays: contents are kept once). With `holder`, only
+    /// while the task's claim is that token's ([`StoreError::NotHolder`]).
+    fn put_task_file(
+        &self,
+        task: &str,
+        name: &str,
+        body: &str,
+        blobs: &[(String, Vec<u8>)],
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// File `name` of `task`, if it was kept.
+    fn task_file(&self, task: &str, name: &str) -> Result<Option<String>, StoreError>;
+    /// The content whose SHA-256 is `sha256`, if it is kept (the caller
+    /// checks the digest: the store is not trusted for it).
+    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 /// Random bytes from the kernel (for a host id that cannot be read).

@@ -1032,6 +1032,71 @@ impl Store for PgStore {
             Ok(())
         })
     }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn put_task_file(
+        &self,
+        task: &str,
+        name: &str,
+        body: &str,
+        blobs: &[(String, Vec<u8>)],
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            if let Some(h) = holder {
+                let token: Option<String> = tx
+                    .query_opt(
+                        "SELECT owner::jsonb ->> 'token' FROM tasks WHERE id = $1 FOR UPDATE",
+                        &[&task],
+                    )?
+                    .map(|r| r.try_get(0))
+                    .transpose()?
+                    .flatten();
+                if token.as_deref() != Some(h) {
+                    return Err(Fail::Store(StoreError::NotHolder {
+                        task: task.to_string(),
+                    }));
+                }
+            }
+            for (sha, bytes) in blobs {
+                tx.execute(
+                    "INSERT INTO blobs (sha256, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[sha, bytes],
+                )?;
+            }
+            tx.execute(
+                "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+                &[&task, &name, &body, &ms(now_ms)],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn task_file(&self, task: &str, name: &str) -> Result<Option<String>, StoreError> {
+        self.run(|c| {
+            Ok(c.query_opt(
+                "SELECT body FROM task_files WHERE task_id = $1 AND name = $2",
+                &[&task, &name],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?)
+        })
+    }
+
+    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(|c| {
+            Ok(c.query_opt("SELECT bytes FROM blobs WHERE sha256 = $1", &[&sha256])?
+                .map(|r| r.try_get(0))
+                .transpose()?)
+        })
+    }
 }
 
 #[cfg(test)]

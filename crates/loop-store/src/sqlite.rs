@@ -652,6 +652,68 @@ impl Store for SqliteStore {
         })
     }
 
+    fn put_task_file(
+        &self,
+        task: &str,
+        name: &str,
+        body: &str,
+        blobs: &[(String, Vec<u8>)],
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            if let Some(token) = holder
+                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
+            {
+                return Err(StoreError::NotHolder {
+                    task: task.to_string(),
+                });
+            }
+            {
+                let mut put = tx
+                    .prepare(
+                        "INSERT INTO blobs (sha256, bytes) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                    )
+                    .map_err(|e| self.err(e))?;
+                for (sha, bytes) in blobs {
+                    put.execute(params![sha, bytes]).map_err(|e| self.err(e))?;
+                }
+            }
+            tx.execute(
+                "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+                params![task, name, body, now_ms as i64],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    fn task_file(&self, task: &str, name: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT body FROM task_files WHERE task_id = ?1 AND name = ?2",
+                params![task, name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.with(|c| {
+            c.query_row("SELECT bytes FROM blobs WHERE sha256 = ?1", [sha256], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))
+        })
+    }
+
     /// Revoke the token with public id `id`; `false` when there is none
     /// live.
     fn revoke_token(&self, id: &str, now_ms: u64) -> Result<bool, StoreError> {

@@ -650,6 +650,57 @@ fn postgres_tells_a_waiter_of_an_answer_without_polling() {
 }
 
 #[test]
+fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_writes() {
+    for b in backends("files") {
+        let s = b.open();
+        let who = b.name;
+        assert_eq!(s.shared(), who == "postgres", "{who}");
+        // Kept before the task is (its workspace is made first), by nobody's claim.
+        let bytes: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
+        let blobs = vec![("d1".to_string(), bytes.clone())];
+        s.put_task_file("t", "baseline", "{\"a\": 1}", &blobs, None, 1)
+            .unwrap();
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        assert_eq!(
+            s.task_file("t", "baseline").unwrap().as_deref(),
+            Some("{\"a\": 1}"),
+            "{who}"
+        );
+        assert_eq!(s.task_file("t", "tree").unwrap(), None, "{who}");
+        assert_eq!(s.task_file("u", "baseline").unwrap(), None, "{who}");
+        // Binary contents come back byte for byte; one kept twice stays once.
+        assert_eq!(s.blob("d1").unwrap(), Some(bytes.clone()), "{who}");
+        assert_eq!(s.blob("nope").unwrap(), None, "{who}");
+        // Only the claim's holder writes a claimed task's files, and a
+        // refused write keeps none of its contents.
+        let me = Owner::this_process("me".into(), now());
+        assert_eq!(s.claim("t", &me, 60_000, now()).unwrap(), Claim::Claimed);
+        s.put_task_file("t", "tree", "one", &blobs, Some("me"), 2)
+            .unwrap();
+        s.put_task_file("t", "tree", "two", &[], Some("me"), 3)
+            .unwrap();
+        let refused = s.put_task_file(
+            "t",
+            "tree",
+            "three",
+            &[("d2".to_string(), b"x".to_vec())],
+            Some("another"),
+            4,
+        );
+        assert!(
+            matches!(refused, Err(StoreError::NotHolder { .. })),
+            "{who}: {refused:?}"
+        );
+        assert_eq!(s.task_file("t", "tree").unwrap().as_deref(), Some("two"), "{who}");
+        assert_eq!(s.blob("d2").unwrap(), None, "{who}");
+        // Another handle (another machine) reads the same.
+        let other = b.open();
+        assert_eq!(other.task_file("t", "tree").unwrap().as_deref(), Some("two"));
+        assert_eq!(other.blob("d1").unwrap(), Some(bytes.clone()), "{who}");
+    }
+}
+
+#[test]
 fn the_two_backends_have_the_same_tables_and_columns() {
     if pg_admin_url().is_none() {
         return;

@@ -13,6 +13,7 @@ pub mod journal;
 pub mod manifest;
 pub mod overlay_commit;
 pub mod patch;
+pub mod rebuild;
 pub mod snapshot;
 pub mod task_workspace;
 #[cfg(any(test, feature = "testing"))]
@@ -25,6 +26,7 @@ pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
+pub use rebuild::{Delta, RebuildError, reconcile};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head, uncommitted};
 pub use untrusted::{Node, Tree, UntrustedError};

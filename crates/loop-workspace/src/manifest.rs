@@ -87,6 +87,11 @@ impl Manifest {
         let mut next = StatCache::default();
         walk(dir, dir, &mut entries, cache, &mut next)?;
         *cache = next;
+        Ok(Self::from_entries(entries))
+    }
+
+    /// The manifest of these entries (sorted, and their root computed).
+    pub fn from_entries(mut entries: Vec<Entry>) -> Manifest {
         // By path, then by raw bytes where two names render alike.
         entries.sort_by(|a, b| {
             a.path
@@ -94,7 +99,7 @@ impl Manifest {
                 .then_with(|| a.path_bytes().cmp(&b.path_bytes()))
         });
         let root = merkle_root(&entries);
-        Ok(Manifest { entries, root })
+        Manifest { entries, root }
     }
 
     /// The entry for `path`.
@@ -120,6 +125,13 @@ fn walk(
 ) -> std::io::Result<()> {
     for item in std::fs::read_dir(dir)? {
         let item = item?;
+        // The root's `.git` is the repository's plumbing (a worktree's
+        // pointer to its repository, which names a path of this machine),
+        // never the work: left out, a workspace rebuilt elsewhere has the
+        // same root.
+        if dir == root && item.file_name() == ".git" {
+            continue;
+        }
         let path = item.path();
         let meta = std::fs::symlink_metadata(&path)?;
         let rel_path = path.strip_prefix(root).unwrap_or(&path);

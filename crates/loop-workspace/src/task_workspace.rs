@@ -184,16 +184,71 @@ impl TaskWorkspace {
                 },
             });
         }
-        let ignores = GitIgnores::new(project);
-        let skip = |rel: &str| {
-            let name = rel.rsplit('/').next().unwrap_or(rel);
-            rel == ".loop" || rel == ".git" || BUILD_OUTPUTS.contains(&name) || ignores.ignored(rel)
-        };
-        let stats = copy_tree(project, dest, &skip, true).map_err(io("cannot copy the project"))?;
+        let skipped = copy_project(project, dest)?;
         Ok(TaskWorkspace {
             path: dest.to_path_buf(),
-            origin: Origin::Copy {
-                skipped: stats.skipped,
+            origin: Origin::Copy { skipped },
+        })
+    }
+
+    /// Make task `task_id`'s workspace at `dest` again, as it started on
+    /// the machine that made it: a worktree of `project` at `base_commit`
+    /// on the branch `loop/<task_id>` (reset there), or a copy of the
+    /// project. Whatever was at `dest` (a stale workspace of an earlier
+    /// run here) is removed first. The uncommitted changes a task carried
+    /// in are not: they are part of its recorded state, brought back from
+    /// there ([`crate::rebuild::reconcile`]).
+    pub fn recreate(
+        project: &Path,
+        dest: &Path,
+        task_id: &str,
+        base_commit: Option<&str>,
+    ) -> Result<TaskWorkspace, WorkspaceError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| WorkspaceError::Io { what, source }
+        };
+        let dest_s = dest.to_string_lossy().into_owned();
+        if std::fs::symlink_metadata(dest).is_ok() {
+            if base_commit.is_some() {
+                let _ = git(project, &["worktree", "remove", "--force", &dest_s]);
+            }
+            if std::fs::symlink_metadata(dest).is_ok() {
+                remove_tree(dest).map_err(io("cannot remove the stale workspace"))?;
+            }
+        }
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir).map_err(io("cannot create the task directory"))?;
+        }
+        let Some(base) = base_commit else {
+            let skipped = copy_project(project, dest)?;
+            return Ok(TaskWorkspace {
+                path: dest.to_path_buf(),
+                origin: Origin::Copy { skipped },
+            });
+        };
+        let _ = git(project, &["worktree", "prune"]);
+        if git(project, &["cat-file", "-e", &format!("{base}^{{commit}}")]).is_err() {
+            return Err(WorkspaceError::Git {
+                args: format!("cat-file -e {base}"),
+                stderr: format!(
+                    "the task's base commit {base} is not in the repository at {} (fetch it on this machine)",
+                    project.display()
+                ),
+            });
+        }
+        let branch = format!("loop/{task_id}");
+        git(
+            project,
+            &["worktree", "add", "--quiet", "-B", &branch, &dest_s, base],
+        )?;
+        Ok(TaskWorkspace {
+            path: dest.to_path_buf(),
+            origin: Origin::Worktree {
+                repo: project.to_path_buf(),
+                base_commit: base.to_string(),
+                branch,
+                dirty_included: false,
             },
         })
     }
@@ -223,6 +278,22 @@ impl TaskWorkspace {
             }),
         }
     }
+}
+
+/// A copy of `project` at `dest` that respects `.gitignore` and skips
+/// build outputs; what it left out.
+fn copy_project(project: &Path, dest: &Path) -> Result<Vec<String>, WorkspaceError> {
+    let ignores = GitIgnores::new(project);
+    let skip = |rel: &str| {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        rel == ".loop" || rel == ".git" || BUILD_OUTPUTS.contains(&name) || ignores.ignored(rel)
+    };
+    copy_tree(project, dest, &skip, true)
+        .map(|stats| stats.skipped)
+        .map_err(|source| WorkspaceError::Io {
+            what: "cannot copy the project".into(),
+            source,
+        })
 }
 
 /// The user's uncommitted changes (tracked diffs and untracked files) into the worktree.
