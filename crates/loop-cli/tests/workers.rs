@@ -19,7 +19,7 @@
 
 mod shared;
 
-use shared::Rng;
+use shared::{Rng, database};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -73,42 +73,6 @@ fn services() -> Option<String> {
             None
         }
     }
-}
-
-/// A database of the test's own, dropped when the test ends.
-struct Db {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = c.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
-}
-
-fn database(admin: &str, name: &str) -> Db {
-    Db {
-        admin: admin.to_string(),
-        name: name.to_string(),
-        url: fresh_db(admin, name),
-    }
-}
-
-/// A fresh database on the test server; its URL.
-fn fresh_db(admin: &str, name: &str) -> String {
-    let mut c = postgres::Client::connect(admin, postgres::NoTls).unwrap();
-    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .unwrap();
-    c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-    let (base, _) = admin.rsplit_once('/').unwrap();
-    format!("{base}/{name}")
 }
 
 /// A redis-server of the test's own on a free port, with every write

@@ -538,11 +538,19 @@ impl<'a> Director<'a> {
     /// it again.
     fn settle_interrupted(&mut self, int: &Interrupted, step: u32) -> Result<(), DirectorError> {
         let now = self.parts.tools.workspace_root().unwrap_or_default();
-        if int.effect == loop_protocol::Effect::Pure || now == int.root_before {
+        // A call with effects beyond the workspace, whose workspace was
+        // rebuilt elsewhere: the old one may have seen it run.
+        let moved = int.effect == loop_protocol::Effect::AtMostOnce && self.parts.tools.rebuilt();
+        if int.effect == loop_protocol::Effect::Pure || (now == int.root_before && !moved) {
             return Ok(());
         }
         let call = &int.call;
         let mut obs = match int.effect {
+            _ if now == int.root_before => Observation::error(
+                &call.id,
+                &call.tool,
+                "outcome unknown: the runtime that ran this stopped, and the task moved to a workspace rebuilt from the record; what it did outside the workspace cannot be known, so it was not run again. Check its effects before relying on them.",
+            ),
             loop_protocol::Effect::Idempotent => Observation::ok(
                 &call.id,
                 &call.tool,
@@ -555,7 +563,7 @@ impl<'a> Director<'a> {
                 "outcome unknown: the runtime stopped while this ran and the workspace has changed since, so it ran at least in part; it was not run again. Inspect the workspace before relying on it.",
             ),
         };
-        obs.changed = true;
+        obs.changed = now != int.root_before;
         self.record(Event::Observed {
             step,
             observation: obs,

@@ -799,6 +799,8 @@ mod resume {
     struct World {
         files: BTreeMap<String, String>,
         effects: BTreeMap<String, u32>,
+        /// The workspace was rebuilt from the record (the task moved).
+        rebuilt: bool,
     }
 
     struct WorldTools(Rc<RefCell<World>>);
@@ -865,6 +867,9 @@ mod resume {
         }
         fn workspace_root(&mut self) -> Result<String, BoundaryError> {
             Ok(hash::canonical_sha256(&self.0.borrow().files).unwrap())
+        }
+        fn rebuilt(&self) -> bool {
+            self.0.borrow().rebuilt
         }
     }
 
@@ -1063,6 +1068,64 @@ mod resume {
                 assert_eq!(result.used.steps, 3, "kill at {kill_at}: budget replayed");
                 assert_well_formed(&ledger);
             }
+        }
+    }
+
+    #[test]
+    fn an_at_most_once_call_in_flight_is_never_run_again_in_a_rebuilt_workspace() {
+        // Killed the moment `e1`'s intent is recorded: the old workspace
+        // may or may not have seen it run. Here it ran there (its effect
+        // outside the workspace happened); the workspace rebuilt from the
+        // record is as it was before the call.
+        let world = Rc::new(RefCell::new(World::default()));
+        let (history, _) = run_until(&world, vec![], usize::MAX);
+        let intent_at = history
+            .iter()
+            .position(|e| matches!(e, Event::Intent { call_id, .. } if call_id == "e1"))
+            .unwrap();
+        let history: Vec<Event> = history[..=intent_at].to_vec();
+        for rebuilt in [false, true] {
+            let world = Rc::new(RefCell::new(World {
+                rebuilt,
+                ..World::default()
+            }));
+            world.borrow_mut().effects.insert("e1".into(), 1);
+            let (ledger, result) = run_until(&world, history.clone(), usize::MAX);
+            let result = result.unwrap();
+            let runs = world.borrow().effects["e1"];
+            let settled = ledger[intent_at + 1..]
+                .iter()
+                .find_map(|e| match e {
+                    Event::Observed { observation, .. } if observation.call_id == "e1" => {
+                        Some(observation.clone())
+                    }
+                    _ => None,
+                })
+                .unwrap();
+            if rebuilt {
+                // Not run again; the model is told its outcome is unknown.
+                assert_eq!(runs, 1, "an at-most-once call ran twice");
+                assert!(
+                    matches!(settled.status, loop_protocol::ObservationStatus::Error),
+                    "{settled:?}"
+                );
+                assert!(
+                    settled.content.contains("outcome unknown")
+                        && settled.content.contains("rebuilt"),
+                    "{}",
+                    settled.content
+                );
+            } else {
+                // Here the workspace as it was means the call never ran.
+                assert_eq!(runs, 2);
+                assert_eq!(
+                    settled.status,
+                    loop_protocol::ObservationStatus::Ok,
+                    "{settled:?}"
+                );
+            }
+            assert_well_formed(&ledger);
+            assert!(result.used.steps >= 3, "{:?}", result.record);
         }
     }
 }

@@ -48,6 +48,13 @@ pub trait Tools {
     fn begin_step(&mut self) {}
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
+    /// Whether this run's workspace was rebuilt from the store's record
+    /// (the task moved here from a runtime that stopped): what a call in
+    /// flight did outside the workspace is then unknown, even when the
+    /// workspace is as it was before the call.
+    fn rebuilt(&self) -> bool {
+        false
+    }
     /// The rule that makes `call` wait for a person's approval, if any.
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {
         let _ = call;

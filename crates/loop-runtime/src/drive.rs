@@ -199,6 +199,8 @@ fn wire<'a>(
             }
             Err(e) => format!("(the change cannot be computed: {e})"),
         })),
+        keeper: None,
+        rebuilt: false,
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
@@ -250,6 +252,9 @@ pub(crate) fn drive(
         task_id,
         token: &owner.token,
     };
+    // A task that moved here from another machine (or moved on and came
+    // back) works in the workspace its record holds, rebuilt if need be.
+    let settled = crate::moved::settle(store, project, &paths, task_id, observer)?;
     let start = Start::load(&paths)?;
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let record = Record::load(store, task_id, pause_clock)?;
@@ -261,6 +266,17 @@ pub(crate) fn drive(
         remaining_ms
     );
     let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
+    if let Some(s) = settled {
+        wired.tools.keeper = Some(crate::moved::Keeper::new(
+            store,
+            task_id,
+            &owner.token,
+            start.baseline.clone(),
+            s.root,
+            &paths.workspace,
+        ));
+        wired.tools.rebuilt = s.rebuilt;
+    }
     // A cancel asked for while nobody ran the task (`loop cancel` on an
     // interrupted task) stops it at once.
     if store.task(task_id).is_ok_and(|t| t.cancel_requested) {
@@ -274,6 +290,7 @@ pub(crate) fn drive(
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
     ledger.holder = owner.token.clone();
+    ledger.halt = wired.tools.keeper.as_ref().map(|k| k.halt.clone());
     for e in &record.history {
         observer.on_event(e);
     }
@@ -393,6 +410,7 @@ fn ledger_for<'c>(
         pending: Vec::new(),
         pending_state: None,
         holder: String::new(),
+        halt: None,
     })
 }
 

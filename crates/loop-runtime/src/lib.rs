@@ -24,6 +24,7 @@ pub mod interrupt;
 pub mod layout;
 pub mod loopfile;
 mod models;
+mod moved;
 pub mod network;
 pub mod patterns;
 pub mod prepare;

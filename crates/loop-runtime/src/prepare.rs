@@ -194,6 +194,14 @@ pub(crate) fn submit_claimed(
         }
     }
     write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
+    // A store shared with other machines keeps what the workspace was
+    // made from (the uncommitted files carried in included).
+    let carried = if req.include_dirty && task_ws.base_commit().is_some() {
+        loop_workspace::uncommitted(&project)
+    } else {
+        Vec::new()
+    };
+    crate::moved::keep_start(&*store, &task_id, &task_dir, &carried, clock.now_ms())?;
     // Recorded last: a task in the store has everything it needs to resume.
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())

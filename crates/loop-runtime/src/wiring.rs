@@ -122,6 +122,10 @@ pub struct ToolsAdapter<'a> {
     pub tools: ToolBox,
     /// The change so far as a unified diff, for the checker.
     pub diff: Option<Box<dyn FnMut() -> String + 'a>>,
+    /// Keeps the workspace's state in a shared store after each change.
+    pub keeper: Option<crate::moved::Keeper<'a>>,
+    /// The workspace was rebuilt from the store's record for this run.
+    pub rebuilt: bool,
 }
 
 impl Tools for ToolsAdapter<'_> {
@@ -132,9 +136,21 @@ impl Tools for ToolsAdapter<'_> {
         Ok(self.tools.execute(call))
     }
     fn workspace_root(&mut self) -> Result<String, BoundaryError> {
-        self.tools
-            .workspace_root()
-            .map_err(BoundaryError::caused_by)
+        let Some(keeper) = self.keeper.as_mut() else {
+            return self
+                .tools
+                .workspace_root()
+                .map_err(BoundaryError::caused_by);
+        };
+        let now = self
+            .tools
+            .workspace_manifest()
+            .map_err(BoundaryError::caused_by)?;
+        keeper.keep(&now).map_err(BoundaryError::new)?;
+        Ok(now.root)
+    }
+    fn rebuilt(&self) -> bool {
+        self.rebuilt
     }
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {
         self.tools.needs_approval(call)
@@ -189,6 +205,9 @@ pub struct StoreLedger<'c> {
     pub pending_state: Option<String>,
     /// This run's claim: entries are committed only while it holds.
     pub holder: String,
+    /// Set when the workspace's state could not be kept in the store:
+    /// nothing more is recorded (why, instead).
+    pub halt: Option<std::sync::Arc<std::sync::OnceLock<String>>>,
 }
 
 impl StoreLedger<'_> {
@@ -231,6 +250,9 @@ impl Drop for StoreLedger<'_> {
 
 impl Ledger for StoreLedger<'_> {
     fn append(&mut self, event: &Event) -> Result<(), BoundaryError> {
+        if let Some(why) = self.halt.as_ref().and_then(|h| h.get()) {
+            return Err(BoundaryError::new(why.clone()));
+        }
         let scrubbed = scrub_event(event);
         let event = &scrubbed;
         let now = self.clock.now_ms();

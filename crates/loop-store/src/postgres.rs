@@ -1092,9 +1092,11 @@ impl Store for PgStore {
 
     fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.run(|c| {
-            Ok(c.query_opt("SELECT bytes FROM blobs WHERE sha256 = $1", &[&sha256])?
-                .map(|r| r.try_get(0))
-                .transpose()?)
+            Ok(
+                c.query_opt("SELECT bytes FROM blobs WHERE sha256 = $1", &[&sha256])?
+                    .map(|r| r.try_get(0))
+                    .transpose()?,
+            )
         })
     }
 }

@@ -691,11 +691,18 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
             matches!(refused, Err(StoreError::NotHolder { .. })),
             "{who}: {refused:?}"
         );
-        assert_eq!(s.task_file("t", "tree").unwrap().as_deref(), Some("two"), "{who}");
+        assert_eq!(
+            s.task_file("t", "tree").unwrap().as_deref(),
+            Some("two"),
+            "{who}"
+        );
         assert_eq!(s.blob("d2").unwrap(), None, "{who}");
         // Another handle (another machine) reads the same.
         let other = b.open();
-        assert_eq!(other.task_file("t", "tree").unwrap().as_deref(), Some("two"));
+        assert_eq!(
+            other.task_file("t", "tree").unwrap().as_deref(),
+            Some("two")
+        );
         assert_eq!(other.blob("d1").unwrap(), Some(bytes.clone()), "{who}");
     }
 }

@@ -291,11 +291,14 @@ impl ToolBox {
 
     /// Merkle root of the workspace content.
     pub fn workspace_root(&self) -> Result<String, ToolsError> {
+        self.workspace_manifest().map(|m| m.root)
+    }
+
+    /// The workspace's manifest.
+    pub fn workspace_manifest(&self) -> Result<Manifest, ToolsError> {
         // Only files that changed since the last time are read again.
         let mut cache = self.stat_cache.borrow_mut();
-        Manifest::of_cached(self.jail.root(), &mut cache)
-            .map(|m| m.root)
-            .map_err(ToolsError::Hash)
+        Manifest::of_cached(self.jail.root(), &mut cache).map_err(ToolsError::Hash)
     }
 
     /// The choke point: authority, arguments, jail, then the tool.

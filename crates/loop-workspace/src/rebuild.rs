@@ -253,9 +253,7 @@ mod tests {
     use super::*;
     use crate::testdir::TestDir;
 
-    fn fetcher(
-        from: &Path,
-    ) -> impl FnMut(&Entry) -> Result<Vec<u8>, RebuildError> + use<'_> {
+    fn fetcher(from: &Path) -> impl FnMut(&Entry) -> Result<Vec<u8>, RebuildError> + use<'_> {
         move |e: &Entry| {
             let p = from.join(safe_rel(e)?);
             Ok(match e.kind {

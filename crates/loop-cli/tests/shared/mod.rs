@@ -172,3 +172,39 @@ impl Rng {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
     }
 }
+
+/// A database of the test's own, dropped when the test ends.
+pub struct Db {
+    pub admin: String,
+    pub name: String,
+    pub url: String,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+pub fn database(admin: &str, name: &str) -> Db {
+    Db {
+        admin: admin.to_string(),
+        name: name.to_string(),
+        url: fresh_db(admin, name),
+    }
+}
+
+/// A fresh database on the test server; its URL.
+pub fn fresh_db(admin: &str, name: &str) -> String {
+    let mut c = postgres::Client::connect(admin, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    format!("{base}/{name}")
+}

@@ -1,0 +1,322 @@
+//! A task that moves between machines. A task's workspace lives where its
+//! runtime runs; with a store that runtimes on several machines share
+//! ([`loop_store::Store::shared`]), the store also keeps what it takes to
+//! make the workspace again anywhere:
+//!
+//! - when the task is made, how its workspace was made (`origin`: the base
+//!   commit, or a copy of the project), its baseline manifest and the
+//!   baseline's check report, and the contents of the uncommitted files it
+//!   carried in;
+//! - after every step that changed the workspace, before the step's
+//!   observation is recorded, its state as a [`Delta`] from the baseline
+//!   (`tree`), with every content the delta names, by digest, in the same
+//!   transaction, and only while this runtime holds the task's claim.
+//!
+//! The runtime that takes a task over compares its own copy of the
+//! workspace (if any) with the recorded state; when they differ (it never
+//! ran here, or ran here before the task moved, or stopped here between a
+//! step and its record) it makes the workspace again from the base commit,
+//! brings it to the recorded manifest, and goes on only when the rebuilt
+//! tree's Merkle root is the recorded one.
+
+use crate::Error;
+use crate::layout::{TaskPaths, load_origin, read_json, store_err};
+use loop_store::Store;
+use loop_workspace::{Delta, Entry, EntryKind, Manifest, TaskWorkspace};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+/// How the workspace was made (`workspace.json`).
+const ORIGIN: &str = "origin";
+/// The baseline manifest (`baseline.json`).
+const BASELINE: &str = "baseline";
+/// The baseline's check report (`baseline-report.json`).
+const BASELINE_REPORT: &str = "baseline-report";
+/// The workspace's state now ([`Kept`]).
+const TREE: &str = "tree";
+
+/// The largest file whose content is kept (a bigger one leaves the task
+/// unable to move: said when it is tried).
+const MAX_KEPT_FILE: u64 = 64 << 20;
+
+/// The state of a task's workspace as the store keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Kept {
+    /// From the baseline.
+    delta: Delta,
+    /// Paths whose content could not be kept (too large, or a name that
+    /// is not UTF-8): a rebuild elsewhere is refused, naming them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unkept: Vec<String>,
+}
+
+/// Keep what a new task's workspace was made from, for a store that
+/// runtimes on other machines share; nothing otherwise.
+pub(crate) fn keep_start(
+    store: &dyn Store,
+    task_id: &str,
+    task_dir: &Path,
+    carried: &[String],
+    now_ms: u64,
+) -> Result<(), Error> {
+    if !store.shared() {
+        return Ok(());
+    }
+    let read = |name: &str| {
+        std::fs::read_to_string(task_dir.join(name))
+            .map_err(|e| Error::internal(format!("{name}: {e}")))
+    };
+    let baseline_text = read("baseline.json")?;
+    // The uncommitted files carried in are not in the base commit.
+    let baseline: Manifest = serde_json::from_str(&baseline_text).map_err(Error::from_cause)?;
+    let carried: HashSet<&str> = carried.iter().map(String::as_str).collect();
+    let tree = loop_workspace::untrusted::Tree::open(&task_dir.join("workspace"))
+        .map_err(|e| Error::internal(format!("workspace: {e}")))?;
+    let mut blobs = Vec::new();
+    for e in baseline
+        .entries
+        .iter()
+        .filter(|e| carried.contains(e.path.as_str()))
+    {
+        if let Some(bytes) = content(&tree, e) {
+            blobs.push((e.sha256.clone(), bytes));
+        }
+    }
+    let put = |name: &str, body: &str, blobs: &[(String, Vec<u8>)]| {
+        store
+            .put_task_file(task_id, name, body, blobs, None, now_ms)
+            .map_err(store_err)
+    };
+    put(BASELINE, &baseline_text, &blobs)?;
+    put(BASELINE_REPORT, &read("baseline-report.json")?, &[])?;
+    put(ORIGIN, &read("workspace.json")?, &[])
+}
+
+/// A file's or link's content, read without following a link; `None`
+/// when it cannot be kept (too large, gone, or a name that is not UTF-8).
+fn content(tree: &loop_workspace::untrusted::Tree, e: &Entry) -> Option<Vec<u8>> {
+    if e.raw_path.is_some() {
+        return None;
+    }
+    let bytes = match e.kind {
+        EntryKind::File => tree.read_file(&e.path, MAX_KEPT_FILE).ok()?,
+        EntryKind::Symlink => match tree.node(&e.path).ok()? {
+            loop_workspace::Node::Symlink(target) => target.into_os_string().into_encoded_bytes(),
+            _ => return None,
+        },
+    };
+    // Changed since it was hashed: not the content the entry names.
+    (loop_protocol::hash::sha256_hex(&bytes) == e.sha256).then_some(bytes)
+}
+
+/// Keeps the workspace's state in the store after each step that changed
+/// it (see the module's documentation).
+pub struct Keeper<'a> {
+    store: &'a dyn Store,
+    workspace: std::path::PathBuf,
+    task_id: String,
+    holder: String,
+    baseline: Manifest,
+    /// The root the store holds.
+    last: String,
+    /// Contents known to be kept.
+    sent: HashSet<String>,
+    /// Set when a state could not be kept: the ledger then records
+    /// nothing more (no observation claims a state the store lacks).
+    pub halt: Arc<OnceLock<String>>,
+}
+
+impl<'a> Keeper<'a> {
+    pub(crate) fn new(
+        store: &'a dyn Store,
+        task_id: &str,
+        holder: &str,
+        baseline: Manifest,
+        kept_root: String,
+        workspace: &Path,
+    ) -> Self {
+        Keeper {
+            store,
+            workspace: workspace.to_path_buf(),
+            task_id: task_id.to_string(),
+            holder: holder.to_string(),
+            baseline,
+            last: kept_root,
+            sent: HashSet::new(),
+            halt: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Keep `now` (the workspace's manifest) as the task's state, if it is
+    /// not the one kept already.
+    pub fn keep(&mut self, now: &Manifest) -> Result<(), String> {
+        if let Some(why) = self.halt.get() {
+            return Err(why.clone());
+        }
+        if now.root == self.last {
+            return Ok(());
+        }
+        let delta = Delta::between(&self.baseline, now);
+        let tree = loop_workspace::untrusted::Tree::open(&self.workspace)
+            .map_err(|e| format!("workspace: {e}"))?;
+        let mut blobs = Vec::new();
+        let mut unkept = Vec::new();
+        for e in &delta.changed {
+            if self.sent.contains(&e.sha256) || blobs.iter().any(|(s, _)| s == &e.sha256) {
+                continue;
+            }
+            match content(&tree, e) {
+                Some(bytes) => blobs.push((e.sha256.clone(), bytes)),
+                None => unkept.push(e.path.clone()),
+            }
+        }
+        let kept = Kept { delta, unkept };
+        let body = serde_json::to_string(&kept).map_err(|e| e.to_string())?;
+        let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        match self.store.put_task_file(
+            &self.task_id,
+            TREE,
+            &body,
+            &blobs,
+            Some(&self.holder),
+            now_ms,
+        ) {
+            Ok(()) => {
+                self.sent.extend(blobs.into_iter().map(|(s, _)| s));
+                self.last = kept.delta.root;
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("the workspace's state could not be kept in the store: {e}");
+                let _ = self.halt.set(why.clone());
+                Err(why)
+            }
+        }
+    }
+}
+
+/// What [`settle`] found.
+pub(crate) struct Settled {
+    /// The root of the state the store keeps (the workspace's, now).
+    pub root: String,
+    /// The workspace was made again from the record.
+    pub rebuilt: bool,
+}
+
+/// Make sure the workspace here is the one the store records, rebuilding
+/// it when it is not. `None` for a task whose start the store does not keep
+/// (an unshared store, or a task made before it kept them).
+pub(crate) fn settle(
+    store: &dyn Store,
+    project: &Path,
+    paths: &TaskPaths,
+    task_id: &str,
+    observer: &mut dyn crate::Observer,
+) -> Result<Option<Settled>, Error> {
+    if !store.shared() {
+        return Ok(None);
+    }
+    let file = |name: &str| store.task_file(task_id, name).map_err(store_err);
+    let Some(origin) = file(ORIGIN)? else {
+        return Ok(None);
+    };
+    let refuse = |why: String| {
+        Error::internal(format!(
+            "task {task_id}: its workspace cannot be rebuilt on this machine: {why}"
+        ))
+    };
+    let baseline_text = file(BASELINE)?.ok_or_else(|| refuse("no baseline is kept".into()))?;
+    let baseline: Manifest = serde_json::from_str(&baseline_text)
+        .map_err(|e| refuse(format!("the kept baseline cannot be read: {e}")))?;
+    let kept: Option<Kept> = file(TREE)?
+        .map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| refuse(format!("the kept state cannot be read: {e}")))?;
+    let target = match &kept {
+        Some(k) => k
+            .delta
+            .apply(&baseline)
+            .map_err(|e| refuse(e.to_string()))?,
+        None => baseline.clone(),
+    };
+    // The copy here, if it is the recorded state, is used as it is.
+    let here = paths.task_dir.join("workspace.json").is_file()
+        && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir())
+        && Manifest::of(&paths.workspace).is_ok_and(|m| m.root == target.root);
+    if here {
+        return Ok(Some(Settled {
+            root: target.root,
+            rebuilt: false,
+        }));
+    }
+    if let Some(k) = kept.as_ref().filter(|k| !k.unkept.is_empty()) {
+        return Err(refuse(format!(
+            "the content of {} was too large to keep (or its name is not UTF-8)",
+            k.unkept.join(", ")
+        )));
+    }
+    // The task's own files, as the machine that made it wrote them (what
+    // an interrupted step here left in its journals belongs to a state
+    // the record does not hold).
+    let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
+    std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
+    for stale in ["journal", "scratch"] {
+        let p = paths.task_dir.join(stale);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
+        }
+    }
+    let report = file(BASELINE_REPORT)?.unwrap_or_else(|| "null".into());
+    for (name, body) in [
+        ("workspace.json", &origin),
+        ("baseline.json", &baseline_text),
+        ("baseline-report.json", &report),
+    ] {
+        loop_workspace::write_atomic(&paths.task_dir.join(name), body.as_bytes())
+            .map_err(|e| io(name, e))?;
+    }
+    // Read back through the checks every `workspace.json` gets.
+    let origin = load_origin(&paths.task_dir)?;
+    let _: Option<loop_protocol::VerificationReport> =
+        read_json(&paths.task_dir.join("baseline-report.json"))?;
+    let ws = TaskWorkspace::recreate(project, &paths.workspace, task_id, origin.base_commit())
+        .map_err(|e| refuse(e.to_string()))?;
+    let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
+        store
+            .blob(&e.sha256)
+            .map_err(|x| loop_workspace::RebuildError::Content {
+                path: e.path.clone(),
+                why: x.to_string(),
+            })?
+            .ok_or_else(|| loop_workspace::RebuildError::Content {
+                path: e.path.clone(),
+                why: format!(
+                    "its content {} is neither here nor kept in the store",
+                    e.sha256
+                ),
+            })
+    };
+    let reached = loop_workspace::reconcile(&ws.path, &target, &mut fetch)
+        .map_err(|e| refuse(e.to_string()))?;
+    let changed = kept
+        .as_ref()
+        .map_or(0, |k| k.delta.changed.len() + k.delta.removed.len());
+    let from = match origin.base_commit() {
+        Some(c) => format!("commit {}", c.get(..12).unwrap_or(c)),
+        None => "a copy of the project".to_string(),
+    };
+    observer.note(&format!(
+        "workspace rebuilt on this machine from {from} and {changed} recorded change(s): root {}, the recorded one",
+        reached.root
+    ));
+    tracing::info!(
+        "task {task_id}: workspace rebuilt from {from}, root {}",
+        reached.root
+    );
+    Ok(Some(Settled {
+        root: reached.root,
+        rebuilt: true,
+    }))
+}
