@@ -683,7 +683,11 @@ impl<'a> Director<'a> {
             Err((kind, reason)) => return Ok(Phase::End(Outcome::LimitReached(kind), reason)),
         };
         let step = self.state.step + 1;
-        let context_sha256 = self.state.context.sha256().unwrap_or_default();
+        let context_sha256 = self
+            .state
+            .digest
+            .sha256(&self.state.context)
+            .unwrap_or_default();
         self.parts
             .observer
             .live(&loop_protocol::Live::Thinking { step });

@@ -146,6 +146,8 @@ pub(crate) struct State {
     pub step: u32,
     /// What the model sees (system prompt and tools are set by the Director).
     pub context: Context,
+    /// The context's digest, kept up to date as it grows.
+    pub digest: loop_protocol::context::ContextDigest,
     /// Set when the task ended (only the receipt may be missing).
     pub finished: Option<(OutcomeRecord, BudgetUse)>,
     pub pending_approval: Option<PendingApproval>,
@@ -215,6 +217,7 @@ impl State {
             turns: 0,
             step: 0,
             context: Context::new(String::new(), vec![], ""),
+            digest: Default::default(),
             finished: None,
             pending_approval: None,
             pending_checkpoint: None,
@@ -494,6 +497,7 @@ impl State {
         }
         self.root = baseline_root.clone();
         self.context = Context::new(String::new(), vec![], &contract.instruction);
+        self.digest = Default::default();
         // Drafting the contract was paid for by the task: its calls count
         // against its budgets (tokens and dollars, not steps).
         for a in drafting.iter().flat_map(|d| &d.attempts) {

@@ -21,6 +21,8 @@ pub struct ScriptedModel {
     turns: Vec<ScriptTurn>,
     draft: Vec<ScriptTurn>,
     next: usize,
+    /// The context's size, counted as it grows.
+    size: loop_protocol::context::ContextSize,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +98,7 @@ impl ScriptedModel {
             turns,
             draft,
             next: 0,
+            size: Default::default(),
         })
     }
 
@@ -146,8 +149,8 @@ impl ScriptedModel {
             })
             .collect();
         let usage = t.usage.unwrap_or_else(|| {
-            let input = serde_json::to_string(context).map(|s| s.len()).unwrap_or(0) as u64 / 4;
-            let output = serde_json::to_string(&calls).map(|s| s.len()).unwrap_or(0) as u64 / 4;
+            let input = self.size.json_len(context) as u64 / 4;
+            let output = loop_protocol::context::json_len(&calls) as u64 / 4;
             Usage {
                 input_tokens: input,
                 output_tokens: output,

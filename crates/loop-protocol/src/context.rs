@@ -3,7 +3,7 @@
 //! or real, so the same loop serves both.
 
 use crate::action::{ToolCall, ToolSpec};
-use crate::hash::{CanonicalError, canonical_sha256};
+use crate::hash::{CanonicalError, canonical_json, canonical_sha256};
 use crate::observation::{Observation, ObservationStatus, head_tail};
 use serde::{Deserialize, Serialize};
 
@@ -182,6 +182,121 @@ impl Context {
     }
 }
 
+/// [`Context::sha256`] of a context that only grows, kept up to date
+/// message by message: the same digest, without encoding the whole
+/// conversation again at every step. The canonical form of a context is
+/// `{"messages":[M1,…,Mn],"system":S,"tools":T}` (its keys sorted), so the
+/// hash state after the messages' prefix is kept and only new messages are
+/// fed; the end is fed to a copy. A context that did not only grow (fewer
+/// messages, or a first or last hashed message that differs) starts over.
+#[derive(Default, Clone)]
+pub struct ContextDigest {
+    /// The hash state after `{"messages":[` and the hashed messages.
+    prefix: Option<crate::hash::Sha256Stream>,
+    /// How many messages it covers.
+    hashed: usize,
+    /// The first and the last message hashed (to see a replaced context).
+    ends: Option<(Message, Message)>,
+    /// The canonical `],"system":S,"tools":T}` for this system and tools.
+    tail: Option<(String, Vec<ToolSpec>, Vec<u8>)>,
+}
+
+impl ContextDigest {
+    /// The digest of `c`, as [`Context::sha256`] gives it.
+    pub fn sha256(&mut self, c: &Context) -> Result<String, CanonicalError> {
+        let grew = match &self.ends {
+            None => self.hashed == 0,
+            Some((first, last)) => {
+                c.messages.len() >= self.hashed
+                    && c.messages.first() == Some(first)
+                    && c.messages.get(self.hashed - 1) == Some(last)
+            }
+        };
+        if !grew || self.prefix.is_none() {
+            let mut h = crate::hash::Sha256Stream::default();
+            h.update(b"{\"messages\":[");
+            self.prefix = Some(h);
+            self.hashed = 0;
+            self.ends = None;
+        }
+        let prefix = self.prefix.get_or_insert_with(Default::default);
+        for m in &c.messages[self.hashed..] {
+            if self.hashed > 0 {
+                prefix.update(b",");
+            }
+            prefix.update(&canonical_json(m)?);
+            self.hashed += 1;
+        }
+        if let (Some(first), Some(last)) = (c.messages.first(), c.messages.last()) {
+            self.ends = Some((first.clone(), last.clone()));
+        }
+        let fresh = !matches!(&self.tail, Some((s, t, _)) if *s == c.system && *t == c.tools);
+        if fresh {
+            let mut tail = b"],\"system\":".to_vec();
+            tail.extend(canonical_json(&c.system)?);
+            tail.extend(b",\"tools\":");
+            tail.extend(canonical_json(&c.tools)?);
+            tail.push(b'}');
+            self.tail = Some((c.system.clone(), c.tools.clone(), tail));
+        }
+        let mut h = prefix.clone();
+        if let Some((_, _, tail)) = &self.tail {
+            h.update(tail);
+        }
+        Ok(h.finish_hex())
+    }
+}
+
+/// The length of `value`'s JSON (as `serde_json::to_string` writes it),
+/// counted without building the text.
+pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, value);
+    c.0
+}
+
+/// The length of a growing context's JSON, kept up to date message by
+/// message (a context that did not only grow is counted again).
+#[derive(Debug, Default, Clone)]
+pub struct ContextSize {
+    counted: usize,
+    messages: usize,
+    last: Option<Message>,
+}
+
+impl ContextSize {
+    /// `serde_json::to_string(c).len()`, counting only new messages.
+    pub fn json_len(&mut self, c: &Context) -> usize {
+        let grew = c.messages.len() >= self.counted
+            && (self.counted == 0 || c.messages.get(self.counted - 1) == self.last.as_ref());
+        if !grew {
+            *self = ContextSize::default();
+        }
+        for m in &c.messages[self.counted..] {
+            self.messages += json_len(m);
+        }
+        self.counted = c.messages.len();
+        self.last = c.messages.last().cloned();
+        // {"system":S,"tools":T,"messages":[M1,…,Mn]}
+        let fixed = r#"{"system":,"tools":,"messages":[]}"#.len();
+        fixed
+            + json_len(&c.system)
+            + json_len(&c.tools)
+            + self.messages
+            + self.counted.saturating_sub(1)
+    }
+}
+
 /// Bytes per token in the runtime's estimates (English and code average).
 pub const BYTES_PER_TOKEN: usize = 4;
 
@@ -204,7 +319,7 @@ fn message_len(m: &Message) -> usize {
             thought.as_ref().map_or(0, |t| t.len())
                 + calls
                     .iter()
-                    .map(|c| c.id.len() + c.tool.len() + c.args.to_string().len())
+                    .map(|c| c.id.len() + c.tool.len() + json_len(&c.args))
                     .sum::<usize>()
         }
         Message::Tool { content, .. } => content.len() + 16,
@@ -357,5 +472,74 @@ mod tests {
         };
         assert!(content.len() < 7_000, "{}", content.len());
         assert!(content.contains("omitted"));
+    }
+
+    #[test]
+    fn the_kept_digest_is_the_whole_contexts_digest_as_it_grows_or_is_replaced() {
+        let mut d = ContextDigest::default();
+        let mut c = Context::new("sys ✓".into(), vec![], "do \"it\"\n");
+        assert_eq!(d.sha256(&c).unwrap(), c.sha256().unwrap());
+        for i in 0..20 {
+            c.push_turn(
+                Some(format!("thought {i}")),
+                vec![ToolCall {
+                    id: format!("c{i}"),
+                    tool: "write_file".into(),
+                    args: serde_json::json!({"z": 1, "a": [i, "é"], "m": {"y": null, "b": true}}),
+                }],
+            );
+            c.push_observation(&Observation::ok(
+                &format!("c{i}"),
+                "write_file",
+                "wrote",
+                true,
+            ));
+            if i % 5 == 0 {
+                c.push_feedback(format!("feedback {i}"));
+            }
+            if i == 7 {
+                // The system prompt and tools are set after the start.
+                c.system = "another system".into();
+            }
+            assert_eq!(d.sha256(&c).unwrap(), c.sha256().unwrap(), "step {i}");
+        }
+        // A context replaced (shorter, or another history of the same
+        // length) starts the digest over.
+        let fresh = Context::new("sys ✓".into(), vec![], "do \"it\"\n");
+        assert_eq!(d.sha256(&fresh).unwrap(), fresh.sha256().unwrap());
+        let mut other = c.clone();
+        other.messages.pop();
+        other.push_feedback("different last".into());
+        let mut d2 = ContextDigest::default();
+        d2.sha256(&c).unwrap();
+        assert_eq!(d2.sha256(&other).unwrap(), other.sha256().unwrap());
+    }
+
+    #[test]
+    fn the_kept_size_is_the_contexts_json_length_as_it_grows_or_is_replaced() {
+        let mut z = ContextSize::default();
+        let mut c = Context::new("sys ✓ \"q\"".into(), vec![], "do it");
+        assert_eq!(z.json_len(&c), serde_json::to_string(&c).unwrap().len());
+        for i in 0..10 {
+            c.push_turn(
+                None,
+                vec![ToolCall {
+                    id: format!("c{i}"),
+                    tool: "t".into(),
+                    args: serde_json::json!({"k": "é\n", "n": i}),
+                }],
+            );
+            c.push_observation(&Observation::ok(&format!("c{i}"), "t", "out\t", false));
+            assert_eq!(
+                z.json_len(&c),
+                serde_json::to_string(&c).unwrap().len(),
+                "{i}"
+            );
+        }
+        let fresh = Context::new("s".into(), vec![], "x");
+        assert_eq!(
+            z.json_len(&fresh),
+            serde_json::to_string(&fresh).unwrap().len()
+        );
     }
 }

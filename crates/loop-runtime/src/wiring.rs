@@ -152,6 +152,9 @@ impl Tools for ToolsAdapter<'_> {
     fn rebuilt(&self) -> bool {
         self.rebuilt
     }
+    fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+        self.tools.effect(call)
+    }
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {
         self.tools.needs_approval(call)
     }

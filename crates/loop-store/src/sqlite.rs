@@ -73,10 +73,8 @@ impl SqliteStore {
         task: &str,
     ) -> Result<Option<Owner>, StoreError> {
         let current: Option<String> = tx
-            .query_row("SELECT owner FROM tasks WHERE id = ?1", [task], |r| {
-                r.get(0)
-            })
-            .optional()
+            .prepare_cached("SELECT owner FROM tasks WHERE id = ?1")
+            .and_then(|mut q| q.query_row([task], |r| r.get(0)).optional())
             .map_err(|e| self.err(e))?
             .flatten();
         Ok(current.and_then(|o| serde_json::from_str::<Owner>(&o).ok()))
@@ -220,11 +218,8 @@ impl Store for SqliteStore {
                 });
             }
             let last: i64 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = ?1",
-                    [task],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = ?1")
+                .and_then(|mut q| q.query_row([task], |r| r.get(0)))
                 .map_err(|e| self.err(e))?;
             if first.seq as i64 != last + 1 {
                 // The same batch offered again (its last entry's hash
@@ -256,7 +251,7 @@ impl Store for SqliteStore {
             }
             {
                 let mut insert = tx
-                    .prepare(
+                    .prepare_cached(
                         "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     )
@@ -283,14 +278,12 @@ impl Store for SqliteStore {
                 }
             }
             match state {
-                Some(s) => tx.execute(
-                    "UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1",
-                    params![task, s, now_ms as i64],
-                ),
-                None => tx.execute(
-                    "UPDATE tasks SET updated_ms = ?2 WHERE id = ?1",
-                    params![task, now_ms as i64],
-                ),
+                Some(s) => tx
+                    .prepare_cached("UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1")
+                    .and_then(|mut q| q.execute(params![task, s, now_ms as i64])),
+                None => tx
+                    .prepare_cached("UPDATE tasks SET updated_ms = ?2 WHERE id = ?1")
+                    .and_then(|mut q| q.execute(params![task, now_ms as i64])),
             }
             .map_err(|e| self.err(e))?;
             tx.commit().map_err(|e| self.err(e))

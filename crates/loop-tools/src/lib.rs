@@ -289,6 +289,27 @@ impl ToolBox {
             .collect()
     }
 
+    /// What running `call` again would do: its spec's effect (without
+    /// building every spec), `run_command`'s as [`ToolBox::specs`] says.
+    pub fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+        use loop_protocol::Effect;
+        static BY_NAME: std::sync::OnceLock<std::collections::HashMap<String, Effect>> =
+            std::sync::OnceLock::new();
+        if call.tool == "run_command" && self.commands_all_or_nothing() {
+            return Effect::Idempotent;
+        }
+        BY_NAME
+            .get_or_init(|| {
+                specs::all()
+                    .into_iter()
+                    .map(|s| (s.name, s.effect))
+                    .collect()
+            })
+            .get(&call.tool)
+            .copied()
+            .unwrap_or(Effect::AtMostOnce)
+    }
+
     /// Merkle root of the workspace content.
     pub fn workspace_root(&self) -> Result<String, ToolsError> {
         self.workspace_manifest().map(|m| m.root)

@@ -464,3 +464,25 @@ fn every_tool_spec_says_what_running_it_again_would_do() {
     let json = serde_json::to_string(&specs[0]).unwrap();
     assert!(!json.contains("effect"), "{json}");
 }
+
+#[test]
+fn a_calls_effect_is_what_its_spec_says() {
+    let d = TestDir::new("effects");
+    let t = toolbox(&d);
+    let specs = t.specs();
+    for name in loop_protocol::ToolName::ALL
+        .iter()
+        .map(|n| n.as_str())
+        .chain(["no_such_tool"])
+    {
+        let from_specs = specs
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(loop_protocol::Effect::AtMostOnce, |s| s.effect);
+        assert_eq!(
+            t.effect(&call(name, serde_json::json!({}))),
+            from_specs,
+            "{name}"
+        );
+    }
+}
