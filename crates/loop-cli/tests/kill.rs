@@ -581,9 +581,50 @@ limits: { max_steps: 4, max_verifications: 1 }
     assert_eq!(kills, 8, "every step of the merge was a kill point");
 }
 
-/// A task whose workspace was deleted while its runtime was down cannot go
-/// on: resuming it ends it in error, with a receipt that names the reason
-/// and an empty change set, and apply has nothing to bring home.
+/// A task whose workspace was deleted while its runtime was down is made
+/// again from the store's record of it (the project's copy, then the
+/// recorded changes) and goes on to the same end, every effect once.
+#[test]
+fn resuming_a_task_whose_workspace_is_gone_rebuilds_it_from_the_record() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-workspace-rebuilt");
+    let project = setup(&dir);
+    std::fs::write(
+        dir.join("script.yaml"),
+        SCRIPT.replace("echo c2 >> effects.log", "echo c2 >> effects.log; sleep 5"),
+    )
+    .unwrap();
+    assert!(run_and_kill(run_cmd(&dir, &project), 2_000));
+    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    std::fs::remove_dir_all(&ws).unwrap();
+    std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+    let out = resume_cmd(&dir, &project, &id)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("workspace rebuilt on this machine from a copy of the project"),
+        "{stdout}"
+    );
+    check_task(&dir, &project, &id, 0);
+}
+
+/// A task whose workspace was deleted while its runtime was down, and
+/// whose record does not hold its workspace (made by a build that did not
+/// keep it), cannot go on: resuming it ends it in error, with a receipt
+/// that names the reason and an empty change set, and apply has nothing
+/// to bring home.
 #[test]
 fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-workspace-gone");
@@ -597,6 +638,10 @@ fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so()
     let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
     let ws = project.join(format!(".loop/tasks/{id}/workspace"));
     std::fs::remove_dir_all(&ws).unwrap();
+    let db = rusqlite::Connection::open(project.join(".loop/loop.db")).unwrap();
+    db.execute("DELETE FROM task_files", []).unwrap();
+    db.execute("DELETE FROM blobs", []).unwrap();
+    drop(db);
     let out = resume_cmd(&dir, &project, &id).output().unwrap();
     let t = &tasks(&project)[0];
     assert_eq!(

@@ -191,18 +191,24 @@ fn ledger_root(db: &str, id: &str) -> String {
     root
 }
 
-/// The root a `rebuilt` note in a run's output names, if the run said one.
+/// The root a run's output says it rebuilt the workspace to (made again
+/// from the base, or a stale copy brought back), if it says so.
 fn rebuilt_root(stdout: &str) -> Option<String> {
-    let marker = "workspace rebuilt on this machine from ";
-    let line = stdout.lines().find(|l| l.contains(marker))?;
+    let markers = [
+        "workspace rebuilt on this machine from ",
+        "brought back to the recorded state, root ",
+    ];
+    let line = stdout
+        .lines()
+        .find(|l| markers.iter().any(|m| l.contains(m)))?;
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let note = v["notes"]
         .as_array()?
         .iter()
         .filter_map(|n| n.as_str())
-        .find(|n| n.contains(marker))?;
-    let root = note.split("root ").nth(1)?.split(',').next()?;
-    Some(root.to_string())
+        .find(|n| markers.iter().any(|m| n.contains(m)))?;
+    let root = note.rsplit("root ").next()?.split(',').next()?;
+    Some(root.trim().to_string())
 }
 
 fn workspace_files(ws: &Path) -> Vec<(String, String)> {

@@ -1,7 +1,6 @@
-//! A task that moves between machines. A task's workspace lives where its
-//! runtime runs; with a store that runtimes on several machines share
-//! ([`loop_store::Store::shared`]), the store also keeps what it takes to
-//! make the workspace again anywhere:
+//! The task's workspace, kept in the store. A task's workspace lives where
+//! its runtime runs, as a copy the runtime keeps; the store holds the
+//! truth of it:
 //!
 //! - when the task is made, how its workspace was made (`origin`: the base
 //!   commit, or a copy of the project), its baseline manifest and the
@@ -9,15 +8,19 @@
 //!   carried in;
 //! - after every step that changed the workspace, before the step's
 //!   observation is recorded, its state as a [`Delta`] from the baseline
-//!   (`tree`), with every content the delta names, by digest, in the same
-//!   transaction, and only while this runtime holds the task's claim.
+//!   (`tree`), with every content the delta names, in the same
+//!   transaction, and only while this runtime holds the task's claim
+//!   (contents no state names any more are dropped).
 //!
-//! The runtime that takes a task over compares its own copy of the
-//! workspace (if any) with the recorded state; when they differ (it never
-//! ran here, or ran here before the task moved, or stopped here between a
-//! step and its record) it makes the workspace again from the base commit,
-//! brings it to the recorded manifest, and goes on only when the rebuilt
-//! tree's Merkle root is the recorded one.
+//! The runtime that takes a task up compares its copy of the workspace (if
+//! any) with the recorded state. When they differ (the task never ran on
+//! this machine, or moved on and came back, or a step here stopped between
+//! its change and its record, or the machine went down before the
+//! workspace reached its disk) it brings the copy to the recorded state
+//! (made again from the base commit when it must be), and goes on only
+//! when the rebuilt tree's Merkle root is the recorded one. So the
+//! workspace needs no sync of its own: the store's commits are its
+//! durability.
 
 use crate::Error;
 use crate::layout::{TaskPaths, load_origin, read_json, store_err};
@@ -61,9 +64,6 @@ pub(crate) fn keep_start(
     carried: &[String],
     now_ms: u64,
 ) -> Result<(), Error> {
-    if !store.shared() {
-        return Ok(());
-    }
     let read = |name: &str| {
         std::fs::read_to_string(task_dir.join(name))
             .map_err(|e| Error::internal(format!("{name}: {e}")))
@@ -84,14 +84,36 @@ pub(crate) fn keep_start(
             blobs.push((e.sha256.clone(), bytes));
         }
     }
-    let put = |name: &str, body: &str, blobs: &[(String, Vec<u8>)]| {
+    // The carried contents are kept apart from the steps' (which a later
+    // state drops when it no longer names them).
+    let put = |owner: &str, name: &str, body: &str, blobs: &[(String, Vec<u8>)]| {
+        let file = loop_store::TaskFile {
+            name,
+            body,
+            blobs,
+            keep_only: None,
+            durable: true,
+        };
         store
-            .put_task_file(task_id, name, body, blobs, None, now_ms)
+            .put_task_file(owner, &file, None, now_ms)
             .map_err(store_err)
     };
-    put(BASELINE, &baseline_text, &blobs)?;
-    put(BASELINE_REPORT, &read("baseline-report.json")?, &[])?;
-    put(ORIGIN, &read("workspace.json")?, &[])
+    if !blobs.is_empty() {
+        put(&start_owner(task_id), BASELINE, "", &blobs)?;
+    }
+    put(task_id, BASELINE, &baseline_text, &[])?;
+    put(
+        task_id,
+        BASELINE_REPORT,
+        &read("baseline-report.json")?,
+        &[],
+    )?;
+    put(task_id, ORIGIN, &read("workspace.json")?, &[])
+}
+
+/// Where a task's carried-in contents are kept.
+fn start_owner(task_id: &str) -> String {
+    format!("{task_id}/start")
 }
 
 /// A file's or link's content, read without following a link; `None`
@@ -163,28 +185,40 @@ impl<'a> Keeper<'a> {
             .map_err(|e| format!("workspace: {e}"))?;
         let mut blobs = Vec::new();
         let mut unkept = Vec::new();
+        let mut missing = HashSet::new();
         for e in &delta.changed {
             if self.sent.contains(&e.sha256) || blobs.iter().any(|(s, _)| s == &e.sha256) {
                 continue;
             }
             match content(&tree, e) {
                 Some(bytes) => blobs.push((e.sha256.clone(), bytes)),
-                None => unkept.push(e.path.clone()),
+                None => {
+                    unkept.push(e.path.clone());
+                    missing.insert(e.sha256.clone());
+                }
             }
         }
+        let named: Vec<String> = delta.changed.iter().map(|e| e.sha256.clone()).collect();
         let kept = Kept { delta, unkept };
         let body = serde_json::to_string(&kept).map_err(|e| e.to_string())?;
         let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        match self.store.put_task_file(
-            &self.task_id,
-            TREE,
-            &body,
-            &blobs,
-            Some(&self.holder),
-            now_ms,
-        ) {
+        // Not synced on its own: the step's observation comes after it,
+        // and the next durable commit (a call's intent, the end) takes
+        // both to the disk.
+        let file = loop_store::TaskFile {
+            name: TREE,
+            body: &body,
+            blobs: &blobs,
+            keep_only: Some(&named),
+            durable: false,
+        };
+        match self
+            .store
+            .put_task_file(&self.task_id, &file, Some(&self.holder), now_ms)
+        {
             Ok(()) => {
-                self.sent.extend(blobs.into_iter().map(|(s, _)| s));
+                // What the store holds now: the contents this state names.
+                self.sent = named.into_iter().filter(|s| !missing.contains(s)).collect();
                 self.last = kept.delta.root;
                 Ok(())
             }
@@ -205,9 +239,9 @@ pub(crate) struct Settled {
     pub rebuilt: bool,
 }
 
-/// Make sure the workspace here is the one the store records, rebuilding
-/// it when it is not. `None` for a task whose start the store does not keep
-/// (an unshared store, or a task made before it kept them).
+/// Make sure the workspace here is the one the store records, bringing it
+/// there when it is not. `None` for a task whose start the store does not
+/// keep (made before it kept them): its workspace here is used as it is.
 pub(crate) fn settle(
     store: &dyn Store,
     project: &Path,
@@ -215,16 +249,13 @@ pub(crate) fn settle(
     task_id: &str,
     observer: &mut dyn crate::Observer,
 ) -> Result<Option<Settled>, Error> {
-    if !store.shared() {
-        return Ok(None);
-    }
     let file = |name: &str| store.task_file(task_id, name).map_err(store_err);
     let Some(origin) = file(ORIGIN)? else {
         return Ok(None);
     };
     let refuse = |why: String| {
         Error::internal(format!(
-            "task {task_id}: its workspace cannot be rebuilt on this machine: {why}"
+            "task {task_id}: its workspace cannot be made as recorded on this machine: {why}"
         ))
     };
     let baseline_text = file(BASELINE)?.ok_or_else(|| refuse("no baseline is kept".into()))?;
@@ -241,11 +272,22 @@ pub(crate) fn settle(
             .map_err(|e| refuse(e.to_string()))?,
         None => baseline.clone(),
     };
-    // The copy here, if it is the recorded state, is used as it is.
-    let here = paths.task_dir.join("workspace.json").is_file()
-        && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir())
-        && Manifest::of(&paths.workspace).is_ok_and(|m| m.root == target.root);
-    if here {
+    let local = paths.task_dir.join("workspace.json").is_file()
+        && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
+    // A task nothing ran yet, whose workspace is here: as it was made.
+    let untouched = local
+        && kept.is_none()
+        && store
+            .task(task_id)
+            .is_ok_and(|t| t.state == loop_protocol::TaskState::Pending.to_string());
+    let here = if untouched {
+        Some(target.clone())
+    } else if local {
+        Manifest::of(&paths.workspace).ok()
+    } else {
+        None
+    };
+    if here.as_ref().is_some_and(|m| m.root == target.root) {
         return Ok(Some(Settled {
             root: target.root,
             rebuilt: false,
@@ -257,9 +299,8 @@ pub(crate) fn settle(
             k.unkept.join(", ")
         )));
     }
-    // The task's own files, as the machine that made it wrote them (what
-    // an interrupted step here left in its journals belongs to a state
-    // the record does not hold).
+    // What an interrupted step here left in its journals belongs to a
+    // state the record does not hold.
     let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
     std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
     for stale in ["journal", "scratch"] {
@@ -268,6 +309,49 @@ pub(crate) fn settle(
             loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
         }
     }
+    let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
+        let kept = |owner: &str| {
+            store
+                .blob(owner, &e.sha256)
+                .map_err(|x| loop_workspace::RebuildError::Content {
+                    path: e.path.clone(),
+                    why: x.to_string(),
+                })
+        };
+        match kept(task_id)? {
+            Some(b) => Ok(b),
+            None => {
+                kept(&start_owner(task_id))?.ok_or_else(|| loop_workspace::RebuildError::Content {
+                    path: e.path.clone(),
+                    why: format!(
+                        "its content {} is neither here nor kept in the store",
+                        e.sha256
+                    ),
+                })
+            }
+        }
+    };
+    // The copy here, brought to the record in place: what differs is
+    // removed or written again.
+    if let Some(had) = &here {
+        let differs = differing(had, &target);
+        if let Ok(reached) = loop_workspace::reconcile(&paths.workspace, &target, &mut fetch) {
+            observer.note(&format!(
+                "the workspace differed from the record at {differs} (a step stopped between its change and its record, or it was changed by hand): brought back to the recorded state, root {}",
+                reached.root
+            ));
+            tracing::info!(
+                "task {task_id}: workspace brought back to root {}",
+                reached.root
+            );
+            return Ok(Some(Settled {
+                root: reached.root,
+                rebuilt: true,
+            }));
+        }
+    }
+    // Made again: the task's own files as the machine that made it wrote
+    // them, the workspace from its base, then the recorded changes.
     let report = file(BASELINE_REPORT)?.unwrap_or_else(|| "null".into());
     for (name, body) in [
         ("workspace.json", &origin),
@@ -283,21 +367,6 @@ pub(crate) fn settle(
         read_json(&paths.task_dir.join("baseline-report.json"))?;
     let ws = TaskWorkspace::recreate(project, &paths.workspace, task_id, origin.base_commit())
         .map_err(|e| refuse(e.to_string()))?;
-    let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
-        store
-            .blob(&e.sha256)
-            .map_err(|x| loop_workspace::RebuildError::Content {
-                path: e.path.clone(),
-                why: x.to_string(),
-            })?
-            .ok_or_else(|| loop_workspace::RebuildError::Content {
-                path: e.path.clone(),
-                why: format!(
-                    "its content {} is neither here nor kept in the store",
-                    e.sha256
-                ),
-            })
-    };
     let reached = loop_workspace::reconcile(&ws.path, &target, &mut fetch)
         .map_err(|e| refuse(e.to_string()))?;
     let changed = kept
@@ -319,4 +388,23 @@ pub(crate) fn settle(
         root: reached.root,
         rebuilt: true,
     }))
+}
+
+/// The first paths at which `had` and `want` differ, for people.
+fn differing(had: &Manifest, want: &Manifest) -> String {
+    let d = Delta::between(want, had);
+    let mut paths: Vec<&str> = d
+        .changed
+        .iter()
+        .chain(&d.removed)
+        .map(|e| e.path.as_str())
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let more = paths.len().saturating_sub(5);
+    let mut text = paths.into_iter().take(5).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
 }

@@ -105,8 +105,10 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (task_id, name)
      );
      CREATE TABLE blobs (
-        sha256 TEXT PRIMARY KEY,
-        bytes BYTEA NOT NULL
+        task_id TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        bytes BYTEA NOT NULL,
+        PRIMARY KEY (task_id, sha256)
      );",
 ];
 
@@ -552,24 +554,42 @@ pub trait Store: Send + Sync {
     fn shared(&self) -> bool {
         false
     }
-    /// Keep file `name` of `task` (written again, it is replaced), and in
-    /// the same transaction the contents it names (`(sha256, bytes)`; one
-    /// already kept stays: contents are kept once). With `holder`, only
-    /// while the task's claim is that token's ([`StoreError::NotHolder`]).
+    /// Keep a file of `task` (written again, it is replaced) and, in the
+    /// same transaction, the contents it names; with
+    /// [`TaskFile::keep_only`], the task's other contents are dropped. With
+    /// `holder`, only while the task's claim is that token's
+    /// ([`StoreError::NotHolder`]).
     fn put_task_file(
         &self,
         task: &str,
-        name: &str,
-        body: &str,
-        blobs: &[(String, Vec<u8>)],
+        file: &TaskFile<'_>,
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError>;
     /// File `name` of `task`, if it was kept.
     fn task_file(&self, task: &str, name: &str) -> Result<Option<String>, StoreError>;
-    /// The content whose SHA-256 is `sha256`, if it is kept (the caller
-    /// checks the digest: the store is not trusted for it).
-    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The content of `task` whose SHA-256 is `sha256`, if it is kept (the
+    /// caller checks the digest: the store is not trusted for it).
+    fn blob(&self, task: &str, sha256: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+/// A file the store keeps for a task ([`Store::put_task_file`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskFile<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its text.
+    pub body: &'a str,
+    /// Contents it names, `(sha256, bytes)`, kept under the task (one kept
+    /// already stays).
+    pub blobs: &'a [(String, Vec<u8>)],
+    /// When set, the task's contents other than these (and `blobs`) are
+    /// dropped: what an older state named and this one does not.
+    pub keep_only: Option<&'a [String]>,
+    /// Whether the commit must be on disk before this returns. A write
+    /// that is not may be lost with the machine (never with the process)
+    /// until the next one that is: it is never reordered after it.
+    pub durable: bool,
 }
 
 /// Random bytes from the kernel (for a host id that cannot be read).

@@ -23,8 +23,8 @@
 //!   listening connection per process wakes [`Store::wait_for`] callers.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskRecord,
-    TokenRecord,
+    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskFile,
+    TaskRecord, TokenRecord,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Row};
@@ -1040,14 +1040,17 @@ impl Store for PgStore {
     fn put_task_file(
         &self,
         task: &str,
-        name: &str,
-        body: &str,
-        blobs: &[(String, Vec<u8>)],
+        file: &TaskFile<'_>,
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.run(|c| {
             let mut tx = c.transaction()?;
+            if !file.durable {
+                // Not waited for; a later durable commit covers it (the
+                // write-ahead log is flushed in order).
+                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            }
             if let Some(h) = holder {
                 let token: Option<String> = tx
                     .query_opt(
@@ -1063,16 +1066,27 @@ impl Store for PgStore {
                     }));
                 }
             }
-            for (sha, bytes) in blobs {
+            for (sha, bytes) in file.blobs {
                 tx.execute(
-                    "INSERT INTO blobs (sha256, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    &[sha, bytes],
+                    "INSERT INTO blobs (task_id, sha256, bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[&task, sha, bytes],
+                )?;
+            }
+            if let Some(keep) = file.keep_only {
+                let keep: Vec<&str> = keep
+                    .iter()
+                    .chain(file.blobs.iter().map(|(s, _)| s))
+                    .map(String::as_str)
+                    .collect();
+                tx.execute(
+                    "DELETE FROM blobs WHERE task_id = $1 AND NOT (sha256 = ANY($2))",
+                    &[&task, &keep],
                 )?;
             }
             tx.execute(
                 "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
-                &[&task, &name, &body, &ms(now_ms)],
+                &[&task, &file.name, &file.body, &ms(now_ms)],
             )?;
             tx.commit()?;
             Ok(())
@@ -1090,13 +1104,14 @@ impl Store for PgStore {
         })
     }
 
-    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn blob(&self, task: &str, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.run(|c| {
-            Ok(
-                c.query_opt("SELECT bytes FROM blobs WHERE sha256 = $1", &[&sha256])?
-                    .map(|r| r.try_get(0))
-                    .transpose()?,
-            )
+            Ok(c.query_opt(
+                "SELECT bytes FROM blobs WHERE task_id = $1 AND sha256 = $2",
+                &[&task, &sha256],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?)
         })
     }
 }

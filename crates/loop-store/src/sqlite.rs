@@ -1,8 +1,8 @@
 //! The embedded SQLite backend.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskRecord,
-    TokenRecord,
+    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskFile,
+    TaskRecord, TokenRecord,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -67,6 +67,65 @@ impl SqliteStore {
     }
 
     /// The task's current owner, read inside `tx`.
+    /// [`Store::put_task_file`] on connection `c`.
+    fn put_task_file_in(
+        &self,
+        c: &mut Connection,
+        task: &str,
+        file: &TaskFile<'_>,
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let tx = c
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        if let Some(token) = holder
+            && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
+        {
+            return Err(StoreError::NotHolder {
+                task: task.to_string(),
+            });
+        }
+        {
+            let mut put = tx
+                .prepare_cached(
+                    "INSERT INTO blobs (task_id, sha256, bytes) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                )
+                .map_err(|e| self.err(e))?;
+            for (sha, bytes) in file.blobs {
+                put.execute(params![task, sha, bytes])
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        if let Some(keep) = file.keep_only {
+            let keep: std::collections::HashSet<&str> = keep
+                .iter()
+                .chain(file.blobs.iter().map(|(s, _)| s))
+                .map(String::as_str)
+                .collect();
+            let held: Vec<String> = tx
+                .prepare_cached("SELECT sha256 FROM blobs WHERE task_id = ?1")
+                .and_then(|mut q| {
+                    q.query_map([task], |r| r.get(0))?
+                        .collect::<Result<Vec<String>, _>>()
+                })
+                .map_err(|e| self.err(e))?;
+            let mut drop = tx
+                .prepare_cached("DELETE FROM blobs WHERE task_id = ?1 AND sha256 = ?2")
+                .map_err(|e| self.err(e))?;
+            for sha in held.iter().filter(|s| !keep.contains(s.as_str())) {
+                drop.execute(params![task, sha]).map_err(|e| self.err(e))?;
+            }
+        }
+        tx.prepare_cached(
+            "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+        )
+        .and_then(|mut q| q.execute(params![task, file.name, file.body, now_ms as i64]))
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
     fn owner_in(
         &self,
         tx: &rusqlite::Transaction<'_>,
@@ -648,40 +707,22 @@ impl Store for SqliteStore {
     fn put_task_file(
         &self,
         task: &str,
-        name: &str,
-        body: &str,
-        blobs: &[(String, Vec<u8>)],
+        file: &TaskFile<'_>,
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.with(|c| {
-            let tx = c
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.err(e))?;
-            if let Some(token) = holder
-                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
-            {
-                return Err(StoreError::NotHolder {
-                    task: task.to_string(),
-                });
-            }
-            {
-                let mut put = tx
-                    .prepare(
-                        "INSERT INTO blobs (sha256, bytes) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-                    )
+            let relaxed = !file.durable;
+            if relaxed {
+                c.execute_batch("PRAGMA synchronous = NORMAL")
                     .map_err(|e| self.err(e))?;
-                for (sha, bytes) in blobs {
-                    put.execute(params![sha, bytes]).map_err(|e| self.err(e))?;
-                }
             }
-            tx.execute(
-                "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
-                params![task, name, body, now_ms as i64],
-            )
-            .map_err(|e| self.err(e))?;
-            tx.commit().map_err(|e| self.err(e))
+            let done = self.put_task_file_in(c, task, file, holder, now_ms);
+            if relaxed {
+                c.execute_batch("PRAGMA synchronous = FULL")
+                    .map_err(|e| self.err(e))?;
+            }
+            done
         })
     }
 
@@ -697,11 +738,13 @@ impl Store for SqliteStore {
         })
     }
 
-    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn blob(&self, task: &str, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.with(|c| {
-            c.query_row("SELECT bytes FROM blobs WHERE sha256 = ?1", [sha256], |r| {
-                r.get(0)
-            })
+            c.query_row(
+                "SELECT bytes FROM blobs WHERE task_id = ?1 AND sha256 = ?2",
+                [task, sha256],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| self.err(e))
         })

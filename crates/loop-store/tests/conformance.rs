@@ -9,7 +9,7 @@
 
 use loop_store::{
     Approval, ApprovalStatus, Claim, Owner, PgStore, SqliteStore, Store, StoreError, StoredEntry,
-    TokenRecord,
+    TaskFile, TokenRecord,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -651,6 +651,21 @@ fn postgres_tells_a_waiter_of_an_answer_without_polling() {
 
 #[test]
 fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_writes() {
+    fn file<'a>(
+        name: &'a str,
+        body: &'a str,
+        blobs: &'a [(String, Vec<u8>)],
+        keep_only: Option<&'a [String]>,
+        durable: bool,
+    ) -> TaskFile<'a> {
+        TaskFile {
+            name,
+            body,
+            blobs,
+            keep_only,
+            durable,
+        }
+    }
     for b in backends("files") {
         let s = b.open();
         let who = b.name;
@@ -658,8 +673,13 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
         // Kept before the task is (its workspace is made first), by nobody's claim.
         let bytes: Vec<u8> = (0..=255u8).chain([0, 0, 255]).collect();
         let blobs = vec![("d1".to_string(), bytes.clone())];
-        s.put_task_file("t", "baseline", "{\"a\": 1}", &blobs, None, 1)
-            .unwrap();
+        s.put_task_file(
+            "t",
+            &file("baseline", "{\"a\": 1}", &blobs, None, true),
+            None,
+            1,
+        )
+        .unwrap();
         s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
         assert_eq!(
             s.task_file("t", "baseline").unwrap().as_deref(),
@@ -668,22 +688,23 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
         );
         assert_eq!(s.task_file("t", "tree").unwrap(), None, "{who}");
         assert_eq!(s.task_file("u", "baseline").unwrap(), None, "{who}");
-        // Binary contents come back byte for byte; one kept twice stays once.
-        assert_eq!(s.blob("d1").unwrap(), Some(bytes.clone()), "{who}");
-        assert_eq!(s.blob("nope").unwrap(), None, "{who}");
+        // Binary contents come back byte for byte, and only to their task.
+        assert_eq!(s.blob("t", "d1").unwrap(), Some(bytes.clone()), "{who}");
+        assert_eq!(s.blob("u", "d1").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t", "nope").unwrap(), None, "{who}");
         // Only the claim's holder writes a claimed task's files, and a
         // refused write keeps none of its contents.
         let me = Owner::this_process("me".into(), now());
         assert_eq!(s.claim("t", &me, 60_000, now()).unwrap(), Claim::Claimed);
-        s.put_task_file("t", "tree", "one", &blobs, Some("me"), 2)
+        let d2 = vec![("d2".to_string(), b"two".to_vec())];
+        s.put_task_file("t", &file("tree", "one", &d2, None, false), Some("me"), 2)
             .unwrap();
-        s.put_task_file("t", "tree", "two", &[], Some("me"), 3)
+        s.put_task_file("t", &file("tree", "two", &[], None, false), Some("me"), 3)
             .unwrap();
+        let d3 = vec![("d3".to_string(), b"x".to_vec())];
         let refused = s.put_task_file(
             "t",
-            "tree",
-            "three",
-            &[("d2".to_string(), b"x".to_vec())],
+            &file("tree", "three", &d3, Some(&[]), true),
             Some("another"),
             4,
         );
@@ -696,14 +717,27 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
             Some("two"),
             "{who}"
         );
-        assert_eq!(s.blob("d2").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t", "d3").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t", "d2").unwrap(), Some(b"two".to_vec()), "{who}");
+        // A state that no longer names a content drops it; the rest stay.
+        let keep = vec!["d1".to_string()];
+        s.put_task_file(
+            "t",
+            &file("tree", "four", &d3, Some(&keep), true),
+            Some("me"),
+            5,
+        )
+        .unwrap();
+        assert_eq!(s.blob("t", "d2").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t", "d1").unwrap(), Some(bytes.clone()), "{who}");
+        assert_eq!(s.blob("t", "d3").unwrap(), Some(b"x".to_vec()), "{who}");
         // Another handle (another machine) reads the same.
         let other = b.open();
         assert_eq!(
             other.task_file("t", "tree").unwrap().as_deref(),
-            Some("two")
+            Some("four")
         );
-        assert_eq!(other.blob("d1").unwrap(), Some(bytes.clone()), "{who}");
+        assert_eq!(other.blob("t", "d1").unwrap(), Some(bytes.clone()), "{who}");
     }
 }
 
