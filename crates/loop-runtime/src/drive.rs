@@ -129,6 +129,7 @@ fn wire<'a>(
     stored: &StoredRequest,
     start: &'a Start,
     remaining_ms: u64,
+    kept: bool,
 ) -> Result<Wired<'a>, Error> {
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
@@ -182,6 +183,12 @@ fn wire<'a>(
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens (nothing is rolled back
     // into the stand-in of a workspace that is gone).
+    // A workspace whose state the store keeps needs no sync of its own.
+    let toolbox = if kept {
+        toolbox.without_syncs()
+    } else {
+        toolbox
+    };
     let toolbox = if start.gone {
         toolbox
     } else {
@@ -265,7 +272,14 @@ pub(crate) fn drive(
         record.elapsed_ms,
         remaining_ms
     );
-    let mut wired = wire(project, &paths, stored, &start, remaining_ms)?;
+    let mut wired = wire(
+        project,
+        &paths,
+        stored,
+        &start,
+        remaining_ms,
+        settled.is_some(),
+    )?;
     if let Some(s) = settled {
         wired.tools.keeper = Some(crate::moved::Keeper::new(
             store,

@@ -287,6 +287,17 @@ pub(crate) fn settle(
     } else {
         None
     };
+    // What an interrupted step here left in its journals is dropped: with
+    // the workspace as recorded, undoing or finishing it would only take
+    // the workspace away from the record; otherwise the workspace is
+    // brought to the record anyway.
+    let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
+    for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
+        let p = paths.task_dir.join(stale);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
+        }
+    }
     if here.as_ref().is_some_and(|m| m.root == target.root) {
         return Ok(Some(Settled {
             root: target.root,
@@ -299,16 +310,7 @@ pub(crate) fn settle(
             k.unkept.join(", ")
         )));
     }
-    // What an interrupted step here left in its journals belongs to a
-    // state the record does not hold.
-    let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
     std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
-    for stale in ["journal", "scratch"] {
-        let p = paths.task_dir.join(stale);
-        if std::fs::symlink_metadata(&p).is_ok() {
-            loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
-        }
-    }
     let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
         let kept = |owner: &str| {
             store

@@ -219,15 +219,29 @@ impl StoreLedger<'_> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.store
-            .append_all(
-                &self.task_id,
-                &self.pending,
-                self.pending_state.as_deref(),
-                Some(&self.holder),
-                self.clock.now_ms(),
-            )
-            .map_err(BoundaryError::caused_by)?;
+        // A step's observation and its return to planning need not be on
+        // disk at once: the next durable commit (the next call's intent,
+        // or the end) takes them there, and a machine that went down
+        // before it loses only what a resume settles again (the call in
+        // flight, by its effect's rules, in the workspace the store
+        // keeps). Everything else waits for the disk.
+        let lazy = self.pending.iter().all(|e| {
+            e.kind == "observed" || (e.kind == "transition" && e.payload["to"] == "planning")
+        });
+        let append = if lazy {
+            loop_store::Store::append_all_lazy
+        } else {
+            loop_store::Store::append_all
+        };
+        append(
+            self.store,
+            &self.task_id,
+            &self.pending,
+            self.pending_state.as_deref(),
+            Some(&self.holder),
+            self.clock.now_ms(),
+        )
+        .map_err(BoundaryError::caused_by)?;
         self.pending.clear();
         self.pending_state = None;
         Ok(())

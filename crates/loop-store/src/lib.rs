@@ -494,6 +494,21 @@ pub trait Store: Send + Sync {
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError>;
+    /// [`Store::append_all`], without waiting for the disk: the batch may
+    /// be lost with the machine (never with the process) until the next
+    /// durable commit, and is never reordered after it. For entries whose
+    /// loss a resume makes up for (a step's observation, which the
+    /// interrupted call's rules settle).
+    fn append_all_lazy(
+        &self,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.append_all(task, entries, state, holder, now_ms)
+    }
     /// Entries from `from_seq` on, in order.
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError>;
     /// Take the task if nobody alive holds it (compare-and-set).

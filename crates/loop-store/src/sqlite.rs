@@ -67,6 +67,133 @@ impl SqliteStore {
     }
 
     /// The task's current owner, read inside `tx`.
+    /// [`Store::append_all`]; without `durable`, the commit is not synced
+    /// (`synchronous = NORMAL` for it: the write-ahead log keeps it in order,
+    /// and the next synced commit takes it to the disk).
+    #[allow(clippy::too_many_arguments)]
+    fn append_batch(
+        &self,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            if !durable {
+                c.execute_batch("PRAGMA synchronous = NORMAL")
+                    .map_err(|e| self.err(e))?;
+            }
+            let done = self.append_in(c, task, entries, state, holder, now_ms);
+            if !durable {
+                c.execute_batch("PRAGMA synchronous = FULL")
+                    .map_err(|e| self.err(e))?;
+            }
+            done
+        })
+    }
+
+    /// [`SqliteStore::append_batch`] on connection `c`.
+    fn append_in(
+        &self,
+        c: &mut Connection,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
+            return Ok(());
+        };
+        {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            if let Some(token) = holder
+                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
+            {
+                return Err(StoreError::NotHolder {
+                    task: task.to_string(),
+                });
+            }
+            let last: i64 = tx
+                .prepare_cached("SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = ?1")
+                .and_then(|mut q| q.query_row([task], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            if first.seq as i64 != last + 1 {
+                // The same batch offered again (its last entry's hash
+                // covers the chain up to it) is the one stored: as
+                // PostgreSQL answers a retry.
+                let mut stmt = tx
+                    .prepare(
+                        "SELECT hash FROM entries WHERE task_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
+                    )
+                    .map_err(|e| self.err(e))?;
+                let stored: Vec<String> = stmt
+                    .query_map(
+                        params![task, first.seq as i64, final_entry.seq as i64],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| self.err(e))?
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| self.err(e))?;
+                let same = stored.len() == entries.len()
+                    && stored.iter().zip(entries).all(|(h, e)| *h == e.hash);
+                if final_entry.seq as i64 == last && same {
+                    return Ok(());
+                }
+                return Err(StoreError::OutOfSequence {
+                    task: task.to_string(),
+                    seq: first.seq,
+                    last,
+                });
+            }
+            {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .map_err(|e| self.err(e))?;
+                for (i, entry) in entries.iter().enumerate() {
+                    if entry.seq != first.seq + i as u64 {
+                        return Err(StoreError::OutOfSequence {
+                            task: task.to_string(),
+                            seq: entry.seq,
+                            last: (first.seq + i as u64) as i64 - 1,
+                        });
+                    }
+                    insert
+                        .execute(params![
+                            task,
+                            entry.seq as i64,
+                            entry.prev,
+                            entry.kind,
+                            entry.payload.to_string(),
+                            entry.at,
+                            entry.hash
+                        ])
+                        .map_err(|e| self.err(e))?;
+                }
+            }
+            match state {
+                Some(s) => tx
+                    .prepare_cached("UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1")
+                    .and_then(|mut q| q.execute(params![task, s, now_ms as i64])),
+                None => tx
+                    .prepare_cached("UPDATE tasks SET updated_ms = ?2 WHERE id = ?1")
+                    .and_then(|mut q| q.execute(params![task, now_ms as i64])),
+            }
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))
+        }
+    }
+
     /// [`Store::put_task_file`] on connection `c`.
     fn put_task_file_in(
         &self,
@@ -262,91 +389,18 @@ impl Store for SqliteStore {
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
-            return Ok(());
-        };
-        self.with(|c| {
-            let tx = c
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.err(e))?;
-            if let Some(token) = holder
-                && self.owner_in(&tx, task)?.is_none_or(|o| o.token != token)
-            {
-                return Err(StoreError::NotHolder {
-                    task: task.to_string(),
-                });
-            }
-            let last: i64 = tx
-                .prepare_cached("SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = ?1")
-                .and_then(|mut q| q.query_row([task], |r| r.get(0)))
-                .map_err(|e| self.err(e))?;
-            if first.seq as i64 != last + 1 {
-                // The same batch offered again (its last entry's hash
-                // covers the chain up to it) is the one stored: as
-                // PostgreSQL answers a retry.
-                let mut stmt = tx
-                    .prepare(
-                        "SELECT hash FROM entries WHERE task_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
-                    )
-                    .map_err(|e| self.err(e))?;
-                let stored: Vec<String> = stmt
-                    .query_map(
-                        params![task, first.seq as i64, final_entry.seq as i64],
-                        |r| r.get(0),
-                    )
-                    .map_err(|e| self.err(e))?
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| self.err(e))?;
-                let same = stored.len() == entries.len()
-                    && stored.iter().zip(entries).all(|(h, e)| *h == e.hash);
-                if final_entry.seq as i64 == last && same {
-                    return Ok(());
-                }
-                return Err(StoreError::OutOfSequence {
-                    task: task.to_string(),
-                    seq: first.seq,
-                    last,
-                });
-            }
-            {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )
-                    .map_err(|e| self.err(e))?;
-                for (i, entry) in entries.iter().enumerate() {
-                    if entry.seq != first.seq + i as u64 {
-                        return Err(StoreError::OutOfSequence {
-                            task: task.to_string(),
-                            seq: entry.seq,
-                            last: (first.seq + i as u64) as i64 - 1,
-                        });
-                    }
-                    insert
-                        .execute(params![
-                            task,
-                            entry.seq as i64,
-                            entry.prev,
-                            entry.kind,
-                            entry.payload.to_string(),
-                            entry.at,
-                            entry.hash
-                        ])
-                        .map_err(|e| self.err(e))?;
-                }
-            }
-            match state {
-                Some(s) => tx
-                    .prepare_cached("UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1")
-                    .and_then(|mut q| q.execute(params![task, s, now_ms as i64])),
-                None => tx
-                    .prepare_cached("UPDATE tasks SET updated_ms = ?2 WHERE id = ?1")
-                    .and_then(|mut q| q.execute(params![task, now_ms as i64])),
-            }
-            .map_err(|e| self.err(e))?;
-            tx.commit().map_err(|e| self.err(e))
-        })
+        self.append_batch(task, entries, state, holder, now_ms, true)
+    }
+
+    fn append_all_lazy(
+        &self,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.append_batch(task, entries, state, holder, now_ms, false)
     }
 
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {

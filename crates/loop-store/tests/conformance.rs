@@ -742,6 +742,43 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
 }
 
 #[test]
+fn lazy_batches_keep_the_chain_in_order_with_durable_ones() {
+    for b in backends("lazy") {
+        let s = b.open();
+        let who = b.name;
+        s.create_task("t", "x", &serde_json::json!({}), 0).unwrap();
+        let me = Owner::this_process("me".into(), now());
+        assert_eq!(s.claim("t", &me, 60_000, now()).unwrap(), Claim::Claimed);
+        for seq in (0..12u64).step_by(2) {
+            s.append_all("t", &[entry(seq)], Some("acting"), Some("me"), now())
+                .unwrap();
+            s.append_all_lazy("t", &[entry(seq + 1)], Some("planning"), Some("me"), now())
+                .unwrap();
+        }
+        // A lazy batch is checked as a durable one is: out of sequence, or
+        // by another holder, nothing is kept.
+        assert!(matches!(
+            s.append_all_lazy("t", &[entry(20)], None, Some("me"), now()),
+            Err(StoreError::OutOfSequence { .. })
+        ));
+        assert!(matches!(
+            s.append_all_lazy("t", &[entry(12)], None, Some("another"), now()),
+            Err(StoreError::NotHolder { .. })
+        ));
+        // Another handle sees every entry, in order, and the last state.
+        let other = b.open();
+        let seqs: Vec<u64> = other
+            .entries("t", 0)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, (0..12).collect::<Vec<_>>(), "{who}");
+        assert_eq!(other.task("t").unwrap().state, "planning", "{who}");
+    }
+}
+
+#[test]
 fn the_two_backends_have_the_same_tables_and_columns() {
     if pg_admin_url().is_none() {
         return;

@@ -69,11 +69,11 @@ impl ToolBox {
                 let upper = s.join("upper");
                 let admitted = std::cell::Cell::new(0u64);
                 let refuse = |rel: &str| self.effect_refusal(&upper, rel, &admitted);
-                let merged = loop_workspace::OverlayCommit::new(&c.journal).merge(
-                    &upper,
-                    self.jail.root(),
-                    &refuse,
-                );
+                let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
+                if !self.sync {
+                    commit = commit.unsynced();
+                }
+                let merged = commit.merge(&upper, self.jail.root(), &refuse);
                 let _ = std::fs::remove_dir_all(s);
                 match merged {
                     Ok(m) => {

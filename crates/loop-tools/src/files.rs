@@ -4,7 +4,8 @@ use crate::{EditArgs, ToolBox};
 use loop_protocol::Observation;
 use loop_protocol::observation::head_tail;
 use loop_sandbox::redact::redact;
-use loop_workspace::{Intent, Manifest, write_atomic};
+use loop_workspace::fsutil::write_atomic_with;
+use loop_workspace::{Intent, Manifest};
 
 impl ToolBox {
     pub(crate) fn read_file(&self, id: &str, path: &str) -> Observation {
@@ -66,7 +67,7 @@ impl ToolBox {
         ) {
             return o;
         }
-        match write_atomic(&full, content.as_bytes()) {
+        match write_atomic_with(&full, content.as_bytes(), self.sync) {
             Ok(()) => Observation::ok(
                 id,
                 "write_file",
@@ -138,7 +139,7 @@ impl ToolBox {
             .matches('\n')
             .count()
             + 1;
-        match write_atomic(&full, updated.as_bytes()) {
+        match write_atomic_with(&full, updated.as_bytes(), self.sync) {
             Ok(()) => Observation::ok(
                 id,
                 "edit_file",

@@ -75,6 +75,8 @@ pub struct ToolBox {
     stat_cache: std::cell::RefCell<loop_workspace::StatCache>,
     /// Calls a person approved (their `prompt` rule is satisfied).
     approved: BTreeSet<String>,
+    /// Whether the workspace's writes are synced ([`ToolBox::without_syncs`]).
+    sync: bool,
 }
 
 /// Where commands' effects are staged and their commits journaled.
@@ -177,7 +179,19 @@ impl ToolBox {
             commands: None,
             stat_cache: Default::default(),
             approved: BTreeSet::new(),
+            sync: true,
         })
+    }
+
+    /// Write the workspace without syncing it (files, the edit journal,
+    /// commands' commits): each step stays all-or-nothing against a killed
+    /// process, and the machine going down is covered by whoever keeps the
+    /// workspace's state (the store, for a task's workspace). Set before
+    /// [`ToolBox::with_journal`].
+    pub fn without_syncs(mut self) -> Self {
+        self.sync = false;
+        self.journal = self.journal.unsynced();
+        self
     }
 
     /// Check every proposed change against these code rules (the syntax
@@ -220,6 +234,9 @@ impl ToolBox {
     /// a step a crash interrupted. Returns the files restored.
     pub fn with_journal(mut self, dir: &std::path::Path) -> Result<(Self, usize), ToolsError> {
         self.journal = Journal::new(dir, self.jail.root());
+        if !self.sync {
+            self.journal = self.journal.unsynced();
+        }
         let restored = self
             .journal
             .recover()

@@ -9,6 +9,14 @@ use std::path::Path;
 /// directory, fsync, rename over the target, fsync the directory. A crash
 /// leaves either the old content or the new, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, bytes, true)
+}
+
+/// [`write_atomic`]; without `sync`, nothing is synced: a kill never
+/// leaves a mix (the rename is atomic), but the machine going down may
+/// lose the write, for callers whose durability is elsewhere (a task's
+/// workspace, whose state the store keeps).
+pub fn write_atomic_with(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let (dir, tmp) = temp_beside(path)?;
     let dir = dir.as_path();
     let mode = std::fs::metadata(path)
@@ -28,9 +36,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        if sync {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

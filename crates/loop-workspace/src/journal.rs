@@ -4,7 +4,7 @@
 //! journal is dropped. A crash in between leaves the journal, and
 //! [`Journal::recover`] restores every file exactly on the next start.
 
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_atomic_with;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -55,9 +55,9 @@ struct Entry {
 /// Drop a journal whose step is over: the plan goes first (durably), so a
 /// kill while the rest is removed leaves a journal with no plan, which
 /// means nothing to roll back, never a plan whose backups are half gone.
-fn finish(pending: &Path) -> std::io::Result<()> {
+fn finish(pending: &Path, sync: bool) -> std::io::Result<()> {
     match std::fs::remove_file(pending.join("plan.json")) {
-        Ok(()) => sync_dir(pending)?,
+        Ok(()) => sync_dir(pending, sync)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -74,7 +74,7 @@ fn remove_entry(path: &Path) -> std::io::Result<()> {
 }
 
 /// Make `path` a symlink to `target`, atomically (a new link renamed over).
-fn write_link(path: &Path, target: &Path) -> std::io::Result<()> {
+fn write_link(path: &Path, target: &Path, sync: bool) -> std::io::Result<()> {
     let (dir, tmp) = crate::fsutil::temp_beside(path)?;
     let dir = dir.as_path();
     let _ = std::fs::remove_file(&tmp);
@@ -83,7 +83,7 @@ fn write_link(path: &Path, target: &Path) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    sync_dir(dir)
+    sync_dir(dir, sync)
 }
 
 /// The ancestors of `full` (below `stop`'s depth) that do not exist yet, outermost first.
@@ -107,9 +107,14 @@ fn missing_dirs(full: &Path) -> Vec<PathBuf> {
 pub struct Journal {
     dir: PathBuf,
     root: PathBuf,
+    /// Whether the journal and the files are synced (see [`Journal::unsynced`]).
+    sync: bool,
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+fn sync_dir(dir: &Path, sync: bool) -> std::io::Result<()> {
+    if !sync {
+        return Ok(());
+    }
     std::fs::File::open(dir)?.sync_all()
 }
 
@@ -122,7 +127,17 @@ impl Journal {
         Journal {
             dir: dir.to_path_buf(),
             root: root.to_path_buf(),
+            sync: true,
         }
+    }
+
+    /// The same journal with nothing synced: a step stays all-or-nothing
+    /// against a killed process (the kernel keeps what was written), not
+    /// against the machine going down; for files whose durability is
+    /// elsewhere (a task's workspace, whose state the store keeps).
+    pub fn unsynced(mut self) -> Self {
+        self.sync = false;
+        self
     }
 
     /// Whether a plan entry names a path of this journal's root.
@@ -186,13 +201,13 @@ impl Journal {
             // the target: it goes too, so the workspace is exactly as before.
             remove_temporaries(&e.full)?;
             if let Some(target) = &e.link {
-                write_link(&e.full, target)?;
+                write_link(&e.full, target, self.sync)?;
                 continue;
             }
             match &e.backup {
                 Some(name) => {
                     let bytes = std::fs::read(pending.join(name))?;
-                    write_atomic(&e.full, &bytes)?;
+                    write_atomic_with(&e.full, &bytes, self.sync)?;
                     if let Some(mode) = e.mode {
                         std::fs::set_permissions(&e.full, std::fs::Permissions::from_mode(mode))?;
                     }
@@ -206,7 +221,7 @@ impl Journal {
                 let _ = std::fs::remove_dir(d);
             }
         }
-        finish(&pending)?;
+        finish(&pending, self.sync)?;
         Ok(entries.len())
     }
 
@@ -240,7 +255,9 @@ impl Journal {
                     let name = i.to_string();
                     let mut f = std::fs::File::create(pending.join(&name))?;
                     std::io::Write::write_all(&mut f, &bytes)?;
-                    f.sync_all()?;
+                    if self.sync {
+                        f.sync_all()?;
+                    }
                     (Some(name), Some(m.permissions().mode()), None)
                 }
                 Ok(_) => {
@@ -270,21 +287,21 @@ impl Journal {
             });
         }
         let plan = serde_json::to_vec(&entries).map_err(std::io::Error::other)?;
-        write_atomic(&pending.join("plan.json"), &plan)?;
-        sync_dir(&pending)?;
+        write_atomic_with(&pending.join("plan.json"), &plan, self.sync)?;
+        sync_dir(&pending, self.sync)?;
         for (i, c) in changes.iter().enumerate() {
             if crash_after == Some(i) {
                 return Err(std::io::Error::other("simulated crash"));
             }
             match (&c.link, &c.content) {
-                (Some(target), _) => write_link(&c.full, target)?,
+                (Some(target), _) => write_link(&c.full, target, self.sync)?,
                 (None, Some(bytes)) => {
                     // A link in the way is replaced, never written through.
                     if std::fs::symlink_metadata(&c.full).is_ok_and(|m| m.file_type().is_symlink())
                     {
                         remove_entry(&c.full)?;
                     }
-                    write_atomic(&c.full, bytes)?;
+                    write_atomic_with(&c.full, bytes, self.sync)?;
                     if let Some(mode) = c.mode {
                         std::fs::set_permissions(&c.full, std::fs::Permissions::from_mode(mode))?;
                     }
@@ -292,9 +309,9 @@ impl Journal {
                 (None, None) => remove_entry(&c.full)?,
             }
         }
-        finish(&pending)?;
+        finish(&pending, self.sync)?;
         if let Some(parent) = pending.parent() {
-            sync_dir(parent)?;
+            sync_dir(parent, self.sync)?;
         }
         Ok(())
     }

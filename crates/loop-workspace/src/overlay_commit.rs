@@ -239,6 +239,8 @@ fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
 /// Merges command effects into a workspace through a journal in `journal`.
 pub struct OverlayCommit {
     journal: PathBuf,
+    /// Whether the plan and the merged files are synced.
+    sync: bool,
 }
 
 impl OverlayCommit {
@@ -246,7 +248,16 @@ impl OverlayCommit {
     pub fn new(journal: &Path) -> Self {
         OverlayCommit {
             journal: journal.to_path_buf(),
+            sync: true,
         }
+    }
+
+    /// Nothing synced: a merge stays all-or-nothing against a killed
+    /// process, not against the machine going down (for a workspace whose
+    /// state the store keeps).
+    pub fn unsynced(mut self) -> Self {
+        self.sync = false;
+        self
     }
 
     fn plan_path(&self) -> PathBuf {
@@ -347,7 +358,7 @@ impl OverlayCommit {
             })
             .collect();
         let text = serde_json::to_vec(&Plan { ops: planned }).map_err(std::io::Error::other)?;
-        crate::fsutil::write_atomic(&self.plan_path(), &text)?;
+        crate::fsutil::write_atomic_with(&self.plan_path(), &text, self.sync)?;
         maybe_die(0);
         let executed = self.execute(&ops, upper, workspace, &mut merged, fail_at);
         if let Err(e) = executed {
@@ -415,8 +426,8 @@ impl OverlayCommit {
             .collect();
         dirs.sort();
         dirs.dedup();
-        for d in dirs {
-            fsync_dir(&d)?;
+        for d in dirs.iter().filter(|_| self.sync) {
+            fsync_dir(d)?;
         }
         Ok(())
     }
@@ -467,7 +478,8 @@ impl OverlayCommit {
     /// plan is one with nothing to undo.
     fn drop_journal(&self) -> std::io::Result<()> {
         match std::fs::remove_file(self.plan_path()) {
-            Ok(()) => std::fs::File::open(&self.journal)?.sync_all()?,
+            Ok(()) if self.sync => std::fs::File::open(&self.journal)?.sync_all()?,
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
