@@ -129,7 +129,7 @@ fn wire<'a>(
     stored: &StoredRequest,
     start: &'a Start,
     remaining_ms: u64,
-    kept: bool,
+    (kept, fence): (bool, &Arc<ClaimFence>),
 ) -> Result<Wired<'a>, Error> {
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
@@ -189,6 +189,9 @@ fn wire<'a>(
     } else {
         toolbox
     };
+    // Nothing is written once the claim may have lapsed.
+    let claim = fence.clone();
+    let toolbox = toolbox.with_fence(Arc::new(move || claim.holds()));
     let toolbox = if start.gone {
         toolbox
     } else {
@@ -272,13 +275,14 @@ pub(crate) fn drive(
         record.elapsed_ms,
         remaining_ms
     );
+    let fence = Arc::new(ClaimFence::new());
     let mut wired = wire(
         project,
         &paths,
         stored,
         &start,
         remaining_ms,
-        settled.is_some(),
+        (settled.is_some(), &fence),
     )?;
     if let Some(s) = settled {
         wired.tools.keeper = Some(crate::moved::Keeper::new(
@@ -358,11 +362,23 @@ pub(crate) fn drive(
             .map(|c| c as &mut dyn loop_core::Model),
         gone,
     )?;
+    // The claim, renewed before the work starts (making the workspace may
+    // have taken a while): a runtime whose claim lapsed meanwhile goes no
+    // further.
+    match store.heartbeat(task_id, &owner.token, clock.now_ms()) {
+        Ok(true) => fence.confirm(),
+        Ok(false) => {
+            return Err(Error::usage(format!(
+                "task {task_id}: its claim lapsed while its workspace was made ready, and another runtime holds it now"
+            )));
+        }
+        Err(e) => return Err(store_err(e)),
+    }
     let result = run_watched(
         project,
         task_id,
         &owner.token,
-        &cancel,
+        (&cancel, &fence),
         || match extension {
             Some(ext) => director.extend(&record.history, record.elapsed_ms, ext),
             None => director.resume(&record.history, record.elapsed_ms),
@@ -481,6 +497,54 @@ fn configured<'a>(
     })
 }
 
+/// Whether this runtime's claim on its task still holds, as far as it can
+/// tell: a renewal was confirmed within the last 10 s (the lease is 15 s,
+/// counted by the store from the renewal, which the confirmation follows).
+/// Timed on the boot clock, which runs on while the process is stopped or
+/// the machine suspended, so a runtime frozen past its lease sees it lapsed
+/// the moment it runs again, before it writes anything.
+pub(crate) struct ClaimFence {
+    confirmed_ms: std::sync::atomic::AtomicU64,
+}
+
+/// How long without a confirmed renewal before the runtime stops.
+const GIVE_UP_MS: u64 = 10_000;
+
+fn boot_ms() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut t) };
+    if r != 0 {
+        return 0;
+    }
+    (t.tv_sec as u64).saturating_mul(1000) + (t.tv_nsec as u64) / 1_000_000
+}
+
+impl ClaimFence {
+    /// A claim just taken.
+    pub(crate) fn new() -> Self {
+        ClaimFence {
+            confirmed_ms: std::sync::atomic::AtomicU64::new(boot_ms()),
+        }
+    }
+    /// A renewal was confirmed now.
+    fn confirm(&self) {
+        self.confirmed_ms
+            .store(boot_ms(), std::sync::atomic::Ordering::SeqCst);
+    }
+    /// How long since the last confirmed renewal.
+    fn age_ms(&self) -> u64 {
+        boot_ms().saturating_sub(self.confirmed_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
+    /// Whether writes may go on.
+    pub(crate) fn holds(&self) -> bool {
+        self.age_ms() < GIVE_UP_MS
+    }
+}
+
 /// Run `work` while a watcher renews the claim and turns cancel requests
 /// from other processes (`loop cancel`) into the cancel flag, within a
 /// fraction of a second. The watcher stops the moment the work ends (a
@@ -489,13 +553,13 @@ fn run_watched(
     project: &Path,
     task_id: &str,
     token: &str,
-    cancel: &AtomicBool,
+    (cancel, fence): (&AtomicBool, &Arc<ClaimFence>),
     work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
 ) -> Result<RunResult, loop_core::DirectorError> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| watch(project, task_id, token, cancel, stopped));
+        scope.spawn(|| watch(project, task_id, token, (cancel, fence), stopped));
         // This process's Ctrl-C or SIGTERM reaches the task at once, with
         // no store read in between (the store may be busy).
         scope.spawn(|| {
@@ -533,27 +597,24 @@ fn watch(
     project: &Path,
     task_id: &str,
     token: &str,
-    cancel: &std::sync::atomic::AtomicBool,
+    (cancel, fence): (&std::sync::atomic::AtomicBool, &Arc<ClaimFence>),
     stopped: std::sync::mpsc::Receiver<()>,
 ) {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc::TryRecvError;
     use std::time::{Duration, Instant};
     const RENEW: Duration = Duration::from_secs(2);
-    const GIVE_UP: Duration = Duration::from_secs(10);
     const TICK: Duration = Duration::from_millis(100);
     let Ok(store) = crate::layout::open_store(project) else {
         return;
     };
-    // Renewals, on a detached thread with its own handle: `confirmed` is
-    // the time (ms since `origin`) of the last one the store took, `lost`
-    // says the claim is someone else's now.
-    let origin = Instant::now();
-    let confirmed = Arc::new(AtomicU64::new(0));
+    // Renewals, on a detached thread with its own handle: the fence holds
+    // the time of the last one the store took, `lost` says the claim is
+    // someone else's now.
     let lost = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));
     {
-        let (confirmed, lost, finished) = (confirmed.clone(), lost.clone(), finished.clone());
+        let (confirmed, lost, finished) = (fence.clone(), lost.clone(), finished.clone());
         let (dir, id, holder) = (
             project.to_path_buf(),
             task_id.to_string(),
@@ -567,9 +628,7 @@ fn watch(
                 };
                 while !finished.load(Ordering::SeqCst) {
                     match store.heartbeat(&id, &holder, SystemClock.now_ms()) {
-                        Ok(true) => {
-                            confirmed.store(origin.elapsed().as_millis() as u64, Ordering::SeqCst)
-                        }
+                        Ok(true) => confirmed.confirm(),
                         Ok(false) => lost.store(true, Ordering::SeqCst),
                         Err(e) => tracing::warn!("task {id}: the claim was not renewed: {e}"),
                     }
@@ -586,10 +645,7 @@ fn watch(
     let mut read = Instant::now();
     let mut look = true;
     loop {
-        let since_confirmed = origin
-            .elapsed()
-            .saturating_sub(Duration::from_millis(confirmed.load(Ordering::SeqCst)));
-        let gone = lost.load(Ordering::SeqCst) || since_confirmed >= GIVE_UP;
+        let gone = lost.load(Ordering::SeqCst) || !fence.holds();
         if gone {
             tracing::warn!("task {task_id}: its claim is lost or cannot be renewed; stopping");
         }

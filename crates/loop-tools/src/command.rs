@@ -67,6 +67,10 @@ impl ToolBox {
                 // (control characters) and new modules named like the
                 // standard library are refused, each with its rule.
                 let upper = s.join("upper");
+                if let Some(o) = self.fenced(id, "run_command") {
+                    let _ = std::fs::remove_dir_all(s);
+                    return o;
+                }
                 let admitted = std::cell::Cell::new(0u64);
                 let refuse = |rel: &str| self.effect_refusal(&upper, rel, &admitted);
                 let mut commit = loop_workspace::OverlayCommit::new(&c.journal);

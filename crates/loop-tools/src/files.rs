@@ -67,6 +67,9 @@ impl ToolBox {
         ) {
             return o;
         }
+        if let Some(o) = self.fenced(id, "write_file") {
+            return o;
+        }
         match write_atomic_with(&full, content.as_bytes(), self.sync) {
             Ok(()) => Observation::ok(
                 id,
@@ -139,6 +142,9 @@ impl ToolBox {
             .matches('\n')
             .count()
             + 1;
+        if let Some(o) = self.fenced(id, "edit_file") {
+            return o;
+        }
         match write_atomic_with(&full, updated.as_bytes(), self.sync) {
             Ok(()) => Observation::ok(
                 id,

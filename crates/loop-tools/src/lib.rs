@@ -77,7 +77,13 @@ pub struct ToolBox {
     approved: BTreeSet<String>,
     /// Whether the workspace's writes are synced ([`ToolBox::without_syncs`]).
     sync: bool,
+    /// Whether this runtime may still write the workspace (its claim on
+    /// the task holds); asked right before every write ([`ToolBox::with_fence`]).
+    fence: Option<Fence>,
 }
+
+/// Says whether writes may go on ([`ToolBox::with_fence`]).
+pub type Fence = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Where commands' effects are staged and their commits journaled.
 struct CommandStaging {
@@ -180,6 +186,28 @@ impl ToolBox {
             stat_cache: Default::default(),
             approved: BTreeSet::new(),
             sync: true,
+            fence: None,
+        })
+    }
+
+    /// Ask `fence` right before every write to the workspace (a file, a
+    /// patch, a command's commit): when it says no (the runtime's claim on
+    /// the task may have lapsed, and another runtime may own the task now),
+    /// nothing is written and the call fails, saying why.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// The refusal of a write the fence does not let through, if it does not.
+    pub(crate) fn fenced(&self, id: &str, tool: &str) -> Option<Observation> {
+        let holds = self.fence.as_ref().is_none_or(|f| f());
+        (!holds).then(|| {
+            Observation::error(
+                id,
+                tool,
+                "nothing was written: this runtime's claim on the task may have lapsed (its renewal was not confirmed in time), so another runtime may own the task now; the task stops here",
+            )
         })
     }
 

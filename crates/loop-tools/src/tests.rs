@@ -486,3 +486,55 @@ fn a_calls_effect_is_what_its_spec_says() {
         );
     }
 }
+
+#[test]
+fn nothing_is_written_once_the_fence_says_the_claim_may_have_lapsed() {
+    let d = TestDir::new("fence");
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate = open.clone();
+    let mut t = toolbox(&d).with_fence(std::sync::Arc::new(move || {
+        gate.load(std::sync::atomic::Ordering::SeqCst)
+    }));
+    let ok = t.execute(&call(
+        "write_file",
+        serde_json::json!({"path": "a.txt", "content": "one\n"}),
+    ));
+    assert_eq!(ok.observation.status, loop_protocol::ObservationStatus::Ok);
+    open.store(false, std::sync::atomic::Ordering::SeqCst);
+    for c in [
+        call(
+            "write_file",
+            serde_json::json!({"path": "a.txt", "content": "two\n"}),
+        ),
+        call(
+            "write_file",
+            serde_json::json!({"path": "b.txt", "content": "new\n"}),
+        ),
+        call(
+            "edit_file",
+            serde_json::json!({"path": "a.txt", "old": "one", "new": "ONE"}),
+        ),
+        call(
+            "apply_patch",
+            serde_json::json!({"patch": "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+uno\n"}),
+        ),
+    ] {
+        let o = t.execute(&c).observation;
+        assert_eq!(
+            o.status,
+            loop_protocol::ObservationStatus::Error,
+            "{}: {o:?}",
+            c.tool
+        );
+        assert!(
+            o.content.contains("claim on the task may have lapsed"),
+            "{}",
+            o.content
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("a.txt")).unwrap(),
+        "one\n"
+    );
+    assert!(!d.path().join("b.txt").exists());
+}
