@@ -262,6 +262,125 @@ fn tasks_killed_at_random_moments_resume_to_the_same_end_exactly_once() {
     assert!(only.is_some() || kills >= 100);
 }
 
+/// A runtime frozen (SIGSTOP) past its lease while its command runs, whose
+/// task another runtime then takes over, leaves nothing in the workspace
+/// when it runs again: its staged effects were dropped when the other
+/// runtime made the workspace ready, its commit is refused (its claim may
+/// have lapsed: the fence, tested on its own in loop-tools), and it records
+/// nothing. Each run of the command leaves a file of its own, so an effect
+/// that got through would show as a second file.
+#[test]
+fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-frozen");
+    let project = setup(&dir);
+    std::fs::write(
+        dir.join("script.yaml"),
+        r#"turns:
+  - calls:
+      - {tool: run_command, args: {command: "sleep 6; echo ran > by-$(date +%s%N).txt", timeout_secs: 60}}
+      - {tool: write_file, args: {path: a.txt, content: "ALPHA\n"}}
+      - {tool: write_file, args: {path: b.txt, content: "beta\n"}}
+      - {tool: finish, args: {summary: done}}
+"#,
+    )
+    .unwrap();
+    let a = run_cmd(&dir, &project).spawn().unwrap();
+    // Frozen once its command runs (its intent is recorded).
+    let start = Instant::now();
+    let id = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the command never started"
+        );
+        if let Some(t) = tasks(&project).first() {
+            let id = t["id"].as_str().unwrap().to_string();
+            let ledger =
+                std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
+                    .unwrap_or_default();
+            if ledger.contains("\"kind\":\"intent\"") {
+                break id;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = a.id() as i32;
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Another runtime takes the task once the lease has lapsed (15 s).
+    let taken = Instant::now();
+    let mut b = loop {
+        assert!(
+            taken.elapsed() < Duration::from_secs(40),
+            "the task was never taken over"
+        );
+        let mut c = resume_cmd(&dir, &project, &id);
+        let mut child = c.spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        match child.try_wait().unwrap() {
+            Some(status) if status.code() == Some(2) => {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            _ => break child,
+        }
+    };
+    assert!(
+        taken.elapsed() >= Duration::from_secs(5),
+        "taken over while the lease held"
+    );
+    // Once the other runtime runs the command again (its own intent)...
+    let ledger = project.join(format!(".loop/receipts/{id}.ledger.jsonl"));
+    let again = Instant::now();
+    while std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .matches("\"kind\":\"intent\"")
+        .count()
+        < 2
+    {
+        assert!(
+            again.elapsed() < Duration::from_secs(30),
+            "the takeover never ran the command"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...the frozen runtime wakes: its command has long ended, and its
+    // commit must not get through.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let a_out = a.wait_with_output().unwrap();
+    let b_status = b.wait().unwrap();
+    assert_eq!(
+        b_status.code(),
+        Some(0),
+        "the runtime that took over failed"
+    );
+    assert_ne!(
+        a_out.status.code(),
+        Some(0),
+        "the frozen runtime ended as if it held the task"
+    );
+    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let runs: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("by-"))
+        .collect();
+    assert_eq!(runs.len(), 1, "one run's effect only: {runs:?}");
+    let t = &tasks(&project)[0];
+    assert_eq!(t["outcome"], "verified", "{t}");
+    let receipt = t["receipt"].as_str().unwrap();
+    let p = shared::payload_of(Path::new(receipt));
+    let added: Vec<&str> = p["predicate"]["change_set"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .filter(|f| f.starts_with("by-"))
+        .collect();
+    assert_eq!(added, vec![runs[0].as_str()], "{p}");
+    shared::assert_receipt_holds(Path::new(receipt), &dir.join("state"));
+}
+
 #[test]
 fn two_resumers_of_one_task_never_run_it_twice() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-two");

@@ -530,18 +530,19 @@ impl<'a> Director<'a> {
     }
 
     /// A call was in flight when the runtime stopped. Reads run again. A
-    /// write or command runs again only if the workspace is exactly as it
-    /// was before the call (so it had no effect yet, and commands have no
-    /// network). Otherwise a write completed (the edit journal makes writes
-    /// all-or-nothing) and a command's outcome is unknown: it is never run
-    /// twice, and the model is told to inspect. Nothing recorded means: run
-    /// it again.
+    /// write, or a command whose effects are staged and have no network,
+    /// runs again only if the workspace is exactly as it was before the
+    /// call (so it had no effect yet); otherwise it completed (writes and
+    /// staged commits are all-or-nothing). A call with effects beyond the
+    /// workspace is never run twice: its outcome is unknown, and the model
+    /// is told to inspect. Nothing recorded means: run it again.
     fn settle_interrupted(&mut self, int: &Interrupted, step: u32) -> Result<(), DirectorError> {
         let now = self.parts.tools.workspace_root().unwrap_or_default();
-        // A call with effects beyond the workspace, whose workspace was
-        // rebuilt elsewhere: the old one may have seen it run.
-        let moved = int.effect == loop_protocol::Effect::AtMostOnce && self.parts.tools.rebuilt();
-        if int.effect == loop_protocol::Effect::Pure || (now == int.root_before && !moved) {
+        // A call with effects beyond the workspace (a command with network,
+        // or one not staged) may have had them whatever the workspace
+        // says: it is never run again.
+        let beyond = int.effect == loop_protocol::Effect::AtMostOnce;
+        if int.effect == loop_protocol::Effect::Pure || (now == int.root_before && !beyond) {
             return Ok(());
         }
         let call = &int.call;
@@ -549,7 +550,11 @@ impl<'a> Director<'a> {
             _ if now == int.root_before => Observation::error(
                 &call.id,
                 &call.tool,
-                "outcome unknown: the runtime that ran this stopped, and the task moved to a workspace rebuilt from the record; what it did outside the workspace cannot be known, so it was not run again. Check its effects before relying on them.",
+                if self.parts.tools.rebuilt() {
+                    "outcome unknown: the runtime that ran this stopped, and the task moved to a workspace rebuilt from the record; what it did outside the workspace cannot be known, so it was not run again. Check its effects before relying on them."
+                } else {
+                    "outcome unknown: the runtime stopped while this ran (or was about to run it); it left the workspace as it was, but what it did outside the workspace cannot be known, so it was not run again. Check its effects before relying on them."
+                },
             ),
             loop_protocol::Effect::Idempotent => Observation::ok(
                 &call.id,

@@ -1072,7 +1072,7 @@ mod resume {
     }
 
     #[test]
-    fn an_at_most_once_call_in_flight_is_never_run_again_in_a_rebuilt_workspace() {
+    fn an_at_most_once_call_in_flight_is_never_run_again_even_in_a_workspace_as_it_was() {
         // Killed the moment `e1`'s intent is recorded: the old workspace
         // may or may not have seen it run. Here it ran there (its effect
         // outside the workspace happened); the workspace rebuilt from the
@@ -1102,28 +1102,28 @@ mod resume {
                     _ => None,
                 })
                 .unwrap();
-            if rebuilt {
-                // Not run again; the model is told its outcome is unknown.
-                assert_eq!(runs, 1, "an at-most-once call ran twice");
-                assert!(
-                    matches!(settled.status, loop_protocol::ObservationStatus::Error),
-                    "{settled:?}"
-                );
-                assert!(
-                    settled.content.contains("outcome unknown")
-                        && settled.content.contains("rebuilt"),
-                    "{}",
-                    settled.content
-                );
-            } else {
-                // Here the workspace as it was means the call never ran.
-                assert_eq!(runs, 2);
-                assert_eq!(
-                    settled.status,
-                    loop_protocol::ObservationStatus::Ok,
-                    "{settled:?}"
-                );
-            }
+            // Rebuilt or not, the workspace as it was says nothing of the
+            // call's effects beyond it: not run again; the model is told
+            // its outcome is unknown (and why).
+            assert_eq!(
+                runs, 1,
+                "an at-most-once call ran twice (rebuilt: {rebuilt})"
+            );
+            assert!(
+                matches!(settled.status, loop_protocol::ObservationStatus::Error),
+                "{settled:?}"
+            );
+            assert!(
+                settled.content.contains("outcome unknown"),
+                "{}",
+                settled.content
+            );
+            assert_eq!(
+                settled.content.contains("rebuilt"),
+                rebuilt,
+                "{}",
+                settled.content
+            );
             assert_well_formed(&ledger);
             assert!(result.used.steps >= 3, "{:?}", result.record);
         }

@@ -217,6 +217,17 @@ fn wire<'a>(
     let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.task_dir.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox);
+    // The root `.git` (left out of manifests, since it names a path of
+    // this machine) must stay the pointer git made, or stay absent.
+    let root_git = match &start.task_ws.origin {
+        loop_workspace::Origin::Worktree { repo, .. } => {
+            loop_workspace::worktree_pointer(repo, &paths.workspace).map(Some)
+        }
+        loop_workspace::Origin::Copy { .. } => Some(None),
+    };
+    if let Some(expected) = root_git {
+        verifier = verifier.guard_root_git(expected);
+    }
     if let Some(b) = &start.baseline_report {
         verifier =
             verifier.compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
@@ -262,12 +273,16 @@ pub(crate) fn drive(
         task_id,
         token: &owner.token,
     };
-    // A task that moved here from another machine (or moved on and came
-    // back) works in the workspace its record holds, rebuilt if need be.
-    let settled = crate::moved::settle(store, project, &paths, task_id, observer)?;
-    let start = Start::load(&paths)?;
+    let fence = Arc::new(ClaimFence::new());
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
     let record = Record::load(store, task_id, pause_clock)?;
+    // The workspace here is the one the record holds, rebuilt if need be
+    // (the task moved here, or on and back, or stopped between a change
+    // and its record); the claim is renewed meanwhile.
+    let settled = with_renewals(store, task_id, &owner.token, || {
+        crate::moved::settle(store, project, &paths, task_id, &record.history, observer)
+    })?;
+    let start = Start::load(&paths)?;
     let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
     tracing::info!(
         "task {task_id}: {} entries on record, {} ms used, {} ms left",
@@ -275,7 +290,6 @@ pub(crate) fn drive(
         record.elapsed_ms,
         remaining_ms
     );
-    let fence = Arc::new(ClaimFence::new());
     let mut wired = wire(
         project,
         &paths,
@@ -290,7 +304,7 @@ pub(crate) fn drive(
             task_id,
             &owner.token,
             start.baseline.clone(),
-            s.root,
+            (s.root, s.held),
             &paths.workspace,
         ));
         wired.tools.rebuilt = s.rebuilt;
@@ -365,8 +379,9 @@ pub(crate) fn drive(
     // The claim, renewed before the work starts (making the workspace may
     // have taken a while): a runtime whose claim lapsed meanwhile goes no
     // further.
+    let asked = boot_ms();
     match store.heartbeat(task_id, &owner.token, clock.now_ms()) {
-        Ok(true) => fence.confirm(),
+        Ok(true) => fence.confirm_at(asked),
         Ok(false) => {
             return Err(Error::usage(format!(
                 "task {task_id}: its claim lapsed while its workspace was made ready, and another runtime holds it now"
@@ -530,10 +545,11 @@ impl ClaimFence {
             confirmed_ms: std::sync::atomic::AtomicU64::new(boot_ms()),
         }
     }
-    /// A renewal was confirmed now.
-    fn confirm(&self) {
+    /// A renewal asked for at `asked_ms` (the boot clock) was confirmed:
+    /// the lease runs from no earlier than that.
+    fn confirm_at(&self, asked_ms: u64) {
         self.confirmed_ms
-            .store(boot_ms(), std::sync::atomic::Ordering::SeqCst);
+            .fetch_max(asked_ms, std::sync::atomic::Ordering::SeqCst);
     }
     /// How long since the last confirmed renewal.
     fn age_ms(&self) -> u64 {
@@ -543,6 +559,30 @@ impl ClaimFence {
     pub(crate) fn holds(&self) -> bool {
         self.age_ms() < GIVE_UP_MS
     }
+}
+
+/// Run `work` (making the workspace ready) while a thread renews the claim
+/// every 2 s.
+fn with_renewals<T>(store: &dyn Store, task_id: &str, token: &str, work: impl FnOnce() -> T) -> T {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            use std::sync::atomic::Ordering;
+            let mut last = std::time::Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                if last.elapsed() >= std::time::Duration::from_secs(2) {
+                    last = std::time::Instant::now();
+                    if let Err(e) = store.heartbeat(task_id, token, SystemClock.now_ms()) {
+                        tracing::warn!("task {task_id}: the claim was not renewed: {e}");
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let out = work();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        out
+    })
 }
 
 /// Run `work` while a watcher renews the claim and turns cancel requests
@@ -627,8 +667,9 @@ fn watch(
                     return;
                 };
                 while !finished.load(Ordering::SeqCst) {
+                    let asked = boot_ms();
                     match store.heartbeat(&id, &holder, SystemClock.now_ms()) {
-                        Ok(true) => confirmed.confirm(),
+                        Ok(true) => confirmed.confirm_at(asked),
                         Ok(false) => lost.store(true, Ordering::SeqCst),
                         Err(e) => tracing::warn!("task {id}: the claim was not renewed: {e}"),
                     }

@@ -156,7 +156,7 @@ impl<'a> Keeper<'a> {
         task_id: &str,
         holder: &str,
         baseline: Manifest,
-        kept_root: String,
+        (kept_root, held): (String, HashSet<String>),
         workspace: &Path,
     ) -> Self {
         Keeper {
@@ -166,7 +166,7 @@ impl<'a> Keeper<'a> {
             holder: holder.to_string(),
             baseline,
             last: kept_root,
-            sent: HashSet::new(),
+            sent: held,
             halt: Arc::new(OnceLock::new()),
         }
     }
@@ -202,15 +202,17 @@ impl<'a> Keeper<'a> {
         let kept = Kept { delta, unkept };
         let body = serde_json::to_string(&kept).map_err(|e| e.to_string())?;
         let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        // Not synced on its own: the step's observation comes after it,
-        // and the next durable commit (a call's intent, the end) takes
-        // both to the disk.
+        // On an embedded store, not synced on its own: the step's
+        // observation comes after it, and the next durable commit (a
+        // call's intent, the end) takes both to the disk. A server's
+        // store may lose an unsynced commit while this runtime lives on
+        // (the server restarted), so there it waits for the disk.
         let file = loop_store::TaskFile {
             name: TREE,
             body: &body,
             blobs: &blobs,
             keep_only: Some(&named),
-            durable: false,
+            durable: self.store.shared(),
         };
         match self
             .store
@@ -237,6 +239,8 @@ pub(crate) struct Settled {
     pub root: String,
     /// The workspace was made again from the record.
     pub rebuilt: bool,
+    /// The contents the store holds for the state.
+    pub held: HashSet<String>,
 }
 
 /// Make sure the workspace here is the one the store records, bringing it
@@ -247,6 +251,7 @@ pub(crate) fn settle(
     project: &Path,
     paths: &TaskPaths,
     task_id: &str,
+    history: &[loop_protocol::Event],
     observer: &mut dyn crate::Observer,
 ) -> Result<Option<Settled>, Error> {
     let file = |name: &str| store.task_file(task_id, name).map_err(store_err);
@@ -272,6 +277,22 @@ pub(crate) fn settle(
             .map_err(|e| refuse(e.to_string()))?,
         None => baseline.clone(),
     };
+    // The store's record of the workspace must be the signed ledger's: its
+    // start, and its state now (or, with a call in flight, possibly that
+    // call's effect, which the call's rules then settle).
+    let (started, recorded, in_flight) = ledger_roots(history);
+    if let Some(started) = started.filter(|r| *r != baseline.root) {
+        return Err(refuse(format!(
+            "the store's baseline (root {}) is not the one the ledger started from ({started})",
+            baseline.root
+        )));
+    }
+    if let Some(recorded) = recorded.filter(|r| *r != target.root && !in_flight) {
+        return Err(refuse(format!(
+            "the store's record of the workspace (root {}) is not the ledger's (root {recorded}): it was changed or lost",
+            target.root
+        )));
+    }
     let local = paths.task_dir.join("workspace.json").is_file()
         && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
     // A task nothing ran yet, whose workspace is here: as it was made.
@@ -287,28 +308,26 @@ pub(crate) fn settle(
     } else {
         None
     };
-    // What an interrupted step here left in its journals is dropped: with
-    // the workspace as recorded, undoing or finishing it would only take
-    // the workspace away from the record; otherwise the workspace is
-    // brought to the record anyway.
     let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
-    for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
-        let p = paths.task_dir.join(stale);
-        if std::fs::symlink_metadata(&p).is_ok() {
-            loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
+    // What an interrupted step here left in its journals is dropped once
+    // the workspace is the record's: undoing or finishing it would only
+    // take the workspace away from it.
+    let drop_journals = || -> Result<(), Error> {
+        for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
+            let p = paths.task_dir.join(stale);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
+            }
         }
-    }
+        Ok(())
+    };
     if here.as_ref().is_some_and(|m| m.root == target.root) {
+        drop_journals()?;
         return Ok(Some(Settled {
             root: target.root,
             rebuilt: false,
+            held: held(&kept),
         }));
-    }
-    if let Some(k) = kept.as_ref().filter(|k| !k.unkept.is_empty()) {
-        return Err(refuse(format!(
-            "the content of {} was too large to keep (or its name is not UTF-8)",
-            k.unkept.join(", ")
-        )));
     }
     std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
     let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
@@ -320,6 +339,12 @@ pub(crate) fn settle(
                     why: x.to_string(),
                 })
         };
+        if e.size > MAX_KEPT_FILE {
+            return Err(loop_workspace::RebuildError::Content {
+                path: e.path.clone(),
+                why: format!("its recorded size {} is over what is kept", e.size),
+            });
+        }
         match kept(task_id)? {
             Some(b) => Ok(b),
             None => {
@@ -338,6 +363,7 @@ pub(crate) fn settle(
     if let Some(had) = &here {
         let differs = differing(had, &target);
         if let Ok(reached) = loop_workspace::reconcile(&paths.workspace, &target, &mut fetch) {
+            drop_journals()?;
             observer.note(&format!(
                 "the workspace differed from the record at {differs} (a step stopped between its change and its record, or it was changed by hand): brought back to the recorded state, root {}",
                 reached.root
@@ -349,8 +375,16 @@ pub(crate) fn settle(
             return Ok(Some(Settled {
                 root: reached.root,
                 rebuilt: true,
+                held: held(&kept),
             }));
         }
+    }
+    // (Only now do contents that could not be kept matter.)
+    if let Some(k) = kept.as_ref().filter(|k| !k.unkept.is_empty()) {
+        return Err(refuse(format!(
+            "the content of {} was too large to keep (or its name is not UTF-8)",
+            k.unkept.join(", ")
+        )));
     }
     // Made again: the task's own files as the machine that made it wrote
     // them, the workspace from its base, then the recorded changes.
@@ -371,6 +405,7 @@ pub(crate) fn settle(
         .map_err(|e| refuse(e.to_string()))?;
     let reached = loop_workspace::reconcile(&ws.path, &target, &mut fetch)
         .map_err(|e| refuse(e.to_string()))?;
+    drop_journals()?;
     let changed = kept
         .as_ref()
         .map_or(0, |k| k.delta.changed.len() + k.delta.removed.len());
@@ -389,7 +424,46 @@ pub(crate) fn settle(
     Ok(Some(Settled {
         root: reached.root,
         rebuilt: true,
+        held: held(&kept),
     }))
+}
+
+/// The contents the store holds for a kept state.
+fn held(kept: &Option<Kept>) -> HashSet<String> {
+    let Some(k) = kept else {
+        return HashSet::new();
+    };
+    k.delta
+        .changed
+        .iter()
+        .filter(|e| !k.unkept.contains(&e.path))
+        .map(|e| e.sha256.clone())
+        .collect()
+}
+
+/// From the ledger: the root it started from, the root its last
+/// observation left (else the start's), and whether a call is in flight
+/// (an intent with no observation after it).
+fn ledger_roots(history: &[loop_protocol::Event]) -> (Option<String>, Option<String>, bool) {
+    use loop_protocol::Event;
+    let (mut started, mut now, mut in_flight) = (None, None, false);
+    for e in history {
+        match e {
+            Event::TaskStarted { baseline_root, .. } => {
+                started = Some(baseline_root.clone());
+                now = Some(baseline_root.clone());
+            }
+            Event::Intent { .. } => in_flight = true,
+            Event::Observed { workspace_root, .. } => {
+                in_flight = false;
+                if let Some(r) = workspace_root {
+                    now = Some(r.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    (started, now, in_flight)
 }
 
 /// The first paths at which `had` and `want` differ, for people.

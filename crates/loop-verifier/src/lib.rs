@@ -48,6 +48,9 @@ pub struct SnapshotVerifier {
     baseline: Option<(VerificationReport, bool)>,
     /// Where each check's start and result go as they happen.
     live: Option<loop_protocol::LiveFeed>,
+    /// What the workspace's root `.git` must be (the bytes of a
+    /// worktree's pointer, or absent), when it is guarded.
+    root_git: Option<Option<Vec<u8>>>,
 }
 
 impl SnapshotVerifier {
@@ -65,7 +68,18 @@ impl SnapshotVerifier {
             sandbox: Settings::default(),
             baseline: None,
             live: None,
+            root_git: None,
         }
+    }
+
+    /// The workspace's root `.git` must hold exactly `expected` (a
+    /// worktree's pointer to its repository, as the runtime made it on
+    /// this machine), or be absent (`None`): manifests leave it out (it
+    /// names a path of the machine), so it is guarded here, while `.git`
+    /// is protected.
+    pub fn guard_root_git(mut self, expected: Option<Vec<u8>>) -> Self {
+        self.root_git = Some(expected);
+        self
     }
 
     /// Say each check's start and result to `feed` as they happen (a
@@ -114,6 +128,19 @@ impl SnapshotVerifier {
             return Vec::new();
         };
         let mut out = Vec::new();
+        if let (Some(expected), Some(rule)) = (&self.root_git, protected.matching(".git")) {
+            let path = self.workspace.join(".git");
+            let now = match std::fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+                Ok(m) if m.is_file() => std::fs::read(&path).ok().map(Some),
+                _ => None,
+            };
+            if now.as_ref() != Some(expected) {
+                out.push(format!(
+                    ".git changed: it is not the repository pointer the runtime made (protected by {rule})"
+                ));
+            }
+        }
         for e in &sealed.entries {
             if let Some(rule) = protected.matching(&e.path) {
                 match baseline.get(&e.path) {

@@ -246,3 +246,43 @@ fn integrity_rules_and_new_stdlib_modules_are_rejected_at_verification() {
         ]
     );
 }
+
+/// The root `.git` is left out of manifests (a worktree's pointer names a
+/// path of its machine), so it is guarded on its own: a pointer changed,
+/// or a repository planted where there was none, is a protected change.
+#[test]
+fn a_changed_or_planted_root_git_is_a_protected_change() {
+    let d = TestDir::new("verifier-root-git");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let pointer = b"gitdir: /project/.git/worktrees/workspace\n".to_vec();
+    std::fs::write(ws.join(".git"), &pointer).unwrap();
+    let baseline = Manifest::of(&ws).unwrap();
+    assert!(baseline.get(".git").is_none());
+    let c = contract("instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\n");
+    let sha = c.sha256().unwrap();
+    let guard = || Protected::new(&["**/.git/**".to_string()]).unwrap();
+    let verify = |expected: Option<Vec<u8>>| {
+        SnapshotVerifier::new(&ws, &d.path().join("scratch"))
+            .guard_protected(baseline.clone(), guard())
+            .guard_root_git(expected)
+            .verify(&c, &sha, 1)
+            .unwrap()
+            .protected_violations
+    };
+    // As made: nothing to say.
+    assert_eq!(verify(Some(pointer.clone())), Vec::<String>::new());
+    // Pointed elsewhere.
+    std::fs::write(ws.join(".git"), b"gitdir: /elsewhere/.git\n").unwrap();
+    let v = verify(Some(pointer.clone()));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].starts_with(".git changed"), "{v:?}");
+    // A repository planted in a workspace that had none (a copy).
+    std::fs::remove_file(ws.join(".git")).unwrap();
+    assert_eq!(verify(None), Vec::<String>::new());
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let v = verify(None);
+    assert_eq!(v.len(), 1, "{v:?}");
+}

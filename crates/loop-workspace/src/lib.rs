@@ -28,7 +28,9 @@ pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
 pub use rebuild::{Delta, RebuildError, reconcile};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
-pub use task_workspace::{Origin, TaskWorkspace, WorkspaceError, git_head, uncommitted};
+pub use task_workspace::{
+    Origin, TaskWorkspace, WorkspaceError, git_head, uncommitted, worktree_pointer,
+};
 pub use untrusted::{Node, Tree, UntrustedError};
 
 #[cfg(test)]

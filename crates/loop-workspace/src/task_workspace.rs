@@ -106,6 +106,20 @@ pub fn git_head(project: &Path) -> Option<String> {
     git(project, &["rev-parse", "--verify", "HEAD"]).ok()
 }
 
+/// What the root `.git` of `workspace`, a worktree of `repo`, holds as
+/// git made it: `gitdir: ` and the worktree's administrative directory in
+/// `repo` (the one whose `gitdir` names `workspace`'s `.git`). `None` when
+/// `repo` has no such worktree (nothing to compare with).
+pub fn worktree_pointer(repo: &Path, workspace: &Path) -> Option<Vec<u8>> {
+    let admin = repo.join(".git").join("worktrees");
+    let ours = workspace.join(".git");
+    std::fs::read_dir(&admin).ok()?.flatten().find_map(|d| {
+        let named = std::fs::read_to_string(d.path().join("gitdir")).ok()?;
+        (Path::new(named.trim_end_matches('\n')) == ours)
+            .then(|| format!("gitdir: {}\n", d.path().display()).into_bytes())
+    })
+}
+
 /// The paths a git project has uncommitted changes at (modified, staged,
 /// untracked; the runtime's own `.loop/` left out), which a worktree made
 /// from `HEAD` does not hold. Empty for anything that is not a repository.
