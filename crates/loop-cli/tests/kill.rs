@@ -126,49 +126,7 @@ fn workspace_files(ws: &Path) -> Vec<(String, String)> {
 
 /// Check one finished task in full; returns its final workspace files.
 fn check_task(dir: &Path, project: &Path, id: &str, seed: u64) -> Vec<(String, String)> {
-    let ledger_path = project.join(format!(".loop/receipts/{id}.ledger.jsonl"));
-    let ledger = std::fs::read_to_string(&ledger_path).unwrap();
-    let entries: Vec<serde_json::Value> = ledger
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let kinds = |k: &str| entries.iter().filter(|e| e["kind"] == k).count();
-    assert_eq!(kinds("task_started"), 1, "seed {seed}: one genesis");
-    assert_eq!(
-        kinds("finished"),
-        1,
-        "seed {seed}: the task ends exactly once"
-    );
-    let steps: Vec<u64> = entries
-        .iter()
-        .filter(|e| e["kind"] == "model_turn")
-        .map(|e| e["payload"]["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        steps,
-        vec![1, 2, 3, 4],
-        "seed {seed}: no step lost or duplicated"
-    );
-    let finished = entries.iter().find(|e| e["kind"] == "finished").unwrap();
-    assert_eq!(
-        finished["payload"]["outcome"]["kind"], "verified",
-        "seed {seed}: {ledger}"
-    );
-    // The receipt verifies: signature, chain, artifacts.
-    let receipt = project.join(format!(".loop/receipts/{id}.receipt.json"));
-    let v = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .args(["verify", "--integrity-only"])
-        .arg(&receipt)
-        .env("LOOP_STATE_DIR", dir.join("state"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        v.status.code(),
-        Some(0),
-        "seed {seed}: {}{}",
-        String::from_utf8_lossy(&v.stdout),
-        String::from_utf8_lossy(&v.stderr)
-    );
+    shared::assert_one_verified_run(project, id, &[1, 2, 3, 4], seed, &dir.join("state"));
     let ws = project.join(format!(".loop/tasks/{id}/workspace"));
     let files = workspace_files(&ws);
     // No command with an effect ran twice, and none was lost.
@@ -700,20 +658,28 @@ limits: { max_steps: 4, max_verifications: 1 }
     assert_eq!(kills, 8, "every step of the merge was a kill point");
 }
 
+/// A task of its own (under `name`) whose command `command` (c1, c2 or c3)
+/// sleeps 5 s, killed `ms` into its run: (its directory, project, task id).
+fn killed_in_a_slow_command(name: &str, command: &str, ms: u64) -> (PathBuf, PathBuf, String) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let project = setup(&dir);
+    let echo = format!("echo {command} >> effects.log");
+    std::fs::write(
+        dir.join("script.yaml"),
+        SCRIPT.replace(&echo, &format!("{echo}; sleep 5")),
+    )
+    .unwrap();
+    assert!(run_and_kill(run_cmd(&dir, &project), ms));
+    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    (dir, project, id)
+}
+
 /// A task whose workspace was deleted while its runtime was down is made
 /// again from the store's record of it (the project's copy, then the
 /// recorded changes) and goes on to the same end, every effect once.
 #[test]
 fn resuming_a_task_whose_workspace_is_gone_rebuilds_it_from_the_record() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-workspace-rebuilt");
-    let project = setup(&dir);
-    std::fs::write(
-        dir.join("script.yaml"),
-        SCRIPT.replace("echo c2 >> effects.log", "echo c2 >> effects.log; sleep 5"),
-    )
-    .unwrap();
-    assert!(run_and_kill(run_cmd(&dir, &project), 2_000));
-    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    let (dir, project, id) = killed_in_a_slow_command("kill-workspace-rebuilt", "c2", 2_000);
     let ws = project.join(format!(".loop/tasks/{id}/workspace"));
     assert_eq!(
         std::fs::read_to_string(ws.join("a.txt")).unwrap(),
@@ -746,15 +712,7 @@ fn resuming_a_task_whose_workspace_is_gone_rebuilds_it_from_the_record() {
 /// to bring home.
 #[test]
 fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-workspace-gone");
-    let project = setup(&dir);
-    std::fs::write(
-        dir.join("script.yaml"),
-        SCRIPT.replace("echo c1 >> effects.log", "echo c1 >> effects.log; sleep 5"),
-    )
-    .unwrap();
-    assert!(run_and_kill(run_cmd(&dir, &project), 1_500));
-    let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
+    let (dir, project, id) = killed_in_a_slow_command("kill-workspace-gone", "c1", 1_500);
     let ws = project.join(format!(".loop/tasks/{id}/workspace"));
     std::fs::remove_dir_all(&ws).unwrap();
     let db = rusqlite::Connection::open(project.join(".loop/loop.db")).unwrap();

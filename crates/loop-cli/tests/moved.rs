@@ -243,34 +243,7 @@ fn workspace_files(ws: &Path) -> Vec<(String, String)> {
 
 /// Check one finished task in full, on the machine that finished it.
 fn check_task(dir: &Path, project: &Path, id: &str, seed: u64) -> Vec<(String, String)> {
-    let ledger =
-        std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl"))).unwrap();
-    let entries: Vec<serde_json::Value> = ledger
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let kinds = |k: &str| entries.iter().filter(|e| e["kind"] == k).count();
-    assert_eq!(kinds("task_started"), 1, "seed {seed}");
-    assert_eq!(kinds("finished"), 1, "seed {seed}: ends exactly once");
-    let steps: Vec<u64> = entries
-        .iter()
-        .filter(|e| e["kind"] == "model_turn")
-        .map(|e| e["payload"]["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        steps,
-        vec![1, 2, 3, 4],
-        "seed {seed}: no step lost or repeated"
-    );
-    let finished = entries.iter().find(|e| e["kind"] == "finished").unwrap();
-    assert_eq!(
-        finished["payload"]["outcome"]["kind"], "verified",
-        "seed {seed}: {ledger}"
-    );
-    shared::assert_receipt_holds(
-        &project.join(format!(".loop/receipts/{id}.receipt.json")),
-        &dir.join("state"),
-    );
+    shared::assert_one_verified_run(project, id, &[1, 2, 3, 4], seed, &dir.join("state"));
     let ws = project.join(format!(".loop/tasks/{id}/workspace"));
     let log = std::fs::read_to_string(ws.join("effects.log")).unwrap_or_default();
     assert_eq!(

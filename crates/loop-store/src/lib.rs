@@ -493,7 +493,9 @@ pub trait Store: Send + Sync {
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.append_batch(task, entries, state, holder, now_ms, true)
+    }
     /// [`Store::append_all`], without waiting for the disk: the batch may
     /// be lost with the machine (never with the process) until the next
     /// durable commit, and is never reordered after it. For entries whose
@@ -507,8 +509,19 @@ pub trait Store: Send + Sync {
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.append_all(task, entries, state, holder, now_ms)
+        self.append_batch(task, entries, state, holder, now_ms, false)
     }
+    /// [`Store::append_all`] (`durable`) or [`Store::append_all_lazy`].
+    #[allow(clippy::too_many_arguments)]
+    fn append_batch(
+        &self,
+        task: &str,
+        entries: &[StoredEntry],
+        state: Option<&str>,
+        holder: Option<&str>,
+        now_ms: u64,
+        durable: bool,
+    ) -> Result<(), StoreError>;
     /// Entries from `from_seq` on, in order.
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError>;
     /// Take the task if nobody alive holds it (compare-and-set).

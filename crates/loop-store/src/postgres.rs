@@ -264,112 +264,6 @@ impl PgStore {
 
     /// Run `op` on a pooled connection; a broken connection is replaced
     /// and `op` run again, for up to [`RETRY_FOR`].
-    /// [`Store::append_all`]; without `durable`, the commit is not waited
-    /// for (`synchronous_commit = off` for it: the write-ahead log is
-    /// flushed in order, so a later durable commit takes it to the disk).
-    #[allow(clippy::too_many_arguments)]
-    fn append_batch(
-        &self,
-        task: &str,
-        entries: &[StoredEntry],
-        state: Option<&str>,
-        holder: Option<&str>,
-        now_ms: u64,
-        durable: bool,
-    ) -> Result<(), StoreError> {
-        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
-            return Ok(());
-        };
-        let payloads: Vec<String> = entries.iter().map(|e| e.payload.to_string()).collect();
-        let (first_seq, final_seq) = (ms(first.seq), ms(final_entry.seq));
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            if !durable {
-                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
-            }
-            // The task's row is the chain's lock: appends to one task
-            // take turns.
-            let Some(row) = tx.query_opt(
-                "SELECT owner::jsonb ->> 'token' FROM tasks WHERE id = $1 FOR UPDATE",
-                &[&task],
-            )?
-            else {
-                return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
-            };
-            let token: Option<String> = row.try_get(0)?;
-            if let Some(h) = holder
-                && token.as_deref() != Some(h)
-            {
-                return Err(Fail::Store(StoreError::NotHolder {
-                    task: task.to_string(),
-                }));
-            }
-            let last: i64 = tx
-                .query_one(
-                    "SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = $1",
-                    &[&task],
-                )?
-                .try_get(0)?;
-            if first_seq != last + 1 {
-                // The same batch, committed before a broken connection lost
-                // the answer, is the one offered.
-                let stored = tx.query(
-                    "SELECT hash FROM entries WHERE task_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
-                    &[&task, &first_seq, &final_seq],
-                )?;
-                let mut same = stored.len() == entries.len();
-                for (r, e) in stored.iter().zip(entries) {
-                    same &= r.try_get::<_, String>(0)? == e.hash;
-                }
-                if final_seq == last && same {
-                    return Ok(());
-                }
-                return Err(Fail::Store(StoreError::OutOfSequence {
-                    task: task.to_string(),
-                    seq: first.seq,
-                    last,
-                }));
-            }
-            let insert = tx.prepare(
-                "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )?;
-            for (i, (entry, payload)) in entries.iter().zip(&payloads).enumerate() {
-                if entry.seq != first.seq + i as u64 {
-                    return Err(Fail::Store(StoreError::OutOfSequence {
-                        task: task.to_string(),
-                        seq: entry.seq,
-                        last: (first.seq + i as u64) as i64 - 1,
-                    }));
-                }
-                tx.execute(
-                    &insert,
-                    &[
-                        &task,
-                        &ms(entry.seq),
-                        &entry.prev,
-                        &entry.kind,
-                        payload,
-                        &entry.at,
-                        &entry.hash,
-                    ],
-                )?;
-            }
-            match state {
-                Some(s) => tx.execute(
-                    "UPDATE tasks SET state = $2, updated_ms = $3 WHERE id = $1",
-                    &[&task, &s, &ms(now_ms)],
-                )?,
-                None => tx.execute(
-                    "UPDATE tasks SET updated_ms = $2 WHERE id = $1",
-                    &[&task, &ms(now_ms)],
-                )?,
-            };
-            tx.commit()?;
-            Ok(())
-        })
-    }
-
     fn run<T>(&self, mut op: impl FnMut(&mut Client) -> Result<T, Fail>) -> Result<T, StoreError> {
         let start = Instant::now();
         let mut pause = Duration::from_millis(50);
@@ -633,26 +527,109 @@ impl Store for PgStore {
         })
     }
 
-    fn append_all(
+    /// [`Store::append_all`]; without `durable`, the commit is not waited
+    /// for (`synchronous_commit = off` for it: the write-ahead log is
+    /// flushed in order, so a later durable commit takes it to the disk).
+    fn append_batch(
         &self,
         task: &str,
         entries: &[StoredEntry],
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
+        durable: bool,
     ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, true)
-    }
-
-    fn append_all_lazy(
-        &self,
-        task: &str,
-        entries: &[StoredEntry],
-        state: Option<&str>,
-        holder: Option<&str>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, false)
+        let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
+            return Ok(());
+        };
+        let payloads: Vec<String> = entries.iter().map(|e| e.payload.to_string()).collect();
+        let (first_seq, final_seq) = (ms(first.seq), ms(final_entry.seq));
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            if !durable {
+                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            }
+            // The task's row is the chain's lock: appends to one task
+            // take turns.
+            let Some(row) = tx.query_opt(
+                "SELECT owner::jsonb ->> 'token' FROM tasks WHERE id = $1 FOR UPDATE",
+                &[&task],
+            )?
+            else {
+                return Err(Fail::Store(StoreError::NoSuchTask(task.to_string())));
+            };
+            let token: Option<String> = row.try_get(0)?;
+            if let Some(h) = holder
+                && token.as_deref() != Some(h)
+            {
+                return Err(Fail::Store(StoreError::NotHolder {
+                    task: task.to_string(),
+                }));
+            }
+            let last: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(MAX(seq), -1) FROM entries WHERE task_id = $1",
+                    &[&task],
+                )?
+                .try_get(0)?;
+            if first_seq != last + 1 {
+                // The same batch, committed before a broken connection lost
+                // the answer, is the one offered.
+                let stored = tx.query(
+                    "SELECT hash FROM entries WHERE task_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+                    &[&task, &first_seq, &final_seq],
+                )?;
+                let mut same = stored.len() == entries.len();
+                for (r, e) in stored.iter().zip(entries) {
+                    same &= r.try_get::<_, String>(0)? == e.hash;
+                }
+                if final_seq == last && same {
+                    return Ok(());
+                }
+                return Err(Fail::Store(StoreError::OutOfSequence {
+                    task: task.to_string(),
+                    seq: first.seq,
+                    last,
+                }));
+            }
+            let insert = tx.prepare(
+                "INSERT INTO entries (task_id, seq, prev, kind, payload, at, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )?;
+            for (i, (entry, payload)) in entries.iter().zip(&payloads).enumerate() {
+                if entry.seq != first.seq + i as u64 {
+                    return Err(Fail::Store(StoreError::OutOfSequence {
+                        task: task.to_string(),
+                        seq: entry.seq,
+                        last: (first.seq + i as u64) as i64 - 1,
+                    }));
+                }
+                tx.execute(
+                    &insert,
+                    &[
+                        &task,
+                        &ms(entry.seq),
+                        &entry.prev,
+                        &entry.kind,
+                        payload,
+                        &entry.at,
+                        &entry.hash,
+                    ],
+                )?;
+            }
+            match state {
+                Some(s) => tx.execute(
+                    "UPDATE tasks SET state = $2, updated_ms = $3 WHERE id = $1",
+                    &[&task, &s, &ms(now_ms)],
+                )?,
+                None => tx.execute(
+                    "UPDATE tasks SET updated_ms = $2 WHERE id = $1",
+                    &[&task, &ms(now_ms)],
+                )?,
+            };
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {

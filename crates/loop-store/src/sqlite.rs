@@ -66,38 +66,7 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// The task's current owner, read inside `tx`.
-    /// [`Store::append_all`]; without `durable`, the commit is not synced
-    /// (`synchronous = NORMAL` for it: the write-ahead log keeps it in order,
-    /// and the next synced commit takes it to the disk).
-    #[allow(clippy::too_many_arguments)]
-    fn append_batch(
-        &self,
-        task: &str,
-        entries: &[StoredEntry],
-        state: Option<&str>,
-        holder: Option<&str>,
-        now_ms: u64,
-        durable: bool,
-    ) -> Result<(), StoreError> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        self.with(|c| {
-            if !durable {
-                c.execute_batch("PRAGMA synchronous = NORMAL")
-                    .map_err(|e| self.err(e))?;
-            }
-            let done = self.append_in(c, task, entries, state, holder, now_ms);
-            if !durable {
-                c.execute_batch("PRAGMA synchronous = FULL")
-                    .map_err(|e| self.err(e))?;
-            }
-            done
-        })
-    }
-
-    /// [`SqliteStore::append_batch`] on connection `c`.
+    /// [`Store::append_batch`] on connection `c`.
     fn append_in(
         &self,
         c: &mut Connection,
@@ -253,6 +222,7 @@ impl SqliteStore {
         tx.commit().map_err(|e| self.err(e))
     }
 
+    /// The task's current owner, read inside `tx`.
     fn owner_in(
         &self,
         tx: &rusqlite::Transaction<'_>,
@@ -381,26 +351,33 @@ impl Store for SqliteStore {
         })
     }
 
-    fn append_all(
+    /// [`Store::append_all`]; without `durable`, the commit is not synced
+    /// (`synchronous = NORMAL` for it: the write-ahead log keeps it in order,
+    /// and the next synced commit takes it to the disk).
+    fn append_batch(
         &self,
         task: &str,
         entries: &[StoredEntry],
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
+        durable: bool,
     ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, true)
-    }
-
-    fn append_all_lazy(
-        &self,
-        task: &str,
-        entries: &[StoredEntry],
-        state: Option<&str>,
-        holder: Option<&str>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, false)
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            if !durable {
+                c.execute_batch("PRAGMA synchronous = NORMAL")
+                    .map_err(|e| self.err(e))?;
+            }
+            let done = self.append_in(c, task, entries, state, holder, now_ms);
+            if !durable {
+                c.execute_batch("PRAGMA synchronous = FULL")
+                    .map_err(|e| self.err(e))?;
+            }
+            done
+        })
     }
 
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {

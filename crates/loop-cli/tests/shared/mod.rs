@@ -208,3 +208,38 @@ pub fn fresh_db(admin: &str, name: &str) -> String {
     let (base, _) = admin.rsplit_once('/').unwrap();
     format!("{base}/{name}")
 }
+
+/// Task `id` of `project` ended exactly once, verified, after exactly the
+/// model turns `steps` (none lost or repeated), with one genesis, and its
+/// receipt verifies (with `state` as the state directory). `seed` names
+/// the run in failures.
+pub fn assert_one_verified_run(project: &Path, id: &str, steps: &[u64], seed: u64, state: &Path) {
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl"))).unwrap();
+    let entries: Vec<serde_json::Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds = |k: &str| entries.iter().filter(|e| e["kind"] == k).count();
+    assert_eq!(kinds("task_started"), 1, "seed {seed}: one genesis");
+    assert_eq!(
+        kinds("finished"),
+        1,
+        "seed {seed}: the task ends exactly once"
+    );
+    let turns: Vec<u64> = entries
+        .iter()
+        .filter(|e| e["kind"] == "model_turn")
+        .map(|e| e["payload"]["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, steps, "seed {seed}: no step lost or duplicated");
+    let finished = entries.iter().find(|e| e["kind"] == "finished").unwrap();
+    assert_eq!(
+        finished["payload"]["outcome"]["kind"], "verified",
+        "seed {seed}: {ledger}"
+    );
+    assert_receipt_holds(
+        &project.join(format!(".loop/receipts/{id}.receipt.json")),
+        state,
+    );
+}
