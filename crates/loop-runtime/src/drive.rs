@@ -300,9 +300,6 @@ pub(crate) fn drive(
     )?;
     if let Some(s) = settled {
         wired.tools.keeper = Some(crate::moved::Keeper::new(
-            store,
-            task_id,
-            &owner.token,
             start.baseline.clone(),
             (s.root, s.held),
             &paths.workspace,
@@ -323,6 +320,7 @@ pub(crate) fn drive(
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
     ledger.holder = owner.token.clone();
     ledger.halt = wired.tools.keeper.as_ref().map(|k| k.halt.clone());
+    ledger.tree = wired.tools.keeper.as_ref().map(|k| k.pending.clone());
     for e in &record.history {
         observer.on_event(e);
     }
@@ -456,6 +454,7 @@ fn ledger_for<'c>(
         pending_state: None,
         holder: String::new(),
         halt: None,
+        tree: None,
     })
 }
 

@@ -135,44 +135,66 @@ fn content(tree: &loop_workspace::untrusted::Tree, e: &Entry) -> Option<Vec<u8>>
 
 /// Keeps the workspace's state in the store after each step that changed
 /// it (see the module's documentation).
-pub struct Keeper<'a> {
-    store: &'a dyn Store,
+pub struct Keeper {
     workspace: std::path::PathBuf,
-    task_id: String,
-    holder: String,
     baseline: Manifest,
-    /// The root the store holds.
+    /// The root of the last state kept (or on its way to the store).
     last: String,
-    /// Contents known to be kept.
+    /// Contents the store holds (or will, with the pending state).
     sent: HashSet<String>,
-    /// Set when a state could not be kept: the ledger then records
-    /// nothing more (no observation claims a state the store lacks).
+    /// The state waiting for the ledger's next commit, which writes it in
+    /// the same transaction as the entries (the step's observation
+    /// among them), under the same claim.
+    pub pending: TreeSlot,
+    /// Set when a state could not be read to be kept: the ledger then
+    /// records nothing more (no observation claims a state the store
+    /// lacks).
     pub halt: Arc<OnceLock<String>>,
 }
 
-impl<'a> Keeper<'a> {
+/// A kept state on its way to the store ([`Keeper::pending`]).
+#[derive(Debug)]
+pub struct PendingTree {
+    body: String,
+    blobs: Vec<(String, Vec<u8>)>,
+    named: Vec<String>,
+}
+
+/// Where a [`PendingTree`] waits.
+pub type TreeSlot = Arc<std::sync::Mutex<Option<PendingTree>>>;
+
+impl PendingTree {
+    /// The task file the ledger writes with its next commit.
+    pub fn file(&self) -> loop_store::TaskFile<'_> {
+        loop_store::TaskFile {
+            name: TREE,
+            body: &self.body,
+            blobs: &self.blobs,
+            keep_only: Some(&self.named),
+            durable: false,
+        }
+    }
+}
+
+impl Keeper {
     pub(crate) fn new(
-        store: &'a dyn Store,
-        task_id: &str,
-        holder: &str,
         baseline: Manifest,
         (kept_root, held): (String, HashSet<String>),
         workspace: &Path,
     ) -> Self {
         Keeper {
-            store,
             workspace: workspace.to_path_buf(),
-            task_id: task_id.to_string(),
-            holder: holder.to_string(),
             baseline,
             last: kept_root,
             sent: held,
+            pending: Arc::new(std::sync::Mutex::new(None)),
             halt: Arc::new(OnceLock::new()),
         }
     }
 
     /// Keep `now` (the workspace's manifest) as the task's state, if it is
-    /// not the one kept already.
+    /// not the one kept already: it goes to the store with the ledger's
+    /// next commit (the step's observation), never on its own.
     pub fn keep(&mut self, now: &Manifest) -> Result<(), String> {
         if let Some(why) = self.halt.get() {
             return Err(why.clone());
@@ -180,10 +202,22 @@ impl<'a> Keeper<'a> {
         if now.root == self.last {
             return Ok(());
         }
+        let fail = |halt: &OnceLock<String>, why: String| {
+            let why = format!("the workspace's state could not be kept: {why}");
+            let _ = halt.set(why.clone());
+            why
+        };
         let delta = Delta::between(&self.baseline, now);
         let tree = loop_workspace::untrusted::Tree::open(&self.workspace)
-            .map_err(|e| format!("workspace: {e}"))?;
-        let mut blobs = Vec::new();
+            .map_err(|e| fail(&self.halt, format!("workspace: {e}")))?;
+        let Ok(mut slot) = self.pending.lock() else {
+            return Err(fail(&self.halt, "its slot is poisoned".into()));
+        };
+        // A state not yet written is replaced; what it carried and this
+        // one names still goes.
+        let mut blobs = slot.take().map(|p| p.blobs).unwrap_or_default();
+        let named: Vec<String> = delta.changed.iter().map(|e| e.sha256.clone()).collect();
+        blobs.retain(|(sha, _)| named.contains(sha));
         let mut unkept = Vec::new();
         let mut missing = HashSet::new();
         for e in &delta.changed {
@@ -198,38 +232,16 @@ impl<'a> Keeper<'a> {
                 }
             }
         }
-        let named: Vec<String> = delta.changed.iter().map(|e| e.sha256.clone()).collect();
         let kept = Kept { delta, unkept };
-        let body = serde_json::to_string(&kept).map_err(|e| e.to_string())?;
-        let now_ms = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        // On an embedded store, not synced on its own: the step's
-        // observation comes after it, and the next durable commit (a
-        // call's intent, the end) takes both to the disk. A server's
-        // store may lose an unsynced commit while this runtime lives on
-        // (the server restarted), so there it waits for the disk.
-        let file = loop_store::TaskFile {
-            name: TREE,
-            body: &body,
-            blobs: &blobs,
-            keep_only: Some(&named),
-            durable: self.store.shared(),
-        };
-        match self
-            .store
-            .put_task_file(&self.task_id, &file, Some(&self.holder), now_ms)
-        {
-            Ok(()) => {
-                // What the store holds now: the contents this state names.
-                self.sent = named.into_iter().filter(|s| !missing.contains(s)).collect();
-                self.last = kept.delta.root;
-                Ok(())
-            }
-            Err(e) => {
-                let why = format!("the workspace's state could not be kept in the store: {e}");
-                let _ = self.halt.set(why.clone());
-                Err(why)
-            }
-        }
+        let body = serde_json::to_string(&kept).map_err(|e| fail(&self.halt, e.to_string()))?;
+        self.sent = named
+            .iter()
+            .filter(|s| !missing.contains(*s))
+            .cloned()
+            .collect();
+        self.last = kept.delta.root;
+        *slot = Some(PendingTree { body, blobs, named });
+        Ok(())
     }
 }
 

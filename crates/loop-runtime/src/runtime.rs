@@ -166,9 +166,11 @@ impl Runtime {
         let given = given.trim();
         let ids: Vec<String> = self.tasks()?.into_iter().map(|t| t.id).collect();
         if given == "last" {
+            // The newest by creation (the store lists newest first): two
+            // tasks made within one second have ids in no order.
             return ids
                 .into_iter()
-                .max()
+                .next()
                 .ok_or_else(|| Error::usage("`last`: this project has no task yet"));
         }
         if ids.iter().any(|i| i == given) {

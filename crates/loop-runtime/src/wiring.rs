@@ -122,8 +122,8 @@ pub struct ToolsAdapter<'a> {
     pub tools: ToolBox,
     /// The change so far as a unified diff, for the checker.
     pub diff: Option<Box<dyn FnMut() -> String + 'a>>,
-    /// Keeps the workspace's state in a shared store after each change.
-    pub keeper: Option<crate::moved::Keeper<'a>>,
+    /// Keeps the workspace's state in the store after each change.
+    pub keeper: Option<crate::moved::Keeper>,
     /// The workspace was rebuilt from the store's record for this run.
     pub rebuilt: bool,
 }
@@ -211,6 +211,8 @@ pub struct StoreLedger<'c> {
     /// Set when the workspace's state could not be kept in the store:
     /// nothing more is recorded (why, instead).
     pub halt: Option<std::sync::Arc<std::sync::OnceLock<String>>>,
+    /// The workspace's state waiting to be written with the next commit.
+    pub tree: Option<crate::moved::TreeSlot>,
 }
 
 impl StoreLedger<'_> {
@@ -228,20 +230,23 @@ impl StoreLedger<'_> {
         let lazy = self.pending.iter().all(|e| {
             e.kind == "observed" || (e.kind == "transition" && e.payload["to"] == "planning")
         });
-        let append = if lazy {
-            loop_store::Store::append_all_lazy
-        } else {
-            loop_store::Store::append_all
-        };
-        append(
-            self.store,
-            &self.task_id,
-            &self.pending,
-            self.pending_state.as_deref(),
-            Some(&self.holder),
-            self.clock.now_ms(),
-        )
-        .map_err(BoundaryError::caused_by)?;
+        // The workspace's state kept since the last commit goes with it
+        // (the step's observation that names its root is in this batch).
+        let tree = self
+            .tree
+            .as_ref()
+            .and_then(|slot| slot.lock().ok().and_then(|mut p| p.take()));
+        let file = tree.as_ref().map(|t| t.file());
+        self.store
+            .append_batch(
+                &self.task_id,
+                &self.pending,
+                self.pending_state.as_deref(),
+                Some(&self.holder),
+                self.clock.now_ms(),
+                (!lazy, file.as_ref()),
+            )
+            .map_err(BoundaryError::caused_by)?;
         self.pending.clear();
         self.pending_state = None;
         Ok(())

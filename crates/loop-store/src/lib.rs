@@ -494,7 +494,7 @@ pub trait Store: Send + Sync {
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, true)
+        self.append_batch(task, entries, state, holder, now_ms, (true, None))
     }
     /// [`Store::append_all`], without waiting for the disk: the batch may
     /// be lost with the machine (never with the process) until the next
@@ -509,9 +509,11 @@ pub trait Store: Send + Sync {
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.append_batch(task, entries, state, holder, now_ms, false)
+        self.append_batch(task, entries, state, holder, now_ms, (false, None))
     }
-    /// [`Store::append_all`] (`durable`) or [`Store::append_all_lazy`].
+    /// [`Store::append_all`] (`durable`) or [`Store::append_all_lazy`],
+    /// with, in the same transaction, a task file ([`Store::put_task_file`]:
+    /// its `durable` is the batch's).
     #[allow(clippy::too_many_arguments)]
     fn append_batch(
         &self,
@@ -520,7 +522,7 @@ pub trait Store: Send + Sync {
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
-        durable: bool,
+        with: (bool, Option<&TaskFile<'_>>),
     ) -> Result<(), StoreError>;
     /// Entries from `from_seq` on, in order.
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError>;

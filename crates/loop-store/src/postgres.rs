@@ -439,6 +439,38 @@ fn notify(tx: &mut postgres::Transaction<'_>, task: &str) -> Result<(), postgres
     Ok(())
 }
 
+/// Write `file` of `task` (its contents, the ones it drops, its body) in `tx`.
+fn file_in(
+    tx: &mut postgres::Transaction<'_>,
+    task: &str,
+    file: &TaskFile<'_>,
+    now_ms: u64,
+) -> Result<(), postgres::Error> {
+    for (sha, bytes) in file.blobs {
+        tx.execute(
+            "INSERT INTO blobs (task_id, sha256, bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            &[&task, sha, bytes],
+        )?;
+    }
+    if let Some(keep) = file.keep_only {
+        let keep: Vec<&str> = keep
+            .iter()
+            .chain(file.blobs.iter().map(|(s, _)| s))
+            .map(String::as_str)
+            .collect();
+        tx.execute(
+            "DELETE FROM blobs WHERE task_id = $1 AND NOT (sha256 = ANY($2))",
+            &[&task, &keep],
+        )?;
+    }
+    tx.execute(
+        "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+        &[&task, &file.name, &file.body, &ms(now_ms)],
+    )?;
+    Ok(())
+}
+
 fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -537,7 +569,7 @@ impl Store for PgStore {
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
-        durable: bool,
+        (durable, file): (bool, Option<&TaskFile<'_>>),
     ) -> Result<(), StoreError> {
         let (Some(first), Some(final_entry)) = (entries.first(), entries.last()) else {
             return Ok(());
@@ -627,6 +659,9 @@ impl Store for PgStore {
                     &[&task, &ms(now_ms)],
                 )?,
             };
+            if let Some(f) = file {
+                file_in(&mut tx, task, f, now_ms)?;
+            }
             tx.commit()?;
             Ok(())
         })
@@ -1073,28 +1108,7 @@ impl Store for PgStore {
                     }));
                 }
             }
-            for (sha, bytes) in file.blobs {
-                tx.execute(
-                    "INSERT INTO blobs (task_id, sha256, bytes) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    &[&task, sha, bytes],
-                )?;
-            }
-            if let Some(keep) = file.keep_only {
-                let keep: Vec<&str> = keep
-                    .iter()
-                    .chain(file.blobs.iter().map(|(s, _)| s))
-                    .map(String::as_str)
-                    .collect();
-                tx.execute(
-                    "DELETE FROM blobs WHERE task_id = $1 AND NOT (sha256 = ANY($2))",
-                    &[&task, &keep],
-                )?;
-            }
-            tx.execute(
-                "INSERT INTO task_files (task_id, name, body, updated_ms) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (task_id, name) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
-                &[&task, &file.name, &file.body, &ms(now_ms)],
-            )?;
+            file_in(&mut tx, task, file, now_ms)?;
             tx.commit()?;
             Ok(())
         })

@@ -72,7 +72,7 @@ impl SqliteStore {
         c: &mut Connection,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        (state, file): (Option<&str>, Option<&TaskFile<'_>>),
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -159,6 +159,9 @@ impl SqliteStore {
                     .and_then(|mut q| q.execute(params![task, now_ms as i64])),
             }
             .map_err(|e| self.err(e))?;
+            if let Some(f) = file {
+                self.file_in(&tx, task, f, now_ms)?;
+            }
             tx.commit().map_err(|e| self.err(e))
         }
     }
@@ -182,6 +185,18 @@ impl SqliteStore {
                 task: task.to_string(),
             });
         }
+        self.file_in(&tx, task, file, now_ms)?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Write `file` of `task` (its contents, the ones it drops, its body) in `tx`.
+    fn file_in(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        task: &str,
+        file: &TaskFile<'_>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
         {
             let mut put = tx
                 .prepare_cached(
@@ -219,7 +234,7 @@ impl SqliteStore {
         )
         .and_then(|mut q| q.execute(params![task, file.name, file.body, now_ms as i64]))
         .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))
+        Ok(())
     }
 
     /// The task's current owner, read inside `tx`.
@@ -361,7 +376,7 @@ impl Store for SqliteStore {
         state: Option<&str>,
         holder: Option<&str>,
         now_ms: u64,
-        durable: bool,
+        (durable, file): (bool, Option<&TaskFile<'_>>),
     ) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
@@ -371,7 +386,7 @@ impl Store for SqliteStore {
                 c.execute_batch("PRAGMA synchronous = NORMAL")
                     .map_err(|e| self.err(e))?;
             }
-            let done = self.append_in(c, task, entries, state, holder, now_ms);
+            let done = self.append_in(c, task, entries, (state, file), holder, now_ms);
             if !durable {
                 c.execute_batch("PRAGMA synchronous = FULL")
                     .map_err(|e| self.err(e))?;

@@ -765,6 +765,44 @@ fn lazy_batches_keep_the_chain_in_order_with_durable_ones() {
             s.append_all_lazy("t", &[entry(12)], None, Some("another"), now()),
             Err(StoreError::NotHolder { .. })
         ));
+        // A task file written with a batch is all or nothing with it.
+        let blobs = vec![("w1".to_string(), b"state".to_vec())];
+        let file = TaskFile {
+            name: "tree",
+            body: "twelve",
+            blobs: &blobs,
+            keep_only: Some(&[]),
+            durable: false,
+        };
+        let refused = s.append_batch(
+            "t",
+            &[entry(13)],
+            None,
+            Some("me"),
+            now(),
+            (false, Some(&file)),
+        );
+        assert!(
+            matches!(refused, Err(StoreError::OutOfSequence { .. })),
+            "{who}"
+        );
+        assert_eq!(s.task_file("t", "tree").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t", "w1").unwrap(), None, "{who}");
+        s.append_batch(
+            "t",
+            &[entry(12)],
+            None,
+            Some("me"),
+            now(),
+            (false, Some(&file)),
+        )
+        .unwrap();
+        assert_eq!(
+            s.task_file("t", "tree").unwrap().as_deref(),
+            Some("twelve"),
+            "{who}"
+        );
+        assert_eq!(s.blob("t", "w1").unwrap(), Some(b"state".to_vec()), "{who}");
         // Another handle sees every entry, in order, and the last state.
         let other = b.open();
         let seqs: Vec<u64> = other
@@ -773,7 +811,7 @@ fn lazy_batches_keep_the_chain_in_order_with_durable_ones() {
             .iter()
             .map(|e| e.seq)
             .collect();
-        assert_eq!(seqs, (0..12).collect::<Vec<_>>(), "{who}");
+        assert_eq!(seqs, (0..13).collect::<Vec<_>>(), "{who}");
         assert_eq!(other.task("t").unwrap().state, "planning", "{who}");
     }
 }
