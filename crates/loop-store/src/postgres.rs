@@ -1039,7 +1039,16 @@ impl Store for PgStore {
                 "UPDATE tokens SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL",
                 &[&id, &ms(now_ms)],
             )?;
-            Ok(n > 0)
+            if n > 0 {
+                return Ok(true);
+            }
+            // Revoked at this very instant: ours, committed before a broken
+            // connection lost the answer (the retry finds it revoked).
+            let at: Option<Option<i64>> = c
+                .query_opt("SELECT revoked_ms FROM tokens WHERE id = $1", &[&id])?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            Ok(at == Some(Some(ms(now_ms))))
         })
     }
 

@@ -202,11 +202,6 @@ impl RedisQueue {
         &self.shown
     }
 
-    /// The queue's settings.
-    pub fn options(&self) -> &QueueOptions {
-        &self.opts
-    }
-
     fn err(&self, e: impl std::fmt::Display) -> QueueError {
         QueueError {
             url: self.shown.clone(),
