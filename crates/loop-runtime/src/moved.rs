@@ -210,12 +210,13 @@ impl Keeper {
         let delta = Delta::between(&self.baseline, now);
         let tree = loop_workspace::untrusted::Tree::open(&self.workspace)
             .map_err(|e| fail(&self.halt, format!("workspace: {e}")))?;
-        let Ok(mut slot) = self.pending.lock() else {
-            return Err(fail(&self.halt, "its slot is poisoned".into()));
-        };
+        let mut slot = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A state not yet written is replaced; what it carried and this
         // one names still goes.
-        let mut blobs = slot.take().map(|p| p.blobs).unwrap_or_default();
+        let mut blobs = slot.as_ref().map(|p| p.blobs.clone()).unwrap_or_default();
         let named: Vec<String> = delta.changed.iter().map(|e| e.sha256.clone()).collect();
         blobs.retain(|(sha, _)| named.contains(sha));
         let mut unkept = Vec::new();

@@ -232,21 +232,35 @@ impl StoreLedger<'_> {
         });
         // The workspace's state kept since the last commit goes with it
         // (the step's observation that names its root is in this batch).
-        let tree = self
-            .tree
-            .as_ref()
-            .and_then(|slot| slot.lock().ok().and_then(|mut p| p.take()));
+        let tree = self.tree.as_ref().and_then(|slot| {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        });
         let file = tree.as_ref().map(|t| t.file());
-        self.store
-            .append_batch(
-                &self.task_id,
-                &self.pending,
-                self.pending_state.as_deref(),
-                Some(&self.holder),
-                self.clock.now_ms(),
-                (!lazy, file.as_ref()),
-            )
-            .map_err(BoundaryError::caused_by)?;
+        let done = self.store.append_batch(
+            &self.task_id,
+            &self.pending,
+            self.pending_state.as_deref(),
+            Some(&self.holder),
+            self.clock.now_ms(),
+            (!lazy, file.as_ref()),
+        );
+        // A batch that failed keeps its state for the next try (the
+        // entries stay pending too): they are never committed apart. (One
+        // that did commit though its answer was lost is found whole by
+        // the retry, which writes nothing twice.)
+        if done.is_err()
+            && let (Some(slot), Some(t)) = (&self.tree, tree)
+        {
+            let mut s = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if s.is_none() {
+                *s = Some(t);
+            }
+        }
+        done.map_err(BoundaryError::caused_by)?;
         self.pending.clear();
         self.pending_state = None;
         Ok(())
