@@ -39,6 +39,9 @@ export LOOP_REQUIRE_LOCAL_MODEL=1
 # Schemathesis, which the API test runs against `loop serve`.
 LOOP_SCHEMATHESIS_VENV=$(scripts/schemathesis.sh)
 export LOOP_SCHEMATHESIS_VENV
+# The `mcp` package, whose client drives `loop mcp` (stdio and HTTP).
+LOOP_MCP_VENV=$(scripts/mcp-venv.sh)
+export LOOP_MCP_VENV
 # Selenium, which drives Chromium through the console.
 LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
 export LOOP_BROWSER_VENV

@@ -416,6 +416,19 @@ enum Command {
         #[arg(long, default_value = ".")]
         project: PathBuf,
     },
+    /// Serve the project's tasks to an MCP client over stdio (add
+    /// `loop mcp --project DIR` to the client's configuration): tools
+    /// run_task, task_status, task_events, approve, answer, verify_receipt,
+    /// diff; each task's receipt, ledger and change set as resources.
+    /// `loop serve` offers the same at /mcp (streamable HTTP, with a token).
+    Mcp {
+        /// Tasks run at once; more wait their turn.
+        #[arg(long, value_name = "N", default_value_t = 4)]
+        jobs: usize,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
     /// The API's bearer tokens: `create` prints one once (only its hash is
     /// kept), `list`, `revoke ID`.
     Tokens {
@@ -653,7 +666,10 @@ fn main() -> ExitCode {
     }
     // The server ends on SIGTERM leaving its tasks resumable; everything
     // else turns Ctrl-C and SIGTERM into a cancel.
-    if !matches!(cli.command, Command::Serve { .. } | Command::Worker { .. }) {
+    if !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Worker { .. } | Command::Mcp { .. }
+    ) {
         interrupt::install();
     }
     if let Err(e) = logging::init(cli.verbose) {
@@ -869,6 +885,12 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             })?;
             // Tasks still running are left interrupted; the next serve (or
             // `loop resume`) takes them up.
+            std::process::exit(0);
+        }
+        Command::Mcp { jobs, project } => {
+            loop_server::mcp::serve_stdio(&project, jobs.max(1))?;
+            // Tasks still running are left interrupted; `loop resume` (or
+            // the next `loop mcp`) takes them up.
             std::process::exit(0);
         }
         Command::Tokens { action } => tokens_cmd(action, json),

@@ -54,7 +54,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
 }
 
 /// Run `f` on a blocking thread (the store, the files, the sandbox).
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
@@ -77,7 +77,7 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Resul
 
 /// Task `id`, if `caller` may see it; 404 otherwise (an id alone reveals
 /// nothing about other owners' tasks).
-fn visible(
+pub(crate) fn visible(
     rt: &Runtime,
     caller: &Caller,
     id: &str,
@@ -242,7 +242,7 @@ async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<V
 /// A new task: an instruction with its checks (or a contract in YAML).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NewTask {
+pub(crate) struct NewTask {
     instruction: String,
     #[serde(default)]
     checks: Vec<String>,
@@ -307,6 +307,17 @@ async fn create(
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
+    let (status, v) = create_task(&s, caller, body).await?;
+    Ok((status, Json(v)))
+}
+
+/// Start a task from `body` for `caller`: 201 with its id, or, for an
+/// instruction alone, 202 with the draft whose contract waits for an answer.
+pub(crate) async fn create_task(
+    s: &AppState,
+    caller: Caller,
+    body: NewTask,
+) -> Result<(StatusCode, Value), ApiError> {
     let draft_body = body.clone();
     let draft_caller = caller.clone();
     let rt = s.runtime.clone();
@@ -390,13 +401,13 @@ async fn create(
     })
     .await?;
     let Some(id) = id else {
-        return start_draft(&s, &draft_caller, draft_body).await;
+        return start_draft(s, &draft_caller, draft_body).await;
     };
     s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
     s.pool.start(id.clone(), None);
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})),
+        json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")}),
     ))
 }
 
@@ -406,7 +417,7 @@ async fn start_draft(
     s: &AppState,
     caller: &Caller,
     body: NewTask,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Value), ApiError> {
     if body.instruction.trim().is_empty() {
         return Err(ApiError::bad_request(
             "an instruction is needed to draft a contract",
@@ -493,7 +504,7 @@ async fn start_draft(
     }
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"draft": id, "status": format!("/api/v1/drafts/{id}")})),
+        json!({"draft": id, "status": format!("/api/v1/drafts/{id}")}),
     ))
 }
 
@@ -503,19 +514,24 @@ async fn draft_view(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    draft_of(&s, &caller, &id).map(Json)
+}
+
+/// Draft `id` as `caller` may see it: where it stands, and its notes.
+pub(crate) fn draft_of(s: &AppState, caller: &Caller, id: &str) -> Result<Value, ApiError> {
     let (state, notes) =
-        crate::drafts::view(&s.drafts, &id, &caller.owner, caller.scope == Scope::Admin)
+        crate::drafts::view(&s.drafts, id, &caller.owner, caller.scope == Scope::Admin)
             .ok_or_else(|| ApiError::not_found(&format!("draft {id}")))?;
     let mut v = serde_json::to_value(state).unwrap_or_default();
     v["id"] = json!(id);
     v["notes"] = json!(notes);
-    Ok(Json(v))
+    Ok(v)
 }
 
 /// The person's answer to a drafted contract.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Confirm {
+pub(crate) struct Confirm {
     /// Do not start the task.
     #[serde(default)]
     reject: bool,
@@ -531,6 +547,16 @@ async fn draft_confirm(
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let c: Confirm = optional_body(&body)?;
+    confirm_draft(&s, &caller, &id, c).map(Json)
+}
+
+/// `caller`'s answer `c` to draft `id`.
+pub(crate) fn confirm_draft(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+    c: Confirm,
+) -> Result<Value, ApiError> {
     let review = match (c.reject, c.contract) {
         (true, _) => ContractReview::Reject,
         (false, Some(text)) => ContractReview::Edited(text),
@@ -538,7 +564,7 @@ async fn draft_confirm(
     };
     match crate::drafts::answer(
         &s.drafts,
-        &id,
+        id,
         &caller.owner,
         caller.scope == Scope::Admin,
         review,
@@ -549,7 +575,7 @@ async fn draft_confirm(
             "not_waiting",
             format!("draft {id} is not waiting for an answer"),
         )),
-        Some(true) => Ok(Json(json!({"id": id, "answered": true}))),
+        Some(true) => Ok(json!({"id": id, "answered": true})),
     }
 }
 
@@ -697,6 +723,11 @@ async fn one(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    status_of(&s, caller, id).await.map(Json)
+}
+
+/// Task `id`'s status, as `caller` may see it.
+pub(crate) async fn status_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
     let (rt, pool) = (s.runtime.clone(), s.pool.clone());
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -706,7 +737,7 @@ async fn one(
             serde_json::to_value(status).unwrap_or_default(),
         );
         v["queued"] = json!(pool.is_waiting(&id));
-        Ok(Json(v))
+        Ok(v)
     })
     .await
 }
@@ -732,15 +763,25 @@ async fn events(
             })?,
         },
     };
+    events_of(&s, caller, id, q.since).await.map(Json)
+}
+
+/// Task `id`'s recorded events after `since`, as `caller` may see them.
+pub(crate) async fn events_of(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+    since: u64,
+) -> Result<Value, ApiError> {
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
         let events: Vec<Value> = rt
-            .events(&id, q.since)?
+            .events(&id, since)?
             .into_iter()
             .map(|r| json!({"seq": r.seq, "at": r.at, "event": r.event}))
             .collect();
-        Ok(Json(json!({"events": events})))
+        Ok(json!({"events": events}))
     })
     .await
 }
@@ -848,7 +889,7 @@ async fn cancel(
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Answer {
+pub(crate) struct Answer {
     #[serde(default)]
     deny: bool,
     message: Option<String>,
@@ -864,8 +905,22 @@ async fn approve(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
-    let rt = s.runtime.clone();
     let answer: Answer = optional_body(&body)?;
+    approve_task(&s, caller, id, answer, "the API")
+        .await
+        .map(Json)
+}
+
+/// `caller`'s answer to the question task `id` waits on; `via` says
+/// through what it came (recorded with who gave it).
+pub(crate) async fn approve_task(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+    answer: Answer,
+    via: &'static str,
+) -> Result<Value, ApiError> {
+    let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
         if let Some(want) = &answer.approval_id {
@@ -882,10 +937,7 @@ async fn approve(
                 ));
             }
         }
-        let by = format!(
-            "the API (owner {}, token {})",
-            caller.owner, caller.token_id
-        );
+        let by = format!("{via} (owner {}, token {})", caller.owner, caller.token_id);
         let answered = match &answer.approval_id {
             Some(want) => {
                 rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)
@@ -912,10 +964,10 @@ async fn approve(
                 return Err(e.into());
             }
         };
-        Ok(Json(json!({
+        Ok(json!({
             "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),
             "detail": a.payload["detail"], "rule": a.payload["rule"], "message": answer.message,
-        })))
+        }))
     })
     .await
 }
@@ -983,7 +1035,9 @@ async fn resume(
 }
 
 /// The task's receipt path, once it has one.
-fn receipt_of(t: &loop_runtime::query::TaskView) -> Result<std::path::PathBuf, ApiError> {
+pub(crate) fn receipt_of(
+    t: &loop_runtime::query::TaskView,
+) -> Result<std::path::PathBuf, ApiError> {
     t.receipt
         .as_ref()
         .map(std::path::PathBuf::from)
@@ -1037,13 +1091,22 @@ async fn verify(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    verify_task(&s, caller, id).await.map(Json)
+}
+
+/// Task `id`'s receipt checked offline, as `caller` may see it.
+pub(crate) async fn verify_task(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+) -> Result<Value, ApiError> {
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
         let path = receipt_of(&t)?;
         let c = loop_runtime::receipts::verify(&path, None, None)?;
         let r = &c.report;
-        Ok(Json(json!({
+        Ok(json!({
             "id": id,
             "intact": c.intact,
             "verified": c.verified,
@@ -1055,7 +1118,7 @@ async fn verify(
             "ledger": {"entries": r.ledger_entries, "problems": r.ledger_problems},
             "artifacts": {"checked": r.artifacts_checked, "problems": r.artifact_problems},
             "outcome": r.statement.as_ref().map(|s| &s.predicate.outcome),
-        })))
+        }))
     })
     .await
 }
@@ -1066,6 +1129,11 @@ async fn diff(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    diff_of(&s, caller, id).await.map(Json)
+}
+
+/// Task `id`'s change set, as `caller` may see it.
+pub(crate) async fn diff_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -1078,11 +1146,11 @@ async fn diff(
                 json!({"workspace": project_relative(rt.project(), &p.display().to_string())})
             }
         };
-        Ok(Json(json!({
+        Ok(json!({
             "id": id, "source": source, "base_commit": d.change_set.base_commit,
             "files": d.change_set.files, "patch": d.change_set.patch,
             "patch_sha256": d.change_set.patch_sha256,
-        })))
+        }))
     })
     .await
 }
@@ -1135,7 +1203,7 @@ fn settled(
 /// `text` with the project's absolute path taken out of it (paths inside
 /// it said relative to the project): a response does not map the
 /// server's disk.
-fn project_relative(project: &std::path::Path, text: &str) -> String {
+pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String {
     let root = project.display().to_string();
     text.replace(&format!("{root}/"), "").replace(&root, ".")
 }

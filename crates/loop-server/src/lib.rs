@@ -17,6 +17,7 @@
 mod api;
 mod drafts;
 mod feed;
+pub mod mcp;
 mod openapi;
 mod pool;
 pub mod worker;
@@ -255,7 +256,15 @@ impl IntoResponse for ApiError {
 /// The router, over `state`: bodies capped at 1 MiB, and every request
 /// but an event stream answered within 60 s.
 pub fn router(state: AppState) -> axum::Router {
+    // MCP over streamable HTTP, behind the same tokens.
+    let mcp = axum::Router::new()
+        .fallback_service(mcp::http_service(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            mcp::authenticate,
+        ));
     api::routes()
+        .nest_service("/mcp", mcp)
         .fallback(no_route)
         .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
@@ -267,7 +276,11 @@ pub fn router(state: AppState) -> axum::Router {
 /// makes itself (a body over the limit, a method a route does not take)
 /// are said in the API's own shape too.
 async fn time_limit(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if req.method() == axum::http::Method::GET && req.uri().path().ends_with("/stream") {
+    // An event stream lasts as long as its task; an MCP call may wait on
+    // one (`wait`), and its session's stream stays open.
+    if (req.method() == axum::http::Method::GET && req.uri().path().ends_with("/stream"))
+        || req.uri().path() == "/mcp"
+    {
         return next.run(req).await;
     }
     let r = match tokio::time::timeout(Duration::from_secs(60), next.run(req)).await {

@@ -1,0 +1,703 @@
+//! `loop mcp`: Loop Engine as a Model Context Protocol server, over stdio
+//! (`loop mcp`) and streamable HTTP (`/mcp` under `loop serve`, behind the
+//! API's bearer tokens), on the official SDK (`rmcp`).
+//!
+//! Another agent delegates "do X until these checks pass, and prove it":
+//! the tools are the API's operations, done by the same code (a task
+//! started here is the API's task: the same store, pool, drafts, owner
+//! rules and receipts). Resources are each task's receipt, ledger and
+//! change set. `run_task` and `task_status` with `wait` send a progress
+//! notification per recorded event until the task ends or waits for a
+//! person.
+
+use crate::api::{self, Answer, Confirm, NewTask};
+use crate::{ApiError, AppState};
+use loop_runtime::tokens::{Caller, Scope};
+use rmcp::ErrorData as McpError;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The MCP server: the API's state, and who the caller is when the
+/// transport says nothing of it (stdio: the person who started `loop mcp`).
+#[derive(Clone)]
+pub struct LoopMcp {
+    state: AppState,
+    local: Option<Caller>,
+}
+
+impl LoopMcp {
+    /// Over stdio: the local user, with every right the command line has.
+    pub fn local(state: AppState) -> Self {
+        LoopMcp {
+            state,
+            local: Some(Caller {
+                owner: "mcp".into(),
+                scope: Scope::Admin,
+                token_id: "stdio".into(),
+            }),
+        }
+    }
+
+    /// Over HTTP: each request's caller is the one its bearer token names
+    /// (put on the request by [`authenticate`]).
+    pub fn remote(state: AppState) -> Self {
+        LoopMcp { state, local: None }
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>, need: Scope) -> Result<Caller, McpError> {
+        let caller = match &self.local {
+            Some(c) => c.clone(),
+            None => ctx
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Caller>())
+                .cloned()
+                .ok_or_else(|| McpError::invalid_request("no authenticated caller", None))?,
+        };
+        if caller.scope < need {
+            return Err(McpError::invalid_request(
+                format!(
+                    "this needs a `{}` token; this one is `{}`",
+                    need.as_str(),
+                    caller.scope.as_str()
+                ),
+                None,
+            ));
+        }
+        Ok(caller)
+    }
+}
+
+/// The longest a `wait` may last.
+const MAX_WAIT_SECS: u64 = 3600;
+
+/// The tools: (name, description, input schema properties, required, read-only).
+fn tool_list() -> Vec<Tool> {
+    let id = json!({"type": "string", "description": "the task id (or `last`)"});
+    let wait = json!({"type": "boolean", "description": "wait until the task ends or waits for a person, sending a progress notification per recorded event (with a progress token)"});
+    let wait_secs = json!({"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECS, "description": "the longest to wait (default 600)"});
+    let tools = [
+        (
+            "run_task",
+            "Start a task: an instruction with acceptance checks (shell commands that must exit 0 on a fresh copy of the result), or a contract in YAML. An instruction alone is drafted into a contract that waits for `answer`. Returns the task id (or the draft id).",
+            json!({
+                "instruction": {"type": "string"},
+                "checks": {"type": "array", "items": {"type": "string"}},
+                "artifacts": {"type": "array", "items": {"type": "string"}, "description": "files that must exist at the end"},
+                "contract": {"type": "string", "description": "a contract in YAML"},
+                "model": {"type": "string", "description": "openai:MODEL, anthropic:MODEL, scripted:PATH or replay:PATH (a path inside the project); default the Loopfile's maker"},
+                "max_steps": {"type": "integer", "minimum": 1},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "budget_usd": {"type": "number", "minimum": 0},
+                "timeout_secs": {"type": "integer", "minimum": 1},
+                "wait": wait,
+                "wait_secs": wait_secs,
+            }),
+            vec!["instruction"],
+            false,
+        ),
+        (
+            "task_status",
+            "A task's state or outcome, budgets used, approvals and receipt; or a draft's (an id `d-…`): its proposed contract, or the task it started.",
+            json!({"id": id, "wait": wait, "wait_secs": wait_secs}),
+            vec!["id"],
+            true,
+        ),
+        (
+            "task_events",
+            "A task's recorded events (its ledger), from event `since` on.",
+            json!({"id": id, "since": {"type": "integer", "minimum": 0, "description": "the first event wanted (default 0: all)"}}),
+            vec!["id"],
+            true,
+        ),
+        (
+            "approve",
+            "Answer the question a task waits on (a command under a `prompt` rule, a checkpoint): approve, or deny with a message.",
+            json!({
+                "id": id,
+                "deny": {"type": "boolean"},
+                "message": {"type": "string"},
+                "approval_id": {"type": "string", "description": "the question answered: the answer counts only if it is still the one waiting"}
+            }),
+            vec!["id"],
+            false,
+        ),
+        (
+            "answer",
+            "Answer a drafted contract: accept it (the task starts), send an edited contract (judged again), or reject it.",
+            json!({
+                "draft": {"type": "string", "description": "the draft id `d-…`"},
+                "reject": {"type": "boolean"},
+                "contract": {"type": "string", "description": "the edited contract (YAML or JSON)"}
+            }),
+            vec!["draft"],
+            false,
+        ),
+        (
+            "verify_receipt",
+            "Check a task's receipt offline: its signature, statement, hash-chained ledger and artifacts.",
+            json!({"id": id}),
+            vec!["id"],
+            true,
+        ),
+        (
+            "diff",
+            "A task's change set: from its receipt once it has ended, else its workspace now.",
+            json!({"id": id}),
+            vec!["id"],
+            true,
+        ),
+    ];
+    tools
+        .into_iter()
+        .map(|(name, description, properties, required, read_only)| {
+            let schema = json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            });
+            let Value::Object(schema) = schema else {
+                unreachable!("a schema is an object")
+            };
+            Tool::new(name, description, Arc::new(schema))
+                .with_annotations(ToolAnnotations::new().read_only(read_only))
+        })
+        .collect()
+}
+
+/// The arguments of a call, as an object.
+fn args_of(req: &CallToolRequestParams) -> serde_json::Map<String, Value> {
+    req.arguments.clone().unwrap_or_default()
+}
+
+/// Read `args` as `T` (unknown keys refused, naming them).
+fn parse<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: serde_json::Map<String, Value>,
+) -> Result<T, ApiError> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|e| ApiError::bad_request(format!("invalid arguments for `{tool}`: {e}")))
+}
+
+/// Take the waiting options out of `args`.
+fn take_wait(args: &mut serde_json::Map<String, Value>) -> Result<Option<Duration>, ApiError> {
+    let wait = match args.remove("wait") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "wait must be true or false, not {other}"
+            )));
+        }
+    };
+    let secs = match args.remove("wait_secs") {
+        None | Some(Value::Null) => 600,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=MAX_WAIT_SECS).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "wait_secs must be a whole number from 1 to {MAX_WAIT_SECS}, not {v}"
+                ))
+            })?,
+    };
+    Ok(wait.then(|| Duration::from_secs(secs)))
+}
+
+/// A string argument that must be there.
+fn required_str(
+    tool: &str,
+    args: &mut serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<String, ApiError> {
+    match args.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "invalid arguments for `{tool}`: `{key}` must be a string, not {other}"
+        ))),
+        None => Err(ApiError::bad_request(format!(
+            "invalid arguments for `{tool}`: `{key}` is required"
+        ))),
+    }
+}
+
+/// No argument is left that the tool does not take.
+fn no_more(tool: &str, args: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
+    match args.keys().next() {
+        Some(k) => Err(ApiError::bad_request(format!(
+            "invalid arguments for `{tool}`: unknown argument `{k}`"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A task id the caller gave: `last` resolved, anything else as given
+/// (checked against what the caller may see by the operation).
+fn task_id(s: &AppState, given: String) -> String {
+    if given == "last" {
+        s.runtime.resolve_id("last").unwrap_or(given)
+    } else {
+        given
+    }
+}
+
+/// One line saying what a recorded event was, for a progress message.
+fn event_line(e: &Value) -> String {
+    let event = &e["event"];
+    let kind = event["kind"].as_str().unwrap_or("event");
+    let detail = match kind {
+        "transition" => event["to"].as_str().map(str::to_string),
+        "intent" => event["tool"].as_str().map(str::to_string),
+        "observed" => event["observation"]["tool"].as_str().map(|t| {
+            format!(
+                "{t} {}",
+                event["observation"]["status"].as_str().unwrap_or("")
+            )
+        }),
+        "approval_requested" => event["detail"].as_str().map(str::to_string),
+        "verified" => Some(if event["accepted"] == json!(true) {
+            "accepted".to_string()
+        } else {
+            "not accepted".to_string()
+        }),
+        "finished" => event["outcome"]["kind"].as_str().map(str::to_string),
+        _ => None,
+    };
+    match detail {
+        Some(d) => format!("#{} {kind}: {d}", e["seq"]),
+        None => format!("#{} {kind}", e["seq"]),
+    }
+}
+
+/// Whether a status says the task is over, or waits for a person (who
+/// will not answer while the caller waits on it).
+fn settled_or_waiting(status: &Value) -> Option<&'static str> {
+    if !status["outcome"].is_null() && status["running"] != json!(true) {
+        return Some("ended");
+    }
+    let pending = status["approvals"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x["status"] == json!("pending")));
+    pending.then_some("waiting for an answer (`approve`)")
+}
+
+impl LoopMcp {
+    /// Wait for task `id` to end (or wait for a person, or `limit` to
+    /// pass), sending a progress notification per recorded event when the
+    /// client gave a progress token; then its status.
+    async fn wait_for(
+        &self,
+        caller: &Caller,
+        id: &str,
+        limit: Duration,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, ApiError> {
+        let token = ctx.meta.get_progress_token();
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut since = 0u64;
+        // A task nobody runs for this long (its runtime gone, not queued
+        // here) is not waited on further.
+        let mut idle_since: Option<tokio::time::Instant> = None;
+        loop {
+            let events = api::events_of(&self.state, caller.clone(), id.to_string(), since).await?;
+            for e in events["events"].as_array().into_iter().flatten() {
+                since = e["seq"].as_u64().unwrap_or(since).max(since);
+                if let Some(t) = &token {
+                    let p = ProgressNotificationParam::new(t.clone(), since as f64)
+                        .with_message(event_line(e));
+                    // A client gone away ends the wait below (cancelled).
+                    let _ = ctx.peer.notify_progress(p).await;
+                }
+            }
+            let mut status = api::status_of(&self.state, caller.clone(), id.to_string()).await?;
+            if let Some(why) = settled_or_waiting(&status) {
+                status["waited"] = json!(why);
+                return Ok(status);
+            }
+            let idle = status["interrupted"] == json!(true) && status["queued"] != json!(true);
+            let now = tokio::time::Instant::now();
+            match (idle, idle_since) {
+                (false, _) => idle_since = None,
+                (true, None) => idle_since = Some(now),
+                (true, Some(t)) if now.duration_since(t) > Duration::from_secs(10) => {
+                    status["waited"] =
+                        json!("interrupted: no runtime has run it for 10 s (`loop resume`)");
+                    return Ok(status);
+                }
+                (true, Some(_)) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                status["waited"] = json!("the wait ran out; the task goes on");
+                return Ok(status);
+            }
+            tokio::select! {
+                () = ctx.ct.cancelled() => {
+                    status["waited"] = json!("the call was cancelled; the task goes on");
+                    return Ok(status);
+                }
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        req: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Value, ApiError> {
+        let tool = req.name.to_string();
+        let mut args = args_of(&req);
+        let s = &self.state;
+        let need = match tool.as_str() {
+            "run_task" | "approve" | "answer" => Scope::Run,
+            _ => Scope::Read,
+        };
+        let caller = self.caller(ctx, need).map_err(|e| {
+            ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", e.message)
+        })?;
+        match tool.as_str() {
+            "run_task" => {
+                let wait = take_wait(&mut args)?;
+                let body: NewTask = parse(&tool, args)?;
+                let (_, mut v) = api::create_task(s, caller.clone(), body).await?;
+                if let (Some(limit), Some(id)) = (wait, v["id"].as_str().map(str::to_string)) {
+                    v = self.wait_for(&caller, &id, limit, ctx).await?;
+                }
+                Ok(v)
+            }
+            "task_status" => {
+                let wait = take_wait(&mut args)?;
+                let id = required_str(&tool, &mut args, "id")?;
+                no_more(&tool, &args)?;
+                if id.starts_with("d-") {
+                    return api::draft_of(s, &caller, &id);
+                }
+                let id = task_id(s, id);
+                match wait {
+                    Some(limit) => self.wait_for(&caller, &id, limit, ctx).await,
+                    None => api::status_of(s, caller, id).await,
+                }
+            }
+            "task_events" => {
+                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let since = match args.remove("since") {
+                    None | Some(Value::Null) => 0,
+                    Some(v) => v.as_u64().ok_or_else(|| {
+                        ApiError::bad_request(format!("since must be a whole number, not {v}"))
+                    })?,
+                };
+                no_more(&tool, &args)?;
+                api::events_of(s, caller, id, since).await
+            }
+            "approve" => {
+                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let answer: Answer = parse(&tool, args)?;
+                api::approve_task(s, caller, id, answer, "MCP").await
+            }
+            "answer" => {
+                let draft = required_str(&tool, &mut args, "draft")?;
+                let c: Confirm = parse(&tool, args)?;
+                api::confirm_draft(s, &caller, &draft, c)
+            }
+            "verify_receipt" => {
+                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                no_more(&tool, &args)?;
+                api::verify_task(s, caller, id).await
+            }
+            "diff" => {
+                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                no_more(&tool, &args)?;
+                api::diff_of(s, caller, id).await
+            }
+            other => Err(ApiError::bad_request(format!(
+                "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff)"
+            ))),
+        }
+    }
+
+    /// A resource's text: (MIME type, text).
+    async fn resource(&self, caller: Caller, uri: &str) -> Result<(String, String), McpError> {
+        let not_found = || {
+            McpError::resource_not_found(
+                format!("no resource {uri} (loop://tasks/ID/receipt, /ledger or /changes)"),
+                None,
+            )
+        };
+        let rest = uri.strip_prefix("loop://tasks/").ok_or_else(not_found)?;
+        let (id, what) = rest.split_once('/').ok_or_else(not_found)?;
+        let id = id.to_string();
+        let internal = |e: ApiError| match e.kind {
+            "not_found" => not_found(),
+            _ => McpError::internal_error(e.message, None),
+        };
+        match what {
+            "receipt" => {
+                let rt = self.state.runtime.clone();
+                api::blocking(move || {
+                    let t = api::visible(&rt, &caller, &id)?;
+                    let path = api::receipt_of(&t)?;
+                    std::fs::read_to_string(&path)
+                        .map(|text| ("application/json".to_string(), text))
+                        .map_err(|e| {
+                            ApiError::new(
+                                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                                "internal",
+                                format!("the receipt of {id}: {e}"),
+                            )
+                        })
+                })
+                .await
+                .map_err(internal)
+            }
+            "ledger" => {
+                let v = api::events_of(&self.state, caller, id, 0)
+                    .await
+                    .map_err(internal)?;
+                let mut text = String::new();
+                for e in v["events"].as_array().into_iter().flatten() {
+                    text.push_str(&e.to_string());
+                    text.push('\n');
+                }
+                Ok(("application/x-ndjson".to_string(), text))
+            }
+            "changes" => {
+                let v = api::diff_of(&self.state, caller, id)
+                    .await
+                    .map_err(internal)?;
+                Ok((
+                    "text/x-diff".to_string(),
+                    v["patch"].as_str().unwrap_or_default().to_string(),
+                ))
+            }
+            _ => Err(not_found()),
+        }
+    }
+}
+
+/// Tasks listed as resources at once (the newest).
+const LISTED: usize = 100;
+
+impl ServerHandler for LoopMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("loop-engine", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Loop Engine runs a task until every acceptance check passes on a fresh copy of the result, inside a sandbox, and signs a receipt of it. Start one with run_task (an instruction and checks), follow it with task_status (wait: true streams progress), answer its questions with approve, and check its receipt with verify_receipt.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let result = match self.call(request, &context).await {
+            Ok(v) => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
+                r.structured_content = Some(v);
+                r
+            }
+            Err(e) => {
+                let v = json!({"error": {"kind": e.kind, "message": e.message}});
+                let mut r = CallToolResult::error(vec![ContentBlock::text(v.to_string())]);
+                r.structured_content = Some(v);
+                r
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let caller = self.caller(&context, Scope::Read)?;
+        let rt = self.state.runtime.clone();
+        let tasks = api::blocking(move || {
+            let mut seen: Vec<_> = rt
+                .tasks()?
+                .into_iter()
+                .filter(|t| caller.may_see(t.owner.as_deref()))
+                .collect();
+            seen.truncate(LISTED);
+            Ok(seen)
+        })
+        .await
+        .map_err(|e| McpError::internal_error(e.message, None))?;
+        let mut out = Vec::new();
+        for t in tasks {
+            let id = &t.id;
+            if t.receipt.is_some() {
+                out.push(
+                    Resource::new(
+                        format!("loop://tasks/{id}/receipt"),
+                        format!("{id} receipt"),
+                    )
+                    .with_mime_type("application/json")
+                    .with_description("the signed DSSE/in-toto receipt"),
+                );
+            }
+            out.push(
+                Resource::new(format!("loop://tasks/{id}/ledger"), format!("{id} ledger"))
+                    .with_mime_type("application/x-ndjson")
+                    .with_description("the recorded events, one JSON object a line"),
+            );
+            out.push(
+                Resource::new(
+                    format!("loop://tasks/{id}/changes"),
+                    format!("{id} changes"),
+                )
+                .with_mime_type("text/x-diff")
+                .with_description("the change set as a unified diff"),
+            );
+        }
+        Ok(ListResourcesResult::with_all_items(out))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let t = |what: &str, mime: &str, description: &str| {
+            ResourceTemplate::new(
+                format!("loop://tasks/{{id}}/{what}"),
+                format!("task {what}"),
+            )
+            .with_mime_type(mime)
+            .with_description(description)
+        };
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            t(
+                "receipt",
+                "application/json",
+                "a task's signed DSSE/in-toto receipt",
+            ),
+            t(
+                "ledger",
+                "application/x-ndjson",
+                "a task's recorded events, one JSON object a line",
+            ),
+            t(
+                "changes",
+                "text/x-diff",
+                "a task's change set as a unified diff",
+            ),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let caller = self.caller(&context, Scope::Read)?;
+        let (mime, text) = self.resource(caller, &request.uri).await?;
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, request.uri.clone()).with_mime_type(mime),
+        ])
+        .into())
+    }
+}
+
+/// Serve MCP over this process's standard input and output until the
+/// client closes it. Nothing else may write to standard output: it is
+/// moved to a descriptor of the protocol's own, and descriptor 1 then
+/// goes to standard error (where anything a library prints ends up).
+pub fn serve_stdio(project: &std::path::Path, jobs: usize) -> Result<(), loop_runtime::Error> {
+    use std::os::fd::FromRawFd;
+    let runtime = loop_runtime::Runtime::open(project)?;
+    // SAFETY: dup of our own standard output, then dup2 of standard error
+    // over it; both descriptors stay open for the life of the process.
+    let protocol_out = unsafe {
+        let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+        if fd < 0 || libc::dup2(2, 1) < 0 {
+            return Err(loop_runtime::Error::internal(format!(
+                "cannot set standard output aside: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        std::fs::File::from_raw_fd(fd)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| loop_runtime::Error::internal(format!("the async runtime: {e}")))?;
+    let served = rt.block_on(async move {
+        use rmcp::ServiceExt;
+        let state = AppState::new(runtime, u32::MAX, jobs);
+        let first = state.clone();
+        let _ = tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await;
+        let out = tokio::fs::File::from_std(protocol_out);
+        let service = LoopMcp::local(state)
+            .serve((tokio::io::stdin(), out))
+            .await
+            .map_err(|e| loop_runtime::Error::internal(format!("MCP over stdio: {e}")))?;
+        service
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| loop_runtime::Error::internal(format!("MCP over stdio: {e}")))
+    });
+    rt.shutdown_background();
+    served
+}
+
+/// The streamable HTTP service at `/mcp`, over `state` (each request
+/// authenticated by [`authenticate`] first).
+pub fn http_service(
+    state: AppState,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    LoopMcp,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+    rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || Ok(LoopMcp::remote(state.clone())),
+        Default::default(),
+        config,
+    )
+}
+
+/// Every MCP request over HTTP needs a bearer token, as the API's routes
+/// do: its caller goes with the request to the tools.
+pub async fn authenticate(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match state.caller(req.headers(), Scope::Read).await {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
