@@ -26,6 +26,9 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # redis-server processes of their own.
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# The MCP tool tests run real MCP servers from the npm registry on Node.js.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -42,6 +45,9 @@ export LOOP_SCHEMATHESIS_VENV
 # The `mcp` package, whose client drives `loop mcp` (stdio and HTTP).
 LOOP_MCP_VENV=$(scripts/mcp-venv.sh)
 export LOOP_MCP_VENV
+# The MCP servers a task's tests use (server-filesystem, server-everything).
+LOOP_MCP_SERVERS=$(scripts/mcp-servers.sh)
+export LOOP_MCP_SERVERS
 # Selenium, which drives Chromium through the console.
 LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
 export LOOP_BROWSER_VENV

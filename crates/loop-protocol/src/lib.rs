@@ -43,7 +43,7 @@ pub use evidence::{
 };
 pub use live::{Live, LiveFeed};
 pub use model::{Model, WireExchange};
-pub use observation::{Observation, ObservationStatus};
+pub use observation::{McpCall, Observation, ObservationStatus};
 pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};
 pub use path::RelPath;
 pub use state::TaskState;

@@ -40,6 +40,34 @@ pub struct Observation {
     /// none, and an observation travels in `Result`s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Box<Vec<crate::EgressAttempt>>>,
+    /// For a tool of an MCP server: which, and the hashes of what was sent
+    /// and what came back (boxed, as `egress`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Box<McpCall>>,
+}
+
+/// One call of an MCP server's tool, as the ledger keeps it: what was
+/// sent and what came back, by their SHA-256 (the result shown to the
+/// model is bounded; these name the whole of it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCall {
+    /// The server, as the Loopfile names it.
+    pub server: String,
+    /// The tool, as the server names it.
+    pub tool: String,
+    /// SHA-256 of the arguments sent (their JSON text).
+    pub arguments_sha256: String,
+    /// SHA-256 of the server's answer (the JSON-RPC message, as read),
+    /// when one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_sha256: Option<String>,
+    /// Its length in bytes.
+    #[serde(default)]
+    pub response_bytes: u64,
+    /// The server said the call failed (`isError`), or it never answered.
+    pub failed: bool,
+    /// Milliseconds from sending to the answer (or to giving up).
+    pub duration_ms: u64,
 }
 
 impl Observation {
@@ -53,6 +81,7 @@ impl Observation {
             changed,
             transient: false,
             egress: None,
+            mcp: None,
         }
     }
 
@@ -71,6 +100,7 @@ impl Observation {
             changed: false,
             transient: false,
             egress: None,
+            mcp: None,
         }
     }
 
@@ -84,6 +114,7 @@ impl Observation {
             changed: false,
             transient: false,
             egress: None,
+            mcp: None,
         }
     }
 }

@@ -178,6 +178,7 @@ fn wire<'a>(
     let toolbox = ToolBox::new(jail, tool_limits)
         .map_err(Error::from_cause)?
         .with_sandbox(commands)
+        .with_mcp_servers(stored.mcp_servers.clone())
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default());
     // The edit journal lives with the task: a step a crash interrupted is

@@ -24,6 +24,7 @@ const SECTIONS: &[&str] = &[
     "defaults",
     "triggers",
     "store",
+    "mcp_servers",
 ];
 
 /// `exec:`'s keys.
@@ -70,6 +71,17 @@ const VERIFICATION_KEYS: &[&str] = &["build", "test", "lint", "checks"];
 const SETUP_KEYS: &[&str] = &["run", "keys", "outputs", "timeout_secs"];
 /// `network:`'s keys.
 const NETWORK_KEYS: &[&str] = &["allow", "setup", "resolve"];
+/// An MCP server's keys.
+const MCP_KEYS: &[&str] = &[
+    "command",
+    "url",
+    "env",
+    "tools",
+    "side_effects",
+    "read_only",
+    "timeout_secs",
+    "max_output_bytes",
+];
 
 /// A loaded Loopfile.
 #[derive(Debug, Default)]
@@ -109,6 +121,8 @@ pub struct Loopfile {
     /// (`postgres://USER@HOST/DB`; the password comes from `PGPASSWORD`,
     /// never the Loopfile, which is committed).
     pub store: Option<String>,
+    /// `mcp_servers:`: MCP servers whose allowed tools tasks are offered.
+    pub mcp_servers: Vec<loop_tools::mcp::McpServer>,
 }
 
 /// The Loopfile's `defaults:`.
@@ -188,6 +202,7 @@ impl Loopfile {
                 "defaults" => out.defaults = read_defaults(&mut r, v),
                 "triggers" => out.triggers = crate::triggers::read_triggers(&mut r, v),
                 "store" => out.store = read_store(&mut r, v),
+                "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -203,6 +218,191 @@ impl Loopfile {
         }
         r.finish(Some(out)).map_err(|d| Error::usage(d.to_string()))
     }
+}
+
+/// `mcp_servers:`: each server's transport, allow-list and bounds.
+fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServer> {
+    use loop_tools::mcp::{self, McpServer, McpTransport};
+    let mut out = Vec::new();
+    for (k, v) in r.entries(node, "`mcp_servers`").unwrap_or_default() {
+        let name = k.name.clone();
+        if let Some(why) = mcp::server_name_problem(&name) {
+            r.err(Some(k.pos), why, None);
+            continue;
+        }
+        let what = format!("`mcp_servers.{name}`");
+        let Some(fields) = r.mapping(v, &what, MCP_KEYS) else {
+            continue;
+        };
+        let mut command: Option<Vec<String>> = None;
+        let mut url: Option<String> = None;
+        let mut env = std::collections::BTreeMap::new();
+        let mut tools: Option<Vec<String>> = None;
+        let (mut side_effects, mut read_only) = (Vec::new(), Vec::new());
+        let mut timeout_secs = mcp::DEFAULT_TIMEOUT_SECS;
+        let mut max_output_bytes = mcp::DEFAULT_MAX_OUTPUT_BYTES;
+        let tool_names = |r: &mut Reader, v: &Node, key: &str, star: bool| {
+            let mut names = Vec::new();
+            for item in r
+                .seq(v, &format!("`mcp_servers.{name}.{key}`"))
+                .unwrap_or_default()
+            {
+                let Some(t) = r.nonempty_string(item, "a tool name") else {
+                    continue;
+                };
+                let valid = (star && t == "*")
+                    || (t.len() <= 64
+                        && t.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')));
+                if valid {
+                    names.push(t);
+                } else {
+                    r.err(Some(item.pos), format!("`{t}` is not a tool name"), None);
+                }
+            }
+            names
+        };
+        for (fk, fv) in fields {
+            match fk.name.as_str() {
+                "command" => {
+                    if matches!(fv.value, Value::Str(_)) {
+                        r.err(
+                            Some(fv.pos),
+                            format!("{what}.command is an argument list, not a string"),
+                            Some("e.g. command: [node, server.js, .] (no shell runs it)".into()),
+                        );
+                        continue;
+                    }
+                    let argv = r.strings(fv, "`command`").unwrap_or_default();
+                    if argv.is_empty() || argv.iter().any(|a| a.is_empty() || a.contains('\0')) {
+                        r.err(
+                            Some(fv.pos),
+                            format!("{what}.command needs a program and no empty argument"),
+                            None,
+                        );
+                    } else {
+                        command = Some(argv);
+                    }
+                }
+                "url" => {
+                    let Some(u) = r.nonempty_string(fv, "`url`") else {
+                        continue;
+                    };
+                    let rest = u
+                        .strip_prefix("http://")
+                        .or_else(|| u.strip_prefix("https://"));
+                    match rest {
+                        None => r.err(
+                            Some(fv.pos),
+                            format!("{what}.url is an http:// or https:// URL, not `{u}`"),
+                            None,
+                        ),
+                        Some(rest) if rest.split('/').next().unwrap_or("").contains('@') => r.err(
+                            Some(fv.pos),
+                            format!("{what}.url holds credentials, and the Loopfile is committed"),
+                            None,
+                        ),
+                        Some(_) => url = Some(u),
+                    }
+                }
+                "env" => {
+                    for (ek, ev) in r.entries(fv, "`env`").unwrap_or_default() {
+                        if let Some(why) = mcp::env_problem(&ek.name) {
+                            r.err(Some(ek.pos), why, None);
+                            continue;
+                        }
+                        if let Some(val) = r.string(ev, "a value") {
+                            env.insert(ek.name.clone(), val);
+                        }
+                    }
+                }
+                "tools" => tools = Some(tool_names(r, fv, "tools", true)),
+                "side_effects" => side_effects = tool_names(r, fv, "side_effects", false),
+                "read_only" => read_only = tool_names(r, fv, "read_only", false),
+                "timeout_secs" => {
+                    if let Some(n) = r.unsigned(fv, "`timeout_secs`", 1) {
+                        if n > 3600 {
+                            r.err(
+                                Some(fv.pos),
+                                format!("{what}.timeout_secs is at most 3600"),
+                                None,
+                            );
+                        } else {
+                            timeout_secs = n;
+                        }
+                    }
+                }
+                _ => {
+                    if let Some(n) = r.unsigned(fv, "`max_output_bytes`", 1024) {
+                        if n > 64 * 1024 * 1024 {
+                            r.err(
+                                Some(fv.pos),
+                                format!("{what}.max_output_bytes is at most 64 MiB"),
+                                None,
+                            );
+                        } else {
+                            max_output_bytes = n;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(both) = side_effects.iter().find(|t| read_only.contains(t)) {
+            r.err(
+                Some(k.pos),
+                format!("{what}: `{both}` is under both side_effects and read_only"),
+                None,
+            );
+        }
+        let transport = match (command, url) {
+            (Some(command), None) => McpTransport::Stdio { command, env },
+            (None, Some(url)) if env.is_empty() => McpTransport::Http { url },
+            (None, Some(_)) => {
+                r.err(
+                    Some(k.pos),
+                    format!("{what}: `env` is for a server run with `command`"),
+                    None,
+                );
+                continue;
+            }
+            (Some(_), Some(_)) => {
+                r.err(
+                    Some(k.pos),
+                    format!("{what} has both `command` and `url`: one of them"),
+                    None,
+                );
+                continue;
+            }
+            (None, None) => {
+                r.err(
+                    Some(k.pos),
+                    format!(
+                        "{what} needs `command` (run in the sandbox) or `url` (streamable HTTP)"
+                    ),
+                    None,
+                );
+                continue;
+            }
+        };
+        let Some(tools) = tools.filter(|t| !t.is_empty()) else {
+            r.err(
+                Some(k.pos),
+                format!("{what} needs `tools`: the allow-list of the tools a task is offered (`*` for all)"),
+                None,
+            );
+            continue;
+        };
+        out.push(McpServer {
+            name,
+            transport,
+            tools,
+            side_effects,
+            read_only,
+            timeout_secs,
+            max_output_bytes,
+        });
+    }
+    out
 }
 
 /// `store:`: a PostgreSQL URL without a password.
@@ -842,6 +1042,28 @@ pub fn schema() -> serde_json::Value {
             _ => json!({"type": "array", "items": {"type": "string", "minLength": 1},
                 "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
+        "mcp_servers" => json!({"type": "object",
+        "description": "MCP servers whose allowed tools tasks are offered (as mcp__SERVER__TOOL)",
+        "propertyNames": {"pattern": "^[a-z0-9_-]{1,32}$"},
+        "additionalProperties": {"type": "object", "additionalProperties": false,
+            "required": ["tools"],
+            "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
+            "properties": props(MCP_KEYS, |k| match k {
+                "command" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                    "description": "the server's argument vector, run inside the sandbox in the workspace (read-only to it)"}),
+                "url" => json!({"type": "string", "pattern": "^https?://[^@/]+(/.*)?$",
+                    "description": "a streamable HTTP endpoint"}),
+                "env" => json!({"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "the server's environment beside a fixed PATH (nothing is taken from the host)"}),
+                "tools" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                    "description": "the allow-list: the tools offered (`*` for all)"}),
+                "side_effects" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "tools a person approves call by call, whatever the server says"}),
+                "read_only" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "tools vouched to have no side effects (no approval)"}),
+                "timeout_secs" => json!({"type": "integer", "minimum": 1, "maximum": 3600}),
+                _ => json!({"type": "integer", "minimum": 1024, "maximum": 67108864}),
+            })}}),
         _ => json!({"type": "object", "additionalProperties": false,
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
     };

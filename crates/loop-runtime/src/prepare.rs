@@ -59,6 +59,7 @@ pub(crate) fn submit_claimed(
         drafting: None,
         guidance: Vec::new(),
         project_checks: Vec::new(),
+        mcp_servers: loopfile.mcp_servers.clone(),
     };
 
     // The task never works in the user's checkout: a worktree or a copy.

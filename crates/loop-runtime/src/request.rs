@@ -120,6 +120,9 @@ pub struct StoredRequest {
     /// The project's checks and what the baseline said of each.
     #[serde(default)]
     pub project_checks: Vec<loop_protocol::StackCheckRecord>,
+    /// The Loopfile's MCP servers when the task started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<loop_tools::mcp::McpServer>,
 }
 
 /// The guidance files read, in this order.

@@ -35,11 +35,13 @@ pub mod probe;
 pub mod redact;
 pub mod root;
 mod seccomp;
+mod session;
 pub mod sweep;
 
 pub use capture::Captured;
 use loop_protocol::Isolation;
 pub use policy::{IsolationLevel, Limits};
+pub use session::Session;
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -274,7 +276,20 @@ pub struct ExecRequest {
     /// More paths the workspace is shown at (see
     /// [`Settings::workspace_aliases`]); needs a mount namespace.
     pub workspace_aliases: Vec<PathBuf>,
+    /// The workspace is seen read-only (bound read-only in the mount
+    /// namespace, and read-only to Landlock): what the process writes
+    /// lands only in its private tmp. For a long-lived helper (an MCP
+    /// server) whose writes could not be judged as a command's are.
+    pub workspace_read_only: bool,
+    /// Take `PATH`, `LANG`, `TZ`, `TERM` and the toolchain variables from
+    /// this process (the default). Without, the environment is only a
+    /// fixed `PATH` (`/usr/local/bin:/usr/bin:/bin`), `HOME`, `TMPDIR` and
+    /// [`ExecRequest::env`]: nothing of the host's reaches the process.
+    pub host_env: bool,
 }
+
+/// The `PATH` of a process that takes nothing from the host's environment.
+pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 impl ExecRequest {
     /// A shell command in `cwd` with defaults: 60 s, 2 MiB of output, no
@@ -306,6 +321,8 @@ impl ExecRequest {
             read_only_trees: Vec::new(),
             egress: None,
             workspace_aliases: Vec::new(),
+            workspace_read_only: false,
+            host_env: true,
         }
     }
 }
@@ -525,6 +542,22 @@ pub(crate) fn locked_flags(path: &Path) -> libc::c_ulong {
 /// step fails, the machine is probed once and the command runs again with
 /// what is really there (or fails closed under `required`).
 pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
+    with_support(|support| run_with(req, support))
+}
+
+/// Start `req` as a long-lived process in its sandbox, talking over its
+/// standard input and output (see [`Session`]). Every layer is as for
+/// [`run`]; its timeout bounds the CPU time it may use.
+pub fn spawn(req: &ExecRequest) -> Result<Session, SandboxError> {
+    with_support(|support| launch(req, support, true)).map(Session::new)
+}
+
+/// Call `f` with what the kernel offers: optimistically first; if a
+/// sandbox step fails, probe the machine once and call again with what is
+/// really there.
+fn with_support<T>(
+    f: impl Fn(&probe::Support) -> Result<T, SandboxError>,
+) -> Result<T, SandboxError> {
     static PROBED: AtomicBool = AtomicBool::new(false);
     let optimistic = probe::optimistic();
     let mut tries = 0u64;
@@ -534,7 +567,7 @@ pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
         } else {
             &optimistic
         };
-        match run_with(req, support) {
+        match f(support) {
             // Resources the kernel frees asynchronously (namespaces being torn
             // down, a cgroup being emptied) can be briefly exhausted under
             // load: try again before concluding anything about the machine.
@@ -591,7 +624,7 @@ type SpawnErr<'a> = &'a dyn Fn(String, std::io::Error) -> SandboxError;
 /// rules inside the child).
 fn landlock_for(
     view: &'static policy::HostView,
-    workspace: &Path,
+    (workspace, workspace_read_only): (&Path, bool),
     tmp: &PrivateTmp,
     git_view: &Option<(PathBuf, PathBuf)>,
     extra: &[PathBuf],
@@ -604,13 +637,22 @@ fn landlock_for(
                 .iter()
                 .any(|t| p.starts_with(t) && root::overlaid(t, true) && !root::special(t))
     };
+    let (writable, read_only): (Vec<PathBuf>, Vec<PathBuf>) = if workspace_read_only {
+        (vec![tmp.tmp().to_path_buf()], vec![workspace.to_path_buf()])
+    } else {
+        (
+            vec![workspace.to_path_buf(), tmp.tmp().to_path_buf()],
+            Vec::new(),
+        )
+    };
     landlock::prepare(
         view,
-        &[workspace.to_path_buf(), tmp.tmp().to_path_buf()],
+        &writable,
         &git_view
             .iter()
             .flat_map(|(d, c)| [d.clone(), c.clone()])
             .chain(extra.iter().cloned())
+            .chain(read_only)
             .collect::<Vec<_>>(),
         &shadowed,
     )
@@ -682,7 +724,7 @@ fn prepare(
     let landlock = match support.landlock_abi > 0 && layers.landlock {
         true => landlock_for(
             view,
-            &workspace,
+            (&workspace, req.workspace_read_only),
             &tmp,
             &git_view,
             &req.read_only_trees,
@@ -784,6 +826,9 @@ fn child_plan(
         }
     }
     let mut ro_binds = Vec::new();
+    if use_ns && req.workspace_read_only {
+        ro_binds.push((cstring(&p.workspace)?, locked_flags(&p.workspace)));
+    }
     if use_ns {
         for path in &req.read_only_paths {
             if std::fs::symlink_metadata(path)
@@ -923,6 +968,42 @@ fn diag_pipe(spawn_err: SpawnErr<'_>) -> Result<(OwnedFd, OwnedFd), SandboxError
 }
 
 fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, SandboxError> {
+    let Launched {
+        mut child,
+        started,
+        trace,
+        p,
+        landlock_abi,
+        env_imposed,
+    } = launch(req, support, false)?;
+    collect(
+        req,
+        &mut child,
+        started,
+        &trace,
+        p,
+        landlock_abi,
+        env_imposed,
+    )
+}
+
+/// A process started in its sandbox, with what its end needs.
+struct Launched {
+    child: std::process::Child,
+    started: Instant,
+    trace: Trace,
+    p: Prepared,
+    landlock_abi: Option<u32>,
+    env_imposed: Vec<String>,
+}
+
+/// Prepare every layer and start the process (with a piped stdin when
+/// it is a `session`).
+fn launch(
+    req: &ExecRequest,
+    support: &probe::Support,
+    session: bool,
+) -> Result<Launched, SandboxError> {
     let trace = Trace::start();
     let program_text = match &req.program {
         Program::Shell(s) => format!("sh -c {s:?}"),
@@ -962,7 +1043,8 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
     } else {
         p.tmp.tmp().to_path_buf()
     };
-    let (mut cmd, env_imposed) = match command(req, view, &p.tmp, &tmp_dir, &p.workspace) {
+    let (mut cmd, env_imposed) = match command(req, view, &p.tmp, (&tmp_dir, &p.workspace), session)
+    {
         Ok(c) => c,
         Err(e) => {
             p.cgroups.destroy();
@@ -1010,7 +1092,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         }
         _ => None,
     };
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let mut step = String::new();
@@ -1025,15 +1107,14 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         }
     };
     let landlock_abi = p.landlock.take().map(|l| l.abi);
-    collect(
-        req,
-        &mut child,
+    Ok(Launched {
+        child,
         started,
-        &trace,
+        trace,
         p,
         landlock_abi,
         env_imposed,
-    )
+    })
 }
 
 /// Capture the spawned command's output, wait for it within its limits,
@@ -1209,8 +1290,8 @@ fn command(
     req: &ExecRequest,
     view: &policy::HostView,
     tmp: &PrivateTmp,
-    tmp_dir: &Path,
-    workspace: &Path,
+    (tmp_dir, workspace): (&Path, &Path),
+    session: bool,
 ) -> std::io::Result<(Command, Vec<String>)> {
     let mut cmd = match &req.program {
         Program::Shell(script) => {
@@ -1225,19 +1306,27 @@ fn command(
         }
     };
     cmd.current_dir(&req.cwd)
-        .stdin(Stdio::null())
+        .stdin(if session {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_clear()
         .process_group(0);
-    for (k, v) in std::env::vars_os() {
-        let key = k.to_string_lossy();
-        if ENV_ALLOW.contains(&key.as_ref()) || key.starts_with("LC_") {
-            cmd.env(&k, &v);
+    if req.host_env {
+        for (k, v) in std::env::vars_os() {
+            let key = k.to_string_lossy();
+            if ENV_ALLOW.contains(&key.as_ref()) || key.starts_with("LC_") {
+                cmd.env(&k, &v);
+            }
         }
-    }
-    for (k, v) in &view.toolchain_env {
-        cmd.env(k, v);
+        for (k, v) in &view.toolchain_env {
+            cmd.env(k, v);
+        }
+    } else {
+        cmd.env("PATH", FIXED_PATH);
     }
     cmd.env("HOME", tmp_dir.join("home"))
         .env("TMPDIR", tmp_dir)

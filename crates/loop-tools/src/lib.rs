@@ -11,6 +11,7 @@ use authority::StepEdits;
 mod command;
 pub mod exec_policy;
 mod files;
+pub mod mcp;
 mod patch_tool;
 pub mod shell;
 pub mod specs;
@@ -80,6 +81,8 @@ pub struct ToolBox {
     /// Whether this runtime may still write the workspace (its claim on
     /// the task holds); asked right before every write ([`ToolBox::with_fence`]).
     fence: Option<Fence>,
+    /// The Loopfile's MCP servers ([`ToolBox::with_mcp_servers`]).
+    mcp: Option<std::cell::RefCell<mcp::McpHub>>,
 }
 
 /// Says whether writes may go on ([`ToolBox::with_fence`]).
@@ -187,6 +190,7 @@ impl ToolBox {
             approved: BTreeSet::new(),
             sync: true,
             fence: None,
+            mcp: None,
         })
     }
 
@@ -244,7 +248,13 @@ impl ToolBox {
     /// The rule that makes `call` wait for a person's approval, if any
     /// (`run_command` under a `prompt` rule, not yet approved).
     pub fn needs_approval(&self, call: &ToolCall) -> Option<String> {
-        if call.tool != "run_command" || self.approved.contains(&call.id) {
+        if self.approved.contains(&call.id) {
+            return None;
+        }
+        if mcp::McpHub::claims(&call.tool) {
+            return self.mcp.as_ref()?.borrow().approval_rule(&call.tool);
+        }
+        if call.tool != "run_command" {
             return None;
         }
         let command = call.args.get("command")?.as_str()?;
@@ -302,6 +312,20 @@ impl ToolBox {
         self
     }
 
+    /// Offer the tools of these MCP servers (see [`mcp`]), run with the
+    /// commands' sandbox (set it first) in the workspace.
+    pub fn with_mcp_servers(mut self, servers: Vec<mcp::McpServer>) -> Self {
+        if !servers.is_empty() {
+            let hub = mcp::McpHub::new(
+                servers,
+                self.sandbox.clone(),
+                self.jail.root().to_path_buf(),
+            );
+            self.mcp = Some(std::cell::RefCell::new(hub));
+        }
+        self
+    }
+
     /// A new step: the changed-lines budget starts again.
     pub fn begin_step(&mut self) {
         *self.step.borrow_mut() = StepEdits::default();
@@ -319,7 +343,7 @@ impl ToolBox {
 
     /// Specs of the granted tools.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        specs::all()
+        let mut all: Vec<ToolSpec> = specs::all()
             .into_iter()
             .filter(|s| self.granted.contains(&s.name))
             .map(|mut s| {
@@ -331,7 +355,11 @@ impl ToolBox {
                 }
                 s
             })
-            .collect()
+            .collect();
+        if let Some(hub) = &self.mcp {
+            all.extend(hub.borrow_mut().specs());
+        }
+        all
     }
 
     /// What running `call` again would do: its spec's effect (without
@@ -342,6 +370,12 @@ impl ToolBox {
             std::sync::OnceLock::new();
         if call.tool == "run_command" && self.commands_all_or_nothing() {
             return Effect::Idempotent;
+        }
+        if mcp::McpHub::claims(&call.tool) {
+            return self
+                .mcp
+                .as_ref()
+                .map_or(Effect::AtMostOnce, |h| h.borrow().effect(&call.tool));
         }
         BY_NAME
             .get_or_init(|| {
@@ -371,6 +405,14 @@ impl ToolBox {
     pub fn execute(&mut self, call: &ToolCall) -> ToolOutcome {
         let id = call.id.as_str();
         let tool = call.tool.as_str();
+        if mcp::McpHub::claims(tool)
+            && let Some(hub) = &self.mcp
+        {
+            return ToolOutcome {
+                observation: hub.borrow_mut().call(id, tool, &call.args),
+                control: None,
+            };
+        }
         if !specs::TOOL_NAMES.contains(&tool) {
             return refused(
                 id,
@@ -439,7 +481,7 @@ impl ToolBox {
             call.args.clone()
         };
         // The schema first: its errors name the argument and what it should be.
-        let specs = self.specs();
+        let specs = specs::all();
         if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, &call.tool) {
             return Err(Observation::error(
                 &call.id,

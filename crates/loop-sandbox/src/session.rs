@@ -1,0 +1,145 @@
+//! A long-lived process in its sandbox that is talked to over its
+//! standard input and output (an MCP server a task uses): every layer a
+//! command gets, for as long as the session lasts. Its standard error is
+//! drained all along (its last bytes kept, to say why it died); stopping
+//! or dropping the session kills its whole process group and frees its
+//! cgroups and private tmp.
+
+use crate::{Launched, Prepared, kill_group};
+use loop_protocol::Isolation;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ChildStdin, ChildStdout};
+use std::sync::{Arc, Mutex};
+
+/// Bytes of standard error kept (the last ones).
+const STDERR_KEPT: usize = 4096;
+
+/// A sandboxed process and its pipes (see [`crate::spawn`]).
+pub struct Session {
+    child: Child,
+    pgid: libc::pid_t,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    prepared: Option<Prepared>,
+    isolation: Isolation,
+}
+
+impl Session {
+    pub(crate) fn new(l: Launched) -> Session {
+        let Launched {
+            mut child,
+            p,
+            landlock_abi,
+            ..
+        } = l;
+        let pgid = child.id() as libc::pid_t;
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let keep = stderr.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match err.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut k = keep.lock().unwrap_or_else(|e| e.into_inner());
+                            k.extend_from_slice(&buf[..n]);
+                            if k.len() > STDERR_KEPT {
+                                let cut = k.len() - STDERR_KEPT;
+                                k.drain(..cut);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            });
+        }
+        let isolation = Isolation {
+            process_group: true,
+            pid_namespace: p.use_ns,
+            mount_namespace: p.use_ns,
+            user_namespace: p.userns,
+            landlock_abi,
+            seccomp: p.seccomp.is_some(),
+            network: match (p.use_ns, p.proxy.is_some()) {
+                (true, true) => "proxy".into(),
+                (true, false) => "none".into(),
+                (false, _) => "host".into(),
+            },
+            rlimits: p.rlimits.iter().map(|(_, _, s)| s.clone()).collect(),
+            memory_cgroup: p.cgroups.memory,
+            pids_cgroup: p.cgroups.pids,
+            env_scrubbed: true,
+            notes: p.notes.clone(),
+            egress: Vec::new(),
+        };
+        Session {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            child,
+            pgid,
+            stderr,
+            prepared: Some(p),
+            isolation,
+        }
+    }
+
+    /// Where to write to the process.
+    pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
+        self.stdin.as_mut()
+    }
+
+    /// Where to read from the process.
+    pub fn stdout(&mut self) -> Option<&mut ChildStdout> {
+        self.stdout.as_mut()
+    }
+
+    /// The process's id (its group's too).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How the process ended, if it has: `exited with status N` or
+    /// `killed by signal N`.
+    pub fn ended(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        Some(match (status.code(), status.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "ended".to_string(),
+        })
+    }
+
+    /// The last bytes it wrote to standard error (secrets redacted).
+    pub fn stderr_tail(&self) -> String {
+        let k = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        crate::redact::redact(&String::from_utf8_lossy(&k))
+    }
+
+    /// What was enforced.
+    pub fn isolation(&self) -> &Isolation {
+        &self.isolation
+    }
+
+    /// Kill its whole process group, reap it, free its cgroups and tmp.
+    pub fn stop(&mut self) {
+        self.stdin = None;
+        kill_group(self.pgid);
+        let _ = self.child.wait();
+        if let Some(mut p) = self.prepared.take() {
+            p.cgroups.destroy();
+            if let Some(proxy) = p.proxy.take() {
+                let _ = proxy.finish();
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
