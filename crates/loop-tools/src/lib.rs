@@ -320,6 +320,7 @@ impl ToolBox {
                 servers,
                 self.sandbox.clone(),
                 self.jail.root().to_path_buf(),
+                self.limits.max_shown_bytes,
             );
             self.mcp = Some(std::cell::RefCell::new(hub));
         }
@@ -409,7 +410,12 @@ impl ToolBox {
             && let Some(hub) = &self.mcp
         {
             return ToolOutcome {
-                observation: hub.borrow_mut().call(id, tool, &call.args),
+                observation: hub.borrow_mut().call(
+                    id,
+                    tool,
+                    &call.args,
+                    self.approved.contains(id),
+                ),
                 control: None,
             };
         }

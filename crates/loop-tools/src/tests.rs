@@ -538,3 +538,231 @@ fn nothing_is_written_once_the_fence_says_the_claim_may_have_lapsed() {
     );
     assert!(!d.path().join("b.txt").exists());
 }
+
+/// A stdio MCP server in Python (`/usr/bin/python3`, inside the sandbox)
+/// with two tools: `look` (read-only) and `poke` (side effects by
+/// default); `look` answers `size` bytes, or writes a line of log to
+/// stdout first when `size` is negative.
+const FAKE_MCP: &str = r#"import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    rid = msg.get("id")
+    if rid is None:
+        continue
+    m = msg["method"]
+    if m == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "fake", "version": "1"}}
+    elif m == "tools/list":
+        r = {"tools": [
+            {"name": "look", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+            {"name": "poke", "inputSchema": {"type": "object"}},
+            {"name": "dotted.name", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+            {"name": "../../evil name", "inputSchema": {"type": "object"}},
+        ]}
+    else:
+        size = msg["params"]["arguments"].get("size", 5)
+        if size < 0:
+            sys.stdout.write("starting up...\n"); sys.stdout.flush()
+            size = 5
+        r = {"content": [{"type": "text", "text": "y" * size}]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": r}) + "\n")
+    sys.stdout.flush()
+"#;
+
+fn mcp_box(d: &TestDir, server: mcp::McpServer) -> ToolBox {
+    std::fs::write(d.path().join("fake_mcp.py"), FAKE_MCP).unwrap();
+    toolbox(d).with_mcp_servers(vec![server])
+}
+
+fn fake(tools: &[&str]) -> mcp::McpServer {
+    mcp::McpServer {
+        name: "fake".into(),
+        transport: mcp::McpTransport::Stdio {
+            command: vec!["python3".into(), "fake_mcp.py".into()],
+            env: Default::default(),
+        },
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        side_effects: Vec::new(),
+        read_only: Vec::new(),
+        timeout_secs: 10,
+        max_output_bytes: 1 << 20,
+    }
+}
+
+#[test]
+fn mcp_tools_are_offered_by_the_allow_list_and_side_effects_need_a_person() {
+    let d = TestDir::new("tools-mcp-offer");
+    let mut t = mcp_box(
+        &d,
+        fake(&["look", "poke", "dotted.name", "../../evil name"]),
+    );
+    let names: Vec<String> = t
+        .specs()
+        .into_iter()
+        .filter(|s| s.name.starts_with(mcp::PREFIX))
+        .map(|s| s.name)
+        .collect();
+    // A name that is not a tool name is never offered; `.` becomes `_`.
+    assert_eq!(
+        names,
+        [
+            "mcp__fake__look",
+            "mcp__fake__poke",
+            "mcp__fake__dotted_name"
+        ]
+    );
+    let poke = call("mcp__fake__poke", json!({}));
+    assert_eq!(
+        t.needs_approval(&poke).as_deref(),
+        Some("mcp_servers.fake: `poke` has side effects (its server does not mark it read-only)")
+    );
+    assert_eq!(t.effect(&poke), loop_protocol::Effect::AtMostOnce);
+    let look = call("mcp__fake__look", json!({"size": 3}));
+    assert_eq!(t.needs_approval(&look), None);
+    assert_eq!(t.effect(&look), loop_protocol::Effect::Idempotent);
+    // Called without the approval it needs: refused at the choke point.
+    let o = t.execute(&poke);
+    assert_eq!(
+        rule_of(&o),
+        Some("approval: needed"),
+        "{}",
+        o.observation.content
+    );
+    t.approve("c1");
+    let o = t.execute(&poke);
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&look);
+    assert!(
+        o.observation.content.ends_with(":\nyyy"),
+        "{}",
+        o.observation.content
+    );
+    let rec = o.observation.mcp.as_ref().unwrap();
+    assert_eq!(
+        rec.arguments_sha256,
+        loop_protocol::hash::sha256_hex(br#"{"size":3}"#)
+    );
+    assert!(!rec.failed);
+}
+
+#[test]
+fn an_mcp_tool_outside_the_allow_list_or_of_no_server_is_refused_naming_why() {
+    let d = TestDir::new("tools-mcp-refuse");
+    let mut t = mcp_box(&d, fake(&["look"]));
+    let _ = t.specs();
+    let o = t.execute(&call("mcp__fake__poke", json!({})));
+    assert_eq!(rule_of(&o), Some("authority: mcp_servers.fake.tools"));
+    assert!(
+        o.observation
+            .content
+            .contains("(mcp_servers.fake.tools: look)")
+    );
+    let o = t.execute(&call("mcp__other__look", json!({})));
+    assert_eq!(rule_of(&o), Some("authority: unknown tool"));
+    assert!(
+        o.observation
+            .content
+            .contains("no MCP server `other` is declared")
+    );
+    let o = t.execute(&call("mcp__fake__nothing", json!({})));
+    assert_eq!(rule_of(&o), Some("authority: unknown tool"));
+    // Read-only vouched by the Loopfile, or side effects forced by it.
+    let mut cfg = fake(&["look", "poke"]);
+    cfg.read_only = vec!["poke".into()];
+    cfg.side_effects = vec!["look".into()];
+    let d2 = TestDir::new("tools-mcp-vouch");
+    let t = mcp_box(&d2, cfg);
+    let _ = t.specs();
+    assert_eq!(t.needs_approval(&call("mcp__fake__poke", json!({}))), None);
+    assert_eq!(
+        t.needs_approval(&call("mcp__fake__look", json!({})))
+            .as_deref(),
+        Some("mcp_servers.fake.side_effects: `look`")
+    );
+}
+
+#[test]
+fn an_mcp_answer_is_bounded_for_the_model_and_a_log_line_on_stdout_is_garbage() {
+    let d = TestDir::new("tools-mcp-bounds");
+    let mut t = mcp_box(&d, fake(&["look"]));
+    let o = t.execute(&call("mcp__fake__look", json!({"size": 100_000})));
+    let c = &o.observation.content;
+    assert!(c.len() < 17 * 1024, "{}", c.len());
+    assert!(
+        c.contains(
+            "[… cut: the answer is 100000 bytes, 16384 shown; the ledger keeps its SHA-256]"
+        ),
+        "{}",
+        &c[c.len().saturating_sub(200)..]
+    );
+    let rec = o.observation.mcp.as_ref().unwrap();
+    assert!(rec.response_bytes > 100_000);
+    // Only JSON-RPC may come on stdout: a log line fails the call, and the
+    // server starts again at the next one.
+    let o = t.execute(&call("mcp__fake__look", json!({"size": -1})));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Error,
+        "{}",
+        o.observation.content
+    );
+    assert!(
+        o.observation
+            .content
+            .contains("sent something that is not JSON-RPC during `look`: starting up..."),
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call("mcp__fake__look", json!({"size": 2})));
+    assert!(
+        o.observation.content.ends_with(":\nyy"),
+        "{}",
+        o.observation.content
+    );
+}
+
+#[test]
+fn mcp_server_names_and_environments_are_checked() {
+    assert!(mcp::server_name_problem("fs").is_none());
+    for bad in ["", "Fs", "a__b", "a b", "x/y"] {
+        assert!(mcp::server_name_problem(bad).is_some(), "{bad}");
+    }
+    for bad in [
+        "PATH",
+        "LD_PRELOAD",
+        "ld_library_path",
+        "NODE_OPTIONS",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "PYTHONPATH",
+        "LOOP_STATE_DIR",
+        "1X",
+        "A-B",
+    ] {
+        assert!(mcp::env_problem(bad).is_some(), "{bad}");
+    }
+    assert!(mcp::env_problem("LOG_LEVEL").is_none());
+}
+
+#[test]
+fn an_mcp_tool_called_before_its_server_listed_it_still_needs_its_approval() {
+    let d = TestDir::new("tools-mcp-early");
+    let mut t = mcp_box(&d, fake(&["poke"]));
+    // Nothing listed yet: the approval question cannot know the tool...
+    let poke = call("mcp__fake__poke", json!({}));
+    assert_eq!(t.needs_approval(&poke), None);
+    // ...so the choke point asks again once the server has said it.
+    let o = t.execute(&poke);
+    assert_eq!(
+        rule_of(&o),
+        Some("approval: needed"),
+        "{}",
+        o.observation.content
+    );
+    assert!(o.observation.mcp.is_none());
+}
