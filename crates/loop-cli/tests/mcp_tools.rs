@@ -66,7 +66,23 @@ for line in sys.stdin:
 /// A git project with the servers' node_modules (untracked, shared
 /// read-only with its tasks), `loopfile` and `script`.
 fn project(name: &str, servers: &Path, loopfile: &str, script: &str) -> (PathBuf, PathBuf) {
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    project_in(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        name,
+        servers,
+        loopfile,
+        script,
+    )
+}
+
+fn project_in(
+    base: &Path,
+    name: &str,
+    servers: &Path,
+    loopfile: &str,
+    script: &str,
+) -> (PathBuf, PathBuf) {
+    let home = base.join(name);
     let _ = std::fs::remove_dir_all(&home);
     let project = home.join("project");
     std::fs::create_dir_all(&project).unwrap();
@@ -563,4 +579,79 @@ fn a_streamable_http_server_is_called_as_the_loopfile_names_it() {
         event_of(&lines, "finished")[0]["outcome"]["kind"],
         "verified"
     );
+}
+
+#[test]
+fn an_unprivileged_user_runs_mcp_servers_in_the_same_sandbox() {
+    let Some(servers) = servers() else { return };
+    if !shared::can_drop_privileges() {
+        eprintln!("skipped: not root, or no setpriv: this user is the unprivileged one");
+        return;
+    }
+    let loopfile = "mcp_servers:
+  fs:
+    command: [node, node_modules/@modelcontextprotocol/server-filesystem/dist/index.js, \".\", /etc]
+    tools: [read_text_file]
+";
+    let script = "turns:
+  - calls:
+      - {tool: mcp__fs__read_text_file, args: {path: README.md}}
+  - calls:
+      - {tool: mcp__fs__read_text_file, args: {path: /etc/shadow}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+    // Somewhere `nobody` may reach: the system's temporary directory.
+    let base = std::env::temp_dir().join(format!("loop-mcp-nobody-{}", std::process::id()));
+    let (home, project) = project_in(&base, "p", &servers, loopfile, script);
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{0}:{0}", shared::NOBODY)])
+        .arg(&base)
+        .output()
+        .unwrap();
+    assert!(chown.status.success(), "{}", text(&chown));
+    let out = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={}", shared::NOBODY),
+            &format!("--regid={}", shared::NOBODY),
+            "--clear-groups",
+            "--",
+            "env",
+        ])
+        .arg(format!("HOME={}", home.display()))
+        .arg(format!("LOOP_STATE_DIR={}", home.join("state").display()))
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg(shared::shared_binary())
+        .args(["run", "read", "--check", "true", "--isolation", "required"])
+        .arg("--model")
+        .arg(format!(
+            "scripted:{}",
+            project.join("script.yaml").display()
+        ))
+        .args(["--json", "--project"])
+        .arg(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let lines = lines_of(&out);
+    let obs = observations(&lines);
+    assert_eq!(obs.len(), 3, "{}", text(&out));
+    assert_eq!(obs[0]["status"], "ok", "{}", obs[0]);
+    assert!(
+        obs[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("hi from the workspace")
+    );
+    assert_eq!(obs[1]["status"], "error", "{}", obs[1]);
+    assert!(
+        obs[1]["content"].as_str().unwrap().contains("EACCES"),
+        "{}",
+        obs[1]
+    );
+    assert_eq!(
+        event_of(&lines, "finished")[0]["outcome"]["kind"],
+        "verified"
+    );
+    let _ = std::fs::remove_dir_all(&base);
 }
