@@ -655,3 +655,52 @@ fn an_unprivileged_user_runs_mcp_servers_in_the_same_sandbox() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn mcp_calls_count_toward_the_budgets_and_the_stall_detector() {
+    let Some(servers) = servers() else { return };
+    let loopfile = "mcp_servers:
+  everything:
+    command: [node, node_modules/@modelcontextprotocol/server-everything/dist/index.js]
+    tools: [echo]
+";
+    let same = "  - calls:\n      - {tool: mcp__everything__echo, args: {message: same}}\n";
+    let script = format!("turns:\n{}", same.repeat(12));
+    let (home, project) = project("mcp-tools-stall", &servers, loopfile, &script);
+    let run = |max_steps: &str| {
+        let out = loop_in(&home)
+            .args(["run", "loop", "--check", "false", "--max-steps", max_steps])
+            .arg("--model")
+            .arg(format!(
+                "scripted:{}",
+                project.join("script.yaml").display()
+            ))
+            .args(["--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        lines_of(&out)
+    };
+    // The same call over and over is a stall, as for any tool: nudged,
+    // then the task is lost.
+    let lines = run("50");
+    let nudges: Vec<_> = event_of(&lines, "feedback")
+        .into_iter()
+        .filter(|e| {
+            e["text"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Stall detected")
+        })
+        .collect();
+    assert!(!nudges.is_empty(), "{lines:?}");
+    let end = &event_of(&lines, "finished")[0]["outcome"];
+    assert_eq!(end["kind"], "lost", "{end}");
+    // And each call is a step of the budget.
+    let lines = run("3");
+    assert_eq!(observations(&lines).len(), 3);
+    let end = &event_of(&lines, "finished")[0];
+    assert_eq!(end["outcome"]["kind"], "limit_reached", "{end}");
+    assert_eq!(end["outcome"]["limit"], "steps", "{end}");
+    assert_eq!(end["used"]["steps"], 3, "{end}");
+}
