@@ -889,8 +889,8 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         }
         Command::Mcp { jobs, project } => {
             loop_server::mcp::serve_stdio(&project, jobs.max(1))?;
-            // Tasks still running are left interrupted; `loop resume` (or
-            // the next `loop mcp`) takes them up.
+            // Tasks still running are left interrupted; `loop resume`
+            // takes them up.
             std::process::exit(0);
         }
         Command::Tokens { action } => tokens_cmd(action, json),

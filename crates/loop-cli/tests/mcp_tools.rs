@@ -174,15 +174,20 @@ fn allowed_tools_are_recorded_others_refused_and_the_sandbox_confines_the_server
     let Some(servers) = servers() else { return };
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-tools");
     let outside = home.join("outside-secret.txt");
-    let loopfile = "mcp_servers:
+    // The server's own arguments allow /etc and the directory of the
+    // secret: only the sandbox stands between them and it.
+    let loopfile = format!(
+        "mcp_servers:
   fs:
-    command: [node, node_modules/@modelcontextprotocol/server-filesystem/dist/index.js, \".\", /etc, /tmp, /root]
+    command: [node, node_modules/@modelcontextprotocol/server-filesystem/dist/index.js, \".\", /etc, {}]
     tools: [read_text_file, list_directory, write_file]
   everything:
     command: [node, node_modules/@modelcontextprotocol/server-everything/dist/index.js]
     tools: [echo, get-env, trigger-long-running-operation]
     timeout_secs: 4
-";
+",
+        home.display()
+    );
     let script = format!(
         "turns:
   - calls:
@@ -208,7 +213,7 @@ fn allowed_tools_are_recorded_others_refused_and_the_sandbox_confines_the_server
 ",
         outside.display()
     );
-    let (home, project) = project("mcp-tools", &servers, loopfile, &script);
+    let (home, project) = project("mcp-tools", &servers, &loopfile, &script);
     let out = loop_in(&home)
         .args(["run", "use the tools", "--check", "test -f README.md"])
         .arg("--model")
@@ -311,7 +316,6 @@ fn allowed_tools_are_recorded_others_refused_and_the_sandbox_confines_the_server
     );
     assert_eq!(obs[8]["status"], "refused", "{}", obs[8]);
     assert_eq!(obs[8]["rule"], "approval: denied");
-    assert!(!project.join(".loop").join("planted.txt").exists());
 
     // The task ends verified, its receipt holds, and the ledger in it
     // keeps the hashes.
@@ -539,6 +543,7 @@ fn a_streamable_http_server_is_called_as_the_loopfile_names_it() {
   remote:
     url: http://127.0.0.1:{port}/mcp
     tools: [echo]
+    read_only: [echo]
 "
     );
     let script = "turns:
@@ -588,22 +593,31 @@ fn an_unprivileged_user_runs_mcp_servers_in_the_same_sandbox() {
         eprintln!("skipped: not root, or no setpriv: this user is the unprivileged one");
         return;
     }
-    let loopfile = "mcp_servers:
-  fs:
-    command: [node, node_modules/@modelcontextprotocol/server-filesystem/dist/index.js, \".\", /etc]
-    tools: [read_text_file]
-";
-    let script = "turns:
-  - calls:
-      - {tool: mcp__fs__read_text_file, args: {path: README.md}}
-  - calls:
-      - {tool: mcp__fs__read_text_file, args: {path: /etc/shadow}}
-  - calls:
-      - {tool: finish, args: {summary: done}}
-";
-    // Somewhere `nobody` may reach: the system's temporary directory.
+    // Somewhere `nobody` may reach: the system's temporary directory. The
+    // secret outside the workspace is `nobody`'s own, readable to it
+    // without a sandbox, and the server's arguments allow its directory.
     let base = std::env::temp_dir().join(format!("loop-mcp-nobody-{}", std::process::id()));
-    let (home, project) = project_in(&base, "p", &servers, loopfile, script);
+    let home = base.join("p");
+    let loopfile = format!(
+        "mcp_servers:
+  fs:
+    command: [node, node_modules/@modelcontextprotocol/server-filesystem/dist/index.js, \".\", {}]
+    tools: [read_text_file]
+",
+        home.display()
+    );
+    let script = format!(
+        "turns:
+  - calls:
+      - {{tool: mcp__fs__read_text_file, args: {{path: README.md}}}}
+  - calls:
+      - {{tool: mcp__fs__read_text_file, args: {{path: {}}}}}
+  - calls:
+      - {{tool: finish, args: {{summary: done}}}}
+",
+        home.join("outside-secret.txt").display()
+    );
+    let (home, project) = project_in(&base, "p", &servers, &loopfile, &script);
     let chown = std::process::Command::new("chown")
         .args(["-R", &format!("{0}:{0}", shared::NOBODY)])
         .arg(&base)
@@ -644,11 +658,9 @@ fn an_unprivileged_user_runs_mcp_servers_in_the_same_sandbox() {
             .contains("hi from the workspace")
     );
     assert_eq!(obs[1]["status"], "error", "{}", obs[1]);
-    assert!(
-        obs[1]["content"].as_str().unwrap().contains("EACCES"),
-        "{}",
-        obs[1]
-    );
+    let c = obs[1]["content"].as_str().unwrap();
+    assert!(c.contains("EACCES") || c.contains("ENOENT"), "{c}");
+    assert!(!c.contains("TOPSECRET"), "{c}");
     assert_eq!(
         event_of(&lines, "finished")[0]["outcome"]["kind"],
         "verified"

@@ -934,6 +934,9 @@ fn share_mounts(
     for (i, share) in req.shares.iter().enumerate() {
         let layers = match &share.access {
             ShareAccess::ReadOnly => None,
+            // A process that may not write the workspace may not write
+            // what is shown inside it either.
+            ShareAccess::Overlay { .. } if req.workspace_read_only => None,
             ShareAccess::Overlay { keep } => {
                 let dir = match keep {
                     Some(k) if !req.check => k.clone(),
@@ -1107,6 +1110,27 @@ fn launch(
         }
     };
     let landlock_abi = p.landlock.take().map(|l| l.abi);
+    if session {
+        // A long-lived helper is refused rather than run with less than
+        // it was promised: the workspace read-only, and no network but
+        // what the task allows.
+        let read_only = !req.workspace_read_only || p.use_ns || landlock_abi.is_some();
+        let network = req.net == Net::Host || p.use_ns;
+        if !(read_only && network) {
+            kill_group(child.id() as libc::pid_t);
+            let mut child = child;
+            let _ = child.wait();
+            p.cgroups.destroy();
+            return Err(SandboxError::Prepare(format!(
+                "this machine cannot {}: neither a mount namespace nor Landlock is available here",
+                if read_only {
+                    "keep the process off the network"
+                } else {
+                    "show the workspace read-only"
+                }
+            )));
+        }
+    }
     Ok(Launched {
         child,
         started,

@@ -83,7 +83,7 @@ const MAX_WAIT_SECS: u64 = 3600;
 
 /// The tools: (name, description, input schema properties, required, read-only).
 fn tool_list() -> Vec<Tool> {
-    let id = json!({"type": "string", "description": "the task id (or `last`)"});
+    let id = json!({"type": "string", "description": "the task id"});
     let wait = json!({"type": "boolean", "description": "wait until the task ends or waits for a person, sending a progress notification per recorded event (with a progress token)"});
     let wait_secs = json!({"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECS, "description": "the longest to wait (default 600)"});
     let tools = [
@@ -242,16 +242,6 @@ fn no_more(tool: &str, args: &serde_json::Map<String, Value>) -> Result<(), ApiE
     }
 }
 
-/// A task id the caller gave: `last` resolved, anything else as given
-/// (checked against what the caller may see by the operation).
-fn task_id(s: &AppState, given: String) -> String {
-    if given == "last" {
-        s.runtime.resolve_id("last").unwrap_or(given)
-    } else {
-        given
-    }
-}
-
 /// One line saying what a recorded event was, for a progress message.
 fn event_line(e: &Value) -> String {
     let event = &e["event"];
@@ -312,9 +302,13 @@ impl LoopMcp {
         loop {
             let events = api::events_of(&self.state, caller.clone(), id.to_string(), since).await?;
             for e in events["events"].as_array().into_iter().flatten() {
-                since = e["seq"].as_u64().unwrap_or(since).max(since);
+                let Some(seq) = e["seq"].as_u64().filter(|s| *s >= since) else {
+                    continue;
+                };
+                // `since` is the first event not yet sent.
+                since = seq + 1;
                 if let Some(t) = &token {
-                    let p = ProgressNotificationParam::new(t.clone(), since as f64)
+                    let p = ProgressNotificationParam::new(t.clone(), seq as f64)
                         .with_message(event_line(e));
                     // A client gone away ends the wait below (cancelled).
                     let _ = ctx.peer.notify_progress(p).await;
@@ -383,14 +377,13 @@ impl LoopMcp {
                 if id.starts_with("d-") {
                     return api::draft_of(s, &caller, &id);
                 }
-                let id = task_id(s, id);
                 match wait {
                     Some(limit) => self.wait_for(&caller, &id, limit, ctx).await,
                     None => api::status_of(s, caller, id).await,
                 }
             }
             "task_events" => {
-                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let id = required_str(&tool, &mut args, "id")?;
                 let since = match args.remove("since") {
                     None | Some(Value::Null) => 0,
                     Some(v) => v.as_u64().ok_or_else(|| {
@@ -401,7 +394,7 @@ impl LoopMcp {
                 api::events_of(s, caller, id, since).await
             }
             "approve" => {
-                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let id = required_str(&tool, &mut args, "id")?;
                 let answer: Answer = parse(&tool, args)?;
                 api::approve_task(s, caller, id, answer, "MCP").await
             }
@@ -411,12 +404,12 @@ impl LoopMcp {
                 api::confirm_draft(s, &caller, &draft, c)
             }
             "verify_receipt" => {
-                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
                 api::verify_task(s, caller, id).await
             }
             "diff" => {
-                let id = task_id(s, required_str(&tool, &mut args, "id")?);
+                let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
                 api::diff_of(s, caller, id).await
             }
@@ -631,7 +624,6 @@ impl ServerHandler for LoopMcp {
 /// goes to standard error (where anything a library prints ends up).
 pub fn serve_stdio(project: &std::path::Path, jobs: usize) -> Result<(), loop_runtime::Error> {
     use std::os::fd::FromRawFd;
-    let runtime = loop_runtime::Runtime::open(project)?;
     // SAFETY: dup of our own standard output, then dup2 of standard error
     // over it; both descriptors stay open for the life of the process.
     let protocol_out = unsafe {
@@ -644,6 +636,7 @@ pub fn serve_stdio(project: &std::path::Path, jobs: usize) -> Result<(), loop_ru
         }
         std::fs::File::from_raw_fd(fd)
     };
+    let runtime = loop_runtime::Runtime::open(project)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -651,9 +644,10 @@ pub fn serve_stdio(project: &std::path::Path, jobs: usize) -> Result<(), loop_ru
         .map_err(|e| loop_runtime::Error::internal(format!("the async runtime: {e}")))?;
     let served = rt.block_on(async move {
         use rmcp::ServiceExt;
+        // Interrupted tasks are not taken up here: a client that only
+        // looks would otherwise start every one of the project's (and end
+        // them mid-step when it goes); `loop resume` does that.
         let state = AppState::new(runtime, u32::MAX, jobs);
-        let first = state.clone();
-        let _ = tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await;
         let out = tokio::fs::File::from_std(protocol_out);
         let service = LoopMcp::local(state)
             .serve((tokio::io::stdin(), out))
@@ -677,7 +671,11 @@ pub fn http_service(
     LoopMcp,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
 > {
-    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+    // Every request needs a bearer token (which a page that rebinds a
+    // name to this server cannot send), so the Host header is not
+    // limited to loopback names: a server behind its own name works.
+    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+        .disable_allowed_hosts();
     rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || Ok(LoopMcp::remote(state.clone())),
         Default::default(),

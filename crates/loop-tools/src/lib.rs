@@ -330,11 +330,18 @@ impl ToolBox {
     /// A new step: the changed-lines budget starts again.
     pub fn begin_step(&mut self) {
         *self.step.borrow_mut() = StepEdits::default();
+        // An approval is for its call in its step: a provider that numbers
+        // calls afresh each turn (`call_0`, …) never inherits one.
+        self.approved.clear();
     }
 
     /// Narrow the granted tools (authority can be narrowed, never widened).
     pub fn narrow(&mut self, keep: &[&str]) {
         self.granted.retain(|t| keep.contains(&t.as_str()));
+        // MCP tools stay only if named (and only those named).
+        if let Some(hub) = &self.mcp {
+            hub.borrow_mut().narrow(keep);
+        }
     }
 
     /// The workspace jail.
@@ -409,13 +416,17 @@ impl ToolBox {
         if mcp::McpHub::claims(tool)
             && let Some(hub) = &self.mcp
         {
+            // Nothing is sent once this runtime's claim may have lapsed;
+            // an approval is used up by the call it was for.
+            let observation = match self.fenced(id, tool) {
+                Some(refusal) => refusal,
+                None => {
+                    let approved = self.approved.remove(id);
+                    hub.borrow_mut().call(id, tool, &call.args, approved)
+                }
+            };
             return ToolOutcome {
-                observation: hub.borrow_mut().call(
-                    id,
-                    tool,
-                    &call.args,
-                    self.approved.contains(id),
-                ),
+                observation,
                 control: None,
             };
         }

@@ -55,6 +55,8 @@ const MAX_ARGS_BYTES: usize = 256 * 1024;
 /// Largest description and schema offered to the model.
 const MAX_DESCRIPTION: usize = 2048;
 const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+/// Largest total of one server's offered specs.
+const MAX_SPEC_BYTES: usize = 64 * 1024;
 
 /// Failed starts in a row after which a server is given up.
 const MAX_STARTS: u32 = 3;
@@ -158,7 +160,7 @@ pub fn env_problem(name: &str) -> Option<String> {
 
 /// A tool offered to the model.
 #[derive(Debug, Clone)]
-struct Offered {
+pub(crate) struct Offered {
     /// `mcp__SERVER__TOOL` (the tool's `.` as `_`).
     name: String,
     /// The server's name for it.
@@ -166,7 +168,7 @@ struct Offered {
     description: String,
     schema: Value,
     /// Approved call by call.
-    side_effects: bool,
+    pub(crate) side_effects: bool,
 }
 
 /// One server and its connection.
@@ -179,6 +181,9 @@ struct Slot {
     /// Why it could not be started, and how many starts failed in a row.
     failed: Option<(String, u32)>,
     next_id: u64,
+    /// The files its command names in the workspace, with their SHA-256
+    /// at its first start: it is never started again from other ones.
+    program: Option<Vec<(PathBuf, Option<String>)>>,
 }
 
 enum Conn {
@@ -189,6 +194,8 @@ enum Conn {
 struct StdioConn {
     session: loop_sandbox::Session,
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
 }
 
 struct HttpConn {
@@ -224,6 +231,8 @@ pub struct McpHub {
     workspace: PathBuf,
     /// Bytes of an answer shown to the model.
     max_shown: usize,
+    /// Authority narrowed to these offered names ([`McpHub::narrow`]).
+    only: Option<Vec<String>>,
 }
 
 impl McpHub {
@@ -245,12 +254,26 @@ impl McpHub {
                     offered: Vec::new(),
                     failed: None,
                     next_id: 1,
+                    program: None,
                 })
                 .collect(),
             sandbox,
             workspace,
             max_shown,
+            only: None,
         }
+    }
+
+    /// Narrow the offered tools to those of `keep` (authority is narrowed,
+    /// never widened).
+    pub fn narrow(&mut self, keep: &[&str]) {
+        let kept: Vec<String> = keep
+            .iter()
+            .filter(|k| k.starts_with(PREFIX))
+            .map(|k| k.to_string())
+            .filter(|k| self.only.as_ref().is_none_or(|o| o.contains(k)))
+            .collect();
+        self.only = Some(kept);
     }
 
     /// Whether any server is declared.
@@ -265,9 +288,11 @@ impl McpHub {
                 let _ = self.start(i);
             }
         }
+        let only = self.only.clone();
         self.slots
             .iter()
             .flat_map(|s| &s.offered)
+            .filter(|o| only.as_ref().is_none_or(|k| k.contains(&o.name)))
             .map(|o| ToolSpec {
                 name: o.name.clone(),
                 description: o.description.clone(),
@@ -282,6 +307,13 @@ impl McpHub {
     }
 
     fn offered(&self, name: &str) -> Option<(usize, &Offered)> {
+        if self
+            .only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|k| k == name))
+        {
+            return None;
+        }
         self.slots
             .iter()
             .enumerate()
@@ -303,6 +335,11 @@ impl McpHub {
         o.side_effects.then(|| {
             if s.side_effects.iter().any(|t| t == &o.tool) {
                 format!("mcp_servers.{}.side_effects: `{}`", s.name, o.tool)
+            } else if matches!(s.transport, McpTransport::Http { .. }) {
+                format!(
+                    "mcp_servers.{}: `{}` may have side effects (a remote server's word that a tool only reads is not taken; `read_only:` vouches for it)",
+                    s.name, o.tool
+                )
             } else {
                 format!(
                     "mcp_servers.{}: `{}` has side effects (its server does not mark it read-only)",
@@ -352,8 +389,29 @@ impl McpHub {
 
     fn connect(&mut self, i: usize) -> Result<(), String> {
         let name = self.slots[i].cfg.name.clone();
-        let conn = match &self.slots[i].cfg.transport {
+        let transport = self.slots[i].cfg.transport.clone();
+        let conn = match &transport {
             McpTransport::Stdio { command, env } => {
+                // The files its command names in the workspace (a script
+                // the model could rewrite) must be the ones it first ran.
+                match &self.slots[i].program {
+                    None => self.slots[i].program = Some(program_files(&self.workspace, command)),
+                    Some(first) => {
+                        let changed: Vec<String> = first
+                            .iter()
+                            .filter(|(path, sha)| file_sha256(path) != *sha)
+                            .map(|(path, _)| path.display().to_string())
+                            .collect();
+                        if changed.is_empty() {
+                            // the same program as at its first start
+                        } else {
+                            return Err(format!(
+                                "the MCP server `{name}` is not started again: its program changed in the workspace since its first start ({})",
+                                changed.join(", ")
+                            ));
+                        }
+                    }
+                }
                 let mut req = loop_sandbox::ExecRequest::new(
                     loop_sandbox::Program::Argv(command.clone()),
                     &self.workspace,
@@ -368,6 +426,7 @@ impl McpHub {
                 Conn::Stdio(Box::new(StdioConn {
                     session,
                     buf: Vec::new(),
+                    scanned: 0,
                 }))
             }
             McpTransport::Http { url } => Conn::Http(HttpConn {
@@ -419,8 +478,13 @@ impl McpHub {
                     break;
                 }
             }
+            let taken: Vec<String> = self
+                .slots
+                .iter()
+                .flat_map(|s| s.offered.iter().map(|o| o.name.clone()))
+                .collect();
             let slot = &mut self.slots[i];
-            slot.offered = offer(&slot.cfg, &tools);
+            slot.offered = offer(&slot.cfg, &tools, &taken);
             slot.listed = Some(tools);
         }
         Ok(())
@@ -672,7 +736,7 @@ impl McpHub {
         let cancel = self.sandbox.cancel.clone();
         match self.slots[i].conn.as_mut() {
             Some(Conn::Stdio(c)) => c.send(&msg, deadline, cancel.as_deref()),
-            Some(Conn::Http(h)) => h.post(&msg, None, deadline, 64 * 1024).map(|_| ()),
+            Some(Conn::Http(h)) => h.post(&msg, None, deadline, 64 * 1024, cancel).map(|_| ()),
             None => Err(Failure::Io("not connected".into())),
         }
     }
@@ -696,7 +760,7 @@ impl McpHub {
                 c.answer(id, deadline, cancel.as_deref(), max)
             }
             Some(Conn::Http(h)) => h
-                .post(&msg, Some(id), deadline, max)?
+                .post(&msg, Some(id), deadline, max, cancel)?
                 .ok_or_else(|| Failure::Io("the server answered no message".into())),
             None => Err(Failure::Io("not connected".into())),
         }
@@ -725,9 +789,13 @@ fn rpc_result(message: &Value) -> Result<&Value, String> {
 }
 
 /// The tools of `listed` that `cfg` allows, as offered to the model.
-fn offer(cfg: &McpServer, listed: &[Value]) -> Vec<Offered> {
+pub(crate) fn offer(cfg: &McpServer, listed: &[Value], taken: &[String]) -> Vec<Offered> {
     let all = cfg.tools.iter().any(|t| t == "*");
+    // A remote server's word that a tool only reads is not taken: its
+    // effects are beyond any sandbox of ours.
+    let remote = matches!(cfg.transport, McpTransport::Http { .. });
     let mut out: Vec<Offered> = Vec::new();
+    let mut spec_bytes = 0usize;
     for t in listed {
         let Some(tool) = t["name"].as_str() else {
             continue;
@@ -741,21 +809,17 @@ fn offer(cfg: &McpServer, listed: &[Value]) -> Vec<Offered> {
             continue;
         }
         let name = format!("{PREFIX}{}__{}", cfg.name, tool.replace('.', "_"));
-        if name.len() > 64 || out.iter().any(|o| o.name == name) || out.len() >= MAX_TOOLS {
+        if name.len() > 64
+            || out.iter().any(|o| o.name == name)
+            || taken.contains(&name)
+            || out.len() >= MAX_TOOLS
+        {
             continue;
         }
-        let read_only_hint = t["annotations"]["readOnlyHint"] == json!(true);
+        let read_only_hint = !remote && t["annotations"]["readOnlyHint"] == json!(true);
         let side_effects = cfg.side_effects.iter().any(|s| s == tool)
             || (!read_only_hint && !cfg.read_only.iter().any(|s| s == tool));
-        let schema = match &t["inputSchema"] {
-            s @ Value::Object(o)
-                if o.get("type") == Some(&json!("object"))
-                    && s.to_string().len() <= MAX_SCHEMA_BYTES =>
-            {
-                s.clone()
-            }
-            _ => json!({"type": "object"}),
-        };
+        let schema = schema_of(&t["inputSchema"]);
         let description = format!(
             "[MCP server `{}`{}] {}",
             cfg.name,
@@ -766,6 +830,11 @@ fn offer(cfg: &McpServer, listed: &[Value]) -> Vec<Offered> {
             },
             excerpt(t["description"].as_str().unwrap_or(""), MAX_DESCRIPTION)
         );
+        // What one server may add to every request to the model.
+        spec_bytes += name.len() + description.len() + schema.to_string().len();
+        if spec_bytes > MAX_SPEC_BYTES {
+            break;
+        }
         out.push(Offered {
             name,
             tool: tool.to_string(),
@@ -775,6 +844,62 @@ fn offer(cfg: &McpServer, listed: &[Value]) -> Vec<Offered> {
         });
     }
     out
+}
+
+/// A server's input schema as offered to the model: an object's
+/// `properties` (each an object), `required` (names) and
+/// `additionalProperties`, nothing else; anything else, or too large, is
+/// `{"type": "object"}` (the server judges the arguments itself).
+pub(crate) fn schema_of(given: &Value) -> Value {
+    let plain = json!({"type": "object"});
+    let Value::Object(o) = given else {
+        return plain;
+    };
+    if o.get("type") != Some(&json!("object")) || given.to_string().len() > MAX_SCHEMA_BYTES {
+        return plain;
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("type".into(), json!("object"));
+    if let Some(Value::Object(props)) = o.get("properties") {
+        if !props.values().all(Value::is_object) {
+            return plain;
+        }
+        out.insert("properties".into(), Value::Object(props.clone()));
+    }
+    if let Some(Value::Array(req)) = o.get("required") {
+        if !req.iter().all(Value::is_string) {
+            return plain;
+        }
+        out.insert("required".into(), Value::Array(req.clone()));
+    }
+    if let Some(Value::Bool(b)) = o.get("additionalProperties") {
+        out.insert("additionalProperties".into(), json!(b));
+    }
+    Value::Object(out)
+}
+
+/// The files `command` names inside `workspace` (its program and
+/// arguments that are existing files there), each with its SHA-256.
+fn program_files(
+    workspace: &std::path::Path,
+    command: &[String],
+) -> Vec<(PathBuf, Option<String>)> {
+    command
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| workspace.join(a))
+        .filter(|p| p.starts_with(workspace) && p.is_file())
+        .map(|p| {
+            let sha = file_sha256(&p);
+            (p, sha)
+        })
+        .collect()
+}
+
+fn file_sha256(path: &std::path::Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|b| loop_protocol::hash::sha256_hex(&b))
 }
 
 /// A tool result as text for the model: its text blocks, the others
@@ -958,7 +1083,12 @@ impl StdioConn {
         max: u64,
     ) -> Result<Vec<u8>, Failure> {
         loop {
-            if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+            if let Some(nl) = self.buf[self.scanned..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|at| at + self.scanned)
+            {
+                self.scanned = 0;
                 let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
                 line.pop();
                 if line.last() == Some(&b'\r') {
@@ -969,6 +1099,7 @@ impl StdioConn {
                 }
                 return Ok(line);
             }
+            self.scanned = self.buf.len();
             if self.buf.len() as u64 > max {
                 return Err(Failure::TooLarge(max));
             }
@@ -1003,18 +1134,80 @@ fn set_fd_nonblocking(fd: i32) {
 
 impl HttpConn {
     /// POST one message; the answer to `id` (from a JSON body or an event
-    /// stream), if one was awaited.
+    /// stream), if one was awaited. The exchange runs on a thread of its
+    /// own; this one waits for it in steps of 50 ms, so a cancel or the
+    /// deadline ends the wait at once whatever the server does (the
+    /// thread ends with its own timeout).
     fn post(
         &mut self,
         msg: &Value,
         id: Option<u64>,
         deadline: Instant,
         max: u64,
+        cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     ) -> Result<Option<Answer>, Failure> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Failure::Timeout);
         }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let exchange = Exchange {
+            url: self.url.clone(),
+            session_id: self.session_id.clone(),
+            protocol: self.protocol.clone(),
+            body: msg.to_string(),
+            id,
+            left,
+            max,
+        };
+        std::thread::spawn(move || {
+            let _ = tx.send(exchange.run());
+        });
+        loop {
+            if cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst)) {
+                return Err(Failure::Cancelled);
+            }
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok((answer, session)) => {
+                    if let Some(s) = session {
+                        self.session_id = Some(s);
+                    }
+                    return answer;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if Instant::now() >= deadline {
+                        return Err(Failure::Timeout);
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Failure::Io("the request's thread ended".into()));
+                }
+            }
+        }
+    }
+}
+
+/// One HTTP exchange, on its own thread.
+struct Exchange {
+    url: String,
+    session_id: Option<String>,
+    protocol: String,
+    body: String,
+    id: Option<u64>,
+    left: Duration,
+    max: u64,
+}
+
+impl Exchange {
+    /// The answer (if one was awaited), and the session id the server set.
+    fn run(self) -> (Result<Option<Answer>, Failure>, Option<String>) {
+        let mut session = None;
+        let answer = self.exchange(&mut session);
+        (answer, session)
+    }
+
+    fn exchange(&self, session: &mut Option<String>) -> Result<Option<Answer>, Failure> {
+        let (left, max, id) = (self.left, self.max, self.id);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
@@ -1029,7 +1222,7 @@ impl HttpConn {
         if let Some(s) = &self.session_id {
             req = req.header("Mcp-Session-Id", s);
         }
-        let resp = req.send(msg.to_string().as_bytes()).map_err(|e| match e {
+        let resp = req.send(self.body.as_bytes()).map_err(|e| match e {
             ureq::Error::Timeout(_) => Failure::Timeout,
             other => Failure::Io(other.to_string()),
         })?;
@@ -1038,7 +1231,7 @@ impl HttpConn {
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
         {
-            self.session_id = Some(s.to_string());
+            *session = Some(s.to_string());
         }
         let status = resp.status().as_u16();
         let kind = resp

@@ -766,3 +766,162 @@ fn an_mcp_tool_called_before_its_server_listed_it_still_needs_its_approval() {
     );
     assert!(o.observation.mcp.is_none());
 }
+
+#[test]
+fn a_remote_servers_word_that_a_tool_only_reads_is_not_taken() {
+    let mut cfg = fake(&["look"]);
+    let listed = [json!({"name": "look", "annotations": {"readOnlyHint": true}})];
+    assert!(!mcp::offer(&cfg, &listed, &[])[0].side_effects);
+    cfg.transport = mcp::McpTransport::Http {
+        url: "http://127.0.0.1:9/mcp".into(),
+    };
+    assert!(mcp::offer(&cfg, &listed, &[])[0].side_effects);
+    cfg.read_only = vec!["look".into()];
+    assert!(!mcp::offer(&cfg, &listed, &[])[0].side_effects);
+    // A name another server's tool already has is not offered twice.
+    assert!(mcp::offer(&cfg, &listed, &["mcp__fake__look".into()]).is_empty());
+}
+
+#[test]
+fn a_servers_schema_is_reduced_to_what_a_provider_takes() {
+    let plain = json!({"type": "object"});
+    assert_eq!(mcp::schema_of(&json!("nonsense")), plain);
+    assert_eq!(mcp::schema_of(&json!({"type": "array"})), plain);
+    assert_eq!(
+        mcp::schema_of(&json!({"type": "object", "properties": {"a": 1}})),
+        plain
+    );
+    assert_eq!(
+        mcp::schema_of(
+            &json!({"type": "object", "properties": {"a": {"type": "string"}},
+            "required": ["a"], "$defs": {"x": {}}, "allOf": [{}], "additionalProperties": false})
+        ),
+        json!({"type": "object", "properties": {"a": {"type": "string"}},
+            "required": ["a"], "additionalProperties": false})
+    );
+    let huge = json!({"type": "object", "properties": {"a": {"description": "x".repeat(40_000)}}});
+    assert_eq!(mcp::schema_of(&huge), plain);
+}
+
+#[test]
+fn a_server_whose_program_changed_in_the_workspace_is_not_started_again() {
+    let d = TestDir::new("tools-mcp-rewritten");
+    let mut t = mcp_box(&d, fake(&["look"]));
+    let look = call("mcp__fake__look", json!({"size": 2}));
+    assert_eq!(t.execute(&look).observation.status, ObservationStatus::Ok);
+    // The model rewrites the server's script, then makes it start again
+    // (here: the server dies after answering garbage).
+    std::fs::write(
+        d.path().join("fake_mcp.py"),
+        FAKE_MCP.replace("\"y\" * size", "\"pwned\""),
+    )
+    .unwrap();
+    let o = t.execute(&call("mcp__fake__look", json!({"size": -1})));
+    assert_eq!(o.observation.status, ObservationStatus::Error);
+    let o = t.execute(&look);
+    assert_eq!(o.observation.status, ObservationStatus::Error);
+    assert!(
+        o.observation.content.contains(
+            "is not started again: its program changed in the workspace since its first start"
+        ) && o.observation.content.contains("fake_mcp.py"),
+        "{}",
+        o.observation.content
+    );
+}
+
+/// An HTTP server on 127.0.0.1 that answers every request with `reply`
+/// (the raw HTTP response); its URL.
+fn http_server(reply: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in l.incoming().take(8) {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let _ = c.read(&mut buf);
+                let _ = c.write_all(reply);
+                // Hold the connection open: a stream that never ends.
+                std::thread::sleep(std::time::Duration::from_secs(30));
+            });
+        }
+    });
+    url
+}
+
+fn http_fake(url: String, timeout_secs: u64) -> mcp::McpServer {
+    mcp::McpServer {
+        transport: mcp::McpTransport::Http { url },
+        timeout_secs,
+        max_output_bytes: 4096,
+        read_only: vec!["look".into()],
+        ..fake(&["look"])
+    }
+}
+
+#[test]
+fn a_hostile_http_server_fails_the_call_within_its_bounds() {
+    // An event stream that never answers: the call's timeout ends it.
+    let url =
+        http_server(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n: waiting\n\n");
+    let d = TestDir::new("tools-mcp-http-hang");
+    let mut t = toolbox(&d).with_mcp_servers(vec![http_fake(url, 2)]);
+    let started = std::time::Instant::now();
+    let o = t.execute(&call("mcp__fake__look", json!({})));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(
+        o.observation
+            .content
+            .contains("did not answer initialize within 2 s"),
+        "{}",
+        o.observation.content
+    );
+    // A body over the bound.
+    let url = http_server(Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10000\r\n\r\n{}",
+            "x".repeat(10_000)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    ));
+    let d = TestDir::new("tools-mcp-http-flood");
+    let mut t = toolbox(&d).with_mcp_servers(vec![http_fake(url, 5)]);
+    let o = t.execute(&call("mcp__fake__look", json!({})));
+    assert!(
+        o.observation.content.contains("with more than 4096 bytes"),
+        "{}",
+        o.observation.content
+    );
+    // Not JSON at all.
+    let url = http_server(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\nnot json!",
+    );
+    let d = TestDir::new("tools-mcp-http-garbage");
+    let mut t = toolbox(&d).with_mcp_servers(vec![http_fake(url, 5)]);
+    let o = t.execute(&call("mcp__fake__look", json!({})));
+    assert!(
+        o.observation
+            .content
+            .contains("sent something that is not JSON-RPC during initialize: not json!"),
+        "{}",
+        o.observation.content
+    );
+}
+
+#[test]
+fn narrowed_authority_narrows_mcp_tools_too() {
+    let d = TestDir::new("tools-mcp-narrow");
+    let mut t = mcp_box(&d, fake(&["look", "poke"]));
+    t.narrow(&["read_file", "mcp__fake__look"]);
+    let names: Vec<String> = t.specs().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["read_file", "mcp__fake__look"]);
+    t.approve("c1");
+    let o = t.execute(&call("mcp__fake__poke", json!({})));
+    assert!(
+        rule_of(&o).is_some_and(|r| r.starts_with("authority")),
+        "{:?}",
+        rule_of(&o)
+    );
+}
