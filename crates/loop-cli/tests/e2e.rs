@@ -1513,3 +1513,40 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_read
     assert!(!project.join(".loop/tasks").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `max_diff_lines` bounds each step, not the task: two steps of 200 new
+/// lines each both land under a limit of 250, and one step of 300 does not.
+#[test]
+fn the_changed_lines_limit_is_per_step() {
+    let p = project("diff-lines-per-step");
+    let lines = |n: usize| (0..n).map(|i| format!("x{i} = {i}\\n")).collect::<String>();
+    let script = format!(
+        "turns:
+  - calls:
+      - {{tool: write_file, args: {{path: a.py, content: \"{}\"}}}}
+  - calls:
+      - {{tool: write_file, args: {{path: b.py, content: \"{}\"}}}}
+  - calls:
+      - {{tool: write_file, args: {{path: c.py, content: \"{}\"}}}}
+  - calls:
+      - {{tool: write_file, args: {{path: app.py, content: \"print('hello')\\n\"}}}}
+  - calls:
+      - {{tool: finish, args: {{summary: done}}}}
+",
+        lines(200),
+        lines(200),
+        lines(300)
+    );
+    let r = run_script(&p, &script, &[]);
+    let observed: Vec<&serde_json::Value> = r
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "observed")
+        .map(|e| &e["observation"])
+        .collect();
+    assert_eq!(observed[0]["status"], "ok", "{}", r.output);
+    assert_eq!(observed[1]["status"], "ok", "{}", r.output);
+    assert_eq!(observed[2]["status"], "refused", "{}", r.output);
+    assert_eq!(observed[2]["rule"], "limit: max_diff_lines");
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+}

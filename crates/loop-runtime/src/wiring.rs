@@ -161,6 +161,9 @@ impl Tools for ToolsAdapter<'_> {
     fn approve(&mut self, call_id: &str) {
         self.tools.approve(call_id);
     }
+    fn begin_step(&mut self) {
+        self.tools.begin_step();
+    }
     fn change_summary(&mut self) -> String {
         self.diff.as_mut().map(|d| d()).unwrap_or_default()
     }
