@@ -330,9 +330,6 @@ impl ToolBox {
     /// A new step: the changed-lines budget starts again.
     pub fn begin_step(&mut self) {
         *self.step.borrow_mut() = StepEdits::default();
-        // An approval is for its call in its step: a provider that numbers
-        // calls afresh each turn (`call_0`, …) never inherits one.
-        self.approved.clear();
     }
 
     /// Narrow the granted tools (authority can be narrowed, never widened).
@@ -464,9 +461,16 @@ impl ToolBox {
             Some(ToolName::ListFiles) => self
                 .parse(call)
                 .map(|a: ListArgs| self.list_files(id, a.path.as_deref().unwrap_or("."))),
-            Some(ToolName::RunCommand) => self
-                .parse(call)
-                .map(|a: RunArgs| self.run_command(id, &a, self.approved.contains(id))),
+            Some(ToolName::RunCommand) => self.parse(call).map(|a: RunArgs| {
+                let o = self.run_command(id, &a, self.approved.contains(id));
+                // An approval is used up by its call (a provider that
+                // numbers calls afresh each turn never inherits one), unless
+                // the call failed for a passing reason and is retried.
+                if !o.transient {
+                    self.approved.remove(id);
+                }
+                o
+            }),
             _ => {
                 return match self.parse::<FinishArgs>(call) {
                     Ok(a) => ToolOutcome {
