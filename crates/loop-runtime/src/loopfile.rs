@@ -400,6 +400,7 @@ fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServ
             read_only,
             timeout_secs,
             max_output_bytes,
+            pinned: Vec::new(),
         });
     }
     out

@@ -166,6 +166,11 @@ pub(crate) fn submit_claimed(
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
+    // The files an MCP server's command names in the workspace, as the
+    // task begins: no run of the task starts the server from other ones.
+    for server in &mut stored.mcp_servers {
+        server.pin(&workspace);
+    }
     let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the

@@ -1114,7 +1114,10 @@ fn launch(
         // A long-lived helper is refused rather than run with less than
         // it was promised: the workspace read-only, and no network but
         // what the task allows.
-        let read_only = !req.workspace_read_only || p.use_ns || landlock_abi.is_some();
+        // Without a mount namespace only Landlock keeps it read-only, and
+        // before ABI 3 Landlock does not govern truncate(2).
+        let read_only =
+            !req.workspace_read_only || p.use_ns || landlock_abi.is_some_and(|abi| abi >= 3);
         let network = req.net == Net::Host || p.use_ns;
         if !(read_only && network) {
             kill_group(child.id() as libc::pid_t);

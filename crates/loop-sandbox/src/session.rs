@@ -24,6 +24,8 @@ pub struct Session {
     stderr: Arc<Mutex<Vec<u8>>>,
     prepared: Option<Prepared>,
     isolation: Isolation,
+    /// How it ended, once it has (and was reaped, its group killed first).
+    ended: Option<String>,
 }
 
 impl Session {
@@ -84,6 +86,7 @@ impl Session {
             stderr,
             prepared: Some(p),
             isolation,
+            ended: None,
         }
     }
 
@@ -105,12 +108,33 @@ impl Session {
     /// How the process ended, if it has: `exited with status N` or
     /// `killed by signal N`.
     pub fn ended(&mut self) -> Option<String> {
-        let status = self.child.try_wait().ok()??;
-        Some(match (status.code(), status.signal()) {
+        if self.ended.is_some() {
+            return self.ended.clone();
+        }
+        // Looked at without reaping: while the leader is a zombie its id
+        // cannot name another group, so what it left is killed first.
+        // SAFETY: waitid on our own child with a zeroed siginfo to fill.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                self.pgid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+                && info.si_pid() != 0
+        };
+        if !exited {
+            return None;
+        }
+        kill_group(self.pgid);
+        let status = self.child.wait().ok()?;
+        self.ended = Some(match (status.code(), status.signal()) {
             (Some(c), _) => format!("exited with status {c}"),
             (None, Some(s)) => format!("killed by signal {s}"),
             _ => "ended".to_string(),
-        })
+        });
+        self.ended.clone()
     }
 
     /// The last bytes it wrote to standard error (secrets redacted).
@@ -127,8 +151,13 @@ impl Session {
     /// Kill its whole process group, reap it, free its cgroups and tmp.
     pub fn stop(&mut self) {
         self.stdin = None;
-        kill_group(self.pgid);
-        let _ = self.child.wait();
+        // Once reaped, its group was killed then (the id may be anyone's
+        // now).
+        if self.ended.is_none() {
+            kill_group(self.pgid);
+            let _ = self.child.wait();
+            self.ended = Some("stopped".into());
+        }
         if let Some(mut p) = self.prepared.take() {
             p.cgroups.destroy();
             if let Some(proxy) = p.proxy.take() {

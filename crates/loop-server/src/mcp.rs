@@ -316,6 +316,16 @@ impl LoopMcp {
             }
             let mut status = api::status_of(&self.state, caller.clone(), id.to_string()).await?;
             if let Some(why) = settled_or_waiting(&status) {
+                // What was recorded between the two reads is sent too.
+                let rest =
+                    api::events_of(&self.state, caller.clone(), id.to_string(), since).await?;
+                for e in rest["events"].as_array().into_iter().flatten() {
+                    if let (Some(t), Some(seq)) = (&token, e["seq"].as_u64()) {
+                        let p = ProgressNotificationParam::new(t.clone(), seq as f64)
+                            .with_message(event_line(e));
+                        let _ = ctx.peer.notify_progress(p).await;
+                    }
+                }
                 status["waited"] = json!(why);
                 return Ok(status);
             }

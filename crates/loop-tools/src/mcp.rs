@@ -81,6 +81,21 @@ pub struct McpServer {
     pub timeout_secs: u64,
     /// Bytes of one answer at most.
     pub max_output_bytes: u64,
+    /// The files its `command` names in the workspace, with their SHA-256
+    /// as the task began ([`McpServer::pin`]): it is never started from
+    /// other ones, in this run or any that resumes the task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<(String, Option<String>)>,
+}
+
+impl McpServer {
+    /// Record the files this server's `command` names in `workspace` as
+    /// they are now (when the task begins, before the model acts).
+    pub fn pin(&mut self, workspace: &std::path::Path) {
+        if let McpTransport::Stdio { command, .. } = &self.transport {
+            self.pinned = program_files(workspace, command);
+        }
+    }
 }
 
 /// How a server is reached.
@@ -181,9 +196,6 @@ struct Slot {
     /// Why it could not be started, and how many starts failed in a row.
     failed: Option<(String, u32)>,
     next_id: u64,
-    /// The files its command names in the workspace, with their SHA-256
-    /// at its first start: it is never started again from other ones.
-    program: Option<Vec<(PathBuf, Option<String>)>>,
 }
 
 enum Conn {
@@ -254,7 +266,6 @@ impl McpHub {
                     offered: Vec::new(),
                     failed: None,
                     next_id: 1,
-                    program: None,
                 })
                 .collect(),
             sandbox,
@@ -393,24 +404,20 @@ impl McpHub {
         let conn = match &transport {
             McpTransport::Stdio { command, env } => {
                 // The files its command names in the workspace (a script
-                // the model could rewrite) must be the ones it first ran.
-                match &self.slots[i].program {
-                    None => self.slots[i].program = Some(program_files(&self.workspace, command)),
-                    Some(first) => {
-                        let changed: Vec<String> = first
-                            .iter()
-                            .filter(|(path, sha)| file_sha256(path) != *sha)
-                            .map(|(path, _)| path.display().to_string())
-                            .collect();
-                        if changed.is_empty() {
-                            // the same program as at its first start
-                        } else {
-                            return Err(format!(
-                                "the MCP server `{name}` is not started again: its program changed in the workspace since its first start ({})",
-                                changed.join(", ")
-                            ));
-                        }
-                    }
+                // the model could rewrite) must be the ones the task began
+                // with.
+                let changed: Vec<&str> = self.slots[i]
+                    .cfg
+                    .pinned
+                    .iter()
+                    .filter(|(rel, sha)| file_sha256(&self.workspace.join(rel)) != *sha)
+                    .map(|(rel, _)| rel.as_str())
+                    .collect();
+                if !changed.is_empty() {
+                    return Err(format!(
+                        "the MCP server `{name}` is not started: its program changed in the workspace since the task began ({})",
+                        changed.join(", ")
+                    ));
                 }
                 let mut req = loop_sandbox::ExecRequest::new(
                     loop_sandbox::Program::Argv(command.clone()),
@@ -697,6 +704,7 @@ impl McpHub {
     fn failure_text(&mut self, i: usize, what: &str, f: &Failure) -> String {
         let name = self.slots[i].cfg.name.clone();
         let secs = self.slots[i].cfg.timeout_secs;
+        let remote = matches!(self.slots[i].cfg.transport, McpTransport::Http { .. });
         let stderr = match &self.slots[i].conn {
             Some(Conn::Stdio(c)) => {
                 let t = c.session.stderr_tail();
@@ -710,6 +718,9 @@ impl McpHub {
             _ => String::new(),
         };
         match f {
+            Failure::Timeout if remote => format!(
+                "the MCP server `{name}` did not answer {what} within {secs} s (or the task's time ran out); the call was given up (the request may still reach it)"
+            ),
             Failure::Timeout => format!(
                 "the MCP server `{name}` did not answer {what} within {secs} s (or the task's time ran out); it was stopped and starts again at the next call"
             ),
@@ -720,10 +731,12 @@ impl McpHub {
                 "the MCP server `{name}` {how} during {what}; it starts again at the next call{stderr}"
             ),
             Failure::Garbage(x) => format!(
-                "the MCP server `{name}` sent something that is not JSON-RPC during {what}: {x}; it was stopped{stderr}"
+                "the MCP server `{name}` sent something that is not JSON-RPC during {what}: {x}{}{stderr}",
+                if remote { "" } else { "; it was stopped" }
             ),
             Failure::TooLarge(max) => format!(
-                "the MCP server `{name}` answered {what} with more than {max} bytes (its max_output_bytes); it was stopped"
+                "the MCP server `{name}` answered {what} with more than {max} bytes (its max_output_bytes){}",
+                if remote { "" } else { "; it was stopped" }
             ),
             Failure::Io(e) => {
                 format!("the MCP server `{name}` could not be reached for {what}: {e}")
@@ -870,7 +883,18 @@ pub(crate) fn schema_of(given: &Value) -> Value {
         if !req.iter().all(Value::is_string) {
             return plain;
         }
-        out.insert("required".into(), Value::Array(req.clone()));
+        // Only names it has.
+        let has = |n: &Value| {
+            out.get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| n.as_str().is_some_and(|n| p.contains_key(n)))
+        };
+        let req: Vec<Value> = req.iter().filter(|n| has(n)).cloned().collect();
+        out.insert("required".into(), Value::Array(req));
+    }
+    // A reference into definitions that are not kept would dangle.
+    if Value::Object(out.clone()).to_string().contains("\"$ref\"") {
+        return plain;
     }
     if let Some(Value::Bool(b)) = o.get("additionalProperties") {
         out.insert("additionalProperties".into(), json!(b));
@@ -880,26 +904,50 @@ pub(crate) fn schema_of(given: &Value) -> Value {
 
 /// The files `command` names inside `workspace` (its program and
 /// arguments that are existing files there), each with its SHA-256.
-fn program_files(
-    workspace: &std::path::Path,
-    command: &[String],
-) -> Vec<(PathBuf, Option<String>)> {
+fn program_files(workspace: &std::path::Path, command: &[String]) -> Vec<(String, Option<String>)> {
     command
         .iter()
-        .filter(|a| !a.starts_with('-'))
-        .map(|a| workspace.join(a))
-        .filter(|p| p.starts_with(workspace) && p.is_file())
-        .map(|p| {
-            let sha = file_sha256(&p);
-            (p, sha)
+        .enumerate()
+        // The program itself, named without a `/`, is looked up on PATH,
+        // never in the workspace.
+        .filter(|(i, a)| *i > 0 || a.contains('/'))
+        .map(|(_, a)| a)
+        .filter(|a| !a.starts_with('-') && !a.starts_with('/'))
+        .filter(|a| {
+            std::path::Path::new(a).components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            })
         })
+        // A file, or nothing yet (a file the model would put there must
+        // not start a server either); a directory is not a program.
+        .filter(|a| std::fs::symlink_metadata(workspace.join(a)).map_or(true, |m| !m.is_dir()))
+        .map(|a| (a.clone(), file_sha256(&workspace.join(a))))
         .collect()
 }
 
+/// Largest program file hashed.
+const MAX_PROGRAM_BYTES: u64 = 64 * 1024 * 1024;
+
+/// SHA-256 of the regular file at `path` (no link followed, nothing that
+/// could block opened, at most [`MAX_PROGRAM_BYTES`]); `None` for anything
+/// else, which then differs from what was pinned.
 fn file_sha256(path: &std::path::Path) -> Option<String> {
-    std::fs::read(path)
-        .ok()
-        .map(|b| loop_protocol::hash::sha256_hex(&b))
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_PROGRAM_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_PROGRAM_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    Some(loop_protocol::hash::sha256_hex(&bytes))
 }
 
 /// A tool result as text for the model: its text blocks, the others

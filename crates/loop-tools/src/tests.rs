@@ -586,6 +586,7 @@ fn fake(tools: &[&str]) -> mcp::McpServer {
         read_only: Vec::new(),
         timeout_secs: 10,
         max_output_bytes: 1 << 20,
+        pinned: Vec::new(),
     }
 }
 
@@ -806,7 +807,14 @@ fn a_servers_schema_is_reduced_to_what_a_provider_takes() {
 #[test]
 fn a_server_whose_program_changed_in_the_workspace_is_not_started_again() {
     let d = TestDir::new("tools-mcp-rewritten");
-    let mut t = mcp_box(&d, fake(&["look"]));
+    std::fs::write(d.path().join("fake_mcp.py"), FAKE_MCP).unwrap();
+    // Pinned as the task began (python3 is not in the workspace: only the
+    // script is).
+    let mut cfg = fake(&["look"]);
+    cfg.pin(d.path());
+    assert_eq!(cfg.pinned.len(), 1);
+    assert_eq!(cfg.pinned[0].0, "fake_mcp.py");
+    let mut t = mcp_box(&d, cfg.clone());
     let look = call("mcp__fake__look", json!({"size": 2}));
     assert_eq!(t.execute(&look).observation.status, ObservationStatus::Ok);
     // The model rewrites the server's script, then makes it start again
@@ -822,11 +830,31 @@ fn a_server_whose_program_changed_in_the_workspace_is_not_started_again() {
     assert_eq!(o.observation.status, ObservationStatus::Error);
     assert!(
         o.observation.content.contains(
-            "is not started again: its program changed in the workspace since its first start"
-        ) && o.observation.content.contains("fake_mcp.py"),
+            "is not started: its program changed in the workspace since the task began (fake_mcp.py)"
+        ),
         "{}",
         o.observation.content
     );
+    // A run that resumes the task (a new tool box) is held to the same.
+    let d2 = TestDir::new("tools-mcp-rewritten-resumed");
+    std::fs::write(
+        d2.path().join("fake_mcp.py"),
+        FAKE_MCP.replace("\"y\" * size", "\"pwned\""),
+    )
+    .unwrap();
+    let t2 = toolbox(&d2).with_mcp_servers(vec![cfg]);
+    assert!(
+        !t2.specs().iter().any(|s| s.name.starts_with(mcp::PREFIX)),
+        "a changed server listed its tools"
+    );
+    // A link to something that never ends is no file: not hashed, refused.
+    let d3 = TestDir::new("tools-mcp-link");
+    std::os::unix::fs::symlink("/dev/zero", d3.path().join("fake_mcp.py")).unwrap();
+    let mut cfg3 = fake(&["look"]);
+    cfg3.pin(d3.path());
+    assert_eq!(cfg3.pinned, [("fake_mcp.py".to_string(), None)]);
+    let t3 = toolbox(&d3).with_mcp_servers(vec![cfg3]);
+    assert!(!t3.specs().iter().any(|s| s.name.starts_with(mcp::PREFIX)));
 }
 
 /// An HTTP server on 127.0.0.1 that answers every request with `reply`
@@ -923,5 +951,40 @@ fn narrowed_authority_narrows_mcp_tools_too() {
         rule_of(&o).is_some_and(|r| r.starts_with("authority")),
         "{:?}",
         rule_of(&o)
+    );
+}
+
+#[test]
+fn an_mcp_approval_is_used_up_by_its_call() {
+    let d = TestDir::new("tools-mcp-approval-once");
+    let mut t = mcp_box(&d, fake(&["poke"]));
+    let _ = t.specs();
+    let poke = call("mcp__fake__poke", json!({}));
+    t.approve("c1");
+    assert_eq!(t.execute(&poke).observation.status, ObservationStatus::Ok);
+    // The same id again (a provider that numbers calls afresh each turn):
+    // asked again, and refused without an answer.
+    assert!(t.needs_approval(&poke).is_some());
+    let o = t.execute(&poke);
+    assert_eq!(
+        rule_of(&o),
+        Some("approval: needed"),
+        "{}",
+        o.observation.content
+    );
+}
+
+#[test]
+fn a_schema_that_refers_to_definitions_it_loses_is_plain() {
+    assert_eq!(
+        mcp::schema_of(
+            &json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}},
+            "$defs": {"A": {"type": "string"}}})
+        ),
+        json!({"type": "object"})
+    );
+    assert_eq!(
+        mcp::schema_of(&json!({"type": "object", "properties": {"a": {}}, "required": ["a", "b"]})),
+        json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})
     );
 }
