@@ -384,6 +384,32 @@ enum Command {
         #[arg(long, default_value = ".")]
         project: PathBuf,
     },
+    /// Run a suite of cases and judge each verified result by an oracle
+    /// the agent never sees: solved, false acceptance, safe failure, with
+    /// steps, tokens, dollars, wall time, receipt and replay (a Markdown
+    /// table; --json the report). `--model scripted` runs every case's
+    /// scripted solutions: a `right*` one must be solved, none may be a
+    /// false acceptance.
+    Eval {
+        /// The suite (a directory of cases, each with a case.yaml).
+        suite: PathBuf,
+        /// `scripted`, or a model spec (openai:MODEL, anthropic:MODEL, …).
+        #[arg(long, value_name = "SPEC")]
+        model: String,
+        /// Runs per case (and solution).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        repeat: u32,
+        /// Cases run at once.
+        #[arg(long, value_name = "J", default_value_t = 1)]
+        jobs: usize,
+        /// An earlier report (--json or --out): show what changed; more
+        /// false acceptances than it had is an error exit.
+        #[arg(long, value_name = "OLD.json")]
+        compare: Option<PathBuf>,
+        /// Write the report as JSON here too.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Print the JSON Schema of a format: `contract` or `loopfile`.
     Schema {
         /// The format.
@@ -849,6 +875,22 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         }
         Command::Manifest { dir } => files_cmd::manifest(&dir, json),
         Command::Audit { project } => files_cmd::audit(&project, json),
+        Command::Eval {
+            suite,
+            model,
+            repeat,
+            jobs,
+            compare,
+            out,
+        } => eval_cmd(
+            &suite,
+            model,
+            repeat,
+            jobs,
+            compare.as_deref(),
+            out.as_deref(),
+            json,
+        ),
         Command::Schema { format } => files_cmd::schema(match format {
             SchemaFormat::Contract => "contract",
             SchemaFormat::Loopfile => "loopfile",
@@ -1307,4 +1349,80 @@ fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
     } else {
         1
     }
+}
+
+/// `loop eval`.
+fn eval_cmd(
+    suite: &std::path::Path,
+    model: String,
+    repeat: u32,
+    jobs: usize,
+    compare: Option<&std::path::Path>,
+    out: Option<&std::path::Path>,
+    json: bool,
+) -> Result<u8, CliError> {
+    use loop_runtime::eval;
+    let old: Option<eval::EvalReport> = match compare {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+            Some(serde_json::from_str(&text).map_err(|e| {
+                CliError::usage(format!("{}: not an eval report: {e}", p.display()))
+            })?)
+        }
+        None => None,
+    };
+    let work = std::env::temp_dir().join(format!("loop-eval-{}", std::process::id()));
+    let report = eval::run(&eval::EvalOptions {
+        suite: suite.to_path_buf(),
+        model,
+        repeat: repeat.max(1),
+        jobs: jobs.max(1),
+        work: work.clone(),
+    })?;
+    let _ = std::fs::remove_dir_all(&work);
+    let text = serde_json::to_string_pretty(&report)
+        .map_err(|e| CliError::internal(format!("the report: {e}")))?;
+    if let Some(p) = out {
+        std::fs::write(p, &text).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+    }
+    let mut failed = report.false_acceptances > 0 || report.right_unsolved > 0;
+    let mut changes = String::new();
+    if let Some(old) = &old {
+        let key = |r: &eval::CaseRun| (r.case.clone(), r.solution.clone(), r.repeat);
+        for r in &report.runs {
+            let before = old
+                .runs
+                .iter()
+                .find(|o| key(o) == key(r))
+                .map(|o| o.verdict);
+            if before != Some(r.verdict) {
+                changes.push_str(&format!(
+                    "{} {} #{}: {:?} -> {:?}\n",
+                    r.case,
+                    r.solution.as_deref().unwrap_or("-"),
+                    r.repeat,
+                    before,
+                    r.verdict
+                ));
+            }
+        }
+        changes.push_str(&format!(
+            "false acceptances: {} -> {}; solved: {} -> {}\n",
+            old.false_acceptances, report.false_acceptances, old.solved, report.solved
+        ));
+        failed = report.false_acceptances > old.false_acceptances;
+    }
+    if json {
+        println!("{text}");
+    } else {
+        print!("{}", report.markdown());
+        if !changes.is_empty() {
+            print!(
+                "\ncompared with {}:\n{changes}",
+                compare.map(|p| p.display().to_string()).unwrap_or_default()
+            );
+        }
+    }
+    Ok(u8::from(failed))
 }

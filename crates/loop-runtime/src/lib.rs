@@ -19,6 +19,7 @@ pub mod draft;
 mod drive;
 pub mod environments;
 pub mod error;
+pub mod eval;
 pub mod exec;
 pub mod interrupt;
 pub mod layout;

@@ -1,0 +1,479 @@
+//! `loop eval`: does "verified" agree with reality? Each case of a suite
+//! is run as a task, and then judged by an oracle the agent never sees: a
+//! command run on the delivered change set applied to a fresh copy of the
+//! starting project, with the oracle's own files added. A case's run is
+//!
+//! - **solved**: verified, and the oracle passes;
+//! - **a false acceptance**: verified, and the oracle fails;
+//! - **a safe failure**: not verified (its outcome says how).
+//!
+//! A case is a directory: `case.yaml` (the instruction, the oracle, what
+//! kind of work it is), `project/` (the starting project), `oracle/` (what
+//! the oracle adds; never in the task's workspace), optionally the
+//! contract the agent sees, and `solutions/*.yaml` (scripted models: with
+//! `--model scripted` every solution runs; a name starting `right` must be
+//! solved, any other must not be a false acceptance).
+
+use crate::{Error, Quiet, Runtime};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `case.yaml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseFile {
+    /// What the agent is asked.
+    pub instruction: String,
+    /// The kind of work (fix a failing test, a feature, a refactor, a
+    /// document, structured output).
+    pub kind: String,
+    /// The project's language.
+    pub language: String,
+    /// The contract the agent sees, relative to the case (none: drafted
+    /// from the instruction).
+    #[serde(default)]
+    pub contract: Option<String>,
+    /// The oracle: a shell command, run in the fresh copy.
+    pub oracle: String,
+    /// Seconds the oracle may take.
+    #[serde(default = "default_oracle_secs")]
+    pub oracle_timeout_secs: u64,
+}
+
+fn default_oracle_secs() -> u64 {
+    300
+}
+
+/// How one run came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Verified, and the oracle passes.
+    Solved,
+    /// Verified, and the oracle fails.
+    FalseAcceptance,
+    /// Not verified.
+    SafeFailure,
+}
+
+/// One run of one case.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaseRun {
+    /// The case (its directory's name).
+    pub case: String,
+    /// Its kind and language.
+    pub kind: String,
+    /// Its language.
+    pub language: String,
+    /// The scripted solution run (`--model scripted`), else none.
+    pub solution: Option<String>,
+    /// Which repeat (from 1).
+    pub repeat: u32,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The task's outcome.
+    pub outcome: String,
+    /// Whether the oracle passed (when it ran: only for a verified task).
+    pub oracle_passed: Option<bool>,
+    /// What the oracle said, when it failed (bounded).
+    pub oracle_said: Option<String>,
+    /// Model turns, tokens and dollars used.
+    pub steps: u64,
+    /// Tokens.
+    pub tokens: u64,
+    /// Dollars.
+    pub usd: f64,
+    /// Wall time of the task, in milliseconds.
+    pub wall_ms: u64,
+    /// The receipt verified offline (intact, and its outcome verified).
+    pub receipt_intact: bool,
+    /// Its checks, replayed without a model, came out as recorded (none
+    /// when there was nothing to replay).
+    pub replay_reproduced: Option<bool>,
+    /// The task's id.
+    pub task_id: String,
+}
+
+/// What `loop eval` was asked.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The suite.
+    pub suite: PathBuf,
+    /// `scripted` (every case's solutions), or a model spec.
+    pub model: String,
+    /// Runs per case (and solution).
+    pub repeat: u32,
+    /// Cases run at once.
+    pub jobs: usize,
+    /// Where the cases' projects are made.
+    pub work: PathBuf,
+}
+
+/// A whole suite's runs, and their tally.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// The suite's directory.
+    pub suite: String,
+    /// The model.
+    pub model: String,
+    /// Every run.
+    pub runs: Vec<CaseRun>,
+    /// Runs solved.
+    pub solved: u64,
+    /// Runs verified whose oracle failed.
+    pub false_acceptances: u64,
+    /// Runs not verified.
+    pub safe_failures: u64,
+    /// With scripted solutions: `right` ones not solved.
+    pub right_unsolved: u64,
+}
+
+impl EvalReport {
+    /// The table, in Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| case | kind | solution | verdict | outcome | oracle | steps | tokens | $ | wall ms | receipt | replay |\n| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
+        );
+        for r in &self.runs {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {} | {} |\n",
+                r.case,
+                r.kind,
+                r.solution.as_deref().unwrap_or("-"),
+                match r.verdict {
+                    Verdict::Solved => "solved",
+                    Verdict::FalseAcceptance => "**FALSE ACCEPTANCE**",
+                    Verdict::SafeFailure => "safe failure",
+                },
+                r.outcome,
+                match r.oracle_passed {
+                    Some(true) => "pass",
+                    Some(false) => "fail",
+                    None => "-",
+                },
+                r.steps,
+                r.tokens,
+                r.usd,
+                r.wall_ms,
+                if r.receipt_intact { "intact" } else { "BROKEN" },
+                match r.replay_reproduced {
+                    Some(true) => "reproduced",
+                    Some(false) => "DIFFERS",
+                    None => "-",
+                },
+            ));
+        }
+        out.push_str(&format!(
+            "\n{} runs: {} solved, {} false acceptances, {} safe failures{}\n",
+            self.runs.len(),
+            self.solved,
+            self.false_acceptances,
+            self.safe_failures,
+            if self.model == "scripted" {
+                format!("; right solutions unsolved: {}", self.right_unsolved)
+            } else {
+                String::new()
+            }
+        ));
+        out
+    }
+}
+
+/// The cases of `suite`: every directory holding a `case.yaml`, by name.
+pub fn cases(suite: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(suite)
+        .map_err(|e| Error::usage(format!("{}: {e}", suite.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("case.yaml").is_file())
+        .collect();
+    out.sort();
+    if out.is_empty() {
+        return Err(Error::usage(format!(
+            "{}: no case (a directory with a case.yaml)",
+            suite.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// Read `dir/case.yaml`.
+pub fn read_case(dir: &Path) -> Result<CaseFile, Error> {
+    let path = dir.join("case.yaml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let json = loop_protocol::yaml::parse(&text)
+        .and_then(|n| n.to_json())
+        .map_err(|e| Error::usage(format!("{}:{}: {}", path.display(), e.pos, e.message)))?;
+    serde_json::from_value(json).map_err(|e| Error::usage(format!("{}: {e}", path.display())))
+}
+
+/// One unit of work: a case, a solution (scripted) and a repeat.
+struct Job {
+    dir: PathBuf,
+    case: CaseFile,
+    solution: Option<PathBuf>,
+    repeat: u32,
+}
+
+/// Run the suite.
+pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
+    let mut jobs = Vec::new();
+    for dir in cases(&opts.suite)? {
+        let case = read_case(&dir)?;
+        let solutions: Vec<Option<PathBuf>> = if opts.model == "scripted" {
+            let mut s: Vec<PathBuf> = std::fs::read_dir(dir.join("solutions"))
+                .map_err(|e| Error::usage(format!("{}/solutions: {e}", dir.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .collect();
+            s.sort();
+            if s.is_empty() {
+                return Err(Error::usage(format!(
+                    "{}/solutions: no scripted solution (*.yaml)",
+                    dir.display()
+                )));
+            }
+            s.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for solution in solutions {
+            for repeat in 1..=opts.repeat.max(1) {
+                jobs.push(Job {
+                    dir: dir.clone(),
+                    case: case.clone(),
+                    solution: solution.clone(),
+                    repeat,
+                });
+            }
+        }
+    }
+    let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..opts.jobs.max(1) {
+            s.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                    let Some((n, job)) = next else { break };
+                    let r = run_one(opts, &job, n);
+                    results
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((n, r));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(n, _)| *n);
+    let mut runs = Vec::new();
+    for (_, r) in results {
+        runs.push(r?);
+    }
+    let count = |v: Verdict| runs.iter().filter(|r| r.verdict == v).count() as u64;
+    let right_unsolved = runs
+        .iter()
+        .filter(|r| {
+            r.solution
+                .as_deref()
+                .is_some_and(|s| s.starts_with("right"))
+                && r.verdict != Verdict::Solved
+        })
+        .count() as u64;
+    Ok(EvalReport {
+        suite: opts.suite.display().to_string(),
+        model: opts.model.clone(),
+        solved: count(Verdict::Solved),
+        false_acceptances: count(Verdict::FalseAcceptance),
+        safe_failures: count(Verdict::SafeFailure),
+        right_unsolved,
+        runs,
+    })
+}
+
+fn copy(src: &Path, dst: &Path) -> Result<(), Error> {
+    loop_workspace::fsutil::copy_tree(src, dst, &|_| false, true)
+        .map(|_| ())
+        .map_err(|e| Error::internal(format!("copy {} to {}: {e}", src.display(), dst.display())))
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<(), Error> {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.email=eval@loop", "-c", "user.name=loop eval"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| Error::internal(format!("git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::internal(format!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Run one job: the task in a fresh repository of the case's project,
+/// then the oracle on a fresh copy with the change set applied.
+fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
+    let name = job
+        .dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let solution = job
+        .solution
+        .as_ref()
+        .and_then(|p| p.file_stem())
+        .map(|s| s.to_string_lossy().into_owned());
+    let base = opts.work.join(format!(
+        "{n:03}-{name}-{}-{}",
+        solution.as_deref().unwrap_or("model"),
+        job.repeat
+    ));
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    copy(&job.dir.join("project"), &project)?;
+    git(&project, &["init", "-q"])?;
+    git(&project, &["add", "-A"])?;
+    git(&project, &["commit", "-qm", "the case's starting project"])?;
+    let (contract, source) = match &job.case.contract {
+        Some(rel) => {
+            let path = job.dir.join(rel);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+            let c = loop_protocol::Contract::from_yaml(&text, &path.display().to_string())
+                .map_err(|e| Error::usage(e.to_string()))?;
+            (c, crate::ContractSource::Given)
+        }
+        None => (
+            loop_protocol::Contract::instruction_only(&job.case.instruction)
+                .map_err(|e| Error::usage(e.to_string()))?,
+            crate::ContractSource::Draft { accept: true },
+        ),
+    };
+    let model = match &job.solution {
+        Some(p) => format!(
+            "scripted:{}",
+            p.canonicalize()
+                .map_err(|e| Error::usage(format!("{}: {e}", p.display())))?
+                .display()
+        ),
+        None => opts.model.clone(),
+    };
+    let rt = Runtime::open(&project)?;
+    let started = Instant::now();
+    let report = rt.start(
+        crate::TaskRequest {
+            contract,
+            source,
+            guidance: Vec::new(),
+            model: Some(model),
+            record: None,
+            project: project.clone(),
+            verify_on_change: false,
+            isolation: loop_sandbox::IsolationLevel::Preferred,
+            include_dirty: false,
+            on_prompt: crate::OnPrompt::Deny,
+            owner: None,
+            trigger: None,
+        },
+        &mut Quiet,
+    )?;
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let verified = report.outcome.kind == loop_protocol::OutcomeKind::Verified;
+    let used = rt.status(&report.task_id)?.used;
+    let check = crate::receipts::verify(&report.receipt, None, None)?;
+    let replay_reproduced = crate::receipts::replay(&report.receipt)
+        .ok()
+        .map(|r| r.reproduced);
+    let (oracle_passed, oracle_said) = if verified {
+        let (passed, said) = oracle(&job.dir, &job.case, &base, &report.task_id, &project)?;
+        (Some(passed), (!passed).then_some(said))
+    } else {
+        (None, None)
+    };
+    let verdict = match (verified, oracle_passed) {
+        (true, Some(true)) => Verdict::Solved,
+        (true, _) => Verdict::FalseAcceptance,
+        (false, _) => Verdict::SafeFailure,
+    };
+    Ok(CaseRun {
+        case: name,
+        kind: job.case.kind.clone(),
+        language: job.case.language.clone(),
+        solution,
+        repeat: job.repeat,
+        verdict,
+        outcome: report.outcome.to_string(),
+        oracle_passed,
+        oracle_said,
+        steps: used.steps,
+        tokens: used.tokens,
+        usd: used.usd,
+        wall_ms,
+        receipt_intact: check.intact,
+        replay_reproduced,
+        task_id: report.task_id,
+    })
+}
+
+/// The oracle on a fresh copy of the starting project with the task's
+/// change set applied and the oracle's files added: whether it passed,
+/// and its output's tail.
+fn oracle(
+    dir: &Path,
+    case: &CaseFile,
+    base: &Path,
+    task_id: &str,
+    project: &Path,
+) -> Result<(bool, String), Error> {
+    let fresh = base.join("oracle");
+    copy(&dir.join("project"), &fresh)?;
+    let patch = project
+        .join(".loop/receipts")
+        .join(format!("{task_id}.changes.patch"));
+    if std::fs::metadata(&patch).is_ok_and(|m| m.len() > 0) {
+        let out = std::process::Command::new("git")
+            .args(["apply", "--whitespace=nowarn"])
+            .arg(&patch)
+            .current_dir(&fresh)
+            .output()
+            .map_err(|e| Error::internal(format!("git apply: {e}")))?;
+        if !out.status.success() {
+            return Ok((
+                false,
+                format!(
+                    "the change set does not apply to the starting project: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            ));
+        }
+    }
+    if dir.join("oracle").is_dir() {
+        copy(&dir.join("oracle"), &fresh)?;
+    }
+    let mut req = loop_sandbox::ExecRequest::shell(case.oracle.clone(), &fresh);
+    req.timeout = std::time::Duration::from_secs(case.oracle_timeout_secs.max(1));
+    let r = loop_sandbox::run(&req).map_err(|e| Error::internal(format!("the oracle: {e}")))?;
+    let passed = r.exit_code == Some(0) && !r.timed_out;
+    let said = format!(
+        "exit {:?}{}: {}",
+        r.exit_code,
+        if r.timed_out { " (timed out)" } else { "" },
+        tail(&(r.stdout.excerpt() + &r.stderr.excerpt()), 1200)
+    );
+    Ok((passed, said))
+}
+
+/// The last `max` bytes of `text` (on a character boundary).
+fn tail(text: &str, max: usize) -> String {
+    let mut at = text.len().saturating_sub(max);
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    text[at..].to_string()
+}
