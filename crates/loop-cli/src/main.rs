@@ -1386,7 +1386,8 @@ fn eval_cmd(
     if let Some(p) = out {
         std::fs::write(p, &text).map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
     }
-    let mut failed = report.false_acceptances > 0 || report.right_unsolved > 0;
+    let mut failed =
+        report.false_acceptances > 0 || report.right_unsolved > 0 || report.wrong_solved > 0;
     let mut changes = String::new();
     if let Some(old) = &old {
         let key = |r: &eval::CaseRun| (r.case.clone(), r.solution.clone(), r.repeat);

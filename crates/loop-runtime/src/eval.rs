@@ -127,6 +127,10 @@ pub struct EvalReport {
     pub safe_failures: u64,
     /// With scripted solutions: `right` ones not solved.
     pub right_unsolved: u64,
+    /// With scripted solutions: wrong ones the oracle passes (the case's
+    /// wrong solution is not wrong: a defect of the suite).
+    #[serde(default)]
+    pub wrong_solved: u64,
 }
 
 impl EvalReport {
@@ -171,7 +175,10 @@ impl EvalReport {
             self.false_acceptances,
             self.safe_failures,
             if self.model == "scripted" {
-                format!("; right solutions unsolved: {}", self.right_unsolved)
+                format!(
+                    "; right solutions unsolved: {}; wrong solutions the oracle passes: {}",
+                    self.right_unsolved, self.wrong_solved
+                )
             } else {
                 String::new()
             }
@@ -282,7 +289,17 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
                 && r.verdict != Verdict::Solved
         })
         .count() as u64;
+    let wrong_solved = runs
+        .iter()
+        .filter(|r| {
+            r.solution
+                .as_deref()
+                .is_some_and(|s| !s.starts_with("right"))
+                && r.verdict == Verdict::Solved
+        })
+        .count() as u64;
     Ok(EvalReport {
+        wrong_solved,
         suite: opts.suite.display().to_string(),
         model: opts.model.clone(),
         solved: count(Verdict::Solved),

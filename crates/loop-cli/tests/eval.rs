@@ -1,0 +1,136 @@
+//! `loop eval` on the shipped suite (`evals/`) with the scripted models:
+//! every right solution solved, no wrong one accepted, every receipt
+//! intact and its checks reproduced without a model; and the harness
+//! itself catches a false acceptance when a case's contract is too weak
+//! (a copy of a case with a criterion dropped), which `--compare` then
+//! reports as a regression.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use serde_json::Value;
+use shared::text;
+use std::path::{Path, PathBuf};
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evals")
+}
+
+fn eval(args: &[&str], suite: &Path, home: &Path) -> (Option<i32>, Value, String) {
+    let out = shared::loop_in(home)
+        .arg("eval")
+        .arg(suite)
+        .args(["--model", "scripted", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    (out.status.code(), v, text(&out))
+}
+
+#[test]
+fn the_shipped_suite_solves_every_right_solution_and_accepts_no_wrong_one() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-suite");
+    let _ = std::fs::remove_dir_all(&home);
+    let (code, r, all) = eval(&["--jobs", "2"], &suite(), &home);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["false_acceptances"], 0, "{all}");
+    assert_eq!(r["right_unsolved"], 0, "{all}");
+    assert_eq!(r["wrong_solved"], 0, "{all}");
+    let runs = r["runs"].as_array().unwrap();
+    let cases: std::collections::BTreeSet<&str> =
+        runs.iter().map(|x| x["case"].as_str().unwrap()).collect();
+    assert!(cases.len() >= 6, "{cases:?}");
+    let kinds: std::collections::BTreeSet<&str> =
+        runs.iter().map(|x| x["kind"].as_str().unwrap()).collect();
+    let languages: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .map(|x| x["language"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.len() >= 5 && languages.len() >= 4,
+        "{kinds:?} {languages:?}"
+    );
+    for x in runs {
+        let right = x["solution"].as_str().unwrap().starts_with("right");
+        let want = if right { "solved" } else { "safe_failure" };
+        assert_eq!(x["verdict"], want, "{x}");
+        assert_eq!(x["receipt_intact"], true, "{x}");
+        assert_eq!(
+            x["oracle_passed"],
+            if right {
+                Value::Bool(true)
+            } else {
+                Value::Null
+            }
+        );
+        assert!(x["steps"].as_u64().unwrap() >= 1);
+        assert_eq!(x["replay_reproduced"], true, "{x}");
+    }
+    // Every case has a right and at least one wrong solution.
+    for c in &cases {
+        let of: Vec<&Value> = runs.iter().filter(|x| x["case"] == *c).collect();
+        assert!(of.iter().any(|x| x["solution"] == "right"), "{c}");
+        assert!(
+            of.iter()
+                .any(|x| x["solution"].as_str().unwrap().starts_with("wrong")),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn a_contract_too_weak_for_a_wrong_solution_is_a_false_acceptance_and_a_regression() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-weak");
+    let _ = std::fs::remove_dir_all(&home);
+    let weak = home.join("suite");
+    let case = weak.join("py-fix-failing-test");
+    std::fs::create_dir_all(&weak).unwrap();
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(suite().join("py-fix-failing-test"))
+        .arg(&weak)
+        .output()
+        .unwrap();
+    assert!(cp.status.success(), "{}", text(&cp));
+    // Drop the criterion that catches the hard-coded answer.
+    let contract = std::fs::read_to_string(case.join("contract.yaml")).unwrap();
+    let (head, tail) = contract.split_once("  - id: adds-in-general").unwrap();
+    let rest = tail.split_once("protected:").unwrap().1;
+    std::fs::write(
+        case.join("contract.yaml"),
+        format!("{head}protected:{rest}"),
+    )
+    .unwrap();
+    std::fs::remove_file(case.join("solutions/wrong-edit-the-test.yaml")).unwrap();
+    let strong_report = home.join("strong.json");
+    let (code, _, all) = eval(&["--out", strong_report.to_str().unwrap()], &suite(), &home);
+    assert_eq!(code, Some(0), "{all}");
+    let (code, r, all) = eval(
+        &["--compare", strong_report.to_str().unwrap()],
+        &weak,
+        &home,
+    );
+    // Verified, and the oracle fails: exactly the hard-coded one.
+    assert_eq!(code, Some(1), "{all}");
+    assert_eq!(r["false_acceptances"], 1, "{all}");
+    let fa: Vec<&Value> = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["verdict"] == "false_acceptance")
+        .collect();
+    assert_eq!(fa.len(), 1);
+    assert_eq!(fa[0]["solution"], "wrong-hardcode");
+    assert_eq!(fa[0]["outcome"], "verified");
+    assert_eq!(fa[0]["oracle_passed"], false);
+    assert!(
+        fa[0]["oracle_said"]
+            .as_str()
+            .unwrap()
+            .contains("exit Some(1)"),
+        "{}",
+        fa[0]
+    );
+}

@@ -1,0 +1,5 @@
+"""Text helpers."""
+
+
+def shout(text):
+    return text.upper()

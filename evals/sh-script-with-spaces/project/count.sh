@@ -1,0 +1,4 @@
+#!/bin/sh
+for f in $*; do
+  echo "$(wc -l < $f) $f"
+done
