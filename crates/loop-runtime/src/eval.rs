@@ -383,7 +383,7 @@ fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
     };
     let rt = Runtime::open(&project)?;
     let started = Instant::now();
-    let report = rt.start(
+    let started_task = rt.start(
         crate::TaskRequest {
             contract,
             source,
@@ -399,8 +399,33 @@ fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
             trigger: None,
         },
         &mut Quiet,
-    )?;
+    );
     let wall_ms = started.elapsed().as_millis() as u64;
+    // A task that could not even start (a drafted contract the critic
+    // refuses, a model that cannot be reached) is a safe failure, said.
+    let report = match started_task {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(CaseRun {
+                case: name,
+                kind: job.case.kind.clone(),
+                language: job.case.language.clone(),
+                solution,
+                repeat: job.repeat,
+                verdict: Verdict::SafeFailure,
+                outcome: format!("not started: {}", e.message),
+                oracle_passed: None,
+                oracle_said: None,
+                steps: 0,
+                tokens: 0,
+                usd: 0.0,
+                wall_ms,
+                receipt_intact: false,
+                replay_reproduced: None,
+                task_id: String::new(),
+            });
+        }
+    };
     let verified = report.outcome.kind == loop_protocol::OutcomeKind::Verified;
     let used = rt.status(&report.task_id)?.used;
     let check = crate::receipts::verify(&report.receipt, None, None)?;
