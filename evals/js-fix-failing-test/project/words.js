@@ -1,0 +1,4 @@
+function countWords(text) {
+  return text.split(" ").length;
+}
+module.exports = { countWords };
