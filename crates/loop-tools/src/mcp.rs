@@ -1205,7 +1205,9 @@ impl HttpConn {
             protocol: self.protocol.clone(),
             body: msg.to_string(),
             id,
-            left,
+            // The wait below ends at the deadline; the exchange's own limit
+            // comes after it, so the call is said to time out either way.
+            left: left + Duration::from_secs(2),
             max,
         };
         std::thread::spawn(move || {
@@ -1300,9 +1302,21 @@ impl Exchange {
         let Some(id) = id else {
             return Ok(None);
         };
-        let timed = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::TimedOut => Failure::Timeout,
-            _ => Failure::Io(e.to_string()),
+        // A body read cut by the exchange's own time limit is a timeout,
+        // whichever way ureq wraps it.
+        let timed = |e: std::io::Error| {
+            let ureq_timeout = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+                .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)));
+            if e.kind() == std::io::ErrorKind::TimedOut
+                || ureq_timeout
+                || e.to_string().starts_with("timeout")
+            {
+                Failure::Timeout
+            } else {
+                Failure::Io(e.to_string())
+            }
         };
         if kind.starts_with("text/event-stream") {
             let mut reader = std::io::BufReader::new(body);
