@@ -165,8 +165,8 @@ def run(loop, n, mode):
         wall = time.time() - start
         verified = sum(1 for t in tasks if t.get("outcome", "") == "verified")
         lat = [ms(t["updated"]) - ms(t["created"]) for t in tasks]
-        print(f"| {mode} | {n} | {verified} | {n / wall:.2f} | {statistics.median(lat) / 1000:.2f} | {pct(lat, 99) / 1000:.2f} |",
-              flush=True)
+        return {"mode": mode, "tasks": n, "verified": verified, "rate": n / wall,
+                "p50": statistics.median(lat) / 1000, "p99": pct(lat, 99) / 1000}
     finally:
         env.close()
 
@@ -203,8 +203,8 @@ def memory(loop):
         for _ in range(15):
             env.post("scripted:slow.yaml")
         sixteen = settle(16)
-        print(f"| worker, --jobs 16 | idle {idle / 1024:.1f} MiB | 1 running {one / 1024:.1f} MiB | 16 running {sixteen / 1024:.1f} MiB | {(sixteen - one) / 15 / 1024:.2f} MiB per task beyond the first |",
-              flush=True)
+        return {"idle_mib": idle / 1024, "one_mib": one / 1024, "sixteen_mib": sixteen / 1024,
+                "per_task_mib": (sixteen - one) / 15 / 1024}
     finally:
         env.close()
 
@@ -221,9 +221,13 @@ def main():
             print()
             print("| process | idle | one task | sixteen tasks | per task |")
             print("| --- | --- | --- | --- | --- |")
-            memory(loop)
+            r = memory(loop)
+            print(f"| worker, --jobs 16 | idle {r['idle_mib']:.1f} MiB | 1 running {r['one_mib']:.1f} MiB "
+                  f"| 16 running {r['sixteen_mib']:.1f} MiB | {r['per_task_mib']:.2f} MiB per task beyond the first |",
+                  flush=True)
         else:
-            run(loop, n, m)
+            r = run(loop, n, m)
+            print(f"| {m} | {n} | {r['verified']} | {r['rate']:.2f} | {r['p50']:.2f} | {r['p99']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -356,7 +356,7 @@ pub async fn serve_on(
 /// Every 10 s, hand the memory the allocator keeps after freeing back to
 /// the system. Tasks are prepared and run on many threads; glibc keeps what
 /// each thread's arena freed, and a server that had taken 10,000 tasks was
-/// seen holding 450 MiB of it (docs/benchmarks.md).
+/// seen holding 450 MiB of it (docs/benchmark-history.md).
 async fn give_back_memory() {
     loop {
         tokio::time::sleep(Duration::from_secs(10)).await;
