@@ -5,27 +5,29 @@
 #
 #   scripts/bench.sh                 release build, full sizes, writes docs/benchmarks.md
 #   scripts/bench.sh --quick --out F a smoke run with small sizes (used by scripts/test.sh)
-#   scripts/bench.sh --loop BIN ...  measure BIN instead of building
-#   scripts/bench.sh --only sandbox,receipts ...
+#   scripts/bench.sh --loop BIN ...  measure BIN instead of building one
+#   scripts/bench.sh --only sandbox,receipts --out F
 #
 # Installs what it needs from Debian's packages when missing (hyperfine,
-# bubblewrap, GNU time, strace), and where PostgreSQL and redis-server are
-# installed it starts PostgreSQL on 127.0.0.1 (scripts/services.sh) for the
-# queue section; without them that section says it was not measured.
+# bubblewrap, GNU time, strace, git, python3). The queue section runs where
+# PostgreSQL and redis-server are installed (bench.py starts PostgreSQL on
+# 127.0.0.1 with scripts/services.sh for it) or LOOP_TEST_POSTGRES_URL is
+# set; elsewhere it says it was not measured. Exits non-zero when a section
+# failed (the report still says what the others measured).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
+command_line="scripts/bench.sh${*:+ $*}"
 loop_bin=""
-quick=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --loop) loop_bin=$2; shift 2 ;;
-    --quick) quick=1; args+=(--quick); shift ;;
-    --out|--only) args+=("$1" "$2"); shift 2 ;;
+    --loop) loop_bin=$(realpath "$2"); shift 2 ;;
+    --quick) args+=(--quick); shift ;;
+    --out) args+=(--out "$(realpath -m "$2")"); shift 2 ;;
+    --only) args+=(--only "$2"); shift 2 ;;
     *) echo "bench.sh: unknown argument $1 (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
 done
+cd "$(dirname "$0")/.."
 
 need=()
 command -v hyperfine >/dev/null || need+=(hyperfine)
@@ -33,36 +35,28 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 [ -x /usr/bin/time ] || need+=(time)
 command -v strace >/dev/null || need+=(strace)
 command -v git >/dev/null || need+=(git)
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "bench.sh: missing ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2
+    echo "bench.sh: missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
     exit 1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+command -v cargo >/dev/null || { echo "bench.sh: cargo is not on PATH (the Rust toolchain builds what is measured)" >&2; exit 1; }
 
+target_dir=${CARGO_TARGET_DIR:-target}
 if [ -z "$loop_bin" ]; then
   cargo build --release --locked -q -p loop-cli
-  cargo build --release --locked -q -p loop-receipt --example bench_receipt
-  loop_bin=target/release/loop
-  receipt_bin=target/release/examples/bench_receipt
-else
-  # The receipt example from the same profile as the binary given.
-  profile=$(basename "$(dirname "$(realpath "$loop_bin")")")
-  if [ "$profile" = release ]; then
-    cargo build --release --locked -q -p loop-receipt --example bench_receipt
-  else
-    cargo build --locked -q -p loop-receipt --example bench_receipt
-  fi
-  receipt_bin=$(dirname "$(realpath "$loop_bin")")/examples/bench_receipt
+  loop_bin=$(realpath "$target_dir/release/loop")
 fi
+# The receipt example, from the same profile as the binary measured.
+case "$loop_bin" in
+  */release/*) profile=release; cargo build --release --locked -q -p loop-receipt --example bench_receipt ;;
+  *) profile=debug; cargo build --locked -q -p loop-receipt --example bench_receipt ;;
+esac
+receipt_bin="$target_dir/$profile/examples/bench_receipt"
 
-if [ -z "${LOOP_TEST_POSTGRES_URL:-}" ] && [ "$(id -u)" = 0 ] && [ -d /usr/lib/postgresql ] \
-   && command -v redis-server >/dev/null; then
-  LOOP_TEST_POSTGRES_URL=$(bash scripts/services.sh)
-  export LOOP_TEST_POSTGRES_URL
-fi
-
-cmd="scripts/bench.sh"
-[ $quick = 1 ] && cmd="scripts/bench.sh --quick"
-exec python3 scripts/bench.py --loop "$loop_bin" --receipt-bench "$receipt_bin" --command "$cmd" "${args[@]}"
+exec python3 scripts/bench.py --loop "$loop_bin" --receipt-bench "$receipt_bin" --command "$command_line" "${args[@]}"
