@@ -409,6 +409,14 @@ enum Command {
         /// Write the report as JSON here too.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// A Loopfile put in every case's starting project: a real model's
+        /// settings (`models.maker`: base URL, stream, tool choice, …).
+        #[arg(long, value_name = "FILE")]
+        loopfile: Option<PathBuf>,
+        /// Keep the cases' projects (their stores, ledgers and receipts)
+        /// and say where; by default they are removed.
+        #[arg(long)]
+        keep: bool,
     },
     /// Print the JSON Schema of a format: `contract` or `loopfile`.
     Schema {
@@ -882,13 +890,20 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             jobs,
             compare,
             out,
+            loopfile,
+            keep,
         } => eval_cmd(
-            &suite,
-            model,
-            repeat,
-            jobs,
+            loop_runtime::eval::EvalOptions {
+                suite,
+                model,
+                repeat: repeat.max(1),
+                jobs: jobs.max(1),
+                work: std::env::temp_dir().join(format!("loop-eval-{}", std::process::id())),
+                loopfile,
+            },
             compare.as_deref(),
             out.as_deref(),
+            keep,
             json,
         ),
         Command::Schema { format } => files_cmd::schema(match format {
@@ -1353,12 +1368,10 @@ fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
 
 /// `loop eval`.
 fn eval_cmd(
-    suite: &std::path::Path,
-    model: String,
-    repeat: u32,
-    jobs: usize,
+    opts: loop_runtime::eval::EvalOptions,
     compare: Option<&std::path::Path>,
     out: Option<&std::path::Path>,
+    keep: bool,
     json: bool,
 ) -> Result<u8, CliError> {
     use loop_runtime::eval;
@@ -1372,15 +1385,16 @@ fn eval_cmd(
         }
         None => None,
     };
-    let work = std::env::temp_dir().join(format!("loop-eval-{}", std::process::id()));
-    let report = eval::run(&eval::EvalOptions {
-        suite: suite.to_path_buf(),
-        model,
-        repeat: repeat.max(1),
-        jobs: jobs.max(1),
-        work: work.clone(),
-    })?;
-    let _ = std::fs::remove_dir_all(&work);
+    let work = opts.work.clone();
+    let report = eval::run(&opts)?;
+    if keep {
+        eprintln!(
+            "loop eval: the cases' projects are kept in {}",
+            work.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
+    }
     let text = serde_json::to_string_pretty(&report)
         .map_err(|e| CliError::internal(format!("the report: {e}")))?;
     if let Some(p) = out {

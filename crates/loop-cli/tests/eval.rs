@@ -138,3 +138,82 @@ fn a_contract_too_weak_for_a_wrong_solution_is_a_false_acceptance_and_a_regressi
         fa[0]
     );
 }
+
+#[test]
+fn a_loopfile_given_to_every_case_is_checked_first_recorded_and_kept_out_of_the_change() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-loopfile");
+    let _ = std::fs::remove_dir_all(&home);
+    let one = home.join("suite");
+    std::fs::create_dir_all(&one).unwrap();
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(suite().join("md-document-sections"))
+        .arg(&one)
+        .output()
+        .unwrap();
+    assert!(cp.status.success(), "{}", text(&cp));
+
+    // A Loopfile that does not parse is the command's error, named, before
+    // any case runs.
+    let bad = home.join("bad.yaml");
+    std::fs::write(&bad, "models:\n  maker: [not, a, map]\n").unwrap();
+    let out = shared::loop_in(&home)
+        .arg("eval")
+        .arg(&one)
+        .args(["--model", "scripted", "--loopfile"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("bad.yaml"), "{}", text(&out));
+
+    // A good one: every solution judged as without it, its digest in the
+    // report, and the file is part of the starting project, not of the
+    // change set (the right solution's oracle still passes).
+    let good = home.join("good.yaml");
+    let settings = "models:\n  maker:\n    spec: openai:some-model\n    temperature: 0\n";
+    std::fs::write(&good, settings).unwrap();
+    let (code, r, all) = eval(&["--loopfile", good.to_str().unwrap()], &one, &home);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(r["solved"], 1, "{all}");
+    assert_eq!(r["false_acceptances"], 0, "{all}");
+    assert_eq!(
+        r["loopfile_sha256"],
+        sha256_of(settings.as_bytes()),
+        "{all}"
+    );
+
+    // A case with a Loopfile of its own is not silently overridden.
+    std::fs::write(
+        one.join("md-document-sections/project/Loopfile.yaml"),
+        "exec: {}\n",
+    )
+    .unwrap();
+    let out = shared::loop_in(&home)
+        .arg("eval")
+        .arg(&one)
+        .args(["--model", "scripted", "--loopfile"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("has its own Loopfile.yaml"),
+        "{}",
+        text(&out)
+    );
+}
+
+fn sha256_of(bytes: &[u8]) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(bytes)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}

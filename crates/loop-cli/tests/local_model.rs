@@ -401,5 +401,83 @@ fn a_real_local_model_is_driven_verified_bounded_and_replayed() {
         }
         other => panic!("exit {other:?}: {said}"),
     }
+
+    // 6. The eval suite against the real model: the one flag is the spec.
+    //    A 135M model solves little; what must hold is that it really ran
+    //    (tokens the server counted), that nothing it left was accepted
+    //    without the oracle agreeing, and that every receipt holds.
+    let suite = scratch.join("eval-suite");
+    let _ = std::fs::remove_dir_all(&suite);
+    std::fs::create_dir_all(&suite).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evals");
+    for case in EVAL_CASES {
+        let cp = Command::new("cp")
+            .arg("-a")
+            .arg(shipped.join(case))
+            .arg(&suite)
+            .output()
+            .unwrap();
+        assert!(cp.status.success(), "{}", shared::text(&cp));
+    }
+    let home = scratch.join("eval-home");
+    let _ = std::fs::remove_dir_all(&home);
+    // This server streams no tool calls: the model's settings come in a
+    // Loopfile given to every case.
+    let settings = scratch.join("eval-loopfile.yaml");
+    std::fs::write(
+        &settings,
+        "models:\n  maker:\n    spec: openai:smollm2\n    temperature: 0\n    max_output_tokens: 256\n    context_tokens: 4096\n    stream: false\n",
+    )
+    .unwrap();
+    let out = shared::loop_in(&home)
+        .arg("eval")
+        .arg(&suite)
+        .args(["--model", "openai:smollm2", "--json", "--loopfile"])
+        .arg(&settings)
+        .env("LOOP_OPENAI_BASE_URL", &server.url)
+        .output()
+        .unwrap();
+    let all = shared::text(&out);
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{all}"));
+    assert_eq!(r["model"], "openai:smollm2", "{all}");
+    assert_eq!(
+        r["loopfile_sha256"].as_str().unwrap().len(),
+        64,
+        "the report records the settings: {all}"
+    );
+    assert_eq!(r["false_acceptances"], 0, "{all}");
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), EVAL_CASES.len(), "{all}");
+    let mut tokens = 0;
+    for x in runs {
+        assert!(x["solution"].is_null(), "the model's own run: {x}");
+        let outcome = x["outcome"].as_str().unwrap();
+        if outcome == "not started" {
+            // Only drafting may stop a task before it starts (a real
+            // model's draft the critic refuses), and the reason is said.
+            assert_eq!(x["case"], "py-drafted-contract", "{x}");
+            assert!(!x["reason"].as_str().unwrap().is_empty(), "{x}");
+            continue;
+        }
+        match x["verdict"].as_str().unwrap() {
+            "solved" => assert_eq!(x["oracle_passed"], true, "{x}"),
+            "safe_failure" => assert_ne!(outcome, "verified", "{x}"),
+            other => panic!("{other}: {x}"),
+        }
+        assert_eq!(x["receipt_intact"], true, "{x}");
+        // Checks that ran replay the same without the model (none ran
+        // when the model never got as far as a verification).
+        assert_ne!(x["replay_reproduced"], false, "{x}");
+        assert!(x["steps"].as_u64().unwrap() >= 1, "{x}");
+        tokens += x["tokens"].as_u64().unwrap();
+    }
+    assert!(tokens > 0, "the real model was called: {all}");
     drop(server);
 }
+
+/// Cases of the shipped suite the real model is run on here, two that end
+/// in seconds with this model: the whole suite takes about 25 minutes on
+/// two cores (README), several cases running into their time limit.
+const EVAL_CASES: &[&str] = &["py-fix-failing-test", "json-structured-output"];

@@ -74,6 +74,9 @@ pub struct CaseRun {
     pub verdict: Verdict,
     /// The task's outcome.
     pub outcome: String,
+    /// Why it ended so, in a sentence (or why it could not start).
+    #[serde(default)]
+    pub reason: String,
     /// Whether the oracle passed (when it ran: only for a verified task).
     pub oracle_passed: Option<bool>,
     /// What the oracle said, when it failed (bounded).
@@ -108,6 +111,9 @@ pub struct EvalOptions {
     pub jobs: usize,
     /// Where the cases' projects are made.
     pub work: PathBuf,
+    /// A Loopfile put in every case's starting project (a real model's
+    /// settings: base URL, streaming, tool choice, pricing, …).
+    pub loopfile: Option<PathBuf>,
 }
 
 /// A whole suite's runs, and their tally.
@@ -117,6 +123,9 @@ pub struct EvalReport {
     pub suite: String,
     /// The model.
     pub model: String,
+    /// The SHA-256 of the Loopfile given to every case, if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopfile_sha256: Option<String>,
     /// Every run.
     pub runs: Vec<CaseRun>,
     /// Runs solved.
@@ -139,18 +148,26 @@ impl EvalReport {
         let mut out = String::from(
             "| case | kind | solution | verdict | outcome | oracle | steps | tokens | $ | wall ms | receipt | replay |\n| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
         );
+        // A cell is one line, and a `|` in it is not a column.
+        let cell = |s: &str| {
+            s.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace('|', "\\|")
+        };
         for r in &self.runs {
+            let started = !r.task_id.is_empty();
             out.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {} | {} |\n",
-                r.case,
-                r.kind,
-                r.solution.as_deref().unwrap_or("-"),
+                cell(&r.case),
+                cell(&r.kind),
+                cell(r.solution.as_deref().unwrap_or("-")),
                 match r.verdict {
                     Verdict::Solved => "solved",
                     Verdict::FalseAcceptance => "**FALSE ACCEPTANCE**",
                     Verdict::SafeFailure => "safe failure",
                 },
-                r.outcome,
+                cell(&r.outcome),
                 match r.oracle_passed {
                     Some(true) => "pass",
                     Some(false) => "fail",
@@ -160,7 +177,11 @@ impl EvalReport {
                 r.tokens,
                 r.usd,
                 r.wall_ms,
-                if r.receipt_intact { "intact" } else { "BROKEN" },
+                match (started, r.receipt_intact) {
+                    (false, _) => "-",
+                    (true, true) => "intact",
+                    (true, false) => "BROKEN",
+                },
                 match r.replay_reproduced {
                     Some(true) => "reproduced",
                     Some(false) => "DIFFERS",
@@ -225,6 +246,20 @@ struct Job {
 
 /// Run the suite.
 pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
+    // The Loopfile given to every case is read and checked once, here: a
+    // bad one is the command's error, not twelve tasks that cannot start.
+    let loopfile = match &opts.loopfile {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::usage(format!("--loopfile {}: {e}", path.display())))?;
+            crate::loopfile::Loopfile::parse(&text, &path.display().to_string())?;
+            Some(text)
+        }
+        None => None,
+    };
+    let loopfile_sha256 = loopfile
+        .as_deref()
+        .map(|t| loop_protocol::hash::sha256_hex(t.as_bytes()));
     let mut jobs = Vec::new();
     for dir in cases(&opts.suite)? {
         let case = read_case(&dir)?;
@@ -264,7 +299,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
                 loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
                     let Some((n, job)) = next else { break };
-                    let r = run_one(opts, &job, n);
+                    let r = run_one(opts, loopfile.as_deref(), &job, n);
                     results
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -302,6 +337,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
         wrong_solved,
         suite: opts.suite.display().to_string(),
         model: opts.model.clone(),
+        loopfile_sha256,
         solved: count(Verdict::Solved),
         false_acceptances: count(Verdict::FalseAcceptance),
         safe_failures: count(Verdict::SafeFailure),
@@ -335,7 +371,12 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), Error> {
 
 /// Run one job: the task in a fresh repository of the case's project,
 /// then the oracle on a fresh copy with the change set applied.
-fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
+fn run_one(
+    opts: &EvalOptions,
+    loopfile: Option<&str>,
+    job: &Job,
+    n: usize,
+) -> Result<CaseRun, Error> {
     let name = job
         .dir
         .file_name()
@@ -354,6 +395,18 @@ fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
     let _ = std::fs::remove_dir_all(&base);
     let project = base.join("project");
     copy(&job.dir.join("project"), &project)?;
+    if let Some(text) = loopfile {
+        // Part of the starting project (committed with it), so it is no
+        // part of the change set the oracle judges.
+        let at = project.join("Loopfile.yaml");
+        if at.exists() {
+            return Err(Error::usage(format!(
+                "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
+                job.dir.display()
+            )));
+        }
+        std::fs::write(&at, text).map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
+    }
     git(&project, &["init", "-q"])?;
     git(&project, &["add", "-A"])?;
     git(&project, &["commit", "-qm", "the case's starting project"])?;
@@ -413,7 +466,8 @@ fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
                 solution,
                 repeat: job.repeat,
                 verdict: Verdict::SafeFailure,
-                outcome: format!("not started: {}", e.message),
+                outcome: "not started".into(),
+                reason: e.message,
                 oracle_passed: None,
                 oracle_said: None,
                 steps: 0,
@@ -451,6 +505,7 @@ fn run_one(opts: &EvalOptions, job: &Job, n: usize) -> Result<CaseRun, Error> {
         repeat: job.repeat,
         verdict,
         outcome: report.outcome.to_string(),
+        reason: report.outcome.reason.clone(),
         oracle_passed,
         oracle_said,
         steps: used.steps,
