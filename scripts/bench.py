@@ -674,11 +674,13 @@ def machine(a):
         mem = int(f.readline().split()[1]) / 1048576
     doctor = json.loads(run([a.loop, "doctor", "--json"], check=False).stdout or "{}")
     rev = out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
-    dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
+    # Changes to what is built or run (not to the docs this run rewrites).
+    dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--", "crates", "scripts",
+                 "evals", "Cargo.toml", "Cargo.lock"], check=False).stdout.strip()
     fs = out(["stat", "-f", "-c", "%T", os.path.join(ROOT, "target")])
     shown = os.path.relpath(a.loop, ROOT) if a.loop.startswith(ROOT + os.sep) else a.loop
     return [
-        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {rev}{' (with local changes)' if dirty else ''}",
+        f"- {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {rev}{' (with local changes to the code)' if dirty else ''}",
         f"- {platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, "
         f"user {out(['id', '-un'])}, scratch files on {fs} (`target/bench-tmp`)",
         f"- {out([a.loop, '--version'])} (`{shown}`); {out(['bwrap', '--version'])}; {out(['hyperfine', '--version'])}; "
