@@ -67,14 +67,15 @@ cargo test --workspace --locked --features loop-cli/fault-injection "$@"
 # binary (small sizes, few repetitions; its figures are not the ones to
 # quote — docs/benchmarks.md comes from a full run). Every section must be
 # there and measured, the scale-out one included.
-bash scripts/bench.sh --quick --loop target/debug/loop --out target/bench-quick.md
+target_dir=${CARGO_TARGET_DIR:-target}
+bash scripts/bench.sh --quick --loop "$target_dir/debug/loop" --out "$target_dir/bench-quick.md"
 for section in "## Sandbox:" "## A flood of output" "## Verification snapshots" \
   "## The runtime's cost per step" "## Concurrent tasks" "## Receipts at" \
   "## Tasks through PostgreSQL"; do
-  grep -qF "$section" target/bench-quick.md || { echo "bench smoke: no \"$section\" section" >&2; exit 1; }
+  grep -qF "$section" "$target_dir/bench-quick.md" || { echo "bench smoke: no \"$section\" section" >&2; exit 1; }
 done
-if grep -q "Not measured" target/bench-quick.md; then
+if grep -q "Not measured" "$target_dir/bench-quick.md"; then
   echo "bench smoke: a section was not measured:" >&2
-  grep "Not measured" target/bench-quick.md >&2
+  grep "Not measured" "$target_dir/bench-quick.md" >&2
   exit 1
 fi

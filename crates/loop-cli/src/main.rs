@@ -410,7 +410,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
         /// A Loopfile put in every case's starting project: a real model's
-        /// settings (`models.maker`: base URL, stream, tool choice, …).
+        /// settings (`models:` only: base URL, stream, tool choice, …; any
+        /// other section is refused, since it would change what the checks
+        /// mean). Its SHA-256 is in the report.
         #[arg(long, value_name = "FILE")]
         loopfile: Option<PathBuf>,
         /// Keep the cases' projects (their stores, ledgers and receipts)
@@ -898,7 +900,13 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
                 model,
                 repeat: repeat.max(1),
                 jobs: jobs.max(1),
-                work: std::env::temp_dir().join(format!("loop-eval-{}", std::process::id())),
+                work: std::env::temp_dir().join(format!(
+                    "loop-eval-{}-{}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos())
+                )),
                 loopfile,
             },
             compare.as_deref(),
@@ -1386,7 +1394,12 @@ fn eval_cmd(
         None => None,
     };
     let work = opts.work.clone();
-    let report = eval::run(&opts)?;
+    // A directory of this run's own (a leftover of the same name, from a
+    // process that had this id before, is never reused or removed).
+    std::fs::create_dir_all(work.parent().unwrap_or(std::path::Path::new("/")))
+        .and_then(|_| std::fs::create_dir(&work))
+        .map_err(|e| CliError::usage(format!("{}: {e}", work.display())))?;
+    let report = eval::run(&opts);
     if keep {
         eprintln!(
             "loop eval: the cases' projects are kept in {}",
@@ -1395,6 +1408,7 @@ fn eval_cmd(
     } else {
         let _ = std::fs::remove_dir_all(&work);
     }
+    let report = report?;
     let text = serde_json::to_string_pretty(&report)
         .map_err(|e| CliError::internal(format!("the report: {e}")))?;
     if let Some(p) = out {
@@ -1426,6 +1440,20 @@ fn eval_cmd(
             "false acceptances: {} -> {}; solved: {} -> {}\n",
             old.false_acceptances, report.false_acceptances, old.solved, report.solved
         ));
+        if old.model != report.model || old.loopfile_sha256 != report.loopfile_sha256 {
+            changes.push_str(&format!(
+                "note: the runs differ in their model or its settings ({} {} -> {} {})\n",
+                old.model,
+                old.loopfile_sha256
+                    .as_deref()
+                    .map_or("-", |s| &s[..12.min(s.len())]),
+                report.model,
+                report
+                    .loopfile_sha256
+                    .as_deref()
+                    .map_or("-", |s| &s[..12.min(s.len())]),
+            ));
+        }
         failed = report.false_acceptances > old.false_acceptances;
     }
     if json {

@@ -17,6 +17,19 @@ fn suite() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../evals")
 }
 
+/// A copy of one shipped case in a suite of its own; the case's new path.
+fn copy_case(name: &str, into: &Path) -> PathBuf {
+    std::fs::create_dir_all(into).unwrap();
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(suite().join(name))
+        .arg(into)
+        .output()
+        .unwrap();
+    assert!(cp.status.success(), "{}", text(&cp));
+    into.join(name)
+}
+
 fn eval(args: &[&str], suite: &Path, home: &Path) -> (Option<i32>, Value, String) {
     let out = shared::loop_in(home)
         .arg("eval")
@@ -85,15 +98,7 @@ fn a_contract_too_weak_for_a_wrong_solution_is_a_false_acceptance_and_a_regressi
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-weak");
     let _ = std::fs::remove_dir_all(&home);
     let weak = home.join("suite");
-    let case = weak.join("py-fix-failing-test");
-    std::fs::create_dir_all(&weak).unwrap();
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(suite().join("py-fix-failing-test"))
-        .arg(&weak)
-        .output()
-        .unwrap();
-    assert!(cp.status.success(), "{}", text(&cp));
+    let case = copy_case("py-fix-failing-test", &weak);
     // Drop the criterion that catches the hard-coded answer.
     let contract = std::fs::read_to_string(case.join("contract.yaml")).unwrap();
     let (head, tail) = contract.split_once("  - id: adds-in-general").unwrap();
@@ -144,37 +149,51 @@ fn a_loopfile_given_to_every_case_is_checked_first_recorded_and_kept_out_of_the_
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-loopfile");
     let _ = std::fs::remove_dir_all(&home);
     let one = home.join("suite");
-    std::fs::create_dir_all(&one).unwrap();
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(suite().join("md-document-sections"))
-        .arg(&one)
-        .output()
-        .unwrap();
-    assert!(cp.status.success(), "{}", text(&cp));
+    copy_case("md-document-sections", &one);
+    let refused = |loopfile: &Path| {
+        let out = shared::loop_in(&home)
+            .arg("eval")
+            .arg(&one)
+            .args(["--model", "scripted", "--loopfile"])
+            .arg(loopfile)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        text(&out)
+    };
 
     // A Loopfile that does not parse is the command's error, named, before
-    // any case runs.
+    // any case runs; so is one with more than the model's settings.
     let bad = home.join("bad.yaml");
     std::fs::write(&bad, "models:\n  maker: [not, a, map]\n").unwrap();
-    let out = shared::loop_in(&home)
-        .arg("eval")
-        .arg(&one)
-        .args(["--model", "scripted", "--loopfile"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("bad.yaml"), "{}", text(&out));
+    assert!(refused(&bad).contains("bad.yaml"));
+    let wider = home.join("wider.yaml");
+    std::fs::write(
+        &wider,
+        "models:\n  maker: { spec: openai:m }\nverification:\n  test: \"true\"\n",
+    )
+    .unwrap();
+    let said = refused(&wider);
+    assert!(
+        said.contains("only `models:` is taken") && said.contains("`verification`"),
+        "{said}"
+    );
 
-    // A good one: every solution judged as without it, its digest in the
-    // report, and the file is part of the starting project, not of the
-    // change set (the right solution's oracle still passes).
+    // A good one: judged as without it, its digest in the report, and part
+    // of the starting project (committed with it), not of the change set.
     let good = home.join("good.yaml");
     let settings = "models:\n  maker:\n    spec: openai:some-model\n    temperature: 0\n";
     std::fs::write(&good, settings).unwrap();
-    let (code, r, all) = eval(&["--loopfile", good.to_str().unwrap()], &one, &home);
-    assert_eq!(code, Some(0), "{all}");
+    let out = shared::loop_in(&home)
+        .arg("eval")
+        .arg(&one)
+        .args(["--model", "scripted", "--json", "--keep", "--loopfile"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["solved"], 1, "{all}");
     assert_eq!(r["false_acceptances"], 0, "{all}");
     assert_eq!(
@@ -182,26 +201,55 @@ fn a_loopfile_given_to_every_case_is_checked_first_recorded_and_kept_out_of_the_
         sha256_of(settings.as_bytes()),
         "{all}"
     );
-
-    // A case with a Loopfile of its own is not silently overridden.
-    std::fs::write(
-        one.join("md-document-sections/project/Loopfile.yaml"),
-        "exec: {}\n",
-    )
-    .unwrap();
-    let out = shared::loop_in(&home)
-        .arg("eval")
-        .arg(&one)
-        .args(["--model", "scripted", "--loopfile"])
-        .arg(&good)
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("loop eval: the cases' projects are kept in "))
+        .unwrap_or_else(|| panic!("{all}"));
+    let right = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|x| x["solution"] == "right")
+        .unwrap();
+    let project = std::fs::read_dir(kept)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .ends_with("-right-1")
+        })
+        .unwrap()
+        .join("project");
+    let committed = std::process::Command::new("git")
+        .args(["show", "HEAD:Loopfile.yaml"])
+        .current_dir(&project)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("has its own Loopfile.yaml"),
-        "{}",
-        text(&out)
-    );
+    assert_eq!(String::from_utf8_lossy(&committed.stdout), settings);
+    let task = r["runs"][right]["task_id"].as_str().unwrap();
+    let patch = std::fs::read_to_string(
+        project
+            .join(".loop/receipts")
+            .join(format!("{task}.changes.patch")),
+    )
+    .unwrap();
+    assert!(patch.contains("DEPLOY.md"), "{patch}");
+    assert!(!patch.contains("Loopfile"), "{patch}");
+    std::fs::remove_dir_all(kept).unwrap();
+
+    // A case with anything named Loopfile.yaml (here a dangling link) is
+    // refused before any case runs, and nothing is written through it.
+    let target = home.join("written-through-the-link");
+    std::os::unix::fs::symlink(
+        &target,
+        one.join("md-document-sections/project/Loopfile.yaml"),
+    )
+    .unwrap();
+    assert!(refused(&good).contains("has its own Loopfile.yaml"));
+    assert!(!target.exists());
 }
 
 fn sha256_of(bytes: &[u8]) -> String {

@@ -453,17 +453,13 @@ fn a_real_local_model_is_driven_verified_bounded_and_replayed() {
     let mut tokens = 0;
     for x in runs {
         assert!(x["solution"].is_null(), "the model's own run: {x}");
-        let outcome = x["outcome"].as_str().unwrap();
-        if outcome == "not started" {
-            // Only drafting may stop a task before it starts (a real
-            // model's draft the critic refuses), and the reason is said.
-            assert_eq!(x["case"], "py-drafted-contract", "{x}");
-            assert!(!x["reason"].as_str().unwrap().is_empty(), "{x}");
-            continue;
-        }
+        // Both cases have contracts: each task starts, and ends with a
+        // reason said.
+        assert_ne!(x["outcome"], "not started", "{x}");
+        assert!(!x["reason"].as_str().unwrap().is_empty(), "{x}");
         match x["verdict"].as_str().unwrap() {
             "solved" => assert_eq!(x["oracle_passed"], true, "{x}"),
-            "safe_failure" => assert_ne!(outcome, "verified", "{x}"),
+            "safe_failure" => assert_eq!(x["oracle_passed"], serde_json::Value::Null, "{x}"),
             other => panic!("{other}: {x}"),
         }
         assert_eq!(x["receipt_intact"], true, "{x}");

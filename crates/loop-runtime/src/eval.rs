@@ -253,6 +253,26 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Error::usage(format!("--loopfile {}: {e}", path.display())))?;
             crate::loopfile::Loopfile::parse(&text, &path.display().to_string())?;
+            // Only the model's settings: any other section (verification,
+            // exec, rules, limits, network, ...) would change what a case's
+            // checks mean or allow, and so what its verdicts measure.
+            let keys = loop_protocol::yaml::parse(&text)
+                .and_then(|n| n.to_json())
+                .ok()
+                .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
+                .unwrap_or_default();
+            let other: Vec<&String> = keys.iter().filter(|k| *k != "models").collect();
+            if !other.is_empty() {
+                return Err(Error::usage(format!(
+                    "--loopfile {}: only `models:` is taken (the model's settings); `{}` would change what the cases' checks mean",
+                    path.display(),
+                    other
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join("`, `")
+                )));
+            }
             Some(text)
         }
         None => None,
@@ -263,6 +283,15 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
     let mut jobs = Vec::new();
     for dir in cases(&opts.suite)? {
         let case = read_case(&dir)?;
+        // Before any case runs: a case with a Loopfile (or anything by that
+        // name, a link included) is not silently given another.
+        let own = dir.join("project").join("Loopfile.yaml");
+        if loopfile.is_some() && std::fs::symlink_metadata(&own).is_ok() {
+            return Err(Error::usage(format!(
+                "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
+                dir.display()
+            )));
+        }
         let solutions: Vec<Option<PathBuf>> = if opts.model == "scripted" {
             let mut s: Vec<PathBuf> = std::fs::read_dir(dir.join("solutions"))
                 .map_err(|e| Error::usage(format!("{}/solutions: {e}", dir.display())))?
@@ -398,14 +427,14 @@ fn run_one(
     if let Some(text) = loopfile {
         // Part of the starting project (committed with it), so it is no
         // part of the change set the oracle judges.
+        // A new file, never through a link (the suite's files are input).
         let at = project.join("Loopfile.yaml");
-        if at.exists() {
-            return Err(Error::usage(format!(
-                "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
-                job.dir.display()
-            )));
-        }
-        std::fs::write(&at, text).map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&at)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
     }
     git(&project, &["init", "-q"])?;
     git(&project, &["add", "-A"])?;
@@ -533,7 +562,12 @@ fn oracle(
     let patch = project
         .join(".loop/receipts")
         .join(format!("{task_id}.changes.patch"));
-    if std::fs::metadata(&patch).is_ok_and(|m| m.len() > 0) {
+    // Every shipped task writes its change set, empty or not: a verified
+    // task without one cannot be judged, and is not judged as unchanged.
+    let len = std::fs::metadata(&patch)
+        .map_err(|e| Error::internal(format!("{}: {e}", patch.display())))?
+        .len();
+    if len > 0 {
         let out = std::process::Command::new("git")
             .args(["apply", "--whitespace=nowarn"])
             .arg(&patch)
