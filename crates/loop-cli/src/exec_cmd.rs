@@ -31,6 +31,9 @@ pub struct ExecArgs {
     /// Largest file the command may write, in MiB.
     #[arg(long, value_name = "MB")]
     fsize: Option<u64>,
+    /// The size of the command's private /tmp (a tmpfs of its own), in MiB.
+    #[arg(long, value_name = "MB")]
+    tmp: Option<u64>,
     /// A glob inside the workspace to make read-only, besides the defaults
     /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
     #[arg(long = "protect", value_name = "GLOB")]
@@ -120,6 +123,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         mem_mb: o.mem,
         cpu_secs: o.cpu_secs,
         fsize_mb: o.fsize,
+        tmp_mb: o.tmp,
         timeout: Duration::from_secs(o.timeout),
         max_output: o.max_output,
         isolation: o.isolation.level(),
@@ -249,6 +253,17 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
             let i = &r.isolation;
             out.row("memory cgroup", yes(i.memory_cgroup));
             out.row("pids cgroup", yes(i.pids_cgroup));
+            out.row("ipc namespace", yes(i.ipc_namespace));
+            out.row("cgroup namespace", yes(i.cgroup_namespace));
+            out.row("no terminal", yes(i.no_terminal));
+            out.row("no capabilities", yes(i.no_capabilities));
+            out.row(
+                "private /tmp",
+                match i.tmp_mb {
+                    Some(mb) => format!("yes (a tmpfs of {mb} MiB)"),
+                    None => "NO".into(),
+                },
+            );
             out.row("rlimits", i.rlimits.join(" "));
             for n in &i.notes {
                 out.row("note", n.clone());

@@ -766,3 +766,310 @@ fn required_isolation_enforces_an_explicit_memory_limit_or_refuses() {
         assert_eq!(out.status.code(), Some(0), "{who:?}");
     }
 }
+
+/// A probe script of `tests/escape/`, copied into the scene's workspace
+/// (where an unprivileged user can read it).
+fn probe(sc: &Scene, name: &str) -> String {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/escape")
+        .join(name);
+    let dst = sc.ws().join(name);
+    std::fs::copy(&src, &dst).unwrap();
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
+    name.to_string()
+}
+
+/// `cmd`'s program and arguments, for a wrapper to run.
+fn argv_of(cmd: &Command) -> Vec<String> {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_command_cannot_type_into_the_terminal_that_started_it() {
+    for who in users() {
+        let sc = Scene::new("tty", who);
+        let inject = probe(&sc, "inject.py");
+        let harness = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/escape/tty_harness.py");
+        let inner = sc.command(&[], &["python3", &inject]);
+        let out = Command::new("python3")
+            .arg(&harness)
+            .args(argv_of(&inner))
+            .envs(
+                inner
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .current_dir(&sc.base)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        // The command ran to its end, and the terminal got nothing.
+        assert!(text.contains("done"), "{who:?}: {text}");
+        assert!(
+            text.contains("HARNESS exit=0 pending=b''"),
+            "{who:?}: {text}"
+        );
+        assert!(!text.contains("pushed-into"), "{who:?}: {text}");
+        // No controlling terminal and no /dev/tty; the caller's descriptor 7
+        // (the terminal) closed; TIOCSTI and TIOCLINUX refused by seccomp
+        // (EPERM, where /dev/null alone would answer ENOTTY), high bits too.
+        assert!(
+            text.contains("open-tty ENOENT") || text.contains("open-tty ENXIO"),
+            "{who:?}: {text}"
+        );
+        for line in [
+            "fd7 EBADF",
+            "sti-devnull EPERM",
+            "sti-high-bits EPERM",
+            "linux EPERM",
+        ] {
+            assert!(text.contains(line), "{who:?}: {line}: {text}");
+        }
+        assert!(!sc.base.join("TYPED-MARK").exists(), "{who:?}");
+        assert!(!sc.ws().join("TYPED-MARK").exists(), "{who:?}");
+    }
+}
+
+#[test]
+fn host_ipc_is_invisible_and_nothing_made_inside_outlives_the_command() {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/escape/host_ipc.py");
+    for who in users() {
+        let sc = Scene::new("ipc", who);
+        let ipc = probe(&sc, "inside_ipc.py");
+        let host_key = 0x4c00_0000 + std::process::id() % 0xffff;
+        let own_key = host_key + 0x10_0000;
+        let queue = format!("/loop-escape-{}-{who:?}", std::process::id());
+        let made = Command::new("python3")
+            .arg(&host)
+            .args(["create", &host_key.to_string()])
+            .output()
+            .unwrap();
+        let shm_id = String::from_utf8_lossy(&made.stdout).trim().to_string();
+        assert!(shm_id.parse::<i64>().is_ok_and(|i| i >= 0), "{made:?}");
+        let (_, j) = sc.run(&[], &format!("python3 {ipc} {host_key} {own_key} {queue}"));
+        let out = s(&j, "stdout");
+        // The host's segment is not there at all (not merely unreadable),
+        // and the IPC listing shows none of the host's.
+        assert!(out.contains("host-shm ENOENT"), "{who:?}: {j}");
+        assert!(out.contains("listed 0"), "{who:?}: {j}");
+        assert!(out.contains("own-shm made"), "{who:?}: {j}");
+        // A POSIX queue is made in the command's own IPC namespace, or
+        // refused there by Landlock (its file system is in no allowed
+        // tree); either way none is left on the host.
+        assert!(
+            out.contains("own-mq made") || out.contains("own-mq EACCES"),
+            "{who:?}: {j}"
+        );
+        assert_eq!(j["isolation"]["ipc_namespace"], true, "{who:?}: {j}");
+        // What it made died with it.
+        let after = Command::new("python3")
+            .arg(&host)
+            .args(["check", &own_key.to_string(), &queue])
+            .output()
+            .unwrap();
+        let after = String::from_utf8_lossy(&after.stdout);
+        assert!(after.contains("shm ENOENT"), "{who:?}: {after}");
+        assert!(after.contains("mq ENOENT"), "{who:?}: {after}");
+        let _ = Command::new("python3")
+            .arg(&host)
+            .args(["remove", "0", &shm_id])
+            .output();
+    }
+}
+
+#[test]
+fn no_command_leaves_a_file_that_gives_privilege_and_root_inside_holds_none() {
+    for who in users() {
+        let sc = Scene::new("privilege", who);
+        let script = probe(&sc, "privilege.py");
+        let (_, j) = sc.run(&[], &format!("python3 {script}"));
+        let out = s(&j, "stdout");
+        assert!(out.contains("done"), "{who:?}: {j}");
+        for refused in [
+            "chmod-4755 EPERM",
+            "chmod-2755 EPERM",
+            "chmod-u+s-high EPERM",
+            "fchmod-4755 EPERM",
+            "open-creat-4755 EPERM",
+            "mknod-4755 EPERM",
+            "openat2 ENOSYS",
+            "setcap EPERM",
+            "CapEff: 0000000000000000",
+            "CapPrm: 0000000000000000",
+            "CapBnd: 0000000000000000",
+            "CapAmb: 0000000000000000",
+            "nosuid True",
+            // The honest modes still work.
+            "chmod-755 ok",
+            "open-creat-644 ok",
+        ] {
+            assert!(out.contains(refused), "{who:?}: {refused}: {out}");
+        }
+        assert_eq!(j["isolation"]["no_capabilities"], true, "{who:?}: {j}");
+        // Nothing in the workspace carries a privilege bit or capability.
+        for e in std::fs::read_dir(sc.ws()).unwrap() {
+            let e = e.unwrap();
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            assert_eq!(
+                meta.permissions().mode() & 0o6000,
+                0,
+                "{who:?}: {}",
+                e.path().display()
+            );
+            let c = std::ffi::CString::new(e.path().into_os_string().into_encoded_bytes()).unwrap();
+            let mut buf = [0u8; 64];
+            // SAFETY: lgetxattr into a local buffer.
+            let n = unsafe {
+                libc::lgetxattr(
+                    c.as_ptr(),
+                    c"security.capability".as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            assert_eq!(n, -1, "{who:?}: {} has a capability", e.path().display());
+        }
+    }
+}
+
+#[test]
+fn the_private_tmp_is_capped_and_the_host_disk_untouched() {
+    for who in users() {
+        let sc = Scene::new("tmp-cap", who);
+        let (_, j) = sc.run(
+            &["--tmp", "64"],
+            "head -c 10485760 /dev/zero > /tmp/honest && echo honest-ok; \
+             fallocate -l 40M /tmp/a && echo a-ok; fallocate -l 40M /tmp/b || echo b-refused; \
+             fallocate -l 40M \"$HOME/c\" || echo c-refused",
+        );
+        let out = s(&j, "stdout");
+        let err = s(&j, "stderr");
+        assert!(out.contains("honest-ok"), "{who:?}: {j}");
+        assert!(out.contains("a-ok"), "{who:?}: {j}");
+        assert!(out.contains("b-refused"), "{who:?}: {j}");
+        assert!(out.contains("c-refused"), "{who:?}: {j}");
+        assert!(err.contains("No space left on device"), "{who:?}: {err}");
+        assert_eq!(j["isolation"]["tmp_mb"], 64, "{who:?}: {j}");
+    }
+}
+
+#[test]
+fn descriptors_the_caller_left_open_do_not_reach_the_command() {
+    for who in users() {
+        let sc = Scene::new("fds", who);
+        let secret = sc.base.join("host-secret");
+        let victim = sc.base.join("outside/victim");
+        std::fs::write(&secret, "HOST-FD-SECRET-5b2e\n").unwrap();
+        std::fs::write(&victim, "").unwrap();
+        let inner = sc.command(
+            &["--json"],
+            &[
+                "sh",
+                "-c",
+                "cat <&7; echo WRITTEN >&8; ls /proc/self/fd | tr '\\n' ' '",
+            ],
+        );
+        // The caller holds the secret open on 7 and the victim on 8 (and
+        // more, without close-on-exec) when it starts `loop`.
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg("exec 7<\"$1\" 8>>\"$2\" 10<\"$1\" 251<\"$1\"; shift 2; exec \"$@\"")
+            .arg("sh")
+            .arg(&secret)
+            .arg(&victim)
+            .args(argv_of(&inner))
+            .envs(
+                inner
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .output()
+            .unwrap();
+        let j: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{who:?}: {e}: {out:?}"));
+        let text = format!("{}{}", s(&j, "stdout"), s(&j, "stderr"));
+        assert!(!text.contains("HOST-FD-SECRET"), "{who:?}: {text}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "", "{who:?}");
+        assert!(text.contains("Bad file descriptor"), "{who:?}: {text}");
+        // Inside: stdin, stdout, stderr, and the descriptor `ls` opened.
+        assert_eq!(s(&j, "stdout").trim(), "0 1 2 3", "{who:?}: {text}");
+    }
+}
+
+#[test]
+fn per_user_kernel_objects_are_bounded_and_the_host_layout_unnamed() {
+    for who in users() {
+        let sc = Scene::new("ucounts", who);
+        let (_, j) = sc.run(
+            &[],
+            "python3 -c 'import ctypes\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             n = 0\n\
+             while n < 1000 and libc.inotify_init1(0) >= 0: n += 1\n\
+             print(\"inotify\", n)'; cat /proc/self/cgroup",
+        );
+        let out = s(&j, "stdout");
+        let n: u32 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("inotify "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{who:?}: {j}"));
+        // A command takes at most 16 of its user's inotify instances (the
+        // host's default allowance is 128 for all of the user's programs).
+        assert!((1..=16).contains(&n), "{who:?}: {n}: {j}");
+        // Its cgroup is its root: the host's cgroup paths are not named.
+        let cgroup_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("inotify")).collect();
+        assert!(!cgroup_lines.is_empty(), "{who:?}: {j}");
+        for line in cgroup_lines {
+            assert!(line.ends_with(":/"), "{who:?}: {line}");
+        }
+        assert_eq!(j["isolation"]["cgroup_namespace"], true, "{who:?}: {j}");
+        // Where no memory cgroup holds the command, the record says what
+        // --mem then leaves unbounded.
+        if j["isolation"]["memory_cgroup"] == false {
+            let notes = j["isolation"]["notes"].to_string();
+            assert!(notes.contains("memfd"), "{who:?}: {notes}");
+        }
+    }
+}
+
+#[test]
+fn ordinary_builds_and_test_runners_still_work_inside() {
+    for who in users() {
+        let sc = Scene::new("honest-tools", who);
+        let files = [
+            (
+                "Makefile",
+                "all: hello\n\nhello: hello.c\n\tcc -o hello hello.c\n\ncheck: all\n\t./hello\n",
+            ),
+            (
+                "hello.c",
+                "#include <stdio.h>\nint main(void){puts(\"hello-built\");return 0;}\n",
+            ),
+            ("test_math.py", "def test_add():\n    assert 1 + 1 == 2\n"),
+            (
+                "check.js",
+                "const assert = require('assert'); assert.strictEqual(2 + 2, 4); console.log('node-ok');\n",
+            ),
+        ];
+        for (name, text) in files {
+            std::fs::write(sc.ws().join(name), text).unwrap();
+            std::fs::set_permissions(sc.ws().join(name), std::fs::Permissions::from_mode(0o666))
+                .unwrap();
+        }
+        let script = "set -e; make -s check; \
+            /usr/bin/python3 -m pytest -q -p no:cacheprovider test_math.py > pytest.out; tail -1 pytest.out; \
+            git init -q . && git add -A && git -c user.name=t -c user.email=t@e commit -qm x && echo git-ok; \
+            tar cf t.tar Makefile hello.c && mkdir -p x && tar xf t.tar -C x && echo tar-ok; \
+            if command -v node >/dev/null; then node check.js; else echo node-ok; fi";
+        let (_, j) = sc.run(&["--timeout", "120"], script);
+        let out = s(&j, "stdout");
+        assert_eq!(j["exit_code"], 0, "{who:?}: {j}");
+        for want in ["hello-built", "1 passed", "git-ok", "tar-ok", "node-ok"] {
+            assert!(out.contains(want), "{who:?}: {want}: {j}");
+        }
+    }
+}

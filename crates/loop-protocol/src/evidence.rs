@@ -31,6 +31,25 @@ pub struct Isolation {
     /// Own user namespace.
     #[serde(default)]
     pub user_namespace: bool,
+    /// Own IPC namespace: SysV objects and POSIX message queues are the
+    /// command's own and end with it.
+    #[serde(default)]
+    pub ipc_namespace: bool,
+    /// Own cgroup namespace: the host's cgroup layout is not named.
+    #[serde(default)]
+    pub cgroup_namespace: bool,
+    /// A new session with no controlling terminal (and `TIOCSTI` refused
+    /// where seccomp is on): nothing can be typed into a terminal.
+    #[serde(default)]
+    pub no_terminal: bool,
+    /// Every capability given up (bounding set empty, uid 0 not special):
+    /// the command holds no privilege, root's included.
+    #[serde(default)]
+    pub no_capabilities: bool,
+    /// The size of the command's private `/tmp` (a tmpfs), in MiB, when
+    /// it has one; without, what it writes to its tmp is not bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_mb: Option<u64>,
     /// Landlock filesystem rules (ABI version), if enforced.
     pub landlock_abi: Option<u32>,
     /// A seccomp filter was installed.

@@ -114,7 +114,7 @@ impl Cgroups {
         }
         if !cg.memory {
             cg.notes.push(
-                "no writable memory cgroup on this machine (memory is limited by RLIMIT_AS only)"
+                "no writable memory cgroup on this machine (memory is limited by RLIMIT_AS only: memory held outside the address space, such as memfd, tmpfs and pipe buffers, is not bounded by --mem)"
                     .into(),
             );
         }

@@ -60,8 +60,12 @@ pub struct ChildPlan {
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// A Landlock ruleset to enforce.
     pub landlock_fd: Option<RawFd>,
-    /// A seccomp BPF program to install.
-    pub seccomp: Option<Vec<libc::sock_filter>>,
+    /// seccomp BPF programs to install, in order.
+    pub seccomp: Option<Vec<Vec<libc::sock_filter>>>,
+    /// Per-user kernel objects bounded inside the new user namespace
+    /// (`/proc/sys/user/…` file, value): what the command may take of the
+    /// caller's per-user allowances (inotify instances and watches).
+    pub user_sysctls: Vec<(CString, Vec<u8>)>,
     /// Where to write the name of a failing step.
     pub diag_fd: RawFd,
 }
@@ -116,6 +120,11 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
     let d = plan.diag_fd;
     // SAFETY (whole body): raw system calls on prepared, NUL-terminated data.
     unsafe {
+        // A new session: no controlling terminal, so `/dev/tty` names
+        // nothing and the caller's terminal cannot be typed into; the
+        // session's id is also its process group's, which the runtime kills.
+        check(libc::setsid() as libc::c_long, d, b"setsid")?;
+        close_inherited(d)?;
         check(
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long,
             d,
@@ -140,6 +149,13 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 {
                     return Err(fail(d, b"write user namespace id maps"));
                 }
+                for (path, value) in &plan.user_sysctls {
+                    if !write_file(path.as_bytes_with_nul(), value)
+                        && *libc::__errno_location() != libc::ENOENT
+                    {
+                        return Err(fail(d, b"bound per-user kernel objects"));
+                    }
+                }
             }
             relay_and_init(plan)?;
             setup_namespaces(plan)?;
@@ -155,6 +171,7 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 b"setrlimit",
             )?;
         }
+        drop_privileges(d)?;
         check(
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long,
             d,
@@ -167,7 +184,7 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 b"landlock_restrict_self",
             )?;
         }
-        if let Some(filter) = &plan.seccomp {
+        for filter in plan.seccomp.iter().flatten() {
             let prog = libc::sock_fprog {
                 len: filter.len() as libc::c_ushort,
                 filter: filter.as_ptr() as *mut libc::sock_filter,
@@ -183,6 +200,191 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 d,
                 b"seccomp",
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// Make the mount at `at` and every mount beneath it `nosuid` and `nodev`
+/// (`mount_setattr`, Linux 5.12+; before, the top mount alone, by a
+/// remount that keeps the flags a user namespace may not drop).
+///
+/// # Safety
+/// Between fork and exec; `at` is NUL-terminated.
+unsafe fn harden(at: &std::ffi::CStr, keep: libc::c_ulong, d: RawFd) -> io::Result<()> {
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    let attr: [u64; 4] = [MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0];
+    // SAFETY: mount_setattr/mount on a NUL-terminated path.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        ) == 0
+        {
+            return Ok(());
+        }
+        check(
+            libc::mount(
+                std::ptr::null(),
+                at.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | keep,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"make the workspace nosuid",
+        )
+    }
+}
+
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Give up every capability for good: the bounding and ambient sets
+/// emptied, the effective, permitted and inheritable sets cleared, and
+/// uid 0 no longer special (`SECBIT_NOROOT`, locked), so that root inside
+/// the sandbox (the runtime run as root maps uid 0 to itself) is an
+/// ordinary user: it cannot set file capabilities, and regains nothing
+/// at exec. A process that holds no capability has nothing to drop.
+///
+/// # Safety
+/// Between fork and exec (async-signal-safe system calls only).
+unsafe fn drop_privileges(d: RawFd) -> io::Result<()> {
+    // SAFETY: capget/capset/prctl on local structures.
+    unsafe {
+        let mut hdr = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        check(
+            libc::syscall(
+                libc::SYS_capget,
+                &mut hdr as *mut CapHeader,
+                data.as_mut_ptr(),
+            ),
+            d,
+            b"capget",
+        )?;
+        let held = data
+            .iter()
+            .any(|c| c.effective | c.permitted | c.inheritable != 0);
+        if held {
+            check(
+                libc::prctl(
+                    libc::PR_SET_SECUREBITS,
+                    SECBIT_NOROOT
+                        | SECBIT_NOROOT_LOCKED
+                        | SECBIT_NO_SETUID_FIXUP
+                        | SECBIT_NO_SETUID_FIXUP_LOCKED
+                        | SECBIT_KEEP_CAPS_LOCKED
+                        | SECBIT_NO_CAP_AMBIENT_RAISE
+                        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+                    0,
+                    0,
+                    0,
+                ) as libc::c_long,
+                d,
+                b"securebits",
+            )?;
+            // Every capability the kernel knows (it answers EINVAL past the last).
+            for cap in 0..64 {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    if *libc::__errno_location() == libc::EINVAL {
+                        break;
+                    }
+                    return Err(fail(d, b"empty the capability bounding set"));
+                }
+            }
+        }
+        // The ambient set may be non-empty without any other capability.
+        check(
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            ) as libc::c_long,
+            d,
+            b"clear ambient capabilities",
+        )?;
+        if held {
+            let zero = [CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            }; 2];
+            check(
+                libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, zero.as_ptr()),
+                d,
+                b"drop capabilities",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+
+/// Whatever descriptors the caller left open (above stderr) do not reach
+/// the command: each is marked close-on-exec, so the sandbox's own
+/// descriptors still work until the exec and none survives it.
+///
+/// # Safety
+/// Between fork and exec (async-signal-safe system calls only).
+unsafe fn close_inherited(d: RawFd) -> io::Result<()> {
+    // SAFETY: close_range/fcntl on descriptor numbers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return Ok(());
+        }
+        // Before Linux 5.11: one by one, up to the open-files limit in force.
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(fail(d, b"close inherited descriptors"));
+        }
+        let top = lim.rlim_max.min(1 << 20) as libc::c_int;
+        for fd in 3..top {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
         }
     }
     Ok(())
@@ -377,7 +579,7 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
                         c"overlay".as_ptr(),
                         target.as_ptr(),
                         c"overlay".as_ptr(),
-                        0,
+                        libc::MS_NOSUID | libc::MS_NODEV,
                         options.as_ptr().cast(),
                     ) as libc::c_long,
                     d,
@@ -575,6 +777,7 @@ unsafe fn enter_root(
                     d,
                     b"tmpfs in the new root",
                 )?,
+                Op::Harden(at, keep) => harden(at, *keep, d)?,
                 Op::Proc(at) => check(
                     libc::mount(
                         c"proc".as_ptr(),

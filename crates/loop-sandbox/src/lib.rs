@@ -404,16 +404,24 @@ pub const ENV_ALLOW: &[&str] = &["PATH", "LANG", "TZ", "TERM"];
 /// How long to keep draining pipes after the command's group was killed.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
-fn seccomp_program() -> &'static Result<Vec<libc::sock_filter>, String> {
-    static P: OnceLock<Result<Vec<libc::sock_filter>, String>> = OnceLock::new();
+/// The seccomp filters, compiled once per process, in installation order.
+type Filters = Vec<Vec<libc::sock_filter>>;
+
+fn seccomp_program() -> &'static Result<Filters, String> {
+    static P: OnceLock<Result<Filters, String>> = OnceLock::new();
     P.get_or_init(|| {
-        seccomp::program().map(|p| {
-            p.into_iter()
-                .map(|f| libc::sock_filter {
-                    code: f.code,
-                    jt: f.jt,
-                    jf: f.jf,
-                    k: f.k,
+        seccomp::programs().map(|programs| {
+            programs
+                .into_iter()
+                .map(|p| {
+                    p.into_iter()
+                        .map(|f| libc::sock_filter {
+                            code: f.code,
+                            jt: f.jt,
+                            jf: f.jf,
+                            k: f.k,
+                        })
+                        .collect()
                 })
                 .collect()
         })
@@ -605,7 +613,7 @@ struct Prepared {
     /// A worktree's repository and a reduced config for it.
     git_view: Option<(PathBuf, PathBuf)>,
     landlock: Option<landlock::Prepared>,
-    seccomp: Option<Vec<libc::sock_filter>>,
+    seccomp: Option<Filters>,
     /// Destroyed on every way out once created (see [`run_with`]).
     cgroups: cgroup::Cgroups,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)>,
@@ -615,6 +623,39 @@ struct Prepared {
     proxy_pair: Option<(OwnedFd, OwnedFd)>,
     /// The egress proxy serving the running command.
     proxy: Option<egress::Proxy>,
+    /// The size of the command's own `/tmp`, when it runs in its own root.
+    tmp_mb: Option<u64>,
+}
+
+impl Prepared {
+    /// What was enforced, as the evidence records it.
+    fn isolation(
+        &self,
+        landlock_abi: Option<u32>,
+        network: &str,
+        egress: Vec<loop_protocol::evidence::EgressAttempt>,
+    ) -> Isolation {
+        Isolation {
+            process_group: true,
+            pid_namespace: self.use_ns,
+            mount_namespace: self.use_ns,
+            user_namespace: self.userns,
+            ipc_namespace: self.use_ns,
+            cgroup_namespace: self.use_ns,
+            no_terminal: true,
+            no_capabilities: true,
+            tmp_mb: self.tmp_mb,
+            landlock_abi,
+            seccomp: self.seccomp.is_some(),
+            network: network.into(),
+            rlimits: self.rlimits.iter().map(|(_, _, s)| s.clone()).collect(),
+            memory_cgroup: self.cgroups.memory,
+            pids_cgroup: self.cgroups.pids,
+            env_scrubbed: true,
+            notes: self.notes.clone(),
+            egress,
+        }
+    }
 }
 
 type SpawnErr<'a> = &'a dyn Fn(String, std::io::Error) -> SandboxError;
@@ -798,6 +839,7 @@ fn prepare(
         notes,
         proxy_pair: None,
         proxy: None,
+        tmp_mb: None,
     })
 }
 
@@ -817,7 +859,10 @@ fn child_plan(
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut flags = 0;
     if use_ns {
-        flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+        // IPC: SysV objects and POSIX queues are the command's own and
+        // die with it. Cgroup: its own cgroup is its root, the host's
+        // layout unnamed.
+        flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP;
         if p.userns {
             flags |= libc::CLONE_NEWUSER;
         }
@@ -841,6 +886,10 @@ fn child_plan(
         }
     }
     let overlay = overlay_mount(req, &p.workspace, use_ns, p.userns, spawn_err)?;
+    if req.check {
+        check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
+            .map_err(|e| spawn_err("check environment: ".into(), e))?;
+    }
     let root_plan = if use_ns {
         let cwd = req
             .cwd
@@ -869,6 +918,12 @@ fn child_plan(
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
                 masks,
+                tmp_mb: req.limits.tmp_mb,
+                tmp_dirs: if req.check {
+                    &[check_env::PYTHON_DIR]
+                } else {
+                    &[]
+                },
             })
             .map_err(SandboxError::Prepare)?,
         )
@@ -917,6 +972,18 @@ fn child_plan(
         rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
         landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
         seccomp: p.seccomp.clone(),
+        user_sysctls: if p.userns {
+            USER_SYSCTLS
+                .iter()
+                .map(|(name, value)| {
+                    let path = CString::new(format!("/proc/sys/user/{name}"))
+                        .map_err(|_| SandboxError::Prepare("sysctl name".into()))?;
+                    Ok((path, value.to_string().into_bytes()))
+                })
+                .collect::<Result<_, SandboxError>>()?
+        } else {
+            Vec::new()
+        },
         diag_fd,
     };
     Ok((plan, in_root))
@@ -958,6 +1025,17 @@ fn share_mounts(
     }
     Ok(out)
 }
+
+/// What a command may take of its user's per-user kernel allowances
+/// (counted for the caller's user, so a command holding them all would
+/// leave the user's own programs none): bounded in its user namespace,
+/// whose limits the kernel checks on top of the host's.
+pub const USER_SYSCTLS: &[(&str, u64)] = &[
+    ("max_inotify_instances", 16),
+    ("max_inotify_watches", 16384),
+    ("max_fanotify_groups", 16),
+    ("max_fanotify_marks", 16384),
+];
 
 /// A pipe whose write end the child reports a failed sandbox step on.
 fn diag_pipe(spawn_err: SpawnErr<'_>) -> Result<(OwnedFd, OwnedFd), SandboxError> {
@@ -1040,14 +1118,21 @@ fn launch(
             return Err(e);
         }
     };
+    if in_root {
+        p.tmp_mb = Some(req.limits.tmp_mb);
+    } else {
+        p.notes.push("no private /tmp of its own: what the command writes to its TMPDIR is not bounded but by --fsize per file".into());
+    }
+    if !p.userns {
+        p.notes.push("no user namespace: per-user kernel objects (inotify instances and watches) are counted against the caller's allowance".into());
+    }
     // Inside its own root the private tmp is `/tmp`.
     let tmp_dir = if in_root {
         PathBuf::from("/tmp")
     } else {
         p.tmp.tmp().to_path_buf()
     };
-    let (mut cmd, env_imposed) = match command(req, view, &p.tmp, (&tmp_dir, &p.workspace), session)
-    {
+    let (mut cmd, env_imposed) = match command(req, view, (&tmp_dir, &p.workspace), session) {
         Ok(c) => c,
         Err(e) => {
             p.cgroups.destroy();
@@ -1188,7 +1273,11 @@ fn collect(
     p.cgroups.destroy();
     trace.mark("cleaned");
     let (stdout, stderr) = drain(&rx, &mut p.notes);
-    let use_ns = p.use_ns;
+    let network = match (p.use_ns && req.net == Net::None, &egress) {
+        (true, Some(_)) => "proxy",
+        (true, None) => "none",
+        (false, _) => "host",
+    };
     Ok(ExecResult {
         exit_code: status.code(),
         signal: status.signal(),
@@ -1197,25 +1286,7 @@ fn collect(
         duration,
         stdout,
         stderr,
-        isolation: Isolation {
-            process_group: true,
-            pid_namespace: use_ns,
-            mount_namespace: use_ns,
-            user_namespace: p.userns,
-            landlock_abi,
-            seccomp: p.seccomp.is_some(),
-            network: match (use_ns && req.net == Net::None, &egress) {
-                (true, Some(_)) => "proxy".into(),
-                (true, None) => "none".into(),
-                (false, _) => "host".into(),
-            },
-            rlimits: p.rlimits.into_iter().map(|(_, _, s)| s).collect(),
-            memory_cgroup: p.cgroups.memory,
-            pids_cgroup: p.cgroups.pids,
-            env_scrubbed: true,
-            notes: p.notes,
-            egress: egress.unwrap_or_default(),
-        },
+        isolation: p.isolation(landlock_abi, network, egress.unwrap_or_default()),
         env_imposed,
     })
 }
@@ -1316,7 +1387,6 @@ fn overlay_mount(
 fn command(
     req: &ExecRequest,
     view: &policy::HostView,
-    tmp: &PrivateTmp,
     (tmp_dir, workspace): (&Path, &Path),
     session: bool,
 ) -> std::io::Result<(Command, Vec<String>)> {
@@ -1340,8 +1410,9 @@ fn command(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .env_clear()
-        .process_group(0);
+        .env_clear();
+    // The child starts a new session of its own (see `child::enter`): its
+    // process group, which the runtime kills, is the session's.
     if req.host_env {
         for (k, v) in std::env::vars_os() {
             let key = k.to_string_lossy();
@@ -1366,7 +1437,6 @@ fn command(
     }
     let mut env_imposed = Vec::new();
     if req.check {
-        check_env::write_python_hook(&tmp.tmp().join(check_env::PYTHON_DIR))?;
         let host_path = std::env::var("PATH").unwrap_or_default();
         for (k, v) in check_env::vars(&host_path, workspace, &tmp_dir.join(check_env::PYTHON_DIR)) {
             env_imposed.push(format!("{k}={v}"));

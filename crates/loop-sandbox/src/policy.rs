@@ -43,6 +43,9 @@ pub struct Limits {
     pub nproc: u64,
     /// Largest file a command may write, in MiB (RLIMIT_FSIZE).
     pub fsize_mb: u64,
+    /// The size of the command's private `/tmp` (a tmpfs of its own,
+    /// `fallocate` counted), in MiB.
+    pub tmp_mb: u64,
 }
 
 impl Default for Limits {
@@ -53,6 +56,7 @@ impl Default for Limits {
             nofile: 1024,
             nproc: 512,
             fsize_mb: 1024,
+            tmp_mb: 1024,
         }
     }
 }

@@ -78,7 +78,11 @@ fn try_userns() -> bool {
 }
 
 fn ns_flags(userns: bool) -> libc::c_int {
-    let base = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWNET;
+    let base = libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWCGROUP;
     if userns {
         base | libc::CLONE_NEWUSER
     } else {

@@ -15,9 +15,11 @@
 //! - denied paths inside those trees (`/etc/shadow`, credential stores)
 //!   covered by an unreadable mask;
 //! - a fresh `/proc`, `/sys` read-only, a `/dev` with only the harmless
-//!   devices, a private `/dev/shm` and `/run`;
-//! - the private tmp as `/tmp` (with `HOME` inside it);
-//! - the workspace at its own path, read-write.
+//!   devices (no `/dev/tty`: a command has no terminal), a private
+//!   `/dev/shm` and `/run`;
+//! - a size-capped tmpfs as `/tmp` (with `HOME` inside it): what a command
+//!   writes there is bounded and gone when it ends;
+//! - the workspace at its own path, read-write, `nosuid` and `nodev`.
 //!
 //! Host `/tmp`, `/run`, `/var` and home directories are not there at all:
 //! nothing in them can be named. Landlock and seccomp stay as the second
@@ -47,6 +49,9 @@ pub enum Op {
     Tmpfs(CString, libc::c_ulong, CString),
     /// A fresh procfs at the target.
     Proc(CString),
+    /// Make the mount at the target, and every mount beneath it, `nosuid`
+    /// and `nodev` (with these flags kept, for the fallback remount).
+    Harden(CString, libc::c_ulong),
 }
 
 /// Everything the child needs to build the root and enter it.
@@ -75,7 +80,7 @@ pub struct Masks {
 }
 
 /// Devices a command may use; the rest of the host's `/dev` is not there.
-pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 /// What [`plan`] needs to know about one command.
 pub struct Inputs<'a> {
@@ -104,6 +109,12 @@ pub struct Inputs<'a> {
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
     pub masks: Masks,
+    /// The size of the command's `/tmp` (a tmpfs), in MiB.
+    pub tmp_mb: u64,
+    /// Directories the runtime prepared in the private tmp, shown
+    /// read-only at the same name in the command's `/tmp` (a check's
+    /// Python hook).
+    pub tmp_dirs: &'a [&'a str],
 }
 
 /// A dependency environment as the root shows it, inside the workspace.
@@ -299,14 +310,39 @@ impl Builder<'_> {
             }
             Kind::Tmp => {
                 self.mkdirs(t)?;
-                self.ops
-                    .push(Op::Bind(c(&inp.private.tmp)?, c(&at)?, false, None));
+                // A tmpfs of its own, capped: a command cannot fill the
+                // host's disk through `/tmp` (its pages are also charged
+                // to the command's memory cgroup).
+                self.ops.push(Op::Tmpfs(
+                    c(&at)?,
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    c(Path::new(&format!("mode=1777,size={}m", inp.tmp_mb.max(1))))?,
+                ));
+                if inp.masks.all_dir != 0 {
+                    self.rules.push((c(&at)?, inp.masks.all_dir));
+                }
+                self.ops.push(Op::Mkdir(c(&at.join("home"))?));
+                for name in inp.tmp_dirs {
+                    let host = inp.private.tmp.join(name);
+                    if !host.is_dir() {
+                        continue;
+                    }
+                    self.ops.push(Op::Mkdir(c(&at.join(name))?));
+                    self.ops.push(Op::Bind(
+                        c(&host)?,
+                        c(&at.join(name))?,
+                        false,
+                        Some(crate::locked_flags(&host) | libc::MS_NOSUID | libc::MS_NODEV),
+                    ));
+                }
             }
             Kind::Workspace => {
                 self.mkdirs(t)?;
                 // Recursive: protected paths bound read-only and a check's
                 // overlay, mounted on the host path first, come along.
                 self.ops.push(Op::Bind(c(t)?, c(&at)?, true, None));
+                // Nothing the command leaves there gives privilege inside.
+                self.ops.push(Op::Harden(c(&at)?, crate::locked_flags(t)));
             }
         }
         Ok(())
@@ -608,6 +644,7 @@ mod tests {
                 }
                 Op::Tmpfs(p, _, _) => format!("tmpfs {}", p.to_string_lossy()),
                 Op::Proc(p) => format!("proc {}", p.to_string_lossy()),
+                Op::Harden(p, _) => format!("harden {}", p.to_string_lossy()),
             })
             .collect()
     }
@@ -634,6 +671,8 @@ mod tests {
                 read_file: 1,
                 all_dir: 1,
             },
+            tmp_mb: 64,
+            tmp_dirs: &[],
         })
         .unwrap();
         let ops = names(&plan);
@@ -644,10 +683,11 @@ mod tests {
         };
         assert!(pos("overlay /tmp/p/root/usr") > 0);
         assert!(pos("bind /etc /tmp/p/root/etc") > 0);
-        // /tmp is the private one, and the workspace is mounted after it.
-        assert!(
-            pos("bind /tmp/p/tmp /tmp/p/root/tmp") < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws")
-        );
+        // /tmp is a private tmpfs, and the workspace is mounted after it,
+        // then made nosuid and nodev.
+        assert!(pos("tmpfs /tmp/p/root/tmp") < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws"));
+        assert!(pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws") < pos("harden /tmp/p/root/tmp/x/ws"));
+        assert!(!ops.iter().any(|o| o.ends_with("/dev/tty")), "{ops:#?}");
         assert!(pos("proc /tmp/p/root/proc") > 0);
         assert!(pos("bind /dev/null /tmp/p/root/dev/null") > 0);
         if Path::new("/etc/shadow").exists() {
@@ -700,6 +740,8 @@ mod tests {
                 aliases: &[],
                 userns: true,
                 masks: Masks::default(),
+                tmp_mb: 64,
+                tmp_dirs: &[],
             })
         };
         let share = |rel: &str, layers: Option<(PathBuf, PathBuf)>| ShareMount {

@@ -1,6 +1,12 @@
-//! seccomp: a BPF filter, compiled in the runtime and installed in the
-//! child just before exec, that makes dangerous system calls fail with
-//! `EPERM` and refuses sockets other than Unix, IPv4 and IPv6.
+//! seccomp: BPF filters, compiled in the runtime and installed in the
+//! child just before exec. The first makes dangerous system calls fail
+//! with `EPERM`, refuses sockets other than Unix, IPv4 and IPv6, refuses
+//! the terminal ioctls that push input into a terminal (`TIOCSTI`,
+//! `TIOCLINUX`), and refuses every way of giving a file the setuid or
+//! setgid bit (`chmod` and its kin, and `open`/`creat`/`mknod` with such a
+//! mode). The second answers `openat2`, whose mode the filter cannot read
+//! (it is behind a pointer), with `ENOSYS`: callers fall back to `openat`,
+//! which the first filter judges.
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -39,21 +45,108 @@ pub const DENIED: &[(&str, i64)] = &[
     ("mount_setattr", libc::SYS_mount_setattr),
 ];
 
+/// `ioctl` requests refused whatever the kernel's `legacy_tiocsti`:
+/// pushing bytes into a terminal's input queue (`TIOCSTI`) and the Linux
+/// console's selection paste (`TIOCLINUX`).
+pub const DENIED_IOCTLS: &[(&str, u64)] = &[("TIOCSTI", 0x5412), ("TIOCLINUX", 0x541C)];
+
+/// System calls that set a mode, with the index of the mode argument and,
+/// for the `open` family, the index of the flags (the mode only counts
+/// with `O_CREAT` or `O_TMPFILE`).
+fn mode_setters() -> Vec<(i64, u8, Option<u8>)> {
+    let mut v = vec![
+        (libc::SYS_fchmod, 1, None),
+        (libc::SYS_fchmodat, 2, None),
+        (libc::SYS_fchmodat2, 2, None),
+        (libc::SYS_openat, 3, Some(2)),
+        (libc::SYS_mknodat, 2, None),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        (libc::SYS_chmod, 1, None),
+        (libc::SYS_open, 2, Some(1)),
+        (libc::SYS_creat, 1, None),
+        (libc::SYS_mknod, 1, None),
+    ]);
+    v
+}
+
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
 
-/// Compile the filter.
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    // Dword: the kernel reads these arguments as 32-bit values, so the
+    // filter compares the low half only (high bits set by the caller
+    // change nothing the kernel does, and must change nothing here).
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conditions).map_err(|e| e.to_string())
+}
+
+/// Rules that match a mode argument carrying a setuid or setgid bit (with
+/// `O_CREAT` or `O_TMPFILE` among the flags, for the `open` family).
+fn privileged_mode(mode_arg: u8, flags_arg: Option<u8>) -> Result<Vec<SeccompRule>, String> {
+    let mut rules = Vec::new();
+    for bit in [libc::S_ISUID as u64, libc::S_ISGID as u64] {
+        let mode = condition(mode_arg, SeccompCmpOp::MaskedEq(bit), bit)?;
+        match flags_arg {
+            None => rules.push(rule(vec![mode])?),
+            Some(f) => {
+                for flag in [
+                    libc::O_CREAT as u64,
+                    libc::O_TMPFILE as u64 & !(libc::O_DIRECTORY as u64),
+                ] {
+                    rules.push(rule(vec![
+                        condition(f, SeccompCmpOp::MaskedEq(flag), flag)?,
+                        condition(mode_arg, SeccompCmpOp::MaskedEq(bit), bit)?,
+                    ])?);
+                }
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// Compile both filters (see the module's doc), in the order to install them.
+pub fn programs() -> Result<Vec<BpfProgram>, String> {
+    Ok(vec![program()?, enosys_program()?])
+}
+
+/// The second filter: `openat2` answers `ENOSYS`.
+fn enosys_program() -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_openat2, Vec::new());
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        ARCH,
+    )
+    .map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// Compile the first filter.
 pub fn program() -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in DENIED {
         rules.insert(*nr, Vec::new());
     }
-    let cond = |family: u64| {
-        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family)
-            .map_err(|e| e.to_string())
-    };
+    rules.insert(
+        libc::SYS_ioctl,
+        DENIED_IOCTLS
+            .iter()
+            .map(|(_, req)| rule(vec![condition(1, SeccompCmpOp::Eq, *req)?]))
+            .collect::<Result<_, _>>()?,
+    );
+    for (nr, mode_arg, flags_arg) in mode_setters() {
+        rules.insert(nr, privileged_mode(mode_arg, flags_arg)?);
+    }
+    let cond = |family: u64| condition(0, SeccompCmpOp::Ne, family);
     let other_family = SeccompRule::new(vec![
         cond(libc::AF_UNIX as u64)?,
         cond(libc::AF_INET as u64)?,

@@ -59,25 +59,12 @@ impl Session {
                 }
             });
         }
-        let isolation = Isolation {
-            process_group: true,
-            pid_namespace: p.use_ns,
-            mount_namespace: p.use_ns,
-            user_namespace: p.userns,
-            landlock_abi,
-            seccomp: p.seccomp.is_some(),
-            network: match (p.use_ns, p.proxy.is_some()) {
-                (true, true) => "proxy".into(),
-                (true, false) => "none".into(),
-                (false, _) => "host".into(),
-            },
-            rlimits: p.rlimits.iter().map(|(_, _, s)| s.clone()).collect(),
-            memory_cgroup: p.cgroups.memory,
-            pids_cgroup: p.cgroups.pids,
-            env_scrubbed: true,
-            notes: p.notes.clone(),
-            egress: Vec::new(),
+        let network = match (p.use_ns, p.proxy.is_some()) {
+            (true, true) => "proxy",
+            (true, false) => "none",
+            (false, _) => "host",
         };
+        let isolation = p.isolation(landlock_abi, network, Vec::new());
         Session {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),

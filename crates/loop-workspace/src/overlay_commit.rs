@@ -216,6 +216,33 @@ fn remove_any(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Take from a regular file what would give privilege to whoever runs it
+/// on the host: the setuid and setgid bits, and file capabilities. (The
+/// sandbox refuses to make them; without its seccomp layer a command
+/// could, and nothing it leaves may carry them into the workspace.)
+fn strip_privilege(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_file() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o6000 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o1777))?;
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: lremovexattr on a NUL-terminated path and name.
+    let r = unsafe { libc::lremovexattr(c.as_ptr(), c"security.capability".as_ptr()) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Move `from` to `to` (rename; a copy when they are on different file systems).
 fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
     match std::fs::rename(from, to) {
@@ -412,7 +439,11 @@ impl OverlayCommit {
                         std::fs::create_dir(&target)?;
                     }
                 }
-                Op::Put(rel) => move_path(&upper.join(rel), &target)?,
+                Op::Put(rel) => {
+                    let from = upper.join(rel);
+                    strip_privilege(&from)?;
+                    move_path(&from, &target)?
+                }
             }
             if changed {
                 merged.paths.push(op.rel().to_string());
@@ -503,6 +534,64 @@ mod tests {
         // SAFETY: a valid NUL-terminated path; mknod of a 0:0 char device.
         let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) };
         assert_eq!(r, 0, "mknod needs root (these tests run as root in CI)");
+    }
+
+    #[test]
+    fn setuid_setgid_bits_and_file_capabilities_never_reach_the_workspace() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tmp("suid");
+        let (ws, upper, journal) = (base.join("ws"), base.join("upper"), base.join("journal"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&upper).unwrap();
+        for (name, mode) in [("suid-sh", 0o4755), ("sgid", 0o2750), ("plain", 0o755)] {
+            std::fs::write(upper.join(name), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(upper.join(name), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        // A file capability (cap_setuid+ep, version 2), where the file
+        // system takes one (root only).
+        let caps: [u8; 20] = [
+            0, 0, 0, 2, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let c = std::ffi::CString::new(upper.join("plain").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: setxattr on a NUL-terminated path with a local buffer.
+        let set = unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                c"security.capability".as_ptr(),
+                caps.as_ptr().cast(),
+                caps.len(),
+                0,
+            )
+        } == 0;
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &|_| None)
+            .unwrap();
+        assert_eq!(merged.paths.len(), 3, "{merged:?}");
+        for (name, want) in [("suid-sh", 0o755), ("sgid", 0o750), ("plain", 0o755)] {
+            let mode = std::fs::metadata(ws.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777;
+            assert_eq!(mode, want, "{name}: {mode:o}");
+        }
+        if set {
+            let c =
+                std::ffi::CString::new(ws.join("plain").as_os_str().as_encoded_bytes()).unwrap();
+            let mut buf = [0u8; 64];
+            // SAFETY: getxattr into a local buffer.
+            let n = unsafe {
+                libc::getxattr(
+                    c.as_ptr(),
+                    c"security.capability".as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            assert_eq!(n, -1, "a file capability reached the workspace");
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
