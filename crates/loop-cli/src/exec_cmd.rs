@@ -31,9 +31,10 @@ pub struct ExecArgs {
     /// Largest file the command may write, in MiB.
     #[arg(long, value_name = "MB")]
     fsize: Option<u64>,
-    /// The size of the command's private /tmp (a tmpfs of its own), in MiB.
+    /// What the command may write, in MiB: its /tmp and its layer over the
+    /// workspace share one tmpfs of this size (default 2048).
     #[arg(long, value_name = "MB")]
-    tmp: Option<u64>,
+    disk: Option<u64>,
     /// A glob inside the workspace to make read-only, besides the defaults
     /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
     #[arg(long = "protect", value_name = "GLOB")]
@@ -123,7 +124,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         mem_mb: o.mem,
         cpu_secs: o.cpu_secs,
         fsize_mb: o.fsize,
-        tmp_mb: o.tmp,
+        disk_mb: o.disk,
         timeout: Duration::from_secs(o.timeout),
         max_output: o.max_output,
         isolation: o.isolation.level(),
@@ -258,9 +259,9 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
             out.row("no terminal", yes(i.no_terminal));
             out.row("no capabilities", yes(i.no_capabilities));
             out.row(
-                "private /tmp",
-                match i.tmp_mb {
-                    Some(mb) => format!("yes (a tmpfs of {mb} MiB)"),
+                "disk budget",
+                match i.disk_mb {
+                    Some(mb) => format!("yes (/tmp and the workspace layer: a tmpfs of {mb} MiB)"),
                     None => "NO".into(),
                 },
             );

@@ -936,14 +936,15 @@ fn no_command_leaves_a_file_that_gives_privilege_and_root_inside_holds_none() {
 }
 
 #[test]
-fn the_private_tmp_is_capped_and_the_host_disk_untouched() {
+fn what_a_command_writes_is_capped_and_the_host_disk_untouched() {
     for who in users() {
         let sc = Scene::new("tmp-cap", who);
         let (_, j) = sc.run(
-            &["--tmp", "64"],
+            &["--disk", "64"],
             "head -c 10485760 /dev/zero > /tmp/honest && echo honest-ok; \
              fallocate -l 40M /tmp/a && echo a-ok; fallocate -l 40M /tmp/b || echo b-refused; \
-             fallocate -l 40M \"$HOME/c\" || echo c-refused",
+             fallocate -l 40M \"$HOME/c\" || echo c-refused; \
+             head -c 41943040 /dev/zero > \"$HOME/fill\" || echo fill-refused",
         );
         let out = s(&j, "stdout");
         let err = s(&j, "stderr");
@@ -952,7 +953,27 @@ fn the_private_tmp_is_capped_and_the_host_disk_untouched() {
         assert!(out.contains("b-refused"), "{who:?}: {j}");
         assert!(out.contains("c-refused"), "{who:?}: {j}");
         assert!(err.contains("No space left on device"), "{who:?}: {err}");
-        assert_eq!(j["isolation"]["tmp_mb"], 64, "{who:?}: {j}");
+        assert_eq!(j["isolation"]["disk_mb"], 64, "{who:?}: {j}");
+        // Writing until the disk is full is said in the record.
+        assert!(out.contains("fill-refused"), "{who:?}: {j}");
+        let notes = j["isolation"]["notes"].to_string();
+        assert!(
+            notes.contains("filled its disk of 64 MiB"),
+            "{who:?}: {notes}"
+        );
+        // Seen through an overlay (as every task command is), the
+        // workspace's layer is on the same disk: the workspace and the host
+        // get nothing of what did not fit.
+        let (_, j) = sc.run(
+            &["--disk", "64", "--overlay"],
+            "fallocate -l 40M /tmp/a && echo a-ok; fallocate -l 40M ws.bin || echo ws-refused",
+        );
+        let out = s(&j, "stdout");
+        assert!(
+            out.contains("a-ok") && out.contains("ws-refused"),
+            "{who:?}: {j}"
+        );
+        assert!(!sc.ws().join("ws.bin").exists(), "{who:?}");
     }
 }
 

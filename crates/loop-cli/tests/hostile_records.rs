@@ -988,3 +988,59 @@ fn the_code_policy_gate_holds_for_every_user() {
         );
     }
 }
+
+/// A task's commands write on a disk of `limits.disk_mb`: a command that
+/// tries to fill the host's disk (`fallocate`, which costs it nothing)
+/// fails at the limit, the observation names it, nothing of it reaches
+/// the host's disk or the workspace; the honest writes of the same
+/// command and the next one still land.
+#[test]
+fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
+    let task = TRIVIAL_TASK.replace(
+        "limits: { max_steps: 4,",
+        "limits: { disk_mb: 16, max_steps: 4,",
+    );
+    assert!(task.contains("disk_mb: 16"));
+    for who in users() {
+        let sc = Scene::new("disk-budget", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"echo honest > notes.txt; fallocate -l 64M big.bin; fallocate -l 64M /tmp/big2; ls -la big.bin || true\"}}\n      - {tool: run_command, args: {command: \"echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(&task, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("may not exceed the task's limit of 16 MiB (limits.disk_mb)"),
+            "{who:?}: {out}"
+        );
+        assert!(out.contains("No space left on device"), "{who:?}: {out}");
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        // A failed fallocate leaves nothing, or an empty file: never the
+        // 64 MiB it asked for.
+        let big = std::fs::metadata(ws.join("big.bin"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(big < 16 << 20, "{who:?}: big.bin is {big} bytes");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+            "honest\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("report.txt")).unwrap(),
+            "ok\n"
+        );
+        // Nothing under the task's directory holds the attempted bytes.
+        let du = std::process::Command::new("du")
+            .args(["-sk"])
+            .arg(sc.project().join(format!(".loop/tasks/{id}")))
+            .output()
+            .unwrap();
+        let kib: u64 = String::from_utf8_lossy(&du.stdout)
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(
+            kib < 16 * 1024,
+            "{who:?}: the task's directory holds {kib} KiB"
+        );
+    }
+}

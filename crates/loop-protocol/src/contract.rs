@@ -163,6 +163,26 @@ pub struct Limits {
         skip_serializing_if = "is_default_max_file_bytes"
     )]
     pub max_file_bytes: u64,
+    /// What one command (the agent's, or a check) may write, in MiB: its
+    /// `/tmp` and its layer over the workspace share one size-capped tmpfs,
+    /// so no command can fill the host's disk; past it, writes fail with
+    /// "No space left on device" and the observation names this limit.
+    #[serde(
+        default = "default_disk_mb",
+        skip_serializing_if = "is_default_disk_mb"
+    )]
+    pub disk_mb: u64,
+}
+
+/// The default of [`Limits::disk_mb`]: 2 GiB.
+pub const DEFAULT_DISK_MB: u64 = 2048;
+
+fn default_disk_mb() -> u64 {
+    DEFAULT_DISK_MB
+}
+
+fn is_default_disk_mb(n: &u64) -> bool {
+    *n == DEFAULT_DISK_MB
 }
 
 fn default_max_diff_lines() -> u32 {
@@ -190,6 +210,7 @@ impl Default for Limits {
             max_verifications: 5,
             max_diff_lines: default_max_diff_lines(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            disk_mb: DEFAULT_DISK_MB,
         }
     }
 }
@@ -329,6 +350,9 @@ impl Contract {
         });
         if let Some(b) = l.budget_usd {
             limits["budget_usd"] = b.into();
+        }
+        if l.disk_mb != DEFAULT_DISK_MB {
+            limits["disk_mb"] = l.disk_mb.into();
         }
         let mut doc = Map::new();
         doc.insert("version".into(), self.version.into());

@@ -46,10 +46,11 @@ pub struct Isolation {
     /// the command holds no privilege, root's included.
     #[serde(default)]
     pub no_capabilities: bool,
-    /// The size of the command's private `/tmp` (a tmpfs), in MiB, when
-    /// it has one; without, what it writes to its tmp is not bounded.
+    /// The size of the command's disk (a tmpfs holding its `/tmp` and its
+    /// layer over the workspace), in MiB, when it has one; without, what it
+    /// writes is bounded per file only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tmp_mb: Option<u64>,
+    pub disk_mb: Option<u64>,
     /// Landlock filesystem rules (ABI version), if enforced.
     pub landlock_abi: Option<u32>,
     /// A seccomp filter was installed.

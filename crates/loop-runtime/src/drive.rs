@@ -152,6 +152,7 @@ fn wire<'a>(
                 .checked_add(std::time::Duration::from_millis(remaining_ms)),
             paused_ms: Some(paused.clone()),
             git_dir: git_dir(&start.task_ws.origin),
+            disk_mb: Some(contract.limits.disk_mb),
             ..Default::default()
         },
         project,

@@ -25,8 +25,8 @@ pub struct ExecOptions {
     pub cpu_secs: Option<u64>,
     /// Largest file written, in MiB.
     pub fsize_mb: Option<u64>,
-    /// The size of the private /tmp, in MiB.
-    pub tmp_mb: Option<u64>,
+    /// What the command may write, in MiB (its /tmp and workspace layer).
+    pub disk_mb: Option<u64>,
     /// Wall-clock limit.
     pub timeout: Duration,
     /// Output bytes kept, both streams together.
@@ -99,7 +99,7 @@ pub fn exec(o: &ExecOptions) -> Result<ExecResult, ExecFailure> {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem_mb.unwrap_or(Limits::default().mem_mb),
         fsize_mb: o.fsize_mb.unwrap_or(Limits::default().fsize_mb),
-        tmp_mb: o.tmp_mb.unwrap_or(Limits::default().tmp_mb),
+        disk_mb: o.disk_mb.unwrap_or(Limits::default().disk_mb),
         ..Limits::default()
     };
     let overlay_root = match o.overlay {

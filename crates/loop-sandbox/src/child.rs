@@ -56,6 +56,9 @@ pub struct ChildPlan {
     pub proxy_sock: Option<RawFd>,
     /// Build a root from the allowed trees and enter it (see `root.rs`).
     pub root: Option<crate::root::RootPlan>,
+    /// The command's disk: a size-capped tmpfs mounted before anything
+    /// else that holds its `/tmp` and its layer over the workspace.
+    pub disk: Option<DiskPlan>,
     /// Resource limits to set.
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// A Landlock ruleset to enforce.
@@ -68,6 +71,19 @@ pub struct ChildPlan {
     pub user_sysctls: Vec<(CString, Vec<u8>)>,
     /// Where to write the name of a failing step.
     pub diag_fd: RawFd,
+}
+
+/// The command's disk, as the child makes it.
+pub struct DiskPlan {
+    /// Where the tmpfs is mounted.
+    pub at: CString,
+    /// Its mount options (`size=`).
+    pub options: CString,
+    /// Directories to make on it, parents first, with their modes.
+    pub dirs: Vec<(CString, libc::mode_t)>,
+    /// The child's end of the socket pair the disk's descriptor is sent
+    /// over, so the runtime can read it after the command has ended.
+    pub send: RawFd,
 }
 
 fn fail(diag: RawFd, step: &'static [u8]) -> io::Error {
@@ -201,6 +217,43 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 b"seccomp",
             )?;
         }
+    }
+    Ok(())
+}
+
+/// Mount the command's disk, make its directories, and send the runtime a
+/// descriptor of it.
+///
+/// # Safety
+/// Between fork and exec, in the command's own mount namespace.
+unsafe fn mount_disk(disk: &DiskPlan, d: RawFd) -> io::Result<()> {
+    // SAFETY: mount/mkdir/chmod/open/close on prepared NUL-terminated strings.
+    unsafe {
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                disk.at.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                disk.options.as_ptr().cast(),
+            ) as libc::c_long,
+            d,
+            b"mount the command's disk",
+        )?;
+        for (dir, mode) in &disk.dirs {
+            if libc::mkdir(dir.as_ptr(), 0o700) != 0 || libc::chmod(dir.as_ptr(), *mode) != 0 {
+                return Err(fail(d, b"directory on the command's disk"));
+            }
+        }
+        let fd = libc::open(
+            disk.at.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 || !crate::fdpass::send(disk.send, fd) {
+            return Err(fail(d, b"hand the command's disk to the runtime"));
+        }
+        libc::close(fd);
+        libc::close(disk.send);
     }
     Ok(())
 }
@@ -549,6 +602,9 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
                 d,
                 b"make mounts private",
             )?;
+            if let Some(disk) = &plan.disk {
+                mount_disk(disk, d)?;
+            }
             if plan.mount_proc && plan.root.is_none() {
                 check(
                     libc::mount(

@@ -20,7 +20,7 @@
 use loop_protocol::EgressAttempt;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -686,64 +686,10 @@ fn authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16), Str
     Ok((host, port))
 }
 
-/// A socket pair: the runtime's end and the child's (both close-on-exec).
-pub(crate) fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair fills two descriptors we then own.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both were just created and are owned here only.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Receive the listening socket the child sends (waiting up to `wait`);
 /// `None` when the child closed its end without sending one.
 pub(crate) fn receive_listener(ours: &OwnedFd, wait: Duration) -> Option<TcpListener> {
-    let mut pfd = libc::pollfd {
-        fd: ours.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on a descriptor we own.
-    if unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as libc::c_int) } <= 0 {
-        return None;
-    }
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: recvmsg into the buffers above; CMSG_* walk that buffer only.
-    unsafe {
-        if libc::recvmsg(ours.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) <= 0 {
-            return None;
-        }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            return None;
-        }
-        let fd: RawFd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-        Some(TcpListener::from_raw_fd(fd))
-    }
+    crate::fdpass::receive(ours, wait).map(TcpListener::from)
 }
 
 /// In the child, inside the new network namespace (loopback up): listen on
@@ -752,7 +698,7 @@ pub(crate) fn receive_listener(ours: &OwnedFd, wait: Duration) -> Option<TcpList
 /// # Safety
 /// Between fork and exec: only async-signal-safe system calls on stack data.
 pub(crate) unsafe fn send_listener(pair: RawFd) -> bool {
-    // SAFETY: socket/setsockopt/bind/listen/sendmsg/close on stack data.
+    // SAFETY: socket/setsockopt/bind/listen/close on stack data.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if s < 0 {
@@ -776,27 +722,7 @@ pub(crate) unsafe fn send_listener(pair: RawFd) -> bool {
             std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
         ) == 0
             && libc::listen(s, 128) == 0;
-        if !ok {
-            libc::close(s);
-            return false;
-        }
-        let mut byte = [b'L'];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut control = [0u64; 8];
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), s);
-        let sent = libc::sendmsg(pair, &msg, libc::MSG_NOSIGNAL) == 1;
+        let sent = ok && crate::fdpass::send(pair, s);
         libc::close(s);
         libc::close(pair);
         sent

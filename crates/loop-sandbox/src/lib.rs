@@ -29,6 +29,7 @@ mod cgroup;
 pub mod check_env;
 mod child;
 pub mod egress;
+mod fdpass;
 mod landlock;
 pub mod policy;
 pub mod probe;
@@ -163,6 +164,9 @@ pub struct Settings {
     /// More paths at which the command sees its workspace (the path a
     /// cached setup layer was built at: its absolute paths name it).
     pub workspace_aliases: Vec<PathBuf>,
+    /// What one command may write, in MiB (see [`Limits::disk_mb`]);
+    /// `None` keeps the request's own.
+    pub disk_mb: Option<u64>,
 }
 
 /// A dependency environment of the project shown inside the workspace at
@@ -204,6 +208,9 @@ impl Settings {
         req.read_only_trees = self.read_only_trees.clone();
         req.egress = self.egress.clone();
         req.workspace_aliases = self.workspace_aliases.clone();
+        if let Some(mb) = self.disk_mb {
+            req.limits.disk_mb = mb;
+        }
         for (k, v) in &self.env {
             if !req.env.iter().any(|(have, _)| have == k) {
                 req.env.push((k.clone(), v.clone()));
@@ -286,6 +293,11 @@ pub struct ExecRequest {
     /// fixed `PATH` (`/usr/local/bin:/usr/bin:/bin`), `HOME`, `TMPDIR` and
     /// [`ExecRequest::env`]: nothing of the host's reaches the process.
     pub host_env: bool,
+    /// With [`ExecRequest::overlay_scratch`]: what the command wrote over
+    /// the workspace (an overlay's upper layer, on the command's capped
+    /// disk) is handed back in [`ExecResult::layer`] once it has ended.
+    /// Without, it is thrown away with the command.
+    pub keep_writes: bool,
 }
 
 /// The `PATH` of a process that takes nothing from the host's environment.
@@ -323,6 +335,7 @@ impl ExecRequest {
             workspace_aliases: Vec::new(),
             workspace_read_only: false,
             host_env: true,
+            keep_writes: false,
         }
     }
 }
@@ -348,6 +361,27 @@ pub struct ExecResult {
     pub isolation: Isolation,
     /// Environment imposed on a check (`NAME=value`), see [`ExecRequest::check`].
     pub env_imposed: Vec<String>,
+    /// What the command wrote over its workspace, when the request kept it
+    /// (see [`ExecRequest::keep_writes`]).
+    pub layer: Option<Layer>,
+    /// The command's writes filled its disk ([`Limits::disk_mb`]): what
+    /// it wrote past that failed with "No space left on device".
+    pub disk_full: bool,
+}
+
+/// A command's layer over its workspace, on its disk: a tmpfs in the
+/// command's mount namespace, gone with it but for this descriptor, which
+/// keeps it readable (and its memory held) until the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Layer(Arc<OwnedFd>);
+
+impl Layer {
+    /// The overlay's upper layer, as a path this process can read while
+    /// the layer is held (`/proc/self/fd/N/upper`): whiteouts and opaque
+    /// directories as overlayfs writes them.
+    pub fn upper(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/upper", self.0.as_raw_fd()))
+    }
 }
 
 /// The command could not be run.
@@ -379,6 +413,9 @@ pub enum SandboxError {
     /// Preparing the sandbox failed.
     #[error("cannot prepare the sandbox: {0}")]
     Prepare(String),
+    /// The command ran, but what it wrote could not be kept.
+    #[error("the command ran, but its writes could not be kept: {0}")]
+    Keep(std::io::Error),
 }
 
 impl SandboxError {
@@ -472,6 +509,8 @@ impl PrivateTmp {
                     b.mode(0o755);
                     b.create(&p.staging)?;
                     b.create(&p.empty)?;
+                    b.mode(0o700);
+                    b.create(&p.disk)?;
                     std::fs::OpenOptions::new()
                         .write(true)
                         .create_new(true)
@@ -623,8 +662,13 @@ struct Prepared {
     proxy_pair: Option<(OwnedFd, OwnedFd)>,
     /// The egress proxy serving the running command.
     proxy: Option<egress::Proxy>,
-    /// The size of the command's own `/tmp`, when it runs in its own root.
-    tmp_mb: Option<u64>,
+    /// The size of the command's disk, when it has one.
+    disk_mb: Option<u64>,
+    /// The socket pair the child sends its disk's descriptor over: (the
+    /// runtime's end, the child's).
+    disk_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The command's disk, as the runtime holds it (see `fdpass.rs`).
+    disk_fd: Option<OwnedFd>,
 }
 
 impl Prepared {
@@ -644,7 +688,7 @@ impl Prepared {
             cgroup_namespace: self.use_ns,
             no_terminal: true,
             no_capabilities: true,
-            tmp_mb: self.tmp_mb,
+            disk_mb: self.disk_mb,
             landlock_abi,
             seccomp: self.seccomp.is_some(),
             network: network.into(),
@@ -839,7 +883,9 @@ fn prepare(
         notes,
         proxy_pair: None,
         proxy: None,
-        tmp_mb: None,
+        disk_mb: None,
+        disk_pair: None,
+        disk_fd: None,
     })
 }
 
@@ -885,7 +931,20 @@ fn child_plan(
             ro_binds.push((cstring(path)?, locked_flags(path)));
         }
     }
-    let overlay = overlay_mount(req, &p.workspace, use_ns, p.userns, spawn_err)?;
+    let disk = if use_ns {
+        p.disk_pair =
+            Some(fdpass::socket_pair().map_err(|e| spawn_err("disk socket pair: ".into(), e))?);
+        Some(p.tmp.0.disk.clone())
+    } else {
+        None
+    };
+    let overlay = overlay_mount(
+        req,
+        &p.workspace,
+        (use_ns, p.userns),
+        disk.as_deref(),
+        spawn_err,
+    )?;
     if req.check {
         check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
             .map_err(|e| spawn_err("check environment: ".into(), e))?;
@@ -918,7 +977,6 @@ fn child_plan(
                 overlay_trees: support.tree_overlay,
                 userns: p.userns,
                 masks,
-                tmp_mb: req.limits.tmp_mb,
                 tmp_dirs: if req.check {
                     &[check_env::PYTHON_DIR]
                 } else {
@@ -945,7 +1003,7 @@ fn child_plan(
     // (Without namespaces a request with egress was refused in `prepare`.)
     if req.egress.is_some() && req.net == Net::None && use_ns {
         p.proxy_pair =
-            Some(egress::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?);
+            Some(fdpass::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?);
     }
     let in_root = root_plan.is_some();
     let plan = child::ChildPlan {
@@ -969,6 +1027,15 @@ fn child_plan(
         loopback_up: use_ns && req.net == Net::None,
         proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
         root: root_plan,
+        disk: match (&disk, &p.disk_pair) {
+            (Some(at), Some((_, theirs))) => Some(disk_plan(
+                at,
+                req.limits.disk_mb,
+                req.overlay_scratch.is_some(),
+                theirs.as_raw_fd(),
+            )?),
+            _ => None,
+        },
         rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
         landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
         seccomp: p.seccomp.clone(),
@@ -987,6 +1054,32 @@ fn child_plan(
         diag_fd,
     };
     Ok((plan, in_root))
+}
+
+/// The command's disk: a tmpfs of `mb` MiB at `at` holding `tmp/` (with
+/// `home/`) and, for a command seen through an overlay, the overlay's
+/// `upper/` and `work/`.
+fn disk_plan(
+    at: &Path,
+    mb: u64,
+    overlay: bool,
+    send: std::os::fd::RawFd,
+) -> Result<child::DiskPlan, SandboxError> {
+    let mut dirs = vec![
+        (cstring(&at.join("tmp"))?, 0o1777),
+        (cstring(&at.join("tmp/home"))?, 0o700),
+    ];
+    if overlay {
+        dirs.push((cstring(&at.join("upper"))?, 0o755));
+        dirs.push((cstring(&at.join("work"))?, 0o755));
+    }
+    Ok(child::DiskPlan {
+        at: cstring(at)?,
+        options: CString::new(format!("mode=755,size={}m", mb.max(1)))
+            .map_err(|_| SandboxError::Prepare("disk options".into()))?,
+        dirs,
+        send,
+    })
 }
 
 /// The shares as the root mounts them, with the upper and work layers of
@@ -1119,7 +1212,7 @@ fn launch(
         }
     };
     if in_root {
-        p.tmp_mb = Some(req.limits.tmp_mb);
+        p.disk_mb = Some(req.limits.disk_mb);
     } else {
         p.notes.push("no private /tmp of its own: what the command writes to its TMPDIR is not bounded but by --fsize per file".into());
     }
@@ -1180,6 +1273,14 @@ fn launch(
         }
         _ => None,
     };
+    // The command's disk comes back the same way; it is read after the
+    // command has ended (see `keep_writes`).
+    if let Some((ours, theirs)) = p.disk_pair.take()
+        && spawned.is_ok()
+    {
+        drop(theirs);
+        p.disk_fd = fdpass::receive(&ours, Duration::from_secs(10));
+    }
     let child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -1272,6 +1373,7 @@ fn collect(
     kill_group(pgid);
     p.cgroups.destroy();
     trace.mark("cleaned");
+    let (layer, disk_full) = keep_writes(req, &mut p)?;
     let (stdout, stderr) = drain(&rx, &mut p.notes);
     let network = match (p.use_ns && req.net == Net::None, &egress) {
         (true, Some(_)) => "proxy",
@@ -1288,7 +1390,36 @@ fn collect(
         stderr,
         isolation: p.isolation(landlock_abi, network, egress.unwrap_or_default()),
         env_imposed,
+        layer,
+        disk_full,
     })
+}
+
+/// After the command: say so when its writes filled its disk, and hand
+/// back its layer over the workspace when the request keeps it.
+fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<(Option<Layer>, bool), SandboxError> {
+    let wanted = req.keep_writes && req.overlay_scratch.is_some();
+    let Some(fd) = p.disk_fd.take() else {
+        if wanted && p.use_ns {
+            return Err(SandboxError::Keep(std::io::Error::other(
+                "the command's disk did not come back from its sandbox",
+            )));
+        }
+        return Ok((None, false));
+    };
+    // SAFETY: fstatvfs into a zeroed struct on a descriptor we own.
+    let full = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::fstatvfs(fd.as_raw_fd(), &mut st) == 0
+            && st.f_bavail.saturating_mul(st.f_bsize) < 1024 * 1024
+    };
+    if full {
+        p.notes.push(format!(
+            "the command's writes filled its disk of {} MiB (limits.disk_mb): what it wrote past that failed with \"No space left on device\"",
+            req.limits.disk_mb
+        ));
+    }
+    Ok((wanted.then(|| Layer(Arc::new(fd))), full))
 }
 
 /// Resource limits: the address space is the backstop when no cgroup
@@ -1334,12 +1465,14 @@ fn rlimits_for(
 }
 
 /// The overlay a request's workspace is seen through, as the child mounts
-/// it: (lower, options, cwd).
+/// it: (lower, options, cwd). Its upper and work layers are on the
+/// command's `disk` (made by the child) when it has one, else under the
+/// scratch directory.
 fn overlay_mount(
     req: &ExecRequest,
     workspace: &Path,
-    use_ns: bool,
-    userns: bool,
+    (use_ns, userns): (bool, bool),
+    disk: Option<&Path>,
     spawn_err: &dyn Fn(String, std::io::Error) -> SandboxError,
 ) -> Result<Option<(CString, CString, CString)>, SandboxError> {
     let Some(scratch) = &req.overlay_scratch else {
@@ -1350,17 +1483,16 @@ fn overlay_mount(
             "an overlay view needs a mount namespace, which is unavailable here".into(),
         ));
     }
-    let upper = scratch.join("upper");
-    let work = scratch.join("work");
-    for d in [&upper, &work] {
-        std::fs::create_dir_all(d).map_err(|e| spawn_err("overlay dirs: ".into(), e))?;
+    let layers = disk.unwrap_or(scratch);
+    let (upper, work) = (layers.join("upper"), layers.join("work"));
+    if disk.is_none() {
+        for d in [&upper, &work] {
+            std::fs::create_dir_all(d).map_err(|e| spawn_err("overlay dirs: ".into(), e))?;
+        }
+    } else {
+        std::fs::create_dir_all(scratch).map_err(|e| spawn_err("overlay scratch: ".into(), e))?;
     }
-    let esc = |p: &Path| {
-        p.to_string_lossy()
-            .replace('\\', "\\\\")
-            .replace(',', "\\,")
-            .replace(':', "\\:")
-    };
+    let esc = root::overlay_escape;
     let mut options = format!(
         "lowerdir={},upperdir={},workdir={}",
         esc(workspace),

@@ -29,6 +29,9 @@ impl std::str::FromStr for IsolationLevel {
     }
 }
 
+/// The default of [`Limits::disk_mb`] (a contract's `limits.disk_mb`).
+pub const DEFAULT_DISK_MB: u64 = loop_protocol::contract::DEFAULT_DISK_MB;
+
 /// Resource limits. Every field is enforced with an rlimit; memory and
 /// processes also with a cgroup where the machine offers a writable one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,9 +46,10 @@ pub struct Limits {
     pub nproc: u64,
     /// Largest file a command may write, in MiB (RLIMIT_FSIZE).
     pub fsize_mb: u64,
-    /// The size of the command's private `/tmp` (a tmpfs of its own,
-    /// `fallocate` counted), in MiB.
-    pub tmp_mb: u64,
+    /// What one command may write, in MiB: its private `/tmp` and its
+    /// layer over the workspace live on one tmpfs of this size (`fallocate`
+    /// counted), so no command can fill the host's disk.
+    pub disk_mb: u64,
 }
 
 impl Default for Limits {
@@ -56,7 +60,7 @@ impl Default for Limits {
             nofile: 1024,
             nproc: 512,
             fsize_mb: 1024,
-            tmp_mb: 1024,
+            disk_mb: DEFAULT_DISK_MB,
         }
     }
 }

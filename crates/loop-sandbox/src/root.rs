@@ -109,8 +109,6 @@ pub struct Inputs<'a> {
     pub userns: bool,
     /// Landlock masks; all zero adds no rules.
     pub masks: Masks,
-    /// The size of the command's `/tmp` (a tmpfs), in MiB.
-    pub tmp_mb: u64,
     /// Directories the runtime prepared in the private tmp, shown
     /// read-only at the same name in the command's `/tmp` (a check's
     /// Python hook).
@@ -142,6 +140,17 @@ pub struct Private {
     pub empty: PathBuf,
     /// An empty file with no permissions, mounted over denied files.
     pub mask: PathBuf,
+    /// Where the command's disk (a size-capped tmpfs) is mounted in its
+    /// mount namespace: it holds the command's `/tmp` and its layer over
+    /// the workspace.
+    pub disk: PathBuf,
+}
+
+impl Private {
+    /// The command's `/tmp` on its disk.
+    pub fn disk_tmp(&self) -> PathBuf {
+        self.disk.join("tmp")
+    }
 }
 
 impl Private {
@@ -152,6 +161,7 @@ impl Private {
             staging: base.join("root"),
             empty: base.join("empty"),
             mask: base.join("mask"),
+            disk: base.join("disk"),
             base,
         }
     }
@@ -310,18 +320,15 @@ impl Builder<'_> {
             }
             Kind::Tmp => {
                 self.mkdirs(t)?;
-                // A tmpfs of its own, capped: a command cannot fill the
-                // host's disk through `/tmp` (its pages are also charged
-                // to the command's memory cgroup).
-                self.ops.push(Op::Tmpfs(
-                    c(&at)?,
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    c(Path::new(&format!("mode=1777,size={}m", inp.tmp_mb.max(1))))?,
-                ));
+                // On the command's disk, a capped tmpfs mounted before the
+                // root is built: a command cannot fill the host's disk
+                // through `/tmp` (its pages are also charged to the
+                // command's memory cgroup).
+                self.ops
+                    .push(Op::Bind(c(&inp.private.disk_tmp())?, c(&at)?, false, None));
                 if inp.masks.all_dir != 0 {
                     self.rules.push((c(&at)?, inp.masks.all_dir));
                 }
-                self.ops.push(Op::Mkdir(c(&at.join("home"))?));
                 for name in inp.tmp_dirs {
                     let host = inp.private.tmp.join(name);
                     if !host.is_dir() {
@@ -671,7 +678,6 @@ mod tests {
                 read_file: 1,
                 all_dir: 1,
             },
-            tmp_mb: 64,
             tmp_dirs: &[],
         })
         .unwrap();
@@ -683,9 +689,12 @@ mod tests {
         };
         assert!(pos("overlay /tmp/p/root/usr") > 0);
         assert!(pos("bind /etc /tmp/p/root/etc") > 0);
-        // /tmp is a private tmpfs, and the workspace is mounted after it,
-        // then made nosuid and nodev.
-        assert!(pos("tmpfs /tmp/p/root/tmp") < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws"));
+        // /tmp is on the command's disk, and the workspace is mounted
+        // after it, then made nosuid and nodev.
+        assert!(
+            pos("bind /tmp/p/disk/tmp /tmp/p/root/tmp")
+                < pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws")
+        );
         assert!(pos("bind /tmp/x/ws /tmp/p/root/tmp/x/ws") < pos("harden /tmp/p/root/tmp/x/ws"));
         assert!(!ops.iter().any(|o| o.ends_with("/dev/tty")), "{ops:#?}");
         assert!(pos("proc /tmp/p/root/proc") > 0);
@@ -740,7 +749,6 @@ mod tests {
                 aliases: &[],
                 userns: true,
                 masks: Masks::default(),
-                tmp_mb: 64,
                 tmp_dirs: &[],
             })
         };

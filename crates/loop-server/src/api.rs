@@ -207,7 +207,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
                     mem_mb: None,
                     cpu_secs: None,
                     fsize_mb: None,
-                    tmp_mb: None,
+                    disk_mb: None,
                     timeout: Duration::from_secs(10),
                     max_output: 4096,
                     isolation: loop_sandbox::IsolationLevel::Required,

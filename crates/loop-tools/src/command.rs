@@ -41,6 +41,9 @@ impl ToolBox {
         };
         let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
         req.overlay_scratch = staging.clone();
+        // Its writes are capped on its own disk while it runs, then kept
+        // for the merge below.
+        req.keep_writes = true;
         req.workspace = Some(self.jail.root().to_path_buf());
         // Protected paths are read-only to commands too, not only to the file tools.
         req.read_only_paths = self.jail.protected().existing(self.jail.root());
@@ -66,7 +69,12 @@ impl ToolBox {
                 // Protected paths, names no record can show faithfully
                 // (control characters) and new modules named like the
                 // standard library are refused, each with its rule.
-                let upper = s.join("upper");
+                // On the command's own disk (held by `result.layer`), or,
+                // where it had none, under the scratch directory.
+                let upper = result
+                    .layer
+                    .as_ref()
+                    .map_or_else(|| s.join("upper"), |l| l.upper());
                 if let Some(o) = self.fenced(id, "run_command") {
                     let _ = std::fs::remove_dir_all(s);
                     return o;
@@ -196,6 +204,16 @@ fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[Strin
         _ => "ended".to_string(),
     };
     let mut content = format!("{status} ({:.2} s)\n", result.duration.as_secs_f64());
+    // A write refused for space (the disk filled, or one `fallocate`
+    // asked for more than was left) names the limit behind it.
+    let no_space = |c: &loop_sandbox::Captured| c.excerpt().contains("No space left on device");
+    if let Some(mb) = result.isolation.disk_mb
+        && (result.disk_full || no_space(&result.stdout) || no_space(&result.stderr))
+    {
+        content.push_str(&format!(
+            "--- disk ---\nthe command's writes (its /tmp and its changes to the workspace together) may not exceed the task's limit of {mb} MiB (limits.disk_mb); what went past it failed with \"No space left on device\"\n"
+        ));
+    }
     for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
         if c.total() > 0 {
             content.push_str(&format!("--- {name} ---\n{}\n", c.excerpt()));

@@ -232,13 +232,20 @@ fn strip_privilege(path: &Path) -> std::io::Result<()> {
     }
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
-    // SAFETY: lremovexattr on a NUL-terminated path and name.
-    let r = unsafe { libc::lremovexattr(c.as_ptr(), c"security.capability".as_ptr()) };
-    if r != 0 {
+    let name = c"security.capability";
+    // SAFETY: lgetxattr with no buffer asks only whether the attribute is
+    // there (removing one needs CAP_SETFCAP even when it is absent).
+    let present = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if present < 0 {
         let e = std::io::Error::last_os_error();
-        if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) {
-            return Err(e);
-        }
+        return match e.raw_os_error() {
+            Some(libc::ENODATA | libc::ENOTSUP) => Ok(()),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: lremovexattr on a NUL-terminated path and name.
+    if unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -253,10 +260,19 @@ fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
                 crate::fsutil::copy_tree(from, to, &|_| false, false)?;
             } else if meta.file_type().is_symlink() {
                 std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
-            } else {
+            } else if meta.is_file() {
                 std::fs::copy(from, to)?;
                 std::fs::File::open(to)?.sync_all()?;
+            } else if meta.file_type().is_fifo() {
+                // Never opened (a FIFO would block the copy): made anew.
+                let c = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())
+                    .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+                // SAFETY: mkfifo at a NUL-terminated path.
+                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
+            // Sockets and devices are not workspace content: left out.
             remove_any(from)
         }
         Err(e) => Err(e),

@@ -28,6 +28,7 @@ pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_verifications",
     "max_diff_lines",
     "max_file_bytes",
+    "disk_mb",
 ];
 pub(super) const CHECK_KINDS: &[&str] = &[
     "run",
@@ -241,6 +242,11 @@ impl Reader {
                 "max_file_bytes" => {
                     if let Some(n) = self.unsigned(v, "`max_file_bytes`", 1) {
                         l.max_file_bytes = n;
+                    }
+                }
+                "disk_mb" => {
+                    if let Some(n) = self.unsigned(v, "`disk_mb`", 1) {
+                        l.disk_mb = n;
                     }
                 }
                 "budget_usd" => match v.value {

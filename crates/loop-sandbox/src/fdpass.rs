@@ -1,0 +1,95 @@
+//! Handing a descriptor from the child to the runtime over a socket pair
+//! (`SCM_RIGHTS`): the egress proxy's listening socket, made inside the
+//! command's network namespace, and the command's disk, a tmpfs mounted
+//! inside its mount namespace, whose writes the runtime reads after the
+//! command has ended.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// A socket pair: the runtime's end and the child's (both close-on-exec).
+pub(crate) fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two descriptors we then own.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Receive the descriptor the child sends (waiting up to `wait`); `None`
+/// when the child closed its end without sending one.
+pub(crate) fn receive(ours: &OwnedFd, wait: Duration) -> Option<OwnedFd> {
+    let mut pfd = libc::pollfd {
+        fd: ours.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on a descriptor we own.
+    if unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as libc::c_int) } <= 0 {
+        return None;
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg into the buffers above; CMSG_* walk that buffer only.
+    unsafe {
+        if libc::recvmsg(ours.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) <= 0 {
+            return None;
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return None;
+        }
+        let fd: RawFd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+        Some(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// In the child: send `fd` over `pair` (neither is closed).
+///
+/// # Safety
+/// Between fork and exec: only async-signal-safe system calls on stack data.
+pub(crate) unsafe fn send(pair: RawFd, fd: RawFd) -> bool {
+    // SAFETY: sendmsg on stack data.
+    unsafe {
+        let mut byte = [b'F'];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 8];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        libc::sendmsg(pair, &msg, libc::MSG_NOSIGNAL) == 1
+    }
+}
