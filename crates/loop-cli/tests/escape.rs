@@ -1030,7 +1030,7 @@ fn per_user_kernel_objects_are_bounded_and_the_host_layout_unnamed() {
              libc = ctypes.CDLL(None, use_errno=True)\n\
              n = 0\n\
              while n < 1000 and libc.inotify_init1(0) >= 0: n += 1\n\
-             print(\"inotify\", n)'; cat /proc/self/cgroup",
+             print(\"inotify\", n)'; cat /proc/self/cgroup; echo \"net $(ls /sys/class/net | tr '\\n' ' ')\"",
         );
         let out = s(&j, "stdout");
         let n: u32 = out
@@ -1042,7 +1042,12 @@ fn per_user_kernel_objects_are_bounded_and_the_host_layout_unnamed() {
         // host's default allowance is 128 for all of the user's programs).
         assert!((1..=16).contains(&n), "{who:?}: {n}: {j}");
         // Its cgroup is its root: the host's cgroup paths are not named.
-        let cgroup_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("inotify")).collect();
+        // Its /sys shows its own network namespace: loopback alone.
+        assert!(out.contains("net lo \n"), "{who:?}: {out}");
+        let cgroup_lines: Vec<&str> = out
+            .lines()
+            .filter(|l| !l.starts_with("inotify") && !l.starts_with("net "))
+            .collect();
         assert!(!cgroup_lines.is_empty(), "{who:?}: {j}");
         for line in cgroup_lines {
             assert!(line.ends_with(":/"), "{who:?}: {line}");

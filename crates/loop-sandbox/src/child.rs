@@ -258,6 +258,50 @@ unsafe fn mount_disk(disk: &DiskPlan, d: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// A fresh read-only sysfs at `at` (the command's own network namespace's
+/// view), or, where the kernel refuses one, the host's bound read-only.
+///
+/// # Safety
+/// Between fork and exec; `at` is NUL-terminated.
+unsafe fn sysfs(at: &std::ffi::CStr, keep: libc::c_ulong, d: RawFd) -> io::Result<()> {
+    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: mount on NUL-terminated strings.
+    unsafe {
+        if libc::mount(
+            c"sysfs".as_ptr(),
+            at.as_ptr(),
+            c"sysfs".as_ptr(),
+            flags,
+            std::ptr::null(),
+        ) == 0
+        {
+            return Ok(());
+        }
+        check(
+            libc::mount(
+                c"/sys".as_ptr(),
+                at.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"bind /sys",
+        )?;
+        check(
+            libc::mount(
+                std::ptr::null(),
+                at.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"read-only /sys",
+        )
+    }
+}
+
 /// Make the mount at `at` and every mount beneath it `nosuid` and `nodev`
 /// (`mount_setattr`, Linux 5.12+; before, the top mount alone, by a
 /// remount that keeps the flags a user namespace may not drop).
@@ -834,6 +878,7 @@ unsafe fn enter_root(
                     b"tmpfs in the new root",
                 )?,
                 Op::Harden(at, keep) => harden(at, *keep, d)?,
+                Op::Sysfs(at, keep) => sysfs(at, *keep, d)?,
                 Op::Proc(at) => check(
                     libc::mount(
                         c"proc".as_ptr(),

@@ -4,12 +4,18 @@
 //! verification check, `loop exec` — goes through [`run`]. On Linux, with
 //! no container engine:
 //!
-//! - **lifetime**: its own process group and PID namespace (when init, PID 1
-//!   inside, exits, the kernel kills everything left, daemons included),
-//!   parent-death signals, `stdin` from `/dev/null`, a timeout that kills
-//!   the whole group, bounded draining afterwards;
+//! - **lifetime**: its own session (no controlling terminal) and PID
+//!   namespace (when init, PID 1 inside, exits, the kernel kills everything
+//!   left, daemons included), parent-death signals, `stdin` from
+//!   `/dev/null`, the caller's other descriptors closed, a timeout that
+//!   kills the whole group, bounded draining afterwards;
+//! - **privilege**: every capability given up (root's too), no setuid or
+//!   setgid mode settable, writable mounts `nosuid,nodev`; its own IPC and
+//!   cgroup namespaces;
 //! - **resources**: rlimits for CPU, address space, open files, processes,
-//!   file size and core dumps, and memory/pids cgroups where writable;
+//!   file size and core dumps, and memory/pids cgroups where writable; a
+//!   disk of its own (a capped tmpfs for its `/tmp` and its layer over the
+//!   workspace); inotify and fanotify bounded in its user namespace;
 //! - **filesystem**: Landlock — read-write to the workspace and a private
 //!   tmp, read+execute to system trees and the toolchains behind `PATH`,
 //!   nothing else; credential stores and `/etc/shadow` never; protected
@@ -970,6 +976,7 @@ fn child_plan(
                 workspace: &p.workspace,
                 cwd: &cwd,
                 fresh_proc: support.proc_mount,
+                own_net: req.net == Net::None,
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
                 shares: &share_mounts(req, &p.tmp.0, spawn_err)?,
                 extra_trees: &req.read_only_trees,

@@ -14,7 +14,7 @@
 //!   allowed tree is unreachable;
 //! - denied paths inside those trees (`/etc/shadow`, credential stores)
 //!   covered by an unreadable mask;
-//! - a fresh `/proc`, `/sys` read-only, a `/dev` with only the harmless
+//! - a fresh `/proc`, a fresh read-only `/sys` (its own network namespace's), a `/dev` with only the harmless
 //!   devices (no `/dev/tty`: a command has no terminal), a private
 //!   `/dev/shm` and `/run`;
 //! - a size-capped tmpfs as `/tmp` (with `HOME` inside it): what a command
@@ -49,6 +49,10 @@ pub enum Op {
     Tmpfs(CString, libc::c_ulong, CString),
     /// A fresh procfs at the target.
     Proc(CString),
+    /// A fresh sysfs at the target, read-only (it shows the command's own
+    /// network namespace: loopback alone); where the kernel refuses one,
+    /// the host's `/sys` bound read-only with these kept flags.
+    Sysfs(CString, libc::c_ulong),
     /// Make the mount at the target, and every mount beneath it, `nosuid`
     /// and `nodev` (with these flags kept, for the fallback remount).
     Harden(CString, libc::c_ulong),
@@ -94,6 +98,9 @@ pub struct Inputs<'a> {
     pub cwd: &'a Path,
     /// Mount a fresh procfs (else leave `/proc` empty).
     pub fresh_proc: bool,
+    /// The command has its own network namespace: `/sys` is a fresh sysfs
+    /// (its interfaces only), not the host's.
+    pub own_net: bool,
     /// A git directory to show read-only, and the reduced config to show
     /// as its `config`.
     pub git: Option<(&'a Path, &'a Path)>,
@@ -546,12 +553,22 @@ impl Builder<'_> {
         if Path::new("/sys").is_dir() {
             let sys_at = under(self.staging, Path::new("/sys"));
             self.ops.push(Op::Mkdir(c(&sys_at)?));
-            self.ops.push(Op::Bind(
-                c(Path::new("/sys"))?,
-                c(&sys_at)?,
-                true,
-                Some(crate::locked_flags(Path::new("/sys"))),
-            ));
+            if inp.own_net {
+                self.ops.push(Op::Sysfs(
+                    c(&sys_at)?,
+                    crate::locked_flags(Path::new("/sys")),
+                ));
+                if read_dir != 0 {
+                    self.rules.push((c(&sys_at)?, read_dir));
+                }
+            } else {
+                self.ops.push(Op::Bind(
+                    c(Path::new("/sys"))?,
+                    c(&sys_at)?,
+                    true,
+                    Some(crate::locked_flags(Path::new("/sys"))),
+                ));
+            }
         }
         let dev = under(self.staging, Path::new("/dev"));
         self.ops.push(Op::Mkdir(c(&dev)?));
@@ -652,6 +669,7 @@ mod tests {
                 Op::Tmpfs(p, _, _) => format!("tmpfs {}", p.to_string_lossy()),
                 Op::Proc(p) => format!("proc {}", p.to_string_lossy()),
                 Op::Harden(p, _) => format!("harden {}", p.to_string_lossy()),
+                Op::Sysfs(p, _) => format!("sysfs {}", p.to_string_lossy()),
             })
             .collect()
     }
@@ -667,6 +685,7 @@ mod tests {
             workspace: &ws,
             cwd: &ws,
             fresh_proc: true,
+            own_net: true,
             git: None,
             overlay_trees: true,
             shares: &[],
@@ -742,6 +761,7 @@ mod tests {
                 workspace: &ws,
                 cwd: &ws,
                 fresh_proc: true,
+                own_net: true,
                 git: None,
                 overlay_trees: true,
                 shares,
