@@ -10,6 +10,8 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+# The C stack's check-integrity test builds with CMake and runs CTest.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 # The inline-approval test drives a real terminal.
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 # The receipt interop test and the local model server use venvs.

@@ -58,6 +58,11 @@ impl Scene {
             "instruction: make add() add\n{extra}criteria:\n  - id: tests\n    checks:\n      - run: \"python3 -m pytest -v tests\"\n\
              limits: {{ max_steps: 6, max_verifications: 1, timeout_secs: 120 }}\n"
         );
+        self.run_task(&task, turns)
+    }
+
+    /// `loop run` of the contract `task` with `turns` scripted.
+    fn run_task(&self, task: &str, turns: &[Vec<(&str, serde_json::Value)>]) -> Run {
         let mut script = String::from("turns:\n");
         for turn in turns {
             script.push_str("  - calls:\n");
@@ -369,4 +374,188 @@ fn tests_that_vanish_from_the_runs_tally_are_rejected() {
             "{name}: {failure}"
         );
     }
+}
+
+/// A pytest plugin registered through package metadata the model writes
+/// (`*.dist-info/entry_points.txt` or `*.egg-info/entry_points.txt` with a
+/// `pytest11` entry) whose hook turns every test into a no-op: the
+/// metadata is refused as it is written (it decides what the runner
+/// loads), and where a contract lets it in, the check's interpreter still
+/// never reads the workspace as a source of plugins. The honest fix beside
+/// the same metadata verifies.
+#[test]
+fn a_pytest_plugin_in_package_metadata_is_neither_admitted_nor_loaded() {
+    let plugin = "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\ndef pytest_runtest_call(item):\n    item.runtest = lambda: None\n";
+    let metadata = |dir: &str| {
+        format!(
+            "mkdir -p {dir} && printf 'Metadata-Version: 2.1\\nName: evilplug\\nVersion: 1.0\\n' > {dir}/METADATA && printf '[pytest11]\\nevilplug = evilplug\\n' > {dir}/entry_points.txt"
+        )
+    };
+    // Refused at the door.
+    let sc = Scene::new("plugin-refused");
+    let run = sc.run(
+        "",
+        &[vec![
+            write("evilplug.py", plugin),
+            command(&metadata("evilplug-1.0.dist-info")),
+            command(&metadata("evilplug.egg-info")),
+            finish(),
+        ]],
+    );
+    assert_ne!(run.outcome, "verified", "{}", run.text);
+    assert!(
+        run.text
+            .contains("package metadata whose entry points runners load on their own"),
+        "{}",
+        run.text
+    );
+    assert_eq!(run.check()["passed"], false, "{}", run.text);
+    // Let in by the contract: still not loaded, the real tests fail.
+    for dir in ["evilplug-1.0.dist-info", "evilplug.egg-info"] {
+        let sc = Scene::new("plugin-allowed");
+        let allow = format!("allow_check_changes: [\"{dir}/**\"]\n");
+        let run = sc.run(
+            &allow,
+            &[vec![
+                write("evilplug.py", plugin),
+                command(&metadata(dir)),
+                finish(),
+            ]],
+        );
+        assert_ne!(run.outcome, "verified", "{dir}: {}", run.text);
+        let out = run.check()["stdout"]["excerpt"].as_str().unwrap();
+        assert!(out.contains("2 failed, 1 passed"), "{dir}: {out}");
+        // The honest fix beside the same metadata verifies.
+        let sc = Scene::new("plugin-honest");
+        let run = sc.run(
+            &allow,
+            &[vec![
+                write("calc.py", FIXED),
+                write("evilplug.py", "X = 1\n"),
+                command(&metadata(dir)),
+                finish(),
+            ]],
+        );
+        assert_eq!(run.outcome, "verified", "{dir}: {}", run.text);
+        assert_eq!(run.check()["tests"]["ran"], 3, "{dir}");
+    }
+}
+
+/// A C project built with CMake and tested by CTest: deleting a test's
+/// assertions or its registration is refused (the test sources and
+/// `CMakeLists.txt` decide the check), a run of zero tests fails
+/// `nonempty_tests` (CTest's summary is read), and the honest fix verifies
+/// with CTest's count in the receipt.
+#[test]
+fn a_cmake_projects_tests_cannot_be_weakened_and_zero_tests_fail() {
+    assert!(
+        Command::new("cmake")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs cmake (scripts/test.sh installs it)"
+    );
+    let project = |name: &str, add_test: bool| {
+        let sc = Scene::new(name);
+        let p = sc.project();
+        let _ = std::fs::remove_dir_all(p.join("tests"));
+        std::fs::remove_file(p.join("calc.py")).unwrap();
+        std::fs::create_dir_all(p.join("tests")).unwrap();
+        std::fs::write(
+            p.join("CMakeLists.txt"),
+            format!(
+                "cmake_minimum_required(VERSION 3.13)\nproject(calc C)\nenable_testing()\n\
+                 add_library(calc calc.c)\nadd_executable(test_calc tests/test_calc.c)\n\
+                 target_link_libraries(test_calc calc)\n{}",
+                if add_test {
+                    "add_test(NAME calc COMMAND test_calc)\n"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("calc.c"),
+            "int add(int a, int b) { return a - b; }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("tests/test_calc.c"),
+            "#include <assert.h>\nint add(int, int);\nint main(void) {\n    assert(add(2, 3) == 5);\n    assert(add(0, 0) == 0);\n    return 0;\n}\n",
+        )
+        .unwrap();
+        sc
+    };
+    let check = "cmake -S . -B build-check -DCMAKE_BUILD_TYPE=Debug > /dev/null && cmake --build build-check > /dev/null && ctest --test-dir build-check --output-on-failure";
+    let run = |sc: &Scene, turns: &[Vec<(&str, serde_json::Value)>]| {
+        let task = format!(
+            "instruction: make add() add\ncriteria:\n  - id: tests\n    checks:\n      - run: {check:?}\n        nonempty_tests: true\n\
+             limits: {{ max_steps: 6, max_verifications: 1, timeout_secs: 300 }}\n"
+        );
+        sc.run_task(&task, turns)
+    };
+    // Weakening the test: the assertions deleted, by a tool and by a command.
+    let sc = project("cmake-weaken", true);
+    let r = run(
+        &sc,
+        &[vec![
+            write("tests/test_calc.c", "int main(void) { return 0; }\n"),
+            command("sed -i '/assert(add/d' tests/test_calc.c"),
+            finish(),
+        ]],
+    );
+    assert_ne!(r.outcome, "verified", "{}", r.text);
+    assert!(
+        r.text
+            .contains("check integrity: test sources and their data (c)"),
+        "{}",
+        r.text
+    );
+    // Unregistering it: CMakeLists.txt is refused too.
+    let sc = project("cmake-unregister", true);
+    let r = run(
+        &sc,
+        &[vec![
+            command("sed -i '/add_test/d' CMakeLists.txt"),
+            finish(),
+        ]],
+    );
+    assert_ne!(r.outcome, "verified", "{}", r.text);
+    // Bound read-only in the command's sandbox: the edit never lands.
+    let set = r.predicate["check_integrity"].to_string();
+    assert!(set.contains("\"**/CMakeLists.txt\""), "{set}");
+    let tasks = sc.project().join(".loop/tasks");
+    let ws = std::fs::read_dir(&tasks)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let lists = std::fs::read_to_string(ws.join("workspace/CMakeLists.txt")).unwrap();
+    assert!(lists.contains("add_test"), "{lists}");
+    // A project whose CTest runs no test at all: zero tests is a failure.
+    let sc = project("cmake-zero", false);
+    let r = run(
+        &sc,
+        &[vec![
+            write("calc.c", "int add(int a, int b) { return a + b; }\n"),
+            finish(),
+        ]],
+    );
+    assert_ne!(r.outcome, "verified", "{}", r.text);
+    assert_eq!(r.check()["tests"]["runner"], "ctest", "{}", r.text);
+    assert_eq!(r.check()["tests"]["ran"], 0, "{}", r.text);
+    // The honest fix verifies, CTest's count recorded.
+    let sc = project("cmake-honest", true);
+    let r = run(
+        &sc,
+        &[vec![
+            write("calc.c", "int add(int a, int b) { return a + b; }\n"),
+            finish(),
+        ]],
+    );
+    assert_eq!(r.outcome, "verified", "{}", r.text);
+    assert_eq!(r.check()["tests"]["runner"], "ctest");
+    assert_eq!(r.check()["tests"]["ran"], 1);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 /// Whether a check's output names the tests it ran in a form the
 /// verifier reads (so `nonempty_tests` can hold it to running some).
 pub fn counts_tests(c: &StackCheck) -> bool {
-    c.kind == "test" && matches!(c.stack, "python" | "rust" | "go" | "node") && c.counted
+    c.kind == "test" && matches!(c.stack, "python" | "rust" | "go" | "node" | "cmake") && c.counted
 }
 
 /// A detected project check.

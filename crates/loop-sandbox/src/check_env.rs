@@ -12,9 +12,13 @@
 //! - Python runs with `PYTHONSAFEPATH=1` (3.11+): neither the current
 //!   directory (`-m`, `-c`) nor the script's directory is put first on
 //!   `sys.path`. A `sitecustomize` the runtime writes into the command's
-//!   private tmp (named by `PYTHONPATH`) appends that directory at the end
-//!   instead, so the project's own modules still import, after the
-//!   standard library and the installed packages;
+//!   private tmp (named by `PYTHONPATH`) makes that directory a source of
+//!   *modules* searched last, after the standard library and the installed
+//!   packages, so the project's own modules still import. It is not put on
+//!   `sys.path`: a finder at the end of `sys.meta_path` imports from it,
+//!   so nothing there is read as package metadata (a `*.dist-info` whose
+//!   `entry_points.txt` names a `pytest11` plugin would otherwise load at
+//!   the runner's start and decide every test's outcome);
 //! - `PYTHONNOUSERSITE=1`: no per-user packages;
 //! - `PYTHONPYCACHEPREFIX` names a private directory: bytecode caches are
 //!   read and written there only, never from `__pycache__` beside the
@@ -33,6 +37,7 @@ pub const PYTHON_DIR: &str = ".loop-engine-python";
 const SITECUSTOMIZE: &str = r#"# Written by Loop Engine for an acceptance check (see PYTHONSAFEPATH):
 # the directory Python would have searched first is searched last, after
 # the standard library and the installed packages.
+import importlib.machinery as _machinery
 import os as _os
 import sys as _sys
 
@@ -61,8 +66,24 @@ def _loop_engine_check_path():
             spec.loader.exec_module(module)
     except Exception:
         pass
-    if _sys.flags.safe_path and where not in _sys.path:
-        _sys.path.append(where)
+    if not _sys.flags.safe_path or where in _sys.path:
+        return
+
+    class _LoopEngineProjectModules:
+        """Top-level modules of the project's directory, found last; never
+        its package metadata (no find_distributions)."""
+
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if path is not None:
+                return None
+            return _machinery.PathFinder.find_spec(name, [where])
+
+        @staticmethod
+        def invalidate_caches():
+            pass
+
+    _sys.meta_path.append(_LoopEngineProjectModules)
 
 
 _loop_engine_check_path()

@@ -56,6 +56,16 @@ const STACKS: &[Stack] = &[
             ("**/sitecustomize.py", "interpreter start-up hooks"),
             ("**/usercustomize.py", "interpreter start-up hooks"),
             ("**/*.pth", "interpreter start-up hooks"),
+            (
+                "**/*.dist-info/**",
+                "package metadata whose entry points runners load on their own (pytest11 plugins)",
+            ),
+            (
+                "**/*.egg-info/**",
+                "package metadata whose entry points runners load on their own (pytest11 plugins)",
+            ),
+            ("**/*.egg-link", "editable installs"),
+            ("**/__editable__*", "editable-install finders"),
             ("pytest.toml", "pytest configuration"),
             (".pytest.toml", "pytest configuration"),
             ("**/test*.py", "test modules the runners collect"),
@@ -132,6 +142,35 @@ const STACKS: &[Stack] = &[
         ],
     },
     Stack {
+        name: "c",
+        commands: &[
+            "ctest", "cmake", "meson", "ninja", "cc", "gcc", "clang", "c++", "g++", "clang++",
+        ],
+        markers: &["CMakeLists.txt", "meson.build"],
+        rules: &[
+            (
+                "**/CMakeLists.txt",
+                "CMake builds and their tests (add_test)",
+            ),
+            ("**/*.cmake", "CMake modules and CTest files"),
+            ("**/CTestTestfile.cmake", "CTest test lists"),
+            ("**/CTestCustom.cmake", "CTest configuration"),
+            ("CTestConfig.cmake", "CTest configuration"),
+            ("CMakePresets.json", "CMake presets"),
+            ("CMakeUserPresets.json", "CMake presets"),
+            ("**/meson.build", "Meson builds and their tests"),
+            ("meson_options.txt", "Meson options"),
+            ("meson.options", "Meson options"),
+            ("**/tests/**", "test sources and their data"),
+            ("**/test/**", "test sources and their data"),
+            ("**/test_*.c", "test sources"),
+            ("**/*_test.c", "test sources"),
+            ("**/test_*.cpp", "test sources"),
+            ("**/*_test.cpp", "test sources"),
+            ("**/*_test.cc", "test sources"),
+        ],
+    },
+    Stack {
         name: "just",
         commands: &["just"],
         markers: &[],
@@ -182,6 +221,86 @@ const STACKS: &[Stack] = &[
         ],
     },
 ];
+
+/// Test-named files and directories: the set of a check whose stack the
+/// runtime cannot classify (a script of its own, a runner it does not
+/// know), so what decides such a check is not left open.
+const CONSERVATIVE: &[(&str, &str)] = &[
+    ("test*/**", "test directories"),
+    ("**/tests/**", "test directories"),
+    ("**/test/**", "test directories"),
+    ("**/spec/**", "spec directories"),
+    ("**/*_test.*", "test-named files"),
+    ("**/test_*.*", "test-named files"),
+    ("**/*.spec.*", "spec-named files"),
+    ("**/*.test.*", "test-named files"),
+];
+
+/// Plugin modules a check's pytest is told to load (`-p NAME`,
+/// `PYTEST_PLUGINS=a,b`), as workspace globs: `NAME.py` and the package
+/// `NAME/`. `no:NAME` turns a plugin off and names nothing.
+fn named_plugins(command: &str) -> Vec<String> {
+    let ws = words(command);
+    let mut names: Vec<String> = Vec::new();
+    for w in &ws {
+        if let Some(list) = w.strip_prefix("PYTEST_PLUGINS=") {
+            names.extend(list.split(',').map(str::to_string));
+        }
+    }
+    // `-p` is pytest's only in a simple command that runs pytest
+    // (`mkdir -p build` names no plugin).
+    for simple in command.split(|c: char| ";|&\n".contains(c)) {
+        let sw = words(simple);
+        if !sw
+            .iter()
+            .any(|w| command_name(w) == "pytest" || w == "py.test")
+        {
+            continue;
+        }
+        let mut it = sw.iter();
+        while let Some(w) = it.next() {
+            if w == "-p" {
+                if let Some(n) = it.next() {
+                    names.push(n.clone());
+                }
+            } else if let Some(n) = w.strip_prefix("-p") {
+                names.push(n.to_string());
+            }
+        }
+    }
+    // `PYTEST_PLUGINS=a,b` split by the shell-word splitter keeps the
+    // commas; a bare `PYTEST_PLUGINS=` followed by a quoted list too.
+    if let Some(i) = ws.iter().position(|w| w == "PYTEST_PLUGINS=")
+        && let Some(list) = ws.get(i + 1)
+    {
+        names.extend(list.split(',').map(str::to_string));
+    }
+    let mut out = Vec::new();
+    for n in names {
+        let n = n.trim();
+        if n.is_empty()
+            || n.starts_with("no:")
+            || !n
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        {
+            continue;
+        }
+        let path = n.replace('.', "/");
+        out.push(format!("{path}.py"));
+        out.push(format!("{path}/**"));
+        // The packages on the way are imported first.
+        let mut acc = String::new();
+        for part in n.split('.').take(n.split('.').count().saturating_sub(1)) {
+            if !acc.is_empty() {
+                acc.push('/');
+            }
+            acc.push_str(part);
+            out.push(format!("{acc}/__init__.py"));
+        }
+    }
+    out
+}
 
 /// The words of a shell command line, roughly: enough to see which tools
 /// it names and which workspace paths it passes.
@@ -336,6 +455,7 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
             &mut out,
         );
     }
+    let mut classified = false;
     for stack in STACKS {
         let by_command = all_words.iter().any(|w| {
             let name = command_name(w);
@@ -345,10 +465,29 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         if !(by_command || by_marker) {
             continue;
         }
+        classified = true;
         for (glob, why) in stack.rules {
             push(
                 glob.to_string(),
                 format!("{} ({})", why, stack.name),
+                &mut out,
+            );
+        }
+    }
+    if !classified {
+        for (glob, why) in CONSERVATIVE {
+            push(
+                glob.to_string(),
+                format!("{why} (a stack the runtime cannot classify)"),
+                &mut out,
+            );
+        }
+    }
+    for (i, command) in commands.iter().enumerate() {
+        for glob in named_plugins(command) {
+            push(
+                glob,
+                format!("a plugin module check command {} loads", i + 1),
                 &mut out,
             );
         }
@@ -407,6 +546,61 @@ mod tests {
             ));
         }
         Contract::from_yaml(&yaml, "t").unwrap()
+    }
+
+    #[test]
+    fn runners_auto_loads_c_projects_and_unclassified_stacks_are_covered() {
+        use loop_workspace::testdir::TestDir;
+        let dir = TestDir::new("integrity-autoload");
+        let root = dir.path();
+        let globs = |commands: &[&str]| -> Vec<String> {
+            derive(&contract(commands), root)
+                .into_iter()
+                .map(|r| r.glob)
+                .collect()
+        };
+        // Python: package metadata (entry points) and plugins named by -p
+        // or PYTEST_PLUGINS; `mkdir -p` names none.
+        let py = globs(&[
+            "mkdir -p build && python3 -m pytest -p myplug -q && PYTEST_PLUGINS=a.b,c pytest",
+        ]);
+        for want in [
+            "**/*.dist-info/**",
+            "**/*.egg-info/**",
+            "**/*.pth",
+            "myplug.py",
+            "myplug/**",
+            "a/b.py",
+            "a/__init__.py",
+            "c.py",
+        ] {
+            assert!(py.iter().any(|g| g == want), "{want} in {py:?}");
+        }
+        assert!(!py.iter().any(|g| g.starts_with("build")), "{py:?}");
+        // C with CMake and CTest, by command.
+        let c = globs(&["cmake -S . -B b && cmake --build b && ctest --test-dir b"]);
+        for want in [
+            "**/CMakeLists.txt",
+            "**/*.cmake",
+            "**/tests/**",
+            "**/test_*.c",
+        ] {
+            assert!(c.iter().any(|g| g == want), "{want} in {c:?}");
+        }
+        // A runner nobody knows: test-named files and directories.
+        let unknown = globs(&["./run-suite --all"]);
+        for want in [
+            "test*/**",
+            "**/tests/**",
+            "**/spec/**",
+            "**/*_test.*",
+            "**/test_*.*",
+            "**/*.spec.*",
+        ] {
+            assert!(unknown.iter().any(|g| g == want), "{want} in {unknown:?}");
+        }
+        // A known stack does not get the conservative set.
+        assert!(!py.iter().any(|g| g == "**/spec/**"), "{py:?}");
     }
 
     #[test]

@@ -601,7 +601,7 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
                 }
                 // Nothing shows tests ran: that is no proof they did.
                 return Some(
-                    "no test runner's summary was recognised (pytest, unittest, cargo test, go test -v, Jest, Mocha, TAP), so nothing shows tests ran; nonempty_tests needs one".into(),
+                    "no test runner's summary was recognised (pytest, unittest, cargo test, nextest, go test -v, Jest, Vitest, Mocha, TAP, node --test, CTest), so nothing shows tests ran; nonempty_tests needs one".into(),
                 );
             }
         }

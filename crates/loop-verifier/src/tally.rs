@@ -8,8 +8,9 @@
 //! whose runner printed no summary where it printed one before, ran fewer
 //! tests, or no longer ran tests it ran before is rejected.
 //!
-//! Formats recognised: pytest, unittest, `cargo test`, `go test -v`, Jest,
-//! Mocha, and TAP (`node --test`). Names are kept only when the output
+//! Formats recognised: pytest, unittest, `cargo test`, cargo-nextest,
+//! `go test -v`, Jest, Vitest, Mocha, TAP (`node --test`), node's spec
+//! reporter and CTest. Names are kept only when the output
 //! lists every test that ran (verbose modes), so a partial listing (a
 //! failure summary) never reads as tests that vanished.
 
@@ -32,6 +33,14 @@ struct Patterns {
     jest_count: Regex,
     mocha: Regex,
     tap: Regex,
+    vitest: Regex,
+    vitest_count: Regex,
+    nextest: Regex,
+    nextest_skipped: Regex,
+    node_spec: Regex,
+    ctest: Regex,
+    ctest_none: Regex,
+    ctest_disabled: Regex,
 }
 
 /// The patterns, compiled once (`None` only if one of these constants
@@ -58,6 +67,19 @@ fn patterns() -> Option<&'static Patterns> {
             jest_count: re(r"(\d+) (passed|failed|skipped|todo)")?,
             mocha: re(r"(?m)^\s+(\d+) (passing|failing|pending)\b")?,
             tap: re(r"(?m)^# (tests|pass|fail|skipped|todo|cancelled) (\d+)$")?,
+            // ` Tests  2 failed | 99 passed (101)` (colours stripped by the
+            // runner when not on a terminal).
+            vitest: re(r"(?m)^\s*Tests\s+((?:\d+ \w+(?: \| )?)+)\s*\((\d+)\)\s*$")?,
+            vitest_count: re(r"(\d+) (passed|failed|skipped|todo)")?,
+            // `     Summary [   0.010s] 3 tests run: 3 passed, 1 skipped`
+            nextest: re(r"(?m)^\s*Summary \[[^\]]*\] (\d+) tests? run: ")?,
+            nextest_skipped: re(r"(?m)^\s*Summary \[[^\]]*\] \d+ tests? run: .*?(\d+) skipped")?,
+            // `ℹ tests 3` … `ℹ skipped 0` (node --test's spec reporter).
+            node_spec: re(r"(?m)^\S+ (tests|pass|fail|skipped|todo|cancelled) (\d+)$")?,
+            // `100% tests passed, 0 tests failed out of 3`
+            ctest: re(r"(?m)^\d+% tests passed, (\d+) tests? failed out of (\d+)$")?,
+            ctest_none: re(r"(?m)^No tests were found!+$")?,
+            ctest_disabled: re(r"(?m)^\s+\d+ - .* \((?:Disabled|Not Run)\)$")?,
         })
     })
     .as_ref()
@@ -123,6 +145,38 @@ pub fn read(output: &str) -> Option<TestTally> {
         }
         return Some(finish("jest", ran, skipped, names));
     }
+    let nextest: Vec<_> = p.nextest.captures_iter(output).collect();
+    if let Some(c) = nextest.last() {
+        let skipped = p
+            .nextest_skipped
+            .captures_iter(output)
+            .last()
+            .map_or(0, |c| num(&c[1]));
+        return Some(finish("nextest", num(&c[1]), skipped, names));
+    }
+    if let Some(c) = p.vitest.captures_iter(output).last() {
+        let (mut ran, mut skipped) = (0, 0);
+        for k in p.vitest_count.captures_iter(&c[1]) {
+            match &k[2] {
+                "passed" | "failed" => ran += num(&k[1]),
+                _ => skipped += num(&k[1]),
+            }
+        }
+        return Some(finish("vitest", ran, skipped, names));
+    }
+    if let Some(c) = p.ctest.captures_iter(output).last() {
+        let disabled = p.ctest_disabled.captures_iter(output).count() as u64;
+        let total = num(&c[2]);
+        return Some(finish(
+            "ctest",
+            total.saturating_sub(disabled),
+            disabled,
+            names,
+        ));
+    }
+    if p.ctest_none.is_match(output) {
+        return Some(finish("ctest", 0, 0, names));
+    }
     let tap: Vec<_> = p.tap.captures_iter(output).collect();
     if tap.iter().any(|c| &c[1] == "tests") {
         let get = |k: &str| {
@@ -149,6 +203,22 @@ pub fn read(output: &str) -> Option<TestTally> {
             }
         }
         return Some(finish("mocha", ran, skipped, names));
+    }
+    let spec: Vec<_> = p.node_spec.captures_iter(output).collect();
+    if spec.iter().any(|c| &c[1] == "tests") && spec.iter().any(|c| &c[1] == "pass") {
+        let get = |k: &str| {
+            spec.iter()
+                .filter(|c| &c[1] == k)
+                .map(|c| num(&c[2]))
+                .next_back()
+                .unwrap_or(0)
+        };
+        return Some(finish(
+            "node",
+            get("pass") + get("fail") + get("cancelled"),
+            get("skipped") + get("todo"),
+            names,
+        ));
     }
     let go: Vec<_> = p.go_name.captures_iter(output).collect();
     if !go.is_empty() {
@@ -242,6 +312,31 @@ mod tests {
         assert_eq!(t.ran, 0);
         let t = read("==== 1 skipped in 0.01s ====\n").unwrap();
         assert_eq!((t.ran, t.skipped), (0, 1));
+    }
+
+    #[test]
+    fn ctest_vitest_nextest_and_nodes_spec_reporter() {
+        let c = "Test project /p/build\n    Start 1: parse\n1/3 Test #1: parse ....   Passed    0.01 sec\n\
+                 67% tests passed, 1 tests failed out of 3\n\nTotal Test time (real) =   0.03 sec\n";
+        let t = read(c).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("ctest", 3, 0));
+        let d = "100% tests passed, 0 tests failed out of 2\n\nThe following tests did not run:\n\
+                 \t  2 - slow (Disabled)\n";
+        let t = read(d).unwrap();
+        assert_eq!((t.ran, t.skipped), (1, 1));
+        let none = "Test project /p/build\nNo tests were found!!!\n";
+        assert_eq!(read(none).unwrap().ran, 0);
+        let v = " \u{2713} test/a.test.ts (3 tests) 4ms\n\n Test Files  1 passed (1)\n      Tests  2 failed | 99 passed (101)\n   Start at  10:00:00\n";
+        let t = read(v).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("vitest", 101, 0));
+        let v0 = " Test Files  no tests\n      Tests  1 skipped (1)\n";
+        assert_eq!(read(v0).unwrap().ran, 0);
+        let n = "    PASS [   0.004s] crate tests::a\n------------\n     Summary [   0.010s] 3 tests run: 3 passed, 1 skipped\n";
+        let t = read(n).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("nextest", 3, 1));
+        let s = "\u{2714} adds (0.5ms)\n\u{2139} tests 2\n\u{2139} suites 0\n\u{2139} pass 2\n\u{2139} fail 0\n\u{2139} cancelled 0\n\u{2139} skipped 1\n\u{2139} todo 0\n";
+        let t = read(s).unwrap();
+        assert_eq!((t.runner.as_str(), t.ran, t.skipped), ("node", 2, 1));
     }
 
     #[test]
