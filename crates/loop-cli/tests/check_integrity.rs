@@ -559,3 +559,108 @@ fn a_cmake_projects_tests_cannot_be_weakened_and_zero_tests_fail() {
     assert_eq!(r.check()["tests"]["runner"], "ctest");
     assert_eq!(r.check()["tests"]["ran"], 1);
 }
+
+/// A task asked to add tests (the contract names the new test file as an
+/// artifact, and nothing lets it change existing tests) writes them; the
+/// new tests count as evidence of themselves, never as a judge: a new
+/// test module that patches the code under test at import makes the
+/// existing tests fail when the check runs again without it, and a
+/// criterion proven by the task's own tests alone passes only beside one
+/// the task cannot change.
+#[test]
+fn a_task_asked_to_add_tests_writes_them_and_they_never_judge_alone() {
+    let new_test = "from calc import add\n\n\ndef test_more():\n    assert add(1, 1) == 2\n";
+    let with_artifact = |check: &str, more: &str| {
+        format!(
+            "instruction: make add() add, with a test of your own in tests/test_more.py\n\
+             artifacts: [tests/test_more.py]\ncriteria:\n  - id: tests\n    checks:\n      - run: {check:?}\n        nonempty_tests: true\n{more}\
+             limits: {{ max_steps: 6, max_verifications: 1, timeout_secs: 120 }}\n"
+        )
+    };
+    let suite = with_artifact("python3 -m pytest -v tests", "");
+    // Honest: the fix and the new test, no allow_check_changes.
+    let sc = Scene::new("add-tests-honest");
+    let run = sc.run_task(
+        &suite,
+        &[vec![
+            write("calc.py", FIXED),
+            write("tests/test_more.py", new_test),
+            finish(),
+        ]],
+    );
+    assert_eq!(run.outcome, "verified", "{}", run.text);
+    assert_eq!(run.check()["tests"]["ran"], 4, "{}", run.text);
+    // An existing test is still protected.
+    let sc = Scene::new("add-tests-existing");
+    let run = sc.run_task(
+        &suite,
+        &[vec![
+            write("tests/test_calc.py", "def test_nothing():\n    pass\n"),
+            write("tests/test_more.py", new_test),
+            finish(),
+        ]],
+    );
+    assert_ne!(run.outcome, "verified", "{}", run.text);
+    assert!(
+        run.text
+            .contains("check integrity: test modules the runners collect"),
+        "{}",
+        run.text
+    );
+    // A new test module that patches the code under test as it is imported.
+    let sc = Scene::new("add-tests-patch");
+    // (The function's code is replaced in place: every module that
+    // imported `add` before sees the patch.)
+    let patch = "import calc\ncalc.add.__code__ = (lambda a, b: a + b).__code__\n\n\ndef test_more():\n    assert calc.add(1, 1) == 2\n";
+    let run = sc.run_task(
+        &suite,
+        &[vec![write("tests/test_more.py", patch), finish()]],
+    );
+    assert_ne!(run.outcome, "verified", "{}", run.text);
+    let failure = run.check()["failure"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        failure.contains("without the new test files the task wrote (tests/test_more.py)")
+            && failure.contains("may not change how the existing tests run"),
+        "{failure}\n{}",
+        run.text
+    );
+    // Judged by the task's own tests alone: a test that asserts nothing
+    // passes its own check, and nothing else judges the behaviour.
+    let own_only = with_artifact("python3 -m pytest -v tests/test_more.py", "");
+    let sc = Scene::new("add-tests-self");
+    let run = sc.run_task(
+        &own_only,
+        &[vec![
+            write("tests/test_more.py", "def test_more():\n    assert True\n"),
+            finish(),
+        ]],
+    );
+    assert_ne!(run.outcome, "verified", "{}", run.text);
+    assert!(
+        run.check()["failure"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("judged only by tests the task wrote"),
+        "{}",
+        run.text
+    );
+    // The same criterion beside one the task cannot change: the honest
+    // work verifies.
+    let both = with_artifact(
+        "python3 -m pytest -v tests/test_more.py",
+        "  - id: behaviour\n    checks:\n      - run: \"python3 -m pytest -v tests/test_calc.py\"\n",
+    );
+    let sc = Scene::new("add-tests-both");
+    let run = sc.run_task(
+        &both,
+        &[vec![
+            write("calc.py", FIXED),
+            write("tests/test_more.py", new_test),
+            finish(),
+        ]],
+    );
+    assert_eq!(run.outcome, "verified", "{}", run.text);
+}

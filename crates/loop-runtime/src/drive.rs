@@ -134,7 +134,13 @@ fn wire<'a>(
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
         stored.isolation.parse().map_err(Error::internal)?;
-    let protected = protection(contract, &stored.check_integrity, &stored.shares)?;
+    let new_tests = crate::request::new_tests(contract, &stored.check_integrity, &start.baseline);
+    let protected = protection(
+        contract,
+        &stored.check_integrity,
+        &stored.shares,
+        &new_tests,
+    )?;
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
@@ -234,6 +240,7 @@ fn wire<'a>(
         verifier =
             verifier.compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
     }
+    verifier = verifier.with_new_tests(new_tests);
     Ok(Wired {
         tools,
         verifier: VerifierAdapter(verifier),

@@ -175,7 +175,13 @@ pub(crate) fn submit_claimed(
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
-    let protected = protection(&contract, &stored.check_integrity, &stored.shares)?;
+    let new_tests = crate::request::new_tests(&contract, &stored.check_integrity, &baseline);
+    let protected = protection(
+        &contract,
+        &stored.check_integrity,
+        &stored.shares,
+        &new_tests,
+    )?;
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))

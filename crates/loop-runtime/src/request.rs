@@ -154,10 +154,28 @@ pub fn read_guidance(workspace: &std::path::Path) -> Vec<(String, String)> {
 /// What no tool may write and every seal must leave as it was: the
 /// contract's protections, then the check-integrity set (less what the
 /// contract lets the model change).
+/// The new test files the task is asked to write (see
+/// [`loop_verifier::integrity::new_test_files`]), judged against the
+/// workspace as the task began.
+pub(crate) fn new_tests(
+    contract: &Contract,
+    integrity: &[loop_protocol::IntegrityRule],
+    baseline: &loop_workspace::Manifest,
+) -> Vec<String> {
+    loop_verifier::integrity::new_test_files(contract, integrity, &|a| {
+        let inside = format!("{a}/");
+        baseline
+            .entries
+            .iter()
+            .any(|e| e.path == a || e.path.starts_with(&inside))
+    })
+}
+
 pub(crate) fn protection(
     contract: &Contract,
     integrity: &[loop_protocol::IntegrityRule],
     shares: &[loop_receipt::SharedEnvironment],
+    new_tests: &[String],
 ) -> Result<Protected, Error> {
     // A shared environment is read-only to the tools, as it is to commands.
     let shared: Vec<(String, String)> = shares
@@ -172,10 +190,11 @@ pub(crate) fn protection(
         .collect();
     Protected::new(&contract.protected_globs())
         .and_then(|p| {
-            p.with_named(
-                &loop_verifier::integrity::named(integrity),
-                &contract.allow_check_changes,
-            )
+            // Lifted: what the contract allows, and the new test files
+            // it asks for (created, never an existing one changed).
+            let mut unless = contract.allow_check_changes.clone();
+            unless.extend(loop_verifier::integrity::exact_globs(new_tests));
+            p.with_named(&loop_verifier::integrity::named(integrity), &unless)
         })
         .and_then(|p| p.with_named(&shared, &[]))
         .map_err(|e| Error::usage(format!("protected globs: {e}")))

@@ -520,6 +520,35 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
     out
 }
 
+/// New test files the task is asked to write: the contract's artifacts
+/// that a rule of the set covers and that do not exist as the task starts
+/// (`exists` says whether a workspace path did). They may be created
+/// without `allow_check_changes`; files that exist stay protected. What
+/// they may not do is change how the existing tests run: the verifier runs
+/// each check again without them (see `SnapshotVerifier::with_new_tests`).
+pub fn new_test_files(
+    contract: &Contract,
+    rules: &[IntegrityRule],
+    exists: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let Ok(set) =
+        loop_workspace::Protected::new(&[]).and_then(|p| p.with_named(&named(rules), &[]))
+    else {
+        return Vec::new();
+    };
+    contract
+        .artifacts
+        .iter()
+        .map(|a| a.as_str().to_string())
+        .filter(|a| !exists(a) && set.matching(a).is_some())
+        .collect()
+}
+
+/// The paths of [`new_test_files`] as globs matching exactly them.
+pub fn exact_globs(paths: &[String]) -> Vec<String> {
+    paths.iter().map(|p| globset::escape(p)).collect()
+}
+
 /// The rules as `(glob, name)` pairs for [`loop_workspace::Protected::with_named`]:
 /// the name says the layer, so a refusal or a violation names it.
 pub fn named(rules: &[IntegrityRule]) -> Vec<(String, String)> {

@@ -16,6 +16,7 @@ use loop_protocol::{
 };
 use loop_sandbox::{ExecRequest, ExecResult, Settings};
 use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, SnapshotMethod, remove_tree};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,9 @@ pub struct SnapshotVerifier {
     /// What the workspace's root `.git` must be (the bytes of a
     /// worktree's pointer, or absent), when it is guarded.
     root_git: Option<Option<Vec<u8>>>,
+    /// New test files the task is asked to write (see
+    /// [`SnapshotVerifier::with_new_tests`]).
+    new_tests: Vec<String>,
 }
 
 impl SnapshotVerifier {
@@ -69,7 +73,21 @@ impl SnapshotVerifier {
             baseline: None,
             live: None,
             root_git: None,
+            new_tests: Vec::new(),
         }
+    }
+
+    /// The new test files the task was asked to write (workspace paths;
+    /// see `integrity::new_test_files`): they are a deliverable, never a
+    /// judge. A check that passes with them is run again without them:
+    /// where tests existed before the task, they must pass as they did (a
+    /// new test module may not patch the code under test or the runner);
+    /// where the check then fails, its verdict came from the new tests
+    /// alone, and its criterion passes only beside another criterion that
+    /// held without them.
+    pub fn with_new_tests(mut self, paths: Vec<String>) -> Self {
+        self.new_tests = paths;
+        self
     }
 
     /// The workspace's root `.git` must hold exactly `expected` (a
@@ -360,6 +378,10 @@ impl SnapshotVerifier {
         let mut criteria = Vec::new();
         let live = self.live.as_ref();
         let total: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
+        // Criteria with a check whose verdict came from the task's new
+        // test files alone, and those with any check that needed them.
+        let mut self_judged = BTreeSet::new();
+        let mut depends = BTreeSet::new();
         loop_protocol::live::emit(live, loop_protocol::Live::Verifying { attempt, total });
         let mut position = 0;
         for criterion in &contract.criteria {
@@ -402,6 +424,27 @@ impl SnapshotVerifier {
                         );
                         let (mut ev, iso) =
                             run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        if ev.passed {
+                            let second = self.without_new_tests(
+                                (&criterion.id, index, check, run),
+                                &view,
+                                copied,
+                                &scratch,
+                            )?;
+                            if !matches!(second, Without::NotRun | Without::Held) {
+                                depends.insert(criterion.id.clone());
+                            }
+                            match second {
+                                Without::NotRun | Without::Held => {}
+                                Without::SelfJudged => {
+                                    self_judged.insert(criterion.id.clone());
+                                }
+                                Without::Changed(why) => {
+                                    ev.passed = false;
+                                    ev.failure = Some(format!("check integrity: {why}"));
+                                }
+                            }
+                        }
                         if let Some(base) = self.baseline_tally(&criterion.id, index, check)
                             && ev.passed
                             && let Some(why) = tally::compare(
@@ -443,7 +486,138 @@ impl SnapshotVerifier {
                 checks,
             });
         }
+        judge_self_judged(contract, &mut criteria, &self_judged, &depends);
         Ok((criteria, method, isolation))
+    }
+
+    /// Run a passing check again without the task's new test files (see
+    /// [`SnapshotVerifier::with_new_tests`]) and say what that shows.
+    fn without_new_tests(
+        &self,
+        (criterion, index, check, run): (&str, usize, &Check, &RunCheck),
+        view: &View,
+        copied: Option<&Sealed>,
+        scratch: &Path,
+    ) -> Result<Without, VerifyError> {
+        let present: Vec<&String> = self
+            .new_tests
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(view.dir.join(p.as_str())).is_ok())
+            .collect();
+        if present.is_empty() {
+            return Ok(Without::NotRun);
+        }
+        let mut second_scratch = scratch.as_os_str().to_owned();
+        second_scratch.push("-without-new-tests");
+        let second_scratch = PathBuf::from(second_scratch);
+        let second_view = match copied {
+            None => View {
+                dir: view.dir.clone(),
+                overlay: Some(second_scratch.clone()),
+                method: SnapshotMethod::Overlay,
+            },
+            Some(sealed) => View {
+                dir: second_scratch.clone(),
+                overlay: None,
+                method: sealed
+                    .fresh_view(&second_scratch)
+                    .map_err(VerifyError::Snapshot)?,
+            },
+        };
+        // The files go first, inside the check's own view (an overlay or a
+        // fresh copy): the sealed workspace never changes.
+        let quoted: Vec<String> = present
+            .iter()
+            .map(|p| format!("'{}'", p.replace('\'', "'\\''")))
+            .collect();
+        let without = RunCheck {
+            command: format!(
+                "rm -rf -- {} || exit 125\n{}",
+                quoted.join(" "),
+                run.command
+            ),
+            ..run.clone()
+        };
+        let (ev, _) = run_check(
+            criterion,
+            index,
+            check,
+            &without,
+            &second_view,
+            &self.sandbox,
+        );
+        let _ = remove_tree(&second_scratch);
+        let names = present
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let base = self.baseline_tally(criterion, index, check);
+        let existing = base.is_some_and(|b| b.ran > 0);
+        let lost = base.and_then(|b| {
+            tally::compare(
+                b,
+                ev.tests.as_ref(),
+                self.baseline.as_ref().is_some_and(|(_, n)| *n),
+            )
+        });
+        Ok(match (ev.passed, existing, lost) {
+            (true, _, None) => Without::Held,
+            (true, _, Some(why)) | (false, true, Some(why)) => Without::Changed(format!(
+                "without the new test files the task wrote ({names}) the tests that existed before run differently: {why}; a new test file may not change how the existing tests run"
+            )),
+            (false, true, None) => Without::Changed(format!(
+                "without the new test files the task wrote ({names}) the tests that existed before fail ({}): a new test file may not change how the existing tests run",
+                ev.failure.unwrap_or_else(|| "failed".into())
+            )),
+            (false, false, _) => Without::SelfJudged,
+        })
+    }
+}
+
+/// What running a check without the task's new test files showed.
+enum Without {
+    /// No new test file was there.
+    NotRun,
+    /// It passed as before: its verdict does not rest on them.
+    Held,
+    /// It passed only with them, and no test existed before: its verdict
+    /// rests on tests the task wrote.
+    SelfJudged,
+    /// The tests that existed before ran differently without them.
+    Changed(String),
+}
+
+/// A criterion whose verdict rests on the task's own new tests passes only
+/// beside another (not a guard) that passed with a `run` check and needed
+/// no new test file: tests the task wrote show their own quality, never
+/// alone the behaviour the instruction asks for.
+fn judge_self_judged(
+    contract: &Contract,
+    criteria: &mut [CriterionEvidence],
+    self_judged: &BTreeSet<String>,
+    depends: &BTreeSet<String>,
+) {
+    if self_judged.is_empty() {
+        return;
+    }
+    let independent = contract.criteria.iter().any(|k| {
+        !k.guard
+            && !depends.contains(&k.id)
+            && k.checks.iter().any(|c| matches!(c, Check::Run(_)))
+            && criteria.iter().any(|c| c.id == k.id && c.passed)
+    });
+    if independent {
+        return;
+    }
+    for c in criteria.iter_mut().filter(|c| self_judged.contains(&c.id)) {
+        c.passed = false;
+        for ev in c.checks.iter_mut().filter(|e| e.passed) {
+            ev.passed = false;
+            ev.failure = Some(
+                "judged only by tests the task wrote: without them this check fails, and no other criterion judges the behaviour with a check the task cannot change".into(),
+            );
+        }
     }
 }
 
