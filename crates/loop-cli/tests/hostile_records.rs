@@ -1042,5 +1042,27 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
             kib < 16 * 1024,
             "{who:?}: the task's directory holds {kib} KiB"
         );
+        // Command by command within its disk, the task as a whole within
+        // the same limit: a third 7 MiB file would grow the workspace past
+        // 16 MiB and is refused; a deleted file gives its bytes back.
+        let sc = Scene::new("disk-budget-task", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"head -c 7340032 /dev/urandom > a.bin\"}}\n      - {tool: run_command, args: {command: \"head -c 7340032 /dev/urandom > b.bin\"}}\n      - {tool: run_command, args: {command: \"head -c 7340032 /dev/urandom > c.bin\"}}\n      - {tool: run_command, args: {command: \"rm a.bin\"}}\n      - {tool: run_command, args: {command: \"head -c 7340032 /dev/urandom > d.bin; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(&task, script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("c.bin (the task's commands would have grown the workspace by")
+                && out.contains("over the task's limit of 16 MiB (limits.disk_mb)"),
+            "{who:?}: {out}"
+        );
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        assert!(
+            ws.join("b.bin").exists() && ws.join("d.bin").exists(),
+            "{who:?}"
+        );
+        assert!(
+            !ws.join("a.bin").exists() && !ws.join("c.bin").exists(),
+            "{who:?}"
+        );
     }
 }

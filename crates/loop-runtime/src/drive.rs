@@ -171,6 +171,7 @@ fn wire<'a>(
     let tool_limits = ToolLimits {
         max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
         max_file_bytes: contract.limits.max_file_bytes,
+        disk_bytes: contract.limits.disk_mb.saturating_mul(1024 * 1024),
         ..ToolLimits::default()
     };
     // Commands and checks differ only in the hosts they may reach.

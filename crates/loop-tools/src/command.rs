@@ -5,6 +5,7 @@ use crate::{RunArgs, ToolBox, exec_policy};
 use loop_protocol::Observation;
 use loop_sandbox::ExecRequest;
 use loop_workspace::Manifest;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::time::Duration;
 
 impl ToolBox {
@@ -80,7 +81,8 @@ impl ToolBox {
                     return o;
                 }
                 let admitted = std::cell::Cell::new(0u64);
-                let refuse = |rel: &str| self.effect_refusal(&upper, rel, &admitted);
+                let growth = std::cell::Cell::new(0i64);
+                let refuse = |rel: &str| self.effect_refusal(&upper, rel, (&admitted, &growth));
                 let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
                 if !self.sync {
                     commit = commit.unsynced();
@@ -89,6 +91,8 @@ impl ToolBox {
                 let _ = std::fs::remove_dir_all(s);
                 match merged {
                     Ok(m) => {
+                        self.grown
+                            .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
                         refused = m.refused;
                         !m.paths.is_empty()
                     }
@@ -147,7 +151,7 @@ impl ToolBox {
         &self,
         upper: &std::path::Path,
         rel: &str,
-        admitted: &std::cell::Cell<u64>,
+        (admitted, growth): (&std::cell::Cell<u64>, &std::cell::Cell<i64>),
     ) -> Option<String> {
         if let Some(rule) = self.jail.protected().matching(rel) {
             return Some(format!("protected by {rule}"));
@@ -172,7 +176,30 @@ impl ToolBox {
                     "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
                 ));
             }
+            // What the task's commands leave, added up over the task.
+            let before = std::fs::symlink_metadata(self.jail.root().join(rel))
+                .ok()
+                .filter(|w| w.is_file())
+                .map_or(0, |w| w.len());
+            let delta = m.len() as i64 - before as i64;
+            let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
+            let after = grown.saturating_add(growth.get()).saturating_add(delta);
+            if delta > 0 && after > self.limits.disk_bytes as i64 {
+                return Some(format!(
+                    "the task's commands would have grown the workspace by {after} bytes, over the task's limit of {} MiB (limits.disk_mb)",
+                    self.limits.disk_bytes >> 20
+                ));
+            }
             admitted.set(total);
+            growth.set(growth.get().saturating_add(delta));
+        } else if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
+            && m.file_type().is_char_device()
+            && m.rdev() == 0
+            && let Ok(w) = std::fs::symlink_metadata(self.jail.root().join(rel))
+            && w.is_file()
+        {
+            // A deleted file gives its bytes back.
+            growth.set(growth.get().saturating_sub(w.len() as i64));
         }
         if rel.chars().any(char::is_control) {
             return Some("a control character in the name".into());

@@ -42,6 +42,11 @@ pub struct ToolLimits {
     /// Largest file (apparent size) a command's effects may bring into the
     /// workspace.
     pub max_file_bytes: u64,
+    /// How much the task's commands together may grow the workspace, in
+    /// bytes (the contract's `limits.disk_mb`): each command's writes are
+    /// capped by its disk as it runs, and what they leave, added up over
+    /// the task, by this.
+    pub disk_bytes: u64,
 }
 
 impl Default for ToolLimits {
@@ -54,6 +59,7 @@ impl Default for ToolLimits {
             max_diff_lines: 250,
             allow_binary: false,
             max_file_bytes: loop_protocol::contract::DEFAULT_MAX_FILE_BYTES,
+            disk_bytes: loop_protocol::contract::DEFAULT_DISK_MB * 1024 * 1024,
         }
     }
 }
@@ -83,6 +89,9 @@ pub struct ToolBox {
     fence: Option<Fence>,
     /// The Loopfile's MCP servers ([`ToolBox::with_mcp_servers`]).
     mcp: Option<std::cell::RefCell<mcp::McpHub>>,
+    /// Bytes the task's commands have grown the workspace by so far (in
+    /// this process), against [`ToolLimits::disk_bytes`].
+    grown: std::sync::atomic::AtomicI64,
 }
 
 /// Says whether writes may go on ([`ToolBox::with_fence`]).
@@ -191,6 +200,7 @@ impl ToolBox {
             sync: true,
             fence: None,
             mcp: None,
+            grown: Default::default(),
         })
     }
 

@@ -77,6 +77,9 @@ pub fn contract_schema() -> Value {
                 "timeout_secs" => count("the task's wall time (default 1800)"),
                 "max_verifications" => count("verification passes (default 5)"),
                 "max_diff_lines" => count("lines one step may change (default 250)"),
+                "disk_mb" => count(
+                    "MiB one command may write (its /tmp and its layer over the workspace, on one size-capped tmpfs), and the task's commands may grow the workspace by (default 2048)",
+                ),
                 _ => count("the largest file a command may bring in (default 128 MiB)"),
             };
             (k.to_string(), v)
