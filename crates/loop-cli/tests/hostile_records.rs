@@ -1066,3 +1066,119 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
         );
     }
 }
+
+/// `loop verify` reads what it is handed through no link and opens no
+/// FIFO: a receipt, ledger or artifact that is a FIFO is refused within a
+/// second (a `loop verify R && deploy` step never stalls), an artifact
+/// reached through a linked directory is reported, and the untouched
+/// receipt still verifies.
+#[test]
+fn loop_verify_opens_no_fifo_and_follows_no_link() {
+    let sc = Scene::new("verify-fifo", Who::Me);
+    let (out, receipt, outcome) = sc.run(
+        TRIVIAL_TASK,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+    );
+    assert_eq!(outcome, "verified", "{out}");
+    let verify = |receipt: &Path| {
+        let started = std::time::Instant::now();
+        let mut child = sc
+            .loop_command(&["verify", receipt.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("loop verify still running after 10 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        (
+            o.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            started.elapsed(),
+        )
+    };
+    let (code, text, _) = verify(&receipt);
+    assert_eq!(code, Some(0), "{text}");
+    // A copy of the receipt's directory to tamper with.
+    let dir = receipt.parent().unwrap();
+    let copy = sc.base.join("copy");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(dir)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let name = receipt.file_name().unwrap().to_str().unwrap().to_string();
+    let id = name.trim_end_matches(".receipt.json").to_string();
+    let mkfifo = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        let st = Command::new("mkfifo").arg(p).status().unwrap();
+        assert!(st.success());
+    };
+    // The ledger as a FIFO.
+    let ledger = std::fs::read_dir(&copy)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".jsonl"))
+        .unwrap_or_else(|| panic!("no ledger beside the receipt in {}", copy.display()));
+    let saved = std::fs::read(&ledger).unwrap();
+    mkfifo(&ledger);
+    let (code, text, took) = verify(&copy.join(&name));
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("a FIFO"), "{text}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    std::fs::remove_file(&ledger).unwrap();
+    std::fs::write(&ledger, &saved).unwrap();
+    // An artifact as a FIFO.
+    let artifacts = copy.join(format!("{id}.artifacts"));
+    let report = artifacts.join("report.txt");
+    assert!(report.is_file(), "no artifact at {}", report.display());
+    mkfifo(&report);
+    let (code, text, took) = verify(&copy.join(&name));
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("a FIFO"), "{text}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    std::fs::remove_file(&report).unwrap();
+    std::fs::write(&report, "ok\n").unwrap();
+    // The receipt itself as a FIFO.
+    let fifo_receipt = copy.join(format!("{id}-fifo.receipt.json"));
+    mkfifo(&fifo_receipt);
+    let (code, text, took) = verify(&fifo_receipt);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("a FIFO"), "{text}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    // The artifacts' directory a link to an identical copy elsewhere.
+    let elsewhere = sc.base.join("elsewhere");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&artifacts)
+        .arg(&elsewhere)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::create_dir_all(artifacts.join("sub")).unwrap();
+    std::fs::remove_file(&report).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("report.txt"), &report).unwrap();
+    let (code, text, _) = verify(&copy.join(&name));
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("read through no link"), "{text}");
+    // Put back, the copy verifies.
+    std::fs::remove_file(&report).unwrap();
+    std::fs::write(&report, "ok\n").unwrap();
+    let (code, text, _) = verify(&copy.join(&name));
+    assert_eq!(code, Some(0), "{text}");
+}

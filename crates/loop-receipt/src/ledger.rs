@@ -270,9 +270,11 @@ impl ChainReport {
 
 /// Verify a ledger file entry by entry.
 pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
-    let data = std::fs::read(path).map_err(|source| LedgerError::Io {
-        path: path.display().to_string(),
-        source,
+    let data = crate::read::read_regular(path, crate::read::MAX_READ).map_err(|source| {
+        LedgerError::Io {
+            path: path.display().to_string(),
+            source,
+        }
     })?;
     let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
     if lines.last().is_some_and(|l| l.is_empty()) {

@@ -7,6 +7,7 @@
 
 pub mod keys;
 pub mod ledger;
+pub mod read;
 pub mod receipt;
 
 pub use keys::{KeyError, KeyPair, PublicKey, state_dir};

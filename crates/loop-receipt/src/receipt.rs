@@ -483,7 +483,7 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
         receipt
             .file_name()
             .map(|n| n.to_string_lossy().into_owned()),
-        std::fs::read(receipt),
+        crate::read::read_regular(receipt, crate::read::MAX_READ),
     ) else {
         return Vec::new();
     };
@@ -498,7 +498,7 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
         if !fname.starts_with(&prefix) || !fname.ends_with(".json") {
             continue;
         }
-        let Ok(text) = std::fs::read(item.path()) else {
+        let Ok(text) = crate::read::read_regular(&item.path(), crate::read::MAX_READ) else {
             continue;
         };
         let Ok(env) = serde_json::from_slice::<Envelope>(&text) else {
@@ -607,7 +607,7 @@ pub fn verify_receipt(
         path: path.display().to_string(),
         why,
     };
-    let text = std::fs::read(path).map_err(io_err(path))?;
+    let text = crate::read::read_regular(path, crate::read::MAX_READ).map_err(io_err(path))?;
     let env: Envelope =
         serde_json::from_slice(&text).map_err(|e| fmt(format!("not a DSSE envelope: {e}")))?;
     let mut report = VerifyReport {
@@ -686,7 +686,13 @@ pub fn verify_receipt(
         } else {
             artifacts_dir.join(rel.as_str())
         };
-        match std::fs::read(&location) {
+        let read = match crate::read::link_on_the_way(artifacts_dir, Path::new(rel.as_str())) {
+            Some(link) if location.starts_with(artifacts_dir) => Err(std::io::Error::other(
+                format!("{link}: no artifact is read through a link"),
+            )),
+            _ => crate::read::read_regular(&location, crate::read::MAX_READ),
+        };
+        match read {
             Ok(bytes) => {
                 let got = sha256_hex(&bytes);
                 if got != want {
@@ -744,7 +750,7 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
     }
     match statement.subject.iter().find(|s| s.name == p.ledger.name) {
         None => problems.push("the ledger is not a subject of the statement".into()),
-        Some(s) => match std::fs::read(&ledger_path) {
+        Some(s) => match crate::read::read_regular(&ledger_path, crate::read::MAX_READ) {
             Ok(bytes) => {
                 let got = sha256_hex(&bytes);
                 if Some(&got) != s.digest.get("sha256") {

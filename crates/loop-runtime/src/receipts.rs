@@ -53,8 +53,10 @@ pub struct ReceiptCheck {
 pub fn trusted_keys(pubkey: Option<&Path>) -> Result<Vec<PublicKey>, Error> {
     match pubkey {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
+            let bytes = loop_receipt::read::read_regular(p, 1 << 20)
                 .map_err(|e| Error::usage(format!("--pubkey {}: {e}", p.display())))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Error::usage(format!("--pubkey {}: not UTF-8 text", p.display())))?;
             let key = PublicKey::parse(&text)
                 .map_err(|e| Error::usage(format!("--pubkey {}: {e}", p.display())))?;
             Ok(vec![key])
