@@ -1182,3 +1182,68 @@ fn loop_verify_opens_no_fifo_and_follows_no_link() {
     let (code, text, _) = verify(&copy.join(&name));
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// A key holder cannot sign `verified` over evidence that says otherwise:
+/// `loop verify` checks that the outcome follows from the recorded
+/// verification, and `--json` never says `"verified": true` for a receipt
+/// that does not hold. The honest receipt of the same failed task holds,
+/// as not verified.
+#[test]
+fn a_signed_verified_over_failing_evidence_does_not_hold() {
+    let sc = Scene::new("forged-outcome", Who::Me);
+    let failing = "instruction: leave a report\ncriteria:\n  - id: never\n    checks:\n      - run: \"false\"\nlimits: { max_steps: 2, max_verifications: 1, timeout_secs: 60 }\n";
+    let (out, receipt, outcome) = sc.run(
+        failing,
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    );
+    assert_ne!(outcome, "verified", "{out}");
+    let json = |receipt: &Path| -> serde_json::Value {
+        let o = sc.loop_cmd(&[
+            "verify",
+            "--json",
+            "--integrity-only",
+            receipt.to_str().unwrap(),
+        ]);
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    };
+    let honest = json(&receipt);
+    assert_eq!(honest["intact"], true, "{honest}");
+    assert_eq!(honest["verified"], false, "{honest}");
+    // The same statement, its outcome changed to verified and signed
+    // again with the machine's own key.
+    let env: serde_json::Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().unwrap())
+        .unwrap();
+    let mut statement: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    statement["predicate"]["outcome"]["kind"] = serde_json::json!("verified");
+    let seed_hex = std::fs::read_to_string(sc.key()).unwrap();
+    let seed: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&seed_hex.trim()[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let key = loop_receipt::KeyPair::from_seed(seed.try_into().unwrap());
+    let forged = receipt.with_file_name(
+        receipt
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".receipt.json", "-forged.receipt.json"),
+    );
+    loop_receipt::receipt::write_dsse(&forged, &statement, &[&key]).unwrap();
+    let o = sc.loop_cmd(&["verify", forged.to_str().unwrap()]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("the outcome says verified, but the recorded verification failed never"),
+        "{text}"
+    );
+    let forged_json = json(&forged);
+    assert_eq!(forged_json["intact"], false, "{forged_json}");
+    assert_eq!(forged_json["verified"], false, "{forged_json}");
+}

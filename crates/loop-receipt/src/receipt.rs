@@ -666,6 +666,33 @@ pub fn verify_receipt(
         )),
         Err(e) => report.statement_problems.push(e.to_string()),
     }
+    // The outcome follows from the evidence: a signature over `verified`
+    // is not enough, the last verification it records must have passed
+    // every criterion.
+    if p.outcome.kind == loop_protocol::OutcomeKind::Verified {
+        match &p.verification {
+            None => report
+                .statement_problems
+                .push("the outcome says verified, but the receipt records no verification".into()),
+            Some(v) if v.criteria.is_empty() => report
+                .statement_problems
+                .push("the outcome says verified, but its verification judged no criterion".into()),
+            Some(v) => {
+                let failed: Vec<&str> = v
+                    .criteria
+                    .iter()
+                    .filter(|c| !c.passed || c.checks.iter().any(|k| !k.passed))
+                    .map(|c| c.id.as_str())
+                    .collect();
+                if !failed.is_empty() {
+                    report.statement_problems.push(format!(
+                        "the outcome says verified, but the recorded verification failed {}",
+                        failed.join(", ")
+                    ));
+                }
+            }
+        }
+    }
     let dir = path.parent().unwrap_or(Path::new("."));
     check_ledger(&mut report, &statement, dir);
     let default_artifacts = dir.join(format!("{}.artifacts", p.task_id));

@@ -100,10 +100,12 @@ pub fn verify(
         (_, None) => TrustedKey::None,
     };
     let intact = report.ok() && revoked_signer.is_none();
-    let verified = report
-        .statement
-        .as_ref()
-        .is_some_and(|s| s.predicate.outcome.kind == OutcomeKind::Verified);
+    // Never "verified" for a receipt that does not hold.
+    let verified = intact
+        && report
+            .statement
+            .as_ref()
+            .is_some_and(|s| s.predicate.outcome.kind == OutcomeKind::Verified);
     Ok(ReceiptCheck {
         report,
         trusted,
