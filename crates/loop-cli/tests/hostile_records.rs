@@ -1246,4 +1246,24 @@ fn a_signed_verified_over_failing_evidence_does_not_hold() {
     let forged_json = json(&forged);
     assert_eq!(forged_json["intact"], false, "{forged_json}");
     assert_eq!(forged_json["verified"], false, "{forged_json}");
+    // DSSE accepts any trusted valid signature: a garbage one under the
+    // same key id put first takes nothing from the genuine receipt; alone,
+    // it is invalid.
+    let mut garbage_first = env.clone();
+    let keyid = env["signatures"][0]["keyid"].clone();
+    let junk = serde_json::json!({"keyid": keyid, "sig": base64::engine::general_purpose::STANDARD.encode([7u8; 64])});
+    garbage_first["signatures"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, junk.clone());
+    let gf = receipt.with_file_name("garbage-first.receipt.json");
+    std::fs::write(&gf, serde_json::to_vec(&garbage_first).unwrap()).unwrap();
+    let j = json(&gf);
+    assert_eq!(j["intact"], true, "{j}");
+    let mut only_junk = env.clone();
+    only_junk["signatures"] = serde_json::json!([junk]);
+    let oj = receipt.with_file_name("only-junk.receipt.json");
+    std::fs::write(&oj, serde_json::to_vec(&only_junk).unwrap()).unwrap();
+    let j = json(&oj);
+    assert_eq!(j["intact"], false, "{j}");
 }

@@ -746,21 +746,26 @@ fn check_signatures(env: &Envelope, payload: &[u8], trusted: &[PublicKey]) -> Si
         return SignatureStatus::Unsigned;
     }
     let message = pae(&env.payload_type, payload);
+    // As DSSE says: any valid signature by a trusted key accepts the
+    // envelope (a garbage signature put before it, under the same key
+    // id, takes nothing away); none valid, a trusted key's bad one says
+    // invalid.
+    let mut invalid = None;
     for sig in &env.signatures {
-        if let Some(key) = trusted.iter().find(|k| k.keyid == sig.keyid) {
-            return if key.verifies(&message, &sig.sig) {
-                SignatureStatus::Valid {
+        for key in trusted.iter().filter(|k| k.keyid == sig.keyid) {
+            if key.verifies(&message, &sig.sig) {
+                return SignatureStatus::Valid {
                     keyid: sig.keyid.clone(),
-                }
-            } else {
-                SignatureStatus::Invalid {
-                    keyid: sig.keyid.clone(),
-                }
-            };
+                };
+            }
+            invalid.get_or_insert_with(|| sig.keyid.clone());
         }
     }
-    SignatureStatus::UnknownKey {
-        keyids: env.signatures.iter().map(|s| s.keyid.clone()).collect(),
+    match invalid {
+        Some(keyid) => SignatureStatus::Invalid { keyid },
+        None => SignatureStatus::UnknownKey {
+            keyids: env.signatures.iter().map(|s| s.keyid.clone()).collect(),
+        },
     }
 }
 
