@@ -155,9 +155,14 @@ impl Scene {
             .last()
             .and_then(|l| serde_json::from_str(l).ok())
             .unwrap_or_else(|| panic!("{:?}: no receipt event: {text}", self.who));
+        let path = PathBuf::from(
+            last["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{:?}: no receipt path: {text}", self.who)),
+        );
         (
             text,
-            PathBuf::from(last["path"].as_str().unwrap()),
+            path,
             last["outcome"]["kind"].as_str().unwrap().to_string(),
         )
     }
@@ -1064,6 +1069,36 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
             !ws.join("a.bin").exists() && !ws.join("c.bin").exists(),
             "{who:?}"
         );
+        // Empty directories and files cost a block each: eight thousand of
+        // them (32 MiB of blocks) do not fit 16 MiB. A file its command
+        // left unreadable (mode 000) and a directory it left unwritable
+        // still enter the workspace whole, and the runtime (whoever runs
+        // it) can still seal it.
+        let sc = Scene::new("disk-budget-inodes", who);
+        let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"mkdir -p keep/ro && echo x > keep/hidden && chmod 000 keep/hidden && echo y > keep/ro/f && chmod 555 keep/ro\"}}\n      - {tool: run_command, args: {command: \"python3 -c 'import os\\nfor i in range(8000): os.mkdir(\\\"d%d\\\" % i)'\"}}\n      - {tool: run_command, args: {command: \"rm -rf d*; echo ok > report.txt\"}}\n      - {tool: finish, args: {summary: ok}}\n";
+        let (out, receipt, outcome) = sc.run(&task, script);
+        // Removing the directories gave their blocks back: the report fit.
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        assert!(
+            out.contains("over the task's limit of 16 MiB (limits.disk_mb)"),
+            "{who:?}: {out}"
+        );
+        let id = id_of(&receipt);
+        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        // Refused well before the eight thousandth, and all gone after.
+        assert!(
+            out.contains("d7999 (the task's commands would have grown"),
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("report.txt")).unwrap(),
+            "ok\n"
+        );
+        // Readable to its owner again (the runtime hashes it); change
+        // sets carry only git's modes anyway.
+        let hidden = std::fs::symlink_metadata(ws.join("keep/hidden")).unwrap();
+        assert_eq!(hidden.permissions().mode() & 0o777, 0o600, "{who:?}");
+        assert!(ws.join("keep/ro/f").exists(), "{who:?}");
     }
 }
 

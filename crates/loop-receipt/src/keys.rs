@@ -63,6 +63,35 @@ fn parse_hex32(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// Refuse `path` when its permission bits give others any of `forbidden`
+/// (or it is not its owner's: the process's user, or root).
+fn loose(path: &Path, forbidden: u32) -> Result<(), KeyError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|source| KeyError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mode = meta.mode() & 0o7777;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(KeyError::Format(format!(
+            "{} belongs to user {}, not to this user ({me}): the signing key is not used",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    if mode & forbidden != 0 {
+        return Err(KeyError::Format(format!(
+            "{} has mode {mode:04o}, open to others: the signing key is not used (chmod {} {} to keep it to its owner)",
+            path.display(),
+            if meta.is_dir() { "700" } else { "600" },
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The runtime's state directory: `LOOP_STATE_DIR`, else
 /// `$XDG_STATE_HOME/loop-engine`, else `~/.local/state/loop-engine`.
 pub fn state_dir() -> PathBuf {
@@ -96,6 +125,9 @@ impl KeyPair {
             return Ok(KeyPair::from_seed(seed));
         }
         if let Ok(file) = std::env::var("LOOP_SIGNING_KEY_FILE") {
+            // A key file kept elsewhere (a mounted secret) may be readable
+            // by a group, never writable by anyone but its owner.
+            loose(Path::new(&file), 0o022)?;
             return KeyPair::read(Path::new(&file));
         }
         KeyPair::load_or_create_in(&state_dir().join("keys"))
@@ -107,6 +139,11 @@ impl KeyPair {
     fn load_or_create_in(dir: &Path) -> Result<KeyPair, KeyError> {
         let path = dir.join("signing.key");
         if path.exists() {
+            // The tool's own key: its directory and the file are the
+            // user's alone, or the key is not used (someone else may have
+            // read it, or may swap it).
+            loose(dir, 0o022)?;
+            loose(&path, 0o077)?;
             return KeyPair::read(&path);
         }
         std::fs::DirBuilder::new()
@@ -165,8 +202,14 @@ impl KeyPair {
                     .into(),
             ));
         }
-        let old = KeyPair::load_or_create()?.public();
         let keys = state_dir().join("keys");
+        if !keys.join("signing.key").exists() {
+            return Err(KeyError::Format(format!(
+                "there is no signing key in {} to rotate: nothing was changed (the first run makes one)",
+                keys.display()
+            )));
+        }
+        let old = KeyPair::load_or_create()?.public();
         let revoked = keys.join("revoked");
         let io = |p: &Path| {
             let p = p.display().to_string();

@@ -675,6 +675,9 @@ struct Prepared {
     disk_pair: Option<(OwnedFd, OwnedFd)>,
     /// The command's disk, as the runtime holds it (see `fdpass.rs`).
     disk_fd: Option<OwnedFd>,
+    /// Its overlay's layers are on the disk (else under the scratch
+    /// directory, on the host's disk).
+    layers_on_disk: bool,
 }
 
 impl Prepared {
@@ -892,6 +895,7 @@ fn prepare(
         disk_mb: None,
         disk_pair: None,
         disk_fd: None,
+        layers_on_disk: false,
     })
 }
 
@@ -944,13 +948,20 @@ fn child_plan(
     } else {
         None
     };
+    // Overlay layers go on the disk where its tmpfs can hold them.
+    let layers_disk = disk.as_deref().filter(|_| support.disk_layers);
+    p.layers_on_disk = layers_disk.is_some();
+    if disk.is_some() && !support.disk_layers && req.overlay_scratch.is_some() {
+        p.notes.push("the command's layer over the workspace is on the host's disk: this kernel's tmpfs keeps no user xattrs for overlayfs (Linux 6.6+), so only /tmp is on the command's disk".into());
+    }
     let overlay = overlay_mount(
         req,
         &p.workspace,
         (use_ns, p.userns),
-        disk.as_deref(),
+        layers_disk,
         spawn_err,
     )?;
+    let (shares, share_dirs) = share_mounts(req, &p.tmp.0, layers_disk.is_some(), spawn_err)?;
     if req.check {
         check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
             .map_err(|e| spawn_err("check environment: ".into(), e))?;
@@ -978,7 +989,7 @@ fn child_plan(
                 fresh_proc: support.proc_mount,
                 own_net: req.net == Net::None,
                 git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
-                shares: &share_mounts(req, &p.tmp.0, spawn_err)?,
+                shares: &shares,
                 extra_trees: &req.read_only_trees,
                 aliases: &req.workspace_aliases,
                 overlay_trees: support.tree_overlay,
@@ -1038,7 +1049,10 @@ fn child_plan(
             (Some(at), Some((_, theirs))) => Some(disk_plan(
                 at,
                 req.limits.disk_mb,
-                req.overlay_scratch.is_some(),
+                (
+                    req.overlay_scratch.is_some() && layers_disk.is_some(),
+                    &share_dirs,
+                ),
                 theirs.as_raw_fd(),
             )?),
             _ => None,
@@ -1069,7 +1083,7 @@ fn child_plan(
 fn disk_plan(
     at: &Path,
     mb: u64,
-    overlay: bool,
+    (overlay, share_dirs): (bool, &[PathBuf]),
     send: std::os::fd::RawFd,
 ) -> Result<child::DiskPlan, SandboxError> {
     let mut dirs = vec![
@@ -1080,10 +1094,18 @@ fn disk_plan(
         dirs.push((cstring(&at.join("upper"))?, 0o755));
         dirs.push((cstring(&at.join("work"))?, 0o755));
     }
+    for d in share_dirs {
+        dirs.push((cstring(d)?, 0o755));
+    }
     Ok(child::DiskPlan {
         at: cstring(at)?,
-        options: CString::new(format!("mode=755,size={}m", mb.max(1)))
-            .map_err(|_| SandboxError::Prepare("disk options".into()))?,
+        // Inodes bounded too: empty files and directories cost no bytes.
+        options: CString::new(format!(
+            "mode=755,size={}m,nr_inodes={}",
+            mb.max(1),
+            mb.saturating_mul(256).max(16_384)
+        ))
+        .map_err(|_| SandboxError::Prepare("disk options".into()))?,
         dirs,
         send,
     })
@@ -1095,9 +1117,13 @@ fn disk_plan(
 fn share_mounts(
     req: &ExecRequest,
     private: &root::Private,
+    on_disk: bool,
     spawn_err: SpawnErr<'_>,
-) -> Result<Vec<root::ShareMount>, SandboxError> {
+) -> Result<(Vec<root::ShareMount>, Vec<PathBuf>), SandboxError> {
     let mut out = Vec::new();
+    // Fresh layers are on the command's disk when it has one (made there
+    // by the child, parents first): counted against its limit.
+    let mut disk_dirs = Vec::new();
     for (i, share) in req.shares.iter().enumerate() {
         let layers = match &share.access {
             ShareAccess::ReadOnly => None,
@@ -1105,14 +1131,19 @@ fn share_mounts(
             // what is shown inside it either.
             ShareAccess::Overlay { .. } if req.workspace_read_only => None,
             ShareAccess::Overlay { keep } => {
-                let dir = match keep {
-                    Some(k) if !req.check => k.clone(),
-                    _ => private.base.join(format!("share-{i}")),
+                let (dir, fresh_on_disk) = match keep {
+                    Some(k) if !req.check => (k.clone(), false),
+                    _ if on_disk => (private.disk.join(format!("share-{i}")), true),
+                    _ => (private.base.join(format!("share-{i}")), false),
                 };
                 let (upper, work) = (dir.join("upper"), dir.join("work"));
-                for d in [&upper, &work] {
-                    std::fs::create_dir_all(d)
-                        .map_err(|e| spawn_err(format!("layer of `{}`: ", share.rel), e))?;
+                if fresh_on_disk {
+                    disk_dirs.extend([dir.clone(), upper.clone(), work.clone()]);
+                } else {
+                    for d in [&upper, &work] {
+                        std::fs::create_dir_all(d)
+                            .map_err(|e| spawn_err(format!("layer of `{}`: ", share.rel), e))?;
+                    }
                 }
                 Some((upper, work))
             }
@@ -1123,7 +1154,7 @@ fn share_mounts(
             layers,
         });
     }
-    Ok(out)
+    Ok((out, disk_dirs))
 }
 
 /// What a command may take of its user's per-user kernel allowances
@@ -1135,6 +1166,9 @@ pub const USER_SYSCTLS: &[(&str, u64)] = &[
     ("max_inotify_watches", 16384),
     ("max_fanotify_groups", 16),
     ("max_fanotify_marks", 16384),
+    // No user namespace inside: a nested one would hand the command a
+    // full set of capabilities over its own namespaces again.
+    ("max_user_namespaces", 0),
 ];
 
 /// A pipe whose write end the child reports a failed sandbox step on.
@@ -1220,6 +1254,19 @@ fn launch(
     };
     if in_root {
         p.disk_mb = Some(req.limits.disk_mb);
+        if req.overlay_scratch.is_none() && !req.workspace_read_only {
+            p.notes.push(format!(
+                "the workspace is written directly (no overlay): only /tmp is on the command's disk of {} MiB; its writes to the workspace are bounded by --fsize per file",
+                req.limits.disk_mb
+            ));
+        }
+        if req.shares.iter().any(|s| {
+            matches!(&s.access, ShareAccess::Overlay { keep: Some(_) })
+                && !req.check
+                && !req.workspace_read_only
+        }) {
+            p.notes.push("copy-on-write shares whose writes are kept between commands (build outputs) are written on the host's disk, outside the command's disk".into());
+        }
     } else {
         p.notes.push("no private /tmp of its own: what the command writes to its TMPDIR is not bounded but by --fsize per file".into());
     }
@@ -1405,9 +1452,9 @@ fn collect(
 /// After the command: say so when its writes filled its disk, and hand
 /// back its layer over the workspace when the request keeps it.
 fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<(Option<Layer>, bool), SandboxError> {
-    let wanted = req.keep_writes && req.overlay_scratch.is_some();
+    let wanted = req.keep_writes && req.overlay_scratch.is_some() && p.layers_on_disk;
     let Some(fd) = p.disk_fd.take() else {
-        if wanted && p.use_ns {
+        if wanted {
             return Err(SandboxError::Keep(std::io::Error::other(
                 "the command's disk did not come back from its sandbox",
             )));

@@ -21,6 +21,10 @@ pub struct Support {
     /// Host trees can be shown through read-only overlays in a command's
     /// root (which keeps socket files in them unreachable).
     pub tree_overlay: bool,
+    /// An overlay's upper layer can live on a tmpfs (the command's disk):
+    /// the tmpfs keeps the xattrs overlayfs marks whiteouts and opaque
+    /// directories with (`user.*` in a user namespace: Linux 6.6+).
+    pub disk_layers: bool,
 }
 
 static SUPPORT: OnceLock<Support> = OnceLock::new();
@@ -42,6 +46,7 @@ pub fn optimistic() -> Support {
         landlock_abi: crate::landlock::kernel_abi(),
         seccomp: true,
         tree_overlay: true,
+        disk_layers: true,
     }
 }
 
@@ -240,5 +245,57 @@ fn probe() -> Support {
         landlock_abi: crate::landlock::kernel_abi(),
         seccomp: in_child(try_seccomp),
         tree_overlay: namespaces && tree_overlay(userns),
+        disk_layers: namespaces && (!userns || tmpfs_user_xattr()),
     }
+}
+
+/// Whether a tmpfs mounted in a new user namespace takes `user.*` xattrs.
+fn tmpfs_user_xattr() -> bool {
+    let Ok(name) = crate::unique_name("loop-probe") else {
+        return false;
+    };
+    let Ok(dir) = std::ffi::CString::new(
+        std::env::temp_dir()
+            .join(name)
+            .into_os_string()
+            .into_encoded_bytes(),
+    ) else {
+        return false;
+    };
+    // SAFETY: mkdir/rmdir on a NUL-terminated path we own.
+    if unsafe { libc::mkdir(dir.as_ptr(), 0o700) } != 0 {
+        return false;
+    }
+    let ok = in_child_with(&|| {
+        // SAFETY: a throwaway child unshares, mounts and sets an xattr in
+        // its own namespaces.
+        unsafe {
+            let null = std::ptr::null::<libc::c_char>();
+            libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0
+                && libc::mount(
+                    null,
+                    c"/".as_ptr(),
+                    null,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mount(
+                    c"tmpfs".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    c"size=1m".as_ptr().cast(),
+                ) == 0
+                && libc::setxattr(
+                    dir.as_ptr(),
+                    c"user.overlay.opaque".as_ptr(),
+                    c"y".as_ptr().cast(),
+                    1,
+                    0,
+                ) == 0
+        }
+    });
+    // SAFETY: as above.
+    unsafe { libc::rmdir(dir.as_ptr()) };
+    ok
 }

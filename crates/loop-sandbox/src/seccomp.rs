@@ -111,9 +111,37 @@ fn privileged_mode(mode_arg: u8, flags_arg: Option<u8>) -> Result<Vec<SeccompRul
     Ok(rules)
 }
 
-/// Compile both filters (see the module's doc), in the order to install them.
+/// Compile the filters (see the module's doc), in the order to install them.
 pub fn programs() -> Result<Vec<BpfProgram>, String> {
-    Ok(vec![program()?, enosys_program()?])
+    Ok(vec![no_x32(), program()?, enosys_program()?])
+}
+
+/// x32 system calls (the x86_64 architecture with bit 30 of the number
+/// set) match no rule of a filter written for x86_64 numbers: every one is
+/// refused, so `chmod`, `ioctl` or `mount` cannot be reached under another
+/// number where a kernel has x32 turned on.
+fn no_x32() -> BpfProgram {
+    let stmt = |code: u32, k: u32| seccompiler::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    vec![
+        // The system call number (offset 0 of `struct seccomp_data`).
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        seccompiler::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: 0x4000_0000,
+        },
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ]
 }
 
 /// The second filter: `openat2` answers `ENOSYS`.

@@ -176,12 +176,12 @@ impl ToolBox {
                     "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
                 ));
             }
-            // What the task's commands leave, added up over the task.
+            // What the task's commands leave, added up over the task, in
+            // the blocks it takes (an empty file costs one).
             let before = std::fs::symlink_metadata(self.jail.root().join(rel))
                 .ok()
-                .filter(|w| w.is_file())
-                .map_or(0, |w| w.len());
-            let delta = m.len() as i64 - before as i64;
+                .map_or(0, |w| entry_cost(&w));
+            let delta = entry_cost(&m) - before;
             let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
             let after = grown.saturating_add(growth.get()).saturating_add(delta);
             if delta > 0 && after > self.limits.disk_bytes as i64 {
@@ -192,14 +192,27 @@ impl ToolBox {
             }
             admitted.set(total);
             growth.set(growth.get().saturating_add(delta));
-        } else if let Ok(m) = std::fs::symlink_metadata(upper.join(rel))
-            && m.file_type().is_char_device()
-            && m.rdev() == 0
-            && let Ok(w) = std::fs::symlink_metadata(self.jail.root().join(rel))
-            && w.is_file()
-        {
-            // A deleted file gives its bytes back.
-            growth.set(growth.get().saturating_sub(w.len() as i64));
+        } else if let Ok(m) = std::fs::symlink_metadata(upper.join(rel)) {
+            let now = std::fs::symlink_metadata(self.jail.root().join(rel)).ok();
+            let delta = if m.file_type().is_char_device() && m.rdev() == 0 {
+                // A deleted entry gives its blocks back.
+                -now.map_or(0, |w| entry_cost(&w))
+            } else if now.is_none() {
+                // A new directory, link or FIFO takes a block (and an
+                // inode): a million empty directories are not free.
+                entry_cost(&m)
+            } else {
+                0
+            };
+            let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
+            let after = grown.saturating_add(growth.get()).saturating_add(delta);
+            if delta > 0 && after > self.limits.disk_bytes as i64 {
+                return Some(format!(
+                    "the task's commands would have grown the workspace by {after} bytes, over the task's limit of {} MiB (limits.disk_mb)",
+                    self.limits.disk_bytes >> 20
+                ));
+            }
+            growth.set(growth.get().saturating_add(delta));
         }
         if rel.chars().any(char::is_control) {
             return Some("a control character in the name".into());
@@ -218,6 +231,14 @@ impl ToolBox {
         }
         None
     }
+}
+
+/// What an entry of the workspace costs the task's disk budget: its size
+/// in 4 KiB blocks, one at least (a directory, a link, an empty file).
+fn entry_cost(m: &std::fs::Metadata) -> i64 {
+    const BLOCK: u64 = 4096;
+    let size = if m.is_file() { m.len() } else { 0 };
+    (size.div_ceil(BLOCK).max(1) * BLOCK) as i64
 }
 
 /// What the model is shown of a command: how it ended, its output, and

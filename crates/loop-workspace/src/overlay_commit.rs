@@ -250,6 +250,22 @@ fn strip_privilege(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file the command left unreadable to its owner (`chmod 000`) would
+/// stop the runtime, run as that owner, from hashing the workspace: its
+/// owner may read and write it (change sets carry only git's modes).
+fn owner_can_use(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    let mode = meta.permissions().mode();
+    if meta.is_file() && mode & 0o600 != 0o600 {
+        std::fs::set_permissions(
+            path,
+            std::fs::Permissions::from_mode((mode | 0o600) & 0o1777),
+        )?;
+    }
+    Ok(())
+}
+
 /// Move `from` to `to` (rename; a copy when they are on different file systems).
 fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
     match std::fs::rename(from, to) {
@@ -261,8 +277,17 @@ fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
             } else if meta.file_type().is_symlink() {
                 std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
             } else if meta.is_file() {
+                // The runtime owns what the command wrote, whatever mode
+                // it left (`chmod 000`): readable for the copy, the mode
+                // kept on the copy.
+                use std::os::unix::fs::PermissionsExt;
+                let mode = meta.permissions().mode();
+                if mode & 0o400 == 0 {
+                    std::fs::set_permissions(from, std::fs::Permissions::from_mode(mode | 0o400))?;
+                }
                 std::fs::copy(from, to)?;
                 std::fs::File::open(to)?.sync_all()?;
+                std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode & 0o1777))?;
             } else if meta.file_type().is_fifo() {
                 // Never opened (a FIFO would block the copy): made anew.
                 let c = std::ffi::CString::new(to.as_os_str().as_encoded_bytes())
@@ -273,7 +298,10 @@ fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
                 }
             }
             // Sockets and devices are not workspace content: left out.
-            remove_any(from)
+            // The source is on the command's own disk, thrown away with
+            // it: a directory it made unwritable may keep it.
+            let _ = remove_any(from);
+            Ok(())
         }
         Err(e) => Err(e),
     }
@@ -458,7 +486,8 @@ impl OverlayCommit {
                 Op::Put(rel) => {
                     let from = upper.join(rel);
                     strip_privilege(&from)?;
-                    move_path(&from, &target)?
+                    move_path(&from, &target)?;
+                    owner_can_use(&target)?
                 }
             }
             if changed {

@@ -1,7 +1,9 @@
 # A terminal pane, as a person's would be: runs the command given with a
 # pseudo-terminal as its controlling terminal (and, as a careless caller
 # might, the terminal also open on descriptor 7), then reports whether
-# anything was pushed into the terminal's input while it ran.
+# anything was pushed into the terminal's input while it ran. With
+# HARNESS_CONTROL=1 the pane itself pushes a byte first (the positive
+# control: the report must show it).
 import os
 import pty
 import select
@@ -15,6 +17,11 @@ if pid == 0:
     fd = os.open("/dev/tty", os.O_RDWR)
     os.dup2(fd, 7)
     os.set_inheritable(7, True)
+    if os.environ.get("HARNESS_CONTROL") == "1":
+        import fcntl
+        import termios
+
+        fcntl.ioctl(0, termios.TIOCSTI, b"Z")
     rc = os.spawnvp(os.P_WAIT, argv[0], argv)
     ready, _, _ = select.select([0], [], [], 0.5)
     pending = os.read(0, 4096) if ready else b""
