@@ -1302,3 +1302,60 @@ fn a_signed_verified_over_failing_evidence_does_not_hold() {
     let j = json(&oj);
     assert_eq!(j["intact"], false, "{j}");
 }
+
+/// The receipt-signing key is the user's alone: a key file or keys
+/// directory others may read or write is not used (the run says why and
+/// how to fix it), and `loop keys rotate` with no key changes nothing.
+#[test]
+fn a_signing_key_open_to_others_is_refused_and_rotate_without_a_key_makes_none() {
+    let sc = Scene::new("key-perms", Who::Me);
+    let keys = sc.key().parent().unwrap().to_path_buf();
+    // No key yet: rotating makes none.
+    let o = sc.loop_cmd(&["keys", "rotate", "--yes"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("there is no signing key"), "{text}");
+    assert!(!sc.key().exists(), "rotate made a key");
+    // A first run makes one, the user's alone.
+    let (out, _, outcome) = sc.run(
+        TRIVIAL_TASK,
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+    );
+    assert_eq!(outcome, "verified", "{out}");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&sc.key()), 0o600);
+    assert_eq!(mode(&keys), 0o700);
+    // Readable by others: not used.
+    std::fs::set_permissions(sc.key(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = sc.loop_cmd(&["keys", "show"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("has mode 0644, open to others"), "{text}");
+    std::fs::set_permissions(sc.key(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Its directory writable by others: not used either.
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = sc.loop_cmd(&["keys", "show"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("has mode 0777, open to others"), "{text}");
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = sc.loop_cmd(&["keys", "show"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
