@@ -512,6 +512,30 @@ fn revocation_holds_with_an_explicit_key_and_only_real_signatures_are_annotated(
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
         assert!(text.contains("REVOKED"), "{who:?}: a third party: {text}");
+        // The same envelope saved again another way (pretty-printed, a
+        // junk signature added): addenda name the receipt by its signed
+        // payload, so it is still revoked.
+        let mut resaved = env.clone();
+        resaved["signatures"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"keyid": "junk", "sig": "AAAA"}));
+        std::fs::write(&receipt, serde_json::to_vec_pretty(&resaved).unwrap()).unwrap();
+        let o = Command::new(binary())
+            .args([
+                "verify",
+                receipt.to_str().unwrap(),
+                "--pubkey",
+                old_pem.to_str().unwrap(),
+            ])
+            .env("HOME", &elsewhere)
+            .env_remove("LOOP_STATE_DIR")
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(1), "{who:?}: {text}");
+        assert!(text.contains("REVOKED"), "{who:?}: re-saved: {text}");
     }
 }
 

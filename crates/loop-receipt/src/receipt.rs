@@ -448,7 +448,12 @@ pub fn write_addendum(
     fact: AddendumFact,
     keys: &[&KeyPair],
 ) -> Result<PathBuf, ReceiptError> {
-    let bytes = std::fs::read(receipt).map_err(io_err(receipt))?;
+    let bytes =
+        crate::read::read_regular(receipt, crate::read::MAX_READ).map_err(io_err(receipt))?;
+    // Named by what its signatures cover (the payload), not the file's
+    // bytes: the same envelope saved again another way, or with a junk
+    // signature added, is still the receipt this addendum is about.
+    let bytes = payload_of(&bytes).unwrap_or(bytes);
     let name = receipt
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -490,7 +495,12 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
     let Some(task_id) = name.strip_suffix(".receipt.json") else {
         return Vec::new();
     };
-    let digest = sha256_hex(&bytes);
+    // Addenda name the receipt by its payload's digest (older ones by the
+    // file's).
+    let digests = [
+        payload_of(&bytes).map(|p| sha256_hex(&p)),
+        Some(sha256_hex(&bytes)),
+    ];
     let prefix = format!("{task_id}.addendum-");
     let mut out = Vec::new();
     for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -516,10 +526,11 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
         let Ok(add) = serde_json::from_slice::<Addendum>(&payload) else {
             continue;
         };
-        let about_this = add
-            .subject
-            .iter()
-            .any(|s| s.digest.get("sha256") == Some(&digest));
+        let about_this = add.subject.iter().any(|s| {
+            s.digest
+                .get("sha256")
+                .is_some_and(|d| digests.iter().flatten().any(|x| x == d))
+        });
         if about_this
             && add.predicate.event == "signing-key-revoked"
             && let Some(k) = add.predicate.revoked_keyid
@@ -528,6 +539,12 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
         }
     }
     out
+}
+
+/// The payload a DSSE envelope's signatures cover, if `bytes` is one.
+fn payload_of(bytes: &[u8]) -> Option<Vec<u8>> {
+    let env: Envelope = serde_json::from_slice(bytes).ok()?;
+    B64.decode(env.payload.as_bytes()).ok()
 }
 
 /// The subject entry for a file's bytes.
