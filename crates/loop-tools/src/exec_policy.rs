@@ -327,6 +327,71 @@ mod tests {
         }
     }
 
+    /// A shell or interpreter fed its program from elsewhere is judged by
+    /// the strictest rule: with `rm` forbidden, none of these runs (each
+    /// deletes `f` when run); the honest forms beside them still run, and
+    /// with no rules a here-document writing a file runs.
+    #[test]
+    fn a_shell_fed_from_anywhere_gets_the_strictest_rule() {
+        let mut p = ExecPolicy {
+            default: Decision::Allow,
+            rules: vec![rule("rm", Decision::Forbidden)],
+            approval_timeout_secs: 60,
+        };
+        p.rules.push(rule("git", Decision::Allow));
+        let fed = [
+            "echo 'rm f' | sh",
+            "sh <<'EOF'\nrm f\nEOF",
+            "bash -c \"bash <<< 'rm f'\"",
+            "printf 'rm f\\n' > \"$TMPDIR/s.sh\"; sh \"$TMPDIR/s.sh\"",
+            "make -f /dev/stdin <<'EOF'\nall:\n\trm f\nEOF",
+            "printf 'rm f\\n' > s.sh; sh s.sh",
+            "printf 'rm f\\n' > s.sh && bash ./s.sh",
+            "echo 'rm f' > s.sh; . ./s.sh",
+            "echo 'rm f' | tee s.sh >/dev/null; dash s.sh",
+            "sh <(echo 'rm f')",
+            "bash /dev/stdin <<< 'rm f'",
+            "echo 'rm f' | bash -s",
+            "echo 'rm f' | xargs -0 sh",
+            "cat s.txt | sh -",
+            "echo 'rm f' | zsh",
+            "env sh < s.txt",
+            "echo 'import os; os.remove(\"f\")' | python3",
+            "python3 - <<'EOF'\nimport os\nos.remove('f')\nEOF",
+            "echo 'unlink \"f\"' | perl",
+            "node /dev/stdin <<< 'require(\"fs\").rmSync(\"f\")'",
+            "printf 'all:\\n\\trm f\\n' > m.mk; make -f m.mk",
+            "find . -name '*.sh' -exec sh {} \\;",
+            "timeout 5 sh < /dev/stdin",
+            "sh -c 'echo rm f | sh'",
+        ];
+        for c in fed {
+            let v = p.evaluate(c);
+            assert_eq!(v.decision, Decision::Forbidden, "{c}: {v:?}");
+        }
+        for honest in [
+            "sh ./configure",
+            "bash run_tests.sh",
+            "python3 -m pytest -q",
+            "python3 script.py < data.txt",
+            "node --test",
+            "python3 -V",
+            "make test",
+            "cat > t.py <<'EOF'\nprint(1)\nEOF",
+            "git status | cat",
+            "sh -c 'echo hi'",
+        ] {
+            assert_eq!(p.evaluate(honest).decision, Decision::Allow, "{honest}");
+        }
+        // No rules: the default decides, a here-document writing a file runs.
+        let none = ExecPolicy::default();
+        assert_eq!(
+            none.evaluate("cat > notes.md <<'EOF'\n# notes\nEOF\nsh <<'EOF'\necho hi\nEOF")
+                .decision,
+            Decision::Allow
+        );
+    }
+
     /// The exec-policy table: each line with the decision it must get
     /// under `rm` forbidden, `git push` forbidden, `pip install` prompt,
     /// `git` allow, default allow.

@@ -13,7 +13,11 @@
 //!
 //! What cannot be read with confidence — a parse error, a command name that
 //! is not literal, `sh -c` or `eval` of something not literal, nesting too
-//! deep — is reported, and the policy judges it strictly.
+//! deep, and a shell or interpreter fed its program from elsewhere (its
+//! standard input: a pipe, a here-document or here-string; a process
+//! substitution; `/dev/stdin`; a computed path; a file the same line
+//! writes; `make -f` of any of these) — is reported, and the policy judges
+//! it strictly.
 
 use tree_sitter::{Node, Parser};
 
@@ -28,6 +32,11 @@ pub struct Parsed {
     pub commands: Vec<Vec<Word>>,
     /// Why the line, or part of it, cannot be read with confidence.
     pub unreadable: Vec<String>,
+    /// Files the line writes by redirection or `tee` (literal paths).
+    written: Vec<String>,
+    /// Program files shells, interpreters and `make -f` are given to run
+    /// (literal paths), with who runs them.
+    programs: Vec<(String, String)>,
 }
 
 /// How deep `sh -c`/`eval` strings are read before giving up.
@@ -37,7 +46,42 @@ const MAX_DEPTH: usize = 8;
 pub fn parse(line: &str) -> Parsed {
     let mut out = Parsed::default();
     parse_into(line, 0, &mut out);
+    // A program the same line writes first is not what the policy read.
+    let fed: Vec<String> = out
+        .programs
+        .iter()
+        .filter(|(path, _)| {
+            let bare = path.trim_start_matches("./");
+            out.written
+                .iter()
+                .any(|w| w.trim_start_matches("./") == bare)
+        })
+        .map(|(path, who)| format!("`{who}` runs `{path}`, a file this same line writes"))
+        .collect();
+    out.unreadable.extend(fed);
     out
+}
+
+/// Interpreters that take a program from a file, `-` or their standard
+/// input (besides the shells), and the options that give it inline.
+const INTERPRETERS: &[(&str, &[&str])] = &[
+    ("python", &["-c", "-m"]),
+    ("python3", &["-c", "-m"]),
+    ("perl", &["-e", "-E"]),
+    ("ruby", &["-e"]),
+    ("node", &["-e", "--eval", "-p", "--print"]),
+    ("php", &["-r"]),
+    ("lua", &["-e"]),
+    ("awk", &[]),
+];
+
+/// Paths that are a program's standard input or another descriptor.
+fn is_stream(path: &str) -> bool {
+    path == "-"
+        || path == "/dev/stdin"
+        || path.starts_with("/dev/fd/")
+        || path.starts_with("/proc/self/fd/")
+        || path == "{}"
 }
 
 fn parse_into(line: &str, depth: usize, out: &mut Parsed) {
@@ -77,6 +121,20 @@ fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
     }
     match n.kind() {
         "command" => command(n, src, depth, out),
+        "file_redirect" => {
+            // `> f`, `>> f`, `>| f`, `&> f`: a file this line writes.
+            let writes = {
+                let mut c = n.walk();
+                n.children(&mut c)
+                    .any(|k| !k.is_named() && text(k, src).contains('>'))
+            };
+            if writes
+                && let Some(dest) = n.child_by_field_name("destination")
+                && let Some(path) = literal(dest, src)
+            {
+                out.written.push(path);
+            }
+        }
         "declaration_command" | "unset_command" => {
             // `export`, `local`, `declare`, `readonly`, `unset`: builtins,
             // judged like commands by their keyword and literal arguments.
@@ -112,11 +170,51 @@ fn command(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
     for arg in n.children_by_field_name("argument", &mut c) {
         words.push(literal(arg, src));
     }
-    resolve(&words, depth, out);
+    resolve(&words, depth, fed_stdin(n, src), out);
+}
+
+/// Whether the command at `n` gets its standard input from another
+/// command or from the line itself: it is not first in a pipeline, or a
+/// here-document, here-string or `<` redirection feeds it.
+fn fed_stdin(n: Node<'_>, src: &str) -> bool {
+    let feeds = |holder: Node<'_>| {
+        let mut c = holder.walk();
+        for r in holder.children(&mut c) {
+            let fed = match r.kind() {
+                "heredoc_redirect" | "herestring_redirect" => true,
+                "file_redirect" => {
+                    let mut k = r.walk();
+                    r.children(&mut k).any(|t| {
+                        let op = text(t, src);
+                        !t.is_named() && op.starts_with('<') && !op.starts_with("<(")
+                    })
+                }
+                _ => false,
+            };
+            if fed {
+                return true;
+            }
+        }
+        false
+    };
+    // A here-string or `<` can be the command's own redirect.
+    if feeds(n) {
+        return true;
+    }
+    let Some(parent) = n.parent() else {
+        return false;
+    };
+    match parent.kind() {
+        "pipeline" => parent
+            .named_child(0)
+            .is_some_and(|first| first.id() != n.id()),
+        "redirected_statement" => feeds(parent) || fed_stdin(parent, src),
+        _ => false,
+    }
 }
 
 /// Record `words` as a command, then whatever command it runs.
-fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
+fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
     let Some(first) = words.first() else {
         return;
     };
@@ -128,6 +226,24 @@ fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
     };
     let base = name.rsplit('/').next().unwrap_or(name);
     let rest = &words[1..];
+    if base == "tee" {
+        out.written.extend(
+            rest.iter()
+                .flatten()
+                .filter(|w| !w.starts_with('-'))
+                .cloned(),
+        );
+    }
+    interpreter(base, rest, fed, out);
+    if matches!(base, "." | "source") {
+        match rest.first() {
+            Some(Some(p)) if !is_stream(p) => out.programs.push((p.clone(), base.to_string())),
+            Some(_) => out.unreadable.push(format!(
+                "`{base}` reads a script from another command's output or a computed path"
+            )),
+            None => {}
+        }
+    }
     let inner: Option<&[Word]> = if let Some((_, opts, skip)) =
         WRAPPERS.iter().find(|(names, _, _)| names.contains(&base))
     {
@@ -158,7 +274,7 @@ fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
             }
             "parallel" => Some(parallel_command(rest)),
             "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "busybox" => {
-                shell_script(base, rest, depth, out);
+                shell_script(base, rest, (depth, fed), out);
                 None
             }
             "eval" => {
@@ -177,7 +293,7 @@ fn resolve(words: &[Word], depth: usize, out: &mut Parsed) {
     if let Some(inner) = inner
         && !inner.is_empty()
     {
-        resolve(inner, depth, out);
+        resolve(inner, depth, fed, out);
     }
 }
 
@@ -264,7 +380,7 @@ fn find_exec(rest: &[Word], depth: usize, out: &mut Parsed) {
             while i < rest.len() && !matches!(rest[i].as_deref(), Some(";" | "+" | "\\;")) {
                 i += 1;
             }
-            resolve(&rest[start..i], depth, out);
+            resolve(&rest[start..i], depth, false, out);
         }
     }
 }
@@ -283,17 +399,28 @@ fn parallel_command(rest: &[Word]) -> &[Word] {
     &body[start..]
 }
 
-/// A shell's `-c` script, parsed as commands of its own.
-fn shell_script(base: &str, rest: &[Word], depth: usize, out: &mut Parsed) {
+/// A shell's `-c` script, parsed as commands of its own; a shell fed its
+/// program from elsewhere is unreadable (see the module's doc).
+fn shell_script(base: &str, rest: &[Word], (depth, fed): (usize, bool), out: &mut Parsed) {
     let mut i = 0;
     let mut script: Option<&Word> = None;
+    let mut from_stdin = false;
     while i < rest.len() {
         match rest[i].as_deref() {
             Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('c') => {
                 script = rest.get(i + 1);
                 break;
             }
-            Some(o) if o.starts_with('-') || o == "sh" => i += 1,
+            // `-s`: commands from standard input, whatever follows.
+            Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('s') => {
+                from_stdin = true;
+                i += 1;
+            }
+            Some("--") => {
+                i += 1;
+                break;
+            }
+            Some(o) if o.starts_with('-') || (base == "busybox" && o == "sh") => i += 1,
             _ => break,
         }
     }
@@ -302,7 +429,101 @@ fn shell_script(base: &str, rest: &[Word], depth: usize, out: &mut Parsed) {
         Some(None) => out.unreadable.push(format!(
             "`{base} -c` of a script that is not a literal string"
         )),
-        None => {}
+        None => match rest.get(i) {
+            // Standard input is /dev/null in the sandbox unless the line
+            // feeds it.
+            _ if from_stdin && !fed => {}
+            None if !fed => {}
+            _ if from_stdin => out.unreadable.push(format!(
+                "`{base} -s` reads its program from its standard input, which this line feeds"
+            )),
+            None => out.unreadable.push(format!(
+                "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
+            )),
+            Some(None) => out.unreadable.push(format!(
+                "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
+            )),
+            Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
+                "`{base}` runs its program from `{p}`, another command's output"
+            )),
+            Some(Some(p)) => out.programs.push((p.clone(), base.to_string())),
+        },
+    }
+}
+
+/// An interpreter or `make` whose program comes from elsewhere than a file
+/// the line names and does not write: unreadable, like a fed shell.
+fn interpreter(base: &str, rest: &[Word], fed: bool, out: &mut Parsed) {
+    let name = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let name = if base.starts_with("python") {
+        "python"
+    } else {
+        name
+    };
+    if matches!(base, "make" | "gmake") {
+        let mut it = rest.iter();
+        while let Some(w) = it.next() {
+            let file = match w.as_deref() {
+                Some("-f" | "--file" | "--makefile") => it.next().cloned().flatten(),
+                Some(o) if o.starts_with("--file=") => Some(o["--file=".len()..].to_string()),
+                Some(o) if o.starts_with("-f") && o.len() > 2 => Some(o[2..].to_string()),
+                _ => continue,
+            };
+            match file {
+                Some(p) if !is_stream(&p) => out.programs.push((p, base.to_string())),
+                Some(p) => out.unreadable.push(format!(
+                    "`{base} -f {p}` reads its makefile from another command's output"
+                )),
+                None => out
+                    .unreadable
+                    .push(format!("`{base} -f` of a makefile whose path is computed")),
+            }
+        }
+        return;
+    }
+    let Some((_, inline)) = INTERPRETERS.iter().find(|(n, _)| *n == name || *n == base) else {
+        return;
+    };
+    if base == "awk" {
+        // awk's program is its first argument (or `-f FILE`).
+        if let Some(i) = rest.iter().position(|w| w.as_deref() == Some("-f")) {
+            match rest.get(i + 1) {
+                Some(Some(p)) if !is_stream(p) => out.programs.push((p.clone(), base.into())),
+                _ => out
+                    .unreadable
+                    .push("`awk -f` of a program from another command's output".into()),
+            }
+        }
+        return;
+    }
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i].as_deref() {
+            Some(o)
+                if inline.contains(&o)
+                    || inline.iter().any(|x| {
+                        o.starts_with(x) && x.len() == 2 && o.len() > 2 && !o.starts_with("--")
+                    }) =>
+            {
+                return;
+            }
+            Some("-") => break,
+            Some(o) if o.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    match rest.get(i) {
+        None if !fed => {}
+        None => out.unreadable.push(format!(
+            "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
+        )),
+        Some(None) => out.unreadable.push(format!(
+            "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
+        )),
+        Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
+            "`{base}` runs its program from `{p}`, another command's output"
+        )),
+        Some(Some(p)) => out.programs.push((p.clone(), base.to_string())),
     }
 }
 
