@@ -171,24 +171,27 @@ fn try_seccomp() -> bool {
     }
 }
 
-/// Whether a read-only overlay of `/usr` can be mounted in a new mount
-/// namespace (with a user namespace when `userns`).
-fn tree_overlay(userns: bool) -> bool {
-    let Ok(name) = crate::unique_name("loop-probe") else {
-        return false;
-    };
-    let Ok(empty) = std::ffi::CString::new(
+/// A new empty directory of this process's, for a probe to mount on
+/// (removed by the probe).
+fn probe_dir(mode: libc::mode_t) -> Option<std::ffi::CString> {
+    let name = crate::unique_name("loop-probe").ok()?;
+    let dir = std::ffi::CString::new(
         std::env::temp_dir()
             .join(name)
             .into_os_string()
             .into_encoded_bytes(),
-    ) else {
+    )
+    .ok()?;
+    // SAFETY: mkdir on a NUL-terminated path we own.
+    (unsafe { libc::mkdir(dir.as_ptr(), mode) } == 0).then_some(dir)
+}
+
+/// Whether a read-only overlay of `/usr` can be mounted in a new mount
+/// namespace (with a user namespace when `userns`).
+fn tree_overlay(userns: bool) -> bool {
+    let Some(empty) = probe_dir(0o755) else {
         return false;
     };
-    // SAFETY: mkdir/rmdir on a NUL-terminated path we own.
-    if unsafe { libc::mkdir(empty.as_ptr(), 0o755) } != 0 {
-        return false;
-    }
     let mut opts = format!("lowerdir=/usr:{}", empty.to_string_lossy());
     if userns {
         opts.push_str(",userxattr");
@@ -221,7 +224,7 @@ fn tree_overlay(userns: bool) -> bool {
             }
         })
     });
-    // SAFETY: as above.
+    // SAFETY: rmdir on the NUL-terminated path probe_dir made.
     unsafe { libc::rmdir(empty.as_ptr()) };
     ok
 }
@@ -251,21 +254,9 @@ fn probe() -> Support {
 
 /// Whether a tmpfs mounted in a new user namespace takes `user.*` xattrs.
 fn tmpfs_user_xattr() -> bool {
-    let Ok(name) = crate::unique_name("loop-probe") else {
+    let Some(dir) = probe_dir(0o700) else {
         return false;
     };
-    let Ok(dir) = std::ffi::CString::new(
-        std::env::temp_dir()
-            .join(name)
-            .into_os_string()
-            .into_encoded_bytes(),
-    ) else {
-        return false;
-    };
-    // SAFETY: mkdir/rmdir on a NUL-terminated path we own.
-    if unsafe { libc::mkdir(dir.as_ptr(), 0o700) } != 0 {
-        return false;
-    }
     let ok = in_child_with(&|| {
         // SAFETY: a throwaway child unshares, mounts and sets an xattr in
         // its own namespaces.
@@ -295,7 +286,7 @@ fn tmpfs_user_xattr() -> bool {
                 ) == 0
         }
     });
-    // SAFETY: as above.
+    // SAFETY: rmdir on the NUL-terminated path probe_dir made.
     unsafe { libc::rmdir(dir.as_ptr()) };
     ok
 }

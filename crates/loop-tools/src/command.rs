@@ -182,16 +182,10 @@ impl ToolBox {
                 .ok()
                 .map_or(0, |w| entry_cost(&w));
             let delta = entry_cost(&m) - before;
-            let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
-            let after = grown.saturating_add(growth.get()).saturating_add(delta);
-            if delta > 0 && after > self.limits.disk_bytes as i64 {
-                return Some(format!(
-                    "the task's commands would have grown the workspace by {after} bytes, over the task's limit of {} MiB (limits.disk_mb)",
-                    self.limits.disk_bytes >> 20
-                ));
+            if let Some(why) = self.over_disk_budget(growth, delta) {
+                return Some(why);
             }
             admitted.set(total);
-            growth.set(growth.get().saturating_add(delta));
         } else if let Ok(m) = std::fs::symlink_metadata(upper.join(rel)) {
             let now = std::fs::symlink_metadata(self.jail.root().join(rel)).ok();
             let delta = if m.file_type().is_char_device() && m.rdev() == 0 {
@@ -204,15 +198,9 @@ impl ToolBox {
             } else {
                 0
             };
-            let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
-            let after = grown.saturating_add(growth.get()).saturating_add(delta);
-            if delta > 0 && after > self.limits.disk_bytes as i64 {
-                return Some(format!(
-                    "the task's commands would have grown the workspace by {after} bytes, over the task's limit of {} MiB (limits.disk_mb)",
-                    self.limits.disk_bytes >> 20
-                ));
+            if let Some(why) = self.over_disk_budget(growth, delta) {
+                return Some(why);
             }
-            growth.set(growth.get().saturating_add(delta));
         }
         if rel.chars().any(char::is_control) {
             return Some("a control character in the name".into());
@@ -229,6 +217,24 @@ impl ToolBox {
                 "gate: stdlib shadow ({lang} {module}): it would shadow the {lang} standard module `{module}`"
             ));
         }
+        None
+    }
+}
+
+impl ToolBox {
+    /// Why growing the workspace by `delta` more bytes (after `growth` so
+    /// far in this command) would pass the task's disk budget, if it
+    /// would; else the growth is counted.
+    fn over_disk_budget(&self, growth: &std::cell::Cell<i64>, delta: i64) -> Option<String> {
+        let grown = self.grown.load(std::sync::atomic::Ordering::SeqCst);
+        let after = grown.saturating_add(growth.get()).saturating_add(delta);
+        if delta > 0 && after > self.limits.disk_bytes as i64 {
+            return Some(format!(
+                "the task's commands would have grown the workspace by {after} bytes, over the task's limit of {} MiB (limits.disk_mb)",
+                self.limits.disk_bytes >> 20
+            ));
+        }
+        growth.set(growth.get().saturating_add(delta));
         None
     }
 }

@@ -429,25 +429,31 @@ fn shell_script(base: &str, rest: &[Word], (depth, fed): (usize, bool), out: &mu
         Some(None) => out.unreadable.push(format!(
             "`{base} -c` of a script that is not a literal string"
         )),
-        None => match rest.get(i) {
-            // Standard input is /dev/null in the sandbox unless the line
-            // feeds it.
-            _ if from_stdin && !fed => {}
-            None if !fed => {}
-            _ if from_stdin => out.unreadable.push(format!(
-                "`{base} -s` reads its program from its standard input, which this line feeds"
-            )),
-            None => out.unreadable.push(format!(
-                "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
-            )),
-            Some(None) => out.unreadable.push(format!(
-                "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
-            )),
-            Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
-                "`{base}` runs its program from `{p}`, another command's output"
-            )),
-            Some(Some(p)) => out.programs.push((p.clone(), base.to_string())),
-        },
+        // Standard input is /dev/null in the sandbox unless the line feeds it.
+        None if from_stdin && !fed => {}
+        None if from_stdin => out.unreadable.push(format!(
+            "`{base} -s` reads its program from its standard input, which this line feeds"
+        )),
+        None => program_from(base, rest.get(i), fed, out),
+    }
+}
+
+/// Where `base` (a shell, an interpreter) takes its program from, `arg`
+/// being its first word after the options: a file the line names (judged
+/// once the whole line is read), or somewhere no policy can read.
+fn program_from(base: &str, arg: Option<&Word>, fed: bool, out: &mut Parsed) {
+    match arg {
+        None if !fed => {}
+        None => out.unreadable.push(format!(
+            "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
+        )),
+        Some(None) => out.unreadable.push(format!(
+            "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
+        )),
+        Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
+            "`{base}` runs its program from `{p}`, another command's output"
+        )),
+        Some(Some(p)) => out.programs.push((p.clone(), base.to_string())),
     }
 }
 
@@ -512,19 +518,7 @@ fn interpreter(base: &str, rest: &[Word], fed: bool, out: &mut Parsed) {
             _ => break,
         }
     }
-    match rest.get(i) {
-        None if !fed => {}
-        None => out.unreadable.push(format!(
-            "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
-        )),
-        Some(None) => out.unreadable.push(format!(
-            "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
-        )),
-        Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
-            "`{base}` runs its program from `{p}`, another command's output"
-        )),
-        Some(Some(p)) => out.programs.push((p.clone(), base.to_string())),
-    }
+    program_from(base, rest.get(i), fed, out);
 }
 
 /// Skip leading options (and `NAME=value` assignments when `assignments`)

@@ -402,20 +402,7 @@ impl SnapshotVerifier {
                         let scratch = self
                             .scratch
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
-                        let view = match copied {
-                            None => View {
-                                dir: dir.to_path_buf(),
-                                overlay: Some(scratch.clone()),
-                                method: SnapshotMethod::Overlay,
-                            },
-                            Some(sealed) => View {
-                                dir: scratch.clone(),
-                                overlay: None,
-                                method: sealed
-                                    .fresh_view(&scratch)
-                                    .map_err(VerifyError::Snapshot)?,
-                            },
-                        };
+                        let view = View::fresh(dir, copied, &scratch)?;
                         method = view.method.name().to_string();
                         tracing::debug!(
                             "verify: check {}#{index} starting {:.3} ms after verification began",
@@ -510,20 +497,7 @@ impl SnapshotVerifier {
         let mut second_scratch = scratch.as_os_str().to_owned();
         second_scratch.push("-without-new-tests");
         let second_scratch = PathBuf::from(second_scratch);
-        let second_view = match copied {
-            None => View {
-                dir: view.dir.clone(),
-                overlay: Some(second_scratch.clone()),
-                method: SnapshotMethod::Overlay,
-            },
-            Some(sealed) => View {
-                dir: second_scratch.clone(),
-                overlay: None,
-                method: sealed
-                    .fresh_view(&second_scratch)
-                    .map_err(VerifyError::Snapshot)?,
-            },
-        };
+        let second_view = View::fresh(&view.dir, copied, &second_scratch)?;
         // The files go first, inside the check's own view (an overlay or a
         // fresh copy): the sealed workspace never changes.
         let quoted: Vec<String> = present
@@ -650,6 +624,26 @@ struct View {
     dir: PathBuf,
     overlay: Option<PathBuf>,
     method: SnapshotMethod,
+}
+
+impl View {
+    /// A fresh view of the sealed workspace for one check: an overlay of
+    /// `dir` whose upper layer lives in `scratch`, or, where the seal is a
+    /// copy, a fresh copy of it at `scratch`.
+    fn fresh(dir: &Path, copied: Option<&Sealed>, scratch: &Path) -> Result<View, VerifyError> {
+        Ok(match copied {
+            None => View {
+                dir: dir.to_path_buf(),
+                overlay: Some(scratch.to_path_buf()),
+                method: SnapshotMethod::Overlay,
+            },
+            Some(sealed) => View {
+                dir: scratch.to_path_buf(),
+                overlay: None,
+                method: sealed.fresh_view(scratch).map_err(VerifyError::Snapshot)?,
+            },
+        })
+    }
 }
 
 fn run_check(
