@@ -108,12 +108,35 @@ impl YamlError {
     }
 }
 
-/// Parse one YAML document. An empty document is `Null` at 1:1.
+/// How deep collections may nest: far deeper than any contract, Loopfile
+/// or script needs, and shallow enough that building, converting and
+/// dropping the tree (each recursive) never runs out of stack, on any
+/// thread (a server's workers have small stacks).
+pub const MAX_DEPTH: usize = 64;
+
+/// Parse one YAML document. An empty document is `Null` at 1:1. Nesting
+/// deeper than [`MAX_DEPTH`] is refused before any tree is built.
 pub fn parse(src: &str) -> Result<Node, YamlError> {
     let mut events = Vec::new();
+    let mut depth = 0usize;
     for item in Parser::new_from_str(src) {
         match item {
-            Ok(ev) => events.push(ev),
+            Ok(ev) => {
+                match &ev.0 {
+                    Event::SequenceStart(..) | Event::MappingStart(..) => {
+                        depth += 1;
+                        if depth > MAX_DEPTH {
+                            return Err(YamlError::at(
+                                Pos::from_span(&ev.1),
+                                format!("YAML nested more than {MAX_DEPTH} levels deep"),
+                            ));
+                        }
+                    }
+                    Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                events.push(ev)
+            }
             Err(e) => {
                 let m = e.marker();
                 return Err(YamlError::at(
@@ -428,6 +451,30 @@ mod tests {
         let e = parse("a: [1, 2\nb: 3\n").unwrap_err();
         assert!(e.pos.line >= 1);
         assert!(e.message.starts_with("invalid YAML"), "{}", e.message);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_before_any_tree_is_built() {
+        // 5,000 nested sequences in 10 KB: once enough to overflow a
+        // server worker's stack.
+        let deep = "- ".repeat(5000) + "x";
+        let e = parse(&deep).unwrap_err();
+        assert!(e.message.contains("nested more than 64 levels"), "{e}");
+        assert_eq!(e.pos.line, 1);
+        // Flow collections: refused by the limit or by the parser's own.
+        let flow = "[".repeat(5000) + &"]".repeat(5000);
+        assert!(parse(&flow).is_err());
+        let braces = "{a: ".repeat(5000) + "1" + &"}".repeat(5000);
+        assert!(parse(&braces).is_err());
+        // Right at the limit it parses, on a small stack too.
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || parse(&ok).map(|n| n.to_json().is_ok()))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
     }
 
     #[test]
