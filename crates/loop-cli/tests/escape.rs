@@ -1130,12 +1130,52 @@ fn ordinary_builds_and_test_runners_still_work_inside() {
             /usr/bin/python3 -m pytest -q -p no:cacheprovider test_math.py > pytest.out; tail -1 pytest.out; \
             git init -q . && git add -A && git -c user.name=t -c user.email=t@e commit -qm x && echo git-ok; \
             tar cf t.tar Makefile hello.c && mkdir -p x && tar xf t.tar -C x && echo tar-ok; \
-            if command -v node >/dev/null; then node check.js; else echo node-ok; fi";
+            node check.js; npm test --silent";
+        std::fs::write(
+            sc.ws().join("package.json"),
+            "{\"name\": \"t\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"node -e \\\"console.log('npm-ok')\\\"\"}}\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            sc.ws().join("package.json"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
         let (_, j) = sc.run(&["--timeout", "120"], script);
         let out = s(&j, "stdout");
         assert_eq!(j["exit_code"], 0, "{who:?}: {j}");
-        for want in ["hello-built", "1 passed", "git-ok", "tar-ok", "node-ok"] {
+        for want in [
+            "hello-built",
+            "1 passed",
+            "git-ok",
+            "tar-ok",
+            "node-ok",
+            "npm-ok",
+        ] {
             assert!(out.contains(want), "{who:?}: {want}: {j}");
+        }
+        // Cargo, where this user has a Rust toolchain (root's, here).
+        if who == Who::Me {
+            let krate = sc.ws().join("krate");
+            std::fs::create_dir_all(krate.join("src")).unwrap();
+            std::fs::write(
+                krate.join("Cargo.toml"),
+                "[package]\nname = \"krate\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+            )
+            .unwrap();
+            std::fs::write(
+                krate.join("src/lib.rs"),
+                "pub fn two() -> u32 { 2 }\n#[test]\nfn two_is_two() { assert_eq!(two(), 2); }\n",
+            )
+            .unwrap();
+            let (_, j) = sc.run(
+                &["--timeout", "300"],
+                "cd krate && cargo test --offline -q --lib 2>&1 | grep 'test result'",
+            );
+            assert!(
+                s(&j, "stdout").contains("test result: ok. 1 passed"),
+                "{who:?}: {j}"
+            );
         }
     }
 }
