@@ -77,6 +77,6 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("\nreceipt   {}", report.receipt.display());
         println!("\n$ loop verify {}", report.receipt.display());
     }
-    let verified = verify_cmd::verify(&report.receipt, None, None, json, false)?;
+    let verified = verify_cmd::verify(&report.receipt, None, None, json, (false, false))?;
     Ok(verified && report.outcome.kind == OutcomeKind::Verified)
 }

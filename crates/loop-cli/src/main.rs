@@ -300,6 +300,10 @@ enum Command {
         /// failed, lost, limit_reached or cancelled too.
         #[arg(long)]
         integrity_only: bool,
+        /// Accept files in the artifacts' directory that the receipt does
+        /// not attest (they are still listed).
+        #[arg(long)]
+        allow_extra: bool,
     },
     /// Run one command in the sandbox; the exit code mirrors the command's
     /// (loop exec's own failures: 125; 126 cannot run, 127 not found).
@@ -748,13 +752,14 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             pubkey,
             artifacts,
             integrity_only,
+            allow_extra,
         } => {
             let ok = verify_cmd::verify(
                 &receipt,
                 artifacts.as_deref(),
                 pubkey.as_deref(),
                 json,
-                integrity_only,
+                (integrity_only, allow_extra),
             )?;
             Ok(if ok { 0 } else { 1 })
         }

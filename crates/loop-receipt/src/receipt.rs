@@ -477,6 +477,39 @@ pub fn write_addendum(
     Ok(path)
 }
 
+/// Paths under `dir` (relative, `/`-separated) that are not among
+/// `attested`: extra files, and every link or special file, named as such
+/// (nothing is followed).
+fn unattested(dir: &Path, attested: &std::collections::BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![(dir.to_path_buf(), String::new())];
+    while let Some((at, rel)) = todo.pop() {
+        let Ok(items) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for item in items.flatten() {
+            let name = item.file_name().to_string_lossy().into_owned();
+            let rel = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            match std::fs::symlink_metadata(item.path()) {
+                Ok(m) if m.file_type().is_symlink() => out.push(format!("{rel} (a link)")),
+                Ok(m) if m.is_dir() => todo.push((item.path(), rel)),
+                Ok(m) if m.is_file() => {
+                    if !attested.contains(&rel) {
+                        out.push(rel);
+                    }
+                }
+                _ => out.push(format!("{rel} (not a regular file)")),
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Key ids that signed addenda beside `receipt` declare revoked: only
 /// addenda about this receipt (its digest), signed by a `trusted` key, with
 /// the event `signing-key-revoked`. (`loop keys rotate` signs them with the
@@ -596,6 +629,10 @@ pub struct VerifyReport {
     pub artifacts_checked: usize,
     /// Artifact problems (missing or different).
     pub artifact_problems: Vec<String>,
+    /// What the artifacts' directory holds that the receipt does not
+    /// attest (extra files, links, anything not a regular file): a
+    /// problem unless the verifier is told to accept them.
+    pub extra_artifacts: Vec<String>,
     /// The ledger's entries (up to any break), for replay.
     pub entries: Vec<Entry>,
 }
@@ -636,6 +673,7 @@ pub fn verify_receipt(
         ledger_problems: Vec::new(),
         artifacts_checked: 0,
         artifact_problems: Vec::new(),
+        extra_artifacts: Vec::new(),
         entries: Vec::new(),
     };
     if env.payload_type != PAYLOAD_TYPE {
@@ -752,6 +790,15 @@ pub fn verify_receipt(
                 artifacts_dir.display()
             )),
         }
+    }
+    if artifacts_dir.is_dir() {
+        let attested: std::collections::BTreeSet<String> = statement
+            .subject
+            .iter()
+            .filter(|s| s.name != p.ledger.name && s.name != p.change_set.patch)
+            .map(|s| s.name.clone())
+            .collect();
+        report.extra_artifacts = unattested(artifacts_dir, &attested);
     }
     report.statement = Some(statement);
     Ok(report)

@@ -75,6 +75,17 @@ pub fn verify(
     artifacts: Option<&Path>,
     pubkey: Option<&Path>,
 ) -> Result<ReceiptCheck, Error> {
+    verify_with(receipt, artifacts, pubkey, false)
+}
+
+/// [`verify`], accepting (and still listing) files in the artifacts'
+/// directory that the receipt does not attest when `allow_extra`.
+pub fn verify_with(
+    receipt: &Path,
+    artifacts: Option<&Path>,
+    pubkey: Option<&Path>,
+    allow_extra: bool,
+) -> Result<ReceiptCheck, Error> {
     let trusted = trusted_keys(pubkey)?;
     let report =
         verify_receipt(receipt, artifacts, &trusted).map_err(|e| Error::usage(e.to_string()))?;
@@ -99,7 +110,9 @@ pub fn verify(
         (None, Some(k)) => TrustedKey::ThisMachine(k.keyid.clone()),
         (_, None) => TrustedKey::None,
     };
-    let intact = report.ok() && revoked_signer.is_none();
+    let intact = report.ok()
+        && revoked_signer.is_none()
+        && (allow_extra || report.extra_artifacts.is_empty());
     // Never "verified" for a receipt that does not hold.
     let verified = intact
         && report
