@@ -590,6 +590,22 @@ fn a_task_asked_to_add_tests_writes_them_and_they_never_judge_alone() {
     );
     assert_eq!(run.outcome, "verified", "{}", run.text);
     assert_eq!(run.check()["tests"]["ran"], 4, "{}", run.text);
+    // The check also names the new test (its output must show it ran):
+    // run again without it, the check fails for that alone while every
+    // test that existed before passes, which is no sign they changed.
+    let named = "instruction: make add() add, with a test of your own in tests/test_more.py\n\
+         artifacts: [tests/test_more.py]\ncriteria:\n  - id: tests\n    checks:\n      - run: \"python3 -m pytest -v tests\"\n        nonempty_tests: true\n        expect_stdout: \"test_more.py::test_more PASSED\"\n\
+         limits: { max_steps: 6, max_verifications: 1, timeout_secs: 120 }\n";
+    let sc = Scene::new("add-tests-named");
+    let run = sc.run_task(
+        named,
+        &[vec![
+            write("calc.py", FIXED),
+            write("tests/test_more.py", new_test),
+            finish(),
+        ]],
+    );
+    assert_eq!(run.outcome, "verified", "{}", run.text);
     // An existing test is still protected.
     let sc = Scene::new("add-tests-existing");
     let run = sc.run_task(

@@ -190,11 +190,14 @@ pub(crate) fn protection(
         .collect();
     Protected::new(&contract.protected_globs())
         .and_then(|p| {
-            // Lifted: what the contract allows, and the new test files
-            // it asks for (created, never an existing one changed).
-            let mut unless = contract.allow_check_changes.clone();
-            unless.extend(loop_verifier::integrity::exact_globs(new_tests));
-            p.with_named(&loop_verifier::integrity::named(integrity), &unless)
+            // Lifted: what the contract allows, and exactly the new test
+            // files it asks for (created, never an existing one changed:
+            // `conftest.py` at the root lifts no `tests/conftest.py`).
+            p.with_named_except(
+                &loop_verifier::integrity::named(integrity),
+                &contract.allow_check_changes,
+                new_tests,
+            )
         })
         .and_then(|p| p.with_named(&shared, &[]))
         .map_err(|e| Error::usage(format!("protected globs: {e}")))

@@ -544,11 +544,6 @@ pub fn new_test_files(
         .collect()
 }
 
-/// The paths of [`new_test_files`] as globs matching exactly them.
-pub fn exact_globs(paths: &[String]) -> Vec<String> {
-    paths.iter().map(|p| globset::escape(p)).collect()
-}
-
 /// The rules as `(glob, name)` pairs for [`loop_workspace::Protected::with_named`]:
 /// the name says the layer, so a refusal or a violation names it.
 pub fn named(rules: &[IntegrityRule]) -> Vec<(String, String)> {

@@ -473,7 +473,23 @@ impl SnapshotVerifier {
                 checks,
             });
         }
-        judge_self_judged(contract, &mut criteria, &self_judged, &depends);
+        let held_before: BTreeSet<String> = self
+            .baseline
+            .as_ref()
+            .map(|(b, _)| {
+                b.criteria
+                    .iter()
+                    .filter(|c| c.passed)
+                    .map(|c| c.id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        judge_self_judged(
+            contract,
+            &mut criteria,
+            (&self_judged, &depends),
+            &held_before,
+        );
         Ok((criteria, method, isolation))
     }
 
@@ -535,14 +551,26 @@ impl SnapshotVerifier {
                 self.baseline.as_ref().is_some_and(|(_, n)| *n),
             )
         });
+        // What the runner says failed without them (a check can also
+        // fail for what is not a test: a coverage floor, an expected
+        // output naming the new tests; that is no sign the old ones changed).
+        let failed = tally::failures(&format!(
+            "{}\n{}",
+            ev.stdout.as_ref().map_or("", |s| s.excerpt.as_str()),
+            ev.stderr.as_ref().map_or("", |s| s.excerpt.as_str())
+        ));
         Ok(match (ev.passed, existing, lost) {
             (true, _, None) => Without::Held,
             (true, _, Some(why)) | (false, true, Some(why)) => Without::Changed(format!(
                 "without the new test files the task wrote ({names}) the tests that existed before run differently: {why}; a new test file may not change how the existing tests run"
             )),
+            (false, true, None) if failed == Some(0) => Without::Held,
             (false, true, None) => Without::Changed(format!(
                 "without the new test files the task wrote ({names}) the tests that existed before fail ({}): a new test file may not change how the existing tests run",
-                ev.failure.unwrap_or_else(|| "failed".into())
+                match failed {
+                    Some(n) => format!("{n} failed"),
+                    None => ev.failure.unwrap_or_else(|| "failed".into()),
+                }
             )),
             (false, false, _) => Without::SelfJudged,
         })
@@ -563,14 +591,15 @@ enum Without {
 }
 
 /// A criterion whose verdict rests on the task's own new tests passes only
-/// beside another (not a guard) that passed with a `run` check and needed
-/// no new test file: tests the task wrote show their own quality, never
-/// alone the behaviour the instruction asks for.
+/// beside another (not a guard) that passed with a `run` check, needed no
+/// new test file and did not already pass before the task (`held_before`):
+/// tests the task wrote show their own quality, never alone the behaviour
+/// the instruction asks for.
 fn judge_self_judged(
     contract: &Contract,
     criteria: &mut [CriterionEvidence],
-    self_judged: &BTreeSet<String>,
-    depends: &BTreeSet<String>,
+    (self_judged, depends): (&BTreeSet<String>, &BTreeSet<String>),
+    held_before: &BTreeSet<String>,
 ) {
     if self_judged.is_empty() {
         return;
@@ -578,6 +607,7 @@ fn judge_self_judged(
     let independent = contract.criteria.iter().any(|k| {
         !k.guard
             && !depends.contains(&k.id)
+            && !held_before.contains(&k.id)
             && k.checks.iter().any(|c| matches!(c, Check::Run(_)))
             && criteria.iter().any(|c| c.id == k.id && c.passed)
     });

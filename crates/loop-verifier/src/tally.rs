@@ -237,6 +237,53 @@ pub fn read(output: &str) -> Option<TestTally> {
     None
 }
 
+/// How many tests the runner in `output` says failed (errors included),
+/// when a summary is recognised: `Some(0)` for a summary with none.
+pub fn failures(output: &str) -> Option<u64> {
+    let last = |re: &str| -> Option<Vec<u64>> {
+        let r = Regex::new(re).ok()?;
+        let caps = r.captures_iter(output).last()?;
+        Some(
+            (1..caps.len())
+                .map(|i| caps.get(i).map_or(0, |m| num(m.as_str())))
+                .collect(),
+        )
+    };
+    let kind = read(output)?.runner;
+    let n = match kind.as_str() {
+        "pytest" => {
+            let p = patterns()?;
+            let line = p.pytest_summary.captures_iter(output).last()?;
+            p.pytest_count
+                .captures_iter(&line[1])
+                .filter(|c| matches!(&c[2], "failed" | "error" | "errors"))
+                .map(|c| num(&c[1]))
+                .sum()
+        }
+        "unittest" => last(r"(?m)^FAILED \((?:failures=(\d+))?(?:, )?(?:errors=(\d+))?")
+            .map_or(0, |v| v.iter().sum()),
+        "cargo" => Regex::new(r"(?m)^test result: \w+\. \d+ passed; (\d+) failed;")
+            .ok()?
+            .captures_iter(output)
+            .map(|c| num(&c[1]))
+            .sum(),
+        "nextest" => last(
+            r"(?m)^\s*Summary \[[^\]]*\] \d+ tests? run: (?:\d+ passed(?:[^,]*)?, )?(\d+) failed",
+        )
+        .map_or(0, |v| v[0]),
+        "jest" | "vitest" => last(r"(?m)Tests:?\s+(\d+) failed").map_or(0, |v| v[0]),
+        "mocha" => last(r"(?m)^\s+(\d+) failing").map_or(0, |v| v[0]),
+        "tap" | "node" => last(r"(?m)^\S+ fail (\d+)$").map_or(0, |v| v[0]),
+        "ctest" => last(r"(?m)tests passed, (\d+) tests? failed out of").map_or(0, |v| v[0]),
+        "go" => Regex::new(r"(?m)^\s*--- FAIL: ")
+            .ok()?
+            .find_iter(output)
+            .count() as u64,
+        _ => return None,
+    };
+    Some(n)
+}
+
 /// Keep names only when they account for every test that ran.
 fn finish(runner: &str, ran: u64, skipped: u64, names: BTreeSet<String>) -> TestTally {
     let complete = names.len() as u64 == ran;
@@ -312,6 +359,27 @@ mod tests {
         assert_eq!(t.ran, 0);
         let t = read("==== 1 skipped in 0.01s ====\n").unwrap();
         assert_eq!((t.ran, t.skipped), (0, 1));
+    }
+
+    #[test]
+    fn failures_are_read_where_a_summary_says_them() {
+        assert_eq!(failures("2 failed, 1 passed in 0.1s\n"), Some(2));
+        assert_eq!(failures("3 passed in 0.1s\n"), Some(0));
+        assert_eq!(
+            failures("Ran 3 tests in 0.0s\n\nFAILED (failures=1, errors=1)\n"),
+            Some(2)
+        );
+        assert_eq!(
+            failures(
+                "test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished\n"
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            failures("67% tests passed, 1 tests failed out of 3\n"),
+            Some(1)
+        );
+        assert_eq!(failures("no summary at all\n"), None);
     }
 
     #[test]

@@ -68,6 +68,8 @@ struct Rule {
     set: GlobSet,
     /// Paths this rule does not protect after all.
     unless: Option<GlobSet>,
+    /// Exact paths this rule does not protect (no glob, no depth).
+    unless_exact: std::collections::BTreeSet<String>,
 }
 
 fn compile(glob: &str) -> Result<GlobSet, globset::Error> {
@@ -94,6 +96,7 @@ impl Protected {
                 glob: r.clone(),
                 set: compile(r)?,
                 unless: None,
+                unless_exact: Default::default(),
             });
         }
         Ok(Protected { rules: compiled })
@@ -102,9 +105,21 @@ impl Protected {
     /// Add rules named for why they exist (`(glob, name)`), each lifted for
     /// paths that match one of `unless` (globs compiled as rules are).
     pub fn with_named(
+        self,
+        rules: &[(String, String)],
+        unless: &[String],
+    ) -> Result<Self, globset::Error> {
+        self.with_named_except(rules, unless, &[])
+    }
+
+    /// [`Protected::with_named`], each rule also lifted for exactly the
+    /// paths in `exact` (a bare name there means that path at the root,
+    /// never the same name deeper).
+    pub fn with_named_except(
         mut self,
         rules: &[(String, String)],
         unless: &[String],
+        exact: &[String],
     ) -> Result<Self, globset::Error> {
         let unless = if unless.is_empty() {
             None
@@ -124,6 +139,7 @@ impl Protected {
                 glob: glob.clone(),
                 set: compile(glob)?,
                 unless: unless.clone(),
+                unless_exact: exact.iter().cloned().collect(),
             });
         }
         Ok(self)
@@ -136,9 +152,11 @@ impl Protected {
 
     /// The first rule that protects `rel`, its exceptions considered.
     fn rule_for(&self, rel: &str) -> Option<&Rule> {
-        self.rules
-            .iter()
-            .find(|r| r.set.is_match(rel) && !r.unless.as_ref().is_some_and(|u| u.is_match(rel)))
+        self.rules.iter().find(|r| {
+            r.set.is_match(rel)
+                && !r.unless.as_ref().is_some_and(|u| u.is_match(rel))
+                && !r.unless_exact.contains(rel)
+        })
     }
 
     /// Existing paths under `root` that a rule protects, for the sandbox to
@@ -162,7 +180,9 @@ impl Protected {
                 continue;
             }
             match self.rule_for(&rel) {
-                Some(r) if !(ft.is_dir() && r.unless.is_some()) => out.push(path),
+                Some(r) if !(ft.is_dir() && (r.unless.is_some() || !r.unless_exact.is_empty())) => {
+                    out.push(path)
+                }
                 _ if ft.is_dir() => self.collect(root, &path, out),
                 _ => {}
             }
@@ -305,4 +325,35 @@ pub fn to_slash(p: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join("/")
+}
+
+#[cfg(test)]
+mod exact_exceptions {
+    use super::Protected;
+
+    #[test]
+    fn an_exact_exception_lifts_that_path_and_no_other_of_its_name() {
+        let p = Protected::new(&[])
+            .unwrap()
+            .with_named_except(
+                &[("**/conftest.py".into(), "pytest hooks".into())],
+                &[],
+                &["conftest.py".into(), "tests/test_new.py".into()],
+            )
+            .unwrap();
+        assert_eq!(p.matching("conftest.py"), None);
+        assert_eq!(p.matching("tests/conftest.py"), Some("pytest hooks"));
+        assert_eq!(p.matching("a/b/conftest.py"), Some("pytest hooks"));
+        // A glob-shaped name is only itself.
+        let q = Protected::new(&[])
+            .unwrap()
+            .with_named_except(
+                &[("**/test*.py".into(), "t".into())],
+                &[],
+                &["test_*.py".into()],
+            )
+            .unwrap();
+        assert_eq!(q.matching("test_a.py"), Some("t"));
+        assert_eq!(q.matching("test_*.py"), None);
+    }
 }
