@@ -364,6 +364,22 @@ mod tests {
             "find . -name '*.sh' -exec sh {} \\;",
             "timeout 5 sh < /dev/stdin",
             "sh -c 'echo rm f | sh'",
+            // Found by a hostile review.
+            "echo 'rm f' | { sh; }",
+            "echo 'rm f' | (sh)",
+            "echo 'rm f' | if true; then sh; fi",
+            "f(){ sh; }; echo 'rm f' | f",
+            "bash 0<s.txt",
+            "echo 'rm f' | sh -c sh",
+            "echo 'rm f' | eval sh",
+            "echo 'rm f' | timeout 5 bash -c 'exec bash'",
+            "sh /dev//stdin <<< 'rm f'",
+            "sh /dev/./stdin <<< 'rm f'",
+            "sh /proc/thread-self/fd/0 <<< 'rm f'",
+            "echo 'rm f' | busybox ash",
+            "echo 'rm f' | xargs -0 bash -c",
+            "echo 'rm f' | env -S 'sh -s'",
+            "bash -o pipefail -c 'rm f'",
         ];
         for c in fed {
             let v = p.evaluate(c);
@@ -380,6 +396,11 @@ mod tests {
             "cat > t.py <<'EOF'\nprint(1)\nEOF",
             "git status | cat",
             "sh -c 'echo hi'",
+            ". \"$HOME/.cargo/env\"",
+            "source $VENV/bin/activate && pytest -q",
+            "python3 \"$TMPDIR/check.py\"",
+            "sh \"$PWD/run.sh\"",
+            "bash -o pipefail -c 'make test | tee log'",
         ] {
             assert_eq!(p.evaluate(honest).decision, Decision::Allow, "{honest}");
         }

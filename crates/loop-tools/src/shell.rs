@@ -34,6 +34,16 @@ pub struct Parsed {
     pub unreadable: Vec<String>,
     /// Files the line writes by redirection or `tee` (literal paths).
     written: Vec<String>,
+    /// The line writes to a path it computes (`> "$TMPDIR/s.sh"`).
+    writes_computed: bool,
+    /// Programs at computed paths shells and interpreters are given.
+    computed_programs: Vec<String>,
+    /// The `sh -c`/`eval` string being read is run with its standard input
+    /// fed by the line around it.
+    inherited_fed: bool,
+    /// The command being resolved has a process substitution among its
+    /// words (`sh <(…)`).
+    proc_subst: bool,
     /// Program files shells, interpreters and `make -f` are given to run
     /// (literal paths), with who runs them.
     programs: Vec<(String, String)>,
@@ -59,6 +69,20 @@ pub fn parse(line: &str) -> Parsed {
         .map(|(path, who)| format!("`{who}` runs `{path}`, a file this same line writes"))
         .collect();
     out.unreadable.extend(fed);
+    // A program at a computed path is unreadable when the line also writes
+    // to a computed path (`printf … > "$TMPDIR/s.sh"; sh "$TMPDIR/s.sh"`);
+    // alone (`. "$HOME/.cargo/env"`) it is a file the project or the
+    // machine holds.
+    if out.writes_computed {
+        let computed: Vec<String> = out
+            .computed_programs
+            .iter()
+            .map(|who| {
+                format!("`{who}` runs a program at a computed path, and this line writes to a computed path")
+            })
+            .collect();
+        out.unreadable.extend(computed);
+    }
     out
 }
 
@@ -77,11 +101,18 @@ const INTERPRETERS: &[(&str, &[&str])] = &[
 
 /// Paths that are a program's standard input or another descriptor.
 fn is_stream(path: &str) -> bool {
-    path == "-"
-        || path == "/dev/stdin"
-        || path.starts_with("/dev/fd/")
-        || path.starts_with("/proc/self/fd/")
-        || path == "{}"
+    // `/dev//stdin`, `/dev/./stdin`: the same file.
+    let mut p = path.replace("/./", "/");
+    while p.contains("//") {
+        p = p.replace("//", "/");
+    }
+    let proc_fd = p.strip_prefix("/proc/").is_some_and(|r| {
+        let mut parts = r.splitn(3, '/');
+        let who = parts.next().unwrap_or("");
+        (who == "self" || who == "thread-self" || who.chars().all(|c| c.is_ascii_digit()))
+            && parts.next() == Some("fd")
+    });
+    p == "-" || p == "/dev/stdin" || p.starts_with("/dev/fd/") || proc_fd || p == "{}"
 }
 
 fn parse_into(line: &str, depth: usize, out: &mut Parsed) {
@@ -128,11 +159,11 @@ fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
                 n.children(&mut c)
                     .any(|k| !k.is_named() && text(k, src).contains('>'))
             };
-            if writes
-                && let Some(dest) = n.child_by_field_name("destination")
-                && let Some(path) = literal(dest, src)
-            {
-                out.written.push(path);
+            if writes && let Some(dest) = n.child_by_field_name("destination") {
+                match literal(dest, src) {
+                    Some(path) => out.written.push(path),
+                    None => out.writes_computed = true,
+                }
             }
         }
         "declaration_command" | "unset_command" => {
@@ -170,7 +201,14 @@ fn command(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
     for arg in n.children_by_field_name("argument", &mut c) {
         words.push(literal(arg, src));
     }
-    resolve(&words, depth, fed_stdin(n, src), out);
+    let fed = fed_stdin(n, src) || out.inherited_fed;
+    let mut c = n.walk();
+    let proc_subst = n
+        .children_by_field_name("argument", &mut c)
+        .any(|a| a.kind() == "process_substitution");
+    let outer = std::mem::replace(&mut out.proc_subst, proc_subst);
+    resolve(&words, depth, fed, out);
+    out.proc_subst = outer;
 }
 
 /// Whether the command at `n` gets its standard input from another
@@ -209,7 +247,12 @@ fn fed_stdin(n: Node<'_>, src: &str) -> bool {
             .named_child(0)
             .is_some_and(|first| first.id() != n.id()),
         "redirected_statement" => feeds(parent) || fed_stdin(parent, src),
-        _ => false,
+        // Inside `{ }`, `( )`, `if`, loops, `!`, `&&`/`||` lists and
+        // function bodies: fed if what holds it is.
+        "program" => false,
+        // A function's body reads whatever each call is fed.
+        "function_definition" => true,
+        _ => fed_stdin(parent, src),
     }
 }
 
@@ -236,13 +279,7 @@ fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
     }
     interpreter(base, rest, fed, out);
     if matches!(base, "." | "source") {
-        match rest.first() {
-            Some(Some(p)) if !is_stream(p) => out.programs.push((p.clone(), base.to_string())),
-            Some(_) => out.unreadable.push(format!(
-                "`{base}` reads a script from another command's output or a computed path"
-            )),
-            None => {}
-        }
+        program_from(base, rest.first(), false, out);
     }
     let inner: Option<&[Word]> = if let Some((_, opts, skip)) =
         WRAPPERS.iter().find(|(names, _, _)| names.contains(&base))
@@ -252,6 +289,27 @@ fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
         Some(after.get(*skip..).unwrap_or(&[]))
     } else {
         match base {
+            "env" if fed && !out.inherited_fed => {
+                // `env -S` strings run with the line's input too.
+                out.inherited_fed = true;
+                let inner = skip_options(
+                    rest,
+                    &["-u", "--unset", "-C", "--chdir"],
+                    true,
+                    &mut |w, out2: &mut Parsed| {
+                        if let Some(s) = w {
+                            parse_into(s, depth + 1, out2);
+                        } else {
+                            out2.unreadable
+                                .push("`env -S` of a string that is not literal".into());
+                        }
+                    },
+                    &["-S", "--split-string"],
+                    out,
+                );
+                out.inherited_fed = false;
+                Some(inner)
+            }
             "env" => Some(skip_options(
                 rest,
                 &["-u", "--unset", "-C", "--chdir"],
@@ -280,7 +338,10 @@ fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
             "eval" => {
                 if rest.iter().all(Option::is_some) {
                     let joined = rest.iter().flatten().cloned().collect::<Vec<_>>().join(" ");
+                    let outer = out.inherited_fed;
+                    out.inherited_fed = outer || fed;
                     parse_into(&joined, depth + 1, out);
+                    out.inherited_fed = outer;
                 } else {
                     out.unreadable
                         .push("`eval` of something that is not literal".into());
@@ -405,9 +466,20 @@ fn shell_script(base: &str, rest: &[Word], (depth, fed): (usize, bool), out: &mu
     let mut i = 0;
     let mut script: Option<&Word> = None;
     let mut from_stdin = false;
+    let mut saw_c = false;
+    if base == "busybox"
+        && rest
+            .first()
+            .is_some_and(|w| matches!(w.as_deref(), Some("sh" | "ash" | "hush" | "bash")))
+    {
+        i = 1;
+    }
     while i < rest.len() {
         match rest[i].as_deref() {
+            // Options that take a value: `-o pipefail`, `+O extglob`.
+            Some("-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file") => i += 2,
             Some(o) if o.starts_with('-') && !o.starts_with("--") && o.contains('c') => {
+                saw_c = true;
                 script = rest.get(i + 1);
                 break;
             }
@@ -425,9 +497,18 @@ fn shell_script(base: &str, rest: &[Word], (depth, fed): (usize, bool), out: &mu
         }
     }
     match script {
-        Some(Some(s)) => parse_into(s, depth + 1, out),
+        Some(Some(s)) => {
+            // What the line feeds the shell, its script's commands read.
+            let outer = out.inherited_fed;
+            out.inherited_fed = outer || fed;
+            parse_into(s, depth + 1, out);
+            out.inherited_fed = outer;
+        }
         Some(None) => out.unreadable.push(format!(
             "`{base} -c` of a script that is not a literal string"
+        )),
+        None if saw_c => out.unreadable.push(format!(
+            "`{base} -c` whose script another command supplies (xargs, find)"
         )),
         // Standard input is /dev/null in the sandbox unless the line feeds it.
         None if from_stdin && !fed => {}
@@ -447,9 +528,16 @@ fn program_from(base: &str, arg: Option<&Word>, fed: bool, out: &mut Parsed) {
         None => out.unreadable.push(format!(
             "`{base}` reads its program from its standard input (a pipe, a here-document or here-string)"
         )),
-        Some(None) => out.unreadable.push(format!(
-            "`{base}` runs a program whose path is computed (a process substitution or an expansion)"
+        // `bash 0<s.txt`: the grammar reads the descriptor as a word.
+        Some(Some(p)) if fed && !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()) => {
+            out.unreadable.push(format!(
+                "`{base}` reads its program from its standard input, which this line feeds"
+            ))
+        }
+        Some(None) if out.proc_subst => out.unreadable.push(format!(
+            "`{base}` runs its program from a process substitution"
         )),
+        Some(None) => out.computed_programs.push(base.to_string()),
         Some(Some(p)) if is_stream(p) => out.unreadable.push(format!(
             "`{base}` runs its program from `{p}`, another command's output"
         )),
