@@ -1318,12 +1318,17 @@ fn a_signed_verified_over_failing_evidence_does_not_hold() {
     );
     assert_ne!(o.status.code(), Some(0), "{text}");
     assert!(
-        text.contains("the outcome says verified, but the recorded verification failed never"),
+        text.contains("the outcome says verified, but the recorded verification does not establish it: criteria not passing: never"),
         "{text}"
     );
     let forged_json = json(&forged);
     assert_eq!(forged_json["intact"], false, "{forged_json}");
     assert_eq!(forged_json["verified"], false, "{forged_json}");
+    // Leaving the failing criterion out of the evidence does not help.
+    statement["predicate"]["verification"]["criteria"] = serde_json::json!([]);
+    loop_receipt::receipt::write_dsse(&forged, &statement, &[&key]).unwrap();
+    let dropped = json(&forged);
+    assert_eq!(dropped["intact"], false, "{dropped}");
     // DSSE accepts any trusted valid signature: a garbage one under the
     // same key id put first takes nothing from the genuine receipt; alone,
     // it is invalid.

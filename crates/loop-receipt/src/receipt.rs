@@ -729,20 +729,15 @@ pub fn verify_receipt(
             None => report
                 .statement_problems
                 .push("the outcome says verified, but the receipt records no verification".into()),
-            Some(v) if v.criteria.is_empty() => report
-                .statement_problems
-                .push("the outcome says verified, but its verification judged no criterion".into()),
+            // The same rule the runtime accepts by: every criterion of the
+            // contract covered and passed, its artifacts there, nothing
+            // protected changed, the report about this contract.
             Some(v) => {
-                let failed: Vec<&str> = v
-                    .criteria
-                    .iter()
-                    .filter(|c| !c.passed || c.checks.iter().any(|k| !k.passed))
-                    .map(|c| c.id.as_str())
-                    .collect();
-                if !failed.is_empty() {
+                if let Err(why) =
+                    loop_protocol::Acceptance::establish(&p.contract, &p.contract_sha256, v)
+                {
                     report.statement_problems.push(format!(
-                        "the outcome says verified, but the recorded verification failed {}",
-                        failed.join(", ")
+                        "the outcome says verified, but the recorded verification does not establish it: {why}"
                     ));
                 }
             }
