@@ -289,9 +289,11 @@ fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
         Some(after.get(*skip..).unwrap_or(&[]))
     } else {
         match base {
-            "env" if fed && !out.inherited_fed => {
-                // `env -S` strings run with the line's input too.
-                out.inherited_fed = true;
+            "env" => {
+                // `env -S 'cmd args'` splits its string into a command,
+                // run with the line's input too.
+                let outer = out.inherited_fed;
+                out.inherited_fed = outer || fed;
                 let inner = skip_options(
                     rest,
                     &["-u", "--unset", "-C", "--chdir"],
@@ -307,25 +309,9 @@ fn resolve(words: &[Word], depth: usize, fed: bool, out: &mut Parsed) {
                     &["-S", "--split-string"],
                     out,
                 );
-                out.inherited_fed = false;
+                out.inherited_fed = outer;
                 Some(inner)
             }
-            "env" => Some(skip_options(
-                rest,
-                &["-u", "--unset", "-C", "--chdir"],
-                true,
-                &mut |w, out2: &mut Parsed| {
-                    // `env -S 'cmd args'` splits its string into a command.
-                    if let Some(s) = w {
-                        parse_into(s, depth + 1, out2);
-                    } else {
-                        out2.unreadable
-                            .push("`env -S` of a string that is not literal".into());
-                    }
-                },
-                &["-S", "--split-string"],
-                out,
-            )),
             "find" => {
                 find_exec(rest, depth, out);
                 None
