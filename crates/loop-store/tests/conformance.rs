@@ -885,8 +885,12 @@ fn a_dropped_postgres_connection_is_replaced_and_nothing_is_lost() {
             // terminated, as a restarting server or a failover does.
             let n: i64 = killer
                 .query_one(
+                    // Only the store's own client connections: an
+                    // autovacuum worker on the same database is the
+                    // server's, and not ours to end.
                     "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
-                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                     WHERE datname = $1 AND pid <> pg_backend_pid()
+                       AND backend_type = 'client backend' AND usename = current_user",
                     &[&db],
                 )
                 .unwrap()
