@@ -55,6 +55,11 @@ pub struct ExecArgs {
     /// workspace never changes (what each verification check gets).
     #[arg(long)]
     overlay: bool,
+    /// Run the command on a pseudo-terminal the runtime makes for it, for
+    /// a command that will not run without one (never this terminal); its
+    /// output is both streams together.
+    #[arg(long)]
+    tty: bool,
     /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
     /// measurement and diagnosis; repeatable. Reported as not enforced.
     #[arg(long = "without", value_name = "LAYER",
@@ -131,6 +136,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         overlay: o.overlay,
         layers,
         repeat: o.repeat,
+        terminal: o.tty,
     })
     .map_err(|e| CliError {
         // As `env`, `timeout` and container runtimes do: 127 not found,
@@ -257,6 +263,9 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
             out.row("ipc namespace", yes(i.ipc_namespace));
             out.row("cgroup namespace", yes(i.cgroup_namespace));
             out.row("no terminal", yes(i.no_terminal));
+            if i.runtime_terminal {
+                out.row("runtime's terminal", "yes (asked for with --tty)");
+            }
             out.row("no capabilities", yes(i.no_capabilities));
             out.row(
                 "disk budget",

@@ -847,6 +847,79 @@ fn a_command_cannot_type_into_the_terminal_that_started_it() {
 }
 
 #[test]
+fn a_command_that_asks_for_a_terminal_gets_the_runtimes_never_the_callers() {
+    let harness = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/escape/tty_harness.py");
+    for who in users() {
+        let sc = Scene::new("tty-asked", who);
+        let asked = probe(&sc, "tty_asked.py");
+        let inject = probe(&sc, "inject.py");
+        // Started from a person's terminal (also left open on descriptor 7).
+        let inner = sc.command(&["--json", "--tty"], &["python3", &asked]);
+        let out = Command::new("python3")
+            .arg(&harness)
+            .args(argv_of(&inner))
+            .envs(
+                inner
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .current_dir(&sc.base)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        assert!(
+            text.contains("HARNESS exit=0 pending=b''"),
+            "{who:?}: {text}"
+        );
+        let (json, _) = text.split_once("\nHARNESS").unwrap();
+        let j: serde_json::Value =
+            serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let got = s(&j, "stdout");
+        // A terminal of its own: all three streams, its controlling
+        // terminal, named under /dev/pts, read as at its end of input.
+        for line in [
+            "isatty True True True",
+            "ttyname True",
+            "ctty-own True",
+            "input b''",
+            "done",
+        ] {
+            assert!(got.contains(line), "{who:?}: {line}: {j}");
+        }
+        // Typing into it stays refused, and the caller's terminal
+        // (descriptor 7) is not there.
+        for line in ["sti-stdin EPERM", "sti-dev-tty EPERM", "fd7 EBADF"] {
+            assert!(got.contains(line), "{who:?}: {line}: {j}");
+        }
+        // What it wrote to /dev/tty is its captured output, and reached
+        // the caller's terminal only inside loop's own report of it.
+        assert!(got.contains("VIA-DEV-TTY"), "{who:?}: {j}");
+        assert_eq!(text.matches("VIA-DEV-TTY").count(), 1, "{who:?}: {text}");
+        assert_eq!(j["isolation"]["runtime_terminal"], true, "{who:?}: {j}");
+        assert_eq!(j["isolation"]["no_terminal"], true, "{who:?}: {j}");
+        assert_eq!(j["exit_code"], 0, "{who:?}: {j}");
+        // Every way of typing, tried on the runtime's terminal.
+        let (_, j) = sc.run(&["--tty"], &format!("python3 {inject}"));
+        let got = s(&j, "stdout");
+        assert!(got.contains("done"), "{who:?}: {j}");
+        assert!(!got.contains("pushed-into"), "{who:?}: {j}");
+        assert!(got.contains("sti-devnull EPERM"), "{who:?}: {j}");
+        assert!(!sc.ws().join("TYPED-MARK").exists(), "{who:?}");
+        // The honest control: what needs a terminal runs with --tty, and
+        // without it finds none.
+        let (_, j) = sc.run(&["--tty"], "test -t 0 && test -t 1 && stty size");
+        assert_eq!(j["exit_code"], 0, "{who:?}: {j}");
+        assert_eq!(s(&j, "stdout").trim(), "24 80", "{who:?}: {j}");
+        let (_, j) = sc.run(&[], "test -t 1");
+        assert_eq!(j["exit_code"], 1, "{who:?}: {j}");
+        assert!(
+            j["isolation"].get("runtime_terminal").is_none(),
+            "{who:?}: {j}"
+        );
+    }
+}
+
+#[test]
 fn host_ipc_is_invisible_and_nothing_made_inside_outlives_the_command() {
     let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/escape/host_ipc.py");
     for who in users() {

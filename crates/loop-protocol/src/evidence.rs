@@ -42,6 +42,11 @@ pub struct Isolation {
     /// where seccomp is on): nothing can be typed into a terminal.
     #[serde(default)]
     pub no_terminal: bool,
+    /// The command ran on a pseudo-terminal the runtime made for it and
+    /// alone reads (it asked for a terminal); `no_terminal` still holds:
+    /// the caller's terminal is never given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_terminal: bool,
     /// Every capability given up (bounding set empty, uid 0 not special):
     /// the command holds no privilege, root's included.
     #[serde(default)]

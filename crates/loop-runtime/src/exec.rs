@@ -39,6 +39,8 @@ pub struct ExecOptions {
     pub layers: Layers,
     /// Runs in this process (the last is reported).
     pub repeat: u32,
+    /// Run on a pseudo-terminal the runtime makes (both streams as one).
+    pub terminal: bool,
 }
 
 /// Why the command could not be run.
@@ -95,6 +97,7 @@ pub fn exec(o: &ExecOptions) -> Result<ExecResult, ExecFailure> {
     req.max_output = o.max_output;
     req.isolation = o.isolation;
     req.layers = o.layers;
+    req.terminal = o.terminal;
     req.limits = Limits {
         cpu_secs: o.cpu_secs,
         mem_mb: o.mem_mb.unwrap_or(Limits::default().mem_mb),

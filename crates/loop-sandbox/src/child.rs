@@ -71,6 +71,9 @@ pub struct ChildPlan {
     pub user_sysctls: Vec<(CString, Vec<u8>)>,
     /// Where to write the name of a failing step.
     pub diag_fd: RawFd,
+    /// Standard input is a pseudo-terminal the runtime owns: make it the
+    /// new session's controlling terminal.
+    pub ctty: bool,
 }
 
 /// The command's disk, as the child makes it.
@@ -140,6 +143,14 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
         // nothing and the caller's terminal cannot be typed into; the
         // session's id is also its process group's, which the runtime kills.
         check(libc::setsid() as libc::c_long, d, b"setsid")?;
+        if plan.ctty {
+            // The runtime's own terminal (see `pty.rs`), never the caller's.
+            check(
+                libc::ioctl(0, libc::TIOCSCTTY, 0) as libc::c_long,
+                d,
+                b"take the runtime's terminal",
+            )?;
+        }
         close_inherited(d)?;
         check(
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long,

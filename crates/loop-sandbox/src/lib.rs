@@ -39,6 +39,7 @@ mod fdpass;
 mod landlock;
 pub mod policy;
 pub mod probe;
+pub mod pty;
 pub mod redact;
 pub mod root;
 mod seccomp;
@@ -304,6 +305,12 @@ pub struct ExecRequest {
     /// disk) is handed back in [`ExecResult::layer`] once it has ended.
     /// Without, it is thrown away with the command.
     pub keep_writes: bool,
+    /// Run the command on a pseudo-terminal the runtime owns (see [`pty`]),
+    /// for a command that will not run without a terminal: its standard
+    /// input, output and error are that terminal, its output (both
+    /// streams, as one) is captured as `stdout`. Never the caller's
+    /// terminal. Not for a [`spawn`]ed session.
+    pub terminal: bool,
 }
 
 /// The `PATH` of a process that takes nothing from the host's environment.
@@ -342,6 +349,7 @@ impl ExecRequest {
             workspace_read_only: false,
             host_env: true,
             keep_writes: false,
+            terminal: false,
         }
     }
 }
@@ -678,6 +686,8 @@ struct Prepared {
     /// Its overlay's layers are on the disk (else under the scratch
     /// directory, on the host's disk).
     layers_on_disk: bool,
+    /// The pseudo-terminal the runtime made for it (see [`pty`]).
+    terminal: Option<pty::Terminal>,
 }
 
 impl Prepared {
@@ -696,6 +706,7 @@ impl Prepared {
             ipc_namespace: self.use_ns,
             cgroup_namespace: self.use_ns,
             no_terminal: true,
+            runtime_terminal: false,
             no_capabilities: true,
             disk_mb: self.disk_mb,
             landlock_abi,
@@ -896,6 +907,7 @@ fn prepare(
         disk_pair: None,
         disk_fd: None,
         layers_on_disk: false,
+        terminal: None,
     })
 }
 
@@ -1000,6 +1012,7 @@ fn child_plan(
                 } else {
                     &[]
                 },
+                terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
             })
             .map_err(SandboxError::Prepare)?,
         )
@@ -1044,6 +1057,7 @@ fn child_plan(
         ro_binds,
         loopback_up: use_ns && req.net == Net::None,
         proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
+        ctty: req.terminal,
         root: root_plan,
         disk: match (&disk, &p.disk_pair) {
             (Some(at), Some((_, theirs))) => Some(disk_plan(
@@ -1190,15 +1204,16 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
         p,
         landlock_abi,
         env_imposed,
+        terminal,
     } = launch(req, support, false)?;
     collect(
         req,
         &mut child,
-        started,
-        &trace,
+        (started, &trace),
         p,
         landlock_abi,
         env_imposed,
+        terminal,
     )
 }
 
@@ -1210,6 +1225,8 @@ struct Launched {
     p: Prepared,
     landlock_abi: Option<u32>,
     env_imposed: Vec<String>,
+    /// The runtime's end of the command's terminal, when it has one.
+    terminal: Option<std::fs::File>,
 }
 
 /// Prepare every layer and start the process (with a piped stdin when
@@ -1234,6 +1251,15 @@ fn launch(
     trace.mark("view");
     let mut p = prepare(req, support, view, &trace, &spawn_err)?;
     // From here every way out destroys the cgroups.
+    if req.terminal && !session {
+        match pty::open() {
+            Ok(t) => p.terminal = Some(t),
+            Err(e) => {
+                p.cgroups.destroy();
+                return Err(spawn_err("a terminal for the command: ".into(), e));
+            }
+        }
+    }
     let planned = diag_pipe(&spawn_err).and_then(|(diag_read, diag_write)| {
         let (plan, in_root) = child_plan(
             req,
@@ -1286,6 +1312,22 @@ fn launch(
             return Err(spawn_err("check environment: ".into(), e));
         }
     };
+    let terminal = if let Some(t) = p.terminal.take() {
+        match t.stdio().map(|s| (s, t.controller)) {
+            Ok(([i, o, e], controller)) => {
+                cmd.stdin(Stdio::from(i))
+                    .stdout(Stdio::from(o))
+                    .stderr(Stdio::from(e));
+                Some(controller)
+            }
+            Err(e) => {
+                p.cgroups.destroy();
+                return Err(spawn_err("a terminal for the command: ".into(), e));
+            }
+        }
+    } else {
+        None
+    };
     if p.proxy_pair.is_some() {
         for var in [
             "HTTP_PROXY",
@@ -1308,6 +1350,9 @@ fn launch(
     trace.mark("plan");
     let started = Instant::now();
     let spawned = cmd.spawn();
+    // Its copies of the command's descriptors (the terminal end among
+    // them: its last holder's exit ends the runtime's reading).
+    drop(cmd);
     trace.mark("spawned");
     drop(diag_write);
     // The child's end is the child's now; the listening socket it makes
@@ -1381,6 +1426,7 @@ fn launch(
         p,
         landlock_abi,
         env_imposed,
+        terminal,
     })
 }
 
@@ -1389,15 +1435,29 @@ fn launch(
 fn collect(
     req: &ExecRequest,
     child: &mut std::process::Child,
-    started: Instant,
-    trace: &Trace,
+    (started, trace): (Instant, &Trace),
     mut p: Prepared,
     landlock_abi: Option<u32>,
     env_imposed: Vec<String>,
+    terminal: Option<std::fs::File>,
 ) -> Result<ExecResult, SandboxError> {
     let pgid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel::<(u8, Captured)>();
     let per_stream = (req.max_output / 2).max(2);
+    let on_terminal = terminal.is_some();
+    // The runtime's end stays open until the command is reaped: its last
+    // close hangs the terminal up, which would signal (SIGHUP) whatever of
+    // the command's session is still there, its relay among them.
+    let _held = terminal.as_ref().and_then(|t| t.try_clone().ok());
+    if let Some(t) = terminal {
+        // Both streams are the terminal: its output is `stdout`, with the
+        // whole bound (the terminal end's last close reads as EIO, the end).
+        let out = tx.clone();
+        std::thread::spawn(move || {
+            let _ = out.send((1, Captured::read_all(t, per_stream * 2)));
+        });
+        let _ = tx.send((2, Captured::read_all(std::io::empty(), 2)));
+    }
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -1442,7 +1502,10 @@ fn collect(
         duration,
         stdout,
         stderr,
-        isolation: p.isolation(landlock_abi, network, egress.unwrap_or_default()),
+        isolation: Isolation {
+            runtime_terminal: on_terminal,
+            ..p.isolation(landlock_abi, network, egress.unwrap_or_default())
+        },
         env_imposed,
         layer,
         disk_full,

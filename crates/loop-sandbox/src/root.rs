@@ -15,7 +15,8 @@
 //! - denied paths inside those trees (`/etc/shadow`, credential stores)
 //!   covered by an unreadable mask;
 //! - a fresh `/proc`, a fresh read-only `/sys` (its own network namespace's), a `/dev` with only the harmless
-//!   devices (no `/dev/tty`: a command has no terminal), a private
+//!   devices (no `/dev/tty`: a command has no terminal, unless it asked
+//!   for one the runtime owns, see `pty.rs`), a private
 //!   `/dev/shm` and `/run`;
 //! - a size-capped tmpfs as `/tmp` (with `HOME` inside it): what a command
 //!   writes there is bounded and gone when it ends;
@@ -120,6 +121,10 @@ pub struct Inputs<'a> {
     /// read-only at the same name in the command's `/tmp` (a check's
     /// Python hook).
     pub tmp_dirs: &'a [&'a str],
+    /// The command runs on a pseudo-terminal the runtime owns (see
+    /// `pty.rs`): `/dev/tty` is there, naming that terminal (a process's
+    /// controlling one), never the caller's.
+    pub terminal: Option<&'a Path>,
 }
 
 /// A dependency environment as the root shows it, inside the workspace.
@@ -580,7 +585,12 @@ impl Builder<'_> {
         if read_dir != 0 {
             self.rules.push((c(&dev)?, read_dir));
         }
-        for d in DEVICES {
+        let tty: &[&str] = if inp.terminal.is_some() {
+            &["tty"]
+        } else {
+            &[]
+        };
+        for d in DEVICES.iter().chain(tty) {
             let host = Path::new("/dev").join(d);
             if std::fs::metadata(&host).is_err() {
                 continue;
@@ -588,6 +598,15 @@ impl Builder<'_> {
             self.ops.push(Op::Touch(c(&dev.join(d))?));
             self.ops
                 .push(Op::Bind(c(&host)?, c(&dev.join(d))?, false, None));
+        }
+        // The runtime's terminal at its own name, so `ttyname` finds it.
+        if let Some(t) = inp.terminal
+            && t.starts_with("/dev/pts")
+        {
+            let at = under(self.staging, t);
+            self.mkdirs(t.parent().unwrap_or(t))?;
+            self.ops.push(Op::Touch(c(&at)?));
+            self.ops.push(Op::Bind(c(t)?, c(&at)?, false, None));
         }
         for (name, target) in [
             ("fd", "/proc/self/fd"),
@@ -698,6 +717,7 @@ mod tests {
                 all_dir: 1,
             },
             tmp_dirs: &[],
+            terminal: None,
         })
         .unwrap();
         let ops = names(&plan);
@@ -770,6 +790,7 @@ mod tests {
                 userns: true,
                 masks: Masks::default(),
                 tmp_dirs: &[],
+                terminal: None,
             })
         };
         let share = |rel: &str, layers: Option<(PathBuf, PathBuf)>| ShareMount {

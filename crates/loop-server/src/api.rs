@@ -214,6 +214,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
                     overlay: false,
                     layers: loop_sandbox::Layers::default(),
                     repeat: 1,
+                    terminal: false,
                 })
                 .is_ok_and(|r| r.exit_code == Some(0));
                 Ok(json!({"ready": store && sandbox, "store": store, "sandbox": sandbox}))

@@ -50,6 +50,7 @@ impl ToolBox {
         req.read_only_paths = self.jail.protected().existing(self.jail.root());
         req.timeout = timeout;
         req.net = self.net;
+        req.terminal = a.terminal;
         self.sandbox.apply(&mut req);
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {

@@ -166,6 +166,8 @@ struct RunArgs {
     command: String,
     #[serde(default)]
     timeout_secs: Option<u64>,
+    #[serde(default)]
+    terminal: bool,
 }
 
 #[derive(Deserialize)]

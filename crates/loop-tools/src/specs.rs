@@ -64,7 +64,8 @@ pub fn all() -> Vec<ToolSpec> {
             "Run a shell command (sh -c) in the workspace root, sandboxed, with a timeout.",
             json!({
                 "command": {"type": "string"},
-                "timeout_secs": {"type": "integer", "minimum": 1}
+                "timeout_secs": {"type": "integer", "minimum": 1},
+                "terminal": {"type": "boolean", "description": "run on a pseudo-terminal the runtime makes, for a command that needs one (its output is both streams together)"}
             }),
             &["command"],
             Effect::AtMostOnce,

@@ -209,6 +209,47 @@ fn run_command_reports_exit_output_and_changes() {
 }
 
 #[test]
+fn run_command_gives_a_terminal_of_the_runtimes_only_when_asked() {
+    let d = TestDir::new("tools-run-tty");
+    let mut t = toolbox(&d);
+    // Asked for: a terminal on every stream, whose writes come back as the
+    // command's output and whose work lands in the workspace as any.
+    let o = t.execute(&call(
+        "run_command",
+        json!({"command": "test -t 0 && test -t 1 && test -t 2 && echo on-tty > /dev/tty && echo kept > out.txt", "terminal": true}),
+    ));
+    assert!(
+        o.observation.content.starts_with("exit 0"),
+        "{}",
+        o.observation.content
+    );
+    assert!(
+        o.observation.content.contains("on-tty"),
+        "{}",
+        o.observation.content
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("out.txt")).unwrap(),
+        "kept\n"
+    );
+    // Not asked for: no terminal, and /dev/tty names nothing.
+    let o = t.execute(&call(
+        "run_command",
+        json!({"command": "test -t 1 || echo no-tty; test -e /dev/tty || echo no-dev-tty"}),
+    ));
+    assert!(
+        o.observation.content.contains("no-tty"),
+        "{}",
+        o.observation.content
+    );
+    assert!(
+        o.observation.content.contains("no-dev-tty") || !loop_sandbox::overlay_available(),
+        "{}",
+        o.observation.content
+    );
+}
+
+#[test]
 fn finish_is_a_control_not_a_completion() {
     let d = TestDir::new("tools-finish");
     let mut t = toolbox(&d);
