@@ -302,6 +302,7 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
 
 /// The project's side of `loop doctor`: each detected stack's toolchain,
 /// the store, the signing key, and whether the model endpoint answers.
+#[allow(clippy::disallowed_methods)] // existence of the user's own store and signing key (loop doctor)
 fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     let Ok(runtime) = loop_runtime::Runtime::open(project) else {
         out.row("project", format!("{} cannot be opened", project.display()));

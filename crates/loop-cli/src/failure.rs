@@ -91,6 +91,7 @@ pub fn tell(json: bool, code: u8, text: &str) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -64,8 +64,8 @@ pub fn schema(format: &str) -> Result<u8, CliError> {
 
 /// `loop validate Loopfile.yaml`: every problem, or the sections read.
 pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+    let text = loop_workspace::door::read_named_text(file, loop_workspace::door::MAX_PROJECT_FILE)
+        .map_err(|e| CliError::usage(format!("cannot read the Loopfile: {e}")))?;
     let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
     let read: Vec<&str> = [
         ("models", l.models.is_some()),

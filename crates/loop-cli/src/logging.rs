@@ -64,6 +64,7 @@ pub fn init(verbose: u8) -> Result<(), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::filter;
     use tracing::Level;

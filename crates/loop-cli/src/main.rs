@@ -1355,8 +1355,8 @@ fn queue_url(flag: Option<String>) -> Result<String, CliError> {
 }
 
 fn read_contract(file: &std::path::Path) -> Result<Contract, CliError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+    let text = loop_workspace::door::read_named_text(file, loop_workspace::door::MAX_PROJECT_FILE)
+        .map_err(|e| CliError::usage(format!("cannot read the contract: {e}")))?;
     Contract::from_yaml(&text, &file.display().to_string())
         .map_err(|e| CliError::usage(e.to_string()))
 }
@@ -1390,8 +1390,8 @@ fn eval_cmd(
     use loop_runtime::eval;
     let old: Option<eval::EvalReport> = match compare {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| CliError::usage(format!("{}: {e}", p.display())))?;
+            let text = loop_workspace::door::read_named_text(p, 64 << 20)
+                .map_err(|e| CliError::usage(format!("--compare: {e}")))?;
             Some(serde_json::from_str(&text).map_err(|e| {
                 CliError::usage(format!("{}: not an eval report: {e}", p.display()))
             })?)

@@ -103,6 +103,7 @@ impl Prompter for Terminal {
 
 /// Let the person edit `text` in `$VISUAL` or `$EDITOR` (else `vi`); the
 /// edited text, or why it could not be edited.
+#[allow(clippy::disallowed_methods)] // the temporary file this command made for the editor
 pub fn edit_in_editor(text: &str) -> Result<String, String> {
     let path = std::env::temp_dir().join(format!(
         "loop-contract-{}.yaml",

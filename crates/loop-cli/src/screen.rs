@@ -210,6 +210,7 @@ pub fn ascii(text: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use std::ffi::OsString;

@@ -348,6 +348,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use loop_protocol::FileChange;

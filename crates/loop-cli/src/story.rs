@@ -542,6 +542,7 @@ fn command_failed(content: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::{command_failed, refusal_place};
 

@@ -123,6 +123,9 @@ fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
             report.artifact_problems.join("; ")
         ));
     }
+    for stray in &check.stray_addenda {
+        s.push_str(&format!("addendum   WARNING: {stray}\n"));
+    }
     if let Some(st) = &report.statement {
         s.push_str(&format!(
             "outcome    {} — {}\n",
@@ -168,5 +171,6 @@ fn to_json(check: &ReceiptCheck, verdict: Verdict) -> serde_json::Value {
             "extra": report.extra_artifacts,
         },
         "outcome": report.statement.as_ref().map(|s| &s.predicate.outcome),
+        "stray_addenda": check.stray_addenda,
     })
 }

@@ -7,7 +7,7 @@
 //! sees that task verified too; and a task the command line starts in the
 //! same project appears in the open console and plays live.
 //! Screenshots of each step are kept in `target/tmp/browser/shots`.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -5,7 +5,7 @@
 //! in the venv `scripts/deploy-venv.sh` builds (`LOOP_DEPLOY_VENV`). A
 //! broken copy of each is refused, so the check can fail; and every `loop`
 //! command the files run uses only flags this build has.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

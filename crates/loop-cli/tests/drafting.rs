@@ -1,7 +1,7 @@
 //! From one instruction to a verified task: the contract is drafted
 //! (scripted), judged by the critic, locked with `--accept-contract`, and
 //! verified; a tautological draft is rejected and the task never starts.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;
@@ -152,6 +152,53 @@ fn a_tautological_draft_is_rejected_three_times_and_the_task_never_starts() {
         !Path::new(kept).parent().unwrap().join("workspace").exists(),
         "the workspace was removed"
     );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_draft_whose_check_passes_on_an_empty_workspace_is_rejected_and_the_honest_one_verifies() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-vacuous");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let turn = |cmd: &str| {
+        format!(
+            "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes\n              checks:\n                - run: {}\n",
+            serde_json::to_string(cmd).unwrap()
+        )
+    };
+    // Shell forms text rules cannot read with confidence, each passing on
+    // an empty workspace; then the honest check.
+    let script = format!(
+        "draft:\n{}{}{}turns:\n{FIX}",
+        turn("f(){ python3 -m unittest -v test_calc; }; f | cat"),
+        turn("python3 -c 'assert 1'"),
+        turn("python3 -m unittest -v test_calc"),
+    );
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started = events.iter().find(|e| e["kind"] == "task_started").unwrap();
+    let attempts = started["drafting"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{started}");
+    // The first gets past every text rule: only the empty workspace shows
+    // it cannot fail.
+    assert_eq!(attempts[0]["accepted"], false, "{started}");
+    assert!(
+        attempts[0]
+            .to_string()
+            .contains("passes on an empty workspace"),
+        "rejected for passing with no project: {}",
+        attempts[0]
+    );
+    assert_eq!(attempts[1]["accepted"], false, "{started}");
+    assert_eq!(attempts[2]["accepted"], true, "{started}");
+    let outcome = events.iter().rev().find_map(|e| e.get("outcome")).unwrap();
+    assert!(outcome.to_string().contains("verified"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
 

@@ -2,7 +2,7 @@
 //! adversarial scripted models. None of the adversaries may end verified;
 //! each ends with the right outcome and exit code 1, and each receipt still
 //! verifies as intact.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;
@@ -873,7 +873,39 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         stmt["subject"][0]["digest"]["sha256"].as_str().unwrap(),
         sha256sum(&payload)
     );
-    assert_eq!(verify(&r.receipt).status.code(), Some(0));
+    let v = verify(&r.receipt);
+    assert_eq!(v.status.code(), Some(0));
+    assert!(!text(&v).contains("WARNING"), "{}", text(&v));
+    // Addenda that count for nothing are said, not silently skipped: one
+    // that is not an envelope, one whose signature no longer covers it.
+    let junk = r.receipt.with_file_name(format!("{id}.addendum-7.json"));
+    std::fs::write(&junk, "{}").unwrap();
+    let forged = r.receipt.with_file_name(format!("{id}.addendum-8.json"));
+    let mut tampered = addendum.clone();
+    tampered["payload"] = serde_json::Value::String({
+        use base64::Engine as _;
+        let mut stmt = stmt.clone();
+        stmt["predicate"]["event"] = "signing-key-revoked".into();
+        base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&stmt).unwrap())
+    });
+    std::fs::write(&forged, serde_json::to_vec(&tampered).unwrap()).unwrap();
+    let v = verify(&r.receipt);
+    let said = text(&v);
+    assert_eq!(v.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!(
+            "addendum   WARNING: {id}.addendum-7.json: not a signed envelope"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "addendum   WARNING: {id}.addendum-8.json: no trusted signature"
+        )),
+        "{said}"
+    );
+    std::fs::remove_file(&junk).unwrap();
+    std::fs::remove_file(&forged).unwrap();
     let out = task_cmd("undo", &id, &p);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(

@@ -2,7 +2,7 @@
 //! git ignores: the task shares it read-only, the project's own test
 //! command verifies, the model cannot change the environment, the user's
 //! venv is byte-identical afterwards, and the receipt names its digest.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -2,7 +2,7 @@
 //! the exact containment. Every test runs as the current user and, when
 //! that is root, again as an unprivileged user (via `setpriv`), because
 //! users run Loop Engine without root.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -4,7 +4,7 @@
 //! itself catches a false acceptance when a case's contract is too weak
 //! (a copy of a case with a criterion dropped), which `--compare` then
 //! reports as a regression.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

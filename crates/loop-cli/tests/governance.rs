@@ -3,7 +3,7 @@
 //! `loop approve` (or `--deny`), a pending approval survives a restart of
 //! the runtime, and one nobody answers expires to a deny. Nothing is ever
 //! approved by default.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

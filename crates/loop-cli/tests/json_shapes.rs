@@ -5,7 +5,7 @@
 //! the goldens live in `tests/golden/json-shapes.json`. After an intended
 //! change of a format: `LOOP_UPDATE_GOLDEN=1 cargo test --test json_shapes`,
 //! and say so in the change.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

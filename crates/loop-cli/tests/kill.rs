@@ -6,7 +6,7 @@
 //! final workspace is the one a never-killed run leaves.
 //!
 //! Seeds are printed; `LOOP_KILL_SEED=N` replays one.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;
@@ -835,4 +835,78 @@ fn an_unprivileged_users_task_survives_a_kill_and_resumes() {
         "the store is the user's own"
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A fault is not a decision: the store cannot be reached long enough for
+/// the claim's renewals to fail (injected) while a command runs. The run
+/// stops, kills the command, records neither its result nor an outcome
+/// (never `cancelled`), and leaves the task interrupted; resumed, it ends
+/// verified.
+#[test]
+#[cfg(feature = "fault-injection")]
+fn an_outage_mid_command_leaves_the_task_interrupted_and_it_resumes_to_verified() {
+    const FAULT_SCRIPT: &str = r#"turns:
+  - calls:
+      - {tool: run_command, args: {command: "sleep 30; echo slept > slept.txt"}}
+  - calls:
+      - {tool: write_file, args: {path: done.txt, content: "done\n"}}
+      - {tool: finish, args: {summary: done}}
+"#;
+    const FAULT_TASK: &str = r#"instruction: make done.txt
+criteria:
+  - id: done
+    checks:
+      - file_contains: done.txt
+        text: done
+limits: { max_steps: 6, max_verifications: 2, timeout_secs: 120 }
+"#;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-outage");
+    let project = setup(&dir);
+    std::fs::write(dir.join("script.yaml"), FAULT_SCRIPT).unwrap();
+    std::fs::write(dir.join("task.yaml"), FAULT_TASK).unwrap();
+    let started = Instant::now();
+    let out = run_cmd(&dir, &project)
+        .env("LOOP_FAULT_RENEWALS_FAIL", "500..60000")
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Stopped within the lease's margin, long before the command's 30 s.
+    assert!(started.elapsed() < Duration::from_secs(25), "{said}");
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("interrupted, not ended"), "{said}");
+    assert!(!said.contains("\"cancelled\""), "{said}");
+    let t = &tasks(&project)[0];
+    let id = t["id"].as_str().unwrap().to_string();
+    assert!(t["outcome"].is_null(), "no outcome was decided: {t}");
+    // Nothing of the killed command reached the record.
+    let logs = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["logs", &id, "--json", "--project"])
+        .arg(&project)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&logs.stdout).to_string();
+    assert!(logs.contains("\"intent\""), "{logs}");
+    assert!(!logs.contains("\"observed\""), "{logs}");
+    assert!(!logs.contains("cancelled"), "{logs}");
+    // Resumed once the store is back: it ends verified.
+    let out = resume_cmd(&dir, &project, &id)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = &tasks(&project)[0];
+    assert_eq!(t["outcome"], "verified", "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

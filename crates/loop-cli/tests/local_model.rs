@@ -12,7 +12,7 @@
 //! When the server's venv is missing the test says so and passes, unless
 //! `LOOP_REQUIRE_LOCAL_MODEL=1` (set by the suite's test command) makes the
 //! absence a failure.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

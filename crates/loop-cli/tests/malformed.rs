@@ -5,7 +5,7 @@
 //! `model_malformed` naming what was wrong, charged what the server
 //! reported, and returned to the model; the repeats end the task `lost`;
 //! the receipt holds.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../loop-models/tests/common/mod.rs"]

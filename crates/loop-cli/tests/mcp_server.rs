@@ -6,7 +6,7 @@
 //! its progress streams, its receipt verified and read as a resource, a
 //! drafted contract answered and run, and what a careless or hostile
 //! client sends refused, each with the reason named.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -10,7 +10,7 @@
 //! tool waiting for a person, the workspace read-only to servers, and a
 //! server that hangs, floods, sends garbage or is killed mid-call failing
 //! that call only — the task goes on and ends verified.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

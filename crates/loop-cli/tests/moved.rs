@@ -13,7 +13,7 @@
 //! Needs PostgreSQL (`LOOP_TEST_POSTGRES_URL`, scripts/services.sh);
 //! skipped without it unless `LOOP_REQUIRE_SERVICES=1`. Seeds are printed;
 //! `LOOP_KILL_SEED=N` replays one.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -8,7 +8,7 @@
 //! `positive_data_acceptance`: a schema-valid body can still ask for a task
 //! the runtime rightly refuses — an empty instruction, a script outside the
 //! project — and says so with a 400).
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -1,7 +1,7 @@
 //! Secrets never reach a record: a provider whose error echoes the API key
 //! (any shape, found by value), a model's thought holding a token, and a
 //! token already in the repository that lands in the change set's patch.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../loop-models/tests/common/mod.rs"]

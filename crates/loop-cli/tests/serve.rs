@@ -2,7 +2,7 @@
 //! a task started over HTTP and seen by `loop status` (one store), and
 //! SIGTERM ending the server with the task left interrupted — the next
 //! `loop serve` takes it up and it ends verified.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;
@@ -257,4 +257,90 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
         t["body_sha256"],
         loop_protocol::hash::sha256_hex(body).as_str()
     );
+}
+
+/// The server's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn junk_deliveries_neither_grow_the_server_nor_lock_the_real_sender_out() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-hook-junk");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(
+        project.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f README.md\"]}\n",
+    )
+    .unwrap();
+    let (server, url) = shared::serve(
+        &home,
+        &project,
+        &[("LOOP_TEST_HOOK_SECRET", "s3cret-s3cret-s3cret")],
+        &["--rate", "30"],
+    );
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let body = br#"{"action":"completed"}"#;
+    let post = |name: &str, sig: &str, delivery: &str| {
+        agent
+            .post(&format!("{url}/api/v1/hooks/{name}"))
+            .header("X-Hub-Signature-256", sig)
+            .header("X-GitHub-Delivery", delivery)
+            .header("X-GitHub-Event", "workflow_run")
+            .send(&body[..])
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    let sign = |b: &[u8]| {
+        format!(
+            "sha256={}",
+            loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(
+                b"s3cret-s3cret-s3cret",
+                b
+            ))
+        )
+    };
+    // Forty unsigned deliveries to the real trigger, over its rate of 30:
+    // refused as unauthenticated, never counted against the trigger.
+    for i in 0..40 {
+        assert_eq!(post("ci-failed", "sha256=00", &format!("junk-{i}")), 401);
+    }
+    // The real sender, signed: taken.
+    assert_eq!(post("ci-failed", &sign(body), "real-1"), 202);
+    // Names nobody configured, long and all different: the server keeps
+    // none of them (RSS stays within a few MiB) and, past the address's
+    // allowance, answers 429 before any work.
+    let pid = server.id();
+    let before = rss_kib(pid);
+    let long = "n".repeat(30 * 1024);
+    let mut codes = std::collections::BTreeMap::new();
+    for i in 0..1500 {
+        *codes
+            .entry(post(&format!("{long}{i}"), "sha256=00", "x"))
+            .or_insert(0) += 1;
+    }
+    let grew = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grew < 8 * 1024,
+        "RSS grew {grew} KiB over 1500 bogus names: {codes:?}"
+    );
+    assert!(codes.get(&429).copied().unwrap_or(0) > 1000, "{codes:?}");
+    assert!(codes.keys().all(|c| [404, 429].contains(c)), "{codes:?}");
+    shared::stop(server);
 }

@@ -2,7 +2,7 @@
 //! detection → drafting (scripted) → critic → confirmation
 //! (`--accept-contract`) → a verified run. A stack whose toolchain is not
 //! on this machine is skipped with the reason printed.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -4,7 +4,7 @@
 //! cancel or detach (detach hands the task to a background runtime;
 //! twice cancels); `NO_COLOR` leaves no colour, and piped output has no
 //! spinner and no escape sequence.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

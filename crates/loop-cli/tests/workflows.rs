@@ -2,7 +2,7 @@
 //! its files put back by hand (a `git checkout`), and a way forward
 //! offered: `loop undo --forget`, then apply again; `loop status` says
 //! where the change set stands at each point.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod shared;

@@ -85,6 +85,11 @@ pub enum DirectorError {
     /// A transition the state machine refuses (a bug in the Director).
     #[error(transparent)]
     Transition(#[from] crate::machine::InvalidTransition),
+    /// A fault (the claim could not be renewed, the store is unreachable)
+    /// stopped the run: nothing was decided, nothing cut short was
+    /// recorded, and the task is left to be resumed.
+    #[error("interrupted, not ended: {0}")]
+    Interrupted(String),
 }
 
 /// What the checker said about accepted work.
@@ -135,6 +140,9 @@ pub struct Director<'a> {
     approval_note: Option<(String, String)>,
     /// What started the task, recorded in the genesis.
     trigger: Option<Box<loop_protocol::TriggerRecord>>,
+    /// Raised by a fault, never by a person or a limit (see
+    /// [`Director::with_interrupt`]).
+    interrupted: Option<&'a AtomicBool>,
 }
 
 /// Tokens kept for the checker's prompt, beyond its completion.
@@ -181,7 +189,29 @@ impl<'a> Director<'a> {
             project_checks: Vec::new(),
             approval_note: None,
             trigger: None,
+            interrupted: None,
         })
+    }
+
+    /// Stop at once, deciding nothing, when `flag` is raised: a fault
+    /// (a claim that cannot be renewed, a store that is gone) is not a
+    /// decision. Whatever was cut short by it (a command, a check, a model
+    /// call) is not recorded; the run returns [`DirectorError::Interrupted`]
+    /// and the task stays interrupted for a runtime to resume. (The caller
+    /// also stops what runs: the commands' and the model's cancel.)
+    pub fn with_interrupt(mut self, flag: &'a AtomicBool) -> Self {
+        self.interrupted = Some(flag);
+        self
+    }
+
+    /// [`DirectorError::Interrupted`] once a fault was raised.
+    fn fault(&self) -> Result<(), DirectorError> {
+        match self.interrupted {
+            Some(f) if f.load(Ordering::SeqCst) => Err(DirectorError::Interrupted(
+                "the task's claim could not be renewed (the store is unreachable or another runtime holds it)".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A state before any event, with this Director's settings, whose wall
@@ -658,6 +688,7 @@ impl<'a> Director<'a> {
 
     /// Decide whether another model turn may be spent, and ask for it.
     fn plan(&mut self) -> Result<Phase, DirectorError> {
+        self.fault()?;
         if self.parts.cancel.load(Ordering::SeqCst) {
             return Ok(Phase::End(
                 Outcome::Cancelled,
@@ -696,7 +727,10 @@ impl<'a> Director<'a> {
         self.parts
             .observer
             .live(&loop_protocol::Live::Thinking { step });
-        let turn = match self.parts.model.next_turn(&self.state.context, limits) {
+        let reply = self.parts.model.next_turn(&self.state.context, limits);
+        // A call a fault aborted is not the model's failure.
+        self.fault()?;
+        let turn = match reply {
             ModelReply::NothingMore { reason } => {
                 self.record(Event::ModelSilent {
                     step,
@@ -797,6 +831,7 @@ impl<'a> Director<'a> {
         if finish_claim.is_none() {
             let already = self.state.done().len();
             for call in turn.calls.iter().skip(already) {
+                self.fault()?;
                 if self.parts.cancel.load(Ordering::SeqCst) {
                     return Ok(Phase::End(
                         Outcome::Cancelled,
@@ -896,12 +931,15 @@ impl<'a> Director<'a> {
         let mut outcome = match self.parts.tools.execute(call) {
             Ok(o) => o,
             Err(e) => {
+                self.fault()?;
                 return Ok(Called::End(
                     Outcome::Error,
                     format!("tool runtime failed: {e}"),
                 ));
             }
         };
+        // A command a fault cut short says nothing: not recorded.
+        self.fault()?;
         // Recovery: a failure for a passing reason is retried, with
         // backoff, up to the cap; each retry is recorded.
         let mut attempt = 0;
@@ -932,12 +970,14 @@ impl<'a> Director<'a> {
             outcome = match self.parts.tools.execute(call) {
                 Ok(o) => o,
                 Err(e) => {
+                    self.fault()?;
                     return Ok(Called::End(
                         Outcome::Error,
                         format!("tool runtime failed: {e}"),
                     ));
                 }
             };
+            self.fault()?;
         }
         let workspace_root = if outcome.observation.changed {
             self.parts.tools.workspace_root().ok()
@@ -968,11 +1008,14 @@ impl<'a> Director<'a> {
     /// Run one verification pass.
     fn verify_phase(&mut self, claim: bool) -> Result<Phase, DirectorError> {
         let attempt = self.state.budget.verifications() + 1;
-        let report = match self
+        let verified = self
             .parts
             .verifier
-            .verify(&self.contract, &self.locked_sha256, attempt)
-        {
+            .verify(&self.contract, &self.locked_sha256, attempt);
+        // A check a fault cut short is no evidence: re-run on resume, never
+        // counted as a failing criterion.
+        self.fault()?;
+        let report = match verified {
             Ok(r) => r,
             Err(e) => {
                 return Ok(Phase::End(Outcome::Error, format!("verifier failed: {e}")));

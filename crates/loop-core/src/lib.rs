@@ -30,4 +30,5 @@ pub use traits::{
 };
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

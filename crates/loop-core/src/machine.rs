@@ -102,6 +102,7 @@ impl Machine {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use TaskState::*;

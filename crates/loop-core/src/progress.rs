@@ -244,6 +244,7 @@ impl ProgressDetector {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use serde_json::json;

@@ -84,6 +84,7 @@ pub fn guidance_section(files: &[(String, String)]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

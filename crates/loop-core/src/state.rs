@@ -621,6 +621,7 @@ pub fn used_by(history: &[Event]) -> Result<BudgetUse, RecordError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use loop_protocol::{ModelInfo, RuntimeInfo, Usage};

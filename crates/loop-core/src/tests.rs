@@ -1282,3 +1282,143 @@ mod recovery {
         assert_well_formed(&ledger.0);
     }
 }
+
+/// A fault (the claim cannot be renewed) raised while a call or a check
+/// runs: the run stops deciding nothing, and what the fault cut short is
+/// not recorded as the model's or the work's failure.
+mod faults {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Tools whose `write` is cut short by a fault mid-command.
+    struct FaultyTools {
+        inner: FakeTools,
+        fault: Arc<AtomicBool>,
+        on: &'static str,
+        shared: Rc<std::cell::RefCell<BTreeMap<String, String>>>,
+    }
+
+    impl Tools for FaultyTools {
+        fn specs(&self) -> Vec<ToolSpec> {
+            vec![]
+        }
+        fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+            if call.tool == self.on {
+                self.fault.store(true, std::sync::atomic::Ordering::SeqCst);
+                // What a command killed under it would say.
+                return Ok(ToolOutcome {
+                    observation: Observation::ok(&call.id, &call.tool, "killed by signal 9", false),
+                    control: None,
+                });
+            }
+            let r = self.inner.execute(call);
+            *self.shared.borrow_mut() = self.inner.files.clone();
+            r
+        }
+        fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+            self.inner.workspace_root()
+        }
+    }
+
+    /// A verifier whose checks a fault cuts short.
+    struct FaultyVerifier(Arc<AtomicBool>);
+
+    impl Verifier for FaultyVerifier {
+        fn verify(
+            &mut self,
+            contract: &Contract,
+            sha: &str,
+            attempt: u32,
+        ) -> Result<VerificationReport, BoundaryError> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            let files = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+            FakeVerifier { files }.verify(contract, sha, attempt)
+        }
+    }
+
+    fn run_faulty(
+        on: &'static str,
+        faulty_checks: bool,
+    ) -> (Result<RunResult, DirectorError>, Vec<Event>, bool) {
+        let clock = Rc::new(Cell::new(1_000));
+        let mut model = FakeModel::new(
+            vec![turn(vec![write("yes")], 1), turn(vec![finish()], 1)],
+            &clock,
+        );
+        let fault = Arc::new(AtomicBool::new(false));
+        let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+        let mut tools = FaultyTools {
+            inner: FakeTools::default(),
+            fault: fault.clone(),
+            on,
+            shared: shared.clone(),
+        };
+        let mut fake_verifier = FakeVerifier { files: shared };
+        let mut faulty_verifier = FaultyVerifier(fault.clone());
+        let verifier: &mut dyn Verifier = if faulty_checks {
+            &mut faulty_verifier
+        } else {
+            &mut fake_verifier
+        };
+        let mut ledger = MemLedger::default();
+        let clock = FakeClock(clock);
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier,
+            ledger: &mut ledger,
+            clock: &clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let director = Director::new("t-1", contract(10), VerifyPolicy::OnFinish, parts)
+            .unwrap()
+            .with_interrupt(&fault);
+        let r = director.run();
+        let raised = fault.load(std::sync::atomic::Ordering::SeqCst);
+        (r, ledger.0, raised)
+    }
+
+    #[test]
+    fn a_command_cut_short_by_a_fault_is_not_recorded_and_nothing_is_decided() {
+        let (r, ledger, raised) = run_faulty("write", false);
+        assert!(raised);
+        assert!(matches!(r, Err(DirectorError::Interrupted(_))), "{r:?}");
+        // The intent is there (a resume knows the call may have run), its
+        // killed result is not, and no outcome was recorded.
+        assert!(ledger.iter().any(|e| matches!(e, Event::Intent { .. })));
+        assert!(
+            !ledger.iter().any(|e| matches!(e, Event::Observed { .. })),
+            "{ledger:#?}"
+        );
+        assert!(
+            !ledger.iter().any(|e| matches!(e, Event::Finished { .. })),
+            "{ledger:#?}"
+        );
+    }
+
+    #[test]
+    fn a_check_cut_short_by_a_fault_is_not_a_failing_criterion() {
+        let (r, ledger, raised) = run_faulty("none", true);
+        assert!(raised);
+        assert!(matches!(r, Err(DirectorError::Interrupted(_))), "{r:?}");
+        assert!(
+            !ledger.iter().any(|e| matches!(e, Event::Verified { .. })),
+            "{ledger:#?}"
+        );
+        assert!(
+            !ledger.iter().any(|e| matches!(e, Event::Finished { .. })),
+            "{ledger:#?}"
+        );
+    }
+
+    #[test]
+    fn without_a_fault_the_same_run_verifies() {
+        let (r, ledger, raised) = run_faulty("none", false);
+        assert!(!raised);
+        assert!(r.unwrap().outcome.is_verified());
+        assert!(ledger.iter().any(|e| matches!(e, Event::Finished { .. })));
+    }
+}

@@ -1302,4 +1302,5 @@ impl CodePolicy {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -462,6 +462,7 @@ pub fn check(rel: &str, is_package: &dyn Fn(&str) -> bool) -> Result<(), GateRej
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -276,6 +276,7 @@ pub fn number_calls(turn: u32, calls: Vec<(String, Value)>) -> Vec<ToolCall> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -473,6 +473,7 @@ pub fn models_schema() -> serde_json::Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use loop_protocol::yaml::Value;

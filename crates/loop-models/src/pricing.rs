@@ -58,6 +58,7 @@ impl Pricing {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use loop_protocol::Usage;

@@ -49,6 +49,7 @@ impl Model for Redacted {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use loop_protocol::{ToolCall, Turn, Usage};

@@ -143,6 +143,7 @@ impl Sleeper for ThreadSleeper {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

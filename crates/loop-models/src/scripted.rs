@@ -290,6 +290,7 @@ fn parse_usage(node: &Node) -> Result<Usage, Problem> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

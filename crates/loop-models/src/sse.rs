@@ -113,6 +113,7 @@ impl<R: Read> SseReader<R> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

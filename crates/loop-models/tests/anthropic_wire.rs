@@ -2,6 +2,7 @@
 //! Anthropic's public Messages API documentation, served over real HTTP on
 //! 127.0.0.1: tool_use and tool_result blocks, streaming events, usage,
 //! error bodies, a 429 with Retry-After and an overloaded 529.
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 
 mod common;
 

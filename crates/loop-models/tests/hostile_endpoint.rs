@@ -2,7 +2,7 @@
 //! or quoted; an answer far larger than `max_tokens` allows without
 //! streaming; a redirect to somewhere else. Served over real HTTP on
 //! 127.0.0.1.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -403,6 +403,7 @@ fn digest(messages: &[Message], max: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::observation::Observation;

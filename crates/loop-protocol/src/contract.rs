@@ -130,8 +130,13 @@ pub struct RunCheck {
     pub expect_stderr: Option<String>,
     /// Regular expression stdout must match.
     pub stdout_matches: Option<String>,
-    /// Refuse a pass when the output says no tests ran.
-    pub nonempty_tests: bool,
+    /// Whether a test run must show tests ran. `Some(true)`: a runner's
+    /// summary must report tests run (no recognised summary fails).
+    /// `None` (the default): a recognised runner's summary that reports
+    /// none run fails the check (an empty test run is not a pass).
+    /// `Some(false)`: neither, as the contract says (recorded in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonempty_tests: Option<bool>,
     /// Wall-clock limit for this check.
     pub timeout_secs: u64,
 }
@@ -305,7 +310,7 @@ impl Contract {
                             m.insert(k.into(), v.clone().into());
                         }
                     }
-                    if r.nonempty_tests {
+                    if r.nonempty_tests == Some(true) {
                         m.insert("nonempty_tests".into(), true.into());
                     }
                     m.insert("timeout_secs".into(), r.timeout_secs.into());
@@ -478,7 +483,7 @@ impl Contract {
                     expect_stdout: None,
                     expect_stderr: None,
                     stdout_matches: None,
-                    nonempty_tests: false,
+                    nonempty_tests: None,
                     timeout_secs: DEFAULT_CHECK_TIMEOUT_SECS,
                 })],
             });
@@ -566,4 +571,5 @@ pub fn host_pattern_problem(entry: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -146,6 +146,7 @@ pub fn head_tail(text: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

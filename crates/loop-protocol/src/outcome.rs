@@ -319,6 +319,7 @@ impl fmt::Display for OutcomeRecord {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod names {
     use super::*;
 
@@ -371,6 +372,7 @@ mod names {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tool_names {
     use crate::ToolName;
 

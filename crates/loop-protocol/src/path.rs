@@ -93,6 +93,7 @@ impl<'de> serde::Deserialize<'de> for RelPath {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

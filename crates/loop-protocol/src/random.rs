@@ -19,6 +19,7 @@ pub fn hex<const N: usize>() -> Result<String, RandomError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     #[test]
     fn two_draws_differ_and_are_not_zero() {

@@ -2,7 +2,7 @@
 //! over it, then verify it offline (chain entry by entry, digests,
 //! signature). Prints the median of 15 runs of each. Used by
 //! docs/benchmarks.md: `cargo run --release -p loop-receipt --example bench_receipt`.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_protocol::{Event, TaskState};

@@ -65,6 +65,7 @@ fn parse_hex32(text: &str) -> Option<[u8; 32]> {
 
 /// Refuse `path` when its permission bits give others any of `forbidden`
 /// (or it is not its owner's: the process's user, or root).
+#[allow(clippy::disallowed_methods)] // the tool's own key directory (its permissions checked here)
 fn loose(path: &Path, forbidden: u32) -> Result<(), KeyError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).map_err(|source| KeyError::Io {
@@ -136,6 +137,7 @@ impl KeyPair {
     /// The key `dir/signing.key`, made if there is none yet. Any number of
     /// first uses at once — threads of one server, several processes —
     /// agree on one key, and no reader sees half of one.
+    #[allow(clippy::disallowed_methods)] // the tool's own key directory
     fn load_or_create_in(dir: &Path) -> Result<KeyPair, KeyError> {
         let path = dir.join("signing.key");
         if path.exists() {
@@ -193,6 +195,7 @@ impl KeyPair {
 
     /// Retire the state directory's key: keep its public half in
     /// `keys/revoked/<keyid>` and make a new key. Returns (old, new).
+    #[allow(clippy::disallowed_methods)] // the tool's own key directory
     pub fn rotate() -> Result<(PublicKey, KeyPair), KeyError> {
         if std::env::var_os("LOOP_SIGNING_KEY").is_some()
             || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some()
@@ -228,6 +231,7 @@ impl KeyPair {
     }
 
     /// Key ids revoked on this machine.
+    #[allow(clippy::disallowed_methods)] // the tool's own key directory
     pub fn revoked() -> Vec<String> {
         std::fs::read_dir(state_dir().join("keys/revoked"))
             .map(|items| {
@@ -240,6 +244,7 @@ impl KeyPair {
     }
 
     /// The configured key if one exists (nothing is created).
+    #[allow(clippy::disallowed_methods)] // a key file: the tool's own, or one the person named
     pub fn existing() -> Result<Option<KeyPair>, KeyError> {
         if std::env::var_os("LOOP_SIGNING_KEY").is_some()
             || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some()
@@ -250,6 +255,7 @@ impl KeyPair {
         Ok(None)
     }
 
+    #[allow(clippy::disallowed_methods)] // a key file: the tool's own, or one the person named
     fn read(path: &Path) -> Result<KeyPair, KeyError> {
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
             path: path.display().to_string(),
@@ -338,6 +344,7 @@ impl PublicKey {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -13,12 +13,13 @@ pub mod receipt;
 pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
 pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use receipt::{
-    ADDENDUM_TYPE, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope, LedgerRef,
-    NetworkReport, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder,
+    ADDENDUM_TYPE, Addenda, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope,
+    LedgerRef, NetworkReport, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder,
     ReceiptError, RecordedEgress, STATEMENT_TYPE, SharedEnvironment, SignatureStatus, Statement,
-    Subject, VerifyReport, pae, revoked_by_addenda, subject, verify_receipt, write_addendum,
-    write_dsse, write_envelope,
+    Subject, VerifyReport, addenda, pae, revoked_by_addenda, subject, verify_receipt,
+    write_addendum, write_dsse, write_envelope,
 };
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -443,6 +443,7 @@ pub struct AddendumFact {
 
 /// Sign and write an addendum about the receipt at `receipt` next to it,
 /// as `<task>.addendum-<n>.json`; returns its path.
+#[allow(clippy::disallowed_methods)] // existence of addenda names in the receipts directory
 pub fn write_addendum(
     receipt: &Path,
     fact: AddendumFact,
@@ -480,6 +481,7 @@ pub fn write_addendum(
 /// Paths under `dir` (relative, `/`-separated) that are not among
 /// `attested`: extra files, and every link or special file, named as such
 /// (nothing is followed).
+#[allow(clippy::disallowed_methods)] // names and lstat only (links reported as links, never followed)
 fn unattested(dir: &Path, attested: &std::collections::BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut todo = vec![(dir.to_path_buf(), String::new())];
@@ -516,6 +518,25 @@ fn unattested(dir: &Path, attested: &std::collections::BTreeSet<String>) -> Vec<
 /// new key and with the revoked key itself, so whoever trusts the old key
 /// learns it was revoked.)
 pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> {
+    addenda(receipt, trusted).revoked
+}
+
+/// What the addenda beside a receipt say (see [`addenda`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Addenda {
+    /// Key ids revoked by trusted addenda about this receipt.
+    pub revoked: Vec<String>,
+    /// Addenda named for this receipt's task that count for nothing, each
+    /// with why: not about this receipt (another digest: a re-signed or
+    /// replaced receipt, or an addendum moved here), not signed by a
+    /// trusted key, or not an addendum at all.
+    pub stray: Vec<String>,
+}
+
+/// Every addendum beside `receipt` (`TASK.addendum-N.json`), judged.
+#[allow(clippy::disallowed_methods)] // names only; each addendum's content is read through read::read_regular
+pub fn addenda(receipt: &Path, trusted: &[PublicKey]) -> Addenda {
+    let mut out = Addenda::default();
     let (Some(dir), Some(name), Ok(bytes)) = (
         receipt.parent(),
         receipt
@@ -523,10 +544,10 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
             .map(|n| n.to_string_lossy().into_owned()),
         crate::read::read_regular(receipt, crate::read::MAX_READ),
     ) else {
-        return Vec::new();
+        return out;
     };
     let Some(task_id) = name.strip_suffix(".receipt.json") else {
-        return Vec::new();
+        return out;
     };
     // Addenda name the receipt by its payload's digest (older ones by the
     // file's).
@@ -535,28 +556,42 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
         Some(sha256_hex(&bytes)),
     ];
     let prefix = format!("{task_id}.addendum-");
-    let mut out = Vec::new();
-    for item in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let fname = item.file_name().to_string_lossy().into_owned();
-        if !fname.starts_with(&prefix) || !fname.ends_with(".json") {
-            continue;
-        }
-        let Ok(text) = crate::read::read_regular(&item.path(), crate::read::MAX_READ) else {
-            continue;
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|i| i.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with(&prefix) && f.ends_with(".json"))
+        .collect();
+    names.sort();
+    for fname in names {
+        let stray = |why: &str| format!("{fname}: {why}");
+        let text = match crate::read::read_regular(&dir.join(&fname), crate::read::MAX_READ) {
+            Ok(t) => t,
+            Err(e) => {
+                out.stray
+                    .push(stray(&format!("not readable as a file ({e})")));
+                continue;
+            }
         };
-        let Ok(env) = serde_json::from_slice::<Envelope>(&text) else {
-            continue;
-        };
-        let Ok(payload) = B64.decode(env.payload.as_bytes()) else {
+        let Some((env, payload)) = serde_json::from_slice::<Envelope>(&text)
+            .ok()
+            .and_then(|env| Some((B64.decode(env.payload.as_bytes()).ok()?, env)))
+            .map(|(p, e)| (e, p))
+        else {
+            out.stray.push(stray("not a signed envelope"));
             continue;
         };
         if !matches!(
             check_signatures(&env, &payload, trusted),
             SignatureStatus::Valid { .. }
         ) {
+            out.stray
+                .push(stray("no trusted signature: it counts for nothing"));
             continue;
         }
         let Ok(add) = serde_json::from_slice::<Addendum>(&payload) else {
+            out.stray.push(stray("not an addendum"));
             continue;
         };
         let about_this = add.subject.iter().any(|s| {
@@ -564,11 +599,17 @@ pub fn revoked_by_addenda(receipt: &Path, trusted: &[PublicKey]) -> Vec<String> 
                 .get("sha256")
                 .is_some_and(|d| digests.iter().flatten().any(|x| x == d))
         });
-        if about_this
-            && add.predicate.event == "signing-key-revoked"
+        if !about_this {
+            out.stray.push(stray(&format!(
+                "about another receipt (its `{}` does not name this one's digest): it counts for nothing here",
+                add.predicate.event
+            )));
+            continue;
+        }
+        if add.predicate.event == "signing-key-revoked"
             && let Some(k) = add.predicate.revoked_keyid
         {
-            out.push(k);
+            out.revoked.push(k);
         }
     }
     out
@@ -652,6 +693,7 @@ impl VerifyReport {
 /// the contract, check the ledger file's digest and its chain entry by
 /// entry against the predicate, and re-hash every artifact in
 /// `artifacts_dir` (default: `<task>.artifacts` beside the receipt).
+#[allow(clippy::disallowed_methods)] // whether the artifacts directory a person named is there
 pub fn verify_receipt(
     path: &Path,
     artifacts_dir: Option<&Path>,
@@ -906,6 +948,7 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

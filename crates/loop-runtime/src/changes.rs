@@ -87,7 +87,7 @@ fn task(project: &Path, id: &str) -> Result<Task, Error> {
     let receipt = project
         .join(".loop/receipts")
         .join(format!("{id}.receipt.json"));
-    if !dir.is_dir() {
+    if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(id)) {
         return Err(Error::usage(format!(
             "no task {id} in {}",
             project.display()
@@ -153,7 +153,9 @@ fn holding_statement(t: &Task) -> Result<loop_receipt::Statement, Error> {
 /// checked against the hash the receipt signs.
 fn recorded_change_set(t: &Task, p: &loop_receipt::Predicate) -> Result<ChangeSet, Error> {
     let patch_path = t.receipt.with_file_name(&p.change_set.patch);
-    let patch = std::fs::read_to_string(&patch_path)
+    // Beside the receipt, through the receipts' door (no link, no FIFO).
+    let patch = loop_receipt::read::read_regular(&patch_path, 256 << 20)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
         .map_err(|e| Error::usage(format!("{}: {e}", patch_path.display())))?;
     if loop_protocol::hash::sha256_hex(patch.as_bytes()) != p.change_set.patch_sha256 {
         return Err(Error::usage(format!(
@@ -192,7 +194,7 @@ pub struct Diff {
 /// it, is an error), else computed from its workspace now.
 pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
     let t = task(project, id)?;
-    if t.receipt.exists() {
+    if marked(&t.receipt, "") {
         let statement = holding_statement(&t)?;
         return Ok(Diff {
             change_set: recorded_change_set(&t, &statement.predicate)?,
@@ -221,9 +223,10 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
 /// What `loop apply` will not bring home: protected paths (refused
 /// always) and host-executable ones (refused without `--trust-host-files`).
 fn gatekeep(
+    t: &Task,
+    workspace: &Path,
     cs: &ChangeSet,
-    contract: &loop_protocol::Contract,
-    shared: &[loop_receipt::SharedEnvironment],
+    (contract, shared): (&loop_protocol::Contract, &[loop_receipt::SharedEnvironment]),
     extra_host: &[String],
 ) -> Result<(Vec<String>, Vec<String>), Error> {
     let bad = |e: String| Error::internal(format!("protected globs: {e}"));
@@ -257,9 +260,12 @@ fn gatekeep(
                     .is_some_and(|r| r == name || r.starts_with(&format!("{name}/")))
             })
         };
-        if beside("config") || beside("objects") || beside("refs") {
+        if ["config", "objects", "refs", "commondir", "gitdir"]
+            .iter()
+            .any(|n| beside(n))
+        {
             refused.push(format!(
-                "{}: a bare git repository (HEAD with config, objects or refs); git would run what its config names",
+                "{}: a bare git repository (HEAD with config, objects, refs, commondir or gitdir); git would run what its config names",
                 if dir.is_empty() { "." } else { dir.trim_end_matches('/') }
             ));
         }
@@ -280,6 +286,33 @@ fn gatekeep(
         } else if let Some(rule) = host.matching(&f.path) {
             risky.push(format!("{} ({rule})", f.path));
         }
+    }
+    // What only the tree shows: Python environments, git configuration,
+    // and directories git itself would take for repositories.
+    let listed = |r: &String, l: &[String]| {
+        let path = r.split(" (").next().unwrap_or(r);
+        l.iter().any(|x| x.split(" (").next() == Some(path))
+    };
+    for r in crate::host_files::in_python_envs(&t.project, workspace, &cs.files)
+        .into_iter()
+        .chain(crate::host_files::git_configs(workspace, &cs.files))
+    {
+        if !listed(&r, &risky) && !listed(&r, &refused) {
+            risky.push(r);
+        }
+    }
+    match crate::host_files::repositories(&t.project, workspace, &cs.files, &t.dir) {
+        Ok(found) => {
+            for r in found {
+                let dir = r.split(':').next().unwrap_or("");
+                if !refused.iter().any(|x| x.starts_with(&format!("{dir}:"))) {
+                    refused.push(r);
+                }
+            }
+        }
+        Err(e) => refused.push(format!(
+            "the change set could not be checked for repositories git would find: {e}"
+        )),
     }
     Ok((refused, risky))
 }
@@ -333,7 +366,7 @@ pub fn apply(
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
-    if t.dir.join("applied").exists() {
+    if marked(&t.dir, "applied") {
         return Err(Error::usage(format!(
             "task {id} is already applied; `loop undo {id}` first\nhint: if its files were put back since (a `git checkout`, an edit), `loop undo {id} --forget` stops counting it as applied, leaving the files as they are; then it can be applied again"
         )));
@@ -342,7 +375,14 @@ pub fn apply(
     let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
     // At the door, again: nothing protected, nothing that would run on this
     // machine unasked.
-    let (never, risky) = gatekeep(&cs, &contract, &shared, &loopfile.host_executable)?;
+    let ws = load_origin(&t.dir)?;
+    let (never, risky) = gatekeep(
+        &t,
+        &ws.path,
+        &cs,
+        (&contract, &shared),
+        &loopfile.host_executable,
+    )?;
     if !never.is_empty() {
         out.note("refused, nothing applied:");
         for r in &never {
@@ -352,7 +392,7 @@ pub fn apply(
     }
     if !risky.is_empty() && !trust_host_files {
         out.note(
-            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell or editor configuration):",
+            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell, editor or tool configuration, Python environments, packages):",
         );
         for r in &risky {
             out.note(&format!("  {r}"));
@@ -406,7 +446,6 @@ pub fn apply(
             return Ok(Settled::NothingChanged);
         }
     }
-    let ws = load_origin(&t.dir)?;
     let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
     // The intent first: a kill from here on is settled by the next command.
     mark(&t, APPLYING, &cs.patch_sha256)?;
@@ -480,9 +519,9 @@ fn unmark(t: &Task, name: &str) {
 /// Returns what was done, if anything.
 fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
     let journal_dir = t.dir.join("apply-journal");
-    let pending = journal_dir.join("pending").exists();
-    let applying = t.dir.join(APPLYING).exists();
-    let undoing = t.dir.join(UNDOING).exists();
+    let pending = marked(&journal_dir, "pending");
+    let applying = marked(&t.dir, APPLYING);
+    let undoing = marked(&t.dir, UNDOING);
     if !pending && !applying && !undoing {
         return Ok(None);
     }
@@ -495,7 +534,7 @@ fn settle(t: &Task, id: &str) -> Result<Option<String>, Error> {
     // The markers stay until the fact is recorded, so a kill anywhere is
     // settled here: `applying` or `undoing` says which step was cut short.
     let what = match standing {
-        Standing::Before if undoing || (!applying && t.dir.join(APPLIED).exists()) => {
+        Standing::Before if undoing || (!applying && marked(&t.dir, APPLIED)) => {
             let _ = loop_workspace::remove_tree(&ChangeSet::undo_dir(&t.dir));
             record_fact_with(t, id, "undone", &cs, None, Some("completed"))?;
             unmark(t, APPLIED);
@@ -568,7 +607,7 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<S
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
-    if !t.dir.join("applied").exists() {
+    if !marked(&t.dir, "applied") {
         return Err(Error::usage(format!("task {id} is not applied")));
     }
     let cs = verified_change_set(&t)?;
@@ -610,7 +649,7 @@ pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
-    if !t.dir.join("applied").exists() {
+    if !marked(&t.dir, "applied") {
         return Err(Error::usage(format!("task {id} is not applied")));
     }
     let cs = verified_change_set(&t)?;
@@ -684,7 +723,7 @@ pub fn rotate_key(
     // Revoking is not undone: a wrong project or a slip of the hand is
     // refused before anything changes.
     let receipts_dir = project.join(".loop/receipts");
-    if !project.is_dir() {
+    if !marked(project, "") {
         return Err(Error::usage(format!(
             "project {} does not exist; nothing was revoked",
             project.display()
@@ -722,14 +761,17 @@ pub fn rotate_key(
     let receipts = project.join(".loop/receipts");
     let mut skipped: Vec<String> = Vec::new();
     let mut noted = 0;
-    if let Ok(items) = std::fs::read_dir(&receipts) {
-        for item in items.flatten() {
-            let path = item.path();
-            let name = item.file_name().to_string_lossy().into_owned();
+    if let Ok(items) = loop_workspace::door::list(project, Some(Path::new(".loop/receipts"))) {
+        for name in items {
+            let path = receipts.join(&name);
             let Some(task_id) = name.strip_suffix(".receipt.json") else {
                 continue;
             };
-            let Ok(text) = std::fs::read(&path) else {
+            let Ok(Some(text)) = loop_workspace::door::read(
+                project,
+                Path::new(".loop/receipts").join(&name),
+                16 << 20,
+            ) else {
                 continue;
             };
             let Ok(env) = serde_json::from_slice::<loop_receipt::Envelope>(&text) else {
@@ -780,4 +822,16 @@ pub fn rotate_key(
         ));
     }
     Ok(Settled::Done)
+}
+
+/// Whether the runtime's own mark `name` is in `dir` (a task directory's
+/// `applied`, a journal's `pending`; `""` for `dir` itself): existence
+/// only, of what the runtime made.
+#[allow(clippy::disallowed_methods)] // existence of the runtime's own marks, no content read
+fn marked(dir: &Path, name: &str) -> bool {
+    if name.is_empty() {
+        dir.exists()
+    } else {
+        dir.join(name).exists()
+    }
 }

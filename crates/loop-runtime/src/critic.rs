@@ -357,7 +357,7 @@ fn observable(check: &Check) -> bool {
             r.expect_stdout.is_some()
                 || r.stdout_matches.is_some()
                 || r.expect_stderr.is_some()
-                || r.nonempty_tests
+                || r.nonempty_tests == Some(true)
                 || RUNNERS.iter().any(|t| r.command.contains(t))
         }
         Check::FileContains { .. } => true,
@@ -511,6 +511,31 @@ pub fn asks_for_change(instruction: &str) -> bool {
     !looks || w.iter().any(|x| CHANGE_WORDS.contains(&x.as_str()))
 }
 
+/// What an empty workspace says of the contract: a `run` check that passes
+/// there proves nothing about the project (`python3 -c 'assert 1'`, `[ 1 ]`,
+/// `CMD | cat`, `ls`, `node -e 0`, a test runner that finds no test...),
+/// whatever its text looks like, and is rejected. The report is of the
+/// contract's criteria run on an empty directory. Returns the reasons.
+pub fn judge_empty(contract: &Contract, empty: &VerificationReport) -> Vec<String> {
+    let mut reasons = Vec::new();
+    for e in &empty.criteria {
+        let Some(c) = contract.criteria.iter().find(|c| c.id == e.id) else {
+            continue;
+        };
+        for k in e.checks.iter().filter(|k| k.passed) {
+            if let Some(Check::Run(r)) = c.checks.get(k.index) {
+                reasons.push(format!(
+                    "criterion `{}`, check {} (`{}`) passes on an empty workspace: it cannot fail, so it proves nothing about the project",
+                    c.id,
+                    k.index + 1,
+                    r.command
+                ));
+            }
+        }
+    }
+    reasons
+}
+
 /// What the untouched workspace says of the draft: the criteria that
 /// already hold become regression guards (labelled in `contract`), and a
 /// contract of guards only, for an instruction that asks for a change, is
@@ -570,6 +595,7 @@ pub fn judge_baseline(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

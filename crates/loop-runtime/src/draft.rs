@@ -76,6 +76,7 @@ judges your proposal and tells you what to mend.",
 
 /// What the drafter is told of the workspace: its top-level entries and
 /// the project's own checks.
+#[allow(clippy::disallowed_methods)] // names and file types only (no link followed, no content read), shown escaped
 fn briefing(
     instruction: &str,
     workspace: &Path,
@@ -177,7 +178,7 @@ fn stack_criterion(c: &StackCheck) -> Criterion {
             expect_stdout: None,
             expect_stderr: None,
             stdout_matches: None,
-            nonempty_tests: crate::stacks::counts_tests(c),
+            nonempty_tests: crate::stacks::counts_tests(c).then_some(true),
             timeout_secs: 600,
         })],
         guard: true,
@@ -259,9 +260,13 @@ fn judge(
     policy: &ExecPolicy,
     stack: &[StackCheck],
     present: &dyn Fn(&str) -> bool,
-    baseline: &mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
+    (baseline, empty): (&mut Runner<'_>, &mut Runner<'_>),
 ) -> Result<Judgement, Error> {
-    let reasons = critic::static_reasons(contract, policy, present);
+    let mut reasons = critic::static_reasons(contract, policy, present);
+    if reasons.is_empty() {
+        // Then by execution: a check that passes with no project at all.
+        reasons = critic::judge_empty(contract, &empty(contract)?);
+    }
     if !reasons.is_empty() {
         return Ok(Judgement {
             reasons,
@@ -286,6 +291,10 @@ fn judge(
     })
 }
 
+/// Runs a contract's checks somewhere (the untouched workspace, an empty
+/// one) and reports.
+pub(crate) type Runner<'a> = dyn FnMut(&Contract) -> Result<VerificationReport, Error> + 'a;
+
 /// A drafting that failed, with its record so far.
 pub(crate) type Failed = Box<(Error, DraftingRecord)>;
 
@@ -308,6 +317,8 @@ pub(crate) struct Drafting<'a> {
     pub policy: &'a ExecPolicy,
     /// Runs a contract's checks on the untouched workspace.
     pub baseline: &'a mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
+    /// Runs a contract's checks on an empty workspace.
+    pub empty: &'a mut dyn FnMut(&Contract) -> Result<VerificationReport, Error>,
     /// `--accept-contract`.
     pub accept: bool,
     /// Where the draft is kept when nobody confirms it.
@@ -394,7 +405,7 @@ pub(crate) fn draft(
             }
         };
         let verdict = match parsed {
-            Ok(c) => match judge(&c, d.policy, stack, d.present, d.baseline) {
+            Ok(c) => match judge(&c, d.policy, stack, d.present, (d.baseline, d.empty)) {
                 Ok(v) => Ok(v),
                 Err(e) => return Err(Box::new((e, record))),
             },
@@ -515,7 +526,7 @@ pub(crate) fn draft(
                         for k in c.criteria.iter_mut() {
                             k.guard = false;
                         }
-                        match judge(&c, d.policy, d.stack, d.present, d.baseline) {
+                        match judge(&c, d.policy, d.stack, d.present, (d.baseline, d.empty)) {
                             Ok(j) if j.reasons.is_empty() => {
                                 project_checks = j.stack;
                                 Ok(j.contract)

@@ -118,7 +118,15 @@ struct Wired<'a> {
     tools: ToolsAdapter<'a>,
     verifier: VerifierAdapter,
     paused: Arc<AtomicU64>,
+    /// A decision to end the task (a person's cancel, this process's
+    /// Ctrl-C/SIGTERM): the Director records it as `cancelled`.
     cancel: Arc<AtomicBool>,
+    /// Stop what runs (commands, checks, the model's call in flight):
+    /// raised with `cancel` and with `interrupted`.
+    kill: Arc<AtomicBool>,
+    /// A fault (the claim cannot be renewed): the Director decides
+    /// nothing and the task stays interrupted, to be resumed.
+    interrupted: Arc<AtomicBool>,
 }
 
 /// The tool box (authority, journal, policies, limits) and the verifier
@@ -150,10 +158,14 @@ fn wire<'a>(
     let cancel = Arc::new(AtomicBool::new(
         crate::interrupt::flag().load(std::sync::atomic::Ordering::SeqCst),
     ));
+    let kill = Arc::new(AtomicBool::new(
+        cancel.load(std::sync::atomic::Ordering::SeqCst),
+    ));
+    let interrupted = Arc::new(AtomicBool::new(false));
     let sandbox = crate::prepare::with_environments(
         loop_sandbox::Settings {
             isolation,
-            cancel: Some(cancel.clone()),
+            cancel: Some(kill.clone()),
             deadline: std::time::Instant::now()
                 .checked_add(std::time::Duration::from_millis(remaining_ms)),
             paused_ms: Some(paused.clone()),
@@ -247,6 +259,8 @@ fn wire<'a>(
         verifier: VerifierAdapter(verifier),
         paused,
         cancel,
+        kill,
+        interrupted,
     })
 }
 
@@ -337,9 +351,9 @@ pub(crate) fn drive(
     let (mut model, mut checker) = models;
     model.set_live(live);
     // The call in flight stops with the task, not with the process only.
-    model.set_cancel(wired.cancel.clone());
+    model.set_cancel(wired.kill.clone());
     if let Some(c) = checker.as_mut() {
-        c.set_cancel(wired.cancel.clone());
+        c.set_cancel(wired.kill.clone());
     }
     let provenance = loop_receipt::Provenance {
         runtime: loop_protocol::RuntimeInfo::current(),
@@ -358,6 +372,7 @@ pub(crate) fn drive(
         prompter: crate::Observer::prompter(observer),
     };
     let cancel = wired.cancel.clone();
+    let (kill, interrupted) = (wired.kill.clone(), wired.interrupted.clone());
     let parts = Parts {
         model: model.as_mut(),
         tools: &mut wired.tools,
@@ -383,7 +398,8 @@ pub(crate) fn drive(
             .as_deref_mut()
             .map(|c| c as &mut dyn loop_core::Model),
         gone,
-    )?;
+    )?
+    .with_interrupt(&interrupted);
     // The claim, renewed before the work starts (making the workspace may
     // have taken a while): a runtime whose claim lapsed meanwhile goes no
     // further.
@@ -401,7 +417,12 @@ pub(crate) fn drive(
         project,
         task_id,
         &owner.token,
-        (&cancel, &fence),
+        Flags {
+            cancel: &cancel,
+            kill: &kill,
+            interrupted: &interrupted,
+            fence: &fence,
+        },
         || match extension {
             Some(ext) => director.extend(&record.history, record.elapsed_ms, ext),
             None => director.resume(&record.history, record.elapsed_ms),
@@ -598,17 +619,42 @@ fn with_renewals<T>(store: &dyn Store, task_id: &str, token: &str, work: impl Fn
 /// from other processes (`loop cancel`) into the cancel flag, within a
 /// fraction of a second. The watcher stops the moment the work ends (a
 /// sleeping watcher once made every run up to 200 ms late).
+/// The flags a watched run raises (see [`Wired`]).
+#[derive(Clone, Copy)]
+struct Flags<'f> {
+    cancel: &'f AtomicBool,
+    kill: &'f AtomicBool,
+    interrupted: &'f AtomicBool,
+    fence: &'f Arc<ClaimFence>,
+}
+
+impl Flags<'_> {
+    /// A decision to end the task: decided, and what runs stops.
+    fn cancel(&self) {
+        use std::sync::atomic::Ordering;
+        self.cancel.store(true, Ordering::SeqCst);
+        self.kill.store(true, Ordering::SeqCst);
+    }
+
+    /// A fault: what runs stops, nothing is decided.
+    fn interrupt(&self) {
+        use std::sync::atomic::Ordering;
+        self.interrupted.store(true, Ordering::SeqCst);
+        self.kill.store(true, Ordering::SeqCst);
+    }
+}
+
 fn run_watched(
     project: &Path,
     task_id: &str,
     token: &str,
-    (cancel, fence): (&AtomicBool, &Arc<ClaimFence>),
+    flags: Flags<'_>,
     work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
 ) -> Result<RunResult, loop_core::DirectorError> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| watch(project, task_id, token, (cancel, fence), stopped));
+        scope.spawn(|| watch(project, task_id, token, flags, stopped));
         // This process's Ctrl-C or SIGTERM reaches the task at once, with
         // no store read in between (the store may be busy).
         scope.spawn(|| {
@@ -616,7 +662,7 @@ fn run_watched(
             let process = crate::interrupt::flag();
             while !done.load(Ordering::SeqCst) {
                 if process.load(Ordering::SeqCst) {
-                    cancel.store(true, Ordering::SeqCst);
+                    flags.cancel();
                     return;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
@@ -646,9 +692,10 @@ fn watch(
     project: &Path,
     task_id: &str,
     token: &str,
-    (cancel, fence): (&std::sync::atomic::AtomicBool, &Arc<ClaimFence>),
+    flags: Flags<'_>,
     stopped: std::sync::mpsc::Receiver<()>,
 ) {
+    let fence = flags.fence;
     use std::sync::atomic::Ordering;
     use std::sync::mpsc::TryRecvError;
     use std::time::{Duration, Instant};
@@ -677,7 +724,14 @@ fn watch(
                 };
                 while !finished.load(Ordering::SeqCst) {
                     let asked = boot_ms();
-                    match store.heartbeat(&id, &holder, SystemClock.now_ms()) {
+                    let renewed = if renewal_fault() {
+                        Err("the store cannot be reached (fault injected)".to_string())
+                    } else {
+                        store
+                            .heartbeat(&id, &holder, SystemClock.now_ms())
+                            .map_err(|e| e.to_string())
+                    };
+                    match renewed {
                         Ok(true) => confirmed.confirm_at(asked),
                         Ok(false) => lost.store(true, Ordering::SeqCst),
                         Err(e) => tracing::warn!("task {id}: the claim was not renewed: {e}"),
@@ -696,21 +750,24 @@ fn watch(
     let mut look = true;
     loop {
         let gone = lost.load(Ordering::SeqCst) || !fence.holds();
-        if gone {
-            tracing::warn!("task {task_id}: its claim is lost or cannot be renewed; stopping");
+        if gone && !flags.interrupted.load(Ordering::SeqCst) {
+            tracing::warn!(
+                "task {task_id}: its claim is lost or cannot be renewed; stopping, and leaving it interrupted (a fault is not a decision)"
+            );
+            flags.interrupt();
         }
         if look || read.elapsed() >= RENEW {
             read = Instant::now();
             // A read that fails looks again next time.
             look = false;
             match store.task(task_id) {
-                Ok(t) if t.cancel_requested => cancel.store(true, Ordering::SeqCst),
+                Ok(t) if t.cancel_requested => flags.cancel(),
                 Ok(_) => {}
                 Err(_) => look = true,
             }
         }
-        if gone || crate::interrupt::flag().load(Ordering::SeqCst) {
-            cancel.store(true, Ordering::SeqCst);
+        if crate::interrupt::flag().load(Ordering::SeqCst) {
+            flags.cancel();
         }
         match stopped.try_recv() {
             Err(TryRecvError::Empty) => {}
@@ -738,4 +795,30 @@ impl Drop for Release<'_> {
             tracing::warn!("task {}: the claim was not let go: {e}", self.task_id);
         }
     }
+}
+
+/// Test-only fault injection (the `fault-injection` feature): every claim
+/// renewal fails, as with an unreachable store, while this process's
+/// first renewal was between `FROM` and `TO` milliseconds ago
+/// (`LOOP_FAULT_RENEWALS_FAIL=FROM..TO`).
+#[cfg(feature = "fault-injection")]
+fn renewal_fault() -> bool {
+    static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let since = FIRST
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64;
+    std::env::var("LOOP_FAULT_RENEWALS_FAIL")
+        .ok()
+        .and_then(|w| {
+            let (a, b) = w.split_once("..")?;
+            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        })
+        .is_some_and(|(from, to)| (from..to).contains(&since))
+}
+
+/// Without the `fault-injection` feature nothing is injected.
+#[cfg(not(feature = "fault-injection"))]
+fn renewal_fault() -> bool {
+    false
 }

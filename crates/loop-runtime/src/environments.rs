@@ -7,6 +7,7 @@
 //! view.
 
 use crate::loopfile::Loopfile;
+use loop_workspace::door;
 use std::path::Path;
 
 /// How a task sees a shared environment.
@@ -67,12 +68,11 @@ pub enum Standing {
 /// beside its marker file.
 pub fn detect(project: &Path) -> Vec<Share> {
     let mut out = Vec::new();
-    if let Ok(items) = std::fs::read_dir(project) {
+    if let Ok(items) = door::list(project, None) {
         let mut venvs: Vec<String> = items
-            .flatten()
-            .filter(|i| i.file_type().is_ok_and(|t| t.is_dir()))
-            .filter(|i| i.path().join("pyvenv.cfg").is_file())
-            .filter_map(|i| i.file_name().to_str().map(str::to_string))
+            .into_iter()
+            .filter(|n| door::is_dir(project, n))
+            .filter(|n| door::is_file(project, format!("{n}/pyvenv.cfg")))
             .filter(|n| n != ".git" && n != ".loop")
             // Shares are protected by their path as a glob: none with glob syntax.
             .filter(|n| !n.contains(['*', '?', '[', ']', '{', '}', '\\']))
@@ -86,7 +86,12 @@ pub fn detect(project: &Path) -> Vec<Share> {
         }));
     }
     for (dir, marker, cow, why) in crate::stacks::ENVIRONMENTS {
-        if project.join(marker).is_file() && std::fs::symlink_metadata(project.join(dir)).is_ok() {
+        if door::is_file(project, marker)
+            && !matches!(
+                door::node(project, dir),
+                Ok(loop_workspace::Node::Missing) | Err(_)
+            )
+        {
             out.push(Share {
                 path: dir.to_string(),
                 mode: if *cow {
@@ -118,6 +123,7 @@ pub fn plan(project: &Path, loopfile: &Loopfile) -> Vec<Share> {
 
 /// Where `share` stands in `project`: a real directory (counted, links
 /// not followed), missing, or refused with the reason.
+#[allow(clippy::disallowed_methods)] // lstat and file types only, links refused and never followed; no content read
 pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -> Standing {
     // Every parent a real directory: a link on the way (`a -> ~` with
     // `a/.ssh` declared) would share whatever it leads to.
@@ -172,6 +178,7 @@ pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -
 /// the usual view does not. Only a prefix that holds an interpreter's
 /// library (`lib/python3*`) is taken: a link cannot make a home directory
 /// or `/` visible.
+#[allow(clippy::disallowed_methods)] // follows an environment's bin/ links on purpose, only to pick which interpreter prefix to show read-only; reads no content
 pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
     let mut out: Vec<std::path::PathBuf> = Vec::new();
     let Ok(items) = std::fs::read_dir(env.join("bin")) else {
@@ -205,6 +212,7 @@ pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
 }
 
 /// Whether `prefix/lib` holds a `python3*` directory.
+#[allow(clippy::disallowed_methods)] // an interpreter prefix outside the project, names only
 fn holds_python_lib(prefix: &Path) -> bool {
     std::fs::read_dir(prefix.join("lib")).is_ok_and(|items| {
         items.flatten().any(|i| {
@@ -216,6 +224,7 @@ fn holds_python_lib(prefix: &Path) -> bool {
 
 /// Whether each component of `rel` under `base` is a real directory (no
 /// link followed; an empty `rel` is).
+#[allow(clippy::disallowed_methods)] // lstat only: the check that no link is on the way
 pub fn real_dirs_on_the_way(base: &Path, rel: &Path) -> bool {
     let mut at = base.to_path_buf();
     for part in rel.components() {
@@ -272,10 +281,12 @@ pub fn caches(project: &Path) -> Vec<Cache> {
 fn caches_for(project: &Path, var: &dyn Fn(&str) -> Option<std::path::PathBuf>) -> Vec<Cache> {
     let home = var("HOME");
     let at_home = |rel: &str| home.as_ref().map(|h| h.join(rel));
-    let has = |m: &str| project.join(m).is_file();
+    let has = |m: &str| door::is_file(project, m);
     let mut out = Vec::new();
     let mut take = |path: Option<std::path::PathBuf>, env: Vec<(String, String)>, why: &str| {
         let Some(path) = path else { return };
+        // The user's own caches (from the environment), not the project's.
+        #[allow(clippy::disallowed_methods)]
         let real = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
         if real && path.is_absolute() && !out.iter().any(|c: &Cache| c.path == path) {
             out.push(Cache {
@@ -323,10 +334,10 @@ fn caches_for(project: &Path, var: &dyn Fn(&str) -> Option<std::path::PathBuf>) 
     }
     let python = has("pyproject.toml")
         || has("requirements.txt")
-        || std::fs::read_dir(project).is_ok_and(|items| {
+        || door::list(project, None).is_ok_and(|items| {
             items
-                .flatten()
-                .any(|i| i.path().join("pyvenv.cfg").is_file())
+                .iter()
+                .any(|n| door::is_file(project, format!("{n}/pyvenv.cfg")))
         });
     if python {
         let cache = var("PIP_CACHE_DIR").or_else(|| {
@@ -397,6 +408,7 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -53,6 +53,17 @@ impl Error {
         self
     }
 
+    /// A fault stopped the run (its claim could not be renewed): the task
+    /// was left interrupted, nothing decided, and may be run again.
+    pub fn is_interruption(&self) -> bool {
+        self.cause.as_ref().is_some_and(|c| {
+            matches!(
+                c.downcast_ref::<loop_core::DirectorError>(),
+                Some(loop_core::DirectorError::Interrupted(_))
+            )
+        })
+    }
+
     /// An internal failure whose message is its cause's.
     pub fn from_cause(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::internal(cause.to_string()).because(cause)

@@ -15,6 +15,7 @@
 //! solved, any other must not be a false acceptance).
 
 use crate::{Error, Quiet, Runtime};
+use loop_workspace::door;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -210,10 +211,13 @@ impl EvalReport {
 
 /// The cases of `suite`: every directory holding a `case.yaml`, by name.
 pub fn cases(suite: &Path) -> Result<Vec<PathBuf>, Error> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(suite)
-        .map_err(|e| Error::usage(format!("{}: {e}", suite.display())))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("case.yaml").is_file())
+    // Through the door: a case that is a link, or whose case.yaml is one,
+    // is not a case.
+    let mut out: Vec<PathBuf> = door::list(suite, None)
+        .map_err(|e| Error::usage(e.to_string()))?
+        .into_iter()
+        .filter(|n| door::is_file(suite, format!("{n}/case.yaml")))
+        .map(|n| suite.join(n))
         .collect();
     out.sort();
     if out.is_empty() {
@@ -228,8 +232,9 @@ pub fn cases(suite: &Path) -> Result<Vec<PathBuf>, Error> {
 /// Read `dir/case.yaml`.
 pub fn read_case(dir: &Path) -> Result<CaseFile, Error> {
     let path = dir.join("case.yaml");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+    let text = door::read_text(dir, "case.yaml", door::MAX_PROJECT_FILE)
+        .map_err(|e| Error::usage(e.to_string()))?
+        .ok_or_else(|| Error::usage(format!("{}: not there", path.display())))?;
     let json = loop_protocol::yaml::parse(&text)
         .and_then(|n| n.to_json())
         .map_err(|e| Error::usage(format!("{}:{}: {}", path.display(), e.pos, e.message)))?;
@@ -250,8 +255,8 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
     // bad one is the command's error, not twelve tasks that cannot start.
     let loopfile = match &opts.loopfile {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::usage(format!("--loopfile {}: {e}", path.display())))?;
+            let text = door::read_named_text(path, door::MAX_PROJECT_FILE)
+                .map_err(|e| Error::usage(format!("--loopfile: {e}")))?;
             crate::loopfile::Loopfile::parse(&text, &path.display().to_string())?;
             // Only the model's settings: any other section (verification,
             // exec, rules, limits, network, ...) would change what a case's
@@ -285,18 +290,23 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
         let case = read_case(&dir)?;
         // Before any case runs: a case with a Loopfile (or anything by that
         // name, a link included) is not silently given another.
-        let own = dir.join("project").join("Loopfile.yaml");
-        if loopfile.is_some() && std::fs::symlink_metadata(&own).is_ok() {
+        if loopfile.is_some()
+            && !matches!(
+                door::node(&dir, "project/Loopfile.yaml"),
+                Ok(loop_workspace::Node::Missing)
+            )
+        {
             return Err(Error::usage(format!(
                 "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
                 dir.display()
             )));
         }
         let solutions: Vec<Option<PathBuf>> = if opts.model == "scripted" {
-            let mut s: Vec<PathBuf> = std::fs::read_dir(dir.join("solutions"))
-                .map_err(|e| Error::usage(format!("{}/solutions: {e}", dir.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            let mut s: Vec<PathBuf> = door::list(&dir, Some(Path::new("solutions")))
+                .map_err(|e| Error::usage(e.to_string()))?
+                .into_iter()
+                .filter(|n| n.ends_with(".yaml"))
+                .map(|n| dir.join("solutions").join(n))
                 .collect();
             s.sort();
             if s.is_empty() {
@@ -442,8 +452,9 @@ fn run_one(
     let (contract, source) = match &job.case.contract {
         Some(rel) => {
             let path = job.dir.join(rel);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+            let text = door::read_text(&job.dir, rel, door::MAX_PROJECT_FILE)
+                .map_err(|e| Error::usage(e.to_string()))?
+                .ok_or_else(|| Error::usage(format!("{}: not there", path.display())))?;
             let c = loop_protocol::Contract::from_yaml(&text, &path.display().to_string())
                 .map_err(|e| Error::usage(e.to_string()))?;
             (c, crate::ContractSource::Given)
@@ -564,6 +575,7 @@ fn oracle(
         .join(format!("{task_id}.changes.patch"));
     // Every shipped task writes its change set, empty or not: a verified
     // task without one cannot be judged, and is not judged as unchanged.
+    #[allow(clippy::disallowed_methods)] // the change set the runtime just wrote
     let len = std::fs::metadata(&patch)
         .map_err(|e| Error::internal(format!("{}: {e}", patch.display())))?
         .len();
@@ -584,7 +596,7 @@ fn oracle(
             ));
         }
     }
-    if dir.join("oracle").is_dir() {
+    if door::is_dir(dir, "oracle") {
         copy(&dir.join("oracle"), &fresh)?;
     }
     let mut req = loop_sandbox::ExecRequest::shell(case.oracle.clone(), &fresh);

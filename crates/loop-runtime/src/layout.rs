@@ -76,8 +76,7 @@ pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
     // The top's Loopfile makes the top the project; else the nearest
     // package below it with its own (a monorepo's). A Loopfile that is a
     // link makes no project.
-    let loopfile_at =
-        |d: &Path| std::fs::symlink_metadata(d.join("Loopfile.yaml")).is_ok_and(|m| m.is_file());
+    let loopfile_at = |d: &Path| loop_workspace::door::is_file(d, "Loopfile.yaml");
     if loopfile_at(&top) {
         return Ok(top);
     }
@@ -117,8 +116,14 @@ pub fn store_url(project: &Path) -> Result<Option<(String, &'static str)>, Error
     }
     // The Loopfile is read only when it may name a store (every command
     // opens the store; most Loopfiles say nothing of it).
-    let mentions = std::fs::read_to_string(project.join("Loopfile.yaml"))
-        .is_ok_and(|t| t.lines().any(|l| l.starts_with("store:")));
+    let mentions = loop_workspace::door::read_text(
+        project,
+        "Loopfile.yaml",
+        loop_workspace::door::MAX_PROJECT_FILE,
+    )
+    .ok()
+    .flatten()
+    .is_some_and(|t| t.lines().any(|l| l.starts_with("store:")));
     if mentions && let Some(u) = crate::loopfile::Loopfile::load(project)?.store {
         // A repository does not choose where this user's credentials and
         // records go: a cloned project's Loopfile could name a server of
@@ -148,11 +153,30 @@ fn url_password(url: &str) -> Option<&str> {
 /// process (one pool); each SQLite open is a connection of its own.
 pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
     let state = project.join(".loop");
+    // The runtime's state is its own: a project (a cloned repository) that
+    // brings a `.loop` of links would send the store, the tasks or the
+    // receipts wherever they lead.
+    for rel in [
+        ".loop",
+        ".loop/loop.db",
+        ".loop/tasks",
+        ".loop/receipts",
+        ".loop/.gitignore",
+    ] {
+        if let Ok(loop_workspace::Node::Symlink(_) | loop_workspace::Node::Special(_)) =
+            loop_workspace::door::node(project, rel)
+        {
+            return Err(Error::usage(format!(
+                "{} is a link or a special file: the runtime keeps its state only in real files and directories (remove it)",
+                project.join(rel).display()
+            )));
+        }
+    }
     std::fs::create_dir_all(&state)
         .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
-    if !state.join(".gitignore").exists() {
-        std::fs::write(state.join(".gitignore"), "*\n")
-            .map_err(|e| Error::internal(format!(".loop/.gitignore: {e}")))?;
+    if !loop_workspace::door::is_file(project, ".loop/.gitignore") {
+        loop_workspace::door::write(project, ".loop/.gitignore", b"*\n")
+            .map_err(|e| Error::internal(e.to_string()))?;
     }
     match store_url(project)? {
         Some((url, from)) => {
@@ -186,6 +210,7 @@ pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<
         .map_err(|e| Error::internal(format!("{}: {e}", path.display())))
 }
 
+#[allow(clippy::disallowed_methods)] // the runtime's own records in its task directories
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
     let text =
         std::fs::read(path).map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
@@ -239,6 +264,7 @@ impl Start {
     /// can be neither resumed nor verified: the task ends in error with a
     /// receipt that says so, over an empty stand-in, and no change set
     /// (nothing of it can be applied).
+    #[allow(clippy::disallowed_methods)] // lstat of the runtime's own task workspace
     pub(crate) fn load(paths: &TaskPaths) -> Result<Start, Error> {
         let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
         if gone {
@@ -258,7 +284,9 @@ impl Start {
 /// diff and log work there); never writable.
 pub(crate) fn git_dir(origin: &Origin) -> Option<PathBuf> {
     match origin {
-        Origin::Worktree { repo, .. } => Some(repo.join(".git")).filter(|g| g.is_dir()),
+        Origin::Worktree { repo, .. } => {
+            Some(repo.join(".git")).filter(|_| loop_workspace::door::is_dir(repo, ".git"))
+        }
         Origin::Copy { .. } => None,
     }
 }
@@ -295,6 +323,7 @@ pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
 /// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
 /// and the base commit must be a commit id; a file that says otherwise is
 /// refused, naming what differs.
+#[allow(clippy::disallowed_methods)] // the runtime's own record of a task's workspace
 pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
     let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
         Error::usage(format!(
@@ -418,6 +447,7 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod root_tests {
     use super::*;
 

@@ -21,6 +21,7 @@ pub mod environments;
 pub mod error;
 pub mod eval;
 pub mod exec;
+mod host_files;
 pub mod interrupt;
 pub mod layout;
 pub mod loopfile;

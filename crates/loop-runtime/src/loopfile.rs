@@ -162,12 +162,18 @@ impl Loopfile {
     /// Read `dir/Loopfile.yaml` if it exists.
     pub fn load(dir: &Path) -> Result<Loopfile, Error> {
         let path = dir.join("Loopfile.yaml");
-        if !path.exists() {
-            return Ok(Loopfile::default());
-        }
         let origin = path.display().to_string();
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| Error::usage(format!("{origin}: {e}")))?;
+        // Through the door: a Loopfile that is a link (or a FIFO, or huge)
+        // is refused by name, never read through.
+        let Some(text) = loop_workspace::door::read_text(
+            dir,
+            "Loopfile.yaml",
+            loop_workspace::door::MAX_PROJECT_FILE,
+        )
+        .map_err(|e| Error::usage(e.to_string()))?
+        else {
+            return Ok(Loopfile::default());
+        };
         Self::parse(&text, &origin).map(|mut l| {
             l.path = Some(path);
             l
@@ -1087,6 +1093,7 @@ pub fn schema() -> serde_json::Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::Loopfile;
 

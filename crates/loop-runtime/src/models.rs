@@ -101,8 +101,11 @@ pub(crate) fn load_model(
     let checker = (!config.checker.is_empty()).then(|| redacted(chain_of(config.checker)));
     let provider: Box<dyn Model + Send> = match &spec {
         Some(ModelSpec::Scripted(path)) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
+            let text = loop_workspace::door::read_named_text(
+                Path::new(path),
+                loop_workspace::door::MAX_PROJECT_FILE,
+            )
+            .map_err(|e| Error::usage(format!("cannot read script: {e}")))?;
             Box::new(
                 ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?,
             )
@@ -146,8 +149,11 @@ pub(crate) fn load_drafter(
         return Ok(redacted(chain_of(config.drafter)));
     }
     if let Some(ModelSpec::Scripted(path)) = &parsed {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::usage(format!("cannot read script {path}: {e}")))?;
+        let text = loop_workspace::door::read_named_text(
+            Path::new(path),
+            loop_workspace::door::MAX_PROJECT_FILE,
+        )
+        .map_err(|e| Error::usage(format!("cannot read script: {e}")))?;
         let script =
             ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?;
         return Ok(redacted(Box::new(script.drafting())));

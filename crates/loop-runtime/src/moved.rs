@@ -57,6 +57,7 @@ struct Kept {
 
 /// Keep what a new task's workspace was made from, for a store that
 /// runtimes on other machines share; nothing otherwise.
+#[allow(clippy::disallowed_methods)] // the runtime's own records in a task directory
 pub(crate) fn keep_start(
     store: &dyn Store,
     task_id: &str,
@@ -259,6 +260,7 @@ pub(crate) struct Settled {
 /// Make sure the workspace here is the one the store records, bringing it
 /// there when it is not. `None` for a task whose start the store does not
 /// keep (made before it kept them): its workspace here is used as it is.
+#[allow(clippy::disallowed_methods)] // lstat of the runtime's own task directory
 pub(crate) fn settle(
     store: &dyn Store,
     project: &Path,

@@ -222,6 +222,7 @@ fn npm_hosts() -> Result<Vec<String>, String> {
 /// registry's `config.json`: its host, and the download and API hosts the
 /// file names; a git index's cache, such as an old `github.com-…`, has none
 /// and is not taken) and the sources `config.toml` names.
+#[allow(clippy::disallowed_methods)] // the user's own Cargo home, named by the environment, not the project
 fn crates_hosts() -> Result<Vec<String>, String> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
@@ -277,6 +278,7 @@ fn crates_hosts() -> Result<Vec<String>, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -113,9 +113,13 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
     };
     let tests_pass = |t: &str| {
         format!(
-            "  - id: tests\n    text: the project's test suite passes, with tests run\n    checks:\n      - run: {}\n        nonempty_tests: {}\n        timeout_secs: 900\n",
+            "  - id: tests\n    text: the project's test suite passes, with tests run\n    checks:\n      - run: {}\n{}        timeout_secs: 900\n",
             yaml_str(t),
-            counted
+            if counted {
+                "        nonempty_tests: true\n"
+            } else {
+                ""
+            }
         )
     };
     let limits =
@@ -187,7 +191,11 @@ pub fn init(project: &Path, pattern: Option<&str>, force: bool) -> Result<InitRe
     let checks = crate::stacks::project_checks(project, &loopfile.verification);
     let shares = crate::environments::plan(project, &loopfile);
     let path = project.join("Loopfile.yaml");
-    let written = if path.exists() && !force {
+    let there = !matches!(
+        loop_workspace::door::node(project, "Loopfile.yaml"),
+        Ok(loop_workspace::Node::Missing)
+    );
+    let written = if there && !force {
         if pattern.is_none() {
             return Err(Error::usage(format!(
                 "{} exists: keep it, or write a new one with --force",
@@ -199,8 +207,8 @@ pub fn init(project: &Path, pattern: Option<&str>, force: bool) -> Result<InitRe
         let text = loopfile_text(&checks, &shares);
         // What is written must read back.
         crate::loopfile::Loopfile::parse(&text, "the written Loopfile")?;
-        std::fs::write(&path, text)
-            .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+        loop_workspace::door::write(project, "Loopfile.yaml", text.as_bytes())
+            .map_err(|e| Error::usage(e.to_string()))?;
         Some(path)
     };
     let mut pattern_files_written = Vec::new();
@@ -208,19 +216,22 @@ pub fn init(project: &Path, pattern: Option<&str>, force: bool) -> Result<InitRe
         let (skill, contract) = pattern_files(name, &checks)?;
         loop_protocol::Contract::from_yaml(&contract, &format!("the {name} template"))
             .map_err(|e| Error::internal(e.to_string()))?;
-        let dir = project.join(PATTERNS_DIR).join(name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::usage(format!("{}: {e}", dir.display())))?;
+        let dir = Path::new(PATTERNS_DIR).join(name);
         for (file, text) in [("SKILL.md", skill), ("contract.yaml", contract)] {
-            let at = dir.join(file);
-            if at.exists() && !force {
+            let rel = dir.join(file);
+            let at = project.join(&rel);
+            if !matches!(
+                loop_workspace::door::node(project, &rel),
+                Ok(loop_workspace::Node::Missing)
+            ) && !force
+            {
                 return Err(Error::usage(format!(
                     "{} exists: keep it, or write it again with --force",
                     at.display()
                 )));
             }
-            std::fs::write(&at, text)
-                .map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
+            loop_workspace::door::write(project, &rel, text.as_bytes())
+                .map_err(|e| Error::usage(e.to_string()))?;
             pattern_files_written.push(at);
         }
     }
@@ -242,21 +253,32 @@ pub fn load(project: &Path, name: &str) -> Result<(loop_protocol::Contract, Stri
     {
         return Err(Error::usage(format!("`{name}` is not a pattern name")));
     }
-    let dir = project.join(PATTERNS_DIR).join(name);
+    // Through the door: a link in a pattern (its directory, SKILL.md or
+    // contract.yaml) is refused by name, never read through.
+    use loop_workspace::door;
+    let dir = Path::new(PATTERNS_DIR).join(name);
     let contract_path = dir.join("contract.yaml");
-    let text = std::fs::read_to_string(&contract_path).map_err(|e| {
-        Error::usage(format!(
-            "pattern `{name}`: {} ({e}); write it with `loop init --pattern {name}`",
-            contract_path.display()
-        ))
-    })?;
-    let contract = loop_protocol::Contract::from_yaml(&text, &contract_path.display().to_string())
-        .map_err(|e| Error::usage(e.to_string()))?;
-    let skill = std::fs::read_to_string(dir.join("SKILL.md")).unwrap_or_default();
+    let text = door::read_text(project, &contract_path, door::MAX_PROJECT_FILE)
+        .map_err(|e| Error::usage(format!("pattern `{name}`: {e}")))?
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "pattern `{name}`: {} is not there; write it with `loop init --pattern {name}`",
+                project.join(&contract_path).display()
+            ))
+        })?;
+    let contract = loop_protocol::Contract::from_yaml(
+        &text,
+        &project.join(&contract_path).display().to_string(),
+    )
+    .map_err(|e| Error::usage(e.to_string()))?;
+    let skill = door::read_text(project, dir.join("SKILL.md"), door::MAX_PROJECT_FILE)
+        .map_err(|e| Error::usage(format!("pattern `{name}`: {e}")))?
+        .unwrap_or_default();
     Ok((contract, skill))
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

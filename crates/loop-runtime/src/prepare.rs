@@ -20,6 +20,7 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
 /// [`submit`]; with `claim`, the task is claimed for this process the
 /// moment it is stored, so no other process ever finds it unclaimed
 /// between its submission and its run here.
+#[allow(clippy::disallowed_methods)] // lstat of workspace names and existence in shared environments (no content read)
 pub(crate) fn submit_claimed(
     req: &TaskRequest,
     observer: &mut dyn crate::Observer,
@@ -265,6 +266,26 @@ fn settle_contract(
             .verify(c, &sha, 0)
             .map_err(Error::from_cause)
     };
+    // The same checks with no project at all: an empty directory, no
+    // shared environments, the same sandbox otherwise.
+    let empty_dir = task_dir.join("empty-workspace");
+    let mut empty = |c: &loop_protocol::Contract| {
+        let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
+        let _ = loop_workspace::remove_tree(&empty_dir);
+        std::fs::create_dir_all(&empty_dir)
+            .map_err(|e| Error::internal(format!("empty workspace: {e}")))?;
+        let mut sandbox = sandbox.clone();
+        sandbox.shares.clear();
+        sandbox.deadline = std::time::Instant::now().checked_add(std::time::Duration::from_secs(
+            req.contract.limits.timeout_secs,
+        ));
+        let report = SnapshotVerifier::new(&empty_dir, &scratch)
+            .with_sandbox(sandbox)
+            .verify(c, &sha, 0)
+            .map_err(Error::from_cause);
+        let _ = loop_workspace::remove_tree(&empty_dir);
+        report
+    };
     let (mut contract, drafting, checks) = match req.source {
         crate::ContractSource::Draft { accept } => {
             // Detected in the project: its untracked venv is only there.
@@ -276,7 +297,7 @@ fn settle_contract(
                 task_dir,
                 &stack,
                 accept,
-                &mut baseline,
+                (&mut baseline, &mut empty),
                 observer,
             )?;
             (c, Some(d), k)
@@ -327,9 +348,7 @@ fn draft_contract(
     task_dir: &Path,
     stack: &[crate::stacks::StackCheck],
     accept: bool,
-    baseline: &mut dyn FnMut(
-        &loop_protocol::Contract,
-    ) -> Result<loop_protocol::VerificationReport, Error>,
+    (baseline, empty): (&mut crate::draft::Runner<'_>, &mut crate::draft::Runner<'_>),
     observer: &mut dyn crate::Observer,
 ) -> Result<crate::draft::Drafted, Error> {
     let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
@@ -346,6 +365,7 @@ fn draft_contract(
             present,
             policy: &policy,
             baseline,
+            empty,
             accept,
             draft_file: &task_dir.join("draft.json"),
             guidance: &crate::request::read_guidance(workspace),
@@ -379,6 +399,7 @@ fn draft_contract(
 /// on, and its digest taken (the receipt says which dependency set the
 /// result was verified against; for a copy-on-write share, the build
 /// outputs the task started from).
+#[allow(clippy::disallowed_methods)] // lstat only (no link followed): whether a setup output's place is free in the task's workspace
 fn share_environments(
     project: &Path,
     workspace: &Path,

@@ -91,6 +91,7 @@ fn tests_collected(project: &Path, command: &str) -> (bool, String) {
 /// The readiness of `project`: the Loopfile validates; the test command
 /// runs and collects tests; the protected paths exist; a budget is set;
 /// isolation is enforced here; the signing key exists.
+#[allow(clippy::disallowed_methods)] // existence of the user's own signing key and store
 pub fn readiness(project: &Path) -> Readiness {
     let mut points = Vec::new();
     let loopfile = crate::loopfile::Loopfile::load(project);
@@ -248,6 +249,7 @@ pub struct Recorded {
 
 /// The cost of runs of `project` with `model` (else the Loopfile's maker),
 /// `runs_per_month` of them.
+#[allow(clippy::disallowed_methods)] // existence of the runtime's own store file
 pub fn cost(
     runtime: &crate::Runtime,
     model: Option<&str>,

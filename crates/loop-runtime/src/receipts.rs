@@ -39,6 +39,10 @@ pub struct ReceiptCheck {
     pub trusted: TrustedKey,
     /// Keys revoked by trusted addenda beside the receipt.
     pub revoked_by_addenda: Vec<String>,
+    /// Addenda beside it that count for nothing (another receipt's, not
+    /// signed by a trusted key, not addenda), each with why: said, never
+    /// silently ignored.
+    pub stray_addenda: Vec<String>,
     /// A valid signature by a key revoked (on this machine, or by an
     /// addendum): the receipt does not hold.
     pub revoked_signer: Option<String>,
@@ -96,7 +100,10 @@ pub fn verify_with(
     if let Ok(Some(k)) = KeyPair::existing() {
         keys.push(k.public());
     }
-    let revoked_by_addenda = loop_receipt::revoked_by_addenda(receipt, &keys);
+    let loop_receipt::Addenda {
+        revoked: revoked_by_addenda,
+        stray: stray_addenda,
+    } = loop_receipt::addenda(receipt, &keys);
     let revoked_signer = match &report.signature {
         SignatureStatus::Valid { keyid }
             if KeyPair::revoked().contains(keyid) || revoked_by_addenda.contains(keyid) =>
@@ -123,6 +130,7 @@ pub fn verify_with(
         report,
         trusted,
         revoked_by_addenda,
+        stray_addenda,
         revoked_signer,
         intact,
         verified,

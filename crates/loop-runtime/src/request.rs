@@ -134,15 +134,14 @@ pub fn read_guidance(workspace: &std::path::Path) -> Vec<(String, String)> {
     use std::io::Read;
     let mut out = Vec::new();
     for name in GUIDANCE_FILES {
-        let path = workspace.join(name);
-        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
-        if !regular {
+        // Through the door: no link followed, no FIFO opened.
+        let Ok(loop_workspace::Node::File { file, .. }) =
+            loop_workspace::door::node(workspace, name)
+        else {
             continue;
-        }
+        };
         let mut bytes = Vec::new();
-        if let Ok(f) = std::fs::File::open(&path) {
-            let _ = f.take(64 * 1024).read_to_end(&mut bytes);
-        }
+        let _ = file.take(64 * 1024).read_to_end(&mut bytes);
         let text = String::from_utf8_lossy(&bytes).to_string();
         if !text.trim().is_empty() {
             out.push((name.to_string(), text));

@@ -92,27 +92,26 @@ fn keyed_on(workspace: &Path, section: &SetupSection) -> Result<Vec<KeyedFile>, 
     };
     let mut out = Vec::new();
     for name in names {
-        let path = workspace.join(&name);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_file() => {
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| Error::internal(format!("setup key `{name}`: {e}")))?;
+        // Through the door: a key that is a link, a FIFO or on a link's
+        // way is refused, never read through.
+        match loop_workspace::door::read(workspace, &name, 256 << 20) {
+            Ok(Some(bytes)) => {
                 out.push(KeyedFile {
                     path: name,
                     sha256: loop_protocol::hash::sha256_hex(&bytes),
                 });
             }
-            Ok(_) => {
+            Err(e) => {
                 return Err(Error::usage(format!(
-                    "setup key `{name}` is not a regular file in the task's workspace"
+                    "setup key `{name}` is not a regular file in the task's workspace: {e}"
                 )));
             }
-            Err(_) if declared => {
+            Ok(None) if declared => {
                 return Err(Error::usage(format!(
                     "setup key `{name}` is not in the task's workspace (is it committed?)"
                 )));
             }
-            Err(_) => {}
+            Ok(None) => {}
         }
     }
     Ok(out)
@@ -179,6 +178,7 @@ fn key_of(
 /// What `setup:` gives a task whose workspace is `workspace`: the cached
 /// layer of the same key, or the steps run now and their outputs made the
 /// layer. `None` without a `setup:` section.
+#[allow(clippy::disallowed_methods)] // the runtime's own setup layers
 pub fn provide(
     project: &Path,
     workspace: &Path,
@@ -309,6 +309,7 @@ pub fn provide(
 
 /// Move the outputs from the workspace into `staging/tree`, check that the
 /// steps changed none of the project's files, and take each output's root.
+#[allow(clippy::disallowed_methods)] // lstat only: an output's place in the task's workspace, its content hashed by Manifest (no link followed)
 fn make_layer(
     workspace: &Path,
     staging: &Path,
@@ -374,6 +375,7 @@ fn provided(project: &Path, layer: &Path, mut record: SetupRecord, reused: bool)
 
 /// A complete layer's record: every output there with the content root it
 /// was made with (a layer without them is not a layer).
+#[allow(clippy::disallowed_methods)] // the runtime's own setup layer record
 fn read_layer(layer: &Path) -> Option<SetupRecord> {
     let text = std::fs::read(layer.join("layer.json")).ok()?;
     let record: SetupRecord = serde_json::from_slice(&text).ok()?;
@@ -389,6 +391,7 @@ fn read_layer(layer: &Path) -> Option<SetupRecord> {
 /// One step in the sandbox: the workspace writable, the project's
 /// default protections read-only, the toolchain caches readable, only
 /// the setup hosts reachable.
+#[allow(clippy::disallowed_methods)] // names only, of the runtime's own directories
 fn run_step(
     project: &Path,
     workspace: &Path,
@@ -436,6 +439,7 @@ fn run_step(
 }
 
 /// Top-level names in `dir`.
+#[allow(clippy::disallowed_methods)] // names only, of the runtime's own directories
 fn top_level(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|items| {

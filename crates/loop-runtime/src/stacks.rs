@@ -58,22 +58,24 @@ pub const ENVIRONMENTS: &[(&str, &str, bool, &str)] = &[
 ];
 
 fn has(dir: &Path, name: &str) -> bool {
-    dir.join(name).is_file()
+    loop_workspace::door::is_file(dir, name)
 }
 
 fn text(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+    loop_workspace::door::read_text(dir, name, loop_workspace::door::MAX_PROJECT_FILE)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// A top-level Python virtual environment of `dir` (a directory holding
 /// `pyvenv.cfg`), by name.
 pub fn venv(dir: &Path) -> Option<String> {
-    let mut found: Vec<String> = std::fs::read_dir(dir)
+    let mut found: Vec<String> = loop_workspace::door::list(dir, None)
         .ok()?
-        .flatten()
-        .filter(|i| i.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|i| i.path().join("pyvenv.cfg").is_file())
-        .filter_map(|i| i.file_name().to_str().map(str::to_string))
+        .into_iter()
+        .filter(|n| loop_workspace::door::is_dir(dir, n))
+        .filter(|n| loop_workspace::door::is_file(dir, format!("{n}/pyvenv.cfg")))
         .filter(|n| {
             n.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
@@ -86,12 +88,11 @@ pub fn venv(dir: &Path) -> Option<String> {
 /// Whether `dir` looks like a Python project: a project file, a
 /// requirements file, or Python tests at the top or in `tests/`.
 fn python_project(dir: &Path) -> bool {
-    let named_test = |d: &Path| {
-        std::fs::read_dir(d).is_ok_and(|items| {
-            items.flatten().any(|i| {
-                let n = i.file_name().to_string_lossy().to_string();
-                (n.starts_with("test_") && n.ends_with(".py")) || n.ends_with("_test.py")
-            })
+    let named_test = |sub: Option<&Path>| {
+        loop_workspace::door::list(dir, sub).is_ok_and(|items| {
+            items
+                .iter()
+                .any(|n| (n.starts_with("test_") && n.ends_with(".py")) || n.ends_with("_test.py"))
         })
     };
     [
@@ -102,8 +103,8 @@ fn python_project(dir: &Path) -> bool {
     ]
     .iter()
     .any(|m| has(dir, m))
-        || named_test(dir)
-        || named_test(&dir.join("tests"))
+        || named_test(None)
+        || named_test(Some(Path::new("tests")))
 }
 
 /// The project's checks: those the Loopfile's `verification:` declares
@@ -160,7 +161,13 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
         .any(|f| text(dir, f).contains("pytest"))
             || has(dir, "pytest.ini")
             || has(dir, "conftest.py");
-        let installed = venv(dir).is_some_and(|v| dir.join(&v).join("bin/pytest").is_file());
+        let installed = venv(dir).is_some_and(|v| {
+            // A venv's entry points are links or scripts: existence only.
+            !matches!(
+                loop_workspace::door::node(dir, format!("{v}/bin/pytest")),
+                Ok(loop_workspace::Node::Missing) | Err(_)
+            )
+        });
         if declared || installed {
             add(
                 "python",
@@ -264,6 +271,7 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -270,6 +270,8 @@ pub enum Refusal {
     Misconfigured(String),
     /// Authentic, and nothing to do (GitHub's `ping`).
     Ignored(String),
+    /// Authentic, but over the trigger's rate: nothing taken.
+    RateLimited,
 }
 
 /// Check `body` against its headers as `hook` signs; the delivery id and
@@ -349,6 +351,7 @@ impl Runtime {
         name: &str,
         header: &dyn Fn(&str) -> Option<String>,
         body: &[u8],
+        admit: &mut dyn FnMut() -> bool,
     ) -> Result<Result<String, Refusal>, Error> {
         let loopfile = crate::loopfile::Loopfile::load(self.project())?;
         let Some(t) = loopfile.triggers.iter().find(|t| t.name == name) else {
@@ -378,6 +381,11 @@ impl Runtime {
         // GitHub's ping (sent when the hook is made) starts nothing.
         if event.as_deref() == Some("ping") {
             return Ok(Err(Refusal::Ignored("ping".into())));
+        }
+        // Only an authentic delivery spends the trigger's rate: junk
+        // cannot lock its real sender out.
+        if !admit() {
+            return Ok(Err(Refusal::RateLimited));
         }
         // Taken once: by its id, and by its signature (the same request
         // under a new id is the same request).
@@ -570,6 +578,7 @@ impl Runtime {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 
@@ -660,6 +669,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod loopfile_tests {
     #[test]
     fn bad_triggers_are_named_with_their_place() {
@@ -809,6 +819,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod schedule_tests {
     use super::{Schedule, civil_from_days};
 

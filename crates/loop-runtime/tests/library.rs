@@ -2,7 +2,7 @@
 //! from request to a verified, signed receipt through the API alone, and a
 //! task whose process was killed midway (this test binary, re-run as a
 //! child that SIGKILLs itself on an event) is resumed to the same end.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_protocol::{Contract, Event, OutcomeKind};

@@ -130,6 +130,7 @@ impl Captured {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -127,6 +127,7 @@ pub fn vars(host_path: &str, workspace: &Path, hook_dir: &Path) -> Vec<(String, 
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -730,6 +730,7 @@ pub(crate) unsafe fn send_listener(pair: RawFd) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -29,6 +29,7 @@
 //!
 //! What was enforced is reported in [`Isolation`], layer by layer. With
 //! [`IsolationLevel::Required`] a missing layer fails closed, naming it.
+#![allow(clippy::disallowed_methods)] // the sandbox's internals: host trees, /proc, cgroups and its own private directories, never a project's files (workspace content is read by the runtime through loop_workspace::door)
 
 mod capture;
 mod cgroup;
@@ -1831,6 +1832,7 @@ fn kill_group(pgid: libc::pid_t) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod transient {
     use super::SandboxError;
 

@@ -111,6 +111,7 @@ pub fn is_terminal(fd: &impl AsRawFd) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use std::io::Read;

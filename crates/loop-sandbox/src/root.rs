@@ -671,6 +671,7 @@ impl Builder<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

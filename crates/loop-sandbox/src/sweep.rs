@@ -86,6 +86,7 @@ pub fn sweep(tmp: &Path) -> Swept {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -1,7 +1,7 @@
 //! Declared egress: a command without network reaches an allowed host
 //! through the runtime's proxy and nothing else; every attempt is
 //! reported, the refused ones naming the list.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_sandbox::egress::Egress;

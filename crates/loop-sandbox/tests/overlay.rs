@@ -1,5 +1,5 @@
 //! Overlay views: a command writes through an overlay; the workspace never changes.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_sandbox::{ExecRequest, overlay_available, run};

@@ -264,6 +264,7 @@ pub(crate) struct NewTask {
 /// A model spec the API accepts, as the runtime is to read it: a file a
 /// script or recording is read from must be inside the project (a
 /// relative path is the project's, made absolute).
+#[allow(clippy::disallowed_methods)] // canonical path equal to the joined one: no link on the way; existence only
 fn allowed_model(rt: &Runtime, spec: &str) -> Result<String, ApiError> {
     let Some((provider, rest)) = spec.split_once(':') else {
         return Err(ApiError::bad_request(format!(
@@ -1062,7 +1063,7 @@ async fn receipt(
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
         let path = receipt_of(&t)?;
-        let bytes = std::fs::read(&path).map_err(|e| {
+        let bytes = loop_receipt::read::read_regular(&path, 64 << 20).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -1281,15 +1282,38 @@ async fn settle(
 /// delivery taken is a task started, a replay is refused.
 async fn hook(
     State(s): State<AppState>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     use loop_runtime::triggers::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    // Before any work: a trigger takes at most --rate deliveries a minute.
-    s.check_rate(&format!("hook:{name}"))?;
+    let peer = peer.ip();
+    // A peer that keeps failing is answered before any work; what it
+    // sends is never a key of any table.
+    let allowed = s.rate_per_minute.saturating_mul(4).max(100);
+    if s.peer_failures().blocked(peer, allowed) {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "too many failed deliveries from this address in a minute",
+        ));
+    }
+    let fail = |s: &AppState| s.peer_failures().fail(peer);
+    // A trigger's name is short and plain (the Loopfile's rule); anything
+    // else is no trigger, answered without looking further.
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        fail(&s);
+        return Err(ApiError::not_found("webhook trigger"));
+    }
     let rt = s.runtime.clone();
+    let rates = s.clone();
     let lookup: Vec<(String, String)> = headers
         .iter()
         .filter_map(|(k, v)| {
@@ -1304,14 +1328,19 @@ async fn hook(
         let header = |k: &str| lookup.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         // What went wrong inside is for the server's log, not for whoever
         // sent the request.
-        rt.take_delivery(&hook_name, &header, &body).map_err(|e| {
-            tracing::warn!("webhook `{hook_name}`: {}", e.message);
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "misconfigured",
-                "this trigger cannot take deliveries now (see the server's log)",
-            )
-        })
+        // A trigger takes at most --rate deliveries a minute, counted only
+        // once a delivery proved authentic.
+        let key = format!("hook:{hook_name}");
+        let mut admit = || rates.check_rate(&key).is_ok();
+        rt.take_delivery(&hook_name, &header, &body, &mut admit)
+            .map_err(|e| {
+                tracing::warn!("webhook `{hook_name}`: {}", e.message);
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "misconfigured",
+                    "this trigger cannot take deliveries now (see the server's log)",
+                )
+            })
     })
     .await?;
     match taken {
@@ -1323,11 +1352,23 @@ async fn hook(
                 Json(json!({"id": id, "trigger": name})),
             ))
         }
-        Err(Refusal::Unknown) => Err(ApiError::not_found(&format!("webhook trigger `{name}`"))),
+        Err(Refusal::Unknown) => {
+            fail(&s);
+            Err(ApiError::not_found(&format!("webhook trigger `{name}`")))
+        }
         Err(Refusal::Unauthenticated(why)) => {
+            fail(&s);
             s.metrics.refused.fetch_add(1, Ordering::Relaxed);
             Err(ApiError::unauthorized(&why))
         }
+        Err(Refusal::RateLimited) => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!(
+                "trigger `{name}` took {} deliveries this minute",
+                s.rate_per_minute
+            ),
+        )),
         Err(Refusal::Replayed(d)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "replayed",
@@ -1349,6 +1390,7 @@ async fn hook(
 /// verifications' time, and the server's own counters.
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    let admin = caller.scope >= Scope::Admin;
     let rt = s.runtime.clone();
     let m = s.metrics.clone();
     let tallies = s.tallies.clone();
@@ -1385,15 +1427,22 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
              # HELP loop_tokens_total Tokens charged.\n# TYPE loop_tokens_total counter\nloop_tokens_total {tokens}\n\
              # HELP loop_usd_total Dollars charged.\n# TYPE loop_usd_total counter\nloop_usd_total {usd}\n\
              # HELP loop_verification_seconds Time verification passes took.\n# TYPE loop_verification_seconds summary\n\
-             loop_verification_seconds_sum {}\nloop_verification_seconds_count {verifications}\n\
-             # HELP loop_http_requests_total Authenticated-route requests.\n# TYPE loop_http_requests_total counter\nloop_http_requests_total {}\n\
+             loop_verification_seconds_sum {}\nloop_verification_seconds_count {verifications}\n",
+            verify_ms as f64 / 1000.0,
+        ));
+        // The server's own figures count every owner's activity: an
+        // `admin` token's only.
+        if !admin {
+            return Ok(out);
+        }
+        out.push_str(&format!(
+            "# HELP loop_http_requests_total Authenticated-route requests.\n# TYPE loop_http_requests_total counter\nloop_http_requests_total {}\n\
              # HELP loop_http_refused_total Requests refused for want of a valid token.\n# TYPE loop_http_refused_total counter\nloop_http_refused_total {}\n\
              # HELP loop_api_tasks_started_total Tasks started through the API.\n# TYPE loop_api_tasks_started_total counter\nloop_api_tasks_started_total {}\n\
              # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n\
              # HELP loop_server_tasks_waiting Tasks waiting for a place to run here.\n# TYPE loop_server_tasks_waiting gauge\nloop_server_tasks_waiting {queued}\n\
              # HELP loop_server_tasks_running Tasks running here now.\n# TYPE loop_server_tasks_running gauge\nloop_server_tasks_running {running}\n\
              # HELP loop_server_event_readers Readers of the store feeding event streams (one per watched task).\n# TYPE loop_server_event_readers gauge\nloop_server_event_readers {watched}\n",
-            verify_ms as f64 / 1000.0,
             m.requests.load(Ordering::Relaxed),
             m.refused.load(Ordering::Relaxed),
             m.tasks_started.load(Ordering::Relaxed),

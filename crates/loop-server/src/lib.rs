@@ -57,6 +57,8 @@ pub struct AppState {
     runtime: Runtime,
     limits: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
     rate_per_minute: u32,
+    /// Unauthenticated failures per peer address (a fixed-size table).
+    failures: Arc<Mutex<PeerFailures>>,
     metrics: Arc<Metrics>,
     /// The last readiness probe (a sandboxed `true`), kept 30 s so the
     /// unauthenticated probe cannot be made to spawn processes at will.
@@ -69,6 +71,59 @@ pub struct AppState {
     pool: pool::Pool,
     /// What each task has used, kept while its record does not change.
     tallies: api::Tallies,
+}
+
+/// Unauthenticated failures (a webhook name nobody configured, a signature
+/// that does not hold) per peer address, in a table of at most
+/// [`PeerFailures::CAP`] addresses: a peer past its allowance in the
+/// current minute is answered 429 before any work. Nothing else an
+/// unauthenticated request sends (a name, a header) is kept.
+#[derive(Debug, Default)]
+pub(crate) struct PeerFailures {
+    by_peer: HashMap<std::net::IpAddr, (Instant, u32)>,
+}
+
+impl PeerFailures {
+    /// Addresses kept at most.
+    pub(crate) const CAP: usize = 4096;
+
+    /// Whether `peer` has had more than `allowed` failures this minute.
+    pub(crate) fn blocked(&self, peer: std::net::IpAddr, allowed: u32) -> bool {
+        self.by_peer
+            .get(&peer)
+            .is_some_and(|(at, n)| at.elapsed() < Duration::from_secs(60) && *n > allowed)
+    }
+
+    /// Count a failure of `peer`.
+    pub(crate) fn fail(&mut self, peer: std::net::IpAddr) {
+        let now = Instant::now();
+        if self.by_peer.len() >= Self::CAP && !self.by_peer.contains_key(&peer) {
+            self.by_peer
+                .retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(60));
+            if self.by_peer.len() >= Self::CAP {
+                // Full of peers failing right now: the oldest window goes.
+                if let Some(oldest) = self
+                    .by_peer
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(k, _)| *k)
+                {
+                    self.by_peer.remove(&oldest);
+                }
+            }
+        }
+        let slot = self.by_peer.entry(peer).or_insert((now, 0));
+        if now.duration_since(slot.0) >= Duration::from_secs(60) {
+            *slot = (now, 0);
+        }
+        slot.1 = slot.1.saturating_add(1);
+    }
+
+    /// Addresses held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_peer.len()
+    }
 }
 
 /// Counters `/metrics` reports beside what the store says.
@@ -115,6 +170,7 @@ impl AppState {
             runtime,
             limits: Arc::default(),
             rate_per_minute,
+            failures: Arc::default(),
             metrics: Arc::default(),
             ready: Arc::default(),
             drafts: Arc::default(),
@@ -170,6 +226,13 @@ impl AppState {
         }
         self.check_rate(&caller.token_id)?;
         Ok(caller)
+    }
+
+    /// The unauthenticated-failure table.
+    pub(crate) fn peer_failures(&self) -> std::sync::MutexGuard<'_, PeerFailures> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A fixed window of one minute per token.
@@ -268,7 +331,19 @@ pub fn router(state: AppState) -> axum::Router {
         .fallback(no_route)
         .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(axum::middleware::from_fn(no_store))
         .with_state(state)
+}
+
+/// Every answer holds task data or a token's view of it: no cache (a
+/// browser's, a proxy's) keeps one.
+async fn no_store(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut r = next.run(req).await;
+    r.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    r
 }
 
 /// A request that takes more than 60 s is answered 503 (an event stream,
@@ -336,7 +411,11 @@ pub async fn serve_on(
     tokio::spawn(api::schedules(state.clone()));
     tokio::spawn(give_back_memory());
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+    let server = axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
         let mut rx = rx;
         let _ = rx.wait_for(|stop| *stop).await;
     });
@@ -425,4 +504,28 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
     // not waited for: the process ends, its tasks stay resumable.
     rt.shutdown_background();
     served
+}
+
+#[cfg(test)]
+mod peer_failures {
+    use super::PeerFailures;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn a_peer_past_its_allowance_is_blocked_and_the_table_never_outgrows_its_cap() {
+        let mut f = PeerFailures::default();
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        for _ in 0..3 {
+            f.fail(a);
+        }
+        assert!(!f.blocked(a, 3));
+        f.fail(a);
+        assert!(f.blocked(a, 3));
+        assert!(!f.blocked(b, 3), "another address is not blocked");
+        for i in 0..(PeerFailures::CAP as u128 + 500) {
+            f.fail(IpAddr::V6(Ipv6Addr::from(i)));
+        }
+        assert!(f.len() <= PeerFailures::CAP, "{}", f.len());
+    }
 }

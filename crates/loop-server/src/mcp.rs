@@ -450,7 +450,8 @@ impl LoopMcp {
                 api::blocking(move || {
                     let t = api::visible(&rt, &caller, &id)?;
                     let path = api::receipt_of(&t)?;
-                    std::fs::read_to_string(&path)
+                    loop_receipt::read::read_regular(&path, 64 << 20)
+                        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
                         .map(|text| ("application/json".to_string(), text))
                         .map_err(|e| {
                             ApiError::new(
@@ -693,14 +694,58 @@ pub fn http_service(
     )
 }
 
+/// The largest body `/mcp` reads, as every other route.
+const MAX_BODY: u64 = 1 << 20;
+
 /// Every MCP request over HTTP needs a bearer token, as the API's routes
 /// do: its caller goes with the request to the tools.
 pub async fn authenticate(
     axum::extract::State(state): axum::extract::State<AppState>,
-    mut req: axum::extract::Request,
+    req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
+    // The MCP specification asks a server to validate `Origin`: a page of
+    // another origin (a rebound name included) is refused; clients that
+    // are no browser send none.
+    if let Some(origin) = req.headers().get(axum::http::header::ORIGIN) {
+        let host = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let origin_host = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .map(|(_, h)| h.trim_end_matches('/'));
+        if origin_host.is_none() || origin_host != host {
+            return ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                "this origin may not call /mcp (only the server's own, or a client that sends none)",
+            )
+            .into_response();
+        }
+    }
+    // One body limit for the whole server (1 MiB), /mcp included.
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the body is over 1 MiB",
+        )
+        .into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let mut req = axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY as usize)),
+    );
     match state.caller(req.headers(), Scope::Read).await {
         Ok(caller) => {
             req.extensions_mut().insert(caller);

@@ -18,7 +18,15 @@ const IDLE: Duration = Duration::from_secs(30);
 struct Job {
     id: String,
     extension: Option<loop_core::Extension>,
+    /// Runs a fault interrupted so far (see [`RETRIES`]).
+    retries: u32,
 }
+
+/// How often a task a fault interrupted (its store unreachable, its claim
+/// not renewable) is run again here, 5 s after the first time and twice as
+/// long each time after; past that it waits, interrupted, for a person or
+/// the next server.
+const RETRIES: u32 = 6;
 
 #[derive(Default)]
 struct Queue {
@@ -149,12 +157,21 @@ impl Pool {
     }
 
     fn run_here(&self, id: String, extension: Option<loop_core::Extension>) {
+        self.push(Job {
+            id,
+            extension,
+            retries: 0,
+        });
+    }
+
+    /// Queue `job` here, with a worker for it when a place is free.
+    fn push(&self, job: Job) {
         let mut q = self.lock();
-        let held = q.running.contains(&id) || q.waiting.iter().any(|j| j.id == id);
-        if extension.is_none() && held {
+        let held = q.running.contains(&job.id) || q.waiting.iter().any(|j| j.id == job.id);
+        if job.extension.is_none() && held {
             return;
         }
-        q.waiting.push_back(Job { id, extension });
+        q.waiting.push_back(job);
         let idle = q.workers.saturating_sub(q.running.len());
         if idle < q.waiting.len() && q.workers < self.inner.jobs {
             let inner = self.inner.clone();
@@ -199,7 +216,7 @@ impl Pool {
 
 /// A worker: run waiting tasks one after another; end when none has come
 /// for a while.
-fn work(inner: &Inner) {
+fn work(inner: &Arc<Inner>) {
     loop {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -231,14 +248,50 @@ fn work(inner: &Inner) {
                     .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
                 None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
             }));
-        match result {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!("task {}: {}", job.id, e.message),
-            Err(_) => tracing::error!("task {}: its run panicked", job.id),
-        }
+        let again = match result {
+            Ok(Ok(_)) => false,
+            Ok(Err(e)) if e.is_interruption() && job.retries < RETRIES => {
+                tracing::warn!(
+                    "task {}: {} (it runs again here in {} s)",
+                    job.id,
+                    e.message,
+                    5u64 << job.retries
+                );
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!("task {}: {}", job.id, e.message);
+                false
+            }
+            Err(_) => {
+                tracing::error!("task {}: its run panicked", job.id);
+                false
+            }
+        };
         let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
         q.running.remove(&job.id);
         drop(q);
+        if again {
+            // Not decided, only interrupted: once the fault may have
+            // passed, it runs on from its record.
+            let pool = Pool {
+                inner: inner.clone(),
+            };
+            let (id, retries) = (job.id.clone(), job.retries + 1);
+            let spawned = std::thread::Builder::new()
+                .name("loop retry".into())
+                .spawn(move || {
+                    std::thread::sleep(Duration::from_secs(5u64 << (retries - 1)));
+                    pool.push(Job {
+                        id,
+                        extension: None,
+                        retries,
+                    });
+                });
+            if let Err(e) = spawned {
+                tracing::error!("task {}: cannot schedule its next run: {e}", job.id);
+            }
+        }
         // A job of the same task may have waited for this one to end.
         inner.ready.notify_one();
     }

@@ -264,6 +264,7 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
     })
 }
 
+#[allow(clippy::disallowed_methods)] // the kernel's host name (/proc)
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

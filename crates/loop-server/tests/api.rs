@@ -5,7 +5,7 @@
 //! from the CLI is seen by an admin token), its events stream with
 //! `Last-Event-ID` resume, and the limits hold (rate, body size, a script
 //! outside the project).
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_runtime::Runtime;
@@ -904,7 +904,13 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
             "{v}"
         );
     }
+    // The server's own figures are an admin's: alice sees her tasks only.
     let (_, body) = call(&s, "get", "/metrics", Some(&alice), None);
+    assert!(!body.contains("loop_server_tasks_waiting"), "{body}");
+    assert!(!body.contains("loop_http_requests_total"), "{body}");
+    assert!(body.contains("loop_tasks{"), "{body}");
+    let admin = token(&s, "root", Scope::Admin);
+    let (_, body) = call(&s, "get", "/metrics", Some(&admin), None);
     assert!(body.contains("loop_server_tasks_waiting 2\n"), "{body}");
     assert!(body.contains("loop_server_tasks_running 1\n"), "{body}");
     // Pages, newest first.
@@ -1068,8 +1074,9 @@ fn many_watchers_of_one_task_get_every_event_from_one_reader() {
     assert_eq!(seen.into_iter().next().flatten(), Some(n - 1));
     // Nobody watches now: the reader has stopped.
     let start = Instant::now();
+    let admin = token(&s, "root", Scope::Admin);
     loop {
-        let (_, body) = call(&s, "get", "/metrics", Some(&alice), None);
+        let (_, body) = call(&s, "get", "/metrics", Some(&admin), None);
         if body.contains("loop_server_event_readers 0\n") {
             break;
         }
@@ -1169,4 +1176,72 @@ fn a_task_given_more_budget_while_the_server_is_full_streams_on_when_it_runs() {
         None,
     );
     assert_eq!(json_of(&body)["outcome"], "verified", "{body}");
+}
+
+#[test]
+fn no_answer_may_be_kept_by_a_cache() {
+    let s = start("no-store", 5);
+    let reader = token(&s, "alice", Scope::Read);
+    let a = agent();
+    for (path, auth) in [
+        ("/api/v1/tasks", Some(reader.as_str())),
+        ("/api/v1/tasks", None),
+        ("/no/such/route", None),
+    ] {
+        let mut r = a.get(&format!("{}{path}", s.base));
+        if let Some(t) = auth {
+            r = r.header("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = r.call().unwrap();
+        assert_eq!(
+            resp.headers()
+                .get("cache-control")
+                .and_then(|v| v.to_str().ok()),
+            Some("no-store"),
+            "{path} ({})",
+            resp.status()
+        );
+    }
+}
+
+#[test]
+fn mcp_checks_the_origin_and_takes_the_servers_one_body_limit() {
+    let s = start("mcp-origin", 5);
+    let reader = token(&s, "alice", Scope::Read);
+    let a = agent();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let host = s.base.trim_start_matches("http://").to_string();
+    let post = |origin: Option<&str>, body: String| {
+        let mut r = a
+            .post(&format!("{}/mcp", s.base))
+            .header("Authorization", &format!("Bearer {reader}"))
+            .header("Accept", "application/json, text/event-stream")
+            .content_type("application/json");
+        if let Some(o) = origin {
+            r = r.header("Origin", o);
+        }
+        let mut resp = r.send(body).unwrap();
+        (
+            resp.status().as_u16(),
+            resp.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    // A page of another origin (a rebound name) is refused.
+    let (status, body) = post(Some("http://evil.example"), init.to_string());
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("forbidden_origin"), "{body}");
+    let (status, body) = post(Some("null"), init.to_string());
+    assert_eq!(status, 403, "{body}");
+    // The server's own origin, and a client that sends none, are served.
+    let (status, body) = post(Some(&format!("http://{host}")), init.to_string());
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(None, init.to_string());
+    assert_eq!(status, 200, "{body}");
+    // Over 1 MiB, as on every route: 413 in the API's shape.
+    let big = json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"pad": "x".repeat(2 << 20)}});
+    let (status, body) = post(None, big.to_string());
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("too_large"), "{body}");
 }

@@ -4,7 +4,7 @@
 //! file with an fsync per line; then reads them all back, as a resume does.
 //! Prints per-entry medians over 5 runs.
 //! `cargo run --release -p loop-store --example bench_store [N]`.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_store::{SqliteStore, Store, StoredEntry};

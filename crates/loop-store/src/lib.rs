@@ -262,6 +262,7 @@ impl Owner {
 /// This process's host, as [`Owner::host`] records it: the kernel's boot
 /// id and the inode of the pid namespace (two containers on one machine
 /// share the boot id, not the namespace).
+#[allow(clippy::disallowed_methods)] // the kernel's boot id (/proc), not a project file
 pub fn this_host() -> &'static str {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
@@ -286,6 +287,7 @@ pub fn this_host() -> &'static str {
 
 /// The start time of `pid` (field 22 of `/proc/PID/stat`), if it runs.
 /// A zombie (exited, not yet reaped) counts as gone.
+#[allow(clippy::disallowed_methods)] // /proc, not a project file
 pub fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields follow the last ')'.
@@ -623,6 +625,7 @@ pub struct TaskFile<'a> {
 }
 
 /// Random bytes from the kernel (for a host id that cannot be read).
+#[allow(clippy::disallowed_methods)] // the kernel's random device
 fn urandom(buf: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")?.read_exact(buf)

@@ -1147,6 +1147,7 @@ impl Store for PgStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::redact;
 

@@ -537,6 +537,7 @@ impl RedisQueue {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     #[test]
     fn a_shown_queue_url_has_no_password() {

@@ -4,7 +4,7 @@
 //! `LOOP_TEST_POSTGRES_URL` (scripts/services.sh starts one); without it
 //! the PostgreSQL half is skipped, unless `LOOP_REQUIRE_SERVICES=1` (as in
 //! `scripts/test.sh`), where its absence fails.
-
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_store::{

@@ -148,6 +148,7 @@ impl ToolBox {
     /// the size limits (`admitted` counts the command's bytes so far), names
     /// no record can show faithfully, the code-policy gate, and new modules
     /// named like the standard library, each with its rule.
+    #[allow(clippy::disallowed_methods)] // lstat only: sizes of the ended command's upper layer and the workspace entries it replaces
     fn effect_refusal(
         &self,
         upper: &std::path::Path,

@@ -553,4 +553,5 @@ fn refused(id: &str, tool: &str, rule: &str, text: String) -> ToolOutcome {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -904,6 +904,7 @@ pub(crate) fn schema_of(given: &Value) -> Value {
 
 /// The files `command` names inside `workspace` (its program and
 /// arguments that are existing files there), each with its SHA-256.
+#[allow(clippy::disallowed_methods)] // lstat only: whether a pinned program's place is a directory
 fn program_files(workspace: &std::path::Path, command: &[String]) -> Vec<(String, Option<String>)> {
     command
         .iter()

@@ -388,6 +388,7 @@ fn scripts_run(line: &str) -> Vec<String> {
 
 /// The set for `contract`'s checks over the workspace at `root` as the
 /// task starts. Deterministic for the same contract and workspace.
+#[allow(clippy::disallowed_methods)] // lstat only: whether a named test file is there
 pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
     let commands: Vec<&str> = contract
         .criteria
@@ -425,19 +426,16 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         if read >= MAX_SCRIPTS || scripts.iter().any(|(r, _)| *r == rel) {
             continue;
         }
-        let path = root.join(&rel);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
+        // Through the door: a script that is a link (or a FIFO) is not
+        // read, and one over 256 KiB is named but not read.
+        let text = match loop_workspace::door::read(root, &rel, 256 * 1024) {
+            Ok(Some(text)) => Some(text),
+            Err(loop_workspace::UntrustedError::TooLarge { .. }) => None,
+            Ok(None) | Err(_) => continue,
         };
-        if !meta.is_file() {
-            continue;
-        }
         scripts.push((rel.clone(), i));
         read += 1;
-        if meta.len() > 256 * 1024 {
-            continue;
-        }
-        let Ok(text) = std::fs::read(&path) else {
+        let Some(text) = text else {
             continue;
         };
         let text = String::from_utf8_lossy(&text);
@@ -461,7 +459,10 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
             let name = command_name(w);
             stack.commands.iter().any(|c| command_name(c) == name)
         });
-        let by_marker = stack.markers.iter().any(|m| root.join(m).is_file());
+        let by_marker = stack
+            .markers
+            .iter()
+            .any(|m| loop_workspace::door::is_file(root, m));
         if !(by_command || by_marker) {
             continue;
         }
@@ -559,6 +560,7 @@ pub fn named(rules: &[IntegrityRule]) -> Vec<(String, String)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

@@ -141,6 +141,7 @@ impl SnapshotVerifier {
             .as_ref()
     }
 
+    #[allow(clippy::disallowed_methods)] // lstat of the workspace's .git (a regular file is read only to compare with what it was)
     fn protected_violations(&self, sealed: &Manifest) -> Vec<String> {
         let Some((baseline, protected)) = &self.guard else {
             return Vec::new();
@@ -495,6 +496,7 @@ impl SnapshotVerifier {
 
     /// Run a passing check again without the task's new test files (see
     /// [`SnapshotVerifier::with_new_tests`]) and say what that shows.
+    #[allow(clippy::disallowed_methods)] // lstat only: which new test files are in the view
     fn without_new_tests(
         &self,
         (criterion, index, check, run): (&str, usize, &Check, &RunCheck),
@@ -777,7 +779,18 @@ fn judge(run: &RunCheck, r: &ExecResult) -> Option<String> {
             Err(e) => return Some(format!("invalid regex /{pattern}/: {e}")),
         }
     }
-    if run.nonempty_tests {
+    if run.nonempty_tests.is_none()
+        && let Some(t) = tally::read(&format!("{stdout}\n{stderr}"))
+        && t.ran == 0
+    {
+        // By default a runner that says it ran nothing did not pass
+        // (`nonempty_tests: false` in the contract allows it, recorded).
+        return Some(format!(
+            "no tests ran ({} reported none run): an empty test run is not a pass (a contract that means it says `nonempty_tests: false`)",
+            t.runner
+        ));
+    }
+    if run.nonempty_tests == Some(true) {
         // A runner's own account comes first: `cargo test` says "running 0
         // tests" for each target without tests, beside the ones that ran.
         match tally::read(&format!("{stdout}\n{stderr}")) {
@@ -816,6 +829,7 @@ fn file_check(criterion: &str, index: usize, check: &Check, jail: &Jail) -> Chec
     ev
 }
 
+#[allow(clippy::disallowed_methods)] // a path the jail resolved beneath the sealed view (regular files only, checked first)
 fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
     let path = match check {
         Check::FileExists { path }
@@ -867,4 +881,5 @@ fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -339,6 +339,7 @@ pub fn compare(baseline: &TestTally, now: Option<&TestTally>, names: bool) -> Op
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

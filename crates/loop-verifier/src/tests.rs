@@ -130,6 +130,50 @@ fn an_empty_test_run_is_not_a_pass() {
 }
 
 #[test]
+fn a_runner_that_reports_no_test_run_fails_by_default_unless_the_contract_says_otherwise() {
+    let check = |run: &str, extra: &str| {
+        format!(
+            "instruction: x\ncriteria:\n  - id: t\n    checks:\n      - run: \"{run}\"\n{extra}"
+        )
+    };
+    // With nothing said: a recognised summary of zero tests is a failure.
+    let f = failures(&verify(
+        &[],
+        &check("echo 'Ran 0 tests in 0.000s'; echo OK", ""),
+    ));
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].contains("no tests ran") && f[0].contains("nonempty_tests: false"),
+        "{f:?}"
+    );
+    let f = failures(&verify(
+        &[],
+        &check("python3 -m unittest discover -p 'nomatch*'", ""),
+    ));
+    assert_eq!(f.len(), 1, "{f:?}");
+    // Tests that ran, and output that is no runner's, pass as before.
+    assert!(
+        failures(&verify(
+            &[],
+            &check("echo 'Ran 3 tests in 0.1s'; echo OK", "")
+        ))
+        .is_empty()
+    );
+    assert!(failures(&verify(&[], &check("echo hello", ""))).is_empty());
+    // A contract that means an empty run says so.
+    let allowed = check(
+        "echo 'Ran 0 tests in 0.000s'; echo OK",
+        "        nonempty_tests: false\n",
+    );
+    assert!(failures(&verify(&[], &allowed)).is_empty());
+    let c = loop_protocol::Contract::from_yaml(&allowed, "t").unwrap();
+    assert!(matches!(
+        &c.criteria[0].checks[0],
+        loop_protocol::Check::Run(r) if r.nonempty_tests == Some(false)
+    ));
+}
+
+#[test]
 fn a_check_cannot_create_state_for_another() {
     let yaml = "instruction: x\ncriteria:\n  - id: a\n    checks:\n      - run: \"touch made-by-first && echo tampered > a.txt\"\n      - run: \"test ! -e made-by-first && grep -q original a.txt\"\n";
     let r = verify(&[("a.txt", "original")], yaml);

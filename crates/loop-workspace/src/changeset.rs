@@ -2,6 +2,7 @@
 //! per-file hashes plus a unified diff, and how to apply it to the user's
 //! project (only onto exactly the content it was made from) and undo it
 //! (only from exactly the content it produced). Nothing is half-applied.
+#![allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
 
 use crate::journal::{Change, Journal};
 use crate::manifest::{Entry, EntryKind, Manifest};
@@ -40,6 +41,32 @@ pub const HOST_EXECUTABLE: &[&str] = &[
     "**/.gitattributes",
     "**/.gitconfig",
     "**/.lfsconfig",
+    "**/.gitmodules",
+    // What an interpreter or tool on the host picks up by itself.
+    "**/*.pth",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/*.dist-info/**",
+    "**/*.egg-info/**",
+    "**/*.egg-link",
+    "**/__editable__*",
+    "**/node_modules/**",
+    "**/.cargo/config",
+    "**/.cargo/config.toml",
+    "**/.npmrc",
+    "**/.yarnrc",
+    "**/.yarnrc.yml",
+    "**/.pnpmfile.cjs",
+    "**/.bashrc",
+    "**/.bash_profile",
+    "**/.bash_login",
+    "**/.bash_logout",
+    "**/.profile",
+    "**/.zshrc",
+    "**/.zshenv",
+    "**/.zprofile",
+    "**/.zlogin",
+    "**/.inputrc",
 ];
 
 /// Largest file shown as text in a patch; larger ones are named by digest.
@@ -546,6 +573,7 @@ fn created_dirs(project: &Path, changes: &[Change]) -> Vec<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::testdir::TestDir;

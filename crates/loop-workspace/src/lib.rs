@@ -7,6 +7,7 @@
 //! view.
 
 pub mod changeset;
+pub mod door;
 pub mod fsutil;
 pub mod jail;
 pub mod journal;
@@ -34,4 +35,5 @@ pub use task_workspace::{
 pub use untrusted::{Node, Tree, UntrustedError};
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests;

@@ -355,6 +355,7 @@ pub fn apply(fp: &FilePatch, old: Option<&str>) -> Result<Option<String>, PatchE
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
 

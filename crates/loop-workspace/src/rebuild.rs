@@ -5,6 +5,7 @@
 //! ([`crate::TaskWorkspace::recreate`]), brings it to the recorded
 //! manifest ([`reconcile`]), and checks the root it reaches against the
 //! recorded one.
+#![allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
 
 use crate::manifest::{Entry, EntryKind, Manifest};
 use serde::{Deserialize, Serialize};
@@ -249,6 +250,7 @@ fn make_parents(dir: &Path, rel: &Path) -> Result<(), RebuildError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::testdir::TestDir;

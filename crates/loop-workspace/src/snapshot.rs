@@ -9,6 +9,7 @@
 //! workspace's size); the seal's manifest proves afterwards that nothing
 //! changed. Otherwise the workspace is copied once and each view is a copy
 //! ([`SnapshotMethod::Copy`]). The method is recorded in the evidence.
+#![allow(clippy::disallowed_methods)] // seals the runtime's own snapshot directories
 
 use crate::fsutil::{copy_tree, make_read_only};
 use crate::manifest::Manifest;
@@ -146,6 +147,7 @@ fn make_writable(dir: &Path) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::testdir::TestDir;

@@ -3,6 +3,7 @@
 //! (the base checkout's HEAD, index and working tree are not touched);
 //! elsewhere a copy that respects `.gitignore` and skips build outputs,
 //! saying what it skipped.
+#![allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
 
 use crate::fsutil::copy_tree;
 use crate::snapshot::remove_tree;
@@ -415,6 +416,7 @@ impl GitIgnores {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::testdir::TestDir;
@@ -524,6 +526,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod gitignore_tests {
     use super::*;
     use crate::testdir::TestDir;

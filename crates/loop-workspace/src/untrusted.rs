@@ -209,6 +209,54 @@ impl Tree {
         Ok(cur)
     }
 
+    /// A descriptor of the directory `rel` beneath the root (`""` for the
+    /// root), no link followed; opened for listing.
+    pub fn dir_fd(&self, rel: &str) -> Result<OwnedFd, UntrustedError> {
+        let parts = if rel.is_empty() {
+            Vec::new()
+        } else {
+            components(rel)?
+        };
+        let io = |source| UntrustedError::Io {
+            path: rel.to_string(),
+            source,
+        };
+        let at = self.open_dir(rel, &parts)?;
+        // SAFETY: openat of "." on a directory descriptor we hold.
+        let fd = unsafe {
+            libc::openat(
+                at.as_raw_fd(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io(last_err()));
+        }
+        // SAFETY: a fresh descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Make the directory `rel` (its parent must be there, reached with no
+    /// link); one already there is an error.
+    pub fn mkdir(&self, rel: &str) -> Result<(), UntrustedError> {
+        let parts = components(rel)?;
+        let (name, dirs) = parts
+            .split_last()
+            .ok_or_else(|| UntrustedError::BadPath(rel.into()))?;
+        let io = |source| UntrustedError::Io {
+            path: rel.to_string(),
+            source,
+        };
+        let dir = self.open_dir(rel, dirs)?;
+        let cname = cstr(name).map_err(io)?;
+        // SAFETY: mkdirat on a directory descriptor we hold.
+        if unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) } != 0 {
+            return Err(io(last_err()));
+        }
+        Ok(())
+    }
+
     /// What is at `rel` (a `/`-separated path relative to the root).
     pub fn node(&self, rel: &str) -> Result<Node, UntrustedError> {
         let parts = components(rel)?;
@@ -408,6 +456,7 @@ pub fn link_stays_inside(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
     use crate::testdir::TestDir;

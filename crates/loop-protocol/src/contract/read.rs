@@ -514,8 +514,8 @@ impl Reader {
                     None => None,
                 };
                 let nonempty_tests = match get("nonempty_tests") {
-                    Some(v) => self.boolean(v, "`nonempty_tests`")?,
-                    None => false,
+                    Some(v) => Some(self.boolean(v, "`nonempty_tests`")?),
+                    None => None,
                 };
                 let timeout_secs = match get("timeout_secs") {
                     Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
