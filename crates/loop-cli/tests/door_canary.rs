@@ -286,6 +286,25 @@ fn a_linked_loopfile_setup_key_or_state_directory_is_refused_and_leaks_nothing()
     sc.assert_nothing_leaked(&out, &reqs);
     let _ = std::fs::remove_dir_all(&sc.base);
 
+    // A script the Loopfile names as its model, that is a link.
+    let sc = Scene::new("model-file");
+    std::fs::write(
+        sc.project.join("Loopfile.yaml"),
+        "models:\n  maker:\n    spec: scripted:script.yaml\n",
+    )
+    .unwrap();
+    symlink(&sc.secret, sc.project.join("script.yaml")).unwrap();
+    sc.commit();
+    let (out, reqs) = sc.run(vec![thought_without_calls()]);
+    let screen = said(&out);
+    assert_eq!(out.status.code(), Some(2), "{screen}");
+    assert!(
+        screen.contains("script.yaml") && screen.contains("symlink"),
+        "{screen}"
+    );
+    sc.assert_nothing_leaked(&out, &reqs);
+    let _ = std::fs::remove_dir_all(&sc.base);
+
     // The runtime's own state directory, brought by the repository as a
     // link: nothing is written or read through it.
     let sc = Scene::new("state-dir");

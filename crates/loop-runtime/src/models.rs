@@ -64,10 +64,36 @@ pub(crate) fn resolve(
             .and_then(|p| p.parent())
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let at = |p: &str| base.join(p).display().to_string();
+        // A project's file, through the door: a script or recording the
+        // Loopfile names that is a link (or a FIFO, or huge) is refused by
+        // name, never read through.
+        let at = |p: &str| -> Result<String, Error> {
+            if Path::new(p).is_relative() {
+                match loop_workspace::door::node(&base, p) {
+                    Ok(loop_workspace::Node::File { size, .. })
+                        if size <= 64 * loop_workspace::door::MAX_PROJECT_FILE => {}
+                    Ok(loop_workspace::Node::Missing) => {}
+                    Ok(other) => {
+                        return Err(Error::usage(format!(
+                            "the Loopfile's model file {}: {}",
+                            base.join(p).display(),
+                            match other {
+                                loop_workspace::Node::Symlink(_) =>
+                                    "a symlink (the runtime does not read a project's files through links)",
+                                loop_workspace::Node::Dir => "a directory",
+                                loop_workspace::Node::Special(what) => what,
+                                _ => "too large",
+                            }
+                        )));
+                    }
+                    Err(e) => return Err(Error::usage(format!("the Loopfile's model file: {e}"))),
+                }
+            }
+            Ok(base.join(p).display().to_string())
+        };
         spec = Some(match offline {
-            ModelSpec::Scripted(p) => ModelSpec::Scripted(at(&p)),
-            ModelSpec::Replay(p) => ModelSpec::Replay(at(&p)),
+            ModelSpec::Scripted(p) => ModelSpec::Scripted(at(&p)?),
+            ModelSpec::Replay(p) => ModelSpec::Replay(at(&p)?),
             other => other,
         });
     }
