@@ -251,6 +251,17 @@ impl Check {
     }
 }
 
+/// The largest contract read, in bytes (every way in: a file, the API,
+/// MCP, a draft).
+pub const MAX_CONTRACT_BYTES: usize = 256 * 1024;
+
+/// Criteria a contract may have.
+pub const MAX_CRITERIA: usize = 64;
+
+/// Checks a contract may have, all criteria together (each runs on the
+/// untouched workspace, on an empty one, and at every verification).
+pub const MAX_CHECKS: usize = 128;
+
 impl Contract {
     /// SHA-256 over the RFC 8785 canonical JSON of the contract.
     pub fn sha256(&self) -> Result<String, CanonicalError> {
@@ -271,6 +282,17 @@ impl Contract {
     /// Compile a contract from YAML. `origin` names the source in errors.
     pub fn from_yaml(src: &str, origin: &str) -> Result<Contract, ContractErrors> {
         let mut r = Reader::new(origin);
+        if src.len() > MAX_CONTRACT_BYTES {
+            r.err(
+                None,
+                format!(
+                    "the contract is {} bytes, over the {MAX_CONTRACT_BYTES}-byte limit",
+                    src.len()
+                ),
+                None,
+            );
+            return Err(ContractErrors(r.errors));
+        }
         let root = match yaml::parse(src) {
             Ok(n) => n,
             Err(e) => {

@@ -1245,3 +1245,41 @@ fn mcp_checks_the_origin_and_takes_the_servers_one_body_limit() {
     assert_eq!(status, 413, "{body}");
     assert!(body.contains("too_large"), "{body}");
 }
+
+#[test]
+fn a_crafted_contract_is_a_400_in_milliseconds_and_the_server_stays_up() {
+    let s = start("crafted", 5);
+    let runner = token(&s, "alice", Scope::Run);
+    // 5,000 nested YAML sequences in 10 KB (once a stack overflow that
+    // took the whole server down), and 600 `true` checks (once 49 s of
+    // pre-start runs and a task left behind).
+    let deep = format!("{}x", "- ".repeat(5000));
+    let mut many = String::from("instruction: x\ncriteria:\n");
+    for i in 0..600 {
+        many.push_str(&format!(
+            "  - id: c{i}\n    checks:\n      - run: \"true\"\n"
+        ));
+    }
+    for (what, contract, says) in [
+        ("deep", deep, "nested more than 64 levels deep"),
+        ("many", many, "600 criteria: a contract has at most 64"),
+    ] {
+        let started = Instant::now();
+        let (status, body) = post_task(
+            &s,
+            &runner,
+            json!({"instruction": "x", "contract": contract}),
+        );
+        assert_eq!(status, 400, "{what}: {body}");
+        assert!(body.contains(says), "{what}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+    }
+    // Still up, and nothing was left behind.
+    let (status, body) = call(&s, "get", "/api/v1/tasks", Some(&runner), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json_of(&body)["tasks"].as_array().map(Vec::len),
+        Some(0),
+        "{body}"
+    );
+}

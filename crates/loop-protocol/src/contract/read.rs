@@ -278,6 +278,42 @@ impl Reader {
             );
             return None;
         }
+        if items.len() > super::MAX_CRITERIA {
+            self.err(
+                Some(node.pos),
+                format!(
+                    "{} criteria: a contract has at most {}",
+                    items.len(),
+                    super::MAX_CRITERIA
+                ),
+                Some(
+                    "judge the work with fewer, stronger criteria (a test suite is one check)"
+                        .into(),
+                ),
+            );
+            return None;
+        }
+        let total: usize = items
+            .iter()
+            .filter_map(|i| match &i.value {
+                crate::yaml::Value::Map(entries) => entries
+                    .iter()
+                    .find(|(k, _)| k.name == "checks")
+                    .and_then(|(_, v)| match &v.value {
+                        crate::yaml::Value::Seq(s) => Some(s.len()),
+                        _ => None,
+                    }),
+                _ => None,
+            })
+            .sum();
+        if total > super::MAX_CHECKS {
+            self.err(
+                Some(node.pos),
+                format!("{total} checks: a contract has at most {}", super::MAX_CHECKS),
+                Some("every check runs on the untouched workspace, an empty one and each verification: fewer, stronger checks".into()),
+            );
+            return None;
+        }
         let mut out: Vec<Criterion> = Vec::new();
         let mut seen: Vec<(String, Pos)> = Vec::new();
         let mut ok = true;

@@ -324,3 +324,44 @@ fn the_authoring_form_reads_back_to_the_same_contract() {
     assert_eq!(back, c, "{text}");
     assert_eq!(back.sha256().unwrap(), c.sha256().unwrap());
 }
+
+#[test]
+fn a_contract_over_its_caps_is_refused_naming_the_cap_before_anything_runs() {
+    let with = |criteria: usize, checks: usize| {
+        let mut y = String::from("instruction: x\ncriteria:\n");
+        for i in 0..criteria {
+            y.push_str(&format!("  - id: c{i}\n    checks:\n"));
+            for _ in 0..checks {
+                y.push_str("      - run: \"true\"\n");
+            }
+        }
+        y
+    };
+    // At the caps: read.
+    assert!(Contract::from_yaml(&with(super::MAX_CRITERIA, 2), "t").is_ok());
+    // One criterion over, or checks over the total: refused, saying so.
+    let e = Contract::from_yaml(&with(super::MAX_CRITERIA + 1, 1), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("65 criteria: a contract has at most 64"), "{e}");
+    let e = Contract::from_yaml(&with(10, 13), "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("130 checks: a contract has at most 128"), "{e}");
+    // The reviewer's 600 and 5,000 `true` checks, in milliseconds.
+    let started = std::time::Instant::now();
+    for n in [600, 5000] {
+        let e = Contract::from_yaml(&with(n, 1), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a contract has at most 64"), "{e}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    // Bytes: over 256 KiB is refused before it is parsed.
+    let big = format!(
+        "instruction: \"{}\"\n",
+        "x".repeat(super::MAX_CONTRACT_BYTES)
+    );
+    let e = Contract::from_yaml(&big, "t").unwrap_err().to_string();
+    assert!(e.contains("over the 262144-byte limit"), "{e}");
+}
