@@ -210,6 +210,9 @@ fn wire<'a>(
     } else {
         toolbox
     };
+    // What the task's earlier runs left counts against its disk budget
+    // too: a resumed task does not start again from nothing.
+    let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
     // Nothing is written once the claim may have lapsed.
     let claim = fence.clone();
     let toolbox = toolbox.with_fence(Arc::new(move || claim.holds()));
@@ -821,4 +824,66 @@ fn renewal_fault() -> bool {
 #[cfg(not(feature = "fault-injection"))]
 fn renewal_fault() -> bool {
     false
+}
+
+/// How much the workspace has grown since `baseline`, in the blocks the
+/// task's disk budget counts (files and links; the worktree's `.git`
+/// pointer left out, as in manifests). Never below zero.
+#[allow(clippy::disallowed_methods)] // an lstat walk of the task's own workspace: sizes only, no link followed
+fn grown_since(workspace: &Path, baseline: &loop_workspace::Manifest) -> i64 {
+    let before: i64 = baseline
+        .entries
+        .iter()
+        .map(|e| match e.kind {
+            loop_workspace::EntryKind::File => loop_tools::block_cost(e.size),
+            _ => loop_tools::block_cost(0),
+        })
+        .sum();
+    let mut now = 0i64;
+    let mut todo = vec![workspace.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(items) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for item in items.flatten() {
+            if dir == workspace && item.file_name() == ".git" {
+                continue;
+            }
+            let Ok(t) = item.file_type() else { continue };
+            if t.is_dir() {
+                todo.push(item.path());
+            } else if t.is_file() {
+                now += loop_tools::block_cost(item.metadata().map_or(0, |m| m.len()));
+            } else {
+                now += loop_tools::block_cost(0);
+            }
+        }
+    }
+    now.saturating_sub(before).max(0)
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod disk_budget {
+    #[test]
+    fn what_the_workspace_grew_by_since_its_baseline_is_counted_in_blocks() {
+        let ws = std::env::temp_dir().join(format!("loop-grown-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&ws);
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/a.py"), "x\n").unwrap();
+        let baseline = loop_workspace::Manifest::of(&ws).unwrap();
+        assert_eq!(super::grown_since(&ws, &baseline), 0);
+        // 10 KiB (three blocks) and a link (one); the worktree's `.git`
+        // pointer is not the task's.
+        std::fs::write(ws.join("src/b.bin"), vec![0u8; 10 * 1024]).unwrap();
+        std::os::unix::fs::symlink("a.py", ws.join("src/l")).unwrap();
+        std::fs::write(ws.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        assert_eq!(super::grown_since(&ws, &baseline), 4 * 4096);
+        // What was removed gives its blocks back, never below zero.
+        std::fs::remove_file(ws.join("src/a.py")).unwrap();
+        std::fs::remove_file(ws.join("src/b.bin")).unwrap();
+        std::fs::remove_file(ws.join("src/l")).unwrap();
+        assert_eq!(super::grown_since(&ws, &baseline), 0);
+        let _ = std::fs::remove_dir_all(&ws);
+    }
 }

@@ -244,8 +244,13 @@ impl ToolBox {
 /// What an entry of the workspace costs the task's disk budget: its size
 /// in 4 KiB blocks, one at least (a directory, a link, an empty file).
 fn entry_cost(m: &std::fs::Metadata) -> i64 {
+    block_cost(if m.is_file() { m.len() } else { 0 })
+}
+
+/// What `size` bytes cost the task's disk budget: whole 4 KiB blocks, one
+/// at least (a directory, a link, an empty file take one).
+pub fn block_cost(size: u64) -> i64 {
     const BLOCK: u64 = 4096;
-    let size = if m.is_file() { m.len() } else { 0 };
     (size.div_ceil(BLOCK).max(1) * BLOCK) as i64
 }
 

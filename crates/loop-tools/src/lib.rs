@@ -9,6 +9,7 @@
 mod authority;
 use authority::StepEdits;
 mod command;
+pub use command::block_cost;
 pub mod exec_policy;
 mod files;
 pub mod mcp;
@@ -236,6 +237,19 @@ impl ToolBox {
         self.sync = false;
         self.journal = self.journal.unsynced();
         self
+    }
+
+    /// The workspace has grown by `bytes` already (a task resumed: what
+    /// its earlier runs wrote counts against [`ToolLimits::disk_bytes`]
+    /// too, not only what this process's commands write).
+    pub fn with_disk_used(self, bytes: i64) -> Self {
+        self.grown.store(bytes, std::sync::atomic::Ordering::SeqCst);
+        self
+    }
+
+    /// Bytes counted against [`ToolLimits::disk_bytes`] so far.
+    pub fn disk_used(&self) -> i64 {
+        self.grown.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Check every proposed change against these code rules (the syntax

@@ -1029,3 +1029,42 @@ fn a_schema_that_refers_to_definitions_it_loses_is_plain() {
         json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})
     );
 }
+
+#[test]
+fn a_resumed_task_counts_what_its_earlier_runs_wrote_against_its_disk_budget() {
+    let run = |used: i64| {
+        let d = TestDir::new(&format!("tools-disk-resumed-{used}"));
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let jail = Jail::new(&ws, Protected::new(&[]).unwrap()).unwrap();
+        let (t, _) = ToolBox::new(
+            jail,
+            ToolLimits {
+                disk_bytes: 4 << 20,
+                ..ToolLimits::default()
+            },
+        )
+        .unwrap()
+        .with_disk_used(used)
+        .with_journal(&d.path().join("journal"))
+        .unwrap();
+        let mut t = t;
+        assert_eq!(t.disk_used(), used);
+        let o = t.execute(&call(
+            "run_command",
+            json!({"command": "head -c 2097152 /dev/zero > two.bin"}),
+        ));
+        (o.observation.content, ws.join("two.bin").exists(), d)
+    };
+    // Fresh: 2 MiB fits the task's 4 MiB.
+    let (said, landed, _d) = run(0);
+    assert!(landed, "{said}");
+    // Resumed with 3 MiB already written by its earlier runs: refused,
+    // naming the task's limit.
+    let (said, landed, _d) = run(3 << 20);
+    assert!(!landed, "{said}");
+    assert!(
+        said.contains("over the task's limit of 4 MiB (limits.disk_mb)"),
+        "{said}"
+    );
+}
