@@ -73,6 +73,19 @@ fn named(root: &Path, e: UntrustedError) -> UntrustedError {
     }
 }
 
+/// Why `node`, found at `rel` where a directory should be, is refused: a
+/// link on the way, or not a directory.
+fn not_a_dir(root: &Path, rel: &str, node: &Node) -> UntrustedError {
+    let path = root.join(rel).display().to_string();
+    match node {
+        Node::Symlink(_) => UntrustedError::LinkOnTheWay(path),
+        _ => UntrustedError::NotAFile {
+            path,
+            what: "not a directory",
+        },
+    }
+}
+
 /// The bytes of the regular file at `rel` beneath `root`, at most `max`;
 /// `None` when nothing is there. A link (on the way or at the end), a
 /// directory, a FIFO, socket or device is an error naming it.
@@ -232,17 +245,7 @@ pub fn write(root: &Path, rel: impl AsRef<Path>, bytes: &[u8]) -> Result<(), Unt
                             && matches!(tree.node(&acc), Ok(Node::Dir)) => {}
                     Err(e) => return Err(named(root, e)),
                 },
-                Node::Symlink(_) => {
-                    return Err(UntrustedError::LinkOnTheWay(
-                        root.join(&acc).display().to_string(),
-                    ));
-                }
-                _ => {
-                    return Err(UntrustedError::NotAFile {
-                        path: root.join(&acc).display().to_string(),
-                        what: "not a directory",
-                    });
-                }
+                other => return Err(not_a_dir(root, &acc, &other)),
             }
         }
     }
@@ -333,17 +336,7 @@ pub fn list(root: &Path, rel: Option<&Path>) -> Result<Vec<String>, UntrustedErr
             match tree.node(&r).map_err(|e| named(root, e))? {
                 Node::Dir => r,
                 Node::Missing => return Ok(Vec::new()),
-                Node::Symlink(_) => {
-                    return Err(UntrustedError::LinkOnTheWay(
-                        root.join(&r).display().to_string(),
-                    ));
-                }
-                _ => {
-                    return Err(UntrustedError::NotAFile {
-                        path: root.join(&r).display().to_string(),
-                        what: "not a directory",
-                    });
-                }
+                other => return Err(not_a_dir(root, &r, &other)),
             }
         }
         None => String::new(),
