@@ -66,6 +66,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
             on_prompt: loop_runtime::OnPrompt::Deny,
             owner: None,
             trigger: None,
+            allow_vacuous: false,
         },
         &mut crate::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;

@@ -544,6 +544,11 @@ struct RunArgs {
     /// Carry your uncommitted changes into the task's worktree.
     #[arg(long)]
     include_dirty: bool,
+    /// Keep a written contract's checks that pass on an empty workspace
+    /// (they prove nothing about the project; without this they are
+    /// refused). Each is marked `allow_vacuous` in the locked contract.
+    #[arg(long)]
+    allow_vacuous: bool,
     /// Also verify after every change, not only when the model claims finish.
     #[arg(long)]
     verify_on_change: bool,
@@ -1193,6 +1198,7 @@ fn run_command(run: RunArgs, queue: Option<(String, String)>, json: bool) -> Res
         yes,
         on_prompt,
         include_dirty,
+        allow_vacuous,
         verify_on_change,
         isolation,
         resume_interrupted,
@@ -1313,6 +1319,7 @@ fn run_command(run: RunArgs, queue: Option<(String, String)>, json: bool) -> Res
         on_prompt,
         owner: None,
         trigger: None,
+        allow_vacuous,
     };
     if let Some((url, name)) = queue {
         // The queue must answer before the task is stored.

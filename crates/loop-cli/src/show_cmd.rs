@@ -290,6 +290,9 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                     "path": c.report.receipt,
                     "intact": c.intact,
                     "verified": c.verified,
+                    "contract_provenance": c.report.statement.as_ref().map(|s| {
+                        loop_receipt::ContractProvenance::of(&s.predicate.contract, &c.report.entries)
+                    }),
                 }),
                 Some(Err(e)) => serde_json::json!({"error": e.to_string()}),
                 None => serde_json::Value::Null,
@@ -335,6 +338,12 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                 ),
             };
             println!("receipt {}: {verdict}", c.report.receipt.display());
+            if let Some(st) = &c.report.statement {
+                println!(
+                    "  contract: {}",
+                    loop_receipt::ContractProvenance::of(&st.predicate.contract, &c.report.entries)
+                );
+            }
         }
         Some(Err(e)) => println!("receipt: {e}"),
         None => println!("receipt: none yet (the task has not ended)"),

@@ -128,6 +128,10 @@ fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
     }
     if let Some(st) = &report.statement {
         s.push_str(&format!(
+            "contract   {}\n",
+            loop_receipt::ContractProvenance::of(&st.predicate.contract, &report.entries)
+        ));
+        s.push_str(&format!(
             "outcome    {} — {}\n",
             st.predicate.outcome, st.predicate.outcome.reason
         ));
@@ -171,6 +175,9 @@ fn to_json(check: &ReceiptCheck, verdict: Verdict) -> serde_json::Value {
             "extra": report.extra_artifacts,
         },
         "outcome": report.statement.as_ref().map(|s| &s.predicate.outcome),
+        "contract_provenance": report.statement.as_ref().map(|s| {
+            loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)
+        }),
         "stray_addenda": check.stray_addenda,
     })
 }

@@ -202,6 +202,154 @@ fn a_draft_whose_check_passes_on_an_empty_workspace_is_rejected_and_the_honest_o
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// The receipt of a run's `--json` output, and what `loop verify` says of
+/// its contract.
+fn receipt_and_provenance(base: &Path, out: &Output) -> (PathBuf, String) {
+    let receipt = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["kind"] == "receipt")
+        .and_then(|e| e["path"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("no receipt: {}", text(out)));
+    let verify = loop_cmd(base).arg("verify").arg(&receipt).output().unwrap();
+    let said = text(&verify);
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("contract "))
+        .unwrap_or_else(|| panic!("no contract line: {said}"))
+        .to_string();
+    (receipt, line)
+}
+
+#[test]
+fn a_written_check_that_passes_on_an_empty_workspace_is_refused_unless_a_person_insists() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("written-vacuous");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let script = format!("turns:\n{FIX}");
+    // `| cat` hides the suite's failure: it passes with no project at all.
+    let vacuous = "python3 -m unittest -v test_calc | cat";
+    let out = run(&base, &project, &script, &["--check", vacuous]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!(
+            "criterion `check-1`, check 1 (`{vacuous}`) passes on an empty workspace"
+        )) && said.contains("--allow-vacuous"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("\"kind\":\"task_started\""),
+        "nothing ran: {said}"
+    );
+    assert!(
+        !project.join(".loop/receipts").exists()
+            || std::fs::read_dir(project.join(".loop/receipts"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "no receipt for a refused contract"
+    );
+    // A contract file says the same of its check, by criterion.
+    std::fs::write(
+        base.join("c.yaml"),
+        format!("instruction: make the tests pass\ncriteria:\n  - id: suite\n    checks:\n      - run: {vacuous:?}\n"),
+    )
+    .unwrap();
+    let file = base.join("c.yaml").display().to_string();
+    let out = run(&base, &project, &script, &["--task", &file]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("criterion `suite`, check 1"),
+        "{}",
+        text(&out)
+    );
+    // A person who insists: it runs, and the receipt says which check
+    // proves nothing.
+    let out = run(
+        &base,
+        &project,
+        &script,
+        &["--check", vacuous, "--allow-vacuous"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, line) = receipt_and_provenance(&base, &out);
+    assert_eq!(
+        line,
+        format!(
+            "contract   written (not drafted); 1 check(s) pass on an empty workspace and were kept by a person (allow_vacuous): check-1 #1: `{vacuous}`"
+        )
+    );
+    // The honest check is neither refused nor marked.
+    let out = run(
+        &base,
+        &project,
+        &script,
+        &["--check", "python3 -m unittest -v test_calc"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (receipt, line) = receipt_and_provenance(&base, &out);
+    assert_eq!(line, "contract   written (not drafted)");
+    assert!(
+        !std::fs::read_to_string(&receipt)
+            .unwrap()
+            .contains("allow_vacuous")
+    );
+    // `allow_vacuous` in the file keeps its own check, and only that one.
+    std::fs::write(
+        base.join("c.yaml"),
+        format!("instruction: make the tests pass\ncriteria:\n  - id: suite\n    checks:\n      - run: {vacuous:?}\n        allow_vacuous: true\n      - run: \"python3 -m unittest -v test_calc\"\n"),
+    )
+    .unwrap();
+    let out = run(&base, &project, &script, &["--task", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, line) = receipt_and_provenance(&base, &out);
+    assert!(
+        line.ends_with(&format!("(allow_vacuous): suite #1: `{vacuous}`")),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_draft_may_not_keep_a_vacuous_check_and_its_receipt_says_how_the_contract_came_to_be() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-provenance");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let turn = |check: &str| {
+        format!(
+            "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes\n              checks:\n                - {check}\n"
+        )
+    };
+    // The drafting model says its check may pass with no project: only a
+    // person may say that. Then the honest draft.
+    let script = format!(
+        "draft:\n{}{}turns:\n{FIX}",
+        turn("{run: \"python3 -m unittest -v test_calc\", allow_vacuous: true}"),
+        turn("{run: \"python3 -m unittest -v test_calc\"}"),
+    );
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(
+            "says `allow_vacuous`: only a person may keep a check that cannot fail, never a draft"
+        ),
+        "{said}"
+    );
+    let (_, line) = receipt_and_provenance(&base, &out);
+    assert_eq!(
+        line,
+        format!(
+            "contract   drafted by {}, accepted by the critic after 2 proposal(s), confirmed by --accept-contract",
+            base.join("script.yaml").display()
+        )
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 #[test]
 fn a_draft_already_true_before_the_work_is_no_contract_for_a_change() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-guard");

@@ -652,7 +652,15 @@ fn bad_input_exits_2_with_a_position() {
     assert!(err.contains("hint:"), "{err}");
 
     let out = loop_bin()
-        .args(["run", "x", "--check", "true", "--model", "gpt4"])
+        .args([
+            "run",
+            "x",
+            "--check",
+            "true",
+            "--allow-vacuous",
+            "--model",
+            "gpt4",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -665,7 +673,14 @@ fn bad_input_exits_2_with_a_position() {
     )
     .unwrap();
     let out = loop_bin()
-        .args(["run", "x", "--check", "true", "--project"])
+        .args([
+            "run",
+            "x",
+            "--check",
+            "true",
+            "--allow-vacuous",
+            "--project",
+        ])
         .arg(&dir)
         .arg("--model")
         .arg(format!("scripted:{}", script.display()))
@@ -1203,6 +1218,7 @@ fn a_recorded_run_replays_to_the_same_outcome_and_a_divergence_stops() {
             "make app.py print goodbye",
             "--check",
             "true",
+            "--allow-vacuous",
             "--model",
         ])
         .arg(format!("replay:{}", rec.display()))
@@ -1277,6 +1293,7 @@ fn the_command_line_refuses_what_it_cannot_honour() {
             "x",
             "--check",
             "true",
+            "--allow-vacuous",
             "--max-steps",
             "0",
             "--project",
@@ -1538,6 +1555,7 @@ fn audit_names_the_untracked_environments_and_run_refuses_a_share_it_cannot_read
             "x",
             "--check",
             "true",
+            "--allow-vacuous",
             "--model",
             "scripted:none.yaml",
             "--project",

@@ -454,6 +454,7 @@ fn run_gated(
         "edit the app",
         "--check",
         "true",
+        "--allow-vacuous",
         "--json",
         "--max-steps",
         "8",

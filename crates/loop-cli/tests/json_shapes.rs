@@ -254,7 +254,15 @@ fn every_json_shape_matches_its_golden() {
         ("error: an unknown command", vec!["frobnicate"], 2),
         (
             "error: a bad value",
-            vec!["run", "x", "--check", "true", "--isolation", "total"],
+            vec![
+                "run",
+                "x",
+                "--check",
+                "true",
+                "--allow-vacuous",
+                "--isolation",
+                "total",
+            ],
             2,
         ),
         ("error: nothing to approve", vec!["approve", id], 2),

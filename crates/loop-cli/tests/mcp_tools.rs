@@ -351,7 +351,14 @@ fn an_approved_server_still_cannot_write_the_workspace() {
 ";
     let (home, project) = project("mcp-tools-write", &servers, loopfile, script);
     let out = loop_in(&home)
-        .args(["run", "write", "--check", "true", "--yes"])
+        .args([
+            "run",
+            "write",
+            "--check",
+            "true",
+            "--allow-vacuous",
+            "--yes",
+        ])
         .arg("--model")
         .arg(format!(
             "scripted:{}",
@@ -427,7 +434,7 @@ fn a_server_that_hangs_floods_sends_garbage_or_is_killed_fails_that_call_only() 
 ";
     let (home, project) = project("mcp-tools-bad", &servers, &loopfile, script);
     let mut child = loop_in(&home)
-        .args(["run", "survive", "--check", "true"])
+        .args(["run", "survive", "--check", "true", "--allow-vacuous"])
         .arg("--model")
         .arg(format!(
             "scripted:{}",
@@ -556,7 +563,7 @@ fn a_streamable_http_server_is_called_as_the_loopfile_names_it() {
 ";
     let (home, project) = project("mcp-tools-http", &servers, &loopfile, script);
     let out = loop_in(&home)
-        .args(["run", "remote", "--check", "true"])
+        .args(["run", "remote", "--check", "true", "--allow-vacuous"])
         .arg("--model")
         .arg(format!(
             "scripted:{}",
@@ -636,7 +643,15 @@ fn an_unprivileged_user_runs_mcp_servers_in_the_same_sandbox() {
         .arg(format!("LOOP_STATE_DIR={}", home.join("state").display()))
         .arg("PATH=/usr/local/bin:/usr/bin:/bin")
         .arg(shared::shared_binary())
-        .args(["run", "read", "--check", "true", "--isolation", "required"])
+        .args([
+            "run",
+            "read",
+            "--check",
+            "true",
+            "--allow-vacuous",
+            "--isolation",
+            "required",
+        ])
         .arg("--model")
         .arg(format!(
             "scripted:{}",

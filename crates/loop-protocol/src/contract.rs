@@ -137,6 +137,13 @@ pub struct RunCheck {
     /// `Some(false)`: neither, as the contract says (recorded in it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonempty_tests: Option<bool>,
+    /// A person's word that this check may pass on an empty workspace (it
+    /// proves nothing about the project, and is kept as they insist:
+    /// `--allow-vacuous`, or `allow_vacuous: true` in a written contract).
+    /// Without it, a written contract with such a check is refused before
+    /// it is locked, and a drafted one is rejected whatever it says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_vacuous: bool,
     /// Wall-clock limit for this check.
     pub timeout_secs: u64,
 }
@@ -332,8 +339,11 @@ impl Contract {
                             m.insert(k.into(), v.clone().into());
                         }
                     }
-                    if r.nonempty_tests == Some(true) {
-                        m.insert("nonempty_tests".into(), true.into());
+                    if let Some(v) = r.nonempty_tests {
+                        m.insert("nonempty_tests".into(), v.into());
+                    }
+                    if r.allow_vacuous {
+                        m.insert("allow_vacuous".into(), true.into());
                     }
                     m.insert("timeout_secs".into(), r.timeout_secs.into());
                     Value::Object(m)
@@ -506,6 +516,7 @@ impl Contract {
                     expect_stderr: None,
                     stdout_matches: None,
                     nonempty_tests: None,
+                    allow_vacuous: false,
                     timeout_secs: DEFAULT_CHECK_TIMEOUT_SECS,
                 })],
             });

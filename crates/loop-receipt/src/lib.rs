@@ -7,11 +7,13 @@
 
 pub mod keys;
 pub mod ledger;
+pub mod provenance;
 pub mod read;
 pub mod receipt;
 
 pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
 pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
+pub use provenance::ContractProvenance;
 pub use receipt::{
     ADDENDUM_TYPE, Addenda, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope,
     LedgerRef, NetworkReport, PAYLOAD_TYPE, PREDICATE_TYPE, Predicate, Provenance, ReceiptBuilder,

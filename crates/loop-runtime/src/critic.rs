@@ -403,6 +403,11 @@ pub fn static_reasons(
         for (i, check) in c.checks.iter().enumerate() {
             let Check::Run(r) = check else { continue };
             let at = format!("criterion `{id}`, check {} (`{}`)", i + 1, r.command);
+            if r.allow_vacuous {
+                out.push(format!(
+                    "{at} says `allow_vacuous`: only a person may keep a check that cannot fail, never a draft"
+                ));
+            }
             if let Some(why) = proves_nothing(&r.command) {
                 out.push(format!("{at} cannot fail or proves nothing: {why}"));
             }
@@ -517,23 +522,42 @@ pub fn asks_for_change(instruction: &str) -> bool {
 /// whatever its text looks like, and is rejected. The report is of the
 /// contract's criteria run on an empty directory. Returns the reasons.
 pub fn judge_empty(contract: &Contract, empty: &VerificationReport) -> Vec<String> {
-    let mut reasons = Vec::new();
+    vacuous(contract, empty)
+        .into_iter()
+        .map(|(_, _, reason)| reason)
+        .collect()
+}
+
+/// The `run` checks that pass on an empty workspace (`empty` is the
+/// report of the contract's criteria run there): (criterion index, check
+/// index, why), in the contract's order.
+pub fn vacuous(contract: &Contract, empty: &VerificationReport) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
     for e in &empty.criteria {
-        let Some(c) = contract.criteria.iter().find(|c| c.id == e.id) else {
+        let Some((ci, c)) = contract
+            .criteria
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.id == e.id)
+        else {
             continue;
         };
         for k in e.checks.iter().filter(|k| k.passed) {
             if let Some(Check::Run(r)) = c.checks.get(k.index) {
-                reasons.push(format!(
-                    "criterion `{}`, check {} (`{}`) passes on an empty workspace: it cannot fail, so it proves nothing about the project",
-                    c.id,
-                    k.index + 1,
-                    r.command
+                out.push((
+                    ci,
+                    k.index,
+                    format!(
+                        "criterion `{}`, check {} (`{}`) passes on an empty workspace: it cannot fail, so it proves nothing about the project",
+                        c.id,
+                        k.index + 1,
+                        r.command
+                    ),
                 ));
             }
         }
     }
-    reasons
+    out
 }
 
 /// What the untouched workspace says of the draft: the criteria that

@@ -179,6 +179,7 @@ fn stack_criterion(c: &StackCheck) -> Criterion {
             expect_stderr: None,
             stdout_matches: None,
             nonempty_tests: crate::stacks::counts_tests(c).then_some(true),
+            allow_vacuous: false,
             timeout_secs: 600,
         })],
         guard: true,

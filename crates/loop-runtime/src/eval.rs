@@ -490,6 +490,7 @@ fn run_one(
             on_prompt: crate::OnPrompt::Deny,
             owner: None,
             trigger: None,
+            allow_vacuous: false,
         },
         &mut Quiet,
     );

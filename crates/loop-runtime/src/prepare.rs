@@ -303,14 +303,17 @@ fn settle_contract(
             (c, Some(d), k)
         }
         crate::ContractSource::Given => {
+            // A check that cannot fail is refused here as it is rejected
+            // in a draft, unless the person insists (recorded).
+            let mut given = req.contract.clone();
+            refuse_vacuous(&mut given, req.allow_vacuous, &mut empty, observer)?;
             // A written contract gets the project's checks as guards too:
             // what builds and passes before the work must after it.
             let stack = crate::stacks::project_checks(project, &loopfile.verification);
             if stack.is_empty() {
-                (req.contract.clone(), None, Vec::new())
+                (given, None, Vec::new())
             } else {
-                let (c, _, k) =
-                    crate::draft::guard_project_checks(&req.contract, &stack, &mut baseline)?;
+                let (c, _, k) = crate::draft::guard_project_checks(&given, &stack, &mut baseline)?;
                 (c, None, k)
             }
         }
@@ -337,6 +340,68 @@ fn settle_contract(
         contract.criteria.push(c.clone());
     }
     Ok((contract, drafting, checks))
+}
+
+/// A written contract's `run` checks are also run on an empty workspace
+/// before it is locked: one that passes there proves nothing about the
+/// project and is refused, naming it, unless the person says so (`allow`,
+/// `--allow-vacuous`), in which case it is marked `allow_vacuous` in the
+/// contract the receipt and the ledger keep. A check already marked so by
+/// the contract's writer is not run again.
+fn refuse_vacuous(
+    contract: &mut loop_protocol::Contract,
+    allow: bool,
+    empty: &mut crate::draft::Runner<'_>,
+    observer: &mut dyn crate::Observer,
+) -> Result<(), Error> {
+    use loop_protocol::Check;
+    // Only what is not already allowed is judged.
+    let mut judged = contract.clone();
+    for c in &mut judged.criteria {
+        c.checks
+            .retain(|k| !matches!(k, Check::Run(r) if r.allow_vacuous));
+    }
+    judged
+        .criteria
+        .retain(|c| c.checks.iter().any(|k| matches!(k, Check::Run(_))));
+    if judged.criteria.is_empty() {
+        return Ok(());
+    }
+    let found = crate::critic::vacuous(&judged, &empty(&judged)?);
+    if found.is_empty() {
+        return Ok(());
+    }
+    if !allow {
+        let list: Vec<String> = found
+            .iter()
+            .map(|(_, _, why)| format!("  - {why}"))
+            .collect();
+        return Err(Error::usage(format!(
+            "the contract has {} check(s) that cannot fail:\n{}\nmake each test the project (a check must fail while the work is not done), or keep it anyway with --allow-vacuous (`allow_vacuous: true` on the check in a contract file), which the receipt records",
+            found.len(),
+            list.join("\n")
+        )));
+    }
+    for (ci, ki, why) in found {
+        // Indices are of `judged`: find the same check in the contract.
+        let id = &judged.criteria[ci].id;
+        let Some(Check::Run(want)) = judged.criteria[ci].checks.get(ki) else {
+            continue;
+        };
+        let want = want.clone();
+        if let Some(c) = contract.criteria.iter_mut().find(|c| &c.id == id)
+            && let Some(Check::Run(r)) = c
+                .checks
+                .iter_mut()
+                .find(|k| matches!(k, Check::Run(r) if *r == want))
+        {
+            r.allow_vacuous = true;
+        }
+        observer.note(&format!(
+            "{why}; kept as --allow-vacuous says (recorded in the contract)"
+        ));
+    }
+    Ok(())
 }
 
 /// The contract drafted from the instruction, judged and confirmed.

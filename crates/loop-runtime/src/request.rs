@@ -50,6 +50,10 @@ pub struct TaskRequest {
     pub owner: Option<String>,
     /// What started it, when not a person at a front end.
     pub trigger: Option<loop_protocol::TriggerRecord>,
+    /// `--allow-vacuous`: a written contract's checks that pass on an
+    /// empty workspace are kept (each marked `allow_vacuous` in the locked
+    /// contract, so the receipt and the ledger say so) instead of refused.
+    pub allow_vacuous: bool,
 }
 
 /// How it ended.

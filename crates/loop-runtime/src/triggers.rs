@@ -571,6 +571,7 @@ impl Runtime {
                 on_prompt: crate::OnPrompt::Wait,
                 owner: Some(owner),
                 trigger: Some(record),
+                allow_vacuous: false,
             },
             &mut crate::Quiet,
         )

@@ -82,6 +82,7 @@ fn request(dir: &Path, project: &Path) -> TaskRequest {
         on_prompt: OnPrompt::Deny,
         owner: None,
         trigger: None,
+        allow_vacuous: false,
     }
 }
 

@@ -259,6 +259,10 @@ pub(crate) struct NewTask {
     max_tokens: Option<u64>,
     budget_usd: Option<f64>,
     timeout_secs: Option<u64>,
+    /// Keep checks that pass on an empty workspace (refused otherwise),
+    /// each marked `allow_vacuous` in the locked contract.
+    #[serde(default)]
+    allow_vacuous: bool,
 }
 
 /// A model spec the API accepts, as the runtime is to read it: a file a
@@ -397,6 +401,7 @@ pub(crate) async fn create_task(
                 on_prompt: OnPrompt::Wait,
                 owner: Some(caller.owner.clone()),
                 trigger: None,
+                allow_vacuous: body.allow_vacuous,
             },
             &mut loop_runtime::Quiet,
         )?;
@@ -476,6 +481,7 @@ async fn start_draft(
                     on_prompt: OnPrompt::Wait,
                     owner: Some(owner),
                     trigger: None,
+                    allow_vacuous: false,
                 },
                 &mut observer,
             );

@@ -100,6 +100,7 @@ fn tool_list() -> Vec<Tool> {
                 "max_tokens": {"type": "integer", "minimum": 1},
                 "budget_usd": {"type": "number", "minimum": 0},
                 "timeout_secs": {"type": "integer", "minimum": 1},
+                "allow_vacuous": {"type": "boolean", "description": "keep checks that pass on an empty workspace (they prove nothing about the project, and are refused without this); recorded in the contract"},
                 "wait": wait,
                 "wait_secs": wait_secs,
             }),

@@ -460,7 +460,7 @@ fn scopes_limits_and_the_command_lines_tasks() {
     let (status, body) = post_task(
         &s,
         &runner,
-        json!({"instruction": "x", "checks": ["true"], "model": "scripted:../../../etc/passwd"}),
+        json!({"instruction": "x", "checks": ["true"], "allow_vacuous": true, "model": "scripted:../../../etc/passwd"}),
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("inside the project"), "{body}");
@@ -481,7 +481,7 @@ fn scopes_limits_and_the_command_lines_tasks() {
         let (status, body) = post_task(
             &s,
             &runner,
-            json!({"instruction": "x", "checks": ["true"], "model": spec}),
+            json!({"instruction": "x", "checks": ["true"], "allow_vacuous": true, "model": spec}),
         );
         assert_eq!(status, 400, "{spec}: {body}");
     }
@@ -489,7 +489,7 @@ fn scopes_limits_and_the_command_lines_tasks() {
     let (status, body) = post_task(
         &s,
         &runner,
-        json!({"instruction": "x", "checks": ["true"], "timeout_secs": u64::MAX}),
+        json!({"instruction": "x", "checks": ["true"], "allow_vacuous": true, "timeout_secs": u64::MAX}),
     );
     assert_eq!(status, 400, "{body}");
     // Past the rate, 429 (the requests above count too).
@@ -559,6 +559,7 @@ fn scopes_limits_and_the_command_lines_tasks() {
                 on_prompt: loop_runtime::OnPrompt::Deny,
                 owner: None,
                 trigger: None,
+                allow_vacuous: false,
             },
             &mut loop_runtime::Quiet,
         )

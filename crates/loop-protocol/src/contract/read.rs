@@ -44,6 +44,7 @@ const RUN_KEYS: &[&str] = &[
     "expect_stderr",
     "stdout_matches",
     "nonempty_tests",
+    "allow_vacuous",
     "timeout_secs",
 ];
 
@@ -553,6 +554,10 @@ impl Reader {
                     Some(v) => Some(self.boolean(v, "`nonempty_tests`")?),
                     None => None,
                 };
+                let allow_vacuous = match get("allow_vacuous") {
+                    Some(v) => self.boolean(v, "`allow_vacuous`")?,
+                    None => false,
+                };
                 let timeout_secs = match get("timeout_secs") {
                     Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
                     None => DEFAULT_CHECK_TIMEOUT_SECS,
@@ -564,6 +569,7 @@ impl Reader {
                     expect_stderr,
                     stdout_matches,
                     nonempty_tests,
+                    allow_vacuous,
                     timeout_secs,
                 }))
             }

@@ -319,6 +319,16 @@ fn the_authoring_form_reads_back_to_the_same_contract() {
         path: crate::path::RelPath::parse("fib.py").unwrap(),
         text: "fib".into(),
     });
+    // What a person said of a check is kept: an empty test run allowed,
+    // a check kept though it passes on an empty workspace.
+    for (allow_vacuous, nonempty_tests) in [(true, Some(false)), (false, Some(true))] {
+        let Some(Check::Run(mut r)) = c.criteria[0].checks.first().cloned() else {
+            panic!("the first check is a run check");
+        };
+        r.allow_vacuous = allow_vacuous;
+        r.nonempty_tests = nonempty_tests;
+        c.criteria[0].checks.push(Check::Run(r));
+    }
     let text = serde_json::to_string_pretty(&c.to_authoring()).unwrap();
     let back = Contract::from_yaml(&text, "back").unwrap();
     assert_eq!(back, c, "{text}");

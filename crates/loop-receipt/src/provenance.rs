@@ -1,0 +1,104 @@
+//! How a receipt's contract came to be: written by a person, or drafted
+//! by a model, judged by the critic (and a checker model, when one was
+//! configured) and confirmed by a person or `--accept-contract`; and which
+//! of its checks a person kept although they pass on an empty workspace.
+//! Read from the signed statement and the ledger's first entry, so it
+//! holds exactly as far as the receipt does.
+
+use crate::ledger::Entry;
+use loop_protocol::{Check, Contract, DraftingRecord};
+
+/// The contract's provenance.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ContractProvenance {
+    /// `written` or `drafted`.
+    pub how: &'static str,
+    /// The drafting model, when drafted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafted_by: Option<String>,
+    /// Proposals the critic judged (the model's and a person's edits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposals: Option<usize>,
+    /// Who locked the draft (`--accept-contract`, `terminal`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmed_by: Option<String>,
+    /// The checker model the task ran with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checker: Option<String>,
+    /// Checks kept though they pass on an empty workspace
+    /// (`criterion #n: command`).
+    pub allowed_vacuous: Vec<String>,
+}
+
+impl ContractProvenance {
+    /// From the receipt's contract and its ledger's entries (the first
+    /// one, `task_started`, says how the contract was drafted).
+    pub fn of(contract: &Contract, entries: &[Entry]) -> Self {
+        let started = entries
+            .first()
+            .filter(|e| e.kind == "task_started")
+            .map(|e| &e.payload);
+        let drafting: Option<DraftingRecord> = started
+            .and_then(|p| p.get("drafting"))
+            .filter(|d| !d.is_null())
+            .and_then(|d| serde_json::from_value(d.clone()).ok());
+        let checker = started
+            .and_then(|p| p.get("checker"))
+            .and_then(|c| c.get("name"))
+            .and_then(|n| n.as_str())
+            .map(str::to_string);
+        let allowed_vacuous = contract
+            .criteria
+            .iter()
+            .flat_map(|c| {
+                c.checks
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(i, k)| match k {
+                        Check::Run(r) if r.allow_vacuous => {
+                            Some(format!("{} #{}: `{}`", c.id, i + 1, r.command))
+                        }
+                        _ => None,
+                    })
+            })
+            .collect();
+        Self {
+            how: if drafting.is_some() {
+                "drafted"
+            } else {
+                "written"
+            },
+            drafted_by: drafting.as_ref().map(|d| d.model.name.clone()),
+            proposals: drafting.as_ref().map(|d| d.attempts.len()),
+            confirmed_by: drafting.map(|d| d.confirmed_by),
+            checker,
+            allowed_vacuous,
+        }
+    }
+}
+
+impl std::fmt::Display for ContractProvenance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.drafted_by {
+            Some(m) => write!(
+                f,
+                "drafted by {m}, accepted by the critic after {} proposal(s), confirmed by {}",
+                self.proposals.unwrap_or_default(),
+                self.confirmed_by.as_deref().unwrap_or("?")
+            )?,
+            None => write!(f, "written (not drafted)")?,
+        }
+        if let Some(c) = &self.checker {
+            write!(f, "; checker {c}")?;
+        }
+        if !self.allowed_vacuous.is_empty() {
+            write!(
+                f,
+                "; {} check(s) pass on an empty workspace and were kept by a person (allow_vacuous): {}",
+                self.allowed_vacuous.len(),
+                self.allowed_vacuous.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
