@@ -1421,4 +1421,131 @@ mod faults {
         assert!(r.unwrap().outcome.is_verified());
         assert!(ledger.iter().any(|e| matches!(e, Event::Finished { .. })));
     }
+
+    /// How the person's answer to a checkpoint goes.
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Waiting {
+        /// The store cannot be read while waiting.
+        StoreFails,
+        /// The claim is lost while waiting: the fault raises the cancel
+        /// too, and the wait ends as cancelled.
+        FaultRaised,
+        /// A person cancels the task while it waits.
+        PersonCancels,
+        /// A person says to go on.
+        Approved,
+    }
+
+    struct Answers<'f> {
+        how: Waiting,
+        fault: &'f AtomicBool,
+        cancel: &'f AtomicBool,
+    }
+
+    impl Approvals for Answers<'_> {
+        fn request(&mut self, _: &str, _: &serde_json::Value, _: u64) -> Result<(), BoundaryError> {
+            Ok(())
+        }
+        fn wait(
+            &mut self,
+            _: &str,
+            _: u64,
+            _: &AtomicBool,
+        ) -> Result<ApprovalDecision, BoundaryError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            match self.how {
+                Waiting::StoreFails => Err(BoundaryError::new("the store is unreachable")),
+                Waiting::FaultRaised => {
+                    self.fault.store(true, SeqCst);
+                    self.cancel.store(true, SeqCst);
+                    Ok(ApprovalDecision::Cancelled)
+                }
+                Waiting::PersonCancels => {
+                    self.cancel.store(true, SeqCst);
+                    Ok(ApprovalDecision::Cancelled)
+                }
+                Waiting::Approved => Ok(ApprovalDecision::Approved),
+            }
+        }
+    }
+
+    /// A task that crosses a spending checkpoint on its first turn and
+    /// finishes on its second, answered `how`.
+    fn at_a_checkpoint(how: Waiting) -> (Result<RunResult, DirectorError>, Vec<Event>) {
+        let clock = Rc::new(Cell::new(1_000));
+        let mut expensive = turn(vec![write("yes")], 1);
+        expensive.usage.cost_usd = 0.6;
+        let mut model = FakeModel::new(vec![expensive, turn(vec![finish()], 1)], &clock);
+        let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+        let mut tools = SharedTools {
+            inner: FakeTools::default(),
+            shared: shared.clone(),
+        };
+        let mut verifier = FakeVerifier { files: shared };
+        let mut ledger = MemLedger::default();
+        let fake_clock = FakeClock(clock);
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let fault = AtomicBool::new(false);
+        let mut answers = Answers {
+            how,
+            fault: &fault,
+            cancel: &cancel,
+        };
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &fake_clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let r = Director::new("t", contract(10), VerifyPolicy::OnFinish, parts)
+            .unwrap()
+            .with_interrupt(&fault)
+            .with_approvals(&mut answers, 60)
+            .with_checkpoints(crate::Checkpoints {
+                cost_usd_over: Some(0.5),
+                ..Default::default()
+            })
+            .run();
+        (r, ledger.0)
+    }
+
+    #[test]
+    fn an_outage_while_a_person_is_asked_is_no_answer_and_no_cancel() {
+        for how in [Waiting::StoreFails, Waiting::FaultRaised] {
+            let (r, ledger) = at_a_checkpoint(how);
+            assert!(
+                matches!(r, Err(DirectorError::Interrupted(_))),
+                "{how:?}: {r:?}"
+            );
+            assert!(
+                ledger
+                    .iter()
+                    .any(|e| matches!(e, Event::CheckpointRequested { .. })),
+                "{how:?}: {ledger:#?}"
+            );
+            assert!(
+                !ledger
+                    .iter()
+                    .any(|e| matches!(e, Event::CheckpointDecided { .. } | Event::Finished { .. })),
+                "{how:?}: nothing decided: {ledger:#?}"
+            );
+        }
+        // The honest versions: a person's cancel is a cancel, a person's
+        // go-ahead goes on to the end.
+        let (r, _) = at_a_checkpoint(Waiting::PersonCancels);
+        assert_eq!(r.unwrap().outcome, Outcome::Cancelled);
+        let (r, ledger) = at_a_checkpoint(Waiting::Approved);
+        assert!(r.unwrap().outcome.is_verified(), "{ledger:#?}");
+        assert!(ledger.iter().any(|e| matches!(
+            e,
+            Event::CheckpointDecided {
+                decision: ApprovalDecision::Approved,
+                ..
+            }
+        )));
+    }
 }

@@ -106,13 +106,17 @@ impl Director<'_> {
         let (decision, message) = match self.approvals.as_deref_mut() {
             None => (ApprovalDecision::Expired, None),
             Some(a) => {
+                // A store that cannot be read is a fault, not a person's
+                // answer: the task stays interrupted, to be resumed.
                 let d = a
                     .wait(&approval_id, deadline, self.parts.cancel)
-                    .unwrap_or(ApprovalDecision::Denied);
+                    .map_err(waiting_fault)?;
                 (d, a.message(&approval_id))
             }
         };
         self.waited_for_a_person(began);
+        // A fault raises the cancel too: it is not a person's cancel.
+        self.fault()?;
         if decision == ApprovalDecision::Cancelled {
             return Ok(Some((
                 Outcome::Cancelled,
@@ -214,9 +218,10 @@ impl Director<'_> {
             None => ApprovalDecision::Denied,
             Some(a) => a
                 .wait(&approval_id, deadline, self.parts.cancel)
-                .unwrap_or(ApprovalDecision::Denied),
+                .map_err(waiting_fault)?,
         };
         self.waited_for_a_person(began);
+        self.fault()?;
         if decision == ApprovalDecision::Cancelled {
             return Ok((decision, None));
         }
@@ -296,4 +301,12 @@ impl Director<'_> {
         }
         Ok(None)
     }
+}
+
+/// A wait for a person's answer that failed (the store unreadable): the
+/// task is interrupted, never decided.
+fn waiting_fault(e: crate::traits::BoundaryError) -> DirectorError {
+    DirectorError::Interrupted(format!(
+        "waiting for a person's answer: {e} (a fault is not an answer)"
+    ))
 }
