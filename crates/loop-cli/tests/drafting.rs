@@ -313,6 +313,56 @@ fn a_written_check_that_passes_on_an_empty_workspace_is_refused_unless_a_person_
 }
 
 #[test]
+fn a_written_check_judged_by_a_file_the_task_would_write_is_refused_unless_the_contract_allows_it()
+{
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("written-judge");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    // A lazy model would write `verify.py` as `pass` and be verified.
+    let lazy = "turns:\n  - calls:\n      - {tool: write_file, args: {path: verify.py, content: \"pass\\n\"}}\n      - {tool: finish, args: {summary: done}}\n";
+    for check in [
+        "python3 verify.py",
+        "python3 -m verify",
+        "python3 -c 'import verify'",
+        "bash verify.py",
+    ] {
+        let out = run(&base, &project, lazy, &["--check", check]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{check}: {said}");
+        assert!(
+            said.contains(&format!(
+                "criterion `check-1`, check 1 (`{check}`) is decided by `verify.py`"
+            )) && said.contains("judge_may_change"),
+            "{check}: {said}"
+        );
+        assert!(
+            !said.contains("\"kind\":\"task_started\""),
+            "{check}: nothing ran: {said}"
+        );
+    }
+    // A person who means it lists the file; the receipt says so. The
+    // model's judge here is honest (it asserts on the project's code).
+    std::fs::write(
+        base.join("c.yaml"),
+        "instruction: make the tests pass\njudge_may_change: [verify.py]\ncriteria:\n  - id: judged\n    checks:\n      - run: python3 verify.py\n",
+    )
+    .unwrap();
+    let honest = format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: verify.py, content: \"from calc import add\\nassert add(2, 3) == 5\\n\"}}}}\n{FIX}"
+    );
+    let file = base.join("c.yaml").display().to_string();
+    let out = run(&base, &project, &honest, &["--task", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (_, line) = receipt_and_provenance(&base, &out);
+    assert_eq!(
+        line,
+        "contract   written (not drafted); the task was allowed to write its judge (judge_may_change): verify.py"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
 fn a_draft_may_not_keep_a_vacuous_check_and_its_receipt_says_how_the_contract_came_to_be() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-provenance");
     let _ = std::fs::remove_dir_all(&base);

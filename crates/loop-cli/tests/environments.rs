@@ -427,7 +427,7 @@ fn declared_egress_reaches_allowed_hosts_only_and_the_receipt_lists_every_attemp
         &project,
         &script,
         &format!(
-            "instruction: fetch the package index\ncriteria:\n  - id: fetched\n    checks:\n      - run: \"cat got.txt\"\n        expect_stdout: pkg-v1\n      - run: \"python3 -c \\\"import urllib.request as u; u.urlopen('http://pkgs.test:{pkgs}/', timeout=3)\\\"\"\n        expect_exit: 1\nlimits: {{ max_steps: 4, max_verifications: 2, timeout_secs: 120 }}\n"
+            "instruction: fetch the package index\ncriteria:\n  - id: fetched\n    checks:\n      - run: \"cat got.txt\"\n        expect_stdout: pkg-v1\n      - run: \"python3 -c \\\"import urllib.request as u; u.urlopen('http://pkgs.test:{pkgs}/', timeout=3)\\\"\"\n        expect_exit: 1\n        allow_vacuous: true\nlimits: {{ max_steps: 4, max_verifications: 2, timeout_secs: 120 }}\n"
         ),
     );
     let observed = observations(&events);
@@ -478,7 +478,7 @@ fn declared_egress_reaches_allowed_hosts_only_and_the_receipt_lists_every_attemp
         &project,
         "turns:\n  - calls:\n      - {tool: finish, args: {summary: nothing to change}}\n",
         &format!(
-            "instruction: the index answers\nnetwork_allow: [\"pkgs.test:{pkgs}\"]\ncriteria:\n  - id: index\n    checks:\n      - run: \"python3 -c \\\"import urllib.request as u; print(u.urlopen('http://pkgs.test:{pkgs}/', timeout=5).read().decode())\\\"\"\n        expect_stdout: pkg-v1\nlimits: {{ max_steps: 2, max_verifications: 1, timeout_secs: 120 }}\n"
+            "instruction: the index answers\nnetwork_allow: [\"pkgs.test:{pkgs}\"]\ncriteria:\n  - id: index\n    checks:\n      - run: \"python3 -c \\\"import urllib.request as u; print(u.urlopen('http://pkgs.test:{pkgs}/', timeout=5).read().decode())\\\"\"\n        expect_stdout: pkg-v1\n        allow_vacuous: true\nlimits: {{ max_steps: 2, max_verifications: 1, timeout_secs: 120 }}\n"
         ),
     );
     let (receipt, payload) = statement(&events);

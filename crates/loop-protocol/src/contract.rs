@@ -54,6 +54,12 @@ pub struct Contract {
     /// manifests; see `docs/formats.md`). Empty: none of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_check_changes: Vec<String>,
+    /// Workspace paths that decide a check's verdict (a script it runs, a
+    /// module it imports for its assertions, a file it compares) which the
+    /// task may write, as a person insists: without it such a contract is
+    /// refused before it is locked (a judge the task writes is no judge).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judge_may_change: Vec<String>,
     /// Hosts the checks may reach through the runtime's egress proxy (the
     /// patterns and presets of the Loopfile's `network.allow`). Empty: the
     /// checks have no network at all.
@@ -406,6 +412,7 @@ impl Contract {
             ("protected", self.protected.clone()),
             ("unprotect", self.unprotect.clone()),
             ("allow_check_changes", self.allow_check_changes.clone()),
+            ("judge_may_change", self.judge_may_change.clone()),
             ("network_allow", self.network_allow.clone()),
         ];
         for (k, v) in lists {
@@ -442,6 +449,7 @@ impl Contract {
             protected: Vec::new(),
             unprotect: Vec::new(),
             allow_check_changes: Vec::new(),
+            judge_may_change: Vec::new(),
             network_allow: Vec::new(),
             limits: Limits::default(),
         }

@@ -25,6 +25,10 @@ pub struct ContractProvenance {
     /// The checker model the task ran with, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checker: Option<String>,
+    /// Paths that decide a check's verdict which the task was allowed to
+    /// write (`judge_may_change`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub judge_may_change: Vec<String>,
     /// Checks kept though they pass on an empty workspace
     /// (`criterion #n: command`).
     pub allowed_vacuous: Vec<String>,
@@ -72,6 +76,7 @@ impl ContractProvenance {
             proposals: drafting.as_ref().map(|d| d.attempts.len()),
             confirmed_by: drafting.map(|d| d.confirmed_by),
             checker,
+            judge_may_change: contract.judge_may_change.clone(),
             allowed_vacuous,
         }
     }
@@ -90,6 +95,13 @@ impl std::fmt::Display for ContractProvenance {
         }
         if let Some(c) = &self.checker {
             write!(f, "; checker {c}")?;
+        }
+        if !self.judge_may_change.is_empty() {
+            write!(
+                f,
+                "; the task was allowed to write its judge (judge_may_change): {}",
+                self.judge_may_change.join(", ")
+            )?;
         }
         if !self.allowed_vacuous.is_empty() {
             write!(

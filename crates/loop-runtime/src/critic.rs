@@ -271,6 +271,18 @@ const INTERPRETERS: &[&str] = &[
 /// workspace and the environments shared into it): a script named as the
 /// command (`./verify.sh`) or as an interpreter's program (`python3
 /// verify.py`). The task would write its own judge.
+/// A test file by its name (`test_x.py`, `x_test.go`, `x.test.js`,
+/// `tests/...`): what a task asked to write tests may create.
+fn looks_like_a_test(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("test")
+        || name.contains("_test.")
+        || name.contains(".test.")
+        || name.contains(".spec.")
+        || path.starts_with("tests/")
+        || path.starts_with("test/")
+}
+
 fn missing_programs(line: &str, present: &dyn Fn(&str) -> bool) -> Vec<String> {
     let parsed = loop_tools::shell::parse(line);
     let mut out = Vec::new();
@@ -466,6 +478,28 @@ pub fn static_reasons(
         {
             out.push(format!(
                 "criterion `{id}` says \"{v}\" but none of its checks observes anything specific (an expected output, a test run, a file's text): say what is observed"
+            ));
+        }
+    }
+    // A change criterion decided by a file the task would write (a script,
+    // a module holding the assertions, every file a comparison reads).
+    let told: Vec<String> = contract
+        .criteria
+        .iter()
+        .flat_map(|c| &c.checks)
+        .filter_map(|k| match k {
+            Check::Run(r) => Some(missing_programs(&r.command, present)),
+            _ => None,
+        })
+        .flatten()
+        .map(|p| p.trim_start_matches("./").to_string())
+        .collect();
+    let asked_tests =
+        |p: &str| contract.artifacts.iter().any(|a| a.as_str() == p) && looks_like_a_test(p);
+    for (path, why) in crate::judges::self_judged(contract, present, &asked_tests) {
+        if !told.contains(&path) {
+            out.push(format!(
+                "{why}; check with the project's own code and tests"
             ));
         }
     }
@@ -707,6 +741,42 @@ mod tests {
             "criteria:\n  - id: s\n    text: s\n    checks:\n      - run: ./verify.sh\n",
             "runs `./verify.sh`",
         );
+        // Judges in other forms the task would write: sourced, a module
+        // run or only imported, code read and run, compared files.
+        for (check, names) in [
+            (". ./verify.sh", "`verify.sh`"),
+            ("python3 -m own_module", "`own_module.py`"),
+            ("python3 -c 'import own'", "`own.py`"),
+            (
+                "python3 -c \"exec(open('verify.py').read())\"",
+                "`verify.py`",
+            ),
+            ("node -e \"require('./check.js')\"", "`check.js`"),
+            (
+                "cmp notes.txt expected.txt",
+                "`notes.txt` and `expected.txt`",
+            ),
+        ] {
+            let yaml = format!(
+                "criteria:\n  - id: s\n    text: greet.py greets\n    checks:\n      - run: {}\n",
+                serde_json::to_string(check).unwrap()
+            );
+            rejected_for(&yaml, &format!("is decided by {names}"));
+        }
+        // The same forms over the workspace's own files, a runner, a
+        // comparison with a file the project has: fine.
+        for check in [
+            "python3 -m greet",
+            "python3 -m pytest -q",
+            "cmp greet.py out.txt",
+            "python3 -c \"exec(open('greet.py').read())\"",
+        ] {
+            let yaml = format!(
+                "criteria:\n  - id: s\n    text: s\n    checks:\n      - run: {}\n",
+                serde_json::to_string(check).unwrap()
+            );
+            assert!(reasons(&yaml).is_empty(), "{check}: {:?}", reasons(&yaml));
+        }
         // The workspace's own program, or inline code, is fine.
         assert!(reasons("criteria:\n  - id: g\n    text: greet.py prints Hello\n    checks:\n      - run: python3 greet.py\n        expect_stdout: Hello\n").is_empty());
         assert!(reasons("criteria:\n  - id: g\n    text: g\n    checks:\n      - run: python3 -c 'import greet'\n").is_empty());

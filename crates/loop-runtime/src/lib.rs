@@ -23,6 +23,7 @@ pub mod eval;
 pub mod exec;
 mod host_files;
 pub mod interrupt;
+pub mod judges;
 pub mod layout;
 pub mod loopfile;
 mod models;

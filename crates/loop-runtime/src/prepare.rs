@@ -306,6 +306,7 @@ fn settle_contract(
             // A check that cannot fail is refused here as it is rejected
             // in a draft, unless the person insists (recorded).
             let mut given = req.contract.clone();
+            refuse_self_judged(&given, workspace, present)?;
             refuse_vacuous(&mut given, req.allow_vacuous, &mut empty, observer)?;
             // A written contract gets the project's checks as guards too:
             // what builds and passes before the work must after it.
@@ -340,6 +341,32 @@ fn settle_contract(
         contract.criteria.push(c.clone());
     }
     Ok((contract, drafting, checks))
+}
+
+/// A written contract whose change criterion is decided by a file the task
+/// would write (see [`crate::judges`]) is refused by name, unless the
+/// contract lists the path in `judge_may_change` (kept in it, so in the
+/// receipt). New test files the contract asks for are judged by their own
+/// design (a second pass without them) and pass here.
+fn refuse_self_judged(
+    contract: &loop_protocol::Contract,
+    workspace: &Path,
+    present: &dyn Fn(&str) -> bool,
+) -> Result<(), Error> {
+    let rules = loop_verifier::integrity::derive(contract, workspace);
+    let new_tests = loop_verifier::integrity::new_test_files(contract, &rules, present);
+    let exempt = |p: &str| {
+        contract.judge_may_change.iter().any(|j| j == p) || new_tests.iter().any(|t| t == p)
+    };
+    let found = crate::judges::self_judged(contract, present, &exempt);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = found.iter().map(|(_, why)| format!("  - {why}")).collect();
+    Err(Error::usage(format!(
+        "the contract lets the task write its own judge:\n{}\ncheck with the project's own code and tests, or, if the task is meant to write that file, list it in the contract's `judge_may_change` (the receipt records it)",
+        list.join("\n")
+    )))
 }
 
 /// A written contract's `run` checks are also run on an empty workspace

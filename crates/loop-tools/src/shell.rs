@@ -52,6 +52,14 @@ pub struct Parsed {
 /// How deep `sh -c`/`eval` strings are read before giving up.
 const MAX_DEPTH: usize = 8;
 
+impl Parsed {
+    /// Program files the line's shells, interpreters, `source` and
+    /// `make -f` are given to run (literal paths), with who runs them.
+    pub fn programs(&self) -> &[(String, String)] {
+        &self.programs
+    }
+}
+
 /// Read `line`.
 pub fn parse(line: &str) -> Parsed {
     let mut out = Parsed::default();

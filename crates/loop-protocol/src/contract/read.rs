@@ -16,6 +16,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "protected",
     "unprotect",
     "allow_check_changes",
+    "judge_may_change",
     "network_allow",
     "limits",
 ];
@@ -68,6 +69,7 @@ impl Reader {
         let mut protected = Vec::new();
         let mut unprotect = Vec::new();
         let mut allow_check_changes = Vec::new();
+        let mut judge_may_change = Vec::new();
         let mut network_allow = Vec::new();
         let mut limits = Limits::default();
         for (k, v) in entries {
@@ -142,6 +144,13 @@ impl Reader {
                         }
                     }
                 }
+                "judge_may_change" => {
+                    for item in self.seq(v, "`judge_may_change`").unwrap_or_default() {
+                        if let Some(p) = self.nonempty_string(item, "a path a judge may change") {
+                            judge_may_change.push(p.trim_start_matches("./").to_string());
+                        }
+                    }
+                }
                 "network_allow" => {
                     for item in self.seq(v, "`network_allow`").unwrap_or_default() {
                         if let Some(h) = self.nonempty_string(item, "an allowed host") {
@@ -182,6 +191,7 @@ impl Reader {
             protected,
             unprotect,
             allow_check_changes,
+            judge_may_change,
             network_allow,
             limits,
         })

@@ -102,6 +102,9 @@ pub fn contract_schema() -> Value {
                 "allow_check_changes" => {
                     string_list("paths of the check-integrity set the model may change")
                 }
+                "judge_may_change" => string_list(
+                    "paths that decide a check's verdict (a script it runs, a module it imports, a file it compares) which the task may write, as a person insists; without it such a contract is refused",
+                ),
                 "network_allow" => string_list(
                     "hosts the checks may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)",
                 ),

@@ -1,0 +1,686 @@
+//! Which workspace files decide a `run` check's verdict rather than being
+//! judged by it: a script the check runs or sources for its exit status, a
+//! module whose code holds the assertions (`python3 -m NAME`, inline code
+//! that only imports or `exec`s a file, `require('./x')`), and the files a
+//! `diff` or `cmp` compares. A judge the task itself writes is no judge: a
+//! change criterion decided by a file absent as the task starts is
+//! rejected in a draft and refused in a written contract unless the
+//! contract lists the path in `judge_may_change` (recorded).
+
+use loop_protocol::{Check, Contract, RunCheck};
+
+/// Python modules that are runners and tools, never a project's judge.
+const TOOL_MODULES: &[&str] = &[
+    "pytest",
+    "unittest",
+    "doctest",
+    "nose2",
+    "mypy",
+    "pyflakes",
+    "flake8",
+    "pylint",
+    "black",
+    "ruff",
+    "isort",
+    "coverage",
+    "tox",
+    "nox",
+    "pip",
+    "venv",
+    "compileall",
+    "py_compile",
+    "json",
+    "http",
+    "timeit",
+    "hypothesis",
+    "behave",
+    "django",
+    "flask",
+    "uvicorn",
+    "build",
+    "twine",
+    "hatch",
+    "poetry",
+    "pdm",
+    "sphinx",
+    "tabnanny",
+    "pydoc",
+    "trace",
+    "cProfile",
+    "pstats",
+    "pickle",
+    "ast",
+    "tokenize",
+    "zipfile",
+    "tarfile",
+    "base64",
+    "site",
+    "sysconfig",
+    "ensurepip",
+    "calendar",
+    "webbrowser",
+    "pyright",
+    "bandit",
+    "pycodestyle",
+    "pydocstyle",
+    "unittest.mock",
+];
+
+/// The standard library's top-level modules (Python 3.11's
+/// `sys.stdlib_module_names`, less the private ones): never the project's.
+const STDLIB: &[&str] = &[
+    "abc",
+    "aifc",
+    "antigravity",
+    "argparse",
+    "array",
+    "ast",
+    "asynchat",
+    "asyncio",
+    "asyncore",
+    "atexit",
+    "audioop",
+    "base64",
+    "bdb",
+    "binascii",
+    "bisect",
+    "builtins",
+    "bz2",
+    "cProfile",
+    "calendar",
+    "cgi",
+    "cgitb",
+    "chunk",
+    "cmath",
+    "cmd",
+    "code",
+    "codecs",
+    "codeop",
+    "collections",
+    "colorsys",
+    "compileall",
+    "concurrent",
+    "configparser",
+    "contextlib",
+    "contextvars",
+    "copy",
+    "copyreg",
+    "crypt",
+    "csv",
+    "ctypes",
+    "curses",
+    "dataclasses",
+    "datetime",
+    "dbm",
+    "decimal",
+    "difflib",
+    "dis",
+    "distutils",
+    "doctest",
+    "email",
+    "encodings",
+    "ensurepip",
+    "enum",
+    "errno",
+    "faulthandler",
+    "fcntl",
+    "filecmp",
+    "fileinput",
+    "fnmatch",
+    "fractions",
+    "ftplib",
+    "functools",
+    "gc",
+    "genericpath",
+    "getopt",
+    "getpass",
+    "gettext",
+    "glob",
+    "graphlib",
+    "grp",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "http",
+    "idlelib",
+    "imaplib",
+    "imghdr",
+    "imp",
+    "importlib",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "keyword",
+    "lib2to3",
+    "linecache",
+    "locale",
+    "logging",
+    "lzma",
+    "mailbox",
+    "mailcap",
+    "marshal",
+    "math",
+    "mimetypes",
+    "mmap",
+    "modulefinder",
+    "msilib",
+    "msvcrt",
+    "multiprocessing",
+    "netrc",
+    "nis",
+    "nntplib",
+    "nt",
+    "ntpath",
+    "nturl2path",
+    "numbers",
+    "opcode",
+    "operator",
+    "optparse",
+    "os",
+    "ossaudiodev",
+    "pathlib",
+    "pdb",
+    "pickle",
+    "pickletools",
+    "pipes",
+    "pkgutil",
+    "platform",
+    "plistlib",
+    "poplib",
+    "posix",
+    "posixpath",
+    "pprint",
+    "profile",
+    "pstats",
+    "pty",
+    "pwd",
+    "py_compile",
+    "pyclbr",
+    "pydoc",
+    "pydoc_data",
+    "pyexpat",
+    "queue",
+    "quopri",
+    "random",
+    "re",
+    "readline",
+    "reprlib",
+    "resource",
+    "rlcompleter",
+    "runpy",
+    "sched",
+    "secrets",
+    "select",
+    "selectors",
+    "shelve",
+    "shlex",
+    "shutil",
+    "signal",
+    "site",
+    "smtpd",
+    "smtplib",
+    "sndhdr",
+    "socket",
+    "socketserver",
+    "spwd",
+    "sqlite3",
+    "sre_compile",
+    "sre_constants",
+    "sre_parse",
+    "ssl",
+    "stat",
+    "statistics",
+    "string",
+    "stringprep",
+    "struct",
+    "subprocess",
+    "sunau",
+    "symtable",
+    "sys",
+    "sysconfig",
+    "syslog",
+    "tabnanny",
+    "tarfile",
+    "telnetlib",
+    "tempfile",
+    "termios",
+    "textwrap",
+    "this",
+    "threading",
+    "time",
+    "timeit",
+    "tkinter",
+    "token",
+    "tokenize",
+    "tomllib",
+    "trace",
+    "traceback",
+    "tracemalloc",
+    "tty",
+    "turtle",
+    "turtledemo",
+    "types",
+    "typing",
+    "unicodedata",
+    "unittest",
+    "urllib",
+    "uu",
+    "uuid",
+    "venv",
+    "warnings",
+    "wave",
+    "weakref",
+    "webbrowser",
+    "winreg",
+    "winsound",
+    "wsgiref",
+    "xdrlib",
+    "xml",
+    "xmlrpc",
+    "zipapp",
+    "zipfile",
+    "zipimport",
+    "zlib",
+    "zoneinfo",
+];
+
+/// Whether `module` (dotted) is a runner, a tool or the standard library's.
+fn not_the_projects(module: &str) -> bool {
+    let top = module.split('.').next().unwrap_or_default();
+    TOOL_MODULES.contains(&module) || TOOL_MODULES.contains(&top) || STDLIB.contains(&top)
+}
+
+/// One file that decides a check's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judge {
+    /// The workspace paths that could be it (a module is `NAME.py` or a
+    /// package); it is "absent" when none is there.
+    pub paths: Vec<String>,
+    /// How the check uses it, for the reason.
+    pub how: String,
+}
+
+/// A relative workspace path as a check names it, or `None` for what is
+/// not one (absolute, `..`, a variable, a stream).
+fn workspace_path(p: &str) -> Option<String> {
+    let p = p.trim_start_matches("./");
+    (!p.is_empty()
+        && !p.starts_with('/')
+        && !p.starts_with('-')
+        && !p.contains('$')
+        && !p.split('/').any(|c| c == ".." || c.is_empty()))
+    .then(|| p.to_string())
+}
+
+/// Whether inline code judges for itself (an assertion, a comparison, an
+/// exit status it computes), rather than leaving that to what it loads.
+fn asserts_itself(code: &str) -> bool {
+    [
+        "assert", "==", "!=", "raise", "throw", "exit(", "<", ">", " in ", " is ", "if ",
+    ]
+    .iter()
+    .any(|w| code.contains(w))
+}
+
+/// Quoted string arguments of `name(` calls in `code` (`open('x')`).
+fn call_args<'c>(code: &'c str, name: &str) -> Vec<&'c str> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(name) {
+        rest = &rest[i + name.len()..];
+        let t = rest.trim_start();
+        if let Some(q) = t.chars().next().filter(|c| *c == '\'' || *c == '"')
+            && let Some(end) = t[1..].find(q)
+        {
+            out.push(&t[1..1 + end]);
+        }
+    }
+    out
+}
+
+/// The modules Python code imports (`import a, b.c`, `from a import x`).
+fn python_imports(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for stmt in code.split([';', '\n']) {
+        let s = stmt.trim();
+        if let Some(names) = s.strip_prefix("import ") {
+            for n in names.split(',') {
+                let n = n.split_whitespace().next().unwrap_or_default();
+                out.push(n.to_string());
+            }
+        } else if let Some(r) = s.strip_prefix("from ")
+            && let Some(n) = r.split_whitespace().next()
+            && !n.starts_with('.')
+        {
+            out.push(n.to_string());
+        }
+    }
+    out.retain(|n| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    });
+    out
+}
+
+/// Where a Python module's code would be in the workspace.
+fn module_paths(name: &str) -> Vec<String> {
+    let base = name.replace('.', "/");
+    vec![
+        format!("{base}.py"),
+        format!("{base}/__init__.py"),
+        format!("{base}/__main__.py"),
+    ]
+}
+
+/// Whether a command judges for itself what came before it (a search, a
+/// comparison, a test, inline code with its own assertions), so that a
+/// program run earlier in the line is what is judged, not the judge.
+fn asserting(words: &[&str]) -> bool {
+    let Some(first) = words.first() else {
+        return false;
+    };
+    let name = first.rsplit('/').next().unwrap_or(first);
+    match name {
+        "grep" | "egrep" | "fgrep" | "rg" | "diff" | "cmp" | "test" | "[" | "[[" | "jq" => true,
+        n if n == "python" || n.starts_with("python3") || n == "node" => words
+            .windows(2)
+            .any(|w| matches!(w[0], "-c" | "-e" | "--eval") && asserts_itself(w[1])),
+        _ => false,
+    }
+}
+
+/// The files that decide `run`'s verdict (see the module's text). A
+/// program run earlier in the line and followed by a command that judges
+/// for itself (`python3 todo.py add x && python3 -c "assert ..."`) is the
+/// work being judged, not the judge.
+pub fn judges(run: &RunCheck) -> Vec<Judge> {
+    // (judge, index of the command it came from)
+    let mut found: Vec<(Judge, usize)> = Vec::new();
+    let mut push = |paths: Vec<String>, how: String, at: usize| {
+        if !paths.is_empty() && !found.iter().any(|(j, _)| j.paths == paths) {
+            found.push((Judge { paths, how }, at));
+        }
+    };
+    // With an expected output, the check's own text judges what a script
+    // prints; without, the script's exit status is the verdict.
+    let by_status =
+        run.expect_stdout.is_none() && run.expect_stderr.is_none() && run.stdout_matches.is_none();
+    let parsed = loop_tools::shell::parse(&run.command);
+    let commands: Vec<Vec<&str>> = parsed
+        .commands
+        .iter()
+        .map(|c| c.iter().map(|w| w.as_deref().unwrap_or("")).collect())
+        .collect();
+    let bare = |p: &str| p.trim_start_matches("./").to_string();
+    if by_status {
+        for (program, who) in parsed.programs() {
+            if let Some(p) = workspace_path(program) {
+                let at = commands
+                    .iter()
+                    .position(|c| c.iter().any(|w| bare(w) == p))
+                    .unwrap_or(usize::MAX);
+                push(vec![p], format!("the script `{who}` runs"), at);
+            }
+        }
+    }
+    for (at, words) in commands.iter().enumerate() {
+        let Some(first) = words.first() else { continue };
+        let name = first.rsplit('/').next().unwrap_or(first);
+        let python = name == "python" || name.starts_with("python3");
+        let node = name == "node";
+        // (An environment's interpreter or tool, `.venv/bin/python`, is
+        // what runs the judge, not one.)
+        if first.contains('/')
+            && !first.contains("/bin/")
+            && !python
+            && !node
+            && by_status
+            && let Some(p) = workspace_path(first)
+        {
+            push(vec![p], "the program the check runs".into(), at);
+        }
+        if matches!(name, "diff" | "cmp") {
+            // One compared file may be the task's output; all of them the
+            // task's is no comparison.
+            let files: Vec<String> = words[1..]
+                .iter()
+                .filter(|w| !w.starts_with('-'))
+                .filter_map(|w| workspace_path(w))
+                .collect();
+            if files.len() >= 2 {
+                push(files, format!("every file `{name}` compares"), at);
+            }
+            continue;
+        }
+        if !(python || node) {
+            continue;
+        }
+        let mut i = 1;
+        while i < words.len() {
+            let w = words[i];
+            if python && w == "-m" {
+                if let Some(m) = words.get(i + 1)
+                    && !not_the_projects(m)
+                    && by_status
+                {
+                    push(
+                        module_paths(m),
+                        format!("the module `python3 -m {m}` runs"),
+                        at,
+                    );
+                }
+                break;
+            }
+            let inline = if python {
+                w == "-c"
+            } else {
+                matches!(w, "-e" | "--eval" | "-p" | "--print")
+            };
+            if inline {
+                let code = words.get(i + 1).copied().unwrap_or_default();
+                // A file read and run as code is the judge, whatever else
+                // (a file only read as data is what is judged).
+                let runs_text = ["exec(", "eval(", "compile(", "Function("]
+                    .iter()
+                    .any(|w| code.contains(w));
+                let read: Vec<&str> = if runs_text {
+                    call_args(code, "open(")
+                        .into_iter()
+                        .chain(call_args(code, "readFileSync("))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                for f in read.into_iter().chain(call_args(code, "run_path(")) {
+                    if let Some(p) = workspace_path(f) {
+                        push(
+                            vec![p],
+                            "the file the inline code reads and runs".into(),
+                            at,
+                        );
+                    }
+                }
+                if by_status && !asserts_itself(code) {
+                    if python {
+                        for m in python_imports(code) {
+                            if !not_the_projects(&m) {
+                                push(
+                                    module_paths(&m),
+                                    format!(
+                                        "the module `{m}` the inline code only imports, holding its assertions"
+                                    ),
+                                    at,
+                                );
+                            }
+                        }
+                    } else {
+                        for r in call_args(code, "require(")
+                            .into_iter()
+                            .chain(call_args(code, "import("))
+                        {
+                            if r.starts_with('.')
+                                && let Some(p) = workspace_path(r)
+                            {
+                                let mut paths = vec![p.clone()];
+                                if !p.ends_with(".js")
+                                    && !p.ends_with(".mjs")
+                                    && !p.ends_with(".cjs")
+                                {
+                                    paths.push(format!("{p}.js"));
+                                    paths.push(format!("{p}/index.js"));
+                                }
+                                push(
+                                    paths,
+                                    format!(
+                                        "the module `{r}` the inline code only loads, holding its assertions"
+                                    ),
+                                    at,
+                                );
+                            }
+                        }
+                    }
+                }
+                break;
+            }
+            if !w.starts_with('-') {
+                break;
+            }
+            i += 1;
+        }
+    }
+    found
+        .into_iter()
+        .filter(|(j, at)| {
+            // Compared files and code read as code judge wherever they are.
+            j.how.starts_with("every file")
+                || j.how.starts_with("the file the inline")
+                || !commands
+                    .iter()
+                    .skip(at.saturating_add(1))
+                    .any(|c| asserting(c))
+        })
+        .map(|(j, _)| j)
+        .collect()
+}
+
+/// The change criteria of `contract` whose verdict a file absent as the
+/// task starts decides (the task would write its own judge), skipping the
+/// paths `exempt` says may be written (new test files the contract asks
+/// for, which are judged by their own design; `judge_may_change`). Each
+/// reason names the criterion, the check and the file.
+pub fn self_judged(
+    contract: &Contract,
+    present: &dyn Fn(&str) -> bool,
+    exempt: &dyn Fn(&str) -> bool,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for c in contract.criteria.iter().filter(|c| !c.guard) {
+        for (i, k) in c.checks.iter().enumerate() {
+            let Check::Run(r) = k else { continue };
+            for j in judges(r) {
+                if j.paths.iter().any(|p| present(p) || exempt(p)) {
+                    continue;
+                }
+                let shown = j
+                    .paths
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(if j.how.starts_with("every file") {
+                        " and "
+                    } else {
+                        " or "
+                    });
+                out.push((
+                    j.paths[0].clone(),
+                    format!(
+                        "criterion `{}`, check {} (`{}`) is decided by {shown} ({}), which the workspace does not have: the task would write its own judge",
+                        c.id,
+                        i + 1,
+                        r.command,
+                        j.how
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(cmd: &str) -> RunCheck {
+        let yaml = format!(
+            "instruction: x\ncriteria:\n  - id: c\n    checks:\n      - run: {}\n",
+            serde_json::to_string(cmd).unwrap_or_default()
+        );
+        match Contract::from_yaml(&yaml, "t").map(|c| c.criteria[0].checks[0].clone()) {
+            Ok(Check::Run(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn judged(cmd: &str) -> Vec<Vec<String>> {
+        judges(&run(cmd)).into_iter().map(|j| j.paths).collect()
+    }
+
+    #[test]
+    fn the_files_that_decide_a_check_are_found_in_every_form() {
+        let one = |p: &str| vec![vec![p.to_string()]];
+        let module = |m: &str| vec![module_paths(m)];
+        for (cmd, want) in [
+            ("python3 verify.py", one("verify.py")),
+            (". ./verify.sh", one("verify.sh")),
+            ("sh verify.sh", one("verify.sh")),
+            ("./verify.sh", one("verify.sh")),
+            ("python3 -m own_module", module("own_module")),
+            ("python3 -c 'import own'", module("own")),
+            ("python3 -c 'from own import go'", module("own")),
+            (
+                "python3 -c \"exec(open('verify.py').read())\"",
+                one("verify.py"),
+            ),
+            (
+                "node -e \"require('./check.js')\"",
+                vec![vec!["check.js".to_string()]],
+            ),
+            (
+                "cmp a.txt b.txt",
+                vec![vec!["a.txt".into(), "b.txt".into()]],
+            ),
+        ] {
+            assert_eq!(judged(cmd), want, "{cmd}");
+        }
+        // What is judged, not a judge: a runner, inline assertions, a
+        // printed value the check compares, an absolute program.
+        for cmd in [
+            "python3 -m pytest -q",
+            "python3 -m unittest discover -s tests",
+            "python3 -c 'import slug; assert slug.slug(\"a b\") == \"a-b\"'",
+            "node -e \"const m = require('./m'); if (m.f() !== 2) process.exit(1)\"",
+            "/tmp/test_sum",
+            "grep -q hello hello.txt",
+            "diff expected.txt -",
+            "python3 -c \"import json; assert json.load(open('out.json'))['x'] == 1\"",
+            // The work run first, then judged by the line's own assertion.
+            "python3 todo.py add x && python3 -c \"import json; assert json.load(open('t.json'))\"",
+            "python3 app.py > out.txt && grep -q hello out.txt",
+            // The standard library is nobody's judge.
+            ".venv/bin/python -c 'import sys; print(sys.base_prefix)'",
+            "python3 -c \"import urllib.request as u; u.urlopen('http://h/')\"",
+            "python3 -m json.tool data.json",
+        ] {
+            assert!(judged(cmd).is_empty(), "{cmd}: {:?}", judged(cmd));
+        }
+        let mut printed = run("python3 app.py");
+        printed.expect_stdout = Some("HELLO".into());
+        assert!(judges(&printed).is_empty());
+    }
+}
