@@ -250,6 +250,133 @@ fn a_checker_from_the_loopfile_reviews_the_diff_and_can_veto() {
     assert_eq!(genesis["checker"]["parameters"]["role"], "checker");
 }
 
+/// What only meaning can tell is the checker's: with `models.checker`
+/// set, each draft the critic accepts is reviewed against the instruction;
+/// an objection goes back to the drafter as reasons (never the checker's
+/// prompt), its verdicts are in the ledger's first entry, and the receipt
+/// says the contract was reviewed by both.
+#[test]
+fn the_checker_reviews_each_draft_by_meaning_and_its_objection_goes_back_to_the_drafter() {
+    let server = serve(vec![
+        review_call(
+            "object",
+            "grepping slug.py for `unicodedata` passes without any accent being stripped",
+        ),
+        review_call("approve", "runs slug() on accented words"),
+        review_call("approve", "strips accents"),
+    ]);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("checker-draft");
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("slug.py"),
+        "def slug(s):\n    return s.lower().replace(' ', '-')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "models:\n  checker:\n    spec: openai:checker-1\n    stream: false\n",
+    )
+    .unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("git init -q && git config user.email t@t && git config user.name t && git add -A && git commit -qm base")
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let propose = |text: &str, run: &str| {
+        format!(
+            "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: accents\n              text: {}\n              checks:\n                - run: {}\n",
+            serde_json::to_string(text).unwrap(),
+            serde_json::to_string(run).unwrap()
+        )
+    };
+    let fixed = "import unicodedata\n\ndef slug(s):\n    s = unicodedata.normalize('NFKD', s).encode('ascii', 'ignore').decode()\n    return s.lower().replace(' ', '-')\n";
+    let script = format!(
+        "draft:\n{}{}turns:\n  - calls:\n      - {{tool: write_file, args: {{path: slug.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: done}}}}\n",
+        // The lazy draft every text rule lets through.
+        propose("slug.py names unicodedata", "grep -q unicodedata slug.py"),
+        propose(
+            "slug() strips accents",
+            "python3 -c \"import slug; assert slug.slug('Crème brûlée') == 'creme-brulee'\"",
+        ),
+        serde_json::to_string(fixed).unwrap()
+    );
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args([
+            "run",
+            "make slug() strip accents",
+            "--accept-contract",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let said = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let genesis = events.iter().find(|e| e["kind"] == "task_started").unwrap();
+    let attempts = genesis["drafting"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{genesis}");
+    assert_eq!(attempts[0]["accepted"], false);
+    assert_eq!(attempts[0]["checker"], "object");
+    assert!(
+        attempts[0]["reasons"]
+            .to_string()
+            .contains("the checker (checker-1) objects: grepping slug.py for `unicodedata` passes"),
+        "{}",
+        attempts[0]
+    );
+    assert_eq!(attempts[1]["accepted"], true);
+    assert_eq!(attempts[1]["checker"], "approve");
+    // The checker saw the instruction and the draft, with its own prompt
+    // and only the review tool.
+    let sent = server.received.lock().unwrap()[0].body.clone();
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("could every check pass without the work"),
+        "{system}"
+    );
+    let user = sent["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.contains("Instruction: make slug() strip accents")
+            && user.contains("run `grep -q unicodedata slug.py`"),
+        "{user}"
+    );
+    assert_eq!(sent["tools"].as_array().unwrap().len(), 1);
+    // The receipt says how the contract came to be.
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let verify = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .arg("verify")
+        .arg(&receipt)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let v = String::from_utf8_lossy(&verify.stdout).to_string();
+    assert!(
+        v.contains(&format!(
+            "contract   drafted by {}, accepted by the critic and the checker after 2 proposal(s), confirmed by --accept-contract; checker checker-1",
+            dir.join("script.yaml").display()
+        )),
+        "{v}"
+    );
+}
+
 #[test]
 fn a_checker_nobody_can_reach_ends_the_task_naming_it() {
     // A port nothing listens on (bound, then released).

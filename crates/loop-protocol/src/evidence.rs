@@ -167,6 +167,11 @@ pub struct DraftAttempt {
     /// Tokens the call took, when a model made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::action::Usage>,
+    /// The checker model's verdict on a draft the critic accepted
+    /// (`approve` or `object`; its reasons are among `reasons`), when a
+    /// checker is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker: Option<String>,
 }
 
 /// A project check (declared in the Loopfile's `verification:`, or

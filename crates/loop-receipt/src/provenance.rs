@@ -19,6 +19,9 @@ pub struct ContractProvenance {
     /// Proposals the critic judged (the model's and a person's edits).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposals: Option<usize>,
+    /// Whether the checker model approved the draft that was locked.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub checker_approved: bool,
     /// Who locked the draft (`--accept-contract`, `terminal`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmed_by: Option<String>,
@@ -74,6 +77,13 @@ impl ContractProvenance {
             },
             drafted_by: drafting.as_ref().map(|d| d.model.name.clone()),
             proposals: drafting.as_ref().map(|d| d.attempts.len()),
+            checker_approved: drafting.as_ref().is_some_and(|d| {
+                d.attempts
+                    .iter()
+                    .rev()
+                    .find(|a| a.accepted)
+                    .is_some_and(|a| a.checker.as_deref() == Some("approve"))
+            }),
             confirmed_by: drafting.map(|d| d.confirmed_by),
             checker,
             judge_may_change: contract.judge_may_change.clone(),
@@ -87,7 +97,12 @@ impl std::fmt::Display for ContractProvenance {
         match &self.drafted_by {
             Some(m) => write!(
                 f,
-                "drafted by {m}, accepted by the critic after {} proposal(s), confirmed by {}",
+                "drafted by {m}, accepted by the critic{} after {} proposal(s), confirmed by {}",
+                if self.checker_approved {
+                    " and the checker"
+                } else {
+                    ""
+                },
                 self.proposals.unwrap_or_default(),
                 self.confirmed_by.as_deref().unwrap_or("?")
             )?,

@@ -161,6 +161,21 @@ pub(crate) fn load_model(
 /// The contract's drafter: `models.drafter` in the Loopfile if set, else
 /// the maker (`--model`, or `models.maker`). A scripted model drafts with
 /// its script's `draft:` turns.
+/// The checker the Loopfile configures (`models.checker`), to review
+/// drafts; `None` without one.
+pub(crate) fn load_checker(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<Option<Box<dyn Model + Send>>, Error> {
+    let (_, config) = resolve(spec, loopfile)?;
+    for e in config.checker.iter() {
+        if let Some(k) = &e.api_key {
+            loop_sandbox::redact::register_literal(k.expose());
+        }
+    }
+    Ok((!config.checker.is_empty()).then(|| redacted(chain_of(config.checker))))
+}
+
 pub(crate) fn load_drafter(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,

@@ -444,6 +444,7 @@ fn draft_contract(
     observer: &mut dyn crate::Observer,
 ) -> Result<crate::draft::Drafted, Error> {
     let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
+    let mut checker = crate::models::load_checker(req.model.as_deref(), loopfile)?;
     let policy = loopfile.exec.clone().unwrap_or_default();
     observer.note(&format!(
         "drafting the contract with {} (the critic judges each draft)",
@@ -463,6 +464,9 @@ fn draft_contract(
             guidance: &crate::request::read_guidance(workspace),
             stack,
             extra: &loopfile.verification.checks,
+            checker: checker
+                .as_deref_mut()
+                .map(|c| c as &mut (dyn loop_core::Model + Send)),
         },
         observer,
     );
