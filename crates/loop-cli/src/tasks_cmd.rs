@@ -109,6 +109,14 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     if t.cancel_requested && t.outcome.is_none() {
         say!("  cancel       requested");
     }
+    if let Some(d) = &s.dead_letter {
+        say!(
+            "  dead-lettered by queue `{}`: {} (loop resume {} runs it here)",
+            d.queue,
+            d.reason,
+            t.id
+        );
+    }
     let u = s.used;
     say!(
         "  used         {} steps, {} tokens, ${:.4}, {} verification(s)",

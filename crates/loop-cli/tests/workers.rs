@@ -513,6 +513,73 @@ fn workers_killed_at_random_lose_no_task_and_run_none_twice() {
     );
 }
 
+/// A task the queue gives up on says so where people look: `loop status`
+/// (and the API, whose status is the same) names the queue and the
+/// reason, instead of a task that only looks `pending (interrupted)`; a
+/// task that ran carries no such note.
+#[test]
+fn a_task_the_queue_gives_up_on_says_so_in_its_status() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-dead-letter");
+    let redis = Redis::start(&root.join("redis"));
+    let db = database(&admin, &format!("loop_dead_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
+    let gone = s.dir.join("gone.yaml");
+    std::fs::write(&gone, SCRIPT).unwrap();
+    let poisoned = s.submit(&gone);
+    std::fs::remove_file(&gone).unwrap();
+    let good = s.submit(&s.dir.join("script.yaml"));
+    let log = s.dir.join("workers.log");
+    let mut worker = s.worker(1, 1, &log);
+    let started = Instant::now();
+    loop {
+        let dead = redis.dead_letters();
+        let ran = s
+            .tasks()
+            .get(&good)
+            .is_some_and(|v| v["state"] == "terminal");
+        if ran && dead.iter().any(|d| d.0 == poisoned) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not settled: {dead:?} (log {})",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    kill(&mut worker);
+    let status = |id: &str, json: bool| {
+        let mut c = s.loop_cmd();
+        c.args(["status", id, "--project"]).arg(&s.project);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let v: serde_json::Value = serde_json::from_str(status(&poisoned, true).trim()).unwrap();
+    assert_eq!(v["dead_letter"]["queue"], "default", "{v}");
+    assert!(
+        v["dead_letter"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("delivered 2 times without ending (at most 1)"),
+        "{v}"
+    );
+    let human = status(&poisoned, false);
+    assert!(
+        human.contains("dead-lettered by queue `default`: delivered 2 times"),
+        "{human}"
+    );
+    let v: serde_json::Value = serde_json::from_str(status(&good, true).trim()).unwrap();
+    assert!(v.get("dead_letter").is_none(), "{v}");
+    assert_eq!(v["outcome"], "verified", "{v}");
+}
+
 #[test]
 fn a_redis_restart_and_dropped_postgres_connections_mid_run_lose_nothing() {
     let Some(admin) = services() else {

@@ -120,7 +120,25 @@ pub struct TaskStatus {
     pub approvals: Vec<Approval>,
     /// Its change set in the project.
     pub apply: ApplyState,
+    /// The queue gave up on it (delivered too often without ending), with
+    /// why: shown until it ends (`loop resume` runs it here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetterNote>,
 }
+
+/// A queue's word that it gave up on a task.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct DeadLetterNote {
+    /// The queue.
+    pub queue: String,
+    /// Why.
+    pub reason: String,
+    /// When (Unix ms).
+    pub at_ms: u64,
+}
+
+/// The name the note is kept under with the task's files in the store.
+pub const DEAD_LETTER: &str = "dead_letter";
 
 /// Every task in `store`, newest last.
 pub fn tasks(store: &dyn Store) -> Result<Vec<TaskView>, Error> {
@@ -163,11 +181,17 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
     } else {
         ApplyState::NotApplied
     };
+    let task = TaskView::of(&t);
+    let dead_letter = (task.state != "terminal")
+        .then(|| store.task_file(id, DEAD_LETTER).ok().flatten())
+        .flatten()
+        .and_then(|body| serde_json::from_str(&body).ok());
     Ok(TaskStatus {
-        task: TaskView::of(&t),
+        task,
         used,
         approvals: store.approvals(id).unwrap_or_default(),
         apply,
+        dead_letter,
     })
 }
 

@@ -208,6 +208,31 @@ impl Runtime {
         crate::query::task(self.store()?, id)
     }
 
+    /// Record that queue `queue` gave up on task `id`, and why: `loop
+    /// status`, the API and the console show it until the task ends.
+    pub fn mark_dead_lettered(&self, id: &str, queue: &str, reason: &str) -> Result<(), Error> {
+        let note = crate::query::DeadLetterNote {
+            queue: queue.to_string(),
+            reason: reason.to_string(),
+            at_ms: loop_core::Clock::now_ms(&loop_core::SystemClock),
+        };
+        let body = serde_json::to_string(&note).map_err(|e| Error::internal(e.to_string()))?;
+        self.store()?
+            .put_task_file(
+                id,
+                &loop_store::TaskFile {
+                    name: crate::query::DEAD_LETTER,
+                    body: &body,
+                    blobs: &[],
+                    keep_only: None,
+                    durable: true,
+                },
+                None,
+                note.at_ms,
+            )
+            .map_err(crate::layout::store_err)
+    }
+
     /// Task `id` in full.
     pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
         crate::query::status(self.store()?, &self.project, id)

@@ -61,6 +61,7 @@ function outcomeBadge(t) {
     return el("span", { class: "badge " + kind }, t.outcome);
   }
   if (t.queued) return el("span", { class: "badge" }, "queued (waiting for a place to run)");
+  if (t.dead_letter) return el("span", { class: "badge failed" }, "dead-lettered");
   const waiting = t.state === "awaiting_approval" || t.state === "awaiting_input";
   return el("span", { class: "badge" + (waiting ? " waiting" : "") },
     t.interrupted ? t.state + " (interrupted)" : t.state);
@@ -312,7 +313,9 @@ async function showTask(view, id) {
     try {
       const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
       head.replaceChildren(el("p", {}, outcomeBadge(t), " ", t.instruction || ""),
-        t.reason ? el("p", { class: "hint" }, t.reason) : null, controls(id, t));
+        t.reason ? el("p", { class: "hint" }, t.reason) : null,
+        t.dead_letter ? el("p", { class: "hint" }, "The queue `" + t.dead_letter.queue + "` gave up on it: " + t.dead_letter.reason) : null,
+        controls(id, t));
       const u = t.used;
       budget.textContent = "Used " + u.steps + (limits ? "/" + limits.max_steps : "") + " steps · " +
         u.tokens + (limits ? "/" + limits.max_tokens : "") + " tokens · " + money(u.usd) +

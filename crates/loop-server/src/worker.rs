@@ -374,9 +374,18 @@ fn settle(
     }
     if view.state != "terminal" && d.attempts > opts.queue.max_attempts {
         // Delivered too often without ending, and the store says it has
-        // not ended and nobody runs it: given up on, with the reason.
-        if q.dead_letter(d, &q.exhausted(d)).unwrap_or(false) {
+        // not ended and nobody runs it: given up on, with the reason, in
+        // the stream and with the task (so `loop status` says so).
+        let reason = q.exhausted(d);
+        if q.dead_letter(d, &reason).unwrap_or(false) {
             metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = runtime.mark_dead_lettered(&d.task, &opts.queue.name, &reason) {
+                tracing::warn!(
+                    "task {}: dead-lettered, but the store did not take the note: {}",
+                    d.task,
+                    e.message
+                );
+            }
         }
         return;
     }
