@@ -95,7 +95,9 @@ fn task() -> Value {
             "queued": {"type": "boolean", "description": "waiting for one of the server's places to run"},
             "used": any_object(),
             "approvals": {"type": "array"},
-            "apply": {"type": "string"}
+            "apply": {"type": "string"},
+            "dead_letter": {"type": "object", "description": "present while the queue has given up on the task: {queue, reason, at_ms}",
+                "properties": {"queue": {"type": "string"}, "reason": {"type": "string"}, "at_ms": {"type": "integer"}}}
         }),
         &["id", "state", "queued", "used", "approvals", "apply"],
     )
