@@ -396,11 +396,27 @@ async fn no_route() -> Response {
     ApiError::not_found("such route (see /openapi.json)").into_response()
 }
 
+/// How long a connection may take to send a request's head: the first
+/// one, and each next one on a kept-alive connection, so a half-sent
+/// request and an idle connection both go. Only the time before a head is
+/// read counts: a request being answered, an event stream (a keep-alive
+/// every 15 s) and a long wait are not cut.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Serve `listener` until SIGTERM or Ctrl-C. Tasks the project has that an
 /// earlier server left interrupted are taken up first.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     state: AppState,
+) -> Result<(), loop_runtime::Error> {
+    serve_on_with(listener, state, HEAD_TIMEOUT).await
+}
+
+/// [`serve_on`] with a request head's time limit of `head_timeout`.
+pub async fn serve_on_with(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    head_timeout: Duration,
 ) -> Result<(), loop_runtime::Error> {
     // The store is never asked on the executor (a PostgreSQL store's
     // client blocks on a runtime of its own).
@@ -411,14 +427,8 @@ pub async fn serve_on(
     tokio::spawn(api::schedules(state.clone()));
     tokio::spawn(give_back_memory());
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let mut rx = rx;
-        let _ = rx.wait_for(|stop| *stop).await;
-    });
+    let app = router(state);
+    let accept = accept_loop(listener, app, head_timeout, rx);
     // On the signal, open requests get two seconds; event streams of
     // running tasks would otherwise hold the process up until the tasks end.
     let deadline = async move {
@@ -427,8 +437,60 @@ pub async fn serve_on(
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
     tokio::select! {
-        r = server => r.map_err(|e| loop_runtime::Error::internal(format!("the server stopped: {e}"))),
+        () = accept => Ok(()),
         () = deadline => Ok(()),
+    }
+}
+
+/// Accept and serve connections on `listener` for ever: the server's own
+/// loop (axum's has no timer, so no limit on a request head). Each
+/// connection is HTTP/1 whose request heads must come within
+/// `head_timeout`, its peer's address given to the handlers as
+/// `ConnectInfo`; once `stop` turns true, each finishes what it answers.
+pub(crate) async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    head_timeout: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors and the like: wait, then go on.
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let inner = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                hyper::service::Service::call(&inner, req.map(axum::body::Body::new))
+            });
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(head_timeout);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            // (The watch's guard is dropped at once: it is not `Send`.)
+            let stopped = async move {
+                let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
+            };
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stopped => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
     }
 }
 

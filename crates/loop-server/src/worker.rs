@@ -557,7 +557,9 @@ fn serve_metrics(
             let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
                 return;
             };
-            let _ = axum::serve(listener, app).await;
+            // Never stopped: the process ends with the worker.
+            let (_keep, never) = tokio::sync::watch::channel(false);
+            crate::accept_loop(listener, app, crate::HEAD_TIMEOUT, never).await;
         });
     });
     Ok(())

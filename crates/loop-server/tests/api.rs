@@ -1301,3 +1301,85 @@ fn a_crafted_contract_is_a_400_in_milliseconds_and_the_server_stays_up() {
         "{body}"
     );
 }
+
+/// A connection must send each request's head within the server's limit:
+/// a half-sent request, a silent connection and an idle kept-alive one are
+/// closed (the limit is 15 s; 1 s here), while requests that come in time,
+/// one after another on the same connection, are answered.
+#[test]
+fn half_sent_and_idle_connections_are_closed_and_timely_ones_served() {
+    use std::io::{Read, Write};
+    let project = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("api-head-timeout");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(&project).unwrap();
+    let runtime = Runtime::open(&project).unwrap();
+    let state = loop_server::AppState::new(runtime, 60, 2);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            loop_server::serve_on_with(listener, state, Duration::from_secs(1))
+                .await
+                .unwrap();
+        });
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let connect = || {
+        let c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        c
+    };
+    // How long until the server closes `c`, and what it said before.
+    let closed_after = |c: &mut std::net::TcpStream| {
+        let t = Instant::now();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => return (t.elapsed(), String::from_utf8_lossy(&got).to_string()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return (t.elapsed(), String::from_utf8_lossy(&got).to_string());
+                }
+                Err(e) => panic!(
+                    "still open after {:?} ({e}): {}",
+                    t.elapsed(),
+                    String::from_utf8_lossy(&got)
+                ),
+            }
+        }
+    };
+    // Silent from the start.
+    let mut c = connect();
+    let (after, said) = closed_after(&mut c);
+    assert!(after < Duration::from_secs(4), "{after:?}");
+    assert!(!said.contains("200 OK"), "{said}");
+    // Half a head, then nothing.
+    let mut c = connect();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let (after, said) = closed_after(&mut c);
+    assert!(after < Duration::from_secs(4), "{after:?}");
+    assert!(!said.contains("200 OK"), "{said}");
+    // Two requests in time on one connection are both answered; then the
+    // idle connection is closed.
+    let mut c = connect();
+    for _ in 0..2 {
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        let n = c.read(&mut buf).unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let (after, said) = closed_after(&mut c);
+    assert!(after < Duration::from_secs(4), "{after:?}");
+    assert!(said.is_empty(), "{said}");
+}
