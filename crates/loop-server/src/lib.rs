@@ -71,6 +71,8 @@ pub struct AppState {
     pool: pool::Pool,
     /// What each task has used, kept while its record does not change.
     tallies: api::Tallies,
+    /// The MCP sessions open over HTTP, by token (capped).
+    mcp_sessions: Arc<Mutex<mcp::Sessions>>,
 }
 
 /// Unauthenticated failures (a webhook name nobody configured, a signature
@@ -174,6 +176,7 @@ impl AppState {
             metrics: Arc::default(),
             ready: Arc::default(),
             drafts: Arc::default(),
+            mcp_sessions: Arc::default(),
         }
     }
 

@@ -688,11 +688,58 @@ pub fn http_service(
     // limited to loopback names: a server behind its own name works.
     let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .disable_allowed_hosts();
+    // A session idle past the limit goes, here as in the table the caps
+    // are counted in.
+    let sessions =
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
+    let mut sessions = sessions;
+    sessions.session_config.keep_alive = Some(Sessions::IDLE);
     rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || Ok(LoopMcp::remote(state.clone())),
-        Default::default(),
+        std::sync::Arc::new(sessions),
         config,
     )
+}
+
+/// The MCP sessions open over HTTP: each made by a token's `initialize`,
+/// used since, and gone once closed (`DELETE`) or idle past
+/// [`Sessions::IDLE`]. A token may hold [`Sessions::PER_TOKEN`] at once and
+/// the server [`Sessions::TOTAL`]; past either, `initialize` is a 429.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    /// Session id → (token id, last use).
+    open: std::collections::HashMap<String, (String, std::time::Instant)>,
+}
+
+impl Sessions {
+    /// Sessions one token may hold at once.
+    pub(crate) const PER_TOKEN: usize = 16;
+    /// Sessions the server holds at once.
+    pub(crate) const TOTAL: usize = 256;
+    /// A session unused this long is closed.
+    pub(crate) const IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+    fn forget_idle(&mut self) {
+        self.open.retain(|_, (_, at)| at.elapsed() < Self::IDLE);
+    }
+
+    /// Why `token` may not open another session now, if it may not.
+    fn refuse(&mut self, token: &str) -> Option<String> {
+        self.forget_idle();
+        let mine = self.open.values().filter(|(t, _)| t == token).count();
+        if mine >= Self::PER_TOKEN {
+            return Some(format!(
+                "this token holds {mine} MCP sessions, the most it may (close one with DELETE /mcp, or let one idle {} s)",
+                Self::IDLE.as_secs()
+            ));
+        }
+        (self.open.len() >= Self::TOTAL).then(|| {
+            format!(
+                "the server holds {} MCP sessions, the most it may; try again later",
+                Self::TOTAL
+            )
+        })
+    }
 }
 
 /// The largest body `/mcp` reads, as every other route.
@@ -747,11 +794,54 @@ pub async fn authenticate(
         parts,
         axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY as usize)),
     );
-    match state.caller(req.headers(), Scope::Read).await {
-        Ok(caller) => {
-            req.extensions_mut().insert(caller);
-            next.run(req).await
+    let caller = match state.caller(req.headers(), Scope::Read).await {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    // Sessions are counted by token: a new one (no session id) within the
+    // caps, an old one's use noted, a closed one forgotten.
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let closing = req.method() == axum::http::Method::DELETE;
+    let token = caller.token_id.clone();
+    if let Ok(mut open) = state.mcp_sessions.lock() {
+        match &session {
+            None => {
+                if let Some(why) = open.refuse(&token) {
+                    return ApiError::new(
+                        axum::http::StatusCode::TOO_MANY_REQUESTS,
+                        "too_many_sessions",
+                        why,
+                    )
+                    .into_response();
+                }
+            }
+            Some(id) if closing => {
+                open.open.remove(id);
+            }
+            Some(id) => {
+                if let Some(entry) = open.open.get_mut(id)
+                    && entry.0 == token
+                {
+                    entry.1 = std::time::Instant::now();
+                }
+            }
         }
-        Err(e) => e.into_response(),
     }
+    req.extensions_mut().insert(caller);
+    let resp = next.run(req).await;
+    if session.is_none()
+        && let Some(id) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        && let Ok(mut open) = state.mcp_sessions.lock()
+    {
+        open.open
+            .insert(id.to_string(), (token, std::time::Instant::now()));
+    }
+    resp
 }

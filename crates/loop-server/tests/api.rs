@@ -1383,3 +1383,68 @@ fn half_sent_and_idle_connections_are_closed_and_timely_ones_served() {
     assert!(after < Duration::from_secs(4), "{after:?}");
     assert!(said.is_empty(), "{said}");
 }
+
+/// MCP sessions are capped per token (16 at once): past it `initialize` is
+/// a 429 naming the cap, while another token still opens one, and closing
+/// a session makes room again.
+#[test]
+fn mcp_sessions_are_capped_per_token_and_closing_one_makes_room() {
+    let s = start("mcp-sessions", 600);
+    let (alice, bob) = (
+        token(&s, "alice", Scope::Read),
+        token(&s, "bob", Scope::Read),
+    );
+    let a = agent();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let open = |who: &str| {
+        let mut resp = a
+            .post(&format!("{}/mcp", s.base))
+            .header("Authorization", &format!("Bearer {who}"))
+            .header("Accept", "application/json, text/event-stream")
+            .content_type("application/json")
+            .send(init.as_str())
+            .unwrap();
+        let id = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let status = resp.status().as_u16();
+        let body = if status == 200 {
+            String::new()
+        } else {
+            resp.body_mut().read_to_string().unwrap_or_default()
+        };
+        (status, id, body)
+    };
+    let mut ids = Vec::new();
+    for i in 0..16 {
+        let (status, id, body) = open(&alice);
+        assert_eq!(status, 200, "session {i}: {body}");
+        ids.push(id.expect("a session id"));
+    }
+    let (status, _, body) = open(&alice);
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("too_many_sessions") && body.contains("holds 16 MCP sessions"),
+        "{body}"
+    );
+    // Another token is not held back by alice's.
+    let (status, _, body) = open(&bob);
+    assert_eq!(status, 200, "{body}");
+    // Closing one makes room for one.
+    let closed = a
+        .delete(&format!("{}/mcp", s.base))
+        .header("Authorization", &format!("Bearer {alice}"))
+        .header("mcp-session-id", &ids[0])
+        .call()
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let (status, _, body) = open(&alice);
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = open(&alice);
+    assert_eq!(status, 429, "{body}");
+}
