@@ -139,7 +139,11 @@ impl loop_runtime::Observer for Story {
 
     /// On a terminal: show the drafted contract, then accept, edit (in
     /// `$VISUAL`/`$EDITOR`, judged again) or reject it.
-    fn review_contract(&mut self, contract: &str) -> loop_runtime::draft::ContractReview {
+    fn review_contract(
+        &mut self,
+        contract: &str,
+        edit_from: Option<&str>,
+    ) -> loop_runtime::draft::ContractReview {
         use loop_runtime::draft::ContractReview;
         use std::io::IsTerminal;
         if !std::io::stdin().is_terminal() || self.json {
@@ -152,6 +156,9 @@ impl loop_runtime::Observer for Story {
             "The drafted contract (the critic accepted it):\n{}",
             crate::screen::defang(contract)
         );
+        if edit_from.is_some() {
+            println!("(Your last edit, which the critic rejected, is what [e]dit opens.)");
+        }
         let review = loop {
             print!("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
             let _ = std::io::stdout().flush();
@@ -162,10 +169,12 @@ impl loop_runtime::Observer for Story {
             match answer.trim() {
                 "a" | "accept" => break ContractReview::Accept,
                 "r" | "reject" => break ContractReview::Reject,
-                "e" | "edit" => match crate::prompt::edit_in_editor(contract) {
-                    Ok(text) => break ContractReview::Edited(text),
-                    Err(e) => println!("{e}"),
-                },
+                "e" | "edit" => {
+                    match crate::prompt::edit_in_editor(edit_from.unwrap_or(contract)) {
+                        Ok(text) => break ContractReview::Edited(text),
+                        Err(e) => println!("{e}"),
+                    }
+                }
                 _ => {}
             }
         };

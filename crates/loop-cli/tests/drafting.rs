@@ -865,5 +865,29 @@ fn on_a_terminal_the_draft_is_accepted_edited_and_judged_again_or_rejected() {
     );
     assert!(said.contains("cannot fail or proves nothing"), "{said}");
     assert!(said.contains("you rejected the drafted contract"), "{said}");
+    // The draft is shown as compact YAML, limits on one line.
+    let plain = said.replace('\r', "");
+    assert!(
+        plain.contains("criteria:\n  - id: \"tests\"") && plain.contains("limits: {"),
+        "{said}"
+    );
+    // An edit the critic rejects is what the next edit starts from: the
+    // editor finds `true` there, mends it, and the mended draft verifies.
+    let count = base.join("edits");
+    let (code, said) = on_a_terminal(
+        &base,
+        &project,
+        "e\ne\na\n",
+        &format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}\n\
+             if [ $n = 1 ]; then sed -i 's/python3 -m unittest -v test_calc/true/' \"$1\"; \
+             else grep -q 'run: \"true\"' \"$1\" || exit 1; \
+             sed -i 's/run: \"true\"/run: \"python3 -m unittest -v test_calc\"/; s/the unittest suite passes/kept, then mended/' \"$1\"; fi",
+            c = count.display()
+        ),
+    );
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("is what [e]dit opens"), "{said}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().trim(), "2");
     let _ = std::fs::remove_dir_all(&base);
 }

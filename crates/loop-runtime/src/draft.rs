@@ -336,6 +336,73 @@ pub(crate) struct Drafting<'a> {
     pub checker: Option<&'a mut (dyn loop_core::Model + Send)>,
 }
 
+/// The contract as a person reviews it: compact YAML (what a contract file
+/// holds; values JSON-quoted, which YAML reads), limits folded on one line,
+/// and for each criterion a comment naming the files that decide its
+/// checks and whether the project has them.
+pub fn compact_yaml(contract: &Contract, present: &dyn Fn(&str) -> bool) -> String {
+    let doc = contract.to_authoring();
+    let q = |v: &serde_json::Value| serde_json::to_string(v).unwrap_or_default();
+    let mut out = String::new();
+    out.push_str(&format!("instruction: {}\n", q(&doc["instruction"])));
+    out.push_str("criteria:\n");
+    for (c, shown) in contract
+        .criteria
+        .iter()
+        .zip(doc["criteria"].as_array().into_iter().flatten())
+    {
+        out.push_str(&format!("  - id: {}\n", q(&shown["id"])));
+        if let Some(t) = shown.get("text") {
+            out.push_str(&format!("    text: {}\n", q(t)));
+        }
+        if c.guard {
+            out.push_str("    guard: true\n");
+        }
+        let mut decided: Vec<String> = Vec::new();
+        for k in &c.checks {
+            match k {
+                Check::Run(r) => {
+                    for j in crate::judges::judges(r) {
+                        let there = if j.paths.iter().any(|p| present(p)) {
+                            "in the project"
+                        } else {
+                            "not in the project: the task would write it"
+                        };
+                        decided.push(format!("{} ({there})", j.paths[0]));
+                    }
+                }
+                Check::FileExists { path }
+                | Check::FileContains { path, .. }
+                | Check::FileMatches { path, .. }
+                | Check::JsonEquals { path, .. } => {
+                    decided.push(format!("{} (the file checked)", path.as_str()));
+                }
+            }
+        }
+        if !decided.is_empty() {
+            out.push_str(&format!("    # decided by: {}\n", decided.join(", ")));
+        }
+        out.push_str("    checks:\n");
+        for k in shown["checks"].as_array().into_iter().flatten() {
+            let Some(m) = k.as_object() else { continue };
+            let mut first = true;
+            for (key, v) in m {
+                let lead = if first { "      - " } else { "        " };
+                first = false;
+                out.push_str(&format!("{lead}{key}: {}\n", q(v)));
+            }
+        }
+    }
+    for (k, v) in doc.as_object().into_iter().flatten() {
+        if matches!(k.as_str(), "instruction" | "criteria" | "version") {
+            continue;
+        }
+        // Lists and the limits on one line each (JSON is YAML's flow form).
+        out.push_str(&format!("{k}: {}\n", q(v)));
+    }
+    out
+}
+
 /// The checker's verdict on a draft the critic accepted: (`approve` or
 /// `object`, its reasons). Anything but one well-formed verdict is an
 /// objection (fail closed), as for the checker's review of a change.
@@ -582,9 +649,11 @@ pub(crate) fn draft(
         return Ok((contract, record, project_checks));
     }
     let mut edited = false;
+    // A person's edit the critic rejected is what they edit next, not lost.
+    let mut kept_edit: Option<String> = None;
     loop {
-        let shown = serde_json::to_string_pretty(&contract.to_authoring()).unwrap_or_default();
-        match observer.review_contract(&shown) {
+        let shown = compact_yaml(&contract, d.present);
+        match observer.review_contract(&shown, kept_edit.as_deref()) {
             ContractReview::Accept => {
                 let who = observer.reviewer();
                 record.confirmed_by = if edited {
@@ -642,6 +711,7 @@ pub(crate) fn draft(
                 let proposal = serde_json::json!({"edited": text});
                 match judged {
                     Ok(c) => {
+                        kept_edit = None;
                         record.attempts.push(DraftAttempt {
                             n,
                             proposal,
@@ -655,9 +725,10 @@ pub(crate) fn draft(
                     }
                     Err(reasons) => {
                         observer.note(&format!(
-                            "your edit is rejected by the critic: {}",
+                            "your edit is rejected by the critic: {} (the next edit starts from it)",
                             reasons.join("; ")
                         ));
+                        kept_edit = Some(text.clone());
                         record.attempts.push(DraftAttempt {
                             n,
                             proposal,

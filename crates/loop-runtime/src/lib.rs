@@ -68,8 +68,14 @@ pub trait Observer: loop_core::Observer {
     }
 
     /// Show the drafted contract to the person and ask them to accept,
-    /// edit or reject it (`Unanswered` when nobody here can be asked).
-    fn review_contract(&mut self, _contract: &str) -> crate::draft::ContractReview {
+    /// edit or reject it (`Unanswered` when nobody here can be asked). An
+    /// edit starts from `edit_from` when given (their last edit, which the
+    /// critic rejected), else from the contract.
+    fn review_contract(
+        &mut self,
+        _contract: &str,
+        _edit_from: Option<&str>,
+    ) -> crate::draft::ContractReview {
         crate::draft::ContractReview::Unanswered
     }
 

@@ -69,8 +69,12 @@ impl crate::Observer for Scrubbed<'_> {
     fn prompter(&mut self) -> Option<Box<dyn Prompter>> {
         self.0.prompter()
     }
-    fn review_contract(&mut self, contract: &str) -> crate::draft::ContractReview {
-        self.0.review_contract(contract)
+    fn review_contract(
+        &mut self,
+        contract: &str,
+        edit_from: Option<&str>,
+    ) -> crate::draft::ContractReview {
+        self.0.review_contract(contract, edit_from)
     }
     fn reviewer(&self) -> String {
         self.0.reviewer()

@@ -134,7 +134,9 @@ impl loop_runtime::Observer for DraftObserver {
         }
     }
 
-    fn review_contract(&mut self, contract: &str) -> ContractReview {
+    fn review_contract(&mut self, contract: &str, _edit_from: Option<&str>) -> ContractReview {
+        // (What "confirm" locks is shown; the console's editor keeps the
+        // person's rejected edit on their side.)
         let (tx, rx): (Sender<ContractReview>, Receiver<ContractReview>) =
             std::sync::mpsc::channel();
         if let Some(d) = lock(&self.drafts).get_mut(&self.id) {
