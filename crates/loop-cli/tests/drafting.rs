@@ -363,6 +363,60 @@ fn a_written_check_judged_by_a_file_the_task_would_write_is_refused_unless_the_c
 }
 
 #[test]
+fn a_judge_the_project_has_may_not_be_rewritten_but_the_work_it_runs_may() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("existing-judge");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let sh = |cmd: &str| {
+        assert!(
+            Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .current_dir(&project)
+                .status()
+                .unwrap()
+                .success(),
+            "{cmd}"
+        );
+    };
+    std::fs::write(
+        project.join("verify.py"),
+        "from calc import add\nassert add(2, 3) == 5\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("app.py"),
+        "from calc import add\nimport sys\nsys.exit(0 if add(1, 1) == 2 else 1)\n",
+    )
+    .unwrap();
+    sh("git add -A && git commit -qm judges");
+    // The lazy model rewrites the judge: refused, and the task does not
+    // verify.
+    let lazy = "turns:\n  - calls:\n      - {tool: write_file, args: {path: verify.py, content: \"pass\\n\"}}\n      - {tool: finish, args: {summary: done}}\n";
+    let out = run(&base, &project, lazy, &["--check", "python3 verify.py"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("check integrity: the judge of check 1"),
+        "{said}"
+    );
+    // The honest fix of the code verifies with the same check.
+    let out = run(
+        &base,
+        &project,
+        &format!("turns:\n{FIX}"),
+        &["--check", "python3 verify.py"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // A program named like the work (`app.py`) is the work: it may change.
+    let app = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"from calc import add\\nimport sys\\nsys.exit(0 if add(1, 1) == 2 else 1)\\n# fixed\\n\"}}\n      - {tool: write_file, args: {path: calc.py, content: \"def add(a, b):\\n    return a + b\\n\"}}\n      - {tool: finish, args: {summary: fixed}}\n";
+    let out = run(&base, &project, app, &["--check", "python3 app.py"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
 fn a_draft_may_not_keep_a_vacuous_check_and_its_receipt_says_how_the_contract_came_to_be() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-provenance");
     let _ = std::fs::remove_dir_all(&base);

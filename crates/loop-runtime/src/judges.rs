@@ -612,6 +612,55 @@ pub fn self_judged(
     out
 }
 
+/// Whether a file's name says it judges (a verifier, a checker, a test,
+/// an expected answer) rather than being the work judged (`app.py`).
+fn named_like_a_judge(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path).to_lowercase();
+    [
+        "verif", "check", "test", "judge", "assert", "validat", "spec", "expect", "golden",
+        "snapshot", "fixture", "want", "oracle", "grade",
+    ]
+    .iter()
+    .any(|w| name.contains(w))
+}
+
+/// The judges the project already has, named as judges (`verify.py`,
+/// `check.sh`, `expected.txt`), as check-integrity rules: the task may not
+/// rewrite the file that decides its own verdict. (Scripts run as
+/// programs and test files are in the set already; a file named like the
+/// work, `app.py`, is the work. `judge_may_change` lifts a path.)
+pub fn judge_rules(
+    contract: &Contract,
+    present: &dyn Fn(&str) -> bool,
+) -> Vec<loop_protocol::IntegrityRule> {
+    let mut out: Vec<loop_protocol::IntegrityRule> = Vec::new();
+    let mut n = 0;
+    for c in &contract.criteria {
+        for k in &c.checks {
+            n += 1;
+            let Check::Run(r) = k else { continue };
+            for j in judges(r) {
+                for p in j
+                    .paths
+                    .iter()
+                    .filter(|p| present(p) && named_like_a_judge(p))
+                {
+                    if contract.judge_may_change.iter().any(|m| m == p)
+                        || out.iter().any(|o| &o.glob == p)
+                    {
+                        continue;
+                    }
+                    out.push(loop_protocol::IntegrityRule {
+                        glob: p.clone(),
+                        why: format!("the judge of check {n}: {}", j.how),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,6 +167,15 @@ pub(crate) fn submit_claimed(
     let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
+    // The judges the project has (a `verify.py` a check runs, an
+    // `expected.txt` it compares with) are in the set too.
+    for rule in
+        crate::judges::judge_rules(&contract, &|p| loop_workspace::door::is_file(&workspace, p))
+    {
+        if !stored.check_integrity.iter().any(|r| r.glob == rule.glob) {
+            stored.check_integrity.push(rule);
+        }
+    }
     // The files an MCP server's command names in the workspace, as the
     // task begins: no run of the task starts the server from other ones.
     for server in &mut stored.mcp_servers {
