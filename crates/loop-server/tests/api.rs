@@ -47,8 +47,19 @@ fn start_with(
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
     prepare(&project);
     let runtime = Runtime::open(&project).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
     let state = loop_server::AppState::new(runtime.clone(), rate, jobs);
+    let addr = spawn_server(state, loop_server::HEAD_TIMEOUT);
+    Server {
+        base: format!("http://{addr}"),
+        project: runtime.project().to_path_buf(),
+        runtime,
+    }
+}
+
+/// Serve `state` on a free port of 127.0.0.1 on a thread of its own, a
+/// request head's limit `head`; the address.
+fn spawn_server(state: loop_server::AppState, head: Duration) -> std::net::SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -58,15 +69,12 @@ fn start_with(
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
-            loop_server::serve_on(listener, state).await.unwrap();
+            loop_server::serve_on_with(listener, state, head)
+                .await
+                .unwrap();
         });
     });
-    let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    Server {
-        base: format!("http://{addr}"),
-        project: runtime.project().to_path_buf(),
-        runtime,
-    }
+    rx.recv_timeout(Duration::from_secs(10)).unwrap()
 }
 
 fn agent() -> ureq::Agent {
@@ -1314,22 +1322,7 @@ fn half_sent_and_idle_connections_are_closed_and_timely_ones_served() {
     std::fs::create_dir_all(&project).unwrap();
     let runtime = Runtime::open(&project).unwrap();
     let state = loop_server::AppState::new(runtime, 60, 2);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            loop_server::serve_on_with(listener, state, Duration::from_secs(1))
-                .await
-                .unwrap();
-        });
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let addr = spawn_server(state, Duration::from_secs(1));
     let connect = || {
         let c = std::net::TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
