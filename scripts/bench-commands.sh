@@ -29,7 +29,7 @@ for bin in "$@"; do
   for n in 1000 10000; do
     p="$root/p-$n"
     rm -rf "$p/.loop"
-    "$bin" run "bench" --check true --max-steps 30 --model "scripted:$root/s.yaml" --project "$p" --json > "$root/out.jsonl"
+    "$bin" run "bench" --check true --allow-vacuous --max-steps 30 --model "scripted:$root/s.yaml" --project "$p" --json > "$root/out.jsonl"
     ledger=$(ls "$p"/.loop/receipts/*.ledger.jsonl)
     ms=$(python3 - "$ledger" <<'PY'
 import json, sys, datetime
