@@ -12,6 +12,8 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 # The C stack's check-integrity test builds with CMake and runs CTest.
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+# The Go stack's tests (detection, check integrity) run a real `go test`.
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # The inline-approval test drives a real terminal.
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 # The receipt interop test and the local model server use venvs.

@@ -121,8 +121,13 @@ const STACKS: &[Stack] = &[
         rules: &[
             ("**/Cargo.toml", "Cargo manifests"),
             (".cargo/**", "Cargo configuration (runners, aliases)"),
+            (
+                "**/.cargo/config*",
+                "Cargo configuration where a check runs from (runners, rustflags)",
+            ),
             ("**/build.rs", "build scripts"),
             ("tests/**", "integration tests"),
+            ("**/tests/**", "integration tests of workspace members"),
             ("rust-toolchain", "toolchain selection"),
             ("rust-toolchain.toml", "toolchain selection"),
         ],
@@ -133,6 +138,10 @@ const STACKS: &[Stack] = &[
         markers: &["go.mod"],
         rules: &[
             ("go.mod", "module requirements and replace directives"),
+            (
+                "**/go.mod",
+                "nested modules' requirements and replace directives",
+            ),
             ("go.sum", "module checksums"),
             ("go.work", "workspace configuration"),
             ("go.work.sum", "workspace checksums"),
@@ -326,6 +335,80 @@ fn testish(rel: &str) -> bool {
     })
 }
 
+/// Modules a Node process is told to load before the code it runs:
+/// `--require`/`-r`, `--import`, `--loader`/`--experimental-loader`, a
+/// custom `--test-reporter`, Mocha's `--file`, in a command line or in
+/// `NODE_OPTIONS`. Only what names a file is taken (`./setup.js`,
+/// `test/helper.cjs`); a package name (`ts-node/register`) resolves under
+/// `node_modules/`, which the node stack's rules already cover.
+fn node_preloads(line: &str) -> Vec<String> {
+    const FLAGS: &[&str] = &[
+        "--require",
+        "--import",
+        "--loader",
+        "--experimental-loader",
+        "--test-reporter",
+        "--file",
+    ];
+    const RUNNERS: &[&str] = &["node", "nodejs", "mocha", "_mocha", "tsx", "ts-node"];
+    let path = |v: &str| -> Option<String> {
+        let v = v.trim_matches(|c| c == '"' || c == '\'');
+        let rel = v.trim_start_matches("./");
+        let js = [".js", ".cjs", ".mjs", ".ts", ".cts", ".mts"]
+            .iter()
+            .any(|e| rel.ends_with(e));
+        (!rel.is_empty()
+            && !v.starts_with('/')
+            && !v.starts_with('-')
+            && (v.starts_with("./") || js)
+            && !rel.split('/').any(|c| c == ".." || c.is_empty()))
+        .then(|| rel.to_string())
+    };
+    let mut out = Vec::new();
+    for simple in line.split(|c: char| ";|&\n".contains(c)) {
+        let ws = words(simple);
+        // `-r` is Node's only where Node (or a runner on it) is the
+        // program, or inside NODE_OPTIONS (`cp -r a b` preloads nothing).
+        let short = ws
+            .iter()
+            .any(|w| RUNNERS.contains(&command_name(w)) || w.starts_with("NODE_OPTIONS="));
+        let mut it = ws.iter().peekable();
+        while let Some(w) = it.next() {
+            let w = w.strip_prefix("NODE_OPTIONS=").unwrap_or(w);
+            if let Some((flag, value)) = w.split_once('=')
+                && FLAGS.contains(&flag)
+            {
+                out.extend(path(value));
+            } else if (FLAGS.contains(&w) || (short && w == "-r"))
+                && let Some(v) = it.next()
+            {
+                out.extend(path(v));
+            }
+        }
+    }
+    out
+}
+
+/// The scripts of the workspace's `package.json` (read through the door;
+/// none when it is missing, a link, too large or not JSON): what `npm
+/// test`, `npm run X`, `yarn X` and `pnpm X` run.
+fn package_scripts(root: &Path) -> Vec<String> {
+    let Ok(Some(text)) = loop_workspace::door::read(root, "package.json", 1024 * 1024) else {
+        return Vec::new();
+    };
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    json.get("scripts")
+        .and_then(|s| s.as_object())
+        .map(|m| {
+            m.values()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Scripts and Makefiles followed from the checks, at most.
 const MAX_SCRIPTS: usize = 32;
 
@@ -410,16 +493,45 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         return out;
     }
     let mut all_words: Vec<String> = commands.iter().flat_map(|c| words(c)).collect();
+    // Every shell line the checks run, with the check it came from: the
+    // commands, the scripts and Makefiles they run, and what a package
+    // manager runs from package.json.
+    let mut lines: Vec<(String, usize)> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), i))
+        .collect();
     // Indirection: the scripts and Makefiles the checks run (and the ones
     // those run, a few levels deep) are in the set, and the stacks they
     // use count too (`make test` whose recipe runs a script that runs
-    // pytest).
+    // pytest; `npm test` whose script runs `node --require ./setup.js`).
     let mut scripts: Vec<(String, usize)> = Vec::new();
     let mut queue: Vec<(String, usize)> = Vec::new();
-    for (i, c) in commands.iter().enumerate() {
-        for rel in scripts_run(c) {
+    let mut package_read = false;
+    let mut follow = |line: &str,
+                      i: usize,
+                      queue: &mut Vec<(String, usize)>,
+                      lines: &mut Vec<(String, usize)>,
+                      all_words: &mut Vec<String>| {
+        for rel in scripts_run(line) {
             queue.push((rel, i));
         }
+        let package_manager = words(line)
+            .iter()
+            .any(|w| matches!(command_name(w), "npm" | "yarn" | "pnpm"));
+        if package_manager && !package_read {
+            package_read = true;
+            for script in package_scripts(root) {
+                all_words.extend(words(&script));
+                for rel in scripts_run(&script) {
+                    queue.push((rel, i));
+                }
+                lines.push((script, i));
+            }
+        }
+    };
+    for (i, c) in commands.iter().enumerate() {
+        follow(c, i, &mut queue, &mut lines, &mut all_words);
     }
     let mut read = 0;
     while let Some((rel, i)) = queue.pop() {
@@ -441,9 +553,9 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         let text = String::from_utf8_lossy(&text);
         all_words.extend(words(&text));
         for line in text.lines() {
-            for next in scripts_run(line.trim_start_matches('\t')) {
-                queue.push((next, i));
-            }
+            let line = line.trim_start_matches('\t');
+            follow(line, i, &mut queue, &mut lines, &mut all_words);
+            lines.push((line.to_string(), i));
         }
     }
     for (rel, i) in &scripts {
@@ -452,6 +564,15 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
             format!("a script or Makefile check command {} runs", i + 1),
             &mut out,
         );
+    }
+    for (line, i) in &lines {
+        for rel in node_preloads(line) {
+            push(
+                rel,
+                format!("a module check command {} preloads (node)", i + 1),
+                &mut out,
+            );
+        }
     }
     let mut classified = false;
     for stack in STACKS {
@@ -484,8 +605,8 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
             );
         }
     }
-    for (i, command) in commands.iter().enumerate() {
-        for glob in named_plugins(command) {
+    for (line, i) in &lines {
+        for glob in named_plugins(line) {
             push(
                 glob,
                 format!("a plugin module check command {} loads", i + 1),
@@ -627,6 +748,55 @@ mod tests {
         }
         // A known stack does not get the conservative set.
         assert!(!py.iter().any(|g| g == "**/spec/**"), "{py:?}");
+    }
+
+    #[test]
+    fn node_preloads_and_the_scripts_npm_runs_are_followed() {
+        use loop_workspace::testdir::TestDir;
+        let dir = TestDir::new("integrity-node");
+        let root = dir.path();
+        std::fs::write(
+            root.join("package.json"),
+            r#"{"scripts": {"test": "node --require ./setup.js --test && sh scripts/after.sh",
+                "lint": "NODE_OPTIONS='--import=./hooks/register.mjs' eslint ."}}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("scripts")).unwrap();
+        std::fs::write(
+            root.join("scripts/after.sh"),
+            "node -r ./more.cjs check.js\n",
+        )
+        .unwrap();
+        let globs = |commands: &[&str]| -> Vec<String> {
+            derive(&contract(commands), root)
+                .into_iter()
+                .map(|r| r.glob)
+                .collect()
+        };
+        let npm = globs(&["npm test"]);
+        for want in [
+            "package.json",
+            "setup.js",
+            "hooks/register.mjs",
+            "scripts/after.sh",
+            "more.cjs",
+        ] {
+            assert!(npm.iter().any(|g| g == want), "{want} in {npm:?}");
+        }
+        // Named on the command line, with `=` or without; `cp -r` and a
+        // package name preload no workspace file.
+        let direct = globs(&[
+            "cp -r fixtures out.js && node --test --test-reporter=./rep.mjs -r ./pre.js && mocha --file test/helper.js -r ts-node/register",
+        ]);
+        for want in ["rep.mjs", "pre.js", "test/helper.js"] {
+            assert!(direct.iter().any(|g| g == want), "{want} in {direct:?}");
+        }
+        for not in ["out.js", "fixtures", "ts-node/register"] {
+            assert!(!direct.iter().any(|g| g == not), "{not} in {direct:?}");
+        }
+        // package.json is only followed when a package manager runs it.
+        let plain = globs(&["node --test"]);
+        assert!(!plain.iter().any(|g| g == "setup.js"), "{plain:?}");
     }
 
     #[test]

@@ -131,6 +131,12 @@ impl Protected {
                 if !u.contains('/') {
                     b.add(Glob::new(&format!("**/{u}"))?);
                 }
+                // Lifting `dir/**` lifts `dir` too: a rule's `dir/**`
+                // protects the directory itself, and a command that writes
+                // inside a lifted directory touches it.
+                if let Some(dir) = u.strip_suffix("/**") {
+                    b.add(Glob::new(dir)?);
+                }
             }
             Some(b.build()?)
         };
@@ -332,6 +338,32 @@ pub fn to_slash(p: &Path) -> String {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod exact_exceptions {
     use super::Protected;
+
+    #[test]
+    fn lifting_a_directorys_contents_lifts_the_directory() {
+        let rules = [("node_modules/**".to_string(), "packages".to_string())];
+        let kept = Protected::new(&[])
+            .unwrap()
+            .with_named(&rules, &[])
+            .unwrap();
+        assert_eq!(kept.matching("node_modules"), Some("packages"));
+        assert_eq!(kept.matching("node_modules/.bin/x"), Some("packages"));
+        let lifted = Protected::new(&[])
+            .unwrap()
+            .with_named(&rules, &["node_modules/**".into()])
+            .unwrap();
+        assert_eq!(lifted.matching("node_modules"), None);
+        assert_eq!(lifted.matching("node_modules/.bin/x"), None);
+        // A sibling of the same prefix stays protected by its own rule.
+        let other = Protected::new(&["node_modules_old/**".into()])
+            .unwrap()
+            .with_named(&rules, &["node_modules/**".into()])
+            .unwrap();
+        assert_eq!(
+            other.matching("node_modules_old"),
+            Some("node_modules_old/**")
+        );
+    }
 
     #[test]
     fn an_exact_exception_lifts_that_path_and_no_other_of_its_name() {
