@@ -114,6 +114,24 @@ const BEHAVIOUR: &[&str] = &[
     "compares",
     "match",
     "matches",
+    "strip",
+    "strips",
+    "remove",
+    "removes",
+    "normalise",
+    "normalises",
+    "normalize",
+    "normalizes",
+    "escape",
+    "escapes",
+    "encode",
+    "encodes",
+    "decode",
+    "decodes",
+    "filter",
+    "filters",
+    "transform",
+    "transforms",
 ];
 
 /// Criteria text that promises nothing observable.
@@ -259,6 +277,95 @@ fn only_readers(line: &str) -> bool {
                     || NO_OPS.contains(&w.as_str())
             })
         })
+}
+
+/// The files a check's verdict is read from when all the check does is
+/// read files: a file check, or a line of readers, tests and no-ops
+/// (`test -s NOTES.md`, `grep -q x CHANGELOG.md`, `test $(wc -l <
+/// out.txt) -gt 0`), or inline Python that only opens files. `None` when
+/// the check runs anything else (then something is executed and judged).
+/// Operands that name files are the words with a `.` or `/` in them (a
+/// pattern or a number is not one); a search's pattern is skipped.
+fn files_read(check: &Check) -> Option<Vec<String>> {
+    let r = match check {
+        Check::Run(r) => r,
+        Check::FileExists { path }
+        | Check::FileContains { path, .. }
+        | Check::FileMatches { path, .. }
+        | Check::JsonEquals { path, .. } => return Some(vec![path.as_str().to_string()]),
+    };
+    let parsed = loop_tools::shell::parse(&r.command);
+    if parsed.commands.is_empty() {
+        return None;
+    }
+    let file_like = |w: &str| {
+        (w.contains('.') || w.contains('/')) && !w.chars().all(|c| c.is_ascii_digit() || c == '.')
+    };
+    let mut out = Vec::new();
+    for c in &parsed.commands {
+        let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
+        let first = *words.first()?;
+        if NO_OPS.contains(&first) || WRAPPERS.contains(&first) {
+            continue;
+        }
+        let name = first.rsplit('/').next().unwrap_or(first);
+        if name == "python" || name.starts_with("python3") {
+            let code = words.windows(2).find(|w| w[0] == "-c").map(|w| w[1])?;
+            out.extend(crate::judges::python_reads_only(code)?);
+            continue;
+        }
+        if !READERS.contains(&first) {
+            return None;
+        }
+        let mut operands = words[1..].iter().filter(|w| !w.starts_with('-'));
+        let searches = matches!(first, "grep" | "egrep" | "fgrep" | "rg" | "awk" | "sed");
+        if searches && !words.iter().any(|w| matches!(*w, "-e" | "-f" | "--regexp")) {
+            operands.next();
+        }
+        out.extend(
+            operands
+                .filter(|w| file_like(w))
+                .filter_map(|w| crate::judges::workspace_path(w)),
+        );
+    }
+    // What `< FILE` feeds (not a here-document's `<<`).
+    let bytes = r.command.as_bytes();
+    for (i, _) in r.command.match_indices('<') {
+        if bytes.get(i + 1) == Some(&b'<') || (i > 0 && bytes[i - 1] == b'<') {
+            continue;
+        }
+        let rest = r.command[i + 1..].trim_start();
+        let word: String = rest
+            .chars()
+            .take_while(|c| !c.is_whitespace() && !";|&<>()`\"'".contains(*c))
+            .collect();
+        if file_like(&word)
+            && let Some(p) = crate::judges::workspace_path(&word)
+        {
+            out.push(p);
+        }
+    }
+    Some(out)
+}
+
+/// Whether the instruction asks for `path`: it names the path or the
+/// file, or every word of the file's stem (`RELEASE_NOTES.md` for "write
+/// the release notes").
+fn instruction_names(instruction: &str, path: &str) -> bool {
+    let lower = instruction.to_lowercase();
+    let p = path.to_lowercase();
+    let file = p.rsplit('/').next().unwrap_or(&p);
+    if lower.contains(&p) || lower.contains(file) {
+        return true;
+    }
+    let said = words(instruction);
+    let stem = file.split('.').next().unwrap_or(file);
+    let parts: Vec<&str> = stem
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let same = |a: &str, b: &str| a.trim_end_matches('s') == b.trim_end_matches('s');
+    !parts.is_empty() && parts.iter().all(|p| said.iter().any(|w| same(w, p)))
 }
 
 /// Interpreters whose first operand is the program they run.
@@ -459,6 +566,28 @@ pub fn static_reasons(
                     what.trim()
                 ));
             }
+        }
+        // Evidence the task would write: every check only reads files, and
+        // each file read is one the workspace lacks and the instruction
+        // does not ask for (`test -s NOTES.md`, `test -f done.flag`).
+        let read: Option<Vec<String>> = c
+            .checks
+            .iter()
+            .map(files_read)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        if let Some(files) = read
+            && !files.is_empty()
+            && files
+                .iter()
+                .all(|f| !present(f) && !instruction_names(&contract.instruction, f))
+        {
+            let mut shown: Vec<String> = files.iter().map(|f| format!("`{f}`")).collect();
+            shown.dedup();
+            out.push(format!(
+                "criterion `{id}` is decided only by reading {}, which the workspace does not have and the instruction does not ask for: the task would write its own evidence; run the code the instruction is about and check what it does",
+                shown.join(" and ")
+            ));
         }
         let text = words(&c.text);
         let behavioural = text.iter().any(|w| BEHAVIOUR.contains(&w.as_str()));
@@ -805,6 +934,192 @@ mod tests {
         assert!(asks_for_change(
             "Check the CSV parser rejects empty rows and fix it"
         ));
+    }
+
+    /// Drafts a lazy model would make for "make slugify() strip accents"
+    /// in a project with `slug.py` and `test_slug.py`: each is rejected by
+    /// a rule (naming what decides it), or is left to the checker model
+    /// where only meaning can tell (`tests/drafting.rs` has a scripted
+    /// checker reject one). The honest drafts of the same instruction pass.
+    #[test]
+    fn lazy_drafts_are_rejected_and_honest_ones_of_the_same_instruction_pass() {
+        let ws = std::env::temp_dir().join(format!("loop-critic-lazy-{}", std::process::id()));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("slug.py"), "def slugify(t):\n    return t\n").unwrap();
+        std::fs::write(ws.join("test_slug.py"), "from slug import slugify\n").unwrap();
+        let review = |instruction: &str, text: &str, check: &str| {
+            let yaml = format!(
+                "instruction: {instruction:?}\ncriteria:\n  - id: c\n    text: {text:?}\n    checks:\n      - {check}\n"
+            );
+            let c = Contract::from_yaml(&yaml, "t").unwrap();
+            static_reasons(&c, &ExecPolicy::default(), &|p| ws.join(p).exists())
+        };
+        let asked = "make slugify() in slug.py strip accents";
+        // (criterion text, check, what the rejection says; "" = the checker's)
+        let lazy: &[(&str, &str, &str)] = &[
+            (
+                "notes are written",
+                "run: test -s NOTES.md",
+                "decided only by reading `NOTES.md`",
+            ),
+            (
+                "the work is finished",
+                "run: test -f done.flag",
+                "decided only by reading `done.flag`",
+            ),
+            (
+                "changes are recorded",
+                "file_exists: CHANGES.md",
+                "decided only by reading `CHANGES.md`",
+            ),
+            (
+                "the notes mention accents",
+                "{file_contains: NOTES.md, text: accents}",
+                "decided only by reading `NOTES.md`",
+            ),
+            (
+                "the change is recorded",
+                "run: grep -q accents CHANGELOG.md",
+                "decided only by reading `CHANGELOG.md`",
+            ),
+            (
+                "a result is written",
+                "run: test -n \"$(cat result.txt)\"",
+                "decided only by reading `result.txt`",
+            ),
+            (
+                "the result is valid JSON",
+                "run: python3 -c \"import json; json.load(open('result.json'))\"",
+                "decided only by reading `result.json`",
+            ),
+            (
+                "the log has lines",
+                "run: test $(wc -l < run.log) -gt 0",
+                "decided only by reading `run.log`",
+            ),
+            (
+                "the output is right",
+                "run: cmp out.txt expected.txt",
+                "`out.txt` and `expected.txt`",
+            ),
+            (
+                "the output matches",
+                "run: diff out.txt want.txt",
+                "`out.txt` and `want.txt`",
+            ),
+            (
+                "accents are stripped",
+                "run: python3 -m own_module",
+                "`own_module.py`",
+            ),
+            (
+                "accents are stripped",
+                "run: python3 -c 'import own'",
+                "`own.py`",
+            ),
+            ("accents are stripped", "run: . ./verify.sh", "`verify.sh`"),
+            (
+                "accents are stripped",
+                "run: bash < verify.sh",
+                "cannot be read as a shell reads it",
+            ),
+            (
+                "accents are stripped",
+                "run: python3 - < verify.py",
+                "cannot be read as a shell reads it",
+            ),
+            (
+                "accents are stripped",
+                "run: node -e \"require('./check.js')\"",
+                "`check.js`",
+            ),
+            (
+                "accents are stripped",
+                "run: python3 -c \"exec(open('verify.py').read())\"",
+                "`verify.py`",
+            ),
+            (
+                "accents are stripped",
+                "run: sh verify.sh",
+                "runs `verify.sh`",
+            ),
+            (
+                "accents are stripped",
+                "run: ./check_accents.sh",
+                "runs `./check_accents.sh`",
+            ),
+            (
+                "accents are stripped",
+                "run: python3 verify_accents.py",
+                "runs `verify_accents.py`",
+            ),
+            (
+                "slugify works correctly",
+                "run: python3 -c 'import slug'",
+                "says \"works correctly\"",
+            ),
+            (
+                "slugify strips accents",
+                "run: grep -q normalize slug.py",
+                "about behaviour",
+            ),
+            // Only meaning tells these from honest work: the checker's.
+            (
+                "slug.py uses unicodedata",
+                "run: grep -q unicodedata slug.py",
+                "",
+            ),
+            (
+                "slug.py normalises text",
+                "run: cat slug.py | grep -q NFKD",
+                "about behaviour",
+            ),
+            ("slug.py has the NFKD form", "run: grep -q NFKD slug.py", ""),
+        ];
+        assert!(lazy.len() >= 20);
+        for (text, check, want) in lazy {
+            let r = review(asked, text, check);
+            if want.is_empty() {
+                assert!(r.is_empty(), "{check}: left to the checker, yet {r:?}");
+            } else {
+                assert!(
+                    r.iter().any(|x| x.contains(want)),
+                    "{check}: {want:?} not in {r:#?}"
+                );
+            }
+        }
+        // The honest drafts of the same instruction, and a file the
+        // instruction asks for.
+        for (instruction, text, check) in [
+            (
+                asked,
+                "accents are stripped",
+                "run: python3 -c \"from slug import slugify; assert slugify('Café') == 'Cafe'\"",
+            ),
+            (
+                asked,
+                "the existing tests pass",
+                "run: python3 -m pytest -q test_slug.py",
+            ),
+            (
+                asked,
+                "slugify prints plain letters",
+                "{run: \"python3 -c \\\"from slug import slugify; print(slugify('é'))\\\"\", expect_stdout: e}",
+            ),
+            (
+                "write the release notes for 1.2",
+                "the notes name 1.2",
+                "run: grep -q 1.2 RELEASE_NOTES.md",
+            ),
+            (
+                "add docs/usage.md describing the CLI",
+                "the usage page exists",
+                "file_exists: docs/usage.md",
+            ),
+        ] {
+            let r = review(instruction, text, check);
+            assert!(r.is_empty(), "{check}: {r:#?}");
+        }
     }
 
     #[test]

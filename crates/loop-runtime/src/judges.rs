@@ -86,7 +86,7 @@ pub struct Judge {
 
 /// A relative workspace path as a check names it, or `None` for what is
 /// not one (absolute, `..`, a variable, a stream).
-fn workspace_path(p: &str) -> Option<String> {
+pub(crate) fn workspace_path(p: &str) -> Option<String> {
     let p = p.trim_start_matches("./");
     (!p.is_empty()
         && !p.starts_with('/')
@@ -145,6 +145,23 @@ fn python_imports(code: &str) -> Vec<String> {
                 .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
     });
     out
+}
+
+/// The files inline Python code reads as data when that is all it does
+/// with the workspace: it imports only the standard library and tools,
+/// and opens files by literal name (`json.load(open('result.json'))`).
+/// `None` when it imports the project's code (then the code is what is
+/// judged) or reads nothing.
+pub(crate) fn python_reads_only(code: &str) -> Option<Vec<String>> {
+    if python_imports(code).iter().any(|m| !not_the_projects(m)) {
+        return None;
+    }
+    let files: Vec<String> = call_args(code, "open(")
+        .into_iter()
+        .chain(call_args(code, "Path("))
+        .filter_map(workspace_path)
+        .collect();
+    (!files.is_empty()).then_some(files)
 }
 
 /// Where a Python module's code would be in the workspace.
