@@ -341,6 +341,24 @@ fn the_checker_reviews_each_draft_by_meaning_and_its_objection_goes_back_to_the_
     );
     assert_eq!(attempts[1]["accepted"], true);
     assert_eq!(attempts[1]["checker"], "approve");
+    // Each review's tokens are recorded with its draft and charged to
+    // the task, as the drafts' are.
+    let mut drafting_in = 0;
+    for a in attempts {
+        assert_eq!(a["checker_usage"]["input_tokens"], 300, "{a}");
+        assert_eq!(a["checker_usage"]["output_tokens"], 20, "{a}");
+        drafting_in += a["usage"]["input_tokens"].as_u64().unwrap() + 300;
+    }
+    // The task's tokens: the drafts and their reviews, the working
+    // model's turns, and the checker's review of the change (300).
+    let turns_in: u64 = events
+        .iter()
+        .filter(|e| e["kind"] == "model_turn")
+        .map(|e| e["usage"]["input_tokens"].as_u64().unwrap())
+        .sum();
+    let finished = events.iter().find(|e| e["kind"] == "finished").unwrap();
+    let used_in = finished["used"]["input_tokens"].as_u64().unwrap();
+    assert_eq!(used_in, drafting_in + turns_in + 300, "{finished}");
     // The checker saw the instruction and the draft, with its own prompt
     // and only the review tool.
     let sent = server.received.lock().unwrap()[0].body.clone();

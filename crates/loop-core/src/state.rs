@@ -499,9 +499,10 @@ impl State {
         self.context = Context::new(String::new(), vec![], &contract.instruction);
         self.digest = Default::default();
         // Drafting the contract was paid for by the task: its calls count
-        // against its budgets (tokens and dollars, not steps).
+        // against its budgets (tokens and dollars, not steps), and so
+        // was the checker's review of each draft.
         for a in drafting.iter().flat_map(|d| &d.attempts) {
-            if let Some(u) = &a.usage {
+            for u in a.usage.iter().chain(&a.checker_usage) {
                 self.budget.charge_review(u);
             }
         }

@@ -172,6 +172,10 @@ pub struct DraftAttempt {
     /// checker is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checker: Option<String>,
+    /// Tokens the checker's review of this draft took: the task pays for
+    /// it as for the draft itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker_usage: Option<crate::action::Usage>,
 }
 
 /// A project check (declared in the Loopfile's `verification:`, or

@@ -404,14 +404,15 @@ pub fn compact_yaml(contract: &Contract, present: &dyn Fn(&str) -> bool) -> Stri
 }
 
 /// The checker's verdict on a draft the critic accepted: (`approve` or
-/// `object`, its reasons). Anything but one well-formed verdict is an
-/// objection (fail closed), as for the checker's review of a change.
+/// `object`, its reasons, the tokens the review took). Anything but one
+/// well-formed verdict is an objection (fail closed), as for the
+/// checker's review of a change.
 fn review_draft(
     checker: &mut (dyn loop_core::Model + Send),
     instruction: &str,
     contract: &Contract,
     present: &dyn Fn(&str) -> bool,
-) -> (&'static str, String) {
+) -> (&'static str, String, Option<loop_protocol::Usage>) {
     let mut lines = Vec::new();
     for c in &contract.criteria {
         lines.push(format!(
@@ -473,9 +474,14 @@ fn review_draft(
             time_left_ms: Some(120_000),
         },
     );
+    let usage = match &reply {
+        ModelReply::Turn(t) => Some(t.usage.clone()),
+        ModelReply::Malformed { usage, .. } => Some(usage.clone()),
+        _ => None,
+    };
     match loop_core::review::read_reply(&reply).0 {
-        loop_core::review::Verdict::Approve(why) => ("approve", why),
-        loop_core::review::Verdict::Object(why) => ("object", why),
+        loop_core::review::Verdict::Approve(why) => ("approve", why, usage),
+        loop_core::review::Verdict::Object(why) => ("object", why, usage),
     }
 }
 
@@ -565,10 +571,13 @@ pub(crate) fn draft(
         // What only meaning can tell is the checker's: a draft the critic
         // accepts is reviewed against the instruction, when one is set.
         let mut checked = None;
+        let mut checker_usage = None;
         if reasons.is_empty()
             && let (Ok(j), Some(checker)) = (&verdict, d.checker.as_deref_mut())
         {
-            let (said, why) = review_draft(checker, &d.shell.instruction, &j.contract, d.present);
+            let (said, why, used) =
+                review_draft(checker, &d.shell.instruction, &j.contract, d.present);
+            checker_usage = used;
             observer.note(&format!("draft {n}: the checker says {said}: {why}"));
             if said == "object" {
                 reasons.push(format!(
@@ -595,6 +604,7 @@ pub(crate) fn draft(
             reasons: reasons.iter().chain(&notes).cloned().collect(),
             usage,
             checker: checked.clone(),
+            checker_usage,
         });
         if ok && let Ok(j) = verdict {
             project_checks = j.stack;
@@ -719,6 +729,7 @@ pub(crate) fn draft(
                             reasons: Vec::new(),
                             usage: None,
                             checker: None,
+                            checker_usage: None,
                         });
                         contract = c;
                         edited = true;
@@ -736,6 +747,7 @@ pub(crate) fn draft(
                             reasons,
                             usage: None,
                             checker: None,
+                            checker_usage: None,
                         });
                     }
                 }
