@@ -475,8 +475,8 @@ fn review_draft(
         },
     );
     let usage = match &reply {
-        ModelReply::Turn(t) => Some(t.usage.clone()),
-        ModelReply::Malformed { usage, .. } => Some(usage.clone()),
+        ModelReply::Turn(t) => Some(t.usage),
+        ModelReply::Malformed { usage, .. } => Some(*usage),
         _ => None,
     };
     match loop_core::review::read_reply(&reply).0 {

@@ -74,6 +74,82 @@ fn not_the_projects(module: &str) -> bool {
         || loop_gates::shadow::PYTHON_STDLIB.contains(&top)
 }
 
+/// The host's Python package directories (system, `/usr/local`, the
+/// user's, pyenv's): where an installed third-party module lives. Listed
+/// once; no interpreter is run.
+#[allow(clippy::disallowed_methods)] // host directories, never a project's
+fn host_site_dirs() -> &'static [std::path::PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        use std::path::{Path, PathBuf};
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut prefixes: Vec<PathBuf> = vec!["/usr/lib".into(), "/usr/local/lib".into()];
+        if let Some(h) = &home {
+            prefixes.push(h.join(".local/lib"));
+            let pyenv = std::env::var_os("PYENV_ROOT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| h.join(".pyenv"));
+            if let Ok(versions) = std::fs::read_dir(pyenv.join("versions")) {
+                prefixes.extend(versions.flatten().map(|v| v.path().join("lib")));
+            }
+        }
+        let mut out: Vec<PathBuf> = vec![Path::new("/usr/lib/python3/dist-packages").into()];
+        for prefix in prefixes {
+            let Ok(items) = std::fs::read_dir(&prefix) else {
+                continue;
+            };
+            for item in items.flatten() {
+                if item.file_name().to_string_lossy().starts_with("python3") {
+                    out.push(item.path().join("site-packages"));
+                    out.push(item.path().join("dist-packages"));
+                }
+            }
+        }
+        out.retain(|d| d.is_dir());
+        out
+    })
+}
+
+/// Whether `module`'s top-level package is installed where the check's
+/// interpreter finds it: the host's package directories, or the
+/// workspace's environment the check runs (`.venv/bin/python -m x` looks
+/// in `.venv/lib/python3.N/site-packages`, through `present`). Such a
+/// module is a tool the project installed, not a judge the task writes.
+#[allow(clippy::disallowed_methods)] // host directories, never a project's
+fn installed(module: &str, interpreter: &str, present: &dyn Fn(&str) -> bool) -> bool {
+    let top = module.split('.').next().unwrap_or_default();
+    if top.is_empty() || !top.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return false;
+    }
+    let forms = [
+        format!("{top}/__init__.py"),
+        format!("{top}.py"),
+        format!("{top}/__main__.py"),
+    ];
+    if let Some(venv) = interpreter
+        .trim_start_matches("./")
+        .rsplit_once("/bin/")
+        .map(|(v, _)| v)
+        .filter(|v| workspace_path(v).is_some())
+    {
+        return (6..=20).any(|minor| {
+            forms
+                .iter()
+                .any(|f| present(&format!("{venv}/lib/python3.{minor}/site-packages/{f}")))
+        });
+    }
+    host_site_dirs().iter().any(|d| {
+        forms.iter().any(|f| d.join(f).is_file())
+            || std::fs::read_dir(d).is_ok_and(|items| {
+                items.flatten().any(|i| {
+                    let n = i.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with(&format!("{top}.")) && n.ends_with(".so")
+                })
+            })
+    })
+}
+
 /// One file that decides a check's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judge {
@@ -82,19 +158,16 @@ pub struct Judge {
     pub paths: Vec<String>,
     /// How the check uses it, for the reason.
     pub how: String,
+    /// When it is a Python module (`-m NAME`, an import): the module and
+    /// the interpreter the check runs it with, so an installed one is
+    /// told from one the task would write.
+    pub module: Option<(String, String)>,
 }
 
 /// A relative workspace path as a check names it, or `None` for what is
-/// not one (absolute, `..`, a variable, a stream).
-pub(crate) fn workspace_path(p: &str) -> Option<String> {
-    let p = p.trim_start_matches("./");
-    (!p.is_empty()
-        && !p.starts_with('/')
-        && !p.starts_with('-')
-        && !p.contains('$')
-        && !p.split('/').any(|c| c == ".." || c.is_empty()))
-    .then(|| p.to_string())
-}
+/// not one (absolute, `..`, a variable, a stream): the check-integrity
+/// set's reading, so both name the same files.
+pub(crate) use loop_verifier::integrity::workspace_operand as workspace_path;
 
 /// Whether inline code judges for itself (an assertion, a comparison, an
 /// exit status it computes), rather than leaving that to what it loads.
@@ -200,9 +273,18 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
     let mut found: Vec<(Judge, usize)> = Vec::new();
     let mut push = |paths: Vec<String>, how: String, at: usize| {
         if !paths.is_empty() && !found.iter().any(|(j, _)| j.paths == paths) {
-            found.push((Judge { paths, how }, at));
+            found.push((
+                Judge {
+                    paths,
+                    how,
+                    module: None,
+                },
+                at,
+            ));
         }
     };
+    // Which Python module a judge is, and with which interpreter.
+    let mut modules: Vec<(Vec<String>, (String, String))> = Vec::new();
     // With an expected output, the check's own text judges what a script
     // prints; without, the script's exit status is the verdict.
     let by_status =
@@ -265,6 +347,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                     && !not_the_projects(m)
                     && by_status
                 {
+                    modules.push((module_paths(m), (m.to_string(), first.to_string())));
                     push(
                         module_paths(m),
                         format!("the module `python3 -m {m}` runs"),
@@ -306,6 +389,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                     if python {
                         for m in python_imports(code) {
                             if !not_the_projects(&m) {
+                                modules.push((module_paths(&m), (m.clone(), first.to_string())));
                                 push(
                                     module_paths(&m),
                                     format!(
@@ -350,6 +434,12 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
             i += 1;
         }
     }
+    for (j, _) in &mut found {
+        j.module = modules
+            .iter()
+            .find(|(paths, _)| *paths == j.paths)
+            .map(|(_, m)| m.clone());
+    }
     found
         .into_iter()
         .filter(|(j, at)| {
@@ -380,7 +470,11 @@ pub fn self_judged(
         for (i, k) in c.checks.iter().enumerate() {
             let Check::Run(r) = k else { continue };
             for j in judges(r) {
-                if j.paths.iter().any(|p| present(p) || exempt(p)) {
+                if j.paths.iter().any(|p| present(p) || exempt(p))
+                    || j.module
+                        .as_ref()
+                        .is_some_and(|(m, python)| installed(m, python, present))
+                {
                     continue;
                 }
                 let shown = j
@@ -528,5 +622,49 @@ mod tests {
         let mut printed = run("python3 app.py");
         printed.expect_stdout = Some("HELLO".into());
         assert!(judges(&printed).is_empty());
+    }
+
+    /// A module the project installed (the host's packages, or the
+    /// check's own environment in the workspace) is a tool the check
+    /// runs, not a judge the task writes; a module nobody has is.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the host's package directory
+    fn an_installed_module_is_a_tool_and_a_missing_one_a_judge() {
+        let contract = |cmd: &str| {
+            Contract::from_yaml(
+                &format!(
+                    "instruction: x\ncriteria:\n  - id: c\n    checks:\n      - run: {}\n",
+                    serde_json::to_string(cmd).unwrap_or_default()
+                ),
+                "t",
+            )
+            .unwrap()
+        };
+        let none = |_: &str| false;
+        let judged = |cmd: &str, present: &dyn Fn(&str) -> bool| {
+            self_judged(&contract(cmd), present, &none)
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect::<Vec<_>>()
+        };
+        // Debian's python3-yaml (scripts/test.sh installs it).
+        assert!(
+            host_site_dirs()
+                .iter()
+                .any(|d| d.join("yaml/__init__.py").is_file()),
+            "python3-yaml is not installed: scripts/test.sh installs it"
+        );
+        assert!(judged("python3 -m yaml", &none).is_empty());
+        assert!(judged("python3 -c 'import yaml'", &none).is_empty());
+        assert_eq!(judged("python3 -m own_judge", &none), ["own_judge.py"]);
+        // The check's environment in the workspace.
+        let venv = |p: &str| p == ".venv/lib/python3.11/site-packages/mkdocs/__init__.py";
+        assert!(judged(".venv/bin/python -m mkdocs build --strict", &venv).is_empty());
+        assert_eq!(
+            judged(".venv/bin/python -m own_judge", &venv),
+            ["own_judge.py"]
+        );
+        // A name that is no module name is never looked up.
+        assert!(!installed("../etc", "python3", &none));
     }
 }

@@ -353,16 +353,10 @@ fn node_preloads(line: &str) -> Vec<String> {
     const RUNNERS: &[&str] = &["node", "nodejs", "mocha", "_mocha", "tsx", "ts-node"];
     let path = |v: &str| -> Option<String> {
         let v = v.trim_matches(|c| c == '"' || c == '\'');
-        let rel = v.trim_start_matches("./");
         let js = [".js", ".cjs", ".mjs", ".ts", ".cts", ".mts"]
             .iter()
-            .any(|e| rel.ends_with(e));
-        (!rel.is_empty()
-            && !v.starts_with('/')
-            && !v.starts_with('-')
-            && (v.starts_with("./") || js)
-            && !rel.split('/').any(|c| c == ".." || c.is_empty()))
-        .then(|| rel.to_string())
+            .any(|e| v.ends_with(e));
+        workspace_operand(v).filter(|_| v.starts_with("./") || js)
     };
     let mut out = Vec::new();
     for simple in line.split(|c: char| ";|&\n".contains(c)) {
@@ -409,6 +403,20 @@ fn package_scripts(root: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A command word as the workspace path it names (`./verify.sh` →
+/// `verify.sh`, quotes dropped), or `None` for what names no workspace
+/// path: absolute, a flag, a variable, `..` or an empty component.
+pub fn workspace_operand(word: &str) -> Option<String> {
+    let w = word.trim_matches(|c| c == '"' || c == '\'');
+    let rel = w.trim_start_matches("./");
+    (!rel.is_empty()
+        && !w.starts_with('/')
+        && !w.starts_with('-')
+        && !w.contains('$')
+        && !rel.split('/').any(|c| c == ".." || c.is_empty()))
+    .then(|| rel.to_string())
+}
+
 /// Scripts and Makefiles followed from the checks, at most.
 const MAX_SCRIPTS: usize = 32;
 
@@ -419,16 +427,7 @@ const MAX_SCRIPTS: usize = 32;
 /// names).
 fn scripts_run(line: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let plain = |w: &str| -> Option<String> {
-        let w = w.trim_matches(|c| c == '"' || c == '\'');
-        let rel = w.trim_start_matches("./");
-        (!rel.is_empty()
-            && !w.starts_with('/')
-            && !w.starts_with('-')
-            && !w.starts_with('$')
-            && !rel.split('/').any(|c| c == ".." || c.is_empty()))
-        .then(|| rel.to_string())
-    };
+    let plain = workspace_operand;
     for simple in line.split(|c: char| ";|&(){}`\n".contains(c)) {
         let mut ws = simple
             .split_whitespace()
