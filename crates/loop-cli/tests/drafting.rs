@@ -221,6 +221,88 @@ fn receipt_and_provenance(base: &Path, out: &Output) -> (PathBuf, String) {
     (receipt, line)
 }
 
+/// A written contract whose every criterion already holds on the
+/// untouched workspace can be met by doing nothing: refused before any
+/// step (exit 2, naming the criteria and the ways out), as such a draft
+/// is rejected. A person who marks them `guard: true` or passes
+/// `--allow-vacuous` runs it; a contract with one criterion the change
+/// must make pass runs as ever.
+#[test]
+fn a_written_contract_that_holds_before_any_change_is_refused_unless_a_person_insists() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("written-holds");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let script = format!("turns:\n{FIX}");
+    // Holds now (calc.py imports), fails on an empty workspace.
+    let holds = "python3 -c 'import calc'";
+    let out = run(&base, &project, &script, &["--check", holds]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(
+            "every criterion of the contract (`check-1`) already holds on the untouched workspace"
+        ) && said.contains("guard: true")
+            && said.contains("--allow-vacuous"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("\"kind\":\"model_turn\""),
+        "nothing ran: {said}"
+    );
+    // Beside a check the change must make pass: runs and verifies.
+    let out = run(
+        &base,
+        &project,
+        &script,
+        &[
+            "--check",
+            holds,
+            "--check",
+            "python3 -m unittest -v test_calc",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Marked a guard by the person: runs (a guard only has to keep holding).
+    std::fs::write(
+        base.join("g.yaml"),
+        format!("instruction: make the tests pass\ncriteria:\n  - id: imports\n    guard: true\n    checks:\n      - run: {holds:?}\n"),
+    )
+    .unwrap();
+    let file = base.join("g.yaml").display().to_string();
+    let out = run(&base, &project, &script, &["--task", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Or insisted on: runs.
+    let out = run(
+        &base,
+        &project,
+        &script,
+        &["--check", holds, "--allow-vacuous"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // An instruction that asks only to look is not refused.
+    std::fs::write(
+        base.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: finish, args: {summary: it imports}}\n",
+    )
+    .unwrap();
+    let out = loop_cmd(&base)
+        .args([
+            "run",
+            "check that calc imports",
+            "--json",
+            "--check",
+            holds,
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 #[test]
 fn a_written_check_that_passes_on_an_empty_workspace_is_refused_unless_a_person_insists() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("written-vacuous");

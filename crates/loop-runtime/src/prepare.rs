@@ -203,6 +203,34 @@ pub(crate) fn submit_claimed(
             b.passed_criteria(),
             b.criteria.len()
         ));
+        // A written contract whose every change criterion holds already
+        // can be met by doing nothing: refused, as such a draft is
+        // rejected, unless the person insists (the baseline report, in
+        // the receipt, shows it) or marks them `guard: true`.
+        let change: Vec<&str> = contract
+            .criteria
+            .iter()
+            .filter(|k| !k.guard)
+            .map(|k| k.id.as_str())
+            .collect();
+        if stored.drafting.is_none()
+            && !req.allow_vacuous
+            && !change.is_empty()
+            && crate::critic::asks_for_change(&contract.instruction)
+            && change
+                .iter()
+                .all(|id| b.criteria.iter().any(|c| c.id == *id && c.passed))
+        {
+            let _ = task_ws.discard();
+            return Err(Error::usage(format!(
+                "every criterion of the contract ({}) already holds on the untouched workspace, so nothing in it can tell whether the task did what it asks: add a check the change must make pass (one that fails now), mark a criterion `guard: true` if it must only keep holding, or run anyway with --allow-vacuous (the receipt's baseline shows it)",
+                change
+                    .iter()
+                    .map(|id| format!("`{id}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         // A criterion that holds already proves nothing about the work
         // (unless it is a guard: one that must keep holding).
         for c in b.criteria.iter().filter(|c| c.passed) {
