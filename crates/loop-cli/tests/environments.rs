@@ -169,6 +169,7 @@ fn a_venv_whose_interpreter_lives_outside_the_view_still_runs_in_the_sandbox() {
         .args([
             "run",
             "run the venv's python",
+            "--allow-vacuous",
             "--check",
             ".venv/bin/python -c 'import sys; print(sys.base_prefix)'",
             "--model",

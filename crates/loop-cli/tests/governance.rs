@@ -755,6 +755,7 @@ fn shell_forms_that_waved_rm_past_the_policy_are_all_refused() {
             "keep the readme",
             "--check",
             "test -f README.md",
+            "--allow-vacuous",
             "--json",
             "--model",
         ])

@@ -215,7 +215,13 @@ fn allowed_tools_are_recorded_others_refused_and_the_sandbox_confines_the_server
     );
     let (home, project) = project("mcp-tools", &servers, &loopfile, &script);
     let out = loop_in(&home)
-        .args(["run", "use the tools", "--check", "test -f README.md"])
+        .args([
+            "run",
+            "use the tools",
+            "--check",
+            "test -f README.md",
+            "--allow-vacuous",
+        ])
         .arg("--model")
         .arg(format!(
             "scripted:{}",

@@ -79,7 +79,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         .header("Authorization", &format!("Bearer {token}"))
         .content_type("application/json")
         .send(
-            serde_json::json!({"instruction": "slow", "checks": ["test -f README.md"], "model": "scripted:script.yaml"})
+            serde_json::json!({"instruction": "slow", "checks": ["test -f slow.txt"], "model": "scripted:script.yaml"})
                 .to_string(),
         )
         .unwrap();
@@ -162,12 +162,12 @@ fn a_signed_webhook_starts_the_triggers_task_once_and_its_ledger_says_so() {
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(
         project.join("script.yaml"),
-        "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: ci.txt, content: green}}\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
     std::fs::write(
         project.join("Loopfile.yaml"),
-        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f README.md\"]}\n",
+        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f ci.txt\"]}\n",
     )
     .unwrap();
     let (server, url) = shared::serve(
@@ -278,12 +278,12 @@ fn junk_deliveries_neither_grow_the_server_nor_lock_the_real_sender_out() {
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(
         project.join("script.yaml"),
-        "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: ci.txt, content: green}}\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
     std::fs::write(
         project.join("Loopfile.yaml"),
-        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f README.md\"]}\n",
+        "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: ci-failed\n    webhook: {secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: ci}\n    task: {instruction: \"Make CI pass\", checks: [\"test -f ci.txt\"]}\n",
     )
     .unwrap();
     let (server, url) = shared::serve(

@@ -126,7 +126,7 @@ impl Drop for Tmux {
 /// it exited.
 fn loop_run(dir: &Path, project: &Path, env: &str, extra: &str) -> String {
     format!(
-        "env LANG=C.UTF-8 TERM=xterm-256color {env} LOOP_STATE_DIR={} {} run 'build, then make approved.txt' --check 'test -f README.md' {extra} --model scripted:{} --project {} ; echo EXITED $?; sleep 60",
+        "env LANG=C.UTF-8 TERM=xterm-256color {env} LOOP_STATE_DIR={} {} run 'build, then make approved.txt' --check 'test -f README.md' --allow-vacuous {extra} --model scripted:{} --project {} ; echo EXITED $?; sleep 60",
         dir.join("state").display(),
         env!("CARGO_BIN_EXE_loop"),
         dir.join("script.yaml").display(),
@@ -215,6 +215,7 @@ fn no_color_leaves_no_escape_sequence_and_piped_output_no_spinner() {
             "build, then make approved.txt",
             "--check",
             "test -f README.md",
+            "--allow-vacuous",
             "--yes",
             "--model",
         ])
@@ -337,6 +338,7 @@ fn uncommitted_work_left_out_and_a_check_that_already_passes_are_warned_of() {
                 "x",
                 "--check",
                 "test -f README.md",
+                "--allow-vacuous",
                 "--max-steps",
                 "1",
             ])

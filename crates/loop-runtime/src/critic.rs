@@ -279,13 +279,45 @@ fn only_readers(line: &str) -> bool {
         })
 }
 
+/// Commands that only read or transform what they are given, beyond
+/// [`READERS`]: a check made of these and tests judges files, not work.
+const MORE_READERS: &[&str] = &[
+    "jq",
+    "sort",
+    "tac",
+    "uniq",
+    "cut",
+    "tr",
+    "xxd",
+    "od",
+    "strings",
+    "nl",
+    "readlink",
+    "realpath",
+    "du",
+    "[[",
+    "column",
+    "paste",
+    "comm",
+    "base64",
+    "cksum",
+    "b2sum",
+    "sha1sum",
+    "sha512sum",
+];
+
+/// `test`'s operators that take a file.
+const FILE_TESTS: &[&str] = &[
+    "-f", "-s", "-e", "-d", "-r", "-w", "-x", "-L", "-h", "-p", "-S", "-b", "-c", "-g", "-u", "-k",
+    "-O", "-G", "-N",
+];
+
 /// The files a check's verdict is read from when all the check does is
 /// read files: a file check, or a line of readers, tests and no-ops
-/// (`test -s NOTES.md`, `grep -q x CHANGELOG.md`, `test $(wc -l <
-/// out.txt) -gt 0`), or inline Python that only opens files. `None` when
-/// the check runs anything else (then something is executed and judged).
-/// Operands that name files are the words with a `.` or `/` in them (a
-/// pattern or a number is not one); a search's pattern is skipped.
+/// (`test -s NOTES`, `grep -q x CHANGELOG.md`, `test $(wc -l < out.txt)
+/// -gt 0`, `jq -e .ok r.json`), or inline Python or Node that only reads
+/// files. `None` when the check runs anything else (then something is
+/// executed and judged).
 fn files_read(check: &Check) -> Option<Vec<String>> {
     let r = match check {
         Check::Run(r) => r,
@@ -298,8 +330,9 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
     if parsed.commands.is_empty() {
         return None;
     }
-    let file_like = |w: &str| {
-        (w.contains('.') || w.contains('/')) && !w.chars().all(|c| c.is_ascii_digit() || c == '.')
+    let named = |w: &str| {
+        crate::judges::workspace_path(w)
+            .filter(|p| !p.chars().all(|c| c.is_ascii_digit() || c == '.') && p != "]" && p != "]]")
     };
     let mut out = Vec::new();
     for c in &parsed.commands {
@@ -309,24 +342,48 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
             continue;
         }
         let name = first.rsplit('/').next().unwrap_or(first);
+        let inline = |flags: &[&str]| {
+            words
+                .windows(2)
+                .find(|w| flags.contains(&w[0]))
+                .map(|w| w[1])
+        };
         if name == "python" || name.starts_with("python3") {
-            let code = words.windows(2).find(|w| w[0] == "-c").map(|w| w[1])?;
-            out.extend(crate::judges::python_reads_only(code)?);
+            out.extend(crate::judges::python_reads_only(inline(&["-c"])?)?);
             continue;
         }
-        if !READERS.contains(&first) {
+        if name == "node" {
+            out.extend(crate::judges::node_reads_only(inline(&[
+                "-e", "--eval", "-p", "--print",
+            ])?)?);
+            continue;
+        }
+        if !READERS.contains(&first) && !MORE_READERS.contains(&first) {
             return None;
         }
-        let mut operands = words[1..].iter().filter(|w| !w.starts_with('-'));
-        let searches = matches!(first, "grep" | "egrep" | "fgrep" | "rg" | "awk" | "sed");
-        if searches && !words.iter().any(|w| matches!(*w, "-e" | "-f" | "--regexp")) {
-            operands.next();
+        let ops = &words[1..];
+        match first {
+            "test" | "[" | "[[" => {
+                for w in ops.windows(2) {
+                    if FILE_TESTS.contains(&w[0]) {
+                        out.extend(named(w[1]));
+                    }
+                }
+            }
+            "grep" | "egrep" | "fgrep" | "rg" | "awk" | "sed" | "jq" => {
+                let explicit = ops.iter().any(|w| matches!(*w, "-e" | "-f" | "--regexp"));
+                let mut operands = ops.iter().filter(|w| !w.starts_with('-') && !w.is_empty());
+                if !explicit {
+                    operands.next();
+                }
+                out.extend(operands.filter_map(|w| named(w)));
+            }
+            _ => out.extend(
+                ops.iter()
+                    .filter(|w| !w.starts_with('-') && !w.is_empty())
+                    .filter_map(|w| named(w)),
+            ),
         }
-        out.extend(
-            operands
-                .filter(|w| file_like(w))
-                .filter_map(|w| crate::judges::workspace_path(w)),
-        );
     }
     // What `< FILE` feeds (not a here-document's `<<`).
     let bytes = r.command.as_bytes();
@@ -339,27 +396,30 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
             .chars()
             .take_while(|c| !c.is_whitespace() && !";|&<>()`\"'".contains(*c))
             .collect();
-        if file_like(&word)
-            && let Some(p) = crate::judges::workspace_path(&word)
-        {
-            out.push(p);
-        }
+        out.extend(named(&word));
     }
     Some(out)
 }
 
 /// Whether the instruction asks for `path`: it names the path or the
-/// file, or every word of the file's stem (`RELEASE_NOTES.md` for "write
-/// the release notes").
+/// file as a word, or every word of the file's stem (`RELEASE_NOTES.md`
+/// for "write the release notes", `.editorconfig` for "add an
+/// editorconfig").
 fn instruction_names(instruction: &str, path: &str) -> bool {
-    let lower = instruction.to_lowercase();
     let p = path.to_lowercase();
     let file = p.rsplit('/').next().unwrap_or(&p);
-    if lower.contains(&p) || lower.contains(file) {
+    let tokens: Vec<String> = instruction
+        .to_lowercase()
+        .split(|c: char| c.is_whitespace() || "\"'`,;()[]{}<>".contains(c))
+        .map(|t| t.trim_end_matches(['.', ':', '!', '?']).to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tokens.iter().any(|t| *t == p || t == file) {
         return true;
     }
     let said = words(instruction);
-    let stem = file.split('.').next().unwrap_or(file);
+    let stem = file.trim_start_matches('.');
+    let stem = stem.split('.').next().unwrap_or(stem);
     let parts: Vec<&str> = stem
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
@@ -492,6 +552,7 @@ pub fn static_reasons(
     contract: &Contract,
     policy: &ExecPolicy,
     present: &dyn Fn(&str) -> bool,
+    root: Option<&std::path::Path>,
 ) -> Vec<String> {
     let mut out = Vec::new();
     let n = contract.criteria.len();
@@ -568,24 +629,24 @@ pub fn static_reasons(
             }
         }
         // Evidence the task would write: every check only reads files, and
-        // each file read is one the workspace lacks and the instruction
-        // does not ask for (`test -s NOTES.md`, `test -f done.flag`).
+        // a file read is one the workspace lacks and the instruction does
+        // not ask for (`test -s NOTES.md`, `test -f done.flag`).
         let read: Option<Vec<String>> = c
             .checks
             .iter()
             .map(files_read)
             .collect::<Option<Vec<_>>>()
             .map(|v| v.concat());
-        if let Some(files) = read
-            && !files.is_empty()
-            && files
-                .iter()
-                .all(|f| !present(f) && !instruction_names(&contract.instruction, f))
-        {
-            let mut shown: Vec<String> = files.iter().map(|f| format!("`{f}`")).collect();
+        let unasked: Vec<String> = read
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| !present(f) && !instruction_names(&contract.instruction, f))
+            .collect();
+        if !unasked.is_empty() {
+            let mut shown: Vec<String> = unasked.iter().map(|f| format!("`{f}`")).collect();
             shown.dedup();
             out.push(format!(
-                "criterion `{id}` is decided only by reading {}, which the workspace does not have and the instruction does not ask for: the task would write its own evidence; run the code the instruction is about and check what it does",
+                "criterion `{id}` is decided only by reading files, among them {}, which the workspace does not have and the instruction does not ask for: the task would write its own evidence; run the code the instruction is about and check what it does",
                 shown.join(" and ")
             ));
         }
@@ -625,7 +686,7 @@ pub fn static_reasons(
         .collect();
     let asked_tests =
         |p: &str| contract.artifacts.iter().any(|a| a.as_str() == p) && looks_like_a_test(p);
-    for (path, why) in crate::judges::self_judged(contract, present, &asked_tests) {
+    for (path, why) in crate::judges::self_judged(contract, present, &asked_tests, root) {
         if !told.contains(&path) {
             out.push(format!(
                 "{why}; check with the project's own code and tests"
@@ -794,9 +855,12 @@ mod tests {
         let ws = std::env::temp_dir().join(format!("loop-critic-ws-{}", std::process::id()));
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::write(ws.join("greet.py"), "print('Hello')\n").unwrap();
-        static_reasons(&contract(yaml), &ExecPolicy::default(), &|p| {
-            ws.join(p).exists()
-        })
+        static_reasons(
+            &contract(yaml),
+            &ExecPolicy::default(),
+            &|p| ws.join(p).exists(),
+            Some(&ws),
+        )
     }
 
     fn rejected_for(yaml: &str, want: &str) {
@@ -892,12 +956,19 @@ mod tests {
             );
             rejected_for(&yaml, &format!("is decided by {names}"));
         }
+        // A comparison of a file the project has with one the task would
+        // write, and nothing run: a copy would pass it.
+        rejected_for(
+            "criteria:\n  - id: s\n    text: s\n    checks:\n      - run: cmp greet.py out.txt\n",
+            "among them `out.txt`",
+        );
         // The same forms over the workspace's own files, a runner, a
-        // comparison with a file the project has: fine.
+        // comparison of what the work printed with a file the project
+        // has: fine.
         for check in [
             "python3 -m greet",
             "python3 -m pytest -q",
-            "cmp greet.py out.txt",
+            "python3 greet.py > out.txt && cmp out.txt greet.py",
             "python3 -c \"exec(open('greet.py').read())\"",
         ] {
             let yaml = format!(
@@ -947,12 +1018,27 @@ mod tests {
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::write(ws.join("slug.py"), "def slugify(t):\n    return t\n").unwrap();
         std::fs::write(ws.join("test_slug.py"), "from slug import slugify\n").unwrap();
+        std::fs::write(
+            ws.join("Makefile"),
+            "check:\n\tpython3 verify_accents.py\n\ntest: prog\n\tpython3 -m pytest -q test_slug.py\n\t./prog\n\nprog: prog.c\n\tcc -o prog prog.c\n",
+        )
+        .unwrap();
+        std::fs::write(
+            ws.join("package.json"),
+            "{\"scripts\": {\"test\": \"node check_accents.js\"}}",
+        )
+        .unwrap();
         let review = |instruction: &str, text: &str, check: &str| {
             let yaml = format!(
                 "instruction: {instruction:?}\ncriteria:\n  - id: c\n    text: {text:?}\n    checks:\n      - {check}\n"
             );
             let c = Contract::from_yaml(&yaml, "t").unwrap();
-            static_reasons(&c, &ExecPolicy::default(), &|p| ws.join(p).exists())
+            static_reasons(
+                &c,
+                &ExecPolicy::default(),
+                &|p| ws.join(p).exists(),
+                Some(&ws),
+            )
         };
         let asked = "make slugify() in slug.py strip accents";
         // (criterion text, check, what the rejection says; "" = the checker's)
@@ -960,42 +1046,42 @@ mod tests {
             (
                 "notes are written",
                 "run: test -s NOTES.md",
-                "decided only by reading `NOTES.md`",
+                "among them `NOTES.md`",
             ),
             (
                 "the work is finished",
                 "run: test -f done.flag",
-                "decided only by reading `done.flag`",
+                "among them `done.flag`",
             ),
             (
                 "changes are recorded",
                 "file_exists: CHANGES.md",
-                "decided only by reading `CHANGES.md`",
+                "among them `CHANGES.md`",
             ),
             (
                 "the notes mention accents",
                 "{file_contains: NOTES.md, text: accents}",
-                "decided only by reading `NOTES.md`",
+                "among them `NOTES.md`",
             ),
             (
                 "the change is recorded",
                 "run: grep -q accents CHANGELOG.md",
-                "decided only by reading `CHANGELOG.md`",
+                "among them `CHANGELOG.md`",
             ),
             (
                 "a result is written",
                 "run: test -n \"$(cat result.txt)\"",
-                "decided only by reading `result.txt`",
+                "among them `result.txt`",
             ),
             (
                 "the result is valid JSON",
                 "run: python3 -c \"import json; json.load(open('result.json'))\"",
-                "decided only by reading `result.json`",
+                "among them `result.json`",
             ),
             (
                 "the log has lines",
                 "run: test $(wc -l < run.log) -gt 0",
-                "decided only by reading `run.log`",
+                "among them `run.log`",
             ),
             (
                 "the output is right",
@@ -1054,6 +1140,16 @@ mod tests {
                 "runs `verify_accents.py`",
             ),
             (
+                "accents are stripped",
+                "run: make check",
+                "`verify_accents.py` (the script `python3` runs, in what `make` runs)",
+            ),
+            (
+                "accents are stripped",
+                "run: npm test",
+                "`check_accents.js` (the script `node` runs, in what `npm` runs)",
+            ),
+            (
                 "slugify works correctly",
                 "run: python3 -c 'import slug'",
                 "says \"works correctly\"",
@@ -1101,6 +1197,20 @@ mod tests {
                 "the existing tests pass",
                 "run: python3 -m pytest -q test_slug.py",
             ),
+            // A recipe running the project's tests and the program the
+            // Makefile builds.
+            (asked, "the tests pass", "run: make test"),
+            // Inline code that runs the work, then reads what it wrote.
+            (
+                asked,
+                "the CLI writes a slug",
+                "run: python3 -c \"import subprocess, json; subprocess.run(['python3', 'slug.py', 'r.json'], check=True); assert json.load(open('r.json'))\"",
+            ),
+            (
+                "add an editorconfig with 4-space indents",
+                "the indent is 4",
+                "run: grep -q 'indent_size = 4' .editorconfig",
+            ),
             (
                 asked,
                 "slugify prints plain letters",
@@ -1147,6 +1257,7 @@ mod tests {
             ),
             &policy,
             &|_| true,
+            None,
         );
         assert!(
             r.iter().any(|x| x.contains("forbidden by the exec policy")),

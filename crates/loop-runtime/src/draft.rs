@@ -260,10 +260,10 @@ fn judge(
     contract: &Contract,
     policy: &ExecPolicy,
     stack: &[StackCheck],
-    present: &dyn Fn(&str) -> bool,
+    (present, workspace): (&dyn Fn(&str) -> bool, &Path),
     (baseline, empty): (&mut Runner<'_>, &mut Runner<'_>),
 ) -> Result<Judgement, Error> {
-    let mut reasons = critic::static_reasons(contract, policy, present);
+    let mut reasons = critic::static_reasons(contract, policy, present, Some(workspace));
     if reasons.is_empty() {
         // Then by execution: a check that passes with no project at all.
         reasons = critic::judge_empty(contract, &empty(contract)?);
@@ -558,7 +558,13 @@ pub(crate) fn draft(
             }
         };
         let verdict = match parsed {
-            Ok(c) => match judge(&c, d.policy, stack, d.present, (d.baseline, d.empty)) {
+            Ok(c) => match judge(
+                &c,
+                d.policy,
+                stack,
+                (d.present, d.workspace),
+                (d.baseline, d.empty),
+            ) {
                 Ok(v) => Ok(v),
                 Err(e) => return Err(Box::new((e, record))),
             },
@@ -708,7 +714,13 @@ pub(crate) fn draft(
                         for k in c.criteria.iter_mut() {
                             k.guard = false;
                         }
-                        match judge(&c, d.policy, d.stack, d.present, (d.baseline, d.empty)) {
+                        match judge(
+                            &c,
+                            d.policy,
+                            d.stack,
+                            (d.present, d.workspace),
+                            (d.baseline, d.empty),
+                        ) {
                             Ok(j) if j.reasons.is_empty() => {
                                 project_checks = j.stack;
                                 Ok(j.contract)

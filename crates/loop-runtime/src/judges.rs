@@ -226,12 +226,59 @@ fn python_imports(code: &str) -> Vec<String> {
 /// `None` when it imports the project's code (then the code is what is
 /// judged) or reads nothing.
 pub(crate) fn python_reads_only(code: &str) -> Option<Vec<String>> {
-    if python_imports(code).iter().any(|m| !not_the_projects(m)) {
+    // Code that runs something (a program, a module, a shell) is not
+    // only reading, whatever it imports.
+    let runs = [
+        "subprocess",
+        "os.system",
+        "popen",
+        "runpy",
+        "exec(",
+        "eval(",
+        "__import__",
+        "importlib",
+        "execv",
+        "spawn",
+    ];
+    if python_imports(code).iter().any(|m| !not_the_projects(m))
+        || runs.iter().any(|r| code.contains(r))
+    {
         return None;
     }
-    let files: Vec<String> = call_args(code, "open(")
+    let files: Vec<String> = ["open(", "Path(", "exists(", "isfile(", "isdir(", "getsize("]
+        .iter()
+        .flat_map(|f| call_args(code, f))
+        .filter_map(workspace_path)
+        .collect();
+    (!files.is_empty()).then_some(files)
+}
+
+/// The same for inline Node code: it requires only `fs`/`path` and reads
+/// files by literal name (`readFileSync`, `existsSync`, `statSync`).
+pub(crate) fn node_reads_only(code: &str) -> Option<Vec<String>> {
+    let loads_other = call_args(code, "require(")
         .into_iter()
-        .chain(call_args(code, "Path("))
+        .chain(call_args(code, "import("))
+        .any(|m| {
+            !matches!(
+                m,
+                "fs" | "node:fs" | "path" | "node:path" | "assert" | "node:assert"
+            )
+        });
+    let runs = [
+        "child_process",
+        "spawn",
+        "exec",
+        "eval(",
+        "Function(",
+        "vm.",
+    ];
+    if loads_other || runs.iter().any(|r| code.contains(r)) {
+        return None;
+    }
+    let files: Vec<String> = ["readFileSync(", "existsSync(", "statSync(", "readFile("]
+        .iter()
+        .flat_map(|f| call_args(code, f))
         .filter_map(workspace_path)
         .collect();
     (!files.is_empty()).then_some(files)
@@ -455,6 +502,53 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
         .collect()
 }
 
+/// Files named like scripts an interpreter runs (not a program a build
+/// makes, which a Makefile's own target is).
+fn script_named(path: &str) -> bool {
+    [
+        ".py", ".sh", ".bash", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl",
+    ]
+    .iter()
+    .any(|e| path.ends_with(e))
+}
+
+/// [`judges`], and the judges of what the check runs beyond its own line
+/// when `root` is given: the recipes of the Makefile targets `make check`
+/// asks for, the package.json scripts `npm test` runs (`python3
+/// verify.py`, `node check.js`). There only scripts and modules count: a
+/// program a recipe runs is usually what the Makefile builds.
+pub fn judges_followed(run: &RunCheck, root: Option<&std::path::Path>) -> Vec<Judge> {
+    let mut out = judges(run);
+    let Some(root) = root else {
+        return out;
+    };
+    let by = loop_tools::shell::parse(&run.command)
+        .commands
+        .first()
+        .and_then(|c| c.first().cloned().flatten())
+        .unwrap_or_default();
+    for line in loop_verifier::integrity::recipe_lines(&run.command, root) {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut inner = run.clone();
+        inner.command = line.to_string();
+        inner.expect_stdout = None;
+        inner.expect_stderr = None;
+        inner.stdout_matches = None;
+        for mut j in judges(&inner) {
+            if (j.module.is_some() || j.paths.iter().all(|p| script_named(p)))
+                && !out.iter().any(|o| o.paths == j.paths)
+            {
+                j.how = format!("{}, in what `{by}` runs", j.how);
+                out.push(j);
+            }
+        }
+    }
+    out
+}
+
 /// The change criteria of `contract` whose verdict a file absent as the
 /// task starts decides (the task would write its own judge), skipping the
 /// paths `exempt` says may be written (new test files the contract asks
@@ -464,12 +558,13 @@ pub fn self_judged(
     contract: &Contract,
     present: &dyn Fn(&str) -> bool,
     exempt: &dyn Fn(&str) -> bool,
+    root: Option<&std::path::Path>,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for c in contract.criteria.iter().filter(|c| !c.guard) {
         for (i, k) in c.checks.iter().enumerate() {
             let Check::Run(r) = k else { continue };
-            for j in judges(r) {
+            for j in judges_followed(r, root) {
                 if j.paths.iter().any(|p| present(p) || exempt(p))
                     || j.module
                         .as_ref()
@@ -523,6 +618,7 @@ fn named_like_a_judge(path: &str) -> bool {
 pub fn judge_rules(
     contract: &Contract,
     present: &dyn Fn(&str) -> bool,
+    root: Option<&std::path::Path>,
 ) -> Vec<loop_protocol::IntegrityRule> {
     let mut out: Vec<loop_protocol::IntegrityRule> = Vec::new();
     let mut n = 0;
@@ -530,7 +626,7 @@ pub fn judge_rules(
         for k in &c.checks {
             n += 1;
             let Check::Run(r) = k else { continue };
-            for j in judges(r) {
+            for j in judges_followed(r, root) {
                 for p in j
                     .paths
                     .iter()
@@ -642,7 +738,7 @@ mod tests {
         };
         let none = |_: &str| false;
         let judged = |cmd: &str, present: &dyn Fn(&str) -> bool| {
-            self_judged(&contract(cmd), present, &none)
+            self_judged(&contract(cmd), present, &none, None)
                 .into_iter()
                 .map(|(p, _)| p)
                 .collect::<Vec<_>>()
@@ -666,5 +762,52 @@ mod tests {
         );
         // A name that is no module name is never looked up.
         assert!(!installed("../etc", "python3", &none));
+    }
+
+    /// Behind `make` and `npm`: a judge script the project has, run by the
+    /// target the check asks for, joins the integrity set; one it lacks is
+    /// a judge the task would write; a program the Makefile builds, and a
+    /// script another target runs, are neither.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the test's own fixture
+    fn judges_behind_make_and_npm_are_the_targets_own() {
+        let dir = std::env::temp_dir().join(format!("loop-judges-make-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("Makefile"),
+            "all: prog\n\nprog: prog.c\n\t$(CC) -o prog prog.c\n\ntest: prog\n\t./prog\n\tpython3 run_tests.py\n\ncheck:\n\tpython3 verify_new.py\n\nother:\n\tpython3 missing_other.py\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("run_tests.py"), "").unwrap();
+        std::fs::write(
+            dir.join("package.json"),
+            r#"{"scripts": {"test": "node check_it.js", "start": "node dist/index.js"}}"#,
+        )
+        .unwrap();
+        let contract = |cmd: &str| {
+            Contract::from_yaml(
+                &format!(
+                    "instruction: x\ncriteria:\n  - id: c\n    checks:\n      - run: {cmd:?}\n"
+                ),
+                "t",
+            )
+            .unwrap()
+        };
+        let present = |p: &str| dir.join(p).exists();
+        let none = |_: &str| false;
+        let rules = judge_rules(&contract("make test"), &present, Some(&dir));
+        assert!(rules.iter().any(|r| r.glob == "run_tests.py"), "{rules:?}");
+        let judged = |cmd: &str| {
+            self_judged(&contract(cmd), &present, &none, Some(&dir))
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect::<Vec<_>>()
+        };
+        assert!(judged("make test").is_empty(), "{:?}", judged("make test"));
+        assert_eq!(judged("make check"), ["verify_new.py"]);
+        assert_eq!(judged("npm test"), ["check_it.js"]);
+        // `start`'s build output is not `npm test`'s judge.
+        assert!(!judged("npm test").iter().any(|p| p.contains("dist")));
     }
 }

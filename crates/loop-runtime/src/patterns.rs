@@ -310,6 +310,7 @@ mod tests {
                 &c,
                 &loop_tools::exec_policy::ExecPolicy::default(),
                 &|_| true,
+                None,
             );
             assert!(reasons.is_empty(), "{name}: {reasons:?}");
         }

@@ -169,9 +169,11 @@ pub(crate) fn submit_claimed(
     stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
     // The judges the project has (a `verify.py` a check runs, an
     // `expected.txt` it compares with) are in the set too.
-    for rule in
-        crate::judges::judge_rules(&contract, &|p| loop_workspace::door::is_file(&workspace, p))
-    {
+    for rule in crate::judges::judge_rules(
+        &contract,
+        &|p| loop_workspace::door::is_file(&workspace, p),
+        Some(&workspace),
+    ) {
         if !stored.check_integrity.iter().any(|r| r.glob == rule.glob) {
             stored.check_integrity.push(rule);
         }
@@ -395,7 +397,7 @@ fn refuse_self_judged(
     let exempt = |p: &str| {
         contract.judge_may_change.iter().any(|j| j == p) || new_tests.iter().any(|t| t == p)
     };
-    let found = crate::judges::self_judged(contract, present, &exempt);
+    let found = crate::judges::self_judged(contract, present, &exempt, Some(workspace));
     if found.is_empty() {
         return Ok(());
     }

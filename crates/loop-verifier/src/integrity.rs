@@ -112,6 +112,16 @@ const STACKS: &[Stack] = &[
                 "node_modules/**",
                 "installed packages and their executables",
             ),
+            (
+                "**/node_modules/**",
+                "installed packages nearer the code than the root's",
+            ),
+            ("**/*-test.*", "test files node --test runs"),
+            ("**/*_test.*", "test files node --test runs"),
+            ("**/test-*.*", "test files node --test runs"),
+            ("**/test.js", "test files node --test runs"),
+            ("**/test.mjs", "test files node --test runs"),
+            ("**/test.cjs", "test files node --test runs"),
         ],
     },
     Stack {
@@ -152,8 +162,10 @@ const STACKS: &[Stack] = &[
     },
     Stack {
         name: "c",
+        // (`CC` and `CXX` are Makefiles' `$(CC)`.)
         commands: &[
             "ctest", "cmake", "meson", "ninja", "cc", "gcc", "clang", "c++", "g++", "clang++",
+            "CC", "CXX",
         ],
         markers: &["CMakeLists.txt", "meson.build"],
         rules: &[
@@ -383,24 +395,183 @@ fn node_preloads(line: &str) -> Vec<String> {
     out
 }
 
-/// The scripts of the workspace's `package.json` (read through the door;
-/// none when it is missing, a link, too large or not JSON): what `npm
-/// test`, `npm run X`, `yarn X` and `pnpm X` run.
-fn package_scripts(root: &Path) -> Vec<String> {
+/// The package.json scripts one shell line runs by name: `npm test`
+/// (`t`, `tst`), `npm start`, `npm run X`, `yarn X`, `yarn run X`, `pnpm
+/// X`, each with its `pre` and `post` scripts.
+fn scripts_invoked(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for simple in line.split(|c: char| ";|&\n".contains(c)) {
+        let ws = words(simple);
+        let Some(k) = ws
+            .iter()
+            .position(|w| matches!(command_name(w), "npm" | "yarn" | "pnpm"))
+        else {
+            continue;
+        };
+        let manager = command_name(&ws[k]);
+        let mut rest = ws[k + 1..].iter().filter(|w| !w.starts_with('-'));
+        let name = match rest.next().map(String::as_str) {
+            Some("test" | "t" | "tst") => Some("test".to_string()),
+            Some("start") => Some("start".to_string()),
+            Some("run" | "run-script" | "rum" | "urn") => rest.next().cloned(),
+            // yarn and pnpm run a script by its bare name, unless the
+            // word is one of their own commands.
+            Some(other)
+                if manager != "npm"
+                    && !matches!(
+                        other,
+                        "install" | "add" | "remove" | "exec" | "dlx" | "why" | "list" | "ci"
+                    ) =>
+            {
+                Some(other.to_string())
+            }
+            _ => None,
+        };
+        if let Some(n) = name {
+            out.push(format!("pre{n}"));
+            out.push(n.clone());
+            out.push(format!("post{n}"));
+        }
+    }
+    out
+}
+
+/// The workspace's `package.json` scripts by name (read through the door;
+/// none when it is missing, a link, too large or not JSON).
+fn package_scripts(root: &Path) -> std::collections::BTreeMap<String, String> {
     let Ok(Some(text)) = loop_workspace::door::read(root, "package.json", 1024 * 1024) else {
-        return Vec::new();
+        return Default::default();
     };
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(&text) else {
-        return Vec::new();
+        return Default::default();
     };
     json.get("scripts")
         .and_then(|s| s.as_object())
         .map(|m| {
-            m.values()
-                .filter_map(|v| v.as_str().map(str::to_string))
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The recipes `make ARGS` runs from a Makefile's text: the named targets
+/// (else the first), their prerequisites' recipes, a few levels deep.
+fn make_recipes(text: &str, targets: &[String]) -> Vec<String> {
+    let mut rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(recipe) = line.strip_prefix('\t') {
+            if let Some(last) = rules.last_mut() {
+                last.2
+                    .push(recipe.trim_start_matches(['@', '-', '+']).to_string());
+            }
+            continue;
+        }
+        let t = line.trim_end();
+        if t.is_empty() || t.starts_with('#') || t.contains(":=") || t.contains("?=") {
+            continue;
+        }
+        if let Some((names, prereqs)) = t.split_once(':')
+            && !names.contains('=')
+            && !prereqs.starts_with('=')
+        {
+            let prereqs = prereqs.split(';').next().unwrap_or_default();
+            rules.push((
+                names.split_whitespace().map(str::to_string).collect(),
+                prereqs.split_whitespace().map(str::to_string).collect(),
+                Vec::new(),
+            ));
+        }
+    }
+    let mut want: Vec<String> = if targets.is_empty() {
+        rules
+            .iter()
+            .flat_map(|r| r.0.first())
+            .find(|n| !n.starts_with('.'))
+            .cloned()
+            .into_iter()
+            .collect()
+    } else {
+        targets.to_vec()
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    while let Some(t) = want.pop() {
+        if seen.contains(&t) || seen.len() >= MAX_SCRIPTS {
+            continue;
+        }
+        seen.push(t.clone());
+        for (names, prereqs, recipe) in &rules {
+            if names.contains(&t) {
+                want.extend(prereqs.iter().cloned());
+                out.extend(recipe.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
+/// The shell lines one check command runs beyond itself, by name: the
+/// recipes of the Makefile targets `make` is asked for, the package.json
+/// scripts a package manager runs (and those they run in turn), read
+/// through the door. What a script file holds is not here: the script is
+/// the program run.
+pub fn recipe_lines(command: &str, root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let scripts = package_scripts(root);
+    let mut queue = vec![command.to_string()];
+    let mut done: Vec<String> = Vec::new();
+    while let Some(line) = queue.pop() {
+        if done.len() >= MAX_SCRIPTS {
+            break;
+        }
+        for name in scripts_invoked(&line) {
+            if done.contains(&name) {
+                continue;
+            }
+            done.push(name.clone());
+            if let Some(body) = scripts.get(&name) {
+                out.push(body.clone());
+                queue.push(body.clone());
+            }
+        }
+        for simple in line.split(|c: char| ";|&\n".contains(c)) {
+            let ws: Vec<&str> = simple.split_whitespace().collect();
+            let Some(k) = ws
+                .iter()
+                .position(|w| matches!(command_name(w), "make" | "gmake"))
+            else {
+                continue;
+            };
+            let args = &ws[k + 1..];
+            let file = match args.iter().position(|a| *a == "-f" || *a == "--file") {
+                Some(i) => args.get(i + 1).and_then(|f| workspace_operand(f)),
+                None => ["GNUmakefile", "makefile", "Makefile"]
+                    .into_iter()
+                    .find(|f| loop_workspace::door::is_file(root, f))
+                    .map(str::to_string),
+            };
+            let Some(file) = file else { continue };
+            let Ok(Some(text)) = loop_workspace::door::read(root, &file, 256 * 1024) else {
+                continue;
+            };
+            let mut skip = false;
+            let targets: Vec<String> = args
+                .iter()
+                .filter(|a| {
+                    let flag_value = skip;
+                    skip = matches!(**a, "-f" | "--file" | "-C" | "-j" | "-I" | "-o" | "-W");
+                    !flag_value && !a.starts_with('-') && !a.contains('=')
+                })
+                .map(|a| a.to_string())
+                .collect();
+            for recipe in make_recipes(&String::from_utf8_lossy(&text), &targets) {
+                out.push(recipe.clone());
+                queue.push(recipe);
+            }
+        }
+    }
+    out
 }
 
 /// A command word as the workspace path it names (`./verify.sh` →
@@ -468,6 +639,96 @@ fn scripts_run(line: &str) -> Vec<String> {
     out
 }
 
+/// What the checks run, followed: the scripts and Makefiles they run (a
+/// few levels deep), every shell line in them and in the package.json
+/// scripts a package manager runs, and all their words.
+struct Followed {
+    all_words: Vec<String>,
+    /// Every shell line, with the check it came from (the commands first).
+    lines: Vec<(String, usize)>,
+    /// The scripts and Makefiles read, with the check that runs them.
+    scripts: Vec<(String, usize)>,
+}
+
+fn follow(commands: &[&str], root: &Path) -> Followed {
+    let mut all_words: Vec<String> = commands.iter().flat_map(|c| words(c)).collect();
+    // Every shell line the checks run, with the check it came from: the
+    // commands, the scripts and Makefiles they run, and what a package
+    // manager runs from package.json.
+    let mut lines: Vec<(String, usize)> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), i))
+        .collect();
+    // Indirection: the scripts and Makefiles the checks run (and the ones
+    // those run, a few levels deep) are in the set, and the stacks they
+    // use count too (`make test` whose recipe runs a script that runs
+    // pytest; `npm test` whose script runs `node --require ./setup.js`).
+    let mut scripts: Vec<(String, usize)> = Vec::new();
+    let mut queue: Vec<(String, usize)> = Vec::new();
+    let package = package_scripts(root);
+    let mut package_read: Vec<String> = Vec::new();
+    let mut visit = |line: &str,
+                     i: usize,
+                     queue: &mut Vec<(String, usize)>,
+                     lines: &mut Vec<(String, usize)>,
+                     all_words: &mut Vec<String>| {
+        for rel in scripts_run(line) {
+            queue.push((rel, i));
+        }
+        // The scripts a package manager runs by name, and those they run.
+        let mut names = scripts_invoked(line);
+        while let Some(name) = names.pop() {
+            if package_read.contains(&name) || package_read.len() >= MAX_SCRIPTS {
+                continue;
+            }
+            package_read.push(name.clone());
+            let Some(script) = package.get(&name) else {
+                continue;
+            };
+            all_words.extend(words(script));
+            for rel in scripts_run(script) {
+                queue.push((rel, i));
+            }
+            names.extend(scripts_invoked(script));
+            lines.push((script.clone(), i));
+        }
+    };
+    for (i, c) in commands.iter().enumerate() {
+        visit(c, i, &mut queue, &mut lines, &mut all_words);
+    }
+    let mut read = 0;
+    while let Some((rel, i)) = queue.pop() {
+        if read >= MAX_SCRIPTS || scripts.iter().any(|(r, _)| *r == rel) {
+            continue;
+        }
+        // Through the door: a script that is a link (or a FIFO) is not
+        // read, and one over 256 KiB is named but not read.
+        let text = match loop_workspace::door::read(root, &rel, 256 * 1024) {
+            Ok(Some(text)) => Some(text),
+            Err(loop_workspace::UntrustedError::TooLarge { .. }) => None,
+            Ok(None) | Err(_) => continue,
+        };
+        scripts.push((rel.clone(), i));
+        read += 1;
+        let Some(text) = text else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        all_words.extend(words(&text));
+        for line in text.lines() {
+            let line = line.trim_start_matches('\t');
+            visit(line, i, &mut queue, &mut lines, &mut all_words);
+            lines.push((line.to_string(), i));
+        }
+    }
+    Followed {
+        all_words,
+        lines,
+        scripts,
+    }
+}
+
 /// The set for `contract`'s checks over the workspace at `root` as the
 /// task starts. Deterministic for the same contract and workspace.
 #[allow(clippy::disallowed_methods)] // lstat only: whether a named test file is there
@@ -491,72 +752,11 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
     if commands.is_empty() {
         return out;
     }
-    let mut all_words: Vec<String> = commands.iter().flat_map(|c| words(c)).collect();
-    // Every shell line the checks run, with the check it came from: the
-    // commands, the scripts and Makefiles they run, and what a package
-    // manager runs from package.json.
-    let mut lines: Vec<(String, usize)> = commands
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.to_string(), i))
-        .collect();
-    // Indirection: the scripts and Makefiles the checks run (and the ones
-    // those run, a few levels deep) are in the set, and the stacks they
-    // use count too (`make test` whose recipe runs a script that runs
-    // pytest; `npm test` whose script runs `node --require ./setup.js`).
-    let mut scripts: Vec<(String, usize)> = Vec::new();
-    let mut queue: Vec<(String, usize)> = Vec::new();
-    let mut package_read = false;
-    let mut follow = |line: &str,
-                      i: usize,
-                      queue: &mut Vec<(String, usize)>,
-                      lines: &mut Vec<(String, usize)>,
-                      all_words: &mut Vec<String>| {
-        for rel in scripts_run(line) {
-            queue.push((rel, i));
-        }
-        let package_manager = words(line)
-            .iter()
-            .any(|w| matches!(command_name(w), "npm" | "yarn" | "pnpm"));
-        if package_manager && !package_read {
-            package_read = true;
-            for script in package_scripts(root) {
-                all_words.extend(words(&script));
-                for rel in scripts_run(&script) {
-                    queue.push((rel, i));
-                }
-                lines.push((script, i));
-            }
-        }
-    };
-    for (i, c) in commands.iter().enumerate() {
-        follow(c, i, &mut queue, &mut lines, &mut all_words);
-    }
-    let mut read = 0;
-    while let Some((rel, i)) = queue.pop() {
-        if read >= MAX_SCRIPTS || scripts.iter().any(|(r, _)| *r == rel) {
-            continue;
-        }
-        // Through the door: a script that is a link (or a FIFO) is not
-        // read, and one over 256 KiB is named but not read.
-        let text = match loop_workspace::door::read(root, &rel, 256 * 1024) {
-            Ok(Some(text)) => Some(text),
-            Err(loop_workspace::UntrustedError::TooLarge { .. }) => None,
-            Ok(None) | Err(_) => continue,
-        };
-        scripts.push((rel.clone(), i));
-        read += 1;
-        let Some(text) = text else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&text);
-        all_words.extend(words(&text));
-        for line in text.lines() {
-            let line = line.trim_start_matches('\t');
-            follow(line, i, &mut queue, &mut lines, &mut all_words);
-            lines.push((line.to_string(), i));
-        }
-    }
+    let Followed {
+        all_words,
+        lines,
+        scripts,
+    } = follow(&commands, root);
     for (rel, i) in &scripts {
         push(
             rel.clone(),
@@ -586,7 +786,11 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
         if !(by_command || by_marker) {
             continue;
         }
-        classified = true;
+        // A task runner alone (make, just) says what runs, not what the
+        // runner under it loads: the conservative set still applies.
+        if !matches!(stack.name, "make" | "just") {
+            classified = true;
+        }
         for (glob, why) in stack.rules {
             push(
                 glob.to_string(),
@@ -773,15 +977,14 @@ mod tests {
                 .collect()
         };
         let npm = globs(&["npm test"]);
-        for want in [
-            "package.json",
-            "setup.js",
-            "hooks/register.mjs",
-            "scripts/after.sh",
-            "more.cjs",
-        ] {
+        for want in ["package.json", "setup.js", "scripts/after.sh", "more.cjs"] {
             assert!(npm.iter().any(|g| g == want), "{want} in {npm:?}");
         }
+        // Only the scripts the check runs by name: `lint`'s preload is
+        // not `npm test`'s, and is `npm run lint`'s.
+        assert!(!npm.iter().any(|g| g == "hooks/register.mjs"), "{npm:?}");
+        let lint = globs(&["npm run lint"]);
+        assert!(lint.iter().any(|g| g == "hooks/register.mjs"), "{lint:?}");
         // Named on the command line, with `=` or without; `cp -r` and a
         // package name preload no workspace file.
         let direct = globs(&[
@@ -796,6 +999,25 @@ mod tests {
         // package.json is only followed when a package manager runs it.
         let plain = globs(&["node --test"]);
         assert!(!plain.iter().any(|g| g == "setup.js"), "{plain:?}");
+    }
+
+    #[test]
+    fn a_makefile_that_builds_c_with_cc_gets_the_c_sets() {
+        use loop_workspace::testdir::TestDir;
+        let dir = TestDir::new("integrity-make-c");
+        let root = dir.path();
+        std::fs::write(
+            root.join("Makefile"),
+            "test: t\n\t./t\n\nt: tests/t.c lib.c\n\t$(CC) -o t tests/t.c lib.c\n",
+        )
+        .unwrap();
+        let globs: Vec<String> = derive(&contract(&["make test"]), root)
+            .into_iter()
+            .map(|r| r.glob)
+            .collect();
+        for want in ["Makefile", "**/tests/**", "**/test_*.c"] {
+            assert!(globs.iter().any(|g| g == want), "{want} in {globs:?}");
+        }
     }
 
     #[test]
