@@ -20,7 +20,7 @@
 
 mod shared;
 
-use shared::{json_lines, loop_in, text};
+use shared::{have, json_lines, loop_in, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -293,22 +293,6 @@ const MAKE: Stack = Stack {
     ],
     no_tests: &[],
 };
-
-fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok || std::env::var_os("CI").is_none(),
-        "`{tool}` is not installed: scripts/test.sh installs every stack's toolchain"
-    );
-    if !ok {
-        eprintln!("SKIPPED: `{tool}` is not installed here, so its stack is not tried");
-    }
-    ok
-}
 
 /// A committed git project of `stack`'s files, less `without`.
 fn project(stack: &Stack, case: &str, without: &[&str]) -> (PathBuf, PathBuf) {

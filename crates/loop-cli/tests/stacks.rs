@@ -8,7 +8,7 @@
 
 mod shared;
 
-use shared::{json_lines, loop_in, text};
+use shared::{have, json_lines, loop_in, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,24 +20,6 @@ fn sh(dir: &Path, cmd: &str) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{cmd}: {}", text(&out));
-}
-
-fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        // Under CI every stack's toolchain is installed by scripts/test.sh:
-        // a missing one is a broken install step, not a reason to skip.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`{tool}` is not installed: scripts/test.sh installs every stack's toolchain"
-        );
-        eprintln!("SKIPPED: `{tool}` is not installed here, so its stack is not tried");
-    }
-    ok
 }
 
 /// A git project made of `files`, committed.

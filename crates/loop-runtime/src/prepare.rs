@@ -215,8 +215,15 @@ pub(crate) fn submit_claimed(
             .filter(|k| !k.guard)
             .map(|k| k.id.as_str())
             .collect();
+        // (A check the person kept with `allow_vacuous` says they know.)
+        let insisted = contract.criteria.iter().any(|k| {
+            k.checks
+                .iter()
+                .any(|c| matches!(c, loop_protocol::Check::Run(r) if r.allow_vacuous))
+        });
         if stored.drafting.is_none()
             && !req.allow_vacuous
+            && !insisted
             && !change.is_empty()
             && crate::critic::asks_for_change(&contract.instruction)
             && change

@@ -7,6 +7,25 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Whether a stack's toolchain (`tool`) is here. Under `CI=true` every
+/// one is installed by scripts/test.sh, so a missing one fails the run
+/// rather than skipping its stack.
+pub fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var_os("CI").is_none(),
+        "`{tool}` is not installed: scripts/test.sh installs every stack's toolchain"
+    );
+    if !ok {
+        eprintln!("SKIPPED: `{tool}` is not installed here, so its stack is not tried");
+    }
+    ok
+}
+
 /// The uid tests drop to when they run as root.
 pub const NOBODY: u32 = 65534;
 
