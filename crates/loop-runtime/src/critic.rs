@@ -371,7 +371,9 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
                 }
             }
             "grep" | "egrep" | "fgrep" | "rg" | "awk" | "sed" | "jq" => {
-                let explicit = ops.iter().any(|w| matches!(*w, "-e" | "-f" | "--regexp"));
+                // (jq's `-e` is about its exit status; its filter comes first.)
+                let explicit =
+                    first != "jq" && ops.iter().any(|w| matches!(*w, "-e" | "-f" | "--regexp"));
                 let mut operands = ops.iter().filter(|w| !w.starts_with('-') && !w.is_empty());
                 if !explicit {
                     operands.next();
@@ -1043,6 +1045,29 @@ mod tests {
         let asked = "make slugify() in slug.py strip accents";
         // (criterion text, check, what the rejection says; "" = the checker's)
         let lazy: &[(&str, &str, &str)] = &[
+            ("the work is done", "run: test -f DONE", "among them `DONE`"),
+            (
+                "it is noted",
+                "run: grep -q accents NOTES.md slug.py",
+                "among them `NOTES.md`",
+            ),
+            (
+                "the result is ok",
+                "run: jq -e .ok result.json",
+                "among them `result.json`",
+            ),
+            (
+                "the notes exist",
+                "run: node -e \"require('fs').readFileSync('NOTES.md')\"",
+                "among them `NOTES.md`",
+            ),
+            (
+                "the result is there",
+                "run: python3 -c \"import os; assert os.path.exists('done.flag')\"",
+                "among them `done.flag`",
+            ),
+            // `g.py` is inside "slug.py" as text, not as a name.
+            ("a helper exists", "run: test -f g.py", "among them `g.py`"),
             (
                 "notes are written",
                 "run: test -s NOTES.md",
