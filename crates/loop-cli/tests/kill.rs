@@ -273,8 +273,21 @@ fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
         );
         let mut c = resume_cmd(&dir, &project, &id);
         let mut child = c.spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        match child.try_wait().unwrap() {
+        // A runtime refused by the lease exits 2 at once; one that took
+        // the task over runs it (its command sleeps 6 s). Waited for up
+        // to 3 s, so a refusal slowed by a loaded machine is not taken
+        // for a takeover.
+        let spawned = Instant::now();
+        let exited = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if spawned.elapsed() >= Duration::from_secs(3) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match exited {
             Some(status) if status.code() == Some(2) => {
                 std::thread::sleep(Duration::from_millis(500));
             }
