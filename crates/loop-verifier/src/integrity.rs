@@ -521,9 +521,16 @@ pub fn recipe_lines(command: &str, root: &Path) -> Vec<String> {
     let scripts = package_scripts(root);
     let mut queue = vec![command.to_string()];
     let mut done: Vec<String> = Vec::new();
+    // Each line is followed once, and only so many: a recipe that runs
+    // `make test` inside the `test` target, or scripts that run each
+    // other, end here rather than loop.
+    let mut visited: BTreeSet<String> = BTreeSet::new();
     while let Some(line) = queue.pop() {
-        if done.len() >= MAX_SCRIPTS {
+        if done.len() >= MAX_SCRIPTS || visited.len() >= MAX_SCRIPTS * 8 {
             break;
+        }
+        if !visited.insert(line.clone()) {
+            continue;
         }
         for name in scripts_invoked(&line) {
             if done.contains(&name) {
@@ -999,6 +1006,26 @@ mod tests {
         // package.json is only followed when a package manager runs it.
         let plain = globs(&["node --test"]);
         assert!(!plain.iter().any(|g| g == "setup.js"), "{plain:?}");
+    }
+
+    #[test]
+    fn recipes_that_run_themselves_end() {
+        use loop_workspace::testdir::TestDir;
+        let dir = TestDir::new("integrity-make-loop");
+        let root = dir.path();
+        std::fs::write(
+            root.join("Makefile"),
+            "test:\n\tmake test\n\tmake other\n\nother:\n\tmake test\n\tpython3 run.py\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("package.json"),
+            r#"{"scripts": {"test": "npm run a", "a": "npm test && make test"}}"#,
+        )
+        .unwrap();
+        let lines = recipe_lines("npm test", root);
+        assert!(lines.iter().any(|l| l == "python3 run.py"), "{lines:?}");
+        assert!(lines.len() < 20, "{lines:?}");
     }
 
     #[test]
