@@ -698,9 +698,11 @@ impl Store for PgStore {
         now_ms: u64,
     ) -> Result<Claim, StoreError> {
         let json = serde_json::to_string(owner).map_err(|e| self.err(e))?;
-        // Free, already ours, its lease lapsed, or (`$5`) exactly the dead
-        // owner we looked at: one statement, so two claimants never both
-        // win.
+        // Free, already ours, its lease lapsed, or (`$5`) still the dead
+        // owner we looked at, told by its token (a run's own): one
+        // statement, so two claimants never both win. Not by the whole
+        // record: a heartbeat the dead owner sent just before it died may
+        // land after we looked, and it is no less dead for that.
         // Lease times are the database's clock, never a claimant's: two
         // machines whose clocks disagree still agree on who holds a task.
         let cas = "UPDATE tasks SET owner = jsonb_set($2::text::jsonb, '{heartbeat_ms}', to_jsonb((extract(epoch from clock_timestamp()) * 1000)::bigint))::text,
@@ -709,7 +711,7 @@ impl Store for PgStore {
                 owner IS NULL
                 OR (owner::jsonb ->> 'token') = $4
                 OR (owner::jsonb ->> 'heartbeat_ms')::bigint + $6 < (extract(epoch from clock_timestamp()) * 1000)::bigint
-                OR owner = $5)
+                OR (owner::jsonb ->> 'token') = $5)
              RETURNING id";
         self.run(|c| {
             let none: Option<String> = None;
@@ -751,7 +753,7 @@ impl Store for PgStore {
                                 &json,
                                 &ms(now_ms),
                                 &owner.token,
-                                &text,
+                                &Some(cur.token.clone()),
                                 &ms(lease_ms),
                             ],
                         )?
