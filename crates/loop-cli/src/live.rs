@@ -545,6 +545,7 @@ fn watch() {
 /// Start `loop resume TASK` in its own session, waiting for this process
 /// to end before it claims the task (the step this process was in the
 /// middle of is rolled back and done again, as after a crash). Its log.
+#[allow(clippy::disallowed_methods)] // the task's own detached.log in the task directory the runtime made
 fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<PathBuf, String> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| format!("where is this program? {e}"))?;

@@ -1387,6 +1387,7 @@ fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
 }
 
 /// `loop eval`.
+#[allow(clippy::disallowed_methods)] // loop eval's own scratch directory and report, named by the person
 fn eval_cmd(
     opts: loop_runtime::eval::EvalOptions,
     compare: Option<&std::path::Path>,

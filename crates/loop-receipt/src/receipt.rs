@@ -364,6 +364,7 @@ pub fn write_envelope(
 }
 
 /// Write any in-toto statement as a DSSE envelope, signed by `key`.
+#[allow(clippy::disallowed_methods)] // the receipt the runtime signs, written where its caller chose
 pub fn write_dsse<T: Serialize>(
     path: &Path,
     statement: &T,
@@ -478,18 +479,40 @@ pub fn write_addendum(
     Ok(path)
 }
 
+/// How many entries of an `--artifacts` directory are looked at, at most:
+/// a directory of millions of names (or a deep chain of them) is reported
+/// as not listed in full, never walked for ever.
+const MAX_ARTIFACT_ENTRIES: usize = 100_000;
+
 /// Paths under `dir` (relative, `/`-separated) that are not among
 /// `attested`: extra files, and every link or special file, named as such
-/// (nothing is followed).
-#[allow(clippy::disallowed_methods)] // names and lstat only (links reported as links, never followed)
+/// (nothing is followed). At most [`MAX_ARTIFACT_ENTRIES`] are looked at;
+/// past that, one entry says the rest were not listed (an extra too, so
+/// only `--allow-extra` accepts such a directory).
 fn unattested(dir: &Path, attested: &std::collections::BTreeSet<String>) -> Vec<String> {
+    unattested_within(dir, attested, MAX_ARTIFACT_ENTRIES)
+}
+
+#[allow(clippy::disallowed_methods)] // names and lstat only (links reported as links, never followed)
+fn unattested_within(
+    dir: &Path,
+    attested: &std::collections::BTreeSet<String>,
+    max: usize,
+) -> Vec<String> {
     let mut out = Vec::new();
+    let mut seen = 0usize;
+    let mut cut = false;
     let mut todo = vec![(dir.to_path_buf(), String::new())];
-    while let Some((at, rel)) = todo.pop() {
+    'walk: while let Some((at, rel)) = todo.pop() {
         let Ok(items) = std::fs::read_dir(&at) else {
             continue;
         };
         for item in items.flatten() {
+            seen += 1;
+            if seen > max {
+                cut = true;
+                break 'walk;
+            }
             let name = item.file_name().to_string_lossy().into_owned();
             let rel = if rel.is_empty() {
                 name
@@ -509,6 +532,11 @@ fn unattested(dir: &Path, attested: &std::collections::BTreeSet<String>) -> Vec<
         }
     }
     out.sort();
+    if cut {
+        out.push(format!(
+            "(more than {max} entries: the rest of the directory was not looked at)"
+        ));
+    }
     out
 }
 
@@ -959,6 +987,31 @@ mod tests {
             pae("http://example.com/HelloWorld", b"hello world"),
             b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
         );
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the test's own scratch directory
+    fn an_artifacts_directory_too_big_to_list_is_reported_not_walked_for_ever() {
+        let dir = std::env::temp_dir().join(format!("loop-extras-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("deep/er")).unwrap();
+        for n in 0..6 {
+            std::fs::write(dir.join(format!("deep/er/f{n}")), "x").unwrap();
+        }
+        std::fs::write(dir.join("kept.txt"), "x").unwrap();
+        let attested: std::collections::BTreeSet<String> = ["kept.txt".to_string()].into();
+        // Within the bound: every extra named, the attested file not.
+        let all = unattested_within(&dir, &attested, 100);
+        assert_eq!(all.len(), 6, "{all:?}");
+        assert!(all.iter().all(|e| e.starts_with("deep/er/f")), "{all:?}");
+        // Past it: the walk stops, and says so as an extra of its own.
+        let cut = unattested_within(&dir, &attested, 4);
+        assert!(cut.len() <= 4, "{cut:?}");
+        assert_eq!(
+            cut.last().map(String::as_str),
+            Some("(more than 4 entries: the rest of the directory was not looked at)")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

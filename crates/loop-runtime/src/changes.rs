@@ -509,6 +509,7 @@ fn mark(t: &Task, name: &str, content: &str) -> Result<(), Error> {
         .map_err(|e| Error::internal(format!("{name} marker: {e}")))
 }
 
+#[allow(clippy::disallowed_methods)] // a marker in the task directory the runtime made
 fn unmark(t: &Task, name: &str) {
     let _ = std::fs::remove_file(t.dir.join(name));
 }
@@ -644,6 +645,7 @@ pub fn undo(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<S
 /// `loop undo ID --forget`: stop counting task `id`'s change set as
 /// applied, touching no file (its files were put back by other means);
 /// signed as an addendum like apply and undo.
+#[allow(clippy::disallowed_methods)] // the undo directory the runtime made in its task directory
 pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {

@@ -487,6 +487,7 @@ fn review_draft(
 
 /// Draft, judge and confirm. On failure the record so far comes back too
 /// (kept with the task's files).
+#[allow(clippy::disallowed_methods)] // the draft kept in the task directory the runtime made
 pub(crate) fn draft(
     mut d: Drafting<'_>,
     observer: &mut dyn crate::Observer,

@@ -410,6 +410,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), Error> {
 
 /// Run one job: the task in a fresh repository of the case's project,
 /// then the oracle on a fresh copy with the change set applied.
+#[allow(clippy::disallowed_methods)] // eval's own scratch projects; the Loopfile is a new file (create_new: never through a link)
 fn run_one(
     opts: &EvalOptions,
     loopfile: Option<&str>,

@@ -151,6 +151,7 @@ fn url_password(url: &str) -> Option<&str> {
 /// The project's store: the one [`store_url`] names, else SQLite at
 /// `.loop/loop.db`. A server store is shared by every caller in this
 /// process (one pool); each SQLite open is a connection of its own.
+#[allow(clippy::disallowed_methods)] // the runtime's own .loop directory
 pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
     let state = project.join(".loop");
     // The runtime's state is its own: a project (a cloned repository) that
@@ -298,6 +299,7 @@ struct SavedOrigin {
 }
 
 /// Remember how the task workspace was made (for `discard`).
+#[allow(clippy::disallowed_methods)] // the task directory the runtime made
 pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
     let saved = SavedOrigin {
         path: ws.path.clone(),

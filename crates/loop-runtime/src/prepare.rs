@@ -290,6 +290,7 @@ type Settled = (
 /// hold before the work as guards (the Loopfile's `verification:` ones,
 /// and for a draft the detected ones too) and the Loopfile's
 /// `verification.checks` criteria. (contract, drafting, project checks)
+#[allow(clippy::disallowed_methods)] // an empty scratch workspace in the task directory the runtime made
 fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
@@ -479,6 +480,7 @@ fn refuse_vacuous(
 
 /// The contract drafted from the instruction, judged and confirmed.
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::disallowed_methods)] // drafting.json in the task directory the runtime made
 fn draft_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,

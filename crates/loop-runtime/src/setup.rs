@@ -477,6 +477,7 @@ fn changed_paths(a: &Manifest, b: &Manifest) -> Vec<String> {
 }
 
 /// The setup's steps as they ran, kept with the task when setup fails.
+#[allow(clippy::disallowed_methods)] // the setup log in the runtime's own .loop directory
 fn save_log(project: &Path, task_id: &str, steps: &[SetupStep]) -> Result<PathBuf, Error> {
     let dir = project.join(".loop").join("tasks").join(task_id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::internal(format!("setup log: {e}")))?;

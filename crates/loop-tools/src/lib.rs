@@ -296,6 +296,7 @@ impl ToolBox {
 
     /// Keep the edit journal in `dir` (outside the workspace), rolling back
     /// a step a crash interrupted. Returns the files restored.
+    #[allow(clippy::disallowed_methods)] // the journal directory the runtime made
     pub fn with_journal(mut self, dir: &std::path::Path) -> Result<(Self, usize), ToolsError> {
         self.journal = Journal::new(dir, self.jail.root());
         if !self.sync {

@@ -935,6 +935,7 @@ const MAX_PROGRAM_BYTES: u64 = 64 * 1024 * 1024;
 /// SHA-256 of the regular file at `path` (no link followed, nothing that
 /// could block opened, at most [`MAX_PROGRAM_BYTES`]); `None` for anything
 /// else, which then differs from what was pinned.
+#[allow(clippy::disallowed_methods)] // a pinned program, opened O_NOFOLLOW|O_NONBLOCK and checked to be a regular file
 fn file_sha256(path: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()

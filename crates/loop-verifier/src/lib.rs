@@ -240,6 +240,7 @@ impl SnapshotVerifier {
     }
 
     /// One verification pass.
+    #[allow(clippy::disallowed_methods)] // the verifier's own fresh snapshot directory
     pub fn verify(
         &mut self,
         contract: &Contract,

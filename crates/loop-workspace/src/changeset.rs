@@ -2,7 +2,6 @@
 //! per-file hashes plus a unified diff, and how to apply it to the user's
 //! project (only onto exactly the content it was made from) and undo it
 //! (only from exactly the content it produced). Nothing is half-applied.
-#![allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
 
 use crate::journal::{Change, Journal};
 use crate::manifest::{Entry, EntryKind, Manifest};
@@ -277,6 +276,7 @@ impl ChangeSet {
     /// unless each project path still holds its `before` content and each
     /// workspace path its `after` content (modes and links included). A
     /// link whose target would leave the project is refused.
+    #[allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
     pub fn apply(
         &self,
         project: &Path,
@@ -342,6 +342,7 @@ impl ChangeSet {
 
     /// Keep what the apply replaces, for undo: each file's bytes, each
     /// link's target, by its index in the change set.
+    #[allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
     fn keep_replaced(&self, proj: &Tree, undo_dir: &Path) -> Result<(), ChangeSetError> {
         for (i, f) in self.files.iter().enumerate() {
             if f.before_sha256.is_none() {
@@ -366,6 +367,7 @@ impl ChangeSet {
     /// Undo an apply: refused unless each project path still holds exactly
     /// what the apply wrote. Restores contents, modes and links, and removes
     /// the directories the apply created.
+    #[allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
     pub fn undo(
         &self,
         project: &Path,
@@ -551,6 +553,7 @@ fn stale(f: &FileChange) -> String {
 
 /// Directories the apply creates (relative to `project`, parents first),
 /// so undo leaves none behind.
+#[allow(clippy::disallowed_methods)] // change sets of the runtime's own snapshots; workspace content is read through untrusted::Tree
 fn created_dirs(project: &Path, changes: &[Change]) -> Vec<PathBuf> {
     let mut created = Vec::new();
     for c in changes {

@@ -1,7 +1,6 @@
 //! The path jail: every path a tool touches resolves inside the workspace
 //! root, symlinks included, and writes to protected paths are refused with
 //! the rule that matched.
-#![allow(clippy::disallowed_methods)] // the jail resolves every path beneath its root before these calls
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use loop_protocol::RelPath;
@@ -175,6 +174,7 @@ impl Protected {
         out
     }
 
+    #[allow(clippy::disallowed_methods)] // the jail resolves every path beneath its root before these calls
     fn collect(&self, root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(items) = std::fs::read_dir(dir) else {
             return;
@@ -240,6 +240,7 @@ impl Jail {
     /// Resolve `requested` for `intent`: lexically valid, inside the root
     /// after following every existing symlink, and (for writes) not
     /// protected either as requested or as resolved.
+    #[allow(clippy::disallowed_methods)] // the jail resolves every path beneath its root before these calls
     pub fn resolve(
         &self,
         requested: &str,

@@ -14,7 +14,6 @@
 //! else in it is new or changed content. The merge moves files by rename
 //! (the upper directory is on the workspace's file system); existing targets
 //! are moved into the journal first, and put back if the merge is cut short.
-#![allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -116,6 +115,7 @@ fn xattr_is_y(path: &Path, name: &str) -> bool {
 /// children. A name that is not UTF-8 (no record can show it faithfully,
 /// and its lossy rendering could pass for another file's) is put in
 /// `unreadable`, rendered lossily, and not entered.
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn plan(
     upper: &Path,
     rel: &str,
@@ -159,6 +159,7 @@ fn plan(
 
 /// The first path under workspace directory `rel` that `refuse` names,
 /// with why (links are not followed).
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn refused_inside(
     workspace: &Path,
     rel: &str,
@@ -184,6 +185,7 @@ fn refused_inside(
 
 /// Whether `a` (in the upper layer) and `b` (in the workspace) are the same
 /// file with the same mode, or links to the same target.
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn same_entry(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let (Ok(ma), Ok(mb)) = (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) else {
@@ -204,10 +206,12 @@ fn same_entry(a: &Path, b: &Path) -> bool {
     }
 }
 
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn remove_any(path: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -221,6 +225,7 @@ fn remove_any(path: &Path) -> std::io::Result<()> {
 /// on the host: the setuid and setgid bits, and file capabilities. (The
 /// sandbox refuses to make them; without its seccomp layer a command
 /// could, and nothing it leaves may carry them into the workspace.)
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn strip_privilege(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::symlink_metadata(path)?;
@@ -254,6 +259,7 @@ fn strip_privilege(path: &Path) -> std::io::Result<()> {
 /// A file the command left unreadable to its owner (`chmod 000`) would
 /// stop the runtime, run as that owner, from hashing the workspace: its
 /// owner may read and write it (change sets carry only git's modes).
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn owner_can_use(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::symlink_metadata(path)?;
@@ -268,6 +274,7 @@ fn owner_can_use(path: &Path) -> std::io::Result<()> {
 }
 
 /// Move `from` to `to` (rename; a copy when they are on different file systems).
+#[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
     match std::fs::rename(from, to) {
         Ok(()) => Ok(()),
@@ -359,6 +366,7 @@ impl OverlayCommit {
     /// As [`OverlayCommit::merge`], but fail (as a full disk would) at op
     /// `fail_at`. For tests.
     #[doc(hidden)]
+    #[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
     pub fn merge_until(
         &self,
         upper: &Path,
@@ -451,6 +459,7 @@ impl OverlayCommit {
         Ok(merged)
     }
 
+    #[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
     fn execute(
         &self,
         ops: &[Op],
@@ -511,6 +520,7 @@ impl OverlayCommit {
 
     /// Undo a merge that was cut short: every op's effect is removed and what
     /// it moved aside is put back, last op first. Returns the ops undone.
+    #[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
     pub fn recover(&self, workspace: &Path) -> std::io::Result<usize> {
         let Ok(text) = std::fs::read(self.plan_path()) else {
             // No plan: nothing was touched (or the merge completed).
@@ -553,6 +563,7 @@ impl OverlayCommit {
 
     /// Remove the journal, its plan first and durably: a journal without a
     /// plan is one with nothing to undo.
+    #[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
     fn drop_journal(&self) -> std::io::Result<()> {
         match std::fs::remove_file(self.plan_path()) {
             Ok(()) if self.sync => std::fs::File::open(&self.journal)?.sync_all()?,

@@ -5,7 +5,6 @@
 //! ([`crate::TaskWorkspace::recreate`]), brings it to the recorded
 //! manifest ([`reconcile`]), and checks the root it reaches against the
 //! recorded one.
-#![allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
 
 use crate::manifest::{Entry, EntryKind, Manifest};
 use serde::{Deserialize, Serialize};
@@ -143,6 +142,7 @@ fn safe_rel(e: &Entry) -> Result<PathBuf, RebuildError> {
 /// refused). The manifest reached is returned, and refused unless its
 /// root is `target`'s. Only the runtime writes here meanwhile (nothing of
 /// the task runs).
+#[allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
 pub fn reconcile(
     dir: &Path,
     target: &Manifest,
@@ -227,6 +227,7 @@ pub fn reconcile(
 
 /// Make `rel`'s parent directories under `dir`, refusing any that is not
 /// a directory (a link above a path is never written through).
+#[allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
 fn make_parents(dir: &Path, rel: &Path) -> Result<(), RebuildError> {
     let mut at = dir.to_path_buf();
     let Some(parent) = rel.parent() else {

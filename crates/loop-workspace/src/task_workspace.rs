@@ -3,7 +3,6 @@
 //! (the base checkout's HEAD, index and working tree are not touched);
 //! elsewhere a copy that respects `.gitignore` and skips build outputs,
 //! saying what it skipped.
-#![allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
 
 use crate::fsutil::copy_tree;
 use crate::snapshot::remove_tree;
@@ -111,6 +110,7 @@ pub fn git_head(project: &Path) -> Option<String> {
 /// git made it: `gitdir: ` and the worktree's administrative directory in
 /// `repo` (the one whose `gitdir` names `workspace`'s `.git`). `None` when
 /// `repo` has no such worktree (nothing to compare with).
+#[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
 pub fn worktree_pointer(repo: &Path, workspace: &Path) -> Option<Vec<u8>> {
     let admin = repo.join(".git").join("worktrees");
     let ours = workspace.join(".git");
@@ -158,6 +158,7 @@ pub fn uncommitted(project: &Path) -> Vec<String> {
 
 impl TaskWorkspace {
     /// Make the workspace for `task_id` at `dest` from `project`.
+    #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
     pub fn create(
         project: &Path,
         dest: &Path,
@@ -213,6 +214,7 @@ impl TaskWorkspace {
     /// run here) is removed first. The uncommitted changes a task carried
     /// in are not: they are part of its recorded state, brought back from
     /// there ([`crate::rebuild::reconcile`]).
+    #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
     pub fn recreate(
         project: &Path,
         dest: &Path,
@@ -312,6 +314,7 @@ fn copy_project(project: &Path, dest: &Path) -> Result<Vec<String>, WorkspaceErr
 }
 
 /// The user's uncommitted changes (tracked diffs and untracked files) into the worktree.
+#[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
 fn carry_dirty(project: &Path, dest: &Path) -> Result<(), WorkspaceError> {
     let diff = Command::new("git")
         .arg("-C")
@@ -374,6 +377,7 @@ impl GitIgnores {
     }
 
     /// The matcher of the `.gitignore` in directory `dir` (relative), if any.
+    #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
     fn matcher(&self, dir: &str) -> Option<ignore::gitignore::Gitignore> {
         if let Some(m) = self.cache.borrow().get(dir) {
             return m.clone();
@@ -396,6 +400,7 @@ impl GitIgnores {
     }
 
     /// Whether `rel` (a path relative to the root) is ignored.
+    #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
     fn ignored(&self, rel: &str) -> bool {
         use ignore::Match;
         let full = self.root.join(rel);

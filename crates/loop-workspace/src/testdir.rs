@@ -7,6 +7,7 @@ pub struct TestDir(PathBuf);
 
 impl TestDir {
     /// Create `loop-test-<name>-<pid>-<n>`.
+    #[allow(clippy::disallowed_methods)] // a test's own scratch directory
     pub fn new(name: &str) -> Self {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
