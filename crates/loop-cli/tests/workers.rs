@@ -834,3 +834,112 @@ fn a_drained_worker_hands_its_running_task_to_another_which_ends_it_once() {
     assert!(redis.dead_letters().is_empty());
     kill(&mut second);
 }
+
+/// Until `done` holds, or panic naming `what` after `secs`.
+fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn two_projects_on_one_store_and_queue_each_run_only_their_own_tasks() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-projects");
+    let redis = Redis::start(&root.join("redis"));
+    let db = database(&admin, &format!("loop_projects_{}", std::process::id()));
+    let a = Setup::new(&root.join("a"), db.url.clone(), redis.url());
+    let b = Setup::new(&root.join("b"), db.url.clone(), redis.url());
+    let b_task = b.submit(&b.dir.join("script.yaml"));
+    let a_task = a.submit(&a.dir.join("script.yaml"));
+    let id_of = |s: &Setup| {
+        std::fs::read_to_string(s.project.join(".loop/project-id"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (a_id, b_id) = (id_of(&a), id_of(&b));
+    assert_ne!(a_id, b_id, "two projects, two identities");
+    // Only A's worker runs: with one attempt allowed, a worker that spent
+    // B's attempts would dead-letter it.
+    let a_log = a.dir.join("worker.log");
+    let mut worker = a.worker(1, 1, &a_log);
+    wait_for(120, "A's task never ended", || {
+        a.tasks()
+            .get(&a_task)
+            .is_some_and(|v| v["state"] == "terminal")
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    kill(&mut worker);
+    let log = std::fs::read_to_string(&a_log).unwrap();
+    assert!(
+        log.contains(&format!(
+            "task {b_task} belongs to project {b_id}, not this one ({a_id})"
+        )),
+        "{log}"
+    );
+    assert!(
+        redis.dead_letters().is_empty(),
+        "{:?}",
+        redis.dead_letters()
+    );
+    let b_view = &b.tasks()[&b_task];
+    assert_eq!(b_view["state"], "pending", "{b_view}");
+    assert_eq!(b_view["entries"], 0, "B's task was not touched: {b_view}");
+    // Each project lists its own tasks only.
+    assert!(!a.tasks().contains_key(&b_task));
+    assert!(!b.tasks().contains_key(&a_task));
+    // Nor can A resume it by hand: to A it is not there.
+    let out = a
+        .loop_cmd()
+        .args(["resume", &b_task, "--project"])
+        .arg(&a.project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", shared::text(&out));
+    assert!(
+        shared::text(&out).contains(&format!("no task `{b_task}`")),
+        "{}",
+        shared::text(&out)
+    );
+    // A clone of B is a project of its own: its worker leaves B's task too.
+    let c = Setup::new(&root.join("c"), db.url.clone(), redis.url());
+    std::fs::remove_dir_all(&c.project).unwrap();
+    assert!(
+        Command::new("git")
+            .args(["clone", "-q"])
+            .arg(&b.project)
+            .arg(&c.project)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let c_log = c.dir.join("worker.log");
+    let mut worker = c.worker(1, 1, &c_log);
+    std::thread::sleep(Duration::from_secs(4));
+    kill(&mut worker);
+    let log = std::fs::read_to_string(&c_log).unwrap();
+    assert!(
+        log.contains(&format!("task {b_task} belongs to project {b_id}"))
+            && log.contains("though both share a history (a clone?)"),
+        "{log}"
+    );
+    assert_eq!(b.tasks()[&b_task]["state"], "pending");
+    // B's own worker runs it, once, to its end. (Three attempts: a worker
+    // above killed in the instant it held B's message leaves it to be
+    // taken over, a delivery of its own.)
+    let b_log = b.dir.join("worker.log");
+    let mut worker = b.worker(1, 3, &b_log);
+    wait_for(120, "B's task never ended", || {
+        b.tasks()
+            .get(&b_task)
+            .is_some_and(|v| v["state"] == "terminal")
+    });
+    kill(&mut worker);
+    assert_eq!(b.tasks()[&b_task]["outcome"], "verified");
+    assert!(redis.dead_letters().is_empty());
+}

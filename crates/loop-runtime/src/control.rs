@@ -122,11 +122,14 @@ pub fn answer_request(
 /// Tasks of this project that are not over and whose runtime is gone.
 pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     let store = open_store(project)?;
+    let scope = crate::layout::project_scope(project)?;
+    // A shared store holds other projects' tasks too: only this one's.
     Ok(store
         .tasks()
         .map_err(store_err)?
         .into_iter()
         .filter(|t| liveness(t) == Liveness::Interrupted)
+        .filter(|t| scope.takes(crate::layout::stored_project(t).as_ref()))
         .map(|t| t.id)
         .collect())
 }

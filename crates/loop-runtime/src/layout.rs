@@ -218,6 +218,130 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
     serde_json::from_slice(&text).map_err(|e| Error::internal(format!("{}: {e}", path.display())))
 }
 
+/// Which project a task belongs to: the id its Loopfile names
+/// (`project: {id: …}`, committed, so every clone of it is the same
+/// project) or else one made when the project was first used and kept in
+/// `.loop/project-id` (so a clone is a project of its own); and the
+/// repository's root commit, where there is one.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProjectIdentity {
+    /// The id.
+    pub id: String,
+    /// The repository's first commit (`git rev-list --max-parents=0 HEAD`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_commit: Option<String>,
+}
+
+/// This project's identity, and the other projects whose tasks it runs
+/// too (the Loopfile's `project.serves`).
+#[derive(Debug, Clone)]
+pub struct ProjectScope {
+    /// This project.
+    pub identity: ProjectIdentity,
+    /// Others it serves.
+    pub serves: Vec<String>,
+}
+
+impl ProjectScope {
+    /// Whether a task of project `owner` is this project's to run. A task
+    /// recorded before projects had identities names none, and is.
+    pub fn takes(&self, owner: Option<&ProjectIdentity>) -> bool {
+        owner.is_none_or(|o| o.id == self.identity.id || self.serves.contains(&o.id))
+    }
+}
+
+/// The project a stored task belongs to, if its record says.
+pub(crate) fn stored_project(t: &loop_store::TaskRecord) -> Option<ProjectIdentity> {
+    t.request
+        .get("project_identity")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+/// The project's identity and what it serves (see [`ProjectIdentity`]).
+pub fn project_scope(project: &Path) -> Result<ProjectScope, Error> {
+    let loopfile = crate::loopfile::Loopfile::load(project)?;
+    let id = match loopfile.project.id {
+        Some(id) => id,
+        None => own_project_id(project)?,
+    };
+    Ok(ProjectScope {
+        identity: ProjectIdentity {
+            id,
+            root_commit: root_commit(project),
+        },
+        serves: loopfile.project.serves,
+    })
+}
+
+/// `.loop/project-id`, made on first use (by exactly one process: the
+/// file is created exclusively, never through a link).
+#[allow(clippy::disallowed_methods)] // the runtime's own .loop directory, the file created O_EXCL (no link followed)
+fn own_project_id(project: &Path) -> Result<String, Error> {
+    const REL: &str = ".loop/project-id";
+    let read = || -> Result<Option<String>, Error> {
+        Ok(loop_workspace::door::read_text(project, REL, 256)
+            .map_err(|e| Error::usage(e.to_string()))?
+            .map(|t| t.trim().to_string()))
+    };
+    for _ in 0..50 {
+        match read()? {
+            Some(id) if crate::loopfile::project_id_problem(&id).is_none() => return Ok(id),
+            Some(id) if !id.is_empty() => {
+                return Err(Error::usage(format!(
+                    "{}: {} (remove it and a new one is made, or name the project in the Loopfile's `project.id`)",
+                    project.join(REL).display(),
+                    crate::loopfile::project_id_problem(&id).unwrap_or_default()
+                )));
+            }
+            // Being written by another process this moment.
+            Some(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            None => {
+                std::fs::create_dir_all(project.join(".loop"))
+                    .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
+                let id = format!("p-{}{}", random_token()?, random_token()?);
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(project.join(REL))
+                {
+                    Ok(mut f) => {
+                        std::io::Write::write_all(&mut f, format!("{id}\n").as_bytes())
+                            .and_then(|_| f.sync_all())
+                            .map_err(|e| Error::internal(format!("{REL}: {e}")))?;
+                        return Ok(id);
+                    }
+                    // Another process made it first: theirs is the id.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::internal(format!("{REL}: {e}"))),
+                }
+            }
+        }
+    }
+    Err(Error::internal(format!(
+        "{} stays empty",
+        project.join(REL).display()
+    )))
+}
+
+/// The repository's root commit, if the project is a repository with one.
+fn root_commit(project: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(["rev-list", "--max-parents=0", "HEAD"])
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The last line: the oldest root where histories were joined.
+    let c = text.lines().last()?.trim().to_string();
+    (c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
+}
+
 pub(crate) fn random_token() -> Result<String, Error> {
     loop_protocol::random::hex::<8>().map_err(Error::from_cause)
 }

@@ -25,7 +25,11 @@ const SECTIONS: &[&str] = &[
     "triggers",
     "store",
     "mcp_servers",
+    "project",
 ];
+
+/// `project:`'s keys.
+const PROJECT_KEYS: &[&str] = &["id", "serves"];
 
 /// `exec:`'s keys.
 const EXEC_KEYS: &[&str] = &["default", "approval_timeout_secs", "rules"];
@@ -123,6 +127,60 @@ pub struct Loopfile {
     pub store: Option<String>,
     /// `mcp_servers:`: MCP servers whose allowed tools tasks are offered.
     pub mcp_servers: Vec<loop_tools::mcp::McpServer>,
+    /// `project:`: the project's id when every clone is to serve the same
+    /// project, and other projects' ids whose tasks this one runs too.
+    pub project: ProjectSection,
+}
+
+/// The Loopfile's `project:`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProjectSection {
+    /// `id:`: the project's identity (committed, so clones share it);
+    /// without it each checkout makes its own in `.loop/project-id`.
+    pub id: Option<String>,
+    /// `serves:`: other projects whose tasks this one's workers take.
+    pub serves: Vec<String>,
+}
+
+/// Whether `id` can name a project: 8 to 64 letters, digits, `-` or `_`.
+pub fn project_id_problem(id: &str) -> Option<String> {
+    let ok = (8..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    (!ok).then(|| format!("`{id}` is not a project id (8 to 64 letters, digits, `-` or `_`)"))
+}
+
+/// `project:`: `id` and `serves`.
+fn read_project(r: &mut Reader, node: &Node) -> ProjectSection {
+    let mut out = ProjectSection::default();
+    let Some(fields) = r.mapping(node, "`project`", PROJECT_KEYS) else {
+        return out;
+    };
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "id" => {
+                if let Some(id) = r.nonempty_string(v, "`project.id`") {
+                    match project_id_problem(&id) {
+                        Some(why) => r.err(Some(v.pos), why, None),
+                        None => out.id = Some(id),
+                    }
+                }
+            }
+            "serves" => {
+                for item in r.seq(v, "`project.serves`").unwrap_or_default() {
+                    if let Some(id) = r.nonempty_string(item, "a project id") {
+                        match project_id_problem(&id) {
+                            Some(why) => r.err(Some(item.pos), why, None),
+                            None => out.serves.push(id),
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The Loopfile's `defaults:`.
@@ -209,6 +267,7 @@ impl Loopfile {
                 "triggers" => out.triggers = crate::triggers::read_triggers(&mut r, v),
                 "store" => out.store = read_store(&mut r, v),
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
+                "project" => out.project = read_project(&mut r, v),
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -1096,6 +1155,43 @@ pub fn schema() -> serde_json::Value {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::Loopfile;
+
+    #[test]
+    fn a_project_section_names_its_id_and_what_it_serves() {
+        let l = Loopfile::parse(
+            "project:\n  id: acme-api-2026\n  serves: [p-0123456789abcdef, legacy_api]\n",
+            "L",
+        )
+        .unwrap();
+        assert_eq!(l.project.id.as_deref(), Some("acme-api-2026"));
+        assert_eq!(l.project.serves, ["p-0123456789abcdef", "legacy_api"]);
+        let scope = crate::layout::ProjectScope {
+            identity: crate::layout::ProjectIdentity {
+                id: "acme-api-2026".into(),
+                root_commit: None,
+            },
+            serves: l.project.serves.clone(),
+        };
+        let of = |id: &str| crate::layout::ProjectIdentity {
+            id: id.into(),
+            root_commit: None,
+        };
+        assert!(scope.takes(Some(&of("acme-api-2026"))));
+        assert!(scope.takes(Some(&of("legacy_api"))));
+        assert!(!scope.takes(Some(&of("p-ffffffffffffffff"))));
+        // A task recorded before projects had identities is anyone's.
+        assert!(scope.takes(None));
+        for bad in ["short", "has space in it", "../../etc/passwd"] {
+            let e = Loopfile::parse(&format!("project:\n  id: \"{bad}\"\n"), "L").unwrap_err();
+            assert!(
+                e.message.contains("is not a project id"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        let e = Loopfile::parse("project:\n  name: x\n", "L").unwrap_err();
+        assert!(e.message.contains("name"), "{}", e.message);
+    }
 
     #[test]
     fn every_sections_error_is_reported_at_once_with_a_hint() {

@@ -38,7 +38,9 @@ pub(crate) fn submit_claimed(
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
+    let scope = crate::layout::project_scope(&project)?;
     let stored = StoredRequest {
+        project_identity: Some(scope.identity),
         contract: req.contract.clone(),
         owner: req.owner.clone(),
         trigger: req.trigger.clone(),

@@ -141,11 +141,15 @@ pub struct DeadLetterNote {
 pub const DEAD_LETTER: &str = "dead_letter";
 
 /// Every task in `store`, newest last.
-pub fn tasks(store: &dyn Store) -> Result<Vec<TaskView>, Error> {
+pub fn tasks(
+    store: &dyn Store,
+    keep: &dyn Fn(&loop_store::TaskRecord) -> bool,
+) -> Result<Vec<TaskView>, Error> {
     Ok(store
         .tasks()
         .map_err(store_err)?
         .iter()
+        .filter(|t| keep(t))
         .map(TaskView::of)
         .collect())
 }

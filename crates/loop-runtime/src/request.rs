@@ -74,6 +74,11 @@ pub struct TaskReport {
 pub struct StoredRequest {
     /// The locked contract.
     pub contract: Contract,
+    /// The project the task belongs to: only that project's runtimes (or
+    /// one configured to serve it) run it. None in tasks recorded before
+    /// projects had identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_identity: Option<crate::layout::ProjectIdentity>,
     /// Who the task belongs to (an API token's owner), if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,

@@ -18,6 +18,8 @@ pub struct Runtime {
     /// The project's store, opened on first use and kept (a front end that
     /// polls `task` and `events` does not reopen it each time).
     store: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn loop_store::Store>>>,
+    /// The project's identity, looked up once (a listing asks each time).
+    scope: std::sync::Arc<std::sync::OnceLock<crate::layout::ProjectScope>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -37,6 +39,7 @@ impl Runtime {
         Ok(Runtime {
             project,
             store: Default::default(),
+            scope: Default::default(),
         })
     }
 
@@ -51,6 +54,42 @@ impl Runtime {
             .get()
             .map(|s| s.as_ref())
             .ok_or_else(|| Error::internal("the store could not be kept open"))
+    }
+
+    /// Why task `id` is not this project's to run, if it is not (a shared
+    /// store holds other projects' tasks: a worker hands those back
+    /// without spending an attempt of theirs).
+    pub fn foreign(&self, id: &str) -> Result<Option<String>, Error> {
+        let record = self.store()?.task(id).map_err(crate::layout::store_err)?;
+        let owner = crate::layout::stored_project(&record);
+        crate::task::foreign(&self.project, id, owner.as_ref())
+    }
+
+    /// This project's identity, and the projects it serves.
+    pub fn scope(&self) -> Result<crate::layout::ProjectScope, Error> {
+        if let Some(s) = self.scope.get() {
+            return Ok(s.clone());
+        }
+        let s = crate::layout::project_scope(&self.project)?;
+        let _ = self.scope.set(s.clone());
+        Ok(s)
+    }
+
+    /// Unfinished tasks in the store that are other projects' (not served
+    /// here), counted by project id.
+    pub fn others_unfinished(&self) -> Result<std::collections::BTreeMap<String, usize>, Error> {
+        let scope = self.scope()?;
+        let mut out = std::collections::BTreeMap::new();
+        for t in self.store()?.tasks().map_err(Error::from_cause)? {
+            if t.is_terminal() {
+                continue;
+            }
+            if let Some(owner) = crate::layout::stored_project(&t).filter(|o| !scope.takes(Some(o)))
+            {
+                *out.entry(owner.id).or_insert(0) += 1;
+            }
+        }
+        Ok(out)
     }
 
     /// Which store the project uses and whether it answers (`loop doctor`).
@@ -199,8 +238,13 @@ impl Runtime {
     }
 
     /// Every task.
+    /// This project's tasks (a shared store's other projects' are not
+    /// listed; tasks recorded before projects had identities are).
     pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
-        crate::query::tasks(self.store()?)
+        let scope = self.scope()?;
+        crate::query::tasks(self.store()?, &|t| {
+            scope.takes(crate::layout::stored_project(t).as_ref())
+        })
     }
 
     /// Task `id`.

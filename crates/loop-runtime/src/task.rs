@@ -72,6 +72,10 @@ pub(crate) fn drive_stored(
     }
     let stored: StoredRequest = serde_json::from_value(record.request.clone())
         .map_err(|e| Error::internal(format!("task {task_id}: stored request: {e}")))?;
+    // A shared store holds other projects' tasks too: never run one here.
+    if let Some(why) = foreign(&project, task_id, stored.project_identity.as_ref())? {
+        return Err(Error::usage(why));
+    }
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     // A recording starts with the task; it is not continued (it would not
     // replay from the middle).
@@ -87,4 +91,33 @@ pub(crate) fn drive_stored(
         claimed,
     };
     drive(&project, run, models, observer)
+}
+
+/// Why task `task_id`, of project `owner`, is not `project`'s to run, if
+/// it is not: it belongs to another project this one does not serve.
+pub(crate) fn foreign(
+    project: &Path,
+    task_id: &str,
+    owner: Option<&crate::layout::ProjectIdentity>,
+) -> Result<Option<String>, Error> {
+    let Some(owner) = owner else {
+        return Ok(None);
+    };
+    let scope = crate::layout::project_scope(project)?;
+    if scope.takes(Some(owner)) {
+        return Ok(None);
+    }
+    let same_history =
+        owner.root_commit.is_some() && owner.root_commit == scope.identity.root_commit;
+    Ok(Some(format!(
+        "task {task_id} belongs to project {}, not this one ({}){}: it is left for that project's runtimes (to serve it from here, add `project: {{serves: [{}]}}` to this Loopfile)",
+        owner.id,
+        scope.identity.id,
+        if same_history {
+            ", though both share a history (a clone?)"
+        } else {
+            ""
+        },
+        owner.id
+    )))
 }

@@ -54,8 +54,15 @@ pub struct WorkerMetrics {
     dead_lettered: AtomicU64,
     errors: AtomicU64,
     running: AtomicU64,
+    /// Messages of other projects' tasks handed back unrun.
+    foreign: AtomicU64,
+    /// Those tasks already named on stderr (at most [`FOREIGN_NAMED`]).
+    foreign_seen: Mutex<std::collections::BTreeSet<String>>,
     outcomes: Mutex<BTreeMap<String, u64>>,
 }
+
+/// How many other projects' tasks a worker names on stderr, at most.
+const FOREIGN_NAMED: usize = 1000;
 
 impl WorkerMetrics {
     fn outcome(&self, kind: &str) {
@@ -93,6 +100,11 @@ impl WorkerMetrics {
             "loop_worker_lease_renewals_lost_total",
             "Renewals that found the message no longer this worker's.",
             get(&self.renewals_lost),
+        );
+        counter(
+            "loop_worker_foreign_handed_back_total",
+            "Messages of other projects' tasks handed back unrun (no attempt of theirs spent).",
+            get(&self.foreign),
         );
         counter(
             "loop_worker_acks_total",
@@ -195,6 +207,28 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
         runtime.project().display(),
         opts.jobs
     );
+    // A store or queue shared with other projects: say so once, and take
+    // only this project's tasks (and those it serves).
+    let scope = runtime.scope()?;
+    println!(
+        "  project {}{}",
+        scope.identity.id,
+        if scope.serves.is_empty() {
+            String::new()
+        } else {
+            format!(" (also serving {})", scope.serves.join(", "))
+        }
+    );
+    match runtime.others_unfinished() {
+        Ok(others) if !others.is_empty() => println!(
+            "  the store holds {} unfinished task(s) of {} other project(s) ({}): left for their own workers",
+            others.values().sum::<usize>(),
+            others.len(),
+            others.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot list the store's other projects: {}", e.message),
+    }
     if let Some(addr) = opts.metrics_addr {
         serve_metrics(addr, metrics.clone(), opts)?;
     }
@@ -362,6 +396,40 @@ fn settle(
             return;
         }
     };
+    if view.state != "terminal" {
+        match runtime.foreign(&d.task) {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                // Another project's task: never run here, never one of its
+                // attempts spent (a hand-back is a fresh message).
+                metrics.foreign.fetch_add(1, Ordering::Relaxed);
+                let first = metrics
+                    .foreign_seen
+                    .lock()
+                    .map(|mut s| s.len() < FOREIGN_NAMED && s.insert(d.task.clone()))
+                    .unwrap_or(false);
+                // Back at once (held no longer than the look took), then a
+                // pause, so a queue of others' work is not spun through.
+                if q.hand_back(d).unwrap_or(false) {
+                    metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+                }
+                if first {
+                    eprintln!("worker: {why}");
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("task {}: {} (handing the message back)", d.task, e.message);
+                metrics.errors.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_secs(1));
+                if q.hand_back(d).unwrap_or(false) {
+                    metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+    }
     if view.running && view.state != "terminal" {
         // Another live process runs it (a slow renewal let the message go):
         // it is theirs; the message comes back in a moment. (Looked at
