@@ -37,6 +37,7 @@ pub mod check_env;
 mod child;
 pub mod egress;
 mod fdpass;
+mod kept;
 mod landlock;
 pub mod policy;
 pub mod probe;
@@ -382,6 +383,10 @@ pub struct ExecResult {
     /// The command's writes filled its disk ([`Limits::disk_mb`]): what
     /// it wrote past that failed with "No space left on device".
     pub disk_full: bool,
+    /// Writes to shares whose layer is kept between commands that were
+    /// not kept, each with why (the task's kept layers would pass
+    /// [`Limits::disk_mb`], or the merge failed).
+    pub not_kept: Vec<String>,
 }
 
 /// A command's layer over its workspace, on its disk: a tmpfs in the
@@ -687,6 +692,9 @@ struct Prepared {
     /// Its overlay's layers are on the disk (else under the scratch
     /// directory, on the host's disk).
     layers_on_disk: bool,
+    /// Shares whose writes are merged into their kept layer after the
+    /// command (see `kept.rs`).
+    kept_merges: Vec<kept::Pending>,
     /// The pseudo-terminal the runtime made for it (see [`pty`]).
     terminal: Option<pty::Terminal>,
 }
@@ -908,6 +916,7 @@ fn prepare(
         disk_pair: None,
         disk_fd: None,
         layers_on_disk: false,
+        kept_merges: Vec::new(),
         terminal: None,
     })
 }
@@ -974,7 +983,9 @@ fn child_plan(
         layers_disk,
         spawn_err,
     )?;
-    let (shares, share_dirs) = share_mounts(req, &p.tmp.0, layers_disk.is_some(), spawn_err)?;
+    let (shares, share_dirs, merges) =
+        share_mounts(req, &p.tmp.0, layers_disk.is_some(), spawn_err)?;
+    p.kept_merges = merges;
     if req.check {
         check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
             .map_err(|e| spawn_err("check environment: ".into(), e))?;
@@ -1126,6 +1137,10 @@ fn disk_plan(
     })
 }
 
+/// The shares as the root mounts them, the directories the child makes on
+/// its disk for them, and the kept layers to merge after the command.
+type ShareMounts = (Vec<root::ShareMount>, Vec<PathBuf>, Vec<kept::Pending>);
+
 /// The shares as the root mounts them, with the upper and work layers of
 /// each copy-on-write one made: kept where the runtime asked, or fresh in
 /// the command's private directory (always, for an acceptance check).
@@ -1134,12 +1149,14 @@ fn share_mounts(
     private: &root::Private,
     on_disk: bool,
     spawn_err: SpawnErr<'_>,
-) -> Result<(Vec<root::ShareMount>, Vec<PathBuf>), SandboxError> {
+) -> Result<ShareMounts, SandboxError> {
     let mut out = Vec::new();
     // Fresh layers are on the command's disk when it has one (made there
     // by the child, parents first): counted against its limit.
     let mut disk_dirs = Vec::new();
+    let mut merges = Vec::new();
     for (i, share) in req.shares.iter().enumerate() {
+        let mut middle = None;
         let layers = match &share.access {
             ShareAccess::ReadOnly => None,
             // A process that may not write the workspace may not write
@@ -1147,6 +1164,23 @@ fn share_mounts(
             ShareAccess::Overlay { .. } if req.workspace_read_only => None,
             ShareAccess::Overlay { keep } => {
                 let (dir, fresh_on_disk) = match keep {
+                    // Kept, with a disk: the layer kept so far is shown
+                    // read-only under a fresh upper layer on the disk
+                    // (counted against its limit), merged into the kept
+                    // one after the command if the task's budget allows.
+                    Some(k) if !req.check && on_disk => {
+                        let kept = k.join("upper");
+                        std::fs::create_dir_all(&kept)
+                            .map_err(|e| spawn_err(format!("layer of `{}`: ", share.rel), e))?;
+                        middle = Some(kept.clone());
+                        merges.push(kept::Pending {
+                            disk_dir: format!("share-{i}"),
+                            kept,
+                            rel: share.rel.clone(),
+                        });
+                        (private.disk.join(format!("share-{i}")), true)
+                    }
+                    // Kept, with no disk of its own: written in place.
                     Some(k) if !req.check => (k.clone(), false),
                     _ if on_disk => (private.disk.join(format!("share-{i}")), true),
                     _ => (private.base.join(format!("share-{i}")), false),
@@ -1167,9 +1201,10 @@ fn share_mounts(
             host: share.host.clone(),
             rel: share.rel.clone(),
             layers,
+            middle,
         });
     }
-    Ok((out, disk_dirs))
+    Ok((out, disk_dirs, merges))
 }
 
 /// What a command may take of its user's per-user kernel allowances
@@ -1287,12 +1322,14 @@ fn launch(
                 req.limits.disk_mb
             ));
         }
-        if req.shares.iter().any(|s| {
-            matches!(&s.access, ShareAccess::Overlay { keep: Some(_) })
-                && !req.check
-                && !req.workspace_read_only
-        }) {
-            p.notes.push("copy-on-write shares whose writes are kept between commands (build outputs) are written on the host's disk, outside the command's disk".into());
+        if !p.layers_on_disk
+            && req.shares.iter().any(|s| {
+                matches!(&s.access, ShareAccess::Overlay { keep: Some(_) })
+                    && !req.check
+                    && !req.workspace_read_only
+            })
+        {
+            p.notes.push("copy-on-write shares whose writes are kept between commands (build outputs) are written on the host's disk, outside the command's disk (this kernel's tmpfs keeps no user xattrs for overlayfs)".into());
         }
     } else {
         p.notes.push("no private /tmp of its own: what the command writes to its TMPDIR is not bounded but by --fsize per file".into());
@@ -1488,7 +1525,7 @@ fn collect(
     kill_group(pgid);
     p.cgroups.destroy();
     trace.mark("cleaned");
-    let (layer, disk_full) = keep_writes(req, &mut p)?;
+    let (layer, disk_full, not_kept) = keep_writes(req, &mut p)?;
     let (stdout, stderr) = drain(&rx, &mut p.notes);
     let network = match (p.use_ns && req.net == Net::None, &egress) {
         (true, Some(_)) => "proxy",
@@ -1510,12 +1547,15 @@ fn collect(
         env_imposed,
         layer,
         disk_full,
+        not_kept,
     })
 }
 
 /// After the command: say so when its writes filled its disk, and hand
 /// back its layer over the workspace when the request keeps it.
-fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<(Option<Layer>, bool), SandboxError> {
+type Kept = (Option<Layer>, bool, Vec<String>);
+
+fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError> {
     let wanted = req.keep_writes && req.overlay_scratch.is_some() && p.layers_on_disk;
     let Some(fd) = p.disk_fd.take() else {
         if wanted {
@@ -1523,8 +1563,41 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<(Option<Layer>, bo
                 "the command's disk did not come back from its sandbox",
             )));
         }
-        return Ok((None, false));
+        let not_kept = p
+            .kept_merges
+            .iter()
+            .map(|m| {
+                format!(
+                    "`{}`: the command's disk did not come back from its sandbox",
+                    m.rel
+                )
+            })
+            .collect();
+        return Ok((None, false, not_kept));
     };
+    // Writes to shares whose layer outlasts the command: kept only while
+    // the task's kept layers stay within its disk budget.
+    let budget = req.limits.disk_mb.saturating_mul(1024 * 1024);
+    let disk = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let mut not_kept = Vec::new();
+    for m in std::mem::take(&mut p.kept_merges) {
+        match kept::merge(&disk.join(&m.disk_dir).join("upper"), &m.kept, budget) {
+            Ok(kept::Outcome::Merged) => {}
+            Ok(kept::Outcome::OverBudget { kept, new }) => not_kept.push(format!(
+                "`{}`: {:.1} MiB written there were not kept: with the {:.1} MiB kept from earlier commands that passes the task's limit of {} MiB (limits.disk_mb)",
+                m.rel,
+                new as f64 / 1048576.0,
+                kept as f64 / 1048576.0,
+                req.limits.disk_mb
+            )),
+            Err(e) => not_kept.push(format!(
+                "`{}`: what the command wrote there could not be kept: {e}",
+                m.rel
+            )),
+        }
+    }
+    p.notes
+        .extend(not_kept.iter().map(|n| format!("shared {n}")));
     // SAFETY: fstatvfs into a zeroed struct on a descriptor we own.
     let full = unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
@@ -1537,7 +1610,7 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<(Option<Layer>, bo
             req.limits.disk_mb
         ));
     }
-    Ok((wanted.then(|| Layer(Arc::new(fd))), full))
+    Ok((wanted.then(|| Layer(Arc::new(fd))), full, not_kept))
 }
 
 /// Resource limits: the address space is the backstop when no cgroup

@@ -137,6 +137,9 @@ pub struct ShareMount {
     /// Bound read-only (`None`), or the lower layer of a writable overlay
     /// with these (existing) upper and work directories.
     pub layers: Option<(PathBuf, PathBuf)>,
+    /// A layer kept from the task's earlier commands, shown read-only
+    /// between the host directory and the upper layer.
+    pub middle: Option<PathBuf>,
 }
 
 /// The private directory of one command and its parts.
@@ -430,9 +433,12 @@ impl Builder<'_> {
                     Some(crate::locked_flags(&share.host)),
                 )),
                 Some((upper, work)) => {
+                    let lower = match &share.middle {
+                        Some(m) => format!("{}:{}", overlay_escape(m), overlay_escape(&share.host)),
+                        None => overlay_escape(&share.host),
+                    };
                     let mut o = format!(
-                        "lowerdir={},upperdir={},workdir={}",
-                        overlay_escape(&share.host),
+                        "lowerdir={lower},upperdir={},workdir={}",
                         overlay_escape(upper),
                         overlay_escape(work)
                     );
@@ -798,6 +804,7 @@ mod tests {
             host: base.join("project/a/env"),
             rel: rel.into(),
             layers,
+            middle: None,
         };
         let ok = plan_with(&[share("a/env", None)]).unwrap();
         let bound = ok.ops.iter().any(|op| {

@@ -43,3 +43,99 @@ fn writes_through_an_overlay_never_reach_the_workspace() {
     assert_eq!(r.stdout.excerpt(), "original\n");
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+/// A share whose writes are kept between a task's commands: each command
+/// writes on its own capped disk, and its writes join the kept layer only
+/// while the task's kept layers stay within `limits.disk_mb`.
+#[test]
+fn a_kept_share_keeps_writes_within_the_disk_budget_and_never_fills_the_host() {
+    use loop_sandbox::{Share, ShareAccess};
+    if !overlay_available() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "overlays are unavailable on this CI machine"
+        );
+        eprintln!("overlayfs unavailable: skipped");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("loop-kept-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("target")).unwrap();
+    let host = base.join("env");
+    std::fs::create_dir_all(host.join("old")).unwrap();
+    std::fs::write(host.join("base.txt"), "from the host\n").unwrap();
+    std::fs::write(host.join("old/x.txt"), "old\n").unwrap();
+    let keep = base.join("layers/0");
+    let share = Share {
+        host: host.clone(),
+        rel: "target".into(),
+        access: ShareAccess::Overlay {
+            keep: Some(keep.clone()),
+        },
+    };
+    let run_in = |cmd: &str| {
+        let mut req = ExecRequest::shell(cmd, &ws);
+        req.shares = vec![share.clone()];
+        req.limits.disk_mb = 16;
+        run(&req).unwrap()
+    };
+    let kept_bytes = || -> u64 {
+        fn walk(p: &std::path::Path) -> u64 {
+            std::fs::read_dir(p)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| {
+                            let m = std::fs::symlink_metadata(e.path()).unwrap();
+                            if m.is_dir() { walk(&e.path()) } else { m.len() }
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        }
+        walk(&keep)
+    };
+    // Honest build outputs: a file written, a host file deleted, a host
+    // directory replaced by a new one.
+    let r = run_in(
+        "head -c 4194304 /dev/zero > target/a.bin && echo hi > target/note && rm target/base.txt && rm -rf target/old && mkdir target/old && echo new > target/old/y.txt",
+    );
+    assert_eq!(r.exit_code, Some(0), "{}", r.stderr.excerpt());
+    assert!(r.not_kept.is_empty(), "{:?}", r.not_kept);
+    // The host's directory is never written.
+    assert_eq!(
+        std::fs::read_to_string(host.join("base.txt")).unwrap(),
+        "from the host\n"
+    );
+    assert!(host.join("old/x.txt").exists() && !host.join("note").exists());
+    // The next command sees what the first kept, deletions included.
+    let r = run_in(
+        "cat target/note; test ! -e target/base.txt && echo gone; ls target/old; wc -c < target/a.bin",
+    );
+    assert_eq!(r.exit_code, Some(0), "{}", r.stderr.excerpt());
+    assert_eq!(r.stdout.excerpt(), "hi\ngone\ny.txt\n4194304\n");
+    // 14 MiB more fit on the command's disk, but with the 4 MiB kept they
+    // pass the task's 16 MiB: not kept, and said so.
+    let r = run_in("head -c 14680064 /dev/zero > target/big.bin && echo wrote");
+    assert_eq!(r.stdout.excerpt(), "wrote\n", "{}", r.stderr.excerpt());
+    assert_eq!(r.not_kept.len(), 1, "{:?}", r.not_kept);
+    assert!(
+        r.not_kept[0].starts_with("`target`: 14.0 MiB written there were not kept")
+            && r.not_kept[0].contains("limit of 16 MiB (limits.disk_mb)"),
+        "{:?}",
+        r.not_kept
+    );
+    let r = run_in("test ! -e target/big.bin && cat target/note");
+    assert_eq!(r.stdout.excerpt(), "hi\n", "{}", r.stderr.excerpt());
+    // No command fills the host's disk through the share: a gigabyte is
+    // refused by its own disk, and nothing of it is kept.
+    let r = run_in("fallocate -l 1G target/huge.bin; echo rc=$?");
+    assert!(
+        !r.stdout.excerpt().contains("rc=0") && r.stderr.excerpt().contains("No space left"),
+        "{} {}",
+        r.stdout.excerpt(),
+        r.stderr.excerpt()
+    );
+    assert!(kept_bytes() < 16 << 20, "{}", kept_bytes());
+    let _ = std::fs::remove_dir_all(&base);
+}

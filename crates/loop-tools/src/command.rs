@@ -287,6 +287,12 @@ fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[Strin
             refused.join("\n")
         ));
     }
+    if !result.not_kept.is_empty() {
+        content.push_str(&format!(
+            "--- shared environments: writes not kept ---\n{}\n",
+            result.not_kept.join("\n")
+        ));
+    }
     // The network, as the runtime's proxy saw it: a refusal names its list.
     if !result.isolation.egress.is_empty() {
         content.push_str("--- network (through the runtime's proxy) ---\n");
