@@ -111,10 +111,22 @@ pub(crate) fn resolve(
     Ok((spec, config))
 }
 
+/// `path` relative to `project` when it lies inside it, else as given: a
+/// scripted model's name as events and receipts show it (a server's disk
+/// layout is nobody's business).
+fn shown_path(path: &str, project: &Path) -> String {
+    Path::new(path)
+        .strip_prefix(project)
+        .ok()
+        .filter(|r| !r.as_os_str().is_empty())
+        .map_or_else(|| path.to_string(), |r| r.display().to_string())
+}
+
 pub(crate) fn load_model(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
     record: Option<&Path>,
+    project: &Path,
 ) -> Result<Models, Error> {
     let (spec, config) = resolve(spec, loopfile)?;
     // Every configured key, wherever it came from (`api_key_env` may name
@@ -133,7 +145,8 @@ pub(crate) fn load_model(
             )
             .map_err(|e| Error::usage(format!("cannot read script: {e}")))?;
             Box::new(
-                ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?,
+                ScriptedModel::from_yaml(&text, &shown_path(path, project))
+                    .map_err(|e| Error::usage(e.to_string()))?,
             )
         }
         Some(ModelSpec::Replay(path)) => {
@@ -179,6 +192,7 @@ pub(crate) fn load_checker(
 pub(crate) fn load_drafter(
     spec: Option<&str>,
     loopfile: &crate::loopfile::Loopfile,
+    project: &Path,
 ) -> Result<Box<dyn Model + Send>, Error> {
     let (parsed, config) = resolve(spec, loopfile)?;
     for e in config.drafter.iter() {
@@ -195,10 +209,10 @@ pub(crate) fn load_drafter(
             loop_workspace::door::MAX_PROJECT_FILE,
         )
         .map_err(|e| Error::usage(format!("cannot read script: {e}")))?;
-        let script =
-            ScriptedModel::from_yaml(&text, path).map_err(|e| Error::usage(e.to_string()))?;
+        let script = ScriptedModel::from_yaml(&text, &shown_path(path, project))
+            .map_err(|e| Error::usage(e.to_string()))?;
         return Ok(redacted(Box::new(script.drafting())));
     }
-    let (maker, _) = load_model(spec, loopfile, None)?;
+    let (maker, _) = load_model(spec, loopfile, None, project)?;
     Ok(maker)
 }

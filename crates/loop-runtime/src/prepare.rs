@@ -32,7 +32,7 @@ pub(crate) fn submit_claimed(
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", req.project.display())))?;
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
-    crate::models::load_model(req.model.as_deref(), &loopfile, None)?;
+    crate::models::load_model(req.model.as_deref(), &loopfile, None, &project)?;
     let store = open_store(&project)?;
     let task_id = new_task_id(clock.now_ms())?;
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
@@ -493,7 +493,11 @@ fn draft_contract(
     (baseline, empty): (&mut crate::draft::Runner<'_>, &mut crate::draft::Runner<'_>),
     observer: &mut dyn crate::Observer,
 ) -> Result<crate::draft::Drafted, Error> {
-    let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile)?;
+    let project = req
+        .project
+        .canonicalize()
+        .unwrap_or_else(|_| req.project.clone());
+    let mut model = crate::models::load_drafter(req.model.as_deref(), loopfile, &project)?;
     let mut checker = crate::models::load_checker(req.model.as_deref(), loopfile)?;
     let policy = loopfile.exec.clone().unwrap_or_default();
     observer.note(&format!(

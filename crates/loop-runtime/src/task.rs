@@ -81,7 +81,7 @@ pub(crate) fn drive_stored(
     // replay from the middle).
     let fresh = store.entries(task_id, 0).map_err(store_err)?.is_empty();
     let record = stored.record.as_deref().filter(|_| fresh);
-    let models = crate::models::load_model(stored.model.as_deref(), &loopfile, record)?;
+    let models = crate::models::load_model(stored.model.as_deref(), &loopfile, record, &project)?;
     let run = Run {
         store: &*store,
         task_id,

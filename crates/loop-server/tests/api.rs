@@ -255,6 +255,22 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     let events = json_of(&body)["events"].as_array().unwrap().clone();
     assert_eq!(events[0]["event"]["kind"], "task_started");
     assert_eq!(events.last().unwrap()["event"]["kind"], "finished");
+    // Nor do the events (the model's provenance names its script by its
+    // path in the project), nor the signed receipt.
+    let root = s.project.display().to_string();
+    assert!(!body.contains(&root), "{body}");
+    let envelope: Value = serde_json::from_slice(
+        &std::fs::read(s.project.join(format!(".loop/receipts/{id}.receipt.json"))).unwrap(),
+    )
+    .unwrap();
+    let payload = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        envelope["payload"].as_str().unwrap(),
+    )
+    .unwrap();
+    let payload = String::from_utf8(payload).unwrap();
+    assert!(!payload.contains(&root), "{payload}");
+    assert!(payload.contains("\"name\":\"script.yaml\""), "{payload}");
     let (_, body) = call(
         &s,
         "get",
