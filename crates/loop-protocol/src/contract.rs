@@ -150,6 +150,10 @@ pub struct RunCheck {
     /// it is locked, and a drafted one is rejected whatever it says.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_vacuous: bool,
+    /// The check runs on a pseudo-terminal the runtime makes (a test
+    /// that needs one), never the caller's terminal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminal: bool,
     /// Wall-clock limit for this check.
     pub timeout_secs: u64,
 }
@@ -525,6 +529,7 @@ impl Contract {
                     stdout_matches: None,
                     nonempty_tests: None,
                     allow_vacuous: false,
+                    terminal: false,
                     timeout_secs: DEFAULT_CHECK_TIMEOUT_SECS,
                 })],
             });

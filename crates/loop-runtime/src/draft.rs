@@ -180,6 +180,7 @@ fn stack_criterion(c: &StackCheck) -> Criterion {
             stdout_matches: None,
             nonempty_tests: crate::stacks::counts_tests(c).then_some(true),
             allow_vacuous: false,
+            terminal: false,
             timeout_secs: 600,
         })],
         guard: true,

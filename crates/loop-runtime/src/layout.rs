@@ -11,6 +11,18 @@ use loop_workspace::{Manifest, Origin, TaskWorkspace};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// Whether `id` has the shape [`new_task_id`] gives (`t-` and digits,
+/// dashes and lower-case hex): safe as a directory name.
+pub fn is_task_id(id: &str) -> bool {
+    id.len() <= 64
+        && id.strip_prefix("t-").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'-' || (b'a'..=b'f').contains(&b))
+        })
+}
+
 /// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
 pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
     let stamp = loop_protocol::time::rfc3339_millis(now_ms);

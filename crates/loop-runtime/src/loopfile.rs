@@ -1130,6 +1130,12 @@ pub fn schema() -> serde_json::Value {
                 "timeout_secs" => json!({"type": "integer", "minimum": 1, "maximum": 3600}),
                 _ => json!({"type": "integer", "minimum": 1024, "maximum": 67108864}),
             })}}),
+        "project" => json!({"type": "object", "additionalProperties": false,
+        "description": "the project's identity on a shared store and queue: `id` (committed, so every clone serves the same project; without it each checkout makes its own in .loop/project-id) and `serves`, other projects whose tasks this one's workers take",
+        "properties": props(PROJECT_KEYS, |k| match k {
+            "id" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{8,64}$"}),
+            _ => json!({"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,64}$"}}),
+        })}),
         _ => json!({"type": "object", "additionalProperties": false,
             "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
     };

@@ -14,7 +14,17 @@ use std::path::Path;
 /// Prepare the task `req` asks for and store it, ready to run; its id.
 /// Bad model configuration is refused before anything is created.
 pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<String, Error> {
-    submit_claimed(req, observer, false).map(|(id, _)| id)
+    submit_claimed(req, observer, false, None).map(|(id, _)| id)
+}
+
+/// [`submit`], under the id `id` (from [`crate::layout::new_task_id`]),
+/// which a caller may have named before the work is done.
+pub fn submit_as(
+    id: &str,
+    req: &TaskRequest,
+    observer: &mut dyn crate::Observer,
+) -> Result<String, Error> {
+    submit_claimed(req, observer, false, Some(id)).map(|(id, _)| id)
 }
 
 /// [`submit`]; with `claim`, the task is claimed for this process the
@@ -25,6 +35,7 @@ pub(crate) fn submit_claimed(
     req: &TaskRequest,
     observer: &mut dyn crate::Observer,
     claim: bool,
+    id: Option<&str>,
 ) -> Result<(String, Option<loop_store::Owner>), Error> {
     let clock = SystemClock;
     let project = req
@@ -34,7 +45,11 @@ pub(crate) fn submit_claimed(
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     crate::models::load_model(req.model.as_deref(), &loopfile, None, &project)?;
     let store = open_store(&project)?;
-    let task_id = new_task_id(clock.now_ms())?;
+    let task_id = match id {
+        Some(id) if crate::layout::is_task_id(id) => id.to_string(),
+        Some(id) => return Err(Error::internal(format!("`{id}` is not a task id"))),
+        None => new_task_id(clock.now_ms())?,
+    };
     let task_dir = project.join(".loop").join("tasks").join(&task_id);
     let workspace = task_dir.join("workspace");
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));

@@ -113,6 +113,24 @@ impl Runtime {
         crate::prepare::submit(&req, observer)
     }
 
+    /// [`Runtime::submit`], under the id `id` chosen beforehand
+    /// ([`Runtime::new_task_id`]): a caller that answers before the
+    /// preparation ends can name the task it will be.
+    pub fn submit_as(
+        &self,
+        id: &str,
+        mut req: TaskRequest,
+        observer: &mut dyn Observer,
+    ) -> Result<String, Error> {
+        req.project = self.project.clone();
+        crate::prepare::submit_as(id, &req, observer)
+    }
+
+    /// A fresh task id.
+    pub fn new_task_id(&self) -> Result<String, Error> {
+        crate::layout::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))
+    }
+
     /// Submit the task `req` asks for and run it here to its end; it is
     /// claimed the moment it is stored, so no other process finds it
     /// waiting in between.

@@ -15,7 +15,7 @@ use std::path::Path;
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.
 pub fn run_task(req: TaskRequest, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
-    let (task_id, owner) = crate::prepare::submit_claimed(&req, observer, true)?;
+    let (task_id, owner) = crate::prepare::submit_claimed(&req, observer, true, None)?;
     drive_stored(&req.project, &task_id, None, req.on_prompt, observer, owner)
 }
 

@@ -329,7 +329,7 @@ pub(crate) async fn create_task(
     let draft_body = body.clone();
     let draft_caller = caller.clone();
     let rt = s.runtime.clone();
-    let id = blocking(move || {
+    let request = blocking(move || {
         let mut contract = match &body.contract {
             Some(yaml) => {
                 let mut c = loop_protocol::Contract::from_yaml(yaml, "contract")
@@ -388,36 +388,69 @@ pub(crate) async fn create_task(
             .as_deref()
             .map(|m| allowed_model(&rt, m))
             .transpose()?;
-        let id = rt.submit(
-            loop_runtime::TaskRequest {
-                contract,
-                source: loop_runtime::ContractSource::Given,
-                guidance: Vec::new(),
-                model,
-                record: None,
-                project: rt.project().to_path_buf(),
-                verify_on_change: false,
-                isolation: loop_sandbox_level(),
-                include_dirty: false,
-                on_prompt: OnPrompt::Wait,
-                owner: Some(caller.owner.clone()),
-                trigger: None,
-                allow_vacuous: body.allow_vacuous,
-            },
-            &mut loop_runtime::Quiet,
-        )?;
-        Ok(Some(id))
+        Ok(Some(loop_runtime::TaskRequest {
+            contract,
+            source: loop_runtime::ContractSource::Given,
+            guidance: Vec::new(),
+            model,
+            record: None,
+            project: rt.project().to_path_buf(),
+            verify_on_change: false,
+            isolation: loop_sandbox_level(),
+            include_dirty: false,
+            on_prompt: OnPrompt::Wait,
+            owner: Some(caller.owner.clone()),
+            trigger: None,
+            allow_vacuous: body.allow_vacuous,
+        }))
     })
     .await?;
-    let Some(id) = id else {
+    let Some(request) = request else {
         return start_draft(s, &draft_caller, draft_body).await;
     };
-    s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-    s.pool.start(id.clone(), None);
-    Ok((
-        StatusCode::CREATED,
-        json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")}),
-    ))
+    // The id first; the preparation waits for one of the `--jobs` places
+    // and runs whatever the request's fate (see `prestart`).
+    let id = s.runtime.new_task_id()?;
+    s.prestart.queued(&id, &draft_caller.owner);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (st, task_id) = (s.clone(), id.clone());
+    tokio::spawn(async move {
+        let permit = st.prestart.gate.acquire().await;
+        st.prestart.preparing(&task_id);
+        let (rt, tid) = (st.runtime.clone(), task_id.clone());
+        let r = blocking(move || Ok(rt.submit_as(&tid, request, &mut loop_runtime::Quiet)?)).await;
+        drop(permit);
+        match &r {
+            Ok(_) => {
+                st.prestart.stored(&task_id);
+                st.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+                st.pool.start(task_id.clone(), None);
+            }
+            Err(e) => st.prestart.refused(&task_id, e),
+        }
+        let _ = tx.send(r);
+    });
+    let events = format!("/api/v1/tasks/{id}/stream");
+    match tokio::time::timeout(s.prestart.answer_within, rx).await {
+        Ok(Ok(Ok(id))) => Ok((StatusCode::CREATED, json!({"id": id, "events": events}))),
+        Ok(Ok(Err(e))) => Err(e),
+        Ok(Err(_)) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("task {id}: its preparation ended without a word"),
+        )),
+        // Still waiting for a place, or still being prepared: said so,
+        // with the id the task will have (its status says how it went).
+        Err(_) => Ok((
+            StatusCode::ACCEPTED,
+            json!({
+                "id": id,
+                "state": "queued",
+                "status": format!("/api/v1/tasks/{id}"),
+                "events": events,
+            }),
+        )),
+    }
 }
 
 /// An instruction alone: draft its contract on a thread of its own; the
@@ -738,9 +771,11 @@ async fn one(
 
 /// Task `id`'s status, as `caller` may see it.
 pub(crate) async fn status_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
-    let (rt, pool) = (s.runtime.clone(), s.pool.clone());
+    let (rt, pool, prestart) = (s.runtime.clone(), s.pool.clone(), s.prestart.clone());
     blocking(move || {
-        visible(&rt, &caller, &id)?;
+        if let Err(e) = visible(&rt, &caller, &id) {
+            return preparing(&prestart, &caller, &id).ok_or(e);
+        }
         let status = rt.status(&id)?;
         let mut v = shown(
             rt.project(),
@@ -750,6 +785,22 @@ pub(crate) async fn status_of(s: &AppState, caller: Caller, id: String) -> Resul
         Ok(v)
     })
     .await
+}
+
+/// The status of task `id` while it is not stored yet (waiting for a
+/// place, being prepared, or refused), if `caller` made it.
+fn preparing(prestart: &crate::prestart::Prestart, caller: &Caller, id: &str) -> Option<Value> {
+    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+    let state = prestart.state(id, owner)?;
+    Some(match &state {
+        crate::prestart::State::Refused(status, kind, message) => json!({
+            "id": id,
+            "state": state.name(),
+            "queued": false,
+            "error": {"status": status, "kind": kind, "message": message},
+        }),
+        _ => json!({"id": id, "state": state.name(), "queued": true}),
+    })
 }
 
 /// Where a listing of events starts.
@@ -783,9 +834,14 @@ pub(crate) async fn events_of(
     id: String,
     since: u64,
 ) -> Result<Value, ApiError> {
-    let rt = s.runtime.clone();
+    let (rt, prestart) = (s.runtime.clone(), s.prestart.clone());
     blocking(move || {
-        visible(&rt, &caller, &id)?;
+        if let Err(e) = visible(&rt, &caller, &id) {
+            // Not stored yet: no events yet.
+            return preparing(&prestart, &caller, &id)
+                .map(|_| json!({"events": []}))
+                .ok_or(e);
+        }
         let events: Vec<Value> = rt
             .events(&id, since)?
             .into_iter()
@@ -1402,6 +1458,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
     let m = s.metrics.clone();
     let tallies = s.tallies.clone();
     let (queued, running) = s.pool.counts();
+    let preparing = s.prestart.in_flight();
     let watched = s.hub.readers();
     let pool = s.pool.clone();
     let text = blocking(move || {
@@ -1449,6 +1506,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
              # HELP loop_sse_clients_total Event streams opened.\n# TYPE loop_sse_clients_total counter\nloop_sse_clients_total {}\n\
              # HELP loop_server_tasks_waiting Tasks waiting for a place to run here.\n# TYPE loop_server_tasks_waiting gauge\nloop_server_tasks_waiting {queued}\n\
              # HELP loop_server_tasks_running Tasks running here now.\n# TYPE loop_server_tasks_running gauge\nloop_server_tasks_running {running}\n\
+             # HELP loop_server_tasks_preparing New tasks waiting for a place to be prepared, or being prepared (at most --jobs at once).\n# TYPE loop_server_tasks_preparing gauge\nloop_server_tasks_preparing {preparing}\n\
              # HELP loop_server_event_readers Readers of the store feeding event streams (one per watched task).\n# TYPE loop_server_event_readers gauge\nloop_server_event_readers {watched}\n",
             m.requests.load(Ordering::Relaxed),
             m.refused.load(Ordering::Relaxed),

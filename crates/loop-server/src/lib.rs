@@ -20,6 +20,7 @@ mod feed;
 pub mod mcp;
 mod openapi;
 mod pool;
+mod prestart;
 pub mod worker;
 
 pub use api::route_table;
@@ -73,6 +74,8 @@ pub struct AppState {
     tallies: api::Tallies,
     /// The MCP sessions open over HTTP, by token (capped).
     mcp_sessions: Arc<Mutex<mcp::Sessions>>,
+    /// New tasks' preparations: at most `jobs` at once.
+    prestart: Arc<prestart::Prestart>,
 }
 
 /// Unauthenticated failures (a webhook name nobody configured, a signature
@@ -141,7 +144,7 @@ impl AppState {
     /// The state for `runtime`'s project, running at most `jobs` tasks at
     /// once.
     pub fn new(runtime: Runtime, rate_per_minute: u32, jobs: usize) -> AppState {
-        Self::with_pool(runtime, rate_per_minute, |rt, hub| {
+        Self::with_pool(runtime, rate_per_minute, jobs, |rt, hub| {
             pool::Pool::new(rt, hub, jobs)
         })
     }
@@ -154,7 +157,7 @@ impl AppState {
         jobs: usize,
         queue: loop_store::RedisQueue,
     ) -> AppState {
-        Self::with_pool(runtime, rate_per_minute, |rt, hub| {
+        Self::with_pool(runtime, rate_per_minute, jobs, |rt, hub| {
             pool::Pool::with_queue(rt, hub, jobs, queue)
         })
     }
@@ -162,6 +165,7 @@ impl AppState {
     fn with_pool(
         runtime: Runtime,
         rate_per_minute: u32,
+        jobs: usize,
         pool: impl FnOnce(Runtime, feed::Hub) -> pool::Pool,
     ) -> AppState {
         let hub = feed::Hub::default();
@@ -177,7 +181,17 @@ impl AppState {
             ready: Arc::default(),
             drafts: Arc::default(),
             mcp_sessions: Arc::default(),
+            prestart: Arc::new(prestart::Prestart::new(jobs)),
         }
+    }
+
+    /// A new task's request waits `d` for the task's preparation before
+    /// it answers 202 `queued` (20 s unless told).
+    pub fn answer_within(mut self, d: Duration) -> AppState {
+        let mut p = prestart::Prestart::new(self.prestart.gate.available_permits());
+        p.answer_within = d;
+        self.prestart = Arc::new(p);
+        self
     }
 
     /// Who the request's bearer token acts for, with at least `need`; a

@@ -277,6 +277,9 @@ fn settled_or_waiting(status: &Value) -> Option<&'static str> {
     if !status["outcome"].is_null() && status["running"] != json!(true) {
         return Some("ended");
     }
+    if status["state"] == json!("refused") {
+        return Some("refused before it started (see `error`)");
+    }
     let pending = status["approvals"]
         .as_array()
         .is_some_and(|a| a.iter().any(|x| x["status"] == json!("pending")));

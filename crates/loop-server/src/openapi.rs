@@ -509,10 +509,12 @@ pub(crate) fn document() -> Value {
         if r.method == "post" && r.path == "/api/v1/tasks" {
             responses.insert(
                 "202".into(),
-                json!({"description": "an instruction alone: its contract is being drafted",
+                json!({"description": "an instruction alone: its contract is being drafted (`draft`); or a task whose preparation waits for a place or takes a while: `id` is the task it will be, `state` is `queued`, and its status says how the preparation went (`queued`, `preparing`, `refused` with `error`, then the task's own)",
                     "content": {"application/json": {"schema": obj(
-                        json!({"draft": {"type": "string"}, "status": {"type": "string"}}),
-                        &["draft", "status"])}}}),
+                        json!({"draft": {"type": "string"}, "id": {"type": "string"},
+                            "state": {"type": "string"}, "status": {"type": "string"},
+                            "events": {"type": "string"}}),
+                        &["status"])}}}),
             );
         }
         let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});

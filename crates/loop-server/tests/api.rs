@@ -1457,3 +1457,135 @@ fn mcp_sessions_are_capped_per_token_and_closing_one_makes_room() {
     let (status, _, body) = open(&alice);
     assert_eq!(status, 429, "{body}");
 }
+
+#[test]
+fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
+    // One place; a request waits a second for its task's preparation,
+    // which takes about four (its check, slow, runs on the untouched
+    // workspace and on an empty one).
+    let project = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("api-prestart");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    let runtime = Runtime::open(&project).unwrap();
+    let state = loop_server::AppState::new(runtime.clone(), 10_000, 1)
+        .answer_within(Duration::from_secs(1));
+    let addr = spawn_server(state, loop_server::HEAD_TIMEOUT);
+    let s = Server {
+        base: format!("http://{addr}"),
+        project: runtime.project().to_path_buf(),
+        runtime,
+    };
+    let alice = token(&s, "alice", Scope::Run);
+    let body = json!({"instruction": "write hello", "checks": ["sleep 2; grep -q hello hello.txt"], "model": "scripted:script.yaml"});
+    let answers: Vec<(u16, String, Duration)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                sc.spawn(|| {
+                    let t0 = Instant::now();
+                    let (status, b) = post_task(&s, &alice, body.clone());
+                    (status, b, t0.elapsed())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ids = Vec::new();
+    for (status, b, took) in &answers {
+        // Answered at once, with the id the task will have.
+        assert_eq!(*status, 202, "{b}");
+        let v = json_of(b);
+        assert_eq!(v["state"], "queued", "{v}");
+        assert!(*took < Duration::from_secs(4), "answered after {took:?}");
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    // Never two preparations at once; each task then runs to its end.
+    let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
+    let start = Instant::now();
+    loop {
+        let mut preparing = 0;
+        let mut ended = 0;
+        for id in &ids {
+            let (status, b) = call(
+                &s,
+                "get",
+                &format!("/api/v1/tasks/{id}"),
+                Some(&alice),
+                None,
+            );
+            assert_eq!(status, 200, "{b}");
+            let v = json_of(&b);
+            seen.insert(v["state"].as_str().unwrap_or("").to_string());
+            preparing += (v["state"] == "preparing") as usize;
+            ended += v["outcome"].is_string() as usize;
+        }
+        most = most.max(preparing);
+        if ended == ids.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "never ended: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(most, 1, "preparations at once (states seen: {seen:?})");
+    assert!(seen.contains("queued"), "{seen:?}");
+    for id in &ids {
+        assert_eq!(wait_ended(&s, &alice, id)["outcome"], "verified");
+    }
+    // Another owner sees none of them, prepared or not.
+    let bob = token(&s, "bob", Scope::Run);
+    let (status, _) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{}", ids[0]),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(status, 404);
+
+    // A task refused in its preparation (its check cannot fail): the
+    // answer was `queued`; its status then says refused, and why; the
+    // store never had it.
+    let (status, b) = post_task(
+        &s,
+        &alice,
+        json!({"instruction": "write hello", "checks": ["sleep 2; true"], "model": "scripted:script.yaml"}),
+    );
+    assert_eq!(status, 202, "{b}");
+    let id = json_of(&b)["id"].as_str().unwrap().to_string();
+    let (status, b) = call(&s, "get", &format!("/api/v1/tasks/{id}"), Some(&bob), None);
+    assert_eq!(status, 404, "{b}");
+    let start = Instant::now();
+    let refused = loop {
+        let (status, b) = call(
+            &s,
+            "get",
+            &format!("/api/v1/tasks/{id}"),
+            Some(&alice),
+            None,
+        );
+        assert_eq!(status, 200, "{b}");
+        let v = json_of(&b);
+        if v["state"] == "refused" {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never settled: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(refused["error"]["status"], 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("passes on an empty workspace: it cannot fail"),
+        "{refused}"
+    );
+    assert!(s.runtime.task(&id).is_err(), "the store has no such task");
+    assert!(!body_of_list(&s, &alice).contains(&id));
+}

@@ -692,6 +692,9 @@ fn run_check(
     req.overlay_scratch = view.overlay.clone();
     req.workspace = Some(view.dir.clone());
     req.check = true;
+    // A check that needs a terminal gets one of the runtime's (never the
+    // caller's): see `loop_sandbox::pty`.
+    req.terminal = run.terminal;
     req.timeout = Duration::from_secs(run.timeout_secs);
     // After the check's own timeout: the task's deadline caps it.
     sandbox.apply(&mut req);

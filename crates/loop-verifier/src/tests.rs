@@ -330,3 +330,27 @@ fn a_changed_or_planted_root_git_is_a_protected_change() {
     let v = verify(None);
     assert_eq!(v.len(), 1, "{v:?}");
 }
+
+#[test]
+fn a_check_that_asks_for_a_terminal_gets_the_runtimes_and_one_that_does_not_gets_none() {
+    // The same test of a terminal: on the runtime's pseudo-terminal when
+    // the check asks for one, on none otherwise (never the caller's).
+    let yaml = |terminal: bool| {
+        format!(
+            "instruction: x\ncriteria:\n  - id: tty\n    checks:\n      - run: \"test -t 0 && test -t 1 && test -e /dev/tty\"\n        terminal: {terminal}\n"
+        )
+    };
+    let r = verify(&[("a.txt", "a")], &yaml(true));
+    assert!(failures(&r).is_empty(), "{:?}", failures(&r));
+    let r = verify(&[("a.txt", "a")], &yaml(false));
+    assert_eq!(failures(&r).len(), 1, "a check with no terminal found one");
+    // A terminal is recorded in the contract only when asked for.
+    let c = contract(&yaml(false));
+    assert!(!serde_json::to_string(&c).unwrap().contains("terminal"));
+    let c = contract(&yaml(true));
+    assert!(
+        serde_json::to_string(&c)
+            .unwrap()
+            .contains("\"terminal\":true")
+    );
+}

@@ -46,6 +46,7 @@ const RUN_KEYS: &[&str] = &[
     "stdout_matches",
     "nonempty_tests",
     "allow_vacuous",
+    "terminal",
     "timeout_secs",
 ];
 
@@ -568,6 +569,10 @@ impl Reader {
                     Some(v) => self.boolean(v, "`allow_vacuous`")?,
                     None => false,
                 };
+                let terminal = match get("terminal") {
+                    Some(v) => self.boolean(v, "`terminal`")?,
+                    None => false,
+                };
                 let timeout_secs = match get("timeout_secs") {
                     Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
                     None => DEFAULT_CHECK_TIMEOUT_SECS,
@@ -580,6 +585,7 @@ impl Reader {
                     stdout_matches,
                     nonempty_tests,
                     allow_vacuous,
+                    terminal,
                     timeout_secs,
                 }))
             }

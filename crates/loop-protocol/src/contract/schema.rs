@@ -43,6 +43,8 @@ fn check_kind(kind: &str) -> Value {
                 "description": "true: the output must show tests ran (a recognised runner's summary); absent: a recognised runner's summary that reports no test run fails the check; false: neither (recorded in the contract)"}),
             ("run", "allow_vacuous") => json!({"type": "boolean", "default": false,
                 "description": "true: a person accepts that this check passes on an empty workspace (it proves nothing about the project); without it such a check is refused before the contract is locked. A drafted contract may not say it"}),
+            ("run", "terminal") => json!({"type": "boolean", "default": false,
+                "description": "true: the check runs on a pseudo-terminal the runtime makes and alone reads (a test that needs a terminal), never the caller's; its input is at its end"}),
             ("run", "timeout_secs") => count("seconds the check may take (default 300)"),
             (_, "text") => json!({"type": "string", "description": "an exact substring"}),
             (_, "regex") => json!({"type": "string", "description": "a regular expression"}),

@@ -1,0 +1,159 @@
+//! The work before a task starts — its workspace made, its checks run on
+//! the untouched workspace and on an empty one — is bounded by `--jobs`,
+//! like the tasks themselves, and never outlives what the request was
+//! told. A new task's id is chosen first; the request waits for the
+//! preparation a while (a prompt one answers 201 as before) and otherwise
+//! answers 202 with that id and `"state": "queued"`. Until the store holds
+//! the task, its status is answered from here: `queued` (waiting for a
+//! place), `preparing`, or `refused` with the error the request would have
+//! had. So an answer names exactly the task it made, or the refusal.
+
+use crate::ApiError;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a request waits for its task's preparation before it answers
+/// `queued` (well inside the 60 s a request may take).
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+
+/// Entries kept at most; past that, the oldest settled ones go first.
+const KEEP: usize = 4096;
+
+/// How long a refusal stays to be read.
+const REFUSAL_KEPT: Duration = Duration::from_secs(3600);
+
+/// Where a task not yet in the store is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Waiting for one of the `--jobs` places.
+    Queued,
+    /// Being prepared.
+    Preparing,
+    /// Its preparation failed: the status, kind and message the request
+    /// would have been answered with.
+    Refused(u16, &'static str, String),
+}
+
+impl State {
+    /// As the API says it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Preparing => "preparing",
+            State::Refused(..) => "refused",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    owner: String,
+    state: State,
+    since: Instant,
+}
+
+/// The preparations of this server.
+#[derive(Debug)]
+pub(crate) struct Prestart {
+    /// One permit per place (`--jobs`).
+    pub(crate) gate: tokio::sync::Semaphore,
+    /// How long a request waits for its preparation ([`ANSWER_WITHIN`]).
+    pub(crate) answer_within: Duration,
+    pending: Mutex<BTreeMap<String, Entry>>,
+}
+
+impl Prestart {
+    /// At most `jobs` preparations at once.
+    pub(crate) fn new(jobs: usize) -> Prestart {
+        Prestart {
+            gate: tokio::sync::Semaphore::new(jobs.max(1)),
+            answer_within: ANSWER_WITHIN,
+            pending: Mutex::default(),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, Entry>) -> T) -> T {
+        let mut g = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut g)
+    }
+
+    /// Task `id` of `owner` waits for a place.
+    pub(crate) fn queued(&self, id: &str, owner: &str) {
+        self.with(|m| {
+            // Settled refusals past their time, then the oldest settled
+            // ones while over the cap (waiting ones are bounded by the
+            // requests that made them).
+            m.retain(|_, e| {
+                !(matches!(e.state, State::Refused(..)) && e.since.elapsed() > REFUSAL_KEPT)
+            });
+            while m.len() >= KEEP {
+                let oldest = m
+                    .iter()
+                    .filter(|(_, e)| matches!(e.state, State::Refused(..)))
+                    .min_by_key(|(_, e)| e.since)
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(k) => {
+                        m.remove(&k);
+                    }
+                    None => break,
+                }
+            }
+            m.insert(
+                id.to_string(),
+                Entry {
+                    owner: owner.to_string(),
+                    state: State::Queued,
+                    since: Instant::now(),
+                },
+            );
+        });
+    }
+
+    /// Task `id` is being prepared.
+    pub(crate) fn preparing(&self, id: &str) {
+        self.with(|m| {
+            if let Some(e) = m.get_mut(id) {
+                e.state = State::Preparing;
+            }
+        });
+    }
+
+    /// Task `id` is in the store now: its status is the store's.
+    pub(crate) fn stored(&self, id: &str) {
+        self.with(|m| m.remove(id));
+    }
+
+    /// Task `id`'s preparation failed with `e`.
+    pub(crate) fn refused(&self, id: &str, e: &ApiError) {
+        self.with(|m| {
+            if let Some(entry) = m.get_mut(id) {
+                entry.state = State::Refused(e.status.as_u16(), e.kind, e.message.clone());
+                entry.since = Instant::now();
+            }
+        });
+    }
+
+    /// Where task `id` of `owner` (or any owner, for `None`) is, if it is
+    /// here.
+    pub(crate) fn state(&self, id: &str, owner: Option<&str>) -> Option<State> {
+        self.with(|m| {
+            m.get(id)
+                .filter(|e| owner.is_none_or(|o| o == e.owner))
+                .map(|e| e.state.clone())
+        })
+    }
+
+    /// Preparations waiting or running.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.with(|m| {
+            m.values()
+                .filter(|e| !matches!(e.state, State::Refused(..)))
+                .count()
+        })
+    }
+}
