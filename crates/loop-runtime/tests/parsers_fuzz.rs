@@ -46,8 +46,11 @@ const SCRIPT: &str = "turns:
       - {tool: finish, args: {summary: done}}
 ";
 
-/// What each reader says of `text`: Ok, or its error's message.
-fn readers(text: &str) -> Vec<(&'static str, Result<(), String>)> {
+/// Each reader's name and what it said: Ok, or its error's message.
+type Said = Vec<(&'static str, Result<(), String>)>;
+
+/// What each reader says of `text`.
+fn readers(text: &str) -> Said {
     vec![
         (
             "contract",
@@ -71,7 +74,7 @@ fn readers(text: &str) -> Vec<(&'static str, Result<(), String>)> {
 }
 
 /// Every reader answers `text` within a second, an error with words.
-fn answers(text: &str) -> Result<Vec<(&'static str, Result<(), String>)>, TestCaseError> {
+fn answers(text: &str) -> Result<Said, TestCaseError> {
     let started = Instant::now();
     let said = readers(text);
     let took = started.elapsed();
