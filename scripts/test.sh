@@ -30,6 +30,8 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # redis-server processes of their own.
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# The TLS tests make their certificates with openssl.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # The MCP tool tests run real MCP servers from the npm registry on Node.js.
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
@@ -62,6 +64,9 @@ export LOOP_DEPLOY_VENV
 # PostgreSQL on 127.0.0.1, for the store conformance suite.
 LOOP_TEST_POSTGRES_URL=$(scripts/services.sh)
 export LOOP_TEST_POSTGRES_URL
+# The CA its TLS certificate is signed by (made by services.sh).
+LOOP_TEST_POSTGRES_CA=$(ls -d /etc/postgresql/*/main/loop-tests-tls | sort -V | tail -1)/ca.pem
+export LOOP_TEST_POSTGRES_CA
 export LOOP_REQUIRE_SERVICES=1
 
 # The crash and gate-failure tests need the fault-injection switches.

@@ -24,6 +24,7 @@
 pub mod postgres;
 pub mod queue;
 pub mod sqlite;
+mod tls;
 
 pub use postgres::PgStore;
 pub use queue::{DeadLetter, Delivery, Depth, QueueError, QueueOptions, RedisQueue};

@@ -44,6 +44,8 @@ pub struct PgStore {
     /// The URL without its password.
     shown: String,
     config: postgres::Config,
+    /// The TLS connector when the URL asks for an encrypted link.
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     pool: Mutex<Pool>,
     freed: Condvar,
     max: usize,
@@ -101,6 +103,10 @@ fn transient(e: &postgres::Error) -> bool {
         let c = code.code();
         return c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "40001" | "40P01");
     }
+    // A certificate that does not verify will not on the next try either.
+    if tls_refusal(e) {
+        return false;
+    }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.is::<std::io::Error>() {
@@ -109,6 +115,40 @@ fn transient(e: &postgres::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+/// Whether `e` is the TLS layer refusing the server (its certificate, its
+/// name, the handshake), somewhere in its chain.
+fn tls_refusal(e: &postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let inner_tls = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .is_some_and(|i| i.is::<rustls::Error>());
+        if s.is::<rustls::Error>() || inner_tls {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// `e` and what caused it, down its chain (a TLS handshake's "error
+/// performing TLS handshake" says nothing without the certificate's
+/// problem under it).
+fn with_causes(e: &postgres::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let said = s.to_string();
+        if !out.contains(&said) {
+            out.push_str(": ");
+            out.push_str(&said);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// `url` without a password.
@@ -155,7 +195,12 @@ impl PgStore {
     /// date.
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
         let shown = redact(url);
-        let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Db {
+        // TLS settings first (ours: every encrypted link is verified).
+        let tls = crate::tls::postgres(url).map_err(|message| StoreError::Db {
+            path: shown.clone(),
+            message,
+        })?;
+        let mut config: postgres::Config = tls.url.parse().map_err(|e| StoreError::Db {
             path: shown.clone(),
             message: format!("not a PostgreSQL URL: {e}"),
         })?;
@@ -185,6 +230,7 @@ impl PgStore {
         let store = PgStore {
             shown,
             config,
+            tls: tls.connector,
             pool: Mutex::new(Pool {
                 idle: Vec::new(),
                 out: 0,
@@ -213,7 +259,7 @@ impl PgStore {
                 Some(d) => format!("{} ({d})", db.message()),
                 None => db.message().to_string(),
             },
-            None => e.to_string(),
+            None => with_causes(e),
         };
         self.err(message)
     }
@@ -236,7 +282,7 @@ impl PgStore {
             if pool.out < self.max {
                 pool.out += 1;
                 drop(pool);
-                return match self.config.connect(NoTls) {
+                return match connect(&self.config, self.tls.as_ref()) {
                     Ok(c) => Ok(c),
                     Err(e) => {
                         self.put_back(None);
@@ -343,10 +389,11 @@ impl PgStore {
         self.listening.get_or_init(|| {
             let changes = self.changes.clone();
             let config = self.config.clone();
+            let tls = self.tls.clone();
             let shown = self.shown.clone();
             let spawned = std::thread::Builder::new()
                 .name("loop-store-listen".into())
-                .spawn(move || listener(&config, &shown, &changes));
+                .spawn(move || listener(&config, tls.as_ref(), &shown, &changes));
             if let Err(e) = spawned {
                 tracing::warn!("store {}: cannot listen for changes: {e}", self.shown);
             }
@@ -354,10 +401,26 @@ impl PgStore {
     }
 }
 
+/// A connection, encrypted and verified when `tls` is given.
+fn connect(
+    config: &postgres::Config,
+    tls: Option<&tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<Client, postgres::Error> {
+    match tls {
+        Some(t) => config.connect(t.clone()),
+        None => config.connect(NoTls),
+    }
+}
+
 /// The listening connection's life: connect, `LISTEN`, count each task's
 /// notifications; on a broken connection, tell every waiter to look
 /// (something may have been missed) and connect again.
-fn listener(config: &postgres::Config, shown: &str, changes: &Changes) {
+fn listener(
+    config: &postgres::Config,
+    tls: Option<&tokio_postgres_rustls::MakeRustlsConnect>,
+    shown: &str,
+    changes: &Changes,
+) {
     let mark = |live: bool| {
         if let Ok(mut h) = changes.state.lock() {
             h.live = live;
@@ -366,7 +429,7 @@ fn listener(config: &postgres::Config, shown: &str, changes: &Changes) {
         changes.cv.notify_all();
     };
     loop {
-        let mut client = match config.connect(NoTls) {
+        let mut client = match connect(config, tls) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!("store {shown}: listener cannot connect: {e}");
@@ -479,9 +542,22 @@ impl Store for PgStore {
     fn describe(&self) -> Result<String, StoreError> {
         let server: String =
             self.run(|c| Ok(c.query_one("SHOW server_version", &[])?.try_get(0)?))?;
+        // As the server sees this connection.
+        let link: Option<String> = self.run(|c| {
+            Ok(c.query_opt(
+                "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl",
+                &[],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?)
+        })?;
+        let link = match link {
+            Some(v) => format!("encrypted ({v}, certificate verified)"),
+            None => "unencrypted".to_string(),
+        };
         let stored = self.stored_version()?;
         Ok(format!(
-            "postgres {} (PostgreSQL {server}, schema {stored}, pool of {})",
+            "postgres {} (PostgreSQL {server}, schema {stored}, pool of {}, {link})",
             self.shown, self.max
         ))
     }

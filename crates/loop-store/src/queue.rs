@@ -166,7 +166,23 @@ impl RedisQueue {
     /// the stream and its group if they are not there.
     pub fn open(url: &str, opts: QueueOptions) -> Result<RedisQueue, QueueError> {
         let shown = shown(url);
-        let client = redis::Client::open(url).map_err(|e| QueueError {
+        let (url, ca) = crate::tls::redis(url).map_err(|message| QueueError {
+            url: shown.clone(),
+            message,
+        })?;
+        // `rediss://` is encrypted and the server's certificate and name
+        // verified (against `cacert` when given).
+        let client = match ca {
+            Some(pem) => redis::Client::build_with_tls(
+                url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            ),
+            None => redis::Client::open(url.as_str()),
+        }
+        .map_err(|e| QueueError {
             url: shown.clone(),
             message: format!("not a Redis URL: {e}"),
         })?;
@@ -272,8 +288,13 @@ impl RedisQueue {
             .trim()
             .to_string();
         let d = self.depth()?;
+        let link = if self.shown.starts_with("rediss://") {
+            "encrypted, certificate verified"
+        } else {
+            "unencrypted"
+        };
         Ok(format!(
-            "redis {} (Redis {version}, queue `{}`: {} waiting, {} running, {} dead)",
+            "redis {} (Redis {version}, {link}, queue `{}`: {} waiting, {} running, {} dead)",
             self.shown, self.opts.name, d.waiting, d.pending, d.dead
         ))
     }
