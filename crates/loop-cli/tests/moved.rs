@@ -73,6 +73,13 @@ fn machines(dir: &Path) -> [PathBuf; 2] {
     git(&a, &["init", "-q", "-b", "main"]);
     std::fs::write(a.join("README.md"), "scratch\n").unwrap();
     std::fs::write(a.join("old.txt"), "to be removed\n").unwrap();
+    // One project on two machines: its id is committed, so both clones
+    // serve it (without it, each checkout is a project of its own).
+    std::fs::write(
+        a.join("Loopfile.yaml"),
+        "version: 1\nproject:\n  id: moved-test-project\n",
+    )
+    .unwrap();
     git(&a, &["add", "."]);
     git(&a, &["commit", "-q", "-m", "start"]);
     let b = dir.join("machine-b");
