@@ -388,21 +388,14 @@ pub(crate) async fn create_task(
             .as_deref()
             .map(|m| allowed_model(&rt, m))
             .transpose()?;
-        Ok(Some(loop_runtime::TaskRequest {
+        Ok(Some(api_request(
+            &rt,
             contract,
-            source: loop_runtime::ContractSource::Given,
-            guidance: Vec::new(),
+            loop_runtime::ContractSource::Given,
             model,
-            record: None,
-            project: rt.project().to_path_buf(),
-            verify_on_change: false,
-            isolation: loop_sandbox_level(),
-            include_dirty: false,
-            on_prompt: OnPrompt::Wait,
-            owner: Some(caller.owner.clone()),
-            trigger: None,
-            allow_vacuous: body.allow_vacuous,
-        }))
+            &caller.owner,
+            body.allow_vacuous,
+        )))
     })
     .await?;
     let Some(request) = request else {
@@ -450,6 +443,33 @@ pub(crate) async fn create_task(
                 "events": events,
             }),
         )),
+    }
+}
+
+/// A task the API asks for on behalf of `owner`: no terminal to ask, the
+/// sandbox's isolation, the project's committed files only.
+fn api_request(
+    rt: &Runtime,
+    contract: loop_protocol::Contract,
+    source: loop_runtime::ContractSource,
+    model: Option<String>,
+    owner: &str,
+    allow_vacuous: bool,
+) -> loop_runtime::TaskRequest {
+    loop_runtime::TaskRequest {
+        contract,
+        source,
+        guidance: Vec::new(),
+        model,
+        record: None,
+        project: rt.project().to_path_buf(),
+        verify_on_change: false,
+        isolation: loop_sandbox_level(),
+        include_dirty: false,
+        on_prompt: OnPrompt::Wait,
+        owner: Some(owner.to_string()),
+        trigger: None,
+        allow_vacuous,
     }
 }
 
@@ -502,21 +522,14 @@ async fn start_draft(
                 who,
             };
             let submitted = rt.submit(
-                loop_runtime::TaskRequest {
+                api_request(
+                    &rt,
                     contract,
-                    source: loop_runtime::ContractSource::Draft { accept: false },
-                    guidance: Vec::new(),
+                    loop_runtime::ContractSource::Draft { accept: false },
                     model,
-                    record: None,
-                    project: rt.project().to_path_buf(),
-                    verify_on_change: false,
-                    isolation: loop_sandbox_level(),
-                    include_dirty: false,
-                    on_prompt: OnPrompt::Wait,
-                    owner: Some(owner),
-                    trigger: None,
-                    allow_vacuous: false,
-                },
+                    &owner,
+                    false,
+                ),
                 &mut observer,
             );
             match submitted {

@@ -384,17 +384,7 @@ fn settle(
             }
             return;
         }
-        Err(e) => {
-            // The store cannot answer now: that is no failed attempt of
-            // the task's. Back in a moment, for whoever can reach it.
-            tracing::warn!("task {}: {} (handing the message back)", d.task, e.message);
-            metrics.errors.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(Duration::from_secs(1));
-            if q.hand_back(d).unwrap_or(false) {
-                metrics.handed_back.fetch_add(1, Ordering::Relaxed);
-            }
-            return;
-        }
+        Err(e) => return back_in_a_moment(q, metrics, d, &e.message),
     };
     if view.state != "terminal" {
         match runtime.foreign(&d.task) {
@@ -419,15 +409,7 @@ fn settle(
                 std::thread::sleep(Duration::from_secs(1));
                 return;
             }
-            Err(e) => {
-                tracing::warn!("task {}: {} (handing the message back)", d.task, e.message);
-                metrics.errors.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_secs(1));
-                if q.hand_back(d).unwrap_or(false) {
-                    metrics.handed_back.fetch_add(1, Ordering::Relaxed);
-                }
-                return;
-            }
+            Err(e) => return back_in_a_moment(q, metrics, d, &e.message),
         }
     }
     if view.running && view.state != "terminal" {
@@ -522,6 +504,17 @@ fn settle(
                 d.task
             );
         }
+    }
+}
+
+/// The store cannot answer now (`why`): that is no failed attempt of the
+/// task's. Its message goes back in a moment, for whoever can reach it.
+fn back_in_a_moment(q: &RedisQueue, metrics: &WorkerMetrics, d: &Delivery, why: &str) {
+    tracing::warn!("task {}: {why} (handing the message back)", d.task);
+    metrics.errors.fetch_add(1, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(1));
+    if q.hand_back(d).unwrap_or(false) {
+        metrics.handed_back.fetch_add(1, Ordering::Relaxed);
     }
 }
 
