@@ -708,3 +708,69 @@ z.close()\n",
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A cloned repository's `rust-toolchain.toml` naming a toolchain of its
+/// own (`path = "/proc/self/cwd/evil"`) makes rustup run the project's
+/// program for any `cargo --version` asked in its directory. The setup
+/// key asks the toolchains' versions there: inside the sandbox, never on
+/// the host.
+#[test]
+fn a_toolchain_pin_that_names_the_projects_own_program_never_runs_on_the_host() {
+    if !shared::have("cargo") {
+        return;
+    }
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("toolchain-pin");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(project.join("evil/bin")).unwrap();
+    let mark = base.join("ran-on-the-host");
+    let program = format!(
+        "#!/bin/sh\ntouch \"${{PIN_MARK:-{}}}\"\necho 'cargo 9.9.9 (the project'\"'\"'s own)'\n",
+        mark.display()
+    );
+    for tool in ["cargo", "rustc"] {
+        let at = project.join("evil/bin").join(tool);
+        std::fs::write(&at, &program).unwrap();
+        std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        project.join("rust-toolchain.toml"),
+        "[toolchain]\npath = \"/proc/self/cwd/evil\"\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("Loopfile.yaml"), "setup:\n  - cargo fetch\n").unwrap();
+    // The pin is live on this machine: asked on the host, in the project,
+    // it runs the project's program (here told to mark elsewhere).
+    let control = base.join("control");
+    // (`cargo test` sets RUSTUP_TOOLCHAIN, which outranks the file; a
+    // person's shell does not.)
+    let host = Command::new("cargo")
+        .arg("--version")
+        .current_dir(&project)
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env("PIN_MARK", &control)
+        .output()
+        .unwrap();
+    if !control.exists() {
+        // (A cargo that is not rustup's reads no toolchain file.)
+        eprintln!(
+            "cargo here ignores rust-toolchain.toml ({}): skipped",
+            String::from_utf8_lossy(&host.stdout).trim()
+        );
+        return;
+    }
+    // `loop audit` computes the setup key, toolchain versions included.
+    let out = loop_cmd(&base)
+        .args(["audit", "--project"])
+        .arg(&project)
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", shared::text(&out));
+    assert!(
+        !mark.exists(),
+        "the project's program ran on the host: {}",
+        shared::text(&out)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

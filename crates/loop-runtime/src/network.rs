@@ -122,17 +122,14 @@ pub fn url_host(url: &str) -> Option<String> {
 
 /// What a command prints, if it runs and succeeds within 20 seconds. It
 /// runs from `/`: a toolchain asked from the project's directory could
-/// run the project's own code (a `pip.py` there, for Python's `-m`).
+/// run the project's own code (a `pip.py` there, for Python's `-m`; a
+/// `rust-toolchain.toml` naming a toolchain of the project's). A question
+/// whose answer the project's directory changes is asked in the sandbox
+/// (see `setup::toolchains`).
 pub fn output_of(program: &str, args: &[&str]) -> Option<String> {
-    output_in(Path::new("/"), program, args)
-}
-
-/// [`output_of`], run in `dir` (for a version question only, whose
-/// answer a directory's toolchain pin changes).
-pub fn output_in(dir: &Path, program: &str, args: &[&str]) -> Option<String> {
     let mut child = Command::new(program)
         .args(args)
-        .current_dir(dir)
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

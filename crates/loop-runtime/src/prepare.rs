@@ -564,7 +564,7 @@ fn draft_contract(
 /// on, and its digest taken (the receipt says which dependency set the
 /// result was verified against; for a copy-on-write share, the build
 /// outputs the task started from).
-#[allow(clippy::disallowed_methods)] // lstat only (no link followed): whether a setup output's place is free in the task's workspace
+#[allow(clippy::disallowed_methods)] // lstat of a setup output's top-level place in the task's workspace (one name: no link on the way), then a new directory made where nothing was
 fn share_environments(
     project: &Path,
     workspace: &Path,

@@ -134,27 +134,90 @@ const TOOLCHAINS: &[(&str, &[&str])] = &[
 
 /// The versions of the toolchains the steps name (a word of a step), as
 /// each reports it in the workspace (where a version pin file applies);
-/// `pip` counts as Python's.
-fn toolchains(workspace: &Path, section: &SetupSection) -> Vec<String> {
+/// `pip` counts as Python's. Asked inside the sandbox, the workspace
+/// read-only and no network: a toolchain asked from the project's
+/// directory reads the project's files (a `rust-toolchain.toml` naming a
+/// toolchain of the project's own, a `.yarnrc`'s `yarn-path`), and those
+/// would otherwise run on the host.
+fn toolchains(
+    project: &Path,
+    workspace: &Path,
+    section: &SetupSection,
+    isolation: loop_sandbox::IsolationLevel,
+) -> Vec<String> {
     let words: std::collections::BTreeSet<&str> = section
         .steps
         .iter()
         .flat_map(|s| s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')))
         .collect();
-    let mut out = Vec::new();
-    for (tool, args) in TOOLCHAINS {
-        let named = words.contains(tool)
-            || (*tool == "python3" && (words.contains("pip") || words.contains("pip3")));
-        if !named {
+    let named: Vec<(&str, &[&str])> = TOOLCHAINS
+        .iter()
+        .filter(|(tool, _)| {
+            words.contains(tool)
+                || (*tool == "python3" && (words.contains("pip") || words.contains("pip3")))
+        })
+        .map(|(t, a)| (*t, *a))
+        .collect();
+    if named.is_empty() {
+        return Vec::new();
+    }
+    // One sandboxed run asks them all, each answer after its own mark.
+    let mut script = String::new();
+    for (tool, args) in &named {
+        script.push_str(&format!(
+            "echo '{MARK}{tool}'; {tool} {} 2>/dev/null || echo '{NOT_FOUND}'\n",
+            args.join(" ")
+        ));
+    }
+    let mut req = loop_sandbox::ExecRequest::shell(script, workspace);
+    req.workspace = Some(workspace.to_path_buf());
+    req.workspace_read_only = true;
+    req.timeout = std::time::Duration::from_secs(20);
+    let settings = crate::prepare::with_environments(
+        loop_sandbox::Settings {
+            isolation,
+            cancel: Some(crate::interrupt::flag()),
+            ..Default::default()
+        },
+        project,
+        None,
+        &[],
+        None,
+    );
+    settings.apply(&mut req);
+    let said = loop_sandbox::run(&req)
+        .map(|r| r.stdout.excerpt())
+        .unwrap_or_default();
+    let mut answers: std::collections::BTreeMap<&str, String> = Default::default();
+    let mut current: Option<&str> = None;
+    for line in said.lines() {
+        if let Some(tool) = line.strip_prefix(MARK) {
+            current = named.iter().map(|(t, _)| *t).find(|t| *t == tool);
             continue;
         }
-        let said = crate::network::output_in(workspace, tool, args)
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| "(not found)".into());
-        out.push(format!("{tool}: {said}"));
+        if let Some(t) = current {
+            let a = answers.entry(t).or_default();
+            if !a.is_empty() {
+                a.push('\n');
+            }
+            a.push_str(line);
+        }
     }
-    out
+    named
+        .iter()
+        .map(|(tool, _)| {
+            let v = answers.get(tool).map(|v| v.trim()).unwrap_or_default();
+            let v = if v.is_empty() { NOT_FOUND } else { v };
+            format!("{tool}: {v}")
+        })
+        .collect()
 }
+
+/// The mark before each toolchain's answer in [`toolchains`].
+const MARK: &str = "@@loop-toolchain ";
+
+/// What a toolchain that is not there (or fails) answers.
+const NOT_FOUND: &str = "(not found)";
 
 /// The layer's key: the steps, the declared outputs, the setup hosts, the
 /// key files and the toolchains' versions.
@@ -192,7 +255,7 @@ pub fn provide(
         return Ok(None);
     };
     let keyed = keyed_on(workspace, section)?;
-    let tools = toolchains(workspace, section);
+    let tools = toolchains(project, workspace, section, isolation);
     let key = key_of(section, &keyed, &network.setup, &tools);
     let layer = layers_dir(project).join(&key);
     if layer.exists() && read_layer(&layer).is_none() {
@@ -309,7 +372,7 @@ pub fn provide(
 
 /// Move the outputs from the workspace into `staging/tree`, check that the
 /// steps changed none of the project's files, and take each output's root.
-#[allow(clippy::disallowed_methods)] // lstat only: an output's place in the task's workspace, its content hashed by Manifest (no link followed)
+#[allow(clippy::disallowed_methods)] // lstat of an output's top-level place in the task's workspace, then renamed (never followed) into the runtime's own layer directory; content hashed by Manifest
 fn make_layer(
     workspace: &Path,
     staging: &Path,
@@ -517,7 +580,12 @@ pub fn audit(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Option<Set
     let setup_hosts = crate::network::expand(&loopfile.network.setup).unwrap_or_default();
     Some(match keyed_on(project, section) {
         Ok(keyed) => {
-            let tools = toolchains(project, section);
+            let tools = toolchains(
+                project,
+                project,
+                section,
+                loop_sandbox::IsolationLevel::Preferred,
+            );
             let key = key_of(section, &keyed, &setup_hosts, &tools);
             let cached = read_layer(&layers_dir(project).join(&key)).map(|r| r.made_by);
             SetupAudit {

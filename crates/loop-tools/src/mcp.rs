@@ -410,7 +410,7 @@ impl McpHub {
                     .cfg
                     .pinned
                     .iter()
-                    .filter(|(rel, sha)| file_sha256(&self.workspace.join(rel)) != *sha)
+                    .filter(|(rel, sha)| file_sha256(&self.workspace, rel) != *sha)
                     .map(|(rel, _)| rel.as_str())
                     .collect();
                 if !changed.is_empty() {
@@ -904,7 +904,6 @@ pub(crate) fn schema_of(given: &Value) -> Value {
 
 /// The files `command` names inside `workspace` (its program and
 /// arguments that are existing files there), each with its SHA-256.
-#[allow(clippy::disallowed_methods)] // lstat only: whether a pinned program's place is a directory
 fn program_files(workspace: &std::path::Path, command: &[String]) -> Vec<(String, Option<String>)> {
     command
         .iter()
@@ -924,31 +923,22 @@ fn program_files(workspace: &std::path::Path, command: &[String]) -> Vec<(String
         })
         // A file, or nothing yet (a file the model would put there must
         // not start a server either); a directory is not a program.
-        .filter(|a| std::fs::symlink_metadata(workspace.join(a)).map_or(true, |m| !m.is_dir()))
-        .map(|a| (a.clone(), file_sha256(&workspace.join(a))))
+        .filter(|a| !loop_workspace::door::is_dir(workspace, a))
+        .map(|a| (a.clone(), file_sha256(workspace, a)))
         .collect()
 }
 
 /// Largest program file hashed.
 const MAX_PROGRAM_BYTES: u64 = 64 * 1024 * 1024;
 
-/// SHA-256 of the regular file at `path` (no link followed, nothing that
-/// could block opened, at most [`MAX_PROGRAM_BYTES`]); `None` for anything
-/// else, which then differs from what was pinned.
-#[allow(clippy::disallowed_methods)] // a pinned program, opened O_NOFOLLOW|O_NONBLOCK and checked to be a regular file
-fn file_sha256(path: &std::path::Path) -> Option<String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || meta.len() > MAX_PROGRAM_BYTES {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    f.take(MAX_PROGRAM_BYTES + 1).read_to_end(&mut bytes).ok()?;
+/// SHA-256 of the regular file at `rel` beneath `workspace`, read through
+/// the door (no link followed on the way or at the end, nothing that could
+/// block opened, at most [`MAX_PROGRAM_BYTES`]); `None` for anything else,
+/// which then differs from what was pinned.
+fn file_sha256(workspace: &std::path::Path, rel: &str) -> Option<String> {
+    let bytes = loop_workspace::door::read(workspace, rel, MAX_PROGRAM_BYTES)
+        .ok()
+        .flatten()?;
     Some(loop_protocol::hash::sha256_hex(&bytes))
 }
 

@@ -896,6 +896,33 @@ fn a_server_whose_program_changed_in_the_workspace_is_not_started_again() {
     assert_eq!(cfg3.pinned, [("fake_mcp.py".to_string(), None)]);
     let t3 = toolbox(&d3).with_mcp_servers(vec![cfg3]);
     assert!(!t3.specs().iter().any(|s| s.name.starts_with(mcp::PREFIX)));
+    // A directory link on the way out of the workspace: the host file it
+    // reaches is never read (not even hashed into the task's record).
+    let d4 = TestDir::new("tools-mcp-dir-link");
+    let outside = TestDir::new("tools-mcp-dir-link-outside");
+    std::fs::write(outside.path().join("fake_mcp.py"), FAKE_MCP).unwrap();
+    std::os::unix::fs::symlink(outside.path(), d4.path().join("tools")).unwrap();
+    let mut cfg4 = fake(&["look"]);
+    cfg4.transport = mcp::McpTransport::Stdio {
+        command: vec!["python3".into(), "tools/fake_mcp.py".into()],
+        env: Default::default(),
+    };
+    cfg4.pin(d4.path());
+    assert_eq!(cfg4.pinned, [("tools/fake_mcp.py".to_string(), None)]);
+    // Honest: the same file in a real directory is hashed.
+    let d5 = TestDir::new("tools-mcp-dir-real");
+    std::fs::create_dir_all(d5.path().join("tools")).unwrap();
+    std::fs::write(d5.path().join("tools/fake_mcp.py"), FAKE_MCP).unwrap();
+    let mut cfg5 = cfg4.clone();
+    cfg5.pinned.clear();
+    cfg5.pin(d5.path());
+    assert_eq!(
+        cfg5.pinned,
+        [(
+            "tools/fake_mcp.py".to_string(),
+            Some(loop_protocol::hash::sha256_hex(FAKE_MCP.as_bytes()))
+        )]
+    );
 }
 
 /// An HTTP server on 127.0.0.1 that answers every request with `reply`
