@@ -173,18 +173,7 @@ fn toolchains(
     req.workspace = Some(workspace.to_path_buf());
     req.workspace_read_only = true;
     req.timeout = std::time::Duration::from_secs(20);
-    let settings = crate::prepare::with_environments(
-        loop_sandbox::Settings {
-            isolation,
-            cancel: Some(crate::interrupt::flag()),
-            ..Default::default()
-        },
-        project,
-        None,
-        &[],
-        None,
-    );
-    settings.apply(&mut req);
+    sandbox(project, isolation, None).apply(&mut req);
     let said = loop_sandbox::run(&req)
         .map(|r| r.stdout.excerpt())
         .unwrap_or_default();
@@ -211,6 +200,27 @@ fn toolchains(
             format!("{tool}: {v}")
         })
         .collect()
+}
+
+/// How setup's commands run: cancellable, the toolchain caches readable,
+/// `egress` the only network (none without it).
+fn sandbox(
+    project: &Path,
+    isolation: loop_sandbox::IsolationLevel,
+    egress: Option<loop_sandbox::egress::Egress>,
+) -> loop_sandbox::Settings {
+    crate::prepare::with_environments(
+        loop_sandbox::Settings {
+            isolation,
+            cancel: Some(crate::interrupt::flag()),
+            egress,
+            ..Default::default()
+        },
+        project,
+        None,
+        &[],
+        None,
+    )
 }
 
 /// The mark before each toolchain's answer in [`toolchains`].
@@ -474,19 +484,12 @@ fn run_step(
     req.workspace = Some(workspace.to_path_buf());
     req.read_only_paths = protected.existing(workspace);
     req.timeout = std::time::Duration::from_secs(section.timeout_secs);
-    let settings = crate::prepare::with_environments(
-        loop_sandbox::Settings {
-            isolation,
-            cancel: Some(crate::interrupt::flag()),
-            egress: network.egress(crate::network::Use::Setup),
-            ..Default::default()
-        },
+    sandbox(
         project,
-        None,
-        &[],
-        None,
-    );
-    settings.apply(&mut req);
+        isolation,
+        network.egress(crate::network::Use::Setup),
+    )
+    .apply(&mut req);
     let r = loop_sandbox::run(&req)
         .map_err(|e| Error::usage(format!("setup step `{command}` could not run: {e}")))?;
     Ok(SetupStep {
