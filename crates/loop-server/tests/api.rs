@@ -1458,6 +1458,13 @@ fn mcp_sessions_are_capped_per_token_and_closing_one_makes_room() {
     assert_eq!(status, 429, "{body}");
 }
 
+/// Task `id`'s status as `token` sees it, which must be a 200.
+fn status_200(s: &Server, token: &str, id: &str) -> Value {
+    let (status, b) = call(s, "get", &format!("/api/v1/tasks/{id}"), Some(token), None);
+    assert_eq!(status, 200, "{b}");
+    json_of(&b)
+}
+
 #[test]
 fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
     // One place; a request waits a second for its task's preparation,
@@ -1507,15 +1514,7 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
         let mut preparing = 0;
         let mut ended = 0;
         for id in &ids {
-            let (status, b) = call(
-                &s,
-                "get",
-                &format!("/api/v1/tasks/{id}"),
-                Some(&alice),
-                None,
-            );
-            assert_eq!(status, 200, "{b}");
-            let v = json_of(&b);
+            let v = status_200(&s, &alice, id);
             seen.insert(v["state"].as_str().unwrap_or("").to_string());
             preparing += (v["state"] == "preparing") as usize;
             ended += v["outcome"].is_string() as usize;
@@ -1560,15 +1559,7 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
     assert_eq!(status, 404, "{b}");
     let start = Instant::now();
     let refused = loop {
-        let (status, b) = call(
-            &s,
-            "get",
-            &format!("/api/v1/tasks/{id}"),
-            Some(&alice),
-            None,
-        );
-        assert_eq!(status, 200, "{b}");
-        let v = json_of(&b);
+        let v = status_200(&s, &alice, &id);
         if v["state"] == "refused" {
             break v;
         }
