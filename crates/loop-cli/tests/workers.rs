@@ -943,3 +943,214 @@ fn two_projects_on_one_store_and_queue_each_run_only_their_own_tasks() {
     assert_eq!(b.tasks()[&b_task]["outcome"], "verified");
     assert!(redis.dead_letters().is_empty());
 }
+
+/// A PostgreSQL cluster of the test's own (the real server, from the
+/// system's binaries), on a free port on 127.0.0.1, which the test can stop
+/// and start without touching the shared test server. Run as the
+/// `postgres` user when the tests run as root (PostgreSQL refuses root).
+struct PrivatePostgres {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl PrivatePostgres {
+    fn bin(name: &str) -> PathBuf {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path().join("bin").join(name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.retain(|p| p.exists());
+        found.sort();
+        found.pop().unwrap_or_else(|| PathBuf::from(name))
+    }
+
+    fn as_owner(&self, program: &str) -> Command {
+        let mut c = if shared::is_root() {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                "postgres",
+                "--regid",
+                "postgres",
+                "--clear-groups",
+            ])
+            .arg(Self::bin(program));
+            c
+        } else {
+            Command::new(Self::bin(program))
+        };
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn start(name: &str) -> PrivatePostgres {
+        // Under /tmp: the postgres user can reach it.
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        if shared::is_root() {
+            assert!(
+                Command::new("chown")
+                    .args(["postgres:postgres"])
+                    .arg(&dir)
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = PrivatePostgres { dir, port };
+        let out = pg
+            .as_owner("initdb")
+            .args(["-U", "loop", "--auth=trust", "-N", "-D"])
+            .arg(pg.dir.join("data"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "initdb: {}", shared::text(&out));
+        pg.up();
+        pg
+    }
+
+    fn up(&self) {
+        let out = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-o")
+            .arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                self.port,
+                self.dir.display()
+            ))
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .args(["-w", "start"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_ctl start: {}", shared::text(&out));
+    }
+
+    /// A fast shutdown: every connection is closed, nothing answers.
+    fn down(&self) {
+        let out = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "fast", "-w", "stop"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_ctl stop: {}", shared::text(&out));
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://loop@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A fault is not a decision, with the real server: six tasks are running
+/// an 8 s command when PostgreSQL is stopped for 20 s. No task ends
+/// `cancelled` or failed; when the store is back, all six end verified,
+/// each with every step once and every effect once.
+#[test]
+fn postgres_stopped_for_20_s_under_six_running_tasks_all_end_verified() {
+    if services().is_none() {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-pg-outage");
+    let redis = Redis::start(&root.join("redis"));
+    let pg = PrivatePostgres::start("loop-pg-outage");
+    let s = Setup::new(&root.join("run"), pg.url(), redis.url());
+    let slow = SCRIPT.replace("echo c1 >> effects.log", "sleep 8; echo c1 >> effects.log");
+    let script = s.dir.join("slow.yaml");
+    std::fs::write(&script, slow).unwrap();
+    let ids: BTreeSet<String> = (0..6).map(|_| s.submit(&script)).collect();
+    let log = s.dir.join("workers.log");
+    let mut workers: Vec<Child> = (0..2)
+        .map(|_| {
+            s.loop_cmd()
+                .args(["worker", "--jobs", "3", "--grace", "0"])
+                .args(["--visibility-secs", "5", "--max-attempts", "5"])
+                .arg("--project")
+                .arg(&s.project)
+                .env(
+                    "LOOP_LOG",
+                    "loop_server=info,loop_store=info,loop_runtime=info",
+                )
+                .stdout(Stdio::null())
+                .stderr(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&log)
+                        .unwrap(),
+                )
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Every task is in its first command (a step is under way, none ended).
+    wait_for(60, "six tasks running", || {
+        let t = s.tasks();
+        ids.iter().all(|id| {
+            let state = t[id]["state"].as_str().unwrap_or("");
+            state != "pending" && state != "terminal"
+        })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    pg.down();
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_secs(20));
+    pg.up();
+    eprintln!(
+        "PostgreSQL was down for {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    let start = Instant::now();
+    loop {
+        let t = s.tasks();
+        if ids.iter().all(|id| t[id]["state"] == "terminal") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "tasks never ended after the outage: {t:?} (log: {})",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for w in &mut workers {
+        kill(w);
+    }
+    for id in &ids {
+        s.check(id, 0);
+    }
+    assert!(
+        redis.dead_letters().is_empty(),
+        "{:?}",
+        redis.dead_letters()
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("a fault is not a decision"),
+        "the outage reached no running task: {said}"
+    );
+}

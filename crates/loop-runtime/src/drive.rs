@@ -213,9 +213,18 @@ fn wire<'a>(
     // What the task's earlier runs left counts against its disk budget
     // too: a resumed task does not start again from nothing.
     let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
-    // Nothing is written once the claim may have lapsed.
-    let claim = fence.clone();
-    let toolbox = toolbox.with_fence(Arc::new(move || claim.holds()));
+    // Nothing is written once the claim may have lapsed, and a refused
+    // write is a fault, not an observation: the run stops at once and the
+    // task stays interrupted (the model never hears of it).
+    let (claim, faulted, stop) = (fence.clone(), interrupted.clone(), kill.clone());
+    let toolbox = toolbox.with_fence(Arc::new(move || {
+        let holds = claim.holds();
+        if !holds {
+            faulted.store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        holds
+    }));
     let toolbox = if start.gone {
         toolbox
     } else {
@@ -554,6 +563,8 @@ fn configured<'a>(
 /// the moment it runs again, before it writes anything.
 pub(crate) struct ClaimFence {
     confirmed_ms: std::sync::atomic::AtomicU64,
+    /// The store said the claim is another's now.
+    lost: AtomicBool,
 }
 
 /// How long without a confirmed renewal before the runtime stops.
@@ -577,6 +588,7 @@ impl ClaimFence {
     pub(crate) fn new() -> Self {
         ClaimFence {
             confirmed_ms: std::sync::atomic::AtomicU64::new(boot_ms()),
+            lost: AtomicBool::new(false),
         }
     }
     /// A renewal asked for at `asked_ms` (the boot clock) was confirmed:
@@ -589,9 +601,13 @@ impl ClaimFence {
     fn age_ms(&self) -> u64 {
         boot_ms().saturating_sub(self.confirmed_ms.load(std::sync::atomic::Ordering::SeqCst))
     }
+    /// The store says another runtime holds the claim now.
+    fn lose(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     /// Whether writes may go on.
     pub(crate) fn holds(&self) -> bool {
-        self.age_ms() < GIVE_UP_MS
+        !self.lost.load(std::sync::atomic::Ordering::SeqCst) && self.age_ms() < GIVE_UP_MS
     }
 }
 
@@ -659,8 +675,10 @@ fn run_watched(
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| watch(project, task_id, token, flags, stopped));
-        // This process's Ctrl-C or SIGTERM reaches the task at once, with
-        // no store read in between (the store may be busy).
+        // This process's Ctrl-C or SIGTERM, and a claim that lapsed,
+        // reach the task at once, with no store call in between (the store
+        // may be busy, or gone: a read of it can hang for as long as the
+        // outage lasts).
         scope.spawn(|| {
             use std::sync::atomic::Ordering;
             let process = crate::interrupt::flag();
@@ -668,6 +686,12 @@ fn run_watched(
                 if process.load(Ordering::SeqCst) {
                     flags.cancel();
                     return;
+                }
+                if !flags.fence.holds() && !flags.interrupted.load(Ordering::SeqCst) {
+                    tracing::warn!(
+                        "task {task_id}: its claim is lost or cannot be renewed; stopping, and leaving it interrupted (a fault is not a decision)"
+                    );
+                    flags.interrupt();
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -679,15 +703,16 @@ fn run_watched(
     })
 }
 
-/// Renew the claim, and turn a cancel request (or a lost claim) into the
-/// cancel flag. The watcher has a store handle of its own (SQLite: its own
-/// connection, so the Director's commits never wait on its reads).
+/// Renew the claim, and turn a cancel request into the cancel flag. The
+/// watcher has a store handle of its own (SQLite: its own connection, so
+/// the Director's commits never wait on its reads).
 ///
 /// The claim is renewed every 2 s by a thread of its own (a renewal that
 /// hangs on a dead connection must neither keep the watcher from acting
 /// nor hold up the end of the run). With no renewal confirmed for 10 s the
 /// lease (15 s) may be about to lapse and another runtime take the task:
-/// this one stops first, killing its commands, so two never work on it at
+/// the run's poller (which makes no store call, so an outage cannot hold
+/// it up) stops it first, killing its commands, so two never work on it at
 /// once. Between looks the watcher waits for word of a change to the task
 /// (PostgreSQL's NOTIFY wakes it the moment a cancel commits; SQLite has it
 /// look every 100 ms), and reads the task at least every 2 s besides (word
@@ -709,12 +734,11 @@ fn watch(
         return;
     };
     // Renewals, on a detached thread with its own handle: the fence holds
-    // the time of the last one the store took, `lost` says the claim is
-    // someone else's now.
-    let lost = Arc::new(AtomicBool::new(false));
+    // the time of the last one the store took, or that the claim is
+    // someone else's now (the run's poller stops the task on either).
     let finished = Arc::new(AtomicBool::new(false));
     {
-        let (confirmed, lost, finished) = (fence.clone(), lost.clone(), finished.clone());
+        let (confirmed, finished) = (fence.clone(), finished.clone());
         let (dir, id, holder) = (
             project.to_path_buf(),
             task_id.to_string(),
@@ -737,7 +761,7 @@ fn watch(
                     };
                     match renewed {
                         Ok(true) => confirmed.confirm_at(asked),
-                        Ok(false) => lost.store(true, Ordering::SeqCst),
+                        Ok(false) => confirmed.lose(),
                         Err(e) => tracing::warn!("task {id}: the claim was not renewed: {e}"),
                     }
                     let slept = Instant::now();
@@ -753,13 +777,6 @@ fn watch(
     let mut read = Instant::now();
     let mut look = true;
     loop {
-        let gone = lost.load(Ordering::SeqCst) || !fence.holds();
-        if gone && !flags.interrupted.load(Ordering::SeqCst) {
-            tracing::warn!(
-                "task {task_id}: its claim is lost or cannot be renewed; stopping, and leaving it interrupted (a fault is not a decision)"
-            );
-            flags.interrupt();
-        }
         if look || read.elapsed() >= RENEW {
             read = Instant::now();
             // A read that fails looks again next time.
