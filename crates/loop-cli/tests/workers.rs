@@ -52,6 +52,16 @@ criteria:
 limits: { max_steps: 6, max_verifications: 2 }
 "#;
 
+/// Taken by the tests that kill workers or stop a service on a schedule:
+/// run side by side on two cores, each one's load stretched the other's
+/// schedule (a submitter slowed down meant many more kills, and good tasks
+/// used up their attempts on workers that were all killed).
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The services, or why the test is skipped.
 fn services() -> Option<String> {
     let required = std::env::var("LOOP_REQUIRE_SERVICES").as_deref() == Ok("1");
@@ -366,6 +376,7 @@ fn workers_killed_at_random_lose_no_task_and_run_none_twice() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let seed: u64 = std::env::var("LOOP_KILL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -585,6 +596,7 @@ fn a_redis_restart_and_dropped_postgres_connections_mid_run_lose_nothing() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-restart");
     let mut redis = Redis::start(&root.join("redis"));
     let database = database(&admin, &format!("loop_restart_{}", std::process::id()));
@@ -1075,6 +1087,7 @@ fn postgres_stopped_for_20_s_under_six_running_tasks_all_end_verified() {
     if services().is_none() {
         return;
     }
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-pg-outage");
     let redis = Redis::start(&root.join("redis"));
     let pg = PrivatePostgres::start("loop-pg-outage");

@@ -416,10 +416,16 @@ pub(crate) fn settle(
     let origin = load_origin(&paths.task_dir)?;
     let _: Option<loop_protocol::VerificationReport> =
         read_json(&paths.task_dir.join("baseline-report.json"))?;
-    let ws = TaskWorkspace::recreate(project, &paths.workspace, task_id, origin.base_commit())
-        .map_err(|e| refuse(e.to_string()))?;
-    let reached = loop_workspace::reconcile(&ws.path, &target, &mut fetch)
-        .map_err(|e| refuse(e.to_string()))?;
+    // Built aside and swapped in only once it holds the record: a rebuild
+    // that fails leaves the copy that was here as it was.
+    let (_, reached) = TaskWorkspace::rebuild(
+        project,
+        &paths.workspace,
+        task_id,
+        origin.base_commit(),
+        |fresh| loop_workspace::reconcile(fresh, &target, &mut fetch).map_err(Why::from),
+    )
+    .map_err(|Why(why)| refuse(why))?;
     drop_journals()?;
     let changed = kept
         .as_ref()
@@ -441,6 +447,21 @@ pub(crate) fn settle(
         rebuilt: true,
         held: held(&kept),
     }))
+}
+
+/// Why a rebuild failed, for people.
+struct Why(String);
+
+impl From<loop_workspace::WorkspaceError> for Why {
+    fn from(e: loop_workspace::WorkspaceError) -> Self {
+        Why(e.to_string())
+    }
+}
+
+impl From<loop_workspace::RebuildError> for Why {
+    fn from(e: loop_workspace::RebuildError) -> Self {
+        Why(e.to_string())
+    }
 }
 
 /// The contents the store holds for a kept state.

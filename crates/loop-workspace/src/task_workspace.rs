@@ -210,41 +210,128 @@ impl TaskWorkspace {
     /// Make task `task_id`'s workspace at `dest` again, as it started on
     /// the machine that made it: a worktree of `project` at `base_commit`
     /// on the branch `loop/<task_id>` (reset there), or a copy of the
-    /// project. Whatever was at `dest` (a stale workspace of an earlier
-    /// run here) is removed first. The uncommitted changes a task carried
-    /// in are not: they are part of its recorded state, brought back from
-    /// there ([`crate::rebuild::reconcile`]).
+    /// project; then `fill` brings it to the task's recorded state (the
+    /// uncommitted changes a task carried in are part of that state).
+    ///
+    /// It is built beside `dest` (`<dest>.rebuild`) and put in its place
+    /// only once `fill` succeeded: whatever was at `dest` (a stale
+    /// workspace of an earlier run here) is untouched by a rebuild that
+    /// fails, and removed only after the new one is in place.
     #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
-    pub fn recreate(
+    pub fn rebuild<T, E: From<WorkspaceError>>(
         project: &Path,
         dest: &Path,
         task_id: &str,
         base_commit: Option<&str>,
-    ) -> Result<TaskWorkspace, WorkspaceError> {
+        fill: impl FnOnce(&Path) -> Result<T, E>,
+    ) -> Result<(TaskWorkspace, T), E> {
         let io = |what: &str| {
             let what = what.to_string();
             move |source| WorkspaceError::Io { what, source }
         };
-        let dest_s = dest.to_string_lossy().into_owned();
-        if std::fs::symlink_metadata(dest).is_ok() {
-            if base_commit.is_some() {
-                let _ = git(project, &["worktree", "remove", "--force", &dest_s]);
-            }
-            if std::fs::symlink_metadata(dest).is_ok() {
-                remove_tree(dest).map_err(io("cannot remove the stale workspace"))?;
+        let aside = |suffix: &str| {
+            let mut name = dest.file_name().unwrap_or_default().to_os_string();
+            name.push(suffix);
+            dest.with_file_name(name)
+        };
+        let (fresh, stale) = (aside(".rebuild"), aside(".stale"));
+        // What an earlier rebuild here left (it stopped half way).
+        if base_commit.is_some() {
+            let _ = git(project, &["worktree", "prune"]);
+        }
+        for leftover in [&fresh, &stale] {
+            if std::fs::symlink_metadata(leftover).is_ok() {
+                if base_commit.is_some() {
+                    let s = leftover.to_string_lossy().into_owned();
+                    let _ = git(project, &["worktree", "remove", "--force", &s]);
+                }
+                remove_tree(leftover)
+                    .map_err(io("cannot remove an earlier rebuild's leftovers"))?;
             }
         }
         if let Some(dir) = dest.parent() {
             std::fs::create_dir_all(dir).map_err(io("cannot create the task directory"))?;
         }
-        let Some(base) = base_commit else {
-            let skipped = copy_project(project, dest)?;
-            return Ok(TaskWorkspace {
-                path: dest.to_path_buf(),
-                origin: Origin::Copy { skipped },
-            });
+        let made = match base_commit {
+            None => {
+                let skipped = copy_project(project, &fresh);
+                skipped.map(|skipped| Origin::Copy { skipped })
+            }
+            Some(base) => Self::worktree_at(project, &fresh, task_id, base),
         };
-        let _ = git(project, &["worktree", "prune"]);
+        let origin = match made {
+            Ok(o) => o,
+            Err(e) => {
+                Self::drop_fresh(project, &fresh, base_commit.is_some());
+                return Err(e.into());
+            }
+        };
+        let filled = match fill(&fresh) {
+            Ok(t) => t,
+            Err(e) => {
+                Self::drop_fresh(project, &fresh, base_commit.is_some());
+                return Err(e);
+            }
+        };
+        // The swap: the stale copy aside (a worktree's registration goes
+        // with it), the new one in, then the stale one removed.
+        let had = std::fs::symlink_metadata(dest).is_ok();
+        if had {
+            std::fs::rename(dest, &stale).map_err(io("cannot move the stale workspace aside"))?;
+        }
+        let moved = if base_commit.is_some() {
+            let _ = git(project, &["worktree", "prune"]);
+            let (f, d) = (
+                fresh.to_string_lossy().into_owned(),
+                dest.to_string_lossy().into_owned(),
+            );
+            // Detached until now (its branch was the stale worktree's):
+            // the branch is set to it once the stale one is gone.
+            git(project, &["worktree", "move", &f, &d]).and_then(|_| {
+                git(
+                    dest,
+                    &["checkout", "--quiet", "-B", &format!("loop/{task_id}")],
+                )
+                .map(|_| ())
+            })
+        } else {
+            std::fs::rename(&fresh, dest).map_err(io("cannot put the rebuilt workspace in place"))
+        };
+        if let Err(e) = moved {
+            // Back as it was: the new one removed wherever it got to, the
+            // stale one in its place (and registered again).
+            for new in [&fresh, dest] {
+                Self::drop_fresh(project, new, base_commit.is_some());
+            }
+            if had {
+                let _ = std::fs::rename(&stale, dest);
+                if base_commit.is_some() {
+                    let _ = git(dest, &["worktree", "repair"]);
+                }
+            }
+            return Err(e.into());
+        }
+        if had {
+            remove_tree(&stale).map_err(io("cannot remove the stale workspace"))?;
+        }
+        Ok((
+            TaskWorkspace {
+                path: dest.to_path_buf(),
+                origin,
+            },
+            filled,
+        ))
+    }
+
+    /// A worktree of `project` at `path`, detached at `base` (the task's
+    /// branch `loop/<task_id>` may still be checked out in a stale worktree
+    /// of the task's: it is set once that one is gone).
+    fn worktree_at(
+        project: &Path,
+        path: &Path,
+        task_id: &str,
+        base: &str,
+    ) -> Result<Origin, WorkspaceError> {
         if git(project, &["cat-file", "-e", &format!("{base}^{{commit}}")]).is_err() {
             return Err(WorkspaceError::Git {
                 args: format!("cat-file -e {base}"),
@@ -255,19 +342,29 @@ impl TaskWorkspace {
             });
         }
         let branch = format!("loop/{task_id}");
+        let path_s = path.to_string_lossy().into_owned();
         git(
             project,
-            &["worktree", "add", "--quiet", "-B", &branch, &dest_s, base],
+            &["worktree", "add", "--quiet", "--detach", &path_s, base],
         )?;
-        Ok(TaskWorkspace {
-            path: dest.to_path_buf(),
-            origin: Origin::Worktree {
-                repo: project.to_path_buf(),
-                base_commit: base.to_string(),
-                branch,
-                dirty_included: false,
-            },
+        Ok(Origin::Worktree {
+            repo: project.to_path_buf(),
+            base_commit: base.to_string(),
+            branch,
+            dirty_included: false,
         })
+    }
+
+    /// Remove a rebuild that did not finish.
+    fn drop_fresh(project: &Path, fresh: &Path, worktree: bool) {
+        if worktree {
+            let s = fresh.to_string_lossy().into_owned();
+            let _ = git(project, &["worktree", "remove", "--force", &s]);
+        }
+        let _ = remove_tree(fresh);
+        if worktree {
+            let _ = git(project, &["worktree", "prune"]);
+        }
     }
 
     /// The base commit, for a worktree.
@@ -449,6 +546,105 @@ mod tests {
             "git init -q && git config user.email t@t && git config user.name t && echo one > a.txt && echo base > b.txt && git add -A && git commit -qm base",
         );
         p
+    }
+
+    /// A rebuild that fails leaves the stale copy as it was (a copy and a
+    /// worktree); one that succeeds replaces it, leaving nothing aside and
+    /// one registered worktree at the workspace's path.
+    #[test]
+    fn a_rebuild_swaps_in_only_on_success_and_a_failed_one_keeps_the_stale_copy() {
+        let d = TestDir::new("rebuild-swap");
+        let plain = d.path().join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::write(plain.join("a.txt"), "one\n").unwrap();
+        let git_proj = repo(&d);
+        for (project, base) in [
+            (plain.clone(), None),
+            (git_proj.clone(), git_head(&git_proj)),
+        ] {
+            let dest = d.path().join(format!(
+                "task-{}/workspace",
+                project.file_name().unwrap().to_string_lossy()
+            ));
+            let made = TaskWorkspace::create(&project, &dest, "t-1", false).unwrap();
+            assert_eq!(made.base_commit(), base.as_deref());
+            std::fs::write(dest.join("work.txt"), "the stale copy's work\n").unwrap();
+            // Failing half way (the new tree is already made and written
+            // to): the stale copy is untouched, nothing is left aside.
+            let failed = TaskWorkspace::rebuild(&project, &dest, "t-1", base.as_deref(), |fresh| {
+                std::fs::write(fresh.join("half.txt"), "x").unwrap();
+                Err::<(), WorkspaceError>(WorkspaceError::Git {
+                    args: "fill".into(),
+                    stderr: "content missing".into(),
+                })
+            });
+            let why = failed.unwrap_err().to_string();
+            assert!(why.contains("content missing"), "{why}");
+            assert_eq!(
+                std::fs::read_to_string(dest.join("work.txt")).unwrap(),
+                "the stale copy's work\n"
+            );
+            assert!(!dest.join("half.txt").exists());
+            let leftovers: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(leftovers, ["workspace"], "{leftovers:?}");
+            if base.is_some() {
+                let list = sh(&project, "git worktree list --porcelain");
+                assert!(
+                    list.contains(&format!("worktree {}", dest.display())),
+                    "{list}"
+                );
+                assert!(!list.contains("workspace.rebuild"), "{list}");
+                assert_eq!(
+                    sh(&dest, "git rev-parse --abbrev-ref HEAD").trim(),
+                    "loop/t-1"
+                );
+            }
+            // Succeeding: the new tree replaces the stale one.
+            let (ws, filled) =
+                TaskWorkspace::rebuild(&project, &dest, "t-1", base.as_deref(), |fresh| {
+                    std::fs::write(fresh.join("new.txt"), "rebuilt\n").unwrap();
+                    Ok::<_, WorkspaceError>(7)
+                })
+                .unwrap();
+            assert_eq!((filled, ws.path.as_path()), (7, dest.as_path()));
+            assert!(!dest.join("work.txt").exists());
+            assert_eq!(
+                std::fs::read_to_string(dest.join("new.txt")).unwrap(),
+                "rebuilt\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(dest.join("a.txt")).unwrap(),
+                "one\n"
+            );
+            let leftovers: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(leftovers, ["workspace"], "{leftovers:?}");
+            if base.is_some() {
+                let list = sh(&project, "git worktree list --porcelain");
+                let at_dest = list
+                    .lines()
+                    .filter(|l| l.starts_with("worktree "))
+                    .collect::<Vec<_>>();
+                assert_eq!(
+                    at_dest,
+                    [
+                        format!("worktree {}", project.display()),
+                        format!("worktree {}", dest.display())
+                    ],
+                    "{list}"
+                );
+                assert_eq!(
+                    sh(&dest, "git rev-parse --abbrev-ref HEAD").trim(),
+                    "loop/t-1"
+                );
+                assert_eq!(sh(&dest, "git status --porcelain --untracked-files=no"), "");
+            }
+        }
     }
 
     #[test]
