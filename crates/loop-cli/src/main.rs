@@ -452,6 +452,11 @@ enum Command {
         /// The queue's name.
         #[arg(long, value_name = "NAME", default_value = "default")]
         queue_name: String,
+        /// Also take up the interrupted tasks the command line started
+        /// (by default only those an earlier server ran; the rest are
+        /// counted and left for `loop resume`).
+        #[arg(long)]
+        adopt_cli_tasks: bool,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,
@@ -934,6 +939,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             jobs,
             queue,
             queue_name,
+            adopt_cli_tasks,
             project,
         } => {
             let queue = queue
@@ -957,6 +963,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
                 rate_per_minute: rate.max(1),
                 jobs: jobs.max(1),
                 queue,
+                adopt_cli_tasks,
             })?;
             // Tasks still running are left interrupted; the next serve (or
             // `loop resume`) takes them up.

@@ -344,3 +344,191 @@ fn junk_deliveries_neither_grow_the_server_nor_lock_the_real_sender_out() {
     assert!(codes.keys().all(|c| [404, 429].contains(c)), "{codes:?}");
     shared::stop(server);
 }
+
+/// `loop serve` with `args`, and the lines it printed at its start (where
+/// it listens, then what it took up), read until `lines` came.
+fn serve_saying(
+    home: &Path,
+    project: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    lines: usize,
+) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let mut cmd = loop_in(home);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .arg("--project")
+        .arg(project)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut said = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        said.push(line.trim_end().to_string());
+    }
+    (child, said)
+}
+
+/// A task the command line started, killed mid-run, is the command line's:
+/// a server leaves it interrupted and says how many it left; told to
+/// (`--adopt-cli-tasks`), a server takes it up and it ends verified, its
+/// command run to its end once.
+#[test]
+fn a_server_takes_up_the_command_lines_interrupted_tasks_only_when_told_to() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-adopt");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    std::fs::write(
+        home.join("task.yaml"),
+        "instruction: slow\ncriteria:\n  - id: slow\n    checks:\n      - run: test \"$(cat slow.txt)\" = once\n",
+    )
+    .unwrap();
+    let mut run = loop_in(&home)
+        .args(["run", "--task"])
+        .arg(home.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", project.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let id = loop {
+        let out = loop_in(&home)
+            .args(["list", "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        let listed: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if let Some(t) = listed.first() {
+            let id = t["id"].as_str().unwrap().to_string();
+            let s = status(&home, &project, &id);
+            if s["running"] == true && s["entries"].as_u64().unwrap_or(0) >= 4 {
+                break id;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let s = status(&home, &project, &id);
+    assert_eq!(
+        (&s["interrupted"], &s["owner"]),
+        (&true.into(), &serde_json::Value::Null),
+        "{s}"
+    );
+    // Not told to: left, and counted.
+    let (server, said) = serve_saying(&home, &project, &[], &[], 2);
+    assert!(
+        said[1].contains("took up 0 interrupted task(s); left 1 the command line started"),
+        "{said:?}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = status(&home, &project, &id);
+    assert_eq!(s["interrupted"], true, "{s}");
+    assert!(s["outcome"].is_null(), "{s}");
+    shared::stop(server);
+    // Told to: taken up, to its end.
+    let (server, said) = serve_saying(&home, &project, &[], &["--adopt-cli-tasks"], 2);
+    assert_eq!(said[1], "took up 1 interrupted task(s)", "{said:?}");
+    let start = Instant::now();
+    let s = loop {
+        let s = status(&home, &project, &id);
+        if s["outcome"].is_string() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(s["outcome"], "verified", "{s}");
+    let slow = project
+        .join(".loop/tasks")
+        .join(&id)
+        .join("workspace/slow.txt");
+    assert_eq!(std::fs::read_to_string(&slow).unwrap(), "once\n");
+    shared::stop(server);
+}
+
+/// A run that fails with an error (here: injected, before it claims its
+/// task) is not the task's end: the server runs it again, a bounded number
+/// of times, and it ends verified.
+#[test]
+#[cfg(feature = "fault-injection")]
+fn a_served_task_whose_run_failed_is_run_again_and_ends_verified() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-retry");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
+    let out = loop_in(&home)
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    let (server, url) = shared::serve(&home, &project, &[("LOOP_FAULT_RUNS_FAIL", "2")], &[]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .post(&format!("{url}/api/v1/tasks"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .content_type("application/json")
+        .send(
+            serde_json::json!({"instruction": "slow", "checks": ["test \"$(cat slow.txt)\" = once"], "model": "scripted:script.yaml"})
+                .to_string(),
+        )
+        .unwrap();
+    let body = resp.body_mut().read_to_string().unwrap();
+    assert!(matches!(resp.status().as_u16(), 201 | 202), "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Two failed runs: 5 s, then 10 s, before the third.
+    let start = Instant::now();
+    let ended = loop {
+        let v = get(&format!("{url}/api/v1/tasks/{id}"), &token);
+        if v["outcome"].is_string() {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{v}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(ended["outcome"], "verified", "{ended}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(14),
+        "ended before both retries: {:?}",
+        start.elapsed()
+    );
+    shared::stop(server);
+}

@@ -295,6 +295,11 @@ pub(crate) fn drive(
     let clock = SystemClock;
     let observer = &mut crate::wiring::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
+    if run_fault() {
+        return Err(Error::internal(format!(
+            "task {task_id}: the run failed before it claimed the task (fault injected)"
+        )));
+    }
     sweep(observer);
     let owner = match claimed {
         Some(o) => o,
@@ -841,6 +846,25 @@ fn renewal_fault() -> bool {
 /// Without the `fault-injection` feature nothing is injected.
 #[cfg(not(feature = "fault-injection"))]
 fn renewal_fault() -> bool {
+    false
+}
+
+/// Test-only fault injection (the `fault-injection` feature): the first
+/// `N` runs this process starts fail with an error before they claim their
+/// task (`LOOP_FAULT_RUNS_FAIL=N`).
+#[cfg(feature = "fault-injection")]
+fn run_fault() -> bool {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let failing = std::env::var("LOOP_FAULT_RUNS_FAIL")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < failing
+}
+
+/// Without the `fault-injection` feature nothing is injected.
+#[cfg(not(feature = "fault-injection"))]
+fn run_fault() -> bool {
     false
 }
 

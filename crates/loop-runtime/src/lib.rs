@@ -46,7 +46,7 @@ pub mod wiring;
 
 pub use changes::Settled;
 pub use control::{Cancelled, answer, cancel, interrupted_tasks};
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};
 pub use prepare::submit;
 pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};

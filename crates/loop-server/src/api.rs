@@ -122,16 +122,23 @@ pub(crate) async fn schedules(state: AppState) {
 }
 
 /// Take up the API's tasks an earlier server left interrupted.
-pub(crate) fn resume_interrupted(state: &AppState) {
+/// Take up the interrupted tasks an earlier server ran (they have an
+/// owner), and those the command line started when told to adopt them:
+/// how many were taken up, and how many of the command line's were left.
+pub(crate) fn resume_interrupted(state: &AppState) -> (usize, usize) {
     let Ok(tasks) = state.runtime.tasks() else {
-        return;
+        return (0, 0);
     };
-    for t in tasks
-        .into_iter()
-        .filter(|t| t.interrupted && t.owner.is_some())
-    {
-        state.pool.start(t.id, None);
+    let (mut taken, mut left) = (0, 0);
+    for t in tasks.into_iter().filter(|t| t.interrupted) {
+        if t.owner.is_some() || state.adopt_cli_tasks {
+            taken += 1;
+            state.pool.start(t.id, None);
+        } else {
+            left += 1;
+        }
     }
+    (taken, left)
 }
 
 /// What the console's files may do: load only themselves, talk only to

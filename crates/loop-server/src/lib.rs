@@ -50,6 +50,9 @@ pub struct ServeOptions {
     /// Hand tasks to `loop worker` processes through this queue (URL and
     /// settings) instead of running them here.
     pub queue: Option<(String, loop_store::QueueOptions)>,
+    /// Take up, besides the interrupted tasks an earlier server ran, those
+    /// the command line started (`loop run` killed or stopped).
+    pub adopt_cli_tasks: bool,
 }
 
 /// What every handler shares.
@@ -76,6 +79,8 @@ pub struct AppState {
     mcp_sessions: Arc<Mutex<mcp::Sessions>>,
     /// New tasks' preparations: at most `jobs` at once.
     prestart: Arc<prestart::Prestart>,
+    /// Interrupted tasks the command line started are taken up too.
+    adopt_cli_tasks: bool,
 }
 
 /// Unauthenticated failures (a webhook name nobody configured, a signature
@@ -182,7 +187,15 @@ impl AppState {
             drafts: Arc::default(),
             mcp_sessions: Arc::default(),
             prestart: Arc::new(prestart::Prestart::new(jobs)),
+            adopt_cli_tasks: false,
         }
+    }
+
+    /// Take up, at the start, the interrupted tasks the command line
+    /// started as well as the server's own.
+    pub fn adopting_cli_tasks(mut self, adopt: bool) -> AppState {
+        self.adopt_cli_tasks = adopt;
+        self
     }
 
     /// A new task's request waits `d` for the task's preparation before
@@ -438,8 +451,19 @@ pub async fn serve_on_with(
     // The store is never asked on the executor (a PostgreSQL store's
     // client blocks on a runtime of its own).
     let first = state.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await {
-        tracing::warn!("resuming interrupted tasks: {e}");
+    // Said on standard output, never failing the server when nobody reads
+    // it any more (a caller may read only the first line).
+    let say = |line: String| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), "{line}");
+    };
+    match tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await {
+        Ok((taken, 0)) if taken > 0 => say(format!("took up {taken} interrupted task(s)")),
+        Ok((taken, left)) if left > 0 => say(format!(
+            "took up {taken} interrupted task(s); left {left} the command line started (`loop resume ID` takes one up, `loop serve --adopt-cli-tasks` all)"
+        )),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("resuming interrupted tasks: {e}"),
     }
     tokio::spawn(api::schedules(state.clone()));
     tokio::spawn(give_back_memory());
@@ -573,6 +597,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
             }
             None => (AppState::new(runtime.clone(), opts.rate_per_minute, opts.jobs), String::new()),
         };
+        let state = state.adopting_cli_tasks(opts.adopt_cli_tasks);
         println!(
             "serving {} at http://{local} (API /api/v1, OpenAPI /openapi.json){queued}; Ctrl-C stops",
             runtime.project().display()

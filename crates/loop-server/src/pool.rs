@@ -28,6 +28,12 @@ struct Job {
 /// the next server.
 const RETRIES: u32 = 6;
 
+/// How often a task whose run failed with an error (not a fault, not a
+/// decision: the task did not end) is run again here, on the same
+/// schedule; past that it waits, interrupted, for `loop resume` or the
+/// next server.
+const ERROR_RETRIES: u32 = 3;
+
 #[derive(Default)]
 struct Queue {
     waiting: VecDeque<Job>,
@@ -256,6 +262,21 @@ fn work(inner: &Arc<Inner>) {
                     job.id,
                     e.message,
                     5u64 << job.retries
+                );
+                true
+            }
+            // A run that failed (its workspace could not be made, the
+            // store refused a write) is not an end either: tried again a
+            // few times before it waits for a person or the next server.
+            Ok(Err(e))
+                if e.kind == loop_runtime::ErrorKind::Internal && job.retries < ERROR_RETRIES =>
+            {
+                tracing::warn!(
+                    "task {}: its run failed: {} (it runs again here in {} s, {} of {ERROR_RETRIES})",
+                    job.id,
+                    e.message,
+                    5u64 << job.retries,
+                    job.retries + 1
                 );
                 true
             }
