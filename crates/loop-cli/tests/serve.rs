@@ -399,7 +399,10 @@ fn a_server_takes_up_the_command_lines_interrupted_tasks_only_when_told_to() {
         .args(["run", "--task"])
         .arg(home.join("task.yaml"))
         .arg("--model")
-        .arg(format!("scripted:{}", project.join("script.yaml").display()))
+        .arg(format!(
+            "scripted:{}",
+            project.join("script.yaml").display()
+        ))
         .arg("--project")
         .arg(&project)
         .stdout(std::process::Stdio::null())
@@ -530,5 +533,156 @@ fn a_served_task_whose_run_failed_is_run_again_and_ends_verified() {
         "ended before both retries: {:?}",
         start.elapsed()
     );
+    shared::stop(server);
+}
+
+/// A contract drafted over the API waits for its answer across a restart
+/// of the server: the next server shows it, and accepting it there starts
+/// the task (its contract judged again as one the person gives), which
+/// ends verified. A second draft rejected after the restart ends, and
+/// nothing starts.
+#[test]
+fn a_drafted_contract_waiting_for_its_answer_survives_a_restart_of_the_server() {
+    const DRAFTING: &str = "draft:
+  - calls:
+      - tool: propose_contract
+        args:
+          criteria:
+            - id: hello
+              text: hello.txt says hello
+              checks:
+                - run: grep -q hello hello.txt
+turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-drafts");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
+    let out = loop_in(&home)
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let post = |url: &str, body: serde_json::Value| -> (u16, serde_json::Value) {
+        let mut r = agent
+            .post(url)
+            .header("Authorization", &format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body.to_string())
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or_default())
+    };
+    let settled = |url: &str, id: &str| -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let v = get(&format!("{url}/api/v1/drafts/{id}"), &token);
+            if v["state"] != "drafting" {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let (server, url) = shared::serve(&home, &project, &[], &[]);
+    let mut drafts = Vec::new();
+    for _ in 0..2 {
+        let (status, v) = post(
+            &format!("{url}/api/v1/tasks"),
+            serde_json::json!({"instruction": "write hello.txt saying hello", "model": "scripted:draft.yaml"}),
+        );
+        assert_eq!(status, 202, "{v}");
+        let d = v["draft"].as_str().unwrap().to_string();
+        assert_eq!(settled(&url, &d)["state"], "proposed");
+        drafts.push(d);
+    }
+    shared::stop(server);
+    let (server, said) = serve_saying(&home, &project, &[], &[], 2);
+    assert_eq!(
+        said[1], "2 drafted contract(s) wait for their answer",
+        "{said:?}"
+    );
+    let url = said[0]
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let v = get(&format!("{url}/api/v1/drafts/{}", drafts[0]), &token);
+    assert_eq!(v["state"], "proposed", "{v}");
+    assert!(
+        v["contract"]
+            .as_str()
+            .unwrap()
+            .contains("grep -q hello hello.txt"),
+        "{v}"
+    );
+    let (status, v) = post(
+        &format!("{url}/api/v1/drafts/{}/confirm", drafts[0]),
+        serde_json::json!({}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let v = settled(&url, &drafts[0]);
+    assert_eq!(v["state"], "started", "{v}");
+    let id = v["task_id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    let ended = loop {
+        let t = get(&format!("{url}/api/v1/tasks/{id}"), &token);
+        if t["outcome"].is_string() {
+            break t;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{t}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(ended["outcome"], "verified", "{ended}");
+    assert_eq!(ended["owner"], "alice", "{ended}");
+    // Answered twice: 409.
+    let (status, _) = post(
+        &format!("{url}/api/v1/drafts/{}/confirm", drafts[0]),
+        serde_json::json!({}),
+    );
+    assert_eq!(status, 409);
+    let (status, v) = post(
+        &format!("{url}/api/v1/drafts/{}/confirm", drafts[1]),
+        serde_json::json!({"reject": true}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let v = get(&format!("{url}/api/v1/drafts/{}", drafts[1]), &token);
+    assert_eq!(v["state"], "ended", "{v}");
+    shared::stop(server);
+    // Both answers were kept: a third server has nothing waiting.
+    let (server, said) = serve_saying(&home, &project, &[], &[], 1);
+    let v = get(
+        &format!(
+            "{}/api/v1/drafts/{}",
+            said[0]
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .unwrap(),
+            drafts[1]
+        ),
+        &token,
+    );
+    assert_eq!(v["state"], "ended", "{v}");
     shared::stop(server);
 }

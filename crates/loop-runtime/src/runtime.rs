@@ -92,6 +92,28 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Keep draft `id` of `owner` (a contract drafted over the API; `body`
+    /// says where it stands) in the store, under this project: it outlives
+    /// the server that drafted it.
+    pub fn keep_draft(&self, id: &str, owner: &str, body: &serde_json::Value) -> Result<(), Error> {
+        let project = self.scope()?.identity.id;
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        self.store()?
+            .put_draft(id, owner, &project, &body.to_string(), now)
+            .map_err(crate::layout::store_err)
+    }
+
+    /// This project's kept drafts, oldest first, once those last written
+    /// before `before_ms` are dropped.
+    pub fn kept_drafts(&self, before_ms: u64) -> Result<Vec<loop_store::DraftRecord>, Error> {
+        let project = self.scope()?.identity.id;
+        let store = self.store()?;
+        store
+            .drop_drafts(&project, before_ms)
+            .map_err(crate::layout::store_err)?;
+        store.drafts(&project).map_err(crate::layout::store_err)
+    }
+
     /// Which store the project uses and whether it answers (`loop doctor`).
     pub fn describe_store(&self) -> Result<String, Error> {
         self.store()?.describe().map_err(Error::from_cause)

@@ -511,7 +511,13 @@ async fn start_draft(
         loop_protocol::random::hex::<8>()
             .map_err(|e| ApiError::from(loop_runtime::Error::from_cause(e)))?
     );
-    crate::drafts::begin(&s.drafts, &id, &caller.owner);
+    crate::drafts::begin(
+        &s.drafts,
+        &id,
+        &caller.owner,
+        &body.instruction,
+        model.as_deref(),
+    );
     let drafts = s.drafts.clone();
     let (draft_id, owner) = (id.clone(), caller.owner.clone());
     let who = format!(
@@ -523,6 +529,7 @@ async fn start_draft(
     let spawned = std::thread::Builder::new()
         .name(format!("draft {id}"))
         .spawn(move || {
+            crate::drafts::keep(&drafts, &draft_id);
             let mut observer = crate::drafts::DraftObserver {
                 drafts: drafts.clone(),
                 id: draft_id.clone(),
@@ -625,6 +632,7 @@ pub(crate) fn confirm_draft(
         (false, Some(text)) => ContractReview::Edited(text),
         (false, None) => ContractReview::Accept,
     };
+    use crate::drafts::Answered;
     match crate::drafts::answer(
         &s.drafts,
         id,
@@ -633,13 +641,100 @@ pub(crate) fn confirm_draft(
         review,
     ) {
         None => Err(ApiError::not_found(&format!("draft {id}"))),
-        Some(false) => Err(ApiError::new(
+        Some(Answered::NotWaiting) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_waiting",
             format!("draft {id} is not waiting for an answer"),
         )),
-        Some(true) => Ok(json!({"id": id, "answered": true})),
+        Some(Answered::Delivered) => Ok(json!({"id": id, "answered": true})),
+        Some(Answered::Restored {
+            contract,
+            instruction,
+            model,
+            owner,
+        }) => {
+            start_restored(s, caller, id, (contract, instruction, model, owner))?;
+            Ok(json!({"id": id, "answered": true}))
+        }
     }
+}
+
+/// Start the task of draft `id`, kept by an earlier server and answered
+/// now: its proposed contract (or the person's edit) is judged again as a
+/// contract the person gives, on a thread of its own; the draft says how
+/// it went.
+fn start_restored(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+    (contract, instruction, model, owner): (String, String, Option<String>, String),
+) -> Result<(), ApiError> {
+    let (rt, drafts, pool, metrics) = (
+        s.runtime.clone(),
+        s.drafts.clone(),
+        s.pool.clone(),
+        s.metrics.clone(),
+    );
+    let draft_id = id.to_string();
+    let who = format!(
+        "the API (owner {}, token {})",
+        caller.owner, caller.token_id
+    );
+    let spawned = std::thread::Builder::new()
+        .name(format!("draft {id}"))
+        .spawn(move || {
+            crate::drafts::keep(&drafts, &draft_id);
+            let submitted = (|| {
+                let mut c = loop_protocol::Contract::from_yaml(&contract, "the drafted contract")
+                    .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
+                c.instruction = instruction;
+                // The project's checks are added again as guards, as for
+                // any contract a person gives.
+                c.criteria
+                    .retain(|k| !k.id.starts_with("stack-") && !k.id.starts_with("project-"));
+                let mut observer = crate::drafts::DraftObserver {
+                    drafts: drafts.clone(),
+                    id: draft_id.clone(),
+                    who,
+                };
+                rt.submit(
+                    api_request(
+                        &rt,
+                        c,
+                        loop_runtime::ContractSource::Given,
+                        model,
+                        &owner,
+                        false,
+                    ),
+                    &mut observer,
+                )
+            })();
+            match submitted {
+                Ok(task_id) => {
+                    crate::drafts::set(
+                        &drafts,
+                        &draft_id,
+                        crate::drafts::DraftState::Started {
+                            task_id: task_id.clone(),
+                        },
+                    );
+                    metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+                    pool.start(task_id, None);
+                }
+                Err(e) => crate::drafts::set(
+                    &drafts,
+                    &draft_id,
+                    crate::drafts::DraftState::Ended { reason: e.message },
+                ),
+            }
+        });
+    spawned.map(|_| ()).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot start draft {id}'s task: {e}"),
+        )
+    })
 }
 
 /// The longest wall time a task started here may ask for.

@@ -174,6 +174,7 @@ impl AppState {
         pool: impl FnOnce(Runtime, feed::Hub) -> pool::Pool,
     ) -> AppState {
         let hub = feed::Hub::default();
+        let kept_drafts = drafts::Drafts::kept_in(runtime.clone());
         AppState {
             pool: pool(runtime.clone(), hub.clone()),
             hub,
@@ -184,7 +185,7 @@ impl AppState {
             failures: Arc::default(),
             metrics: Arc::default(),
             ready: Arc::default(),
-            drafts: Arc::default(),
+            drafts: kept_drafts,
             mcp_sessions: Arc::default(),
             prestart: Arc::new(prestart::Prestart::new(jobs)),
             adopt_cli_tasks: false,
@@ -457,6 +458,12 @@ pub async fn serve_on_with(
         use std::io::Write;
         let _ = writeln!(std::io::stdout(), "{line}");
     };
+    let drafts = state.drafts.clone();
+    match tokio::task::spawn_blocking(move || drafts::restore(&drafts)).await {
+        Ok(0) => {}
+        Ok(n) => say(format!("{n} drafted contract(s) wait for their answer")),
+        Err(e) => tracing::warn!("taking up kept drafts: {e}"),
+    }
     match tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await {
         Ok((taken, 0)) if taken > 0 => say(format!("took up {taken} interrupted task(s)")),
         Ok((taken, left)) if left > 0 => say(format!(

@@ -111,11 +111,34 @@ pub const MIGRATIONS: &[&str] = &[
         bytes BYTEA NOT NULL,
         PRIMARY KEY (task_id, sha256)
      );",
+    // 5: contracts drafted over the API, waiting for their person's answer
+    // (they outlive the server that drafted them), by project.
+    "CREATE TABLE drafts (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        project TEXT NOT NULL,
+        body TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+     );
+     CREATE INDEX drafts_by_project ON drafts(project);",
 ];
 
 /// The schema version this build writes.
 pub fn schema_version() -> i64 {
     MIGRATIONS.len() as i64
+}
+
+/// A draft, as stored ([`Store::put_draft`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftRecord {
+    /// Its id.
+    pub id: String,
+    /// Whose it is.
+    pub owner: String,
+    /// Where it stands (JSON).
+    pub body: String,
+    /// When it was last written.
+    pub updated_ms: u64,
 }
 
 /// A bearer token of the API, as stored (its hash, never the token).
@@ -581,6 +604,21 @@ pub trait Store: Send + Sync {
     fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError>;
     /// Give delivery `id` of `trigger` back (nothing was started for it).
     fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError>;
+    /// Keep draft `id` (a contract drafted over the API): its owner, the
+    /// project it is for and where it stands (JSON). Written again, it is
+    /// replaced.
+    fn put_draft(
+        &self,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// The drafts kept for `project`, oldest first.
+    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
+    /// Drop `project`'s drafts last written before `before_ms`; how many.
+    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError>;
     /// Whether runtimes on other machines may share this store, so a task
     /// may move to a machine that does not hold its workspace (its files
     /// are then kept here: [`Store::put_task_file`]).

@@ -23,8 +23,8 @@
 //!   listening connection per process wakes [`Store::wait_for`] callers.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskFile,
-    TaskRecord, TokenRecord,
+    Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
+    StoredEntry, TaskFile, TaskRecord, TokenRecord,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Row};
@@ -1149,6 +1149,53 @@ impl Store for PgStore {
                 .map(|r| r.try_get(0))
                 .transpose()?;
             Ok(at == Some(ms(now_ms)))
+        })
+    }
+
+    fn put_draft(
+        &self,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO drafts (id, owner, project, body, updated_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+                &[&id, &owner, &project, &body, &ms(now_ms)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT id, owner, body, updated_ms FROM drafts WHERE project = $1 ORDER BY updated_ms, id",
+                &[&project],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    Ok(DraftRecord {
+                        id: r.try_get(0)?,
+                        owner: r.try_get(1)?,
+                        body: r.try_get(2)?,
+                        updated_ms: r.try_get::<_, i64>(3)?.max(0) as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>, postgres::Error>>()?)
+        })
+    }
+
+    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+        self.run(|c| {
+            Ok(c.execute(
+                "DELETE FROM drafts WHERE project = $1 AND updated_ms < $2",
+                &[&project, &ms(before_ms)],
+            )?)
         })
     }
 

@@ -1,8 +1,8 @@
 //! The embedded SQLite backend.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, MIGRATIONS, Owner, Store, StoreError, StoredEntry, TaskFile,
-    TaskRecord, TokenRecord,
+    Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
+    StoredEntry, TaskFile, TaskRecord, TokenRecord,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -747,6 +747,60 @@ impl Store for SqliteStore {
             )
             .map_err(|e| self.err(e))?;
             Ok(())
+        })
+    }
+
+    fn put_draft(
+        &self,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO drafts (id, owner, project, body, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+                params![id, owner, project, body, now_ms as i64],
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
+    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+        self.with(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id, owner, body, updated_ms FROM drafts WHERE project = ?1 ORDER BY updated_ms, id",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map(params![project], |r| {
+                    Ok(DraftRecord {
+                        id: r.get(0)?,
+                        owner: r.get(1)?,
+                        body: r.get(2)?,
+                        updated_ms: r.get::<_, i64>(3)? as u64,
+                    })
+                })
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+            Ok(rows)
+        })
+    }
+
+    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let n = c
+                .execute(
+                    "DELETE FROM drafts WHERE project = ?1 AND updated_ms < ?2",
+                    params![project, before_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n as u64)
         })
     }
 

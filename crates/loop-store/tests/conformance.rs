@@ -554,6 +554,38 @@ fn approvals_tokens_and_deliveries_round_trip() {
         assert!(s.take_delivery("other", "d1", 2_000).unwrap(), "{who}");
         s.forget_delivery("hook", "d1").unwrap();
         assert!(s.take_delivery("hook", "d1", 3_000).unwrap(), "{who}");
+
+        // Drafts: by project, replaced when written again, dropped by age.
+        s.put_draft("d-1", "alice", "p-a", r#"{"state":"drafting"}"#, 10)
+            .unwrap();
+        s.put_draft("d-2", "bob", "p-a", r#"{"state":"proposed"}"#, 20)
+            .unwrap();
+        s.put_draft("d-3", "carol", "p-b", "{}", 15).unwrap();
+        s.put_draft("d-1", "alice", "p-a", r#"{"state":"ended"}"#, 30)
+            .unwrap();
+        let kept = s.drafts("p-a").unwrap();
+        let got: Vec<(&str, &str, &str, u64)> = kept
+            .iter()
+            .map(|d| {
+                (
+                    d.id.as_str(),
+                    d.owner.as_str(),
+                    d.body.as_str(),
+                    d.updated_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("d-2", "bob", r#"{"state":"proposed"}"#, 20),
+                ("d-1", "alice", r#"{"state":"ended"}"#, 30)
+            ],
+            "{who}"
+        );
+        assert_eq!(s.drop_drafts("p-a", 25).unwrap(), 1, "{who}");
+        assert_eq!(s.drafts("p-a").unwrap().len(), 1, "{who}");
+        assert_eq!(s.drafts("p-b").unwrap()[0].id, "d-3", "{who}");
     }
 }
 
