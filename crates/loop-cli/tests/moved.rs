@@ -518,3 +518,120 @@ fn a_task_that_comes_back_to_a_machine_brings_its_stale_copy_to_the_record() {
     assert_eq!(m["root"].as_str(), Some(end_root.as_str()), "{m}");
     assert_eq!(end_root, ledger_root(&db.url, &id));
 }
+
+/// How many rows the store keeps of task `id`'s workspace (its files and
+/// contents, its carried-in ones too).
+fn kept_rows(db: &str, id: &str) -> i64 {
+    let mut c = postgres::Client::connect(db, postgres::NoTls).unwrap();
+    let start = format!("{id}/start");
+    let n = |table: &str, c: &mut postgres::Client| -> i64 {
+        c.query_one(
+            &format!("SELECT COUNT(*) FROM {table} WHERE task_id IN ($1, $2)"),
+            &[&id, &start],
+        )
+        .unwrap()
+        .get(0)
+    };
+    n("blobs", &mut c) + n("task_files", &mut c)
+}
+
+/// What the store keeps of a task's workspace (to rebuild it on another
+/// machine) is dropped once its change set is applied, or its workspace
+/// discarded; with `workspace.kept_days` it is kept that long, then
+/// dropped by the next apply or discard.
+#[test]
+fn kept_workspace_contents_are_dropped_on_apply_and_discard_unless_kept_days_keeps_them() {
+    let Some(admin) = std::env::var("LOOP_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var("LOOP_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "LOOP_REQUIRE_SERVICES=1 but LOOP_TEST_POSTGRES_URL is not set"
+        );
+        eprintln!("PostgreSQL missing: skipped");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("moved-release");
+    let [a, _] = machines(&dir);
+    let db = database(&admin, &format!("loop_release_{}", std::process::id()));
+    let run = |dir: &Path| -> String {
+        let out = run_cmd(dir, &db.url, &a).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        let id = stored_ids(&db.url).pop().unwrap();
+        assert!(kept_rows(&db.url, &id) > 2, "nothing kept of {id}");
+        id
+    };
+    let cmd = |args: &[&str]| -> String {
+        let out = loop_cmd(&dir, &db.url, &a)
+            .args(args)
+            .arg("--project")
+            .arg(&a)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {said}");
+        said
+    };
+    // Three tasks from the same start (the first one's apply changes it).
+    let [first, second, third] = [run(&dir), run(&dir), run(&dir)];
+    // Applied: dropped at once, and said.
+    let said = cmd(&["apply", &first, "--yes"]);
+    assert!(
+        said.contains(&format!(
+            "the store no longer keeps task {first}'s workspace"
+        )),
+        "{said}"
+    );
+    assert_eq!(kept_rows(&db.url, &first), 0);
+    // Kept two days: a discard marks it and keeps it.
+    std::fs::write(
+        a.join("Loopfile.yaml"),
+        "version: 1\nproject:\n  id: moved-test-project\nworkspace:\n  kept_days: 2\n",
+    )
+    .unwrap();
+    let before = kept_rows(&db.url, &second);
+    let said = cmd(&["discard", &second]);
+    assert!(!said.contains("no longer keeps"), "{said}");
+    assert_eq!(kept_rows(&db.url, &second), before + 1, "kept, and marked");
+    // Three days later (the mark moved back), the next discard drops it.
+    let mut c = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let three_days_ago = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 3 * 24 * 3600 * 1000)
+        .to_string();
+    c.execute(
+        "UPDATE task_files SET body = $2 WHERE task_id = $1 AND name = 'released'",
+        &[&second, &three_days_ago],
+    )
+    .unwrap();
+    let said = cmd(&["discard", &third]);
+    assert!(
+        said.contains(&format!(
+            "the store no longer keeps task {second}'s workspace"
+        )),
+        "{said}"
+    );
+    assert_eq!(kept_rows(&db.url, &second), 0);
+    assert!(
+        kept_rows(&db.url, &third) > 2,
+        "the third is kept its two days"
+    );
+}
+
+/// Every task id the store holds, oldest first.
+fn stored_ids(db: &str) -> Vec<String> {
+    let mut c = postgres::Client::connect(db, postgres::NoTls).unwrap();
+    c.query("SELECT id FROM tasks ORDER BY created_ms, id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}

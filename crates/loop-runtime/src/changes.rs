@@ -469,6 +469,7 @@ pub fn apply(
                 ));
             }
             out.note(&format!("addendum {}", addendum.display()));
+            crate::moved::release(&t.project, id, out);
             Ok(if matches {
                 Settled::Done
             } else {
@@ -711,6 +712,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     out.note(&format!(
         "discarded the workspace of task {id}; its receipt stays in .loop/receipts"
     ));
+    crate::moved::release(&t.project, id, out);
     Ok(Settled::Done)
 }
 

@@ -62,7 +62,7 @@ const CHECKPOINT_KEYS: &[&str] = &[
 /// `apply:`'s keys.
 const APPLY_KEYS: &[&str] = &["host_executable"];
 /// `workspace:`'s keys.
-const WORKSPACE_KEYS: &[&str] = &["share", "detect"];
+const WORKSPACE_KEYS: &[&str] = &["share", "detect", "kept_days"];
 /// A share's keys.
 const SHARE_KEYS: &[&str] = &["path", "mode"];
 /// The ways to share.
@@ -127,6 +127,10 @@ pub struct Loopfile {
     pub store: Option<String>,
     /// `mcp_servers:`: MCP servers whose allowed tools tasks are offered.
     pub mcp_servers: Vec<loop_tools::mcp::McpServer>,
+    /// `workspace.kept_days`: days the store keeps a task's workspace
+    /// contents once its change set is applied or discarded (0: dropped
+    /// then).
+    pub kept_days: u64,
     /// `project:`: the project's id when every clone is to serve the same
     /// project, and other projects' ids whose tasks this one runs too.
     pub project: ProjectSection,
@@ -710,6 +714,12 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
             out.no_share_detection = r.boolean(v, "`detect`").is_some_and(|d| !d);
             continue;
         }
+        if k.name == "kept_days" {
+            if let Some(n) = r.unsigned(v, "`workspace.kept_days`", 0) {
+                out.kept_days = n.min(3650);
+            }
+            continue;
+        }
         for item in r.seq(v, "`share`").unwrap_or_default() {
             let (path_node, mode) = match &item.value {
                 Value::Map(_) => {
@@ -1036,6 +1046,8 @@ pub fn schema() -> serde_json::Value {
         "workspace" => json!({"type": "object", "additionalProperties": false,
         "properties": props(WORKSPACE_KEYS, |k| match k {
             "detect" => json!({"type": "boolean", "default": true}),
+            "kept_days" => json!({"type": "integer", "minimum": 0, "maximum": 3650, "default": 0,
+                "description": "days the store keeps a task's workspace contents (for rebuilding it on another machine) once its change set is applied or discarded; 0 drops them then"}),
             _ => json!({"type": "array", "items": {"oneOf": [
                 {"type": "string", "minLength": 1},
                 {"type": "object", "additionalProperties": false, "required": ["path"],

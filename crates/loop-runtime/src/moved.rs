@@ -112,6 +112,83 @@ pub(crate) fn keep_start(
     put(task_id, ORIGIN, &read("workspace.json")?, &[])
 }
 
+/// When a task's change set was applied or discarded (kept with
+/// `workspace.kept_days`).
+const RELEASED: &str = "released";
+
+/// Task `task_id`'s change set was applied or its workspace discarded:
+/// what the store keeps of its workspace (to rebuild it on another
+/// machine) is not needed any more. Dropped now, or with the Loopfile's
+/// `workspace.kept_days` marked and dropped by the first apply or discard
+/// that many days later (older marked ones are dropped on the way). A
+/// failure is said, never fatal: the apply or discard stands.
+pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observer) {
+    let days = crate::loopfile::Loopfile::load(project).map_or(0, |l| l.kept_days);
+    let (store, scope) = match (
+        crate::layout::open_store(project),
+        crate::layout::project_scope(project),
+    ) {
+        (Ok(s), Ok(p)) => (s, p),
+        (Err(e), _) | (_, Err(e)) => {
+            out.note(&format!(
+                "warning: what the store keeps of task {task_id}'s workspace was not released: {e}"
+            ));
+            return;
+        }
+    };
+    let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+    let drop_one = |id: &str, out: &mut dyn crate::Observer| {
+        let had = store.task_file(id, ORIGIN).ok().flatten().is_some();
+        match store.drop_task_contents(id) {
+            Ok(freed) if had || freed > 0 => out.note(&format!(
+                "the store no longer keeps task {id}'s workspace ({} KiB of contents freed)",
+                freed.div_ceil(1024)
+            )),
+            Ok(_) => {}
+            Err(e) => out.note(&format!(
+                "warning: what the store keeps of task {id}'s workspace was not dropped: {e}"
+            )),
+        }
+    };
+    if days == 0 {
+        drop_one(task_id, out);
+    } else {
+        let marked = store.put_task_file(
+            task_id,
+            &loop_store::TaskFile {
+                name: RELEASED,
+                body: &now.to_string(),
+                blobs: &[],
+                keep_only: None,
+                durable: true,
+            },
+            None,
+            now,
+        );
+        if let Err(e) = marked {
+            out.note(&format!(
+                "warning: task {task_id}'s release was not recorded: {e}"
+            ));
+        }
+    }
+    // Those whose days are over.
+    let Ok(tasks) = store.tasks() else {
+        return;
+    };
+    let window = days.saturating_mul(24 * 3600 * 1000);
+    for t in tasks {
+        if !scope.takes(crate::layout::stored_project(&t).as_ref()) {
+            continue;
+        }
+        let released = store.task_file(&t.id, RELEASED).ok().flatten();
+        if let Some(at) = released.and_then(|b| b.trim().parse::<u64>().ok())
+            && now.saturating_sub(at) >= window
+        {
+            drop_one(&t.id, out);
+        }
+    }
+}
+
 /// Where a task's carried-in contents are kept.
 fn start_owner(task_id: &str) -> String {
     format!("{task_id}/start")

@@ -604,6 +604,10 @@ pub trait Store: Send + Sync {
     fn take_delivery(&self, trigger: &str, id: &str, now_ms: u64) -> Result<bool, StoreError>;
     /// Give delivery `id` of `trigger` back (nothing was started for it).
     fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError>;
+    /// Drop what is kept of `task`'s workspace (its files and the contents
+    /// they name, its carried-in contents too): once its change set is
+    /// applied or discarded, nothing needs it. The bytes of contents freed.
+    fn drop_task_contents(&self, task: &str) -> Result<u64, StoreError>;
     /// Keep draft `id` (a contract drafted over the API): its owner, the
     /// project it is for and where it stands (JSON). Written again, it is
     /// replaced.

@@ -1152,6 +1152,29 @@ impl Store for PgStore {
         })
     }
 
+    fn drop_task_contents(&self, task: &str) -> Result<u64, StoreError> {
+        let start = format!("{task}/start");
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let freed: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(SUM(LENGTH(bytes)), 0)::BIGINT FROM blobs WHERE task_id IN ($1, $2)",
+                    &[&task, &start],
+                )?
+                .try_get(0)?;
+            tx.execute(
+                "DELETE FROM blobs WHERE task_id IN ($1, $2)",
+                &[&task, &start],
+            )?;
+            tx.execute(
+                "DELETE FROM task_files WHERE task_id IN ($1, $2)",
+                &[&task, &start],
+            )?;
+            tx.commit()?;
+            Ok(freed.max(0) as u64)
+        })
+    }
+
     fn put_draft(
         &self,
         id: &str,

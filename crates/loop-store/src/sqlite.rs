@@ -750,6 +750,32 @@ impl Store for SqliteStore {
         })
     }
 
+    fn drop_task_contents(&self, task: &str) -> Result<u64, StoreError> {
+        let start = format!("{task}/start");
+        self.with(|c| {
+            let tx = c.unchecked_transaction().map_err(|e| self.err(e))?;
+            let freed: i64 = tx
+                .query_row(
+                    "SELECT COALESCE(SUM(LENGTH(bytes)), 0) FROM blobs WHERE task_id IN (?1, ?2)",
+                    params![task, start],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "DELETE FROM blobs WHERE task_id IN (?1, ?2)",
+                params![task, start],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.execute(
+                "DELETE FROM task_files WHERE task_id IN (?1, ?2)",
+                params![task, start],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))?;
+            Ok(freed.max(0) as u64)
+        })
+    }
+
     fn put_draft(
         &self,
         id: &str,

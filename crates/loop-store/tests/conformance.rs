@@ -770,6 +770,23 @@ fn task_files_and_their_contents_travel_with_the_store_and_only_the_holder_write
             Some("four")
         );
         assert_eq!(other.blob("t", "d1").unwrap(), Some(bytes.clone()), "{who}");
+        // Dropped once nothing needs them (its carried-in contents too),
+        // another task's untouched; the bytes freed are counted.
+        let start = vec![("s1".to_string(), b"carried".to_vec())];
+        s.put_task_file("t/start", &file("x", "", &start, None, true), None, 6)
+            .unwrap();
+        s.put_task_file("u", &file("tree", "u's", &d2, None, true), None, 6)
+            .unwrap();
+        let freed = s.drop_task_contents("t").unwrap();
+        assert_eq!(freed, (bytes.len() + 1 + 7) as u64, "{who}");
+        for name in ["tree", "baseline"] {
+            assert_eq!(s.task_file("t", name).unwrap(), None, "{who}");
+        }
+        assert_eq!(s.blob("t", "d1").unwrap(), None, "{who}");
+        assert_eq!(s.blob("t/start", "s1").unwrap(), None, "{who}");
+        assert_eq!(s.task_file("u", "tree").unwrap().as_deref(), Some("u's"));
+        assert_eq!(s.blob("u", "d2").unwrap(), Some(b"two".to_vec()), "{who}");
+        assert_eq!(s.drop_task_contents("t").unwrap(), 0, "{who}");
     }
 }
 
