@@ -194,6 +194,26 @@ pub struct Limits {
         skip_serializing_if = "is_default_disk_mb"
     )]
     pub disk_mb: u64,
+    /// What the task's commands may write in all, in MiB: what each one's
+    /// disk holds at its end ([`Limits::disk_mb`] caps one command), added
+    /// up over the task; once it is reached, no more commands run.
+    #[serde(
+        default = "default_write_mb",
+        skip_serializing_if = "is_default_write_mb"
+    )]
+    pub write_mb: u64,
+}
+
+/// The default of [`Limits::write_mb`]: 16 GiB (eight commands filling
+/// their disk).
+pub const DEFAULT_WRITE_MB: u64 = 16 * 1024;
+
+fn default_write_mb() -> u64 {
+    DEFAULT_WRITE_MB
+}
+
+fn is_default_write_mb(n: &u64) -> bool {
+    *n == DEFAULT_WRITE_MB
 }
 
 /// The default of [`Limits::disk_mb`]: 2 GiB.
@@ -233,6 +253,7 @@ impl Default for Limits {
             max_diff_lines: default_max_diff_lines(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             disk_mb: DEFAULT_DISK_MB,
+            write_mb: DEFAULT_WRITE_MB,
         }
     }
 }
@@ -400,6 +421,9 @@ impl Contract {
         }
         if l.disk_mb != DEFAULT_DISK_MB {
             limits["disk_mb"] = l.disk_mb.into();
+        }
+        if l.write_mb != DEFAULT_WRITE_MB {
+            limits["write_mb"] = l.write_mb.into();
         }
         let mut doc = Map::new();
         doc.insert("version".into(), self.version.into());

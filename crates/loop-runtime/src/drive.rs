@@ -127,6 +127,21 @@ struct Wired<'a> {
     /// A fault (the claim cannot be renewed): the Director decides
     /// nothing and the task stays interrupted, to be resumed.
     interrupted: Arc<AtomicBool>,
+    /// What the task's commands have written (all its runs), and where
+    /// that count is kept.
+    written: (Arc<AtomicU64>, std::path::PathBuf),
+}
+
+/// The count of what a task's commands wrote, kept in its directory.
+const WRITTEN: &str = "written";
+
+/// The count kept at `file` (0 when none is, or it cannot be read).
+#[allow(clippy::disallowed_methods)] // a count in the task directory the runtime made
+fn written_so_far(file: &Path) -> u64 {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The tool box (authority, journal, policies, limits) and the verifier
@@ -152,6 +167,8 @@ fn wire<'a>(
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
+    let written_file = paths.task_dir.join(WRITTEN);
+    let written = Arc::new(AtomicU64::new(written_so_far(&written_file)));
     // The task's own flag: a process that runs several tasks (a server)
     // stops only the one asked to stop. The watcher raises it for a
     // cancel request in the store and for this process's Ctrl-C/SIGTERM.
@@ -184,6 +201,7 @@ fn wire<'a>(
         max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
         max_file_bytes: contract.limits.max_file_bytes,
         disk_bytes: contract.limits.disk_mb.saturating_mul(1024 * 1024),
+        write_bytes: contract.limits.write_mb.saturating_mul(1024 * 1024),
         ..ToolLimits::default()
     };
     // Commands and checks differ only in the hosts they may reach.
@@ -213,6 +231,9 @@ fn wire<'a>(
     // What the task's earlier runs left counts against its disk budget
     // too: a resumed task does not start again from nothing.
     let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
+    // And what its commands wrote (kept in the task directory as they
+    // write; a kill loses at most the last command's count).
+    let toolbox = toolbox.with_written(written.clone());
     // Nothing is written once the claim may have lapsed, and a refused
     // write is a fault, not an observation: the run stops at once and the
     // task stays interrupted (the model never hears of it).
@@ -273,6 +294,7 @@ fn wire<'a>(
         cancel,
         kill,
         interrupted,
+        written: (written, written_file),
     })
 }
 
@@ -444,8 +466,14 @@ pub(crate) fn drive(
             Some(ext) => director.extend(&record.history, record.elapsed_ms, ext),
             None => director.resume(&record.history, record.elapsed_ms),
         },
-    )
-    .map_err(Error::from_cause)?;
+    );
+    // What its commands wrote counts for the task's next run too.
+    let (count, file) = &wired.written;
+    let total = count.load(std::sync::atomic::Ordering::SeqCst);
+    if let Err(e) = loop_workspace::write_atomic(file, total.to_string().as_bytes()) {
+        tracing::warn!("task {task_id}: what its commands wrote ({total} bytes) was not kept: {e}");
+    }
+    let result = result.map_err(Error::from_cause)?;
     // Everything recorded is committed, and the file copy durable, before
     // the receipt names it.
     ledger.flush().map_err(Error::from_cause)?;

@@ -383,6 +383,11 @@ pub struct ExecResult {
     /// The command's writes filled its disk ([`Limits::disk_mb`]): what
     /// it wrote past that failed with "No space left on device".
     pub disk_full: bool,
+    /// Bytes the command's disk held at its end (its layers over the
+    /// workspace and the shares, and its `/tmp`): what it wrote that it did
+    /// not remove, counted against a task's [`Limits::disk_mb`]-per-command
+    /// and its total of writes. 0 where it had no disk of its own.
+    pub disk_used: u64,
     /// Writes to shares whose layer is kept between commands that were
     /// not kept, each with why (the task's kept layers would pass
     /// [`Limits::disk_mb`], or the merge failed).
@@ -1525,7 +1530,7 @@ fn collect(
     kill_group(pgid);
     p.cgroups.destroy();
     trace.mark("cleaned");
-    let (layer, disk_full, not_kept) = keep_writes(req, &mut p)?;
+    let (layer, (disk_full, disk_used), not_kept) = keep_writes(req, &mut p)?;
     let (stdout, stderr) = drain(&rx, &mut p.notes);
     let network = match (p.use_ns && req.net == Net::None, &egress) {
         (true, Some(_)) => "proxy",
@@ -1547,13 +1552,14 @@ fn collect(
         env_imposed,
         layer,
         disk_full,
+        disk_used,
         not_kept,
     })
 }
 
 /// After the command: say so when its writes filled its disk, and hand
 /// back its layer over the workspace when the request keeps it.
-type Kept = (Option<Layer>, bool, Vec<String>);
+type Kept = (Option<Layer>, (bool, u64), Vec<String>);
 
 fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError> {
     let wanted = req.keep_writes && req.overlay_scratch.is_some() && p.layers_on_disk;
@@ -1573,7 +1579,7 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
                 )
             })
             .collect();
-        return Ok((None, false, not_kept));
+        return Ok((None, (false, 0), not_kept));
     };
     // Writes to shares whose layer outlasts the command: kept only while
     // the task's kept layers stay within its disk budget.
@@ -1599,10 +1605,18 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
     p.notes
         .extend(not_kept.iter().map(|n| format!("shared {n}")));
     // SAFETY: fstatvfs into a zeroed struct on a descriptor we own.
-    let full = unsafe {
+    let (full, used) = unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
-        libc::fstatvfs(fd.as_raw_fd(), &mut st) == 0
-            && st.f_bavail.saturating_mul(st.f_bsize) < 1024 * 1024
+        if libc::fstatvfs(fd.as_raw_fd(), &mut st) == 0 {
+            (
+                st.f_bavail.saturating_mul(st.f_bsize) < 1024 * 1024,
+                st.f_blocks
+                    .saturating_sub(st.f_bfree)
+                    .saturating_mul(st.f_frsize),
+            )
+        } else {
+            (false, 0)
+        }
     };
     if full {
         p.notes.push(format!(
@@ -1610,7 +1624,7 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
             req.limits.disk_mb
         ));
     }
-    Ok((wanted.then(|| Layer(Arc::new(fd))), full, not_kept))
+    Ok((wanted.then(|| Layer(Arc::new(fd))), (full, used), not_kept))
 }
 
 /// Resource limits: the address space is the backstop when no cgroup

@@ -18,6 +18,20 @@ impl ToolBox {
         if let Some(refusal) = self.policy_refusal_of(id, &a.command, approved) {
             return refusal;
         }
+        // The task's total of writes: once reached, no command runs.
+        let written = self.written.load(std::sync::atomic::Ordering::SeqCst);
+        if written >= self.limits.write_bytes {
+            return Observation::refused(
+                id,
+                "run_command",
+                "limit: write_mb",
+                format!(
+                    "Refused: the task's commands have written {} MiB in all, its limit of {} MiB (limits.write_mb); no more commands run. Finish with what the workspace holds.",
+                    written >> 20,
+                    self.limits.write_bytes >> 20
+                ),
+            );
+        }
         let max = self.limits.command_timeout;
         let timeout = a
             .timeout_secs
@@ -55,7 +69,11 @@ impl ToolBox {
         self.sandbox.apply(&mut req);
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
-            Ok(r) => r,
+            Ok(r) => {
+                self.written
+                    .fetch_add(r.disk_used, std::sync::atomic::Ordering::SeqCst);
+                r
+            }
             Err(e) => {
                 if let Some(s) = &staging {
                     let _ = std::fs::remove_dir_all(s);

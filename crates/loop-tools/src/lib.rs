@@ -48,6 +48,10 @@ pub struct ToolLimits {
     /// capped by its disk as it runs, and what they leave, added up over
     /// the task, by this.
     pub disk_bytes: u64,
+    /// What the task's commands may write in all, in bytes (the contract's
+    /// `limits.write_mb`): what each one's disk holds at its end, added
+    /// up; once reached, no command runs.
+    pub write_bytes: u64,
 }
 
 impl Default for ToolLimits {
@@ -61,6 +65,7 @@ impl Default for ToolLimits {
             allow_binary: false,
             max_file_bytes: loop_protocol::contract::DEFAULT_MAX_FILE_BYTES,
             disk_bytes: loop_protocol::contract::DEFAULT_DISK_MB * 1024 * 1024,
+            write_bytes: loop_protocol::contract::DEFAULT_WRITE_MB * 1024 * 1024,
         }
     }
 }
@@ -93,6 +98,9 @@ pub struct ToolBox {
     /// Bytes the task's commands have grown the workspace by so far (in
     /// this process), against [`ToolLimits::disk_bytes`].
     grown: std::sync::atomic::AtomicI64,
+    /// Bytes the task's commands have written so far (see
+    /// [`ToolLimits::write_bytes`]).
+    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Says whether writes may go on ([`ToolBox::with_fence`]).
@@ -204,6 +212,7 @@ impl ToolBox {
             fence: None,
             mcp: None,
             grown: Default::default(),
+            written: Default::default(),
         })
     }
 
@@ -245,6 +254,19 @@ impl ToolBox {
     pub fn with_disk_used(self, bytes: i64) -> Self {
         self.grown.store(bytes, std::sync::atomic::Ordering::SeqCst);
         self
+    }
+
+    /// Count what the task's commands write in `counter` (which holds
+    /// what its earlier runs wrote, for a task resumed: counted against
+    /// [`ToolLimits::write_bytes`] too), so the caller can keep it.
+    pub fn with_written(mut self, counter: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        self.written = counter;
+        self
+    }
+
+    /// Bytes counted against [`ToolLimits::write_bytes`] so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Bytes counted against [`ToolLimits::disk_bytes`] so far.

@@ -1095,3 +1095,70 @@ fn a_resumed_task_counts_what_its_earlier_runs_wrote_against_its_disk_budget() {
         "{said}"
     );
 }
+
+/// The task's total of writes (limits.write_mb): a command that writes and
+/// removes never grows the workspace, but what each leaves on its disk
+/// adds up; once the total is reached no command runs (and a resumed
+/// task's earlier writes count). Below it, the same commands run.
+#[test]
+fn what_a_tasks_commands_write_in_all_is_bounded_not_only_each_command() {
+    let d = TestDir::new("tools-write-total");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let jail = Jail::new(&ws, Protected::new(&[]).unwrap()).unwrap();
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (t, _) = ToolBox::new(
+        jail,
+        ToolLimits {
+            write_bytes: 5 << 20,
+            ..ToolLimits::default()
+        },
+    )
+    .unwrap()
+    .with_written(counter.clone())
+    .with_journal(&d.path().join("journal"))
+    .unwrap();
+    let mut t = t;
+    // Each run writes 2 MiB to a scratch file it keeps in /tmp (its disk),
+    // and the workspace gets one line.
+    let churn =
+        json!({"command": "head -c 2097152 /dev/zero > /tmp/scratch.bin; echo run >> runs.log"});
+    let mut ran = 0;
+    let mut refusal = String::new();
+    for _ in 0..6 {
+        let o = t.execute(&call("run_command", churn.clone()));
+        if matches!(
+            o.observation.status,
+            loop_protocol::ObservationStatus::Refused { .. }
+        ) {
+            refusal = o.observation.content;
+            break;
+        }
+        ran += 1;
+    }
+    assert_eq!(ran, 3, "2 MiB a run: three runs reach 5 MiB ({refusal})");
+    assert!(
+        refusal.contains("limits.write_mb") && refusal.contains("no more commands run"),
+        "{refusal}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("runs.log"))
+            .unwrap()
+            .lines()
+            .count(),
+        3
+    );
+    // The count is the caller's to keep (a resumed task starts from it).
+    assert!(counter.load(std::sync::atomic::Ordering::SeqCst) >= 6 << 20);
+    // The file tools still work: only commands stop.
+    let o = t.execute(&call(
+        "write_file",
+        json!({"path": "note.txt", "content": "done\n"}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        loop_protocol::ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+}

@@ -30,6 +30,7 @@ pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_diff_lines",
     "max_file_bytes",
     "disk_mb",
+    "write_mb",
 ];
 pub(super) const CHECK_KINDS: &[&str] = &[
     "run",
@@ -259,6 +260,11 @@ impl Reader {
                 "disk_mb" => {
                     if let Some(n) = self.unsigned(v, "`disk_mb`", 1) {
                         l.disk_mb = n;
+                    }
+                }
+                "write_mb" => {
+                    if let Some(n) = self.unsigned(v, "`write_mb`", 1) {
+                        l.write_mb = n;
                     }
                 }
                 "budget_usd" => match v.value {

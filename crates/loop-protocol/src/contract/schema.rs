@@ -84,6 +84,9 @@ pub fn contract_schema() -> Value {
                 "disk_mb" => count(
                     "MiB one command may write (its /tmp and its layer over the workspace, on one size-capped tmpfs), and the task's commands may grow the workspace by (default 2048)",
                 ),
+                "write_mb" => count(
+                    "MiB the task's commands may write in all (what each leaves on its disk, added up; default 16384): past it no more commands run",
+                ),
                 _ => count("the largest file a command may bring in (default 128 MiB)"),
             };
             (k.to_string(), v)
