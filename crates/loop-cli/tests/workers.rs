@@ -954,6 +954,60 @@ fn two_projects_on_one_store_and_queue_each_run_only_their_own_tasks() {
     kill(&mut worker);
     assert_eq!(b.tasks()[&b_task]["outcome"], "verified");
     assert!(redis.dead_letters().is_empty());
+    // A clone told to serve B runs B's next task, and B gets its receipt
+    // (written in the clone, kept in the store, brought to B when B asks).
+    std::fs::write(
+        c.project.join("Loopfile.yaml"),
+        format!("version: 1\nproject:\n  serves: [{b_id}]\n"),
+    )
+    .unwrap();
+    let served = b.submit(&b.dir.join("script.yaml"));
+    let mut worker = c.worker(1, 3, &c_log);
+    wait_for(120, "the clone never ran B's task", || {
+        b.tasks()
+            .get(&served)
+            .is_some_and(|v| v["state"] == "terminal")
+    });
+    kill(&mut worker);
+    let receipt = |s: &Setup| {
+        s.project
+            .join(format!(".loop/receipts/{served}.receipt.json"))
+    };
+    // (B's own runtime ran nothing since: what B holds came from the store,
+    // brought when B looked, `loop list` above included.)
+    assert!(receipt(&c).exists(), "the clone that ran it wrote it");
+    let out = b
+        .loop_cmd()
+        .args(["status", &served, "--json", "--project"])
+        .arg(&b.project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcome"], "verified", "{v}");
+    assert_eq!(
+        v["receipt"].as_str(),
+        Some(receipt(&b).display().to_string().as_str()),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(receipt(&b)).unwrap(),
+        std::fs::read(receipt(&c)).unwrap()
+    );
+    // Checked offline in B, with the key of the machine that signed it
+    // (the clone's state directory holds it).
+    let verified = c
+        .loop_cmd()
+        .arg("verify")
+        .arg(receipt(&b))
+        .output()
+        .unwrap();
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        shared::text(&verified)
+    );
 }
 
 /// A PostgreSQL cluster of the test's own (the real server, from the

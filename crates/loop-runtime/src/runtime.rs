@@ -317,9 +317,30 @@ impl Runtime {
             .map_err(crate::layout::store_err)
     }
 
-    /// Task `id` in full.
+    /// Task `id` in full. A task that ended elsewhere (another machine, a
+    /// clone that serves this project) has its receipt brought here.
     pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
-        crate::query::status(self.store()?, &self.project, id)
+        let mut s = crate::query::status(self.store()?, &self.project, id)?;
+        if s.task.receipt.is_some()
+            && let Some(here) = self.bring_receipt(id)
+        {
+            s.task.receipt = Some(here.display().to_string());
+        }
+        Ok(s)
+    }
+
+    /// Task `id`'s receipt in this project's `.loop/receipts`, brought
+    /// from a shared store when the task ended elsewhere (said, not fatal,
+    /// when it cannot be).
+    fn bring_receipt(&self, id: &str) -> Option<PathBuf> {
+        let store = self.store().ok()?;
+        match crate::ship::bring_receipt(store, &self.project, id) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("task {id}: its receipt was not brought here: {e}");
+                None
+            }
+        }
     }
 
     /// Task `id`'s events from position `since` on.
@@ -340,6 +361,7 @@ impl Runtime {
         trust_host_files: bool,
         observer: &mut dyn Observer,
     ) -> Result<Settled, Error> {
+        self.bring_receipt(id);
         crate::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
     }
 
@@ -351,6 +373,7 @@ impl Runtime {
     /// Task `id`'s change set: from its receipt once it has ended, else
     /// from its workspace as it is now.
     pub fn diff(&self, id: &str) -> Result<crate::changes::Diff, Error> {
+        self.bring_receipt(id);
         crate::changes::diff(&self.project, id)
     }
 

@@ -17,6 +17,145 @@ use std::path::Path;
 /// limit is 1 GiB; an artifact is evidence, not a data set).
 const ARTIFACT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
+/// The receipt, as a shared store keeps it.
+const RECEIPT: &str = "receipt";
+
+/// Where a shared store keeps a task's receipt and the files beside it.
+fn receipt_owner(id: &str) -> String {
+    format!("{id}/receipt")
+}
+
+/// A receipt as a shared store keeps it: the envelope, and the files
+/// beside it (named relative to `.loop/receipts`) by content.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptReceipt {
+    envelope: String,
+    files: Vec<(String, String)>,
+}
+
+/// Keep the receipt just written, its change set and its artifacts in the
+/// store (the ledger is the store's already).
+#[allow(clippy::disallowed_methods)] // the runtime's own artifacts directory, walked with links as links
+fn keep_receipt(
+    (store, clock): (&dyn Store, &dyn Clock),
+    (id, paths): (&str, &TaskPaths),
+    contract: &loop_protocol::Contract,
+    patch_name: &str,
+) -> Result<(), Error> {
+    let read = |name: &str| -> Result<Vec<u8>, Error> {
+        loop_workspace::door::read(&paths.receipts, name, ARTIFACT_MAX_BYTES)
+            .map_err(|e| Error::internal(format!("{name}: {e}")))?
+            .ok_or_else(|| Error::internal(format!("{name} is gone")))
+    };
+    let envelope = String::from_utf8(read(&format!("{id}.receipt.json"))?)
+        .map_err(|_| Error::internal("the receipt written is not UTF-8"))?;
+    let mut names = vec![patch_name.to_string()];
+    let artifacts = format!("{id}.artifacts");
+    for a in &contract.artifacts {
+        let name = format!("{artifacts}/{}", a.as_str());
+        if std::fs::symlink_metadata(paths.receipts.join(&name)).is_ok_and(|m| m.is_file()) {
+            names.push(name);
+        }
+    }
+    let mut blobs = Vec::new();
+    let mut files = Vec::new();
+    for name in names {
+        let bytes = read(&name)?;
+        let sha = loop_protocol::hash::sha256_hex(&bytes);
+        files.push((name, sha.clone()));
+        blobs.push((sha, bytes));
+    }
+    let body = serde_json::to_string(&KeptReceipt { envelope, files })
+        .map_err(|e| Error::internal(e.to_string()))?;
+    store
+        .put_task_file(
+            &receipt_owner(id),
+            &loop_store::TaskFile {
+                name: RECEIPT,
+                body: &body,
+                blobs: &blobs,
+                keep_only: None,
+                durable: true,
+            },
+            None,
+            clock.now_ms(),
+        )
+        .map_err(store_err)
+}
+
+/// Task `id`'s receipt in `project`'s `.loop/receipts`, brought from the
+/// store when the task ended elsewhere (a worker on another machine, a
+/// clone that serves this project): the envelope the store keeps and the
+/// ledger file written from the store's entries, so `loop verify` checks
+/// them offline here. `None` when the task has no receipt yet or the
+/// store keeps none; a receipt already here is left as it is.
+#[allow(clippy::disallowed_methods)] // the project's own receipts directory (lstat, and made if missing)
+pub(crate) fn bring_receipt(
+    store: &dyn Store,
+    project: &Path,
+    id: &str,
+) -> Result<Option<std::path::PathBuf>, Error> {
+    let paths = TaskPaths::of(project, id);
+    let here = paths.receipts.join(format!("{id}.receipt.json"));
+    if std::fs::symlink_metadata(&here).is_ok() {
+        return Ok(Some(here));
+    }
+    let owner = receipt_owner(id);
+    let Some(body) = store.task_file(&owner, RECEIPT).map_err(store_err)? else {
+        return Ok(None);
+    };
+    // What the store says is checked before anything is written: names
+    // beside this task's receipt only, contents that are what they say.
+    let kept: KeptReceipt = serde_json::from_str(&body).map_err(|e| {
+        Error::internal(format!(
+            "task {id}: the receipt the store keeps cannot be read: {e}"
+        ))
+    })?;
+    let mut files = Vec::new();
+    for (name, sha) in &kept.files {
+        let ok_name = (name == &format!("{id}.changes.patch")
+            || name.starts_with(&format!("{id}.artifacts/")))
+            && std::path::Path::new(name)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !ok_name {
+            return Err(Error::internal(format!(
+                "task {id}: the store's receipt names a file `{name}` outside its own"
+            )));
+        }
+        let bytes = store
+            .blob(&owner, sha)
+            .map_err(store_err)?
+            .filter(|b| loop_protocol::hash::sha256_hex(b) == *sha)
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "task {id}: the store does not hold {name} as its receipt names it"
+                ))
+            })?;
+        files.push((name.clone(), bytes));
+    }
+    std::fs::create_dir_all(&paths.receipts).map_err(io("receipts"))?;
+    for (name, bytes) in &files {
+        let to = paths.receipts.join(name);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(io("receipts"))?;
+        }
+        loop_workspace::write_atomic(&to, bytes).map_err(io("a receipt's file"))?;
+    }
+    let chain = store.entries(id, 0).map_err(store_err)?;
+    let ledger = paths.receipts.join(format!("{id}.ledger.jsonl"));
+    let mut file =
+        loop_receipt::FileLedger::continue_from(&ledger, &chain).map_err(Error::from_cause)?;
+    file.sync().map_err(Error::from_cause)?;
+    // The envelope last: a receipt here means all of it is.
+    loop_workspace::write_atomic(&here, kept.envelope.as_bytes()).map_err(io("the receipt"))?;
+    tracing::info!(
+        "task {id}: its receipt brought from the store to {}",
+        here.display()
+    );
+    Ok(Some(here))
+}
+
 /// Everything a finished run hands over.
 pub(crate) struct Shipment<'a> {
     pub project: &'a Path,
@@ -175,6 +314,17 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         result.record,
         receipt_path.display()
     );
+    // On a shared store, the receipt goes with the task: the project the
+    // task is for gets it wherever the task ended (a clone that serves it,
+    // a worker elsewhere); see [`bring_receipt`].
+    if s.store.shared() {
+        keep_receipt(
+            (s.store, s.clock),
+            (s.task_id, s.paths),
+            &s.stored.contract,
+            &patch_name,
+        )?;
+    }
     // The task ends in the store only once its receipt is written.
     s.store
         .finish(
@@ -201,6 +351,76 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
+
+    /// A receipt kept in the store is hostile input to the project that
+    /// brings it: a name outside the task's own files, or a content that
+    /// is not what its digest says, is refused before anything is written;
+    /// an honest one lands beside the receipt, the envelope last.
+    #[test]
+    fn a_receipt_brought_from_the_store_writes_only_its_own_files() {
+        let p = std::env::temp_dir().join(format!("loop-bring-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        let store = loop_store::SqliteStore::open(&p.join("store.db")).unwrap();
+        let id = "t-1";
+        store
+            .create_task(id, "x", &serde_json::json!({}), 0)
+            .unwrap();
+        let keep = |files: Vec<(String, String)>, blobs: &[(String, Vec<u8>)]| {
+            let body = serde_json::to_string(&KeptReceipt {
+                envelope: "{\"payload\": \"x\"}".into(),
+                files,
+            })
+            .unwrap();
+            store
+                .put_task_file(
+                    &receipt_owner(id),
+                    &loop_store::TaskFile {
+                        name: RECEIPT,
+                        body: &body,
+                        blobs,
+                        keep_only: None,
+                        durable: true,
+                    },
+                    None,
+                    1,
+                )
+                .unwrap();
+        };
+        let patch = b"--- a\n+++ b\n".to_vec();
+        let sha = loop_protocol::hash::sha256_hex(&patch);
+        let receipts = p.join(".loop/receipts");
+        for (name, digest) in [
+            ("t-1.artifacts/../../../escaped".to_string(), sha.clone()),
+            ("t-2.changes.patch".to_string(), sha.clone()),
+            ("t-1.changes.patch".to_string(), "0".repeat(64)),
+        ] {
+            keep(
+                vec![(name.clone(), digest)],
+                &[(sha.clone(), patch.clone())],
+            );
+            let e = bring_receipt(&store, &p, id).unwrap_err();
+            assert!(
+                e.message.contains(&name) || e.message.contains("as its receipt names it"),
+                "{name}: {}",
+                e.message
+            );
+            assert!(!receipts.join("t-1.receipt.json").exists(), "{name}");
+            assert!(!p.join("escaped").exists() && !p.join(".loop/escaped").exists());
+        }
+        keep(
+            vec![("t-1.changes.patch".to_string(), sha.clone())],
+            &[(sha.clone(), patch.clone())],
+        );
+        let here = bring_receipt(&store, &p, id).unwrap().unwrap();
+        assert_eq!(here, receipts.join("t-1.receipt.json"));
+        assert_eq!(
+            std::fs::read(receipts.join("t-1.changes.patch")).unwrap(),
+            patch
+        );
+        assert!(receipts.join("t-1.ledger.jsonl").exists());
+        let _ = std::fs::remove_dir_all(&p);
+    }
 
     #[test]
     fn an_environment_changed_while_the_task_ran_is_named_in_the_receipt() {
