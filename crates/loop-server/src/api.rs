@@ -971,12 +971,39 @@ pub(crate) async fn events_of(
 /// until it has ended and every event is sent. Every watcher of a task
 /// reads from one shared reader of the store (see `feed`), each at its own
 /// pace: a slow one slows nobody.
+/// How long a task's event stream waits for the task's preparation.
+const PREPARING_WAIT: Duration = Duration::from_secs(600);
+
 async fn stream(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
+    // A task the answer named while it was still being prepared: its
+    // stream waits for it (the answer's `events` means what it says), or
+    // answers the refusal its preparation ended with.
+    let owner = (caller.scope != Scope::Admin).then(|| caller.owner.clone());
+    let waited = std::time::Instant::now();
+    while let Some(state) = s.prestart.state(&id, owner.as_deref()) {
+        match state {
+            crate::prestart::State::Refused(status, kind, message) => {
+                return Err(ApiError::new(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                    kind,
+                    message,
+                ));
+            }
+            _ if waited.elapsed() > PREPARING_WAIT => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "preparing",
+                    format!("task {id} is still being prepared; its status says when it starts"),
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
     let rt = s.runtime.clone();
     let check_id = id.clone();
     blocking(move || visible(&rt, &caller, &check_id).map(|_| ())).await?;

@@ -1507,6 +1507,21 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
         assert!(*took < Duration::from_secs(4), "answered after {took:?}");
         ids.push(v["id"].as_str().unwrap().to_string());
     }
+    // The answer's `events` means what it says: the stream of a task still
+    // waiting for its place opens once the task is stored, never a 404.
+    let stream = {
+        let url = format!("{}/api/v1/tasks/{}/stream", s.base, ids[2]);
+        let auth = format!("Bearer {alice}");
+        std::thread::spawn(move || {
+            agent()
+                .get(&url)
+                .header("Authorization", &auth)
+                .call()
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
     // Never two preparations at once; each task then runs to its end.
     let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
     let start = Instant::now();
@@ -1529,6 +1544,7 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(stream.join().unwrap(), 200, "the queued task's stream");
     assert_eq!(most, 1, "preparations at once (states seen: {seen:?})");
     assert!(seen.contains("queued"), "{seen:?}");
     for id in &ids {
@@ -1557,6 +1573,16 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
     let id = json_of(&b)["id"].as_str().unwrap().to_string();
     let (status, b) = call(&s, "get", &format!("/api/v1/tasks/{id}"), Some(&bob), None);
     assert_eq!(status, 404, "{b}");
+    // Its stream waits for the preparation, then answers its refusal.
+    let (status, b) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/stream"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 400, "{b}");
+    assert!(b.contains("cannot fail"), "{b}");
     let start = Instant::now();
     let refused = loop {
         let v = status_200(&s, &alice, &id);
