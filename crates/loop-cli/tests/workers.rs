@@ -1017,6 +1017,8 @@ fn two_projects_on_one_store_and_queue_each_run_only_their_own_tasks() {
 struct PrivatePostgres {
     dir: PathBuf,
     port: u16,
+    /// Server settings besides the port and address (`-c name=value`).
+    settings: String,
 }
 
 impl PrivatePostgres {
@@ -1053,6 +1055,10 @@ impl PrivatePostgres {
     }
 
     fn start(name: &str) -> PrivatePostgres {
+        Self::start_with(name, "")
+    }
+
+    fn start_with(name: &str, settings: &str) -> PrivatePostgres {
         // Under /tmp: the postgres user can reach it.
         let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1072,7 +1078,11 @@ impl PrivatePostgres {
             .local_addr()
             .unwrap()
             .port();
-        let pg = PrivatePostgres { dir, port };
+        let pg = PrivatePostgres {
+            dir,
+            port,
+            settings: settings.to_string(),
+        };
         let out = pg
             .as_owner("initdb")
             .args(["-U", "loop", "--auth=trust", "-N", "-D"])
@@ -1091,9 +1101,10 @@ impl PrivatePostgres {
             .arg(self.dir.join("data"))
             .arg("-o")
             .arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off {}",
                 self.port,
-                self.dir.display()
+                self.dir.display(),
+                self.settings
             ))
             .arg("-l")
             .arg(self.dir.join("log"))
@@ -1105,11 +1116,17 @@ impl PrivatePostgres {
 
     /// A fast shutdown: every connection is closed, nothing answers.
     fn down(&self) {
+        self.stop("fast");
+    }
+
+    /// Stopped in `mode` (`immediate`: a crash, what the write-ahead log's
+    /// buffers held unwritten is lost).
+    fn stop(&self, mode: &str) {
         let out = self
             .as_owner("pg_ctl")
             .arg("-D")
             .arg(self.dir.join("data"))
-            .args(["-m", "fast", "-w", "stop"])
+            .args(["-m", mode, "-w", "stop"])
             .output()
             .unwrap();
         assert!(out.status.success(), "pg_ctl stop: {}", shared::text(&out));
@@ -1220,4 +1237,113 @@ fn postgres_stopped_for_20_s_under_six_running_tasks_all_end_verified() {
         said.contains("a fault is not a decision"),
         "the outage reached no running task: {said}"
     );
+}
+
+/// The store loses the tail of a task's record while its runtime lives on
+/// (what a power cut of the database's machine loses: the entries
+/// committed without waiting for the disk since the last one that did).
+/// Here the finish call's observation and the move to verifying are taken
+/// out of the store while the check runs (its intent, committed durably,
+/// stays), and PostgreSQL crashes (an immediate stop) and comes back. The
+/// runtime that lives on records nothing past the store's record (its next
+/// entry no longer continues the store's chain) and leaves the task
+/// interrupted; `loop resume` takes it up from the store's record and ends
+/// it verified: one chain, every step once, every effect once.
+#[test]
+fn a_store_that_loses_the_tail_of_a_record_is_resumed_from_what_it_kept() {
+    if services().is_none() {
+        return;
+    }
+    let _heavy = heavy();
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-pg-tail");
+    let pg = PrivatePostgres::start("loop-pg-tail");
+    let s = Setup::new(&root.join("run"), pg.url(), "redis://127.0.0.1:1".into());
+    std::fs::write(
+        s.dir.join("task.yaml"),
+        TASK.replace(
+            "      - run: test \"$(cat effects.log)\"",
+            "      - run: sleep 6; test \"$(cat effects.log)\"",
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut c = s.loop_cmd();
+        c.args(args)
+            .arg("--project")
+            .arg(&s.project)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let (task, model) = (
+        s.dir.join("task.yaml").display().to_string(),
+        format!("scripted:{}", s.dir.join("script.yaml").display()),
+    );
+    let child = run(&["run", "--json", "--task", &task, "--model", &model])
+        .spawn()
+        .unwrap();
+    let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+    let start = Instant::now();
+    let (id, verifying): (String, i64) = loop {
+        let row = c
+            .query_opt(
+                "SELECT task_id, seq FROM entries WHERE kind = 'transition' AND payload LIKE '%\"to\":\"verifying\"%'",
+                &[],
+            )
+            .ok()
+            .flatten();
+        if let Some(r) = row {
+            break (r.get(0), r.get(1));
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never verified");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The tail since the finish call's intent is lost.
+    let lost = c
+        .execute(
+            "DELETE FROM entries WHERE task_id = $1 AND seq >= $2",
+            &[&id, &(verifying - 1)],
+        )
+        .unwrap();
+    assert_eq!(lost, 2);
+    c.execute("UPDATE tasks SET state = 'acting' WHERE id = $1", &[&id])
+        .unwrap();
+    drop(c);
+    pg.stop("immediate");
+    pg.up();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+    let kinds: Vec<String> = c
+        .query(
+            "SELECT kind FROM entries WHERE task_id = $1 AND seq >= $2 ORDER BY seq",
+            &[&id, &(verifying - 1)],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        kinds.is_empty(),
+        "recorded past the store's record: {kinds:?} ({said})"
+    );
+    let state: String = c
+        .query_one("SELECT state FROM tasks WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_ne!(state, "terminal", "{said}");
+    let out = run(&["resume", &id, "--json"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.check(&id, 0);
 }
