@@ -710,9 +710,18 @@ fn main() -> ExitCode {
     };
     // Output into a closed pipe (`loop demo | head`) ends the process
     // quietly, as it does for other command-line tools, not with a panic.
-    // SAFETY: restoring the default disposition of one signal at start-up.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    // Not the long-lived ones: a server, a worker or an MCP server whose
+    // reader went away (a supervisor that read the first line, a client
+    // that left) must not die with the tasks it runs; to them a closed
+    // pipe is an error they handle.
+    if !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Worker { .. } | Command::Mcp { .. }
+    ) {
+        // SAFETY: restoring the default disposition of one signal at start-up.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
     }
     // The server ends on SIGTERM leaving its tasks resumable; everything
     // else turns Ctrl-C and SIGTERM into a cancel.

@@ -127,9 +127,6 @@ struct Wired<'a> {
     /// A fault (the claim cannot be renewed): the Director decides
     /// nothing and the task stays interrupted, to be resumed.
     interrupted: Arc<AtomicBool>,
-    /// What the task's commands have written (all its runs), and where
-    /// that count is kept.
-    written: (Arc<AtomicU64>, std::path::PathBuf),
 }
 
 /// The count of what a task's commands wrote, kept in its directory.
@@ -231,9 +228,9 @@ fn wire<'a>(
     // What the task's earlier runs left counts against its disk budget
     // too: a resumed task does not start again from nothing.
     let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
-    // And what its commands wrote (kept in the task directory as they
-    // write; a kill loses at most the last command's count).
-    let toolbox = toolbox.with_written(written.clone());
+    // And what its commands wrote (kept in the task directory after each
+    // command).
+    let toolbox = toolbox.with_written(written, Some(written_file));
     // Nothing is written once the claim may have lapsed, and a refused
     // write is a fault, not an observation: the run stops at once and the
     // task stays interrupted (the model never hears of it).
@@ -294,7 +291,6 @@ fn wire<'a>(
         cancel,
         kill,
         interrupted,
-        written: (written, written_file),
     })
 }
 
@@ -467,12 +463,6 @@ pub(crate) fn drive(
             None => director.resume(&record.history, record.elapsed_ms),
         },
     );
-    // What its commands wrote counts for the task's next run too.
-    let (count, file) = &wired.written;
-    let total = count.load(std::sync::atomic::Ordering::SeqCst);
-    if let Err(e) = loop_workspace::write_atomic(file, total.to_string().as_bytes()) {
-        tracing::warn!("task {task_id}: what its commands wrote ({total} bytes) was not kept: {e}");
-    }
     let result = result.map_err(Error::from_cause)?;
     // Everything recorded is committed, and the file copy durable, before
     // the receipt names it.

@@ -123,7 +123,16 @@ const RELEASED: &str = "released";
 /// that many days later (older marked ones are dropped on the way). A
 /// failure is said, never fatal: the apply or discard stands.
 pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observer) {
-    let days = crate::loopfile::Loopfile::load(project).map_or(0, |l| l.kept_days);
+    // A Loopfile that cannot be read may have asked to keep them: kept.
+    let days = match crate::loopfile::Loopfile::load(project) {
+        Ok(l) => l.kept_days,
+        Err(e) => {
+            out.note(&format!(
+                "what the store keeps of task {task_id}'s workspace is kept: the Loopfile cannot be read ({e})"
+            ));
+            return;
+        }
+    };
     let (store, scope) = match (
         crate::layout::open_store(project),
         crate::layout::project_scope(project),
@@ -137,6 +146,10 @@ pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observ
         }
     };
     let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+    // A task not over may still be resumed elsewhere, from what is kept.
+    if !store.task(task_id).is_ok_and(|t| t.is_terminal()) {
+        return;
+    }
     let drop_one = |id: &str, out: &mut dyn crate::Observer| {
         let had = store.task_file(id, ORIGIN).ok().flatten().is_some();
         match store.drop_task_contents(id) {
@@ -177,7 +190,7 @@ pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observ
     };
     let window = days.saturating_mul(24 * 3600 * 1000);
     for t in tasks {
-        if !scope.takes(crate::layout::stored_project(&t).as_ref()) {
+        if !t.is_terminal() || !scope.takes(crate::layout::stored_project(&t).as_ref()) {
             continue;
         }
         let released = store.task_file(&t.id, RELEASED).ok().flatten();
@@ -451,8 +464,19 @@ pub(crate) fn settle(
         }
     };
     // The copy here, brought to the record in place: what differs is
-    // removed or written again.
-    if let Some(had) = &here {
+    // removed or written again, and only when every content it needs is at
+    // hand (a reconcile removes before it writes: one that stopped for a
+    // missing content would leave the copy neither as it was nor as
+    // recorded).
+    let at_hand =
+        |had: &Manifest,
+         fetch: &mut dyn FnMut(&Entry) -> Result<Vec<u8>, loop_workspace::RebuildError>| {
+            Delta::between(had, &target)
+                .changed
+                .iter()
+                .all(|e| fetch(e).is_ok())
+        };
+    if let Some(had) = here.as_ref().filter(|h| at_hand(h, &mut fetch)) {
         let differs = differing(had, &target);
         if let Ok(reached) = loop_workspace::reconcile(&paths.workspace, &target, &mut fetch) {
             drop_journals()?;

@@ -329,11 +329,27 @@ impl Runtime {
         Ok(s)
     }
 
+    /// Task `id`'s receipt in this project's `.loop/receipts` (brought
+    /// from a shared store when the task ended elsewhere), if there is one.
+    pub fn receipt_path(&self, id: &str) -> Option<PathBuf> {
+        self.bring_receipt(id)
+    }
+
     /// Task `id`'s receipt in this project's `.loop/receipts`, brought
     /// from a shared store when the task ended elsewhere (said, not fatal,
     /// when it cannot be).
     fn bring_receipt(&self, id: &str) -> Option<PathBuf> {
         let store = self.store().ok()?;
+        // Only this project's (or a project it serves): another project's
+        // change set is never brought here.
+        let record = store.task(id).ok()?;
+        if !self
+            .scope()
+            .ok()?
+            .takes(crate::layout::stored_project(&record).as_ref())
+        {
+            return None;
+        }
         match crate::ship::bring_receipt(store, &self.project, id) {
             Ok(p) => p,
             Err(e) => {

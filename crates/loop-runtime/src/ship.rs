@@ -33,13 +33,12 @@ struct KeptReceipt {
     files: Vec<(String, String)>,
 }
 
-/// Keep the receipt just written, its change set and its artifacts in the
-/// store (the ledger is the store's already).
-#[allow(clippy::disallowed_methods)] // the runtime's own artifacts directory, walked with links as links
+/// Keep the receipt just written, its change set and the artifacts this
+/// run shipped in the store (the ledger is the store's already).
 fn keep_receipt(
     (store, clock): (&dyn Store, &dyn Clock),
     (id, paths): (&str, &TaskPaths),
-    contract: &loop_protocol::Contract,
+    shipped: &[String],
     patch_name: &str,
 ) -> Result<(), Error> {
     let read = |name: &str| -> Result<Vec<u8>, Error> {
@@ -51,12 +50,7 @@ fn keep_receipt(
         .map_err(|_| Error::internal("the receipt written is not UTF-8"))?;
     let mut names = vec![patch_name.to_string()];
     let artifacts = format!("{id}.artifacts");
-    for a in &contract.artifacts {
-        let name = format!("{artifacts}/{}", a.as_str());
-        if std::fs::symlink_metadata(paths.receipts.join(&name)).is_ok_and(|m| m.is_file()) {
-            names.push(name);
-        }
-    }
+    names.extend(shipped.iter().map(|a| format!("{artifacts}/{a}")));
     let mut blobs = Vec::new();
     let mut files = Vec::new();
     for name in names {
@@ -95,6 +89,13 @@ pub(crate) fn bring_receipt(
     project: &Path,
     id: &str,
 ) -> Result<Option<std::path::PathBuf>, Error> {
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(Error::usage(format!("`{id}` is not a task id")));
+    }
     let paths = TaskPaths::of(project, id);
     let here = paths.receipts.join(format!("{id}.receipt.json"));
     if std::fs::symlink_metadata(&here).is_ok() {
@@ -133,6 +134,28 @@ pub(crate) fn bring_receipt(
                 ))
             })?;
         files.push((name.clone(), bytes));
+    }
+    // Nothing is written through a link: not the state directory, not the
+    // receipts directory, not a directory of the artifacts.
+    let real_dirs = |rel: &Path| -> Result<(), Error> {
+        let mut at = project.to_path_buf();
+        for part in Path::new(".loop/receipts").join(rel).components() {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if !m.is_dir() => {
+                    return Err(Error::internal(format!(
+                        "task {id}: its receipt is not brought: {} is not a directory (a link?)",
+                        at.display()
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    };
+    real_dirs(Path::new(""))?;
+    for (name, _) in &files {
+        real_dirs(Path::new(name).parent().unwrap_or(Path::new("")))?;
     }
     std::fs::create_dir_all(&paths.receipts).map_err(io("receipts"))?;
     for (name, bytes) in &files {
@@ -182,13 +205,14 @@ fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
 /// never followed, a FIFO never opened); an artifact the task did not make
 /// is simply not shipped (the verification says so).
 #[allow(clippy::disallowed_methods)] // the runtime's own artifacts directory; the content was read through the door
-fn ship_artifacts(s: &Shipment<'_>, receipt: &mut ReceiptBuilder) -> Result<(), Error> {
+fn ship_artifacts(s: &Shipment<'_>, receipt: &mut ReceiptBuilder) -> Result<Vec<String>, Error> {
     let source: &Path = match (s.result.record.kind, s.sealed) {
         (OutcomeKind::Verified, Some(sealed)) => sealed,
         _ => &s.paths.workspace,
     };
     let dir = s.paths.receipts.join(format!("{}.artifacts", s.task_id));
     let tree = loop_workspace::Tree::open(source).map_err(io("artifacts"))?;
+    let mut shipped = Vec::new();
     for a in &s.stored.contract.artifacts {
         let Ok(bytes) = tree.read_file(a.as_str(), ARTIFACT_MAX_BYTES) else {
             continue;
@@ -199,8 +223,9 @@ fn ship_artifacts(s: &Shipment<'_>, receipt: &mut ReceiptBuilder) -> Result<(), 
         }
         std::fs::write(&to, &bytes).map_err(io("artifacts"))?;
         receipt.artifact(a, &bytes);
+        shipped.push(a.as_str().to_string());
     }
-    Ok(())
+    Ok(shipped)
 }
 
 /// The shared environments as the receipt lists them: each one's root is
@@ -229,7 +254,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let task_id = s.task_id;
     let contract = &s.stored.contract;
     let mut receipt = ReceiptBuilder::new();
-    ship_artifacts(&s, &mut receipt)?;
+    let shipped = ship_artifacts(&s, &mut receipt)?;
     let ledger_bytes =
         std::fs::read(s.paths.receipts.join(&s.ledger.name)).map_err(io("ledger"))?;
     receipt.file(&s.ledger.name, &ledger_bytes);
@@ -321,7 +346,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         keep_receipt(
             (s.store, s.clock),
             (s.task_id, s.paths),
-            &s.stored.contract,
+            &shipped,
             &patch_name,
         )?;
     }
@@ -408,6 +433,28 @@ mod tests {
             assert!(!receipts.join("t-1.receipt.json").exists(), "{name}");
             assert!(!p.join("escaped").exists() && !p.join(".loop/escaped").exists());
         }
+        // A link planted where an artifact's directory goes: nothing is
+        // written through it.
+        let outside = p.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::create_dir_all(&receipts).unwrap();
+        std::os::unix::fs::symlink(&outside, receipts.join("t-1.artifacts")).unwrap();
+        keep(
+            vec![("t-1.artifacts/x.txt".to_string(), sha.clone())],
+            &[(sha.clone(), patch.clone())],
+        );
+        let e = bring_receipt(&store, &p, id).unwrap_err();
+        assert!(
+            e.message.contains("not a directory (a link?)"),
+            "{}",
+            e.message
+        );
+        assert!(!outside.join("x.txt").exists());
+        assert!(!receipts.join("t-1.receipt.json").exists());
+        std::fs::remove_file(receipts.join("t-1.artifacts")).unwrap();
+        // An id that is not one is refused before any path is made of it.
+        let e = bring_receipt(&store, &p, "../t-1").unwrap_err();
+        assert!(e.message.contains("is not a task id"), "{}", e.message);
         keep(
             vec![("t-1.changes.patch".to_string(), sha.clone())],
             &[(sha.clone(), patch.clone())],

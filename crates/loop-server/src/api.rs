@@ -91,7 +91,8 @@ pub(crate) fn visible(
         return Err(ApiError::not_found("such task"));
     }
     match rt.task(id) {
-        Ok(t) if caller.may_see(t.owner.as_deref()) => Ok(t),
+        // Another project's task on a shared store is not here.
+        Ok(t) if caller.may_see(t.owner.as_deref()) && matches!(rt.foreign(id), Ok(None)) => Ok(t),
         _ => Err(ApiError::not_found(&format!("task {id}"))),
     }
 }
@@ -126,8 +127,12 @@ pub(crate) async fn schedules(state: AppState) {
 /// owner), and those the command line started when told to adopt them:
 /// how many were taken up, and how many of the command line's were left.
 pub(crate) fn resume_interrupted(state: &AppState) -> (usize, usize) {
-    let Ok(tasks) = state.runtime.tasks() else {
-        return (0, 0);
+    let tasks = match state.runtime.tasks() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("interrupted tasks cannot be listed, none taken up: {e}");
+            return (0, 0);
+        }
     };
     let (mut taken, mut left) = (0, 0);
     for t in tasks.into_iter().filter(|t| t.interrupted) {
@@ -1242,20 +1247,31 @@ async fn resume(
     ))
 }
 
-/// The task's receipt path, once it has one.
+/// The task's receipt in this project's `.loop/receipts` (brought from a
+/// shared store when the task ended elsewhere), once it has one. The path
+/// the store records is never read: on a shared store it is another
+/// machine's, and anything a store says is not trusted as a path here.
 pub(crate) fn receipt_of(
+    rt: &Runtime,
     t: &loop_runtime::query::TaskView,
 ) -> Result<std::path::PathBuf, ApiError> {
-    t.receipt
-        .as_ref()
-        .map(std::path::PathBuf::from)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "not_yet",
-                "no receipt yet: the task has not ended",
-            )
-        })
+    if t.receipt.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_yet",
+            "no receipt yet: the task has not ended",
+        ));
+    }
+    rt.receipt_path(&t.id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_here",
+            format!(
+                "task {}'s receipt is not in this project's .loop/receipts, and the store keeps none",
+                t.id
+            ),
+        )
+    })
 }
 
 async fn receipt(
@@ -1267,7 +1283,7 @@ async fn receipt(
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
-        let path = receipt_of(&t)?;
+        let path = receipt_of(&rt, &t)?;
         let bytes = loop_receipt::read::read_regular(&path, 64 << 20).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -1311,7 +1327,7 @@ pub(crate) async fn verify_task(
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
-        let path = receipt_of(&t)?;
+        let path = receipt_of(&rt, &t)?;
         let c = loop_runtime::receipts::verify(&path, None, None)?;
         let r = &c.report;
         Ok(json!({

@@ -61,8 +61,11 @@ pub struct Draft {
     pub model: Option<String>,
     /// Where the person's answer goes, while one is awaited here.
     answer: Option<Sender<ContractReview>>,
-    /// Kept by an earlier server: an answer starts the task from here.
-    restored: bool,
+    /// Kept by an earlier server: an answer starts the task from here,
+    /// until this time (ms since the epoch) has passed.
+    restored: Option<u64>,
+    /// When its contract was proposed.
+    proposed_ms: Option<u64>,
 }
 
 /// A draft as the store keeps it.
@@ -73,6 +76,31 @@ struct Kept {
     notes: Vec<String>,
     instruction: String,
     model: Option<String>,
+    /// The server process that holds it, renewed every minute while it
+    /// waits: another server takes it over only once that one is gone.
+    #[serde(default)]
+    holder: Option<loop_store::Owner>,
+    /// When its contract was proposed (its answer's wait counts from then).
+    #[serde(default)]
+    proposed_ms: Option<u64>,
+}
+
+/// How often a waiting draft's holder renews its hold.
+const RENEW: Duration = Duration::from_secs(60);
+
+/// How long a hold lasts without renewal (another machine's server).
+const HOLD: Duration = Duration::from_secs(180);
+
+/// This server process, as it holds the drafts it keeps.
+fn this_server() -> loop_store::Owner {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let token = TOKEN.get_or_init(|| {
+        loop_protocol::random::hex::<8>().unwrap_or_else(|_| format!("{}", std::process::id()))
+    });
+    loop_store::Owner::this_process(
+        token.clone(),
+        loop_core::Clock::now_ms(&loop_core::SystemClock),
+    )
 }
 
 /// The drafts of this server, and where they are kept.
@@ -112,6 +140,8 @@ pub fn keep(drafts: &Drafts, id: &str) {
                 notes: d.notes.clone(),
                 instruction: d.instruction.clone(),
                 model: d.model.clone(),
+                holder: Some(this_server()),
+                proposed_ms: d.proposed_ms,
             }),
         )
     });
@@ -155,7 +185,19 @@ pub fn restore(drafts: &Drafts) -> usize {
             tracing::warn!("draft {}: its kept record cannot be read", r.id);
             continue;
         };
-        let expired = now.saturating_sub(r.updated_ms) > WAIT.as_millis() as u64;
+        // A draft another server still holds (drafting, or waiting for
+        // its answer there) stays that server's.
+        let open = matches!(k.state, DraftState::Drafting | DraftState::Proposed { .. });
+        if open
+            && let Some(h) = &k.holder
+            && h.token != this_server().token
+            && !h.is_dead()
+            && !h.expired(HOLD.as_millis() as u64, now)
+        {
+            continue;
+        }
+        let proposed = k.proposed_ms.unwrap_or(r.updated_ms);
+        let expired = now.saturating_sub(proposed) > WAIT.as_millis() as u64;
         let (state, changed) = match k.state {
             DraftState::Drafting => (
                 DraftState::Ended {
@@ -184,7 +226,8 @@ pub fn restore(drafts: &Drafts) -> usize {
                 instruction: k.instruction,
                 model: k.model,
                 answer: None,
-                restored: true,
+                restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
+                proposed_ms: k.proposed_ms,
             },
         );
         if changed {
@@ -205,7 +248,8 @@ pub fn begin(drafts: &Drafts, id: &str, owner: &str, instruction: &str, model: O
             instruction: instruction.to_string(),
             model: model.map(str::to_string),
             answer: None,
-            restored: false,
+            restored: None,
+            proposed_ms: None,
         },
     );
 }
@@ -265,7 +309,16 @@ pub fn answer(
     if !(admin || d.owner == owner) {
         return None;
     }
-    if let (true, DraftState::Proposed { contract }) = (d.restored, &d.state) {
+    if let (Some(until), DraftState::Proposed { contract }) = (d.restored, &d.state) {
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        if now > until {
+            d.state = DraftState::Ended {
+                reason: format!("no answer came within {} minutes", WAIT.as_secs() / 60),
+            };
+            drop(all);
+            keep_later(drafts, id);
+            return Some(Answered::NotWaiting);
+        }
         let answered = match review {
             ContractReview::Accept => Answered::Restored {
                 contract: contract.clone(),
@@ -336,12 +389,86 @@ impl loop_runtime::Observer for DraftObserver {
                 contract: contract.to_string(),
             };
             d.answer = Some(tx);
+            d.proposed_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
         }
         keep(&self.drafts, &self.id);
-        rx.recv_timeout(WAIT).unwrap_or(ContractReview::Unanswered)
+        // Waiting, the hold is renewed (another server takes the draft
+        // over only once this one is gone).
+        let since = std::time::Instant::now();
+        loop {
+            let left = WAIT.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return ContractReview::Unanswered;
+            }
+            match rx.recv_timeout(left.min(RENEW)) {
+                Ok(review) => return review,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => keep(&self.drafts, &self.id),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return ContractReview::Unanswered;
+                }
+            }
+        }
     }
 
     fn reviewer(&self) -> String {
         self.who.clone()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, clippy::unwrap_used)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+
+    /// A server takes up only the drafts no live server holds: one whose
+    /// holder died here, or whose hold on another machine lapsed; never
+    /// one a live server (here or elsewhere) still waits on.
+    #[test]
+    fn a_server_takes_over_only_drafts_whose_holder_is_gone() {
+        let dir = std::env::temp_dir().join(format!("loop-drafts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = Runtime::open(&dir).unwrap();
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        let held = |holder: loop_store::Owner| {
+            serde_json::to_value(Kept {
+                state: DraftState::Proposed {
+                    contract: "{}".into(),
+                },
+                notes: Vec::new(),
+                instruction: "do it".into(),
+                model: None,
+                holder: Some(holder),
+                proposed_ms: Some(now),
+            })
+            .unwrap()
+        };
+        let live_here = loop_store::Owner::this_process("another-server".into(), now);
+        let dead_here = loop_store::Owner {
+            token: "gone".into(),
+            pid: u32::MAX - 1,
+            start_time: 1,
+            ..live_here.clone()
+        };
+        let elsewhere = |heartbeat_ms: u64| loop_store::Owner {
+            token: "far".into(),
+            host: "another-machine".into(),
+            heartbeat_ms,
+            ..live_here.clone()
+        };
+        for (id, holder) in [
+            ("d-live", live_here.clone()),
+            ("d-dead", dead_here),
+            ("d-lapsed", elsewhere(now - 10 * 60 * 1000)),
+            ("d-far", elsewhere(now)),
+        ] {
+            rt.keep_draft(id, "alice", &held(holder)).unwrap();
+        }
+        let drafts = Drafts::kept_in(rt);
+        assert_eq!(restore(&drafts), 2);
+        let mut taken: Vec<String> = lock(&drafts).keys().cloned().collect();
+        taken.sort();
+        assert_eq!(taken, ["d-dead", "d-lapsed"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

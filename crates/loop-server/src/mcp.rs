@@ -453,7 +453,7 @@ impl LoopMcp {
                 let rt = self.state.runtime.clone();
                 api::blocking(move || {
                     let t = api::visible(&rt, &caller, &id)?;
-                    let path = api::receipt_of(&t)?;
+                    let path = api::receipt_of(&rt, &t)?;
                     loop_receipt::read::read_regular(&path, 64 << 20)
                         .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
                         .map(|text| ("application/json".to_string(), text))

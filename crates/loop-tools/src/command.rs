@@ -69,11 +69,7 @@ impl ToolBox {
         self.sandbox.apply(&mut req);
         req.max_output = self.limits.max_shown_bytes * 2;
         let result = match loop_sandbox::run(&req) {
-            Ok(r) => {
-                self.written
-                    .fetch_add(r.disk_used, std::sync::atomic::Ordering::SeqCst);
-                r
-            }
+            Ok(r) => r,
             Err(e) => {
                 if let Some(s) = &staging {
                     let _ = std::fs::remove_dir_all(s);
@@ -85,6 +81,7 @@ impl ToolBox {
         };
         // Staged: the command's effects enter the workspace now, all at once.
         let mut refused = Vec::new();
+        let mut merged_bytes = 0u64;
         let changed = match (&staging, &self.commands) {
             (Some(s), Some(c)) => {
                 // Protected paths, names no record can show faithfully
@@ -113,6 +110,7 @@ impl ToolBox {
                     Ok(m) => {
                         self.grown
                             .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
+                        merged_bytes = admitted.get();
                         refused = m.refused;
                         !m.paths.is_empty()
                     }
@@ -127,6 +125,10 @@ impl ToolBox {
             }
             _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
         };
+        // What it wrote counts against the task's total: what its disk held
+        // at its end, or (a command with no disk of its own) what it
+        // brought into the workspace.
+        self.count_written(result.disk_used.max(merged_bytes));
         let content = report(&result, timeout, &refused);
         let mut o = Observation::ok(id, "run_command", content, changed);
         if !result.isolation.egress.is_empty() {

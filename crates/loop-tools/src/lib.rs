@@ -101,6 +101,8 @@ pub struct ToolBox {
     /// Bytes the task's commands have written so far (see
     /// [`ToolLimits::write_bytes`]).
     written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Where that count is kept.
+    written_file: Option<std::path::PathBuf>,
 }
 
 /// Says whether writes may go on ([`ToolBox::with_fence`]).
@@ -213,6 +215,7 @@ impl ToolBox {
             mcp: None,
             grown: Default::default(),
             written: Default::default(),
+            written_file: None,
         })
     }
 
@@ -258,10 +261,30 @@ impl ToolBox {
 
     /// Count what the task's commands write in `counter` (which holds
     /// what its earlier runs wrote, for a task resumed: counted against
-    /// [`ToolLimits::write_bytes`] too), so the caller can keep it.
-    pub fn with_written(mut self, counter: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+    /// [`ToolLimits::write_bytes`] too), and keep the count in `file`
+    /// after every command (a kill loses nothing of it).
+    pub fn with_written(
+        mut self,
+        counter: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        file: Option<std::path::PathBuf>,
+    ) -> Self {
         self.written = counter;
+        self.written_file = file;
         self
+    }
+
+    /// Count `bytes` more written by the task's commands, and keep the
+    /// total.
+    pub(crate) fn count_written(&self, bytes: u64) {
+        let total = self
+            .written
+            .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst)
+            .saturating_add(bytes);
+        // (Not kept, this run still counts it: only a resume would start
+        // from less.)
+        if let Some(f) = &self.written_file {
+            let _ = loop_workspace::write_atomic(f, total.to_string().as_bytes());
+        }
     }
 
     /// Bytes counted against [`ToolLimits::write_bytes`] so far.

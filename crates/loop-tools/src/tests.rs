@@ -1115,7 +1115,7 @@ fn what_a_tasks_commands_write_in_all_is_bounded_not_only_each_command() {
         },
     )
     .unwrap()
-    .with_written(counter.clone())
+    .with_written(counter.clone(), Some(d.path().join("written")))
     .with_journal(&d.path().join("journal"))
     .unwrap();
     let mut t = t;
@@ -1148,8 +1148,13 @@ fn what_a_tasks_commands_write_in_all_is_bounded_not_only_each_command() {
             .count(),
         3
     );
-    // The count is the caller's to keep (a resumed task starts from it).
-    assert!(counter.load(std::sync::atomic::Ordering::SeqCst) >= 6 << 20);
+    // The count is kept after every command (a resumed task starts from it).
+    let total = counter.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(total >= 6 << 20);
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("written")).unwrap(),
+        total.to_string()
+    );
     // The file tools still work: only commands stop.
     let o = t.execute(&call(
         "write_file",

@@ -235,18 +235,26 @@ impl TaskWorkspace {
             dest.with_file_name(name)
         };
         let (fresh, stale) = (aside(".rebuild"), aside(".stale"));
-        // What an earlier rebuild here left (it stopped half way).
-        if base_commit.is_some() {
+        let worktree = base_commit.is_some();
+        // What an earlier rebuild here left (it stopped half way): a stale
+        // copy moved aside with nothing in its place goes back first (it
+        // is the only copy), then a half-made new one goes.
+        if worktree {
             let _ = git(project, &["worktree", "prune"]);
+        }
+        if std::fs::symlink_metadata(dest).is_err() && std::fs::symlink_metadata(&stale).is_ok() {
+            Self::move_tree(project, &stale, dest, worktree).map_err(|e| WorkspaceError::Io {
+                what: "cannot put back the stale workspace an earlier rebuild moved aside".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
         }
         for leftover in [&fresh, &stale] {
             if std::fs::symlink_metadata(leftover).is_ok() {
-                if base_commit.is_some() {
-                    let s = leftover.to_string_lossy().into_owned();
-                    let _ = git(project, &["worktree", "remove", "--force", &s]);
+                Self::drop_fresh(project, leftover, worktree);
+                if std::fs::symlink_metadata(leftover).is_ok() {
+                    remove_tree(leftover)
+                        .map_err(io("cannot remove an earlier rebuild's leftovers"))?;
                 }
-                remove_tree(leftover)
-                    .map_err(io("cannot remove an earlier rebuild's leftovers"))?;
             }
         }
         if let Some(dir) = dest.parent() {
@@ -262,57 +270,46 @@ impl TaskWorkspace {
         let origin = match made {
             Ok(o) => o,
             Err(e) => {
-                Self::drop_fresh(project, &fresh, base_commit.is_some());
+                Self::drop_fresh(project, &fresh, worktree);
                 return Err(e.into());
             }
         };
         let filled = match fill(&fresh) {
             Ok(t) => t,
             Err(e) => {
-                Self::drop_fresh(project, &fresh, base_commit.is_some());
+                Self::drop_fresh(project, &fresh, worktree);
                 return Err(e);
             }
         };
-        // The swap: the stale copy aside (a worktree's registration goes
-        // with it), the new one in, then the stale one removed.
+        // The swap: the stale copy aside (a worktree moved by git, its
+        // registration with it), the new one in; only then is the stale
+        // one removed. A failure on the way puts the stale one back.
         let had = std::fs::symlink_metadata(dest).is_ok();
-        if had {
-            std::fs::rename(dest, &stale).map_err(io("cannot move the stale workspace aside"))?;
+        if had && let Err(e) = Self::move_tree(project, dest, &stale, worktree) {
+            Self::drop_fresh(project, &fresh, worktree);
+            return Err(e.into());
         }
-        let moved = if base_commit.is_some() {
-            let _ = git(project, &["worktree", "prune"]);
-            let (f, d) = (
-                fresh.to_string_lossy().into_owned(),
-                dest.to_string_lossy().into_owned(),
-            );
-            // Detached until now (its branch was the stale worktree's):
-            // the branch is set to it once the stale one is gone.
-            git(project, &["worktree", "move", &f, &d]).and_then(|_| {
-                git(
-                    dest,
-                    &["checkout", "--quiet", "-B", &format!("loop/{task_id}")],
-                )
-                .map(|_| ())
-            })
-        } else {
-            std::fs::rename(&fresh, dest).map_err(io("cannot put the rebuilt workspace in place"))
-        };
-        if let Err(e) = moved {
-            // Back as it was: the new one removed wherever it got to, the
-            // stale one in its place (and registered again).
-            for new in [&fresh, dest] {
-                Self::drop_fresh(project, new, base_commit.is_some());
-            }
+        if let Err(e) = Self::move_tree(project, &fresh, dest, worktree) {
+            Self::drop_fresh(project, &fresh, worktree);
             if had {
-                let _ = std::fs::rename(&stale, dest);
-                if base_commit.is_some() {
-                    let _ = git(dest, &["worktree", "repair"]);
-                }
+                let _ = Self::move_tree(project, &stale, dest, worktree);
             }
             return Err(e.into());
         }
         if had {
-            remove_tree(&stale).map_err(io("cannot remove the stale workspace"))?;
+            Self::drop_fresh(project, &stale, worktree);
+            if std::fs::symlink_metadata(&stale).is_ok() {
+                remove_tree(&stale).map_err(io("cannot remove the stale workspace"))?;
+            }
+        }
+        if worktree {
+            // Detached until now (the branch was the stale worktree's,
+            // gone now): the task's branch is set to it.
+            git(
+                dest,
+                &["checkout", "--quiet", "-B", &format!("loop/{task_id}")],
+            )
+            .map_err(E::from)?;
         }
         Ok((
             TaskWorkspace {
@@ -321,6 +318,40 @@ impl TaskWorkspace {
             },
             filled,
         ))
+    }
+
+    /// Move a workspace from `from` to `to` (a worktree with git, which
+    /// keeps its registration right; a copy by a rename).
+    #[allow(clippy::disallowed_methods)] // the task directory the runtime made: its workspace moved as a whole, links as links
+    fn move_tree(
+        project: &Path,
+        from: &Path,
+        to: &Path,
+        worktree: bool,
+    ) -> Result<(), WorkspaceError> {
+        let registered =
+            worktree && std::fs::symlink_metadata(from.join(".git")).is_ok_and(|m| m.is_file());
+        if registered {
+            let (f, t) = (
+                from.to_string_lossy().into_owned(),
+                to.to_string_lossy().into_owned(),
+            );
+            if git(project, &["worktree", "move", &f, &t]).is_ok() {
+                return Ok(());
+            }
+        }
+        std::fs::rename(from, to).map_err(|source| WorkspaceError::Io {
+            what: format!(
+                "cannot move the workspace from {} to {}",
+                from.display(),
+                to.display()
+            ),
+            source,
+        })?;
+        if registered {
+            let _ = git(to, &["worktree", "repair"]);
+        }
+        Ok(())
     }
 
     /// A worktree of `project` at `path`, detached at `base` (the task's
@@ -643,6 +674,42 @@ mod tests {
                     "loop/t-1"
                 );
                 assert_eq!(sh(&dest, "git status --porcelain --untracked-files=no"), "");
+            }
+            // A rebuild killed between its two moves left the only copy
+            // aside: the next one puts it back before anything else, and
+            // a failing rebuild then leaves it in place, registered.
+            std::fs::write(dest.join("work.txt"), "kept through a kill\n").unwrap();
+            let stale = dest.with_file_name("workspace.stale");
+            if base.is_some() {
+                sh(
+                    &project,
+                    &format!("git worktree move {} {}", dest.display(), stale.display()),
+                );
+            } else {
+                std::fs::rename(&dest, &stale).unwrap();
+            }
+            let failed = TaskWorkspace::rebuild(&project, &dest, "t-1", base.as_deref(), |_| {
+                Err::<(), WorkspaceError>(WorkspaceError::Git {
+                    args: "fill".into(),
+                    stderr: "content missing".into(),
+                })
+            });
+            assert!(failed.is_err());
+            assert_eq!(
+                std::fs::read_to_string(dest.join("work.txt")).unwrap(),
+                "kept through a kill\n"
+            );
+            assert!(!stale.exists());
+            if base.is_some() {
+                let list = sh(&project, "git worktree list --porcelain");
+                assert!(
+                    list.contains(&format!("worktree {}", dest.display())),
+                    "{list}"
+                );
+                assert_eq!(
+                    sh(&dest, "git rev-parse --abbrev-ref HEAD").trim(),
+                    "loop/t-1"
+                );
             }
         }
     }
