@@ -52,10 +52,11 @@ criteria:
 limits: { max_steps: 6, max_verifications: 2 }
 "#;
 
-/// Taken by the tests that kill workers or stop a service on a schedule:
-/// run side by side on two cores, each one's load stretched the other's
-/// schedule (a submitter slowed down meant many more kills, and good tasks
-/// used up their attempts on workers that were all killed).
+/// Taken by every test here (each runs workers, some kill them or stop a
+/// service on a schedule): run side by side on two cores, each one's load
+/// stretched the others' schedules (a submitter slowed down meant many
+/// more kills, and good tasks used up their attempts on workers that were
+/// all killed).
 static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn heavy() -> std::sync::MutexGuard<'static, ()> {
@@ -533,6 +534,7 @@ fn a_task_the_queue_gives_up_on_says_so_in_its_status() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-dead-letter");
     let redis = Redis::start(&root.join("redis"));
     let db = database(&admin, &format!("loop_dead_{}", std::process::id()));
@@ -673,6 +675,7 @@ fn the_api_hands_its_tasks_to_the_workers_and_counts_the_queue() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-api");
     let redis = Redis::start(&root.join("redis"));
     let db = database(&admin, &format!("loop_api_{}", std::process::id()));
@@ -789,6 +792,7 @@ fn a_drained_worker_hands_its_running_task_to_another_which_ends_it_once() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-drain");
     let redis = Redis::start(&root.join("redis"));
     let db = database(&admin, &format!("loop_drain_{}", std::process::id()));
@@ -861,6 +865,7 @@ fn two_projects_on_one_store_and_queue_each_run_only_their_own_tasks() {
     let Some(admin) = services() else {
         return;
     };
+    let _heavy = heavy();
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-projects");
     let redis = Redis::start(&root.join("redis"));
     let db = database(&admin, &format!("loop_projects_{}", std::process::id()));
