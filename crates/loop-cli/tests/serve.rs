@@ -345,39 +345,6 @@ fn junk_deliveries_neither_grow_the_server_nor_lock_the_real_sender_out() {
     shared::stop(server);
 }
 
-/// `loop serve` with `args`, and the lines it printed at its start (where
-/// it listens, then what it took up), read until `lines` came.
-fn serve_saying(
-    home: &Path,
-    project: &Path,
-    env: &[(&str, &str)],
-    args: &[&str],
-    lines: usize,
-) -> (std::process::Child, Vec<String>) {
-    use std::io::BufRead;
-    let mut cmd = loop_in(home);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(args)
-        .arg("--project")
-        .arg(project)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut said = Vec::new();
-    for _ in 0..lines {
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        said.push(line.trim_end().to_string());
-    }
-    (child, said)
-}
-
 /// A task the command line started, killed mid-run, is the command line's:
 /// a server leaves it interrupted and says how many it left; told to
 /// (`--adopt-cli-tasks`), a server takes it up and it ends verified, its
@@ -439,7 +406,7 @@ fn a_server_takes_up_the_command_lines_interrupted_tasks_only_when_told_to() {
         "{s}"
     );
     // Not told to: left, and counted.
-    let (server, said) = serve_saying(&home, &project, &[], &[], 2);
+    let (server, said) = shared::serve_saying(&home, &project, &[], &[], 2);
     assert!(
         said[1].contains("took up 0 interrupted task(s); left 1 the command line started"),
         "{said:?}"
@@ -450,7 +417,7 @@ fn a_server_takes_up_the_command_lines_interrupted_tasks_only_when_told_to() {
     assert!(s["outcome"].is_null(), "{s}");
     shared::stop(server);
     // Told to: taken up, to its end.
-    let (server, said) = serve_saying(&home, &project, &[], &["--adopt-cli-tasks"], 2);
+    let (server, said) = shared::serve_saying(&home, &project, &[], &["--adopt-cli-tasks"], 2);
     assert_eq!(said[1], "took up 1 interrupted task(s)", "{said:?}");
     let start = Instant::now();
     let s = loop {
@@ -618,7 +585,7 @@ turns:
         drafts.push(d);
     }
     shared::stop(server);
-    let (server, said) = serve_saying(&home, &project, &[], &[], 2);
+    let (server, said) = shared::serve_saying(&home, &project, &[], &[], 2);
     assert_eq!(
         said[1], "2 drafted contract(s) wait for their answer",
         "{said:?}"
@@ -671,7 +638,7 @@ turns:
     assert_eq!(v["state"], "ended", "{v}");
     shared::stop(server);
     // Both answers were kept: a third server has nothing waiting.
-    let (server, said) = serve_saying(&home, &project, &[], &[], 1);
+    let (server, said) = shared::serve_saying(&home, &project, &[], &[], 1);
     let v = get(
         &format!(
             "{}/api/v1/drafts/{}",

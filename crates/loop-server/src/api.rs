@@ -485,6 +485,35 @@ fn api_request(
     }
 }
 
+/// Draft `draft_id`'s task was submitted (`Ok`: it starts now) or not
+/// (the draft ends, saying why).
+fn draft_settled(
+    drafts: &crate::drafts::Drafts,
+    draft_id: &str,
+    submitted: Result<String, loop_runtime::Error>,
+    metrics: &crate::Metrics,
+    pool: &crate::pool::Pool,
+) {
+    match submitted {
+        Ok(task_id) => {
+            crate::drafts::set(
+                drafts,
+                draft_id,
+                crate::drafts::DraftState::Started {
+                    task_id: task_id.clone(),
+                },
+            );
+            metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+            pool.start(task_id, None);
+        }
+        Err(e) => crate::drafts::set(
+            drafts,
+            draft_id,
+            crate::drafts::DraftState::Ended { reason: e.message },
+        ),
+    }
+}
+
 /// An instruction alone: draft its contract on a thread of its own; the
 /// person answers through `/api/v1/drafts/{id}`.
 async fn start_draft(
@@ -551,24 +580,7 @@ async fn start_draft(
                 ),
                 &mut observer,
             );
-            match submitted {
-                Ok(task_id) => {
-                    crate::drafts::set(
-                        &drafts,
-                        &draft_id,
-                        crate::drafts::DraftState::Started {
-                            task_id: task_id.clone(),
-                        },
-                    );
-                    metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                    pool.start(task_id, None);
-                }
-                Err(e) => crate::drafts::set(
-                    &drafts,
-                    &draft_id,
-                    crate::drafts::DraftState::Ended { reason: e.message },
-                ),
-            }
+            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
         });
     if let Err(e) = spawned {
         return Err(ApiError::new(
@@ -714,24 +726,7 @@ fn start_restored(
                     &mut observer,
                 )
             })();
-            match submitted {
-                Ok(task_id) => {
-                    crate::drafts::set(
-                        &drafts,
-                        &draft_id,
-                        crate::drafts::DraftState::Started {
-                            task_id: task_id.clone(),
-                        },
-                    );
-                    metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                    pool.start(task_id, None);
-                }
-                Err(e) => crate::drafts::set(
-                    &drafts,
-                    &draft_id,
-                    crate::drafts::DraftState::Ended { reason: e.message },
-                ),
-            }
+            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
         });
     spawned.map(|_| ()).map_err(|e| {
         ApiError::new(

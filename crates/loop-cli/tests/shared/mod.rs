@@ -141,6 +141,25 @@ pub fn serve(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (std::process::Child, String) {
+    let (child, said) = serve_saying(home, project, env, args, 1);
+    let url = said[0]
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {:?}", said[0]))
+        .to_string();
+    (child, url)
+}
+
+/// `loop serve` with `args`, and the lines it printed at its start (where
+/// it listens, then what it took up), read until `lines` came; then
+/// nobody reads its output any more.
+pub fn serve_saying(
+    home: &Path,
+    project: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    lines: usize,
+) -> (std::process::Child, Vec<String>) {
     use std::io::BufRead;
     let mut cmd = loop_in(home);
     for (k, v) in env {
@@ -155,16 +174,14 @@ pub fn serve(
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    (child, url)
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut said = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        said.push(line.trim_end().to_string());
+    }
+    (child, said)
 }
 
 /// End a `loop serve` child with SIGTERM and wait for it.
