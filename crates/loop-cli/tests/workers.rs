@@ -1250,18 +1250,146 @@ fn postgres_stopped_for_20_s_under_six_running_tasks_all_end_verified() {
 /// Here the finish call's observation and the move to verifying are taken
 /// out of the store while the check runs (its intent, committed durably,
 /// stays), and PostgreSQL crashes (an immediate stop) and comes back. The
-/// runtime that lives on records nothing past the store's record (its next
-/// entry no longer continues the store's chain) and leaves the task
-/// interrupted; `loop resume` takes it up from the store's record and ends
-/// it verified: one chain, every step once, every effect once.
+/// runtime that lives on writes the lost entries back from its ledger
+/// with its next commit and ends the task verified: one chain, every step
+/// once, every effect once.
 #[test]
-fn a_store_that_loses_the_tail_of_a_record_is_resumed_from_what_it_kept() {
-    if services().is_none() {
+fn a_store_that_loses_the_tail_of_a_record_is_repaired_from_the_ledger() {
+    let Some(t) = lose_tail("loop-pg-tail", Lose::Finish) else {
         return;
-    }
+    };
+    let (s, id, out, said) = (&t.s, &t.id, &t.out, &t.said);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    s.check(id, 0);
+    // The store's record is the ledger's again, to its end.
+    let ledger =
+        std::fs::read_to_string(s.project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
+            .unwrap();
+    let mut c = postgres::Client::connect(&t._pg.url(), postgres::NoTls).unwrap();
+    let hashes: Vec<String> = c
+        .query(
+            "SELECT hash FROM entries WHERE task_id = $1 ORDER BY seq",
+            &[id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let ours: Vec<String> = ledger
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["hash"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(hashes, ours, "{said}");
+    let state: String = c
+        .query_one("SELECT state FROM tasks WHERE id = $1", &[id])
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "terminal", "{said}");
+}
+
+/// As above, but the lost tail holds an observation that named the
+/// workspace's state, and that state and its contents are lost with it:
+/// the whole state goes back to the store with the entries, so the record
+/// can make the workspace again anywhere.
+#[test]
+fn a_store_that_loses_a_kept_state_is_given_the_whole_state_again() {
+    let Some(t) = lose_tail("loop-pg-state", Lose::Step) else {
+        return;
+    };
+    let (s, id, out, said) = (&t.s, &t.id, &t.out, &t.said);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    s.check(id, 0);
+    let ledger =
+        std::fs::read_to_string(s.project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
+            .unwrap();
+    let last_root = ledger
+        .lines()
+        .filter_map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+            e["payload"]["workspace_root"].as_str().map(str::to_string)
+        })
+        .next_back()
+        .unwrap();
+    let mut c = postgres::Client::connect(&t._pg.url(), postgres::NoTls).unwrap();
+    let body: String = c
+        .query_one(
+            "SELECT body FROM task_files WHERE task_id = $1 AND name = 'tree'",
+            &[id],
+        )
+        .unwrap()
+        .get(0);
+    let kept: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(kept["delta"]["root"], last_root.as_str(), "{body}");
+    let blobs: i64 = c
+        .query_one("SELECT count(*) FROM blobs WHERE task_id = $1", &[id])
+        .unwrap()
+        .get(0);
+    // a.txt, b.txt and effects.log: every content the state names.
+    assert_eq!(blobs, 3, "{body}");
+}
+
+/// The attack beside it: the store's record is not only shorter but
+/// changed (the entry before the lost tail is not the ledger's). Nothing
+/// is written back and nothing recorded past the store's record; the task
+/// is left for a resume, which refuses the changed chain by name.
+#[test]
+fn a_store_whose_record_was_changed_is_not_repaired_from_the_ledger() {
+    let Some(t) = lose_tail("loop-pg-forged", Lose::Forged) else {
+        return;
+    };
+    let (s, id, out, said) = (&t.s, &t.id, &t.out, &t.said);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("cannot be repaired from the ledger")
+            && said.contains("is not this ledger's"),
+        "{said}"
+    );
+    let url = s.store.clone();
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let state: String = c
+        .query_one("SELECT state FROM tasks WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_ne!(state, "terminal", "{said}");
+    let again = s
+        .loop_cmd()
+        .args(["resume", id, "--json", "--project"])
+        .arg(&s.project)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&again.stdout),
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_ne!(again.status.code(), Some(0), "{said}");
+    assert!(said.contains("does not continue the chain"), "{said}");
+}
+
+/// What the store loses in [`lose_tail`].
+#[derive(Clone, Copy, PartialEq)]
+enum Lose {
+    /// The finish call's observation and the move to verifying.
+    Finish,
+    /// From the last command's observation on (it named the workspace's
+    /// state), and the workspace's kept state and contents with it.
+    Step,
+    /// As `Finish`, and the entry before that tail is changed too.
+    Forged,
+}
+
+/// Runs a task on a private PostgreSQL that loses the tail of its record
+/// during the check (see [`Lose`]), crashes and comes back.
+fn lose_tail(name: &str, lose: Lose) -> Option<Tail> {
+    services()?;
     let _heavy = heavy();
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-pg-tail");
-    let pg = PrivatePostgres::start("loop-pg-tail");
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("workers-{name}"));
+    let pg = PrivatePostgres::start(name);
     let s = Setup::new(&root.join("run"), pg.url(), "redis://127.0.0.1:1".into());
     std::fs::write(
         s.dir.join("task.yaml"),
@@ -1271,22 +1399,16 @@ fn a_store_that_loses_the_tail_of_a_record_is_resumed_from_what_it_kept() {
         ),
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        let mut c = s.loop_cmd();
-        c.args(args)
-            .arg("--project")
-            .arg(&s.project)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    };
-    let (task, model) = (
-        s.dir.join("task.yaml").display().to_string(),
-        format!("scripted:{}", s.dir.join("script.yaml").display()),
-    );
-    let child = run(&["run", "--json", "--task", &task, "--model", &model])
-        .spawn()
-        .unwrap();
+    let mut c = s.loop_cmd();
+    c.args(["run", "--json", "--task"])
+        .arg(s.dir.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", s.dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&s.project)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
     let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
     let start = Instant::now();
     let (id, verifying): (String, i64) = loop {
@@ -1303,14 +1425,35 @@ fn a_store_that_loses_the_tail_of_a_record_is_resumed_from_what_it_kept() {
         assert!(start.elapsed() < Duration::from_secs(60), "never verified");
         std::thread::sleep(Duration::from_millis(20));
     };
-    // The tail since the finish call's intent is lost.
+    // The tail since the finish call's intent (or the last command's) is
+    // lost.
+    let from = verifying - if lose == Lose::Step { 3 } else { 1 };
     let lost = c
         .execute(
             "DELETE FROM entries WHERE task_id = $1 AND seq >= $2",
-            &[&id, &(verifying - 1)],
+            &[&id, &from],
         )
         .unwrap();
-    assert_eq!(lost, 2);
+    assert_eq!(lost as i64, verifying - from + 1);
+    if lose == Lose::Step {
+        c.execute(
+            "DELETE FROM task_files WHERE task_id = $1 AND name = 'tree'",
+            &[&id],
+        )
+        .unwrap();
+        c.execute("DELETE FROM blobs WHERE task_id = $1", &[&id])
+            .unwrap();
+    }
+    let forge = lose == Lose::Forged;
+    if forge {
+        let changed = c
+            .execute(
+                "UPDATE entries SET hash = repeat('0', 64) WHERE task_id = $1 AND seq = $2",
+                &[&id, &(verifying - 2)],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
     c.execute("UPDATE tasks SET state = 'acting' WHERE id = $1", &[&id])
         .unwrap();
     drop(c);
@@ -1322,33 +1465,35 @@ fn a_store_that_loses_the_tail_of_a_record_is_resumed_from_what_it_kept() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_ne!(out.status.code(), Some(0), "{said}");
-    let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
-    let kinds: Vec<String> = c
-        .query(
-            "SELECT kind FROM entries WHERE task_id = $1 AND seq >= $2 ORDER BY seq",
-            &[&id, &(verifying - 1)],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert!(
-        kinds.is_empty(),
-        "recorded past the store's record: {kinds:?} ({said})"
-    );
-    let state: String = c
-        .query_one("SELECT state FROM tasks WHERE id = $1", &[&id])
-        .unwrap()
-        .get(0);
-    assert_ne!(state, "terminal", "{said}");
-    let out = run(&["resume", &id, "--json"]).output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    s.check(&id, 0);
+    if forge {
+        // Nothing was recorded past the store's record.
+        let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+        let past: i64 = c
+            .query_one(
+                "SELECT count(*) FROM entries WHERE task_id = $1 AND seq >= $2",
+                &[&id, &from],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(past, 0, "recorded past the store's record ({said})");
+    }
+    Some(Tail {
+        s,
+        id,
+        out,
+        said,
+        _pg: pg,
+        _heavy,
+    })
+}
+
+/// What [`lose_tail`] leaves: the cluster and the lock live as long as the
+/// checks need them.
+struct Tail {
+    s: Setup,
+    id: String,
+    out: std::process::Output,
+    said: String,
+    _pg: PrivatePostgres,
+    _heavy: std::sync::MutexGuard<'static, ()>,
 }

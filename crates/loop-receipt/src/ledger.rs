@@ -113,18 +113,7 @@ impl FileLedger {
     /// entries (atomically), then appended to. The links are checked first.
     #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
     pub fn continue_from(path: &Path, entries: &[Entry]) -> Result<FileLedger, LedgerError> {
-        let mut head = GENESIS_PREV.to_string();
-        for (i, e) in entries.iter().enumerate() {
-            let hash =
-                canonical_sha256(&body(e)).map_err(|x| LedgerError::Encode(x.to_string()))?;
-            if e.seq != i as u64 || e.prev != head || e.hash != hash {
-                return Err(LedgerError::Encode(format!(
-                    "stored entry {i} does not continue the chain (seq {}, prev or hash mismatch)",
-                    e.seq
-                )));
-            }
-            head = e.hash.clone();
-        }
+        let head = linked(entries, "stored entry")?;
         let io = |source| LedgerError::Io {
             path: path.display().to_string(),
             source,
@@ -206,6 +195,41 @@ impl FileLedger {
         Ok(entry)
     }
 
+    /// Every entry written so far, read back from the file, each link and
+    /// hash checked and the last one this ledger's head: what a store that
+    /// lost the tail of its record is given back
+    /// (`StoreLedger`'s write-back in the runtime).
+    #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
+    pub fn written(&mut self) -> Result<Vec<Entry>, LedgerError> {
+        let io = |source| LedgerError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        self.file.flush().map_err(io)?;
+        let text = std::fs::read(&self.path).map_err(io)?;
+        let mut entries = Vec::with_capacity(self.next_seq as usize);
+        for (n, line) in text.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let e: Entry = serde_json::from_slice(line).map_err(|x| {
+                LedgerError::Encode(format!("{} line {}: {x}", self.path.display(), n + 1))
+            })?;
+            entries.push(e);
+        }
+        let head = linked(&entries, "entry")?;
+        if entries.len() as u64 != self.next_seq || head != self.head {
+            return Err(LedgerError::Encode(format!(
+                "{} holds {} entries ending at {head}, not the {} written ending at {}",
+                self.path.display(),
+                entries.len(),
+                self.next_seq,
+                self.head
+            )));
+        }
+        Ok(entries)
+    }
+
     /// Hash of the last entry.
     pub fn head(&self) -> &str {
         &self.head
@@ -225,6 +249,24 @@ impl FileLedger {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The head of `entries` when each is at its place from the genesis, links
+/// to the one before and hashes to its own hash; else which one does not
+/// (`what` names them for the message).
+fn linked(entries: &[Entry], what: &str) -> Result<String, LedgerError> {
+    let mut head = GENESIS_PREV.to_string();
+    for (i, e) in entries.iter().enumerate() {
+        let hash = canonical_sha256(&body(e)).map_err(|x| LedgerError::Encode(x.to_string()))?;
+        if e.seq != i as u64 || e.prev != head || e.hash != hash {
+            return Err(LedgerError::Encode(format!(
+                "{what} {i} does not continue the chain (seq {}, prev or hash mismatch)",
+                e.seq
+            )));
+        }
+        head = e.hash.clone();
+    }
+    Ok(head)
 }
 
 /// Make entry `seq` after `prev` for `event` at `unix_ms`.

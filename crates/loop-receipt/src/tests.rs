@@ -232,3 +232,34 @@ fn canonical_numbers_match_the_rfc8785_appendix_b_vectors() {
         assert_eq!(&got, want, "bits {bits:#018x}");
     }
 }
+
+#[test]
+fn a_ledger_reads_back_what_it_wrote_and_refuses_a_file_changed_under_it() {
+    let dir = tmp("written");
+    let path = dir.join("t.ledger.jsonl");
+    let mut l = FileLedger::create(&path).unwrap();
+    l.defer_sync();
+    let first = l.append(&genesis(), 0).unwrap();
+    let second = l
+        .append(
+            &Event::Transition {
+                n: 1,
+                from: TaskState::Pending,
+                to: TaskState::Planning,
+                reason: "moved on".into(),
+            },
+            1,
+        )
+        .unwrap();
+    assert_eq!(l.written().unwrap(), vec![first, second]);
+    // One byte of a payload changed on disk: its hash no longer holds.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replacen("moved on", "moved in", 1)).unwrap();
+    let e = l.written().unwrap_err().to_string();
+    assert!(e.contains("entry 1 does not continue the chain"), "{e}");
+    // A file cut short is not the ledger's either.
+    let first_line = text.lines().next().unwrap();
+    std::fs::write(&path, format!("{first_line}\n")).unwrap();
+    let e = l.written().unwrap_err().to_string();
+    assert!(e.contains("holds 1 entries"), "{e}");
+}

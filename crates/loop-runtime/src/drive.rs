@@ -380,6 +380,12 @@ pub(crate) fn drive(
     ledger.holder = owner.token.clone();
     ledger.halt = wired.tools.keeper.as_ref().map(|k| k.halt.clone());
     ledger.tree = wired.tools.keeper.as_ref().map(|k| k.pending.clone());
+    if wired.tools.keeper.is_some() {
+        let (workspace, baseline) = (paths.workspace.clone(), start.baseline.clone());
+        ledger.whole = Some(Box::new(move || {
+            crate::moved::whole_state(&workspace, &baseline)
+        }));
+    }
     for e in &record.history {
         observer.on_event(e);
     }
@@ -522,6 +528,7 @@ fn ledger_for<'c>(
         holder: String::new(),
         halt: None,
         tree: None,
+        whole: None,
     })
 }
 

@@ -337,6 +337,22 @@ impl Keeper {
     }
 }
 
+/// The workspace's whole state now, every content it holds beyond the
+/// baseline with it, and its root: what a store that lost a kept state
+/// (the tail of its record, after a database restart) is given again.
+pub fn whole_state(workspace: &Path, baseline: &Manifest) -> Result<(String, PendingTree), String> {
+    let now = Manifest::of(workspace).map_err(|e| format!("workspace: {e}"))?;
+    let mut keeper = Keeper::new(baseline.clone(), (String::new(), HashSet::new()), workspace);
+    keeper.keep(&now)?;
+    let tree = keeper
+        .pending
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+        .ok_or_else(|| "no state was made".to_string())?;
+    Ok((now.root, tree))
+}
+
 /// What [`settle`] found.
 pub(crate) struct Settled {
     /// The root of the state the store keeps (the workspace's, now).

@@ -220,7 +220,13 @@ pub struct StoreLedger<'c> {
     pub halt: Option<std::sync::Arc<std::sync::OnceLock<String>>>,
     /// The workspace's state waiting to be written with the next commit.
     pub tree: Option<crate::moved::TreeSlot>,
+    /// The workspace's whole state now and its root, for a store that lost
+    /// a kept one ([`crate::moved::whole_state`]).
+    pub whole: Option<WholeState>,
 }
+
+/// Makes the workspace's whole state for the store, with its root.
+pub type WholeState = Box<dyn Fn() -> Result<(String, crate::moved::PendingTree), String> + Send>;
 
 impl StoreLedger<'_> {
     /// Commit the pending entries (one transaction).
@@ -267,9 +273,125 @@ impl StoreLedger<'_> {
                 *s = Some(t);
             }
         }
-        done.map_err(BoundaryError::caused_by)?;
+        match done {
+            Err(loop_store::StoreError::OutOfSequence { last, seq, .. })
+                if last >= 0 && (last as u64) + 1 < seq =>
+            {
+                self.write_back(last as u64)?
+            }
+            done => done.map_err(BoundaryError::caused_by)?,
+        }
         self.pending.clear();
         self.pending_state = None;
+        Ok(())
+    }
+
+    /// The store's record ends at entry `last`, before entries this runtime
+    /// committed (a database that restarted lost what it had not yet
+    /// synced): the lost entries are written back from the ledger's file,
+    /// with the pending ones, in one durable commit, and the workspace's
+    /// state with them when one of them named it. Only a record that is
+    /// the start of this ledger is repaired (entry `last` the same, by
+    /// hash, on both sides), and only when the workspace here is the one
+    /// the last of them names; anything else is refused as before, leaving
+    /// the task to be resumed from the store's record.
+    fn write_back(&mut self, last: u64) -> Result<(), BoundaryError> {
+        let task = self.task_id.clone();
+        let refuse = |why: String| {
+            BoundaryError::new(format!(
+                "task {task}: the store's record ends at entry {last}, before entries this runtime committed, and cannot be repaired from the ledger: {why}"
+            ))
+        };
+        let first = self.pending.first().map_or(0, |e| e.seq);
+        let written = self.file.written().map_err(|e| refuse(e.to_string()))?;
+        let kept = self
+            .store
+            .entries(&self.task_id, last)
+            .map_err(|e| refuse(e.to_string()))?;
+        let ours = written.get(last as usize).map(|e| e.hash.as_str());
+        if kept.first().map(|e| e.hash.as_str()) != ours || ours.is_none() {
+            return Err(refuse(format!("its entry {last} is not this ledger's")));
+        }
+        let lost: Vec<loop_store::StoredEntry> = written
+            .get(last as usize + 1..first as usize)
+            .ok_or_else(|| refuse(format!("the ledger holds no entries {}..{first}", last + 1)))?
+            .to_vec();
+        let mut entries = lost.clone();
+        entries.extend(self.pending.iter().cloned());
+        // The state after them: the last move's (an end is `ending` until
+        // the receipt is kept).
+        let state = self.pending_state.clone().or_else(|| {
+            lost.iter()
+                .rev()
+                .find(|e| e.kind == "transition")
+                .and_then(|e| {
+                    e.payload["to"].as_str().map(|to| match to {
+                        "terminal" => "ending".to_string(),
+                        to => to.to_string(),
+                    })
+                })
+        });
+        // A lost entry that named the workspace's state lost that state
+        // too (it was written with it): the whole of it goes again, if the
+        // workspace here is the one the last of these entries names.
+        let named = |e: &loop_store::StoredEntry| {
+            (e.kind == "observed")
+                .then(|| e.payload["workspace_root"].as_str().map(str::to_string))
+                .flatten()
+        };
+        let whole = if lost.iter().any(|e| named(e).is_some()) {
+            let want = entries.iter().rev().find_map(named);
+            let whole = self
+                .whole
+                .as_ref()
+                .ok_or_else(|| refuse("the workspace's state it named is not kept here".into()))?;
+            let (root, tree) = whole().map_err(refuse)?;
+            if want.as_deref() != Some(root.as_str()) {
+                return Err(refuse(format!(
+                    "the workspace here (root {root}) is not the one the ledger names ({})",
+                    want.unwrap_or_default()
+                )));
+            }
+            Some(tree)
+        } else {
+            None
+        };
+        // The state that waited for this commit goes with it (the whole
+        // state includes it).
+        let slot = |put: Option<crate::moved::PendingTree>| {
+            let mut s = self.tree.as_ref().map(|slot| {
+                slot.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            });
+            match (s.as_deref_mut(), put) {
+                (Some(s), Some(t)) if s.is_none() => {
+                    *s = Some(t);
+                    None
+                }
+                (Some(s), None) => s.take(),
+                _ => None,
+            }
+        };
+        let waiting = slot(None);
+        let file = whole.as_ref().or(waiting.as_ref()).map(|t| t.file());
+        let done = self.store.append_batch(
+            &self.task_id,
+            &entries,
+            state.as_deref(),
+            Some(&self.holder),
+            self.clock.now_ms(),
+            (true, file.as_ref()),
+        );
+        if let Err(e) = done {
+            slot(waiting);
+            return Err(refuse(e.to_string()));
+        }
+        tracing::warn!(
+            "task {}: the store had lost entries {}..{} of its record (a database restart?): written back from the ledger",
+            self.task_id,
+            last + 1,
+            first.saturating_sub(1)
+        );
         Ok(())
     }
 
