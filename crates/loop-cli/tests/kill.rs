@@ -388,11 +388,19 @@ fn two_resumers_of_one_task_never_run_it_twice() {
 fn cancel_reaches_a_running_task_and_kills_its_commands() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kill-cancel");
     let project = setup(&dir);
+    // A command line only this test runs (`sleep` takes a fraction): the
+    // test looks for its own process, never for another program's.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let sleep = format!("sleep 300.{}{nanos:09}", std::process::id());
     std::fs::write(
         dir.join("script.yaml"),
-        "turns:\n  - calls: [{tool: run_command, args: {command: 'sleep 300 & echo $! > pid.txt; wait', timeout_secs: 600}}]\n",
+        format!("turns:\n  - calls: [{{tool: run_command, args: {{command: '{sleep} & echo $! > pid.txt; wait', timeout_secs: 600}}}}]\n"),
     )
     .unwrap();
+    let ours = format!("^{}$", sleep.replace('.', "[.]"));
     let mut child = run_cmd(&dir, &project).spawn().unwrap();
     // Wait for the command to be running.
     let start = Instant::now();
@@ -404,14 +412,11 @@ fn cancel_reaches_a_running_task_and_kills_its_commands() {
         if let Some(t) = tasks(&project).first() {
             let id = t["id"].as_str().unwrap().to_string();
             // The command is running once its intent is recorded and its
-            // `sleep 300` exists (its effects are staged, not yet visible).
+            // `sleep` exists (its effects are staged, not yet visible).
             let ledger =
                 std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl")))
                     .unwrap_or_default();
-            let sleeping = Command::new("pgrep")
-                .args(["-f", "^sleep 300$"])
-                .output()
-                .unwrap();
+            let sleeping = Command::new("pgrep").args(["-f", &ours]).output().unwrap();
             if ledger.contains("\"kind\":\"intent\"") && !sleeping.stdout.is_empty() {
                 break id;
             }
@@ -436,22 +441,16 @@ fn cancel_reaches_a_running_task_and_kills_its_commands() {
     assert_eq!(status.code(), Some(1), "the run ends unverified");
     let task = &tasks(&project)[0];
     assert_eq!(task["outcome"], "cancelled");
-    // The sandboxed `sleep 300` is gone: its pid (inside the sandbox's PID
-    // namespace) is not ours to see, so look for any such sleep at all. The
+    // The sandboxed `sleep` is gone: its pid (inside the sandbox's PID
+    // namespace) is not ours to see, so look for its unique command line. The
     // kernel reaps a dead namespace's processes asynchronously: it gets a
     // moment (on a loaded machine the last one was still listed as the run
     // ended), never minutes.
-    let mut ps = Command::new("pgrep")
-        .args(["-f", "sleep 300"])
-        .output()
-        .unwrap();
+    let mut ps = Command::new("pgrep").args(["-f", &ours]).output().unwrap();
     let reaped = Instant::now();
     while !ps.stdout.is_empty() && reaped.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(50));
-        ps = Command::new("pgrep")
-            .args(["-f", "sleep 300"])
-            .output()
-            .unwrap();
+        ps = Command::new("pgrep").args(["-f", &ours]).output().unwrap();
     }
     assert!(
         ps.stdout.is_empty(),
