@@ -482,11 +482,7 @@ fn verification(
     for c in &report.criteria {
         for ev in &c.checks {
             let mark = if ev.passed { "✓" } else { "✗" };
-            let status = match (ev.exit_code, &ev.failure) {
-                (_, Some(f)) => f.clone(),
-                (Some(code), None) => format!("exit {code}"),
-                (None, None) => "ok".into(),
-            };
+            let status = ev.status();
             if !checks_shown {
                 s.push_str(&format!(
                     "    {mark} {:<16} {:<44} {status} · {} ms\n",

@@ -330,6 +330,13 @@ fn uncommitted_work_left_out_and_a_check_that_already_passes_are_warned_of() {
     git(&["commit", "-qm", "start"]);
     std::fs::write(project.join("README.md"), "edited, not committed\n").unwrap();
     std::fs::write(project.join("notes.txt"), "new, not added\n").unwrap();
+    // A Loopfile not committed yet (what `loop init` leaves) is followed,
+    // and said apart from the changes left out.
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "exec:\n  approval_timeout_secs: 120\n",
+    )
+    .unwrap();
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_loop"))
             .env("LOOP_STATE_DIR", dir.join("state"))
@@ -357,6 +364,12 @@ fn uncommitted_work_left_out_and_a_check_that_already_passes_are_warned_of() {
         said.contains("warning: 2 uncommitted change(s) are left out of the task")
             && said.contains("README.md, notes.txt")
             && said.contains("--include-dirty carries them in"),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "note: Loopfile.yaml is not committed: this task follows it as it is in your checkout"
+        ) && said.contains("git add Loopfile.yaml && git commit"),
         "{said}"
     );
     assert!(

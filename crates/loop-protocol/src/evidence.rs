@@ -290,6 +290,71 @@ pub struct CheckEvidence {
     pub egress: Vec<EgressAttempt>,
 }
 
+impl CheckEvidence {
+    /// How the check ended, in a few words for people: its failure (with
+    /// the line of its output that says why, when one does) or its exit.
+    pub fn status(&self) -> String {
+        match (self.exit_code, &self.failure) {
+            (_, Some(f)) => match self.cause() {
+                Some(why) if !self.passed && !f.contains(&why) => format!("{f} — {why}"),
+                _ => f.clone(),
+            },
+            (Some(code), None) => format!("exit {code}"),
+            (None, None) => "ok".into(),
+        }
+    }
+
+    /// The line of a failed run's output that says why it failed: a
+    /// Python exception's (a traceback's last line), an errno name
+    /// (`EROFS`, `ENOENT`), a compiler's or a runner's `error`, a Rust
+    /// panic; stderr first.
+    pub fn cause(&self) -> Option<String> {
+        if self.passed {
+            return None;
+        }
+        let streams = [&self.stderr, &self.stdout];
+        let lines = || {
+            streams
+                .iter()
+                .filter_map(|s| s.as_ref())
+                .flat_map(|s| s.excerpt.lines())
+                .map(str::trim)
+                // pytest marks the lines of a failure's explanation `E`.
+                .map(|l| l.strip_prefix("E ").map_or(l, str::trim_start))
+        };
+        let exception = |l: &str| {
+            l.split_once(": ").is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && !name.contains(' ')
+                    && (name.ends_with("Error") || name.ends_with("Exception"))
+            })
+        };
+        let errno = |l: &str| {
+            ["EROFS", "ENOENT", "EACCES", "EPERM", "ENOSPC", "EADDRINUSE"]
+                .iter()
+                .any(|e| l.contains(&format!("{e}:")))
+        };
+        let error = |l: &str| {
+            l.starts_with("error:")
+                || l.starts_with("error[")
+                || l.starts_with("Error:")
+                || l.starts_with("fatal error:")
+                || l.contains(": error:")
+                || l.contains("panicked at")
+        };
+        // A traceback's last exception line is the one that ended it.
+        let found = lines()
+            .rfind(|l| exception(l))
+            .or_else(|| lines().find(|l| errno(l)))
+            .or_else(|| lines().find(|l| error(l)))?;
+        let mut cut: String = found.chars().take(160).collect();
+        if cut.len() < found.len() {
+            cut.push('…');
+        }
+        Some(cut)
+    }
+}
+
 /// A test runner's account of one run, read from its output.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestTally {
@@ -413,4 +478,70 @@ pub struct FileChange {
     /// git's mode after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_mode: Option<String>,
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+
+    fn failed(stdout: &str, stderr: &str) -> CheckEvidence {
+        let stream = |t: &str| StreamEvidence {
+            bytes: t.len() as u64,
+            sha256: String::new(),
+            excerpt: t.to_string(),
+            truncated: false,
+        };
+        CheckEvidence {
+            criterion: "tests".into(),
+            index: 0,
+            check: serde_json::from_value(serde_json::json!({"kind": "run", "command": "pytest", "expect_exit": 0, "timeout_secs": 60}))
+                .unwrap(),
+            passed: false,
+            failure: Some("exit code 2, expected 0".into()),
+            exit_code: Some(2),
+            signal: None,
+            timed_out: false,
+            duration_ms: 1,
+            stdout: Some(stream(stdout)),
+            stderr: Some(stream(stderr)),
+            snapshot: "overlay".into(),
+            env: Vec::new(),
+            tests: None,
+            egress: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_failed_checks_status_names_the_line_that_says_why() {
+        let py = failed(
+            "ERROR collecting tests/test_x.py\nE   ModuleNotFoundError: No module named 'prettytable'\n1 error in 0.1s\n",
+            "",
+        );
+        assert_eq!(
+            py.status(),
+            "exit code 2, expected 0 — ModuleNotFoundError: No module named 'prettytable'"
+        );
+        let node = failed(
+            " Test Files  3 passed (3)\n",
+            "Error: EROFS: read-only file system, open '/w/node_modules/.vite/vitest/results.json'\n",
+        );
+        assert!(node.status().ends_with("— Error: EROFS: read-only file system, open '/w/node_modules/.vite/vitest/results.json'"), "{}", node.status());
+        let cc = failed(
+            "",
+            "src/a.c:3:5: error: expected ';' before '}' token\nmake: *** [all] Error 1\n",
+        );
+        assert!(
+            cc.status()
+                .ends_with("— src/a.c:3:5: error: expected ';' before '}' token"),
+            "{}",
+            cc.status()
+        );
+        // Nothing that says why: the exit alone; a passed check: no cause.
+        assert_eq!(failed("3 failed\n", "").status(), "exit code 2, expected 0");
+        let mut ok = failed("", "Error: odd");
+        ok.passed = true;
+        ok.failure = None;
+        ok.exit_code = Some(0);
+        assert_eq!(ok.status(), "exit 0");
+    }
 }

@@ -107,8 +107,10 @@ fn sweep(observer: &mut dyn crate::Observer) {
     let swept = loop_sandbox::sweep::sweep(&std::env::temp_dir());
     if swept != loop_sandbox::sweep::Swept::default() {
         observer.note(&format!(
-            "cleaned up after killed runs: {} temporary dir(s), {} cgroup(s)",
-            swept.dirs, swept.cgroups
+            "cleaned up after runs that ended without cleaning up ({}): {} temporary dir(s), {} cgroup(s)",
+            swept.whose(),
+            swept.dirs,
+            swept.cgroups
         ));
     }
 }

@@ -87,7 +87,15 @@ pub(crate) fn submit_claimed(
     // Work the person has not committed is not in a worktree made from
     // HEAD: said, so nobody wonders where it went.
     if let Some(base) = task_ws.base_commit().filter(|_| !req.include_dirty) {
-        let left = loop_workspace::uncommitted(&project);
+        let mut left = loop_workspace::uncommitted(&project);
+        // The Loopfile is read from the checkout as it is; said apart, so
+        // nobody thinks their settings were left out.
+        if let Some(at) = left.iter().position(|p| p == "Loopfile.yaml") {
+            left.remove(at);
+            observer.note(
+                "note: Loopfile.yaml is not committed: this task follows it as it is in your checkout, but its workspace (made from the last commit) does not hold it; commit it (`git add Loopfile.yaml && git commit`) to make it part of the project",
+            );
+        }
         if !left.is_empty() {
             let some: Vec<&str> = left.iter().take(3).map(String::as_str).collect();
             observer.note(&format!(

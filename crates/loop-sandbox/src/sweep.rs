@@ -8,12 +8,51 @@
 use std::path::{Path, PathBuf};
 
 /// What a sweep removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Temporary directories.
     pub dirs: usize,
     /// Cgroups.
     pub cgroups: usize,
+    /// Whose they were: the dead runtimes' process ids and the users that
+    /// owned what they left, in order, each once.
+    pub runs: Vec<(u32, u32)>,
+}
+
+impl Swept {
+    /// Whose leftovers these were, for people: `process 123 of user
+    /// alice, …`.
+    pub fn whose(&self) -> String {
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let name = |uid: u32| {
+            passwd
+                .lines()
+                .find_map(|l| {
+                    let mut f = l.split(':');
+                    let name = f.next()?;
+                    (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+                })
+                .unwrap_or_else(|| format!("uid {uid}"))
+        };
+        let mut out: Vec<String> = self
+            .runs
+            .iter()
+            .take(5)
+            .map(|(pid, uid)| format!("process {pid} of user {}", name(*uid)))
+            .collect();
+        if self.runs.len() > 5 {
+            out.push(format!("{} more", self.runs.len() - 5));
+        }
+        out.join(", ")
+    }
+
+    fn owned(&mut self, pid: u32, path: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let uid = std::fs::symlink_metadata(path).map_or(u32::MAX, |m| m.uid());
+        if !self.runs.contains(&(pid, uid)) {
+            self.runs.push((pid, uid));
+        }
+    }
 }
 
 /// The pid in `PREFIX-PID-…`, for the prefixes this crate and its users make.
@@ -38,17 +77,17 @@ fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-fn stale_entries(dir: &Path) -> Vec<PathBuf> {
+/// The entries of `dir` left by dead runtimes, with their pids.
+fn stale_entries(dir: &Path) -> Vec<(u32, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
         .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            owner_pid(&name.to_string_lossy()).is_some_and(|pid| !alive(pid))
+        .filter_map(|e| {
+            let pid = owner_pid(&e.file_name().to_string_lossy())?;
+            (!alive(pid)).then(|| (pid, e.path()))
         })
-        .map(|e| e.path())
         .collect()
 }
 
@@ -56,9 +95,15 @@ fn stale_entries(dir: &Path) -> Vec<PathBuf> {
 /// process's cgroups.
 pub fn sweep(tmp: &Path) -> Swept {
     let mut swept = Swept::default();
-    for dir in stale_entries(tmp) {
-        if dir.is_dir() && std::fs::remove_dir_all(&dir).is_ok() {
+    for (pid, dir) in stale_entries(tmp) {
+        if !dir.is_dir() {
+            continue;
+        }
+        swept.owned(pid, &dir);
+        if std::fs::remove_dir_all(&dir).is_ok() {
             swept.dirs += 1;
+        } else {
+            swept.runs.retain(|(p, _)| *p != pid);
         }
     }
     let mut bases = Vec::new();
@@ -75,10 +120,17 @@ pub fn sweep(tmp: &Path) -> Swept {
     bases.sort();
     bases.dedup();
     for base in bases {
-        for cg in stale_entries(&base) {
+        for (pid, cg) in stale_entries(&base) {
             // Only an empty cgroup can go; a dead runtime's processes died with it.
+            let mut whose = Swept::default();
+            whose.owned(pid, &cg);
             if std::fs::remove_dir(&cg).is_ok() {
                 swept.cgroups += 1;
+                for run in whose.runs {
+                    if !swept.runs.contains(&run) {
+                        swept.runs.push(run);
+                    }
+                }
             }
         }
     }
@@ -112,6 +164,17 @@ mod tests {
         }
         let s = sweep(&tmp);
         assert_eq!(s.dirs, 1);
+        // Whose they were: the dead process, and the user that owned them.
+        let me = std::fs::metadata(&tmp).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        });
+        assert_eq!(s.runs, vec![(4194399, me.unwrap())]);
+        assert!(
+            s.whose().starts_with("process 4194399 of user "),
+            "{}",
+            s.whose()
+        );
         assert!(!dead.exists());
         assert!(live.exists() && other.exists());
         std::fs::remove_dir_all(&tmp).unwrap();

@@ -275,6 +275,21 @@ pub fn block_cost(size: u64) -> i64 {
     (size.div_ceil(BLOCK).max(1) * BLOCK) as i64
 }
 
+/// What tools print when a name does not resolve or a host cannot be
+/// reached (glibc, curl, Python, Node, Go, Rust's resolvers, pip).
+const NO_NETWORK: &[&str] = &[
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Could not resolve host",
+    "getaddrinfo ENOTFOUND",
+    "getaddrinfo EAI_AGAIN",
+    "Network is unreachable",
+    "dial tcp: lookup",
+    "failed to lookup address information",
+    "Failed to establish a new connection",
+    "No address associated with hostname",
+];
+
 /// What the model is shown of a command: how it ended, its output, and
 /// what of its effects was refused.
 fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[String]) -> String {
@@ -295,6 +310,17 @@ fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[Strin
         content.push_str(&format!(
             "--- disk ---\nthe command's writes (its /tmp and its changes to the workspace together) may not exceed the task's limit of {mb} MiB (limits.disk_mb); what went past it failed with \"No space left on device\"\n"
         ));
+    }
+    // A name that did not resolve, or a host not reached, in a sandbox
+    // without the network names the setting that gives it.
+    let offline = |c: &loop_sandbox::Captured| {
+        let text = c.excerpt();
+        NO_NETWORK.iter().any(|sign| text.contains(sign))
+    };
+    if result.isolation.network != "host" && (offline(&result.stdout) || offline(&result.stderr)) {
+        content.push_str(
+            "--- network ---\nthe command runs without the network: a host it needs must be listed in the Loopfile's `network.allow` (setup steps: `network.setup`); every other connection fails as above\n",
+        );
     }
     for (name, c) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
         if c.total() > 0 {

@@ -1167,3 +1167,30 @@ fn what_a_tasks_commands_write_in_all_is_bounded_not_only_each_command() {
         o.observation.content
     );
 }
+
+#[test]
+fn a_command_that_finds_no_network_is_told_which_setting_gives_it() {
+    let d = TestDir::new("tools-offline");
+    let mut t = toolbox(&d);
+    // A real lookup in the sandbox, which has no network.
+    let o = t.execute(&call(
+        "run_command",
+        json!({"command": "python3 -c \"import socket; socket.getaddrinfo('example.com', 443)\""}),
+    ));
+    let said = &o.observation.content;
+    assert!(!said.starts_with("exit 0"), "{said}");
+    assert!(
+        said.contains("--- network ---") && said.contains("`network.allow`"),
+        "{said}"
+    );
+    // A command that fails for another reason is not sent to the network.
+    let o = t.execute(&call(
+        "run_command",
+        json!({"command": "echo 'no such file' >&2; exit 3"}),
+    ));
+    assert!(
+        !o.observation.content.contains("network.allow"),
+        "{}",
+        o.observation.content
+    );
+}

@@ -459,11 +459,7 @@ impl SnapshotVerifier {
                         total,
                         criterion: criterion.id.clone(),
                         passed: ev.passed,
-                        status: match (ev.exit_code, &ev.failure) {
-                            (_, Some(f)) => f.clone(),
-                            (Some(code), None) => format!("exit {code}"),
-                            (None, None) => "ok".into(),
-                        },
+                        status: ev.status(),
                         duration_ms: ev.duration_ms,
                     },
                 );
