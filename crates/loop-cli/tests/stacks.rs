@@ -134,15 +134,32 @@ fn an_npm_package_with_a_lockfile() {
     let (base, p) = project(
         "npm",
         &[
+            // Its test script ends as vitest's run does: the results
+            // written to a cache inside node_modules, which the task
+            // shares read-only (the cache is the command's own).
             (
                 "package.json",
-                "{\n  \"name\": \"twice\",\n  \"version\": \"1.0.0\",\n  \"private\": true,\n  \"scripts\": { \"test\": \"node --test\" }\n}\n",
+                "{\n  \"name\": \"twice\",\n  \"version\": \"1.0.0\",\n  \"private\": true,\n  \"scripts\": { \"test\": \"node --test && node cache.js\" }\n}\n",
             ),
-            ("twice.js", "module.exports = (n) => n;\n"),
+            (
+                "cache.js",
+                "const fs = require('node:fs');\nfs.mkdirSync('node_modules/.vite/vitest', { recursive: true });\nfs.writeFileSync('node_modules/.vite/vitest/results.json', '{}');\n",
+            ),
+            (
+                "twice.js",
+                "const one = require('one');\nmodule.exports = (n) => n * one;\n",
+            ),
             (
                 "twice.test.js",
                 "const test = require('node:test');\nconst assert = require('node:assert');\nconst twice = require('./twice');\ntest('doubles', () => assert.strictEqual(twice(21), 42));\n",
             ),
+            (".gitignore", "node_modules/\n"),
+            // An installed dependency (what `npm install` leaves).
+            (
+                "node_modules/one/package.json",
+                "{\"name\": \"one\", \"version\": \"1.0.0\", \"main\": \"index.js\"}\n",
+            ),
+            ("node_modules/one/index.js", "module.exports = 1;\n"),
         ],
     );
     sh(
@@ -156,7 +173,10 @@ fn an_npm_package_with_a_lockfile() {
         &p,
         "npm test",
         true,
-        ("twice.js", "module.exports = (n) => n * 2;\n"),
+        (
+            "twice.js",
+            "const one = require('one');\nmodule.exports = (n) => n * 2 * one;\n",
+        ),
         "npm test",
     );
 }

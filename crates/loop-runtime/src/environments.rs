@@ -63,6 +63,17 @@ pub enum Standing {
     },
 }
 
+/// The directories directly inside a shared environment at `path` that
+/// its tools write as caches while the packages are only read (vitest and
+/// Vite's `.vite`, babel's and others' `.cache`, …): writable in a
+/// read-only share, fresh for each command.
+pub fn tool_caches(path: &str) -> &'static [&'static str] {
+    match path.rsplit('/').next() {
+        Some("node_modules") => &[".vite", ".vitest", ".cache", ".jest-cache"],
+        _ => &[],
+    }
+}
+
 /// Environments detected in `project`: top-level directories holding a
 /// `pyvenv.cfg` (Python virtual environments), and each stack's directory
 /// beside its marker file.

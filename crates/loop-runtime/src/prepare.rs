@@ -720,6 +720,10 @@ pub(crate) fn with_environments(
             } else {
                 loop_sandbox::ShareAccess::ReadOnly
             },
+            caches: crate::environments::tool_caches(&s.path)
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
         })
         .collect();
     let mut trees: Vec<std::path::PathBuf> = Vec::new();

@@ -188,6 +188,13 @@ pub struct Share {
     pub rel: String,
     /// How the command sees it.
     pub access: ShareAccess,
+    /// Directories directly inside a read-only share that its tools write
+    /// as caches (`node_modules/.vite`, `.cache`): writable, each fresh and
+    /// private to the command (on its disk, counted against its limit),
+    /// so a cache carries nothing from one command to another or into a
+    /// check; everything else in the share stays read-only. Each is one
+    /// plain name.
+    pub caches: Vec<String>,
 }
 
 /// How a command sees a [`Share`].
@@ -1202,11 +1209,41 @@ fn share_mounts(
                 Some((upper, work))
             }
         };
+        // A read-only share's caches: fresh directories on the command's
+        // disk (made by the child), else in its private directory, shown
+        // over a skeleton that gives each a place in the share.
+        let mut caches = Vec::new();
+        let mut skeleton = None;
+        let plain = |n: &String| {
+            !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('\0')
+        };
+        if layers.is_none() && !req.workspace_read_only && !share.caches.is_empty() {
+            let names: Vec<&String> = share.caches.iter().filter(|n| plain(n)).collect();
+            let skel = private.base.join(format!("skeleton-{i}"));
+            for name in &names {
+                std::fs::create_dir_all(skel.join(name))
+                    .map_err(|e| spawn_err(format!("cache of `{}`: ", share.rel), e))?;
+                let dir = if on_disk {
+                    let d = private.disk.join(format!("cache-{i}-{name}"));
+                    disk_dirs.push(d.clone());
+                    d
+                } else {
+                    let d = private.base.join(format!("cache-{i}-{name}"));
+                    std::fs::create_dir_all(&d)
+                        .map_err(|e| spawn_err(format!("cache of `{}`: ", share.rel), e))?;
+                    d
+                };
+                caches.push(((*name).clone(), dir));
+            }
+            skeleton = (!caches.is_empty()).then_some(skel);
+        }
         out.push(root::ShareMount {
             host: share.host.clone(),
             rel: share.rel.clone(),
             layers,
             middle,
+            skeleton,
+            caches,
         });
     }
     Ok((out, disk_dirs, merges))

@@ -140,6 +140,13 @@ pub struct ShareMount {
     /// A layer kept from the task's earlier commands, shown read-only
     /// between the host directory and the upper layer.
     pub middle: Option<PathBuf>,
+    /// For a read-only share with caches: a directory holding an empty
+    /// directory per cache, laid over the host directory (a read-only
+    /// overlay, so each cache has a place to be mounted on).
+    pub skeleton: Option<PathBuf>,
+    /// The caches: (name directly inside the share, the writable
+    /// directory shown there).
+    pub caches: Vec<(String, PathBuf)>,
 }
 
 /// The private directory of one command and its parts.
@@ -426,6 +433,31 @@ impl Builder<'_> {
             }
             let at = under(self.staging, &in_ws);
             match &share.layers {
+                None if share.skeleton.is_some() => {
+                    let skeleton = share.skeleton.as_deref().unwrap_or(Path::new(""));
+                    // Read-only (no upper layer): the packages are never
+                    // written; the skeleton only adds the caches' places.
+                    let mut o = format!(
+                        "lowerdir={}:{}",
+                        overlay_escape(skeleton),
+                        overlay_escape(&share.host)
+                    );
+                    if inp.userns {
+                        o.push_str(",userxattr");
+                    }
+                    self.ops.push(Op::Overlay(
+                        c(&at)?,
+                        c(Path::new(&o))?,
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                    ));
+                    for (name, dir) in &share.caches {
+                        let place = at.join(name);
+                        self.ops.push(Op::Bind(c(dir)?, c(&place)?, false, None));
+                        if inp.masks.all_dir != 0 {
+                            self.rules.push((c(&place)?, inp.masks.all_dir));
+                        }
+                    }
+                }
                 None => self.ops.push(Op::Bind(
                     c(&share.host)?,
                     c(&at)?,
@@ -805,6 +837,8 @@ mod tests {
             rel: rel.into(),
             layers,
             middle: None,
+            skeleton: None,
+            caches: Vec::new(),
         };
         let ok = plan_with(&[share("a/env", None)]).unwrap();
         let bound = ok.ops.iter().any(|op| {

@@ -73,6 +73,7 @@ fn a_kept_share_keeps_writes_within_the_disk_budget_and_never_fills_the_host() {
         access: ShareAccess::Overlay {
             keep: Some(keep.clone()),
         },
+        caches: Vec::new(),
     };
     let run_in = |cmd: &str| {
         let mut req = ExecRequest::shell(cmd, &ws);
@@ -138,4 +139,74 @@ fn a_kept_share_keeps_writes_within_the_disk_budget_and_never_fills_the_host() {
     );
     assert!(kept_bytes() < 16 << 20, "{}", kept_bytes());
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A read-only share's tool caches (`node_modules/.vite`): a command may
+/// write them, never the packages beside them; the host's directory is
+/// never changed, and each command starts with empty caches (nothing is
+/// carried to the next command, nor to a check).
+#[test]
+fn a_read_only_shares_caches_are_writable_and_its_packages_are_not() {
+    use loop_sandbox::{Share, ShareAccess};
+    if !overlay_available() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "overlays are unavailable on this CI machine"
+        );
+        eprintln!("overlayfs unavailable: skipped");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("loop-caches-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join("node_modules")).unwrap();
+    let host = base.join("node_modules");
+    std::fs::create_dir_all(host.join("left-pad")).unwrap();
+    std::fs::write(host.join("left-pad/index.js"), "module.exports = 1;\n").unwrap();
+    // One cache the host already has (with a file of its own), one it lacks.
+    std::fs::create_dir_all(host.join(".cache")).unwrap();
+    std::fs::write(host.join(".cache/old"), "host's\n").unwrap();
+    let share = Share {
+        host: host.clone(),
+        rel: "node_modules".into(),
+        access: ShareAccess::ReadOnly,
+        caches: vec![".vite".into(), ".cache".into()],
+    };
+    let run_in = |cmd: &str| {
+        let mut req = ExecRequest::shell(cmd, &ws);
+        req.shares = vec![share.clone()];
+        req.limits.disk_mb = 16;
+        run(&req).unwrap()
+    };
+    // What vitest does after an honest run: its results in the cache.
+    let r = run_in(
+        "mkdir -p node_modules/.vite/vitest && echo '{}' > node_modules/.vite/vitest/results.json && echo x > node_modules/.cache/new && cat node_modules/left-pad/index.js",
+    );
+    assert_eq!(r.exit_code, Some(0), "{}", r.stderr.excerpt());
+    assert_eq!(r.stdout.excerpt(), "module.exports = 1;\n");
+    // The packages stay read-only, and so does the share's top.
+    for cmd in [
+        "echo 'module.exports = 2;' > node_modules/left-pad/index.js",
+        "echo x > node_modules/evil.js",
+        "rm -rf node_modules/left-pad",
+    ] {
+        let r = run_in(cmd);
+        assert_ne!(r.exit_code, Some(0), "{cmd}: the package was written");
+        assert!(
+            r.stderr.excerpt().contains("Read-only file system"),
+            "{cmd}: {}",
+            r.stderr.excerpt()
+        );
+    }
+    // The next command starts with empty caches.
+    let r = run_in("test ! -e node_modules/.vite/vitest && test ! -e node_modules/.cache/new");
+    assert_eq!(r.exit_code, Some(0), "{}", r.stderr.excerpt());
+    // The host's directory is as it was.
+    assert_eq!(
+        std::fs::read_to_string(host.join("left-pad/index.js")).unwrap(),
+        "module.exports = 1;\n"
+    );
+    assert!(!host.join(".vite").exists() && !host.join(".cache/new").exists());
+    assert!(!host.join("evil.js").exists());
+    std::fs::remove_dir_all(&base).unwrap();
 }
