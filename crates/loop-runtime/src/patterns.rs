@@ -57,21 +57,25 @@ fn loopfile_text(checks: &[StackCheck], shares: &[crate::environments::Share]) -
         }
         kinds.push(c.kind);
         lines.push_str(&format!(
-            "  {}: {}   # {}\n",
+            "  {}: {} # {}\n",
             c.kind,
             yaml_str(&c.command),
             c.why
         ));
     }
     if lines.is_empty() {
-        s.push_str("# verification:          # no build, test or lint command was found\n#   test: make test\n");
+        s.push_str(
+            "# verification: # no build, test or lint command was found\n#   test: make test\n",
+        );
     } else {
-        s.push_str("verification:            # regression guards of every task, where they pass before it\n");
+        s.push_str("verification: # regression guards of every task, where they pass before it\n");
         s.push_str(&lines);
     }
+    // In the form Prettier writes YAML (a project whose check runs
+    // `prettier --check .` still passes after `loop init`).
     s.push_str(
-        "defaults:                # for contracts made from --check or an instruction alone\n  \
-         limits: { max_steps: 30, max_tokens: 200000, budget_usd: 2.0, timeout_secs: 1800 }\n  \
+        "defaults: # for contracts made from --check or an instruction alone\n  \
+         limits:\n    max_steps: 30\n    max_tokens: 200000\n    budget_usd: 2.0\n    timeout_secs: 1800\n  \
          protected: [\".github/**\", \".gitlab-ci.yml\", \"LICENSE*\"]\n",
     );
     if !shares.is_empty() {
@@ -80,7 +84,7 @@ fn loopfile_text(checks: &[StackCheck], shares: &[crate::environments::Share]) -
         );
         for sh in shares {
             s.push_str(&format!(
-                "#     - {{ path: {}, mode: {} }}   # {}\n",
+                "#     - {{ path: {}, mode: {} }} # {}\n",
                 sh.path,
                 sh.mode.as_str(),
                 sh.why
@@ -338,5 +342,43 @@ mod tests {
         );
         assert_eq!(l.defaults.protected.len(), 3);
         assert_eq!(l.defaults.limits.unwrap().budget_usd, Some(2.0));
+    }
+
+    /// What `loop init` writes is in the form Prettier gives YAML (checked
+    /// with Prettier 3 itself: `prettier --check Loopfile.yaml` passes):
+    /// one space before a trailing comment, no flow collection past 80
+    /// columns, two-space indents.
+    #[test]
+    fn the_written_loopfile_is_in_prettiers_form() {
+        let share = crate::environments::Share {
+            path: "node_modules".into(),
+            mode: crate::environments::ShareMode::ReadOnly,
+            why: "Node packages (package.json)".into(),
+            declared: false,
+        };
+        let checks = vec![StackCheck {
+            stack: "node",
+            kind: "test",
+            command: "npm test".into(),
+            why: "package.json scripts.test, npm".into(),
+            counted: true,
+        }];
+        for text in [
+            loopfile_text(&checks, std::slice::from_ref(&share)),
+            loopfile_text(&[], &[share]),
+        ] {
+            for line in text.lines() {
+                let code = line.split(" #").next().unwrap_or(line);
+                if !line.starts_with('#') {
+                    assert!(
+                        !code.ends_with(' '),
+                        "two spaces before a comment: {line:?}"
+                    );
+                    assert!(code.len() <= 80, "past 80 columns: {line:?}");
+                    let indent = line.len() - line.trim_start().len();
+                    assert_eq!(indent % 2, 0, "{line:?}");
+                }
+            }
+        }
     }
 }
