@@ -168,11 +168,14 @@ pub(crate) fn submit_claimed(
                     .is_ok_and(|rest| project.join(s.content_path()).join(rest).exists())
             })
     };
+    // Each baseline run while the contract is settled, so the task's own
+    // baseline runs no check twice on the untouched workspace.
+    let mut seen = Vec::new();
     let settled = settle_contract(
         req,
         &loopfile,
         (&project, &workspace, &present),
-        &task_dir,
+        (&task_dir, &mut seen),
         check_sandbox(&stored),
         observer,
     );
@@ -222,6 +225,7 @@ pub(crate) fn submit_claimed(
     let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))
+        .reusing(baseline.root.clone(), &seen)
         .verify(&contract, &contract_sha256, 0)
         .ok();
     if let Some(b) = &baseline_report {
@@ -320,7 +324,7 @@ fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
     (project, workspace, present): Where<'_>,
-    task_dir: &Path,
+    (task_dir, seen): (&Path, &mut Vec<loop_protocol::VerificationReport>),
     sandbox: loop_sandbox::Settings,
     observer: &mut dyn crate::Observer,
 ) -> Result<Settled, Error> {
@@ -333,10 +337,14 @@ fn settle_contract(
         sandbox.deadline = std::time::Instant::now().checked_add(std::time::Duration::from_secs(
             req.contract.limits.timeout_secs,
         ));
-        SnapshotVerifier::new(workspace, &scratch)
-            .with_sandbox(sandbox)
-            .verify(c, &sha, 0)
-            .map_err(Error::from_cause)
+        let root = seen.first().map(|r| r.manifest_root.clone());
+        let mut verifier = SnapshotVerifier::new(workspace, &scratch).with_sandbox(sandbox);
+        if let Some(root) = root {
+            verifier = verifier.reusing(root, seen);
+        }
+        let report = verifier.verify(c, &sha, 0).map_err(Error::from_cause)?;
+        seen.push(report.clone());
+        Ok(report)
     };
     // The same checks with no project at all: an empty directory, no
     // shared environments, the same sandbox otherwise.

@@ -354,3 +354,42 @@ fn a_check_that_asks_for_a_terminal_gets_the_runtimes_and_one_that_does_not_gets
             .contains("\"terminal\":true")
     );
 }
+
+/// A check run before on the same workspace is not run again; on another
+/// workspace (any byte changed) every check runs.
+#[test]
+fn a_check_already_run_on_the_same_workspace_is_taken_not_run_again() {
+    let d = TestDir::new("verifier-reuse");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    // Each run prints something no other run prints.
+    let c = contract(
+        "instruction: x\ncriteria:\n  - id: fresh\n    checks:\n      - run: cat /proc/sys/kernel/random/uuid\n  - id: file\n    checks:\n      - file_contains: a.txt\n        text: one\n",
+    );
+    let sha = c.sha256().unwrap();
+    let scratch = d.path().join("scratch");
+    let stdout = |r: &VerificationReport| r.criteria[0].checks[0].stdout.clone().unwrap().sha256;
+    let first = SnapshotVerifier::new(&ws, &scratch)
+        .verify(&c, &sha, 0)
+        .unwrap();
+    let again = SnapshotVerifier::new(&ws, &scratch)
+        .verify(&c, &sha, 0)
+        .unwrap();
+    assert_ne!(stdout(&first), stdout(&again), "each run is its own");
+    let taken = SnapshotVerifier::new(&ws, &scratch)
+        .reusing(first.manifest_root.clone(), std::slice::from_ref(&first))
+        .verify(&c, &sha, 0)
+        .unwrap();
+    assert_eq!(stdout(&taken), stdout(&first));
+    assert!(taken.criteria.iter().all(|c| c.passed));
+    assert_eq!(taken.isolation, first.isolation);
+    // The workspace changed: the earlier result is not taken.
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    let changed = SnapshotVerifier::new(&ws, &scratch)
+        .reusing(first.manifest_root.clone(), std::slice::from_ref(&first))
+        .verify(&c, &sha, 0)
+        .unwrap();
+    assert_ne!(stdout(&changed), stdout(&first));
+    assert_ne!(changed.manifest_root, first.manifest_root);
+}
