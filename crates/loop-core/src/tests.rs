@@ -180,6 +180,7 @@ impl Verifier for FakeVerifier {
                             env: Vec::new(),
                             tests: None,
                             egress: Vec::new(),
+                            implied_by: None,
                         }
                     })
                     .collect();

@@ -288,12 +288,21 @@ pub struct CheckEvidence {
     /// when the contract allows a check the network).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<EgressAttempt>,
+    /// Not run on its own: the check named here (`criterion#index`) ran
+    /// this check's command first, joined with `&&`, and passed, so this
+    /// one's command exited 0 on the same snapshot (a build guard whose
+    /// command begins the test check's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implied_by: Option<String>,
 }
 
 impl CheckEvidence {
     /// How the check ended, in a few words for people: its failure (with
     /// the line of its output that says why, when one does) or its exit.
     pub fn status(&self) -> String {
+        if let Some(by) = &self.implied_by {
+            return format!("exit 0, implied by {by} (which ran this command first)");
+        }
         match (self.exit_code, &self.failure) {
             (_, Some(f)) => match self.cause() {
                 Some(why) if !self.passed && !f.contains(&why) => format!("{f} — {why}"),
@@ -508,6 +517,7 @@ mod cause_tests {
             env: Vec::new(),
             tests: None,
             egress: Vec::new(),
+            implied_by: None,
         }
     }
 

@@ -397,6 +397,85 @@ impl SnapshotVerifier {
 type Checked = (Vec<CriterionEvidence>, String, Option<Isolation>);
 
 impl SnapshotVerifier {
+    /// The run checks another check of the contract implies, each with
+    /// the one that does: a check whose command `B` expects exit 0 and
+    /// nothing else, when another's is `B && REST`, expects exit 0, has
+    /// no more time and the same terminal, and `REST` holds no other list
+    /// operator, group or comment (so that command exits 0 only if `B`,
+    /// run first, did). `B` is a plain command line too. Not with new test
+    /// files to judge without, nor for a check the baseline counted tests
+    /// of: those are always run on their own.
+    fn implied(
+        &self,
+        contract: &Contract,
+    ) -> std::collections::BTreeMap<(usize, usize), (usize, usize)> {
+        let mut out = std::collections::BTreeMap::new();
+        if !self.new_tests.is_empty() {
+            return out;
+        }
+        let runs: Vec<((usize, usize), &loop_protocol::RunCheck)> = contract
+            .criteria
+            .iter()
+            .enumerate()
+            .flat_map(|(ci, c)| {
+                c.checks
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(ki, k)| match k {
+                        Check::Run(r) => Some(((ci, ki), r)),
+                        _ => None,
+                    })
+            })
+            .collect();
+        let plain = |s: &str| {
+            !s.is_empty()
+                && !s.contains([
+                    '\\', '\'', '"', '#', '`', '(', ')', '{', '}', '\n', '\r', '<', '>', '$',
+                ])
+                && !s.contains(';')
+        };
+        for (b_at, b) in &runs {
+            let only_exit = b.expect_exit == 0
+                && b.expect_stdout.is_none()
+                && b.expect_stderr.is_none()
+                && b.stdout_matches.is_none()
+                && b.nonempty_tests != Some(true)
+                && self
+                    .baseline_tally(
+                        &contract.criteria[b_at.0].id,
+                        b_at.1,
+                        &Check::Run((*b).clone()),
+                    )
+                    .is_none();
+            if !only_exit
+                || !plain(&b.command)
+                || b.command.contains('|')
+                || b.command.trim() != b.command
+            {
+                continue;
+            }
+            let by = runs.iter().find(|(t_at, t)| {
+                t_at != b_at
+                    && t.expect_exit == 0
+                    && t.timeout_secs <= b.timeout_secs
+                    && t.terminal == b.terminal
+                    && t.command
+                        .strip_prefix(b.command.as_str())
+                        .and_then(|r| r.strip_prefix(" && "))
+                        .is_some_and(|rest| {
+                            let bare = rest.replace("&&", "");
+                            plain(rest) && !bare.contains(['|', '&']) && !rest.trim().is_empty()
+                        })
+            });
+            if let Some((t_at, _)) = by
+                && !out.contains_key(t_at)
+            {
+                out.insert(*b_at, *t_at);
+            }
+        }
+        out
+    }
+
     /// Run every check on `dir`: run checks each on a fresh view (an
     /// overlay when `copied` is `None`, else a copy of the sealed copy),
     /// file checks read-only through the jail.
@@ -425,9 +504,36 @@ impl SnapshotVerifier {
         let mut depends = BTreeSet::new();
         loop_protocol::live::emit(live, loop_protocol::Live::Verifying { attempt, total });
         let mut position = 0;
-        for criterion in &contract.criteria {
-            let mut checks = Vec::new();
-            for (index, check) in criterion.checks.iter().enumerate() {
+        // A check another one implies (see `implied`) runs after it, and
+        // only if that one failed; results go back to the contract's order.
+        let implied = self.implied(contract);
+        let mut order: Vec<(usize, usize)> = Vec::with_capacity(total);
+        for (ci, criterion) in contract.criteria.iter().enumerate() {
+            for ki in 0..criterion.checks.len() {
+                if !implied.contains_key(&(ci, ki)) {
+                    order.push((ci, ki));
+                }
+            }
+        }
+        let mut i = 0;
+        while i < order.len() {
+            let at = order[i];
+            let after: Vec<(usize, usize)> = implied
+                .iter()
+                .filter(|(_, by)| **by == at)
+                .map(|(b, _)| *b)
+                .collect();
+            for (n, b) in after.into_iter().enumerate() {
+                order.insert(i + 1 + n, b);
+            }
+            i += 1;
+        }
+        let mut results: std::collections::BTreeMap<(usize, usize), CheckEvidence> =
+            std::collections::BTreeMap::new();
+        for (ci, index) in order {
+            let criterion = &contract.criteria[ci];
+            let check = &criterion.checks[index];
+            {
                 position += 1;
                 loop_protocol::live::emit(
                     live,
@@ -442,7 +548,20 @@ impl SnapshotVerifier {
                     k.iter()
                         .find(|e| e.check == *check && matches!(check, Check::Run(_)))
                 });
+                let by = implied
+                    .get(&(ci, index))
+                    .and_then(|t| results.get(t))
+                    .filter(|t| t.passed);
                 let ev = match (check, earlier) {
+                    (Check::Run(_), _) if by.is_some() => {
+                        let t = by.cloned().unwrap_or_else(|| blank("", 0, check, ""));
+                        let mut ev = blank(&criterion.id, index, check, &t.snapshot);
+                        ev.passed = true;
+                        ev.exit_code = Some(0);
+                        ev.env = t.env.clone();
+                        ev.implied_by = Some(format!("{}#{}", t.criterion, t.index));
+                        ev
+                    }
                     (Check::Run(_), Some(e)) => {
                         let mut ev = e.clone();
                         ev.criterion = criterion.id.clone();
@@ -516,8 +635,13 @@ impl SnapshotVerifier {
                         duration_ms: ev.duration_ms,
                     },
                 );
-                checks.push(ev);
+                results.insert((ci, index), ev);
             }
+        }
+        for (ci, criterion) in contract.criteria.iter().enumerate() {
+            let checks: Vec<CheckEvidence> = (0..criterion.checks.len())
+                .filter_map(|ki| results.remove(&(ci, ki)))
+                .collect();
             criteria.push(CriterionEvidence {
                 id: criterion.id.clone(),
                 passed: checks.iter().all(|c| c.passed),
@@ -694,6 +818,7 @@ fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckE
         env: Vec::new(),
         tests: None,
         egress: Vec::new(),
+        implied_by: None,
     }
 }
 

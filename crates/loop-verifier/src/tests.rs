@@ -393,3 +393,45 @@ fn a_check_already_run_on_the_same_workspace_is_taken_not_run_again() {
     assert_ne!(stdout(&changed), stdout(&first));
     assert_ne!(changed.manifest_root, first.manifest_root);
 }
+
+/// A build guard whose command begins the test check's (`B && REST`) is
+/// not run again when the test check passed; it is run on its own when
+/// the test check failed, or when `REST` could make the whole pass
+/// without `B` (`|| true`, `;`).
+#[test]
+fn a_check_whose_command_another_ran_first_is_implied_only_when_that_proves_it() {
+    let files = [
+        ("build.sh", "cat /proc/sys/kernel/random/uuid\nexit 0\n"),
+        ("broken.sh", "echo broken\nexit 1\n"),
+        ("test.sh", "echo tested\n"),
+        ("fail.sh", "exit 1\n"),
+    ];
+    let guard = |b: &str, t: &str| {
+        format!(
+            "instruction: x\ncriteria:\n  - id: build\n    guard: true\n    checks:\n      - run: \"{b}\"\n  - id: tests\n    checks:\n      - run: \"{t}\"\n"
+        )
+    };
+    let build = |r: &VerificationReport| r.criteria[0].checks[0].clone();
+    // Implied: not run (no output of its own), passed, named.
+    let r = verify(&files, &guard("sh build.sh", "sh build.sh && sh test.sh"));
+    assert!(r.criteria.iter().all(|c| c.passed), "{:?}", failures(&r));
+    let b = build(&r);
+    assert_eq!(b.implied_by.as_deref(), Some("tests#0"));
+    assert!(b.stdout.is_none() && b.exit_code == Some(0) && b.passed);
+    // The test check failed: the build runs on its own.
+    let r = verify(&files, &guard("sh build.sh", "sh build.sh && sh fail.sh"));
+    let b = build(&r);
+    assert!(b.implied_by.is_none() && b.stdout.is_some() && b.passed);
+    assert!(!r.criteria[1].passed);
+    // A broken build is never implied by a test command that hides it.
+    for t in [
+        "sh broken.sh && sh test.sh || true",
+        "sh broken.sh; sh test.sh",
+        "sh broken.sh && sh test.sh & wait",
+    ] {
+        let r = verify(&files, &guard("sh broken.sh", t));
+        let b = build(&r);
+        assert!(b.implied_by.is_none(), "{t}");
+        assert!(!b.passed, "{t}: {b:?}");
+    }
+}
