@@ -22,6 +22,17 @@ fn sh(dir: &Path, cmd: &str) {
     assert!(out.status.success(), "{cmd}: {}", text(&out));
 }
 
+fn sh_out(dir: &Path, cmd: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A git project made of `files`, committed.
 fn project(name: &str, files: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stack-{name}"));
@@ -210,6 +221,48 @@ fn a_pytest_project_with_its_venv() {
         ".venv/bin/python -m pytest -q",
         true,
         ("twice.py", "def twice(n):\n    return n * 2\n"),
+        ".venv/bin/python -m pytest -q",
+    );
+}
+
+/// A src-layout package installed editable in the project's venv (what
+/// `pip install -e .` does: a `.pth` naming the checkout's `src/`): a
+/// task's checks import the task's code, not the checkout's (which they
+/// could not even see), so the honest fix verifies.
+#[test]
+fn a_src_layout_package_installed_editable() {
+    if !have("python3") {
+        return;
+    }
+    let (base, p) = project(
+        "editable",
+        &[
+            (
+                "pyproject.toml",
+                "[build-system]\nrequires = [\"setuptools>=64\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"twice\"\nversion = \"0.1\"\n\n[tool.setuptools.packages.find]\nwhere = [\"src\"]\n",
+            ),
+            ("src/twice/__init__.py", "def twice(n):\n    return n\n"),
+            (
+                "tests/test_twice.py",
+                "from twice import twice\n\ndef test_doubles():\n    assert twice(21) == 42\n",
+            ),
+            (".gitignore", ".venv/\n*.egg-info/\n"),
+        ],
+    );
+    commit(&p);
+    sh(
+        &p,
+        "python3 -m venv .venv && .venv/bin/pip install --quiet --disable-pip-version-check pytest && .venv/bin/pip install --quiet --disable-pip-version-check -e .",
+    );
+    // The install names the checkout's src/.
+    let pth = sh_out(&p, "cat .venv/lib/python3*/site-packages/__editable__*.pth");
+    assert!(pth.contains(&format!("{}/src", p.display())), "{pth}");
+    verified_through_drafting(
+        &base,
+        &p,
+        ".venv/bin/python -m pytest -q",
+        true,
+        ("src/twice/__init__.py", "def twice(n):\n    return n * 2\n"),
         ".venv/bin/python -m pytest -q",
     );
 }

@@ -63,6 +63,76 @@ pub enum Standing {
     },
 }
 
+/// The files of a shared Python environment `env` (a venv of `project`)
+/// that name the project's directory: an editable install's `.pth` (a
+/// path, or an import hook's line) and setuptools' `__editable__…finder.py`
+/// (its map of packages to their directories), each under 256 KiB, in
+/// `lib/python*/site-packages`. A task's commands see them naming their
+/// own workspace instead (see `loop_sandbox::Repoint`), so `import pkg` is
+/// the task's code, not the checkout's.
+#[allow(clippy::disallowed_methods)] // reads the project's own environment (never the workspace), small files only
+pub fn editable_links(env: &Path, project: &Path) -> Vec<loop_sandbox::Repoint> {
+    let mut out = Vec::new();
+    if !env.join("pyvenv.cfg").is_file() {
+        return out;
+    }
+    let mut names: Vec<String> = vec![project.display().to_string()];
+    if let Ok(real) = project.canonicalize() {
+        let real = real.display().to_string();
+        if !names.contains(&real) {
+            names.push(real);
+        }
+    }
+    let Ok(libs) = std::fs::read_dir(env.join("lib")) else {
+        return out;
+    };
+    let mut libs: Vec<String> = libs
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("python"))
+        .collect();
+    libs.sort();
+    for lib in libs {
+        let site = format!("lib/{lib}/site-packages");
+        let Ok(items) = std::fs::read_dir(env.join(&site)) else {
+            continue;
+        };
+        let mut files: Vec<String> = items
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.ends_with(".pth") || (n.starts_with("__editable__") && n.ends_with("finder.py"))
+            })
+            .collect();
+        files.sort();
+        for name in files {
+            let rel = format!("{site}/{name}");
+            let small = std::fs::symlink_metadata(env.join(&rel))
+                .is_ok_and(|m| m.is_file() && m.len() <= 256 * 1024);
+            let Some(text) = small
+                .then(|| std::fs::read_to_string(env.join(&rel)).ok())
+                .flatten()
+            else {
+                continue;
+            };
+            for from in &names {
+                let r = loop_sandbox::Repoint {
+                    rel: rel.clone(),
+                    text: text.clone(),
+                    from: from.clone(),
+                };
+                // Only a file that names the project as a path.
+                if r.text_for("\0") != text {
+                    out.push(r);
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The directories directly inside a shared environment at `path` that
 /// its tools write as caches while the packages are only read (vitest and
 /// Vite's `.vite`, babel's and others' `.cache`, …): writable in a

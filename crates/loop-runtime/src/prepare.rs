@@ -732,6 +732,7 @@ pub(crate) fn with_environments(
                 .iter()
                 .map(|c| c.to_string())
                 .collect(),
+            repoint: crate::environments::editable_links(&project.join(s.content_path()), project),
         })
         .collect();
     let mut trees: Vec<std::path::PathBuf> = Vec::new();

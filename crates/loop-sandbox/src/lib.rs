@@ -195,6 +195,60 @@ pub struct Share {
     /// check; everything else in the share stays read-only. Each is one
     /// plain name.
     pub caches: Vec<String>,
+    /// Files of the share that name the project's directory (an editable
+    /// install's `.pth`, its import finder): each command sees them with
+    /// that directory replaced by its own workspace (read-only, in its
+    /// private directory), so the install imports the task's code.
+    pub repoint: Vec<Repoint>,
+}
+
+/// A file of a [`Share`] shown with one directory named in it replaced by
+/// the command's workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repoint {
+    /// The file, relative to the share, `/`-separated plain names.
+    pub rel: String,
+    /// Its text.
+    pub text: String,
+    /// The directory it names (the project's), replaced where it stands
+    /// as a whole path or the start of one.
+    pub from: String,
+}
+
+impl Repoint {
+    /// The text with `from` replaced by `to` wherever it is a whole path
+    /// or a path's start (after a quote, a blank or a line's start; before
+    /// `/`, a quote, a blank or a line's end).
+    pub fn text_for(&self, to: &str) -> String {
+        let mut out = String::with_capacity(self.text.len());
+        let mut rest = self.text.as_str();
+        let before_ok = |c: Option<char>| {
+            c.is_none_or(|c| matches!(c, '\'' | '"' | ' ' | '\t' | '\n' | '\r' | '=' | ':' | ','))
+        };
+        let after_ok = |c: Option<char>| {
+            c.is_none_or(|c| matches!(c, '/' | '\'' | '"' | ' ' | '\t' | '\n' | '\r' | ':' | ','))
+        };
+        while let Some(at) = rest.find(self.from.as_str()) {
+            let prev = if at == 0 {
+                out.chars().last()
+            } else {
+                rest[..at].chars().last()
+            };
+            let next = rest[at + self.from.len()..].chars().next();
+            out.push_str(&rest[..at]);
+            if !self.from.is_empty() && before_ok(prev) && after_ok(next) {
+                out.push_str(to);
+            } else {
+                out.push_str(&self.from);
+            }
+            rest = &rest[at + self.from.len().max(1)..];
+            if self.from.is_empty() {
+                break;
+            }
+        }
+        out.push_str(rest);
+        out
+    }
 }
 
 /// How a command sees a [`Share`].
@@ -1237,6 +1291,24 @@ fn share_mounts(
             }
             skeleton = (!caches.is_empty()).then_some(skel);
         }
+        // The files that name the project, as this command's workspace.
+        let seen_at = req.workspace.as_ref().unwrap_or(&req.cwd);
+        let mut files = Vec::new();
+        for (n, r) in share.repoint.iter().enumerate() {
+            let plain = !r.rel.is_empty()
+                && r.rel
+                    .split('/')
+                    .all(|p| !p.is_empty() && p != "." && p != "..");
+            let host_file = share.host.join(&r.rel);
+            let regular = std::fs::symlink_metadata(&host_file).is_ok_and(|m| m.is_file());
+            if !plain || !regular {
+                continue;
+            }
+            let at = private.base.join(format!("repoint-{i}-{n}"));
+            std::fs::write(&at, r.text_for(&seen_at.to_string_lossy()))
+                .map_err(|e| spawn_err(format!("`{}` in `{}`: ", r.rel, share.rel), e))?;
+            files.push((at, r.rel.clone()));
+        }
         out.push(root::ShareMount {
             host: share.host.clone(),
             rel: share.rel.clone(),
@@ -1244,6 +1316,7 @@ fn share_mounts(
             middle,
             skeleton,
             caches,
+            files,
         });
     }
     Ok((out, disk_dirs, merges))

@@ -147,6 +147,9 @@ pub struct ShareMount {
     /// The caches: (name directly inside the share, the writable
     /// directory shown there).
     pub caches: Vec<(String, PathBuf)>,
+    /// Files shown read-only over the share's own: (the file, its path
+    /// relative to the share).
+    pub files: Vec<(PathBuf, String)>,
 }
 
 /// The private directory of one command and its parts.
@@ -486,6 +489,14 @@ impl Builder<'_> {
                         self.rules.push((c(&at)?, inp.masks.all_dir));
                     }
                 }
+            }
+            for (file, rel) in &share.files {
+                self.ops.push(Op::Bind(
+                    c(file)?,
+                    c(&at.join(rel))?,
+                    false,
+                    Some(crate::locked_flags(&share.host)),
+                ));
             }
         }
         Ok(())
@@ -839,6 +850,7 @@ mod tests {
             middle: None,
             skeleton: None,
             caches: Vec::new(),
+            files: Vec::new(),
         };
         let ok = plan_with(&[share("a/env", None)]).unwrap();
         let bound = ok.ops.iter().any(|op| {

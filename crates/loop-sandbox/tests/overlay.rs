@@ -74,6 +74,7 @@ fn a_kept_share_keeps_writes_within_the_disk_budget_and_never_fills_the_host() {
             keep: Some(keep.clone()),
         },
         caches: Vec::new(),
+        repoint: Vec::new(),
     };
     let run_in = |cmd: &str| {
         let mut req = ExecRequest::shell(cmd, &ws);
@@ -171,6 +172,7 @@ fn a_read_only_shares_caches_are_writable_and_its_packages_are_not() {
         rel: "node_modules".into(),
         access: ShareAccess::ReadOnly,
         caches: vec![".vite".into(), ".cache".into()],
+        repoint: Vec::new(),
     };
     let run_in = |cmd: &str| {
         let mut req = ExecRequest::shell(cmd, &ws);
@@ -208,5 +210,59 @@ fn a_read_only_shares_caches_are_writable_and_its_packages_are_not() {
     );
     assert!(!host.join(".vite").exists() && !host.join(".cache/new").exists());
     assert!(!host.join("evil.js").exists());
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A share's file that names the project (an editable install's `.pth`)
+/// is seen naming the command's workspace; the host's file is unchanged
+/// and stays read-only; a path that only starts with the same letters is
+/// left alone.
+#[test]
+fn a_shares_file_naming_the_project_names_the_commands_workspace() {
+    use loop_sandbox::{Repoint, Share, ShareAccess};
+    let r = Repoint {
+        rel: "x.pth".into(),
+        text: "/proj/src\n/proj\n/project2/src\nimport a; a.install('/proj/lib')\n'/proj': 1\n"
+            .into(),
+        from: "/proj".into(),
+    };
+    assert_eq!(
+        r.text_for("/w"),
+        "/w/src\n/w\n/project2/src\nimport a; a.install('/w/lib')\n'/w': 1\n"
+    );
+    if !overlay_available() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "no mount namespaces on this CI machine"
+        );
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("loop-repoint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let ws = base.join("ws");
+    std::fs::create_dir_all(ws.join(".venv")).unwrap();
+    let venv = base.join("venv");
+    std::fs::create_dir_all(venv.join("site")).unwrap();
+    std::fs::write(venv.join("site/x.pth"), "/proj/src\n").unwrap();
+    let share = Share {
+        host: venv.clone(),
+        rel: ".venv".into(),
+        access: ShareAccess::ReadOnly,
+        caches: Vec::new(),
+        repoint: vec![Repoint {
+            rel: "site/x.pth".into(),
+            text: "/proj/src\n".into(),
+            from: "/proj".into(),
+        }],
+    };
+    let mut req = ExecRequest::shell("cat .venv/site/x.pth; echo /x > .venv/site/x.pth", &ws);
+    req.shares = vec![share];
+    let r = run(&req).unwrap();
+    assert_eq!(r.stdout.excerpt(), format!("{}/src\n", ws.display()));
+    assert_ne!(r.exit_code, Some(0), "the file was writable");
+    assert_eq!(
+        std::fs::read_to_string(venv.join("site/x.pth")).unwrap(),
+        "/proj/src\n"
+    );
     std::fs::remove_dir_all(&base).unwrap();
 }
