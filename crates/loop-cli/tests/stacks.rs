@@ -33,6 +33,24 @@ fn sh_out(dir: &Path, cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `loop audit`'s tests point for project `p`.
+fn audit_tests(base: &Path, p: &Path) -> serde_json::Value {
+    let out = loop_in(base)
+        .args(["audit", "--json", "--project"])
+        .arg(p)
+        .output()
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    v["readiness"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["point"] == "tests")
+        .cloned()
+        .unwrap()
+}
+
 /// A git project made of `files`, committed.
 fn project(name: &str, files: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stack-{name}"));
@@ -257,6 +275,37 @@ fn a_src_layout_package_installed_editable() {
     // The install names the checkout's src/.
     let pth = sh_out(&p, "cat .venv/lib/python3*/site-packages/__editable__*.pth");
     assert!(pth.contains(&format!("{}/src", p.display())), "{pth}");
+    // `loop audit` runs the tests as a task would, and they run.
+    assert_eq!(
+        audit_tests(&base, &p)["detail"],
+        "`.venv/bin/python -m pytest -q` ran 1 test(s) (pytest; exit 1)"
+    );
+    // What only the checkout has (an untracked module the tests import)
+    // is no task's: audit does not count on it either.
+    std::fs::write(
+        p.join("tests/test_helper.py"),
+        "import helper\n\ndef test_helper():\n    assert helper.X == 1\n",
+    )
+    .unwrap();
+    std::fs::write(p.join("tests/helper.py"), "X = 1\n").unwrap();
+    sh(&p, "git add tests/test_helper.py && git commit -qm helper");
+    let point = audit_tests(&base, &p);
+    assert!(
+        point["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ran 1 test(s) (pytest; exit 2)"),
+        "{point}"
+    );
+    sh(
+        &p,
+        "git add tests/helper.py && git commit -qm 'helper, committed'",
+    );
+    let point = audit_tests(&base, &p);
+    assert!(
+        point["detail"].as_str().unwrap().contains("ran 2 test(s)"),
+        "{point}"
+    );
     verified_through_drafting(
         &base,
         &p,

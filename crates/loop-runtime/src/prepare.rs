@@ -581,7 +581,7 @@ fn draft_contract(
 /// result was verified against; for a copy-on-write share, the build
 /// outputs the task started from).
 #[allow(clippy::disallowed_methods)] // lstat of a setup output's top-level place in the task's workspace (one name: no link on the way), then a new directory made where nothing was
-fn share_environments(
+pub(crate) fn share_environments(
     project: &Path,
     workspace: &Path,
     loopfile: &crate::loopfile::Loopfile,

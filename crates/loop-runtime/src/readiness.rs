@@ -38,26 +38,21 @@ fn point(point: &'static str, ok: bool, detail: String, suggestion: &str) -> Poi
     }
 }
 
-/// Run the project's test command in the sandbox on an overlay of the
-/// project (nothing it writes reaches the project): (ran, what happened).
-fn tests_collected(project: &Path, command: &str) -> (bool, String) {
+/// Run the project's test command exactly as a task's check would: in a
+/// workspace made as a task's is (a worktree of the last commit, or a
+/// copy), with the environments a task shares (their caches and editable
+/// installs included), as a check, on an overlay; the workspace is removed
+/// after. (ran, what happened). Setup steps are not run here.
+fn tests_collected(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    command: &str,
+) -> (bool, String) {
     let scratch = match loop_sandbox::unique_name("audit") {
         Ok(n) => std::env::temp_dir().join(n),
         Err(e) => return (false, format!("no scratch directory: {e}")),
     };
-    let mut req = loop_sandbox::ExecRequest::shell(command, project);
-    req.workspace = Some(project.to_path_buf());
-    req.overlay_scratch = Some(scratch.clone());
-    req.timeout = std::time::Duration::from_secs(300);
-    let settings = crate::prepare::with_environments(
-        loop_sandbox::Settings::default(),
-        project,
-        None,
-        &[],
-        None,
-    );
-    settings.apply(&mut req);
-    let result = loop_sandbox::run(&req);
+    let result = as_a_task(project, loopfile, command, &scratch);
     let _ = loop_workspace::remove_tree(&scratch);
     match result {
         Err(e) => (false, format!("`{command}` could not run: {e}")),
@@ -86,6 +81,53 @@ fn tests_collected(project: &Path, command: &str) -> (bool, String) {
             }
         }
     }
+}
+
+/// [`tests_collected`]'s run, under `scratch`.
+#[allow(clippy::disallowed_methods)] // audit's own scratch directory
+fn as_a_task(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    command: &str,
+    scratch: &Path,
+) -> Result<loop_sandbox::ExecResult, String> {
+    std::fs::create_dir_all(scratch).map_err(|e| format!("scratch: {e}"))?;
+    let name = scratch
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "audit".into());
+    let workspace = scratch.join("workspace");
+    let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, false)
+        .map_err(|e| format!("cannot make a task's workspace: {e}"))?;
+    let ran = (|| {
+        let shares = crate::prepare::share_environments(
+            project,
+            &workspace,
+            loopfile,
+            None,
+            &mut crate::Quiet,
+        )
+        .map_err(|e| e.message)?;
+        let mut req = loop_sandbox::ExecRequest::shell(command, &workspace);
+        req.workspace = Some(workspace.clone());
+        req.overlay_scratch = Some(scratch.join("overlay"));
+        req.check = true;
+        req.timeout = std::time::Duration::from_secs(300);
+        let settings = crate::prepare::with_environments(
+            loop_sandbox::Settings {
+                git_dir: crate::layout::git_dir(&task_ws.origin),
+                ..Default::default()
+            },
+            project,
+            None,
+            &shares,
+            None,
+        );
+        settings.apply(&mut req);
+        loop_sandbox::run(&req).map_err(|e| e.to_string())
+    })();
+    let _ = task_ws.discard();
+    ran
 }
 
 /// The readiness of `project`: the Loopfile validates; the test command
@@ -122,7 +164,7 @@ pub fn readiness(project: &Path) -> Readiness {
     let checks = crate::stacks::project_checks(project, &lf.verification);
     match checks.iter().find(|c| c.kind == "test") {
         Some(t) => {
-            let (ok, detail) = tests_collected(project, &t.command);
+            let (ok, detail) = tests_collected(project, lf, &t.command);
             points.push(point(
                 "tests",
                 ok,
