@@ -709,6 +709,88 @@ z.close()\n",
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A build that takes its version from git (what hatch-vcs and
+/// setuptools-scm do) and writes it into the source tree: the setup step
+/// reads the repository (read-only), its generated file is kept as a
+/// declared output at its own path, every command and check sees it there,
+/// the model cannot change it, and it never reaches the change set.
+#[test]
+fn setup_reads_the_repository_and_keeps_a_generated_file_where_the_build_wrote_it() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("env-setup-vcs");
+    let _ = std::fs::remove_dir_all(&base);
+    let project = base.join("project");
+    std::fs::create_dir_all(project.join("src/pkg")).unwrap();
+    std::fs::write(
+        project.join("src/pkg/__init__.py"),
+        "def describe():\n    return 'pkg'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("test_describe.py"),
+        "import sys, unittest\nsys.path.insert(0, 'src')\nimport pkg\n\nclass T(unittest.TestCase):\n    def test_describe(self):\n        self.assertEqual(pkg.describe(), 'pkg v1.0')\n",
+    )
+    .unwrap();
+    std::fs::write(project.join(".gitignore"), "src/pkg/_version.py\n").unwrap();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "setup:\n  run:\n    - v=$(git describe --tags) && printf 'version = \"%s\"\\n' \"$v\" > src/pkg/_version.py\n  keys: [Loopfile.yaml]\n  outputs: [src/pkg/_version.py]\n",
+    )
+    .unwrap();
+    let git = |args: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("git -c user.email=t@t -c user.name=t {args}"))
+            .current_dir(&project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args}: {out:?}");
+    };
+    git("init -q");
+    git("add -A");
+    git("commit -qm base");
+    git("tag v1.0");
+    let fix =
+        "from ._version import version\n\ndef describe():\n    return f'pkg v{version[1:]}'\n";
+    let script = format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: src/pkg/_version.py, content: \"version = 'v9'\\n\"}}}}\n      - {{tool: run_command, args: {{command: \"cat src/pkg/_version.py; echo x > src/pkg/_version.py\"}}}}\n      - {{tool: write_file, args: {{path: src/pkg/__init__.py, content: {}}}}}\n      - {{tool: finish, args: {{summary: described}}}}\n",
+        serde_json::to_string(fix).unwrap()
+    );
+    let task = "instruction: describe the package with its version\ncriteria:\n  - id: tests\n    checks:\n      - run: \"python3 -m unittest test_describe\"\nlimits: { max_steps: 4, max_verifications: 2, timeout_secs: 300 }\n";
+    let events = run_task(&base, &project, &script, task);
+    let seen = observations(&events);
+    // The model may not write the generated file, with the tools or a command.
+    assert_eq!(seen[0]["status"], "refused", "{}", seen[0]);
+    let said = seen[1]["content"].as_str().unwrap();
+    assert!(said.contains("version = \"v1.0\""), "{said}");
+    assert!(said.contains("Read-only file system"), "{said}");
+    let (_, payload) = statement(&events);
+    assert_eq!(
+        payload["predicate"]["outcome"]["kind"], "verified",
+        "{}",
+        payload["predicate"]["outcome"]
+    );
+    let setup = &payload["predicate"]["setup"];
+    assert_eq!(
+        setup["outputs"],
+        serde_json::json!(["src/pkg/_version.py"]),
+        "{setup}"
+    );
+    // The change set is the model's one file.
+    let files: Vec<&str> = payload["predicate"]["change_set"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        ["src/pkg/__init__.py"],
+        "{}",
+        payload["predicate"]["change_set"]
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A cloned repository's `rust-toolchain.toml` naming a toolchain of its
 /// own (`path = "/proc/self/cwd/evil"`) makes rustup run the project's
 /// program for any `cargo --version` asked in its directory. The setup

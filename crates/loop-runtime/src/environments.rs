@@ -63,6 +63,31 @@ pub enum Standing {
     },
 }
 
+/// A shared environment's content: a directory's manifest, or for a
+/// single file (a setup output such as a generated `_version.py`) the
+/// manifest of that file alone (named by its file name).
+#[allow(clippy::disallowed_methods)] // lstat and hash of the project's own environment (never the workspace)
+pub fn digest(path: &Path) -> std::io::Result<loop_workspace::Manifest> {
+    let m = std::fs::symlink_metadata(path)?;
+    if !m.is_file() {
+        return loop_workspace::Manifest::of(path);
+    }
+    use std::os::unix::fs::PermissionsExt;
+    Ok(loop_workspace::Manifest::from_entries(vec![
+        loop_workspace::Entry {
+            path: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            kind: loop_workspace::EntryKind::File,
+            sha256: loop_workspace::manifest::hash_file(path)?,
+            size: m.len(),
+            executable: m.permissions().mode() & 0o100 != 0,
+            raw_path: None,
+        },
+    ]))
+}
+
 /// The files of a shared Python environment `env` (a venv of `project`)
 /// that name the project's directory: an editable install's `.pth` (a
 /// path, or an import hook's line) and setuptools' `__editable__…finder.py`

@@ -891,10 +891,10 @@ fn read_setup(r: &mut Reader, node: &Node) -> Option<crate::setup::SetupSection>
                     "outputs" => {
                         let o = paths(r, v, "a setup output");
                         for p in &o {
-                            if p.contains('/') || p.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+                            if p.contains(['*', '?', '[', ']', '{', '}', '\\']) {
                                 r.err(
                                     Some(v.pos),
-                                    format!("`{p}`: a setup output is a top-level directory name"),
+                                    format!("`{p}`: a setup output is a path in the project (a directory, or a file the build generates), not a pattern"),
                                     None,
                                 );
                             }

@@ -112,7 +112,7 @@ pub(crate) fn submit_claimed(
     // setup leaves no task behind (its steps' output is kept, and named).
     let setup = match crate::setup::provide(
         &project,
-        &workspace,
+        (&workspace, crate::layout::git_dir(&task_ws.origin)),
         &task_id,
         &loopfile,
         &stored.network,
@@ -599,9 +599,17 @@ pub(crate) fn share_environments(
                 "setup output `{path}` is still in the task's workspace"
             )));
         }
-        std::fs::create_dir_all(&in_ws)
-            .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
-        let m = Manifest::of(&project.join(source))
+        let file = std::fs::symlink_metadata(project.join(source)).is_ok_and(|m| m.is_file());
+        if file {
+            // A generated file (`_version.py`): an empty file to mount it
+            // on, made with no link followed on its way.
+            loop_workspace::door::write(workspace, path, b"")
+                .map_err(|e| Error::usage(format!("setup output `{path}`: {e}")))?;
+        } else {
+            std::fs::create_dir_all(&in_ws)
+                .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
+        }
+        let m = crate::environments::digest(&project.join(source))
             .map_err(|e| Error::internal(format!("setup layer `{source}`: {e}")).because(e))?;
         observer.note(&format!(
             "sharing `{path}` read-only from the setup layer ({} files, sha256:{})",

@@ -197,7 +197,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     // still hold exactly that content.
     let project = state.parent().unwrap_or(state);
     for e in &p.environments {
-        let now = Manifest::of(&project.join(e.content_path())).map_err(|x| {
+        let now = crate::environments::digest(&project.join(e.content_path())).map_err(|x| {
             Error::usage(format!(
                 "the shared environment `{}` is gone ({x}); replay needs the one verified against",
                 e.path

@@ -254,7 +254,7 @@ fn key_of(
 #[allow(clippy::disallowed_methods)] // the runtime's own setup layers
 pub fn provide(
     project: &Path,
-    workspace: &Path,
+    (workspace, git_dir): (&Path, Option<PathBuf>),
     task_id: &str,
     loopfile: &crate::loopfile::Loopfile,
     network: &crate::network::NetworkPlan,
@@ -301,7 +301,14 @@ pub fn provide(
     let top_before = top_level(workspace);
     let mut steps = Vec::new();
     for (i, command) in section.steps.iter().enumerate() {
-        let step = run_step(project, workspace, command, section, network, isolation)?;
+        let step = run_step(
+            project,
+            (workspace, git_dir.clone()),
+            command,
+            section,
+            network,
+            isolation,
+        )?;
         let ok = step.exit_code == Some(0) && !step.timed_out;
         observer.note(&format!(
             "setup step {}: `{command}`: {} ({:.1} s)",
@@ -339,7 +346,12 @@ pub fn provide(
     };
     // The layer is assembled aside and renamed into place at once.
     let staging = layers_dir(project).join(format!(".new-{key}-{task_id}"));
-    let made = make_layer(workspace, &staging, &outputs, &before);
+    let made = make_layer(
+        workspace,
+        &staging,
+        (&outputs, section.outputs.is_some()),
+        &before,
+    );
     let output_roots = match made {
         Ok(r) => r,
         Err(e) => {
@@ -386,18 +398,38 @@ pub fn provide(
 fn make_layer(
     workspace: &Path,
     staging: &Path,
-    outputs: &[String],
+    (outputs, declared): (&[String], bool),
     before: &Manifest,
 ) -> Result<Vec<KeyedFile>, Error> {
     let tree = staging.join("tree");
     std::fs::create_dir_all(&tree).map_err(|e| Error::internal(format!("setup layer: {e}")))?;
     for name in outputs {
+        // Every directory on the way a real one (no link the steps made).
+        let mut on_way = workspace.to_path_buf();
+        let parts: Vec<&str> = name.split('/').collect();
+        for part in &parts[..parts.len() - 1] {
+            on_way.push(part);
+            if !std::fs::symlink_metadata(&on_way).is_ok_and(|m| m.is_dir()) {
+                return Err(Error::usage(format!(
+                    "setup output `{name}`: `{}` on its way is not a directory",
+                    on_way.strip_prefix(workspace).unwrap_or(&on_way).display()
+                )));
+            }
+        }
         let at = workspace.join(name);
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => {}
+            // A file the build generates (`_version.py`), where it is.
+            Ok(m) if m.is_file() && declared => {
+                if before.get(name).is_some() {
+                    return Err(Error::usage(format!(
+                        "setup output `{name}` is one of the project's own files: setup may only make new ones"
+                    )));
+                }
+            }
             Ok(_) => {
                 return Err(Error::usage(format!(
-                    "setup made `{name}`, which is not a directory: only directories are kept as environments"
+                    "setup made `{name}`, which is not a directory: only directories are kept as environments (a file the build generates is kept when `outputs` names it)"
                 )));
             }
             Err(_) => {
@@ -406,7 +438,12 @@ fn make_layer(
                 )));
             }
         }
-        std::fs::rename(&at, tree.join(name))
+        let dest = tree.join(name);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::internal(format!("setup output `{name}`: {e}")))?;
+        }
+        std::fs::rename(&at, &dest)
             .map_err(|e| Error::internal(format!("setup output `{name}`: {e}")))?;
     }
     // Setup makes environments; it never changes the project's files.
@@ -421,7 +458,7 @@ fn make_layer(
     outputs
         .iter()
         .map(|o| {
-            Manifest::of(&tree.join(o))
+            crate::environments::digest(&tree.join(o))
                 .map(|m| KeyedFile {
                     path: o.clone(),
                     sha256: m.root,
@@ -455,8 +492,8 @@ fn read_layer(layer: &Path) -> Option<SetupRecord> {
     let intact = record.outputs.len() == record.output_roots.len()
         && record.output_roots.iter().all(|r| {
             let at = layer.join("tree").join(&r.path);
-            std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
-                && Manifest::of(&at).is_ok_and(|m| m.root == r.sha256)
+            std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir() || m.is_file())
+                && crate::environments::digest(&at).is_ok_and(|m| m.root == r.sha256)
         });
     intact.then_some(record)
 }
@@ -467,7 +504,7 @@ fn read_layer(layer: &Path) -> Option<SetupRecord> {
 #[allow(clippy::disallowed_methods)] // names only, of the runtime's own directories
 fn run_step(
     project: &Path,
-    workspace: &Path,
+    (workspace, git_dir): (&Path, Option<PathBuf>),
     command: &str,
     section: &SetupSection,
     network: &crate::network::NetworkPlan,
@@ -484,12 +521,15 @@ fn run_step(
     req.workspace = Some(workspace.to_path_buf());
     req.read_only_paths = protected.existing(workspace);
     req.timeout = std::time::Duration::from_secs(section.timeout_secs);
-    sandbox(
+    // The repository, read-only: a build backend that takes its version
+    // from git (hatch-vcs, setuptools-scm, versioneer) finds it.
+    let mut settings = sandbox(
         project,
         isolation,
         network.egress(crate::network::Use::Setup),
-    )
-    .apply(&mut req);
+    );
+    settings.git_dir = git_dir;
+    settings.apply(&mut req);
     let r = loop_sandbox::run(&req)
         .map_err(|e| Error::usage(format!("setup step `{command}` could not run: {e}")))?;
     Ok(SetupStep {

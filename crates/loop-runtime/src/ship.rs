@@ -237,7 +237,7 @@ fn environments_at_end(
     shares
         .iter()
         .map(|e| {
-            let now = Manifest::of(&project.join(e.content_path()))
+            let now = crate::environments::digest(&project.join(e.content_path()))
                 .map(|m| m.root)
                 .unwrap_or_else(|err| format!("(unreadable: {err})"));
             loop_receipt::SharedEnvironment {

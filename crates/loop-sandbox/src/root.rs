@@ -424,17 +424,37 @@ impl Builder<'_> {
             // Every component a real directory: a link the task put on the
             // way would carry the mount elsewhere.
             let mut in_ws = inp.workspace.to_path_buf();
-            for part in Path::new(rel).components() {
+            // A single file shared (a file a setup step generated) is
+            // mounted on a regular file at its place.
+            let one_file = std::fs::symlink_metadata(&share.host).is_ok_and(|m| m.is_file());
+            let parts: Vec<_> = Path::new(rel).components().collect();
+            for (n, part) in parts.iter().enumerate() {
                 in_ws.push(part);
-                let real_dir = std::fs::symlink_metadata(&in_ws)
-                    .is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink());
-                if !real_dir {
+                let last = n + 1 == parts.len();
+                let fits = std::fs::symlink_metadata(&in_ws).is_ok_and(|m| {
+                    !m.file_type().is_symlink() && (m.is_dir() || (last && one_file && m.is_file()))
+                });
+                if !fits {
                     return Err(format!(
-                        "shared `{rel}`: its place in the workspace is not a directory"
+                        "shared `{rel}`: its place in the workspace is not a {}",
+                        if last && one_file {
+                            "file"
+                        } else {
+                            "directory"
+                        }
                     ));
                 }
             }
             let at = under(self.staging, &in_ws);
+            if one_file {
+                self.ops.push(Op::Bind(
+                    c(&share.host)?,
+                    c(&at)?,
+                    false,
+                    Some(crate::locked_flags(&share.host)),
+                ));
+                continue;
+            }
             match &share.layers {
                 None if share.skeleton.is_some() => {
                     let skeleton = share.skeleton.as_deref().unwrap_or(Path::new(""));
