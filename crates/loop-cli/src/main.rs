@@ -176,11 +176,22 @@ enum Command {
         #[arg(long, default_value = ".")]
         project: PathBuf,
     },
-    /// The project's tasks, newest first.
+    /// The project's tasks, newest first, with their branches.
     List {
         /// The project (default: the current directory).
         #[arg(long, default_value = ".")]
         project: PathBuf,
+    },
+    /// Remove what no task needs: branches of tasks gone, applied or
+    /// without a workspace, stale worktree records, scratch of tasks not
+    /// running, setup layers a dead run left half made.
+    Gc {
+        /// The project (default: the current directory).
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// One task: state or outcome, budgets used, receipt.
     Status {
@@ -849,6 +860,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             settled(s, &story, "discard", Some(&id))
         }
         Command::List { project } => tasks_cmd::list(&project, json),
+        Command::Gc { project, dry_run } => tasks_cmd::gc(&project, dry_run, json),
         Command::Diff {
             id,
             stat,

@@ -27,10 +27,22 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
     let tasks = runtime.tasks()?;
     // What each spent, as `loop status` counts it.
     let spent = |id: &str| runtime.status(id).map(|s| s.used).ok();
+    let branches = loop_runtime::gc::task_branches(project);
+    let branch = |id: &str| {
+        branches
+            .iter()
+            .any(|b| b == id)
+            .then(|| format!("loop/{id}"))
+    };
+    let orphans: Vec<&String> = branches
+        .iter()
+        .filter(|b| !tasks.iter().any(|t| &&t.id == b))
+        .collect();
     if json {
         for t in &tasks {
             let mut v = to_json(t);
             v["used"] = to_json(&spent(&t.id));
+            v["branch"] = to_json(&branch(&t.id));
             println!("{v}");
         }
         return Ok(0);
@@ -52,12 +64,58 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
             .collect();
         let usd = spent(&t.id).map_or_else(|| "?".into(), |u| format!("${:.4}", u.usd));
         say!(
-            "{}  {:<28} {:>9}  {}  {}",
+            "{}  {:<28} {:>9}  {}  {}{}",
             t.id,
             state,
             usd,
             t.created,
-            instruction
+            instruction,
+            branch(&t.id).map_or_else(String::new, |b| format!("  [{b}]"))
+        );
+    }
+    if !orphans.is_empty() {
+        let names: Vec<String> = orphans.iter().map(|b| format!("loop/{b}")).collect();
+        say!(
+            "branches of no task here: {} (`loop gc` deletes them)",
+            names.join(", ")
+        );
+    }
+    Ok(0)
+}
+
+/// `loop gc`.
+pub fn gc(project: &Path, dry_run: bool, json: bool) -> Result<u8, CliError> {
+    let c = loop_runtime::gc::gc(project, dry_run)?;
+    if json {
+        println!("{}", to_json(&c));
+        return Ok(0);
+    }
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    for (b, why) in &c.branches {
+        say!("{verb} branch {b}: {why}");
+    }
+    if c.pruned_worktrees {
+        say!(
+            "{} git's records of worktrees that no longer exist",
+            if dry_run { "would prune" } else { "pruned" }
+        );
+    }
+    for (d, bytes) in &c.dirs {
+        say!(
+            "{} {d} ({:.1} MiB)",
+            if dry_run { "would remove" } else { "removed" },
+            *bytes as f64 / 1048576.0
+        );
+    }
+    if c.branches.is_empty() && c.dirs.is_empty() && !c.pruned_worktrees {
+        say!("nothing to collect: every branch and directory here belongs to a task that needs it");
+    } else {
+        say!(
+            "{} {} branch(es), {} director(ies), {:.1} MiB",
+            if dry_run { "would free" } else { "freed" },
+            c.branches.len(),
+            c.dirs.len(),
+            c.bytes() as f64 / 1048576.0
         );
     }
     Ok(0)

@@ -867,6 +867,9 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('hello')\n"
     );
+    // Applied: the task's branch is gone, its workspace stays (replay).
+    assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
+    assert_eq!(sh(&p, "git worktree list").lines().count(), 2);
     // The apply is recorded in a signed addendum about the receipt; the receipt is untouched.
     let receipt_bytes = std::fs::read(&r.receipt).unwrap();
     let addendum_path = r.receipt.with_file_name(format!("{id}.addendum-1.json"));
@@ -938,6 +941,82 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
     assert_eq!(sh(&p, "git worktree list").lines().count(), 1);
+}
+
+/// `loop list` names each task's branch and the branches of no task;
+/// `loop gc` deletes what no task needs (a branch whose task is gone, the
+/// scratch of tasks not running) and keeps what one does (the branch and
+/// workspace of a verified task not yet applied); `--dry-run` only says.
+#[test]
+fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
+    let p = git_project("git-gc");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    sh(&p, "git branch loop/t-gone");
+    let scratch = p.join(".loop/tasks").join(&id).join("scratch");
+    std::fs::create_dir_all(scratch.join("view")).unwrap();
+    std::fs::write(scratch.join("view/x"), vec![b'x'; 4096]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .args(["list", "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(said.contains(&format!("[loop/{id}]")), "{said}");
+    assert!(
+        said.contains("branches of no task here: loop/t-gone (`loop gc` deletes them)"),
+        "{said}"
+    );
+    let gc = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+            .arg("gc")
+            .args(extra)
+            .arg("--project")
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        text(&out)
+    };
+    let said = gc(&["--dry-run"]);
+    assert!(
+        said.contains("would delete branch loop/t-gone: no such task here"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("would remove .loop/tasks/{id}/scratch")),
+        "{said}"
+    );
+    assert!(sh(&p, "git branch --list").contains("loop/t-gone") && scratch.exists());
+    let said = gc(&[]);
+    assert!(
+        said.contains("deleted branch loop/t-gone: no such task here"),
+        "{said}"
+    );
+    let branches = sh(&p, "git branch --list");
+    assert!(!branches.contains("loop/t-gone"), "{branches}");
+    // The verified task's branch and workspace stay: it is not applied.
+    assert!(branches.contains(&format!("loop/{id}")), "{branches}");
+    assert!(!scratch.exists());
+    assert!(
+        p.join(".loop/tasks")
+            .join(&id)
+            .join("workspace/app.py")
+            .exists()
+    );
+    let said = gc(&[]);
+    assert!(said.contains("nothing to collect"), "{said}");
+    // Applied, then its branch is gone; the workspace stays for replay.
+    let out = task_cmd("apply", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .arg("replay")
+        .arg(&r.receipt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
 #[test]

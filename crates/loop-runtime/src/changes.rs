@@ -470,6 +470,15 @@ pub fn apply(
             }
             out.note(&format!("addendum {}", addendum.display()));
             crate::moved::release(&t.project, id, out);
+            // The work is in the project now: its branch goes (the
+            // workspace stays, for `loop replay`, until `loop discard`).
+            match ws.drop_branch() {
+                Ok(true) => out.note(&format!(
+                    "branch loop/{id} deleted; the workspace stays for `loop replay` until `loop discard {id}`"
+                )),
+                Ok(false) => {}
+                Err(e) => out.note(&format!("warning: branch loop/{id} kept: {e}")),
+            }
             Ok(if matches {
                 Settled::Done
             } else {

@@ -21,6 +21,7 @@ pub mod environments;
 pub mod error;
 pub mod eval;
 pub mod exec;
+pub mod gc;
 mod host_files;
 pub mod interrupt;
 pub mod judges;

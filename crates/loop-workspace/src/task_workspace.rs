@@ -406,7 +406,27 @@ impl TaskWorkspace {
         }
     }
 
-    /// Remove the workspace (and, for a worktree, prune it and delete its branch).
+    /// Let go of the task's branch `loop/<task-id>`, keeping the workspace:
+    /// the worktree's HEAD is detached at the same commit (no file is
+    /// touched, nothing of the workspace is read), then the branch is
+    /// deleted. Whether there was one to delete (a copy has none).
+    pub fn drop_branch(&self) -> Result<bool, WorkspaceError> {
+        let Origin::Worktree { repo, branch, .. } = &self.origin else {
+            return Ok(false);
+        };
+        let full = format!("refs/heads/{branch}");
+        if git(repo, &["rev-parse", "--verify", "--quiet", &full]).is_err() {
+            return Ok(false);
+        }
+        if let Ok(at) = git(&self.path, &["rev-parse", "--verify", "HEAD"]) {
+            git(&self.path, &["update-ref", "--no-deref", "HEAD", &at])?;
+        }
+        git(repo, &["branch", "-D", branch])?;
+        Ok(true)
+    }
+
+    /// Remove the workspace (and, for a worktree, prune it and delete its
+    /// branch, if it still has one).
     pub fn discard(&self) -> Result<(), WorkspaceError> {
         match &self.origin {
             Origin::Worktree { repo, branch, .. } => {
@@ -414,7 +434,10 @@ impl TaskWorkspace {
                 let _ = git(repo, &["worktree", "remove", "--force", &path]);
                 let _ = remove_tree(&self.path);
                 git(repo, &["worktree", "prune"])?;
-                git(repo, &["branch", "-D", branch])?;
+                let full = format!("refs/heads/{branch}");
+                if git(repo, &["rev-parse", "--verify", "--quiet", &full]).is_ok() {
+                    git(repo, &["branch", "-D", branch])?;
+                }
                 Ok(())
             }
             Origin::Copy { .. } => remove_tree(&self.path).map_err(|source| WorkspaceError::Io {

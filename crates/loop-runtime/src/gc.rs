@@ -1,0 +1,188 @@
+//! `loop gc`: what no task needs any more, removed (or, with `--dry-run`,
+//! listed): `loop/ID` branches whose task is gone, applied or has no
+//! workspace; git's records of worktrees that no longer exist; the scratch
+//! left in the directories of tasks that are not running; setup layers
+//! that were being made by a run that died. A task's workspace, receipt
+//! and ledger are never touched here: `loop discard ID` drops a workspace.
+
+use crate::Error;
+use std::path::{Path, PathBuf};
+
+/// What `gc` removed (or would).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Collected {
+    /// Branches deleted, each with why.
+    pub branches: Vec<(String, String)>,
+    /// Directories removed (relative to the project), with their bytes.
+    pub dirs: Vec<(String, u64)>,
+    /// Whether git's stale worktree records were pruned.
+    pub pruned_worktrees: bool,
+    /// Nothing was removed: only listed.
+    pub dry_run: bool,
+}
+
+impl Collected {
+    /// Bytes the removed directories held.
+    pub fn bytes(&self) -> u64 {
+        self.dirs.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// Bytes under `dir` (links not followed).
+#[allow(clippy::disallowed_methods)] // sizes only, of the runtime's own directories
+fn bytes_of(dir: &Path) -> u64 {
+    let Ok(items) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    items
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_of(&e.path()),
+            Ok(_) => std::fs::symlink_metadata(e.path()).map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn git(project: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The task branches (`loop/ID`) of `project`'s repository, by task id.
+pub fn task_branches(project: &Path) -> Vec<String> {
+    git(
+        project,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/loop/",
+        ],
+    )
+    .map(|text| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("loop/"))
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Collect what no task of `project` needs.
+#[allow(clippy::disallowed_methods)] // the runtime's own task and layer directories
+pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
+    let project = project
+        .canonicalize()
+        .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    let mut out = Collected {
+        dry_run,
+        ..Default::default()
+    };
+    let state = project.join(".loop");
+    let tasks = state.join("tasks");
+    let running = |id: &str| crate::layout::is_running(&project, id).unwrap_or(true);
+    // Worktrees git still records whose directories are gone.
+    if git(&project, &["rev-parse", "--git-dir"]).is_some() {
+        let stale = git(&project, &["worktree", "prune", "--dry-run"])
+            .is_some_and(|t| !t.trim().is_empty());
+        if stale {
+            if !dry_run {
+                git(&project, &["worktree", "prune"]);
+            }
+            out.pruned_worktrees = true;
+        }
+    }
+    for id in task_branches(&project) {
+        let dir = tasks.join(&id);
+        let why = if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(&id)) {
+            Some("no such task here")
+        } else if running(&id) {
+            None
+        } else if dir.join("applied").exists() {
+            Some("its change set is applied")
+        } else if !loop_workspace::door::is_dir(
+            &project,
+            Path::new(".loop/tasks").join(&id).join("workspace"),
+        ) {
+            Some("its workspace is gone")
+        } else {
+            None
+        };
+        let Some(why) = why else { continue };
+        let done = dry_run
+            || match crate::layout::load_origin(&dir) {
+                Ok(ws) if dir.join("workspace").is_dir() => ws.drop_branch().is_ok(),
+                // No workspace of its own: the branch is checked out nowhere.
+                _ => git(&project, &["branch", "-D", &format!("loop/{id}")]).is_some(),
+            };
+        if done {
+            out.branches.push((format!("loop/{id}"), why.to_string()));
+        }
+    }
+    // Scratch the verifier and the critic left in tasks that are not
+    // running (views, seals, an empty workspace).
+    let mut ids: Vec<String> = std::fs::read_dir(&tasks)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    for id in ids {
+        if running(&id) {
+            continue;
+        }
+        for name in ["scratch", "empty-workspace"] {
+            let at = tasks.join(&id).join(name);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                out.dirs
+                    .push((format!(".loop/tasks/{id}/{name}"), bytes_of(&at)));
+                if !dry_run {
+                    let _ = loop_workspace::remove_tree(&at);
+                }
+            }
+        }
+    }
+    // Setup layers a run that died was assembling (`.new-KEY-TASK`), an
+    // hour old or more.
+    let layers = state.join("layers");
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let mut staged: Vec<PathBuf> = std::fs::read_dir(&layers)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".new-"))
+                .filter(|e| {
+                    e.metadata()
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| t < hour_ago)
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    staged.sort();
+    for at in staged {
+        let rel = at
+            .strip_prefix(&project)
+            .unwrap_or(&at)
+            .display()
+            .to_string();
+        out.dirs.push((rel, bytes_of(&at)));
+        if !dry_run {
+            let _ = loop_workspace::remove_tree(&at);
+        }
+    }
+    Ok(out)
+}
