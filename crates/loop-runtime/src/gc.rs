@@ -6,6 +6,7 @@
 //! and ledger are never touched here: `loop discard ID` drops a workspace.
 
 use crate::Error;
+use crate::layout::git_output as git;
 use std::path::{Path, PathBuf};
 
 /// What `gc` removed (or would).
@@ -42,21 +43,6 @@ fn bytes_of(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-fn git(project: &Path, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(project)
-        .args(args)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The task branches (`loop/ID`) of `project`'s repository, by task id.

@@ -337,10 +337,19 @@ fn own_project_id(project: &Path) -> Result<String, Error> {
 
 /// The repository's root commit, if the project is a repository with one.
 fn root_commit(project: &Path) -> Option<String> {
+    let text = git_output(project, &["rev-list", "--max-parents=0", "HEAD"])?;
+    // The last line: the oldest root where histories were joined.
+    let c = text.lines().last()?.trim().to_string();
+    (c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
+}
+
+/// What `git -C dir ARGS` prints, when it succeeds (the caller's
+/// `GIT_DIR`/`GIT_WORK_TREE` never redirect it; no input).
+pub(crate) fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("git")
         .arg("-C")
-        .arg(project)
-        .args(["rev-list", "--max-parents=0", "HEAD"])
+        .arg(dir)
+        .args(args)
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .stdin(std::process::Stdio::null())
@@ -348,10 +357,7 @@ fn root_commit(project: &Path) -> Option<String> {
         .output()
         .ok()
         .filter(|o| o.status.success())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    // The last line: the oldest root where histories were joined.
-    let c = text.lines().last()?.trim().to_string();
-    (c.len() >= 40 && c.bytes().all(|b| b.is_ascii_hexdigit())).then_some(c)
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 pub(crate) fn random_token() -> Result<String, Error> {
