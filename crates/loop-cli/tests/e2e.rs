@@ -957,6 +957,9 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     let scratch = p.join(".loop/tasks").join(&id).join("scratch");
     std::fs::create_dir_all(scratch.join("view")).unwrap();
     std::fs::write(scratch.join("view/x"), vec![b'x'; 4096]).unwrap();
+    // A task being prepared (not in the store yet) keeps its scratch.
+    let preparing = p.join(".loop/tasks/t-preparing/scratch");
+    std::fs::create_dir_all(&preparing).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_loop"))
         .args(["list", "--project"])
         .arg(&p)
@@ -999,6 +1002,7 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     // The verified task's branch and workspace stay: it is not applied.
     assert!(branches.contains(&format!("loop/{id}")), "{branches}");
     assert!(!scratch.exists());
+    assert!(preparing.exists(), "the scratch of a task being prepared");
     assert!(
         p.join(".loop/tasks")
             .join(&id)

@@ -76,7 +76,18 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     };
     let state = project.join(".loop");
     let tasks = state.join("tasks");
-    let running = |id: &str| crate::layout::is_running(&project, id).unwrap_or(true);
+    // A task the store does not know yet is being prepared (its contract
+    // settled, its baseline run): needed, unless its directory is an hour
+    // old (a preparation that died). Without the store, every task is.
+    let store = crate::layout::open_store(&project).ok();
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let running = |id: &str| match store.as_ref().map(|s| s.task(id)) {
+        Some(Ok(t)) => crate::layout::liveness(&t) == crate::Liveness::Running,
+        Some(Err(_)) => std::fs::symlink_metadata(tasks.join(id))
+            .and_then(|m| m.modified())
+            .map_or(true, |t| t > hour_ago),
+        None => true,
+    };
     // Worktrees git still records whose directories are gone.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
         let stale = git(&project, &["worktree", "prune", "--dry-run"])
@@ -144,7 +155,6 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     // Setup layers a run that died was assembling (`.new-KEY-TASK`), an
     // hour old or more.
     let layers = state.join("layers");
-    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     let mut staged: Vec<PathBuf> = std::fs::read_dir(&layers)
         .map(|d| {
             d.flatten()

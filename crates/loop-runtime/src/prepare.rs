@@ -574,13 +574,29 @@ fn draft_contract(
     }
 }
 
+/// Whether the directories on the way to `rel` in `workspace` are real
+/// ones where they exist (those missing are made by the caller): a
+/// tracked link there would lead a `mkdir` out of the workspace.
+#[allow(clippy::disallowed_methods)] // lstat only, of the task's fresh workspace
+fn parents_ok(workspace: &Path, rel: &str) -> bool {
+    let parent = Path::new(rel).parent().unwrap_or(Path::new(""));
+    let mut at = workspace.to_path_buf();
+    parent.components().all(|part| {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) => m.is_dir() && !m.file_type().is_symlink(),
+            Err(_) => true,
+        }
+    })
+}
+
 /// The dependency environments this task shares. Each planned one that
 /// is a real, untracked directory of the project, and is not in the
 /// task's workspace, gets an empty directory there for it to be mounted
 /// on, and its digest taken (the receipt says which dependency set the
 /// result was verified against; for a copy-on-write share, the build
 /// outputs the task started from).
-#[allow(clippy::disallowed_methods)] // lstat of a setup output's top-level place in the task's workspace (one name: no link on the way), then a new directory made where nothing was
+#[allow(clippy::disallowed_methods)] // lstat of a setup output's place in the task's workspace (no link on its way: parents_ok), then a new directory made where nothing was
 pub(crate) fn share_environments(
     project: &Path,
     workspace: &Path,
@@ -594,6 +610,11 @@ pub(crate) fn share_environments(
     // the same name the project has.
     for (path, source) in setup.map(|s| s.outputs.as_slice()).unwrap_or_default() {
         let in_ws = workspace.join(path);
+        if !parents_ok(workspace, path) {
+            return Err(Error::usage(format!(
+                "setup output `{path}`: a link or a file on its way in the task's workspace"
+            )));
+        }
         if std::fs::symlink_metadata(&in_ws).is_ok() {
             return Err(Error::internal(format!(
                 "setup output `{path}` is still in the task's workspace"
@@ -651,20 +672,7 @@ pub(crate) fn share_environments(
             }
         }
         let in_ws = workspace.join(&s.path);
-        let parent = Path::new(&s.path).parent().unwrap_or(Path::new(""));
-        let parents_ok = {
-            // Parents the workspace lacks are made below; those it has must
-            // be real directories (a tracked link would lead the mkdir out).
-            let mut at = workspace.to_path_buf();
-            parent.components().all(|part| {
-                at.push(part);
-                match std::fs::symlink_metadata(&at) {
-                    Ok(m) => m.is_dir() && !m.file_type().is_symlink(),
-                    Err(_) => true,
-                }
-            })
-        };
-        if !parents_ok {
+        if !parents_ok(workspace, &s.path) {
             observer.note(&format!(
                 "not shared: `{}`: a link or a file on its way in the task's workspace",
                 s.path

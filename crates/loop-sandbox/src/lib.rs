@@ -1049,8 +1049,12 @@ fn child_plan(
         layers_disk,
         spawn_err,
     )?;
-    let (shares, share_dirs, merges) =
-        share_mounts(req, &p.tmp.0, layers_disk.is_some(), spawn_err)?;
+    let (shares, share_dirs, merges) = share_mounts(
+        req,
+        &p.tmp.0,
+        (layers_disk.is_some(), support.tree_overlay),
+        spawn_err,
+    )?;
     p.kept_merges = merges;
     if req.check {
         check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
@@ -1213,7 +1217,7 @@ type ShareMounts = (Vec<root::ShareMount>, Vec<PathBuf>, Vec<kept::Pending>);
 fn share_mounts(
     req: &ExecRequest,
     private: &root::Private,
-    on_disk: bool,
+    (on_disk, overlays): (bool, bool),
     spawn_err: SpawnErr<'_>,
 ) -> Result<ShareMounts, SandboxError> {
     let mut out = Vec::new();
@@ -1271,7 +1275,9 @@ fn share_mounts(
         let plain = |n: &String| {
             !n.is_empty() && n != "." && n != ".." && !n.contains('/') && !n.contains('\0')
         };
-        if layers.is_none() && !req.workspace_read_only && !share.caches.is_empty() {
+        // (The skeleton is an overlay: without them the share is bound
+        // read-only as it is, caches included.)
+        if layers.is_none() && overlays && !req.workspace_read_only && !share.caches.is_empty() {
             let names: Vec<&String> = share.caches.iter().filter(|n| plain(n)).collect();
             let skel = private.base.join(format!("skeleton-{i}"));
             for name in &names {
@@ -1294,7 +1300,14 @@ fn share_mounts(
         // The files that name the project, as this command's workspace.
         let seen_at = req.workspace.as_ref().unwrap_or(&req.cwd);
         let mut files = Vec::new();
-        for (n, r) in share.repoint.iter().enumerate() {
+        // (A copy-on-write share's files are the task's to change: its
+        // own view of them is left as it is.)
+        let repoint = if layers.is_none() {
+            share.repoint.as_slice()
+        } else {
+            &[]
+        };
+        for (n, r) in repoint.iter().enumerate() {
             let plain = !r.rel.is_empty()
                 && r.rel
                     .split('/')

@@ -87,6 +87,8 @@ impl SnapshotVerifier {
     /// after the runs that settled its contract costs nothing more. Used
     /// only if the seal's root is `root`; else every check is run.
     pub fn reusing(mut self, root: String, earlier: &[VerificationReport]) -> Self {
+        let earlier: Vec<&VerificationReport> =
+            earlier.iter().filter(|r| r.manifest_root == root).collect();
         let checks = earlier
             .iter()
             .flat_map(|r| r.criteria.iter().flat_map(|c| c.checks.iter().cloned()))
@@ -404,15 +406,27 @@ impl SnapshotVerifier {
     /// operator, group or comment (so that command exits 0 only if `B`,
     /// run first, did). `B` is a plain command line too. Not with new test
     /// files to judge without, nor for a check the baseline counted tests
-    /// of: those are always run on their own.
+    /// of, nor in the baseline run (attempt 0), nor for a check asking
+    /// more of a test run than the one that would imply it: those are
+    /// always run on their own.
     fn implied(
         &self,
         contract: &Contract,
+        attempt: u32,
     ) -> std::collections::BTreeMap<(usize, usize), (usize, usize)> {
         let mut out = std::collections::BTreeMap::new();
-        if !self.new_tests.is_empty() {
+        // The baseline runs every check on its own: what each counts of
+        // tests is what later runs are held to.
+        if !self.new_tests.is_empty() || attempt == 0 {
             return out;
         }
+        // How much a check asks of a test run: none, a recognised empty
+        // run fails, tests must have run.
+        let strictness = |n: Option<bool>| match n {
+            Some(false) => 0,
+            None => 1,
+            Some(true) => 2,
+        };
         let runs: Vec<((usize, usize), &loop_protocol::RunCheck)> = contract
             .criteria
             .iter()
@@ -459,6 +473,7 @@ impl SnapshotVerifier {
                     && t.expect_exit == 0
                     && t.timeout_secs <= b.timeout_secs
                     && t.terminal == b.terminal
+                    && strictness(t.nonempty_tests) >= strictness(b.nonempty_tests)
                     && t.command
                         .strip_prefix(b.command.as_str())
                         .and_then(|r| r.strip_prefix(" && "))
@@ -506,7 +521,7 @@ impl SnapshotVerifier {
         let mut position = 0;
         // A check another one implies (see `implied`) runs after it, and
         // only if that one failed; results go back to the contract's order.
-        let implied = self.implied(contract);
+        let implied = self.implied(contract, attempt);
         let mut order: Vec<(usize, usize)> = Vec::with_capacity(total);
         for (ci, criterion) in contract.criteria.iter().enumerate() {
             for ki in 0..criterion.checks.len() {

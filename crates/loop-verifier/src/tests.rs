@@ -423,6 +423,27 @@ fn a_check_whose_command_another_ran_first_is_implied_only_when_that_proves_it()
     let b = build(&r);
     assert!(b.implied_by.is_none() && b.stdout.is_some() && b.passed);
     assert!(!r.criteria[1].passed);
+    // The baseline (attempt 0) runs each check on its own.
+    let d = TestDir::new("verifier-implied-baseline");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (p, c) in &files {
+        std::fs::write(ws.join(p), c).unwrap();
+    }
+    let c = contract(&guard("sh build.sh", "sh build.sh && sh test.sh"));
+    let r = SnapshotVerifier::new(&ws, &d.path().join("scratch"))
+        .verify(&c, &c.sha256().unwrap(), 0)
+        .unwrap();
+    assert!(build(&r).implied_by.is_none() && build(&r).stdout.is_some());
+    // A test command that lets an empty run pass implies no check that
+    // would fail one.
+    let lax = guard("sh build.sh", "sh build.sh && sh test.sh").replace(
+        "sh build.sh && sh test.sh\"\n",
+        "sh build.sh && sh test.sh\"\n        nonempty_tests: false\n",
+    );
+    assert!(lax.contains("nonempty_tests: false"), "{lax}");
+    let r = verify(&files, &lax);
+    assert!(build(&r).implied_by.is_none(), "{:?}", build(&r));
     // A broken build is never implied by a test command that hides it.
     for t in [
         "sh broken.sh && sh test.sh || true",

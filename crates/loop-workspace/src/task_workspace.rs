@@ -407,21 +407,47 @@ impl TaskWorkspace {
     }
 
     /// Let go of the task's branch `loop/<task-id>`, keeping the workspace:
-    /// the worktree's HEAD is detached at the same commit (no file is
-    /// touched, nothing of the workspace is read), then the branch is
-    /// deleted. Whether there was one to delete (a copy has none).
+    /// the worktree's HEAD is detached at the branch's commit through the
+    /// worktree's record in the repository (no file touched, nothing of
+    /// the workspace read, no hook run), then the branch is deleted. Whether there was one to delete (a copy has none).
     pub fn drop_branch(&self) -> Result<bool, WorkspaceError> {
         let Origin::Worktree { repo, branch, .. } = &self.origin else {
             return Ok(false);
         };
         let full = format!("refs/heads/{branch}");
-        if git(repo, &["rev-parse", "--verify", "--quiet", &full]).is_err() {
+        let Ok(at) = git(repo, &["rev-parse", "--verify", "--quiet", &full]) else {
             return Ok(false);
+        };
+        // Git never runs in the workspace (its `.git` is the task's file):
+        // the worktree's HEAD is set through its record in the repository,
+        // found by the path it names, with no hook run.
+        if let Some(pointer) = worktree_pointer(repo, &self.path) {
+            let text = String::from_utf8_lossy(&pointer);
+            let admin = text
+                .strip_prefix("gitdir: ")
+                .map(|p| p.trim_end_matches('\n').to_string())
+                .unwrap_or_default();
+            let out = Command::new("git")
+                .arg(format!("--git-dir={admin}"))
+                .args(["-c", "core.hooksPath=/dev/null"])
+                .args(["update-ref", "--no-deref", "HEAD", &at])
+                .env_remove("GIT_WORK_TREE")
+                .output()
+                .map_err(|source| WorkspaceError::Io {
+                    what: "cannot run git".into(),
+                    source,
+                })?;
+            if !out.status.success() {
+                return Err(WorkspaceError::Git {
+                    args: "update-ref --no-deref HEAD".into(),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                });
+            }
         }
-        if let Ok(at) = git(&self.path, &["rev-parse", "--verify", "HEAD"]) {
-            git(&self.path, &["update-ref", "--no-deref", "HEAD", &at])?;
-        }
-        git(repo, &["branch", "-D", branch])?;
+        git(
+            repo,
+            &["-c", "core.hooksPath=/dev/null", "branch", "-D", branch],
+        )?;
         Ok(true)
     }
 
@@ -735,6 +761,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_branch_is_dropped_through_the_repository_never_the_workspaces_git_file() {
+        let d = TestDir::new("tw-drop-branch");
+        let p = repo(&d);
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", false).unwrap();
+        // The workspace's `.git` replaced by one naming a repository of the
+        // task's, whose hooks would run on the host.
+        let evil = d.path().join("evil");
+        sh(
+            d.path(),
+            "git init -q evil && git -C evil -c user.email=t@t -c user.name=t commit -q --allow-empty -m x && mkdir -p evil/.git/hooks && printf '#!/bin/sh\ntouch \"$0.ran\"\n' > evil/.git/hooks/reference-transaction && chmod +x evil/.git/hooks/reference-transaction",
+        );
+        std::fs::write(
+            ws.path.join(".git"),
+            format!("gitdir: {}\n", evil.join(".git").display()),
+        )
+        .unwrap();
+        assert!(ws.drop_branch().unwrap());
+        assert!(!evil.join(".git/hooks/reference-transaction.ran").exists());
+        assert_eq!(sh(&p, "git branch --list 'loop/*'"), "");
+        // The worktree stays, detached at the base commit.
+        let listed = sh(&p, "git worktree list --porcelain");
+        assert!(listed.contains("detached"), "{listed}");
+        assert!(!ws.drop_branch().unwrap(), "no branch left to drop");
+        ws.discard().unwrap();
     }
 
     #[test]
