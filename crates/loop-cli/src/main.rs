@@ -39,7 +39,9 @@ pub struct CliError {
 impl From<loop_runtime::Error> for CliError {
     fn from(e: loop_runtime::Error) -> Self {
         match e.kind {
-            loop_runtime::error::ErrorKind::Usage => CliError::usage(e.message),
+            loop_runtime::error::ErrorKind::Usage | loop_runtime::error::ErrorKind::NotFound => {
+                CliError::usage(e.message)
+            }
             loop_runtime::error::ErrorKind::Internal => CliError::internal(e.message),
         }
     }

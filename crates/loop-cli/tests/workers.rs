@@ -372,6 +372,63 @@ fn kill(c: &mut Child) {
     let _ = c.wait();
 }
 
+/// A queue message naming a task no store holds is dead-lettered by what
+/// the store answered (not found), with the reason; the real task beside it
+/// runs to verified.
+#[test]
+fn a_message_naming_no_task_is_dead_lettered_and_real_work_goes_on() {
+    let Some(admin) = services() else {
+        return;
+    };
+    let _heavy = heavy();
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("workers-no-task");
+    let redis = Redis::start(&root.join("redis"));
+    let db = database(&admin, &format!("loop_no_task_{}", std::process::id()));
+    let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
+    let id = s.submit(&s.dir.join("script.yaml"));
+    let log = root.join("worker.log");
+    let mut w = s.worker(2, 3, &log);
+    let ghost = "t-20000101-000000-0a0b0c";
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("loop:default:tasks")
+        .arg("*")
+        .arg("task")
+        .arg(ghost)
+        .arg("key")
+        .arg("ghost")
+        .query(&mut c)
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let dead = redis.dead_letters();
+        let ended = s.tasks()[&id]["outcome"] == "verified";
+        if ended && dead.iter().any(|(t, _, _)| t == ghost) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "dead letters {dead:?}; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    kill(&mut w);
+    let dead = redis.dead_letters();
+    assert_eq!(
+        dead,
+        vec![(
+            ghost.to_string(),
+            format!("the store has no task `{ghost}`"),
+            dead[0].2
+        )]
+    );
+    s.check(&id, 0);
+}
+
 #[test]
 fn workers_killed_at_random_lose_no_task_and_run_none_twice() {
     let Some(admin) = services() else {

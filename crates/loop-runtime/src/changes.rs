@@ -88,7 +88,7 @@ fn task(project: &Path, id: &str) -> Result<Task, Error> {
         .join(".loop/receipts")
         .join(format!("{id}.receipt.json"));
     if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(id)) {
-        return Err(Error::usage(format!(
+        return Err(Error::not_found(format!(
             "no task {id} in {}",
             project.display()
         )));

@@ -5,6 +5,9 @@
 pub enum ErrorKind {
     /// Bad usage, configuration or input (the caller can fix it).
     Usage,
+    /// What was asked for is not there (no such task): the caller's
+    /// doing too, told apart so a front end need not read the message.
+    NotFound,
     /// The runtime could not do its work.
     Internal,
 }
@@ -33,6 +36,15 @@ impl Error {
     pub fn usage(message: impl Into<String>) -> Self {
         Error {
             kind: ErrorKind::Usage,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// What was asked for is not there.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::NotFound,
             message: message.into(),
             cause: None,
         }

@@ -212,7 +212,7 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
 
 pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
     match e {
-        loop_store::StoreError::NoSuchTask(_) => Error::usage(e.to_string()).because(e),
+        loop_store::StoreError::NoSuchTask(_) => Error::not_found(e.to_string()).because(e),
         other => Error::from_cause(other),
     }
 }

@@ -261,7 +261,7 @@ impl Runtime {
             .collect();
         match matching.as_slice() {
             [one] => Ok((*one).clone()),
-            [] => Err(Error::usage(format!(
+            [] => Err(Error::not_found(format!(
                 "no task `{given}` in {} (`loop list` shows them; `last` is the newest)",
                 self.project.display()
             ))),

@@ -121,6 +121,14 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
     let id = runtime.submit(request(&dir, &project), &mut seen).unwrap();
     let submitted = runtime.task(&id).unwrap();
     assert_eq!(submitted.state, "pending");
+    // A task that is not there is told apart by its kind, not its words.
+    for e in [
+        runtime.task("t-00000000-000000-000000").unwrap_err(),
+        runtime.status("t-00000000-000000-000000").unwrap_err(),
+        runtime.resolve_id("t-nothing-like-it").unwrap_err(),
+    ] {
+        assert_eq!(e.kind, loop_runtime::ErrorKind::NotFound, "{}", e.message);
+    }
     assert_eq!(submitted.entries, 0, "submitting runs nothing");
     assert!(seen.kinds.is_empty(), "{:?}", seen.kinds);
     let report = runtime.run(&id, OnPrompt::Deny, &mut seen).unwrap();

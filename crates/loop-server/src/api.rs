@@ -93,6 +93,9 @@ pub(crate) fn visible(
     match rt.task(id) {
         // Another project's task on a shared store is not here.
         Ok(t) if caller.may_see(t.owner.as_deref()) && matches!(rt.foreign(id), Ok(None)) => Ok(t),
+        // A store that cannot answer is no answer that the task is not
+        // there: a server error, not a 404.
+        Err(e) if e.kind == loop_runtime::ErrorKind::Internal => Err(e.into()),
         _ => Err(ApiError::not_found(&format!("task {id}"))),
     }
 }

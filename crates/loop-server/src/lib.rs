@@ -332,7 +332,11 @@ impl ApiError {
 impl From<loop_runtime::Error> for ApiError {
     fn from(e: loop_runtime::Error) -> Self {
         match e.kind {
-            loop_runtime::error::ErrorKind::Usage => ApiError::bad_request(e.message),
+            // (A task the caller named that is not there is found out by
+            // `visible` first, as a 404 that reveals nothing.)
+            loop_runtime::error::ErrorKind::Usage | loop_runtime::error::ErrorKind::NotFound => {
+                ApiError::bad_request(e.message)
+            }
             loop_runtime::error::ErrorKind::Internal => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message)
             }

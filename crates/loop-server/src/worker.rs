@@ -377,7 +377,7 @@ fn settle(
 ) {
     let view = match runtime.task(&d.task) {
         Ok(v) => v,
-        Err(e) if e.message.starts_with("no task") => {
+        Err(e) if e.kind == loop_runtime::ErrorKind::NotFound => {
             let reason = format!("the store has no task `{}`", d.task);
             if q.dead_letter(d, &reason).unwrap_or(false) {
                 metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
