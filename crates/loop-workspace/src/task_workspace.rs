@@ -78,9 +78,15 @@ pub enum WorkspaceError {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, WorkspaceError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir);
+    git_with(cmd, args)
+}
+
+/// Run `cmd` (git, with where it works already given) with `args`; its
+/// output, or what it said when it failed.
+fn git_with(mut cmd: Command, args: &[&str]) -> Result<String, WorkspaceError> {
+    let out = cmd
         .args(args)
         .output()
         .map_err(|source| WorkspaceError::Io {
@@ -427,22 +433,20 @@ impl TaskWorkspace {
                 .strip_prefix("gitdir: ")
                 .map(|p| p.trim_end_matches('\n').to_string())
                 .unwrap_or_default();
-            let out = Command::new("git")
-                .arg(format!("--git-dir={admin}"))
-                .args(["-c", "core.hooksPath=/dev/null"])
-                .args(["update-ref", "--no-deref", "HEAD", &at])
-                .env_remove("GIT_WORK_TREE")
-                .output()
-                .map_err(|source| WorkspaceError::Io {
-                    what: "cannot run git".into(),
-                    source,
-                })?;
-            if !out.status.success() {
-                return Err(WorkspaceError::Git {
-                    args: "update-ref --no-deref HEAD".into(),
-                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                });
-            }
+            let mut cmd = Command::new("git");
+            cmd.arg(format!("--git-dir={admin}"))
+                .env_remove("GIT_WORK_TREE");
+            git_with(
+                cmd,
+                &[
+                    "-c",
+                    "core.hooksPath=/dev/null",
+                    "update-ref",
+                    "--no-deref",
+                    "HEAD",
+                    &at,
+                ],
+            )?;
         }
         git(
             repo,
