@@ -257,9 +257,11 @@ fn files_that_define_a_check_are_refused_by_the_check_integrity_set() {
         .next()
         .unwrap()
         .unwrap()
-        .path();
+        .file_name();
+    let ws = shared::workspace_of(&sc.project(), &id.to_string_lossy());
+    assert!(ws.parent().unwrap().is_dir(), "{}", ws.display());
     for f in ["conftest.py", "pytest.ini", "tests/test_zz_patch.py"] {
-        assert!(!id.join("workspace").join(f).exists(), "{f}");
+        assert!(!ws.join(f).exists(), "{f}");
     }
     assert_eq!(run.check()["passed"], false);
 }
@@ -530,13 +532,14 @@ fn a_cmake_projects_tests_cannot_be_weakened_and_zero_tests_fail() {
     let set = r.predicate["check_integrity"].to_string();
     assert!(set.contains("\"**/CMakeLists.txt\""), "{set}");
     let tasks = sc.project().join(".loop/tasks");
-    let ws = std::fs::read_dir(&tasks)
+    let id = std::fs::read_dir(&tasks)
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
-        .path();
-    let lists = std::fs::read_to_string(ws.join("workspace/CMakeLists.txt")).unwrap();
+        .file_name();
+    let ws = shared::workspace_of(&sc.project(), &id.to_string_lossy());
+    let lists = std::fs::read_to_string(ws.join("CMakeLists.txt")).unwrap();
     assert!(lists.contains("add_test"), "{lists}");
     // A project whose CTest runs no test at all: zero tests is a failure.
     let sc = project("cmake-zero", false);

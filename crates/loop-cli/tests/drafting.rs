@@ -148,9 +148,19 @@ fn a_tautological_draft_is_rejected_three_times_and_the_task_never_starts() {
             .iter()
             .all(|a| a["accepted"] == false)
     );
+    let ws = shared::workspace_of(
+        Path::new(kept).ancestors().nth(4).unwrap(),
+        &Path::new(kept)
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy(),
+    );
     assert!(
-        !Path::new(kept).parent().unwrap().join("workspace").exists(),
-        "the workspace was removed"
+        !ws.exists() && !ws.parent().unwrap().exists(),
+        "the workspace was removed, and all beside it: {}",
+        ws.display()
     );
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -766,7 +766,7 @@ fn cancelling_kills_a_long_running_command_at_once() {
     let discard = task_cmd("discard", id, &p);
     assert_eq!(discard.status.code(), Some(2), "{}", text(&discard));
     assert!(text(&discard).contains("is running"), "{}", text(&discard));
-    assert!(p.join(format!(".loop/tasks/{id}/workspace")).exists());
+    assert!(shared::workspace_of(&p, id).exists());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t = std::time::Instant::now();
     Command::new("kill")
@@ -954,12 +954,22 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
     let id = task_id(&r);
     sh(&p, "git branch loop/t-gone");
-    let scratch = p.join(".loop/tasks").join(&id).join("scratch");
+    // Workspaces live outside the project, scratch beside them.
+    let near = shared::near_of(&p, &id);
+    assert!(!near.starts_with(&p), "{}", near.display());
+    let scratch = near.join("scratch");
     std::fs::create_dir_all(scratch.join("view")).unwrap();
     std::fs::write(scratch.join("view/x"), vec![b'x'; 4096]).unwrap();
     // A task being prepared (not in the store yet) keeps its scratch.
-    let preparing = p.join(".loop/tasks/t-preparing/scratch");
+    const PREPARING: &str = "t-20990101-000000-abcdef";
+    std::fs::create_dir_all(p.join(".loop/tasks").join(PREPARING)).unwrap();
+    let preparing = near.with_file_name(PREPARING).join("scratch");
     std::fs::create_dir_all(&preparing).unwrap();
+    // A workspace whose task was removed from the project by hand is
+    // nobody's: gc removes it.
+    let orphan = near.with_file_name("t-20990101-000000-0ddba1");
+    std::fs::create_dir_all(orphan.join("workspace")).unwrap();
+    std::fs::write(orphan.join("workspace/app.py"), "x\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_loop"))
         .args(["list", "--project"])
         .arg(&p)
@@ -988,10 +998,15 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
         "{said}"
     );
     assert!(
-        said.contains(&format!("would remove .loop/tasks/{id}/scratch")),
+        said.contains(&format!("would remove {}", scratch.display())),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("would remove {}", orphan.display())),
         "{said}"
     );
     assert!(sh(&p, "git branch --list").contains("loop/t-gone") && scratch.exists());
+    assert!(orphan.exists());
     let said = gc(&[]);
     assert!(
         said.contains("deleted branch loop/t-gone: no such task here"),
@@ -1002,13 +1017,11 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     // The verified task's branch and workspace stay: it is not applied.
     assert!(branches.contains(&format!("loop/{id}")), "{branches}");
     assert!(!scratch.exists());
+    assert!(!orphan.exists(), "{}", orphan.display());
     assert!(preparing.exists(), "the scratch of a task being prepared");
-    assert!(
-        p.join(".loop/tasks")
-            .join(&id)
-            .join("workspace/app.py")
-            .exists()
-    );
+    assert!(near.join("workspace/app.py").exists());
+    // Nothing of a task is in the project's tree but its records.
+    assert!(!p.join(".loop/tasks").join(&id).join("workspace").exists());
     let said = gc(&[]);
     assert!(said.contains("nothing to collect"), "{said}");
     // Applied, then its branch is gone; the workspace stays for replay.

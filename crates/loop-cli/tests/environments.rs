@@ -292,7 +292,8 @@ fn a_cargo_crate_builds_from_the_registry_cache_with_target_copy_on_write() {
         .map(|e| e.path())
         .collect();
     assert_eq!(tasks.len(), 1);
-    let layer = tasks[0].join("layers/0/upper/debug");
+    let id = tasks[0].file_name().unwrap().to_string_lossy().into_owned();
+    let layer = shared::near_of(&project, &id).join("layers/0/upper/debug");
     assert!(
         layer.is_dir(),
         "the task's build outputs at {}",

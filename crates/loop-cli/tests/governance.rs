@@ -121,8 +121,11 @@ fn events(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Where the runtime made task `id`'s workspace (its record says).
 fn workspace(project: &Path, id: &str) -> PathBuf {
-    project.join(format!(".loop/tasks/{id}/workspace"))
+    let record = project.join(format!(".loop/tasks/{id}/workspace.json"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    PathBuf::from(v["path"].as_str().unwrap())
 }
 
 #[test]
@@ -509,10 +512,13 @@ fn the_syntax_and_code_policy_gates_refuse_changes_before_they_enter() {
 ";
     let (ev, ws, out) = run_gated("gates", loopfile, script, &[]);
     // The story says where, too, not only the ledger.
-    let project = ws.ancestors().nth(4).unwrap();
-    let logs = loop_cmd(project.parent().unwrap())
+    let (dir, project) = (
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gov-gates"),
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gov-gates/project"),
+    );
+    let logs = loop_cmd(&dir)
         .args(["logs", "last", "--project"])
-        .arg(project)
+        .arg(&project)
         .output()
         .unwrap();
     let story = String::from_utf8_lossy(&logs.stdout).to_string();

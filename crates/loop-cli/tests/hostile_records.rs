@@ -25,6 +25,8 @@ fn binary() -> PathBuf {
 struct Scene {
     base: PathBuf,
     who: Who,
+    /// A directory put first on the PATH of every `loop` command.
+    path_first: Option<PathBuf>,
 }
 
 const CANARY: &str = "CANARY-host-file-5f3a9c";
@@ -52,7 +54,11 @@ impl Scene {
                 assert!(st.success());
             }
         }
-        Scene { base, who }
+        Scene {
+            base,
+            who,
+            path_first: None,
+        }
     }
 
     fn project(&self) -> PathBuf {
@@ -124,6 +130,13 @@ impl Scene {
             .env_remove("LOOP_SIGNING_KEY_FILE");
         if self.who == Who::Nobody {
             c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        }
+        if let Some(first) = &self.path_first {
+            let rest = match self.who {
+                Who::Nobody => "/usr/local/bin:/usr/bin:/bin".to_string(),
+                Who::Me => std::env::var("PATH").unwrap_or_default(),
+            };
+            c.env("PATH", format!("{}:{rest}", first.display()));
         }
         c
     }
@@ -261,10 +274,11 @@ fn links_to_host_files_never_reach_a_record_and_are_refused() {
         let passwd = std::fs::read("/etc/passwd").unwrap();
         let first_line = passwd.split(|b| *b == b'\n').next().unwrap().to_vec();
         assert!(!out.contains(CANARY), "{who:?}: {out}");
-        for (path, bytes) in files_under(&sc.project().join(".loop")) {
-            if path.starts_with(sc.project().join(".loop/tasks"))
-                && path.to_string_lossy().contains("/workspace/")
-            {
+        let near = shared::near_of(&sc.project(), &id_of(&receipt));
+        let mut files = files_under(&sc.project().join(".loop"));
+        files.extend(files_under(&near));
+        for (path, bytes) in files {
+            if path.starts_with(near.join("workspace")) {
                 continue;
             }
             assert!(
@@ -579,7 +593,7 @@ fn nested_repositories_runtime_state_policy_and_control_names_never_enter() {
             );
         }
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         let all = paths_under(&ws);
         assert!(all.iter().any(|p| p == "report.txt"), "{who:?}: {all:?}");
         for p in &all {
@@ -953,7 +967,7 @@ fn gates_judge_the_file_really_written_not_the_name_asked_for() {
         let refusals = out.matches("banned import").count() + out.matches("banned_imports").count();
         assert!(refusals >= 3, "{who:?}: every form refused: {out}");
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         assert_eq!(
             std::fs::read_to_string(ws.join("calc.py")).unwrap(),
             "x = 1\n",
@@ -990,7 +1004,7 @@ fn a_commands_refused_directory_takes_its_children_and_the_report_is_true() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         assert!(!ws.join("0data.txt").exists(), "{who:?}");
         assert_eq!(
             std::fs::read_to_string(ws.join("0first.txt")).unwrap(),
@@ -1049,7 +1063,7 @@ fn large_sparse_files_are_bounded_in_time_memory_and_records() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         assert!(!ws.join("a.bin").exists() && !ws.join("d5.bin").exists());
         assert_eq!(std::fs::metadata(ws.join("d4.bin")).unwrap().len(), 7 << 20);
         let patch = receipt.with_file_name(format!("{id}.changes.patch"));
@@ -1090,7 +1104,7 @@ fn names_no_record_can_show_faithfully_are_refused() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         let names: Vec<String> = std::fs::read_dir(&ws)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -1137,7 +1151,7 @@ fn the_code_policy_gate_holds_for_every_user() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         for f in ["a.py", "b.js", "c.py"] {
             assert!(!ws.join(f).exists(), "{who:?}: {f} entered");
         }
@@ -1171,7 +1185,7 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
         );
         assert!(out.contains("No space left on device"), "{who:?}: {out}");
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         // A failed fallocate leaves nothing, or an empty file: never the
         // 64 MiB it asked for.
         let big = std::fs::metadata(ws.join("big.bin"))
@@ -1188,13 +1202,15 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
         );
         // Nothing under the task's directory holds the attempted bytes.
         let du = std::process::Command::new("du")
-            .args(["-sk"])
+            .args(["-skc"])
             .arg(sc.project().join(format!(".loop/tasks/{id}")))
+            .arg(shared::near_of(&sc.project(), &id))
             .output()
             .unwrap();
         let kib: u64 = String::from_utf8_lossy(&du.stdout)
-            .split_whitespace()
-            .next()
+            .lines()
+            .last()
+            .and_then(|l| l.split_whitespace().next())
             .and_then(|n| n.parse().ok())
             .unwrap();
         assert!(
@@ -1214,7 +1230,7 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         assert!(
             ws.join("b.bin").exists() && ws.join("d.bin").exists(),
             "{who:?}"
@@ -1238,7 +1254,7 @@ fn a_command_cannot_fill_the_hosts_disk_and_the_limit_is_named() {
             "{who:?}: {out}"
         );
         let id = id_of(&receipt);
-        let ws = sc.project().join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&sc.project(), &id);
         // Refused well before the eight thousandth, and all gone after.
         assert!(
             out.contains("d7999 (the task's commands would have grown"),
@@ -1536,4 +1552,92 @@ fn a_signing_key_open_to_others_is_refused_and_rotate_without_a_key_makes_none()
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// Task workspaces live outside the project, all under one root of the
+/// user's: a task's commands see their own workspace there and nothing
+/// else of it (no other task's, no other project's, not the records kept
+/// beside it), even where the root is inside a tree every command sees
+/// (`~/.local`, shown because a tool is in `~/.local/bin`). The honest
+/// task beside it verifies.
+#[test]
+fn a_task_sees_its_own_workspace_and_no_other_task_s() {
+    for who in users() {
+        let mut sc = Scene::new("other-workspaces", who);
+        let bin = sc.home().join(".local/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        if who == Who::Nobody {
+            let st = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(sc.home())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        sc.path_first = Some(bin);
+        let (out, first, outcome) = sc.run(
+            TRIVIAL_TASK,
+            "turns:\n  - calls:\n      - {tool: write_file, args: {path: secret.txt, content: \"WS-CANARY-7d1e\\n\"}}\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n",
+        );
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        let a = id_of(&first);
+        let a_ws = shared::workspace_of(&sc.project(), &a);
+        // Outside the project, in a directory of the user's own.
+        assert!(!a_ws.starts_with(sc.project()), "{}", a_ws.display());
+        assert!(
+            a_ws.starts_with(sc.home().join(".local/state/loop-engine-workspaces")),
+            "{}",
+            a_ws.display()
+        );
+        let key_dir = a_ws.parent().unwrap().parent().unwrap();
+        let root = key_dir.parent().unwrap();
+        let script = format!(
+            "turns:\n  - calls:\n      - {{tool: run_command, args: {{command: \"pwd > where.txt; cat {} > seen.txt 2>&1; ls -a {} {} > listing.txt 2>&1; echo ok > report.txt\"}}}}\n      - {{tool: finish, args: {{summary: ok}}}}\n",
+            a_ws.join("secret.txt").display(),
+            key_dir.display(),
+            root.display(),
+        );
+        let (out, second, outcome) = sc.run(TRIVIAL_TASK, &script);
+        assert_eq!(outcome, "verified", "{who:?}: {out}");
+        let b_ws = shared::workspace_of(&sc.project(), &id_of(&second));
+        let read = |f: &str| std::fs::read_to_string(b_ws.join(f)).unwrap();
+        // Its commands run in their workspace, at its own path.
+        assert_eq!(
+            read("where.txt").trim(),
+            b_ws.display().to_string(),
+            "{who:?}"
+        );
+        let seen = read("seen.txt");
+        assert!(!seen.contains("WS-CANARY"), "{who:?}: {seen}");
+        assert!(seen.contains("No such file"), "{who:?}: {seen}");
+        let listing = read("listing.txt");
+        assert!(!listing.contains(&a), "{who:?}: {listing}");
+        assert!(
+            !listing.contains("project\n"),
+            "{who:?}: the marker is not shown: {listing}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(a_ws.join("secret.txt")).unwrap(),
+            "WS-CANARY-7d1e\n"
+        );
+        // Nothing of either task is in the project's tree but its records.
+        for id in [&a, &id_of(&second)] {
+            let entries: Vec<String> = std::fs::read_dir(sc.project().join(".loop/tasks").join(id))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                !entries
+                    .iter()
+                    .any(|e| e == "workspace" || e == "scratch" || e == "journal"),
+                "{who:?}: {entries:?}"
+            );
+        }
+        // Discarding drops the workspace and everything kept beside it.
+        let o = sc.task_cmd("discard", &a);
+        assert_eq!(o.status.code(), Some(0), "{who:?}: {}", shared::text(&o));
+        assert!(!a_ws.parent().unwrap().exists(), "{who:?}");
+        assert!(b_ws.exists(), "{who:?}");
+    }
 }

@@ -127,7 +127,7 @@ fn workspace_files(ws: &Path) -> Vec<(String, String)> {
 /// Check one finished task in full; returns its final workspace files.
 fn check_task(dir: &Path, project: &Path, id: &str, seed: u64) -> Vec<(String, String)> {
     shared::assert_one_verified_run(project, id, &[1, 2, 3, 4], seed, &dir.join("state"));
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(project, id);
     let files = workspace_files(&ws);
     // No command with an effect ran twice, and none was lost.
     let log = std::fs::read_to_string(ws.join("effects.log")).unwrap_or_default();
@@ -329,7 +329,7 @@ fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
         Some(0),
         "the frozen runtime ended as if it held the task"
     );
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(&project, &id);
     let runs: Vec<String> = std::fs::read_dir(&ws)
         .unwrap()
         .filter_map(|e| e.ok())
@@ -624,8 +624,8 @@ limits: { max_steps: 4, max_verifications: 1 }
         let status = cmd.status().unwrap();
         let killed = status.code().is_none();
         let id = tasks(&project)[0]["id"].as_str().unwrap().to_string();
-        let ws = project.join(format!(".loop/tasks/{id}/workspace"));
-        let journal = project.join(format!(".loop/tasks/{id}/command-journal"));
+        let ws = shared::workspace_of(&project, &id);
+        let journal = shared::near_of(&project, &id).join("command-journal");
         if killed {
             // Killed mid-merge: the plan is there, and recovering from it
             // (as the next start does) leaves the workspace exactly as it
@@ -647,10 +647,10 @@ limits: { max_steps: 4, max_verifications: 1 }
         }
         let t = &tasks(&project)[0];
         assert_eq!(t["outcome"], "verified", "{name}: {t}");
-        let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&project, &id);
         assert!(
-            !project
-                .join(format!(".loop/tasks/{id}/journal/commands/plan.json"))
+            !shared::near_of(&project, &id)
+                .join("journal/commands/plan.json")
                 .exists(),
             "{name}: no merge left pending"
         );
@@ -692,7 +692,7 @@ fn killed_in_a_slow_command(name: &str, command: &str, ms: u64) -> (PathBuf, Pat
 #[test]
 fn resuming_a_task_whose_workspace_is_gone_rebuilds_it_from_the_record() {
     let (dir, project, id) = killed_in_a_slow_command("kill-workspace-rebuilt", "c2", 2_000);
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(&project, &id);
     assert_eq!(
         std::fs::read_to_string(ws.join("a.txt")).unwrap(),
         "alpha\n"
@@ -725,7 +725,7 @@ fn resuming_a_task_whose_workspace_is_gone_rebuilds_it_from_the_record() {
 #[test]
 fn resuming_a_task_whose_workspace_is_gone_ends_it_with_a_receipt_that_says_so() {
     let (dir, project, id) = killed_in_a_slow_command("kill-workspace-gone", "c1", 1_500);
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(&project, &id);
     std::fs::remove_dir_all(&ws).unwrap();
     let db = rusqlite::Connection::open(project.join(".loop/loop.db")).unwrap();
     db.execute("DELETE FROM task_files", []).unwrap();
@@ -785,7 +785,7 @@ fn an_unprivileged_users_task_survives_a_kill_and_resumes() {
     .unwrap();
     let bin = base.join("loop");
     std::fs::copy(env!("CARGO_BIN_EXE_loop"), &bin).unwrap();
-    for (p, mode) in [(&base, 0o777), (&project, 0o777), (&bin, 0o755)] {
+    for (p, mode) in [(&base, 0o1777), (&project, 0o777), (&bin, 0o755)] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     for f in ["script.yaml", "task.yaml", "project/README.md"] {
@@ -837,7 +837,7 @@ fn an_unprivileged_users_task_survives_a_kill_and_resumes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(&project, &id);
     let log = std::fs::read_to_string(ws.join("effects.log")).unwrap();
     assert_eq!(log.lines().collect::<Vec<_>>(), ["c1", "c2", "c3"]);
     let owner = std::fs::metadata(project.join(".loop/loop.db")).unwrap();

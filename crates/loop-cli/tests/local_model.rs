@@ -137,6 +137,7 @@ fn run(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .arg("--yes")
         .arg("--json");
     c.env("LOOP_STATE_DIR", project.join("state"));
+    c.env("LOOP_WORKSPACES_DIR", project.with_extension("workspaces"));
     for (k, v) in env {
         c.env(k, v);
     }

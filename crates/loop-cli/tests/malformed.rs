@@ -91,6 +91,7 @@ fn malformed_answers_are_typed_observations_charged_and_end_lost() {
         .arg(&dir)
         .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -204,6 +205,7 @@ fn a_checker_from_the_loopfile_reviews_the_diff_and_can_veto() {
         .arg(&dir)
         .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -318,6 +320,7 @@ fn the_checker_reviews_each_draft_by_meaning_and_its_objection_goes_back_to_the_
         .arg(&project)
         .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -383,6 +386,7 @@ fn the_checker_reviews_each_draft_by_meaning_and_its_objection_goes_back_to_the_
         .arg("verify")
         .arg(&receipt)
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let v = String::from_utf8_lossy(&verify.stdout).to_string();
@@ -434,6 +438,7 @@ fn a_checker_nobody_can_reach_ends_the_task_naming_it() {
             format!("http://127.0.0.1:{port}/v1"),
         )
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();

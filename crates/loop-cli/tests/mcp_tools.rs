@@ -387,12 +387,11 @@ fn an_approved_server_still_cannot_write_the_workspace() {
         .as_str()
         .unwrap()
         .to_string();
+    let ws = shared::workspace_of(&project, &id);
     assert!(
-        !project
-            .join(".loop/tasks")
-            .join(&id)
-            .join("workspace/planted.py")
-            .exists()
+        ws.is_dir() && !ws.join("planted.py").exists(),
+        "{}",
+        ws.display()
     );
     let diff = loop_in(&home)
         .args(["diff", &id, "--project"])

@@ -251,7 +251,7 @@ fn workspace_files(ws: &Path) -> Vec<(String, String)> {
 /// Check one finished task in full, on the machine that finished it.
 fn check_task(dir: &Path, project: &Path, id: &str, seed: u64) -> Vec<(String, String)> {
     shared::assert_one_verified_run(project, id, &[1, 2, 3, 4], seed, &dir.join("state"));
-    let ws = project.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(project, id);
     let log = std::fs::read_to_string(ws.join("effects.log")).unwrap_or_default();
     assert_eq!(
         log.lines().collect::<Vec<_>>(),
@@ -507,7 +507,7 @@ fn a_task_that_comes_back_to_a_machine_brings_its_stale_copy_to_the_record() {
     );
     // The final workspace, hashed by this test's own command, is the one the
     // store and the ledger record.
-    let ws = a.join(format!(".loop/tasks/{id}/workspace"));
+    let ws = shared::workspace_of(&a, &id);
     let m = Command::new(env!("CARGO_BIN_EXE_loop"))
         .args(["manifest", "--json"])
         .arg(&ws)

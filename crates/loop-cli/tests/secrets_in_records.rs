@@ -144,6 +144,7 @@ fn echoed_key(nobody: bool) {
         .env("LOOP_OPENAI_BASE_URL", format!("{}/v1", server.url))
         .env("LOOP_OPENAI_API_KEY", KEY)
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let all = format!(
@@ -223,6 +224,7 @@ fn token_in_patch(nobody: bool) {
         .arg("--project")
         .arg(&project)
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -253,6 +255,7 @@ fn token_in_patch(nobody: bool) {
         .args(["apply", &id, "--project"])
         .arg(&project)
         .env("LOOP_STATE_DIR", dir.join("state"))
+        .env("LOOP_WORKSPACES_DIR", dir.with_extension("workspaces"))
         .output()
         .unwrap();
     assert_eq!(

@@ -139,10 +139,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
     assert_eq!(ended["outcome"], "verified", "{ended}");
     // The command the first server was running when it stopped ran to its
     // end once, in the second.
-    let slow = project
-        .join(".loop/tasks")
-        .join(&id)
-        .join("workspace/slow.txt");
+    let slow = shared::workspace_of(&project, &id).join("slow.txt");
     assert_eq!(std::fs::read_to_string(&slow).unwrap(), "once\n");
     shared::stop(server);
     let out = loop_in(&home)
@@ -429,10 +426,7 @@ fn a_server_takes_up_the_command_lines_interrupted_tasks_only_when_told_to() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(s["outcome"], "verified", "{s}");
-    let slow = project
-        .join(".loop/tasks")
-        .join(&id)
-        .join("workspace/slow.txt");
+    let slow = shared::workspace_of(&project, &id).join("slow.txt");
     assert_eq!(std::fs::read_to_string(&slow).unwrap(), "once\n");
     shared::stop(server);
 }

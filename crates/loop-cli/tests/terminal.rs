@@ -291,10 +291,10 @@ fn ctrl_c_asks_then_detach_hands_the_task_to_the_background() {
     assert!(log.contains("resumed"), "{log}");
     // The command stopped with this process ran once more in the
     // background, and only that once: it appends a line each time.
-    let built = project
-        .join(".loop/tasks")
-        .join(id)
-        .join("workspace/built.txt");
+    let record = project.join(".loop/tasks").join(id).join("workspace.json");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    let built = std::path::Path::new(record["path"].as_str().unwrap()).join("built.txt");
     assert_eq!(std::fs::read_to_string(&built).unwrap(), "built\n");
 }
 

@@ -343,7 +343,7 @@ impl Setup {
             finished["payload"]["outcome"]["kind"], "verified",
             "seed {seed}, {id}: {text}"
         );
-        let ws = self.project.join(format!(".loop/tasks/{id}/workspace"));
+        let ws = shared::workspace_of(&self.project, id);
         assert_eq!(
             std::fs::read_to_string(ws.join("effects.log")).unwrap(),
             "c1\nc2\nc3\n",

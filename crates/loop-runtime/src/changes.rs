@@ -375,7 +375,8 @@ pub fn apply(
     let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
     // At the door, again: nothing protected, nothing that would run on this
     // machine unasked.
-    let ws = load_origin(&t.dir)?;
+    let paths = crate::layout::TaskPaths::of(&t.project, id);
+    let ws = load_origin(&paths)?;
     let (never, risky) = gatekeep(
         &t,
         &ws.path,
@@ -409,7 +410,7 @@ pub fn apply(
         out.note(&format!(
             "note: the patch shows redacted values in lines it adds to: {} — what is applied is the real content; review it in {}",
             hidden.join(", "),
-            t.dir.join("workspace").display()
+            ws.path.display()
         ));
     }
     // The checkpoint before apply: a person reviews the change and says so.
@@ -716,8 +717,15 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
         Ok(None) => {}
         Err(e) => out.note(&format!("task {id}: {}", e.message)),
     }
-    let ws = load_origin(&t.dir)?;
+    let paths = crate::layout::TaskPaths::of(&t.project, id);
+    let ws = load_origin(&paths)?;
     ws.discard().map_err(Error::from_cause)?;
+    // What was kept beside the workspace goes with it (outside the
+    // project; the old place in it is the task's directory, kept).
+    if paths.near != paths.task_dir {
+        crate::workspaces::remove_near(&paths.near)
+            .map_err(|e| Error::internal(format!("cannot remove {}: {e}", paths.near.display())))?;
+    }
     out.note(&format!(
         "discarded the workspace of task {id}; its receipt stays in .loop/receipts"
     ));

@@ -190,7 +190,7 @@ fn wire<'a>(
             ..Default::default()
         },
         project,
-        Some(&paths.task_dir.join("layers")),
+        Some(&paths.near.join("layers")),
         &stored.shares,
         stored.setup.as_ref(),
     );
@@ -249,7 +249,7 @@ fn wire<'a>(
         toolbox
     } else {
         toolbox
-            .with_journal(&paths.task_dir.join("journal"))
+            .with_journal(&paths.near.join("journal"))
             .map_err(Error::from_cause)?
             .0
     };
@@ -267,7 +267,7 @@ fn wire<'a>(
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
-    let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.task_dir.join("scratch"))
+    let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox);
     // The root `.git` (left out of manifests, since it names a path of

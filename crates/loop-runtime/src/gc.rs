@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 pub struct Collected {
     /// Branches deleted, each with why.
     pub branches: Vec<(String, String)>,
-    /// Directories removed (relative to the project), with their bytes.
+    /// Directories removed (relative to the project when inside it), with
+    /// their bytes.
     pub dirs: Vec<(String, u64)>,
     /// Whether git's stale worktree records were pruned.
     pub pruned_worktrees: bool,
@@ -88,6 +89,28 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
             .map_or(true, |t| t > hour_ago),
         None => true,
     };
+    // Workspaces outside the project whose task is gone from it (its
+    // `.loop/tasks/ID` removed by hand): nothing can apply, show or
+    // discard them any more.
+    for near in crate::workspaces::orphans(&project) {
+        let id = near
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // (A new task's directory is made before its workspace: one being
+        // prepared is never taken for an orphan.)
+        let live = store
+            .as_ref()
+            .and_then(|s| s.task(&id).ok())
+            .is_some_and(|t| crate::layout::liveness(&t) == crate::Liveness::Running);
+        if live || store.is_none() {
+            continue;
+        }
+        out.dirs.push((near.display().to_string(), bytes_of(&near)));
+        if !dry_run {
+            let _ = crate::workspaces::remove_near(&near);
+        }
+    }
     // Worktrees git still records whose directories are gone.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
         let stale = git(&project, &["worktree", "prune", "--dry-run"])
@@ -101,24 +124,23 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     }
     for id in task_branches(&project) {
         let dir = tasks.join(&id);
+        let paths = crate::layout::TaskPaths::of(&project, &id);
+        let has_workspace = std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
         let why = if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(&id)) {
             Some("no such task here")
         } else if running(&id) {
             None
         } else if dir.join("applied").exists() {
             Some("its change set is applied")
-        } else if !loop_workspace::door::is_dir(
-            &project,
-            Path::new(".loop/tasks").join(&id).join("workspace"),
-        ) {
+        } else if !has_workspace {
             Some("its workspace is gone")
         } else {
             None
         };
         let Some(why) = why else { continue };
         let done = dry_run
-            || match crate::layout::load_origin(&dir) {
-                Ok(ws) if dir.join("workspace").is_dir() => ws.drop_branch().is_ok(),
+            || match crate::layout::load_origin(&paths) {
+                Ok(ws) if has_workspace => ws.drop_branch().is_ok(),
                 // No workspace of its own: the branch is checked out nowhere.
                 _ => git(&project, &["branch", "-D", &format!("loop/{id}")]).is_some(),
             };
@@ -141,11 +163,18 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         if running(&id) {
             continue;
         }
+        if !crate::layout::is_task_id(&id) {
+            continue;
+        }
+        let near = crate::layout::TaskPaths::of(&project, &id).near;
         for name in ["scratch", "empty-workspace"] {
-            let at = tasks.join(&id).join(name);
+            let at = near.join(name);
             if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
-                out.dirs
-                    .push((format!(".loop/tasks/{id}/{name}"), bytes_of(&at)));
+                let shown = match at.strip_prefix(&project) {
+                    Ok(rel) => rel.display().to_string(),
+                    Err(_) => at.display().to_string(),
+                };
+                out.dirs.push((shown, bytes_of(&at)));
                 if !dry_run {
                     let _ = loop_workspace::remove_tree(&at);
                 }

@@ -366,29 +366,53 @@ pub(crate) fn random_token() -> Result<String, Error> {
 
 /// `PROJECT/.loop/tasks/ID`: where task `task_id`'s own files are.
 pub fn task_dir(project: &Path, task_id: &str) -> PathBuf {
-    TaskPaths::of(project, task_id).task_dir
+    project.join(".loop").join("tasks").join(task_id)
 }
 
 /// Where a task's files are.
 pub(crate) struct TaskPaths {
-    /// `.loop/tasks/ID`.
+    /// `.loop/tasks/ID`: the task's records.
     pub task_dir: PathBuf,
-    /// `.loop/tasks/ID/workspace`.
+    /// The directory of the task's workspace and of everything shaped like
+    /// one kept beside it (check views, journals, command staging, layers):
+    /// outside the project (see [`crate::workspaces`]), or `task_dir` for a
+    /// task made before workspaces moved.
+    pub near: PathBuf,
+    /// `near/workspace`.
     pub workspace: PathBuf,
     /// `.loop/receipts`.
     pub receipts: PathBuf,
 }
 
 impl TaskPaths {
-    /// The paths of task `task_id` of `project`.
+    /// The paths of task `task_id` of `project` (canonical).
     pub fn of(project: &Path, task_id: &str) -> Self {
         let state = project.join(".loop");
         let task_dir = state.join("tasks").join(task_id);
+        let near = crate::workspaces::near_of(project, &task_dir, task_id);
         TaskPaths {
-            workspace: task_dir.join("workspace"),
+            workspace: near.join("workspace"),
             receipts: state.join("receipts"),
+            near,
             task_dir,
         }
+    }
+
+    /// The paths of a new task, its near directory made (empty).
+    pub fn made(project: &Path, task_id: &str) -> Result<Self, Error> {
+        let state = project.join(".loop");
+        // The task's directory first: `loop gc` takes a workspace whose
+        // task directory is gone for an orphan.
+        #[allow(clippy::disallowed_methods)] // the runtime's own task directory
+        std::fs::create_dir_all(state.join("tasks").join(task_id))
+            .map_err(|e| Error::internal(format!("task directory: {e}")))?;
+        let near = crate::workspaces::make_near(project, task_id)?;
+        Ok(TaskPaths {
+            workspace: near.join("workspace"),
+            receipts: state.join("receipts"),
+            near,
+            task_dir: state.join("tasks").join(task_id),
+        })
     }
 }
 
@@ -411,11 +435,19 @@ impl Start {
     pub(crate) fn load(paths: &TaskPaths) -> Result<Start, Error> {
         let gone = std::fs::symlink_metadata(&paths.workspace).is_err();
         if gone {
+            // The stand-in's directory, made as safely as a new task's.
+            let project = paths.task_dir.ancestors().nth(3);
+            if paths.near != paths.task_dir
+                && std::fs::symlink_metadata(&paths.near).is_err()
+                && let (Some(project), Some(id)) = (project, paths.task_dir.file_name())
+            {
+                crate::workspaces::make_near(project, &id.to_string_lossy())?;
+            }
             std::fs::create_dir_all(&paths.workspace)
                 .map_err(|e| Error::internal(format!("workspace: {e}")))?;
         }
         Ok(Start {
-            task_ws: load_origin(&paths.task_dir)?,
+            task_ws: load_origin(paths)?,
             baseline: read_json(&paths.task_dir.join("baseline.json"))?,
             baseline_report: read_json(&paths.task_dir.join("baseline-report.json"))?,
             gone,
@@ -460,15 +492,17 @@ pub fn save_origin(task_dir: &Path, ws: &TaskWorkspace) -> std::io::Result<()> {
     std::fs::write(task_dir.join("workspace.json"), text)
 }
 
-/// How the task workspace of `task_dir` (`PROJECT/.loop/tasks/ID`) was
-/// made. `workspace.json` is the runtime's own file, but it lives in the
-/// project, where a repository can commit one or a model's apply could
-/// plant one: no path in it is trusted. The workspace is always
-/// `task_dir/workspace`, the repository the project, the branch `loop/ID`,
-/// and the base commit must be a commit id; a file that says otherwise is
-/// refused, naming what differs.
+/// How the task workspace of `paths` was made. `workspace.json` is the
+/// runtime's own file, but it lives in the project, where a repository can
+/// commit one or a model's apply could plant one: no path in it is
+/// trusted. The workspace is always the one [`TaskPaths`] resolves, the
+/// repository the project, the branch `loop/ID`, and the base commit must
+/// be a commit id; a file whose path has neither the old shape
+/// (`.loop/tasks/ID/workspace`) nor a near directory's of this task, or
+/// that says otherwise, is refused, naming what differs.
 #[allow(clippy::disallowed_methods)] // the runtime's own record of a task's workspace
-pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
+pub(crate) fn load_origin(paths: &TaskPaths) -> Result<TaskWorkspace, Error> {
+    let task_dir = paths.task_dir.as_path();
     let text = std::fs::read(task_dir.join("workspace.json")).map_err(|e| {
         Error::usage(format!(
             "no task workspace recorded in {}: {e}",
@@ -488,26 +522,17 @@ pub fn load_origin(task_dir: &Path) -> Result<TaskWorkspace, Error> {
         .ok_or_else(|| {
             Error::internal(format!("{} is not a task directory", task_dir.display()))
         })?;
-    let path = task_dir.join("workspace");
+    let path = paths.workspace.clone();
     let refuse = |what: String| {
         Error::usage(format!(
             "{}: {what}; the runtime only acts on the workspaces it makes (was the project moved, or the file planted?)",
             task_dir.join("workspace.json").display()
         ))
     };
-    if saved.path != path {
-        // A moved project keeps its old absolute path: say so, act on the right one.
-        let moved = saved
-            .path
-            .ends_with(Path::new(".loop/tasks").join(&id).join("workspace"));
-        if !moved {
-            return Err(refuse(format!(
-                "it names the workspace {}, not {}",
-                saved.path.display(),
-                path.display()
-            )));
-        }
-    }
+    // The recorded path is information (another machine's, or from before
+    // the project moved): only its shape is checked.
+    crate::workspaces::classify(&saved.path, &id)
+        .map_err(|why| refuse(format!("{why}, not {}", path.display())))?;
     let origin = match saved.worktree {
         Some((_repo, base_commit, branch)) => {
             let hex = base_commit.len() >= 40

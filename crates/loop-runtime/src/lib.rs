@@ -44,6 +44,7 @@ pub mod task;
 pub mod tokens;
 pub mod triggers;
 pub mod wiring;
+pub mod workspaces;
 
 pub use changes::Settled;
 pub use control::{Cancelled, answer, cancel, interrupted_tasks};

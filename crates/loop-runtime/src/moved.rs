@@ -61,19 +61,19 @@ struct Kept {
 pub(crate) fn keep_start(
     store: &dyn Store,
     task_id: &str,
-    task_dir: &Path,
+    paths: &TaskPaths,
     carried: &[String],
     now_ms: u64,
 ) -> Result<(), Error> {
     let read = |name: &str| {
-        std::fs::read_to_string(task_dir.join(name))
+        std::fs::read_to_string(paths.task_dir.join(name))
             .map_err(|e| Error::internal(format!("{name}: {e}")))
     };
     let baseline_text = read("baseline.json")?;
     // The uncommitted files carried in are not in the base commit.
     let baseline: Manifest = serde_json::from_str(&baseline_text).map_err(Error::from_cause)?;
     let carried: HashSet<&str> = carried.iter().map(String::as_str).collect();
-    let tree = loop_workspace::untrusted::Tree::open(&task_dir.join("workspace"))
+    let tree = loop_workspace::untrusted::Tree::open(&paths.workspace)
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let mut blobs = Vec::new();
     for e in baseline
@@ -435,7 +435,7 @@ pub(crate) fn settle(
     // take the workspace away from it.
     let drop_journals = || -> Result<(), Error> {
         for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
-            let p = paths.task_dir.join(stale);
+            let p = paths.near.join(stale);
             if std::fs::symlink_metadata(&p).is_ok() {
                 loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
             }
@@ -451,6 +451,9 @@ pub(crate) fn settle(
         }));
     }
     std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
+    if std::fs::symlink_metadata(&paths.near).is_err() {
+        crate::workspaces::make_near(project, task_id)?;
+    }
     let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
         let kept = |owner: &str| {
             store
@@ -530,7 +533,9 @@ pub(crate) fn settle(
             .map_err(|e| io(name, e))?;
     }
     // Read back through the checks every `workspace.json` gets.
-    let origin = load_origin(&paths.task_dir)?;
+    let origin = load_origin(paths)?;
+    // This machine's record names this machine's workspace.
+    crate::layout::save_origin(&paths.task_dir, &origin).map_err(|e| io("workspace.json", e))?;
     let _: Option<loop_protocol::VerificationReport> =
         read_json(&paths.task_dir.join("baseline-report.json"))?;
     // Built aside and swapped in only once it holds the record: a rebuild

@@ -50,8 +50,18 @@ pub(crate) fn submit_claimed(
         Some(id) => return Err(Error::internal(format!("`{id}` is not a task id"))),
         None => new_task_id(clock.now_ms())?,
     };
-    let task_dir = project.join(".loop").join("tasks").join(&task_id);
-    let workspace = task_dir.join("workspace");
+    // The workspace and what is kept beside it: outside the project.
+    let paths = crate::layout::TaskPaths::made(&project, &task_id)?;
+    let (task_dir, near, workspace) = (
+        paths.task_dir.clone(),
+        paths.near.clone(),
+        paths.workspace.clone(),
+    );
+    // A task that could not be made leaves nothing outside the project.
+    let drop = |task_ws: &TaskWorkspace| {
+        let _ = task_ws.discard();
+        let _ = crate::workspaces::remove_near(&near);
+    };
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
     let scope = crate::layout::project_scope(&project)?;
     let stored = StoredRequest {
@@ -81,8 +91,15 @@ pub(crate) fn submit_claimed(
     };
 
     // The task never works in the user's checkout: a worktree or a copy.
-    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
-        .map_err(|e| Error::internal(format!("cannot make the task workspace: {e}")))?;
+    let task_ws = match TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty) {
+        Ok(ws) => ws,
+        Err(e) => {
+            let _ = crate::workspaces::remove_near(&near);
+            return Err(Error::internal(format!(
+                "cannot make the task workspace: {e}"
+            )));
+        }
+    };
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     // Work the person has not committed is not in a worktree made from
     // HEAD: said, so nobody wonders where it went.
@@ -121,7 +138,7 @@ pub(crate) fn submit_claimed(
     ) {
         Ok(s) => s,
         Err(e) => {
-            let _ = task_ws.discard();
+            drop(&task_ws);
             return Err(e);
         }
     };
@@ -175,7 +192,7 @@ pub(crate) fn submit_claimed(
         req,
         &loopfile,
         (&project, &workspace, &present),
-        (&task_dir, &mut seen),
+        (&task_dir, &near, &mut seen),
         check_sandbox(&stored),
         observer,
     );
@@ -186,7 +203,7 @@ pub(crate) fn submit_claimed(
             stored.project_checks = checks;
         }
         Err(e) => {
-            let _ = task_ws.discard();
+            drop(&task_ws);
             return Err(e);
         }
     }
@@ -222,7 +239,7 @@ pub(crate) fn submit_claimed(
         &stored.shares,
         &new_tests,
     )?;
-    let baseline_report = SnapshotVerifier::new(&workspace, &task_dir.join("scratch"))
+    let baseline_report = SnapshotVerifier::new(&workspace, &near.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))
         .reusing(baseline.root.clone(), &seen)
@@ -259,7 +276,7 @@ pub(crate) fn submit_claimed(
                 .iter()
                 .all(|id| b.criteria.iter().any(|c| c.id == *id && c.passed))
         {
-            let _ = task_ws.discard();
+            drop(&task_ws);
             return Err(Error::usage(format!(
                 "every criterion of the contract ({}) already holds on the untouched workspace, so nothing in it can tell whether the task did what it asks: add a check the change must make pass (one that fails now), mark a criterion `guard: true` if it must only keep holding, or run anyway with --allow-vacuous (the receipt's baseline shows it)",
                 change
@@ -289,7 +306,7 @@ pub(crate) fn submit_claimed(
     } else {
         Vec::new()
     };
-    crate::moved::keep_start(&*store, &task_id, &task_dir, &carried, clock.now_ms())?;
+    crate::moved::keep_start(&*store, &task_id, &paths, &carried, clock.now_ms())?;
     // Recorded last: a task in the store has everything it needs to resume.
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
@@ -324,11 +341,11 @@ fn settle_contract(
     req: &TaskRequest,
     loopfile: &crate::loopfile::Loopfile,
     (project, workspace, present): Where<'_>,
-    (task_dir, seen): (&Path, &mut Vec<loop_protocol::VerificationReport>),
+    (task_dir, near, seen): (&Path, &Path, &mut Vec<loop_protocol::VerificationReport>),
     sandbox: loop_sandbox::Settings,
     observer: &mut dyn crate::Observer,
 ) -> Result<Settled, Error> {
-    let scratch = task_dir.join("scratch");
+    let scratch = near.join("scratch");
     let mut baseline = |c: &loop_protocol::Contract| {
         let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
         // A fresh deadline each run: drafting and a person's edit take
@@ -348,7 +365,7 @@ fn settle_contract(
     };
     // The same checks with no project at all: an empty directory, no
     // shared environments, the same sandbox otherwise.
-    let empty_dir = task_dir.join("empty-workspace");
+    let empty_dir = near.join("empty-workspace");
     let mut empty = |c: &loop_protocol::Contract| {
         let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
         let _ = loop_workspace::remove_tree(&empty_dir);

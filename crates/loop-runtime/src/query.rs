@@ -120,6 +120,10 @@ pub struct TaskStatus {
     pub approvals: Vec<Approval>,
     /// Its change set in the project.
     pub apply: ApplyState,
+    /// Its workspace on this machine, while it is there (outside the
+    /// project: see `loop discard` and `loop gc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// The queue gave up on it (delivered too often without ending), with
     /// why: shown until it ends (`loop resume` runs it here).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,11 +194,16 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
         .then(|| store.task_file(id, DEAD_LETTER).ok().flatten())
         .flatten()
         .and_then(|body| serde_json::from_str(&body).ok());
+    let workspace = crate::layout::is_task_id(id)
+        .then(|| crate::layout::TaskPaths::of(project, id).workspace)
+        .filter(|w| std::fs::symlink_metadata(w).is_ok_and(|m| m.is_dir()))
+        .map(|w| w.display().to_string());
     Ok(TaskStatus {
         task,
         used,
         approvals: store.approvals(id).unwrap_or_default(),
         apply,
+        workspace,
         dead_letter,
     })
 }

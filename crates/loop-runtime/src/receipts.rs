@@ -179,8 +179,18 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         .parent()
         .and_then(Path::parent)
         .ok_or_else(|| Error::usage("the receipt is not inside a .loop/receipts directory"))?;
-    let task_dir = state.join("tasks").join(&p.task_id);
-    let workspace = task_dir.join("workspace");
+    if !crate::layout::is_task_id(&p.task_id) {
+        return Err(Error::usage(format!(
+            "the receipt names `{}`, which is not a task id",
+            p.task_id
+        )));
+    }
+    let project = state.parent().unwrap_or(state);
+    let project = project
+        .canonicalize()
+        .unwrap_or_else(|_| project.to_path_buf());
+    let paths = crate::layout::TaskPaths::of(&project, &p.task_id);
+    let workspace = paths.workspace.clone();
     let current = Manifest::of(&workspace).map_err(|e| {
         Error::usage(format!(
             "the task workspace {} is gone ({e}); replay needs the verified tree",
@@ -195,7 +205,6 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     }
     // The dependency environments it was verified against, only if they
     // still hold exactly that content.
-    let project = state.parent().unwrap_or(state);
     for e in &p.environments {
         let now = crate::environments::digest(&project.join(e.content_path())).map_err(|x| {
             Error::usage(format!(
@@ -235,13 +244,13 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
             egress: network.egress(crate::network::Use::Checks),
             ..Default::default()
         },
-        project,
+        &project,
         None,
         &p.environments,
         p.setup.as_ref(),
     );
     // The verifier never writes to the tree it seals (overlays, or its own copy).
-    let scratch = task_dir.join("replay");
+    let scratch = paths.near.join("replay");
     let _ = remove_tree(&scratch);
     let replayed = SnapshotVerifier::new(&workspace, &scratch)
         .with_sandbox(sandbox)

@@ -363,7 +363,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         )
         .map_err(store_err)?;
     // Seals and check views are scratch; the receipt holds their evidence.
-    let _ = remove_tree(&s.paths.task_dir.join("scratch"));
+    let _ = remove_tree(&s.paths.near.join("scratch"));
     Ok(TaskReport {
         task_id: task_id.to_string(),
         outcome: result.record,

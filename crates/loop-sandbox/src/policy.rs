@@ -87,6 +87,9 @@ pub const CREDENTIAL_STORES: &[&str] = &[
     ".local/state/loop-engine",
 ];
 
+/// Where the runtime keeps task workspaces, beside its state directory.
+const WORKSPACES: &str = "loop-engine-workspaces";
+
 /// Files under /etc that hold secrets.
 pub const ETC_SECRETS: &[&str] = &[
     "/etc/shadow",
@@ -271,18 +274,31 @@ fn link_trees(dir: &Path, homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
 /// credential stores.
 fn denied_paths(homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
     let mut denied: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
-    for var in ["LOOP_STATE_DIR", "LOOP_SIGNING_KEY_FILE"] {
+    for var in [
+        "LOOP_STATE_DIR",
+        "LOOP_SIGNING_KEY_FILE",
+        "LOOP_WORKSPACES_DIR",
+    ] {
         if let Some(p) = std::env::var_os(var) {
             denied.push(canon(Path::new(&p)));
         }
     }
+    // Every task's workspace, of every project: beside the state directory
+    // (a command sees its own workspace only, mounted where it is).
+    if let Some(p) = std::env::var_os("LOOP_STATE_DIR") {
+        let mut w = canon(Path::new(&p)).into_os_string();
+        w.push("-workspaces");
+        denied.push(PathBuf::from(w));
+    }
     if let Some(p) = std::env::var_os("XDG_STATE_HOME") {
         denied.push(canon(&Path::new(&p).join("loop-engine")));
+        denied.push(canon(&Path::new(&p).join(WORKSPACES)));
     }
     for h in homes {
         for c in CREDENTIAL_STORES {
             denied.push(h.join(c));
         }
+        denied.push(h.join(".local/state").join(WORKSPACES));
     }
     denied
 }

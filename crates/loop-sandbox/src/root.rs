@@ -244,7 +244,12 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
         b.git(dir, config)?;
     }
     b.shares(inp)?;
-    b.aliases(inp)?;
+    let masked: Vec<PathBuf> = targets
+        .iter()
+        .filter(|(_, k)| matches!(k, Kind::Mask))
+        .map(|(t, _)| t.clone())
+        .collect();
+    b.aliases(inp, &masked)?;
     b.mask_denied(inp, &targets)?;
     b.system(inp)?;
     b.resolv_conf(inp)?;
@@ -261,6 +266,30 @@ enum Kind {
     Tree,
     Workspace,
     Tmp,
+    /// A denied directory on the way to the workspace: empty.
+    Mask,
+}
+
+/// The denied directories inside a shown tree that hold the workspace or
+/// one of its aliases.
+fn masked_ancestors(inp: &Inputs<'_>, targets: &[(PathBuf, Kind)]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = inp
+        .view
+        .denied
+        .iter()
+        .filter(|d| {
+            let holds = |p: &Path| p.starts_with(d) && p != d.as_path();
+            (holds(inp.workspace) || inp.aliases.iter().any(|a| holds(a)))
+                && targets
+                    .iter()
+                    .any(|(t, k)| matches!(k, Kind::Tree) && d.starts_with(t))
+                && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
+        })
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Mount targets, sorted so a parent is mounted before what lies inside it.
@@ -279,6 +308,13 @@ fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
         }
     }
     targets.push((PathBuf::from("/tmp"), Kind::Tmp));
+    // A denied directory the workspace (or an alias of it) lies in, inside
+    // a tree shown: an empty directory in its place, where only the
+    // workspace is mounted (the task workspaces' root shows no other
+    // task's, nor any other project's).
+    for d in masked_ancestors(inp, &targets) {
+        targets.push((d, Kind::Mask));
+    }
     targets.push((inp.workspace.to_path_buf(), Kind::Workspace));
     targets.sort_by(|a, b| a.0.cmp(&b.0));
     targets
@@ -367,6 +403,14 @@ impl Builder<'_> {
                         Some(crate::locked_flags(&host) | libc::MS_NOSUID | libc::MS_NODEV),
                     ));
                 }
+            }
+            Kind::Mask => {
+                self.mkdirs(t)?;
+                self.ops.push(Op::Tmpfs(
+                    c(&at)?,
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c(Path::new("mode=755,size=64k"))?,
+                ));
             }
             Kind::Workspace => {
                 self.mkdirs(t)?;
@@ -526,7 +570,7 @@ impl Builder<'_> {
     /// mounted in it included); an alias that is the workspace is itself
     /// already. An alias never covers a path of the root already made:
     /// only a path outside the host trees and the workspace.
-    fn aliases(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+    fn aliases(&mut self, inp: &Inputs<'_>, masked: &[PathBuf]) -> Result<(), String> {
         for alias in inp.aliases {
             if alias == inp.workspace {
                 continue;
@@ -534,11 +578,12 @@ impl Builder<'_> {
             if !alias.is_absolute()
                 || alias.starts_with(inp.workspace)
                 || inp.workspace.starts_with(alias)
-                || inp
+                || (inp
                     .view
                     .trees
                     .iter()
                     .any(|t| alias.starts_with(t) || t.starts_with(alias))
+                    && !masked.iter().any(|m| alias.starts_with(m)))
                 || alias.starts_with(&inp.private.base)
                 || special(alias)
                 || alias.components().any(|c| {
@@ -589,8 +634,14 @@ impl Builder<'_> {
                 .iter()
                 .any(|(t, k)| !matches!(k, Kind::Tmp) && p.starts_with(t))
         };
+        // (Those on the way to the workspace are empty already.)
+        let emptied = |p: &Path| {
+            targets
+                .iter()
+                .any(|(t, k)| matches!(k, Kind::Mask) && p == t)
+        };
         for d in &inp.view.denied {
-            if !mounted(d) || d.starts_with(&inp.private.base) {
+            if !mounted(d) || emptied(d) || d.starts_with(&inp.private.base) {
                 continue;
             }
             let Ok(meta) = std::fs::symlink_metadata(d) else {

@@ -803,6 +803,10 @@ fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::query::TaskView) -> 
 /// scripted model's) are said relative to the project, so a response does
 /// not map the server's disk.
 fn shown(project: &std::path::Path, mut v: Value) -> Value {
+    // Where a workspace is on the server's disk is the server's business.
+    if let Some(o) = v.as_object_mut() {
+        o.remove("workspace");
+    }
     for key in ["receipt", "model"] {
         let Some(text) = v[key].as_str() else {
             continue;
@@ -1427,7 +1431,16 @@ fn settled(
 /// server's disk.
 pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String {
     let root = project.display().to_string();
-    text.replace(&format!("{root}/"), "").replace(&root, ".")
+    let mut text = text.replace(&format!("{root}/"), "").replace(&root, ".");
+    // Task workspaces are outside the project, under the server's home.
+    if let Ok(ws) = loop_runtime::workspaces::root() {
+        let canonical = ws.canonicalize().unwrap_or_else(|_| ws.clone());
+        for r in [canonical, ws] {
+            let r = r.display().to_string();
+            text = text.replace(&r, "<workspaces>");
+        }
+    }
+    text
 }
 
 async fn apply(

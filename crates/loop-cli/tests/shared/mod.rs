@@ -279,3 +279,18 @@ pub fn assert_one_verified_run(project: &Path, id: &str, steps: &[u64], seed: u6
         state,
     );
 }
+
+/// Task `id`'s workspace: where the runtime made it, as its record in the
+/// project says (outside the project, under the workspaces' root).
+pub fn workspace_of(project: &Path, id: &str) -> PathBuf {
+    let record = project.join(format!(".loop/tasks/{id}/workspace.json"));
+    let text = std::fs::read(&record).unwrap_or_else(|e| panic!("{}: {e}", record.display()));
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    PathBuf::from(v["path"].as_str().unwrap())
+}
+
+/// Task `id`'s near directory (its workspace's, with the journals and the
+/// check views kept beside it).
+pub fn near_of(project: &Path, id: &str) -> PathBuf {
+    workspace_of(project, id).parent().unwrap().to_path_buf()
+}

@@ -1,0 +1,413 @@
+//! Where task workspaces live: outside the project, so no tool walking the
+//! project (a test runner that ignores `.gitignore`, a formatter, an
+//! indexer) ever finds a task's copy of it.
+//!
+//! `ROOT/NAME-KEY/ID/` is task `ID`'s "near" directory: its workspace
+//! (`workspace/`) and everything shaped like one that the runtime keeps
+//! beside it (check views, journals, command staging, layers). `ROOT` is
+//! `LOOP_WORKSPACES_DIR`, or the sibling of the runtime's state directory
+//! (`~/.local/state/loop-engine-workspaces`; the state directory itself
+//! holds the signing key and is hidden from every command); `KEY` is the
+//! first 12 hex digits of the SHA-256 of the project's canonical path, and
+//! `NAME` the project directory's name, cut to a safe form.
+//!
+//! Every directory of the chain is the user's own: the root and the
+//! project's directory are mode 0700, every ancestor belongs to the user or
+//! to root and is not writable by others (unless sticky), so nobody else
+//! can swap a link into a path the runtime later removes. Tasks made before
+//! workspaces moved keep theirs in `.loop/tasks/ID/workspace`.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// The file in a project's directory naming the project it was made for
+/// (information for a moved project, and for a person).
+const MARKER: &str = "project";
+
+/// The root every project's task workspaces are under.
+pub fn root() -> Result<PathBuf, Error> {
+    let root = match std::env::var_os("LOOP_WORKSPACES_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let state = loop_receipt::keys::state_dir();
+            let name = state
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "loop-engine".into());
+            state.with_file_name(format!("{name}-workspaces"))
+        }
+    };
+    if !root.is_absolute() {
+        return Err(Error::usage(format!(
+            "LOOP_WORKSPACES_DIR must be an absolute path, not `{}`",
+            root.display()
+        )));
+    }
+    Ok(root)
+}
+
+/// `NAME-KEY` of `project` (canonical).
+pub fn key(project: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let hash = loop_protocol::hash::sha256_hex(project.as_os_str().as_bytes());
+    let name: String = project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    let name = name.trim_start_matches('.');
+    let name = if name.is_empty() { "project" } else { name };
+    format!("{name}-{}", &hash[..12])
+}
+
+/// Whether `k` has the shape of a key.
+fn is_key(k: &str) -> bool {
+    k.rsplit_once('-').is_some_and(|(name, hash)| {
+        !name.is_empty()
+            && name.len() <= 32
+            && hash.len() == 12
+            && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Refuse a directory others could change under the runtime: one that
+/// belongs to another user (not root), or that others may write to
+/// without the sticky bit.
+fn trusted_ancestor(p: &Path, meta: &std::fs::Metadata) -> Result<(), Error> {
+    let me = euid();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(Error::usage(format!(
+            "{} belongs to user {}, not to this user ({me}): task workspaces are not made under it (set LOOP_WORKSPACES_DIR to a directory of your own)",
+            p.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(Error::usage(format!(
+            "{} may be written by others (mode {:o}): task workspaces are not made under it (set LOOP_WORKSPACES_DIR to a directory of your own)",
+            p.display(),
+            mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// `dir` exists as a directory of this user with mode 0700: made so when
+/// missing, refused when it is a link, another's, or open to others.
+#[allow(clippy::disallowed_methods)] // the runtime's own workspace directories, checked here
+fn own_dir(dir: &Path) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::internal(format!("{}: {e}", dir.display()));
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(io)?;
+    if !meta.is_dir() {
+        return Err(Error::usage(format!(
+            "{} is not a directory (a link?): task workspaces are not made there",
+            dir.display()
+        )));
+    }
+    if meta.uid() != euid() {
+        return Err(Error::usage(format!(
+            "{} belongs to user {}, not to this user: task workspaces are not made there",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The root, made safely: every existing ancestor trusted, every missing
+/// one made by this user. Its canonical path.
+#[allow(clippy::disallowed_methods)] // ancestors of the workspace root: checked, made 0700
+fn made_root(project: &Path) -> Result<PathBuf, Error> {
+    let root = root()?;
+    // The longest part that exists, canonical (a home under a link is fine
+    // when every directory on the way is trusted).
+    let mut existing = root.clone();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(&existing).is_err() {
+        let Some(name) = existing.file_name().map(|n| n.to_os_string()) else {
+            break;
+        };
+        missing.push(name);
+        existing.pop();
+    }
+    let existing = existing
+        .canonicalize()
+        .map_err(|e| Error::internal(format!("{}: {e}", existing.display())))?;
+    let mut at = PathBuf::from("/");
+    for c in existing.components().skip(1) {
+        at.push(c);
+        let meta = std::fs::symlink_metadata(&at)
+            .map_err(|e| Error::internal(format!("{}: {e}", at.display())))?;
+        if at != existing || !missing.is_empty() {
+            trusted_ancestor(&at, &meta)?;
+        }
+    }
+    let mut root = existing;
+    while let Some(name) = missing.pop() {
+        root.push(name);
+        if missing.is_empty() {
+            break;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::internal(format!("{}: {e}", root.display()))),
+        }
+        let meta = std::fs::symlink_metadata(&root)
+            .map_err(|e| Error::internal(format!("{}: {e}", root.display())))?;
+        if !meta.is_dir() {
+            return Err(Error::usage(format!(
+                "{} is not a directory",
+                root.display()
+            )));
+        }
+        trusted_ancestor(&root, &meta)?;
+    }
+    own_dir(&root)?;
+    if root.starts_with(project) {
+        return Err(Error::usage(format!(
+            "the task workspaces' directory {} is inside the project: set LOOP_WORKSPACES_DIR outside it",
+            root.display()
+        )));
+    }
+    if project.starts_with(&root) {
+        return Err(Error::usage(format!(
+            "the project {} is inside the task workspaces' directory {}: set LOOP_WORKSPACES_DIR elsewhere",
+            project.display(),
+            root.display()
+        )));
+    }
+    Ok(root)
+}
+
+/// Make task `id`'s near directory for `project` (canonical), empty and
+/// new: `ROOT/NAME-KEY/ID`.
+#[allow(clippy::disallowed_methods)] // the runtime's own workspace directories, checked
+pub(crate) fn make_near(project: &Path, id: &str) -> Result<PathBuf, Error> {
+    if !crate::layout::is_task_id(id) {
+        return Err(Error::internal(format!("`{id}` is not a task id")));
+    }
+    let dir = made_root(project)?.join(key(project));
+    own_dir(&dir)?;
+    let marker = dir.join(MARKER);
+    if std::fs::symlink_metadata(&marker).is_err() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut bytes = project.as_os_str().as_bytes().to_vec();
+        bytes.push(b'\n');
+        loop_workspace::write_atomic(&marker, &bytes)
+            .map_err(|e| Error::internal(format!("{}: {e}", marker.display())))?;
+    }
+    let near = dir.join(id);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&near)
+        .map_err(|e| Error::internal(format!("{}: {e}", near.display())))?;
+    Ok(near)
+}
+
+/// Task `id`'s near directory as this environment derives it (it may not
+/// exist). `None` when no root can be named.
+pub(crate) fn derived_near(project: &Path, id: &str) -> Option<PathBuf> {
+    let root = root().ok()?;
+    let root = root.canonicalize().unwrap_or(root);
+    Some(root.join(key(project)).join(id))
+}
+
+/// Whether `near` is a near directory this user made: a directory of its
+/// own, mode 0700, in a project directory of its own, mode 0700.
+#[allow(clippy::disallowed_methods)] // lstat only
+fn owned(near: &Path) -> bool {
+    let mine = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.is_dir() && m.uid() == euid() && m.mode() & 0o077 == 0)
+    };
+    mine(near) && near.parent().is_some_and(mine)
+}
+
+/// Classify the workspace path a task's record names: `Ok(None)` for the
+/// old place in the project, `Ok(Some(near))` for a place with the shape
+/// of a near directory of task `id` (`…/NAME-KEY/ID/workspace`), an error
+/// naming the difference otherwise.
+pub(crate) fn classify(saved: &Path, id: &str) -> Result<Option<PathBuf>, String> {
+    if saved.ends_with(Path::new(".loop/tasks").join(id).join("workspace")) {
+        return Ok(None);
+    }
+    let shaped = saved.is_absolute()
+        && saved.file_name().is_some_and(|n| n == "workspace")
+        && saved
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == id)
+        && saved
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .is_some_and(is_key)
+        && saved.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+    match saved.parent() {
+        Some(near) if shaped => Ok(Some(near.to_path_buf())),
+        _ => Err(format!("it names the workspace {}", saved.display())),
+    }
+}
+
+/// Where task `id` of `project` keeps its workspace: the old place when
+/// it is there (`task_dir`), else the near directory this environment
+/// derives, else the one its record names when that is one of this
+/// user's for this project (a server and a shell with different homes),
+/// or for this project before it was moved (its recorded project is gone);
+/// else the derived one (the workspace is gone).
+#[allow(clippy::disallowed_methods)] // lstat and the runtime's own records
+pub(crate) fn near_of(project: &Path, task_dir: &Path, id: &str) -> PathBuf {
+    if std::fs::symlink_metadata(task_dir.join("workspace")).is_ok_and(|m| m.is_dir()) {
+        return task_dir.to_path_buf();
+    }
+    let derived = derived_near(project, id);
+    if let Some(d) = derived.as_ref().filter(|d| d.is_dir()) {
+        return d.clone();
+    }
+    let recorded = std::fs::read(task_dir.join("workspace.json"))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(PathBuf::from))
+        .and_then(|p| classify(&p, id).ok().flatten());
+    if let Some(near) = recorded.filter(|n| owned(n)) {
+        let their_key = near
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned());
+        if their_key.as_deref() == Some(key(project).as_str()) {
+            return near;
+        }
+        // Made for a path where no project is any more: this one, moved.
+        let was = near
+            .parent()
+            .map(|d| d.join(MARKER))
+            .and_then(|m| std::fs::read_to_string(m).ok())
+            .map(|s| PathBuf::from(s.trim_end_matches('\n')));
+        if was.is_some_and(|w| w.is_absolute() && w != project && !w.join(".loop").is_dir()) {
+            return near;
+        }
+    }
+    derived.unwrap_or_else(|| task_dir.to_path_buf())
+}
+
+/// The near directories of `project`'s tasks under this environment's root
+/// whose task is gone from the project (`.loop/tasks/ID` removed): what
+/// `loop gc` removes.
+#[allow(clippy::disallowed_methods)] // listing the runtime's own workspace directories
+pub(crate) fn orphans(project: &Path) -> Vec<PathBuf> {
+    let Ok(root) = root() else {
+        return Vec::new();
+    };
+    let dir = root.join(key(project));
+    if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == euid()) {
+        return Vec::new();
+    }
+    let tasks = project.join(".loop").join("tasks");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            crate::layout::is_task_id(&name)
+                && e.file_type().is_ok_and(|t| t.is_dir())
+                && std::fs::symlink_metadata(tasks.join(&name)).is_err()
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Remove a near directory (never following a link in it), and the
+/// project's directory when nothing else is left in it but its marker.
+#[allow(clippy::disallowed_methods)] // the runtime's own workspace directories
+pub(crate) fn remove_near(near: &Path) -> std::io::Result<()> {
+    if std::fs::symlink_metadata(near).is_ok() {
+        loop_workspace::remove_tree(near)?;
+    }
+    if let Some(dir) = near.parent()
+        && dir.file_name().and_then(|n| n.to_str()).is_some_and(is_key)
+    {
+        let only_marker = std::fs::read_dir(dir)
+            .map(|mut e| e.all(|e| e.is_ok_and(|e| e.file_name() == MARKER)))
+            .unwrap_or(false);
+        if only_marker {
+            let _ = std::fs::remove_file(dir.join(MARKER));
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_names_the_project_and_hashes_its_path() {
+        let k = key(Path::new("/home/me/My Project!"));
+        assert!(k.starts_with("My_Project_-"), "{k}");
+        assert!(is_key(&k), "{k}");
+        assert_ne!(k, key(Path::new("/home/you/My Project!")));
+        assert!(is_key(&key(Path::new("/"))));
+        assert!(!is_key("x-123"));
+        assert!(!is_key("-0123456789ab"));
+    }
+
+    #[test]
+    fn a_record_names_the_old_place_or_a_near_directory_of_its_own_task_only() {
+        let id = "t-1-ab";
+        assert_eq!(
+            classify(Path::new("/p/.loop/tasks/t-1-ab/workspace"), id),
+            Ok(None)
+        );
+        assert_eq!(
+            classify(Path::new("/r/p-0123456789ab/t-1-ab/workspace"), id),
+            Ok(Some(PathBuf::from("/r/p-0123456789ab/t-1-ab")))
+        );
+        for bad in [
+            "/victim",
+            "/r/p-0123456789ab/t-2-ab/workspace",
+            "/r/p-0123456789ab/t-1-ab/other",
+            "/r/p-01234/t-1-ab/workspace",
+            "r/p-0123456789ab/t-1-ab/workspace",
+            "/r/../p-0123456789ab/t-1-ab/workspace",
+        ] {
+            assert!(classify(Path::new(bad), id).is_err(), "{bad}");
+        }
+    }
+}
