@@ -305,6 +305,19 @@ fn a_cargo_crate_builds_from_the_registry_cache_with_target_copy_on_write() {
     assert_eq!(env["overlay"], true, "{env}");
     assert_eq!(env["sha256"], before.as_str(), "{env}");
     assert_eq!(payload["predicate"]["outcome"]["kind"], "verified");
+    // The worktree's files keep the checkout's times where they hold the
+    // same: the user's build outputs are current for the untouched crate
+    // (the baseline compiles nothing of it), the fixed one is compiled.
+    let stderr_of = |report: &serde_json::Value| {
+        report["criteria"][0]["checks"][0]["stderr"]["excerpt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let before = stderr_of(&payload["predicate"]["baseline"]);
+    let last = stderr_of(&payload["predicate"]["verification"]);
+    assert!(!before.contains("Compiling numtext"), "{before}");
+    assert!(last.contains("Compiling numtext"), "{last}");
     let replay = loop_cmd(&base)
         .arg("replay")
         .arg(&receipt)

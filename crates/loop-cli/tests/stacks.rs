@@ -410,3 +410,92 @@ fn a_cmake_project() {
         detected,
     );
 }
+
+/// A check builds only what the task changed: the build directory the
+/// project's own check made of the untouched workspace is under every
+/// later check, so a source the task left is not compiled again, and the
+/// final check compiles the one it fixed. A contract check that is not
+/// the project's own command leaves nothing there (what it wrote at the
+/// baseline is not kept), and nothing a check writes reaches what is kept.
+#[test]
+fn a_cmake_check_rebuilds_only_what_the_task_changed() {
+    if !have("cmake") || !have("ctest") {
+        return;
+    }
+    let (base, p) = project(
+        "cmake-incremental",
+        &[
+            (
+                "CMakeLists.txt",
+                "cmake_minimum_required(VERSION 3.10)\nproject(parts C)\nenable_testing()\nadd_library(parts STATIC kept.c twice.c)\nadd_executable(twice_test twice_test.c)\ntarget_link_libraries(twice_test parts)\nadd_test(NAME twice COMMAND twice_test)\n",
+            ),
+            ("kept.c", "int kept(void) { return 1; }\n"),
+            ("twice.c", "int twice(int n) { return n; }\n"),
+            (
+                "twice_test.c",
+                "int twice(int n);\nint kept(void);\nint main(void) { return twice(21) == 42 && kept() == 1 ? 0 : 1; }\n",
+            ),
+        ],
+    );
+    commit(&p);
+    let own = "cmake -S . -B build-loop && cmake --build build-loop && ctest --test-dir build-loop --output-on-failure";
+    let task = format!(
+        "instruction: make twice() double\ncriteria:\n  - id: tests\n    checks:\n      - run: {}\n        timeout_secs: 300\n  - id: planted\n    guard: true\n    checks:\n      - run: \"test -f kept.c && mkdir -p planted && echo x > planted/f && mkdir -p build-loop/more && echo y > build-loop/more/f\"\nlimits: {{ max_steps: 4, max_verifications: 2, timeout_secs: 600 }}\n",
+        serde_json::to_string(own).unwrap()
+    );
+    std::fs::write(base.join("task.yaml"), task).unwrap();
+    std::fs::write(
+        base.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: twice.c, content: \"int twice(int n) { return n * 2; }\\n\"}}\n      - {tool: finish, args: {summary: doubled}}\n",
+    )
+    .unwrap();
+    let out = loop_in(&base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events = json_lines(&out);
+    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
+    assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
+    let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    let stdout_of = |report: &serde_json::Value| {
+        report["criteria"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "tests")
+            .map(|c| {
+                c["checks"][0]["stdout"]["excerpt"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap()
+    };
+    let before = stdout_of(&payload["predicate"]["baseline"]);
+    let last = stdout_of(&payload["predicate"]["verification"]);
+    assert!(
+        before.contains("kept.c.o"),
+        "the baseline builds everything: {before}"
+    );
+    assert!(
+        last.contains("twice.c.o"),
+        "the fixed source is compiled: {last}"
+    );
+    assert!(
+        !last.contains("kept.c.o"),
+        "the source the task left is not compiled again: {last}"
+    );
+    let id = receipt["task_id"].as_str().unwrap();
+    let kept = shared::near_of(&p, id).join("builds");
+    assert!(kept.join("build-loop/CMakeCache.txt").is_file());
+    assert!(
+        !kept.join("planted").exists() && !kept.join("build-loop/more").exists(),
+        "a check that is not the project's own keeps nothing"
+    );
+}

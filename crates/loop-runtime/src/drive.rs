@@ -269,7 +269,8 @@ fn wire<'a>(
     // verifier rejects a seal in which they differ from the baseline.
     let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
-        .with_sandbox(sandbox);
+        .with_sandbox(sandbox)
+        .with_builds(&paths.near.join(crate::prepare::BUILDS), []);
     // The root `.git` (left out of manifests, since it names a path of
     // this machine) must stay the pointer git made, or stay absent.
     let root_git = match &start.task_ws.origin {

@@ -1,6 +1,7 @@
 //! `loop gc`: what no task needs any more, removed (or, with `--dry-run`,
 //! listed): `loop/ID` branches whose task is gone, applied or has no
 //! workspace; git's records of worktrees that no longer exist; the scratch
+//! and kept build outputs
 //! left in the directories of tasks that are not running; setup layers
 //! that were being made by a run that died. A task's workspace, receipt
 //! and ledger are never touched here: `loop discard ID` drops a workspace.
@@ -167,7 +168,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
             continue;
         }
         let near = crate::layout::TaskPaths::of(&project, &id).near;
-        for name in ["scratch", "empty-workspace"] {
+        for name in ["scratch", "empty-workspace", crate::prepare::BUILDS] {
             let at = near.join(name);
             if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
                 let shown = match at.strip_prefix(&project) {

@@ -242,6 +242,7 @@ pub(crate) fn submit_claimed(
     let baseline_report = SnapshotVerifier::new(&workspace, &near.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))
+        .with_builds(&near.join(BUILDS), own_commands(&project, &loopfile))
         .reusing(baseline.root.clone(), &seen)
         .verify(&contract, &contract_sha256, 0)
         .ok();
@@ -323,6 +324,20 @@ pub(crate) fn submit_claimed(
 /// whether a workspace path is there, shared environments included).
 type Where<'a> = (&'a Path, &'a Path, &'a dyn Fn(&str) -> bool);
 
+/// Where a task keeps the build outputs its project's own checks made of
+/// the untouched workspace, shown under the workspace in every later check
+/// (see `SnapshotVerifier::with_builds`), beside the workspace.
+pub(crate) const BUILDS: &str = "builds";
+
+/// The project's own check commands (the Loopfile's `verification:`, else
+/// detected per stack): the runs whose build outputs a task keeps.
+fn own_commands(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Vec<String> {
+    crate::stacks::project_checks(project, &loopfile.verification)
+        .into_iter()
+        .map(|c| c.command)
+        .collect()
+}
+
 /// A settled contract: (contract, how it was drafted, the project checks).
 type Settled = (
     loop_protocol::Contract,
@@ -346,6 +361,7 @@ fn settle_contract(
     observer: &mut dyn crate::Observer,
 ) -> Result<Settled, Error> {
     let scratch = near.join("scratch");
+    let own = own_commands(project, loopfile);
     let mut baseline = |c: &loop_protocol::Contract| {
         let sha = c.sha256().map_err(|e| Error::usage(e.to_string()))?;
         // A fresh deadline each run: drafting and a person's edit take
@@ -355,7 +371,9 @@ fn settle_contract(
             req.contract.limits.timeout_secs,
         ));
         let root = seen.first().map(|r| r.manifest_root.clone());
-        let mut verifier = SnapshotVerifier::new(workspace, &scratch).with_sandbox(sandbox);
+        let mut verifier = SnapshotVerifier::new(workspace, &scratch)
+            .with_sandbox(sandbox)
+            .with_builds(&near.join(BUILDS), own.clone());
         if let Some(root) = root {
             verifier = verifier.reusing(root, seen);
         }

@@ -333,6 +333,12 @@ pub struct ExecRequest {
     /// lives in this (empty, private) directory: the command may write, the
     /// workspace itself never changes. Needs namespaces; see [`overlay_available`].
     pub overlay_scratch: Option<PathBuf>,
+    /// With [`ExecRequest::overlay_scratch`]: directories shown under the
+    /// workspace in its overlay, never written (lower layers below it):
+    /// what the workspace holds wins, they only fill in what it lacks (the
+    /// build outputs a check made of the untouched project, see
+    /// `loop_verifier`). One that is not a real directory is left out.
+    pub overlay_below: Vec<PathBuf>,
     /// Extra environment variables (after scrubbing).
     pub env: Vec<(String, String)>,
     /// A repository's git directory to show read-only (see [`Settings::git_dir`]).
@@ -402,6 +408,7 @@ impl ExecRequest {
             layers: Layers::default(),
             cancel: None,
             overlay_scratch: None,
+            overlay_below: Vec::new(),
             env: Vec::new(),
             check: false,
             git_dir: None,
@@ -1821,9 +1828,15 @@ fn overlay_mount(
         std::fs::create_dir_all(scratch).map_err(|e| spawn_err("overlay scratch: ".into(), e))?;
     }
     let esc = root::overlay_escape;
+    let mut lower = esc(workspace);
+    for below in &req.overlay_below {
+        if std::fs::symlink_metadata(below).is_ok_and(|m| m.is_dir()) {
+            lower.push(':');
+            lower.push_str(&esc(below));
+        }
+    }
     let mut options = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        esc(workspace),
+        "lowerdir={lower},upperdir={},workdir={}",
         esc(&upper),
         esc(&work)
     );

@@ -58,6 +58,10 @@ pub struct SnapshotVerifier {
     /// Run checks already run on the workspace at this root (see
     /// [`SnapshotVerifier::reusing`]).
     known: Option<(String, Vec<CheckEvidence>, Option<Isolation>)>,
+    /// Build outputs the project's own checks made of the untouched
+    /// workspace (see [`SnapshotVerifier::with_builds`]): where they are
+    /// kept, and the commands whose baseline runs fill it.
+    builds: Option<(PathBuf, BTreeSet<String>)>,
 }
 
 impl SnapshotVerifier {
@@ -78,6 +82,43 @@ impl SnapshotVerifier {
             root_git: None,
             new_tests: Vec::new(),
             known: None,
+            builds: None,
+        }
+    }
+
+    /// Share build outputs into checks, so that a check builds only what
+    /// the task changed: a baseline run (attempt 0, the untouched
+    /// workspace) of a check whose command is one of `from` (the project's
+    /// own build and test commands, never a model's) keeps the top-level
+    /// directories it made that the workspace does not have (`target/`, a
+    /// CMake build directory) in `dir`, with their times; every check on
+    /// an overlay then sees `dir` under the workspace, read-only: what the
+    /// workspace holds wins, and nothing a check writes reaches `dir`.
+    /// Build tools that judge by times (Cargo, make, CMake) rebuild what is
+    /// newer than those outputs: the task's changes.
+    pub fn with_builds(mut self, dir: &Path, from: impl IntoIterator<Item = String>) -> Self {
+        self.builds = Some((dir.to_path_buf(), from.into_iter().collect()));
+        self
+    }
+
+    /// The kept build outputs a check's overlay shows under the workspace.
+    #[allow(clippy::disallowed_methods)] // lstat of the runtime's own directory beside the workspace
+    fn below(&self) -> Vec<PathBuf> {
+        self.builds
+            .as_ref()
+            .map(|(d, _)| d)
+            .filter(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some()))
+            .map(|d| vec![d.clone()])
+            .unwrap_or_default()
+    }
+
+    /// Whether a baseline run of `run` keeps the build outputs it makes.
+    fn keeps_builds(&self, attempt: u32, run: &RunCheck) -> Option<&Path> {
+        match &self.builds {
+            Some((dir, from)) if attempt == 0 && from.contains(run.command.as_str()) => {
+                Some(dir.as_path())
+            }
+            _ => None,
         }
     }
 
@@ -591,15 +632,35 @@ impl SnapshotVerifier {
                         let scratch = self
                             .scratch
                             .join(format!("view-{attempt}-{}-{index}", criterion.id));
-                        let view = View::fresh(dir, copied, &scratch)?;
+                        let mut view = View::fresh(dir, copied, &scratch)?;
+                        view.below = self.below();
                         method = view.method.name().to_string();
                         tracing::debug!(
                             "verify: check {}#{index} starting {:.3} ms after verification began",
                             criterion.id,
                             began.elapsed().as_secs_f64() * 1000.0
                         );
-                        let (mut ev, iso) =
-                            run_check(&criterion.id, index, check, run, &view, &self.sandbox);
+                        let keep = self
+                            .keeps_builds(attempt, run)
+                            .filter(|_| view.overlay.is_some());
+                        let (mut ev, iso, layer) = run_check(
+                            &criterion.id,
+                            index,
+                            check,
+                            run,
+                            &view,
+                            (&self.sandbox, keep.is_some()),
+                        );
+                        if let Some(kept) = keep {
+                            let upper = layer
+                                .as_ref()
+                                .map(|l| l.upper())
+                                .unwrap_or_else(|| scratch.join("upper"));
+                            if let Err(e) = keep_builds(&upper, dir, kept) {
+                                tracing::debug!("verify: build outputs not kept: {e}");
+                            }
+                        }
+                        drop(layer);
                         if ev.passed {
                             let second = self.without_new_tests(
                                 (&criterion.id, index, check, run),
@@ -704,7 +765,8 @@ impl SnapshotVerifier {
         let mut second_scratch = scratch.as_os_str().to_owned();
         second_scratch.push("-without-new-tests");
         let second_scratch = PathBuf::from(second_scratch);
-        let second_view = View::fresh(&view.dir, copied, &second_scratch)?;
+        let mut second_view = View::fresh(&view.dir, copied, &second_scratch)?;
+        second_view.below = view.below.clone();
         // The files go first, inside the check's own view (an overlay or a
         // fresh copy): the sealed workspace never changes.
         let quoted: Vec<String> = present
@@ -719,13 +781,13 @@ impl SnapshotVerifier {
             ),
             ..run.clone()
         };
-        let (ev, _) = run_check(
+        let (ev, _, _) = run_check(
             criterion,
             index,
             check,
             &without,
             &second_view,
-            &self.sandbox,
+            (&self.sandbox, false),
         );
         let _ = remove_tree(&second_scratch);
         let names = present
@@ -846,6 +908,8 @@ struct View {
     dir: PathBuf,
     overlay: Option<PathBuf>,
     method: SnapshotMethod,
+    /// Kept build outputs shown under the workspace in its overlay.
+    below: Vec<PathBuf>,
 }
 
 impl View {
@@ -858,27 +922,37 @@ impl View {
                 dir: dir.to_path_buf(),
                 overlay: Some(scratch.to_path_buf()),
                 method: SnapshotMethod::Overlay,
+                below: Vec::new(),
             },
             Some(sealed) => View {
                 dir: scratch.to_path_buf(),
                 overlay: None,
                 method: sealed.fresh_view(scratch).map_err(VerifyError::Snapshot)?,
+                below: Vec::new(),
             },
         })
     }
 }
 
+/// Run one check on its view; with `keep`, what it wrote over the
+/// workspace comes back too (while the layer is held).
 fn run_check(
     criterion: &str,
     index: usize,
     check: &Check,
     run: &RunCheck,
     view: &View,
-    sandbox: &Settings,
-) -> (CheckEvidence, Option<Isolation>) {
+    (sandbox, keep): (&Settings, bool),
+) -> (
+    CheckEvidence,
+    Option<Isolation>,
+    Option<loop_sandbox::Layer>,
+) {
     let mut ev = blank(criterion, index, check, view.method.name());
     let mut req = ExecRequest::shell(run.command.clone(), &view.dir);
     req.overlay_scratch = view.overlay.clone();
+    req.overlay_below = view.below.clone();
+    req.keep_writes = keep && view.overlay.is_some();
     req.workspace = Some(view.dir.clone());
     req.check = true;
     // A check that needs a terminal gets one of the runtime's (never the
@@ -892,7 +966,7 @@ fn run_check(
         Ok(r) => r,
         Err(e) => {
             ev.failure = Some(format!("the command could not start: {e}"));
-            return (ev, None);
+            return (ev, None, None);
         }
     };
     ev.exit_code = result.exit_code;
@@ -910,7 +984,46 @@ fn run_check(
     ));
     ev.failure = judge(run, &result);
     ev.passed = ev.failure.is_none();
-    (ev, Some(result.isolation))
+    let layer = result.layer.clone();
+    (ev, Some(result.isolation), layer)
+}
+
+/// Keep in `kept` the top-level directories a baseline check wrote in its
+/// layer over `workspace` (`upper`) that the workspace itself does not
+/// have: build outputs of the untouched project, copied with their
+/// modification times (build tools judge by them). Links, files, the
+/// `.git` name and directories already kept are left; each directory is
+/// copied aside and renamed into place, so a half copy is never used.
+#[allow(clippy::disallowed_methods)] // the runtime's own directory beside the workspace, written from a layer read with links as links
+fn keep_builds(upper: &Path, workspace: &Path, kept: &Path) -> std::io::Result<()> {
+    let Ok(items) = std::fs::read_dir(upper) else {
+        return Ok(());
+    };
+    for item in items.flatten() {
+        let name = item.file_name();
+        let plain = name.to_str().is_some_and(|n| {
+            !n.is_empty() && n != ".git" && !n.starts_with(".loop-kept") && !n.contains('/')
+        });
+        let dir = std::fs::symlink_metadata(item.path()).is_ok_and(|m| m.is_dir());
+        if !plain
+            || !dir
+            || std::fs::symlink_metadata(workspace.join(&name)).is_ok()
+            || std::fs::symlink_metadata(kept.join(&name)).is_ok()
+        {
+            continue;
+        }
+        std::fs::create_dir_all(kept)?;
+        let aside = kept.join(format!(".loop-kept-{}", name.to_string_lossy()));
+        let _ = remove_tree(&aside);
+        let copied = loop_workspace::copy_tree(&item.path(), &aside, &|_| false, false)
+            .and_then(|_| loop_workspace::fsutil::copy_times(&item.path(), &aside))
+            .and_then(|_| std::fs::rename(&aside, kept.join(&name)));
+        if copied.is_err() {
+            let _ = remove_tree(&aside);
+        }
+        copied?;
+    }
+    Ok(())
 }
 
 fn stream(c: &loop_sandbox::Captured) -> StreamEvidence {

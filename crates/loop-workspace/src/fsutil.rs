@@ -169,6 +169,38 @@ fn copy_dir(
     Ok(())
 }
 
+/// Give every file and directory under `dst` (a copy of `src` by
+/// [`copy_tree`]) the modification time of its original in `src`, so
+/// that tools judging by times (make, Cargo, CMake) see the copy as the
+/// original. Links are left as they are; what `dst` lacks is skipped.
+#[allow(clippy::disallowed_methods)] // the door's sibling for copies: symlink_metadata first, links never followed
+pub fn copy_times(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for item in std::fs::read_dir(src)? {
+        let item = item?;
+        let meta = std::fs::symlink_metadata(item.path())?;
+        let to = dst.join(item.file_name());
+        // What the copy left out (a skipped directory) is not walked.
+        if std::fs::symlink_metadata(&to).is_err() {
+            continue;
+        }
+        if meta.is_dir() {
+            copy_times(&item.path(), &to)?;
+        } else if !meta.is_file() {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&to)
+        else {
+            continue;
+        };
+        file.set_times(std::fs::FileTimes::new().set_modified(meta.modified()?))?;
+    }
+    Ok(())
+}
+
 /// Clone `src` to a new `dst` sharing its extents (btrfs, XFS, …); false
 /// when the filesystem cannot, leaving no `dst` behind.
 #[allow(clippy::disallowed_methods)] // the door's sibling for copies: symlink_metadata first, links copied as links, never followed

@@ -196,6 +196,7 @@ impl TaskWorkspace {
             if include_dirty {
                 carry_dirty(project, dest)?;
             }
+            carry_mtimes(project, dest);
             return Ok(TaskWorkspace {
                 path: dest.to_path_buf(),
                 origin: Origin::Worktree {
@@ -486,12 +487,66 @@ fn copy_project(project: &Path, dest: &Path) -> Result<Vec<String>, WorkspaceErr
         let name = rel.rsplit('/').next().unwrap_or(rel);
         rel == ".loop" || rel == ".git" || BUILD_OUTPUTS.contains(&name) || ignores.ignored(rel)
     };
+    // With the originals' times: build outputs shared into the task stay
+    // current for what it has not changed.
     copy_tree(project, dest, &skip, true)
-        .map(|stats| stats.skipped)
+        .and_then(|stats| crate::fsutil::copy_times(project, dest).map(|()| stats.skipped))
         .map_err(|source| WorkspaceError::Io {
             what: "cannot copy the project".into(),
             source,
         })
+}
+
+/// The checkout's modification times onto the worktree's files that hold
+/// what the checkout holds (tracked, and clean there): build tools that
+/// judge by times (Cargo's fingerprints, make, CMake's generated builds)
+/// then see the project's own build outputs, shared into the task, as
+/// current for every file the task has not changed, and rebuild only what
+/// it did. The worktree's index is refreshed after, so `git status` in it
+/// does not hash every file again. Best effort: a file left with its
+/// checkout time only costs a rebuild.
+#[allow(clippy::disallowed_methods)] // lstat of the user's checkout; times set on the worktree git just made, no link followed
+fn carry_mtimes(project: &Path, dest: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(listed) = git(dest, &["ls-files", "-z"]) else {
+        return;
+    };
+    let changed: std::collections::HashSet<String> = uncommitted(project).into_iter().collect();
+    let mut carried = 0usize;
+    for rel in listed.split('\0').filter(|r| !r.is_empty()) {
+        if changed.contains(rel) {
+            continue;
+        }
+        let Ok(theirs) = std::fs::symlink_metadata(project.join(rel)) else {
+            continue;
+        };
+        let Ok(modified) = theirs.modified() else {
+            continue;
+        };
+        if !theirs.is_file() {
+            continue;
+        }
+        let Ok(ours) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(dest.join(rel))
+        else {
+            continue;
+        };
+        let regular = ours
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() == theirs.len());
+        if regular
+            && ours
+                .set_times(std::fs::FileTimes::new().set_modified(modified))
+                .is_ok()
+        {
+            carried += 1;
+        }
+    }
+    if carried > 0 {
+        let _ = git(dest, &["update-index", "-q", "--refresh"]);
+    }
 }
 
 /// The user's uncommitted changes (tracked diffs and untracked files) into the worktree.
@@ -827,6 +882,38 @@ mod tests {
         ws.discard().unwrap();
         assert!(!ws.path.exists());
         assert_eq!(sh(&p, "git branch --list 'loop/*'"), "");
+    }
+
+    /// A file the checkout holds as committed keeps the checkout's time in
+    /// the worktree (build tools see the project's outputs as current); one
+    /// the user changed does not, nor does one the checkout holds as a link;
+    /// and the worktree's `git status` stays clean.
+    #[test]
+    fn a_worktree_keeps_the_checkouts_times_for_files_it_holds_unchanged() {
+        let d = TestDir::new("tw-times");
+        let p = repo(&d);
+        sh(
+            &p,
+            "touch -d '2001-02-03 04:05:06' a.txt b.txt && echo changed > b.txt && touch -d '2001-02-03 04:05:06' b.txt",
+        );
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", false).unwrap();
+        let mtime = |f: &Path| {
+            std::fs::metadata(f)
+                .unwrap()
+                .modified()
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        };
+        assert_eq!(mtime(&ws.path.join("a.txt")), mtime(&p.join("a.txt")));
+        assert_ne!(
+            mtime(&ws.path.join("b.txt")),
+            mtime(&p.join("b.txt")),
+            "b.txt differs in the checkout: its time says nothing of the worktree's"
+        );
+        assert_eq!(sh(&ws.path, "git status --porcelain"), "");
+        ws.discard().unwrap();
     }
 
     #[test]
