@@ -227,6 +227,58 @@ pub fn plan(project: &Path, loopfile: &Loopfile) -> Vec<Share> {
     out
 }
 
+/// Files a Python build backend writes into the tree from the
+/// repository's history, as `pyproject.toml` names them: hatch-vcs's
+/// `version-file` (`[tool.hatch.build.hooks.vcs]`) and setuptools-scm's
+/// `version_file` or `write_to` (`[tool.setuptools_scm]`). An editable
+/// install made them in the checkout (`src/pkg/_version.py`, ignored by
+/// git), and the package imports them: a task shares each one present
+/// read-only at its place, as it found it, never in the change set.
+/// Relative plain paths only.
+pub fn generated_files(project: &Path) -> Vec<String> {
+    let text = door::read_text(project, "pyproject.toml", door::MAX_PROJECT_FILE)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut section = String::new();
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+            continue;
+        }
+        let keys: &[&str] = match section.as_str() {
+            "tool.hatch.build.hooks.vcs" => &["version-file", "version_file"],
+            "tool.setuptools_scm" | "tool.setuptools-scm" => &["version_file", "write_to"],
+            _ => continue,
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !keys.contains(&key.trim()) {
+            continue;
+        }
+        let value = value.split('#').next().unwrap_or("").trim();
+        let Some(path) = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+        else {
+            continue;
+        };
+        let plain = !path.is_empty()
+            && !path.starts_with('/')
+            && path
+                .split('/')
+                .all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\\'));
+        if plain && !out.iter().any(|o| o == path) {
+            out.push(path.to_string());
+        }
+    }
+    out
+}
+
 /// Where `share` stands in `project`: a real directory (counted, links
 /// not followed), missing, or refused with the reason.
 #[allow(clippy::disallowed_methods)] // lstat and file types only, links refused and never followed; no content read
@@ -523,6 +575,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         p
+    }
+
+    /// The version files hatch-vcs and setuptools-scm write are named;
+    /// a path that leaves the project, or sits in another section, is not.
+    #[test]
+    fn generated_version_files_are_read_from_pyproject() {
+        let p = project("generated");
+        std::fs::write(
+            p.join("pyproject.toml"),
+            "[project]\nversion-file = \"not/this.py\"\n\n[tool.hatch.build.hooks.vcs]\nversion-file = \"src/pkg/_version.py\"  # made by the build\n\n[tool.setuptools_scm]\nwrite_to = 'pkg/_v.py'\nversion_file = \"../../etc/passwd\"\n\n[tool.setuptools-scm]\nversion_file = \"/etc/passwd\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            generated_files(&p),
+            vec!["src/pkg/_version.py".to_string(), "pkg/_v.py".to_string()]
+        );
+        std::fs::remove_file(p.join("pyproject.toml")).unwrap();
+        assert!(generated_files(&p).is_empty());
+        let _ = std::fs::remove_dir_all(&p);
     }
 
     #[test]

@@ -1768,8 +1768,12 @@ fn rlimits_for(
         .limits
         .cpu_secs
         .unwrap_or_else(|| req.timeout.as_secs().max(1) + 1);
+    // Under a memory cgroup, memory is limited where it is used: the
+    // address space is left free, since runtimes reserve far more than
+    // they touch (V8 reserves about 10 GiB for each WebAssembly memory,
+    // which vitest's and esbuild's parsers instantiate; Go's heap arenas).
     let as_bytes = if memory_cgroup {
-        mem_bytes.saturating_mul(4)
+        libc::RLIM_INFINITY
     } else {
         mem_bytes
     };
@@ -1779,7 +1783,11 @@ fn rlimits_for(
         (
             libc::RLIMIT_AS,
             as_bytes,
-            format!("as={}MiB", as_bytes >> 20),
+            if as_bytes == libc::RLIM_INFINITY {
+                "as=unlimited (the memory cgroup limits memory)".to_string()
+            } else {
+                format!("as={}MiB", as_bytes >> 20)
+            },
         ),
         (
             libc::RLIMIT_NOFILE,
