@@ -499,3 +499,88 @@ fn a_cmake_check_rebuilds_only_what_the_task_changed() {
         "a check that is not the project's own keeps nothing"
     );
 }
+
+/// Go's build cache in checks: the project's own check fills it on the
+/// untouched workspace and it is kept for later checks; a task that makes
+/// a directory of that name (a cache it could fill with answers) fails
+/// every check, and the honest fix beside it verifies.
+#[test]
+fn a_go_checks_build_cache_is_kept_from_the_baseline_and_never_the_tasks() {
+    if !have("go") {
+        return;
+    }
+    let files: &[(&str, &str)] = &[
+        ("go.mod", "module example.com/twice\n\ngo 1.19\n"),
+        (
+            "twice.go",
+            "package twice\n\nfunc Twice(n int) int { return n }\n",
+        ),
+        (
+            "twice_test.go",
+            "package twice\n\nimport \"testing\"\n\nfunc TestTwice(t *testing.T) {\n\tif Twice(21) != 42 {\n\t\tt.Fatal(\"no\")\n\t}\n}\n",
+        ),
+    ];
+    let fix = "package twice\n\nfunc Twice(n int) int { return n * 2 }\n";
+    for (name, planted) in [("go-cache-honest", false), ("go-cache-planted", true)] {
+        let (base, p) = project(name, files);
+        commit(&p);
+        let mut writes = format!(
+            "      - {{tool: write_file, args: {{path: twice.go, content: {}}}}}\n",
+            serde_json::to_string(fix).unwrap()
+        );
+        if planted {
+            writes.push_str(
+                "      - {tool: write_file, args: {path: .loop-go-cache/README, content: \"answers\"}}\n",
+            );
+        }
+        std::fs::write(
+            base.join("task.yaml"),
+            "instruction: make Twice double\ncriteria:\n  - id: tests\n    checks:\n      - run: \"go test -v ./...\"\n        timeout_secs: 300\nlimits: { max_steps: 4, max_verifications: 1, timeout_secs: 600 }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            base.join("script.yaml"),
+            format!(
+                "turns:\n  - calls:\n{writes}      - {{tool: finish, args: {{summary: doubled}}}}\n"
+            ),
+        )
+        .unwrap();
+        let out = loop_in(&base)
+            .args(["run", "--json", "--task"])
+            .arg(base.join("task.yaml"))
+            .arg("--model")
+            .arg(format!("scripted:{}", base.join("script.yaml").display()))
+            .arg("--project")
+            .arg(&p)
+            .output()
+            .unwrap();
+        let events = json_lines(&out);
+        let receipt = events
+            .iter()
+            .find(|e| e["kind"] == "receipt")
+            .unwrap_or_else(|| panic!("{}", text(&out)));
+        let id = receipt["task_id"].as_str().unwrap();
+        let kept = shared::near_of(&p, id).join("builds/.loop-go-cache");
+        assert!(
+            kept.is_dir(),
+            "the baseline's Go cache is kept: {}",
+            text(&out)
+        );
+        let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+        let check = &payload["predicate"]["verification"]["criteria"][0]["checks"][0];
+        if planted {
+            assert_ne!(receipt["outcome"]["kind"], "verified", "{receipt}");
+            assert!(
+                check["failure"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the name of the checks' Go build cache"),
+                "{check}"
+            );
+        } else {
+            assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
+            let env = check["env"].to_string();
+            assert!(env.contains("GOCACHE="), "{check}");
+        }
+    }
+}

@@ -271,6 +271,9 @@ fn wire<'a>(
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox)
         .with_builds(&paths.near.join(crate::prepare::BUILDS), []);
+    if crate::prepare::go_module(project) {
+        verifier = verifier.with_go_cache();
+    }
     // The root `.git` (left out of manifests, since it names a path of
     // this machine) must stay the pointer git made, or stay absent.
     let root_git = match &start.task_ws.origin {

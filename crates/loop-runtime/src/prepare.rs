@@ -239,11 +239,15 @@ pub(crate) fn submit_claimed(
         &stored.shares,
         &new_tests,
     )?;
-    let baseline_report = SnapshotVerifier::new(&workspace, &near.join("scratch"))
+    let mut baseline_verifier = SnapshotVerifier::new(&workspace, &near.join("scratch"))
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))
         .with_builds(&near.join(BUILDS), own_commands(&project, &loopfile))
-        .reusing(baseline.root.clone(), &seen)
+        .reusing(baseline.root.clone(), &seen);
+    if go_module(&project) {
+        baseline_verifier = baseline_verifier.with_go_cache();
+    }
+    let baseline_report = baseline_verifier
         .verify(&contract, &contract_sha256, 0)
         .ok();
     if let Some(b) = &baseline_report {
@@ -329,6 +333,12 @@ type Where<'a> = (&'a Path, &'a Path, &'a dyn Fn(&str) -> bool);
 /// (see `SnapshotVerifier::with_builds`), beside the workspace.
 pub(crate) const BUILDS: &str = "builds";
 
+/// Whether checks build Go in `project` (a `go.mod` at its top): their
+/// build cache is then kept like a build directory (see `BUILDS`).
+pub(crate) fn go_module(project: &Path) -> bool {
+    loop_workspace::door::is_file(project, "go.mod")
+}
+
 /// The project's own check commands (the Loopfile's `verification:`, else
 /// detected per stack): the runs whose build outputs a task keeps.
 fn own_commands(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Vec<String> {
@@ -374,6 +384,9 @@ fn settle_contract(
         let mut verifier = SnapshotVerifier::new(workspace, &scratch)
             .with_sandbox(sandbox)
             .with_builds(&near.join(BUILDS), own.clone());
+        if go_module(project) {
+            verifier = verifier.with_go_cache();
+        }
         if let Some(root) = root {
             verifier = verifier.reusing(root, seen);
         }

@@ -62,7 +62,17 @@ pub struct SnapshotVerifier {
     /// workspace (see [`SnapshotVerifier::with_builds`]): where they are
     /// kept, and the commands whose baseline runs fill it.
     builds: Option<(PathBuf, BTreeSet<String>)>,
+    /// Checks build Go with their cache at [`GO_CACHE`] in their view (see
+    /// [`SnapshotVerifier::with_go_cache`]).
+    go_cache: bool,
 }
+
+/// Where a check's Go build cache is, in its view of the workspace: kept
+/// from the project's own check on the untouched workspace like any build
+/// directory (see [`SnapshotVerifier::with_builds`]). A name the runtime
+/// keeps: a workspace that holds it fails every check, since what is
+/// there would be taken for the project's own build.
+pub const GO_CACHE: &str = ".loop-go-cache";
 
 impl SnapshotVerifier {
     /// Verify `workspace`, keeping seals and views under `scratch`
@@ -83,7 +93,18 @@ impl SnapshotVerifier {
             new_tests: Vec::new(),
             known: None,
             builds: None,
+            go_cache: false,
         }
+    }
+
+    /// Point each check's Go build cache (`GOCACHE`) at [`GO_CACHE`] in its
+    /// view: the baseline run of the project's own check fills it, later
+    /// checks reuse what it compiled (kept with [`SnapshotVerifier::with_builds`]).
+    /// A workspace that already holds that name (the task made it) fails
+    /// every run check: a cache the task wrote would answer for the build.
+    pub fn with_go_cache(mut self) -> Self {
+        self.go_cache = true;
+        self
     }
 
     /// Share build outputs into checks, so that a check builds only what
@@ -640,6 +661,7 @@ impl SnapshotVerifier {
                             criterion.id,
                             began.elapsed().as_secs_f64() * 1000.0
                         );
+                        view.go_cache = self.go_cache;
                         let keep = self
                             .keeps_builds(attempt, run)
                             .filter(|_| view.overlay.is_some());
@@ -767,6 +789,7 @@ impl SnapshotVerifier {
         let second_scratch = PathBuf::from(second_scratch);
         let mut second_view = View::fresh(&view.dir, copied, &second_scratch)?;
         second_view.below = view.below.clone();
+        second_view.go_cache = view.go_cache;
         // The files go first, inside the check's own view (an overlay or a
         // fresh copy): the sealed workspace never changes.
         let quoted: Vec<String> = present
@@ -910,6 +933,8 @@ struct View {
     method: SnapshotMethod,
     /// Kept build outputs shown under the workspace in its overlay.
     below: Vec<PathBuf>,
+    /// Go's build cache at [`GO_CACHE`] in the view.
+    go_cache: bool,
 }
 
 impl View {
@@ -923,12 +948,14 @@ impl View {
                 overlay: Some(scratch.to_path_buf()),
                 method: SnapshotMethod::Overlay,
                 below: Vec::new(),
+                go_cache: false,
             },
             Some(sealed) => View {
                 dir: scratch.to_path_buf(),
                 overlay: None,
                 method: sealed.fresh_view(scratch).map_err(VerifyError::Snapshot)?,
                 below: Vec::new(),
+                go_cache: false,
             },
         })
     }
@@ -950,6 +977,20 @@ fn run_check(
 ) {
     let mut ev = blank(criterion, index, check, view.method.name());
     let mut req = ExecRequest::shell(run.command.clone(), &view.dir);
+    if view.go_cache {
+        #[allow(clippy::disallowed_methods)] // lstat of the sealed workspace's top level
+        let planted = std::fs::symlink_metadata(view.dir.join(GO_CACHE)).is_ok();
+        if planted {
+            ev.failure = Some(format!(
+                "the workspace holds `{GO_CACHE}`, the name of the checks' Go build cache: a task may not make it (remove it)"
+            ));
+            return (ev, None, None);
+        }
+        req.env.push((
+            "GOCACHE".into(),
+            view.dir.join(GO_CACHE).to_string_lossy().into_owned(),
+        ));
+    }
     req.overlay_scratch = view.overlay.clone();
     req.overlay_below = view.below.clone();
     req.keep_writes = keep && view.overlay.is_some();
@@ -976,6 +1017,13 @@ fn run_check(
     ev.stdout = Some(stream(&result.stdout));
     ev.stderr = Some(stream(&result.stderr));
     ev.env = result.env_imposed.clone();
+    // What the verifier gave the check beside them (the Go build cache's place).
+    ev.env.extend(
+        req.env
+            .iter()
+            .filter(|(k, _)| k == "GOCACHE" && view.go_cache)
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     ev.egress = result.isolation.egress.clone();
     ev.tests = tally::read(&format!(
         "{}\n{}",
