@@ -576,7 +576,8 @@ def tasks(rep, a, tmp):
             (f"{clients} event streams over 10 tasks", f"{watch['errors']} errors, {watch['delivered']} events, "
              f"latency p50 {watch['p50']:.1f} ms / p99 {watch['p99']:.1f} ms / max {watch['max']:.1f} ms; "
              f"server CPU {watch['server_cpu']:.1f} s, RSS {watch['rss_mib']:.1f} MiB", ""),
-            (f"{subs} submissions, 32 at a time", f"{submit['errors']} errors, {submit['rate']:.1f} accepted/s, POST "
+            (f"{subs} submissions, 32 at a time", f"{submit['errors']} errors"
+             f"{' (the first: ' + '; '.join(submit['first_errors']) + ')' if submit['errors'] else ''}, {submit['rate']:.1f} accepted/s, POST "
              f"p50 {submit['p50']:.0f} ms / p99 {submit['p99']:.0f} ms; all ended after {submit['drain_wall']:.0f} s: "
              f"{', '.join(f'{v} {k}' for k, v in sorted(submit['outcomes'].items()))}, {submit['unfinished']} unfinished; RSS {submit['rss_mib']:.1f} MiB", ""),
         ])]))
