@@ -89,7 +89,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         .without
         .iter()
         .try_fold(loop_sandbox::Layers::default(), |l, name| l.without(name))
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let cwd = match &o.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir()

@@ -578,7 +578,7 @@ fn read_request(client: &mut TcpStream) -> Result<Request, (String, Seen)> {
     }
     let rest = buf[end..].to_vec();
     if method == "CONNECT" {
-        let (host, port) = authority(target, None).map_err(|e| (e, None))?;
+        let (host, port) = authority(target, None).map_err(|e| (e.to_string(), None))?;
         return Ok(Request {
             method: method.into(),
             host,
@@ -598,7 +598,7 @@ fn read_request(client: &mut TcpStream) -> Result<Request, (String, Seen)> {
         Some(i) => (&after[..i], &after[i..]),
         None => (after, "/"),
     };
-    let (host, port) = authority(auth, Some(80)).map_err(|e| (e, None))?;
+    let (host, port) = authority(auth, Some(80)).map_err(|e| (e.to_string(), None))?;
     let seen = Some((method.to_string(), host.clone(), port));
     // The host the proxy judged is the host asked for: the client's own
     // `Host` is replaced (a shared front end routes by it), and a body
@@ -662,18 +662,29 @@ fn read_request(client: &mut TcpStream) -> Result<Request, (String, Seen)> {
     })
 }
 
+/// Why a request's `host:port` was refused.
+#[derive(Debug, thiserror::Error)]
+enum BadAuthority {
+    #[error("bad port in {0:?}")]
+    Port(String),
+    #[error("no port in {0:?}")]
+    NoPort(String),
+    #[error("not a host name: {0:?}")]
+    Host(String),
+}
+
 /// `host:port` (or `[v6]:port`), lower-cased and checked.
-fn authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16), String> {
+fn authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16), BadAuthority> {
     let auth = auth.rsplit_once('@').map_or(auth, |(_, a)| a);
     let (host, port) = match auth.rsplit_once(':') {
         Some((h, p)) if !h.contains(':') || h.ends_with(']') => (
             h,
             p.parse::<u16>()
-                .map_err(|_| format!("bad port in {auth:?}"))?,
+                .map_err(|_| BadAuthority::Port(auth.to_string()))?,
         ),
         _ => (
             auth,
-            default_port.ok_or_else(|| format!("no port in {auth:?}"))?,
+            default_port.ok_or_else(|| BadAuthority::NoPort(auth.to_string()))?,
         ),
     };
     let host = host
@@ -681,7 +692,7 @@ fn authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16), Str
         .trim_end_matches(']')
         .to_ascii_lowercase();
     if !plausible_host(&host) {
-        return Err(format!("not a host name: {host:?}"));
+        return Err(BadAuthority::Host(host));
     }
     Ok((host, port))
 }

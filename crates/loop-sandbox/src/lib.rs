@@ -120,19 +120,20 @@ impl Default for Layers {
     }
 }
 
+/// A layer name [`Layers::without`] does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown layer `{0}` (namespaces, landlock, seccomp, cgroups)")]
+pub struct UnknownLayer(pub String);
+
 impl Layers {
     /// Turn off the layer named `name` (`namespaces`, `landlock`, `seccomp`, `cgroups`).
-    pub fn without(mut self, name: &str) -> Result<Self, String> {
+    pub fn without(mut self, name: &str) -> Result<Self, UnknownLayer> {
         match name {
             "namespaces" => self.namespaces = false,
             "landlock" => self.landlock = false,
             "seccomp" => self.seccomp = false,
             "cgroups" => self.cgroups = false,
-            other => {
-                return Err(format!(
-                    "unknown layer `{other}` (namespaces, landlock, seccomp, cgroups)"
-                ));
-            }
+            other => return Err(UnknownLayer(other.to_string())),
         }
         Ok(self)
     }
@@ -506,6 +507,9 @@ pub enum SandboxError {
     /// Preparing the sandbox failed.
     #[error("cannot prepare the sandbox: {0}")]
     Prepare(String),
+    /// The command's own root could not be planned.
+    #[error("cannot prepare the sandbox: {0}")]
+    Root(#[from] root::RootError),
     /// The command ran, but what it wrote could not be kept.
     #[error("the command ran, but its writes could not be kept: {0}")]
     Keep(std::io::Error),
@@ -537,8 +541,8 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// The seccomp filters, compiled once per process, in installation order.
 type Filters = Vec<Vec<libc::sock_filter>>;
 
-fn seccomp_program() -> &'static Result<Filters, String> {
-    static P: OnceLock<Result<Filters, String>> = OnceLock::new();
+fn seccomp_program() -> &'static Result<Filters, seccompiler::BackendError> {
+    static P: OnceLock<Result<Filters, seccompiler::BackendError>> = OnceLock::new();
     P.get_or_init(|| {
         seccomp::programs().map(|programs| {
             programs
@@ -1081,30 +1085,27 @@ fn child_plan(
                 all_dir: l.all_mask,
             })
             .unwrap_or_default();
-        Some(
-            root::plan(&root::Inputs {
-                view,
-                private: &p.tmp.0,
-                workspace: &p.workspace,
-                cwd: &cwd,
-                fresh_proc: support.proc_mount,
-                own_net: req.net == Net::None,
-                git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
-                shares: &shares,
-                extra_trees: &req.read_only_trees,
-                aliases: &req.workspace_aliases,
-                overlay_trees: support.tree_overlay,
-                userns: p.userns,
-                masks,
-                tmp_dirs: if req.check {
-                    &[check_env::PYTHON_DIR]
-                } else {
-                    &[]
-                },
-                terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
-            })
-            .map_err(SandboxError::Prepare)?,
-        )
+        Some(root::plan(&root::Inputs {
+            view,
+            private: &p.tmp.0,
+            workspace: &p.workspace,
+            cwd: &cwd,
+            fresh_proc: support.proc_mount,
+            own_net: req.net == Net::None,
+            git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
+            shares: &shares,
+            extra_trees: &req.read_only_trees,
+            aliases: &req.workspace_aliases,
+            overlay_trees: support.tree_overlay,
+            userns: p.userns,
+            masks,
+            tmp_dirs: if req.check {
+                &[check_env::PYTHON_DIR]
+            } else {
+                &[]
+            },
+            terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
+        })?)
     } else {
         None
     };

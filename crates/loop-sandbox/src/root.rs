@@ -192,9 +192,38 @@ impl Private {
     }
 }
 
-fn c(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| format!("path {} contains a NUL byte", p.display()))
+/// Why a command's root could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// A path the root names holds a NUL byte (no system call takes it).
+    #[error("path {} contains a NUL byte", .0.display())]
+    Nul(PathBuf),
+    /// A host link on the way could not be read.
+    #[error("{}: {source}", .at.display())]
+    Link {
+        /// The link.
+        at: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A shared environment's place in the workspace is not what it must
+    /// be (the runtime made it; anything else there the task put).
+    #[error("shared `{rel}`: its place in the workspace is not a {want}")]
+    SharePlace {
+        /// The share, relative to the workspace.
+        rel: String,
+        /// `file` or `directory`.
+        want: &'static str,
+    },
+    /// A path the workspace cannot also be shown at (inside the workspace,
+    /// over a host tree, relative, special).
+    #[error("the workspace cannot also be shown at {}", .0.display())]
+    Alias(PathBuf),
+}
+
+fn c(p: &Path) -> Result<CString, RootError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| RootError::Nul(p.to_path_buf()))
 }
 
 /// `staging` + `p` (an absolute path).
@@ -229,7 +258,7 @@ pub fn special(t: &Path) -> bool {
 }
 
 /// Build the plan for one command.
-pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, String> {
+pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, RootError> {
     let mut b = Builder {
         staging: &inp.private.staging,
         ops: Vec::new(),
@@ -331,7 +360,7 @@ struct Builder<'s> {
 
 impl Builder<'_> {
     /// mkdir every ancestor of `p` (inside the new root) not made yet.
-    fn mkdirs(&mut self, p: &Path) -> Result<(), String> {
+    fn mkdirs(&mut self, p: &Path) -> Result<(), RootError> {
         let mut acc = PathBuf::from("/");
         for comp in p.components().skip(1) {
             acc.push(comp);
@@ -344,7 +373,7 @@ impl Builder<'_> {
 
     /// One target: a host tree (overlaid read-only, or bound), the private
     /// tmp, or the workspace.
-    fn mount(&mut self, inp: &Inputs<'_>, t: &Path, kind: &Kind) -> Result<(), String> {
+    fn mount(&mut self, inp: &Inputs<'_>, t: &Path, kind: &Kind) -> Result<(), RootError> {
         let at = under(self.staging, t);
         match kind {
             Kind::Tree => {
@@ -357,8 +386,10 @@ impl Builder<'_> {
                 let ft = meta.file_type();
                 if ft.is_symlink() {
                     // `/bin -> usr/bin` on merged-/usr systems.
-                    let target =
-                        std::fs::read_link(t).map_err(|e| format!("{}: {e}", t.display()))?;
+                    let target = std::fs::read_link(t).map_err(|source| RootError::Link {
+                        at: t.to_path_buf(),
+                        source,
+                    })?;
                     self.ops.push(Op::Symlink(c(&target)?, c(&at)?));
                 } else if ft.is_dir() {
                     self.mkdirs(t)?;
@@ -427,7 +458,7 @@ impl Builder<'_> {
     /// A host tree as a read-only overlay (over an empty upper layer, so no
     /// socket inside it is reachable). Landlock sees the overlay as a tree
     /// of its own: the view's rules for this tree are added again on it.
-    fn overlay_tree(&mut self, inp: &Inputs<'_>, t: &Path, at: &Path) -> Result<(), String> {
+    fn overlay_tree(&mut self, inp: &Inputs<'_>, t: &Path, at: &Path) -> Result<(), RootError> {
         let mut o = format!(
             "lowerdir={}:{}",
             overlay_escape(t),
@@ -462,7 +493,7 @@ impl Builder<'_> {
     /// a tree of its own: it gets its own rule). A share whose place in the
     /// workspace is not a plain directory is refused: the runtime made it,
     /// and anything else there was put by the task.
-    fn shares(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+    fn shares(&mut self, inp: &Inputs<'_>) -> Result<(), RootError> {
         for share in inp.shares {
             let rel = &share.rel;
             // Every component a real directory: a link the task put on the
@@ -479,14 +510,14 @@ impl Builder<'_> {
                     !m.file_type().is_symlink() && (m.is_dir() || (last && one_file && m.is_file()))
                 });
                 if !fits {
-                    return Err(format!(
-                        "shared `{rel}`: its place in the workspace is not a {}",
-                        if last && one_file {
+                    return Err(RootError::SharePlace {
+                        rel: rel.clone(),
+                        want: if last && one_file {
                             "file"
                         } else {
                             "directory"
-                        }
-                    ));
+                        },
+                    });
                 }
             }
             let at = under(self.staging, &in_ws);
@@ -570,7 +601,7 @@ impl Builder<'_> {
     /// mounted in it included); an alias that is the workspace is itself
     /// already. An alias never covers a path of the root already made:
     /// only a path outside the host trees and the workspace.
-    fn aliases(&mut self, inp: &Inputs<'_>, masked: &[PathBuf]) -> Result<(), String> {
+    fn aliases(&mut self, inp: &Inputs<'_>, masked: &[PathBuf]) -> Result<(), RootError> {
         for alias in inp.aliases {
             if alias == inp.workspace {
                 continue;
@@ -593,10 +624,7 @@ impl Builder<'_> {
                     )
                 })
             {
-                return Err(format!(
-                    "the workspace cannot also be shown at {}",
-                    alias.display()
-                ));
+                return Err(RootError::Alias(alias.to_path_buf()));
             }
             self.mkdirs(alias)?;
             self.ops.push(Op::Bind(
@@ -610,7 +638,7 @@ impl Builder<'_> {
     }
 
     /// A worktree's repository, read-only, its config reduced.
-    fn git(&mut self, dir: &Path, config: &Path) -> Result<(), String> {
+    fn git(&mut self, dir: &Path, config: &Path) -> Result<(), RootError> {
         self.mkdirs(dir)?;
         let at = under(self.staging, dir);
         self.ops.push(Op::Bind(
@@ -628,7 +656,11 @@ impl Builder<'_> {
 
     /// Denied paths inside what is mounted from the host: an unreadable
     /// mask on top (the host's /tmp is not mounted: the private one is).
-    fn mask_denied(&mut self, inp: &Inputs<'_>, targets: &[(PathBuf, Kind)]) -> Result<(), String> {
+    fn mask_denied(
+        &mut self,
+        inp: &Inputs<'_>,
+        targets: &[(PathBuf, Kind)],
+    ) -> Result<(), RootError> {
         let mounted = |p: &Path| {
             targets
                 .iter()
@@ -665,7 +697,7 @@ impl Builder<'_> {
     /// /proc (fresh, or none at all: the host's would name every host
     /// process's root, and through it host sockets again), /sys read-only,
     /// a minimal /dev, and private /dev/shm and /run.
-    fn system(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+    fn system(&mut self, inp: &Inputs<'_>) -> Result<(), RootError> {
         let read_dir = inp.masks.read_dir;
         let proc_at = under(self.staging, Path::new("/proc"));
         self.ops.push(Op::Mkdir(c(&proc_at)?));
@@ -757,7 +789,7 @@ impl Builder<'_> {
     /// `/etc/resolv.conf` is often a link into `/run` (systemd-resolved):
     /// its target file alone comes along, read-only, so names resolve under
     /// `--net host`.
-    fn resolv_conf(&mut self, inp: &Inputs<'_>) -> Result<(), String> {
+    fn resolv_conf(&mut self, inp: &Inputs<'_>) -> Result<(), RootError> {
         let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
             return Ok(());
         };
@@ -931,9 +963,11 @@ mod tests {
         });
         assert!(bound, "{:?}", ok.ops);
         for rel in ["l/etc", "a/missing", "a/env/../../l"] {
-            let e = plan_with(&[share(rel, None)]).unwrap_err();
+            let e = plan_with(&[share(rel, None)]).unwrap_err().to_string();
             assert!(e.contains("is not a directory"), "{rel}: {e}");
-            let e = plan_with(&[share(rel, Some((base.join("u"), base.join("w"))))]).unwrap_err();
+            let e = plan_with(&[share(rel, Some((base.join("u"), base.join("w"))))])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("is not a directory"), "{rel}: {e}");
         }
         // Copy-on-write: a writable overlay over the project's directory.

@@ -9,8 +9,8 @@
 //! which the first filter judges.
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
 };
 use std::collections::BTreeMap;
 
@@ -76,20 +76,20 @@ const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
 
-fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, BackendError> {
     // Dword: the kernel reads these arguments as 32-bit values, so the
     // filter compares the low half only (high bits set by the caller
     // change nothing the kernel does, and must change nothing here).
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
 }
 
-fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conditions).map_err(|e| e.to_string())
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, BackendError> {
+    SeccompRule::new(conditions)
 }
 
 /// Rules that match a mode argument carrying a setuid or setgid bit (with
 /// `O_CREAT` or `O_TMPFILE` among the flags, for the `open` family).
-fn privileged_mode(mode_arg: u8, flags_arg: Option<u8>) -> Result<Vec<SeccompRule>, String> {
+fn privileged_mode(mode_arg: u8, flags_arg: Option<u8>) -> Result<Vec<SeccompRule>, BackendError> {
     let mut rules = Vec::new();
     for bit in [libc::S_ISUID as u64, libc::S_ISGID as u64] {
         let mode = condition(mode_arg, SeccompCmpOp::MaskedEq(bit), bit)?;
@@ -112,7 +112,7 @@ fn privileged_mode(mode_arg: u8, flags_arg: Option<u8>) -> Result<Vec<SeccompRul
 }
 
 /// Compile the filters (see the module's doc), in the order to install them.
-pub fn programs() -> Result<Vec<BpfProgram>, String> {
+pub fn programs() -> Result<Vec<BpfProgram>, BackendError> {
     Ok(vec![no_x32(), program()?, enosys_program()?])
 }
 
@@ -145,7 +145,7 @@ fn no_x32() -> BpfProgram {
 }
 
 /// The second filter: `openat2` answers `ENOSYS`.
-fn enosys_program() -> Result<BpfProgram, String> {
+fn enosys_program() -> Result<BpfProgram, BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     rules.insert(libc::SYS_openat2, Vec::new());
     let filter = SeccompFilter::new(
@@ -153,13 +153,12 @@ fn enosys_program() -> Result<BpfProgram, String> {
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         ARCH,
-    )
-    .map_err(|e| e.to_string())?;
-    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+    )?;
+    BpfProgram::try_from(filter)
 }
 
 /// Compile the first filter.
-pub fn program() -> Result<BpfProgram, String> {
+pub fn program() -> Result<BpfProgram, BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in DENIED {
         rules.insert(*nr, Vec::new());
@@ -179,8 +178,7 @@ pub fn program() -> Result<BpfProgram, String> {
         cond(libc::AF_UNIX as u64)?,
         cond(libc::AF_INET as u64)?,
         cond(libc::AF_INET6 as u64)?,
-    ])
-    .map_err(|e| e.to_string())?;
+    ])?;
     rules.insert(libc::SYS_socket, vec![other_family.clone()]);
     rules.insert(libc::SYS_socketpair, vec![other_family]);
     let filter = SeccompFilter::new(
@@ -188,7 +186,6 @@ pub fn program() -> Result<BpfProgram, String> {
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         ARCH,
-    )
-    .map_err(|e| e.to_string())?;
-    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+    )?;
+    BpfProgram::try_from(filter)
 }
