@@ -580,3 +580,44 @@ fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<P
         .map_err(|e| format!("cannot start the background runtime: {e}"))?;
     Ok(log)
 }
+
+/// Questions on stderr, answers from stdin; a live view is hidden while
+/// a question waits (the story shows it again when the answer lands).
+pub struct Terminal(pub Option<LiveView>);
+
+impl loop_runtime::Prompter for Terminal {
+    fn ask(&mut self, question: &loop_runtime::Question<'_>) {
+        let text = match question {
+            loop_runtime::Question::Checkpoint { task_id, detail } => format!(
+                "\n⏸ task {task_id} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {task_id}` elsewhere): "
+            ),
+            loop_runtime::Question::Approval {
+                task_id,
+                detail,
+                rule,
+            } => format!(
+                "\n⏸ task {task_id} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): "
+            ),
+        };
+        if let Some(view) = &self.0 {
+            view.ask();
+        }
+        let screen = crate::screen::Screen::of_stdout();
+        eprint!("{}", screen.glyphs(&crate::screen::defang(&text)));
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        crate::prompt::drain_lines();
+    }
+
+    fn answer(&mut self) -> Option<String> {
+        // While a Ctrl-C asks its own question, what is typed is its answer.
+        if loop_runtime::interrupt::pending() {
+            return None;
+        }
+        crate::prompt::typed_line()
+    }
+
+    fn again(&mut self, expected: &str) {
+        eprint!("  answer {expected}: ");
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+    }
+}

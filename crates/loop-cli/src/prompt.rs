@@ -2,8 +2,6 @@
 //! commands and checkpoints, answered inline (`loop approve` from another
 //! terminal still works; whichever answers first wins).
 
-use loop_runtime::{Prompter, Question};
-use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::sync::{Mutex, OnceLock};
 
@@ -60,45 +58,9 @@ pub fn next_line(wait: std::time::Duration) -> Line {
     }
 }
 
-/// Questions on stderr, answers from stdin; a live view is hidden while
-/// a question waits (the story shows it again when the answer lands).
-pub struct Terminal(pub Option<crate::live::LiveView>);
-
-impl Prompter for Terminal {
-    fn ask(&mut self, question: &Question<'_>) {
-        let text = match question {
-            Question::Checkpoint { task_id, detail } => format!(
-                "\n⏸ task {task_id} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {task_id}` elsewhere): "
-            ),
-            Question::Approval {
-                task_id,
-                detail,
-                rule,
-            } => format!(
-                "\n⏸ task {task_id} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): "
-            ),
-        };
-        if let Some(view) = &self.0 {
-            view.ask();
-        }
-        let screen = crate::screen::Screen::of_stdout();
-        eprint!("{}", screen.glyphs(&crate::screen::defang(&text)));
-        let _ = std::io::stderr().flush();
-        drain_lines();
-    }
-
-    fn answer(&mut self) -> Option<String> {
-        // While a Ctrl-C asks its own question, what is typed is its answer.
-        if loop_runtime::interrupt::pending() {
-            return None;
-        }
-        terminal_lines().lock().ok()?.try_recv().ok()
-    }
-
-    fn again(&mut self, expected: &str) {
-        eprint!("  answer {expected}: ");
-        let _ = std::io::stderr().flush();
-    }
+/// A line typed and not yet read, if there is one (never waits).
+pub fn typed_line() -> Option<String> {
+    terminal_lines().lock().ok()?.try_recv().ok()
 }
 
 /// Let the person edit `text` in `$VISUAL` or `$EDITOR` (else `vi`); the

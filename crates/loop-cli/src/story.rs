@@ -186,7 +186,7 @@ impl loop_runtime::Observer for Story {
 
     /// The terminal (used only when stdin is one: `OnPrompt::Ask`).
     fn prompter(&mut self) -> Option<Box<dyn loop_runtime::Prompter>> {
-        Some(Box::new(crate::prompt::Terminal(self.view.clone())))
+        Some(Box::new(crate::live::Terminal(self.view.clone())))
     }
 
     /// The live view, when there is one.

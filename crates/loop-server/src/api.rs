@@ -1020,7 +1020,12 @@ async fn stream(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(0, |n| n.saturating_add(1));
     s.metrics.sse_clients.fetch_add(1, Ordering::Relaxed);
-    let feed = s.hub.feed(&s.runtime, &s.pool, &id);
+    let pool = s.pool.clone();
+    let feed = s.hub.feed(
+        &s.runtime,
+        std::sync::Arc::new(move |id: &str| pool.holds(id)),
+        &id,
+    );
     let changed = feed.subscribe();
     /// Where one watcher is.
     struct Watcher {

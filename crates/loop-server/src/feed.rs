@@ -9,7 +9,6 @@
 //! list is dropped. Tasks run by another process (the CLI) are seen by the
 //! polling alone.
 
-use crate::pool::Pool;
 use loop_runtime::Runtime;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,11 +102,15 @@ pub(crate) struct Hub {
     readers: Arc<AtomicUsize>,
 }
 
+/// Whether a task is held here (queued or running in this server's pool).
+pub(crate) type Held = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 impl Hub {
     /// Task `id`'s feed, started if nobody watches it yet (or its reader
-    /// has stopped: a task given more budget goes on). A task `pool` holds
-    /// is not over, whatever its record says yet.
-    pub(crate) fn feed(&self, runtime: &Runtime, pool: &Pool, id: &str) -> Arc<Feed> {
+    /// has stopped: a task given more budget goes on). A task `held` says
+    /// is held (queued or running here) is not over, whatever its record
+    /// says yet.
+    pub(crate) fn feed(&self, runtime: &Runtime, held: Held, id: &str) -> Arc<Feed> {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(f) = feeds
             .get(id)
@@ -128,7 +131,7 @@ impl Hub {
         tokio::spawn(poll(
             self.clone(),
             runtime.clone(),
-            pool.clone(),
+            held,
             id.to_string(),
             Arc::downgrade(&feed),
         ));
@@ -162,7 +165,7 @@ impl Hub {
 
 /// Read task `id`'s new events into its feed until the task is over and
 /// all are read, or nobody watches any more.
-async fn poll(hub: Hub, runtime: Runtime, pool: Pool, id: String, feed: Weak<Feed>) {
+async fn poll(hub: Hub, runtime: Runtime, held: Held, id: String, feed: Weak<Feed>) {
     let mut next = 0u64;
     let mut failures = 0u32;
     loop {
@@ -195,7 +198,7 @@ async fn poll(hub: Hub, runtime: Runtime, pool: Pool, id: String, feed: Weak<Fee
                 failures = 0;
                 // A task waiting here for a place (given more budget, say)
                 // goes on, whatever its record says yet.
-                (events, over && !pool.holds(&id))
+                (events, over && !held(&id))
             }
             Err(e) => {
                 failures += 1;

@@ -172,17 +172,6 @@ fn install_stop() {
     }
 }
 
-/// Says nothing (a worker's tasks are watched through the store).
-struct Quiet;
-
-impl loop_core::Observer for Quiet {
-    fn on_event(&mut self, _event: &loop_protocol::Event) {}
-}
-
-impl loop_runtime::Observer for Quiet {
-    fn note(&mut self, _line: &str) {}
-}
-
 /// What is running now, per slot: the message, to hand back on a drain.
 type Running = Arc<Mutex<BTreeMap<usize, Delivery>>>;
 
@@ -452,7 +441,8 @@ fn settle(
     let result = std::thread::scope(|scope| {
         scope.spawn(|| renew_while(&done, consumer, opts, metrics, d));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            runtime.run(&d.task, OnPrompt::Wait, &mut Quiet)
+            // A worker's tasks are watched through the store: it says nothing.
+            runtime.run(&d.task, OnPrompt::Wait, &mut loop_runtime::Quiet)
         }));
         done.store(true, Ordering::SeqCst);
         r
