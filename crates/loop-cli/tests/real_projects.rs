@@ -206,6 +206,13 @@ fn every_promise(real: &Real, gutted: &dyn Fn(&str) -> String) {
     assert_eq!(outcome, "verified", "{payload}");
     let baseline = &payload["predicate"]["baseline"]["criteria"][0]["checks"][0];
     assert_eq!(baseline["passed"], false, "{baseline}");
+    // `loop audit` ran as many tests as the task's baseline did.
+    let ran = baseline["tests"]["ran"].as_u64().unwrap();
+    let detail = point["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("ran {ran} test(s)")),
+        "audit: {detail}; the task's baseline ran {ran}"
+    );
     // Nothing of the tasks is in the checkout: the suite runs the same
     // tests as before them.
     let (_, after_tasks) = real.suite();

@@ -584,3 +584,96 @@ fn a_go_checks_build_cache_is_kept_from_the_baseline_and_never_the_tasks() {
         }
     }
 }
+
+/// The kept build outputs cannot stand in for a source the task changed:
+/// a task that fixes one file, breaks another and dates the broken one
+/// back (so make would take the kept object as current) is not verified:
+/// a command's writes reach the workspace dated when they land, and every
+/// file changed after the workspace was made is dated now before the
+/// checks (`refresh_times`, whose own test dates a file back by hand). And a task that makes a directory of a kept name
+/// (`build-loop/`) gets no kept outputs under its checks: they build
+/// afresh, and its honest fix still verifies.
+#[test]
+fn a_source_dated_back_or_a_planted_build_directory_does_not_reuse_kept_outputs() {
+    if !have("cmake") || !have("ctest") {
+        return;
+    }
+    let files: &[(&str, &str)] = &[
+        (
+            "CMakeLists.txt",
+            "cmake_minimum_required(VERSION 3.10)\nproject(parts C)\nenable_testing()\nadd_library(parts STATIC kept.c twice.c)\nadd_executable(twice_test twice_test.c)\ntarget_link_libraries(twice_test parts)\nadd_test(NAME twice COMMAND twice_test)\n",
+        ),
+        ("kept.c", "int kept(void) { return 1; }\n"),
+        ("twice.c", "int twice(int n) { return n; }\n"),
+        (
+            "twice_test.c",
+            "int twice(int n);\nint kept(void);\nint main(void) { return twice(21) == 42 && kept() == 1 ? 0 : 1; }\n",
+        ),
+    ];
+    let own = "cmake -S . -B build-loop && cmake --build build-loop && ctest --test-dir build-loop --output-on-failure";
+    let fix = "      - {tool: write_file, args: {path: twice.c, content: \"int twice(int n) { return n * 2; }\\n\"}}\n";
+    let cases = [
+        (
+            "cmake-backdated",
+            format!(
+                "{fix}      - {{tool: write_file, args: {{path: kept.c, content: \"int kept(void) {{ return 0; }}\\n\"}}}}\n      - {{tool: run_command, args: {{command: \"touch -d '2001-01-01 00:00' kept.c\"}}}}\n"
+            ),
+            false,
+        ),
+        (
+            "cmake-planted-dir",
+            format!(
+                "{fix}      - {{tool: run_command, args: {{command: \"mkdir -p build-loop && echo mine > build-loop/notes.txt\"}}}}\n"
+            ),
+            true,
+        ),
+    ];
+    for (name, calls, verifies) in cases {
+        let (base, p) = project(name, files);
+        std::fs::write(p.join(".gitignore"), "build-loop/\n").unwrap();
+        commit(&p);
+        std::fs::write(
+            base.join("task.yaml"),
+            format!(
+                "instruction: make twice() double\ncriteria:\n  - id: tests\n    checks:\n      - run: {}\n        timeout_secs: 300\nlimits: {{ max_steps: 4, max_verifications: 1, timeout_secs: 600 }}\n",
+                serde_json::to_string(own).unwrap()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            base.join("script.yaml"),
+            format!(
+                "turns:\n  - calls:\n{calls}      - {{tool: finish, args: {{summary: done}}}}\n"
+            ),
+        )
+        .unwrap();
+        let out = loop_in(&base)
+            .args(["run", "--json", "--task"])
+            .arg(base.join("task.yaml"))
+            .arg("--model")
+            .arg(format!("scripted:{}", base.join("script.yaml").display()))
+            .arg("--project")
+            .arg(&p)
+            .output()
+            .unwrap();
+        let events = json_lines(&out);
+        let receipt = events
+            .iter()
+            .find(|e| e["kind"] == "receipt")
+            .unwrap_or_else(|| panic!("{name}: {}", text(&out)));
+        let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+        let last =
+            payload["predicate"]["verification"]["criteria"][0]["checks"][0]["stdout"]["excerpt"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+        // Both rebuild kept.c: the one dated back (it changed), and every
+        // source where the kept outputs are not used at all.
+        assert!(last.contains("kept.c.o"), "{name}: {last}");
+        if verifies {
+            assert_eq!(receipt["outcome"]["kind"], "verified", "{name}: {receipt}");
+        } else {
+            assert_ne!(receipt["outcome"]["kind"], "verified", "{name}: {receipt}");
+        }
+    }
+}

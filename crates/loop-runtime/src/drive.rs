@@ -178,7 +178,7 @@ fn wire<'a>(
         cancel.load(std::sync::atomic::Ordering::SeqCst),
     ));
     let interrupted = Arc::new(AtomicBool::new(false));
-    let sandbox = crate::prepare::with_environments(
+    let sandbox = crate::environments::with_environments(
         loop_sandbox::Settings {
             isolation,
             cancel: Some(kill.clone()),
@@ -270,7 +270,8 @@ fn wire<'a>(
     let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox)
-        .with_builds(&paths.near.join(crate::prepare::BUILDS), []);
+        .with_builds(&paths.near.join(crate::prepare::BUILDS), [])
+        .with_settled(&paths.near.join(crate::prepare::SETTLED));
     if crate::prepare::go_module(project) {
         verifier = verifier.with_go_cache();
     }

@@ -1,8 +1,8 @@
 //! `loop gc`: what no task needs any more, removed (or, with `--dry-run`,
 //! listed): `loop/ID` branches whose task is gone, applied or has no
 //! workspace; git's records of worktrees that no longer exist; the scratch
-//! and kept build outputs
-//! left in the directories of tasks that are not running; setup layers
+//! left in the directories of tasks that are not running, and the kept
+//! build outputs of those that ended; setup layers
 //! that were being made by a run that died. A task's workspace, receipt
 //! and ledger are never touched here: `loop discard ID` drops a workspace.
 
@@ -90,6 +90,14 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
             .map_or(true, |t| t > hour_ago),
         None => true,
     };
+    // A task that has ended (the store says so): only its kept build
+    // outputs are removed, since a queued or paused one may start again
+    // at any moment over them.
+    let ended = |id: &str| {
+        store
+            .as_ref()
+            .is_some_and(|s| s.task(id).is_ok_and(|t| t.is_terminal()))
+    };
     // Workspaces outside the project whose task is gone from it (its
     // `.loop/tasks/ID` removed by hand): nothing can apply, show or
     // discard them any more.
@@ -169,6 +177,9 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         }
         let near = crate::layout::TaskPaths::of(&project, &id).near;
         for name in ["scratch", "empty-workspace", crate::prepare::BUILDS] {
+            if name == crate::prepare::BUILDS && !ended(&id) {
+                continue;
+            }
             let at = near.join(name);
             if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
                 let shown = match at.strip_prefix(&project) {

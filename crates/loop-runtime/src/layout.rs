@@ -1,43 +1,16 @@
 //! Where a task lives and how it is found: its directory and files, the
 //! project's store, the record of how its workspace was made, what it
-//! started as, and whether a process runs it. Every other module of the
-//! runtime builds on this one; it builds on none of them (but the error
-//! type).
+//! started as, and whether a process runs it. Most modules of the
+//! runtime build on this one; it builds only on the error type, task ids
+//! (`ids`) and where workspaces are (`workspaces`).
 
 use crate::Error;
+pub use crate::ids::{is_task_id, new_task_id};
 use loop_core::Clock;
 use loop_store::{Claim, Owner, Store};
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Whether `id` has the shape [`new_task_id`] gives (`t-` and digits,
-/// dashes and lower-case hex): safe as a directory name.
-pub fn is_task_id(id: &str) -> bool {
-    id.len() <= 64
-        && id.strip_prefix("t-").is_some_and(|rest| {
-            !rest.is_empty()
-                && rest
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || b == b'-' || (b'a'..=b'f').contains(&b))
-        })
-}
-
-/// A task id: `t-YYYYMMDD-HHMMSS-` and 6 random hex digits.
-pub fn new_task_id(now_ms: u64) -> Result<String, Error> {
-    let stamp = loop_protocol::time::rfc3339_millis(now_ms);
-    let digits: String = stamp
-        .chars()
-        .filter(|c| c.is_ascii_digit())
-        .take(14)
-        .collect();
-    let rnd = loop_protocol::random::hex::<3>().map_err(Error::from_cause)?;
-    Ok(format!(
-        "t-{}-{}-{rnd}",
-        &digits[..8.min(digits.len())],
-        &digits[8.min(digits.len())..],
-    ))
-}
 
 /// The project a directory belongs to: inside a git repository (in a part
 /// git does not ignore), the repository's top level when it holds a

@@ -12,6 +12,7 @@
 //! the ledger's events as they are recorded, and lines meant for the
 //! person running it. A front end only parses its arguments and presents.
 
+pub mod audit;
 pub mod changes;
 pub mod control;
 pub mod critic;
@@ -23,6 +24,7 @@ pub mod eval;
 pub mod exec;
 pub mod gc;
 mod host_files;
+mod ids;
 pub mod interrupt;
 pub mod judges;
 pub mod layout;

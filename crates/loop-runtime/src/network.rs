@@ -7,6 +7,7 @@
 //! `loop_sandbox::egress`).
 
 use crate::Error;
+pub use crate::loopfile::sections::NetworkSection;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -74,17 +75,6 @@ impl NetworkPlan {
             list: list.into(),
         })
     }
-}
-
-/// The Loopfile's `network:` as written.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetworkSection {
-    /// `allow`: for commands.
-    pub allow: Vec<String>,
-    /// `setup`: for setup steps.
-    pub setup: Vec<String>,
-    /// `resolve`: name → `ip:port`.
-    pub resolve: Vec<(String, SocketAddr)>,
 }
 
 /// `entries` with every preset replaced by the hosts it names here.

@@ -152,11 +152,25 @@ pub(crate) fn submit_claimed(
             text.len()
         ));
     }
-    stored.shares = share_environments(&project, &workspace, &loopfile, setup.as_ref(), observer)?;
+    stored.shares = crate::environments::share_environments(
+        &project,
+        &workspace,
+        &loopfile,
+        setup
+            .as_ref()
+            .map(|s| s.outputs.as_slice())
+            .unwrap_or_default(),
+        observer,
+    )?;
     stored.setup = setup.map(|s| s.record);
+    // The workspace and its files' times are settled: what changes after
+    // this is the task's (see `SnapshotVerifier::with_settled`).
+    #[allow(clippy::disallowed_methods)] // the runtime's own stamp beside the workspace
+    std::fs::write(near.join(SETTLED), b"")
+        .map_err(|e| Error::internal(format!("{}: {e}", near.join(SETTLED).display())))?;
     // The checks' sandbox: the environments, and the contract's hosts.
     let check_sandbox = |stored: &StoredRequest| {
-        with_environments(
+        crate::environments::with_environments(
             loop_sandbox::Settings {
                 // (A time too far to add is no deadline, not a panic.)
                 deadline: std::time::Instant::now().checked_add(std::time::Duration::from_secs(
@@ -243,6 +257,7 @@ pub(crate) fn submit_claimed(
         .guard_protected(baseline.clone(), protected)
         .with_sandbox(check_sandbox(&stored))
         .with_builds(&near.join(BUILDS), own_commands(&project, &loopfile))
+        .with_settled(&near.join(SETTLED))
         .reusing(baseline.root.clone(), &seen);
     if go_module(&project) {
         baseline_verifier = baseline_verifier.with_go_cache();
@@ -333,6 +348,10 @@ type Where<'a> = (&'a Path, &'a Path, &'a dyn Fn(&str) -> bool);
 /// (see `SnapshotVerifier::with_builds`), beside the workspace.
 pub(crate) const BUILDS: &str = "builds";
 
+/// The stamp whose time is when a task's workspace was made (see
+/// `SnapshotVerifier::with_settled`), beside the workspace.
+pub(crate) const SETTLED: &str = "settled";
+
 /// Whether checks build Go in `project` (a `go.mod` at its top): their
 /// build cache is then kept like a build directory (see `BUILDS`).
 pub(crate) fn go_module(project: &Path) -> bool {
@@ -383,7 +402,8 @@ fn settle_contract(
         let root = seen.first().map(|r| r.manifest_root.clone());
         let mut verifier = SnapshotVerifier::new(workspace, &scratch)
             .with_sandbox(sandbox)
-            .with_builds(&near.join(BUILDS), own.clone());
+            .with_builds(&near.join(BUILDS), own.clone())
+            .with_settled(&near.join(SETTLED));
         if go_module(project) {
             verifier = verifier.with_go_cache();
         }
@@ -620,238 +640,6 @@ fn draft_contract(
             )))
         }
     }
-}
-
-/// Whether the directories on the way to `rel` in `workspace` are real
-/// ones where they exist (those missing are made by the caller): a
-/// tracked link there would lead a `mkdir` out of the workspace.
-#[allow(clippy::disallowed_methods)] // lstat only, of the task's fresh workspace
-fn parents_ok(workspace: &Path, rel: &str) -> bool {
-    let parent = Path::new(rel).parent().unwrap_or(Path::new(""));
-    let mut at = workspace.to_path_buf();
-    parent.components().all(|part| {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) => m.is_dir() && !m.file_type().is_symlink(),
-            Err(_) => true,
-        }
-    })
-}
-
-/// The dependency environments this task shares. Each planned one that
-/// is a real, untracked directory of the project, and is not in the
-/// task's workspace, gets an empty directory there for it to be mounted
-/// on, and its digest taken (the receipt says which dependency set the
-/// result was verified against; for a copy-on-write share, the build
-/// outputs the task started from).
-#[allow(clippy::disallowed_methods)] // lstat of a setup output's place in the task's workspace (no link on its way: parents_ok), then a new directory made where nothing was
-pub(crate) fn share_environments(
-    project: &Path,
-    workspace: &Path,
-    loopfile: &crate::loopfile::Loopfile,
-    setup: Option<&crate::setup::Provided>,
-    observer: &mut dyn crate::Observer,
-) -> Result<Vec<loop_receipt::SharedEnvironment>, Error> {
-    use crate::environments::{ShareMode, Standing, plan, standing, tracked_in_git};
-    let mut out = Vec::new();
-    // What setup made comes from its layer, read-only, before anything of
-    // the same name the project has.
-    for (path, source) in setup.map(|s| s.outputs.as_slice()).unwrap_or_default() {
-        let in_ws = workspace.join(path);
-        if !parents_ok(workspace, path) {
-            return Err(Error::usage(format!(
-                "setup output `{path}`: a link or a file on its way in the task's workspace"
-            )));
-        }
-        if std::fs::symlink_metadata(&in_ws).is_ok() {
-            return Err(Error::internal(format!(
-                "setup output `{path}` is still in the task's workspace"
-            )));
-        }
-        let file = std::fs::symlink_metadata(project.join(source)).is_ok_and(|m| m.is_file());
-        if file {
-            // A generated file (`_version.py`): an empty file to mount it
-            // on, made with no link followed on its way.
-            loop_workspace::door::write(workspace, path, b"")
-                .map_err(|e| Error::usage(format!("setup output `{path}`: {e}")))?;
-        } else {
-            std::fs::create_dir_all(&in_ws)
-                .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
-        }
-        let m = crate::environments::digest(&project.join(source))
-            .map_err(|e| Error::internal(format!("setup layer `{source}`: {e}")).because(e))?;
-        observer.note(&format!(
-            "sharing `{path}` read-only from the setup layer ({} files, sha256:{})",
-            m.entries.len(),
-            &m.root[..12.min(m.root.len())]
-        ));
-        out.push(loop_receipt::SharedEnvironment {
-            path: path.clone(),
-            sha256: m.root,
-            files: m.entries.len() as u64,
-            overlay: false,
-            source: Some(source.clone()),
-            changed_to: None,
-        });
-    }
-    let tracked = |p: &str| tracked_in_git(project, p);
-    for s in plan(project, loopfile) {
-        if out
-            .iter()
-            .any(|o: &loop_receipt::SharedEnvironment| o.path == s.path)
-        {
-            observer.note(&format!(
-                "not shared from the project: `{}` comes from setup",
-                s.path
-            ));
-            continue;
-        }
-        match standing(project, &s, &tracked) {
-            Standing::Present { .. } => {}
-            Standing::Missing => {
-                if s.declared {
-                    observer.note(&format!("not shared: `{}` is not in the project", s.path));
-                }
-                continue;
-            }
-            Standing::Refused { why } => {
-                observer.note(&format!("not shared: `{}`: {why}", s.path));
-                continue;
-            }
-        }
-        let in_ws = workspace.join(&s.path);
-        if !parents_ok(workspace, &s.path) {
-            observer.note(&format!(
-                "not shared: `{}`: a link or a file on its way in the task's workspace",
-                s.path
-            ));
-            continue;
-        }
-        if std::fs::symlink_metadata(&in_ws).is_ok() {
-            observer.note(&format!(
-                "not shared: `{}` is already in the task's workspace",
-                s.path
-            ));
-            continue;
-        }
-        std::fs::create_dir_all(&in_ws)
-            .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
-        let m = Manifest::of(&project.join(&s.path))
-            .map_err(|e| Error::internal(format!("shared `{}`: {e}", s.path)).because(e))?;
-        let overlay = s.mode == ShareMode::Overlay;
-        observer.note(&format!(
-            "sharing `{}` {} ({}; {} files, sha256:{})",
-            s.path,
-            if overlay {
-                "copy-on-write"
-            } else {
-                "read-only"
-            },
-            s.why,
-            m.entries.len(),
-            &m.root[..12.min(m.root.len())]
-        ));
-        out.push(loop_receipt::SharedEnvironment {
-            path: s.path,
-            sha256: m.root,
-            files: m.entries.len() as u64,
-            overlay,
-            source: None,
-            changed_to: None,
-        });
-    }
-    // Files the build backend generated into the checkout (a VCS version's
-    // `_version.py`), untracked there: shown read-only at their place.
-    for path in crate::environments::generated_files(project) {
-        if out.iter().any(|o| o.path == path) || tracked(&path) {
-            continue;
-        }
-        let from = project.join(&path);
-        let regular = std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_file());
-        if !regular
-            || !parents_ok(project, &path)
-            || !parents_ok(workspace, &path)
-            || std::fs::symlink_metadata(workspace.join(&path)).is_ok()
-        {
-            continue;
-        }
-        let m = crate::environments::digest(&from)
-            .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
-        // An empty file to mount it on, made with no link followed.
-        loop_workspace::door::write(workspace, &path, b"")
-            .map_err(|e| Error::usage(format!("shared `{path}`: {e}")))?;
-        observer.note(&format!(
-            "sharing `{path}` read-only (generated by the build backend, named in pyproject.toml; sha256:{})",
-            &m.root[..12.min(m.root.len())]
-        ));
-        out.push(loop_receipt::SharedEnvironment {
-            path,
-            sha256: m.root,
-            files: 1,
-            overlay: false,
-            source: None,
-            changed_to: None,
-        });
-    }
-    Ok(out)
-}
-
-/// `settings` with the project's environments in view: the shares (each
-/// copy-on-write one's layer kept under `layers/<index>` when given: the
-/// task's build outputs outlast a command), the interpreter trees they
-/// link to and the toolchain caches, read-only, with the variables that
-/// point the toolchains at those caches; and, with a setup layer, the
-/// workspace also at the path the layer was built in.
-pub(crate) fn with_environments(
-    mut settings: loop_sandbox::Settings,
-    project: &Path,
-    layers: Option<&Path>,
-    shares: &[loop_receipt::SharedEnvironment],
-    setup: Option<&loop_protocol::SetupRecord>,
-) -> loop_sandbox::Settings {
-    if let Some(s) = setup {
-        settings.workspace_aliases = vec![std::path::PathBuf::from(&s.built_at)];
-    }
-    settings.shares = shares
-        .iter()
-        .enumerate()
-        .map(|(i, s)| loop_sandbox::Share {
-            host: project.join(s.content_path()),
-            rel: s.path.clone(),
-            access: if s.overlay {
-                loop_sandbox::ShareAccess::Overlay {
-                    keep: layers.map(|l| l.join(i.to_string())),
-                }
-            } else {
-                loop_sandbox::ShareAccess::ReadOnly
-            },
-            caches: crate::environments::tool_caches(&s.path)
-                .iter()
-                .map(|c| c.to_string())
-                .collect(),
-            repoint: crate::environments::editable_links(&project.join(s.content_path()), project),
-        })
-        .collect();
-    let mut trees: Vec<std::path::PathBuf> = Vec::new();
-    for s in shares {
-        for t in crate::environments::interpreter_trees(&project.join(s.content_path())) {
-            if !trees.contains(&t) {
-                trees.push(t);
-            }
-        }
-    }
-    for c in crate::environments::caches(project) {
-        if !trees.contains(&c.path) {
-            trees.push(c.path);
-        }
-        for kv in c.env {
-            if !settings.env.contains(&kv) {
-                settings.env.push(kv);
-            }
-        }
-    }
-    settings.read_only_trees = trees;
-    settings
 }
 
 /// A line saying where the task works.

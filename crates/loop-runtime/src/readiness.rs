@@ -100,11 +100,11 @@ fn as_a_task(
     let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, false)
         .map_err(|e| format!("cannot make a task's workspace: {e}"))?;
     let ran = (|| {
-        let shares = crate::prepare::share_environments(
+        let shares = crate::environments::share_environments(
             project,
             &workspace,
             loopfile,
-            None,
+            &[],
             &mut crate::Quiet,
         )
         .map_err(|e| e.message)?;
@@ -113,7 +113,7 @@ fn as_a_task(
         req.overlay_scratch = Some(scratch.join("overlay"));
         req.check = true;
         req.timeout = std::time::Duration::from_secs(300);
-        let settings = crate::prepare::with_environments(
+        let settings = crate::environments::with_environments(
             loop_sandbox::Settings {
                 git_dir: crate::layout::git_dir(&task_ws.origin),
                 ..Default::default()

@@ -239,7 +239,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         },
         None => crate::network::NetworkPlan::default(),
     };
-    let sandbox = crate::prepare::with_environments(
+    let sandbox = crate::environments::with_environments(
         loop_sandbox::Settings {
             egress: network.egress(crate::network::Use::Checks),
             ..Default::default()

@@ -410,7 +410,7 @@ impl Runtime {
 
     /// The dependency environments a task here would share, and where
     /// each stands.
-    pub fn audit(&self) -> Result<crate::environments::Audit, Error> {
-        crate::environments::audit(&self.project)
+    pub fn audit(&self) -> Result<crate::audit::Audit, Error> {
+        crate::audit::audit(&self.project)
     }
 }

@@ -14,6 +14,7 @@
 //! task using it also sees its own workspace at that path.
 
 use crate::Error;
+pub use crate::loopfile::sections::SetupSection;
 use loop_protocol::{KeyedFile, SetupRecord, SetupStep};
 use loop_workspace::Manifest;
 use std::path::{Path, PathBuf};
@@ -41,30 +42,6 @@ pub const LOCKFILES: &[&str] = &[
     "go.sum",
     "Gemfile.lock",
 ];
-
-/// The Loopfile's `setup:`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetupSection {
-    /// Shell steps, in order.
-    pub steps: Vec<String>,
-    /// Files keying the layer (default: [`LOCKFILES`] found).
-    pub keys: Option<Vec<String>>,
-    /// Top-level directories the steps make (default: every new one).
-    pub outputs: Option<Vec<String>>,
-    /// Seconds each step may take.
-    pub timeout_secs: u64,
-}
-
-impl Default for SetupSection {
-    fn default() -> Self {
-        SetupSection {
-            steps: Vec::new(),
-            keys: None,
-            outputs: None,
-            timeout_secs: 900,
-        }
-    }
-}
 
 /// A task's setup: the record, and where the layer's outputs are (relative
 /// to the project).
@@ -209,7 +186,7 @@ fn sandbox(
     isolation: loop_sandbox::IsolationLevel,
     egress: Option<loop_sandbox::egress::Egress>,
 ) -> loop_sandbox::Settings {
-    crate::prepare::with_environments(
+    crate::environments::with_environments(
         loop_sandbox::Settings {
             isolation,
             cancel: Some(crate::interrupt::flag()),

@@ -12,6 +12,11 @@ pub struct Cgroups {
     pub dirs: Vec<PathBuf>,
     /// Whether memory is limited.
     pub memory: bool,
+    /// Whether swap counts against that limit too (cgroup v2's
+    /// `memory.swap.max` of 0, v1's `memsw` limit), or there is no swap:
+    /// only then is the memory limit a bound on everything a command can
+    /// hold, and its address space left free.
+    pub swap_bounded: bool,
     /// Whether processes are limited.
     pub pids: bool,
     /// Why a controller is missing.
@@ -39,6 +44,15 @@ fn make(base: &Path, name: &str) -> Option<PathBuf> {
     let dir = base.join(name);
     std::fs::create_dir(&dir).ok()?;
     Some(dir)
+}
+
+/// Whether this machine has no swap at all (`SwapTotal: 0 kB`).
+fn no_swap() -> bool {
+    std::fs::read_to_string("/proc/meminfo").is_ok_and(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("SwapTotal:"))
+            .is_some_and(|v| v.split_whitespace().next() == Some("0"))
+    })
 }
 
 fn v2_root() -> Option<PathBuf> {
@@ -76,6 +90,7 @@ impl Cgroups {
                     & std::fs::write(dir.join("pids.max"), pids.to_string()).is_ok();
                 if ok {
                     cg.memory = true;
+                    cg.swap_bounded = true;
                     cg.pids = true;
                     cg.dirs.push(dir);
                     return cg;
@@ -90,11 +105,13 @@ impl Cgroups {
                 if std::fs::write(dir.join("memory.limit_in_bytes"), mem_bytes.to_string()).is_ok()
                 {
                     // Swap counts too where the kernel accounts it.
-                    let _ = std::fs::write(
+                    let memsw = std::fs::write(
                         dir.join("memory.memsw.limit_in_bytes"),
                         mem_bytes.to_string(),
-                    );
+                    )
+                    .is_ok();
                     cg.memory = true;
+                    cg.swap_bounded = memsw || no_swap();
                     cg.dirs.push(dir);
                 } else {
                     let _ = std::fs::remove_dir(&dir);

@@ -969,7 +969,7 @@ fn prepare(
     if !use_ns {
         notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
     }
-    let rlimits = rlimits_for(req, cgroups.memory, mem_bytes);
+    let rlimits = rlimits_for(req, (cgroups.memory, cgroups.swap_bounded), mem_bytes);
     if support.root {
         notes.push(
             "running as root: RLIMIT_NPROC does not bind root; the pids cgroup limits processes"
@@ -1762,19 +1762,23 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
 /// limits memory. Each with how the evidence names it.
 fn rlimits_for(
     req: &ExecRequest,
-    memory_cgroup: bool,
+    (memory_cgroup, swap_bounded): (bool, bool),
     mem_bytes: u64,
 ) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t, String)> {
     let cpu = req
         .limits
         .cpu_secs
         .unwrap_or_else(|| req.timeout.as_secs().max(1) + 1);
-    // Under a memory cgroup, memory is limited where it is used: the
-    // address space is left free, since runtimes reserve far more than
-    // they touch (V8 reserves about 10 GiB for each WebAssembly memory,
-    // which vitest's and esbuild's parsers instantiate; Go's heap arenas).
-    let as_bytes = if memory_cgroup {
+    // Under a memory cgroup that bounds swap too, memory is limited where
+    // it is used: the address space is left free, since runtimes reserve
+    // far more than they touch (V8 reserves about 10 GiB for each
+    // WebAssembly memory, which vitest's and esbuild's parsers
+    // instantiate; Go's heap arenas). Where swap escapes the cgroup, the
+    // address space stays the backstop at four times the limit.
+    let as_bytes = if memory_cgroup && swap_bounded {
         libc::RLIM_INFINITY
+    } else if memory_cgroup {
+        mem_bytes.saturating_mul(4)
     } else {
         mem_bytes
     };

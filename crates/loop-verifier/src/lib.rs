@@ -65,6 +65,9 @@ pub struct SnapshotVerifier {
     /// Checks build Go with their cache at [`GO_CACHE`] in their view (see
     /// [`SnapshotVerifier::with_go_cache`]).
     go_cache: bool,
+    /// A file whose time is when the workspace was made (see
+    /// [`SnapshotVerifier::with_settled`]).
+    settled: Option<PathBuf>,
 }
 
 /// Where a check's Go build cache is, in its view of the workspace: kept
@@ -94,7 +97,31 @@ impl SnapshotVerifier {
             known: None,
             builds: None,
             go_cache: false,
+            settled: None,
         }
+    }
+
+    /// `stamp`'s modification time is when the workspace was made and
+    /// its files given their times (the checkout's, for those it holds
+    /// unchanged). Before checks that build on earlier outputs (kept
+    /// builds, a copy-on-write share such as the user's `target/`, the Go
+    /// cache), every file whose status changed since is dated now: a task
+    /// that changed a file and dated it back cannot have the check take an
+    /// older output for it. No stamp: every file is dated now.
+    pub fn with_settled(mut self, stamp: &Path) -> Self {
+        self.settled = Some(stamp.to_path_buf());
+        self
+    }
+
+    /// Whether checks build on outputs older than the workspace's files.
+    fn builds_on_earlier_outputs(&self) -> bool {
+        self.go_cache
+            || !self.below().is_empty()
+            || self
+                .sandbox
+                .shares
+                .iter()
+                .any(|s| matches!(s.access, loop_sandbox::ShareAccess::Overlay { .. }))
     }
 
     /// Point each check's Go build cache (`GOCACHE`) at [`GO_CACHE`] in its
@@ -122,15 +149,26 @@ impl SnapshotVerifier {
         self
     }
 
-    /// The kept build outputs a check's overlay shows under the workspace.
+    /// The kept build outputs a check's overlay shows under the workspace:
+    /// none while the workspace has a top-level entry of a name kept there
+    /// (the task made it: merged, what it put there would mix with the
+    /// project's own outputs; without them the check builds afresh).
     #[allow(clippy::disallowed_methods)] // lstat of the runtime's own directory beside the workspace
     fn below(&self) -> Vec<PathBuf> {
-        self.builds
-            .as_ref()
-            .map(|(d, _)| d)
-            .filter(|d| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some()))
-            .map(|d| vec![d.clone()])
-            .unwrap_or_default()
+        let Some((dir, _)) = &self.builds else {
+            return Vec::new();
+        };
+        let Ok(items) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let names: Vec<std::ffi::OsString> = items.flatten().map(|e| e.file_name()).collect();
+        let clashes = names
+            .iter()
+            .any(|n| std::fs::symlink_metadata(self.workspace.join(n)).is_ok());
+        if names.is_empty() || clashes {
+            return Vec::new();
+        }
+        vec![dir.clone()]
     }
 
     /// Whether a baseline run of `run` keeps the build outputs it makes.
@@ -346,6 +384,19 @@ impl SnapshotVerifier {
             old.discard();
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
+        if let Some(stamp) = &self.settled
+            && self.builds_on_earlier_outputs()
+        {
+            let since = std::fs::metadata(stamp)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            loop_workspace::fsutil::refresh_times(&self.workspace, since).map_err(|at| {
+                VerifyError::Snapshot(std::io::Error::other(format!(
+                    "cannot date {} now (a changed file must not pass for one an earlier build made)",
+                    at.display()
+                )))
+            })?;
+        }
         let overlay = loop_sandbox::overlay_available();
         // With overlays the quiescent workspace is the seal: checks start at
         // once, and its manifest is hashed alongside them. Otherwise the
@@ -673,7 +724,17 @@ impl SnapshotVerifier {
                             &view,
                             (&self.sandbox, keep.is_some()),
                         );
-                        if let Some(kept) = keep {
+                        // Only a run that ended by itself: a build cut short
+                        // (a timeout, a signal, a full disk) leaves outputs
+                        // that would fail honest work later.
+                        let whole = !ev.timed_out
+                            && ev.signal.is_none()
+                            && ev.exit_code.is_some()
+                            && !ev
+                                .failure
+                                .as_deref()
+                                .is_some_and(|f| f.contains("could not start"));
+                        if let Some(kept) = keep.filter(|_| whole) {
                             let upper = layer
                                 .as_ref()
                                 .map(|l| l.upper())
@@ -1036,12 +1097,25 @@ fn run_check(
     (ev, Some(result.isolation), layer)
 }
 
-/// Keep in `kept` the top-level directories a baseline check wrote in its
-/// layer over `workspace` (`upper`) that the workspace itself does not
-/// have: build outputs of the untouched project, copied with their
-/// modification times (build tools judge by them). Links, files, the
-/// `.git` name and directories already kept are left; each directory is
-/// copied aside and renamed into place, so a half copy is never used.
+/// The top-level directories a check's build outputs are kept from:
+/// Cargo's `target`, the usual CMake and Meson build directories (the
+/// detected check's `build-loop`), and the checks' Go cache. Nothing else
+/// a baseline run writes is kept (snapshots recorded from the unfixed
+/// code, a test runner's last-failed list, compiled tests of sources a
+/// task may delete would all change what a later check means).
+pub fn kept_build_dir(name: &str) -> bool {
+    matches!(
+        name,
+        "target" | "build" | "build-loop" | "_build" | GO_CACHE
+    ) || name.starts_with("cmake-build-")
+}
+
+/// Keep in `kept` the build directories ([`kept_build_dir`]) a baseline
+/// check wrote in its layer over `workspace` (`upper`) that the workspace
+/// itself does not have: build outputs of the untouched project, copied
+/// with their modification times (build tools judge by them). Links,
+/// files and directories already kept are left; each directory is copied
+/// aside and renamed into place, so a half copy is never used.
 #[allow(clippy::disallowed_methods)] // the runtime's own directory beside the workspace, written from a layer read with links as links
 fn keep_builds(upper: &Path, workspace: &Path, kept: &Path) -> std::io::Result<()> {
     let Ok(items) = std::fs::read_dir(upper) else {
@@ -1049,9 +1123,7 @@ fn keep_builds(upper: &Path, workspace: &Path, kept: &Path) -> std::io::Result<(
     };
     for item in items.flatten() {
         let name = item.file_name();
-        let plain = name.to_str().is_some_and(|n| {
-            !n.is_empty() && n != ".git" && !n.starts_with(".loop-kept") && !n.contains('/')
-        });
+        let plain = name.to_str().is_some_and(kept_build_dir);
         let dir = std::fs::symlink_metadata(item.path()).is_ok_and(|m| m.is_dir());
         if !plain
             || !dir

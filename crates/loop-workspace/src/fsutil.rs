@@ -201,6 +201,71 @@ pub fn copy_times(src: &Path, dst: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Set to now the modification time of every file under `dir` (links and
+/// `.git` at its top left out) whose status changed after `since` (its
+/// ctime: any write, any `touch`, any rename or chmod sets it, and no
+/// process can set it back). Build tools judge by modification times, and
+/// a task may set those to anything: a file it changed but dated back
+/// would otherwise be taken as built by an older output. The number of
+/// files set, or the first path that could not be.
+#[allow(clippy::disallowed_methods)] // the task's quiescent workspace, walked with links as links; only times are set
+pub fn refresh_times(
+    dir: &Path,
+    since: std::time::SystemTime,
+) -> Result<usize, std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, nanos) = (since.as_secs() as i64, i64::from(since.subsec_nanos()));
+    let mut set = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let items = std::fs::read_dir(&at).map_err(|_| at.clone())?;
+        for item in items {
+            let item = item.map_err(|_| at.clone())?;
+            let path = item.path();
+            if at == dir && item.file_name() == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).map_err(|_| path.clone())?;
+            if meta.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if !meta.is_file() || (meta.ctime(), meta.ctime_nsec()) <= (secs, nanos) {
+                continue;
+            }
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| path.clone())?;
+            let now = [
+                libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+            ];
+            // SAFETY: a NUL-terminated path and two timespecs we own.
+            let r = unsafe {
+                libc::utimensat(
+                    libc::AT_FDCWD,
+                    c.as_ptr(),
+                    now.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if r != 0 {
+                return Err(path);
+            }
+            set += 1;
+        }
+    }
+    Ok(set)
+}
+
 /// Clone `src` to a new `dst` sharing its extents (btrfs, XFS, …); false
 /// when the filesystem cannot, leaving no `dst` behind.
 #[allow(clippy::disallowed_methods)] // the door's sibling for copies: symlink_metadata first, links copied as links, never followed
@@ -278,5 +343,47 @@ mod tests {
         let link = std::fs::read_link(d.path().join("dst/link")).unwrap();
         assert_eq!(link, Path::new("/etc/passwd"));
         assert!(!d.path().join("dst/skipme").exists());
+    }
+
+    fn mtime(p: &Path) -> std::time::SystemTime {
+        std::fs::metadata(p).unwrap().modified().unwrap()
+    }
+
+    /// A file changed after the stamp and dated back is dated now; one
+    /// left alone keeps its time, and so does `.git` at the top.
+    #[test]
+    fn a_file_changed_and_dated_back_is_dated_now() {
+        let d = TestDir::new("refresh-times");
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/kept.c"), "int kept(void) { return 1; }\n").unwrap();
+        std::fs::write(ws.join("src/left.c"), "int left(void) { return 1; }\n").unwrap();
+        std::fs::write(ws.join(".git"), "gitdir: elsewhere\n").unwrap();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(978_307_200);
+        for f in ["src/kept.c", "src/left.c", ".git"] {
+            let file = std::fs::File::options()
+                .write(true)
+                .open(ws.join(f))
+                .unwrap();
+            file.set_times(std::fs::FileTimes::new().set_modified(old))
+                .unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let stamp = std::time::SystemTime::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The task: a change, then the old time again.
+        std::fs::write(ws.join("src/kept.c"), "int kept(void) { return 0; }\n").unwrap();
+        let file = std::fs::File::options()
+            .write(true)
+            .open(ws.join("src/kept.c"))
+            .unwrap();
+        file.set_times(std::fs::FileTimes::new().set_modified(old))
+            .unwrap();
+        drop(file);
+        assert_eq!(mtime(&ws.join("src/kept.c")), old);
+        assert_eq!(refresh_times(&ws, stamp).unwrap(), 1);
+        assert!(mtime(&ws.join("src/kept.c")) >= stamp, "dated now");
+        assert_eq!(mtime(&ws.join("src/left.c")), old, "left alone");
+        assert_eq!(mtime(&ws.join(".git")), old);
     }
 }

@@ -487,10 +487,14 @@ fn copy_project(project: &Path, dest: &Path) -> Result<Vec<String>, WorkspaceErr
         let name = rel.rsplit('/').next().unwrap_or(rel);
         rel == ".loop" || rel == ".git" || BUILD_OUTPUTS.contains(&name) || ignores.ignored(rel)
     };
-    // With the originals' times: build outputs shared into the task stay
-    // current for what it has not changed.
+    // With the originals' times (best effort: a file that changed while it
+    // was copied only costs a rebuild): build outputs shared into the
+    // task stay current for what it has not changed.
     copy_tree(project, dest, &skip, true)
-        .and_then(|stats| crate::fsutil::copy_times(project, dest).map(|()| stats.skipped))
+        .map(|stats| {
+            let _ = crate::fsutil::copy_times(project, dest);
+            stats.skipped
+        })
         .map_err(|source| WorkspaceError::Io {
             what: "cannot copy the project".into(),
             source,
@@ -508,10 +512,51 @@ fn copy_project(project: &Path, dest: &Path) -> Result<Vec<String>, WorkspaceErr
 #[allow(clippy::disallowed_methods)] // lstat of the user's checkout; times set on the worktree git just made, no link followed
 fn carry_mtimes(project: &Path, dest: &Path) {
     use std::os::unix::fs::OpenOptionsExt;
+    // Only when the checkout is at the commit the worktree was made from,
+    // and git can say what in it differs: else nothing is carried.
+    let (Ok(theirs), Ok(ours)) = (
+        git(project, &["rev-parse", "--verify", "HEAD"]),
+        git(dest, &["rev-parse", "--verify", "HEAD"]),
+    ) else {
+        return;
+    };
+    if theirs != ours {
+        return;
+    }
+    let Ok(status) = git(
+        project,
+        &["status", "--porcelain=v1", "-z", "--untracked-files=no"],
+    ) else {
+        return;
+    };
+    // Files git is told not to look at (assume-unchanged, skip-worktree)
+    // may differ without git saying so: never carried.
+    let Ok(flagged) = git(project, &["ls-files", "-v", "-z"]) else {
+        return;
+    };
+    let mut changed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut entries = status.split('\0');
+    while let Some(e) = entries.next() {
+        if e.len() < 4 {
+            continue;
+        }
+        let (code, path) = e.split_at(3);
+        if (code.starts_with('R') || code.starts_with('C'))
+            && let Some(from) = entries.next()
+        {
+            changed.insert(from.to_string());
+        }
+        changed.insert(path.to_string());
+    }
+    for e in flagged.split('\0').filter(|e| e.len() > 2) {
+        let (tag, path) = e.split_at(2);
+        if tag.starts_with(|c: char| c.is_ascii_lowercase() || c == 'S') {
+            changed.insert(path.to_string());
+        }
+    }
     let Ok(listed) = git(dest, &["ls-files", "-z"]) else {
         return;
     };
-    let changed: std::collections::HashSet<String> = uncommitted(project).into_iter().collect();
     let mut carried = 0usize;
     for rel in listed.split('\0').filter(|r| !r.is_empty()) {
         if changed.contains(rel) {
@@ -886,15 +931,16 @@ mod tests {
 
     /// A file the checkout holds as committed keeps the checkout's time in
     /// the worktree (build tools see the project's outputs as current); one
-    /// the user changed does not, nor does one the checkout holds as a link;
-    /// and the worktree's `git status` stays clean.
+    /// the user changed (to text of the same length) does not, nor one git
+    /// is told to assume unchanged; and the worktree's `git status` stays
+    /// clean.
     #[test]
     fn a_worktree_keeps_the_checkouts_times_for_files_it_holds_unchanged() {
         let d = TestDir::new("tw-times");
         let p = repo(&d);
         sh(
             &p,
-            "touch -d '2001-02-03 04:05:06' a.txt b.txt && echo changed > b.txt && touch -d '2001-02-03 04:05:06' b.txt",
+            "echo same > c.txt && git add c.txt && git commit -qm c && git update-index --assume-unchanged c.txt && echo SAME > c.txt && echo BASE > b.txt && touch -d '2001-02-03 04:05:06' a.txt b.txt c.txt",
         );
         let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", false).unwrap();
         let mtime = |f: &Path| {
@@ -911,6 +957,11 @@ mod tests {
             mtime(&ws.path.join("b.txt")),
             mtime(&p.join("b.txt")),
             "b.txt differs in the checkout: its time says nothing of the worktree's"
+        );
+        assert_ne!(
+            mtime(&ws.path.join("c.txt")),
+            mtime(&p.join("c.txt")),
+            "c.txt is assumed unchanged: git cannot say whether it differs"
         );
         assert_eq!(sh(&ws.path, "git status --porcelain"), "");
         ws.discard().unwrap();

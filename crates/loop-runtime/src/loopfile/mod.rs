@@ -8,6 +8,9 @@ use loop_protocol::yaml::{self, Node, Reader, Value};
 use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
 use std::path::{Path, PathBuf};
 
+pub mod sections;
+pub mod triggers;
+
 /// The sections this build reads.
 const SECTIONS: &[&str] = &[
     "version",
@@ -106,13 +109,13 @@ pub struct Loopfile {
     /// brings home only with `--trust-host-files`.
     pub host_executable: Vec<String>,
     /// `workspace.share`: untracked project paths a task shares.
-    pub shares: Vec<crate::environments::Share>,
+    pub shares: Vec<sections::Share>,
     /// `workspace.detect: false`: share only what is declared.
     pub no_share_detection: bool,
     /// `network:`: hosts commands and setup steps may reach, names pinned.
-    pub network: crate::network::NetworkSection,
+    pub network: sections::NetworkSection,
     /// `setup:`: steps that prepare a task's environments, cached.
-    pub setup: Option<crate::setup::SetupSection>,
+    pub setup: Option<sections::SetupSection>,
     /// `verification:`: the project's build, test and lint commands (its
     /// regression guards) and criteria every task's contract gets.
     pub verification: Verification,
@@ -120,7 +123,7 @@ pub struct Loopfile {
     /// `--check` or an instruction alone.
     pub defaults: Defaults,
     /// `triggers:`: webhooks that start tasks from templates.
-    pub triggers: Vec<crate::triggers::Trigger>,
+    pub triggers: Vec<triggers::Trigger>,
     /// `store:`: a PostgreSQL store every process on this project shares
     /// (`postgres://USER@HOST/DB`; the password comes from `PGPASSWORD`,
     /// never the Loopfile, which is committed).
@@ -268,7 +271,7 @@ impl Loopfile {
                 "setup" => out.setup = read_setup(&mut r, v),
                 "verification" => out.verification = read_verification(&mut r, v),
                 "defaults" => out.defaults = read_defaults(&mut r, v),
-                "triggers" => out.triggers = crate::triggers::read_triggers(&mut r, v),
+                "triggers" => out.triggers = triggers::read_triggers(&mut r, v),
                 "store" => out.store = read_store(&mut r, v),
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 "project" => out.project = read_project(&mut r, v),
@@ -732,18 +735,18 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
                         continue;
                     };
                     let mode = match find("mode") {
-                        None => Some(crate::environments::ShareMode::ReadOnly),
+                        None => Some(sections::ShareMode::ReadOnly),
                         Some((_, m)) => r.one_of(m, "share mode", SHARE_MODES).map(|m| {
                             if m == "overlay" {
-                                crate::environments::ShareMode::Overlay
+                                sections::ShareMode::Overlay
                             } else {
-                                crate::environments::ShareMode::ReadOnly
+                                sections::ShareMode::ReadOnly
                             }
                         }),
                     };
                     (p, mode)
                 }
-                _ => (item, Some(crate::environments::ShareMode::ReadOnly)),
+                _ => (item, Some(sections::ShareMode::ReadOnly)),
             };
             let (Some(path), Some(mode)) = (r.rel_path(path_node, "a shared path"), mode) else {
                 continue;
@@ -780,7 +783,7 @@ fn read_workspace(r: &mut Reader, node: &Node, out: &mut Loopfile) {
                 );
                 continue;
             }
-            out.shares.push(crate::environments::Share {
+            out.shares.push(sections::Share {
                 path: path.as_str().to_string(),
                 mode,
                 why: "declared in the Loopfile".into(),
@@ -848,8 +851,8 @@ fn read_verification(r: &mut Reader, node: &Node) -> Verification {
 
 /// `setup:`: a list of shell steps, or `{run: [...], keys: [FILE...],
 /// outputs: [DIR...], timeout_secs: N}`.
-fn read_setup(r: &mut Reader, node: &Node) -> Option<crate::setup::SetupSection> {
-    let mut out = crate::setup::SetupSection::default();
+fn read_setup(r: &mut Reader, node: &Node) -> Option<sections::SetupSection> {
+    let mut out = sections::SetupSection::default();
     let steps = |r: &mut Reader, n: &Node| -> Vec<String> {
         let mut v = Vec::new();
         for item in r.seq(n, "setup steps").unwrap_or_default() {
@@ -917,8 +920,8 @@ fn read_setup(r: &mut Reader, node: &Node) -> Option<crate::setup::SetupSection>
 /// `network:`: `allow` (hosts `run_command` may reach through the egress
 /// proxy), `setup` (hosts setup steps may reach), `resolve` (names pinned
 /// to `ip:port`). Entries are host patterns or presets.
-fn read_network(r: &mut Reader, node: &Node) -> crate::network::NetworkSection {
-    let mut out = crate::network::NetworkSection::default();
+fn read_network(r: &mut Reader, node: &Node) -> sections::NetworkSection {
+    let mut out = sections::NetworkSection::default();
     let Some(fields) = r.mapping(node, "`network`", NETWORK_KEYS) else {
         return out;
     };
@@ -1094,7 +1097,7 @@ pub fn schema() -> serde_json::Value {
             "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
             "webhook": {"type": "object", "additionalProperties": false,
                 "required": ["secret_env", "owner"],
-                "properties": props(crate::triggers::WEBHOOK_KEYS, |k| match k {
+                "properties": props(triggers::WEBHOOK_KEYS, |k| match k {
                     "style" => json!({"enum": ["github", "hmac"]}),
                     "secret_env" => json!({"type": "string", "minLength": 1,
                         "description": "the environment variable holding the shared secret"}),
@@ -1103,7 +1106,7 @@ pub fn schema() -> serde_json::Value {
                 })},
             "task": {"type": "object", "additionalProperties": false,
                 "required": ["instruction", "checks"],
-                "properties": props(crate::triggers::TEMPLATE_KEYS, |k| match k {
+                "properties": props(triggers::TEMPLATE_KEYS, |k| match k {
                     "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
                     "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
                         "owner" => json!({"type": "string", "minLength": 1, "description": "who a scheduled task belongs to"}),

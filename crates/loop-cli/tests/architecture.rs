@@ -1,0 +1,175 @@
+//! `docs/architecture.md` is the map of what exists: every crate has its
+//! row in "The crates, as built", every `loop` subcommand is in "The `loop`
+//! command line", and no crate's modules import each other in a cycle
+//! (a module's `crate::…` paths outside its tests, comments and docs).
+#![allow(clippy::disallowed_methods)] // the test reads the repository's own files
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn doc() -> String {
+    std::fs::read_to_string(root().join("docs/architecture.md")).unwrap()
+}
+
+/// The text of `doc` from the heading starting with `heading` to the next
+/// heading of the same level.
+fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
+    let start = doc.find(heading).unwrap_or_else(|| panic!("{heading}"));
+    let rest = &doc[start + heading.len()..];
+    let end = rest.find("\n## ").map_or(rest.len(), |i| i);
+    &rest[..end]
+}
+
+#[test]
+fn every_crate_has_its_row() {
+    let doc = doc();
+    let table = section(&doc, "## The crates, as built");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().join("Cargo.toml").is_file() && !table.contains(&format!("| `{name}` |")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "crates without their row in docs/architecture.md: {missing:?}"
+    );
+}
+
+#[test]
+fn every_subcommand_is_in_the_command_line_section() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let commands: Vec<String> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(commands.len() > 20, "{help}");
+    let doc = doc();
+    let synopsis = section(&doc, "## The `loop` command line");
+    let words: BTreeSet<&str> = synopsis
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .collect();
+    let missing: Vec<&String> = commands
+        .iter()
+        .filter(|c| !words.contains(c.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "subcommands not in docs/architecture.md's command line: {missing:?}"
+    );
+}
+
+/// The modules of the crate whose sources are `src`: name → the other
+/// top-level modules its code (not its tests or comments) names.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let top = |p: &Path| -> Option<String> {
+        let rel = p.strip_prefix(src).unwrap();
+        let first = rel.components().next()?.as_os_str().to_string_lossy();
+        let name = first.trim_end_matches(".rs").to_string();
+        (name != "lib" && name != "main").then_some(name)
+    };
+    let names: BTreeSet<String> = files.iter().filter_map(|p| top(p)).collect();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let Some(module) = top(f) else { continue };
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let entry = out.entry(module.clone()).or_default();
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or("");
+            for (i, _) in line.match_indices("crate::") {
+                let name: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name != module && names.contains(&name) {
+                    entry.insert(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A cycle among `graph`'s modules, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_crate_has_an_import_cycle_among_its_modules() {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let src = entry.path().join("src");
+        if src.is_dir()
+            && let Some(c) = cycle(&imports(&src))
+        {
+            found.push(format!(
+                "{}: {}",
+                entry.file_name().to_string_lossy(),
+                c.join(" → ")
+            ));
+        }
+    }
+    assert!(found.is_empty(), "import cycles: {found:?}");
+    // The check sees a cycle where there is one.
+    let mut planted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    planted.insert("a".into(), ["b".to_string()].into());
+    planted.insert("b".into(), ["a".to_string()].into());
+    assert_eq!(cycle(&planted), Some(vec!["a".into(), "b".into()]));
+}

@@ -1,0 +1,435 @@
+//! The Loopfile's `triggers:` as written: each trigger's webhook, schedule
+//! and task template, and their reader. What a trigger does when it fires
+//! is `crate::triggers`.
+
+use loop_protocol::yaml::{Node, Reader};
+
+/// A trigger's keys.
+pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "task"];
+/// A webhook's keys.
+pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
+/// A task template's keys.
+pub(crate) const TEMPLATE_KEYS: &[&str] = &[
+    "owner",
+    "instruction",
+    "checks",
+    "artifacts",
+    "model",
+    "max_steps",
+    "timeout_secs",
+];
+/// One trigger of the Loopfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    /// Its name (in the webhook's path).
+    pub name: String,
+    /// Its webhook, when it has one.
+    pub webhook: Option<Webhook>,
+    /// Its schedule, when it has one (its tasks belong to `owner`).
+    pub cron: Option<Schedule>,
+    /// The task each firing starts.
+    pub task: TaskTemplate,
+}
+
+/// How a webhook's deliveries are authenticated and whose tasks they start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    /// The environment variable that holds the shared secret (never the
+    /// secret itself in the Loopfile).
+    pub secret_env: String,
+    /// `github` or `hmac`.
+    pub style: HookStyle,
+    /// The owner of the tasks it starts.
+    pub owner: String,
+}
+
+/// How a delivery is signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStyle {
+    /// GitHub's `X-Hub-Signature-256` over the body, `X-GitHub-Delivery`.
+    Github,
+    /// `X-Loop-Signature` over `TIMESTAMP.BODY`, `X-Loop-Timestamp`,
+    /// `X-Loop-Delivery`.
+    Hmac,
+}
+
+/// The task a trigger starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskTemplate {
+    /// Its instruction.
+    pub instruction: String,
+    /// Its acceptance checks (shell commands that must exit 0).
+    pub checks: Vec<String>,
+    /// Files that must exist at the end.
+    pub artifacts: Vec<String>,
+    /// The model (default: the Loopfile's maker).
+    pub model: Option<String>,
+    /// Model turns allowed.
+    pub max_steps: Option<u32>,
+    /// Wall-clock seconds allowed.
+    pub timeout_secs: Option<u64>,
+    /// Who a scheduled task belongs to (a webhook's own `owner` wins).
+    pub owner: Option<String>,
+}
+
+/// `triggers:`: a list of triggers, each named once.
+pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
+    let mut out: Vec<Trigger> = Vec::new();
+    for item in r.seq(node, "`triggers`").unwrap_or_default() {
+        let Some(fields) = r.mapping(item, "a trigger", TRIGGER_KEYS) else {
+            continue;
+        };
+        let mut name = None;
+        let mut webhook = None;
+        let mut cron = None;
+        let mut task = None;
+        for (k, v) in fields {
+            match k.name.as_str() {
+                "name" => name = r.string(v, "a trigger's `name`").map(|n| (n, v.pos)),
+                "webhook" => webhook = read_webhook(r, v),
+                "cron" => {
+                    if let Some(text) = r.string(v, "`cron`") {
+                        match Schedule::parse(&text) {
+                            Ok(s) => cron = Some(s),
+                            Err(why) => r.err(Some(v.pos), format!("cron `{text}`: {why}"), None),
+                        }
+                    }
+                }
+                _ => task = read_template(r, v),
+            }
+        }
+        let Some((name, pos)) = name else {
+            r.err(Some(item.pos), "a trigger needs a `name`".into(), None);
+            continue;
+        };
+        let plain = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !plain {
+            r.err(
+                Some(pos),
+                format!("trigger name `{name}`: lower-case letters, digits and `-` only"),
+                None,
+            );
+            continue;
+        }
+        if out.iter().any(|t| t.name == name) {
+            r.err(Some(pos), format!("trigger `{name}` is named twice"), None);
+            continue;
+        }
+        if let Some(w) = &webhook
+            && let Some(other) = out.iter().find(|t| {
+                t.webhook
+                    .as_ref()
+                    .is_some_and(|o| o.secret_env == w.secret_env)
+            })
+        {
+            r.err(
+                Some(pos),
+                format!(
+                    "trigger `{name}` shares its secret ({}) with `{}`: a delivery signed for one would be taken by the other; give each its own",
+                    w.secret_env, other.name
+                ),
+                None,
+            );
+            continue;
+        }
+        let Some(task) = task else {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}` needs a `task`"),
+                None,
+            );
+            continue;
+        };
+        if webhook.is_none() && cron.is_none() {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}` needs a `webhook` or a `cron` schedule"),
+                None,
+            );
+            continue;
+        }
+        if cron.is_some() && task.owner.is_none() && webhook.is_none() {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}`: a scheduled task needs an `owner` (in `task`)"),
+                None,
+            );
+            continue;
+        }
+        out.push(Trigger {
+            name,
+            webhook,
+            cron,
+            task,
+        });
+    }
+    out
+}
+
+fn read_webhook(r: &mut Reader, node: &Node) -> Option<Webhook> {
+    let fields = r.mapping(node, "`webhook`", WEBHOOK_KEYS)?;
+    let mut secret_env = None;
+    let mut style = HookStyle::Hmac;
+    let mut owner = None;
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "secret_env" => secret_env = r.string(v, "`secret_env`"),
+            "style" => match r.string(v, "`style`").as_deref() {
+                Some("github") => style = HookStyle::Github,
+                Some("hmac") => style = HookStyle::Hmac,
+                Some(other) => r.err(
+                    Some(v.pos),
+                    format!("webhook style `{other}`: `github` or `hmac`"),
+                    None,
+                ),
+                None => {}
+            },
+            _ => owner = r.string(v, "`owner`"),
+        }
+    }
+    match (secret_env, owner) {
+        (Some(secret_env), Some(owner)) if !secret_env.is_empty() && !owner.trim().is_empty() => {
+            Some(Webhook {
+                secret_env,
+                style,
+                owner,
+            })
+        }
+        _ => {
+            r.err(
+                Some(node.pos),
+                "a webhook needs `secret_env` (the variable holding its secret) and `owner`".into(),
+                None,
+            );
+            None
+        }
+    }
+}
+
+fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
+    let fields = r.mapping(node, "a trigger's `task`", TEMPLATE_KEYS)?;
+    let mut t = TaskTemplate::default();
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "instruction" => t.instruction = r.string(v, "`instruction`").unwrap_or_default(),
+            "owner" => t.owner = r.string(v, "`owner`").filter(|o| !o.trim().is_empty()),
+            "checks" => t.checks = r.strings(v, "`checks`").unwrap_or_default(),
+            "artifacts" => t.artifacts = r.strings(v, "`artifacts`").unwrap_or_default(),
+            "model" => t.model = r.string(v, "`model`"),
+            "max_steps" => {
+                t.max_steps = r
+                    .unsigned(v, "`max_steps`", 1)
+                    .and_then(|n| u32::try_from(n).ok())
+            }
+            _ => t.timeout_secs = r.unsigned(v, "`timeout_secs`", 1),
+        }
+    }
+    if t.instruction.trim().is_empty() || t.checks.is_empty() {
+        r.err(
+            Some(node.pos),
+            "a trigger's task needs an `instruction` and `checks`".into(),
+            None,
+        );
+        return None;
+    }
+    Some(t)
+}
+
+/// A five-field cron schedule (minute, hour, day of month, month, day of
+/// week; `*`, lists, ranges and steps; Sunday is 0 or 7), read in UTC. As
+/// cron does, when both day fields are restricted a day matching either
+/// fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// As written.
+    pub text: String,
+    minutes: Vec<bool>,
+    hours: Vec<bool>,
+    days: Vec<bool>,
+    months: Vec<bool>,
+    weekdays: Vec<bool>,
+    days_any: bool,
+    weekdays_any: bool,
+}
+
+impl Schedule {
+    /// Read `text`; what is wrong with it, if anything.
+    pub fn parse(text: &str) -> Result<Schedule, String> {
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        if fields.len() != 5 {
+            return Err(format!(
+                "five fields (minute hour day-of-month month day-of-week), not {}",
+                fields.len()
+            ));
+        }
+        let field = |s: &str, lo: u32, hi: u32, what: &str| -> Result<Vec<bool>, String> {
+            let mut set = vec![false; hi as usize + 1];
+            for part in s.split(',') {
+                let (range, step) = match part.split_once('/') {
+                    Some((r, st)) => (
+                        r,
+                        st.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            format!("{what}: step `{st}` is not a positive number")
+                        })?,
+                    ),
+                    None => (part, 1),
+                };
+                let (a, b) = if range == "*" {
+                    (lo, hi)
+                } else if let Some((a, b)) = range.split_once('-') {
+                    (num(a, what)?, num(b, what)?)
+                } else {
+                    let n = num(range, what)?;
+                    (n, if part.contains('/') { hi } else { n })
+                };
+                if a < lo || b > hi || a > b {
+                    return Err(format!("{what}: `{part}` is outside {lo}-{hi}"));
+                }
+                let mut v = a;
+                while v <= b {
+                    set[v as usize] = true;
+                    v += step;
+                }
+            }
+            Ok(set)
+        };
+        fn num(s: &str, what: &str) -> Result<u32, String> {
+            s.parse()
+                .map_err(|_| format!("{what}: `{s}` is not a number"))
+        }
+        let mut weekdays = field(fields[4], 0, 7, "day of week")?;
+        if weekdays[7] {
+            weekdays[0] = true;
+        }
+        weekdays.truncate(7);
+        Ok(Schedule {
+            text: text.to_string(),
+            minutes: field(fields[0], 0, 59, "minute")?,
+            hours: field(fields[1], 0, 23, "hour")?,
+            days: field(fields[2], 1, 31, "day of month")?,
+            months: field(fields[3], 1, 12, "month")?,
+            weekdays,
+            days_any: fields[2] == "*",
+            weekdays_any: fields[4] == "*",
+        })
+    }
+
+    /// Whether the minute that starts at Unix second `secs` (UTC) fires.
+    pub fn matches(&self, secs: u64) -> bool {
+        let days_since = secs / 86_400;
+        let rem = secs % 86_400;
+        let (hour, minute) = ((rem / 3600) as usize, ((rem % 3600) / 60) as usize);
+        let (_, month, day) = civil_from_days(days_since as i64);
+        // 1970-01-01 was a Thursday (4).
+        let weekday = ((days_since + 4) % 7) as usize;
+        let day_ok = match (self.days_any, self.weekdays_any) {
+            (true, true) => true,
+            (false, true) => self.days[day as usize],
+            (true, false) => self.weekdays[weekday],
+            (false, false) => self.days[day as usize] || self.weekdays[weekday],
+        };
+        self.minutes[minute] && self.hours[hour] && self.months[month as usize] && day_ok
+    }
+}
+
+/// (year, month 1-12, day 1-31) of the day `z` days after 1970-01-01 (the
+/// proleptic Gregorian calendar, by eras of 400 years).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod schedule_tests {
+    use super::{Schedule, civil_from_days};
+
+    /// Unix seconds of a UTC date and time.
+    fn at(days: i64, h: u64, m: u64) -> u64 {
+        days as u64 * 86_400 + h * 3600 + m * 60
+    }
+
+    #[test]
+    fn dates_and_schedules_read_as_cron_reads_them() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        // 2026-12-01 is day 20_788, a Tuesday.
+        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
+        let nightly = Schedule::parse("0 3 * * *").unwrap();
+        assert!(nightly.matches(at(20_788, 3, 0)));
+        assert!(!nightly.matches(at(20_788, 3, 1)) && !nightly.matches(at(20_788, 4, 0)));
+        let weekdays = Schedule::parse("*/15 9-17 * * 1-5").unwrap();
+        assert!(weekdays.matches(at(20_788, 9, 45)));
+        assert!(!weekdays.matches(at(20_788, 9, 50)));
+        // 2026-12-06 is a Sunday (0, or 7).
+        assert!(!weekdays.matches(at(20_793, 10, 0)));
+        assert!(
+            Schedule::parse("0 0 * * 7")
+                .unwrap()
+                .matches(at(20_793, 0, 0))
+        );
+        // Both day fields restricted: either fires.
+        let either = Schedule::parse("0 0 1 * 0").unwrap();
+        assert!(either.matches(at(20_788, 0, 0)) && either.matches(at(20_793, 0, 0)));
+        assert!(!either.matches(at(20_789, 0, 0)));
+        for bad in [
+            "* * * *",
+            "60 * * * *",
+            "*/0 * * * *",
+            "a * * * *",
+            "5-1 * * * *",
+        ] {
+            assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod loopfile_tests {
+    #[test]
+    fn bad_triggers_are_named_with_their_place() {
+        let shared = "triggers:\n  - name: a\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: b\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n";
+        let e = crate::loopfile::Loopfile::parse(shared, "Loopfile.yaml")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("trigger `b` shares its secret (S) with `a`"),
+            "{e}"
+        );
+        let text = "triggers:\n  - name: Bad_Name\n    webhook: {secret_env: S1, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: ok\n    webhook: {secret_env: S2, owner: ci, style: carrier-pigeon}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S3, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: twice\n    webhook: {secret_env: S4, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: nochecks\n    webhook: {owner: ci}\n    task: {instruction: x}\n";
+        let e = crate::loopfile::Loopfile::parse(text, "Loopfile.yaml")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("Loopfile.yaml:2:11: trigger name `Bad_Name`"),
+            "{e}"
+        );
+        assert!(e.contains("webhook style `carrier-pigeon`"), "{e}");
+        assert!(e.contains("trigger `twice` is named twice"), "{e}");
+        assert!(e.contains("a webhook needs `secret_env`"), "{e}");
+        assert!(e.contains("needs an `instruction` and `checks`"), "{e}");
+        let ok = crate::loopfile::Loopfile::parse(
+            "triggers:\n  - name: ci\n    webhook: {secret_env: S, owner: ci, style: github}\n    task: {instruction: x, checks: [\"true\"], max_steps: 3}\n",
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.triggers[0].task.max_steps, Some(3));
+        assert_eq!(
+            ok.triggers[0].webhook.as_ref().unwrap().style,
+            super::HookStyle::Github
+        );
+    }
+}
