@@ -688,10 +688,14 @@ def projects(rep, a, tmp):
                  f"{s:.2f} s (limit {goal:.2f} s)", task <= goal)
     rep.add("\n".join([
         "## Real projects: a task beside the project's own suite\n",
-        "One real-layout project per stack, made by `scripts/real-projects.py` with its dependencies from the "
-        "package registries (a src-layout Python package with a version from git installed editable, tested by "
-        "pytest; a TypeScript package tested by vitest 2; a Rust crate with a registry dependency, built once in "
-        "the checkout; a C library built with CMake into `build/` and tested by CTest). **Task**: `loop run` of "
+        "Projects made by `scripts/real-projects.py` with their dependencies from the package registries: one "
+        "small real-layout project per stack (a src-layout Python package with a version from git installed "
+        "editable, tested by pytest; a TypeScript package tested by vitest 2; a Rust crate with a registry "
+        "dependency, built once in the checkout; a C library built with CMake into `build/` and tested by "
+        f"CTest), and two real public projects as their registries publish them: prettytable "
+        f"{real.PRETTYTABLE}'s PyPI sdist (342 pytest tests, installed editable) and textwrap {real.TEXTWRAP}'s "
+        "crate (unit, integration and some sixty doc tests, built once in the checkout), each with one bug put "
+        "in the developer's checkout. **Task**: `loop run` of "
         "a contract whose one check is the project's detected test command, a scripted model writing the "
         f"right fix: a fresh workspace from the checkout, the baseline run of the check, the write, the "
         f"verification (median of {n}; each task discarded after, untimed). **Suite**: the developer's own test "

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""Four small projects laid out and installed the way people do, one per
-stack, each a git repository with one bug and its own test suite:
+"""Projects laid out and installed the way people do, each a git
+repository with one bug and its own test suite. Four small ones made here,
+one per stack:
 
 - python: a src-layout package whose version comes from git (hatch-vcs),
   installed editable (`pip install -e .`) in `.venv`, tested by pytest;
 - node: a TypeScript package tested by vitest 2 (from the npm registry);
 - rust: a crate with a registry dependency (itoa), built once in the
   checkout as its developer would (`target/` present);
-- cmake: a C library built with CMake into `build/` and tested by CTest.
+- cmake: a C library built with CMake into `build/` and tested by CTest;
 
-    scripts/real-projects.py DEST     make them in DEST (removed first) and
-                                      print what they are as JSON
+and two real public ones as their registries publish them, with one bug
+put in the developer's checkout:
+
+- prettytable: its PyPI sdist (BSD-3-Clause), src layout, hatch-vcs, 342
+  pytest tests, installed editable;
+- textwrap: its crates.io package (MIT), three registry dependencies and
+  its dev-dependencies, unit, integration and doc tests.
+
+    scripts/real-projects.py DEST [STACK...]   make them (or those named) in
+                                               DEST (removed first) and
+                                               print what they are as JSON
 
 Each entry names the project's directory, the developer's own test command
 (`suite`), the check a task is held to (`check`, what `loop init` detects),
@@ -323,7 +333,94 @@ int main(void) {
     }
 
 
-STACKS = {"python": python, "node": node, "rust": rust, "cmake": cmake}
+PRETTYTABLE = "3.19.0"
+
+
+def prettytable(dest):
+    """prettytable (BSD-3-Clause, its LICENSE kept) as its PyPI sdist has it: src layout, a version from
+    git by hatch-vcs (its generated `_version.py` ignored, as in its repository), 180-odd pytest tests,
+    installed editable in `.venv` with its test dependencies. The developer's checkout has one bug:
+    right-aligned cells are padded on the wrong side."""
+    root = os.path.join(dest, "prettytable")
+    sdist = os.path.join(dest, "sdist")
+    os.makedirs(sdist, exist_ok=True)
+    sh(dest, sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+       "--no-binary", ":all:", "-d", sdist, f"prettytable=={PRETTYTABLE}")
+    sh(sdist, "tar", "xzf", f"prettytable-{PRETTYTABLE}.tar.gz")
+    shutil.move(os.path.join(sdist, f"prettytable-{PRETTYTABLE}"), root)
+    os.remove(os.path.join(root, "src/prettytable/_version.py"))
+    write(root, {".gitignore": ".venv/\n__pycache__/\n*.egg-info/\nsrc/prettytable/_version.py\n"
+                               ".pytest_cache/\n.coverage\n"})
+    source = os.path.join(root, "src/prettytable/prettytable.py")
+    with open(source) as f:
+        fixed = f.read()
+    right = 'elif align == "r":\n            return wcwidth.rjust(text, width)'
+    if right not in fixed:
+        raise SystemExit(f"real-projects: prettytable {PRETTYTABLE} no longer right-justifies where expected")
+    with open(source, "w") as f:
+        f.write(fixed.replace(right, 'elif align == "r":\n            return wcwidth.ljust(text, width)'))
+    commit(root)
+    sh(root, sys.executable, "-m", "venv", ".venv")
+    pip = os.path.join(root, ".venv", "bin", "pip")
+    sh(root, pip, "install", "-q", "--disable-pip-version-check", *PYTHON_DEPS, "pytest-lazy-fixtures==1.4.0",
+       "wcwidth")
+    sh(root, pip, "install", "-q", "--disable-pip-version-check", "--no-build-isolation", "-e", ".")
+    wrong = fixed.replace(right, 'elif align == "r":\n            return wcwidth.center(text, width)')
+    return {
+        "stack": "python (prettytable)", "dir": root, "instruction": "right-aligned cells must be padded on the left",
+        "suite": ".venv/bin/python -m pytest -q", "check": ".venv/bin/python -m pytest -q",
+        "fix": ["src/prettytable/prettytable.py", fixed], "wrong": ["src/prettytable/prettytable.py", wrong],
+        "tests": "tests/test_prettytable.py",
+    }
+
+
+TEXTWRAP = "0.16.1"
+
+
+def textwrap(dest):
+    """textwrap (MIT, its LICENSE kept) as crates.io has it, with its lockfile and dev-dependencies
+    fetched through Cargo and its tests built once in the checkout (`target/` present, as its developer
+    has it). Its suite runs unit tests, integration tests and some sixty doctests. The developer's
+    checkout has one bug: `indent` drops the text's final newline."""
+    root = os.path.join(dest, "textwrap")
+    env = {k: v for k, v in os.environ.items() if k not in ("CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR")}
+    probe = os.path.join(dest, "textwrap-fetch")
+    write(probe, {"Cargo.toml": f'[package]\nname = "probe"\nversion = "0.0.0"\nedition = "2021"\n\n'
+                                f'[dependencies]\ntextwrap = "={TEXTWRAP}"\n\n[workspace]\n',
+                  "src/lib.rs": ""})
+    sh(probe, "cargo", "fetch", "-q", env=env)
+    home = env.get("CARGO_HOME") or os.path.join(os.path.expanduser("~"), ".cargo")
+    found = [os.path.join(home, "registry", "src", d, f"textwrap-{TEXTWRAP}")
+             for d in os.listdir(os.path.join(home, "registry", "src"))]
+    src = next((d for d in found if os.path.isdir(d)), None)
+    if src is None:
+        raise SystemExit(f"real-projects: textwrap {TEXTWRAP} is not in Cargo's registry after a fetch")
+    shutil.copytree(src, root)
+    for junk in (".cargo_vcs_info.json", "Cargo.toml.orig", ".cargo-ok"):
+        if os.path.exists(os.path.join(root, junk)):
+            os.remove(os.path.join(root, junk))
+    write(root, {".gitignore": "target/\n"})
+    source = os.path.join(root, "src/indentation.rs")
+    with open(source) as f:
+        fixed = f.read()
+    right = "if s.ends_with('\\n') {\n        // split_terminator will have eaten the final '\\n'."
+    if right not in fixed:
+        raise SystemExit(f"real-projects: textwrap {TEXTWRAP}'s indent is not as expected")
+    with open(source, "w") as f:
+        f.write(fixed.replace(right, right.replace("if s.ends_with('\\n')", 'if s.ends_with("\\n\\n")')))
+    commit(root)
+    sh(root, "cargo", "fetch", "-q", env=env)
+    sh(root, "cargo", "test", "--offline", "--no-run", "-q", env=env)
+    wrong = fixed.replace(right, right.replace("if s.ends_with('\\n')", "if s.len() > 1 && s.ends_with('\\n')"))
+    return {
+        "stack": "rust (textwrap)", "dir": root, "instruction": "indent() must keep the text's final newline",
+        "suite": "cargo test --offline", "check": "cargo test --offline",
+        "fix": ["src/indentation.rs", fixed], "wrong": ["src/indentation.rs", wrong], "tests": "tests/indent.rs",
+    }
+
+
+STACKS = {"python": python, "node": node, "rust": rust, "cmake": cmake, "prettytable": prettytable,
+          "textwrap": textwrap}
 
 
 def make(dest, only=None):

@@ -218,15 +218,29 @@ pub fn generated_files(project: &Path) -> Vec<String> {
             section = name.trim().to_string();
             continue;
         }
-        let keys: &[&str] = match section.as_str() {
-            "tool.hatch.build.hooks.vcs" => &["version-file", "version_file"],
-            "tool.setuptools_scm" | "tool.setuptools-scm" => &["version_file", "write_to"],
-            _ => continue,
-        };
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };
-        if !keys.contains(&key.trim()) {
+        // The whole dotted name, however it is split between the table
+        // header and the key (`[tool.hatch]` with `build.hooks.vcs.version-file`).
+        let unquote = |part: &str| part.trim().trim_matches('"').trim_matches('\'').to_string();
+        let full: Vec<String> = section
+            .split('.')
+            .chain(key.split('.'))
+            .map(unquote)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let full = full.join(".");
+        let named = matches!(
+            full.as_str(),
+            "tool.hatch.build.hooks.vcs.version-file"
+                | "tool.hatch.build.hooks.vcs.version_file"
+                | "tool.setuptools_scm.version_file"
+                | "tool.setuptools_scm.write_to"
+                | "tool.setuptools-scm.version_file"
+                | "tool.setuptools-scm.write_to"
+        );
+        if !named {
             continue;
         }
         let value = value.split('#').next().unwrap_or("").trim();
@@ -728,12 +742,16 @@ mod tests {
         let p = project("generated");
         std::fs::write(
             p.join("pyproject.toml"),
-            "[project]\nversion-file = \"not/this.py\"\n\n[tool.hatch.build.hooks.vcs]\nversion-file = \"src/pkg/_version.py\"  # made by the build\n\n[tool.setuptools_scm]\nwrite_to = 'pkg/_v.py'\nversion_file = \"../../etc/passwd\"\n\n[tool.setuptools-scm]\nversion_file = \"/etc/passwd\"\n",
+            "[project]\nversion-file = \"not/this.py\"\n\n[tool.hatch.build.hooks.vcs]\nversion-file = \"src/pkg/_version.py\"  # made by the build\n\n[tool.setuptools_scm]\nwrite_to = 'pkg/_v.py'\nversion_file = \"../../etc/passwd\"\n\n[tool.setuptools-scm]\nversion_file = \"/etc/passwd\"\n\n[tool.hatch]\nbuild.hooks.vcs.version-file = \"src/other/_version.py\"\nbuild.hooks.vcs.\"template\" = \"x.py\"\n",
         )
         .unwrap();
         assert_eq!(
             generated_files(&p),
-            vec!["src/pkg/_version.py".to_string(), "pkg/_v.py".to_string()]
+            vec![
+                "src/pkg/_version.py".to_string(),
+                "pkg/_v.py".to_string(),
+                "src/other/_version.py".to_string()
+            ]
         );
         std::fs::remove_file(p.join("pyproject.toml")).unwrap();
         assert!(generated_files(&p).is_empty());
