@@ -400,6 +400,10 @@ def textwrap(dest):
         if os.path.exists(os.path.join(root, junk)):
             os.remove(os.path.join(root, junk))
     write(root, {".gitignore": "target/\n"})
+    # A workspace of its own: made below another Cargo workspace (a clone of this repository's
+    # `target/`), Cargo would take it for a member of that one.
+    with open(os.path.join(root, "Cargo.toml"), "a") as f:
+        f.write("\n[workspace]\n")
     source = os.path.join(root, "src/indentation.rs")
     with open(source) as f:
         fixed = f.read()

@@ -8,7 +8,7 @@
 
 mod shared;
 
-use shared::{json_lines, loop_in, text};
+use shared::{loop_in, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,34 +26,20 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A verified task writing `file` with `body`: its id and receipt.
 fn task(base: &Path, p: &Path, file: &str, body: &str) -> (String, PathBuf) {
-    std::fs::write(
-        base.join("task.yaml"),
-        format!(
-            "instruction: write {file}\ncriteria:\n  - id: written\n    checks:\n      - run: \"grep -q {body} {file}\"\nlimits: {{ max_steps: 4, max_verifications: 1 }}\n"
+    let run = shared::run_scripted(
+        base,
+        p,
+        file,
+        (
+            &format!(
+                "instruction: write {file}\ncriteria:\n  - id: written\n    checks:\n      - run: \"grep -q {body} {file}\"\nlimits: {{ max_steps: 4, max_verifications: 1 }}\n"
+            ),
+            &format!(
+                "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: {file}, content: \"{body}\\n\"}}}}\n      - {{tool: finish, args: {{summary: written}}}}\n"
+            ),
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        base.join("script.yaml"),
-        format!(
-            "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: {file}, content: \"{body}\\n\"}}}}\n      - {{tool: finish, args: {{summary: written}}}}\n"
-        ),
-    )
-    .unwrap();
-    let out = loop_in(base)
-        .args(["run", "--json", "--task"])
-        .arg(base.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", base.join("script.yaml").display()))
-        .arg("--project")
-        .arg(p)
-        .output()
-        .unwrap();
-    let events = json_lines(&out);
-    let receipt = events
-        .iter()
-        .find(|e| e["kind"] == "receipt")
-        .unwrap_or_else(|| panic!("{}", text(&out)));
+    );
+    let receipt = &run.receipt;
     assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
     (
         receipt["task_id"].as_str().unwrap().to_string(),

@@ -13,7 +13,7 @@
 
 mod shared;
 
-use shared::{have, json_lines, loop_in, text};
+use shared::{have, loop_in, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -99,30 +99,11 @@ impl Real {
             ));
         }
         script.push_str("      - {tool: finish, args: {summary: done}}\n");
-        std::fs::write(self.base.join(format!("{name}.task.yaml")), task).unwrap();
-        std::fs::write(self.base.join(format!("{name}.script.yaml")), script).unwrap();
-        let out = loop_in(&self.base)
-            .args(["run", "--json", "--task"])
-            .arg(self.base.join(format!("{name}.task.yaml")))
-            .arg("--model")
-            .arg(format!(
-                "scripted:{}",
-                self.base.join(format!("{name}.script.yaml")).display()
-            ))
-            .arg("--project")
-            .arg(&self.dir)
-            .output()
-            .unwrap();
-        let events = json_lines(&out);
-        let receipt = events
-            .iter()
-            .find(|e| e["kind"] == "receipt")
-            .unwrap_or_else(|| panic!("{name}: no receipt: {}", text(&out)));
-        let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+        let run = shared::run_scripted(&self.base, &self.dir, name, (&task, &script));
         (
-            receipt["outcome"]["kind"].as_str().unwrap().to_string(),
-            payload,
-            receipt["task_id"].as_str().unwrap().to_string(),
+            run.outcome().to_string(),
+            run.statement.clone(),
+            run.id().to_string(),
         )
     }
 

@@ -443,26 +443,18 @@ fn a_cmake_check_rebuilds_only_what_the_task_changed() {
         "instruction: make twice() double\ncriteria:\n  - id: tests\n    checks:\n      - run: {}\n        timeout_secs: 300\n  - id: planted\n    guard: true\n    checks:\n      - run: \"test -f kept.c && mkdir -p planted && echo x > planted/f && mkdir -p build-loop/more && echo y > build-loop/more/f\"\nlimits: {{ max_steps: 4, max_verifications: 2, timeout_secs: 600 }}\n",
         serde_json::to_string(own).unwrap()
     );
-    std::fs::write(base.join("task.yaml"), task).unwrap();
-    std::fs::write(
-        base.join("script.yaml"),
-        "turns:\n  - calls:\n      - {tool: write_file, args: {path: twice.c, content: \"int twice(int n) { return n * 2; }\\n\"}}\n      - {tool: finish, args: {summary: doubled}}\n",
-    )
-    .unwrap();
-    let out = loop_in(&base)
-        .args(["run", "--json", "--task"])
-        .arg(base.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", base.join("script.yaml").display()))
-        .arg("--project")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let events = json_lines(&out);
-    let receipt = events.iter().find(|e| e["kind"] == "receipt").unwrap();
-    assert_eq!(receipt["outcome"]["kind"], "verified", "{receipt}");
-    let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    let run = shared::run_scripted(
+        &base,
+        &p,
+        "fix",
+        (
+            &task,
+            "turns:\n  - calls:\n      - {tool: write_file, args: {path: twice.c, content: \"int twice(int n) { return n * 2; }\\n\"}}\n      - {tool: finish, args: {summary: doubled}}\n",
+        ),
+    );
+    assert_eq!(run.out.status.code(), Some(0), "{}", text(&run.out));
+    assert_eq!(run.outcome(), "verified", "{}", run.receipt);
+    let payload = &run.statement;
     let stdout_of = |report: &serde_json::Value| {
         report["criteria"]
             .as_array()
@@ -491,8 +483,7 @@ fn a_cmake_check_rebuilds_only_what_the_task_changed() {
         !last.contains("kept.c.o"),
         "the source the task left is not compiled again: {last}"
     );
-    let id = receipt["task_id"].as_str().unwrap();
-    let kept = shared::near_of(&p, id).join("builds");
+    let kept = shared::near_of(&p, run.id()).join("builds");
     assert!(kept.join("build-loop/CMakeCache.txt").is_file());
     assert!(
         !kept.join("planted").exists() && !kept.join("build-loop/more").exists(),
@@ -533,41 +524,25 @@ fn a_go_checks_build_cache_is_kept_from_the_baseline_and_never_the_tasks() {
                 "      - {tool: write_file, args: {path: .loop-go-cache/README, content: \"answers\"}}\n",
             );
         }
-        std::fs::write(
-            base.join("task.yaml"),
-            "instruction: make Twice double\ncriteria:\n  - id: tests\n    checks:\n      - run: \"go test -v ./...\"\n        timeout_secs: 300\nlimits: { max_steps: 4, max_verifications: 1, timeout_secs: 600 }\n",
-        )
-        .unwrap();
-        std::fs::write(
-            base.join("script.yaml"),
-            format!(
-                "turns:\n  - calls:\n{writes}      - {{tool: finish, args: {{summary: doubled}}}}\n"
+        let run = shared::run_scripted(
+            &base,
+            &p,
+            name,
+            (
+                "instruction: make Twice double\ncriteria:\n  - id: tests\n    checks:\n      - run: \"go test -v ./...\"\n        timeout_secs: 300\nlimits: { max_steps: 4, max_verifications: 1, timeout_secs: 600 }\n",
+                &format!(
+                    "turns:\n  - calls:\n{writes}      - {{tool: finish, args: {{summary: doubled}}}}\n"
+                ),
             ),
-        )
-        .unwrap();
-        let out = loop_in(&base)
-            .args(["run", "--json", "--task"])
-            .arg(base.join("task.yaml"))
-            .arg("--model")
-            .arg(format!("scripted:{}", base.join("script.yaml").display()))
-            .arg("--project")
-            .arg(&p)
-            .output()
-            .unwrap();
-        let events = json_lines(&out);
-        let receipt = events
-            .iter()
-            .find(|e| e["kind"] == "receipt")
-            .unwrap_or_else(|| panic!("{}", text(&out)));
-        let id = receipt["task_id"].as_str().unwrap();
-        let kept = shared::near_of(&p, id).join("builds/.loop-go-cache");
+        );
+        let receipt = &run.receipt;
+        let kept = shared::near_of(&p, run.id()).join("builds/.loop-go-cache");
         assert!(
             kept.is_dir(),
             "the baseline's Go cache is kept: {}",
-            text(&out)
+            text(&run.out)
         );
-        let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
-        let check = &payload["predicate"]["verification"]["criteria"][0]["checks"][0];
+        let check = &run.statement["predicate"]["verification"]["criteria"][0]["checks"][0];
         if planted {
             assert_ne!(receipt["outcome"]["kind"], "verified", "{receipt}");
             assert!(
@@ -632,41 +607,26 @@ fn a_source_dated_back_or_a_planted_build_directory_does_not_reuse_kept_outputs(
         let (base, p) = project(name, files);
         std::fs::write(p.join(".gitignore"), "build-loop/\n").unwrap();
         commit(&p);
-        std::fs::write(
-            base.join("task.yaml"),
-            format!(
-                "instruction: make twice() double\ncriteria:\n  - id: tests\n    checks:\n      - run: {}\n        timeout_secs: 300\nlimits: {{ max_steps: 4, max_verifications: 1, timeout_secs: 600 }}\n",
-                serde_json::to_string(own).unwrap()
+        let run = shared::run_scripted(
+            &base,
+            &p,
+            name,
+            (
+                &format!(
+                    "instruction: make twice() double\ncriteria:\n  - id: tests\n    checks:\n      - run: {}\n        timeout_secs: 300\nlimits: {{ max_steps: 4, max_verifications: 1, timeout_secs: 600 }}\n",
+                    serde_json::to_string(own).unwrap()
+                ),
+                &format!(
+                    "turns:\n  - calls:\n{calls}      - {{tool: finish, args: {{summary: done}}}}\n"
+                ),
             ),
-        )
-        .unwrap();
-        std::fs::write(
-            base.join("script.yaml"),
-            format!(
-                "turns:\n  - calls:\n{calls}      - {{tool: finish, args: {{summary: done}}}}\n"
-            ),
-        )
-        .unwrap();
-        let out = loop_in(&base)
-            .args(["run", "--json", "--task"])
-            .arg(base.join("task.yaml"))
-            .arg("--model")
-            .arg(format!("scripted:{}", base.join("script.yaml").display()))
-            .arg("--project")
-            .arg(&p)
-            .output()
-            .unwrap();
-        let events = json_lines(&out);
-        let receipt = events
-            .iter()
-            .find(|e| e["kind"] == "receipt")
-            .unwrap_or_else(|| panic!("{name}: {}", text(&out)));
-        let payload = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
-        let last =
-            payload["predicate"]["verification"]["criteria"][0]["checks"][0]["stdout"]["excerpt"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
+        );
+        let receipt = &run.receipt;
+        let last = run.statement["predicate"]["verification"]["criteria"][0]["checks"][0]["stdout"]
+            ["excerpt"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         // Both rebuild kept.c: the one dated back (it changed), and every
         // source where the kept outputs are not used at all.
         assert!(last.contains("kept.c.o"), "{name}: {last}");

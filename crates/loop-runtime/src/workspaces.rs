@@ -17,7 +17,7 @@
 //! can swap a link into a path the runtime later removes. Tasks made before
 //! workspaces moved keep theirs in `.loop/tasks/ID/workspace`.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
@@ -212,22 +212,59 @@ pub(crate) fn make_near(project: &Path, id: &str) -> Result<PathBuf, Error> {
     if !crate::ids::is_task_id(id) {
         return Err(Error::internal(format!("`{id}` is not a task id")));
     }
-    let dir = made_root(project)?.join(key(project));
-    own_dir(&dir)?;
+    near_in(&made_root(project)?.join(key(project)), project, id)
+}
+
+/// [`make_near`] in the project's directory `dir` under the root.
+#[allow(clippy::disallowed_methods)] // the runtime's own workspace directories, checked
+fn near_in(dir: &Path, project: &Path, id: &str) -> Result<PathBuf, Error> {
+    let dir = dir.to_path_buf();
     let marker = dir.join(MARKER);
-    if std::fs::symlink_metadata(&marker).is_err() {
-        use std::os::unix::ffi::OsStrExt;
-        let mut bytes = project.as_os_str().as_bytes().to_vec();
-        bytes.push(b'\n');
-        loop_workspace::write_atomic(&marker, &bytes)
-            .map_err(|e| Error::internal(format!("{}: {e}", marker.display())))?;
-    }
     let near = dir.join(id);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&near)
-        .map_err(|e| Error::internal(format!("{}: {e}", near.display())))?;
-    Ok(near)
+    // Another task of the project ending at this moment may remove the
+    // project's directory it found empty (`remove_near`): made again then.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        if let Err(e) = own_dir(&dir) {
+            if attempts < 5 && std::fs::symlink_metadata(&dir).is_err() {
+                continue;
+            }
+            return Err(e);
+        }
+        let made = (|| {
+            if std::fs::symlink_metadata(&marker).is_err() {
+                use std::os::unix::ffi::OsStrExt;
+                let mut bytes = project.as_os_str().as_bytes().to_vec();
+                bytes.push(b'\n');
+                // Written beside under a name of its own and renamed into
+                // place: another task of the project writing it at the
+                // same time writes the same.
+                let name = loop_sandbox::unique_name(".marker").map_err(|e| (marker.clone(), e))?;
+                let aside = dir.join(name);
+                let written = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&aside)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+                    .and_then(|()| std::fs::rename(&aside, &marker));
+                if let Err(e) = written {
+                    let _ = std::fs::remove_file(&aside);
+                    return Err((marker.clone(), e));
+                }
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&near)
+                .map_err(|e| (near.clone(), e))
+        })();
+        match made {
+            Ok(()) => return Ok(near),
+            Err((_, e)) if e.kind() == std::io::ErrorKind::NotFound && attempts < 5 => continue,
+            Err((at, e)) => return Err(Error::internal(format!("{}: {e}", at.display()))),
+        }
+    }
 }
 
 /// Task `id`'s near directory as this environment derives it (it may not
@@ -352,23 +389,13 @@ pub(crate) fn orphans(project: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Remove a near directory (never following a link in it), and the
-/// project's directory when nothing else is left in it but its marker.
+/// Remove a near directory (never following a link in it). The project's
+/// directory stays, with its marker: another task of the project may be
+/// being made in it at this moment.
 #[allow(clippy::disallowed_methods)] // the runtime's own workspace directories
 pub(crate) fn remove_near(near: &Path) -> std::io::Result<()> {
     if std::fs::symlink_metadata(near).is_ok() {
         loop_workspace::remove_tree(near)?;
-    }
-    if let Some(dir) = near.parent()
-        && dir.file_name().and_then(|n| n.to_str()).is_some_and(is_key)
-    {
-        let only_marker = std::fs::read_dir(dir)
-            .map(|mut e| e.all(|e| e.is_ok_and(|e| e.file_name() == MARKER)))
-            .unwrap_or(false);
-        if only_marker {
-            let _ = std::fs::remove_file(dir.join(MARKER));
-            let _ = std::fs::remove_dir(dir);
-        }
     }
     Ok(())
 }
@@ -376,6 +403,57 @@ pub(crate) fn remove_near(near: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tasks of one project made while others end, and while the marker
+    /// keeps disappearing (each making writes it again, at the same time as
+    /// the others), all get their directory, and the marker is whole.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the test's own directories
+    fn near_directories_are_made_while_others_are_removed() {
+        let base = std::env::temp_dir().join(format!("loop-near-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let project = base.join("project");
+        let dir = base.join(key(&project));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let failures: Vec<String> = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = std::fs::remove_file(dir.join(MARKER));
+                    std::thread::yield_now();
+                }
+            });
+            let handles: Vec<_> = (0..4)
+                .map(|t| {
+                    let (dir, project) = (&dir, &project);
+                    s.spawn(move || {
+                        let mut failed = Vec::new();
+                        for n in 0..200 {
+                            let id = format!("t-20260101-000000-{t:02x}{n:04x}");
+                            match near_in(dir, project, &id) {
+                                Ok(near) => {
+                                    let _ = remove_near(&near);
+                                }
+                                Err(e) => failed.push(e.message),
+                            }
+                        }
+                        failed
+                    })
+                })
+                .collect();
+            let failed = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            failed
+        });
+        assert!(failures.is_empty(), "{failures:?}");
+        near_in(&dir, &project, "t-20260101-000000-ffffff").unwrap();
+        let marker = std::fs::read_to_string(dir.join(MARKER)).unwrap();
+        assert_eq!(marker, format!("{}\n", project.display()));
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn a_key_names_the_project_and_hashes_its_path() {

@@ -294,3 +294,64 @@ pub fn workspace_of(project: &Path, id: &str) -> PathBuf {
 pub fn near_of(project: &Path, id: &str) -> PathBuf {
     workspace_of(project, id).parent().unwrap().to_path_buf()
 }
+
+/// A `loop run --json` of a contract file with a scripted model.
+pub struct ScriptedRun {
+    /// What it printed.
+    pub out: Output,
+    /// Its `receipt` event.
+    pub receipt: serde_json::Value,
+    /// The receipt's in-toto statement.
+    pub statement: serde_json::Value,
+}
+
+impl ScriptedRun {
+    /// The task's id.
+    pub fn id(&self) -> &str {
+        self.receipt["task_id"].as_str().unwrap()
+    }
+
+    /// Its outcome's kind (`verified`, `failed`, …).
+    pub fn outcome(&self) -> &str {
+        self.receipt["outcome"]["kind"].as_str().unwrap()
+    }
+
+    /// The receipt's file.
+    pub fn receipt_path(&self) -> PathBuf {
+        PathBuf::from(self.receipt["path"].as_str().unwrap())
+    }
+}
+
+/// Write the contract `task` and the model script `script` into `base`
+/// (as `NAME.task.yaml`, `NAME.script.yaml`) and `loop run --json` them in
+/// `project` with `base/state` as the state directory (see [`loop_in`]).
+pub fn run_scripted(
+    base: &Path,
+    project: &Path,
+    name: &str,
+    (task, script): (&str, &str),
+) -> ScriptedRun {
+    let task_file = base.join(format!("{name}.task.yaml"));
+    let script_file = base.join(format!("{name}.script.yaml"));
+    std::fs::write(&task_file, task).unwrap();
+    std::fs::write(&script_file, script).unwrap();
+    let out = loop_in(base)
+        .args(["run", "--json", "--task"])
+        .arg(&task_file)
+        .arg("--model")
+        .arg(format!("scripted:{}", script_file.display()))
+        .arg("--project")
+        .arg(project)
+        .output()
+        .unwrap();
+    let receipt = json_lines(&out)
+        .into_iter()
+        .find(|e| e["kind"] == "receipt")
+        .unwrap_or_else(|| panic!("{name}: no receipt: {}", text(&out)));
+    let statement = payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    ScriptedRun {
+        out,
+        receipt,
+        statement,
+    }
+}
