@@ -3,7 +3,7 @@
 use crate::CliError;
 use crate::verify_cmd;
 use loop_protocol::{Contract, OutcomeKind};
-use loop_runtime::task::{TaskRequest, run_task};
+use loop_runtime::TaskRequest;
 use std::path::{Path, PathBuf};
 
 const TASK: &str = include_str!("../demo/task.yaml");
@@ -52,21 +52,14 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("contract  {}", task_path.display());
         println!("script    {}", dir.join("script.yaml").display());
     }
-    let report = run_task(
+    let report = loop_runtime::Runtime::open(&project)?.start(
         TaskRequest {
-            contract,
-            source: loop_runtime::ContractSource::Given,
-            guidance: Vec::new(),
+            contract: loop_runtime::ContractInput::Given(Box::new(contract)),
             model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
-            record: None,
-            project,
-            verify_on_change: false,
             isolation: loop_sandbox::IsolationLevel::Preferred,
-            include_dirty: false,
-            on_prompt: loop_runtime::OnPrompt::Deny,
-            owner: None,
-            trigger: None,
-            allow_vacuous: false,
+            on_prompt: Some(loop_runtime::OnPrompt::Deny),
+            via: loop_runtime::Via::Cli,
+            ..Default::default()
         },
         &mut crate::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;

@@ -1251,105 +1251,34 @@ fn run_command(run: RunArgs, queue: Option<(String, String)>, json: bool) -> Res
             return Ok(resumed_code);
         }
     }
-    let isolation = isolation.level();
     let runtime = Runtime::open(&project)?;
-    let loopfile = loop_runtime::loopfile::Loopfile::load(runtime.project())?;
-    let mut source = loop_runtime::ContractSource::Given;
-    let mut guidance = Vec::new();
-    let mut contract = match (&task, &instruction) {
-        _ if pattern.is_some() => {
-            let name = pattern.as_deref().unwrap_or_default();
-            let (mut c, skill) = loop_runtime::patterns::load(runtime.project(), name)?;
-            // Another instruction would keep the template's checks, which
-            // judge the pattern's work, not the new one's.
-            if instruction.is_some() {
-                return Err(CliError::usage(format!(
-                    "a pattern runs its own instruction; to change it, edit loop-patterns/{name}/contract.yaml (or run the instruction without --pattern)"
-                )));
-            }
-            c.extend_with_flags(&checks, &artifacts)
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            if !skill.trim().is_empty() {
-                guidance.push((format!("SKILL.md of the {name} pattern"), skill));
-            }
-            c
-        }
-        (Some(file), _) => {
-            let mut c = read_contract(file)?;
-            if let Some(i) = &instruction {
-                c.instruction = i.clone();
-            }
-            c.extend_with_flags(&checks, &artifacts)
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            c
-        }
-        // The instruction alone: the contract is drafted.
-        (None, Some(i)) if checks.is_empty() => {
-            source = loop_runtime::ContractSource::Draft {
-                accept: accept_contract,
-            };
-            let mut c =
-                Contract::instruction_only(i).map_err(|e| CliError::usage(e.to_string()))?;
-            c.extend_with_flags(&[], &artifacts)
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            loopfile.defaults.apply(&mut c);
-            c
-        }
-        (None, Some(i)) => {
-            let mut c = Contract::from_flags(i, &checks, &artifacts)
-                .map_err(|e| CliError::usage(e.to_string()))?;
-            loopfile.defaults.apply(&mut c);
-            c
-        }
-        (None, None) => {
-            return Err(CliError::usage(
-                "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)",
-            ));
-        }
-    };
-    let l = &mut contract.limits;
-    if max_steps == Some(0) {
-        return Err(CliError::usage(
-            "--max-steps 0 leaves the model no step at all; give at least 1",
-        ));
-    }
-    if max_tokens == Some(0) {
-        return Err(CliError::usage(
-            "--max-tokens 0 leaves the model no tokens at all; give at least 1",
-        ));
-    }
-    if let Some(n) = max_steps {
-        l.max_steps = n;
-    }
-    if let Some(n) = max_tokens {
-        l.max_tokens = n;
-    }
-    if let Some(x) = budget_usd {
-        if !x.is_finite() || x < 0.0 {
-            return Err(CliError::usage(
-                "--budget-usd must be a non-negative number",
-            ));
-        }
-        l.budget_usd = Some(x);
-    }
-    if let Some(n) = timeout {
-        l.timeout_secs = n.max(1);
-    }
     let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
     let request = TaskRequest {
-        contract,
-        source,
-        guidance,
+        instruction,
+        contract: match (pattern, task) {
+            (Some(name), _) => loop_runtime::ContractInput::Pattern(name),
+            (None, Some(file)) => loop_runtime::ContractInput::File(file),
+            (None, None) => loop_runtime::ContractInput::None,
+        },
+        checks,
+        artifacts,
+        limits: loop_runtime::LimitOverrides {
+            max_steps,
+            max_tokens,
+            budget_usd,
+            timeout_secs: timeout,
+        },
+        accept_draft: accept_contract,
         model,
         record,
-        project,
         verify_on_change,
-        isolation,
+        isolation: isolation.level(),
         include_dirty,
-        on_prompt,
+        on_prompt: Some(on_prompt),
+        allow_vacuous,
         owner: None,
         trigger: None,
-        allow_vacuous,
+        via: loop_runtime::Via::Cli,
     };
     if let Some((url, name)) = queue {
         // The queue must answer before the task is stored.

@@ -450,7 +450,7 @@ fn run_one(
     git(&project, &["init", "-q"])?;
     git(&project, &["add", "-A"])?;
     git(&project, &["commit", "-qm", "the case's starting project"])?;
-    let (contract, source) = match &job.case.contract {
+    let contract = match &job.case.contract {
         Some(rel) => {
             let path = job.dir.join(rel);
             let text = door::read_text(&job.dir, rel, door::MAX_PROJECT_FILE)
@@ -458,13 +458,15 @@ fn run_one(
                 .ok_or_else(|| Error::usage(format!("{}: not there", path.display())))?;
             let c = loop_protocol::Contract::from_yaml(&text, &path.display().to_string())
                 .map_err(|e| Error::usage(e.to_string()))?;
-            (c, crate::ContractSource::Given)
+            crate::ContractInput::Given(Box::new(c))
         }
-        None => (
+        None => {
+            // Drafted by the intake; an empty instruction is the suite's
+            // mistake, not the case's failure.
             loop_protocol::Contract::instruction_only(&job.case.instruction)
-                .map_err(|e| Error::usage(e.to_string()))?,
-            crate::ContractSource::Draft { accept: true },
-        ),
+                .map_err(|e| Error::usage(e.to_string()))?;
+            crate::ContractInput::None
+        }
     };
     let model = match &job.solution {
         Some(p) => format!(
@@ -479,19 +481,14 @@ fn run_one(
     let started = Instant::now();
     let started_task = rt.start(
         crate::TaskRequest {
+            instruction: Some(job.case.instruction.clone()).filter(|_| job.case.contract.is_none()),
             contract,
-            source,
-            guidance: Vec::new(),
+            accept_draft: true,
             model: Some(model),
-            record: None,
-            project: project.clone(),
-            verify_on_change: false,
             isolation: loop_sandbox::IsolationLevel::Preferred,
-            include_dirty: false,
-            on_prompt: crate::OnPrompt::Deny,
-            owner: None,
-            trigger: None,
-            allow_vacuous: false,
+            on_prompt: Some(crate::OnPrompt::Deny),
+            via: crate::Via::Eval,
+            ..Default::default()
         },
         &mut Quiet,
     );

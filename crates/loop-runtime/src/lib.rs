@@ -25,6 +25,7 @@ pub mod exec;
 pub mod gc;
 mod host_files;
 mod ids;
+pub mod intake;
 pub mod interrupt;
 pub mod judges;
 pub mod layout;
@@ -51,12 +52,12 @@ pub mod workspaces;
 pub use changes::Settled;
 pub use control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use error::{Error, ErrorKind};
+pub use intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};
 pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};
-pub use prepare::submit;
 pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
-pub use request::{ContractSource, StoredRequest, TaskReport, TaskRequest};
+pub use request::{ContractSource, StoredRequest, TaskReport};
 pub use runtime::Runtime;
-pub use task::{resume_task, run_task};
+pub use task::resume_task;
 pub use wiring::{OnPrompt, Prompter, Question};
 
 /// What a front end sees of a task: every recorded event (through

@@ -4,8 +4,9 @@
 //! any process can run or resume it.
 
 use crate::Error;
+use crate::intake::Admitted;
 use crate::layout::{git_dir, new_task_id, open_store, save_origin, store_err, write_json};
-use crate::request::{StoredRequest, TaskRequest, protection};
+use crate::request::{StoredRequest, protection};
 use loop_core::{Clock, SystemClock};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
@@ -13,7 +14,7 @@ use std::path::Path;
 
 /// Prepare the task `req` asks for and store it, ready to run; its id.
 /// Bad model configuration is refused before anything is created.
-pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<String, Error> {
+pub fn submit(req: &Admitted, observer: &mut dyn crate::Observer) -> Result<String, Error> {
     submit_claimed(req, observer, false, None).map(|(id, _)| id)
 }
 
@@ -21,7 +22,7 @@ pub fn submit(req: &TaskRequest, observer: &mut dyn crate::Observer) -> Result<S
 /// which a caller may have named before the work is done.
 pub fn submit_as(
     id: &str,
-    req: &TaskRequest,
+    req: &Admitted,
     observer: &mut dyn crate::Observer,
 ) -> Result<String, Error> {
     submit_claimed(req, observer, false, Some(id)).map(|(id, _)| id)
@@ -32,7 +33,7 @@ pub fn submit_as(
 /// between its submission and its run here.
 #[allow(clippy::disallowed_methods)] // lstat of workspace names and existence in shared environments (no content read)
 pub(crate) fn submit_claimed(
-    req: &TaskRequest,
+    req: &Admitted,
     observer: &mut dyn crate::Observer,
     claim: bool,
     id: Option<&str>,
@@ -382,7 +383,7 @@ type Settled = (
 /// `verification.checks` criteria. (contract, drafting, project checks)
 #[allow(clippy::disallowed_methods)] // an empty scratch workspace in the task directory the runtime made
 fn settle_contract(
-    req: &TaskRequest,
+    req: &Admitted,
     loopfile: &crate::loopfile::Loopfile,
     (project, workspace, present): Where<'_>,
     (task_dir, near, seen): (&Path, &Path, &mut Vec<loop_protocol::VerificationReport>),
@@ -583,7 +584,7 @@ fn refuse_vacuous(
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::disallowed_methods)] // drafting.json in the task directory the runtime made
 fn draft_contract(
-    req: &TaskRequest,
+    req: &Admitted,
     loopfile: &crate::loopfile::Loopfile,
     (workspace, present): (&Path, &dyn Fn(&str) -> bool),
     task_dir: &Path,

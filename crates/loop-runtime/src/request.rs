@@ -21,41 +21,6 @@ pub enum ContractSource {
     },
 }
 
-/// What to run.
-pub struct TaskRequest {
-    /// The locked contract (with [`ContractSource::Draft`], the instruction
-    /// and limits the draft gets).
-    pub contract: Contract,
-    /// Where the contract comes from.
-    pub source: ContractSource,
-    /// Guidance for the model beyond the project's `LOOP.md`/`AGENTS.md`
-    /// (a pattern's `SKILL.md`): (name, text).
-    pub guidance: Vec<(String, String)>,
-    /// `--model` (else the Loopfile's maker).
-    pub model: Option<String>,
-    /// `--record FILE`.
-    pub record: Option<PathBuf>,
-    /// `--project`.
-    pub project: PathBuf,
-    /// `--verify-on-change`.
-    pub verify_on_change: bool,
-    /// `--isolation`.
-    pub isolation: loop_sandbox::IsolationLevel,
-    /// `--include-dirty`.
-    pub include_dirty: bool,
-    /// Who answers the questions the task asks.
-    pub on_prompt: crate::wiring::OnPrompt,
-    /// Who the task belongs to (an API token's owner; `None` from the
-    /// command line, which belongs to whoever can read the project).
-    pub owner: Option<String>,
-    /// What started it, when not a person at a front end.
-    pub trigger: Option<loop_protocol::TriggerRecord>,
-    /// `--allow-vacuous`: a written contract's checks that pass on an
-    /// empty workspace are kept (each marked `allow_vacuous` in the locked
-    /// contract, so the receipt and the ledger say so) instead of refused.
-    pub allow_vacuous: bool,
-}
-
 /// How it ended.
 #[derive(Debug, Clone)]
 pub struct TaskReport {

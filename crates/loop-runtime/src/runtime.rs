@@ -5,8 +5,9 @@
 
 use crate::changes::Settled;
 use crate::control::Cancelled;
+use crate::intake::{Admitted, TaskRequest};
 use crate::query::{Recorded, TaskStatus, TaskView};
-use crate::request::{TaskReport, TaskRequest};
+use crate::request::TaskReport;
 use crate::{Error, Observer, OnPrompt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -124,24 +125,31 @@ impl Runtime {
         &self.project
     }
 
-    /// Prepare and store the task `req` asks for (its `project` is this
-    /// runtime's); it is ready to [`Runtime::run`]. Its id.
-    pub fn submit(
+    /// Take in and prepare the task `req` asks for ([`Runtime::admit`],
+    /// then the workspace, the baseline and the store); it is ready to
+    /// [`Runtime::run`]. Its id.
+    pub fn submit(&self, req: TaskRequest, observer: &mut dyn Observer) -> Result<String, Error> {
+        let admitted = self.admit(req)?;
+        self.submit_admitted(admitted, observer)
+    }
+
+    /// Prepare and store a request already taken in.
+    pub fn submit_admitted(
         &self,
-        mut req: TaskRequest,
+        mut req: Admitted,
         observer: &mut dyn Observer,
     ) -> Result<String, Error> {
         req.project = self.project.clone();
         crate::prepare::submit(&req, observer)
     }
 
-    /// [`Runtime::submit`], under the id `id` chosen beforehand
+    /// [`Runtime::submit_admitted`], under the id `id` chosen beforehand
     /// ([`Runtime::new_task_id`]): a caller that answers before the
     /// preparation ends can name the task it will be.
-    pub fn submit_as(
+    pub fn submit_admitted_as(
         &self,
         id: &str,
-        mut req: TaskRequest,
+        mut req: Admitted,
         observer: &mut dyn Observer,
     ) -> Result<String, Error> {
         req.project = self.project.clone();
@@ -158,11 +166,11 @@ impl Runtime {
     /// waiting in between.
     pub fn start(
         &self,
-        mut req: TaskRequest,
+        req: TaskRequest,
         observer: &mut dyn Observer,
     ) -> Result<TaskReport, Error> {
-        req.project = self.project.clone();
-        crate::task::run_task(req, observer)
+        let admitted = self.admit(req)?;
+        crate::task::run_task(admitted, observer)
     }
 
     /// Run task `id` to its end, from wherever its record stops (a task

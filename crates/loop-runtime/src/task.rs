@@ -4,17 +4,18 @@
 
 use crate::Error;
 use crate::drive::{Run, drive};
+use crate::intake::Admitted;
 use crate::layout::store_err;
 pub use crate::layout::{new_task_id, open_store};
 use crate::request::StoredRequest;
-pub use crate::request::{TaskReport, TaskRequest};
+pub use crate::request::TaskReport;
 use loop_core::{Clock, SystemClock};
 use loop_protocol::OutcomeKind;
 use std::path::Path;
 
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.
-pub fn run_task(req: TaskRequest, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
+pub fn run_task(req: Admitted, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
     let (task_id, owner) = crate::prepare::submit_claimed(&req, observer, true, None)?;
     drive_stored(&req.project, &task_id, None, req.on_prompt, observer, owner)
 }

@@ -184,7 +184,7 @@ impl Runtime {
             ),
             at: loop_protocol::time::rfc3339_millis(now_ms),
         };
-        match self.start_from(&loopfile, t, hook.owner.clone(), record) {
+        match self.start_from(t, hook.owner.clone(), record) {
             Ok(id) => Ok(Ok(id)),
             Err(e) => {
                 // Nothing started: the sender may try again.
@@ -215,7 +215,7 @@ impl Runtime {
             let Some(minute) = (first..=last).rev().find(|m| cron.matches(m * 60)) else {
                 continue;
             };
-            match self.fire_minute(&loopfile, t, minute, now_ms) {
+            match self.fire_minute(t, minute, now_ms) {
                 Ok(Some(id)) => started.push(id),
                 Ok(None) => {}
                 Err(e) => tracing::warn!("trigger `{}`: {}", t.name, e.message),
@@ -226,13 +226,7 @@ impl Runtime {
 
     /// Trigger `t`'s task for `minute`, if its schedule names it and
     /// nobody has taken that minute yet.
-    fn fire_minute(
-        &self,
-        loopfile: &crate::loopfile::Loopfile,
-        t: &Trigger,
-        minute: u64,
-        now_ms: u64,
-    ) -> Result<Option<String>, Error> {
+    fn fire_minute(&self, t: &Trigger, minute: u64, now_ms: u64) -> Result<Option<String>, Error> {
         let Some(cron) = &t.cron else {
             return Ok(None);
         };
@@ -272,7 +266,7 @@ impl Runtime {
         };
         // One trigger that cannot start its task does not stop the
         // others; its minute is given back for the next check.
-        match self.start_from(loopfile, t, owner, record) {
+        match self.start_from(t, owner, record) {
             Ok(id) => Ok(Some(id)),
             Err(e) => {
                 let _ = self.store()?.forget_delivery(&t.name, &delivery);
@@ -295,51 +289,34 @@ impl Runtime {
     /// Submit trigger `t`'s task for `owner`, recording `record`.
     fn start_from(
         &self,
-        loopfile: &crate::loopfile::Loopfile,
         t: &Trigger,
         owner: String,
         record: loop_protocol::TriggerRecord,
     ) -> Result<String, Error> {
         let name = &t.name;
-        let mut contract = loop_protocol::Contract::from_flags(
-            &t.task.instruction,
-            &t.task.checks,
-            &t.task.artifacts,
-        )
-        .map_err(|e| Error::usage(format!("trigger `{name}`: {e}")))?;
-        loopfile.defaults.apply(&mut contract);
-        if let Some(n) = t.task.max_steps {
-            contract.limits.max_steps = n;
-        }
-        if let Some(n) = t.task.timeout_secs {
-            contract.limits.timeout_secs = n;
-        }
-        // A script or recording the template names is the project's (a
-        // relative path is taken from the Loopfile's directory).
-        let model = t.task.model.as_ref().map(|m| match m.split_once(':') {
-            Some((p @ ("scripted" | "replay"), path)) if !path.starts_with('/') => {
-                format!("{p}:{}", self.project().join(path).display())
-            }
-            _ => m.clone(),
-        });
-        self.submit(
-            crate::TaskRequest {
-                contract,
-                source: crate::ContractSource::Given,
-                guidance: Vec::new(),
-                model,
-                record: None,
-                project: self.project().to_path_buf(),
-                verify_on_change: false,
+        let admitted = self
+            .admit(crate::TaskRequest {
+                instruction: Some(t.task.instruction.clone()),
+                checks: t.task.checks.clone(),
+                artifacts: t.task.artifacts.clone(),
+                limits: crate::LimitOverrides {
+                    max_steps: t.task.max_steps,
+                    timeout_secs: t.task.timeout_secs,
+                    ..Default::default()
+                },
+                model: t.task.model.clone(),
                 isolation: loop_sandbox::IsolationLevel::Required,
-                include_dirty: false,
-                on_prompt: crate::OnPrompt::Wait,
+                on_prompt: Some(crate::OnPrompt::Wait),
                 owner: Some(owner),
                 trigger: Some(record),
-                allow_vacuous: false,
-            },
-            &mut crate::Quiet,
-        )
+                via: crate::Via::Trigger,
+                ..Default::default()
+            })
+            .map_err(|e| Error {
+                message: format!("trigger `{name}`: {}", e.message),
+                ..e
+            })?;
+        self.submit_admitted(admitted, &mut crate::Quiet)
     }
 }
 

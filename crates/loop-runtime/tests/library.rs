@@ -68,21 +68,16 @@ fn scene(name: &str) -> (PathBuf, PathBuf) {
     (dir, project)
 }
 
-fn request(dir: &Path, project: &Path) -> TaskRequest {
+fn request(dir: &Path) -> TaskRequest {
     TaskRequest {
-        source: loop_runtime::ContractSource::Given,
-        guidance: Vec::new(),
-        contract: Contract::from_yaml(TASK, "task.yaml").unwrap(),
+        contract: loop_runtime::ContractInput::Given(Box::new(
+            Contract::from_yaml(TASK, "task.yaml").unwrap(),
+        )),
         model: Some(format!("scripted:{}", dir.join("script.yaml").display())),
-        record: None,
-        project: project.to_path_buf(),
-        verify_on_change: false,
         isolation: loop_sandbox::IsolationLevel::Preferred,
-        include_dirty: false,
-        on_prompt: OnPrompt::Deny,
-        owner: None,
-        trigger: None,
-        allow_vacuous: false,
+        on_prompt: Some(OnPrompt::Deny),
+        via: loop_runtime::Via::Library,
+        ..Default::default()
     }
 }
 
@@ -103,7 +98,7 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
             die_at: Some("observed"),
             ..Seen::default()
         };
-        let _ = loop_runtime::run_task(request(&dir, &dir.join("project")), &mut seen);
+        let _ = Runtime::open(&dir.join("project")).and_then(|r| r.start(request(&dir), &mut seen));
         unreachable!("the child kills itself at its first observation");
     }
     let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("runtime-lib-state");
@@ -118,7 +113,7 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
     let (dir, project) = scene("run");
     let runtime = Runtime::open(&project).unwrap();
     let mut seen = Seen::default();
-    let id = runtime.submit(request(&dir, &project), &mut seen).unwrap();
+    let id = runtime.submit(request(&dir), &mut seen).unwrap();
     let submitted = runtime.task(&id).unwrap();
     assert_eq!(submitted.state, "pending");
     // A task that is not there is told apart by its kind, not its words.

@@ -281,47 +281,6 @@ pub(crate) struct NewTask {
     allow_vacuous: bool,
 }
 
-/// A model spec the API accepts, as the runtime is to read it: a file a
-/// script or recording is read from must be inside the project (a
-/// relative path is the project's, made absolute).
-#[allow(clippy::disallowed_methods)] // canonical path equal to the joined one: no link on the way; existence only
-fn allowed_model(rt: &Runtime, spec: &str) -> Result<String, ApiError> {
-    let Some((provider, rest)) = spec.split_once(':') else {
-        return Err(ApiError::bad_request(format!(
-            "model `{spec}` is not PROVIDER:NAME"
-        )));
-    };
-    match provider {
-        "openai" | "anthropic" => Ok(spec.to_string()),
-        "scripted" | "replay" => {
-            // A plain path inside the project, outside the runtime's own
-            // `.loop/` (other owners' tasks live there), through no link
-            // and no `..`: what it names is what is read.
-            let rel = std::path::Path::new(rest);
-            let plain = !rest.is_empty()
-                && rel
-                    .components()
-                    .all(|c| matches!(c, std::path::Component::Normal(_)))
-                && rel
-                    .components()
-                    .next()
-                    .is_some_and(|c| c.as_os_str() != ".loop");
-            let path = rt.project().join(rel);
-            match path.canonicalize() {
-                Ok(p) if plain && p == path && p.is_file() => {
-                    Ok(format!("{provider}:{}", p.display()))
-                }
-                _ => Err(ApiError::bad_request(format!(
-                    "model `{spec}`: the file must be inside the project (a relative path, outside .loop/, through no link)"
-                ))),
-            }
-        }
-        other => Err(ApiError::bad_request(format!(
-            "unknown model provider `{other}` (openai, anthropic, scripted, replay)"
-        ))),
-    }
-}
-
 async fn create(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -330,8 +289,41 @@ async fn create(
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
-    let (status, v) = create_task(&s, caller, body).await?;
+    let (status, v) = create_task(&s, caller, body, loop_runtime::Via::Http).await?;
     Ok((status, Json(v)))
+}
+
+impl NewTask {
+    /// The runtime's request for `caller`, through `via`: nobody at a
+    /// terminal to ask (approvals wait for an answer), the sandbox's full
+    /// isolation, the project's committed files only.
+    fn request(self, caller: &Caller, via: loop_runtime::Via) -> loop_runtime::TaskRequest {
+        loop_runtime::TaskRequest {
+            instruction: Some(self.instruction),
+            contract: match self.contract {
+                Some(text) => loop_runtime::ContractInput::Yaml {
+                    text,
+                    origin: "contract".into(),
+                },
+                None => loop_runtime::ContractInput::None,
+            },
+            checks: self.checks,
+            artifacts: self.artifacts,
+            limits: loop_runtime::LimitOverrides {
+                max_steps: self.max_steps,
+                max_tokens: self.max_tokens,
+                budget_usd: self.budget_usd,
+                timeout_secs: self.timeout_secs,
+            },
+            model: self.model,
+            isolation: loop_sandbox::IsolationLevel::Required,
+            on_prompt: Some(OnPrompt::Wait),
+            allow_vacuous: self.allow_vacuous,
+            owner: Some(caller.owner.clone()),
+            via,
+            ..Default::default()
+        }
+    }
 }
 
 /// Start a task from `body` for `caller`: 201 with its id, or, for an
@@ -340,93 +332,28 @@ pub(crate) async fn create_task(
     s: &AppState,
     caller: Caller,
     body: NewTask,
+    via: loop_runtime::Via,
 ) -> Result<(StatusCode, Value), ApiError> {
-    let draft_body = body.clone();
-    let draft_caller = caller.clone();
     let rt = s.runtime.clone();
-    let request = blocking(move || {
-        let mut contract = match &body.contract {
-            Some(yaml) => {
-                let mut c = loop_protocol::Contract::from_yaml(yaml, "contract")
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                c.instruction = body.instruction.clone();
-                c.extend_with_flags(&body.checks, &body.artifacts)
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                c
-            }
-            None if body.checks.is_empty() => {
-                return Ok(None);
-            }
-            None => {
-                let mut c = loop_protocol::Contract::from_flags(
-                    &body.instruction,
-                    &body.checks,
-                    &body.artifacts,
-                )
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                if let Ok(l) = loop_runtime::loopfile::Loopfile::load(rt.project()) {
-                    l.defaults.apply(&mut c);
-                }
-                c
-            }
-        };
-        let l = &mut contract.limits;
-        if body.max_steps == Some(0) || body.max_tokens == Some(0) {
-            return Err(ApiError::bad_request(
-                "max_steps and max_tokens must be at least 1",
-            ));
-        }
-        if let Some(n) = body.max_steps {
-            l.max_steps = n;
-        }
-        if let Some(n) = body.max_tokens {
-            l.max_tokens = n;
-        }
-        if let Some(x) = body.budget_usd {
-            if !x.is_finite() || x < 0.0 {
-                return Err(ApiError::bad_request(
-                    "budget_usd must be a non-negative number",
-                ));
-            }
-            l.budget_usd = Some(x);
-        }
-        if let Some(n) = body.timeout_secs {
-            if n > MAX_TIMEOUT_SECS {
-                return Err(ApiError::bad_request(format!(
-                    "timeout_secs is at most {MAX_TIMEOUT_SECS} (a week)"
-                )));
-            }
-            l.timeout_secs = n.max(1);
-        }
-        let model = body
-            .model
-            .as_deref()
-            .map(|m| allowed_model(&rt, m))
-            .transpose()?;
-        Ok(Some(api_request(
-            &rt,
-            contract,
-            loop_runtime::ContractSource::Given,
-            model,
-            &caller.owner,
-            body.allow_vacuous,
-        )))
-    })
-    .await?;
-    let Some(request) = request else {
-        return start_draft(s, &draft_caller, draft_body).await;
-    };
+    let request = body.request(&caller, via);
+    let admitted = blocking(move || Ok(rt.admit(request)?)).await?;
+    if admitted.is_draft() {
+        return start_draft(s, &caller, admitted);
+    }
+    let request = admitted;
     // The id first; the preparation waits for one of the `--jobs` places
     // and runs whatever the request's fate (see `prestart`).
     let id = s.runtime.new_task_id()?;
-    s.prestart.queued(&id, &draft_caller.owner);
+    s.prestart.queued(&id, &caller.owner);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (st, task_id) = (s.clone(), id.clone());
     tokio::spawn(async move {
         let permit = st.prestart.gate.acquire().await;
         st.prestart.preparing(&task_id);
         let (rt, tid) = (st.runtime.clone(), task_id.clone());
-        let r = blocking(move || Ok(rt.submit_as(&tid, request, &mut loop_runtime::Quiet)?)).await;
+        let r =
+            blocking(move || Ok(rt.submit_admitted_as(&tid, request, &mut loop_runtime::Quiet)?))
+                .await;
         drop(permit);
         match &r {
             Ok(_) => {
@@ -461,33 +388,6 @@ pub(crate) async fn create_task(
     }
 }
 
-/// A task the API asks for on behalf of `owner`: no terminal to ask, the
-/// sandbox's isolation, the project's committed files only.
-fn api_request(
-    rt: &Runtime,
-    contract: loop_protocol::Contract,
-    source: loop_runtime::ContractSource,
-    model: Option<String>,
-    owner: &str,
-    allow_vacuous: bool,
-) -> loop_runtime::TaskRequest {
-    loop_runtime::TaskRequest {
-        contract,
-        source,
-        guidance: Vec::new(),
-        model,
-        record: None,
-        project: rt.project().to_path_buf(),
-        verify_on_change: false,
-        isolation: loop_sandbox_level(),
-        include_dirty: false,
-        on_prompt: OnPrompt::Wait,
-        owner: Some(owner.to_string()),
-        trigger: None,
-        allow_vacuous,
-    }
-}
-
 /// Draft `draft_id`'s task was submitted (`Ok`: it starts now) or not
 /// (the draft ends, saying why).
 fn draft_settled(
@@ -519,30 +419,12 @@ fn draft_settled(
 
 /// An instruction alone: draft its contract on a thread of its own; the
 /// person answers through `/api/v1/drafts/{id}`.
-async fn start_draft(
+fn start_draft(
     s: &AppState,
     caller: &Caller,
-    body: NewTask,
+    admitted: loop_runtime::Admitted,
 ) -> Result<(StatusCode, Value), ApiError> {
-    if body.instruction.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "an instruction is needed to draft a contract",
-        ));
-    }
     let rt = s.runtime.clone();
-    let model = body
-        .model
-        .as_deref()
-        .map(|m| allowed_model(&rt, m))
-        .transpose()?;
-    let mut contract = loop_protocol::Contract::instruction_only(&body.instruction)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if let Ok(l) = loop_runtime::loopfile::Loopfile::load(rt.project()) {
-        l.defaults.apply(&mut contract);
-    }
-    if let Some(n) = body.max_steps.filter(|n| *n > 0) {
-        contract.limits.max_steps = n;
-    }
     let id = format!(
         "d-{}",
         loop_protocol::random::hex::<8>()
@@ -552,11 +434,11 @@ async fn start_draft(
         &s.drafts,
         &id,
         &caller.owner,
-        &body.instruction,
-        model.as_deref(),
+        &admitted.contract().instruction,
+        admitted.model(),
     );
     let drafts = s.drafts.clone();
-    let (draft_id, owner) = (id.clone(), caller.owner.clone());
+    let draft_id = id.clone();
     let who = format!(
         "the API (owner {}, token {})",
         caller.owner, caller.token_id
@@ -572,17 +454,7 @@ async fn start_draft(
                 id: draft_id.clone(),
                 who,
             };
-            let submitted = rt.submit(
-                api_request(
-                    &rt,
-                    contract,
-                    loop_runtime::ContractSource::Draft { accept: false },
-                    model,
-                    &owner,
-                    false,
-                ),
-                &mut observer,
-            );
+            let submitted = rt.submit_admitted(admitted, &mut observer);
             draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
         });
     if let Err(e) = spawned {
@@ -718,14 +590,15 @@ fn start_restored(
                     who,
                 };
                 rt.submit(
-                    api_request(
-                        &rt,
-                        c,
-                        loop_runtime::ContractSource::Given,
+                    loop_runtime::TaskRequest {
+                        contract: loop_runtime::ContractInput::Given(Box::new(c)),
                         model,
-                        &owner,
-                        false,
-                    ),
+                        isolation: loop_sandbox::IsolationLevel::Required,
+                        on_prompt: Some(OnPrompt::Wait),
+                        owner: Some(owner),
+                        via: loop_runtime::Via::Http,
+                        ..Default::default()
+                    },
                     &mut observer,
                 )
             })();
@@ -738,15 +611,6 @@ fn start_restored(
             format!("cannot start draft {id}'s task: {e}"),
         )
     })
-}
-
-/// The longest wall time a task started here may ask for.
-pub(crate) const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
-
-/// A remote client's commands and checks run fully isolated or not at all
-/// (the CLI's default, `preferred`, is a person's own machine).
-fn loop_sandbox_level() -> loop_sandbox::IsolationLevel {
-    loop_sandbox::IsolationLevel::Required
 }
 
 /// What a task has used, as its record says, and how long its

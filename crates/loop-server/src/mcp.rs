@@ -378,7 +378,8 @@ impl LoopMcp {
             "run_task" => {
                 let wait = take_wait(&mut args)?;
                 let body: NewTask = parse(&tool, args)?;
-                let (_, mut v) = api::create_task(s, caller.clone(), body).await?;
+                let (_, mut v) =
+                    api::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
                 if let (Some(limit), Some(id)) = (wait, v["id"].as_str().map(str::to_string)) {
                     v = self.wait_for(&caller, &id, limit, ctx).await?;
                 }

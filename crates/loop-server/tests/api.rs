@@ -563,27 +563,22 @@ fn scopes_limits_and_the_command_lines_tasks() {
         .runtime
         .start(
             loop_runtime::TaskRequest {
-                contract: loop_protocol::Contract::from_flags(
-                    "write hello",
-                    &["grep -q hello hello.txt".into()],
-                    &[],
-                )
-                .unwrap(),
-                source: loop_runtime::ContractSource::Given,
-                guidance: Vec::new(),
+                contract: loop_runtime::ContractInput::Given(Box::new(
+                    loop_protocol::Contract::from_flags(
+                        "write hello",
+                        &["grep -q hello hello.txt".into()],
+                        &[],
+                    )
+                    .unwrap(),
+                )),
                 model: Some(format!(
                     "scripted:{}",
                     s.project.join("script.yaml").display()
                 )),
-                record: None,
-                project: s.project.clone(),
-                verify_on_change: false,
                 isolation: loop_sandbox::IsolationLevel::Preferred,
-                include_dirty: false,
-                on_prompt: loop_runtime::OnPrompt::Deny,
-                owner: None,
-                trigger: None,
-                allow_vacuous: false,
+                on_prompt: Some(loop_runtime::OnPrompt::Deny),
+                via: loop_runtime::Via::Library,
+                ..Default::default()
             },
             &mut loop_runtime::Quiet,
         )

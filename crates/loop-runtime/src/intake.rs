@@ -1,0 +1,391 @@
+//! The one intake: what any front end asks for ([`TaskRequest`]) becomes
+//! the task the runtime prepares ([`Admitted`]) here and nowhere else.
+//!
+//! The command line, the HTTP API, MCP, triggers and eval each translate
+//! their own input into a [`TaskRequest`]; [`Runtime::admit`] assembles the
+//! contract (a contract given, a pattern's, one made from checks, or an
+//! instruction whose contract is to be drafted), applies the Loopfile's
+//! defaults, checks every limit override, and resolves the model spec as
+//! far as the front end is trusted to name a file. Two front ends given the
+//! same request get the same contract.
+
+use crate::request::ContractSource;
+use crate::{Error, OnPrompt, Runtime};
+use loop_protocol::Contract;
+use std::path::PathBuf;
+
+/// The longest a task may be given to run (a week).
+pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
+/// The front end a request came through: it decides how a field is
+/// spelled in a refusal and how far a model spec may name a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Via {
+    /// The `loop` command (a person who can read the project).
+    #[default]
+    Cli,
+    /// `POST /api/v1/tasks` (a token's owner, possibly remote).
+    Http,
+    /// The MCP endpoint's `loop_run` tool (a token's owner).
+    Mcp,
+    /// A Loopfile trigger (a webhook or a schedule).
+    Trigger,
+    /// `loop eval` running a suite's case.
+    Eval,
+    /// A program using the runtime as a library (the demo, tests).
+    Library,
+}
+
+impl Via {
+    /// Remote callers: a model file they name must be the project's.
+    fn remote(self) -> bool {
+        matches!(self, Via::Http | Via::Mcp)
+    }
+
+    /// How this front end spells a request field (`--max-steps` on the
+    /// command line, `max_steps` in a body or a Loopfile).
+    fn field(self, name: &'static str) -> String {
+        match self {
+            Via::Cli => match name {
+                "timeout_secs" => "--timeout".into(),
+                "contract" => "--task".into(),
+                other => format!("--{}", other.replace('_', "-")),
+            },
+            _ => name.into(),
+        }
+    }
+}
+
+/// Where the contract comes from, before the intake.
+#[derive(Debug, Clone, Default)]
+pub enum ContractInput {
+    /// None: the checks make one, or (without checks) it is drafted from
+    /// the instruction.
+    #[default]
+    None,
+    /// A contract in YAML, with where it came from (for its diagnostics).
+    Yaml {
+        /// The text.
+        text: String,
+        /// A file name or "contract", named in each diagnostic.
+        origin: String,
+    },
+    /// A contract file the caller names (read through the door: no link).
+    File(PathBuf),
+    /// A contract already read.
+    Given(Box<Contract>),
+    /// A pattern of the project (`loop-patterns/NAME/`): its contract and
+    /// its `SKILL.md` as guidance.
+    Pattern(String),
+}
+
+/// Limits a request sets over the contract's (or the Loopfile's).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LimitOverrides {
+    /// Steps (at least 1).
+    pub max_steps: Option<u32>,
+    /// Tokens (at least 1).
+    pub max_tokens: Option<u64>,
+    /// Dollars (finite, not negative).
+    pub budget_usd: Option<f64>,
+    /// Seconds of wall time (at most [`MAX_TIMEOUT_SECS`]; 0 is 1).
+    pub timeout_secs: Option<u64>,
+}
+
+impl LimitOverrides {
+    /// Any override at all.
+    pub fn any(&self) -> bool {
+        *self != LimitOverrides::default()
+    }
+}
+
+/// What a front end asks for: the typed request every front end translates
+/// its input into.
+#[derive(Debug, Clone, Default)]
+pub struct TaskRequest {
+    /// The instruction (replacing a given contract's, when both are given).
+    pub instruction: Option<String>,
+    /// The contract, if one is given.
+    pub contract: ContractInput,
+    /// `--check` commands: one criterion each.
+    pub checks: Vec<String>,
+    /// `--artifact` paths.
+    pub artifacts: Vec<String>,
+    /// Limits over the contract's.
+    pub limits: LimitOverrides,
+    /// A drafted contract is locked as soon as the critic accepts it
+    /// (`--accept-contract`), instead of being confirmed by a person.
+    pub accept_draft: bool,
+    /// The model spec (else the Loopfile's maker).
+    pub model: Option<String>,
+    /// `--record FILE`.
+    pub record: Option<PathBuf>,
+    /// `--verify-on-change`.
+    pub verify_on_change: bool,
+    /// `--isolation`.
+    pub isolation: loop_sandbox::IsolationLevel,
+    /// `--include-dirty`.
+    pub include_dirty: bool,
+    /// Who answers the questions the task asks.
+    pub on_prompt: Option<OnPrompt>,
+    /// `--allow-vacuous`: a written contract's checks that pass on an
+    /// empty workspace are kept, each marked `allow_vacuous`.
+    pub allow_vacuous: bool,
+    /// Who asked (an API token's owner; `None` from the command line,
+    /// which belongs to whoever can read the project).
+    pub owner: Option<String>,
+    /// What started it, when not a person at a front end.
+    pub trigger: Option<loop_protocol::TriggerRecord>,
+    /// The front end it came through.
+    pub via: Via,
+}
+
+/// A request the intake accepted: the contract assembled (or the
+/// instruction its draft starts from), ready to prepare. Only
+/// [`Runtime::admit`] makes one.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The locked contract (with [`ContractSource::Draft`], the instruction
+    /// and limits the draft gets).
+    pub(crate) contract: Contract,
+    /// Where the contract comes from.
+    pub(crate) source: ContractSource,
+    /// Guidance for the model beyond the project's `LOOP.md`/`AGENTS.md`
+    /// (a pattern's `SKILL.md`): (name, text).
+    pub(crate) guidance: Vec<(String, String)>,
+    /// The model spec, resolved.
+    pub(crate) model: Option<String>,
+    pub(crate) record: Option<PathBuf>,
+    /// The project (the runtime's, canonical).
+    pub(crate) project: PathBuf,
+    pub(crate) verify_on_change: bool,
+    pub(crate) isolation: loop_sandbox::IsolationLevel,
+    pub(crate) include_dirty: bool,
+    pub(crate) on_prompt: OnPrompt,
+    pub(crate) owner: Option<String>,
+    pub(crate) trigger: Option<loop_protocol::TriggerRecord>,
+    pub(crate) allow_vacuous: bool,
+}
+
+impl Admitted {
+    /// The contract as assembled (before drafting, when it is drafted).
+    pub fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    /// The model spec, resolved (`None`: the Loopfile's maker).
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Whether the contract is still to be drafted from the instruction.
+    pub fn is_draft(&self) -> bool {
+        matches!(self.source, ContractSource::Draft { .. })
+    }
+}
+
+impl Runtime {
+    /// Take `req` in: assemble its contract, apply the Loopfile's
+    /// defaults and the request's limits, resolve its model. The one place
+    /// a front end's input becomes a task's contract.
+    pub fn admit(&self, req: TaskRequest) -> Result<Admitted, Error> {
+        let via = req.via;
+        let loopfile = crate::loopfile::Loopfile::load(self.project())?;
+        let instruction = req.instruction.filter(|i| !i.trim().is_empty());
+        let flags = |e: loop_protocol::ContractErrors| Error::usage(e.to_string());
+        let mut guidance = Vec::new();
+        let mut source = ContractSource::Given;
+        let mut contract = match req.contract {
+            ContractInput::Pattern(name) => {
+                // Another instruction would keep the template's checks,
+                // which judge the pattern's work, not the new one's.
+                if instruction.is_some() {
+                    return Err(Error::usage(format!(
+                        "a pattern runs its own instruction; to change it, edit loop-patterns/{name}/contract.yaml (or run the instruction without {})",
+                        via.field("pattern")
+                    )));
+                }
+                let (mut c, skill) = crate::patterns::load(self.project(), &name)?;
+                c.extend_with_flags(&req.checks, &req.artifacts)
+                    .map_err(flags)?;
+                if !skill.trim().is_empty() {
+                    guidance.push((format!("SKILL.md of the {name} pattern"), skill));
+                }
+                c
+            }
+            given @ (ContractInput::Yaml { .. }
+            | ContractInput::File(_)
+            | ContractInput::Given(_)) => {
+                let mut c = read_given(given)?;
+                if let Some(i) = &instruction {
+                    c.instruction = i.clone();
+                }
+                c.extend_with_flags(&req.checks, &req.artifacts)
+                    .map_err(flags)?;
+                c
+            }
+            ContractInput::None => {
+                let Some(i) = &instruction else {
+                    return Err(Error::usage(match via {
+                        Via::Cli => "give an instruction (loop run \"…\" --check CMD) or a contract (--task FILE)".to_string(),
+                        _ => "give an instruction (with checks, or alone to draft its contract) or a contract".to_string(),
+                    }));
+                };
+                // A trigger's task has nobody to confirm a draft.
+                let mut c = if req.checks.is_empty() && via != Via::Trigger {
+                    // The instruction alone: the contract is drafted.
+                    source = ContractSource::Draft {
+                        accept: req.accept_draft,
+                    };
+                    let mut c = Contract::instruction_only(i).map_err(flags)?;
+                    c.extend_with_flags(&[], &req.artifacts).map_err(flags)?;
+                    c
+                } else {
+                    Contract::from_flags(i, &req.checks, &req.artifacts).map_err(flags)?
+                };
+                loopfile.defaults.apply(&mut c);
+                c
+            }
+        };
+        override_limits(&mut contract.limits, &req.limits, via)?;
+        let model = req.model.map(|m| self.resolve_model(&m, via)).transpose()?;
+        Ok(Admitted {
+            contract,
+            source,
+            guidance,
+            model,
+            record: req.record,
+            project: self.project().to_path_buf(),
+            verify_on_change: req.verify_on_change,
+            isolation: req.isolation,
+            include_dirty: req.include_dirty,
+            on_prompt: req.on_prompt.unwrap_or(OnPrompt::Deny),
+            owner: req.owner,
+            trigger: req.trigger,
+            allow_vacuous: req.allow_vacuous,
+        })
+    }
+
+    /// A model spec as the runtime is to read it. From a remote front end
+    /// a script or recording must be a file inside the project (a
+    /// relative path, outside `.loop/`, through no link); from a trigger a
+    /// relative one is the project's; elsewhere it is taken as given.
+    #[allow(clippy::disallowed_methods)] // canonical path equal to the joined one: no link on the way; existence only
+    fn resolve_model(&self, spec: &str, via: Via) -> Result<String, Error> {
+        let split = spec.split_once(':');
+        if via == Via::Trigger {
+            return Ok(match split {
+                Some((p @ ("scripted" | "replay"), path)) if !path.starts_with('/') => {
+                    format!("{p}:{}", self.project().join(path).display())
+                }
+                _ => spec.to_string(),
+            });
+        }
+        if !via.remote() {
+            return Ok(spec.to_string());
+        }
+        let Some((provider, rest)) = split else {
+            return Err(Error::usage(format!("model `{spec}` is not PROVIDER:NAME")));
+        };
+        match provider {
+            "openai" | "anthropic" => Ok(spec.to_string()),
+            "scripted" | "replay" => {
+                // A plain path inside the project, outside the runtime's
+                // own `.loop/` (other owners' tasks live there), through no
+                // link and no `..`: what it names is what is read.
+                // (An absolute path into the project is taken as the
+                // relative one it names: a draft kept by the server holds
+                // the resolved spec.)
+                let rel = std::path::Path::new(rest);
+                let rel = rel.strip_prefix(self.project()).unwrap_or(rel);
+                let rest = rel.to_str().unwrap_or_default();
+                let plain = !rest.is_empty()
+                    && rel
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+                    && rel
+                        .components()
+                        .next()
+                        .is_some_and(|c| c.as_os_str() != ".loop");
+                let path = self.project().join(rel);
+                match path.canonicalize() {
+                    Ok(p) if plain && p == path && p.is_file() => {
+                        Ok(format!("{provider}:{}", p.display()))
+                    }
+                    _ => Err(Error::usage(format!(
+                        "model `{spec}`: the file must be inside the project (a relative path, outside .loop/, through no link)"
+                    ))),
+                }
+            }
+            other => Err(Error::usage(format!(
+                "unknown model provider `{other}` (openai, anthropic, scripted, replay)"
+            ))),
+        }
+    }
+}
+
+/// A contract given as text, a file or already read.
+fn read_given(given: ContractInput) -> Result<Contract, Error> {
+    let (text, origin) = match given {
+        ContractInput::Given(c) => return Ok(*c),
+        ContractInput::Yaml { text, origin } => (text, origin),
+        ContractInput::File(file) => (
+            loop_workspace::door::read_named_text(&file, loop_workspace::door::MAX_PROJECT_FILE)
+                .map_err(|e| Error::usage(format!("cannot read the contract: {e}")))?,
+            file.display().to_string(),
+        ),
+        ContractInput::None | ContractInput::Pattern(_) => {
+            return Err(Error::internal("no contract was given to read"));
+        }
+    };
+    Contract::from_yaml(&text, &origin).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// Set `over` on `limits`, refusing a limit no task can run under.
+fn override_limits(
+    limits: &mut loop_protocol::Limits,
+    over: &LimitOverrides,
+    via: Via,
+) -> Result<(), Error> {
+    if over.max_steps == Some(0) {
+        return Err(Error::usage(format!(
+            "{} 0 leaves the model no step at all; give at least 1",
+            via.field("max_steps")
+        )));
+    }
+    if over.max_tokens == Some(0) {
+        return Err(Error::usage(format!(
+            "{} 0 leaves the model no tokens at all; give at least 1",
+            via.field("max_tokens")
+        )));
+    }
+    if let Some(x) = over.budget_usd
+        && (!x.is_finite() || x < 0.0)
+    {
+        return Err(Error::usage(format!(
+            "{} must be a non-negative number",
+            via.field("budget_usd")
+        )));
+    }
+    if let Some(n) = over.timeout_secs
+        && n > MAX_TIMEOUT_SECS
+    {
+        return Err(Error::usage(format!(
+            "{} is at most {MAX_TIMEOUT_SECS} (a week)",
+            via.field("timeout_secs")
+        )));
+    }
+    if let Some(n) = over.max_steps {
+        limits.max_steps = n;
+    }
+    if let Some(n) = over.max_tokens {
+        limits.max_tokens = n;
+    }
+    if let Some(x) = over.budget_usd {
+        limits.budget_usd = Some(x);
+    }
+    if let Some(n) = over.timeout_secs {
+        limits.timeout_secs = n.max(1);
+    }
+    Ok(())
+}
