@@ -39,10 +39,11 @@ pub struct CliError {
 impl From<loop_runtime::Error> for CliError {
     fn from(e: loop_runtime::Error) -> Self {
         match e.kind {
-            loop_runtime::error::ErrorKind::Usage | loop_runtime::error::ErrorKind::NotFound => {
-                CliError::usage(e.message)
-            }
-            loop_runtime::error::ErrorKind::Internal => CliError::internal(e.message),
+            loop_runtime::error::ErrorKind::Usage
+            | loop_runtime::error::ErrorKind::NotFound
+            | loop_runtime::error::ErrorKind::Conflict => CliError::usage(e.message),
+            loop_runtime::error::ErrorKind::Unavailable
+            | loop_runtime::error::ErrorKind::Internal => CliError::internal(e.message),
         }
     }
 }

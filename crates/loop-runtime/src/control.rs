@@ -95,12 +95,12 @@ pub fn answer_request(
             a.status == loop_store::ApprovalStatus::Pending && only.is_none_or(|w| a.id == w)
         })
     else {
-        return Err(Error::usage(match only {
-            Some(w) => {
-                format!("task {id}'s request {w} is not waiting (it was answered, or it expired)")
-            }
-            None => format!("task {id} has no pending approval"),
-        }));
+        return Err(match only {
+            Some(w) => Error::conflict(format!(
+                "task {id}'s request {w} is not waiting (it was answered, or it expired)"
+            )),
+            None => Error::usage(format!("task {id} has no pending approval")),
+        });
     };
     a.status = loop_store::ApprovalStatus::answered(approve);
     if let Some(m) = message {
@@ -111,7 +111,7 @@ pub fn answer_request(
     }
     a.decided_ms = Some(SystemClock.now_ms());
     if !store.decide_approval(&a).map_err(Error::from_cause)? {
-        return Err(Error::usage(format!(
+        return Err(Error::conflict(format!(
             "task {id}'s request {} was decided meanwhile (it expired, or someone else answered); `loop status {id}` shows how",
             a.id
         )));

@@ -8,6 +8,12 @@ pub enum ErrorKind {
     /// What was asked for is not there (no such task): the caller's
     /// doing too, told apart so a front end need not read the message.
     NotFound,
+    /// What was asked for no longer fits the task's state (a question
+    /// answered meanwhile, a claim another runtime took over).
+    Conflict,
+    /// A service the runtime needs (the store, the queue) cannot be
+    /// reached now: trying again later may work.
+    Unavailable,
     /// The runtime could not do its work.
     Internal,
 }
@@ -45,6 +51,24 @@ impl Error {
     pub fn not_found(message: impl Into<String>) -> Self {
         Error {
             kind: ErrorKind::NotFound,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// The task's state no longer allows it.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Conflict,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A service the runtime needs cannot be reached now.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Unavailable,
             message: message.into(),
             cause: None,
         }

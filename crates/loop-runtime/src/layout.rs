@@ -174,7 +174,13 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
                 loop_sandbox::redact::register_literal(&p);
             }
             loop_store::open_url(&url).map_err(|e| {
-                Error::usage(format!("the store {from} names cannot be opened: {e}")).because(e)
+                let message = format!("the store {from} names cannot be opened: {e}");
+                match e {
+                    // Down now, not wrongly named: worth trying again.
+                    loop_store::StoreError::Unavailable { .. } => Error::unavailable(message),
+                    _ => Error::usage(message),
+                }
+                .because(e)
             })
         }
         None => Ok(std::sync::Arc::new(
@@ -186,6 +192,8 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
 pub(crate) fn store_err(e: loop_store::StoreError) -> Error {
     match e {
         loop_store::StoreError::NoSuchTask(_) => Error::not_found(e.to_string()).because(e),
+        loop_store::StoreError::NotHolder { .. } => Error::conflict(e.to_string()).because(e),
+        loop_store::StoreError::Unavailable { .. } => Error::unavailable(e.to_string()).because(e),
         other => Error::from_cause(other),
     }
 }
@@ -592,6 +600,34 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod root_tests {
     use super::*;
+
+    #[test]
+    fn each_store_failure_is_its_own_kind_of_error() {
+        use crate::error::ErrorKind;
+        let kind = |e| store_err(e).kind;
+        assert_eq!(
+            kind(loop_store::StoreError::NoSuchTask("t".into())),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            kind(loop_store::StoreError::NotHolder { task: "t".into() }),
+            ErrorKind::Conflict
+        );
+        assert_eq!(
+            kind(loop_store::StoreError::Unavailable {
+                path: "db".into(),
+                message: "refused".into()
+            }),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(loop_store::StoreError::Db {
+                path: "db".into(),
+                message: "syntax".into()
+            }),
+            ErrorKind::Internal
+        );
+    }
 
     #[test]
     fn a_loopfile_store_needs_the_users_yes_and_never_holds_a_password() {

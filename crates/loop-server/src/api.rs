@@ -95,7 +95,14 @@ pub(crate) fn visible(
         Ok(t) if caller.may_see(t.owner.as_deref()) && matches!(rt.foreign(id), Ok(None)) => Ok(t),
         // A store that cannot answer is no answer that the task is not
         // there: a server error, not a 404.
-        Err(e) if e.kind == loop_runtime::ErrorKind::Internal => Err(e.into()),
+        Err(e)
+            if matches!(
+                e.kind,
+                loop_runtime::ErrorKind::Internal | loop_runtime::ErrorKind::Unavailable
+            ) =>
+        {
+            Err(e.into())
+        }
         _ => Err(ApiError::not_found(&format!("task {id}"))),
     }
 }
@@ -1007,46 +1014,14 @@ pub(crate) async fn approve_task(
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
-        if let Some(want) = &answer.approval_id {
-            let pending = rt
-                .status(&id)?
-                .approvals
-                .into_iter()
-                .find(|a| a.status == loop_store::ApprovalStatus::Pending);
-            if pending.as_ref().map(|a| &a.id) != Some(want) {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "not_pending",
-                    format!("the question {want} is no longer the one waiting"),
-                ));
-            }
-        }
         let by = format!("{via} (owner {}, token {})", caller.owner, caller.token_id);
-        let answered = match &answer.approval_id {
+        // A question named that is no longer the one waiting (answered or
+        // expired, even meanwhile) is the runtime's conflict: a 409.
+        let a = match &answer.approval_id {
             Some(want) => {
-                rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)
+                rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)?
             }
-            None => rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by),
-        };
-        let a = match answered {
-            Ok(a) => a,
-            Err(e) => {
-                // The question named was answered or expired meanwhile (a
-                // race lost to another answer or to the clock): a
-                // conflict, as above.
-                let still = rt.status(&id)?.approvals.into_iter().any(|a| {
-                    a.status == loop_store::ApprovalStatus::Pending
-                        && answer.approval_id.as_ref().is_none_or(|w| *w == a.id)
-                });
-                if answer.approval_id.is_some() && !still {
-                    return Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "not_pending",
-                        format!("no question is waiting for this answer: {}", e.message),
-                    ));
-                }
-                return Err(e.into());
-            }
+            None => rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by)?,
         };
         Ok(json!({
             "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),

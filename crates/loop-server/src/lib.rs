@@ -337,6 +337,12 @@ impl From<loop_runtime::Error> for ApiError {
             loop_runtime::error::ErrorKind::Usage | loop_runtime::error::ErrorKind::NotFound => {
                 ApiError::bad_request(e.message)
             }
+            loop_runtime::error::ErrorKind::Conflict => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", e.message)
+            }
+            loop_runtime::error::ErrorKind::Unavailable => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.message)
+            }
             loop_runtime::error::ErrorKind::Internal => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message)
             }

@@ -269,7 +269,10 @@ fn work(inner: &Arc<Inner>) {
             // store refused a write) is not an end either: tried again a
             // few times before it waits for a person or the next server.
             Ok(Err(e))
-                if e.kind == loop_runtime::ErrorKind::Internal && job.retries < ERROR_RETRIES =>
+                if matches!(
+                    e.kind,
+                    loop_runtime::ErrorKind::Internal | loop_runtime::ErrorKind::Unavailable
+                ) && job.retries < ERROR_RETRIES =>
             {
                 tracing::warn!(
                     "task {}: its run failed: {} (it runs again here in {} s, {} of {ERROR_RETRIES})",

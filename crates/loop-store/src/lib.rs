@@ -186,6 +186,15 @@ pub enum StoreError {
         /// What failed.
         message: String,
     },
+    /// The database cannot be reached (down, restarting, the network
+    /// gone), still after retrying: try again later.
+    #[error("store {path} is unavailable: {message}")]
+    Unavailable {
+        /// The database.
+        path: String,
+        /// What failed.
+        message: String,
+    },
     /// No such task.
     #[error("no task `{0}` in this project (loop list shows them)")]
     NoSuchTask(String),

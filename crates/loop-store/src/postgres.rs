@@ -334,6 +334,16 @@ impl PgStore {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
+                // Still unreachable after retrying: the store is down, not
+                // the request wrong.
+                Err(Fail::Pg(e)) if transient(&e) => {
+                    return Err(match self.pg_err(&e) {
+                        StoreError::Db { path, message } => {
+                            StoreError::Unavailable { path, message }
+                        }
+                        other => other,
+                    });
+                }
                 Err(Fail::Pg(e)) => return Err(self.pg_err(&e)),
             }
         }

@@ -263,3 +263,32 @@ fn the_queue_over_tls_is_encrypted_verified_and_a_foreign_certificate_refused() 
     refused(port2, &ca_file, "a certificate for another name");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A PostgreSQL store nobody answers at is unavailable (try again later),
+/// told apart from one whose URL is wrong (the caller's to fix); neither
+/// is taken for the other.
+#[test]
+fn a_store_nobody_answers_at_is_unavailable_and_a_wrong_url_is_not() {
+    // Port 1 of 127.0.0.1: refused at once, again and again until the
+    // store's retries run out.
+    let started = Instant::now();
+    let down = PgStore::connect("postgres://loop@127.0.0.1:1/loop?sslmode=disable")
+        .err()
+        .expect("nothing listens on port 1");
+    assert!(
+        matches!(down, loop_store::StoreError::Unavailable { .. }),
+        "{down:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(20),
+        "retried before giving up: {:?}",
+        started.elapsed()
+    );
+    let wrong = PgStore::connect("postgres://loop@127.0.0.1:1/loop?sslmode=sometimes")
+        .err()
+        .expect("not a setting PostgreSQL knows");
+    assert!(
+        matches!(wrong, loop_store::StoreError::Db { .. }),
+        "{wrong:?}"
+    );
+}
