@@ -52,7 +52,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
     }
     for t in &tasks {
         let state = match &t.outcome {
-            Some(o) => o.clone(),
+            Some(o) => o.to_string(),
             None => format!("{} ({})", t.state, live_name(t)),
         };
         let instruction: String = t
@@ -184,7 +184,9 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         u.verifications
     );
     say!("  ledger       {} entries", t.entries);
-    let verified = t.outcome.as_deref() == Some("verified");
+    let verified = t
+        .outcome
+        .is_some_and(|o| o.kind == loop_protocol::OutcomeKind::Verified);
     match s.apply {
         ApplyState::Applied => say!(
             "  change set   applied to the project (loop undo {} reverses it)",
@@ -235,14 +237,19 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
 
 /// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
 /// until it has; an interrupted task is ended `cancelled` here.
+/// An outcome's name, or nothing when the store holds none.
+fn named(outcome: &Option<loop_protocol::OutcomeName>) -> String {
+    outcome.map(|o| o.to_string()).unwrap_or_default()
+}
+
 pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let cancelled =
         Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))?;
     if json {
         let (result, outcome, code) = match &cancelled {
-            Cancelled::AlreadyEnded(o) => ("already_ended", o.to_string(), 1),
+            Cancelled::AlreadyEnded(o) => ("already_ended", named(o), 1),
             Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string(), 0),
-            Cancelled::Stopped(o, _) => ("stopped", o.to_string(), 0),
+            Cancelled::Stopped(o, _) => ("stopped", named(o), 0),
         };
         println!(
             "{}",
@@ -252,7 +259,7 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     }
     match cancelled {
         Cancelled::AlreadyEnded(outcome) => {
-            say!("task {id} has already ended: {outcome}");
+            say!("task {id} has already ended: {}", named(&outcome));
             Ok(1)
         }
         Cancelled::EndedHere(report) => {
@@ -260,7 +267,11 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             Ok(0)
         }
         Cancelled::Stopped(outcome, took) => {
-            say!("task {id}: {outcome} ({:.1} s)", took.as_secs_f64());
+            say!(
+                "task {id}: {} ({:.1} s)",
+                named(&outcome),
+                took.as_secs_f64()
+            );
             Ok(0)
         }
     }

@@ -44,6 +44,8 @@ pub use evidence::{
 pub use live::{Live, LiveFeed};
 pub use model::{Model, WireExchange};
 pub use observation::{McpCall, Observation, ObservationStatus};
-pub use outcome::{Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeRecord, Rejection};
+pub use outcome::{
+    Acceptance, LimitKind, Outcome, OutcomeKind, OutcomeName, OutcomeRecord, Rejection,
+};
 pub use path::RelPath;
 pub use state::TaskState;

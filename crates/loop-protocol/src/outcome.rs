@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Which budget ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitKind {
     /// Model turns.
@@ -183,7 +183,7 @@ pub enum Outcome {
 }
 
 /// The outcome's kind, as written in ledgers and receipts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeKind {
     /// See [`Outcome::Verified`].
@@ -310,11 +310,102 @@ impl OutcomeRecord {
 
 impl fmt::Display for OutcomeRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = self.kind.name();
-        match self.limit {
-            Some(l) => write!(f, "{kind}{{{l}}}"),
-            None => f.write_str(kind),
+        self.name().fmt(f)
+    }
+}
+
+/// An outcome's name, as a store and a listing keep it: its kind and, for
+/// `limit_reached`, which limit (`verified`, `limit_reached{tokens}`).
+/// Written and read as that text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OutcomeName {
+    /// The kind.
+    pub kind: OutcomeKind,
+    /// For `limit_reached`, which limit.
+    pub limit: Option<LimitKind>,
+}
+
+impl OutcomeName {
+    /// Read back what [`OutcomeName`]'s `Display` writes (`None`: not an
+    /// outcome's name).
+    pub fn parse(text: &str) -> Option<OutcomeName> {
+        let (name, limit) = match text.split_once('{') {
+            Some((name, rest)) => {
+                let limit = rest.strip_suffix('}')?;
+                let limit = LimitKind::ALL
+                    .into_iter()
+                    .find(|l| l.to_string() == limit)?;
+                (name, Some(limit))
+            }
+            None => (text, None),
+        };
+        let kind = OutcomeKind::ALL.into_iter().find(|k| k.name() == name)?;
+        (limit.is_none() || kind == OutcomeKind::LimitReached)
+            .then_some(OutcomeName { kind, limit })
+    }
+}
+
+impl OutcomeRecord {
+    /// Its name (kind and limit, no reason).
+    pub fn name(&self) -> OutcomeName {
+        OutcomeName {
+            kind: self.kind,
+            limit: self.limit,
         }
+    }
+}
+
+impl OutcomeName {
+    /// The name as text (`verified`, `limit_reached{tokens}`).
+    pub fn as_str(&self) -> &'static str {
+        match (self.kind, self.limit) {
+            (OutcomeKind::LimitReached, Some(LimitKind::Steps)) => "limit_reached{steps}",
+            (OutcomeKind::LimitReached, Some(LimitKind::Tokens)) => "limit_reached{tokens}",
+            (OutcomeKind::LimitReached, Some(LimitKind::Time)) => "limit_reached{time}",
+            (OutcomeKind::LimitReached, Some(LimitKind::Cost)) => "limit_reached{cost}",
+            (kind, _) => kind.name(),
+        }
+    }
+}
+
+/// An outcome's name reads as its text wherever text is wanted (a
+/// listing, a comparison with a recorded name).
+impl std::ops::Deref for OutcomeName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for OutcomeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for OutcomeName {
+    fn eq(&self, other: &str) -> bool {
+        OutcomeName::parse(other) == Some(*self)
+    }
+}
+
+impl PartialEq<&str> for OutcomeName {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}
+
+impl Serialize for OutcomeName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for OutcomeName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        OutcomeName::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not an outcome")))
     }
 }
 
@@ -322,6 +413,44 @@ impl fmt::Display for OutcomeRecord {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod names {
     use super::*;
+
+    #[test]
+    fn an_outcome_name_reads_back_as_written_and_nothing_else_reads_as_one() {
+        let mut names = Vec::new();
+        for kind in OutcomeKind::ALL {
+            let limits: Vec<Option<LimitKind>> = match kind {
+                OutcomeKind::LimitReached => LimitKind::ALL.into_iter().map(Some).collect(),
+                _ => vec![None],
+            };
+            for limit in limits {
+                let name = OutcomeName { kind, limit };
+                assert_eq!(OutcomeName::parse(&name.to_string()), Some(name));
+                assert_eq!(name.as_str(), name.to_string());
+                let json = serde_json::to_value(name).unwrap();
+                assert_eq!(json, serde_json::json!(name.as_str()));
+                assert_eq!(serde_json::from_value::<OutcomeName>(json).unwrap(), name);
+                names.push(name.to_string());
+            }
+        }
+        assert_eq!(names.len(), 9, "{names:?}");
+        for junk in [
+            "",
+            "verified{steps}",
+            "limit_reached{}",
+            "limit_reached{x}",
+            "Verified",
+            "done",
+        ] {
+            assert_eq!(OutcomeName::parse(junk), None, "{junk}");
+        }
+        assert!(serde_json::from_value::<OutcomeName>(serde_json::json!("done")).is_err());
+        // Compared with text, as listings and tests read it.
+        let tokens = OutcomeName {
+            kind: OutcomeKind::LimitReached,
+            limit: Some(LimitKind::Tokens),
+        };
+        assert!(tokens == "limit_reached{tokens}" && tokens != "limit_reached");
+    }
 
     #[test]
     fn recorded_outcomes_read_back_as_their_kind() {

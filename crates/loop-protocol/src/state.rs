@@ -55,6 +55,18 @@ impl TaskState {
     }
 }
 
+impl PartialEq<str> for TaskState {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+impl PartialEq<&str> for TaskState {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
 impl fmt::Display for TaskState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

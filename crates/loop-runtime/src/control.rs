@@ -12,11 +12,11 @@ use std::path::Path;
 #[derive(Debug)]
 pub enum Cancelled {
     /// It had already ended (its outcome, as recorded).
-    AlreadyEnded(String),
+    AlreadyEnded(Option<loop_protocol::OutcomeName>),
     /// Nobody ran it: it was ended here, cancelled, with its receipt.
     EndedHere(TaskReport),
     /// Its running process stopped it (its outcome; how long it took).
-    Stopped(String, std::time::Duration),
+    Stopped(Option<loop_protocol::OutcomeName>, std::time::Duration),
 }
 
 /// Ask task `id` to stop, and wait (up to `wait`) until it has; a task
@@ -36,7 +36,7 @@ pub fn cancel(
         .map_err(|e| Error::usage(e.to_string()))?;
     let t = store.task(id).map_err(|e| Error::usage(e.to_string()))?;
     if !asked {
-        return Ok(Cancelled::AlreadyEnded(t.outcome.unwrap_or_default()));
+        return Ok(Cancelled::AlreadyEnded(t.outcome));
     }
     if liveness(&t) != Liveness::Running {
         // The store's cancel request stops it as soon as it is driven.
@@ -47,10 +47,7 @@ pub fn cancel(
     while start.elapsed() < wait {
         let t = store.task(id).map_err(Error::from_cause)?;
         if t.is_terminal() {
-            return Ok(Cancelled::Stopped(
-                t.outcome.unwrap_or_default(),
-                start.elapsed(),
-            ));
+            return Ok(Cancelled::Stopped(t.outcome, start.elapsed()));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

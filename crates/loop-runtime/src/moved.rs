@@ -421,7 +421,7 @@ pub(crate) fn settle(
         && kept.is_none()
         && store
             .task(task_id)
-            .is_ok_and(|t| t.state == loop_protocol::TaskState::Pending.to_string());
+            .is_ok_and(|t| t.state == loop_store::StoredState::PENDING);
     let here = if untouched {
         Some(target.clone())
     } else if local {

@@ -15,10 +15,10 @@ use std::path::Path;
 pub struct TaskView {
     /// Its id.
     pub id: String,
-    /// Its state (`planning`, `acting`, …, `terminal`).
-    pub state: String,
+    /// Its state (`planning`, `acting`, …, `ending`, `terminal`).
+    pub state: loop_store::StoredState,
     /// How it ended (`verified`, `limit_reached{steps}`, …), once it has.
-    pub outcome: Option<String>,
+    pub outcome: Option<loop_protocol::OutcomeName>,
     /// Why it ended.
     pub reason: Option<String>,
     /// A live process runs it now.
@@ -54,8 +54,8 @@ impl TaskView {
         let live = liveness(t);
         TaskView {
             id: t.id.clone(),
-            state: t.state.clone(),
-            outcome: t.outcome.clone(),
+            state: t.state,
+            outcome: t.outcome,
             reason: t.reason.clone(),
             running: live == Liveness::Running,
             interrupted: live == Liveness::Interrupted,
@@ -190,7 +190,7 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
         ApplyState::NotApplied
     };
     let task = TaskView::of(&t);
-    let dead_letter = (task.state != "terminal")
+    let dead_letter = (task.state != loop_store::StoredState::TERMINAL)
         .then(|| store.task_file(id, DEAD_LETTER).ok().flatten())
         .flatten()
         .and_then(|body| serde_json::from_str(&body).ok());

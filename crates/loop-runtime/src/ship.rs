@@ -354,7 +354,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     s.store
         .finish(
             task_id,
-            &result.record.to_string(),
+            result.record.name(),
             &result.record.reason,
             &receipt_path.display().to_string(),
             &serde_json::to_value(&change_set).unwrap_or_default(),

@@ -50,7 +50,7 @@ pub(crate) fn drive_stored(
         if record.outcome_kind() != Some(OutcomeKind::LimitReached) {
             return Err(Error::usage(format!(
                 "task {task_id} ended {}, not at a limit: only a task that reached a limit can be given more budget",
-                record.outcome.as_deref().unwrap_or("?")
+                record.outcome.map_or("?".into(), |o| o.to_string())
             )));
         }
         store
@@ -67,7 +67,7 @@ pub(crate) fn drive_stored(
         };
         return Err(Error::usage(format!(
             "task {task_id} has already ended ({}); its receipt: {}{more}",
-            record.outcome.as_deref().unwrap_or("?"),
+            record.outcome.map_or("?".into(), |o| o.to_string()),
             record.receipt.as_deref().unwrap_or("(none)")
         )));
     }

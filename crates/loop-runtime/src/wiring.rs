@@ -212,7 +212,7 @@ pub struct StoreLedger<'c> {
     /// Entries written to the file, not yet committed to the store.
     pub pending: Vec<loop_store::StoredEntry>,
     /// The task's state after the pending entries.
-    pub pending_state: Option<String>,
+    pub pending_state: Option<loop_store::StoredState>,
     /// This run's claim: entries are committed only while it holds.
     pub holder: String,
     /// Set when the workspace's state could not be kept in the store:
@@ -254,7 +254,7 @@ impl StoreLedger<'_> {
         let done = self.store.append_batch(
             &self.task_id,
             &self.pending,
-            self.pending_state.as_deref(),
+            self.pending_state,
             Some(&self.holder),
             self.clock.now_ms(),
             (!lazy, file.as_ref()),
@@ -320,16 +320,13 @@ impl StoreLedger<'_> {
         entries.extend(self.pending.iter().cloned());
         // The state after them: the last move's (an end is `ending` until
         // the receipt is kept).
-        let state = self.pending_state.clone().or_else(|| {
+        let state = self.pending_state.or_else(|| {
             lost.iter()
                 .rev()
                 .find(|e| e.kind == "transition")
-                .and_then(|e| {
-                    e.payload["to"].as_str().map(|to| match to {
-                        "terminal" => "ending".to_string(),
-                        to => to.to_string(),
-                    })
-                })
+                .and_then(|e| e.payload["to"].as_str())
+                .and_then(loop_protocol::TaskState::from_name)
+                .map(ending_for_terminal)
         });
         // A lost entry that named the workspace's state lost that state
         // too (it was written with it): the whole of it goes again, if the
@@ -377,7 +374,7 @@ impl StoreLedger<'_> {
         let done = self.store.append_batch(
             &self.task_id,
             &entries,
-            state.as_deref(),
+            state,
             Some(&self.holder),
             self.clock.now_ms(),
             (true, file.as_ref()),
@@ -431,17 +428,22 @@ impl Ledger for StoreLedger<'_> {
         // (`Store::finish`); until then its end is `ending`, and resumable.
         // (Set only once the entry is pending: a failed write leaves the
         // state to the entries that were.)
-        match event {
-            Event::Transition { to, .. } if *to == loop_protocol::TaskState::Terminal => {
-                self.pending_state = Some("ending".to_string());
-            }
-            Event::Transition { to, .. } => self.pending_state = Some(to.to_string()),
-            _ => {}
+        if let Event::Transition { to, .. } = event {
+            self.pending_state = Some(ending_for_terminal(*to));
         }
         if Self::may_wait(event) {
             return Ok(());
         }
         self.flush()
+    }
+}
+
+/// The store's state for a move to `to`: an end is `ending` until the
+/// receipt is kept (`Store::finish` makes it `terminal`).
+fn ending_for_terminal(to: loop_protocol::TaskState) -> loop_store::StoredState {
+    match to {
+        loop_protocol::TaskState::Terminal => loop_store::StoredState::Ending,
+        other => loop_store::StoredState::Task(other),
     }
 }
 

@@ -967,9 +967,14 @@ async fn cancel(
         use loop_runtime::control::Cancelled;
         let (result, outcome) =
             match rt.cancel(&id, Duration::from_secs(10), &mut loop_runtime::Quiet)? {
-                Cancelled::AlreadyEnded(o) => ("already_ended", o.to_string()),
+                Cancelled::AlreadyEnded(o) => (
+                    "already_ended",
+                    o.map(|o| o.to_string()).unwrap_or_default(),
+                ),
                 Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string()),
-                Cancelled::Stopped(o, _) => ("stopped", o.to_string()),
+                Cancelled::Stopped(o, _) => {
+                    ("stopped", o.map(|o| o.to_string()).unwrap_or_default())
+                }
             };
         Ok(Json(
             json!({"id": id, "result": result, "outcome": outcome}),
@@ -1073,8 +1078,7 @@ async fn resume(
         let t = visible(&rt, &caller, &check)?;
         let limited = t
             .outcome
-            .as_deref()
-            .is_some_and(|o| o.starts_with("limit_reached"));
+            .is_some_and(|o| o.kind == loop_protocol::OutcomeKind::LimitReached);
         match (has_extension, t.interrupted, limited) {
             (false, true, _) | (true, _, true) => Ok(()),
             (true, _, false) => Err(ApiError::bad_request(format!(
@@ -1475,16 +1479,14 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Result<Respon
     let watched = s.hub.readers();
     let pool = s.pool.clone();
     let text = blocking(move || {
-        let mut by_state: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        let mut by_state: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
         let (mut steps, mut tokens, mut usd) = (0u64, 0u64, 0f64);
         let (mut verify_ms, mut verifications) = (0u64, 0u64);
         for t in rt.tasks()?.into_iter().filter(|t| caller.may_see(t.owner.as_deref())) {
-            let outcome = t
-                .outcome
-                .as_deref()
-                .map(|o| o.split('{').next().unwrap_or(o).to_string())
-                .unwrap_or_default();
-            *by_state.entry((t.state.clone(), outcome)).or_default() += 1;
+            let outcome = t.outcome.map_or("", |o| o.kind.name());
+            *by_state
+                .entry((t.state.as_str(), outcome))
+                .or_default() += 1;
             let x = tally(&rt, &tallies, &t);
             steps += x.used.steps;
             tokens += x.used.tokens;

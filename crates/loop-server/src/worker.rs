@@ -375,7 +375,7 @@ fn settle(
         }
         Err(e) => return back_in_a_moment(q, metrics, d, &e.message),
     };
-    if view.state != "terminal" {
+    if view.state != loop_store::StoredState::TERMINAL {
         match runtime.foreign(&d.task) {
             Ok(None) => {}
             Ok(Some(why)) => {
@@ -401,7 +401,7 @@ fn settle(
             Err(e) => return back_in_a_moment(q, metrics, d, &e.message),
         }
     }
-    if view.running && view.state != "terminal" {
+    if view.running && view.state != loop_store::StoredState::TERMINAL {
         // Another live process runs it (a slow renewal let the message go):
         // it is theirs; the message comes back in a moment. (Looked at
         // before the attempts: a task running elsewhere is no failure.)
@@ -411,7 +411,7 @@ fn settle(
         }
         return;
     }
-    if view.state != "terminal" && d.attempts > opts.queue.max_attempts {
+    if view.state != loop_store::StoredState::TERMINAL && d.attempts > opts.queue.max_attempts {
         // Delivered too often without ending, and the store says it has
         // not ended and nobody runs it: given up on, with the reason, in
         // the stream and with the task (so `loop status` says so).
@@ -428,7 +428,7 @@ fn settle(
         }
         return;
     }
-    if view.state == "terminal" {
+    if view.state == loop_store::StoredState::TERMINAL {
         // It ended before (its worker died between the end's commit and
         // the acknowledgement): done, not run again.
         if ack(q, d) {
@@ -448,7 +448,9 @@ fn settle(
         r
     });
     metrics.running.fetch_sub(1, Ordering::Relaxed);
-    let ended = runtime.task(&d.task).is_ok_and(|v| v.state == "terminal");
+    let ended = runtime
+        .task(&d.task)
+        .is_ok_and(|v| v.state == loop_store::StoredState::TERMINAL);
     match result {
         Ok(Ok(report)) if ended => {
             metrics.outcome(report.outcome.kind.name());

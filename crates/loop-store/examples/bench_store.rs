@@ -46,7 +46,16 @@ fn main() {
                 at: "2026-11-29T00:00:00.000Z".into(),
                 hash: format!("{:064}", seq + 1),
             };
-            store.append("t", &e, Some("acting"), seq).unwrap();
+            store
+                .append(
+                    "t",
+                    &e,
+                    Some(loop_store::StoredState::Task(
+                        loop_protocol::TaskState::Acting,
+                    )),
+                    seq,
+                )
+                .unwrap();
         }
         store_us.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
 

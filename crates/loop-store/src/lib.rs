@@ -338,10 +338,11 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 pub struct TaskRecord {
     /// Task id.
     pub id: String,
-    /// Its state (`pending`, `planning`, `acting`, `verifying`, `terminal`).
-    pub state: String,
-    /// The outcome kind once terminal.
-    pub outcome: Option<String>,
+    /// Its state (`pending`, `planning`, `acting`, `verifying`, …,
+    /// `ending`, `terminal`).
+    pub state: StoredState,
+    /// How it ended, once terminal.
+    pub outcome: Option<loop_protocol::OutcomeName>,
     /// The outcome's reason.
     pub reason: Option<String>,
     /// Locked contract hash.
@@ -365,15 +366,107 @@ pub struct TaskRecord {
 impl TaskRecord {
     /// Whether the task has ended.
     pub fn is_terminal(&self) -> bool {
-        loop_protocol::TaskState::from_name(&self.state) == Some(loop_protocol::TaskState::Terminal)
+        self.state == StoredState::Task(loop_protocol::TaskState::Terminal)
     }
 
     /// How it ended, once it has.
     pub fn outcome_kind(&self) -> Option<loop_protocol::OutcomeKind> {
-        self.outcome
-            .as_deref()
-            .and_then(loop_protocol::OutcomeKind::of_recorded)
+        self.outcome.map(|o| o.kind)
     }
+}
+
+/// A task's state as the store keeps it: the Director's, or `ending`
+/// (terminal in its ledger, its receipt not yet kept: still resumable).
+/// Written and read as its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoredState {
+    /// The Director's state.
+    Task(loop_protocol::TaskState),
+    /// Ended in the ledger; `terminal` once its receipt is kept.
+    Ending,
+}
+
+impl StoredState {
+    /// A task just made.
+    pub const PENDING: StoredState = StoredState::Task(loop_protocol::TaskState::Pending);
+    /// A task whose receipt is kept.
+    pub const TERMINAL: StoredState = StoredState::Task(loop_protocol::TaskState::Terminal);
+
+    /// Its name (`planning`, `ending`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoredState::Task(t) => t.name(),
+            StoredState::Ending => "ending",
+        }
+    }
+
+    /// The state `name` names.
+    pub fn from_name(name: &str) -> Option<StoredState> {
+        match name {
+            "ending" => Some(StoredState::Ending),
+            other => loop_protocol::TaskState::from_name(other).map(StoredState::Task),
+        }
+    }
+
+    /// The state a stored name names (an error naming it when no build
+    /// wrote it).
+    pub(crate) fn read(name: &str) -> Result<StoredState, UnknownName> {
+        StoredState::from_name(name).ok_or_else(|| UnknownName(format!("state `{name}`")))
+    }
+}
+
+impl From<loop_protocol::TaskState> for StoredState {
+    fn from(s: loop_protocol::TaskState) -> Self {
+        StoredState::Task(s)
+    }
+}
+
+impl std::fmt::Display for StoredState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for StoredState {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for StoredState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for StoredState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        StoredState::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{name}` is not a task state")))
+    }
+}
+
+/// A state or outcome in a task's row that no build writes.
+#[derive(Debug, thiserror::Error)]
+#[error("the store holds an unknown {0}")]
+pub struct UnknownName(String);
+
+/// The outcome a stored name names (an error naming it when no build
+/// wrote it).
+pub(crate) fn read_outcome(
+    name: Option<String>,
+) -> Result<Option<loop_protocol::OutcomeName>, UnknownName> {
+    name.map(|n| {
+        loop_protocol::OutcomeName::parse(&n).ok_or_else(|| UnknownName(format!("outcome `{n}`")))
+    })
+    .transpose()
 }
 
 /// A ledger entry as the store keeps it (one type across the runtime).
@@ -509,7 +602,7 @@ pub trait Store: Send + Sync {
         &self,
         task: &str,
         entry: &StoredEntry,
-        state: Option<&str>,
+        state: Option<StoredState>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.append_all(task, std::slice::from_ref(entry), state, None, now_ms)
@@ -525,7 +618,7 @@ pub trait Store: Send + Sync {
         &self,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -540,7 +633,7 @@ pub trait Store: Send + Sync {
         &self,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -554,7 +647,7 @@ pub trait Store: Send + Sync {
         &self,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
         with: (bool, Option<&TaskFile<'_>>),
@@ -581,7 +674,7 @@ pub trait Store: Send + Sync {
     fn finish(
         &self,
         task: &str,
-        outcome: &str,
+        outcome: loop_protocol::OutcomeName,
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
@@ -681,4 +774,29 @@ pub struct TaskFile<'a> {
 fn urandom(buf: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+#[cfg(test)]
+mod state_names {
+    use super::*;
+
+    #[test]
+    fn a_stored_state_reads_back_as_written_and_an_unknown_one_is_refused() {
+        let mut all: Vec<StoredState> = loop_protocol::TaskState::ALL
+            .into_iter()
+            .map(StoredState::Task)
+            .collect();
+        all.push(StoredState::Ending);
+        for s in all {
+            assert_eq!(StoredState::from_name(s.as_str()), Some(s));
+            let json = serde_json::to_value(s).unwrap();
+            assert_eq!(json, serde_json::json!(s.as_str()));
+            assert_eq!(serde_json::from_value::<StoredState>(json).unwrap(), s);
+        }
+        assert_eq!(StoredState::from_name("ended"), None);
+        assert!(StoredState::read("Terminal").is_err());
+        assert!(read_outcome(Some("verified{steps}".into())).is_err());
+        assert_eq!(read_outcome(None).unwrap(), None);
+        assert!(StoredState::TERMINAL == "terminal" && StoredState::Ending == "ending");
+    }
 }

@@ -24,7 +24,7 @@
 
 use crate::{
     Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
-    StoredEntry, TaskFile, TaskRecord, TokenRecord,
+    StoredEntry, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Row};
@@ -472,14 +472,22 @@ fn listener(
     }
 }
 
+/// A task row's `column` holds a name no build writes.
+fn unknown(column: &str, e: crate::UnknownName) -> Fail {
+    Fail::Store(StoreError::Db {
+        path: "the tasks table".into(),
+        message: format!("column {column}: {e}"),
+    })
+}
+
 /// A row of the task query as a record.
-fn task_from(r: &Row) -> Result<TaskRecord, postgres::Error> {
+fn task_from(r: &Row) -> Result<TaskRecord, Fail> {
     let request: String = r.try_get("request")?;
     let owner: Option<String> = r.try_get("owner")?;
     Ok(TaskRecord {
         id: r.try_get("id")?,
-        state: r.try_get("state")?,
-        outcome: r.try_get("outcome")?,
+        state: StoredState::read(r.try_get("state")?).map_err(|e| unknown("state", e))?,
+        outcome: crate::read_outcome(r.try_get("outcome")?).map_err(|e| unknown("outcome", e))?,
         reason: r.try_get("reason")?,
         contract_sha256: r.try_get("contract_sha256")?,
         request: serde_json::from_str(&request).unwrap_or(serde_json::Value::Null),
@@ -629,7 +637,7 @@ impl Store for PgStore {
         self.run(|c| {
             let row = c.query_opt(&format!("{TASK_SELECT} WHERE t.id = $1"), &[&id])?;
             match row {
-                Some(r) => Ok(task_from(&r)?),
+                Some(r) => task_from(&r),
                 None => Err(Fail::Store(StoreError::NoSuchTask(id.to_string()))),
             }
         })
@@ -641,7 +649,7 @@ impl Store for PgStore {
                 &format!("{TASK_SELECT} ORDER BY t.created_ms DESC, t.id DESC"),
                 &[],
             )?;
-            Ok(rows.iter().map(task_from).collect::<Result<Vec<_>, _>>()?)
+            rows.iter().map(task_from).collect::<Result<Vec<_>, _>>()
         })
     }
 
@@ -652,7 +660,7 @@ impl Store for PgStore {
         &self,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
         (durable, file): (bool, Option<&TaskFile<'_>>),
@@ -738,7 +746,7 @@ impl Store for PgStore {
             match state {
                 Some(s) => tx.execute(
                     "UPDATE tasks SET state = $2, updated_ms = $3 WHERE id = $1",
-                    &[&task, &s, &ms(now_ms)],
+                    &[&task, &s.as_str(), &ms(now_ms)],
                 )?,
                 None => tx.execute(
                     "UPDATE tasks SET updated_ms = $2 WHERE id = $1",
@@ -917,7 +925,7 @@ impl Store for PgStore {
     fn finish(
         &self,
         task: &str,
-        outcome: &str,
+        outcome: loop_protocol::OutcomeName,
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
@@ -925,6 +933,7 @@ impl Store for PgStore {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let change_set = change_set.to_string();
+        let outcome = outcome.to_string();
         self.run(|c| {
             let mut tx = c.transaction()?;
             if let Some(h) = holder {
@@ -940,7 +949,7 @@ impl Store for PgStore {
                     // A retry after our end committed (the claim is let go
                     // with it) finds exactly that end: it stands. Any other
                     // end is someone else's, and is not overwritten.
-                    let ours = state.as_deref() == Some("terminal")
+                    let ours = state.as_deref() == Some(StoredState::TERMINAL.as_str())
                         && tx
                             .query_opt(
                                 "SELECT 1 FROM tasks t JOIN receipts r ON r.task_id = t.id

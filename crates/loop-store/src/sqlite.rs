@@ -2,7 +2,7 @@
 
 use crate::{
     Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
-    StoredEntry, TaskFile, TaskRecord, TokenRecord,
+    StoredEntry, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ impl SqliteStore {
         c: &mut Connection,
         task: &str,
         entries: &[StoredEntry],
-        (state, file): (Option<&str>, Option<&TaskFile<'_>>),
+        (state, file): (Option<StoredState>, Option<&TaskFile<'_>>),
         holder: Option<&str>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -153,7 +153,7 @@ impl SqliteStore {
             match state {
                 Some(s) => tx
                     .prepare_cached("UPDATE tasks SET state = ?2, updated_ms = ?3 WHERE id = ?1")
-                    .and_then(|mut q| q.execute(params![task, s, now_ms as i64])),
+                    .and_then(|mut q| q.execute(params![task, s.as_str(), now_ms as i64])),
                 None => tx
                     .prepare_cached("UPDATE tasks SET updated_ms = ?2 WHERE id = ?1")
                     .and_then(|mut q| q.execute(params![task, now_ms as i64])),
@@ -299,13 +299,20 @@ impl SqliteStore {
     }
 }
 
+/// Column `column` of row `r` holds a name no build writes.
+fn unknown(r: &rusqlite::Row<'_>, column: &str, e: crate::UnknownName) -> rusqlite::Error {
+    let at = r.as_ref().column_index(column).unwrap_or_default();
+    rusqlite::Error::FromSqlConversionFailure(at, rusqlite::types::Type::Text, Box::new(e))
+}
+
 fn row_to_task(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
     let request: String = r.get("request")?;
     let owner: Option<String> = r.get("owner")?;
     Ok(TaskRecord {
         id: r.get("id")?,
-        state: r.get("state")?,
-        outcome: r.get("outcome")?,
+        state: StoredState::read(&r.get::<_, String>("state")?)
+            .map_err(|e| unknown(r, "state", e))?,
+        outcome: crate::read_outcome(r.get("outcome")?).map_err(|e| unknown(r, "outcome", e))?,
         reason: r.get("reason")?,
         contract_sha256: r.get("contract_sha256")?,
         request: serde_json::from_str(&request).unwrap_or(serde_json::Value::Null),
@@ -373,7 +380,7 @@ impl Store for SqliteStore {
         &self,
         task: &str,
         entries: &[StoredEntry],
-        state: Option<&str>,
+        state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
         (durable, file): (bool, Option<&TaskFile<'_>>),
@@ -525,7 +532,7 @@ impl Store for SqliteStore {
     fn finish(
         &self,
         task: &str,
-        outcome: &str,
+        outcome: loop_protocol::OutcomeName,
         reason: &str,
         receipt: &str,
         change_set: &serde_json::Value,
@@ -546,7 +553,7 @@ impl Store for SqliteStore {
             tx.execute(
                 "UPDATE tasks SET state = 'terminal', outcome = ?2, reason = ?3, owner = NULL, updated_ms = ?4
                  WHERE id = ?1",
-                params![task, outcome, reason, now_ms as i64],
+                params![task, outcome.to_string(), reason, now_ms as i64],
             )
             .map_err(|e| self.err(e))?;
             tx.execute(

@@ -133,7 +133,8 @@ fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
                 .is_err(),
             "{who}"
         );
-        s.append("t1", &entry(0), Some("planning"), 11).unwrap();
+        s.append("t1", &entry(0), Some(state("planning")), 11)
+            .unwrap();
         s.append("t1", &entry(1), None, 12).unwrap();
         // The last entry offered again whole is a retry: it stands.
         s.append("t1", &entry(1), None, 13).unwrap();
@@ -168,7 +169,7 @@ fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
         );
         s.finish(
             "t1",
-            "verified",
+            outcome("verified"),
             "ok",
             "/r.json",
             &serde_json::json!({"files": 1}),
@@ -219,13 +220,13 @@ fn a_batch_of_entries_is_one_transaction_all_or_nothing() {
         s.append_all(
             "t",
             &[entry(0), entry(1), entry(2)],
-            Some("acting"),
+            Some(state("acting")),
             None,
             5,
         )
         .unwrap();
         // The same batch again (a retry whose answer was lost) stands.
-        s.append_all("t", &[entry(1), entry(2)], Some("acting"), None, 6)
+        s.append_all("t", &[entry(1), entry(2)], Some(state("acting")), None, 6)
             .unwrap();
         // A batch with a gap inside, or one that would fork, keeps nothing.
         let mut gap = vec![entry(3), entry(5)];
@@ -240,7 +241,8 @@ fn a_batch_of_entries_is_one_transaction_all_or_nothing() {
             3,
             "{who}: nothing of a refused batch"
         );
-        s.append_all("t", &gap, Some("verifying"), None, 8).unwrap();
+        s.append_all("t", &gap, Some(state("verifying")), None, 8)
+            .unwrap();
         let t = s.task("t").unwrap();
         assert_eq!((t.entries, t.state.as_str()), (5, "verifying"), "{who}");
         s.append_all("t", &[], None, None, 9).unwrap();
@@ -250,6 +252,16 @@ fn a_batch_of_entries_is_one_transaction_all_or_nothing() {
 
 /// Now, as the store's clock has it (PostgreSQL keeps lease times on the
 /// database's clock; SQLite on the caller's, which is this one).
+/// The stored state `name` names.
+fn state(name: &str) -> loop_store::StoredState {
+    loop_store::StoredState::from_name(name).unwrap()
+}
+
+/// The outcome `name` names.
+fn outcome(name: &str) -> loop_protocol::OutcomeName {
+    loop_protocol::OutcomeName::parse(name).unwrap()
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -324,7 +336,7 @@ fn a_claim_is_exclusive_while_its_lease_holds_and_its_owner_lives() {
             matches!(
                 s.finish(
                     "t",
-                    "verified",
+                    outcome("verified"),
                     "x",
                     "/r",
                     &serde_json::json!({}),
@@ -389,7 +401,7 @@ fn a_claim_is_exclusive_while_its_lease_holds_and_its_owner_lives() {
         assert!(s.task("t").unwrap().cancel_requested, "{who}");
         s.finish(
             "t",
-            "cancelled",
+            outcome("cancelled"),
             "asked",
             "/r",
             &serde_json::json!({}),
@@ -799,10 +811,16 @@ fn lazy_batches_keep_the_chain_in_order_with_durable_ones() {
         let me = Owner::this_process("me".into(), now());
         assert_eq!(s.claim("t", &me, 60_000, now()).unwrap(), Claim::Claimed);
         for seq in (0..12u64).step_by(2) {
-            s.append_all("t", &[entry(seq)], Some("acting"), Some("me"), now())
+            s.append_all("t", &[entry(seq)], Some(state("acting")), Some("me"), now())
                 .unwrap();
-            s.append_all_lazy("t", &[entry(seq + 1)], Some("planning"), Some("me"), now())
-                .unwrap();
+            s.append_all_lazy(
+                "t",
+                &[entry(seq + 1)],
+                Some(state("planning")),
+                Some("me"),
+                now(),
+            )
+            .unwrap();
         }
         // A lazy batch is checked as a durable one is: out of sequence, or
         // by another holder, nothing is kept.
@@ -928,7 +946,8 @@ fn a_dropped_postgres_connection_is_replaced_and_nothing_is_lost() {
     let admin = b.drop_db.as_ref().unwrap().0.clone();
     let mut killer = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
     for seq in 0..30u64 {
-        s.append("t", &entry(seq), Some("acting"), seq).unwrap();
+        s.append("t", &entry(seq), Some(state("acting")), seq)
+            .unwrap();
         if seq % 3 == 0 {
             // Every connection of the store's pool (and its listener) is
             // terminated, as a restarting server or a failover does.
