@@ -1,13 +1,12 @@
-//! Change sets of tasks: computing them at the end of a run, and
-//! `loop apply`, `loop undo`, `loop discard`.
+//! What becomes of a task's change set once it has ended: `loop apply`,
+//! `loop undo`, `loop discard`, `loop diff`, and a key's rotation.
 
 use crate::Error;
 use crate::layout::load_origin;
 use loop_protocol::OutcomeKind;
-use loop_receipt::{ChangeSetRecord, verify_receipt};
-use loop_workspace::{ChangeSet, Journal, Manifest, Standing, TaskWorkspace, git_head};
+use loop_receipt::verify_receipt;
+use loop_workspace::{ChangeSet, Journal, Manifest, Standing, git_head};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// How an apply, undo, discard, recovery or key rotation came out; what
 /// was found on the way went to the observer as notes.
@@ -21,53 +20,6 @@ pub enum Settled {
     /// It was done, but afterwards the project does not hold exactly what
     /// was verified (the notes say where).
     DoneButDiffers,
-}
-
-/// The change set of a finished run.
-pub fn compute(
-    project: &Path,
-    ws: &TaskWorkspace,
-    baseline: &Manifest,
-    last: &Manifest,
-) -> ChangeSet {
-    let base = ws.base_commit().map(str::to_string);
-    let before = |path: &str, sha: &str| -> Option<Vec<u8>> {
-        match &base {
-            Some(commit) => Command::new("git")
-                .arg("-C")
-                .arg(project)
-                .args(["show", &format!("{commit}:{path}")])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| o.stdout),
-            // Without git, the project still holds the start content if its
-            // hash matches (a link is shown as its target, never followed).
-            None => {
-                let tree = loop_workspace::Tree::open(project).ok()?;
-                let bytes = match tree.node(path).ok()? {
-                    loop_workspace::Node::Symlink(t) => t.into_os_string().into_encoded_bytes(),
-                    loop_workspace::Node::File { .. } => tree
-                        .read_file(path, loop_workspace::changeset::MAX_DIFF_BYTES)
-                        .ok()?,
-                    _ => return None,
-                };
-                Some(bytes).filter(|b| loop_protocol::hash::sha256_hex(b) == sha)
-            }
-        }
-    };
-    ChangeSet::compute(baseline, last, &ws.path, base.clone(), &before)
-}
-
-/// The receipt's record of a change set.
-pub fn record(cs: &ChangeSet, patch_name: &str, unredacted: Option<String>) -> ChangeSetRecord {
-    ChangeSetRecord {
-        unredacted_patch_sha256: unredacted,
-        base_commit: cs.base_commit.clone(),
-        files: cs.files.clone(),
-        patch: patch_name.to_string(),
-        patch_sha256: cs.patch_sha256.clone(),
-    }
 }
 
 struct Task {
@@ -215,7 +167,7 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
         ))
     })?;
     Ok(Diff {
-        change_set: compute(&t.project, &start.task_ws, &start.baseline, &now),
+        change_set: crate::change_set::compute(&t.project, &start.task_ws, &start.baseline, &now),
         source: DiffSource::Workspace(paths.workspace),
     })
 }

@@ -258,7 +258,7 @@ fn wire<'a>(
         tools: toolbox,
         diff: Some(Box::new(move || match Manifest::of(&diff_ws) {
             Ok(now) => {
-                crate::changes::compute(project, &start.task_ws, &start.baseline, &now).patch
+                crate::change_set::compute(project, &start.task_ws, &start.baseline, &now).patch
             }
             Err(e) => format!("(the change cannot be computed: {e})"),
         })),

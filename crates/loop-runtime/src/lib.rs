@@ -13,6 +13,7 @@
 //! person running it. A front end only parses its arguments and presents.
 
 pub mod audit;
+mod change_set;
 pub mod changes;
 pub mod control;
 pub mod critic;

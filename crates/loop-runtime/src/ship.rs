@@ -262,7 +262,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let start = s.start;
     let final_manifest =
         Manifest::of(&s.paths.workspace).map_err(io("cannot hash the workspace"))?;
-    let mut changes = crate::changes::compute(
+    let mut changes = crate::change_set::compute(
         s.project,
         &start.task_ws,
         &start.baseline,
@@ -282,7 +282,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let patch_name = format!("{task_id}.changes.patch");
     std::fs::write(s.paths.receipts.join(&patch_name), &changes.patch).map_err(io("change set"))?;
     receipt.file(&patch_name, changes.patch.as_bytes());
-    let change_set = crate::changes::record(&changes, &patch_name, unredacted);
+    let change_set = crate::change_set::record(&changes, &patch_name, unredacted);
 
     let result = s.result;
     let predicate = Predicate {
