@@ -19,7 +19,9 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         Some(d) => d,
         None => std::env::temp_dir().join(format!(
             "loop-demo-{}",
-            loop_runtime::task::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))?
+            loop_runtime::task::run::new_task_id(loop_core::Clock::now_ms(
+                &loop_core::SystemClock
+            ))?
         )),
     };
     let project = dir.join("project");

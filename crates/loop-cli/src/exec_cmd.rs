@@ -2,7 +2,7 @@
 //! this machine's kernel offers.
 
 use crate::CliError;
-use loop_runtime::exec::{ExecFailureKind, ExecOptions};
+use loop_runtime::ops::exec::{ExecFailureKind, ExecOptions};
 use loop_sandbox::{ExecRequest, Net, Program};
 use std::io::Write;
 use std::path::PathBuf;
@@ -117,7 +117,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         resolve,
         list: "loop exec --allow".into(),
     });
-    let r = loop_runtime::exec::exec(&ExecOptions {
+    let r = loop_runtime::ops::exec::exec(&ExecOptions {
         egress,
         command: o.command.clone(),
         workspace: cwd,
@@ -315,7 +315,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
         .as_ref()
         .map(|l| l.verification.clone())
         .unwrap_or_default();
-    let mut stacks: Vec<&str> = loop_runtime::stacks::project_checks(root, &verification)
+    let mut stacks: Vec<&str> = loop_runtime::project::stacks::project_checks(root, &verification)
         .iter()
         .map(|c| c.stack)
         .collect();
@@ -331,7 +331,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
             _ => &[],
         };
         for (tool, args) in tools {
-            let said = loop_runtime::network::output_of(tool, args)
+            let said = loop_runtime::project::network::output_of(tool, args)
                 .and_then(|o| o.lines().next().map(str::to_string))
                 .unwrap_or_else(|| "NOT FOUND".into());
             out.row("toolchain", format!("{stack}: {tool}: {said}"));
@@ -341,7 +341,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     // The store answers (a server's version, the schema's), or says why
     // not. The embedded file is asked only when it exists: opening it
     // would make it.
-    let named = loop_runtime::layout::store_url(root);
+    let named = loop_runtime::project::locate::store_url(root);
     let asked = match &named {
         Ok(Some(_)) => true,
         Ok(None) => db.is_file(),
@@ -378,7 +378,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
         },
     );
     let endpoint = match &loopfile {
-        Ok(l) => loop_runtime::readiness::maker_endpoint(l),
+        Ok(l) => loop_runtime::project::readiness::maker_endpoint(l),
         Err(e) => Err(e.message.clone()),
     };
     out.row(

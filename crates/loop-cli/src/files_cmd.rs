@@ -129,7 +129,7 @@ pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
 
 /// `loop audit`: the environments a task here would share, and how.
 pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
-    use loop_runtime::environments::Standing;
+    use loop_runtime::project::environments::Standing;
     let a = loop_runtime::Runtime::open(project)?.audit()?;
     if json {
         println!(
@@ -238,7 +238,7 @@ pub fn init(
     json: bool,
 ) -> Result<u8, CliError> {
     let runtime = loop_runtime::Runtime::open(project)?;
-    let r = loop_runtime::patterns::init(runtime.project(), pattern, force)?;
+    let r = loop_runtime::contract::patterns::init(runtime.project(), pattern, force)?;
     if json {
         println!(
             "{}",
@@ -277,7 +277,7 @@ pub fn cost(
     json: bool,
 ) -> Result<u8, CliError> {
     let runtime = loop_runtime::Runtime::open(project)?;
-    let c = loop_runtime::readiness::cost(&runtime, model, per_month)?;
+    let c = loop_runtime::project::readiness::cost(&runtime, model, per_month)?;
     if json {
         println!(
             "{}",

@@ -549,7 +549,7 @@ fn watch() {
 fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<PathBuf, String> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| format!("where is this program? {e}"))?;
-    let log = loop_runtime::layout::task_dir(project, task).join("detached.log");
+    let log = loop_runtime::project::locate::task_dir(project, task).join("detached.log");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

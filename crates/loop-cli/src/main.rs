@@ -25,7 +25,7 @@ mod verify_cmd;
 
 use clap::{Parser, Subcommand};
 use loop_protocol::{Contract, OutcomeKind};
-use loop_runtime::{Runtime, TaskReport, TaskRequest, interrupt, wiring};
+use loop_runtime::{Runtime, TaskReport, TaskRequest, interrupt, task::adapters as wiring};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -380,7 +380,7 @@ enum Command {
         /// The task pattern to write.
         #[arg(long, value_name = "NAME",
               value_parser = clap::builder::PossibleValuesParser::new(
-                  loop_runtime::patterns::PATTERNS.iter().map(|(name, _)| *name)))]
+                  loop_runtime::contract::patterns::PATTERNS.iter().map(|(name, _)| *name)))]
         pattern: Option<String>,
         /// Write over an existing Loopfile (and pattern files).
         #[arg(long)]
@@ -760,7 +760,7 @@ fn main() -> ExitCode {
     loop_sandbox::redact::register_environment();
     let json = cli.json;
     if let Some(url) = &cli.store {
-        loop_runtime::layout::set_store_url(url);
+        loop_runtime::project::locate::set_store_url(url);
     }
     match dispatch(cli.command, json) {
         Ok(code) => ExitCode::from(code),
@@ -814,7 +814,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         } => {
             // Said plainly when the project does not exist: nothing revoked.
             let mut story = story::Story::new(json);
-            let s = loop_runtime::changes::rotate_key(&project, yes, &mut story)?;
+            let s = loop_runtime::ops::changes::rotate_key(&project, yes, &mut story)?;
             settled(s, &story, "rotate", None)
         }
         Command::Keys { action, .. } => files_cmd::keys(action == KeysAction::Show, json),
@@ -934,7 +934,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             loopfile,
             keep,
         } => eval_cmd(
-            loop_runtime::eval::EvalOptions {
+            loop_runtime::ops::eval::EvalOptions {
                 suite,
                 model,
                 repeat: repeat.max(1),
@@ -1070,7 +1070,7 @@ fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
 
 /// `loop tokens create|list|revoke`.
 fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliError> {
-    use loop_runtime::tokens::Scope;
+    use loop_runtime::ops::tokens::Scope;
     match action {
         TokensAction::Create {
             owner,
@@ -1349,13 +1349,13 @@ fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
 /// `loop eval`.
 #[allow(clippy::disallowed_methods)] // loop eval's own scratch directory and report, named by the person
 fn eval_cmd(
-    opts: loop_runtime::eval::EvalOptions,
+    opts: loop_runtime::ops::eval::EvalOptions,
     compare: Option<&std::path::Path>,
     out: Option<&std::path::Path>,
     keep: bool,
     json: bool,
 ) -> Result<u8, CliError> {
-    use loop_runtime::eval;
+    use loop_runtime::ops::eval;
     let old: Option<eval::EvalReport> = match compare {
         Some(p) => {
             let text = loop_workspace::door::read_named_text(p, 64 << 20)

@@ -5,7 +5,7 @@
 use crate::CliError;
 use crate::screen::{Screen, Tone, defang};
 use loop_runtime::Runtime;
-use loop_runtime::changes::{Diff, DiffSource};
+use loop_runtime::ops::changes::{Diff, DiffSource};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
@@ -272,7 +272,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         .task
         .receipt
         .as_ref()
-        .map(|r| loop_runtime::receipts::verify(Path::new(r), None, None));
+        .map(|r| loop_runtime::ops::receipts::verify(Path::new(r), None, None));
     if json {
         let v = serde_json::json!({
             "task": status,
@@ -322,7 +322,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         }
         Err(e) => println!("change set: {e}"),
     }
-    if status.apply == loop_runtime::query::ApplyState::Applied {
+    if status.apply == loop_runtime::ops::query::ApplyState::Applied {
         println!("  applied to the project (loop undo {id} reverses it)");
     }
     match &receipt {

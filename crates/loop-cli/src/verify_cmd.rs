@@ -2,7 +2,7 @@
 
 use crate::CliError;
 use loop_receipt::{KeyPair, SignatureStatus};
-use loop_runtime::receipts::ReceiptCheck;
+use loop_runtime::ops::receipts::ReceiptCheck;
 use std::path::Path;
 
 /// What a verification found: whether the receipt holds, and whether the
@@ -31,7 +31,7 @@ pub fn verify(
     json: bool,
     (integrity_only, allow_extra): (bool, bool),
 ) -> Result<bool, CliError> {
-    let check = loop_runtime::receipts::verify_with(receipt, artifacts, pubkey, allow_extra)?;
+    let check = loop_runtime::ops::receipts::verify_with(receipt, artifacts, pubkey, allow_extra)?;
     let verdict = Verdict {
         intact: check.intact,
         verified: check.verified,

@@ -78,8 +78,10 @@ fn every_subcommand_is_in_the_command_line_section() {
 }
 
 /// The modules of the crate whose sources are `src`: name → the other
-/// top-level modules its code (not its tests or comments) names.
-fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// modules its code (not its tests or comments) names. With `nested`, a
+/// module is a file (`task/drive`, a folder's `mod.rs` being the folder);
+/// without, a top-level module or folder (`task`).
+fn imports(src: &Path, nested: bool) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -92,28 +94,50 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             }
         }
     }
-    let top = |p: &Path| -> Option<String> {
-        let rel = p.strip_prefix(src).unwrap();
-        let first = rel.components().next()?.as_os_str().to_string_lossy();
-        let name = first.trim_end_matches(".rs").to_string();
-        (name != "lib" && name != "main").then_some(name)
+    let module = |p: &Path| -> Option<String> {
+        let rel = p.strip_prefix(src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().to_string())
+            .collect();
+        if parts.last().is_some_and(|l| l == "mod") {
+            parts.pop();
+        }
+        if !nested {
+            parts.truncate(1);
+        }
+        let name = parts.join("/");
+        (!name.is_empty() && name != "lib" && name != "main").then_some(name)
     };
-    let names: BTreeSet<String> = files.iter().filter_map(|p| top(p)).collect();
+    let names: BTreeSet<String> = files.iter().filter_map(|p| module(p)).collect();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in &files {
-        let Some(module) = top(f) else { continue };
+        let Some(me) = module(f) else { continue };
         let text = std::fs::read_to_string(f).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        let entry = out.entry(module.clone()).or_default();
+        let entry = out.entry(me.clone()).or_default();
         for line in code.lines() {
             let line = line.split("//").next().unwrap_or("");
             for (i, _) in line.match_indices("crate::") {
-                let name: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                let path: Vec<String> = line[i + 7..]
+                    .split("::")
+                    .map(|seg| {
+                        seg.chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect()
+                    })
+                    .take_while(|seg: &String| !seg.is_empty())
                     .collect();
-                if name != module && names.contains(&name) {
-                    entry.insert(name);
+                // The longest module the path names.
+                let named = (1..=path.len())
+                    .rev()
+                    .map(|n| path[..n].join("/"))
+                    .find(|m| names.contains(m));
+                if let Some(m) = named
+                    && m != me
+                    && !me.starts_with(&format!("{m}/"))
+                {
+                    entry.insert(m);
                 }
             }
         }
@@ -156,14 +180,18 @@ fn no_crate_has_an_import_cycle_among_its_modules() {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
         let src = entry.path().join("src");
-        if src.is_dir()
-            && let Some(c) = cycle(&imports(&src))
-        {
-            found.push(format!(
-                "{}: {}",
-                entry.file_name().to_string_lossy(),
-                c.join(" → ")
-            ));
+        if !src.is_dir() {
+            continue;
+        }
+        // Between folders (and top-level files), and between files.
+        for nested in [false, true] {
+            if let Some(c) = cycle(&imports(&src, nested)) {
+                found.push(format!(
+                    "{}: {}",
+                    entry.file_name().to_string_lossy(),
+                    c.join(" → ")
+                ));
+            }
         }
     }
     assert!(found.is_empty(), "import cycles: {found:?}");

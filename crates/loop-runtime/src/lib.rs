@@ -1,7 +1,7 @@
 //! # loop-runtime
 //!
 //! A task's whole life, behind one API that every front end (the `loop`
-//! command, and the server, workers and MCP endpoint to come) shares:
+//! command, the HTTP API and its workers, MCP, triggers and eval) shares:
 //! prepare the workspace, lock the contract, run the baseline, build the
 //! Director with its tools, verifier, models, store and clock, run,
 //! resume, extend or cancel it, assemble and sign the receipt, ship the
@@ -12,54 +12,26 @@
 //! the ledger's events as they are recorded, and lines meant for the
 //! person running it. A front end only parses its arguments and presents.
 
-pub mod audit;
-mod change_set;
-pub mod changes;
-pub mod control;
-pub mod critic;
-pub mod draft;
-mod drive;
-pub mod environments;
+pub mod contract;
 pub mod error;
-pub mod eval;
-pub mod exec;
-pub mod gc;
-mod host_files;
-mod ids;
-pub mod intake;
 pub mod interrupt;
-pub mod judges;
-pub mod layout;
 pub mod loopfile;
 mod models;
-mod moved;
-pub mod network;
-pub mod patterns;
-pub mod prepare;
-pub mod query;
-pub mod readiness;
-pub mod receipts;
-pub mod request;
+pub mod ops;
+pub mod project;
 mod runtime;
-pub mod setup;
-mod ship;
-pub mod stacks;
 pub mod task;
-pub mod tokens;
-pub mod triggers;
-pub mod wiring;
-pub mod workspaces;
 
-pub use changes::Settled;
-pub use control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use error::{Error, ErrorKind};
-pub use intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};
-pub use layout::{Liveness, is_running, liveness, new_task_id, open_store};
-pub use query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
-pub use request::{ContractSource, StoredRequest, TaskReport};
+pub use ops::changes::Settled;
+pub use ops::query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
+pub use project::locate::{Liveness, is_running, liveness, new_task_id, open_store};
 pub use runtime::Runtime;
-pub use task::resume_task;
-pub use wiring::{OnPrompt, Prompter, Question};
+pub use task::adapters::{OnPrompt, Prompter, Question};
+pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};
+pub use task::intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};
+pub use task::request::{ContractSource, StoredRequest, TaskReport};
+pub use task::run::resume_task;
 
 /// What a front end sees of a task: every recorded event (through
 /// [`loop_core::Observer`]), and lines for the person running it.
@@ -81,8 +53,8 @@ pub trait Observer: loop_core::Observer {
         &mut self,
         _contract: &str,
         _edit_from: Option<&str>,
-    ) -> crate::draft::ContractReview {
-        crate::draft::ContractReview::Unanswered
+    ) -> crate::contract::draft::ContractReview {
+        crate::contract::draft::ContractReview::Unanswered
     }
 
     /// Who answers `review_contract`, for the drafting record

@@ -3,11 +3,11 @@
 //! run, watch, steer and settle tasks through exactly these methods, so a
 //! task behaves, records and proves the same whichever started it.
 
-use crate::changes::Settled;
-use crate::control::Cancelled;
-use crate::intake::{Admitted, TaskRequest};
-use crate::query::{Recorded, TaskStatus, TaskView};
-use crate::request::TaskReport;
+use crate::ops::changes::Settled;
+use crate::ops::query::{Recorded, TaskStatus, TaskView};
+use crate::task::control::Cancelled;
+use crate::task::intake::{Admitted, TaskRequest};
+use crate::task::request::TaskReport;
 use crate::{Error, Observer, OnPrompt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,7 +20,7 @@ pub struct Runtime {
     /// polls `task` and `events` does not reopen it each time).
     store: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn loop_store::Store>>>,
     /// The project's identity, looked up once (a listing asks each time).
-    scope: std::sync::Arc<std::sync::OnceLock<crate::layout::ProjectScope>>,
+    scope: std::sync::Arc<std::sync::OnceLock<crate::project::locate::ProjectScope>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -33,10 +33,10 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// The runtime of the project `project` belongs to (see
-    /// [`crate::layout::project_root`]; its store is `.loop/loop.db`, made
+    /// [`crate::project::locate::project_root`]; its store is `.loop/loop.db`, made
     /// on first use).
     pub fn open(project: &Path) -> Result<Runtime, Error> {
-        let project = crate::layout::project_root(project)?;
+        let project = crate::project::locate::project_root(project)?;
         Ok(Runtime {
             project,
             store: Default::default(),
@@ -50,7 +50,9 @@ impl Runtime {
             return Ok(s.as_ref());
         }
         // Two threads may race to open it; either store is the same one.
-        let _ = self.store.set(crate::layout::open_store(&self.project)?);
+        let _ = self
+            .store
+            .set(crate::project::locate::open_store(&self.project)?);
         self.store
             .get()
             .map(|s| s.as_ref())
@@ -61,17 +63,20 @@ impl Runtime {
     /// store holds other projects' tasks: a worker hands those back
     /// without spending an attempt of theirs).
     pub fn foreign(&self, id: &str) -> Result<Option<String>, Error> {
-        let record = self.store()?.task(id).map_err(crate::layout::store_err)?;
-        let owner = crate::layout::stored_project(&record);
-        crate::task::foreign(&self.project, id, owner.as_ref())
+        let record = self
+            .store()?
+            .task(id)
+            .map_err(crate::project::locate::store_err)?;
+        let owner = crate::project::locate::stored_project(&record);
+        crate::task::run::foreign(&self.project, id, owner.as_ref())
     }
 
     /// This project's identity, and the projects it serves.
-    pub fn scope(&self) -> Result<crate::layout::ProjectScope, Error> {
+    pub fn scope(&self) -> Result<crate::project::locate::ProjectScope, Error> {
         if let Some(s) = self.scope.get() {
             return Ok(s.clone());
         }
-        let s = crate::layout::project_scope(&self.project)?;
+        let s = crate::project::locate::project_scope(&self.project)?;
         let _ = self.scope.set(s.clone());
         Ok(s)
     }
@@ -85,7 +90,8 @@ impl Runtime {
             if t.is_terminal() {
                 continue;
             }
-            if let Some(owner) = crate::layout::stored_project(&t).filter(|o| !scope.takes(Some(o)))
+            if let Some(owner) =
+                crate::project::locate::stored_project(&t).filter(|o| !scope.takes(Some(o)))
             {
                 *out.entry(owner.id).or_insert(0) += 1;
             }
@@ -101,7 +107,7 @@ impl Runtime {
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         self.store()?
             .put_draft(id, owner, &project, &body.to_string(), now)
-            .map_err(crate::layout::store_err)
+            .map_err(crate::project::locate::store_err)
     }
 
     /// This project's kept drafts, oldest first, once those last written
@@ -111,8 +117,10 @@ impl Runtime {
         let store = self.store()?;
         store
             .drop_drafts(&project, before_ms)
-            .map_err(crate::layout::store_err)?;
-        store.drafts(&project).map_err(crate::layout::store_err)
+            .map_err(crate::project::locate::store_err)?;
+        store
+            .drafts(&project)
+            .map_err(crate::project::locate::store_err)
     }
 
     /// Which store the project uses and whether it answers (`loop doctor`).
@@ -140,7 +148,7 @@ impl Runtime {
         observer: &mut dyn Observer,
     ) -> Result<String, Error> {
         req.project = self.project.clone();
-        crate::prepare::submit(&req, observer)
+        crate::task::prepare::submit(&req, observer)
     }
 
     /// [`Runtime::submit_admitted`], under the id `id` chosen beforehand
@@ -153,12 +161,12 @@ impl Runtime {
         observer: &mut dyn Observer,
     ) -> Result<String, Error> {
         req.project = self.project.clone();
-        crate::prepare::submit_as(id, &req, observer)
+        crate::task::prepare::submit_as(id, &req, observer)
     }
 
     /// A fresh task id.
     pub fn new_task_id(&self) -> Result<String, Error> {
-        crate::layout::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))
+        crate::project::locate::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))
     }
 
     /// Submit the task `req` asks for and run it here to its end; it is
@@ -170,7 +178,7 @@ impl Runtime {
         observer: &mut dyn Observer,
     ) -> Result<TaskReport, Error> {
         let admitted = self.admit(req)?;
-        crate::task::run_task(admitted, observer)
+        crate::task::run::run_task(admitted, observer)
     }
 
     /// Run task `id` to its end, from wherever its record stops (a task
@@ -181,7 +189,7 @@ impl Runtime {
         on_prompt: OnPrompt,
         observer: &mut dyn Observer,
     ) -> Result<TaskReport, Error> {
-        crate::task::resume_task(&self.project, id, None, on_prompt, observer)
+        crate::task::run::resume_task(&self.project, id, None, on_prompt, observer)
     }
 
     /// Give task `id`, which reached a limit, more budget and let it go on.
@@ -192,7 +200,7 @@ impl Runtime {
         on_prompt: OnPrompt,
         observer: &mut dyn Observer,
     ) -> Result<TaskReport, Error> {
-        crate::task::resume_task(&self.project, id, Some(extension), on_prompt, observer)
+        crate::task::run::resume_task(&self.project, id, Some(extension), on_prompt, observer)
     }
 
     /// Ask task `id` to stop and wait up to `wait` until it has.
@@ -202,7 +210,7 @@ impl Runtime {
         wait: Duration,
         observer: &mut dyn Observer,
     ) -> Result<Cancelled, Error> {
-        crate::control::cancel(&self.project, id, wait, observer)
+        crate::task::control::cancel(&self.project, id, wait, observer)
     }
 
     /// Answer task `id`'s pending approval or checkpoint.
@@ -212,7 +220,7 @@ impl Runtime {
         approve: bool,
         message: Option<&str>,
     ) -> Result<loop_store::Approval, Error> {
-        crate::control::answer(&self.project, id, approve, message, None)
+        crate::task::control::answer(&self.project, id, approve, message, None)
     }
 
     /// [`Runtime::answer`], saying who answered (recorded in the ledger's
@@ -224,7 +232,7 @@ impl Runtime {
         message: Option<&str>,
         by: &str,
     ) -> Result<loop_store::Approval, Error> {
-        crate::control::answer(&self.project, id, approve, message, Some(by))
+        crate::task::control::answer(&self.project, id, approve, message, Some(by))
     }
 
     /// [`Runtime::answer_as`], of the request `approval_id` only (a click
@@ -237,7 +245,7 @@ impl Runtime {
         message: Option<&str>,
         by: &str,
     ) -> Result<loop_store::Approval, Error> {
-        crate::control::answer_request(
+        crate::task::control::answer_request(
             &self.project,
             id,
             Some(approval_id),
@@ -290,20 +298,20 @@ impl Runtime {
     /// listed; tasks recorded before projects had identities are).
     pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
         let scope = self.scope()?;
-        crate::query::tasks(self.store()?, &|t| {
-            scope.takes(crate::layout::stored_project(t).as_ref())
+        crate::ops::query::tasks(self.store()?, &|t| {
+            scope.takes(crate::project::locate::stored_project(t).as_ref())
         })
     }
 
     /// Task `id`.
     pub fn task(&self, id: &str) -> Result<TaskView, Error> {
-        crate::query::task(self.store()?, id)
+        crate::ops::query::task(self.store()?, id)
     }
 
     /// Record that queue `queue` gave up on task `id`, and why: `loop
     /// status`, the API and the console show it until the task ends.
     pub fn mark_dead_lettered(&self, id: &str, queue: &str, reason: &str) -> Result<(), Error> {
-        let note = crate::query::DeadLetterNote {
+        let note = crate::ops::query::DeadLetterNote {
             queue: queue.to_string(),
             reason: reason.to_string(),
             at_ms: loop_core::Clock::now_ms(&loop_core::SystemClock),
@@ -313,7 +321,7 @@ impl Runtime {
             .put_task_file(
                 id,
                 &loop_store::TaskFile {
-                    name: crate::query::DEAD_LETTER,
+                    name: crate::ops::query::DEAD_LETTER,
                     body: &body,
                     blobs: &[],
                     keep_only: None,
@@ -322,13 +330,13 @@ impl Runtime {
                 None,
                 note.at_ms,
             )
-            .map_err(crate::layout::store_err)
+            .map_err(crate::project::locate::store_err)
     }
 
     /// Task `id` in full. A task that ended elsewhere (another machine, a
     /// clone that serves this project) has its receipt brought here.
     pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
-        let mut s = crate::query::status(self.store()?, &self.project, id)?;
+        let mut s = crate::ops::query::status(self.store()?, &self.project, id)?;
         if s.task.receipt.is_some()
             && let Some(here) = self.bring_receipt(id)
         {
@@ -354,11 +362,11 @@ impl Runtime {
         if !self
             .scope()
             .ok()?
-            .takes(crate::layout::stored_project(&record).as_ref())
+            .takes(crate::project::locate::stored_project(&record).as_ref())
         {
             return None;
         }
-        match crate::ship::bring_receipt(store, &self.project, id) {
+        match crate::task::end::bring_receipt(store, &self.project, id) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!("task {id}: its receipt was not brought here: {e}");
@@ -369,12 +377,12 @@ impl Runtime {
 
     /// Task `id`'s events from position `since` on.
     pub fn events(&self, id: &str, since: u64) -> Result<Vec<Recorded>, Error> {
-        crate::query::events(self.store()?, id, since)
+        crate::ops::query::events(self.store()?, id, since)
     }
 
     /// Tasks not over whose runtime is gone.
     pub fn interrupted(&self) -> Result<Vec<String>, Error> {
-        crate::control::interrupted_tasks(&self.project)
+        crate::task::control::interrupted_tasks(&self.project)
     }
 
     /// Apply task `id`'s change set to the project.
@@ -386,39 +394,39 @@ impl Runtime {
         observer: &mut dyn Observer,
     ) -> Result<Settled, Error> {
         self.bring_receipt(id);
-        crate::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
+        crate::ops::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
     }
 
     /// Settle an apply or undo that was killed midway.
     pub fn recover(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
-        crate::changes::recover(&self.project, id, observer)
+        crate::ops::changes::recover(&self.project, id, observer)
     }
 
     /// Task `id`'s change set: from its receipt once it has ended, else
     /// from its workspace as it is now.
-    pub fn diff(&self, id: &str) -> Result<crate::changes::Diff, Error> {
+    pub fn diff(&self, id: &str) -> Result<crate::ops::changes::Diff, Error> {
         self.bring_receipt(id);
-        crate::changes::diff(&self.project, id)
+        crate::ops::changes::diff(&self.project, id)
     }
 
     /// Undo task `id`'s applied change set.
     pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
-        crate::changes::undo(&self.project, id, observer)
+        crate::ops::changes::undo(&self.project, id, observer)
     }
 
     /// Stop counting task `id`'s change set as applied, touching no file.
     pub fn forget(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
-        crate::changes::forget(&self.project, id, observer)
+        crate::ops::changes::forget(&self.project, id, observer)
     }
 
     /// Remove task `id`'s workspace (its receipt stays).
     pub fn discard(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
-        crate::changes::discard(&self.project, id, observer)
+        crate::ops::changes::discard(&self.project, id, observer)
     }
 
     /// The dependency environments a task here would share, and where
     /// each stands.
-    pub fn audit(&self) -> Result<crate::audit::Audit, Error> {
-        crate::audit::audit(&self.project)
+    pub fn audit(&self) -> Result<crate::ops::audit::Audit, Error> {
+        crate::ops::audit::audit(&self.project)
     }
 }

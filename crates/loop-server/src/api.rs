@@ -9,8 +9,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use loop_runtime::draft::ContractReview;
-use loop_runtime::tokens::{Caller, Scope};
+use loop_runtime::contract::draft::ContractReview;
+use loop_runtime::ops::tokens::{Caller, Scope};
 use loop_runtime::{OnPrompt, Runtime};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -81,7 +81,7 @@ pub(crate) fn visible(
     rt: &Runtime,
     caller: &Caller,
     id: &str,
-) -> Result<loop_runtime::query::TaskView, ApiError> {
+) -> Result<loop_runtime::ops::query::TaskView, ApiError> {
     let valid = !id.is_empty()
         && id.len() <= 64
         && id
@@ -221,25 +221,26 @@ async fn readyz(State(s): State<AppState>) -> Response {
                 // directory is none of the probe's business.
                 let dir = std::env::temp_dir().join(format!("loop-ready-{}", std::process::id()));
                 let _ = std::fs::create_dir_all(&dir);
-                let sandbox = loop_runtime::exec::exec(&loop_runtime::exec::ExecOptions {
-                    egress: None,
-                    command: vec!["true".into()],
-                    workspace: dir,
-                    protect: Vec::new(),
-                    net: loop_sandbox::Net::None,
-                    mem_mb: None,
-                    cpu_secs: None,
-                    fsize_mb: None,
-                    disk_mb: None,
-                    timeout: Duration::from_secs(10),
-                    max_output: 4096,
-                    isolation: loop_sandbox::IsolationLevel::Required,
-                    overlay: false,
-                    layers: loop_sandbox::Layers::default(),
-                    repeat: 1,
-                    terminal: false,
-                })
-                .is_ok_and(|r| r.exit_code == Some(0));
+                let sandbox =
+                    loop_runtime::ops::exec::exec(&loop_runtime::ops::exec::ExecOptions {
+                        egress: None,
+                        command: vec!["true".into()],
+                        workspace: dir,
+                        protect: Vec::new(),
+                        net: loop_sandbox::Net::None,
+                        mem_mb: None,
+                        cpu_secs: None,
+                        fsize_mb: None,
+                        disk_mb: None,
+                        timeout: Duration::from_secs(10),
+                        max_output: 4096,
+                        isolation: loop_sandbox::IsolationLevel::Required,
+                        overlay: false,
+                        layers: loop_sandbox::Layers::default(),
+                        repeat: 1,
+                        terminal: false,
+                    })
+                    .is_ok_and(|r| r.exit_code == Some(0));
                 Ok(json!({"ready": store && sandbox, "store": store, "sandbox": sandbox}))
             })
             .await;
@@ -625,7 +626,7 @@ fn start_restored(
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Tally {
     entries: u64,
-    used: loop_runtime::query::Used,
+    used: loop_runtime::ops::query::Used,
     verify_ms: u64,
     verifications: u64,
 }
@@ -636,7 +637,7 @@ pub(crate) struct Tally {
 pub(crate) type Tallies =
     std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Tally>>>;
 
-fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::query::TaskView) -> Tally {
+fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::ops::query::TaskView) -> Tally {
     let lock = || {
         tallies
             .lock()
@@ -659,7 +660,7 @@ fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::query::TaskView) -> 
     }
     // Charged as the Director charges them (one definition of a cost).
     if let Ok(b) = loop_core::state::used_by(&history) {
-        x.used = loop_runtime::query::Used {
+        x.used = loop_runtime::ops::query::Used {
             steps: u64::from(b.steps),
             tokens: b.tokens,
             verifications: u64::from(b.verifications),
@@ -964,7 +965,7 @@ async fn cancel(
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
-        use loop_runtime::control::Cancelled;
+        use loop_runtime::task::control::Cancelled;
         let (result, outcome) =
             match rt.cancel(&id, Duration::from_secs(10), &mut loop_runtime::Quiet)? {
                 Cancelled::AlreadyEnded(o) => (
@@ -1103,7 +1104,7 @@ async fn resume(
 /// machine's, and anything a store says is not trusted as a path here.
 pub(crate) fn receipt_of(
     rt: &Runtime,
-    t: &loop_runtime::query::TaskView,
+    t: &loop_runtime::ops::query::TaskView,
 ) -> Result<std::path::PathBuf, ApiError> {
     if t.receipt.is_none() {
         return Err(ApiError::new(
@@ -1178,7 +1179,7 @@ pub(crate) async fn verify_task(
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
         let path = receipt_of(&rt, &t)?;
-        let c = loop_runtime::receipts::verify(&path, None, None)?;
+        let c = loop_runtime::ops::receipts::verify(&path, None, None)?;
         let r = &c.report;
         Ok(json!({
             "id": id,
@@ -1213,10 +1214,10 @@ pub(crate) async fn diff_of(s: &AppState, caller: Caller, id: String) -> Result<
         visible(&rt, &caller, &id)?;
         let d = rt.diff(&id)?;
         let source = match &d.source {
-            loop_runtime::changes::DiffSource::Receipt(p) => {
+            loop_runtime::ops::changes::DiffSource::Receipt(p) => {
                 json!({"receipt": project_relative(rt.project(), &p.display().to_string())})
             }
-            loop_runtime::changes::DiffSource::Workspace(p) => {
+            loop_runtime::ops::changes::DiffSource::Workspace(p) => {
                 json!({"workspace": project_relative(rt.project(), &p.display().to_string())})
             }
         };
@@ -1281,7 +1282,7 @@ pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String 
     let root = project.display().to_string();
     let mut text = text.replace(&format!("{root}/"), "").replace(&root, ".");
     // Task workspaces are outside the project, under the server's home.
-    if let Ok(ws) = loop_runtime::workspaces::root() {
+    if let Ok(ws) = loop_runtime::project::workspaces::root() {
         let canonical = ws.canonicalize().unwrap_or_else(|_| ws.clone());
         for r in [canonical, ws] {
             let r = r.display().to_string();
@@ -1344,7 +1345,7 @@ async fn settle(
         &Runtime,
         &str,
         &mut dyn loop_runtime::Observer,
-    ) -> Result<loop_runtime::changes::Settled, loop_runtime::Error>,
+    ) -> Result<loop_runtime::ops::changes::Settled, loop_runtime::Error>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
@@ -1367,7 +1368,7 @@ async fn hook(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    use loop_runtime::triggers::Refusal;
+    use loop_runtime::ops::triggers::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let peer = peer.ip();
     // A peer that keeps failing is answered before any work; what it

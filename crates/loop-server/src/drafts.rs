@@ -13,7 +13,7 @@
 //! whose drafting a stop cut short ends, saying so.
 
 use loop_runtime::Runtime;
-use loop_runtime::draft::ContractReview;
+use loop_runtime::contract::draft::ContractReview;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};

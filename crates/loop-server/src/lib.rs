@@ -28,7 +28,7 @@ pub use api::route_table;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loop_runtime::Runtime;
-use loop_runtime::tokens::{Caller, Scope};
+use loop_runtime::ops::tokens::{Caller, Scope};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -12,7 +12,7 @@
 
 use crate::api::{self, Answer, Confirm, NewTask};
 use crate::{ApiError, AppState};
-use loop_runtime::tokens::{Caller, Scope};
+use loop_runtime::ops::tokens::{Caller, Scope};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{

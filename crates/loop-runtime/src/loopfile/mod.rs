@@ -1186,14 +1186,14 @@ mod tests {
         .unwrap();
         assert_eq!(l.project.id.as_deref(), Some("acme-api-2026"));
         assert_eq!(l.project.serves, ["p-0123456789abcdef", "legacy_api"]);
-        let scope = crate::layout::ProjectScope {
-            identity: crate::layout::ProjectIdentity {
+        let scope = crate::project::locate::ProjectScope {
+            identity: crate::project::locate::ProjectIdentity {
                 id: "acme-api-2026".into(),
                 root_commit: None,
             },
             serves: l.project.serves.clone(),
         };
-        let of = |id: &str| crate::layout::ProjectIdentity {
+        let of = |id: &str| crate::project::locate::ProjectIdentity {
             id: id.into(),
             root_commit: None,
         };

@@ -1,7 +1,7 @@
 //! The Loopfile's sections that other parts of the runtime act on, as
 //! written: the environments a task shares, its network allowance and its
 //! setup steps. Their readers are in `crate::loopfile`; what each does is
-//! in `crate::environments`, `crate::network` and `crate::setup`.
+//! in `crate::project::environments`, `crate::project::network` and `crate::project::setup`.
 
 use std::net::SocketAddr;
 

@@ -1,6 +1,6 @@
 //! The Loopfile's `triggers:` as written: each trigger's webhook, schedule
 //! and task template, and their reader. What a trigger does when it fires
-//! is `crate::triggers`.
+//! is `crate::ops::triggers`.
 
 use loop_protocol::yaml::{Node, Reader};
 

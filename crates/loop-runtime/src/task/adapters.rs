@@ -73,7 +73,7 @@ impl crate::Observer for Scrubbed<'_> {
         &mut self,
         contract: &str,
         edit_from: Option<&str>,
-    ) -> crate::draft::ContractReview {
+    ) -> crate::contract::draft::ContractReview {
         self.0.review_contract(contract, edit_from)
     }
     fn reviewer(&self) -> String {
@@ -127,7 +127,7 @@ pub struct ToolsAdapter<'a> {
     /// The change so far as a unified diff, for the checker.
     pub diff: Option<Box<dyn FnMut() -> String + 'a>>,
     /// Keeps the workspace's state in the store after each change.
-    pub keeper: Option<crate::moved::Keeper>,
+    pub keeper: Option<crate::task::stored_workspace::Keeper>,
     /// The workspace was rebuilt from the store's record for this run.
     pub rebuilt: bool,
 }
@@ -219,14 +219,15 @@ pub struct StoreLedger<'c> {
     /// nothing more is recorded (why, instead).
     pub halt: Option<std::sync::Arc<std::sync::OnceLock<String>>>,
     /// The workspace's state waiting to be written with the next commit.
-    pub tree: Option<crate::moved::TreeSlot>,
+    pub tree: Option<crate::task::stored_workspace::TreeSlot>,
     /// The workspace's whole state now and its root, for a store that lost
-    /// a kept one ([`crate::moved::whole_state`]).
+    /// a kept one ([`crate::task::stored_workspace::whole_state`]).
     pub whole: Option<WholeState>,
 }
 
 /// Makes the workspace's whole state for the store, with its root.
-pub type WholeState = Box<dyn Fn() -> Result<(String, crate::moved::PendingTree), String> + Send>;
+pub type WholeState =
+    Box<dyn Fn() -> Result<(String, crate::task::stored_workspace::PendingTree), String> + Send>;
 
 impl StoreLedger<'_> {
     /// Commit the pending entries (one transaction).
@@ -355,7 +356,7 @@ impl StoreLedger<'_> {
         };
         // The state that waited for this commit goes with it (the whole
         // state includes it).
-        let slot = |put: Option<crate::moved::PendingTree>| {
+        let slot = |put: Option<crate::task::stored_workspace::PendingTree>| {
             let mut s = self.tree.as_ref().map(|slot| {
                 slot.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -278,7 +278,10 @@ impl Runtime {
 
     /// A task trigger `name` started that is not over yet, if any.
     fn unfinished_from(&self, name: &str) -> Result<Option<String>, Error> {
-        let tasks = self.store()?.tasks().map_err(crate::layout::store_err)?;
+        let tasks = self
+            .store()?
+            .tasks()
+            .map_err(crate::project::locate::store_err)?;
         Ok(tasks
             .into_iter()
             .filter(|t| !t.is_terminal())

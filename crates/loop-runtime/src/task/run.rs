@@ -1,14 +1,14 @@
-//! One task, end to end: [`run_task`] submits it ([`crate::prepare`]) and
-//! drives it ([`crate::drive`]) to its receipt ([`crate::ship`]);
+//! One task, end to end: [`run_task`] submits it ([`crate::task::prepare`]) and
+//! drives it ([`crate::task::drive`]) to its receipt ([`crate::task::end`]);
 //! [`resume_task`] drives a stored one again.
 
 use crate::Error;
-use crate::drive::{Run, drive};
-use crate::intake::Admitted;
-use crate::layout::store_err;
-pub use crate::layout::{new_task_id, open_store};
-use crate::request::StoredRequest;
-pub use crate::request::TaskReport;
+use crate::project::locate::store_err;
+pub use crate::project::locate::{new_task_id, open_store};
+use crate::task::drive::{Run, drive};
+use crate::task::intake::Admitted;
+use crate::task::request::StoredRequest;
+pub use crate::task::request::TaskReport;
 use loop_core::{Clock, SystemClock};
 use loop_protocol::OutcomeKind;
 use std::path::Path;
@@ -16,7 +16,7 @@ use std::path::Path;
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.
 pub fn run_task(req: Admitted, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
-    let (task_id, owner) = crate::prepare::submit_claimed(&req, observer, true, None)?;
+    let (task_id, owner) = crate::task::prepare::submit_claimed(&req, observer, true, None)?;
     drive_stored(&req.project, &task_id, None, req.on_prompt, observer, owner)
 }
 
@@ -26,7 +26,7 @@ pub fn resume_task(
     project: &Path,
     task_id: &str,
     extension: Option<loop_core::Extension>,
-    on_prompt: crate::wiring::OnPrompt,
+    on_prompt: crate::task::adapters::OnPrompt,
     observer: &mut dyn crate::Observer,
 ) -> Result<TaskReport, Error> {
     drive_stored(project, task_id, extension, on_prompt, observer, None)
@@ -37,7 +37,7 @@ pub(crate) fn drive_stored(
     project: &Path,
     task_id: &str,
     extension: Option<loop_core::Extension>,
-    on_prompt: crate::wiring::OnPrompt,
+    on_prompt: crate::task::adapters::OnPrompt,
     observer: &mut dyn crate::Observer,
     claimed: Option<loop_store::Owner>,
 ) -> Result<TaskReport, Error> {
@@ -99,12 +99,12 @@ pub(crate) fn drive_stored(
 pub(crate) fn foreign(
     project: &Path,
     task_id: &str,
-    owner: Option<&crate::layout::ProjectIdentity>,
+    owner: Option<&crate::project::locate::ProjectIdentity>,
 ) -> Result<Option<String>, Error> {
     let Some(owner) = owner else {
         return Ok(None);
     };
-    let scope = crate::layout::project_scope(project)?;
+    let scope = crate::project::locate::project_scope(project)?;
     if scope.takes(Some(owner)) {
         return Ok(None);
     }

@@ -7,7 +7,7 @@
 //! and ledger are never touched here: `loop discard ID` drops a workspace.
 
 use crate::Error;
-use crate::layout::git_output as git;
+use crate::project::locate::git_output as git;
 use std::path::{Path, PathBuf};
 
 /// What `gc` removed (or would).
@@ -81,10 +81,10 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     // A task the store does not know yet is being prepared (its contract
     // settled, its baseline run): needed, unless its directory is an hour
     // old (a preparation that died). Without the store, every task is.
-    let store = crate::layout::open_store(&project).ok();
+    let store = crate::project::locate::open_store(&project).ok();
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     let running = |id: &str| match store.as_ref().map(|s| s.task(id)) {
-        Some(Ok(t)) => crate::layout::liveness(&t) == crate::Liveness::Running,
+        Some(Ok(t)) => crate::project::locate::liveness(&t) == crate::Liveness::Running,
         Some(Err(_)) => std::fs::symlink_metadata(tasks.join(id))
             .and_then(|m| m.modified())
             .map_or(true, |t| t > hour_ago),
@@ -101,7 +101,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     // Workspaces outside the project whose task is gone from it (its
     // `.loop/tasks/ID` removed by hand): nothing can apply, show or
     // discard them any more.
-    for near in crate::workspaces::orphans(&project) {
+    for near in crate::project::workspaces::orphans(&project) {
         let id = near
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -111,13 +111,13 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         let live = store
             .as_ref()
             .and_then(|s| s.task(&id).ok())
-            .is_some_and(|t| crate::layout::liveness(&t) == crate::Liveness::Running);
+            .is_some_and(|t| crate::project::locate::liveness(&t) == crate::Liveness::Running);
         if live || store.is_none() {
             continue;
         }
         out.dirs.push((near.display().to_string(), bytes_of(&near)));
         if !dry_run {
-            let _ = crate::workspaces::remove_near(&near);
+            let _ = crate::project::workspaces::remove_near(&near);
         }
     }
     // Worktrees git still records whose directories are gone.
@@ -133,7 +133,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     }
     for id in task_branches(&project) {
         let dir = tasks.join(&id);
-        let paths = crate::layout::TaskPaths::of(&project, &id);
+        let paths = crate::project::locate::TaskPaths::of(&project, &id);
         let has_workspace = std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
         let why = if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(&id)) {
             Some("no such task here")
@@ -148,7 +148,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         };
         let Some(why) = why else { continue };
         let done = dry_run
-            || match crate::layout::load_origin(&paths) {
+            || match crate::project::locate::load_origin(&paths) {
                 Ok(ws) if has_workspace => ws.drop_branch().is_ok(),
                 // No workspace of its own: the branch is checked out nowhere.
                 _ => git(&project, &["branch", "-D", &format!("loop/{id}")]).is_some(),
@@ -172,12 +172,12 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         if running(&id) {
             continue;
         }
-        if !crate::layout::is_task_id(&id) {
+        if !crate::project::locate::is_task_id(&id) {
             continue;
         }
-        let near = crate::layout::TaskPaths::of(&project, &id).near;
-        for name in ["scratch", "empty-workspace", crate::prepare::BUILDS] {
-            if name == crate::prepare::BUILDS && !ended(&id) {
+        let near = crate::project::locate::TaskPaths::of(&project, &id).near;
+        for name in ["scratch", "empty-workspace", crate::task::prepare::BUILDS] {
+            if name == crate::task::prepare::BUILDS && !ended(&id) {
                 continue;
             }
             let at = near.join(name);

@@ -331,7 +331,7 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
         return None;
     }
     let named = |w: &str| {
-        crate::judges::workspace_path(w)
+        crate::contract::judges::workspace_path(w)
             .filter(|p| !p.chars().all(|c| c.is_ascii_digit() || c == '.') && p != "]" && p != "]]")
     };
     let mut out = Vec::new();
@@ -349,11 +349,13 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
                 .map(|w| w[1])
         };
         if name == "python" || name.starts_with("python3") {
-            out.extend(crate::judges::python_reads_only(inline(&["-c"])?)?);
+            out.extend(crate::contract::judges::python_reads_only(inline(&[
+                "-c",
+            ])?)?);
             continue;
         }
         if name == "node" {
-            out.extend(crate::judges::node_reads_only(inline(&[
+            out.extend(crate::contract::judges::node_reads_only(inline(&[
                 "-e", "--eval", "-p", "--print",
             ])?)?);
             continue;
@@ -688,7 +690,7 @@ pub fn static_reasons(
         .collect();
     let asked_tests =
         |p: &str| contract.artifacts.iter().any(|a| a.as_str() == p) && looks_like_a_test(p);
-    for (path, why) in crate::judges::self_judged(contract, present, &asked_tests, root) {
+    for (path, why) in crate::contract::judges::self_judged(contract, present, &asked_tests, root) {
         if !told.contains(&path) {
             out.push(format!(
                 "{why}; check with the project's own code and tests"

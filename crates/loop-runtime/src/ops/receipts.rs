@@ -179,7 +179,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         .parent()
         .and_then(Path::parent)
         .ok_or_else(|| Error::usage("the receipt is not inside a .loop/receipts directory"))?;
-    if !crate::layout::is_task_id(&p.task_id) {
+    if !crate::project::locate::is_task_id(&p.task_id) {
         return Err(Error::usage(format!(
             "the receipt names `{}`, which is not a task id",
             p.task_id
@@ -189,7 +189,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     let project = project
         .canonicalize()
         .unwrap_or_else(|_| project.to_path_buf());
-    let paths = crate::layout::TaskPaths::of(&project, &p.task_id);
+    let paths = crate::project::locate::TaskPaths::of(&project, &p.task_id);
     let workspace = paths.workspace.clone();
     let current = Manifest::of(&workspace).map_err(|e| {
         Error::usage(format!(
@@ -206,7 +206,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     // The dependency environments it was verified against, only if they
     // still hold exactly that content.
     for e in &p.environments {
-        let now = crate::environments::digest(&project.join(e.content_path())).map_err(|x| {
+        let now = crate::project::environments::digest(&project.join(e.content_path())).map_err(|x| {
             Error::usage(format!(
                 "the shared environment `{}` is gone ({x}); replay needs the one verified against",
                 e.path
@@ -228,7 +228,7 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
     // The checks reach what they reached when verified: the receipt's
     // lists and pins (none: no network at all).
     let network = match &p.network {
-        Some(n) => crate::network::NetworkPlan {
+        Some(n) => crate::project::network::NetworkPlan {
             checks: n.checks.clone(),
             resolve: n
                 .resolve
@@ -237,11 +237,11 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
                 .collect(),
             ..Default::default()
         },
-        None => crate::network::NetworkPlan::default(),
+        None => crate::project::network::NetworkPlan::default(),
     };
-    let sandbox = crate::environments::with_environments(
+    let sandbox = crate::project::environments::with_environments(
         loop_sandbox::Settings {
-            egress: network.egress(crate::network::Use::Checks),
+            egress: network.egress(crate::project::network::Use::Checks),
             ..Default::default()
         },
         &project,

@@ -161,7 +161,7 @@ pub fn detect(project: &Path) -> Vec<Share> {
             declared: false,
         }));
     }
-    for (dir, marker, cow, why) in crate::stacks::ENVIRONMENTS {
+    for (dir, marker, cow, why) in crate::project::stacks::ENVIRONMENTS {
         if door::is_file(project, marker)
             && !matches!(
                 door::node(project, dir),
@@ -547,7 +547,7 @@ pub(crate) fn share_environments(
             std::fs::create_dir_all(&in_ws)
                 .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
         }
-        let m = crate::environments::digest(&project.join(source))
+        let m = crate::project::environments::digest(&project.join(source))
             .map_err(|e| Error::internal(format!("setup layer `{source}`: {e}")).because(e))?;
         observer.note(&format!(
             "sharing `{path}` read-only from the setup layer ({} files, sha256:{})",
@@ -631,7 +631,7 @@ pub(crate) fn share_environments(
     }
     // Files the build backend generated into the checkout (a VCS version's
     // `_version.py`), untracked there: shown read-only at their place.
-    for path in crate::environments::generated_files(project) {
+    for path in crate::project::environments::generated_files(project) {
         if out.iter().any(|o| o.path == path) || tracked(&path) {
             continue;
         }
@@ -644,7 +644,7 @@ pub(crate) fn share_environments(
         {
             continue;
         }
-        let m = crate::environments::digest(&from)
+        let m = crate::project::environments::digest(&from)
             .map_err(|e| Error::internal(format!("shared `{path}`: {e}")).because(e))?;
         // An empty file to mount it on, made with no link followed.
         loop_workspace::door::write(workspace, &path, b"")
@@ -694,22 +694,25 @@ pub(crate) fn with_environments(
             } else {
                 loop_sandbox::ShareAccess::ReadOnly
             },
-            caches: crate::environments::tool_caches(&s.path)
+            caches: crate::project::environments::tool_caches(&s.path)
                 .iter()
                 .map(|c| c.to_string())
                 .collect(),
-            repoint: crate::environments::editable_links(&project.join(s.content_path()), project),
+            repoint: crate::project::environments::editable_links(
+                &project.join(s.content_path()),
+                project,
+            ),
         })
         .collect();
     let mut trees: Vec<std::path::PathBuf> = Vec::new();
     for s in shares {
-        for t in crate::environments::interpreter_trees(&project.join(s.content_path())) {
+        for t in crate::project::environments::interpreter_trees(&project.join(s.content_path())) {
             if !trees.contains(&t) {
                 trees.push(t);
             }
         }
     }
-    for c in crate::environments::caches(project) {
+    for c in crate::project::environments::caches(project) {
         if !trees.contains(&c.path) {
             trees.push(c.path);
         }

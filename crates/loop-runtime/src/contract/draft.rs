@@ -9,8 +9,8 @@
 //! the confirmation are recorded in the ledger's genesis.
 
 use crate::Error;
-use crate::critic;
-use crate::stacks::StackCheck;
+use crate::contract::critic;
+use crate::project::stacks::StackCheck;
 use loop_protocol::{
     CallLimits, Check, Context, Contract, Criterion, DraftAttempt, DraftingRecord, ModelReply,
     Observation, RunCheck, StackCheckRecord, ToolSpec, VerificationReport,
@@ -178,7 +178,7 @@ fn stack_criterion(c: &StackCheck) -> Criterion {
             expect_stdout: None,
             expect_stderr: None,
             stdout_matches: None,
-            nonempty_tests: crate::stacks::counts_tests(c).then_some(true),
+            nonempty_tests: crate::project::stacks::counts_tests(c).then_some(true),
             allow_vacuous: false,
             terminal: false,
             timeout_secs: 600,
@@ -363,7 +363,7 @@ pub fn compact_yaml(contract: &Contract, present: &dyn Fn(&str) -> bool) -> Stri
         for k in &c.checks {
             match k {
                 Check::Run(r) => {
-                    for j in crate::judges::judges(r) {
+                    for j in crate::contract::judges::judges(r) {
                         let there = if j.paths.iter().any(|p| present(p)) {
                             "in the project"
                         } else {
@@ -429,7 +429,7 @@ fn review_draft(
         for k in &c.checks {
             let what = match k {
                 Check::Run(r) => {
-                    let decided: Vec<String> = crate::judges::judges(r)
+                    let decided: Vec<String> = crate::contract::judges::judges(r)
                         .into_iter()
                         .map(|j| {
                             let there = if j.paths.iter().any(|p| present(p)) {

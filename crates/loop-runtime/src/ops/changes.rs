@@ -2,7 +2,7 @@
 //! `loop undo`, `loop discard`, `loop diff`, and a key's rotation.
 
 use crate::Error;
-use crate::layout::load_origin;
+use crate::project::locate::load_origin;
 use loop_protocol::OutcomeKind;
 use loop_receipt::verify_receipt;
 use loop_workspace::{ChangeSet, Journal, Manifest, Standing, git_head};
@@ -153,8 +153,8 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
             source: DiffSource::Receipt(t.receipt.clone()),
         });
     }
-    let paths = crate::layout::TaskPaths::of(&t.project, id);
-    let start = crate::layout::Start::load(&paths)?;
+    let paths = crate::project::locate::TaskPaths::of(&t.project, id);
+    let start = crate::project::locate::Start::load(&paths)?;
     if start.gone {
         return Err(Error::usage(format!(
             "the workspace of task {id} is gone: there is no change to show"
@@ -167,7 +167,12 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
         ))
     })?;
     Ok(Diff {
-        change_set: crate::change_set::compute(&t.project, &start.task_ws, &start.baseline, &now),
+        change_set: crate::task::change_set::compute(
+            &t.project,
+            &start.task_ws,
+            &start.baseline,
+            &now,
+        ),
         source: DiffSource::Workspace(paths.workspace),
     })
 }
@@ -245,15 +250,17 @@ fn gatekeep(
         let path = r.split(" (").next().unwrap_or(r);
         l.iter().any(|x| x.split(" (").next() == Some(path))
     };
-    for r in crate::host_files::in_python_envs(&t.project, workspace, &cs.files)
+    for r in crate::project::host_files::in_python_envs(&t.project, workspace, &cs.files)
         .into_iter()
-        .chain(crate::host_files::git_configs(workspace, &cs.files))
+        .chain(crate::project::host_files::git_configs(
+            workspace, &cs.files,
+        ))
     {
         if !listed(&r, &risky) && !listed(&r, &refused) {
             risky.push(r);
         }
     }
-    match crate::host_files::repositories(&t.project, workspace, &cs.files, &t.dir) {
+    match crate::project::host_files::repositories(&t.project, workspace, &cs.files, &t.dir) {
         Ok(found) => {
             for r in found {
                 let dir = r.split(':').next().unwrap_or("");
@@ -327,7 +334,7 @@ pub fn apply(
     let loopfile = crate::loopfile::Loopfile::load(&t.project)?;
     // At the door, again: nothing protected, nothing that would run on this
     // machine unasked.
-    let paths = crate::layout::TaskPaths::of(&t.project, id);
+    let paths = crate::project::locate::TaskPaths::of(&t.project, id);
     let ws = load_origin(&paths)?;
     let (never, risky) = gatekeep(
         &t,
@@ -422,7 +429,7 @@ pub fn apply(
                 ));
             }
             out.note(&format!("addendum {}", addendum.display()));
-            crate::moved::release(&t.project, id, out);
+            crate::task::stored_workspace::release(&t.project, id, out);
             // The work is in the project now: its branch goes (the
             // workspace stays, for `loop replay`, until `loop discard`).
             match ws.drop_branch() {
@@ -657,7 +664,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     let t = task(project, id)?;
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
-    if crate::layout::is_running(&t.project, id)? {
+    if crate::project::locate::is_running(&t.project, id)? {
         return Err(Error::usage(format!(
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
         )));
@@ -669,19 +676,19 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
         Ok(None) => {}
         Err(e) => out.note(&format!("task {id}: {}", e.message)),
     }
-    let paths = crate::layout::TaskPaths::of(&t.project, id);
+    let paths = crate::project::locate::TaskPaths::of(&t.project, id);
     let ws = load_origin(&paths)?;
     ws.discard().map_err(Error::from_cause)?;
     // What was kept beside the workspace goes with it (outside the
     // project; the old place in it is the task's directory, kept).
     if paths.near != paths.task_dir {
-        crate::workspaces::remove_near(&paths.near)
+        crate::project::workspaces::remove_near(&paths.near)
             .map_err(|e| Error::internal(format!("cannot remove {}: {e}", paths.near.display())))?;
     }
     out.note(&format!(
         "discarded the workspace of task {id}; its receipt stays in .loop/receipts"
     ));
-    crate::moved::release(&t.project, id, out);
+    crate::task::stored_workspace::release(&t.project, id, out);
     Ok(Settled::Done)
 }
 

@@ -186,7 +186,7 @@ fn sandbox(
     isolation: loop_sandbox::IsolationLevel,
     egress: Option<loop_sandbox::egress::Egress>,
 ) -> loop_sandbox::Settings {
-    crate::environments::with_environments(
+    crate::project::environments::with_environments(
         loop_sandbox::Settings {
             isolation,
             cancel: Some(crate::interrupt::flag()),
@@ -234,7 +234,7 @@ pub fn provide(
     (workspace, git_dir): (&Path, Option<PathBuf>),
     task_id: &str,
     loopfile: &crate::loopfile::Loopfile,
-    network: &crate::network::NetworkPlan,
+    network: &crate::project::network::NetworkPlan,
     isolation: loop_sandbox::IsolationLevel,
     observer: &mut dyn crate::Observer,
 ) -> Result<Option<Provided>, Error> {
@@ -435,7 +435,7 @@ fn make_layer(
     outputs
         .iter()
         .map(|o| {
-            crate::environments::digest(&tree.join(o))
+            crate::project::environments::digest(&tree.join(o))
                 .map(|m| KeyedFile {
                     path: o.clone(),
                     sha256: m.root,
@@ -470,7 +470,7 @@ fn read_layer(layer: &Path) -> Option<SetupRecord> {
         && record.output_roots.iter().all(|r| {
             let at = layer.join("tree").join(&r.path);
             std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir() || m.is_file())
-                && crate::environments::digest(&at).is_ok_and(|m| m.root == r.sha256)
+                && crate::project::environments::digest(&at).is_ok_and(|m| m.root == r.sha256)
         });
     intact.then_some(record)
 }
@@ -484,7 +484,7 @@ fn run_step(
     (workspace, git_dir): (&Path, Option<PathBuf>),
     command: &str,
     section: &SetupSection,
-    network: &crate::network::NetworkPlan,
+    network: &crate::project::network::NetworkPlan,
     isolation: loop_sandbox::IsolationLevel,
 ) -> Result<SetupStep, Error> {
     let protected = loop_workspace::Protected::new(
@@ -503,7 +503,7 @@ fn run_step(
     let mut settings = sandbox(
         project,
         isolation,
-        network.egress(crate::network::Use::Setup),
+        network.egress(crate::project::network::Use::Setup),
     );
     settings.git_dir = git_dir;
     settings.apply(&mut req);
@@ -597,7 +597,7 @@ fn tail_of(text: &str, max: usize) -> String {
 /// included), where a task takes it from its own workspace.
 pub fn audit(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Option<SetupAudit> {
     let section = loopfile.setup.as_ref()?;
-    let setup_hosts = crate::network::expand(&loopfile.network.setup).unwrap_or_default();
+    let setup_hosts = crate::project::network::expand(&loopfile.network.setup).unwrap_or_default();
     Some(match keyed_on(project, section) {
         Ok(keyed) => {
             let tools = toolchains(

@@ -4,8 +4,8 @@
 //! ledger, and only then the task closed in the store.
 
 use crate::Error;
-use crate::layout::{Start, TaskPaths, store_err};
-use crate::request::{StoredRequest, TaskReport};
+use crate::project::locate::{Start, TaskPaths, store_err};
+use crate::task::request::{StoredRequest, TaskReport};
 use loop_core::{Clock, RunResult};
 use loop_protocol::OutcomeKind;
 use loop_receipt::{Budgets, LedgerRef, Predicate, Provenance, ReceiptBuilder};
@@ -237,7 +237,7 @@ fn environments_at_end(
     shares
         .iter()
         .map(|e| {
-            let now = crate::environments::digest(&project.join(e.content_path()))
+            let now = crate::project::environments::digest(&project.join(e.content_path()))
                 .map(|m| m.root)
                 .unwrap_or_else(|err| format!("(unreadable: {err})"));
             loop_receipt::SharedEnvironment {
@@ -262,7 +262,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let start = s.start;
     let final_manifest =
         Manifest::of(&s.paths.workspace).map_err(io("cannot hash the workspace"))?;
-    let mut changes = crate::change_set::compute(
+    let mut changes = crate::task::change_set::compute(
         s.project,
         &start.task_ws,
         &start.baseline,
@@ -282,7 +282,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     let patch_name = format!("{task_id}.changes.patch");
     std::fs::write(s.paths.receipts.join(&patch_name), &changes.patch).map_err(io("change set"))?;
     receipt.file(&patch_name, changes.patch.as_bytes());
-    let change_set = crate::change_set::record(&changes, &patch_name, unredacted);
+    let change_set = crate::task::change_set::record(&changes, &patch_name, unredacted);
 
     let result = s.result;
     let predicate = Predicate {

@@ -100,7 +100,7 @@ fn as_a_task(
     let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, false)
         .map_err(|e| format!("cannot make a task's workspace: {e}"))?;
     let ran = (|| {
-        let shares = crate::environments::share_environments(
+        let shares = crate::project::environments::share_environments(
             project,
             &workspace,
             loopfile,
@@ -113,9 +113,9 @@ fn as_a_task(
         req.overlay_scratch = Some(scratch.join("overlay"));
         req.check = true;
         req.timeout = std::time::Duration::from_secs(300);
-        let settings = crate::environments::with_environments(
+        let settings = crate::project::environments::with_environments(
             loop_sandbox::Settings {
-                git_dir: crate::layout::git_dir(&task_ws.origin),
+                git_dir: crate::project::locate::git_dir(&task_ws.origin),
                 ..Default::default()
             },
             project,
@@ -161,7 +161,7 @@ pub fn readiness(project: &Path) -> Readiness {
             &default
         }
     };
-    let checks = crate::stacks::project_checks(project, &lf.verification);
+    let checks = crate::project::stacks::project_checks(project, &lf.verification);
     match checks.iter().find(|c| c.kind == "test") {
         Some(t) => {
             let (ok, detail) = tests_collected(project, lf, &t.command);
@@ -311,7 +311,7 @@ pub fn cost(
     let mut recorded = Recorded::default();
     let (mut usd, mut tokens, mut max): (f64, u64, f64) = (0.0, 0, 0.0);
     // (The store is read only where it exists: asking would make it.)
-    let tasks = if crate::layout::store_url(project)?.is_some()
+    let tasks = if crate::project::locate::store_url(project)?.is_some()
         || project.join(".loop/loop.db").is_file()
     {
         runtime.tasks()?

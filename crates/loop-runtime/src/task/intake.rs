@@ -9,7 +9,7 @@
 //! far as the front end is trusted to name a file. Two front ends given the
 //! same request get the same contract.
 
-use crate::request::ContractSource;
+use crate::task::request::ContractSource;
 use crate::{Error, OnPrompt, Runtime};
 use loop_protocol::Contract;
 use std::path::PathBuf;
@@ -205,7 +205,7 @@ impl Runtime {
                         via.field("pattern")
                     )));
                 }
-                let (mut c, skill) = crate::patterns::load(self.project(), &name)?;
+                let (mut c, skill) = crate::contract::patterns::load(self.project(), &name)?;
                 c.extend_with_flags(&req.checks, &req.artifacts)
                     .map_err(flags)?;
                 if !skill.trim().is_empty() {

@@ -2,9 +2,9 @@
 //! over; stop it; answer what it asks.
 
 use crate::Error;
-use crate::layout::{Liveness, liveness, open_store, store_err};
-use crate::request::TaskReport;
-use crate::task::resume_task;
+use crate::project::locate::{Liveness, liveness, open_store, store_err};
+use crate::task::request::TaskReport;
+use crate::task::run::resume_task;
 use loop_core::{Clock, SystemClock};
 use std::path::Path;
 
@@ -119,14 +119,14 @@ pub fn answer_request(
 /// Tasks of this project that are not over and whose runtime is gone.
 pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     let store = open_store(project)?;
-    let scope = crate::layout::project_scope(project)?;
+    let scope = crate::project::locate::project_scope(project)?;
     // A shared store holds other projects' tasks too: only this one's.
     Ok(store
         .tasks()
         .map_err(store_err)?
         .into_iter()
         .filter(|t| liveness(t) == Liveness::Interrupted)
-        .filter(|t| scope.takes(crate::layout::stored_project(t).as_ref()))
+        .filter(|t| scope.takes(crate::project::locate::stored_project(t).as_ref()))
         .map(|t| t.id)
         .collect())
 }

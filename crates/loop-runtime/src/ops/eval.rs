@@ -521,8 +521,8 @@ fn run_one(
     };
     let verified = report.outcome.kind == loop_protocol::OutcomeKind::Verified;
     let used = rt.status(&report.task_id)?.used;
-    let check = crate::receipts::verify(&report.receipt, None, None)?;
-    let replay_reproduced = crate::receipts::replay(&report.receipt)
+    let check = crate::ops::receipts::verify(&report.receipt, None, None)?;
+    let replay_reproduced = crate::ops::receipts::replay(&report.receipt)
         .ok()
         .map(|r| r.reproduced);
     let (oracle_passed, oracle_said) = if verified {

@@ -4,9 +4,11 @@
 //! any process can run or resume it.
 
 use crate::Error;
-use crate::intake::Admitted;
-use crate::layout::{git_dir, new_task_id, open_store, save_origin, store_err, write_json};
-use crate::request::{StoredRequest, protection};
+use crate::project::locate::{
+    git_dir, new_task_id, open_store, save_origin, store_err, write_json,
+};
+use crate::task::intake::Admitted;
+use crate::task::request::{StoredRequest, protection};
 use loop_core::{Clock, SystemClock};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
@@ -18,7 +20,7 @@ pub fn submit(req: &Admitted, observer: &mut dyn crate::Observer) -> Result<Stri
     submit_claimed(req, observer, false, None).map(|(id, _)| id)
 }
 
-/// [`submit`], under the id `id` (from [`crate::layout::new_task_id`]),
+/// [`submit`], under the id `id` (from [`crate::project::locate::new_task_id`]),
 /// which a caller may have named before the work is done.
 pub fn submit_as(
     id: &str,
@@ -47,12 +49,12 @@ pub(crate) fn submit_claimed(
     crate::models::load_model(req.model.as_deref(), &loopfile, None, &project)?;
     let store = open_store(&project)?;
     let task_id = match id {
-        Some(id) if crate::layout::is_task_id(id) => id.to_string(),
+        Some(id) if crate::project::locate::is_task_id(id) => id.to_string(),
         Some(id) => return Err(Error::internal(format!("`{id}` is not a task id"))),
         None => new_task_id(clock.now_ms())?,
     };
     // The workspace and what is kept beside it: outside the project.
-    let paths = crate::layout::TaskPaths::made(&project, &task_id)?;
+    let paths = crate::project::locate::TaskPaths::made(&project, &task_id)?;
     let (task_dir, near, workspace) = (
         paths.task_dir.clone(),
         paths.near.clone(),
@@ -61,10 +63,10 @@ pub(crate) fn submit_claimed(
     // A task that could not be made leaves nothing outside the project.
     let drop = |task_ws: &TaskWorkspace| {
         let _ = task_ws.discard();
-        let _ = crate::workspaces::remove_near(&near);
+        let _ = crate::project::workspaces::remove_near(&near);
     };
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
-    let scope = crate::layout::project_scope(&project)?;
+    let scope = crate::project::locate::project_scope(&project)?;
     let stored = StoredRequest {
         project_identity: Some(scope.identity),
         contract: req.contract.clone(),
@@ -83,7 +85,7 @@ pub(crate) fn submit_claimed(
         checkpoints: loopfile.checkpoints.clone(),
         check_integrity: Vec::new(),
         shares: Vec::new(),
-        network: crate::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
+        network: crate::project::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
         setup: None,
         drafting: None,
         guidance: Vec::new(),
@@ -95,7 +97,7 @@ pub(crate) fn submit_claimed(
     let task_ws = match TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty) {
         Ok(ws) => ws,
         Err(e) => {
-            let _ = crate::workspaces::remove_near(&near);
+            let _ = crate::project::workspaces::remove_near(&near);
             return Err(Error::internal(format!(
                 "cannot make the task workspace: {e}"
             )));
@@ -128,9 +130,9 @@ pub(crate) fn submit_claimed(
     let mut stored = stored;
     // Setup first: what it makes is shared like any environment. A failed
     // setup leaves no task behind (its steps' output is kept, and named).
-    let setup = match crate::setup::provide(
+    let setup = match crate::project::setup::provide(
         &project,
-        (&workspace, crate::layout::git_dir(&task_ws.origin)),
+        (&workspace, crate::project::locate::git_dir(&task_ws.origin)),
         &task_id,
         &loopfile,
         &stored.network,
@@ -146,14 +148,14 @@ pub(crate) fn submit_claimed(
     stored.guidance = req.guidance.clone();
     stored
         .guidance
-        .extend(crate::request::read_guidance(&workspace));
+        .extend(crate::task::request::read_guidance(&workspace));
     for (file, text) in &stored.guidance {
         observer.note(&format!(
             "project guidance: {file} ({} bytes) is given to the model",
             text.len()
         ));
     }
-    stored.shares = crate::environments::share_environments(
+    stored.shares = crate::project::environments::share_environments(
         &project,
         &workspace,
         &loopfile,
@@ -171,7 +173,7 @@ pub(crate) fn submit_claimed(
         .map_err(|e| Error::internal(format!("{}: {e}", near.join(SETTLED).display())))?;
     // The checks' sandbox: the environments, and the contract's hosts.
     let check_sandbox = |stored: &StoredRequest| {
-        crate::environments::with_environments(
+        crate::project::environments::with_environments(
             loop_sandbox::Settings {
                 // (A time too far to add is no deadline, not a panic.)
                 deadline: std::time::Instant::now().checked_add(std::time::Duration::from_secs(
@@ -180,7 +182,7 @@ pub(crate) fn submit_claimed(
                 git_dir: git_dir(&task_ws.origin),
                 isolation: req.isolation,
                 cancel: Some(crate::interrupt::flag()),
-                egress: stored.network.egress(crate::network::Use::Checks),
+                egress: stored.network.egress(crate::project::network::Use::Checks),
                 ..Default::default()
             },
             &project,
@@ -229,7 +231,7 @@ pub(crate) fn submit_claimed(
     stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
     // The judges the project has (a `verify.py` a check runs, an
     // `expected.txt` it compares with) are in the set too.
-    for rule in crate::judges::judge_rules(
+    for rule in crate::contract::judges::judge_rules(
         &contract,
         &|p| loop_workspace::door::is_file(&workspace, p),
         Some(&workspace),
@@ -247,7 +249,7 @@ pub(crate) fn submit_claimed(
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
     // receipt shows what held before any change.
-    let new_tests = crate::request::new_tests(&contract, &stored.check_integrity, &baseline);
+    let new_tests = crate::task::request::new_tests(&contract, &stored.check_integrity, &baseline);
     let protected = protection(
         &contract,
         &stored.check_integrity,
@@ -292,7 +294,7 @@ pub(crate) fn submit_claimed(
             && !req.allow_vacuous
             && !insisted
             && !change.is_empty()
-            && crate::critic::asks_for_change(&contract.instruction)
+            && crate::contract::critic::asks_for_change(&contract.instruction)
             && change
                 .iter()
                 .all(|id| b.criteria.iter().any(|c| c.id == *id && c.passed))
@@ -327,13 +329,13 @@ pub(crate) fn submit_claimed(
     } else {
         Vec::new()
     };
-    crate::moved::keep_start(&*store, &task_id, &paths, &carried, clock.now_ms())?;
+    crate::task::stored_workspace::keep_start(&*store, &task_id, &paths, &carried, clock.now_ms())?;
     // Recorded last: a task in the store has everything it needs to resume.
     store
         .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
         .map_err(store_err)?;
     let owner = if claim {
-        Some(crate::layout::claim(&*store, &task_id, &clock)?)
+        Some(crate::project::locate::claim(&*store, &task_id, &clock)?)
     } else {
         None
     };
@@ -362,7 +364,7 @@ pub(crate) fn go_module(project: &Path) -> bool {
 /// The project's own check commands (the Loopfile's `verification:`, else
 /// detected per stack): the runs whose build outputs a task keeps.
 fn own_commands(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Vec<String> {
-    crate::stacks::project_checks(project, &loopfile.verification)
+    crate::project::stacks::project_checks(project, &loopfile.verification)
         .into_iter()
         .map(|c| c.command)
         .collect()
@@ -438,7 +440,7 @@ fn settle_contract(
     let (mut contract, drafting, checks) = match req.source {
         crate::ContractSource::Draft { accept } => {
             // Detected in the project: its untracked venv is only there.
-            let stack = crate::stacks::project_checks(project, &loopfile.verification);
+            let stack = crate::project::stacks::project_checks(project, &loopfile.verification);
             let (c, d, k) = draft_contract(
                 req,
                 loopfile,
@@ -459,11 +461,12 @@ fn settle_contract(
             refuse_vacuous(&mut given, req.allow_vacuous, &mut empty, observer)?;
             // A written contract gets the project's checks as guards too:
             // what builds and passes before the work must after it.
-            let stack = crate::stacks::project_checks(project, &loopfile.verification);
+            let stack = crate::project::stacks::project_checks(project, &loopfile.verification);
             if stack.is_empty() {
                 (given, None, Vec::new())
             } else {
-                let (c, _, k) = crate::draft::guard_project_checks(&given, &stack, &mut baseline)?;
+                let (c, _, k) =
+                    crate::contract::draft::guard_project_checks(&given, &stack, &mut baseline)?;
                 (c, None, k)
             }
         }
@@ -493,7 +496,7 @@ fn settle_contract(
 }
 
 /// A written contract whose change criterion is decided by a file the task
-/// would write (see [`crate::judges`]) is refused by name, unless the
+/// would write (see [`crate::contract::judges`]) is refused by name, unless the
 /// contract lists the path in `judge_may_change` (kept in it, so in the
 /// receipt). New test files the contract asks for are judged by their own
 /// design (a second pass without them) and pass here.
@@ -507,7 +510,7 @@ fn refuse_self_judged(
     let exempt = |p: &str| {
         contract.judge_may_change.iter().any(|j| j == p) || new_tests.iter().any(|t| t == p)
     };
-    let found = crate::judges::self_judged(contract, present, &exempt, Some(workspace));
+    let found = crate::contract::judges::self_judged(contract, present, &exempt, Some(workspace));
     if found.is_empty() {
         return Ok(());
     }
@@ -527,7 +530,7 @@ fn refuse_self_judged(
 fn refuse_vacuous(
     contract: &mut loop_protocol::Contract,
     allow: bool,
-    empty: &mut crate::draft::Runner<'_>,
+    empty: &mut crate::contract::draft::Runner<'_>,
     observer: &mut dyn crate::Observer,
 ) -> Result<(), Error> {
     use loop_protocol::Check;
@@ -543,7 +546,7 @@ fn refuse_vacuous(
     if judged.criteria.is_empty() {
         return Ok(());
     }
-    let found = crate::critic::vacuous(&judged, &empty(&judged)?);
+    let found = crate::contract::critic::vacuous(&judged, &empty(&judged)?);
     if found.is_empty() {
         return Ok(());
     }
@@ -588,11 +591,14 @@ fn draft_contract(
     loopfile: &crate::loopfile::Loopfile,
     (workspace, present): (&Path, &dyn Fn(&str) -> bool),
     task_dir: &Path,
-    stack: &[crate::stacks::StackCheck],
+    stack: &[crate::project::stacks::StackCheck],
     accept: bool,
-    (baseline, empty): (&mut crate::draft::Runner<'_>, &mut crate::draft::Runner<'_>),
+    (baseline, empty): (
+        &mut crate::contract::draft::Runner<'_>,
+        &mut crate::contract::draft::Runner<'_>,
+    ),
     observer: &mut dyn crate::Observer,
-) -> Result<crate::draft::Drafted, Error> {
+) -> Result<crate::contract::draft::Drafted, Error> {
     let project = req
         .project
         .canonicalize()
@@ -604,8 +610,8 @@ fn draft_contract(
         "drafting the contract with {} (the critic judges each draft)",
         model.info().name
     ));
-    let drafted = crate::draft::draft(
-        crate::draft::Drafting {
+    let drafted = crate::contract::draft::draft(
+        crate::contract::draft::Drafting {
             shell: &req.contract,
             model: model.as_mut(),
             workspace,
@@ -615,7 +621,7 @@ fn draft_contract(
             empty,
             accept,
             draft_file: &task_dir.join("draft.json"),
-            guidance: &crate::request::read_guidance(workspace),
+            guidance: &crate::task::request::read_guidance(workspace),
             stack,
             extra: &loopfile.verification.checks,
             checker: checker

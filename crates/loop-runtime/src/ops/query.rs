@@ -4,7 +4,7 @@
 //! on — the same events a running task's observer sees.
 
 use crate::Error;
-use crate::layout::{Liveness, liveness, store_err};
+use crate::project::locate::{Liveness, liveness, store_err};
 use loop_protocol::Event;
 use loop_store::{Approval, Store, TaskRecord};
 use serde::Serialize;
@@ -194,8 +194,8 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
         .then(|| store.task_file(id, DEAD_LETTER).ok().flatten())
         .flatten()
         .and_then(|body| serde_json::from_str(&body).ok());
-    let workspace = crate::layout::is_task_id(id)
-        .then(|| crate::layout::TaskPaths::of(project, id).workspace)
+    let workspace = crate::project::locate::is_task_id(id)
+        .then(|| crate::project::locate::TaskPaths::of(project, id).workspace)
         .filter(|w| std::fs::symlink_metadata(w).is_ok_and(|m| m.is_dir()))
         .map(|w| w.display().to_string());
     Ok(TaskStatus {

@@ -3,8 +3,8 @@
 //! the setup layer) and the project's readiness, every point a check run
 //! now.
 
-use crate::environments::{Cache, Share, Standing};
 use crate::loopfile::Loopfile;
+use crate::project::environments::{Cache, Share, Standing};
 use std::path::Path;
 
 /// What a task in a project would see of its environments.
@@ -18,20 +18,20 @@ pub struct Audit {
     pub caches: Vec<Cache>,
     /// Hosts commands and setup steps may reach, presets expanded here
     /// (empty: no network).
-    pub network: crate::network::NetworkPlan,
+    pub network: crate::project::network::NetworkPlan,
     /// Why a preset could not be expanded, if one could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_problem: Option<String>,
     /// The setup steps, their key and whether their layer is cached.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub setup: Option<crate::setup::SetupAudit>,
+    pub setup: Option<crate::project::setup::SetupAudit>,
     /// The readiness score, every point a check run now.
-    pub readiness: crate::readiness::Readiness,
+    pub readiness: crate::project::readiness::Readiness,
 }
 
 /// The audit of `project`'s environments under its Loopfile.
 pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
-    use crate::environments::{caches, plan, standing, tracked_in_git};
+    use crate::project::environments::{caches, plan, standing, tracked_in_git};
     let loopfile = Loopfile::load(project)?;
     let tracked = |p: &str| tracked_in_git(project, p);
     let shares = plan(project, &loopfile)
@@ -41,19 +41,22 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
             (s, st)
         })
         .collect();
-    let expanded = crate::network::expand(&loopfile.network.allow).and_then(|commands| {
-        Ok(crate::network::NetworkPlan {
+    let expanded = crate::project::network::expand(&loopfile.network.allow).and_then(|commands| {
+        Ok(crate::project::network::NetworkPlan {
             commands,
-            setup: crate::network::expand(&loopfile.network.setup)?,
+            setup: crate::project::network::expand(&loopfile.network.setup)?,
             checks: Vec::new(),
             resolve: loopfile.network.resolve.clone(),
         })
     });
     let (network, network_problem) = match expanded {
         Ok(n) => (n, None),
-        Err(e) => (crate::network::NetworkPlan::default(), Some(e.to_string())),
+        Err(e) => (
+            crate::project::network::NetworkPlan::default(),
+            Some(e.to_string()),
+        ),
     };
-    let setup = crate::setup::audit(project, &loopfile);
+    let setup = crate::project::setup::audit(project, &loopfile);
     Ok(Audit {
         loopfile: loopfile.path,
         shares,
@@ -61,6 +64,6 @@ pub fn audit(project: &Path) -> Result<Audit, crate::Error> {
         network,
         network_problem,
         setup,
-        readiness: crate::readiness::readiness(project),
+        readiness: crate::project::readiness::readiness(project),
     })
 }

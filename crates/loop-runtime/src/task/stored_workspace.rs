@@ -23,7 +23,7 @@
 //! durability.
 
 use crate::Error;
-use crate::layout::{TaskPaths, load_origin, read_json, store_err};
+use crate::project::locate::{TaskPaths, load_origin, read_json, store_err};
 use loop_store::Store;
 use loop_workspace::{Delta, Entry, EntryKind, Manifest, TaskWorkspace};
 use serde::{Deserialize, Serialize};
@@ -134,8 +134,8 @@ pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observ
         }
     };
     let (store, scope) = match (
-        crate::layout::open_store(project),
-        crate::layout::project_scope(project),
+        crate::project::locate::open_store(project),
+        crate::project::locate::project_scope(project),
     ) {
         (Ok(s), Ok(p)) => (s, p),
         (Err(e), _) | (_, Err(e)) => {
@@ -190,7 +190,7 @@ pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observ
     };
     let window = days.saturating_mul(24 * 3600 * 1000);
     for t in tasks {
-        if !t.is_terminal() || !scope.takes(crate::layout::stored_project(&t).as_ref()) {
+        if !t.is_terminal() || !scope.takes(crate::project::locate::stored_project(&t).as_ref()) {
             continue;
         }
         let released = store.task_file(&t.id, RELEASED).ok().flatten();
@@ -452,7 +452,7 @@ pub(crate) fn settle(
     }
     std::fs::create_dir_all(&paths.task_dir).map_err(|e| io("task directory", e))?;
     if std::fs::symlink_metadata(&paths.near).is_err() {
-        crate::workspaces::make_near(project, task_id)?;
+        crate::project::workspaces::make_near(project, task_id)?;
     }
     let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
         let kept = |owner: &str| {
@@ -535,7 +535,8 @@ pub(crate) fn settle(
     // Read back through the checks every `workspace.json` gets.
     let origin = load_origin(paths)?;
     // This machine's record names this machine's workspace.
-    crate::layout::save_origin(&paths.task_dir, &origin).map_err(|e| io("workspace.json", e))?;
+    crate::project::locate::save_origin(&paths.task_dir, &origin)
+        .map_err(|e| io("workspace.json", e))?;
     let _: Option<loop_protocol::VerificationReport> =
         read_json(&paths.task_dir.join("baseline-report.json"))?;
     // Built aside and swapped in only once it holds the record: a rebuild

@@ -5,7 +5,7 @@
 //! (`ids`) and where workspaces are (`workspaces`).
 
 use crate::Error;
-pub use crate::ids::{is_task_id, new_task_id};
+pub use crate::project::ids::{is_task_id, new_task_id};
 use loop_core::Clock;
 use loop_store::{Claim, Owner, Store};
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
@@ -356,7 +356,7 @@ pub(crate) struct TaskPaths {
     pub task_dir: PathBuf,
     /// The directory of the task's workspace and of everything shaped like
     /// one kept beside it (check views, journals, command staging, layers):
-    /// outside the project (see [`crate::workspaces`]), or `task_dir` for a
+    /// outside the project (see [`crate::project::workspaces`]), or `task_dir` for a
     /// task made before workspaces moved.
     pub near: PathBuf,
     /// `near/workspace`.
@@ -370,7 +370,7 @@ impl TaskPaths {
     pub fn of(project: &Path, task_id: &str) -> Self {
         let state = project.join(".loop");
         let task_dir = state.join("tasks").join(task_id);
-        let near = crate::workspaces::near_of(project, &task_dir, task_id);
+        let near = crate::project::workspaces::near_of(project, &task_dir, task_id);
         TaskPaths {
             workspace: near.join("workspace"),
             receipts: state.join("receipts"),
@@ -387,7 +387,7 @@ impl TaskPaths {
         #[allow(clippy::disallowed_methods)] // the runtime's own task directory
         std::fs::create_dir_all(state.join("tasks").join(task_id))
             .map_err(|e| Error::internal(format!("task directory: {e}")))?;
-        let near = crate::workspaces::make_near(project, task_id)?;
+        let near = crate::project::workspaces::make_near(project, task_id)?;
         Ok(TaskPaths {
             workspace: near.join("workspace"),
             receipts: state.join("receipts"),
@@ -422,7 +422,7 @@ impl Start {
                 && std::fs::symlink_metadata(&paths.near).is_err()
                 && let (Some(project), Some(id)) = (project, paths.task_dir.file_name())
             {
-                crate::workspaces::make_near(project, &id.to_string_lossy())?;
+                crate::project::workspaces::make_near(project, &id.to_string_lossy())?;
             }
             std::fs::create_dir_all(&paths.workspace)
                 .map_err(|e| Error::internal(format!("workspace: {e}")))?;
@@ -512,7 +512,7 @@ pub(crate) fn load_origin(paths: &TaskPaths) -> Result<TaskWorkspace, Error> {
     };
     // The recorded path is information (another machine's, or from before
     // the project moved): only its shape is checked.
-    crate::workspaces::classify(&saved.path, &id)
+    crate::project::workspaces::classify(&saved.path, &id)
         .map_err(|why| refuse(format!("{why}, not {}", path.display())))?;
     let origin = match saved.worktree {
         Some((_repo, base_commit, branch)) => {

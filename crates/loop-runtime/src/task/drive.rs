@@ -1,13 +1,13 @@
 //! Driving a stored task: claim it, rebuild its record from the store,
 //! wire the Director to its tools, verifier, models, ledger and approvals,
 //! run it to its end (fresh, resumed or extended), then ship what it made
-//! ([`crate::ship`]).
+//! ([`crate::task::end`]).
 
 use crate::Error;
-use crate::layout::{Start, TaskPaths, claim, git_dir, store_err};
 use crate::models::Models;
-use crate::request::{StoredRequest, TaskReport, protection};
-use crate::wiring::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use crate::project::locate::{Start, TaskPaths, claim, git_dir, store_err};
+use crate::task::adapters::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use crate::task::request::{StoredRequest, TaskReport, protection};
 use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
 use loop_protocol::Event;
@@ -25,7 +25,7 @@ pub(crate) struct Run<'r> {
     pub store: &'r dyn loop_store::Store,
     pub task_id: &'r str,
     pub stored: &'r StoredRequest,
-    pub on_prompt: crate::wiring::OnPrompt,
+    pub on_prompt: crate::task::adapters::OnPrompt,
     pub extension: Option<loop_core::Extension>,
     /// The claim this process already holds (a task it just submitted).
     pub claimed: Option<loop_store::Owner>,
@@ -156,7 +156,8 @@ fn wire<'a>(
     let contract = &stored.contract;
     let isolation: loop_sandbox::IsolationLevel =
         stored.isolation.parse().map_err(Error::internal)?;
-    let new_tests = crate::request::new_tests(contract, &stored.check_integrity, &start.baseline);
+    let new_tests =
+        crate::task::request::new_tests(contract, &stored.check_integrity, &start.baseline);
     let protected = protection(
         contract,
         &stored.check_integrity,
@@ -178,7 +179,7 @@ fn wire<'a>(
         cancel.load(std::sync::atomic::Ordering::SeqCst),
     ));
     let interrupted = Arc::new(AtomicBool::new(false));
-    let sandbox = crate::environments::with_environments(
+    let sandbox = crate::project::environments::with_environments(
         loop_sandbox::Settings {
             isolation,
             cancel: Some(kill.clone()),
@@ -205,11 +206,13 @@ fn wire<'a>(
     };
     // Commands and checks differ only in the hosts they may reach.
     let commands = loop_sandbox::Settings {
-        egress: stored.network.egress(crate::network::Use::Commands),
+        egress: stored
+            .network
+            .egress(crate::project::network::Use::Commands),
         ..sandbox.clone()
     };
     let sandbox = loop_sandbox::Settings {
-        egress: stored.network.egress(crate::network::Use::Checks),
+        egress: stored.network.egress(crate::project::network::Use::Checks),
         ..sandbox
     };
     let toolbox = ToolBox::new(jail, tool_limits)
@@ -258,7 +261,8 @@ fn wire<'a>(
         tools: toolbox,
         diff: Some(Box::new(move || match Manifest::of(&diff_ws) {
             Ok(now) => {
-                crate::change_set::compute(project, &start.task_ws, &start.baseline, &now).patch
+                crate::task::change_set::compute(project, &start.task_ws, &start.baseline, &now)
+                    .patch
             }
             Err(e) => format!("(the change cannot be computed: {e})"),
         })),
@@ -270,9 +274,9 @@ fn wire<'a>(
     let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox)
-        .with_builds(&paths.near.join(crate::prepare::BUILDS), [])
-        .with_settled(&paths.near.join(crate::prepare::SETTLED));
-    if crate::prepare::go_module(project) {
+        .with_builds(&paths.near.join(crate::task::prepare::BUILDS), [])
+        .with_settled(&paths.near.join(crate::task::prepare::SETTLED));
+    if crate::task::prepare::go_module(project) {
         verifier = verifier.with_go_cache();
     }
     // The root `.git` (left out of manifests, since it names a path of
@@ -318,7 +322,7 @@ pub(crate) fn drive(
         claimed,
     } = run;
     let clock = SystemClock;
-    let observer = &mut crate::wiring::Scrubbed(observer);
+    let observer = &mut crate::task::adapters::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
     if run_fault() {
         return Err(Error::internal(format!(
@@ -346,7 +350,14 @@ pub(crate) fn drive(
     // (the task moved here, or on and back, or stopped between a change
     // and its record); the claim is renewed meanwhile.
     let settled = with_renewals(store, task_id, &owner.token, || {
-        crate::moved::settle(store, project, &paths, task_id, &record.history, observer)
+        crate::task::stored_workspace::settle(
+            store,
+            project,
+            &paths,
+            task_id,
+            &record.history,
+            observer,
+        )
     })?;
     let start = Start::load(&paths)?;
     let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
@@ -365,7 +376,7 @@ pub(crate) fn drive(
         (settled.is_some(), &fence),
     )?;
     if let Some(s) = settled {
-        wired.tools.keeper = Some(crate::moved::Keeper::new(
+        wired.tools.keeper = Some(crate::task::stored_workspace::Keeper::new(
             start.baseline.clone(),
             (s.root, s.held),
             &paths.workspace,
@@ -390,7 +401,7 @@ pub(crate) fn drive(
     if wired.tools.keeper.is_some() {
         let (workspace, baseline) = (paths.workspace.clone(), start.baseline.clone());
         ledger.whole = Some(Box::new(move || {
-            crate::moved::whole_state(&workspace, &baseline)
+            crate::task::stored_workspace::whole_state(&workspace, &baseline)
         }));
     }
     for e in &record.history {
@@ -488,7 +499,7 @@ pub(crate) fn drive(
         .0
         .last_sealed()
         .map(|s| s.dir().to_path_buf());
-    crate::ship::ship(crate::ship::Shipment {
+    crate::task::end::ship(crate::task::end::Shipment {
         project,
         store,
         task_id,
@@ -767,7 +778,7 @@ fn watch(
     use std::time::{Duration, Instant};
     const RENEW: Duration = Duration::from_secs(2);
     const TICK: Duration = Duration::from_millis(100);
-    let Ok(store) = crate::layout::open_store(project) else {
+    let Ok(store) = crate::project::locate::open_store(project) else {
         return;
     };
     // Renewals, on a detached thread with its own handle: the fence holds
@@ -784,7 +795,7 @@ fn watch(
         let spawned = std::thread::Builder::new()
             .name("loop renew".into())
             .spawn(move || {
-                let Ok(store) = crate::layout::open_store(&dir) else {
+                let Ok(store) = crate::project::locate::open_store(&dir) else {
                     return;
                 };
                 while !finished.load(Ordering::SeqCst) {

@@ -53,4 +53,3 @@ pub fn record(cs: &ChangeSet, patch_name: &str, unredacted: Option<String>) -> C
         patch_sha256: cs.patch_sha256.clone(),
     }
 }
-

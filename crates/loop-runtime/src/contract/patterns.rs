@@ -5,7 +5,7 @@
 //! `loop-patterns/NAME/`.
 
 use crate::Error;
-use crate::stacks::StackCheck;
+use crate::project::stacks::StackCheck;
 use std::path::{Path, PathBuf};
 
 /// Where a project's patterns live.
@@ -44,7 +44,7 @@ fn yaml_str(s: &str) -> String {
 }
 
 /// The Loopfile text for `project`.
-fn loopfile_text(checks: &[StackCheck], shares: &[crate::environments::Share]) -> String {
+fn loopfile_text(checks: &[StackCheck], shares: &[crate::project::environments::Share]) -> String {
     let mut s = String::from(
         "# Loopfile.yaml, written by `loop init` from what it found here: edit freely.\n\
          # `loop validate Loopfile.yaml` checks it; `loop audit` shows what tasks get.\nversion: 1\n",
@@ -107,7 +107,7 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
     let counted = checks
         .iter()
         .find(|c| c.kind == "test")
-        .is_some_and(crate::stacks::counts_tests);
+        .is_some_and(crate::project::stacks::counts_tests);
     let need = |what: &str, c: &Option<String>| {
         c.clone().ok_or_else(|| {
             Error::usage(format!(
@@ -192,8 +192,8 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
 /// for a pattern, its SKILL.md and contract template.
 pub fn init(project: &Path, pattern: Option<&str>, force: bool) -> Result<InitReport, Error> {
     let loopfile = crate::loopfile::Loopfile::load(project)?;
-    let checks = crate::stacks::project_checks(project, &loopfile.verification);
-    let shares = crate::environments::plan(project, &loopfile);
+    let checks = crate::project::stacks::project_checks(project, &loopfile.verification);
+    let shares = crate::project::environments::plan(project, &loopfile);
     let path = project.join("Loopfile.yaml");
     let there = !matches!(
         loop_workspace::door::node(project, "Loopfile.yaml"),
@@ -310,7 +310,7 @@ mod tests {
                 assert!(skill.contains(part), "{name}: {part}");
             }
             let c = loop_protocol::Contract::from_yaml(&contract, name).unwrap();
-            let reasons = crate::critic::static_reasons(
+            let reasons = crate::contract::critic::static_reasons(
                 &c,
                 &loop_tools::exec_policy::ExecPolicy::default(),
                 &|_| true,
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn the_written_loopfile_reads_back() {
-        let checks = crate::stacks::checks(Path::new("/nonexistent"));
+        let checks = crate::project::stacks::checks(Path::new("/nonexistent"));
         let text = loopfile_text(&checks, &[]);
         crate::loopfile::Loopfile::parse(&text, "t").unwrap();
         let checks = vec![StackCheck {
@@ -350,9 +350,9 @@ mod tests {
     /// columns, two-space indents.
     #[test]
     fn the_written_loopfile_is_in_prettiers_form() {
-        let share = crate::environments::Share {
+        let share = crate::project::environments::Share {
             path: "node_modules".into(),
-            mode: crate::environments::ShareMode::ReadOnly,
+            mode: crate::project::environments::ShareMode::ReadOnly,
             why: "Node packages (package.json)".into(),
             declared: false,
         };

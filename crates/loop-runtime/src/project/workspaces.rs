@@ -209,7 +209,7 @@ fn made_root(project: &Path) -> Result<PathBuf, Error> {
 /// new: `ROOT/NAME-KEY/ID`.
 #[allow(clippy::disallowed_methods)] // the runtime's own workspace directories, checked
 pub(crate) fn make_near(project: &Path, id: &str) -> Result<PathBuf, Error> {
-    if !crate::ids::is_task_id(id) {
+    if !crate::project::ids::is_task_id(id) {
         return Err(Error::internal(format!("`{id}` is not a task id")));
     }
     near_in(&made_root(project)?.join(key(project)), project, id)
@@ -379,7 +379,7 @@ pub(crate) fn orphans(project: &Path) -> Vec<PathBuf> {
         .flatten()
         .filter(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            crate::ids::is_task_id(&name)
+            crate::project::ids::is_task_id(&name)
                 && e.file_type().is_ok_and(|t| t.is_dir())
                 && std::fs::symlink_metadata(tasks.join(&name)).is_err()
         })

@@ -43,7 +43,7 @@ pub struct StoredRequest {
     /// one configured to serve it) run it. None in tasks recorded before
     /// projects had identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project_identity: Option<crate::layout::ProjectIdentity>,
+    pub project_identity: Option<crate::project::locate::ProjectIdentity>,
     /// Who the task belongs to (an API token's owner), if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -80,7 +80,7 @@ pub struct StoredRequest {
     /// The allow-lists of the egress proxy, presets expanded when the
     /// task started.
     #[serde(default)]
-    pub network: crate::network::NetworkPlan,
+    pub network: crate::project::network::NetworkPlan,
     /// The setup the workspace got (steps run, or a cached layer taken).
     #[serde(default)]
     pub setup: Option<loop_protocol::SetupRecord>,

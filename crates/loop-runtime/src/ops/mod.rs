@@ -1,0 +1,15 @@
+//! What is done with tasks from outside their run: the change set applied,
+//! undone or discarded (`changes`), listings and status (`query`), receipts
+//! verified and replayed (`receipts`), API tokens (`tokens`), `loop eval`
+//! (`eval`), `loop audit` (`audit`), `loop exec` (`exec`), garbage
+//! collection (`gc`) and triggers (`triggers`).
+
+pub mod audit;
+pub mod changes;
+pub mod eval;
+pub mod exec;
+pub mod gc;
+pub mod query;
+pub mod receipts;
+pub mod tokens;
+pub mod triggers;
