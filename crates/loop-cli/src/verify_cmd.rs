@@ -8,13 +8,13 @@ use std::path::Path;
 /// What a verification found: whether the receipt holds, and whether the
 /// task it records was verified.
 #[derive(Debug, Clone, Copy)]
-struct Verdict {
+struct ReceiptVerdict {
     intact: bool,
     verified: bool,
     integrity_only: bool,
 }
 
-impl Verdict {
+impl ReceiptVerdict {
     /// `loop verify R && deploy` ships only verified work: success needs
     /// both, unless only the receipt's integrity was asked about.
     fn ok(self) -> bool {
@@ -32,7 +32,7 @@ pub fn verify(
     (integrity_only, allow_extra): (bool, bool),
 ) -> Result<bool, CliError> {
     let check = loop_runtime::ops::receipts::verify_with(receipt, artifacts, pubkey, allow_extra)?;
-    let verdict = Verdict {
+    let verdict = ReceiptVerdict {
         intact: check.intact,
         verified: check.verified,
         integrity_only,
@@ -77,7 +77,7 @@ fn signature_line(check: &ReceiptCheck) -> String {
 }
 
 /// Human report.
-fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
+fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
     let report = &check.report;
     let mut s = format!("receipt    {}\n", report.receipt.display());
     s.push_str(&format!("signature  {}\n", signature_line(check)));
@@ -154,7 +154,7 @@ fn render(check: &ReceiptCheck, verdict: Verdict) -> String {
     s
 }
 
-fn to_json(check: &ReceiptCheck, verdict: Verdict) -> serde_json::Value {
+fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> serde_json::Value {
     let report = &check.report;
     serde_json::json!({
         "receipt": report.receipt.display().to_string(),

@@ -6,12 +6,12 @@
 //! a limit, a stall, a cancel or an error). Every decision is recorded in
 //! the ledger before the next step begins.
 
-mod people;
+mod approvals;
 
-pub use people::Checkpoints;
+pub use approvals::Checkpoints;
 
 use crate::feedback::rejection_feedback;
-use crate::progress::{ProgressConfig, Verdict};
+use crate::progress::{ProgressConfig, StallVerdict};
 use crate::prompt::system_prompt;
 use crate::state::{Interrupted, Phase, RecordError, State};
 use crate::traits::{
@@ -660,8 +660,8 @@ impl<'a> Director<'a> {
         }
         let (verdict, usage) = crate::review::read_reply(&reply);
         let (name, reasons, objection) = match verdict {
-            crate::review::Verdict::Approve(r) => ("approve", r, None),
-            crate::review::Verdict::Object(r) => ("object", r.clone(), Some(r)),
+            crate::review::ReviewVerdict::Approve(r) => ("approve", r, None),
+            crate::review::ReviewVerdict::Object(r) => ("object", r.clone(), Some(r)),
         };
         self.record(Event::Reviewed {
             attempt,
@@ -885,13 +885,18 @@ impl<'a> Director<'a> {
 
     /// Act on a stall verdict: the first time a pattern shows the model is
     /// told, with `advice`; the next time the task ends as lost.
-    fn stall(&mut self, step: u32, verdict: Verdict, advice: &str) -> Result<Stall, DirectorError> {
+    fn stall(
+        &mut self,
+        step: u32,
+        verdict: StallVerdict,
+        advice: &str,
+    ) -> Result<Stall, DirectorError> {
         Ok(match verdict {
-            Verdict::Ok => Stall::Go,
-            Verdict::Stop(pattern) => {
+            StallVerdict::Ok => Stall::Go,
+            StallVerdict::Stop(pattern) => {
                 Stall::Stop(Phase::End(Outcome::Lost, format!("no progress: {pattern}")))
             }
-            Verdict::Nudge(pattern) => {
+            StallVerdict::Nudge(pattern) => {
                 self.tell(step, format!("Stall detected: {pattern}. {advice}"))?;
                 Stall::Nudged(pattern)
             }

@@ -23,7 +23,7 @@ pub use director::{
 };
 pub use loop_protocol::context::{Context, Message};
 pub use machine::{InvalidTransition, Machine, allowed};
-pub use progress::{ProgressConfig, ProgressDetector, Verdict};
+pub use progress::{ProgressConfig, ProgressDetector, StallVerdict};
 pub use traits::{
     ApprovalDecision, Approvals, BoundaryError, Clock, Ledger, Model, NoObserver, Observer,
     SystemClock, Tools, Verifier,

@@ -39,7 +39,7 @@ impl Default for ProgressConfig {
 
 /// What the detector says after a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum StallVerdict {
     /// Progress, or nothing to say.
     Ok,
     /// A pattern appeared for the first time: tell the model.
@@ -107,19 +107,19 @@ impl ProgressDetector {
 
     /// Before verifying a `finish` claim: a claim on exactly the workspace
     /// verification already rejected is a stall.
-    pub fn claim(&mut self, root: &str) -> Verdict {
+    pub fn claim(&mut self, root: &str) -> StallVerdict {
         if self.rejected_root.as_deref() == Some(root) {
             return self.flag(
                 loop_protocol::ToolName::Finish.as_str(),
                 "`finish` claimed again on the unchanged workspace that verification rejected",
             );
         }
-        Verdict::Ok
+        StallVerdict::Ok
     }
 
     /// Record a malformed answer at `step`: the same error again and again
     /// is the same failing action.
-    pub fn malformed(&mut self, step: u32, error: &str, root: &str) -> Verdict {
+    pub fn malformed(&mut self, step: u32, error: &str, root: &str) -> StallVerdict {
         let call = ToolCall {
             id: format!("malformed-{step}"),
             tool: "<malformed answer>".into(),
@@ -136,7 +136,7 @@ impl ProgressDetector {
         calls: &[ToolCall],
         observations: &[Observation],
         root: &str,
-    ) -> Verdict {
+    ) -> StallVerdict {
         let action = canonical_sha256(
             &calls
                 .iter()
@@ -169,7 +169,7 @@ impl ProgressDetector {
         (n > 0 && self.steps.len() >= n).then(|| &self.steps[self.steps.len() - n..])
     }
 
-    fn judge(&mut self) -> Verdict {
+    fn judge(&mut self) -> StallVerdict {
         let c = self.config.clone();
         if let Some(t) = self.tail(c.repeat_same)
             && t.iter()
@@ -229,16 +229,16 @@ impl ProgressDetector {
                 ),
             );
         }
-        Verdict::Ok
+        StallVerdict::Ok
     }
 
-    fn flag(&mut self, kind: &'static str, pattern: &str) -> Verdict {
+    fn flag(&mut self, kind: &'static str, pattern: &str) -> StallVerdict {
         if self.nudged.insert(kind) {
             // The window starts again after a nudge, so a stop needs the pattern anew.
             self.steps.clear();
-            Verdict::Nudge(pattern.to_string())
+            StallVerdict::Nudge(pattern.to_string())
         } else {
-            Verdict::Stop(pattern.to_string())
+            StallVerdict::Stop(pattern.to_string())
         }
     }
 }
@@ -267,15 +267,15 @@ mod tests {
         let c = [call("run_command", json!({"command": "ls"}))];
         let o = [ok("run_command", "exit 0 (0.01 s)\nsame")];
         for _ in 0..3 {
-            assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
+            assert_eq!(d.step(&c, &o, "r"), StallVerdict::Ok);
         }
         assert!(
-            matches!(d.step(&c, &o, "r"), Verdict::Nudge(p) if p.contains("same observation 4 times"))
+            matches!(d.step(&c, &o, "r"), StallVerdict::Nudge(p) if p.contains("same observation 4 times"))
         );
         for _ in 0..3 {
-            assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
+            assert_eq!(d.step(&c, &o, "r"), StallVerdict::Ok);
         }
-        assert!(matches!(d.step(&c, &o, "r"), Verdict::Stop(_)));
+        assert!(matches!(d.step(&c, &o, "r"), StallVerdict::Stop(_)));
     }
 
     #[test]
@@ -284,15 +284,19 @@ mod tests {
         let c = [call("run_command", json!({"command": "make"}))];
         for i in 0..2 {
             let o = [ok("run_command", &format!("exit 2 (0.1 s)\nerror at {i}"))];
-            assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
+            assert_eq!(d.step(&c, &o, "r"), StallVerdict::Ok);
         }
         let o = [ok("run_command", "exit 2 (0.1 s)\nerror at 9")];
-        assert!(matches!(d.step(&c, &o, "r"), Verdict::Nudge(p) if p.contains("failed 3 times")));
+        assert!(
+            matches!(d.step(&c, &o, "r"), StallVerdict::Nudge(p) if p.contains("failed 3 times"))
+        );
         // After the nudge, three more of the same is a stop.
         let o = [ok("run_command", "exit 2 (0.1 s)\nerror again")];
-        assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
-        assert_eq!(d.step(&c, &o, "r"), Verdict::Ok);
-        assert!(matches!(d.step(&c, &o, "r"), Verdict::Stop(p) if p.contains("failed 3 times")));
+        assert_eq!(d.step(&c, &o, "r"), StallVerdict::Ok);
+        assert_eq!(d.step(&c, &o, "r"), StallVerdict::Ok);
+        assert!(
+            matches!(d.step(&c, &o, "r"), StallVerdict::Stop(p) if p.contains("failed 3 times"))
+        );
     }
 
     #[test]
@@ -316,10 +320,10 @@ mod tests {
         }
         let nudge = verdicts
             .iter()
-            .position(|v| matches!(v, Verdict::Nudge(p) if p.contains("no new evidence")));
+            .position(|v| matches!(v, StallVerdict::Nudge(p) if p.contains("no new evidence")));
         let stop = verdicts
             .iter()
-            .position(|v| matches!(v, Verdict::Stop(p) if p.contains("no new evidence")));
+            .position(|v| matches!(v, StallVerdict::Stop(p) if p.contains("no new evidence")));
         assert_eq!(
             nudge,
             Some(9),
@@ -342,9 +346,14 @@ mod tests {
         }
         assert_eq!(
             &verdicts[..4],
-            &[Verdict::Ok, Verdict::Ok, Verdict::Ok, Verdict::Ok]
+            &[
+                StallVerdict::Ok,
+                StallVerdict::Ok,
+                StallVerdict::Ok,
+                StallVerdict::Ok
+            ]
         );
-        assert!(matches!(&verdicts[4], Verdict::Nudge(p) if p.contains("failed 5 times")));
+        assert!(matches!(&verdicts[4], StallVerdict::Nudge(p) if p.contains("failed 5 times")));
     }
 
     #[test]
@@ -352,33 +361,33 @@ mod tests {
         let mut d = ProgressDetector::default();
         let a = [call("write_file", json!({"path": "x", "content": "1"}))];
         let b = [call("write_file", json!({"path": "x", "content": "2"}))];
-        let mut last = Verdict::Ok;
+        let mut last = StallVerdict::Ok;
         for i in 0..6 {
             let (c, root) = if i % 2 == 0 { (&a, "r1") } else { (&b, "r2") };
             last = d.step(c, &[ok("write_file", &format!("replaced x {i}"))], root);
         }
-        assert!(matches!(&last, Verdict::Nudge(p) if p.contains("A-B-A-B")));
+        assert!(matches!(&last, StallVerdict::Nudge(p) if p.contains("A-B-A-B")));
         for i in 6..12 {
             let (c, root) = if i % 2 == 0 { (&a, "r1") } else { (&b, "r2") };
             last = d.step(c, &[ok("write_file", &format!("replaced x {i}"))], root);
         }
-        assert!(matches!(last, Verdict::Stop(p) if p.contains("A-B-A-B")));
+        assert!(matches!(last, StallVerdict::Stop(p) if p.contains("A-B-A-B")));
     }
 
     #[test]
     fn reading_new_files_forever_without_changing_anything_is_flagged() {
         let mut d = ProgressDetector::default();
-        let mut last = Verdict::Ok;
+        let mut last = StallVerdict::Ok;
         for i in 0..8 {
             let c = [call("read_file", json!({"path": format!("f{i}")}))];
             last = d.step(&c, &[ok("read_file", &format!("content {i}"))], "r");
         }
-        assert!(matches!(&last, Verdict::Nudge(p) if p.contains("read-only explorations")));
+        assert!(matches!(&last, StallVerdict::Nudge(p) if p.contains("read-only explorations")));
         for i in 8..16 {
             let c = [call("read_file", json!({"path": format!("f{i}")}))];
             last = d.step(&c, &[ok("read_file", &format!("content {i}"))], "r");
         }
-        assert!(matches!(last, Verdict::Stop(p) if p.contains("read-only explorations")));
+        assert!(matches!(last, StallVerdict::Stop(p) if p.contains("read-only explorations")));
     }
 
     #[test]
@@ -387,7 +396,7 @@ mod tests {
         let poll = [call("run_command", json!({"command": "tail build.log"}))];
         for i in 0..20 {
             let o = [ok("run_command", &format!("exit 0 (0.01 s)\nline {i}"))];
-            assert_eq!(d.step(&poll, &o, "r"), Verdict::Ok, "poll {i}");
+            assert_eq!(d.step(&poll, &o, "r"), StallVerdict::Ok, "poll {i}");
         }
         let mut d = ProgressDetector::default();
         let test = [call("run_command", json!({"command": "pytest"}))];
@@ -398,12 +407,12 @@ mod tests {
             )];
             assert_eq!(
                 d.step(&edit, &[ok("edit_file", "edited")], &format!("root{i}")),
-                Verdict::Ok
+                StallVerdict::Ok
             );
             let o = [ok("run_command", "exit 1 (0.3 s)\n1 failed")];
             assert_eq!(
                 d.step(&test, &o, &format!("root{i}")),
-                Verdict::Ok,
+                StallVerdict::Ok,
                 "re-run {i}"
             );
         }
@@ -413,8 +422,10 @@ mod tests {
     fn finish_on_the_rejected_workspace_is_flagged() {
         let mut d = ProgressDetector::default();
         d.rejected_at("r1");
-        assert_eq!(d.claim("r2"), Verdict::Ok);
-        assert!(matches!(d.claim("r1"), Verdict::Nudge(p) if p.contains("unchanged workspace")));
-        assert!(matches!(d.claim("r1"), Verdict::Stop(_)));
+        assert_eq!(d.claim("r2"), StallVerdict::Ok);
+        assert!(
+            matches!(d.claim("r1"), StallVerdict::Nudge(p) if p.contains("unchanged workspace"))
+        );
+        assert!(matches!(d.claim("r1"), StallVerdict::Stop(_)));
     }
 }

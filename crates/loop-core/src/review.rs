@@ -70,7 +70,7 @@ pub fn review_context(
 
 /// The checker's verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub enum ReviewVerdict {
     /// The acceptance stands.
     Approve(String),
     /// Back to the maker with these reasons.
@@ -79,18 +79,18 @@ pub enum Verdict {
 
 /// Read the checker's reply. Anything but one well-formed `review` call is
 /// an objection that says what was wrong (fail closed).
-pub fn read_reply(reply: &ModelReply) -> (Verdict, Usage) {
+pub fn read_reply(reply: &ModelReply) -> (ReviewVerdict, Usage) {
     match reply {
         ModelReply::Turn(t) => {
             let call = t.calls.iter().find(|c| c.tool == REVIEW_TOOL);
             let verdict = match call {
-                None => Verdict::Object("the checker gave no `review` verdict".into()),
+                None => ReviewVerdict::Object("the checker gave no `review` verdict".into()),
                 Some(c) => {
                     let reasons = c.args["reasons"].as_str().unwrap_or_default().to_string();
                     match c.args["verdict"].as_str() {
-                        Some("approve") => Verdict::Approve(reasons),
-                        Some("object") => Verdict::Object(reasons),
-                        other => Verdict::Object(format!(
+                        Some("approve") => ReviewVerdict::Approve(reasons),
+                        Some("object") => ReviewVerdict::Object(reasons),
+                        other => ReviewVerdict::Object(format!(
                             "the checker's verdict {other:?} is neither approve nor object"
                         )),
                     }
@@ -99,15 +99,15 @@ pub fn read_reply(reply: &ModelReply) -> (Verdict, Usage) {
             (verdict, t.usage)
         }
         ModelReply::Malformed { error, usage, .. } => (
-            Verdict::Object(format!("the checker's answer was malformed: {error}")),
+            ReviewVerdict::Object(format!("the checker's answer was malformed: {error}")),
             *usage,
         ),
         ModelReply::Unavailable { error, usage } => (
-            Verdict::Object(format!("the checker is unavailable: {error}")),
+            ReviewVerdict::Object(format!("the checker is unavailable: {error}")),
             *usage,
         ),
         ModelReply::NothingMore { reason } => (
-            Verdict::Object(format!("the checker said nothing: {reason}")),
+            ReviewVerdict::Object(format!("the checker said nothing: {reason}")),
             Usage::default(),
         ),
     }

@@ -7,7 +7,7 @@
 
 use crate::budget::Budget;
 use crate::machine::Machine;
-use crate::progress::{ProgressConfig, ProgressDetector, Verdict};
+use crate::progress::{ProgressConfig, ProgressDetector, StallVerdict};
 use loop_protocol::{
     Acceptance, ApprovalDecision, BudgetUse, Context, Contract, Control, Effect, Event, Limits,
     Observation, ObservationStatus, Outcome, OutcomeKind, OutcomeRecord, TaskState, ToolCall,
@@ -163,7 +163,7 @@ pub(crate) struct State {
     /// Calls of the turn in flight denied, refusal not yet recorded.
     pub denied: Vec<Denied>,
     /// The verdict on the last malformed answer.
-    pub malformed_verdict: Verdict,
+    pub malformed_verdict: StallVerdict,
     /// The turn in flight and what its calls gave so far.
     turn: Option<Turn>,
     done: Vec<(Observation, Option<Control>)>,
@@ -226,7 +226,7 @@ impl State {
             cost_asked: false,
             approved: Vec::new(),
             denied: Vec::new(),
-            malformed_verdict: Verdict::Ok,
+            malformed_verdict: StallVerdict::Ok,
             turn: None,
             done: Vec::new(),
             judged: true,
@@ -256,18 +256,18 @@ impl State {
     /// Judge progress on the turn in flight (once): the detector sees its
     /// calls, their observations and the workspace root, and a successful
     /// `finish` among them is a claim on that root.
-    pub fn judge(&mut self) -> Verdict {
+    pub fn judge(&mut self) -> StallVerdict {
         if self.judged {
-            return Verdict::Ok;
+            return StallVerdict::Ok;
         }
         self.judged = true;
         let Some(t) = &self.turn else {
-            return Verdict::Ok;
+            return StallVerdict::Ok;
         };
         let observations: Vec<Observation> = self.done.iter().map(|(o, _)| o.clone()).collect();
         let verdict = self.progress.step(&t.calls, &observations, &self.root);
         let claimed = self.done.iter().any(|(_, c)| c.is_some());
-        if verdict == Verdict::Ok && claimed {
+        if verdict == StallVerdict::Ok && claimed {
             self.progress.claim(&self.root)
         } else {
             verdict

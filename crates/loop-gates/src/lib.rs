@@ -16,11 +16,11 @@
 //! that cannot do its work (a grammar that fails to load, a parse that
 //! gives up) refuses too: gates never fail open.
 
-pub mod policy;
+pub mod code_policy;
 pub mod shadow;
 pub mod syntax;
 
-pub use policy::{CodePolicy, LanguageRules};
+pub use code_policy::{CodePolicy, LanguageRules};
 pub use syntax::{Language, language_of};
 
 /// A refusal.

@@ -2,7 +2,7 @@
 //! allocation and path lookups are safe) and enforced in the child with one
 //! `landlock_restrict_self` call just before exec.
 
-use crate::policy::HostView;
+use crate::confinement::HostView;
 use landlock::{
     ABI, Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
     Scope,

@@ -35,11 +35,11 @@ mod capture;
 mod cgroup;
 pub mod check_env;
 mod child;
+pub mod confinement;
 pub mod egress;
 mod fdpass;
 mod kept;
 mod landlock;
-pub mod policy;
 pub mod probe;
 pub mod pty;
 pub mod redact;
@@ -49,8 +49,8 @@ mod session;
 pub mod sweep;
 
 pub use capture::Captured;
+pub use confinement::{IsolationLevel, Limits};
 use loop_protocol::Isolation;
-pub use policy::{IsolationLevel, Limits};
 pub use session::Session;
 use std::ffi::CString;
 use std::io::Read;
@@ -814,7 +814,7 @@ type SpawnErr<'a> = &'a dyn Fn(String, std::io::Error) -> SandboxError;
 /// worktree's repository (trees the command's root overlays get their
 /// rules inside the child).
 fn landlock_for(
-    view: &'static policy::HostView,
+    view: &'static confinement::HostView,
     (workspace, workspace_read_only): (&Path, bool),
     tmp: &PrivateTmp,
     git_view: &Option<(PathBuf, PathBuf)>,
@@ -855,7 +855,7 @@ fn landlock_for(
 fn prepare(
     req: &ExecRequest,
     support: &probe::Support,
-    view: &'static policy::HostView,
+    view: &'static confinement::HostView,
     trace: &Trace,
     spawn_err: SpawnErr<'_>,
 ) -> Result<Prepared, SandboxError> {
@@ -1004,7 +1004,7 @@ fn prepare(
 fn child_plan(
     req: &ExecRequest,
     support: &probe::Support,
-    view: &policy::HostView,
+    view: &confinement::HostView,
     p: &mut Prepared,
     diag_fd: std::os::fd::RawFd,
     spawn_err: SpawnErr<'_>,
@@ -1419,7 +1419,7 @@ fn launch(
         step,
         source,
     };
-    let view = policy::host_view();
+    let view = confinement::host_view();
     trace.mark("view");
     let mut p = prepare(req, support, view, &trace, &spawn_err)?;
     // From here every way out destroys the cgroups.
@@ -1872,7 +1872,7 @@ fn overlay_mount(
 /// the check environment: what was imposed comes back too).
 fn command(
     req: &ExecRequest,
-    view: &policy::HostView,
+    view: &confinement::HostView,
     (tmp_dir, workspace): (&Path, &Path),
     session: bool,
 ) -> std::io::Result<(Command, Vec<String>)> {

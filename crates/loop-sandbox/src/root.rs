@@ -27,7 +27,7 @@
 //! layer. Everything here is prepared in the runtime; the child only makes
 //! the system calls (see `child.rs`).
 
-use crate::policy::HostView;
+use crate::confinement::HostView;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

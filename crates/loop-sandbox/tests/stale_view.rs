@@ -32,7 +32,7 @@ fn a_file_of_the_host_view_that_vanished_does_not_stop_commands() {
             ),
         );
     }
-    let view = loop_sandbox::policy::host_view();
+    let view = loop_sandbox::confinement::host_view();
     assert!(
         view.read_exec.iter().any(|p| p == &tool.join(".lock")),
         "the view lists the tree's entries: {:?}",

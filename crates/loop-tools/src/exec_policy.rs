@@ -101,7 +101,7 @@ impl Default for ExecPolicy {
 
 /// The verdict on one command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct ExecVerdict {
     /// The strictest decision.
     pub decision: Decision,
     /// The rule that decided (`None`: the default).
@@ -162,8 +162,8 @@ impl ExecPolicy {
     /// computed word counts as matching; a line that cannot be read gets
     /// the strictest decision of all. With no rules, every line gets the
     /// default.
-    pub fn evaluate(&self, line: &str) -> Verdict {
-        let default = Verdict {
+    pub fn evaluate(&self, line: &str) -> ExecVerdict {
+        let default = ExecVerdict {
             decision: self.default,
             rule: None,
             command: line.to_string(),
@@ -173,7 +173,7 @@ impl ExecPolicy {
         }
         let parsed = shell::parse(line);
         if let Some(why) = parsed.unreadable.first() {
-            return Verdict {
+            return ExecVerdict {
                 decision: self.strictest(),
                 rule: Some(format!("unreadable command line: {why}")),
                 command: line.to_string(),
@@ -196,7 +196,7 @@ impl ExecPolicy {
                 .max_by_key(|(d, _)| *d)
                 .unwrap_or((self.default, None));
             if first || decision > best.decision {
-                best = Verdict {
+                best = ExecVerdict {
                     decision,
                     rule,
                     command: show(words),

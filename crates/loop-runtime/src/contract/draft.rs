@@ -481,8 +481,8 @@ fn review_draft(
         _ => None,
     };
     match loop_core::review::read_reply(&reply).0 {
-        loop_core::review::Verdict::Approve(why) => ("approve", why, usage),
-        loop_core::review::Verdict::Object(why) => ("object", why, usage),
+        loop_core::review::ReviewVerdict::Approve(why) => ("approve", why, usage),
+        loop_core::review::ReviewVerdict::Object(why) => ("object", why, usage),
     }
 }
 

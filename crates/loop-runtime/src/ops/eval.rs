@@ -49,7 +49,7 @@ fn default_oracle_secs() -> u64 {
 /// How one run came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum CaseVerdict {
     /// Verified, and the oracle passes.
     Solved,
     /// Verified, and the oracle fails.
@@ -72,7 +72,7 @@ pub struct CaseRun {
     /// Which repeat (from 1).
     pub repeat: u32,
     /// The verdict.
-    pub verdict: Verdict,
+    pub verdict: CaseVerdict,
     /// The task's outcome.
     pub outcome: String,
     /// Why it ended so, in a sentence (or why it could not start).
@@ -164,9 +164,9 @@ impl EvalReport {
                 cell(&r.kind),
                 cell(r.solution.as_deref().unwrap_or("-")),
                 match r.verdict {
-                    Verdict::Solved => "solved",
-                    Verdict::FalseAcceptance => "**FALSE ACCEPTANCE**",
-                    Verdict::SafeFailure => "safe failure",
+                    CaseVerdict::Solved => "solved",
+                    CaseVerdict::FalseAcceptance => "**FALSE ACCEPTANCE**",
+                    CaseVerdict::SafeFailure => "safe failure",
                 },
                 cell(&r.outcome),
                 match r.oracle_passed {
@@ -353,14 +353,14 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
     for (_, r) in results {
         runs.push(r?);
     }
-    let count = |v: Verdict| runs.iter().filter(|r| r.verdict == v).count() as u64;
+    let count = |v: CaseVerdict| runs.iter().filter(|r| r.verdict == v).count() as u64;
     let right_unsolved = runs
         .iter()
         .filter(|r| {
             r.solution
                 .as_deref()
                 .is_some_and(|s| s.starts_with("right"))
-                && r.verdict != Verdict::Solved
+                && r.verdict != CaseVerdict::Solved
         })
         .count() as u64;
     let wrong_solved = runs
@@ -369,7 +369,7 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
             r.solution
                 .as_deref()
                 .is_some_and(|s| !s.starts_with("right"))
-                && r.verdict == Verdict::Solved
+                && r.verdict == CaseVerdict::Solved
         })
         .count() as u64;
     Ok(EvalReport {
@@ -377,9 +377,9 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
         suite: opts.suite.display().to_string(),
         model: opts.model.clone(),
         loopfile_sha256,
-        solved: count(Verdict::Solved),
-        false_acceptances: count(Verdict::FalseAcceptance),
-        safe_failures: count(Verdict::SafeFailure),
+        solved: count(CaseVerdict::Solved),
+        false_acceptances: count(CaseVerdict::FalseAcceptance),
+        safe_failures: count(CaseVerdict::SafeFailure),
         right_unsolved,
         runs,
     })
@@ -504,7 +504,7 @@ fn run_one(
                 language: job.case.language.clone(),
                 solution,
                 repeat: job.repeat,
-                verdict: Verdict::SafeFailure,
+                verdict: CaseVerdict::SafeFailure,
                 outcome: "not started".into(),
                 reason: e.message,
                 oracle_passed: None,
@@ -532,9 +532,9 @@ fn run_one(
         (None, None)
     };
     let verdict = match (verified, oracle_passed) {
-        (true, Some(true)) => Verdict::Solved,
-        (true, _) => Verdict::FalseAcceptance,
-        (false, _) => Verdict::SafeFailure,
+        (true, Some(true)) => CaseVerdict::Solved,
+        (true, _) => CaseVerdict::FalseAcceptance,
+        (false, _) => CaseVerdict::SafeFailure,
     };
     Ok(CaseRun {
         case: name,

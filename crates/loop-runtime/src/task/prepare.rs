@@ -371,7 +371,7 @@ fn own_commands(project: &Path, loopfile: &crate::loopfile::Loopfile) -> Vec<Str
 }
 
 /// A settled contract: (contract, how it was drafted, the project checks).
-type Settled = (
+type LockedContract = (
     loop_protocol::Contract,
     Option<loop_protocol::DraftingRecord>,
     Vec<loop_protocol::StackCheckRecord>,
@@ -391,7 +391,7 @@ fn settle_contract(
     (task_dir, near, seen): (&Path, &Path, &mut Vec<loop_protocol::VerificationReport>),
     sandbox: loop_sandbox::Settings,
     observer: &mut dyn crate::Observer,
-) -> Result<Settled, Error> {
+) -> Result<LockedContract, Error> {
     let scratch = near.join("scratch");
     let own = own_commands(project, loopfile);
     let mut baseline = |c: &loop_protocol::Contract| {

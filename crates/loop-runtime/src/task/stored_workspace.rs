@@ -354,7 +354,7 @@ pub fn whole_state(workspace: &Path, baseline: &Manifest) -> Result<(String, Pen
 }
 
 /// What [`settle`] found.
-pub(crate) struct Settled {
+pub(crate) struct WorkspaceSettled {
     /// The root of the state the store keeps (the workspace's, now).
     pub root: String,
     /// The workspace was made again from the record.
@@ -374,7 +374,7 @@ pub(crate) fn settle(
     task_id: &str,
     history: &[loop_protocol::Event],
     observer: &mut dyn crate::Observer,
-) -> Result<Option<Settled>, Error> {
+) -> Result<Option<WorkspaceSettled>, Error> {
     let file = |name: &str| store.task_file(task_id, name).map_err(store_err);
     let Some(origin) = file(ORIGIN)? else {
         return Ok(None);
@@ -444,7 +444,7 @@ pub(crate) fn settle(
     };
     if here.as_ref().is_some_and(|m| m.root == target.root) {
         drop_journals()?;
-        return Ok(Some(Settled {
+        return Ok(Some(WorkspaceSettled {
             root: target.root,
             rebuilt: false,
             held: held(&kept),
@@ -507,7 +507,7 @@ pub(crate) fn settle(
                 "task {task_id}: workspace brought back to root {}",
                 reached.root
             );
-            return Ok(Some(Settled {
+            return Ok(Some(WorkspaceSettled {
                 root: reached.root,
                 rebuilt: true,
                 held: held(&kept),
@@ -565,7 +565,7 @@ pub(crate) fn settle(
         "task {task_id}: workspace rebuilt from {from}, root {}",
         reached.root
     );
-    Ok(Some(Settled {
+    Ok(Some(WorkspaceSettled {
         root: reached.root,
         rebuilt: true,
         held: held(&kept),
