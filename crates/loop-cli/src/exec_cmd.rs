@@ -379,7 +379,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     );
     let endpoint = match &loopfile {
         Ok(l) => loop_runtime::project::readiness::maker_endpoint(l),
-        Err(e) => Err(e.message.clone()),
+        Err(e) => Err(e.clone()),
     };
     out.row(
         "model",

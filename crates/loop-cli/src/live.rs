@@ -546,18 +546,24 @@ fn watch() {
 /// to end before it claims the task (the step this process was in the
 /// middle of is rolled back and done again, as after a crash). Its log.
 #[allow(clippy::disallowed_methods)] // the task's own detached.log in the task directory the runtime made
-fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<PathBuf, String> {
+fn hand_over(
+    project: &std::path::Path,
+    task: &str,
+    on_prompt: &str,
+) -> Result<PathBuf, crate::CliError> {
+    use crate::CliError;
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(|e| format!("where is this program? {e}"))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::internal(format!("where is this program? {e}")))?;
     let log = loop_runtime::project::locate::task_dir(project, task).join("detached.log");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log)
-        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+        .map_err(|e| CliError::internal(format!("cannot open {}: {e}", log.display())))?;
     let err = file
         .try_clone()
-        .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+        .map_err(|e| CliError::internal(format!("cannot open {}: {e}", log.display())))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("resume")
         .arg(task)
@@ -577,7 +583,7 @@ fn hand_over(project: &std::path::Path, task: &str, on_prompt: &str) -> Result<P
         });
     }
     cmd.spawn()
-        .map_err(|e| format!("cannot start the background runtime: {e}"))?;
+        .map_err(|e| CliError::internal(format!("cannot start the background runtime: {e}")))?;
     Ok(log)
 }
 

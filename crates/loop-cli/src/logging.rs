@@ -5,6 +5,7 @@
 //! filter. Every line is redacted before it reaches stderr: a provider's
 //! headers or a model's text never print a credential.
 
+use crate::CliError;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::prelude::*;
@@ -33,11 +34,13 @@ impl<'a> MakeWriter<'a> for Scrubbing {
 
 /// The filter `verbose` and `LOOP_LOG` ask for; an unreadable `LOOP_LOG`
 /// is an error naming it.
-pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, String> {
+pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, CliError> {
     if let Some(spec) = env.filter(|s| !s.trim().is_empty()) {
-        return spec
-            .parse::<Targets>()
-            .map_err(|e| format!("LOOP_LOG={spec}: {e} (expected `target=level,…` or a level)"));
+        return spec.parse::<Targets>().map_err(|e| {
+            CliError::usage(format!(
+                "LOOP_LOG={spec}: {e} (expected `target=level,…` or a level)"
+            ))
+        });
     }
     let level = match verbose {
         0 => return Ok(Targets::new()),
@@ -49,7 +52,7 @@ pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, String> {
 }
 
 /// Install the subscriber for this process.
-pub fn init(verbose: u8) -> Result<(), String> {
+pub fn init(verbose: u8) -> Result<(), CliError> {
     let env = std::env::var("LOOP_LOG").ok();
     let targets = filter(verbose, env.as_deref())?;
     let layer = tracing_subscriber::fmt::layer()
@@ -60,7 +63,7 @@ pub fn init(verbose: u8) -> Result<(), String> {
     tracing_subscriber::registry()
         .with(layer.with_filter(targets))
         .try_init()
-        .map_err(|e| format!("logging: {e}"))
+        .map_err(|e| CliError::internal(format!("logging: {e}")))
 }
 
 #[cfg(test)]
@@ -95,6 +98,9 @@ mod tests {
             "-v is overridden"
         );
         let e = filter(0, Some("loop_sandbox=loudest")).unwrap_err();
-        assert!(e.contains("LOOP_LOG=loop_sandbox=loudest"), "{e}");
+        assert!(
+            e.to_string().contains("LOOP_LOG=loop_sandbox=loudest"),
+            "{e}"
+        );
     }
 }

@@ -48,6 +48,12 @@ impl From<loop_runtime::Error> for CliError {
     }
 }
 
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl CliError {
     /// Bad usage, configuration or input (exit 2).
     pub fn usage(message: impl Into<String>) -> Self {

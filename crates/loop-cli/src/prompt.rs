@@ -2,6 +2,7 @@
 //! commands and checkpoints, answered inline (`loop approve` from another
 //! terminal still works; whichever answers first wins).
 
+use crate::CliError;
 use std::sync::mpsc::Receiver;
 use std::sync::{Mutex, OnceLock};
 
@@ -66,12 +67,13 @@ pub fn typed_line() -> Option<String> {
 /// Let the person edit `text` in `$VISUAL` or `$EDITOR` (else `vi`); the
 /// edited text, or why it could not be edited.
 #[allow(clippy::disallowed_methods)] // the temporary file this command made for the editor
-pub fn edit_in_editor(text: &str) -> Result<String, String> {
+pub fn edit_in_editor(text: &str) -> Result<String, CliError> {
     let path = std::env::temp_dir().join(format!(
         "loop-contract-{}.yaml",
-        loop_sandbox::unique_name("edit").map_err(|e| e.to_string())?
+        loop_sandbox::unique_name("edit").map_err(|e| CliError::internal(e.to_string()))?
     ));
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&path, text)
+        .map_err(|e| CliError::internal(format!("cannot write {}: {e}", path.display())))?;
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
@@ -81,13 +83,13 @@ pub fn edit_in_editor(text: &str) -> Result<String, String> {
         .arg("editor")
         .arg(&path)
         .status()
-        .map_err(|e| format!("cannot run the editor `{editor}`: {e}"))?;
+        .map_err(|e| CliError::usage(format!("cannot run the editor `{editor}`: {e}")))?;
     let edited = std::fs::read_to_string(&path);
     let _ = std::fs::remove_file(&path);
     if !status.success() {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "the editor `{editor}` ended with {status}; nothing changed"
-        ));
+        )));
     }
-    edited.map_err(|e| format!("cannot read the edit back: {e}"))
+    edited.map_err(|e| CliError::internal(format!("cannot read the edit back: {e}")))
 }

@@ -201,3 +201,68 @@ fn no_crate_has_an_import_cycle_among_its_modules() {
     planted.insert("b".into(), ["a".to_string()].into());
     assert_eq!(cycle(&planted), Some(vec!["a".into(), "b".into()]));
 }
+
+/// No function outside tests says what went wrong as a bare `String`: an
+/// error has a type (`Result<_, String>`, `type Err = String`).
+#[test]
+fn no_error_is_a_bare_string() {
+    let mut found = Vec::new();
+    let mut stack = vec![root().join("crates")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                // Sources only: a crate's `tests/` and a module's own
+                // `tests` folder hold tests.
+                if name != "tests" && name != "target" {
+                    stack.push(p);
+                }
+            } else if name.ends_with(".rs")
+                && name != "tests.rs"
+                && p.components().any(|c| c.as_os_str() == "src")
+            {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("");
+                for (n, line) in code.lines().enumerate() {
+                    let line = line.split("//").next().unwrap_or("");
+                    let bare = line.contains("type Err = String")
+                        || line
+                            .match_indices("Result<")
+                            .any(|(i, _)| result_error(&line[i + 7..]) == Some("String"));
+                    if bare {
+                        found.push(format!("{}:{}: {}", p.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "errors as bare strings:\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        result_error("Option<(String, u8)>, String> {"),
+        Some("String")
+    );
+    assert_eq!(result_error("Vec<u8>, Error>"), Some("Error"));
+    assert_eq!(result_error("String>"), None);
+}
+
+/// The error type of a `Result<` whose arguments start `rest`.
+fn result_error(rest: &str) -> Option<&str> {
+    let mut depth = 0;
+    let mut comma = None;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '>' if depth == 0 => return comma.map(|c: usize| rest[c + 1..i].trim()),
+            '>' => depth -= 1,
+            ',' if depth == 0 => comma = Some(i),
+            _ => {}
+        }
+    }
+    None
+}

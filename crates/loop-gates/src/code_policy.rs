@@ -1274,13 +1274,14 @@ impl CodePolicy {
         if rules.is_empty() {
             return Ok(());
         }
-        let tree = parse(lang, text).map_err(|message| GateRejection {
-            rule: "gate: code policy (internal error)".into(),
-            file: path.to_string(),
-            line: 1,
-            column: 1,
-            message,
-        })?;
+        let tree =
+            parse(lang, text).map_err(|crate::syntax::ParserFailed(message)| GateRejection {
+                rule: "gate: code policy (internal error)".into(),
+                file: path.to_string(),
+                line: 1,
+                column: 1,
+                message,
+            })?;
         let mut gate = Gate {
             rules,
             text,

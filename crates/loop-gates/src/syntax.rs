@@ -101,26 +101,32 @@ pub fn language_of_content(text: &str) -> Option<Language> {
     }
 }
 
+/// A parser that could not do its work: the gate's own failure, never the
+/// file's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParserFailed(pub String);
+
 /// Parse `text` as `lang`. An error is the gate's own failure.
-pub fn parse(lang: Language, text: &str) -> Result<Tree, String> {
+pub fn parse(lang: Language, text: &str) -> Result<Tree, ParserFailed> {
     // Fault injection, so the tests can show a failing gate refuses rather
     // than waves a change through (`LOOP_GATES_FAULT=parse`; only with the
     // `fault-injection` feature).
     if cfg!(feature = "fault-injection")
         && std::env::var_os("LOOP_GATES_FAULT").is_some_and(|v| v == "parse")
     {
-        return Err(format!(
+        return Err(ParserFailed(format!(
             "the {} parser failed (injected fault)",
             lang.name()
-        ));
+        )));
     }
     let mut parser = Parser::new();
     parser
         .set_language(&lang.grammar())
-        .map_err(|e| format!("the {} grammar cannot be loaded: {e}", lang.name()))?;
+        .map_err(|e| ParserFailed(format!("the {} grammar cannot be loaded: {e}", lang.name())))?;
     parser
         .parse(text, None)
-        .ok_or_else(|| format!("the {} parser gave up", lang.name()))
+        .ok_or_else(|| ParserFailed(format!("the {} parser gave up", lang.name())))
 }
 
 /// The first error or missing node, depth first, in document order.
@@ -168,7 +174,7 @@ pub fn check(
     before: Option<&str>,
     after: &str,
 ) -> Result<(), GateRejection> {
-    let internal = |message: String| GateRejection {
+    let internal = |ParserFailed(message): ParserFailed| GateRejection {
         rule: "gate: syntax (internal error)".into(),
         file: path.to_string(),
         line: 1,

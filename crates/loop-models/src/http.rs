@@ -91,7 +91,7 @@ const POLL: Duration = Duration::from_millis(100);
 /// stops within [`POLL`] of a cancel or the deadline, whatever the server
 /// does (keep-alive comments forever, or silence).
 struct ChannelBody {
-    rx: Receiver<Result<Vec<u8>, String>>,
+    rx: Receiver<std::io::Result<Vec<u8>>>,
     buf: Vec<u8>,
     pos: usize,
     req: HttpRequest,
@@ -115,7 +115,7 @@ impl Read for ChannelBody {
                     self.buf = chunk;
                     self.pos = 0;
                 }
-                Ok(Err(e)) => return Err(std::io::Error::other(e)),
+                Ok(Err(e)) => return Err(e),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(0),
             }
@@ -126,7 +126,7 @@ impl Read for ChannelBody {
 /// What the worker sends first: the status and headers, or why not.
 type Head = Result<(u16, Vec<(String, String)>), TransportError>;
 
-fn pump(mut body: impl Read, tx: &SyncSender<Result<Vec<u8>, String>>) {
+fn pump(mut body: impl Read, tx: &SyncSender<std::io::Result<Vec<u8>>>) {
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         match body.read(&mut chunk) {
@@ -138,7 +138,7 @@ fn pump(mut body: impl Read, tx: &SyncSender<Result<Vec<u8>, String>>) {
                 }
             }
             Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
+                let _ = tx.send(Err(e));
                 return;
             }
         }

@@ -73,6 +73,10 @@ pub enum LedgerError {
     Encode(String),
 }
 
+/// Why a ledger line could not be read as an entry (the chain breaks
+/// there).
+struct Unreadable(String);
+
 /// An append-only ledger file.
 pub struct FileLedger {
     path: PathBuf,
@@ -326,15 +330,15 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
     }
     // Parsing and hashing each entry is independent work: spread it over
     // the cores, then walk the chain in order.
-    let parse = |line: &[u8]| -> Result<(Entry, String), String> {
-        let entry: Entry =
-            serde_json::from_slice(line).map_err(|e| format!("not a ledger entry: {e}"))?;
-        let hash = canonical_sha256(&body(&entry)).map_err(|e| e.to_string())?;
+    let parse = |line: &[u8]| -> Result<(Entry, String), Unreadable> {
+        let entry: Entry = serde_json::from_slice(line)
+            .map_err(|e| Unreadable(format!("not a ledger entry: {e}")))?;
+        let hash = canonical_sha256(&body(&entry)).map_err(|e| Unreadable(e.to_string()))?;
         Ok((entry, hash))
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let chunk = lines.len().div_ceil(workers).max(1);
-    let parsed: Vec<Result<(Entry, String), String>> = std::thread::scope(|scope| {
+    let parsed: Vec<Result<(Entry, String), Unreadable>> = std::thread::scope(|scope| {
         let handles: Vec<_> = lines
             .chunks(chunk)
             .map(|part| scope.spawn(move || part.iter().map(|l| parse(l)).collect::<Vec<_>>()))
@@ -342,8 +346,9 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
         handles
             .into_iter()
             .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| vec![Err("a verification thread failed".into())])
+                h.join().unwrap_or_else(|_| {
+                    vec![Err(Unreadable("a verification thread failed".into()))]
+                })
             })
             .collect()
     });
@@ -357,7 +362,7 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
         let i = i as u64;
         let (entry, recomputed) = match item {
             Ok(pair) => pair,
-            Err(why) => {
+            Err(Unreadable(why)) => {
                 report.broken = Some((i, why));
                 break;
             }

@@ -6,8 +6,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// How strictly to demand isolation layers the machine may not offer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How strictly to demand isolation layers the machine may not offer
+/// (written `required` or `preferred`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum IsolationLevel {
     /// Fail closed, naming the missing feature, when any layer is unavailable.
     Required,
@@ -16,15 +18,18 @@ pub enum IsolationLevel {
     Preferred,
 }
 
+/// A name that is no isolation level.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("isolation must be `required` or `preferred`, not `{0}`")]
+pub struct UnknownIsolation(pub String);
+
 impl std::str::FromStr for IsolationLevel {
-    type Err = String;
+    type Err = UnknownIsolation;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "required" => Ok(IsolationLevel::Required),
             "preferred" => Ok(IsolationLevel::Preferred),
-            other => Err(format!(
-                "isolation must be `required` or `preferred`, not `{other}`"
-            )),
+            other => Err(UnknownIsolation(other.to_string())),
         }
     }
 }

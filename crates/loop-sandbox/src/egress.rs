@@ -425,7 +425,7 @@ fn serve(mut client: TcpStream, slot: &Slot) {
     };
     let addrs = match addresses(egress, &req.host, req.port) {
         Ok(a) => a,
-        Err(why) => {
+        Err(Unreachable(why)) => {
             refuse(slot, &mut client, attempt, "403 Forbidden", &why);
             return;
         }
@@ -513,9 +513,13 @@ fn relay(client: TcpStream, upstream: TcpStream, up_to: Option<u64>) {
     }
 }
 
+/// Why an allowed host is not connected to.
+#[derive(Debug)]
+struct Unreachable(String);
+
 /// The addresses to connect to: the pinned one, or the resolved ones that
 /// are not the runtime's own machine or its networks.
-fn addresses(egress: &Egress, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+fn addresses(egress: &Egress, host: &str, port: u16) -> Result<Vec<SocketAddr>, Unreachable> {
     if let Some((_, addr)) = egress
         .resolve
         .iter()
@@ -525,15 +529,15 @@ fn addresses(egress: &Egress, host: &str, port: u16) -> Result<Vec<SocketAddr>, 
     }
     let all: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| format!("{host} does not resolve ({e})"))?
+        .map_err(|e| Unreachable(format!("{host} does not resolve ({e})")))?
         .collect();
     let outside: Vec<SocketAddr> = all.iter().copied().filter(|a| !local(a.ip())).collect();
     if outside.is_empty() {
         let shown: Vec<String> = all.iter().map(|a| a.ip().to_string()).collect();
-        return Err(format!(
+        return Err(Unreachable(format!(
             "{host} resolves only to addresses of this machine or of local or private networks ({}), never reached unless the runtime pins the name (network.resolve)",
             shown.join(", ")
-        ));
+        )));
     }
     Ok(outside)
 }
@@ -811,7 +815,7 @@ mod tests {
             resolve: vec![],
             list: "network.allow".into(),
         };
-        let err = addresses(&e, "localhost", 80).unwrap_err();
+        let Unreachable(err) = addresses(&e, "localhost", 80).unwrap_err();
         assert!(
             err.contains("resolves only to addresses of this machine"),
             "{err}"

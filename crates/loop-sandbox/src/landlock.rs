@@ -96,14 +96,14 @@ pub fn prepare(
     read_write: &[PathBuf],
     read_only: &[PathBuf],
     shadowed: &dyn Fn(&Path) -> bool,
-) -> Result<Option<Prepared>, String> {
+) -> Result<Option<Prepared>, crate::SandboxError> {
     let abi_n = kernel_abi();
     if abi_n == 0 {
         return Ok(None);
     }
     let abi = ABI::from(abi_n as i32);
     let all = AccessFs::from_all(abi);
-    let err = |e: &dyn std::fmt::Display| format!("landlock: {e}");
+    let err = |e: &dyn std::fmt::Display| crate::SandboxError::Prepare(format!("landlock: {e}"));
     let mut ruleset = Ruleset::default().handle_access(all).map_err(|e| err(&e))?;
     if abi_n >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err(&e))?;

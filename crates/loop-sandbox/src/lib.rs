@@ -84,13 +84,18 @@ pub enum Net {
     Host,
 }
 
+/// A name that is no network mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--net must be `none` or `host`, not `{0}`")]
+pub struct UnknownNet(pub String);
+
 impl std::str::FromStr for Net {
-    type Err = String;
+    type Err = UnknownNet;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(Net::None),
             "host" => Ok(Net::Host),
-            other => Err(format!("--net must be `none` or `host`, not `{other}`")),
+            other => Err(UnknownNet(other.to_string())),
         }
     }
 }
@@ -847,7 +852,6 @@ fn landlock_for(
             .collect::<Vec<_>>(),
         &shadowed,
     )
-    .map_err(SandboxError::Prepare)
 }
 
 /// Decide and prepare every layer for `req`; with `required` isolation, a

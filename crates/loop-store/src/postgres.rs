@@ -196,10 +196,11 @@ impl PgStore {
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
         let shown = redact(url);
         // TLS settings first (ours: every encrypted link is verified).
-        let tls = crate::tls::postgres(url).map_err(|message| StoreError::Db {
-            path: shown.clone(),
-            message,
-        })?;
+        let tls =
+            crate::tls::postgres(url).map_err(|crate::tls::TlsSetup(message)| StoreError::Db {
+                path: shown.clone(),
+                message,
+            })?;
         let mut config: postgres::Config = tls.url.parse().map_err(|e| StoreError::Db {
             path: shown.clone(),
             message: format!("not a PostgreSQL URL: {e}"),

@@ -166,10 +166,11 @@ impl RedisQueue {
     /// the stream and its group if they are not there.
     pub fn open(url: &str, opts: QueueOptions) -> Result<RedisQueue, QueueError> {
         let shown = shown(url);
-        let (url, ca) = crate::tls::redis(url).map_err(|message| QueueError {
-            url: shown.clone(),
-            message,
-        })?;
+        let (url, ca) =
+            crate::tls::redis(url).map_err(|crate::tls::TlsSetup(message)| QueueError {
+                url: shown.clone(),
+                message,
+            })?;
         // `rediss://` is encrypted and the server's certificate and name
         // verified (against `cacert` when given).
         let client = match ca {

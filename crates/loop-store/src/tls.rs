@@ -25,6 +25,23 @@ pub(crate) struct PgTls {
 }
 
 /// Split `url`'s query into the TLS settings and the rest.
+/// Why the TLS settings of a URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct TlsSetup(pub String);
+
+impl From<String> for TlsSetup {
+    fn from(why: String) -> Self {
+        TlsSetup(why)
+    }
+}
+
+impl From<&str> for TlsSetup {
+    fn from(why: &str) -> Self {
+        TlsSetup(why.to_string())
+    }
+}
+
 fn take_params<'a>(url: &'a str, ours: &[&str]) -> (&'a str, Vec<(String, String)>, Vec<String>) {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, q),
@@ -72,7 +89,7 @@ fn join(base: &str, params: &[String]) -> String {
 }
 
 /// The TLS settings of a PostgreSQL URL (see the module's doc).
-pub(crate) fn postgres(url: &str) -> Result<PgTls, String> {
+pub(crate) fn postgres(url: &str) -> Result<PgTls, TlsSetup> {
     if !url.contains("://") {
         // The key=value form: passed as it is (tokio-postgres reads its
         // `sslmode=disable|prefer`; no TLS is offered).
@@ -96,7 +113,8 @@ pub(crate) fn postgres(url: &str) -> Result<PgTls, String> {
         other => {
             return Err(format!(
                 "sslmode `{other}` is not one of disable, prefer, require, verify-ca, verify-full"
-            ));
+            )
+            .into());
         }
     };
     let root = get("sslrootcert");
@@ -122,13 +140,15 @@ pub(crate) fn postgres(url: &str) -> Result<PgTls, String> {
 }
 
 /// A Redis URL without `cacert`, and the CA it names (PEM), if any.
-pub(crate) fn redis(url: &str) -> Result<(String, Option<Vec<u8>>), String> {
+pub(crate) fn redis(url: &str) -> Result<(String, Option<Vec<u8>>), TlsSetup> {
     let (base, taken, rest) = take_params(url, &["cacert"]);
     let Some((_, path)) = taken.last() else {
         return Ok((url.to_string(), None));
     };
     if !base.starts_with("rediss://") {
-        return Err("cacert is given but the URL is not rediss:// (TLS)".into());
+        return Err(TlsSetup(
+            "cacert is given but the URL is not rediss:// (TLS)".into(),
+        ));
     }
     let pem = read_ca(Path::new(path))?;
     // Checked here, so a bad file is named now, not at the first command.
@@ -138,7 +158,7 @@ pub(crate) fn redis(url: &str) -> Result<(String, Option<Vec<u8>>), String> {
 
 /// A client configuration trusting the CA in `root` (PEM), else the
 /// public roots.
-fn client_config(root: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+fn client_config(root: Option<&Path>) -> Result<rustls::ClientConfig, TlsSetup> {
     let store = match root {
         Some(p) => roots(&read_ca(p)?, &p.display().to_string())?,
         None => rustls::RootCertStore {
@@ -156,7 +176,7 @@ fn client_config(root: Option<&Path>) -> Result<rustls::ClientConfig, String> {
 /// The certificates of a CA file (the runtime's own reading of a file the
 /// person named: a regular file, bounded).
 #[allow(clippy::disallowed_methods)] // a CA file the person named in the URL, opened O_NONBLOCK and bounded
-fn read_ca(p: &Path) -> Result<Vec<u8>, String> {
+fn read_ca(p: &Path) -> Result<Vec<u8>, TlsSetup> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -168,22 +188,19 @@ fn read_ca(p: &Path) -> Result<Vec<u8>, String> {
         .metadata()
         .map_err(|e| format!("CA file {}: {e}", p.display()))?;
     if !meta.is_file() {
-        return Err(format!("CA file {}: not a regular file", p.display()));
+        return Err(format!("CA file {}: not a regular file", p.display()).into());
     }
     let mut out = Vec::new();
     f.take(MAX_CA_BYTES + 1)
         .read_to_end(&mut out)
         .map_err(|e| format!("CA file {}: {e}", p.display()))?;
     if out.len() as u64 > MAX_CA_BYTES {
-        return Err(format!(
-            "CA file {}: over {MAX_CA_BYTES} bytes",
-            p.display()
-        ));
+        return Err(format!("CA file {}: over {MAX_CA_BYTES} bytes", p.display()).into());
     }
     Ok(out)
 }
 
-fn roots(pem: &[u8], name: &str) -> Result<rustls::RootCertStore, String> {
+fn roots(pem: &[u8], name: &str) -> Result<rustls::RootCertStore, TlsSetup> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     let mut store = rustls::RootCertStore::empty();
@@ -194,7 +211,7 @@ fn roots(pem: &[u8], name: &str) -> Result<rustls::RootCertStore, String> {
             .map_err(|e| format!("CA file {name}: {e}"))?;
     }
     if store.is_empty() {
-        return Err(format!("CA file {name}: no certificate in it"));
+        return Err(format!("CA file {name}: no certificate in it").into());
     }
     Ok(store)
 }
@@ -220,20 +237,20 @@ mod tests {
             assert!(p.connector.is_some());
         }
         let e = postgres("postgres://db/loop?sslmode=maybe").err().unwrap();
-        assert!(e.contains("`maybe`"), "{e}");
+        assert!(e.0.contains("`maybe`"), "{e}");
         let e = postgres("postgres://db/loop?sslmode=disable&sslrootcert=/x")
             .err()
             .unwrap();
-        assert!(e.contains("does not ask for TLS"), "{e}");
+        assert!(e.0.contains("does not ask for TLS"), "{e}");
         let e = postgres("postgres://db/loop?sslmode=verify-full&sslrootcert=/no/such/ca.pem")
             .err()
             .unwrap();
-        assert!(e.contains("/no/such/ca.pem"), "{e}");
+        assert!(e.0.contains("/no/such/ca.pem"), "{e}");
         let e = postgres("postgres://db/loop?sslmode=verify-full&sslrootcert=/dev/null")
             .err()
             .unwrap();
         assert!(
-            e.contains("not a regular file") || e.contains("no certificate"),
+            e.0.contains("not a regular file") || e.0.contains("no certificate"),
             "{e}"
         );
         assert_eq!(
@@ -241,7 +258,7 @@ mod tests {
             ("redis://h:1/0".into(), None)
         );
         let e = redis("redis://h:1/0?cacert=/x").unwrap_err();
-        assert!(e.contains("not rediss://"), "{e}");
+        assert!(e.0.contains("not rediss://"), "{e}");
         assert_eq!(percent_decode("%2Ftmp%2Fca.pem"), "/tmp/ca.pem");
     }
 }

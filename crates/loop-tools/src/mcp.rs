@@ -366,7 +366,7 @@ impl McpHub {
     }
 
     /// Start server `i`: spawn (stdio), initialize, list its tools.
-    fn start(&mut self, i: usize) -> Result<(), String> {
+    fn start(&mut self, i: usize) -> Result<(), McpFault> {
         let started = self.connect(i);
         let slot = &mut self.slots[i];
         match started {
@@ -377,7 +377,7 @@ impl McpHub {
             Err(why) => {
                 slot.conn = None;
                 let n = slot.failed.as_ref().map_or(0, |(_, n)| *n) + 1;
-                slot.failed = Some((why.clone(), n));
+                slot.failed = Some((why.0.clone(), n));
                 Err(why)
             }
         }
@@ -398,7 +398,7 @@ impl McpHub {
         }
     }
 
-    fn connect(&mut self, i: usize) -> Result<(), String> {
+    fn connect(&mut self, i: usize) -> Result<(), McpFault> {
         let name = self.slots[i].cfg.name.clone();
         let transport = self.slots[i].cfg.transport.clone();
         let conn = match &transport {
@@ -414,10 +414,10 @@ impl McpHub {
                     .map(|(rel, _)| rel.as_str())
                     .collect();
                 if !changed.is_empty() {
-                    return Err(format!(
+                    return Err(McpFault(format!(
                         "the MCP server `{name}` is not started: its program changed in the workspace since the task began ({})",
                         changed.join(", ")
-                    ));
+                    )));
                 }
                 let mut req = loop_sandbox::ExecRequest::new(
                     loop_sandbox::Program::Argv(command.clone()),
@@ -580,7 +580,7 @@ impl McpHub {
             }
             if let Err(why) = self.start(i) {
                 record.duration_ms = started.elapsed().as_millis() as u64;
-                return with_record(Observation::error(id, tool, why), record);
+                return with_record(Observation::error(id, tool, why.0), record);
             }
         }
         let deadline = self.deadline(i);
@@ -786,18 +786,29 @@ fn with_record(mut obs: Observation, record: McpCall) -> Observation {
     obs
 }
 
+/// Why an MCP server could not be started or answered, as a sentence.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+struct McpFault(String);
+
+impl From<String> for McpFault {
+    fn from(why: String) -> Self {
+        McpFault(why)
+    }
+}
+
 /// A JSON-RPC message's `result`, or its error as a sentence.
-fn rpc_result(message: &Value) -> Result<&Value, String> {
+fn rpc_result(message: &Value) -> Result<&Value, McpFault> {
     if let Some(e) = message.get("error") {
-        return Err(format!(
+        return Err(McpFault(format!(
             "{} (code {})",
             excerpt(e["message"].as_str().unwrap_or("no message"), 500),
             e["code"]
-        ));
+        )));
     }
     match message.get("result") {
         Some(r) if r.is_object() => Ok(r),
-        _ => Err("the answer has no result object".into()),
+        _ => Err(McpFault("the answer has no result object".into())),
     }
 }
 

@@ -323,8 +323,8 @@ impl ChangeSet {
                 ));
             }
             match verified_change(f, target, &ws, &link_of)? {
-                Ok(change) => changes.push(change),
-                Err(conflict) => conflicts.push(conflict),
+                Verified::Change(change) => changes.push(change),
+                Verified::Conflict(conflict) => conflicts.push(conflict),
             }
         }
         if !conflicts.is_empty() {
@@ -499,6 +499,12 @@ fn file_diff(f: &FileChange, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Stri
     out
 }
 
+/// A verified file's way home: the change, or the conflict that refuses it.
+enum Verified {
+    Change(Change),
+    Conflict(String),
+}
+
 /// The change that brings `f` home, read from the task workspace and
 /// checked against what was verified (content, mode, a link's target
 /// staying inside the project); or the conflict that refuses it.
@@ -507,7 +513,7 @@ fn verified_change(
     target: PathBuf,
     ws: &Tree,
     link_of: &dyn Fn(&str) -> Option<PathBuf>,
-) -> std::io::Result<Result<Change, String>> {
+) -> std::io::Result<Verified> {
     let mut change = Change::file(f.path.clone(), target, None);
     if let Some(want) = &f.after_sha256 {
         match ws.node(&f.path) {
@@ -516,7 +522,7 @@ fn verified_change(
                     && sha256_hex(t.as_os_str().as_encoded_bytes()) == *want =>
             {
                 if !link_stays_inside(&f.path, &t, &link_of) {
-                    return Ok(Err(format!(
+                    return Ok(Verified::Conflict(format!(
                         "{}: a symlink to {} would lead outside the project",
                         f.path,
                         t.display()
@@ -531,17 +537,17 @@ fn verified_change(
                 let exec = mode & 0o100 != 0;
                 let mode_ok = mode_fits(f.after_mode.as_deref(), exec);
                 if sha256_hex(&bytes) != *want || !mode_ok {
-                    return Ok(Err(stale(f)));
+                    return Ok(Verified::Conflict(stale(f)));
                 }
                 change.mode = Some(if exec { 0o755 } else { 0o644 });
                 change.content = Some(bytes);
             }
             Ok(_) | Err(_) => {
-                return Ok(Err(stale(f)));
+                return Ok(Verified::Conflict(stale(f)));
             }
         }
     }
-    Ok(Ok(change))
+    Ok(Verified::Change(change))
 }
 
 fn stale(f: &FileChange) -> String {

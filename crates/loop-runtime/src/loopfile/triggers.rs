@@ -256,24 +256,29 @@ pub struct Schedule {
     weekdays_any: bool,
 }
 
+/// What is wrong with a schedule's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSchedule(pub String);
+
 impl Schedule {
     /// Read `text`; what is wrong with it, if anything.
-    pub fn parse(text: &str) -> Result<Schedule, String> {
+    pub fn parse(text: &str) -> Result<Schedule, BadSchedule> {
         let fields: Vec<&str> = text.split_whitespace().collect();
         if fields.len() != 5 {
-            return Err(format!(
+            return Err(BadSchedule(format!(
                 "five fields (minute hour day-of-month month day-of-week), not {}",
                 fields.len()
-            ));
+            )));
         }
-        let field = |s: &str, lo: u32, hi: u32, what: &str| -> Result<Vec<bool>, String> {
+        let field = |s: &str, lo: u32, hi: u32, what: &str| -> Result<Vec<bool>, BadSchedule> {
             let mut set = vec![false; hi as usize + 1];
             for part in s.split(',') {
                 let (range, step) = match part.split_once('/') {
                     Some((r, st)) => (
                         r,
                         st.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            format!("{what}: step `{st}` is not a positive number")
+                            BadSchedule(format!("{what}: step `{st}` is not a positive number"))
                         })?,
                     ),
                     None => (part, 1),
@@ -287,7 +292,9 @@ impl Schedule {
                     (n, if part.contains('/') { hi } else { n })
                 };
                 if a < lo || b > hi || a > b {
-                    return Err(format!("{what}: `{part}` is outside {lo}-{hi}"));
+                    return Err(BadSchedule(format!(
+                        "{what}: `{part}` is outside {lo}-{hi}"
+                    )));
                 }
                 let mut v = a;
                 while v <= b {
@@ -297,9 +304,9 @@ impl Schedule {
             }
             Ok(set)
         };
-        fn num(s: &str, what: &str) -> Result<u32, String> {
+        fn num(s: &str, what: &str) -> Result<u32, BadSchedule> {
             s.parse()
-                .map_err(|_| format!("{what}: `{s}` is not a number"))
+                .map_err(|_| BadSchedule(format!("{what}: `{s}` is not a number")))
         }
         let mut weekdays = field(fields[4], 0, 7, "day of week")?;
         if weekdays[7] {

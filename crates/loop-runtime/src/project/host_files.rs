@@ -21,6 +21,7 @@
 //!   directory git takes for a repository would run whatever its config
 //!   names the next time anyone runs git in it: refused outright.
 
+use crate::Error;
 use loop_protocol::evidence::FileChange;
 use loop_workspace::door;
 use std::collections::BTreeSet;
@@ -146,7 +147,7 @@ pub(crate) fn repositories(
     workspace: &Path,
     files: &[FileChange],
     scratch_parent: &Path,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Error> {
     let written: Vec<&FileChange> = files.iter().filter(|f| f.after_sha256.is_some()).collect();
     // Every directory the apply creates, and every one that receives a
     // file git's discovery looks at.
@@ -196,8 +197,10 @@ pub(crate) fn repositories(
 /// small files with their content (read through the door), larger ones
 /// empty, links as links.
 #[allow(clippy::disallowed_methods)] // a scratch copy the runtime made, to ask the host's git about
-fn materialize(workspace: &Path, written: &[&FileChange], scratch: &Path) -> Result<(), String> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| format!("scratch copy ({what}): {e}");
+fn materialize(workspace: &Path, written: &[&FileChange], scratch: &Path) -> Result<(), Error> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Error::internal(format!("scratch copy ({what}): {e}"))
+    };
     std::fs::create_dir_all(scratch).map_err(|e| fail("directory", &e))?;
     for f in written {
         let at = scratch.join(&f.path);
@@ -230,7 +233,7 @@ fn materialize(workspace: &Path, written: &[&FileChange], scratch: &Path) -> Res
 
 /// The git directory git finds from `scratch/dir`, if any (never looking
 /// at `scratch` itself or above it).
-fn discovered(scratch: &Path, dir: &str) -> Result<Option<String>, String> {
+fn discovered(scratch: &Path, dir: &str) -> Result<Option<String>, Error> {
     let at: PathBuf = scratch.join(dir);
     let out = std::process::Command::new("git")
         .args([
@@ -251,7 +254,9 @@ fn discovered(scratch: &Path, dir: &str) -> Result<Option<String>, String> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
-            format!("git rev-parse (to ask git which directories are repositories): {e}")
+            Error::internal(format!(
+                "git rev-parse (to ask git which directories are repositories): {e}"
+            ))
         })?;
     if !out.status.success() {
         return Ok(None);

@@ -87,7 +87,7 @@ pub fn expand(entries: &[String]) -> Result<Vec<String>, Error> {
             "crates" => crates_hosts(),
             _ => Ok(vec![e.to_ascii_lowercase()]),
         }
-        .map_err(|why| Error::usage(format!("network preset `{e}`: {why}")))?;
+        .map_err(|NoHosts(why)| Error::usage(format!("network preset `{e}`: {why}")))?;
         for h in hosts {
             if !out.contains(&h) {
                 out.push(h);
@@ -95,6 +95,21 @@ pub fn expand(entries: &[String]) -> Result<Vec<String>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Why a preset's hosts could not be found on this machine.
+struct NoHosts(String);
+
+impl From<&str> for NoHosts {
+    fn from(why: &str) -> Self {
+        NoHosts(why.to_string())
+    }
+}
+
+impl From<String> for NoHosts {
+    fn from(why: String) -> Self {
+        NoHosts(why)
+    }
 }
 
 /// The host (with its port, when the URL names one) of a URL such as
@@ -148,7 +163,7 @@ pub fn output_of(program: &str, args: &[&str]) -> Option<String> {
 /// pip's index hosts: `PIP_INDEX_URL`/`PIP_EXTRA_INDEX_URL` and pip's
 /// configuration (a mirror serves its files itself), else pip's own
 /// default index and file host, as the installed pip names them.
-fn pypi_hosts() -> Result<Vec<String>, String> {
+fn pypi_hosts() -> Result<Vec<String>, NoHosts> {
     let mut urls: Vec<String> = Vec::new();
     for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"] {
         if let Ok(v) = std::env::var(var) {
@@ -196,12 +211,12 @@ fn pypi_hosts() -> Result<Vec<String>, String> {
 }
 
 /// npm's registry host, as `npm config get registry` gives it.
-fn npm_hosts() -> Result<Vec<String>, String> {
+fn npm_hosts() -> Result<Vec<String>, NoHosts> {
     let url = output_of("npm", &["config", "get", "registry"])
         .ok_or("npm could not be asked for its registry (is npm installed?)")?;
     url_host(&url)
         .map(|h| vec![h])
-        .ok_or_else(|| format!("npm's registry {:?} names no host", url.trim()))
+        .ok_or_else(|| NoHosts(format!("npm's registry {:?} names no host", url.trim())))
 }
 
 /// Cargo's registry hosts: the sparse registries Cargo has used here
@@ -210,7 +225,7 @@ fn npm_hosts() -> Result<Vec<String>, String> {
 /// file names; a git index's cache, such as an old `github.com-…`, has none
 /// and is not taken) and the sources `config.toml` names.
 #[allow(clippy::disallowed_methods)] // the user's own Cargo home, named by the environment, not the project
-fn crates_hosts() -> Result<Vec<String>, String> {
+fn crates_hosts() -> Result<Vec<String>, NoHosts> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
@@ -256,10 +271,10 @@ fn crates_hosts() -> Result<Vec<String>, String> {
         }
     }
     if hosts.is_empty() {
-        return Err(format!(
+        return Err(NoHosts(format!(
             "no registry found under {} (run `cargo fetch` once, or name the hosts)",
             home.display()
-        ));
+        )));
     }
     Ok(hosts)
 }

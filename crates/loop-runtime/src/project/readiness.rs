@@ -90,15 +90,15 @@ fn as_a_task(
     loopfile: &crate::loopfile::Loopfile,
     command: &str,
     scratch: &Path,
-) -> Result<loop_sandbox::ExecResult, String> {
-    std::fs::create_dir_all(scratch).map_err(|e| format!("scratch: {e}"))?;
+) -> Result<loop_sandbox::ExecResult, Error> {
+    std::fs::create_dir_all(scratch).map_err(|e| Error::internal(format!("scratch: {e}")))?;
     let name = scratch
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "audit".into());
     let workspace = scratch.join("workspace");
     let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, false)
-        .map_err(|e| format!("cannot make a task's workspace: {e}"))?;
+        .map_err(|e| Error::internal(format!("cannot make a task's workspace: {e}")))?;
     let ran = (|| {
         let shares = crate::project::environments::share_environments(
             project,
@@ -106,8 +106,7 @@ fn as_a_task(
             loopfile,
             &[],
             &mut crate::Quiet,
-        )
-        .map_err(|e| e.message)?;
+        )?;
         let mut req = loop_sandbox::ExecRequest::shell(command, &workspace);
         req.workspace = Some(workspace.clone());
         req.overlay_scratch = Some(scratch.join("overlay"));
@@ -124,7 +123,7 @@ fn as_a_task(
             None,
         );
         settings.apply(&mut req);
-        loop_sandbox::run(&req).map_err(|e| e.to_string())
+        loop_sandbox::run(&req).map_err(Error::from_cause)
     })();
     let _ = task_ws.discard();
     ran
@@ -352,7 +351,7 @@ pub fn cost(
 /// model is configured, or why its models do not resolve.
 pub fn maker_endpoint(
     loopfile: &crate::loopfile::Loopfile,
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<(String, String)>, Error> {
     let Some(models) = loopfile.models.as_ref() else {
         return Ok(None);
     };
@@ -362,7 +361,7 @@ pub fn maker_endpoint(
         &loop_models::config::Env::from_process(),
         "Loopfile.yaml",
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| Error::usage(e.to_string()))?;
     Ok(c.maker
         .first()
         .map(|m| (m.model.clone(), m.base_url.clone())))

@@ -290,7 +290,7 @@ fn owned(near: &Path) -> bool {
 /// old place in the project, `Ok(Some(near))` for a place with the shape
 /// of a near directory of task `id` (`…/NAME-KEY/ID/workspace`), an error
 /// naming the difference otherwise.
-pub(crate) fn classify(saved: &Path, id: &str) -> Result<Option<PathBuf>, String> {
+pub(crate) fn classify(saved: &Path, id: &str) -> Result<Option<PathBuf>, Error> {
     if saved.ends_with(Path::new(".loop/tasks").join(id).join("workspace")) {
         return Ok(None);
     }
@@ -314,7 +314,10 @@ pub(crate) fn classify(saved: &Path, id: &str) -> Result<Option<PathBuf>, String
         });
     match saved.parent() {
         Some(near) if shaped => Ok(Some(near.to_path_buf())),
-        _ => Err(format!("it names the workspace {}", saved.display())),
+        _ => Err(Error::usage(format!(
+            "it names the workspace {}",
+            saved.display()
+        ))),
     }
 }
 

@@ -150,7 +150,9 @@ impl Tools for ToolsAdapter<'_> {
             .tools
             .workspace_manifest()
             .map_err(BoundaryError::caused_by)?;
-        keeper.keep(&now).map_err(BoundaryError::new)?;
+        keeper
+            .keep(&now)
+            .map_err(|e| BoundaryError::new(e.message))?;
         Ok(now.root)
     }
     fn rebuilt(&self) -> bool {
@@ -226,8 +228,9 @@ pub struct StoreLedger<'c> {
 }
 
 /// Makes the workspace's whole state for the store, with its root.
-pub type WholeState =
-    Box<dyn Fn() -> Result<(String, crate::task::stored_workspace::PendingTree), String> + Send>;
+pub type WholeState = Box<
+    dyn Fn() -> Result<(String, crate::task::stored_workspace::PendingTree), crate::Error> + Send,
+>;
 
 impl StoreLedger<'_> {
     /// Commit the pending entries (one transaction).
@@ -343,7 +346,7 @@ impl StoreLedger<'_> {
                 .whole
                 .as_ref()
                 .ok_or_else(|| refuse("the workspace's state it named is not kept here".into()))?;
-            let (root, tree) = whole().map_err(refuse)?;
+            let (root, tree) = whole().map_err(|e| refuse(e.message))?;
             if want.as_deref() != Some(root.as_str()) {
                 return Err(refuse(format!(
                     "the workspace here (root {root}) is not the one the ledger names ({})",
@@ -464,25 +467,20 @@ pub enum OnPrompt {
 }
 
 impl std::str::FromStr for OnPrompt {
-    type Err = String;
+    type Err = crate::Error;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "deny" => Ok(OnPrompt::Deny),
             "allow" => Ok(OnPrompt::Allow),
             "wait" => Ok(OnPrompt::Wait),
-            other => Err(format!(
+            other => Err(crate::Error::usage(format!(
                 "--on-prompt must be deny, allow or wait, not `{other}`"
-            )),
+            ))),
         }
     }
 }
 
 impl OnPrompt {
-    /// From the command line: `--on-prompt` as given (checked) and `--yes`.
-    pub fn from_flags(flag: Option<&str>, yes: bool) -> Result<OnPrompt, String> {
-        Ok(Self::choose(flag.map(str::parse).transpose()?, yes))
-    }
-
     /// The mode for this process: on a terminal a person is asked, unless
     /// told otherwise; without one, `--on-prompt` (default `deny`).
     pub fn choose(flag: Option<OnPrompt>, yes: bool) -> OnPrompt {

@@ -154,8 +154,7 @@ fn wire<'a>(
     (kept, fence): (bool, &Arc<ClaimFence>),
 ) -> Result<Wired<'a>, Error> {
     let contract = &stored.contract;
-    let isolation: loop_sandbox::IsolationLevel =
-        stored.isolation.parse().map_err(Error::internal)?;
+    let isolation = stored.isolation;
     let new_tests =
         crate::task::request::new_tests(contract, &stored.check_integrity, &start.baseline);
     let protected = protection(

@@ -75,10 +75,7 @@ pub(crate) fn submit_claimed(
         model: req.model.clone(),
         record: req.record.clone(),
         verify_on_change: req.verify_on_change,
-        isolation: match req.isolation {
-            loop_sandbox::IsolationLevel::Required => "required".into(),
-            loop_sandbox::IsolationLevel::Preferred => "preferred".into(),
-        },
+        isolation: req.isolation,
         exec_policy: loopfile.exec.clone(),
         code_policy: loopfile.rules.clone(),
         progress: loopfile.progress.clone(),

@@ -57,7 +57,7 @@ pub struct StoredRequest {
     /// `--verify-on-change`.
     pub verify_on_change: bool,
     /// `--isolation` (`required` or `preferred`).
-    pub isolation: String,
+    pub isolation: loop_sandbox::IsolationLevel,
     /// The Loopfile's exec policy when the task started.
     #[serde(default)]
     pub exec_policy: Option<loop_tools::exec_policy::ExecPolicy>,

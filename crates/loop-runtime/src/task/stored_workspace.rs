@@ -286,9 +286,9 @@ impl Keeper {
     /// Keep `now` (the workspace's manifest) as the task's state, if it is
     /// not the one kept already: it goes to the store with the ledger's
     /// next commit (the step's observation), never on its own.
-    pub fn keep(&mut self, now: &Manifest) -> Result<(), String> {
+    pub fn keep(&mut self, now: &Manifest) -> Result<(), Error> {
         if let Some(why) = self.halt.get() {
-            return Err(why.clone());
+            return Err(Error::internal(why.clone()));
         }
         if now.root == self.last {
             return Ok(());
@@ -296,7 +296,7 @@ impl Keeper {
         let fail = |halt: &OnceLock<String>, why: String| {
             let why = format!("the workspace's state could not be kept: {why}");
             let _ = halt.set(why.clone());
-            why
+            Error::internal(why)
         };
         let delta = Delta::between(&self.baseline, now);
         let tree = loop_workspace::untrusted::Tree::open(&self.workspace)
@@ -340,8 +340,8 @@ impl Keeper {
 /// The workspace's whole state now, every content it holds beyond the
 /// baseline with it, and its root: what a store that lost a kept state
 /// (the tail of its record, after a database restart) is given again.
-pub fn whole_state(workspace: &Path, baseline: &Manifest) -> Result<(String, PendingTree), String> {
-    let now = Manifest::of(workspace).map_err(|e| format!("workspace: {e}"))?;
+pub fn whole_state(workspace: &Path, baseline: &Manifest) -> Result<(String, PendingTree), Error> {
+    let now = Manifest::of(workspace).map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let mut keeper = Keeper::new(baseline.clone(), (String::new(), HashSet::new()), workspace);
     keeper.keep(&now)?;
     let tree = keeper
@@ -349,7 +349,7 @@ pub fn whole_state(workspace: &Path, baseline: &Manifest) -> Result<(String, Pen
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take()
-        .ok_or_else(|| "no state was made".to_string())?;
+        .ok_or_else(|| Error::internal("no state was made"))?;
     Ok((now.root, tree))
 }
 
