@@ -286,17 +286,7 @@ impl OutcomeRecord {
     /// that stopped between the two left).
     pub fn of_terminal_transition(text: &str) -> Option<OutcomeRecord> {
         let (record, reason) = text.split_once(": ")?;
-        let (name, limit) = match record.split_once('{') {
-            Some((name, rest)) => {
-                let limit = rest.strip_suffix('}')?;
-                let limit = LimitKind::ALL
-                    .into_iter()
-                    .find(|l| l.to_string() == limit)?;
-                (name, Some(limit))
-            }
-            None => (record, None),
-        };
-        let kind = OutcomeKind::ALL.into_iter().find(|k| k.name() == name)?;
+        let OutcomeName { kind, limit } = OutcomeName::parse(record)?;
         if (kind == OutcomeKind::LimitReached) != limit.is_some() {
             return None;
         }

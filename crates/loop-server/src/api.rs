@@ -2,6 +2,10 @@
 //! only among those the caller may see (else 404, whether or not it
 //! exists), and does its work through the runtime on a blocking thread.
 
+use crate::service::{
+    NewTask, blocking, change_set_of, create_task, draft_settled, recorded, shown, standing_of,
+    visible,
+};
 use crate::{ApiError, AppState};
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -53,19 +57,6 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/drafts/{id}/confirm", post(draft_confirm))
 }
 
-/// Run `f` on a blocking thread (the store, the files, the sandbox).
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("a worker thread failed: {e}"),
-        )
-    })?
-}
-
 /// A body that may be left out (its defaults then), read after the
 /// caller is known: a bad one is a 400 in the API's own shape.
 fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
@@ -73,38 +64,6 @@ fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Resul
         return Ok(T::default());
     }
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body: {e}")))
-}
-
-/// Task `id`, if `caller` may see it; 404 otherwise (an id alone reveals
-/// nothing about other owners' tasks).
-pub(crate) fn visible(
-    rt: &Runtime,
-    caller: &Caller,
-    id: &str,
-) -> Result<loop_runtime::ops::query::TaskView, ApiError> {
-    let valid = !id.is_empty()
-        && id.len() <= 64
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !valid {
-        return Err(ApiError::not_found("such task"));
-    }
-    match rt.task(id) {
-        // Another project's task on a shared store is not here.
-        Ok(t) if caller.may_see(t.owner.as_deref()) && matches!(rt.foreign(id), Ok(None)) => Ok(t),
-        // A store that cannot answer is no answer that the task is not
-        // there: a server error, not a 404.
-        Err(e)
-            if matches!(
-                e.kind,
-                loop_runtime::ErrorKind::Internal | loop_runtime::ErrorKind::Unavailable
-            ) =>
-        {
-            Err(e.into())
-        }
-        _ => Err(ApiError::not_found(&format!("task {id}"))),
-    }
 }
 
 /// Fire the Loopfile's scheduled triggers, checked every 15 s (each
@@ -265,30 +224,6 @@ async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<V
     Ok(Json(crate::openapi::document()))
 }
 
-/// A new task: an instruction with its checks (or a contract in YAML).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NewTask {
-    instruction: String,
-    #[serde(default)]
-    checks: Vec<String>,
-    #[serde(default)]
-    artifacts: Vec<String>,
-    /// A contract in YAML (its instruction is replaced by `instruction`).
-    contract: Option<String>,
-    /// `openai:MODEL`, `anthropic:MODEL`, or `scripted:PATH` / `replay:PATH`
-    /// with a path inside the project (default: the Loopfile's maker).
-    model: Option<String>,
-    max_steps: Option<u32>,
-    max_tokens: Option<u64>,
-    budget_usd: Option<f64>,
-    timeout_secs: Option<u64>,
-    /// Keep checks that pass on an empty workspace (refused otherwise),
-    /// each marked `allow_vacuous` in the locked contract.
-    #[serde(default)]
-    allow_vacuous: bool,
-}
-
 async fn create(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -297,185 +232,8 @@ async fn create(
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
-    let (status, v) = create_task(&s, caller, body, loop_runtime::Via::Http).await?;
-    Ok((status, Json(v)))
-}
-
-impl NewTask {
-    /// The runtime's request for `caller`, through `via`: nobody at a
-    /// terminal to ask (approvals wait for an answer), the sandbox's full
-    /// isolation, the project's committed files only.
-    fn request(self, caller: &Caller, via: loop_runtime::Via) -> loop_runtime::TaskRequest {
-        loop_runtime::TaskRequest {
-            instruction: Some(self.instruction),
-            contract: match self.contract {
-                Some(text) => loop_runtime::ContractInput::Yaml {
-                    text,
-                    origin: "contract".into(),
-                },
-                None => loop_runtime::ContractInput::None,
-            },
-            checks: self.checks,
-            artifacts: self.artifacts,
-            limits: loop_runtime::LimitOverrides {
-                max_steps: self.max_steps,
-                max_tokens: self.max_tokens,
-                budget_usd: self.budget_usd,
-                timeout_secs: self.timeout_secs,
-            },
-            model: self.model,
-            isolation: loop_sandbox::IsolationLevel::Required,
-            on_prompt: Some(OnPrompt::Wait),
-            allow_vacuous: self.allow_vacuous,
-            owner: Some(caller.owner.clone()),
-            via,
-            ..Default::default()
-        }
-    }
-}
-
-/// Start a task from `body` for `caller`: 201 with its id, or, for an
-/// instruction alone, 202 with the draft whose contract waits for an answer.
-pub(crate) async fn create_task(
-    s: &AppState,
-    caller: Caller,
-    body: NewTask,
-    via: loop_runtime::Via,
-) -> Result<(StatusCode, Value), ApiError> {
-    let rt = s.runtime.clone();
-    let request = body.request(&caller, via);
-    let admitted = blocking(move || Ok(rt.admit(request)?)).await?;
-    if admitted.is_draft() {
-        return start_draft(s, &caller, admitted);
-    }
-    let request = admitted;
-    // The id first; the preparation waits for one of the `--jobs` places
-    // and runs whatever the request's fate (see `prestart`).
-    let id = s.runtime.new_task_id()?;
-    s.prestart.queued(&id, &caller.owner);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (st, task_id) = (s.clone(), id.clone());
-    tokio::spawn(async move {
-        let permit = st.prestart.gate.acquire().await;
-        st.prestart.preparing(&task_id);
-        let (rt, tid) = (st.runtime.clone(), task_id.clone());
-        let r =
-            blocking(move || Ok(rt.submit_admitted_as(&tid, request, &mut loop_runtime::Quiet)?))
-                .await;
-        drop(permit);
-        match &r {
-            Ok(_) => {
-                st.prestart.stored(&task_id);
-                st.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                st.pool.start(task_id.clone(), None);
-            }
-            Err(e) => st.prestart.refused(&task_id, e),
-        }
-        let _ = tx.send(r);
-    });
-    let events = format!("/api/v1/tasks/{id}/stream");
-    match tokio::time::timeout(s.prestart.answer_within, rx).await {
-        Ok(Ok(Ok(id))) => Ok((StatusCode::CREATED, json!({"id": id, "events": events}))),
-        Ok(Ok(Err(e))) => Err(e),
-        Ok(Err(_)) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("task {id}: its preparation ended without a word"),
-        )),
-        // Still waiting for a place, or still being prepared: said so,
-        // with the id the task will have (its status says how it went).
-        Err(_) => Ok((
-            StatusCode::ACCEPTED,
-            json!({
-                "id": id,
-                "state": "queued",
-                "status": format!("/api/v1/tasks/{id}"),
-                "events": events,
-            }),
-        )),
-    }
-}
-
-/// Draft `draft_id`'s task was submitted (`Ok`: it starts now) or not
-/// (the draft ends, saying why).
-fn draft_settled(
-    drafts: &crate::drafts::Drafts,
-    draft_id: &str,
-    submitted: Result<String, loop_runtime::Error>,
-    metrics: &crate::Metrics,
-    pool: &crate::pool::Pool,
-) {
-    match submitted {
-        Ok(task_id) => {
-            crate::drafts::set(
-                drafts,
-                draft_id,
-                crate::drafts::DraftState::Started {
-                    task_id: task_id.clone(),
-                },
-            );
-            metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-            pool.start(task_id, None);
-        }
-        Err(e) => crate::drafts::set(
-            drafts,
-            draft_id,
-            crate::drafts::DraftState::Ended { reason: e.message },
-        ),
-    }
-}
-
-/// An instruction alone: draft its contract on a thread of its own; the
-/// person answers through `/api/v1/drafts/{id}`.
-fn start_draft(
-    s: &AppState,
-    caller: &Caller,
-    admitted: loop_runtime::Admitted,
-) -> Result<(StatusCode, Value), ApiError> {
-    let rt = s.runtime.clone();
-    let id = format!(
-        "d-{}",
-        loop_protocol::random::hex::<8>()
-            .map_err(|e| ApiError::from(loop_runtime::Error::from_cause(e)))?
-    );
-    crate::drafts::begin(
-        &s.drafts,
-        &id,
-        &caller.owner,
-        &admitted.contract().instruction,
-        admitted.model(),
-    );
-    let drafts = s.drafts.clone();
-    let draft_id = id.clone();
-    let who = format!(
-        "the API (owner {}, token {})",
-        caller.owner, caller.token_id
-    );
-    let metrics = s.metrics.clone();
-    let pool = s.pool.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("draft {id}"))
-        .spawn(move || {
-            crate::drafts::keep(&drafts, &draft_id);
-            let mut observer = crate::drafts::DraftObserver {
-                drafts: drafts.clone(),
-                id: draft_id.clone(),
-                who,
-            };
-            let submitted = rt.submit_admitted(admitted, &mut observer);
-            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
-        });
-    if let Err(e) = spawned {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("cannot start drafting: {e}"),
-        ));
-    }
-    Ok((
-        StatusCode::ACCEPTED,
-        json!({"draft": id, "status": format!("/api/v1/drafts/{id}")}),
-    ))
+    let created = create_task(&s, caller, body, loop_runtime::Via::Http).await?;
+    Ok((created.status(), Json(created.body())))
 }
 
 async fn draft_view(
@@ -671,34 +429,6 @@ fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::ops::query::TaskView
     x
 }
 
-/// A task as the API shows it: the server's own paths (the receipt's, a
-/// scripted model's) are said relative to the project, so a response does
-/// not map the server's disk.
-fn shown(project: &std::path::Path, mut v: Value) -> Value {
-    // Where a workspace is on the server's disk is the server's business.
-    if let Some(o) = v.as_object_mut() {
-        o.remove("workspace");
-    }
-    for key in ["receipt", "model"] {
-        let Some(text) = v[key].as_str() else {
-            continue;
-        };
-        // `PROVIDER:PATH` for a model, a bare path for the receipt.
-        let (head, path) = match text.split_once(':') {
-            Some((h, p)) if key == "model" => (Some(h), p),
-            _ => (None, text),
-        };
-        if let Ok(rel) = std::path::Path::new(path).strip_prefix(project) {
-            let rel = rel.display().to_string();
-            v[key] = json!(match head {
-                Some(h) => format!("{h}:{rel}"),
-                None => rel,
-            });
-        }
-    }
-    v
-}
-
 /// Tasks listed at once when the caller does not say.
 const PAGE: usize = 100;
 
@@ -765,36 +495,8 @@ async fn one(
 
 /// Task `id`'s status, as `caller` may see it.
 pub(crate) async fn status_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
-    let (rt, pool, prestart) = (s.runtime.clone(), s.pool.clone(), s.prestart.clone());
-    blocking(move || {
-        if let Err(e) = visible(&rt, &caller, &id) {
-            return preparing(&prestart, &caller, &id).ok_or(e);
-        }
-        let status = rt.status(&id)?;
-        let mut v = shown(
-            rt.project(),
-            serde_json::to_value(status).unwrap_or_default(),
-        );
-        v["queued"] = json!(pool.is_waiting(&id));
-        Ok(v)
-    })
-    .await
-}
-
-/// The status of task `id` while it is not stored yet (waiting for a
-/// place, being prepared, or refused), if `caller` made it.
-fn preparing(prestart: &crate::prestart::Prestart, caller: &Caller, id: &str) -> Option<Value> {
-    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
-    let state = prestart.state(id, owner)?;
-    Some(match &state {
-        crate::prestart::State::Refused(status, kind, message) => json!({
-            "id": id,
-            "state": state.name(),
-            "queued": false,
-            "error": {"status": status, "kind": kind, "message": message},
-        }),
-        _ => json!({"id": id, "state": state.name(), "queued": true}),
-    })
+    let project = s.runtime.project().to_path_buf();
+    Ok(standing_of(s, caller, id).await?.view(&project))
 }
 
 /// Where a listing of events starts.
@@ -828,22 +530,12 @@ pub(crate) async fn events_of(
     id: String,
     since: u64,
 ) -> Result<Value, ApiError> {
-    let (rt, prestart) = (s.runtime.clone(), s.prestart.clone());
-    blocking(move || {
-        if let Err(e) = visible(&rt, &caller, &id) {
-            // Not stored yet: no events yet.
-            return preparing(&prestart, &caller, &id)
-                .map(|_| json!({"events": []}))
-                .ok_or(e);
-        }
-        let events: Vec<Value> = rt
-            .events(&id, since)?
-            .into_iter()
-            .map(|r| json!({"seq": r.seq, "at": r.at, "event": r.event}))
-            .collect();
-        Ok(json!({"events": events}))
-    })
-    .await
+    let events: Vec<Value> = recorded(s, caller, id, since)
+        .await?
+        .into_iter()
+        .map(|r| json!({"seq": r.seq, "at": r.at, "event": r.event}))
+        .collect();
+    Ok(json!({"events": events}))
 }
 
 /// The task's events as server-sent events, from `Last-Event-ID` + 1 on,
@@ -1209,25 +901,21 @@ async fn diff(
 
 /// Task `id`'s change set, as `caller` may see it.
 pub(crate) async fn diff_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
-    let rt = s.runtime.clone();
-    blocking(move || {
-        visible(&rt, &caller, &id)?;
-        let d = rt.diff(&id)?;
-        let source = match &d.source {
-            loop_runtime::ops::changes::DiffSource::Receipt(p) => {
-                json!({"receipt": project_relative(rt.project(), &p.display().to_string())})
-            }
-            loop_runtime::ops::changes::DiffSource::Workspace(p) => {
-                json!({"workspace": project_relative(rt.project(), &p.display().to_string())})
-            }
-        };
-        Ok(json!({
-            "id": id, "source": source, "base_commit": d.change_set.base_commit,
-            "files": d.change_set.files, "patch": d.change_set.patch,
-            "patch_sha256": d.change_set.patch_sha256,
-        }))
-    })
-    .await
+    let project = s.runtime.project().to_path_buf();
+    let d = change_set_of(s, caller, id.clone()).await?;
+    let source = match &d.source {
+        loop_runtime::ops::changes::DiffSource::Receipt(p) => {
+            json!({"receipt": project_relative(&project, &p.display().to_string())})
+        }
+        loop_runtime::ops::changes::DiffSource::Workspace(p) => {
+            json!({"workspace": project_relative(&project, &p.display().to_string())})
+        }
+    };
+    Ok(json!({
+        "id": id, "source": source, "base_commit": d.change_set.base_commit,
+        "files": d.change_set.files, "patch": d.change_set.patch,
+        "patch_sha256": d.change_set.patch_sha256,
+    }))
 }
 
 /// An observer that keeps the notes (what apply, undo and discard say).

@@ -21,6 +21,7 @@ pub mod mcp;
 mod openapi;
 mod pool;
 mod prestart;
+mod service;
 pub mod worker;
 
 pub use api::route_table;

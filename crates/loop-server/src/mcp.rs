@@ -10,7 +10,8 @@
 //! notification per recorded event until the task ends or waits for a
 //! person.
 
-use crate::api::{self, Answer, Confirm, NewTask};
+use crate::api::{self, Answer, Confirm};
+use crate::service::{self, NewTask};
 use crate::{ApiError, AppState};
 use loop_runtime::ops::tokens::{Caller, Scope};
 use rmcp::ErrorData as McpError;
@@ -244,46 +245,37 @@ fn no_more(tool: &str, args: &serde_json::Map<String, Value>) -> Result<(), ApiE
 }
 
 /// One line saying what a recorded event was, for a progress message.
-fn event_line(e: &Value) -> String {
-    let event = &e["event"];
-    let kind = event["kind"].as_str().unwrap_or("event");
-    let detail = match kind {
-        "transition" => event["to"].as_str().map(str::to_string),
-        "intent" => event["tool"].as_str().map(str::to_string),
-        "observed" => event["observation"]["tool"].as_str().map(|t| {
-            format!(
-                "{t} {}",
-                event["observation"]["status"].as_str().unwrap_or("")
-            )
-        }),
-        "approval_requested" => event["detail"].as_str().map(str::to_string),
-        "verified" => Some(if event["accepted"] == json!(true) {
-            "accepted".to_string()
-        } else {
-            "not accepted".to_string()
-        }),
-        "finished" => event["outcome"]["kind"].as_str().map(str::to_string),
+fn event_line(r: &loop_runtime::Recorded) -> String {
+    use loop_protocol::{Event, ObservationStatus};
+    let kind = r.event.kind();
+    let detail = match &r.event {
+        Event::Transition { to, .. } => Some(to.to_string()),
+        Event::Intent { tool, .. } => Some(tool.clone()),
+        Event::Observed { observation, .. } => Some(format!(
+            "{} {}",
+            observation.tool,
+            match observation.status {
+                ObservationStatus::Ok => "ok",
+                ObservationStatus::Refused { .. } => "refused",
+                ObservationStatus::Error => "error",
+            }
+        )),
+        Event::ApprovalRequested { detail, .. } => Some(detail.clone()),
+        Event::Verified { accepted, .. } => Some(
+            if *accepted {
+                "accepted"
+            } else {
+                "not accepted"
+            }
+            .to_string(),
+        ),
+        Event::Finished { outcome, .. } => Some(outcome.kind.name().to_string()),
         _ => None,
     };
     match detail {
-        Some(d) => format!("#{} {kind}: {d}", e["seq"]),
-        None => format!("#{} {kind}", e["seq"]),
+        Some(d) => format!("#{} {kind}: {d}", r.seq),
+        None => format!("#{} {kind}", r.seq),
     }
-}
-
-/// Whether a status says the task is over, or waits for a person (who
-/// will not answer while the caller waits on it).
-fn settled_or_waiting(status: &Value) -> Option<&'static str> {
-    if !status["outcome"].is_null() && status["running"] != json!(true) {
-        return Some("ended");
-    }
-    if status["state"] == json!("refused") {
-        return Some("refused before it started (see `error`)");
-    }
-    let pending = status["approvals"]
-        .as_array()
-        .is_some_and(|a| a.iter().any(|x| x["status"] == json!("pending")));
-    pending.then_some("waiting for an answer (`approve`)")
 }
 
 impl LoopMcp {
@@ -304,28 +296,29 @@ impl LoopMcp {
         // here) is not waited on further.
         let mut idle_since: Option<tokio::time::Instant> = None;
         loop {
-            let events = api::events_of(&self.state, caller.clone(), id.to_string(), since).await?;
-            for e in events["events"].as_array().into_iter().flatten() {
-                let Some(seq) = e["seq"].as_u64().filter(|s| *s >= since) else {
-                    continue;
-                };
+            let events =
+                service::recorded(&self.state, caller.clone(), id.to_string(), since).await?;
+            let fresh: Vec<_> = events.into_iter().filter(|e| e.seq >= since).collect();
+            for e in &fresh {
                 // `since` is the first event not yet sent.
-                since = seq + 1;
+                since = e.seq + 1;
                 if let Some(t) = &token {
-                    let p = ProgressNotificationParam::new(t.clone(), seq as f64)
+                    let p = ProgressNotificationParam::new(t.clone(), e.seq as f64)
                         .with_message(event_line(e));
                     // A client gone away ends the wait below (cancelled).
                     let _ = ctx.peer.notify_progress(p).await;
                 }
             }
-            let mut status = api::status_of(&self.state, caller.clone(), id.to_string()).await?;
-            if let Some(why) = settled_or_waiting(&status) {
+            let standing =
+                service::standing_of(&self.state, caller.clone(), id.to_string()).await?;
+            let mut status = standing.view(self.state.runtime.project());
+            if let Some(why) = standing.settled_or_waiting() {
                 // What was recorded between the two reads is sent too.
                 let rest =
-                    api::events_of(&self.state, caller.clone(), id.to_string(), since).await?;
-                for e in rest["events"].as_array().into_iter().flatten() {
-                    if let (Some(t), Some(seq)) = (&token, e["seq"].as_u64()) {
-                        let p = ProgressNotificationParam::new(t.clone(), seq as f64)
+                    service::recorded(&self.state, caller.clone(), id.to_string(), since).await?;
+                for e in &rest {
+                    if let Some(t) = &token {
+                        let p = ProgressNotificationParam::new(t.clone(), e.seq as f64)
                             .with_message(event_line(e));
                         let _ = ctx.peer.notify_progress(p).await;
                     }
@@ -333,7 +326,7 @@ impl LoopMcp {
                 status["waited"] = json!(why);
                 return Ok(status);
             }
-            let idle = status["interrupted"] == json!(true) && status["queued"] != json!(true);
+            let idle = standing.idle();
             let now = tokio::time::Instant::now();
             match (idle, idle_since) {
                 (false, _) => idle_since = None,
@@ -378,12 +371,12 @@ impl LoopMcp {
             "run_task" => {
                 let wait = take_wait(&mut args)?;
                 let body: NewTask = parse(&tool, args)?;
-                let (_, mut v) =
-                    api::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
-                if let (Some(limit), Some(id)) = (wait, v["id"].as_str().map(str::to_string)) {
-                    v = self.wait_for(&caller, &id, limit, ctx).await?;
+                let created =
+                    service::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
+                match (wait, created.task()) {
+                    (Some(limit), Some(id)) => self.wait_for(&caller, id, limit, ctx).await,
+                    _ => Ok(created.body()),
                 }
-                Ok(v)
             }
             "task_status" => {
                 let wait = take_wait(&mut args)?;
@@ -452,8 +445,8 @@ impl LoopMcp {
         match what {
             "receipt" => {
                 let rt = self.state.runtime.clone();
-                api::blocking(move || {
-                    let t = api::visible(&rt, &caller, &id)?;
+                service::blocking(move || {
+                    let t = service::visible(&rt, &caller, &id)?;
                     let path = api::receipt_of(&rt, &t)?;
                     loop_receipt::read::read_regular(&path, 64 << 20)
                         .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
@@ -470,24 +463,21 @@ impl LoopMcp {
                 .map_err(internal)
             }
             "ledger" => {
-                let v = api::events_of(&self.state, caller, id, 0)
+                let events = service::recorded(&self.state, caller, id, 0)
                     .await
                     .map_err(internal)?;
                 let mut text = String::new();
-                for e in v["events"].as_array().into_iter().flatten() {
-                    text.push_str(&e.to_string());
+                for r in events {
+                    text.push_str(&json!({"seq": r.seq, "at": r.at, "event": r.event}).to_string());
                     text.push('\n');
                 }
                 Ok(("application/x-ndjson".to_string(), text))
             }
             "changes" => {
-                let v = api::diff_of(&self.state, caller, id)
+                let d = service::change_set_of(&self.state, caller, id)
                     .await
                     .map_err(internal)?;
-                Ok((
-                    "text/x-diff".to_string(),
-                    v["patch"].as_str().unwrap_or_default().to_string(),
-                ))
+                Ok(("text/x-diff".to_string(), d.change_set.patch))
             }
             _ => Err(not_found()),
         }
@@ -547,7 +537,7 @@ impl ServerHandler for LoopMcp {
     ) -> Result<ListResourcesResult, McpError> {
         let caller = self.caller(&context, Scope::Read)?;
         let rt = self.state.runtime.clone();
-        let tasks = api::blocking(move || {
+        let tasks = service::blocking(move || {
             let mut seen: Vec<_> = rt
                 .tasks()?
                 .into_iter()

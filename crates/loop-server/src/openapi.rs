@@ -426,113 +426,119 @@ fn operation_id(r: &Route) -> String {
     format!("{}{}", r.method, r.path.replace(['/', '{', '}', '.'], "_"))
 }
 
+/// Route `r` as an OpenAPI operation: its parameters, body, responses
+/// (links from a new task to its routes) and security.
+fn operation(r: &Route) -> Map<String, Value> {
+    let mut op = Map::new();
+    op.insert("summary".into(), json!(r.summary));
+    op.insert("operationId".into(), json!(operation_id(r)));
+    if r.path.contains("{name}") {
+        op.insert(
+            "parameters".into(),
+            json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}]),
+        );
+    }
+    if r.method == "get" && r.path == "/api/v1/tasks" {
+        op.insert(
+            "parameters".into(),
+            json!([
+                {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {"name": "before", "in": "query", "required": false, "schema": {"type": "string"}}
+            ]),
+        );
+    }
+    if r.path.contains("{id}") {
+        let mut params = vec![
+            json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
+        ];
+        if r.path.ends_with("/events") {
+            params.push(json!({"name": "since", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}));
+        }
+        if r.path.ends_with("/stream") {
+            params.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}}));
+        }
+        op.insert("parameters".into(), Value::Array(params));
+    }
+    if let Some(body) = r.body {
+        let media = if r.path.starts_with("/api/v1/hooks/") {
+            "application/octet-stream"
+        } else {
+            "application/json"
+        };
+        op.insert(
+            "requestBody".into(),
+            json!({"required": r.path == "/api/v1/tasks", "content": {media: {"schema": body()}}}),
+        );
+    }
+    let media = match r.path {
+        p if p.ends_with("/stream") => "text/event-stream",
+        "/metrics" => "text/plain",
+        "/" => "text/html",
+        "/console.js" => "text/javascript",
+        "/console.css" => "text/css",
+        _ => "application/json",
+    };
+    let mut responses = Map::new();
+    let mut done = json!({"description": "done", "content": {media: {"schema": (r.response)()}}});
+    // The id a new task gets leads to every route of that task (tools
+    // that walk the API, such as Schemathesis's stateful phase, follow
+    // these links).
+    if r.method == "post" && r.path == "/api/v1/tasks" {
+        let links: Map<String, Value> = ROUTES
+            .iter()
+            .filter(|t| t.path.contains("{id}"))
+            .map(|t| {
+                (
+                    operation_id(t),
+                    json!({"operationId": operation_id(t), "parameters": {"id": "$response.body#/id"}}),
+                )
+            })
+            .collect();
+        done["links"] = Value::Object(links);
+    }
+    responses.insert(r.ok.to_string(), done);
+    if r.path.starts_with("/api/v1/hooks/") {
+        responses.insert(
+            "200".into(),
+            json!({"description": "authentic, and nothing to do (GitHub's ping)",
+                "content": {"application/json": {"schema": any_object()}}}),
+        );
+    }
+    if r.method == "post" && r.path == "/api/v1/tasks" {
+        responses.insert(
+            "202".into(),
+            json!({"description": "an instruction alone: its contract is being drafted (`draft`); or a task whose preparation waits for a place or takes a while: `id` is the task it will be, `state` is `queued`, and its status says how the preparation went (`queued`, `preparing`, `refused` with `error`, then the task's own)",
+                "content": {"application/json": {"schema": obj(
+                    json!({"draft": {"type": "string"}, "id": {"type": "string"},
+                        "state": {"type": "string"}, "status": {"type": "string"},
+                        "events": {"type": "string"}}),
+                    &["status"])}}}),
+        );
+    }
+    let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
+    for code in ["400", "404", "409", "413", "429", "500", "503"] {
+        responses.insert(code.into(), err.clone());
+    }
+    if r.scope.is_some() {
+        responses.insert("401".into(), err.clone());
+        responses.insert("403".into(), err.clone());
+        op.insert("security".into(), json!([{"bearer": []}]));
+        op.insert("x-scope".into(), json!(r.scope));
+    } else {
+        op.insert("security".into(), json!([]));
+        if r.path.starts_with("/api/v1/hooks/") {
+            responses.insert("401".into(), err.clone());
+        }
+    }
+    op.insert("responses".into(), Value::Object(responses));
+    op
+}
+
 /// The OpenAPI 3.1 document.
 pub(crate) fn document() -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
-        let mut op = Map::new();
-        op.insert("summary".into(), json!(r.summary));
-        op.insert("operationId".into(), json!(operation_id(r)));
-        if r.path.contains("{name}") {
-            op.insert(
-                "parameters".into(),
-                json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}]),
-            );
-        }
-        if r.method == "get" && r.path == "/api/v1/tasks" {
-            op.insert(
-                "parameters".into(),
-                json!([
-                    {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                    {"name": "before", "in": "query", "required": false, "schema": {"type": "string"}}
-                ]),
-            );
-        }
-        if r.path.contains("{id}") {
-            let mut params = vec![
-                json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
-            ];
-            if r.path.ends_with("/events") {
-                params.push(json!({"name": "since", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}));
-            }
-            if r.path.ends_with("/stream") {
-                params.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}}));
-            }
-            op.insert("parameters".into(), Value::Array(params));
-        }
-        if let Some(body) = r.body {
-            let media = if r.path.starts_with("/api/v1/hooks/") {
-                "application/octet-stream"
-            } else {
-                "application/json"
-            };
-            op.insert(
-                "requestBody".into(),
-                json!({"required": r.path == "/api/v1/tasks", "content": {media: {"schema": body()}}}),
-            );
-        }
-        let media = match r.path {
-            p if p.ends_with("/stream") => "text/event-stream",
-            "/metrics" => "text/plain",
-            "/" => "text/html",
-            "/console.js" => "text/javascript",
-            "/console.css" => "text/css",
-            _ => "application/json",
-        };
-        let mut responses = Map::new();
-        let mut done =
-            json!({"description": "done", "content": {media: {"schema": (r.response)()}}});
-        // The id a new task gets leads to every route of that task (tools
-        // that walk the API, such as Schemathesis's stateful phase, follow
-        // these links).
-        if r.method == "post" && r.path == "/api/v1/tasks" {
-            let links: Map<String, Value> = ROUTES
-                .iter()
-                .filter(|t| t.path.contains("{id}"))
-                .map(|t| {
-                    (
-                        operation_id(t),
-                        json!({"operationId": operation_id(t), "parameters": {"id": "$response.body#/id"}}),
-                    )
-                })
-                .collect();
-            done["links"] = Value::Object(links);
-        }
-        responses.insert(r.ok.to_string(), done);
-        if r.path.starts_with("/api/v1/hooks/") {
-            responses.insert(
-                "200".into(),
-                json!({"description": "authentic, and nothing to do (GitHub's ping)",
-                    "content": {"application/json": {"schema": any_object()}}}),
-            );
-        }
-        if r.method == "post" && r.path == "/api/v1/tasks" {
-            responses.insert(
-                "202".into(),
-                json!({"description": "an instruction alone: its contract is being drafted (`draft`); or a task whose preparation waits for a place or takes a while: `id` is the task it will be, `state` is `queued`, and its status says how the preparation went (`queued`, `preparing`, `refused` with `error`, then the task's own)",
-                    "content": {"application/json": {"schema": obj(
-                        json!({"draft": {"type": "string"}, "id": {"type": "string"},
-                            "state": {"type": "string"}, "status": {"type": "string"},
-                            "events": {"type": "string"}}),
-                        &["status"])}}}),
-            );
-        }
-        let err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
-        for code in ["400", "404", "409", "413", "429", "500", "503"] {
-            responses.insert(code.into(), err.clone());
-        }
-        if r.scope.is_some() {
-            responses.insert("401".into(), err.clone());
-            responses.insert("403".into(), err.clone());
-            op.insert("security".into(), json!([{"bearer": []}]));
-            op.insert("x-scope".into(), json!(r.scope));
-        } else {
-            op.insert("security".into(), json!([]));
-            if r.path.starts_with("/api/v1/hooks/") {
-                responses.insert("401".into(), err.clone());
-            }
-        }
-        op.insert("responses".into(), Value::Object(responses));
+        let op = operation(r);
         let entry = paths
             .entry(r.path.to_string())
             .or_insert_with(|| Value::Object(Map::new()));

@@ -378,26 +378,7 @@ fn settle(
     if view.state != loop_store::StoredState::TERMINAL {
         match runtime.foreign(&d.task) {
             Ok(None) => {}
-            Ok(Some(why)) => {
-                // Another project's task: never run here, never one of its
-                // attempts spent (a hand-back is a fresh message).
-                metrics.foreign.fetch_add(1, Ordering::Relaxed);
-                let first = metrics
-                    .foreign_seen
-                    .lock()
-                    .map(|mut s| s.len() < FOREIGN_NAMED && s.insert(d.task.clone()))
-                    .unwrap_or(false);
-                // Back at once (held no longer than the look took), then a
-                // pause, so a queue of others' work is not spun through.
-                if q.hand_back(d).unwrap_or(false) {
-                    metrics.handed_back.fetch_add(1, Ordering::Relaxed);
-                }
-                if first {
-                    eprintln!("worker: {why}");
-                }
-                std::thread::sleep(Duration::from_secs(1));
-                return;
-            }
+            Ok(Some(why)) => return hand_back_foreign(q, metrics, d, &why),
             Err(e) => return back_in_a_moment(q, metrics, d, &e.message),
         }
     }
@@ -436,6 +417,41 @@ fn settle(
         }
         return;
     }
+    run_and_settle(q, consumer, runtime, opts, metrics, d);
+}
+
+/// Another project's task: never run here, never one of its attempts
+/// spent (a hand-back is a fresh message). Back at once (held no longer
+/// than the look took), then a pause, so a queue of others' work is not
+/// spun through; the first few are named.
+fn hand_back_foreign(q: &RedisQueue, metrics: &WorkerMetrics, d: &Delivery, why: &str) {
+    metrics.foreign.fetch_add(1, Ordering::Relaxed);
+    let first = metrics
+        .foreign_seen
+        .lock()
+        .map(|mut s| s.len() < FOREIGN_NAMED && s.insert(d.task.clone()))
+        .unwrap_or(false);
+    if q.hand_back(d).unwrap_or(false) {
+        metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+    }
+    if first {
+        eprintln!("worker: {why}");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+/// Run the task of `d` here, its claim renewed meanwhile, and settle the
+/// message by how the run went: acknowledged once the task ended, handed
+/// back when stopped by the drain or run elsewhere, else left for another
+/// attempt.
+fn run_and_settle(
+    q: &RedisQueue,
+    consumer: &str,
+    runtime: &Runtime,
+    opts: &WorkerOptions,
+    metrics: &WorkerMetrics,
+    d: &Delivery,
+) {
     metrics.running.fetch_add(1, Ordering::Relaxed);
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {

@@ -548,6 +548,63 @@ fn observable(check: &Check) -> bool {
     }
 }
 
+/// Reasons to reject the run check `r` (shown as `at`): one that cannot
+/// fail, cannot be read as a shell reads it, runs a program the workspace
+/// lacks, is stopped by the exec policy, or needs the network checks do
+/// not have.
+#[allow(clippy::type_complexity)]
+fn run_check_reasons(
+    at: &str,
+    r: &loop_protocol::RunCheck,
+    (contract, policy, present): (&Contract, &ExecPolicy, &dyn Fn(&str) -> bool),
+    out: &mut Vec<String>,
+) {
+    if r.allow_vacuous {
+        out.push(format!(
+            "{at} says `allow_vacuous`: only a person may keep a check that cannot fail, never a draft"
+        ));
+    }
+    if let Some(why) = proves_nothing(&r.command) {
+        out.push(format!("{at} cannot fail or proves nothing: {why}"));
+    }
+    let parsed = loop_tools::shell::parse(&r.command);
+    if !parsed.unreadable.is_empty() {
+        out.push(format!(
+            "{at} cannot be read as a shell reads it ({}): a check must say plainly what it runs",
+            parsed.unreadable.join("; ")
+        ));
+    }
+    let missing = missing_programs(&r.command, present);
+    if !missing.is_empty() {
+        out.push(format!(
+            "{at} runs {}, which the workspace does not have: the task would write its own judge; check with the project's own code and tests",
+            missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let verdict = policy.evaluate(&r.command);
+    let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
+    match verdict.decision {
+        Decision::Forbidden => {
+            out.push(format!("{at} is forbidden by the exec policy (rule `{rule}`)"));
+        }
+        Decision::Prompt => out.push(format!(
+            "{at} needs a person's approval under the exec policy (rule `{rule}`), and a check runs unattended"
+        )),
+        Decision::Allow => {}
+    }
+    let lower = format!("{} ", r.command.to_lowercase());
+    let local = lower.contains("127.0.0.1") || lower.contains("localhost");
+    if contract.network_allow.is_empty()
+        && !local
+        && let Some(what) = NETWORK.iter().find(|w| lower.contains(*w))
+    {
+        out.push(format!(
+            "{at} needs the network (`{}`), which checks do not have: a check must judge the workspace offline",
+            what.trim()
+        ));
+    }
+}
+
 /// Reasons to reject `contract` that need no run: its shape, checks that
 /// prove nothing, vague criteria, and checks the exec policy or the
 /// network rules would stop. `checks_have_network` is whether the
@@ -587,50 +644,7 @@ pub fn static_reasons(
         for (i, check) in c.checks.iter().enumerate() {
             let Check::Run(r) = check else { continue };
             let at = format!("criterion `{id}`, check {} (`{}`)", i + 1, r.command);
-            if r.allow_vacuous {
-                out.push(format!(
-                    "{at} says `allow_vacuous`: only a person may keep a check that cannot fail, never a draft"
-                ));
-            }
-            if let Some(why) = proves_nothing(&r.command) {
-                out.push(format!("{at} cannot fail or proves nothing: {why}"));
-            }
-            let parsed = loop_tools::shell::parse(&r.command);
-            if !parsed.unreadable.is_empty() {
-                out.push(format!(
-                    "{at} cannot be read as a shell reads it ({}): a check must say plainly what it runs",
-                    parsed.unreadable.join("; ")
-                ));
-            }
-            let missing = missing_programs(&r.command, present);
-            if !missing.is_empty() {
-                out.push(format!(
-                    "{at} runs {}, which the workspace does not have: the task would write its own judge; check with the project's own code and tests",
-                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
-                ));
-            }
-            let verdict = policy.evaluate(&r.command);
-            let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
-            match verdict.decision {
-                Decision::Forbidden => {
-                    out.push(format!("{at} is forbidden by the exec policy (rule `{rule}`)"));
-                }
-                Decision::Prompt => out.push(format!(
-                    "{at} needs a person's approval under the exec policy (rule `{rule}`), and a check runs unattended"
-                )),
-                Decision::Allow => {}
-            }
-            let lower = format!("{} ", r.command.to_lowercase());
-            let local = lower.contains("127.0.0.1") || lower.contains("localhost");
-            if contract.network_allow.is_empty()
-                && !local
-                && let Some(what) = NETWORK.iter().find(|w| lower.contains(*w))
-            {
-                out.push(format!(
-                    "{at} needs the network (`{}`), which checks do not have: a check must judge the workspace offline",
-                    what.trim()
-                ));
-            }
+            run_check_reasons(&at, r, (contract, policy, present), &mut out);
         }
         // Evidence the task would write: every check only reads files, and
         // a file read is one the workspace lacks and the instruction does

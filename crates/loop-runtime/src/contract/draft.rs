@@ -486,181 +486,74 @@ fn review_draft(
     }
 }
 
-/// Draft, judge and confirm. On failure the record so far comes back too
-/// (kept with the task's files).
+/// What the drafting model's reply proposes: (the proposal as recorded,
+/// usage, the calls, the contract or why it cannot be read). A model that
+/// proposes nothing, or cannot be asked, ends the drafting.
+#[allow(clippy::type_complexity)]
+fn read_reply(
+    reply: ModelReply,
+    shell: &Contract,
+) -> Result<
+    (
+        serde_json::Value,
+        Option<loop_protocol::Usage>,
+        Vec<loop_protocol::ToolCall>,
+        Result<Contract, Vec<String>>,
+    ),
+    Error,
+> {
+    Ok(match reply {
+        ModelReply::Turn(t) => {
+            let call = t.calls.iter().find(|c| c.tool == TOOL).cloned();
+            match call {
+                Some(c) => {
+                    let parsed = read_proposal(shell, &c.args);
+                    (c.args.clone(), Some(t.usage), t.calls.clone(), parsed)
+                }
+                None => (
+                    serde_json::json!({"calls": t.calls}),
+                    Some(t.usage),
+                    t.calls.clone(),
+                    Err(vec![format!(
+                        "no call of `{TOOL}`: propose the contract with it"
+                    )]),
+                ),
+            }
+        }
+        ModelReply::Malformed {
+            error,
+            excerpt,
+            usage,
+        } => (
+            serde_json::json!({"malformed": excerpt}),
+            Some(usage),
+            Vec::new(),
+            Err(vec![format!("the answer could not be read: {error}")]),
+        ),
+        ModelReply::NothingMore { reason } => {
+            return Err(Error::usage(format!(
+                "the drafting model proposed no contract ({reason}); give --check commands or a contract (--task FILE)"
+            )));
+        }
+        ModelReply::Unavailable { error, .. } => {
+            return Err(Error::usage(format!(
+                "the drafting model could not be asked: {error}; give --check commands or a contract (--task FILE)"
+            )));
+        }
+    })
+}
+
+/// The draft the critic accepted, locked by a person (or by
+/// `--accept-contract`): accepted as shown, rejected, left unanswered
+/// (kept in a file to run with `--task`), or edited and judged again like
+/// a draft.
 #[allow(clippy::disallowed_methods)] // the draft kept in the task directory the runtime made
-pub(crate) fn draft(
+fn confirm(
     mut d: Drafting<'_>,
     observer: &mut dyn crate::Observer,
+    mut contract: Contract,
+    (mut record, mut project_checks): (DraftingRecord, Vec<StackCheckRecord>),
 ) -> Result<Drafted, Failed> {
-    let stack = d.stack;
-    let mut project_checks = Vec::new();
-    let mut record = DraftingRecord {
-        model: d.model.info(),
-        attempts: Vec::new(),
-        confirmed_by: String::new(),
-    };
-    let mut ctx = Context::new(
-        system_prompt(),
-        vec![tool()],
-        &briefing(&d.shell.instruction, d.workspace, stack, d.guidance),
-    );
-    let mut accepted: Option<Contract> = None;
-    for n in 1..=MAX_ATTEMPTS {
-        let reply = d.model.next_turn(
-            &ctx,
-            CallLimits {
-                max_output_tokens: d.model.max_output_tokens().min(8192),
-                time_left_ms: Some(d.shell.limits.timeout_secs.saturating_mul(1000)),
-            },
-        );
-        let (proposal, usage, calls, parsed) = match reply {
-            ModelReply::Turn(t) => {
-                let call = t.calls.iter().find(|c| c.tool == TOOL).cloned();
-                match call {
-                    Some(c) => {
-                        let parsed = read_proposal(d.shell, &c.args);
-                        (c.args.clone(), Some(t.usage), t.calls.clone(), parsed)
-                    }
-                    None => (
-                        serde_json::json!({"calls": t.calls}),
-                        Some(t.usage),
-                        t.calls.clone(),
-                        Err(vec![format!(
-                            "no call of `{TOOL}`: propose the contract with it"
-                        )]),
-                    ),
-                }
-            }
-            ModelReply::Malformed {
-                error,
-                excerpt,
-                usage,
-            } => (
-                serde_json::json!({"malformed": excerpt}),
-                Some(usage),
-                Vec::new(),
-                Err(vec![format!("the answer could not be read: {error}")]),
-            ),
-            ModelReply::NothingMore { reason } => {
-                return Err(Box::new((
-                    Error::usage(format!(
-                        "the drafting model proposed no contract ({reason}); give --check commands or a contract (--task FILE)"
-                    )),
-                    record,
-                )));
-            }
-            ModelReply::Unavailable { error, .. } => {
-                return Err(Box::new((
-                    Error::usage(format!(
-                        "the drafting model could not be asked: {error}; give --check commands or a contract (--task FILE)"
-                    )),
-                    record,
-                )));
-            }
-        };
-        let verdict = match parsed {
-            Ok(c) => match judge(
-                &c,
-                d.policy,
-                stack,
-                (d.present, d.workspace),
-                (d.baseline, d.empty),
-            ) {
-                Ok(v) => Ok(v),
-                Err(e) => return Err(Box::new((e, record))),
-            },
-            Err(reasons) => Err(reasons),
-        };
-        let (mut reasons, notes) = match &verdict {
-            Ok(j) => (j.reasons.clone(), j.notes.clone()),
-            Err(r) => (r.clone(), Vec::new()),
-        };
-        // What only meaning can tell is the checker's: a draft the critic
-        // accepts is reviewed against the instruction, when one is set.
-        let mut checked = None;
-        let mut checker_usage = None;
-        if reasons.is_empty()
-            && let (Ok(j), Some(checker)) = (&verdict, d.checker.as_deref_mut())
-        {
-            let (said, why, used) =
-                review_draft(checker, &d.shell.instruction, &j.contract, d.present);
-            checker_usage = used;
-            observer.note(&format!("draft {n}: the checker says {said}: {why}"));
-            if said == "object" {
-                reasons.push(format!(
-                    "the checker ({}) objects: {why}",
-                    checker.info().name
-                ));
-            }
-            checked = Some(said.to_string());
-        }
-        let ok = reasons.is_empty();
-        observer.note(&format!(
-            "draft {n}: {}",
-            match (ok, checked.as_deref()) {
-                (true, Some(_)) => "accepted by the critic and the checker".to_string(),
-                (true, None) => "accepted by the critic".to_string(),
-                (false, Some(_)) => format!("rejected by the checker: {}", reasons.join("; ")),
-                (false, None) => format!("rejected by the critic: {}", reasons.join("; ")),
-            }
-        ));
-        record.attempts.push(DraftAttempt {
-            n,
-            proposal,
-            accepted: ok,
-            reasons: reasons.iter().chain(&notes).cloned().collect(),
-            usage,
-            checker: checked.clone(),
-            checker_usage,
-        });
-        if ok && let Ok(j) = verdict {
-            project_checks = j.stack;
-            accepted = Some(j.contract);
-            break;
-        }
-        // The reasons go back as the call's observation.
-        let id = calls
-            .iter()
-            .find(|c| c.tool == TOOL)
-            .map(|c| c.id.clone())
-            .unwrap_or_else(|| format!("draft-{n}"));
-        ctx.push_turn(None, calls);
-        ctx.push_observation(&Observation::refused(
-            &id,
-            TOOL,
-            "contract critic",
-            format!(
-                "{} rejected this draft:\n- {}\nPropose the contract again, mended.",
-                if checked.is_some() {
-                    "The checker"
-                } else {
-                    "The critic"
-                },
-                reasons.join("\n- ")
-            ),
-        ));
-    }
-    let Some(mut contract) = accepted.map(|mut c| {
-        for e in d.extra {
-            if !c.criteria.iter().any(|have| have.id == e.id) {
-                c.criteria.push(e.clone());
-            }
-        }
-        c
-    }) else {
-        let last = record
-            .attempts
-            .last()
-            .map(|a| a.reasons.join("; "))
-            .unwrap_or_default();
-        return Err(Box::new((
-            Error::usage(format!(
-                "the contract critic rejected {MAX_ATTEMPTS} drafts; the task does not start. The last was rejected because: {last}. Give --check commands or a contract (--task FILE)"
-            )),
-            record,
-        )));
-    };
     // A person locks it (or --accept-contract does).
     if d.accept {
         record.confirmed_by = "--accept-contract".into();
@@ -704,33 +597,13 @@ pub(crate) fn draft(
             }
             ContractReview::Edited(text) => {
                 let n = record.attempts.len() as u32 + 1;
-                let judged = match Contract::from_yaml(&text, "your edit") {
-                    Err(e) => Err(e.0.iter().map(|d| d.to_string()).collect::<Vec<_>>()),
-                    Ok(mut c) => {
-                        c.instruction = d.shell.instruction.clone();
-                        // The person's edit is judged like a draft: what
-                        // holds already is said by the baseline only.
-                        c.criteria.retain(|k| {
-                            !k.id.starts_with("stack-") && !k.id.starts_with("project-")
-                        });
-                        for k in c.criteria.iter_mut() {
-                            k.guard = false;
-                        }
-                        match judge(
-                            &c,
-                            d.policy,
-                            d.stack,
-                            (d.present, d.workspace),
-                            (d.baseline, d.empty),
-                        ) {
-                            Ok(j) if j.reasons.is_empty() => {
-                                project_checks = j.stack;
-                                Ok(j.contract)
-                            }
-                            Ok(j) => Err(j.reasons),
-                            Err(e) => return Err(Box::new((e, record))),
-                        }
+                let judged = match judge_edit(&mut d, &text) {
+                    Ok(Ok((c, checks))) => {
+                        project_checks = checks;
+                        Ok(c)
                     }
+                    Ok(Err(reasons)) => Err(reasons),
+                    Err(e) => return Err(Box::new((e, record))),
                 };
                 let proposal = serde_json::json!({"edited": text});
                 match judged {
@@ -768,4 +641,181 @@ pub(crate) fn draft(
             }
         }
     }
+}
+
+/// A person's edit, judged like a draft (what holds already is said by
+/// the baseline only): the contract and the project's checks, or the
+/// critic's reasons.
+#[allow(clippy::type_complexity)]
+fn judge_edit(
+    d: &mut Drafting<'_>,
+    text: &str,
+) -> Result<Result<(Contract, Vec<StackCheckRecord>), Vec<String>>, Error> {
+    let mut c = match Contract::from_yaml(text, "your edit") {
+        Err(e) => return Ok(Err(e.0.iter().map(|d| d.to_string()).collect())),
+        Ok(c) => c,
+    };
+    c.instruction = d.shell.instruction.clone();
+    c.criteria
+        .retain(|k| !k.id.starts_with("stack-") && !k.id.starts_with("project-"));
+    for k in c.criteria.iter_mut() {
+        k.guard = false;
+    }
+    let j = judge(
+        &c,
+        d.policy,
+        d.stack,
+        (d.present, d.workspace),
+        (d.baseline, d.empty),
+    )?;
+    Ok(if j.reasons.is_empty() {
+        Ok((j.contract, j.stack))
+    } else {
+        Err(j.reasons)
+    })
+}
+
+/// The reasons a draft was rejected go back to the drafting model as its
+/// call's observation.
+fn send_back(
+    ctx: &mut Context,
+    (calls, n): (Vec<loop_protocol::ToolCall>, u32),
+    by_checker: bool,
+    reasons: &[String],
+) {
+    let id = calls
+        .iter()
+        .find(|c| c.tool == TOOL)
+        .map(|c| c.id.clone())
+        .unwrap_or_else(|| format!("draft-{n}"));
+    ctx.push_turn(None, calls);
+    ctx.push_observation(&Observation::refused(
+        &id,
+        TOOL,
+        "contract critic",
+        format!(
+            "{} rejected this draft:\n- {}\nPropose the contract again, mended.",
+            if by_checker {
+                "The checker"
+            } else {
+                "The critic"
+            },
+            reasons.join("\n- ")
+        ),
+    ));
+}
+
+/// Draft, judge and confirm. On failure the record so far comes back too
+/// (kept with the task's files).
+#[allow(clippy::disallowed_methods)] // the draft kept in the task directory the runtime made
+pub(crate) fn draft(
+    mut d: Drafting<'_>,
+    observer: &mut dyn crate::Observer,
+) -> Result<Drafted, Failed> {
+    let stack = d.stack;
+    let mut project_checks = Vec::new();
+    let mut record = DraftingRecord {
+        model: d.model.info(),
+        attempts: Vec::new(),
+        confirmed_by: String::new(),
+    };
+    let mut ctx = Context::new(
+        system_prompt(),
+        vec![tool()],
+        &briefing(&d.shell.instruction, d.workspace, stack, d.guidance),
+    );
+    let mut accepted: Option<Contract> = None;
+    for n in 1..=MAX_ATTEMPTS {
+        let reply = d.model.next_turn(
+            &ctx,
+            CallLimits {
+                max_output_tokens: d.model.max_output_tokens().min(8192),
+                time_left_ms: Some(d.shell.limits.timeout_secs.saturating_mul(1000)),
+            },
+        );
+        let (proposal, usage, calls, parsed) = match read_reply(reply, d.shell) {
+            Ok(read) => read,
+            Err(e) => return Err(Box::new((e, record))),
+        };
+        let verdict = match parsed {
+            Ok(c) => match judge(
+                &c,
+                d.policy,
+                stack,
+                (d.present, d.workspace),
+                (d.baseline, d.empty),
+            ) {
+                Ok(v) => Ok(v),
+                Err(e) => return Err(Box::new((e, record))),
+            },
+            Err(reasons) => Err(reasons),
+        };
+        let (mut reasons, notes) = match &verdict {
+            Ok(j) => (j.reasons.clone(), j.notes.clone()),
+            Err(r) => (r.clone(), Vec::new()),
+        };
+        // What only meaning can tell is the checker's: a draft the critic
+        // accepts is reviewed against the instruction, when one is set.
+        let (checked, checker_usage) = match (&verdict, d.checker.as_deref_mut()) {
+            (Ok(j), Some(checker)) if reasons.is_empty() => {
+                let (said, why, used) =
+                    review_draft(checker, &d.shell.instruction, &j.contract, d.present);
+                observer.note(&format!("draft {n}: the checker says {said}: {why}"));
+                if said == "object" {
+                    reasons.push(format!(
+                        "the checker ({}) objects: {why}",
+                        checker.info().name
+                    ));
+                }
+                (Some(said.to_string()), used)
+            }
+            _ => (None, None),
+        };
+        let ok = reasons.is_empty();
+        observer.note(&format!(
+            "draft {n}: {}",
+            match (ok, checked.as_deref()) {
+                (true, Some(_)) => "accepted by the critic and the checker".to_string(),
+                (true, None) => "accepted by the critic".to_string(),
+                (false, Some(_)) => format!("rejected by the checker: {}", reasons.join("; ")),
+                (false, None) => format!("rejected by the critic: {}", reasons.join("; ")),
+            }
+        ));
+        record.attempts.push(DraftAttempt {
+            n,
+            proposal,
+            accepted: ok,
+            reasons: reasons.iter().chain(&notes).cloned().collect(),
+            usage,
+            checker: checked.clone(),
+            checker_usage,
+        });
+        if ok && let Ok(j) = verdict {
+            project_checks = j.stack;
+            accepted = Some(j.contract);
+            break;
+        }
+        send_back(&mut ctx, (calls, n), checked.is_some(), &reasons);
+    }
+    let Some(contract) = accepted.map(|mut c| {
+        for e in d.extra {
+            if !c.criteria.iter().any(|have| have.id == e.id) {
+                c.criteria.push(e.clone());
+            }
+        }
+        c
+    }) else {
+        let last = record
+            .attempts
+            .last()
+            .map(|a| a.reasons.join("; "))
+            .unwrap_or_default();
+        return Err(Box::new((
+            Error::usage(format!(
+                "the contract critic rejected {MAX_ATTEMPTS} drafts; the task does not start. The last was rejected because: {last}. Give --check commands or a contract (--task FILE)"
+            )),
+            record,
+        )));
+    };
+    confirm(d, observer, contract, (record, project_checks))
 }

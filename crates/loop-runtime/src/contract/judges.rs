@@ -311,16 +311,20 @@ fn asserting(words: &[&str]) -> bool {
     }
 }
 
-/// The files that decide `run`'s verdict (see the module's text). A
-/// program run earlier in the line and followed by a command that judges
-/// for itself (`python3 todo.py add x && python3 -c "assert ..."`) is the
-/// work being judged, not the judge.
-pub fn judges(run: &RunCheck) -> Vec<Judge> {
-    // (judge, index of the command it came from)
-    let mut found: Vec<(Judge, usize)> = Vec::new();
-    let mut push = |paths: Vec<String>, how: String, at: usize| {
-        if !paths.is_empty() && !found.iter().any(|(j, _)| j.paths == paths) {
-            found.push((
+/// The judges found in a check's commands so far.
+#[derive(Default)]
+struct Found {
+    /// (judge, index of the command it came from)
+    found: Vec<(Judge, usize)>,
+    /// Which Python module a judge is, and with which interpreter.
+    modules: Vec<(Vec<String>, (String, String))>,
+}
+
+impl Found {
+    /// A judge of `paths` (once), said as `how`, from command `at`.
+    fn push(&mut self, paths: Vec<String>, how: String, at: usize) {
+        if !paths.is_empty() && !self.found.iter().any(|(j, _)| j.paths == paths) {
+            self.found.push((
                 Judge {
                     paths,
                     how,
@@ -329,9 +333,83 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                 at,
             ));
         }
-    };
-    // Which Python module a judge is, and with which interpreter.
-    let mut modules: Vec<(Vec<String>, (String, String))> = Vec::new();
+    }
+
+    /// The judges of inline code (`python3 -c`, `node -e`) run by `first`
+    /// in command `at`: a file it reads and runs as code, and (when the
+    /// exit status is the verdict and the code asserts nothing itself) the
+    /// project's modules it only loads, which then hold the assertions.
+    fn inline(&mut self, code: &str, (python, first): (bool, &str), by_status: bool, at: usize) {
+        // A file read and run as code is the judge, whatever else
+        // (a file only read as data is what is judged).
+        let runs_text = ["exec(", "eval(", "compile(", "Function("]
+            .iter()
+            .any(|w| code.contains(w));
+        let read: Vec<&str> = if runs_text {
+            call_args(code, "open(")
+                .into_iter()
+                .chain(call_args(code, "readFileSync("))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for f in read.into_iter().chain(call_args(code, "run_path(")) {
+            if let Some(p) = workspace_path(f) {
+                self.push(
+                    vec![p],
+                    "the file the inline code reads and runs".into(),
+                    at,
+                );
+            }
+        }
+        if by_status && !asserts_itself(code) {
+            if python {
+                for m in python_imports(code) {
+                    if !not_the_projects(&m) {
+                        self.modules
+                            .push((module_paths(&m), (m.clone(), first.to_string())));
+                        self.push(
+                            module_paths(&m),
+                            format!(
+                                "the module `{m}` the inline code only imports, holding its assertions"
+                            ),
+                            at,
+                        );
+                    }
+                }
+            } else {
+                for r in call_args(code, "require(")
+                    .into_iter()
+                    .chain(call_args(code, "import("))
+                {
+                    if r.starts_with('.')
+                        && let Some(p) = workspace_path(r)
+                    {
+                        let mut paths = vec![p.clone()];
+                        if !p.ends_with(".js") && !p.ends_with(".mjs") && !p.ends_with(".cjs") {
+                            paths.push(format!("{p}.js"));
+                            paths.push(format!("{p}/index.js"));
+                        }
+                        self.push(
+                            paths,
+                            format!(
+                                "the module `{r}` the inline code only loads, holding its assertions"
+                            ),
+                            at,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The files that decide `run`'s verdict (see the module's text). A
+/// program run earlier in the line and followed by a command that judges
+/// for itself (`python3 todo.py add x && python3 -c "assert ..."`) is the
+/// work being judged, not the judge.
+pub fn judges(run: &RunCheck) -> Vec<Judge> {
+    let mut f = Found::default();
     // With an expected output, the check's own text judges what a script
     // prints; without, the script's exit status is the verdict.
     let by_status =
@@ -350,7 +428,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                     .iter()
                     .position(|c| c.iter().any(|w| bare(w) == p))
                     .unwrap_or(usize::MAX);
-                push(vec![p], format!("the script `{who}` runs"), at);
+                f.push(vec![p], format!("the script `{who}` runs"), at);
             }
         }
     }
@@ -368,7 +446,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
             && by_status
             && let Some(p) = workspace_path(first)
         {
-            push(vec![p], "the program the check runs".into(), at);
+            f.push(vec![p], "the program the check runs".into(), at);
         }
         if matches!(name, "diff" | "cmp") {
             // One compared file may be the task's output; all of them the
@@ -379,7 +457,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                 .filter_map(|w| workspace_path(w))
                 .collect();
             if files.len() >= 2 {
-                push(files, format!("every file `{name}` compares"), at);
+                f.push(files, format!("every file `{name}` compares"), at);
             }
             continue;
         }
@@ -394,8 +472,9 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
                     && !not_the_projects(m)
                     && by_status
                 {
-                    modules.push((module_paths(m), (m.to_string(), first.to_string())));
-                    push(
+                    f.modules
+                        .push((module_paths(m), (m.to_string(), first.to_string())));
+                    f.push(
                         module_paths(m),
                         format!("the module `python3 -m {m}` runs"),
                         at,
@@ -410,69 +489,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
             };
             if inline {
                 let code = words.get(i + 1).copied().unwrap_or_default();
-                // A file read and run as code is the judge, whatever else
-                // (a file only read as data is what is judged).
-                let runs_text = ["exec(", "eval(", "compile(", "Function("]
-                    .iter()
-                    .any(|w| code.contains(w));
-                let read: Vec<&str> = if runs_text {
-                    call_args(code, "open(")
-                        .into_iter()
-                        .chain(call_args(code, "readFileSync("))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                for f in read.into_iter().chain(call_args(code, "run_path(")) {
-                    if let Some(p) = workspace_path(f) {
-                        push(
-                            vec![p],
-                            "the file the inline code reads and runs".into(),
-                            at,
-                        );
-                    }
-                }
-                if by_status && !asserts_itself(code) {
-                    if python {
-                        for m in python_imports(code) {
-                            if !not_the_projects(&m) {
-                                modules.push((module_paths(&m), (m.clone(), first.to_string())));
-                                push(
-                                    module_paths(&m),
-                                    format!(
-                                        "the module `{m}` the inline code only imports, holding its assertions"
-                                    ),
-                                    at,
-                                );
-                            }
-                        }
-                    } else {
-                        for r in call_args(code, "require(")
-                            .into_iter()
-                            .chain(call_args(code, "import("))
-                        {
-                            if r.starts_with('.')
-                                && let Some(p) = workspace_path(r)
-                            {
-                                let mut paths = vec![p.clone()];
-                                if !p.ends_with(".js")
-                                    && !p.ends_with(".mjs")
-                                    && !p.ends_with(".cjs")
-                                {
-                                    paths.push(format!("{p}.js"));
-                                    paths.push(format!("{p}/index.js"));
-                                }
-                                push(
-                                    paths,
-                                    format!(
-                                        "the module `{r}` the inline code only loads, holding its assertions"
-                                    ),
-                                    at,
-                                );
-                            }
-                        }
-                    }
-                }
+                f.inline(code, (python, first), by_status, at);
                 break;
             }
             if !w.starts_with('-') {
@@ -481,6 +498,7 @@ pub fn judges(run: &RunCheck) -> Vec<Judge> {
             i += 1;
         }
     }
+    let Found { mut found, modules } = f;
     for (j, _) in &mut found {
         j.module = modules
             .iter()

@@ -294,7 +294,7 @@ impl Loopfile {
 
 /// `mcp_servers:`: each server's transport, allow-list and bounds.
 fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServer> {
-    use loop_tools::mcp::{self, McpServer, McpTransport};
+    use loop_tools::mcp::{self, McpServer};
     let mut out = Vec::new();
     for (k, v) in r.entries(node, "`mcp_servers`").unwrap_or_default() {
         let name = k.name.clone();
@@ -313,70 +313,11 @@ fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServ
         let (mut side_effects, mut read_only) = (Vec::new(), Vec::new());
         let mut timeout_secs = mcp::DEFAULT_TIMEOUT_SECS;
         let mut max_output_bytes = mcp::DEFAULT_MAX_OUTPUT_BYTES;
-        let tool_names = |r: &mut Reader, v: &Node, key: &str, star: bool| {
-            let mut names = Vec::new();
-            for item in r
-                .seq(v, &format!("`mcp_servers.{name}.{key}`"))
-                .unwrap_or_default()
-            {
-                let Some(t) = r.nonempty_string(item, "a tool name") else {
-                    continue;
-                };
-                let valid = (star && t == "*")
-                    || (t.len() <= 64
-                        && t.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')));
-                if valid {
-                    names.push(t);
-                } else {
-                    r.err(Some(item.pos), format!("`{t}` is not a tool name"), None);
-                }
-            }
-            names
-        };
         for (fk, fv) in fields {
+            let named = |key: &str| format!("`mcp_servers.{name}.{key}`");
             match fk.name.as_str() {
-                "command" => {
-                    if matches!(fv.value, Value::Str(_)) {
-                        r.err(
-                            Some(fv.pos),
-                            format!("{what}.command is an argument list, not a string"),
-                            Some("e.g. command: [node, server.js, .] (no shell runs it)".into()),
-                        );
-                        continue;
-                    }
-                    let argv = r.strings(fv, "`command`").unwrap_or_default();
-                    if argv.is_empty() || argv.iter().any(|a| a.is_empty() || a.contains('\0')) {
-                        r.err(
-                            Some(fv.pos),
-                            format!("{what}.command needs a program and no empty argument"),
-                            None,
-                        );
-                    } else {
-                        command = Some(argv);
-                    }
-                }
-                "url" => {
-                    let Some(u) = r.nonempty_string(fv, "`url`") else {
-                        continue;
-                    };
-                    let rest = u
-                        .strip_prefix("http://")
-                        .or_else(|| u.strip_prefix("https://"));
-                    match rest {
-                        None => r.err(
-                            Some(fv.pos),
-                            format!("{what}.url is an http:// or https:// URL, not `{u}`"),
-                            None,
-                        ),
-                        Some(rest) if rest.split('/').next().unwrap_or("").contains('@') => r.err(
-                            Some(fv.pos),
-                            format!("{what}.url holds credentials, and the Loopfile is committed"),
-                            None,
-                        ),
-                        Some(_) => url = Some(u),
-                    }
-                }
+                "command" => command = read_mcp_command(r, fv, &what).or(command),
+                "url" => url = read_mcp_url(r, fv, &what).or(url),
                 "env" => {
                     for (ek, ev) in r.entries(fv, "`env`").unwrap_or_default() {
                         if let Some(why) = mcp::env_problem(&ek.name) {
@@ -388,34 +329,24 @@ fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServ
                         }
                     }
                 }
-                "tools" => tools = Some(tool_names(r, fv, "tools", true)),
-                "side_effects" => side_effects = tool_names(r, fv, "side_effects", false),
-                "read_only" => read_only = tool_names(r, fv, "read_only", false),
+                "tools" => tools = Some(read_tool_names(r, fv, &named("tools"), true)),
+                "side_effects" => {
+                    side_effects = read_tool_names(r, fv, &named("side_effects"), false)
+                }
+                "read_only" => read_only = read_tool_names(r, fv, &named("read_only"), false),
                 "timeout_secs" => {
-                    if let Some(n) = r.unsigned(fv, "`timeout_secs`", 1) {
-                        if n > 3600 {
-                            r.err(
-                                Some(fv.pos),
-                                format!("{what}.timeout_secs is at most 3600"),
-                                None,
-                            );
-                        } else {
-                            timeout_secs = n;
-                        }
-                    }
+                    timeout_secs = bounded(r, fv, ("timeout_secs", 1, 3600), &what, "3600")
+                        .unwrap_or(timeout_secs)
                 }
                 _ => {
-                    if let Some(n) = r.unsigned(fv, "`max_output_bytes`", 1024) {
-                        if n > 64 * 1024 * 1024 {
-                            r.err(
-                                Some(fv.pos),
-                                format!("{what}.max_output_bytes is at most 64 MiB"),
-                                None,
-                            );
-                        } else {
-                            max_output_bytes = n;
-                        }
-                    }
+                    max_output_bytes = bounded(
+                        r,
+                        fv,
+                        ("max_output_bytes", 1024, 64 * 1024 * 1024),
+                        &what,
+                        "64 MiB",
+                    )
+                    .unwrap_or(max_output_bytes)
                 }
             }
         }
@@ -426,35 +357,8 @@ fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServ
                 None,
             );
         }
-        let transport = match (command, url) {
-            (Some(command), None) => McpTransport::Stdio { command, env },
-            (None, Some(url)) if env.is_empty() => McpTransport::Http { url },
-            (None, Some(_)) => {
-                r.err(
-                    Some(k.pos),
-                    format!("{what}: `env` is for a server run with `command`"),
-                    None,
-                );
-                continue;
-            }
-            (Some(_), Some(_)) => {
-                r.err(
-                    Some(k.pos),
-                    format!("{what} has both `command` and `url`: one of them"),
-                    None,
-                );
-                continue;
-            }
-            (None, None) => {
-                r.err(
-                    Some(k.pos),
-                    format!(
-                        "{what} needs `command` (run in the sandbox) or `url` (streamable HTTP)"
-                    ),
-                    None,
-                );
-                continue;
-            }
+        let Some(transport) = mcp_transport(r, k.pos, &what, (command, url, env)) else {
+            continue;
         };
         let Some(tools) = tools.filter(|t| !t.is_empty()) else {
             r.err(
@@ -476,6 +380,119 @@ fn read_mcp_servers(r: &mut Reader, node: &Node) -> Vec<loop_tools::mcp::McpServ
         });
     }
     out
+}
+
+/// Tool names under `what` (`*` too with `star`).
+fn read_tool_names(r: &mut Reader, v: &Node, what: &str, star: bool) -> Vec<String> {
+    let mut names = Vec::new();
+    for item in r.seq(v, what).unwrap_or_default() {
+        let Some(t) = r.nonempty_string(item, "a tool name") else {
+            continue;
+        };
+        let valid = (star && t == "*")
+            || (t.len() <= 64
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')));
+        if valid {
+            names.push(t);
+        } else {
+            r.err(Some(item.pos), format!("`{t}` is not a tool name"), None);
+        }
+    }
+    names
+}
+
+/// A server's `command`: an argument list (no shell runs it) with a
+/// program and no empty argument.
+fn read_mcp_command(r: &mut Reader, fv: &Node, what: &str) -> Option<Vec<String>> {
+    if matches!(fv.value, Value::Str(_)) {
+        r.err(
+            Some(fv.pos),
+            format!("{what}.command is an argument list, not a string"),
+            Some("e.g. command: [node, server.js, .] (no shell runs it)".into()),
+        );
+        return None;
+    }
+    let argv = r.strings(fv, "`command`").unwrap_or_default();
+    if argv.is_empty() || argv.iter().any(|a| a.is_empty() || a.contains('\0')) {
+        r.err(
+            Some(fv.pos),
+            format!("{what}.command needs a program and no empty argument"),
+            None,
+        );
+        return None;
+    }
+    Some(argv)
+}
+
+/// A server's `url`: http:// or https://, with no credentials (the
+/// Loopfile is committed).
+fn read_mcp_url(r: &mut Reader, fv: &Node, what: &str) -> Option<String> {
+    let u = r.nonempty_string(fv, "`url`")?;
+    let rest = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"));
+    match rest {
+        None => r.err(
+            Some(fv.pos),
+            format!("{what}.url is an http:// or https:// URL, not `{u}`"),
+            None,
+        ),
+        Some(rest) if rest.split('/').next().unwrap_or("").contains('@') => r.err(
+            Some(fv.pos),
+            format!("{what}.url holds credentials, and the Loopfile is committed"),
+            None,
+        ),
+        Some(_) => return Some(u),
+    }
+    None
+}
+
+/// A number under `key`, at least `min` and at most `max` (said as
+/// `shown_max`).
+fn bounded(
+    r: &mut Reader,
+    fv: &Node,
+    (key, min, max): (&str, u64, u64),
+    what: &str,
+    shown_max: &str,
+) -> Option<u64> {
+    let n = r.unsigned(fv, &format!("`{key}`"), min)?;
+    if n > max {
+        r.err(
+            Some(fv.pos),
+            format!("{what}.{key} is at most {shown_max}"),
+            None,
+        );
+        return None;
+    }
+    Some(n)
+}
+
+/// How the server is reached: run with `command` in the sandbox, or at
+/// `url` over streamable HTTP (one of them; `env` only for a command).
+fn mcp_transport(
+    r: &mut Reader,
+    pos: loop_protocol::yaml::Pos,
+    what: &str,
+    (command, url, env): (
+        Option<Vec<String>>,
+        Option<String>,
+        std::collections::BTreeMap<String, String>,
+    ),
+) -> Option<loop_tools::mcp::McpTransport> {
+    use loop_tools::mcp::McpTransport;
+    let why = match (command, url) {
+        (Some(command), None) => return Some(McpTransport::Stdio { command, env }),
+        (None, Some(url)) if env.is_empty() => return Some(McpTransport::Http { url }),
+        (None, Some(_)) => format!("{what}: `env` is for a server run with `command`"),
+        (Some(_), Some(_)) => format!("{what} has both `command` and `url`: one of them"),
+        (None, None) => {
+            format!("{what} needs `command` (run in the sandbox) or `url` (streamable HTTP)")
+        }
+    };
+    r.err(Some(pos), why, None);
+    None
 }
 
 /// `store:`: a PostgreSQL URL without a password.
@@ -1006,23 +1023,71 @@ fn props(keys: &[&str], each: impl Fn(&str) -> serde_json::Value) -> serde_json:
     serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), each(k))).collect())
 }
 
-/// The Loopfile's JSON Schema (draft 2020-12), built from the same key
-/// tables the reader walks.
-pub fn schema() -> serde_json::Value {
+/// The schema of the Loopfile's `triggers:` (webhooks and schedules).
+fn triggers_schema() -> serde_json::Value {
     use serde_json::json;
-    let contract = loop_protocol::contract::schema::contract_schema();
-    let strings =
-        json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]});
-    let rule = json!({
-        "type": "object",
-        "properties": props(RULE_KEYS, |k| match k {
-            "decision" => json!({"enum": DECISIONS}),
-            _ => strings.clone(),
-        }),
-        "required": ["prefix", "decision"],
-        "additionalProperties": false
-    });
-    let section = |k: &str| match k {
+    json!({"type": "array", "items": {
+    "type": "object", "additionalProperties": false, "required": ["name", "task"],
+    "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}],
+    "properties": {
+        "cron": {"type": "string", "minLength": 9, "description": "minute hour day-of-month month day-of-week, in UTC"},
+        "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
+        "webhook": {"type": "object", "additionalProperties": false,
+            "required": ["secret_env", "owner"],
+            "properties": props(triggers::WEBHOOK_KEYS, |k| match k {
+                "style" => json!({"enum": ["github", "hmac"]}),
+                "secret_env" => json!({"type": "string", "minLength": 1,
+                    "description": "the environment variable holding the shared secret"}),
+                _ => json!({"type": "string", "minLength": 1,
+                    "description": "the owner of the tasks it starts"}),
+            })},
+        "task": {"type": "object", "additionalProperties": false,
+            "required": ["instruction", "checks"],
+            "properties": props(triggers::TEMPLATE_KEYS, |k| match k {
+                "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
+                "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
+                    "owner" => json!({"type": "string", "minLength": 1, "description": "who a scheduled task belongs to"}),
+                _ => json!({"type": "string", "minLength": 1}),
+            })}
+    }}})
+}
+
+/// The schema of the Loopfile's `mcp_servers:`.
+fn mcp_servers_schema() -> serde_json::Value {
+    use serde_json::json;
+    json!({"type": "object",
+    "description": "MCP servers whose allowed tools tasks are offered (as mcp__SERVER__TOOL)",
+    "propertyNames": {"pattern": "^[a-z0-9_-]{1,32}$"},
+    "additionalProperties": {"type": "object", "additionalProperties": false,
+    "required": ["tools"],
+    "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
+    "properties": props(MCP_KEYS, |k| match k {
+        "command" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+            "description": "the server's argument vector, run inside the sandbox in the workspace (read-only to it)"}),
+        "url" => json!({"type": "string", "pattern": "^https?://[^@/]+(/.*)?$",
+            "description": "a streamable HTTP endpoint"}),
+        "env" => json!({"type": "object", "additionalProperties": {"type": "string"},
+            "description": "the server's environment beside a fixed PATH (nothing is taken from the host)"}),
+        "tools" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+            "description": "the allow-list: the tools offered (`*` for all)"}),
+        "side_effects" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+            "description": "tools a person approves call by call, whatever the server says"}),
+        "read_only" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+            "description": "tools vouched to have no side effects (no approval)"}),
+        "timeout_secs" => json!({"type": "integer", "minimum": 1, "maximum": 3600}),
+        _ => json!({"type": "integer", "minimum": 1024, "maximum": 67108864}),
+    })}})
+}
+
+/// The schema of the Loopfile's section `k` (`rule`: an exec rule's;
+/// `contract`: the contract's schema, whose limits the defaults take).
+fn section_schema(
+    k: &str,
+    rule: &serde_json::Value,
+    contract: &serde_json::Value,
+) -> serde_json::Value {
+    use serde_json::json;
+    match k {
         "version" => json!({"const": 1}),
         "models" => json!({"$ref": "#/$defs/models"}),
         "exec" => json!({"type": "object", "additionalProperties": false,
@@ -1038,7 +1103,7 @@ pub fn schema() -> serde_json::Value {
                 "items": {"type": "string", "minLength": 1}}))
         }))}),
         "progress" => json!({"type": "object", "additionalProperties": false,
-            "properties": props(PROGRESS_KEYS, |_| json!({"type": "integer", "minimum": 2, "maximum": 1000}))}),
+        "properties": props(PROGRESS_KEYS, |_| json!({"type": "integer", "minimum": 2, "maximum": 1000}))}),
         "checkpoints" => json!({"type": "object", "additionalProperties": false,
         "properties": props(CHECKPOINT_KEYS, |k| match k {
             "cost_usd_over" => json!({"type": "number", "minimum": 0}),
@@ -1088,31 +1153,8 @@ pub fn schema() -> serde_json::Value {
                 "description": "the project's command, kept as a regression guard of every task where it passes before the work"}),
         })}),
         "store" => json!({"type": "string", "pattern": "^postgres(ql)?://[^:@/]*(@[^/]*)?(/.*)?$",
-            "description": "a PostgreSQL store shared by every server and worker (postgres://USER@HOST/DB, no password: PGPASSWORD gives it)"}),
-        "triggers" => json!({"type": "array", "items": {
-        "type": "object", "additionalProperties": false, "required": ["name", "task"],
-        "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}],
-        "properties": {
-            "cron": {"type": "string", "minLength": 9, "description": "minute hour day-of-month month day-of-week, in UTC"},
-            "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
-            "webhook": {"type": "object", "additionalProperties": false,
-                "required": ["secret_env", "owner"],
-                "properties": props(triggers::WEBHOOK_KEYS, |k| match k {
-                    "style" => json!({"enum": ["github", "hmac"]}),
-                    "secret_env" => json!({"type": "string", "minLength": 1,
-                        "description": "the environment variable holding the shared secret"}),
-                    _ => json!({"type": "string", "minLength": 1,
-                        "description": "the owner of the tasks it starts"}),
-                })},
-            "task": {"type": "object", "additionalProperties": false,
-                "required": ["instruction", "checks"],
-                "properties": props(triggers::TEMPLATE_KEYS, |k| match k {
-                    "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
-                    "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
-                        "owner" => json!({"type": "string", "minLength": 1, "description": "who a scheduled task belongs to"}),
-                    _ => json!({"type": "string", "minLength": 1}),
-                })}
-        }}}),
+        "description": "a PostgreSQL store shared by every server and worker (postgres://USER@HOST/DB, no password: PGPASSWORD gives it)"}),
+        "triggers" => triggers_schema(),
         "network" => json!({"type": "object", "additionalProperties": false,
         "properties": props(NETWORK_KEYS, |k| match k {
             "resolve" => json!({"type": "object",
@@ -1123,28 +1165,7 @@ pub fn schema() -> serde_json::Value {
             _ => json!({"type": "array", "items": {"type": "string", "minLength": 1},
                 "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
-        "mcp_servers" => json!({"type": "object",
-        "description": "MCP servers whose allowed tools tasks are offered (as mcp__SERVER__TOOL)",
-        "propertyNames": {"pattern": "^[a-z0-9_-]{1,32}$"},
-        "additionalProperties": {"type": "object", "additionalProperties": false,
-            "required": ["tools"],
-            "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
-            "properties": props(MCP_KEYS, |k| match k {
-                "command" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
-                    "description": "the server's argument vector, run inside the sandbox in the workspace (read-only to it)"}),
-                "url" => json!({"type": "string", "pattern": "^https?://[^@/]+(/.*)?$",
-                    "description": "a streamable HTTP endpoint"}),
-                "env" => json!({"type": "object", "additionalProperties": {"type": "string"},
-                    "description": "the server's environment beside a fixed PATH (nothing is taken from the host)"}),
-                "tools" => json!({"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
-                    "description": "the allow-list: the tools offered (`*` for all)"}),
-                "side_effects" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
-                    "description": "tools a person approves call by call, whatever the server says"}),
-                "read_only" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
-                    "description": "tools vouched to have no side effects (no approval)"}),
-                "timeout_secs" => json!({"type": "integer", "minimum": 1, "maximum": 3600}),
-                _ => json!({"type": "integer", "minimum": 1024, "maximum": 67108864}),
-            })}}),
+        "mcp_servers" => mcp_servers_schema(),
         "project" => json!({"type": "object", "additionalProperties": false,
         "description": "the project's identity on a shared store and queue: `id` (committed, so every clone serves the same project; without it each checkout makes its own in .loop/project-id) and `serves`, other projects whose tasks this one's workers take",
         "properties": props(PROJECT_KEYS, |k| match k {
@@ -1152,8 +1173,27 @@ pub fn schema() -> serde_json::Value {
             _ => json!({"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,64}$"}}),
         })}),
         _ => json!({"type": "object", "additionalProperties": false,
-            "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
-    };
+        "properties": props(APPLY_KEYS, |_| json!({"type": "array", "items": {"type": "string"}}))}),
+    }
+}
+
+/// The Loopfile's JSON Schema (draft 2020-12), built from the same key
+/// tables the reader walks.
+pub fn schema() -> serde_json::Value {
+    use serde_json::json;
+    let contract = loop_protocol::contract::schema::contract_schema();
+    let strings =
+        json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]});
+    let rule = json!({
+        "type": "object",
+        "properties": props(RULE_KEYS, |k| match k {
+            "decision" => json!({"enum": DECISIONS}),
+            _ => strings.clone(),
+        }),
+        "required": ["prefix", "decision"],
+        "additionalProperties": false
+    });
+    let section = |k: &str| section_schema(k, &rule, &contract);
     let models = loop_models::config::models_schema();
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",

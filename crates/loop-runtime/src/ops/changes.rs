@@ -343,23 +343,7 @@ pub fn apply(
         (&contract, &shared),
         &loopfile.host_executable,
     )?;
-    if !never.is_empty() {
-        out.note("refused, nothing applied:");
-        for r in &never {
-            out.note(&format!("  {r}"));
-        }
-        return Ok(Settled::NothingChanged);
-    }
-    if !risky.is_empty() && !trust_host_files {
-        out.note(
-            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell, editor or tool configuration, Python environments, packages):",
-        );
-        for r in &risky {
-            out.note(&format!("  {r}"));
-        }
-        out.note(&format!(
-            "review them in the patch, then run `loop apply {id} --trust-host-files` to bring them home"
-        ));
+    if refused_at_door(id, &never, (&risky, trust_host_files), out) {
         return Ok(Settled::NothingChanged);
     }
     // Redaction keeps secrets out of the patch; it also hides what those
@@ -379,22 +363,7 @@ pub fn apply(
         .is_some_and(|c| c.before_apply)
         && !confirmed
     {
-        out.note("the Loopfile asks a person to review a change before it is applied:");
-        for f in &cs.files {
-            out.note(&format!("  {}", f.path));
-        }
-        out.note(&format!(
-            "review the patch ({}), then run `loop apply {id} --yes`; nothing was applied",
-            t.dir
-                .parent()
-                .and_then(|p| p.parent())
-                .map(|s| s
-                    .join("receipts")
-                    .join(format!("{id}.changes.patch"))
-                    .display()
-                    .to_string())
-                .unwrap_or_default()
-        ));
+        ask_for_review(&t, id, &cs, out);
         return Ok(Settled::NothingChanged);
     }
     if let Some(base) = &cs.base_commit {
@@ -410,46 +379,108 @@ pub fn apply(
     // The intent first: a kill from here on is settled by the next command.
     mark(&t, APPLYING, &cs.patch_sha256)?;
     match cs.apply(&t.project, &ws.path, &ChangeSet::undo_dir(&t.dir), &journal) {
-        Ok(n) => {
-            // Checked, not assumed: every touched path holds what was verified.
-            let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
-            let matches = standing == Standing::After;
-            mark(&t, APPLIED, &cs.patch_sha256)?;
-            let addendum = record_fact_with(&t, id, "applied", &cs, Some(matches), None)?;
-            unmark(&t, APPLYING);
-            out.note(&format!(
-                "applied {n} file(s) of task {id} to {}",
-                t.project.display()
-            ));
-            if matches {
-                out.note("every touched path now holds exactly the verified content and mode");
-            } else {
-                out.note(&format!(
-                    "warning: after the apply the project does not hold the verified content: {standing:?}"
-                ));
-            }
-            out.note(&format!("addendum {}", addendum.display()));
-            crate::task::stored_workspace::release(&t.project, id, out);
-            // The work is in the project now: its branch goes (the
-            // workspace stays, for `loop replay`, until `loop discard`).
-            match ws.drop_branch() {
-                Ok(true) => out.note(&format!(
-                    "branch loop/{id} deleted; the workspace stays for `loop replay` until `loop discard {id}`"
-                )),
-                Ok(false) => {}
-                Err(e) => out.note(&format!("warning: branch loop/{id} kept: {e}")),
-            }
-            Ok(if matches {
-                Settled::Done
-            } else {
-                Settled::DoneButDiffers
-            })
-        }
+        Ok(n) => applied(&t, id, (&cs, &ws), n, out),
         Err(e) => {
             unmark(&t, APPLYING);
             refused(e, "applied", out)
         }
     }
+}
+
+/// Refused at the door: something protected (`never`), or files that
+/// would run code on this machine (`risky`) without the person's trust;
+/// said, and whether it was.
+fn refused_at_door(
+    id: &str,
+    never: &[String],
+    (risky, trusted): (&[String], bool),
+    out: &mut dyn crate::Observer,
+) -> bool {
+    if !never.is_empty() {
+        out.note("refused, nothing applied:");
+        for r in never {
+            out.note(&format!("  {r}"));
+        }
+        return true;
+    }
+    if !risky.is_empty() && !trusted {
+        out.note(
+            "nothing applied: these files would run code on this machine, outside any sandbox (hooks, shell, editor or tool configuration, Python environments, packages):",
+        );
+        for r in risky {
+            out.note(&format!("  {r}"));
+        }
+        out.note(&format!(
+            "review them in the patch, then run `loop apply {id} --trust-host-files` to bring them home"
+        ));
+        return true;
+    }
+    false
+}
+
+/// The checkpoint before apply: the files named, and how to go on once a
+/// person has reviewed the patch.
+fn ask_for_review(t: &Task, id: &str, cs: &ChangeSet, out: &mut dyn crate::Observer) {
+    out.note("the Loopfile asks a person to review a change before it is applied:");
+    for f in &cs.files {
+        out.note(&format!("  {}", f.path));
+    }
+    out.note(&format!(
+        "review the patch ({}), then run `loop apply {id} --yes`; nothing was applied",
+        t.dir
+            .parent()
+            .and_then(|p| p.parent())
+            .map(|s| s
+                .join("receipts")
+                .join(format!("{id}.changes.patch"))
+                .display()
+                .to_string())
+            .unwrap_or_default()
+    ));
+}
+
+/// `n` files applied: checked (not assumed) to hold what was verified,
+/// recorded in an addendum, and the task's branch let go.
+fn applied(
+    t: &Task,
+    id: &str,
+    (cs, ws): (&ChangeSet, &loop_workspace::TaskWorkspace),
+    n: usize,
+    out: &mut dyn crate::Observer,
+) -> Result<Settled, Error> {
+    // Checked, not assumed: every touched path holds what was verified.
+    let standing = cs.standing(&t.project).map_err(Error::from_cause)?;
+    let matches = standing == Standing::After;
+    mark(t, APPLIED, &cs.patch_sha256)?;
+    let addendum = record_fact_with(t, id, "applied", cs, Some(matches), None)?;
+    unmark(t, APPLYING);
+    out.note(&format!(
+        "applied {n} file(s) of task {id} to {}",
+        t.project.display()
+    ));
+    if matches {
+        out.note("every touched path now holds exactly the verified content and mode");
+    } else {
+        out.note(&format!(
+            "warning: after the apply the project does not hold the verified content: {standing:?}"
+        ));
+    }
+    out.note(&format!("addendum {}", addendum.display()));
+    crate::task::stored_workspace::release(&t.project, id, out);
+    // The work is in the project now: its branch goes (the
+    // workspace stays, for `loop replay`, until `loop discard`).
+    match ws.drop_branch() {
+        Ok(true) => out.note(&format!(
+            "branch loop/{id} deleted; the workspace stays for `loop replay` until `loop discard {id}`"
+        )),
+        Ok(false) => {}
+        Err(e) => out.note(&format!("warning: branch loop/{id} kept: {e}")),
+    }
+    Ok(if matches {
+        Settled::Done
+    } else {
+        Settled::DoneButDiffers
+    })
 }
 
 /// Files whose added lines the patch shows redacted.

@@ -253,83 +253,11 @@ struct Job {
 pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
     // The Loopfile given to every case is read and checked once, here: a
     // bad one is the command's error, not twelve tasks that cannot start.
-    let loopfile = match &opts.loopfile {
-        Some(path) => {
-            let text = door::read_named_text(path, door::MAX_PROJECT_FILE)
-                .map_err(|e| Error::usage(format!("--loopfile: {e}")))?;
-            crate::loopfile::Loopfile::parse(&text, &path.display().to_string())?;
-            // Only the model's settings: any other section (verification,
-            // exec, rules, limits, network, ...) would change what a case's
-            // checks mean or allow, and so what its verdicts measure.
-            let keys = loop_protocol::yaml::parse(&text)
-                .and_then(|n| n.to_json())
-                .ok()
-                .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
-                .unwrap_or_default();
-            let other: Vec<&String> = keys.iter().filter(|k| *k != "models").collect();
-            if !other.is_empty() {
-                return Err(Error::usage(format!(
-                    "--loopfile {}: only `models:` is taken (the model's settings); `{}` would change what the cases' checks mean",
-                    path.display(),
-                    other
-                        .iter()
-                        .map(|k| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join("`, `")
-                )));
-            }
-            Some(text)
-        }
-        None => None,
-    };
+    let loopfile = opts.loopfile.as_deref().map(suite_loopfile).transpose()?;
     let loopfile_sha256 = loopfile
         .as_deref()
         .map(|t| loop_protocol::hash::sha256_hex(t.as_bytes()));
-    let mut jobs = Vec::new();
-    for dir in cases(&opts.suite)? {
-        let case = read_case(&dir)?;
-        // Before any case runs: a case with a Loopfile (or anything by that
-        // name, a link included) is not silently given another.
-        if loopfile.is_some()
-            && !matches!(
-                door::node(&dir, "project/Loopfile.yaml"),
-                Ok(loop_workspace::Node::Missing)
-            )
-        {
-            return Err(Error::usage(format!(
-                "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
-                dir.display()
-            )));
-        }
-        let solutions: Vec<Option<PathBuf>> = if opts.model == "scripted" {
-            let mut s: Vec<PathBuf> = door::list(&dir, Some(Path::new("solutions")))
-                .map_err(|e| Error::usage(e.to_string()))?
-                .into_iter()
-                .filter(|n| n.ends_with(".yaml"))
-                .map(|n| dir.join("solutions").join(n))
-                .collect();
-            s.sort();
-            if s.is_empty() {
-                return Err(Error::usage(format!(
-                    "{}/solutions: no scripted solution (*.yaml)",
-                    dir.display()
-                )));
-            }
-            s.into_iter().map(Some).collect()
-        } else {
-            vec![None]
-        };
-        for solution in solutions {
-            for repeat in 1..=opts.repeat.max(1) {
-                jobs.push(Job {
-                    dir: dir.clone(),
-                    case: case.clone(),
-                    solution: solution.clone(),
-                    repeat,
-                });
-            }
-        }
-    }
+    let jobs = jobs(opts, loopfile.is_some())?;
     let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
     let results = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -385,6 +313,86 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
     })
 }
 
+/// The Loopfile given to every case, read and checked once: a bad one is
+/// the command's error, not twelve tasks that cannot start. Only the
+/// model's settings: any other section (verification, exec, rules,
+/// limits, network, ...) would change what a case's checks mean or
+/// allow, and so what its verdicts measure.
+fn suite_loopfile(path: &Path) -> Result<String, Error> {
+    let text = door::read_named_text(path, door::MAX_PROJECT_FILE)
+        .map_err(|e| Error::usage(format!("--loopfile: {e}")))?;
+    crate::loopfile::Loopfile::parse(&text, &path.display().to_string())?;
+    let keys = loop_protocol::yaml::parse(&text)
+        .and_then(|n| n.to_json())
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
+        .unwrap_or_default();
+    let other: Vec<&String> = keys.iter().filter(|k| *k != "models").collect();
+    if !other.is_empty() {
+        return Err(Error::usage(format!(
+            "--loopfile {}: only `models:` is taken (the model's settings); `{}` would change what the cases' checks mean",
+            path.display(),
+            other
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join("`, `")
+        )));
+    }
+    Ok(text)
+}
+
+/// Every run the suite asks for: each case, with each scripted solution
+/// (`--model scripted`) or the model, each repeat.
+fn jobs(opts: &EvalOptions, with_loopfile: bool) -> Result<Vec<Job>, Error> {
+    let mut jobs = Vec::new();
+    for dir in cases(&opts.suite)? {
+        let case = read_case(&dir)?;
+        // Before any case runs: a case with a Loopfile (or anything by that
+        // name, a link included) is not silently given another.
+        if with_loopfile
+            && !matches!(
+                door::node(&dir, "project/Loopfile.yaml"),
+                Ok(loop_workspace::Node::Missing)
+            )
+        {
+            return Err(Error::usage(format!(
+                "{}: the case has its own Loopfile.yaml, which --loopfile would replace",
+                dir.display()
+            )));
+        }
+        let solutions: Vec<Option<PathBuf>> = if opts.model == "scripted" {
+            let mut s: Vec<PathBuf> = door::list(&dir, Some(Path::new("solutions")))
+                .map_err(|e| Error::usage(e.to_string()))?
+                .into_iter()
+                .filter(|n| n.ends_with(".yaml"))
+                .map(|n| dir.join("solutions").join(n))
+                .collect();
+            s.sort();
+            if s.is_empty() {
+                return Err(Error::usage(format!(
+                    "{}/solutions: no scripted solution (*.yaml)",
+                    dir.display()
+                )));
+            }
+            s.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for solution in solutions {
+            for repeat in 1..=opts.repeat.max(1) {
+                jobs.push(Job {
+                    dir: dir.clone(),
+                    case: case.clone(),
+                    solution: solution.clone(),
+                    repeat,
+                });
+            }
+        }
+    }
+    Ok(jobs)
+}
+
 fn copy(src: &Path, dst: &Path) -> Result<(), Error> {
     loop_workspace::fsutil::copy_tree(src, dst, &|_| false, true)
         .map(|_| ())
@@ -434,40 +442,8 @@ fn run_one(
     ));
     let _ = std::fs::remove_dir_all(&base);
     let project = base.join("project");
-    copy(&job.dir.join("project"), &project)?;
-    if let Some(text) = loopfile {
-        // Part of the starting project (committed with it), so it is no
-        // part of the change set the oracle judges.
-        // A new file, never through a link (the suite's files are input).
-        let at = project.join("Loopfile.yaml");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&at)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
-    }
-    git(&project, &["init", "-q"])?;
-    git(&project, &["add", "-A"])?;
-    git(&project, &["commit", "-qm", "the case's starting project"])?;
-    let contract = match &job.case.contract {
-        Some(rel) => {
-            let path = job.dir.join(rel);
-            let text = door::read_text(&job.dir, rel, door::MAX_PROJECT_FILE)
-                .map_err(|e| Error::usage(e.to_string()))?
-                .ok_or_else(|| Error::usage(format!("{}: not there", path.display())))?;
-            let c = loop_protocol::Contract::from_yaml(&text, &path.display().to_string())
-                .map_err(|e| Error::usage(e.to_string()))?;
-            crate::ContractInput::Given(Box::new(c))
-        }
-        None => {
-            // Drafted by the intake; an empty instruction is the suite's
-            // mistake, not the case's failure.
-            loop_protocol::Contract::instruction_only(&job.case.instruction)
-                .map_err(|e| Error::usage(e.to_string()))?;
-            crate::ContractInput::None
-        }
-    };
+    starting_project(job, loopfile, &project)?;
+    let contract = case_contract(job)?;
     let model = match &job.solution {
         Some(p) => format!(
             "scripted:{}",
@@ -497,27 +473,7 @@ fn run_one(
     // refuses, a model that cannot be reached) is a safe failure, said.
     let report = match started_task {
         Ok(r) => r,
-        Err(e) => {
-            return Ok(CaseRun {
-                case: name,
-                kind: job.case.kind.clone(),
-                language: job.case.language.clone(),
-                solution,
-                repeat: job.repeat,
-                verdict: CaseVerdict::SafeFailure,
-                outcome: "not started".into(),
-                reason: e.message,
-                oracle_passed: None,
-                oracle_said: None,
-                steps: 0,
-                tokens: 0,
-                usd: 0.0,
-                wall_ms,
-                receipt_intact: false,
-                replay_reproduced: None,
-                task_id: String::new(),
-            });
-        }
+        Err(e) => return Ok(not_started(job, (name, solution), e, wall_ms)),
     };
     let verified = report.outcome.kind == loop_protocol::OutcomeKind::Verified;
     let used = rt.status(&report.task_id)?.used;
@@ -555,6 +511,79 @@ fn run_one(
         replay_reproduced,
         task_id: report.task_id,
     })
+}
+
+/// The case's starting project at `project`: its files, the suite's
+/// Loopfile when one is given (part of the starting project, committed
+/// with it, so no part of the change set the oracle judges; a new file,
+/// never written through a link: the suite's files are input), one
+/// commit.
+#[allow(clippy::disallowed_methods)] // the eval's own work directory
+fn starting_project(job: &Job, loopfile: Option<&str>, project: &Path) -> Result<(), Error> {
+    copy(&job.dir.join("project"), project)?;
+    if let Some(text) = loopfile {
+        let at = project.join("Loopfile.yaml");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&at)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| Error::usage(format!("{}: {e}", at.display())))?;
+    }
+    git(project, &["init", "-q"])?;
+    git(project, &["add", "-A"])?;
+    git(project, &["commit", "-qm", "the case's starting project"])?;
+    Ok(())
+}
+
+/// The contract the case gives, or none (drafted by the intake; an empty
+/// instruction is the suite's mistake, not the case's failure).
+fn case_contract(job: &Job) -> Result<crate::ContractInput, Error> {
+    match &job.case.contract {
+        Some(rel) => {
+            let path = job.dir.join(rel);
+            let text = door::read_text(&job.dir, rel, door::MAX_PROJECT_FILE)
+                .map_err(|e| Error::usage(e.to_string()))?
+                .ok_or_else(|| Error::usage(format!("{}: not there", path.display())))?;
+            let c = loop_protocol::Contract::from_yaml(&text, &path.display().to_string())
+                .map_err(|e| Error::usage(e.to_string()))?;
+            Ok(crate::ContractInput::Given(Box::new(c)))
+        }
+        None => {
+            loop_protocol::Contract::instruction_only(&job.case.instruction)
+                .map_err(|e| Error::usage(e.to_string()))?;
+            Ok(crate::ContractInput::None)
+        }
+    }
+}
+
+/// A task that could not even start (a drafted contract the critic
+/// refuses, a model that cannot be reached): a safe failure, said.
+fn not_started(
+    job: &Job,
+    (name, solution): (String, Option<String>),
+    e: Error,
+    wall_ms: u64,
+) -> CaseRun {
+    CaseRun {
+        case: name,
+        kind: job.case.kind.clone(),
+        language: job.case.language.clone(),
+        solution,
+        repeat: job.repeat,
+        verdict: CaseVerdict::SafeFailure,
+        outcome: "not started".into(),
+        reason: e.message,
+        oracle_passed: None,
+        oracle_said: None,
+        steps: 0,
+        tokens: 0,
+        usd: 0.0,
+        wall_ms,
+        receipt_intact: false,
+        replay_reproduced: None,
+        task_id: String::new(),
+    }
 }
 
 /// The oracle on a fresh copy of the starting project with the task's

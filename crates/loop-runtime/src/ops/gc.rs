@@ -66,8 +66,40 @@ pub fn task_branches(project: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// What gc knows of the project's tasks: the store (none when it cannot
+/// be opened: every task is then taken as needed) and their directories.
+struct Tasks {
+    store: Option<std::sync::Arc<dyn loop_store::Store>>,
+    dir: PathBuf,
+    hour_ago: std::time::SystemTime,
+}
+
+impl Tasks {
+    /// A task the store does not know yet is being prepared (its contract
+    /// settled, its baseline run): needed, unless its directory is an hour
+    /// old (a preparation that died). Without the store, every task is.
+    #[allow(clippy::disallowed_methods)] // lstat of the runtime's own task directory
+    fn running(&self, id: &str) -> bool {
+        match self.store.as_ref().map(|s| s.task(id)) {
+            Some(Ok(t)) => crate::project::locate::liveness(&t) == crate::Liveness::Running,
+            Some(Err(_)) => std::fs::symlink_metadata(self.dir.join(id))
+                .and_then(|m| m.modified())
+                .map_or(true, |t| t > self.hour_ago),
+            None => true,
+        }
+    }
+
+    /// A task that has ended (the store says so): only its kept build
+    /// outputs are removed, since a queued or paused one may start again
+    /// at any moment over them.
+    fn ended(&self, id: &str) -> bool {
+        self.store
+            .as_ref()
+            .is_some_and(|s| s.task(id).is_ok_and(|t| t.is_terminal()))
+    }
+}
+
 /// Collect what no task of `project` needs.
-#[allow(clippy::disallowed_methods)] // the runtime's own task and layer directories
 pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     let project = project
         .canonicalize()
@@ -76,50 +108,12 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         dry_run,
         ..Default::default()
     };
-    let state = project.join(".loop");
-    let tasks = state.join("tasks");
-    // A task the store does not know yet is being prepared (its contract
-    // settled, its baseline run): needed, unless its directory is an hour
-    // old (a preparation that died). Without the store, every task is.
-    let store = crate::project::locate::open_store(&project).ok();
-    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    let running = |id: &str| match store.as_ref().map(|s| s.task(id)) {
-        Some(Ok(t)) => crate::project::locate::liveness(&t) == crate::Liveness::Running,
-        Some(Err(_)) => std::fs::symlink_metadata(tasks.join(id))
-            .and_then(|m| m.modified())
-            .map_or(true, |t| t > hour_ago),
-        None => true,
+    let tasks = Tasks {
+        store: crate::project::locate::open_store(&project).ok(),
+        dir: project.join(".loop").join("tasks"),
+        hour_ago: std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
     };
-    // A task that has ended (the store says so): only its kept build
-    // outputs are removed, since a queued or paused one may start again
-    // at any moment over them.
-    let ended = |id: &str| {
-        store
-            .as_ref()
-            .is_some_and(|s| s.task(id).is_ok_and(|t| t.is_terminal()))
-    };
-    // Workspaces outside the project whose task is gone from it (its
-    // `.loop/tasks/ID` removed by hand): nothing can apply, show or
-    // discard them any more.
-    for near in crate::project::workspaces::orphans(&project) {
-        let id = near
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // (A new task's directory is made before its workspace: one being
-        // prepared is never taken for an orphan.)
-        let live = store
-            .as_ref()
-            .and_then(|s| s.task(&id).ok())
-            .is_some_and(|t| crate::project::locate::liveness(&t) == crate::Liveness::Running);
-        if live || store.is_none() {
-            continue;
-        }
-        out.dirs.push((near.display().to_string(), bytes_of(&near)));
-        if !dry_run {
-            let _ = crate::project::workspaces::remove_near(&near);
-        }
-    }
+    orphans(&project, &tasks, &mut out);
     // Worktrees git still records whose directories are gone.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
         let stale = git(&project, &["worktree", "prune", "--dry-run"])
@@ -131,13 +125,50 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
             out.pruned_worktrees = true;
         }
     }
-    for id in task_branches(&project) {
-        let dir = tasks.join(&id);
-        let paths = crate::project::locate::TaskPaths::of(&project, &id);
+    branches(&project, &tasks, &mut out);
+    scratch(&project, &tasks, &mut out);
+    staged_layers(&project, tasks.hour_ago, &mut out);
+    Ok(out)
+}
+
+/// Workspaces outside the project whose task is gone from it (its
+/// `.loop/tasks/ID` removed by hand): nothing can apply, show or discard
+/// them any more.
+fn orphans(project: &Path, tasks: &Tasks, out: &mut Collected) {
+    let Some(store) = tasks.store.as_ref() else {
+        return;
+    };
+    for near in crate::project::workspaces::orphans(project) {
+        let id = near
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // (A new task's directory is made before its workspace: one being
+        // prepared is never taken for an orphan.)
+        let live = store
+            .task(&id)
+            .is_ok_and(|t| crate::project::locate::liveness(&t) == crate::Liveness::Running);
+        if live {
+            continue;
+        }
+        out.dirs.push((near.display().to_string(), bytes_of(&near)));
+        if !out.dry_run {
+            let _ = crate::project::workspaces::remove_near(&near);
+        }
+    }
+}
+
+/// The `loop/ID` branches no task needs: of no task here, applied, or
+/// whose workspace is gone.
+#[allow(clippy::disallowed_methods)] // the runtime's own task directories
+fn branches(project: &Path, tasks: &Tasks, out: &mut Collected) {
+    for id in task_branches(project) {
+        let dir = tasks.dir.join(&id);
+        let paths = crate::project::locate::TaskPaths::of(project, &id);
         let has_workspace = std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
-        let why = if !loop_workspace::door::is_dir(&project, Path::new(".loop/tasks").join(&id)) {
+        let why = if !loop_workspace::door::is_dir(project, Path::new(".loop/tasks").join(&id)) {
             Some("no such task here")
-        } else if running(&id) {
+        } else if tasks.running(&id) {
             None
         } else if dir.join("applied").exists() {
             Some("its change set is applied")
@@ -147,19 +178,23 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
             None
         };
         let Some(why) = why else { continue };
-        let done = dry_run
+        let done = out.dry_run
             || match crate::project::locate::load_origin(&paths) {
                 Ok(ws) if has_workspace => ws.drop_branch().is_ok(),
                 // No workspace of its own: the branch is checked out nowhere.
-                _ => git(&project, &["branch", "-D", &format!("loop/{id}")]).is_some(),
+                _ => git(project, &["branch", "-D", &format!("loop/{id}")]).is_some(),
             };
         if done {
             out.branches.push((format!("loop/{id}"), why.to_string()));
         }
     }
-    // Scratch the verifier and the critic left in tasks that are not
-    // running (views, seals, an empty workspace).
-    let mut ids: Vec<String> = std::fs::read_dir(&tasks)
+}
+
+/// Scratch the verifier and the critic left in tasks that are not running
+/// (views, seals, an empty workspace), and the kept builds of ended ones.
+#[allow(clippy::disallowed_methods)] // the runtime's own task directories
+fn scratch(project: &Path, tasks: &Tasks, out: &mut Collected) {
+    let mut ids: Vec<String> = std::fs::read_dir(&tasks.dir)
         .map(|d| {
             d.flatten()
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -169,33 +204,34 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         .unwrap_or_default();
     ids.sort();
     for id in ids {
-        if running(&id) {
+        if tasks.running(&id) || !crate::project::locate::is_task_id(&id) {
             continue;
         }
-        if !crate::project::locate::is_task_id(&id) {
-            continue;
-        }
-        let near = crate::project::locate::TaskPaths::of(&project, &id).near;
+        let near = crate::project::locate::TaskPaths::of(project, &id).near;
         for name in ["scratch", "empty-workspace", crate::task::prepare::BUILDS] {
-            if name == crate::task::prepare::BUILDS && !ended(&id) {
+            if name == crate::task::prepare::BUILDS && !tasks.ended(&id) {
                 continue;
             }
             let at = near.join(name);
             if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
-                let shown = match at.strip_prefix(&project) {
+                let shown = match at.strip_prefix(project) {
                     Ok(rel) => rel.display().to_string(),
                     Err(_) => at.display().to_string(),
                 };
                 out.dirs.push((shown, bytes_of(&at)));
-                if !dry_run {
+                if !out.dry_run {
                     let _ = loop_workspace::remove_tree(&at);
                 }
             }
         }
     }
-    // Setup layers a run that died was assembling (`.new-KEY-TASK`), an
-    // hour old or more.
-    let layers = state.join("layers");
+}
+
+/// Setup layers a run that died was assembling (`.new-KEY-TASK`), an hour
+/// old or more.
+#[allow(clippy::disallowed_methods)] // the runtime's own layer directory
+fn staged_layers(project: &Path, hour_ago: std::time::SystemTime, out: &mut Collected) {
+    let layers = project.join(".loop").join("layers");
     let mut staged: Vec<PathBuf> = std::fs::read_dir(&layers)
         .map(|d| {
             d.flatten()
@@ -212,14 +248,13 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     staged.sort();
     for at in staged {
         let rel = at
-            .strip_prefix(&project)
+            .strip_prefix(project)
             .unwrap_or(&at)
             .display()
             .to_string();
         out.dirs.push((rel, bytes_of(&at)));
-        if !dry_run {
+        if !out.dry_run {
             let _ = loop_workspace::remove_tree(&at);
         }
     }
-    Ok(out)
 }

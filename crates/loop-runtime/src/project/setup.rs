@@ -276,44 +276,13 @@ pub fn provide(
     ));
     let before = Manifest::of(workspace).map_err(|e| Error::internal(format!("setup: {e}")))?;
     let top_before = top_level(workspace);
-    let mut steps = Vec::new();
-    for (i, command) in section.steps.iter().enumerate() {
-        let step = run_step(
-            project,
-            (workspace, git_dir.clone()),
-            command,
-            section,
-            network,
-            isolation,
-        )?;
-        let ok = step.exit_code == Some(0) && !step.timed_out;
-        observer.note(&format!(
-            "setup step {}: `{command}`: {} ({:.1} s)",
-            i + 1,
-            match (step.exit_code, step.signal, step.timed_out) {
-                (_, _, true) => "timed out".to_string(),
-                (Some(c), _, _) => format!("exit {c}"),
-                (None, Some(s), _) => format!("killed by signal {s}"),
-                _ => "ended".to_string(),
-            },
-            step.duration_ms as f64 / 1000.0
-        ));
-        let tail = tail_of(&step.stderr.excerpt, 800);
-        steps.push(step);
-        if !ok {
-            let log = save_log(project, task_id, &steps)?;
-            return Err(Error::usage(format!(
-                "setup step {} `{command}` failed; every step's output is in {}{}",
-                i + 1,
-                log.display(),
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(":\n{tail}")
-                }
-            )));
-        }
-    }
+    let steps = run_steps(
+        (project, task_id),
+        (workspace, git_dir),
+        section,
+        (network, isolation),
+        observer,
+    )?;
     let outputs = match &section.outputs {
         Some(o) => o.clone(),
         None => top_level(workspace)
@@ -367,6 +336,60 @@ pub fn provide(
         record.outputs.join(", ")
     ));
     Ok(Some(provided(project, &layer, record, false)))
+}
+
+/// Run the setup steps in order in the task's workspace, each said as it
+/// ends; the first that fails stops them (every step's output is kept,
+/// and named).
+fn run_steps(
+    (project, task_id): (&Path, &str),
+    (workspace, git_dir): (&Path, Option<PathBuf>),
+    section: &SetupSection,
+    (network, isolation): (
+        &crate::project::network::NetworkPlan,
+        loop_sandbox::IsolationLevel,
+    ),
+    observer: &mut dyn crate::Observer,
+) -> Result<Vec<SetupStep>, Error> {
+    let mut steps = Vec::new();
+    for (i, command) in section.steps.iter().enumerate() {
+        let step = run_step(
+            project,
+            (workspace, git_dir.clone()),
+            command,
+            section,
+            network,
+            isolation,
+        )?;
+        let ok = step.exit_code == Some(0) && !step.timed_out;
+        observer.note(&format!(
+            "setup step {}: `{command}`: {} ({:.1} s)",
+            i + 1,
+            match (step.exit_code, step.signal, step.timed_out) {
+                (_, _, true) => "timed out".to_string(),
+                (Some(c), _, _) => format!("exit {c}"),
+                (None, Some(s), _) => format!("killed by signal {s}"),
+                _ => "ended".to_string(),
+            },
+            step.duration_ms as f64 / 1000.0
+        ));
+        let tail = tail_of(&step.stderr.excerpt, 800);
+        steps.push(step);
+        if !ok {
+            let log = save_log(project, task_id, &steps)?;
+            return Err(Error::usage(format!(
+                "setup step {} `{command}` failed; every step's output is in {}{}",
+                i + 1,
+                log.display(),
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(":\n{tail}")
+                }
+            )));
+        }
+    }
+    Ok(steps)
 }
 
 /// Move the outputs from the workspace into `staging/tree`, check that the

@@ -133,6 +133,87 @@ pub fn declared(v: &crate::loopfile::Verification) -> Vec<StackCheck> {
         .collect()
 }
 
+/// A Python project's test command: pytest when it is declared or
+/// installed, else unittest; run by the project's venv when it has one.
+/// (command, why).
+fn python_tests(dir: &Path) -> (String, String) {
+    let (py, where_) = match venv(dir) {
+        Some(v) => (format!("{v}/bin/python"), format!("the venv `{v}`")),
+        None => ("python3".to_string(), "python3".to_string()),
+    };
+    let declared = [
+        "pyproject.toml",
+        "setup.cfg",
+        "requirements.txt",
+        "requirements-dev.txt",
+        "tox.ini",
+    ]
+    .iter()
+    .any(|f| text(dir, f).contains("pytest"))
+        || has(dir, "pytest.ini")
+        || has(dir, "conftest.py");
+    let installed = venv(dir).is_some_and(|v| {
+        // A venv's entry points are links or scripts: existence only.
+        !matches!(
+            loop_workspace::door::node(dir, format!("{v}/bin/pytest")),
+            Ok(loop_workspace::Node::Missing) | Err(_)
+        )
+    });
+    if declared || installed {
+        (
+            format!("{py} -m pytest -q"),
+            format!(
+                "pytest ({}), run by {where_}",
+                if installed { "installed" } else { "declared" }
+            ),
+        )
+    } else {
+        (
+            format!("{py} -m unittest discover -v"),
+            format!("unittest (no pytest declared), run by {where_}"),
+        )
+    }
+}
+
+/// A Node project's build, test and lint scripts, run by its package
+/// manager (npm's placeholder test script proves nothing and is left out):
+/// (kind, command, why).
+fn node_scripts(dir: &Path) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&text(dir, "package.json")).unwrap_or_default();
+    let tool = if has(dir, "pnpm-lock.yaml") {
+        "pnpm"
+    } else if has(dir, "yarn.lock") {
+        "yarn"
+    } else if has(dir, "bun.lockb") || has(dir, "bun.lock") {
+        "bun"
+    } else {
+        "npm"
+    };
+    let scripts = &manifest["scripts"];
+    for (kind, script) in [("build", "build"), ("test", "test"), ("lint", "lint")] {
+        let Some(body) = scripts[script].as_str() else {
+            continue;
+        };
+        // npm's placeholder test script proves nothing.
+        if body.contains("no test specified") {
+            continue;
+        }
+        let command = match (tool, script) {
+            ("npm", "test") => "npm test".to_string(),
+            ("npm", _) => format!("npm run {script}"),
+            (t, _) => format!("{t} run {script}"),
+        };
+        out.push((
+            kind,
+            command,
+            format!("package.json scripts.{script}, {tool}"),
+        ));
+    }
+    out
+}
+
 /// The project's own checks, per detected stack, in a stable order.
 pub fn checks(dir: &Path) -> Vec<StackCheck> {
     let mut out = Vec::new();
@@ -146,46 +227,8 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
         })
     };
     if python_project(dir) {
-        let (py, where_) = match venv(dir) {
-            Some(v) => (format!("{v}/bin/python"), format!("the venv `{v}`")),
-            None => ("python3".to_string(), "python3".to_string()),
-        };
-        let declared = [
-            "pyproject.toml",
-            "setup.cfg",
-            "requirements.txt",
-            "requirements-dev.txt",
-            "tox.ini",
-        ]
-        .iter()
-        .any(|f| text(dir, f).contains("pytest"))
-            || has(dir, "pytest.ini")
-            || has(dir, "conftest.py");
-        let installed = venv(dir).is_some_and(|v| {
-            // A venv's entry points are links or scripts: existence only.
-            !matches!(
-                loop_workspace::door::node(dir, format!("{v}/bin/pytest")),
-                Ok(loop_workspace::Node::Missing) | Err(_)
-            )
-        });
-        if declared || installed {
-            add(
-                "python",
-                "test",
-                format!("{py} -m pytest -q"),
-                format!(
-                    "pytest ({}), run by {where_}",
-                    if installed { "installed" } else { "declared" }
-                ),
-            );
-        } else {
-            add(
-                "python",
-                "test",
-                format!("{py} -m unittest discover -v"),
-                format!("unittest (no pytest declared), run by {where_}"),
-            );
-        }
+        let (command, why) = python_tests(dir);
+        add("python", "test", command, why);
     }
     if has(dir, "Cargo.toml") {
         add(
@@ -207,37 +250,8 @@ pub fn checks(dir: &Path) -> Vec<StackCheck> {
         add("go", "lint", "go vet ./...".into(), "go.mod".into());
     }
     if has(dir, "package.json") {
-        let manifest: serde_json::Value =
-            serde_json::from_str(&text(dir, "package.json")).unwrap_or_default();
-        let tool = if has(dir, "pnpm-lock.yaml") {
-            "pnpm"
-        } else if has(dir, "yarn.lock") {
-            "yarn"
-        } else if has(dir, "bun.lockb") || has(dir, "bun.lock") {
-            "bun"
-        } else {
-            "npm"
-        };
-        let scripts = &manifest["scripts"];
-        for (kind, script) in [("build", "build"), ("test", "test"), ("lint", "lint")] {
-            let Some(body) = scripts[script].as_str() else {
-                continue;
-            };
-            // npm's placeholder test script proves nothing.
-            if body.contains("no test specified") {
-                continue;
-            }
-            let command = match (tool, script) {
-                ("npm", "test") => "npm test".to_string(),
-                ("npm", _) => format!("npm run {script}"),
-                (t, _) => format!("{t} run {script}"),
-            };
-            add(
-                "node",
-                kind,
-                command,
-                format!("package.json scripts.{script}, {tool}"),
-            );
+        for (kind, command, why) in node_scripts(dir) {
+            add("node", kind, command, why);
         }
     }
     if has(dir, "CMakeLists.txt") {

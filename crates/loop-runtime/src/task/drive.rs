@@ -7,7 +7,7 @@ use crate::Error;
 use crate::models::Models;
 use crate::project::locate::{Start, TaskPaths, claim, git_dir, store_err};
 use crate::task::adapters::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
-use crate::task::request::{StoredRequest, TaskReport, protection};
+use crate::task::request::{StoredRequest, TaskReport};
 use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
 use loop_protocol::Event;
@@ -143,6 +143,121 @@ fn written_so_far(file: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The contract's limits as the tools enforce them (max_diff_lines was
+/// once left at its default whatever the contract said).
+fn tool_limits(contract: &loop_protocol::Contract) -> ToolLimits {
+    ToolLimits {
+        max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
+        max_file_bytes: contract.limits.max_file_bytes,
+        disk_bytes: contract.limits.disk_mb.saturating_mul(1024 * 1024),
+        write_bytes: contract.limits.write_mb.saturating_mul(1024 * 1024),
+        ..ToolLimits::default()
+    }
+}
+
+/// Nothing is written once the claim may have lapsed, and a refused write
+/// is a fault, not an observation: the run stops at once and the task
+/// stays interrupted (the model never hears of it).
+fn fenced(
+    toolbox: ToolBox,
+    fence: &Arc<ClaimFence>,
+    interrupted: &Arc<AtomicBool>,
+    kill: &Arc<AtomicBool>,
+) -> ToolBox {
+    let (claim, faulted, stop) = (fence.clone(), interrupted.clone(), kill.clone());
+    toolbox.with_fence(Arc::new(move || {
+        let holds = claim.holds();
+        if !holds {
+            faulted.store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        holds
+    }))
+}
+
+/// The task's verifier: protected paths guarded against the baseline, the
+/// root `.git` kept as git made it (left out of manifests, since it names
+/// a path of this machine), checks compared with the baseline's, new
+/// tests required to run.
+fn task_verifier(
+    project: &Path,
+    paths: &TaskPaths,
+    start: &Start,
+    (protected, new_tests): (loop_workspace::Protected, Vec<String>),
+    sandbox: loop_sandbox::Settings,
+    contract: &loop_protocol::Contract,
+) -> SnapshotVerifier {
+    let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
+        .guard_protected(start.baseline.clone(), protected)
+        .with_sandbox(sandbox)
+        .with_builds(&paths.near.join(crate::task::prepare::BUILDS), [])
+        .with_settled(&paths.near.join(crate::task::prepare::SETTLED));
+    if crate::task::prepare::go_module(project) {
+        verifier = verifier.with_go_cache();
+    }
+    // The root `.git` must stay the pointer git made, or stay absent.
+    let root_git = match &start.task_ws.origin {
+        loop_workspace::Origin::Worktree { repo, .. } => {
+            loop_workspace::worktree_pointer(repo, &paths.workspace).map(Some)
+        }
+        loop_workspace::Origin::Copy { .. } => Some(None),
+    };
+    if let Some(expected) = root_git {
+        verifier = verifier.guard_root_git(expected);
+    }
+    if let Some(b) = &start.baseline_report {
+        verifier =
+            verifier.compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
+    }
+    verifier.with_new_tests(new_tests)
+}
+
+/// The task's tool box: its authority (the jail, the policies, the
+/// limits), the commands' sandbox, what earlier runs used of its budgets,
+/// the claim's fence and the edit journal.
+fn task_toolbox(
+    (jail, tool_limits, commands): (Jail, ToolLimits, loop_sandbox::Settings),
+    stored: &StoredRequest,
+    (paths, start, kept): (&TaskPaths, &Start, bool),
+    (written, written_file): (Arc<AtomicU64>, std::path::PathBuf),
+    (fence, interrupted, kill): (&Arc<ClaimFence>, &Arc<AtomicBool>, &Arc<AtomicBool>),
+) -> Result<ToolBox, Error> {
+    let toolbox = ToolBox::new(jail, tool_limits)
+        .map_err(Error::from_cause)?
+        .with_sandbox(commands)
+        .with_mcp_servers(stored.mcp_servers.clone())
+        .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default());
+    // The edit journal lives with the task: a step a crash interrupted is
+    // rolled back before anything else happens (nothing is rolled back
+    // into the stand-in of a workspace that is gone).
+    // A workspace whose state the store keeps needs no sync of its own.
+    let toolbox = if kept {
+        toolbox.without_syncs()
+    } else {
+        toolbox
+    };
+    // What the task's earlier runs left counts against its disk budget
+    // too: a resumed task does not start again from nothing.
+    let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
+    // And what its commands wrote (kept in the task directory after each
+    // command).
+    let toolbox = toolbox.with_written(written, Some(written_file));
+    // Nothing is written once the claim may have lapsed, and a refused
+    // write is a fault, not an observation: the run stops at once and the
+    // task stays interrupted (the model never hears of it).
+    let toolbox = fenced(toolbox, fence, interrupted, kill);
+    let toolbox = if start.gone {
+        toolbox
+    } else {
+        toolbox
+            .with_journal(&paths.near.join("journal"))
+            .map_err(Error::from_cause)?
+            .0
+    };
+    Ok(toolbox)
+}
+
 /// The tool box (authority, journal, policies, limits) and the verifier
 /// (protected paths guarded, baseline compared), sharing one sandbox.
 fn wire<'a>(
@@ -155,14 +270,7 @@ fn wire<'a>(
 ) -> Result<Wired<'a>, Error> {
     let contract = &stored.contract;
     let isolation = stored.isolation;
-    let new_tests =
-        crate::task::request::new_tests(contract, &stored.check_integrity, &start.baseline);
-    let protected = protection(
-        contract,
-        &stored.check_integrity,
-        &stored.shares,
-        &new_tests,
-    )?;
+    let (protected, new_tests) = crate::task::request::guarded(stored, &start.baseline)?;
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
@@ -194,15 +302,7 @@ fn wire<'a>(
         &stored.shares,
         stored.setup.as_ref(),
     );
-    // The contract's limits reach the tools (max_diff_lines was once left
-    // at its default whatever the contract said).
-    let tool_limits = ToolLimits {
-        max_diff_lines: usize::try_from(contract.limits.max_diff_lines).unwrap_or(usize::MAX),
-        max_file_bytes: contract.limits.max_file_bytes,
-        disk_bytes: contract.limits.disk_mb.saturating_mul(1024 * 1024),
-        write_bytes: contract.limits.write_mb.saturating_mul(1024 * 1024),
-        ..ToolLimits::default()
-    };
+    let tool_limits = tool_limits(contract);
     // Commands and checks differ only in the hosts they may reach.
     let commands = loop_sandbox::Settings {
         egress: stored
@@ -214,47 +314,13 @@ fn wire<'a>(
         egress: stored.network.egress(crate::project::network::Use::Checks),
         ..sandbox
     };
-    let toolbox = ToolBox::new(jail, tool_limits)
-        .map_err(Error::from_cause)?
-        .with_sandbox(commands)
-        .with_mcp_servers(stored.mcp_servers.clone())
-        .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
-        .with_code_policy(stored.code_policy.clone().unwrap_or_default());
-    // The edit journal lives with the task: a step a crash interrupted is
-    // rolled back before anything else happens (nothing is rolled back
-    // into the stand-in of a workspace that is gone).
-    // A workspace whose state the store keeps needs no sync of its own.
-    let toolbox = if kept {
-        toolbox.without_syncs()
-    } else {
-        toolbox
-    };
-    // What the task's earlier runs left counts against its disk budget
-    // too: a resumed task does not start again from nothing.
-    let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
-    // And what its commands wrote (kept in the task directory after each
-    // command).
-    let toolbox = toolbox.with_written(written, Some(written_file));
-    // Nothing is written once the claim may have lapsed, and a refused
-    // write is a fault, not an observation: the run stops at once and the
-    // task stays interrupted (the model never hears of it).
-    let (claim, faulted, stop) = (fence.clone(), interrupted.clone(), kill.clone());
-    let toolbox = toolbox.with_fence(Arc::new(move || {
-        let holds = claim.holds();
-        if !holds {
-            faulted.store(true, std::sync::atomic::Ordering::SeqCst);
-            stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        holds
-    }));
-    let toolbox = if start.gone {
-        toolbox
-    } else {
-        toolbox
-            .with_journal(&paths.near.join("journal"))
-            .map_err(Error::from_cause)?
-            .0
-    };
+    let toolbox = task_toolbox(
+        (jail, tool_limits, commands),
+        stored,
+        (paths, start, kept),
+        (written, written_file),
+        (fence, &interrupted, &kill),
+    )?;
     let diff_ws = paths.workspace.clone();
     let tools = ToolsAdapter {
         tools: toolbox,
@@ -270,30 +336,14 @@ fn wire<'a>(
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
-    let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
-        .guard_protected(start.baseline.clone(), protected)
-        .with_sandbox(sandbox)
-        .with_builds(&paths.near.join(crate::task::prepare::BUILDS), [])
-        .with_settled(&paths.near.join(crate::task::prepare::SETTLED));
-    if crate::task::prepare::go_module(project) {
-        verifier = verifier.with_go_cache();
-    }
-    // The root `.git` (left out of manifests, since it names a path of
-    // this machine) must stay the pointer git made, or stay absent.
-    let root_git = match &start.task_ws.origin {
-        loop_workspace::Origin::Worktree { repo, .. } => {
-            loop_workspace::worktree_pointer(repo, &paths.workspace).map(Some)
-        }
-        loop_workspace::Origin::Copy { .. } => Some(None),
-    };
-    if let Some(expected) = root_git {
-        verifier = verifier.guard_root_git(expected);
-    }
-    if let Some(b) = &start.baseline_report {
-        verifier =
-            verifier.compare_with_baseline(b.clone(), contract.allow_check_changes.is_empty());
-    }
-    verifier = verifier.with_new_tests(new_tests);
+    let verifier = task_verifier(
+        project,
+        paths,
+        start,
+        (protected, new_tests),
+        sandbox,
+        contract,
+    );
     Ok(Wired {
         tools,
         verifier: VerifierAdapter(verifier),
@@ -323,17 +373,7 @@ pub(crate) fn drive(
     let clock = SystemClock;
     let observer = &mut crate::task::adapters::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
-    if run_fault() {
-        return Err(Error::internal(format!(
-            "task {task_id}: the run failed before it claimed the task (fault injected)"
-        )));
-    }
-    sweep(observer);
-    let owner = match claimed {
-        Some(o) => o,
-        None => claim(store, task_id, &clock)?,
-    };
-    tracing::info!("task {task_id}: claimed by process {}", owner.pid);
+    let owner = take(store, task_id, claimed, observer)?;
     // However this run ends (an error, a panic), the claim is let go: a
     // long-lived server or worker would otherwise hold a task it no longer
     // runs until the process ends. (A task that ended has no owner already.)
@@ -344,80 +384,29 @@ pub(crate) fn drive(
     };
     let fence = Arc::new(ClaimFence::new());
     let pause_clock = stored.checkpoints.as_ref().is_some_and(|c| c.pause_clock);
-    let record = Record::load(store, task_id, pause_clock)?;
-    // The workspace here is the one the record holds, rebuilt if need be
-    // (the task moved here, or on and back, or stopped between a change
-    // and its record); the claim is renewed meanwhile.
-    let settled = with_renewals(store, task_id, &owner.token, || {
-        crate::task::stored_workspace::settle(
-            store,
-            project,
-            &paths,
-            task_id,
-            &record.history,
-            observer,
-        )
-    })?;
-    let start = Start::load(&paths)?;
-    let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension.as_ref());
-    tracing::info!(
-        "task {task_id}: {} entries on record, {} ms used, {} ms left",
-        record.history.len(),
-        record.elapsed_ms,
-        remaining_ms
-    );
-    let mut wired = wire(
-        project,
-        &paths,
-        stored,
-        &start,
-        remaining_ms,
-        (settled.is_some(), &fence),
+    let (record, settled, start, remaining_ms) = restore(
+        (store, project, &paths),
+        (task_id, stored, extension.as_ref()),
+        (&owner.token, pause_clock),
+        observer,
     )?;
-    if let Some(s) = settled {
-        wired.tools.keeper = Some(crate::task::stored_workspace::Keeper::new(
-            start.baseline.clone(),
-            (s.root, s.held),
-            &paths.workspace,
-        ));
-        wired.tools.rebuilt = s.rebuilt;
-    }
-    // A cancel asked for while nobody ran the task (`loop cancel` on an
-    // interrupted task) stops it at once.
-    if store.task(task_id).is_ok_and(|t| t.cancel_requested) {
-        wired
-            .cancel
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
+    let mut wired = wire_settled(
+        (project, store, task_id),
+        (&paths, stored, &start),
+        remaining_ms,
+        (settled, &fence),
+    )?;
     let live = crate::Observer::live_feed(observer);
     wired.verifier.0.set_live(live.clone());
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
-    ledger.holder = owner.token.clone();
-    ledger.halt = wired.tools.keeper.as_ref().map(|k| k.halt.clone());
-    ledger.tree = wired.tools.keeper.as_ref().map(|k| k.pending.clone());
-    if wired.tools.keeper.is_some() {
-        let (workspace, baseline) = (paths.workspace.clone(), start.baseline.clone());
-        ledger.whole = Some(Box::new(move || {
-            crate::task::stored_workspace::whole_state(&workspace, &baseline)
-        }));
-    }
+    keep_with(&mut ledger, &owner.token, &wired, (&paths, &start));
     for e in &record.history {
         observer.on_event(e);
     }
     let (mut model, mut checker) = models;
-    model.set_live(live);
-    // The call in flight stops with the task, not with the process only.
-    model.set_cancel(wired.kill.clone());
-    if let Some(c) = checker.as_mut() {
-        c.set_cancel(wired.kill.clone());
-    }
-    let provenance = loop_receipt::Provenance {
-        runtime: loop_protocol::RuntimeInfo::current(),
-        model: model.info(),
-        checker: checker.as_ref().map(|c| c.info()),
-    };
+    let provenance = hook_models((&mut model, checker.as_mut()), live, &wired.kill);
     let mut approvals = StoreApprovals {
         store,
         task_id: task_id.to_string(),
@@ -440,12 +429,7 @@ pub(crate) fn drive(
         observer: &mut *observer,
         cancel: &cancel,
     };
-    let gone = start.gone.then(|| {
-        format!(
-            "the task workspace {} is gone (deleted outside the runtime): the task can be neither resumed nor verified, and nothing of it can be applied",
-            paths.workspace.display()
-        )
-    });
+    let gone = gone(&start, &paths);
     let director = configured(
         task_id,
         parts,
@@ -458,19 +442,7 @@ pub(crate) fn drive(
         gone,
     )?
     .with_interrupt(&interrupted);
-    // The claim, renewed before the work starts (making the workspace may
-    // have taken a while): a runtime whose claim lapsed meanwhile goes no
-    // further.
-    let asked = boot_ms();
-    match store.heartbeat(task_id, &owner.token, clock.now_ms()) {
-        Ok(true) => fence.confirm_at(asked),
-        Ok(false) => {
-            return Err(Error::usage(format!(
-                "task {task_id}: its claim lapsed while its workspace was made ready, and another runtime holds it now"
-            )));
-        }
-        Err(e) => return Err(store_err(e)),
-    }
+    confirm_claim(store, task_id, &owner.token, &fence)?;
     let result = run_watched(
         project,
         task_id,
@@ -487,35 +459,226 @@ pub(crate) fn drive(
         },
     );
     let result = result.map_err(Error::from_cause)?;
-    // Everything recorded is committed, and the file copy durable, before
-    // the receipt names it.
-    ledger.flush().map_err(Error::from_cause)?;
-    ledger.file.sync().map_err(Error::from_cause)?;
-    let head = ledger.file.head().to_string();
-    let length = ledger.file.len();
     let sealed = wired
         .verifier
         .0
         .last_sealed()
         .map(|s| s.dir().to_path_buf());
+    ship_ended(
+        (project, store, task_id, stored),
+        (&paths, &start, sealed.as_deref()),
+        (result, ledger, ledger_name),
+        (provenance, &owner.token),
+    )
+}
+
+/// Everything recorded committed, and the file copy durable, before the
+/// receipt names it; then the artifacts, the change set and the signed
+/// receipt shipped (see [`crate::task::end::ship`]).
+fn ship_ended(
+    (project, store, task_id, stored): (&Path, &dyn loop_store::Store, &str, &StoredRequest),
+    (paths, start, sealed): (&TaskPaths, &Start, Option<&Path>),
+    (result, mut ledger, ledger_name): (loop_core::RunResult, StoreLedger<'_>, String),
+    (provenance, holder): (loop_receipt::Provenance, &str),
+) -> Result<TaskReport, Error> {
+    ledger.flush().map_err(Error::from_cause)?;
+    ledger.file.sync().map_err(Error::from_cause)?;
+    let head = ledger.file.head().to_string();
+    let length = ledger.file.len();
     crate::task::end::ship(crate::task::end::Shipment {
         project,
         store,
         task_id,
         stored,
-        paths: &paths,
-        start: &start,
+        paths,
+        start,
         result,
-        sealed: sealed.as_deref(),
+        sealed,
         ledger: loop_receipt::LedgerRef {
             name: ledger_name,
             head,
             length,
         },
         provenance,
-        clock: &clock,
-        holder: &owner.token,
+        clock: &SystemClock,
+        holder,
     })
+}
+
+/// The task's claim: the one given, or taken now (old scratch swept
+/// first).
+fn take(
+    store: &dyn loop_store::Store,
+    task_id: &str,
+    claimed: Option<loop_store::Owner>,
+    observer: &mut dyn crate::Observer,
+) -> Result<loop_store::Owner, Error> {
+    if run_fault() {
+        return Err(Error::internal(format!(
+            "task {task_id}: the run failed before it claimed the task (fault injected)"
+        )));
+    }
+    sweep(observer);
+    let owner = match claimed {
+        Some(o) => o,
+        None => claim(store, task_id, &SystemClock)?,
+    };
+    tracing::info!("task {task_id}: claimed by process {}", owner.pid);
+    Ok(owner)
+}
+
+/// The task as its record leaves it: the record, the workspace here made
+/// to be the one the record holds (rebuilt if need be: the task moved
+/// here, or on and back, or stopped between a change and its record; the
+/// claim renewed meanwhile), how it started, and the time it has left.
+#[allow(clippy::type_complexity)]
+fn restore(
+    (store, project, paths): (&dyn loop_store::Store, &Path, &TaskPaths),
+    (task_id, stored, extension): (&str, &StoredRequest, Option<&loop_core::Extension>),
+    (token, pause_clock): (&str, bool),
+    observer: &mut dyn crate::Observer,
+) -> Result<
+    (
+        Record,
+        Option<crate::task::stored_workspace::WorkspaceSettled>,
+        Start,
+        u64,
+    ),
+    Error,
+> {
+    let record = Record::load(store, task_id, pause_clock)?;
+    let settled = with_renewals(store, task_id, token, || {
+        crate::task::stored_workspace::settle(
+            store,
+            project,
+            paths,
+            task_id,
+            &record.history,
+            observer,
+        )
+    })?;
+    let start = Start::load(paths)?;
+    let remaining_ms = record.remaining_ms(stored.contract.limits.timeout_secs, extension);
+    tracing::info!(
+        "task {task_id}: {} entries on record, {} ms used, {} ms left",
+        record.history.len(),
+        record.elapsed_ms,
+        remaining_ms
+    );
+    Ok((record, settled, start, remaining_ms))
+}
+
+/// What is said of a task whose workspace was deleted outside the runtime.
+fn gone(start: &Start, paths: &TaskPaths) -> Option<String> {
+    start.gone.then(|| {
+        format!(
+            "the task workspace {} is gone (deleted outside the runtime): the task can be neither resumed nor verified, and nothing of it can be applied",
+            paths.workspace.display()
+        )
+    })
+}
+
+/// The models report their stream to `live` and stop with the task (the
+/// call in flight too, not with the process only); who they are, for the
+/// receipt.
+fn hook_models(
+    (model, checker): (
+        &mut Box<dyn loop_core::Model + Send>,
+        Option<&mut Box<dyn loop_core::Model + Send>>,
+    ),
+    live: Option<loop_protocol::LiveFeed>,
+    kill: &Arc<AtomicBool>,
+) -> loop_receipt::Provenance {
+    model.set_live(live);
+    model.set_cancel(kill.clone());
+    let checker_info = checker.map(|c| {
+        c.set_cancel(kill.clone());
+        c.info()
+    });
+    loop_receipt::Provenance {
+        runtime: loop_protocol::RuntimeInfo::current(),
+        model: model.info(),
+        checker: checker_info,
+    }
+}
+
+/// Wire the task's adapters over the workspace as it was settled: the
+/// keeper of its state when the store keeps it, and a cancel asked for
+/// while nobody ran the task (`loop cancel` on an interrupted one) in
+/// force at once.
+fn wire_settled<'a>(
+    (project, store, task_id): (&'a Path, &dyn loop_store::Store, &str),
+    (paths, stored, start): (&TaskPaths, &'a StoredRequest, &'a Start),
+    remaining_ms: u64,
+    (settled, fence): (
+        Option<crate::task::stored_workspace::WorkspaceSettled>,
+        &Arc<ClaimFence>,
+    ),
+) -> Result<Wired<'a>, Error> {
+    let mut wired = wire(
+        project,
+        paths,
+        stored,
+        start,
+        remaining_ms,
+        (settled.is_some(), fence),
+    )?;
+    if let Some(s) = settled {
+        wired.tools.keeper = Some(crate::task::stored_workspace::Keeper::new(
+            start.baseline.clone(),
+            (s.root, s.held),
+            &paths.workspace,
+        ));
+        wired.tools.rebuilt = s.rebuilt;
+    }
+    if store.task(task_id).is_ok_and(|t| t.cancel_requested) {
+        wired
+            .cancel
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    Ok(wired)
+}
+
+/// The ledger writes as the claim's holder and, when the store keeps the
+/// workspace's state, commits that state with the entries (and can make
+/// it whole again for a store that lost it).
+fn keep_with(
+    ledger: &mut StoreLedger<'_>,
+    holder: &str,
+    wired: &Wired<'_>,
+    (paths, start): (&TaskPaths, &Start),
+) {
+    ledger.holder = holder.to_string();
+    ledger.halt = wired.tools.keeper.as_ref().map(|k| k.halt.clone());
+    ledger.tree = wired.tools.keeper.as_ref().map(|k| k.pending.clone());
+    if wired.tools.keeper.is_some() {
+        let (workspace, baseline) = (paths.workspace.clone(), start.baseline.clone());
+        ledger.whole = Some(Box::new(move || {
+            crate::task::stored_workspace::whole_state(&workspace, &baseline)
+        }));
+    }
+}
+
+/// The claim, renewed before the work starts (making the workspace may
+/// have taken a while): a runtime whose claim lapsed meanwhile goes no
+/// further.
+fn confirm_claim(
+    store: &dyn loop_store::Store,
+    task_id: &str,
+    token: &str,
+    fence: &ClaimFence,
+) -> Result<(), Error> {
+    let asked = boot_ms();
+    match store.heartbeat(task_id, token, SystemClock.now_ms()) {
+        Ok(true) => {
+            fence.confirm_at(asked);
+            Ok(())
+        }
+        Ok(false) => Err(Error::usage(format!(
+            "task {task_id}: its claim lapsed while its workspace was made ready, and another runtime holds it now"
+        ))),
+        Err(e) => Err(store_err(e)),
+    }
 }
 
 /// The ledger of a run: the store's entries are the truth, and the file

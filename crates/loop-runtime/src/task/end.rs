@@ -248,17 +248,24 @@ fn environments_at_end(
         .collect()
 }
 
-/// Ship everything, sign the receipt, close the task in the store.
-#[allow(clippy::disallowed_methods)] // the ledger the runtime itself wrote
-pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
-    let task_id = s.task_id;
-    let contract = &s.stored.contract;
-    let mut receipt = ReceiptBuilder::new();
-    let shipped = ship_artifacts(&s, &mut receipt)?;
-    let ledger_bytes =
-        std::fs::read(s.paths.receipts.join(&s.ledger.name)).map_err(io("ledger"))?;
-    receipt.file(&s.ledger.name, &ledger_bytes);
-
+/// The run's change set, its patch redacted like any record (the per-file
+/// digests stay those of the real content, so what was verified is still
+/// identified exactly), written beside the receipt and covered by it:
+/// (the change set, the receipt's record of it, the patch's name, the
+/// root of the workspace as it was left).
+#[allow(clippy::disallowed_methods)] // the patch beside the receipt, in the runtime's own receipts directory
+fn ship_change_set(
+    s: &Shipment<'_>,
+    receipt: &mut ReceiptBuilder,
+) -> Result<
+    (
+        loop_workspace::ChangeSet,
+        loop_receipt::ChangeSetRecord,
+        String,
+        String,
+    ),
+    Error,
+> {
     let start = s.start;
     let final_manifest =
         Manifest::of(&s.paths.workspace).map_err(io("cannot hash the workspace"))?;
@@ -272,17 +279,30 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
             &final_manifest
         },
     );
-    // The patch is a record like any other: secrets in it are redacted (the
-    // per-file digests stay those of the real content, so what was verified
-    // is still identified exactly).
     let redacted = loop_sandbox::redact::redact(&changes.patch);
     let unredacted = (redacted != changes.patch).then(|| changes.patch_sha256.clone());
     changes.patch = redacted;
     changes.patch_sha256 = loop_protocol::hash::sha256_hex(changes.patch.as_bytes());
-    let patch_name = format!("{task_id}.changes.patch");
+    let patch_name = format!("{}.changes.patch", s.task_id);
     std::fs::write(s.paths.receipts.join(&patch_name), &changes.patch).map_err(io("change set"))?;
     receipt.file(&patch_name, changes.patch.as_bytes());
     let change_set = crate::task::change_set::record(&changes, &patch_name, unredacted);
+    Ok((changes, change_set, patch_name, final_manifest.root))
+}
+
+/// Ship everything, sign the receipt, close the task in the store.
+#[allow(clippy::disallowed_methods)] // the ledger the runtime itself wrote
+pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
+    let task_id = s.task_id;
+    let contract = &s.stored.contract;
+    let mut receipt = ReceiptBuilder::new();
+    let shipped = ship_artifacts(&s, &mut receipt)?;
+    let ledger_bytes =
+        std::fs::read(s.paths.receipts.join(&s.ledger.name)).map_err(io("ledger"))?;
+    receipt.file(&s.ledger.name, &ledger_bytes);
+
+    let start = s.start;
+    let (_, change_set, patch_name, final_root) = ship_change_set(&s, &mut receipt)?;
 
     let result = s.result;
     let predicate = Predicate {
@@ -318,7 +338,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         artifacts: Vec::new(),
         environments: environments_at_end(s.project, &s.stored.shares),
         baseline_root: start.baseline.root.clone(),
-        final_root: final_manifest.root.clone(),
+        final_root,
         change_set: change_set.clone(),
         budgets: Budgets {
             granted: result.granted.clone(),

@@ -8,7 +8,7 @@ use crate::project::locate::{
     git_dir, new_task_id, open_store, save_origin, store_err, write_json,
 };
 use crate::task::intake::Admitted;
-use crate::task::request::{StoredRequest, protection};
+use crate::task::request::StoredRequest;
 use loop_core::{Clock, SystemClock};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Manifest, Origin, TaskWorkspace};
@@ -66,8 +66,223 @@ pub(crate) fn submit_claimed(
         let _ = crate::project::workspaces::remove_near(&near);
     };
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
-    let scope = crate::project::locate::project_scope(&project)?;
-    let stored = StoredRequest {
+    let stored = stored_request(req, &project, &loopfile)?;
+
+    // The task never works in the user's checkout: a worktree or a copy.
+    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
+        .map_err(|e| {
+            let _ = crate::project::workspaces::remove_near(&near);
+            Error::internal(format!("cannot make the task workspace: {e}"))
+        })?;
+    save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    if !req.include_dirty {
+        note_left_out(&project, &task_ws, observer);
+    }
+    let mut stored = stored;
+    // Setup first: what it makes is shared like any environment. A failed
+    // setup leaves no task behind (its steps' output is kept, and named).
+    let setup = crate::project::setup::provide(
+        &project,
+        (&workspace, crate::project::locate::git_dir(&task_ws.origin)),
+        &task_id,
+        &loopfile,
+        &stored.network,
+        req.isolation,
+        observer,
+    )
+    .inspect_err(|_| drop(&task_ws))?;
+    stored.guidance = guidance(req, &workspace, observer);
+    stored.shares = crate::project::environments::share_environments(
+        &project,
+        &workspace,
+        &loopfile,
+        setup
+            .as_ref()
+            .map(|s| s.outputs.as_slice())
+            .unwrap_or_default(),
+        observer,
+    )?;
+    stored.setup = setup.map(|s| s.record);
+    stamp_settled(&near)?;
+    let check_sandbox = |stored: &StoredRequest| checks_sandbox(req, &project, &task_ws, stored);
+    // What a check may run: the workspace's files, and the shared
+    // environments' (seen at the same paths in the sandbox).
+    let shares = stored.shares.clone();
+    let present = |rel: &str| present_in(&project, &workspace, &shares, rel);
+    // Each baseline run while the contract is settled, so the task's own
+    // baseline runs no check twice on the untouched workspace.
+    let mut seen = Vec::new();
+    let settled = settle_contract(
+        req,
+        &loopfile,
+        (&project, &workspace, &present),
+        (&task_dir, &near, &mut seen),
+        check_sandbox(&stored),
+        observer,
+    );
+    (stored.contract, stored.drafting, stored.project_checks) =
+        settled.inspect_err(|_| drop(&task_ws))?;
+    let (contract, contract_sha256, baseline) = lock_start(&mut stored, &workspace, &task_dir)?;
+    let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
+    observer.note(&describe(&workspace, &task_ws.origin));
+    // Baseline: the contract's checks on the workspace as it starts, so the
+    // receipt shows what held before any change.
+    let baseline_report = run_baseline(
+        (&contract, &contract_sha256),
+        &stored,
+        &baseline,
+        (&project, &workspace, &near),
+        (&loopfile, check_sandbox(&stored), &seen),
+    )?;
+    if let Some(b) = &baseline_report
+        && let Err(e) = judge_baseline(req, &contract, b, stored.drafting.is_some(), observer)
+    {
+        drop(&task_ws);
+        return Err(e);
+    }
+    write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
+    record_task(
+        (&*store, &clock),
+        (&project, &task_id, &paths, &task_ws),
+        (&contract_sha256, &request),
+        (req.include_dirty, claim),
+    )
+    .map(|owner| (task_id.clone(), owner))
+}
+
+/// The task recorded in the store, last: with everything it needs to
+/// resume (a store shared with other machines keeps what the workspace
+/// was made from, the uncommitted files carried in included); claimed for
+/// this process with `claim`.
+fn record_task(
+    (store, clock): (&dyn loop_store::Store, &SystemClock),
+    (project, task_id, paths, task_ws): (
+        &Path,
+        &str,
+        &crate::project::locate::TaskPaths,
+        &TaskWorkspace,
+    ),
+    (contract_sha256, request): (&str, &serde_json::Value),
+    (include_dirty, claim): (bool, bool),
+) -> Result<Option<loop_store::Owner>, Error> {
+    let carried = if include_dirty && task_ws.base_commit().is_some() {
+        loop_workspace::uncommitted(project)
+    } else {
+        Vec::new()
+    };
+    crate::task::stored_workspace::keep_start(store, task_id, paths, &carried, clock.now_ms())?;
+    store
+        .create_task(task_id, contract_sha256, request, clock.now_ms())
+        .map_err(store_err)?;
+    if claim {
+        Ok(Some(crate::project::locate::claim(store, task_id, clock)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// The contract settled and its hash, the workspace's baseline manifest
+/// (kept), the check-integrity set, and the files each MCP server's
+/// command names pinned as the task begins (no run of the task starts a
+/// server from other ones).
+fn lock_start(
+    stored: &mut StoredRequest,
+    workspace: &Path,
+    task_dir: &Path,
+) -> Result<(loop_protocol::Contract, String, Manifest), Error> {
+    let contract = stored.contract.clone();
+    let contract_sha256 = contract.sha256().map_err(|e| Error::usage(e.to_string()))?;
+    let baseline = Manifest::of(workspace)
+        .map_err(|e| Error::internal(format!("cannot hash the workspace: {e}")))?;
+    write_json(&task_dir.join("baseline.json"), &baseline)?;
+    stored.check_integrity = integrity_set(&contract, workspace);
+    for server in &mut stored.mcp_servers {
+        server.pin(workspace);
+    }
+    Ok((contract, contract_sha256, baseline))
+}
+
+/// Whether the workspace path `rel` is there for a check to run: in the
+/// workspace, or in a shared environment (seen at the same path in the
+/// sandbox).
+#[allow(clippy::disallowed_methods)] // lstat and existence only (no content read)
+fn present_in(
+    project: &Path,
+    workspace: &Path,
+    shares: &[loop_receipt::SharedEnvironment],
+    rel: &str,
+) -> bool {
+    std::fs::symlink_metadata(workspace.join(rel)).is_ok()
+        || shares.iter().any(|s| {
+            Path::new(rel)
+                .strip_prefix(&s.path)
+                .is_ok_and(|rest| project.join(s.content_path()).join(rest).exists())
+        })
+}
+
+/// The checks' sandbox: the environments a task shares, and the
+/// contract's hosts.
+fn checks_sandbox(
+    req: &Admitted,
+    project: &Path,
+    task_ws: &TaskWorkspace,
+    stored: &StoredRequest,
+) -> loop_sandbox::Settings {
+    crate::project::environments::with_environments(
+        loop_sandbox::Settings {
+            // (A time too far to add is no deadline, not a panic.)
+            deadline: std::time::Instant::now().checked_add(std::time::Duration::from_secs(
+                req.contract.limits.timeout_secs,
+            )),
+            git_dir: git_dir(&task_ws.origin),
+            isolation: req.isolation,
+            cancel: Some(crate::interrupt::flag()),
+            egress: stored.network.egress(crate::project::network::Use::Checks),
+            ..Default::default()
+        },
+        project,
+        None,
+        &stored.shares,
+        stored.setup.as_ref(),
+    )
+}
+
+/// The contract's checks on the untouched workspace (the runs made while
+/// the contract was settled, `seen`, are taken as they are): what held
+/// before any change.
+fn run_baseline(
+    (contract, contract_sha256): (&loop_protocol::Contract, &str),
+    stored: &StoredRequest,
+    baseline: &Manifest,
+    (project, workspace, near): (&Path, &Path, &Path),
+    (loopfile, sandbox, seen): (
+        &crate::loopfile::Loopfile,
+        loop_sandbox::Settings,
+        &[loop_protocol::VerificationReport],
+    ),
+) -> Result<Option<loop_protocol::VerificationReport>, Error> {
+    let (protected, _) = crate::task::request::guarded(stored, baseline)?;
+    let mut verifier = SnapshotVerifier::new(workspace, &near.join("scratch"))
+        .guard_protected(baseline.clone(), protected)
+        .with_sandbox(sandbox)
+        .with_builds(&near.join(BUILDS), own_commands(project, loopfile))
+        .with_settled(&near.join(SETTLED))
+        .reusing(baseline.root.clone(), seen);
+    if go_module(project) {
+        verifier = verifier.with_go_cache();
+    }
+    Ok(verifier.verify(contract, contract_sha256, 0).ok())
+}
+
+/// What the store keeps to run the task `req` asks for, before its
+/// workspace is made (the parts found while preparing are added later).
+fn stored_request(
+    req: &Admitted,
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<StoredRequest, Error> {
+    let scope = crate::project::locate::project_scope(project)?;
+    Ok(StoredRequest {
         project_identity: Some(scope.identity),
         contract: req.contract.clone(),
         owner: req.owner.clone(),
@@ -82,261 +297,149 @@ pub(crate) fn submit_claimed(
         checkpoints: loopfile.checkpoints.clone(),
         check_integrity: Vec::new(),
         shares: Vec::new(),
-        network: crate::project::network::NetworkPlan::for_task(&loopfile, &req.contract)?,
+        network: crate::project::network::NetworkPlan::for_task(loopfile, &req.contract)?,
         setup: None,
         drafting: None,
         guidance: Vec::new(),
         project_checks: Vec::new(),
         mcp_servers: loopfile.mcp_servers.clone(),
-    };
+    })
+}
 
-    // The task never works in the user's checkout: a worktree or a copy.
-    let task_ws = match TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty) {
-        Ok(ws) => ws,
-        Err(e) => {
-            let _ = crate::project::workspaces::remove_near(&near);
-            return Err(Error::internal(format!(
-                "cannot make the task workspace: {e}"
-            )));
-        }
+/// Work the person has not committed is not in a worktree made from HEAD:
+/// said, so nobody wonders where it went.
+fn note_left_out(project: &Path, task_ws: &TaskWorkspace, observer: &mut dyn crate::Observer) {
+    let Some(base) = task_ws.base_commit() else {
+        return;
     };
-    save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
-    // Work the person has not committed is not in a worktree made from
-    // HEAD: said, so nobody wonders where it went.
-    if let Some(base) = task_ws.base_commit().filter(|_| !req.include_dirty) {
-        let mut left = loop_workspace::uncommitted(&project);
-        // The Loopfile is read from the checkout as it is; said apart, so
-        // nobody thinks their settings were left out.
-        if let Some(at) = left.iter().position(|p| p == "Loopfile.yaml") {
-            left.remove(at);
-            observer.note(
-                "note: Loopfile.yaml is not committed: this task follows it as it is in your checkout, but its workspace (made from the last commit) does not hold it; commit it (`git add Loopfile.yaml && git commit`) to make it part of the project",
-            );
-        }
-        if !left.is_empty() {
-            let some: Vec<&str> = left.iter().take(3).map(String::as_str).collect();
-            observer.note(&format!(
-                "warning: {} uncommitted change(s) are left out of the task, which starts from commit {} ({}{}); --include-dirty carries them in",
-                left.len(),
-                base.get(..12).unwrap_or(base),
-                some.join(", "),
-                if left.len() > 3 { ", …" } else { "" }
-            ));
-        }
+    let mut left = loop_workspace::uncommitted(project);
+    // The Loopfile is read from the checkout as it is; said apart, so
+    // nobody thinks their settings were left out.
+    if let Some(at) = left.iter().position(|p| p == "Loopfile.yaml") {
+        left.remove(at);
+        observer.note(
+            "note: Loopfile.yaml is not committed: this task follows it as it is in your checkout, but its workspace (made from the last commit) does not hold it; commit it (`git add Loopfile.yaml && git commit`) to make it part of the project",
+        );
     }
-    let mut stored = stored;
-    // Setup first: what it makes is shared like any environment. A failed
-    // setup leaves no task behind (its steps' output is kept, and named).
-    let setup = match crate::project::setup::provide(
-        &project,
-        (&workspace, crate::project::locate::git_dir(&task_ws.origin)),
-        &task_id,
-        &loopfile,
-        &stored.network,
-        req.isolation,
-        observer,
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            drop(&task_ws);
-            return Err(e);
-        }
-    };
-    stored.guidance = req.guidance.clone();
-    stored
-        .guidance
-        .extend(crate::task::request::read_guidance(&workspace));
-    for (file, text) in &stored.guidance {
+    if !left.is_empty() {
+        let some: Vec<&str> = left.iter().take(3).map(String::as_str).collect();
+        observer.note(&format!(
+            "warning: {} uncommitted change(s) are left out of the task, which starts from commit {} ({}{}); --include-dirty carries them in",
+            left.len(),
+            base.get(..12).unwrap_or(base),
+            some.join(", "),
+            if left.len() > 3 { ", …" } else { "" }
+        ));
+    }
+}
+
+/// The guidance the model gets: the request's (a pattern's `SKILL.md`),
+/// then the project's, each named to the person.
+fn guidance(
+    req: &Admitted,
+    workspace: &Path,
+    observer: &mut dyn crate::Observer,
+) -> Vec<(String, String)> {
+    let mut all = req.guidance.clone();
+    all.extend(crate::task::request::read_guidance(workspace));
+    for (file, text) in &all {
         observer.note(&format!(
             "project guidance: {file} ({} bytes) is given to the model",
             text.len()
         ));
     }
-    stored.shares = crate::project::environments::share_environments(
-        &project,
-        &workspace,
-        &loopfile,
-        setup
-            .as_ref()
-            .map(|s| s.outputs.as_slice())
-            .unwrap_or_default(),
-        observer,
-    )?;
-    stored.setup = setup.map(|s| s.record);
-    // The workspace and its files' times are settled: what changes after
-    // this is the task's (see `SnapshotVerifier::with_settled`).
-    #[allow(clippy::disallowed_methods)] // the runtime's own stamp beside the workspace
+    all
+}
+
+/// The workspace and its files' times are settled: what changes after
+/// this is the task's (see `SnapshotVerifier::with_settled`).
+#[allow(clippy::disallowed_methods)] // the runtime's own stamp beside the workspace
+fn stamp_settled(near: &Path) -> Result<(), Error> {
     std::fs::write(near.join(SETTLED), b"")
-        .map_err(|e| Error::internal(format!("{}: {e}", near.join(SETTLED).display())))?;
-    // The checks' sandbox: the environments, and the contract's hosts.
-    let check_sandbox = |stored: &StoredRequest| {
-        crate::project::environments::with_environments(
-            loop_sandbox::Settings {
-                // (A time too far to add is no deadline, not a panic.)
-                deadline: std::time::Instant::now().checked_add(std::time::Duration::from_secs(
-                    req.contract.limits.timeout_secs,
-                )),
-                git_dir: git_dir(&task_ws.origin),
-                isolation: req.isolation,
-                cancel: Some(crate::interrupt::flag()),
-                egress: stored.network.egress(crate::project::network::Use::Checks),
-                ..Default::default()
-            },
-            &project,
-            None,
-            &stored.shares,
-            stored.setup.as_ref(),
-        )
-    };
-    // What a check may run: the workspace's files, and the shared
-    // environments' (seen at the same paths in the sandbox).
-    let shares = stored.shares.clone();
-    let present = |rel: &str| {
-        std::fs::symlink_metadata(workspace.join(rel)).is_ok()
-            || shares.iter().any(|s| {
-                Path::new(rel)
-                    .strip_prefix(&s.path)
-                    .is_ok_and(|rest| project.join(s.content_path()).join(rest).exists())
-            })
-    };
-    // Each baseline run while the contract is settled, so the task's own
-    // baseline runs no check twice on the untouched workspace.
-    let mut seen = Vec::new();
-    let settled = settle_contract(
-        req,
-        &loopfile,
-        (&project, &workspace, &present),
-        (&task_dir, &near, &mut seen),
-        check_sandbox(&stored),
-        observer,
-    );
-    match settled {
-        Ok((contract, drafting, checks)) => {
-            stored.contract = contract;
-            stored.drafting = drafting;
-            stored.project_checks = checks;
-        }
-        Err(e) => {
-            drop(&task_ws);
-            return Err(e);
-        }
-    }
-    let contract = stored.contract.clone();
-    let contract_sha256 = contract.sha256().map_err(|e| Error::usage(e.to_string()))?;
-    let baseline = Manifest::of(&workspace).map_err(|e| io("cannot hash the workspace", e))?;
-    write_json(&task_dir.join("baseline.json"), &baseline)?;
-    stored.check_integrity = loop_verifier::integrity::derive(&contract, &workspace);
-    // The judges the project has (a `verify.py` a check runs, an
-    // `expected.txt` it compares with) are in the set too.
+        .map_err(|e| Error::internal(format!("{}: {e}", near.join(SETTLED).display())))
+}
+
+/// The check-integrity set: the files that define what the checks mean,
+/// the project's judges (a `verify.py` a check runs, an `expected.txt` it
+/// compares with) among them.
+fn integrity_set(
+    contract: &loop_protocol::Contract,
+    workspace: &Path,
+) -> Vec<loop_protocol::IntegrityRule> {
+    let mut set = loop_verifier::integrity::derive(contract, workspace);
     for rule in crate::contract::judges::judge_rules(
-        &contract,
-        &|p| loop_workspace::door::is_file(&workspace, p),
-        Some(&workspace),
+        contract,
+        &|p| loop_workspace::door::is_file(workspace, p),
+        Some(workspace),
     ) {
-        if !stored.check_integrity.iter().any(|r| r.glob == rule.glob) {
-            stored.check_integrity.push(rule);
+        if !set.iter().any(|r| r.glob == rule.glob) {
+            set.push(rule);
         }
     }
-    // The files an MCP server's command names in the workspace, as the
-    // task begins: no run of the task starts the server from other ones.
-    for server in &mut stored.mcp_servers {
-        server.pin(&workspace);
-    }
-    let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
-    observer.note(&describe(&workspace, &task_ws.origin));
-    // Baseline: the contract's checks on the workspace as it starts, so the
-    // receipt shows what held before any change.
-    let new_tests = crate::task::request::new_tests(&contract, &stored.check_integrity, &baseline);
-    let protected = protection(
-        &contract,
-        &stored.check_integrity,
-        &stored.shares,
-        &new_tests,
-    )?;
-    let mut baseline_verifier = SnapshotVerifier::new(&workspace, &near.join("scratch"))
-        .guard_protected(baseline.clone(), protected)
-        .with_sandbox(check_sandbox(&stored))
-        .with_builds(&near.join(BUILDS), own_commands(&project, &loopfile))
-        .with_settled(&near.join(SETTLED))
-        .reusing(baseline.root.clone(), &seen);
-    if go_module(&project) {
-        baseline_verifier = baseline_verifier.with_go_cache();
-    }
-    let baseline_report = baseline_verifier
-        .verify(&contract, &contract_sha256, 0)
-        .ok();
-    if let Some(b) = &baseline_report {
-        observer.note(&format!(
-            "baseline: {} of {} criteria hold before any change",
-            b.passed_criteria(),
-            b.criteria.len()
-        ));
-        // A written contract whose every change criterion holds already
-        // can be met by doing nothing: refused, as such a draft is
-        // rejected, unless the person insists (the baseline report, in
-        // the receipt, shows it) or marks them `guard: true`.
-        let change: Vec<&str> = contract
-            .criteria
+    set
+}
+
+/// What the baseline says of the contract, told to the person: a written
+/// contract whose every change criterion already holds is refused (the
+/// error), and each non-guard criterion that holds is warned about.
+fn judge_baseline(
+    req: &Admitted,
+    contract: &loop_protocol::Contract,
+    b: &loop_protocol::VerificationReport,
+    drafted: bool,
+    observer: &mut dyn crate::Observer,
+) -> Result<(), Error> {
+    observer.note(&format!(
+        "baseline: {} of {} criteria hold before any change",
+        b.passed_criteria(),
+        b.criteria.len()
+    ));
+    // A written contract whose every change criterion holds already
+    // can be met by doing nothing: refused, as such a draft is
+    // rejected, unless the person insists (the baseline report, in
+    // the receipt, shows it) or marks them `guard: true`.
+    let change: Vec<&str> = contract
+        .criteria
+        .iter()
+        .filter(|k| !k.guard)
+        .map(|k| k.id.as_str())
+        .collect();
+    // (A check the person kept with `allow_vacuous` says they know.)
+    let insisted = contract.criteria.iter().any(|k| {
+        k.checks
             .iter()
-            .filter(|k| !k.guard)
-            .map(|k| k.id.as_str())
-            .collect();
-        // (A check the person kept with `allow_vacuous` says they know.)
-        let insisted = contract.criteria.iter().any(|k| {
-            k.checks
+            .any(|c| matches!(c, loop_protocol::Check::Run(r) if r.allow_vacuous))
+    });
+    if !drafted
+        && !req.allow_vacuous
+        && !insisted
+        && !change.is_empty()
+        && crate::contract::critic::asks_for_change(&contract.instruction)
+        && change
+            .iter()
+            .all(|id| b.criteria.iter().any(|c| c.id == *id && c.passed))
+    {
+        return Err(Error::usage(format!(
+            "every criterion of the contract ({}) already holds on the untouched workspace, so nothing in it can tell whether the task did what it asks: add a check the change must make pass (one that fails now), mark a criterion `guard: true` if it must only keep holding, or run anyway with --allow-vacuous (the receipt's baseline shows it)",
+            change
                 .iter()
-                .any(|c| matches!(c, loop_protocol::Check::Run(r) if r.allow_vacuous))
-        });
-        if stored.drafting.is_none()
-            && !req.allow_vacuous
-            && !insisted
-            && !change.is_empty()
-            && crate::contract::critic::asks_for_change(&contract.instruction)
-            && change
-                .iter()
-                .all(|id| b.criteria.iter().any(|c| c.id == *id && c.passed))
-        {
-            drop(&task_ws);
-            return Err(Error::usage(format!(
-                "every criterion of the contract ({}) already holds on the untouched workspace, so nothing in it can tell whether the task did what it asks: add a check the change must make pass (one that fails now), mark a criterion `guard: true` if it must only keep holding, or run anyway with --allow-vacuous (the receipt's baseline shows it)",
-                change
-                    .iter()
-                    .map(|id| format!("`{id}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        // A criterion that holds already proves nothing about the work
-        // (unless it is a guard: one that must keep holding).
-        for c in b.criteria.iter().filter(|c| c.passed) {
-            let guard = contract.criteria.iter().any(|k| k.id == c.id && k.guard);
-            if !guard {
-                observer.note(&format!(
-                    "warning: criterion `{}` already passes before any change: it cannot tell whether the task did anything (check the new behaviour, or mark it `guard: true` if it must only keep passing)",
-                    c.id
-                ));
-            }
+                .map(|id| format!("`{id}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    // A criterion that holds already proves nothing about the work
+    // (unless it is a guard: one that must keep holding).
+    for c in b.criteria.iter().filter(|c| c.passed) {
+        let guard = contract.criteria.iter().any(|k| k.id == c.id && k.guard);
+        if !guard {
+            observer.note(&format!(
+                "warning: criterion `{}` already passes before any change: it cannot tell whether the task did anything (check the new behaviour, or mark it `guard: true` if it must only keep passing)",
+                c.id
+            ));
         }
     }
-    write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
-    // A store shared with other machines keeps what the workspace was
-    // made from (the uncommitted files carried in included).
-    let carried = if req.include_dirty && task_ws.base_commit().is_some() {
-        loop_workspace::uncommitted(&project)
-    } else {
-        Vec::new()
-    };
-    crate::task::stored_workspace::keep_start(&*store, &task_id, &paths, &carried, clock.now_ms())?;
-    // Recorded last: a task in the store has everything it needs to resume.
-    store
-        .create_task(&task_id, &contract_sha256, &request, clock.now_ms())
-        .map_err(store_err)?;
-    let owner = if claim {
-        Some(crate::project::locate::claim(&*store, &task_id, &clock)?)
-    } else {
-        None
-    };
-    Ok((task_id, owner))
+    Ok(())
 }
 
 /// Where a task's contract is settled: (the project, the task's workspace,

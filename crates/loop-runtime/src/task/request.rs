@@ -124,6 +124,24 @@ pub fn read_guidance(workspace: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
+/// What the task's tools and verifier guard, as the stored request says:
+/// the protected paths (the contract's, the check-integrity set, the
+/// shared environments, the new tests) and the new tests themselves.
+pub(crate) fn guarded(
+    stored: &StoredRequest,
+    baseline: &loop_workspace::Manifest,
+) -> Result<(Protected, Vec<String>), Error> {
+    let contract = &stored.contract;
+    let new_tests = new_tests(contract, &stored.check_integrity, baseline);
+    let protected = protection(
+        contract,
+        &stored.check_integrity,
+        &stored.shares,
+        &new_tests,
+    )?;
+    Ok((protected, new_tests))
+}
+
 /// What no tool may write and every seal must leave as it was: the
 /// contract's protections, then the check-integrity set (less what the
 /// contract lets the model change).

@@ -363,6 +363,100 @@ pub(crate) struct WorkspaceSettled {
     pub held: HashSet<String>,
 }
 
+/// Why the store's record of the workspace is not the signed ledger's, if
+/// it is not: its start, and its state now (or, with a call in flight,
+/// possibly that call's effect, which the call's rules then settle).
+fn unlike_ledger(
+    history: &[loop_protocol::Event],
+    baseline: &Manifest,
+    target: &Manifest,
+) -> Option<String> {
+    let (started, recorded, in_flight) = ledger_roots(history);
+    if let Some(started) = started.filter(|r| *r != baseline.root) {
+        return Some(format!(
+            "the store's baseline (root {}) is not the one the ledger started from ({started})",
+            baseline.root
+        ));
+    }
+    recorded.filter(|r| *r != target.root && !in_flight).map(|recorded| {
+        format!(
+            "the store's record of the workspace (root {}) is not the ledger's (root {recorded}): it was changed or lost",
+            target.root
+        )
+    })
+}
+
+/// The workspace here, if there is one: as it was made (`made`, for a
+/// task nothing ran yet whose state the store does not keep), else as it
+/// is now.
+#[allow(clippy::disallowed_methods)] // lstat of the runtime's own task directory
+fn workspace_here(
+    store: &dyn Store,
+    paths: &TaskPaths,
+    task_id: &str,
+    made: Option<&Manifest>,
+) -> Option<Manifest> {
+    let local = paths.task_dir.join("workspace.json").is_file()
+        && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
+    if !local {
+        return None;
+    }
+    let untouched = store
+        .task(task_id)
+        .is_ok_and(|t| t.state == loop_store::StoredState::PENDING);
+    match made {
+        Some(m) if untouched => Some(m.clone()),
+        _ => Manifest::of(&paths.workspace).ok(),
+    }
+}
+
+/// What an interrupted step here left in its journals, dropped once the
+/// workspace is the record's (undoing or finishing it would only take the
+/// workspace away from it); what could not be removed.
+#[allow(clippy::disallowed_methods)] // lstat of the runtime's own directories
+fn drop_journals(paths: &TaskPaths) -> Result<(), (&'static str, std::io::Error)> {
+    for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
+        let p = paths.near.join(stale);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            loop_workspace::remove_tree(&p).map_err(|e| (stale, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The content `e` names, as the store keeps it (the task's, else its
+/// start's).
+fn fetch_kept(
+    store: &dyn Store,
+    task_id: &str,
+    e: &Entry,
+) -> Result<Vec<u8>, loop_workspace::RebuildError> {
+    let kept = |owner: &str| {
+        store
+            .blob(owner, &e.sha256)
+            .map_err(|x| loop_workspace::RebuildError::Content {
+                path: e.path.clone(),
+                why: x.to_string(),
+            })
+    };
+    if e.size > MAX_KEPT_FILE {
+        return Err(loop_workspace::RebuildError::Content {
+            path: e.path.clone(),
+            why: format!("its recorded size {} is over what is kept", e.size),
+        });
+    }
+    match kept(task_id)? {
+        Some(b) => Ok(b),
+        None => kept(&start_owner(task_id))?.ok_or_else(|| loop_workspace::RebuildError::Content {
+            path: e.path.clone(),
+            why: format!(
+                "its content {} is neither here nor kept in the store",
+                e.sha256
+            ),
+        }),
+    }
+}
+
 /// Make sure the workspace here is the one the store records, bringing it
 /// there when it is not. `None` for a task whose start the store does not
 /// keep (made before it kept them): its workspace here is used as it is.
@@ -398,50 +492,12 @@ pub(crate) fn settle(
             .map_err(|e| refuse(e.to_string()))?,
         None => baseline.clone(),
     };
-    // The store's record of the workspace must be the signed ledger's: its
-    // start, and its state now (or, with a call in flight, possibly that
-    // call's effect, which the call's rules then settle).
-    let (started, recorded, in_flight) = ledger_roots(history);
-    if let Some(started) = started.filter(|r| *r != baseline.root) {
-        return Err(refuse(format!(
-            "the store's baseline (root {}) is not the one the ledger started from ({started})",
-            baseline.root
-        )));
+    if let Some(why) = unlike_ledger(history, &baseline, &target) {
+        return Err(refuse(why));
     }
-    if let Some(recorded) = recorded.filter(|r| *r != target.root && !in_flight) {
-        return Err(refuse(format!(
-            "the store's record of the workspace (root {}) is not the ledger's (root {recorded}): it was changed or lost",
-            target.root
-        )));
-    }
-    let local = paths.task_dir.join("workspace.json").is_file()
-        && std::fs::symlink_metadata(&paths.workspace).is_ok_and(|m| m.is_dir());
-    // A task nothing ran yet, whose workspace is here: as it was made.
-    let untouched = local
-        && kept.is_none()
-        && store
-            .task(task_id)
-            .is_ok_and(|t| t.state == loop_store::StoredState::PENDING);
-    let here = if untouched {
-        Some(target.clone())
-    } else if local {
-        Manifest::of(&paths.workspace).ok()
-    } else {
-        None
-    };
+    let here = workspace_here(store, paths, task_id, kept.is_none().then_some(&target));
     let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
-    // What an interrupted step here left in its journals is dropped once
-    // the workspace is the record's: undoing or finishing it would only
-    // take the workspace away from it.
-    let drop_journals = || -> Result<(), Error> {
-        for stale in ["journal", "command-journal", "command-scratch", "scratch"] {
-            let p = paths.near.join(stale);
-            if std::fs::symlink_metadata(&p).is_ok() {
-                loop_workspace::remove_tree(&p).map_err(|e| io(stale, e))?;
-            }
-        }
-        Ok(())
-    };
+    let drop_journals = || drop_journals(paths).map_err(|(what, e)| io(what, e));
     if here.as_ref().is_some_and(|m| m.root == target.root) {
         drop_journals()?;
         return Ok(Some(WorkspaceSettled {
@@ -454,34 +510,7 @@ pub(crate) fn settle(
     if std::fs::symlink_metadata(&paths.near).is_err() {
         crate::project::workspaces::make_near(project, task_id)?;
     }
-    let mut fetch = |e: &Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
-        let kept = |owner: &str| {
-            store
-                .blob(owner, &e.sha256)
-                .map_err(|x| loop_workspace::RebuildError::Content {
-                    path: e.path.clone(),
-                    why: x.to_string(),
-                })
-        };
-        if e.size > MAX_KEPT_FILE {
-            return Err(loop_workspace::RebuildError::Content {
-                path: e.path.clone(),
-                why: format!("its recorded size {} is over what is kept", e.size),
-            });
-        }
-        match kept(task_id)? {
-            Some(b) => Ok(b),
-            None => {
-                kept(&start_owner(task_id))?.ok_or_else(|| loop_workspace::RebuildError::Content {
-                    path: e.path.clone(),
-                    why: format!(
-                        "its content {} is neither here nor kept in the store",
-                        e.sha256
-                    ),
-                })
-            }
-        }
-    };
+    let mut fetch = |e: &Entry| fetch_kept(store, task_id, e);
     // The copy here, brought to the record in place: what differs is
     // removed or written again, and only when every content it needs is at
     // hand (a reconcile removes before it writes: one that stopped for a
@@ -524,36 +553,17 @@ pub(crate) fn settle(
     // Made again: the task's own files as the machine that made it wrote
     // them, the workspace from its base, then the recorded changes.
     let report = file(BASELINE_REPORT)?.unwrap_or_else(|| "null".into());
-    for (name, body) in [
-        ("workspace.json", &origin),
-        ("baseline.json", &baseline_text),
-        ("baseline-report.json", &report),
-    ] {
-        loop_workspace::write_atomic(&paths.task_dir.join(name), body.as_bytes())
-            .map_err(|e| io(name, e))?;
-    }
-    // Read back through the checks every `workspace.json` gets.
-    let origin = load_origin(paths)?;
-    // This machine's record names this machine's workspace.
-    crate::project::locate::save_origin(&paths.task_dir, &origin)
-        .map_err(|e| io("workspace.json", e))?;
-    let _: Option<loop_protocol::VerificationReport> =
-        read_json(&paths.task_dir.join("baseline-report.json"))?;
-    // Built aside and swapped in only once it holds the record: a rebuild
-    // that fails leaves the copy that was here as it was.
-    let (_, reached) = TaskWorkspace::rebuild(
-        project,
-        &paths.workspace,
-        task_id,
-        origin.base_commit(),
-        |fresh| loop_workspace::reconcile(fresh, &target, &mut fetch).map_err(Why::from),
-    )
-    .map_err(|Why(why)| refuse(why))?;
+    let reached = rebuild_here(
+        (project, paths, task_id),
+        [&origin, &baseline_text, &report],
+        (&target, &mut fetch),
+        &refuse,
+    )?;
     drop_journals()?;
     let changed = kept
         .as_ref()
         .map_or(0, |k| k.delta.changed.len() + k.delta.removed.len());
-    let from = match origin.base_commit() {
+    let from = match load_origin(paths)?.base_commit() {
         Some(c) => format!("commit {}", c.get(..12).unwrap_or(c)),
         None => "a copy of the project".to_string(),
     };
@@ -570,6 +580,46 @@ pub(crate) fn settle(
         rebuilt: true,
         held: held(&kept),
     }))
+}
+
+/// Where a rebuild takes each content it needs.
+type Fetch<'a> = dyn FnMut(&Entry) -> Result<Vec<u8>, loop_workspace::RebuildError> + 'a;
+
+/// The task's own files written as the machine that made it wrote them
+/// (read back through the checks every `workspace.json` gets, and the
+/// origin saved as this machine's), and the workspace made again from its
+/// base and brought to `target`: built aside and swapped in only once it
+/// holds the record (a rebuild that fails leaves the copy that was here as
+/// it was).
+fn rebuild_here(
+    (project, paths, task_id): (&Path, &TaskPaths, &str),
+    [origin, baseline, report]: [&str; 3],
+    (target, fetch): (&Manifest, &mut Fetch<'_>),
+    refuse: &dyn Fn(String) -> Error,
+) -> Result<Manifest, Error> {
+    let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
+    for (name, body) in [
+        ("workspace.json", origin),
+        ("baseline.json", baseline),
+        ("baseline-report.json", report),
+    ] {
+        loop_workspace::write_atomic(&paths.task_dir.join(name), body.as_bytes())
+            .map_err(|e| io(name, e))?;
+    }
+    let origin = load_origin(paths)?;
+    crate::project::locate::save_origin(&paths.task_dir, &origin)
+        .map_err(|e| io("workspace.json", e))?;
+    let _: Option<loop_protocol::VerificationReport> =
+        read_json(&paths.task_dir.join("baseline-report.json"))?;
+    let (_, reached) = TaskWorkspace::rebuild(
+        project,
+        &paths.workspace,
+        task_id,
+        origin.base_commit(),
+        |fresh| loop_workspace::reconcile(fresh, target, fetch).map_err(Why::from),
+    )
+    .map_err(|Why(why)| refuse(why))?;
+    Ok(reached)
 }
 
 /// Why a rebuild failed, for people.

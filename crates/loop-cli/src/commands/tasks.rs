@@ -2,7 +2,7 @@
 //! (and, for cancel, asked) from any process while tasks run.
 
 use crate::CliError;
-use crate::story::Story;
+use crate::ui::story::Story;
 use loop_core::Observer;
 use loop_runtime::{ApplyState, Cancelled, Liveness, Runtime, TaskView};
 use std::path::Path;

@@ -86,7 +86,7 @@ pub fn tell(json: bool, code: u8, text: &str) {
             }})
         );
     } else {
-        eprintln!("error: {}", crate::screen::defang(&text));
+        eprintln!("error: {}", crate::ui::screen::defang(&text));
     }
 }
 

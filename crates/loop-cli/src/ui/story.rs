@@ -1,7 +1,7 @@
 //! Presentation: the story of a run for people, or JSON lines for programs.
 
-use crate::live::{Detach, LiveView};
-use crate::screen::Screen;
+use crate::ui::live::{Detach, LiveView};
+use crate::ui::screen::Screen;
 use loop_core::Observer;
 use loop_protocol::observation::head_tail;
 use loop_protocol::{Event, ObservationStatus, TaskState};
@@ -75,7 +75,7 @@ impl Story {
             // The Ctrl-C question is asked on stderr and answered on stdin.
             use std::io::IsTerminal;
             if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-                crate::live::watch_interrupts(view.clone(), detach.clone());
+                crate::ui::live::watch_interrupts(view.clone(), detach.clone());
             }
             story.view = Some(view);
             story.detach = detach;
@@ -154,7 +154,7 @@ impl loop_runtime::Observer for Story {
         }
         println!(
             "The drafted contract (the critic accepted it):\n{}",
-            crate::screen::defang(contract)
+            crate::ui::screen::defang(contract)
         );
         if edit_from.is_some() {
             println!("(Your last edit, which the critic rejected, is what [e]dit opens.)");
@@ -170,7 +170,7 @@ impl loop_runtime::Observer for Story {
                 "a" | "accept" => break ContractReview::Accept,
                 "r" | "reject" => break ContractReview::Reject,
                 "e" | "edit" => {
-                    match crate::prompt::edit_in_editor(edit_from.unwrap_or(contract)) {
+                    match crate::ui::prompt::edit_in_editor(edit_from.unwrap_or(contract)) {
                         Ok(text) => break ContractReview::Edited(text),
                         Err(e) => println!("{e}"),
                     }
@@ -186,7 +186,7 @@ impl loop_runtime::Observer for Story {
 
     /// The terminal (used only when stdin is one: `OnPrompt::Ask`).
     fn prompter(&mut self) -> Option<Box<dyn loop_runtime::Prompter>> {
-        Some(Box::new(crate::live::Terminal(self.view.clone())))
+        Some(Box::new(crate::ui::live::Terminal(self.view.clone())))
     }
 
     /// The live view, when there is one.
@@ -297,6 +297,48 @@ fn describe_call(tool: &str, args: &serde_json::Value) -> String {
     }
 }
 
+/// The first lines of a task: its id, contract, limits and model.
+fn started(
+    task_id: &str,
+    contract_sha256: &str,
+    contract: &loop_protocol::Contract,
+    model: &loop_protocol::ModelInfo,
+) -> String {
+    let l = &contract.limits;
+    format!(
+        "▶ task {task_id}\n  contract sha256:{} · {} criteria · limits {} steps, {} tokens, {} s\n  model {}:{}\n",
+        short(contract_sha256),
+        contract.criteria.len(),
+        l.max_steps,
+        l.max_tokens,
+        l.timeout_secs,
+        model.provider,
+        model.name
+    )
+}
+
+/// One call's observation: the call as proposed, a mark and what it says
+/// (a command that ran but failed is a failure to see; where a gate found
+/// the problem, file:line:col, is said, not left in the ledger).
+fn observed(o: &loop_protocol::Observation, calls: &HashMap<String, String>) -> String {
+    let (mark, detail) = match &o.status {
+        ObservationStatus::Ok if o.tool == "run_command" && command_failed(&o.content) => {
+            ("✗", one_line(&o.content, 70))
+        }
+        ObservationStatus::Ok => ("✓", one_line(&o.content, 70)),
+        ObservationStatus::Refused { rule } => match refusal_place(&o.content) {
+            Some(place) => ("⛔", format!("refused by {rule} at {place}")),
+            None => ("⛔", format!("refused by {rule}")),
+        },
+        ObservationStatus::Error => ("✗", one_line(&o.content, 70)),
+    };
+    let call = calls
+        .get(&o.call_id)
+        .cloned()
+        .unwrap_or_else(|| o.tool.clone());
+    format!("  → {:<44} {mark} {detail}\n", one_line(&call, 44))
+}
+
 /// The narration of one event.
 // Long by design: one arm per event kind, each the line a person reads
 // for it.
@@ -308,35 +350,24 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             contract,
             model,
             ..
-        } => {
-            let l = &contract.limits;
-            format!(
-                "▶ task {task_id}\n  contract sha256:{} · {} criteria · limits {} steps, {} tokens, {} s\n  model {}:{}\n",
-                short(contract_sha256),
-                contract.criteria.len(),
-                l.max_steps,
-                l.max_tokens,
-                l.timeout_secs,
-                model.provider,
-                model.name
-            )
-        }
+        } => started(task_id, contract_sha256, contract, model),
         Event::ModelTurn {
             step,
             thought,
             calls,
             ..
-        } => {
-            let mut s = format!("\ncycle {step}");
-            if let Some(t) = thought {
-                s.push_str(&format!(" · {}", one_line(&t.replace('\n', " "), 100)));
-            }
-            s.push('\n');
+        } => format!(
+            "\ncycle {step}{}\n{}",
+            thought.as_ref().map_or_else(String::new, |t| format!(
+                " · {}",
+                one_line(&t.replace('\n', " "), 100)
+            )),
             if calls.is_empty() {
-                s.push_str("  (no action proposed)\n");
+                "  (no action proposed)\n"
+            } else {
+                ""
             }
-            s
-        }
+        ),
         Event::ModelMalformed { step, error, .. } => {
             format!(
                 "\ncycle {step} · ✗ malformed answer: {}\n",
@@ -382,15 +413,14 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             by,
             message,
             ..
-        } => {
-            let by = by
+        } => format!(
+            "  ▶ approval: {decision}{}{}\n",
+            by.as_ref()
+                .map_or_else(String::new, |b| format!(" (by {b})")),
+            message
                 .as_ref()
-                .map_or_else(String::new, |b| format!(" (by {b})"));
-            let said = message
-                .as_ref()
-                .map_or_else(String::new, |m| format!(": \"{}\"", one_line(m, 80)));
-            format!("  ▶ approval: {decision}{by}{said}\n")
-        }
+                .map_or_else(String::new, |m| format!(": \"{}\"", one_line(m, 80)))
+        ),
         Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,
@@ -410,27 +440,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
         Event::ModelSilent { step, reason } => {
             format!("\ncycle {step} · the model has nothing more to say ({reason})\n")
         }
-        Event::Observed { observation: o, .. } => {
-            let (mark, detail) = match &o.status {
-                // A command that ran but failed is a failure to see.
-                ObservationStatus::Ok if o.tool == "run_command" && command_failed(&o.content) => {
-                    ("✗", one_line(&o.content, 70))
-                }
-                ObservationStatus::Ok => ("✓", one_line(&o.content, 70)),
-                // Where a gate found the problem (file:line:col) is said,
-                // not left in the ledger.
-                ObservationStatus::Refused { rule } => match refusal_place(&o.content) {
-                    Some(place) => ("⛔", format!("refused by {rule} at {place}")),
-                    None => ("⛔", format!("refused by {rule}")),
-                },
-                ObservationStatus::Error => ("✗", one_line(&o.content, 70)),
-            };
-            let call = calls
-                .get(&o.call_id)
-                .cloned()
-                .unwrap_or_else(|| o.tool.clone());
-            format!("  → {:<44} {mark} {detail}\n", one_line(&call, 44))
-        }
+        Event::Observed { observation: o, .. } => observed(o, calls),
         Event::Verified {
             report,
             accepted,

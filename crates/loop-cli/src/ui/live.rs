@@ -8,7 +8,7 @@
 //! background; `loop logs --follow` re-attaches), or go on. A second Ctrl-C
 //! cancels.
 
-use crate::screen::{Screen, Tone, defang};
+use crate::ui::screen::{Screen, Tone, defang};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use loop_protocol::{Event, Limits, Live};
 use std::path::PathBuf;
@@ -488,18 +488,18 @@ fn watch() {
                 }
             ))
         );
-        crate::prompt::drain_lines();
+        crate::ui::prompt::drain_lines();
         let answer = loop {
             if !interrupt::pending() {
                 // A second Ctrl-C cancelled meanwhile.
                 break None;
             }
-            match crate::prompt::next_line(Duration::from_millis(100)) {
-                crate::prompt::Line::Typed(line) => break Some(line),
-                crate::prompt::Line::Nothing => {}
+            match crate::ui::prompt::next_line(Duration::from_millis(100)) {
+                crate::ui::prompt::Line::Typed(line) => break Some(line),
+                crate::ui::prompt::Line::Nothing => {}
                 // Nobody can answer any more (stdin is closed): cancel, as
                 // a Ctrl-C without a question does.
-                crate::prompt::Line::Closed => break Some("c".into()),
+                crate::ui::prompt::Line::Closed => break Some("c".into()),
             }
         };
         eprintln!();
@@ -608,10 +608,10 @@ impl loop_runtime::Prompter for Terminal {
         if let Some(view) = &self.0 {
             view.ask();
         }
-        let screen = crate::screen::Screen::of_stdout();
-        eprint!("{}", screen.glyphs(&crate::screen::defang(&text)));
+        let screen = crate::ui::screen::Screen::of_stdout();
+        eprint!("{}", screen.glyphs(&crate::ui::screen::defang(&text)));
         let _ = std::io::Write::flush(&mut std::io::stderr());
-        crate::prompt::drain_lines();
+        crate::ui::prompt::drain_lines();
     }
 
     fn answer(&mut self) -> Option<String> {
@@ -619,7 +619,7 @@ impl loop_runtime::Prompter for Terminal {
         if loop_runtime::interrupt::pending() {
             return None;
         }
-        crate::prompt::typed_line()
+        crate::ui::prompt::typed_line()
     }
 
     fn again(&mut self, expected: &str) {

@@ -3,7 +3,7 @@
 //! change set and its receipt's verdict, in one place).
 
 use crate::CliError;
-use crate::screen::{Screen, Tone, defang};
+use crate::ui::screen::{Screen, Tone, defang};
 use loop_runtime::Runtime;
 use loop_runtime::ops::changes::{Diff, DiffSource};
 use std::io::{IsTerminal, Write};
@@ -305,7 +305,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             _ => 0,
         });
     }
-    let mut story = crate::story::Story::new(false);
+    let mut story = crate::ui::story::Story::new(false);
     for r in &events {
         loop_core::Observer::on_event(&mut story, &r.event);
     }

@@ -101,7 +101,7 @@ pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
 
 /// `loop validate FILE`: every problem, or the contract's shape and hash.
 pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
-    let contract = crate::read_contract(file)?;
+    let contract = crate::commands::run::read_contract(file)?;
     let sha = contract
         .sha256()
         .map_err(|e| CliError::usage(e.to_string()))?;
@@ -266,6 +266,19 @@ pub fn init(
         println!("run it with: loop run --pattern {p} --model SPEC");
     }
     Ok(0)
+}
+
+/// `loop cost --per-day N`: [`cost`] for a month of `per_day` runs a day.
+pub(crate) fn cost_per_day(
+    project: &Path,
+    model: Option<&str>,
+    per_day: f64,
+    json: bool,
+) -> Result<u8, CliError> {
+    if !per_day.is_finite() || per_day < 0.0 {
+        return Err(CliError::usage("--per-day must be a non-negative number"));
+    }
+    cost(project, model, per_day * 30.0, json)
 }
 
 /// `loop cost`: what a run costs here, at most and as recorded, and a month

@@ -2,85 +2,22 @@
 //! this machine's kernel offers.
 
 use crate::CliError;
+use crate::cli::{ExecArgs, NetArg};
 use loop_runtime::ops::exec::{ExecFailureKind, ExecOptions};
 use loop_sandbox::{ExecRequest, Net, Program};
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
 
-/// `loop exec` arguments.
-#[derive(clap::Args)]
-pub struct ExecArgs {
-    /// `none` (own network namespace, loopback only) or `host`.
-    #[arg(long, value_enum, default_value_t = NetArg::None)]
-    net: NetArg,
-    /// A host the command may reach through the runtime's egress proxy
-    /// (`host`, `host:port`, `*.domain`); repeatable. The network stays
-    /// otherwise denied; every attempt is reported.
-    #[arg(long = "allow", value_name = "HOST")]
-    allow: Vec<String>,
-    /// Reach HOST at ADDR (`ip:port`) instead of resolving it; repeatable.
-    #[arg(long = "resolve", value_name = "HOST=ADDR")]
-    resolve: Vec<String>,
-    /// Memory limit in MiB.
-    #[arg(long, value_name = "MB")]
-    mem: Option<u64>,
-    /// CPU seconds.
-    #[arg(long, value_name = "S")]
-    cpu_secs: Option<u64>,
-    /// Largest file the command may write, in MiB.
-    #[arg(long, value_name = "MB")]
-    fsize: Option<u64>,
-    /// What the command may write, in MiB: its /tmp and its layer over the
-    /// workspace share one tmpfs of this size (default 2048).
-    #[arg(long, value_name = "MB")]
-    disk: Option<u64>,
-    /// A glob inside the workspace to make read-only, besides the defaults
-    /// (.git/**, .env*, secrets/**, *.pem, *.key); repeatable.
-    #[arg(long = "protect", value_name = "GLOB")]
-    protect: Vec<String>,
-    /// Wall-clock seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    timeout: u64,
-    /// Bytes of output kept, both streams together (every byte is hashed).
-    #[arg(long, value_name = "BYTES", default_value_t = loop_sandbox::DEFAULT_MAX_OUTPUT)]
-    max_output: usize,
-    /// The read-write directory (default: the current directory).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    /// `preferred` runs with what the kernel offers; `required` fails closed.
-    #[arg(long, value_enum, default_value_t = crate::IsolationArg::Preferred)]
-    isolation: crate::IsolationArg,
-    /// See the workspace through an overlay: the command may write, the
-    /// workspace never changes (what each verification check gets).
-    #[arg(long)]
-    overlay: bool,
-    /// Run the command on a pseudo-terminal the runtime makes for it, for
-    /// a command that will not run without one (never this terminal); its
-    /// output is both streams together.
-    #[arg(long)]
-    tty: bool,
-    /// Turn a layer off (namespaces, landlock, seccomp, cgroups), for
-    /// measurement and diagnosis; repeatable. Reported as not enforced.
-    #[arg(long = "without", value_name = "LAYER",
-          value_parser = clap::builder::PossibleValuesParser::new(["namespaces", "landlock", "seccomp", "cgroups"]))]
-    without: Vec<String>,
-    /// Run the command N times in this process and report the last run
-    /// (for measuring the per-command cost inside a long-lived runtime).
-    #[arg(long, default_value_t = 1, hide = true)]
-    repeat: u32,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
-}
-
-/// The network a command gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum NetArg {
-    /// Its own network namespace, loopback only.
-    None,
-    /// The host's network.
-    Host,
+/// `loop exec`: the command's own code passes through; this command's own
+/// failures are 125 (126/127 for a command it cannot run or find).
+pub(crate) fn command(o: ExecArgs, json: bool) -> Result<u8, CliError> {
+    exec(o, json).map_err(|e| match e.code {
+        2 | 3 => CliError {
+            code: 125,
+            message: e.message,
+        },
+        _ => e,
+    })
 }
 
 /// Run it; the exit code mirrors the command's (128 + signal when killed).

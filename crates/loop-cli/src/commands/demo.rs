@@ -1,15 +1,15 @@
 //! `loop demo`: the whole promise, offline, in one command.
 
 use crate::CliError;
-use crate::verify_cmd;
+use crate::commands::verify;
 use loop_protocol::{Contract, OutcomeKind};
 use loop_runtime::TaskRequest;
 use std::path::{Path, PathBuf};
 
-const TASK: &str = include_str!("../demo/task.yaml");
-const SCRIPT: &str = include_str!("../demo/script.yaml");
-const TESTS: &str = include_str!("../demo/project/tests/test_todo.py");
-const README: &str = include_str!("../demo/project/README.md");
+const TASK: &str = include_str!("../../demo/task.yaml");
+const SCRIPT: &str = include_str!("../../demo/script.yaml");
+const TESTS: &str = include_str!("../../demo/project/tests/test_todo.py");
+const README: &str = include_str!("../../demo/project/README.md");
 
 /// Write the demo project and run it. Returns whether it ended verified
 /// and its receipt verified.
@@ -63,7 +63,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
             via: loop_runtime::Via::Cli,
             ..Default::default()
         },
-        &mut crate::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
+        &mut crate::ui::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;
     if json {
         println!(
@@ -74,6 +74,6 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("\nreceipt   {}", report.receipt.display());
         println!("\n$ loop verify {}", report.receipt.display());
     }
-    let verified = verify_cmd::verify(&report.receipt, None, None, json, (false, false))?;
+    let verified = verify::verify(&report.receipt, None, None, json, (false, false))?;
     Ok(verified && report.outcome.kind == OutcomeKind::Verified)
 }

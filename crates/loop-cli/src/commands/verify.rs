@@ -22,6 +22,21 @@ impl ReceiptVerdict {
     }
 }
 
+/// `loop verify RECEIPT`: exit 0 when it holds (and, unless
+/// `integrity_only`, records a verified task), else 1.
+pub(crate) fn command(
+    receipt: &Path,
+    (artifacts, pubkey): (Option<&Path>, Option<&Path>),
+    flags: (bool, bool),
+    json: bool,
+) -> Result<u8, CliError> {
+    Ok(if verify(receipt, artifacts, pubkey, json, flags)? {
+        0
+    } else {
+        1
+    })
+}
+
 /// Verify and print; returns whether the receipt holds and (unless
 /// `integrity_only`) records a verified task.
 pub fn verify(
@@ -41,7 +56,7 @@ pub fn verify(
         println!("{}", to_json(&check, verdict));
     } else {
         // A receipt from elsewhere is hostile input like any other.
-        print!("{}", crate::screen::defang(&render(&check, verdict)));
+        print!("{}", crate::ui::screen::defang(&render(&check, verdict)));
     }
     Ok(verdict.ok())
 }

@@ -1,0 +1,465 @@
+//! The server's typed operations, shared by its two front ends: the HTTP
+//! API (`api.rs`) and MCP (`mcp.rs`) translate their requests into these
+//! calls and the typed answers into their own bodies. Each finds a task
+//! only among those its caller may see; the runtime decides the rest.
+
+use crate::{ApiError, AppState};
+use axum::http::StatusCode;
+use loop_runtime::ops::tokens::{Caller, Scope};
+use loop_runtime::{OnPrompt, Runtime};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+
+/// Run `f` on a blocking thread (the store, the files, the sandbox).
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("a worker thread failed: {e}"),
+        )
+    })?
+}
+
+/// Task `id`, if `caller` may see it; 404 otherwise (an id alone reveals
+/// nothing about other owners' tasks).
+pub(crate) fn visible(
+    rt: &Runtime,
+    caller: &Caller,
+    id: &str,
+) -> Result<loop_runtime::ops::query::TaskView, ApiError> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(ApiError::not_found("such task"));
+    }
+    match rt.task(id) {
+        // Another project's task on a shared store is not here.
+        Ok(t) if caller.may_see(t.owner.as_deref()) && matches!(rt.foreign(id), Ok(None)) => Ok(t),
+        // A store that cannot answer is no answer that the task is not
+        // there: a server error, not a 404.
+        Err(e)
+            if matches!(
+                e.kind,
+                loop_runtime::ErrorKind::Internal | loop_runtime::ErrorKind::Unavailable
+            ) =>
+        {
+            Err(e.into())
+        }
+        _ => Err(ApiError::not_found(&format!("task {id}"))),
+    }
+}
+
+/// A new task: an instruction with its checks (or a contract in YAML).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewTask {
+    instruction: String,
+    #[serde(default)]
+    checks: Vec<String>,
+    #[serde(default)]
+    artifacts: Vec<String>,
+    /// A contract in YAML (its instruction is replaced by `instruction`).
+    contract: Option<String>,
+    /// `openai:MODEL`, `anthropic:MODEL`, or `scripted:PATH` / `replay:PATH`
+    /// with a path inside the project (default: the Loopfile's maker).
+    model: Option<String>,
+    max_steps: Option<u32>,
+    max_tokens: Option<u64>,
+    budget_usd: Option<f64>,
+    timeout_secs: Option<u64>,
+    /// Keep checks that pass on an empty workspace (refused otherwise),
+    /// each marked `allow_vacuous` in the locked contract.
+    #[serde(default)]
+    allow_vacuous: bool,
+}
+
+impl NewTask {
+    /// The runtime's request for `caller`, through `via`: nobody at a
+    /// terminal to ask (approvals wait for an answer), the sandbox's full
+    /// isolation, the project's committed files only.
+    fn request(self, caller: &Caller, via: loop_runtime::Via) -> loop_runtime::TaskRequest {
+        loop_runtime::TaskRequest {
+            instruction: Some(self.instruction),
+            contract: match self.contract {
+                Some(text) => loop_runtime::ContractInput::Yaml {
+                    text,
+                    origin: "contract".into(),
+                },
+                None => loop_runtime::ContractInput::None,
+            },
+            checks: self.checks,
+            artifacts: self.artifacts,
+            limits: loop_runtime::LimitOverrides {
+                max_steps: self.max_steps,
+                max_tokens: self.max_tokens,
+                budget_usd: self.budget_usd,
+                timeout_secs: self.timeout_secs,
+            },
+            model: self.model,
+            isolation: loop_sandbox::IsolationLevel::Required,
+            on_prompt: Some(OnPrompt::Wait),
+            allow_vacuous: self.allow_vacuous,
+            owner: Some(caller.owner.clone()),
+            via,
+            ..Default::default()
+        }
+    }
+}
+
+/// What asking for a task came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Created {
+    /// Stored, and started (its id).
+    Started(String),
+    /// Waiting for a place, or still being prepared: the id the task will
+    /// have (its status says how the preparation went).
+    Preparing(String),
+    /// An instruction alone: its contract is being drafted (the draft's id).
+    Drafting(String),
+}
+
+impl Created {
+    /// The HTTP status that says it.
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Created::Started(_) => StatusCode::CREATED,
+            Created::Preparing(_) | Created::Drafting(_) => StatusCode::ACCEPTED,
+        }
+    }
+
+    /// The task it will be, if it is a task already.
+    pub(crate) fn task(&self) -> Option<&str> {
+        match self {
+            Created::Started(id) | Created::Preparing(id) => Some(id),
+            Created::Drafting(_) => None,
+        }
+    }
+
+    /// The body that says it (the same for HTTP and MCP).
+    pub(crate) fn body(&self) -> Value {
+        match self {
+            Created::Started(id) => {
+                json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})
+            }
+            Created::Preparing(id) => json!({
+                "id": id,
+                "state": "queued",
+                "status": format!("/api/v1/tasks/{id}"),
+                "events": format!("/api/v1/tasks/{id}/stream"),
+            }),
+            Created::Drafting(id) => {
+                json!({"draft": id, "status": format!("/api/v1/drafts/{id}")})
+            }
+        }
+    }
+}
+
+/// Start a task from `body` for `caller`: 201 with its id, or, for an
+/// instruction alone, 202 with the draft whose contract waits for an answer.
+pub(crate) async fn create_task(
+    s: &AppState,
+    caller: Caller,
+    body: NewTask,
+    via: loop_runtime::Via,
+) -> Result<Created, ApiError> {
+    let rt = s.runtime.clone();
+    let request = body.request(&caller, via);
+    let admitted = blocking(move || Ok(rt.admit(request)?)).await?;
+    if admitted.is_draft() {
+        return start_draft(s, &caller, admitted);
+    }
+    let request = admitted;
+    // The id first; the preparation waits for one of the `--jobs` places
+    // and runs whatever the request's fate (see `prestart`).
+    let id = s.runtime.new_task_id()?;
+    s.prestart.queued(&id, &caller.owner);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (st, task_id) = (s.clone(), id.clone());
+    tokio::spawn(async move {
+        let permit = st.prestart.gate.acquire().await;
+        st.prestart.preparing(&task_id);
+        let (rt, tid) = (st.runtime.clone(), task_id.clone());
+        let r =
+            blocking(move || Ok(rt.submit_admitted_as(&tid, request, &mut loop_runtime::Quiet)?))
+                .await;
+        drop(permit);
+        match &r {
+            Ok(_) => {
+                st.prestart.stored(&task_id);
+                st.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+                st.pool.start(task_id.clone(), None);
+            }
+            Err(e) => st.prestart.refused(&task_id, e),
+        }
+        let _ = tx.send(r);
+    });
+    match tokio::time::timeout(s.prestart.answer_within, rx).await {
+        Ok(Ok(Ok(id))) => Ok(Created::Started(id)),
+        Ok(Ok(Err(e))) => Err(e),
+        Ok(Err(_)) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("task {id}: its preparation ended without a word"),
+        )),
+        // Still waiting for a place, or still being prepared: said so,
+        // with the id the task will have (its status says how it went).
+        Err(_) => Ok(Created::Preparing(id)),
+    }
+}
+
+/// Draft `draft_id`'s task was submitted (`Ok`: it starts now) or not
+/// (the draft ends, saying why).
+pub(crate) fn draft_settled(
+    drafts: &crate::drafts::Drafts,
+    draft_id: &str,
+    submitted: Result<String, loop_runtime::Error>,
+    metrics: &crate::Metrics,
+    pool: &crate::pool::Pool,
+) {
+    match submitted {
+        Ok(task_id) => {
+            crate::drafts::set(
+                drafts,
+                draft_id,
+                crate::drafts::DraftState::Started {
+                    task_id: task_id.clone(),
+                },
+            );
+            metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+            pool.start(task_id, None);
+        }
+        Err(e) => crate::drafts::set(
+            drafts,
+            draft_id,
+            crate::drafts::DraftState::Ended { reason: e.message },
+        ),
+    }
+}
+
+/// An instruction alone: draft its contract on a thread of its own; the
+/// person answers through `/api/v1/drafts/{id}`.
+fn start_draft(
+    s: &AppState,
+    caller: &Caller,
+    admitted: loop_runtime::Admitted,
+) -> Result<Created, ApiError> {
+    let rt = s.runtime.clone();
+    let id = format!(
+        "d-{}",
+        loop_protocol::random::hex::<8>()
+            .map_err(|e| ApiError::from(loop_runtime::Error::from_cause(e)))?
+    );
+    crate::drafts::begin(
+        &s.drafts,
+        &id,
+        &caller.owner,
+        &admitted.contract().instruction,
+        admitted.model(),
+    );
+    let drafts = s.drafts.clone();
+    let draft_id = id.clone();
+    let who = format!(
+        "the API (owner {}, token {})",
+        caller.owner, caller.token_id
+    );
+    let metrics = s.metrics.clone();
+    let pool = s.pool.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("draft {id}"))
+        .spawn(move || {
+            crate::drafts::keep(&drafts, &draft_id);
+            let mut observer = crate::drafts::DraftObserver {
+                drafts: drafts.clone(),
+                id: draft_id.clone(),
+                who,
+            };
+            let submitted = rt.submit_admitted(admitted, &mut observer);
+            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
+        });
+    if let Err(e) = spawned {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot start drafting: {e}"),
+        ));
+    }
+    Ok(Created::Drafting(id))
+}
+
+/// Where a task stands as `caller` may see it: stored (its status, and
+/// whether it waits here for a place to run), or not yet stored (waiting
+/// for a place, being prepared, or refused).
+#[derive(Debug, Clone)]
+pub(crate) enum Standing {
+    /// In the store.
+    Stored {
+        /// Its status.
+        status: Box<loop_runtime::TaskStatus>,
+        /// It waits here for one of the `--jobs` places.
+        queued: bool,
+    },
+    /// Not stored yet.
+    Prestart {
+        /// Its id.
+        id: String,
+        /// How its preparation goes.
+        state: crate::prestart::State,
+    },
+}
+
+impl Standing {
+    /// As the API says it (where a workspace is on the server's disk is
+    /// the server's business; paths inside the project are relative).
+    pub(crate) fn view(&self, project: &std::path::Path) -> Value {
+        match self {
+            Standing::Stored { status, queued } => {
+                let mut v = shown(project, serde_json::to_value(status).unwrap_or_default());
+                v["queued"] = json!(queued);
+                v
+            }
+            Standing::Prestart { id, state } => match state {
+                crate::prestart::State::Refused(status, kind, message) => json!({
+                    "id": id,
+                    "state": state.name(),
+                    "queued": false,
+                    "error": {"status": status, "kind": kind, "message": message},
+                }),
+                _ => json!({"id": id, "state": state.name(), "queued": true}),
+            },
+        }
+    }
+
+    /// Whether the task is over, or waits for a person (who will not
+    /// answer while a caller waits on it): said why.
+    pub(crate) fn settled_or_waiting(&self) -> Option<&'static str> {
+        match self {
+            Standing::Prestart {
+                state: crate::prestart::State::Refused(..),
+                ..
+            } => Some("refused before it started (see `error`)"),
+            Standing::Prestart { .. } => None,
+            Standing::Stored { status, .. } => {
+                if status.task.outcome.is_some() && !status.task.running {
+                    return Some("ended");
+                }
+                status
+                    .approvals
+                    .iter()
+                    .any(|a| a.status == loop_store::ApprovalStatus::Pending)
+                    .then_some("waiting for an answer (`approve`)")
+            }
+        }
+    }
+
+    /// Nobody runs it and it does not wait here for a place.
+    pub(crate) fn idle(&self) -> bool {
+        matches!(self, Standing::Stored { status, queued: false } if status.task.interrupted)
+    }
+}
+
+/// Where task `id` stands, as `caller` may see it: what the HTTP API and
+/// MCP both read, typed.
+pub(crate) async fn standing_of(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+) -> Result<Standing, ApiError> {
+    let (rt, pool, prestart) = (s.runtime.clone(), s.pool.clone(), s.prestart.clone());
+    blocking(move || {
+        if let Err(e) = visible(&rt, &caller, &id) {
+            return prestart_of(&prestart, &caller, &id).ok_or(e);
+        }
+        Ok(Standing::Stored {
+            status: Box::new(rt.status(&id)?),
+            queued: pool.is_waiting(&id),
+        })
+    })
+    .await
+}
+
+/// Where task `id` stands while it is not stored yet (waiting for a
+/// place, being prepared, or refused), if `caller` made it.
+fn prestart_of(
+    prestart: &crate::prestart::Prestart,
+    caller: &Caller,
+    id: &str,
+) -> Option<Standing> {
+    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+    let state = prestart.state(id, owner)?;
+    Some(Standing::Prestart {
+        id: id.to_string(),
+        state,
+    })
+}
+
+/// Task `id`'s recorded events from `since` on, as `caller` may see them
+/// (none yet while its preparation runs): what the HTTP API and MCP both
+/// read, typed.
+pub(crate) async fn recorded(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+    since: u64,
+) -> Result<Vec<loop_runtime::Recorded>, ApiError> {
+    let (rt, prestart) = (s.runtime.clone(), s.prestart.clone());
+    blocking(move || {
+        if let Err(e) = visible(&rt, &caller, &id) {
+            // Not stored yet: no events yet.
+            return prestart_of(&prestart, &caller, &id)
+                .map(|_| Vec::new())
+                .ok_or(e);
+        }
+        Ok(rt.events(&id, since)?)
+    })
+    .await
+}
+
+/// Task `id`'s change set, as `caller` may see it: what the HTTP API and
+/// MCP both read, typed.
+pub(crate) async fn change_set_of(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+) -> Result<loop_runtime::ops::changes::Diff, ApiError> {
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        Ok(rt.diff(&id)?)
+    })
+    .await
+}
+
+/// A task as the API shows it: the server's own paths (the receipt's, a
+/// scripted model's) are said relative to the project, so a response does
+/// not map the server's disk.
+pub(crate) fn shown(project: &std::path::Path, mut v: Value) -> Value {
+    // Where a workspace is on the server's disk is the server's business.
+    if let Some(o) = v.as_object_mut() {
+        o.remove("workspace");
+    }
+    for key in ["receipt", "model"] {
+        let Some(text) = v[key].as_str() else {
+            continue;
+        };
+        // `PROVIDER:PATH` for a model, a bare path for the receipt.
+        let (head, path) = match text.split_once(':') {
+            Some((h, p)) if key == "model" => (Some(h), p),
+            _ => (None, text),
+        };
+        if let Ok(rel) = std::path::Path::new(path).strip_prefix(project) {
+            let rel = rel.display().to_string();
+            v[key] = json!(match head {
+                Some(h) => format!("{h}:{rel}"),
+                None => rel,
+            });
+        }
+    }
+    v
+}
