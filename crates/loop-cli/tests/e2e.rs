@@ -1705,3 +1705,41 @@ fn the_changed_lines_limit_is_per_step() {
     assert_eq!(observed[2]["rule"], "limit: max_diff_lines");
     assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
 }
+
+/// The demo works in the directory it makes, never in a repository around
+/// it: run inside a git checkout, the checkout gets no `.loop/` and no
+/// branch, and the demo is still verified.
+#[test]
+fn the_demo_inside_a_git_checkout_leaves_the_checkout_alone() {
+    let repo = tmpdir("demo-in-repo");
+    for args in [
+        vec!["init", "-q"],
+        vec!["commit", "-q", "--allow-empty", "-m", "start"],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = loop_bin()
+        .args(["demo", "--dir"])
+        .arg(repo.join("d"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("■ verified"), "{}", text(&out));
+    assert!(!repo.join(".loop").exists(), "the checkout got a .loop/");
+    assert!(repo.join("d/project/.loop").is_dir());
+    let branches = Command::new("git")
+        .args(["branch", "--list", "loop/*"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&branches.stdout).trim(), "");
+}

@@ -115,7 +115,10 @@ impl Read for ChannelBody {
                     self.buf = chunk;
                     self.pos = 0;
                 }
-                Ok(Err(e)) => return Err(e),
+                // (Wrapped: the body's own error may be `Interrupted`,
+                // which readers retry; the worker has stopped, so a retry
+                // would read an end the body never had.)
+                Ok(Err(e)) => return Err(std::io::Error::other(e)),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(0),
             }

@@ -258,6 +258,10 @@ impl Default for Limits {
     }
 }
 
+/// The longest a task may be given to run (a week): a request's timeout
+/// and a trigger's are refused above it.
+pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
 /// Default wall-clock limit of a `run` check.
 pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 300;
 

@@ -44,6 +44,20 @@ impl Runtime {
         })
     }
 
+    /// The runtime of exactly `dir` (canonical), wherever it is: for a
+    /// project the caller itself made (the demo's), never taken for part
+    /// of a repository around it.
+    pub fn open_at(dir: &Path) -> Result<Runtime, Error> {
+        let project = dir
+            .canonicalize()
+            .map_err(|e| Error::usage(format!("project {}: {e}", dir.display())))?;
+        Ok(Runtime {
+            project,
+            store: Default::default(),
+            scope: Default::default(),
+        })
+    }
+
     /// The project's store, opened once.
     pub(crate) fn store(&self) -> Result<&dyn loop_store::Store, Error> {
         if let Some(s) = self.store.get() {

@@ -54,7 +54,8 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("contract  {}", task_path.display());
         println!("script    {}", dir.join("script.yaml").display());
     }
-    let report = loop_runtime::Runtime::open(&project)?.start(
+    // The demo's own project, not the repository it may sit in.
+    let report = loop_runtime::Runtime::open_at(&project)?.start(
         TaskRequest {
             contract: loop_runtime::ContractInput::Given(Box::new(contract)),
             model: Some(format!("scripted:{}", dir.join("script.yaml").display())),

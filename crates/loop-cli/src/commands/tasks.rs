@@ -235,13 +235,13 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
     }
 }
 
-/// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
-/// until it has; an interrupted task is ended `cancelled` here.
 /// An outcome's name, or nothing when the store holds none.
 fn named(outcome: &Option<loop_protocol::OutcomeName>) -> String {
     outcome.map(|o| o.to_string()).unwrap_or_default()
 }
 
+/// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
+/// until it has; an interrupted task is ended `cancelled` here.
 pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let cancelled =
         Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))?;

@@ -1045,7 +1045,9 @@ fn triggers_schema() -> serde_json::Value {
             "required": ["instruction", "checks"],
             "properties": props(triggers::TEMPLATE_KEYS, |k| match k {
                 "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
-                "max_steps" | "timeout_secs" => json!({"type": "integer", "minimum": 1}),
+                "max_steps" => json!({"type": "integer", "minimum": 1}),
+                "timeout_secs" => json!({"type": "integer", "minimum": 1,
+                    "maximum": loop_protocol::contract::MAX_TIMEOUT_SECS}),
                     "owner" => json!({"type": "string", "minLength": 1, "description": "who a scheduled task belongs to"}),
                 _ => json!({"type": "string", "minLength": 1}),
             })}

@@ -225,7 +225,22 @@ fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
                     .unsigned(v, "`max_steps`", 1)
                     .and_then(|n| u32::try_from(n).ok())
             }
-            _ => t.timeout_secs = r.unsigned(v, "`timeout_secs`", 1),
+            _ => {
+                t.timeout_secs = r.unsigned(v, "`timeout_secs`", 1).filter(|n| {
+                    let ok = *n <= loop_protocol::contract::MAX_TIMEOUT_SECS;
+                    if !ok {
+                        r.err(
+                            Some(v.pos),
+                            format!(
+                                "`timeout_secs` is at most {} (a week)",
+                                loop_protocol::contract::MAX_TIMEOUT_SECS
+                            ),
+                            None,
+                        );
+                    }
+                    ok
+                })
+            }
         }
     }
     if t.instruction.trim().is_empty() || t.checks.is_empty() {
@@ -406,6 +421,25 @@ mod schedule_tests {
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod loopfile_tests {
+    #[test]
+    fn a_triggers_timeout_is_at_most_a_week_as_any_requests() {
+        let with = |secs: u64| {
+            format!(
+                "triggers:\n  - name: a\n    webhook: {{secret_env: S, owner: ci}}\n    task: {{instruction: x, checks: [\"true\"], timeout_secs: {secs}}}\n"
+            )
+        };
+        let week = loop_protocol::contract::MAX_TIMEOUT_SECS;
+        let l = crate::loopfile::Loopfile::parse(&with(week), "Loopfile.yaml").unwrap();
+        assert_eq!(l.triggers[0].task.timeout_secs, Some(week));
+        let e = crate::loopfile::Loopfile::parse(&with(week + 1), "Loopfile.yaml")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("Loopfile.yaml:") && e.contains("`timeout_secs` is at most 604800 (a week)"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn bad_triggers_are_named_with_their_place() {
         let shared = "triggers:\n  - name: a\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n  - name: b\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x, checks: [\"true\"]}\n";

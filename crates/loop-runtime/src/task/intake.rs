@@ -9,22 +9,24 @@
 //! far as the front end is trusted to name a file. Two front ends given the
 //! same request get the same contract.
 
+#[cfg(test)]
+use crate::ErrorKind;
 use crate::task::request::ContractSource;
 use crate::{Error, OnPrompt, Runtime};
 use loop_protocol::Contract;
 use std::path::PathBuf;
 
-/// The longest a task may be given to run (a week).
-pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+pub use loop_protocol::contract::MAX_TIMEOUT_SECS;
 
 /// The front end a request came through: it decides how a field is
-/// spelled in a refusal and how far a model spec may name a file.
+/// spelled in a refusal and how far a model spec may name a file. A
+/// request that does not say is taken as the least trusted: a remote one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Via {
     /// The `loop` command (a person who can read the project).
-    #[default]
     Cli,
     /// `POST /api/v1/tasks` (a token's owner, possibly remote).
+    #[default]
     Http,
     /// The MCP endpoint's `loop_run` tool (a token's owner).
     Mcp,
@@ -388,4 +390,61 @@ fn override_limits(
         limits.timeout_secs = n.max(1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+
+    /// A project with a script, a script outside it, a link to that one
+    /// and a script under `.loop/`: (its runtime, the outside script).
+    fn project(name: &str) -> (Runtime, PathBuf) {
+        let base = std::env::temp_dir().join(format!("loop-intake-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let project = base.join("project");
+        std::fs::create_dir_all(project.join(".loop")).unwrap();
+        std::fs::write(project.join("script.yaml"), "turns: []\n").unwrap();
+        std::fs::write(project.join(".loop/other.yaml"), "turns: []\n").unwrap();
+        let outside = base.join("outside.yaml");
+        std::fs::write(&outside, "turns: []\n").unwrap();
+        std::os::unix::fs::symlink(&outside, project.join("link.yaml")).unwrap();
+        (Runtime::open_at(&project).unwrap(), outside)
+    }
+
+    #[test]
+    fn a_remote_caller_names_a_script_only_inside_the_project() {
+        let (rt, outside) = project("remote");
+        let p = rt.project().to_path_buf();
+        // Honest: a relative path, or the absolute path it names (a draft
+        // kept by the server holds the resolved spec), inside the project.
+        let inside = format!("scripted:{}", p.join("script.yaml").display());
+        for spec in ["scripted:script.yaml", inside.as_str()] {
+            assert_eq!(rt.resolve_model(spec, Via::Http).unwrap(), inside, "{spec}");
+            assert_eq!(rt.resolve_model(spec, Via::Mcp).unwrap(), inside, "{spec}");
+        }
+        // Refused: outside, through a link, under `.loop/`, with `..`.
+        let refused = [
+            format!("scripted:{}", outside.display()),
+            "scripted:/etc/passwd".to_string(),
+            "replay:link.yaml".to_string(),
+            format!("scripted:{}", p.join("link.yaml").display()),
+            "scripted:.loop/other.yaml".to_string(),
+            format!("scripted:{}", p.join(".loop/other.yaml").display()),
+            "scripted:../outside.yaml".to_string(),
+            format!("scripted:{}/../outside.yaml", p.display()),
+            "scripted:".to_string(),
+            "local:thing".to_string(),
+            "no-provider".to_string(),
+        ];
+        for spec in &refused {
+            let e = rt.resolve_model(spec, Via::Http).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Usage, "{spec}: {}", e.message);
+        }
+        // The command line and a library caller take the spec as given; a
+        // request that does not say where it came from is a remote one.
+        let given = format!("scripted:{}", outside.display());
+        assert_eq!(rt.resolve_model(&given, Via::Cli).unwrap(), given);
+        assert_eq!(Via::default(), Via::Http);
+    }
 }
