@@ -11,7 +11,7 @@ use crate::progress::{ProgressConfig, ProgressDetector, StallVerdict};
 use loop_protocol::{
     Acceptance, ApprovalDecision, BudgetUse, Context, Contract, Control, Effect, Event, Limits,
     Observation, ObservationStatus, Outcome, OutcomeKind, OutcomeRecord, TaskState, ToolCall,
-    ToolName, Turn, VerificationReport,
+    ToolName, Turn, Usage, VerificationReport,
 };
 use std::collections::BTreeMap;
 
@@ -275,8 +275,8 @@ impl State {
     }
 
     /// Apply one event: the only way the state changes on the record.
-    // Long by design: one arm per event kind, so what each recorded event
-    // means to the state is written once, side by side.
+    /// One arm per event kind, each handing off to the method that says
+    /// what that recorded event means to the state.
     pub fn apply(&mut self, event: &Event) -> Result<(), RecordError> {
         let entry = self.applied;
         self.applied += 1;
@@ -290,189 +290,256 @@ impl State {
                 from,
                 to,
                 reason,
-            } => {
-                if *from != self.machine.state() {
-                    return Err(RecordError::Transition {
-                        n: *n,
-                        from: *from,
-                        state: self.machine.state(),
-                    });
-                }
-                // Progress is judged when a turn's calls are done (a
-                // running Director judges before it moves; this catches a
-                // record that stopped between the two).
-                if *from == TaskState::Acting
-                    && !matches!(to, TaskState::AwaitingApproval | TaskState::AwaitingInput)
-                {
-                    self.judge();
-                }
-                if *to == TaskState::Verifying {
-                    self.verified_since_verifying = None;
-                }
-                if *to == TaskState::Terminal {
-                    self.terminal_reason = Some(reason.clone());
-                }
-                self.machine = Machine::restore(*to, *n);
-            }
+            } => self.on_transition(*n, *from, *to, reason)?,
             Event::ModelTurn {
                 step,
                 thought,
                 calls,
                 usage,
                 ..
-            } => {
-                self.budget.charge_turn(usage);
-                self.context.push_turn(thought.clone(), calls.clone());
-                self.answered(*step);
-                self.turn = Some(Turn {
-                    thought: thought.clone(),
-                    calls: calls.clone(),
-                    usage: *usage,
-                    served_by: None,
-                });
-                self.judged = false;
-                self.approved.clear();
-                self.denied.clear();
-            }
+            } => self.on_model_turn(*step, thought, calls, usage),
             Event::ModelMalformed {
                 step, error, usage, ..
-            } => {
-                self.budget.charge_turn(usage);
-                self.answered(*step);
-                self.malformed_verdict = self.progress.malformed(*step, error, &self.root);
-            }
-            Event::ModelFailed { step, usage, .. } => {
-                self.budget.charge_turn(usage);
-                self.answered(*step);
-            }
+            } => self.on_model_malformed(*step, error, usage),
+            Event::ModelFailed { step, usage, .. } => self.on_model_failed(*step, usage),
             Event::ModelSilent { step, .. } => self.answered(*step),
             Event::Intent {
                 call_id,
                 effect,
                 root_before,
                 ..
-            } => {
-                let call = self
-                    .turn
-                    .as_ref()
-                    .and_then(|t| t.calls.iter().find(|c| &c.id == call_id))
-                    .ok_or_else(|| RecordError::UnknownCall {
-                        call_id: call_id.clone(),
-                    })?;
-                self.intent = Some(Interrupted {
-                    call: call.clone(),
-                    effect: *effect,
-                    root_before: root_before.clone(),
-                });
-            }
+            } => self.on_intent(call_id, *effect, root_before)?,
             Event::Observed {
                 observation,
                 workspace_root,
                 ..
-            } => {
-                if let Some(root) = workspace_root {
-                    self.root = root.clone();
-                }
-                self.context.push_observation(observation);
-                let control = self
-                    .turn
-                    .as_ref()
-                    .and_then(|t| t.calls.iter().find(|c| c.id == observation.call_id))
-                    .and_then(|c| control_of(c, observation));
-                self.done.push((observation.clone(), control));
-                self.intent = None;
-                self.denied.retain(|d| d.call_id != observation.call_id);
-            }
+            } => self.on_observed(observation, workspace_root.as_ref()),
             Event::Feedback { text, .. } => self.context.push_feedback(text.clone()),
             Event::Verified {
                 report,
                 accepted,
                 rejection,
-            } => {
-                self.budget.charge_verification();
-                if !accepted {
-                    self.progress.rejected_at(&report.manifest_root);
-                    self.failed_repairs += 1;
-                    self.rejection_unasked = true;
-                    self.last_rejection = rejection.clone();
-                }
-                self.last_report = Some(report.clone());
-                self.verified_since_verifying = Some(report.clone());
-            }
+            } => self.on_verified(report, *accepted, rejection),
             Event::Reviewed { usage, .. } => self.budget.charge_review(usage),
             Event::Resumed { .. } | Event::Recovery { .. } => {}
             Event::CheckpointRequested {
                 approval_id,
                 reason,
                 deadline_ms,
-            } => {
-                self.pending_checkpoint = Some(PendingCheckpoint {
-                    approval_id: approval_id.clone(),
-                    reason: reason.clone(),
-                    deadline_ms: *deadline_ms,
-                });
-                // A person asked now has seen the rejections so far and
-                // the spending so far.
-                self.rejection_unasked = false;
-                if self
-                    .cost_usd_over
-                    .is_some_and(|t| self.budget.usd_spent() > t)
-                {
-                    self.cost_asked = true;
-                }
-            }
+            } => self.on_checkpoint_requested(approval_id, reason, *deadline_ms),
             Event::CheckpointDecided { .. } => self.pending_checkpoint = None,
             Event::BudgetExtended {
                 add_steps,
                 add_tokens,
                 add_usd,
                 add_secs,
-            } => {
-                self.budget
-                    .extend(*add_steps, *add_tokens, *add_usd, *add_secs);
-                self.finished = None;
-                self.terminal_reason = None;
-                self.intent = None;
-            }
+            } => self.on_budget_extended(*add_steps, *add_tokens, *add_usd, *add_secs),
             Event::ApprovalRequested {
                 approval_id,
                 call_id,
                 rule,
                 deadline_ms,
                 ..
-            } => {
-                let p = PendingApproval {
-                    approval_id: approval_id.clone(),
-                    call_id: call_id.clone(),
-                    rule: rule.clone(),
-                    deadline_ms: *deadline_ms,
-                };
-                self.requested.insert(approval_id.clone(), p.clone());
-                self.pending_approval = Some(p);
-            }
+            } => self.on_approval_requested(approval_id, call_id, rule, *deadline_ms),
             Event::ApprovalDecided {
                 approval_id,
                 decision,
                 ..
-            } => {
-                self.pending_approval = None;
-                if let Some(p) = self.requested.get(approval_id) {
-                    if *decision == ApprovalDecision::Approved {
-                        self.approved.push(p.call_id.clone());
-                    } else {
-                        self.denied.push(Denied {
-                            call_id: p.call_id.clone(),
-                            rule: p.rule.clone(),
-                            decision: *decision,
-                        });
-                    }
-                }
-            }
+            } => self.on_approval_decided(approval_id, *decision),
             Event::Finished { outcome, used } => {
                 self.finished = Some((outcome.clone(), *used));
             }
         }
         Ok(())
+    }
+
+    /// A recorded `transition` from `from` to `to`: it must leave the state
+    /// the task is in.
+    fn on_transition(
+        &mut self,
+        n: u32,
+        from: TaskState,
+        to: TaskState,
+        reason: &str,
+    ) -> Result<(), RecordError> {
+        if from != self.machine.state() {
+            return Err(RecordError::Transition {
+                n,
+                from,
+                state: self.machine.state(),
+            });
+        }
+        // Progress is judged when a turn's calls are done (a
+        // running Director judges before it moves; this catches a
+        // record that stopped between the two).
+        if from == TaskState::Acting
+            && !matches!(to, TaskState::AwaitingApproval | TaskState::AwaitingInput)
+        {
+            self.judge();
+        }
+        if to == TaskState::Verifying {
+            self.verified_since_verifying = None;
+        }
+        if to == TaskState::Terminal {
+            self.terminal_reason = Some(reason.to_string());
+        }
+        self.machine = Machine::restore(to, n);
+        Ok(())
+    }
+
+    /// A recorded `model_turn`: it is charged, seen by the model, and
+    /// becomes the turn in flight.
+    fn on_model_turn(
+        &mut self,
+        step: u32,
+        thought: &Option<String>,
+        calls: &[ToolCall],
+        usage: &Usage,
+    ) {
+        self.budget.charge_turn(usage);
+        self.context.push_turn(thought.clone(), calls.to_vec());
+        self.answered(step);
+        self.turn = Some(Turn {
+            thought: thought.clone(),
+            calls: calls.to_vec(),
+            usage: *usage,
+            served_by: None,
+        });
+        self.judged = false;
+        self.approved.clear();
+        self.denied.clear();
+    }
+
+    /// A recorded `model_malformed`: charged, and judged by the detector.
+    fn on_model_malformed(&mut self, step: u32, error: &str, usage: &Usage) {
+        self.budget.charge_turn(usage);
+        self.answered(step);
+        self.malformed_verdict = self.progress.malformed(step, error, &self.root);
+    }
+
+    /// A recorded `model_failed`: charged, and the step answered.
+    fn on_model_failed(&mut self, step: u32, usage: &Usage) {
+        self.budget.charge_turn(usage);
+        self.answered(step);
+    }
+
+    /// A recorded `intent` for a call of the turn in flight: the call is
+    /// interrupted until its observation is recorded.
+    fn on_intent(
+        &mut self,
+        call_id: &str,
+        effect: Effect,
+        root_before: &str,
+    ) -> Result<(), RecordError> {
+        let call = self
+            .turn
+            .as_ref()
+            .and_then(|t| t.calls.iter().find(|c| c.id == call_id))
+            .ok_or_else(|| RecordError::UnknownCall {
+                call_id: call_id.to_string(),
+            })?;
+        self.intent = Some(Interrupted {
+            call: call.clone(),
+            effect,
+            root_before: root_before.to_string(),
+        });
+        Ok(())
+    }
+
+    /// A recorded `observed`: the workspace root moves, the model sees the
+    /// observation, and the call is done.
+    fn on_observed(&mut self, observation: &Observation, workspace_root: Option<&String>) {
+        if let Some(root) = workspace_root {
+            self.root = root.clone();
+        }
+        self.context.push_observation(observation);
+        let control = self
+            .turn
+            .as_ref()
+            .and_then(|t| t.calls.iter().find(|c| c.id == observation.call_id))
+            .and_then(|c| control_of(c, observation));
+        self.done.push((observation.clone(), control));
+        self.intent = None;
+        self.denied.retain(|d| d.call_id != observation.call_id);
+    }
+
+    /// A recorded `verified`: charged, and a rejection counted.
+    fn on_verified(
+        &mut self,
+        report: &VerificationReport,
+        accepted: bool,
+        rejection: &Option<String>,
+    ) {
+        self.budget.charge_verification();
+        if !accepted {
+            self.progress.rejected_at(&report.manifest_root);
+            self.failed_repairs += 1;
+            self.rejection_unasked = true;
+            self.last_rejection = rejection.clone();
+        }
+        self.last_report = Some(report.clone());
+        self.verified_since_verifying = Some(report.clone());
+    }
+
+    /// A recorded `checkpoint_requested`: pending until decided.
+    fn on_checkpoint_requested(&mut self, approval_id: &str, reason: &str, deadline_ms: u64) {
+        self.pending_checkpoint = Some(PendingCheckpoint {
+            approval_id: approval_id.to_string(),
+            reason: reason.to_string(),
+            deadline_ms,
+        });
+        // A person asked now has seen the rejections so far and
+        // the spending so far.
+        self.rejection_unasked = false;
+        if self
+            .cost_usd_over
+            .is_some_and(|t| self.budget.usd_spent() > t)
+        {
+            self.cost_asked = true;
+        }
+    }
+
+    /// A recorded `budget_extended`: the budget grows and the task may go on.
+    fn on_budget_extended(&mut self, add_steps: u32, add_tokens: u64, add_usd: f64, add_secs: u64) {
+        self.budget.extend(add_steps, add_tokens, add_usd, add_secs);
+        self.finished = None;
+        self.terminal_reason = None;
+        self.intent = None;
+    }
+
+    /// A recorded `approval_requested`: pending, and remembered by its id.
+    fn on_approval_requested(
+        &mut self,
+        approval_id: &str,
+        call_id: &str,
+        rule: &str,
+        deadline_ms: u64,
+    ) {
+        let p = PendingApproval {
+            approval_id: approval_id.to_string(),
+            call_id: call_id.to_string(),
+            rule: rule.to_string(),
+            deadline_ms,
+        };
+        self.requested.insert(approval_id.to_string(), p.clone());
+        self.pending_approval = Some(p);
+    }
+
+    /// A recorded `approval_decided`: the call it asked about is approved
+    /// or denied.
+    fn on_approval_decided(&mut self, approval_id: &str, decision: ApprovalDecision) {
+        self.pending_approval = None;
+        if let Some(p) = self.requested.get(approval_id) {
+            if decision == ApprovalDecision::Approved {
+                self.approved.push(p.call_id.clone());
+            } else {
+                self.denied.push(Denied {
+                    call_id: p.call_id.clone(),
+                    rule: p.rule.clone(),
+                    decision,
+                });
+            }
+        }
     }
 
     fn start(&mut self, event: &Event) -> Result<(), RecordError> {

@@ -159,9 +159,123 @@ pub fn parse_response(body: &str) -> Result<WireReply, WireError> {
     })
 }
 
-/// Read a streamed response.
-// Long by design: one state machine over the event stream; its states
-// (text, tool-use input, usage) are read together so none is lost.
+/// What a stream has said so far: its content blocks (each with the
+/// partial JSON of a tool use's input), its usage and its stop reason.
+#[derive(Default)]
+struct StreamState {
+    blocks: BTreeMap<u64, (Value, String)>,
+    usage: Option<Usage>,
+    /// One implausible count makes the whole report unusable (estimated).
+    lied: bool,
+    stop: Option<String>,
+}
+
+impl StreamState {
+    /// `message_start`: the usage reported so far.
+    fn message_start(&mut self, v: &Value) {
+        if let Some(u) = v["message"].get("usage") {
+            self.lied |= !valid(u);
+            self.usage = Some(usage_of(u));
+        }
+    }
+
+    /// `content_block_start`: a new block at its index.
+    fn content_block_start(&mut self, v: &Value) {
+        let index = v["index"].as_u64().unwrap_or(self.blocks.len() as u64);
+        self.blocks
+            .insert(index, (v["content_block"].clone(), String::new()));
+    }
+
+    /// `content_block_delta`: text appended to a block (and shown), or a
+    /// piece of a tool use's input JSON.
+    fn content_block_delta(&mut self, v: &Value, on_text: &dyn Fn(&str)) -> Result<(), WireError> {
+        let index = v["index"].as_u64().unwrap_or(0);
+        let Some((block, partial)) = self.blocks.get_mut(&index) else {
+            return Err(WireError::Stream(format!(
+                "delta for unknown content block {index}"
+            )));
+        };
+        let d = &v["delta"];
+        match d.get("type").and_then(Value::as_str) {
+            Some("text_delta") => {
+                on_text(d["text"].as_str().unwrap_or_default());
+                let t = format!(
+                    "{}{}",
+                    block["text"].as_str().unwrap_or_default(),
+                    d["text"].as_str().unwrap_or_default()
+                );
+                block["text"] = Value::String(t);
+            }
+            Some("input_json_delta") => {
+                partial.push_str(d["partial_json"].as_str().unwrap_or_default())
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `message_delta`: the stop reason and the usage as updated.
+    fn message_delta(&mut self, v: &Value) {
+        if let Some(r) = v["delta"].get("stop_reason").and_then(Value::as_str) {
+            self.stop = Some(r.to_string());
+        }
+        if let Some(u) = v.get("usage") {
+            self.lied |= !valid(u);
+            // Output tokens here are cumulative; input may be restated.
+            let mut total = self.usage.unwrap_or_default();
+            total.output_tokens = u64_at(u, &["output_tokens"]);
+            if u.get("input_tokens").is_some() {
+                let restated = usage_of(u);
+                total.input_tokens = restated.input_tokens;
+                total.cached_input_tokens = restated.cached_input_tokens;
+            }
+            self.usage = Some(total);
+        }
+    }
+
+    /// The bytes of output the blocks hold so far.
+    fn bytes(&self) -> usize {
+        self.blocks
+            .values()
+            .map(|(b, partial)| partial.len() + b["text"].as_str().map_or(0, str::len))
+            .sum()
+    }
+
+    /// The reply a finished stream gave.
+    fn into_reply(self) -> WireReply {
+        let usage = if self.lied { None } else { self.usage };
+        let content: Vec<Value> = self
+            .blocks
+            .into_values()
+            .map(|(mut block, partial)| {
+                if block.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && !partial.is_empty()
+                {
+                    // Left as text when it does not parse: the action parser names the error.
+                    block["input"] =
+                        serde_json::from_str(&partial).unwrap_or(Value::String(partial));
+                }
+                block
+            })
+            .collect();
+        let (text, mut calls) = blocks_to_reply(&content);
+        for c in &mut calls {
+            // A string `input` is raw partial JSON that failed to parse: pass it on verbatim.
+            if let Ok(Value::String(raw)) = serde_json::from_str::<Value>(&c.arguments) {
+                c.arguments = raw;
+            }
+        }
+        WireReply {
+            text,
+            calls,
+            usage,
+            stop: self.stop,
+        }
+    }
+}
+
+/// Read a streamed response: one state machine over the event stream, its
+/// states (text, tool-use input, usage) kept together so none is lost.
 pub fn parse_stream(
     body: Box<dyn Read + Send>,
     limit: usize,
@@ -170,11 +284,7 @@ pub fn parse_stream(
 ) -> Result<WireReply, WireError> {
     let cap = crate::wire::output_byte_cap(max_tokens);
     let mut sse = SseReader::new(body, limit);
-    let mut blocks: BTreeMap<u64, (Value, String)> = BTreeMap::new();
-    let mut usage: Option<Usage> = None;
-    // One implausible count makes the whole report unusable (estimated).
-    let mut lied = false;
-    let mut stop = None;
+    let mut state = StreamState::default();
     let mut finished = false;
     while let Some(ev) = sse
         .next_event()
@@ -189,57 +299,10 @@ pub fn parse_stream(
             .unwrap_or_default()
             .to_string();
         match kind.as_str() {
-            "message_start" => {
-                if let Some(u) = v["message"].get("usage") {
-                    lied |= !valid(u);
-                    usage = Some(usage_of(u));
-                }
-            }
-            "content_block_start" => {
-                let index = v["index"].as_u64().unwrap_or(blocks.len() as u64);
-                blocks.insert(index, (v["content_block"].clone(), String::new()));
-            }
-            "content_block_delta" => {
-                let index = v["index"].as_u64().unwrap_or(0);
-                let Some((block, partial)) = blocks.get_mut(&index) else {
-                    return Err(WireError::Stream(format!(
-                        "delta for unknown content block {index}"
-                    )));
-                };
-                let d = &v["delta"];
-                match d.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => {
-                        on_text(d["text"].as_str().unwrap_or_default());
-                        let t = format!(
-                            "{}{}",
-                            block["text"].as_str().unwrap_or_default(),
-                            d["text"].as_str().unwrap_or_default()
-                        );
-                        block["text"] = Value::String(t);
-                    }
-                    Some("input_json_delta") => {
-                        partial.push_str(d["partial_json"].as_str().unwrap_or_default())
-                    }
-                    _ => {}
-                }
-            }
-            "message_delta" => {
-                if let Some(r) = v["delta"].get("stop_reason").and_then(Value::as_str) {
-                    stop = Some(r.to_string());
-                }
-                if let Some(u) = v.get("usage") {
-                    lied |= !valid(u);
-                    // Output tokens here are cumulative; input may be restated.
-                    let mut total = usage.unwrap_or_default();
-                    total.output_tokens = u64_at(u, &["output_tokens"]);
-                    if u.get("input_tokens").is_some() {
-                        let restated = usage_of(u);
-                        total.input_tokens = restated.input_tokens;
-                        total.cached_input_tokens = restated.cached_input_tokens;
-                    }
-                    usage = Some(total);
-                }
-            }
+            "message_start" => state.message_start(&v),
+            "content_block_start" => state.content_block_start(&v),
+            "content_block_delta" => state.content_block_delta(&v, on_text)?,
+            "message_delta" => state.message_delta(&v),
             "message_stop" => {
                 finished = true;
                 break;
@@ -250,10 +313,7 @@ pub fn parse_stream(
             }
             _ => {} // ping and future event types
         }
-        let bytes: usize = blocks
-            .values()
-            .map(|(b, partial)| partial.len() + b["text"].as_str().map_or(0, str::len))
-            .sum();
+        let bytes = state.bytes();
         if bytes > cap {
             return Err(WireError::Overlong { max_tokens, bytes });
         }
@@ -261,31 +321,5 @@ pub fn parse_stream(
     if !finished {
         return Err(WireError::Stream("stream ended before message_stop".into()));
     }
-    if lied {
-        usage = None;
-    }
-    let content: Vec<Value> = blocks
-        .into_values()
-        .map(|(mut block, partial)| {
-            if block.get("type").and_then(Value::as_str) == Some("tool_use") && !partial.is_empty()
-            {
-                // Left as text when it does not parse: the action parser names the error.
-                block["input"] = serde_json::from_str(&partial).unwrap_or(Value::String(partial));
-            }
-            block
-        })
-        .collect();
-    let (text, mut calls) = blocks_to_reply(&content);
-    for c in &mut calls {
-        // A string `input` is raw partial JSON that failed to parse: pass it on verbatim.
-        if let Ok(Value::String(raw)) = serde_json::from_str::<Value>(&c.arguments) {
-            c.arguments = raw;
-        }
-    }
-    Ok(WireReply {
-        text,
-        calls,
-        usage,
-        stop,
-    })
+    Ok(state.into_reply())
 }

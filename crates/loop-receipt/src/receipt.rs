@@ -721,7 +721,6 @@ impl VerifyReport {
 /// the contract, check the ledger file's digest and its chain entry by
 /// entry against the predicate, and re-hash every artifact in
 /// `artifacts_dir` (default: `<task>.artifacts` beside the receipt).
-#[allow(clippy::disallowed_methods)] // whether the artifacts directory a person named is there
 pub fn verify_receipt(
     path: &Path,
     artifacts_dir: Option<&Path>,
@@ -771,13 +770,24 @@ pub fn verify_receipt(
             return Ok(report);
         }
     };
+    check_statement(&mut report.statement_problems, &statement);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    check_ledger(&mut report, &statement, dir);
+    let default_artifacts = dir.join(format!("{}.artifacts", statement.predicate.task_id));
+    let artifacts_dir = artifacts_dir.unwrap_or(&default_artifacts);
+    check_artifacts(&mut report, &statement, dir, artifacts_dir);
+    report.statement = Some(statement);
+    Ok(report)
+}
+
+/// The statement layer: its types, the contract's hash, and an outcome of
+/// `verified` that the recorded verification establishes.
+fn check_statement(problems: &mut Vec<String>, statement: &Statement) {
     if statement.statement_type != STATEMENT_TYPE {
-        report
-            .statement_problems
-            .push(format!("_type is {:?}", statement.statement_type));
+        problems.push(format!("_type is {:?}", statement.statement_type));
     }
     if statement.predicate_type != PREDICATE_TYPE {
-        report.statement_problems.push(format!(
+        problems.push(format!(
             "predicateType {:?} is not understood by this build",
             statement.predicate_type
         ));
@@ -785,19 +795,18 @@ pub fn verify_receipt(
     let p = &statement.predicate;
     match canonical_sha256(&p.contract) {
         Ok(h) if h == p.contract_sha256 => {}
-        Ok(h) => report.statement_problems.push(format!(
+        Ok(h) => problems.push(format!(
             "the contract hashes to {h}, not the recorded {}",
             p.contract_sha256
         )),
-        Err(e) => report.statement_problems.push(e.to_string()),
+        Err(e) => problems.push(e.to_string()),
     }
     // The outcome follows from the evidence: a signature over `verified`
     // is not enough, the last verification it records must have passed
     // every criterion.
     if p.outcome.kind == loop_protocol::OutcomeKind::Verified {
         match &p.verification {
-            None => report
-                .statement_problems
+            None => problems
                 .push("the outcome says verified, but the receipt records no verification".into()),
             // The same rule the runtime accepts by: every criterion of the
             // contract covered and passed, its artifacts there, nothing
@@ -806,17 +815,26 @@ pub fn verify_receipt(
                 if let Err(why) =
                     loop_protocol::Acceptance::establish(&p.contract, &p.contract_sha256, v)
                 {
-                    report.statement_problems.push(format!(
+                    problems.push(format!(
                         "the outcome says verified, but the recorded verification does not establish it: {why}"
                     ));
                 }
             }
         }
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    check_ledger(&mut report, &statement, dir);
-    let default_artifacts = dir.join(format!("{}.artifacts", p.task_id));
-    let artifacts_dir = artifacts_dir.unwrap_or(&default_artifacts);
+}
+
+/// The artifact layer: re-hash every subject but the ledger (the change
+/// set's patch beside the receipt, the rest in `artifacts_dir`), then
+/// list what `artifacts_dir` holds that the receipt does not attest.
+#[allow(clippy::disallowed_methods)] // whether the artifacts directory a person named is there
+fn check_artifacts(
+    report: &mut VerifyReport,
+    statement: &Statement,
+    dir: &Path,
+    artifacts_dir: &Path,
+) {
+    let p = &statement.predicate;
     for s in statement.subject.iter().filter(|s| s.name != p.ledger.name) {
         report.artifacts_checked += 1;
         let want = s.digest.get("sha256").cloned().unwrap_or_default();
@@ -865,8 +883,6 @@ pub fn verify_receipt(
             .collect();
         report.extra_artifacts = unattested(artifacts_dir, &attested);
     }
-    report.statement = Some(statement);
-    Ok(report)
 }
 
 /// The signature layer: valid if a trusted key signed PAE(type, payload).

@@ -21,6 +21,7 @@ pub mod ops;
 pub mod project;
 mod runtime;
 pub mod task;
+pub mod views;
 
 pub use error::{Error, ErrorKind};
 pub use ops::changes::Settled;

@@ -3,8 +3,8 @@
 //! exists), and does its work through the runtime on a blocking thread.
 
 use crate::service::{
-    NewTask, blocking, change_set_of, create_task, draft_settled, recorded, shown, standing_of,
-    visible,
+    Answer, Confirm, NewTask, approve_task, blocking, change_set_of, confirm_draft, create_task,
+    diff_body, project_relative, receipt_check, receipt_of, recorded, standing_of, visible,
 };
 use crate::{ApiError, AppState};
 use axum::Json;
@@ -13,11 +13,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use loop_runtime::contract::draft::ContractReview;
-use loop_runtime::ops::tokens::{Caller, Scope};
-use loop_runtime::{OnPrompt, Runtime};
+use loop_runtime::Runtime;
+use loop_runtime::ops::tokens::Scope;
+use loop_runtime::views::{
+    AnswerBody, AnswerFields, AnsweredBody, CancelBody, CreatedBody, DraftBody, EventsBody,
+    HealthBody, HookBody, ReadyBody, ResumedBody, SettledBody, TaskBody, TasksBody, VerifyBody,
+};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -155,8 +158,8 @@ async fn console_style() -> Response {
     )
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"ok": true}))
+async fn healthz() -> Json<HealthBody> {
+    Json(HealthBody { ok: true })
 }
 
 /// Ready: the store answers and the sandbox can run a command (probed at
@@ -167,7 +170,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
         .ready
         .lock()
         .ok()
-        .and_then(|r| r.clone())
+        .and_then(|r| *r)
         .filter(|(at, _)| at.elapsed() < Duration::from_secs(30))
         .map(|(_, v)| v);
     let verdict = match cached {
@@ -200,18 +203,25 @@ async fn readyz(State(s): State<AppState>) -> Response {
                         terminal: false,
                     })
                     .is_ok_and(|r| r.exit_code == Some(0));
-                Ok(json!({"ready": store && sandbox, "store": store, "sandbox": sandbox}))
+                Ok(ReadyBody {
+                    ready: store && sandbox,
+                    store,
+                    sandbox,
+                })
             })
             .await;
-            let v = probed
-                .unwrap_or_else(|_| json!({"ready": false, "store": false, "sandbox": false}));
+            let v = probed.unwrap_or(ReadyBody {
+                ready: false,
+                store: false,
+                sandbox: false,
+            });
             if let Ok(mut r) = s.ready.lock() {
-                *r = Some((std::time::Instant::now(), v.clone()));
+                *r = Some((std::time::Instant::now(), v));
             }
             v
         }
     };
-    let status = if verdict["ready"] == true {
+    let status = if verdict.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -228,7 +238,7 @@ async fn create(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedBody>), ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
@@ -240,31 +250,15 @@ async fn draft_view(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    draft_of(&s, &caller, &id).map(Json)
-}
-
-/// Draft `id` as `caller` may see it: where it stands, and its notes.
-pub(crate) fn draft_of(s: &AppState, caller: &Caller, id: &str) -> Result<Value, ApiError> {
-    let (state, notes) =
-        crate::drafts::view(&s.drafts, id, &caller.owner, caller.scope == Scope::Admin)
-            .ok_or_else(|| ApiError::not_found(&format!("draft {id}")))?;
-    let mut v = serde_json::to_value(state).unwrap_or_default();
-    v["id"] = json!(id);
-    v["notes"] = json!(notes);
-    Ok(v)
-}
-
-/// The person's answer to a drafted contract.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Confirm {
-    /// Do not start the task.
-    #[serde(default)]
-    reject: bool,
-    /// Lock this edited contract instead (YAML or JSON; judged again).
-    contract: Option<String>,
+    let (state, notes) = crate::service::draft_view(&s, &caller, &id)?;
+    Ok(Json(DraftBody {
+        state,
+        id: &id,
+        notes: &notes,
+    })
+    .into_response())
 }
 
 async fn draft_confirm(
@@ -272,111 +266,15 @@ async fn draft_confirm(
     headers: HeaderMap,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let c: Confirm = optional_body(&body)?;
-    confirm_draft(&s, &caller, &id, c).map(Json)
-}
-
-/// `caller`'s answer `c` to draft `id`.
-pub(crate) fn confirm_draft(
-    s: &AppState,
-    caller: &Caller,
-    id: &str,
-    c: Confirm,
-) -> Result<Value, ApiError> {
-    let review = match (c.reject, c.contract) {
-        (true, _) => ContractReview::Reject,
-        (false, Some(text)) => ContractReview::Edited(text),
-        (false, None) => ContractReview::Accept,
-    };
-    use crate::drafts::Answered;
-    match crate::drafts::answer(
-        &s.drafts,
-        id,
-        &caller.owner,
-        caller.scope == Scope::Admin,
-        review,
-    ) {
-        None => Err(ApiError::not_found(&format!("draft {id}"))),
-        Some(Answered::NotWaiting) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_waiting",
-            format!("draft {id} is not waiting for an answer"),
-        )),
-        Some(Answered::Delivered) => Ok(json!({"id": id, "answered": true})),
-        Some(Answered::Restored {
-            contract,
-            instruction,
-            model,
-            owner,
-        }) => {
-            start_restored(s, caller, id, (contract, instruction, model, owner))?;
-            Ok(json!({"id": id, "answered": true}))
-        }
-    }
-}
-
-/// Start the task of draft `id`, kept by an earlier server and answered
-/// now: its proposed contract (or the person's edit) is judged again as a
-/// contract the person gives, on a thread of its own; the draft says how
-/// it went.
-fn start_restored(
-    s: &AppState,
-    caller: &Caller,
-    id: &str,
-    (contract, instruction, model, owner): (String, String, Option<String>, String),
-) -> Result<(), ApiError> {
-    let (rt, drafts, pool, metrics) = (
-        s.runtime.clone(),
-        s.drafts.clone(),
-        s.pool.clone(),
-        s.metrics.clone(),
-    );
-    let draft_id = id.to_string();
-    let who = format!(
-        "the API (owner {}, token {})",
-        caller.owner, caller.token_id
-    );
-    let spawned = std::thread::Builder::new()
-        .name(format!("draft {id}"))
-        .spawn(move || {
-            crate::drafts::keep(&drafts, &draft_id);
-            let submitted = (|| {
-                let mut c = loop_protocol::Contract::from_yaml(&contract, "the drafted contract")
-                    .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
-                c.instruction = instruction;
-                // The project's checks are added again as guards, as for
-                // any contract a person gives.
-                c.criteria
-                    .retain(|k| !k.id.starts_with("stack-") && !k.id.starts_with("project-"));
-                let mut observer = crate::drafts::DraftObserver {
-                    drafts: drafts.clone(),
-                    id: draft_id.clone(),
-                    who,
-                };
-                rt.submit(
-                    loop_runtime::TaskRequest {
-                        contract: loop_runtime::ContractInput::Given(Box::new(c)),
-                        model,
-                        isolation: loop_sandbox::IsolationLevel::Required,
-                        on_prompt: Some(OnPrompt::Wait),
-                        owner: Some(owner),
-                        via: loop_runtime::Via::Http,
-                        ..Default::default()
-                    },
-                    &mut observer,
-                )
-            })();
-            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
-        });
-    spawned.map(|_| ()).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("cannot start draft {id}'s task: {e}"),
-        )
+    confirm_draft(&s, &caller, &id, c)?;
+    Ok(Json(AnsweredBody {
+        id: &id,
+        answered: true,
     })
+    .into_response())
 }
 
 /// What a task has used, as its record says, and how long its
@@ -436,7 +334,7 @@ async fn list(
     State(s): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<std::collections::HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TasksBody>, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
     let limit = match q.get("limit") {
         None => PAGE,
@@ -469,17 +367,15 @@ async fn list(
         }
         let next = (seen.len() > limit).then(|| seen[limit - 1].id.clone());
         seen.truncate(limit);
-        let tasks: Vec<Value> = seen
+        let tasks = seen
             .iter()
-            .map(|t| {
-                let used = tally(&rt, &tallies, t).used;
-                let mut v = shown(rt.project(), serde_json::to_value(t).unwrap_or_default());
-                v["used"] = serde_json::to_value(used).unwrap_or_default();
-                v["queued"] = json!(pool.is_waiting(&t.id));
-                v
+            .map(|t| TaskBody {
+                task: t.for_remote(rt.project()),
+                used: Some(tally(&rt, &tallies, t).used),
+                queued: pool.is_waiting(&t.id),
             })
             .collect();
-        Ok(Json(json!({"tasks": tasks, "next": next})))
+        Ok(Json(TasksBody { tasks, next }))
     })
     .await
 }
@@ -488,15 +384,10 @@ async fn one(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    status_of(&s, caller, id).await.map(Json)
-}
-
-/// Task `id`'s status, as `caller` may see it.
-pub(crate) async fn status_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
-    let project = s.runtime.project().to_path_buf();
-    Ok(standing_of(s, caller, id).await?.view(&project))
+    let standing = standing_of(&s, caller, id).await?;
+    Ok(Json(standing.view(s.runtime.project())).into_response())
 }
 
 /// Where a listing of events starts.
@@ -509,7 +400,7 @@ async fn events(
     headers: HeaderMap,
     Path(id): Path<String>,
     Query(q): Query<std::collections::HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
     // Read here, so a bad value is answered in the API's own shape.
     let q = Since {
@@ -520,22 +411,8 @@ async fn events(
             })?,
         },
     };
-    events_of(&s, caller, id, q.since).await.map(Json)
-}
-
-/// Task `id`'s recorded events after `since`, as `caller` may see them.
-pub(crate) async fn events_of(
-    s: &AppState,
-    caller: Caller,
-    id: String,
-    since: u64,
-) -> Result<Value, ApiError> {
-    let events: Vec<Value> = recorded(s, caller, id, since)
-        .await?
-        .into_iter()
-        .map(|r| json!({"seq": r.seq, "at": r.at, "event": r.event}))
-        .collect();
-    Ok(json!({"events": events}))
+    let recorded = recorded(&s, caller, id, q.since).await?;
+    Ok(Json(EventsBody::of(&recorded)).into_response())
 }
 
 /// The task's events as server-sent events, from `Last-Event-ID` + 1 on,
@@ -652,39 +529,21 @@ async fn cancel(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
-        use loop_runtime::task::control::Cancelled;
-        let (result, outcome) =
-            match rt.cancel(&id, Duration::from_secs(10), &mut loop_runtime::Quiet)? {
-                Cancelled::AlreadyEnded(o) => (
-                    "already_ended",
-                    o.map(|o| o.to_string()).unwrap_or_default(),
-                ),
-                Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string()),
-                Cancelled::Stopped(o, _) => {
-                    ("stopped", o.map(|o| o.to_string()).unwrap_or_default())
-                }
-            };
-        Ok(Json(
-            json!({"id": id, "result": result, "outcome": outcome}),
-        ))
+        let cancelled = rt.cancel(&id, Duration::from_secs(10), &mut loop_runtime::Quiet)?;
+        let (result, outcome) = loop_runtime::views::cancel_result(&cancelled);
+        Ok(Json(CancelBody {
+            id: &id,
+            result,
+            outcome,
+        })
+        .into_response())
     })
     .await
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Answer {
-    #[serde(default)]
-    deny: bool,
-    message: Option<String>,
-    /// The question answered: when given, the answer counts only if this
-    /// is the one still pending (a click never answers a newer question).
-    approval_id: Option<String>,
 }
 
 async fn approve(
@@ -692,41 +551,15 @@ async fn approve(
     headers: HeaderMap,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let answer: Answer = optional_body(&body)?;
-    approve_task(&s, caller, id, answer, "the API")
-        .await
-        .map(Json)
-}
-
-/// `caller`'s answer to the question task `id` waits on; `via` says
-/// through what it came (recorded with who gave it).
-pub(crate) async fn approve_task(
-    s: &AppState,
-    caller: Caller,
-    id: String,
-    answer: Answer,
-    via: &'static str,
-) -> Result<Value, ApiError> {
-    let rt = s.runtime.clone();
-    blocking(move || {
-        visible(&rt, &caller, &id)?;
-        let by = format!("{via} (owner {}, token {})", caller.owner, caller.token_id);
-        // A question named that is no longer the one waiting (answered or
-        // expired, even meanwhile) is the runtime's conflict: a 409.
-        let a = match &answer.approval_id {
-            Some(want) => {
-                rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)?
-            }
-            None => rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by)?,
-        };
-        Ok(json!({
-            "id": id, "approval_id": a.id, "kind": a.kind, "status": a.status.to_string(),
-            "detail": a.payload["detail"], "rule": a.payload["rule"], "message": answer.message,
-        }))
+    let (a, message) = approve_task(&s, caller, id.clone(), answer, "the API").await?;
+    Ok(Json(AnswerBody {
+        id: &id,
+        answer: AnswerFields::of(&a, message.as_deref()),
     })
-    .await
+    .into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -743,7 +576,7 @@ async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let more: More = optional_body(&body)?;
     let rt = s.runtime.clone();
@@ -784,37 +617,11 @@ async fn resume(
     })
     .await?;
     s.pool.resume(id.clone(), extension);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"id": id, "resumed": true})),
-    ))
-}
-
-/// The task's receipt in this project's `.loop/receipts` (brought from a
-/// shared store when the task ended elsewhere), once it has one. The path
-/// the store records is never read: on a shared store it is another
-/// machine's, and anything a store says is not trusted as a path here.
-pub(crate) fn receipt_of(
-    rt: &Runtime,
-    t: &loop_runtime::ops::query::TaskView,
-) -> Result<std::path::PathBuf, ApiError> {
-    if t.receipt.is_none() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_yet",
-            "no receipt yet: the task has not ended",
-        ));
-    }
-    rt.receipt_path(&t.id).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_here",
-            format!(
-                "task {}'s receipt is not in this project's .loop/receipts, and the store keeps none",
-                t.id
-            ),
-        )
-    })
+    let body = ResumedBody {
+        id: &id,
+        resumed: true,
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 async fn receipt(
@@ -856,66 +663,20 @@ async fn verify(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    verify_task(&s, caller, id).await.map(Json)
-}
-
-/// Task `id`'s receipt checked offline, as `caller` may see it.
-pub(crate) async fn verify_task(
-    s: &AppState,
-    caller: Caller,
-    id: String,
-) -> Result<Value, ApiError> {
-    let rt = s.runtime.clone();
-    blocking(move || {
-        let t = visible(&rt, &caller, &id)?;
-        let path = receipt_of(&rt, &t)?;
-        let c = loop_runtime::ops::receipts::verify(&path, None, None)?;
-        let r = &c.report;
-        Ok(json!({
-            "id": id,
-            "intact": c.intact,
-            "verified": c.verified,
-            "signature": match &r.signature {
-                loop_receipt::SignatureStatus::Valid { keyid } => json!({"valid": true, "keyid": keyid}),
-                other => json!({"valid": false, "status": format!("{other:?}")}),
-            },
-            "statement_problems": r.statement_problems,
-            "ledger": {"entries": r.ledger_entries, "problems": r.ledger_problems},
-            "artifacts": {"checked": r.artifacts_checked, "problems": r.artifact_problems},
-            "outcome": r.statement.as_ref().map(|s| &s.predicate.outcome),
-        }))
-    })
-    .await
+    let check = receipt_check(&s, caller, id.clone()).await?;
+    Ok(Json(VerifyBody::of(&id, &check)).into_response())
 }
 
 async fn diff(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Read).await?;
-    diff_of(&s, caller, id).await.map(Json)
-}
-
-/// Task `id`'s change set, as `caller` may see it.
-pub(crate) async fn diff_of(s: &AppState, caller: Caller, id: String) -> Result<Value, ApiError> {
-    let project = s.runtime.project().to_path_buf();
-    let d = change_set_of(s, caller, id.clone()).await?;
-    let source = match &d.source {
-        loop_runtime::ops::changes::DiffSource::Receipt(p) => {
-            json!({"receipt": project_relative(&project, &p.display().to_string())})
-        }
-        loop_runtime::ops::changes::DiffSource::Workspace(p) => {
-            json!({"workspace": project_relative(&project, &p.display().to_string())})
-        }
-    };
-    Ok(json!({
-        "id": id, "source": source, "base_commit": d.change_set.base_commit,
-        "files": d.change_set.files, "patch": d.change_set.patch,
-        "patch_sha256": d.change_set.patch_sha256,
-    }))
+    let d = change_set_of(&s, caller, id.clone()).await?;
+    Ok(Json(diff_body(s.runtime.project(), &id, &d)).into_response())
 }
 
 /// An observer that keeps the notes (what apply, undo and discard say).
@@ -949,35 +710,19 @@ fn settled(
     id: &str,
     s: loop_runtime::Settled,
     notes: Notes,
-) -> Json<Value> {
-    let result = match s {
-        loop_runtime::Settled::Done => "done",
-        loop_runtime::Settled::NothingChanged => "nothing_changed",
-        loop_runtime::Settled::DoneButDiffers => "done_but_differs",
-    };
+) -> Response {
     let notes: Vec<String> = notes
         .0
         .iter()
         .map(|n| project_relative(project, n))
         .collect();
-    Json(json!({"action": action, "id": id, "result": result, "notes": notes}))
-}
-
-/// `text` with the project's absolute path taken out of it (paths inside
-/// it said relative to the project): a response does not map the
-/// server's disk.
-pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String {
-    let root = project.display().to_string();
-    let mut text = text.replace(&format!("{root}/"), "").replace(&root, ".");
-    // Task workspaces are outside the project, under the server's home.
-    if let Ok(ws) = loop_runtime::project::workspaces::root() {
-        let canonical = ws.canonicalize().unwrap_or_else(|_| ws.clone());
-        for r in [canonical, ws] {
-            let r = r.display().to_string();
-            text = text.replace(&r, "<workspaces>");
-        }
-    }
-    text
+    Json(SettledBody {
+        action,
+        id,
+        result: s,
+        notes,
+    })
+    .into_response()
 }
 
 async fn apply(
@@ -985,7 +730,7 @@ async fn apply(
     headers: HeaderMap,
     Path(id): Path<String>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: ApplyBody = optional_body(&body)?;
     // Files that would run code on the server's host come in only with an
@@ -1011,7 +756,7 @@ async fn undo(
     s: State<AppState>,
     headers: HeaderMap,
     id: Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     settle(s, headers, id, "undo", Runtime::undo).await
 }
 
@@ -1019,7 +764,7 @@ async fn discard(
     s: State<AppState>,
     headers: HeaderMap,
     id: Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     settle(s, headers, id, "discard", Runtime::discard).await
 }
 
@@ -1034,7 +779,7 @@ async fn settle(
         &str,
         &mut dyn loop_runtime::Observer,
     ) -> Result<loop_runtime::ops::changes::Settled, loop_runtime::Error>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
     blocking(move || {
@@ -1055,7 +800,7 @@ async fn hook(
     headers: HeaderMap,
     Path(name): Path<String>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Response, ApiError> {
     use loop_runtime::ops::triggers::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let peer = peer.ip();
@@ -1116,10 +861,11 @@ async fn hook(
         Ok(id) => {
             s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
             s.pool.start(id.clone(), None);
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"id": id, "trigger": name})),
-            ))
+            let body = HookBody::Taken {
+                id: &id,
+                trigger: &name,
+            };
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
         Err(Refusal::Unknown) => {
             fail(&s);
@@ -1148,10 +894,13 @@ async fn hook(
             "misconfigured",
             why,
         )),
-        Err(Refusal::Ignored(what)) => Ok((
-            StatusCode::OK,
-            Json(json!({"ignored": what, "trigger": name})),
-        )),
+        Err(Refusal::Ignored(what)) => {
+            let body = HookBody::Ignored {
+                ignored: &what,
+                trigger: &name,
+            };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
     }
 }
 

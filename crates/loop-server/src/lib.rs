@@ -67,7 +67,7 @@ pub struct AppState {
     metrics: Arc<Metrics>,
     /// The last readiness probe (a sandboxed `true`), kept 30 s so the
     /// unauthenticated probe cannot be made to spawn processes at will.
-    ready: Arc<Mutex<Option<(Instant, serde_json::Value)>>>,
+    ready: Arc<Mutex<Option<(Instant, loop_runtime::views::ReadyBody)>>>,
     /// Contracts drafted from an instruction, waiting for their answer.
     drafts: drafts::Drafts,
     /// The watched tasks' events, read once for all their watchers.
@@ -353,7 +353,12 @@ impl From<loop_runtime::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"kind": self.kind, "message": self.message}});
+        let body = loop_runtime::views::ErrorBody {
+            error: loop_runtime::views::ApiFailure {
+                kind: self.kind,
+                message: &self.message,
+            },
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }

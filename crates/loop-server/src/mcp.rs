@@ -10,10 +10,13 @@
 //! notification per recorded event until the task ends or waits for a
 //! person.
 
-use crate::api::{self, Answer, Confirm};
-use crate::service::{self, NewTask};
+use crate::service::{self, Answer, Confirm, NewTask};
 use crate::{ApiError, AppState};
 use loop_runtime::ops::tokens::{Caller, Scope};
+use loop_runtime::views::{
+    AnswerBody, AnswerFields, AnsweredBody, ApiFailure, DraftBody, ErrorBody, EventsBody,
+    RecordedBody, VerifyBody, WaitedBody,
+};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
@@ -311,7 +314,7 @@ impl LoopMcp {
             }
             let standing =
                 service::standing_of(&self.state, caller.clone(), id.to_string()).await?;
-            let mut status = standing.view(self.state.runtime.project());
+            let status = standing.view(self.state.runtime.project());
             if let Some(why) = standing.settled_or_waiting() {
                 // What was recorded between the two reads is sent too.
                 let rest =
@@ -323,8 +326,10 @@ impl LoopMcp {
                         let _ = ctx.peer.notify_progress(p).await;
                     }
                 }
-                status["waited"] = json!(why);
-                return Ok(status);
+                return Ok(said(&WaitedBody {
+                    body: status,
+                    waited: why,
+                }));
             }
             let idle = standing.idle();
             let now = tokio::time::Instant::now();
@@ -332,20 +337,25 @@ impl LoopMcp {
                 (false, _) => idle_since = None,
                 (true, None) => idle_since = Some(now),
                 (true, Some(t)) if now.duration_since(t) > Duration::from_secs(10) => {
-                    status["waited"] =
-                        json!("interrupted: no runtime has run it for 10 s (`loop resume`)");
-                    return Ok(status);
+                    return Ok(said(&WaitedBody {
+                        body: status,
+                        waited: "interrupted: no runtime has run it for 10 s (`loop resume`)",
+                    }));
                 }
                 (true, Some(_)) => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                status["waited"] = json!("the wait ran out; the task goes on");
-                return Ok(status);
+                return Ok(said(&WaitedBody {
+                    body: status,
+                    waited: "the wait ran out; the task goes on",
+                }));
             }
             tokio::select! {
                 () = ctx.ct.cancelled() => {
-                    status["waited"] = json!("the call was cancelled; the task goes on");
-                    return Ok(status);
+                    return Ok(said(&WaitedBody {
+                        body: status,
+                        waited: "the call was cancelled; the task goes on",
+                    }));
                 }
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
@@ -375,7 +385,7 @@ impl LoopMcp {
                     service::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
                 match (wait, created.task()) {
                     (Some(limit), Some(id)) => self.wait_for(&caller, id, limit, ctx).await,
-                    _ => Ok(created.body()),
+                    _ => Ok(said(&created.body())),
                 }
             }
             "task_status" => {
@@ -383,11 +393,19 @@ impl LoopMcp {
                 let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
                 if id.starts_with("d-") {
-                    return api::draft_of(s, &caller, &id);
+                    let (state, notes) = service::draft_view(s, &caller, &id)?;
+                    return Ok(said(&DraftBody {
+                        state,
+                        id: &id,
+                        notes: &notes,
+                    }));
                 }
                 match wait {
                     Some(limit) => self.wait_for(&caller, &id, limit, ctx).await,
-                    None => api::status_of(s, caller, id).await,
+                    None => {
+                        let standing = service::standing_of(s, caller, id).await?;
+                        Ok(said(&standing.view(s.runtime.project())))
+                    }
                 }
             }
             "task_events" => {
@@ -399,27 +417,39 @@ impl LoopMcp {
                     })?,
                 };
                 no_more(&tool, &args)?;
-                api::events_of(s, caller, id, since).await
+                let recorded = service::recorded(s, caller, id, since).await?;
+                Ok(said(&EventsBody::of(&recorded)))
             }
             "approve" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 let answer: Answer = parse(&tool, args)?;
-                api::approve_task(s, caller, id, answer, "MCP").await
+                let (a, message) =
+                    service::approve_task(s, caller, id.clone(), answer, "MCP").await?;
+                Ok(said(&AnswerBody {
+                    id: &id,
+                    answer: AnswerFields::of(&a, message.as_deref()),
+                }))
             }
             "answer" => {
                 let draft = required_str(&tool, &mut args, "draft")?;
                 let c: Confirm = parse(&tool, args)?;
-                api::confirm_draft(s, &caller, &draft, c)
+                service::confirm_draft(s, &caller, &draft, c)?;
+                Ok(said(&AnsweredBody {
+                    id: &draft,
+                    answered: true,
+                }))
             }
             "verify_receipt" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
-                api::verify_task(s, caller, id).await
+                let check = service::receipt_check(s, caller, id.clone()).await?;
+                Ok(said(&VerifyBody::of(&id, &check)))
             }
             "diff" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
-                api::diff_of(s, caller, id).await
+                let d = service::change_set_of(s, caller, id.clone()).await?;
+                Ok(said(&service::diff_body(s.runtime.project(), &id, &d)))
             }
             other => Err(ApiError::bad_request(format!(
                 "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff)"
@@ -447,7 +477,7 @@ impl LoopMcp {
                 let rt = self.state.runtime.clone();
                 service::blocking(move || {
                     let t = service::visible(&rt, &caller, &id)?;
-                    let path = api::receipt_of(&rt, &t)?;
+                    let path = service::receipt_of(&rt, &t)?;
                     loop_receipt::read::read_regular(&path, 64 << 20)
                         .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
                         .map(|text| ("application/json".to_string(), text))
@@ -468,7 +498,7 @@ impl LoopMcp {
                     .map_err(internal)?;
                 let mut text = String::new();
                 for r in events {
-                    text.push_str(&json!({"seq": r.seq, "at": r.at, "event": r.event}).to_string());
+                    text.push_str(&said(&RecordedBody::of(&r)).to_string());
                     text.push('\n');
                 }
                 Ok(("application/x-ndjson".to_string(), text))
@@ -521,7 +551,12 @@ impl ServerHandler for LoopMcp {
                 r
             }
             Err(e) => {
-                let v = json!({"error": {"kind": e.kind, "message": e.message}});
+                let v = said(&ErrorBody {
+                    error: ApiFailure {
+                        kind: e.kind,
+                        message: &e.message,
+                    },
+                });
                 let mut r = CallToolResult::error(vec![ContentBlock::text(v.to_string())]);
                 r.structured_content = Some(v);
                 r
@@ -838,4 +873,9 @@ pub async fn authenticate(
             .insert(id.to_string(), (token, std::time::Instant::now()));
     }
     resp
+}
+
+/// `body` as MCP's structured content.
+fn said<T: serde::Serialize>(body: &T) -> Value {
+    serde_json::to_value(body).unwrap_or_default()
 }

@@ -5,10 +5,11 @@
 
 use crate::{ApiError, AppState};
 use axum::http::StatusCode;
+use loop_runtime::contract::draft::ContractReview;
 use loop_runtime::ops::tokens::{Caller, Scope};
+use loop_runtime::views::{CreatedBody, PrestartBody, RefusedBody, StandingBody, TaskBody};
 use loop_runtime::{OnPrompt, Runtime};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 
 /// Run `f` on a blocking thread (the store, the files, the sandbox).
@@ -143,20 +144,11 @@ impl Created {
     }
 
     /// The body that says it (the same for HTTP and MCP).
-    pub(crate) fn body(&self) -> Value {
+    pub(crate) fn body(&self) -> CreatedBody {
         match self {
-            Created::Started(id) => {
-                json!({"id": id, "events": format!("/api/v1/tasks/{id}/stream")})
-            }
-            Created::Preparing(id) => json!({
-                "id": id,
-                "state": "queued",
-                "status": format!("/api/v1/tasks/{id}"),
-                "events": format!("/api/v1/tasks/{id}/stream"),
-            }),
-            Created::Drafting(id) => {
-                json!({"draft": id, "status": format!("/api/v1/drafts/{id}")})
-            }
+            Created::Started(id) => CreatedBody::started(id),
+            Created::Preparing(id) => CreatedBody::preparing(id),
+            Created::Drafting(id) => CreatedBody::drafting(id),
         }
     }
 }
@@ -317,22 +309,26 @@ pub(crate) enum Standing {
 impl Standing {
     /// As the API says it (where a workspace is on the server's disk is
     /// the server's business; paths inside the project are relative).
-    pub(crate) fn view(&self, project: &std::path::Path) -> Value {
+    pub(crate) fn view(&self, project: &std::path::Path) -> StandingBody<'_> {
         match self {
-            Standing::Stored { status, queued } => {
-                let mut v = shown(project, serde_json::to_value(status).unwrap_or_default());
-                v["queued"] = json!(queued);
-                v
-            }
-            Standing::Prestart { id, state } => match state {
-                crate::prestart::State::Refused(status, kind, message) => json!({
-                    "id": id,
-                    "state": state.name(),
-                    "queued": false,
-                    "error": {"status": status, "kind": kind, "message": message},
-                }),
-                _ => json!({"id": id, "state": state.name(), "queued": true}),
-            },
+            Standing::Stored { status, queued } => StandingBody::Stored(Box::new(TaskBody {
+                task: status.for_remote(project),
+                used: None,
+                queued: *queued,
+            })),
+            Standing::Prestart { id, state } => StandingBody::Prestart(PrestartBody {
+                id,
+                state: state.name(),
+                queued: !matches!(state, crate::prestart::State::Refused(..)),
+                error: match state {
+                    crate::prestart::State::Refused(status, kind, message) => Some(RefusedBody {
+                        status: *status,
+                        kind,
+                        message,
+                    }),
+                    _ => None,
+                },
+            }),
         }
     }
 
@@ -436,30 +432,245 @@ pub(crate) async fn change_set_of(
     .await
 }
 
-/// A task as the API shows it: the server's own paths (the receipt's, a
-/// scripted model's) are said relative to the project, so a response does
-/// not map the server's disk.
-pub(crate) fn shown(project: &std::path::Path, mut v: Value) -> Value {
-    // Where a workspace is on the server's disk is the server's business.
-    if let Some(o) = v.as_object_mut() {
-        o.remove("workspace");
-    }
-    for key in ["receipt", "model"] {
-        let Some(text) = v[key].as_str() else {
-            continue;
-        };
-        // `PROVIDER:PATH` for a model, a bare path for the receipt.
-        let (head, path) = match text.split_once(':') {
-            Some((h, p)) if key == "model" => (Some(h), p),
-            _ => (None, text),
-        };
-        if let Ok(rel) = std::path::Path::new(path).strip_prefix(project) {
-            let rel = rel.display().to_string();
-            v[key] = json!(match head {
-                Some(h) => format!("{h}:{rel}"),
-                None => rel,
-            });
+/// Draft `id` as `caller` may see it: where it stands, and its notes.
+pub(crate) fn draft_view(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(crate::drafts::DraftState, Vec<String>), ApiError> {
+    crate::drafts::view(&s.drafts, id, &caller.owner, caller.scope == Scope::Admin)
+        .ok_or_else(|| ApiError::not_found(&format!("draft {id}")))
+}
+
+/// The person's answer to a drafted contract.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Confirm {
+    /// Do not start the task.
+    #[serde(default)]
+    reject: bool,
+    /// Lock this edited contract instead (YAML or JSON; judged again).
+    contract: Option<String>,
+}
+
+/// `caller`'s answer `c` to draft `id` (given, or its task started).
+pub(crate) fn confirm_draft(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+    c: Confirm,
+) -> Result<(), ApiError> {
+    let review = match (c.reject, c.contract) {
+        (true, _) => ContractReview::Reject,
+        (false, Some(text)) => ContractReview::Edited(text),
+        (false, None) => ContractReview::Accept,
+    };
+    use crate::drafts::Answered;
+    match crate::drafts::answer(
+        &s.drafts,
+        id,
+        &caller.owner,
+        caller.scope == Scope::Admin,
+        review,
+    ) {
+        None => Err(ApiError::not_found(&format!("draft {id}"))),
+        Some(Answered::NotWaiting) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_waiting",
+            format!("draft {id} is not waiting for an answer"),
+        )),
+        Some(Answered::Delivered) => Ok(()),
+        Some(Answered::Restored {
+            contract,
+            instruction,
+            model,
+            owner,
+        }) => {
+            start_restored(s, caller, id, (contract, instruction, model, owner))?;
+            Ok(())
         }
     }
-    v
+}
+
+/// Start the task of draft `id`, kept by an earlier server and answered
+/// now: its proposed contract (or the person's edit) is judged again as a
+/// contract the person gives, on a thread of its own; the draft says how
+/// it went.
+fn start_restored(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+    (contract, instruction, model, owner): (String, String, Option<String>, String),
+) -> Result<(), ApiError> {
+    let (rt, drafts, pool, metrics) = (
+        s.runtime.clone(),
+        s.drafts.clone(),
+        s.pool.clone(),
+        s.metrics.clone(),
+    );
+    let draft_id = id.to_string();
+    let who = format!(
+        "the API (owner {}, token {})",
+        caller.owner, caller.token_id
+    );
+    let spawned = std::thread::Builder::new()
+        .name(format!("draft {id}"))
+        .spawn(move || {
+            crate::drafts::keep(&drafts, &draft_id);
+            let submitted = (|| {
+                let mut c = loop_protocol::Contract::from_yaml(&contract, "the drafted contract")
+                    .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
+                c.instruction = instruction;
+                // The project's checks are added again as guards, as for
+                // any contract a person gives.
+                c.criteria
+                    .retain(|k| !k.id.starts_with("stack-") && !k.id.starts_with("project-"));
+                let mut observer = crate::drafts::DraftObserver {
+                    drafts: drafts.clone(),
+                    id: draft_id.clone(),
+                    who,
+                };
+                rt.submit(
+                    loop_runtime::TaskRequest {
+                        contract: loop_runtime::ContractInput::Given(Box::new(c)),
+                        model,
+                        isolation: loop_sandbox::IsolationLevel::Required,
+                        on_prompt: Some(OnPrompt::Wait),
+                        owner: Some(owner),
+                        via: loop_runtime::Via::Http,
+                        ..Default::default()
+                    },
+                    &mut observer,
+                )
+            })();
+            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
+        });
+    spawned.map(|_| ()).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot start draft {id}'s task: {e}"),
+        )
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Answer {
+    #[serde(default)]
+    deny: bool,
+    message: Option<String>,
+    /// The question answered: when given, the answer counts only if this
+    /// is the one still pending (a click never answers a newer question).
+    approval_id: Option<String>,
+}
+
+/// `caller`'s answer to the question task `id` waits on; `via` says
+/// through what it came (recorded with who gave it). The question as
+/// answered, and the person's message.
+pub(crate) async fn approve_task(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+    answer: Answer,
+    via: &'static str,
+) -> Result<(loop_store::Approval, Option<String>), ApiError> {
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let by = format!("{via} (owner {}, token {})", caller.owner, caller.token_id);
+        // A question named that is no longer the one waiting (answered or
+        // expired, even meanwhile) is the runtime's conflict: a 409.
+        let a = match &answer.approval_id {
+            Some(want) => {
+                rt.answer_request(&id, want, !answer.deny, answer.message.as_deref(), &by)?
+            }
+            None => rt.answer_as(&id, !answer.deny, answer.message.as_deref(), &by)?,
+        };
+        Ok((a, answer.message))
+    })
+    .await
+}
+
+/// The task's receipt in this project's `.loop/receipts` (brought from a
+/// shared store when the task ended elsewhere), once it has one. The path
+/// the store records is never read: on a shared store it is another
+/// machine's, and anything a store says is not trusted as a path here.
+pub(crate) fn receipt_of(
+    rt: &Runtime,
+    t: &loop_runtime::ops::query::TaskView,
+) -> Result<std::path::PathBuf, ApiError> {
+    if t.receipt.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_yet",
+            "no receipt yet: the task has not ended",
+        ));
+    }
+    rt.receipt_path(&t.id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_here",
+            format!(
+                "task {}'s receipt is not in this project's .loop/receipts, and the store keeps none",
+                t.id
+            ),
+        )
+    })
+}
+
+/// Task `id`'s receipt checked offline, as `caller` may see it.
+pub(crate) async fn receipt_check(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+) -> Result<loop_runtime::ops::receipts::ReceiptCheck, ApiError> {
+    let rt = s.runtime.clone();
+    blocking(move || {
+        let t = visible(&rt, &caller, &id)?;
+        let path = receipt_of(&rt, &t)?;
+        Ok(loop_runtime::ops::receipts::verify(&path, None, None)?)
+    })
+    .await
+}
+
+/// `text` with the project's absolute path taken out of it (paths inside
+/// it said relative to the project): a response does not map the
+/// server's disk.
+pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String {
+    let root = project.display().to_string();
+    let mut text = text.replace(&format!("{root}/"), "").replace(&root, ".");
+    // Task workspaces are outside the project, under the server's home.
+    if let Ok(ws) = loop_runtime::project::workspaces::root() {
+        let canonical = ws.canonicalize().unwrap_or_else(|_| ws.clone());
+        for r in [canonical, ws] {
+            let r = r.display().to_string();
+            text = text.replace(&r, "<workspaces>");
+        }
+    }
+    text
+}
+
+/// Task `id`'s change set `d` as the API and MCP say it: where it comes
+/// from relative to the project (a workspace under `<workspaces>`).
+pub(crate) fn diff_body<'a>(
+    project: &std::path::Path,
+    id: &'a str,
+    d: &'a loop_runtime::ops::changes::Diff,
+) -> loop_runtime::views::DiffBody<'a> {
+    use loop_runtime::ops::changes::DiffSource;
+    let relative = |p: &std::path::Path| {
+        std::path::PathBuf::from(project_relative(project, &p.display().to_string()))
+    };
+    loop_runtime::views::DiffBody {
+        id,
+        source: match &d.source {
+            DiffSource::Receipt(p) => DiffSource::Receipt(relative(p)),
+            DiffSource::Workspace(p) => DiffSource::Workspace(relative(p)),
+        },
+        base_commit: &d.change_set.base_commit,
+        files: &d.change_set.files,
+        patch: &d.change_set.patch,
+        patch_sha256: &d.change_set.patch_sha256,
+    }
 }

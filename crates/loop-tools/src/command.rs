@@ -8,7 +8,19 @@ use loop_workspace::Manifest;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::time::Duration;
 
+/// What a staged command's effects did to the workspace once merged.
+struct Merged {
+    /// Whether any path of the workspace changed.
+    changed: bool,
+    /// The bytes of the files admitted into the workspace.
+    bytes: u64,
+    /// The paths refused, each with its rule.
+    refused: Vec<String>,
+}
+
 impl ToolBox {
+    /// Run `a.command` in the sandbox (after the exec policy and the task's
+    /// write limit let it), then merge its staged effects into the workspace.
     #[allow(clippy::disallowed_methods)] // the command's private scratch directories the runtime made
     pub(crate) fn run_command(&self, id: &str, a: &RunArgs, approved: bool) -> Observation {
         if a.command.trim().is_empty() {
@@ -19,18 +31,8 @@ impl ToolBox {
             return refusal;
         }
         // The task's total of writes: once reached, no command runs.
-        let written = self.written.load(std::sync::atomic::Ordering::SeqCst);
-        if written >= self.limits.write_bytes {
-            return Observation::refused(
-                id,
-                "run_command",
-                "limit: write_mb",
-                format!(
-                    "Refused: the task's commands have written {} MiB in all, its limit of {} MiB (limits.write_mb); no more commands run. Finish with what the workspace holds.",
-                    written >> 20,
-                    self.limits.write_bytes >> 20
-                ),
-            );
+        if let Some(refusal) = self.write_limit_refusal(id) {
+            return refusal;
         }
         let max = self.limits.command_timeout;
         let timeout = a
@@ -38,36 +40,15 @@ impl ToolBox {
             .map(Duration::from_secs)
             .unwrap_or(max)
             .min(max);
-        let staging = match self.commands.as_ref().map(|c| {
-            loop_sandbox::unique_name("cmd").map(|n| c.scratch.join(n.trim_start_matches("cmd-")))
-        }) {
-            None => None,
-            Some(Ok(p)) => Some(p),
-            Some(Err(e)) => {
-                return Observation::error(
-                    id,
-                    "run_command",
-                    format!("cannot stage the command: {e}"),
-                );
-            }
+        let staging = match self.command_staging(id) {
+            Ok(staging) => staging,
+            Err(o) => return o,
         };
         let before = match &staging {
             Some(_) => None,
             None => Manifest::of(self.jail.root()).map(|m| m.root).ok(),
         };
-        let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
-        req.overlay_scratch = staging.clone();
-        // Its writes are capped on its own disk while it runs, then kept
-        // for the merge below.
-        req.keep_writes = true;
-        req.workspace = Some(self.jail.root().to_path_buf());
-        // Protected paths are read-only to commands too, not only to the file tools.
-        req.read_only_paths = self.jail.protected().existing(self.jail.root());
-        req.timeout = timeout;
-        req.net = self.net;
-        req.terminal = a.terminal;
-        self.sandbox.apply(&mut req);
-        req.max_output = self.limits.max_shown_bytes * 2;
+        let req = self.exec_request(a, staging.as_ref(), timeout);
         let result = match loop_sandbox::run(&req) {
             Ok(r) => r,
             Err(e) => {
@@ -80,61 +61,137 @@ impl ToolBox {
             }
         };
         // Staged: the command's effects enter the workspace now, all at once.
-        let mut refused = Vec::new();
-        let mut merged_bytes = 0u64;
-        let changed = match (&staging, &self.commands) {
-            (Some(s), Some(c)) => {
-                // Protected paths, names no record can show faithfully
-                // (control characters) and new modules named like the
-                // standard library are refused, each with its rule.
-                // On the command's own disk (held by `result.layer`), or,
-                // where it had none, under the scratch directory.
-                let upper = result
-                    .layer
-                    .as_ref()
-                    .map_or_else(|| s.join("upper"), |l| l.upper());
-                if let Some(o) = self.fenced(id, "run_command") {
-                    let _ = std::fs::remove_dir_all(s);
-                    return o;
-                }
-                let admitted = std::cell::Cell::new(0u64);
-                let growth = std::cell::Cell::new(0i64);
-                let refuse = |rel: &str| self.effect_refusal(&upper, rel, (&admitted, &growth));
-                let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
-                if !self.sync {
-                    commit = commit.unsynced();
-                }
-                let merged = commit.merge(&upper, self.jail.root(), &refuse);
-                let _ = std::fs::remove_dir_all(s);
-                match merged {
-                    Ok(m) => {
-                        self.grown
-                            .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
-                        merged_bytes = admitted.get();
-                        refused = m.refused;
-                        !m.paths.is_empty()
-                    }
-                    Err(e) => {
-                        return Observation::error(
-                            id,
-                            "run_command",
-                            format!("the command ran, but its effects could not be committed: {e}"),
-                        );
-                    }
-                }
-            }
-            _ => before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+        let merged = match (&staging, &self.commands) {
+            (Some(s), Some(c)) => match self.merge_staged(id, s, c, &result) {
+                Ok(m) => m,
+                Err(o) => return o,
+            },
+            _ => Merged {
+                changed: before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+                bytes: 0,
+                refused: Vec::new(),
+            },
         };
         // What it wrote counts against the task's total: what its disk held
         // at its end, or (a command with no disk of its own) what it
         // brought into the workspace.
-        self.count_written(result.disk_used.max(merged_bytes));
-        let content = report(&result, timeout, &refused);
-        let mut o = Observation::ok(id, "run_command", content, changed);
+        self.count_written(result.disk_used.max(merged.bytes));
+        let content = report(&result, timeout, &merged.refused);
+        let mut o = Observation::ok(id, "run_command", content, merged.changed);
         if !result.isolation.egress.is_empty() {
             o.egress = Some(Box::new(result.isolation.egress));
         }
         o
+    }
+
+    /// The refusal of any command once the task's commands have written
+    /// their limit (`limits.write_mb`) in all.
+    fn write_limit_refusal(&self, id: &str) -> Option<Observation> {
+        let written = self.written.load(std::sync::atomic::Ordering::SeqCst);
+        if written >= self.limits.write_bytes {
+            return Some(Observation::refused(
+                id,
+                "run_command",
+                "limit: write_mb",
+                format!(
+                    "Refused: the task's commands have written {} MiB in all, its limit of {} MiB (limits.write_mb); no more commands run. Finish with what the workspace holds.",
+                    written >> 20,
+                    self.limits.write_bytes >> 20
+                ),
+            ));
+        }
+        None
+    }
+
+    /// A fresh scratch directory to stage a command's effects in, where
+    /// commands are staged (none where they are not).
+    fn command_staging(&self, id: &str) -> Result<Option<std::path::PathBuf>, Observation> {
+        match self.commands.as_ref().map(|c| {
+            loop_sandbox::unique_name("cmd").map(|n| c.scratch.join(n.trim_start_matches("cmd-")))
+        }) {
+            None => Ok(None),
+            Some(Ok(p)) => Ok(Some(p)),
+            Some(Err(e)) => Err(Observation::error(
+                id,
+                "run_command",
+                format!("cannot stage the command: {e}"),
+            )),
+        }
+    }
+
+    /// The sandbox request for `a.command`: staged in `staging` if given,
+    /// protected paths read-only, at most `timeout` long.
+    fn exec_request(
+        &self,
+        a: &RunArgs,
+        staging: Option<&std::path::PathBuf>,
+        timeout: Duration,
+    ) -> ExecRequest {
+        let mut req = ExecRequest::shell(a.command.clone(), self.jail.root());
+        req.overlay_scratch = staging.cloned();
+        // Its writes are capped on its own disk while it runs, then kept
+        // for the merge below.
+        req.keep_writes = true;
+        req.workspace = Some(self.jail.root().to_path_buf());
+        // Protected paths are read-only to commands too, not only to the file tools.
+        req.read_only_paths = self.jail.protected().existing(self.jail.root());
+        req.timeout = timeout;
+        req.net = self.net;
+        req.terminal = a.terminal;
+        self.sandbox.apply(&mut req);
+        req.max_output = self.limits.max_shown_bytes * 2;
+        req
+    }
+
+    /// Merge what a staged command wrote (under `s`, or on its own disk)
+    /// into the workspace, journaled in `c`, refusing what may not enter;
+    /// the scratch directory is removed either way.
+    #[allow(clippy::disallowed_methods)] // the command's private scratch directories the runtime made
+    fn merge_staged(
+        &self,
+        id: &str,
+        s: &std::path::Path,
+        c: &crate::CommandStaging,
+        result: &loop_sandbox::ExecResult,
+    ) -> Result<Merged, Observation> {
+        // Protected paths, names no record can show faithfully
+        // (control characters) and new modules named like the
+        // standard library are refused, each with its rule.
+        // On the command's own disk (held by `result.layer`), or,
+        // where it had none, under the scratch directory.
+        let upper = result
+            .layer
+            .as_ref()
+            .map_or_else(|| s.join("upper"), |l| l.upper());
+        if let Some(o) = self.fenced(id, "run_command") {
+            let _ = std::fs::remove_dir_all(s);
+            return Err(o);
+        }
+        let admitted = std::cell::Cell::new(0u64);
+        let growth = std::cell::Cell::new(0i64);
+        let refuse = |rel: &str| self.effect_refusal(&upper, rel, (&admitted, &growth));
+        let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
+        if !self.sync {
+            commit = commit.unsynced();
+        }
+        let merged = commit.merge(&upper, self.jail.root(), &refuse);
+        let _ = std::fs::remove_dir_all(s);
+        match merged {
+            Ok(m) => {
+                self.grown
+                    .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
+                Ok(Merged {
+                    changed: !m.paths.is_empty(),
+                    bytes: admitted.get(),
+                    refused: m.refused,
+                })
+            }
+            Err(e) => Err(Observation::error(
+                id,
+                "run_command",
+                format!("the command ran, but its effects could not be committed: {e}"),
+            )),
+        }
     }
 
     /// The exec policy's refusal of `command`, if it refuses it: forbidden,

@@ -16,7 +16,7 @@ use loop_protocol::{
 };
 use loop_sandbox::{ExecRequest, ExecResult, Settings};
 use loop_workspace::{Intent, Jail, Manifest, Protected, Sealed, SnapshotMethod, remove_tree};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -384,19 +384,7 @@ impl SnapshotVerifier {
             old.discard();
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
-        if let Some(stamp) = &self.settled
-            && self.builds_on_earlier_outputs()
-        {
-            let since = std::fs::metadata(stamp)
-                .and_then(|m| m.modified())
-                .unwrap_or(std::time::UNIX_EPOCH);
-            loop_workspace::fsutil::refresh_times(&self.workspace, since).map_err(|at| {
-                VerifyError::Snapshot(std::io::Error::other(format!(
-                    "cannot date {} now (a changed file must not pass for one an earlier build made)",
-                    at.display()
-                )))
-            })?;
-        }
+        self.date_changed_files()?;
         let overlay = loop_sandbox::overlay_available();
         // With overlays the quiescent workspace is the seal: checks start at
         // once, and its manifest is hashed alongside them. Otherwise the
@@ -415,76 +403,22 @@ impl SnapshotVerifier {
         let dir = copied
             .as_ref()
             .map_or_else(|| self.workspace.clone(), |s| s.dir().to_path_buf());
-        let (checked, hashed) = std::thread::scope(|scope| {
-            // Hashing waits until the first check has run: hashing alongside
-            // a spawn slows the spawn (a cgroup join waits for the other core).
-            let (go, wait) = std::sync::mpsc::channel::<()>();
-            let dir_ref = &dir;
-            let hashing = overlay.then(|| {
-                scope.spawn(move || {
-                    let _ = wait.recv();
-                    Manifest::of(dir_ref)
-                })
-            });
-            let first_done = || {
-                let _ = go.send(());
-            };
-            let checked = self.run_checks(
-                contract,
-                attempt,
-                &dir,
-                copied.as_ref(),
-                started,
-                &first_done,
-            );
-            first_done();
-            (checked, hashing.map(|h| h.join()))
-        });
+        let (checked, hashed) =
+            self.check_while_hashing(contract, attempt, &dir, copied.as_ref(), started, overlay);
         let (criteria, method, isolation) = checked?;
         // Results taken from earlier runs hold only for the workspace they
         // ran on: another seal runs everything.
         let reused = self.known.take();
-        if let Some((root, _, _)) = &reused {
-            let same = match (&copied, &hashed) {
-                (Some(s), _) => &s.manifest().root == root,
-                (None, Some(Ok(Ok(m)))) => &m.root == root,
-                _ => false,
-            };
-            if !same {
-                if let Some(c) = copied {
-                    c.discard();
-                }
-                return self.verify(contract, contract_sha256, attempt);
+        if let Some((root, _, _)) = &reused
+            && !same_root(root, copied.as_ref(), &hashed)
+        {
+            if let Some(c) = copied {
+                c.discard();
             }
+            return self.verify(contract, contract_sha256, attempt);
         }
-        let sealed = match (copied, hashed) {
-            (Some(s), _) => s,
-            (None, Some(Ok(Ok(manifest)))) => Sealed::in_place_with(&self.workspace, manifest),
-            (None, Some(Ok(Err(e)))) => return Err(VerifyError::Snapshot(e)),
-            (None, _) => {
-                return Err(VerifyError::Snapshot(std::io::Error::other(
-                    "hashing the sealed workspace failed",
-                )));
-            }
-        };
-        let artifacts = contract
-            .artifacts
-            .iter()
-            .map(|a| match sealed.manifest().get(a.as_str()) {
-                Some(e) if e.kind == loop_workspace::EntryKind::File => ArtifactEvidence {
-                    path: a.clone(),
-                    present: true,
-                    sha256: Some(e.sha256.clone()),
-                    bytes: Some(e.size),
-                },
-                _ => ArtifactEvidence {
-                    path: a.clone(),
-                    present: false,
-                    sha256: None,
-                    bytes: None,
-                },
-            })
-            .collect();
+        let sealed = sealed_from(&self.workspace, copied, hashed)?;
+        let artifacts = artifact_evidence(contract, sealed.manifest());
         if !sealed.is_intact().map_err(VerifyError::Snapshot)? {
             return Err(VerifyError::SealBroken(sealed.manifest().root.clone()));
         }
@@ -507,6 +441,114 @@ impl SnapshotVerifier {
         self.last_sealed = Some(sealed);
         Ok(report)
     }
+
+    /// When checks build on earlier outputs, date now every workspace
+    /// file whose status changed since the workspace was made (see
+    /// [`SnapshotVerifier::with_settled`]).
+    #[allow(clippy::disallowed_methods)] // the verifier's own fresh snapshot directory
+    fn date_changed_files(&self) -> Result<(), VerifyError> {
+        if let Some(stamp) = &self.settled
+            && self.builds_on_earlier_outputs()
+        {
+            let since = std::fs::metadata(stamp)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            loop_workspace::fsutil::refresh_times(&self.workspace, since).map_err(|at| {
+                VerifyError::Snapshot(std::io::Error::other(format!(
+                    "cannot date {} now (a changed file must not pass for one an earlier build made)",
+                    at.display()
+                )))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Run every check on `dir` (see `run_checks`); on overlays
+    /// (`overlay`) the workspace's manifest is hashed alongside, from
+    /// when the first check has run.
+    fn check_while_hashing(
+        &self,
+        contract: &Contract,
+        attempt: u32,
+        dir: &Path,
+        copied: Option<&Sealed>,
+        started: Instant,
+        overlay: bool,
+    ) -> (Result<Checked, VerifyError>, Hashed) {
+        std::thread::scope(|scope| {
+            // Hashing waits until the first check has run: hashing alongside
+            // a spawn slows the spawn (a cgroup join waits for the other core).
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let hashing = overlay.then(|| {
+                scope.spawn(move || {
+                    let _ = wait.recv();
+                    Manifest::of(dir)
+                })
+            });
+            let first_done = || {
+                let _ = go.send(());
+            };
+            let checked = self.run_checks(contract, attempt, dir, copied, started, &first_done);
+            first_done();
+            (checked, hashing.map(|h| h.join()))
+        })
+    }
+}
+
+/// The manifest hashed alongside the checks, when the seal is the
+/// workspace itself (`None` when it is a copy): the hashing thread's
+/// result, and hashing's own.
+type Hashed = Option<std::thread::Result<std::io::Result<Manifest>>>;
+
+/// Whether the seal (the copy, or the manifest hashed alongside) has the
+/// manifest root `root` that earlier results ran on.
+fn same_root(root: &str, copied: Option<&Sealed>, hashed: &Hashed) -> bool {
+    match (copied, hashed) {
+        (Some(s), _) => s.manifest().root == root,
+        (None, Some(Ok(Ok(m)))) => m.root == root,
+        _ => false,
+    }
+}
+
+/// The seal of a pass: the copy, or the workspace in place with the
+/// manifest hashed alongside the checks.
+fn sealed_from(
+    workspace: &Path,
+    copied: Option<Sealed>,
+    hashed: Hashed,
+) -> Result<Sealed, VerifyError> {
+    Ok(match (copied, hashed) {
+        (Some(s), _) => s,
+        (None, Some(Ok(Ok(manifest)))) => Sealed::in_place_with(workspace, manifest),
+        (None, Some(Ok(Err(e)))) => return Err(VerifyError::Snapshot(e)),
+        (None, _) => {
+            return Err(VerifyError::Snapshot(std::io::Error::other(
+                "hashing the sealed workspace failed",
+            )));
+        }
+    })
+}
+
+/// What the sealed manifest holds of each artifact the contract requires.
+fn artifact_evidence(contract: &Contract, manifest: &Manifest) -> Vec<ArtifactEvidence> {
+    contract
+        .artifacts
+        .iter()
+        .map(|a| match manifest.get(a.as_str()) {
+            Some(e) if e.kind == loop_workspace::EntryKind::File => ArtifactEvidence {
+                path: a.clone(),
+                present: true,
+                sha256: Some(e.sha256.clone()),
+                bytes: Some(e.size),
+            },
+            _ => ArtifactEvidence {
+                path: a.clone(),
+                present: false,
+                sha256: None,
+                bytes: None,
+            },
+        })
+        .collect()
 }
 
 type Checked = (Vec<CriterionEvidence>, String, Option<Isolation>);
@@ -621,194 +663,184 @@ impl SnapshotVerifier {
             Protected::new(&[]).map_err(|e| VerifyError::Snapshot(std::io::Error::other(e)))?,
         )
         .map_err(VerifyError::Snapshot)?;
-        let mut isolation = None;
-        let mut method = "sealed-read-only".to_string();
-        let mut criteria = Vec::new();
+        let mut gathered = Gathered {
+            isolation: None,
+            method: "sealed-read-only".to_string(),
+            self_judged: BTreeSet::new(),
+            depends: BTreeSet::new(),
+        };
         let live = self.live.as_ref();
         let total: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
-        // Criteria with a check whose verdict came from the task's new
-        // test files alone, and those with any check that needed them.
-        let mut self_judged = BTreeSet::new();
-        let mut depends = BTreeSet::new();
         loop_protocol::live::emit(live, loop_protocol::Live::Verifying { attempt, total });
-        let mut position = 0;
         // A check another one implies (see `implied`) runs after it, and
         // only if that one failed; results go back to the contract's order.
         let implied = self.implied(contract, attempt);
-        let mut order: Vec<(usize, usize)> = Vec::with_capacity(total);
-        for (ci, criterion) in contract.criteria.iter().enumerate() {
-            for ki in 0..criterion.checks.len() {
-                if !implied.contains_key(&(ci, ki)) {
-                    order.push((ci, ki));
-                }
-            }
-        }
-        let mut i = 0;
-        while i < order.len() {
-            let at = order[i];
-            let after: Vec<(usize, usize)> = implied
-                .iter()
-                .filter(|(_, by)| **by == at)
-                .map(|(b, _)| *b)
-                .collect();
-            for (n, b) in after.into_iter().enumerate() {
-                order.insert(i + 1 + n, b);
-            }
-            i += 1;
-        }
-        let mut results: std::collections::BTreeMap<(usize, usize), CheckEvidence> =
-            std::collections::BTreeMap::new();
-        for (ci, index) in order {
+        let order = check_order(contract, &implied, total);
+        let pass = Pass {
+            contract,
+            attempt,
+            dir,
+            copied,
+            began,
+            first_done,
+            jail,
+            implied,
+        };
+        let mut results: BTreeMap<(usize, usize), CheckEvidence> = BTreeMap::new();
+        for (n, (ci, index)) in order.into_iter().enumerate() {
+            let position = n + 1;
             let criterion = &contract.criteria[ci];
             let check = &criterion.checks[index];
-            {
-                position += 1;
-                loop_protocol::live::emit(
-                    live,
-                    loop_protocol::Live::CheckStarted {
-                        index: position,
-                        total,
-                        criterion: criterion.id.clone(),
-                        check: check.describe(),
-                    },
-                );
-                let earlier = self.known.as_ref().and_then(|(_, k, _)| {
-                    k.iter()
-                        .find(|e| e.check == *check && matches!(check, Check::Run(_)))
-                });
-                let by = implied
-                    .get(&(ci, index))
-                    .and_then(|t| results.get(t))
-                    .filter(|t| t.passed);
-                let ev = match (check, earlier) {
-                    (Check::Run(_), _) if by.is_some() => {
-                        let t = by.cloned().unwrap_or_else(|| blank("", 0, check, ""));
-                        let mut ev = blank(&criterion.id, index, check, &t.snapshot);
-                        ev.passed = true;
-                        ev.exit_code = Some(0);
-                        ev.env = t.env.clone();
-                        ev.implied_by = Some(format!("{}#{}", t.criterion, t.index));
-                        ev
-                    }
-                    (Check::Run(_), Some(e)) => {
-                        let mut ev = e.clone();
-                        ev.criterion = criterion.id.clone();
-                        ev.index = index;
-                        method = ev.snapshot.clone();
-                        isolation = isolation
-                            .or_else(|| self.known.as_ref().and_then(|(_, _, i)| i.clone()));
-                        first_done();
-                        ev
-                    }
-                    (Check::Run(run), None) => {
-                        let scratch = self
-                            .scratch
-                            .join(format!("view-{attempt}-{}-{index}", criterion.id));
-                        let mut view = View::fresh(dir, copied, &scratch)?;
-                        view.below = self.below();
-                        method = view.method.name().to_string();
-                        tracing::debug!(
-                            "verify: check {}#{index} starting {:.3} ms after verification began",
-                            criterion.id,
-                            began.elapsed().as_secs_f64() * 1000.0
-                        );
-                        view.go_cache = self.go_cache;
-                        let keep = self
-                            .keeps_builds(attempt, run)
-                            .filter(|_| view.overlay.is_some());
-                        let (mut ev, iso, layer) = run_check(
-                            &criterion.id,
-                            index,
-                            check,
-                            run,
-                            &view,
-                            (&self.sandbox, keep.is_some()),
-                        );
-                        // Only a run that ended by itself: a build cut short
-                        // (a timeout, a signal, a full disk) leaves outputs
-                        // that would fail honest work later.
-                        let whole = !ev.timed_out
-                            && ev.signal.is_none()
-                            && ev.exit_code.is_some()
-                            && !ev
-                                .failure
-                                .as_deref()
-                                .is_some_and(|f| f.contains("could not start"));
-                        if let Some(kept) = keep.filter(|_| whole) {
-                            let upper = layer
-                                .as_ref()
-                                .map(|l| l.upper())
-                                .unwrap_or_else(|| scratch.join("upper"));
-                            if let Err(e) = keep_builds(&upper, dir, kept) {
-                                tracing::debug!("verify: build outputs not kept: {e}");
-                            }
-                        }
-                        drop(layer);
-                        if ev.passed {
-                            let second = self.without_new_tests(
-                                (&criterion.id, index, check, run),
-                                &view,
-                                copied,
-                                &scratch,
-                            )?;
-                            if !matches!(second, Without::NotRun | Without::Held) {
-                                depends.insert(criterion.id.clone());
-                            }
-                            match second {
-                                Without::NotRun | Without::Held => {}
-                                Without::SelfJudged => {
-                                    self_judged.insert(criterion.id.clone());
-                                }
-                                Without::Changed(why) => {
-                                    ev.passed = false;
-                                    ev.failure = Some(format!("check integrity: {why}"));
-                                }
-                            }
-                        }
-                        if let Some(base) = self.baseline_tally(&criterion.id, index, check)
-                            && ev.passed
-                            && let Some(why) = tally::compare(
-                                base,
-                                ev.tests.as_ref(),
-                                self.baseline.as_ref().is_some_and(|(_, n)| *n),
-                            )
-                        {
-                            ev.passed = false;
-                            ev.failure = Some(format!("check integrity: {why}"));
-                        }
-                        first_done();
-                        let _ = remove_tree(&scratch);
-                        isolation = iso.or(isolation);
-                        ev
-                    }
-                    (_, _) => file_check(&criterion.id, index, check, &jail),
-                };
-                loop_protocol::live::emit(
-                    live,
-                    loop_protocol::Live::CheckDone {
-                        index: position,
-                        total,
-                        criterion: criterion.id.clone(),
-                        passed: ev.passed,
-                        status: ev.status(),
-                        duration_ms: ev.duration_ms,
-                    },
-                );
-                results.insert((ci, index), ev);
+            loop_protocol::live::emit(
+                live,
+                loop_protocol::Live::CheckStarted {
+                    index: position,
+                    total,
+                    criterion: criterion.id.clone(),
+                    check: check.describe(),
+                },
+            );
+            let ev = self.check_evidence(&pass, &mut gathered, (ci, index), &results)?;
+            loop_protocol::live::emit(
+                live,
+                loop_protocol::Live::CheckDone {
+                    index: position,
+                    total,
+                    criterion: criterion.id.clone(),
+                    passed: ev.passed,
+                    status: ev.status(),
+                    duration_ms: ev.duration_ms,
+                },
+            );
+            results.insert((ci, index), ev);
+        }
+        let mut criteria = criteria_evidence(contract, results);
+        let held_before = self.held_before();
+        judge_self_judged(
+            contract,
+            &mut criteria,
+            (&gathered.self_judged, &gathered.depends),
+            &held_before,
+        );
+        Ok((criteria, gathered.method, gathered.isolation))
+    }
+
+    /// The evidence of check `index` of criterion `ci`: the passed check
+    /// that implies it vouches for it, an earlier run on the same
+    /// workspace is taken over, a run check runs now, and a file check is
+    /// read through the jail.
+    fn check_evidence(
+        &self,
+        pass: &Pass,
+        gathered: &mut Gathered,
+        (ci, index): (usize, usize),
+        results: &BTreeMap<(usize, usize), CheckEvidence>,
+    ) -> Result<CheckEvidence, VerifyError> {
+        let criterion = &pass.contract.criteria[ci];
+        let check = &criterion.checks[index];
+        let earlier = self.known.as_ref().and_then(|(_, k, _)| {
+            k.iter()
+                .find(|e| e.check == *check && matches!(check, Check::Run(_)))
+        });
+        let by = pass
+            .implied
+            .get(&(ci, index))
+            .and_then(|t| results.get(t))
+            .filter(|t| t.passed);
+        Ok(match (check, earlier) {
+            (Check::Run(_), _) if by.is_some() => {
+                let t = by.cloned().unwrap_or_else(|| blank("", 0, check, ""));
+                let mut ev = blank(&criterion.id, index, check, &t.snapshot);
+                ev.passed = true;
+                ev.exit_code = Some(0);
+                ev.env = t.env.clone();
+                ev.implied_by = Some(format!("{}#{}", t.criterion, t.index));
+                ev
             }
+            (Check::Run(_), Some(e)) => {
+                let mut ev = e.clone();
+                ev.criterion = criterion.id.clone();
+                ev.index = index;
+                gathered.method = ev.snapshot.clone();
+                gathered.isolation = gathered
+                    .isolation
+                    .take()
+                    .or_else(|| self.known.as_ref().and_then(|(_, _, i)| i.clone()));
+                (pass.first_done)();
+                ev
+            }
+            (Check::Run(run), None) => {
+                self.run_fresh(pass, gathered, (&criterion.id, index, check, run))?
+            }
+            (_, _) => file_check(&criterion.id, index, check, &pass.jail),
+        })
+    }
+
+    /// Run a run check now, on its own fresh view: keep the build outputs
+    /// a whole baseline run made, and hold a passing check to the check
+    /// integrity rules (the same verdict without the task's new test
+    /// files, no tests lost since the baseline).
+    fn run_fresh(
+        &self,
+        pass: &Pass,
+        gathered: &mut Gathered,
+        (criterion, index, check, run): (&str, usize, &Check, &RunCheck),
+    ) -> Result<CheckEvidence, VerifyError> {
+        let attempt = pass.attempt;
+        let scratch = self
+            .scratch
+            .join(format!("view-{attempt}-{}-{index}", criterion));
+        let mut view = View::fresh(pass.dir, pass.copied, &scratch)?;
+        view.below = self.below();
+        gathered.method = view.method.name().to_string();
+        tracing::debug!(
+            "verify: check {}#{index} starting {:.3} ms after verification began",
+            criterion,
+            pass.began.elapsed().as_secs_f64() * 1000.0
+        );
+        view.go_cache = self.go_cache;
+        let keep = self
+            .keeps_builds(attempt, run)
+            .filter(|_| view.overlay.is_some());
+        let (mut ev, iso, layer) = run_check(
+            criterion,
+            index,
+            check,
+            run,
+            &view,
+            (&self.sandbox, keep.is_some()),
+        );
+        keep_whole_builds(&ev, keep, layer.as_ref(), &scratch, pass.dir);
+        drop(layer);
+        if ev.passed {
+            let second = self.without_new_tests(
+                (criterion, index, check, run),
+                &view,
+                pass.copied,
+                &scratch,
+            )?;
+            gathered.record_without(criterion, second, &mut ev);
         }
-        for (ci, criterion) in contract.criteria.iter().enumerate() {
-            let checks: Vec<CheckEvidence> = (0..criterion.checks.len())
-                .filter_map(|ki| results.remove(&(ci, ki)))
-                .collect();
-            criteria.push(CriterionEvidence {
-                id: criterion.id.clone(),
-                passed: checks.iter().all(|c| c.passed),
-                checks,
-            });
+        if let Some(base) = self.baseline_tally(criterion, index, check)
+            && ev.passed
+            && let Some(why) = tally::compare(
+                base,
+                ev.tests.as_ref(),
+                self.baseline.as_ref().is_some_and(|(_, n)| *n),
+            )
+        {
+            ev.passed = false;
+            ev.failure = Some(format!("check integrity: {why}"));
         }
-        let held_before: BTreeSet<String> = self
-            .baseline
+        (pass.first_done)();
+        let _ = remove_tree(&scratch);
+        gathered.isolation = iso.or(gathered.isolation.take());
+        Ok(ev)
+    }
+
+    /// The criteria that passed at the baseline, before the task.
+    fn held_before(&self) -> BTreeSet<String> {
+        self.baseline
             .as_ref()
             .map(|(b, _)| {
                 b.criteria
@@ -817,14 +849,7 @@ impl SnapshotVerifier {
                     .map(|c| c.id.clone())
                     .collect()
             })
-            .unwrap_or_default();
-        judge_self_judged(
-            contract,
-            &mut criteria,
-            (&self_judged, &depends),
-            &held_before,
-        );
-        Ok((criteria, method, isolation))
+            .unwrap_or_default()
     }
 
     /// Run a passing check again without the task's new test files (see
@@ -911,6 +936,135 @@ impl SnapshotVerifier {
             )),
             (false, false, _) => Without::SelfJudged,
         })
+    }
+}
+
+/// What every check of one verification pass runs with.
+struct Pass<'a> {
+    contract: &'a Contract,
+    attempt: u32,
+    /// The sealed workspace the checks see.
+    dir: &'a Path,
+    /// The sealed copy, when the seal is one (else views are overlays).
+    copied: Option<&'a Sealed>,
+    /// When the verification began.
+    began: Instant,
+    /// Called once a check has run (hashing waits for it).
+    first_done: &'a dyn Fn(),
+    /// File checks read the sealed workspace through it.
+    jail: Jail,
+    /// The run checks another check implies, each with the one that does.
+    implied: BTreeMap<(usize, usize), (usize, usize)>,
+}
+
+/// What the checks of a pass have shown beside their own evidence.
+struct Gathered {
+    /// The isolation the sandbox gave a run check.
+    isolation: Option<Isolation>,
+    /// How the latest view was made.
+    method: String,
+    /// Criteria with a check whose verdict came from the task's new test
+    /// files alone.
+    self_judged: BTreeSet<String>,
+    /// Criteria with any check that needed them.
+    depends: BTreeSet<String>,
+}
+
+impl Gathered {
+    /// Record what running `criterion`'s passing check without the task's
+    /// new test files showed; a changed result fails `ev`.
+    fn record_without(&mut self, criterion: &str, second: Without, ev: &mut CheckEvidence) {
+        if !matches!(second, Without::NotRun | Without::Held) {
+            self.depends.insert(criterion.to_string());
+        }
+        match second {
+            Without::NotRun | Without::Held => {}
+            Without::SelfJudged => {
+                self.self_judged.insert(criterion.to_string());
+            }
+            Without::Changed(why) => {
+                ev.passed = false;
+                ev.failure = Some(format!("check integrity: {why}"));
+            }
+        }
+    }
+}
+
+/// The order checks run in: the contract's, except that a check another
+/// one implies (see `implied`) comes right after the one that does.
+fn check_order(
+    contract: &Contract,
+    implied: &BTreeMap<(usize, usize), (usize, usize)>,
+    total: usize,
+) -> Vec<(usize, usize)> {
+    let mut order: Vec<(usize, usize)> = Vec::with_capacity(total);
+    for (ci, criterion) in contract.criteria.iter().enumerate() {
+        for ki in 0..criterion.checks.len() {
+            if !implied.contains_key(&(ci, ki)) {
+                order.push((ci, ki));
+            }
+        }
+    }
+    let mut i = 0;
+    while i < order.len() {
+        let at = order[i];
+        let after: Vec<(usize, usize)> = implied
+            .iter()
+            .filter(|(_, by)| **by == at)
+            .map(|(b, _)| *b)
+            .collect();
+        for (n, b) in after.into_iter().enumerate() {
+            order.insert(i + 1 + n, b);
+        }
+        i += 1;
+    }
+    order
+}
+
+/// Each criterion's evidence, its checks back in the contract's order.
+fn criteria_evidence(
+    contract: &Contract,
+    mut results: BTreeMap<(usize, usize), CheckEvidence>,
+) -> Vec<CriterionEvidence> {
+    let mut criteria = Vec::new();
+    for (ci, criterion) in contract.criteria.iter().enumerate() {
+        let checks: Vec<CheckEvidence> = (0..criterion.checks.len())
+            .filter_map(|ki| results.remove(&(ci, ki)))
+            .collect();
+        criteria.push(CriterionEvidence {
+            id: criterion.id.clone(),
+            passed: checks.iter().all(|c| c.passed),
+            checks,
+        });
+    }
+    criteria
+}
+
+/// Keep the build outputs a baseline run wrote (see [`keep_builds`]) in
+/// `keep`, when it is given and the run ended by itself: a build cut short
+/// (a timeout, a signal, a full disk) leaves outputs that would fail
+/// honest work later.
+fn keep_whole_builds(
+    ev: &CheckEvidence,
+    keep: Option<&Path>,
+    layer: Option<&loop_sandbox::Layer>,
+    scratch: &Path,
+    dir: &Path,
+) {
+    let whole = !ev.timed_out
+        && ev.signal.is_none()
+        && ev.exit_code.is_some()
+        && !ev
+            .failure
+            .as_deref()
+            .is_some_and(|f| f.contains("could not start"));
+    if let Some(kept) = keep.filter(|_| whole) {
+        let upper = layer
+            .map(|l| l.upper())
+            .unwrap_or_else(|| scratch.join("upper"));
+        if let Err(e) = keep_builds(&upper, dir, kept) {
+            tracing::debug!("verify: build outputs not kept: {e}");
+        }
     }
 }
 

@@ -93,77 +93,120 @@ fn num(s: &str) -> u64 {
 /// summary is recognised.
 pub fn read(output: &str) -> Option<TestTally> {
     let p = patterns()?;
+    READERS.iter().find_map(|reader| reader(p, output))
+}
+
+/// Each runner's reader, in the order their summaries are looked for: the
+/// first that recognises one gives the tally.
+const READERS: [fn(&Patterns, &str) -> Option<TestTally>; 11] = [
+    read_pytest,
+    read_unittest,
+    read_cargo,
+    read_jest,
+    read_nextest,
+    read_vitest,
+    read_ctest,
+    read_tap,
+    read_mocha,
+    read_node_spec,
+    read_go,
+];
+
+/// pytest: the last summary line.
+fn read_pytest(p: &Patterns, output: &str) -> Option<TestTally> {
+    let line = p.pytest_summary.captures_iter(output).last()?;
     let mut names = BTreeSet::new();
-    // pytest: the last summary line.
-    if let Some(line) = p.pytest_summary.captures_iter(output).last() {
-        let (mut ran, mut skipped) = (0, 0);
-        for c in p.pytest_count.captures_iter(&line[1]) {
-            let n = num(&c[1]);
-            match &c[2] {
-                "passed" | "failed" | "error" | "errors" | "xpassed" => ran += n,
-                _ => skipped += n,
-            }
+    let (mut ran, mut skipped) = (0, 0);
+    for c in p.pytest_count.captures_iter(&line[1]) {
+        let n = num(&c[1]);
+        match &c[2] {
+            "passed" | "failed" | "error" | "errors" | "xpassed" => ran += n,
+            _ => skipped += n,
         }
-        for c in p.pytest_name.captures_iter(output) {
-            names.insert(c[1].to_string());
-        }
-        return Some(finish("pytest", ran, skipped, names));
     }
-    if let Some(c) = p.unittest_ran.captures_iter(output).last() {
-        let total = num(&c[1]);
-        let skipped = p
-            .unittest_skipped
-            .captures_iter(output)
-            .last()
-            .map_or(0, |c| num(&c[1]));
-        for c in p.unittest_name.captures_iter(output) {
-            names.insert(c[1].to_string());
-        }
-        return Some(finish(
-            "unittest",
-            total.saturating_sub(skipped),
-            skipped,
-            names,
-        ));
+    for c in p.pytest_name.captures_iter(output) {
+        names.insert(c[1].to_string());
     }
+    Some(finish("pytest", ran, skipped, names))
+}
+
+/// unittest: the last `Ran N tests` line, less what it skipped.
+fn read_unittest(p: &Patterns, output: &str) -> Option<TestTally> {
+    let c = p.unittest_ran.captures_iter(output).last()?;
+    let mut names = BTreeSet::new();
+    let total = num(&c[1]);
+    let skipped = p
+        .unittest_skipped
+        .captures_iter(output)
+        .last()
+        .map_or(0, |c| num(&c[1]));
+    for c in p.unittest_name.captures_iter(output) {
+        names.insert(c[1].to_string());
+    }
+    Some(finish(
+        "unittest",
+        total.saturating_sub(skipped),
+        skipped,
+        names,
+    ))
+}
+
+/// `cargo test`: every target's `test result:` line, summed.
+fn read_cargo(p: &Patterns, output: &str) -> Option<TestTally> {
     let cargo: Vec<_> = p.cargo_result.captures_iter(output).collect();
-    if !cargo.is_empty() {
-        let ran = cargo.iter().map(|c| num(&c[1]) + num(&c[2])).sum();
-        let skipped = cargo.iter().map(|c| num(&c[3]) + num(&c[4])).sum();
-        for c in p.cargo_name.captures_iter(output) {
-            names.insert(c[1].to_string());
-        }
-        return Some(finish("cargo", ran, skipped, names));
+    if cargo.is_empty() {
+        return None;
     }
-    if let Some(c) = p.jest_tests.captures_iter(output).last() {
-        let (mut ran, mut skipped) = (0, 0);
-        for k in p.jest_count.captures_iter(&c[1]) {
-            match &k[2] {
-                "passed" | "failed" => ran += num(&k[1]),
-                _ => skipped += num(&k[1]),
-            }
-        }
-        return Some(finish("jest", ran, skipped, names));
+    let mut names = BTreeSet::new();
+    let ran = cargo.iter().map(|c| num(&c[1]) + num(&c[2])).sum();
+    let skipped = cargo.iter().map(|c| num(&c[3]) + num(&c[4])).sum();
+    for c in p.cargo_name.captures_iter(output) {
+        names.insert(c[1].to_string());
     }
+    Some(finish("cargo", ran, skipped, names))
+}
+
+/// Jest: the last `Tests:` line.
+fn read_jest(p: &Patterns, output: &str) -> Option<TestTally> {
+    let c = p.jest_tests.captures_iter(output).last()?;
+    let (mut ran, mut skipped) = (0, 0);
+    for k in p.jest_count.captures_iter(&c[1]) {
+        match &k[2] {
+            "passed" | "failed" => ran += num(&k[1]),
+            _ => skipped += num(&k[1]),
+        }
+    }
+    Some(finish("jest", ran, skipped, BTreeSet::new()))
+}
+
+/// cargo-nextest: the last `Summary` line.
+fn read_nextest(p: &Patterns, output: &str) -> Option<TestTally> {
     let nextest: Vec<_> = p.nextest.captures_iter(output).collect();
-    if let Some(c) = nextest.last() {
-        let skipped = p
-            .nextest_skipped
-            .captures_iter(output)
-            .last()
-            .map_or(0, |c| num(&c[1]));
-        return Some(finish("nextest", num(&c[1]), skipped, names));
-    }
-    if let Some(c) = p.vitest.captures_iter(output).last() {
-        let (mut ran, mut skipped) = (0, 0);
-        for k in p.vitest_count.captures_iter(&c[1]) {
-            match &k[2] {
-                "passed" | "failed" => ran += num(&k[1]),
-                _ => skipped += num(&k[1]),
-            }
+    let c = nextest.last()?;
+    let skipped = p
+        .nextest_skipped
+        .captures_iter(output)
+        .last()
+        .map_or(0, |c| num(&c[1]));
+    Some(finish("nextest", num(&c[1]), skipped, BTreeSet::new()))
+}
+
+/// Vitest: the last `Tests` line.
+fn read_vitest(p: &Patterns, output: &str) -> Option<TestTally> {
+    let c = p.vitest.captures_iter(output).last()?;
+    let (mut ran, mut skipped) = (0, 0);
+    for k in p.vitest_count.captures_iter(&c[1]) {
+        match &k[2] {
+            "passed" | "failed" => ran += num(&k[1]),
+            _ => skipped += num(&k[1]),
         }
-        return Some(finish("vitest", ran, skipped, names));
     }
+    Some(finish("vitest", ran, skipped, BTreeSet::new()))
+}
+
+/// CTest: the last `tests passed, … out of N` line less the disabled
+/// tests, or none found.
+fn read_ctest(p: &Patterns, output: &str) -> Option<TestTally> {
     if let Some(c) = p.ctest.captures_iter(output).last() {
         let disabled = p.ctest_disabled.captures_iter(output).count() as u64;
         let total = num(&c[2]);
@@ -171,70 +214,91 @@ pub fn read(output: &str) -> Option<TestTally> {
             "ctest",
             total.saturating_sub(disabled),
             disabled,
-            names,
+            BTreeSet::new(),
         ));
     }
     if p.ctest_none.is_match(output) {
-        return Some(finish("ctest", 0, 0, names));
-    }
-    let tap: Vec<_> = p.tap.captures_iter(output).collect();
-    if tap.iter().any(|c| &c[1] == "tests") {
-        let get = |k: &str| {
-            tap.iter()
-                .filter(|c| &c[1] == k)
-                .map(|c| num(&c[2]))
-                .next_back()
-                .unwrap_or(0)
-        };
-        return Some(finish(
-            "tap",
-            get("pass") + get("fail") + get("cancelled"),
-            get("skipped") + get("todo"),
-            names,
-        ));
-    }
-    let mocha: Vec<_> = p.mocha.captures_iter(output).collect();
-    if mocha.iter().any(|c| &c[2] == "passing") {
-        let (mut ran, mut skipped) = (0, 0);
-        for c in &mocha {
-            match &c[2] {
-                "pending" => skipped += num(&c[1]),
-                _ => ran += num(&c[1]),
-            }
-        }
-        return Some(finish("mocha", ran, skipped, names));
-    }
-    let spec: Vec<_> = p.node_spec.captures_iter(output).collect();
-    if spec.iter().any(|c| &c[1] == "tests") && spec.iter().any(|c| &c[1] == "pass") {
-        let get = |k: &str| {
-            spec.iter()
-                .filter(|c| &c[1] == k)
-                .map(|c| num(&c[2]))
-                .next_back()
-                .unwrap_or(0)
-        };
-        return Some(finish(
-            "node",
-            get("pass") + get("fail") + get("cancelled"),
-            get("skipped") + get("todo"),
-            names,
-        ));
-    }
-    let go: Vec<_> = p.go_name.captures_iter(output).collect();
-    if !go.is_empty() {
-        let mut ran = 0;
-        let mut skipped = 0;
-        for c in &go {
-            if &c[1] == "SKIP" {
-                skipped += 1;
-            } else {
-                ran += 1;
-                names.insert(c[2].to_string());
-            }
-        }
-        return Some(finish("go", ran, skipped, names));
+        return Some(finish("ctest", 0, 0, BTreeSet::new()));
     }
     None
+}
+
+/// TAP (`node --test`): the last `# tests`, `# pass`, … counts.
+fn read_tap(p: &Patterns, output: &str) -> Option<TestTally> {
+    let tap: Vec<_> = p.tap.captures_iter(output).collect();
+    if !tap.iter().any(|c| &c[1] == "tests") {
+        return None;
+    }
+    let get = |k: &str| {
+        tap.iter()
+            .filter(|c| &c[1] == k)
+            .map(|c| num(&c[2]))
+            .next_back()
+            .unwrap_or(0)
+    };
+    Some(finish(
+        "tap",
+        get("pass") + get("fail") + get("cancelled"),
+        get("skipped") + get("todo"),
+        BTreeSet::new(),
+    ))
+}
+
+/// Mocha: the `passing`, `failing` and `pending` counts.
+fn read_mocha(p: &Patterns, output: &str) -> Option<TestTally> {
+    let mocha: Vec<_> = p.mocha.captures_iter(output).collect();
+    if !mocha.iter().any(|c| &c[2] == "passing") {
+        return None;
+    }
+    let (mut ran, mut skipped) = (0, 0);
+    for c in &mocha {
+        match &c[2] {
+            "pending" => skipped += num(&c[1]),
+            _ => ran += num(&c[1]),
+        }
+    }
+    Some(finish("mocha", ran, skipped, BTreeSet::new()))
+}
+
+/// node's spec reporter: the last `tests`, `pass`, … counts.
+fn read_node_spec(p: &Patterns, output: &str) -> Option<TestTally> {
+    let spec: Vec<_> = p.node_spec.captures_iter(output).collect();
+    if !(spec.iter().any(|c| &c[1] == "tests") && spec.iter().any(|c| &c[1] == "pass")) {
+        return None;
+    }
+    let get = |k: &str| {
+        spec.iter()
+            .filter(|c| &c[1] == k)
+            .map(|c| num(&c[2]))
+            .next_back()
+            .unwrap_or(0)
+    };
+    Some(finish(
+        "node",
+        get("pass") + get("fail") + get("cancelled"),
+        get("skipped") + get("todo"),
+        BTreeSet::new(),
+    ))
+}
+
+/// `go test -v`: one `--- PASS`, `--- FAIL` or `--- SKIP` line a test.
+fn read_go(p: &Patterns, output: &str) -> Option<TestTally> {
+    let go: Vec<_> = p.go_name.captures_iter(output).collect();
+    if go.is_empty() {
+        return None;
+    }
+    let mut names = BTreeSet::new();
+    let mut ran = 0;
+    let mut skipped = 0;
+    for c in &go {
+        if &c[1] == "SKIP" {
+            skipped += 1;
+        } else {
+            ran += 1;
+            names.insert(c[2].to_string());
+        }
+    }
+    Some(finish("go", ran, skipped, names))
 }
 
 /// How many tests the runner in `output` says failed (errors included),

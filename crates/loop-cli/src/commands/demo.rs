@@ -69,7 +69,15 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "outcome": report.outcome})
+            serde_json::to_string(&loop_runtime::views::ReceiptLine {
+                kind: "receipt",
+                task_id: &report.task_id,
+                path: &report.receipt,
+                workspace: None,
+                outcome: &report.outcome,
+                notes: None,
+            })
+            .unwrap_or_default()
         );
     } else {
         println!("\nreceipt   {}", report.receipt.display());

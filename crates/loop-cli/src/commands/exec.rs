@@ -86,19 +86,8 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         message: e.message,
     })?;
     if json {
-        let v = serde_json::json!({
-            "exit_code": r.exit_code,
-            "signal": r.signal,
-            "timed_out": r.timed_out,
-            "duration_ms": r.duration.as_millis() as u64,
-            "stdout": r.stdout.excerpt(),
-            "stderr": r.stderr.excerpt(),
-            "stdout_bytes": r.stdout.total(),
-            "stderr_bytes": r.stderr.total(),
-            "truncated": r.stdout.truncated() || r.stderr.truncated(),
-            "isolation": r.isolation,
-        });
-        println!("{v}");
+        let v = serde_json::to_string(&loop_runtime::views::ExecLine::of(&r));
+        println!("{}", v.unwrap_or_default());
     } else {
         let _ = std::io::stdout().write_all(r.stdout.excerpt().as_bytes());
         let _ = std::io::stderr().write_all(r.stderr.excerpt().as_bytes());

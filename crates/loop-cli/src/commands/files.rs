@@ -12,7 +12,12 @@ pub fn keys(show: bool, json: bool) -> Result<u8, CliError> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"keyid": public.keyid, "ed25519": public.hex(), "pem": public.pem()})
+            serde_json::to_string(&loop_runtime::views::KeyLine {
+                keyid: &public.keyid,
+                ed25519: public.hex(),
+                pem: public.pem(),
+            })
+            .unwrap_or_default()
         );
         return Ok(0);
     }
@@ -31,7 +36,13 @@ pub fn manifest(dir: &Path, json: bool) -> Result<u8, CliError> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"root": m.root, "files": m.entries.len(), "bytes": m.bytes(), "dir": dir})
+            serde_json::to_string(&loop_runtime::views::ManifestLine {
+                root: &m.root,
+                files: m.entries.len(),
+                bytes: m.bytes(),
+                dir,
+            })
+            .unwrap_or_default()
         );
         return Ok(0);
     }
@@ -83,7 +94,13 @@ pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"file": file, "kind": "loopfile", "valid": true, "sections": read})
+            serde_json::to_string(&loop_runtime::views::LoopfileValidLine {
+                file,
+                kind: "loopfile",
+                valid: true,
+                sections: &read,
+            })
+            .unwrap_or_default()
         );
         return Ok(0);
     }
@@ -109,11 +126,16 @@ pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
     if json {
         println!(
             "{}",
-            serde_json::json!({
-                "file": file, "kind": "contract", "valid": true,
-                "criteria": contract.criteria.len(), "checks": checks,
-                "artifacts": contract.artifacts.len(), "sha256": sha,
+            serde_json::to_string(&loop_runtime::views::ContractValidLine {
+                file,
+                kind: "contract",
+                valid: true,
+                criteria: contract.criteria.len(),
+                checks,
+                artifacts: contract.artifacts.len(),
+                sha256: &sha,
             })
+            .unwrap_or_default()
         );
         return Ok(0);
     }

@@ -3,13 +3,14 @@
 
 use crate::CliError;
 use crate::cli::Cli;
+use loop_runtime::views::GeneratedLine;
 
 /// `loop completions SHELL`.
 pub(crate) fn completions(shell: clap_complete::Shell, json: bool) -> Result<u8, CliError> {
     let mut cmd = <Cli as clap::CommandFactory>::command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, "loop", &mut out);
-    print_generated(&out, json, "script")
+    print_generated(&out, json, GeneratedLine::Script)
 }
 
 /// `loop man`.
@@ -19,17 +20,22 @@ pub(crate) fn man(json: bool) -> Result<u8, CliError> {
     clap_mangen::Man::new(cmd)
         .render(&mut out)
         .map_err(|e| CliError::internal(format!("the man page: {e}")))?;
-    print_generated(&out, json, "man")
+    print_generated(&out, json, GeneratedLine::Man)
 }
 
 /// Print generated text (a completion script, a man page), or with
-/// `json` an object holding it under `key`.
-fn print_generated(out: &[u8], json: bool, key: &str) -> Result<u8, CliError> {
+/// `json` an object holding it under its name (`said` makes it).
+fn print_generated(
+    out: &[u8],
+    json: bool,
+    said: fn(String) -> GeneratedLine,
+) -> Result<u8, CliError> {
     use std::io::Write;
     if json {
         println!(
             "{}",
-            serde_json::json!({ key: String::from_utf8_lossy(out) })
+            serde_json::to_string(&said(String::from_utf8_lossy(out).into_owned()))
+                .unwrap_or_default()
         );
     } else {
         let _ = std::io::stdout().write_all(out);

@@ -10,23 +10,8 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
     let r = loop_runtime::ops::receipts::replay(receipt)?;
     let p = &r.statement.predicate;
     if json {
-        let criteria: Vec<serde_json::Value> = r
-            .recorded
-            .criteria
-            .iter()
-            .zip(&r.replayed.criteria)
-            .map(|(was, now)| {
-                serde_json::json!({"id": now.id, "recorded": was.passed, "replayed": now.passed})
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({
-                "task_id": p.task_id, "criteria": criteria,
-                "recorded_outcome": p.outcome, "accepted": r.accepted,
-                "reproduced": r.reproduced, "replayed": r.replayed,
-            })
-        );
+        let line = loop_runtime::views::ReplayLine::of(&r);
+        println!("{}", serde_json::to_string(&line).unwrap_or_default());
         return Ok(if r.reproduced { 0 } else { 1 });
     }
     say!(

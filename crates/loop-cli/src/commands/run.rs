@@ -103,7 +103,12 @@ pub(crate) fn run_command(
         if json {
             println!(
                 "{}",
-                serde_json::json!({"kind": "submitted", "task_id": id, "queue": name})
+                serde_json::to_string(&loop_runtime::views::SubmittedLine {
+                    kind: "submitted",
+                    task_id: &id,
+                    queue: &name,
+                })
+                .unwrap_or_default()
             );
         } else {
             println!("{id}");
@@ -137,7 +142,15 @@ pub(crate) fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
     if story.json() {
         println!(
             "{}",
-            serde_json::json!({"kind": "receipt", "task_id": report.task_id, "path": report.receipt, "workspace": report.workspace, "outcome": report.outcome, "notes": story.notes()})
+            serde_json::to_string(&loop_runtime::views::ReceiptLine {
+                kind: "receipt",
+                task_id: &report.task_id,
+                path: &report.receipt,
+                workspace: Some(&report.workspace),
+                outcome: &report.outcome,
+                notes: Some(story.notes()),
+            })
+            .unwrap_or_default()
         );
     } else {
         println!("receipt {}", report.receipt.display());

@@ -63,16 +63,18 @@ fn settled(
     action: &str,
     task: Option<&str>,
 ) -> Result<u8, CliError> {
-    let (result, code) = match s {
-        loop_runtime::Settled::Done => ("done", 0),
-        loop_runtime::Settled::NothingChanged => ("nothing_changed", 1),
-        loop_runtime::Settled::DoneButDiffers => ("done_but_differs", 1),
+    let code = match s {
+        loop_runtime::Settled::Done => 0,
+        loop_runtime::Settled::NothingChanged | loop_runtime::Settled::DoneButDiffers => 1,
     };
     if story.json() {
-        println!(
-            "{}",
-            serde_json::json!({"action": action, "task_id": task, "result": result, "notes": story.notes()})
-        );
+        let line = loop_runtime::views::SettledLine {
+            action,
+            task_id: task,
+            result: s,
+            notes: story.notes(),
+        };
+        println!("{}", serde_json::to_string(&line).unwrap_or_default());
     }
     Ok(code)
 }

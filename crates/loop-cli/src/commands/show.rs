@@ -85,13 +85,6 @@ pub fn stat(diff: &Diff) -> Vec<FileStat> {
         .collect()
 }
 
-fn source_json(source: &DiffSource) -> serde_json::Value {
-    match source {
-        DiffSource::Receipt(p) => serde_json::json!({"receipt": p}),
-        DiffSource::Workspace(p) => serde_json::json!({"workspace": p}),
-    }
-}
-
 fn source_line(source: &DiffSource) -> String {
     match source {
         DiffSource::Receipt(p) => format!("from the receipt {}", p.display()),
@@ -221,18 +214,16 @@ pub fn diff(
     let d = Runtime::open(project)?.diff(id)?;
     let stats = stat(&d);
     if json {
-        let mut v = serde_json::json!({
-            "task_id": id,
-            "source": source_json(&d.source),
-            "base_commit": d.change_set.base_commit,
-            "files": d.change_set.files,
-            "stat": stats,
-            "patch_sha256": d.change_set.patch_sha256,
-        });
-        if !only_stat {
-            v["patch"] = serde_json::Value::String(d.change_set.patch.clone());
-        }
-        println!("{v}");
+        let line = loop_runtime::views::DiffLine {
+            task_id: id,
+            source: &d.source,
+            base_commit: &d.change_set.base_commit,
+            files: &d.change_set.files,
+            stat: &stats,
+            patch_sha256: &d.change_set.patch_sha256,
+            patch: (!only_stat).then_some(d.change_set.patch.as_str()),
+        };
+        println!("{}", serde_json::to_string(&line).unwrap_or_default());
         return Ok(0);
     }
     let screen = Screen::of_stdout();
@@ -274,31 +265,34 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         .as_ref()
         .map(|r| loop_runtime::ops::receipts::verify(Path::new(r), None, None));
     if json {
-        let v = serde_json::json!({
-            "task": status,
-            "events": events.iter().map(|r| &r.event).collect::<Vec<_>>(),
-            "change_set": match &diff {
-                Ok(d) => serde_json::json!({
-                    "source": source_json(&d.source),
-                    "files": d.change_set.files,
-                    "stat": stat(d),
+        use loop_runtime::views::{OrError, ShowLine, ShownChangeSet, ShownReceipt};
+        let line = ShowLine {
+            task: &status,
+            events: events.iter().map(|r| &r.event).collect(),
+            change_set: match &diff {
+                Ok(d) => OrError::Read(ShownChangeSet {
+                    source: &d.source,
+                    files: &d.change_set.files,
+                    stat: stat(d),
                 }),
-                Err(e) => serde_json::json!({"error": e.to_string()}),
+                Err(e) => OrError::failed(e),
             },
-            "receipt": match &receipt {
-                Some(Ok(c)) => serde_json::json!({
-                    "path": c.report.receipt,
-                    "intact": c.intact,
-                    "verified": c.verified,
-                    "contract_provenance": c.report.statement.as_ref().map(|s| {
-                        loop_receipt::ContractProvenance::of(&s.predicate.contract, &c.report.entries)
+            receipt: receipt.as_ref().map(|r| match r {
+                Ok(c) => OrError::Read(ShownReceipt {
+                    path: &c.report.receipt,
+                    intact: c.intact,
+                    verified: c.verified,
+                    contract_provenance: c.report.statement.as_ref().map(|s| {
+                        loop_receipt::ContractProvenance::of(
+                            &s.predicate.contract,
+                            &c.report.entries,
+                        )
                     }),
                 }),
-                Some(Err(e)) => serde_json::json!({"error": e.to_string()}),
-                None => serde_json::Value::Null,
-            },
-        });
-        println!("{v}");
+                Err(e) => OrError::failed(e),
+            }),
+        };
+        println!("{}", serde_json::to_string(&line).unwrap_or_default());
         return Ok(match &receipt {
             Some(Ok(c)) if !c.intact => 1,
             Some(Err(_)) => 1,

@@ -246,15 +246,14 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let cancelled =
         Runtime::open(project)?.cancel(id, Duration::from_secs(10), &mut Story::new(json))?;
     if json {
-        let (result, outcome, code) = match &cancelled {
-            Cancelled::AlreadyEnded(o) => ("already_ended", named(o), 1),
-            Cancelled::EndedHere(r) => ("ended_here", r.outcome.to_string(), 0),
-            Cancelled::Stopped(o, _) => ("stopped", named(o), 0),
+        let code = u8::from(matches!(cancelled, Cancelled::AlreadyEnded(_)));
+        let (result, outcome) = loop_runtime::views::cancel_result(&cancelled);
+        let line = loop_runtime::views::CancelLine {
+            task_id: id,
+            result,
+            outcome,
         };
-        println!(
-            "{}",
-            serde_json::json!({"task_id": id, "result": result, "outcome": outcome})
-        );
+        println!("{}", serde_json::to_string(&line).unwrap_or_default());
         return Ok(code);
     }
     match cancelled {
@@ -289,11 +288,11 @@ pub fn approve(
     if json {
         println!(
             "{}",
-            serde_json::json!({
-                "task_id": id, "approval_id": a.id, "kind": a.kind,
-                "status": a.status.to_string(), "detail": a.payload["detail"],
-                "rule": a.payload["rule"], "message": message,
+            serde_json::to_string(&loop_runtime::views::AnswerLine {
+                task_id: id,
+                answer: loop_runtime::views::AnswerFields::of(&a, message),
             })
+            .unwrap_or_default()
         );
         return Ok(0);
     }

@@ -22,7 +22,13 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"token": t.token, "id": t.record.id, "owner": t.record.owner, "scope": t.record.scope})
+                    serde_json::to_string(&loop_runtime::views::TokenLine {
+                        token: &t.token,
+                        id: &t.record.id,
+                        owner: &t.record.owner,
+                        scope: &t.record.scope,
+                    })
+                    .unwrap_or_default()
                 );
             } else {
                 println!("{}", t.token);
@@ -36,7 +42,8 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
         TokensAction::List { project } => {
             let list = Runtime::open(&project)?.tokens()?;
             if json {
-                println!("{}", serde_json::json!({"tokens": list}));
+                let line = loop_runtime::views::TokensLine { tokens: &list };
+                println!("{}", serde_json::to_string(&line).unwrap_or_default());
                 return Ok(0);
             }
             if list.is_empty() {
@@ -59,7 +66,11 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
         TokensAction::Revoke { id, project } => {
             let done = Runtime::open(&project)?.revoke_token(&id)?;
             if json {
-                println!("{}", serde_json::json!({"id": id, "revoked": done}));
+                let line = loop_runtime::views::RevokedLine {
+                    id: &id,
+                    revoked: done,
+                };
+                println!("{}", serde_json::to_string(&line).unwrap_or_default());
             } else if done {
                 println!("revoked {id}");
             }

@@ -169,30 +169,33 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
     s
 }
 
-fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> serde_json::Value {
+fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
+    use loop_runtime::views::{ArtifactsChecked, LedgerChecked, VerifyLine};
     let report = &check.report;
-    serde_json::json!({
-        "receipt": report.receipt.display().to_string(),
-        "ok": verdict.ok(),
-        "intact": verdict.intact,
-        "verified": verdict.verified,
-        "integrity_only": verdict.integrity_only,
-        "signature": signature_line(check),
-        "statement_problems": report.statement_problems,
-        "ledger": {
-            "entries": report.ledger_entries,
-            "intact": report.ledger_problems.is_empty(),
-            "problems": report.ledger_problems,
+    let line = VerifyLine {
+        receipt: report.receipt.display().to_string(),
+        ok: verdict.ok(),
+        intact: verdict.intact,
+        verified: verdict.verified,
+        integrity_only: verdict.integrity_only,
+        signature: signature_line(check),
+        statement_problems: &report.statement_problems,
+        ledger: LedgerChecked {
+            entries: report.ledger_entries,
+            intact: report.ledger_problems.is_empty(),
+            problems: &report.ledger_problems,
         },
-        "artifacts": {
-            "checked": report.artifacts_checked,
-            "problems": report.artifact_problems,
-            "extra": report.extra_artifacts,
+        artifacts: ArtifactsChecked {
+            checked: report.artifacts_checked,
+            problems: &report.artifact_problems,
+            extra: &report.extra_artifacts,
         },
-        "outcome": report.statement.as_ref().map(|s| &s.predicate.outcome),
-        "contract_provenance": report.statement.as_ref().map(|s| {
-            loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)
-        }),
-        "stray_addenda": check.stray_addenda,
-    })
+        outcome: report.statement.as_ref().map(|s| &s.predicate.outcome),
+        contract_provenance: report
+            .statement
+            .as_ref()
+            .map(|s| loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)),
+        stray_addenda: &check.stray_addenda,
+    };
+    serde_json::to_string(&line).unwrap_or_default()
 }

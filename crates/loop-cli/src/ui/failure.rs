@@ -76,15 +76,15 @@ pub fn tell(json: bool, code: u8, text: &str) {
     let text = loop_sandbox::redact::scrub_literals(text);
     if json {
         let t = parse(&text);
-        eprintln!(
-            "{}",
-            serde_json::json!({"error": {
-                "kind": kind_of(code),
-                "message": t.message,
-                "location": t.location,
-                "hint": t.hint,
-            }})
-        );
+        let line = loop_runtime::views::ErrorLine {
+            error: loop_runtime::views::Failure {
+                kind: kind_of(code),
+                message: &t.message,
+                location: t.location.as_deref(),
+                hint: t.hint.as_deref(),
+            },
+        };
+        eprintln!("{}", serde_json::to_string(&line).unwrap_or_default());
     } else {
         eprintln!("error: {}", crate::ui::screen::defang(&text));
     }

@@ -4,7 +4,7 @@ use crate::ui::live::{Detach, LiveView};
 use crate::ui::screen::Screen;
 use loop_core::Observer;
 use loop_protocol::observation::head_tail;
-use loop_protocol::{Event, ObservationStatus, TaskState};
+use loop_protocol::{ApprovalDecision, BudgetUse, Event, ObservationStatus, TaskState};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -339,9 +339,8 @@ fn observed(o: &loop_protocol::Observation, calls: &HashMap<String, String>) -> 
     format!("  → {:<44} {mark} {detail}\n", one_line(&call, 44))
 }
 
-/// The narration of one event.
-// Long by design: one arm per event kind, each the line a person reads
-// for it.
+/// The narration of one event: one arm per event kind, each the line a
+/// person reads for it.
 pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> String {
     match event {
         Event::TaskStarted {
@@ -356,18 +355,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             thought,
             calls,
             ..
-        } => format!(
-            "\ncycle {step}{}\n{}",
-            thought.as_ref().map_or_else(String::new, |t| format!(
-                " · {}",
-                one_line(&t.replace('\n', " "), 100)
-            )),
-            if calls.is_empty() {
-                "  (no action proposed)\n"
-            } else {
-                ""
-            }
-        ),
+        } => model_turn(*step, thought.as_deref(), calls.is_empty()),
         Event::ModelMalformed { step, error, .. } => {
             format!(
                 "\ncycle {step} · ✗ malformed answer: {}\n",
@@ -381,10 +369,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
         ),
         Event::CheckpointDecided {
             decision, message, ..
-        } => match message {
-            Some(m) => format!("  ▶ checkpoint {decision}: {}\n", one_line(m, 80)),
-            None => format!("  ▶ checkpoint {decision}\n"),
-        },
+        } => checkpoint_decided(*decision, message.as_deref()),
         Event::Recovery {
             policy,
             attempt,
@@ -413,14 +398,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             by,
             message,
             ..
-        } => format!(
-            "  ▶ approval: {decision}{}{}\n",
-            by.as_ref()
-                .map_or_else(String::new, |b| format!(" (by {b})")),
-            message
-                .as_ref()
-                .map_or_else(String::new, |m| format!(": \"{}\"", one_line(m, 80)))
-        ),
+        } => approval_decided(*decision, by.as_deref(), message.as_deref()),
         Event::Resumed { reason } => format!("\n↻ resumed: {reason}\n"),
         Event::Reviewed {
             attempt,
@@ -446,13 +424,7 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             accepted,
             rejection,
         } => verification(report, *accepted, rejection.as_deref(), false),
-        Event::Feedback { text, .. } => {
-            if text.starts_with("Verification") {
-                "  ↩ failing evidence returned to the model\n".to_string()
-            } else {
-                format!("  ↩ {}\n", one_line(text, 80))
-            }
-        }
+        Event::Feedback { text, .. } => feedback(text),
         Event::Transition {
             to: TaskState::Terminal,
             reason,
@@ -461,16 +433,64 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             format!("\n■ {}\n", head_tail(reason, 300))
         }
         Event::Transition { .. } => String::new(),
-        Event::Finished { used, .. } => format!(
-            "  used {} steps, {} tokens{}, ${:.4}, {} verification(s), {:.1} s\n",
-            used.steps,
-            used.tokens,
-            if used.estimated { " (estimated)" } else { "" },
-            used.usd,
-            used.verifications,
-            used.elapsed_ms as f64 / 1000.0
-        ),
+        Event::Finished { used, .. } => finished(used),
     }
+}
+
+/// A model's turn: its cycle, its thought's first line, and whether it
+/// proposed no action.
+fn model_turn(step: u32, thought: Option<&str>, no_calls: bool) -> String {
+    format!(
+        "\ncycle {step}{}\n{}",
+        thought.map_or_else(String::new, |t| format!(
+            " · {}",
+            one_line(&t.replace('\n', " "), 100)
+        )),
+        if no_calls {
+            "  (no action proposed)\n"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A checkpoint answered, with the person's message if any.
+fn checkpoint_decided(decision: ApprovalDecision, message: Option<&str>) -> String {
+    match message {
+        Some(m) => format!("  ▶ checkpoint {decision}: {}\n", one_line(m, 80)),
+        None => format!("  ▶ checkpoint {decision}\n"),
+    }
+}
+
+/// An approval answered: by whom and with what message, where known.
+fn approval_decided(decision: ApprovalDecision, by: Option<&str>, message: Option<&str>) -> String {
+    format!(
+        "  ▶ approval: {decision}{}{}\n",
+        by.map_or_else(String::new, |b| format!(" (by {b})")),
+        message.map_or_else(String::new, |m| format!(": \"{}\"", one_line(m, 80)))
+    )
+}
+
+/// Feedback given to the model: failing evidence, or its first line.
+fn feedback(text: &str) -> String {
+    if text.starts_with("Verification") {
+        "  ↩ failing evidence returned to the model\n".to_string()
+    } else {
+        format!("  ↩ {}\n", one_line(text, 80))
+    }
+}
+
+/// What a finished task used.
+fn finished(used: &BudgetUse) -> String {
+    format!(
+        "  used {} steps, {} tokens{}, ${:.4}, {} verification(s), {:.1} s\n",
+        used.steps,
+        used.tokens,
+        if used.estimated { " (estimated)" } else { "" },
+        used.usd,
+        used.verifications,
+        used.elapsed_ms as f64 / 1000.0
+    )
 }
 
 /// The narration of a verification: its seal, each check (unless they

@@ -5,6 +5,7 @@ use super::{
     CONTRACT_VERSION, Check, Contract, Criterion, DEFAULT_CHECK_TIMEOUT_SECS, DEFAULT_PROTECTED,
     Limits, RunCheck,
 };
+use crate::path::RelPath;
 use crate::yaml::reader::{PATH_HINT, describe_value};
 use crate::yaml::{Key, Node, Pos, Reader, Value, closest};
 
@@ -62,6 +63,8 @@ pub(super) fn keys_for_kind(kind: &str) -> &'static [&'static str] {
 }
 
 impl Reader {
+    /// A contract: every top-level key read, each problem recorded, and
+    /// the missing `instruction` and `criteria` named.
     pub(crate) fn contract(&mut self, root: &Node) -> Option<Contract> {
         let entries = self.mapping(root, "the contract", TOP_KEYS)?;
         let mut version = CONTRACT_VERSION;
@@ -77,92 +80,20 @@ impl Reader {
         for (k, v) in entries {
             match k.name.as_str() {
                 "version" => {
-                    if let Some(n) = self.unsigned(v, "`version`", 1) {
-                        if n != u64::from(CONTRACT_VERSION) {
-                            self.err(
-                                Some(v.pos),
-                                format!("unsupported contract version {n}"),
-                                Some(format!("this build reads version {CONTRACT_VERSION}")),
-                            );
-                        }
-                        version = CONTRACT_VERSION;
+                    if let Some(n) = self.contract_version(v) {
+                        version = n;
                     }
                 }
                 "instruction" => instruction = self.nonempty_string(v, "`instruction`"),
                 "criteria" => criteria = self.criteria(v),
-                "artifacts" => {
-                    if let Some(items) = self.seq(v, "`artifacts`") {
-                        for item in items {
-                            if let Some(p) = self.rel_path(item, "artifact") {
-                                if artifacts.contains(&p) {
-                                    self.err(
-                                        Some(item.pos),
-                                        format!("artifact `{p}` is listed twice"),
-                                        None,
-                                    );
-                                } else {
-                                    artifacts.push(p);
-                                }
-                            }
-                        }
-                    }
-                }
-                "protected" => {
-                    if let Some(items) = self.seq(v, "`protected`") {
-                        for item in items {
-                            if let Some(g) = self.glob(item) {
-                                protected.push(g);
-                            }
-                        }
-                    }
-                }
-                "unprotect" => {
-                    if let Some(items) = self.seq(v, "`unprotect`") {
-                        for item in items {
-                            let Some(g) = self.nonempty_string(item, "default protection") else {
-                                continue;
-                            };
-                            if DEFAULT_PROTECTED.contains(&g.as_str()) {
-                                unprotect.push(g);
-                            } else {
-                                self.err(
-                                    Some(item.pos),
-                                    format!("`{g}` is not one of the default protections"),
-                                    Some(format!(
-                                        "`unprotect` lifts one of: {}",
-                                        DEFAULT_PROTECTED.join(", ")
-                                    )),
-                                );
-                            }
-                        }
-                    }
-                }
+                "artifacts" => self.read_artifacts(v, &mut artifacts),
+                "protected" => self.read_globs(v, "`protected`", &mut protected),
+                "unprotect" => self.read_unprotect(v, &mut unprotect),
                 "allow_check_changes" => {
-                    if let Some(items) = self.seq(v, "`allow_check_changes`") {
-                        for item in items {
-                            if let Some(g) = self.glob(item) {
-                                allow_check_changes.push(g);
-                            }
-                        }
-                    }
+                    self.read_globs(v, "`allow_check_changes`", &mut allow_check_changes)
                 }
-                "judge_may_change" => {
-                    for item in self.seq(v, "`judge_may_change`").unwrap_or_default() {
-                        if let Some(p) = self.nonempty_string(item, "a path a judge may change") {
-                            judge_may_change.push(p.trim_start_matches("./").to_string());
-                        }
-                    }
-                }
-                "network_allow" => {
-                    for item in self.seq(v, "`network_allow`").unwrap_or_default() {
-                        if let Some(h) = self.nonempty_string(item, "an allowed host") {
-                            match crate::contract::host_pattern_problem(&h) {
-                                Some(why) => self.err(Some(item.pos), why, None),
-                                None => network_allow.push(h),
-                            }
-                        }
-                    }
-                }
+                "judge_may_change" => self.read_judge_may_change(v, &mut judge_may_change),
+                "network_allow" => self.read_network_allow(v, &mut network_allow),
                 "limits" => {
                     if let Some(l) = self.limits(v) {
                         limits = l;
@@ -171,7 +102,121 @@ impl Reader {
                 _ => {}
             }
         }
-        if instruction.is_none() && !entries.iter().any(|(k, _)| k.name == "instruction") {
+        self.contract_missing_keys(root, entries, instruction.is_none());
+        Some(Contract {
+            version,
+            instruction: instruction?,
+            criteria: criteria?,
+            artifacts,
+            protected,
+            unprotect,
+            allow_check_changes,
+            judge_may_change,
+            network_allow,
+            limits,
+        })
+    }
+
+    /// A contract's `version`: the one this build reads (another is
+    /// reported); `None` when it is not a number at all.
+    fn contract_version(&mut self, v: &Node) -> Option<u32> {
+        let n = self.unsigned(v, "`version`", 1)?;
+        if n != u64::from(CONTRACT_VERSION) {
+            self.err(
+                Some(v.pos),
+                format!("unsupported contract version {n}"),
+                Some(format!("this build reads version {CONTRACT_VERSION}")),
+            );
+        }
+        Some(CONTRACT_VERSION)
+    }
+
+    /// A contract's `artifacts:`, added to `artifacts`; one listed twice is
+    /// reported.
+    fn read_artifacts(&mut self, v: &Node, artifacts: &mut Vec<RelPath>) {
+        if let Some(items) = self.seq(v, "`artifacts`") {
+            for item in items {
+                if let Some(p) = self.rel_path(item, "artifact") {
+                    if artifacts.contains(&p) {
+                        self.err(
+                            Some(item.pos),
+                            format!("artifact `{p}` is listed twice"),
+                            None,
+                        );
+                    } else {
+                        artifacts.push(p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A list of protected globs (`what`: `protected`,
+    /// `allow_check_changes`), added to `out`.
+    fn read_globs(&mut self, v: &Node, what: &str, out: &mut Vec<String>) {
+        if let Some(items) = self.seq(v, what) {
+            for item in items {
+                if let Some(g) = self.glob(item) {
+                    out.push(g);
+                }
+            }
+        }
+    }
+
+    /// A contract's `unprotect:`, added to `out`: each must be one of the
+    /// default protections.
+    fn read_unprotect(&mut self, v: &Node, out: &mut Vec<String>) {
+        if let Some(items) = self.seq(v, "`unprotect`") {
+            for item in items {
+                let Some(g) = self.nonempty_string(item, "default protection") else {
+                    continue;
+                };
+                if DEFAULT_PROTECTED.contains(&g.as_str()) {
+                    out.push(g);
+                } else {
+                    self.err(
+                        Some(item.pos),
+                        format!("`{g}` is not one of the default protections"),
+                        Some(format!(
+                            "`unprotect` lifts one of: {}",
+                            DEFAULT_PROTECTED.join(", ")
+                        )),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A contract's `judge_may_change:`, added to `out` without a leading `./`.
+    fn read_judge_may_change(&mut self, v: &Node, out: &mut Vec<String>) {
+        for item in self.seq(v, "`judge_may_change`").unwrap_or_default() {
+            if let Some(p) = self.nonempty_string(item, "a path a judge may change") {
+                out.push(p.trim_start_matches("./").to_string());
+            }
+        }
+    }
+
+    /// A contract's `network_allow:`, added to `out`: each a host pattern.
+    fn read_network_allow(&mut self, v: &Node, out: &mut Vec<String>) {
+        for item in self.seq(v, "`network_allow`").unwrap_or_default() {
+            if let Some(h) = self.nonempty_string(item, "an allowed host") {
+                match crate::contract::host_pattern_problem(&h) {
+                    Some(why) => self.err(Some(item.pos), why, None),
+                    None => out.push(h),
+                }
+            }
+        }
+    }
+
+    /// Report a contract (at `root`, with `entries`) that has no
+    /// `instruction` (`no_instruction`: none was read) or no `criteria`.
+    fn contract_missing_keys(
+        &mut self,
+        root: &Node,
+        entries: &[(Key, Node)],
+        no_instruction: bool,
+    ) {
+        if no_instruction && !entries.iter().any(|(k, _)| k.name == "instruction") {
             self.err(
                 Some(root.pos),
                 "the contract has no `instruction`".into(),
@@ -185,18 +230,6 @@ impl Reader {
                 Some("add `criteria:` with at least one criterion and its checks".into()),
             );
         }
-        Some(Contract {
-            version,
-            instruction: instruction?,
-            criteria: criteria?,
-            artifacts,
-            protected,
-            unprotect,
-            allow_check_changes,
-            judge_may_change,
-            network_allow,
-            limits,
-        })
     }
 
     /// A protected glob, checked (also the Loopfile's `defaults.protected`).
@@ -433,8 +466,8 @@ impl Reader {
         })
     }
 
-    // Long by design: one arm per check kind, each kind's whole reading
-    // (its keys, their types, what is required) in one place.
+    /// A check: its one kind, the keys that kind takes, and each kind's
+    /// own reading.
     pub(crate) fn check(&mut self, node: &Node) -> Option<Check> {
         let Value::Map(entries) = &node.value else {
             self.err(
@@ -450,12 +483,46 @@ impl Reader {
             );
             return None;
         };
+        let kind = self.check_kind(node, entries)?;
+        if !self.check_keys_fit(entries, &kind) {
+            return None;
+        }
+        let c = CheckEntries {
+            node,
+            entries,
+            kind,
+        };
+        let kind_node = c.get(&c.kind)?;
+        match c.kind.as_str() {
+            "run" => self.run_check(&c, kind_node),
+            "file_exists" => Some(Check::FileExists {
+                path: self.rel_path(kind_node, "`file_exists` path")?,
+            }),
+            "file_contains" => {
+                let path = self.rel_path(kind_node, "`file_contains` path");
+                let text_node = c.required(self, "text")?;
+                let text = self.string(text_node, "`text`")?;
+                Some(Check::FileContains { path: path?, text })
+            }
+            "file_matches" => {
+                let path = self.rel_path(kind_node, "`file_matches` path");
+                let regex_node = c.required(self, "regex")?;
+                let regex = self.regex(regex_node, "`regex`")?;
+                Some(Check::FileMatches { path: path?, regex })
+            }
+            _ => self.json_equals_check(&c, kind_node),
+        }
+    }
+
+    /// The one kind of the check at `node` (a mapping of `entries`): none,
+    /// an unknown one or two are reported.
+    fn check_kind(&mut self, node: &Node, entries: &[(Key, Node)]) -> Option<String> {
         let kinds: Vec<&Key> = entries
             .iter()
             .map(|(k, _)| k)
             .filter(|k| CHECK_KINDS.contains(&k.name.as_str()))
             .collect();
-        let kind = match kinds.as_slice() {
+        match kinds.as_slice() {
             [] => {
                 let all: Vec<&str> = CHECK_KINDS
                     .iter()
@@ -485,9 +552,9 @@ impl Reader {
                     "this check has no kind".into(),
                     Some(format!("start it with one of: {}", CHECK_KINDS.join(", "))),
                 );
-                return None;
+                None
             }
-            [one] => one.name.clone(),
+            [one] => Some(one.name.clone()),
             [first, second, ..] => {
                 self.err(
                     Some(second.pos),
@@ -497,10 +564,15 @@ impl Reader {
                     ),
                     Some("split it into two checks".into()),
                 );
-                return None;
+                None
             }
-        };
-        let allowed = keys_for_kind(&kind);
+        }
+    }
+
+    /// Whether every key of a `kind` check's `entries` applies to that
+    /// kind; each one that does not is reported.
+    fn check_keys_fit(&mut self, entries: &[(Key, Node)], kind: &str) -> bool {
+        let allowed = keys_for_kind(kind);
         let mut bad = false;
         for (k, _) in entries {
             if !allowed.contains(&k.name.as_str()) {
@@ -519,128 +591,134 @@ impl Reader {
                 }
             }
         }
-        if bad {
-            return None;
-        }
-        let get = |name: &str| entries.iter().find(|(k, _)| k.name == name).map(|(_, v)| v);
-        let kind_node = get(&kind)?;
-        let required = |r: &mut Reader, name: &str| -> Option<&Node> {
-            let v = get(name);
-            if v.is_none() {
-                r.err(
-                    Some(node.pos),
-                    format!("a `{kind}` check needs `{name}`"),
-                    None,
-                );
-            }
-            v
+        !bad
+    }
+
+    /// A `run` check: its command (`kind_node`) and what it must show.
+    fn run_check(&mut self, c: &CheckEntries<'_>, kind_node: &Node) -> Option<Check> {
+        let command = self.nonempty_string(kind_node, "`run` command")?;
+        let expect_exit = match c.get("expect_exit") {
+            Some(v) => match v.value {
+                Value::Int(i) if (0..=255).contains(&i) => i as i32,
+                _ => {
+                    self.err(
+                        Some(v.pos),
+                        format!(
+                            "`expect_exit` must be an exit status 0..=255, found {}",
+                            describe_value(v)
+                        ),
+                        None,
+                    );
+                    return None;
+                }
+            },
+            None => 0,
         };
-        match kind.as_str() {
-            "run" => {
-                let command = self.nonempty_string(kind_node, "`run` command")?;
-                let expect_exit = match get("expect_exit") {
-                    Some(v) => match v.value {
-                        Value::Int(i) if (0..=255).contains(&i) => i as i32,
-                        _ => {
-                            self.err(
-                                Some(v.pos),
-                                format!(
-                                    "`expect_exit` must be an exit status 0..=255, found {}",
-                                    describe_value(v)
-                                ),
-                                None,
-                            );
-                            return None;
-                        }
-                    },
-                    None => 0,
-                };
-                let opt_str = |r: &mut Reader, name: &str| -> Result<Option<String>, ()> {
-                    match get(name) {
-                        Some(v) => r.string(v, &format!("`{name}`")).map(Some).ok_or(()),
-                        None => Ok(None),
-                    }
-                };
-                let expect_stdout = opt_str(self, "expect_stdout").ok()?;
-                let expect_stderr = opt_str(self, "expect_stderr").ok()?;
-                let stdout_matches = match get("stdout_matches") {
-                    Some(v) => Some(self.regex(v, "`stdout_matches`")?),
-                    None => None,
-                };
-                let nonempty_tests = match get("nonempty_tests") {
-                    Some(v) => Some(self.boolean(v, "`nonempty_tests`")?),
-                    None => None,
-                };
-                let allow_vacuous = match get("allow_vacuous") {
-                    Some(v) => self.boolean(v, "`allow_vacuous`")?,
-                    None => false,
-                };
-                let terminal = match get("terminal") {
-                    Some(v) => self.boolean(v, "`terminal`")?,
-                    None => false,
-                };
-                let timeout_secs = match get("timeout_secs") {
-                    Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
-                    None => DEFAULT_CHECK_TIMEOUT_SECS,
-                };
-                Some(Check::Run(RunCheck {
-                    command,
-                    expect_exit,
-                    expect_stdout,
-                    expect_stderr,
-                    stdout_matches,
-                    nonempty_tests,
-                    allow_vacuous,
-                    terminal,
-                    timeout_secs,
-                }))
+        let opt_str = |r: &mut Reader, name: &str| -> Result<Option<String>, ()> {
+            match c.get(name) {
+                Some(v) => r.string(v, &format!("`{name}`")).map(Some).ok_or(()),
+                None => Ok(None),
             }
-            "file_exists" => Some(Check::FileExists {
-                path: self.rel_path(kind_node, "`file_exists` path")?,
-            }),
-            "file_contains" => {
-                let path = self.rel_path(kind_node, "`file_contains` path");
-                let text_node = required(self, "text")?;
-                let text = self.string(text_node, "`text`")?;
-                Some(Check::FileContains { path: path?, text })
+        };
+        let expect_stdout = opt_str(self, "expect_stdout").ok()?;
+        let expect_stderr = opt_str(self, "expect_stderr").ok()?;
+        let stdout_matches = match c.get("stdout_matches") {
+            Some(v) => Some(self.regex(v, "`stdout_matches`")?),
+            None => None,
+        };
+        let nonempty_tests = match c.get("nonempty_tests") {
+            Some(v) => Some(self.boolean(v, "`nonempty_tests`")?),
+            None => None,
+        };
+        let allow_vacuous = match c.get("allow_vacuous") {
+            Some(v) => self.boolean(v, "`allow_vacuous`")?,
+            None => false,
+        };
+        let terminal = match c.get("terminal") {
+            Some(v) => self.boolean(v, "`terminal`")?,
+            None => false,
+        };
+        let timeout_secs = match c.get("timeout_secs") {
+            Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
+            None => DEFAULT_CHECK_TIMEOUT_SECS,
+        };
+        Some(Check::Run(RunCheck {
+            command,
+            expect_exit,
+            expect_stdout,
+            expect_stderr,
+            stdout_matches,
+            nonempty_tests,
+            allow_vacuous,
+            terminal,
+            timeout_secs,
+        }))
+    }
+
+    /// A `json_equals` check: its file (`kind_node`), its JSON pointer and
+    /// the value expected there.
+    fn json_equals_check(&mut self, c: &CheckEntries<'_>, kind_node: &Node) -> Option<Check> {
+        let path = self.rel_path(kind_node, "`json_equals` path");
+        let pointer = match c.get("pointer") {
+            Some(v) => {
+                let p = self.string(v, "`pointer`")?;
+                if !(p.is_empty() || p.starts_with('/')) {
+                    self.err(
+                        Some(v.pos),
+                        format!("`pointer` `{p}` is not a JSON pointer"),
+                        Some(
+                            "a JSON pointer is empty or starts with `/`, e.g. /items/0/name".into(),
+                        ),
+                    );
+                    return None;
+                }
+                p
             }
-            "file_matches" => {
-                let path = self.rel_path(kind_node, "`file_matches` path");
-                let regex_node = required(self, "regex")?;
-                let regex = self.regex(regex_node, "`regex`")?;
-                Some(Check::FileMatches { path: path?, regex })
+            None => String::new(),
+        };
+        let value_node = c.required(self, "value")?;
+        let value = match value_node.to_json() {
+            Ok(v) => v,
+            Err(e) => {
+                self.err(Some(e.pos), e.message, None);
+                return None;
             }
-            _ => {
-                let path = self.rel_path(kind_node, "`json_equals` path");
-                let pointer = match get("pointer") {
-                    Some(v) => {
-                        let p = self.string(v, "`pointer`")?;
-                        if !(p.is_empty() || p.starts_with('/')) {
-                            self.err(
-                                Some(v.pos),
-                                format!("`pointer` `{p}` is not a JSON pointer"),
-                                Some("a JSON pointer is empty or starts with `/`, e.g. /items/0/name".into()),
-                            );
-                            return None;
-                        }
-                        p
-                    }
-                    None => String::new(),
-                };
-                let value_node = required(self, "value")?;
-                let value = match value_node.to_json() {
-                    Ok(v) => v,
-                    Err(e) => {
-                        self.err(Some(e.pos), e.message, None);
-                        return None;
-                    }
-                };
-                Some(Check::JsonEquals {
-                    path: path?,
-                    pointer,
-                    value,
-                })
-            }
+        };
+        Some(Check::JsonEquals {
+            path: path?,
+            pointer,
+            value,
+        })
+    }
+}
+
+/// A check's entries, where it starts, and the one kind it was found to be.
+struct CheckEntries<'n> {
+    node: &'n Node,
+    entries: &'n [(Key, Node)],
+    kind: String,
+}
+
+impl<'n> CheckEntries<'n> {
+    /// The value of key `name`, if the check has it.
+    fn get(&self, name: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == name)
+            .map(|(_, v)| v)
+    }
+
+    /// The value of key `name`, reported as needed if the check has none.
+    fn required(&self, r: &mut Reader, name: &str) -> Option<&'n Node> {
+        let v = self.get(name);
+        if v.is_none() {
+            let kind = &self.kind;
+            r.err(
+                Some(self.node.pos),
+                format!("a `{kind}` check needs `{name}`"),
+                None,
+            );
         }
+        v
     }
 }
