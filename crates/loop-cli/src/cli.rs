@@ -267,7 +267,7 @@ pub(crate) enum Command {
         /// The task pattern to write.
         #[arg(long, value_name = "NAME",
               value_parser = clap::builder::PossibleValuesParser::new(
-                  loop_runtime::contract::patterns::PATTERNS.iter().map(|(name, _)| *name)))]
+                  loop_runtime::PATTERNS.iter().map(|(name, _)| *name)))]
         pattern: Option<String>,
         /// Write over an existing Loopfile (and pattern files).
         #[arg(long)]

@@ -30,11 +30,12 @@ pub struct CliError {
 impl From<loop_runtime::Error> for CliError {
     fn from(e: loop_runtime::Error) -> Self {
         match e.kind {
-            loop_runtime::error::ErrorKind::Usage
-            | loop_runtime::error::ErrorKind::NotFound
-            | loop_runtime::error::ErrorKind::Conflict => CliError::usage(e.message),
-            loop_runtime::error::ErrorKind::Unavailable
-            | loop_runtime::error::ErrorKind::Internal => CliError::internal(e.message),
+            loop_runtime::ErrorKind::Usage
+            | loop_runtime::ErrorKind::NotFound
+            | loop_runtime::ErrorKind::Conflict => CliError::usage(e.message),
+            loop_runtime::ErrorKind::Unavailable | loop_runtime::ErrorKind::Internal => {
+                CliError::internal(e.message)
+            }
         }
     }
 }
@@ -99,7 +100,7 @@ fn main() -> ExitCode {
     loop_sandbox::redact::register_environment();
     let json = cli.json;
     if let Some(url) = &cli.store {
-        loop_runtime::project::locate::set_store_url(url);
+        loop_runtime::set_store_url(url);
     }
     match commands::dispatch(cli.command, json) {
         Ok(code) => ExitCode::from(code),

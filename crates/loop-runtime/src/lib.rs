@@ -12,21 +12,44 @@
 //! the ledger's events as they are recorded, and lines meant for the
 //! person running it. A front end only parses its arguments and presents.
 
-pub mod contract;
-pub mod error;
+mod contract;
+mod error;
 pub mod interrupt;
-pub mod loopfile;
+mod loopfile;
 mod models;
-pub mod ops;
-pub mod project;
+mod ops;
+mod project;
 mod runtime;
-pub mod task;
+mod task;
 pub mod views;
 
+// The whole public surface: the runtime, what goes in and comes out of
+// it, and the few operations that need no open project. The folders
+// behind it (`task/`, `contract/`, `project/`, `ops/`, `loopfile/`) are
+// the runtime's own; a front end names nothing inside them.
+pub use contract::critic::judge_empty;
+pub use contract::draft::ContractReview;
+pub use contract::patterns::{PATTERNS, init as init_project};
 pub use error::{Error, ErrorKind};
-pub use ops::changes::Settled;
+pub use loopfile::{Loopfile, schema as loopfile_schema};
+pub use ops::changes::{Diff, DiffSource, Settled, rotate_key};
+pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
+pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
+pub use ops::gc::{gc, task_branches};
 pub use ops::query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
-pub use project::locate::{Liveness, is_running, liveness, new_task_id, open_store};
+pub use ops::receipts::{
+    ReceiptCheck, Replay, replay, verify as verify_receipt, verify_with as verify_receipt_with,
+};
+pub use ops::tokens::{Caller, NewToken, Scope};
+pub use ops::triggers::Refusal;
+pub use project::environments::Standing as EnvironmentStanding;
+pub use project::locate::{
+    Liveness, is_running, liveness, new_task_id, open_store, set_store_url, store_url, task_dir,
+};
+pub use project::network::output_of;
+pub use project::readiness::{cost, maker_endpoint};
+pub use project::stacks::project_checks;
+pub use project::workspaces::root as workspaces_root;
 pub use runtime::Runtime;
 pub use task::adapters::{OnPrompt, Prompter, Question};
 pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};

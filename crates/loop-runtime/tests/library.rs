@@ -163,7 +163,7 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
     assert_eq!(status.task.outcome.as_deref(), Some("verified"));
     assert_eq!(status.apply, loop_runtime::ApplyState::NotApplied);
     assert_eq!(status.used.verifications, 1);
-    let check = loop_runtime::ops::receipts::verify(&report.receipt, None, None).unwrap();
+    let check = loop_runtime::verify_receipt(&report.receipt, None, None).unwrap();
     assert!(check.intact && check.verified, "{check:?}");
 
     // 2. Killed midway in another process, resumed here.

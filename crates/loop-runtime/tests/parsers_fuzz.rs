@@ -60,7 +60,7 @@ fn readers(text: &str) -> Said {
         ),
         (
             "loopfile",
-            loop_runtime::loopfile::Loopfile::parse(text, "Loopfile.yaml")
+            loop_runtime::Loopfile::parse(text, "Loopfile.yaml")
                 .map(|_| ())
                 .map_err(|e| e.message),
         ),

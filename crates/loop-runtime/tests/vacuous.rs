@@ -111,7 +111,7 @@ fn every_always_passing_form_passes_on_an_empty_workspace_and_is_rejected() {
             "`{form}` does not pass on an empty workspace: {e:?}"
         );
     }
-    let reasons = loop_runtime::contract::critic::judge_empty(&c, &report);
+    let reasons = loop_runtime::judge_empty(&c, &report);
     for form in ALWAYS {
         assert!(
             reasons.iter().any(|r| r.contains(&format!("(`{form}`)"))),
@@ -125,7 +125,7 @@ fn every_always_passing_form_passes_on_an_empty_workspace_and_is_rejected() {
 fn honest_checks_fail_on_an_empty_workspace_and_are_kept() {
     let c = contract(HONEST);
     let report = on_empty(&c, "honest");
-    let reasons = loop_runtime::contract::critic::judge_empty(&c, &report);
+    let reasons = loop_runtime::judge_empty(&c, &report);
     assert!(reasons.is_empty(), "{reasons:#?}");
     assert!(report.criteria.iter().all(|e| !e.passed));
 }

@@ -659,120 +659,13 @@ unsafe fn allow_beneath(
 /// it passes is NUL-terminated and prepared before the fork.
 unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
     let d = plan.diag_fd;
-    let null = std::ptr::null::<libc::c_char>();
     // SAFETY: mount/socket/ioctl on prepared NUL-terminated strings.
     unsafe {
         if plan.unshare_flags & libc::CLONE_NEWNS != 0 {
-            check(
-                libc::mount(
-                    null,
-                    c"/".as_ptr(),
-                    null,
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) as libc::c_long,
-                d,
-                b"make mounts private",
-            )?;
-            if let Some(disk) = &plan.disk {
-                mount_disk(disk, d)?;
-            }
-            if plan.mount_proc && plan.root.is_none() {
-                check(
-                    libc::mount(
-                        c"proc".as_ptr(),
-                        c"/proc".as_ptr(),
-                        c"proc".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        std::ptr::null(),
-                    ) as libc::c_long,
-                    d,
-                    b"mount /proc",
-                )?;
-                // The new procfs did not exist when the ruleset was built:
-                // allow reading it now, from inside.
-                if let Some((ruleset, read, _)) = plan.late_rules {
-                    allow_beneath(
-                        ruleset,
-                        c"/proc".as_ptr(),
-                        read,
-                        d,
-                        b"landlock rule for /proc",
-                    )?;
-                }
-            }
-            if let Some((target, options, cwd)) = &plan.overlay {
-                check(
-                    libc::mount(
-                        c"overlay".as_ptr(),
-                        target.as_ptr(),
-                        c"overlay".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV,
-                        options.as_ptr().cast(),
-                    ) as libc::c_long,
-                    d,
-                    b"mount overlay",
-                )?;
-                // Landlock sees an overlay's merged tree as its own: rules on
-                // the directory underneath do not reach into it.
-                if let Some((ruleset, _, all)) = plan.late_rules {
-                    allow_beneath(
-                        ruleset,
-                        target.as_ptr(),
-                        all,
-                        d,
-                        b"landlock rule for the overlay",
-                    )?;
-                }
-                check(
-                    libc::chdir(cwd.as_ptr()) as libc::c_long,
-                    d,
-                    b"enter overlay",
-                )?;
-            }
-            for (path, keep) in &plan.ro_binds {
-                check(
-                    libc::mount(
-                        path.as_ptr(),
-                        path.as_ptr(),
-                        null,
-                        libc::MS_BIND | libc::MS_REC,
-                        std::ptr::null(),
-                    ) as libc::c_long,
-                    d,
-                    b"bind protected path",
-                )?;
-                check(
-                    libc::mount(
-                        null,
-                        path.as_ptr(),
-                        null,
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                        std::ptr::null(),
-                    ) as libc::c_long,
-                    d,
-                    b"remount protected path read-only",
-                )?;
-            }
-            if let Some(root) = &plan.root {
-                let ruleset = plan.late_rules.map(|(fd, _, _)| fd);
-                enter_root(root, ruleset, d)?;
-            }
+            setup_mounts(plan, d)?;
         }
         if plan.loopback_up {
-            let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-            if s < 0 {
-                return Err(fail(d, b"socket for lo"));
-            }
-            let mut req: libc::ifreq = std::mem::zeroed();
-            for (i, b) in b"lo".iter().enumerate() {
-                req.ifr_name[i] = *b as libc::c_char;
-            }
-            req.ifr_ifru.ifru_flags =
-                (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-            let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
-            libc::close(s);
-            check(r as libc::c_long, d, b"bring up lo")?;
+            bring_up_loopback(d)?;
             if let Some(pair) = plan.proxy_sock
                 && !crate::egress::send_listener(pair)
             {
@@ -783,24 +676,206 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
     Ok(())
 }
 
+/// The new mount namespace, in order: every mount made private, the
+/// command's disk, a fresh `/proc` (when no root of its own mounts one),
+/// the overlay on the workspace, the protected paths bound read-only, and
+/// the command's own root entered.
+///
+/// # Safety
+/// Between fork and exec, in the command's own mount namespace; every
+/// string it passes is NUL-terminated and prepared before the fork.
+unsafe fn setup_mounts(plan: &ChildPlan, d: RawFd) -> io::Result<()> {
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount on prepared NUL-terminated strings; the helpers' own
+    // conditions are this function's.
+    unsafe {
+        check(
+            libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"make mounts private",
+        )?;
+        if let Some(disk) = &plan.disk {
+            mount_disk(disk, d)?;
+        }
+        if plan.mount_proc && plan.root.is_none() {
+            mount_fresh_proc(plan.late_rules, d)?;
+        }
+        if let Some(overlay) = &plan.overlay {
+            mount_workspace_overlay(overlay, plan.late_rules, d)?;
+        }
+        for (path, keep) in &plan.ro_binds {
+            bind_protected(path, *keep, d)?;
+        }
+        if let Some(root) = &plan.root {
+            let ruleset = plan.late_rules.map(|(fd, _, _)| fd);
+            enter_root(root, ruleset, d)?;
+        }
+    }
+    Ok(())
+}
+
+/// A fresh procfs on `/proc` for the new PID namespace, readable under
+/// Landlock (`late_rules`: the ruleset and its read mask).
+///
+/// # Safety
+/// Between fork and exec, in the command's own mount namespace.
+unsafe fn mount_fresh_proc(late_rules: Option<(RawFd, u64, u64)>, d: RawFd) -> io::Result<()> {
+    // SAFETY: mount on static NUL-terminated strings.
+    unsafe {
+        check(
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"mount /proc",
+        )?;
+        // The new procfs did not exist when the ruleset was built:
+        // allow reading it now, from inside.
+        if let Some((ruleset, read, _)) = late_rules {
+            allow_beneath(
+                ruleset,
+                c"/proc".as_ptr(),
+                read,
+                d,
+                b"landlock rule for /proc",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The overlay (target, options, directory to re-enter) on the workspace,
+/// writable under Landlock (`late_rules`: the ruleset and its full access
+/// mask), with the command's working directory re-entered inside it.
+///
+/// # Safety
+/// Between fork and exec, in the command's own mount namespace; the
+/// strings are NUL-terminated and prepared before the fork.
+unsafe fn mount_workspace_overlay(
+    (target, options, cwd): &(CString, CString, CString),
+    late_rules: Option<(RawFd, u64, u64)>,
+    d: RawFd,
+) -> io::Result<()> {
+    // SAFETY: mount/chdir on prepared NUL-terminated strings.
+    unsafe {
+        check(
+            libc::mount(
+                c"overlay".as_ptr(),
+                target.as_ptr(),
+                c"overlay".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            ) as libc::c_long,
+            d,
+            b"mount overlay",
+        )?;
+        // Landlock sees an overlay's merged tree as its own: rules on
+        // the directory underneath do not reach into it.
+        if let Some((ruleset, _, all)) = late_rules {
+            allow_beneath(
+                ruleset,
+                target.as_ptr(),
+                all,
+                d,
+                b"landlock rule for the overlay",
+            )?;
+        }
+        check(
+            libc::chdir(cwd.as_ptr()) as libc::c_long,
+            d,
+            b"enter overlay",
+        )?;
+    }
+    Ok(())
+}
+
+/// Bind a protected `path` onto itself, then remount it read-only keeping
+/// the flags `keep` its mount must keep.
+///
+/// # Safety
+/// Between fork and exec, in the command's own mount namespace; `path` is
+/// NUL-terminated and prepared before the fork.
+unsafe fn bind_protected(path: &CString, keep: libc::c_ulong, d: RawFd) -> io::Result<()> {
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount on a prepared NUL-terminated string.
+    unsafe {
+        check(
+            libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"bind protected path",
+        )?;
+        check(
+            libc::mount(
+                null,
+                path.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"remount protected path read-only",
+        )?;
+    }
+    Ok(())
+}
+
+/// Bring up `lo` in the new network namespace.
+///
+/// # Safety
+/// Between fork and exec (socket/ioctl/close on a local structure only).
+unsafe fn bring_up_loopback(d: RawFd) -> io::Result<()> {
+    // SAFETY: socket/ioctl/close on a zeroed, locally filled `ifreq`.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(fail(d, b"socket for lo"));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags =
+            (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+        let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
+        libc::close(s);
+        check(r as libc::c_long, d, b"bring up lo")?;
+    }
+    Ok(())
+}
+
 /// Build the new root under the staging directory and make it `/`.
 ///
 /// # Safety
 /// Between fork and exec, inside a private mount namespace (its mounts
 /// never reach the host's); the plan's strings are NUL-terminated and
 /// prepared before the fork.
-// Long by design: it runs after fork, one straight sequence of
-// async-signal-safe system calls over the prepared plan in the order the
-// kernel needs them (mounts, then pivot_root, then the old root detached);
-// split up, that order would be scattered over functions.
+// The order the kernel needs stays here, one step a line: the root's
+// tmpfs, its mounts (parents first), the Landlock rules on them, then
+// `pivot_root` and the old root detached; each helper is a straight run
+// of async-signal-safe system calls over the prepared plan.
 unsafe fn enter_root(
     root: &crate::root::RootPlan,
     ruleset: Option<RawFd>,
     d: RawFd,
 ) -> io::Result<()> {
-    use crate::root::Op;
-    let null = std::ptr::null::<libc::c_char>();
-    // SAFETY: mount/mkdir/open/symlink/pivot_root on prepared NUL-terminated strings.
+    // SAFETY: mount on prepared NUL-terminated strings; the helpers' own
+    // conditions are this function's.
     unsafe {
         check(
             libc::mount(
@@ -814,111 +889,7 @@ unsafe fn enter_root(
             b"mount the new root",
         )?;
         for op in &root.ops {
-            match op {
-                Op::Mkdir(p) => {
-                    if libc::mkdir(p.as_ptr(), 0o755) != 0
-                        && *libc::__errno_location() != libc::EEXIST
-                    {
-                        return Err(fail(d, b"mkdir in the new root"));
-                    }
-                }
-                Op::Touch(p) => {
-                    let fd = libc::open(
-                        p.as_ptr(),
-                        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                        0o600,
-                    );
-                    if fd < 0 {
-                        return Err(fail(d, b"mount point in the new root"));
-                    }
-                    libc::close(fd);
-                }
-                Op::Symlink(target, at) => {
-                    if libc::symlink(target.as_ptr(), at.as_ptr()) != 0
-                        && *libc::__errno_location() != libc::EEXIST
-                    {
-                        return Err(fail(d, b"symlink in the new root"));
-                    }
-                }
-                Op::Overlay(at, options, flags) => check(
-                    libc::mount(
-                        c"overlay".as_ptr(),
-                        at.as_ptr(),
-                        c"overlay".as_ptr(),
-                        *flags,
-                        options.as_ptr().cast(),
-                    ) as libc::c_long,
-                    d,
-                    b"overlay in the new root",
-                )?,
-                Op::Bind(src, at, rec, ro) => {
-                    let rec_flag = if *rec { libc::MS_REC } else { 0 };
-                    check(
-                        libc::mount(
-                            src.as_ptr(),
-                            at.as_ptr(),
-                            null,
-                            libc::MS_BIND | rec_flag,
-                            std::ptr::null(),
-                        ) as libc::c_long,
-                        d,
-                        b"bind into the new root",
-                    )?;
-                    if let Some(keep) = ro {
-                        // Read-only all the way down (a bound tree's own
-                        // submounts too, e.g. a container's /etc/hosts);
-                        // kernels before 5.12 get the top mount only.
-                        const MOUNT_ATTR_RDONLY: u64 = 0x1;
-                        let attr: [u64; 4] = [MOUNT_ATTR_RDONLY, 0, 0, 0];
-                        let recursive = *rec
-                            && libc::syscall(
-                                libc::SYS_mount_setattr,
-                                libc::AT_FDCWD,
-                                at.as_ptr(),
-                                libc::AT_RECURSIVE as libc::c_uint,
-                                attr.as_ptr(),
-                                std::mem::size_of_val(&attr),
-                            ) == 0;
-                        if !recursive {
-                            check(
-                                libc::mount(
-                                    null,
-                                    at.as_ptr(),
-                                    null,
-                                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                                    std::ptr::null(),
-                                ) as libc::c_long,
-                                d,
-                                b"read-only bind in the new root",
-                            )?;
-                        }
-                    }
-                }
-                Op::Tmpfs(at, flags, options) => check(
-                    libc::mount(
-                        c"tmpfs".as_ptr(),
-                        at.as_ptr(),
-                        c"tmpfs".as_ptr(),
-                        *flags,
-                        options.as_ptr().cast(),
-                    ) as libc::c_long,
-                    d,
-                    b"tmpfs in the new root",
-                )?,
-                Op::Harden(at, keep) => harden(at, *keep, d)?,
-                Op::Sysfs(at, keep) => sysfs(at, *keep, d)?,
-                Op::Proc(at) => check(
-                    libc::mount(
-                        c"proc".as_ptr(),
-                        at.as_ptr(),
-                        c"proc".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        std::ptr::null(),
-                    ) as libc::c_long,
-                    d,
-                    b"mount /proc",
-                )?,
-            }
+            root_op(op, d)?;
         }
         if let Some(ruleset) = ruleset {
             for (path, access) in &root.rules {
@@ -931,8 +902,158 @@ unsafe fn enter_root(
                 )?;
             }
         }
-        // Enter it: the old root is stacked under the new one, then
-        // detached, so nothing of the host's tree stays reachable.
+        pivot_into(root, d)?;
+    }
+    Ok(())
+}
+
+/// One step of building the new root (see [`crate::root::Op`]).
+///
+/// # Safety
+/// Between fork and exec, inside a private mount namespace; the op's
+/// strings are NUL-terminated and prepared before the fork.
+unsafe fn root_op(op: &crate::root::Op, d: RawFd) -> io::Result<()> {
+    use crate::root::Op;
+    // SAFETY: mkdir/open/symlink/mount on prepared NUL-terminated strings.
+    unsafe {
+        match op {
+            Op::Mkdir(p) => {
+                if libc::mkdir(p.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST
+                {
+                    return Err(fail(d, b"mkdir in the new root"));
+                }
+            }
+            Op::Touch(p) => {
+                let fd = libc::open(
+                    p.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                    0o600,
+                );
+                if fd < 0 {
+                    return Err(fail(d, b"mount point in the new root"));
+                }
+                libc::close(fd);
+            }
+            Op::Symlink(target, at) => {
+                if libc::symlink(target.as_ptr(), at.as_ptr()) != 0
+                    && *libc::__errno_location() != libc::EEXIST
+                {
+                    return Err(fail(d, b"symlink in the new root"));
+                }
+            }
+            Op::Overlay(at, options, flags) => check(
+                libc::mount(
+                    c"overlay".as_ptr(),
+                    at.as_ptr(),
+                    c"overlay".as_ptr(),
+                    *flags,
+                    options.as_ptr().cast(),
+                ) as libc::c_long,
+                d,
+                b"overlay in the new root",
+            )?,
+            Op::Bind(src, at, rec, ro) => bind_into_root(src, at, *rec, *ro, d)?,
+            Op::Tmpfs(at, flags, options) => check(
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    at.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    *flags,
+                    options.as_ptr().cast(),
+                ) as libc::c_long,
+                d,
+                b"tmpfs in the new root",
+            )?,
+            Op::Harden(at, keep) => harden(at, *keep, d)?,
+            Op::Sysfs(at, keep) => sysfs(at, *keep, d)?,
+            Op::Proc(at) => check(
+                libc::mount(
+                    c"proc".as_ptr(),
+                    at.as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ) as libc::c_long,
+                d,
+                b"mount /proc",
+            )?,
+        }
+    }
+    Ok(())
+}
+
+/// Bind `src` on `at` in the new root (`rec`ursively or not), read-only
+/// keeping the flags in `ro` when it is set.
+///
+/// # Safety
+/// Between fork and exec, inside a private mount namespace; `src` and `at`
+/// are NUL-terminated and prepared before the fork.
+unsafe fn bind_into_root(
+    src: &CString,
+    at: &CString,
+    rec: bool,
+    ro: Option<libc::c_ulong>,
+    d: RawFd,
+) -> io::Result<()> {
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount/mount_setattr on prepared NUL-terminated strings.
+    unsafe {
+        let rec_flag = if rec { libc::MS_REC } else { 0 };
+        check(
+            libc::mount(
+                src.as_ptr(),
+                at.as_ptr(),
+                null,
+                libc::MS_BIND | rec_flag,
+                std::ptr::null(),
+            ) as libc::c_long,
+            d,
+            b"bind into the new root",
+        )?;
+        if let Some(keep) = ro {
+            // Read-only all the way down (a bound tree's own
+            // submounts too, e.g. a container's /etc/hosts);
+            // kernels before 5.12 get the top mount only.
+            const MOUNT_ATTR_RDONLY: u64 = 0x1;
+            let attr: [u64; 4] = [MOUNT_ATTR_RDONLY, 0, 0, 0];
+            let recursive = rec
+                && libc::syscall(
+                    libc::SYS_mount_setattr,
+                    libc::AT_FDCWD,
+                    at.as_ptr(),
+                    libc::AT_RECURSIVE as libc::c_uint,
+                    attr.as_ptr(),
+                    std::mem::size_of_val(&attr),
+                ) == 0;
+            if !recursive {
+                check(
+                    libc::mount(
+                        null,
+                        at.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                        std::ptr::null(),
+                    ) as libc::c_long,
+                    d,
+                    b"read-only bind in the new root",
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Enter the built root: the old root is stacked under the new one, then
+/// detached, so nothing of the host's tree stays reachable; then the
+/// working directory.
+///
+/// # Safety
+/// Between fork and exec, inside a private mount namespace, once the root
+/// at `root.staging` is built; its strings are NUL-terminated and prepared
+/// before the fork.
+unsafe fn pivot_into(root: &crate::root::RootPlan, d: RawFd) -> io::Result<()> {
+    // SAFETY: chdir/pivot_root/umount2 on prepared NUL-terminated strings.
+    unsafe {
         check(
             libc::chdir(root.staging.as_ptr()) as libc::c_long,
             d,

@@ -870,52 +870,15 @@ fn prepare(
         .canonicalize()
         .map_err(|e| spawn_err("workspace: ".into(), e))?;
     let tmp = PrivateTmp::create().map_err(|e| spawn_err("private tmp: ".into(), e))?;
-    let mut notes = Vec::new();
+    let mut notes = disabled_layers(req.layers);
     let mut missing = Vec::new();
     let layers = req.layers;
-    for (on, name) in [
-        (layers.namespaces, "namespaces"),
-        (layers.landlock, "landlock"),
-        (layers.seccomp, "seccomp"),
-        (layers.cgroups, "cgroups"),
-    ] {
-        if !on {
-            notes.push(format!("{name} disabled by request"));
-        }
-    }
     let use_ns = support.namespaces && layers.namespaces;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
-        if req.egress.is_some() && req.net == Net::None {
-            return Err(SandboxError::Prepare(
-                "declared egress needs a network namespace, which is unavailable here: without one the allow-list could not be enforced".into(),
-            ));
-        }
-        if let Some(alias) = req.workspace_aliases.first() {
-            return Err(SandboxError::Prepare(format!(
-                "showing the workspace at {} (where its setup layer was built) needs a mount namespace, which is unavailable here",
-                alias.display()
-            )));
-        }
-        if let Some(share) = req.shares.first() {
-            return Err(SandboxError::Prepare(format!(
-                "the shared environment `{}` needs a mount namespace, which is unavailable here",
-                share.rel
-            )));
-        }
+        refuse_without_namespaces(req)?;
     }
-    // A worktree's repository, read-only, with a config that names no
-    // remote (a URL may carry a token).
-    let git_view: Option<(PathBuf, PathBuf)> = match (&req.git_dir, use_ns) {
-        (Some(dir), true) if dir.is_dir() => {
-            let reduced = tmp.0.base.join("gitconfig");
-            let text = std::fs::read_to_string(dir.join("config")).unwrap_or_default();
-            std::fs::write(&reduced, git_config_core(&text))
-                .map_err(|e| spawn_err("git config view: ".into(), e))?;
-            Some((dir.clone(), reduced))
-        }
-        _ => None,
-    };
+    let git_view = git_view_for(req, use_ns, &tmp, spawn_err)?;
     let landlock = match support.landlock_abi > 0 && layers.landlock {
         true => landlock_for(
             view,
@@ -946,33 +909,8 @@ fn prepare(
         cgroup::Cgroups::default()
     };
     trace.mark("cgroups");
-    if req.isolation == IsolationLevel::Required && req.memory_required && !cgroups.memory {
-        cgroups.destroy();
-        return Err(SandboxError::Unavailable {
-            missing: "a memory cgroup (the --mem limit would bind each process alone, not the command)".into(),
-            how: "Run as a user with a writable memory cgroup (root here, or a delegated cgroup v2 subtree), or use --isolation preferred, which says the limit is per process.".into(),
-        });
-    }
-    // Cgroups are used where the machine offers writable ones; their absence
-    // is said in the notes, not treated as a missing layer (rlimits still bound
-    // memory and processes), so `required` stays usable without root.
-    if req.isolation == IsolationLevel::Required && !missing.is_empty() {
-        cgroups.destroy();
-        return Err(SandboxError::Unavailable {
-            missing: missing.join(", "),
-            how: "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0), Landlock in the kernel's LSM list (boot with lsm=landlock,…) and seccomp; `loop doctor` shows what this machine has.".into(),
-        });
-    }
-    notes.extend(cgroups.notes.iter().cloned());
-    if !missing.is_empty() {
-        notes.push(format!(
-            "isolation preferred: running without {}",
-            missing.join(", ")
-        ));
-    }
-    if !use_ns {
-        notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
-    }
+    refuse_if_required(req, &cgroups, &missing)?;
+    note_what_is_missing(&mut notes, &cgroups, &missing, use_ns);
     let rlimits = rlimits_for(req, (cgroups.memory, cgroups.swap_bounded), mem_bytes);
     if support.root {
         notes.push(
@@ -1002,6 +940,114 @@ fn prepare(
     })
 }
 
+/// The notes saying which layers the request turned off.
+fn disabled_layers(layers: Layers) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (on, name) in [
+        (layers.namespaces, "namespaces"),
+        (layers.landlock, "landlock"),
+        (layers.seccomp, "seccomp"),
+        (layers.cgroups, "cgroups"),
+    ] {
+        if !on {
+            notes.push(format!("{name} disabled by request"));
+        }
+    }
+    notes
+}
+
+/// Without namespaces: refuse what only they can give (declared egress,
+/// the workspace shown at an alias, a shared environment).
+fn refuse_without_namespaces(req: &ExecRequest) -> Result<(), SandboxError> {
+    if req.egress.is_some() && req.net == Net::None {
+        return Err(SandboxError::Prepare(
+            "declared egress needs a network namespace, which is unavailable here: without one the allow-list could not be enforced".into(),
+        ));
+    }
+    if let Some(alias) = req.workspace_aliases.first() {
+        return Err(SandboxError::Prepare(format!(
+            "showing the workspace at {} (where its setup layer was built) needs a mount namespace, which is unavailable here",
+            alias.display()
+        )));
+    }
+    if let Some(share) = req.shares.first() {
+        return Err(SandboxError::Prepare(format!(
+            "the shared environment `{}` needs a mount namespace, which is unavailable here",
+            share.rel
+        )));
+    }
+    Ok(())
+}
+
+/// A worktree's repository, read-only, with a config that names no
+/// remote (a URL may carry a token): (its directory, the reduced config
+/// written in the private directory).
+fn git_view_for(
+    req: &ExecRequest,
+    use_ns: bool,
+    tmp: &PrivateTmp,
+    spawn_err: SpawnErr<'_>,
+) -> Result<Option<(PathBuf, PathBuf)>, SandboxError> {
+    Ok(match (&req.git_dir, use_ns) {
+        (Some(dir), true) if dir.is_dir() => {
+            let reduced = tmp.0.base.join("gitconfig");
+            let text = std::fs::read_to_string(dir.join("config")).unwrap_or_default();
+            std::fs::write(&reduced, git_config_core(&text))
+                .map_err(|e| spawn_err("git config view: ".into(), e))?;
+            Some((dir.clone(), reduced))
+        }
+        _ => None,
+    })
+}
+
+/// With `required` isolation: refuse (destroying the cgroups) when the
+/// `--mem` limit needs a memory cgroup there is none of, or a layer is
+/// `missing`.
+fn refuse_if_required(
+    req: &ExecRequest,
+    cgroups: &cgroup::Cgroups,
+    missing: &[&str],
+) -> Result<(), SandboxError> {
+    if req.isolation == IsolationLevel::Required && req.memory_required && !cgroups.memory {
+        cgroups.destroy();
+        return Err(SandboxError::Unavailable {
+            missing: "a memory cgroup (the --mem limit would bind each process alone, not the command)".into(),
+            how: "Run as a user with a writable memory cgroup (root here, or a delegated cgroup v2 subtree), or use --isolation preferred, which says the limit is per process.".into(),
+        });
+    }
+    // Cgroups are used where the machine offers writable ones; their absence
+    // is said in the notes, not treated as a missing layer (rlimits still bound
+    // memory and processes), so `required` stays usable without root.
+    if req.isolation == IsolationLevel::Required && !missing.is_empty() {
+        cgroups.destroy();
+        return Err(SandboxError::Unavailable {
+            missing: missing.join(", "),
+            how: "Enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0), Landlock in the kernel's LSM list (boot with lsm=landlock,…) and seccomp; `loop doctor` shows what this machine has.".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The notes on what runs without: the cgroups' own, the layers
+/// `missing`, and no namespaces.
+fn note_what_is_missing(
+    notes: &mut Vec<String>,
+    cgroups: &cgroup::Cgroups,
+    missing: &[&str],
+    use_ns: bool,
+) {
+    notes.extend(cgroups.notes.iter().cloned());
+    if !missing.is_empty() {
+        notes.push(format!(
+            "isolation preferred: running without {}",
+            missing.join(", ")
+        ));
+    }
+    if !use_ns {
+        notes.push("no PID, mount or network namespace: daemons may outlive the command and the network is the host's".into());
+    }
+}
+
 /// The child's plan: namespaces, maps, cgroups to join, binds, the root
 /// built from what the command may use (see `root.rs`), rlimits, Landlock,
 /// seccomp. Whether the command runs inside its own root comes back too.
@@ -1016,47 +1062,11 @@ fn child_plan(
     let use_ns = p.use_ns;
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let mut flags = 0;
-    if use_ns {
-        // IPC: SysV objects and POSIX queues are the command's own and
-        // die with it. Cgroup: its own cgroup is its root, the host's
-        // layout unnamed.
-        flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP;
-        if p.userns {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        if req.net == Net::None {
-            flags |= libc::CLONE_NEWNET;
-        }
-    }
-    let mut ro_binds = Vec::new();
-    if use_ns && req.workspace_read_only {
-        ro_binds.push((cstring(&p.workspace)?, locked_flags(&p.workspace)));
-    }
-    if use_ns {
-        for path in &req.read_only_paths {
-            if std::fs::symlink_metadata(path)
-                .map(|m| m.file_type().is_symlink())
-                .unwrap_or(true)
-            {
-                continue;
-            }
-            ro_binds.push((cstring(path)?, locked_flags(path)));
-        }
-    }
-    let disk = if use_ns {
-        p.disk_pair =
-            Some(fdpass::socket_pair().map_err(|e| spawn_err("disk socket pair: ".into(), e))?);
-        Some(p.tmp.0.disk.clone())
-    } else {
-        None
-    };
+    let flags = unshare_flags(req, use_ns, p.userns);
+    let ro_binds = read_only_binds(req, &p.workspace, use_ns)?;
+    let disk = command_disk(req, support, p, spawn_err)?;
     // Overlay layers go on the disk where its tmpfs can hold them.
     let layers_disk = disk.as_deref().filter(|_| support.disk_layers);
-    p.layers_on_disk = layers_disk.is_some();
-    if disk.is_some() && !support.disk_layers && req.overlay_scratch.is_some() {
-        p.notes.push("the command's layer over the workspace is on the host's disk: this kernel's tmpfs keeps no user xattrs for overlayfs (Linux 6.6+), so only /tmp is on the command's disk".into());
-    }
     let overlay = overlay_mount(
         req,
         &p.workspace,
@@ -1076,43 +1086,189 @@ fn child_plan(
             .map_err(|e| spawn_err("check environment: ".into(), e))?;
     }
     let root_plan = if use_ns {
-        let cwd = req
-            .cwd
-            .canonicalize()
-            .map_err(|e| spawn_err("cwd: ".into(), e))?;
-        let masks = p
-            .landlock
-            .as_ref()
-            .map(|l| root::Masks {
-                read_dir: l.read_mask,
-                read_file: l.read_file_mask,
-                all_dir: l.all_mask,
-            })
-            .unwrap_or_default();
-        Some(root::plan(&root::Inputs {
-            view,
-            private: &p.tmp.0,
-            workspace: &p.workspace,
-            cwd: &cwd,
-            fresh_proc: support.proc_mount,
-            own_net: req.net == Net::None,
-            git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
-            shares: &shares,
-            extra_trees: &req.read_only_trees,
-            aliases: &req.workspace_aliases,
-            overlay_trees: support.tree_overlay,
-            userns: p.userns,
-            masks,
-            tmp_dirs: if req.check {
-                &[check_env::PYTHON_DIR]
-            } else {
-                &[]
-            },
-            terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
-        })?)
+        Some(root_plan_for(req, support, view, p, &shares, spawn_err)?)
     } else {
         None
     };
+    note_root_limits(req, support, p)?;
+    // (Without namespaces a request with egress was refused in `prepare`.)
+    if req.egress.is_some() && req.net == Net::None && use_ns {
+        p.proxy_pair =
+            Some(fdpass::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?);
+    }
+    let in_root = root_plan.is_some();
+    let cgroup_procs = cgroup_procs_files(&p.cgroups)?;
+    let own_disk = match (&disk, &p.disk_pair) {
+        (Some(at), Some((_, theirs))) => Some(disk_plan(
+            at,
+            req.limits.disk_mb,
+            (
+                req.overlay_scratch.is_some() && layers_disk.is_some(),
+                &share_dirs,
+            ),
+            theirs.as_raw_fd(),
+        )?),
+        _ => None,
+    };
+    let user_sysctls = user_sysctls_for(p.userns)?;
+    let plan = child::ChildPlan {
+        unshare_flags: flags,
+        userns: p.userns,
+        uid_map: format!("{uid} {uid} 1").into_bytes(),
+        gid_map: format!("{gid} {gid} 1").into_bytes(),
+        cgroup_procs,
+        mount_proc: use_ns && support.proc_mount,
+        late_rules: p
+            .landlock
+            .as_ref()
+            .map(|l| (l.fd.as_raw_fd(), l.read_mask, l.all_mask)),
+        overlay,
+        ro_binds,
+        loopback_up: use_ns && req.net == Net::None,
+        proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
+        ctty: req.terminal,
+        root: root_plan,
+        disk: own_disk,
+        rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
+        landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
+        seccomp: p.seccomp.clone(),
+        user_sysctls,
+        diag_fd,
+    };
+    Ok((plan, in_root))
+}
+
+/// The namespaces to create (`CLONE_NEW*`), 0 without namespaces.
+fn unshare_flags(req: &ExecRequest, use_ns: bool, userns: bool) -> libc::c_int {
+    let mut flags = 0;
+    if use_ns {
+        // IPC: SysV objects and POSIX queues are the command's own and
+        // die with it. Cgroup: its own cgroup is its root, the host's
+        // layout unnamed.
+        flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP;
+        if userns {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        if req.net == Net::None {
+            flags |= libc::CLONE_NEWNET;
+        }
+    }
+    flags
+}
+
+/// The paths the child binds read-only onto themselves (a read-only
+/// workspace, then the protected paths that are no links), with the flags
+/// their mounts must keep; none without namespaces.
+fn read_only_binds(
+    req: &ExecRequest,
+    workspace: &Path,
+    use_ns: bool,
+) -> Result<Vec<(CString, libc::c_ulong)>, SandboxError> {
+    let mut ro_binds = Vec::new();
+    if use_ns && req.workspace_read_only {
+        ro_binds.push((cstring(workspace)?, locked_flags(workspace)));
+    }
+    if use_ns {
+        for path in &req.read_only_paths {
+            if std::fs::symlink_metadata(path)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(true)
+            {
+                continue;
+            }
+            ro_binds.push((cstring(path)?, locked_flags(path)));
+        }
+    }
+    Ok(ro_binds)
+}
+
+/// With namespaces, where the command's disk is mounted, with the socket
+/// pair its descriptor comes back over made; whether its overlay layers go
+/// on it (where its tmpfs can hold them) is said in `p`. None without.
+fn command_disk(
+    req: &ExecRequest,
+    support: &probe::Support,
+    p: &mut Prepared,
+    spawn_err: SpawnErr<'_>,
+) -> Result<Option<PathBuf>, SandboxError> {
+    let disk = if p.use_ns {
+        p.disk_pair =
+            Some(fdpass::socket_pair().map_err(|e| spawn_err("disk socket pair: ".into(), e))?);
+        Some(p.tmp.0.disk.clone())
+    } else {
+        None
+    };
+    let layers_disk = disk.as_deref().filter(|_| support.disk_layers);
+    p.layers_on_disk = layers_disk.is_some();
+    if disk.is_some() && !support.disk_layers && req.overlay_scratch.is_some() {
+        p.notes.push("the command's layer over the workspace is on the host's disk: this kernel's tmpfs keeps no user xattrs for overlayfs (Linux 6.6+), so only /tmp is on the command's disk".into());
+    }
+    Ok(disk)
+}
+
+/// The `cgroup.procs` files the child joins before anything forks.
+fn cgroup_procs_files(cgroups: &cgroup::Cgroups) -> Result<Vec<CString>, SandboxError> {
+    cgroups
+        .dirs
+        .iter()
+        .map(|d| cstring(&d.join("cgroup.procs")))
+        .collect::<Result<_, _>>()
+}
+
+/// The command's own root (see `root.rs`), planned from what it may use.
+fn root_plan_for(
+    req: &ExecRequest,
+    support: &probe::Support,
+    view: &confinement::HostView,
+    p: &Prepared,
+    shares: &[root::ShareMount],
+    spawn_err: SpawnErr<'_>,
+) -> Result<root::RootPlan, SandboxError> {
+    let cwd = req
+        .cwd
+        .canonicalize()
+        .map_err(|e| spawn_err("cwd: ".into(), e))?;
+    let masks = p
+        .landlock
+        .as_ref()
+        .map(|l| root::Masks {
+            read_dir: l.read_mask,
+            read_file: l.read_file_mask,
+            all_dir: l.all_mask,
+        })
+        .unwrap_or_default();
+    Ok(root::plan(&root::Inputs {
+        view,
+        private: &p.tmp.0,
+        workspace: &p.workspace,
+        cwd: &cwd,
+        fresh_proc: support.proc_mount,
+        own_net: req.net == Net::None,
+        git: p.git_view.as_ref().map(|(d, c)| (d.as_path(), c.as_path())),
+        shares,
+        extra_trees: &req.read_only_trees,
+        aliases: &req.workspace_aliases,
+        overlay_trees: support.tree_overlay,
+        userns: p.userns,
+        masks,
+        tmp_dirs: if req.check {
+            &[check_env::PYTHON_DIR]
+        } else {
+            &[]
+        },
+        terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
+    })?)
+}
+
+/// With namespaces, what the command's root lacks on this machine:
+/// overlays of the allowed trees (refused with `required` isolation) and a
+/// fresh `/proc`, said in the notes.
+fn note_root_limits(
+    req: &ExecRequest,
+    support: &probe::Support,
+    p: &mut Prepared,
+) -> Result<(), SandboxError> {
+    let use_ns = p.use_ns;
     if use_ns && !support.tree_overlay {
         if req.isolation == IsolationLevel::Required {
             return Err(SandboxError::Unavailable {
@@ -1125,64 +1281,24 @@ fn child_plan(
     if use_ns && !support.proc_mount {
         p.notes.push("no /proc: a fresh one could not be mounted, and the host's would name host processes' roots".into());
     }
-    // (Without namespaces a request with egress was refused in `prepare`.)
-    if req.egress.is_some() && req.net == Net::None && use_ns {
-        p.proxy_pair =
-            Some(fdpass::socket_pair().map_err(|e| spawn_err("egress socket pair: ".into(), e))?);
-    }
-    let in_root = root_plan.is_some();
-    let plan = child::ChildPlan {
-        unshare_flags: flags,
-        userns: p.userns,
-        uid_map: format!("{uid} {uid} 1").into_bytes(),
-        gid_map: format!("{gid} {gid} 1").into_bytes(),
-        cgroup_procs: p
-            .cgroups
-            .dirs
+    Ok(())
+}
+
+/// The per-user kernel allowances bounded in the command's user namespace
+/// (`/proc/sys/user/…` file, value); none without one.
+fn user_sysctls_for(userns: bool) -> Result<Vec<(CString, Vec<u8>)>, SandboxError> {
+    if userns {
+        USER_SYSCTLS
             .iter()
-            .map(|d| cstring(&d.join("cgroup.procs")))
-            .collect::<Result<_, _>>()?,
-        mount_proc: use_ns && support.proc_mount,
-        late_rules: p
-            .landlock
-            .as_ref()
-            .map(|l| (l.fd.as_raw_fd(), l.read_mask, l.all_mask)),
-        overlay,
-        ro_binds,
-        loopback_up: use_ns && req.net == Net::None,
-        proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
-        ctty: req.terminal,
-        root: root_plan,
-        disk: match (&disk, &p.disk_pair) {
-            (Some(at), Some((_, theirs))) => Some(disk_plan(
-                at,
-                req.limits.disk_mb,
-                (
-                    req.overlay_scratch.is_some() && layers_disk.is_some(),
-                    &share_dirs,
-                ),
-                theirs.as_raw_fd(),
-            )?),
-            _ => None,
-        },
-        rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
-        landlock_fd: p.landlock.as_ref().map(|l| l.fd.as_raw_fd()),
-        seccomp: p.seccomp.clone(),
-        user_sysctls: if p.userns {
-            USER_SYSCTLS
-                .iter()
-                .map(|(name, value)| {
-                    let path = CString::new(format!("/proc/sys/user/{name}"))
-                        .map_err(|_| SandboxError::Prepare("sysctl name".into()))?;
-                    Ok((path, value.to_string().into_bytes()))
-                })
-                .collect::<Result<_, SandboxError>>()?
-        } else {
-            Vec::new()
-        },
-        diag_fd,
-    };
-    Ok((plan, in_root))
+            .map(|(name, value)| {
+                let path = CString::new(format!("/proc/sys/user/{name}"))
+                    .map_err(|_| SandboxError::Prepare("sysctl name".into()))?;
+                Ok((path, value.to_string().into_bytes()))
+            })
+            .collect::<Result<_, SandboxError>>()
+    } else {
+        Ok(Vec::new())
+    }
 }
 
 /// The command's disk: a tmpfs of `mb` MiB at `at` holding `tmp/` (with
@@ -1454,6 +1570,45 @@ fn launch(
             return Err(e);
         }
     };
+    note_disk_and_userns(req, &mut p, in_root);
+    let (mut cmd, env_imposed, terminal) =
+        command_for(req, view, &mut p, (in_root, session), &spawn_err)?;
+    // SAFETY: `child::enter` only makes async-signal-safe system calls on
+    // data prepared above, which outlives the spawn.
+    unsafe {
+        cmd.pre_exec(move || child::enter(&plan));
+    }
+    trace.mark("plan");
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    // Its copies of the command's descriptors (the terminal end among
+    // them: its last holder's exit ends the runtime's reading).
+    drop(cmd);
+    trace.mark("spawned");
+    drop(diag_write);
+    receive_from_child(req, &mut p, spawned.is_ok());
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return Err(spawn_failed(diag_read, &p.cgroups, e, &spawn_err)),
+    };
+    let landlock_abi = p.landlock.take().map(|l| l.abi);
+    if session {
+        refuse_weak_session(req, &p, &mut child, landlock_abi)?;
+    }
+    Ok(Launched {
+        child,
+        started,
+        trace,
+        p,
+        landlock_abi,
+        env_imposed,
+        terminal,
+    })
+}
+
+/// The notes on the command's disk and `/tmp` (inside its own root or
+/// not) and on a missing user namespace.
+fn note_disk_and_userns(req: &ExecRequest, p: &mut Prepared, in_root: bool) {
     if in_root {
         p.disk_mb = Some(req.limits.disk_mb);
         if req.overlay_scratch.is_none() && !req.workspace_read_only {
@@ -1477,6 +1632,19 @@ fn launch(
     if !p.userns {
         p.notes.push("no user namespace: per-user kernel objects (inotify instances and watches) are counted against the caller's allowance".into());
     }
+}
+
+/// The command to spawn (see [`command`]), given its terminal and pointed
+/// at the egress proxy, with the variables the check environment imposed
+/// and the runtime's end of its terminal. On error the cgroups are
+/// destroyed.
+fn command_for(
+    req: &ExecRequest,
+    view: &confinement::HostView,
+    p: &mut Prepared,
+    (in_root, session): (bool, bool),
+    spawn_err: SpawnErr<'_>,
+) -> Result<(Command, Vec<String>, Option<std::fs::File>), SandboxError> {
     // Inside its own root the private tmp is `/tmp`.
     let tmp_dir = if in_root {
         PathBuf::from("/tmp")
@@ -1490,53 +1658,59 @@ fn launch(
             return Err(spawn_err("check environment: ".into(), e));
         }
     };
-    let terminal = if let Some(t) = p.terminal.take() {
-        match t.stdio().map(|s| (s, t.controller)) {
-            Ok(([i, o, e], controller)) => {
-                cmd.stdin(Stdio::from(i))
-                    .stdout(Stdio::from(o))
-                    .stderr(Stdio::from(e));
-                Some(controller)
-            }
-            Err(e) => {
-                p.cgroups.destroy();
-                return Err(spawn_err("a terminal for the command: ".into(), e));
-            }
+    let terminal = match attach_terminal(&mut cmd, p.terminal.take()) {
+        Ok(t) => t,
+        Err(e) => {
+            p.cgroups.destroy();
+            return Err(spawn_err("a terminal for the command: ".into(), e));
         }
-    } else {
-        None
     };
     if p.proxy_pair.is_some() {
-        for var in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "npm_config_proxy",
-            "npm_config_https_proxy",
-            "CARGO_HTTP_PROXY",
-        ] {
-            cmd.env(var, egress::PROXY_URL);
-        }
-        cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+        set_proxy_env(&mut cmd);
     }
-    // SAFETY: `child::enter` only makes async-signal-safe system calls on
-    // data prepared above, which outlives the spawn.
-    unsafe {
-        cmd.pre_exec(move || child::enter(&plan));
+    Ok((cmd, env_imposed, terminal))
+}
+
+/// Give the command its terminal, when it has one, as its three standard
+/// streams: the runtime's end comes back.
+fn attach_terminal(
+    cmd: &mut Command,
+    terminal: Option<pty::Terminal>,
+) -> std::io::Result<Option<std::fs::File>> {
+    let Some(t) = terminal else {
+        return Ok(None);
+    };
+    let ([i, o, e], controller) = t.stdio().map(|s| (s, t.controller))?;
+    cmd.stdin(Stdio::from(i))
+        .stdout(Stdio::from(o))
+        .stderr(Stdio::from(e));
+    Ok(Some(controller))
+}
+
+/// Point the command's proxy variables at the egress proxy.
+fn set_proxy_env(cmd: &mut Command) {
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+        "CARGO_HTTP_PROXY",
+    ] {
+        cmd.env(var, egress::PROXY_URL);
     }
-    trace.mark("plan");
-    let started = Instant::now();
-    let spawned = cmd.spawn();
-    // Its copies of the command's descriptors (the terminal end among
-    // them: its last holder's exit ends the runtime's reading).
-    drop(cmd);
-    trace.mark("spawned");
-    drop(diag_write);
+    cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+}
+
+/// After the spawn: take back what the child sends over the socket pairs
+/// (the egress proxy's listening socket, the command's disk), closing our
+/// copies of the child's ends; nothing comes when it was not `spawned`.
+fn receive_from_child(req: &ExecRequest, p: &mut Prepared, spawned: bool) {
     // The child's end is the child's now; the listening socket it makes
     // inside its namespace comes back over ours.
     p.proxy = match (p.proxy_pair.take(), &req.egress) {
-        (Some((ours, theirs)), Some(egress)) if spawned.is_ok() => {
+        (Some((ours, theirs)), Some(egress)) if spawned => {
             drop(theirs);
             match egress::receive_listener(&ours, Duration::from_secs(10)) {
                 Some(l) => Some(egress::Proxy::start(l, egress.clone())),
@@ -1553,59 +1727,61 @@ fn launch(
     // The command's disk comes back the same way; it is read after the
     // command has ended (see `keep_writes`).
     if let Some((ours, theirs)) = p.disk_pair.take()
-        && spawned.is_ok()
+        && spawned
     {
         drop(theirs);
         p.disk_fd = fdpass::receive(&ours, Duration::from_secs(10));
     }
-    let child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let mut step = String::new();
-            let _ = std::fs::File::from(diag_read).read_to_string(&mut step);
-            p.cgroups.destroy();
-            let step = if step.is_empty() {
-                step
-            } else {
-                format!("sandbox step `{step}` failed: ")
-            };
-            return Err(spawn_err(step, e));
-        }
+}
+
+/// The spawn failed: the error, naming the sandbox step the child reported
+/// on `diag_read` if any, once the cgroups are destroyed.
+fn spawn_failed(
+    diag_read: OwnedFd,
+    cgroups: &cgroup::Cgroups,
+    e: std::io::Error,
+    spawn_err: SpawnErr<'_>,
+) -> SandboxError {
+    let mut step = String::new();
+    let _ = std::fs::File::from(diag_read).read_to_string(&mut step);
+    cgroups.destroy();
+    let step = if step.is_empty() {
+        step
+    } else {
+        format!("sandbox step `{step}` failed: ")
     };
-    let landlock_abi = p.landlock.take().map(|l| l.abi);
-    if session {
-        // A long-lived helper is refused rather than run with less than
-        // it was promised: the workspace read-only, and no network but
-        // what the task allows.
-        // Without a mount namespace only Landlock keeps it read-only, and
-        // before ABI 3 Landlock does not govern truncate(2).
-        let read_only =
-            !req.workspace_read_only || p.use_ns || landlock_abi.is_some_and(|abi| abi >= 3);
-        let network = req.net == Net::Host || p.use_ns;
-        if !(read_only && network) {
-            kill_group(child.id() as libc::pid_t);
-            let mut child = child;
-            let _ = child.wait();
-            p.cgroups.destroy();
-            return Err(SandboxError::Prepare(format!(
-                "this machine cannot {}: neither a mount namespace nor Landlock is available here",
-                if read_only {
-                    "keep the process off the network"
-                } else {
-                    "show the workspace read-only"
-                }
-            )));
-        }
+    spawn_err(step, e)
+}
+
+/// A session (a long-lived helper) is refused rather than run with less
+/// than it was promised: the workspace read-only, and no network but what
+/// the task allows. Refused, its process is killed and reaped and the
+/// cgroups destroyed.
+fn refuse_weak_session(
+    req: &ExecRequest,
+    p: &Prepared,
+    child: &mut std::process::Child,
+    landlock_abi: Option<u32>,
+) -> Result<(), SandboxError> {
+    // Without a mount namespace only Landlock keeps it read-only, and
+    // before ABI 3 Landlock does not govern truncate(2).
+    let read_only =
+        !req.workspace_read_only || p.use_ns || landlock_abi.is_some_and(|abi| abi >= 3);
+    let network = req.net == Net::Host || p.use_ns;
+    if !(read_only && network) {
+        kill_group(child.id() as libc::pid_t);
+        let _ = child.wait();
+        p.cgroups.destroy();
+        return Err(SandboxError::Prepare(format!(
+            "this machine cannot {}: neither a mount namespace nor Landlock is available here",
+            if read_only {
+                "keep the process off the network"
+            } else {
+                "show the workspace read-only"
+            }
+        )));
     }
-    Ok(Launched {
-        child,
-        started,
-        trace,
-        p,
-        landlock_abi,
-        env_imposed,
-        terminal,
-    })
+    Ok(())
 }
 
 /// Capture the spawned command's output, wait for it within its limits,

@@ -14,7 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use loop_runtime::Runtime;
-use loop_runtime::ops::tokens::Scope;
+use loop_runtime::Scope;
 use loop_runtime::views::{
     AnswerBody, AnswerFields, AnsweredBody, CancelBody, CreatedBody, DraftBody, EventsBody,
     HealthBody, HookBody, ReadyBody, ResumedBody, SettledBody, TaskBody, TasksBody, VerifyBody,
@@ -183,26 +183,25 @@ async fn readyz(State(s): State<AppState>) -> Response {
                 // directory is none of the probe's business.
                 let dir = std::env::temp_dir().join(format!("loop-ready-{}", std::process::id()));
                 let _ = std::fs::create_dir_all(&dir);
-                let sandbox =
-                    loop_runtime::ops::exec::exec(&loop_runtime::ops::exec::ExecOptions {
-                        egress: None,
-                        command: vec!["true".into()],
-                        workspace: dir,
-                        protect: Vec::new(),
-                        net: loop_sandbox::Net::None,
-                        mem_mb: None,
-                        cpu_secs: None,
-                        fsize_mb: None,
-                        disk_mb: None,
-                        timeout: Duration::from_secs(10),
-                        max_output: 4096,
-                        isolation: loop_sandbox::IsolationLevel::Required,
-                        overlay: false,
-                        layers: loop_sandbox::Layers::default(),
-                        repeat: 1,
-                        terminal: false,
-                    })
-                    .is_ok_and(|r| r.exit_code == Some(0));
+                let sandbox = loop_runtime::exec(&loop_runtime::ExecOptions {
+                    egress: None,
+                    command: vec!["true".into()],
+                    workspace: dir,
+                    protect: Vec::new(),
+                    net: loop_sandbox::Net::None,
+                    mem_mb: None,
+                    cpu_secs: None,
+                    fsize_mb: None,
+                    disk_mb: None,
+                    timeout: Duration::from_secs(10),
+                    max_output: 4096,
+                    isolation: loop_sandbox::IsolationLevel::Required,
+                    overlay: false,
+                    layers: loop_sandbox::Layers::default(),
+                    repeat: 1,
+                    terminal: false,
+                })
+                .is_ok_and(|r| r.exit_code == Some(0));
                 Ok(ReadyBody {
                     ready: store && sandbox,
                     store,
@@ -282,7 +281,7 @@ async fn draft_confirm(
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Tally {
     entries: u64,
-    used: loop_runtime::ops::query::Used,
+    used: loop_runtime::Used,
     verify_ms: u64,
     verifications: u64,
 }
@@ -293,7 +292,7 @@ pub(crate) struct Tally {
 pub(crate) type Tallies =
     std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Tally>>>;
 
-fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::ops::query::TaskView) -> Tally {
+fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::TaskView) -> Tally {
     let lock = || {
         tallies
             .lock()
@@ -316,7 +315,7 @@ fn tally(rt: &Runtime, tallies: &Tallies, t: &loop_runtime::ops::query::TaskView
     }
     // Charged as the Director charges them (one definition of a cost).
     if let Ok(b) = loop_core::state::used_by(&history) {
-        x.used = loop_runtime::ops::query::Used {
+        x.used = loop_runtime::Used {
             steps: u64::from(b.steps),
             tokens: b.tokens,
             verifications: u64::from(b.verifications),
@@ -778,7 +777,7 @@ async fn settle(
         &Runtime,
         &str,
         &mut dyn loop_runtime::Observer,
-    ) -> Result<loop_runtime::ops::changes::Settled, loop_runtime::Error>,
+    ) -> Result<loop_runtime::Settled, loop_runtime::Error>,
 ) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let rt = s.runtime.clone();
@@ -801,7 +800,7 @@ async fn hook(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    use loop_runtime::ops::triggers::Refusal;
+    use loop_runtime::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let peer = peer.ip();
     // A peer that keeps failing is answered before any work; what it

@@ -12,8 +12,8 @@
 //! outlive the server; its verdicts are in the draft's notes). A draft
 //! whose drafting a stop cut short ends, saying so.
 
+use loop_runtime::ContractReview;
 use loop_runtime::Runtime;
-use loop_runtime::contract::draft::ContractReview;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};

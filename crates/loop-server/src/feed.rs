@@ -179,7 +179,7 @@ async fn poll(hub: Hub, runtime: Runtime, held: Held, id: String, feed: Weak<Fee
             // of a task it says is over.
             let over = rt
                 .task(&task)
-                .map(|t| t.liveness() == loop_runtime::project::locate::Liveness::Over);
+                .map(|t| t.liveness() == loop_runtime::Liveness::Over);
             let events = rt.events(&task, next);
             match (over, events) {
                 (Ok(over), Ok(events)) => Ok((events, over)),

@@ -29,7 +29,7 @@ pub use api::route_table;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loop_runtime::Runtime;
-use loop_runtime::ops::tokens::{Caller, Scope};
+use loop_runtime::{Caller, Scope};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -335,16 +335,16 @@ impl From<loop_runtime::Error> for ApiError {
         match e.kind {
             // (A task the caller named that is not there is found out by
             // `visible` first, as a 404 that reveals nothing.)
-            loop_runtime::error::ErrorKind::Usage | loop_runtime::error::ErrorKind::NotFound => {
+            loop_runtime::ErrorKind::Usage | loop_runtime::ErrorKind::NotFound => {
                 ApiError::bad_request(e.message)
             }
-            loop_runtime::error::ErrorKind::Conflict => {
+            loop_runtime::ErrorKind::Conflict => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.message)
             }
-            loop_runtime::error::ErrorKind::Unavailable => {
+            loop_runtime::ErrorKind::Unavailable => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.message)
             }
-            loop_runtime::error::ErrorKind::Internal => {
+            loop_runtime::ErrorKind::Internal => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message)
             }
         }

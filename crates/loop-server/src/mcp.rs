@@ -12,11 +12,11 @@
 
 use crate::service::{self, Answer, Confirm, NewTask};
 use crate::{ApiError, AppState};
-use loop_runtime::ops::tokens::{Caller, Scope};
 use loop_runtime::views::{
     AnswerBody, AnswerFields, AnsweredBody, ApiFailure, DraftBody, ErrorBody, EventsBody,
     RecordedBody, VerifyBody, WaitedBody,
 };
+use loop_runtime::{Caller, Scope};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{

@@ -5,9 +5,9 @@
 
 use crate::{ApiError, AppState};
 use axum::http::StatusCode;
-use loop_runtime::contract::draft::ContractReview;
-use loop_runtime::ops::tokens::{Caller, Scope};
+use loop_runtime::ContractReview;
 use loop_runtime::views::{CreatedBody, PrestartBody, RefusedBody, StandingBody, TaskBody};
+use loop_runtime::{Caller, Scope};
 use loop_runtime::{OnPrompt, Runtime};
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
@@ -31,7 +31,7 @@ pub(crate) fn visible(
     rt: &Runtime,
     caller: &Caller,
     id: &str,
-) -> Result<loop_runtime::ops::query::TaskView, ApiError> {
+) -> Result<loop_runtime::TaskView, ApiError> {
     let valid = !id.is_empty()
         && id.len() <= 64
         && id
@@ -423,7 +423,7 @@ pub(crate) async fn change_set_of(
     s: &AppState,
     caller: Caller,
     id: String,
-) -> Result<loop_runtime::ops::changes::Diff, ApiError> {
+) -> Result<loop_runtime::Diff, ApiError> {
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;
@@ -598,7 +598,7 @@ pub(crate) async fn approve_task(
 /// machine's, and anything a store says is not trusted as a path here.
 pub(crate) fn receipt_of(
     rt: &Runtime,
-    t: &loop_runtime::ops::query::TaskView,
+    t: &loop_runtime::TaskView,
 ) -> Result<std::path::PathBuf, ApiError> {
     if t.receipt.is_none() {
         return Err(ApiError::new(
@@ -624,12 +624,12 @@ pub(crate) async fn receipt_check(
     s: &AppState,
     caller: Caller,
     id: String,
-) -> Result<loop_runtime::ops::receipts::ReceiptCheck, ApiError> {
+) -> Result<loop_runtime::ReceiptCheck, ApiError> {
     let rt = s.runtime.clone();
     blocking(move || {
         let t = visible(&rt, &caller, &id)?;
         let path = receipt_of(&rt, &t)?;
-        Ok(loop_runtime::ops::receipts::verify(&path, None, None)?)
+        Ok(loop_runtime::verify_receipt(&path, None, None)?)
     })
     .await
 }
@@ -641,7 +641,7 @@ pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String 
     let root = project.display().to_string();
     let mut text = text.replace(&format!("{root}/"), "").replace(&root, ".");
     // Task workspaces are outside the project, under the server's home.
-    if let Ok(ws) = loop_runtime::project::workspaces::root() {
+    if let Ok(ws) = loop_runtime::workspaces_root() {
         let canonical = ws.canonicalize().unwrap_or_else(|_| ws.clone());
         for r in [canonical, ws] {
             let r = r.display().to_string();
@@ -656,9 +656,9 @@ pub(crate) fn project_relative(project: &std::path::Path, text: &str) -> String 
 pub(crate) fn diff_body<'a>(
     project: &std::path::Path,
     id: &'a str,
-    d: &'a loop_runtime::ops::changes::Diff,
+    d: &'a loop_runtime::Diff,
 ) -> loop_runtime::views::DiffBody<'a> {
-    use loop_runtime::ops::changes::DiffSource;
+    use loop_runtime::DiffSource;
     let relative = |p: &std::path::Path| {
         std::path::PathBuf::from(project_relative(project, &p.display().to_string()))
     };

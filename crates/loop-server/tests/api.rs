@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use loop_runtime::Runtime;
-use loop_runtime::ops::tokens::Scope;
+use loop_runtime::Scope;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

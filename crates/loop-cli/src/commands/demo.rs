@@ -19,9 +19,7 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         Some(d) => d,
         None => std::env::temp_dir().join(format!(
             "loop-demo-{}",
-            loop_runtime::task::run::new_task_id(loop_core::Clock::now_ms(
-                &loop_core::SystemClock
-            ))?
+            loop_runtime::new_task_id(loop_core::Clock::now_ms(&loop_core::SystemClock))?
         )),
     };
     let project = dir.join("project");

@@ -16,7 +16,7 @@ pub(crate) fn eval(args: EvalArgs, json: bool) -> Result<u8, CliError> {
         keep,
     } = args;
     eval_cmd(
-        loop_runtime::ops::eval::EvalOptions {
+        loop_runtime::EvalOptions {
             suite,
             model,
             repeat: repeat.max(1),
@@ -40,14 +40,13 @@ pub(crate) fn eval(args: EvalArgs, json: bool) -> Result<u8, CliError> {
 /// `loop eval`.
 #[allow(clippy::disallowed_methods)] // loop eval's own scratch directory and report, named by the person
 fn eval_cmd(
-    opts: loop_runtime::ops::eval::EvalOptions,
+    opts: loop_runtime::EvalOptions,
     compare: Option<&std::path::Path>,
     out: Option<&std::path::Path>,
     keep: bool,
     json: bool,
 ) -> Result<u8, CliError> {
-    use loop_runtime::ops::eval;
-    let old: Option<eval::EvalReport> = match compare {
+    let old: Option<loop_runtime::EvalReport> = match compare {
         Some(p) => {
             let text = loop_workspace::door::read_named_text(p, 64 << 20)
                 .map_err(|e| CliError::usage(format!("--compare: {e}")))?;
@@ -63,7 +62,7 @@ fn eval_cmd(
     std::fs::create_dir_all(work.parent().unwrap_or(std::path::Path::new("/")))
         .and_then(|_| std::fs::create_dir(&work))
         .map_err(|e| CliError::usage(format!("{}: {e}", work.display())))?;
-    let report = eval::run(&opts);
+    let report = loop_runtime::run_eval(&opts);
     if keep {
         eprintln!(
             "loop eval: the cases' projects are kept in {}",
@@ -82,7 +81,7 @@ fn eval_cmd(
         report.false_acceptances > 0 || report.right_unsolved > 0 || report.wrong_solved > 0;
     let mut changes = String::new();
     if let Some(old) = &old {
-        let key = |r: &eval::CaseRun| (r.case.clone(), r.solution.clone(), r.repeat);
+        let key = |r: &loop_runtime::CaseRun| (r.case.clone(), r.solution.clone(), r.repeat);
         for r in &report.runs {
             let before = old
                 .runs

@@ -3,7 +3,7 @@
 
 use crate::CliError;
 use crate::cli::{ExecArgs, NetArg};
-use loop_runtime::ops::exec::{ExecFailureKind, ExecOptions};
+use loop_runtime::{ExecFailureKind, ExecOptions};
 use loop_sandbox::{ExecRequest, Net, Program};
 use std::io::Write;
 use std::time::Duration;
@@ -54,7 +54,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         resolve,
         list: "loop exec --allow".into(),
     });
-    let r = loop_runtime::ops::exec::exec(&ExecOptions {
+    let r = loop_runtime::exec(&ExecOptions {
         egress,
         command: o.command.clone(),
         workspace: cwd,
@@ -236,12 +236,12 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     };
     let root = runtime.project();
     out.row("project", root.display().to_string());
-    let loopfile = loop_runtime::loopfile::Loopfile::load(root);
+    let loopfile = loop_runtime::Loopfile::load(root);
     let verification = loopfile
         .as_ref()
         .map(|l| l.verification.clone())
         .unwrap_or_default();
-    let mut stacks: Vec<&str> = loop_runtime::project::stacks::project_checks(root, &verification)
+    let mut stacks: Vec<&str> = loop_runtime::project_checks(root, &verification)
         .iter()
         .map(|c| c.stack)
         .collect();
@@ -257,7 +257,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
             _ => &[],
         };
         for (tool, args) in tools {
-            let said = loop_runtime::project::network::output_of(tool, args)
+            let said = loop_runtime::output_of(tool, args)
                 .and_then(|o| o.lines().next().map(str::to_string))
                 .unwrap_or_else(|| "NOT FOUND".into());
             out.row("toolchain", format!("{stack}: {tool}: {said}"));
@@ -267,7 +267,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     // The store answers (a server's version, the schema's), or says why
     // not. The embedded file is asked only when it exists: opening it
     // would make it.
-    let named = loop_runtime::project::locate::store_url(root);
+    let named = loop_runtime::store_url(root);
     let asked = match &named {
         Ok(Some(_)) => true,
         Ok(None) => db.is_file(),
@@ -304,7 +304,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
         },
     );
     let endpoint = match &loopfile {
-        Ok(l) => loop_runtime::project::readiness::maker_endpoint(l),
+        Ok(l) => loop_runtime::maker_endpoint(l),
         Err(e) => Err(e.clone()),
     };
     out.row(

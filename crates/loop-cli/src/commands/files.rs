@@ -60,7 +60,7 @@ pub fn manifest(dir: &Path, json: bool) -> Result<u8, CliError> {
 pub fn schema(format: &str) -> Result<u8, CliError> {
     let schema = match format {
         "contract" => loop_protocol::contract::schema::contract_schema(),
-        "loopfile" => loop_runtime::loopfile::schema(),
+        "loopfile" => loop_runtime::loopfile_schema(),
         other => {
             return Err(CliError::usage(format!(
                 "no schema for `{other}` (contract, loopfile)"
@@ -77,7 +77,7 @@ pub fn schema(format: &str) -> Result<u8, CliError> {
 pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
     let text = loop_workspace::door::read_named_text(file, loop_workspace::door::MAX_PROJECT_FILE)
         .map_err(|e| CliError::usage(format!("cannot read the Loopfile: {e}")))?;
-    let l = loop_runtime::loopfile::Loopfile::parse(&text, &file.display().to_string())?;
+    let l = loop_runtime::Loopfile::parse(&text, &file.display().to_string())?;
     let read: Vec<&str> = [
         ("models", l.models.is_some()),
         ("exec", l.exec.is_some()),
@@ -151,7 +151,7 @@ pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
 
 /// `loop audit`: the environments a task here would share, and how.
 pub fn audit(project: &Path, json: bool) -> Result<u8, CliError> {
-    use loop_runtime::project::environments::Standing;
+    use loop_runtime::EnvironmentStanding as Standing;
     let a = loop_runtime::Runtime::open(project)?.audit()?;
     if json {
         println!(
@@ -260,7 +260,7 @@ pub fn init(
     json: bool,
 ) -> Result<u8, CliError> {
     let runtime = loop_runtime::Runtime::open(project)?;
-    let r = loop_runtime::contract::patterns::init(runtime.project(), pattern, force)?;
+    let r = loop_runtime::init_project(runtime.project(), pattern, force)?;
     if json {
         println!(
             "{}",
@@ -312,7 +312,7 @@ pub fn cost(
     json: bool,
 ) -> Result<u8, CliError> {
     let runtime = loop_runtime::Runtime::open(project)?;
-    let c = loop_runtime::project::readiness::cost(&runtime, model, per_month)?;
+    let c = loop_runtime::cost(&runtime, model, per_month)?;
     if json {
         println!(
             "{}",

@@ -6,7 +6,7 @@ use crate::CliError;
 use crate::cli::{OnPromptArg, ResumeArgs, RunArgs};
 use crate::ui::story;
 use loop_protocol::{Contract, OutcomeKind};
-use loop_runtime::{Runtime, TaskReport, TaskRequest, task::adapters as wiring};
+use loop_runtime::{OnPrompt, Runtime, TaskReport, TaskRequest};
 
 /// `loop run`: resume interrupted tasks if asked, compile the contract from
 /// the file and the flags, run it, and say how it ended.
@@ -42,7 +42,7 @@ pub(crate) fn run_command(
             "loop submit queues one new task: --resume-interrupted and --record belong to loop run",
         ));
     }
-    let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), yes);
+    let on_prompt = OnPrompt::choose(on_prompt.map(OnPromptArg::mode), yes);
     let mut resumed_code = 0;
     if resume_interrupted {
         let runtime = Runtime::open(&project)?;
@@ -175,7 +175,7 @@ pub(crate) fn resume(args: ResumeArgs, json: bool) -> Result<u8, CliError> {
         on_prompt,
         after_pid,
     } = args;
-    let on_prompt = wiring::OnPrompt::choose(on_prompt.map(OnPromptArg::mode), false);
+    let on_prompt = OnPrompt::choose(on_prompt.map(OnPromptArg::mode), false);
     let extension = extension_of(add_steps, add_tokens, add_usd, add_secs)?;
     if let Some(pid) = after_pid
         && !wait_for_exit(pid)

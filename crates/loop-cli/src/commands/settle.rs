@@ -51,7 +51,7 @@ pub(crate) fn discard(project: &Path, id: &str, json: bool) -> Result<u8, CliErr
 /// (nothing revoked).
 pub(crate) fn rotate_key(project: &Path, yes: bool, json: bool) -> Result<u8, CliError> {
     let mut story = Story::new(json);
-    let s = loop_runtime::ops::changes::rotate_key(project, yes, &mut story)?;
+    let s = loop_runtime::rotate_key(project, yes, &mut story)?;
     settled(s, &story, "rotate", None)
 }
 

@@ -5,7 +5,7 @@
 use crate::CliError;
 use crate::ui::screen::{Screen, Tone, defang};
 use loop_runtime::Runtime;
-use loop_runtime::ops::changes::{Diff, DiffSource};
+use loop_runtime::{Diff, DiffSource};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
@@ -263,7 +263,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         .task
         .receipt
         .as_ref()
-        .map(|r| loop_runtime::ops::receipts::verify(Path::new(r), None, None));
+        .map(|r| loop_runtime::verify_receipt(Path::new(r), None, None));
     if json {
         use loop_runtime::views::{OrError, ShowLine, ShownChangeSet, ShownReceipt};
         let line = ShowLine {
@@ -316,7 +316,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         }
         Err(e) => println!("change set: {e}"),
     }
-    if status.apply == loop_runtime::ops::query::ApplyState::Applied {
+    if status.apply == loop_runtime::ApplyState::Applied {
         println!("  applied to the project (loop undo {id} reverses it)");
     }
     match &receipt {

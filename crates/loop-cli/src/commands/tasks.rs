@@ -27,7 +27,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
     let tasks = runtime.tasks()?;
     // What each spent, as `loop status` counts it.
     let spent = |id: &str| runtime.status(id).map(|s| s.used).ok();
-    let branches = loop_runtime::ops::gc::task_branches(project);
+    let branches = loop_runtime::task_branches(project);
     let branch = |id: &str| {
         branches
             .iter()
@@ -85,7 +85,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
 
 /// `loop gc`.
 pub fn gc(project: &Path, dry_run: bool, json: bool) -> Result<u8, CliError> {
-    let c = loop_runtime::ops::gc::gc(project, dry_run)?;
+    let c = loop_runtime::gc(project, dry_run)?;
     if json {
         println!("{}", to_json(&c));
         return Ok(0);

@@ -6,7 +6,7 @@ use loop_runtime::Runtime;
 
 /// `loop tokens create|list|revoke`.
 pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliError> {
-    use loop_runtime::ops::tokens::Scope;
+    use loop_runtime::Scope;
     match action {
         TokensAction::Create {
             owner,

@@ -2,7 +2,7 @@
 
 use crate::CliError;
 use loop_receipt::{KeyPair, SignatureStatus};
-use loop_runtime::ops::receipts::ReceiptCheck;
+use loop_runtime::ReceiptCheck;
 use std::path::Path;
 
 /// What a verification found: whether the receipt holds, and whether the
@@ -46,7 +46,7 @@ pub fn verify(
     json: bool,
     (integrity_only, allow_extra): (bool, bool),
 ) -> Result<bool, CliError> {
-    let check = loop_runtime::ops::receipts::verify_with(receipt, artifacts, pubkey, allow_extra)?;
+    let check = loop_runtime::verify_receipt_with(receipt, artifacts, pubkey, allow_extra)?;
     let verdict = ReceiptVerdict {
         intact: check.intact,
         verified: check.verified,

@@ -555,7 +555,7 @@ fn hand_over(
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::internal(format!("where is this program? {e}")))?;
-    let log = loop_runtime::project::locate::task_dir(project, task).join("detached.log");
+    let log = loop_runtime::task_dir(project, task).join("detached.log");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

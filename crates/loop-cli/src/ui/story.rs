@@ -143,8 +143,8 @@ impl loop_runtime::Observer for Story {
         &mut self,
         contract: &str,
         edit_from: Option<&str>,
-    ) -> loop_runtime::contract::draft::ContractReview {
-        use loop_runtime::contract::draft::ContractReview;
+    ) -> loop_runtime::ContractReview {
+        use loop_runtime::ContractReview;
         use std::io::IsTerminal;
         if !std::io::stdin().is_terminal() || self.json {
             return ContractReview::Unanswered;

@@ -16,7 +16,7 @@
 //! `X-Loop-Timestamp` (Unix seconds) within five minutes of now and the
 //! delivery id from `X-Loop-Delivery`.
 
-pub use crate::loopfile::triggers::{HookStyle, Schedule, TaskTemplate, Trigger, Webhook};
+pub use crate::loopfile::triggers::{HookStyle, Trigger, Webhook};
 use crate::{Error, Runtime};
 
 /// How long a signed timestamp stays good, each way.

@@ -7,7 +7,6 @@
 //! `loop_sandbox::egress`).
 
 use crate::Error;
-pub use crate::loopfile::sections::NetworkSection;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};

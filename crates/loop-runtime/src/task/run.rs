@@ -3,8 +3,8 @@
 //! [`resume_task`] drives a stored one again.
 
 use crate::Error;
+pub use crate::project::locate::open_store;
 use crate::project::locate::store_err;
-pub use crate::project::locate::{new_task_id, open_store};
 use crate::task::drive::{Run, drive};
 use crate::task::intake::Admitted;
 use crate::task::request::StoredRequest;
