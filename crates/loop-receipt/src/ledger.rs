@@ -1,7 +1,7 @@
 //! The ledger: an append-only JSON Lines file in which every entry's hash
 //! covers the previous entry's hash and its own canonical content.
 //!
-//! Entry: `{seq, prev, kind, payload, at}`; its `hash` is SHA-256 over the
+//! An entry: `{seq, prev, kind, payload, at}`; its `hash` is SHA-256 over the
 //! RFC 8785 canonical JSON of exactly those five fields. The genesis entry
 //! (`seq` 0, `prev` all zeros) is a `task_started` event that binds the
 //! chain to the task id and the locked contract hash. Each append is
@@ -34,7 +34,7 @@ pub struct EntryBody {
 }
 
 /// An entry as stored: body plus its hash (one type across the runtime).
-pub use loop_protocol::LedgerEntry as Entry;
+use loop_protocol::LedgerEntry;
 
 /// The hashed part of an entry, borrowed (hashing copies nothing).
 #[derive(Serialize)]
@@ -47,7 +47,7 @@ struct EntryBodyRef<'a> {
 }
 
 /// The part of `e` its hash covers.
-fn body(e: &Entry) -> EntryBodyRef<'_> {
+fn body(e: &LedgerEntry) -> EntryBodyRef<'_> {
     EntryBodyRef {
         seq: e.seq,
         prev: &e.prev,
@@ -116,7 +116,7 @@ impl FileLedger {
     /// store, which is authoritative): the file is rewritten to exactly those
     /// entries (atomically), then appended to. The links are checked first.
     #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
-    pub fn continue_from(path: &Path, entries: &[Entry]) -> Result<FileLedger, LedgerError> {
+    pub fn continue_from(path: &Path, entries: &[LedgerEntry]) -> Result<FileLedger, LedgerError> {
         let head = linked(entries, "stored entry")?;
         let io = |source| LedgerError::Io {
             path: path.display().to_string(),
@@ -163,19 +163,19 @@ impl FileLedger {
     }
 
     /// The entry that would come next for `event` at `unix_ms` (not yet written).
-    pub fn next_entry(&self, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+    pub fn next_entry(&self, event: &Event, unix_ms: u64) -> Result<LedgerEntry, LedgerError> {
         seal_entry(self.next_seq, &self.head, event, unix_ms)
     }
 
     /// Append an event recorded at `unix_ms`; durable when this returns.
-    pub fn append(&mut self, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+    pub fn append(&mut self, event: &Event, unix_ms: u64) -> Result<LedgerEntry, LedgerError> {
         let entry = self.next_entry(event, unix_ms)?;
         self.write(entry)
     }
 
     /// Write an entry made by [`FileLedger::next_entry`]; durable when this
     /// returns (unless syncs are deferred).
-    pub fn write(&mut self, entry: Entry) -> Result<Entry, LedgerError> {
+    pub fn write(&mut self, entry: LedgerEntry) -> Result<LedgerEntry, LedgerError> {
         if entry.seq != self.next_seq || entry.prev != self.head {
             return Err(LedgerError::Encode(format!(
                 "entry {} does not follow entry {}",
@@ -204,7 +204,7 @@ impl FileLedger {
     /// lost the tail of its record is given back
     /// (`StoreLedger`'s write-back in the runtime).
     #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
-    pub fn written(&mut self) -> Result<Vec<Entry>, LedgerError> {
+    pub fn written(&mut self) -> Result<Vec<LedgerEntry>, LedgerError> {
         let io = |source| LedgerError::Io {
             path: self.path.display().to_string(),
             source,
@@ -216,7 +216,7 @@ impl FileLedger {
             if line.is_empty() {
                 continue;
             }
-            let e: Entry = serde_json::from_slice(line).map_err(|x| {
+            let e: LedgerEntry = serde_json::from_slice(line).map_err(|x| {
                 LedgerError::Encode(format!("{} line {}: {x}", self.path.display(), n + 1))
             })?;
             entries.push(e);
@@ -258,7 +258,7 @@ impl FileLedger {
 /// The head of `entries` when each is at its place from the genesis, links
 /// to the one before and hashes to its own hash; else which one does not
 /// (`what` names them for the message).
-fn linked(entries: &[Entry], what: &str) -> Result<String, LedgerError> {
+fn linked(entries: &[LedgerEntry], what: &str) -> Result<String, LedgerError> {
     let mut head = GENESIS_PREV.to_string();
     for (i, e) in entries.iter().enumerate() {
         let hash = canonical_sha256(&body(e)).map_err(|x| LedgerError::Encode(x.to_string()))?;
@@ -274,7 +274,12 @@ fn linked(entries: &[Entry], what: &str) -> Result<String, LedgerError> {
 }
 
 /// Make entry `seq` after `prev` for `event` at `unix_ms`.
-pub fn seal_entry(seq: u64, prev: &str, event: &Event, unix_ms: u64) -> Result<Entry, LedgerError> {
+pub fn seal_entry(
+    seq: u64,
+    prev: &str,
+    event: &Event,
+    unix_ms: u64,
+) -> Result<LedgerEntry, LedgerError> {
     let (kind, payload) = event
         .to_kind_payload()
         .map_err(|e| LedgerError::Encode(e.to_string()))?;
@@ -286,7 +291,7 @@ pub fn seal_entry(seq: u64, prev: &str, event: &Event, unix_ms: u64) -> Result<E
         at: loop_protocol::time::rfc3339_millis(unix_ms),
     };
     let hash = canonical_sha256(&body).map_err(|e| LedgerError::Encode(e.to_string()))?;
-    Ok(Entry {
+    Ok(LedgerEntry {
         seq: body.seq,
         prev: body.prev,
         kind: body.kind,
@@ -306,7 +311,7 @@ pub struct ChainReport {
     /// The first broken entry and why.
     pub broken: Option<(u64, String)>,
     /// The entries, for replay and cross-checks (up to the break).
-    pub entries: Vec<Entry>,
+    pub entries: Vec<LedgerEntry>,
 }
 
 impl ChainReport {
@@ -330,15 +335,15 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
     }
     // Parsing and hashing each entry is independent work: spread it over
     // the cores, then walk the chain in order.
-    let parse = |line: &[u8]| -> Result<(Entry, String), Unreadable> {
-        let entry: Entry = serde_json::from_slice(line)
+    let parse = |line: &[u8]| -> Result<(LedgerEntry, String), Unreadable> {
+        let entry: LedgerEntry = serde_json::from_slice(line)
             .map_err(|e| Unreadable(format!("not a ledger entry: {e}")))?;
         let hash = canonical_sha256(&body(&entry)).map_err(|e| Unreadable(e.to_string()))?;
         Ok((entry, hash))
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let chunk = lines.len().div_ceil(workers).max(1);
-    let parsed: Vec<Result<(Entry, String), Unreadable>> = std::thread::scope(|scope| {
+    let parsed: Vec<Result<(LedgerEntry, String), Unreadable>> = std::thread::scope(|scope| {
         let handles: Vec<_> = lines
             .chunks(chunk)
             .map(|part| scope.spawn(move || part.iter().map(|l| parse(l)).collect::<Vec<_>>()))

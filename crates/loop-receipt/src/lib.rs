@@ -12,7 +12,7 @@ pub mod read;
 pub mod receipt;
 
 pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
-pub use ledger::{ChainReport, Entry, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
+pub use ledger::{ChainReport, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use provenance::ContractProvenance;
 pub use receipt::{
     ADDENDUM_TYPE, Addenda, Addendum, AddendumFact, Budgets, Change, ChangeSetRecord, Envelope,

@@ -5,7 +5,7 @@
 //! Read from the signed statement and the ledger's first entry, so it
 //! holds exactly as far as the receipt does.
 
-use crate::ledger::Entry;
+use loop_protocol::LedgerEntry;
 use loop_protocol::{Check, Contract, DraftingRecord};
 
 /// The contract's provenance.
@@ -40,7 +40,7 @@ pub struct ContractProvenance {
 impl ContractProvenance {
     /// From the receipt's contract and its ledger's entries (the first
     /// one, `task_started`, says how the contract was drafted).
-    pub fn of(contract: &Contract, entries: &[Entry]) -> Self {
+    pub fn of(contract: &Contract, entries: &[LedgerEntry]) -> Self {
         let started = entries
             .first()
             .filter(|e| e.kind == "task_started")

@@ -4,9 +4,10 @@
 //! into the same envelope over the same PAE bytes.
 
 use crate::keys::{KeyPair, PublicKey};
-use crate::ledger::{Entry, verify_chain};
+use crate::ledger::verify_chain;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use loop_protocol::LedgerEntry;
 use loop_protocol::hash::{canonical_json, canonical_sha256, sha256_hex};
 use loop_protocol::{
     BudgetUse, Contract, Isolation, Limits, ModelInfo, OutcomeRecord, RelPath, RuntimeInfo,
@@ -703,7 +704,7 @@ pub struct VerifyReport {
     /// problem unless the verifier is told to accept them.
     pub extra_artifacts: Vec<String>,
     /// The ledger's entries (up to any break), for replay.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<LedgerEntry>,
 }
 
 impl VerifyReport {

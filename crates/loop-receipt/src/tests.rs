@@ -1,7 +1,7 @@
 //! Ledger chains and their tampering.
 
 use crate::*;
-use loop_protocol::{Event, TaskState};
+use loop_protocol::{Event, LedgerEntry, TaskState};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!("loop-receipt-{name}-{}", std::process::id()));
@@ -114,7 +114,7 @@ fn a_recomputed_entry_still_breaks_the_next_link() {
     let dir = tmp("recompute");
     let path = write_ledger(&dir);
     let original = std::fs::read_to_string(&path).unwrap();
-    let mut entries: Vec<Entry> = original
+    let mut entries: Vec<LedgerEntry> = original
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();

@@ -7,7 +7,8 @@
 #![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use loop_store::{SqliteStore, Store, StoredEntry};
+use loop_protocol::LedgerEntry;
+use loop_store::{SqliteStore, Store};
 use std::io::Write;
 use std::time::Instant;
 
@@ -38,7 +39,7 @@ fn main() {
             .unwrap();
         let t = Instant::now();
         for seq in 0..n {
-            let e = StoredEntry {
+            let e = LedgerEntry {
                 seq,
                 prev: format!("{seq:064}"),
                 kind: "observed".into(),

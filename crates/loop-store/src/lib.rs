@@ -470,7 +470,7 @@ pub(crate) fn read_outcome(
 }
 
 /// A ledger entry as the store keeps it (one type across the runtime).
-pub use loop_protocol::LedgerEntry as StoredEntry;
+use loop_protocol::LedgerEntry;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -601,7 +601,7 @@ pub trait Store: Send + Sync {
     fn append(
         &self,
         task: &str,
-        entry: &StoredEntry,
+        entry: &LedgerEntry,
         state: Option<StoredState>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -617,7 +617,7 @@ pub trait Store: Send + Sync {
     fn append_all(
         &self,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
@@ -632,7 +632,7 @@ pub trait Store: Send + Sync {
     fn append_all_lazy(
         &self,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
@@ -646,14 +646,14 @@ pub trait Store: Send + Sync {
     fn append_batch(
         &self,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
         with: (bool, Option<&TaskFile<'_>>),
     ) -> Result<(), StoreError>;
     /// Entries from `from_seq` on, in order.
-    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError>;
+    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<LedgerEntry>, StoreError>;
     /// Take the task if nobody alive holds it (compare-and-set).
     fn claim(
         &self,

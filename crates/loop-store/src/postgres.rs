@@ -23,8 +23,8 @@
 //!   listening connection per process wakes [`Store::wait_for`] callers.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
-    StoredEntry, StoredState, TaskFile, TaskRecord, TokenRecord,
+    Approval, ApprovalStatus, Claim, DraftRecord, LedgerEntry, MIGRATIONS, Owner, Store,
+    StoreError, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Row};
@@ -660,7 +660,7 @@ impl Store for PgStore {
     fn append_batch(
         &self,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
@@ -762,7 +762,7 @@ impl Store for PgStore {
         })
     }
 
-    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {
+    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<LedgerEntry>, StoreError> {
         self.run(|c| {
             let rows = c.query(
                 "SELECT seq, prev, kind, payload, at, hash FROM entries
@@ -772,7 +772,7 @@ impl Store for PgStore {
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 let payload: String = r.try_get(3)?;
-                out.push(StoredEntry {
+                out.push(LedgerEntry {
                     seq: r.try_get::<_, i64>(0)? as u64,
                     prev: r.try_get(1)?,
                     kind: r.try_get(2)?,

@@ -1,8 +1,8 @@
 //! The embedded SQLite backend.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, DraftRecord, MIGRATIONS, Owner, Store, StoreError,
-    StoredEntry, StoredState, TaskFile, TaskRecord, TokenRecord,
+    Approval, ApprovalStatus, Claim, DraftRecord, LedgerEntry, MIGRATIONS, Owner, Store,
+    StoreError, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ impl SqliteStore {
         &self,
         c: &mut Connection,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         (state, file): (Option<StoredState>, Option<&TaskFile<'_>>),
         holder: Option<&str>,
         now_ms: u64,
@@ -379,7 +379,7 @@ impl Store for SqliteStore {
     fn append_batch(
         &self,
         task: &str,
-        entries: &[StoredEntry],
+        entries: &[LedgerEntry],
         state: Option<StoredState>,
         holder: Option<&str>,
         now_ms: u64,
@@ -402,7 +402,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<StoredEntry>, StoreError> {
+    fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<LedgerEntry>, StoreError> {
         self.with(|c| {
             let mut stmt = c
                 .prepare(
@@ -413,7 +413,7 @@ impl Store for SqliteStore {
             let rows = stmt
                 .query_map(params![task, from_seq as i64], |r| {
                     let payload: String = r.get(3)?;
-                    Ok(StoredEntry {
+                    Ok(LedgerEntry {
                         seq: r.get::<_, i64>(0)? as u64,
                         prev: r.get(1)?,
                         kind: r.get(2)?,

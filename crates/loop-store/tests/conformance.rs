@@ -7,9 +7,10 @@
 #![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use loop_protocol::LedgerEntry;
 use loop_store::{
-    Approval, ApprovalStatus, Claim, Owner, PgStore, SqliteStore, Store, StoreError, StoredEntry,
-    TaskFile, TokenRecord,
+    Approval, ApprovalStatus, Claim, Owner, PgStore, SqliteStore, Store, StoreError, TaskFile,
+    TokenRecord,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -98,8 +99,8 @@ fn backends(test: &str) -> Vec<Backend> {
     out
 }
 
-fn entry(seq: u64) -> StoredEntry {
-    StoredEntry {
+fn entry(seq: u64) -> LedgerEntry {
+    LedgerEntry {
         seq,
         prev: format!("p{seq}"),
         kind: "transition".into(),

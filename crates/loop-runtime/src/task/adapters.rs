@@ -212,7 +212,7 @@ pub struct StoreLedger<'c> {
     /// Time source for `at`.
     pub clock: &'c dyn Clock,
     /// Entries written to the file, not yet committed to the store.
-    pub pending: Vec<loop_store::StoredEntry>,
+    pub pending: Vec<loop_protocol::LedgerEntry>,
     /// The task's state after the pending entries.
     pub pending_state: Option<loop_store::StoredState>,
     /// This run's claim: entries are committed only while it holds.
@@ -316,7 +316,7 @@ impl StoreLedger<'_> {
         if kept.first().map(|e| e.hash.as_str()) != ours || ours.is_none() {
             return Err(refuse(format!("its entry {last} is not this ledger's")));
         }
-        let lost: Vec<loop_store::StoredEntry> = written
+        let lost: Vec<loop_protocol::LedgerEntry> = written
             .get(last as usize + 1..first as usize)
             .ok_or_else(|| refuse(format!("the ledger holds no entries {}..{first}", last + 1)))?
             .to_vec();
@@ -335,7 +335,7 @@ impl StoreLedger<'_> {
         // A lost entry that named the workspace's state lost that state
         // too (it was written with it): the whole of it goes again, if the
         // workspace here is the one the last of these entries names.
-        let named = |e: &loop_store::StoredEntry| {
+        let named = |e: &loop_protocol::LedgerEntry| {
             (e.kind == "observed")
                 .then(|| e.payload["workspace_root"].as_str().map(str::to_string))
                 .flatten()

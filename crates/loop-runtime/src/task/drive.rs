@@ -11,8 +11,9 @@ use crate::task::request::{StoredRequest, TaskReport};
 use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
 use loop_protocol::Event;
+use loop_protocol::LedgerEntry;
 use loop_receipt::FileLedger;
-use loop_store::{Store, StoredEntry};
+use loop_store::Store;
 use loop_tools::{ToolBox, ToolLimits};
 use loop_verifier::SnapshotVerifier;
 use loop_workspace::{Jail, Manifest};
@@ -35,7 +36,7 @@ pub(crate) struct Run<'r> {
 /// rewritten to match), and the wall time it used.
 struct Record {
     history: Vec<Event>,
-    chain: Vec<StoredEntry>,
+    chain: Vec<LedgerEntry>,
     elapsed_ms: u64,
 }
 
@@ -53,7 +54,7 @@ impl Record {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let at = |e: &StoredEntry| loop_protocol::time::parse_rfc3339_millis(&e.at);
+        let at = |e: &LedgerEntry| loop_protocol::time::parse_rfc3339_millis(&e.at);
         let mut elapsed_ms = match (chain.first(), chain.last()) {
             (Some(a), Some(b)) => at(b).zip(at(a)).map_or(0, |(b, a)| b.saturating_sub(a)),
             _ => 0,
