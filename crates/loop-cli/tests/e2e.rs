@@ -1743,3 +1743,105 @@ fn the_demo_inside_a_git_checkout_leaves_the_checkout_alone() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&branches.stdout).trim(), "");
 }
+
+/// `loop audit` and `loop doctor` look for the signing key where the
+/// runtime keeps it: before the first key there is none, and after
+/// following audit's own hint (`loop keys show`) the point holds and both
+/// name the file the key is in.
+#[test]
+fn audit_and_doctor_find_the_signing_key_where_it_is_kept() {
+    let dir = tmpdir("key-where");
+    let project = dir.join("p");
+    std::fs::create_dir_all(&project).unwrap();
+    let state = dir.join("state");
+    let point = |project: &Path| {
+        let out = loop_bin()
+            .env("LOOP_STATE_DIR", &state)
+            .env_remove("LOOP_SIGNING_KEY")
+            .env_remove("LOOP_SIGNING_KEY_FILE")
+            .args(["audit", "--json", "--project"])
+            .arg(project)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("audit --json: {e}\n{}", text(&out)));
+        let p = v["readiness"]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["point"] == "signing key")
+            .cloned()
+            .unwrap_or_else(|| panic!("no signing key point: {v}"));
+        (v["readiness"]["score"].as_u64().unwrap(), p)
+    };
+    let (before, p) = point(&project);
+    assert_eq!(p["ok"], false, "{p}");
+    // Audit's own hint makes the key.
+    let shown = loop_bin()
+        .env("LOOP_STATE_DIR", &state)
+        .env_remove("LOOP_SIGNING_KEY")
+        .env_remove("LOOP_SIGNING_KEY_FILE")
+        .args(["keys", "show"])
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", text(&shown));
+    let key = state.join("keys/signing.key");
+    assert!(key.is_file(), "the key is kept at {}", key.display());
+    let (after, p) = point(&project);
+    assert_eq!(p["ok"], true, "{p}");
+    assert_eq!(p["detail"], key.display().to_string());
+    assert_eq!(after, before + 1, "following the hint raises the score");
+    let doctor = loop_bin()
+        .env("LOOP_STATE_DIR", &state)
+        .env_remove("LOOP_SIGNING_KEY")
+        .env_remove("LOOP_SIGNING_KEY_FILE")
+        .args(["doctor", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&doctor.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", text(&doctor)));
+    assert_eq!(v["signing_key"], key.display().to_string(), "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// After `loop discard`, an apply or a second discard is a usage error
+/// (exit 2) that says the workspace was discarded and what to do, never a
+/// raw "No such file" or a git failure; the honest order — apply, then
+/// discard — still works and discarding once succeeds.
+#[test]
+fn a_discarded_task_says_so_when_applied_or_discarded_again() {
+    let p = git_project("git-discarded");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    let out = task_cmd("discard", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for cmd in ["apply", "discard"] {
+        let out = task_cmd(cmd, &id, &p);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {said}");
+        assert!(
+            said.contains(&format!("task {id}'s workspace was discarded")),
+            "{cmd}: {said}"
+        );
+        assert!(said.contains("run the task again"), "{cmd}: {said}");
+        assert!(!said.contains("os error"), "{cmd}: {said}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('draft')\n",
+        "nothing was applied"
+    );
+    // The honest order: a second task applied, then discarded.
+    let r = run_script(&p, HONEST, &[]);
+    let id = task_id(&r);
+    let out = task_cmd("apply", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = task_cmd("discard", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('hello')\n"
+    );
+}

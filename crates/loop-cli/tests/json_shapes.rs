@@ -351,3 +351,40 @@ fn every_json_shape_matches_its_golden() {
         );
     }
 }
+
+/// A body that cannot be said in JSON — a directory whose name is not
+/// UTF-8 — is a usage error naming why, on stderr, never an empty line on
+/// stdout; the same directory under a UTF-8 name gives its line.
+#[test]
+fn what_json_cannot_say_is_an_error_not_an_empty_line() {
+    use std::os::unix::ffi::OsStrExt;
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("json-unsayable");
+    let _ = std::fs::remove_dir_all(&home);
+    let bad = home.join(std::ffi::OsStr::from_bytes(b"dir-\xff"));
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("a.txt"), "a\n").unwrap();
+    let out = loop_in(&home)
+        .args(["manifest", "--json"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "nothing half-said: {out:?}");
+    let err = error_of(&out, "manifest of a non-UTF-8 directory");
+    assert_eq!(err["error"]["kind"], "usage");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("cannot be said as JSON"), "{message}");
+    // The honest version: the same files under a UTF-8 name.
+    let good = home.join("dir-ok");
+    std::fs::create_dir_all(&good).unwrap();
+    std::fs::write(good.join("a.txt"), "a\n").unwrap();
+    let out = loop_in(&home)
+        .args(["manifest", "--json"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = one(&out, "manifest of a UTF-8 directory");
+    assert_eq!(v["files"], 1);
+    assert_eq!(v["dir"], good.display().to_string());
+}

@@ -93,6 +93,19 @@ fn loose(path: &Path, forbidden: u32) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// Where the runtime keeps its own signing key (when no
+/// `LOOP_SIGNING_KEY(_FILE)` names one): `keys/signing.key` in the state
+/// directory. Every reader and writer of the key, and every report of
+/// where it is (`loop doctor`, `loop audit`), takes it from here.
+pub fn signing_key_path() -> PathBuf {
+    state_dir().join(KEY_DIR).join(KEY_FILE)
+}
+
+/// The directory of [`signing_key_path`] in the state directory.
+const KEY_DIR: &str = "keys";
+/// The key's file name in it.
+const KEY_FILE: &str = "signing.key";
+
 /// The runtime's state directory: `LOOP_STATE_DIR`, else
 /// `$XDG_STATE_HOME/loop-engine`, else `~/.local/state/loop-engine`.
 pub fn state_dir() -> PathBuf {
@@ -131,7 +144,7 @@ impl KeyPair {
             loose(Path::new(&file), 0o022)?;
             return KeyPair::read(Path::new(&file));
         }
-        KeyPair::load_or_create_in(&state_dir().join("keys"))
+        KeyPair::load_or_create_in(&state_dir().join(KEY_DIR))
     }
 
     /// The key `dir/signing.key`, made if there is none yet. Any number of
@@ -139,7 +152,7 @@ impl KeyPair {
     /// agree on one key, and no reader sees half of one.
     #[allow(clippy::disallowed_methods)] // the tool's own key directory
     fn load_or_create_in(dir: &Path) -> Result<KeyPair, KeyError> {
-        let path = dir.join("signing.key");
+        let path = dir.join(KEY_FILE);
         if path.exists() {
             // The tool's own key: its directory and the file are the
             // user's alone, or the key is not used (someone else may have
@@ -205,8 +218,8 @@ impl KeyPair {
                     .into(),
             ));
         }
-        let keys = state_dir().join("keys");
-        if !keys.join("signing.key").exists() {
+        let keys = state_dir().join(KEY_DIR);
+        if !keys.join(KEY_FILE).exists() {
             return Err(KeyError::Format(format!(
                 "there is no signing key in {} to rotate: nothing was changed (the first run makes one)",
                 keys.display()
@@ -225,7 +238,7 @@ impl KeyPair {
             .map_err(io(&revoked))?;
         std::fs::write(revoked.join(&old.keyid), format!("{}\n", old.hex()))
             .map_err(io(&revoked))?;
-        std::fs::remove_file(keys.join("signing.key")).map_err(io(&keys))?;
+        std::fs::remove_file(keys.join(KEY_FILE)).map_err(io(&keys))?;
         let new = KeyPair::load_or_create()?;
         Ok((old, new))
     }
@@ -248,7 +261,7 @@ impl KeyPair {
     pub fn existing() -> Result<Option<KeyPair>, KeyError> {
         if std::env::var_os("LOOP_SIGNING_KEY").is_some()
             || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some()
-            || state_dir().join("keys/signing.key").exists()
+            || signing_key_path().exists()
         {
             return KeyPair::load_or_create().map(Some);
         }

@@ -33,7 +33,6 @@ pub struct EntryBody {
     pub at: String,
 }
 
-/// An entry as stored: body plus its hash (one type across the runtime).
 use loop_protocol::LedgerEntry;
 
 /// The hashed part of an entry, borrowed (hashing copies nothing).

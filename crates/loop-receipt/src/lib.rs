@@ -11,7 +11,7 @@ pub mod provenance;
 pub mod read;
 pub mod receipt;
 
-pub use keys::{KeyError, KeyPair, PublicKey, state_dir};
+pub use keys::{KeyError, KeyPair, PublicKey, signing_key_path, state_dir};
 pub use ledger::{ChainReport, FileLedger, GENESIS_PREV, LedgerError, verify_chain};
 pub use provenance::ContractProvenance;
 pub use receipt::{

@@ -1,9 +1,10 @@
 //! Every JSON body a front end says, as types, in one place: the CLI's
 //! `--json` lines (`…Line`) and the HTTP API's bodies, which MCP answers
 //! too (`…Body`). The front ends fill them from the runtime's results and
-//! print or send them; none builds JSON by hand. Their shapes are held by
-//! `crates/loop-cli/tests/golden/json-shapes.json` and the OpenAPI
-//! document, and the fields are declared in the order they are said.
+//! print or send them. The fields are declared in the order they are said.
+//! The CLI's shapes are held by `crates/loop-cli/tests/golden/
+//! json-shapes.json`; the API's by the serve and MCP tests and the OpenAPI
+//! document.
 //!
 //! The CLI names a task `task_id` and the API `id` (both as shipped), so
 //! the few answers both give are two small types side by side here, filled
@@ -75,6 +76,18 @@ pub struct ReceiptLine<'a> {
     /// What was noted on the way (`loop run`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notes: Option<&'a [String]>,
+}
+
+/// `loop list --json`: one line per task.
+#[derive(Debug, Serialize)]
+pub struct ListLine<'a> {
+    /// The task.
+    #[serde(flatten)]
+    pub task: &'a TaskView,
+    /// What it used (none when its events cannot be read).
+    pub used: Option<Used>,
+    /// Its branch in the project (`loop/ID`), while there is one.
+    pub branch: Option<String>,
 }
 
 /// `loop run --queue … --json`: the task went to a queue.
@@ -614,7 +627,8 @@ pub struct TaskBody<T: Serialize> {
 
 impl TaskView {
     /// As said to a remote caller: the receipt's path and a scripted
-    /// model's relative to `project` (`PROVIDER:PATH` keeps `PROVIDER:`).
+    /// model's relative to `project` (`PROVIDER:PATH` keeps `PROVIDER:`;
+    /// a bare path is made relative whole).
     pub fn for_remote(&self, project: &Path) -> TaskView {
         let mut t = self.clone();
         let relative = |text: &str| {
@@ -626,10 +640,12 @@ impl TaskView {
         if let Some(r) = t.receipt.as_deref().and_then(relative) {
             t.receipt = Some(r);
         }
-        if let Some((head, path)) = t.model.as_deref().and_then(|m| m.split_once(':'))
-            && let Some(r) = relative(path)
-        {
-            t.model = Some(format!("{head}:{r}"));
+        if let Some(model) = t.model.as_deref() {
+            t.model = match model.split_once(':') {
+                Some((head, path)) => relative(path).map(|r| format!("{head}:{r}")),
+                None => relative(model),
+            }
+            .or(t.model.take());
         }
         t
     }
@@ -924,4 +940,66 @@ pub struct ApiFailure<'a> {
     pub kind: &'a str,
     /// What went wrong.
     pub message: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(model: Option<&str>, receipt: Option<&str>) -> TaskView {
+        TaskView {
+            id: "t-1".into(),
+            state: loop_store::StoredState::PENDING,
+            outcome: None,
+            reason: None,
+            running: false,
+            interrupted: false,
+            owner_pid: None,
+            cancel_requested: false,
+            instruction: None,
+            model: model.map(str::to_string),
+            contract_sha256: String::new(),
+            entries: 0,
+            created: String::new(),
+            updated: String::new(),
+            receipt: receipt.map(str::to_string),
+            owner: None,
+            liveness: crate::Liveness::Over,
+        }
+    }
+
+    #[test]
+    fn a_remote_caller_sees_paths_inside_the_project_relative_and_others_as_they_are() {
+        let project = Path::new("/srv/p");
+        let cases = [
+            // (model, receipt) → as a remote caller sees them
+            (
+                (
+                    Some("scripted:/srv/p/m.yaml"),
+                    Some("/srv/p/.loop/receipts/t-1.json"),
+                ),
+                (Some("scripted:m.yaml"), Some(".loop/receipts/t-1.json")),
+            ),
+            // A bare path is made relative whole.
+            ((Some("/srv/p/m.yaml"), None), (Some("m.yaml"), None)),
+            // Outside the project, or no path at all: as it is.
+            (
+                (
+                    Some("scripted:/elsewhere/m.yaml"),
+                    Some("/elsewhere/r.json"),
+                ),
+                (
+                    Some("scripted:/elsewhere/m.yaml"),
+                    Some("/elsewhere/r.json"),
+                ),
+            ),
+            ((Some("openai:gpt-x"), None), (Some("openai:gpt-x"), None)),
+            ((None, None), (None, None)),
+        ];
+        for ((model, receipt), (want_model, want_receipt)) in cases {
+            let seen = task(model, receipt).for_remote(project);
+            assert_eq!(seen.model.as_deref(), want_model, "{model:?}");
+            assert_eq!(seen.receipt.as_deref(), want_receipt, "{receipt:?}");
+        }
+    }
 }

@@ -326,10 +326,10 @@ impl LoopMcp {
                         let _ = ctx.peer.notify_progress(p).await;
                     }
                 }
-                return Ok(said(&WaitedBody {
+                return said(&WaitedBody {
                     body: status,
                     waited: why,
-                }));
+                });
             }
             let idle = standing.idle();
             let now = tokio::time::Instant::now();
@@ -337,25 +337,25 @@ impl LoopMcp {
                 (false, _) => idle_since = None,
                 (true, None) => idle_since = Some(now),
                 (true, Some(t)) if now.duration_since(t) > Duration::from_secs(10) => {
-                    return Ok(said(&WaitedBody {
+                    return said(&WaitedBody {
                         body: status,
                         waited: "interrupted: no runtime has run it for 10 s (`loop resume`)",
-                    }));
+                    });
                 }
                 (true, Some(_)) => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                return Ok(said(&WaitedBody {
+                return said(&WaitedBody {
                     body: status,
                     waited: "the wait ran out; the task goes on",
-                }));
+                });
             }
             tokio::select! {
                 () = ctx.ct.cancelled() => {
-                    return Ok(said(&WaitedBody {
+                    return said(&WaitedBody {
                         body: status,
                         waited: "the call was cancelled; the task goes on",
-                    }));
+                    });
                 }
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
@@ -385,7 +385,7 @@ impl LoopMcp {
                     service::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
                 match (wait, created.task()) {
                     (Some(limit), Some(id)) => self.wait_for(&caller, id, limit, ctx).await,
-                    _ => Ok(said(&created.body())),
+                    _ => said(&created.body()),
                 }
             }
             "task_status" => {
@@ -394,17 +394,17 @@ impl LoopMcp {
                 no_more(&tool, &args)?;
                 if id.starts_with("d-") {
                     let (state, notes) = service::draft_view(s, &caller, &id)?;
-                    return Ok(said(&DraftBody {
+                    return said(&DraftBody {
                         state,
                         id: &id,
                         notes: &notes,
-                    }));
+                    });
                 }
                 match wait {
                     Some(limit) => self.wait_for(&caller, &id, limit, ctx).await,
                     None => {
                         let standing = service::standing_of(s, caller, id).await?;
-                        Ok(said(&standing.view(s.runtime.project())))
+                        said(&standing.view(s.runtime.project()))
                     }
                 }
             }
@@ -418,38 +418,38 @@ impl LoopMcp {
                 };
                 no_more(&tool, &args)?;
                 let recorded = service::recorded(s, caller, id, since).await?;
-                Ok(said(&EventsBody::of(&recorded)))
+                said(&EventsBody::of(&recorded))
             }
             "approve" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 let answer: Answer = parse(&tool, args)?;
                 let (a, message) =
                     service::approve_task(s, caller, id.clone(), answer, "MCP").await?;
-                Ok(said(&AnswerBody {
+                said(&AnswerBody {
                     id: &id,
                     answer: AnswerFields::of(&a, message.as_deref()),
-                }))
+                })
             }
             "answer" => {
                 let draft = required_str(&tool, &mut args, "draft")?;
                 let c: Confirm = parse(&tool, args)?;
                 service::confirm_draft(s, &caller, &draft, c)?;
-                Ok(said(&AnsweredBody {
+                said(&AnsweredBody {
                     id: &draft,
                     answered: true,
-                }))
+                })
             }
             "verify_receipt" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
                 let check = service::receipt_check(s, caller, id.clone()).await?;
-                Ok(said(&VerifyBody::of(&id, &check)))
+                said(&VerifyBody::of(&id, &check))
             }
             "diff" => {
                 let id = required_str(&tool, &mut args, "id")?;
                 no_more(&tool, &args)?;
                 let d = service::change_set_of(s, caller, id.clone()).await?;
-                Ok(said(&service::diff_body(s.runtime.project(), &id, &d)))
+                said(&service::diff_body(s.runtime.project(), &id, &d))
             }
             other => Err(ApiError::bad_request(format!(
                 "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff)"
@@ -498,7 +498,7 @@ impl LoopMcp {
                     .map_err(internal)?;
                 let mut text = String::new();
                 for r in events {
-                    text.push_str(&said(&RecordedBody::of(&r)).to_string());
+                    text.push_str(&said(&RecordedBody::of(&r)).map_err(internal)?.to_string());
                     text.push('\n');
                 }
                 Ok(("application/x-ndjson".to_string(), text))
@@ -551,12 +551,14 @@ impl ServerHandler for LoopMcp {
                 r
             }
             Err(e) => {
+                // Strings only: it is always said.
                 let v = said(&ErrorBody {
                     error: ApiFailure {
                         kind: e.kind,
                         message: &e.message,
                     },
-                });
+                })
+                .unwrap_or_default();
                 let mut r = CallToolResult::error(vec![ContentBlock::text(v.to_string())]);
                 r.structured_content = Some(v);
                 r
@@ -875,7 +877,14 @@ pub async fn authenticate(
     resp
 }
 
-/// `body` as MCP's structured content.
-fn said<T: serde::Serialize>(body: &T) -> Value {
-    serde_json::to_value(body).unwrap_or_default()
+/// `body` as MCP's structured content (a path that is not UTF-8 is an
+/// error that says so).
+fn said<T: serde::Serialize>(body: &T) -> Result<Value, ApiError> {
+    serde_json::to_value(body).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the answer cannot be said as JSON: {e}"),
+        )
+    })
 }

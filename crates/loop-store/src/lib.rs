@@ -469,7 +469,6 @@ pub(crate) fn read_outcome(
     .transpose()
 }
 
-/// A ledger entry as the store keeps it (one type across the runtime).
 use loop_protocol::LedgerEntry;
 
 /// What a claim found.

@@ -445,7 +445,7 @@ impl SnapshotVerifier {
     /// When checks build on earlier outputs, date now every workspace
     /// file whose status changed since the workspace was made (see
     /// [`SnapshotVerifier::with_settled`]).
-    #[allow(clippy::disallowed_methods)] // the verifier's own fresh snapshot directory
+    #[allow(clippy::disallowed_methods)] // the settled stamp: the runtime's own file, outside the workspace
     fn date_changed_files(&self) -> Result<(), VerifyError> {
         if let Some(stamp) = &self.settled
             && self.builds_on_earlier_outputs()

@@ -65,18 +65,14 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         &mut crate::ui::story::Story::watching(json, None, loop_runtime::OnPrompt::Deny),
     )?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::ReceiptLine {
-                kind: "receipt",
-                task_id: &report.task_id,
-                path: &report.receipt,
-                workspace: None,
-                outcome: &report.outcome,
-                notes: None,
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::ReceiptLine {
+            kind: "receipt",
+            task_id: &report.task_id,
+            path: &report.receipt,
+            workspace: None,
+            outcome: &report.outcome,
+            notes: None,
+        })?;
     } else {
         println!("\nreceipt   {}", report.receipt.display());
         println!("\n$ loop verify {}", report.receipt.display());

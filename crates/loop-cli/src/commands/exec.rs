@@ -86,8 +86,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         message: e.message,
     })?;
     if json {
-        let v = serde_json::to_string(&loop_runtime::views::ExecLine::of(&r));
-        println!("{}", v.unwrap_or_default());
+        crate::ui::say_json(&loop_runtime::views::ExecLine::of(&r))?;
     } else {
         let _ = std::io::stdout().write_all(r.stdout.excerpt().as_bytes());
         let _ = std::io::stderr().write_all(r.stderr.excerpt().as_bytes());
@@ -290,7 +289,7 @@ fn project_doctor(project: &std::path::Path, out: &mut Rows) {
     if let Ok(Some((_, from))) = &named {
         out.row("store from", from.to_string());
     }
-    let key = loop_receipt::state_dir().join("signing.key");
+    let key = loop_receipt::signing_key_path();
     let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some()
         || std::env::var_os("LOOP_SIGNING_KEY_FILE").is_some();
     out.row(

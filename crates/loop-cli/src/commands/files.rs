@@ -10,15 +10,11 @@ pub fn keys(show: bool, json: bool) -> Result<u8, CliError> {
         .map_err(|e| CliError::usage(format!("signing key: {e}")))?;
     let public = key.public();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::KeyLine {
-                keyid: &public.keyid,
-                ed25519: public.hex(),
-                pem: public.pem(),
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::KeyLine {
+            keyid: &public.keyid,
+            ed25519: public.hex(),
+            pem: public.pem(),
+        })?;
         return Ok(0);
     }
     if show {
@@ -34,16 +30,12 @@ pub fn manifest(dir: &Path, json: bool) -> Result<u8, CliError> {
     let m = loop_workspace::Manifest::of(dir)
         .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::ManifestLine {
-                root: &m.root,
-                files: m.entries.len(),
-                bytes: m.bytes(),
-                dir,
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::ManifestLine {
+            root: &m.root,
+            files: m.entries.len(),
+            bytes: m.bytes(),
+            dir,
+        })?;
         return Ok(0);
     }
     println!(
@@ -92,16 +84,12 @@ pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
     .map(|(n, _)| *n)
     .collect();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::LoopfileValidLine {
-                file,
-                kind: "loopfile",
-                valid: true,
-                sections: &read,
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::LoopfileValidLine {
+            file,
+            kind: "loopfile",
+            valid: true,
+            sections: &read,
+        })?;
         return Ok(0);
     }
     println!(
@@ -124,19 +112,15 @@ pub fn validate_contract(file: &Path, json: bool) -> Result<u8, CliError> {
         .map_err(|e| CliError::usage(e.to_string()))?;
     let checks: usize = contract.criteria.iter().map(|c| c.checks.len()).sum();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::ContractValidLine {
-                file,
-                kind: "contract",
-                valid: true,
-                criteria: contract.criteria.len(),
-                checks,
-                artifacts: contract.artifacts.len(),
-                sha256: &sha,
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::ContractValidLine {
+            file,
+            kind: "contract",
+            valid: true,
+            criteria: contract.criteria.len(),
+            checks,
+            artifacts: contract.artifacts.len(),
+            sha256: &sha,
+        })?;
         return Ok(0);
     }
     println!(

@@ -32,11 +32,7 @@ fn print_generated(
 ) -> Result<u8, CliError> {
     use std::io::Write;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&said(String::from_utf8_lossy(out).into_owned()))
-                .unwrap_or_default()
-        );
+        crate::ui::say_json(&said(String::from_utf8_lossy(out).into_owned()))?;
     } else {
         let _ = std::io::stdout().write_all(out);
     }

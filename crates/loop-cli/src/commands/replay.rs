@@ -11,7 +11,7 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
     let p = &r.statement.predicate;
     if json {
         let line = loop_runtime::views::ReplayLine::of(&r);
-        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+        crate::ui::say_json(&line)?;
         return Ok(if r.reproduced { 0 } else { 1 });
     }
     say!(

@@ -49,7 +49,7 @@ pub(crate) fn run_command(
         for id in runtime.interrupted()? {
             let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
             let report = runtime.run(&id, on_prompt, &mut story)?;
-            resumed_code = resumed_code.max(report_end(&report, &story));
+            resumed_code = resumed_code.max(report_end(&report, &story)?);
         }
         if instruction.is_none() && task.is_none() {
             return Ok(resumed_code);
@@ -101,22 +101,18 @@ pub(crate) fn run_command(
             ))
         })?;
         if json {
-            println!(
-                "{}",
-                serde_json::to_string(&loop_runtime::views::SubmittedLine {
-                    kind: "submitted",
-                    task_id: &id,
-                    queue: &name,
-                })
-                .unwrap_or_default()
-            );
+            crate::ui::say_json(&loop_runtime::views::SubmittedLine {
+                kind: "submitted",
+                task_id: &id,
+                queue: &name,
+            })?;
         } else {
             println!("{id}");
         }
         return Ok(0);
     }
     let report = runtime.start(request, &mut story)?;
-    Ok(report_end(&report, &story).max(resumed_code))
+    Ok(report_end(&report, &story)?.max(resumed_code))
 }
 
 /// The queue `--queue` or LOOP_QUEUE_URL names.
@@ -138,28 +134,24 @@ pub(crate) fn read_contract(file: &std::path::Path) -> Result<Contract, CliError
 
 /// Print how a task ended; its exit code (0 verified, 1 otherwise). With
 /// JSON, the notes the run made (its warnings) are in the last line.
-pub(crate) fn report_end(report: &TaskReport, story: &story::Story) -> u8 {
+pub(crate) fn report_end(report: &TaskReport, story: &story::Story) -> Result<u8, CliError> {
     if story.json() {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::ReceiptLine {
-                kind: "receipt",
-                task_id: &report.task_id,
-                path: &report.receipt,
-                workspace: Some(&report.workspace),
-                outcome: &report.outcome,
-                notes: Some(story.notes()),
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::ReceiptLine {
+            kind: "receipt",
+            task_id: &report.task_id,
+            path: &report.receipt,
+            workspace: Some(&report.workspace),
+            outcome: &report.outcome,
+            notes: Some(story.notes()),
+        })?;
     } else {
         println!("receipt {}", report.receipt.display());
     }
-    if report.outcome.kind == OutcomeKind::Verified {
+    Ok(if report.outcome.kind == OutcomeKind::Verified {
         0
     } else {
         1
-    }
+    })
 }
 
 /// `loop resume ID`: run an interrupted task to its end here, or give one
@@ -191,7 +183,7 @@ pub(crate) fn resume(args: ResumeArgs, json: bool) -> Result<u8, CliError> {
         Some(ext) => runtime.extend(&id, ext, on_prompt, &mut story)?,
         None => runtime.run(&id, on_prompt, &mut story)?,
     };
-    Ok(report_end(&report, &story))
+    report_end(&report, &story)
 }
 
 /// More budget from `loop resume`'s flags, if any was given.

@@ -74,7 +74,7 @@ fn settled(
             result: s,
             notes: story.notes(),
         };
-        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+        crate::ui::say_json(&line)?;
     }
     Ok(code)
 }

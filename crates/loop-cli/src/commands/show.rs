@@ -223,7 +223,7 @@ pub fn diff(
             patch_sha256: &d.change_set.patch_sha256,
             patch: (!only_stat).then_some(d.change_set.patch.as_str()),
         };
-        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+        crate::ui::say_json(&line)?;
         return Ok(0);
     }
     let screen = Screen::of_stdout();
@@ -292,7 +292,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                 Err(e) => OrError::failed(e),
             }),
         };
-        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+        crate::ui::say_json(&line)?;
         return Ok(match &receipt {
             Some(Ok(c)) if !c.intact => 1,
             Some(Err(_)) => 1,

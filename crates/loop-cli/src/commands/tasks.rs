@@ -17,10 +17,6 @@ fn live_name(t: &TaskView) -> &'static str {
     }
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or_default()
-}
-
 /// `loop list`.
 pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
     let runtime = Runtime::open(project)?;
@@ -40,10 +36,11 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
         .collect();
     if json {
         for t in &tasks {
-            let mut v = to_json(t);
-            v["used"] = to_json(&spent(&t.id));
-            v["branch"] = to_json(&branch(&t.id));
-            println!("{v}");
+            crate::ui::say_json(&loop_runtime::views::ListLine {
+                task: t,
+                used: spent(&t.id),
+                branch: branch(&t.id),
+            })?;
         }
         return Ok(0);
     }
@@ -87,7 +84,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
 pub fn gc(project: &Path, dry_run: bool, json: bool) -> Result<u8, CliError> {
     let c = loop_runtime::gc(project, dry_run)?;
     if json {
-        println!("{}", to_json(&c));
+        crate::ui::say_json(&c)?;
         return Ok(0);
     }
     let verb = if dry_run { "would delete" } else { "deleted" };
@@ -130,7 +127,7 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         );
     }
     if json {
-        println!("{}", to_json(&s));
+        crate::ui::say_json(&s)?;
         return Ok(0);
     }
     let t = &s.task;
@@ -253,7 +250,7 @@ pub fn cancel(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             result,
             outcome,
         };
-        println!("{}", serde_json::to_string(&line).unwrap_or_default());
+        crate::ui::say_json(&line)?;
         return Ok(code);
     }
     match cancelled {
@@ -286,14 +283,10 @@ pub fn approve(
 ) -> Result<u8, CliError> {
     let a = Runtime::open(project)?.answer(id, !deny, message)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&loop_runtime::views::AnswerLine {
-                task_id: id,
-                answer: loop_runtime::views::AnswerFields::of(&a, message),
-            })
-            .unwrap_or_default()
-        );
+        crate::ui::say_json(&loop_runtime::views::AnswerLine {
+            task_id: id,
+            answer: loop_runtime::views::AnswerFields::of(&a, message),
+        })?;
         return Ok(0);
     }
     say!(

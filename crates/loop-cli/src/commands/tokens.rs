@@ -20,16 +20,12 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
             };
             let t = Runtime::open(&project)?.create_token(&owner, scope)?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&loop_runtime::views::TokenLine {
-                        token: &t.token,
-                        id: &t.record.id,
-                        owner: &t.record.owner,
-                        scope: &t.record.scope,
-                    })
-                    .unwrap_or_default()
-                );
+                crate::ui::say_json(&loop_runtime::views::TokenLine {
+                    token: &t.token,
+                    id: &t.record.id,
+                    owner: &t.record.owner,
+                    scope: &t.record.scope,
+                })?;
             } else {
                 println!("{}", t.token);
                 eprintln!(
@@ -43,7 +39,7 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
             let list = Runtime::open(&project)?.tokens()?;
             if json {
                 let line = loop_runtime::views::TokensLine { tokens: &list };
-                println!("{}", serde_json::to_string(&line).unwrap_or_default());
+                crate::ui::say_json(&line)?;
                 return Ok(0);
             }
             if list.is_empty() {
@@ -70,7 +66,7 @@ pub(crate) fn tokens_cmd(action: TokensAction, json: bool) -> Result<u8, CliErro
                     id: &id,
                     revoked: done,
                 };
-                println!("{}", serde_json::to_string(&line).unwrap_or_default());
+                crate::ui::say_json(&line)?;
             } else if done {
                 println!("revoked {id}");
             }

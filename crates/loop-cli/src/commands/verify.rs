@@ -53,7 +53,7 @@ pub fn verify(
         integrity_only,
     };
     if json {
-        println!("{}", to_json(&check, verdict));
+        crate::ui::say_json(&to_json(&check, verdict))?;
     } else {
         // A receipt from elsewhere is hostile input like any other.
         print!("{}", crate::ui::screen::defang(&render(&check, verdict)));
@@ -169,10 +169,10 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
     s
 }
 
-fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
+fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> loop_runtime::views::VerifyLine<'_> {
     use loop_runtime::views::{ArtifactsChecked, LedgerChecked, VerifyLine};
     let report = &check.report;
-    let line = VerifyLine {
+    VerifyLine {
         receipt: report.receipt.display().to_string(),
         ok: verdict.ok(),
         intact: verdict.intact,
@@ -196,6 +196,5 @@ fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
             .as_ref()
             .map(|s| loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)),
         stray_addenda: &check.stray_addenda,
-    };
-    serde_json::to_string(&line).unwrap_or_default()
+    }
 }

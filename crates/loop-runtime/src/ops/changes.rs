@@ -325,6 +325,7 @@ pub fn apply(
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
     }
+    refuse_if_discarded(&t, id, "apply")?;
     if marked(&t.dir, "applied") {
         return Err(Error::usage(format!(
             "task {id} is already applied; `loop undo {id}` first\nhint: if its files were put back since (a `git checkout`, an edit), `loop undo {id} --forget` stops counting it as applied, leaving the files as they are; then it can be applied again"
@@ -503,6 +504,19 @@ fn redacted_additions(patch: &str) -> Vec<String> {
 const APPLYING: &str = "applying";
 const APPLIED: &str = "applied";
 const UNDOING: &str = "undoing";
+/// Its workspace was discarded (`loop discard`): nothing is left to apply.
+const DISCARDED: &str = "discarded";
+
+/// Refuse to act on task `id`'s workspace once it was discarded, saying
+/// so and what to do.
+fn refuse_if_discarded(t: &Task, id: &str, doing: &str) -> Result<(), Error> {
+    if marked(&t.dir, DISCARDED) {
+        return Err(Error::usage(format!(
+            "task {id}'s workspace was discarded (`loop discard {id}`), so there is nothing to {doing}; its receipt stays in .loop/receipts\nhint: run the task again to redo its work"
+        )));
+    }
+    Ok(())
+}
 
 /// Write a marker in the task's directory, durably.
 fn mark(t: &Task, name: &str, content: &str) -> Result<(), Error> {
@@ -700,6 +714,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
         )));
     }
+    refuse_if_discarded(&t, id, "discard")?;
     // Discarding drops the task's workspace, not the project's files: an
     // apply that cannot be settled is said, and does not block it.
     match settle(&t, id) {
@@ -710,6 +725,7 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     let paths = crate::project::locate::TaskPaths::of(&t.project, id);
     let ws = load_origin(&paths)?;
     ws.discard().map_err(Error::from_cause)?;
+    mark(&t, DISCARDED, "")?;
     // What was kept beside the workspace goes with it (outside the
     // project; the old place in it is the task's directory, kept).
     if paths.near != paths.task_dir {

@@ -45,8 +45,9 @@ pub struct TaskView {
     pub receipt: Option<String>,
     /// Who it belongs to (an API token's owner); none from the command line.
     pub owner: Option<String>,
+    /// Whether its runtime is with it (see [`TaskView::liveness`]).
     #[serde(skip)]
-    liveness: Liveness,
+    pub(crate) liveness: Liveness,
 }
 
 impl TaskView {

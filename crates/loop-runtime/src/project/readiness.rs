@@ -227,7 +227,7 @@ pub fn readiness(project: &Path) -> Readiness {
         ),
         "run where the kernel offers user namespaces, Landlock and seccomp (`loop doctor` says how)",
     ));
-    let key = loop_receipt::state_dir().join("signing.key");
+    let key = loop_receipt::signing_key_path();
     // A key named by the environment counts only where it is there.
     let from_env = std::env::var_os("LOOP_SIGNING_KEY").is_some_and(|v| !v.is_empty())
         || std::env::var_os("LOOP_SIGNING_KEY_FILE")
