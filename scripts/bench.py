@@ -755,6 +755,17 @@ SECTIONS = {"sandbox": sandbox, "flood": flood, "snapshot": snapshot, "steps": s
             "receipts": receipts, "projects": projects, "queue": queue}
 
 
+def said(value, number_as=None):
+    """A `loop doctor --json` value as the benchmark page says it."""
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if number_as and isinstance(value, int):
+        return f"{number_as} {value}" if value > 0 else "NO"
+    return str(value)
+
+
 def machine(a):
     def out(cmd):
         try:
@@ -782,8 +793,8 @@ def machine(a):
         f"user {out(['id', '-un'])}, scratch files on {fs} (`target/bench-tmp`)",
         f"- {out([a.loop, '--version'])} (`{shown}`); {out(['bwrap', '--version'])}; {out(['hyperfine', '--version'])}; "
         f"Python {platform.python_version()}",
-        f"- sandbox: Landlock {doctor.get('landlock', '?')}, seccomp {doctor.get('seccomp', '?')}, memory cgroup "
-        f"{doctor.get('memory_cgroup', '?')} (cgroup {'v2' if out(['stat', '-f', '-c', '%T', '/sys/fs/cgroup']) == 'cgroup2fs' else 'v1'})",
+        f"- sandbox: Landlock {said(doctor.get('landlock'), 'ABI')}, seccomp {said(doctor.get('seccomp'))}, memory cgroup "
+        f"{said(doctor.get('memory_cgroup'))} (cgroup {'v2' if out(['stat', '-f', '-c', '%T', '/sys/fs/cgroup']) == 'cgroup2fs' else 'v1'})",
     ]
 
 

@@ -1802,6 +1802,17 @@ fn audit_and_doctor_find_the_signing_key_where_it_is_kept() {
     let v: serde_json::Value = serde_json::from_slice(&doctor.stdout)
         .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", text(&doctor)));
     assert_eq!(v["signing_key"], key.display().to_string(), "{v}");
+    // Its keys are the labels in snake case, a yes/no a boolean.
+    for (k, _) in v.as_object().unwrap() {
+        assert!(
+            !k.contains("__") && !k.ends_with('_') && k == &k.to_lowercase(),
+            "doctor key {k}: {v}"
+        );
+    }
+    for key in ["fresh_proc", "user_ns", "namespaces", "seccomp"] {
+        assert!(v[key].is_boolean(), "{key}: {v}");
+    }
+    assert!(v["landlock"].is_u64(), "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1844,4 +1855,63 @@ fn a_discarded_task_says_so_when_applied_or_discarded_again() {
         std::fs::read_to_string(p.join("app.py")).unwrap(),
         "print('hello')\n"
     );
+}
+
+/// `loop list` in a directory where nothing was ever run lists nothing
+/// and makes nothing there (no `.loop/`); a project that cannot be
+/// written (as an unprivileged user, a directory that is not theirs) is a
+/// usage error saying where the runtime keeps its tasks, not an internal
+/// failure. The honest case — a run in a project one can write — is every
+/// other test here.
+#[test]
+fn listing_makes_nothing_and_an_unwritable_project_is_said_plainly() {
+    let dir = tmpdir("list-nothing");
+    let plain = dir.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let out = loop_bin()
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .env_remove("LOOP_STORE_URL")
+        .args(["list", "--json", "--project"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+    assert!(!plain.join(".loop").exists(), "list made .loop/");
+    if !shared::can_drop_privileges() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.join("s.yaml");
+    std::fs::write(&script, HONEST).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={}", shared::NOBODY),
+            &format!("--regid={}", shared::NOBODY),
+            "--clear-groups",
+            "--",
+            "env",
+        ])
+        .arg(format!(
+            "LOOP_STATE_DIR={}",
+            std::env::temp_dir()
+                .join(format!("loop-nobody-{}", std::process::id()))
+                .display()
+        ))
+        .arg(shared::shared_binary())
+        .args(["run", "x", "--check", "true", "--allow-vacuous", "--model"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--project")
+        .arg(&plain)
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("cannot create"), "{said}");
+    assert!(said.contains("run in a project you can write to"), "{said}");
+    assert!(!plain.join(".loop").exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }

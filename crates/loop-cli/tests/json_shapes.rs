@@ -150,7 +150,11 @@ fn every_json_shape_matches_its_golden() {
     // Every event kind a run prints, and the lines around them.
     let mut events = Map::new();
     for l in &demo_lines {
-        let kind = l["kind"].as_str().unwrap_or("?").to_string();
+        // Each line says what it is, the last (the verification) too.
+        let kind = l["kind"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a line of `loop demo --json` without a kind: {l}"))
+            .to_string();
         let merged = match events.remove(&kind) {
             Some(old) => merge(old, shape(l)),
             None => shape(l),
@@ -387,4 +391,51 @@ fn what_json_cannot_say_is_an_error_not_an_empty_line() {
     let v = one(&out, "manifest of a UTF-8 directory");
     assert_eq!(v["files"], 1);
     assert_eq!(v["dir"], good.display().to_string());
+}
+
+/// `loop verify --json` of a receipt that does not hold says it proves
+/// nothing: `ok`, `intact` and `verified` all false, whatever its
+/// statement claims; the same receipt untouched says all three true.
+#[test]
+fn a_receipt_that_does_not_hold_is_not_said_verified() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("json-tampered");
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    let out = loop_in(&home)
+        .args(["demo", "--json", "--dir"])
+        .arg(home.join("demo"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let lines = shared::json_lines(&out);
+    let end = lines.iter().find(|l| l["kind"] == "receipt").unwrap();
+    let receipt = PathBuf::from(end["path"].as_str().unwrap());
+    let said = |receipt: &Path| {
+        let out = loop_in(&home)
+            .args(["verify", "--json"])
+            .arg(receipt)
+            .output()
+            .unwrap();
+        (out.status.code(), one(&out, "verify"))
+    };
+    let (code, v) = said(&receipt);
+    assert_eq!(code, Some(0), "{v}");
+    for key in ["ok", "intact", "verified"] {
+        assert_eq!(v[key], true, "{key}: {v}");
+    }
+    // The same receipt with one byte of its signature changed.
+    let mut envelope: Value = serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let sig = envelope["signatures"][0]["sig"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let flipped = if sig.starts_with('A') { "B" } else { "A" };
+    envelope["signatures"][0]["sig"] = Value::String(format!("{flipped}{}", &sig[1..]));
+    let tampered = receipt.with_file_name("tampered.receipt.json");
+    std::fs::write(&tampered, serde_json::to_vec(&envelope).unwrap()).unwrap();
+    let (code, v) = said(&tampered);
+    assert_ne!(code, Some(0), "{v}");
+    for key in ["ok", "intact", "verified"] {
+        assert_eq!(v[key], false, "{key}: {v}");
+    }
 }

@@ -311,10 +311,25 @@ impl Runtime {
     /// This project's tasks (a shared store's other projects' are not
     /// listed; tasks recorded before projects had identities are).
     pub fn tasks(&self) -> Result<Vec<TaskView>, Error> {
+        // Listing a directory where nothing was ever run makes nothing
+        // there (no `.loop/`, no store): it has no tasks.
+        if self.store.get().is_none() && self.nothing_stored()? {
+            return Ok(Vec::new());
+        }
         let scope = self.scope()?;
         crate::ops::query::tasks(self.store()?, &|t| {
             scope.takes(crate::project::locate::stored_project(t).as_ref())
         })
+    }
+
+    /// No store was ever made for this project: no `.loop/loop.db` and no
+    /// store named by the environment or `.loop/store`.
+    fn nothing_stored(&self) -> Result<bool, Error> {
+        Ok(crate::project::locate::store_url(&self.project)?.is_none()
+            && matches!(
+                loop_workspace::door::node(&self.project, ".loop/loop.db"),
+                Ok(loop_workspace::Node::Missing)
+            ))
     }
 
     /// Task `id`.

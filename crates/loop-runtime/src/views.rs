@@ -382,6 +382,10 @@ pub struct ArtifactsChecked<'a> {
 /// `loop verify RECEIPT --json`.
 #[derive(Debug, Serialize)]
 pub struct VerifyLine<'a> {
+    /// What the line is, where lines of several kinds are said together
+    /// (`loop demo --json`: `verification`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
     /// The receipt.
     pub receipt: String,
     /// The verdict asked for holds.

@@ -77,6 +77,11 @@ pub fn demo(dir: Option<PathBuf>, json: bool) -> Result<bool, CliError> {
         println!("\nreceipt   {}", report.receipt.display());
         println!("\n$ loop verify {}", report.receipt.display());
     }
-    let verified = verify::verify(&report.receipt, None, None, json, (false, false))?;
+    let verified = verify::verify_as(
+        &report.receipt,
+        (None, None),
+        json.then_some(Some("verification")),
+        (false, false),
+    )?;
     Ok(verified && report.outcome.kind == OutcomeKind::Verified)
 }

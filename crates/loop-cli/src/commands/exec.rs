@@ -105,20 +105,46 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
 }
 
 /// What `loop doctor` found, row by row: printed as aligned lines, or
-/// gathered into one JSON object (a label seen twice holds a list).
+/// gathered into one JSON object keyed by each label in snake case (`fresh
+/// /proc` is `fresh_proc`), a yes/no as a boolean, a label seen twice
+/// holding a list.
 struct Rows {
     json: bool,
     map: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A doctor's label as a JSON key: lower case, each run of anything but
+/// letters and digits one `_` (an apostrophe nothing).
+fn key_of(label: &str) -> String {
+    let mut key = String::new();
+    for c in label.chars().filter(|c| *c != '\'') {
+        if c.is_ascii_alphanumeric() {
+            key.push(c.to_ascii_lowercase());
+        } else if !key.is_empty() && !key.ends_with('_') {
+            key.push('_');
+        }
+    }
+    key.trim_end_matches('_').to_string()
+}
+
 impl Rows {
+    /// A yes/no row: `yes` or `NO` on the screen, a boolean in JSON.
+    fn flag(&mut self, label: &str, on: bool) {
+        self.said(label, if on { "yes" } else { "NO" }.into(), on.into());
+    }
+
     fn row(&mut self, label: &str, value: impl Into<String>) {
         let value = value.into();
+        self.said(label, value.clone(), value.into());
+    }
+
+    /// A row said as `text` on the screen and as `value` in JSON.
+    fn said(&mut self, label: &str, text: String, value: serde_json::Value) {
         if !self.json {
-            println!("{label:<13} {value}");
+            println!("{label:<13} {text}");
             return;
         }
-        let key = label.replace([' ', '/'], "_");
+        let key = key_of(label);
         // Labels that can repeat are lists always, so their type is one.
         if matches!(key.as_str(), "note" | "toolchain") {
             if let serde_json::Value::Array(list) = self
@@ -126,15 +152,15 @@ impl Rows {
                 .entry(key)
                 .or_insert_with(|| serde_json::Value::Array(Vec::new()))
             {
-                list.push(value.into());
+                list.push(value);
             }
             return;
         }
         match self.map.get_mut(&key) {
-            Some(serde_json::Value::Array(list)) => list.push(value.into()),
-            Some(old) => *old = serde_json::Value::Array(vec![old.take(), value.into()]),
+            Some(serde_json::Value::Array(list)) => list.push(value),
+            Some(old) => *old = serde_json::Value::Array(vec![old.take(), value]),
             None => {
-                self.map.insert(key, value.into());
+                self.map.insert(key, value);
             }
         }
     }
@@ -147,20 +173,20 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
         map: serde_json::Map::new(),
     };
     let s = loop_sandbox::probe::support();
-    let yes = |b: bool| if b { "yes" } else { "NO" };
     out.row("user", if s.root { "root" } else { "unprivileged" });
-    out.row("user ns", yes(s.userns));
-    out.row("namespaces", yes(s.namespaces));
-    out.row("fresh /proc", yes(s.proc_mount));
-    out.row(
+    out.flag("user ns", s.userns);
+    out.flag("namespaces", s.namespaces);
+    out.flag("fresh /proc", s.proc_mount);
+    out.said(
         "landlock",
         if s.landlock_abi > 0 {
             format!("ABI {}", s.landlock_abi)
         } else {
             "NO".into()
         },
+        s.landlock_abi.into(),
     );
-    out.row("seccomp", yes(s.seccomp));
+    out.flag("seccomp", s.seccomp);
     out.row(
         "shares/setup",
         if s.namespaces {
@@ -183,15 +209,15 @@ pub fn doctor(project: &std::path::Path, json: bool) -> Result<u8, CliError> {
     match loop_sandbox::run(&req) {
         Ok(r) => {
             let i = &r.isolation;
-            out.row("memory cgroup", yes(i.memory_cgroup));
-            out.row("pids cgroup", yes(i.pids_cgroup));
-            out.row("ipc namespace", yes(i.ipc_namespace));
-            out.row("cgroup namespace", yes(i.cgroup_namespace));
-            out.row("no terminal", yes(i.no_terminal));
+            out.flag("memory cgroup", i.memory_cgroup);
+            out.flag("pids cgroup", i.pids_cgroup);
+            out.flag("ipc namespace", i.ipc_namespace);
+            out.flag("cgroup namespace", i.cgroup_namespace);
+            out.flag("no terminal", i.no_terminal);
             if i.runtime_terminal {
                 out.row("runtime's terminal", "yes (asked for with --tty)");
             }
-            out.row("no capabilities", yes(i.no_capabilities));
+            out.flag("no capabilities", i.no_capabilities);
             out.row(
                 "disk budget",
                 match i.disk_mb {

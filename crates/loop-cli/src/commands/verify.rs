@@ -44,6 +44,17 @@ pub fn verify(
     artifacts: Option<&Path>,
     pubkey: Option<&Path>,
     json: bool,
+    flags: (bool, bool),
+) -> Result<bool, CliError> {
+    verify_as(receipt, (artifacts, pubkey), json.then_some(None), flags)
+}
+
+/// [`verify`], its JSON line (`json`) led by `"kind": KIND` when a kind is
+/// given (the demo's lines each say what they are).
+pub(crate) fn verify_as(
+    receipt: &Path,
+    (artifacts, pubkey): (Option<&Path>, Option<&Path>),
+    json: Option<Option<&'static str>>,
     (integrity_only, allow_extra): (bool, bool),
 ) -> Result<bool, CliError> {
     let check = loop_runtime::verify_receipt_with(receipt, artifacts, pubkey, allow_extra)?;
@@ -52,8 +63,8 @@ pub fn verify(
         verified: check.verified,
         integrity_only,
     };
-    if json {
-        crate::ui::say_json(&to_json(&check, verdict))?;
+    if let Some(kind) = json {
+        crate::ui::say_json(&to_json(&check, verdict, kind))?;
     } else {
         // A receipt from elsewhere is hostile input like any other.
         print!("{}", crate::ui::screen::defang(&render(&check, verdict)));
@@ -169,14 +180,21 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
     s
 }
 
-fn to_json(check: &ReceiptCheck, verdict: ReceiptVerdict) -> loop_runtime::views::VerifyLine<'_> {
+fn to_json<'a>(
+    check: &'a ReceiptCheck,
+    verdict: ReceiptVerdict,
+    kind: Option<&'static str>,
+) -> loop_runtime::views::VerifyLine<'a> {
     use loop_runtime::views::{ArtifactsChecked, LedgerChecked, VerifyLine};
     let report = &check.report;
     VerifyLine {
+        kind,
         receipt: report.receipt.display().to_string(),
         ok: verdict.ok(),
         intact: verdict.intact,
-        verified: verdict.verified,
+        // A receipt that does not hold proves nothing verified, whatever
+        // its statement says.
+        verified: verdict.intact && verdict.verified,
         integrity_only: verdict.integrity_only,
         signature: signature_line(check),
         statement_problems: &report.statement_problems,

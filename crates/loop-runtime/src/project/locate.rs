@@ -158,8 +158,19 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
             )));
         }
     }
-    std::fs::create_dir_all(&state)
-        .map_err(|e| Error::internal(format!("cannot create .loop: {e}")))?;
+    std::fs::create_dir_all(&state).map_err(|e| {
+        let message = format!("cannot create {}: {e}", state.display());
+        match e.kind() {
+            // Not the runtime's failure: where it was asked to keep its
+            // tasks cannot be written.
+            std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
+                Error::usage(format!(
+                    "{message}\nhint: the runtime keeps a project's tasks in its .loop/; run in a project you can write to (or name a shared store with LOOP_STORE_URL)"
+                ))
+            }
+            _ => Error::internal(message),
+        }
+    })?;
     if !loop_workspace::door::is_file(project, ".loop/.gitignore") {
         loop_workspace::door::write(project, ".loop/.gitignore", b"*\n")
             .map_err(|e| Error::internal(e.to_string()))?;
