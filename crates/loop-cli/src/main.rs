@@ -111,6 +111,52 @@ fn main() -> ExitCode {
     }
 }
 
+/// For an unknown subcommand clap found nothing like (`loop rn`), the
+/// subcommand one or two edits away from what was typed, if exactly one
+/// is nearest.
+fn closest_subcommand(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != clap::error::ErrorKind::InvalidSubcommand
+        || e.get(ContextKind::SuggestedSubcommand).is_some()
+    {
+        return None;
+    }
+    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidSubcommand) else {
+        return None;
+    };
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut best: Vec<(usize, String)> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .map(|name| (edits(typed, &name), name))
+        .filter(|(d, _)| *d <= 2)
+        .collect();
+    best.sort();
+    match best.as_slice() {
+        [(d, name)] => (*d > 0).then(|| name.clone()),
+        [(d, name), (d2, _), ..] if d < d2 => Some(name.clone()),
+        _ => None,
+    }
+}
+
+/// Edits (insert, delete, replace) from `a` to `b`.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
 /// A server, a worker or an MCP server: it runs its tasks until told to
 /// stop, and a closed pipe or a signal is for it to handle.
 fn long_lived(command: &Command) -> bool {
@@ -128,16 +174,23 @@ fn parse_failed(e: clap::Error) -> ExitCode {
     // not a panic.)
     let exec = std::env::args_os().nth(1).is_some_and(|a| a == "exec");
     let json = std::env::args_os().any(|a| a == "--json");
+    let nearest = closest_subcommand(&e);
     if json && e.use_stderr() {
         let code = if exec { 125 } else { e.exit_code() };
         let code = code.clamp(0, 255) as u8;
         let mut text = e.render().to_string();
+        if let Some(n) = &nearest {
+            text.push_str(&format!("\nhint: did you mean `loop {n}`?"));
+        }
         // clap's own "For more information, try '--help'." is a hint.
         text = text.replace("For more information, try", "hint: for more, try");
         failure::tell(true, code, text.trim_start_matches("error: "));
         return ExitCode::from(code);
     }
     let _ = e.print();
+    if let Some(n) = &nearest {
+        eprintln!("hint: did you mean `loop {n}`?");
+    }
     // The command goes after `--`: say so when it was left out.
     if exec
         && !std::env::args_os().any(|a| a == "--")

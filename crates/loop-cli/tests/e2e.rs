@@ -1915,3 +1915,81 @@ fn listing_makes_nothing_and_an_unwritable_project_is_said_plainly() {
     assert!(!plain.join(".loop").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A subcommand mistyped past what clap suggests (`loop rn`) gets a
+/// "did you mean"; one clap already suggests is not said twice; nonsense
+/// gets no guess.
+#[test]
+fn a_mistyped_subcommand_is_answered_with_the_nearest() {
+    let said = |args: &[&str]| {
+        let out = loop_bin().args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = said(&["rn"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("did you mean `loop run`?"), "{err}");
+    let (_, err) = said(&["rn", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(err.trim()).unwrap();
+    assert!(
+        v["error"]["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("did you mean `loop run`?"),
+        "{v}"
+    );
+    let (code, err) = said(&["lst"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.matches("list").count(), 1, "said once: {err}");
+    let (code, err) = said(&["zzzzzzzz"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+/// A run's last lines say what comes next: a verified change is to be
+/// looked at and applied (naming the task), a task that ran out of steps
+/// can be given more; a run that simply failed is not offered either.
+#[test]
+fn a_run_ends_by_saying_what_comes_next() {
+    let p = git_project("next-step");
+    let run = |extra: &[&str], script: &str| {
+        let c = loop_run(&p, script, extra);
+        // For a person: the same command without --json.
+        let args: Vec<_> = c
+            .get_args()
+            .filter(|a| *a != "--json")
+            .map(|a| a.to_owned())
+            .collect();
+        let out = loop_bin().args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = run(&[], HONEST);
+    let id = said
+        .lines()
+        .find_map(|l| l.strip_prefix("receipt "))
+        .map(|p| {
+            Path::new(p.trim())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_end_matches(".receipt.json")
+                .to_string()
+        })
+        .unwrap_or_else(|| panic!("no receipt line: {said}"));
+    assert!(
+        said.contains(&format!(
+            "next    `loop diff {id}` shows the change; `loop apply {id}` puts it in the project"
+        )),
+        "{said}"
+    );
+    // One step, and the model never finishes: the step limit.
+    let stubborn = "turns:\n  - calls:\n      - {tool: read_file, args: {path: app.py}}\n";
+    let said = run(&["--max-steps", "1"], stubborn);
+    assert!(
+        said.contains("--add-steps 10` goes on from where it stopped"),
+        "{said}"
+    );
+    assert!(!said.contains("loop apply"), "{said}");
+}

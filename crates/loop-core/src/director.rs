@@ -1085,10 +1085,10 @@ impl<'a> Director<'a> {
     ) -> Result<Phase, DirectorError> {
         let objection = match self.review(report, attempt)? {
             Review::Approved => {
-                let reason = format!(
-                    "all {} criteria passed on fresh snapshots (attempt {attempt})",
-                    self.contract.criteria.len()
-                );
+                let reason = match self.contract.criteria.len() {
+                    1 => format!("the one criterion passed on fresh snapshots (attempt {attempt})"),
+                    n => format!("all {n} criteria passed on fresh snapshots (attempt {attempt})"),
+                };
                 return Ok(Phase::End(Outcome::Verified(acceptance), reason));
             }
             Review::Objection(o) => o,

@@ -146,12 +146,38 @@ pub(crate) fn report_end(report: &TaskReport, story: &story::Story) -> Result<u8
         })?;
     } else {
         println!("receipt {}", report.receipt.display());
+        if let Some(next) = next_step(report) {
+            println!("next    {next}");
+        }
     }
     Ok(if report.outcome.kind == OutcomeKind::Verified {
         0
     } else {
         1
     })
+}
+
+/// What a person can do next with a task that ended as `report` did: look
+/// at a verified change and apply it; give a task that reached a limit
+/// more of that limit.
+fn next_step(report: &TaskReport) -> Option<String> {
+    use loop_protocol::LimitKind;
+    let id = &report.task_id;
+    match report.outcome.kind {
+        OutcomeKind::Verified => Some(format!(
+            "`loop diff {id}` shows the change; `loop apply {id}` puts it in the project"
+        )),
+        OutcomeKind::LimitReached => Some(format!(
+            "`loop resume {id} {}` goes on from where it stopped",
+            match report.outcome.limit {
+                Some(LimitKind::Tokens) => "--add-tokens 50000",
+                Some(LimitKind::Time) => "--add-secs 600",
+                Some(LimitKind::Cost) => "--add-usd 1",
+                Some(LimitKind::Steps) | None => "--add-steps 10",
+            }
+        )),
+        _ => None,
+    }
 }
 
 /// `loop resume ID`: run an interrupted task to its end here, or give one

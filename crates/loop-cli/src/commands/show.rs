@@ -132,9 +132,12 @@ fn stat_text(stats: &[FileStat], screen: &Screen) -> String {
     }
     let added: u64 = stats.iter().map(|s| s.added).sum();
     let removed: u64 = stats.iter().map(|s| s.removed).sum();
+    let count = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     out.push_str(&format!(
-        " {} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)\n",
-        stats.len()
+        " {} changed: {} added, {} removed\n",
+        count(stats.len() as u64, "file", "files"),
+        count(added, "line", "lines"),
+        count(removed, "line", "lines"),
     ));
     out
 }
@@ -410,7 +413,10 @@ mod tests {
         };
         let text = stat_text(&s, &screen);
         assert!(text.contains(" a.py    |     3 ++-"), "{text}");
-        assert!(text.contains("2 file(s) changed, 2 insertion(s)(+), 1 deletion(s)(-)"));
+        assert!(
+            text.contains("2 files changed: 2 lines added, 1 line removed"),
+            "{text}"
+        );
     }
 
     #[test]
