@@ -72,6 +72,11 @@ pub(crate) enum Command {
         /// applied (hooks, `.envrc`, editor tasks, git configuration).
         #[arg(long)]
         trust_host_files: bool,
+        /// Where the project's HEAD moved since the task began, apply it on
+        /// HEAD all the same, when every file it changes is as it was then
+        /// (its checks ran on the commit it began from).
+        #[arg(long)]
+        onto_head: bool,
         /// Only settle an interrupted apply or undo of the task (every
         /// command that touches the task does this first).
         #[arg(long)]

@@ -1993,3 +1993,65 @@ fn a_run_ends_by_saying_what_comes_next() {
     );
     assert!(!said.contains("loop apply"), "{said}");
 }
+
+/// The project's HEAD moved since the task began: with the files it
+/// changes untouched, the refusal names `--onto-head`, which then applies
+/// it on the new HEAD; where a commit changed one of its files, the
+/// refusal says to merge by hand, and `--onto-head` changes nothing.
+#[test]
+fn apply_onto_a_moved_head_only_when_its_files_are_untouched_and_asked() {
+    let p = git_project("git-onto-head");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    // An unrelated commit moves HEAD.
+    std::fs::write(p.join("NOTES.md"), "notes\n").unwrap();
+    sh(&p, "git add NOTES.md && git commit -qm notes");
+    let out = task_cmd("apply", &id, &p);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("`loop apply {id} --onto-head` applies it on")),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('draft')\n"
+    );
+    let out = loop_bin()
+        .args(["apply", &id, "--onto-head", "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('hello')\n"
+    );
+    // A second task, then a commit that changes the file it changes.
+    let task_cmd_ok = task_cmd("undo", &id, &p);
+    assert_eq!(task_cmd_ok.status.code(), Some(0), "{}", text(&task_cmd_ok));
+    let r = run_script(&p, HONEST, &[]);
+    let id = task_id(&r);
+    std::fs::write(p.join("app.py"), "print('someone else')\n").unwrap();
+    sh(&p, "git commit -qam theirs");
+    let out = loop_bin()
+        .args(["apply", &id, "--onto-head", "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("files it changes were changed since"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("`loop diff {id} | git apply -3`")),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.join("app.py")).unwrap(),
+        "print('someone else')\n"
+    );
+}

@@ -418,12 +418,11 @@ impl Runtime {
     pub fn apply(
         &self,
         id: &str,
-        confirmed: bool,
-        trust_host_files: bool,
+        consent: crate::ops::changes::ApplyConsent,
         observer: &mut dyn Observer,
     ) -> Result<Settled, Error> {
         self.bring_receipt(id);
-        crate::ops::changes::apply(&self.project, id, confirmed, trust_host_files, observer)
+        crate::ops::changes::apply(&self.project, id, consent, observer)
     }
 
     /// Settle an apply or undo that was killed midway.

@@ -701,6 +701,10 @@ struct ApplyBody {
     /// Consent to files that would run code on the host.
     #[serde(default)]
     trust_host_files: bool,
+    /// Apply on the project's HEAD where it moved since the task began,
+    /// when every file the change touches is as it was then.
+    #[serde(default)]
+    onto_head: bool,
 }
 
 fn settled(
@@ -745,7 +749,12 @@ async fn apply(
     blocking(move || {
         visible(&rt, &caller, &id)?;
         let mut notes = Notes::default();
-        let r = rt.apply(&id, body.confirm, body.trust_host_files, &mut notes)?;
+        let consent = loop_runtime::ApplyConsent {
+            confirmed: body.confirm,
+            trust_host_files: body.trust_host_files,
+            onto_head: body.onto_head,
+        };
+        let r = rt.apply(&id, consent, &mut notes)?;
         Ok(settled(rt.project(), "apply", &id, r, notes))
     })
     .await

@@ -135,7 +135,7 @@ fn apply_body() -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "properties": {"confirm": {"type": "boolean"}, "trust_host_files": {"type": "boolean"}}
+        "properties": {"confirm": {"type": "boolean"}, "trust_host_files": {"type": "boolean"}, "onto_head": {"type": "boolean"}}
     })
 }
 

@@ -57,9 +57,17 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             id,
             yes,
             trust_host_files,
+            onto_head,
             recover,
             project,
-        } => settle::apply(&project, &id, (yes, trust_host_files, recover), json),
+        } => {
+            let consent = loop_runtime::ApplyConsent {
+                confirmed: yes,
+                trust_host_files,
+                onto_head,
+            };
+            settle::apply(&project, &id, (consent, recover), json)
+        }
         Command::Undo {
             id,
             forget,

@@ -11,7 +11,7 @@ use std::path::Path;
 pub(crate) fn apply(
     project: &Path,
     id: &str,
-    (yes, trust_host_files, recover): (bool, bool, bool),
+    (consent, recover): (loop_runtime::ApplyConsent, bool),
     json: bool,
 ) -> Result<u8, CliError> {
     let runtime = Runtime::open(project)?;
@@ -21,7 +21,7 @@ pub(crate) fn apply(
         let s = runtime.recover(&id, &mut story)?;
         return settled(s, &story, "recover", Some(&id));
     }
-    let s = runtime.apply(&id, yes, trust_host_files, &mut story)?;
+    let s = runtime.apply(&id, consent, &mut story)?;
     settled(s, &story, "apply", Some(&id))
 }
 

@@ -314,13 +314,29 @@ fn record_fact_with(
 }
 
 /// `loop apply ID`.
+/// What a person consented to with an apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyConsent {
+    /// They reviewed the change (the Loopfile's `checkpoints.before_apply`).
+    pub confirmed: bool,
+    /// Files that would run code on this machine come home.
+    pub trust_host_files: bool,
+    /// The project's HEAD moved since the task began: apply it there all
+    /// the same, when every file it changes is as it was when it began.
+    pub onto_head: bool,
+}
+
 pub fn apply(
     project: &Path,
     id: &str,
-    confirmed: bool,
-    trust_host_files: bool,
+    consent: ApplyConsent,
     out: &mut dyn crate::Observer,
 ) -> Result<Settled, Error> {
+    let ApplyConsent {
+        confirmed,
+        trust_host_files,
+        onto_head,
+    } = consent;
     let t = task(project, id)?;
     if let Some(what) = settle(&t, id)? {
         out.note(&format!("task {id}: {what}"));
@@ -367,14 +383,10 @@ pub fn apply(
         ask_for_review(&t, id, &cs, out);
         return Ok(Settled::NothingChanged);
     }
-    if let Some(base) = &cs.base_commit {
-        let head = git_head(&t.project).unwrap_or_default();
-        if &head != base {
-            out.note(&format!(
-                "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}"
-            ));
-            return Ok(Settled::NothingChanged);
-        }
+    if let Some(base) = &cs.base_commit
+        && !head_moved_ok(&t, id, (base, &cs), onto_head, out)?
+    {
+        return Ok(Settled::NothingChanged);
     }
     let journal = Journal::new(&t.dir.join("apply-journal"), &t.project);
     // The intent first: a kill from here on is settled by the next command.
@@ -384,6 +396,53 @@ pub fn apply(
         Err(e) => {
             unmark(&t, APPLYING);
             refused(e, "applied", out)
+        }
+    }
+}
+
+/// Whether an apply goes on where the project's HEAD is not the commit
+/// the task began from (`base`): only with `onto_head`, and only when
+/// every file the change set touches is as it was then. Otherwise said,
+/// with the way forward.
+fn head_moved_ok(
+    t: &Task,
+    id: &str,
+    (base, cs): (&str, &ChangeSet),
+    onto_head: bool,
+    out: &mut dyn crate::Observer,
+) -> Result<bool, Error> {
+    let head = git_head(&t.project).unwrap_or_default();
+    if head == base {
+        return Ok(true);
+    }
+    let untouched = matches!(
+        cs.standing(&t.project),
+        Ok(loop_workspace::Standing::Before)
+    );
+    match (untouched, onto_head) {
+        (true, true) => {
+            out.note(&format!(
+                "the project's HEAD is {head}, the task started from {base}; every file it changes is as it was then, so it is applied on {head} (--onto-head)"
+            ));
+            Ok(true)
+        }
+        (true, false) => {
+            out.note(&format!(
+                "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}"
+            ));
+            out.note(&format!(
+                "every file it changes is as it was when it began: `loop apply {id} --onto-head` applies it on {head} (its checks ran on {base}, not on {head})"
+            ));
+            Ok(false)
+        }
+        (false, _) => {
+            out.note(&format!(
+                "conflict, nothing applied: the project's HEAD is {head}, the task started from {base}, and files it changes were changed since"
+            ));
+            out.note(&format!(
+                "`loop diff {id} | git apply -3` merges it by hand, or run the task again from {head}"
+            ));
+            Ok(false)
         }
     }
 }
