@@ -840,12 +840,15 @@ fn without_a_terminal_a_question_is_denied_at_once_and_the_ledger_says_by_whom()
         .unwrap()
         .to_string();
     assert!(!workspace(&project, &id).join("approved.txt").exists());
-    // --on-prompt allow, and --yes, answer yes, and say so.
-    for flag in [&["--on-prompt", "allow"][..], &["--yes"][..]] {
+    // --on-prompt allow, and --yes, answer yes, and say which did.
+    for (flag, by) in [
+        (&["--on-prompt", "allow"][..], "--on-prompt allow"),
+        (&["--yes"][..], "--yes"),
+    ] {
         let (ev, dir, project, _) = run_headless(&format!("headless-allow-{}", flag.len()), flag);
         let d = decided(&ev);
         assert_eq!(d["decision"], "approved", "{flag:?}: {d}");
-        assert_eq!(d["by"], "--on-prompt allow", "{flag:?}: {d}");
+        assert_eq!(d["by"], by, "{flag:?}: {d}");
         let id = first_task(&dir, &project)["id"]
             .as_str()
             .unwrap()
@@ -1089,4 +1092,45 @@ fn the_code_policy_gate_judges_a_commands_effects() {
     );
     assert!(!ws.join("b.py").exists());
     assert!(ws.join("notes.txt").exists());
+}
+
+/// With no terminal and no `--on-prompt`, a checkpoint is denied by the
+/// run itself: the task ends `cancelled` saying nobody could be asked
+/// (never "stopped by a person"), and the story does not tell anyone to
+/// `loop approve` a question that is already answered. (A person's deny
+/// is `after_failed_repairs_a_person_is_asked…`'s "stopped by a person".)
+#[test]
+fn a_checkpoint_nobody_could_be_asked_is_not_said_to_be_a_persons() {
+    let (dir, project) = setup("checkpoint-unattended", 60);
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "checkpoints:\n  after_failed_repairs: 1\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.yaml"), REPAIRS).unwrap();
+    let out = loop_cmd(&dir)
+        .args([
+            "run",
+            "make approved.txt",
+            "--check",
+            "test -f approved.txt",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", dir.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let t = first_task(&dir, &project);
+    assert_eq!(t["outcome"], "cancelled", "{t}");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("nobody could be asked, so it was denied (--on-prompt deny"),
+        "{reason}"
+    );
+    assert!(!reason.contains("by a person"), "{reason}");
+    assert!(!said.contains("loop approve"), "{said}");
 }

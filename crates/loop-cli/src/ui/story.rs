@@ -25,6 +25,9 @@ pub struct Story {
     detach: Option<Detach>,
     /// With `json`, the notes (kept for the command's JSON result).
     notes: Vec<String>,
+    /// This run answers questions itself (`--yes`, `--on-prompt allow`
+    /// or `deny`): a request is not told as waiting for `loop approve`.
+    answered_here: bool,
 }
 
 impl Story {
@@ -38,6 +41,23 @@ impl Story {
             view: None,
             detach: None,
             notes: Vec::new(),
+            answered_here: false,
+        }
+    }
+
+    /// The lines for `event` (see [`narrate`]); a request this run answers
+    /// itself is not told as waiting for `loop approve`.
+    fn narrated(&self, event: &Event) -> String {
+        match event {
+            Event::ApprovalRequested { detail, rule, .. } if self.answered_here => format!(
+                "  ⏸ `{}` needs approval (rule `{rule}`); this run answers it itself\n",
+                one_line(detail, 60)
+            ),
+            Event::CheckpointRequested { reason, .. } if self.answered_here => format!(
+                "\n⏸ checkpoint: {}; this run answers it itself\n",
+                one_line(reason, 90)
+            ),
+            _ => narrate(event, &self.calls, &self.task_id),
         }
     }
 
@@ -60,6 +80,12 @@ impl Story {
         on_prompt: loop_runtime::OnPrompt,
     ) -> Self {
         let mut story = Story::new(json);
+        story.answered_here = matches!(
+            on_prompt,
+            loop_runtime::OnPrompt::Allow
+                | loop_runtime::OnPrompt::Yes
+                | loop_runtime::OnPrompt::Deny
+        );
         if !json && story.screen.live {
             let view = LiveView::new(story.screen);
             let detach = project.map(|p| Detach {
@@ -67,7 +93,7 @@ impl Story {
                 task_id: Default::default(),
                 requested: Default::default(),
                 on_prompt: match on_prompt {
-                    loop_runtime::OnPrompt::Allow => "allow",
+                    loop_runtime::OnPrompt::Allow | loop_runtime::OnPrompt::Yes => "allow",
                     loop_runtime::OnPrompt::Deny => "deny",
                     loop_runtime::OnPrompt::Ask | loop_runtime::OnPrompt::Wait => "wait",
                 },
@@ -221,7 +247,7 @@ impl Observer for Story {
             return;
         }
         let Some(view) = self.view.clone() else {
-            self.print(&narrate(event, &self.calls, &self.task_id));
+            self.print(&self.narrated(event));
             return;
         };
         if matches!(
@@ -241,7 +267,7 @@ impl Observer for Story {
                 rejection.as_deref(),
                 view.take_checks_shown(),
             ),
-            _ => narrate(event, &self.calls, &self.task_id),
+            _ => self.narrated(event),
         };
         self.print(&text);
         let calls = &self.calls;

@@ -123,6 +123,10 @@ impl Director<'_> {
                 "cancelled by request at a checkpoint".into(),
             )));
         }
+        let by = self
+            .approvals
+            .as_deref_mut()
+            .and_then(|a| a.decided_by(&approval_id));
         self.record(Event::CheckpointDecided {
             approval_id,
             decision,
@@ -137,9 +141,16 @@ impl Director<'_> {
                 }
                 Ok(None)
             }
+            // A flag that answers for nobody (`--on-prompt deny`, no
+            // terminal) is not a person stopping it: said as what it was.
             ApprovalDecision::Denied => Ok(Some((
                 Outcome::Cancelled,
-                format!("stopped by a person at a checkpoint ({reason})"),
+                match by.filter(|b| b.starts_with("--")) {
+                    Some(flag) => format!(
+                        "stopped at a checkpoint ({reason}): nobody could be asked, so it was denied ({flag})"
+                    ),
+                    None => format!("stopped by a person at a checkpoint ({reason})"),
+                },
             ))),
             _ => Ok(Some((
                 Outcome::Cancelled,

@@ -460,8 +460,10 @@ pub enum OnPrompt {
     Ask,
     /// Nobody can answer here: deny (the default without a terminal).
     Deny,
-    /// Answer yes (`--on-prompt allow`, or `--yes`).
+    /// Answer yes (`--on-prompt allow`).
     Allow,
+    /// Answer yes (`--yes`): as `Allow`, and the record says `--yes`.
+    Yes,
     /// Wait for `loop approve`, until the approval timeout.
     Wait,
 }
@@ -487,7 +489,7 @@ impl OnPrompt {
         use std::io::IsTerminal;
         match (flag, yes) {
             (Some(m), _) => m,
-            (None, true) => OnPrompt::Allow,
+            (None, true) => OnPrompt::Yes,
             (None, false) if std::io::stdin().is_terminal() => OnPrompt::Ask,
             (None, false) => OnPrompt::Deny,
         }
@@ -577,6 +579,7 @@ impl StoreApprovals<'_> {
                 None,
             )?,
             OnPrompt::Allow => self.answer(approval_id, true, "--on-prompt allow", None)?,
+            OnPrompt::Yes => self.answer(approval_id, true, "--yes", None)?,
             OnPrompt::Ask if !checkpoint && self.always.contains(rule) => self.answer(
                 approval_id,
                 true,
