@@ -1134,3 +1134,53 @@ fn a_checkpoint_nobody_could_be_asked_is_not_said_to_be_a_persons() {
     assert!(!reason.contains("by a person"), "{reason}");
     assert!(!said.contains("loop approve"), "{said}");
 }
+
+/// A person who stops a task at a checkpoint with a message is heard: the
+/// message is in the task's reason (what `loop status` and the story's
+/// last line say), as well as in the recorded decision.
+#[test]
+fn a_persons_deny_message_is_in_how_the_task_ended() {
+    let (dir, project, child) = start_repairs(
+        "checkpoint-deny-message",
+        "checkpoints:\n  after_failed_repairs: 1\n",
+    );
+    let id = await_state(&dir, &project, "awaiting_input");
+    let out = loop_cmd(&dir)
+        .args([
+            "approve",
+            &id,
+            "--deny",
+            "--message",
+            "wrong approach, try the parser",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let t = first_task(&dir, &project);
+    let reason = t["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("stopped by a person at a checkpoint"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with(": wrong approach, try the parser"),
+        "{reason}"
+    );
+    let ev = events(&out);
+    let decided = ev
+        .iter()
+        .find(|e| e["kind"] == "checkpoint_decided")
+        .unwrap();
+    assert_eq!(
+        decided["message"], "wrong approach, try the parser",
+        "{decided}"
+    );
+}

@@ -149,7 +149,10 @@ impl Director<'_> {
                     Some(flag) => format!(
                         "stopped at a checkpoint ({reason}): nobody could be asked, so it was denied ({flag})"
                     ),
-                    None => format!("stopped by a person at a checkpoint ({reason})"),
+                    None => match &message {
+                        Some(m) => format!("stopped by a person at a checkpoint ({reason}): {m}"),
+                        None => format!("stopped by a person at a checkpoint ({reason})"),
+                    },
                 },
             ))),
             _ => Ok(Some((
