@@ -522,6 +522,55 @@ fn finished(used: &BudgetUse) -> String {
 /// The narration of a verification: its seal, each check (unless they
 /// were shown one by one as they ran: then only failures' stderr), its
 /// artifacts and its decision.
+/// The lines of a failing check's output that say what failed: which test
+/// (`FAIL: test_x`, `FAILED tests/…::test_x`, `--- FAIL: TestX`, `●`,
+/// Rust's `panicked at`), and the assertion or error it ended with
+/// (`AssertionError: …`, pytest's `E   …`, `left:`/`right:`), in their
+/// order, then the runner's last line; the last three lines when nothing
+/// is recognised.
+fn telling_lines(excerpt: &str) -> Vec<&str> {
+    let lines: Vec<&str> = excerpt.lines().filter(|l| !l.trim().is_empty()).collect();
+    let which = |l: &str| {
+        let t = l.trim_start();
+        t.starts_with("FAIL:")
+            || t.starts_with("ERROR:")
+            || t.starts_with("FAILED ")
+            || t.starts_with("--- FAIL:")
+            || t.starts_with("● ")
+            || t.contains("panicked at")
+    };
+    let what = |l: &str| {
+        let t = l.trim_start();
+        t.starts_with("E ")
+            || t.starts_with("left:")
+            || t.starts_with("right:")
+            || t.starts_with("assertion")
+            || t.split_once(": ")
+                .is_some_and(|(head, _)| head.ends_with("Error") || head.ends_with("Exception"))
+    };
+    let mut picked: Vec<usize> = Vec::new();
+    if let Some(i) = lines.iter().position(|l| which(l)) {
+        picked.push(i);
+    }
+    picked.extend(
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| what(l))
+            .map(|(i, _)| i)
+            .take(2),
+    );
+    if picked.is_empty() {
+        return lines.iter().rev().take(3).rev().copied().collect();
+    }
+    if let Some(last) = lines.len().checked_sub(1) {
+        picked.push(last);
+    }
+    picked.sort_unstable();
+    picked.dedup();
+    picked.into_iter().map(|i| lines[i]).collect()
+}
+
 fn verification(
     report: &loop_protocol::VerificationReport,
     accepted: bool,
@@ -553,8 +602,7 @@ fn verification(
                 if checks_shown {
                     s.push_str(&format!("    ✗ {} stderr:\n", c.id));
                 }
-                let tail: Vec<&str> = err.excerpt.lines().rev().take(3).collect();
-                for line in tail.into_iter().rev() {
+                for line in telling_lines(&err.excerpt) {
                     s.push_str(&format!("        stderr │ {line}\n"));
                 }
             }
@@ -605,6 +653,33 @@ fn command_failed(content: &str) -> bool {
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
+
+    #[test]
+    fn a_failing_checks_own_lines_come_before_the_runners_summary() {
+        use super::telling_lines;
+        let unittest = "..F\n======================================================================\nFAIL: test_last (tests.test_app.T.test_last)\n----------------------------------------------------------------------\nTraceback (most recent call last):\n  File \"tests/test_app.py\", line 9, in test_last\n    self.assertEqual(app.last([1, 2]), 2)\nAssertionError: 1 != 2\n\n----------------------------------------------------------------------\nRan 3 tests in 0.001s\n\nFAILED (failures=1)\n";
+        assert_eq!(
+            telling_lines(unittest),
+            [
+                "FAIL: test_last (tests.test_app.T.test_last)",
+                "AssertionError: 1 != 2",
+                "FAILED (failures=1)"
+            ]
+        );
+        let pytest = "F\n=== FAILURES ===\n___ test_last ___\n    def test_last():\n>       assert last([1, 2]) == 2\nE       assert 1 == 2\nE        +  where 1 = last([1, 2])\n=== short test summary info ===\nFAILED tests/test_app.py::test_last - assert 1 == 2\n1 failed in 0.01s\n";
+        assert_eq!(
+            telling_lines(pytest),
+            [
+                "E       assert 1 == 2",
+                "E        +  where 1 = last([1, 2])",
+                "FAILED tests/test_app.py::test_last - assert 1 == 2",
+                "1 failed in 0.01s"
+            ]
+        );
+        // Nothing recognised: the last three lines, as before.
+        assert_eq!(telling_lines("a\nb\nc\nd\n"), ["b", "c", "d"]);
+    }
+
     use super::{command_failed, refusal_place};
 
     #[test]
