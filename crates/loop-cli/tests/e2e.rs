@@ -2055,3 +2055,56 @@ fn apply_onto_a_moved_head_only_when_its_files_are_untouched_and_asked() {
         "print('someone else')\n"
     );
 }
+
+/// Following a task that works quietly says so after a while, and Ctrl-C
+/// stops the following, not the task: it says the task goes on and how to
+/// watch it again, exits 130, and the task ends as it would have.
+#[test]
+fn ctrl_c_in_logs_follow_leaves_the_task_running_and_says_so() {
+    let p = git_project("follow-ctrl-c");
+    let slow = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: run_command, args: {command: sleep 8}}\n      - {tool: finish, args: {summary: prints hello}}\n";
+    let run = loop_run(&p, slow, &[])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let id = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no task"
+        );
+        let out = loop_bin()
+            .args(["list", "--json", "--project"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        if let Some(l) = String::from_utf8_lossy(&out.stdout).lines().next() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            break v["id"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let follow = loop_bin()
+        .args(["logs", &id, "--follow", "--project"])
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Into the quiet `sleep 8`, past the 5 s the follower waits to say so.
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(follow.id() as i32, libc::SIGINT);
+    }
+    let out = follow.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("nothing new recorded for 5 s"), "{err}");
+    assert!(
+        err.contains(&format!("stopped following; task {id} goes on")),
+        "{err}"
+    );
+    let run = run.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "the task ended verified");
+}

@@ -209,6 +209,10 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
     runtime.task(id)?;
     let mut story = Story::new(json);
     let mut next = 0u64;
+    // Ctrl-C stops the following, not the task.
+    let stop = loop_runtime::interrupt::flag();
+    let mut quiet_since = std::time::Instant::now();
+    let mut said_quiet = false;
     loop {
         let recorded = runtime.events(id, next)?;
         for r in &recorded {
@@ -217,6 +221,23 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
         }
         if !follow {
             return Ok(0);
+        }
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!(
+                "(stopped following; task {id} goes on: `loop logs {id} --follow` watches it again, `loop cancel {id}` stops it)"
+            );
+            return Ok(130);
+        }
+        if !recorded.is_empty() {
+            quiet_since = std::time::Instant::now();
+            said_quiet = false;
+        } else if !json && !said_quiet && quiet_since.elapsed() >= Duration::from_secs(5) {
+            // A long command records nothing until it ends: say the wait
+            // is the task's, not a hang.
+            eprintln!(
+                "  … task {id} is working: nothing new recorded for 5 s (a command may be running)"
+            );
+            said_quiet = true;
         }
         let t = runtime.task(id)?;
         if t.liveness() == Liveness::Over && recorded.is_empty() {
