@@ -1992,6 +1992,9 @@ fn a_run_ends_by_saying_what_comes_next() {
         "{said}"
     );
     assert!(!said.contains("loop apply"), "{said}");
+    // Said in words, not the stored name.
+    assert!(said.contains("■ limit reached (steps): "), "{said}");
+    assert!(!said.contains("limit_reached{"), "{said}");
 }
 
 /// The project's HEAD moved since the task began: with the files it

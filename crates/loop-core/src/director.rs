@@ -549,7 +549,12 @@ impl<'a> Director<'a> {
         );
         let record = outcome.record(reason.clone());
         if self.state.machine.state() != TaskState::Terminal {
-            self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
+            // Said for a person: `limit reached (steps)`, as the screen
+            // says it (the record keeps its name).
+            self.go(
+                TaskState::Terminal,
+                format!("{}: {reason}", record.name().words()),
+            )?;
         }
         let used = self.state.budget.used(self.parts.clock.now_ms());
         self.record(Event::Finished {

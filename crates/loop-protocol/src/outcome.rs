@@ -358,6 +358,21 @@ impl OutcomeName {
     }
 }
 
+impl OutcomeName {
+    /// The outcome in words, for a person (`limit reached (steps)`, not
+    /// the stored `limit_reached{steps}`).
+    pub fn words(&self) -> &'static str {
+        match (self.kind, self.limit) {
+            (OutcomeKind::LimitReached, Some(LimitKind::Steps)) => "limit reached (steps)",
+            (OutcomeKind::LimitReached, Some(LimitKind::Tokens)) => "limit reached (tokens)",
+            (OutcomeKind::LimitReached, Some(LimitKind::Time)) => "limit reached (time)",
+            (OutcomeKind::LimitReached, Some(LimitKind::Cost)) => "limit reached (cost)",
+            (OutcomeKind::LimitReached, None) => "limit reached",
+            (kind, _) => kind.name(),
+        }
+    }
+}
+
 /// An outcome's name reads as its text wherever text is wanted (a
 /// listing, a comparison with a recorded name).
 impl std::ops::Deref for OutcomeName {

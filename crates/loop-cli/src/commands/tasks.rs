@@ -49,7 +49,7 @@ pub fn list(project: &Path, json: bool) -> Result<u8, CliError> {
     }
     for t in &tasks {
         let state = match &t.outcome {
-            Some(o) => o.to_string(),
+            Some(o) => o.words().to_string(),
             None => format!("{} ({})", t.state, live_name(t)),
         };
         let instruction: String = t
@@ -138,7 +138,8 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     );
     match &t.outcome {
         Some(o) => say!(
-            "  outcome      {o}: {}",
+            "  outcome      {}: {}",
+            o.words(),
             t.reason.as_deref().unwrap_or_default()
         ),
         None => say!("  state        {} ({})", t.state, live_name(t)),
@@ -255,7 +256,7 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
 
 /// An outcome's name, or nothing when the store holds none.
 fn named(outcome: &Option<loop_protocol::OutcomeName>) -> String {
-    outcome.map(|o| o.to_string()).unwrap_or_default()
+    outcome.map(|o| o.words().to_string()).unwrap_or_default()
 }
 
 /// `loop cancel ID`: ask the running task to stop, and wait (up to 10 s)
