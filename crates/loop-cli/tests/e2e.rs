@@ -2111,3 +2111,72 @@ fn ctrl_c_in_logs_follow_leaves_the_task_running_and_says_so() {
     let run = run.wait_with_output().unwrap();
     assert_eq!(run.status.code(), Some(0), "the task ended verified");
 }
+
+/// `loop init` protects only what is there (the Loopfile itself, and CI
+/// configuration or a licence where the project has them), so `loop
+/// audit` never takes a point off for a glob init wrote that matches
+/// nothing.
+#[test]
+fn init_protects_what_is_there_and_audit_agrees() {
+    for (name, licence) in [("init-bare", false), ("init-licence", true)] {
+        let dir = tmpdir(name);
+        let p = dir.join("p");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("app.py"), "print('hi')\n").unwrap();
+        if licence {
+            std::fs::write(p.join("LICENSE"), "MIT\n").unwrap();
+        }
+        let out = loop_bin()
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(["init", "--project"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let written = std::fs::read_to_string(p.join("Loopfile.yaml")).unwrap();
+        let want = if licence {
+            "protected: [\"Loopfile.yaml\", \"LICENSE*\"]"
+        } else {
+            "protected: [\"Loopfile.yaml\"]"
+        };
+        assert!(written.contains(want), "{written}");
+        let out = loop_bin()
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(["audit", "--json", "--project"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let point = v["readiness"]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["point"] == "protected paths")
+            .cloned()
+            .unwrap();
+        assert_eq!(point["ok"], true, "{point}");
+        // A glob written by hand that matches nothing is still flagged.
+        std::fs::write(
+            p.join("Loopfile.yaml"),
+            written.replace(want, "protected: [\"Loopfile.yaml\", \"docs/**\"]"),
+        )
+        .unwrap();
+        let out = loop_bin()
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(["audit", "--json", "--project"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let point = v["readiness"]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["point"] == "protected paths")
+            .cloned()
+            .unwrap();
+        assert_eq!(point["ok"], false, "{point}");
+        assert_eq!(point["detail"], "matching nothing here: docs/**", "{point}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -44,7 +44,26 @@ fn yaml_str(s: &str) -> String {
 }
 
 /// The Loopfile text for `project`.
-fn loopfile_text(checks: &[StackCheck], shares: &[crate::project::environments::Share]) -> String {
+/// The paths `loop init` protects: the Loopfile itself (a task does not
+/// rewrite its own rules), and CI configuration and the licence where the
+/// project has them — never a glob that matches nothing here.
+fn protected_here(project: &Path) -> Vec<String> {
+    let mut out = vec!["Loopfile.yaml".to_string()];
+    for glob in [".github/**", ".gitlab-ci.yml", "LICENSE*"] {
+        let there = loop_workspace::Protected::new(&[glob.to_string()])
+            .is_ok_and(|p| !p.existing(project).is_empty());
+        if there {
+            out.push(glob.to_string());
+        }
+    }
+    out
+}
+
+fn loopfile_text(
+    checks: &[StackCheck],
+    shares: &[crate::project::environments::Share],
+    protected: &[String],
+) -> String {
     let mut s = String::from(
         "# Loopfile.yaml, written by `loop init` from what it found here: edit freely.\n\
          # `loop validate Loopfile.yaml` checks it; `loop audit` shows what tasks get.\nversion: 1\n",
@@ -73,11 +92,13 @@ fn loopfile_text(checks: &[StackCheck], shares: &[crate::project::environments::
     }
     // In the form Prettier writes YAML (a project whose check runs
     // `prettier --check .` still passes after `loop init`).
-    s.push_str(
+    let quoted: Vec<String> = protected.iter().map(|g| format!("\"{g}\"")).collect();
+    s.push_str(&format!(
         "defaults: # for contracts made from --check or an instruction alone\n  \
          limits:\n    max_steps: 30\n    max_tokens: 200000\n    budget_usd: 2.0\n    timeout_secs: 1800\n  \
-         protected: [\".github/**\", \".gitlab-ci.yml\", \"LICENSE*\"]\n",
-    );
+         protected: [{}]\n",
+        quoted.join(", ")
+    ));
     if !shares.is_empty() {
         s.push_str(
             "# Detected and shared with every task on their own:\n# workspace:\n#   share:\n",
@@ -116,8 +137,10 @@ fn pattern_files(name: &str, checks: &[StackCheck]) -> Result<(String, String), 
         })
     };
     let tests_pass = |t: &str| {
+        // "With tests run" only where the runner's count is checked.
         format!(
-            "  - id: tests\n    text: the project's test suite passes, with tests run\n    checks:\n      - run: {}\n{}        timeout_secs: 900\n",
+            "  - id: tests\n    text: the project's test suite passes{}\n    checks:\n      - run: {}\n{}        timeout_secs: 900\n",
+            if counted { ", with tests run" } else { "" },
             yaml_str(t),
             if counted {
                 "        nonempty_tests: true\n"
@@ -208,7 +231,7 @@ pub fn init(project: &Path, pattern: Option<&str>, force: bool) -> Result<InitRe
         }
         None
     } else {
-        let text = loopfile_text(&checks, &shares);
+        let text = loopfile_text(&checks, &shares, &protected_here(project));
         // What is written must read back.
         crate::loopfile::Loopfile::parse(&text, "the written Loopfile")?;
         loop_workspace::door::write(project, "Loopfile.yaml", text.as_bytes())
@@ -326,7 +349,10 @@ mod tests {
     #[test]
     fn the_written_loopfile_reads_back() {
         let checks = crate::project::stacks::checks(Path::new("/nonexistent"));
-        let text = loopfile_text(&checks, &[]);
+        let all: Vec<String> = ["Loopfile.yaml", ".github/**", ".gitlab-ci.yml", "LICENSE*"]
+            .map(String::from)
+            .to_vec();
+        let text = loopfile_text(&checks, &[], &all);
         crate::loopfile::Loopfile::parse(&text, "t").unwrap();
         let checks = vec![StackCheck {
             stack: "python",
@@ -335,12 +361,13 @@ mod tests {
             why: "pytest".into(),
             counted: true,
         }];
-        let l = crate::loopfile::Loopfile::parse(&loopfile_text(&checks, &[]), "t").unwrap();
+        let l =
+            crate::loopfile::Loopfile::parse(&loopfile_text(&checks, &[], &all[..1]), "t").unwrap();
         assert_eq!(
             l.verification.commands,
             vec![("test", ".venv/bin/python -m pytest -q".to_string())]
         );
-        assert_eq!(l.defaults.protected.len(), 3);
+        assert_eq!(l.defaults.protected, ["Loopfile.yaml"]);
         assert_eq!(l.defaults.limits.unwrap().budget_usd, Some(2.0));
     }
 
@@ -363,9 +390,12 @@ mod tests {
             why: "package.json scripts.test, npm".into(),
             counted: true,
         }];
+        let all: Vec<String> = ["Loopfile.yaml", ".github/**", ".gitlab-ci.yml", "LICENSE*"]
+            .map(String::from)
+            .to_vec();
         for text in [
-            loopfile_text(&checks, std::slice::from_ref(&share)),
-            loopfile_text(&[], &[share]),
+            loopfile_text(&checks, std::slice::from_ref(&share), &all),
+            loopfile_text(&[], &[share], &all),
         ] {
             for line in text.lines() {
                 let code = line.split(" #").next().unwrap_or(line);
