@@ -124,6 +124,11 @@ fn closest_subcommand(e: &clap::Error) -> Option<String> {
     let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidSubcommand) else {
         return None;
     };
+    // Only a top-level word (`loop rn`), not one under a subcommand.
+    let first = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if first.as_deref() != Some(typed.as_str()) {
+        return None;
+    }
     let cmd = <Cli as clap::CommandFactory>::command();
     let mut best: Vec<(usize, String)> = cmd
         .get_subcommands()

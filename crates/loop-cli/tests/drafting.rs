@@ -791,9 +791,9 @@ fn loop_init_writes_the_loopfile_and_a_pattern_that_runs() {
         "{r}"
     );
     assert_eq!(point("budget")["ok"], true, "{r}");
-    // init protects only what is there (the Loopfile itself here): the
-    // point holds (a glob matching nothing is flagged: e2e's
-    // init_protects_what_is_there_and_audit_agrees).
+    // init protects CI configuration (creation guards, counted though
+    // absent here) and what else is there: the point holds (a glob
+    // matching nothing is flagged: e2e's init_protects_…).
     assert_eq!(point("protected paths")["ok"], true, "{r}");
     // The cost: the shape, and the worst case capped by the budget.
     let cost = loop_cmd(&base)

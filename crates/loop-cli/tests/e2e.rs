@@ -2112,10 +2112,10 @@ fn ctrl_c_in_logs_follow_leaves_the_task_running_and_says_so() {
     assert_eq!(run.status.code(), Some(0), "the task ended verified");
 }
 
-/// `loop init` protects only what is there (the Loopfile itself, and CI
-/// configuration or a licence where the project has them), so `loop
-/// audit` never takes a point off for a glob init wrote that matches
-/// nothing.
+/// `loop init` protects CI configuration always (a task must not create
+/// a workflow: a creation guard audit counts though it matches nothing)
+/// and the licence only where there is one, so `loop audit` never takes a
+/// point off for what init wrote.
 #[test]
 fn init_protects_what_is_there_and_audit_agrees() {
     for (name, licence) in [("init-bare", false), ("init-licence", true)] {
@@ -2135,9 +2135,9 @@ fn init_protects_what_is_there_and_audit_agrees() {
         assert!(out.status.success(), "{}", text(&out));
         let written = std::fs::read_to_string(p.join("Loopfile.yaml")).unwrap();
         let want = if licence {
-            "protected: [\"Loopfile.yaml\", \"LICENSE*\"]"
+            "protected: [\".github/**\", \".gitlab-ci.yml\", \"LICENSE*\"]"
         } else {
-            "protected: [\"Loopfile.yaml\"]"
+            "protected: [\".github/**\", \".gitlab-ci.yml\"]"
         };
         assert!(written.contains(want), "{written}");
         let out = loop_bin()
@@ -2158,7 +2158,7 @@ fn init_protects_what_is_there_and_audit_agrees() {
         // A glob written by hand that matches nothing is still flagged.
         std::fs::write(
             p.join("Loopfile.yaml"),
-            written.replace(want, "protected: [\"Loopfile.yaml\", \"docs/**\"]"),
+            written.replace(want, "protected: [\".github/**\", \"docs/**\"]"),
         )
         .unwrap();
         let out = loop_bin()

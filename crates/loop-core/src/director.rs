@@ -549,12 +549,9 @@ impl<'a> Director<'a> {
         );
         let record = outcome.record(reason.clone());
         if self.state.machine.state() != TaskState::Terminal {
-            // Said for a person: `limit reached (steps)`, as the screen
-            // says it (the record keeps its name).
-            self.go(
-                TaskState::Terminal,
-                format!("{}: {reason}", record.name().words()),
-            )?;
+            // The stored name leads (a resume reads the end back from
+            // it); the screen says it in words.
+            self.go(TaskState::Terminal, format!("{record}: {reason}"))?;
         }
         let used = self.state.budget.used(self.parts.clock.now_ms());
         self.record(Event::Finished {

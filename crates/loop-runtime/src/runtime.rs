@@ -323,7 +323,7 @@ impl Runtime {
     }
 
     /// No store was ever made for this project: no `.loop/loop.db` and no
-    /// store named by the environment or `.loop/store`.
+    /// store named (`--store`, `LOOP_STORE_URL`, the Loopfile's `store:`).
     fn nothing_stored(&self) -> Result<bool, Error> {
         Ok(crate::project::locate::store_url(&self.project)?.is_none()
             && matches!(

@@ -456,7 +456,16 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
             reason,
             ..
         } => {
-            format!("\n■ {}\n", head_tail(reason, 300))
+            // `limit_reached{steps}: …` as recorded, `limit reached
+            // (steps): …` for a person.
+            let said = match reason.split_once(": ") {
+                Some((name, rest)) => match loop_protocol::OutcomeName::parse(name) {
+                    Some(n) => format!("{}: {rest}", n.words()),
+                    None => reason.clone(),
+                },
+                None => reason.clone(),
+            };
+            format!("\n■ {}\n", head_tail(&said, 300))
         }
         Event::Transition { .. } => String::new(),
         Event::Finished { used, .. } => finished(used),
@@ -596,14 +605,22 @@ fn verification(
                     ev.duration_ms
                 ));
             }
+            // What failed: from stderr, or from stdout where the runner
+            // writes its failures there (pytest, go test, cargo's tests).
+            let said = |e: &Option<loop_protocol::StreamEvidence>| {
+                e.as_ref().filter(|e| !e.excerpt.trim().is_empty()).cloned()
+            };
+            let shown = said(&ev.stderr)
+                .map(|e| ("stderr", e))
+                .or_else(|| said(&ev.stdout).map(|e| ("stdout", e)));
             if !ev.passed
-                && let Some(err) = ev.stderr.as_ref().filter(|e| !e.excerpt.trim().is_empty())
+                && let Some((stream, out)) = shown
             {
                 if checks_shown {
-                    s.push_str(&format!("    ✗ {} stderr:\n", c.id));
+                    s.push_str(&format!("    ✗ {} {stream}:\n", c.id));
                 }
-                for line in telling_lines(&err.excerpt) {
-                    s.push_str(&format!("        stderr │ {line}\n"));
+                for line in telling_lines(&out.excerpt) {
+                    s.push_str(&format!("        {stream} │ {line}\n"));
                 }
             }
         }

@@ -150,7 +150,17 @@ impl Director<'_> {
                         "stopped at a checkpoint ({reason}): nobody could be asked, so it was denied ({flag})"
                     ),
                     None => match &message {
-                        Some(m) => format!("stopped by a person at a checkpoint ({reason}): {m}"),
+                        // One line, bounded: what a person typed is shown
+                        // where the outcome is, never as lines of its own.
+                        Some(m) => format!(
+                            "stopped by a person at a checkpoint ({reason}): {}",
+                            m.split_whitespace()
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                                .chars()
+                                .take(200)
+                                .collect::<String>()
+                        ),
                         None => format!("stopped by a person at a checkpoint ({reason})"),
                     },
                 },

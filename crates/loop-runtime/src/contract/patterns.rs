@@ -44,17 +44,19 @@ fn yaml_str(s: &str) -> String {
 }
 
 /// The Loopfile text for `project`.
-/// The paths `loop init` protects: the Loopfile itself (a task does not
-/// rewrite its own rules), and CI configuration and the licence where the
-/// project has them — never a glob that matches nothing here.
+/// The paths `loop init` protects: CI configuration always (a task must
+/// not create a workflow that runs with the repository's secrets: these
+/// are creation guards, and `loop audit` counts them though they match
+/// nothing yet), and the licence where the project has one.
 fn protected_here(project: &Path) -> Vec<String> {
-    let mut out = vec!["Loopfile.yaml".to_string()];
-    for glob in [".github/**", ".gitlab-ci.yml", "LICENSE*"] {
-        let there = loop_workspace::Protected::new(&[glob.to_string()])
-            .is_ok_and(|p| !p.existing(project).is_empty());
-        if there {
-            out.push(glob.to_string());
-        }
+    let mut out: Vec<String> = crate::project::readiness::CREATION_GUARDS
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    let licence = loop_workspace::Protected::new(&["LICENSE*".to_string()])
+        .is_ok_and(|p| !p.existing(project).is_empty());
+    if licence {
+        out.push("LICENSE*".to_string());
     }
     out
 }
@@ -349,7 +351,7 @@ mod tests {
     #[test]
     fn the_written_loopfile_reads_back() {
         let checks = crate::project::stacks::checks(Path::new("/nonexistent"));
-        let all: Vec<String> = ["Loopfile.yaml", ".github/**", ".gitlab-ci.yml", "LICENSE*"]
+        let all: Vec<String> = [".github/**", ".gitlab-ci.yml", "LICENSE*"]
             .map(String::from)
             .to_vec();
         let text = loopfile_text(&checks, &[], &all);
@@ -362,12 +364,12 @@ mod tests {
             counted: true,
         }];
         let l =
-            crate::loopfile::Loopfile::parse(&loopfile_text(&checks, &[], &all[..1]), "t").unwrap();
+            crate::loopfile::Loopfile::parse(&loopfile_text(&checks, &[], &all[..2]), "t").unwrap();
         assert_eq!(
             l.verification.commands,
             vec![("test", ".venv/bin/python -m pytest -q".to_string())]
         );
-        assert_eq!(l.defaults.protected, ["Loopfile.yaml"]);
+        assert_eq!(l.defaults.protected, [".github/**", ".gitlab-ci.yml"]);
         assert_eq!(l.defaults.limits.unwrap().budget_usd, Some(2.0));
     }
 
@@ -390,7 +392,7 @@ mod tests {
             why: "package.json scripts.test, npm".into(),
             counted: true,
         }];
-        let all: Vec<String> = ["Loopfile.yaml", ".github/**", ".gitlab-ci.yml", "LICENSE*"]
+        let all: Vec<String> = [".github/**", ".gitlab-ci.yml", "LICENSE*"]
             .map(String::from)
             .to_vec();
         for text in [

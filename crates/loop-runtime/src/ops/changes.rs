@@ -415,10 +415,14 @@ fn head_moved_ok(
     if head == base {
         return Ok(true);
     }
-    let untouched = matches!(
-        cs.standing(&t.project),
-        Ok(loop_workspace::Standing::Before)
-    );
+    let standing = cs.standing(&t.project);
+    if matches!(standing, Ok(loop_workspace::Standing::After)) {
+        out.note(&format!(
+            "nothing applied: the project already holds this change (HEAD {head}; the task started from {base}), e.g. its branch loop/{id} was merged"
+        ));
+        return Ok(false);
+    }
+    let untouched = matches!(standing, Ok(loop_workspace::Standing::Before));
     match (untouched, onto_head) {
         (true, true) => {
             out.note(&format!(
@@ -563,8 +567,7 @@ fn redacted_additions(patch: &str) -> Vec<String> {
 const APPLYING: &str = "applying";
 const APPLIED: &str = "applied";
 const UNDOING: &str = "undoing";
-/// Its workspace was discarded (`loop discard`): nothing is left to apply.
-const DISCARDED: &str = "discarded";
+use crate::project::locate::DISCARDED;
 
 /// Refuse to act on task `id`'s workspace once it was discarded, saying
 /// so and what to do.
@@ -771,6 +774,16 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     if crate::project::locate::is_running(&t.project, id)? {
         return Err(Error::usage(format!(
             "task {id} is running; `loop cancel {id}` ends it (with its receipt), then discard"
+        )));
+    }
+    // An interrupted task would be resumed from its workspace (or cancelled
+    // with it): it ends first, so nothing is driven from what is gone.
+    let store = crate::project::locate::open_store(&t.project)?;
+    if let Ok(record) = store.task(id)
+        && crate::project::locate::liveness(&record) == crate::Liveness::Interrupted
+    {
+        return Err(Error::usage(format!(
+            "task {id} is interrupted; `loop cancel {id}` ends it (with its receipt), or `loop resume {id}` finishes it, then discard"
         )));
     }
     refuse_if_discarded(&t, id, "discard")?;

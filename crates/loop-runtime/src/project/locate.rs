@@ -165,7 +165,7 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
             // tasks cannot be written.
             std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied => {
                 Error::usage(format!(
-                    "{message}\nhint: the runtime keeps a project's tasks in its .loop/; run in a project you can write to (or name a shared store with LOOP_STORE_URL)"
+                    "{message}\nhint: the runtime keeps a project's tasks in its .loop/; run in a project you can write to"
                 ))
             }
             _ => Error::internal(message),
@@ -605,6 +605,18 @@ pub(crate) fn claim(store: &dyn Store, task_id: &str, clock: &dyn Clock) -> Resu
         ))),
         Claim::Terminal => Err(Error::usage(format!("task {task_id} has already ended"))),
     }
+}
+
+/// The marker `loop discard` leaves in a task's directory: its workspace
+/// is gone, and nothing is applied, discarded again or resumed from it.
+pub(crate) const DISCARDED: &str = "discarded";
+
+/// Whether task `id` of `project` (canonical) was discarded.
+pub(crate) fn discarded(project: &Path, id: &str) -> bool {
+    matches!(
+        loop_workspace::door::node(project, Path::new(".loop/tasks").join(id).join(DISCARDED)),
+        Ok(loop_workspace::Node::File { .. })
+    )
 }
 
 #[cfg(test)]

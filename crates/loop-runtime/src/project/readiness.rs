@@ -129,6 +129,11 @@ fn as_a_task(
     ran
 }
 
+/// Protected globs that guard against a task creating what is not there
+/// yet (CI configuration, which runs with the repository's secrets): they
+/// count though they match nothing.
+pub(crate) const CREATION_GUARDS: [&str; 2] = [".github/**", ".gitlab-ci.yml"];
+
 /// The readiness of `project`: the Loopfile validates; the test command
 /// runs and collects tests; the protected paths exist; a budget is set;
 /// isolation is enforced here; the signing key exists.
@@ -181,6 +186,7 @@ pub fn readiness(project: &Path) -> Readiness {
     let protected = &lf.defaults.protected;
     let missing: Vec<&String> = protected
         .iter()
+        .filter(|g| !CREATION_GUARDS.contains(&g.as_str()))
         .filter(|g| {
             loop_workspace::Protected::new(std::slice::from_ref(*g))
                 .map(|p| p.existing(project).is_empty())

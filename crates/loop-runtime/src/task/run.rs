@@ -44,6 +44,11 @@ pub(crate) fn drive_stored(
     let project = project
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", project.display())))?;
+    if crate::project::locate::discarded(&project, task_id) {
+        return Err(Error::usage(format!(
+            "task {task_id}'s workspace was discarded (`loop discard {task_id}`), so it cannot go on; its receipt stays in .loop/receipts\nhint: run the task again to redo its work"
+        )));
+    }
     let store = open_store(&project)?;
     let record = store.task(task_id).map_err(store_err)?;
     if record.is_terminal() && extension.is_some() {
