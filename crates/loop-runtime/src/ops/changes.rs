@@ -313,7 +313,6 @@ fn record_fact_with(
     .map_err(Error::from_cause)
 }
 
-/// `loop apply ID`.
 /// What a person consented to with an apply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ApplyConsent {
@@ -326,6 +325,7 @@ pub struct ApplyConsent {
     pub onto_head: bool,
 }
 
+/// `loop apply ID`.
 pub fn apply(
     project: &Path,
     id: &str,
