@@ -1744,6 +1744,29 @@ fn the_demo_inside_a_git_checkout_leaves_the_checkout_alone() {
     assert_eq!(String::from_utf8_lossy(&branches.stdout).trim(), "");
 }
 
+/// `loop audit --json` of `project` with `state` as the state directory
+/// (no signing key from the environment): its score, and its point `name`.
+fn audit_point(state: &Path, project: &Path, name: &str) -> (u64, serde_json::Value) {
+    let out = loop_bin()
+        .env("LOOP_STATE_DIR", state)
+        .env_remove("LOOP_SIGNING_KEY")
+        .env_remove("LOOP_SIGNING_KEY_FILE")
+        .args(["audit", "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("audit --json: {e}\n{}", text(&out)));
+    let point = v["readiness"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["point"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} point: {v}"));
+    (v["readiness"]["score"].as_u64().unwrap(), point)
+}
+
 /// `loop audit` and `loop doctor` look for the signing key where the
 /// runtime keeps it: before the first key there is none, and after
 /// following audit's own hint (`loop keys show`) the point holds and both
@@ -1754,26 +1777,7 @@ fn audit_and_doctor_find_the_signing_key_where_it_is_kept() {
     let project = dir.join("p");
     std::fs::create_dir_all(&project).unwrap();
     let state = dir.join("state");
-    let point = |project: &Path| {
-        let out = loop_bin()
-            .env("LOOP_STATE_DIR", &state)
-            .env_remove("LOOP_SIGNING_KEY")
-            .env_remove("LOOP_SIGNING_KEY_FILE")
-            .args(["audit", "--json", "--project"])
-            .arg(project)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("audit --json: {e}\n{}", text(&out)));
-        let p = v["readiness"]["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["point"] == "signing key")
-            .cloned()
-            .unwrap_or_else(|| panic!("no signing key point: {v}"));
-        (v["readiness"]["score"].as_u64().unwrap(), p)
-    };
+    let point = |project: &Path| audit_point(&state, project, "signing key");
     let (before, p) = point(&project);
     assert_eq!(p["ok"], false, "{p}");
     // Audit's own hint makes the key.
@@ -2140,20 +2144,7 @@ fn init_protects_what_is_there_and_audit_agrees() {
             "protected: [\".github/**\", \".gitlab-ci.yml\"]"
         };
         assert!(written.contains(want), "{written}");
-        let out = loop_bin()
-            .env("LOOP_STATE_DIR", dir.join("state"))
-            .args(["audit", "--json", "--project"])
-            .arg(&p)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let point = v["readiness"]["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["point"] == "protected paths")
-            .cloned()
-            .unwrap();
+        let (_, point) = audit_point(&dir.join("state"), &p, "protected paths");
         assert_eq!(point["ok"], true, "{point}");
         // A glob written by hand that matches nothing is still flagged.
         std::fs::write(
@@ -2161,22 +2152,60 @@ fn init_protects_what_is_there_and_audit_agrees() {
             written.replace(want, "protected: [\".github/**\", \"docs/**\"]"),
         )
         .unwrap();
-        let out = loop_bin()
-            .env("LOOP_STATE_DIR", dir.join("state"))
-            .args(["audit", "--json", "--project"])
-            .arg(&p)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let point = v["readiness"]["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["point"] == "protected paths")
-            .cloned()
-            .unwrap();
+        let (_, point) = audit_point(&dir.join("state"), &p, "protected paths");
         assert_eq!(point["ok"], false, "{point}");
         assert_eq!(point["detail"], "matching nothing here: docs/**", "{point}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// An interrupted task is not discarded from under a resume: discard
+/// refuses it until it has ended (here `loop cancel` ends it, with its
+/// receipt), then discards it; and a discarded task is never resumed.
+#[test]
+fn an_interrupted_task_ends_before_it_is_discarded_and_is_never_resumed_after() {
+    let p = git_project("discard-interrupted");
+    let slow = "turns:\n  - calls:\n      - {tool: run_command, args: {command: sleep 30}}\n      - {tool: finish, args: {summary: done}}\n";
+    let mut run = loop_run(&p, slow, &[])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let id = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no task"
+        );
+        let out = loop_bin()
+            .args(["list", "--json", "--project"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let running = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["running"] == true);
+        if let Some(v) = running {
+            break v["id"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let out = task_cmd("discard", &id, &p);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("task {id} is interrupted")),
+        "{said}"
+    );
+    // The honest order: end it, then discard it.
+    let out = task_cmd("cancel", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = task_cmd("discard", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = task_cmd("resume", &id, &p);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("was discarded"), "{said}");
 }
