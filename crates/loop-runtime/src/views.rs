@@ -627,6 +627,8 @@ pub struct TaskBody<T: Serialize> {
     pub used: Option<Used>,
     /// It waits on this server for one of its places to run.
     pub queued: bool,
+    /// How it ended, in words (`limit reached (steps)`), once it has.
+    pub outcome_words: Option<&'static str>,
 }
 
 impl TaskView {

@@ -1,10 +1,14 @@
 // The console: the API, read by a person. Everything a task's record holds
-// is put on the page as text (textContent), never as markup.
+// is put on the page as text (textContent), never as markup, and never with
+// a path of the server's own disk in it (see `unpath`).
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
 let token = sessionStorage.getItem("loop-token") || "";
 let stopView = () => {};
+// The task whose page is shown: paths in its workspace are said relative
+// to the workspace.
+let here = null;
 
 // What text cannot show as itself is shown as its code point: controls,
 // bidirectional overrides and isolates, zero-width characters.
@@ -16,21 +20,60 @@ function visible(s) {
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
     if (k === "class") e.className = v;
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const c of children) {
-    if (c === null || c === undefined) continue;
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
     e.append(typeof c === "string" || typeof c === "number" ? visible(c) : c);
   }
   return e;
 }
 
+// ---- the server's paths stay on the server ----
+// Where the server keeps a task (its workspace, the check snapshots beside
+// it, the project) is its own business: an absolute path in a record's
+// text is shown relative to the task's workspace when it is in it, as
+// "…/" and what follows the task's own directory when it is beside it,
+// and as "…/" and its last name otherwise. The system's own places
+// (/usr, /bin, /dev/null, …) are said as they are.
+const SYSTEM = /^\/(usr|bin|sbin|lib|lib32|lib64|libx32|etc|dev|proc|sys|nix)(\/|$)/;
+const PATHLIKE = /(^|[\s'"`(\[{=:,;<>|])(\/(?!\/)[^\s'"`()\[\]{},;:<>|]*)/g;
+
+function shortPath(p) {
+  if (p === "/" || SYSTEM.test(p)) return p;
+  const inside = (rest) => {
+    if (rest === "workspace" || rest === "workspace/") return ".";
+    if (rest.startsWith("workspace/")) return rest.slice(10) || ".";
+    return rest ? "…/" + rest : "…";
+  };
+  if (here) {
+    const at = p.indexOf("/" + here + "/");
+    if (at >= 0) return inside(p.slice(at + here.length + 2));
+    if (p.endsWith("/" + here)) return "…";
+  }
+  // ROOT-workspaces/NAME-KEY/TASK/…: some task's own directory.
+  const near = /-workspaces\/[^/]+\/[^/]+\/?(.*)$/.exec(p);
+  if (near) return inside(near[1]);
+  const ws = p.indexOf("/workspace/");
+  if (ws >= 0) return p.slice(ws + 11) || ".";
+  if (p.endsWith("/workspace")) return ".";
+  const name = p.replace(/\/+$/, "").split("/").pop();
+  return name ? "…/" + name : "…";
+}
+
+function unpath(s) {
+  if (s === null || s === undefined) return "";
+  return String(s).replace(PATHLIKE, (m, pre, p) => pre + shortPath(p));
+}
+
 function say(text) {
   const s = $("#status");
-  s.textContent = text;
-  if (text) setTimeout(() => { if (s.textContent === text) s.textContent = ""; }, 5000);
+  const shown = visible(unpath(text));
+  s.textContent = shown;
+  if (shown) setTimeout(() => { if (s.textContent === shown) s.textContent = ""; }, 5000);
 }
 
 async function api(path, opts = {}) {
@@ -55,69 +98,305 @@ function signOut() {
   route();
 }
 
-function outcomeBadge(t) {
-  if (t.outcome) {
-    const kind = t.outcome.split("{")[0];
-    return el("span", { class: "badge " + kind }, t.outcome);
-  }
-  if (t.queued) return el("span", { class: "badge" }, "queued (waiting for a place to run)");
-  if (t.dead_letter) return el("span", { class: "badge failed" }, "dead-lettered");
-  const waiting = t.state === "awaiting_approval" || t.state === "awaiting_input";
-  return el("span", { class: "badge" + (waiting ? " waiting" : "") },
-    t.interrupted ? t.state + " (interrupted)" : t.state);
+// ---- words and figures ----
+// `limit_reached{steps}` → `limit reached (steps)`.
+function outcomeWords(name) {
+  const m = /^([a-z_]+)(?:\{([a-z_]+)\})?$/.exec(String(name || ""));
+  if (!m) return String(name || "");
+  return m[1].replace(/_/g, " ") + (m[2] ? " (" + m[2] + ")" : "");
 }
 
-function money(x) { return "$" + Number(x || 0).toFixed(4); }
+function stateWords(s) { return String(s || "").replace(/_/g, " "); }
+
+// How a task stands, in words, and the kind of badge that says it.
+function standing(t) {
+  if (t.outcome) return { text: t.outcome_words || outcomeWords(t.outcome), kind: String(t.outcome).split("{")[0] };
+  if (t.queued) return { text: "queued", kind: "queued" };
+  if (t.dead_letter) return { text: "dead-lettered", kind: "failed" };
+  if (t.interrupted) return { text: "interrupted (" + stateWords(t.state) + ")", kind: "interrupted" };
+  if (t.state === "awaiting_approval") return { text: "waiting for approval", kind: "waiting" };
+  if (t.state === "awaiting_input") return { text: "waiting for an answer", kind: "waiting" };
+  return { text: stateWords(t.state) || "unknown", kind: "live" };
+}
+
+function badge(t) {
+  const s = standing(t);
+  return el("span", { class: "badge " + s.kind }, s.text);
+}
+
+const int = (n) => Number(n || 0).toLocaleString("en-US");
+
+function money(x) {
+  const v = Number(x || 0);
+  if (v === 0) return "$0.00";
+  return "$" + v.toFixed(v < 0.01 ? 4 : 2);
+}
+
+function lasting(ms) {
+  if (!(ms >= 0)) return "—";
+  if (ms < 10000) return (ms / 1000).toFixed(1) + " s";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return s + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min " + (s % 60) + " s";
+  const h = Math.floor(m / 60);
+  if (h < 24) return h + " h " + (m % 60) + " min";
+  return Math.floor(h / 24) + " d " + (h % 24) + " h";
+}
+
+// Ended (or interrupted): from its start to its last change; live: to now.
+function durationMs(t) {
+  const from = Date.parse(t.created);
+  const live = !t.outcome && !t.interrupted;
+  const to = live ? Date.now() : Date.parse(t.updated);
+  return Math.max(0, to - from);
+}
+
+function ago(iso) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return "—";
+  const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.floor(s / 60) + " min ago";
+  if (s < 86400) return Math.floor(s / 3600) + " h ago";
+  if (s < 30 * 86400) return Math.floor(s / 86400) + " d ago";
+  return new Date(t).toLocaleDateString();
+}
+
+function fullTime(iso) {
+  const t = Date.parse(iso);
+  return Number.isNaN(t) ? String(iso || "") : new Date(t).toLocaleString();
+}
+
+function timeEl(iso) {
+  return el("time", { datetime: iso || null, title: fullTime(iso) }, ago(iso));
+}
+
+function ownerOf(owner) {
+  return owner ? el("span", {}, owner) : el("span", { class: "muted" }, "command line");
+}
+
+// The id's last part, unique enough in a list (the link's title has it whole).
+function shortId(id) {
+  const parts = String(id).split("-");
+  return parts.length > 2 ? parts[parts.length - 1] : String(id);
+}
 
 // ---- the task list ----
-async function showList(view) {
-  view.replaceChildren(el("h1", {}, "Tasks"));
-  const table = el("table", {},
-    el("caption", { class: "hint" }, "Live: refreshed every two seconds."),
-    el("thead", {}, el("tr", {},
-      el("th", { scope: "col" }, "Task"), el("th", { scope: "col" }, "Instruction"),
-      el("th", { scope: "col" }, "State"), el("th", { scope: "col", class: "num opt" }, "Steps"),
-      el("th", { scope: "col", class: "num" }, "Cost"))),
-    el("tbody"));
-  // A page at a time: the newest first, older ones on request.
-  let before = null;
-  const pages = [];
-  const newer = el("button", { type: "button", class: "secondary", disabled: "" }, "Newer");
-  const older = el("button", { type: "button", class: "secondary", disabled: "" }, "Older");
-  view.append(table, el("div", { class: "row" }, newer, older));
+const PAGE = 50;
+const FILTERS = ["q", "state", "outcome", "owner"];
+const STATES = [["", "Any state"], ["running", "Running"], ["waiting", "Waiting for a person"],
+  ["interrupted", "Interrupted"], ["queued", "Queued"], ["ended", "Ended"]];
+const OUTCOMES = [["", "Any outcome"], ["verified", "verified"], ["failed", "failed"], ["lost", "lost"],
+  ["limit_reached", "limit reached"], ["cancelled", "cancelled"], ["error", "error"]];
+const owners = new Set();
+
+function hashParts() {
+  const h = location.hash || "#/";
+  const q = h.indexOf("?");
+  return { path: q < 0 ? h : h.slice(0, q), params: new URLSearchParams(q < 0 ? "" : h.slice(q + 1)) };
+}
+
+function select(id, choices, value) {
+  const s = el("select", { id, name: id.slice(2) },
+    ...choices.map(([v, label]) => el("option", { value: v }, label)));
+  s.value = value;
+  return s;
+}
+
+const COLUMNS = [["Task", "c-id"], ["Instruction", "c-instr"], ["State", "c-state"], ["Owner", "c-owner"],
+  ["Created", "c-created"], ["Duration", "c-dur num"], ["Steps", "c-steps num"], ["Tokens", "c-tokens num"], ["Cost", "c-cost num"]];
+
+function showList(view, params) {
+  document.title = "Tasks · Loop Engine";
+  const f = {};
+  for (const k of FILTERS) f[k] = params.get(k) || "";
+  if (f.owner) owners.add(f.owner);
+
+  const q = el("input", { id: "f-q", name: "q", type: "search", placeholder: "id, instruction or reason", autocomplete: "off", spellcheck: "false" });
+  q.value = f.q;
+  const state = select("f-state", STATES, f.state);
+  const outcome = select("f-outcome", OUTCOMES, f.outcome);
+  const owner = el("select", { id: "f-owner", name: "owner" });
+  const clear = el("button", { type: "button", id: "f-clear", class: "secondary" }, "Clear");
+  const field = (label, input, cls) => el("div", { class: "field " + (cls || "") }, el("label", { for: input.id }, label), input);
+  const bar = el("div", { class: "filters", role: "search", "aria-label": "Filter the tasks" },
+    field("Search", q, "grow"), field("State", state), field("Outcome", outcome), field("Owner", owner),
+    el("div", { class: "field end" }, clear));
+  const shown = el("p", { id: "shown", class: "hint", "aria-live": "polite" }, "Loading…");
+  const problem = el("p", { id: "list-error", class: "error", role: "alert", hidden: "" });
+  const body = el("tbody");
+  const foot = el("tfoot");
+  const table = el("table", { id: "tasks", class: "tasks" },
+    el("caption", { class: "sr-only" }, "Tasks, newest first; refreshed every two seconds."),
+    el("thead", {}, el("tr", {}, ...COLUMNS.map(([name, cls]) => el("th", { scope: "col", class: cls }, name)))),
+    body, foot);
+  const more = el("button", { type: "button", id: "more", class: "secondary", hidden: "" }, "Load more");
+  view.replaceChildren(
+    el("div", { class: "title-row" }, el("h1", {}, "Tasks"), el("a", { class: "button", href: "#/new" }, "New task")),
+    bar, el("div", { class: "summary-row" }, shown, problem), el("div", { class: "table-wrap" }, table),
+    el("div", { class: "row more-row" }, more));
+
   let alive = true;
-  stopView = () => { alive = false; };
+  let timer = null;
+  let gen = 0;
+  let rows = [];
   let next = null;
-  older.onclick = () => { if (next) { pages.push(before); before = next; draw(true); } };
-  newer.onclick = () => { if (pages.length) { before = pages.pop(); draw(true); } };
-  const draw = async (once) => {
-    try {
-      const page = await api("/api/v1/tasks?limit=50" + (before ? "&before=" + encodeURIComponent(before) : ""));
-      const tasks = page.tasks;
-      next = page.next;
-      older.disabled = !next;
-      newer.disabled = !pages.length;
-      const rows = tasks.map((t) => el("tr", {},
-        el("td", {}, el("a", { href: "#/task/" + encodeURIComponent(t.id) }, t.id)),
-        el("td", {}, t.instruction || ""),
-        el("td", {}, outcomeBadge(t)),
-        el("td", { class: "num opt" }, t.used ? t.used.steps : ""),
-        el("td", { class: "num" }, t.used ? money(t.used.usd) : "")));
-      table.tBodies[0].replaceChildren(...rows);
-      if (!tasks.length) table.tBodies[0].append(el("tr", {}, el("td", { colspan: "5" }, "No tasks yet.")));
-    } catch (e) { say(e.message); }
-    if (alive && !once) setTimeout(draw, 2000);
+  let drawn = "";
+  let clocks = [];
+  stopView = () => { alive = false; clearTimeout(timer); clearTimeout(typing); };
+
+  const drawOwners = () => {
+    const want = ["", "-", ...[...owners].sort()];
+    const have = [...owner.options].map((o) => o.value);
+    if (want.join("\u0000") === have.join("\u0000")) return;
+    owner.replaceChildren(el("option", { value: "" }, "Any owner"), el("option", { value: "-" }, "Command line"),
+      ...[...owners].sort().map((o) => el("option", { value: o }, o)));
+    owner.value = f.owner;
   };
-  draw();
+  drawOwners();
+
+  const filtered = () => FILTERS.some((k) => f[k]);
+  const query = (limit, before) => {
+    const p = new URLSearchParams();
+    p.set("limit", String(limit));
+    if (before) p.set("before", before);
+    for (const k of FILTERS) if (f[k]) p.set(k, f[k]);
+    return api("/api/v1/tasks?" + p.toString());
+  };
+
+  const row = (t) => {
+    const used = t.used || {};
+    const instruction = t.instruction ? unpath(t.instruction) : "";
+    const created = timeEl(t.created);
+    const dur = el("td", { class: "c-dur num", "data-label": "Duration" }, lasting(durationMs(t)));
+    clocks.push(() => { created.textContent = ago(t.created); dur.textContent = lasting(durationMs(t)); });
+    return el("tr", { "data-id": t.id },
+      el("td", { class: "c-id" }, el("a", { href: "#/task/" + encodeURIComponent(t.id), title: t.id }, shortId(t.id))),
+      el("td", { class: "c-instr" }, instruction
+        ? el("span", { class: "clip", title: instruction }, instruction)
+        : el("span", { class: "muted" }, "(no instruction)")),
+      el("td", { class: "c-state" }, badge(t)),
+      el("td", { class: "c-owner", "data-label": "Owner" }, ownerOf(t.owner)),
+      el("td", { class: "c-created", "data-label": "Created" }, created),
+      dur,
+      el("td", { class: "c-steps num", "data-label": "Steps" }, int(used.steps)),
+      el("td", { class: "c-tokens num", "data-label": "Tokens" }, int(used.tokens)),
+      el("td", { class: "c-cost num", "data-label": "Cost" }, money(used.usd)));
+  };
+
+  const draw = () => {
+    const sig = JSON.stringify([rows, next]);
+    if (sig === drawn) { for (const c of clocks) c(); return; }
+    drawn = sig;
+    for (const t of rows) if (t.owner) owners.add(t.owner);
+    drawOwners();
+    // A redraw keeps the focus where it was.
+    const focused = document.activeElement && body.contains(document.activeElement)
+      ? document.activeElement.getAttribute("href") : null;
+    clocks = [];
+    body.replaceChildren(...rows.map(row));
+    if (!rows.length) {
+      body.append(el("tr", { class: "empty" }, el("td", { colspan: String(COLUMNS.length) },
+        filtered() ? "No task matches these filters." : "No tasks yet: start one with New task.")));
+    }
+    const sum = (k) => rows.reduce((a, t) => a + Number((t.used && t.used[k]) || 0), 0);
+    foot.replaceChildren(rows.length ? el("tr", { id: "totals", "data-count": String(rows.length) },
+      el("th", { scope: "row", colspan: "5", class: "c-total" },
+        "Total of the ", el("span", { class: "total-count" }, String(rows.length)), rows.length === 1 ? " task shown" : " tasks shown"),
+      el("td", { class: "c-dur num", "data-label": "Duration" }, lasting(rows.reduce((a, t) => a + durationMs(t), 0))),
+      el("td", { class: "c-steps num", "data-label": "Steps" }, int(sum("steps"))),
+      el("td", { class: "c-tokens num", "data-label": "Tokens" }, int(sum("tokens"))),
+      el("td", { class: "c-cost num", "data-label": "Cost" }, money(sum("usd")))) : null);
+    shown.textContent = rows.length
+      ? (rows.length === 1 ? "1 task" : rows.length + " tasks") + (filtered() ? " match the filters" : "") +
+        (next ? " · older ones follow (Load more)" : "") + "."
+      : "";
+    more.hidden = !next;
+    if (focused) { const a = body.querySelector('a[href="' + CSS.escape(focused) + '"]'); if (a) a.focus(); }
+  };
+
+  const fail = (e) => { problem.textContent = visible(unpath(e.message)); problem.hidden = false; shown.textContent = ""; };
+
+  // The first pages again, as many tasks as are shown (new ones on top,
+  // each one's standing as it is now).
+  const refresh = async () => {
+    const g = gen;
+    try {
+      const page = await query(Math.min(Math.max(PAGE, rows.length), 1000));
+      if (!alive || g !== gen) return;
+      const fresh = page.tasks || [];
+      const ids = new Set(fresh.map((t) => t.id));
+      rows = rows.length > 1000 ? fresh.concat(rows.slice(1000).filter((t) => !ids.has(t.id))) : fresh;
+      if (rows.length <= 1000) next = page.next || null;
+      problem.hidden = true;
+      draw();
+    } catch (e) { if (alive && g === gen) fail(e); }
+  };
+  const tick = async () => {
+    await refresh();
+    if (alive) timer = setTimeout(tick, 2000);
+  };
+
+  more.onclick = async () => {
+    if (!next) return;
+    const g = gen;
+    more.disabled = true;
+    try {
+      const page = await query(PAGE, next);
+      if (!alive || g !== gen) return;
+      const ids = new Set(rows.map((t) => t.id));
+      rows = rows.concat((page.tasks || []).filter((t) => !ids.has(t.id)));
+      next = page.next || null;
+      draw();
+    } catch (e) {
+      // The task the next page starts after no longer matches: ask for
+      // as many again from the top.
+      try {
+        const page = await query(Math.min(rows.length + PAGE, 1000));
+        if (alive && g === gen) { rows = page.tasks || []; next = page.next || null; draw(); }
+      } catch (e2) { say(e2.message); }
+    } finally { more.disabled = false; }
+  };
+
+  // A change of filter is a new place in the tab's history (reload and
+  // back keep it), and a new list.
+  const apply = () => {
+    const p = new URLSearchParams();
+    for (const k of FILTERS) if (f[k]) p.set(k, f[k]);
+    const h = "#/" + (p.toString() ? "?" + p.toString() : "");
+    if (h !== (location.hash || "#/")) history.pushState(null, "", h);
+    gen += 1;
+    rows = []; next = null; drawn = "";
+    shown.textContent = "Loading…";
+    refresh();
+  };
+  let typing = null;
+  q.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { if (f.q !== q.value.trim()) { f.q = q.value.trim(); apply(); } }, 300);
+  });
+  q.addEventListener("keydown", (e) => { if (e.key === "Enter") { clearTimeout(typing); f.q = q.value.trim(); apply(); } });
+  state.onchange = () => { f.state = state.value; apply(); };
+  outcome.onchange = () => { f.outcome = outcome.value; apply(); };
+  owner.onchange = () => { f.owner = owner.value; apply(); };
+  clear.onclick = () => {
+    clearTimeout(typing);
+    for (const k of FILTERS) f[k] = "";
+    q.value = ""; state.value = ""; outcome.value = ""; owner.value = "";
+    apply();
+  };
+  tick();
 }
 
 // ---- a new task ----
 function showNew(view) {
+  document.title = "New task · Loop Engine";
   const form = el("form", { class: "stack" },
     el("label", { for: "instruction" }, "Instruction"),
     el("textarea", { id: "instruction", name: "instruction", rows: "3", required: "" }),
     el("label", { for: "checks" }, "Acceptance checks"),
-    el("textarea", { id: "checks", name: "checks", rows: "3", "aria-describedby": "checks-hint" }),
+    el("textarea", { id: "checks", name: "checks", rows: "3", "aria-describedby": "checks-hint", spellcheck: "false" }),
     el("p", { id: "checks-hint", class: "hint" }, "One shell command per line; each must exit 0 on a fresh snapshot of the result. Leave empty to have the model draft the contract: you confirm or edit it before anything runs."),
     el("label", { for: "model" }, "Model (optional)"),
     el("input", { id: "model", name: "model", placeholder: "the Loopfile's maker" }),
@@ -145,8 +424,10 @@ function showNew(view) {
 
 // ---- a drafted contract, waiting for its answer ----
 function showDraft(view, id) {
+  document.title = "Drafted contract · Loop Engine";
   let alive = true;
-  stopView = () => { alive = false; };
+  let timer = null;
+  stopView = () => { alive = false; clearTimeout(timer); };
   const box = el("div", {});
   view.replaceChildren(el("h1", {}, "Drafted contract"), box);
   let shown = null;
@@ -160,26 +441,32 @@ function showDraft(view, id) {
   const draw = async () => {
     try {
       const d = await api("/api/v1/drafts/" + encodeURIComponent(id));
-      const notes = el("ul", { class: "hint" }, ...d.notes.map((n) => el("li", {}, n)));
-      if (d.state === "started") { location.hash = "#/task/" + encodeURIComponent(d.task_id); return; }
-      if (d.state === "ended") { box.replaceChildren(el("p", {}, "No task started: " + d.reason), notes); return; }
+      const notes = (d.notes || []).length
+        ? el("ul", { class: "hint notes" }, ...d.notes.map((n) => el("li", {}, unpath(n)))) : null;
+      if (d.state === "started" && d.task_id) { location.hash = "#/task/" + encodeURIComponent(d.task_id); return; }
+      if (d.state === "ended") {
+        box.replaceChildren(el("p", {}, d.reason ? "No task started: " + unpath(d.reason) : "No task started."), notes);
+        return;
+      }
       if (d.state === "drafting") {
         box.replaceChildren(el("p", {}, "The model is drafting the contract; the critic judges each draft."), notes);
         shown = null;
       } else if (d.state === "proposed" && shown !== d.contract) {
+        // The contract is YAML text, shown and edited as it is.
+        const yaml = typeof d.contract === "string" ? d.contract : "";
         shown = d.contract;
-        const text = el("textarea", { id: "contract", rows: "18", spellcheck: "false" });
-        text.value = d.contract;
+        const text = el("textarea", { id: "contract", class: "code", rows: String(Math.min(30, Math.max(10, yaml.split("\n").length + 1))), spellcheck: "false", "aria-describedby": "contract-hint" });
+        text.value = yaml;
         box.replaceChildren(
-          el("p", {}, "The critic accepted this contract. Lock it and start, send it back edited (it is judged again), or reject it."),
+          el("p", { id: "contract-hint" }, "The critic accepted this contract (YAML). Lock it and start, send it back edited (it is judged again), or reject it."),
           el("label", { for: "contract" }, "Contract"), text,
           el("div", { class: "row" },
-            el("button", { type: "button", onclick: () => send(text.value === d.contract ? {} : { contract: text.value }) }, "Accept and start"),
+            el("button", { type: "button", onclick: () => send(text.value === yaml ? {} : { contract: text.value }) }, "Accept and start"),
             el("button", { type: "button", class: "secondary", onclick: () => send({ reject: true }) }, "Reject")),
           notes);
       }
     } catch (e) { say(e.message); }
-    if (alive) setTimeout(draw, 1000);
+    if (alive) timer = setTimeout(draw, 1000);
   };
   draw();
 }
@@ -188,18 +475,41 @@ function showDraft(view, id) {
 // The first line, marked when anything is left out (more lines, or past
 // `n` characters): a command's later lines are never silently hidden.
 function firstLine(s, n = 140) {
-  const lines = String(s || "").split("\n");
+  const lines = String(s || "").replace(/\n+$/, "").split("\n");
   const l = lines[0];
   const more = lines.length > 1 && lines.slice(1).some((x) => x.trim() !== "");
   return (l.length > n ? l.slice(0, n) + "…" : l) + (more ? " …(+" + (lines.length - 1) + " lines)" : "");
 }
 
+// Text of the record under a line of the story: as it is when short, else
+// its first line, opening to the whole (scrolled within when very long).
+function output(text, label) {
+  const s = unpath(text).replace(/\s+$/, "");
+  if (!s) return null;
+  if (!s.includes("\n") && s.length <= 160 && !label) return el("span", { class: "detail" }, s);
+  return el("details", { class: "out" },
+    el("summary", {}, label ? el("span", { class: "out-label" }, label) : null, firstLine(s, 160)),
+    el("pre", { tabindex: "0" }, s));
+}
+
 function describeCall(c) {
   const a = c.args || {};
-  if (a.command) return c.tool + " `" + firstLine(a.command, 80) + "`";
-  if (a.path) return c.tool + " " + a.path;
-  if (a.summary) return c.tool + " \"" + firstLine(a.summary, 80) + "\"";
+  if (a.command) return c.tool + " `" + firstLine(unpath(a.command), 80) + "`";
+  if (a.path) return c.tool + " " + unpath(a.path);
+  if (a.summary) return c.tool + " \"" + firstLine(unpath(a.summary), 80) + "\"";
   return c.tool;
+}
+
+function describeCheck(k) {
+  const c = k || {};
+  switch (c.kind) {
+    case "run": return "`" + firstLine(unpath(c.command), 80) + "`";
+    case "file_exists": return unpath(c.path) + " exists";
+    case "file_contains": return unpath(c.path) + " contains \"" + firstLine(unpath(c.text), 60) + "\"";
+    case "file_matches": return unpath(c.path) + " matches /" + firstLine(unpath(c.regex), 60) + "/";
+    case "json_equals": return unpath(c.path) + " " + (c.pointer || "/") + " = " + firstLine(JSON.stringify(c.value), 60);
+    default: return c.kind || "";
+  }
 }
 
 function commandFailed(content) {
@@ -208,54 +518,79 @@ function commandFailed(content) {
   return /^(killed by signal|timed out|cancelled)/.test(first);
 }
 
+function endWords(o) {
+  if (!o || !o.kind) return "";
+  return String(o.kind).replace(/_/g, " ") + (o.limit ? " (" + o.limit + ")" : "");
+}
+
 // One recorded event as a line of the story (null: nothing to show).
 function storyLine(ev, calls) {
-  const li = (cls, text, detail) => el("li", { class: cls }, text, detail ? el("span", { class: "detail" }, detail) : null);
+  const li = (cls, text, ...detail) => el("li", { class: cls }, text, ...detail);
+  const plain = (s) => (s ? el("span", { class: "detail" }, unpath(s)) : null);
   switch (ev.kind) {
     case "task_started": {
-      const l = ev.contract.limits;
-      return li("", "Task started: " + ev.contract.criteria.length + " criteria",
-        "limits " + l.max_steps + " steps, " + l.max_tokens + " tokens, " + l.timeout_secs + " s · model " + ev.model.provider + ":" + ev.model.name);
+      const l = ev.limits || (ev.contract && ev.contract.limits) || {};
+      const n = ev.contract && ev.contract.criteria ? ev.contract.criteria.length : 0;
+      const m = ev.model || {};
+      return li("", "Task started: " + n + (n === 1 ? " criterion" : " criteria"),
+        plain("limits " + int(l.max_steps) + " steps, " + int(l.max_tokens) + " tokens, " + int(l.timeout_secs) + " s · model " + m.provider + ":" + m.name));
     }
     case "model_turn":
-      for (const c of ev.calls) calls[c.id] = describeCall(c);
-      return li("cycle", "Cycle " + ev.step, ev.thought ? firstLine(ev.thought, 300) : (ev.calls.length ? null : "no action proposed"));
-    case "model_malformed": return li("bad", "Cycle " + ev.step + ": the model's answer was malformed", ev.error);
-    case "model_failed": return li("bad", "Cycle " + ev.step + ": no model answered", ev.error);
+      for (const c of ev.calls || []) calls[c.id] = describeCall(c);
+      return li("cycle", "Cycle " + ev.step, ev.thought ? output(ev.thought) : ((ev.calls || []).length ? null : plain("no action proposed")));
+    case "model_malformed": return li("bad", "Cycle " + ev.step + ": the model's answer was malformed", output(ev.error), output(ev.excerpt, "answer"));
+    case "model_failed": return li("bad", "Cycle " + ev.step + ": no model answered", output(ev.error));
+    case "model_silent": return li("bad", "Cycle " + ev.step + ": the model said nothing", output(ev.reason));
     case "observed": {
-      const o = ev.observation;
+      const o = ev.observation || {};
       const what = calls[o.call_id] || o.tool;
-      if (o.status === "refused") return li("bad", "⛔ " + what, "refused by " + o.rule + ": " + firstLine(o.content));
+      if (o.status === "refused") return li("bad", "⛔ " + what, output("refused by " + o.rule + ": " + (o.content || "")));
       const failed = o.status === "error" || (o.tool === "run_command" && commandFailed(o.content));
-      return li(failed ? "bad" : "good", (failed ? "✗ " : "✓ ") + what, firstLine(o.content));
+      return li(failed ? "bad" : "good", (failed ? "✗ " : "✓ ") + what, output(o.content));
     }
-    case "approval_requested": return li("ask", "Waiting for a person: `" + firstLine(ev.detail, 100) + "` (rule " + ev.rule + ")");
-    case "approval_decided": return li("ask", "Approval: " + ev.decision + (ev.by ? " (by " + ev.by + ")" : ""), ev.message || null);
-    case "checkpoint_requested": return li("ask", "Checkpoint: " + ev.reason);
-    case "checkpoint_decided": return li("ask", "Checkpoint: " + ev.decision, ev.message || null);
+    case "approval_requested": return li("ask", "Waiting for a person: `" + firstLine(unpath(ev.detail), 100) + "` (rule " + ev.rule + ")");
+    case "approval_decided": return li("ask", "Approval: " + ev.decision + (ev.by ? " (by " + unpath(ev.by) + ")" : ""), ev.message ? output(ev.message) : null);
+    case "checkpoint_requested": return li("ask", "Checkpoint: " + firstLine(unpath(ev.reason), 200), output(ev.reason && ev.reason.includes("\n") ? ev.reason : ""));
+    case "checkpoint_decided": return li("ask", "Checkpoint: " + ev.decision, ev.message ? output(ev.message) : null);
+    case "budget_extended":
+      return li("ask", "More budget: +" + int(ev.add_steps) + " steps, +" + int(ev.add_tokens) + " tokens, +" + money(ev.add_usd) + ", +" + int(ev.add_secs) + " s");
+    case "recovery": return li("", "Retried (" + ev.policy + ", attempt " + ev.attempt + ")", output(ev.detail));
+    case "resumed": return li("cycle", "Resumed", output(ev.reason));
+    case "reviewed": return li(ev.verdict === "approve" ? "good" : "bad", "Review of verification #" + ev.attempt + ": " + ev.verdict, output(ev.reasons));
     case "verified": {
-      const r = ev.report;
+      const r = ev.report || {};
       const item = el("li", { class: ev.accepted ? "good" : "bad" },
         "Verification #" + r.attempt + ": " + (ev.accepted ? "accepted" : "rejected"),
-        el("span", { class: "detail" }, "sealed " + r.files + " files, each check on a fresh " + r.snapshot_method));
-      const list = el("ul", {});
-      for (const c of r.criteria) for (const k of c.checks) {
+        plain("sealed " + int(r.files) + " files, each check on a fresh " + r.snapshot_method));
+      const list = el("ul", { class: "checks" });
+      for (const c of r.criteria || []) for (const k of c.checks || []) {
         const status = k.failure || (k.exit_code !== null && k.exit_code !== undefined ? "exit " + k.exit_code : "ok");
-        const row = el("li", {}, (k.passed ? "✓ " : "✗ ") + c.id + " · " + status + " · " + k.duration_ms + " ms");
-        if (!k.passed && k.stderr && k.stderr.excerpt && k.stderr.excerpt.trim()) {
-          row.append(el("span", { class: "detail" }, k.stderr.excerpt.trim().split("\n").slice(-3).join("\n")));
+        const row = el("li", { class: k.passed ? "pass" : "fail" },
+          (k.passed ? "✓ " : "✗ ") + c.id + " · " + describeCheck(k.check) + " · " + unpath(status) + " · " + int(k.duration_ms) + " ms");
+        const streams = [["stderr", k.stderr], ["stdout", k.stdout]]
+          .filter(([, s]) => s && s.excerpt && s.excerpt.trim());
+        if (streams.length) {
+          const whole = streams.map(([name, s]) => (streams.length > 1 ? "── " + name + " ──\n" : "") + s.excerpt.replace(/\s+$/, "") +
+            (s.truncated ? "\n… (" + int(s.bytes) + " bytes in all; the receipt has their digest)" : "")).join("\n\n");
+          // What a failed check said last is what tells why.
+          const last = streams[0][1].excerpt.trim().split("\n").pop();
+          row.append(el("details", { class: "out" + (k.passed ? "" : " evidence") },
+            el("summary", {}, el("span", { class: "out-label" }, streams.map(([n]) => n).join(" + ")), k.passed ? firstLine(unpath(whole), 120) : firstLine(unpath(last), 160)),
+            el("pre", { tabindex: "0" }, unpath(whole))));
         }
         list.append(row);
       }
       item.append(list);
-      if (!ev.accepted && ev.rejection) item.append(el("span", { class: "detail" }, "rejected: " + ev.rejection));
+      for (const v of r.protected_violations || []) item.append(plain("protected path changed: " + v));
+      for (const a of r.artifacts || []) if (!a.present) item.append(plain("missing artifact: " + a.path));
+      if (!ev.accepted && ev.rejection) item.append(output("rejected: " + ev.rejection));
       return item;
     }
-    case "feedback": return li("", "↩ " + firstLine(ev.text, 160));
-    case "transition": return ev.to === "terminal" ? li("cycle", "■ " + firstLine(ev.reason, 300)) : null;
+    case "feedback": return li("", "↩ Feedback to the model", output(ev.text));
+    case "transition": return ev.to === "terminal" ? li("cycle", "■ " + firstLine(unpath(ev.reason), 300), ev.reason && ev.reason.includes("\n") ? output(ev.reason) : null) : null;
     case "finished": {
-      const u = ev.used;
-      return li("", "Used " + u.steps + " steps, " + u.tokens + " tokens, " + money(u.usd) + ", " + u.verifications + " verification(s), " + (u.elapsed_ms / 1000).toFixed(1) + " s");
+      const u = ev.used || {};
+      return li("", "Ended " + endWords(ev.outcome) + ": used " + int(u.steps) + " steps, " + int(u.tokens) + " tokens, " + money(u.usd) + ", " + int(u.verifications) + " verification(s), " + lasting(u.elapsed_ms));
     }
     default: return null;
   }
@@ -294,32 +629,64 @@ async function follow(id, onEvent, signal) {
   }
 }
 
+// The task's standing at a glance: a definition list, a fact only when
+// there is one to say.
+function facts(t, limits) {
+  const u = t.used || {};
+  const of = (n, max, fmt) => fmt(n) + (max !== null && max !== undefined ? " of " + fmt(max) : "");
+  const items = [
+    ["State", badge(t)],
+    t.reason ? ["Reason", unpath(t.reason), "wide"] : null,
+    t.dead_letter ? ["Queue", "`" + t.dead_letter.queue + "` gave up on it: " + unpath(t.dead_letter.reason), "wide"] : null,
+    ["Owner", ownerOf(t.owner)],
+    ["Created", el("time", { datetime: t.created, title: t.created }, fullTime(t.created) + " (" + ago(t.created) + ")"), "two"],
+    ["Duration", lasting(durationMs(t))],
+    ["Steps", of(u.steps, limits && limits.max_steps, int)],
+    ["Tokens", of(u.tokens, limits && limits.max_tokens, int)],
+    ["Cost", of(u.usd, limits && limits.budget_usd, money)],
+    ["Verifications", int(u.verifications)],
+    t.model ? ["Model", unpath(t.model), "two"] : null,
+    t.apply && t.apply !== "not applied" ? ["Change set", t.apply] : null,
+  ];
+  return items.filter(Boolean).map(([k, v, cls]) => el("div", { class: "fact " + (cls || "") }, el("dt", {}, k), el("dd", {}, v)));
+}
+
 async function showTask(view, id) {
+  document.title = "Task " + id + " · Loop Engine";
+  here = id;
   const ctrl = new AbortController();
   let alive = true;
-  stopView = () => { alive = false; ctrl.abort(); };
-  const head = el("div", {});
-  const budget = el("p", { class: "budget", "aria-live": "polite" });
+  let clock = null;
+  stopView = () => { alive = false; ctrl.abort(); clearInterval(clock); };
+  const lead = el("p", { class: "lead" });
+  const dl = el("dl", { id: "facts", class: "facts", "aria-live": "polite" });
+  const ctl = el("div", { class: "controls" });
   const asks = el("div", {});
   const trace = el("ol", { class: "trace", "aria-label": "What happened" });
-  const receipt = el("div", {});
+  const receipt = el("div", {}, el("p", { class: "hint" }, "Written when the task ends."));
   const change = el("div", {});
-  view.replaceChildren(el("h1", {}, "Task " + id), head, budget, asks,
+  view.replaceChildren(
+    el("p", { class: "crumbs" }, el("a", { href: "#/" }, "← Tasks")),
+    el("h1", { class: "task-title" }, "Task ", el("span", { class: "id" }, id)), lead, dl, ctl, asks,
     el("h2", {}, "Story"), trace, el("h2", {}, "Receipt"), receipt, el("h2", {}, "Change set"), change);
   const calls = {};
   let limits = null;
+  let last = null;
+  let controlsKey = null;
 
+  const drawFacts = () => { if (last) dl.replaceChildren(...facts(last, limits)); };
   const refresh = async () => {
     try {
       const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
-      head.replaceChildren(el("p", {}, outcomeBadge(t), " ", t.instruction || ""),
-        t.reason ? el("p", { class: "hint" }, t.reason) : null,
-        t.dead_letter ? el("p", { class: "hint" }, "The queue `" + t.dead_letter.queue + "` gave up on it: " + t.dead_letter.reason) : null,
-        controls(id, t));
-      const u = t.used;
-      budget.textContent = "Used " + u.steps + (limits ? "/" + limits.max_steps : "") + " steps · " +
-        u.tokens + (limits ? "/" + limits.max_tokens : "") + " tokens · " + money(u.usd) +
-        (limits && limits.budget_usd !== null ? " of $" + limits.budget_usd : "") + " · " + u.verifications + " verification(s)";
+      if (!alive) return null;
+      last = t;
+      if (t.instruction) lead.textContent = visible(unpath(t.instruction));
+      lead.hidden = !t.instruction;
+      drawFacts();
+      // The buttons (and a half-filled budget form) stay as they are
+      // while what they act on does not change.
+      const key = [t.outcome, t.interrupted, t.running, t.queued].join("|");
+      if (key !== controlsKey) { controlsKey = key; ctl.replaceChildren(controls(id, t)); }
       const pending = (t.approvals || []).filter((a) => a.status === "pending");
       // A card already shown for the same question stays as it is (a
       // redraw never moves a new question under the cursor).
@@ -334,11 +701,17 @@ async function showTask(view, id) {
   };
   const t = await refresh();
   if (!t) return;
+  clock = setInterval(() => { if (last && !last.outcome && !last.interrupted) drawFacts(); }, 1000);
   follow(id, (ev) => {
-    if (ev.kind === "task_started") limits = ev.contract.limits;
+    if (!alive) return;
+    if (ev.kind === "task_started") { limits = ev.limits || (ev.contract && ev.contract.limits) || null; drawFacts(); }
+    if (ev.kind === "budget_extended" && limits) {
+      limits = { ...limits, max_steps: limits.max_steps + ev.add_steps, max_tokens: limits.max_tokens + ev.add_tokens,
+        budget_usd: limits.budget_usd === null || limits.budget_usd === undefined ? limits.budget_usd : limits.budget_usd + ev.add_usd };
+    }
     const line = storyLine(ev, calls);
     if (line) trace.append(line);
-    if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished"].includes(ev.kind)) refresh();
+    if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished", "resumed", "budget_extended"].includes(ev.kind)) refresh();
   }, ctrl.signal).then(() => { if (alive) refresh(); }).catch((e) => { if (alive) say(e.message); });
 }
 
@@ -348,7 +721,7 @@ function controls(id, t) {
   const post = async (what, body) => {
     try {
       const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body });
-      say(what === "cancel" ? "cancel: " + r.result + " (" + r.outcome + ")" : "resumed");
+      say(what === "cancel" ? "cancel: " + String(r.result || "").replace(/_/g, " ") + (r.outcome ? " (" + outcomeWords(r.outcome) + ")" : "") : "resumed");
     } catch (e) { say(e.message); }
   };
   const row = el("div", { class: "row" });
@@ -363,12 +736,12 @@ function controls(id, t) {
   if (t.outcome && t.outcome.startsWith("limit_reached")) {
     const field = (name, label) => {
       const input = el("input", { id: "add-" + name, name, type: "number", min: "0", step: name === "usd" ? "0.01" : "1", inputmode: "decimal" });
-      return [el("label", { for: "add-" + name }, label), input];
+      return el("div", { class: "field" }, el("label", { for: "add-" + name }, label), input);
     };
-    const form = el("form", { class: "more", "aria-label": "Give more budget" },
+    const form = el("form", { class: "more card", "aria-label": "Give more budget" },
       el("p", {}, "It reached a limit. Give it more and let it go on:"),
-      ...field("steps", "More steps"), ...field("tokens", "More tokens"),
-      ...field("usd", "More dollars"), ...field("secs", "More seconds"),
+      el("div", { class: "grid4" }, field("steps", "More steps"), field("tokens", "More tokens"),
+        field("usd", "More dollars"), field("secs", "More seconds")),
       el("div", { class: "row" }, el("button", { type: "submit" }, "Resume with more")));
     form.onsubmit = (e) => {
       e.preventDefault();
@@ -392,12 +765,13 @@ function answerCard(id, a) {
       say(deny ? "Denied." : "Approved.");
     } catch (e) { say(e.message); }
   };
+  const p = a.payload || {};
   // The command whole, as code, apart from the runtime's own words.
-  const what = a.payload.kind === "checkpoint"
-    ? el("p", {}, "Checkpoint: ", el("span", { class: "cmd" }, a.payload.detail))
-    : el("div", {}, el("p", {}, "May it run this command? (rule " + a.payload.rule + ")"),
-      el("pre", { class: "cmd" }, a.payload.detail));
-  return el("div", { class: "card", role: "group", "aria-label": "A question for you", "data-approval": a.id },
+  const what = p.kind === "checkpoint"
+    ? el("p", {}, "Checkpoint: ", el("span", { class: "cmd" }, unpath(p.detail)))
+    : el("div", {}, el("p", {}, "May it run this command?" + (p.rule ? " (rule " + p.rule + ")" : "")),
+      el("pre", { class: "cmd" }, unpath(p.detail)));
+  return el("div", { class: "card ask", role: "group", "aria-label": "A question for you", "data-approval": a.id },
     what,
     el("label", { for: "answer-" + a.id }, "Message to the model (optional)"), message,
     el("div", { class: "row" },
@@ -409,14 +783,15 @@ async function showReceipt(box, id) {
   try {
     const v = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/verify");
     const mark = (ok) => (ok ? "✓ " : "✗ ");
+    const problems = (xs) => xs.map(unpath).join("; ");
     box.replaceChildren(el("ul", { class: "layers" },
       el("li", {}, mark(v.signature.valid) + "signature " + (v.signature.valid ? "valid (key " + String(v.signature.keyid).slice(0, 16) + "…)" : "does not verify")),
-      el("li", {}, mark(!v.statement_problems.length) + "statement " + (v.statement_problems.length ? v.statement_problems.join("; ") : "ok")),
-      el("li", {}, mark(!v.ledger.problems.length) + "ledger " + (v.ledger.problems.length ? v.ledger.problems.join("; ") : v.ledger.entries + " entries, chained")),
-      el("li", {}, mark(!v.artifacts.problems.length) + "artifacts " + (v.artifacts.problems.length ? v.artifacts.problems.join("; ") : v.artifacts.checked + " re-hashed")),
+      el("li", {}, mark(!v.statement_problems.length) + "statement " + (v.statement_problems.length ? problems(v.statement_problems) : "ok")),
+      el("li", {}, mark(!v.ledger.problems.length) + "ledger " + (v.ledger.problems.length ? problems(v.ledger.problems) : v.ledger.entries + " entries, chained")),
+      el("li", {}, mark(!v.artifacts.problems.length) + "artifacts " + (v.artifacts.problems.length ? problems(v.artifacts.problems) : v.artifacts.checked + " re-hashed")),
       el("li", {}, el("strong", {}, v.intact && v.verified ? "The receipt holds and the task was verified." : v.intact ? "The receipt holds; the task was not verified." : "The receipt does not hold."))),
       el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); download(id); } }, "Download the receipt")));
-  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, e.message)); }
+  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, unpath(e.message))); }
 }
 
 async function download(id) {
@@ -433,19 +808,23 @@ async function showChange(box, id, t) {
     const d = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/diff");
     const pre = el("pre", { class: "diff", tabindex: "0", "aria-label": "The change as a diff" });
     let hunk = false;
-    for (const line of String(d.patch).split("\n")) {
+    let shortened = false;
+    for (const raw of String(d.patch || "").split("\n")) {
+      const line = unpath(raw);
+      if (line !== raw) shortened = true;
       if (line.startsWith("diff --git")) hunk = false;
       if (line.startsWith("@@")) hunk = true;
       const cls = line.startsWith("@@") ? "hunk" : hunk && line.startsWith("+") ? "add" : hunk && line.startsWith("-") ? "del" : "";
-      pre.append(el("span", { class: cls }, line + "\n"));
+      pre.append(el("span", { class: cls || null }, line + "\n"));
     }
     const act = async (what, body = {}) => {
       try {
         const r = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/" + what, { method: "POST", body });
-        say(what + ": " + r.result + (r.notes.length ? " — " + r.notes.join(" ") : ""));
+        say(what + ": " + String(r.result || "").replace(/_/g, " ") + ((r.notes || []).length ? " — " + r.notes.join(" ") : ""));
         showChange(box, id, await api("/api/v1/tasks/" + encodeURIComponent(id)));
       } catch (e) { say(e.message); }
     };
+    const files = d.files || [];
     const buttons = el("div", { class: "row" });
     // Host-executable files (a git hook, a build script the host runs)
     // are applied only with an administrator's consent.
@@ -454,35 +833,39 @@ async function showChange(box, id, t) {
       // The click, after the diff is shown and the question below is
       // answered, is the person's confirmation (an apply checkpoint's too).
       buttons.append(el("button", { type: "button", onclick: () => {
-        if (window.confirm("Apply " + d.files.length + " file(s) to the project?")) act("apply", { confirm: true, trust_host_files: trust.checked });
+        if (window.confirm("Apply " + files.length + " file(s) to the project?")) act("apply", { confirm: true, trust_host_files: trust.checked });
       } }, "Apply to the project"),
       el("button", { type: "button", class: "secondary", onclick: () => {
         if (window.confirm("Discard the change set of task " + id + "? The receipt stays.")) act("discard");
       } }, "Discard"),
-      el("span", {}, trust, el("label", { for: "trust-host" }, " also files that run on the host (admin token)")));
+      el("span", { class: "check" }, trust, el("label", { for: "trust-host" }, " also files that run on the host (admin token)")));
     }
     if (t.apply === "applied") buttons.append(el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
+    const source = d.source && d.source.receipt ? "from the receipt" : "the workspace as it is now";
     box.replaceChildren(
-      el("p", {}, d.files.length + " file(s) · " + (d.source.receipt ? "from the receipt" : "the workspace as it is now") + (t.apply === "applied" ? " · applied" : "")),
-      buttons, d.files.length ? pre : null);
-  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, e.message)); }
+      el("p", {}, files.length + " file(s) · " + source + (t.apply === "applied" ? " · applied" : "")),
+      files.length ? el("ul", { class: "files" }, ...files.map((x) => el("li", {}, el("span", { class: "change " + (x.change || "") }, x.change || ""), " ", unpath(x.path)))) : null,
+      buttons, files.length ? pre : null,
+      shortened ? el("p", { class: "hint" }, "Paths of the server's disk are shown shortened (…/name); `loop diff " + id + "` on the server shows them whole.") : null);
+  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, unpath(e.message))); }
 }
 
 // ---- routing ----
 function route() {
   stopView();
   stopView = () => {};
+  here = null;
   const signedIn = Boolean(token);
   $("#signin").hidden = signedIn;
   $("#signout").hidden = !signedIn;
   const view = $("#view");
   view.replaceChildren();
-  if (!signedIn) { $("#token").focus(); return; }
-  const h = location.hash || "#/";
-  if (h === "#/new") showNew(view);
-  else if (h.startsWith("#/task/")) showTask(view, decodeURIComponent(h.slice(7)));
-  else if (h.startsWith("#/draft/")) showDraft(view, decodeURIComponent(h.slice(8)));
-  else showList(view);
+  if (!signedIn) { document.title = "Sign in · Loop Engine"; $("#token").focus(); return; }
+  const { path, params } = hashParts();
+  if (path === "#/new") showNew(view);
+  else if (path.startsWith("#/task/")) showTask(view, decodeURIComponent(path.slice(7)));
+  else if (path.startsWith("#/draft/")) showDraft(view, decodeURIComponent(path.slice(8)));
+  else showList(view, params);
 }
 
 window.addEventListener("hashchange", route);

@@ -348,12 +348,14 @@ async fn list(
             })?,
     };
     let before = q.get("before").cloned();
+    let filter = crate::listing::TaskFilter::from_query(&q)?;
     let (rt, tallies, pool) = (s.runtime.clone(), s.tallies.clone(), s.pool.clone());
     blocking(move || {
         let mut seen: Vec<_> = rt
             .tasks()?
             .into_iter()
             .filter(|t| caller.may_see(t.owner.as_deref()))
+            .filter(|t| filter.admits(t, pool.is_waiting(&t.id)))
             .collect();
         if let Some(b) = &before {
             // Newest first: what comes after `before`; an id the caller
@@ -372,6 +374,7 @@ async fn list(
                 task: t.for_remote(rt.project()),
                 used: Some(tally(&rt, &tallies, t).used),
                 queued: pool.is_waiting(&t.id),
+                outcome_words: t.outcome.map(|o| o.words()),
             })
             .collect();
         Ok(Json(TasksBody { tasks, next }))

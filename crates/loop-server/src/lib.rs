@@ -17,6 +17,7 @@
 mod api;
 mod drafts;
 mod feed;
+mod listing;
 pub mod mcp;
 mod openapi;
 mod pool;

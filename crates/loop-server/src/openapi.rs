@@ -77,6 +77,7 @@ fn task_list() -> Value {
                 "id": {"type": "string"},
                 "state": {"type": "string"},
                 "queued": {"type": "boolean"},
+                "outcome_words": {"type": ["string", "null"], "description": "how it ended, in words"},
                 "used": any_object()
             }), &["id", "state", "queued", "used"])},
             "next": {"type": ["string", "null"], "description": "pass as `before` for the next page"}
@@ -91,6 +92,7 @@ fn task() -> Value {
             "id": {"type": "string"},
             "state": {"type": "string"},
             "outcome": {"type": ["string", "null"]},
+            "outcome_words": {"type": ["string", "null"], "description": "how it ended, in words"},
             "owner": {"type": ["string", "null"]},
             "queued": {"type": "boolean", "description": "waiting for one of the server's places to run"},
             "used": any_object(),
@@ -443,7 +445,11 @@ fn operation(r: &Route) -> Map<String, Value> {
             "parameters".into(),
             json!([
                 {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                {"name": "before", "in": "query", "required": false, "schema": {"type": "string"}}
+                {"name": "before", "in": "query", "required": false, "schema": {"type": "string"}},
+                {"name": "state", "in": "query", "required": false, "description": "only tasks that stand so", "schema": {"type": "string", "enum": ["running", "waiting", "interrupted", "queued", "ended"]}},
+                {"name": "outcome", "in": "query", "required": false, "description": "only tasks that ended so", "schema": {"type": "string", "enum": ["verified", "failed", "lost", "limit_reached", "cancelled", "error"]}},
+                {"name": "owner", "in": "query", "required": false, "description": "only this owner's tasks (`-`: the command line's, which have none)", "schema": {"type": "string"}},
+                {"name": "q", "in": "query", "required": false, "description": "only tasks whose id, instruction or reason holds this text (any case)", "schema": {"type": "string"}}
             ]),
         );
     }

@@ -315,6 +315,7 @@ impl Standing {
                 task: status.for_remote(project),
                 used: None,
                 queued: *queued,
+                outcome_words: status.task.outcome.map(|o| o.words()),
             })),
             Standing::Prestart { id, state } => StandingBody::Prestart(PrestartBody {
                 id,

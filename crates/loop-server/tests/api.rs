@@ -175,6 +175,24 @@ fn body_of_list(s: &Server, token: &str) -> String {
     body
 }
 
+/// The ids `GET /api/v1/tasks?{query}` lists for `token`, in order.
+fn listed(s: &Server, token: &str, query: &str) -> Vec<String> {
+    let (status, body) = call(
+        s,
+        "get",
+        &format!("/api/v1/tasks?{query}"),
+        Some(token),
+        None,
+    );
+    assert_eq!(status, 200, "{query}: {body}");
+    json_of(&body)["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 fn path_for(path: &str, id: &str) -> String {
     path.replace("{id}", id)
 }
@@ -232,7 +250,10 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     let id = create(&s, &alice);
     let t = wait_ended(&s, &alice, &id);
     assert_eq!(t["outcome"], "verified", "{t}");
+    assert_eq!(t["outcome_words"], "verified", "{t}");
     assert_eq!(t["owner"], "alice", "{t}");
+    assert_eq!(listed(&s, &alice, "outcome=verified&state=ended"), [id.clone()]);
+    assert!(listed(&s, &alice, "outcome=failed").is_empty());
     // The server's own paths are the project's, not its disk's.
     assert_eq!(t["model"], "scripted:script.yaml", "{t}");
     assert_eq!(
@@ -969,6 +990,37 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
         );
         assert_eq!(status, 400, "{bad}: {body}");
         assert_eq!(json_of(&body)["error"]["kind"], "usage", "{body}");
+    }
+    // Filtered: by where each stands, by text in it, by owner; the
+    // filters combine, and an unknown value names the ones there are.
+    assert_eq!(listed(&s, &alice, "state=queued"), [third.clone(), second.clone()]);
+    assert_eq!(listed(&s, &alice, "state=waiting"), [first.clone()]);
+    assert!(listed(&s, &alice, "state=ended").is_empty());
+    assert!(listed(&s, &alice, "outcome=verified").is_empty());
+    assert_eq!(
+        listed(&s, &alice, &format!("q={}", &first[first.len() - 6..].to_uppercase())),
+        [first.clone()]
+    );
+    assert_eq!(
+        listed(&s, &alice, "q=WRITE%20HELLO&state=queued&limit=1"),
+        [third.clone()]
+    );
+    assert_eq!(listed(&s, &admin, "owner=alice").len(), 3);
+    assert!(listed(&s, &admin, "owner=-").is_empty());
+    assert!(listed(&s, &admin, "owner=bob").is_empty());
+    for (bad, named) in [
+        ("state=done", "running, waiting"),
+        ("outcome=passed", "verified, failed"),
+    ] {
+        let (status, body) = call(
+            &s,
+            "get",
+            &format!("/api/v1/tasks?{bad}"),
+            Some(&alice),
+            None,
+        );
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.contains(named), "{bad}: {body}");
     }
     // Another owner's task is no cursor: it reveals nothing.
     let bob = token(&s, "bob", Scope::Run);
