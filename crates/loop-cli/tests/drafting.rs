@@ -962,16 +962,21 @@ fn on_a_terminal_the_draft_is_accepted_edited_and_judged_again_or_rejected() {
         ),
     )
     .unwrap();
-    // Edit, then accept: the edited contract is judged again and locked.
+    // An answer that is none is said to be none; then edit, then accept:
+    // the edited contract is judged again and locked.
     let (code, said) = on_a_terminal(
         &base,
         &project,
-        "e\na\n",
+        "yes\ne\na\n",
         "sed -i 's/the unittest suite passes/the unittest suite passes, edited/' \"$1\"",
     );
     assert_eq!(code, Some(0), "{said}");
     assert!(
         said.contains("The drafted contract (the critic accepted it)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("`yes` is not an answer here: type a to lock it and start"),
         "{said}"
     );
     let ledger = std::fs::read_dir(project.join(".loop/receipts"))

@@ -252,7 +252,10 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     assert_eq!(t["outcome"], "verified", "{t}");
     assert_eq!(t["outcome_words"], "verified", "{t}");
     assert_eq!(t["owner"], "alice", "{t}");
-    assert_eq!(listed(&s, &alice, "outcome=verified&state=ended"), [id.clone()]);
+    assert_eq!(
+        listed(&s, &alice, "outcome=verified&state=ended"),
+        [id.clone()]
+    );
     assert!(listed(&s, &alice, "outcome=failed").is_empty());
     // The server's own paths are the project's, not its disk's.
     assert_eq!(t["model"], "scripted:script.yaml", "{t}");
@@ -993,12 +996,19 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
     }
     // Filtered: by where each stands, by text in it, by owner; the
     // filters combine, and an unknown value names the ones there are.
-    assert_eq!(listed(&s, &alice, "state=queued"), [third.clone(), second.clone()]);
+    assert_eq!(
+        listed(&s, &alice, "state=queued"),
+        [third.clone(), second.clone()]
+    );
     assert_eq!(listed(&s, &alice, "state=waiting"), [first.clone()]);
     assert!(listed(&s, &alice, "state=ended").is_empty());
     assert!(listed(&s, &alice, "outcome=verified").is_empty());
     assert_eq!(
-        listed(&s, &alice, &format!("q={}", &first[first.len() - 6..].to_uppercase())),
+        listed(
+            &s,
+            &alice,
+            &format!("q={}", &first[first.len() - 6..].to_uppercase())
+        ),
         [first.clone()]
     );
     assert_eq!(

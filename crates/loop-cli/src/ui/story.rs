@@ -201,7 +201,10 @@ impl loop_runtime::Observer for Story {
                         Err(e) => println!("{e}"),
                     }
                 }
-                _ => {}
+                other => println!(
+                    "`{}` is not an answer here: type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)",
+                    crate::ui::screen::defang(other)
+                ),
             }
         };
         if let Some(v) = &self.view {
