@@ -52,6 +52,11 @@ struct Tmux {
 
 impl Tmux {
     fn start(dir: &Path, command: &str) -> Tmux {
+        Tmux::sized(dir, command, 160, 50)
+    }
+
+    /// A terminal `cols` wide and `rows` high.
+    fn sized(dir: &Path, command: &str, cols: u16, rows: u16) -> Tmux {
         assert!(
             Command::new("tmux").arg("-V").output().is_ok(),
             "tmux is needed for the terminal tests (scripts/test.sh installs it)"
@@ -66,9 +71,9 @@ impl Tmux {
             "-s",
             &t.session,
             "-x",
-            "160",
+            &cols.to_string(),
             "-y",
-            "50",
+            &rows.to_string(),
             command,
         ]);
         assert!(out.status.success(), "{out:?}");
@@ -423,4 +428,58 @@ fn what_the_model_wrote_never_reaches_the_terminal_as_escape_sequences() {
     assert!(out.status.success(), "{out:?}");
     let end = t.wait_for("the end", |s| s.contains("EXITED"));
     assert!(end.contains("EXITED 0"), "{end}");
+}
+
+/// What the model thinks before its slow command: longer than any line.
+const THOUGHT: &str = "Write the configuration file the acceptance check wants first, then run the slow build command that prints its progress, and finish once everything is in place";
+
+#[test]
+fn story_lines_and_the_status_line_fit_a_narrow_terminal() {
+    for (cols, rows) in [(100u16, 30u16), (80, 24)] {
+        let (dir, project) = setup(&format!("width-{cols}"), 3);
+        std::fs::write(
+            dir.join("script.yaml"),
+            format!(
+                "turns:\n  - thought: {THOUGHT}\n    calls:\n      - {{tool: run_command, args: {{command: \"sleep 3\"}}}}\n  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\n"
+            ),
+        )
+        .unwrap();
+        let t = Tmux::sized(&dir, &loop_run(&dir, &project, "", ""), cols, rows);
+        // While the command runs, the status line is one line: its
+        // budgets and its clock together.
+        let running = t.wait_for("the status line", |s| {
+            spinner_line(s).is_some() && s.contains("steps 1/")
+        });
+        let status = running.lines().find(|l| l.contains("steps 1/")).unwrap();
+        assert!(
+            status.trim_end().ends_with(" of 1800 s"),
+            "the status line is cut or wrapped at {cols}:\n{running}"
+        );
+        let end = t.wait_for("the end", |s| s.contains("EXITED"));
+        assert!(end.contains("EXITED 0"), "{end}");
+        let width = |l: &str| l.chars().count();
+        for line in end.lines() {
+            assert!(width(line) <= usize::from(cols), "{line:?}");
+        }
+        // Broken between words, not inside one: every word of the
+        // thought (as far as the story shows it) and of the next step is
+        // whole on the screen.
+        let words: std::collections::HashSet<&str> = end.split_whitespace().collect();
+        let id = status_id(&dir, &project);
+        let apply = format!("`loop apply {id}`");
+        let shown = THOUGHT.split_whitespace().take(14);
+        for w in shown.chain(apply.split_whitespace()) {
+            assert!(
+                words.contains(w),
+                "`{w}` is broken at {cols} columns:\n{end}"
+            );
+        }
+        // The thought did need more than one line here.
+        assert!(!end.lines().any(|l| l.contains(THOUGHT)), "{end}");
+    }
+}
+
+/// The id of the project's last task.
+fn status_id(dir: &Path, project: &Path) -> String {
+    status(dir, project)["id"].as_str().unwrap().to_string()
 }

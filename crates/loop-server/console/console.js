@@ -233,7 +233,7 @@ function showList(view, params) {
     body, foot);
   const more = el("button", { type: "button", id: "more", class: "secondary", hidden: "" }, "Load more");
   view.replaceChildren(
-    el("div", { class: "title-row" }, el("h1", {}, "Tasks"), el("a", { class: "button", href: "#/new" }, "New task")),
+    el("h1", {}, "Tasks"),
     bar, el("div", { class: "summary-row" }, shown, problem), el("div", { class: "table-wrap" }, table),
     el("div", { class: "row more-row" }, more));
 
@@ -300,11 +300,16 @@ function showList(view, params) {
       body.append(el("tr", { class: "empty" }, el("td", { colspan: String(COLUMNS.length) },
         filtered() ? "No task matches these filters." : "No tasks yet: start one with New task.")));
     }
+    const totalTime = el("td", { class: "c-dur num", "data-label": "Duration" });
+    const spent = () => { totalTime.textContent = lasting(rows.reduce((a, t) => a + durationMs(t), 0)); };
+    spent();
+    clocks.push(spent);
     const sum = (k) => rows.reduce((a, t) => a + Number((t.used && t.used[k]) || 0), 0);
     foot.replaceChildren(rows.length ? el("tr", { id: "totals", "data-count": String(rows.length) },
-      el("th", { scope: "row", colspan: "5", class: "c-total" },
+      el("th", { scope: "row", colspan: "3", class: "c-total" },
         "Total of the ", el("span", { class: "total-count" }, String(rows.length)), rows.length === 1 ? " task shown" : " tasks shown"),
-      el("td", { class: "c-dur num", "data-label": "Duration" }, lasting(rows.reduce((a, t) => a + durationMs(t), 0))),
+      el("td", { class: "c-owner" }), el("td", { class: "c-created" }),
+      totalTime,
       el("td", { class: "c-steps num", "data-label": "Steps" }, int(sum("steps"))),
       el("td", { class: "c-tokens num", "data-label": "Tokens" }, int(sum("tokens"))),
       el("td", { class: "c-cost num", "data-label": "Cost" }, money(sum("usd")))) : null);
@@ -636,8 +641,6 @@ function facts(t, limits) {
   const of = (n, max, fmt) => fmt(n) + (max !== null && max !== undefined ? " of " + fmt(max) : "");
   const items = [
     ["State", badge(t)],
-    t.reason ? ["Reason", unpath(t.reason), "wide"] : null,
-    t.dead_letter ? ["Queue", "`" + t.dead_letter.queue + "` gave up on it: " + unpath(t.dead_letter.reason), "wide"] : null,
     ["Owner", ownerOf(t.owner)],
     ["Created", el("time", { datetime: t.created, title: t.created }, fullTime(t.created) + " (" + ago(t.created) + ")"), "two"],
     ["Duration", lasting(durationMs(t))],
@@ -647,6 +650,8 @@ function facts(t, limits) {
     ["Verifications", int(u.verifications)],
     t.model ? ["Model", unpath(t.model), "two"] : null,
     t.apply && t.apply !== "not applied" ? ["Change set", t.apply] : null,
+    t.reason ? ["Reason", unpath(t.reason), "wide"] : null,
+    t.dead_letter ? ["Queue", "`" + t.dead_letter.queue + "` gave up on it: " + unpath(t.dead_letter.reason), "wide"] : null,
   ];
   return items.filter(Boolean).map(([k, v, cls]) => el("div", { class: "fact " + (cls || "") }, el("dt", {}, k), el("dd", {}, v)));
 }

@@ -254,7 +254,7 @@ fn a_task_from_the_api_runs_to_a_verified_receipt_and_is_settled_through_it() {
     assert_eq!(t["owner"], "alice", "{t}");
     assert_eq!(
         listed(&s, &alice, "outcome=verified&state=ended"),
-        [id.clone()]
+        [id.as_str()]
     );
     assert!(listed(&s, &alice, "outcome=failed").is_empty());
     // The server's own paths are the project's, not its disk's.
@@ -998,9 +998,9 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
     // filters combine, and an unknown value names the ones there are.
     assert_eq!(
         listed(&s, &alice, "state=queued"),
-        [third.clone(), second.clone()]
+        [third.as_str(), second.as_str()]
     );
-    assert_eq!(listed(&s, &alice, "state=waiting"), [first.clone()]);
+    assert_eq!(listed(&s, &alice, "state=waiting"), [first.as_str()]);
     assert!(listed(&s, &alice, "state=ended").is_empty());
     assert!(listed(&s, &alice, "outcome=verified").is_empty());
     assert_eq!(
@@ -1009,11 +1009,11 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
             &alice,
             &format!("q={}", &first[first.len() - 6..].to_uppercase())
         ),
-        [first.clone()]
+        [first.as_str()]
     );
     assert_eq!(
         listed(&s, &alice, "q=WRITE%20HELLO&state=queued&limit=1"),
-        [third.clone()]
+        [third.as_str()]
     );
     assert_eq!(listed(&s, &admin, "owner=alice").len(), 3);
     assert!(listed(&s, &admin, "owner=-").is_empty());

@@ -145,9 +145,9 @@ pub(crate) fn report_end(report: &TaskReport, story: &story::Story) -> Result<u8
             notes: Some(story.notes()),
         })?;
     } else {
-        println!("receipt {}", report.receipt.display());
+        story.said(&format!("receipt {}\n", report.receipt.display()));
         if let Some(next) = next_step(report) {
-            println!("next    {next}");
+            story.said(&format!("next    {next}\n"));
         }
     }
     Ok(if report.outcome.kind == OutcomeKind::Verified {

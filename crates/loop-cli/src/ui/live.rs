@@ -119,7 +119,9 @@ impl LiveView {
     /// `what` may hold what the model wrote (a command, a path): one
     /// line of it, defanged, cut to the terminal.
     fn doing(&self, what: &str) {
-        let width = terminal_width().saturating_sub(16).max(20);
+        let width = crate::ui::screen::terminal_width()
+            .saturating_sub(16)
+            .max(20);
         let mut lines = what.lines();
         let first = lines.next().unwrap_or_default();
         let line = if lines.next().is_some() {
@@ -140,18 +142,38 @@ impl LiveView {
             Some(b) => format!("${:.4} of ${b:.2}", t.usd),
             None => format!("${:.4}", t.usd),
         };
-        self.status.set_message(dim(self.screen.glyphs(&format!(
-            "steps {}/{} · tokens {}{}/{} · {usd} · verifications {}/{} · ",
-            t.steps,
-            l.max_steps,
+        let steps = format!("steps {}/{}", t.steps, l.max_steps);
+        let tokens = format!(
+            "tokens {}{}/{}",
             count(t.tokens),
             if t.estimated { " (est.)" } else { "" },
-            count(l.max_tokens),
-            t.verifications,
-            l.max_verifications,
-        ))));
-        self.status
-            .set_prefix(dim(format!(" of {} s", l.timeout_secs)));
+            count(l.max_tokens)
+        );
+        let verifications = format!("verifications {}/{}", t.verifications, l.max_verifications);
+        let clock = format!(" of {} s", l.timeout_secs);
+        // The line fits the terminal (its indent and the clock's own
+        // "123.4 s" with it): what matters least goes first.
+        let room = crate::ui::screen::terminal_width().saturating_sub(2 + 8 + clock.len());
+        let cost = format!("${:.4}", t.usd);
+        let message = [
+            vec![&steps, &tokens, &usd, &verifications],
+            vec![&steps, &tokens, &cost],
+            vec![&steps, &cost],
+        ]
+        .into_iter()
+        .map(|parts| {
+            let mut m = parts
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(" · ");
+            m.push_str(" · ");
+            m
+        })
+        .find(|m| m.chars().count() <= room)
+        .unwrap_or_else(|| format!("{steps} · "));
+        self.status.set_message(dim(self.screen.glyphs(&message)));
+        self.status.set_prefix(dim(clock));
     }
 
     /// A recorded event: count it, and say what comes next.
@@ -321,18 +343,6 @@ impl LiveView {
         self.activity.finish_and_clear();
         self.status.finish_and_clear();
         let _ = self.bars.clear();
-    }
-}
-
-/// The terminal's width in columns (80 when unknown).
-fn terminal_width() -> usize {
-    // SAFETY: TIOCGWINSZ fills a winsize; a failure leaves it zeroed.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
-    if ok && ws.ws_col > 0 {
-        usize::from(ws.ws_col)
-    } else {
-        80
     }
 }
 

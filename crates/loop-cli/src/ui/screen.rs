@@ -98,6 +98,15 @@ impl Screen {
     /// glyphs.
     pub fn render(&self, text: &str) -> String {
         let text = &defang(text);
+        // On a terminal, lines fit its width (read now: it may have been
+        // resized), broken between words under their own indent.
+        let fitted;
+        let text = if self.live {
+            fitted = fit(text, terminal_width());
+            &fitted
+        } else {
+            text
+        };
         let text = if self.color {
             text.split_inclusive('\n')
                 .map(|line| self.tint_line(line))
@@ -140,6 +149,120 @@ impl Screen {
         }
         line.to_string()
     }
+}
+
+/// The terminal's width in columns (80 when unknown).
+pub fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ fills a winsize; a failure leaves it zeroed.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        80
+    }
+}
+
+/// Columns `s` takes on a terminal.
+fn columns(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `text` with every line at most `width` columns: a longer line breaks
+/// between words, its continuations indented under its first word after
+/// the indent and mark (`  ✓ `, `    → `); a word longer than a line is
+/// cut where the line ends.
+pub fn fit(text: &str, width: usize) -> String {
+    let width = width.max(20);
+    let mut out = String::with_capacity(text.len() + 16);
+    for line in text.split_inclusive('\n') {
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        if columns(body) <= width {
+            out.push_str(line);
+            continue;
+        }
+        fit_line(body, width, &mut out);
+        if line.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One line too wide for `width`, broken into `out`.
+fn fit_line(body: &str, width: usize, out: &mut String) {
+    let lead = body.len() - body.trim_start_matches(' ').len();
+    // A mark (a glyph or two, then a space) belongs to the first line;
+    // so does a label in a column (`next    …`): the rest hangs under
+    // what follows it.
+    let rest = &body[lead..];
+    let mark = match rest.split_once(' ') {
+        Some((m, _))
+            if !m.is_empty() && columns(m) <= 2 && !m.chars().any(char::is_alphanumeric) =>
+        {
+            m.len() + 1
+        }
+        Some((label, after))
+            if !label.is_empty() && label.len() <= 14 && after.starts_with(' ') =>
+        {
+            rest.len() - after.trim_start_matches(' ').len()
+        }
+        _ => 0,
+    };
+    let head = &body[..lead + mark];
+    let hang = columns(head).min(width / 2);
+    let start = out.len();
+    out.push_str(head);
+    let mut used = columns(head);
+    // Nothing but the indent on this line yet.
+    let mut fresh = true;
+    let break_line = |out: &mut String, used: &mut usize, fresh: &mut bool| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n(' ', hang));
+        *used = hang;
+        *fresh = true;
+    };
+    for word in body[lead + mark..].split(' ') {
+        let mut word = word;
+        loop {
+            let sep = usize::from(!fresh);
+            if used + sep + columns(word) <= width {
+                if !fresh {
+                    out.push(' ');
+                }
+                out.push_str(word);
+                used += sep + columns(word);
+                fresh = false;
+                break;
+            }
+            if !fresh {
+                break_line(out, &mut used, &mut fresh);
+                continue;
+            }
+            // A word wider than a line: cut where the line ends (one
+            // character at least).
+            let mut cut = 0;
+            let mut cols = used;
+            for (i, c) in word.char_indices() {
+                cols += unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+                if cols > width && cut > 0 {
+                    break;
+                }
+                cut = i + c.len_utf8();
+            }
+            out.push_str(&word[..cut]);
+            word = &word[cut..];
+            if word.is_empty() {
+                used = width;
+                fresh = false;
+                break;
+            }
+            break_line(out, &mut used, &mut fresh);
+        }
+    }
+    // (No line ends in the spaces of an indent.)
+    let kept = out[start..].trim_end_matches(' ').len();
+    out.truncate(start + kept);
 }
 
 /// `text` safe to write to a terminal: what a model or a command wrote can
@@ -226,6 +349,40 @@ mod tests {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| OsString::from(v))
         }
+    }
+
+    #[test]
+    fn long_lines_fit_the_width_under_their_own_indent() {
+        let line =
+            "    ✗ tests exit 1 · the assertion that failed says the totals differ by one cent\n";
+        let out = fit(line, 40);
+        for l in out.lines() {
+            assert!(columns(l) <= 40, "{l:?} in {out:?}");
+        }
+        assert_eq!(
+            out,
+            "    ✗ tests exit 1 · the assertion that\n      failed says the totals differ by\n      one cent\n"
+        );
+        // Words are whole: joined again, the text is what it was.
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(words(&out), words(line));
+        // A short line is left alone; a word wider than a line is cut.
+        assert_eq!(fit("  ✓ ok\n", 40), "  ✓ ok\n");
+        let path = format!("  → read_file {}", "a/".repeat(30));
+        let out = fit(&path, 30);
+        assert!(out.lines().all(|l| columns(l) <= 30), "{out}");
+        assert_eq!(out.replace(['\n', ' '], ""), path.replace(' ', ""));
+        // A label in a column: the rest hangs under its text.
+        assert_eq!(
+            fit(
+                "next    `loop diff t-1` shows it; `loop apply t-1` puts it in",
+                40
+            ),
+            "next    `loop diff t-1` shows it; `loop\n        apply t-1` puts it in"
+        );
+        // Wide characters count as the two columns they take.
+        let wide = fit(&format!("  {}", "字".repeat(30)), 21);
+        assert!(wide.lines().all(|l| columns(l) <= 21), "{wide}");
     }
 
     #[test]

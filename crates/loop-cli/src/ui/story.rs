@@ -110,6 +110,14 @@ impl Story {
     }
 
     /// Print narration: above the live view, or as plain lines.
+    /// Text after the run (its live view gone), as this screen shows it:
+    /// fitted to a terminal's width.
+    pub fn said(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{}", self.screen.render(text));
+        let _ = out.flush();
+    }
+
     fn print(&self, text: &str) {
         if text.is_empty() {
             return;
