@@ -55,6 +55,17 @@ fn the_shipped_suite_solves_every_right_solution_and_accepts_no_wrong_one() {
     let cases: std::collections::BTreeSet<&str> =
         runs.iter().map(|x| x["case"].as_str().unwrap()).collect();
     assert!(cases.len() >= 12, "{cases:?}");
+    // Piped, it is not silent for minutes: each run is said as it ends
+    // (on stderr, the report alone on stdout).
+    let said: Vec<&str> = all
+        .lines()
+        .filter(|l| l.starts_with("loop eval: ") && l.contains(&format!("/{} ", runs.len())))
+        .collect();
+    assert_eq!(said.len(), runs.len(), "{all}");
+    assert!(
+        said.iter().any(|l| l.contains(": solved (verified, ")),
+        "{all}"
+    );
     let kinds: std::collections::BTreeSet<&str> =
         runs.iter().map(|x| x["kind"].as_str().unwrap()).collect();
     let languages: std::collections::BTreeSet<&str> = runs

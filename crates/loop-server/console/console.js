@@ -307,14 +307,14 @@ function showList(view, params) {
     const sum = (k) => rows.reduce((a, t) => a + Number((t.used && t.used[k]) || 0), 0);
     foot.replaceChildren(rows.length ? el("tr", { id: "totals", "data-count": String(rows.length) },
       el("th", { scope: "row", colspan: "3", class: "c-total" },
-        "Total of the ", el("span", { class: "total-count" }, String(rows.length)), rows.length === 1 ? " task shown" : " tasks shown"),
+        "Total of ", el("span", { class: "total-count" }, String(rows.length)), rows.length === 1 ? " task shown" : " tasks shown"),
       el("td", { class: "c-owner" }), el("td", { class: "c-created" }),
       totalTime,
       el("td", { class: "c-steps num", "data-label": "Steps" }, int(sum("steps"))),
       el("td", { class: "c-tokens num", "data-label": "Tokens" }, int(sum("tokens"))),
       el("td", { class: "c-cost num", "data-label": "Cost" }, money(sum("usd")))) : null);
     shown.textContent = rows.length
-      ? (rows.length === 1 ? "1 task" : rows.length + " tasks") + (filtered() ? " match the filters" : "") +
+      ? (rows.length === 1 ? "1 task" : rows.length + " tasks") + (filtered() ? (rows.length === 1 ? " matches" : " match") + " the filters" : "") +
         (next ? " · older ones follow (Load more)" : "") + "."
       : "";
     more.hidden = !next;

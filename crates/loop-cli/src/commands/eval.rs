@@ -62,7 +62,35 @@ fn eval_cmd(
     std::fs::create_dir_all(work.parent().unwrap_or(std::path::Path::new("/")))
         .and_then(|_| std::fs::create_dir(&work))
         .map_err(|e| CliError::usage(format!("{}: {e}", work.display())))?;
-    let report = loop_runtime::run_eval(&opts);
+    // Runs take minutes: each one is said as it ends, on stderr (stdout
+    // keeps the report alone, for a pipe or a file).
+    eprintln!(
+        "loop eval: running the suite {} with {} ({} at a time)",
+        opts.suite.display(),
+        opts.model,
+        opts.jobs
+    );
+    let report = loop_runtime::run_eval(&opts, &|done, total, run| {
+        let what = match run {
+            Some(r) => format!(
+                "{}{} #{}: {} ({}, {:.1} s)",
+                r.case,
+                r.solution
+                    .as_deref()
+                    .map(|s| format!(" {s}"))
+                    .unwrap_or_default(),
+                r.repeat,
+                r.verdict.words(),
+                r.outcome,
+                r.wall_ms as f64 / 1000.0
+            ),
+            None => "a run could not be made (the report says why)".into(),
+        };
+        eprintln!(
+            "loop eval: {done}/{total} {}",
+            crate::ui::screen::defang(&what)
+        );
+    });
     if keep {
         eprintln!(
             "loop eval: the cases' projects are kept in {}",

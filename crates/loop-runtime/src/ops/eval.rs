@@ -58,6 +58,17 @@ pub enum CaseVerdict {
     SafeFailure,
 }
 
+impl CaseVerdict {
+    /// The verdict in words (`solved`, `FALSE ACCEPTANCE`, `safe failure`).
+    pub fn words(self) -> &'static str {
+        match self {
+            CaseVerdict::Solved => "solved",
+            CaseVerdict::FalseAcceptance => "FALSE ACCEPTANCE",
+            CaseVerdict::SafeFailure => "safe failure",
+        }
+    }
+}
+
 /// One run of one case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaseRun {
@@ -164,9 +175,8 @@ impl EvalReport {
                 cell(&r.kind),
                 cell(r.solution.as_deref().unwrap_or("-")),
                 match r.verdict {
-                    CaseVerdict::Solved => "solved",
                     CaseVerdict::FalseAcceptance => "**FALSE ACCEPTANCE**",
-                    CaseVerdict::SafeFailure => "safe failure",
+                    v => v.words(),
                 },
                 cell(&r.outcome),
                 match r.oracle_passed {
@@ -250,7 +260,14 @@ struct Job {
 }
 
 /// Run the suite.
-pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
+///
+/// `progress` hears of each run as it ends (how many have, of how many,
+/// and the run, or none when it could not be made), from the thread that
+/// ran it.
+pub fn run(
+    opts: &EvalOptions,
+    progress: &(dyn Fn(usize, usize, Option<&CaseRun>) + Sync),
+) -> Result<EvalReport, Error> {
     // The Loopfile given to every case is read and checked once, here: a
     // bad one is the command's error, not twelve tasks that cannot start.
     let loopfile = opts.loopfile.as_deref().map(suite_loopfile).transpose()?;
@@ -258,6 +275,8 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
         .as_deref()
         .map(|t| loop_protocol::hash::sha256_hex(t.as_bytes()));
     let jobs = jobs(opts, loopfile.is_some())?;
+    let total = jobs.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
     let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
     let results = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -267,6 +286,8 @@ pub fn run(opts: &EvalOptions) -> Result<EvalReport, Error> {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
                     let Some((n, job)) = next else { break };
                     let r = run_one(opts, loopfile.as_deref(), &job, n);
+                    let ended = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    progress(ended, total, r.as_ref().ok());
                     results
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
