@@ -922,3 +922,160 @@ limits: { max_steps: 6, max_verifications: 2, timeout_secs: 120 }
     assert_eq!(t["outcome"], "verified", "{t}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A git project whose own build check takes `build` (the preparation
+/// runs it for the baseline).
+fn slow_to_prepare(name: &str, build: &str) -> (PathBuf, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let project = setup(&dir);
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!("verification:\n  build: \"{build}\"\n"),
+    )
+    .unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.email=t@e",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        assert!(
+            Command::new("git")
+                .args(args)
+                .current_dir(&project)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    (dir, project)
+}
+
+/// The `loop/…` branches of `project`.
+fn task_branches(project: &Path) -> Vec<String> {
+    let out = Command::new("git")
+        .args(["branch", "--list", "loop/*", "--format=%(refname:short)"])
+        .current_dir(project)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_preparation_killed_before_its_task_is_stored_is_cleaned_by_the_next_command() {
+    let (dir, project) = slow_to_prepare("killed-preparing", "sleep 30");
+    // Killed while its baseline runs the project's slow build: a branch
+    // and a workspace, no task in the store.
+    let mut child = run_cmd(&dir, &project).spawn().unwrap();
+    let start = Instant::now();
+    let branch = loop {
+        if let Some(b) = task_branches(&project).pop() {
+            break b;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no branch made");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let id = branch.strip_prefix("loop/").unwrap().to_string();
+    assert!(tasks(&project).is_empty(), "the task was stored");
+    let workspaces = dir.join("state-workspaces");
+    let left = |id: &str| {
+        std::fs::read_dir(&workspaces)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|p| p.path().join(id).exists())
+    };
+    assert!(left(&id), "nothing was left to clean");
+    // `loop status` says what became of it.
+    let out = loop_bin()
+        .args(["status", &id, "--project"])
+        .arg(&project)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("was being prepared when its process ended"),
+        "{said}"
+    );
+    // The next task here removes it, and says so; then runs as ever.
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        "verification:\n  build: \"true\"\n",
+    )
+    .unwrap();
+    let out = run_cmd(&dir, &project)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "note: task {id} was being prepared when its process ended"
+        )),
+        "{said}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        !task_branches(&project).contains(&branch),
+        "{branch} is left"
+    );
+    assert!(!left(&id), "its workspace is left");
+    assert!(!project.join(".loop/tasks").join(&id).exists());
+}
+
+#[test]
+fn a_preparation_still_running_is_never_taken_for_a_killed_one() {
+    let (dir, project) = slow_to_prepare("live-preparing", "sleep 3");
+    let child = run_cmd(&dir, &project)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let branch = loop {
+        if let Some(b) = task_branches(&project).pop() {
+            break b;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no branch made");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // While it prepares: gc and discard leave it alone.
+    let gc = loop_bin()
+        .args(["gc", "--project"])
+        .arg(&project)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert!(gc.status.success(), "{gc:?}");
+    assert!(task_branches(&project).contains(&branch));
+    let id = branch.strip_prefix("loop/").unwrap();
+    let discard = loop_bin()
+        .args(["discard", id, "--project"])
+        .arg(&project)
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&discard.stderr).contains("was being prepared"));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(tasks(&project).len(), 1);
+    assert_eq!(tasks(&project)[0]["outcome"], "verified");
+}

@@ -291,6 +291,13 @@ impl Runtime {
             .collect();
         match matching.as_slice() {
             [one] => Ok((*one).clone()),
+            // Never stored, its preparation killed: named, for what can be
+            // done with what it left (status says so, discard removes it).
+            [] if crate::project::locate::is_task_id(given)
+                && crate::project::preparing::was_killed(&self.project, given, self.store()?) =>
+            {
+                Ok(given.to_string())
+            }
             [] => Err(Error::not_found(format!(
                 "no task `{given}` in {} (`loop list` shows them; `last` is the newest)",
                 self.project.display()

@@ -69,6 +69,15 @@ function unpath(s) {
   return String(s).replace(PATHLIKE, (m, pre, p) => pre + shortPath(p));
 }
 
+// Children as el() takes them: nothing for null, undefined or false (never
+// the text "null"), text as text.
+function kids(xs) {
+  return xs.flat().filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (typeof c === "string" || typeof c === "number" ? visible(c) : c));
+}
+function fill(parent, ...xs) { parent.replaceChildren(...kids(xs)); }
+function add(parent, ...xs) { parent.append(...kids(xs)); }
+
 function say(text) {
   const s = $("#status");
   const shown = visible(unpath(text));
@@ -198,8 +207,11 @@ function hashParts() {
 }
 
 function select(id, choices, value) {
+  // A value the address asks for that is not a choice is shown as asked
+  // (the server says what is wrong with it).
+  const all = choices.some(([v]) => v === value) ? choices : choices.concat([[value, value]]);
   const s = el("select", { id, name: id.slice(2) },
-    ...choices.map(([v, label]) => el("option", { value: v }, label)));
+    ...all.map(([v, label]) => el("option", { value: v }, label)));
   s.value = value;
   return s;
 }
@@ -232,7 +244,7 @@ function showList(view, params) {
     el("thead", {}, el("tr", {}, ...COLUMNS.map(([name, cls]) => el("th", { scope: "col", class: cls }, name)))),
     body, foot);
   const more = el("button", { type: "button", id: "more", class: "secondary", hidden: "" }, "Load more");
-  view.replaceChildren(
+  fill(view,
     el("h1", {}, "Tasks"),
     bar, el("div", { class: "summary-row" }, shown, problem), el("div", { class: "table-wrap" }, table),
     el("div", { class: "row more-row" }, more));
@@ -250,7 +262,7 @@ function showList(view, params) {
     const want = ["", "-", ...[...owners].sort()];
     const have = [...owner.options].map((o) => o.value);
     if (want.join("\u0000") === have.join("\u0000")) return;
-    owner.replaceChildren(el("option", { value: "" }, "Any owner"), el("option", { value: "-" }, "Command line"),
+    fill(owner, el("option", { value: "" }, "Any owner"), el("option", { value: "-" }, "Command line"),
       ...[...owners].sort().map((o) => el("option", { value: o }, o)));
     owner.value = f.owner;
   };
@@ -295,7 +307,7 @@ function showList(view, params) {
     const focused = document.activeElement && body.contains(document.activeElement)
       ? document.activeElement.getAttribute("href") : null;
     clocks = [];
-    body.replaceChildren(...rows.map(row));
+    fill(body, ...rows.map(row));
     if (!rows.length) {
       body.append(el("tr", { class: "empty" }, el("td", { colspan: String(COLUMNS.length) },
         filtered() ? "No task matches these filters." : "No tasks yet: start one with New task.")));
@@ -305,7 +317,7 @@ function showList(view, params) {
     spent();
     clocks.push(spent);
     const sum = (k) => rows.reduce((a, t) => a + Number((t.used && t.used[k]) || 0), 0);
-    foot.replaceChildren(rows.length ? el("tr", { id: "totals", "data-count": String(rows.length) },
+    fill(foot, rows.length ? el("tr", { id: "totals", "data-count": String(rows.length) },
       el("th", { scope: "row", colspan: "3", class: "c-total" },
         "Total of ", el("span", { class: "total-count" }, String(rows.length)), rows.length === 1 ? " task shown" : " tasks shown"),
       el("td", { class: "c-owner" }), el("td", { class: "c-created" }),
@@ -423,7 +435,7 @@ function showNew(view) {
         : "#/task/" + encodeURIComponent(made.id);
     } catch (e) { say(e.message); }
   });
-  view.replaceChildren(el("h1", {}, "New task"), form);
+  fill(view, el("h1", {}, "New task"), form);
   form.instruction.focus();
 }
 
@@ -434,7 +446,7 @@ function showDraft(view, id) {
   let timer = null;
   stopView = () => { alive = false; clearTimeout(timer); };
   const box = el("div", {});
-  view.replaceChildren(el("h1", {}, "Drafted contract"), box);
+  fill(view, el("h1", {}, "Drafted contract"), box);
   let shown = null;
   const send = async (body) => {
     try {
@@ -450,11 +462,11 @@ function showDraft(view, id) {
         ? el("ul", { class: "hint notes" }, ...d.notes.map((n) => el("li", {}, unpath(n)))) : null;
       if (d.state === "started" && d.task_id) { location.hash = "#/task/" + encodeURIComponent(d.task_id); return; }
       if (d.state === "ended") {
-        box.replaceChildren(el("p", {}, d.reason ? "No task started: " + unpath(d.reason) : "No task started."), notes);
+        fill(box, el("p", {}, d.reason ? "No task started: " + unpath(d.reason) : "No task started."), notes);
         return;
       }
       if (d.state === "drafting") {
-        box.replaceChildren(el("p", {}, "The model is drafting the contract; the critic judges each draft."), notes);
+        fill(box, el("p", {}, "The model is drafting the contract; the critic judges each draft."), notes);
         shown = null;
       } else if (d.state === "proposed" && shown !== d.contract) {
         // The contract is YAML text, shown and edited as it is.
@@ -462,7 +474,7 @@ function showDraft(view, id) {
         shown = d.contract;
         const text = el("textarea", { id: "contract", class: "code", rows: String(Math.min(30, Math.max(10, yaml.split("\n").length + 1))), spellcheck: "false", "aria-describedby": "contract-hint" });
         text.value = yaml;
-        box.replaceChildren(
+        fill(box,
           el("p", { id: "contract-hint" }, "The critic accepted this contract (YAML). Lock it and start, send it back edited (it is judged again), or reject it."),
           el("label", { for: "contract" }, "Contract"), text,
           el("div", { class: "row" },
@@ -579,16 +591,16 @@ function storyLine(ev, calls) {
             (s.truncated ? "\n… (" + int(s.bytes) + " bytes in all; the receipt has their digest)" : "")).join("\n\n");
           // What a failed check said last is what tells why.
           const last = streams[0][1].excerpt.trim().split("\n").pop();
-          row.append(el("details", { class: "out" + (k.passed ? "" : " evidence") },
+          add(row, el("details", { class: "out" + (k.passed ? "" : " evidence") },
             el("summary", {}, el("span", { class: "out-label" }, streams.map(([n]) => n).join(" + ")), k.passed ? firstLine(unpath(whole), 120) : firstLine(unpath(last), 160)),
             el("pre", { tabindex: "0" }, unpath(whole))));
         }
-        list.append(row);
+        add(list, row);
       }
-      item.append(list);
-      for (const v of r.protected_violations || []) item.append(plain("protected path changed: " + v));
-      for (const a of r.artifacts || []) if (!a.present) item.append(plain("missing artifact: " + a.path));
-      if (!ev.accepted && ev.rejection) item.append(output("rejected: " + ev.rejection));
+      add(item, list);
+      for (const v of r.protected_violations || []) add(item, plain("protected path changed: " + v));
+      for (const a of r.artifacts || []) if (!a.present) add(item, plain("missing artifact: " + a.path));
+      if (!ev.accepted && ev.rejection) add(item, output("rejected: " + ev.rejection));
       return item;
     }
     case "feedback": return li("", "↩ Feedback to the model", output(ev.text));
@@ -670,7 +682,7 @@ async function showTask(view, id) {
   const trace = el("ol", { class: "trace", "aria-label": "What happened" });
   const receipt = el("div", {}, el("p", { class: "hint" }, "Written when the task ends."));
   const change = el("div", {});
-  view.replaceChildren(
+  fill(view,
     el("p", { class: "crumbs" }, el("a", { href: "#/" }, "← Tasks")),
     el("h1", { class: "task-title" }, "Task ", el("span", { class: "id" }, id)), lead, dl, ctl, asks,
     el("h2", {}, "Story"), trace, el("h2", {}, "Receipt"), receipt, el("h2", {}, "Change set"), change);
@@ -679,7 +691,7 @@ async function showTask(view, id) {
   let last = null;
   let controlsKey = null;
 
-  const drawFacts = () => { if (last) dl.replaceChildren(...facts(last, limits)); };
+  const drawFacts = () => { if (last) fill(dl, ...facts(last, limits)); };
   const refresh = async () => {
     try {
       const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
@@ -691,13 +703,13 @@ async function showTask(view, id) {
       // The buttons (and a half-filled budget form) stay as they are
       // while what they act on does not change.
       const key = [t.outcome, t.interrupted, t.running, t.queued].join("|");
-      if (key !== controlsKey) { controlsKey = key; ctl.replaceChildren(controls(id, t)); }
+      if (key !== controlsKey) { controlsKey = key; fill(ctl, controls(id, t)); }
       const pending = (t.approvals || []).filter((a) => a.status === "pending");
       // A card already shown for the same question stays as it is (a
       // redraw never moves a new question under the cursor).
       const shownIds = [...asks.children].map((c) => c.getAttribute("data-approval")).join(",");
       if (shownIds !== pending.map((a) => a.id).join(",")) {
-        asks.replaceChildren(...pending.map((a) => answerCard(id, a)));
+        fill(asks, ...pending.map((a) => answerCard(id, a)));
       }
       if (t.receipt) { await showReceipt(receipt, id); }
       await showChange(change, id, t);
@@ -715,7 +727,7 @@ async function showTask(view, id) {
         budget_usd: limits.budget_usd === null || limits.budget_usd === undefined ? limits.budget_usd : limits.budget_usd + ev.add_usd };
     }
     const line = storyLine(ev, calls);
-    if (line) trace.append(line);
+    if (line) add(trace, line);
     if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished", "resumed", "budget_extended"].includes(ev.kind)) refresh();
   }, ctrl.signal).then(() => { if (alive) refresh(); }).catch((e) => { if (alive) say(e.message); });
 }
@@ -731,12 +743,12 @@ function controls(id, t) {
   };
   const row = el("div", { class: "row" });
   if (!t.outcome) {
-    row.append(el("button", { type: "button", class: "secondary", onclick: () => {
+    add(row, el("button", { type: "button", class: "secondary", onclick: () => {
       if (window.confirm("Stop task " + id + "? It ends cancelled, with a receipt.")) post("cancel", {});
     } }, "Cancel the task"));
   }
   if (t.interrupted && !t.running && !t.queued && !t.outcome) {
-    row.append(el("button", { type: "button", onclick: () => post("resume", {}) }, "Resume"));
+    add(row, el("button", { type: "button", onclick: () => post("resume", {}) }, "Resume"));
   }
   if (t.outcome && t.outcome.startsWith("limit_reached")) {
     const field = (name, label) => {
@@ -789,14 +801,14 @@ async function showReceipt(box, id) {
     const v = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/verify");
     const mark = (ok) => (ok ? "✓ " : "✗ ");
     const problems = (xs) => xs.map(unpath).join("; ");
-    box.replaceChildren(el("ul", { class: "layers" },
+    fill(box, el("ul", { class: "layers" },
       el("li", {}, mark(v.signature.valid) + "signature " + (v.signature.valid ? "valid (key " + String(v.signature.keyid).slice(0, 16) + "…)" : "does not verify")),
       el("li", {}, mark(!v.statement_problems.length) + "statement " + (v.statement_problems.length ? problems(v.statement_problems) : "ok")),
       el("li", {}, mark(!v.ledger.problems.length) + "ledger " + (v.ledger.problems.length ? problems(v.ledger.problems) : v.ledger.entries + " entries, chained")),
       el("li", {}, mark(!v.artifacts.problems.length) + "artifacts " + (v.artifacts.problems.length ? problems(v.artifacts.problems) : v.artifacts.checked + " re-hashed")),
       el("li", {}, el("strong", {}, v.intact && v.verified ? "The receipt holds and the task was verified." : v.intact ? "The receipt holds; the task was not verified." : "The receipt does not hold."))),
       el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); download(id); } }, "Download the receipt")));
-  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, unpath(e.message))); }
+  } catch (e) { fill(box, el("p", { class: "hint" }, unpath(e.message))); }
 }
 
 async function download(id) {
@@ -820,7 +832,7 @@ async function showChange(box, id, t) {
       if (line.startsWith("diff --git")) hunk = false;
       if (line.startsWith("@@")) hunk = true;
       const cls = line.startsWith("@@") ? "hunk" : hunk && line.startsWith("+") ? "add" : hunk && line.startsWith("-") ? "del" : "";
-      pre.append(el("span", { class: cls || null }, line + "\n"));
+      add(pre, el("span", { class: cls || null }, line + "\n"));
     }
     const act = async (what, body = {}) => {
       try {
@@ -837,7 +849,7 @@ async function showChange(box, id, t) {
     if (t.outcome === "verified" && t.apply !== "applied") {
       // The click, after the diff is shown and the question below is
       // answered, is the person's confirmation (an apply checkpoint's too).
-      buttons.append(el("button", { type: "button", onclick: () => {
+      add(buttons, el("button", { type: "button", onclick: () => {
         if (window.confirm("Apply " + files.length + " file(s) to the project?")) act("apply", { confirm: true, trust_host_files: trust.checked });
       } }, "Apply to the project"),
       el("button", { type: "button", class: "secondary", onclick: () => {
@@ -845,14 +857,14 @@ async function showChange(box, id, t) {
       } }, "Discard"),
       el("span", { class: "check" }, trust, el("label", { for: "trust-host" }, " also files that run on the host (admin token)")));
     }
-    if (t.apply === "applied") buttons.append(el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
+    if (t.apply === "applied") add(buttons, el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
     const source = d.source && d.source.receipt ? "from the receipt" : "the workspace as it is now";
-    box.replaceChildren(
+    fill(box,
       el("p", {}, files.length + " file(s) · " + source + (t.apply === "applied" ? " · applied" : "")),
       files.length ? el("ul", { class: "files" }, ...files.map((x) => el("li", {}, el("span", { class: "change " + (x.change || "") }, x.change || ""), " ", unpath(x.path)))) : null,
       buttons, files.length ? pre : null,
       shortened ? el("p", { class: "hint" }, "Paths of the server's disk are shown shortened (…/name); `loop diff " + id + "` on the server shows them whole.") : null);
-  } catch (e) { box.replaceChildren(el("p", { class: "hint" }, unpath(e.message))); }
+  } catch (e) { fill(box, el("p", { class: "hint" }, unpath(e.message))); }
 }
 
 // ---- routing ----
@@ -864,7 +876,7 @@ function route() {
   $("#signin").hidden = signedIn;
   $("#signout").hidden = !signedIn;
   const view = $("#view");
-  view.replaceChildren();
+  fill(view);
   if (!signedIn) { document.title = "Sign in · Loop Engine"; $("#token").focus(); return; }
   const { path, params } = hashParts();
   if (path === "#/new") showNew(view);

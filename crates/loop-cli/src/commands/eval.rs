@@ -70,27 +70,7 @@ fn eval_cmd(
         opts.model,
         opts.jobs
     );
-    let report = loop_runtime::run_eval(&opts, &|done, total, run| {
-        let what = match run {
-            Some(r) => format!(
-                "{}{} #{}: {} ({}, {:.1} s)",
-                r.case,
-                r.solution
-                    .as_deref()
-                    .map(|s| format!(" {s}"))
-                    .unwrap_or_default(),
-                r.repeat,
-                r.verdict.words(),
-                r.outcome,
-                r.wall_ms as f64 / 1000.0
-            ),
-            None => "a run could not be made (the report says why)".into(),
-        };
-        eprintln!(
-            "loop eval: {done}/{total} {}",
-            crate::ui::screen::defang(&what)
-        );
-    });
+    let report = loop_runtime::run_eval(&opts, &said_run);
     if keep {
         eprintln!(
             "loop eval: the cases' projects are kept in {}",
@@ -159,4 +139,27 @@ fn eval_cmd(
         }
     }
     Ok(u8::from(failed))
+}
+
+/// One run of the suite ended: said on stderr (`done` of `total`).
+fn said_run(done: usize, total: usize, run: Option<&loop_runtime::CaseRun>) {
+    let what = match run {
+        Some(r) => format!(
+            "{}{} #{}: {} ({}, {:.1} s)",
+            r.case,
+            r.solution
+                .as_deref()
+                .map(|s| format!(" {s}"))
+                .unwrap_or_default(),
+            r.repeat,
+            r.verdict.words(),
+            r.outcome,
+            r.wall_ms as f64 / 1000.0
+        ),
+        None => "a run could not be made (the report says why)".into(),
+    };
+    eprintln!(
+        "loop eval: {done}/{total} {}",
+        crate::ui::screen::defang(&what)
+    );
 }

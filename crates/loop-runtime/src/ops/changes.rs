@@ -769,6 +769,16 @@ pub fn forget(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result
 /// `loop discard ID`.
 pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Result<Settled, Error> {
     let t = task(project, id)?;
+    // A task whose preparation was killed was never stored: what it left
+    // is removed, and said.
+    let store = crate::project::locate::open_store(&t.project)?;
+    if crate::project::preparing::was_killed(&t.project, id, &*store) {
+        let what = crate::project::preparing::clean(&t.project, id);
+        out.note(&format!(
+            "task {id} was being prepared when its process ended, before it was stored; removed {what}"
+        ));
+        return Ok(Settled::Done);
+    }
     // A running task's workspace is its work in progress: pulling it away
     // would leave the task stuck with no receipt.
     if crate::project::locate::is_running(&t.project, id)? {
@@ -778,7 +788,6 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     }
     // An interrupted task would be resumed from its workspace (or cancelled
     // with it): it ends first, so nothing is driven from what is gone.
-    let store = crate::project::locate::open_store(&t.project)?;
     if let Ok(record) = store.task(id)
         && crate::project::locate::liveness(&record) == crate::Liveness::Interrupted
     {

@@ -72,6 +72,8 @@ struct Tasks {
     store: Option<std::sync::Arc<dyn loop_store::Store>>,
     dir: PathBuf,
     hour_ago: std::time::SystemTime,
+    /// Preparations whose process was killed (see `project::preparing`).
+    killed: Vec<String>,
 }
 
 impl Tasks {
@@ -82,6 +84,8 @@ impl Tasks {
     fn running(&self, id: &str) -> bool {
         match self.store.as_ref().map(|s| s.task(id)) {
             Some(Ok(t)) => crate::project::locate::liveness(&t) == crate::Liveness::Running,
+            // (A preparation whose process is known dead is not.)
+            Some(Err(_)) if self.killed.iter().any(|k| k == id) => false,
             Some(Err(_)) => std::fs::symlink_metadata(self.dir.join(id))
                 .and_then(|m| m.modified())
                 .map_or(true, |t| t > self.hour_ago),
@@ -108,11 +112,18 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         dry_run,
         ..Default::default()
     };
+    let store = crate::project::locate::open_store(&project).ok();
+    let killed = store
+        .as_ref()
+        .map(|s| crate::project::preparing::killed(&project, &**s))
+        .unwrap_or_default();
     let tasks = Tasks {
-        store: crate::project::locate::open_store(&project).ok(),
+        store,
         dir: project.join(".loop").join("tasks"),
         hour_ago: std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+        killed,
     };
+    killed_preparations(&project, &tasks, &mut out);
     orphans(&project, &tasks, &mut out);
     // Worktrees git still records whose directories are gone.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
@@ -129,6 +140,25 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     scratch(&project, &tasks, &mut out);
     staged_layers(&project, tasks.hour_ago, &mut out);
     Ok(out)
+}
+
+/// What preparations killed before their task was stored left: their
+/// workspace (with what was kept beside it), branch and directory.
+fn killed_preparations(project: &Path, tasks: &Tasks, out: &mut Collected) {
+    for id in &tasks.killed {
+        let paths = crate::project::locate::TaskPaths::of(project, id);
+        out.dirs
+            .push((paths.near.display().to_string(), bytes_of(&paths.near)));
+        if task_branches(project).iter().any(|b| b == id) {
+            out.branches.push((
+                format!("loop/{id}"),
+                "its preparation was killed before the task was stored".into(),
+            ));
+        }
+        if !out.dry_run {
+            crate::project::preparing::clean(project, id);
+        }
+    }
 }
 
 /// Workspaces outside the project whose task is gone from it (its

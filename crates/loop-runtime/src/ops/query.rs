@@ -167,7 +167,16 @@ pub fn task(store: &dyn Store, id: &str) -> Result<TaskView, Error> {
 /// Task `id` of `project` (its store `store`) in full.
 #[allow(clippy::disallowed_methods)] // existence of the runtime's own marks in its task directory
 pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus, Error> {
-    let t = store.task(id).map_err(store_err)?;
+    let t = store.task(id).map_err(|e| {
+        let mut e = store_err(e);
+        if crate::project::preparing::was_killed(project, id, store) {
+            e.message = format!(
+                "{}: it was being prepared when its process ended, before it was stored (the next task here, `loop gc` or `loop discard {id}` removes what it left)",
+                e.message
+            );
+        }
+        e
+    })?;
     // Charged as the Director charges them: one definition of what each
     // event costs.
     let history: Vec<Event> = events(store, id, 0)?.into_iter().map(|r| r.event).collect();

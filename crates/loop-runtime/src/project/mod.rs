@@ -2,13 +2,15 @@
 //! found (`locate`, `ids`, `workspaces`), the stack and its checks
 //! (`stacks`), the dependency environments shared with a task
 //! (`environments`), setup steps (`setup`), egress allow-lists (`network`),
-//! host files (`host_files`) and readiness (`readiness`).
+//! host files (`host_files`), readiness (`readiness`) and the marks of
+//! tasks being prepared (`preparing`).
 
 pub mod environments;
 pub(crate) mod host_files;
 pub(crate) mod ids;
 pub mod locate;
 pub mod network;
+pub(crate) mod preparing;
 pub mod readiness;
 pub mod setup;
 pub mod stacks;

@@ -48,6 +48,8 @@ pub(crate) fn submit_claimed(
     let loopfile = crate::loopfile::Loopfile::load(&project)?;
     crate::models::load_model(req.model.as_deref(), &loopfile, None, &project)?;
     let store = open_store(&project)?;
+    // What a killed preparation left is nobody's: removed, and said.
+    crate::project::preparing::clean_killed(&project, &*store, observer);
     let task_id = match id {
         Some(id) if crate::project::locate::is_task_id(id) => id.to_string(),
         Some(id) => return Err(Error::internal(format!("`{id}` is not a task id"))),
@@ -55,6 +57,9 @@ pub(crate) fn submit_claimed(
     };
     // The workspace and what is kept beside it: outside the project.
     let paths = crate::project::locate::TaskPaths::made(&project, &task_id)?;
+    // Until the store has it, the task is known by this mark (gone when
+    // this returns, whatever the end; left only by a killed process).
+    let _preparing = crate::project::preparing::Preparing::mark(&paths.task_dir)?;
     let (task_dir, near, workspace) = (
         paths.task_dir.clone(),
         paths.near.clone(),

@@ -6,10 +6,21 @@ read the diff, apply it. Screenshots of each step go to OUTDIR.
 Then a task started from the command line (the same project's store)
 appears in the console's list while it is open, and its story plays live.
 
+Then the list as a tool: searched, filtered by outcome and owner (the
+filters kept in the address: reload and back keep them), with a totals row
+for what it shows; the list and a task's page at a desktop's width and at
+a phone's (390 px: nothing scrolls sideways); no page shows the server's
+project or state directory, nor a stray "null" or "undefined".
+
+With LOOP_UPDATE_SCREENSHOTS=1, the screenshots the documentation shows are
+copied to docs/console-list.png, docs/console-task.png, docs/console-phone.png.
+
 usage: console.py URL TOKEN PROJECT OUTDIR LOOP STATE
 """
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -18,8 +29,9 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 url, token, project, outdir, loop_bin, state = sys.argv[1:7]
 os.makedirs(outdir, exist_ok=True)
@@ -33,10 +45,14 @@ wait = WebDriverWait(driver, 60)
 step = 0
 
 
+shots = {}
+
+
 def shot(name):
     global step
     step += 1
-    driver.save_screenshot(os.path.join(outdir, f"{step:02d}-{name}.png"))
+    shots[name] = os.path.join(outdir, f"{step:02d}-{name}.png")
+    driver.save_screenshot(shots[name])
 
 
 def text_of(css):
@@ -45,6 +61,74 @@ def text_of(css):
 
 def wait_text(css, needle):
     wait.until(lambda d: needle in d.find_element(By.CSS_SELECTOR, css).text)
+
+
+# The list redraws itself as tasks change: read it in one go, in the page.
+def rows():
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#tasks tbody tr[data-id]')]"
+        ".map(r => ({id: r.dataset.id, text: r.innerText}))")
+
+
+def row_id(needle):
+    return next((r["id"] for r in rows() if needle in r["text"]), None)
+
+
+def open_row(needle):
+    """Click the link of the list's row that says `needle`."""
+    deadline = time.time() + 30
+    while True:
+        try:
+            tid = row_id(needle)
+            assert tid, f"no row says {needle!r}: {rows()}"
+            driver.find_element(By.CSS_SELECTOR, f'#tasks tr[data-id="{tid}"] td a').click()
+            return tid
+        except StaleElementReferenceException:
+            assert time.time() < deadline
+            time.sleep(0.2)
+
+
+def choose(select_id, value):
+    Select(driver.find_element(By.ID, select_id)).select_by_value(value)
+
+
+def list_settled(count=None, needle=None):
+    """The list shows `count` rows (each saying `needle`) and the totals agree."""
+    def settled(_):
+        shown = rows()
+        if count is not None and len(shown) != count:
+            return False
+        if needle is not None and not all(needle in r["text"] for r in shown):
+            return False
+        totals = driver.execute_script(
+            "const t = document.getElementById('totals');"
+            "return t ? [t.dataset.count, t.querySelector('.total-count').textContent] : null")
+        return bool(shown) and totals == [str(len(shown))] * 2
+    wait.until(settled)
+    return rows()
+
+
+def open_details():
+    driver.execute_script("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+
+
+def clean_page(where):
+    """No server path anywhere on the page, no stray null in a cell or a fact."""
+    open_details()
+    text = driver.execute_script("return document.body.innerText")
+    for secret in (project, state):
+        assert secret not in text, f"{where} shows the server path {secret}:\n{text}"
+    cells = driver.execute_script(
+        "return [...document.querySelectorAll('td, th, dd, dt')].map(e => e.innerText)")
+    for c in cells:
+        assert not re.search(r"\b(null|undefined|NaN)\b", c), f"{where} shows {c!r}"
+    stray = re.search(r"(?m)^\s*(null|undefined|NaN)\s*$", text)
+    assert not stray, f"{where} shows a stray {stray.group(1)!r}:\n{text}"
+
+
+def fits(where):
+    width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"{where} scrolls sideways at {width[1]} px: {width[0]} px wide"
 
 
 try:
@@ -123,12 +207,9 @@ try:
     wait_text("#view", "cancelled")
     shot("cancelled")
 
-    # The list shows them, with their cost; a phone-wide window still reads.
+    # The list shows them, with their cost.
     driver.get(url + "/#/")
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#view table").text.count("verified") >= 2)
-    driver.set_window_size(390, 844)
-    shot("list-phone")
-    driver.set_window_size(1280, 1000)
 
     # The command line runs a task in the same project: the open list shows
     # it (the token is an administrator's), and its story plays.
@@ -139,14 +220,93 @@ try:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     wait_text("#view table", "from the command line")
-    driver.find_element(By.LINK_TEXT, [
-        r.find_element(By.TAG_NAME, "a").text
-        for r in driver.find_elements(By.CSS_SELECTOR, "#view tbody tr")
-        if "from the command line" in r.text
-    ][0]).click()
+    open_row("from the command line")
     wait_text("ol.trace", "Verification #1: accepted")
     shot("cli-task")
     assert cli.wait(timeout=60) == 0
+
+    # The list as a tool. Every task there is, with totals for them.
+    driver.get(url + "/#/")
+    wait_text("#view", "Tasks")
+    everything = list_settled()
+    assert len(everything) >= 4, everything
+    clean_page("the list")
+
+    # A search: only the task it names, the search kept in the address.
+    driver.find_element(By.ID, "f-q").send_keys("hello2")
+    list_settled(count=1, needle="write hello2.txt saying hello")
+    assert "q=hello2" in driver.current_url, driver.current_url
+    shot("list-search")
+
+    # By outcome: the verified ones; reload keeps the filter, back undoes it.
+    driver.find_element(By.ID, "f-clear").click()
+    list_settled(count=len(everything))
+    choose("f-outcome", "verified")
+    verified = list_settled(count=3, needle="verified")
+    assert not any("wait a long while" in r["text"] for r in verified), verified
+    assert "outcome=verified" in driver.current_url, driver.current_url
+    shot("list-verified")
+    driver.refresh()
+    list_settled(count=3, needle="verified")
+    assert Select(driver.find_element(By.ID, "f-outcome")).first_selected_option.get_attribute("value") == "verified"
+    driver.back()
+    list_settled(count=len(everything))
+    assert Select(driver.find_element(By.ID, "f-outcome")).first_selected_option.get_attribute("value") == ""
+
+    # By owner: tasks the command line started have none.
+    choose("f-owner", "-")
+    list_settled(count=1, needle="from the command line")
+    choose("f-owner", "web")
+    list_settled(count=3, needle="web")
+    driver.find_element(By.ID, "f-clear").click()
+    list_settled(count=len(everything))
+    shot("list")
+
+    # Every task's page: no server path, no stray null, its outcome in words.
+    for r in everything:
+        driver.get(url + "/#/task/" + r["id"])
+        wait_text("ol.trace", "Ended ")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#facts dd"))
+        clean_page("task " + r["id"])
+
+    # The first task's page, whole, at a desktop's width.
+    first = next(r["id"] for r in everything if "write hello.txt, then mark it approved" in r["text"])
+    driver.get(url + "/#/task/" + first)
+    driver.refresh()  # drawn anew, its outputs folded
+    wait_text("ol.trace", "Verification #1: accepted")
+    wait_text("#facts", "verified")
+    wait_text("#view", "The receipt holds and the task was verified.")
+    shot("task")
+
+    # A phone's width: the list as cards and the task's page, nothing wider
+    # than the screen, the cost still there.
+    driver.set_window_size(390, 844)
+    driver.get(url + "/#/")
+    list_settled(count=len(everything))
+    fits("the list")
+    cost = driver.find_element(By.CSS_SELECTOR, "#tasks tbody tr[data-id] td.c-cost")
+    assert cost.is_displayed() and cost.text.startswith("$"), cost.text
+    edge = driver.execute_script(
+        "return Math.max(...[...document.querySelectorAll('#tasks td, #tasks th')]"
+        ".map(e => e.getBoundingClientRect().right))")
+    assert edge <= driver.execute_script("return window.innerWidth"), edge
+    shot("list-phone")
+    driver.get(url + "/#/task/" + first)
+    wait_text("ol.trace", "Verification #1: accepted")
+    wait_text("#view", "The receipt holds and the task was verified.")
+    fits("a task's page")
+    open_details()
+    fits("a task's page, its outputs open")
+    driver.execute_script("document.querySelectorAll('details').forEach(d => { d.open = false; }); window.scrollTo(0, 0)")
+    shot("task-phone")
+    driver.set_window_size(1280, 1000)
+
+    if os.environ.get("LOOP_UPDATE_SCREENSHOTS") == "1":
+        repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
+        docs = os.path.join(repo, "docs")
+        assert os.path.isdir(docs), docs
+        for name, to in (("list", "console-list.png"), ("task", "console-task.png"), ("list-phone", "console-phone.png")):
+            shutil.copyfile(shots[name], os.path.join(docs, to))
     print("ok")
 finally:
     driver.quit()
