@@ -181,6 +181,7 @@ impl Verifier for FakeVerifier {
                             tests: None,
                             egress: Vec::new(),
                             implied_by: None,
+                            reused_from: None,
                         }
                     })
                     .collect();

@@ -294,6 +294,22 @@ pub struct CheckEvidence {
     /// command begins the test check's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub implied_by: Option<String>,
+    /// Not run for this task: the same check ran on the same tree (the
+    /// same Merkle root) in the same environments for an earlier task's
+    /// baseline, and this is its result (only ever in a baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<ReusedRun>,
+}
+
+/// Where a reused baseline result came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReusedRun {
+    /// The task whose baseline ran the check.
+    pub task_id: String,
+    /// That task's receipt, relative to the project.
+    pub receipt: String,
+    /// When it ran (RFC 3339).
+    pub at: String,
 }
 
 impl CheckEvidence {
@@ -518,6 +534,7 @@ mod cause_tests {
             tests: None,
             egress: Vec::new(),
             implied_by: None,
+            reused_from: None,
         }
     }
 

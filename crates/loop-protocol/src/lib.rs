@@ -38,8 +38,8 @@ pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limit
 pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, DraftAttempt, DraftingRecord,
-    EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, SetupRecord, SetupStep,
-    StackCheckRecord, StreamEvidence, TestTally, TriggerRecord, VerificationReport,
+    EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, ReusedRun, SetupRecord,
+    SetupStep, StackCheckRecord, StreamEvidence, TestTally, TriggerRecord, VerificationReport,
 };
 pub use live::{Live, LiveFeed};
 pub use model::{Model, WireExchange};

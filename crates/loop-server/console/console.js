@@ -66,7 +66,8 @@ function shortPath(p) {
 
 function unpath(s) {
   if (s === null || s === undefined) return "";
-  return String(s).replace(PATHLIKE, (m, pre, p) => pre + shortPath(p));
+  return String(s).replace(/file:\/\/(\/[^\s'"`()\[\]{},;:<>|]*)/g, (m, p) => "file://" + shortPath(p))
+    .replace(PATHLIKE, (m, pre, p) => pre + shortPath(p));
 }
 
 // Children as el() takes them: nothing for null, undefined or false (never
@@ -729,7 +730,11 @@ async function showTask(view, id) {
     const line = storyLine(ev, calls);
     if (line) add(trace, line);
     if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished", "resumed", "budget_extended"].includes(ev.kind)) refresh();
-  }, ctrl.signal).then(() => { if (alive) refresh(); }).catch((e) => { if (alive) say(e.message); });
+  }, ctrl.signal).then(() => {
+    // The whole story is there (what a reader, or a test, may wait for).
+    trace.setAttribute("data-complete", "");
+    if (alive) refresh();
+  }).catch((e) => { if (alive) say(e.message); });
 }
 
 // Stop a task, take up an interrupted one, or give one that reached a

@@ -1134,6 +1134,7 @@ fn blank(criterion: &str, index: usize, check: &Check, snapshot: &str) -> CheckE
         tests: None,
         egress: Vec::new(),
         implied_by: None,
+        reused_from: None,
     }
 }
 

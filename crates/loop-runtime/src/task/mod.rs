@@ -1,6 +1,7 @@
 //! A task from its request to its receipt, in the order it lives: `intake`
 //! (a front end's request becomes the task's contract), `request` (what is
 //! stored and reported), `prepare` (workspace, baseline, stored request),
+//! `baseline_cache` (baseline results kept between tasks of one tree),
 //! `stored_workspace` (the workspace as the store keeps it, for a resume
 //! elsewhere), `adapters` (the component crates plugged into the Director's
 //! traits), `drive` (claim, record, Director), `change_set` (what the run
@@ -8,6 +9,7 @@
 //! closed), `run` (submit and run, resume), `control` (cancel, answer).
 
 pub mod adapters;
+pub(crate) mod baseline_cache;
 pub(crate) mod change_set;
 pub mod control;
 pub(crate) mod drive;

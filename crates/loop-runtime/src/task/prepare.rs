@@ -86,28 +86,14 @@ pub(crate) fn submit_claimed(
     let mut stored = stored;
     // Setup first: what it makes is shared like any environment. A failed
     // setup leaves no task behind (its steps' output is kept, and named).
-    let setup = crate::project::setup::provide(
-        &project,
-        (&workspace, crate::project::locate::git_dir(&task_ws.origin)),
-        &task_id,
-        &loopfile,
-        &stored.network,
-        req.isolation,
+    provide_environments(
+        req,
+        (&project, &loopfile),
+        (&task_id, &task_ws, &workspace),
+        &mut stored,
         observer,
     )
     .inspect_err(|_| drop(&task_ws))?;
-    stored.guidance = guidance(req, &workspace, observer);
-    stored.shares = crate::project::environments::share_environments(
-        &project,
-        &workspace,
-        &loopfile,
-        setup
-            .as_ref()
-            .map(|s| s.outputs.as_slice())
-            .unwrap_or_default(),
-        observer,
-    )?;
-    stored.setup = setup.map(|s| s.record);
     stamp_settled(&near)?;
     let check_sandbox = |stored: &StoredRequest| checks_sandbox(req, &project, &task_ws, stored);
     // What a check may run: the workspace's files, and the shared
@@ -115,8 +101,10 @@ pub(crate) fn submit_claimed(
     let shares = stored.shares.clone();
     let present = |rel: &str| present_in(&project, &workspace, &shares, rel);
     // Each baseline run while the contract is settled, so the task's own
-    // baseline runs no check twice on the untouched workspace.
-    let mut seen = Vec::new();
+    // baseline runs no check twice on the untouched workspace; with the
+    // results earlier tasks' baselines kept for this same tree.
+    let cache = baseline_cache(req, &project, &workspace, &stored)?;
+    let mut seen: Vec<_> = cache.known().into_iter().collect();
     let settled = settle_contract(
         req,
         &loopfile,
@@ -139,13 +127,17 @@ pub(crate) fn submit_claimed(
         (&project, &workspace, &near),
         (&loopfile, check_sandbox(&stored), &seen),
     )?;
-    if let Some(b) = &baseline_report
-        && let Err(e) = judge_baseline(req, &contract, b, stored.drafting.is_some(), observer)
-    {
-        drop(&task_ws);
-        return Err(e);
+    if let Some(b) = &baseline_report {
+        judge_baseline(req, &contract, b, stored.drafting.is_some(), observer)
+            .inspect_err(|_| drop(&task_ws))?;
     }
-    write_json(&task_dir.join("baseline-report.json"), &baseline_report)?;
+    keep_baseline(
+        (&cache, &task_dir),
+        &task_id,
+        &seen,
+        baseline_report.as_ref(),
+        observer,
+    )?;
     record_task(
         (&*store, &clock),
         (&project, &task_id, &paths, &task_ws),
@@ -153,6 +145,93 @@ pub(crate) fn submit_claimed(
         (req.include_dirty, claim),
     )
     .map(|owner| (task_id.clone(), owner))
+}
+
+/// The task's environments: the project's setup run (or its layer
+/// taken), the guidance read, the dependency environments shared.
+fn provide_environments(
+    req: &Admitted,
+    (project, loopfile): (&Path, &crate::loopfile::Loopfile),
+    (task_id, task_ws, workspace): (&str, &TaskWorkspace, &Path),
+    stored: &mut StoredRequest,
+    observer: &mut dyn crate::Observer,
+) -> Result<(), Error> {
+    let setup = crate::project::setup::provide(
+        project,
+        (workspace, crate::project::locate::git_dir(&task_ws.origin)),
+        task_id,
+        loopfile,
+        &stored.network,
+        req.isolation,
+        observer,
+    )?;
+    stored.guidance = guidance(req, workspace, observer);
+    stored.shares = crate::project::environments::share_environments(
+        project,
+        workspace,
+        loopfile,
+        setup
+            .as_ref()
+            .map(|s| s.outputs.as_slice())
+            .unwrap_or_default(),
+        observer,
+    )?;
+    stored.setup = setup.map(|s| s.record);
+    Ok(())
+}
+
+/// The baseline results kept for the untouched workspace's tree, in the
+/// sandbox its checks get (see `baseline_cache`).
+fn baseline_cache(
+    req: &Admitted,
+    project: &Path,
+    workspace: &Path,
+    stored: &StoredRequest,
+) -> Result<crate::task::baseline_cache::BaselineCache, Error> {
+    let tree = Manifest::of(workspace)
+        .map_err(|e| Error::internal(format!("cannot hash the workspace: {e}")))?;
+    let sandbox = serde_json::json!({
+        "isolation": format!("{:?}", req.isolation),
+        "shares": stored.shares,
+        "setup": stored.setup.as_ref().map(|s| &s.key),
+        "network": stored.network,
+    });
+    Ok(crate::task::baseline_cache::BaselineCache::new(
+        project, &tree.root, &sandbox,
+    ))
+}
+
+/// Keep the task's baseline report, and what it ran for the next task on
+/// the same tree; say what it took from earlier ones.
+fn keep_baseline(
+    (cache, task_dir): (&crate::task::baseline_cache::BaselineCache, &Path),
+    task_id: &str,
+    seen: &[loop_protocol::VerificationReport],
+    baseline: Option<&loop_protocol::VerificationReport>,
+    observer: &mut dyn crate::Observer,
+) -> Result<(), Error> {
+    write_json(&task_dir.join("baseline-report.json"), &baseline)?;
+    let mut ran: Vec<&loop_protocol::VerificationReport> = seen.iter().collect();
+    ran.extend(baseline);
+    if let Err(e) = cache.keep(task_id, &ran) {
+        observer.note(&format!(
+            "warning: the baseline's results could not be kept for the next task: {}",
+            e.message
+        ));
+    }
+    let reused: Vec<&loop_protocol::ReusedRun> = baseline
+        .into_iter()
+        .flat_map(|b| b.criteria.iter().flat_map(|c| c.checks.iter()))
+        .filter_map(|c| c.reused_from.as_ref())
+        .collect();
+    if let Some(first) = reused.first() {
+        observer.note(&format!(
+            "baseline: {} check result(s) taken from task {}'s run on this same tree (the receipt's baseline names each)",
+            reused.len(),
+            first.task_id
+        ));
+    }
+    Ok(())
 }
 
 /// The task recorded in the store, last: with everything it needs to

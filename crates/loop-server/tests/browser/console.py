@@ -258,6 +258,9 @@ try:
     list_settled(count=1, needle="from the command line")
     choose("f-owner", "web")
     list_settled(count=3, needle="web")
+    choose("f-state", "queued")
+    wait_text("#tasks", "No task matches these filters.")
+    clean_page("an empty list")
     driver.find_element(By.ID, "f-clear").click()
     list_settled(count=len(everything))
     shot("list")
@@ -265,6 +268,7 @@ try:
     # Every task's page: no server path, no stray null, its outcome in words.
     for r in everything:
         driver.get(url + "/#/task/" + r["id"])
+        wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "ol.trace[data-complete]")))
         wait_text("ol.trace", "Ended ")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#facts dd"))
         clean_page("task " + r["id"])
