@@ -1,8 +1,8 @@
-//! Preparing a task once the project was seen: the baseline's results on
-//! a tree are kept, and the next task on the same tree (same check, same
-//! sandbox) takes them instead of running the project's checks again, its
-//! receipt naming the task that ran each; a changed tree, or a changed
-//! check, runs again.
+//! Preparing a task once the project was seen: the baseline's passing
+//! results on a tree are kept, and the next task on the same tree (same
+//! check, same sandbox) takes them instead of running the project's checks
+//! again, its receipt naming the task that ran each; a failure, a changed
+//! tree, or a changed check runs again.
 #![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -87,8 +87,9 @@ fn the_next_task_on_a_seen_tree_takes_the_baseline_and_says_whose_it_was() {
         !ran.is_empty() && ran.iter().all(|(_, _, from)| from.is_none()),
         "{ran:?}"
     );
-    // The same tree, the same checks: nothing runs again, and the receipt
-    // says whose run each result is.
+    // The same tree, the same checks: what passed is not run again, and
+    // the receipt says whose run each result is; what failed (read as
+    // "the task made it pass" were it kept) runs again.
     let second = shared::run_scripted(&base, &project, "second", (TASK, SCRIPT));
     assert_eq!(
         second.outcome(),
@@ -98,8 +99,11 @@ fn the_next_task_on_a_seen_tree_takes_the_baseline_and_says_whose_it_was() {
     );
     let reused = baseline_of(&second);
     assert_eq!(reused.len(), ran.len(), "{reused:?}");
+    assert!(ran.iter().any(|(_, passed, _)| *passed), "{ran:?}");
+    assert!(ran.iter().any(|(_, passed, _)| !passed), "{ran:?}");
     for ((command, passed, from), (_, was, _)) in reused.iter().zip(&ran) {
-        assert_eq!(from.as_deref(), Some(first.id()), "{command}");
+        let want = passed.then_some(first.id());
+        assert_eq!(from.as_deref(), want, "{command}");
         assert_eq!(passed, was, "{command}");
     }
     let said = shared::text(&second.out);
@@ -135,8 +139,8 @@ fn the_next_task_on_a_seen_tree_takes_the_baseline_and_says_whose_it_was() {
     .unwrap();
     let fourth = shared::run_scripted(&base, &project, "fourth", (TASK, SCRIPT));
     assert_eq!(fourth.outcome(), "verified");
-    for (command, _, from) in baseline_of(&fourth) {
-        let want = (!command.contains("sleep 1")).then(|| third.id().to_string());
+    for (command, passed, from) in baseline_of(&fourth) {
+        let want = (passed && !command.contains("sleep 1")).then(|| third.id().to_string());
         assert_eq!(from, want, "{command}");
     }
 }

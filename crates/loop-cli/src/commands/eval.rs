@@ -156,7 +156,7 @@ fn said_run(done: usize, total: usize, run: Option<&loop_runtime::CaseRun>) {
             r.outcome,
             r.wall_ms as f64 / 1000.0
         ),
-        None => "a run could not be made (the report says why)".into(),
+        None => "a run could not be made (the error follows when the others end)".into(),
     };
     eprintln!(
         "loop eval: {done}/{total} {}",

@@ -102,7 +102,7 @@ impl Screen {
         // resized), broken between words under their own indent.
         let fitted;
         let text = if self.live {
-            fitted = fit(text, terminal_width());
+            fitted = fit(text, terminal_width(), !self.unicode);
             &fitted
         } else {
             text
@@ -168,20 +168,31 @@ fn columns(s: &str) -> usize {
     unicode_width::UnicodeWidthStr::width(s)
 }
 
-/// `text` with every line at most `width` columns: a longer line breaks
+/// Columns `s` takes as a screen shows it: with `ascii`, its glyphs as
+/// their ASCII stand-ins (`✗` is `FAIL`).
+fn measure(s: &str, ascii_only: bool) -> usize {
+    if ascii_only {
+        columns(&ascii(s))
+    } else {
+        columns(s)
+    }
+}
+
+/// `text` with every line at most `width` columns (`ascii`: as its
+/// glyphs' ASCII stand-ins take them): a longer line breaks
 /// between words, its continuations indented under its first word after
 /// the indent and mark (`  ✓ `, `    → `); a word longer than a line is
 /// cut where the line ends.
-pub fn fit(text: &str, width: usize) -> String {
+pub fn fit(text: &str, width: usize, ascii: bool) -> String {
     let width = width.max(20);
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
         let body = line.strip_suffix('\n').unwrap_or(line);
-        if columns(body) <= width {
+        if measure(body, ascii) <= width {
             out.push_str(line);
             continue;
         }
-        fit_line(body, width, &mut out);
+        fit_line(body, (width, ascii), &mut out);
         if line.ends_with('\n') {
             out.push('\n');
         }
@@ -190,7 +201,8 @@ pub fn fit(text: &str, width: usize) -> String {
 }
 
 /// One line too wide for `width`, broken into `out`.
-fn fit_line(body: &str, width: usize, out: &mut String) {
+fn fit_line(body: &str, (width, ascii): (usize, bool), out: &mut String) {
+    let columns = |s: &str| measure(s, ascii);
     let lead = body.len() - body.trim_start_matches(' ').len();
     // A mark (a glyph or two, then a space) belongs to the first line;
     // so does a label in a column (`next    …`): the rest hangs under
@@ -244,7 +256,7 @@ fn fit_line(body: &str, width: usize, out: &mut String) {
             let mut cut = 0;
             let mut cols = used;
             for (i, c) in word.char_indices() {
-                cols += unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+                cols += measure(c.encode_utf8(&mut [0; 4]), ascii);
                 if cols > width && cut > 0 {
                     break;
                 }
@@ -355,7 +367,7 @@ mod tests {
     fn long_lines_fit_the_width_under_their_own_indent() {
         let line =
             "    ✗ tests exit 1 · the assertion that failed says the totals differ by one cent\n";
-        let out = fit(line, 40);
+        let out = fit(line, 40, false);
         for l in out.lines() {
             assert!(columns(l) <= 40, "{l:?} in {out:?}");
         }
@@ -367,22 +379,27 @@ mod tests {
         let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
         assert_eq!(words(&out), words(line));
         // A short line is left alone; a word wider than a line is cut.
-        assert_eq!(fit("  ✓ ok\n", 40), "  ✓ ok\n");
+        assert_eq!(fit("  ✓ ok\n", 40, false), "  ✓ ok\n");
         let path = format!("  → read_file {}", "a/".repeat(30));
-        let out = fit(&path, 30);
+        let out = fit(&path, 30, false);
         assert!(out.lines().all(|l| columns(l) <= 30), "{out}");
         assert_eq!(out.replace(['\n', ' '], ""), path.replace(' ', ""));
         // A label in a column: the rest hangs under its text.
         assert_eq!(
             fit(
                 "next    `loop diff t-1` shows it; `loop apply t-1` puts it in",
-                40
+                40,
+                false
             ),
             "next    `loop diff t-1` shows it; `loop\n        apply t-1` puts it in"
         );
         // Wide characters count as the two columns they take.
-        let wide = fit(&format!("  {}", "字".repeat(30)), 21);
+        let wide = fit(&format!("  {}", "字".repeat(30)), 21, false);
         assert!(wide.lines().all(|l| columns(l) <= 21), "{wide}");
+        // In ASCII, glyphs are measured as their stand-ins (`✗` is `FAIL`).
+        let marks = "  ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ ✗ … … … …";
+        let out = ascii(&fit(marks, 30, true));
+        assert!(out.lines().all(|l| l.len() <= 30), "{out}");
     }
 
     #[test]

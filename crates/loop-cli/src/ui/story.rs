@@ -109,7 +109,6 @@ impl Story {
         story
     }
 
-    /// Print narration: above the live view, or as plain lines.
     /// Text after the run (its live view gone), as this screen shows it:
     /// fitted to a terminal's width.
     pub fn said(&self, text: &str) {
@@ -118,6 +117,7 @@ impl Story {
         let _ = out.flush();
     }
 
+    /// Print narration: above the live view, or as plain lines.
     fn print(&self, text: &str) {
         if text.is_empty() {
             return;
@@ -209,6 +209,9 @@ impl loop_runtime::Observer for Story {
                         Err(e) => println!("{e}"),
                     }
                 }
+                "" => println!(
+                    "type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)"
+                ),
                 other => println!(
                     "`{}` is not an answer here: type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)",
                     crate::ui::screen::defang(other)

@@ -74,6 +74,8 @@ struct Tasks {
     hour_ago: std::time::SystemTime,
     /// Preparations whose process was killed (see `project::preparing`).
     killed: Vec<String>,
+    /// The project.
+    project: PathBuf,
 }
 
 impl Tasks {
@@ -86,6 +88,9 @@ impl Tasks {
             Some(Ok(t)) => crate::project::locate::liveness(&t) == crate::Liveness::Running,
             // (A preparation whose process is known dead is not.)
             Some(Err(_)) if self.killed.iter().any(|k| k == id) => false,
+            // (One whose process is there is, however long it takes: a
+            // person may be reading its drafted contract.)
+            Some(Err(_)) if crate::project::preparing::is_being_prepared(&self.project, id) => true,
             Some(Err(_)) => std::fs::symlink_metadata(self.dir.join(id))
                 .and_then(|m| m.modified())
                 .map_or(true, |t| t > self.hour_ago),
@@ -122,6 +127,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
         dir: project.join(".loop").join("tasks"),
         hour_ago: std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
         killed,
+        project: project.clone(),
     };
     killed_preparations(&project, &tasks, &mut out);
     orphans(&project, &tasks, &mut out);

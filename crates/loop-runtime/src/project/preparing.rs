@@ -25,7 +25,10 @@ impl Preparing {
         let me = loop_store::Owner::this_process(String::new(), now);
         let path = task_dir.join(MARK);
         let text = serde_json::to_vec(&me).map_err(Error::from_cause)?;
-        std::fs::write(&path, text)
+        // Whole or not at all: written aside, then renamed.
+        let part = task_dir.join(format!(".{MARK}.part"));
+        std::fs::write(&part, text)
+            .and_then(|()| std::fs::rename(&part, &path))
             .map_err(|e| Error::internal(format!("{}: {e}", path.display())))?;
         Ok(Preparing(path))
     }
@@ -42,6 +45,9 @@ impl Drop for Preparing {
 /// gone, and the store never got it.
 #[allow(clippy::disallowed_methods)] // the runtime's own mark, bounded
 pub(crate) fn was_killed(project: &Path, id: &str, store: &dyn loop_store::Store) -> bool {
+    if !crate::project::locate::is_task_id(id) {
+        return false;
+    }
     let mark = project.join(".loop/tasks").join(id).join(MARK);
     let Ok(text) = loop_workspace::door::read_named_text(&mark, 4096) else {
         return false;
@@ -49,7 +55,29 @@ pub(crate) fn was_killed(project: &Path, id: &str, store: &dyn loop_store::Store
     let Ok(owner) = serde_json::from_str::<loop_store::Owner>(&text) else {
         return false;
     };
-    owner.is_dead() && store.task(id).is_err()
+    // A mark from another boot of this machine (or another machine) says
+    // nothing of its process: a day old, no preparation is still going.
+    let stale = !owner.is_local()
+        && std::fs::symlink_metadata(&mark)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| {
+                t.elapsed()
+                    .is_ok_and(|a| a > std::time::Duration::from_secs(86_400))
+            });
+    // (Only a store that says it has no such task: one that cannot be
+    // read now says nothing.)
+    (owner.is_dead() || stale)
+        && matches!(store.task(id), Err(loop_store::StoreError::NoSuchTask(_)))
+}
+
+/// Whether task `id` is marked as being prepared by a process that is
+/// there (on this machine, alive).
+pub(crate) fn is_being_prepared(project: &Path, id: &str) -> bool {
+    let mark = project.join(".loop/tasks").join(id).join(MARK);
+    loop_workspace::door::read_named_text(&mark, 4096)
+        .ok()
+        .and_then(|t| serde_json::from_str::<loop_store::Owner>(&t).ok())
+        .is_some_and(|o| o.is_local() && !o.is_dead())
 }
 
 /// The project's preparations whose process was killed, by id.

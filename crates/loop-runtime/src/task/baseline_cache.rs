@@ -3,9 +3,10 @@
 //! check's definition and what the check's sandbox holds (the shared
 //! environments' roots, the setup layer, the network it may reach, the
 //! isolation asked for, this build of the runtime). With all of those the
-//! same, an earlier task's result is taken instead of running the check
-//! again, marked in the evidence with the task (and receipt) that ran it.
-//! Results are kept a week; a tree never seen runs everything.
+//! same, an earlier task's passing result is taken instead of running the
+//! check again, marked in the evidence with the task (and receipt) that
+//! ran it. Results are kept a week; a tree never seen runs everything; a
+//! failure always runs again.
 //!
 //! Kept in `.loop/baselines/`, one file per tree and sandbox: the runtime
 //! writes it, outside any workspace (a task's model never reaches it).
@@ -92,7 +93,7 @@ impl BaselineCache {
         let fresh: Vec<&KeptResult> = kept
             .results
             .iter()
-            .filter(|r| self.now_ms.saturating_sub(r.at_ms) <= KEPT_MS)
+            .filter(|r| r.at_ms <= self.now_ms && self.now_ms - r.at_ms <= KEPT_MS)
             .collect();
         let isolation = fresh.first()?.isolation.clone();
         let checks = fresh
@@ -125,18 +126,28 @@ impl BaselineCache {
         })
     }
 
-    /// Keep the results task `task_id` ran itself on this tree (`run`
-    /// checks that ran: none reused, none implied by another, none that
-    /// timed out or reached the network, whose result may not hold twice).
+    /// Keep the results task `task_id` ran itself on this tree: `run`
+    /// checks that passed (a result kept only ever makes the rules
+    /// stricter: a guard, a criterion that holds already; a failure, read
+    /// as "the task made it pass", is always run again), none reused, none
+    /// implied by another, none that reached the network, and none in
+    /// `skip` (the project's own commands whose run kept build outputs for
+    /// the later checks: run again, they keep them for this task too).
     #[allow(clippy::disallowed_methods)] // the runtime's own cache, written whole then renamed
-    pub(crate) fn keep(&self, task_id: &str, reports: &[&VerificationReport]) -> Result<(), Error> {
+    pub(crate) fn keep(
+        &self,
+        task_id: &str,
+        reports: &[&VerificationReport],
+        skip: &[String],
+    ) -> Result<(), Error> {
         let mut kept = self.read();
         kept.root = self.root.clone();
         kept.sandbox = self.sandbox.clone();
         let mut added = false;
         for r in reports.iter().filter(|r| r.manifest_root == self.root) {
             for ev in r.criteria.iter().flat_map(|c| c.checks.iter()) {
-                let ran = matches!(ev.check, loop_protocol::Check::Run(_))
+                let ran = matches!(&ev.check, loop_protocol::Check::Run(r) if !skip.contains(&r.command))
+                    && ev.passed
                     && ev.reused_from.is_none()
                     && ev.implied_by.is_none()
                     && !ev.timed_out
@@ -162,8 +173,49 @@ impl BaselineCache {
         let dir = self.file.parent().unwrap_or(Path::new("."));
         let io = |e: std::io::Error| Error::internal(format!("{}: {e}", self.file.display()));
         std::fs::create_dir_all(dir).map_err(io)?;
-        let part = dir.join(format!(".{task_id}.part"));
+        let part = dir.join(format!(
+            ".{}.part",
+            loop_protocol::hash::sha256_hex(task_id.as_bytes())
+        ));
         std::fs::write(&part, serde_json::to_vec(&kept).map_err(Error::from_cause)?).map_err(io)?;
         std::fs::rename(&part, &self.file).map_err(io)
     }
+}
+
+/// When anything in the host tree `dir` last changed, as far as three
+/// levels down (a toolchain cache gets new entries there: a fetched crate,
+/// a downloaded module), the newest of at most 4096 entries' times, in
+/// nanoseconds since the epoch; none when it cannot be read.
+#[allow(clippy::disallowed_methods)] // lstat of host toolchain trees (no content read)
+pub(crate) fn tree_stamp(dir: &Path) -> Option<u128> {
+    let stamp = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+    };
+    let mut newest = stamp(dir)?;
+    let mut level = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for d in &level {
+            let Ok(items) = std::fs::read_dir(d) else {
+                continue;
+            };
+            for e in items.flatten() {
+                seen += 1;
+                if seen > 4096 {
+                    return Some(newest);
+                }
+                newest = newest.max(stamp(&e.path()).unwrap_or(0));
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    next.push(e.path());
+                }
+            }
+        }
+        level = next;
+    }
+    Some(newest)
 }

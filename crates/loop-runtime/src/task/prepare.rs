@@ -103,7 +103,7 @@ pub(crate) fn submit_claimed(
     // Each baseline run while the contract is settled, so the task's own
     // baseline runs no check twice on the untouched workspace; with the
     // results earlier tasks' baselines kept for this same tree.
-    let cache = baseline_cache(req, &project, &workspace, &stored)?;
+    let cache = baseline_cache(req, (&project, &task_ws), &workspace, &stored)?;
     let mut seen: Vec<_> = cache.known().into_iter().collect();
     let settled = settle_contract(
         req,
@@ -131,20 +131,35 @@ pub(crate) fn submit_claimed(
         judge_baseline(req, &contract, b, stored.drafting.is_some(), observer)
             .inspect_err(|_| drop(&task_ws))?;
     }
-    keep_baseline(
-        (&cache, &task_dir),
-        &task_id,
-        &seen,
-        baseline_report.as_ref(),
-        observer,
-    )?;
-    record_task(
+    keep_baseline(&task_dir, baseline_report.as_ref(), observer)?;
+    let owner = record_task(
         (&*store, &clock),
         (&project, &task_id, &paths, &task_ws),
         (&contract_sha256, &request),
         (req.include_dirty, claim),
-    )
-    .map(|owner| (task_id.clone(), owner))
+    )?;
+    // Stored: what its baseline ran is kept for the next task here.
+    let mut ran: Vec<&loop_protocol::VerificationReport> = seen.iter().collect();
+    ran.extend(baseline_report.as_ref());
+    if let Err(e) = cache.keep(&task_id, &ran, &kept_builds(&project, &loopfile, &near)) {
+        observer.note(&format!(
+            "warning: the baseline's results could not be kept for the next task: {}",
+            e.message
+        ));
+    }
+    Ok((task_id, owner))
+}
+
+/// The project's own commands whose baseline run kept build outputs for
+/// the later checks (see `BUILDS`): none when it kept none.
+#[allow(clippy::disallowed_methods)] // the runtime's own directory beside the workspace
+fn kept_builds(project: &Path, loopfile: &crate::loopfile::Loopfile, near: &Path) -> Vec<String> {
+    let made = std::fs::read_dir(near.join(BUILDS)).is_ok_and(|mut d| d.next().is_some());
+    if made {
+        own_commands(project, loopfile)
+    } else {
+        Vec::new()
+    }
 }
 
 /// The task's environments: the project's setup run (or its layer
@@ -184,41 +199,46 @@ fn provide_environments(
 /// sandbox its checks get (see `baseline_cache`).
 fn baseline_cache(
     req: &Admitted,
-    project: &Path,
+    (project, task_ws): (&Path, &TaskWorkspace),
     workspace: &Path,
     stored: &StoredRequest,
 ) -> Result<crate::task::baseline_cache::BaselineCache, Error> {
     let tree = Manifest::of(workspace)
         .map_err(|e| Error::internal(format!("cannot hash the workspace: {e}")))?;
+    // What the checks' sandbox holds besides the tree: the shared
+    // environments (their content roots), the setup layer, the network,
+    // and the host's toolchain trees and variables (each tree with its
+    // last change: a `cargo fetch` or a new interpreter is a new sandbox).
+    let checks = checks_sandbox(req, project, task_ws, stored);
+    let trees: Vec<(String, Option<u128>)> = checks
+        .read_only_trees
+        .iter()
+        .map(|t| {
+            let changed = crate::task::baseline_cache::tree_stamp(t);
+            (t.display().to_string(), changed)
+        })
+        .collect();
     let sandbox = serde_json::json!({
         "isolation": format!("{:?}", req.isolation),
         "shares": stored.shares,
         "setup": stored.setup.as_ref().map(|s| &s.key),
         "network": stored.network,
+        "env": checks.env,
+        "trees": trees,
+        "disk_mb": checks.disk_mb,
     });
     Ok(crate::task::baseline_cache::BaselineCache::new(
         project, &tree.root, &sandbox,
     ))
 }
 
-/// Keep the task's baseline report, and what it ran for the next task on
-/// the same tree; say what it took from earlier ones.
+/// Keep the task's baseline report; say what it took from earlier tasks.
 fn keep_baseline(
-    (cache, task_dir): (&crate::task::baseline_cache::BaselineCache, &Path),
-    task_id: &str,
-    seen: &[loop_protocol::VerificationReport],
+    task_dir: &Path,
     baseline: Option<&loop_protocol::VerificationReport>,
     observer: &mut dyn crate::Observer,
 ) -> Result<(), Error> {
     write_json(&task_dir.join("baseline-report.json"), &baseline)?;
-    let mut ran: Vec<&loop_protocol::VerificationReport> = seen.iter().collect();
-    ran.extend(baseline);
-    if let Err(e) = cache.keep(task_id, &ran) {
-        observer.note(&format!(
-            "warning: the baseline's results could not be kept for the next task: {}",
-            e.message
-        ));
-    }
     let reused: Vec<&loop_protocol::ReusedRun> = baseline
         .into_iter()
         .flat_map(|b| b.criteria.iter().flat_map(|c| c.checks.iter()))
