@@ -621,6 +621,85 @@ def receipts(rep, a, tmp):
     rep.goal("receipts", f"verify it offline in under 50 ms", f"{verify:.1f} ms", verify < 50)
 
 
+# ---- preparing a task: the baseline kept between tasks of one tree -------------
+
+def prepared_in(a, project, base, name):
+    """Seconds from `loop run` to its `task_started` event (the task prepared: workspace, contract
+    settled, baseline run, stored), and the baseline checks the receipt says were reused."""
+    task = os.path.join(base, "task.yaml")
+    script = os.path.join(base, "script.yaml")
+    env = {**os.environ, "LOOP_STATE_DIR": os.path.join(base, "state")}
+    t = time.monotonic()
+    proc = subprocess.Popen([a.loop, "run", "--json", "--task", task, "--model", f"scripted:{script}",
+                             "--project", project], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    took, receipt = None, None
+    for line in proc.stdout:
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        if event.get("kind") == "task_started" and took is None:
+            took = time.monotonic() - t
+        if event.get("kind") == "receipt":
+            receipt = event
+    err = proc.stderr.read()
+    proc.wait()
+    if took is None or receipt is None or receipt["outcome"]["kind"] != "verified":
+        raise SystemExit(f"prepare: {name}: the task did not verify: {err[-1500:]}")
+    with open(receipt["path"]) as f:
+        predicate = json.loads(base64.b64decode(json.load(f)["payload"]))["predicate"]
+    checks = [c for k in predicate["baseline"]["criteria"] for c in k["checks"]]
+    reused = sum(1 for c in checks if c.get("reused_from"))
+    run([a.loop, "discard", receipt["task_id"], "--project", project], env=env, check=False)
+    return took, reused, len(checks)
+
+
+def prepare(rep, a, tmp):
+    base = os.path.join(tmp, "prepare")
+    project = os.path.join(base, "project")
+    os.makedirs(os.path.join(project, "tests"))
+    tests = a.reps(200, 40)
+    with open(os.path.join(project, "calc.py"), "w") as f:
+        f.write("def add(a, b):\n    return a + b\n")
+    with open(os.path.join(project, "tests", "__init__.py"), "w") as f:
+        f.write("")
+    with open(os.path.join(project, "tests", "test_calc.py"), "w") as f:
+        f.write("import time\nimport unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n")
+        for i in range(tests):
+            f.write(f"    def test_{i}(self):\n        time.sleep(0.01)\n        self.assertEqual(add({i}, 1), {i + 1})\n")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=b@e", "-c", "user.name=b", "commit", "-qm", "i"]):
+        run(["git", *args], cwd=project)
+    with open(os.path.join(base, "task.yaml"), "w") as f:
+        f.write("instruction: write hello.txt saying hello\ncriteria:\n  - id: hello\n    checks:\n"
+                "      - run: grep -q hello hello.txt\n")
+    with open(os.path.join(base, "script.yaml"), "w") as f:
+        f.write("turns:\n  - calls:\n      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}\n"
+                "      - {tool: finish, args: {summary: done}}\n")
+    t = time.monotonic()
+    run(["python3", "-m", "unittest", "discover", "-q"], cwd=project)
+    suite = time.monotonic() - t
+    first, _, _ = prepared_in(a, project, base, "unseen")
+    seen = [prepared_in(a, project, base, "seen") for _ in range(a.reps(5, 2))]
+    again = median([s[0] for s in seen])
+    reused, of = seen[-1][1], seen[-1][2]
+    rep.add("\n".join([
+        "## Preparing a task: the baseline kept between tasks of one tree\n",
+        f"A git project whose own check, detected, is `python3 -m unittest discover -v` ({tests} tests, 10 ms "
+        "each); the contract's one check is `grep -q hello hello.txt` (failing before the work). Preparation: "
+        "from `loop run --json` to its `task_started` event (workspace made, contract settled with the project's "
+        "check as a guard, baseline run, task stored). The first task on the tree runs the suite for its "
+        "baseline; the next ones take its passing result (the receipt's baseline marks it `reused_from`) and run "
+        "only what failed. Anchor: the suite itself in the checkout. Each task discarded after, untimed.\n",
+        table(["measure", "time", "anchor"], [
+            ("the project's suite, in the checkout", f"{suite:.2f} s", ""),
+            ("preparing the first task on the tree", f"{first:.2f} s", "runs the suite for its baseline"),
+            (f"preparing a task on the seen tree (median of {len(seen)})", f"{again:.2f} s",
+             f"{reused} of {of} baseline checks reused"),
+        ])]))
+    rep.goal("prepare", "preparing a task on a tree seen before under 1 s", f"{again:.2f} s (first: {first:.2f} s)",
+             again < 1.0 and reused > 0)
+
+
 # ---- real projects: a task beside the suite ------------------------------------
 
 def project_task(a, project, base, n):
@@ -752,7 +831,7 @@ def queue(rep, a, tmp):
 
 
 SECTIONS = {"sandbox": sandbox, "flood": flood, "snapshot": snapshot, "steps": steps, "tasks": tasks,
-            "receipts": receipts, "projects": projects, "queue": queue}
+            "receipts": receipts, "prepare": prepare, "projects": projects, "queue": queue}
 
 
 def said(value, number_as=None):

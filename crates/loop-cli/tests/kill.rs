@@ -958,6 +958,18 @@ fn slow_to_prepare(name: &str, build: &str) -> (PathBuf, PathBuf) {
     (dir, project)
 }
 
+/// The first `loop/…` branch made in `project` (waited for).
+fn first_branch(project: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(b) = task_branches(project).pop() {
+            return b;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no branch made");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The `loop/…` branches of `project`.
 fn task_branches(project: &Path) -> Vec<String> {
     let out = Command::new("git")
@@ -977,14 +989,7 @@ fn a_preparation_killed_before_its_task_is_stored_is_cleaned_by_the_next_command
     // Killed while its baseline runs the project's slow build: a branch
     // and a workspace, no task in the store.
     let mut child = run_cmd(&dir, &project).spawn().unwrap();
-    let start = Instant::now();
-    let branch = loop {
-        if let Some(b) = task_branches(&project).pop() {
-            break b;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no branch made");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let branch = first_branch(&project);
     std::thread::sleep(Duration::from_millis(500));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -1044,14 +1049,7 @@ fn a_preparation_still_running_is_never_taken_for_a_killed_one() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let branch = loop {
-        if let Some(b) = task_branches(&project).pop() {
-            break b;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no branch made");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let branch = first_branch(&project);
     // While it prepares: gc and discard leave it alone.
     let gc = loop_bin()
         .args(["gc", "--project"])

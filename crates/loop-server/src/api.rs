@@ -355,7 +355,6 @@ async fn list(
             .tasks()?
             .into_iter()
             .filter(|t| caller.may_see(t.owner.as_deref()))
-            .filter(|t| filter.admits(t, pool.is_waiting(&t.id)))
             .collect();
         if let Some(b) = &before {
             // Newest first: what comes after `before`; an id the caller
@@ -366,6 +365,9 @@ async fn list(
                 .ok_or_else(|| ApiError::bad_request(format!("before: no task {b}")))?;
             seen.drain(..=at);
         }
+        // (Filtered after the cursor is placed: a page's last task that
+        // no longer passes the filters still says where the next starts.)
+        seen.retain(|t| filter.admits(t, pool.is_waiting(&t.id)));
         let next = (seen.len() > limit).then(|| seen[limit - 1].id.clone());
         seen.truncate(limit);
         let tasks = seen

@@ -67,7 +67,9 @@ impl TaskFilter {
     /// unknown state or outcome is refused, naming the ones there are.
     pub(crate) fn from_query(q: &HashMap<String, String>) -> Result<TaskFilter, ApiError> {
         let given = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let standing = match given("state") {
+        // (A state or outcome given empty is none of them: refused.)
+        let named = |k: &str| q.get(k).map(String::as_str);
+        let standing = match named("state") {
             None => None,
             Some(v) => Some(
                 Standing::ALL
@@ -82,7 +84,7 @@ impl TaskFilter {
                     })?,
             ),
         };
-        let outcome = match given("outcome") {
+        let outcome = match named("outcome") {
             None => None,
             Some(v) => Some(
                 OutcomeKind::ALL
