@@ -1882,6 +1882,17 @@ fn listing_makes_nothing_and_an_unwritable_project_is_said_plainly() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(out.stdout.is_empty(), "{}", text(&out));
     assert!(!plain.join(".loop").exists(), "list made .loop/");
+    // Nor does asking for a task by its id there.
+    let out = loop_bin()
+        .env("LOOP_STATE_DIR", dir.join("state"))
+        .env_remove("LOOP_STORE_URL")
+        .args(["status", "t-20260101-000000-abcdef", "--project"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("no task"), "{}", text(&out));
+    assert!(!plain.join(".loop").exists(), "status made .loop/");
     if !shared::can_drop_privileges() {
         return;
     }

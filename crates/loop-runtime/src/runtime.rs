@@ -293,7 +293,10 @@ impl Runtime {
             [one] => Ok((*one).clone()),
             // Never stored, its preparation killed: named, for what can be
             // done with what it left (status says so, discard removes it).
+            // (The store is opened only where a mark is: a directory
+            // where nothing was ever run stays as it is.)
             [] if crate::project::locate::is_task_id(given)
+                && crate::project::preparing::has_mark(&self.project, given)
                 && crate::project::preparing::was_killed(&self.project, given, self.store()?) =>
             {
                 Ok(given.to_string())

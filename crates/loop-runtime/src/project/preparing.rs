@@ -41,6 +41,13 @@ impl Drop for Preparing {
     }
 }
 
+/// Whether task `id` of `project` has a preparation's mark (whoever's).
+#[allow(clippy::disallowed_methods)] // lstat of the runtime's own mark
+pub(crate) fn has_mark(project: &Path, id: &str) -> bool {
+    crate::project::locate::is_task_id(id)
+        && std::fs::symlink_metadata(project.join(".loop/tasks").join(id).join(MARK)).is_ok()
+}
+
 /// Whether task `id` of `project` was being prepared by a process that is
 /// gone, and the store never got it.
 #[allow(clippy::disallowed_methods)] // the runtime's own mark, bounded
