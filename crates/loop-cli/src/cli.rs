@@ -193,7 +193,8 @@ pub(crate) enum Command {
     },
     /// Check a receipt offline: statement, ledger chain, artifacts.
     Verify {
-        /// The receipt (`<task>.receipt.json`).
+        /// The receipt (`<task>.receipt.json`); inside its project, a
+        /// task's id (or a unique prefix, or `last`) names its receipt.
         receipt: PathBuf,
         /// Require a signature by this public key.
         #[arg(long, value_name = "FILE")]
@@ -244,7 +245,8 @@ pub(crate) enum Command {
     },
     /// Re-run a receipt's checks on the tree it verified, without a model.
     Replay {
-        /// The receipt.
+        /// The receipt; inside its project, a task's id (or a unique
+        /// prefix, or `last`) names its receipt.
         receipt: PathBuf,
     },
     /// Check a contract file and print its hash (a file named

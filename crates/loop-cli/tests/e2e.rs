@@ -2220,3 +2220,43 @@ fn an_interrupted_task_ends_before_it_is_discarded_and_is_never_resumed_after() 
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("was discarded"), "{said}");
 }
+
+#[test]
+fn verify_and_replay_take_a_task_id_or_last_inside_its_project() {
+    let dir = tmpdir("verify-by-id");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    let run = shared::run_scripted(
+        &dir,
+        &project,
+        "hello",
+        (
+            "instruction: write app.py\ncriteria:\n  - id: app\n    checks:\n      - run: grep -q hello app.py\n",
+            HONEST,
+        ),
+    );
+    assert_eq!(run.outcome(), "verified", "{}", text(&run.out));
+    let id = run.id().to_string();
+    for (args, code) in [
+        (vec!["verify", "last"], 0),
+        (vec!["verify", &id[..12]], 0),
+        (vec!["replay", "last"], 0),
+        (vec!["verify", "nope"], 2),
+    ] {
+        let out = loop_bin()
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(&args)
+            .current_dir(&project)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
+        if code == 2 {
+            assert!(
+                text(&out).contains("nope: no such receipt"),
+                "{}",
+                text(&out)
+            );
+        }
+    }
+}

@@ -7,7 +7,8 @@ use std::path::Path;
 
 /// Replay; exit 0 when every criterion comes out as recorded.
 pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
-    let r = loop_runtime::replay(receipt)?;
+    let receipt = crate::commands::verify::receipt_named(receipt)?;
+    let r = loop_runtime::replay(&receipt)?;
     let p = &r.statement.predicate;
     if json {
         let line = loop_runtime::views::ReplayLine::of(&r);

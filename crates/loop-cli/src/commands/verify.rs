@@ -22,6 +22,30 @@ impl ReceiptVerdict {
     }
 }
 
+/// The receipt `given` names: a receipt's path, or (no such file being
+/// there) a task of the project here by its id, a unique prefix of one, or
+/// `last`.
+#[allow(clippy::disallowed_methods)] // lstat of the path the person gave
+pub(crate) fn receipt_named(given: &Path) -> Result<std::path::PathBuf, CliError> {
+    if std::fs::symlink_metadata(given).is_ok() {
+        return Ok(given.to_path_buf());
+    }
+    let text = given.to_string_lossy();
+    let as_task = !text.contains('/') && !text.ends_with(".json");
+    let found = as_task
+        .then(|| loop_runtime::Runtime::open(Path::new(".")).ok())
+        .flatten()
+        .and_then(|rt| {
+            let id = rt.resolve_id(&text).ok()?;
+            rt.status(&id).ok()?.task.receipt
+        });
+    found.map(std::path::PathBuf::from).ok_or_else(|| {
+        CliError::usage(format!(
+            "{text}: no such receipt; give a receipt's path (`.loop/receipts/ID.receipt.json`), or, inside its project, a task's id or `last` (of a task that has ended)"
+        ))
+    })
+}
+
 /// `loop verify RECEIPT`: exit 0 when it holds (and, unless
 /// `integrity_only`, records a verified task), else 1.
 pub(crate) fn command(
@@ -30,6 +54,7 @@ pub(crate) fn command(
     flags: (bool, bool),
     json: bool,
 ) -> Result<u8, CliError> {
+    let receipt = &receipt_named(receipt)?;
     Ok(if verify(receipt, artifacts, pubkey, json, flags)? {
         0
     } else {
