@@ -2157,6 +2157,13 @@ fn init_protects_what_is_there_and_audit_agrees() {
         assert!(written.contains(want), "{written}");
         let (_, point) = audit_point(&dir.join("state"), &p, "protected paths");
         assert_eq!(point["ok"], true, "{point}");
+        // Said for what they are: kept from being created, not matching.
+        let said = if licence {
+            "every declared glob matches: LICENSE*; kept from being created: .github/**, .gitlab-ci.yml"
+        } else {
+            "kept from being created: .github/**, .gitlab-ci.yml"
+        };
+        assert_eq!(point["detail"], said, "{point}");
         // A glob written by hand that matches nothing is still flagged.
         std::fs::write(
             p.join("Loopfile.yaml"),

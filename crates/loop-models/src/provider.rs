@@ -170,6 +170,10 @@ pub struct HttpModel {
     live: Option<loop_protocol::LiveFeed>,
 }
 
+/// The least answer asked for when the prompt fills the model's window
+/// (a tool call needs some room).
+const MIN_ANSWER_TOKENS: u64 = 64;
+
 impl HttpModel {
     /// A model with this configuration, transport and sleeper.
     pub fn new(
@@ -373,7 +377,6 @@ impl HttpModel {
         });
     }
 
-    /// The call itself: retries, accounting, then strict parsing.
     /// The request body for `context`, and its size in estimated tokens.
     /// The context is compacted to the model's window (in the runtime's
     /// units, corrected by what this provider's counts showed so far).
@@ -421,7 +424,18 @@ impl HttpModel {
         // Only this call's exchanges are kept (for a recorder to take);
         // without one they would pile up, a full request each.
         self.exchanges.clear();
-        let (body, prompt_estimate) = self.body_for(context, limits.max_output_tokens);
+        let (mut body, mut prompt_estimate) = self.body_for(context, limits.max_output_tokens);
+        // The prompt and the answer share the model's window: where what
+        // cannot be compacted (the instructions, the tools' schemas, the
+        // task) leaves less than `max_output_tokens`, the answer asked for
+        // is what is left (a server refuses a request past its window).
+        let mut limits = limits;
+        let prompt = (prompt_estimate as f64 * self.calibration * 1.1).ceil() as u64;
+        let room = self.cfg.context_tokens.saturating_sub(prompt);
+        if room < limits.max_output_tokens {
+            limits.max_output_tokens = room.max(MIN_ANSWER_TOKENS);
+            (body, prompt_estimate) = self.body_for(context, limits.max_output_tokens);
+        }
         let deadline = limits
             .time_left_ms
             .map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));

@@ -26,6 +26,11 @@ fn context() -> Context {
 }
 
 fn model(url: &str) -> HttpModel {
+    model_with(url, |_| ())
+}
+
+/// [`model`], its configuration changed by `change` first.
+fn model_with(url: &str, change: impl FnOnce(&mut EndpointConfig)) -> HttpModel {
     let mut cfg = EndpointConfig::new(Dialect::OpenAi, "m");
     cfg.base_url = url.to_string();
     cfg.api_key = Some(Secret::new("sk-test-key"));
@@ -35,6 +40,7 @@ fn model(url: &str) -> HttpModel {
         base: Duration::from_millis(1),
         cap: Duration::from_millis(1),
     };
+    change(&mut cfg);
     HttpModel::new(
         cfg,
         Box::new(loop_models::http::UreqTransport::new(Default::default())),
@@ -263,4 +269,48 @@ fn a_cancel_stops_an_in_flight_call_within_a_second() {
         took < Duration::from_millis(1500),
         "cancelled at 0.5 s, took {took:?}"
     );
+}
+
+/// The tokens a request asked the answer to take, whichever field it used.
+fn asked(body: &serde_json::Value) -> u64 {
+    body.get("max_completion_tokens")
+        .or_else(|| body.get("max_tokens"))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap()
+}
+
+#[test]
+fn the_answer_asked_for_fits_the_window_the_prompt_leaves() {
+    let server = serve(vec![
+        answer(json!({"prompt_tokens": 500, "completion_tokens": 5})),
+        answer(json!({"prompt_tokens": 10, "completion_tokens": 5})),
+    ]);
+    // A window of 1000 tokens and a prompt that cannot be compacted of
+    // about 500: the 2048 asked for would overflow it (a server refuses).
+    let mut m = model_with(&server.url, |c| {
+        c.context_tokens = 1000;
+        c.max_output_tokens = 2048;
+    });
+    let mut big = context();
+    big.system = "Follow the rules. ".repeat(110);
+    let reply = m.next_turn(
+        &big,
+        CallLimits {
+            max_output_tokens: 2048,
+            time_left_ms: None,
+        },
+    );
+    assert!(matches!(reply, ModelReply::Turn { .. }), "{reply:?}");
+    let tight = asked(&server.received.lock().unwrap()[0].body);
+    assert!((64..1000 - 450).contains(&tight), "asked for {tight}");
+    // With room, the answer asked for is the one the limits give.
+    let reply = m.next_turn(
+        &context(),
+        CallLimits {
+            max_output_tokens: 300,
+            time_left_ms: None,
+        },
+    );
+    assert!(matches!(reply, ModelReply::Turn { .. }), "{reply:?}");
+    assert_eq!(asked(&server.received.lock().unwrap()[1].body), 300);
 }

@@ -199,7 +199,19 @@ pub fn readiness(project: &Path) -> Readiness {
         if protected.is_empty() {
             "no protected paths declared (the built-in ones still apply)".into()
         } else if missing.is_empty() {
-            format!("every declared glob matches: {}", protected.join(", "))
+            let (guards, globs): (Vec<&str>, Vec<&str>) = protected
+                .iter()
+                .map(String::as_str)
+                .partition(|g| CREATION_GUARDS.contains(g));
+            match (globs.is_empty(), guards.is_empty()) {
+                (false, true) => format!("every declared glob matches: {}", globs.join(", ")),
+                (false, false) => format!(
+                    "every declared glob matches: {}; kept from being created: {}",
+                    globs.join(", "),
+                    guards.join(", ")
+                ),
+                (true, _) => format!("kept from being created: {}", guards.join(", ")),
+            }
         } else {
             let m: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
             format!("matching nothing here: {}", m.join(", "))
