@@ -183,41 +183,7 @@ pub fn readiness(project: &Path) -> Readiness {
             "set `verification.test` in the Loopfile",
         )),
     }
-    let protected = &lf.defaults.protected;
-    let missing: Vec<&String> = protected
-        .iter()
-        .filter(|g| !CREATION_GUARDS.contains(&g.as_str()))
-        .filter(|g| {
-            loop_workspace::Protected::new(std::slice::from_ref(*g))
-                .map(|p| p.existing(project).is_empty())
-                .unwrap_or(true)
-        })
-        .collect();
-    points.push(point(
-        "protected paths",
-        !protected.is_empty() && missing.is_empty(),
-        if protected.is_empty() {
-            "no protected paths declared (the built-in ones still apply)".into()
-        } else if missing.is_empty() {
-            let (guards, globs): (Vec<&str>, Vec<&str>) = protected
-                .iter()
-                .map(String::as_str)
-                .partition(|g| CREATION_GUARDS.contains(g));
-            match (globs.is_empty(), guards.is_empty()) {
-                (false, true) => format!("every declared glob matches: {}", globs.join(", ")),
-                (false, false) => format!(
-                    "every declared glob matches: {}; kept from being created: {}",
-                    globs.join(", "),
-                    guards.join(", ")
-                ),
-                (true, _) => format!("kept from being created: {}", guards.join(", ")),
-            }
-        } else {
-            let m: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
-            format!("matching nothing here: {}", m.join(", "))
-        },
-        "declare the paths no task may write (`defaults.protected`), each matching files here",
-    ));
+    points.push(protected_point(project, &lf.defaults.protected));
     let budget = lf.defaults.limits.as_ref().and_then(|l| l.budget_usd);
     points.push(point(
         "budget",
@@ -383,4 +349,44 @@ pub fn maker_endpoint(
     Ok(c.maker
         .first()
         .map(|m| (m.model.clone(), m.base_url.clone())))
+}
+
+/// The protected-paths point: each declared glob matches something here
+/// (creation guards, which keep CI configuration from being made, are
+/// said apart and count though they match nothing).
+fn protected_point(project: &Path, protected: &[String]) -> Point {
+    let missing: Vec<&String> = protected
+        .iter()
+        .filter(|g| !CREATION_GUARDS.contains(&g.as_str()))
+        .filter(|g| {
+            loop_workspace::Protected::new(std::slice::from_ref(*g))
+                .map(|p| p.existing(project).is_empty())
+                .unwrap_or(true)
+        })
+        .collect();
+    point(
+        "protected paths",
+        !protected.is_empty() && missing.is_empty(),
+        if protected.is_empty() {
+            "no protected paths declared (the built-in ones still apply)".into()
+        } else if missing.is_empty() {
+            let (guards, globs): (Vec<&str>, Vec<&str>) = protected
+                .iter()
+                .map(String::as_str)
+                .partition(|g| CREATION_GUARDS.contains(g));
+            match (globs.is_empty(), guards.is_empty()) {
+                (false, true) => format!("every declared glob matches: {}", globs.join(", ")),
+                (false, false) => format!(
+                    "every declared glob matches: {}; kept from being created: {}",
+                    globs.join(", "),
+                    guards.join(", ")
+                ),
+                (true, _) => format!("kept from being created: {}", guards.join(", ")),
+            }
+        } else {
+            let m: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+            format!("matching nothing here: {}", m.join(", "))
+        },
+        "declare the paths no task may write (`defaults.protected`), each matching files here",
+    )
 }
