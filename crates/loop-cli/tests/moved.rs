@@ -584,7 +584,7 @@ fn kept_workspace_contents_are_dropped_on_apply_and_discard_unless_kept_days_kee
     let said = cmd(&["apply", &first, "--yes"]);
     assert!(
         said.contains(&format!(
-            "the store no longer keeps task {first}'s workspace"
+            "dropped the store's copy of task {first}'s workspace"
         )),
         "{said}"
     );
@@ -597,7 +597,7 @@ fn kept_workspace_contents_are_dropped_on_apply_and_discard_unless_kept_days_kee
     .unwrap();
     let before = kept_rows(&db.url, &second);
     let said = cmd(&["discard", &second]);
-    assert!(!said.contains("no longer keeps"), "{said}");
+    assert!(!said.contains("dropped the store's copy"), "{said}");
     assert_eq!(kept_rows(&db.url, &second), before + 1, "kept, and marked");
     // Three days later (the mark moved back), the next discard drops it.
     let mut c = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
@@ -615,7 +615,7 @@ fn kept_workspace_contents_are_dropped_on_apply_and_discard_unless_kept_days_kee
     let said = cmd(&["discard", &third]);
     assert!(
         said.contains(&format!(
-            "the store no longer keeps task {second}'s workspace"
+            "dropped the store's copy of task {second}'s workspace"
         )),
         "{said}"
     );

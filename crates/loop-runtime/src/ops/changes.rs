@@ -535,7 +535,7 @@ fn applied(
     // workspace stays, for `loop replay`, until `loop discard`).
     match ws.drop_branch() {
         Ok(true) => out.note(&format!(
-            "branch loop/{id} deleted; the workspace stays for `loop replay` until `loop discard {id}`"
+            "branch loop/{id} deleted; the workspace on this disk stays for `loop replay` until `loop discard {id}`"
         )),
         Ok(false) => {}
         Err(e) => out.note(&format!("warning: branch loop/{id} kept: {e}")),

@@ -154,8 +154,12 @@ pub(crate) fn release(project: &Path, task_id: &str, out: &mut dyn crate::Observ
         let had = store.task_file(id, ORIGIN).ok().flatten().is_some();
         match store.drop_task_contents(id) {
             Ok(freed) if had || freed > 0 => out.note(&format!(
-                "the store no longer keeps task {id}'s workspace ({} KiB of contents freed)",
-                freed.div_ceil(1024)
+                "dropped the store's copy of task {id}'s workspace (kept for a resume on another machine{})",
+                if freed > 0 {
+                    format!("; {} KiB freed", freed.div_ceil(1024))
+                } else {
+                    String::new()
+                }
             )),
             Ok(_) => {}
             Err(e) => out.note(&format!(
