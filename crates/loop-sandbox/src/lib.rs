@@ -567,11 +567,18 @@ fn seccomp_program() -> &'static Result<Filters, seccompiler::BackendError> {
     })
 }
 
+static OVERLAY_OK: OnceLock<bool> = OnceLock::new();
+
+/// What [`overlay_available`] found, if it was asked already in this
+/// process (asking starts a sandboxed command; this never does).
+pub fn overlay_known() -> Option<bool> {
+    OVERLAY_OK.get().copied()
+}
+
 /// Whether commands can see a workspace through an overlay here (tried
 /// once per process with a real sandboxed command).
 pub fn overlay_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
+    *OVERLAY_OK.get_or_init(|| {
         let Ok(dir) = PrivateTmp::create() else {
             return false;
         };

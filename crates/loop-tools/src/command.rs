@@ -61,7 +61,7 @@ impl ToolBox {
             }
         };
         // Staged: the command's effects enter the workspace now, all at once.
-        let merged = match (&staging, &self.commands) {
+        let merged = match (&staging, self.staged_commands()) {
             (Some(s), Some(c)) => match self.merge_staged(id, s, c, &result) {
                 Ok(m) => m,
                 Err(o) => return o,
@@ -106,7 +106,7 @@ impl ToolBox {
     /// A fresh scratch directory to stage a command's effects in, where
     /// commands are staged (none where they are not).
     fn command_staging(&self, id: &str) -> Result<Option<std::path::PathBuf>, Observation> {
-        match self.commands.as_ref().map(|c| {
+        match self.staged_commands().map(|c| {
             loop_sandbox::unique_name("cmd").map(|n| c.scratch.join(n.trim_start_matches("cmd-")))
         }) {
             None => Ok(None),

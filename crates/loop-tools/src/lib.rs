@@ -313,7 +313,16 @@ impl ToolBox {
     /// Whether a command's workspace effects are committed all at once
     /// (so an interrupted one can run again: nothing of it happened).
     pub fn commands_all_or_nothing(&self) -> bool {
-        self.commands.is_some() && matches!(self.net, Net::None)
+        self.staged_commands().is_some() && matches!(self.net, Net::None)
+    }
+
+    /// Where commands stage their effects, when they are staged (a task
+    /// directory is known and overlays work here: asked at the first
+    /// command, not before).
+    fn staged_commands(&self) -> Option<&CommandStaging> {
+        self.commands
+            .as_ref()
+            .filter(|_| loop_sandbox::overlay_available())
     }
 
     /// The rule that makes `call` wait for a person's approval, if any
@@ -361,10 +370,11 @@ impl ToolBox {
         // Commands stage their effects beside the journal (same file system
         // as the workspace) and commit them all at once; a commit a crash
         // cut short is undone, and staging left by a killed command dropped.
+        // Whether commands are staged at all (overlays work here) is
+        // learnt at the first command: a task that runs none starts no
+        // sandbox. A journal left behind was written where they were.
         let mut undone = 0;
-        if loop_sandbox::overlay_available()
-            && let Some(task_dir) = dir.parent()
-        {
+        if let Some(task_dir) = dir.parent() {
             let staging = CommandStaging {
                 journal: task_dir.join("command-journal"),
                 scratch: task_dir.join("command-scratch"),
@@ -427,7 +437,13 @@ impl ToolBox {
                 // A network-less command whose effects are staged and
                 // committed all at once: nothing of it happened unless all
                 // of it did, so it may run again after a crash.
-                if s.name == "run_command" && self.commands_all_or_nothing() {
+                // (Not asked here, before any command: a spec's effect is
+                // the runtime's own note, and `effect` asks when it counts.)
+                if s.name == "run_command"
+                    && self.commands.is_some()
+                    && matches!(self.net, Net::None)
+                    && loop_sandbox::overlay_known() == Some(true)
+                {
                     s.effect = loop_protocol::Effect::Idempotent;
                 }
                 s

@@ -81,9 +81,6 @@ impl SnapshotVerifier {
     /// Verify `workspace`, keeping seals and views under `scratch`
     /// (outside the workspace).
     pub fn new(workspace: &Path, scratch: &Path) -> Self {
-        // Learn now, not on the first verification's critical path, whether
-        // checks can run on overlays.
-        let _ = loop_sandbox::overlay_available();
         SnapshotVerifier {
             workspace: workspace.to_path_buf(),
             scratch: scratch.to_path_buf(),
@@ -385,10 +382,12 @@ impl SnapshotVerifier {
         }
         std::fs::create_dir_all(&self.scratch).map_err(VerifyError::Snapshot)?;
         self.date_changed_files()?;
-        let overlay = loop_sandbox::overlay_available();
         // With overlays the quiescent workspace is the seal: checks start at
         // once, and its manifest is hashed alongside them. Otherwise the
-        // workspace is copied (and hashed) first.
+        // workspace is copied (and hashed) first. Checks that run no
+        // command only read it, as it stands (nothing else writes to it
+        // while they run): no sandbox is started to learn about overlays.
+        let overlay = !runs_commands(contract) || loop_sandbox::overlay_available();
         let copied = if overlay {
             None
         } else {
@@ -493,6 +492,15 @@ impl SnapshotVerifier {
             (checked, hashing.map(|h| h.join()))
         })
     }
+}
+
+/// Whether any of the contract's checks runs a command.
+pub fn runs_commands(contract: &Contract) -> bool {
+    contract
+        .criteria
+        .iter()
+        .flat_map(|c| c.checks.iter())
+        .any(|k| matches!(k, Check::Run(_)))
 }
 
 /// The manifest hashed alongside the checks, when the seal is the

@@ -30,7 +30,8 @@ pub use overlay_commit::{Merged, OverlayCommit};
 pub use rebuild::{Delta, RebuildError, reconcile};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{
-    Origin, TaskWorkspace, WorkspaceError, git_head, uncommitted, worktree_pointer,
+    Origin, TaskWorkspace, WorkspaceError, git_head, surely_no_repository, uncommitted,
+    worktree_pointer,
 };
 pub use untrusted::{Node, Tree, UntrustedError};
 

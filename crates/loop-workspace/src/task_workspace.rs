@@ -102,8 +102,30 @@ fn git_with(mut cmd: Command, args: &[&str]) -> Result<String, WorkspaceError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
 }
 
+/// Whether git surely finds no repository from `dir`: no `GIT_DIR` is
+/// set, and neither `dir` nor any directory above it holds a `.git` or
+/// is itself a repository's directory (a `HEAD` beside `objects/`) —
+/// where git's own discovery looks. Asked before running git, so a
+/// project that is no repository spawns no git at all; `false` only
+/// means git is worth asking.
+#[allow(clippy::disallowed_methods)] // whether names exist, nothing read (git looks the same way)
+pub fn surely_no_repository(dir: &Path) -> bool {
+    if std::env::var_os("GIT_DIR").is_some() {
+        return false;
+    }
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    !dir.ancestors().any(|a| {
+        std::fs::symlink_metadata(a.join(".git")).is_ok()
+            || (std::fs::symlink_metadata(a.join("HEAD")).is_ok()
+                && std::fs::symlink_metadata(a.join("objects")).is_ok())
+    })
+}
+
 /// The commit `HEAD` points at, when `project` is the top of a git repository with one.
 pub fn git_head(project: &Path) -> Option<String> {
+    if surely_no_repository(project) {
+        return None;
+    }
     let top = git(project, &["rev-parse", "--show-toplevel"]).ok()?;
     let top = Path::new(&top).canonicalize().ok()?;
     if top != project.canonicalize().ok()? {

@@ -24,6 +24,9 @@ pub fn project_root(dir: &Path) -> Result<PathBuf, Error> {
     let dir = dir
         .canonicalize()
         .map_err(|e| Error::usage(format!("project {}: {e}", dir.display())))?;
+    if loop_workspace::surely_no_repository(&dir) {
+        return Ok(dir);
+    }
     let git = |args: &[&str]| {
         let mut c = std::process::Command::new("git");
         // The repository is the directory's, whatever the caller's GIT_*.
@@ -329,6 +332,9 @@ fn own_project_id(project: &Path) -> Result<String, Error> {
 
 /// The repository's root commit, if the project is a repository with one.
 fn root_commit(project: &Path) -> Option<String> {
+    if loop_workspace::surely_no_repository(project) {
+        return None;
+    }
     let text = git_output(project, &["rev-list", "--max-parents=0", "HEAD"])?;
     // The last line: the oldest root where histories were joined.
     let c = text.lines().last()?.trim().to_string();

@@ -188,6 +188,11 @@ fn task_verifier(
     sandbox: loop_sandbox::Settings,
     contract: &loop_protocol::Contract,
 ) -> SnapshotVerifier {
+    // Learn now, not on the first verification's critical path, whether
+    // checks can run on overlays — only when a check runs a command.
+    if loop_verifier::runs_commands(contract) {
+        let _ = loop_sandbox::overlay_available();
+    }
     let mut verifier = SnapshotVerifier::new(&paths.workspace, &paths.near.join("scratch"))
         .guard_protected(start.baseline.clone(), protected)
         .with_sandbox(sandbox)
@@ -823,25 +828,23 @@ impl ClaimFence {
 }
 
 /// Run `work` (making the workspace ready) while a thread renews the claim
-/// every 2 s.
+/// every 2 s. The thread ends the moment the work does (it waits on a
+/// channel the work's end closes, never in a sleep the run would wait out).
 fn with_renewals<T>(store: &dyn Store, task_id: &str, token: &str, work: impl FnOnce() -> T) -> T {
-    let done = AtomicBool::new(false);
+    let (done, ended) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            use std::sync::atomic::Ordering;
-            let mut last = std::time::Instant::now();
-            while !done.load(Ordering::SeqCst) {
-                if last.elapsed() >= std::time::Duration::from_secs(2) {
-                    last = std::time::Instant::now();
-                    if let Err(e) = store.heartbeat(task_id, token, SystemClock.now_ms()) {
-                        tracing::warn!("task {task_id}: the claim was not renewed: {e}");
-                    }
+        scope.spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError;
+            while let Err(RecvTimeoutError::Timeout) =
+                ended.recv_timeout(std::time::Duration::from_secs(2))
+            {
+                if let Err(e) = store.heartbeat(task_id, token, SystemClock.now_ms()) {
+                    tracing::warn!("task {task_id}: the claim was not renewed: {e}");
                 }
-                std::thread::sleep(std::time::Duration::from_millis(50));
             }
         });
         let out = work();
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(done);
         out
     })
 }
