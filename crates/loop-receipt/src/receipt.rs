@@ -4,7 +4,6 @@
 //! into the same envelope over the same PAE bytes.
 
 use crate::keys::{KeyPair, PublicKey};
-use crate::ledger::verify_chain;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use loop_protocol::LedgerEntry;
@@ -926,11 +925,13 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
         ));
         return;
     }
+    // Read once: its digest and its chain are of the same bytes.
+    let read = crate::read::read_regular(&ledger_path, crate::read::MAX_READ);
     match statement.subject.iter().find(|s| s.name == p.ledger.name) {
         None => problems.push("the ledger is not a subject of the statement".into()),
-        Some(s) => match crate::read::read_regular(&ledger_path, crate::read::MAX_READ) {
+        Some(s) => match &read {
             Ok(bytes) => {
-                let got = sha256_hex(&bytes);
+                let got = sha256_hex(bytes);
                 if Some(&got) != s.digest.get("sha256") {
                     problems.push(format!(
                         "the ledger file's sha256 {got} differs from the receipt's"
@@ -943,13 +944,20 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
             }
         },
     }
-    let chain = match verify_chain(&ledger_path) {
-        Ok(c) => c,
-        Err(e) => {
-            problems.push(e.to_string());
+    let bytes = match read {
+        Ok(b) => b,
+        Err(source) => {
+            problems.push(
+                crate::ledger::LedgerError::Io {
+                    path: ledger_path.display().to_string(),
+                    source,
+                }
+                .to_string(),
+            );
             return;
         }
     };
+    let chain = crate::ledger::verify_chain_bytes(&bytes);
     report.ledger_entries = chain.intact_entries;
     if let Some((n, why)) = &chain.broken {
         problems.push(format!("broken at entry {n}: {why}"));
