@@ -10,6 +10,7 @@
 //! store), which is synced once, before a receipt names it.
 
 use loop_protocol::Event;
+#[cfg(test)]
 use loop_protocol::hash::canonical_sha256;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -35,7 +36,8 @@ pub struct EntryBody {
 
 use loop_protocol::LedgerEntry;
 
-/// The hashed part of an entry, borrowed (hashing copies nothing).
+/// The hashed part of an entry, borrowed: what the fast hash is held to.
+#[cfg(test)]
 #[derive(Serialize)]
 struct EntryBodyRef<'a> {
     seq: u64,
@@ -46,6 +48,7 @@ struct EntryBodyRef<'a> {
 }
 
 /// The part of `e` its hash covers.
+#[cfg(test)]
 fn body(e: &LedgerEntry) -> EntryBodyRef<'_> {
     EntryBodyRef {
         seq: e.seq,
@@ -56,7 +59,8 @@ fn body(e: &LedgerEntry) -> EntryBodyRef<'_> {
     }
 }
 
-/// The hash of `e`'s body, as [`canonical_sha256`] of [`body`] gives it,
+/// The hash of `e`'s body (its five fields but `hash`), as
+/// `canonical_sha256` of the body gives it,
 /// written straight into the hasher: its members in canonical order (`at`,
 /// `kind`, `payload`, `prev`, `seq`) and the payload by
 /// [`loop_protocol::hash::write_canonical_value`] (no sorted copies).
@@ -284,7 +288,7 @@ impl FileLedger {
 fn linked(entries: &[LedgerEntry], what: &str) -> Result<String, LedgerError> {
     let mut head = GENESIS_PREV.to_string();
     for (i, e) in entries.iter().enumerate() {
-        let hash = canonical_sha256(&body(e)).map_err(|x| LedgerError::Encode(x.to_string()))?;
+        let hash = body_sha256(e).map_err(|x| LedgerError::Encode(x.to_string()))?;
         if e.seq != i as u64 || e.prev != head || e.hash != hash {
             return Err(LedgerError::Encode(format!(
                 "{what} {i} does not continue the chain (seq {}, prev or hash mismatch)",
@@ -306,22 +310,16 @@ pub fn seal_entry(
     let (kind, payload) = event
         .to_kind_payload()
         .map_err(|e| LedgerError::Encode(e.to_string()))?;
-    let body = EntryBody {
+    let mut entry = LedgerEntry {
         seq,
         prev: prev.to_string(),
         kind,
         payload,
         at: loop_protocol::time::rfc3339_millis(unix_ms),
+        hash: String::new(),
     };
-    let hash = canonical_sha256(&body).map_err(|e| LedgerError::Encode(e.to_string()))?;
-    Ok(LedgerEntry {
-        seq: body.seq,
-        prev: body.prev,
-        kind: body.kind,
-        payload: body.payload,
-        at: body.at,
-        hash,
-    })
+    entry.hash = body_sha256(&entry).map_err(|e| LedgerError::Encode(e.to_string()))?;
+    Ok(entry)
 }
 
 /// The result of checking a ledger entry by entry.

@@ -580,6 +580,12 @@ pub trait Store: Send + Sync {
     /// `true` when the caller should look (word came, or the backend
     /// cannot tell); `false` when the wait ran out with no word.
     fn wait_for(&self, task: &str, timeout: Duration) -> bool;
+    /// Whether [`Store::wait_for`] wakes on a change as it commits
+    /// (PostgreSQL's notifications); without, it only sleeps, and a waiter
+    /// that has other word to wait for waits for that instead.
+    fn tells_of_changes(&self) -> bool {
+        false
+    }
     /// Record a new task (state `pending`, unowned).
     fn create_task(
         &self,

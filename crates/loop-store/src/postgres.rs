@@ -581,6 +581,10 @@ impl Store for PgStore {
         ))
     }
 
+    fn tells_of_changes(&self) -> bool {
+        true
+    }
+
     fn wait_for(&self, task: &str, timeout: Duration) -> bool {
         self.listen();
         let Ok(h) = self.changes.state.lock() else {

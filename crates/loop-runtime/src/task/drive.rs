@@ -886,17 +886,20 @@ fn run_watched(
     work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
 ) -> Result<RunResult, loop_core::DirectorError> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let done = AtomicBool::new(false);
+    // The poller's own word that the work ended: it waits on it between
+    // looks, so the run never waits out a poller's sleep.
+    let (done, ended) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         scope.spawn(|| watch(project, task_id, token, flags, stopped));
         // This process's Ctrl-C or SIGTERM, and a claim that lapsed,
         // reach the task at once, with no store call in between (the store
         // may be busy, or gone: a read of it can hang for as long as the
         // outage lasts).
-        scope.spawn(|| {
+        scope.spawn(move || {
             use std::sync::atomic::Ordering;
+            use std::sync::mpsc::RecvTimeoutError;
             let process = crate::interrupt::flag();
-            while !done.load(Ordering::SeqCst) {
+            loop {
                 if process.load(Ordering::SeqCst) {
                     flags.cancel();
                     return;
@@ -907,11 +910,14 @@ fn run_watched(
                     );
                     flags.interrupt();
                 }
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                match ended.recv_timeout(std::time::Duration::from_millis(20)) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                }
             }
         });
         let result = work();
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(done);
         drop(stop);
         result
     })
@@ -1008,10 +1014,20 @@ fn watch(
             Err(TryRecvError::Empty) => {}
             Ok(()) | Err(TryRecvError::Disconnected) => break,
         }
-        look |= store.wait_for(task_id, TICK);
-        match stopped.try_recv() {
-            Err(TryRecvError::Empty) => {}
-            Ok(()) | Err(TryRecvError::Disconnected) => break,
+        if store.tells_of_changes() {
+            look |= store.wait_for(task_id, TICK);
+            match stopped.try_recv() {
+                Err(TryRecvError::Empty) => {}
+                Ok(()) | Err(TryRecvError::Disconnected) => break,
+            }
+        } else {
+            // A store that tells of nothing is looked at every tick; the
+            // run's end is waited for meanwhile, so the run never waits a
+            // tick for its watcher.
+            match stopped.recv_timeout(TICK) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => look = true,
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
         }
     }
     finished.store(true, Ordering::SeqCst);
