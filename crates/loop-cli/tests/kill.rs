@@ -933,28 +933,7 @@ fn slow_to_prepare(name: &str, build: &str) -> (PathBuf, PathBuf) {
         format!("verification:\n  build: \"{build}\"\n"),
     )
     .unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &[
-            "-c",
-            "user.email=t@e",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-qm",
-            "init",
-        ],
-    ] {
-        assert!(
-            Command::new("git")
-                .args(args)
-                .current_dir(&project)
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
+    shared::commit_all(&project);
     (dir, project)
 }
 

@@ -69,38 +69,25 @@ fn marking_git(base: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// `loop run` on `project` with the sandbox's phases logged, `bin` first
-/// on PATH; its output and the statement of its receipt.
+/// on PATH; its output and the statement of its receipt, verified.
 fn run(base: &Path, project: &Path, bin: &Path, task: &str) -> (Output, serde_json::Value) {
-    let task_file = base.join("task.yaml");
-    let script_file = base.join("script.yaml");
-    std::fs::write(&task_file, task).unwrap();
-    std::fs::write(&script_file, SCRIPT).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let out = shared::loop_in(base)
-        .args(["run", "--json", "--task"])
-        .arg(&task_file)
-        .arg("--model")
-        .arg(format!("scripted:{}", script_file.display()))
-        .arg("--project")
-        .arg(project)
-        .env("PATH", path)
-        .env("LOOP_LOG", "loop_sandbox::phases=debug")
-        .output()
-        .unwrap();
-    let receipt = shared::json_lines(&out)
-        .into_iter()
-        .find(|e| e["kind"] == "receipt")
-        .unwrap_or_else(|| panic!("no receipt: {}", shared::text(&out)));
-    let statement = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
-    assert!(
-        statement["predicate"]["outcome"]["kind"]
-            .as_str()
-            .unwrap()
-            .starts_with("verified"),
-        "{}",
-        shared::text(&out)
+    let run = shared::run_scripted_with(
+        base,
+        project,
+        "steps",
+        (task, SCRIPT),
+        &[
+            ("PATH", path),
+            ("LOOP_LOG", "loop_sandbox::phases=debug".into()),
+        ],
     );
-    (out, statement)
+    assert!(
+        run.outcome().starts_with("verified"),
+        "{}",
+        shared::text(&run.out)
+    );
+    (run.out, run.statement)
 }
 
 /// How many sandboxes the run started (each logs its phases).
@@ -142,28 +129,7 @@ fn a_run_check_starts_its_sandbox_and_a_repository_is_asked_of_git() {
     let b = base("run");
     let project = b.join("project");
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &[
-            "-c",
-            "user.email=t@e",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-qm",
-            "i",
-        ],
-    ] {
-        assert!(
-            Command::new("git")
-                .args(args)
-                .current_dir(&project)
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
+    shared::commit_all(&project);
     let (bin, mark) = marking_git(&b);
     let (out, statement) = run(&b, &project, &bin, &task(RUN_CHECK));
     // The baseline, and each verification's run check.

@@ -47,9 +47,7 @@ fn project(base: &Path, build: &str) -> PathBuf {
         format!("verification:\n  build: \"{build}\"\n"),
     )
     .unwrap();
-    git(&project, &["init", "-q"]);
-    git(&project, &["add", "-A"]);
-    git(&project, &["commit", "-qm", "init"]);
+    shared::commit_all(&project);
     project
 }
 

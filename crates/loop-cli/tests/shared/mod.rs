@@ -331,6 +331,17 @@ pub fn run_scripted(
     name: &str,
     (task, script): (&str, &str),
 ) -> ScriptedRun {
+    run_scripted_with(base, project, name, (task, script), &[])
+}
+
+/// [`run_scripted`] with variables `env` set for `loop run`.
+pub fn run_scripted_with(
+    base: &Path,
+    project: &Path,
+    name: &str,
+    (task, script): (&str, &str),
+    env: &[(&str, String)],
+) -> ScriptedRun {
     let task_file = base.join(format!("{name}.task.yaml"));
     let script_file = base.join(format!("{name}.script.yaml"));
     std::fs::write(&task_file, task).unwrap();
@@ -342,6 +353,7 @@ pub fn run_scripted(
         .arg(format!("scripted:{}", script_file.display()))
         .arg("--project")
         .arg(project)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .output()
         .unwrap();
     let receipt = json_lines(&out)
@@ -353,5 +365,33 @@ pub fn run_scripted(
         out,
         receipt,
         statement,
+    }
+}
+
+/// Make `dir` a git repository whose one commit holds all it has.
+pub fn commit_all(dir: &Path) {
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.email=t@e",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    ] {
+        assert!(
+            Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .status()
+                .unwrap()
+                .success(),
+            "git {args:?} in {}",
+            dir.display()
+        );
     }
 }
