@@ -385,9 +385,17 @@ impl SnapshotVerifier {
         // With overlays the quiescent workspace is the seal: checks start at
         // once, and its manifest is hashed alongside them. Otherwise the
         // workspace is copied (and hashed) first. Checks that run no
-        // command only read it, as it stands (nothing else writes to it
-        // while they run): no sandbox is started to learn about overlays.
-        let overlay = !runs_commands(contract) || loop_sandbox::overlay_available();
+        // command only read it: no sandbox is started to learn about
+        // overlays, and they read it in place unless this process's
+        // commands ran where overlays do not work (where a command's
+        // leftovers may outlive it, the copy keeps verdict and receipt to
+        // the same bytes). In place, its manifest is hashed from the start
+        // of the checks and found intact after them.
+        let overlay = if runs_commands(contract) {
+            loop_sandbox::overlay_available()
+        } else {
+            loop_sandbox::overlay_known() != Some(false)
+        };
         let copied = if overlay {
             None
         } else {
@@ -487,6 +495,10 @@ impl SnapshotVerifier {
             let first_done = || {
                 let _ = go.send(());
             };
+            if !runs_commands(contract) {
+                // No spawn to slow: hash alongside from the start.
+                first_done();
+            }
             let checked = self.run_checks(contract, attempt, dir, copied, started, &first_done);
             first_done();
             (checked, hashing.map(|h| h.join()))
