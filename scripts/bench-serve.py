@@ -11,8 +11,11 @@ watch   CLIENTS event streams spread over TASKS running scripted tasks (each
         Latency is the time from an event's `at` in the ledger to its
         arrival, for events recorded after the stream opened.
 submit  SUBMISSIONS POSTs of a one-step scripted task, CONCURRENCY at a time
-        on keep-alive connections; every answer must be 201. Then waits for
-        every task to end and counts the outcomes.
+        on keep-alive connections; every answer must be 201 (the task kept,
+        its preparation to follow). Meanwhile one more client reads the
+        status of a task just answered, again and again (GET latency under
+        the same load). Then waits for every task to end and counts the
+        outcomes.
 memory  the server's resident memory with one running task, then with HELD
         more, each waiting for a person's approval (so each holds its
         thread, its Director and its store handle).
@@ -320,8 +323,28 @@ async def phase_submit(loop_bin, n, concurrency, jobs):
                     ids.append(json.loads(out)["id"])
             c.close()
 
+        gets, posting = [], [True]
+
+        async def reader():
+            c = Conn(s)
+            while posting[0]:
+                if not ids:
+                    await asyncio.sleep(0.01)
+                    continue
+                t = time.monotonic()
+                status, out = await c.request("GET", f"/api/v1/tasks/{ids[-1]}")
+                gets.append((time.monotonic() - t) * 1000)
+                if status != 200:
+                    errors.append(f"GET {status} {out[:200]!r}")
+                await asyncio.sleep(0.01)
+            c.close()
+
+        async def clients():
+            await asyncio.gather(*[client() for _ in range(concurrency)])
+            posting[0] = False
+
         t0 = time.monotonic()
-        await asyncio.gather(*[client() for _ in range(concurrency)])
+        await asyncio.gather(clients(), reader())
         submit_wall = time.monotonic() - t0
         outcomes, left = await wait_all_ended(s, ids, timeout=7200)
         drain_wall = time.monotonic() - t0
@@ -330,6 +353,7 @@ async def phase_submit(loop_bin, n, concurrency, jobs):
         s.stop()
     return {"n": n, "concurrency": concurrency, "errors": len(errors),
             "first_errors": errors[:3], "p50": pct(lat, 50), "p99": pct(lat, 99),
+            "gets": len(gets), "get_p50": pct(gets, 50), "get_p99": pct(gets, 99),
             "rate": n / submit_wall, "submit_wall": submit_wall, "drain_wall": drain_wall,
             "outcomes": outcomes, "unfinished": len(left), "rss_mib": rss / 1024}
 
@@ -402,6 +426,7 @@ def main():
         r = asyncio.run(phase_submit(loop_bin, a.submissions, a.concurrency, a.jobs))
         print(f"| {r['n']} POSTs, {r['concurrency']} at a time | {r['errors']} "
               f"{r['first_errors'] or ''} | {r['rate']:.1f}/s | {r['p50']:.1f} ms | {r['p99']:.1f} ms | "
+              f"GET {r['get_p50']:.1f} / {r['get_p99']:.1f} ms | "
               f"{r['submit_wall']:.0f} s | {r['drain_wall']:.0f} s | {r['outcomes']} "
               f"({r['unfinished']} unfinished) | {r['rss_mib']:.1f} MiB |", flush=True)
     if a.phase in ("memory", "all"):

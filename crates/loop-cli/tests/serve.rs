@@ -89,9 +89,25 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
         .as_str()
         .unwrap()
         .to_string();
-    // The command line sees it in the same store, running.
+    // The command line sees it in the same store, running (once it is
+    // prepared: the answer came first, and the command line says so).
     let start = Instant::now();
     loop {
+        let out = loop_in(&home)
+            .args(["status", &id, "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            assert!(
+                text(&out).contains("waits for its preparation by `loop serve`"),
+                "{}",
+                text(&out)
+            );
+            assert!(start.elapsed() < Duration::from_secs(30), "{}", text(&out));
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         let s = status(&home, &project, &id);
         if s["running"] == true && s["entries"].as_u64().unwrap_or(0) >= 4 {
             assert_eq!(s["owner"], "alice", "{s}");
@@ -645,5 +661,134 @@ turns:
         &token,
     );
     assert_eq!(v["state"], "ended", "{v}");
+    shared::stop(server);
+}
+
+/// A task is kept before its request is answered: a server killed after
+/// answering, before preparing it (or while preparing it), leaves it to the
+/// next server, which prepares and runs it. The honest counterpart: a task
+/// whose preparation refuses it is refused after the restart too, its
+/// refusal readable, and nothing runs for it.
+#[test]
+fn tasks_answered_before_their_preparation_survive_a_killed_server() {
+    const WRITES: &str = "turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-answered");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "hi\n").unwrap();
+    std::fs::write(project.join("script.yaml"), WRITES).unwrap();
+    let out = loop_in(&home)
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let post = |url: &str, body: serde_json::Value| -> (u16, serde_json::Value, Duration) {
+        let t = Instant::now();
+        let mut r = agent
+            .post(&format!("{url}/api/v1/tasks"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body.to_string())
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_default(),
+            t.elapsed(),
+        )
+    };
+    // One place; each preparation takes seconds (its check sleeps, on the
+    // untouched workspace and on an empty one).
+    let (mut server, url) = shared::serve(&home, &project, &[], &["--jobs", "1"]);
+    let honest = serde_json::json!({"instruction": "write hello", "checks": ["sleep 1; grep -q hello hello.txt"], "model": "scripted:script.yaml"});
+    let vacuous = serde_json::json!({"instruction": "write hello", "checks": ["sleep 1; true"], "model": "scripted:script.yaml"});
+    let mut ids = Vec::new();
+    for body in [&honest, &honest, &vacuous] {
+        let (status, v, took) = post(&url, body.clone());
+        assert_eq!(status, 201, "{v}");
+        assert_eq!(v["state"], "queued", "{v}");
+        assert!(took < Duration::from_secs(1), "answered after {took:?}");
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    // Killed while the first is being prepared, the others waiting.
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    for id in &ids {
+        let out = loop_in(&home)
+            .args(["status", id, "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success()
+                && text(&out).contains("waits for its preparation by `loop serve`"),
+            "{id} was stored already: {}",
+            text(&out)
+        );
+    }
+    let (server, said) = shared::serve_saying(&home, &project, &[], &["--jobs", "1"], 2);
+    assert!(
+        said[1].contains("took up 3 task(s) answered but not yet prepared"),
+        "{said:?}"
+    );
+    let url = said[0]
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let settled = |id: &str| -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let v = get(&format!("{url}/api/v1/tasks/{id}"), &token);
+            if v["outcome"].is_string() || v["state"] == "refused" {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "{v}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    for id in &ids[..2] {
+        let v = settled(id);
+        assert_eq!(v["outcome"], "verified", "{v}");
+        assert_eq!(v["owner"], "alice", "{v}");
+    }
+    let refused = settled(&ids[2]);
+    assert_eq!(refused["state"], "refused", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot fail")),
+        "{refused}"
+    );
+    shared::stop(server);
+    // The refusal outlives this server too; the stored tasks are the
+    // store's alone (nothing is prepared twice).
+    let (server, url) = shared::serve(&home, &project, &[], &["--jobs", "1"]);
+    let v = get(&format!("{url}/api/v1/tasks/{}", ids[2]), &token);
+    assert_eq!(v["state"], "refused", "{v}");
+    let list = get(&format!("{url}/api/v1/tasks"), &token);
+    assert_eq!(list["tasks"].as_array().map(Vec::len), Some(2), "{list}");
     shared::stop(server);
 }

@@ -137,6 +137,91 @@ impl Runtime {
             .map_err(crate::project::locate::store_err)
     }
 
+    /// Keep submission `id` of `owner` (a task asked for over the API and
+    /// answered before its preparation; `body` says how to prepare it, or
+    /// why it was refused) in the store, under this project: it outlives
+    /// the server that answered.
+    pub fn keep_submission(
+        &self,
+        id: &str,
+        owner: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), Error> {
+        let project = self.scope()?.identity.id;
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        self.store()?
+            .put_kept(
+                loop_store::Kept::Submissions,
+                id,
+                owner,
+                &project,
+                &body.to_string(),
+                now,
+            )
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// This project's kept submissions, oldest first, once those last
+    /// written before `before_ms` are dropped.
+    pub fn kept_submissions(&self, before_ms: u64) -> Result<Vec<loop_store::DraftRecord>, Error> {
+        let project = self.scope()?.identity.id;
+        let store = self.store()?;
+        store
+            .drop_kept(loop_store::Kept::Submissions, &project, before_ms)
+            .map_err(crate::project::locate::store_err)?;
+        store
+            .kept(loop_store::Kept::Submissions, &project)
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// `e` (task `id` is not stored), saying so when the id is a kept
+    /// submission: answered over the API, not prepared yet, or refused.
+    fn said_of_submission(&self, id: &str, mut e: Error) -> Error {
+        // Where nothing was ever stored, nothing is made to find that out.
+        if self.store.get().is_none() && self.nothing_stored().unwrap_or(true) {
+            return e;
+        }
+        let kept = self.scope().and_then(|scope| {
+            self.store()?
+                .kept(loop_store::Kept::Submissions, &scope.identity.id)
+                .map_err(crate::project::locate::store_err)
+        });
+        let Ok(kept) = kept else {
+            return e;
+        };
+        let Some(r) = kept.into_iter().find(|r| r.id == id) else {
+            return e;
+        };
+        let refused = serde_json::from_str::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|v| v["refused"][2].as_str().map(str::to_string));
+        e.message = match refused {
+            Some(why) => format!(
+                "task {id} was asked for over the API and refused in its preparation: {why}"
+            ),
+            None => format!(
+                "task {id} was asked for over the API (owner {}) and waits for its preparation by `loop serve` (the next one, if the server stopped); it shows here once it is stored",
+                r.owner
+            ),
+        };
+        e
+    }
+
+    /// Forget the kept submissions whose tasks are stored; how many.
+    pub fn forget_stored_submissions(&self) -> Result<u64, Error> {
+        self.store()?
+            .forget_kept_stored(loop_store::Kept::Submissions)
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// Forget submission `id` (its task is stored, or its refusal is old).
+    pub fn forget_submission(&self, id: &str) -> Result<(), Error> {
+        self.store()?
+            .forget_kept(loop_store::Kept::Submissions, id)
+            .map(drop)
+            .map_err(crate::project::locate::store_err)
+    }
+
     /// Which store the project uses and whether it answers (`loop doctor`).
     pub fn describe_store(&self) -> Result<String, Error> {
         self.store()?.describe().map_err(Error::from_cause)
@@ -301,10 +386,13 @@ impl Runtime {
             {
                 Ok(given.to_string())
             }
-            [] => Err(Error::not_found(format!(
-                "no task `{given}` in {} (`loop list` shows them; `last` is the newest)",
-                self.project.display()
-            ))),
+            [] => Err(self.said_of_submission(
+                given,
+                Error::not_found(format!(
+                    "no task `{given}` in {} (`loop list` shows them; `last` is the newest)",
+                    self.project.display()
+                )),
+            )),
             many => Err(Error::usage(format!(
                 "`{given}` is the start of {} task ids ({}): give more of it",
                 many.len(),
@@ -375,7 +463,8 @@ impl Runtime {
     /// Task `id` in full. A task that ended elsewhere (another machine, a
     /// clone that serves this project) has its receipt brought here.
     pub fn status(&self, id: &str) -> Result<TaskStatus, Error> {
-        let mut s = crate::ops::query::status(self.store()?, &self.project, id)?;
+        let mut s = crate::ops::query::status(self.store()?, &self.project, id)
+            .map_err(|e| self.said_of_submission(id, e))?;
         if s.task.receipt.is_some()
             && let Some(here) = self.bring_receipt(id)
         {

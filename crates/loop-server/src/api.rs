@@ -241,8 +241,28 @@ async fn create(
     let caller = s.caller(&headers, Scope::Run).await?;
     let body: NewTask = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
-    let created = create_task(&s, caller, body, loop_runtime::Via::Http).await?;
+    let wait = preferred_wait(&headers, s.prestart.answer_within);
+    let created = create_task(&s, caller, body, loop_runtime::Via::Http, wait).await?;
     Ok((created.status(), Json(created.body())))
+}
+
+/// How long the client asked to wait for its task's preparation
+/// (`Prefer: wait=N`, RFC 7240, at most `most`); none unless asked.
+fn preferred_wait(headers: &HeaderMap, most: Duration) -> Duration {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([',', ';']))
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k.trim().eq_ignore_ascii_case("wait"))
+                .then(|| v.trim().trim_matches('"').parse::<u64>().ok())
+                .flatten()
+        })
+        .map(|secs| Duration::from_secs(secs).min(most))
+        .next()
+        .unwrap_or(Duration::ZERO)
 }
 
 async fn draft_view(
@@ -442,7 +462,7 @@ async fn stream(
             crate::prestart::State::Refused(status, kind, message) => {
                 return Err(ApiError::new(
                     StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
-                    kind,
+                    crate::prestart::kind_name(&kind),
                     message,
                 ));
             }

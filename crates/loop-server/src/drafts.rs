@@ -92,7 +92,7 @@ const RENEW: Duration = Duration::from_secs(60);
 const HOLD: Duration = Duration::from_secs(180);
 
 /// This server process, as it holds the drafts it keeps.
-fn this_server() -> loop_store::Owner {
+pub(crate) fn this_server() -> loop_store::Owner {
     static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let token = TOKEN.get_or_init(|| {
         loop_protocol::random::hex::<8>().unwrap_or_else(|_| format!("{}", std::process::id()))

@@ -23,6 +23,7 @@ mod openapi;
 mod pool;
 mod prestart;
 mod service;
+mod submissions;
 pub mod worker;
 
 pub use api::route_table;
@@ -302,7 +303,7 @@ impl AppState {
 
 /// A failure, as the API says it: a status and
 /// `{"error":{"kind","message"}}` (the shape of the CLI's `--json`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
@@ -364,6 +365,22 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Run `f` on a blocking thread (the store, the files, the sandbox), its
+/// store writes ahead of the tasks' own (someone waits for the answer).
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(|| loop_store::answering(f))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("a worker thread failed: {e}"),
+            )
+        })?
+}
+
 /// The router, over `state`: bodies capped at 1 MiB, and every request
 /// but an event stream answered within 60 s.
 pub fn router(state: AppState) -> axum::Router {
@@ -377,10 +394,61 @@ pub fn router(state: AppState) -> axum::Router {
     api::routes()
         .nest_service("/mcp", mcp)
         .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            not_prepared_yet,
+        ))
         .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .layer(axum::middleware::from_fn(no_store))
         .with_state(state)
+}
+
+/// A route of a task that was answered but is not stored yet (waiting for
+/// its preparation, being prepared, or refused in it) is no 404: the task
+/// the answer named exists. It is a 409 saying where its preparation
+/// stands, or the refusal its preparation ended with.
+async fn not_prepared_yet(
+    axum::extract::State(s): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let id = req
+        .uri()
+        .path()
+        .strip_prefix("/api/v1/tasks/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|id| !id.is_empty())
+        .map(str::to_string);
+    let headers = req.headers().clone();
+    let r = next.run(req).await;
+    let Some(id) =
+        id.filter(|id| r.status() == StatusCode::NOT_FOUND && s.prestart.state(id, None).is_some())
+    else {
+        return r;
+    };
+    let Ok(caller) = s.caller(&headers, loop_runtime::Scope::Read).await else {
+        return r;
+    };
+    let owner = (caller.scope != loop_runtime::Scope::Admin).then_some(caller.owner.as_str());
+    match s.prestart.state(&id, owner) {
+        None => r,
+        Some(prestart::State::Refused(status, kind, message)) => ApiError::new(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            prestart::kind_name(&kind),
+            message,
+        )
+        .into_response(),
+        Some(state) => ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "task {id} is {} (its preparation comes first); its status says when it starts",
+                state.name()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// Every answer holds task data or a token's view of it: no cache (a
@@ -481,6 +549,15 @@ pub async fn serve_on_with(
         Ok(n) => say(format!("{n} drafted contract(s) wait for their answer")),
         Err(e) => tracing::warn!("taking up kept drafts: {e}"),
     }
+    // Tasks an earlier server answered and did not prepare (it stopped or
+    // died first): prepared here now, before new requests are taken.
+    let restored = submissions::restore(&state).await;
+    if restored.prepared > 0 {
+        say(format!(
+            "took up {} task(s) answered but not yet prepared",
+            restored.prepared
+        ));
+    }
     match tokio::task::spawn_blocking(move || api::resume_interrupted(&first)).await {
         Ok((taken, 0)) if taken > 0 => say(format!("took up {taken} interrupted task(s)")),
         Ok((taken, left)) if left > 0 => say(format!(
@@ -490,6 +567,7 @@ pub async fn serve_on_with(
         Err(e) => tracing::warn!("resuming interrupted tasks: {e}"),
     }
     tokio::spawn(api::schedules(state.clone()));
+    tokio::spawn(submissions::sweep(state.clone()));
     tokio::spawn(give_back_memory());
     let (tx, rx) = tokio::sync::watch::channel(false);
     let app = router(state);

@@ -381,8 +381,14 @@ impl LoopMcp {
             "run_task" => {
                 let wait = take_wait(&mut args)?;
                 let body: NewTask = parse(&tool, args)?;
-                let created =
-                    service::create_task(s, caller.clone(), body, loop_runtime::Via::Mcp).await?;
+                let created = service::create_task(
+                    s,
+                    caller.clone(),
+                    body,
+                    loop_runtime::Via::Mcp,
+                    s.prestart.answer_within,
+                )
+                .await?;
                 match (wait, created.task()) {
                     (Some(limit), Some(id)) => self.wait_for(&caller, id, limit, ctx).await,
                     _ => said(&created.body()),

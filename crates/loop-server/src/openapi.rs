@@ -64,10 +64,17 @@ fn new_task() -> Value {
 }
 
 fn created() -> Value {
-    obj(
-        json!({"id": {"type": "string"}, "events": {"type": "string"}}),
+    let mut v = obj(
+        json!({"id": {"type": "string"}, "events": {"type": "string"},
+            "state": {"type": "string", "enum": ["queued"],
+                "description": "present when the task was kept and answered before its preparation (always, unless the request said `Prefer: wait=N`): its status then says how the preparation goes (`queued`, `preparing`, `refused` with `error`, then the task's own)"},
+            "status": {"type": "string"}}),
         &["id", "events"],
-    )
+    );
+    v["description"] = json!(
+        "the task, kept in the store before this answer; with `Prefer: wait=N` (at most 20 s) the answer waits for its preparation: then 201 once it is stored and started, or the refusal its preparation ended with"
+    );
+    v
 }
 
 fn task_list() -> Value {
@@ -513,7 +520,7 @@ fn operation(r: &Route) -> Map<String, Value> {
     if r.method == "post" && r.path == "/api/v1/tasks" {
         responses.insert(
             "202".into(),
-            json!({"description": "an instruction alone: its contract is being drafted (`draft`); or a task whose preparation waits for a place or takes a while: `id` is the task it will be, `state` is `queued`, and its status says how the preparation went (`queued`, `preparing`, `refused` with `error`, then the task's own)",
+            json!({"description": "an instruction alone: its contract is being drafted (`draft`)",
                 "content": {"application/json": {"schema": obj(
                     json!({"draft": {"type": "string"}, "id": {"type": "string"},
                         "state": {"type": "string"}, "status": {"type": "string"},

@@ -220,9 +220,38 @@ impl Pool {
     }
 }
 
+/// How far below the server's own threads its tasks' work runs (the
+/// `nice` value added): on a busy machine the server answers first and the
+/// work takes what is left; on an idle one nothing changes.
+const WORK_NICENESS: libc::c_int = 10;
+
+/// Lower the calling thread's CPU priority for a task's work (its
+/// preparation or its run), and so that of every command and check it
+/// starts. Once lowered it stays lowered: only threads that do nothing
+/// else call this. Best effort (said in the log when refused).
+pub(crate) fn as_background_work() {
+    // SAFETY: getpriority/setpriority on the calling thread's own id.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            return;
+        }
+        let target = (now + WORK_NICENESS).min(19);
+        if target > now && libc::setpriority(libc::PRIO_PROCESS, tid, target) != 0 {
+            tracing::debug!(
+                "a task's thread keeps its priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// A worker: run waiting tasks one after another; end when none has come
 /// for a while.
 fn work(inner: &Arc<Inner>) {
+    as_background_work();
     loop {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);

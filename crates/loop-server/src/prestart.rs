@@ -21,7 +21,7 @@ pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 const KEEP: usize = 4096;
 
 /// How long a refusal stays to be read.
-const REFUSAL_KEPT: Duration = Duration::from_secs(3600);
+pub(crate) const REFUSAL_KEPT: Duration = Duration::from_secs(3600);
 
 /// Where a task not yet in the store is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub(crate) enum State {
     Preparing,
     /// Its preparation failed: the status, kind and message the request
     /// would have been answered with.
-    Refused(u16, &'static str, String),
+    Refused(u16, String, String),
 }
 
 impl State {
@@ -44,6 +44,21 @@ impl State {
             State::Refused(..) => "refused",
         }
     }
+}
+
+/// An error kind as the API names it (a kept refusal's, read back).
+pub(crate) fn kind_name(kind: &str) -> &'static str {
+    [
+        "usage",
+        "conflict",
+        "unavailable",
+        "internal",
+        "forbidden",
+        "not_found",
+    ]
+    .into_iter()
+    .find(|k| *k == kind)
+    .unwrap_or("refused")
 }
 
 #[derive(Debug)]
@@ -114,6 +129,16 @@ impl Prestart {
         });
     }
 
+    /// Take `id` for a new task of `owner` (queued), unless an entry has
+    /// it already (two ids drawn in the same second can be the same).
+    pub(crate) fn reserve(&self, id: &str, owner: &str) -> bool {
+        if self.with(|m| m.contains_key(id)) {
+            return false;
+        }
+        self.queued(id, owner);
+        true
+    }
+
     /// Task `id` is being prepared.
     pub(crate) fn preparing(&self, id: &str) {
         self.with(|m| {
@@ -132,8 +157,29 @@ impl Prestart {
     pub(crate) fn refused(&self, id: &str, e: &ApiError) {
         self.with(|m| {
             if let Some(entry) = m.get_mut(id) {
-                entry.state = State::Refused(e.status.as_u16(), e.kind, e.message.clone());
+                entry.state =
+                    State::Refused(e.status.as_u16(), e.kind.to_string(), e.message.clone());
                 entry.since = Instant::now();
+            }
+        });
+    }
+
+    /// Task `id` of `owner` was refused `age` ago, as an earlier server
+    /// kept it.
+    pub(crate) fn kept_refusal(
+        &self,
+        id: &str,
+        owner: &str,
+        status: u16,
+        kind: String,
+        message: String,
+        age: Duration,
+    ) {
+        self.queued(id, owner);
+        self.with(|m| {
+            if let Some(e) = m.get_mut(id) {
+                e.state = State::Refused(status, kind, message);
+                e.since = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
             }
         });
     }

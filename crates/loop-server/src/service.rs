@@ -12,18 +12,7 @@ use loop_runtime::{OnPrompt, Runtime};
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
 
-/// Run `f` on a blocking thread (the store, the files, the sandbox).
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("a worker thread failed: {e}"),
-        )
-    })?
-}
+pub(crate) use crate::blocking;
 
 /// Task `id`, if `caller` may see it; 404 otherwise (an id alone reveals
 /// nothing about other owners' tasks).
@@ -57,62 +46,7 @@ pub(crate) fn visible(
     }
 }
 
-/// A new task: an instruction with its checks (or a contract in YAML).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NewTask {
-    instruction: String,
-    #[serde(default)]
-    checks: Vec<String>,
-    #[serde(default)]
-    artifacts: Vec<String>,
-    /// A contract in YAML (its instruction is replaced by `instruction`).
-    contract: Option<String>,
-    /// `openai:MODEL`, `anthropic:MODEL`, or `scripted:PATH` / `replay:PATH`
-    /// with a path inside the project (default: the Loopfile's maker).
-    model: Option<String>,
-    max_steps: Option<u32>,
-    max_tokens: Option<u64>,
-    budget_usd: Option<f64>,
-    timeout_secs: Option<u64>,
-    /// Keep checks that pass on an empty workspace (refused otherwise),
-    /// each marked `allow_vacuous` in the locked contract.
-    #[serde(default)]
-    allow_vacuous: bool,
-}
-
-impl NewTask {
-    /// The runtime's request for `caller`, through `via`: nobody at a
-    /// terminal to ask (approvals wait for an answer), the sandbox's full
-    /// isolation, the project's committed files only.
-    fn request(self, caller: &Caller, via: loop_runtime::Via) -> loop_runtime::TaskRequest {
-        loop_runtime::TaskRequest {
-            instruction: Some(self.instruction),
-            contract: match self.contract {
-                Some(text) => loop_runtime::ContractInput::Yaml {
-                    text,
-                    origin: "contract".into(),
-                },
-                None => loop_runtime::ContractInput::None,
-            },
-            checks: self.checks,
-            artifacts: self.artifacts,
-            limits: loop_runtime::LimitOverrides {
-                max_steps: self.max_steps,
-                max_tokens: self.max_tokens,
-                budget_usd: self.budget_usd,
-                timeout_secs: self.timeout_secs,
-            },
-            model: self.model,
-            isolation: loop_sandbox::IsolationLevel::Required,
-            on_prompt: Some(OnPrompt::Wait),
-            allow_vacuous: self.allow_vacuous,
-            owner: Some(caller.owner.clone()),
-            via,
-            ..Default::default()
-        }
-    }
-}
+pub(crate) use crate::submissions::NewTask;
 
 /// What asking for a task came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,8 +64,9 @@ impl Created {
     /// The HTTP status that says it.
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            Created::Started(_) => StatusCode::CREATED,
-            Created::Preparing(_) | Created::Drafting(_) => StatusCode::ACCEPTED,
+            // Kept in the store: the task is made (or its refusal is).
+            Created::Started(_) | Created::Preparing(_) => StatusCode::CREATED,
+            Created::Drafting(_) => StatusCode::ACCEPTED,
         }
     }
 
@@ -153,46 +88,32 @@ impl Created {
     }
 }
 
-/// Start a task from `body` for `caller`: 201 with its id, or, for an
-/// instruction alone, 202 with the draft whose contract waits for an answer.
+/// Start a task from `body` for `caller`: 201 with its id once the
+/// request is kept (its preparation follows; waited for up to `wait`), or,
+/// for an instruction alone, 202 with the draft whose contract waits for
+/// an answer.
 pub(crate) async fn create_task(
     s: &AppState,
     caller: Caller,
     body: NewTask,
     via: loop_runtime::Via,
+    wait: std::time::Duration,
 ) -> Result<Created, ApiError> {
     let rt = s.runtime.clone();
-    let request = body.request(&caller, via);
+    let request = body.clone().request(&caller, via);
     let admitted = blocking(move || Ok(rt.admit(request)?)).await?;
     if admitted.is_draft() {
         return start_draft(s, &caller, admitted);
     }
-    let request = admitted;
-    // The id first; the preparation waits for one of the `--jobs` places
-    // and runs whatever the request's fate (see `prestart`).
-    let id = s.runtime.new_task_id()?;
-    s.prestart.queued(&id, &caller.owner);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (st, task_id) = (s.clone(), id.clone());
-    tokio::spawn(async move {
-        let permit = st.prestart.gate.acquire().await;
-        st.prestart.preparing(&task_id);
-        let (rt, tid) = (st.runtime.clone(), task_id.clone());
-        let r =
-            blocking(move || Ok(rt.submit_admitted_as(&tid, request, &mut loop_runtime::Quiet)?))
-                .await;
-        drop(permit);
-        match &r {
-            Ok(_) => {
-                st.prestart.stored(&task_id);
-                st.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                st.pool.start(task_id.clone(), None);
-            }
-            Err(e) => st.prestart.refused(&task_id, e),
-        }
-        let _ = tx.send(r);
-    });
-    match tokio::time::timeout(s.prestart.answer_within, rx).await {
+    // The id first; the request is kept, then answered; the preparation
+    // waits for one of the `--jobs` places and runs whatever the request's
+    // fate (see `prestart` and `submissions`).
+    let id = crate::submissions::new_id(s, &caller).await?;
+    let rx = crate::submissions::take(s, &id, &caller, via, body, admitted).await?;
+    if wait.is_zero() {
+        return Ok(Created::Preparing(id));
+    }
+    match tokio::time::timeout(wait, rx).await {
         Ok(Ok(Ok(id))) => Ok(Created::Started(id)),
         Ok(Ok(Err(e))) => Err(e),
         Ok(Err(_)) => Err(ApiError::new(

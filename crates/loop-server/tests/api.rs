@@ -164,6 +164,26 @@ fn wait_ended(s: &Server, token: &str, id: &str) -> Value {
     }
 }
 
+/// Task `id`'s status once it is stored (the answer to its request came
+/// before its preparation).
+fn wait_stored(s: &Server, token: &str, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = call(s, "get", &format!("/api/v1/tasks/{id}"), Some(token), None);
+        assert_eq!(status, 200, "{body}");
+        let v = json_of(&body);
+        if v["entries"].is_u64() {
+            return v;
+        }
+        assert_ne!(v["state"], "refused", "{v}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never stored: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// (status, body) of `POST /api/v1/tasks` with `body`.
 fn post_task(s: &Server, token: &str, body: Value) -> (u16, String) {
     call(s, "post", "/api/v1/tasks", Some(token), Some(body))
@@ -934,14 +954,7 @@ fn a_full_server_keeps_tasks_waiting_in_order_and_pages_its_list() {
     let second = create(&s, &alice);
     let third = create(&s, &alice);
     for id in [&second, &third] {
-        let (_, body) = call(
-            &s,
-            "get",
-            &format!("/api/v1/tasks/{id}"),
-            Some(&alice),
-            None,
-        );
-        let v = json_of(&body);
+        let v = wait_stored(&s, &alice, id);
         assert_eq!(
             (v["queued"].as_bool(), v["entries"].as_u64()),
             (Some(true), Some(0)),
@@ -1560,11 +1573,12 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
     });
     let mut ids = Vec::new();
     for (status, b, took) in &answers {
-        // Answered at once, with the id the task will have.
-        assert_eq!(*status, 202, "{b}");
+        // Kept and answered at once, before any preparation (each takes
+        // about four seconds), with the id the task will have.
+        assert_eq!(*status, 201, "{b}");
         let v = json_of(b);
         assert_eq!(v["state"], "queued", "{v}");
-        assert!(*took < Duration::from_secs(4), "answered after {took:?}");
+        assert!(*took < Duration::from_secs(2), "answered after {took:?}");
         ids.push(v["id"].as_str().unwrap().to_string());
     }
     // The answer's `events` means what it says: the stream of a task still
@@ -1629,7 +1643,7 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
         &alice,
         json!({"instruction": "write hello", "checks": ["sleep 2; true"], "model": "scripted:script.yaml"}),
     );
-    assert_eq!(status, 202, "{b}");
+    assert_eq!(status, 201, "{b}");
     let id = json_of(&b)["id"].as_str().unwrap().to_string();
     let (status, b) = call(&s, "get", &format!("/api/v1/tasks/{id}"), Some(&bob), None);
     assert_eq!(status, 404, "{b}");
@@ -1665,4 +1679,59 @@ fn new_tasks_are_prepared_jobs_at_a_time_and_a_slow_one_is_answered_queued() {
     );
     assert!(s.runtime.task(&id).is_err(), "the store has no such task");
     assert!(!body_of_list(&s, &alice).contains(&id));
+}
+
+#[test]
+fn a_client_that_prefers_to_wait_hears_how_the_preparation_went() {
+    let s = start("prefer-wait", 10_000);
+    let alice = token(&s, "alice", Scope::Run);
+    let post_waiting = |body: Value| -> (u16, Value) {
+        let mut r = agent()
+            .post(&format!("{}/api/v1/tasks", s.base))
+            .header("Authorization", &format!("Bearer {alice}"))
+            .header("Prefer", "respond-async, wait=30")
+            .content_type("application/json")
+            .send(body.to_string())
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, json_of(&r.body_mut().read_to_string().unwrap()))
+    };
+    // A check that cannot fail: the client that waits hears the refusal
+    // itself, and the store never has the task.
+    let vacuous =
+        json!({"instruction": "write hello", "checks": ["true"], "model": "scripted:script.yaml"});
+    let (status, v) = post_waiting(vacuous.clone());
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot fail")),
+        "{v}"
+    );
+    // The honest task: answered once it is stored and started.
+    let honest = json!({"instruction": "write hello", "checks": ["grep -q hello hello.txt"], "model": "scripted:script.yaml"});
+    let (status, v) = post_waiting(honest);
+    assert_eq!(status, 201, "{v}");
+    assert!(v["state"].is_null(), "started, not queued: {v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert!(s.runtime.task(&id).is_ok(), "stored before the answer");
+    assert_eq!(wait_ended(&s, &alice, &id)["outcome"], "verified");
+    // Without the preference the same refusal is answered at once as a
+    // kept task, then said in its status.
+    let (status, b) = post_task(&s, &alice, vacuous);
+    assert_eq!(status, 201, "{b}");
+    let v = json_of(&b);
+    assert_eq!(v["state"], "queued", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    let refused = loop {
+        let v = status_200(&s, &alice, &id);
+        if v["state"] == "refused" {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused["error"]["status"], 400, "{refused}");
+    assert!(s.runtime.task(&id).is_err(), "the store has no such task");
 }

@@ -28,7 +28,7 @@ mod tls;
 
 pub use postgres::PgStore;
 pub use queue::{DeadLetter, Delivery, Depth, QueueError, QueueOptions, RedisQueue};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, answering};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +121,17 @@ pub const MIGRATIONS: &[&str] = &[
         updated_ms BIGINT NOT NULL
      );
      CREATE INDEX drafts_by_project ON drafts(project);",
+    // 6: tasks asked for over the API and answered, not yet prepared: kept
+    // before the answer, so a server that dies before preparing them
+    // leaves them to the next one (and their refusals to be read).
+    "CREATE TABLE submissions (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        project TEXT NOT NULL,
+        body TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+     );
+     CREATE INDEX submissions_by_project ON submissions(project);",
 ];
 
 /// The schema version this build writes.
@@ -128,7 +139,28 @@ pub fn schema_version() -> i64 {
     MIGRATIONS.len() as i64
 }
 
-/// A draft, as stored ([`Store::put_draft`]).
+/// What the server keeps for a project beyond its tasks, each a JSON body
+/// under an id and an owner ([`Store::put_kept`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Contracts drafted over the API, waiting for their person's answer.
+    Drafts,
+    /// Tasks asked for and answered, not yet prepared (or refused in their
+    /// preparation).
+    Submissions,
+}
+
+impl Kept {
+    /// Its table.
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Kept::Drafts => "drafts",
+            Kept::Submissions => "submissions",
+        }
+    }
+}
+
+/// A draft or a submission, as stored ([`Store::put_kept`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraftRecord {
     /// Its id.
@@ -715,9 +747,28 @@ pub trait Store: Send + Sync {
     /// they name, its carried-in contents too): once its change set is
     /// applied or discarded, nothing needs it. The bytes of contents freed.
     fn drop_task_contents(&self, task: &str) -> Result<u64, StoreError>;
-    /// Keep draft `id` (a contract drafted over the API): its owner, the
-    /// project it is for and where it stands (JSON). Written again, it is
-    /// replaced.
+    /// Keep `id` of `kind` (a draft, a submission): its owner, the project
+    /// it is for and where it stands (JSON). Written again, it is replaced.
+    fn put_kept(
+        &self,
+        kind: Kept,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+    /// The records of `kind` kept for `project`, oldest first.
+    fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
+    /// Drop `project`'s records of `kind` last written before `before_ms`;
+    /// how many.
+    fn drop_kept(&self, kind: Kept, project: &str, before_ms: u64) -> Result<u64, StoreError>;
+    /// Drop the records of `kind` whose id is a stored task's (submissions
+    /// whose tasks were made); how many.
+    fn forget_kept_stored(&self, kind: Kept) -> Result<u64, StoreError>;
+    /// Drop record `id` of `kind`; whether it was there.
+    fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError>;
+    /// Keep draft `id` (a contract drafted over the API): [`Store::put_kept`].
     fn put_draft(
         &self,
         id: &str,
@@ -725,11 +776,17 @@ pub trait Store: Send + Sync {
         project: &str,
         body: &str,
         now_ms: u64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.put_kept(Kept::Drafts, id, owner, project, body, now_ms)
+    }
     /// The drafts kept for `project`, oldest first.
-    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
+    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+        self.kept(Kept::Drafts, project)
+    }
     /// Drop `project`'s drafts last written before `before_ms`; how many.
-    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError>;
+    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+        self.drop_kept(Kept::Drafts, project, before_ms)
+    }
     /// Whether runtimes on other machines may share this store, so a task
     /// may move to a machine that does not hold its workspace (its files
     /// are then kept here: [`Store::put_task_file`]).

@@ -23,7 +23,7 @@
 //!   listening connection per process wakes [`Store::wait_for`] callers.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, DraftRecord, LedgerEntry, MIGRATIONS, Owner, Store,
+    Approval, ApprovalStatus, Claim, DraftRecord, Kept, LedgerEntry, MIGRATIONS, Owner, Store,
     StoreError, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use postgres::fallible_iterator::FallibleIterator;
@@ -1199,30 +1199,33 @@ impl Store for PgStore {
         })
     }
 
-    fn put_draft(
+    fn put_kept(
         &self,
+        kind: Kept,
         id: &str,
         owner: &str,
         project: &str,
         body: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {} (id, owner, project, body, updated_ms) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+            kind.table()
+        );
         self.run(|c| {
-            c.execute(
-                "INSERT INTO drafts (id, owner, project, body, updated_ms) VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
-                &[&id, &owner, &project, &body, &ms(now_ms)],
-            )?;
+            c.execute(&sql, &[&id, &owner, &project, &body, &ms(now_ms)])?;
             Ok(())
         })
     }
 
-    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+    fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+        let sql = format!(
+            "SELECT id, owner, body, updated_ms FROM {} WHERE project = $1 ORDER BY updated_ms, id",
+            kind.table()
+        );
         self.run(|c| {
-            let rows = c.query(
-                "SELECT id, owner, body, updated_ms FROM drafts WHERE project = $1 ORDER BY updated_ms, id",
-                &[&project],
-            )?;
+            let rows = c.query(&sql, &[&project])?;
             Ok(rows
                 .iter()
                 .map(|r| {
@@ -1237,13 +1240,25 @@ impl Store for PgStore {
         })
     }
 
-    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError> {
-        self.run(|c| {
-            Ok(c.execute(
-                "DELETE FROM drafts WHERE project = $1 AND updated_ms < $2",
-                &[&project, &ms(before_ms)],
-            )?)
-        })
+    fn drop_kept(&self, kind: Kept, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE project = $1 AND updated_ms < $2",
+            kind.table()
+        );
+        self.run(|c| Ok(c.execute(&sql, &[&project, &ms(before_ms)])?))
+    }
+
+    fn forget_kept_stored(&self, kind: Kept) -> Result<u64, StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE id IN (SELECT id FROM tasks)",
+            kind.table()
+        );
+        self.run(|c| Ok(c.execute(&sql, &[])?))
+    }
+
+    fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE id = $1", kind.table());
+        self.run(|c| Ok(c.execute(&sql, &[&id])? > 0))
     }
 
     fn forget_delivery(&self, trigger: &str, id: &str) -> Result<(), StoreError> {

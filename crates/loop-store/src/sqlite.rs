@@ -1,12 +1,15 @@
 //! The embedded SQLite backend.
 
 use crate::{
-    Approval, ApprovalStatus, Claim, DraftRecord, LedgerEntry, MIGRATIONS, Owner, Store,
+    Approval, ApprovalStatus, Claim, DraftRecord, Kept, LedgerEntry, MIGRATIONS, Owner, Store,
     StoreError, StoredState, TaskFile, TaskRecord, TokenRecord,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 fn row_to_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
@@ -22,8 +25,57 @@ fn row_to_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
 /// SQLite at a path (`PROJECT/.loop/loop.db` by default).
 pub struct SqliteStore {
     path: PathBuf,
+    /// The one connection that writes (and reads inside its writes).
     conn: Mutex<Connection>,
+    /// Connections that only read, kept for the next read: in WAL mode a
+    /// read never waits for a write (a status read while tasks append to
+    /// their ledgers and sync them), nor for another read.
+    readers: Mutex<Vec<Connection>>,
+    /// Writers of threads that answer someone ([`answering`]) waiting for
+    /// the connection: others let them go first.
+    urgent: AtomicUsize,
+    /// Where the others wait for that (woken as each urgent one gets in).
+    yielding: (Mutex<()>, Condvar),
 }
+
+thread_local! {
+    static ANSWERING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with the calling thread's writes to SQLite stores ahead of
+/// those of threads doing background work (a server's answer to a request
+/// waits for at most the write in progress, not for every task's ledger
+/// append queued before it).
+pub fn answering<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ANSWERING.set(self.0);
+        }
+    }
+    let _reset = Reset(ANSWERING.replace(true));
+    f()
+}
+
+/// How long a background writer lets answering ones go first, at most.
+const YIELD_AT_MOST: Duration = Duration::from_millis(500);
+
+/// While another connection writes: try again every half millisecond for
+/// up to 30 s. (SQLite's own timeout sleeps up to 100 ms between tries, so
+/// a short write elsewhere could cost a waiting request 100 ms or, with
+/// writers coming one after another, seconds.)
+fn wait_while_busy(tries: i32) -> bool {
+    const PAUSE: Duration = Duration::from_micros(500);
+    if Duration::from_micros(500) * tries.max(0) as u32 >= Duration::from_secs(30) {
+        return false;
+    }
+    std::thread::sleep(PAUSE);
+    true
+}
+
+/// Read connections kept open at most (more are opened while reads
+/// overlap, and closed after).
+const READERS_KEPT: usize = 8;
 
 impl SqliteStore {
     /// Open (creating and migrating as needed). Two processes creating the
@@ -45,14 +97,43 @@ impl SqliteStore {
         }
     }
 
+    /// [`SqliteStore::open`], shared within this process: every opening of
+    /// the same database file while one is open gets that one (one
+    /// connection that writes, its writes queued in this process rather
+    /// than polling SQLite's lock against each other; one set of readers).
+    /// A file replaced since (another inode) is opened afresh.
+    #[allow(clippy::disallowed_methods)] // the database file's identity only
+    pub fn open_shared(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        type Open = HashMap<PathBuf, ((u64, u64), Weak<SqliteStore>)>;
+        static OPEN: OnceLock<Mutex<Open>> = OnceLock::new();
+        let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let open = OPEN.get_or_init(Mutex::default);
+        let mut map = open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, (_, w)| w.strong_count() > 0);
+        if let (Some(id), Some((kept_id, weak))) = (identity(path), map.get(path))
+            && id == *kept_id
+            && let Some(store) = weak.upgrade()
+        {
+            return Ok(store);
+        }
+        let store = Arc::new(SqliteStore::open(path)?);
+        if let Some(id) = identity(path) {
+            map.insert(path.to_path_buf(), (id, Arc::downgrade(&store)));
+        }
+        Ok(store)
+    }
+
     fn open_once(path: &Path) -> Result<SqliteStore, StoreError> {
         let shown = path.display().to_string();
         let db = |e: rusqlite::Error| StoreError::Db {
             path: shown.clone(),
             message: e.to_string(),
         };
-        let conn = Connection::open(path).map_err(db)?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(db)?;
+        let mut conn = Connection::open(path).map_err(db)?;
+        conn.busy_handler(Some(wait_while_busy)).map_err(db)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -61,6 +142,9 @@ impl SqliteStore {
         let store = SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+            urgent: AtomicUsize::new(0),
+            yielding: (Mutex::new(()), Condvar::new()),
         };
         store.migrate()?;
         Ok(store)
@@ -267,14 +351,80 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut guard = self.conn.lock().map_err(|_| StoreError::Db {
+        let urgent = ANSWERING.get();
+        if urgent {
+            self.urgent.fetch_add(1, Ordering::SeqCst);
+        } else if self.urgent.load(Ordering::SeqCst) > 0 {
+            let (lock, cv) = &self.yielding;
+            let g = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            drop(
+                cv.wait_timeout_while(g, YIELD_AT_MOST, |_| self.urgent.load(Ordering::SeqCst) > 0),
+            );
+        }
+        let guard = self.conn.lock();
+        if urgent {
+            self.urgent.fetch_sub(1, Ordering::SeqCst);
+            let (lock, cv) = &self.yielding;
+            drop(
+                lock.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            cv.notify_all();
+        }
+        let mut guard = guard.map_err(|_| StoreError::Db {
             path: self.path.display().to_string(),
             message: "connection lock poisoned".into(),
         })?;
         f(&mut guard)
     }
 
+    /// `f` on a connection that only reads (one kept, or a new one).
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let kept = self
+            .readers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let mut conn = match kept {
+            Some(c) => c,
+            None => self.open_reader()?,
+        };
+        let out = f(&mut conn);
+        let mut pool = self
+            .readers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pool.len() < READERS_KEPT {
+            pool.push(conn);
+        }
+        out
+    }
+
+    /// A connection to this database that cannot write.
+    fn open_reader(&self) -> Result<Connection, StoreError> {
+        let mut conn = Connection::open(&self.path).map_err(|e| self.err(e))?;
+        conn.busy_handler(Some(wait_while_busy))
+            .map_err(|e| self.err(e))?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(|e| self.err(e))?;
+        Ok(conn)
+    }
+
     fn migrate(&self) -> Result<(), StoreError> {
+        // A store at this build's version (every open but the first) is
+        // only read: no write lock is taken to find that out.
+        let at = self.with(|c| {
+            c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+                .map_err(|e| self.err(e))
+        })?;
+        if at == Self::schema_version() {
+            return Ok(());
+        }
         self.with(|c| {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -349,7 +499,7 @@ impl Store for SqliteStore {
     }
 
     fn task(&self, id: &str) -> Result<TaskRecord, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(&format!("{TASK_SELECT} WHERE t.id = ?1"), [id], row_to_task)
                 .optional()
                 .map_err(|e| self.err(e))?
@@ -358,7 +508,7 @@ impl Store for SqliteStore {
     }
 
     fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             let mut stmt = c
                 .prepare(&format!(
                     "{TASK_SELECT} ORDER BY t.created_ms DESC, t.id DESC"
@@ -403,7 +553,7 @@ impl Store for SqliteStore {
     }
 
     fn entries(&self, task: &str, from_seq: u64) -> Result<Vec<LedgerEntry>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             let mut stmt = c
                 .prepare(
                     "SELECT seq, prev, kind, payload, at, hash FROM entries
@@ -618,7 +768,7 @@ impl Store for SqliteStore {
     }
 
     fn approvals(&self, task: &str) -> Result<Vec<Approval>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             let mut stmt = c
                 .prepare(
                     "SELECT task_id, id, kind, payload, status, created_ms, decided_ms
@@ -654,7 +804,7 @@ impl Store for SqliteStore {
     }
 
     fn describe(&self) -> Result<String, StoreError> {
-        let version = self.with(|c| {
+        let version = self.read(|c| {
             c.query_row("SELECT sqlite_version()", [], |r| r.get::<_, String>(0))
                 .map_err(|e| self.err(e))
         })?;
@@ -705,7 +855,7 @@ impl Store for SqliteStore {
 
     /// The live token whose SHA-256 is `sha256`, if any.
     fn token(&self, sha256: &str) -> Result<Option<TokenRecord>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT id, owner, scope, created_ms, revoked_ms FROM tokens WHERE sha256 = ?1 AND revoked_ms IS NULL",
                 params![sha256],
@@ -718,7 +868,7 @@ impl Store for SqliteStore {
 
     /// Every token, newest first.
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             let mut stmt = c
                 .prepare("SELECT id, owner, scope, created_ms, revoked_ms FROM tokens ORDER BY created_ms DESC, id")
                 .map_err(|e| self.err(e))?;
@@ -783,32 +933,34 @@ impl Store for SqliteStore {
         })
     }
 
-    fn put_draft(
+    fn put_kept(
         &self,
+        kind: Kept,
         id: &str,
         owner: &str,
         project: &str,
         body: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {} (id, owner, project, body, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+            kind.table()
+        );
         self.with(|c| {
-            c.execute(
-                "INSERT INTO drafts (id, owner, project, body, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
-                params![id, owner, project, body, now_ms as i64],
-            )
-            .map_err(|e| self.err(e))?;
+            c.execute(&sql, params![id, owner, project, body, now_ms as i64])
+                .map_err(|e| self.err(e))?;
             Ok(())
         })
     }
 
-    fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
-        self.with(|c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT id, owner, body, updated_ms FROM drafts WHERE project = ?1 ORDER BY updated_ms, id",
-                )
-                .map_err(|e| self.err(e))?;
+    fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
+        let sql = format!(
+            "SELECT id, owner, body, updated_ms FROM {} WHERE project = ?1 ORDER BY updated_ms, id",
+            kind.table()
+        );
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(&sql).map_err(|e| self.err(e))?;
             let rows = stmt
                 .query_map(params![project], |r| {
                     Ok(DraftRecord {
@@ -825,15 +977,35 @@ impl Store for SqliteStore {
         })
     }
 
-    fn drop_drafts(&self, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+    fn drop_kept(&self, kind: Kept, project: &str, before_ms: u64) -> Result<u64, StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE project = ?1 AND updated_ms < ?2",
+            kind.table()
+        );
         self.with(|c| {
             let n = c
-                .execute(
-                    "DELETE FROM drafts WHERE project = ?1 AND updated_ms < ?2",
-                    params![project, before_ms as i64],
-                )
+                .execute(&sql, params![project, before_ms as i64])
                 .map_err(|e| self.err(e))?;
             Ok(n as u64)
+        })
+    }
+
+    fn forget_kept_stored(&self, kind: Kept) -> Result<u64, StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE id IN (SELECT id FROM tasks)",
+            kind.table()
+        );
+        self.with(|c| {
+            let n = c.execute(&sql, []).map_err(|e| self.err(e))?;
+            Ok(n as u64)
+        })
+    }
+
+    fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE id = ?1", kind.table());
+        self.with(|c| {
+            let n = c.execute(&sql, params![id]).map_err(|e| self.err(e))?;
+            Ok(n > 0)
         })
     }
 
@@ -860,7 +1032,7 @@ impl Store for SqliteStore {
     }
 
     fn task_file(&self, task: &str, name: &str) -> Result<Option<String>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT body FROM task_files WHERE task_id = ?1 AND name = ?2",
                 params![task, name],
@@ -872,7 +1044,7 @@ impl Store for SqliteStore {
     }
 
     fn blob(&self, task: &str, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.with(|c| {
+        self.read(|c| {
             c.query_row(
                 "SELECT bytes FROM blobs WHERE task_id = ?1 AND sha256 = ?2",
                 [task, sha256],

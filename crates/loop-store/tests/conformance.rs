@@ -599,6 +599,31 @@ fn approvals_tokens_and_deliveries_round_trip() {
         assert_eq!(s.drop_drafts("p-a", 25).unwrap(), 1, "{who}");
         assert_eq!(s.drafts("p-a").unwrap().len(), 1, "{who}");
         assert_eq!(s.drafts("p-b").unwrap()[0].id, "d-3", "{who}");
+
+        // Submissions: kept apart from drafts, forgotten one by one.
+        use loop_store::Kept;
+        s.put_kept(Kept::Submissions, "t-1", "alice", "p-a", r#"{"n":1}"#, 40)
+            .unwrap();
+        s.put_kept(Kept::Submissions, "t-2", "alice", "p-a", r#"{"n":2}"#, 41)
+            .unwrap();
+        let ids = |s: &dyn loop_store::Store| -> Vec<String> {
+            s.kept(Kept::Submissions, "p-a")
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        assert_eq!(ids(&*s), ["t-1", "t-2"], "{who}");
+        assert_eq!(s.drafts("p-a").unwrap().len(), 1, "{who}: drafts apart");
+        assert!(s.forget_kept(Kept::Submissions, "t-1").unwrap(), "{who}");
+        assert!(!s.forget_kept(Kept::Submissions, "t-1").unwrap(), "{who}");
+        assert!(!s.forget_kept(Kept::Drafts, "t-2").unwrap(), "{who}");
+        assert_eq!(ids(&*s), ["t-2"], "{who}");
+        // Those whose tasks are stored go in one sweep ("t" is stored).
+        s.put_kept(Kept::Submissions, "t", "alice", "p-a", "{}", 42)
+            .unwrap();
+        assert_eq!(s.forget_kept_stored(Kept::Submissions).unwrap(), 1, "{who}");
+        assert_eq!(ids(&*s), ["t-2"], "{who}");
     }
 }
 
@@ -970,4 +995,33 @@ fn a_dropped_postgres_connection_is_replaced_and_nothing_is_lost() {
     let stored = s.entries("t", 0).unwrap();
     assert_eq!(stored, (0..30).map(entry).collect::<Vec<_>>());
     assert_eq!(s.task("t").unwrap().entries, 30);
+}
+
+#[test]
+fn one_process_opens_an_sqlite_store_once_and_a_replaced_file_afresh() {
+    let dir = std::env::temp_dir().join(format!("loop-shared-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("loop.db");
+    let a = loop_store::SqliteStore::open_shared(&path).unwrap();
+    let b = loop_store::SqliteStore::open_shared(&path).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b), "opened twice");
+    use loop_store::Store;
+    a.create_task("t-1", "x", &serde_json::json!({}), 0)
+        .unwrap();
+    // A write through one is read through the other (its readers).
+    assert_eq!(b.task("t-1").unwrap().id, "t-1");
+    drop(b);
+    // Replaced (another file at the path) while the old one is open: not
+    // the old one's connection.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    let c = loop_store::SqliteStore::open_shared(&path).unwrap();
+    assert!(
+        !std::sync::Arc::ptr_eq(&a, &c),
+        "the old store was handed out"
+    );
+    assert!(c.task("t-1").is_err(), "the old database answered");
+    let _ = std::fs::remove_dir_all(&dir);
 }

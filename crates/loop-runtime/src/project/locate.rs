@@ -197,9 +197,8 @@ pub fn open_store(project: &Path) -> Result<std::sync::Arc<dyn Store>, Error> {
                 .because(e)
             })
         }
-        None => Ok(std::sync::Arc::new(
-            loop_store::SqliteStore::open(&state.join("loop.db")).map_err(Error::from_cause)?,
-        )),
+        None => Ok(loop_store::SqliteStore::open_shared(&state.join("loop.db"))
+            .map_err(Error::from_cause)?),
     }
 }
 
