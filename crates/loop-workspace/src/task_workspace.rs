@@ -77,7 +77,19 @@ pub enum WorkspaceError {
     },
 }
 
+/// `git worktree` commands of this process, one at a time: two run at
+/// once in one repository read each other's half-made records
+/// (`fatal: failed to read .git/worktrees/workspace7/commondir`), and a
+/// server prepares `--jobs` tasks at once. Held for the command's run.
+pub fn worktree_commands() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn git(dir: &Path, args: &[&str]) -> Result<String, WorkspaceError> {
+    let _one = (args.first() == Some(&"worktree")).then(worktree_commands);
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(dir);
     git_with(cmd, args)
@@ -752,6 +764,31 @@ mod tests {
             "git init -q && git config user.email t@t && git config user.name t && echo one > a.txt && echo base > b.txt && git add -A && git commit -qm base",
         );
         p
+    }
+
+    /// A server prepares many tasks of one repository at once: each gets
+    /// its worktree (all named `workspace`, in directories of their own),
+    /// none fails on another's half-made record.
+    #[test]
+    fn worktrees_made_at_once_in_one_repository_all_succeed() {
+        let d = TestDir::new("worktrees-at-once");
+        let p = repo(&d);
+        let made: Vec<_> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..12)
+                .map(|i| {
+                    let (p, dest) = (&p, d.path().join(format!("t{i}/workspace")));
+                    sc.spawn(move || TaskWorkspace::create(p, &dest, &format!("t-{i}"), false))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, m) in made.into_iter().enumerate() {
+            let ws = m.unwrap_or_else(|e| panic!("worktree {i}: {e}"));
+            assert_eq!(
+                std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
+                "one\n"
+            );
+        }
     }
 
     /// A rebuild that fails leaves the stale copy as it was (a copy and a

@@ -133,6 +133,7 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     orphans(&project, &tasks, &mut out);
     // Worktrees git still records whose directories are gone.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
+        let _one = loop_workspace::task_workspace::worktree_commands();
         let stale = git(&project, &["worktree", "prune", "--dry-run"])
             .is_some_and(|t| !t.trim().is_empty());
         if stale {

@@ -129,8 +129,10 @@ pub(crate) fn clean(project: &Path, id: &str) -> String {
         // the worktree, by its path, and the branch, by its name.
         Err(_) => {
             let path = paths.workspace.to_string_lossy().into_owned();
+            let one = loop_workspace::task_workspace::worktree_commands();
             let _ = git_output(project, &["worktree", "remove", "--force", &path]);
             let _ = git_output(project, &["worktree", "prune"]);
+            drop(one);
             let _ = git_output(project, &["branch", "-D", &branch]);
         }
     }
