@@ -139,13 +139,15 @@ impl Runtime {
 
     /// Keep submission `id` of `owner` (a task asked for over the API and
     /// answered before its preparation; `body` says how to prepare it, or
-    /// why it was refused) in the store, under this project: it outlives
-    /// the server that answered.
+    /// why it was refused) in the store, under this project, held by
+    /// `holder` (a server process's token; empty once nobody prepares it):
+    /// it outlives the server that answered.
     pub fn keep_submission(
         &self,
         id: &str,
         owner: &str,
         body: &serde_json::Value,
+        holder: &str,
     ) -> Result<(), Error> {
         let project = self.scope()?.identity.id;
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
@@ -156,8 +158,47 @@ impl Runtime {
                 owner,
                 &project,
                 &body.to_string(),
+                holder,
                 now,
             )
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// Kept submission `id`, if there is one.
+    pub fn kept_submission(&self, id: &str) -> Result<Option<loop_store::DraftRecord>, Error> {
+        self.store()?
+            .kept_one(loop_store::Kept::Submissions, id)
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// Take submission `id` over from holder `from` (as last read) for
+    /// `to`, with `body`: `false` when another server took it first, or it
+    /// is gone.
+    pub fn claim_submission(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+        body: &serde_json::Value,
+    ) -> Result<bool, Error> {
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        self.store()?
+            .claim_kept(
+                loop_store::Kept::Submissions,
+                id,
+                from,
+                to,
+                &body.to_string(),
+                now,
+            )
+            .map_err(crate::project::locate::store_err)
+    }
+
+    /// Renew every submission `holder` holds: how many.
+    pub fn renew_submissions(&self, holder: &str) -> Result<u64, Error> {
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        self.store()?
+            .renew_kept(loop_store::Kept::Submissions, holder, now)
             .map_err(crate::project::locate::store_err)
     }
 
@@ -181,15 +222,7 @@ impl Runtime {
         if self.store.get().is_none() && self.nothing_stored().unwrap_or(true) {
             return e;
         }
-        let kept = self.scope().and_then(|scope| {
-            self.store()?
-                .kept(loop_store::Kept::Submissions, &scope.identity.id)
-                .map_err(crate::project::locate::store_err)
-        });
-        let Ok(kept) = kept else {
-            return e;
-        };
-        let Some(r) = kept.into_iter().find(|r| r.id == id) else {
+        let Ok(Some(r)) = self.kept_submission(id) else {
             return e;
         };
         let refused = serde_json::from_str::<serde_json::Value>(&r.body)

@@ -555,6 +555,19 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
+    // Not stored yet: cancelled before its preparation (never prepared),
+    // or as soon as its preparation has stored it.
+    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+    if s.prestart.state(&id, owner).is_some()
+        && let Some((result, outcome)) = crate::submissions::cancel(&s, &id).await
+    {
+        return Ok(Json(CancelBody {
+            id: &id,
+            result,
+            outcome,
+        })
+        .into_response());
+    }
     let rt = s.runtime.clone();
     blocking(move || {
         visible(&rt, &caller, &id)?;

@@ -567,7 +567,7 @@ pub async fn serve_on_with(
         Err(e) => tracing::warn!("resuming interrupted tasks: {e}"),
     }
     tokio::spawn(api::schedules(state.clone()));
-    tokio::spawn(submissions::sweep(state.clone()));
+    tokio::spawn(submissions::tend(state.clone()));
     tokio::spawn(give_back_memory());
     let (tx, rx) = tokio::sync::watch::channel(false);
     let app = router(state);

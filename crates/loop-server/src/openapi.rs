@@ -67,7 +67,7 @@ fn created() -> Value {
     let mut v = obj(
         json!({"id": {"type": "string"}, "events": {"type": "string"},
             "state": {"type": "string", "enum": ["queued"],
-                "description": "present when the task was kept and answered before its preparation (always, unless the request said `Prefer: wait=N`): its status then says how the preparation goes (`queued`, `preparing`, `refused` with `error`, then the task's own)"},
+                "description": "present when the task was kept and answered before its preparation (always, unless the request said `Prefer: wait=N`): its status then says how the preparation goes (`queued`, `preparing`, `refused` with `error`, `cancelled` (by a person, before its preparation), then the task's own)"},
             "status": {"type": "string"}}),
         &["id", "events"],
     );

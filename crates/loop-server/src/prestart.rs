@@ -23,6 +23,14 @@ const KEEP: usize = 4096;
 /// How long a refusal stays to be read.
 pub(crate) const REFUSAL_KEPT: Duration = Duration::from_secs(3600);
 
+/// Tasks one owner may have waiting for their preparation here at once;
+/// past that a new one is answered 429 (each waiting one holds its request
+/// in memory and in the store).
+pub(crate) const WAITING_PER_OWNER: usize = 1024;
+
+/// The kind of a refusal that is a person's cancel before the preparation.
+pub(crate) const CANCELLED: &str = "cancelled";
+
 /// Where a task not yet in the store is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
@@ -31,7 +39,8 @@ pub(crate) enum State {
     /// Being prepared.
     Preparing,
     /// Its preparation failed: the status, kind and message the request
-    /// would have been answered with.
+    /// would have been answered with (kind [`CANCELLED`]: a person
+    /// cancelled it before it was prepared).
     Refused(u16, String, String),
 }
 
@@ -41,9 +50,34 @@ impl State {
         match self {
             State::Queued => "queued",
             State::Preparing => "preparing",
+            State::Refused(_, kind, _) if kind == CANCELLED => CANCELLED,
             State::Refused(..) => "refused",
         }
     }
+}
+
+/// What [`Prestart::reserve`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reserved {
+    /// The id is this task's now.
+    Yes,
+    /// Another entry has the id (draw again).
+    Taken,
+    /// The owner has [`WAITING_PER_OWNER`] tasks waiting already.
+    Full,
+}
+
+/// What [`Prestart::cancel`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// Not here (stored, or never asked for).
+    Absent,
+    /// It was waiting: it is cancelled and will not be prepared.
+    Now,
+    /// It is being prepared: it is cancelled once stored.
+    OnceStored,
+    /// Its preparation ended before (refused, or cancelled already).
+    Settled,
 }
 
 /// An error kind as the API names it (a kept refusal's, read back).
@@ -55,6 +89,7 @@ pub(crate) fn kind_name(kind: &str) -> &'static str {
         "internal",
         "forbidden",
         "not_found",
+        CANCELLED,
     ]
     .into_iter()
     .find(|k| *k == kind)
@@ -66,6 +101,8 @@ struct Entry {
     owner: String,
     state: State,
     since: Instant,
+    /// Cancel it as soon as the store holds it.
+    cancel_once_stored: bool,
 }
 
 /// The preparations of this server.
@@ -124,28 +161,79 @@ impl Prestart {
                     owner: owner.to_string(),
                     state: State::Queued,
                     since: Instant::now(),
+                    cancel_once_stored: false,
                 },
             );
         });
     }
 
     /// Take `id` for a new task of `owner` (queued), unless an entry has
-    /// it already (two ids drawn in the same second can be the same).
-    pub(crate) fn reserve(&self, id: &str, owner: &str) -> bool {
-        if self.with(|m| m.contains_key(id)) {
-            return false;
-        }
-        self.queued(id, owner);
-        true
+    /// it already (two ids drawn in the same second can be the same) or
+    /// the owner has [`WAITING_PER_OWNER`] tasks waiting.
+    pub(crate) fn reserve(&self, id: &str, owner: &str) -> Reserved {
+        self.reserve_within(id, owner, WAITING_PER_OWNER)
     }
 
-    /// Task `id` is being prepared.
-    pub(crate) fn preparing(&self, id: &str) {
-        self.with(|m| {
-            if let Some(e) = m.get_mut(id) {
-                e.state = State::Preparing;
+    fn reserve_within(&self, id: &str, owner: &str, bound: usize) -> Reserved {
+        let found = self.with(|m| {
+            if m.contains_key(id) {
+                return Reserved::Taken;
+            }
+            let waiting = m
+                .values()
+                .filter(|e| e.owner == owner && !matches!(e.state, State::Refused(..)))
+                .count();
+            if waiting >= bound {
+                Reserved::Full
+            } else {
+                Reserved::Yes
             }
         });
+        if found == Reserved::Yes {
+            self.queued(id, owner);
+        }
+        found
+    }
+
+    /// A person cancels task `id` before the store holds it.
+    pub(crate) fn cancel(&self, id: &str) -> Cancel {
+        self.with(|m| {
+            let Some(e) = m.get_mut(id) else {
+                return Cancel::Absent;
+            };
+            match e.state {
+                State::Queued => {
+                    e.state = State::Refused(
+                        409,
+                        CANCELLED.into(),
+                        format!("task {id} was cancelled before its preparation"),
+                    );
+                    e.since = Instant::now();
+                    Cancel::Now
+                }
+                State::Preparing => {
+                    e.cancel_once_stored = true;
+                    Cancel::OnceStored
+                }
+                State::Refused(..) => Cancel::Settled,
+            }
+        })
+    }
+
+    /// Whether a person cancelled task `id` while it was being prepared.
+    pub(crate) fn cancelled_once_stored(&self, id: &str) -> bool {
+        self.with(|m| m.get(id).is_some_and(|e| e.cancel_once_stored))
+    }
+
+    /// Task `id` is being prepared, unless it was cancelled (`false`).
+    pub(crate) fn preparing(&self, id: &str) -> bool {
+        self.with(|m| match m.get_mut(id) {
+            Some(e) if e.state == State::Queued => {
+                e.state = State::Preparing;
+                true
+            }
+            _ => false,
+        })
     }
 
     /// Task `id` is in the store now: its status is the store's.
@@ -201,5 +289,45 @@ impl Prestart {
                 .filter(|e| !matches!(e.state, State::Refused(..)))
                 .count()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_waits_for_a_bounded_number_of_preparations() {
+        let p = Prestart::new(1);
+        assert_eq!(p.reserve_within("a", "alice", 2), Reserved::Yes);
+        assert_eq!(p.reserve_within("a", "bob", 2), Reserved::Taken);
+        assert_eq!(p.reserve_within("b", "alice", 2), Reserved::Yes);
+        assert_eq!(p.reserve_within("c", "alice", 2), Reserved::Full);
+        // Another owner is not held back by alice's.
+        assert_eq!(p.reserve_within("c", "bob", 2), Reserved::Yes);
+        // A settled one no longer counts.
+        assert!(p.preparing("a"));
+        p.stored("a");
+        assert_eq!(p.cancel("b"), Cancel::Now);
+        assert_eq!(p.reserve_within("d", "alice", 2), Reserved::Yes);
+        assert_eq!(p.reserve_within("e", "alice", 2), Reserved::Yes);
+        assert_eq!(p.reserve_within("f", "alice", 2), Reserved::Full);
+    }
+
+    #[test]
+    fn a_cancelled_task_is_never_prepared_and_one_being_prepared_is_cancelled_once_stored() {
+        let p = Prestart::new(1);
+        assert_eq!(p.reserve("q", "o"), Reserved::Yes);
+        assert_eq!(p.cancel("q"), Cancel::Now);
+        assert!(!p.preparing("q"), "a cancelled task is not prepared");
+        let st = p.state("q", Some("o")).unwrap();
+        assert_eq!(st.name(), "cancelled");
+        assert_eq!(p.cancel("q"), Cancel::Settled);
+        assert_eq!(p.reserve("r", "o"), Reserved::Yes);
+        assert!(p.preparing("r"));
+        assert_eq!(p.cancel("r"), Cancel::OnceStored);
+        assert!(p.cancelled_once_stored("r"));
+        assert_eq!(p.state("r", None), Some(State::Preparing));
+        assert_eq!(p.cancel("nothing"), Cancel::Absent);
     }
 }

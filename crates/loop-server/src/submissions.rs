@@ -6,8 +6,11 @@
 //! the store its submission is forgotten.
 //!
 //! A submission is kept as the request came (its body, who asked, through
-//! which front end) with the server process that holds it; the next server
-//! takes up only those whose holder is gone.
+//! which front end) with the server process that holds it. The holder
+//! renews its hold every [`RENEW`]; another server (the next one here, or
+//! a peer sharing the store) takes a submission over only once its holder
+//! is gone or its hold lapsed ([`HOLD`]), and only by a conditional write,
+//! so two servers never both prepare it.
 
 use crate::{ApiError, AppState, blocking};
 use loop_runtime::OnPrompt;
@@ -77,9 +80,14 @@ impl NewTask {
     }
 }
 
-/// How long a kept submission whose holder is another machine's server
-/// is left to it (a preparation waits for a place, then takes seconds).
-const HOLD: Duration = Duration::from_secs(600);
+/// How long a kept submission's hold lasts unless its holder renews it
+/// (a holder on another machine, or in another container, cannot be seen
+/// to be gone: its lapsed hold says so).
+const HOLD: Duration = Duration::from_secs(180);
+
+/// How often a server renews its holds and looks for submissions to take
+/// over.
+const RENEW: Duration = Duration::from_secs(30);
 
 /// A submission as the store keeps it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -92,8 +100,8 @@ struct Kept {
     via: String,
     /// The server process that answered it and prepares it.
     holder: loop_store::Owner,
-    /// Its preparation failed: the status, kind and message the request
-    /// would have been answered with.
+    /// Its preparation failed (or a person cancelled it): the status, kind
+    /// and message the request would have been answered with.
     #[serde(default)]
     refused: Option<(u16, String, String)>,
 }
@@ -105,8 +113,13 @@ fn via_name(via: Via) -> &'static str {
     }
 }
 
-/// Keep submission `id` (a blocking call).
-fn keep(s: &AppState, id: &str, caller: &Caller, via: Via, task: &NewTask) -> Result<(), ApiError> {
+/// Submission `id` as kept, held by this server (a JSON body).
+fn kept_body(
+    id: &str,
+    caller: &Caller,
+    via: Via,
+    task: &NewTask,
+) -> Result<serde_json::Value, ApiError> {
     let kept = Kept {
         task: task.clone(),
         token_id: caller.token_id.clone(),
@@ -114,28 +127,60 @@ fn keep(s: &AppState, id: &str, caller: &Caller, via: Via, task: &NewTask) -> Re
         holder: crate::drafts::this_server(),
         refused: None,
     };
-    let body = serde_json::to_value(&kept).map_err(|e| {
+    serde_json::to_value(&kept).map_err(|e| {
         ApiError::from(loop_runtime::Error::internal(format!(
             "task {id}: its request cannot be kept: {e}"
         )))
-    })?;
-    Ok(s.runtime.keep_submission(id, &caller.owner, &body)?)
+    })
+}
+
+/// This server's token, as the store names a holder.
+fn me() -> String {
+    crate::drafts::this_server().token
+}
+
+/// Keep submission `id` (a blocking call).
+fn keep(s: &AppState, id: &str, caller: &Caller, via: Via, task: &NewTask) -> Result<(), ApiError> {
+    let body = kept_body(id, caller, via, task)?;
+    Ok(s.runtime.keep_submission(id, &caller.owner, &body, &me())?)
 }
 
 /// A new task's id for `caller`, drawn again while it names a task this
-/// server is making or the store holds (ids drawn in the same second share
-/// all but 24 random bits); reserved here until its task is stored.
+/// server is making, the store holds, or another server keeps (ids drawn
+/// in the same second share all but 24 random bits); reserved here until
+/// its task is stored. An owner with [`crate::prestart::WAITING_PER_OWNER`]
+/// tasks waiting for their preparation is answered 429.
 pub(crate) async fn new_id(s: &AppState, caller: &Caller) -> Result<String, ApiError> {
+    use crate::prestart::Reserved;
     for _ in 0..8 {
         let id = s.runtime.new_task_id()?;
-        if !s.prestart.reserve(&id, &caller.owner) {
-            continue;
+        match s.prestart.reserve(&id, &caller.owner) {
+            Reserved::Yes => {}
+            Reserved::Taken => continue,
+            Reserved::Full => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "{} tasks of {} wait for their preparation already; ask again once some have started",
+                        crate::prestart::WAITING_PER_OWNER,
+                        caller.owner
+                    ),
+                ));
+            }
         }
         let (rt, tid) = (s.runtime.clone(), id.clone());
-        if blocking(move || Ok(rt.task(&tid).is_err())).await? {
-            return Ok(id);
+        let free =
+            blocking(move || Ok(rt.task(&tid).is_err() && rt.kept_submission(&tid)?.is_none()))
+                .await;
+        match free {
+            Ok(true) => return Ok(id),
+            Ok(false) => s.prestart.stored(&id),
+            Err(e) => {
+                s.prestart.stored(&id);
+                return Err(e);
+            }
         }
-        s.prestart.stored(&id);
     }
     Err(ApiError::from(loop_runtime::Error::internal(
         "no free task id after 8 draws",
@@ -158,61 +203,150 @@ pub(crate) async fn take(
         s.prestart.stored(id);
         return Err(e);
     }
-    Ok(prepare(s, id, &caller.owner, admitted))
+    Ok(prepare(s, id, &caller.owner, admitted, false))
 }
 
 /// Prepare kept submission `id` of `owner` when one of the `--jobs` places
-/// frees; the store then holds the task and the submission is forgotten, or
-/// the refusal is kept with it.
+/// frees (`entered`: it is in [`crate::prestart::Prestart`] already); the
+/// store then holds the task and the submission is forgotten, or the
+/// refusal is kept with it. A submission cancelled while it waited, or
+/// taken over meanwhile by another server, is not prepared here.
 fn prepare(
     s: &AppState,
     id: &str,
     owner: &str,
     admitted: loop_runtime::Admitted,
+    entered: bool,
 ) -> tokio::sync::oneshot::Receiver<Result<String, ApiError>> {
-    s.prestart.queued(id, owner);
+    if !entered {
+        s.prestart.queued(id, owner);
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (st, task_id) = (s.clone(), id.to_string());
     tokio::spawn(async move {
         let permit = st.prestart.gate.acquire().await;
-        st.prestart.preparing(&task_id);
+        if let Some(stop) = still_ours(&st, &task_id).await {
+            let _ = tx.send(Err(stop));
+            return;
+        }
         let (rt, tid) = (st.runtime.clone(), task_id.clone());
-        // Once stored, the submission has done its work: [`sweep`]
-        // forgets it with the others (a write each would queue behind
-        // every task's ledger for the store's one write lock).
+        // Once stored, the submission has done its work: [`tend`] forgets
+        // it with the others (a write each would queue behind every
+        // task's ledger for the store's one write lock).
         let r = in_background(&task_id, move || {
             Ok(rt.submit_admitted_as(&tid, admitted, &mut loop_runtime::Quiet)?)
         })
         .await;
         drop(permit);
-        let refusal = match &r {
-            Ok(_) => {
-                st.prestart.stored(&task_id);
-                st.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-                st.pool.start(task_id.clone(), None);
-                None
-            }
+        match &r {
+            Ok(_) => started(&st, &task_id).await,
             Err(e) => {
                 st.prestart.refused(&task_id, e);
-                Some(e.clone())
+                settle(&st, &task_id, e).await;
             }
-        };
-        if let Some(e) = refusal {
-            let (st, tid) = (st.clone(), task_id.clone());
-            let _ = blocking(move || {
-                keep_refusal(&st, &tid, &e);
-                Ok(())
-            })
-            .await;
         }
         let _ = tx.send(r);
     });
     rx
 }
 
+/// Whether submission `id`, whose turn came, is still to be prepared here:
+/// `None` if so (it is marked as being prepared), or why not.
+async fn still_ours(s: &AppState, id: &str) -> Option<ApiError> {
+    if !s.prestart.preparing(id) {
+        return Some(
+            s.prestart
+                .state(id, None)
+                .and_then(|st| match st {
+                    crate::prestart::State::Refused(status, kind, message) => Some(ApiError::new(
+                        axum::http::StatusCode::from_u16(status)
+                            .unwrap_or(axum::http::StatusCode::CONFLICT),
+                        crate::prestart::kind_name(&kind),
+                        message,
+                    )),
+                    _ => None,
+                })
+                .unwrap_or_else(|| {
+                    ApiError::from(loop_runtime::Error::conflict(format!(
+                        "task {id} was cancelled before its preparation"
+                    )))
+                }),
+        );
+    }
+    let (rt, tid) = (s.runtime.clone(), id.to_string());
+    let holder = blocking(move || Ok(rt.kept_submission(&tid)?.map(|r| r.holder))).await;
+    match holder {
+        Ok(Some(h)) if h == me() => None,
+        // Unknown (the store did not answer): prepared here, as answered.
+        Err(_) => None,
+        Ok(_) => {
+            // Another server took it over (this one stalled past its
+            // hold), or it is gone: that server prepares it.
+            s.prestart.stored(id);
+            Some(ApiError::from(loop_runtime::Error::conflict(format!(
+                "task {id} is prepared by another server"
+            ))))
+        }
+    }
+}
+
+/// Task `id` is stored: it starts, or is cancelled at once if a person
+/// cancelled it while it was being prepared.
+async fn started(s: &AppState, id: &str) {
+    let cancel = s.prestart.cancelled_once_stored(id);
+    s.prestart.stored(id);
+    s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+    if !cancel {
+        s.pool.start(id.to_string(), None);
+        return;
+    }
+    let (rt, tid) = (s.runtime.clone(), id.to_string());
+    let cancelled =
+        blocking(move || Ok(rt.cancel(&tid, Duration::from_secs(10), &mut loop_runtime::Quiet)?))
+            .await;
+    if let Err(e) = cancelled {
+        tracing::warn!(
+            "task {id}: cancelled while prepared, not ended: {}",
+            e.message
+        );
+    }
+}
+
+/// Keep why submission `id` was refused (or cancelled) beside it, held by
+/// nobody now.
+async fn settle(s: &AppState, id: &str, e: &ApiError) {
+    let (st, tid, e) = (s.clone(), id.to_string(), e.clone());
+    let _ = blocking(move || {
+        keep_refusal(&st, &tid, &e);
+        Ok(())
+    })
+    .await;
+}
+
+/// A person cancels task `id` before the store holds it: `None` when it is
+/// not waiting here; otherwise what the cancel answers (`result`,
+/// `outcome`).
+pub(crate) async fn cancel(s: &AppState, id: &str) -> Option<(&'static str, String)> {
+    use crate::prestart::Cancel;
+    match s.prestart.cancel(id) {
+        Cancel::Absent => None,
+        Cancel::Now => {
+            let e = ApiError::from(loop_runtime::Error::conflict(format!(
+                "task {id} was cancelled before its preparation"
+            )));
+            let e = ApiError::new(e.status, crate::prestart::CANCELLED, e.message);
+            settle(s, id, &e).await;
+            Some(("ended_here", "cancelled".into()))
+        }
+        Cancel::OnceStored => Some(("stopped", String::new())),
+        Cancel::Settled => Some(("already_ended", String::new())),
+    }
+}
+
 /// Run `f` (task `id`'s preparation) on a thread of its own at the
 /// priority of a task's work ([`crate::pool::as_background_work`]), never
-/// on the pool that answers requests.
+/// on the pool that answers requests. A preparation that panics is
+/// answered as the internal error it is.
 async fn in_background<T: Send + 'static>(
     id: &str,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
@@ -230,15 +364,14 @@ async fn in_background<T: Send + 'static>(
         )))
     };
     spawned.map_err(|e| failed(e.to_string()))?;
-    rx.await.map_err(|e| failed(e.to_string()))?
+    rx.await
+        .map_err(|_| failed("it stopped with a panic (the server's log says where)".into()))?
 }
 
-/// Keep why submission `id` was refused beside it (a blocking call).
+/// Keep why submission `id` was refused beside it, held by nobody (a
+/// blocking call).
 fn keep_refusal(s: &AppState, id: &str, e: &ApiError) {
-    let Ok(records) = s.runtime.kept_submissions(0) else {
-        return;
-    };
-    let Some(r) = records.into_iter().find(|r| r.id == id) else {
+    let Ok(Some(r)) = s.runtime.kept_submission(id) else {
         return;
     };
     let Ok(mut kept) = serde_json::from_str::<Kept>(&r.body) else {
@@ -248,7 +381,7 @@ fn keep_refusal(s: &AppState, id: &str, e: &ApiError) {
     let kept = serde_json::to_value(&kept);
     if let Err(err) = kept
         .map_err(|x| loop_runtime::Error::internal(x.to_string()))
-        .and_then(|body| s.runtime.keep_submission(id, &r.owner, &body))
+        .and_then(|body| s.runtime.keep_submission(id, &r.owner, &body, ""))
     {
         tracing::warn!("task {id}: its refusal is not kept: {err}");
     }
@@ -257,20 +390,37 @@ fn keep_refusal(s: &AppState, id: &str, e: &ApiError) {
 /// How often the kept submissions whose tasks are stored are forgotten.
 const SWEEP: Duration = Duration::from_secs(2);
 
-/// Forget, every [`SWEEP`] while tasks are being made, the kept
-/// submissions whose tasks the store holds now: one write for all.
-pub(crate) async fn sweep(s: AppState) {
+/// Look after the kept submissions while the server runs: forget, every
+/// [`SWEEP`] while tasks are being made, those whose tasks the store holds
+/// now (one write for all); every [`RENEW`], renew this server's holds
+/// (one write) and take over those whose holder is gone.
+pub(crate) async fn tend(s: AppState) {
     let mut made = s.metrics.tasks_started.load(Ordering::Relaxed);
+    let mut renewed = std::time::Instant::now();
     loop {
         tokio::time::sleep(SWEEP).await;
         let now = s.metrics.tasks_started.load(Ordering::Relaxed);
-        if now == made {
+        if now != made {
+            made = now;
+            let rt = s.runtime.clone();
+            if let Err(e) = blocking(move || Ok(rt.forget_stored_submissions()?)).await {
+                tracing::warn!("kept submissions not forgotten: {}", e.message);
+            }
+        }
+        if renewed.elapsed() < RENEW {
             continue;
         }
-        made = now;
+        renewed = std::time::Instant::now();
         let rt = s.runtime.clone();
-        if let Err(e) = blocking(move || Ok(rt.forget_stored_submissions()?)).await {
-            tracing::warn!("kept submissions not forgotten: {}", e.message);
+        if let Err(e) = blocking(move || Ok(rt.renew_submissions(&me())?)).await {
+            tracing::warn!("kept submissions not renewed: {}", e.message);
+        }
+        let found = restore(&s).await;
+        if found.prepared > 0 {
+            tracing::info!(
+                "took over {} task(s) answered by a server that is gone",
+                found.prepared
+            );
         }
     }
 }
@@ -284,10 +434,16 @@ pub(crate) struct Restored {
     pub(crate) refused: usize,
 }
 
-/// Take up what an earlier server answered and did not prepare: each kept
-/// submission whose holder is gone is prepared here (its request taken in
-/// again); a refusal is readable for an hour; one whose task is stored is
-/// forgotten.
+/// A kept submission as [`restore`] reads it.
+struct Open {
+    record: loop_store::DraftRecord,
+    kept: Result<Kept, serde_json::Error>,
+}
+
+/// Take up what a server that is gone answered and did not prepare: each
+/// kept submission whose holder is gone (or whose hold lapsed) is taken
+/// over and prepared here (its request taken in again); a refusal is
+/// readable for an hour; one whose task is stored is forgotten.
 pub(crate) async fn restore(s: &AppState) -> Restored {
     let st = s.clone();
     let found = blocking(move || {
@@ -297,15 +453,12 @@ pub(crate) async fn restore(s: &AppState) -> Restored {
             .kept_submissions(now.saturating_sub(7 * 24 * 3600 * 1000))?;
         let mut open = Vec::new();
         for r in records {
-            let Ok(k) = serde_json::from_str::<Kept>(&r.body) else {
-                tracing::warn!("task {}: its kept submission cannot be read", r.id);
-                continue;
-            };
             if st.runtime.task(&r.id).is_ok() {
                 let _ = st.runtime.forget_submission(&r.id);
                 continue;
             }
-            open.push((r.id, r.owner, r.updated_ms, k));
+            let kept = serde_json::from_str::<Kept>(&r.body);
+            open.push(Open { record: r, kept });
         }
         Ok(open)
     })
@@ -318,34 +471,79 @@ pub(crate) async fn restore(s: &AppState) -> Restored {
         }
     };
     let mut restored = Restored::default();
-    let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
-    let me = crate::drafts::this_server();
-    for (id, owner, updated_ms, k) in open {
-        if let Some((status, kind, message)) = k.refused {
-            let age = Duration::from_millis(now.saturating_sub(updated_ms));
-            if age > crate::prestart::REFUSAL_KEPT {
-                let (rt, tid) = (s.runtime.clone(), id.clone());
-                let _ = blocking(move || Ok(rt.forget_submission(&tid)?)).await;
-            } else {
-                s.prestart
-                    .kept_refusal(&id, &owner, status, kind, message, age);
-                restored.refused += 1;
-            }
-            continue;
+    for o in open {
+        match take_up(s, o).await {
+            TakenUp::Prepared => restored.prepared += 1,
+            TakenUp::Refused => restored.refused += 1,
+            TakenUp::Left => {}
         }
-        // Another live server's, still being prepared there.
-        let h = &k.holder;
-        if h.token != me.token && !h.is_dead() && !h.expired(HOLD.as_millis() as u64, now) {
-            continue;
-        }
-        redrive(s, &id, owner, k).await;
-        restored.prepared += 1;
     }
     restored
 }
 
-/// Take kept submission `id` in again and prepare it here.
-async fn redrive(s: &AppState, id: &str, owner: String, k: Kept) {
+/// What [`take_up`] did with one kept submission.
+enum TakenUp {
+    Prepared,
+    Refused,
+    Left,
+}
+
+/// Take up one kept submission (see [`restore`]).
+async fn take_up(s: &AppState, o: Open) -> TakenUp {
+    let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+    let Open { record: r, kept } = o;
+    let known = s.prestart.state(&r.id, None).is_some();
+    let k = match kept {
+        Ok(k) => k,
+        Err(why) => {
+            // Shown as the refusal it is, not lost without a word.
+            if !known {
+                tracing::warn!("task {}: its kept submission cannot be read: {why}", r.id);
+                s.prestart.kept_refusal(
+                    &r.id,
+                    &r.owner,
+                    500,
+                    "internal".into(),
+                    format!("task {}: its kept request cannot be read: {why}", r.id),
+                    Duration::ZERO,
+                );
+            }
+            return TakenUp::Refused;
+        }
+    };
+    if let Some((status, kind, message)) = k.refused {
+        let age = Duration::from_millis(now.saturating_sub(r.updated_ms));
+        if age > crate::prestart::REFUSAL_KEPT {
+            let (rt, tid) = (s.runtime.clone(), r.id.clone());
+            let _ = blocking(move || Ok(rt.forget_submission(&tid)?)).await;
+            return TakenUp::Left;
+        }
+        if !known {
+            s.prestart
+                .kept_refusal(&r.id, &r.owner, status, kind, message, age);
+        }
+        return TakenUp::Refused;
+    }
+    if known || r.holder == me() {
+        return TakenUp::Left;
+    }
+    // Another server's, still held: left to it.
+    let h = &k.holder;
+    let lapsed = now.saturating_sub(r.updated_ms) > HOLD.as_millis() as u64;
+    if !h.is_dead() && !lapsed {
+        return TakenUp::Left;
+    }
+    if redrive(s, &r.id, r.owner, &r.holder, k).await {
+        TakenUp::Prepared
+    } else {
+        TakenUp::Left
+    }
+}
+
+/// Take kept submission `id` over from `holder` and prepare it here:
+/// `false` when another server took it first. A request whose token was
+/// revoked since is refused, not prepared.
+async fn redrive(s: &AppState, id: &str, owner: String, holder: &str, k: Kept) -> bool {
     let caller = Caller {
         owner,
         scope: Scope::Run,
@@ -353,26 +551,184 @@ async fn redrive(s: &AppState, id: &str, owner: String, k: Kept) {
     };
     let via = if k.via == "mcp" { Via::Mcp } else { Via::Http };
     let (rt, request) = (s.runtime.clone(), k.task.clone().request(&caller, via));
-    let (st, tid, who, task) = (s.clone(), id.to_string(), caller.clone(), k.task);
-    let admitted = blocking(move || {
-        // Held by this server from now on.
-        keep(&st, &tid, &who, via, &task)?;
-        Ok(rt.admit(request)?)
+    let (st, tid, who, task, from) = (
+        s.clone(),
+        id.to_string(),
+        caller.clone(),
+        k.task,
+        holder.to_string(),
+    );
+    let claimed = blocking(move || {
+        let body = kept_body(&tid, &who, via, &task)?;
+        if !st.runtime.claim_submission(&tid, &from, &me(), &body)? {
+            return Ok(None);
+        }
+        // Held by this server from now on: asked again as it was.
+        let live = st
+            .runtime
+            .tokens()?
+            .into_iter()
+            .any(|t| t.id == who.token_id && t.revoked_ms.is_none());
+        if !live {
+            return Ok(Some(Err(ApiError::unauthorized(&format!(
+                "task {tid}: the token it was asked for with (id {}) was revoked before its preparation",
+                who.token_id
+            )))));
+        }
+        Ok(Some(rt.admit(request).map_err(ApiError::from)))
     })
     .await;
-    match admitted {
-        Ok(a) => {
-            drop(prepare(s, id, &caller.owner, a));
-        }
+    let admitted = match claimed {
+        Ok(None) => return false,
+        Ok(Some(a)) => a,
+        // The store did not answer: left as it is, for the next round.
         Err(e) => {
-            s.prestart.queued(id, &caller.owner);
-            s.prestart.refused(id, &e);
-            let (st, tid) = (s.clone(), id.to_string());
-            let _ = blocking(move || {
-                keep_refusal(&st, &tid, &e);
-                Ok(())
-            })
-            .await;
+            tracing::warn!("task {id}: its kept submission not taken up: {}", e.message);
+            return false;
         }
+    };
+    s.prestart.queued(id, &caller.owner);
+    match admitted {
+        Ok(a) => drop(prepare(s, id, &caller.owner, a, true)),
+        Err(e) => {
+            s.prestart.refused(id, &e);
+            settle(s, id, &e).await;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, clippy::unwrap_used)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+    use loop_runtime::Runtime;
+
+    const SCRIPT: &str = "turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+    /// A server takes over only the submissions no live server holds (one
+    /// whose holder died here, or whose hold lapsed), each by a
+    /// conditional write: two servers looking at once prepare each one
+    /// once. A request whose token was revoked meanwhile is refused, not
+    /// prepared.
+    #[test]
+    fn a_submission_is_taken_over_once_and_only_from_a_holder_that_is_gone() {
+        let dir = std::env::temp_dir().join(format!("loop-submissions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+        let rt = Runtime::open(&dir).unwrap();
+        let live = rt.create_token("alice", Scope::Run).unwrap().record.id;
+        let revoked = rt.create_token("alice", Scope::Run).unwrap().record.id;
+        assert!(rt.revoke_token(&revoked).unwrap());
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        let live_here = loop_store::Owner::this_process("another-server".into(), now);
+        let dead_here = loop_store::Owner {
+            token: "gone".into(),
+            pid: u32::MAX - 1,
+            start_time: 1,
+            ..live_here.clone()
+        };
+        let elsewhere = |token: &str| loop_store::Owner {
+            token: token.into(),
+            host: "another-machine".into(),
+            ..live_here.clone()
+        };
+        let task: NewTask = serde_json::from_value(serde_json::json!({
+            "instruction": "write hello",
+            "checks": ["grep -q hello hello.txt"],
+            "model": "scripted:script.yaml",
+        }))
+        .unwrap();
+        let keep = |id: &str, holder: loop_store::Owner, token_id: &str| {
+            let kept = Kept {
+                task: task.clone(),
+                token_id: token_id.into(),
+                via: "http".into(),
+                holder: holder.clone(),
+                refused: None,
+            };
+            let body = serde_json::to_value(&kept).unwrap();
+            rt.keep_submission(id, "alice", &body, &holder.token)
+                .unwrap();
+        };
+        let mut ids: Vec<String> = (0..5).map(|_| rt.new_task_id().unwrap()).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 5, "{ids:?}");
+        let [s_live, s_far, s_lapsed, s_dead, s_revoked] = [0, 1, 2, 3, 4].map(|n| ids[n].as_str());
+        keep(s_live, live_here.clone(), &live);
+        keep(s_far, elsewhere("far"), &live);
+        keep(s_lapsed, elsewhere("lapsed"), &live);
+        keep(s_dead, dead_here, &live);
+        keep(s_revoked, elsewhere("lapsed-too"), &revoked);
+        // Their holders last renewed their holds long ago.
+        let store = loop_runtime::open_store(rt.project()).unwrap();
+        let long_ago = now - HOLD.as_millis() as u64 - 60_000;
+        for holder in ["lapsed", "lapsed-too"] {
+            store
+                .renew_kept(loop_store::Kept::Submissions, holder, long_ago)
+                .unwrap();
+        }
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (a, b) = (
+            AppState::new(rt.clone(), 1000, 2),
+            AppState::new(Runtime::open(&dir).unwrap(), 1000, 2),
+        );
+        let (ra, rb) = tokio.block_on(async { tokio::join!(restore(&a), restore(&b)) });
+        assert_eq!(
+            ra.prepared + rb.prepared,
+            3,
+            "taken over once each (lapsed, dead, revoked): {ra:?} {rb:?}"
+        );
+        let holder = |id: &str| rt.kept_submission(id).unwrap().map(|r| r.holder);
+        assert_eq!(holder(s_live).as_deref(), Some("another-server"));
+        assert_eq!(holder(s_far).as_deref(), Some("far"));
+        // Taken over and prepared: stored, then forgotten.
+        for id in [s_lapsed, s_dead] {
+            let t0 = std::time::Instant::now();
+            while rt.task(id).is_err() {
+                let seen = (a.prestart.state(id, None), b.prestart.state(id, None));
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "{id} never stored: {seen:?}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // The revoked token's: refused with the reason, held by nobody.
+        let refused = |s: &AppState| s.prestart.state(s_revoked, None);
+        let t0 = std::time::Instant::now();
+        let state = loop {
+            if let Some(st @ crate::prestart::State::Refused(..)) = refused(&a).or(refused(&b)) {
+                break st;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "never refused");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let crate::prestart::State::Refused(status, _, message) = state else {
+            unreachable!()
+        };
+        assert_eq!(status, 401, "{message}");
+        assert!(message.contains("was revoked"), "{message}");
+        let t0 = std::time::Instant::now();
+        while holder(s_revoked).as_deref() != Some("") {
+            assert!(t0.elapsed() < Duration::from_secs(30), "refusal never kept");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(rt.task(s_revoked).is_err(), "never prepared");
+        // Nothing more to take: a second look leaves everything.
+        let again = tokio.block_on(restore(&a));
+        assert_eq!(again.prepared, 0, "{again:?}");
+        drop(tokio);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1735,3 +1735,81 @@ fn a_client_that_prefers_to_wait_hears_how_the_preparation_went() {
     assert_eq!(refused["error"]["status"], 400, "{refused}");
     assert!(s.runtime.task(&id).is_err(), "the store has no such task");
 }
+
+#[test]
+fn a_task_cancelled_before_its_preparation_is_never_prepared() {
+    // One place, held by a slow task; the next waits for it.
+    let s = start_with("cancel-queued", 10_000, 1, |_| ());
+    let alice = token(&s, "alice", Scope::Run);
+    let bob = token(&s, "bob", Scope::Run);
+    let slow = json!({"instruction": "write hello", "checks": ["sleep 2; grep -q hello hello.txt"], "model": "scripted:script.yaml"});
+    let id_of = |(status, b): (u16, String)| -> String {
+        assert_eq!(status, 201, "{b}");
+        json_of(&b)["id"].as_str().unwrap().to_string()
+    };
+    let first = id_of(post_task(&s, &alice, slow.clone()));
+    let queued = id_of(post_task(&s, &alice, slow.clone()));
+    assert_eq!(status_200(&s, &alice, &queued)["state"], "queued");
+    let cancel = |who: &str, id: &str| -> (u16, Value) {
+        let (status, b) = call(
+            &s,
+            "post",
+            &format!("/api/v1/tasks/{id}/cancel"),
+            Some(who),
+            None,
+        );
+        (status, json_of(&b))
+    };
+    // Not bob's to cancel; alice's cancel ends it before its preparation.
+    assert_eq!(cancel(&bob, &queued).0, 404);
+    let (status, v) = cancel(&alice, &queued);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"], "ended_here", "{v}");
+    assert_eq!(v["outcome"], "cancelled", "{v}");
+    let v = status_200(&s, &alice, &queued);
+    assert_eq!(v["state"], "cancelled", "{v}");
+    assert_eq!(v["error"]["status"], 409, "{v}");
+    assert_eq!(cancel(&alice, &queued).1["result"], "already_ended");
+    // Its refusal is kept in the store, held by no server: a restarted
+    // server shows it and never prepares it.
+    let t0 = Instant::now();
+    loop {
+        let kept = s.runtime.kept_submission(&queued).unwrap().unwrap();
+        if kept.holder.is_empty() {
+            assert!(kept.body.contains("\"cancelled\""), "{}", kept.body);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never kept");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A task cancelled while it is being prepared is cancelled once it is
+    // stored: it never runs a step.
+    let t0 = Instant::now();
+    while status_200(&s, &alice, &first)["state"] != "preparing" {
+        assert!(t0.elapsed() < Duration::from_secs(30), "never preparing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, v) = cancel(&alice, &first);
+    assert_eq!(
+        (status, v["result"].as_str()),
+        (200, Some("stopped")),
+        "{v}"
+    );
+    let ended = wait_ended(&s, &alice, &first);
+    assert_eq!(ended["outcome"], "cancelled", "{ended}");
+    // The honest task behind them still runs to its end.
+    let next = id_of(post_task(&s, &alice, slow));
+    assert_eq!(wait_ended(&s, &alice, &next)["outcome"], "verified");
+    assert!(
+        s.runtime.task(&queued).is_err(),
+        "the cancelled one never stored"
+    );
+    let (status, b) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{queued}/changes"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 409, "{b}");
+}

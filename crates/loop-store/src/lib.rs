@@ -132,6 +132,11 @@ pub const MIGRATIONS: &[&str] = &[
         updated_ms BIGINT NOT NULL
      );
      CREATE INDEX submissions_by_project ON submissions(project);",
+    // 7: who holds a kept record (the server process preparing a
+    // submission), so one server takes it over from another only by a
+    // conditional write, and the holder renews all of its records in one.
+    "ALTER TABLE drafts ADD COLUMN holder TEXT NOT NULL DEFAULT '';
+     ALTER TABLE submissions ADD COLUMN holder TEXT NOT NULL DEFAULT '';",
 ];
 
 /// The schema version this build writes.
@@ -169,8 +174,10 @@ pub struct DraftRecord {
     pub owner: String,
     /// Where it stands (JSON).
     pub body: String,
-    /// When it was last written.
+    /// When it was last written (or renewed by its holder).
     pub updated_ms: u64,
+    /// Who holds it (a server process's token), empty for nobody.
+    pub holder: String,
 }
 
 /// A bearer token of the API, as stored (its hash, never the token).
@@ -748,7 +755,9 @@ pub trait Store: Send + Sync {
     /// applied or discarded, nothing needs it. The bytes of contents freed.
     fn drop_task_contents(&self, task: &str) -> Result<u64, StoreError>;
     /// Keep `id` of `kind` (a draft, a submission): its owner, the project
-    /// it is for and where it stands (JSON). Written again, it is replaced.
+    /// it is for, where it stands (JSON) and who holds it (empty: nobody).
+    /// Written again, it is replaced.
+    #[allow(clippy::too_many_arguments)]
     fn put_kept(
         &self,
         kind: Kept,
@@ -756,10 +765,28 @@ pub trait Store: Send + Sync {
         owner: &str,
         project: &str,
         body: &str,
+        holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError>;
     /// The records of `kind` kept for `project`, oldest first.
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
+    /// Record `id` of `kind`, if it is kept.
+    fn kept_one(&self, kind: Kept, id: &str) -> Result<Option<DraftRecord>, StoreError>;
+    /// Take record `id` of `kind` over from `from` (its holder as last
+    /// read) for `to`, writing `body`: `false` when it is gone or someone
+    /// else took it first (one write decides between two takers).
+    fn claim_kept(
+        &self,
+        kind: Kept,
+        id: &str,
+        from: &str,
+        to: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError>;
+    /// Renew every record of `kind` that `holder` holds (its time is now):
+    /// how many.
+    fn renew_kept(&self, kind: Kept, holder: &str, now_ms: u64) -> Result<u64, StoreError>;
     /// Drop `project`'s records of `kind` last written before `before_ms`;
     /// how many.
     fn drop_kept(&self, kind: Kept, project: &str, before_ms: u64) -> Result<u64, StoreError>;
@@ -777,7 +804,7 @@ pub trait Store: Send + Sync {
         body: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        self.put_kept(Kept::Drafts, id, owner, project, body, now_ms)
+        self.put_kept(Kept::Drafts, id, owner, project, body, "", now_ms)
     }
     /// The drafts kept for `project`, oldest first.
     fn drafts(&self, project: &str) -> Result<Vec<DraftRecord>, StoreError> {

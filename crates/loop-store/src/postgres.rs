@@ -1206,38 +1206,70 @@ impl Store for PgStore {
         owner: &str,
         project: &str,
         body: &str,
+        holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let sql = format!(
-            "INSERT INTO {} (id, owner, project, body, updated_ms) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+            "INSERT INTO {} (id, owner, project, body, holder, updated_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
+                holder = excluded.holder, updated_ms = excluded.updated_ms",
             kind.table()
         );
         self.run(|c| {
-            c.execute(&sql, &[&id, &owner, &project, &body, &ms(now_ms)])?;
+            c.execute(&sql, &[&id, &owner, &project, &body, &holder, &ms(now_ms)])?;
             Ok(())
         })
     }
 
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
         let sql = format!(
-            "SELECT id, owner, body, updated_ms FROM {} WHERE project = $1 ORDER BY updated_ms, id",
+            "SELECT id, owner, body, updated_ms, holder FROM {} WHERE project = $1
+             ORDER BY updated_ms, id",
             kind.table()
         );
         self.run(|c| {
             let rows = c.query(&sql, &[&project])?;
             Ok(rows
                 .iter()
-                .map(|r| {
-                    Ok(DraftRecord {
-                        id: r.try_get(0)?,
-                        owner: r.try_get(1)?,
-                        body: r.try_get(2)?,
-                        updated_ms: r.try_get::<_, i64>(3)?.max(0) as u64,
-                    })
-                })
+                .map(kept_record)
                 .collect::<Result<Vec<_>, postgres::Error>>()?)
         })
+    }
+
+    fn kept_one(&self, kind: Kept, id: &str) -> Result<Option<DraftRecord>, StoreError> {
+        let sql = format!(
+            "SELECT id, owner, body, updated_ms, holder FROM {} WHERE id = $1",
+            kind.table()
+        );
+        self.run(|c| {
+            let row = c.query_opt(&sql, &[&id])?;
+            Ok(row.as_ref().map(kept_record).transpose()?)
+        })
+    }
+
+    fn claim_kept(
+        &self,
+        kind: Kept,
+        id: &str,
+        from: &str,
+        to: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "UPDATE {} SET holder = $1, body = $2, updated_ms = $3 WHERE id = $4 AND holder = $5",
+            kind.table()
+        );
+        self.run(|c| Ok(c.execute(&sql, &[&to, &body, &ms(now_ms), &id, &from])? == 1))
+    }
+
+    fn renew_kept(&self, kind: Kept, holder: &str, now_ms: u64) -> Result<u64, StoreError> {
+        let sql = format!(
+            "UPDATE {} SET updated_ms = $1 WHERE holder = $2 AND holder != ''",
+            kind.table()
+        );
+        self.run(|c| Ok(c.execute(&sql, &[&ms(now_ms), &holder])?))
     }
 
     fn drop_kept(&self, kind: Kept, project: &str, before_ms: u64) -> Result<u64, StoreError> {
@@ -1331,6 +1363,17 @@ impl Store for PgStore {
             .transpose()?)
         })
     }
+}
+
+/// A kept record from its row (`id, owner, body, updated_ms, holder`).
+fn kept_record(r: &postgres::Row) -> Result<DraftRecord, postgres::Error> {
+    Ok(DraftRecord {
+        id: r.try_get(0)?,
+        owner: r.try_get(1)?,
+        body: r.try_get(2)?,
+        updated_ms: r.try_get::<_, i64>(3)?.max(0) as u64,
+        holder: r.try_get(4)?,
+    })
 }
 
 #[cfg(test)]

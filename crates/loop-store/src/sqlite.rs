@@ -25,6 +25,9 @@ fn row_to_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
 /// SQLite at a path (`PROJECT/.loop/loop.db` by default).
 pub struct SqliteStore {
     path: PathBuf,
+    /// The database file's identity (device, inode) when it was opened: a
+    /// reader is opened by path only while the path still names that file.
+    identity: Option<(u64, u64)>,
     /// The one connection that writes (and reads inside its writes).
     conn: Mutex<Connection>,
     /// Connections that only read, kept for the next read: in WAL mode a
@@ -104,10 +107,9 @@ impl SqliteStore {
     /// A file replaced since (another inode) is opened afresh.
     #[allow(clippy::disallowed_methods)] // the database file's identity only
     pub fn open_shared(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        use std::os::unix::fs::MetadataExt;
         type Open = HashMap<PathBuf, ((u64, u64), Weak<SqliteStore>)>;
         static OPEN: OnceLock<Mutex<Open>> = OnceLock::new();
-        let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let identity = file_identity;
         let open = OPEN.get_or_init(Mutex::default);
         let mut map = open
             .lock()
@@ -141,6 +143,7 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
         let store = SqliteStore {
             path: path.to_path_buf(),
+            identity: file_identity(path),
             conn: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             urgent: AtomicUsize::new(0),
@@ -392,6 +395,11 @@ impl SqliteStore {
             .pop();
         let mut conn = match kept {
             Some(c) => c,
+            // The path names another file now (replaced, or removed): the
+            // writing connection still has this store's, and reads there.
+            None if self.identity.is_none() || file_identity(&self.path) != self.identity => {
+                return self.with(f);
+            }
             None => self.open_reader()?,
         };
         let out = f(&mut conn);
@@ -940,40 +948,86 @@ impl Store for SqliteStore {
         owner: &str,
         project: &str,
         body: &str,
+        holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let sql = format!(
-            "INSERT INTO {} (id, owner, project, body, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body, updated_ms = excluded.updated_ms",
+            "INSERT INTO {} (id, owner, project, body, holder, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
+                holder = excluded.holder, updated_ms = excluded.updated_ms",
             kind.table()
         );
         self.with(|c| {
-            c.execute(&sql, params![id, owner, project, body, now_ms as i64])
-                .map_err(|e| self.err(e))?;
+            c.execute(
+                &sql,
+                params![id, owner, project, body, holder, now_ms as i64],
+            )
+            .map_err(|e| self.err(e))?;
             Ok(())
         })
     }
 
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
         let sql = format!(
-            "SELECT id, owner, body, updated_ms FROM {} WHERE project = ?1 ORDER BY updated_ms, id",
+            "SELECT id, owner, body, updated_ms, holder FROM {} WHERE project = ?1
+             ORDER BY updated_ms, id",
             kind.table()
         );
         self.read(|c| {
             let mut stmt = c.prepare_cached(&sql).map_err(|e| self.err(e))?;
             let rows = stmt
-                .query_map(params![project], |r| {
-                    Ok(DraftRecord {
-                        id: r.get(0)?,
-                        owner: r.get(1)?,
-                        body: r.get(2)?,
-                        updated_ms: r.get::<_, i64>(3)? as u64,
-                    })
-                })
+                .query_map(params![project], kept_record)
                 .map_err(|e| self.err(e))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| self.err(e))?;
             Ok(rows)
+        })
+    }
+
+    fn kept_one(&self, kind: Kept, id: &str) -> Result<Option<DraftRecord>, StoreError> {
+        let sql = format!(
+            "SELECT id, owner, body, updated_ms, holder FROM {} WHERE id = ?1",
+            kind.table()
+        );
+        self.read(|c| {
+            c.query_row(&sql, params![id], kept_record)
+                .optional()
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    fn claim_kept(
+        &self,
+        kind: Kept,
+        id: &str,
+        from: &str,
+        to: &str,
+        body: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "UPDATE {} SET holder = ?1, body = ?2, updated_ms = ?3 WHERE id = ?4 AND holder = ?5",
+            kind.table()
+        );
+        self.with(|c| {
+            let n = c
+                .execute(&sql, params![to, body, now_ms as i64, id, from])
+                .map_err(|e| self.err(e))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn renew_kept(&self, kind: Kept, holder: &str, now_ms: u64) -> Result<u64, StoreError> {
+        let sql = format!(
+            "UPDATE {} SET updated_ms = ?1 WHERE holder = ?2 AND holder != ''",
+            kind.table()
+        );
+        self.with(|c| {
+            let n = c
+                .execute(&sql, params![now_ms as i64, holder])
+                .map_err(|e| self.err(e))?;
+            Ok(n as u64)
         })
     }
 
@@ -1068,4 +1122,22 @@ impl Store for SqliteStore {
             Ok(n > 0)
         })
     }
+}
+
+/// A file's device and inode, if it is there.
+#[allow(clippy::disallowed_methods)] // the database file's identity only
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A kept record from its row (`id, owner, body, updated_ms, holder`).
+fn kept_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRecord> {
+    Ok(DraftRecord {
+        id: r.get(0)?,
+        owner: r.get(1)?,
+        body: r.get(2)?,
+        updated_ms: r.get::<_, i64>(3)? as u64,
+        holder: r.get(4)?,
+    })
 }

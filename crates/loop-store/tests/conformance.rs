@@ -602,10 +602,26 @@ fn approvals_tokens_and_deliveries_round_trip() {
 
         // Submissions: kept apart from drafts, forgotten one by one.
         use loop_store::Kept;
-        s.put_kept(Kept::Submissions, "t-1", "alice", "p-a", r#"{"n":1}"#, 40)
-            .unwrap();
-        s.put_kept(Kept::Submissions, "t-2", "alice", "p-a", r#"{"n":2}"#, 41)
-            .unwrap();
+        s.put_kept(
+            Kept::Submissions,
+            "t-1",
+            "alice",
+            "p-a",
+            r#"{"n":1}"#,
+            "A",
+            40,
+        )
+        .unwrap();
+        s.put_kept(
+            Kept::Submissions,
+            "t-2",
+            "alice",
+            "p-a",
+            r#"{"n":2}"#,
+            "A",
+            41,
+        )
+        .unwrap();
         let ids = |s: &dyn loop_store::Store| -> Vec<String> {
             s.kept(Kept::Submissions, "p-a")
                 .unwrap()
@@ -620,10 +636,58 @@ fn approvals_tokens_and_deliveries_round_trip() {
         assert!(!s.forget_kept(Kept::Drafts, "t-2").unwrap(), "{who}");
         assert_eq!(ids(&*s), ["t-2"], "{who}");
         // Those whose tasks are stored go in one sweep ("t" is stored).
-        s.put_kept(Kept::Submissions, "t", "alice", "p-a", "{}", 42)
+        s.put_kept(Kept::Submissions, "t", "alice", "p-a", "{}", "", 42)
             .unwrap();
         assert_eq!(s.forget_kept_stored(Kept::Submissions).unwrap(), 1, "{who}");
         assert_eq!(ids(&*s), ["t-2"], "{who}");
+
+        // Held: renewed by its holder in one write, taken over by one
+        // conditional write (the second taker, reading the old holder,
+        // finds it taken).
+        let one = |s: &dyn loop_store::Store| s.kept_one(Kept::Submissions, "t-2").unwrap();
+        assert_eq!(
+            one(&*s).map(|r| (r.holder, r.updated_ms)),
+            Some(("A".into(), 41)),
+            "{who}"
+        );
+        assert_eq!(s.kept_one(Kept::Submissions, "t-1").unwrap(), None, "{who}");
+        assert_eq!(
+            s.renew_kept(Kept::Submissions, "A", 50).unwrap(),
+            1,
+            "{who}"
+        );
+        assert_eq!(
+            s.renew_kept(Kept::Submissions, "", 51).unwrap(),
+            0,
+            "{who}: nobody's"
+        );
+        assert_eq!(one(&*s).unwrap().updated_ms, 50, "{who}");
+        assert!(
+            s.claim_kept(Kept::Submissions, "t-2", "A", "B", r#"{"n":3}"#, 60)
+                .unwrap(),
+            "{who}"
+        );
+        assert!(
+            !s.claim_kept(Kept::Submissions, "t-2", "A", "C", "{}", 61)
+                .unwrap(),
+            "{who}: taken first"
+        );
+        assert!(
+            !s.claim_kept(Kept::Submissions, "gone", "", "C", "{}", 61)
+                .unwrap(),
+            "{who}"
+        );
+        let r = one(&*s).unwrap();
+        assert_eq!(
+            (r.holder.as_str(), r.body.as_str(), r.updated_ms),
+            ("B", r#"{"n":3}"#, 60),
+            "{who}"
+        );
+        assert_eq!(
+            s.renew_kept(Kept::Submissions, "A", 70).unwrap(),
+            0,
+            "{who}: no longer A's"
+        );
     }
 }
 
@@ -1023,5 +1087,16 @@ fn one_process_opens_an_sqlite_store_once_and_a_replaced_file_afresh() {
         "the old store was handed out"
     );
     assert!(c.task("t-1").is_err(), "the old database answered");
+    // The old store still reads its own file, however many read at once
+    // (a reader opened now, by path, would open the new one).
+    std::thread::scope(|sc| {
+        for _ in 0..12 {
+            sc.spawn(|| {
+                for _ in 0..20 {
+                    assert_eq!(a.task("t-1").unwrap().id, "t-1");
+                }
+            });
+        }
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
