@@ -163,12 +163,14 @@ def check_layers(a, ws, flags, on):
                                  f"{'on' if got else 'off'}: {iso}")
 
 
-def per_command(tmp, a, ws, flags, many):
-    """Marginal cost of one command inside one process: --repeat MANY+1 minus --repeat 1, / MANY."""
+def per_command(tmp, a, ws, flags, many, pause_ms=0):
+    """Marginal cost of one command inside one process: --repeat MANY+1 minus --repeat 1, / MANY; with
+    PAUSE_MS between the commands (a task's come seconds apart), less the pauses."""
+    pause = f"--pause-ms {pause_ms} " if pause_ms else ""
     r = hyperfine(tmp, [("one", exec_cmd(a, ws, flags, "--repeat 1 -- true")),
-                        ("many", exec_cmd(a, ws, flags, f"--repeat {many + 1} -- true"))],
+                        ("many", exec_cmd(a, ws, flags, f"--repeat {many + 1} {pause}-- true"))],
                   runs=a.reps(5, 2), warmup=a.reps(1, 0))
-    return (r[1]["median"] - r[0]["median"]) / many
+    return (r[1]["median"] - r[0]["median"]) / many - pause_ms / 1000
 
 
 def sandbox(rep, a, tmp):
@@ -194,24 +196,31 @@ def sandbox(rep, a, tmp):
             "variant was first run with `--json` and its isolation record checked (the layers named on, the "
             "others off), so a layer the kernel lacks fails the run instead of being measured as present.\n",
             table(["one process per command", "median ms", "mean ± σ ms", "min ms", "max ms", "vs bare spawn"], rows)]
-    many = a.reps(200, 5)
+    many, apart, pause = a.reps(200, 5), a.reps(20, 3), 50
     per = [(name, per_command(tmp, a, ws, flags, many)) for name, flags, _ in LAYERS]
-    positive(a, "sandbox", *[(f"per command, {n}", p) for n, p in per])
+    spaced = [(name, per_command(tmp, a, ws, flags, apart, pause)) for name, flags, _ in LAYERS]
+    positive(a, "sandbox", *[(f"per command, {n}", p) for n, p in per + spaced])
     text.append(f"\nInside one process, where the host view, the Landlock rules and the seccomp program are "
                 f"prepared once: `loop exec --repeat {many + 1}` minus `--repeat 1`, divided by {many} "
-                f"(hyperfine medians of {a.reps(5, 2)}). This is what every `run_command` pays inside `loop run`; "
-                "a verification check pays it plus its overlay (next section).\n")
-    text.append(table(["layers", "per command, ms", "over a bare spawn, ms"],
-                      [(n, f"{ms(p):.2f}", f"{ms(p - bare):+.2f}") for n, p in per]))
+                f"(hyperfine medians of {a.reps(5, 2)}); and with the commands {pause} ms apart, as a task's "
+                f"are (`--repeat {apart + 1} --pause-ms {pause}`, less the pauses): a kernel lock some layers "
+                "take costs its first taker a wait that back-to-back commands share. This is what every "
+                "`run_command` pays inside `loop run`; a verification check pays it plus its overlay (next "
+                "section). The goals are judged on the larger of the two.\n")
+    text.append(table(["layers", "back to back, ms", "over a bare spawn, ms", f"{pause} ms apart, ms",
+                       "over a bare spawn, ms"],
+                      [(n, f"{ms(p):.2f}", f"{ms(p - bare):+.2f}", f"{ms(q):.2f}", f"{ms(q - bare):+.2f}")
+                       for (n, p), (_, q) in zip(per, spaced)]))
     text.append(phases(a, ws))
     rep.add("\n".join(text))
     bw = res[-1]["median"]
-    equiv, full = per[3][1], per[4][1]
-    rep.goal("sandbox", "isolation equal to bwrap's (namespaces, Landlock, seccomp) adds at most 3 ms over a "
-             "bare spawn, per command in the runtime", f"{ms(equiv - bare):.2f} ms ({ms(equiv):.2f} − {ms(bare):.2f})",
-             equiv - bare <= 0.003)
-    rep.goal("sandbox", "full isolation (with the memory/pids cgroups) adds at most 3 ms over a bare spawn, "
-             "per command in the runtime", f"{ms(full - bare):.2f} ms", full - bare <= 0.003)
+    equiv, full = max(per[3][1], spaced[3][1]), max(per[4][1], spaced[4][1])
+    rep.goal("sandbox", "isolation equal to bwrap's (namespaces, Landlock, seccomp) adds at most 1 ms over a "
+             "bare spawn, per command in the runtime (back to back or apart)",
+             f"{ms(equiv - bare):.2f} ms ({ms(equiv):.2f} − {ms(bare):.2f})", equiv - bare <= 0.001)
+    rep.goal("sandbox", "full isolation (with the memory/pids cgroups) adds at most 2 ms over a bare spawn, "
+             "per command in the runtime (back to back or apart)", f"{ms(full - bare):.2f} ms",
+             full - bare <= 0.002)
     rep.goal("sandbox", "one process per command: `loop exec` with bwrap's isolation (no cgroups) no slower "
              "than bwrap", f"{ms(res[4]['median']):.2f} vs {ms(bw):.2f} ms", res[4]["median"] <= bw)
     rep.goal("sandbox", "one process per command: full isolation no slower than bwrap",

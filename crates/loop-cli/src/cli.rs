@@ -707,6 +707,10 @@ pub(crate) struct ExecArgs {
     /// (for measuring the per-command cost inside a long-lived runtime).
     #[arg(long, default_value_t = 1, hide = true)]
     pub(crate) repeat: u32,
+    /// Pause this many milliseconds between those runs (a task's commands
+    /// come apart, not back to back).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub(crate) pause_ms: u64,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,

@@ -368,6 +368,12 @@ fn a_memory_bomb_is_stopped() {
         let killed = j["signal"] == 9 || j["exit_code"] == 137;
         let refused = s(&j, "stderr").contains("MemoryError");
         assert!(killed || refused, "{who:?}: {j}");
+        // Where the record says a memory cgroup held it, that cgroup did:
+        // the address space was not limited (`as=unlimited`), so only the
+        // command's having joined it stops the allocation.
+        if j["isolation"]["memory_cgroup"] == true {
+            assert!(killed, "{who:?}: not killed by its memory cgroup: {j}");
+        }
         assert_ne!(s(&j, "stdout").trim(), "2147483648");
     }
 }

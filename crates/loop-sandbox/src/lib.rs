@@ -1213,12 +1213,15 @@ fn command_disk(
     Ok(disk)
 }
 
-/// The `cgroup.procs` files the child joins before anything forks.
+/// The files the child writes itself into before anything forks: v2's
+/// `cgroup.procs`; v1's `tasks` (its one thread, without the global lock
+/// and its RCU wait: see `cgroup.rs`).
 fn cgroup_procs_files(cgroups: &cgroup::Cgroups) -> Result<Vec<CString>, SandboxError> {
+    let file = if cgroups.v1 { "tasks" } else { "cgroup.procs" };
     cgroups
         .dirs
         .iter()
-        .map(|d| cstring(&d.join("cgroup.procs")))
+        .map(|d| cstring(&d.join(file)))
         .collect::<Result<_, _>>()
 }
 

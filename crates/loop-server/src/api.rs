@@ -199,6 +199,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
                     overlay: false,
                     layers: loop_sandbox::Layers::default(),
                     repeat: 1,
+                    pause: Duration::ZERO,
                     terminal: false,
                 })
                 .is_ok_and(|r| r.exit_code == Some(0));

@@ -73,6 +73,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         overlay: o.overlay,
         layers,
         repeat: o.repeat,
+        pause: Duration::from_millis(o.pause_ms),
         terminal: o.tty,
     })
     .map_err(|e| CliError {

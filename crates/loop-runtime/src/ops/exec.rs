@@ -39,6 +39,9 @@ pub struct ExecOptions {
     pub layers: Layers,
     /// Runs in this process (the last is reported).
     pub repeat: u32,
+    /// A pause between those runs (commands of a task come seconds apart:
+    /// what a command pays then, not only back to back).
+    pub pause: Duration,
     /// Run on a pseudo-terminal the runtime makes (both streams as one).
     pub terminal: bool,
 }
@@ -139,6 +142,9 @@ pub fn exec(o: &ExecOptions) -> Result<ExecResult, ExecFailure> {
     for n in 1..o.repeat.max(1) {
         if last.is_err() {
             break;
+        }
+        if !o.pause.is_zero() {
+            std::thread::sleep(o.pause);
         }
         last = run(n);
     }
