@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 /// The cgroup directories of one command.
 #[derive(Debug, Default)]
 pub struct Cgroups {
-    /// Directories whose `cgroup.procs` the child writes itself into.
+    /// Directories the child writes itself into (`cgroup.procs`, or v1's
+    /// `tasks`).
     pub dirs: Vec<PathBuf>,
     /// Whether memory is limited.
     pub memory: bool,

@@ -37,7 +37,8 @@ pub struct ChildPlan {
     pub uid_map: Vec<u8>,
     /// `/proc/self/gid_map` content.
     pub gid_map: Vec<u8>,
-    /// `cgroup.procs` files to join before anything forks.
+    /// The cgroup files (v2 `cgroup.procs`, v1 `tasks`) the child writes
+    /// itself into before anything forks.
     pub cgroup_procs: Vec<CString>,
     /// Mount a fresh procfs for the new PID namespace.
     pub mount_proc: bool,

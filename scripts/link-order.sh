@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Regenerate crates/loop-cli/link-order.txt: the functions `loop` runs on
+# its everyday paths (a task with a scripted model, its status, logs and
+# receipt verified offline, the help), in the order it first runs them.
+# The release build hands the list to the linker (crates/loop-cli/build.rs),
+# which places those functions together: a run then touches a few
+# megabytes of the binary's code instead of pages scattered over all of it
+# (the kernel maps 64 KiB around each page a process touches). Names the
+# linker no longer finds are skipped, so a stale list costs memory, never
+# correctness; re-run this after larger changes and commit the file.
+#
+# Needs valgrind (callgrind lists every function a run executes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+if ! command -v valgrind >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+  else
+    echo "link-order.sh: needs valgrind (apt-get install valgrind)" >&2
+    exit 1
+  fi
+fi
+cargo build --release -q -p loop-cli
+loop="$root/target/release/loop"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/task.yaml" <<'EOF'
+instruction: "Three files each say their step is done"
+criteria:
+  - id: step-1
+    text: step 1 is done
+    checks: [{file_contains: step1.txt, text: "step 1 done"}]
+  - id: step-2
+    text: step 2 is done
+    checks: [{file_contains: step2.txt, text: "step 2 done"}]
+  - id: step-3
+    text: step 3 is done
+    checks: [{file_contains: step3.txt, text: "step 3 done"}]
+limits: {max_steps: 10}
+EOF
+cat > "$work/script.yaml" <<'EOF'
+turns:
+  - calls: [{tool: write_file, args: {path: step1.txt, content: "step 1 done\n"}}]
+  - calls: [{tool: write_file, args: {path: step2.txt, content: "step 2 wrong\n"}}]
+  - calls: [{tool: write_file, args: {path: step3.txt, content: "step 3 done\n"}}]
+  - calls: [{tool: finish, args: {summary: done}}]
+  - calls: [{tool: write_file, args: {path: step2.txt, content: "step 2 done\n"}}]
+  - calls: [{tool: finish, args: {summary: repaired}}]
+EOF
+mkdir "$work/project"
+n=0
+traced() {
+  n=$((n + 1))
+  (cd "$work/project" && valgrind -q --tool=callgrind --demangle=no \
+    --callgrind-out-file="$work/cg.$n" "$loop" "$@" >/dev/null 2>"$work/err.$n") || {
+    echo "link-order.sh: \`loop $*\` failed:" >&2
+    cat "$work/err.$n" >&2
+    exit 1
+  }
+}
+traced run --task "$work/task.yaml" --model "scripted:$work/script.yaml"
+traced status last
+traced logs last
+traced verify last
+traced --help
+nm --defined-only "$loop" | awk '$2 ~ /[tTwW]/ {print $3}' > "$work/defined"
+python3 - "$work" "$root/crates/loop-cli/link-order.txt" <<'EOF'
+import glob, re, sys
+work, out = sys.argv[1], sys.argv[2]
+defined = set(open(f"{work}/defined").read().split())
+order, seen = [], set()
+for path in sorted(glob.glob(f"{work}/cg.*"), key=lambda p: int(p.rsplit(".", 1)[1])):
+    for line in open(path):
+        m = re.match(r"^c?fn=\(\d+\) (.+)$", line.rstrip("\n"))
+        if m and m.group(1) in defined and m.group(1) not in seen:
+            seen.add(m.group(1))
+            order.append(m.group(1))
+open(out, "w").write("\n".join(order) + "\n")
+print(f"link-order.sh: {len(order)} functions written to {out}")
+EOF
