@@ -25,28 +25,13 @@ cargo build --release -q -p loop-cli
 loop="$root/target/release/loop"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat > "$work/task.yaml" <<'EOF'
-instruction: "Three files each say their step is done"
-criteria:
-  - id: step-1
-    text: step 1 is done
-    checks: [{file_contains: step1.txt, text: "step 1 done"}]
-  - id: step-2
-    text: step 2 is done
-    checks: [{file_contains: step2.txt, text: "step 2 done"}]
-  - id: step-3
-    text: step 3 is done
-    checks: [{file_contains: step3.txt, text: "step 3 done"}]
-limits: {max_steps: 10}
-EOF
-cat > "$work/script.yaml" <<'EOF'
-turns:
-  - calls: [{tool: write_file, args: {path: step1.txt, content: "step 1 done\n"}}]
-  - calls: [{tool: write_file, args: {path: step2.txt, content: "step 2 wrong\n"}}]
-  - calls: [{tool: write_file, args: {path: step3.txt, content: "step 3 done\n"}}]
-  - calls: [{tool: finish, args: {summary: done}}]
-  - calls: [{tool: write_file, args: {path: step2.txt, content: "step 2 done\n"}}]
-  - calls: [{tool: finish, args: {summary: repaired}}]
+# The peer's three-step loop of the benchmarks (step 2 wrong once).
+python3 - "$work" <<'EOF'
+import sys
+sys.path.insert(0, "scripts")
+import bench
+open(f"{sys.argv[1]}/task.yaml", "w").write(bench.PEER_TASK)
+open(f"{sys.argv[1]}/script.yaml", "w").write(bench.PEER_SCRIPT)
 EOF
 mkdir "$work/project"
 n=0

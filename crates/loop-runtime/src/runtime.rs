@@ -171,13 +171,13 @@ impl Runtime {
             .map_err(crate::project::locate::store_err)
     }
 
-    /// Take submission `id` over from holder `from` (as last read) for
-    /// `to`, with `body`: `false` when another server took it first, or it
-    /// is gone.
+    /// Take submission `id` over from holder `from` (its holder and when
+    /// it was last written, as read) for `to` (empty: nobody), with
+    /// `body`: `false` when it was renewed or taken since, or is gone.
     pub fn claim_submission(
         &self,
         id: &str,
-        from: &str,
+        from: (&str, u64),
         to: &str,
         body: &serde_json::Value,
     ) -> Result<bool, Error> {

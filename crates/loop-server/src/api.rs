@@ -557,11 +557,9 @@ async fn cancel(
 ) -> Result<Response, ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     // Not stored yet: cancelled before its preparation (never prepared),
-    // or as soon as its preparation has stored it.
-    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
-    if s.prestart.state(&id, owner).is_some()
-        && let Some((result, outcome)) = crate::submissions::cancel(&s, &id).await
-    {
+    // or as soon as its preparation has stored it (here, or at the server
+    // that keeps it).
+    if let Some((result, outcome)) = crate::submissions::cancel(&s, &caller, &id).await? {
         return Ok(Json(CancelBody {
             id: &id,
             result,

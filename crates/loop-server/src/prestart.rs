@@ -112,6 +112,9 @@ pub(crate) struct Prestart {
     pub(crate) gate: tokio::sync::Semaphore,
     /// How long a request waits for its preparation ([`ANSWER_WITHIN`]).
     pub(crate) answer_within: Duration,
+    /// This server's name as the holder of the submissions it keeps
+    /// (random, one per server).
+    pub(crate) holder: String,
     pending: Mutex<BTreeMap<String, Entry>>,
 }
 
@@ -121,6 +124,8 @@ impl Prestart {
         Prestart {
             gate: tokio::sync::Semaphore::new(jobs.max(1)),
             answer_within: ANSWER_WITHIN,
+            holder: loop_protocol::random::hex::<8>()
+                .unwrap_or_else(|_| format!("{}-{:?}", std::process::id(), Instant::now())),
             pending: Mutex::default(),
         }
     }
@@ -135,36 +140,38 @@ impl Prestart {
 
     /// Task `id` of `owner` waits for a place.
     pub(crate) fn queued(&self, id: &str, owner: &str) {
-        self.with(|m| {
-            // Settled refusals past their time, then the oldest settled
-            // ones while over the cap (waiting ones are bounded by the
-            // requests that made them).
-            m.retain(|_, e| {
-                !(matches!(e.state, State::Refused(..)) && e.since.elapsed() > REFUSAL_KEPT)
-            });
-            while m.len() >= KEEP {
-                let oldest = m
-                    .iter()
-                    .filter(|(_, e)| matches!(e.state, State::Refused(..)))
-                    .min_by_key(|(_, e)| e.since)
-                    .map(|(k, _)| k.clone());
-                match oldest {
-                    Some(k) => {
-                        m.remove(&k);
-                    }
-                    None => break,
-                }
-            }
-            m.insert(
-                id.to_string(),
-                Entry {
-                    owner: owner.to_string(),
-                    state: State::Queued,
-                    since: Instant::now(),
-                    cancel_once_stored: false,
-                },
-            );
+        self.with(|m| Self::enter(m, id, owner));
+    }
+
+    fn enter(m: &mut BTreeMap<String, Entry>, id: &str, owner: &str) {
+        // Settled refusals past their time, then the oldest settled
+        // ones while over the cap (waiting ones are bounded by the
+        // requests that made them).
+        m.retain(|_, e| {
+            !(matches!(e.state, State::Refused(..)) && e.since.elapsed() > REFUSAL_KEPT)
         });
+        while m.len() >= KEEP {
+            let oldest = m
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Refused(..)))
+                .min_by_key(|(_, e)| e.since)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    m.remove(&k);
+                }
+                None => break,
+            }
+        }
+        m.insert(
+            id.to_string(),
+            Entry {
+                owner: owner.to_string(),
+                state: State::Queued,
+                since: Instant::now(),
+                cancel_once_stored: false,
+            },
+        );
     }
 
     /// Take `id` for a new task of `owner` (queued), unless an entry has
@@ -175,7 +182,9 @@ impl Prestart {
     }
 
     fn reserve_within(&self, id: &str, owner: &str, bound: usize) -> Reserved {
-        let found = self.with(|m| {
+        // Looked at and taken under one lock: two requests drawing the
+        // same id never both have it.
+        self.with(|m| {
             if m.contains_key(id) {
                 return Reserved::Taken;
             }
@@ -184,15 +193,11 @@ impl Prestart {
                 .filter(|e| e.owner == owner && !matches!(e.state, State::Refused(..)))
                 .count();
             if waiting >= bound {
-                Reserved::Full
-            } else {
-                Reserved::Yes
+                return Reserved::Full;
             }
-        });
-        if found == Reserved::Yes {
-            self.queued(id, owner);
-        }
-        found
+            Self::enter(m, id, owner);
+            Reserved::Yes
+        })
     }
 
     /// A person cancels task `id` before the store holds it.
@@ -220,9 +225,11 @@ impl Prestart {
         })
     }
 
-    /// Whether a person cancelled task `id` while it was being prepared.
-    pub(crate) fn cancelled_once_stored(&self, id: &str) -> bool {
-        self.with(|m| m.get(id).is_some_and(|e| e.cancel_once_stored))
+    /// Task `id` is in the store now (its status is the store's): whether
+    /// a person cancelled it while it was being prepared (looked at and
+    /// forgotten under one lock, so no cancel falls between).
+    pub(crate) fn take_stored(&self, id: &str) -> bool {
+        self.with(|m| m.remove(id).is_some_and(|e| e.cancel_once_stored))
     }
 
     /// Task `id` is being prepared, unless it was cancelled (`false`).
@@ -326,8 +333,9 @@ mod tests {
         assert_eq!(p.reserve("r", "o"), Reserved::Yes);
         assert!(p.preparing("r"));
         assert_eq!(p.cancel("r"), Cancel::OnceStored);
-        assert!(p.cancelled_once_stored("r"));
         assert_eq!(p.state("r", None), Some(State::Preparing));
+        assert!(p.take_stored("r"), "stored, and to be cancelled");
+        assert_eq!(p.state("r", None), None);
         assert_eq!(p.cancel("nothing"), Cancel::Absent);
     }
 }

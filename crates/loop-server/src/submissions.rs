@@ -80,6 +80,10 @@ impl NewTask {
     }
 }
 
+/// How long a submission kept before holds were renewed (no holder named
+/// in the store) is left to the server that answered it.
+const LEGACY_HOLD: Duration = Duration::from_secs(600);
+
 /// How long a kept submission's hold lasts unless its holder renews it
 /// (a holder on another machine, or in another container, cannot be seen
 /// to be gone: its lapsed hold says so).
@@ -113,8 +117,9 @@ fn via_name(via: Via) -> &'static str {
     }
 }
 
-/// Submission `id` as kept, held by this server (a JSON body).
+/// Submission `id` as kept, held by server `s` (a JSON body).
 fn kept_body(
+    s: &AppState,
     id: &str,
     caller: &Caller,
     via: Via,
@@ -124,7 +129,10 @@ fn kept_body(
         task: task.clone(),
         token_id: caller.token_id.clone(),
         via: via_name(via).to_string(),
-        holder: crate::drafts::this_server(),
+        holder: loop_store::Owner::this_process(
+            me(s),
+            loop_core::Clock::now_ms(&loop_core::SystemClock),
+        ),
         refused: None,
     };
     serde_json::to_value(&kept).map_err(|e| {
@@ -134,15 +142,16 @@ fn kept_body(
     })
 }
 
-/// This server's token, as the store names a holder.
-fn me() -> String {
-    crate::drafts::this_server().token
+/// Server `s`'s name, as the store names a holder.
+fn me(s: &AppState) -> String {
+    s.prestart.holder.clone()
 }
 
 /// Keep submission `id` (a blocking call).
 fn keep(s: &AppState, id: &str, caller: &Caller, via: Via, task: &NewTask) -> Result<(), ApiError> {
-    let body = kept_body(id, caller, via, task)?;
-    Ok(s.runtime.keep_submission(id, &caller.owner, &body, &me())?)
+    let body = kept_body(s, id, caller, via, task)?;
+    Ok(s.runtime
+        .keep_submission(id, &caller.owner, &body, &me(s))?)
 }
 
 /// A new task's id for `caller`, drawn again while it names a task this
@@ -189,6 +198,9 @@ pub(crate) async fn new_id(s: &AppState, caller: &Caller) -> Result<String, ApiE
 
 /// Keep `id` for `caller`, then prepare it when a place frees; `tx` hears
 /// how the preparation went. Answered (by the caller) once this returns.
+/// Kept and handed to its preparation on a task of its own: a request
+/// dropped meanwhile (its client gone, its time up) leaves neither a kept
+/// submission nobody prepares nor a place counted for ever.
 pub(crate) async fn take(
     s: &AppState,
     id: &str,
@@ -197,13 +209,21 @@ pub(crate) async fn take(
     task: NewTask,
     admitted: loop_runtime::Admitted,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<String, ApiError>>, ApiError> {
-    let (st, tid, who, t) = (s.clone(), id.to_string(), caller.clone(), task);
-    if let Err(e) = blocking(move || keep(&st, &tid, &who, via, &t)).await {
-        // Not kept: no task was made (the id is free again).
-        s.prestart.stored(id);
-        return Err(e);
-    }
-    Ok(prepare(s, id, &caller.owner, admitted, false))
+    let (st, tid, who) = (s.clone(), id.to_string(), caller.clone());
+    let kept = tokio::spawn(async move {
+        let (st2, tid2, who2) = (st.clone(), tid.clone(), who.clone());
+        if let Err(e) = blocking(move || keep(&st2, &tid2, &who2, via, &task)).await {
+            // Not kept: no task was made (the id is free again).
+            st.prestart.stored(&tid);
+            return Err(e);
+        }
+        Ok(prepare(&st, &tid, &who.owner, admitted, true))
+    });
+    kept.await.map_err(|e| {
+        ApiError::from(loop_runtime::Error::internal(format!(
+            "task {id}: its request was not kept: {e}"
+        )))
+    })?
 }
 
 /// Prepare kept submission `id` of `owner` when one of the `--jobs` places
@@ -274,15 +294,35 @@ async fn still_ours(s: &AppState, id: &str) -> Option<ApiError> {
         );
     }
     let (rt, tid) = (s.runtime.clone(), id.to_string());
-    let holder = blocking(move || Ok(rt.kept_submission(&tid)?.map(|r| r.holder))).await;
+    let row = blocking(move || Ok(rt.kept_submission(&tid)?)).await;
+    let holder = row.map(|r| {
+        r.map(|r| {
+            // Refused or cancelled through another server meanwhile: said
+            // here as it is there.
+            let refused = serde_json::from_str::<Kept>(&r.body)
+                .ok()
+                .and_then(|k| k.refused);
+            if let Some((status, kind, message)) = refused {
+                s.prestart
+                    .kept_refusal(id, &r.owner, status, kind, message, Duration::ZERO);
+            }
+            r.holder
+        })
+    });
     match holder {
-        Ok(Some(h)) if h == me() => None,
+        Ok(Some(h)) if h == me(s) => None,
         // Unknown (the store did not answer): prepared here, as answered.
         Err(_) => None,
         Ok(_) => {
             // Another server took it over (this one stalled past its
-            // hold), or it is gone: that server prepares it.
-            s.prestart.stored(id);
+            // hold), or a person cancelled it there, or it is gone: not
+            // prepared here.
+            if !matches!(
+                s.prestart.state(id, None),
+                Some(crate::prestart::State::Refused(..))
+            ) {
+                s.prestart.stored(id);
+            }
             Some(ApiError::from(loop_runtime::Error::conflict(format!(
                 "task {id} is prepared by another server"
             ))))
@@ -291,11 +331,22 @@ async fn still_ours(s: &AppState, id: &str) -> Option<ApiError> {
 }
 
 /// Task `id` is stored: it starts, or is cancelled at once if a person
-/// cancelled it while it was being prepared.
+/// cancelled it while it was being prepared (here, or through another
+/// server, which says so in the store).
 async fn started(s: &AppState, id: &str) {
-    let cancel = s.prestart.cancelled_once_stored(id);
-    s.prestart.stored(id);
+    let mut cancel = s.prestart.take_stored(id);
     s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+    if !cancel {
+        let (rt, tid) = (s.runtime.clone(), id.to_string());
+        cancel = blocking(move || {
+            let r = rt.kept_submission(&tid)?;
+            Ok(r.and_then(|r| serde_json::from_str::<Kept>(&r.body).ok())
+                .and_then(|k| k.refused)
+                .is_some_and(|(_, kind, _)| kind == crate::prestart::CANCELLED))
+        })
+        .await
+        .unwrap_or(false);
+    }
     if !cancel {
         s.pool.start(id.to_string(), None);
         return;
@@ -313,34 +364,106 @@ async fn started(s: &AppState, id: &str) {
 }
 
 /// Keep why submission `id` was refused (or cancelled) beside it, held by
-/// nobody now.
-async fn settle(s: &AppState, id: &str, e: &ApiError) {
+/// nobody now: whether it was written (if not, [`tend`] tries again).
+async fn settle(s: &AppState, id: &str, e: &ApiError) -> bool {
     let (st, tid, e) = (s.clone(), id.to_string(), e.clone());
-    let _ = blocking(move || {
-        keep_refusal(&st, &tid, &e);
-        Ok(())
-    })
-    .await;
+    blocking(move || Ok(keep_refusal(&st, &tid, &e)))
+        .await
+        .unwrap_or(false)
 }
 
-/// A person cancels task `id` before the store holds it: `None` when it is
-/// not waiting here; otherwise what the cancel answers (`result`,
+/// The refusal a cancel before the preparation leaves.
+fn cancelled(id: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::CONFLICT,
+        crate::prestart::CANCELLED,
+        format!("task {id} was cancelled before its preparation"),
+    )
+}
+
+/// A person (`caller`) cancels task `id` before the store holds it: `None`
+/// when it is not waiting for its preparation (here or, kept in the store,
+/// at another server); otherwise what the cancel answers (`result`,
 /// `outcome`).
-pub(crate) async fn cancel(s: &AppState, id: &str) -> Option<(&'static str, String)> {
+pub(crate) async fn cancel(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<(&'static str, String)>, ApiError> {
     use crate::prestart::Cancel;
-    match s.prestart.cancel(id) {
+    let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+    if s.prestart.state(id, owner).is_none() {
+        return cancel_elsewhere(s, caller, id).await;
+    }
+    Ok(match s.prestart.cancel(id) {
         Cancel::Absent => None,
         Cancel::Now => {
-            let e = ApiError::from(loop_runtime::Error::conflict(format!(
-                "task {id} was cancelled before its preparation"
-            )));
-            let e = ApiError::new(e.status, crate::prestart::CANCELLED, e.message);
-            settle(s, id, &e).await;
+            // Written conditionally, retried by `tend` if the store did
+            // not take it (the task is not prepared here meanwhile).
+            settle(s, id, &cancelled(id)).await;
             Some(("ended_here", "cancelled".into()))
         }
         Cancel::OnceStored => Some(("stopped", String::new())),
         Cancel::Settled => Some(("already_ended", String::new())),
-    }
+    })
+}
+
+/// [`cancel`] of a submission another server keeps: its refusal is written
+/// in the store (by one conditional write), so its holder never prepares
+/// it, or cancels it the moment it is stored.
+async fn cancel_elsewhere(
+    s: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<(&'static str, String)>, ApiError> {
+    let (st, who, tid) = (s.clone(), caller.clone(), id.to_string());
+    let done = blocking(move || {
+        for _ in 0..5 {
+            let Some(r) = st.runtime.kept_submission(&tid)? else {
+                return Ok(None);
+            };
+            // Stored already (its submission not yet forgotten): the
+            // task's own cancel.
+            if st.runtime.task(&tid).is_ok() {
+                return Ok(None);
+            }
+            if who.scope != Scope::Admin && r.owner != who.owner {
+                return Ok(None);
+            }
+            let Ok(mut k) = serde_json::from_str::<Kept>(&r.body) else {
+                return Ok(None);
+            };
+            if k.refused.is_some() {
+                return Ok(Some(("already_ended", String::new(), r.owner)));
+            }
+            let e = cancelled(&tid);
+            k.refused = Some((e.status.as_u16(), e.kind.to_string(), e.message));
+            let body = serde_json::to_value(&k)
+                .map_err(|x| loop_runtime::Error::internal(x.to_string()))?;
+            if st
+                .runtime
+                .claim_submission(&tid, (&r.holder, r.updated_ms), "", &body)?
+            {
+                return Ok(Some(("ended_here", "cancelled".to_string(), r.owner)));
+            }
+        }
+        Err(ApiError::from(loop_runtime::Error::conflict(format!(
+            "task {tid} changed while it was being cancelled; ask again"
+        ))))
+    })
+    .await?;
+    Ok(done.map(|(result, outcome, owner)| {
+        let e = cancelled(id);
+        s.prestart.kept_refusal(
+            id,
+            &owner,
+            e.status.as_u16(),
+            e.kind.to_string(),
+            e.message,
+            Duration::ZERO,
+        );
+        (result, outcome)
+    }))
 }
 
 /// Run `f` (task `id`'s preparation) on a thread of its own at the
@@ -369,22 +492,43 @@ async fn in_background<T: Send + 'static>(
 }
 
 /// Keep why submission `id` was refused beside it, held by nobody (a
-/// blocking call).
-fn keep_refusal(s: &AppState, id: &str, e: &ApiError) {
-    let Ok(Some(r)) = s.runtime.kept_submission(id) else {
-        return;
-    };
-    let Ok(mut kept) = serde_json::from_str::<Kept>(&r.body) else {
-        return;
-    };
-    kept.refused = Some((e.status.as_u16(), e.kind.to_string(), e.message.clone()));
-    let kept = serde_json::to_value(&kept);
-    if let Err(err) = kept
-        .map_err(|x| loop_runtime::Error::internal(x.to_string()))
-        .and_then(|body| s.runtime.keep_submission(id, &r.owner, &body, ""))
-    {
-        tracing::warn!("task {id}: its refusal is not kept: {err}");
+/// blocking call): written only while this server holds it (one
+/// conditional write, tried again if the hold was renewed between), so a
+/// submission another server took over is never overwritten. Whether it
+/// was written (or there was nothing to write).
+fn keep_refusal(s: &AppState, id: &str, e: &ApiError) -> bool {
+    for _ in 0..5 {
+        let r = match s.runtime.kept_submission(id) {
+            Ok(Some(r)) => r,
+            Ok(None) => return true,
+            Err(err) => {
+                tracing::warn!("task {id}: its refusal is not kept: {err}");
+                return false;
+            }
+        };
+        if r.holder != me(s) {
+            return true;
+        }
+        let Ok(mut kept) = serde_json::from_str::<Kept>(&r.body) else {
+            return true;
+        };
+        kept.refused = Some((e.status.as_u16(), e.kind.to_string(), e.message.clone()));
+        let written = serde_json::to_value(&kept)
+            .map_err(|x| loop_runtime::Error::internal(x.to_string()))
+            .and_then(|body| {
+                s.runtime
+                    .claim_submission(id, (&r.holder, r.updated_ms), "", &body)
+            });
+        match written {
+            Ok(true) => return true,
+            Ok(false) => continue,
+            Err(err) => {
+                tracing::warn!("task {id}: its refusal is not kept: {err}");
+                return false;
+            }
+        }
     }
+    false
 }
 
 /// How often the kept submissions whose tasks are stored are forgotten.
@@ -411,8 +555,8 @@ pub(crate) async fn tend(s: AppState) {
             continue;
         }
         renewed = std::time::Instant::now();
-        let rt = s.runtime.clone();
-        if let Err(e) = blocking(move || Ok(rt.renew_submissions(&me())?)).await {
+        let (rt, holder) = (s.runtime.clone(), me(&s));
+        if let Err(e) = blocking(move || Ok(rt.renew_submissions(&holder)?)).await {
             tracing::warn!("kept submissions not renewed: {}", e.message);
         }
         let found = restore(&s).await;
@@ -524,26 +668,48 @@ async fn take_up(s: &AppState, o: Open) -> TakenUp {
         }
         return TakenUp::Refused;
     }
-    if known || r.holder == me() {
+    if known {
+        // Refused or cancelled here, and not yet said so in the store (the
+        // write did not go through): said again.
+        if let Some(crate::prestart::State::Refused(status, kind, message)) =
+            s.prestart.state(&r.id, None)
+            && r.holder == me(s)
+        {
+            let e = ApiError::new(
+                axum::http::StatusCode::from_u16(status)
+                    .unwrap_or(axum::http::StatusCode::BAD_REQUEST),
+                crate::prestart::kind_name(&kind),
+                message,
+            );
+            settle(s, &r.id, &e).await;
+        }
         return TakenUp::Left;
     }
-    // Another server's, still held: left to it.
+    // Another server's, still held: left to it. A record from before holds
+    // were renewed (no holder named) keeps its holder's first lease.
     let h = &k.holder;
-    let lapsed = now.saturating_sub(r.updated_ms) > HOLD.as_millis() as u64;
-    if !h.is_dead() && !lapsed {
+    let lapsed = if r.holder.is_empty() {
+        h.expired(LEGACY_HOLD.as_millis() as u64, now)
+    } else {
+        now.saturating_sub(r.updated_ms) > HOLD.as_millis() as u64
+    };
+    if r.holder != me(s) && !h.is_dead() && !lapsed {
         return TakenUp::Left;
     }
-    if redrive(s, &r.id, r.owner, &r.holder, k).await {
+    // Gone, lapsed, or held by this server but taken up by nobody here (a
+    // takeover that failed half-way): prepared here.
+    if redrive(s, &r.id, r.owner, (&r.holder, r.updated_ms), k).await {
         TakenUp::Prepared
     } else {
         TakenUp::Left
     }
 }
 
-/// Take kept submission `id` over from `holder` and prepare it here:
-/// `false` when another server took it first. A request whose token was
-/// revoked since is refused, not prepared.
-async fn redrive(s: &AppState, id: &str, owner: String, holder: &str, k: Kept) -> bool {
+/// Take kept submission `id` over from `holder` (its holder and when it
+/// was last written, as read) and prepare it here: `false` when another
+/// server took it first, or it was renewed since. A request whose token
+/// was revoked since is refused, not prepared.
+async fn redrive(s: &AppState, id: &str, owner: String, holder: (&str, u64), k: Kept) -> bool {
     let caller = Caller {
         owner,
         scope: Scope::Run,
@@ -556,11 +722,14 @@ async fn redrive(s: &AppState, id: &str, owner: String, holder: &str, k: Kept) -
         id.to_string(),
         caller.clone(),
         k.task,
-        holder.to_string(),
+        (holder.0.to_string(), holder.1),
     );
     let claimed = blocking(move || {
-        let body = kept_body(&tid, &who, via, &task)?;
-        if !st.runtime.claim_submission(&tid, &from, &me(), &body)? {
+        let body = kept_body(&st, &tid, &who, via, &task)?;
+        if !st
+            .runtime
+            .claim_submission(&tid, (&from.0, from.1), &me(&st), &body)?
+        {
             return Ok(None);
         }
         // Held by this server from now on: asked again as it was.
@@ -645,7 +814,7 @@ mod tests {
             "model": "scripted:script.yaml",
         }))
         .unwrap();
-        let keep = |id: &str, holder: loop_store::Owner, token_id: &str| {
+        let keep_as = |id: &str, holder: loop_store::Owner, column: &str, token_id: &str| {
             let kept = Kept {
                 task: task.clone(),
                 token_id: token_id.into(),
@@ -654,13 +823,43 @@ mod tests {
                 refused: None,
             };
             let body = serde_json::to_value(&kept).unwrap();
-            rt.keep_submission(id, "alice", &body, &holder.token)
-                .unwrap();
+            rt.keep_submission(id, "alice", &body, column).unwrap();
         };
-        let mut ids: Vec<String> = (0..5).map(|_| rt.new_task_id().unwrap()).collect();
+        let keep = |id: &str, holder: loop_store::Owner, token_id: &str| {
+            keep_as(id, holder.clone(), &holder.token, token_id)
+        };
+        let mut ids: Vec<String> = (0..8).map(|_| rt.new_task_id().unwrap()).collect();
         ids.dedup();
-        assert_eq!(ids.len(), 5, "{ids:?}");
-        let [s_live, s_far, s_lapsed, s_dead, s_revoked] = [0, 1, 2, 3, 4].map(|n| ids[n].as_str());
+        assert_eq!(ids.len(), 8, "{ids:?}");
+        let [
+            s_live,
+            s_far,
+            s_lapsed,
+            s_dead,
+            s_revoked,
+            s_orphan,
+            s_old,
+            s_young,
+        ] = [0, 1, 2, 3, 4, 5, 6, 7].map(|n| ids[n].as_str());
+        let (a, b) = (
+            AppState::new(rt.clone(), 1000, 2),
+            AppState::new(Runtime::open(&dir).unwrap(), 1000, 2),
+        );
+        // Held by server `a` itself, which lost track of it (a takeover
+        // that failed half-way): `a` takes it up again.
+        keep(
+            s_orphan,
+            loop_store::Owner::this_process(me(&a), now),
+            &live,
+        );
+        // Kept before holds were renewed (no holder in the store): its
+        // holder's first lease decides.
+        let old = loop_store::Owner {
+            heartbeat_ms: now - LEGACY_HOLD.as_millis() as u64 - 60_000,
+            ..elsewhere("old")
+        };
+        keep_as(s_old, old, "", &live);
+        keep_as(s_young, elsewhere("young"), "", &live);
         keep(s_live, live_here.clone(), &live);
         keep(s_far, elsewhere("far"), &live);
         keep(s_lapsed, elsewhere("lapsed"), &live);
@@ -679,21 +878,18 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let (a, b) = (
-            AppState::new(rt.clone(), 1000, 2),
-            AppState::new(Runtime::open(&dir).unwrap(), 1000, 2),
-        );
         let (ra, rb) = tokio.block_on(async { tokio::join!(restore(&a), restore(&b)) });
         assert_eq!(
             ra.prepared + rb.prepared,
-            3,
-            "taken over once each (lapsed, dead, revoked): {ra:?} {rb:?}"
+            5,
+            "taken over once each (lapsed, dead, revoked, orphan, old): {ra:?} {rb:?}"
         );
         let holder = |id: &str| rt.kept_submission(id).unwrap().map(|r| r.holder);
         assert_eq!(holder(s_live).as_deref(), Some("another-server"));
         assert_eq!(holder(s_far).as_deref(), Some("far"));
+        assert_eq!(holder(s_young).as_deref(), Some(""));
         // Taken over and prepared: stored, then forgotten.
-        for id in [s_lapsed, s_dead] {
+        for id in [s_lapsed, s_dead, s_orphan, s_old] {
             let t0 = std::time::Instant::now();
             while rt.task(id).is_err() {
                 let seen = (a.prestart.state(id, None), b.prestart.state(id, None));

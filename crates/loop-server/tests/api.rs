@@ -1789,6 +1789,36 @@ fn a_task_cancelled_before_its_preparation_is_never_prepared() {
         assert!(t0.elapsed() < Duration::from_secs(30), "never preparing");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // One waiting here, cancelled through another server on the same
+    // store: this one never prepares it, and says so when its turn comes.
+    let third = id_of(post_task(&s, &alice, slow.clone()));
+    let other = {
+        let runtime = Runtime::open(&s.project).unwrap();
+        let state = loop_server::AppState::new(runtime.clone(), 10_000, 1);
+        Server {
+            base: format!("http://{}", spawn_server(state, loop_server::HEAD_TIMEOUT)),
+            project: s.project.clone(),
+            runtime,
+        }
+    };
+    let (status, b) = call(
+        &other,
+        "post",
+        &format!("/api/v1/tasks/{third}/cancel"),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(status, 404, "not bob's: {b}");
+    let (status, b) = call(
+        &other,
+        "post",
+        &format!("/api/v1/tasks/{third}/cancel"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(json_of(&b)["result"], "ended_here", "{b}");
+    assert_eq!(status_200(&other, &alice, &third)["state"], "cancelled");
     let (status, v) = cancel(&alice, &first);
     assert_eq!(
         (status, v["result"].as_str()),
@@ -1797,6 +1827,18 @@ fn a_task_cancelled_before_its_preparation_is_never_prepared() {
     );
     let ended = wait_ended(&s, &alice, &first);
     assert_eq!(ended["outcome"], "cancelled", "{ended}");
+    let t0 = Instant::now();
+    while status_200(&s, &alice, &third)["state"] != "cancelled" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "never said cancelled here"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        s.runtime.task(&third).is_err(),
+        "the cancelled one never stored"
+    );
     // The honest task behind them still runs to its end.
     let next = id_of(post_task(&s, &alice, slow));
     assert_eq!(wait_ended(&s, &alice, &next)["outcome"], "verified");

@@ -772,14 +772,16 @@ pub trait Store: Send + Sync {
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
     /// Record `id` of `kind`, if it is kept.
     fn kept_one(&self, kind: Kept, id: &str) -> Result<Option<DraftRecord>, StoreError>;
-    /// Take record `id` of `kind` over from `from` (its holder as last
-    /// read) for `to`, writing `body`: `false` when it is gone or someone
-    /// else took it first (one write decides between two takers).
+    /// Take record `id` of `kind` over from `from` (its holder, last
+    /// written at `from_ms`, as read) for `to`, writing `body`: `false`
+    /// when it is gone, was renewed since, or someone else took it first
+    /// (one write decides between two takers).
+    #[allow(clippy::too_many_arguments)]
     fn claim_kept(
         &self,
         kind: Kept,
         id: &str,
-        from: &str,
+        from: (&str, u64),
         to: &str,
         body: &str,
         now_ms: u64,

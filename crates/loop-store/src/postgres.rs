@@ -1252,16 +1252,19 @@ impl Store for PgStore {
         &self,
         kind: Kept,
         id: &str,
-        from: &str,
+        (from, from_ms): (&str, u64),
         to: &str,
         body: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
         let sql = format!(
-            "UPDATE {} SET holder = $1, body = $2, updated_ms = $3 WHERE id = $4 AND holder = $5",
+            "UPDATE {} SET holder = $1, body = $2, updated_ms = $3
+             WHERE id = $4 AND holder = $5 AND updated_ms = $6",
             kind.table()
         );
-        self.run(|c| Ok(c.execute(&sql, &[&to, &body, &ms(now_ms), &id, &from])? == 1))
+        // Never the time it was last written: a claim is a change.
+        let now = ms(now_ms.max(from_ms + 1));
+        self.run(|c| Ok(c.execute(&sql, &[&to, &body, &now, &id, &from, &ms(from_ms)])? == 1))
     }
 
     fn renew_kept(&self, kind: Kept, holder: &str, now_ms: u64) -> Result<u64, StoreError> {

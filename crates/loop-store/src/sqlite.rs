@@ -1001,18 +1001,21 @@ impl Store for SqliteStore {
         &self,
         kind: Kept,
         id: &str,
-        from: &str,
+        (from, from_ms): (&str, u64),
         to: &str,
         body: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
         let sql = format!(
-            "UPDATE {} SET holder = ?1, body = ?2, updated_ms = ?3 WHERE id = ?4 AND holder = ?5",
+            "UPDATE {} SET holder = ?1, body = ?2, updated_ms = ?3
+             WHERE id = ?4 AND holder = ?5 AND updated_ms = ?6",
             kind.table()
         );
+        // Never the time it was last written: a claim is a change.
+        let now = now_ms.max(from_ms + 1) as i64;
         self.with(|c| {
             let n = c
-                .execute(&sql, params![to, body, now_ms as i64, id, from])
+                .execute(&sql, params![to, body, now, id, from, from_ms as i64])
                 .map_err(|e| self.err(e))?;
             Ok(n == 1)
         })

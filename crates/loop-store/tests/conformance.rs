@@ -662,18 +662,16 @@ fn approvals_tokens_and_deliveries_round_trip() {
             "{who}: nobody's"
         );
         assert_eq!(one(&*s).unwrap().updated_ms, 50, "{who}");
+        // Read before A renewed it: A still holds it.
+        let claim = |from: (&str, u64), to: &str, body: &str, now: u64| {
+            s.claim_kept(Kept::Submissions, "t-2", from, to, body, now)
+                .unwrap()
+        };
+        assert!(!claim(("A", 41), "B", "{}", 60), "{who}: renewed since");
+        assert!(claim(("A", 50), "B", r#"{"n":3}"#, 60), "{who}");
+        assert!(!claim(("A", 50), "C", "{}", 61), "{who}: taken first");
         assert!(
-            s.claim_kept(Kept::Submissions, "t-2", "A", "B", r#"{"n":3}"#, 60)
-                .unwrap(),
-            "{who}"
-        );
-        assert!(
-            !s.claim_kept(Kept::Submissions, "t-2", "A", "C", "{}", 61)
-                .unwrap(),
-            "{who}: taken first"
-        );
-        assert!(
-            !s.claim_kept(Kept::Submissions, "gone", "", "C", "{}", 61)
+            !s.claim_kept(Kept::Submissions, "gone", ("", 0), "C", "{}", 61)
                 .unwrap(),
             "{who}"
         );
