@@ -64,6 +64,9 @@ impl CliError {
 }
 
 fn main() -> ExitCode {
+    // This binary is also the spawner its own commands are forked from
+    // (see loop_sandbox::spawner): that process serves and exits here.
+    loop_sandbox::spawner::serve_if_asked();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
@@ -99,6 +102,10 @@ fn main() -> ExitCode {
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();
     let json = cli.json;
+    // Commands are forked from a small spawner, never from this process
+    // once it has grown; but `loop exec` of one command is small and
+    // starts one process (a spawner would be a second).
+    loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
     if let Some(url) = &cli.store {
         loop_runtime::set_store_url(url);
     }

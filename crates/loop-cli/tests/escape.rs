@@ -114,6 +114,10 @@ impl Scene {
             .arg("--")
             .args(cmd);
         c.env("LOOP_TEST_RUNTIME_SECRET", "runtime-secret-91ab");
+        // Through the spawner, as a task's commands and checks are (a
+        // `loop exec` of one command is forked by the runtime itself:
+        // the same child, from another parent).
+        c.env("LOOP_SPAWNER", "1");
         c
     }
 

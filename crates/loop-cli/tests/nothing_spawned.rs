@@ -145,3 +145,96 @@ fn a_run_check_starts_its_sandbox_and_a_repository_is_asked_of_git() {
     );
     let _ = std::fs::remove_dir_all(&b);
 }
+
+/// The process whose arguments are exactly `argv`, if one runs.
+fn find_process(argv: &[&str]) -> Option<u32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        (std::fs::read(e.path().join("cmdline")).ok()? == want).then_some(pid)
+    })
+}
+
+/// A process and its ancestors, as the host sees them: (pid, arguments).
+fn ancestry(mut pid: u32) -> Vec<(u32, String)> {
+    let mut chain = Vec::new();
+    while pid > 1 {
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        chain.push((pid, String::from_utf8_lossy(&args).replace('\0', " ")));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        pid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+    }
+    chain
+}
+
+/// Commands are forked from the spawner, a small process of their own,
+/// not from the runtime (whose fork copies its page tables, large in a
+/// server or a verification of many files): seen from outside, a running
+/// command's ancestors are its sandbox's relay and init, the spawner, then
+/// the `loop` process. `LOOP_SPAWNER=0` forks them from the runtime, as
+/// does `loop exec` of one command (a small process starting one). Killed,
+/// the runtime takes its command with it either way.
+#[test]
+fn a_command_is_forked_from_the_spawner_and_dies_with_the_runtime() {
+    let b = base("spawner");
+    let cases = [
+        (None, "2", true),
+        (Some("0"), "2", false),
+        (None, "1", false),
+    ];
+    for (i, (setting, repeat, spawner)) in cases.into_iter().enumerate() {
+        let seconds = format!("{}.{i}{}", 60 + i, std::process::id() % 1000);
+        let mut c = shared::loop_in(&b);
+        c.current_dir(b.join("project"))
+            .args(["exec", "--repeat", repeat, "--", "sleep", &seconds])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if let Some(v) = setting {
+            c.env("LOOP_SPAWNER", v);
+        }
+        let mut runtime = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let sleep = loop {
+            if let Some(pid) = find_process(&["sleep", &seconds]) {
+                break pid;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "case {i}: no command ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let chain = ancestry(sleep);
+        let at = chain.iter().position(|(pid, _)| *pid == runtime.id());
+        let at = at.unwrap_or_else(|| panic!("case {i}: the runtime is no ancestor: {chain:?}"));
+        let between: Vec<&str> = chain[1..at].iter().map(|(_, a)| a.as_str()).collect();
+        let by_spawner = between.iter().any(|a| a.contains("__loop-spawner"));
+        assert_eq!(by_spawner, spawner, "case {i}: {chain:?}");
+        if spawner {
+            // The spawner is the runtime's child, and the command's
+            // relay the spawner's.
+            assert!(
+                between[between.len() - 1].contains("__loop-spawner"),
+                "{chain:?}"
+            );
+        }
+        runtime.kill().unwrap();
+        runtime.wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while find_process(&["sleep", &seconds]).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "case {i}: the command outlived its killed runtime"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&b);
+}

@@ -46,7 +46,9 @@ pub mod redact;
 pub mod root;
 mod seccomp;
 mod session;
+pub mod spawner;
 pub mod sweep;
+mod wire;
 
 pub use capture::Captured;
 pub use confinement::{IsolationLevel, Limits};
@@ -1521,7 +1523,7 @@ fn run_with(req: &ExecRequest, support: &probe::Support) -> Result<ExecResult, S
 
 /// A process started in its sandbox, with what its end needs.
 struct Launched {
-    child: std::process::Child,
+    child: spawner::Proc,
     started: Instant,
     trace: Trace,
     p: Prepared,
@@ -1581,23 +1583,40 @@ fn launch(
         }
     };
     note_disk_and_userns(req, &mut p, in_root);
+    let spawner = spawner::handle();
     let (mut cmd, env_imposed, terminal) =
         command_for(req, view, &mut p, (in_root, session), &spawn_err)?;
-    // SAFETY: `child::enter` only makes async-signal-safe system calls on
-    // data prepared above, which outlives the spawn.
-    unsafe {
-        cmd.pre_exec(move || child::enter(&plan));
-    }
     trace.mark("plan");
     let started = Instant::now();
-    let spawned = cmd.spawn();
+    let spawned = match (&spawner, terminal) {
+        (Some(h), (controller, given)) => {
+            let streams = match given {
+                Some(fds) => spawner::Streams::Given(fds),
+                None => spawner::Streams::Piped { stdin: session },
+            };
+            spawner::spawn(h, &cmd, &plan, streams).map(|c| (c, controller))
+        }
+        (None, (controller, given)) => {
+            if let Some([i, o, e]) = given {
+                cmd.stdin(Stdio::from(i))
+                    .stdout(Stdio::from(o))
+                    .stderr(Stdio::from(e));
+            }
+            // SAFETY: `child::enter` only makes async-signal-safe system
+            // calls on data prepared above, which outlives the spawn.
+            unsafe {
+                cmd.pre_exec(move || child::enter(&plan));
+            }
+            cmd.spawn().map(|c| (spawner::Proc::direct(c), controller))
+        }
+    };
     // Its copies of the command's descriptors (the terminal end among
     // them: its last holder's exit ends the runtime's reading).
     drop(cmd);
     trace.mark("spawned");
     drop(diag_write);
     receive_from_child(req, &mut p, spawned.is_ok());
-    let mut child = match spawned {
+    let (mut child, terminal) = match spawned {
         Ok(c) => c,
         Err(e) => return Err(spawn_failed(diag_read, &p.cgroups, e, &spawn_err)),
     };
@@ -1644,17 +1663,20 @@ fn note_disk_and_userns(req: &ExecRequest, p: &mut Prepared, in_root: bool) {
     }
 }
 
-/// The command to spawn (see [`command`]), given its terminal and pointed
-/// at the egress proxy, with the variables the check environment imposed
-/// and the runtime's end of its terminal. On error the cgroups are
-/// destroyed.
+/// The runtime's end of a command's terminal, and the command's (its
+/// three standard streams), when it has one.
+type TerminalEnds = (Option<std::fs::File>, Option<[OwnedFd; 3]>);
+
+/// The command to spawn (see [`command`]), pointed at the egress proxy,
+/// with the variables the check environment imposed and the ends of its
+/// terminal. On error the cgroups are destroyed.
 fn command_for(
     req: &ExecRequest,
     view: &confinement::HostView,
     p: &mut Prepared,
     (in_root, session): (bool, bool),
     spawn_err: SpawnErr<'_>,
-) -> Result<(Command, Vec<String>, Option<std::fs::File>), SandboxError> {
+) -> Result<(Command, Vec<String>, TerminalEnds), SandboxError> {
     // Inside its own root the private tmp is `/tmp`.
     let tmp_dir = if in_root {
         PathBuf::from("/tmp")
@@ -1668,7 +1690,7 @@ fn command_for(
             return Err(spawn_err("check environment: ".into(), e));
         }
     };
-    let terminal = match attach_terminal(&mut cmd, p.terminal.take()) {
+    let terminal = match terminal_ends(p.terminal.take()) {
         Ok(t) => t,
         Err(e) => {
             p.cgroups.destroy();
@@ -1681,20 +1703,14 @@ fn command_for(
     Ok((cmd, env_imposed, terminal))
 }
 
-/// Give the command its terminal, when it has one, as its three standard
-/// streams: the runtime's end comes back.
-fn attach_terminal(
-    cmd: &mut Command,
-    terminal: Option<pty::Terminal>,
-) -> std::io::Result<Option<std::fs::File>> {
+/// The command's terminal, when it has one, as its three standard
+/// streams, and the runtime's end.
+fn terminal_ends(terminal: Option<pty::Terminal>) -> std::io::Result<TerminalEnds> {
     let Some(t) = terminal else {
-        return Ok(None);
+        return Ok((None, None));
     };
-    let ([i, o, e], controller) = t.stdio().map(|s| (s, t.controller))?;
-    cmd.stdin(Stdio::from(i))
-        .stdout(Stdio::from(o))
-        .stderr(Stdio::from(e));
-    Ok(Some(controller))
+    let (fds, controller) = t.stdio().map(|s| (s, t.controller))?;
+    Ok((Some(controller), Some(fds)))
 }
 
 /// Point the command's proxy variables at the egress proxy.
@@ -1770,7 +1786,7 @@ fn spawn_failed(
 fn refuse_weak_session(
     req: &ExecRequest,
     p: &Prepared,
-    child: &mut std::process::Child,
+    child: &mut spawner::Proc,
     landlock_abi: Option<u32>,
 ) -> Result<(), SandboxError> {
     // Without a mount namespace only Landlock keeps it read-only, and
@@ -1798,7 +1814,7 @@ fn refuse_weak_session(
 /// kill whatever it left, and say what ran under which isolation.
 fn collect(
     req: &ExecRequest,
-    child: &mut std::process::Child,
+    child: &mut spawner::Proc,
     (started, trace): (Instant, &Trace),
     mut p: Prepared,
     landlock_abi: Option<u32>,
@@ -2126,13 +2142,12 @@ fn command(
 /// comes (then its group is killed). Returns its status and whether the
 /// timeout or a cancel ended it.
 fn wait_for(
-    child: &mut std::process::Child,
+    child: &mut spawner::Proc,
     req: &ExecRequest,
     started: Instant,
     pgid: libc::pid_t,
 ) -> std::io::Result<(std::process::ExitStatus, bool, bool)> {
     let deadline = started + req.timeout;
-    let pidfd = pidfd_open(pgid);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok((status, false, false));
@@ -2152,10 +2167,7 @@ fn wait_for(
         if req.cancel.is_some() {
             left = left.min(Duration::from_millis(50));
         }
-        match &pidfd {
-            Some(fd) => wait_readable(fd, left),
-            None => std::thread::sleep(left.min(Duration::from_millis(1))),
-        }
+        child.sleep(left);
     }
 }
 

@@ -5,11 +5,12 @@
 //! or dropping the session kills its whole process group and frees its
 //! cgroups and private tmp.
 
+use crate::spawner::Proc;
 use crate::{Launched, Prepared, kill_group};
 use loop_protocol::Isolation;
+use std::fs::File;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ChildStdin, ChildStdout};
 use std::sync::{Arc, Mutex};
 
 /// Bytes of standard error kept (the last ones).
@@ -17,10 +18,10 @@ const STDERR_KEPT: usize = 4096;
 
 /// A sandboxed process and its pipes (see [`crate::spawn`]).
 pub struct Session {
-    child: Child,
+    child: Proc,
     pgid: libc::pid_t,
-    stdin: Option<ChildStdin>,
-    stdout: Option<ChildStdout>,
+    stdin: Option<File>,
+    stdout: Option<File>,
     stderr: Arc<Mutex<Vec<u8>>>,
     prepared: Option<Prepared>,
     isolation: Isolation,
@@ -78,12 +79,12 @@ impl Session {
     }
 
     /// Where to write to the process.
-    pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
+    pub fn stdin(&mut self) -> Option<&mut File> {
         self.stdin.as_mut()
     }
 
     /// Where to read from the process.
-    pub fn stdout(&mut self) -> Option<&mut ChildStdout> {
+    pub fn stdout(&mut self) -> Option<&mut File> {
         self.stdout.as_mut()
     }
 
@@ -98,24 +99,15 @@ impl Session {
         if self.ended.is_some() {
             return self.ended.clone();
         }
-        // Looked at without reaping: while the leader is a zombie its id
-        // cannot name another group, so what it left is killed first.
-        // SAFETY: waitid on our own child with a zeroed siginfo to fill.
-        let exited = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                self.pgid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            ) == 0
-                && info.si_pid() != 0
+        // What it left in its group is killed before it is reaped.
+        let status = match self.child.try_end() {
+            Ok(Some(status)) => status,
+            Ok(None) => return None,
+            Err(e) => {
+                self.ended = Some(format!("ended ({e})"));
+                return self.ended.clone();
+            }
         };
-        if !exited {
-            return None;
-        }
-        kill_group(self.pgid);
-        let status = self.child.wait().ok()?;
         self.ended = Some(match (status.code(), status.signal()) {
             (Some(c), _) => format!("exited with status {c}"),
             (None, Some(s)) => format!("killed by signal {s}"),

@@ -1,0 +1,874 @@
+//! The spawner: a small process, made once per runtime process the first
+//! time it runs a command, that every later command is forked from.
+//!
+//! Forking copies the forking process's page tables. A server holding
+//! many tasks, or a verification holding a manifest of 100,000 files,
+//! is large; the spawner is a fresh `exec` of the same binary that never
+//! grows (it keeps a list of the commands it started, nothing else), so
+//! each command's fork is cheap wherever it is asked for. The spawner is
+//! itself started with `posix_spawn` (no copy of the runtime at all).
+//!
+//! Nothing about a command's sandbox changes: the runtime prepares the
+//! same [`ChildPlan`] as for a fork of its own, sends it (`wire.rs`) with
+//! the descriptors it names, and the spawner's child enters it exactly as
+//! a child of the runtime would, then runs the program with the
+//! variables, directory and standard streams the runtime gave it.
+//!
+//! The runtime and the spawner talk over a socket pair the spawner reads
+//! as its standard input: one message per command, carrying that
+//! command's own socket, over which the spawner answers with the
+//! command's process id at once and with its wait status once it has
+//! ended (its process group killed first, then reaped). When the
+//! runtime's end closes (it exited, or was killed), the spawner kills
+//! every command it started and exits; each command's first process dies
+//! with the spawner (`PR_SET_PDEATHSIG`, as with the runtime).
+//!
+//! Only a binary that calls [`serve_if_asked`] first thing in `main` and
+//! then [`enable`] uses one (the `loop` binary, except `loop exec` of one
+//! command, whose process is small and starts one: a spawner would be a
+//! second); elsewhere, and with `LOOP_SPAWNER=0`, the runtime forks each
+//! command itself. `LOOP_SPAWNER=1` uses one for `loop exec` too.
+
+use crate::child::{self, ChildPlan};
+use crate::wire::{Dec, Enc, Head, Order};
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The hidden first argument that makes the binary a spawner.
+pub const ARG: &str = "__loop-spawner";
+
+/// Descriptors one order may carry (its socket and plan among them).
+const MAX_FDS: usize = 32;
+
+/// Orders larger than this are refused (a plan is a few KiB).
+const MAX_ORDER: u64 = 64 << 20;
+
+/// Spawners started in this process before it gives up on them.
+const MAX_STARTS: u32 = 3;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// If this process was started as a spawner, serve and exit; otherwise
+/// return at once. Call it first in `main`, before any thread starts.
+pub fn serve_if_asked() {
+    if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(ARG)) {
+        std::process::exit(serve());
+    }
+}
+
+/// Start commands from a spawner in this process (see the module's
+/// documentation) if `by_default`; `LOOP_SPAWNER=0` never does, and
+/// `LOOP_SPAWNER=1` always does.
+pub fn enable(by_default: bool) {
+    let on = match std::env::var_os("LOOP_SPAWNER") {
+        Some(v) if v == "0" => false,
+        Some(v) if v == "1" => true,
+        _ => by_default,
+    };
+    ENABLED.store(on, Ordering::SeqCst);
+}
+
+/// A started spawner: the runtime's end of the control socket.
+pub(crate) struct Handle {
+    ctl: OwnedFd,
+    child: Mutex<Child>,
+}
+
+impl Handle {
+    /// Close the runtime's end and reap the spawner (which kills and
+    /// reaps what it started first: their time is then counted in this
+    /// process's children's, as a fork of its own would be).
+    fn close(&self) {
+        // SAFETY: shutdown of a socket we own; it stays open until dropped.
+        unsafe { libc::shutdown(self.ctl.as_raw_fd(), libc::SHUT_RDWR) };
+        let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// At this process's exit, its spawner is closed and reaped.
+extern "C" fn close_at_exit() {
+    let handle = match STATE.try_lock() {
+        Ok(mut s) => s.handle.take(),
+        Err(_) => None,
+    };
+    if let Some(h) = handle {
+        h.close();
+    }
+}
+
+struct State {
+    handle: Option<Arc<Handle>>,
+    starts: u32,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    handle: None,
+    starts: 0,
+});
+
+/// The spawner to start commands from: `None` when this process does not
+/// use one, or could not start one (then it forks commands itself).
+pub(crate) fn handle() -> Option<Arc<Handle>> {
+    if !ENABLED.load(Ordering::SeqCst) {
+        return None;
+    }
+    let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = &s.handle {
+        return Some(h.clone());
+    }
+    if s.starts >= MAX_STARTS {
+        return None;
+    }
+    s.starts += 1;
+    match start() {
+        Ok(h) => {
+            let h = Arc::new(h);
+            s.handle = Some(h.clone());
+            static AT_EXIT: std::sync::Once = std::sync::Once::new();
+            // SAFETY: registering a plain function to run at exit.
+            AT_EXIT.call_once(|| unsafe {
+                libc::atexit(close_at_exit);
+            });
+            Some(h)
+        }
+        Err(e) => {
+            tracing::warn!("commands are forked by the runtime itself: no spawner ({e})");
+            None
+        }
+    }
+}
+
+/// Forget a spawner that stopped answering (the next command starts
+/// another, up to [`MAX_STARTS`]).
+fn lost(h: &Arc<Handle>) {
+    let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if s.handle.as_ref().is_some_and(|x| Arc::ptr_eq(x, h)) {
+        s.handle = None;
+    }
+}
+
+fn start() -> io::Result<Handle> {
+    let (ours, theirs) = seqpacket_pair()?;
+    // `/proc/self/exe` is this binary even if its file was since replaced.
+    // It needs no variables (each command's are sent with it), and is
+    // better without the runtime's credentials in its environment.
+    let child = Command::new("/proc/self/exe")
+        .arg(ARG)
+        .env_clear()
+        .current_dir("/")
+        .stdin(theirs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    Ok(Handle {
+        ctl: ours,
+        child: Mutex::new(child),
+    })
+}
+
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two descriptors we then own.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A command started in its sandbox, by the spawner or by a fork of the
+/// runtime's own.
+pub(crate) struct Proc {
+    pid: libc::pid_t,
+    how: How,
+    pub stdin: Option<File>,
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
+}
+
+enum How {
+    /// Forked by the runtime: its child, and a pidfd to sleep on.
+    Direct(Child, Option<OwnedFd>),
+    /// Forked by the spawner: the socket its end is told on.
+    Spawned(OwnedFd, Option<ExitStatus>),
+}
+
+impl Proc {
+    /// A command the runtime forked itself.
+    pub fn direct(mut c: Child) -> Proc {
+        let pid = c.id() as libc::pid_t;
+        let stdin = c.stdin.take().map(|s| File::from(OwnedFd::from(s)));
+        let stdout = c.stdout.take().map(|s| File::from(OwnedFd::from(s)));
+        let stderr = c.stderr.take().map(|s| File::from(OwnedFd::from(s)));
+        Proc {
+            pid,
+            how: How::Direct(c, crate::pidfd_open(pid)),
+            stdin,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Its process id (its group's too).
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Its status if it has ended (reaped), else `None`.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        match &mut self.how {
+            How::Direct(c, _) => c.try_wait(),
+            How::Spawned(chan, status) => {
+                if status.is_none() {
+                    *status = read_status(chan, false)?;
+                }
+                Ok(*status)
+            }
+        }
+    }
+
+    /// Wait until it has ended.
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        match &mut self.how {
+            How::Direct(c, _) => c.wait(),
+            How::Spawned(chan, status) => {
+                if status.is_none() {
+                    *status = read_status(chan, true)?;
+                }
+                status.ok_or_else(|| io::Error::other("the spawner gave no status"))
+            }
+        }
+    }
+
+    /// Like [`Proc::try_wait`], but once it has ended whatever is left in
+    /// its process group is killed before it is reaped (while the leader
+    /// is a zombie its id cannot name another group).
+    pub fn try_end(&mut self) -> io::Result<Option<ExitStatus>> {
+        match &mut self.how {
+            How::Direct(c, _) => {
+                // SAFETY: waitid on our own child with a zeroed siginfo to fill.
+                let exited = unsafe {
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::waitid(
+                        libc::P_PID,
+                        self.pid as libc::id_t,
+                        &mut info,
+                        libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                    ) == 0
+                        && info.si_pid() != 0
+                };
+                if !exited {
+                    return Ok(None);
+                }
+                // SAFETY: killpg of the group we made, its leader unreaped.
+                unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+                c.wait().map(Some)
+            }
+            // The spawner kills the group before it reaps the leader.
+            How::Spawned(..) => self.try_wait(),
+        }
+    }
+
+    /// Sleep until it may have ended, or `left` has passed.
+    pub fn sleep(&self, left: Duration) {
+        match &self.how {
+            How::Direct(_, Some(fd)) | How::Spawned(fd, None) => crate::wait_readable(fd, left),
+            How::Spawned(_, Some(_)) => {}
+            How::Direct(_, None) => std::thread::sleep(left.min(Duration::from_millis(1))),
+        }
+    }
+}
+
+/// Read the spawner's `X` + wait status from a command's socket;
+/// `None` when it has not come yet (only when not blocking).
+fn read_status(chan: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
+    let mut buf = [0u8; 8];
+    loop {
+        let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe { libc::recv(chan.as_raw_fd(), buf.as_mut_ptr().cast(), 8, flags) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        return match (n, buf[0]) {
+            (5, b'X') => {
+                let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                Ok(Some(ExitStatus::from_raw(st)))
+            }
+            (0, _) => Err(io::Error::other(
+                "the spawner ended before the command (which was killed with it)",
+            )),
+            _ => Err(io::Error::other("the spawner's answer is malformed")),
+        };
+    }
+}
+
+/// The standard streams of a command started by the spawner.
+pub(crate) enum Streams {
+    /// Output and error piped to the runtime; input piped too, or empty.
+    Piped { stdin: bool },
+    /// These three (a terminal's end).
+    Given([OwnedFd; 3]),
+}
+
+/// Start `cmd` (its program, arguments, variables and directory; its
+/// variables are exactly those set on it) entering `plan`, from the
+/// spawner `h`. An error is the start's: the program could not be run, a
+/// sandbox step failed (its name is on the plan's diagnostic pipe), or
+/// the spawner was lost (the next command starts another).
+pub(crate) fn spawn(
+    h: &Arc<Handle>,
+    cmd: &Command,
+    plan: &ChildPlan,
+    streams: Streams,
+) -> io::Result<Proc> {
+    let (theirs, [stdin, stdout, stderr]) = streams_for(streams)?;
+    let (failed_read, failed_write) = pipe()?;
+    let (chan, chan_theirs) = seqpacket_pair()?;
+    let head = Head {
+        argv: argv_of(cmd)?,
+        envp: envp_of(cmd)?,
+        cwd: match cmd.get_current_dir() {
+            Some(d) => cstring(d.as_os_str())?,
+            None => cstring(std::env::current_dir()?.as_os_str())?,
+        },
+        // SAFETY: getpriority of the calling thread (Linux: per thread).
+        nice: unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) },
+        stdio: [
+            theirs[0].as_raw_fd(),
+            theirs[1].as_raw_fd(),
+            theirs[2].as_raw_fd(),
+        ],
+        failed: failed_write.as_raw_fd(),
+    };
+    let mut e = Enc::default();
+    Order::encode(&head, plan, &mut e);
+    let memfd = order_file(&e.buf)?;
+    let mut fds = vec![chan_theirs.as_raw_fd(), memfd.as_raw_fd()];
+    fds.extend_from_slice(&e.fds);
+    if let Err(err) = send_fds(&h.ctl, b"O", &fds) {
+        lost(h);
+        return Err(io::Error::other(format!("the spawner was lost: {err}")));
+    }
+    // Only the spawner (then the command) holds these now.
+    drop((theirs, failed_write, chan_theirs, memfd));
+    let pid = match read_pid(&chan) {
+        Ok(pid) => pid,
+        Err(err) => {
+            if err.kind() != io::ErrorKind::Other {
+                lost(h);
+            }
+            return Err(err);
+        }
+    };
+    let mut proc = Proc {
+        pid,
+        how: How::Spawned(chan, None),
+        stdin,
+        stdout,
+        stderr,
+    };
+    // As `std` does: the child's end of this pipe closes at its exec,
+    // or carries the errno of what failed before it.
+    let mut errno = [0u8; 4];
+    if read_full(&failed_read, &mut errno) == 4 {
+        let _ = proc.wait();
+        return Err(io::Error::from_raw_os_error(i32::from_le_bytes(errno)));
+    }
+    Ok(proc)
+}
+
+/// The child's three standard streams, and the runtime's ends of those
+/// that are pipes (input, output, error).
+type Ends = ([OwnedFd; 3], [Option<File>; 3]);
+
+fn streams_for(streams: Streams) -> io::Result<Ends> {
+    match streams {
+        Streams::Given(fds) => Ok((fds, [None, None, None])),
+        Streams::Piped { stdin } => {
+            let (i_theirs, i_ours) = if stdin {
+                let (r, w) = pipe()?;
+                (r, Some(File::from(w)))
+            } else {
+                (OwnedFd::from(File::open("/dev/null")?), None)
+            };
+            let (o_ours, o_theirs) = pipe()?;
+            let (e_ours, e_theirs) = pipe()?;
+            Ok((
+                [i_theirs, o_theirs, e_theirs],
+                [i_ours, Some(File::from(o_ours)), Some(File::from(e_ours))],
+            ))
+        }
+    }
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    })
+}
+
+fn argv_of(cmd: &Command) -> io::Result<Vec<CString>> {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(cstring)
+        .collect()
+}
+
+/// The command's variables: exactly those set on it (every command's
+/// environment is cleared first), in `std`'s order.
+fn envp_of(cmd: &Command) -> io::Result<Vec<CString>> {
+    cmd.get_envs()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            cstring(OsStr::from_bytes(&kv))
+        })
+        .collect()
+}
+
+/// The encoded order in a memory file (read by the spawner from its
+/// start, whatever its size).
+fn order_file(bytes: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create with a static name; the result is owned at once.
+    let fd = unsafe { libc::memfd_create(c"loop-order".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just created, owned here only.
+    let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    io::Write::write_all(&mut &f, bytes)?;
+    Ok(OwnedFd::from(f))
+}
+
+fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call;
+    // CMSG_* walk that buffer only.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        loop {
+            let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The spawner's first answer: `P` + the command's pid, or `E` + the
+/// errno of a failed fork or a refused order (then `Other`).
+fn read_pid(chan: &OwnedFd) -> io::Result<libc::pid_t> {
+    let mut buf = [0u8; 8];
+    let n = read_full_packet(chan, &mut buf)?;
+    let value = || i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    match (n, buf[0]) {
+        (5, b'P') => Ok(value()),
+        (5, b'E') => Err(io::Error::other(format!(
+            "the spawner could not start it: {}",
+            io::Error::from_raw_os_error(value())
+        ))),
+        (0, _) => Err(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "the spawner ended without starting it",
+        )),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the spawner's answer is malformed",
+        )),
+    }
+}
+
+fn read_full_packet(chan: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe { libc::recv(chan.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Read until `buf` is full or the pipe's end; the bytes read.
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> usize {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: read into the rest of a buffer we own.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+            )
+        };
+        if n > 0 {
+            got += n as usize;
+        } else if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    got
+}
+
+// ---- The spawner's side ----
+
+/// A command the spawner started: its pid and the socket its end is told on.
+struct Kid {
+    pid: libc::pid_t,
+    chan: OwnedFd,
+}
+
+/// The spawner's loop: start what is ordered on standard input, tell each
+/// command's end; when standard input closes, kill and reap them all.
+fn serve() -> i32 {
+    // A process group of its own: a terminal's Ctrl-C, or a supervisor
+    // signalling the runtime's group, reaches the runtime, which cancels
+    // its commands; the spawner ends when the runtime has gone.
+    // SAFETY: setpgid of this process, then signal-mask calls on a set we
+    // own, then signalfd on it.
+    let sigfd = unsafe {
+        libc::setpgid(0, 0);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    if sigfd < 0 {
+        return 1;
+    }
+    // SAFETY: a descriptor just created, owned here only.
+    let sigfd = unsafe { OwnedFd::from_raw_fd(sigfd) };
+    let mut kids: Vec<Kid> = Vec::new();
+    loop {
+        let mut pfds = [
+            libc::pollfd {
+                fd: 0,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on two pollfds we own.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if pfds[1].revents != 0 {
+            let mut info = [0u8; 128];
+            // SAFETY: draining the signalfd into a buffer we own.
+            while unsafe { libc::read(sigfd.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
+            reap(&mut kids);
+        }
+        if pfds[0].revents != 0 {
+            match receive_order() {
+                Received::Order(fds) => start_order(fds, &mut kids),
+                Received::Nothing => {}
+                Received::Closed => break,
+            }
+        }
+    }
+    for k in &kids {
+        // SAFETY: killpg of groups this process made.
+        unsafe { libc::killpg(k.pid, libc::SIGKILL) };
+    }
+    for k in &kids {
+        // SAFETY: reaping our own children.
+        unsafe { libc::waitpid(k.pid, std::ptr::null_mut(), 0) };
+    }
+    0
+}
+
+/// Tell every command that has ended: its group killed, then reaped.
+fn reap(kids: &mut Vec<Kid>) {
+    kids.retain(|k| {
+        // SAFETY: waitid on our own child with a zeroed siginfo to fill.
+        let ended = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                k.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            r != 0 || info.si_pid() != 0
+        };
+        if !ended {
+            return true;
+        }
+        let mut st: libc::c_int = 0;
+        // SAFETY: the leader is a zombie: its id names its group only;
+        // then it is reaped.
+        unsafe {
+            libc::killpg(k.pid, libc::SIGKILL);
+            if libc::waitpid(k.pid, &mut st, 0) != k.pid {
+                st = libc::SIGKILL;
+            }
+        }
+        answer(&k.chan, b'X', st);
+        false
+    });
+}
+
+fn answer(chan: &OwnedFd, kind: u8, value: i32) {
+    let mut buf = [kind, 0, 0, 0, 0];
+    buf[1..].copy_from_slice(&value.to_le_bytes());
+    // SAFETY: send from a buffer we own; a runtime that went away is fine.
+    unsafe {
+        libc::send(
+            chan.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+        );
+    }
+}
+
+enum Received {
+    Order(Vec<OwnedFd>),
+    Nothing,
+    Closed,
+}
+
+/// One message from the runtime: the descriptors it carries (the
+/// command's socket, the order, then what the order names).
+fn receive_order() -> Received {
+    let mut data = [0u8; 8];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call;
+    // CMSG_* walk that buffer only; every descriptor received is owned.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        let n = libc::recvmsg(0, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n == 0 {
+            return Received::Closed;
+        }
+        if n < 0 {
+            return match io::Error::last_os_error().kind() {
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => Received::Nothing,
+                _ => Received::Closed,
+            };
+        }
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..len / 4 {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        // Cut short, the order is refused: dropping what came closes the
+        // command's socket, which the runtime reads as a refusal.
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 || data[0] != b'O' || fds.len() < 2 {
+            return Received::Nothing;
+        }
+        Received::Order(fds)
+    }
+}
+
+/// Start one ordered command: fork, and in the child enter its plan and
+/// run it; answer its pid (or why not) on its socket.
+fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>) {
+    let rest = fds.split_off(2);
+    let (Some(memfd), Some(chan)) = (fds.pop(), fds.pop()) else {
+        return;
+    };
+    let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
+    let order = read_order(&memfd).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
+    let order = match order {
+        Ok(o) => o,
+        Err(_) => return answer(&chan, b'E', libc::EINVAL),
+    };
+    let Ok(prepared) = Exec::new(&order.head) else {
+        return answer(&chan, b'E', libc::EINVAL);
+    };
+    // SAFETY: this process is single-threaded: the child may do anything
+    // (it only makes system calls, then execs or `_exit`s).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the child, once.
+        unsafe { run(&order, &prepared) }
+    }
+    if pid < 0 {
+        return answer(
+            &chan,
+            b'E',
+            io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        );
+    }
+    // The child's descriptors are its own now.
+    drop((rest, memfd));
+    answer(&chan, b'P', pid);
+    kids.push(Kid { pid, chan });
+}
+
+fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
+    let f = File::from(memfd.try_clone()?);
+    let len = f.metadata()?.len();
+    if len > MAX_ORDER {
+        return Err(io::Error::other("order too large"));
+    }
+    let mut buf = vec![0u8; len as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0)?;
+    Ok(buf)
+}
+
+/// The arrays `execvp` takes, made before the fork.
+struct Exec {
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl Exec {
+    fn new(h: &Head) -> io::Result<Exec> {
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        Ok(Exec {
+            argv: ptrs(&h.argv),
+            envp: ptrs(&h.envp),
+        })
+    }
+}
+
+unsafe extern "C" {
+    static mut environ: *const *const libc::c_char;
+}
+
+/// In the spawner's child: set up as `std` does for a spawned command
+/// (signals as a fresh process has them, the standard streams, the
+/// directory), enter the plan, exec. Never returns.
+///
+/// # Safety
+/// Only in the child just forked by [`start_order`].
+unsafe fn run(order: &Order, exec: &Exec) -> ! {
+    let h = &order.head;
+    // SAFETY (whole body): system calls on data prepared before the fork.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for (to, fd) in h.stdio.iter().enumerate() {
+            if libc::dup2(*fd, to as RawFd) < 0 {
+                failed(h.failed);
+            }
+        }
+        if libc::chdir(h.cwd.as_ptr()) != 0 {
+            failed(h.failed);
+        }
+        // A thread's priority (the server runs tasks at nice +10) is the
+        // command's, as it was when the thread forked it.
+        libc::setpriority(libc::PRIO_PROCESS, 0, h.nice);
+        if let Err(e) = child::enter(&order.plan) {
+            *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
+            failed(h.failed);
+        }
+        environ = exec.envp.as_ptr();
+        libc::execvp(exec.argv[0], exec.argv.as_ptr());
+        failed(h.failed)
+    }
+}
+
+/// Write this errno where the runtime reads a failed start, and exit.
+///
+/// # Safety
+/// Only in the spawner's child.
+unsafe fn failed(fd: RawFd) -> ! {
+    // SAFETY: write of a stack buffer, then _exit.
+    unsafe {
+        let e = (*libc::__errno_location()).to_le_bytes();
+        libc::write(fd, e.as_ptr().cast(), 4);
+        libc::_exit(127)
+    }
+}
