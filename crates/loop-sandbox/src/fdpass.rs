@@ -9,12 +9,18 @@ use std::time::Duration;
 
 /// A socket pair: the runtime's end and the child's (both close-on-exec).
 pub(crate) fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    socket_pair_of(libc::SOCK_STREAM)
+}
+
+/// A socket pair of this type (`SOCK_STREAM`, `SOCK_SEQPACKET`), both
+/// ends close-on-exec.
+pub(crate) fn socket_pair_of(kind: libc::c_int) -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: socketpair fills two descriptors we then own.
     let r = unsafe {
         libc::socketpair(
             libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            kind | libc::SOCK_CLOEXEC,
             0,
             fds.as_mut_ptr(),
         )

@@ -182,21 +182,7 @@ fn start() -> io::Result<Handle> {
 }
 
 fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair fills two descriptors we then own.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both were just created and are owned here only.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET)
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -493,14 +479,10 @@ fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     // SAFETY: CMSG_SPACE is arithmetic.
     let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call;
-    // CMSG_* walk that buffer only.
+    let msg = header(&mut iov, &mut control, space);
+    // SAFETY: CMSG_* walk the control buffer `msg` points at, which
+    // outlives the call.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
@@ -517,6 +499,17 @@ fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
             }
         }
     }
+}
+
+/// A message header over one buffer and `space` bytes of `control`.
+fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    msg
 }
 
 /// The spawner's first answer: `P` + the command's pid, or `E` + the
@@ -714,14 +707,11 @@ fn receive_order() -> Received {
     // SAFETY: CMSG_SPACE is arithmetic.
     let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: a zeroed msghdr pointing at buffers that outlive the call;
-    // CMSG_* walk that buffer only; every descriptor received is owned.
+    let mut msg = header(&mut iov, &mut control, space);
+    // SAFETY: recvmsg into the buffers `msg` points at, which outlive the
+    // call; CMSG_* walk the control buffer only; every descriptor
+    // received is owned.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
         let n = libc::recvmsg(0, &mut msg, libc::MSG_CMSG_CLOEXEC);
         if n == 0 {
             return Received::Closed;
