@@ -589,7 +589,9 @@ def tasks(rep, a, tmp):
              f"server CPU {watch['server_cpu']:.1f} s, RSS {watch['rss_mib']:.1f} MiB", ""),
             (f"{subs} submissions, 32 at a time", f"{submit['errors']} errors"
              f"{' (the first: ' + '; '.join(submit['first_errors']) + ')' if submit['errors'] else ''}, {submit['rate']:.1f} accepted/s, POST "
-             f"p50 {submit['p50']:.0f} ms / p99 {submit['p99']:.0f} ms, GET p50 {submit['get_p50']:.1f} ms / "
+             f"p50 {submit['p50']:.0f} ms / p99 {submit['p99']:.0f} ms, GET from a reader process of its own p50 "
+             f"{submit['own_get_p50']:.1f} ms / p99 {submit['own_get_p99']:.1f} ms ({submit['own_gets']} reads), "
+             f"GET in the posting clients' event loop p50 {submit['get_p50']:.1f} ms / "
              f"p99 {submit['get_p99']:.1f} ms ({submit['gets']} reads); all ended after {submit['drain_wall']:.0f} s: "
              f"{', '.join(f'{v} {k}' for k, v in sorted(submit['outcomes'].items()))}, {submit['unfinished']} unfinished; RSS {submit['rss_mib']:.1f} MiB", ""),
         ])]))
@@ -600,8 +602,11 @@ def tasks(rep, a, tmp):
     rep.goal("tasks", f"{clients} event streams without an error", f"{watch['errors']} errors", watch["errors"] == 0)
     rep.goal("tasks", "`POST /api/v1/tasks`, 32 at a time with 32 tasks running: p99 under 250 ms",
              f"{submit['p99']:.0f} ms", submit["p99"] < 250 and submit["errors"] == 0)
-    rep.goal("tasks", "`GET /api/v1/tasks/{id}` under the same load: p99 under 20 ms",
-             f"{submit['get_p99']:.1f} ms", submit["get_p99"] < 20 and submit["gets"] > 0)
+    # Judged from a reader process of its own: in the posting clients'
+    # event loop a read also waits for their work on the same cores.
+    rep.goal("tasks", "`GET /api/v1/tasks/{id}` under the same load: p99 under 20 ms (a reader process of its own)",
+             f"{submit['own_get_p99']:.1f} ms ({submit['get_p99']:.1f} ms in the posting clients' event loop)",
+             submit["own_get_p99"] < 20 and submit["own_gets"] > 0)
     rep.goal("tasks", f"{subs} submissions without an error, every task verified",
              f"{submit['errors']} errors, {verified} verified", submit["errors"] == 0 and verified == subs)
 

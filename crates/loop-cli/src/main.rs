@@ -106,6 +106,12 @@ fn main() -> ExitCode {
     // once it has grown; but `loop exec` of one command is small and
     // starts one process (a spawner would be a second).
     loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
+    // A server or worker runs its tasks at nice +10, and a process cannot
+    // lower its own priority again: its spawner is started now, at this
+    // thread's, so each command can be given its asker's.
+    if matches!(cli.command, Command::Serve(_) | Command::Worker(_)) {
+        loop_sandbox::spawner::start_now();
+    }
     if let Some(url) = &cli.store {
         loop_runtime::set_store_url(url);
     }

@@ -238,3 +238,61 @@ fn a_command_is_forked_from_the_spawner_and_dies_with_the_runtime() {
     }
     let _ = std::fs::remove_dir_all(&b);
 }
+
+/// A spawner killed between two commands is replaced: the next command
+/// runs (from a new spawner), and nothing is reported as failed.
+#[test]
+fn a_killed_spawner_is_replaced_at_the_next_command() {
+    let b = base("spawner-killed");
+    let runs = b.join("project").join("runs");
+    let out = b.join("out.json");
+    let mut runtime = shared::loop_in(&b)
+        .current_dir(b.join("project"))
+        .args([
+            "exec",
+            "--json",
+            "--repeat",
+            "2",
+            "--pause-ms",
+            "1500",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("echo ran >> runs")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&runs)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 1
+    {
+        assert!(std::time::Instant::now() < deadline, "no command ran");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The runtime's own spawner (other tests run theirs meanwhile).
+    let spawner = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let chain = ancestry(*pid);
+            chain.len() > 1 && chain[0].1.contains("__loop-spawner") && chain[1].0 == runtime.id()
+        })
+        .expect("the runtime's spawner");
+    // SAFETY: kill of a process this test found and owns.
+    assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGKILL) }, 0);
+    let status = runtime.wait().unwrap();
+    let said = std::fs::read_to_string(&out).unwrap();
+    assert!(status.success(), "{status:?}: {said}");
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "ran\nran\n",
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&b);
+}

@@ -1588,7 +1588,7 @@ fn launch(
         command_for(req, view, &mut p, (in_root, session), &spawn_err)?;
     trace.mark("plan");
     let started = Instant::now();
-    let spawned = match (&spawner, terminal) {
+    let spawned = match (spawner, terminal) {
         (Some(h), (controller, given)) => {
             let streams = match given {
                 Some(fds) => spawner::Streams::Given(fds),
@@ -1795,7 +1795,7 @@ fn refuse_weak_session(
         !req.workspace_read_only || p.use_ns || landlock_abi.is_some_and(|abi| abi >= 3);
     let network = req.net == Net::Host || p.use_ns;
     if !(read_only && network) {
-        kill_group(child.id() as libc::pid_t);
+        child.kill_group();
         let _ = child.wait();
         p.cgroups.destroy();
         return Err(SandboxError::Prepare(format!(
@@ -1821,7 +1821,6 @@ fn collect(
     env_imposed: Vec<String>,
     terminal: Option<std::fs::File>,
 ) -> Result<ExecResult, SandboxError> {
-    let pgid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel::<(u8, Captured)>();
     let per_stream = (req.max_output / 2).max(2);
     let on_terminal = terminal.is_some();
@@ -1851,12 +1850,12 @@ fn collect(
         });
     }
     drop(tx);
-    let waited = wait_for(child, req, started, pgid);
+    let waited = wait_for(child, req, started);
     let egress = p.proxy.take().map(egress::Proxy::finish);
     let (status, timed_out, cancelled) = match waited {
         Ok(w) => w,
         Err(e) => {
-            kill_group(pgid);
+            child.kill_group();
             p.cgroups.destroy();
             return Err(SandboxError::Wait(e));
         }
@@ -1864,7 +1863,7 @@ fn collect(
     let duration = started.elapsed();
     trace.mark("exited");
     // Whatever the command left behind in its group or cgroup dies with it.
-    kill_group(pgid);
+    child.kill_group();
     p.cgroups.destroy();
     trace.mark("cleaned");
     let (layer, (disk_full, disk_used), not_kept) = keep_writes(req, &mut p)?;
@@ -2145,7 +2144,6 @@ fn wait_for(
     child: &mut spawner::Proc,
     req: &ExecRequest,
     started: Instant,
-    pgid: libc::pid_t,
 ) -> std::io::Result<(std::process::ExitStatus, bool, bool)> {
     let deadline = started + req.timeout;
     loop {
@@ -2158,7 +2156,7 @@ fn wait_for(
             .as_ref()
             .is_some_and(|c| c.load(Ordering::SeqCst));
         if now >= deadline || cancel_now {
-            kill_group(pgid);
+            child.kill_group();
             return Ok((child.wait()?, !cancel_now, cancel_now));
         }
         // Sleep until the child exits or the deadline comes, whichever is
@@ -2258,14 +2256,6 @@ fn wait_readable(fd: &OwnedFd, timeout: Duration) {
     // SAFETY: poll on one valid descriptor.
     unsafe {
         libc::poll(&mut pfd, 1, ms);
-    }
-}
-
-fn kill_group(pgid: libc::pid_t) {
-    // SAFETY: killpg with a positive pgid we created; ESRCH when the group
-    // is already gone is expected and ignored.
-    unsafe {
-        libc::killpg(pgid, libc::SIGKILL);
     }
 }
 

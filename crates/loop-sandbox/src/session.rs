@@ -6,7 +6,7 @@
 //! cgroups and private tmp.
 
 use crate::spawner::Proc;
-use crate::{Launched, Prepared, kill_group};
+use crate::{Launched, Prepared};
 use loop_protocol::Isolation;
 use std::fs::File;
 use std::io::Read;
@@ -19,7 +19,6 @@ const STDERR_KEPT: usize = 4096;
 /// A sandboxed process and its pipes (see [`crate::spawn`]).
 pub struct Session {
     child: Proc,
-    pgid: libc::pid_t,
     stdin: Option<File>,
     stdout: Option<File>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -37,7 +36,6 @@ impl Session {
             landlock_abi,
             ..
         } = l;
-        let pgid = child.id() as libc::pid_t;
         let stderr = Arc::new(Mutex::new(Vec::new()));
         if let Some(mut err) = child.stderr.take() {
             let keep = stderr.clone();
@@ -70,7 +68,6 @@ impl Session {
             stdin: child.stdin.take(),
             stdout: child.stdout.take(),
             child,
-            pgid,
             stderr,
             prepared: Some(p),
             isolation,
@@ -133,7 +130,7 @@ impl Session {
         // Once reaped, its group was killed then (the id may be anyone's
         // now).
         if self.ended.is_none() {
-            kill_group(self.pgid);
+            self.child.kill_group();
             let _ = self.child.wait();
             self.ended = Some("stopped".into());
         }

@@ -153,6 +153,13 @@ pub(crate) fn handle() -> Option<Arc<Handle>> {
     }
 }
 
+/// Start this process's spawner now (if it uses one) rather than at its
+/// first command: it runs at the priority of the thread that starts it,
+/// and commands asked for at a lower one than that get its.
+pub fn start_now() {
+    let _ = handle();
+}
+
 /// Forget a spawner that stopped answering (the next command starts
 /// another, up to [`MAX_STARTS`]).
 fn lost(h: &Arc<Handle>) {
@@ -208,8 +215,15 @@ pub(crate) struct Proc {
 enum How {
     /// Forked by the runtime: its child, and a pidfd to sleep on.
     Direct(Child, Option<OwnedFd>),
-    /// Forked by the spawner: the socket its end is told on.
-    Spawned(OwnedFd, Option<ExitStatus>),
+    /// Forked by the spawner: the socket its end is told on, its status
+    /// once told, and the spawner (kept until its commands have ended,
+    /// even once replaced: closing it kills what it started).
+    Spawned(
+        OwnedFd,
+        Option<ExitStatus>,
+        #[allow(dead_code)] // held, never read: see above
+        Arc<Handle>,
+    ),
 }
 
 impl Proc {
@@ -237,7 +251,7 @@ impl Proc {
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
             How::Direct(c, _) => c.try_wait(),
-            How::Spawned(chan, status) => {
+            How::Spawned(chan, status, _) => {
                 if status.is_none() {
                     *status = read_status(chan, false)?;
                 }
@@ -250,7 +264,7 @@ impl Proc {
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         match &mut self.how {
             How::Direct(c, _) => c.wait(),
-            How::Spawned(chan, status) => {
+            How::Spawned(chan, status, _) => {
                 if status.is_none() {
                     *status = read_status(chan, true)?;
                 }
@@ -288,11 +302,27 @@ impl Proc {
         }
     }
 
+    /// Kill its whole process group. A spawner's command is killed by the
+    /// spawner, which alone knows whether its leader is still unreaped
+    /// (once reaped, its id may name another group); once its status came
+    /// the group was killed already.
+    pub fn kill_group(&self) {
+        match &self.how {
+            // SAFETY: killpg of the group we made; as before, the leader
+            // may have been reaped by a `wait` of ours just before.
+            How::Direct(..) => unsafe {
+                libc::killpg(self.pid, libc::SIGKILL);
+            },
+            How::Spawned(chan, None, _) => answer(chan, b'K', 0),
+            How::Spawned(_, Some(_), _) => {}
+        }
+    }
+
     /// Sleep until it may have ended, or `left` has passed.
     pub fn sleep(&self, left: Duration) {
         match &self.how {
-            How::Direct(_, Some(fd)) | How::Spawned(fd, None) => crate::wait_readable(fd, left),
-            How::Spawned(_, Some(_)) => {}
+            How::Direct(_, Some(fd)) | How::Spawned(fd, None, _) => crate::wait_readable(fd, left),
+            How::Spawned(_, Some(_), _) => {}
             How::Direct(_, None) => std::thread::sleep(left.min(Duration::from_millis(1))),
         }
     }
@@ -337,11 +367,12 @@ pub(crate) enum Streams {
 
 /// Start `cmd` (its program, arguments, variables and directory; its
 /// variables are exactly those set on it) entering `plan`, from the
-/// spawner `h`. An error is the start's: the program could not be run, a
-/// sandbox step failed (its name is on the plan's diagnostic pipe), or
-/// the spawner was lost (the next command starts another).
+/// spawner `h` (or, if that one is gone, from a new one). An error is the
+/// start's: the program could not be run, a sandbox step failed (its name
+/// is on the plan's diagnostic pipe), or no spawner took the order
+/// (`EAGAIN`).
 pub(crate) fn spawn(
-    h: &Arc<Handle>,
+    h: Arc<Handle>,
     cmd: &Command,
     plan: &ChildPlan,
     streams: Streams,
@@ -352,10 +383,11 @@ pub(crate) fn spawn(
     let head = Head {
         argv: argv_of(cmd)?,
         envp: envp_of(cmd)?,
-        cwd: match cmd.get_current_dir() {
-            Some(d) => cstring(d.as_os_str())?,
-            None => cstring(std::env::current_dir()?.as_os_str())?,
-        },
+        // The spawner's own directory is `/`: made absolute here, as the
+        // runtime's fork would have read it.
+        cwd: cstring(
+            std::path::absolute(cmd.get_current_dir().unwrap_or(".".as_ref()))?.as_os_str(),
+        )?,
         // SAFETY: getpriority of the calling thread (Linux: per thread).
         nice: unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) },
         stdio: [
@@ -370,24 +402,23 @@ pub(crate) fn spawn(
     let memfd = order_file(&e.buf)?;
     let mut fds = vec![chan_theirs.as_raw_fd(), memfd.as_raw_fd()];
     fds.extend_from_slice(&e.fds);
-    if let Err(err) = send_fds(&h.ctl, b"O", &fds) {
-        lost(h);
-        return Err(io::Error::other(format!("the spawner was lost: {err}")));
+    let mut h = h;
+    // A spawner that is gone (killed, say) is replaced once: the order
+    // was never taken, so it is sent again as it was.
+    if send_fds(&h.ctl, b"O", &fds).is_err() {
+        lost(&h);
+        h = handle().ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN))?;
+        if send_fds(&h.ctl, b"O", &fds).is_err() {
+            lost(&h);
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
     }
     // Only the spawner (then the command) holds these now.
     drop((theirs, failed_write, chan_theirs, memfd));
-    let pid = match read_pid(&chan) {
-        Ok(pid) => pid,
-        Err(err) => {
-            if err.kind() != io::ErrorKind::Other {
-                lost(h);
-            }
-            return Err(err);
-        }
-    };
+    let pid = read_pid(&chan)?;
     let mut proc = Proc {
         pid,
-        how: How::Spawned(chan, None),
+        how: How::Spawned(chan, None, h),
         stdin,
         stdout,
         stderr,
@@ -513,21 +544,18 @@ fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msg
 }
 
 /// The spawner's first answer: `P` + the command's pid, or `E` + the
-/// errno of a failed fork or a refused order (then `Other`).
+/// errno of a failed fork or a refused order; none (`EAGAIN`) when the
+/// spawner dropped the order or ended.
 fn read_pid(chan: &OwnedFd) -> io::Result<libc::pid_t> {
     let mut buf = [0u8; 8];
     let n = read_full_packet(chan, &mut buf)?;
     let value = || i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
     match (n, buf[0]) {
         (5, b'P') => Ok(value()),
-        (5, b'E') => Err(io::Error::other(format!(
-            "the spawner could not start it: {}",
-            io::Error::from_raw_os_error(value())
-        ))),
-        (0, _) => Err(io::Error::new(
-            io::ErrorKind::BrokenPipe,
-            "the spawner ended without starting it",
-        )),
+        // The errno itself, so a passing shortage (`EAGAIN` from fork)
+        // reads as one.
+        (5, b'E') => Err(io::Error::from_raw_os_error(value())),
+        (0, _) => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
         _ => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "the spawner's answer is malformed",
@@ -576,6 +604,8 @@ fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> usize {
 struct Kid {
     pid: libc::pid_t,
     chan: OwnedFd,
+    /// The runtime still holds its end (a `K` may come).
+    heard: bool,
 }
 
 /// The spawner's loop: start what is ordered on standard input, tell each
@@ -601,24 +631,34 @@ fn serve() -> i32 {
     let sigfd = unsafe { OwnedFd::from_raw_fd(sigfd) };
     let mut kids: Vec<Kid> = Vec::new();
     loop {
-        let mut pfds = [
-            libc::pollfd {
-                fd: 0,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: poll on two pollfds we own.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) } < 0 {
+        let pollfd = |fd: RawFd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut pfds = vec![pollfd(0), pollfd(sigfd.as_raw_fd())];
+        pfds.extend(
+            kids.iter()
+                .filter(|k| k.heard)
+                .map(|k| pollfd(k.chan.as_raw_fd())),
+        );
+        // SAFETY: poll on pollfds we own.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) } < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             break;
+        }
+        let asked: Vec<RawFd> = pfds[2..]
+            .iter()
+            .filter(|p| p.revents != 0)
+            .map(|p| p.fd)
+            .collect();
+        for k in kids
+            .iter_mut()
+            .filter(|k| asked.contains(&k.chan.as_raw_fd()))
+        {
+            hear(k);
         }
         if pfds[1].revents != 0 {
             let mut info = [0u8; 128];
@@ -635,14 +675,43 @@ fn serve() -> i32 {
         }
     }
     for k in &kids {
-        // SAFETY: killpg of groups this process made.
-        unsafe { libc::killpg(k.pid, libc::SIGKILL) };
+        // SAFETY: killpg of groups this process made, and of each leader
+        // (one that has not yet made its group is not in it).
+        unsafe {
+            libc::killpg(k.pid, libc::SIGKILL);
+            libc::kill(k.pid, libc::SIGKILL);
+        }
     }
     for k in &kids {
         // SAFETY: reaping our own children.
         unsafe { libc::waitpid(k.pid, std::ptr::null_mut(), 0) };
     }
     0
+}
+
+/// What the runtime asks about a running command: `K`, kill its group
+/// (its leader is unreaped: the id names its group only). Its end closed,
+/// it is not listened to again.
+fn hear(k: &mut Kid) {
+    let mut buf = [0u8; 8];
+    // SAFETY: recv into a buffer we own, without waiting.
+    let n = unsafe {
+        libc::recv(
+            k.chan.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    match (n, buf[0]) {
+        // SAFETY: killpg of a group this process made, leader unreaped.
+        (5, b'K') => unsafe {
+            libc::killpg(k.pid, libc::SIGKILL);
+            libc::kill(k.pid, libc::SIGKILL);
+        },
+        (n, _) if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => {}
+        _ => k.heard = false,
+    }
 }
 
 /// Tell every command that has ended: its group killed, then reaped.
@@ -759,12 +828,14 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>) {
     let Ok(prepared) = Exec::new(&order.head) else {
         return answer(&chan, b'E', libc::EINVAL);
     };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
     // SAFETY: this process is single-threaded: the child may do anything
     // (it only makes system calls, then execs or `_exit`s).
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: in the child, once.
-        unsafe { run(&order, &prepared) }
+        unsafe { run(&order, &prepared, me) }
     }
     if pid < 0 {
         return answer(
@@ -776,7 +847,11 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>) {
     // The child's descriptors are its own now.
     drop((rest, memfd));
     answer(&chan, b'P', pid);
-    kids.push(Kid { pid, chan });
+    kids.push(Kid {
+        pid,
+        chan,
+        heard: true,
+    });
 }
 
 fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
@@ -821,10 +896,15 @@ unsafe extern "C" {
 ///
 /// # Safety
 /// Only in the child just forked by [`start_order`].
-unsafe fn run(order: &Order, exec: &Exec) -> ! {
+unsafe fn run(order: &Order, exec: &Exec, spawner: libc::pid_t) -> ! {
     let h = &order.head;
     // SAFETY (whole body): system calls on data prepared before the fork.
     unsafe {
+        // Dies with the spawner, even one that died before this line.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::getppid() != spawner {
+            libc::_exit(127);
+        }
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
