@@ -581,7 +581,7 @@ pub fn overlay_known() -> Option<bool> {
 /// once per process with a real sandboxed command).
 pub fn overlay_available() -> bool {
     *OVERLAY_OK.get_or_init(|| {
-        let Ok(dir) = PrivateTmp::create() else {
+        let Ok(dir) = PrivateTmp::create(false) else {
             return false;
         };
         let lower = dir.tmp().join("lower");
@@ -598,18 +598,78 @@ pub fn overlay_available() -> bool {
     })
 }
 
+/// A tmpfs this user may make private directories in, if the machine has
+/// one: `$XDG_RUNTIME_DIR` (the user's own, mode 0700), else `/dev/shm`.
+/// Found once per process.
+///
+/// A command with namespaces never writes into its private directory (its
+/// `/tmp` is its own disk, mounted in its namespace): the directory holds
+/// only mount points and the few small files the runtime prepares. On a
+/// disk-backed `/tmp` each of its directories costs a block, and freeing
+/// those blocks on a filesystem mounted with `discard` waits for the
+/// device: about 0.4 ms a command on this project's machine, for nothing.
+pub fn scratch_tmpfs() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+        runtime
+            .into_iter()
+            .filter(|p| p.is_absolute() && owned_private(p))
+            .chain([PathBuf::from("/dev/shm")])
+            .find(|p| is_tmpfs(p) && writable(p))
+    })
+    .as_deref()
+}
+
+/// `path` is a directory of this user's that no one else may enter.
+fn owned_private(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0)
+}
+
+fn is_tmpfs(path: &Path) -> bool {
+    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs into a zeroed struct with a NUL-terminated path.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as libc::c_long == TMPFS_MAGIC
+    }
+}
+
+fn writable(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access on a NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
 /// A private directory for one command: its `TMPDIR` and `HOME`, and the
 /// parts its root is built from (see [`root::Private`]).
 struct PrivateTmp(root::Private);
 
 impl PrivateTmp {
-    fn create() -> std::io::Result<Self> {
+    /// `small`: the command never writes into it (it has namespaces, so
+    /// its `/tmp` is its own disk); then it goes on a tmpfs where there is
+    /// one (see [`scratch_tmpfs`]), else in the system's temporary
+    /// directory.
+    fn create(small: bool) -> std::io::Result<Self> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let under = match small.then(scratch_tmpfs).flatten() {
+            Some(t) => t.to_path_buf(),
+            None => std::env::temp_dir(),
+        };
         // A process killed mid-command leaves its directory behind, and pids
         // are reused: names are random, and an existing one is never reused.
         let mut tries = 0;
         loop {
-            let dir = std::env::temp_dir().join(unique_name("loop-sbx")?);
+            let dir = under.join(unique_name("loop-sbx")?);
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
                     let p = root::Private::under(dir);
@@ -878,11 +938,11 @@ fn prepare(
         .unwrap_or_else(|| req.cwd.clone())
         .canonicalize()
         .map_err(|e| spawn_err("workspace: ".into(), e))?;
-    let tmp = PrivateTmp::create().map_err(|e| spawn_err("private tmp: ".into(), e))?;
     let mut notes = disabled_layers(req.layers);
     let mut missing = Vec::new();
     let layers = req.layers;
     let use_ns = support.namespaces && layers.namespaces;
+    let tmp = PrivateTmp::create(use_ns).map_err(|e| spawn_err("private tmp: ".into(), e))?;
     if !use_ns {
         missing.push("namespaces (pid, mount, net)");
         refuse_without_namespaces(req)?;

@@ -95,7 +95,18 @@ fn stale_entries(dir: &Path) -> Vec<(u32, PathBuf)> {
 /// process's cgroups.
 pub fn sweep(tmp: &Path) -> Swept {
     let mut swept = Swept::default();
-    for (pid, dir) in stale_entries(tmp) {
+    // Private directories may also be on a tmpfs (see `scratch_tmpfs`);
+    // there only ours are looked at.
+    let on_tmpfs = crate::scratch_tmpfs()
+        .filter(|t| *t != tmp)
+        .map(stale_entries)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, p)| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("loop-sbx-"))
+        });
+    for (pid, dir) in stale_entries(tmp).into_iter().chain(on_tmpfs) {
         if !dir.is_dir() {
             continue;
         }
