@@ -2346,3 +2346,33 @@ mod transient {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod private_dirs {
+    use super::{PrivateTmp, scratch_tmpfs};
+
+    #[test]
+    fn a_private_directory_nothing_writes_into_goes_on_a_tmpfs_where_there_is_one() {
+        let small = PrivateTmp::create(true).unwrap();
+        let large = PrivateTmp::create(false).unwrap();
+        assert!(
+            large.0.base.starts_with(std::env::temp_dir()),
+            "{}",
+            large.0.base.display()
+        );
+        match scratch_tmpfs() {
+            Some(t) => {
+                assert!(small.0.base.starts_with(t), "{}", small.0.base.display());
+                assert!(super::is_tmpfs(&small.0.base));
+            }
+            None => assert!(small.0.base.starts_with(std::env::temp_dir())),
+        }
+        for p in [&small, &large] {
+            assert!(p.0.staging.is_dir() && p.0.disk.is_dir() && p.0.mask.is_file());
+        }
+        let gone = [small.0.base.clone(), large.0.base.clone()];
+        drop((small, large));
+        assert!(gone.iter().all(|b| !b.exists()), "removed when dropped");
+    }
+}

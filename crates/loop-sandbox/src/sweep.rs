@@ -94,10 +94,14 @@ fn stale_entries(dir: &Path) -> Vec<(u32, PathBuf)> {
 /// Remove the leftovers of dead runtimes under `tmp` and in this
 /// process's cgroups.
 pub fn sweep(tmp: &Path) -> Swept {
+    sweep_in(tmp, crate::scratch_tmpfs())
+}
+
+/// [`sweep`], with the tmpfs private directories may also be on (see
+/// `scratch_tmpfs`); there only private directories are looked at.
+fn sweep_in(tmp: &Path, tmpfs: Option<&Path>) -> Swept {
     let mut swept = Swept::default();
-    // Private directories may also be on a tmpfs (see `scratch_tmpfs`);
-    // there only ours are looked at.
-    let on_tmpfs = crate::scratch_tmpfs()
+    let on_tmpfs = tmpfs
         .filter(|t| *t != tmp)
         .map(stale_entries)
         .unwrap_or_default()
@@ -173,7 +177,7 @@ mod tests {
         for d in [&dead, &live, &other] {
             std::fs::create_dir_all(d.join("home")).unwrap();
         }
-        let s = sweep(&tmp);
+        let s = sweep_in(&tmp, None);
         assert_eq!(s.dirs, 1);
         // Whose they were: the dead process, and the user that owned them.
         let me = std::fs::metadata(&tmp).map(|m| {
@@ -189,5 +193,25 @@ mod tests {
         assert!(!dead.exists());
         assert!(live.exists() && other.exists());
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn on_the_tmpfs_only_private_directories_of_dead_processes_are_swept() {
+        let base = std::env::temp_dir().join(format!("loop-sweep-shm-{}", std::process::id()));
+        let (tmp, shm) = (base.join("tmp"), base.join("shm"));
+        let dead_private = shm.join("loop-sbx-4194399-0-0123456789abcdef");
+        let dead_other = shm.join("loop-4194399-0-0123456789abcdef");
+        let live = shm.join(format!(
+            "loop-sbx-{}-0-0123456789abcdef",
+            std::process::id()
+        ));
+        for d in [&tmp, &dead_private, &dead_other, &live] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let s = sweep_in(&tmp, Some(&shm));
+        assert_eq!(s.dirs, 1);
+        assert!(!dead_private.exists());
+        assert!(dead_other.exists() && live.exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::service::{
     Answer, Confirm, NewTask, approve_task, blocking, change_set_of, confirm_draft, create_task,
-    diff_body, project_relative, receipt_check, receipt_of, recorded, standing_of, visible,
+    diff_body, project_relative, receipt_check, receipt_of, recorded, standing_now, visible,
 };
 use crate::{ApiError, AppState};
 use axum::Json;
@@ -410,8 +410,11 @@ async fn one(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let caller = s.caller(&headers, Scope::Read).await?;
-    let standing = standing_of(&s, caller, id).await?;
+    let standing = s
+        .as_caller(&headers, Scope::Read, move |s, caller| {
+            standing_now(s, &caller, &id)
+        })
+        .await?;
     Ok(Json(standing.view(s.runtime.project())).into_response())
 }
 

@@ -215,6 +215,41 @@ impl AppState {
     /// request over its token's rate is refused. The store is asked on a
     /// blocking thread, never on the executor.
     async fn caller(&self, headers: &HeaderMap, need: Scope) -> Result<Caller, ApiError> {
+        let token = self.bearer(headers)?;
+        let rt = self.runtime.clone();
+        let found = tokio::task::spawn_blocking(move || rt.authenticate(&token))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("a worker thread failed: {e}"),
+                )
+            })?;
+        self.admit(found, need)
+    }
+
+    /// [`AppState::caller`], then `f` for that caller, both on one blocking
+    /// thread: a read that needs the store waits for one thread, not two
+    /// (under load each wait is a wake-up among the tasks' threads).
+    pub(crate) async fn as_caller<T: Send + 'static>(
+        &self,
+        headers: &HeaderMap,
+        need: Scope,
+        f: impl FnOnce(&AppState, Caller) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let token = self.bearer(headers)?;
+        let s = self.clone();
+        blocking(move || {
+            let caller = s.admit(s.runtime.authenticate(&token), need)?;
+            f(&s, caller)
+        })
+        .await
+    }
+
+    /// The request's bearer token (counted as a request; its absence
+    /// refused).
+    fn bearer(&self, headers: &HeaderMap) -> Result<String, ApiError> {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -227,22 +262,21 @@ impl AppState {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 256)
             .map(str::to_string);
-        let Some(token) = token else {
+        token.ok_or_else(|| {
             self.metrics.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError::unauthorized(
+            ApiError::unauthorized(
                 "no bearer token: send `Authorization: Bearer TOKEN` (`loop tokens create --owner NAME` makes one)",
-            ));
-        };
-        let rt = self.runtime.clone();
-        let found = tokio::task::spawn_blocking(move || rt.authenticate(&token))
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    format!("a worker thread failed: {e}"),
-                )
-            })?;
+            )
+        })
+    }
+
+    /// The caller a token lookup found, if it has at least `need` and is
+    /// within its rate.
+    fn admit(
+        &self,
+        found: Result<Option<Caller>, loop_runtime::Error>,
+        need: Scope,
+    ) -> Result<Caller, ApiError> {
         let caller = found.map_err(ApiError::from)?.ok_or_else(|| {
             self.metrics.refused.fetch_add(1, Ordering::Relaxed);
             ApiError::unauthorized("the token is not a live token of this project")

@@ -289,17 +289,19 @@ pub(crate) async fn standing_of(
     caller: Caller,
     id: String,
 ) -> Result<Standing, ApiError> {
-    let (rt, pool, prestart) = (s.runtime.clone(), s.pool.clone(), s.prestart.clone());
-    blocking(move || {
-        if let Err(e) = visible(&rt, &caller, &id) {
-            return prestart_of(&prestart, &caller, &id).ok_or(e);
-        }
-        Ok(Standing::Stored {
-            status: Box::new(rt.status(&id)?),
-            queued: pool.is_waiting(&id),
-        })
+    let s = s.clone();
+    blocking(move || standing_now(&s, &caller, &id)).await
+}
+
+/// [`standing_of`], on the calling (blocking) thread.
+pub(crate) fn standing_now(s: &AppState, caller: &Caller, id: &str) -> Result<Standing, ApiError> {
+    if let Err(e) = visible(&s.runtime, caller, id) {
+        return prestart_of(&s.prestart, caller, id).ok_or(e);
+    }
+    Ok(Standing::Stored {
+        status: Box::new(s.runtime.status(id)?),
+        queued: s.pool.is_waiting(id),
     })
-    .await
 }
 
 /// Where task `id` stands while it is not stored yet (waiting for a
