@@ -324,6 +324,85 @@ fn loopback_outside_the_namespace_is_unreachable_unless_host_net_is_chosen() {
     }
 }
 
+/// Commands after the first of a spawner enter a user and a network
+/// namespace made ahead of time (`spares.rs`): each is as new, as closed
+/// and as bounded as one the command makes itself. Per command: the
+/// network namespace is owned by the command's own user namespace and
+/// holds only `lo`, up; the user namespace is not the host's and keeps
+/// its limits; a host listener on loopback is unreachable; and no two
+/// commands share either namespace.
+#[test]
+fn namespaces_made_ahead_are_as_new_and_as_closed_as_a_commands_own() {
+    for who in users() {
+        let sc = Scene::new("ahead", who);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let probe = format!(
+            r#"python3 -c "
+import os, fcntl, socket
+u = os.open('/proc/self/ns/user', os.O_RDONLY)
+n = os.open('/proc/self/ns/net', os.O_RDONLY)
+owner = fcntl.ioctl(n, 0xb701)
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=3)
+    reached = 'reached'
+except ConnectionRefusedError:
+    reached = 'refused'
+print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat(n).st_ino,
+      ','.join(sorted(os.listdir('/sys/class/net'))), int(open('/sys/class/net/lo/flags').read(), 16) & 1,
+      open('/proc/sys/user/max_user_namespaces').read().strip(), reached)
+" >> facts.txt"#
+        );
+        let out = sc
+            .command(
+                &["--repeat", "4", "--pause-ms", "300"],
+                &["sh", "-c", &probe],
+            )
+            .env("LOOP_LOG", "loop_sandbox::phases=debug")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{who:?}: {stderr}");
+        assert!(
+            stderr.contains("namespaces made ahead"),
+            "{who:?}: a later command entered namespaces made ahead: {stderr}"
+        );
+        let facts = std::fs::read_to_string(sc.ws().join("facts.txt")).unwrap();
+        let host_user = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self/ns/user")
+                .unwrap()
+                .ino()
+                .to_string()
+        };
+        let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(rows.len(), 4, "{who:?}: {facts}");
+        for r in &rows {
+            assert_eq!(
+                r[..],
+                ["True", r[1], r[2], "lo", "1", "0", "refused"],
+                "{who:?}: {facts}"
+            );
+            assert_ne!(r[1], host_user, "{who:?}: the host's user namespace");
+        }
+        for w in rows.windows(2) {
+            assert_ne!(
+                w[0][1], w[1][1],
+                "{who:?}: one user namespace twice: {facts}"
+            );
+            assert_ne!(
+                w[0][2], w[1][2],
+                "{who:?}: one network namespace twice: {facts}"
+            );
+        }
+        assert!(
+            listener.accept().is_err(),
+            "{who:?}: nothing reached the host"
+        );
+    }
+}
+
 #[test]
 fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
     for who in users() {

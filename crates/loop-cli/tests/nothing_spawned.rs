@@ -261,7 +261,7 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
         ])
         .arg("echo ran >> runs")
         .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(b.join("err.txt")).unwrap())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -284,10 +284,30 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
             chain.len() > 1 && chain[0].1.contains("__loop-spawner") && chain[1].0 == runtime.id()
         })
         .expect("the runtime's spawner");
+    // Between the two commands: the first has ended (its line is written a
+    // moment before its processes end and are reaped), and nothing the
+    // spawner forks (a command, or a maker of namespaces, `spares.rs`) is
+    // at work.
+    let children = |parent: u32| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| ancestry(*pid).get(1).is_some_and(|(p, _)| *p == parent))
+            .count()
+    };
+    while children(spawner) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first command did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // SAFETY: kill of a process this test found and owns.
     assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGKILL) }, 0);
     let status = runtime.wait().unwrap();
-    let said = std::fs::read_to_string(&out).unwrap();
+    let said = std::fs::read_to_string(&out).unwrap()
+        + &std::fs::read_to_string(b.join("err.txt")).unwrap();
     assert!(status.success(), "{status:?}: {said}");
     assert_eq!(
         std::fs::read_to_string(&runs).unwrap(),

@@ -75,6 +75,13 @@ pub struct ChildPlan {
     /// Standard input is a pseudo-terminal the runtime owns: make it the
     /// new session's controlling terminal.
     pub ctty: bool,
+    /// Namespaces made for this command ahead of time (see `spawner.rs`):
+    /// a user namespace with its id maps and limits written (-1 for none)
+    /// and a network namespace owned by it with `lo` up, both new and
+    /// entered by this command only. They take the place of the user and
+    /// network namespaces `unshare_flags` asks for. Never sent: only the
+    /// spawner sets it, in its own copy of the plan.
+    pub made: Option<(RawFd, RawFd)>,
 }
 
 /// The command's disk, as the child makes it.
@@ -107,7 +114,7 @@ fn check(ret: libc::c_long, diag: RawFd, step: &'static [u8]) -> io::Result<()> 
     }
 }
 
-fn write_file(path: &[u8], data: &[u8]) -> bool {
+pub(crate) fn write_file(path: &[u8], data: &[u8]) -> bool {
     // SAFETY: `path` is NUL-terminated (static or prepared); plain syscalls.
     unsafe {
         let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
@@ -181,12 +188,28 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
             }
         }
         if plan.unshare_flags != 0 {
+            let mut flags = plan.unshare_flags;
+            if let Some((user, net)) = plan.made {
+                if user >= 0 {
+                    check(
+                        libc::setns(user, libc::CLONE_NEWUSER) as libc::c_long,
+                        d,
+                        b"enter the command's user namespace",
+                    )?;
+                }
+                check(
+                    libc::setns(net, libc::CLONE_NEWNET) as libc::c_long,
+                    d,
+                    b"enter the command's network namespace",
+                )?;
+                flags &= !(libc::CLONE_NEWUSER | libc::CLONE_NEWNET);
+            }
             check(
-                libc::unshare(plan.unshare_flags) as libc::c_long,
+                libc::unshare(flags) as libc::c_long,
                 d,
                 b"unshare namespaces",
             )?;
-            if plan.userns {
+            if plan.userns && plan.made.is_none() {
                 // Only our own ids are mapped: inside, we are who we were.
                 if !write_file(b"/proc/self/setgroups\0", b"deny")
                     || !write_file(b"/proc/self/gid_map\0", &plan.gid_map)
@@ -666,7 +689,9 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
             setup_mounts(plan, d)?;
         }
         if plan.loopback_up {
-            bring_up_loopback(d)?;
+            if plan.made.is_none() {
+                bring_up_loopback(d)?;
+            }
             if let Some(pair) = plan.proxy_sock
                 && !crate::egress::send_listener(pair)
             {
@@ -840,7 +865,7 @@ unsafe fn bind_protected(path: &CString, keep: libc::c_ulong, d: RawFd) -> io::R
 ///
 /// # Safety
 /// Between fork and exec (socket/ioctl/close on a local structure only).
-unsafe fn bring_up_loopback(d: RawFd) -> io::Result<()> {
+pub(crate) unsafe fn bring_up_loopback(d: RawFd) -> io::Result<()> {
     // SAFETY: socket/ioctl/close on a zeroed, locally filled `ifreq`.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);

@@ -46,6 +46,7 @@ pub mod redact;
 pub mod root;
 mod seccomp;
 mod session;
+mod spares;
 pub mod spawner;
 pub mod sweep;
 mod wire;
@@ -1196,6 +1197,7 @@ fn child_plan(
         loopback_up: use_ns && req.net == Net::None,
         proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
         ctty: req.terminal,
+        made: None,
         root: root_plan,
         disk: own_disk,
         rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),

@@ -30,6 +30,7 @@
 //! command itself. `LOOP_SPAWNER=1` uses one for `loop exec` too.
 
 use crate::child::{self, ChildPlan};
+use crate::spares::{Pair, Spares};
 use crate::wire::{Dec, Enc, Head, Order};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -188,7 +189,7 @@ fn start() -> io::Result<Handle> {
     })
 }
 
-fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET)
 }
 
@@ -415,7 +416,13 @@ pub(crate) fn spawn(
     }
     // Only the spawner (then the command) holds these now.
     drop((theirs, failed_write, chan_theirs, memfd));
-    let pid = read_pid(&chan)?;
+    let (pid, made_ahead) = read_pid(&chan)?;
+    if made_ahead {
+        tracing::debug!(
+            target: "loop_sandbox::phases",
+            "sandbox: user and network namespaces made ahead"
+        );
+    }
     let mut proc = Proc {
         pid,
         how: How::Spawned(chan, None, h),
@@ -543,15 +550,18 @@ fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msg
     msg
 }
 
-/// The spawner's first answer: `P` + the command's pid, or `E` + the
+/// The spawner's first answer: `P` + the command's pid (`p`: it entered
+/// namespaces made ahead), or `E` + the
 /// errno of a failed fork or a refused order; none (`EAGAIN`) when the
 /// spawner dropped the order or ended.
-fn read_pid(chan: &OwnedFd) -> io::Result<libc::pid_t> {
+fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, bool)> {
     let mut buf = [0u8; 8];
     let n = read_full_packet(chan, &mut buf)?;
     let value = || i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
     match (n, buf[0]) {
-        (5, b'P') => Ok(value()),
+        // `p`: the command entered namespaces made ahead (`spares.rs`).
+        (5, b'P') => Ok((value(), false)),
+        (5, b'p') => Ok((value(), true)),
         // The errno itself, so a passing shortage (`EAGAIN` from fork)
         // reads as one.
         (5, b'E') => Err(io::Error::from_raw_os_error(value())),
@@ -630,6 +640,7 @@ fn serve() -> i32 {
     // SAFETY: a descriptor just created, owned here only.
     let sigfd = unsafe { OwnedFd::from_raw_fd(sigfd) };
     let mut kids: Vec<Kid> = Vec::new();
+    let mut spares = Spares::default();
     loop {
         let pollfd = |fd: RawFd| libc::pollfd {
             fd,
@@ -642,6 +653,8 @@ fn serve() -> i32 {
                 .filter(|k| k.heard)
                 .map(|k| pollfd(k.chan.as_raw_fd())),
         );
+        let kids_end = pfds.len();
+        pfds.extend(spares.waiting_on().map(pollfd));
         // SAFETY: poll on pollfds we own.
         if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) } < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
@@ -649,7 +662,7 @@ fn serve() -> i32 {
             }
             break;
         }
-        let asked: Vec<RawFd> = pfds[2..]
+        let asked: Vec<RawFd> = pfds[2..kids_end]
             .iter()
             .filter(|p| p.revents != 0)
             .map(|p| p.fd)
@@ -665,13 +678,24 @@ fn serve() -> i32 {
             // SAFETY: draining the signalfd into a buffer we own.
             while unsafe { libc::read(sigfd.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
             reap(&mut kids);
+            spares.reap();
+        }
+        if pfds.get(kids_end).is_some_and(|p| p.revents != 0) {
+            spares.hear();
         }
         if pfds[0].revents != 0 {
             match receive_order() {
-                Received::Order(fds) => start_order(fds, &mut kids),
+                Received::Order(fds) => start_order(fds, &mut kids, &mut spares),
                 Received::Nothing => {}
                 Received::Closed => break,
             }
+        }
+    }
+    if let Some(maker) = spares.maker() {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(maker, libc::SIGKILL);
+            libc::waitpid(maker, std::ptr::null_mut(), 0);
         }
     }
     for k in &kids {
@@ -769,62 +793,39 @@ enum Received {
 /// command's socket, the order, then what the order names).
 fn receive_order() -> Received {
     let mut data = [0u8; 8];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut msg = header(&mut iov, &mut control, space);
-    // SAFETY: recvmsg into the buffers `msg` points at, which outlive the
-    // call; CMSG_* walk the control buffer only; every descriptor
-    // received is owned.
-    unsafe {
-        let n = libc::recvmsg(0, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n == 0 {
-            return Received::Closed;
-        }
-        if n < 0 {
-            return match io::Error::last_os_error().kind() {
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => Received::Nothing,
-                _ => Received::Closed,
-            };
-        }
-        let mut fds = Vec::new();
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                for i in 0..len / 4 {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-        // Cut short, the order is refused: dropping what came closes the
-        // command's socket, which the runtime reads as a refusal.
-        if msg.msg_flags & libc::MSG_CTRUNC != 0 || data[0] != b'O' || fds.len() < 2 {
-            return Received::Nothing;
-        }
-        Received::Order(fds)
+    let (n, fds, cut) = recv_msg(0, &mut data);
+    if n == 0 {
+        return Received::Closed;
     }
+    if n < 0 {
+        return match io::Error::last_os_error().kind() {
+            io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => Received::Nothing,
+            _ => Received::Closed,
+        };
+    }
+    // Cut short, the order is refused: dropping what came closes the
+    // command's socket, which the runtime reads as a refusal.
+    if cut || data[0] != b'O' || fds.len() < 2 {
+        return Received::Nothing;
+    }
+    Received::Order(fds)
 }
 
 /// Start one ordered command: fork, and in the child enter its plan and
 /// run it; answer its pid (or why not) on its socket.
-fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>) {
+fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>, spares: &mut Spares) {
     let rest = fds.split_off(2);
     let (Some(memfd), Some(chan)) = (fds.pop(), fds.pop()) else {
         return;
     };
     let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
     let order = read_order(&memfd).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
-    let order = match order {
+    let mut order = match order {
         Ok(o) => o,
         Err(_) => return answer(&chan, b'E', libc::EINVAL),
     };
+    let pair = spares.take(&order.plan);
+    order.plan.made = pair.as_ref().map(Pair::raw);
     let Ok(prepared) = Exec::new(&order.head) else {
         return answer(&chan, b'E', libc::EINVAL);
     };
@@ -845,13 +846,63 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>) {
         );
     }
     // The child's descriptors are its own now.
-    drop((rest, memfd));
-    answer(&chan, b'P', pid);
+    let kind = if pair.is_some() { b'p' } else { b'P' };
+    drop((rest, memfd, pair));
+    answer(&chan, kind, pid);
     kids.push(Kid {
         pid,
         chan,
         heard: true,
     });
+    spares.refill();
+}
+
+/// The descriptors one message on `sock` carries (none when it closed or
+/// the message was cut short).
+pub(crate) fn recv_fds(sock: &OwnedFd) -> Vec<OwnedFd> {
+    let mut data = [0u8; 8];
+    loop {
+        let (n, fds, cut) = recv_msg(sock.as_raw_fd(), &mut data);
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return if cut { Vec::new() } else { fds };
+    }
+}
+
+/// One `recvmsg` on `fd` into `data`: its return, the descriptors it
+/// carried (owned, close-on-exec), and whether they were cut short.
+fn recv_msg(fd: RawFd, data: &mut [u8; 8]) -> (isize, Vec<OwnedFd>, bool) {
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut msg = header(&mut iov, &mut control, space);
+    let mut fds = Vec::new();
+    // SAFETY: recvmsg into the buffers `msg` points at, which outlive the
+    // call; CMSG_* walk the control buffer only; every descriptor
+    // received is owned.
+    unsafe {
+        let n = libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n <= 0 {
+            return (n, fds, false);
+        }
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..len / 4 {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        (n, fds, msg.msg_flags & libc::MSG_CTRUNC != 0)
+    }
 }
 
 fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {

@@ -348,6 +348,7 @@ fn decode_plan(d: &mut Dec<'_>) -> io::Result<ChildPlan> {
         user_sysctls,
         diag_fd: d.fd()?,
         ctty: d.bool()?,
+        made: None,
     })
 }
 
@@ -539,6 +540,7 @@ mod tests {
             user_sysctls: vec![(c("/proc/sys/user/max_inotify_instances"), b"128".to_vec())],
             diag_fd: 14,
             ctty: false,
+            made: None,
         }
     }
 
