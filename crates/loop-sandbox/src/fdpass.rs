@@ -99,3 +99,63 @@ pub(crate) unsafe fn send(pair: RawFd, fd: RawFd) -> bool {
         libc::sendmsg(pair, &msg, libc::MSG_NOSIGNAL) == 1
     }
 }
+
+/// A message header over one buffer and `space` bytes of `control`.
+pub(crate) fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    msg
+}
+
+/// The descriptors (up to `max`) one message on `sock` carries (none
+/// when it closed or the message was cut short).
+pub(crate) fn recv_fds(sock: &OwnedFd, max: usize) -> Vec<OwnedFd> {
+    let mut data = [0u8; 8];
+    loop {
+        let (n, fds, cut) = recv_msg(sock.as_raw_fd(), &mut data, max);
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return if cut { Vec::new() } else { fds };
+    }
+}
+
+/// One `recvmsg` on `fd` into `data`, with room for `max` descriptors:
+/// its return, the descriptors it carried (owned, close-on-exec), and
+/// whether they were cut short.
+pub(crate) fn recv_msg(fd: RawFd, data: &mut [u8; 8], max: usize) -> (isize, Vec<OwnedFd>, bool) {
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((max * 4) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut msg = header(&mut iov, &mut control, space);
+    let mut fds = Vec::new();
+    // SAFETY: recvmsg into the buffers `msg` points at, which outlive the
+    // call; CMSG_* walk the control buffer only; every descriptor
+    // received is owned.
+    unsafe {
+        let n = libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n <= 0 {
+            return (n, fds, false);
+        }
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..len / 4 {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        (n, fds, msg.msg_flags & libc::MSG_CTRUNC != 0)
+    }
+}

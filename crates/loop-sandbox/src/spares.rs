@@ -103,7 +103,7 @@ impl Spares {
         let Some(kind) = &self.kind else {
             return;
         };
-        let Ok((ours, theirs)) = crate::spawner::seqpacket_pair() else {
+        let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
             return;
         };
         // SAFETY: the spawner is single-threaded; the child only makes
@@ -129,7 +129,7 @@ impl Spares {
         let Some((pid, sock, generation)) = self.making.take() else {
             return;
         };
-        let mut fds = crate::spawner::recv_fds(&sock);
+        let mut fds = crate::fdpass::recv_fds(&sock, 2);
         self.done.push(pid);
         self.reap();
         let userns = self.kind.as_ref().is_some_and(|k| k.userns);

@@ -30,6 +30,7 @@
 //! command itself. `LOOP_SPAWNER=1` uses one for `loop exec` too.
 
 use crate::child::{self, ChildPlan};
+use crate::fdpass;
 use crate::spares::{Pair, Spares};
 use crate::wire::{Dec, Enc, Head, Order};
 use std::ffi::{CString, OsStr};
@@ -189,7 +190,7 @@ fn start() -> io::Result<Handle> {
     })
 }
 
-pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET)
 }
 
@@ -517,7 +518,7 @@ fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     // SAFETY: CMSG_SPACE is arithmetic.
     let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
-    let msg = header(&mut iov, &mut control, space);
+    let msg = fdpass::header(&mut iov, &mut control, space);
     // SAFETY: CMSG_* walk the control buffer `msg` points at, which
     // outlives the call.
     unsafe {
@@ -537,17 +538,6 @@ fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
             }
         }
     }
-}
-
-/// A message header over one buffer and `space` bytes of `control`.
-fn header(iov: &mut libc::iovec, control: &mut [u64], space: usize) -> libc::msghdr {
-    // SAFETY: an all-zero msghdr is a valid empty one.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space;
-    msg
 }
 
 /// The spawner's first answer: `P` + the command's pid (`p`: it entered
@@ -793,7 +783,7 @@ enum Received {
 /// command's socket, the order, then what the order names).
 fn receive_order() -> Received {
     let mut data = [0u8; 8];
-    let (n, fds, cut) = recv_msg(0, &mut data);
+    let (n, fds, cut) = fdpass::recv_msg(0, &mut data, MAX_FDS);
     if n == 0 {
         return Received::Closed;
     }
@@ -855,54 +845,6 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>, spares: &mut Spares) 
         heard: true,
     });
     spares.refill();
-}
-
-/// The descriptors one message on `sock` carries (none when it closed or
-/// the message was cut short).
-pub(crate) fn recv_fds(sock: &OwnedFd) -> Vec<OwnedFd> {
-    let mut data = [0u8; 8];
-    loop {
-        let (n, fds, cut) = recv_msg(sock.as_raw_fd(), &mut data);
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return if cut { Vec::new() } else { fds };
-    }
-}
-
-/// One `recvmsg` on `fd` into `data`: its return, the descriptors it
-/// carried (owned, close-on-exec), and whether they were cut short.
-fn recv_msg(fd: RawFd, data: &mut [u8; 8]) -> (isize, Vec<OwnedFd>, bool) {
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut msg = header(&mut iov, &mut control, space);
-    let mut fds = Vec::new();
-    // SAFETY: recvmsg into the buffers `msg` points at, which outlive the
-    // call; CMSG_* walk the control buffer only; every descriptor
-    // received is owned.
-    unsafe {
-        let n = libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n <= 0 {
-            return (n, fds, false);
-        }
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                for i in 0..len / 4 {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-        (n, fds, msg.msg_flags & libc::MSG_CTRUNC != 0)
-    }
 }
 
 fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
