@@ -73,35 +73,17 @@ impl Captured {
 
     /// Read `reader` to its end, keeping at most `max` bytes (half head, half tail).
     pub fn read_all(mut reader: impl Read, max: usize) -> Captured {
-        let head_max = max / 2;
-        let tail_max = max - head_max;
-        let mut c = Captured {
-            head: Vec::with_capacity(head_max.min(64 * 1024)),
-            tail: Vec::new(),
-            tail_start: 0,
-            tail_max,
-            total: 0,
-            sha256: String::new(),
-        };
-        let mut hasher = Sha256Stream::default();
+        let mut c = Capturing::new(max);
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let n = match reader.read(&mut buf) {
+            match reader.read(&mut buf) {
                 Ok(0) => break,
-                Ok(n) => n,
+                Ok(n) => c.feed(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
-            };
-            let chunk = &buf[..n];
-            hasher.update(chunk);
-            c.total += n as u64;
-            let room = head_max - c.head.len();
-            let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
-            c.head.extend_from_slice(to_head);
-            c.push_tail(rest);
+            }
         }
-        c.sha256 = hasher.finish_hex();
-        c
+        c.finish()
     }
 
     fn push_tail(&mut self, mut bytes: &[u8]) {
@@ -126,6 +108,48 @@ impl Captured {
             self.tail_start = end % self.tail_max;
             rest = &rest[n..];
         }
+    }
+}
+
+/// A stream being captured, fed its bytes as they come.
+pub(crate) struct Capturing {
+    c: Captured,
+    hasher: Sha256Stream,
+    head_max: usize,
+}
+
+impl Capturing {
+    /// Keep at most `max` bytes (half head, half tail).
+    pub(crate) fn new(max: usize) -> Capturing {
+        let head_max = max / 2;
+        Capturing {
+            c: Captured {
+                head: Vec::with_capacity(head_max.min(64 * 1024)),
+                tail: Vec::new(),
+                tail_start: 0,
+                tail_max: max - head_max,
+                total: 0,
+                sha256: String::new(),
+            },
+            hasher: Sha256Stream::default(),
+            head_max,
+        }
+    }
+
+    /// The next bytes of the stream.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+        self.c.total += chunk.len() as u64;
+        let room = self.head_max - self.c.head.len();
+        let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
+        self.c.head.extend_from_slice(to_head);
+        self.c.push_tail(rest);
+    }
+
+    /// What was captured.
+    pub(crate) fn finish(mut self) -> Captured {
+        self.c.sha256 = self.hasher.finish_hex();
+        self.c
     }
 }
 

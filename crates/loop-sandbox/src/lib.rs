@@ -40,6 +40,7 @@ pub mod egress;
 mod fdpass;
 mod kept;
 mod landlock;
+mod pipes;
 pub mod probe;
 pub mod pty;
 pub mod redact;
@@ -65,7 +66,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -1883,36 +1883,28 @@ fn collect(
     env_imposed: Vec<String>,
     terminal: Option<std::fs::File>,
 ) -> Result<ExecResult, SandboxError> {
-    let (tx, rx) = mpsc::channel::<(u8, Captured)>();
     let per_stream = (req.max_output / 2).max(2);
     let on_terminal = terminal.is_some();
     // The runtime's end stays open until the command is reaped: its last
     // close hangs the terminal up, which would signal (SIGHUP) whatever of
     // the command's session is still there, its relay among them.
     let _held = terminal.as_ref().and_then(|t| t.try_clone().ok());
-    if let Some(t) = terminal {
+    let mut pipes = match terminal {
         // Both streams are the terminal: its output is `stdout`, with the
         // whole bound (the terminal end's last close reads as EIO, the end).
-        let out = tx.clone();
-        std::thread::spawn(move || {
-            let _ = out.send((1, Captured::read_all(t, per_stream * 2)));
-        });
-        let _ = tx.send((2, Captured::read_all(std::io::empty(), 2)));
-    }
-    if let Some(out) = child.stdout.take() {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send((1, Captured::read_all(out, per_stream)));
-        });
-    }
-    if let Some(err) = child.stderr.take() {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send((2, Captured::read_all(err, per_stream)));
-        });
-    }
-    drop(tx);
-    let waited = wait_for(child, req, started);
+        Some(t) => {
+            let mut pipes = pipes::Pipes::new(vec![(1, t, per_stream * 2)]);
+            pipes.set(2, Captured::read_all(std::io::empty(), 2));
+            pipes
+        }
+        None => pipes::Pipes::new(
+            [(1, child.stdout.take()), (2, child.stderr.take())]
+                .into_iter()
+                .filter_map(|(n, f)| Some((n, f?, per_stream)))
+                .collect(),
+        ),
+    };
+    let waited = wait_for(child, req, started, &mut pipes);
     let egress = p.proxy.take().map(egress::Proxy::finish);
     let (status, timed_out, cancelled) = match waited {
         Ok(w) => w,
@@ -1929,7 +1921,7 @@ fn collect(
     p.cgroups.destroy();
     trace.mark("cleaned");
     let (layer, (disk_full, disk_used), not_kept) = keep_writes(req, &mut p)?;
-    let (stdout, stderr) = drain(&rx, &mut p.notes);
+    let (stdout, stderr) = pipes.finish(DRAIN_GRACE, &mut p.notes);
     let network = match (p.use_ns && req.net == Net::None, &egress) {
         (true, Some(_)) => "proxy",
         (true, None) => "none",
@@ -2206,6 +2198,7 @@ fn wait_for(
     child: &mut spawner::Proc,
     req: &ExecRequest,
     started: Instant,
+    pipes: &mut pipes::Pipes,
 ) -> std::io::Result<(std::process::ExitStatus, bool, bool)> {
     let deadline = started + req.timeout;
     loop {
@@ -2221,34 +2214,19 @@ fn wait_for(
             child.kill_group();
             return Ok((child.wait()?, !cancel_now, cancel_now));
         }
-        // Sleep until the child exits or the deadline comes, whichever is
-        // first; wake every 50 ms to notice a cancel request.
+        // Read output until the child exits or the deadline comes,
+        // whichever is first; wake every 50 ms to notice a cancel request
+        // (every millisecond where its end cannot be waited for).
         let mut left = deadline.saturating_duration_since(now);
         if req.cancel.is_some() {
             left = left.min(Duration::from_millis(50));
         }
-        child.sleep(left);
-    }
-}
-
-/// What the output readers captured, waiting at most [`DRAIN_GRACE`] for
-/// a pipe a detached process still holds (said in `notes`).
-fn drain(rx: &mpsc::Receiver<(u8, Captured)>, notes: &mut Vec<String>) -> (Captured, Captured) {
-    let mut stdout = Captured::default();
-    let mut stderr = Captured::default();
-    let drain_deadline = Instant::now() + DRAIN_GRACE;
-    for _ in 0..2 {
-        let wait = drain_deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok((1, c)) => stdout = c,
-            Ok((_, c)) => stderr = c,
-            Err(_) => {
-                notes.push("an output pipe was still held open by a detached process; draining stopped after 500 ms".into());
-                break;
-            }
+        let wake = child.wake_fd();
+        if wake.is_none() {
+            left = left.min(Duration::from_millis(1));
         }
+        pipes.pump(wake, left);
     }
-    (stdout, stderr)
 }
 
 /// The `[core]` and `[extensions]` sections of a git config, nothing else:
@@ -2306,19 +2284,6 @@ fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     // SAFETY: a non-negative return is a descriptor we now own.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn wait_readable(fd: &OwnedFd, timeout: Duration) {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: poll on one valid descriptor.
-    unsafe {
-        libc::poll(&mut pfd, 1, ms);
-    }
 }
 
 #[cfg(test)]

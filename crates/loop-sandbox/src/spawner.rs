@@ -42,7 +42,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// The hidden first argument that makes the binary a spawner.
 pub const ARG: &str = "__loop-spawner";
@@ -320,12 +319,12 @@ impl Proc {
         }
     }
 
-    /// Sleep until it may have ended, or `left` has passed.
-    pub fn sleep(&self, left: Duration) {
+    /// A descriptor readable once it may have ended (none where its end
+    /// is known, or cannot be waited for: then poll it).
+    pub fn wake_fd(&self) -> Option<RawFd> {
         match &self.how {
-            How::Direct(_, Some(fd)) | How::Spawned(fd, None, _) => crate::wait_readable(fd, left),
-            How::Spawned(_, Some(_), _) => {}
-            How::Direct(_, None) => std::thread::sleep(left.min(Duration::from_millis(1))),
+            How::Direct(_, Some(fd)) | How::Spawned(fd, None, _) => Some(fd.as_raw_fd()),
+            _ => None,
         }
     }
 }

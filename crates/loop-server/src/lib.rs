@@ -217,15 +217,7 @@ impl AppState {
     async fn caller(&self, headers: &HeaderMap, need: Scope) -> Result<Caller, ApiError> {
         let token = self.bearer(headers)?;
         let rt = self.runtime.clone();
-        let found = tokio::task::spawn_blocking(move || rt.authenticate(&token))
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    format!("a worker thread failed: {e}"),
-                )
-            })?;
+        let found = blocking(move || Ok(rt.authenticate(&token))).await?;
         self.admit(found, need)
     }
 
