@@ -265,44 +265,8 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::fs::read_to_string(&runs)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        < 1
-    {
-        assert!(std::time::Instant::now() < deadline, "no command ran");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    // The runtime's own spawner (other tests run theirs meanwhile).
-    let spawner = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            let chain = ancestry(*pid);
-            chain.len() > 1 && chain[0].1.contains("__loop-spawner") && chain[1].0 == runtime.id()
-        })
-        .expect("the runtime's spawner");
-    // Between the two commands: the first has ended (its line is written a
-    // moment before its processes end and are reaped), and nothing the
-    // spawner forks (a command, or a maker of namespaces, `spares.rs`) is
-    // at work.
-    let children = |parent: u32| {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| ancestry(*pid).get(1).is_some_and(|(p, _)| *p == parent))
-            .count()
-    };
-    while children(spawner) > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the first command did not end"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_for_lines(&runs, 1, deadline);
+    let spawner = spawner_between_commands(runtime.id(), deadline);
     // SAFETY: kill of a process this test found and owns.
     assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGKILL) }, 0);
     let status = runtime.wait().unwrap();
@@ -314,5 +278,174 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
         "ran\nran\n",
         "{said}"
     );
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+/// Wait until `file` has `n` lines.
+fn wait_for_lines(file: &Path, n: usize, deadline: std::time::Instant) {
+    while std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < n
+    {
+        assert!(std::time::Instant::now() < deadline, "no command ran");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// How many processes have `parent` as theirs.
+fn children(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| ancestry(*pid).get(1).is_some_and(|(p, _)| *p == parent))
+        .count()
+}
+
+/// The spawner of the runtime `runtime` (other tests run theirs
+/// meanwhile), once nothing it forks (a command, or a maker of
+/// namespaces, `spares.rs`) is at work: between two commands, the first
+/// having ended (its line is written a moment before its processes end
+/// and are reaped).
+fn spawner_between_commands(runtime: u32, deadline: std::time::Instant) -> u32 {
+    let spawner = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let chain = ancestry(*pid);
+            chain.len() > 1 && chain[0].1.contains("__loop-spawner") && chain[1].0 == runtime
+        })
+        .expect("the runtime's spawner");
+    while children(spawner) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first command did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    spawner
+}
+
+/// Whether process `pid` is gone (reaped, not a zombie).
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A spawner that stops answering (stopped with SIGSTOP between two
+/// commands) hangs nothing: the next command's order waits its answer
+/// for `LOOP_SPAWNER_ANSWER_MS`, then the spawner is killed and reaped and
+/// that command fails with an error naming the spawner; the runtime ends.
+/// The honest run, the same two commands with the spawner left alone, runs
+/// both (the killed-spawner test above: a dead spawner is replaced).
+#[test]
+fn a_spawner_that_stops_answering_is_killed_and_hangs_nothing() {
+    let b = base("spawner-stopped");
+    let runs = b.join("project").join("runs");
+    let err = b.join("err.txt");
+    let mut runtime = shared::loop_in(&b)
+        .current_dir(b.join("project"))
+        .env("LOOP_SPAWNER_ANSWER_MS", "400")
+        .args(["exec", "--repeat", "2", "--pause-ms", "1500", "--"])
+        .args(["sh", "-c", "echo ran >> runs"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    wait_for_lines(&runs, 1, deadline);
+    let spawner = spawner_between_commands(runtime.id(), deadline);
+    // SAFETY: a signal to a process this test found.
+    assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGSTOP) }, 0);
+    let status = loop {
+        if let Some(s) = runtime.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = runtime.kill();
+            // SAFETY: as above.
+            unsafe { libc::kill(spawner as i32, libc::SIGKILL) };
+            panic!("the runtime hung on its stopped spawner");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(status.code(), Some(125), "{said}");
+    assert!(
+        said.contains("the spawner did not answer within 400 ms"),
+        "{said}"
+    );
+    assert!(gone(spawner), "the stopped spawner was left behind");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n", "{said}");
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+/// A spawner that stops once its command runs: at the command's deadline
+/// the runtime asks the spawner to kill it, hears nothing within
+/// `LOOP_SPAWNER_ANSWER_MS`, kills the spawner, and the command dies with
+/// it (its first process's parent-death signal); the runtime ends with an
+/// error saying so. The honest run (`daemons_do_not_outlive_the_timeout`,
+/// escape.rs): a command past its deadline is killed and reported timed out.
+#[test]
+fn a_command_past_its_deadline_dies_with_a_spawner_that_stopped_answering() {
+    let b = base("spawner-stopped-deadline");
+    let seconds = format!("77.{}", std::process::id() % 1000);
+    let err = b.join("err.txt");
+    let mut runtime = shared::loop_in(&b)
+        .current_dir(b.join("project"))
+        .env("LOOP_SPAWNER", "1")
+        .env("LOOP_SPAWNER_ANSWER_MS", "400")
+        .args(["exec", "--timeout", "3", "--", "sleep", &seconds])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let sleep = loop {
+        if let Some(pid) = find_process(&["sleep", &seconds]) {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "no command ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // The runtime's child (the command's relay and init are forks of it,
+    // with its arguments).
+    let chain = ancestry(sleep);
+    let spawner = chain
+        .windows(2)
+        .find(|w| w[0].1.contains("__loop-spawner") && w[1].0 == runtime.id())
+        .map(|w| w[0].0)
+        .unwrap_or_else(|| panic!("no spawner: {chain:?}"));
+    // SAFETY: a signal to a process this test found.
+    assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGSTOP) }, 0);
+    let status = loop {
+        if let Some(s) = runtime.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = runtime.kill();
+            // SAFETY: as above.
+            unsafe { libc::kill(spawner as i32, libc::SIGKILL) };
+            panic!("the runtime hung on its stopped spawner");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(status.code(), Some(125), "{said}");
+    assert!(
+        said.contains("the spawner did not answer within 400 ms once the command was to end"),
+        "{said}"
+    );
+    assert!(gone(spawner), "the stopped spawner was left behind");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while find_process(&["sleep", &seconds]).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command outlived its killed spawner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let _ = std::fs::remove_dir_all(&b);
 }

@@ -28,6 +28,15 @@
 //! command, whose process is small and starts one: a spawner would be a
 //! second); elsewhere, and with `LOOP_SPAWNER=0`, the runtime forks each
 //! command itself. `LOOP_SPAWNER=1` uses one for `loop exec` too.
+//!
+//! The spawner owes two answers at once: a command's pid when it is
+//! ordered, and its status when the runtime asked it to kill the command
+//! (a deadline, a cancel). One that has not come within 10 s
+//! (`LOOP_SPAWNER_ANSWER_MS`) means the spawner is hung (stopped, say):
+//! it is killed, with whatever it started, that command fails with an
+//! error saying so, and the next command starts another spawner. Its end,
+//! once the runtime closes its socket, is waited for as long, then it is
+//! killed too: a hung spawner never hangs the runtime.
 
 use crate::child::{self, ChildPlan};
 use crate::fdpass;
@@ -41,7 +50,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The hidden first argument that makes the binary a spawner.
 pub const ARG: &str = "__loop-spawner";
@@ -91,8 +101,71 @@ impl Handle {
         // SAFETY: shutdown of a socket we own; it stays open until dropped.
         unsafe { libc::shutdown(self.ctl.as_raw_fd(), libc::SHUT_RDWR) };
         let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        // One that does not end when told (stopped, say) is killed.
+        if let Some(fd) = crate::pidfd_open(c.id() as libc::pid_t)
+            && !readable_within(fd.as_raw_fd(), answer_wait())
+        {
+            let _ = c.kill();
+        }
         let _ = c.wait();
     }
+
+    /// Take this spawner for hung: kill it (each command it started dies
+    /// with it: their first process's parent-death signal) and forget it.
+    fn hung(self: &Arc<Self>) {
+        tracing::warn!(
+            "the spawner did not answer within {} ms: it is killed, with what it started; the next command starts another",
+            answer_wait().as_millis()
+        );
+        let _ = self.child.lock().unwrap_or_else(|e| e.into_inner()).kill();
+        lost(self);
+    }
+}
+
+/// How long an answer the spawner owes at once may take before it is
+/// taken for hung (see the module's documentation).
+fn answer_wait() -> Duration {
+    static WAIT: OnceLock<Duration> = OnceLock::new();
+    *WAIT.get_or_init(|| {
+        std::env::var("LOOP_SPAWNER_ANSWER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis)
+    })
+}
+
+/// Whether `fd` became readable (or its peer went away) within `wait`.
+fn readable_within(fd: RawFd, wait: Duration) -> bool {
+    let end = Instant::now() + wait;
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let left = end.saturating_duration_since(Instant::now());
+        let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        // SAFETY: poll on one descriptor the caller holds open.
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            n if n > 0 => return true,
+            0 if Instant::now() >= end => return false,
+            0 => {}
+            // An error is for the read that follows to say.
+            _ if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted => return true,
+            _ => {}
+        }
+    }
+}
+
+/// The error of a command whose spawner was taken for hung.
+fn hung_error(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "the spawner did not answer within {} ms {what}: it was killed, with every command it had started, and the next command starts another",
+            answer_wait().as_millis()
+        ),
+    )
 }
 
 impl Drop for Handle {
@@ -219,12 +292,7 @@ enum How {
     /// Forked by the spawner: the socket its end is told on, its status
     /// once told, and the spawner (kept until its commands have ended,
     /// even once replaced: closing it kills what it started).
-    Spawned(
-        OwnedFd,
-        Option<ExitStatus>,
-        #[allow(dead_code)] // held, never read: see above
-        Arc<Handle>,
-    ),
+    Spawned(OwnedFd, Option<ExitStatus>, Arc<Handle>),
 }
 
 impl Proc {
@@ -265,7 +333,13 @@ impl Proc {
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         match &mut self.how {
             How::Direct(c, _) => c.wait(),
-            How::Spawned(chan, status, _) => {
+            How::Spawned(chan, status, h) => {
+                // Asked for once the command was to end (its group killed),
+                // or once it has: the answer is owed at once.
+                if status.is_none() && !readable_within(chan.as_raw_fd(), answer_wait()) {
+                    h.hung();
+                    return Err(hung_error("once the command was to end"));
+                }
                 if status.is_none() {
                     *status = read_status(chan, true)?;
                 }
@@ -416,6 +490,12 @@ pub(crate) fn spawn(
     }
     // Only the spawner (then the command) holds these now.
     drop((theirs, failed_write, chan_theirs, memfd));
+    if !readable_within(chan.as_raw_fd(), answer_wait()) {
+        h.hung();
+        return Err(hung_error(
+            "with the command's process id (the command may have begun)",
+        ));
+    }
     let (pid, made_ahead) = read_pid(&chan)?;
     if made_ahead {
         tracing::debug!(
