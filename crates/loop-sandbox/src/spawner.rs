@@ -31,12 +31,16 @@
 //!
 //! The spawner owes two answers at once: a command's pid when it is
 //! ordered, and its status when the runtime asked it to kill the command
-//! (a deadline, a cancel). One that has not come within 10 s
-//! (`LOOP_SPAWNER_ANSWER_MS`) means the spawner is hung (stopped, say):
-//! it is killed, with whatever it started, that command fails with an
-//! error saying so, and the next command starts another spawner. Its end,
-//! once the runtime closes its socket, is waited for as long, then it is
-//! killed too: a hung spawner never hangs the runtime.
+//! (a deadline, a cancel). When one has not come within 10 s
+//! (`LOOP_SPAWNER_ANSWER_MS`, and again every as long) the spawner's state
+//! is read: stopped (`SIGSTOP`, a debugger), or gone, it is killed, with
+//! whatever it started, that command fails with an error saying so, and
+//! the next command starts another spawner; running or waiting, it is
+//! only slow (a fork under memory pressure, a command slow to die, which
+//! killing it would not hasten) and is waited for. Its end, once the
+//! runtime closes its socket, is waited for the same way: a stopped
+//! spawner never hangs the runtime, and a slow one never costs the other
+//! commands it runs.
 
 use crate::child::{self, ChildPlan};
 use crate::fdpass;
@@ -101,20 +105,27 @@ impl Handle {
         // SAFETY: shutdown of a socket we own; it stays open until dropped.
         unsafe { libc::shutdown(self.ctl.as_raw_fd(), libc::SHUT_RDWR) };
         let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        // One that does not end when told (stopped, say) is killed.
+        // One that does not end when told, being stopped, is killed.
         if let Some(fd) = crate::pidfd_open(c.id() as libc::pid_t)
-            && !readable_within(fd.as_raw_fd(), answer_wait())
+            && !answered_or_stopped(fd.as_raw_fd(), c.id(), answer_wait())
         {
             let _ = c.kill();
         }
         let _ = c.wait();
     }
 
+    /// Wait for `fd` (an answer of this spawner): whether it came, or the
+    /// spawner was found stopped (see the module's documentation).
+    fn answers(&self, fd: RawFd) -> bool {
+        let pid = self.child.lock().unwrap_or_else(|e| e.into_inner()).id();
+        answered_or_stopped(fd, pid, answer_wait())
+    }
+
     /// Take this spawner for hung: kill it (each command it started dies
     /// with it: their first process's parent-death signal) and forget it.
     fn hung(self: &Arc<Self>) {
         tracing::warn!(
-            "the spawner did not answer within {} ms: it is killed, with what it started; the next command starts another",
+            "the spawner did not answer within {} ms and is stopped: it is killed, with what it started; the next command starts another",
             answer_wait().as_millis()
         );
         let _ = self.child.lock().unwrap_or_else(|e| e.into_inner()).kill();
@@ -132,6 +143,24 @@ fn answer_wait() -> Duration {
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_secs(10), Duration::from_millis)
     })
+}
+
+/// Wait until `fd` is readable: true, or false as soon as, once `wait`
+/// has passed without, process `pid` is stopped or gone.
+fn answered_or_stopped(fd: RawFd, pid: u32, wait: Duration) -> bool {
+    loop {
+        if readable_within(fd, wait) {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the name, which is in parentheses.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, None | Some('T' | 't' | 'Z' | 'X')) {
+            return false;
+        }
+    }
 }
 
 /// Whether `fd` became readable (or its peer went away) within `wait`.
@@ -162,7 +191,7 @@ fn hung_error(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::TimedOut,
         format!(
-            "the spawner did not answer within {} ms {what}: it was killed, with every command it had started, and the next command starts another",
+            "the spawner did not answer within {} ms {what} and was found stopped: it was killed, with every command it had started, and the next command starts another",
             answer_wait().as_millis()
         ),
     )
@@ -336,7 +365,7 @@ impl Proc {
             How::Spawned(chan, status, h) => {
                 // Asked for once the command was to end (its group killed),
                 // or once it has: the answer is owed at once.
-                if status.is_none() && !readable_within(chan.as_raw_fd(), answer_wait()) {
+                if status.is_none() && !h.answers(chan.as_raw_fd()) {
                     h.hung();
                     return Err(hung_error("once the command was to end"));
                 }
@@ -490,7 +519,7 @@ pub(crate) fn spawn(
     }
     // Only the spawner (then the command) holds these now.
     drop((theirs, failed_write, chan_theirs, memfd));
-    if !readable_within(chan.as_raw_fd(), answer_wait()) {
+    if !h.answers(chan.as_raw_fd()) {
         h.hung();
         return Err(hung_error(
             "with the command's process id (the command may have begun)",
@@ -1012,5 +1041,64 @@ unsafe fn failed(fd: RawFd) -> ! {
         let e = (*libc::__errno_location()).to_le_bytes();
         libc::write(fd, e.as_ptr().cast(), 4);
         libc::_exit(127)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sleeper() -> Child {
+        Command::new("sleep").arg("30").spawn().unwrap()
+    }
+
+    #[test]
+    fn a_slow_answer_is_waited_for_while_the_process_runs() {
+        let (r, w) = pipe().unwrap();
+        let mut alive = sleeper();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(350));
+            // SAFETY: a write to a pipe this thread owns.
+            unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        });
+        let t = Instant::now();
+        // Three waits of 100 ms pass without the answer: the process is
+        // not stopped, so it is waited for.
+        assert!(answered_or_stopped(
+            r.as_raw_fd(),
+            alive.id(),
+            Duration::from_millis(100)
+        ));
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        writer.join().unwrap();
+        alive.kill().unwrap();
+        alive.wait().unwrap();
+    }
+
+    #[test]
+    fn a_stopped_or_gone_process_is_given_up_on_after_one_wait() {
+        let (r, _w) = pipe().unwrap();
+        let mut stopped = sleeper();
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(stopped.id() as libc::pid_t, libc::SIGSTOP) };
+        let t = Instant::now();
+        assert!(!answered_or_stopped(
+            r.as_raw_fd(),
+            stopped.id(),
+            Duration::from_millis(100)
+        ));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        stopped.kill().unwrap();
+        stopped.wait().unwrap();
+        // Reaped: no such process.
+        assert!(!answered_or_stopped(
+            r.as_raw_fd(),
+            stopped.id(),
+            Duration::from_millis(50)
+        ));
     }
 }
