@@ -119,7 +119,9 @@ const SYSTEM_TREES: &[&str] = &[
 /// included), minus credential stores.
 #[derive(Debug, Clone, Default)]
 pub struct HostView {
-    /// Trees to allow read + execute, already expanded around denied paths.
+    /// Trees to allow read + execute, already expanded around denied paths;
+    /// sorted (by components, so a tree's entries are together, see
+    /// [`HostView::read_exec_under`]).
     pub read_exec: Vec<PathBuf>,
     /// Those of `read_exec` that are not directories (known from the walk,
     /// so building a ruleset needs no `stat` per entry).
@@ -241,6 +243,16 @@ impl HostView {
             toolchain_env: env,
             trees: outer,
         }
+    }
+
+    /// The entries of `read_exec` at or under `t`, found by binary search
+    /// (each command's root asks once per tree; a scan of the whole list
+    /// per tree was a measurable part of every command's start).
+    pub fn read_exec_under<'s>(&'s self, t: &'s Path) -> impl Iterator<Item = &'s PathBuf> + 's {
+        let start = self.read_exec.partition_point(|e| e.as_path() < t);
+        self.read_exec[start..]
+            .iter()
+            .take_while(move |e| e.starts_with(t))
     }
 }
 
@@ -401,6 +413,53 @@ fn expand_inner(
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_entries_under_a_tree_are_those_a_scan_finds() {
+        let mut read_exec: Vec<PathBuf> = [
+            "/a",
+            "/usr",
+            "/usr-x/bin",
+            "/usr.d",
+            "/usr/bin",
+            "/usr/lib/x",
+            "/usr/lib",
+            "/usrx",
+            "/v",
+            "/usr/bin/python3",
+            "/",
+            "/opt/t/u",
+            "/opt/t-1",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        read_exec.sort();
+        let mut v = HostView::resolve("", None, &[]);
+        v.read_exec = read_exec;
+        for t in [
+            "/usr", "/usr/lib", "/usr/bin", "/opt/t", "/opt", "/", "/none", "/usr-x", "/a",
+        ] {
+            let t = Path::new(t);
+            let scan: Vec<&PathBuf> = v.read_exec.iter().filter(|e| e.starts_with(t)).collect();
+            let found: Vec<&PathBuf> = v.read_exec_under(t).collect();
+            assert_eq!(found, scan, "{}", t.display());
+        }
+        // And on this machine's own view, for each of its trees.
+        let host = HostView::resolve(&std::env::var("PATH").unwrap_or_default(), None, &[]);
+        let mut seen = 0;
+        for t in &host.trees {
+            let scan: Vec<&PathBuf> = host.read_exec.iter().filter(|e| e.starts_with(t)).collect();
+            seen += scan.len();
+            assert_eq!(
+                host.read_exec_under(t).collect::<Vec<_>>(),
+                scan,
+                "{}",
+                t.display()
+            );
+        }
+        assert!(seen > 0, "{:?}", host.trees);
+    }
 
     #[test]
     fn expansion_leaves_out_denied_paths_and_keeps_their_siblings() {

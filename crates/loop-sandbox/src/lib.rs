@@ -896,13 +896,6 @@ fn landlock_for(
     extra: &[PathBuf],
     overlays: bool,
 ) -> Result<Option<landlock::Prepared>, SandboxError> {
-    let shadowed = |p: &Path| {
-        overlays
-            && view
-                .trees
-                .iter()
-                .any(|t| p.starts_with(t) && root::overlaid(t, true) && !root::special(t))
-    };
     let (writable, read_only): (Vec<PathBuf>, Vec<PathBuf>) = if workspace_read_only {
         (vec![tmp.tmp().to_path_buf()], vec![workspace.to_path_buf()])
     } else {
@@ -920,7 +913,7 @@ fn landlock_for(
             .chain(extra.iter().cloned())
             .chain(read_only)
             .collect::<Vec<_>>(),
-        &shadowed,
+        overlays,
     )
 }
 

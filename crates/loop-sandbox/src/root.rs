@@ -474,7 +474,7 @@ impl Builder<'_> {
         ));
         let read_dir = inp.masks.read_dir;
         if read_dir != 0 {
-            for e in inp.view.read_exec.iter().filter(|e| e.starts_with(t)) {
+            for e in inp.view.read_exec_under(t) {
                 let mask = if inp.view.files.contains(e) {
                     inp.masks.read_file
                 } else {
