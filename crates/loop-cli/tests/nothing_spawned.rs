@@ -357,27 +357,11 @@ fn a_spawner_that_stops_answering_is_killed_and_hangs_nothing() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     wait_for_lines(&runs, 1, deadline);
     let spawner = spawner_between_commands(runtime.id(), deadline);
-    // SAFETY: a signal to a process this test found.
-    assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGSTOP) }, 0);
-    let status = loop {
-        if let Some(s) = runtime.try_wait().unwrap() {
-            break s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = runtime.kill();
-            // SAFETY: as above.
-            unsafe { libc::kill(spawner as i32, libc::SIGKILL) };
-            panic!("the runtime hung on its stopped spawner");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let said = std::fs::read_to_string(&err).unwrap();
-    assert_eq!(status.code(), Some(125), "{said}");
+    let said = stop_and_see_it_killed(&mut runtime, spawner, &err, deadline);
     assert!(
         said.contains("the spawner did not answer within 400 ms"),
         "{said}"
     );
-    assert!(gone(spawner), "the stopped spawner was left behind");
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n", "{said}");
     let _ = std::fs::remove_dir_all(&b);
 }
@@ -418,7 +402,31 @@ fn a_command_past_its_deadline_dies_with_a_spawner_that_stopped_answering() {
         .find(|w| w[0].1.contains("__loop-spawner") && w[1].0 == runtime.id())
         .map(|w| w[0].0)
         .unwrap_or_else(|| panic!("no spawner: {chain:?}"));
-    // SAFETY: a signal to a process this test found.
+    let said = stop_and_see_it_killed(&mut runtime, spawner, &err, deadline);
+    assert!(
+        said.contains("the spawner did not answer within 400 ms once the command was to end"),
+        "{said}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while find_process(&["sleep", &seconds]).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command outlived its killed spawner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+/// Stop `spawner` (SIGSTOP), then: the runtime ends (not hanging on it)
+/// with 125, and the spawner was killed and reaped. What the runtime said.
+fn stop_and_see_it_killed(
+    runtime: &mut std::process::Child,
+    spawner: u32,
+    err: &Path,
+    deadline: std::time::Instant,
+) -> String {
+    // SAFETY: a signal to a process the test found.
     assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGSTOP) }, 0);
     let status = loop {
         if let Some(s) = runtime.try_wait().unwrap() {
@@ -432,20 +440,8 @@ fn a_command_past_its_deadline_dies_with_a_spawner_that_stopped_answering() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let said = std::fs::read_to_string(&err).unwrap();
+    let said = std::fs::read_to_string(err).unwrap();
     assert_eq!(status.code(), Some(125), "{said}");
-    assert!(
-        said.contains("the spawner did not answer within 400 ms once the command was to end"),
-        "{said}"
-    );
     assert!(gone(spawner), "the stopped spawner was left behind");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while find_process(&["sleep", &seconds]).is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command outlived its killed spawner"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _ = std::fs::remove_dir_all(&b);
+    said
 }
