@@ -497,6 +497,35 @@ fn daemons_do_not_outlive_the_timeout() {
     }
 }
 
+/// A command that opens its own output pipe again (`/proc/$$/fd/1`) and
+/// reads it takes bytes the runtime saw ready: the runtime's read then
+/// finds nothing and must not wait for more (it reads without blocking),
+/// or a command that then goes quiet, holding its output open, would keep
+/// the runtime past the deadline. The honest run beside it: the same
+/// output with no second reader is all kept.
+#[test]
+fn a_command_reading_its_own_output_cannot_hold_the_runtime_past_its_deadline() {
+    for who in users() {
+        let sc = Scene::new("own-output", who);
+        // Lines a few milliseconds apart: each wakes the runtime and the
+        // command's readers at once, and a reader often takes the line.
+        let script = "for r in 1 2 3 4; do cat /proc/$$/fd/1 > /dev/null & done; \
+                      for i in $(seq 300); do echo line-$i; sleep 0.005; done; sleep 60";
+        let t = Instant::now();
+        let (_, j) = sc.run(&["--timeout", "3"], script);
+        let took = t.elapsed();
+        assert_eq!(j["timed_out"], true, "{who:?}: {j}");
+        assert!(took < Duration::from_secs(15), "{who:?}: {took:?}");
+        let (_, honest) = sc.run(
+            &["--timeout", "20"],
+            "for i in $(seq 3000); do echo line-$i; done",
+        );
+        assert_eq!(honest["exit_code"], 0, "{who:?}: {honest}");
+        // "line-1\n" to "line-3000\n": 28,893 bytes, every one counted.
+        assert_eq!(honest["stdout_bytes"], 28_893, "{who:?}: {honest}");
+    }
+}
+
 #[test]
 fn a_gigabyte_of_output_keeps_the_runtime_flat() {
     let _alone = exclusive();

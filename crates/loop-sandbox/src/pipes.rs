@@ -29,15 +29,29 @@ pub(crate) struct Pipes {
 
 impl Pipes {
     /// Read these streams (1 output, 2 errors), keeping at most that many
-    /// bytes of each.
+    /// bytes of each. Each is read without waiting (`O_NONBLOCK` on the
+    /// runtime's own open of it): a command can open its own output pipe
+    /// again (`/proc/PID/fd/1`) and take bytes between the `poll` that
+    /// saw them and the read, which must then come back empty rather than
+    /// wait, past the deadline, for bytes the command never writes.
     pub(crate) fn new(streams: Vec<(u8, File, usize)>) -> Pipes {
         Pipes {
             open: streams
                 .into_iter()
-                .map(|(stream, file, max)| Open {
-                    stream,
-                    file,
-                    got: Capturing::new(max),
+                .map(|(stream, file, max)| {
+                    // SAFETY: fcntl on a descriptor we own.
+                    unsafe {
+                        let fd = file.as_raw_fd();
+                        let flags = libc::fcntl(fd, libc::F_GETFL);
+                        if flags >= 0 {
+                            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+                        }
+                    }
+                    Open {
+                        stream,
+                        file,
+                        got: Capturing::new(max),
+                    }
                 })
                 .collect(),
             done: [None, None],
@@ -79,10 +93,15 @@ impl Pipes {
     }
 
     /// One read of open stream `i`; at its end (or an error) it is done.
+    /// Nothing there (taken by another reader since the `poll`) is no end.
     fn read_one(&mut self, i: usize) {
         match self.open[i].file.read(&mut self.buf) {
             Ok(n) if n > 0 => self.open[i].got.feed(&self.buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                ) => {}
             _ => {
                 let o = self.open.remove(i);
                 self.set(o.stream, o.got.finish());
@@ -153,6 +172,38 @@ mod tests {
         assert_eq!(out.sha256(), loop_protocol::hash::sha256_hex(&want));
         assert_eq!(err.total(), 20);
         assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn a_read_finding_nothing_comes_back_at_once_and_the_stream_stays_open() {
+        let (r, mut w) = pipe();
+        // Another open of the same pipe, as a command can make of its own
+        // output (`/proc/self/fd/1`): it takes what is written.
+        use std::os::fd::AsRawFd;
+        let mut thief = File::open(format!("/proc/self/fd/{}", r.as_raw_fd())).unwrap();
+        let mut p = Pipes::new(vec![(1, r, 1024)]);
+        w.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        thief.read_exact(&mut one).unwrap();
+        // Readable a moment ago, empty now: the read must not wait.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            p.read_one(0);
+            let _ = tx.send(());
+            p
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+            "a read of an empty pipe waited"
+        );
+        let p = reader.join().unwrap();
+        assert_eq!(p.open.len(), 1, "an empty read is not the stream's end");
+        w.write_all(b"after").unwrap();
+        drop(w);
+        let mut notes = Vec::new();
+        let (out, _) = p.finish(Duration::from_secs(5), &mut notes);
+        assert_eq!(out.excerpt(), "after");
+        assert!(notes.is_empty(), "{notes:?}");
     }
 
     #[test]

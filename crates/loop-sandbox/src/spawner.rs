@@ -105,6 +105,11 @@ impl Handle {
         // SAFETY: shutdown of a socket we own; it stays open until dropped.
         unsafe { libc::shutdown(self.ctl.as_raw_fd(), libc::SHUT_RDWR) };
         let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        // Closed once already (at exit, then as the last holder lets go):
+        // reaped, its id may name another process now.
+        if matches!(c.try_wait(), Ok(Some(_))) {
+            return;
+        }
         // One that does not end when told, being stopped, is killed.
         if let Some(fd) = crate::pidfd_open(c.id() as libc::pid_t)
             && !answered_or_stopped(fd.as_raw_fd(), c.id(), answer_wait())
@@ -142,6 +147,7 @@ fn answer_wait() -> Duration {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_secs(10), Duration::from_millis)
+            .max(Duration::from_millis(10))
     })
 }
 
@@ -152,12 +158,18 @@ fn answered_or_stopped(fd: RawFd, pid: u32, wait: Duration) -> bool {
         if readable_within(fd, wait) {
             return true;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the name, which is in parentheses.
+        // The state follows the name, which is in parentheses. Only a
+        // process known to be stopped or gone is given up on: a read that
+        // fails otherwise (no descriptors left, say) says nothing.
+        let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            Err(_) => continue,
+        };
         let state = stat
             .rsplit_once(") ")
             .and_then(|(_, rest)| rest.chars().next());
-        if matches!(state, None | Some('T' | 't' | 'Z' | 'X')) {
+        if matches!(state, Some('T' | 't' | 'Z' | 'X')) {
             return false;
         }
     }
