@@ -392,7 +392,48 @@ pub fn write_dsse<T: Serialize>(
         why: e.to_string(),
     })?;
     text.push('\n');
-    std::fs::write(path, text).map_err(io_err(path))
+    replace_whole(path, text.as_bytes()).map_err(io_err(path))
+}
+
+/// Write `bytes` to `path` as a whole: a new file beside it (made new, so
+/// nothing planted at its name is written through), synced, renamed over
+/// `path`. A run killed meanwhile leaves the old file or none, never a
+/// part: a receipt cut short would be refused by `loop verify`, and would
+/// stand in for the store's whole one where the task ended elsewhere.
+#[allow(clippy::disallowed_methods)] // the receipt the runtime signs, written where its caller chose
+fn replace_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The predicate type of an addendum.
@@ -1004,6 +1045,34 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_replaced_whole_and_nothing_planted_beside_it_is_written_through() {
+        let dir = std::env::temp_dir().join(format!("loop-whole-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t-1.receipt.json");
+        std::fs::write(&path, "old").unwrap();
+        // A link planted at the temporary name, pointing outside.
+        let outside = dir.join("outside");
+        std::fs::write(&outside, "untouched").unwrap();
+        let tmp = dir.join(format!(".t-1.receipt.json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        replace_whole(&path, b"new whole").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new whole");
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["outside", "t-1.receipt.json"],
+            "nothing left beside it"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn pae_matches_the_dsse_spec_example() {
