@@ -229,6 +229,7 @@ mod tests {
             max_file_bytes: loop_protocol::contract::DEFAULT_MAX_FILE_BYTES,
             disk_mb: loop_protocol::contract::DEFAULT_DISK_MB,
             write_mb: loop_protocol::contract::DEFAULT_WRITE_MB,
+            ..Limits::default()
         }
     }
 

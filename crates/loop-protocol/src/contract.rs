@@ -202,6 +202,19 @@ pub struct Limits {
         skip_serializing_if = "is_default_write_mb"
     )]
     pub write_mb: u64,
+    /// Child tasks this task may hand parts of its work to (the `delegate`
+    /// tool; see `delegation.rs`). 0, the default: it cannot delegate.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_children: u32,
+    /// How many levels of children may lie below this task: 1 lets it
+    /// delegate to children that cannot delegate further. A child's is
+    /// always less than its parent's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_depth: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The default of [`Limits::write_mb`]: 16 GiB (eight commands filling
@@ -254,6 +267,8 @@ impl Default for Limits {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             disk_mb: DEFAULT_DISK_MB,
             write_mb: DEFAULT_WRITE_MB,
+            max_children: 0,
+            max_depth: 0,
         }
     }
 }
@@ -428,6 +443,12 @@ impl Contract {
         }
         if l.write_mb != DEFAULT_WRITE_MB {
             limits["write_mb"] = l.write_mb.into();
+        }
+        if l.max_children != 0 {
+            limits["max_children"] = l.max_children.into();
+        }
+        if l.max_depth != 0 {
+            limits["max_depth"] = l.max_depth.into();
         }
         let mut doc = Map::new();
         doc.insert("version".into(), self.version.into());

@@ -16,6 +16,7 @@
 pub mod action;
 pub mod context;
 pub mod contract;
+pub mod delegation;
 pub mod event;
 pub mod evidence;
 pub mod hash;

@@ -70,6 +70,9 @@ struct Rule {
     unless: Option<GlobSet>,
     /// Exact paths this rule does not protect (no glob, no depth).
     unless_exact: std::collections::BTreeSet<String>,
+    /// The only directories this rule protects that [`Protected::existing`]
+    /// looks into for paths its exceptions lift (`None`: every one).
+    enter: Option<std::collections::BTreeSet<String>>,
 }
 
 fn compile(glob: &str) -> Result<GlobSet, globset::Error> {
@@ -97,6 +100,7 @@ impl Protected {
                 set: compile(r)?,
                 unless: None,
                 unless_exact: Default::default(),
+                enter: None,
             });
         }
         Ok(Protected { rules: compiled })
@@ -146,9 +150,40 @@ impl Protected {
                 set: compile(glob)?,
                 unless: unless.clone(),
                 unless_exact: exact.iter().cloned().collect(),
+                enter: None,
             });
         }
         Ok(self)
+    }
+
+    /// Confine writes to `writable` (workspace-relative directories or
+    /// files in normal form; `""` is the whole workspace, and adds no
+    /// rule): one rule, `name`, protects every other path. Their
+    /// ancestors are lifted exactly (a command making `pkg/a/x` makes
+    /// `pkg`), so nothing the rule protects holds a path it lifts:
+    /// [`Protected::existing`] lists each protected entry whole, once.
+    pub fn confined_to(self, writable: &[String], name: &str) -> Result<Self, globset::Error> {
+        if writable.is_empty() || writable.iter().any(|w| w.is_empty()) {
+            return Ok(self);
+        }
+        let unless: Vec<String> = writable
+            .iter()
+            .map(|w| format!("{}/**", globset::escape(w)))
+            .collect();
+        let mut ancestors = std::collections::BTreeSet::new();
+        for w in writable {
+            let mut at = w.as_str();
+            while let Some((up, _)) = at.rsplit_once('/') {
+                ancestors.insert(up.to_string());
+                at = up;
+            }
+        }
+        let exact: Vec<String> = ancestors.into_iter().collect();
+        let mut out = self.with_named_except(&[("**".into(), name.into())], &unless, &exact)?;
+        if let Some(rule) = out.rules.last_mut() {
+            rule.enter = Some(Default::default());
+        }
+        Ok(out)
     }
 
     /// The first rule that protects `rel`, if any.
@@ -187,7 +222,11 @@ impl Protected {
                 continue;
             }
             match self.rule_for(&rel) {
-                Some(r) if !(ft.is_dir() && (r.unless.is_some() || !r.unless_exact.is_empty())) => {
+                Some(r)
+                    if !(ft.is_dir()
+                        && (r.unless.is_some() || !r.unless_exact.is_empty())
+                        && r.enter.as_ref().is_none_or(|e| e.contains(&rel))) =>
+                {
                     out.push(path)
                 }
                 _ if ft.is_dir() => self.collect(root, &path, out),
@@ -390,5 +429,104 @@ mod exact_exceptions {
             .unwrap();
         assert_eq!(q.matching("test_a.py"), Some("t"));
         assert_eq!(q.matching("test_*.py"), None);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod confinement {
+    use super::{Intent, Jail, JailError, Protected};
+    use std::fs;
+
+    const NAME: &str = "delegation: outside the child's paths";
+
+    fn confined() -> Protected {
+        Protected::new(&["**/.git/**".into()])
+            .unwrap()
+            .confined_to(&["docs/a.md".into(), "pkg/a".into()], NAME)
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_land_only_beneath_the_paths_given_and_other_rules_still_hold() {
+        let p = confined();
+        for inside in ["pkg/a", "pkg/a/src/lib.rs", "pkg/a/new/dir/f", "docs/a.md"] {
+            assert_eq!(p.matching(inside), None, "{inside}");
+        }
+        // Ancestors are made by a command writing inside; nothing else is lifted.
+        assert_eq!(p.matching("pkg"), None);
+        assert_eq!(p.matching("docs"), None);
+        for outside in [
+            "pkg/b/x",
+            "pkg/ab",
+            "pkg/a.txt",
+            "docs/b.md",
+            "docs/a.md.bak",
+            "README.md",
+            "a/pkg/a/x",
+        ] {
+            assert_eq!(p.matching(outside), Some(NAME), "{outside}");
+        }
+        assert_eq!(p.matching("pkg/a/.git/config"), Some("**/.git/**"));
+        // The whole workspace: no rule at all.
+        let all = Protected::new(&[])
+            .unwrap()
+            .confined_to(&[String::new()], NAME)
+            .unwrap();
+        assert!(all.rules().is_empty());
+        assert_eq!(all.matching("anything/at/all"), None);
+    }
+
+    #[test]
+    fn the_jail_refuses_a_write_outside_even_through_a_link_inside() {
+        let dir = crate::testdir::TestDir::new("confined");
+        let root = dir.path();
+        fs::create_dir_all(root.join("pkg/a")).unwrap();
+        fs::create_dir_all(root.join("pkg/b")).unwrap();
+        std::os::unix::fs::symlink("../b", root.join("pkg/a/link")).unwrap();
+        let jail = Jail::new(root, confined()).unwrap();
+        assert!(jail.resolve("pkg/a/new/f.txt", Intent::Write).is_ok());
+        assert!(jail.resolve("docs/a.md", Intent::Write).is_ok());
+        for (path, at) in [
+            ("pkg/b/f.txt", "pkg/b/f.txt"),
+            ("pkg/a/link/f.txt", "pkg/b/f.txt"),
+        ] {
+            match jail.resolve(path, Intent::Write) {
+                Err(JailError::Protected { path, rule }) => {
+                    assert_eq!((path.as_str(), rule.as_str()), (at, NAME))
+                }
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        // Reading outside stays allowed.
+        assert!(jail.resolve("pkg/b", Intent::Read).is_ok());
+    }
+
+    #[test]
+    fn the_sandbox_binds_each_entry_outside_once_not_file_by_file() {
+        let dir = crate::testdir::TestDir::new("confined");
+        let root = dir.path();
+        for f in [
+            "pkg/a/src/lib.rs",
+            "pkg/b/y",
+            "pkg/b/z/w",
+            "docs/a.md",
+            "docs/b.md",
+            "README.md",
+        ] {
+            fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
+            fs::write(root.join(f), "x").unwrap();
+        }
+        fs::create_dir_all(root.join("big")).unwrap();
+        for i in 0..200 {
+            fs::write(root.join(format!("big/{i}")), "x").unwrap();
+        }
+        let mut got: Vec<String> = confined()
+            .existing(root)
+            .iter()
+            .map(|p| super::to_slash(p.strip_prefix(root).unwrap()))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec!["README.md", "big", "docs/b.md", "pkg/b"]);
     }
 }

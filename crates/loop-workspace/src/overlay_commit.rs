@@ -653,6 +653,49 @@ mod tests {
     }
 
     #[test]
+    fn a_confined_commands_effects_merge_inside_its_paths_and_nowhere_else() {
+        let base = tmp("confined");
+        let (ws, upper, journal) = (base.join("ws"), base.join("upper"), base.join("journal"));
+        std::fs::create_dir_all(ws.join("pkg/b")).unwrap();
+        std::fs::write(ws.join("pkg/b/keep"), "b").unwrap();
+        // What a command left: new directories down to its path, a file
+        // inside it, a file beside it, one at the top, and pkg/b replaced.
+        std::fs::create_dir_all(upper.join("pkg/a/new")).unwrap();
+        std::fs::write(upper.join("pkg/a/new/f"), "a").unwrap();
+        std::fs::write(upper.join("pkg/evil"), "x").unwrap();
+        std::fs::write(upper.join("top.txt"), "x").unwrap();
+        std::fs::create_dir_all(upper.join("pkg/b")).unwrap();
+        std::fs::write(upper.join("pkg/b/keep"), "changed").unwrap();
+        let protected = crate::jail::Protected::new(&[])
+            .unwrap()
+            .confined_to(&["pkg/a".into()], "outside")
+            .unwrap();
+        let refuse = |rel: &str| protected.matching(rel).map(|r| format!("protected by {r}"));
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &refuse)
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("pkg/a/new/f")).unwrap(),
+            "a"
+        );
+        assert_eq!(std::fs::read_to_string(ws.join("pkg/b/keep")).unwrap(), "b");
+        assert!(!ws.join("pkg/evil").exists() && !ws.join("top.txt").exists());
+        let mut refused = merged.refused.clone();
+        refused.sort();
+        assert_eq!(
+            refused,
+            vec![
+                "pkg/b (protected by outside)",
+                "pkg/b/keep (inside refused pkg/b)",
+                "pkg/evil (protected by outside)",
+                "top.txt (protected by outside)"
+            ],
+            "{merged:?}"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
     fn an_upper_layer_is_merged_and_a_cut_short_merge_is_undone() {
         let base = tmp("merge");
         let (ws, upper, journal) = (base.join("ws"), base.join("upper"), base.join("journal"));

@@ -32,6 +32,8 @@ pub(super) const LIMIT_KEYS: &[&str] = &[
     "max_file_bytes",
     "disk_mb",
     "write_mb",
+    "max_children",
+    "max_depth",
 ];
 pub(super) const CHECK_KINDS: &[&str] = &[
     "run",
@@ -298,6 +300,38 @@ impl Reader {
                 "write_mb" => {
                     if let Some(n) = self.unsigned(v, "`write_mb`", 1) {
                         l.write_mb = n;
+                    }
+                }
+                "max_children" => {
+                    if let Some(n) = self.unsigned(v, "`max_children`", 0) {
+                        if n > u64::from(crate::delegation::MAX_CHILDREN) {
+                            self.err(
+                                Some(v.pos),
+                                format!(
+                                    "`max_children` may be at most {}, found {n}",
+                                    crate::delegation::MAX_CHILDREN
+                                ),
+                                None,
+                            );
+                        } else {
+                            l.max_children = n as u32;
+                        }
+                    }
+                }
+                "max_depth" => {
+                    if let Some(n) = self.unsigned(v, "`max_depth`", 0) {
+                        if n > u64::from(crate::delegation::MAX_DEPTH) {
+                            self.err(
+                                Some(v.pos),
+                                format!(
+                                    "`max_depth` may be at most {}, found {n}",
+                                    crate::delegation::MAX_DEPTH
+                                ),
+                                None,
+                            );
+                        } else {
+                            l.max_depth = n as u32;
+                        }
                     }
                 }
                 "budget_usd" => match v.value {

@@ -87,6 +87,10 @@ pub fn contract_schema() -> Value {
                 "write_mb" => count(
                     "MiB the task's commands may write in all (what each leaves on its disk, added up; default 16384): past it no more commands run",
                 ),
+                "max_children" => json!({"type": "integer", "minimum": 0,
+                    "description": "child tasks the task may delegate to (default 0: none)"}),
+                "max_depth" => json!({"type": "integer", "minimum": 0,
+                    "description": "levels of children allowed below the task (default 0)"}),
                 _ => count("the largest file a command may bring in (default 128 MiB)"),
             };
             (k.to_string(), v)
