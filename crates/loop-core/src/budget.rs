@@ -83,6 +83,36 @@ impl Budget {
         u.model_calls = u.model_calls.saturating_add(usage.attempts);
     }
 
+    /// Count what a child task used (the `delegate` tool) against this
+    /// task's budget: its steps, tokens, dollars and model calls (its wall
+    /// time is this task's own, spent waiting for it).
+    pub fn charge_child(&mut self, child: &BudgetUse) {
+        let u = &mut self.used;
+        u.steps = u.steps.saturating_add(child.steps);
+        u.tokens = u.tokens.saturating_add(child.tokens);
+        u.input_tokens = u.input_tokens.saturating_add(child.input_tokens);
+        u.cached_input_tokens = u
+            .cached_input_tokens
+            .saturating_add(child.cached_input_tokens);
+        u.output_tokens = u.output_tokens.saturating_add(child.output_tokens);
+        u.estimated |= child.estimated;
+        u.usd += child.usd;
+        u.model_calls = u.model_calls.saturating_add(child.model_calls);
+    }
+
+    /// What a child could still be given at `now_ms`: the limits less what
+    /// was used (a child's use included), and `children` more to start.
+    pub fn left_for_child(&self, now_ms: u64, children: u32) -> loop_protocol::delegation::Left {
+        let (l, u) = (&self.limits, self.used(now_ms));
+        loop_protocol::delegation::Left {
+            steps: l.max_steps.saturating_sub(u.steps),
+            tokens: l.max_tokens.saturating_sub(u.tokens),
+            usd: l.budget_usd.map(|b| (b - u.usd).max(0.0)),
+            secs: self.time_left_ms(now_ms) / 1000,
+            children,
+        }
+    }
+
     /// Milliseconds left of the wall-time budget at `now_ms`.
     pub fn time_left_ms(&self, now_ms: u64) -> u64 {
         self.limits

@@ -935,6 +935,9 @@ impl<'a> Director<'a> {
             effect: self.parts.tools.effect(call),
             root_before: self.state.root.clone(),
         })?;
+        if call.tool == loop_protocol::ToolName::Delegate.as_str() {
+            return self.delegate(step, call);
+        }
         let mut outcome = match self.parts.tools.execute(call) {
             Ok(o) => o,
             Err(e) => {
@@ -1010,6 +1013,48 @@ impl<'a> Director<'a> {
             Some(Control::Finish { summary }) => Called::Claimed(summary),
             None => Called::Observed,
         })
+    }
+
+    /// A `delegate` call: the child is granted out of what this task has
+    /// left (its limits less what it and its children used, and the
+    /// children its contract still allows), runs, and its record is kept
+    /// before the call's observation; what it used counts against this
+    /// task from then on (a resumed task charges it again from the record).
+    fn delegate(&mut self, step: u32, call: &ToolCall) -> Result<Called, DirectorError> {
+        let allowed = self.contract.limits.max_children;
+        let left = self.state.budget.left_for_child(
+            self.parts.clock.now_ms(),
+            allowed.saturating_sub(self.state.children),
+        );
+        let (outcome, child) = match self.parts.tools.delegate(call, &left) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fault()?;
+                return Ok(Called::End(
+                    Outcome::Error,
+                    format!("tool runtime failed: {e}"),
+                ));
+            }
+        };
+        self.fault()?;
+        if let Some(child) = child {
+            self.record(Event::Delegated {
+                step,
+                call_id: call.id.clone(),
+                child,
+            })?;
+        }
+        let workspace_root = if outcome.observation.changed {
+            self.parts.tools.workspace_root().ok()
+        } else {
+            None
+        };
+        self.record(Event::Observed {
+            step,
+            observation: outcome.observation,
+            workspace_root,
+        })?;
+        Ok(Called::Observed)
     }
 
     /// Run one verification pass.

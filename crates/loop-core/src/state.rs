@@ -152,6 +152,8 @@ pub(crate) struct State {
     pub finished: Option<(OutcomeRecord, BudgetUse)>,
     pub pending_approval: Option<PendingApproval>,
     pub pending_checkpoint: Option<PendingCheckpoint>,
+    /// Child tasks started so far (the `delegate` tool).
+    pub children: u32,
     /// Rejected verifications so far.
     pub failed_repairs: u32,
     /// The last rejection has not been followed by a checkpoint.
@@ -221,6 +223,7 @@ impl State {
             finished: None,
             pending_approval: None,
             pending_checkpoint: None,
+            children: 0,
             failed_repairs: 0,
             rejection_unasked: false,
             cost_asked: false,
@@ -321,6 +324,10 @@ impl State {
                 rejection,
             } => self.on_verified(report, *accepted, rejection),
             Event::Reviewed { usage, .. } => self.budget.charge_review(usage),
+            Event::Delegated { child, .. } => {
+                self.children = self.children.saturating_add(1);
+                self.budget.charge_child(&child.used);
+            }
             Event::Resumed { .. } | Event::Recovery { .. } => {}
             Event::CheckpointRequested {
                 approval_id,

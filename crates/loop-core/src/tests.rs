@@ -1551,3 +1551,234 @@ mod faults {
         )));
     }
 }
+
+mod delegation {
+    use super::*;
+    use loop_protocol::delegation::{self, Authority, ChildRun, Left, Proposal};
+
+    /// Tools whose `delegate` grants out of the parent's authority (as the
+    /// runtime does) and whose child "uses" a fixed amount.
+    struct Delegating {
+        inner: SharedTools,
+        parent: Authority,
+        lefts: Vec<Left>,
+        child_steps: u32,
+    }
+
+    impl Tools for Delegating {
+        fn specs(&self) -> Vec<ToolSpec> {
+            vec![]
+        }
+        fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+            self.inner.execute(call)
+        }
+        fn workspace_root(&mut self) -> Result<String, BoundaryError> {
+            self.inner.workspace_root()
+        }
+        fn delegate(
+            &mut self,
+            call: &ToolCall,
+            left: &Left,
+        ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+            self.lefts.push(left.clone());
+            let p: Proposal = serde_json::from_value(call.args.clone()).unwrap();
+            let refused = |why: String| ToolOutcome {
+                observation: Observation::refused(&call.id, "delegate", "delegation", why),
+                control: None,
+            };
+            let granted = match delegation::grant(&self.parent, left, &p) {
+                Ok(a) => a,
+                Err(no) => {
+                    let why = no.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+                    return Ok((refused(why.join("; ")), None));
+                }
+            };
+            let child = ChildRun {
+                task_id: format!("child-{}", self.lefts.len()),
+                authority: granted,
+                outcome: "verified".into(),
+                receipt_sha256: None,
+                used: BudgetUse {
+                    steps: self.child_steps,
+                    tokens: 300,
+                    usd: 0.25,
+                    model_calls: self.child_steps,
+                    ..BudgetUse::default()
+                },
+            };
+            Ok((
+                ToolOutcome {
+                    observation: Observation::ok(&call.id, "delegate", "child verified", false),
+                    control: None,
+                },
+                Some(child),
+            ))
+        }
+    }
+
+    fn delegate(steps: u32) -> ToolCall {
+        call(
+            "delegate",
+            serde_json::json!({
+                "instruction": "part of it",
+                "criteria": [{"id": "p", "text": "p", "checks": [{"file_exists": "p"}]}],
+                "paths": ["p"],
+                "budget": {"max_steps": steps, "max_tokens": 1000, "budget_usd": 0.5, "timeout_secs": 60},
+            }),
+        )
+    }
+
+    fn allowing(max_steps: u32, children: u32) -> Contract {
+        let mut c = contract(max_steps);
+        c.limits.max_tokens = 10_000;
+        c.limits.budget_usd = Some(1.0);
+        c.limits.max_children = children;
+        c.limits.max_depth = 1;
+        c
+    }
+
+    fn run_delegating(c: Contract, script: Vec<Turn>, child_steps: u32) -> (Outcome_, Vec<Left>) {
+        let clock = Rc::new(Cell::new(1_000));
+        let mut model = FakeModel::new(script, &clock);
+        let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
+        let mut tools = Delegating {
+            inner: SharedTools {
+                inner: FakeTools::default(),
+                shared: shared.clone(),
+            },
+            parent: Authority::of_contract(&c),
+            lefts: Vec::new(),
+            child_steps,
+        };
+        let mut verifier = FakeVerifier { files: shared };
+        let mut ledger = MemLedger::default();
+        let fake_clock = FakeClock(clock);
+        let mut observer = NoObserver;
+        let cancel = AtomicBool::new(false);
+        let parts = Parts {
+            model: &mut model,
+            tools: &mut tools,
+            verifier: &mut verifier,
+            ledger: &mut ledger,
+            clock: &fake_clock,
+            observer: &mut observer,
+            cancel: &cancel,
+        };
+        let result = Director::new("t-1", c, VerifyPolicy::OnFinish, parts)
+            .unwrap()
+            .run()
+            .unwrap();
+        let lefts = tools.lefts;
+        (
+            Outcome_ {
+                result,
+                ledger: ledger.0,
+                contexts: model.seen,
+            },
+            lefts,
+        )
+    }
+
+    #[test]
+    fn children_are_granted_out_of_what_is_left_and_their_spending_is_the_parents() {
+        let script = vec![
+            turn(vec![delegate(5)], 5),
+            turn(vec![delegate(5)], 5),
+            turn(vec![delegate(5)], 5),
+            turn(vec![write("yes")], 5),
+            turn(vec![finish()], 5),
+        ];
+        let (o, lefts) = run_delegating(allowing(20, 2), script, 4);
+        assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
+        // What each proposal was judged against: one turn, then one turn
+        // more and the first child's four steps, spent.
+        assert_eq!(
+            lefts
+                .iter()
+                .map(|l| (l.steps, l.tokens, l.children))
+                .collect::<Vec<_>>(),
+            vec![(19, 9_995, 2), (14, 9_690, 1), (9, 9_385, 0)]
+        );
+        assert_eq!(lefts[1].usd, Some(0.75));
+        let children: Vec<&ChildRun> = o
+            .ledger
+            .iter()
+            .filter_map(|e| match e {
+                Event::Delegated { child, .. } => Some(child),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(children.len(), 2, "the third was refused: no child left");
+        let refusal = o
+            .ledger
+            .iter()
+            .find_map(|e| match e {
+                Event::Observed { observation, .. }
+                    if matches!(observation.status, ObservationStatus::Refused { .. }) =>
+                {
+                    Some(observation.content.clone())
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert!(refusal.contains("all the children it may (2"), "{refusal}");
+        // Five turns and two children of four steps each; as recorded too.
+        assert_eq!(o.result.used.steps, 13);
+        assert_eq!(o.result.used.tokens, 25 + 600);
+        assert!((o.result.used.usd - 0.5).abs() < 1e-9);
+        let replayed = crate::state::used_by(&o.ledger).unwrap();
+        assert_eq!((replayed.steps, replayed.tokens), (13, 625));
+        assert_well_formed(&o.ledger);
+    }
+
+    #[test]
+    fn a_childs_spending_can_bring_the_parent_to_its_limit() {
+        let script = vec![
+            turn(vec![delegate(5)], 5),
+            turn(vec![write("yes")], 5),
+            turn(vec![finish()], 5),
+        ];
+        let (o, _) = run_delegating(allowing(6, 1), script, 5);
+        assert_eq!(
+            o.result.outcome,
+            Outcome::LimitReached(LimitKind::Steps),
+            "{:?}",
+            o.result.record
+        );
+        assert_eq!(o.result.used.steps, 6, "one turn and the child's five");
+    }
+
+    #[test]
+    fn a_task_whose_contract_does_not_allow_it_cannot_delegate() {
+        // Tools that run no child: the call is refused, nothing recorded.
+        let o = run(
+            contract(10),
+            vec![
+                turn(vec![delegate(2)], 5),
+                turn(vec![write("yes")], 5),
+                turn(vec![finish()], 5),
+            ],
+        );
+        assert!(o.result.outcome.is_verified());
+        assert!(
+            !o.ledger
+                .iter()
+                .any(|e| matches!(e, Event::Delegated { .. }))
+        );
+        assert!(o.ledger.iter().any(|e| matches!(e,
+            Event::Observed { observation, .. }
+                if observation.status == ObservationStatus::Refused { rule: "delegation: off".into() })));
+        // Tools that would run one, under a contract that allows none.
+        let (o, _) = run_delegating(
+            allowing(10, 0),
+            vec![turn(vec![delegate(2)], 5), turn(vec![finish()], 5)],
+            1,
+        );
+        assert!(
+            !o.ledger
+                .iter()
+                .any(|e| matches!(e, Event::Delegated { .. }))
+        );
+        assert_eq!(o.result.used.steps, 2);
+    }
+}

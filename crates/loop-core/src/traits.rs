@@ -81,6 +81,29 @@ pub trait Tools {
     fn change_summary(&mut self) -> String {
         String::new()
     }
+    /// Run the child task a `delegate` call proposes, granted out of
+    /// what this task has `left`: the call's outcome, and the child's
+    /// record when one was granted (what it used is charged to this task).
+    /// Where no child can run, the call is refused.
+    fn delegate(
+        &mut self,
+        call: &ToolCall,
+        left: &loop_protocol::delegation::Left,
+    ) -> Result<(ToolOutcome, Option<loop_protocol::delegation::ChildRun>), BoundaryError> {
+        let _ = left;
+        Ok((
+            ToolOutcome {
+                observation: loop_protocol::Observation::refused(
+                    &call.id,
+                    &call.tool,
+                    "delegation: off",
+                    "No child task can run here.",
+                ),
+                control: None,
+            },
+            None,
+        ))
+    }
 }
 
 /// Runs the contract's checks on sealed, fresh snapshots.

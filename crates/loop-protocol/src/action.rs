@@ -321,11 +321,14 @@ pub enum ToolName {
     RunCommand,
     /// Claim the task is done.
     Finish,
+    /// Hand part of the work to a child task (see `delegation.rs`):
+    /// offered only where the contract allows it and a runtime runs it.
+    Delegate,
 }
 
 impl ToolName {
     /// Every tool, in the order they are offered.
-    pub const ALL: [ToolName; 7] = [
+    pub const ALL: [ToolName; 8] = [
         ToolName::ReadFile,
         ToolName::WriteFile,
         ToolName::EditFile,
@@ -333,6 +336,7 @@ impl ToolName {
         ToolName::ListFiles,
         ToolName::RunCommand,
         ToolName::Finish,
+        ToolName::Delegate,
     ];
 
     /// The name models call it by.
@@ -345,6 +349,7 @@ impl ToolName {
             ToolName::ListFiles => "list_files",
             ToolName::RunCommand => "run_command",
             ToolName::Finish => "finish",
+            ToolName::Delegate => "delegate",
         }
     }
 

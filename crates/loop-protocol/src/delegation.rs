@@ -159,6 +159,23 @@ impl Authority {
     }
 }
 
+/// A child task, as its parent's ledger records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildRun {
+    /// The child's task id.
+    pub task_id: String,
+    /// The authority it was granted.
+    pub authority: Authority,
+    /// How it ended (`verified`, `failed`, `lost`, `limit_reached`, …).
+    pub outcome: String,
+    /// SHA-256 of its receipt file, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_sha256: Option<String>,
+    /// What it used, counted against the parent's budget.
+    pub used: crate::event::BudgetUse,
+}
+
 /// What the parent has left when it proposes a child: its budget less
 /// what it spent and what its running children hold.
 #[derive(Debug, Clone, PartialEq)]

@@ -261,6 +261,17 @@ pub enum Event {
         /// Why it is resuming (the interrupted state).
         reason: String,
     },
+    /// A child task the model proposed (the `delegate` call `call_id`)
+    /// was granted and ran: its record, before the call's observation.
+    /// What it used is charged to this task's budget.
+    Delegated {
+        /// Step number.
+        step: u32,
+        /// The call that proposed it.
+        call_id: String,
+        /// The child.
+        child: crate::delegation::ChildRun,
+    },
     /// A tool call's result.
     Observed {
         /// Step number.
@@ -314,6 +325,7 @@ impl Event {
             Event::BudgetExtended { .. } => "budget_extended",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
+            Event::Delegated { .. } => "delegated",
             Event::Observed { .. } => "observed",
             Event::Verified { .. } => "verified",
             Event::Feedback { .. } => "feedback",

@@ -559,6 +559,16 @@ impl ToolBox {
                 }
                 o
             }),
+            Some(ToolName::Delegate) => {
+                // The Director runs a child (`Tools::delegate`); a call
+                // that reaches the tools themselves has nothing to run it.
+                return refused(
+                    id,
+                    tool,
+                    "delegation: off",
+                    "No child task can run here.".to_string(),
+                );
+            }
             _ => {
                 return match self.parse::<FinishArgs>(call) {
                     Ok(a) => ToolOutcome {

@@ -333,6 +333,7 @@ fn describe_call(tool: &str, args: &serde_json::Value) -> String {
         ),
         Some(ToolName::RunCommand) => format!("run_command `{}`", one_line(s("command"), 60)),
         Some(ToolName::Finish) => format!("finish \"{}\"", one_line(s("summary"), 60)),
+        Some(ToolName::Delegate) => format!("delegate \"{}\"", one_line(s("instruction"), 60)),
         Some(ToolName::ApplyPatch) | None => tool.to_string(),
     }
 }
@@ -458,6 +459,15 @@ pub fn narrate(event: &Event, calls: &HashMap<String, String>, task: &str) -> St
         Event::ModelSilent { step, reason } => {
             format!("\ncycle {step} · the model has nothing more to say ({reason})\n")
         }
+        Event::Delegated { child, .. } => format!(
+            "  ⑂ child {}: {} · {} steps, {} tokens, ${:.4} (counted here) · writes {}\n",
+            child.task_id,
+            child.outcome,
+            child.used.steps,
+            child.used.tokens,
+            child.used.usd,
+            one_line(&child.authority.writable.join(", "), 60)
+        ),
         Event::Observed { observation: o, .. } => observed(o, calls),
         Event::Verified {
             report,
