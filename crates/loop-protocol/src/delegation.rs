@@ -176,6 +176,99 @@ pub struct ChildRun {
     pub used: crate::event::BudgetUse,
 }
 
+/// Where a child task's authority came from, as its own receipt says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegatedFrom {
+    /// The parent's task id.
+    pub parent: String,
+    /// The authority the parent granted.
+    pub authority: Authority,
+}
+
+/// Every way `contract` claims more than `granted` allows (empty: it
+/// claims no more): its budget, its own delegation, hosts, and the
+/// protection it must keep.
+pub fn contract_within(contract: &Contract, granted: &Authority) -> Vec<Refusal> {
+    let mut no = Vec::new();
+    let (l, b) = (&contract.limits, &granted.budget);
+    for (what, asked, most) in [
+        ("max_steps", u64::from(l.max_steps), u64::from(b.max_steps)),
+        ("max_tokens", l.max_tokens, b.max_tokens),
+        ("timeout_secs", l.timeout_secs, b.timeout_secs),
+        (
+            "max_children",
+            u64::from(l.max_children),
+            u64::from(granted.max_children),
+        ),
+        (
+            "max_depth",
+            u64::from(l.max_depth),
+            u64::from(granted.max_depth),
+        ),
+    ] {
+        if asked > most {
+            no.push(Refusal::Budget {
+                what,
+                asked: asked.to_string(),
+                left: most.to_string(),
+            });
+        }
+    }
+    match (l.budget_usd, b.budget_usd) {
+        (Some(x), Some(m)) if !(x.is_finite() && x <= m) => no.push(Refusal::Budget {
+            what: "budget_usd",
+            asked: format!("${x:.4}"),
+            left: format!("${m:.4}"),
+        }),
+        (None, Some(m)) => no.push(Refusal::Budget {
+            what: "budget_usd",
+            asked: "unbounded".into(),
+            left: format!("${m:.4}"),
+        }),
+        _ => {}
+    }
+    for h in &contract.network_allow {
+        if !holds(&granted.network_allow, h) {
+            no.push(Refusal::Host {
+                host: h.clone(),
+                parent: granted.network_allow.clone(),
+            });
+        }
+    }
+    let globs = contract.protected_globs();
+    for g in &granted.protected {
+        if !holds(&globs, g) {
+            no.push(Refusal::Inherited {
+                what: "protected",
+                entry: g.clone(),
+            });
+        }
+    }
+    for (what, c, p) in [
+        (
+            "allow_check_changes",
+            &contract.allow_check_changes,
+            &granted.allow_check_changes,
+        ),
+        (
+            "judge_may_change",
+            &contract.judge_may_change,
+            &granted.judge_may_change,
+        ),
+    ] {
+        for e in c {
+            if !holds(p, e) {
+                no.push(Refusal::Inherited {
+                    what,
+                    entry: e.clone(),
+                });
+            }
+        }
+    }
+    no
+}
+
 /// What the parent has left when it proposes a child: its budget less
 /// what it spent and what its running children hold.
 #[derive(Debug, Clone, PartialEq)]

@@ -114,6 +114,7 @@ fn main() {
                     length: ledger.len(),
                 },
                 created_at: "now".into(),
+                delegation: None,
             },
         };
         write_envelope(&receipt, &statement, Some(&key)).unwrap();

@@ -323,6 +323,10 @@ pub struct Predicate {
     pub ledger: LedgerRef,
     /// When the receipt was made.
     pub created_at: String,
+    /// For a child task (see `loop_protocol::delegation`): its parent and
+    /// the authority the parent granted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<loop_protocol::delegation::DelegatedFrom>,
 }
 
 /// A receipt failure.
@@ -745,6 +749,24 @@ pub struct VerifyReport {
     pub extra_artifacts: Vec<String>,
     /// The ledger's entries (up to any break), for replay.
     pub entries: Vec<LedgerEntry>,
+    /// The children the ledger records (`delegated`), each checked.
+    pub children: Vec<ChildCheck>,
+    /// Problems with the receipt tree: a child's receipt missing, changed
+    /// since its parent recorded it, not holding, or granted more than
+    /// its parent held. Each names the child.
+    pub tree_problems: Vec<String>,
+}
+
+/// One child of a receipt tree, as its parent's check found it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChildCheck {
+    /// The child's task id.
+    pub task_id: String,
+    /// How it ended, as its parent recorded it.
+    pub outcome: String,
+    /// Its receipt holds, within its parent's authority (with its own
+    /// children, at every depth).
+    pub holds: bool,
 }
 
 impl VerifyReport {
@@ -755,6 +777,31 @@ impl VerifyReport {
             && self.statement_problems.is_empty()
             && self.ledger_problems.is_empty()
             && self.artifact_problems.is_empty()
+            && self.tree_problems.is_empty()
+    }
+
+    /// Every problem of every layer, one line each (what a parent says of
+    /// a child whose receipt does not hold).
+    fn problems(&self) -> Vec<String> {
+        let signature = match &self.signature {
+            SignatureStatus::Valid { .. } => None,
+            other => Some(format!("signature: {other:?}")),
+        };
+        signature
+            .into_iter()
+            .chain(
+                self.statement_problems
+                    .iter()
+                    .map(|p| format!("statement: {p}")),
+            )
+            .chain(self.ledger_problems.iter().map(|p| format!("ledger: {p}")))
+            .chain(
+                self.artifact_problems
+                    .iter()
+                    .map(|p| format!("artifacts: {p}")),
+            )
+            .chain(self.tree_problems.iter().cloned())
+            .collect()
     }
 }
 
@@ -766,6 +813,18 @@ pub fn verify_receipt(
     path: &Path,
     artifacts_dir: Option<&Path>,
     trusted: &[PublicKey],
+) -> Result<VerifyReport, ReceiptError> {
+    verify_at(path, artifacts_dir, trusted, None, 0)
+}
+
+/// [`verify_receipt`] of a receipt `depth` levels below the one asked
+/// for, whose parent granted it `granted` (`None`: the top of the tree).
+fn verify_at(
+    path: &Path,
+    artifacts_dir: Option<&Path>,
+    trusted: &[PublicKey],
+    granted: Option<&loop_protocol::delegation::Authority>,
+    depth: u32,
 ) -> Result<VerifyReport, ReceiptError> {
     let fmt = |why: String| ReceiptError::Format {
         path: path.display().to_string(),
@@ -785,6 +844,8 @@ pub fn verify_receipt(
         artifact_problems: Vec::new(),
         extra_artifacts: Vec::new(),
         entries: Vec::new(),
+        children: Vec::new(),
+        tree_problems: Vec::new(),
     };
     if env.payload_type != PAYLOAD_TYPE {
         report.statement_problems.push(format!(
@@ -817,8 +878,116 @@ pub fn verify_receipt(
     let default_artifacts = dir.join(format!("{}.artifacts", statement.predicate.task_id));
     let artifacts_dir = artifacts_dir.unwrap_or(&default_artifacts);
     check_artifacts(&mut report, &statement, dir, artifacts_dir);
+    check_children(&mut report, &statement, dir, trusted, granted, depth);
     report.statement = Some(statement);
     Ok(report)
+}
+
+/// The receipt tree: every child the ledger records (`delegated`) has its
+/// receipt beside this one, with the digest recorded, holding (its
+/// signature, ledger, artifacts and children, checked the same way), for
+/// the task recorded, with a contract and an authority within what this
+/// task held. This task's own authority is what its parent granted
+/// (`granted`, checked against the receipt's own record of it), else its
+/// receipt's record, else its contract's.
+fn check_children(
+    report: &mut VerifyReport,
+    statement: &Statement,
+    dir: &Path,
+    trusted: &[PublicKey],
+    granted: Option<&loop_protocol::delegation::Authority>,
+    depth: u32,
+) {
+    use loop_protocol::delegation::{Authority, MAX_DEPTH, contract_within, within};
+    let p = &statement.predicate;
+    let recorded = p.delegation.as_ref().map(|d| &d.authority);
+    if let (Some(g), Some(r)) = (granted, recorded)
+        && g != r
+    {
+        report
+            .tree_problems
+            .push("its record of the authority it was granted differs from its parent's".into());
+    }
+    if granted.is_some() && p.delegation.is_none() {
+        report
+            .tree_problems
+            .push("it does not record the parent that granted it".into());
+    }
+    let own = granted
+        .or(recorded)
+        .cloned()
+        .unwrap_or_else(|| Authority::of_contract(&p.contract));
+    for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
+        let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
+            Ok(loop_protocol::Event::Delegated { child, .. }) => child,
+            _ => {
+                report.tree_problems.push(format!(
+                    "ledger entry {} is not a readable child record",
+                    entry.seq
+                ));
+                continue;
+            }
+        };
+        let id = &child.task_id;
+        let mut problems: Vec<String> = Vec::new();
+        for r in within(&child.authority, &own) {
+            problems.push(format!("granted more than its parent held: {r}"));
+        }
+        let plain = !id.is_empty()
+            && id.len() <= 128
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let path = dir.join(format!("{id}.receipt.json"));
+        match (&child.receipt_sha256, plain) {
+            (_, false) => problems.push("its task id is not a plain name".into()),
+            (_, _) if depth + 1 > MAX_DEPTH => {
+                problems.push(format!("deeper than {MAX_DEPTH} levels"))
+            }
+            (None, _) => problems.push("its parent recorded no receipt for it".into()),
+            (Some(want), true) => match crate::read::read_regular(&path, crate::read::MAX_READ) {
+                Err(e) => problems.push(format!("cannot read {}: {e}", path.display())),
+                Ok(bytes) if &sha256_hex(&bytes) != want => problems.push(format!(
+                    "its receipt's sha256 {} differs from the {want} its parent recorded",
+                    sha256_hex(&bytes)
+                )),
+                Ok(_) => match verify_at(&path, None, trusted, Some(&child.authority), depth + 1) {
+                    Err(e) => problems.push(e.to_string()),
+                    Ok(r) => {
+                        problems.extend(r.problems());
+                        match &r.statement {
+                            Some(st) if st.predicate.task_id != *id => problems
+                                .push(format!("its receipt is task {}'s", st.predicate.task_id)),
+                            Some(st) => {
+                                for why in contract_within(&st.predicate.contract, &child.authority)
+                                {
+                                    problems.push(format!(
+                                        "its contract claims more than it was granted: {why}"
+                                    ));
+                                }
+                                let ended = st.predicate.outcome.name().as_str();
+                                if ended != child.outcome {
+                                    problems.push(format!(
+                                        "it ended {ended}, its parent recorded {}",
+                                        child.outcome
+                                    ));
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                },
+            },
+        }
+        report.children.push(ChildCheck {
+            task_id: id.clone(),
+            outcome: child.outcome.clone(),
+            holds: problems.is_empty(),
+        });
+        report
+            .tree_problems
+            .extend(problems.into_iter().map(|why| format!("child {id}: {why}")));
+    }
 }
 
 /// The statement layer: its types, the contract's hash, and an outcome of

@@ -263,3 +263,287 @@ fn a_ledger_reads_back_what_it_wrote_and_refuses_a_file_changed_under_it() {
     let e = l.written().unwrap_err().to_string();
     assert!(e.contains("holds 1 entries"), "{e}");
 }
+
+mod tree {
+    use super::tmp;
+    use crate::*;
+    use loop_protocol::delegation::{self, Authority, ChildRun, DelegatedFrom, Left, Proposal};
+    use loop_protocol::{Contract, Event};
+    use std::path::{Path, PathBuf};
+
+    fn parent_contract(children: u32) -> Contract {
+        let mut c = Contract::from_flags("split it", &["make test".into()], &[]).unwrap();
+        c.limits.max_children = children;
+        c.limits.max_depth = 1;
+        c
+    }
+
+    fn model() -> loop_protocol::ModelInfo {
+        loop_protocol::ModelInfo {
+            provider: "scripted".into(),
+            name: "s".into(),
+            source_sha256: None,
+            parameters: None,
+        }
+    }
+
+    /// Write task `id`'s ledger (its start, `events`, its end) and its
+    /// signed receipt beside it; the receipt's path and SHA-256.
+    fn write_task(
+        dir: &Path,
+        id: &str,
+        contract: &Contract,
+        events: Vec<Event>,
+        delegation: Option<DelegatedFrom>,
+        key: &KeyPair,
+    ) -> (PathBuf, String) {
+        let ledger_name = format!("{id}.ledger.jsonl");
+        let mut ledger = FileLedger::create(&dir.join(&ledger_name)).unwrap();
+        let start = Event::TaskStarted {
+            task_id: id.into(),
+            contract_sha256: contract.sha256().unwrap(),
+            limits: contract.limits.clone(),
+            contract: Box::new(contract.clone()),
+            model: model(),
+            checker: None,
+            runtime: loop_protocol::RuntimeInfo::current(),
+            baseline_root: "r".into(),
+            setup: None,
+            drafting: None,
+            guidance: Vec::new(),
+            project_checks: Vec::new(),
+            trigger: None,
+        };
+        let end = Event::Finished {
+            outcome: loop_protocol::Outcome::Lost.record("no progress"),
+            used: Default::default(),
+        };
+        for (n, e) in std::iter::once(start)
+            .chain(events)
+            .chain(std::iter::once(end))
+            .enumerate()
+        {
+            ledger.append(&e, n as u64).unwrap();
+        }
+        let mut b = ReceiptBuilder::new();
+        b.file(
+            &ledger_name,
+            &std::fs::read(dir.join(&ledger_name)).unwrap(),
+        );
+        let predicate = Predicate {
+            task_id: id.into(),
+            contract_sha256: contract.sha256().unwrap(),
+            contract: contract.clone(),
+            outcome: loop_protocol::Outcome::Lost.record("no progress"),
+            verification: None,
+            baseline: None,
+            check_integrity: Vec::new(),
+            artifacts: vec![],
+            environments: vec![],
+            baseline_root: "r".into(),
+            final_root: "r".into(),
+            change_set: ChangeSetRecord {
+                base_commit: None,
+                files: vec![],
+                patch: format!("{id}.changes.patch"),
+                patch_sha256: String::new(),
+                unredacted_patch_sha256: None,
+            },
+            budgets: Budgets {
+                granted: contract.limits.clone(),
+                used: Default::default(),
+            },
+            provenance: Provenance {
+                checker: None,
+                runtime: loop_protocol::RuntimeInfo::current(),
+                model: model(),
+            },
+            isolation: None,
+            network: None,
+            setup: None,
+            ledger: LedgerRef {
+                name: ledger_name,
+                head: ledger.head().to_string(),
+                length: ledger.len(),
+            },
+            created_at: "now".into(),
+            delegation,
+        };
+        let path = dir.join(format!("{id}.receipt.json"));
+        b.write_signed(predicate, &path, key).unwrap();
+        let sha = loop_protocol::hash::sha256_hex(&std::fs::read(&path).unwrap());
+        (path, sha)
+    }
+
+    fn proposal(path: &str) -> Proposal {
+        serde_json::from_value(serde_json::json!({
+            "instruction": format!("do {path}"),
+            "criteria": [{"id": "c", "text": "c", "checks": [{"run": format!("make -C {path} test")}]}],
+            "paths": [path],
+            "budget": {"max_steps": 5, "max_tokens": 1000, "timeout_secs": 60},
+        }))
+        .unwrap()
+    }
+
+    fn left() -> Left {
+        Left {
+            steps: 20,
+            tokens: 100_000,
+            usd: None,
+            secs: 1000,
+            children: 2,
+        }
+    }
+
+    /// A parent with two children, `a` and `b`, each with its receipt.
+    fn family(dir: &Path, key: &KeyPair, parent: &Contract) -> PathBuf {
+        family_with(dir, key, parent, &|_, _| {})
+    }
+
+    /// [`family`], child `a`'s contract and own record of its grant
+    /// changed by `tweak` before its receipt is signed.
+    fn family_with(
+        dir: &Path,
+        key: &KeyPair,
+        parent: &Contract,
+        tweak: &dyn Fn(&mut Contract, &mut Authority),
+    ) -> PathBuf {
+        let own = Authority::of_contract(&parent_contract(2));
+        let mut events = Vec::new();
+        for (n, id) in ["a", "b"].into_iter().enumerate() {
+            let p = proposal(&format!("pkg/{id}"));
+            let granted = delegation::grant(&own, &left(), &p).unwrap();
+            let mut contract =
+                delegation::child_contract(&parent_contract(2), &granted, &p).unwrap();
+            let mut recorded = granted.clone();
+            if id == "a" {
+                tweak(&mut contract, &mut recorded);
+            }
+            let from = DelegatedFrom {
+                parent: "p".into(),
+                authority: recorded,
+            };
+            let (_, sha) = write_task(dir, id, &contract, vec![], Some(from), key);
+            events.push(Event::Delegated {
+                step: n as u32 + 1,
+                call_id: format!("c{n}"),
+                child: ChildRun {
+                    task_id: id.into(),
+                    authority: granted,
+                    outcome: "lost".into(),
+                    receipt_sha256: Some(sha),
+                    used: Default::default(),
+                },
+            });
+        }
+        write_task(dir, "p", parent, events, None, key).0
+    }
+
+    fn problems(path: &Path, key: &KeyPair) -> Vec<String> {
+        let r = verify_receipt(path, None, &[key.public()]).unwrap();
+        assert_eq!(
+            r.ok(),
+            r.tree_problems.is_empty() && r.ledger_problems.is_empty()
+        );
+        r.tree_problems
+    }
+
+    #[test]
+    fn a_receipt_tree_verifies_offline_child_by_child() {
+        let dir = tmp("tree-ok");
+        let key = KeyPair::from_seed([3u8; 32]);
+        let parent = family(&dir, &key, &parent_contract(2));
+        let r = verify_receipt(&parent, None, &[key.public()]).unwrap();
+        assert!(r.ok(), "{:?}", r.tree_problems);
+        assert_eq!(
+            r.children,
+            vec![
+                ChildCheck {
+                    task_id: "a".into(),
+                    outcome: "lost".into(),
+                    holds: true
+                },
+                ChildCheck {
+                    task_id: "b".into(),
+                    outcome: "lost".into(),
+                    holds: true
+                }
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_byte_changed_in_a_childs_receipt_or_ledger_fails_the_parent_naming_the_child() {
+        let key = KeyPair::from_seed([4u8; 32]);
+        // The child's receipt.
+        let dir = tmp("tree-receipt");
+        let parent = family(&dir, &key, &parent_contract(2));
+        let child = dir.join("a.receipt.json");
+        let mut bytes = std::fs::read(&child).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 1;
+        std::fs::write(&child, &bytes).unwrap();
+        let p = problems(&parent, &key);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("child a: its receipt's sha256"), "{p:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+        // The child's ledger.
+        let dir = tmp("tree-ledger");
+        let parent = family(&dir, &key, &parent_contract(2));
+        let ledger = dir.join("b.ledger.jsonl");
+        let text = std::fs::read_to_string(&ledger).unwrap();
+        std::fs::write(&ledger, text.replacen("no progress", "no pr0gress", 1)).unwrap();
+        let p = problems(&parent, &key);
+        assert!(
+            !p.is_empty() && p.iter().all(|l| l.starts_with("child b: ledger:")),
+            "{p:?}"
+        );
+        // A child's receipt gone.
+        std::fs::remove_file(dir.join("a.receipt.json")).unwrap();
+        let p = problems(&parent, &key);
+        assert!(
+            p.iter().any(|l| l.starts_with("child a: cannot read")),
+            "{p:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_child_granted_more_than_its_parent_held_fails_the_tree() {
+        let key = KeyPair::from_seed([5u8; 32]);
+        // The parent's own contract allows no child at all.
+        let dir = tmp("tree-wider");
+        let parent = family(&dir, &key, &parent_contract(0));
+        let p = problems(&parent, &key);
+        assert!(
+            p.iter().any(|l| l.starts_with(
+                "child a: granted more than its parent held: this task may not delegate"
+            )),
+            "{p:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        // A child whose own record of its grant is wider than its parent's.
+        let dir = tmp("tree-record");
+        let parent = family_with(&dir, &key, &parent_contract(2), &|_, a| {
+            a.writable = vec![String::new()]
+        });
+        assert_eq!(
+            problems(&parent, &key),
+            vec!["child a: its record of the authority it was granted differs from its parent's"]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        // A child whose contract gives it more than it was granted.
+        let dir = tmp("tree-contract");
+        let parent = family_with(&dir, &key, &parent_contract(2), &|c, _| {
+            c.limits.max_steps = 50
+        });
+        let p = problems(&parent, &key);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("child a: its contract claims more than it was granted: max_steps 50"),
+            "{p:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -410,6 +410,30 @@ pub struct VerifyLine<'a> {
     pub contract_provenance: Option<loop_receipt::ContractProvenance>,
     /// Addenda beside the receipt that are not its.
     pub stray_addenda: &'a [String],
+    /// The receipt tree: its children (absent when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children: Option<ChildrenChecked<'a>>,
+}
+
+/// A receipt's children, checked (see `loop_receipt::ChildCheck`).
+#[derive(Debug, Serialize)]
+pub struct ChildrenChecked<'a> {
+    /// Each child the ledger records.
+    pub checked: &'a [loop_receipt::ChildCheck],
+    /// What does not hold, each naming its child.
+    pub problems: &'a [String],
+}
+
+impl<'a> ChildrenChecked<'a> {
+    /// `report`'s children, when it has any (or a problem with them).
+    pub fn of(report: &'a loop_receipt::VerifyReport) -> Option<Self> {
+        (!report.children.is_empty() || !report.tree_problems.is_empty()).then_some(
+            ChildrenChecked {
+                checked: &report.children,
+                problems: &report.tree_problems,
+            },
+        )
+    }
 }
 
 /// `loop diff ID --json`.
@@ -848,6 +872,9 @@ pub struct VerifyBody<'a> {
     pub artifacts: ArtifactsBody<'a>,
     /// How the task ended.
     pub outcome: Option<&'a Outcome>,
+    /// The receipt tree: its children (absent when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children: Option<ChildrenChecked<'a>>,
 }
 
 impl<'a> VerifyBody<'a> {
@@ -877,6 +904,7 @@ impl<'a> VerifyBody<'a> {
                 problems: &r.artifact_problems,
             },
             outcome: r.statement.as_ref().map(|s| &s.predicate.outcome),
+            children: ChildrenChecked::of(r),
         }
     }
 }

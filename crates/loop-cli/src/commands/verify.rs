@@ -174,6 +174,23 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
             report.artifact_problems.join("; ")
         ));
     }
+    if !report.tree_problems.is_empty() {
+        s.push_str(&format!(
+            "children   BROKEN: {}\n",
+            report.tree_problems.join("; ")
+        ));
+    } else if !report.children.is_empty() {
+        s.push_str(&format!(
+            "children   ok ({} child receipts hold, each within its parent's authority: {})\n",
+            report.children.len(),
+            report
+                .children
+                .iter()
+                .map(|c| format!("{} {}", c.task_id, c.outcome))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     for stray in &check.stray_addenda {
         s.push_str(&format!("addendum   WARNING: {stray}\n"));
     }
@@ -239,5 +256,6 @@ fn to_json<'a>(
             .as_ref()
             .map(|s| loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)),
         stray_addenda: &check.stray_addenda,
+        children: loop_runtime::views::ChildrenChecked::of(report),
     }
 }

@@ -71,6 +71,31 @@ fn an_honest_child_is_granted_no_more_than_it_asked_and_within_its_parent() {
     );
 
     let c = child_contract(&pc, &child, &p).expect("the child's contract reads");
+    assert!(
+        contract_within(&c, &child).is_empty(),
+        "{:?}",
+        contract_within(&c, &child)
+    );
+    // A contract claiming more than was granted is caught.
+    let mut wider = c.clone();
+    wider.limits.max_steps += 1;
+    wider.unprotect.push("vendor/**".into());
+    wider.protected.retain(|g| g != "vendor/**");
+    wider.network_allow.push("evil.test".into());
+    wider.allow_check_changes.push("tests/**".into());
+    let rules: Vec<_> = contract_within(&wider, &child)
+        .iter()
+        .map(|r| r.rule())
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            "delegation: budget out of what the parent has left",
+            "delegation: network_allow within the parent's",
+            "delegation: the parent's rules are inherited",
+            "delegation: the parent's rules are inherited",
+        ]
+    );
     assert_eq!(c.instruction, "Make package a's tests pass.");
     assert_eq!(c.criteria.len(), 1);
     assert_eq!(
