@@ -1554,7 +1554,8 @@ mod faults {
 
 mod delegation {
     use super::*;
-    use loop_protocol::delegation::{self, Authority, ChildRun, Left, Proposal};
+    use loop_protocol::ChildRun;
+    use loop_protocol::delegation::{self, Authority, Left, Proposal};
 
     /// Tools whose `delegate` grants out of the parent's authority (as the
     /// runtime does) and whose child "uses" a fixed amount.

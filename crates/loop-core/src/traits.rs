@@ -89,7 +89,7 @@ pub trait Tools {
         &mut self,
         call: &ToolCall,
         left: &loop_protocol::delegation::Left,
-    ) -> Result<(ToolOutcome, Option<loop_protocol::delegation::ChildRun>), BoundaryError> {
+    ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
         let _ = left;
         Ok((
             ToolOutcome {

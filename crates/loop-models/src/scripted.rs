@@ -2,7 +2,9 @@
 //! returned in order whatever the model observes. When the script runs out
 //! the model has nothing more to say — the Director treats that as a stall.
 //! A script may also hold `draft:` turns: what it answers when asked to
-//! draft the task's contract ([`ScriptedModel::drafting`]).
+//! draft the task's contract ([`ScriptedModel::drafting`]), and
+//! `children:`, one list of turns for each child task the script's task
+//! delegates to, in order ([`ScriptedModel::child`]).
 
 use loop_protocol::contract::Diagnostic;
 use loop_protocol::yaml::{self, Node, Value};
@@ -20,6 +22,8 @@ pub struct ScriptedModel {
     source_sha256: String,
     turns: Vec<ScriptTurn>,
     draft: Vec<ScriptTurn>,
+    /// Each child's turns, in the order the children are delegated.
+    children: Vec<Vec<ScriptTurn>>,
     next: usize,
     /// The context's size, counted as it grows.
     size: loop_protocol::context::ContextSize,
@@ -53,6 +57,7 @@ impl ScriptedModel {
         };
         let mut turns_node = None;
         let mut draft = Vec::new();
+        let mut children = Vec::new();
         for (k, v) in top {
             match k.name.as_str() {
                 "turns" => turns_node = Some(v),
@@ -67,11 +72,38 @@ impl ScriptedModel {
                     }
                     _ => errors.push(diag(v.pos, "`draft` must be a list of turns".into(), None)),
                 },
+                "children" => match &v.value {
+                    Value::Seq(lists) => {
+                        for list in lists {
+                            let Value::Seq(items) = &list.value else {
+                                errors.push(diag(
+                                    list.pos,
+                                    "each of `children` is a list of turns".into(),
+                                    None,
+                                ));
+                                continue;
+                            };
+                            let mut child = Vec::new();
+                            for item in items {
+                                match parse_turn(item) {
+                                    Ok(t) => child.push(t),
+                                    Err((pos, msg, hint)) => errors.push(diag(pos, msg, hint)),
+                                }
+                            }
+                            children.push(child);
+                        }
+                    }
+                    _ => errors.push(diag(
+                        v.pos,
+                        "`children` must be a list of lists of turns".into(),
+                        None,
+                    )),
+                },
                 "version" => {}
                 other => errors.push(diag(
                     k.pos,
                     format!("unknown key `{other}` in the script"),
-                    Some("allowed: version, turns, draft"),
+                    Some("allowed: version, turns, draft, children"),
                 )),
             }
         }
@@ -97,9 +129,27 @@ impl ScriptedModel {
             source_sha256: loop_protocol::hash::sha256_hex(src.as_bytes()),
             turns,
             draft,
+            children,
             next: 0,
             size: Default::default(),
         })
+    }
+
+    /// The same script as its task's `n`th child (from 1): it plays the
+    /// `n`th list of `children:` (none: it has nothing to say).
+    pub fn child(self, n: usize) -> ScriptedModel {
+        let turns = n
+            .checked_sub(1)
+            .and_then(|i| self.children.get(i).cloned())
+            .unwrap_or_default();
+        ScriptedModel {
+            name: format!("{} (child {n})", self.name),
+            turns,
+            draft: Vec::new(),
+            children: Vec::new(),
+            next: 0,
+            ..self
+        }
     }
 
     /// The same script as the contract's drafter: it plays its `draft:`
@@ -108,6 +158,7 @@ impl ScriptedModel {
         ScriptedModel {
             turns: self.draft,
             draft: Vec::new(),
+            children: Vec::new(),
             next: 0,
             ..self
         }
@@ -340,6 +391,22 @@ turns:
             ModelReply::NothingMore { .. }
         ));
         assert_eq!(m.info().provider, "scripted");
+    }
+
+    #[test]
+    fn each_child_plays_its_own_list_of_turns() {
+        let src = "turns:\n  - calls:\n      - tool: delegate\n        args: {}\nchildren:\n  - - calls:\n        - tool: write_file\n          args: { path: a, content: x }\n  - - calls:\n        - tool: finish\n          args: { summary: b }\n";
+        let m = ScriptedModel::from_yaml(src, "s.yaml").unwrap();
+        let first = |n: usize| match m.clone().child(n).next_turn(&ctx()) {
+            ModelReply::Turn(t) => Some(t.calls[0].tool.clone()),
+            _ => None,
+        };
+        assert_eq!(first(1).as_deref(), Some("write_file"));
+        assert_eq!(first(2).as_deref(), Some("finish"));
+        assert_eq!(first(3), None, "no list for a third child: nothing to say");
+        assert_eq!(m.clone().child(2).info().name, "s.yaml (child 2)");
+        let bad = ScriptedModel::from_yaml("turns: []\nchildren: [ { calls: [] } ]\n", "s.yaml");
+        assert!(bad.unwrap_err().to_string().contains("a list of turns"));
     }
 
     #[test]

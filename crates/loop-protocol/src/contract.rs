@@ -213,6 +213,12 @@ pub struct Limits {
     pub max_depth: u32,
 }
 
+/// The most children a contract may allow a task (`limits.max_children`).
+pub const MAX_CHILDREN: u32 = 64;
+
+/// The most levels of children a contract may allow (`limits.max_depth`).
+pub const MAX_DEPTH: u32 = 4;
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

@@ -17,11 +17,7 @@ use crate::contract::{Contract, ContractErrors, Limits};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The most children a contract may allow a task (`limits.max_children`).
-pub const MAX_CHILDREN: u32 = 64;
-
-/// The most levels of children a contract may allow (`limits.max_depth`).
-pub const MAX_DEPTH: u32 = 4;
+pub use crate::contract::{MAX_CHILDREN, MAX_DEPTH};
 
 /// The most writable paths one child may be given.
 pub const MAX_CHILD_PATHS: usize = 32;
@@ -157,23 +153,6 @@ impl Authority {
     pub fn may_write(&self, rel: &str) -> bool {
         self.writable.iter().any(|w| beneath(rel, w))
     }
-}
-
-/// A child task, as its parent's ledger records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChildRun {
-    /// The child's task id.
-    pub task_id: String,
-    /// The authority it was granted.
-    pub authority: Authority,
-    /// How it ended (`verified`, `failed`, `lost`, `limit_reached`, …).
-    pub outcome: String,
-    /// SHA-256 of its receipt file, when it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receipt_sha256: Option<String>,
-    /// What it used, counted against the parent's budget.
-    pub used: crate::event::BudgetUse,
 }
 
 /// Where a child task's authority came from, as its own receipt says.
@@ -514,13 +493,42 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
         }]);
     }
     let mut no = Vec::new();
-    if p.paths.is_empty() || p.paths.len() > MAX_CHILD_PATHS {
-        no.push(Refusal::Paths {
-            count: p.paths.len(),
-        });
+    let writable = granted_paths(parent, &p.paths, &mut no);
+    for host in &p.network_allow {
+        if !parent.network_allow.iter().any(|h| host_within(host, h)) {
+            no.push(Refusal::Host {
+                host: host.clone(),
+                parent: parent.network_allow.clone(),
+            });
+        }
+    }
+    let (protected, exec) = added_rules(parent, p, &mut no);
+    budget_from_left(&p.budget, left, &mut no);
+    child_limits(parent, p.max_children, p.max_depth, &mut no);
+    if !no.is_empty() {
+        return Err(no);
+    }
+    Ok(Authority {
+        writable,
+        protected,
+        allow_check_changes: parent.allow_check_changes.clone(),
+        judge_may_change: parent.judge_may_change.clone(),
+        network_allow: p.network_allow.clone(),
+        exec,
+        budget: p.budget.clone(),
+        max_children: p.max_children,
+        max_depth: p.max_depth,
+    })
+}
+
+/// The paths a proposal names, in normal form, each beneath one of the
+/// parent's (what is not is refused into `no`).
+fn granted_paths(parent: &Authority, paths: &[String], no: &mut Vec<Refusal>) -> Vec<String> {
+    if paths.is_empty() || paths.len() > MAX_CHILD_PATHS {
+        no.push(Refusal::Paths { count: paths.len() });
     }
     let mut writable: Vec<String> = Vec::new();
-    for given in &p.paths {
+    for given in paths {
         match normalise_path(given) {
             Ok(rel) if !parent.may_write(&rel) => no.push(Refusal::Outside {
                 path: if rel.is_empty() { ".".into() } else { rel },
@@ -535,14 +543,16 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
         }
     }
     writable.sort();
-    for host in &p.network_allow {
-        if !parent.network_allow.iter().any(|h| host_within(host, h)) {
-            no.push(Refusal::Host {
-                host: host.clone(),
-                parent: parent.network_allow.clone(),
-            });
-        }
-    }
+    writable
+}
+
+/// The parent's protected globs and exec rules with what the proposal
+/// adds (a malformed addition refused into `no`).
+fn added_rules(
+    parent: &Authority,
+    p: &Proposal,
+    no: &mut Vec<Refusal>,
+) -> (Vec<String>, Vec<ExecRule>) {
     let mut protected = parent.protected.clone();
     for g in &p.protected {
         if g.is_empty() || g.contains(['\0', '\n']) {
@@ -569,26 +579,22 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
             exec.push(r.clone());
         }
     }
-    let b = &p.budget;
+    (protected, exec)
+}
+
+/// Refuse into `no` each part of budget `b` that is 0 or more than `left`.
+fn budget_from_left(b: &Budget, left: &Left, no: &mut Vec<Refusal>) {
     let mut over = |what: &'static str, asked: String, left: String| {
         no.push(Refusal::Budget { what, asked, left });
     };
-    if b.max_steps == 0 || b.max_steps > left.steps {
-        over("max_steps", b.max_steps.to_string(), left.steps.to_string());
-    }
-    if b.max_tokens == 0 || b.max_tokens > left.tokens {
-        over(
-            "max_tokens",
-            b.max_tokens.to_string(),
-            left.tokens.to_string(),
-        );
-    }
-    if b.timeout_secs == 0 || b.timeout_secs > left.secs {
-        over(
-            "timeout_secs",
-            b.timeout_secs.to_string(),
-            left.secs.to_string(),
-        );
+    for (what, asked, most) in [
+        ("max_steps", u64::from(b.max_steps), u64::from(left.steps)),
+        ("max_tokens", b.max_tokens, left.tokens),
+        ("timeout_secs", b.timeout_secs, left.secs),
+    ] {
+        if asked == 0 || asked > most {
+            over(what, asked.to_string(), most.to_string());
+        }
     }
     match (b.budget_usd, left.usd) {
         (Some(x), _) if !x.is_finite() || x < 0.0 => over(
@@ -600,40 +606,59 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
         (None, Some(l)) => over("budget_usd", "unbounded".into(), format!("${l:.4}")),
         _ => {}
     }
-    let most_depth = parent.max_depth - 1;
-    if p.max_depth > most_depth {
+}
+
+/// Refuse into `no` a child's own delegation limits beyond its parent's:
+/// a depth at least the parent's, or children without a level for them,
+/// or more than the parent may have.
+fn child_limits(parent: &Authority, children: u32, depth: u32, no: &mut Vec<Refusal>) {
+    let most_depth = parent.max_depth.saturating_sub(1);
+    if depth > most_depth {
         no.push(Refusal::ChildLimits {
             what: "max_depth",
-            asked: p.max_depth,
+            asked: depth,
             most: most_depth,
         });
     }
-    let most_children = if p.max_depth == 0 {
-        0
-    } else {
-        parent.max_children
-    };
-    if p.max_children > most_children {
+    let most_children = if depth == 0 { 0 } else { parent.max_children };
+    if children > most_children {
         no.push(Refusal::ChildLimits {
             what: "max_children",
-            asked: p.max_children,
+            asked: children,
             most: most_children,
         });
     }
-    if !no.is_empty() {
-        return Err(no);
+}
+
+/// Refuse into `no` each part of budget `c` beyond budget `p`.
+fn budget_within(c: &Budget, p: &Budget, no: &mut Vec<Refusal>) {
+    for (what, asked, most) in [
+        ("max_steps", u64::from(c.max_steps), u64::from(p.max_steps)),
+        ("max_tokens", c.max_tokens, p.max_tokens),
+        ("timeout_secs", c.timeout_secs, p.timeout_secs),
+    ] {
+        if asked > most {
+            no.push(Refusal::Budget {
+                what,
+                asked: asked.to_string(),
+                left: most.to_string(),
+            });
+        }
     }
-    Ok(Authority {
-        writable,
-        protected,
-        allow_check_changes: parent.allow_check_changes.clone(),
-        judge_may_change: parent.judge_may_change.clone(),
-        network_allow: p.network_allow.clone(),
-        exec,
-        budget: p.budget.clone(),
-        max_children: p.max_children,
-        max_depth: p.max_depth,
-    })
+    match (c.budget_usd, p.budget_usd) {
+        // NaN, or more than the parent's.
+        (Some(x), Some(l)) if !(x.is_finite() && x <= l) => no.push(Refusal::Budget {
+            what: "budget_usd",
+            asked: format!("${x:.4}"),
+            left: format!("${l:.4}"),
+        }),
+        (None, Some(l)) => no.push(Refusal::Budget {
+            what: "budget_usd",
+            asked: "unbounded".into(),
+            left: format!("${l:.4}"),
+        }),
+        _ => {}
+    }
 }
 
 /// Every way a recorded child's authority is not within its parent's
@@ -710,60 +735,9 @@ pub fn within(child: &Authority, parent: &Authority) -> Vec<Refusal> {
             }
         }
     }
-    let (c, p) = (&child.budget, &parent.budget);
-    if c.max_steps > p.max_steps {
-        no.push(Refusal::Budget {
-            what: "max_steps",
-            asked: c.max_steps.to_string(),
-            left: p.max_steps.to_string(),
-        });
-    }
-    if c.max_tokens > p.max_tokens {
-        no.push(Refusal::Budget {
-            what: "max_tokens",
-            asked: c.max_tokens.to_string(),
-            left: p.max_tokens.to_string(),
-        });
-    }
-    if c.timeout_secs > p.timeout_secs {
-        no.push(Refusal::Budget {
-            what: "timeout_secs",
-            asked: c.timeout_secs.to_string(),
-            left: p.timeout_secs.to_string(),
-        });
-    }
-    match (c.budget_usd, p.budget_usd) {
-        // NaN, or more than the parent's.
-        (Some(x), Some(l)) if !(x.is_finite() && x <= l) => no.push(Refusal::Budget {
-            what: "budget_usd",
-            asked: format!("${x:.4}"),
-            left: format!("${l:.4}"),
-        }),
-        (None, Some(l)) => no.push(Refusal::Budget {
-            what: "budget_usd",
-            asked: "unbounded".into(),
-            left: format!("${l:.4}"),
-        }),
-        _ => {}
-    }
-    if parent.max_depth > 0 && child.max_depth >= parent.max_depth {
-        no.push(Refusal::ChildLimits {
-            what: "max_depth",
-            asked: child.max_depth,
-            most: parent.max_depth - 1,
-        });
-    }
-    let most = if child.max_depth == 0 {
-        0
-    } else {
-        parent.max_children
-    };
-    if child.max_children > most {
-        no.push(Refusal::ChildLimits {
-            what: "max_children",
-            asked: child.max_children,
-            most,
-        });
+    budget_within(&child.budget, &parent.budget, &mut no);
+    if parent.max_depth > 0 {
+        child_limits(parent, child.max_children, child.max_depth, &mut no);
     }
     no
 }

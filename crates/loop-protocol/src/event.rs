@@ -270,7 +270,7 @@ pub enum Event {
         /// The call that proposed it.
         call_id: String,
         /// The child.
-        child: crate::delegation::ChildRun,
+        child: ChildRun,
     },
     /// A tool call's result.
     Observed {
@@ -353,6 +353,23 @@ impl Event {
         }
         serde_json::from_value(v)
     }
+}
+
+/// A child task, as its parent's ledger records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildRun {
+    /// The child's task id.
+    pub task_id: String,
+    /// The authority it was granted.
+    pub authority: crate::delegation::Authority,
+    /// How it ended (`verified`, `failed`, `lost`, `limit_reached`, …).
+    pub outcome: String,
+    /// SHA-256 of its receipt file, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_sha256: Option<String>,
+    /// What it used, counted against the parent's budget.
+    pub used: BudgetUse,
 }
 
 /// One entry of a task's hash-chained ledger, as the ledger file, the

@@ -36,7 +36,7 @@ pub use action::{
 };
 pub use context::{Context, Message};
 pub use contract::{Check, Contract, ContractErrors, Criterion, Diagnostic, Limits, RunCheck};
-pub use event::{ApprovalDecision, BudgetUse, Event, LedgerEntry, RuntimeInfo};
+pub use event::{ApprovalDecision, BudgetUse, ChildRun, Event, LedgerEntry, RuntimeInfo};
 pub use evidence::{
     ArtifactEvidence, CheckEvidence, CriterionEvidence, DraftAttempt, DraftingRecord,
     EgressAttempt, FileChange, IntegrityRule, Isolation, KeyedFile, ReusedRun, SetupRecord,

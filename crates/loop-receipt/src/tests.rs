@@ -267,7 +267,8 @@ fn a_ledger_reads_back_what_it_wrote_and_refuses_a_file_changed_under_it() {
 mod tree {
     use super::tmp;
     use crate::*;
-    use loop_protocol::delegation::{self, Authority, ChildRun, DelegatedFrom, Left, Proposal};
+    use loop_protocol::ChildRun;
+    use loop_protocol::delegation::{self, Authority, DelegatedFrom, Left, Proposal};
     use loop_protocol::{Contract, Event};
     use std::path::{Path, PathBuf};
 

@@ -128,6 +128,18 @@ pub(crate) fn load_model(
     record: Option<&Path>,
     project: &Path,
 ) -> Result<Models, Error> {
+    load_model_for(spec, loopfile, record, project, None)
+}
+
+/// [`load_model`], for the `child`th child of a task (from 1), when it is
+/// one: a scripted model plays the script's `children:` list for it.
+pub(crate) fn load_model_for(
+    spec: Option<&str>,
+    loopfile: &crate::loopfile::Loopfile,
+    record: Option<&Path>,
+    project: &Path,
+    child: Option<u32>,
+) -> Result<Models, Error> {
     let (spec, config) = resolve(spec, loopfile)?;
     // Every configured key, wherever it came from (`api_key_env` may name
     // any variable), is scrubbed by value from every record.
@@ -144,10 +156,12 @@ pub(crate) fn load_model(
                 loop_workspace::door::MAX_PROJECT_FILE,
             )
             .map_err(|e| Error::usage(format!("cannot read script: {e}")))?;
-            Box::new(
-                ScriptedModel::from_yaml(&text, &shown_path(path, project))
-                    .map_err(|e| Error::usage(e.to_string()))?,
-            )
+            let script = ScriptedModel::from_yaml(&text, &shown_path(path, project))
+                .map_err(|e| Error::usage(e.to_string()))?;
+            match child {
+                Some(n) => Box::new(script.child(n as usize)),
+                None => Box::new(script),
+            }
         }
         Some(ModelSpec::Replay(path)) => {
             Box::new(ReplayModel::open(Path::new(path)).map_err(|e| Error::usage(e.to_string()))?)

@@ -194,6 +194,50 @@ impl ToolBox {
         }
     }
 
+    /// Merge changes made elsewhere — a child task's, laid out as an
+    /// overlay's upper layer (files and links; a deletion a whiteout) —
+    /// into the workspace, journaled, through the same judgements as a
+    /// command's effects (protected paths, sizes, names, the code-policy
+    /// gate, new modules shadowing the standard library). Whether anything
+    /// changed, and each path refused with its rule. The layer is left to
+    /// its maker.
+    pub fn merge_layer(
+        &self,
+        id: &str,
+        tool: &str,
+        upper: &std::path::Path,
+    ) -> Result<(bool, Vec<String>), Observation> {
+        let Some(c) = self.commands.as_ref() else {
+            return Err(Observation::error(
+                id,
+                tool,
+                "changes made elsewhere cannot be merged into this workspace: it has no journal for them",
+            ));
+        };
+        if let Some(o) = self.fenced(id, tool) {
+            return Err(o);
+        }
+        let admitted = std::cell::Cell::new(0u64);
+        let growth = std::cell::Cell::new(0i64);
+        let refuse = |rel: &str| self.effect_refusal(upper, rel, (&admitted, &growth));
+        let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
+        if !self.sync {
+            commit = commit.unsynced();
+        }
+        match commit.merge(upper, self.jail.root(), &refuse) {
+            Ok(m) => {
+                self.grown
+                    .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
+                Ok((!m.paths.is_empty(), m.refused))
+            }
+            Err(e) => Err(Observation::error(
+                id,
+                tool,
+                format!("the changes could not be committed: {e}"),
+            )),
+        }
+    }
+
     /// The exec policy's refusal of `command`, if it refuses it: forbidden,
     /// or needing a person's approval it does not have.
     fn policy_refusal_of(&self, id: &str, command: &str, approved: bool) -> Option<Observation> {

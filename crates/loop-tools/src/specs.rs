@@ -14,6 +14,35 @@ pub const TOOL_NAMES: [&str; 7] = [
     ToolName::Finish.as_str(),
 ];
 
+/// The `delegate` tool's spec: offered by a runtime that runs child
+/// tasks, to a task whose contract allows it (not among [`all`]).
+pub fn delegate() -> ToolSpec {
+    let list =
+        |what: &str| json!({"type": "array", "items": {"type": "string"}, "description": what});
+    spec(
+        ToolName::Delegate.as_str(),
+        "Hand part of the work to a child task with its own contract, run to its end before this call returns. It may change only the paths you give it (beneath yours), keeps all your rules, and its budget comes out of what you have left. If it is verified, what it changed is merged into your workspace through your own rules; either way you see how it ended. Nothing it does verifies your own contract.",
+        json!({
+            "instruction": {"type": "string", "description": "what the child is to do"},
+            "criteria": {"type": "array", "description": "its acceptance criteria, as a contract file's: [{id, text, checks: [{run: CMD} | {file_exists: PATH} | {file_contains: PATH, text: T} | …]}]", "items": {"type": "object"}},
+            "paths": list("directories or files it may change (`pkg/a`, `docs/a.md`; `.` for all you may change); no patterns"),
+            "network_allow": list("hosts its checks may reach, from your allow-list"),
+            "protected": list("more globs it may not write"),
+            "exec": {"type": "array", "description": "more exec rules for its commands, each stricter", "items": {"type": "object", "properties": {"prefix": {"type": "string"}, "decision": {"enum": ["prompt", "forbidden"]}}, "required": ["prefix", "decision"], "additionalProperties": false}},
+            "budget": {"type": "object", "properties": {
+                "max_steps": {"type": "integer", "minimum": 1},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "budget_usd": {"type": "number", "minimum": 0},
+                "timeout_secs": {"type": "integer", "minimum": 1}
+            }, "required": ["max_steps", "max_tokens", "timeout_secs"], "additionalProperties": false},
+            "max_children": {"type": "integer", "minimum": 0, "description": "children it may itself start (default 0)"},
+            "max_depth": {"type": "integer", "minimum": 0, "description": "levels of children below it (default 0)"}
+        }),
+        &["instruction", "criteria", "paths", "budget"],
+        Effect::AtMostOnce,
+    )
+}
+
 /// Every tool's spec.
 pub fn all() -> Vec<ToolSpec> {
     vec![

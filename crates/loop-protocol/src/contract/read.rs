@@ -304,12 +304,12 @@ impl Reader {
                 }
                 "max_children" => {
                     if let Some(n) = self.unsigned(v, "`max_children`", 0) {
-                        if n > u64::from(crate::delegation::MAX_CHILDREN) {
+                        if n > u64::from(crate::contract::MAX_CHILDREN) {
                             self.err(
                                 Some(v.pos),
                                 format!(
                                     "`max_children` may be at most {}, found {n}",
-                                    crate::delegation::MAX_CHILDREN
+                                    crate::contract::MAX_CHILDREN
                                 ),
                                 None,
                             );
@@ -320,12 +320,12 @@ impl Reader {
                 }
                 "max_depth" => {
                     if let Some(n) = self.unsigned(v, "`max_depth`", 0) {
-                        if n > u64::from(crate::delegation::MAX_DEPTH) {
+                        if n > u64::from(crate::contract::MAX_DEPTH) {
                             self.err(
                                 Some(v.pos),
                                 format!(
                                     "`max_depth` may be at most {}, found {n}",
-                                    crate::delegation::MAX_DEPTH
+                                    crate::contract::MAX_DEPTH
                                 ),
                                 None,
                             );

@@ -130,11 +130,42 @@ pub struct ToolsAdapter<'a> {
     pub keeper: Option<crate::task::stored_workspace::Keeper>,
     /// The workspace was rebuilt from the store's record for this run.
     pub rebuilt: bool,
+    /// Starts child tasks (the `delegate` tool), where the task may.
+    pub delegator: Option<crate::task::delegate::Delegator<'a>>,
 }
 
 impl Tools for ToolsAdapter<'_> {
     fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.specs()
+        let mut specs = self.tools.specs();
+        if self.delegator.is_some() {
+            specs.push(loop_tools::specs::delegate());
+        }
+        specs
+    }
+    fn delegate(
+        &mut self,
+        call: &ToolCall,
+        left: &loop_protocol::delegation::Left,
+    ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
+        match self.delegator.as_mut() {
+            Some(d) => d.run(call, left, &mut self.tools),
+            // Not offered: the contract does not allow it.
+            None => {
+                let off = loop_protocol::delegation::Refusal::Off;
+                Ok((
+                    ToolOutcome {
+                        observation: loop_protocol::Observation::refused(
+                            &call.id,
+                            &call.tool,
+                            off.rule(),
+                            off.to_string(),
+                        ),
+                        control: None,
+                    },
+                    None,
+                ))
+            }
+        }
     }
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
         Ok(self.tools.execute(call))

@@ -7,6 +7,7 @@ use crate::Error;
 use crate::models::Models;
 use crate::project::locate::{Start, TaskPaths, claim, git_dir, store_err};
 use crate::task::adapters::{StoreApprovals, StoreLedger, ToolsAdapter, VerifierAdapter};
+use crate::task::delegate::Delegator;
 use crate::task::request::{StoredRequest, TaskReport};
 use loop_core::Observer as _;
 use loop_core::{Clock, Director, Parts, RunResult, SystemClock, VerifyPolicy};
@@ -30,6 +31,8 @@ pub(crate) struct Run<'r> {
     pub extension: Option<loop_core::Extension>,
     /// The claim this process already holds (a task it just submitted).
     pub claimed: Option<loop_store::Owner>,
+    /// How a child task this one delegates to is run here to its end.
+    pub start_child: crate::task::delegate::StartChild,
 }
 
 /// The record so far, as the store has it (the truth; the ledger file is
@@ -339,6 +342,7 @@ fn wire<'a>(
         })),
         keeper: None,
         rebuilt: false,
+        delegator: None,
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.
@@ -375,6 +379,7 @@ pub(crate) fn drive(
         on_prompt,
         extension,
         claimed,
+        start_child,
     } = run;
     let clock = SystemClock;
     let observer = &mut crate::task::adapters::Scrubbed(observer);
@@ -404,6 +409,8 @@ pub(crate) fn drive(
     )?;
     let live = crate::Observer::live_feed(observer);
     wired.verifier.0.set_live(live.clone());
+    wired.tools.delegator =
+        Delegator::of((project, task_id, stored), &paths, (on_prompt, start_child));
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;

@@ -167,6 +167,15 @@ pub struct Admitted {
     pub(crate) owner: Option<String>,
     pub(crate) trigger: Option<loop_protocol::TriggerRecord>,
     pub(crate) allow_vacuous: bool,
+    /// For a child task: its parent, its grant and its place; and the
+    /// parent's exec policy, which the child's tightens.
+    pub(crate) delegation: Option<(
+        crate::task::request::ChildOf,
+        Option<loop_tools::exec_policy::ExecPolicy>,
+    )>,
+    /// A directory whose content the workspace takes once it is made (a
+    /// child's: its parent's workspace as it is now).
+    pub(crate) start_from: Option<PathBuf>,
 }
 
 impl Admitted {
@@ -265,6 +274,8 @@ impl Runtime {
             owner: req.owner,
             trigger: req.trigger,
             allow_vacuous: req.allow_vacuous,
+            delegation: None,
+            start_from: None,
         })
     }
 

@@ -6,12 +6,14 @@
 //! elsewhere), `adapters` (the component crates plugged into the Director's
 //! traits), `drive` (claim, record, Director), `change_set` (what the run
 //! changed), `end` (artifacts, change set, signed receipt, the task
-//! closed), `run` (submit and run, resume), `control` (cancel, answer).
+//! closed), `run` (submit and run, resume), `control` (cancel, answer),
+//! `delegate` (a child task started, run and merged back).
 
 pub mod adapters;
 pub(crate) mod baseline_cache;
 pub(crate) mod change_set;
 pub mod control;
+pub(crate) mod delegate;
 pub(crate) mod drive;
 pub(crate) mod end;
 pub mod intake;

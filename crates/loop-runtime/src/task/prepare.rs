@@ -79,6 +79,9 @@ pub(crate) fn submit_claimed(
             let _ = crate::project::workspaces::remove_near(&near);
             Error::internal(format!("cannot make the task workspace: {e}"))
         })?;
+    if let Some(from) = &req.start_from {
+        take_content(&workspace, from).inspect_err(|_| drop(&task_ws))?;
+    }
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
     if !req.include_dirty {
         note_left_out(&project, &task_ws, observer);
@@ -407,7 +410,66 @@ fn stored_request(
         guidance: Vec::new(),
         project_checks: Vec::new(),
         mcp_servers: loopfile.mcp_servers.clone(),
-    })
+        delegation: req.delegation.as_ref().map(|(c, _)| c.clone()),
+    }
+    .tightened(req))
+}
+
+impl StoredRequest {
+    /// A child's exec policy: its parent's, with every rule its grant adds
+    /// (each `prompt` or `forbidden`, so none loosens it).
+    fn tightened(mut self, req: &Admitted) -> StoredRequest {
+        use loop_tools::exec_policy::{Decision, Rule};
+        let Some((child, parent_policy)) = &req.delegation else {
+            return self;
+        };
+        let mut policy = parent_policy.clone().unwrap_or_default();
+        for r in &child.from.authority.exec {
+            policy.rules.push(Rule {
+                prefix: r.prefix.split_whitespace().map(str::to_string).collect(),
+                decision: match r.decision {
+                    loop_protocol::delegation::Stricter::Prompt => Decision::Prompt,
+                    loop_protocol::delegation::Stricter::Forbidden => Decision::Forbidden,
+                },
+                examples: Vec::new(),
+                not_examples: Vec::new(),
+            });
+        }
+        self.exec_policy = Some(policy);
+        self
+    }
+}
+
+/// Bring `workspace` to what `from` holds (a parent's workspace, for its
+/// child): every file and link, each read without following a link out,
+/// and checked against the digest it was listed with.
+fn take_content(workspace: &Path, from: &Path) -> Result<(), Error> {
+    let fail = |e: &dyn std::fmt::Display| {
+        Error::internal(format!(
+            "cannot make the child's workspace from its parent's: {e}"
+        ))
+    };
+    let target = Manifest::of(from).map_err(|e| fail(&e))?;
+    let tree = loop_workspace::Tree::open(from).map_err(|e| fail(&e))?;
+    let mut fetch = |e: &loop_workspace::Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
+        let gone = |why: String| loop_workspace::RebuildError::Content {
+            path: e.path.clone(),
+            why,
+        };
+        if e.raw_path.is_some() {
+            return Err(gone("its name is not UTF-8".into()));
+        }
+        match tree.node(&e.path) {
+            Ok(loop_workspace::Node::Symlink(t)) => Ok(t.into_os_string().into_encoded_bytes()),
+            Ok(loop_workspace::Node::File { .. }) => tree
+                .read_file(&e.path, u64::MAX / 2)
+                .map_err(|e| gone(e.to_string())),
+            Ok(_) => Err(gone("it is no longer a file or a link".into())),
+            Err(err) => Err(gone(err.to_string())),
+        }
+    };
+    loop_workspace::reconcile(workspace, &target, &mut fetch).map_err(|e| fail(&e))?;
+    Ok(())
 }
 
 /// Work the person has not committed is not in a worktree made from HEAD:

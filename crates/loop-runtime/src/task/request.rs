@@ -97,9 +97,23 @@ pub struct StoredRequest {
     /// The Loopfile's MCP servers when the task started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<loop_tools::mcp::McpServer>,
+    /// For a child task: its parent and what it was granted (its writes
+    /// are confined to the paths granted; the exec rules granted are in
+    /// `exec_policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<ChildOf>,
 }
 
 /// The guidance files read, in this order.
+/// A child task's place under its parent (see `loop_protocol::delegation`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChildOf {
+    /// Its parent and the authority the parent granted it.
+    pub from: loop_protocol::delegation::DelegatedFrom,
+    /// Which of the parent's children it is (from 1).
+    pub index: u32,
+}
+
 pub const GUIDANCE_FILES: &[&str] = &["LOOP.md", "AGENTS.md"];
 
 /// The project's guidance in `workspace`: each of [`GUIDANCE_FILES`] that
@@ -124,6 +138,9 @@ pub fn read_guidance(workspace: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
+/// The rule that refuses a child's write outside the paths it was granted.
+pub const CONFINED: &str = "delegation: outside the child's paths";
+
 /// What the task's tools and verifier guard, as the stored request says:
 /// the protected paths (the contract's, the check-integrity set, the
 /// shared environments, the new tests) and the new tests themselves.
@@ -139,6 +156,13 @@ pub(crate) fn guarded(
         &stored.shares,
         &new_tests,
     )?;
+    // A child writes only beneath the paths its parent granted.
+    let protected = match &stored.delegation {
+        Some(child) => protected
+            .confined_to(&child.from.authority.writable, CONFINED)
+            .map_err(|e| Error::usage(format!("a child's paths: {e}")))?,
+        None => protected,
+    };
     Ok((protected, new_tests))
 }
 

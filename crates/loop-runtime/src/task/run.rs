@@ -26,7 +26,7 @@ pub fn resume_task(
     project: &Path,
     task_id: &str,
     extension: Option<loop_core::Extension>,
-    on_prompt: crate::task::adapters::OnPrompt,
+    on_prompt: crate::OnPrompt,
     observer: &mut dyn crate::Observer,
 ) -> Result<TaskReport, Error> {
     drive_stored(project, task_id, extension, on_prompt, observer, None)
@@ -37,7 +37,7 @@ pub(crate) fn drive_stored(
     project: &Path,
     task_id: &str,
     extension: Option<loop_core::Extension>,
-    on_prompt: crate::task::adapters::OnPrompt,
+    on_prompt: crate::OnPrompt,
     observer: &mut dyn crate::Observer,
     claimed: Option<loop_store::Owner>,
 ) -> Result<TaskReport, Error> {
@@ -87,7 +87,13 @@ pub(crate) fn drive_stored(
     // replay from the middle).
     let fresh = store.entries(task_id, 0).map_err(store_err)?.is_empty();
     let record = stored.record.as_deref().filter(|_| fresh);
-    let models = crate::models::load_model(stored.model.as_deref(), &loopfile, record, &project)?;
+    let models = crate::models::load_model_for(
+        stored.model.as_deref(),
+        &loopfile,
+        record,
+        &project,
+        stored.delegation.as_ref().map(|c| c.index),
+    )?;
     let run = Run {
         store: &*store,
         task_id,
@@ -95,6 +101,7 @@ pub(crate) fn drive_stored(
         on_prompt,
         extension,
         claimed,
+        start_child: run_task,
     };
     drive(&project, run, models, observer)
 }

@@ -1,0 +1,245 @@
+//! Delegation through the `loop` binary: a scripted parent hands two
+//! packages to two children, each proven by its own receipt, merged back
+//! through the parent's rules, and the whole tree verified offline.
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use std::path::{Path, PathBuf};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("loop-deleg-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// A project with two packages, committed.
+fn project(base: &Path) -> PathBuf {
+    let p = base.join("project");
+    for f in ["pkg/a/README", "pkg/b/README", "README"] {
+        std::fs::create_dir_all(p.join(f).parent().unwrap()).unwrap();
+        std::fs::write(p.join(f), "start\n").unwrap();
+    }
+    shared::commit_all(&p);
+    p
+}
+
+const PARENT: &str = r#"
+instruction: Finish both packages.
+criteria:
+  - id: a
+    text: package a is done
+    checks:
+      - file_contains: pkg/a/done.txt
+        text: "a is done"
+  - id: b
+    text: package b is done
+    checks:
+      - file_contains: pkg/b/done.txt
+        text: "b is done"
+limits: { max_steps: 20, max_children: 2, max_depth: 1 }
+"#;
+
+fn delegate(pkg: &str) -> String {
+    format!(
+        r#"      - tool: delegate
+        args:
+          instruction: "Write pkg/{pkg}/done.txt"
+          criteria:
+            - id: {pkg}
+              text: "{pkg} is done"
+              checks:
+                - file_contains: pkg/{pkg}/done.txt
+                  text: "{pkg} is done"
+          paths: [pkg/{pkg}]
+          budget: {{ max_steps: 4, max_tokens: 60000, timeout_secs: 300 }}
+"#
+    )
+}
+
+/// The parent delegates both packages in one turn, then claims the work;
+/// child `a` first tries to write into package b, which is not its.
+fn script() -> String {
+    format!(
+        r#"turns:
+  - calls:
+{}{}  - calls:
+      - tool: finish
+        args: {{ summary: both packages are done }}
+children:
+  - - calls:
+        - tool: write_file
+          args: {{ path: pkg/b/done.txt, content: "b is done, says a\n" }}
+        - tool: write_file
+          args: {{ path: pkg/a/done.txt, content: "a is done\n" }}
+    - calls:
+        - tool: finish
+          args: {{ summary: a }}
+  - - calls:
+        - tool: write_file
+          args: {{ path: pkg/b/done.txt, content: "b is done\n" }}
+    - calls:
+        - tool: finish
+          args: {{ summary: b }}
+"#,
+        delegate("a"),
+        delegate("b")
+    )
+}
+
+/// The entries of kind `kind` of the ledger beside `receipt`.
+fn entries(receipt: &Path, id: &str, kind: &str) -> Vec<serde_json::Value> {
+    let ledger = receipt.with_file_name(format!("{id}.ledger.jsonl"));
+    std::fs::read_to_string(ledger)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+fn verify(base: &Path, receipt: &Path) -> std::process::Output {
+    shared::loop_in(base)
+        .arg("verify")
+        .arg(receipt)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies() {
+    let base = tmpdir("two");
+    let project = project(&base);
+    let run = shared::run_scripted(&base, &project, "parent", (PARENT, &script()));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let parent_id = run.statement["predicate"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let children: Vec<(String, serde_json::Value)> = entries(&receipt, &parent_id, "delegated")
+        .into_iter()
+        .map(|e| {
+            let c = e["payload"]["child"].clone();
+            (c["task_id"].as_str().unwrap().to_string(), c)
+        })
+        .collect();
+    assert_eq!(children.len(), 2, "{}", shared::text(&run.out));
+    for ((id, c), pkg) in children.iter().zip(["a", "b"]) {
+        assert_eq!(c["outcome"], "verified", "child {id}");
+        assert_eq!(
+            c["authority"]["writable"],
+            serde_json::json!([format!("pkg/{pkg}")])
+        );
+        assert!(c["used"]["steps"].as_u64().unwrap() >= 2, "{c}");
+        // Its own receipt names its parent and its grant.
+        let own = shared::payload_of(&receipt.with_file_name(format!("{id}.receipt.json")));
+        assert_eq!(own["predicate"]["delegation"]["parent"], parent_id.as_str());
+        assert_eq!(own["predicate"]["delegation"]["authority"], c["authority"]);
+    }
+    // Child a's write into package b was refused at the write, by name.
+    let (a, _) = &children[0];
+    let refused: Vec<_> = entries(&receipt, a, "observed")
+        .into_iter()
+        .filter(|e| e["payload"]["observation"]["status"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        refused[0]["payload"]["observation"]["rule"],
+        "protected: delegation: outside the child's paths"
+    );
+    // Both children's work is in the parent's workspace, and only theirs.
+    let ws = shared::workspace_of(&project, &parent_id);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pkg/a/done.txt")).unwrap(),
+        "a is done\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pkg/b/done.txt")).unwrap(),
+        "b is done\n"
+    );
+    // Each child's spending is the parent's: its steps include theirs.
+    let used = &run.statement["predicate"]["budgets"]["used"];
+    let theirs: u64 = children
+        .iter()
+        .map(|(_, c)| c["used"]["steps"].as_u64().unwrap())
+        .sum();
+    assert_eq!(used["steps"].as_u64().unwrap(), 2 + theirs, "{used}");
+
+    let v = verify(&base, &receipt);
+    let said = shared::text(&v);
+    assert_eq!(v.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("children   ok (2 child receipts hold"),
+        "{said}"
+    );
+
+    // One byte of a child's receipt changed: the parent's receipt no
+    // longer holds, and says which child.
+    let (b, _) = &children[1];
+    let child_receipt = receipt.with_file_name(format!("{b}.receipt.json"));
+    let mut bytes = std::fs::read(&child_receipt).unwrap();
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x20;
+    std::fs::write(&child_receipt, &bytes).unwrap();
+    let v = verify(&base, &receipt);
+    let said = shared::text(&v);
+    assert_eq!(v.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("children   BROKEN: child {b}:")),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_contract_without_delegation_is_never_offered_the_tool_and_its_call_is_refused() {
+    let base = tmpdir("off");
+    let project = project(&base);
+    let contract = PARENT.replace(", max_children: 2, max_depth: 1", "");
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done alone }\n";
+    let run = shared::run_scripted(&base, &project, "alone", (&contract, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let id = run.statement["predicate"]["task_id"].as_str().unwrap();
+    assert!(entries(&receipt, id, "delegated").is_empty());
+    let observed = entries(&receipt, id, "observed");
+    assert_eq!(
+        observed[0]["payload"]["observation"]["rule"],
+        "delegation: off"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
+    let base = tmpdir("lost");
+    let project = project(&base);
+    // The child has nothing to say (an empty list): it ends lost. The
+    // parent hears how it ended and does the work itself.
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done myself }\nchildren:\n  - []\n";
+    let run = shared::run_scripted(&base, &project, "lost", (PARENT, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let id = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let delegated = entries(&receipt, id, "delegated");
+    assert_eq!(delegated.len(), 1);
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "lost");
+    let said = &entries(&receipt, id, "observed")[0]["payload"]["observation"];
+    let content = said["content"].as_str().unwrap();
+    assert!(content.contains("ended lost"), "{said}");
+    assert!(content.contains("Nothing of its work was merged"), "{said}");
+    assert_eq!(said["changed"], false);
+    // The tree holds: an unverified child is still proven by its receipt.
+    let v = verify(&base, &receipt);
+    let text = shared::text(&v);
+    assert_eq!(v.status.code(), Some(0), "{text}");
+    assert!(text.contains("1 child receipts hold"), "{text}");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -1,0 +1,377 @@
+//! The `delegate` tool: a task hands part of its work to a child task.
+//!
+//! The proposal is granted out of the parent's authority and what it has
+//! left (`loop_protocol::delegation`), the child's contract is read as a
+//! contract file is, and the child enters through the one intake as a task
+//! of the same project: its workspace made from the parent's as it is now,
+//! its writes confined to the paths granted, its exec rules the parent's
+//! and the ones granted, its model the parent's (a scripted model plays
+//! its script's `children:` list). It runs to its own end, under the same
+//! Director, with its own ledger and signed receipt. A verified child's
+//! change — what it changed against the parent's state when it began — is
+//! merged into the parent's workspace only through the parent's choke
+//! point (the judgements a command's effects get), and only where the
+//! parent changed nothing since; a child that ends otherwise changes
+//! nothing, and its outcome comes back to the model as an observation.
+//! Nothing a child did counts for the parent's contract: the parent is
+//! verified by its own checks, on its own seal.
+
+use crate::OnPrompt;
+use crate::task::request::{ChildOf, StoredRequest};
+use loop_core::BoundaryError;
+use loop_protocol::ChildRun;
+use loop_protocol::delegation::{self, Authority, DelegatedFrom, Left, Proposal};
+use loop_protocol::{Observation, ToolCall, ToolOutcome};
+use loop_tools::ToolBox;
+use loop_workspace::Manifest;
+use std::path::{Path, PathBuf};
+
+/// The tool's name.
+pub const TOOL: &str = "delegate";
+
+/// Runs an admitted task here to its end (`run::run_task`, handed down
+/// by whoever drives the parent).
+pub(crate) type StartChild = fn(
+    crate::task::intake::Admitted,
+    &mut dyn crate::Observer,
+) -> Result<crate::TaskReport, crate::Error>;
+
+/// What a task needs to start its children.
+pub(crate) struct Delegator<'a> {
+    pub project: &'a Path,
+    pub task_id: &'a str,
+    pub stored: &'a StoredRequest,
+    pub workspace: PathBuf,
+    /// Where a child's change is laid out before it is merged.
+    pub scratch: PathBuf,
+    pub on_prompt: OnPrompt,
+    pub start_child: StartChild,
+}
+
+fn outcome(observation: Observation) -> ToolOutcome {
+    ToolOutcome {
+        observation,
+        control: None,
+    }
+}
+
+impl Delegator<'_> {
+    /// The children's starter of task `task_id`, if its contract lets it
+    /// delegate at all (the tool is offered then).
+    pub fn of<'a>(
+        (project, task_id, stored): (&'a Path, &'a str, &'a StoredRequest),
+        paths: &crate::project::locate::TaskPaths,
+        (on_prompt, start_child): (OnPrompt, StartChild),
+    ) -> Option<Delegator<'a>> {
+        let l = &stored.contract.limits;
+        (l.max_children > 0 && l.max_depth > 0).then(|| Delegator {
+            project,
+            task_id,
+            stored,
+            workspace: paths.workspace.clone(),
+            scratch: paths.near.join("delegate"),
+            on_prompt,
+            start_child,
+        })
+    }
+
+    /// This task's own authority: what its parent granted it, else its
+    /// contract's.
+    fn own(&self) -> Authority {
+        match &self.stored.delegation {
+            Some(c) => c.from.authority.clone(),
+            None => Authority::of_contract(&self.stored.contract),
+        }
+    }
+
+    /// Run the child `call` proposes, granted out of `left`, and merge a
+    /// verified child's change through `tools`.
+    pub fn run(
+        &mut self,
+        call: &ToolCall,
+        left: &Left,
+        tools: &mut ToolBox,
+    ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+        let id = call.id.as_str();
+        let p: Proposal = match serde_json::from_value(call.args.clone()) {
+            Ok(p) => p,
+            Err(e) => {
+                return Ok((
+                    outcome(Observation::error(
+                        id,
+                        TOOL,
+                        format!("invalid arguments for `delegate`: {e}"),
+                    )),
+                    None,
+                ));
+            }
+        };
+        let granted = match delegation::grant(&self.own(), left, &p) {
+            Ok(a) => a,
+            Err(no) => return Ok((refused_grant(id, &no), None)),
+        };
+        let contract = match delegation::child_contract(&self.stored.contract, &granted, &p) {
+            Ok(c) => c,
+            Err(e) => {
+                return Ok((
+                    outcome(Observation::refused(
+                        id,
+                        TOOL,
+                        "delegation: the child's contract",
+                        format!("The child was not started: its contract is refused:\n{e}"),
+                    )),
+                    None,
+                ));
+            }
+        };
+        let index = self
+            .stored
+            .contract
+            .limits
+            .max_children
+            .saturating_sub(left.children)
+            .saturating_add(1);
+        let fork = Manifest::of(&self.workspace).map_err(BoundaryError::caused_by)?;
+        let child = ChildOf {
+            from: DelegatedFrom {
+                parent: self.task_id.to_string(),
+                authority: granted.clone(),
+            },
+            index,
+        };
+        let report = match self.start(contract, child) {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok((
+                    outcome(Observation::error(
+                        id,
+                        TOOL,
+                        format!("the child could not be made or run: {e}"),
+                    )),
+                    None,
+                ));
+            }
+        };
+        let run = self.record(&report, granted)?;
+        let used = run.used;
+        let name = run.outcome.clone();
+        let head = format!(
+            "Child task {} ended {name}: {} ({} steps, {} tokens, counted in this task's budget; its receipt {}).",
+            report.task_id,
+            report.outcome.reason,
+            used.steps,
+            used.tokens,
+            report.receipt.display()
+        );
+        if report.outcome.kind != loop_protocol::OutcomeKind::Verified {
+            return Ok((
+                outcome(Observation::ok(
+                    id,
+                    TOOL,
+                    format!("{head}\nNothing of its work was merged into this workspace."),
+                    false,
+                )),
+                Some(run),
+            ));
+        }
+        let merged = self.merge(id, &fork, &report.workspace, tools);
+        let observation = match merged {
+            Ok((changed, paths, refused)) => {
+                let mut text = format!(
+                    "{head}\nMerged into this workspace through its own rules: {}.",
+                    if paths.is_empty() {
+                        "nothing (it changed nothing)".to_string()
+                    } else {
+                        paths.join(", ")
+                    }
+                );
+                if !refused.is_empty() {
+                    text.push_str(&format!(
+                        "\nRefused by this task's rules, and left out: {}",
+                        refused.join("; ")
+                    ));
+                }
+                Observation::ok(id, TOOL, text, changed)
+            }
+            Err(o) => o,
+        };
+        Ok((outcome(observation), Some(run)))
+    }
+
+    /// The parent's record of child `report`: its id, its grant, how it
+    /// ended, its receipt's digest and what it used (charged as the
+    /// Director charges it, from its events).
+    fn record(
+        &self,
+        report: &crate::TaskReport,
+        granted: Authority,
+    ) -> Result<ChildRun, BoundaryError> {
+        let rt = crate::Runtime::open(self.project).map_err(|e| BoundaryError::new(e.message))?;
+        let history: Vec<loop_protocol::Event> = rt
+            .events(&report.task_id, 0)
+            .map_err(|e| BoundaryError::new(e.message))?
+            .into_iter()
+            .map(|r| r.event)
+            .collect();
+        let used = loop_core::state::used_by(&history).map_err(BoundaryError::caused_by)?;
+        let receipt_sha256 =
+            loop_receipt::read::read_regular(&report.receipt, loop_receipt::read::MAX_READ)
+                .ok()
+                .map(|b| loop_protocol::hash::sha256_hex(&b));
+        Ok(ChildRun {
+            task_id: report.task_id.clone(),
+            authority: granted,
+            outcome: report.outcome.name().as_str().to_string(),
+            receipt_sha256,
+            used,
+        })
+    }
+
+    /// Admit the child through the one intake and run it here to its end.
+    fn start(
+        &self,
+        contract: loop_protocol::Contract,
+        child: ChildOf,
+    ) -> Result<crate::TaskReport, crate::Error> {
+        let rt = crate::Runtime::open(self.project)?;
+        let req = crate::TaskRequest {
+            contract: crate::task::intake::ContractInput::Given(Box::new(contract)),
+            model: self.stored.model.clone(),
+            isolation: self.stored.isolation,
+            on_prompt: Some(self.on_prompt),
+            owner: self.stored.owner.clone(),
+            via: crate::task::intake::Via::Library,
+            ..Default::default()
+        };
+        let mut admitted = rt.admit(req)?;
+        admitted.delegation = Some((child, self.stored.exec_policy.clone()));
+        admitted.start_from = Some(self.workspace.clone());
+        (self.start_child)(admitted, &mut crate::Quiet)
+    }
+
+    /// Merge what the child changed against `fork` (the parent's state
+    /// when it began) into the parent's workspace through `tools`, unless
+    /// the parent changed one of those paths since: whether anything
+    /// changed, the paths merged, and those refused with why.
+    #[allow(clippy::disallowed_methods)] // the runtime's own scratch layer, written from manifests of the two workspaces
+    fn merge(
+        &self,
+        id: &str,
+        fork: &Manifest,
+        child_ws: &Path,
+        tools: &mut ToolBox,
+    ) -> Result<(bool, Vec<String>, Vec<String>), Observation> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            Observation::error(
+                id,
+                TOOL,
+                format!("the child's change cannot be merged: {what}: {e}"),
+            )
+        };
+        let done = Manifest::of(child_ws).map_err(|e| fail("its workspace", &e))?;
+        let now = Manifest::of(&self.workspace).map_err(|e| fail("this workspace", &e))?;
+        let changed = differing(fork, &done);
+        let ours = differing(fork, &now);
+        let conflicts: Vec<&String> = changed.iter().filter(|p| ours.contains(p)).collect();
+        if !conflicts.is_empty() {
+            return Err(Observation::refused(
+                id,
+                TOOL,
+                "delegation: merge conflict",
+                format!(
+                    "The child's change was not merged: this task changed the same paths since the child began: {}",
+                    conflicts
+                        .iter()
+                        .map(|p| p.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        if changed.is_empty() {
+            return Ok((false, Vec::new(), Vec::new()));
+        }
+        let upper = self.scratch.join(format!(
+            "delegate-{}",
+            loop_sandbox::unique_name("m").unwrap_or_default()
+        ));
+        let laid = lay_out(&upper, child_ws, &done, &changed);
+        let merged = laid
+            .map_err(|e| fail("laying it out", &e))
+            .and_then(|()| tools.merge_layer(id, TOOL, &upper));
+        let _ = loop_workspace::snapshot::remove_tree(&upper);
+        let (any, refused) = merged?;
+        Ok((any, changed, refused))
+    }
+}
+
+/// A proposal refused, with every rule it breaks.
+fn refused_grant(id: &str, no: &[delegation::Refusal]) -> ToolOutcome {
+    let rule = no.first().map_or("delegation", |r| r.rule());
+    let lines: Vec<String> = no.iter().map(|r| format!("- {}: {r}", r.rule())).collect();
+    outcome(Observation::refused(
+        id,
+        TOOL,
+        rule,
+        format!("The child was not started:\n{}", lines.join("\n")),
+    ))
+}
+
+/// Paths whose entries differ between `a` and `b` (added, changed, removed).
+fn differing(a: &Manifest, b: &Manifest) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for e in &a.entries {
+        if b.get(&e.path) != Some(e) {
+            out.insert(e.path.clone());
+        }
+    }
+    for e in &b.entries {
+        if a.get(&e.path) != Some(e) {
+            out.insert(e.path.clone());
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Lay `paths` out under `upper` as an overlay's upper layer: each file or
+/// link `done` has, read from `from` without following a link; a path it
+/// no longer has, a whiteout.
+#[allow(clippy::disallowed_methods)] // writes the runtime's own scratch layer
+fn lay_out(upper: &Path, from: &Path, done: &Manifest, paths: &[String]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tree = loop_workspace::Tree::open(from)?;
+    let other = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+    for rel in paths {
+        let at = upper.join(rel);
+        if let Some(dir) = at.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        match done.get(rel) {
+            None => {
+                let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+                    .map_err(|e| other(&e))?;
+                // SAFETY: mknod of a 0:0 character device (an overlay
+                // whiteout) at a NUL-terminated path of our scratch layer.
+                if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Some(e) => match tree.node(rel).map_err(|e| other(&e))? {
+                loop_workspace::Node::Symlink(target) => {
+                    std::os::unix::fs::symlink(target, &at)?;
+                }
+                loop_workspace::Node::File { .. } => {
+                    let bytes = tree.read_file(rel, u64::MAX / 2).map_err(|e| other(&e))?;
+                    if loop_protocol::hash::sha256_hex(&bytes) != e.sha256 {
+                        return Err(other(&format!("{rel} changed while it was read")));
+                    }
+                    std::fs::write(&at, bytes)?;
+                    let mode = if e.executable { 0o755 } else { 0o644 };
+                    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))?;
+                }
+                _ => return Err(other(&format!("{rel} is no longer a file or a link"))),
+            },
+        }
+    }
+    Ok(())
+}
