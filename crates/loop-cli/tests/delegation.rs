@@ -243,3 +243,102 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
     assert!(text.contains("1 child receipts hold"), "{text}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_killed() {
+    use std::time::{Duration, Instant};
+    let base = tmpdir("kill");
+    let project = project(&base);
+    let contract = PARENT.replace(
+        "  - id: b\n    text: package b is done\n    checks:\n      - file_contains: pkg/b/done.txt\n        text: \"b is done\"\n",
+        "",
+    );
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: run_command\n          args: { command: \"sleep 2\" }\n    - calls:\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    std::fs::write(base.join("task.yaml"), &contract).unwrap();
+    std::fs::write(base.join("script.yaml"), &script).unwrap();
+    let mut run = shared::loop_in(&base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the child's command runs (its ledger says it began).
+    let receipts = project.join(".loop/receipts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child_running = || {
+        std::fs::read_dir(&receipts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
+            })
+    };
+    while !child_running() {
+        assert!(Instant::now() < deadline, "the child never ran its command");
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the run ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let listed = |p: &Path| -> Vec<serde_json::Value> {
+        let out = shared::loop_in(&base)
+            .args(["list", "--json", "--project"])
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let tasks = listed(&project);
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    let parent = tasks
+        .iter()
+        .find(|t| t["instruction"] == "Finish both packages.")
+        .unwrap_or_else(|| panic!("{tasks:?}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resumed = shared::loop_in(&base)
+        .args(["resume", &parent, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", shared::text(&resumed));
+    // Still one child: resumed to its end, not started again.
+    let tasks = listed(&project);
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    let receipt = receipts.join(format!("{parent}.receipt.json"));
+    let delegated = entries(&receipt, &parent, "delegated");
+    assert_eq!(delegated.len(), 1, "recorded once");
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    // The child itself was resumed, and so was its parent.
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(entries(&receipt, child, "resumed").len(), 1);
+    assert_eq!(entries(&receipt, &parent, "resumed").len(), 1);
+    let ws = shared::workspace_of(&project, &parent);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pkg/a/done.txt")).unwrap(),
+        "a is done\n"
+    );
+    let v = verify(&base, &receipt);
+    let said = shared::text(&v);
+    assert_eq!(v.status.code(), Some(0), "{said}");
+    assert!(said.contains("1 child receipts hold"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}

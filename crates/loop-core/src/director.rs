@@ -574,6 +574,11 @@ impl<'a> Director<'a> {
         // or one not staged) may have had them whatever the workspace
         // says: it is never run again.
         let beyond = int.effect == loop_protocol::Effect::AtMostOnce;
+        // A child task is found again by the call that started it, where
+        // it stands (running on, ended, merged or not): always run again.
+        if int.call.tool == loop_protocol::ToolName::Delegate.as_str() {
+            return Ok(());
+        }
         if int.effect == loop_protocol::Effect::Pure || (now == int.root_before && !beyond) {
             return Ok(());
         }
@@ -1037,7 +1042,9 @@ impl<'a> Director<'a> {
             }
         };
         self.fault()?;
-        if let Some(child) = child {
+        // A call run again after a stop finds the child it started; one
+        // whose end was recorded then is not recorded (nor charged) twice.
+        if let Some(child) = child.filter(|_| !self.state.delegated.contains(&call.id)) {
             self.record(Event::Delegated {
                 step,
                 call_id: call.id.clone(),

@@ -154,6 +154,8 @@ pub(crate) struct State {
     pub pending_checkpoint: Option<PendingCheckpoint>,
     /// Child tasks started so far (the `delegate` tool).
     pub children: u32,
+    /// The calls whose child is recorded (`delegated`).
+    pub delegated: std::collections::BTreeSet<String>,
     /// Rejected verifications so far.
     pub failed_repairs: u32,
     /// The last rejection has not been followed by a checkpoint.
@@ -224,6 +226,7 @@ impl State {
             pending_approval: None,
             pending_checkpoint: None,
             children: 0,
+            delegated: Default::default(),
             failed_repairs: 0,
             rejection_unasked: false,
             cost_asked: false,
@@ -324,8 +327,9 @@ impl State {
                 rejection,
             } => self.on_verified(report, *accepted, rejection),
             Event::Reviewed { usage, .. } => self.budget.charge_review(usage),
-            Event::Delegated { child, .. } => {
+            Event::Delegated { call_id, child, .. } => {
                 self.children = self.children.saturating_add(1);
+                self.delegated.insert(call_id.clone());
                 self.budget.charge_child(&child.used);
             }
             Event::Resumed { .. } | Event::Recovery { .. } => {}

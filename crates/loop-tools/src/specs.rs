@@ -39,7 +39,8 @@ pub fn delegate() -> ToolSpec {
             "max_depth": {"type": "integer", "minimum": 0, "description": "levels of children below it (default 0)"}
         }),
         &["instruction", "criteria", "paths", "budget"],
-        Effect::AtMostOnce,
+        // Run again after a stop, it finds the child it started.
+        Effect::Idempotent,
     )
 }
 

@@ -190,6 +190,9 @@ impl Tools for ToolsAdapter<'_> {
         self.rebuilt
     }
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
+        if self.delegator.is_some() && call.tool == crate::task::delegate::TOOL {
+            return loop_tools::specs::delegate().effect;
+        }
         self.tools.effect(call)
     }
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {

@@ -29,12 +29,23 @@ use std::path::{Path, PathBuf};
 /// The tool's name.
 pub const TOOL: &str = "delegate";
 
-/// Runs an admitted task here to its end (`run::run_task`, handed down
-/// by whoever drives the parent).
-pub(crate) type StartChild = fn(
-    crate::task::intake::Admitted,
-    &mut dyn crate::Observer,
-) -> Result<crate::TaskReport, crate::Error>;
+/// How children are run here to their end, handed down by whoever drives
+/// the parent (`run::run_task` and `run::resume_task`).
+#[derive(Clone, Copy)]
+pub(crate) struct StartChild {
+    /// Run an admitted task.
+    pub start: fn(
+        crate::task::intake::Admitted,
+        &mut dyn crate::Observer,
+    ) -> Result<crate::TaskReport, crate::Error>,
+    /// Run a stored task again from where its record stops.
+    pub resume: fn(
+        &Path,
+        &str,
+        OnPrompt,
+        &mut dyn crate::Observer,
+    ) -> Result<crate::TaskReport, crate::Error>,
+}
 
 /// What a task needs to start its children.
 pub(crate) struct Delegator<'a> {
@@ -106,6 +117,18 @@ impl Delegator<'_> {
                 ));
             }
         };
+        let index = self
+            .stored
+            .contract
+            .limits
+            .max_children
+            .saturating_sub(left.children)
+            .saturating_add(1);
+        // Started already, by a run of this task that stopped before the
+        // child's end was recorded: that child, never a second one.
+        if let Some(started) = self.existing(index)? {
+            return self.go_on_with(id, started, tools);
+        }
         let granted = match delegation::grant(&self.own(), left, &p) {
             Ok(a) => a,
             Err(no) => return Ok((refused_grant(id, &no), None)),
@@ -124,13 +147,6 @@ impl Delegator<'_> {
                 ));
             }
         };
-        let index = self
-            .stored
-            .contract
-            .limits
-            .max_children
-            .saturating_sub(left.children)
-            .saturating_add(1);
         let fork = Manifest::of(&self.workspace).map_err(BoundaryError::caused_by)?;
         let child = ChildOf {
             from: DelegatedFrom {
@@ -152,7 +168,81 @@ impl Delegator<'_> {
                 ));
             }
         };
-        let run = self.record(&report, granted)?;
+        self.conclude(id, &report, granted, &fork, tools)
+    }
+
+    /// The child `started` (an earlier run of this task's), run on to its
+    /// end if it has not ended, then concluded as a new child is.
+    fn go_on_with(
+        &self,
+        id: &str,
+        started: loop_store::TaskRecord,
+        tools: &mut ToolBox,
+    ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+        let lost =
+            |e: &dyn std::fmt::Display| BoundaryError::new(format!("child {}: {e}", started.id));
+        let stored: StoredRequest =
+            serde_json::from_value(started.request.clone()).map_err(|e| lost(&e))?;
+        let granted = stored
+            .delegation
+            .map(|c| c.from.authority)
+            .ok_or_else(|| lost(&"it records no grant"))?;
+        let paths = crate::project::locate::TaskPaths::of(self.project, &started.id);
+        let fork: Manifest =
+            crate::project::locate::read_json(&paths.task_dir.join("baseline.json"))
+                .map_err(|e| lost(&e.message))?;
+        let report = if started.is_terminal() {
+            let name = started
+                .outcome
+                .ok_or_else(|| lost(&"it ended with no outcome"))?;
+            crate::TaskReport {
+                task_id: started.id.clone(),
+                outcome: loop_protocol::OutcomeRecord {
+                    kind: name.kind,
+                    limit: name.limit,
+                    reason: started.reason.clone().unwrap_or_default(),
+                },
+                receipt: started
+                    .receipt
+                    .as_ref()
+                    .map(|r| self.project.join(r))
+                    .unwrap_or_default(),
+                workspace: paths.workspace.clone(),
+            }
+        } else {
+            match (self.start_child.resume)(
+                self.project,
+                &started.id,
+                self.on_prompt,
+                &mut crate::Quiet,
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Ok((
+                        outcome(Observation::error(
+                            id,
+                            TOOL,
+                            format!("the child {} could not be run on: {e}", started.id),
+                        )),
+                        None,
+                    ));
+                }
+            }
+        };
+        self.conclude(id, &report, granted, &fork, tools)
+    }
+
+    /// The record of the ended child `report`, its change merged if it was
+    /// verified, and what the model is told.
+    fn conclude(
+        &self,
+        id: &str,
+        report: &crate::TaskReport,
+        granted: Authority,
+        fork: &Manifest,
+        tools: &mut ToolBox,
+    ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+        let run = self.record(report, granted)?;
         let used = run.used;
         let name = run.outcome.clone();
         let head = format!(
@@ -174,7 +264,7 @@ impl Delegator<'_> {
                 Some(run),
             ));
         }
-        let merged = self.merge(id, &fork, &report.workspace, tools);
+        let merged = self.merge(id, fork, &report.workspace, tools);
         let observation = match merged {
             Ok((changed, paths, refused)) => {
                 let mut text = format!(
@@ -227,6 +317,17 @@ impl Delegator<'_> {
         })
     }
 
+    /// The child this task started as its `index`th, if it did.
+    fn existing(&self, index: u32) -> Result<Option<loop_store::TaskRecord>, BoundaryError> {
+        let store = crate::project::locate::open_store(self.project)
+            .map_err(|e| BoundaryError::new(e.message))?;
+        let tasks = store.tasks().map_err(BoundaryError::caused_by)?;
+        Ok(tasks.into_iter().find(|t| {
+            let d = &t.request["delegation"];
+            d["from"]["parent"] == self.task_id && d["index"] == index
+        }))
+    }
+
     /// Admit the child through the one intake and run it here to its end.
     fn start(
         &self,
@@ -246,7 +347,7 @@ impl Delegator<'_> {
         let mut admitted = rt.admit(req)?;
         admitted.delegation = Some((child, self.stored.exec_policy.clone()));
         admitted.start_from = Some(self.workspace.clone());
-        (self.start_child)(admitted, &mut crate::Quiet)
+        (self.start_child.start)(admitted, &mut crate::Quiet)
     }
 
     /// Merge what the child changed against `fork` (the parent's state
@@ -270,9 +371,18 @@ impl Delegator<'_> {
         };
         let done = Manifest::of(child_ws).map_err(|e| fail("its workspace", &e))?;
         let now = Manifest::of(&self.workspace).map_err(|e| fail("this workspace", &e))?;
-        let changed = differing(fork, &done);
-        let ours = differing(fork, &now);
-        let conflicts: Vec<&String> = changed.iter().filter(|p| ours.contains(p)).collect();
+        // What the child changed and this workspace does not hold yet (a
+        // path already as the child left it was merged by a run of this
+        // task that stopped before recording it); a conflict where this
+        // task changed such a path since the child began.
+        let changed: Vec<String> = differing(fork, &done)
+            .into_iter()
+            .filter(|p| now.get(p) != done.get(p))
+            .collect();
+        let conflicts: Vec<&String> = changed
+            .iter()
+            .filter(|p| now.get(p) != fork.get(p))
+            .collect();
         if !conflicts.is_empty() {
             return Err(Observation::refused(
                 id,

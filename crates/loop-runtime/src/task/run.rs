@@ -101,7 +101,12 @@ pub(crate) fn drive_stored(
         on_prompt,
         extension,
         claimed,
-        start_child: run_task,
+        start_child: crate::task::delegate::StartChild {
+            start: run_task,
+            resume: |project, id, on_prompt, observer| {
+                resume_task(project, id, None, on_prompt, observer)
+            },
+        },
     };
     drive(&project, run, models, observer)
 }
