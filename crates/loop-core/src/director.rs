@@ -1044,7 +1044,8 @@ impl<'a> Director<'a> {
         self.fault()?;
         // A call run again after a stop finds the child it started; one
         // whose end was recorded then is not recorded (nor charged) twice.
-        if let Some(child) = child.filter(|_| !self.state.delegated.contains(&call.id)) {
+        let known = (step, call.id.clone());
+        if let Some(child) = child.filter(|_| !self.state.delegated.contains(&known)) {
             self.record(Event::Delegated {
                 step,
                 call_id: call.id.clone(),

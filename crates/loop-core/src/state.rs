@@ -154,8 +154,9 @@ pub(crate) struct State {
     pub pending_checkpoint: Option<PendingCheckpoint>,
     /// Child tasks started so far (the `delegate` tool).
     pub children: u32,
-    /// The calls whose child is recorded (`delegated`).
-    pub delegated: std::collections::BTreeSet<String>,
+    /// The calls (step, call id: a provider may number calls afresh each
+    /// turn) whose child is recorded (`delegated`).
+    pub delegated: std::collections::BTreeSet<(u32, String)>,
     /// Rejected verifications so far.
     pub failed_repairs: u32,
     /// The last rejection has not been followed by a checkpoint.
@@ -327,9 +328,13 @@ impl State {
                 rejection,
             } => self.on_verified(report, *accepted, rejection),
             Event::Reviewed { usage, .. } => self.budget.charge_review(usage),
-            Event::Delegated { call_id, child, .. } => {
+            Event::Delegated {
+                step,
+                call_id,
+                child,
+            } => {
                 self.children = self.children.saturating_add(1);
-                self.delegated.insert(call_id.clone());
+                self.delegated.insert((*step, call_id.clone()));
                 self.budget.charge_child(&child.used);
             }
             Event::Resumed { .. } | Event::Recovery { .. } => {}

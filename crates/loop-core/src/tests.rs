@@ -1639,6 +1639,16 @@ mod delegation {
     }
 
     fn run_delegating(c: Contract, script: Vec<Turn>, child_steps: u32) -> (Outcome_, Vec<Left>) {
+        run_delegating_from(c, script, child_steps, Vec::new())
+    }
+
+    /// [`run_delegating`], resumed from `history` when it is not empty.
+    fn run_delegating_from(
+        c: Contract,
+        script: Vec<Turn>,
+        child_steps: u32,
+        history: Vec<Event>,
+    ) -> (Outcome_, Vec<Left>) {
         let clock = Rc::new(Cell::new(1_000));
         let mut model = FakeModel::new(script, &clock);
         let shared = Rc::new(std::cell::RefCell::new(BTreeMap::new()));
@@ -1665,10 +1675,13 @@ mod delegation {
             observer: &mut observer,
             cancel: &cancel,
         };
-        let result = Director::new("t-1", c, VerifyPolicy::OnFinish, parts)
-            .unwrap()
-            .run()
-            .unwrap();
+        let director = Director::new("t-1", c, VerifyPolicy::OnFinish, parts).unwrap();
+        let result = if history.is_empty() {
+            director.run()
+        } else {
+            director.resume(&history, 0)
+        }
+        .unwrap();
         let lefts = tools.lefts;
         (
             Outcome_ {
@@ -1730,6 +1743,47 @@ mod delegation {
         let replayed = crate::state::used_by(&o.ledger).unwrap();
         assert_eq!((replayed.steps, replayed.tokens), (13, 625));
         assert_well_formed(&o.ledger);
+    }
+
+    #[test]
+    fn a_child_recorded_before_a_stop_is_not_recorded_or_charged_again() {
+        let script = || {
+            vec![
+                turn(vec![delegate(5)], 5),
+                turn(vec![write("yes")], 5),
+                turn(vec![finish()], 5),
+            ]
+        };
+        let (clean, _) = run_delegating(allowing(20, 2), script(), 4);
+        assert!(clean.result.outcome.is_verified());
+        // Stopped right after the child's record, before the call's
+        // observation: the call runs again and finds the same child.
+        let at = clean
+            .ledger
+            .iter()
+            .position(|e| matches!(e, Event::Delegated { .. }))
+            .unwrap();
+        let history = clean.ledger[..=at].to_vec();
+        let (resumed, lefts) =
+            run_delegating_from(allowing(20, 2), script()[1..].to_vec(), 4, history);
+        assert!(resumed.result.outcome.is_verified());
+        assert_eq!(lefts.len(), 1, "the call ran again once");
+        let count = |l: &[Event]| {
+            l.iter()
+                .filter(|e| matches!(e, Event::Delegated { .. }))
+                .count()
+        };
+        // (The resumed run's ledger holds only what it recorded.)
+        assert_eq!(count(&resumed.ledger), 0, "not recorded again");
+        assert!(
+            resumed
+                .ledger
+                .iter()
+                .any(|e| matches!(e, Event::Observed { observation, .. } if observation.tool == "delegate")),
+            "the call's observation is recorded"
+        );
+        assert_eq!(resumed.result.used.steps, clean.result.used.steps);
+        assert_eq!(resumed.result.used.tokens, clean.result.used.tokens);
     }
 
     #[test]
