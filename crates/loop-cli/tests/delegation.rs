@@ -342,3 +342,102 @@ fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_
     assert!(said.contains("1 child receipts hold"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn cancelling_a_parent_cancels_the_child_it_is_waiting_for() {
+    use std::time::{Duration, Instant};
+    let base = tmpdir("cancel");
+    let project = project(&base);
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: run_command\n          args: { command: \"sleep 120\", timeout_secs: 300 }\n";
+    std::fs::write(base.join("task.yaml"), PARENT).unwrap();
+    std::fs::write(base.join("script.yaml"), &script).unwrap();
+    let mut run = shared::loop_in(&base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let receipts = project.join(".loop/receipts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child_running = || {
+        std::fs::read_dir(&receipts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
+            })
+            .map(|e| e.path())
+    };
+    let child_ledger = loop {
+        if let Some(p) = child_running() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the child never ran its command");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let child = child_ledger
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".ledger.jsonl")
+        .to_string();
+    let out = shared::loop_in(&base)
+        .args(["list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let parent = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|t| t["id"] != child.as_str())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = Instant::now();
+    let cancelled = shared::loop_in(&base)
+        .args(["cancel", &parent, "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(
+        cancelled.status.code(),
+        Some(0),
+        "{}",
+        shared::text(&cancelled)
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(run.wait().unwrap().code(), Some(1));
+    let outcome = |id: &str| {
+        shared::payload_of(&receipts.join(format!("{id}.receipt.json")))["predicate"]["outcome"]
+            ["kind"]
+            .clone()
+    };
+    assert_eq!(outcome(&child), "cancelled");
+    assert_eq!(outcome(&parent), "cancelled");
+    let delegated = entries(
+        &receipts.join(format!("{parent}.receipt.json")),
+        &parent,
+        "delegated",
+    );
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "cancelled");
+    shared::assert_receipt_holds(
+        &receipts.join(format!("{parent}.receipt.json")),
+        &base.join("state"),
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -34,6 +34,12 @@ pub fn cancel(
     let asked = store
         .request_cancel(id, SystemClock.now_ms())
         .map_err(|e| Error::usage(e.to_string()))?;
+    // Its children (and theirs) are asked too: a child running in its
+    // parent's process stops as the parent does, and one nobody runs ends
+    // cancelled when its parent, resumed to end, comes to it.
+    if asked {
+        crate::task::delegate::cancel_children(&*store, id)?;
+    }
     let t = store.task(id).map_err(|e| Error::usage(e.to_string()))?;
     if !asked {
         return Ok(Cancelled::AlreadyEnded(t.outcome));

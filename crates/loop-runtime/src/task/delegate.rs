@@ -210,12 +210,14 @@ impl Delegator<'_> {
                 workspace: paths.workspace.clone(),
             }
         } else {
-            match (self.start_child.resume)(
-                self.project,
-                &started.id,
-                self.on_prompt,
-                &mut crate::Quiet,
-            ) {
+            match self.watching(|| {
+                (self.start_child.resume)(
+                    self.project,
+                    &started.id,
+                    self.on_prompt,
+                    &mut crate::Quiet,
+                )
+            }) {
                 Ok(r) => r,
                 Err(e) => {
                     return Ok((
@@ -347,7 +349,35 @@ impl Delegator<'_> {
         let mut admitted = rt.admit(req)?;
         admitted.delegation = Some((child, self.stored.exec_policy.clone()));
         admitted.start_from = Some(self.workspace.clone());
-        (self.start_child.start)(admitted, &mut crate::Quiet)
+        self.watching(|| (self.start_child.start)(admitted, &mut crate::Quiet))
+    }
+
+    /// Run `f` (a child's run) while a thread passes a cancel asked of
+    /// this task on to its children (the child may be stored after it was
+    /// asked: it is asked again until `f` returns).
+    fn watching<T>(&self, f: impl FnOnce() -> T) -> T {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let (project, parent, stop) = (
+            self.project.to_path_buf(),
+            self.task_id.to_string(),
+            done.clone(),
+        );
+        let watcher = std::thread::spawn(move || {
+            let Ok(store) = crate::project::locate::open_store(&project) else {
+                return;
+            };
+            while !stop.load(Ordering::SeqCst) {
+                if store.task(&parent).is_ok_and(|t| t.cancel_requested) {
+                    let _ = cancel_children(&*store, &parent);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+        });
+        let out = f();
+        done.store(true, Ordering::SeqCst);
+        let _ = watcher.join();
+        out
     }
 
     /// Merge what the child changed against `fork` (the parent's state
@@ -482,6 +512,36 @@ fn lay_out(upper: &Path, from: &Path, done: &Manifest, paths: &[String]) -> std:
                 _ => return Err(other(&format!("{rel} is no longer a file or a link"))),
             },
         }
+    }
+    Ok(())
+}
+
+/// Ask every unfinished task below `parent` (its children, theirs, …) to stop.
+pub(crate) fn cancel_children(
+    store: &dyn loop_store::Store,
+    parent: &str,
+) -> Result<(), crate::Error> {
+    let tasks = store.tasks().map_err(crate::project::locate::store_err)?;
+    let mut below = vec![parent.to_string()];
+    // At most as deep as delegation goes.
+    for _ in 0..=loop_protocol::delegation::MAX_DEPTH {
+        let next: Vec<String> = tasks
+            .iter()
+            .filter(|t| {
+                let p = &t.request["delegation"]["from"]["parent"];
+                below.iter().any(|b| p == b.as_str())
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for child in &next {
+            store
+                .request_cancel(child, loop_core::Clock::now_ms(&loop_core::SystemClock))
+                .map_err(crate::project::locate::store_err)?;
+        }
+        if next.is_empty() {
+            break;
+        }
+        below = next;
     }
     Ok(())
 }
