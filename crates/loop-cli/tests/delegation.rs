@@ -441,3 +441,94 @@ fn cancelling_a_parent_cancels_the_child_it_is_waiting_for() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// When ledger entry `kind` was first written, in the ledger beside `receipt` of task `id`.
+fn at(receipt: &Path, id: &str, kind: &str, last: bool) -> String {
+    let e = entries(receipt, id, kind);
+    let e = if last { e.last() } else { e.first() };
+    e.unwrap()["at"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn children_of_one_turn_run_together_and_the_second_change_to_the_same_path_is_refused() {
+    let base = tmpdir("together");
+    let project = project(&base);
+    let contract = r#"
+instruction: Have both children write shared.txt.
+criteria:
+  - id: shared
+    text: shared.txt is the first child's
+    checks:
+      - file_contains: shared.txt
+        text: "from a"
+limits: { max_steps: 20, max_children: 2, max_depth: 1 }
+"#;
+    let child = |name: &str| {
+        format!(
+            r#"      - tool: delegate
+        args:
+          instruction: "Write shared.txt"
+          criteria:
+            - id: {name}
+              text: "shared.txt is {name}'s"
+              checks:
+                - file_contains: shared.txt
+                  text: "from {name}"
+          paths: [pkg/{name}, shared.txt]
+          budget: {{ max_steps: 4, max_tokens: 60000, timeout_secs: 300 }}
+"#
+        )
+    };
+    let turns = |name: &str| {
+        format!(
+            "  - - calls:\n        - tool: run_command\n          args: {{ command: \"sleep 1\" }}\n        - tool: write_file\n          args: {{ path: shared.txt, content: \"from {name}\\n\" }}\n    - calls:\n        - tool: finish\n          args: {{ summary: {name} }}\n"
+        )
+    };
+    let script = format!(
+        "turns:\n  - calls:\n{}{}  - calls:\n      - tool: finish\n        args: {{ summary: done }}\nchildren:\n{}{}",
+        child("a"),
+        child("b"),
+        turns("a"),
+        turns("b")
+    );
+    let run = shared::run_scripted(&base, &project, "together", (contract, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let parent = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let children: Vec<String> = entries(&receipt, parent, "delegated")
+        .iter()
+        .map(|e| {
+            e["payload"]["child"]["task_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(children.len(), 2);
+    // Their lifetimes overlap: each began before the other ended.
+    let (a, b) = (&children[0], &children[1]);
+    assert!(at(&receipt, a, "task_started", false) < at(&receipt, b, "finished", true));
+    assert!(at(&receipt, b, "task_started", false) < at(&receipt, a, "finished", true));
+    // Both verified; the first's change merged, the second's refused by name.
+    let observed = entries(&receipt, parent, "observed");
+    let said: Vec<&serde_json::Value> = observed
+        .iter()
+        .map(|e| &e["payload"]["observation"])
+        .collect();
+    assert_eq!(said[0]["status"], "ok", "{:?}", said[0]);
+    assert_eq!(said[1]["status"], "refused", "{:?}", said[1]);
+    assert_eq!(said[1]["rule"], "delegation: merge conflict");
+    assert!(
+        said[1]["content"].as_str().unwrap().contains("shared.txt"),
+        "{:?}",
+        said[1]
+    );
+    let ws = shared::workspace_of(&project, parent);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("shared.txt")).unwrap(),
+        "from a\n"
+    );
+    let v = verify(&base, &receipt);
+    assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+    let _ = std::fs::remove_dir_all(&base);
+}

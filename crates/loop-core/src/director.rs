@@ -837,7 +837,9 @@ impl<'a> Director<'a> {
         });
         if finish_claim.is_none() {
             let already = self.state.done().len();
-            for call in turn.calls.iter().skip(already) {
+            let pending = &turn.calls[already.min(turn.calls.len())..];
+            let mut at = 0;
+            while let Some(call) = pending.get(at) {
                 self.fault()?;
                 if self.parts.cancel.load(Ordering::SeqCst) {
                     return Ok(Phase::End(
@@ -845,7 +847,16 @@ impl<'a> Director<'a> {
                         "cancelled by request".into(),
                     ));
                 }
-                match self.call(step, call)? {
+                // Consecutive `delegate` calls start their children together.
+                let children = pending[at..].iter().take_while(|c| is_delegate(c)).count();
+                let called = if children > 0 {
+                    at += children;
+                    self.delegate(step, &pending[at - children..at])?
+                } else {
+                    at += 1;
+                    self.call(step, call)?
+                };
+                match called {
                     Called::Observed => {}
                     Called::Claimed(summary) => {
                         finish_claim = Some(summary);
@@ -940,9 +951,6 @@ impl<'a> Director<'a> {
             effect: self.parts.tools.effect(call),
             root_before: self.state.root.clone(),
         })?;
-        if call.tool == loop_protocol::ToolName::Delegate.as_str() {
-            return self.delegate(step, call);
-        }
         let mut outcome = match self.parts.tools.execute(call) {
             Ok(o) => o,
             Err(e) => {
@@ -1020,19 +1028,39 @@ impl<'a> Director<'a> {
         })
     }
 
-    /// A `delegate` call: the child is granted out of what this task has
-    /// left (its limits less what it and its children used, and the
-    /// children its contract still allows), runs, and its record is kept
-    /// before the call's observation; what it used counts against this
-    /// task from then on (a resumed task charges it again from the record).
-    fn delegate(&mut self, step: u32, call: &ToolCall) -> Result<Called, DirectorError> {
+    /// `delegate` calls: their children are granted out of what this task
+    /// has left (its limits less what it and its children used, and the
+    /// children its contract still allows), each the next out of what the
+    /// ones before it were granted, and run (together, where the tools
+    /// can); each intent is recorded before, and each child's record and
+    /// each call's observation after, in the calls' order. What a child
+    /// used counts against this task from then on (a resumed task charges
+    /// it again from the record); a call run again after a stop finds the
+    /// child it started, and one whose end was recorded then is not
+    /// recorded (nor charged) twice.
+    fn delegate(&mut self, step: u32, calls: &[ToolCall]) -> Result<Called, DirectorError> {
+        for call in calls {
+            self.record(Event::Intent {
+                step,
+                call_id: call.id.clone(),
+                tool: call.tool.clone(),
+                effect: self.parts.tools.effect(call),
+                root_before: self.state.root.clone(),
+            })?;
+        }
         let allowed = self.contract.limits.max_children;
         let left = self.state.budget.left_for_child(
             self.parts.clock.now_ms(),
             allowed.saturating_sub(self.state.children),
         );
-        let (outcome, child) = match self.parts.tools.delegate(call, &left) {
-            Ok(r) => r,
+        let ran = match self.parts.tools.delegate_many(calls, &left) {
+            Ok(r) if r.len() == calls.len() => r,
+            Ok(_) => {
+                return Ok(Called::End(
+                    Outcome::Error,
+                    "tool runtime failed: not one answer for each delegate call".into(),
+                ));
+            }
             Err(e) => {
                 self.fault()?;
                 return Ok(Called::End(
@@ -1042,26 +1070,26 @@ impl<'a> Director<'a> {
             }
         };
         self.fault()?;
-        // A call run again after a stop finds the child it started; one
-        // whose end was recorded then is not recorded (nor charged) twice.
-        let known = (step, call.id.clone());
-        if let Some(child) = child.filter(|_| !self.state.delegated.contains(&known)) {
-            self.record(Event::Delegated {
+        for (call, (outcome, child)) in calls.iter().zip(ran) {
+            let known = (step, call.id.clone());
+            if let Some(child) = child.filter(|_| !self.state.delegated.contains(&known)) {
+                self.record(Event::Delegated {
+                    step,
+                    call_id: call.id.clone(),
+                    child,
+                })?;
+            }
+            let workspace_root = if outcome.observation.changed {
+                self.parts.tools.workspace_root().ok()
+            } else {
+                None
+            };
+            self.record(Event::Observed {
                 step,
-                call_id: call.id.clone(),
-                child,
+                observation: outcome.observation,
+                workspace_root,
             })?;
         }
-        let workspace_root = if outcome.observation.changed {
-            self.parts.tools.workspace_root().ok()
-        } else {
-            None
-        };
-        self.record(Event::Observed {
-            step,
-            observation: outcome.observation,
-            workspace_root,
-        })?;
         Ok(Called::Observed)
     }
 
@@ -1205,4 +1233,9 @@ pub struct Extension {
     pub add_usd: f64,
     /// More wall-clock seconds.
     pub add_secs: u64,
+}
+
+/// Whether `call` is a `delegate` call.
+fn is_delegate(call: &ToolCall) -> bool {
+    call.tool == loop_protocol::ToolName::Delegate.as_str()
 }

@@ -104,6 +104,26 @@ pub trait Tools {
             None,
         ))
     }
+    /// Run the children several `delegate` calls propose, granted out of
+    /// `left` one after another (each out of what the ones before it were
+    /// granted): one answer per call, in their order. By default one at
+    /// a time, each granted out of what the ones before it used.
+    fn delegate_many(
+        &mut self,
+        calls: &[ToolCall],
+        left: &loop_protocol::delegation::Left,
+    ) -> Result<Vec<(ToolOutcome, Option<loop_protocol::ChildRun>)>, BoundaryError> {
+        let mut left = left.clone();
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let (o, child) = self.delegate(call, &left)?;
+            if let Some(c) = &child {
+                left = left.less(c.used.steps, c.used.tokens, c.used.usd);
+            }
+            out.push((o, child));
+        }
+        Ok(out)
+    }
 }
 
 /// Runs the contract's checks on sealed, fresh snapshots.

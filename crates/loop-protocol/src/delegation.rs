@@ -264,6 +264,33 @@ pub struct Left {
     pub children: u32,
 }
 
+impl Left {
+    /// What is left once a child has used `steps`, `tokens` and `usd`.
+    pub fn less(&self, steps: u32, tokens: u64, usd: f64) -> Left {
+        Left {
+            steps: self.steps.saturating_sub(steps),
+            tokens: self.tokens.saturating_sub(tokens),
+            usd: self.usd.map(|u| (u - usd).max(0.0)),
+            secs: self.secs,
+            children: self.children.saturating_sub(1),
+        }
+    }
+
+    /// What is left once `budget` is granted to a child (held for it
+    /// while it runs beside others).
+    pub fn less_granted(&self, budget: &Budget) -> Left {
+        Left {
+            steps: self.steps.saturating_sub(budget.max_steps),
+            tokens: self.tokens.saturating_sub(budget.max_tokens),
+            usd: self
+                .usd
+                .map(|u| (u - budget.budget_usd.unwrap_or(0.0)).max(0.0)),
+            secs: self.secs,
+            children: self.children.saturating_sub(1),
+        }
+    }
+}
+
 /// Why a proposal is refused, or why a recorded child's authority is not
 /// within its parent's. Each names its rule ([`Refusal::rule`]).
 #[derive(Debug, Clone, PartialEq)]

@@ -148,7 +148,9 @@ impl Tools for ToolsAdapter<'_> {
         left: &loop_protocol::delegation::Left,
     ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
         match self.delegator.as_mut() {
-            Some(d) => d.run(call, left, &mut self.tools),
+            Some(d) => d
+                .run_many(std::slice::from_ref(call), left, &mut self.tools)
+                .map(|mut all| all.remove(0)),
             // Not offered: the contract does not allow it.
             None => {
                 let off = loop_protocol::delegation::Refusal::Off;
@@ -188,6 +190,16 @@ impl Tools for ToolsAdapter<'_> {
     }
     fn rebuilt(&self) -> bool {
         self.rebuilt
+    }
+    fn delegate_many(
+        &mut self,
+        calls: &[ToolCall],
+        left: &loop_protocol::delegation::Left,
+    ) -> Result<Vec<(ToolOutcome, Option<loop_protocol::ChildRun>)>, BoundaryError> {
+        match self.delegator.as_mut() {
+            Some(d) => d.run_many(calls, left, &mut self.tools),
+            None => calls.iter().map(|c| self.delegate(c, left)).collect(),
+        }
     }
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         if self.delegator.is_some() && call.tool == crate::task::delegate::TOOL {

@@ -59,6 +59,33 @@ pub(crate) struct Delegator<'a> {
     pub start_child: StartChild,
 }
 
+/// Children started together, at most.
+pub const TOGETHER: usize = 4;
+
+/// What a `delegate` call comes to before anything runs.
+enum Plan {
+    /// Answered already (refused, or its arguments unreadable).
+    Answered(ToolOutcome),
+    /// A new child, admitted.
+    Fresh {
+        granted: Authority,
+        admitted: Box<crate::task::intake::Admitted>,
+    },
+    /// The child an earlier run of this task started (`ended`: its end).
+    Started {
+        id: String,
+        granted: Authority,
+        fork: Manifest,
+        ended: Option<crate::TaskReport>,
+    },
+}
+
+/// A child's report, at hand or to be waited for.
+enum Either<'s> {
+    Ready(Result<crate::TaskReport, crate::Error>),
+    Running(std::thread::ScopedJoinHandle<'s, Result<crate::TaskReport, crate::Error>>),
+}
+
 fn outcome(observation: Observation) -> ToolOutcome {
     ToolOutcome {
         observation,
@@ -95,26 +122,71 @@ impl Delegator<'_> {
         }
     }
 
-    /// Run the child `call` proposes, granted out of `left`, and merge a
-    /// verified child's change through `tools`.
-    pub fn run(
+    /// Run the children `calls` propose — each granted out of `left` less
+    /// what the ones before it were granted, all started together (at
+    /// most [`TOGETHER`] at a time) — and conclude each, in the calls'
+    /// order: its record, and a verified child's change merged through
+    /// `tools`. One answer per call.
+    pub fn run_many(
         &mut self,
-        call: &ToolCall,
+        calls: &[ToolCall],
         left: &Left,
         tools: &mut ToolBox,
-    ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+    ) -> Result<Vec<(ToolOutcome, Option<ChildRun>)>, BoundaryError> {
+        let fork = Manifest::of(&self.workspace).map_err(BoundaryError::caused_by)?;
+        let mut left = left.clone();
+        let mut plans = Vec::with_capacity(calls.len());
+        for call in calls {
+            let plan = self.plan(call, &left)?;
+            match &plan {
+                Plan::Fresh { granted, .. } => left = left.less_granted(&granted.budget),
+                Plan::Started { granted, .. } => left = left.less_granted(&granted.budget),
+                Plan::Answered(_) => {}
+            }
+            plans.push(plan);
+        }
+        let reports = self.watching(|| self.run_plans(&plans));
+        let mut out = Vec::with_capacity(calls.len());
+        for ((call, plan), report) in calls.iter().zip(plans).zip(reports) {
+            let id = call.id.as_str();
+            out.push(match (plan, report) {
+                (Plan::Answered(o), _) => (o, None),
+                (_, Some(Err(e))) => (
+                    outcome(Observation::error(
+                        id,
+                        TOOL,
+                        format!("the child could not be made or run: {e}"),
+                    )),
+                    None,
+                ),
+                (Plan::Fresh { granted, .. }, Some(Ok(report))) => {
+                    self.conclude(id, &report, granted, &fork, tools)?
+                }
+                (Plan::Started { granted, fork, .. }, Some(Ok(report))) => {
+                    self.conclude(id, &report, granted, &fork, tools)?
+                }
+                (_, None) => (
+                    outcome(Observation::error(id, TOOL, "the child was not run")),
+                    None,
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    /// What to do for `call`, with `left` to grant from: refuse it, start
+    /// a new child, or go on with the one an earlier run of this task
+    /// started at the same place among its children (never a second one).
+    fn plan(&self, call: &ToolCall, left: &Left) -> Result<Plan, BoundaryError> {
         let id = call.id.as_str();
         let p: Proposal = match serde_json::from_value(call.args.clone()) {
             Ok(p) => p,
             Err(e) => {
-                return Ok((
-                    outcome(Observation::error(
-                        id,
-                        TOOL,
-                        format!("invalid arguments for `delegate`: {e}"),
-                    )),
-                    None,
-                ));
+                return Ok(Plan::Answered(outcome(Observation::error(
+                    id,
+                    TOOL,
+                    format!("invalid arguments for `delegate`: {e}"),
+                ))));
             }
         };
         let index = self
@@ -124,30 +196,24 @@ impl Delegator<'_> {
             .max_children
             .saturating_sub(left.children)
             .saturating_add(1);
-        // Started already, by a run of this task that stopped before the
-        // child's end was recorded: that child, never a second one.
         if let Some(started) = self.existing(index)? {
-            return self.go_on_with(id, started, tools);
+            return self.started(started);
         }
         let granted = match delegation::grant(&self.own(), left, &p) {
             Ok(a) => a,
-            Err(no) => return Ok((refused_grant(id, &no), None)),
+            Err(no) => return Ok(Plan::Answered(refused_grant(id, &no))),
         };
         let contract = match delegation::child_contract(&self.stored.contract, &granted, &p) {
             Ok(c) => c,
             Err(e) => {
-                return Ok((
-                    outcome(Observation::refused(
-                        id,
-                        TOOL,
-                        "delegation: the child's contract",
-                        format!("The child was not started: its contract is refused:\n{e}"),
-                    )),
-                    None,
-                ));
+                return Ok(Plan::Answered(outcome(Observation::refused(
+                    id,
+                    TOOL,
+                    "delegation: the child's contract",
+                    format!("The child was not started: its contract is refused:\n{e}"),
+                ))));
             }
         };
-        let fork = Manifest::of(&self.workspace).map_err(BoundaryError::caused_by)?;
         let child = ChildOf {
             from: DelegatedFrom {
                 parent: self.task_id.to_string(),
@@ -155,30 +221,21 @@ impl Delegator<'_> {
             },
             index,
         };
-        let report = match self.start(contract, child) {
-            Ok(r) => r,
-            Err(e) => {
-                return Ok((
-                    outcome(Observation::error(
-                        id,
-                        TOOL,
-                        format!("the child could not be made or run: {e}"),
-                    )),
-                    None,
-                ));
-            }
-        };
-        self.conclude(id, &report, granted, &fork, tools)
+        Ok(match self.admit(contract, child) {
+            Ok(admitted) => Plan::Fresh {
+                granted,
+                admitted: Box::new(admitted),
+            },
+            Err(e) => Plan::Answered(outcome(Observation::error(
+                id,
+                TOOL,
+                format!("the child could not be made: {e}"),
+            ))),
+        })
     }
 
-    /// The child `started` (an earlier run of this task's), run on to its
-    /// end if it has not ended, then concluded as a new child is.
-    fn go_on_with(
-        &self,
-        id: &str,
-        started: loop_store::TaskRecord,
-        tools: &mut ToolBox,
-    ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
+    /// The plan for a child an earlier run of this task started.
+    fn started(&self, started: loop_store::TaskRecord) -> Result<Plan, BoundaryError> {
         let lost =
             |e: &dyn std::fmt::Display| BoundaryError::new(format!("child {}: {e}", started.id));
         let stored: StoredRequest =
@@ -191,11 +248,11 @@ impl Delegator<'_> {
         let fork: Manifest =
             crate::project::locate::read_json(&paths.task_dir.join("baseline.json"))
                 .map_err(|e| lost(&e.message))?;
-        let report = if started.is_terminal() {
+        let ended = if started.is_terminal() {
             let name = started
                 .outcome
                 .ok_or_else(|| lost(&"it ended with no outcome"))?;
-            crate::TaskReport {
+            Some(crate::TaskReport {
                 task_id: started.id.clone(),
                 outcome: loop_protocol::OutcomeRecord {
                     kind: name.kind,
@@ -208,30 +265,62 @@ impl Delegator<'_> {
                     .map(|r| self.project.join(r))
                     .unwrap_or_default(),
                 workspace: paths.workspace.clone(),
-            }
+            })
         } else {
-            match self.watching(|| {
-                (self.start_child.resume)(
-                    self.project,
-                    &started.id,
-                    self.on_prompt,
-                    &mut crate::Quiet,
-                )
-            }) {
-                Ok(r) => r,
-                Err(e) => {
-                    return Ok((
-                        outcome(Observation::error(
-                            id,
-                            TOOL,
-                            format!("the child {} could not be run on: {e}", started.id),
-                        )),
-                        None,
-                    ));
-                }
-            }
+            None
         };
-        self.conclude(id, &report, granted, &fork, tools)
+        Ok(Plan::Started {
+            id: started.id,
+            granted,
+            fork,
+            ended,
+        })
+    }
+
+    /// Run every plan that has a child to run, [`TOGETHER`] at a time:
+    /// each one's report, in the plans' order (`None`: nothing to run).
+    fn run_plans(&self, plans: &[Plan]) -> Vec<Option<Result<crate::TaskReport, crate::Error>>> {
+        let (start, resume) = (self.start_child.start, self.start_child.resume);
+        let (project, on_prompt) = (self.project, self.on_prompt);
+        let mut out: Vec<Option<Result<crate::TaskReport, crate::Error>>> =
+            Vec::with_capacity(plans.len());
+        for chunk in plans.chunks(TOGETHER) {
+            let ran: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|plan| match plan {
+                        Plan::Answered(_) => None,
+                        Plan::Started { ended: Some(r), .. } => Some(Either::Ready(Ok(r.clone()))),
+                        Plan::Started {
+                            id, ended: None, ..
+                        } => {
+                            Some(Either::Running(scope.spawn(move || {
+                                resume(project, id, on_prompt, &mut crate::Quiet)
+                            })))
+                        }
+                        Plan::Fresh { admitted, .. } => {
+                            let admitted = (**admitted).clone();
+                            Some(Either::Running(
+                                scope.spawn(move || start(admitted, &mut crate::Quiet)),
+                            ))
+                        }
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.map(|h| match h {
+                            Either::Ready(r) => r,
+                            Either::Running(j) => j.join().unwrap_or_else(|_| {
+                                Err(crate::Error::internal("the child's run panicked"))
+                            }),
+                        })
+                    })
+                    .collect()
+            });
+            out.extend(ran);
+        }
+        out
     }
 
     /// The record of the ended child `report`, its change merged if it was
@@ -330,12 +419,13 @@ impl Delegator<'_> {
         }))
     }
 
-    /// Admit the child through the one intake and run it here to its end.
-    fn start(
+    /// Admit the child through the one intake: its workspace to be made
+    /// from this task's as it is, its grant and place recorded.
+    fn admit(
         &self,
         contract: loop_protocol::Contract,
         child: ChildOf,
-    ) -> Result<crate::TaskReport, crate::Error> {
+    ) -> Result<crate::task::intake::Admitted, crate::Error> {
         let rt = crate::Runtime::open(self.project)?;
         let req = crate::TaskRequest {
             contract: crate::task::intake::ContractInput::Given(Box::new(contract)),
@@ -349,7 +439,7 @@ impl Delegator<'_> {
         let mut admitted = rt.admit(req)?;
         admitted.delegation = Some((child, self.stored.exec_policy.clone()));
         admitted.start_from = Some(self.workspace.clone());
-        self.watching(|| (self.start_child.start)(admitted, &mut crate::Quiet))
+        Ok(admitted)
     }
 
     /// Run `f` (a child's run) while a thread passes a cancel asked of
