@@ -168,6 +168,35 @@ fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies()
         .sum();
     assert_eq!(used["steps"].as_u64().unwrap(), 2 + theirs, "{used}");
 
+    // The parent's status shows its children, each child its parent.
+    let status = |id: &str, json: bool| {
+        let mut c = shared::loop_in(&base);
+        c.args(["status", id, "--project"]).arg(&project);
+        if json {
+            c.arg("--json");
+        }
+        c.output().unwrap()
+    };
+    let s: serde_json::Value = serde_json::from_slice(&status(&parent_id, true).stdout).unwrap();
+    let listed = s["children"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{s}");
+    for (c, (id, rec)) in listed.iter().zip(&children) {
+        assert_eq!(c["id"], id.as_str());
+        assert_eq!(c["outcome"], "verified");
+        assert_eq!(c["used"]["steps"], rec["used"]["steps"]);
+    }
+    let c: serde_json::Value =
+        serde_json::from_slice(&status(&children[0].0, true).stdout).unwrap();
+    assert_eq!(c["parent"], parent_id.as_str());
+    let human = shared::text(&status(&parent_id, false));
+    assert!(
+        human.contains(&format!(
+            "  child        {} verified · writes pkg/a",
+            children[0].0
+        )),
+        "{human}"
+    );
+
     let v = verify(&base, &receipt);
     let said = shared::text(&v);
     assert_eq!(v.status.code(), Some(0), "{said}");

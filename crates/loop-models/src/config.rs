@@ -77,6 +77,9 @@ pub struct ModelsConfig {
     pub checker: Vec<EndpointConfig>,
     /// The contract drafter, if configured (else the maker drafts).
     pub drafter: Vec<EndpointConfig>,
+    /// The model of the child tasks a task delegates to, if configured
+    /// (else a child gets its parent's).
+    pub delegate: Vec<EndpointConfig>,
     /// Prices.
     pub pricing: Pricing,
 }
@@ -110,6 +113,7 @@ pub struct ModelsSection {
     maker: Option<EndpointDraft>,
     checker: Option<EndpointDraft>,
     drafter: Option<EndpointDraft>,
+    delegate: Option<EndpointDraft>,
     pricing: Vec<(String, Price)>,
 }
 
@@ -125,7 +129,7 @@ impl ModelsSection {
 }
 
 /// The keys of `models:`.
-const MODELS_KEYS: &[&str] = &["maker", "checker", "drafter", "pricing"];
+const MODELS_KEYS: &[&str] = &["maker", "checker", "drafter", "delegate", "pricing"];
 /// A price's fields (USD per million tokens).
 const PRICE_KEYS: &[&str] = &["input", "cached_input", "output"];
 /// An endpoint's keys (`api_key` is refused with its own reason).
@@ -254,6 +258,7 @@ impl ModelsSection {
                 "maker" => out.maker = endpoint(r, v, "maker"),
                 "checker" => out.checker = endpoint(r, v, "checker"),
                 "drafter" => out.drafter = endpoint(r, v, "drafter"),
+                "delegate" => out.delegate = endpoint(r, v, "delegate"),
                 _ => out.pricing = pricing(r, v),
             }
         }
@@ -397,6 +402,7 @@ impl ModelsConfig {
         for (role, draft, into) in [
             ("checker", &section.checker, &mut out.checker),
             ("drafter", &section.drafter, &mut out.drafter),
+            ("delegate", &section.delegate, &mut out.delegate),
         ] {
             let Some(draft) = draft else { continue };
             match bind(draft, None, env, &pricing, role, origin) {
@@ -528,6 +534,25 @@ mod tests {
     }
 
     #[test]
+    fn a_delegate_model_binds_for_child_tasks_alone() {
+        let s = section(
+            "models:\n  maker:\n    spec: openai:big\n  delegate:\n    spec: openai:small\n    temperature: 0\n    fallback:\n      - spec: openai:smaller\n",
+        )
+        .unwrap();
+        let env = Env::from_pairs(&[("LOOP_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")]);
+        let c = ModelsConfig::resolve(None, Some(&s), &env, "Loopfile.yaml").unwrap();
+        assert_eq!(c.maker.len(), 1);
+        assert_eq!(c.maker[0].model, "big");
+        let names: Vec<&str> = c.delegate.iter().map(|e| e.model.as_str()).collect();
+        assert_eq!(names, vec!["small", "smaller"]);
+        assert_eq!(c.delegate[0].temperature, Some(0.0));
+        // Without it, children get their parent's model.
+        let plain = section("models:\n  maker:\n    spec: openai:big\n").unwrap();
+        let c = ModelsConfig::resolve(None, Some(&plain), &env, "Loopfile.yaml").unwrap();
+        assert!(c.delegate.is_empty());
+    }
+
+    #[test]
     fn the_standard_names_are_understood_and_the_loop_names_win() {
         let spec = ModelSpec::parse("openai:m").unwrap();
         let standard = Env::from_pairs(&[
@@ -581,7 +606,7 @@ mod tests {
         assert_eq!(keys(&s["endpoint"]["properties"]), want);
         assert_eq!(
             keys(&s["section"]["properties"]),
-            vec!["checker", "drafter", "maker", "pricing"]
+            vec!["checker", "delegate", "drafter", "maker", "pricing"]
         );
     }
 }

@@ -150,6 +150,15 @@ pub(crate) fn load_model_for(
     }
     let checker = (!config.checker.is_empty()).then(|| redacted(chain_of(config.checker)));
     let provider: Box<dyn Model + Send> = match &spec {
+        // A child task's model, where the Loopfile names one.
+        _ if child.is_some() && !config.delegate.is_empty() => {
+            for e in &config.delegate {
+                if let Some(k) = &e.api_key {
+                    loop_sandbox::redact::register_literal(k.expose());
+                }
+            }
+            chain_of(config.delegate)
+        }
         Some(ModelSpec::Scripted(path)) => {
             let text = loop_workspace::door::read_named_text(
                 Path::new(path),

@@ -998,6 +998,7 @@ mod tests {
             updated: String::new(),
             receipt: receipt.map(str::to_string),
             owner: None,
+            parent: None,
             liveness: crate::Liveness::Over,
         }
     }

@@ -182,6 +182,21 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         u.verifications
     );
     say!("  ledger       {} entries", t.entries);
+    if let Some(p) = &t.parent {
+        say!("  parent       {p} (a child task it delegated to)");
+    }
+    for c in &s.children {
+        say!(
+            "  child        {} {} · writes {} · {} steps, {} tokens, ${:.4} (counted above)",
+            c.id,
+            c.outcome
+                .map_or_else(|| c.state.to_string(), |o| o.words().to_string()),
+            c.writable.join(", "),
+            c.used.steps,
+            c.used.tokens,
+            c.used.usd
+        );
+    }
     let verified = t
         .outcome
         .is_some_and(|o| o.kind == loop_protocol::OutcomeKind::Verified);

@@ -45,6 +45,9 @@ pub struct TaskView {
     pub receipt: Option<String>,
     /// Who it belongs to (an API token's owner); none from the command line.
     pub owner: Option<String>,
+    /// The task that delegated it, for a child task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     /// Whether its runtime is with it (see [`TaskView::liveness`]).
     #[serde(skip)]
     pub(crate) liveness: Liveness,
@@ -72,6 +75,9 @@ impl TaskView {
             updated: loop_protocol::time::rfc3339_millis(t.updated_ms),
             receipt: t.receipt.clone(),
             owner: t.request["owner"].as_str().map(str::to_string),
+            parent: t.request["delegation"]["from"]["parent"]
+                .as_str()
+                .map(str::to_string),
             liveness: live,
         }
     }
@@ -129,6 +135,25 @@ pub struct TaskStatus {
     /// why: shown until it ends (`loop resume` runs it here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetterNote>,
+    /// The child tasks it delegated to, each with its state, outcome and
+    /// what it used (charged to this task too).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+}
+
+/// A child task, as its parent's status shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChildView {
+    /// Its id.
+    pub id: String,
+    /// Its state.
+    pub state: loop_store::StoredState,
+    /// How it ended, once it has.
+    pub outcome: Option<loop_protocol::OutcomeName>,
+    /// The paths it may change.
+    pub writable: Vec<String>,
+    /// What it used.
+    pub used: Used,
 }
 
 /// A queue's word that it gave up on a task.
@@ -215,7 +240,50 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
         apply,
         workspace,
         dead_letter,
+        // Only a task whose contract lets it delegate has children to look for.
+        children: if t.request["contract"]["limits"]["max_children"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+        {
+            children_of(store, id)?
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// The child tasks `id` delegated to, in the order it delegated them.
+fn children_of(store: &dyn Store, id: &str) -> Result<Vec<ChildView>, Error> {
+    let mut out = Vec::new();
+    let mut tasks = store.tasks().map_err(store_err)?;
+    tasks.sort_by_key(|t| t.request["delegation"]["index"].as_u64());
+    for t in tasks
+        .iter()
+        .filter(|t| t.request["delegation"]["from"]["parent"] == id)
+    {
+        let history: Vec<Event> = events(store, &t.id, 0)?
+            .into_iter()
+            .map(|r| r.event)
+            .collect();
+        let b = loop_core::state::used_by(&history)
+            .map_err(|e| Error::internal(format!("task {}: {e}", t.id)))?;
+        out.push(ChildView {
+            id: t.id.clone(),
+            state: t.state,
+            outcome: t.outcome,
+            writable: serde_json::from_value(
+                t.request["delegation"]["from"]["authority"]["writable"].clone(),
+            )
+            .unwrap_or_default(),
+            used: Used {
+                steps: u64::from(b.steps),
+                tokens: b.tokens,
+                verifications: u64::from(b.verifications),
+                usd: b.usd,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// An event as recorded, with its position in the ledger.
