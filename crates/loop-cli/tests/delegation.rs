@@ -248,11 +248,12 @@ fn a_contract_without_delegation_is_never_offered_the_tool_and_its_call_is_refus
 fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
     let base = tmpdir("lost");
     let project = project(&base);
-    // The child has nothing to say (an empty list): it ends lost. The
-    // parent hears how it ended and does the work itself.
+    // The child writes the wrong thing, claims it done, is refused, then
+    // has nothing more to say: it ends lost. The parent hears how it ended
+    // and why, and does the work itself.
     let script = "turns:\n  - calls:\n".to_string()
         + &delegate("a")
-        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done myself }\nchildren:\n  - []\n";
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done myself }\nchildren:\n  - - calls:\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is not done\\n\" }\n        - tool: finish\n          args: { summary: a }\n";
     let run = shared::run_scripted(&base, &project, "lost", (PARENT, &script));
     assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
     let receipt = run.receipt_path();
@@ -264,6 +265,8 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
     let content = said["content"].as_str().unwrap();
     assert!(content.contains("ended lost"), "{said}");
     assert!(content.contains("Nothing of its work was merged"), "{said}");
+    assert!(content.contains("Its last verification failed:"), "{said}");
+    assert!(content.contains("- a: file_contains pkg/a/done.txt"), "{said}");
     assert_eq!(said["changed"], false);
     // The tree holds: an unverified child is still proven by its receipt.
     let v = verify(&base, &receipt);
@@ -274,17 +277,22 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
 }
 
 #[test]
-fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_killed() {
+fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_killed() {
     use std::time::{Duration, Instant};
     let base = tmpdir("kill");
     let project = project(&base);
-    let contract = PARENT.replace(
-        "  - id: b\n    text: package b is done\n    checks:\n      - file_contains: pkg/b/done.txt\n        text: \"b is done\"\n",
-        "",
-    );
+    let contract = PARENT;
+    let child = |pkg: &str| {
+        format!(
+            "  - - calls:\n        - tool: run_command\n          args: {{ command: \"sleep 2\" }}\n    - calls:\n        - tool: write_file\n          args: {{ path: pkg/{pkg}/done.txt, content: \"{pkg} is done\\n\" }}\n    - calls:\n        - tool: finish\n          args: {{ summary: {pkg} }}\n"
+        )
+    };
     let script = "turns:\n  - calls:\n".to_string()
         + &delegate("a")
-        + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: run_command\n          args: { command: \"sleep 2\" }\n    - calls:\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+        + &delegate("b")
+        + "  - calls:\n      - tool: finish\n        args: { summary: both are done }\nchildren:\n"
+        + &child("a")
+        + &child("b");
     std::fs::write(base.join("task.yaml"), &contract).unwrap();
     std::fs::write(base.join("script.yaml"), &script).unwrap();
     let mut run = shared::loop_in(&base)
@@ -298,18 +306,16 @@ fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Killed once the child's command runs (its ledger says it began).
+    // Killed once both children's commands run (their ledgers say so).
     let receipts = project.join(".loop/receipts");
     let deadline = Instant::now() + Duration::from_secs(60);
     let child_running = || {
-        std::fs::read_dir(&receipts)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
-            })
+        let began = |e: &std::fs::DirEntry| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
+        };
+        let entries = std::fs::read_dir(&receipts).into_iter().flatten().flatten();
+        entries.filter(began).count() == 2
     };
     while !child_running() {
         assert!(Instant::now() < deadline, "the child never ran its command");
@@ -333,7 +339,7 @@ fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_
             .collect()
     };
     let tasks = listed(&project);
-    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    assert_eq!(tasks.len(), 3, "{tasks:?}");
     let parent = tasks
         .iter()
         .find(|t| t["instruction"] == "Finish both packages.")
@@ -347,28 +353,30 @@ fn a_parent_killed_while_its_child_runs_resumes_that_child_and_ends_as_if_never_
         .output()
         .unwrap();
     assert_eq!(resumed.status.code(), Some(0), "{}", shared::text(&resumed));
-    // Still one child: resumed to its end, not started again.
+    // Still two children: resumed to their ends, not started again.
     let tasks = listed(&project);
-    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    assert_eq!(tasks.len(), 3, "{tasks:?}");
     let receipt = receipts.join(format!("{parent}.receipt.json"));
     let delegated = entries(&receipt, &parent, "delegated");
-    assert_eq!(delegated.len(), 1, "recorded once");
-    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
-    // The child itself was resumed, and so was its parent.
-    let child = delegated[0]["payload"]["child"]["task_id"]
-        .as_str()
-        .unwrap();
-    assert_eq!(entries(&receipt, child, "resumed").len(), 1);
+    assert_eq!(delegated.len(), 2, "each recorded once");
+    for d in &delegated {
+        assert_eq!(d["payload"]["child"]["outcome"], "verified");
+        // The child itself was resumed once.
+        let child = d["payload"]["child"]["task_id"].as_str().unwrap();
+        assert_eq!(entries(&receipt, child, "resumed").len(), 1, "{child}");
+    }
     assert_eq!(entries(&receipt, &parent, "resumed").len(), 1);
     let ws = shared::workspace_of(&project, &parent);
-    assert_eq!(
-        std::fs::read_to_string(ws.join("pkg/a/done.txt")).unwrap(),
-        "a is done\n"
-    );
+    for pkg in ["a", "b"] {
+        assert_eq!(
+            std::fs::read_to_string(ws.join(format!("pkg/{pkg}/done.txt"))).unwrap(),
+            format!("{pkg} is done\n")
+        );
+    }
     let v = verify(&base, &receipt);
     let said = shared::text(&v);
     assert_eq!(v.status.code(), Some(0), "{said}");
-    assert!(said.contains("1 child receipts hold"), "{said}");
+    assert!(said.contains("2 child receipts hold"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
 

@@ -333,7 +333,7 @@ impl Delegator<'_> {
         fork: &Manifest,
         tools: &mut ToolBox,
     ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
-        let run = self.record(report, granted)?;
+        let (run, evidence) = self.record(report, granted)?;
         let used = run.used;
         let name = run.outcome.clone();
         let head = format!(
@@ -349,7 +349,12 @@ impl Delegator<'_> {
                 outcome(Observation::ok(
                     id,
                     TOOL,
-                    format!("{head}\nNothing of its work was merged into this workspace."),
+                    format!(
+                        "{head}\nNothing of its work was merged into this workspace.{}",
+                        evidence
+                            .map(|e| format!("\nIts last verification failed:\n{e}"))
+                            .unwrap_or_default()
+                    ),
                     false,
                 )),
                 Some(run),
@@ -382,11 +387,13 @@ impl Delegator<'_> {
     /// The parent's record of child `report`: its id, its grant, how it
     /// ended, its receipt's digest and what it used (charged as the
     /// Director charges it, from its events).
+    /// With it, the failing evidence of its last verification, if one
+    /// failed.
     fn record(
         &self,
         report: &crate::TaskReport,
         granted: Authority,
-    ) -> Result<ChildRun, BoundaryError> {
+    ) -> Result<(ChildRun, Option<String>), BoundaryError> {
         let rt = crate::Runtime::open(self.project).map_err(|e| BoundaryError::new(e.message))?;
         let history: Vec<loop_protocol::Event> = rt
             .events(&report.task_id, 0)
@@ -399,13 +406,14 @@ impl Delegator<'_> {
             loop_receipt::read::read_regular(&report.receipt, loop_receipt::read::MAX_READ)
                 .ok()
                 .map(|b| loop_protocol::hash::sha256_hex(&b));
-        Ok(ChildRun {
+        let run = ChildRun {
             task_id: report.task_id.clone(),
             authority: granted,
             outcome: report.outcome.name().as_str().to_string(),
             receipt_sha256,
             used,
-        })
+        };
+        Ok((run, failing(&history)))
     }
 
     /// The child this task started as its `index`th, if it did.
@@ -533,6 +541,34 @@ impl Delegator<'_> {
         let (any, refused) = merged?;
         Ok((any, changed, refused))
     }
+}
+
+/// The failing evidence of the last verification in `history` that was
+/// rejected: the reason, then each failing check (at most 12 lines, each
+/// cut at 300 characters).
+fn failing(history: &[loop_protocol::Event]) -> Option<String> {
+    let (report, rejection) = history.iter().rev().find_map(|e| match e {
+        loop_protocol::Event::Verified {
+            report,
+            accepted: false,
+            rejection,
+        } => Some((report, rejection)),
+        _ => None,
+    })?;
+    let cut = |t: &str| t.chars().take(300).collect::<String>();
+    let mut lines: Vec<String> = rejection.iter().map(|r| cut(r)).collect();
+    for c in report.criteria.iter().filter(|c| !c.passed) {
+        for check in c.checks.iter().filter(|k| !k.passed) {
+            lines.push(cut(&format!(
+                "- {}: {} — {}",
+                c.id,
+                check.check.describe(),
+                check.failure.as_deref().unwrap_or("failed")
+            )));
+        }
+    }
+    lines.truncate(12);
+    Some(lines.join("\n"))
 }
 
 /// A proposal refused, with every rule it breaks.
