@@ -281,7 +281,6 @@ fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_
     use std::time::{Duration, Instant};
     let base = tmpdir("kill");
     let project = project(&base);
-    let contract = PARENT;
     let child = |pkg: &str| {
         format!(
             "  - - calls:\n        - tool: run_command\n          args: {{ command: \"sleep 2\" }}\n    - calls:\n        - tool: write_file\n          args: {{ path: pkg/{pkg}/done.txt, content: \"{pkg} is done\\n\" }}\n    - calls:\n        - tool: finish\n          args: {{ summary: {pkg} }}\n"
@@ -293,7 +292,7 @@ fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_
         + "  - calls:\n      - tool: finish\n        args: { summary: both are done }\nchildren:\n"
         + &child("a")
         + &child("b");
-    std::fs::write(base.join("task.yaml"), &contract).unwrap();
+    std::fs::write(base.join("task.yaml"), PARENT).unwrap();
     std::fs::write(base.join("script.yaml"), &script).unwrap();
     let mut run = shared::loop_in(&base)
         .args(["run", "--json", "--task"])
