@@ -266,7 +266,10 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
     assert!(content.contains("ended lost"), "{said}");
     assert!(content.contains("Nothing of its work was merged"), "{said}");
     assert!(content.contains("Its last verification failed:"), "{said}");
-    assert!(content.contains("- a: file_contains pkg/a/done.txt"), "{said}");
+    assert!(
+        content.contains("- a: file_contains pkg/a/done.txt"),
+        "{said}"
+    );
     assert_eq!(said["changed"], false);
     // The tree holds: an unverified child is still proven by its receipt.
     let v = verify(&base, &receipt);
