@@ -571,3 +571,75 @@ limits: { max_steps: 20, max_children: 2, max_depth: 1 }
     assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_child_keeps_its_parents_check_integrity_set() {
+    let base = tmpdir("integrity");
+    let project = project(&base);
+    // The parent's check runs pytest: its configuration decides what the
+    // check means, so no child may write it, even one that may write
+    // everything the parent may.
+    let contract = r#"
+instruction: Make the tests pass.
+criteria:
+  - id: tests
+    text: the tests pass
+    checks:
+      - run: python3 -m pytest -q
+limits: { max_steps: 6, max_children: 1, max_depth: 1 }
+"#;
+    let script = r#"turns:
+  - calls:
+      - tool: delegate
+        args:
+          instruction: "Write pkg/a/done.txt"
+          criteria:
+            - id: a
+              text: "a is done"
+              checks:
+                - file_contains: pkg/a/done.txt
+                  text: "a is done"
+          paths: ["."]
+          budget: { max_steps: 4, max_tokens: 60000, timeout_secs: 300 }
+children:
+  - - calls:
+        - tool: write_file
+          args: { path: conftest.py, content: "collect_ignore_glob = ['*']\n" }
+        - tool: write_file
+          args: { path: pkg/a/done.txt, content: "a is done\n" }
+    - calls:
+        - tool: finish
+          args: { summary: a }
+"#;
+    let run = shared::run_scripted(&base, &project, "integrity", (contract, script));
+    let receipt = run.receipt_path();
+    let parent = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let delegated = entries(&receipt, parent, "delegated");
+    assert_eq!(delegated.len(), 1, "{}", shared::text(&run.out));
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    let said: Vec<serde_json::Value> = entries(&receipt, child, "observed")
+        .into_iter()
+        .map(|e| e["payload"]["observation"].clone())
+        .collect();
+    assert_eq!(said[0]["status"], "refused", "{:?}", said[0]);
+    assert!(
+        said[0]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("check integrity"),
+        "{:?}",
+        said[0]
+    );
+    // The honest write beside it went through, and was merged.
+    assert_eq!(said[1]["status"], "ok", "{:?}", said[1]);
+    let ws = shared::workspace_of(&project, parent);
+    assert!(!ws.join("conftest.py").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pkg/a/done.txt")).unwrap(),
+        "a is done\n"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -445,7 +445,11 @@ impl Delegator<'_> {
             ..Default::default()
         };
         let mut admitted = rt.admit(req)?;
-        admitted.delegation = Some((child, self.stored.exec_policy.clone()));
+        admitted.delegation = Some(crate::task::intake::Inherited {
+            child,
+            exec: self.stored.exec_policy.clone(),
+            integrity: self.stored.check_integrity.clone(),
+        });
         admitted.start_from = Some(self.workspace.clone());
         Ok(admitted)
     }

@@ -167,15 +167,25 @@ pub struct Admitted {
     pub(crate) owner: Option<String>,
     pub(crate) trigger: Option<loop_protocol::TriggerRecord>,
     pub(crate) allow_vacuous: bool,
-    /// For a child task: its parent, its grant and its place; and the
-    /// parent's exec policy, which the child's tightens.
-    pub(crate) delegation: Option<(
-        crate::task::request::ChildOf,
-        Option<loop_tools::exec_policy::ExecPolicy>,
-    )>,
+    /// For a child task: its parent, its grant and its place, and what
+    /// of its parent's it keeps.
+    pub(crate) delegation: Option<Inherited>,
     /// A directory whose content the workspace takes once it is made (a
     /// child's: its parent's workspace as it is now).
     pub(crate) start_from: Option<PathBuf>,
+}
+
+/// What a child task is given by its parent beyond its contract.
+#[derive(Debug, Clone)]
+pub(crate) struct Inherited {
+    /// Its parent, its grant and its place among the parent's children.
+    pub child: crate::task::request::ChildOf,
+    /// The parent's exec policy, which the child's grant tightens.
+    pub exec: Option<loop_tools::exec_policy::ExecPolicy>,
+    /// The parent's check-integrity set: the files that decide what the
+    /// parent's checks mean stay protected for the child too (lifted as
+    /// they were for the parent, by the `allow_check_changes` it keeps).
+    pub integrity: Vec<loop_protocol::IntegrityRule>,
 }
 
 impl Admitted {

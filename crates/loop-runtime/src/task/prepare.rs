@@ -119,6 +119,12 @@ pub(crate) fn submit_claimed(
     (stored.contract, stored.drafting, stored.project_checks) =
         settled.inspect_err(|_| drop(&task_ws))?;
     let (contract, contract_sha256, baseline) = lock_start(&mut stored, &workspace, &task_dir)?;
+    // A child keeps its parent's check-integrity set as well as its own.
+    for rule in req.delegation.iter().flat_map(|d| &d.integrity) {
+        if !stored.check_integrity.contains(rule) {
+            stored.check_integrity.push(rule.clone());
+        }
+    }
     let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
@@ -410,7 +416,7 @@ fn stored_request(
         guidance: Vec::new(),
         project_checks: Vec::new(),
         mcp_servers: loopfile.mcp_servers.clone(),
-        delegation: req.delegation.as_ref().map(|(c, _)| c.clone()),
+        delegation: req.delegation.as_ref().map(|d| d.child.clone()),
     }
     .tightened(req))
 }
@@ -420,11 +426,11 @@ impl StoredRequest {
     /// (each `prompt` or `forbidden`, so none loosens it).
     fn tightened(mut self, req: &Admitted) -> StoredRequest {
         use loop_tools::exec_policy::{Decision, Rule};
-        let Some((child, parent_policy)) = &req.delegation else {
+        let Some(inherited) = &req.delegation else {
             return self;
         };
-        let mut policy = parent_policy.clone().unwrap_or_default();
-        for r in &child.from.authority.exec {
+        let mut policy = inherited.exec.clone().unwrap_or_default();
+        for r in &inherited.child.from.authority.exec {
             policy.rules.push(Rule {
                 prefix: r.prefix.split_whitespace().map(str::to_string).collect(),
                 decision: match r.decision {
