@@ -118,13 +118,9 @@ pub(crate) fn submit_claimed(
     );
     (stored.contract, stored.drafting, stored.project_checks) =
         settled.inspect_err(|_| drop(&task_ws))?;
-    let (contract, contract_sha256, baseline) = lock_start(&mut stored, &workspace, &task_dir)?;
-    // A child keeps its parent's check-integrity set as well as its own.
-    for rule in req.delegation.iter().flat_map(|d| &d.integrity) {
-        if !stored.check_integrity.contains(rule) {
-            stored.check_integrity.push(rule.clone());
-        }
-    }
+    let inherited = req.delegation.as_ref().map(|d| &d.integrity[..]);
+    let (contract, contract_sha256, baseline) =
+        lock_start(&mut stored, (&workspace, &task_dir), inherited)?;
     let request = serde_json::to_value(&stored).map_err(Error::from_cause)?;
     observer.note(&describe(&workspace, &task_ws.origin));
     // Baseline: the contract's checks on the workspace as it starts, so the
@@ -298,10 +294,12 @@ fn record_task(
 /// (kept), the check-integrity set, and the files each MCP server's
 /// command names pinned as the task begins (no run of the task starts a
 /// server from other ones).
+/// A child keeps its parent's check-integrity set (`inherited`) as well
+/// as its own.
 fn lock_start(
     stored: &mut StoredRequest,
-    workspace: &Path,
-    task_dir: &Path,
+    (workspace, task_dir): (&Path, &Path),
+    inherited: Option<&[loop_protocol::IntegrityRule]>,
 ) -> Result<(loop_protocol::Contract, String, Manifest), Error> {
     let contract = stored.contract.clone();
     let contract_sha256 = contract.sha256().map_err(|e| Error::usage(e.to_string()))?;
@@ -309,6 +307,11 @@ fn lock_start(
         .map_err(|e| Error::internal(format!("cannot hash the workspace: {e}")))?;
     write_json(&task_dir.join("baseline.json"), &baseline)?;
     stored.check_integrity = integrity_set(&contract, workspace);
+    for rule in inherited.unwrap_or_default() {
+        if !stored.check_integrity.contains(rule) {
+            stored.check_integrity.push(rule.clone());
+        }
+    }
     for server in &mut stored.mcp_servers {
         server.pin(workspace);
     }
