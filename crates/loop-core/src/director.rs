@@ -1053,7 +1053,7 @@ impl<'a> Director<'a> {
             self.parts.clock.now_ms(),
             allowed.saturating_sub(self.state.children),
         );
-        let ran = match self.parts.tools.delegate_many(calls, &left) {
+        let ran = match self.parts.tools.delegate_many(step, calls, &left) {
             Ok(r) if r.len() == calls.len() => r,
             Ok(_) => {
                 return Ok(Called::End(

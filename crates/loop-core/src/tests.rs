@@ -1578,6 +1578,7 @@ mod delegation {
         }
         fn delegate(
             &mut self,
+            _step: u32,
             call: &ToolCall,
             left: &Left,
         ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {

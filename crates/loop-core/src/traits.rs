@@ -81,16 +81,18 @@ pub trait Tools {
     fn change_summary(&mut self) -> String {
         String::new()
     }
-    /// Run the child task a `delegate` call proposes, granted out of
-    /// what this task has `left`: the call's outcome, and the child's
+    /// Run the child task a `delegate` call of step `step` proposes (the
+    /// step and the call's id name the child, found again when the call
+    /// runs again after a stop), granted out of what this task has `left`: the call's outcome, and the child's
     /// record when one was granted (what it used is charged to this task).
     /// Where no child can run, the call is refused.
     fn delegate(
         &mut self,
+        step: u32,
         call: &ToolCall,
         left: &loop_protocol::delegation::Left,
     ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
-        let _ = left;
+        let _ = (step, left);
         Ok((
             ToolOutcome {
                 observation: loop_protocol::Observation::refused(
@@ -110,13 +112,14 @@ pub trait Tools {
     /// a time, each granted out of what the ones before it used.
     fn delegate_many(
         &mut self,
+        step: u32,
         calls: &[ToolCall],
         left: &loop_protocol::delegation::Left,
     ) -> Result<Vec<(ToolOutcome, Option<loop_protocol::ChildRun>)>, BoundaryError> {
         let mut left = left.clone();
         let mut out = Vec::with_capacity(calls.len());
         for call in calls {
-            let (o, child) = self.delegate(call, &left)?;
+            let (o, child) = self.delegate(step, call, &left)?;
             if let Some(c) = &child {
                 left = left.less(c.used.steps, c.used.tokens, c.used.usd);
             }

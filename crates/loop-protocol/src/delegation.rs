@@ -557,6 +557,14 @@ fn granted_paths(parent: &Authority, paths: &[String], no: &mut Vec<Refusal>) ->
     let mut writable: Vec<String> = Vec::new();
     for given in paths {
         match normalise_path(given) {
+            // `.`: everything the parent may change.
+            Ok(rel) if rel.is_empty() => {
+                for w in &parent.writable {
+                    if !writable.contains(w) {
+                        writable.push(w.clone());
+                    }
+                }
+            }
             Ok(rel) if !parent.may_write(&rel) => no.push(Refusal::Outside {
                 path: if rel.is_empty() { ".".into() } else { rel },
                 parent: parent.writable.clone(),
@@ -807,7 +815,41 @@ pub fn child_contract(
     // JSON is YAML's flow form: the child's contract is read exactly as a
     // contract file is, with every check of the reader.
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    Contract::from_yaml(&text, "the delegated child's contract")
+    let origin = "the delegated child's contract";
+    let contract = Contract::from_yaml(&text, origin)?;
+    // A person's word the model cannot give for them.
+    let mut given = Vec::new();
+    for c in &contract.criteria {
+        if c.guard {
+            given.push(format!("criterion `{}` is marked `guard`", c.id));
+        }
+        for check in &c.checks {
+            if let crate::contract::Check::Run(r) = check {
+                if r.allow_vacuous {
+                    given.push(format!("`{}` is marked `allow_vacuous`", r.command));
+                }
+                if r.nonempty_tests == Some(false) {
+                    given.push(format!("`{}` is marked `nonempty_tests: false`", r.command));
+                }
+            }
+        }
+    }
+    if given.is_empty() {
+        return Ok(contract);
+    }
+    Err(ContractErrors(
+        given
+            .into_iter()
+            .map(|message| crate::contract::Diagnostic {
+                origin: origin.into(),
+                pos: None,
+                message,
+                hint: Some(
+                    "only a person may exempt a check (a model proposing a child cannot)".into(),
+                ),
+            })
+            .collect(),
+    ))
 }
 
 #[cfg(test)]

@@ -917,6 +917,17 @@ fn check_children(
         .or(recorded)
         .cloned()
         .unwrap_or_else(|| Authority::of_contract(&p.contract));
+    let records = report
+        .entries
+        .iter()
+        .filter(|e| e.kind == "delegated")
+        .count();
+    if records > own.max_children as usize {
+        report.tree_problems.push(format!(
+            "it records {records} children, more than the {} it may have",
+            own.max_children
+        ));
+    }
     for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
             Ok(loop_protocol::Event::Delegated { child, .. }) => child,
@@ -959,6 +970,14 @@ fn check_children(
                             Some(st) if st.predicate.task_id != *id => problems
                                 .push(format!("its receipt is task {}'s", st.predicate.task_id)),
                             Some(st) => {
+                                let named = st.predicate.delegation.as_ref().map(|d| &d.parent);
+                                if named != Some(&p.task_id) {
+                                    problems.push(format!(
+                                        "its receipt names {} as its parent, not {}",
+                                        named.map_or("no task", String::as_str),
+                                        p.task_id
+                                    ));
+                                }
                                 for why in contract_within(&st.predicate.contract, &child.authority)
                                 {
                                     problems.push(format!(

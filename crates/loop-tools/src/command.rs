@@ -195,18 +195,20 @@ impl ToolBox {
     }
 
     /// Merge changes made elsewhere — a child task's, laid out as an
-    /// overlay's upper layer (files and links; a deletion a whiteout) —
-    /// into the workspace, journaled, through the same judgements as a
-    /// command's effects (protected paths, sizes, names, the code-policy
-    /// gate, new modules shadowing the standard library). Whether anything
-    /// changed, and each path refused with its rule. The layer is left to
-    /// its maker.
+    /// overlay's upper layer (files and links; a deletion a whiteout),
+    /// changing exactly `paths` — into the workspace, journaled, through
+    /// the same judgements as a command's effects (protected paths, sizes,
+    /// names, the code-policy gate, new modules shadowing the standard
+    /// library), all or nothing: if one path is refused, none is merged
+    /// and each refused one is named with its rule. Whether anything
+    /// changed. The layer is left to its maker.
     pub fn merge_layer(
         &self,
         id: &str,
         tool: &str,
         upper: &std::path::Path,
-    ) -> Result<(bool, Vec<String>), Observation> {
+        paths: &[String],
+    ) -> Result<bool, Observation> {
         let Some(c) = self.commands.as_ref() else {
             return Err(Observation::error(
                 id,
@@ -217,6 +219,26 @@ impl ToolBox {
         if let Some(o) = self.fenced(id, tool) {
             return Err(o);
         }
+        // Judged first, every path, as the merge will judge it.
+        let (admitted, growth) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0i64));
+        let refused: Vec<String> = paths
+            .iter()
+            .filter_map(|rel| {
+                self.effect_refusal(upper, rel, (&admitted, &growth))
+                    .map(|why| format!("{rel} ({why})"))
+            })
+            .collect();
+        if !refused.is_empty() {
+            return Err(Observation::refused(
+                id,
+                tool,
+                "authority: the changes are refused",
+                format!(
+                    "Nothing was merged: this workspace's rules refuse {}",
+                    refused.join("; ")
+                ),
+            ));
+        }
         let admitted = std::cell::Cell::new(0u64);
         let growth = std::cell::Cell::new(0i64);
         let refuse = |rel: &str| self.effect_refusal(upper, rel, (&admitted, &growth));
@@ -225,11 +247,21 @@ impl ToolBox {
             commit = commit.unsynced();
         }
         match commit.merge(upper, self.jail.root(), &refuse) {
-            Ok(m) => {
+            // Judged the same way a moment ago: a refusal now would mean
+            // the layer changed under the runtime, which only it writes.
+            Ok(m) if m.refused.is_empty() => {
                 self.grown
                     .fetch_add(growth.get(), std::sync::atomic::Ordering::SeqCst);
-                Ok((!m.paths.is_empty(), m.refused))
+                Ok(!m.paths.is_empty())
             }
+            Ok(m) => Err(Observation::error(
+                id,
+                tool,
+                format!(
+                    "part of the changes was refused at the merge: {}",
+                    m.refused.join("; ")
+                ),
+            )),
             Err(e) => Err(Observation::error(
                 id,
                 tool,

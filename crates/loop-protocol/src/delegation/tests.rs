@@ -164,7 +164,7 @@ fn paths_outside_the_parents_or_not_plain_paths_are_refused_by_name() {
             _ => None,
         })
         .collect();
-    assert_eq!(outside, vec!["pkg2/x", "."], "{no:?}");
+    assert_eq!(outside, vec!["pkg2/x"], "{no:?}");
     let not_paths: Vec<_> = no
         .iter()
         .filter_map(|r| match r {
@@ -182,6 +182,9 @@ fn paths_outside_the_parents_or_not_plain_paths_are_refused_by_name() {
         grant(&parent, &left(), &p).unwrap().writable,
         vec!["pkg/a", "pkg/b"]
     );
+    // `.`: everything the parent may change, for a grandchild too.
+    p.paths = vec![".".into()];
+    assert_eq!(grant(&parent, &left(), &p).unwrap().writable, vec!["pkg"]);
     // None at all, or too many.
     p.paths.clear();
     assert!(refused(&p, &parent, &left()).contains(&Refusal::Paths { count: 0 }));
@@ -451,4 +454,39 @@ fn delegation_limits_are_read_bounded_and_left_out_of_a_contract_that_has_none()
     // A contract without them hashes as before: neither key is written.
     let plain = serde_json::to_value(Limits::default()).unwrap();
     assert!(plain.get("max_children").is_none() && plain.get("max_depth").is_none());
+}
+
+#[test]
+fn a_model_cannot_give_a_persons_exemption_to_its_childs_checks() {
+    let pc = parent_contract();
+    let parent = Authority::of_contract(&pc);
+    for (criterion, named) in [
+        (
+            json!({"id": "a", "text": "a", "checks": [{"run": "true", "allow_vacuous": true}]}),
+            "allow_vacuous",
+        ),
+        (
+            json!({"id": "a", "text": "a", "guard": true, "checks": [{"run": "make test"}]}),
+            "guard",
+        ),
+        (
+            json!({"id": "a", "text": "a", "checks": [{"run": "pytest", "nonempty_tests": false}]}),
+            "nonempty_tests: false",
+        ),
+    ] {
+        let mut p = proposal();
+        p.criteria = json!([criterion]);
+        let child = grant(&parent, &left(), &p).unwrap();
+        let e = child_contract(&pc, &child, &p).unwrap_err().to_string();
+        assert!(
+            e.contains(named) && e.contains("only a person may exempt"),
+            "{e}"
+        );
+    }
+    // The same checks without the exemption are read.
+    let mut p = proposal();
+    p.criteria =
+        json!([{"id": "a", "text": "a", "checks": [{"run": "pytest", "nonempty_tests": true}]}]);
+    let child = grant(&parent, &left(), &p).unwrap();
+    assert!(child_contract(&pc, &child, &p).is_ok());
 }

@@ -144,12 +144,13 @@ impl Tools for ToolsAdapter<'_> {
     }
     fn delegate(
         &mut self,
+        step: u32,
         call: &ToolCall,
         left: &loop_protocol::delegation::Left,
     ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
         match self.delegator.as_mut() {
             Some(d) => d
-                .run_many(std::slice::from_ref(call), left, &mut self.tools)
+                .run_many(step, std::slice::from_ref(call), left, &mut self.tools)
                 .map(|mut all| all.remove(0)),
             // Not offered: the contract does not allow it.
             None => {
@@ -193,12 +194,13 @@ impl Tools for ToolsAdapter<'_> {
     }
     fn delegate_many(
         &mut self,
+        step: u32,
         calls: &[ToolCall],
         left: &loop_protocol::delegation::Left,
     ) -> Result<Vec<(ToolOutcome, Option<loop_protocol::ChildRun>)>, BoundaryError> {
         match self.delegator.as_mut() {
-            Some(d) => d.run_many(calls, left, &mut self.tools),
-            None => calls.iter().map(|c| self.delegate(c, left)).collect(),
+            Some(d) => d.run_many(step, calls, left, &mut self.tools),
+            None => calls.iter().map(|c| self.delegate(step, c, left)).collect(),
         }
     }
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {

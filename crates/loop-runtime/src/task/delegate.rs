@@ -75,7 +75,6 @@ enum Plan {
     Started {
         id: String,
         granted: Authority,
-        fork: Manifest,
         ended: Option<crate::TaskReport>,
     },
 }
@@ -129,17 +128,32 @@ impl Delegator<'_> {
     /// `tools`. One answer per call.
     pub fn run_many(
         &mut self,
+        step: u32,
         calls: &[ToolCall],
         left: &Left,
         tools: &mut ToolBox,
     ) -> Result<Vec<(ToolOutcome, Option<ChildRun>)>, BoundaryError> {
-        let fork = Manifest::of(&self.workspace).map_err(BoundaryError::caused_by)?;
         let mut left = left.clone();
+        let mut index = self.children_so_far()?.saturating_add(1);
         let mut plans = Vec::with_capacity(calls.len());
-        for call in calls {
-            let plan = self.plan(call, &left)?;
+        for (k, call) in calls.iter().enumerate() {
+            let plan = if k >= TOGETHER {
+                Plan::Answered(outcome(Observation::refused(
+                    &call.id,
+                    TOOL,
+                    "delegation: children together",
+                    format!(
+                        "The child was not started: at most {TOGETHER} children start in one turn; propose it again in a later one."
+                    ),
+                )))
+            } else {
+                self.plan((step, call), &left, index)?
+            };
             match &plan {
-                Plan::Fresh { granted, .. } => left = left.less_granted(&granted.budget),
+                Plan::Fresh { granted, .. } => {
+                    left = left.less_granted(&granted.budget);
+                    index = index.saturating_add(1);
+                }
                 Plan::Started { granted, .. } => left = left.less_granted(&granted.budget),
                 Plan::Answered(_) => {}
             }
@@ -159,11 +173,8 @@ impl Delegator<'_> {
                     )),
                     None,
                 ),
-                (Plan::Fresh { granted, .. }, Some(Ok(report))) => {
-                    self.conclude(id, &report, granted, &fork, tools)?
-                }
-                (Plan::Started { granted, fork, .. }, Some(Ok(report))) => {
-                    self.conclude(id, &report, granted, &fork, tools)?
+                (Plan::Fresh { granted, .. } | Plan::Started { granted, .. }, Some(Ok(report))) => {
+                    self.conclude(id, &report, granted, tools)?
                 }
                 (_, None) => (
                     outcome(Observation::error(id, TOOL, "the child was not run")),
@@ -177,8 +188,16 @@ impl Delegator<'_> {
     /// What to do for `call`, with `left` to grant from: refuse it, start
     /// a new child, or go on with the one an earlier run of this task
     /// started at the same place among its children (never a second one).
-    fn plan(&self, call: &ToolCall, left: &Left) -> Result<Plan, BoundaryError> {
+    fn plan(
+        &self,
+        (step, call): (u32, &ToolCall),
+        left: &Left,
+        index: u32,
+    ) -> Result<Plan, BoundaryError> {
         let id = call.id.as_str();
+        if let Some(started) = self.started_by(step, id)? {
+            return self.started(started);
+        }
         let p: Proposal = match serde_json::from_value(call.args.clone()) {
             Ok(p) => p,
             Err(e) => {
@@ -189,16 +208,6 @@ impl Delegator<'_> {
                 ))));
             }
         };
-        let index = self
-            .stored
-            .contract
-            .limits
-            .max_children
-            .saturating_sub(left.children)
-            .saturating_add(1);
-        if let Some(started) = self.existing(index)? {
-            return self.started(started);
-        }
         let granted = match delegation::grant(&self.own(), left, &p) {
             Ok(a) => a,
             Err(no) => return Ok(Plan::Answered(refused_grant(id, &no))),
@@ -220,6 +229,8 @@ impl Delegator<'_> {
                 authority: granted.clone(),
             },
             index,
+            step,
+            call_id: id.to_string(),
         };
         Ok(match self.admit(contract, child) {
             Ok(admitted) => Plan::Fresh {
@@ -245,9 +256,6 @@ impl Delegator<'_> {
             .map(|c| c.from.authority)
             .ok_or_else(|| lost(&"it records no grant"))?;
         let paths = crate::project::locate::TaskPaths::of(self.project, &started.id);
-        let fork: Manifest =
-            crate::project::locate::read_json(&paths.task_dir.join("baseline.json"))
-                .map_err(|e| lost(&e.message))?;
         let ended = if started.is_terminal() {
             let name = started
                 .outcome
@@ -272,7 +280,6 @@ impl Delegator<'_> {
         Ok(Plan::Started {
             id: started.id,
             granted,
-            fork,
             ended,
         })
     }
@@ -330,10 +337,15 @@ impl Delegator<'_> {
         id: &str,
         report: &crate::TaskReport,
         granted: Authority,
-        fork: &Manifest,
         tools: &mut ToolBox,
     ) -> Result<(ToolOutcome, Option<ChildRun>), BoundaryError> {
-        let (run, evidence) = self.record(report, granted)?;
+        // What the child began from: this task's state, as its baseline.
+        let paths = crate::project::locate::TaskPaths::of(self.project, &report.task_id);
+        let fork: Manifest = crate::project::locate::read_json(
+            &paths.task_dir.join("baseline.json"),
+        )
+        .map_err(|e| BoundaryError::new(format!("child {}: {}", report.task_id, e.message)))?;
+        let (run, evidence) = self.record(report, granted.clone())?;
         let used = run.used;
         let name = run.outcome.clone();
         let head = format!(
@@ -360,10 +372,10 @@ impl Delegator<'_> {
                 Some(run),
             ));
         }
-        let merged = self.merge(id, fork, &report.workspace, tools);
+        let merged = self.merge(id, (&fork, &granted), &report.workspace, tools);
         let observation = match merged {
-            Ok((changed, paths, refused)) => {
-                let mut text = format!(
+            Ok((changed, paths)) => {
+                let text = format!(
                     "{head}\nMerged into this workspace through its own rules: {}.",
                     if paths.is_empty() {
                         "nothing (it changed nothing)".to_string()
@@ -371,12 +383,6 @@ impl Delegator<'_> {
                         paths.join(", ")
                     }
                 );
-                if !refused.is_empty() {
-                    text.push_str(&format!(
-                        "\nRefused by this task's rules, and left out: {}",
-                        refused.join("; ")
-                    ));
-                }
                 Observation::ok(id, TOOL, text, changed)
             }
             Err(o) => o,
@@ -416,14 +422,33 @@ impl Delegator<'_> {
         Ok((run, failing(&history)))
     }
 
-    /// The child this task started as its `index`th, if it did.
-    fn existing(&self, index: u32) -> Result<Option<loop_store::TaskRecord>, BoundaryError> {
+    /// This task's children, as its store has them.
+    fn children(&self) -> Result<Vec<loop_store::TaskRecord>, BoundaryError> {
         let store = crate::project::locate::open_store(self.project)
             .map_err(|e| BoundaryError::new(e.message))?;
         let tasks = store.tasks().map_err(BoundaryError::caused_by)?;
-        Ok(tasks.into_iter().find(|t| {
+        Ok(tasks
+            .into_iter()
+            .filter(|t| t.request["delegation"]["from"]["parent"] == self.task_id)
+            .collect())
+    }
+
+    /// How many children this task has started.
+    fn children_so_far(&self) -> Result<u32, BoundaryError> {
+        Ok(u32::try_from(self.children()?.len()).unwrap_or(u32::MAX))
+    }
+
+    /// The child this task's call `call_id` of step `step` started, if
+    /// one did (a run of this task that stopped before its end was
+    /// recorded): that child, never a second one.
+    fn started_by(
+        &self,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<loop_store::TaskRecord>, BoundaryError> {
+        Ok(self.children()?.into_iter().find(|t| {
             let d = &t.request["delegation"];
-            d["from"]["parent"] == self.task_id && d["index"] == index
+            d["step"] == step && d["call_id"] == call_id
         }))
     }
 
@@ -476,8 +501,16 @@ impl Delegator<'_> {
                 std::thread::sleep(std::time::Duration::from_millis(250));
             }
         });
+        // Stopped however `f` ends (a panic too).
+        struct Stop(std::sync::Arc<AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let stop_watching = Stop(done);
         let out = f();
-        done.store(true, Ordering::SeqCst);
+        drop(stop_watching);
         let _ = watcher.join();
         out
     }
@@ -490,10 +523,10 @@ impl Delegator<'_> {
     fn merge(
         &self,
         id: &str,
-        fork: &Manifest,
+        (fork, granted): (&Manifest, &Authority),
         child_ws: &Path,
         tools: &mut ToolBox,
-    ) -> Result<(bool, Vec<String>, Vec<String>), Observation> {
+    ) -> Result<(bool, Vec<String>), Observation> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             Observation::error(
                 id,
@@ -515,6 +548,23 @@ impl Delegator<'_> {
             .iter()
             .filter(|p| now.get(p) != fork.get(p))
             .collect();
+        // Whatever changed it, nothing outside the paths it was granted.
+        let outside: Vec<&str> = changed
+            .iter()
+            .filter(|p| !granted.may_write(p))
+            .map(String::as_str)
+            .collect();
+        if !outside.is_empty() {
+            return Err(Observation::refused(
+                id,
+                TOOL,
+                crate::task::request::CONFINED,
+                format!(
+                    "The child's change was not merged: it changed paths outside those it was granted: {}",
+                    outside.join(", ")
+                ),
+            ));
+        }
         if !conflicts.is_empty() {
             return Err(Observation::refused(
                 id,
@@ -531,7 +581,7 @@ impl Delegator<'_> {
             ));
         }
         if changed.is_empty() {
-            return Ok((false, Vec::new(), Vec::new()));
+            return Ok((false, Vec::new()));
         }
         let upper = self.scratch.join(format!(
             "delegate-{}",
@@ -540,10 +590,9 @@ impl Delegator<'_> {
         let laid = lay_out(&upper, child_ws, &done, &changed);
         let merged = laid
             .map_err(|e| fail("laying it out", &e))
-            .and_then(|()| tools.merge_layer(id, TOOL, &upper));
+            .and_then(|()| tools.merge_layer(id, TOOL, &upper, &changed));
         let _ = loop_workspace::snapshot::remove_tree(&upper);
-        let (any, refused) = merged?;
-        Ok((any, changed, refused))
+        Ok((merged?, changed))
     }
 }
 
@@ -611,10 +660,32 @@ fn lay_out(upper: &Path, from: &Path, done: &Manifest, paths: &[String]) -> std:
     use std::os::unix::fs::PermissionsExt;
     let tree = loop_workspace::Tree::open(from)?;
     let other = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+    std::fs::create_dir_all(upper)?;
     for rel in paths {
+        // Beneath a file or link that now stands where a directory was:
+        // gone with that directory, which the entry itself replaces (and
+        // nothing is laid out through a link the child made).
+        if ancestors(rel).any(|a| done.get(a).is_some()) {
+            continue;
+        }
         let at = upper.join(rel);
-        if let Some(dir) = at.parent() {
-            std::fs::create_dir_all(dir)?;
+        let mut dir = upper.to_path_buf();
+        for a in rel
+            .split('/')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map_or(&[][..], |(_, d)| d)
+        {
+            dir.push(a);
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(other(&format!(
+                        "{rel}: a parent in the layer is not a directory"
+                    )));
+                }
+                Err(_) => std::fs::create_dir(&dir)?,
+            }
         }
         match done.get(rel) {
             None => {
@@ -635,8 +706,15 @@ fn lay_out(upper: &Path, from: &Path, done: &Manifest, paths: &[String]) -> std:
                     if loop_protocol::hash::sha256_hex(&bytes) != e.sha256 {
                         return Err(other(&format!("{rel} changed while it was read")));
                     }
-                    std::fs::write(&at, bytes)?;
                     let mode = if e.executable { 0o755 } else { 0o644 };
+                    use std::io::Write;
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(mode)
+                        .open(&at)?
+                        .write_all(&bytes)?;
                     std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))?;
                 }
                 _ => return Err(other(&format!("{rel} is no longer a file or a link"))),
@@ -644,6 +722,13 @@ fn lay_out(upper: &Path, from: &Path, done: &Manifest, paths: &[String]) -> std:
         }
     }
     Ok(())
+}
+
+/// The proper ancestors of the relative path `rel` (`a/b/c`: `a/b`, `a`).
+fn ancestors(rel: &str) -> impl Iterator<Item = &str> {
+    rel.char_indices()
+        .filter(|(_, c)| *c == '/')
+        .map(move |(i, _)| &rel[..i])
 }
 
 /// Ask every unfinished task below `parent` (its children, theirs, …) to stop.
@@ -674,4 +759,47 @@ pub(crate) fn cancel_children(
         below = next;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_the_child_put_where_a_directory_was_is_never_laid_out_through() {
+        let base = std::env::temp_dir().join(format!("loop-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (from, upper, outside) = (base.join("from"), base.join("upper"), base.join("outside"));
+        std::fs::create_dir_all(from.join("pkg/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        // The child replaced the directory pkg/a/l (which held x) with a
+        // link to a directory outside, and wrote pkg/a/y.
+        std::os::unix::fs::symlink(&outside, from.join("pkg/a/l")).unwrap();
+        std::fs::write(from.join("pkg/a/y"), "y").unwrap();
+        let done = Manifest::of(&from).unwrap();
+        let changed: Vec<String> = ["pkg/a/l", "pkg/a/l/x", "pkg/a/l/z/w", "pkg/a/y"]
+            .map(String::from)
+            .to_vec();
+        lay_out(&upper, &from, &done, &changed).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing written outside"
+        );
+        assert!(
+            std::fs::symlink_metadata(upper.join("pkg/a/l"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(upper.join("pkg/a/y")).unwrap(), "y");
+        // A layer whose parent is not a directory is refused, not followed.
+        let again = base.join("again");
+        std::fs::create_dir_all(&again).unwrap();
+        std::os::unix::fs::symlink(&outside, again.join("pkg")).unwrap();
+        assert!(lay_out(&again, &from, &done, &["pkg/a/y".to_string()]).is_err());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

@@ -436,10 +436,14 @@ impl StoredRequest {
         for r in &inherited.child.from.authority.exec {
             policy.rules.push(Rule {
                 prefix: r.prefix.split_whitespace().map(str::to_string).collect(),
+                // Never looser than the default it may shadow: a rule
+                // that matches decides over the default, so one added as
+                // `prompt` under a `forbidden` default is `forbidden`.
                 decision: match r.decision {
                     loop_protocol::delegation::Stricter::Prompt => Decision::Prompt,
                     loop_protocol::delegation::Stricter::Forbidden => Decision::Forbidden,
-                },
+                }
+                .max(policy.default),
                 examples: Vec::new(),
                 not_examples: Vec::new(),
             });

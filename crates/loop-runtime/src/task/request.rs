@@ -112,6 +112,13 @@ pub struct ChildOf {
     pub from: loop_protocol::delegation::DelegatedFrom,
     /// Which of the parent's children it is (from 1).
     pub index: u32,
+    /// The parent's step and the id of its `delegate` call that started
+    /// it: how a run of the parent that stops and goes on finds it.
+    #[serde(default)]
+    pub step: u32,
+    /// See `step`.
+    #[serde(default)]
+    pub call_id: String,
 }
 
 pub const GUIDANCE_FILES: &[&str] = &["LOOP.md", "AGENTS.md"];
