@@ -281,6 +281,8 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
 
 #[test]
 fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_killed() {
+    // A refused proposal comes first in the turn: each child is found
+    // again by the call that started it, never by its place.
     use std::time::{Duration, Instant};
     let base = tmpdir("kill");
     let project = project(&base);
@@ -290,6 +292,7 @@ fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_
         )
     };
     let script = "turns:\n  - calls:\n".to_string()
+        + "      - tool: delegate\n        args: { instruction: refused, criteria: [], paths: [\"/etc\"], budget: { max_steps: 1, max_tokens: 1, timeout_secs: 1 } }\n"
         + &delegate("a")
         + &delegate("b")
         + "  - calls:\n      - tool: finish\n        args: { summary: both are done }\nchildren:\n"
@@ -641,5 +644,72 @@ children:
         std::fs::read_to_string(ws.join("pkg/a/done.txt")).unwrap(),
         "a is done\n"
     );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn an_exec_rule_a_child_adds_is_never_looser_than_the_default_it_shadows() {
+    let base = tmpdir("exec");
+    let p = base.join("project");
+    for f in ["pkg/a/README", "README"] {
+        std::fs::create_dir_all(p.join(f).parent().unwrap()).unwrap();
+        std::fs::write(p.join(f), "start\n").unwrap();
+    }
+    // Every command is forbidden unless a rule says otherwise.
+    std::fs::write(p.join("Loopfile.yaml"), "exec:\n  default: forbidden\n").unwrap();
+    shared::commit_all(&p);
+    let contract = PARENT.replace(
+        "  - id: b\n    text: package b is done\n    checks:\n      - file_contains: pkg/b/done.txt\n        text: \"b is done\"\n",
+        "",
+    );
+    // The child adds `echo` as needing approval: under a forbidden
+    // default that must stay forbidden, not become askable.
+    let script = r#"turns:
+  - calls:
+      - tool: delegate
+        args:
+          instruction: "Write pkg/a/done.txt"
+          criteria:
+            - id: a
+              text: "a is done"
+              checks:
+                - file_contains: pkg/a/done.txt
+                  text: "a is done"
+          paths: [pkg/a]
+          exec: [{ prefix: echo, decision: prompt }]
+          budget: { max_steps: 4, max_tokens: 60000, timeout_secs: 300 }
+children:
+  - - calls:
+        - tool: run_command
+          args: { command: "echo hi" }
+        - tool: write_file
+          args: { path: pkg/a/done.txt, content: "a is done\n" }
+    - calls:
+        - tool: finish
+          args: { summary: a }
+"#;
+    let run = shared::run_scripted(&base, &p, "exec", (&contract, script));
+    let receipt = run.receipt_path();
+    let parent = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let delegated = entries(&receipt, parent, "delegated");
+    assert_eq!(delegated.len(), 1, "{}", shared::text(&run.out));
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    let said: Vec<serde_json::Value> = entries(&receipt, child, "observed")
+        .into_iter()
+        .map(|e| e["payload"]["observation"].clone())
+        .collect();
+    assert_eq!(said[0]["status"], "refused", "{:?}", said[0]);
+    assert!(
+        said[0]["rule"]
+            .as_str()
+            .unwrap()
+            .starts_with("exec policy: forbidden"),
+        "{:?}",
+        said[0]
+    );
+    // No approval was asked of anyone.
+    assert!(entries(&receipt, child, "approval_requested").is_empty());
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -1194,3 +1194,44 @@ fn a_command_that_finds_no_network_is_told_which_setting_gives_it() {
         o.observation.content
     );
 }
+
+#[test]
+fn a_layer_made_elsewhere_merges_whole_or_not_at_all() {
+    let d = TestDir::new("merge-layer");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let jail = Jail::new(&ws, Protected::new(&["*.key".to_string()]).unwrap()).unwrap();
+    let (t, _) = ToolBox::new(jail, ToolLimits::default())
+        .unwrap()
+        .with_journal(&d.path().join("task/journal"))
+        .unwrap();
+    let upper = d.path().join("upper");
+    std::fs::create_dir_all(upper.join("src")).unwrap();
+    std::fs::write(upper.join("src/ok.txt"), "ok").unwrap();
+    std::fs::write(upper.join("src/id.key"), "secret").unwrap();
+    let all = ["src/id.key".to_string(), "src/ok.txt".to_string()];
+    // One path the workspace's rules refuse: nothing merged, it is named.
+    let no = t.merge_layer("c1", "delegate", &upper, &all).unwrap_err();
+    assert_eq!(
+        no.status,
+        ObservationStatus::Refused {
+            rule: "authority: the changes are refused".into()
+        }
+    );
+    assert!(
+        no.content.contains("src/id.key (protected by *.key)"),
+        "{}",
+        no.content
+    );
+    assert!(!ws.join("src/ok.txt").exists() && !ws.join("src/id.key").exists());
+    // The honest layer merges whole.
+    std::fs::remove_file(upper.join("src/id.key")).unwrap();
+    let merged = t
+        .merge_layer("c1", "delegate", &upper, &["src/ok.txt".to_string()])
+        .unwrap();
+    assert!(merged);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/ok.txt")).unwrap(),
+        "ok"
+    );
+}
