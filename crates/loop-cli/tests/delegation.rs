@@ -108,6 +108,56 @@ fn verify(base: &Path, receipt: &Path) -> std::process::Output {
         .unwrap()
 }
 
+/// `loop run` of `contract` and `script` in `project`, started and not
+/// waited for (its output dropped).
+fn spawn_run(base: &Path, project: &Path, contract: &str, script: &str) -> std::process::Child {
+    std::fs::write(base.join("task.yaml"), contract).unwrap();
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    shared::loop_in(base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(project)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The ids of the `n` tasks whose ledgers (in `receipts`) say a command
+/// began, once there are that many (within a minute, `run` still going).
+fn commands_begun(receipts: &Path, n: usize, run: &mut std::process::Child) -> Vec<String> {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let begun: Vec<String> = std::fs::read_dir(receipts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
+            })
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".ledger.jsonl").map(str::to_string)
+            })
+            .collect();
+        if begun.len() >= n {
+            return begun;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} commands began",
+            begun.len()
+        );
+        assert!(run.try_wait().unwrap().is_none(), "the run ended first");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies() {
     let base = tmpdir("two");
@@ -283,7 +333,6 @@ fn a_child_that_ends_lost_changes_nothing_and_the_parent_goes_on() {
 fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_killed() {
     // A refused proposal comes first in the turn: each child is found
     // again by the call that started it, never by its place.
-    use std::time::{Duration, Instant};
     let base = tmpdir("kill");
     let project = project(&base);
     let child = |pkg: &str| {
@@ -298,38 +347,10 @@ fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_
         + "  - calls:\n      - tool: finish\n        args: { summary: both are done }\nchildren:\n"
         + &child("a")
         + &child("b");
-    std::fs::write(base.join("task.yaml"), PARENT).unwrap();
-    std::fs::write(base.join("script.yaml"), &script).unwrap();
-    let mut run = shared::loop_in(&base)
-        .args(["run", "--json", "--task"])
-        .arg(base.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", base.join("script.yaml").display()))
-        .arg("--project")
-        .arg(&project)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = spawn_run(&base, &project, PARENT, &script);
     // Killed once both children's commands run (their ledgers say so).
     let receipts = project.join(".loop/receipts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let child_running = || {
-        let began = |e: &std::fs::DirEntry| {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
-        };
-        let entries = std::fs::read_dir(&receipts).into_iter().flatten().flatten();
-        entries.filter(began).count() == 2
-    };
-    while !child_running() {
-        assert!(Instant::now() < deadline, "the child never ran its command");
-        assert!(
-            run.try_wait().unwrap().is_none(),
-            "the run ended before the kill"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    commands_begun(&receipts, 2, &mut run);
     run.kill().unwrap();
     run.wait().unwrap();
     let listed = |p: &Path| -> Vec<serde_json::Value> {
@@ -393,46 +414,9 @@ fn cancelling_a_parent_cancels_the_child_it_is_waiting_for() {
     let script = "turns:\n  - calls:\n".to_string()
         + &delegate("a")
         + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: run_command\n          args: { command: \"sleep 120\", timeout_secs: 300 }\n";
-    std::fs::write(base.join("task.yaml"), PARENT).unwrap();
-    std::fs::write(base.join("script.yaml"), &script).unwrap();
-    let mut run = shared::loop_in(&base)
-        .args(["run", "--json", "--task"])
-        .arg(base.join("task.yaml"))
-        .arg("--model")
-        .arg(format!("scripted:{}", base.join("script.yaml").display()))
-        .arg("--project")
-        .arg(&project)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = spawn_run(&base, &project, PARENT, &script);
     let receipts = project.join(".loop/receipts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let child_running = || {
-        std::fs::read_dir(&receipts)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|e| {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                text.contains("\"kind\":\"intent\"") && text.contains("\"tool\":\"run_command\"")
-            })
-            .map(|e| e.path())
-    };
-    let child_ledger = loop {
-        if let Some(p) = child_running() {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "the child never ran its command");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let child = child_ledger
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .trim_end_matches(".ledger.jsonl")
-        .to_string();
+    let child = commands_begun(&receipts, 1, &mut run).remove(0);
     let out = shared::loop_in(&base)
         .args(["list", "--json", "--project"])
         .arg(&project)

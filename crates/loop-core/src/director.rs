@@ -953,13 +953,7 @@ impl<'a> Director<'a> {
         })?;
         let mut outcome = match self.parts.tools.execute(call) {
             Ok(o) => o,
-            Err(e) => {
-                self.fault()?;
-                return Ok(Called::End(
-                    Outcome::Error,
-                    format!("tool runtime failed: {e}"),
-                ));
-            }
+            Err(e) => return self.runtime_failed(e),
         };
         // A command a fault cut short says nothing: not recorded.
         self.fault()?;
@@ -1028,6 +1022,16 @@ impl<'a> Director<'a> {
         })
     }
 
+    /// The tools themselves failed (not a call): the task ends in error,
+    /// unless a fault injected for a test stops it first.
+    fn runtime_failed(&mut self, e: impl std::fmt::Display) -> Result<Called, DirectorError> {
+        self.fault()?;
+        Ok(Called::End(
+            Outcome::Error,
+            format!("tool runtime failed: {e}"),
+        ))
+    }
+
     /// `delegate` calls: their children are granted out of what this task
     /// has left (its limits less what it and its children used, and the
     /// children its contract still allows), each the next out of what the
@@ -1061,13 +1065,7 @@ impl<'a> Director<'a> {
                     "tool runtime failed: not one answer for each delegate call".into(),
                 ));
             }
-            Err(e) => {
-                self.fault()?;
-                return Ok(Called::End(
-                    Outcome::Error,
-                    format!("tool runtime failed: {e}"),
-                ));
-            }
+            Err(e) => return self.runtime_failed(e),
         };
         self.fault()?;
         for (call, (outcome, child)) in calls.iter().zip(ran) {

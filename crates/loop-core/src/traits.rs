@@ -93,18 +93,7 @@ pub trait Tools {
         left: &loop_protocol::delegation::Left,
     ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
         let _ = (step, left);
-        Ok((
-            ToolOutcome {
-                observation: loop_protocol::Observation::refused(
-                    &call.id,
-                    &call.tool,
-                    "delegation: off",
-                    "No child task can run here.",
-                ),
-                control: None,
-            },
-            None,
-        ))
+        Ok((delegation_off(call), None))
     }
     /// Run the children several `delegate` calls propose, granted out of
     /// `left` one after another (each out of what the ones before it were
@@ -218,4 +207,19 @@ pub trait Approvals {
         deadline_ms: u64,
         cancel: &std::sync::atomic::AtomicBool,
     ) -> Result<ApprovalDecision, BoundaryError>;
+}
+
+/// A `delegate` call where no child can run (the contract does not allow
+/// it, or these tools run none): refused, with the rule.
+pub fn delegation_off(call: &ToolCall) -> ToolOutcome {
+    let off = loop_protocol::delegation::Refusal::Off;
+    ToolOutcome {
+        observation: loop_protocol::Observation::refused(
+            &call.id,
+            &call.tool,
+            off.rule(),
+            off.to_string(),
+        ),
+        control: None,
+    }
 }

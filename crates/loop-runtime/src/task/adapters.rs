@@ -153,21 +153,7 @@ impl Tools for ToolsAdapter<'_> {
                 .run_many(step, std::slice::from_ref(call), left, &mut self.tools)
                 .map(|mut all| all.remove(0)),
             // Not offered: the contract does not allow it.
-            None => {
-                let off = loop_protocol::delegation::Refusal::Off;
-                Ok((
-                    ToolOutcome {
-                        observation: loop_protocol::Observation::refused(
-                            &call.id,
-                            &call.tool,
-                            off.rule(),
-                            off.to_string(),
-                        ),
-                        control: None,
-                    },
-                    None,
-                ))
-            }
+            None => Ok((loop_core::traits::delegation_off(call), None)),
         }
     }
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
