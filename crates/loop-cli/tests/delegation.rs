@@ -697,3 +697,29 @@ children:
     assert!(entries(&receipt, child, "approval_requested").is_empty());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_child_whose_check_proves_nothing_is_not_started() {
+    let base = tmpdir("critic");
+    let project = project(&base);
+    let script = delegate("a").replace(
+        "- file_contains: pkg/a/done.txt\n                  text: \"a is done\"",
+        "- run: \"test -f pkg/a/done.txt || true\"",
+    );
+    assert!(script.contains("|| true"), "{script}");
+    let script = "turns:\n  - calls:\n".to_string()
+        + &script
+        + "  - calls:\n      - tool: finish\n        args: { summary: nothing }\n";
+    let run = shared::run_scripted(&base, &project, "critic", (PARENT, &script));
+    let receipt = run.receipt_path();
+    let id = run.statement["predicate"]["task_id"].as_str().unwrap();
+    assert!(entries(&receipt, id, "delegated").is_empty());
+    let said = &entries(&receipt, id, "observed")[0]["payload"]["observation"];
+    assert_eq!(said["status"], "refused", "{said}");
+    assert_eq!(said["rule"], "delegation: the child's contract");
+    assert!(
+        said["content"].as_str().unwrap().contains("|| true"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

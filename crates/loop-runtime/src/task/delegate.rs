@@ -223,6 +223,27 @@ impl Delegator<'_> {
                 ))));
             }
         };
+        // Judged as a drafted contract is, by its text (a check that
+        // proves nothing, one the exec policy forbids, …); by execution
+        // (a check that passes on an empty workspace, criteria that all
+        // hold already) when the child is prepared.
+        let reasons = crate::contract::critic::static_reasons(
+            &contract,
+            &self.stored.exec_policy.clone().unwrap_or_default(),
+            &|rel| self.present(rel),
+            Some(&self.workspace),
+        );
+        if !reasons.is_empty() {
+            return Ok(Plan::Answered(outcome(Observation::refused(
+                id,
+                TOOL,
+                "delegation: the child's contract",
+                format!(
+                    "The child was not started: its contract is refused:\n- {}",
+                    reasons.join("\n- ")
+                ),
+            ))));
+        }
         let child = ChildOf {
             from: DelegatedFrom {
                 parent: self.task_id.to_string(),
@@ -420,6 +441,13 @@ impl Delegator<'_> {
             used,
         };
         Ok((run, failing(&history)))
+    }
+
+    /// Whether `rel` is in this task's workspace (as the child's begins).
+    #[allow(clippy::disallowed_methods)] // lstat only, of a path beneath the runtime's own workspace (no content read)
+    fn present(&self, rel: &str) -> bool {
+        loop_protocol::RelPath::parse(rel)
+            .is_ok_and(|r| std::fs::symlink_metadata(self.workspace.join(r.as_str())).is_ok())
     }
 
     /// This task's children, as its store has them.
