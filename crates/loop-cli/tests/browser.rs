@@ -68,6 +68,17 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 60\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
+    // A task that hands its work to a child: the console shows the tree.
+    std::fs::write(
+        project.join("deleg.task.yaml"),
+        "instruction: hand the work to a child\ncriteria:\n  - id: c\n    text: the child wrote it\n    checks:\n      - file_contains: child.txt\n        text: from the child\nlimits: { max_children: 1, max_depth: 1 }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("deleg.yaml"),
+        "turns:\n  - calls:\n      - tool: delegate\n        args: { instruction: write child.txt, criteria: [{ id: w, text: written, checks: [{ file_contains: child.txt, text: from the child }] }], paths: [child.txt], budget: { max_steps: 3, max_tokens: 60000, timeout_secs: 120 } }\n  - calls:\n      - {tool: finish, args: {summary: done}}\nchildren:\n  - - calls:\n        - {tool: write_file, args: {path: child.txt, content: \"from the child\\n\"}}\n    - calls:\n        - {tool: finish, args: {summary: written}}\n",
+    )
+    .unwrap();
     std::fs::write(
         project.join("Loopfile.yaml"),
         "models:\n  maker:\n    spec: scripted:script.yaml\nexec:\n  approval_timeout_secs: 120\n  rules:\n    - prefix: touch\n      decision: prompt\n      examples: [\"touch a.txt\"]\n",

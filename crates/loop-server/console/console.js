@@ -665,8 +665,19 @@ function facts(t, limits) {
     t.apply && t.apply !== "not applied" ? ["Change set", t.apply] : null,
     t.reason ? ["Reason", unpath(t.reason), "wide"] : null,
     t.dead_letter ? ["Queue", "`" + t.dead_letter.queue + "` gave up on it: " + unpath(t.dead_letter.reason), "wide"] : null,
+    t.parent ? ["Parent", el("a", { href: "#/task/" + encodeURIComponent(t.parent) }, t.parent), "two"] : null,
+    t.children && t.children.length ? ["Children", childList(t.children), "wide"] : null,
   ];
   return items.filter(Boolean).map(([k, v, cls]) => el("div", { class: "fact " + (cls || "") }, el("dt", {}, k), el("dd", {}, v)));
+}
+
+// The child tasks it delegated to: each its state or outcome, the paths
+// it may change and what it used (counted in this task's figures too).
+function childList(list) {
+  return el("ul", { class: "children" }, ...list.map((c) => el("li", {},
+    el("a", { href: "#/task/" + encodeURIComponent(c.id) }, c.id),
+    " " + (c.outcome || c.state) + " · writes " + (c.writable || []).join(", ") +
+      " · " + int((c.used || {}).steps) + " steps, " + int((c.used || {}).tokens) + " tokens, " + money((c.used || {}).usd))));
 }
 
 async function showTask(view, id) {

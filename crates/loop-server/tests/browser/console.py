@@ -305,6 +305,28 @@ try:
     shot("task-phone")
     driver.set_window_size(1280, 1000)
 
+    # A task that delegated: its page lists its child, whose page names it.
+    deleg = subprocess.run(
+        [loop_bin, "run", "--task", os.path.join(project, "deleg.task.yaml"),
+         "--model", "scripted:" + os.path.join(project, "deleg.yaml"), "--project", project],
+        env={**os.environ, "LOOP_STATE_DIR": state},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+    )
+    assert deleg.returncode == 0, deleg.stderr.decode()
+    driver.get(url + "/#/")
+    wait_text("#view table", "hand the work to a child")
+    parent = row_id("hand the work to a child")
+    driver.get(url + "/#/task/" + parent)
+    wait_text("#facts", "CHILDREN")  # (labels are shown in capitals)
+    link = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#facts ul.children li a")))
+    item = driver.find_element(By.CSS_SELECTOR, "#facts ul.children li").text
+    assert "verified" in item and "writes child.txt" in item, item
+    clean_page("a parent's page")
+    link.click()
+    wait_text("#facts", "PARENT")
+    wait_text("#facts", parent)
+    clean_page("a child's page")
+
     if os.environ.get("LOOP_UPDATE_SCREENSHOTS") == "1":
         repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
         docs = os.path.join(repo, "docs")
