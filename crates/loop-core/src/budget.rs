@@ -71,21 +71,22 @@ impl Budget {
 
     /// Count what a call cost without taking a step (the checker's review).
     pub fn charge_review(&mut self, usage: &Usage) {
-        let u = &mut self.used;
-        u.tokens = u.tokens.saturating_add(usage.total());
-        u.input_tokens = u.input_tokens.saturating_add(usage.input_tokens);
-        u.cached_input_tokens = u
-            .cached_input_tokens
-            .saturating_add(usage.cached_input_tokens);
-        u.output_tokens = u.output_tokens.saturating_add(usage.output_tokens);
-        u.estimated |= usage.estimated;
-        u.usd += usage.cost_usd;
-        u.model_calls = u.model_calls.saturating_add(usage.attempts);
+        self.charge_child(&BudgetUse {
+            tokens: usage.total(),
+            input_tokens: usage.input_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            output_tokens: usage.output_tokens,
+            estimated: usage.estimated,
+            usd: usage.cost_usd,
+            model_calls: usage.attempts,
+            ..BudgetUse::default()
+        });
     }
 
     /// Count what a child task used (the `delegate` tool) against this
     /// task's budget: its steps, tokens, dollars and model calls (its wall
-    /// time is this task's own, spent waiting for it).
+    /// time is this task's own, spent waiting for it). Every other charge
+    /// but a step's comes through here too.
     pub fn charge_child(&mut self, child: &BudgetUse) {
         let u = &mut self.used;
         u.steps = u.steps.saturating_add(child.steps);

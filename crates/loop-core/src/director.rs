@@ -944,13 +944,7 @@ impl<'a> Director<'a> {
             }
         }
         // The intent is durable before the call runs.
-        self.record(Event::Intent {
-            step,
-            call_id: call.id.clone(),
-            tool: call.tool.clone(),
-            effect: self.parts.tools.effect(call),
-            root_before: self.state.root.clone(),
-        })?;
+        self.record_intent(step, call)?;
         let mut outcome = match self.parts.tools.execute(call) {
             Ok(o) => o,
             Err(e) => return self.runtime_failed(e),
@@ -1022,6 +1016,18 @@ impl<'a> Director<'a> {
         })
     }
 
+    /// Record that `call` of `step` is about to run, with what running it
+    /// again would do and the workspace as it stands.
+    fn record_intent(&mut self, step: u32, call: &ToolCall) -> Result<(), DirectorError> {
+        self.record(Event::Intent {
+            step,
+            call_id: call.id.clone(),
+            tool: call.tool.clone(),
+            effect: self.parts.tools.effect(call),
+            root_before: self.state.root.clone(),
+        })
+    }
+
     /// The tools themselves failed (not a call): the task ends in error,
     /// unless a fault injected for a test stops it first.
     fn runtime_failed(&mut self, e: impl std::fmt::Display) -> Result<Called, DirectorError> {
@@ -1044,13 +1050,7 @@ impl<'a> Director<'a> {
     /// recorded (nor charged) twice.
     fn delegate(&mut self, step: u32, calls: &[ToolCall]) -> Result<Called, DirectorError> {
         for call in calls {
-            self.record(Event::Intent {
-                step,
-                call_id: call.id.clone(),
-                tool: call.tool.clone(),
-                effect: self.parts.tools.effect(call),
-                root_before: self.state.root.clone(),
-            })?;
+            self.record_intent(step, call)?;
         }
         let allowed = self.contract.limits.max_children;
         let left = self.state.budget.left_for_child(
