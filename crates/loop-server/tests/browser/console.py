@@ -41,7 +41,8 @@ for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280
     opts.add_argument(a)
 opts.binary_location = "/usr/bin/chromium"
 driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-wait = WebDriverWait(driver, 60)
+# The page redraws as a task changes: an element read in a wait may go stale.
+wait = WebDriverWait(driver, 60, ignored_exceptions=[StaleElementReferenceException])
 step = 0
 
 
@@ -74,18 +75,25 @@ def row_id(needle):
     return next((r["id"] for r in rows() if needle in r["text"]), None)
 
 
-def open_row(needle):
-    """Click the link of the list's row that says `needle`."""
+def click_fresh(css, by=By.CSS_SELECTOR):
+    """Click what `css` finds, found anew each try: the page redraws itself
+    as the task's state arrives, so an element found a moment ago may be gone."""
     deadline = time.time() + 30
     while True:
         try:
-            tid = row_id(needle)
-            assert tid, f"no row says {needle!r}: {rows()}"
-            driver.find_element(By.CSS_SELECTOR, f'#tasks tr[data-id="{tid}"] td a').click()
-            return tid
+            driver.find_element(by, css).click()
+            return
         except StaleElementReferenceException:
-            assert time.time() < deadline
+            assert time.time() < deadline, f"{css} kept being redrawn for 30 s"
             time.sleep(0.2)
+
+
+def open_row(needle):
+    """Click the link of the list's row that says `needle`."""
+    tid = row_id(needle)
+    assert tid, f"no row says {needle!r}: {rows()}"
+    click_fresh(f'#tasks tr[data-id="{tid}"] td a')
+    return tid
 
 
 def choose(select_id, value):
@@ -153,7 +161,7 @@ try:
     wait.until(EC.element_to_be_clickable((By.XPATH, "//button[text()='Approve']")))
     shot("asked")
     driver.find_element(By.CSS_SELECTOR, "input[name=message]").send_keys("fine, go on")
-    driver.find_element(By.XPATH, "//button[text()='Approve']").click()
+    click_fresh("//button[text()='Approve']", By.XPATH)
 
     # Verified, its receipt holds, its change shown.
     wait_text("ol.trace", "Verification #1: accepted")
@@ -167,7 +175,7 @@ try:
 
     # Apply from the page: the file is in the project.
     wait.until(EC.element_to_be_clickable((By.XPATH, "//button[text()='Apply to the project']")))
-    driver.find_element(By.XPATH, "//button[text()='Apply to the project']").click()
+    click_fresh("//button[text()='Apply to the project']", By.XPATH)
     wait.until(EC.alert_is_present())
     driver.switch_to.alert.accept()
     deadline = time.time() + 30
@@ -187,7 +195,7 @@ try:
     wait_text("#view", "The critic accepted this contract")
     assert "grep -q hello hello2.txt" in driver.find_element(By.ID, "contract").get_attribute("value")
     shot("draft-proposed")
-    driver.find_element(By.XPATH, "//button[text()='Accept and start']").click()
+    click_fresh("//button[text()='Accept and start']", By.XPATH)
     wait.until(lambda d: "/#/task/" in d.current_url)
     wait_text("ol.trace", "Verification #1: accepted")
 
@@ -201,7 +209,7 @@ try:
     wait.until(lambda d: "/#/task/" in d.current_url)
     wait_text("ol.trace", "Cycle 1")
     wait.until(EC.element_to_be_clickable((By.XPATH, "//button[text()='Cancel the task']")))
-    driver.find_element(By.XPATH, "//button[text()='Cancel the task']").click()
+    click_fresh("//button[text()='Cancel the task']", By.XPATH)
     wait.until(EC.alert_is_present())
     driver.switch_to.alert.accept()
     wait_text("#view", "cancelled")
@@ -318,11 +326,11 @@ try:
     parent = row_id("hand the work to a child")
     driver.get(url + "/#/task/" + parent)
     wait_text("#facts", "CHILDREN")  # (labels are shown in capitals)
-    link = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#facts ul.children li a")))
-    item = driver.find_element(By.CSS_SELECTOR, "#facts ul.children li").text
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#facts ul.children li a")))
+    item = driver.execute_script("return document.querySelector('#facts ul.children li').innerText")
     assert "verified" in item and "writes child.txt" in item, item
     clean_page("a parent's page")
-    link.click()
+    click_fresh("#facts ul.children li a")
     wait_text("#facts", "PARENT")
     wait_text("#facts", parent)
     clean_page("a child's page")
