@@ -76,7 +76,7 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
     .unwrap();
     std::fs::write(
         project.join("deleg.yaml"),
-        "turns:\n  - calls:\n      - tool: delegate\n        args: { instruction: write child.txt, criteria: [{ id: w, text: written, checks: [{ file_contains: child.txt, text: from the child }] }], paths: [child.txt], budget: { max_steps: 3, max_tokens: 60000, timeout_secs: 120 } }\n  - calls:\n      - {tool: finish, args: {summary: done}}\nchildren:\n  - - calls:\n        - {tool: write_file, args: {path: child.txt, content: \"from the child\\n\"}}\n    - calls:\n        - {tool: finish, args: {summary: written}}\n",
+        "turns:\n  - calls:\n      - tool: delegate\n        args: { instruction: write child.txt, criteria: [{ id: w, text: written, checks: [{ file_contains: child.txt, text: from the child }] }], paths: [child.txt], budget: { max_steps: 3, max_tokens: 60000, timeout_secs: 120 } }\n  - calls:\n      - {tool: finish, args: {summary: done}}\nchildren:\n  - - calls:\n        - {tool: run_command, args: {command: \"touch child.txt\"}}\n        - {tool: write_file, args: {path: child.txt, content: \"from the child\\n\"}}\n    - calls:\n        - {tool: finish, args: {summary: written}}\n",
     )
     .unwrap();
     std::fs::write(

@@ -483,3 +483,125 @@ fn story_lines_and_the_status_line_fit_a_narrow_terminal() {
 fn status_id(dir: &Path, project: &Path) -> String {
     status(dir, project)["id"].as_str().unwrap().to_string()
 }
+
+/// The ids a child's question names: the child's and its parent's.
+fn asked_by(line: &str) -> (String, String) {
+    let after = |from: &str| {
+        line.split(from)
+            .nth(1)
+            .unwrap()
+            .split([' ', ')'])
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    (after("⏸ task "), after("(a child of task "))
+}
+
+#[test]
+fn children_ask_the_person_running_their_parent_one_question_at_a_time() {
+    let (dir, project) = setup("children", 0);
+    for p in ["a", "b"] {
+        std::fs::create_dir_all(project.join(p)).unwrap();
+        std::fs::write(project.join(p).join("README"), "start\n").unwrap();
+    }
+    let child = |p: &str| {
+        format!(
+            "      - tool: delegate
+        args:
+          instruction: \"make {p}/made.txt\"
+          criteria:
+            - {{id: {p}, text: \"{p} made\", checks: [{{file_exists: {p}/made.txt}}]}}
+          paths: [{p}]
+          budget: {{ max_steps: 4, max_tokens: 60000, timeout_secs: 300 }}
+"
+        )
+    };
+    let kid = |p: &str| {
+        format!(
+            "  - - calls:
+        - {{tool: run_command, args: {{command: \"touch {p}/made.txt\"}}}}
+    - calls:
+        - {{tool: finish, args: {{summary: {p}}}}}
+"
+        )
+    };
+    std::fs::write(
+        dir.join("script.yaml"),
+        format!(
+            "turns:\n  - calls:\n{}{}  - calls:\n      - {{tool: finish, args: {{summary: handed out}}}}\nchildren:\n{}{}",
+            child("a"),
+            child("b"),
+            kid("a"),
+            kid("b")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("task.yaml"),
+        "instruction: hand out a and b
+criteria:
+  - {id: kept, text: the readme is kept, checks: [{file_exists: README.md}]}
+limits: { max_steps: 10, max_children: 2, max_depth: 1 }
+",
+    )
+    .unwrap();
+    let cmd = format!(
+        "env LANG=C.UTF-8 TERM=xterm-256color LOOP_STATE_DIR={} {} run --task {} --allow-vacuous --model scripted:{} --project {} ; echo EXITED $?; sleep 60",
+        dir.join("state").display(),
+        env!("CARGO_BIN_EXE_loop"),
+        dir.join("task.yaml").display(),
+        dir.join("script.yaml").display(),
+        project.display()
+    );
+    let t = Tmux::start(&dir, &cmd);
+    let questions = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.contains("asks to run"))
+            .map(str::to_string)
+            .collect()
+    };
+    let first = t.wait_for("a child's question", |s| questions(s).len() == 1);
+    let (first_child, parent) = asked_by(&questions(&first)[0]);
+    assert_ne!(first_child, parent);
+    // Both children wait for the person now; only one question is shown.
+    let start = Instant::now();
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(["status", &parent, "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kids = s["children"].as_array().cloned().unwrap_or_default();
+        if kids.len() == 2 && kids.iter().all(|k| k["state"] == "awaiting_approval") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(questions(&t.screen(false)).len(), 1, "{}", t.screen(false));
+    t.keys(&["y", "Enter"]);
+    let second = t.wait_for("the other child's question", |s| questions(s).len() == 2);
+    let (second_child, second_parent) = asked_by(&questions(&second)[1]);
+    assert_eq!(second_parent, parent);
+    assert_ne!(second_child, first_child);
+    t.keys(&["n", "Enter"]);
+    let end = t.wait_for("the end", |s| s.contains("EXITED"));
+    assert!(end.contains("EXITED 0"), "{end}");
+    // The answer typed went to the question on the screen: the first
+    // child ran its command and is verified, the second was denied.
+    let outcome = |id: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+            .env("LOOP_STATE_DIR", dir.join("state"))
+            .args(["status", id, "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        s["outcome"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(outcome(&first_child), "verified");
+    assert_ne!(outcome(&second_child), "verified");
+}

@@ -51,7 +51,7 @@ pub use project::readiness::{cost, maker_endpoint};
 pub use project::stacks::project_checks;
 pub use project::workspaces::root as workspaces_root;
 pub use runtime::Runtime;
-pub use task::adapters::{OnPrompt, Prompter, Question};
+pub use task::asking::{OnPrompt, Prompter, Question};
 pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use task::intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};
 pub use task::request::{ContractSource, StoredRequest, TaskReport};

@@ -716,12 +716,16 @@ async function showTask(view, id) {
       // while what they act on does not change.
       const key = [t.outcome, t.interrupted, t.running, t.queued].join("|");
       if (key !== controlsKey) { controlsKey = key; fill(ctl, controls(id, t)); }
-      const pending = (t.approvals || []).filter((a) => a.status === "pending");
+      // Its own questions, then its children's (asked of the same person).
+      const pending = [
+        ...(t.approvals || []).filter((a) => a.status === "pending").map((a) => [id, a]),
+        ...(t.children || []).flatMap((c) => (c.asking || []).map((a) => [c.id, a])),
+      ];
       // A card already shown for the same question stays as it is (a
       // redraw never moves a new question under the cursor).
       const shownIds = [...asks.children].map((c) => c.getAttribute("data-approval")).join(",");
-      if (shownIds !== pending.map((a) => a.id).join(",")) {
-        fill(asks, ...pending.map((a) => answerCard(id, a)));
+      if (shownIds !== pending.map(([task, a]) => task + "/" + a.id).join(",")) {
+        fill(asks, ...pending.map(([task, a]) => answerCard(task, a, task !== id)));
       }
       if (t.receipt) { await showReceipt(receipt, id); }
       await showChange(change, id, t);
@@ -730,7 +734,15 @@ async function showTask(view, id) {
   };
   const t = await refresh();
   if (!t) return;
-  clock = setInterval(() => { if (last && !last.outcome && !last.interrupted) drawFacts(); }, 1000);
+  let ticks = 0;
+  clock = setInterval(() => {
+    if (!last || last.outcome || last.interrupted) return;
+    // A child's question is not in this task's story: while a child
+    // runs, its page is read again every 2 s.
+    ticks += 1;
+    if (ticks % 2 === 0 && (last.children || []).some((c) => !c.outcome)) refresh();
+    else drawFacts();
+  }, 1000);
   follow(id, (ev) => {
     if (!alive) return;
     if (ev.kind === "task_started") { limits = ev.limits || (ev.contract && ev.contract.limits) || null; drawFacts(); }
@@ -790,8 +802,8 @@ function controls(id, t) {
   return row;
 }
 
-function answerCard(id, a) {
-  const message = el("input", { id: "answer-" + a.id, name: "message" });
+function answerCard(id, a, child) {
+  const message = el("input", { id: "answer-" + id + "-" + a.id, name: "message" });
   const send = async (deny) => {
     try {
       await api("/api/v1/tasks/" + encodeURIComponent(id) + "/approve", { method: "POST", body: { deny, message: message.value || null, approval_id: a.id } });
@@ -804,9 +816,10 @@ function answerCard(id, a) {
     ? el("p", {}, "Checkpoint: ", el("span", { class: "cmd" }, unpath(p.detail)))
     : el("div", {}, el("p", {}, "May it run this command?" + (p.rule ? " (rule " + p.rule + ")" : "")),
       el("pre", { class: "cmd" }, unpath(p.detail)));
-  return el("div", { class: "card ask", role: "group", "aria-label": "A question for you", "data-approval": a.id },
+  return el("div", { class: "card ask", role: "group", "aria-label": "A question for you", "data-approval": id + "/" + a.id },
+    child ? el("p", {}, "Child task ", el("a", { href: "#/task/" + encodeURIComponent(id) }, id), " asks:") : null,
     what,
-    el("label", { for: "answer-" + a.id }, "Message to the model (optional)"), message,
+    el("label", { for: "answer-" + id + "-" + a.id }, "Message to the model (optional)"), message,
     el("div", { class: "row" },
       el("button", { type: "button", onclick: () => send(false) }, "Approve"),
       el("button", { type: "button", class: "secondary", onclick: () => send(true) }, "Deny")));

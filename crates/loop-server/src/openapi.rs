@@ -109,7 +109,7 @@ fn task() -> Value {
                 "properties": {"queue": {"type": "string"}, "reason": {"type": "string"}, "at_ms": {"type": "integer"}}},
             "parent": {"type": "string", "description": "present for a child task: the task that delegated it"},
             "children": {"type": "array", "description": "present when the task delegated: each child's id, state, outcome, the paths it may change and what it used (counted in this task's `used` too)",
-                "items": obj(json!({"id": {"type": "string"}, "state": {"type": "string"}, "outcome": {"type": ["string", "null"]}, "writable": {"type": "array", "items": {"type": "string"}}, "used": any_object()}), &["id", "state", "used"])}
+                "items": obj(json!({"id": {"type": "string"}, "state": {"type": "string"}, "outcome": {"type": ["string", "null"]}, "writable": {"type": "array", "items": {"type": "string"}}, "used": any_object(), "asking": {"type": "array", "items": any_object()}}), &["id", "state", "used"])}
         }),
         &["id", "state", "queued", "used", "approvals", "apply"],
     )

@@ -597,6 +597,11 @@ fn hand_over(
     Ok(log)
 }
 
+/// How a question names the task's parent, when it is a child.
+fn child_of(parent: Option<&str>) -> String {
+    parent.map_or_else(String::new, |p| format!(" (a child of task {p})"))
+}
+
 /// Questions on stderr, answers from stdin; a live view is hidden while
 /// a question waits (the story shows it again when the answer lands).
 pub struct Terminal(pub Option<LiveView>);
@@ -604,15 +609,22 @@ pub struct Terminal(pub Option<LiveView>);
 impl loop_runtime::Prompter for Terminal {
     fn ask(&mut self, question: &loop_runtime::Question<'_>) {
         let text = match question {
-            loop_runtime::Question::Checkpoint { task_id, detail } => format!(
-                "\n⏸ task {task_id} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {task_id}` elsewhere): "
+            loop_runtime::Question::Checkpoint {
+                task_id,
+                parent,
+                detail,
+            } => format!(
+                "\n⏸ task {task_id}{} asks: {detail}\n  go on? [y]es, [n]o, or type guidance for the model (also `loop approve {task_id}` elsewhere): ",
+                child_of(*parent)
             ),
             loop_runtime::Question::Approval {
                 task_id,
+                parent,
                 detail,
                 rule,
             } => format!(
-                "\n⏸ task {task_id} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): "
+                "\n⏸ task {task_id}{} asks to run `{detail}` (rule `{rule}`)\n  [y]es / [n]o / [a]lways for this rule this task (also `loop approve {task_id}` elsewhere): ",
+                child_of(*parent)
             ),
         };
         if let Some(view) = &self.0 {
@@ -635,5 +647,13 @@ impl loop_runtime::Prompter for Terminal {
     fn again(&mut self, expected: &str) {
         eprint!("  answer {expected}: ");
         let _ = std::io::Write::flush(&mut std::io::stderr());
+    }
+
+    fn settled(&mut self) {
+        // A child's answer is not in this task's story: the bars come
+        // back here (the story's own answer does the same for the task's).
+        if let Some(view) = &self.0 {
+            view.answered();
+        }
     }
 }

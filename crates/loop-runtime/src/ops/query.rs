@@ -154,6 +154,10 @@ pub struct ChildView {
     pub writable: Vec<String>,
     /// What it used.
     pub used: Used,
+    /// Its questions waiting for a person (asked of the person who runs
+    /// its parent: the parent's page and status show them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub asking: Vec<Approval>,
 }
 
 /// A queue's word that it gave up on a task.
@@ -281,6 +285,12 @@ fn children_of(store: &dyn Store, id: &str) -> Result<Vec<ChildView>, Error> {
                 verifications: u64::from(b.verifications),
                 usd: b.usd,
             },
+            asking: store
+                .approvals(&t.id)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|a| a.status == loop_store::ApprovalStatus::Pending)
+                .collect(),
         });
     }
     Ok(out)

@@ -1,5 +1,6 @@
 //! Adapters that plug the component crates into the Director's traits.
 
+use crate::task::asking::{OnPrompt, Prompter, Question};
 use loop_core::{BoundaryError, Clock, Ledger, Tools, Verifier};
 use loop_protocol::{Contract, Event, ToolCall, ToolOutcome, ToolSpec, VerificationReport};
 use loop_receipt::FileLedger;
@@ -485,85 +486,6 @@ fn ending_for_terminal(to: loop_protocol::TaskState) -> loop_store::StoredState 
     }
 }
 
-/// Who answers a question the task asks (an exec-policy `prompt`, a
-/// checkpoint) when it is asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnPrompt {
-    /// A person at this terminal, asked inline (`loop approve` from
-    /// another terminal still works; whichever answers first wins).
-    Ask,
-    /// Nobody can answer here: deny (the default without a terminal).
-    Deny,
-    /// Answer yes (`--on-prompt allow`).
-    Allow,
-    /// Answer yes (`--yes`): as `Allow`, and the record says `--yes`.
-    Yes,
-    /// Wait for `loop approve`, until the approval timeout.
-    Wait,
-}
-
-impl std::str::FromStr for OnPrompt {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "deny" => Ok(OnPrompt::Deny),
-            "allow" => Ok(OnPrompt::Allow),
-            "wait" => Ok(OnPrompt::Wait),
-            other => Err(crate::Error::usage(format!(
-                "--on-prompt must be deny, allow or wait, not `{other}`"
-            ))),
-        }
-    }
-}
-
-impl OnPrompt {
-    /// The mode for this process: on a terminal a person is asked, unless
-    /// told otherwise; without one, `--on-prompt` (default `deny`).
-    pub fn choose(flag: Option<OnPrompt>, yes: bool) -> OnPrompt {
-        use std::io::IsTerminal;
-        match (flag, yes) {
-            (Some(m), _) => m,
-            (None, true) => OnPrompt::Yes,
-            (None, false) if std::io::stdin().is_terminal() => OnPrompt::Ask,
-            (None, false) => OnPrompt::Deny,
-        }
-    }
-}
-
-/// A question put to a person inline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Question<'a> {
-    /// May this command run?
-    Approval {
-        /// The task.
-        task_id: &'a str,
-        /// The command (or the call's arguments).
-        detail: &'a str,
-        /// The exec-policy rule that asks.
-        rule: &'a str,
-    },
-    /// May the task go on (with guidance)?
-    Checkpoint {
-        /// The task.
-        task_id: &'a str,
-        /// Why it stopped to ask.
-        detail: &'a str,
-    },
-}
-
-/// A person asked inline, as a front end provides one (the CLI: the
-/// terminal). Whichever answers first wins: this, or `loop approve` from
-/// anywhere.
-pub trait Prompter: Send {
-    /// Put `question` to the person; lines typed before it are not its
-    /// answer.
-    fn ask(&mut self, question: &Question<'_>);
-    /// What the person typed since, if anything; never blocks.
-    fn answer(&mut self) -> Option<String>;
-    /// The last answer could not be read; `expected` says what would be.
-    fn again(&mut self, expected: &str);
-}
-
 /// Approvals kept in the store: a pending request survives a restart of
 /// the runtime, and `loop approve` answers it from any process.
 pub struct StoreApprovals<'c> {
@@ -571,6 +493,8 @@ pub struct StoreApprovals<'c> {
     pub store: &'c dyn loop_store::Store,
     /// The task.
     pub task_id: String,
+    /// Its parent, when the task is a child: named with each request.
+    pub parent: Option<String>,
     /// Time.
     pub clock: &'c dyn Clock,
     /// Who answers.
@@ -621,15 +545,18 @@ impl StoreApprovals<'_> {
                 None,
             )?,
             OnPrompt::Ask => {
-                let task_id = self.task_id.clone();
+                let (task_id, parent) = (self.task_id.clone(), self.parent.clone());
+                let parent = parent.as_deref();
                 let question = if checkpoint {
                     Question::Checkpoint {
                         task_id: &task_id,
+                        parent,
                         detail,
                     }
                 } else {
                     Question::Approval {
                         task_id: &task_id,
+                        parent,
                         detail,
                         rule,
                     }
@@ -734,12 +661,16 @@ impl loop_core::Approvals for StoreApprovals<'_> {
         payload: &serde_json::Value,
         now_ms: u64,
     ) -> Result<(), BoundaryError> {
+        let mut payload = payload.clone();
+        if let (Some(parent), Some(p)) = (&self.parent, payload.as_object_mut()) {
+            p.insert("parent".into(), serde_json::Value::String(parent.clone()));
+        }
         self.store
             .put_approval(&loop_store::Approval {
                 task_id: self.task_id.clone(),
                 id: approval_id.to_string(),
                 kind: "approval".into(),
-                payload: payload.clone(),
+                payload,
                 status: ApprovalStatus::Pending,
                 created_ms: now_ms,
                 decided_ms: None,
@@ -776,6 +707,23 @@ impl loop_core::Approvals for StoreApprovals<'_> {
     }
 
     fn wait(
+        &mut self,
+        approval_id: &str,
+        deadline_ms: u64,
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<loop_core::ApprovalDecision, BoundaryError> {
+        let decided = self.wait_here(approval_id, deadline_ms, cancel);
+        // However it was settled, the person is no longer asked it.
+        if let Some(p) = self.prompter.as_mut() {
+            p.settled();
+        }
+        decided
+    }
+}
+
+impl StoreApprovals<'_> {
+    /// Wait for the answer to `approval_id` (see [`loop_core::Approvals::wait`]).
+    fn wait_here(
         &mut self,
         approval_id: &str,
         deadline_ms: u64,

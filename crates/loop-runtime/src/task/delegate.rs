@@ -56,6 +56,8 @@ pub(crate) struct Delegator<'a> {
     /// Where a child's change is laid out before it is merged.
     pub scratch: PathBuf,
     pub on_prompt: OnPrompt,
+    /// The person this task's front end asks: its children ask them too.
+    pub person: Option<crate::task::asking::Person>,
     pub start_child: StartChild,
 }
 
@@ -85,6 +87,24 @@ enum Either<'s> {
     Running(std::thread::ScopedJoinHandle<'s, Result<crate::TaskReport, crate::Error>>),
 }
 
+/// A child's observer: nothing of its story is shown (the parent's
+/// ledger tells it), but its questions go to the parent's person.
+struct Asker(Option<crate::task::asking::Turn>);
+
+impl loop_core::Observer for Asker {
+    fn on_event(&mut self, _event: &loop_protocol::Event) {}
+}
+
+impl crate::Observer for Asker {
+    fn note(&mut self, _line: &str) {}
+
+    fn prompter(&mut self) -> Option<Box<dyn crate::Prompter>> {
+        self.0
+            .take()
+            .map(|t| Box::new(t) as Box<dyn crate::Prompter>)
+    }
+}
+
 fn outcome(observation: Observation) -> ToolOutcome {
     ToolOutcome {
         observation,
@@ -98,7 +118,11 @@ impl Delegator<'_> {
     pub fn of<'a>(
         (project, task_id, stored): (&'a Path, &'a str, &'a StoredRequest),
         paths: &crate::project::locate::TaskPaths,
-        (on_prompt, start_child): (OnPrompt, StartChild),
+        (on_prompt, person, start_child): (
+            OnPrompt,
+            Option<crate::task::asking::Person>,
+            StartChild,
+        ),
     ) -> Option<Delegator<'a>> {
         let l = &stored.contract.limits;
         (l.max_children > 0 && l.max_depth > 0).then(|| Delegator {
@@ -108,6 +132,7 @@ impl Delegator<'_> {
             workspace: paths.workspace.clone(),
             scratch: paths.near.join("delegate"),
             on_prompt,
+            person,
             start_child,
         })
     }
@@ -310,6 +335,7 @@ impl Delegator<'_> {
     fn run_plans(&self, plans: &[Plan]) -> Vec<Option<Result<crate::TaskReport, crate::Error>>> {
         let (start, resume) = (self.start_child.start, self.start_child.resume);
         let (project, on_prompt) = (self.project, self.on_prompt);
+        let asker = || Asker(self.person.as_ref().map(crate::task::asking::Person::turn));
         let mut out: Vec<Option<Result<crate::TaskReport, crate::Error>>> =
             Vec::with_capacity(plans.len());
         for chunk in plans.chunks(TOGETHER) {
@@ -322,14 +348,15 @@ impl Delegator<'_> {
                         Plan::Started {
                             id, ended: None, ..
                         } => {
-                            Some(Either::Running(scope.spawn(move || {
-                                resume(project, id, on_prompt, &mut crate::Quiet)
-                            })))
+                            let mut asker = asker();
+                            Some(Either::Running(
+                                scope.spawn(move || resume(project, id, on_prompt, &mut asker)),
+                            ))
                         }
                         Plan::Fresh { admitted, .. } => {
-                            let admitted = (**admitted).clone();
+                            let (admitted, mut asker) = ((**admitted).clone(), asker());
                             Some(Either::Running(
-                                scope.spawn(move || start(admitted, &mut crate::Quiet)),
+                                scope.spawn(move || start(admitted, &mut asker)),
                             ))
                         }
                     })

@@ -27,7 +27,7 @@ pub(crate) struct Run<'r> {
     pub store: &'r dyn loop_store::Store,
     pub task_id: &'r str,
     pub stored: &'r StoredRequest,
-    pub on_prompt: crate::task::adapters::OnPrompt,
+    pub on_prompt: crate::task::asking::OnPrompt,
     pub extension: Option<loop_core::Extension>,
     /// The claim this process already holds (a task it just submitted).
     pub claimed: Option<loop_store::Owner>,
@@ -409,8 +409,10 @@ pub(crate) fn drive(
     )?;
     let live = crate::Observer::live_feed(observer);
     wired.verifier.0.set_live(live.clone());
-    wired.tools.delegator =
-        Delegator::of((project, task_id, stored), &paths, (on_prompt, start_child));
+    // The person this run's front end asks, shared with its children.
+    let person = crate::Observer::prompter(observer).map(crate::task::asking::Person::new);
+    let with = (on_prompt, person.clone(), start_child);
+    wired.tools.delegator = Delegator::of((project, task_id, stored), &paths, with);
 
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
@@ -420,17 +422,16 @@ pub(crate) fn drive(
     }
     let (mut model, mut checker) = models;
     let provenance = hook_models((&mut model, checker.as_mut()), live, &wired.kill);
-    let mut approvals = StoreApprovals {
-        store,
-        task_id: task_id.to_string(),
-        clock: &clock,
+    // The task's clock keeps running while it waits for a person, unless
+    // the Loopfile pauses it.
+    let deadline = (!pause_clock).then(|| clock.now_ms().saturating_add(remaining_ms));
+    let mut approvals = approvals_of(
+        (store, task_id, stored),
+        &clock,
         on_prompt,
-        // The task's clock keeps running while it waits for a person,
-        // unless the Loopfile pauses it.
-        task_deadline_ms: (!pause_clock).then(|| clock.now_ms().saturating_add(remaining_ms)),
-        always: Default::default(),
-        prompter: crate::Observer::prompter(observer),
-    };
+        deadline,
+        person,
+    );
     let cancel = wired.cancel.clone();
     let (kill, interrupted) = (wired.kill.clone(), wired.interrupted.clone());
     let parts = Parts {
@@ -483,6 +484,27 @@ pub(crate) fn drive(
         (result, ledger, ledger_name),
         (provenance, &owner.token),
     )
+}
+
+/// The approvals of task `task_id`: asked of `person` (shared with its
+/// children) when its mode is to ask, each naming its parent if it has one.
+fn approvals_of<'c>(
+    (store, task_id, stored): (&'c dyn loop_store::Store, &str, &StoredRequest),
+    clock: &'c dyn Clock,
+    on_prompt: crate::OnPrompt,
+    task_deadline_ms: Option<u64>,
+    person: Option<crate::task::asking::Person>,
+) -> StoreApprovals<'c> {
+    StoreApprovals {
+        store,
+        task_id: task_id.to_string(),
+        clock,
+        on_prompt,
+        task_deadline_ms,
+        always: Default::default(),
+        prompter: person.map(|p| Box::new(p.turn()) as Box<dyn crate::Prompter>),
+        parent: stored.delegation.as_ref().map(|d| d.from.parent.clone()),
+    }
 }
 
 /// Everything recorded committed, and the file copy durable, before the

@@ -7,9 +7,11 @@
 //! traits), `drive` (claim, record, Director), `change_set` (what the run
 //! changed), `end` (artifacts, change set, signed receipt, the task
 //! closed), `run` (submit and run, resume), `control` (cancel, answer),
-//! `delegate` (a child task started, run and merged back).
+//! `delegate` (a child task started, run and merged back), `asking` (one
+//! person asked by a task and its children, one question at a time).
 
 pub mod adapters;
+pub mod asking;
 pub(crate) mod baseline_cache;
 pub(crate) mod change_set;
 pub mod control;

@@ -313,18 +313,28 @@ try:
     shot("task-phone")
     driver.set_window_size(1280, 1000)
 
-    # A task that delegated: its page lists its child, whose page names it.
-    deleg = subprocess.run(
-        [loop_bin, "run", "--task", os.path.join(project, "deleg.task.yaml"),
+    # A task that delegated: its child's question is asked on the
+    # parent's page and answered there; the page lists its child, whose
+    # page names it.
+    deleg = subprocess.Popen(
+        [loop_bin, "run", "--task", os.path.join(project, "deleg.task.yaml"), "--on-prompt", "wait",
          "--model", "scripted:" + os.path.join(project, "deleg.yaml"), "--project", project],
         env={**os.environ, "LOOP_STATE_DIR": state},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-    assert deleg.returncode == 0, deleg.stderr.decode()
     driver.get(url + "/#/")
     wait_text("#view table", "hand the work to a child")
     parent = row_id("hand the work to a child")
     driver.get(url + "/#/task/" + parent)
+    wait_text("#view", "Child task")
+    card = driver.find_element(By.CSS_SELECTOR, "div.card.ask")
+    assert "touch child.txt" in card.text, card.text
+    asker = card.get_attribute("data-approval").split("/")[0]
+    assert asker != parent, asker
+    click_fresh("div.card.ask button")  # Approve
+    _, err = deleg.communicate(timeout=120)
+    assert deleg.returncode == 0, err.decode()
+    wait_text("#facts ul.children", "verified")
     wait_text("#facts", "CHILDREN")  # (labels are shown in capitals)
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#facts ul.children li a")))
     item = driver.execute_script("return document.querySelector('#facts ul.children li').innerText")
@@ -333,6 +343,8 @@ try:
     click_fresh("#facts ul.children li a")
     wait_text("#facts", "PARENT")
     wait_text("#facts", parent)
+    assert asker in driver.current_url, (asker, driver.current_url)
+    wait_text("ol.trace", "Approval: approved (by the API (owner web")
     clean_page("a child's page")
 
     if os.environ.get("LOOP_UPDATE_SCREENSHOTS") == "1":
