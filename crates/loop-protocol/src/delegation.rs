@@ -165,6 +165,38 @@ pub struct DelegatedFrom {
     pub authority: Authority,
 }
 
+/// Every per-step and per-command limit of `child` looser than its
+/// parent's (a child is made with its parent's: each step of it is held
+/// to the parent's diff limit, each command to its file and disk sizes).
+pub fn limits_within(child: &Limits, parent: &Limits) -> Vec<Refusal> {
+    [
+        (
+            "limits.max_diff_lines",
+            u64::from(child.max_diff_lines),
+            u64::from(parent.max_diff_lines),
+        ),
+        (
+            "limits.max_file_bytes",
+            child.max_file_bytes,
+            parent.max_file_bytes,
+        ),
+        ("limits.disk_mb", child.disk_mb, parent.disk_mb),
+        ("limits.write_mb", child.write_mb, parent.write_mb),
+        (
+            "limits.max_verifications",
+            u64::from(child.max_verifications),
+            u64::from(parent.max_verifications),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, c, p)| c > p)
+    .map(|(what, c, p)| Refusal::Inherited {
+        what,
+        entry: format!("{c}, over its parent's {p}"),
+    })
+    .collect()
+}
+
 /// Every way `contract` claims more than `granted` allows (empty: it
 /// claims no more): its budget, its own delegation, hosts, and the
 /// protection it must keep.

@@ -898,7 +898,7 @@ fn check_children(
     granted: Option<&loop_protocol::delegation::Authority>,
     depth: u32,
 ) {
-    use loop_protocol::delegation::{Authority, MAX_DEPTH, contract_within, within};
+    use loop_protocol::delegation::Authority;
     let p = &statement.predicate;
     let recorded = p.delegation.as_ref().map(|d| &d.authority);
     if let (Some(g), Some(r)) = (granted, recorded)
@@ -928,6 +928,7 @@ fn check_children(
             own.max_children
         ));
     }
+    let mut charged = Vec::new();
     for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
             Ok(loop_protocol::Event::Delegated { child, .. }) => child,
@@ -940,64 +941,8 @@ fn check_children(
             }
         };
         let id = &child.task_id;
-        let mut problems: Vec<String> = Vec::new();
-        for r in within(&child.authority, &own) {
-            problems.push(format!("granted more than its parent held: {r}"));
-        }
-        let plain = !id.is_empty()
-            && id.len() <= 128
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        let path = dir.join(format!("{id}.receipt.json"));
-        match (&child.receipt_sha256, plain) {
-            (_, false) => problems.push("its task id is not a plain name".into()),
-            (_, _) if depth + 1 > MAX_DEPTH => {
-                problems.push(format!("deeper than {MAX_DEPTH} levels"))
-            }
-            (None, _) => problems.push("its parent recorded no receipt for it".into()),
-            (Some(want), true) => match crate::read::read_regular(&path, crate::read::MAX_READ) {
-                Err(e) => problems.push(format!("cannot read {}: {e}", path.display())),
-                Ok(bytes) if &sha256_hex(&bytes) != want => problems.push(format!(
-                    "its receipt's sha256 {} differs from the {want} its parent recorded",
-                    sha256_hex(&bytes)
-                )),
-                Ok(_) => match verify_at(&path, None, trusted, Some(&child.authority), depth + 1) {
-                    Err(e) => problems.push(e.to_string()),
-                    Ok(r) => {
-                        problems.extend(r.problems());
-                        match &r.statement {
-                            Some(st) if st.predicate.task_id != *id => problems
-                                .push(format!("its receipt is task {}'s", st.predicate.task_id)),
-                            Some(st) => {
-                                let named = st.predicate.delegation.as_ref().map(|d| &d.parent);
-                                if named != Some(&p.task_id) {
-                                    problems.push(format!(
-                                        "its receipt names {} as its parent, not {}",
-                                        named.map_or("no task", String::as_str),
-                                        p.task_id
-                                    ));
-                                }
-                                for why in contract_within(&st.predicate.contract, &child.authority)
-                                {
-                                    problems.push(format!(
-                                        "its contract claims more than it was granted: {why}"
-                                    ));
-                                }
-                                let ended = st.predicate.outcome.name().as_str();
-                                if ended != child.outcome {
-                                    problems.push(format!(
-                                        "it ended {ended}, its parent recorded {}",
-                                        child.outcome
-                                    ));
-                                }
-                            }
-                            None => {}
-                        }
-                    }
-                },
-            },
-        }
+        let problems = check_child(&child, (p, &own), (dir, trusted), depth);
+        charged.push(child.used);
         report.children.push(ChildCheck {
             task_id: id.clone(),
             outcome: child.outcome.clone(),
@@ -1007,6 +952,119 @@ fn check_children(
             .tree_problems
             .extend(problems.into_iter().map(|why| format!("child {id}: {why}")));
     }
+    // What its children used was charged to it: its own use holds theirs.
+    let used = &p.budgets.used;
+    let steps: u64 = charged.iter().map(|u| u64::from(u.steps)).sum();
+    let tokens: u64 = charged.iter().map(|u| u.tokens).sum();
+    let usd: f64 = charged.iter().map(|u| u.usd).sum();
+    if steps > u64::from(used.steps) || tokens > used.tokens || usd > used.usd + 1e-9 {
+        report.tree_problems.push(format!(
+            "its children used {steps} steps, {tokens} tokens, ${usd:.4}, more than its own record of {} steps, {} tokens, ${:.4} holds",
+            used.steps, used.tokens, used.usd
+        ));
+    }
+}
+
+/// Every problem of one child `child` of the task `p` describes: its
+/// grant, its receipt beside it (read, hashed, verified as a tree of its
+/// own), its parent named, its contract and what it used.
+fn check_child(
+    child: &loop_protocol::ChildRun,
+    (p, own): (&Predicate, &loop_protocol::delegation::Authority),
+    (dir, trusted): (&Path, &[PublicKey]),
+    depth: u32,
+) -> Vec<String> {
+    use loop_protocol::delegation::{MAX_DEPTH, contract_within, limits_within, within};
+    let id = &child.task_id;
+    let mut problems: Vec<String> = Vec::new();
+    for r in within(&child.authority, own) {
+        problems.push(format!("granted more than its parent held: {r}"));
+    }
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let path = dir.join(format!("{id}.receipt.json"));
+    match (&child.receipt_sha256, plain) {
+        (_, false) => problems.push("its task id is not a plain name".into()),
+        (_, _) if depth + 1 > MAX_DEPTH => problems.push(format!("deeper than {MAX_DEPTH} levels")),
+        (None, _) => problems.push("its parent recorded no receipt for it".into()),
+        (Some(want), true) => match crate::read::read_regular(&path, crate::read::MAX_READ) {
+            Err(e) => problems.push(format!("cannot read {}: {e}", path.display())),
+            Ok(bytes) if &sha256_hex(&bytes) != want => problems.push(format!(
+                "its receipt's sha256 {} differs from the {want} its parent recorded",
+                sha256_hex(&bytes)
+            )),
+            Ok(_) => match verify_at(&path, None, trusted, Some(&child.authority), depth + 1) {
+                Err(e) => problems.push(e.to_string()),
+                Ok(r) => {
+                    problems.extend(r.problems());
+                    match &r.statement {
+                        Some(st) if st.predicate.task_id != *id => {
+                            problems.push(format!("its receipt is task {}'s", st.predicate.task_id))
+                        }
+                        Some(st) => {
+                            let named = st.predicate.delegation.as_ref().map(|d| &d.parent);
+                            if named != Some(&p.task_id) {
+                                problems.push(format!(
+                                    "its receipt names {} as its parent, not {}",
+                                    named.map_or("no task", String::as_str),
+                                    p.task_id
+                                ));
+                            }
+                            for why in contract_within(&st.predicate.contract, &child.authority)
+                                .into_iter()
+                                .chain(limits_within(
+                                    &st.predicate.contract.limits,
+                                    &p.contract.limits,
+                                ))
+                            {
+                                problems.push(format!(
+                                    "its contract claims more than it was granted: {why}"
+                                ));
+                            }
+                            problems.extend(used_differs(&st.predicate.budgets.used, &child.used));
+                            let ended = st.predicate.outcome.name().as_str();
+                            if ended != child.outcome {
+                                problems.push(format!(
+                                    "it ended {ended}, its parent recorded {}",
+                                    child.outcome
+                                ));
+                            }
+                        }
+                        None => {}
+                    }
+                }
+            },
+        },
+    }
+    problems
+}
+
+/// Where a child's receipt and its parent's record of what it used
+/// disagree (the parent was charged what its record says).
+fn used_differs(
+    receipt: &loop_protocol::BudgetUse,
+    recorded: &loop_protocol::BudgetUse,
+) -> Option<String> {
+    let same = receipt.steps == recorded.steps
+        && receipt.tokens == recorded.tokens
+        && receipt.model_calls == recorded.model_calls
+        && (receipt.usd - recorded.usd).abs() < 1e-9;
+    (!same).then(|| {
+        format!(
+            "its receipt says it used {} steps, {} tokens, {} model calls, ${:.4}; its parent recorded {} steps, {} tokens, {} model calls, ${:.4}",
+            receipt.steps,
+            receipt.tokens,
+            receipt.model_calls,
+            receipt.usd,
+            recorded.steps,
+            recorded.tokens,
+            recorded.model_calls,
+            recorded.usd
+        )
+    })
 }
 
 /// The statement layer: its types, the contract's hash, and an outcome of

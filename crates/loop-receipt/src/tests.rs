@@ -398,16 +398,17 @@ mod tree {
 
     /// A parent with two children, `a` and `b`, each with its receipt.
     fn family(dir: &Path, key: &KeyPair, parent: &Contract) -> PathBuf {
-        family_with(dir, key, parent, &|_, _| {})
+        family_with(dir, key, parent, &|_, _, _| {})
     }
 
     /// [`family`], child `a`'s contract and own record of its grant
-    /// changed by `tweak` before its receipt is signed.
+    /// changed by `tweak` before its receipt is signed (and the parent's
+    /// record of what it used).
     fn family_with(
         dir: &Path,
         key: &KeyPair,
         parent: &Contract,
-        tweak: &dyn Fn(&mut Contract, &mut Authority),
+        tweak: &dyn Fn(&mut Contract, &mut Authority, &mut loop_protocol::BudgetUse),
     ) -> PathBuf {
         let own = Authority::of_contract(&parent_contract(2));
         let mut events = Vec::new();
@@ -417,8 +418,9 @@ mod tree {
             let mut contract =
                 delegation::child_contract(&parent_contract(2), &granted, &p).unwrap();
             let mut recorded = granted.clone();
+            let mut used = loop_protocol::BudgetUse::default();
             if id == "a" {
-                tweak(&mut contract, &mut recorded);
+                tweak(&mut contract, &mut recorded, &mut used);
             }
             let from = DelegatedFrom {
                 parent: "p".into(),
@@ -433,7 +435,7 @@ mod tree {
                     authority: granted,
                     outcome: "lost".into(),
                     receipt_sha256: Some(sha),
-                    used: Default::default(),
+                    used,
                 },
             });
         }
@@ -526,7 +528,7 @@ mod tree {
         let _ = std::fs::remove_dir_all(&dir);
         // A child whose own record of its grant is wider than its parent's.
         let dir = tmp("tree-record");
-        let parent = family_with(&dir, &key, &parent_contract(2), &|_, a| {
+        let parent = family_with(&dir, &key, &parent_contract(2), &|_, a, _| {
             a.writable = vec![String::new()]
         });
         assert_eq!(
@@ -536,7 +538,7 @@ mod tree {
         let _ = std::fs::remove_dir_all(&dir);
         // A child whose contract gives it more than it was granted.
         let dir = tmp("tree-contract");
-        let parent = family_with(&dir, &key, &parent_contract(2), &|c, _| {
+        let parent = family_with(&dir, &key, &parent_contract(2), &|c, _, _| {
             c.limits.max_steps = 50
         });
         let p = problems(&parent, &key);
@@ -544,6 +546,38 @@ mod tree {
         assert!(
             p[0].starts_with("child a: its contract claims more than it was granted: max_steps 50"),
             "{p:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        // A child whose steps may each change more lines than its parent's.
+        let dir = tmp("tree-diff-lines");
+        let parent = family_with(&dir, &key, &parent_contract(2), &|c, _, _| {
+            c.limits.max_diff_lines = 10_000
+        });
+        assert_eq!(
+            problems(&parent, &key),
+            vec![
+                "child a: its contract claims more than it was granted: limits.max_diff_lines `10000, over its parent's 250`: a child keeps every rule of its parent's and gains no exemption"
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_parent_charged_other_than_its_childs_receipt_says_fails_the_tree() {
+        let key = KeyPair::from_seed([6u8; 32]);
+        let dir = tmp("tree-used");
+        // The parent recorded child a as using 3 steps and 900 tokens; a's
+        // receipt says none, and the parent's own use (none) cannot hold it.
+        let parent = family_with(&dir, &key, &parent_contract(2), &|_, _, u| {
+            u.steps = 3;
+            u.tokens = 900;
+        });
+        assert_eq!(
+            problems(&parent, &key),
+            vec![
+                "child a: its receipt says it used 0 steps, 0 tokens, 0 model calls, $0.0000; its parent recorded 3 steps, 900 tokens, 0 model calls, $0.0000",
+                "its children used 3 steps, 900 tokens, $0.0000, more than its own record of 0 steps, 0 tokens, $0.0000 holds",
+            ]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
