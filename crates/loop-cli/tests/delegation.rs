@@ -723,3 +723,88 @@ fn a_child_whose_check_proves_nothing_is_not_started() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A parent of one child, `a`, that finishes once the child has.
+const PARENT_OF_A: &str = r#"
+instruction: Finish package a.
+criteria:
+  - id: a
+    text: package a is done
+    checks:
+      - file_contains: pkg/a/done.txt
+        text: "a is done"
+limits: { max_steps: 20, max_children: 1, max_depth: 1 }
+"#;
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_child_whose_run_fails_stops_its_parent_unended_and_resuming_goes_on_with_it() {
+    let base = tmpdir("outage");
+    let project = project(&base);
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    std::fs::write(base.join("task.yaml"), PARENT_OF_A).unwrap();
+    std::fs::write(base.join("script.yaml"), &script).unwrap();
+    // The child's run fails once it holds its task (as when the store or
+    // the disk fails under it): the parent stops too, unended, and tells
+    // the model nothing (an outage is not an answer).
+    let out = shared::loop_in(&base)
+        .args(["run", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .env("LOOP_FAULT_CHILD_RUNS_FAIL", "1")
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("interrupted, not ended"), "{said}");
+    assert!(said.contains("stopped before its end"), "{said}");
+    let listed = || -> Vec<serde_json::Value> {
+        let out = shared::loop_in(&base)
+            .args(["list", "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let tasks = listed();
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    assert!(tasks.iter().all(|t| t["outcome"].is_null()), "{tasks:?}");
+    let parent = tasks
+        .iter()
+        .find(|t| t["instruction"] == "Finish package a.")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let receipts = project.join(".loop/receipts");
+    let ledger = std::fs::read_to_string(receipts.join(format!("{parent}.ledger.jsonl")))
+        .unwrap_or_default();
+    assert!(!ledger.contains("\"delegated\""), "{ledger}");
+    assert!(!ledger.contains("\"observed\""), "{ledger}");
+    // Resumed, the call finds its child, which goes on to its end: one
+    // child, recorded once, merged, and the tree holds.
+    let resumed = shared::loop_in(&base)
+        .args(["resume", &parent, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", shared::text(&resumed));
+    assert_eq!(listed().len(), 2);
+    let receipt = receipts.join(format!("{parent}.receipt.json"));
+    let delegated = entries(&receipt, &parent, "delegated");
+    assert_eq!(delegated.len(), 1);
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    let v = verify(&base, &receipt);
+    let said = shared::text(&v);
+    assert_eq!(v.status.code(), Some(0), "{said}");
+    assert!(said.contains("1 child receipts hold"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -1065,6 +1065,11 @@ impl<'a> Director<'a> {
                     "tool runtime failed: not one answer for each delegate call".into(),
                 ));
             }
+            // A child stopped before its end: so does this run, unended;
+            // resumed, the call finds the child again and it goes on.
+            Err(e) if e.is_interrupted() => {
+                return Err(DirectorError::Interrupted(e.message().to_string()));
+            }
             Err(e) => return self.runtime_failed(e),
         };
         self.fault()?;

@@ -10,6 +10,9 @@ pub struct BoundaryError {
     message: String,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    /// The run is to stop here, unended, and be resumed (an outage, not
+    /// a failure of the task).
+    interrupted: bool,
 }
 
 impl BoundaryError {
@@ -18,7 +21,23 @@ impl BoundaryError {
         BoundaryError {
             message: message.into(),
             source: None,
+            interrupted: false,
         }
+    }
+
+    /// The run cannot go on now, though nothing is wrong with the task
+    /// (a child task of its stopped before its end): the Director stops
+    /// with nothing decided and the task is left to be resumed.
+    pub fn interrupted(message: impl Into<String>) -> Self {
+        BoundaryError {
+            interrupted: true,
+            ..BoundaryError::new(message)
+        }
+    }
+
+    /// Whether this stops the run unended (see [`BoundaryError::interrupted`]).
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupted
     }
 
     /// A failure caused by `cause` (its text is the message).
@@ -26,6 +45,7 @@ impl BoundaryError {
         BoundaryError {
             message: cause.to_string(),
             source: Some(Box::new(cause)),
+            interrupted: false,
         }
     }
 

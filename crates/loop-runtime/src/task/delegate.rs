@@ -185,6 +185,22 @@ impl Delegator<'_> {
             plans.push(plan);
         }
         let reports = self.watching(|| self.run_plans(&plans));
+        // A child that was stored and then stopped before its end (its
+        // run failed: the store, the disk, its claim) is an outage, not an
+        // answer: this run stops too, unended, before anything of the
+        // turn is merged or recorded; resumed, each call finds its child
+        // again and it goes on. (One refused before it was stored is the
+        // model's to hear, below.)
+        for (call, report) in calls.iter().zip(&reports) {
+            if let Some(Err(e)) = report
+                && let Some(child) = self.started_by(step, &call.id)?
+            {
+                return Err(BoundaryError::interrupted(format!(
+                    "child task {} stopped before its end: {e}; `loop resume {}` goes on with it",
+                    child.id, self.task_id
+                )));
+            }
+        }
         let mut out = Vec::with_capacity(calls.len());
         for ((call, plan), report) in calls.iter().zip(plans).zip(reports) {
             let id = call.id.as_str();

@@ -384,7 +384,8 @@ pub(crate) fn drive(
     let clock = SystemClock;
     let observer = &mut crate::task::adapters::Scrubbed(observer);
     let paths = TaskPaths::of(project, task_id);
-    let owner = take(store, task_id, claimed, observer)?;
+    let child = stored.delegation.is_some();
+    let owner = take(store, (task_id, child), claimed, observer)?;
     // However this run ends (an error, a panic), the claim is let go: a
     // long-lived server or worker would otherwise hold a task it no longer
     // runs until the process ends. (A task that ended has no owner already.)
@@ -544,7 +545,7 @@ fn ship_ended(
 /// first).
 fn take(
     store: &dyn loop_store::Store,
-    task_id: &str,
+    (task_id, child): (&str, bool),
     claimed: Option<loop_store::Owner>,
     observer: &mut dyn crate::Observer,
 ) -> Result<loop_store::Owner, Error> {
@@ -558,6 +559,12 @@ fn take(
         Some(o) => o,
         None => claim(store, task_id, &SystemClock)?,
     };
+    if child && child_run_fault() {
+        let _ = store.release(task_id, &owner.token);
+        return Err(Error::internal(format!(
+            "task {task_id}: the child's run failed once it claimed the task (fault injected)"
+        )));
+    }
     tracing::info!("task {task_id}: claimed by process {}", owner.pid);
     Ok(owner)
 }
@@ -1119,6 +1126,25 @@ fn run_fault() -> bool {
 /// Without the `fault-injection` feature nothing is injected.
 #[cfg(not(feature = "fault-injection"))]
 fn run_fault() -> bool {
+    false
+}
+
+/// Test-only fault injection (the `fault-injection` feature): the first
+/// `N` runs of child tasks this process starts fail with an error once
+/// they claimed their task (`LOOP_FAULT_CHILD_RUNS_FAIL=N`).
+#[cfg(feature = "fault-injection")]
+fn child_run_fault() -> bool {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let failing = std::env::var("LOOP_FAULT_CHILD_RUNS_FAIL")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < failing
+}
+
+/// Without the `fault-injection` feature nothing is injected.
+#[cfg(not(feature = "fault-injection"))]
+fn child_run_fault() -> bool {
     false
 }
 
