@@ -808,3 +808,50 @@ fn a_child_whose_run_fails_stops_its_parent_unended_and_resuming_goes_on_with_it
     assert!(said.contains("1 child receipts hold"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_childs_change_set_is_what_it_changed_from_its_parents_state() {
+    let base = tmpdir("changeset");
+    let project = project(&base);
+    let contract = PARENT_OF_A
+        .replace("pkg/a/done.txt", "pkg/a/README")
+        .replace("\"a is done\"", "\"from the child\"");
+    // The parent changes pkg/a/README, then a child adds a line to it.
+    let script = "turns:\n  - calls:\n      - tool: write_file\n        args: { path: pkg/a/README, content: \"start\\nfrom the parent\\n\" }\n  - calls:\n".to_string()
+        + "      - tool: delegate\n        args:\n          instruction: add a line\n          criteria: [{ id: a, text: added, checks: [{ file_contains: pkg/a/README, text: from the child }] }]\n          paths: [pkg/a]\n          budget: { max_steps: 4, max_tokens: 60000, timeout_secs: 300 }\n"
+        + "  - calls:\n      - tool: finish\n        args: { summary: done }\nchildren:\n  - - calls:\n        - tool: write_file\n          args: { path: pkg/a/README, content: \"start\\nfrom the parent\\nfrom the child\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    let run = shared::run_scripted(&base, &project, "changeset", (&contract, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let id = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let child = entries(&receipt, id, "delegated")[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let statement = shared::payload_of(&receipt.with_file_name(format!("{child}.receipt.json")));
+    let cs = &statement["predicate"]["change_set"];
+    let patch =
+        std::fs::read_to_string(receipt.with_file_name(cs["patch"].as_str().unwrap())).unwrap();
+    // The child's own line, against the parent's content as it began.
+    assert!(patch.contains("\n+from the child\n"), "{patch}");
+    assert!(patch.contains("\n from the parent\n"), "{patch}");
+    assert!(!patch.contains("+from the parent"), "{patch}");
+    // The parent's receipt has both, against the project's commit.
+    let parent_patch = std::fs::read_to_string(
+        receipt.with_file_name(
+            run.statement["predicate"]["change_set"]["patch"]
+                .as_str()
+                .unwrap(),
+        ),
+    )
+    .unwrap();
+    assert!(
+        parent_patch.contains("\n+from the parent\n"),
+        "{parent_patch}"
+    );
+    assert!(
+        parent_patch.contains("\n+from the child\n"),
+        "{parent_patch}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

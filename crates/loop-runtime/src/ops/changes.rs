@@ -172,6 +172,7 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
             &start.task_ws,
             &start.baseline,
             &now,
+            None,
         ),
         source: DiffSource::Workspace(paths.workspace),
     })

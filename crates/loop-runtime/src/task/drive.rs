@@ -331,12 +331,13 @@ fn wire<'a>(
         (fence, &interrupted, &kill),
     )?;
     let diff_ws = paths.workspace.clone();
+    let parent = crate::task::change_set::parent_workspace(project, stored);
     let tools = ToolsAdapter {
         tools: toolbox,
         diff: Some(Box::new(move || match Manifest::of(&diff_ws) {
             Ok(now) => {
-                crate::task::change_set::compute(project, &start.task_ws, &start.baseline, &now)
-                    .patch
+                let (base, ws) = (&start.baseline, &start.task_ws);
+                crate::task::change_set::compute(project, ws, base, &now, parent.as_deref()).patch
             }
             Err(e) => format!("(the change cannot be computed: {e})"),
         })),

@@ -269,6 +269,7 @@ fn ship_change_set(
     let start = s.start;
     let final_manifest =
         Manifest::of(&s.paths.workspace).map_err(io("cannot hash the workspace"))?;
+    let parent = crate::task::change_set::parent_workspace(s.project, s.stored);
     let mut changes = crate::task::change_set::compute(
         s.project,
         &start.task_ws,
@@ -278,6 +279,7 @@ fn ship_change_set(
         } else {
             &final_manifest
         },
+        parent.as_deref(),
     );
     let redacted = loop_sandbox::redact::redact(&changes.patch);
     let unredacted = (redacted != changes.patch).then(|| changes.patch_sha256.clone());
