@@ -332,6 +332,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: TokensAction,
     },
+    /// Skill bundles: `sign DIR`, `verify DIR`, `install PATH`, `list`,
+    /// `show NAME`, `remove NAME` (`loop run --skill NAME` uses one).
+    Skills {
+        #[command(subcommand)]
+        action: SkillsAction,
+    },
     /// Print a shell's completion script for `loop` (e.g.
     /// `loop completions bash > /etc/bash_completion.d/loop`).
     Completions {
@@ -362,6 +368,11 @@ pub(crate) struct RunArgs {
     /// instruction.
     #[arg(long, value_name = "NAME", conflicts_with = "task")]
     pub(crate) pattern: Option<String>,
+    /// Use a skill (`loop skills list`): its SKILL.md is given to the
+    /// model and what it asks is intersected with the task's authority
+    /// (an installed one must verify against `skills.trust`); repeatable.
+    #[arg(long = "skill", value_name = "NAME")]
+    pub(crate) skills: Vec<String>,
     /// With an instruction and no --check or --task, the contract is
     /// drafted by the model and judged by the critic; this locks the
     /// draft the critic accepts without asking (needed without a terminal).
@@ -417,6 +428,63 @@ pub(crate) struct RunArgs {
     /// died); with no instruction, only that.
     #[arg(long)]
     pub(crate) resume_interrupted: bool,
+}
+
+/// What `loop skills` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SkillsAction {
+    /// Sign the bundle in DIR with your signing key (writes DIR/SKILL.sig.json).
+    Sign {
+        /// The bundle's folder.
+        dir: PathBuf,
+    },
+    /// Check the bundle in DIR: signed by a key the Loopfile's
+    /// `skills.trust` lists, and not one byte changed since.
+    Verify {
+        /// The bundle's folder.
+        dir: PathBuf,
+        /// The project whose Loopfile lists the trusted keys.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Verify the bundle at PATH (a folder, or a git repository's working
+    /// tree) and copy it into the project's `loop-skills/` (or, with
+    /// `--user`, your own skills).
+    Install {
+        /// The bundle.
+        path: PathBuf,
+        /// Into your skills (`$LOOP_STATE_DIR/skills`), for every project.
+        #[arg(long)]
+        user: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Every skill the project can use or refuses, and why.
+    List {
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// One skill: where it is, who signed it, what it asks, its guidance.
+    Show {
+        /// The skill's name.
+        name: String,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Remove an installed skill (the project's, or with `--user` yours).
+    Remove {
+        /// The skill's name.
+        name: String,
+        /// Yours, not the project's.
+        #[arg(long)]
+        user: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
 }
 
 /// What `loop tokens` does.

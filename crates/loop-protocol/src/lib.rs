@@ -26,6 +26,7 @@ pub mod observation;
 pub mod outcome;
 pub mod path;
 pub mod random;
+pub mod skill;
 pub mod state;
 pub mod time;
 pub mod yaml;

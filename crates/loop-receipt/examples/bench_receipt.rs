@@ -115,6 +115,7 @@ fn main() {
                 },
                 created_at: "now".into(),
                 delegation: None,
+                skills: Vec::new(),
             },
         };
         write_envelope(&receipt, &statement, Some(&key)).unwrap();

@@ -327,6 +327,11 @@ pub struct Predicate {
     /// the authority the parent granted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<loop_protocol::delegation::DelegatedFrom>,
+    /// The skills the task used: each bundle's name and digest, who signed
+    /// it (none: the project's own pattern), and what of its asks was in
+    /// force and what was dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<loop_protocol::skill::SkillRecord>,
 }
 
 /// A receipt failure.

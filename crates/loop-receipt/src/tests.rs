@@ -369,6 +369,7 @@ mod tree {
             },
             created_at: "now".into(),
             delegation,
+            skills: Vec::new(),
         };
         let path = dir.join(format!("{id}.receipt.json"));
         b.write_signed(predicate, &path, key).unwrap();

@@ -20,6 +20,7 @@ mod models;
 mod ops;
 mod project;
 mod runtime;
+mod skills;
 mod task;
 pub mod views;
 
@@ -51,6 +52,13 @@ pub use project::readiness::{cost, maker_endpoint};
 pub use project::stacks::project_checks;
 pub use project::workspaces::root as workspaces_root;
 pub use runtime::Runtime;
+pub use skills::{
+    Bundle as SkillBundle, Installed as InstalledSkill, Listed as ListedSkill, Place as SkillPlace,
+    SIGNATURE_FILE as SKILL_SIGNATURE_FILE, SignReport as SkillSignReport,
+    Verified as VerifiedSkill, install as install_skill, list as list_skills,
+    remove as remove_skill, resolve as resolve_skill, sign as sign_skill,
+    trusted as trusted_skill_keys, verify as verify_skill,
+};
 pub use task::asking::{OnPrompt, Prompter, Question};
 pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};
 pub use task::intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};

@@ -704,29 +704,41 @@ async function showTask(view, id) {
   let controlsKey = null;
 
   const drawFacts = () => { if (last) fill(dl, ...facts(last, limits)); };
+  // The task as the server has it now: facts, buttons and questions (not
+  // the receipt or the diff). One read at a time; a reply older than the
+  // last one drawn is dropped.
+  let asked = 0;
+  let drawn = 0;
+  const readTask = async () => {
+    const n = ++asked;
+    const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
+    if (!alive || n < drawn) return null;
+    drawn = n;
+    last = t;
+    if (t.instruction) lead.textContent = visible(unpath(t.instruction));
+    lead.hidden = !t.instruction;
+    drawFacts();
+    // The buttons (and a half-filled budget form) stay as they are
+    // while what they act on does not change.
+    const key = [t.outcome, t.interrupted, t.running, t.queued].join("|");
+    if (key !== controlsKey) { controlsKey = key; fill(ctl, controls(id, t)); }
+    // Its own questions, then its children's (asked of the same person).
+    const pending = [
+      ...(t.approvals || []).filter((a) => a.status === "pending").map((a) => [id, a]),
+      ...(t.children || []).flatMap((c) => (c.asking || []).map((a) => [c.id, a])),
+    ];
+    // A card already shown for the same question stays as it is (a
+    // redraw never moves a new question under the cursor).
+    const shownIds = [...asks.children].map((c) => c.getAttribute("data-approval")).join(",");
+    if (shownIds !== pending.map(([task, a]) => task + "/" + a.id).join(",")) {
+      fill(asks, ...pending.map(([task, a]) => answerCard(task, a, task !== id)));
+    }
+    return t;
+  };
   const refresh = async () => {
     try {
-      const t = await api("/api/v1/tasks/" + encodeURIComponent(id));
-      if (!alive) return null;
-      last = t;
-      if (t.instruction) lead.textContent = visible(unpath(t.instruction));
-      lead.hidden = !t.instruction;
-      drawFacts();
-      // The buttons (and a half-filled budget form) stay as they are
-      // while what they act on does not change.
-      const key = [t.outcome, t.interrupted, t.running, t.queued].join("|");
-      if (key !== controlsKey) { controlsKey = key; fill(ctl, controls(id, t)); }
-      // Its own questions, then its children's (asked of the same person).
-      const pending = [
-        ...(t.approvals || []).filter((a) => a.status === "pending").map((a) => [id, a]),
-        ...(t.children || []).flatMap((c) => (c.asking || []).map((a) => [c.id, a])),
-      ];
-      // A card already shown for the same question stays as it is (a
-      // redraw never moves a new question under the cursor).
-      const shownIds = [...asks.children].map((c) => c.getAttribute("data-approval")).join(",");
-      if (shownIds !== pending.map(([task, a]) => task + "/" + a.id).join(",")) {
-        fill(asks, ...pending.map(([task, a]) => answerCard(task, a, task !== id)));
-      }
+      const t = await readTask();
+      if (!t) return null;
       if (t.receipt) { await showReceipt(receipt, id); }
       await showChange(change, id, t);
       return t;
@@ -735,13 +747,17 @@ async function showTask(view, id) {
   const t = await refresh();
   if (!t) return;
   let ticks = 0;
+  let polling = false;
   clock = setInterval(() => {
     if (!last || last.outcome || last.interrupted) return;
-    // A child's question is not in this task's story: while a child
-    // runs, its page is read again every 2 s.
+    drawFacts();
+    // A child's question is not in this task's story: while it runs,
+    // the task is read again every 2 s (facts and questions only).
     ticks += 1;
-    if (ticks % 2 === 0 && (last.children || []).some((c) => !c.outcome)) refresh();
-    else drawFacts();
+    if (ticks % 2 === 0 && !polling) {
+      polling = true;
+      readTask().catch(() => null).finally(() => { polling = false; });
+    }
   }, 1000);
   follow(id, (ev) => {
     if (!alive) return;

@@ -12,6 +12,7 @@ pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod settle;
 pub(crate) mod show;
+pub(crate) mod skills;
 pub(crate) mod tasks;
 pub(crate) mod tokens;
 pub(crate) mod verify;
@@ -113,6 +114,7 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         Command::Serve(args) => serve::serve(args),
         Command::Mcp { jobs, project } => serve::mcp(&project, jobs),
         Command::Tokens { action } => tokens::tokens_cmd(action, json),
+        Command::Skills { action } => skills::skills_cmd(action, json),
         Command::Completions { shell } => generated::completions(shell, json),
         Command::Man => generated::man(json),
         Command::Cost {

@@ -21,6 +21,7 @@ pub(crate) fn run_command(
         artifacts,
         task,
         pattern,
+        skills,
         accept_contract,
         model,
         record,
@@ -83,6 +84,7 @@ pub(crate) fn run_command(
         owner: None,
         trigger: None,
         via: loop_runtime::Via::Cli,
+        skills,
     };
     if let Some((url, name)) = queue {
         // The queue must answer before the task is stored.

@@ -29,7 +29,11 @@ const SECTIONS: &[&str] = &[
     "store",
     "mcp_servers",
     "project",
+    "skills",
 ];
+
+/// `skills:`'s keys.
+const SKILLS_KEYS: &[&str] = &["trust"];
 
 /// `project:`'s keys.
 const PROJECT_KEYS: &[&str] = &["id", "serves"];
@@ -137,6 +141,9 @@ pub struct Loopfile {
     /// `project:`: the project's id when every clone is to serve the same
     /// project, and other projects' ids whose tasks this one runs too.
     pub project: ProjectSection,
+    /// `skills.trust`: the keys whose signed skill bundles a task may use
+    /// (each a public key in PEM, or a project path to one).
+    pub skills_trust: Vec<String>,
 }
 
 /// The Loopfile's `project:`.
@@ -275,6 +282,13 @@ impl Loopfile {
                 "store" => out.store = read_store(&mut r, v),
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 "project" => out.project = read_project(&mut r, v),
+                "skills" => {
+                    for (k, v) in r.mapping(v, "`skills`", SKILLS_KEYS).unwrap_or_default() {
+                        if k.name == "trust" {
+                            out.skills_trust = r.strings(v, "`skills.trust`").unwrap_or_default();
+                        }
+                    }
+                }
                 other => r.err(
                     Some(k.pos),
                     format!(
@@ -1168,6 +1182,9 @@ fn section_schema(
                 "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
         "mcp_servers" => mcp_servers_schema(),
+        "skills" => json!({"type": "object", "additionalProperties": false,
+            "description": "Skill bundles: `trust` lists the keys (PEM, or a project path to a PEM file) whose signed bundles a task may use",
+            "properties": {"trust": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}}),
         "project" => json!({"type": "object", "additionalProperties": false,
         "description": "the project's identity on a shared store and queue: `id` (committed, so every clone serves the same project; without it each checkout makes its own in .loop/project-id) and `serves`, other projects whose tasks this one's workers take",
         "properties": props(PROJECT_KEYS, |k| match k {

@@ -166,13 +166,19 @@ pub fn diff(project: &Path, id: &str) -> Result<Diff, Error> {
             paths.workspace.display()
         ))
     })?;
+    // A child's files start as its parent's workspace held them.
+    let parent = crate::project::locate::open_store(&t.project)
+        .ok()
+        .and_then(|s| s.task(id).ok())
+        .and_then(|r| serde_json::from_value::<crate::StoredRequest>(r.request).ok())
+        .and_then(|stored| crate::task::change_set::parent_workspace(&t.project, &stored));
     Ok(Diff {
         change_set: crate::task::change_set::compute(
             &t.project,
             &start.task_ws,
             &start.baseline,
             &now,
-            None,
+            parent.as_deref(),
         ),
         source: DiffSource::Workspace(paths.workspace),
     })

@@ -285,12 +285,17 @@ fn children_of(store: &dyn Store, id: &str) -> Result<Vec<ChildView>, Error> {
                 verifications: u64::from(b.verifications),
                 usd: b.usd,
             },
-            asking: store
-                .approvals(&t.id)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|a| a.status == loop_store::ApprovalStatus::Pending)
-                .collect(),
+            // An ended child's unanswered question is nobody's any more.
+            asking: if t.is_terminal() {
+                Vec::new()
+            } else {
+                store
+                    .approvals(&t.id)
+                    .map_err(store_err)?
+                    .into_iter()
+                    .filter(|a| a.status == loop_store::ApprovalStatus::Pending)
+                    .collect()
+            },
         });
     }
     Ok(out)

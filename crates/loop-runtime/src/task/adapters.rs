@@ -133,6 +133,41 @@ pub struct ToolsAdapter<'a> {
     pub rebuilt: bool,
     /// Starts child tasks (the `delegate` tool), where the task may.
     pub delegator: Option<crate::task::delegate::Delegator<'a>>,
+    /// The tools each skill the task uses names (a skill that names none
+    /// is absent): the task is offered, and may call, only tools every
+    /// one of them names (and `finish`).
+    pub skill_tools: Vec<(String, Vec<String>)>,
+}
+
+impl ToolsAdapter<'_> {
+    /// The skill that does not name `tool`, if one does not.
+    fn skill_without(&self, tool: &str) -> Option<&str> {
+        (tool != "finish")
+            .then(|| {
+                self.skill_tools
+                    .iter()
+                    .find(|(_, tools)| !tools.iter().any(|t| t == tool))
+                    .map(|(name, _)| name.as_str())
+            })
+            .flatten()
+    }
+
+    /// `call` refused, when a skill the task uses does not name its tool.
+    fn refused_by_skill(&self, call: &ToolCall) -> Option<ToolOutcome> {
+        let skill = self.skill_without(&call.tool)?;
+        Some(ToolOutcome {
+            observation: loop_protocol::Observation::refused(
+                &call.id,
+                &call.tool,
+                "skill: a tool the skill does not name",
+                format!(
+                    "Refused: the skill {skill} this task uses does not name the tool `{}`.",
+                    call.tool
+                ),
+            ),
+            control: None,
+        })
+    }
 }
 
 impl Tools for ToolsAdapter<'_> {
@@ -141,6 +176,7 @@ impl Tools for ToolsAdapter<'_> {
         if self.delegator.is_some() {
             specs.push(loop_tools::specs::delegate());
         }
+        specs.retain(|s| self.skill_without(&s.name).is_none());
         specs
     }
     fn delegate(
@@ -149,6 +185,9 @@ impl Tools for ToolsAdapter<'_> {
         call: &ToolCall,
         left: &loop_protocol::delegation::Left,
     ) -> Result<(ToolOutcome, Option<loop_protocol::ChildRun>), BoundaryError> {
+        if let Some(no) = self.refused_by_skill(call) {
+            return Ok((no, None));
+        }
         match self.delegator.as_mut() {
             Some(d) => d
                 .run_many(step, std::slice::from_ref(call), left, &mut self.tools)
@@ -158,6 +197,9 @@ impl Tools for ToolsAdapter<'_> {
         }
     }
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
+        if let Some(no) = self.refused_by_skill(call) {
+            return Ok(no);
+        }
         Ok(self.tools.execute(call))
     }
     fn workspace_root(&mut self) -> Result<String, BoundaryError> {
@@ -185,6 +227,10 @@ impl Tools for ToolsAdapter<'_> {
         calls: &[ToolCall],
         left: &loop_protocol::delegation::Left,
     ) -> Result<Vec<(ToolOutcome, Option<loop_protocol::ChildRun>)>, BoundaryError> {
+        // A skill that does not name `delegate` refuses every such call.
+        if self.skill_without(crate::task::delegate::TOOL).is_some() {
+            return calls.iter().map(|c| self.delegate(step, c, left)).collect();
+        }
         match self.delegator.as_mut() {
             Some(d) => d.run_many(step, calls, left, &mut self.tools),
             None => calls.iter().map(|c| self.delegate(step, c, left)).collect(),

@@ -193,6 +193,12 @@ impl Delegator<'_> {
         // model's to hear, below.)
         for (call, report) in calls.iter().zip(&reports) {
             if let Some(Err(e)) = report
+                && matches!(
+                    e.kind,
+                    crate::ErrorKind::Internal
+                        | crate::ErrorKind::Unavailable
+                        | crate::ErrorKind::Conflict
+                )
                 && let Some(child) = self.started_by(step, &call.id)?
             {
                 return Err(BoundaryError::interrupted(format!(

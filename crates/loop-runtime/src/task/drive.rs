@@ -344,6 +344,11 @@ fn wire<'a>(
         keeper: None,
         rebuilt: false,
         delegator: None,
+        skill_tools: stored
+            .skills
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), s.capabilities.tools.clone()?)))
+            .collect(),
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.

@@ -350,6 +350,7 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         ledger: s.ledger,
         created_at: loop_protocol::time::rfc3339_millis(s.clock.now_ms()),
         delegation: s.stored.delegation.as_ref().map(|c| c.from.clone()),
+        skills: s.stored.skills.clone(),
     };
     let receipt_path = s.paths.receipts.join(format!("{task_id}.receipt.json"));
     let key = loop_receipt::KeyPair::load_or_create()

@@ -140,6 +140,9 @@ pub struct TaskRequest {
     pub trigger: Option<loop_protocol::TriggerRecord>,
     /// The front end it came through.
     pub via: Via,
+    /// Skills the task uses (`--skill NAME`): each verified, its guidance
+    /// given to the model, its asks intersected with the task's authority.
+    pub skills: Vec<String>,
 }
 
 /// A request the intake accepted: the contract assembled (or the
@@ -173,6 +176,8 @@ pub struct Admitted {
     /// A directory whose content the workspace takes once it is made (a
     /// child's: its parent's workspace as it is now).
     pub(crate) start_from: Option<PathBuf>,
+    /// The skills it uses, as judged and narrowed.
+    pub(crate) skills: Vec<loop_protocol::skill::SkillRecord>,
 }
 
 /// What a child task is given by its parent beyond its contract.
@@ -269,6 +274,18 @@ impl Runtime {
             }
         };
         override_limits(&mut contract.limits, &req.limits, via)?;
+        let mut skills = Vec::new();
+        for name in &req.skills {
+            let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
+            let record = crate::skills::narrow(&bundle, signer, &mut contract);
+            if !bundle.guidance.trim().is_empty() {
+                guidance.push((
+                    format!("SKILL.md of the {name} skill ({})", record.vouched()),
+                    bundle.guidance.clone(),
+                ));
+            }
+            skills.push(record);
+        }
         let model = req.model.map(|m| self.resolve_model(&m, via)).transpose()?;
         Ok(Admitted {
             contract,
@@ -286,6 +303,7 @@ impl Runtime {
             allow_vacuous: req.allow_vacuous,
             delegation: None,
             start_from: None,
+            skills,
         })
     }
 

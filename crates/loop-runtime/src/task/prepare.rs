@@ -420,6 +420,7 @@ fn stored_request(
         project_checks: Vec::new(),
         mcp_servers: loopfile.mcp_servers.clone(),
         delegation: req.delegation.as_ref().map(|d| d.child.clone()),
+        skills: req.skills.clone(),
     }
     .tightened(req))
 }
@@ -429,11 +430,20 @@ impl StoredRequest {
     /// (each `prompt` or `forbidden`, so none loosens it).
     fn tightened(mut self, req: &Admitted) -> StoredRequest {
         use loop_tools::exec_policy::{Decision, Rule};
-        let Some(inherited) = &req.delegation else {
+        let added: Vec<&loop_protocol::delegation::ExecRule> = req
+            .delegation
+            .iter()
+            .flat_map(|d| &d.child.from.authority.exec)
+            .chain(req.skills.iter().flat_map(|s| &s.capabilities.exec))
+            .collect();
+        if added.is_empty() && req.delegation.is_none() {
             return self;
+        }
+        let mut policy = match &req.delegation {
+            Some(inherited) => inherited.exec.clone().unwrap_or_default(),
+            None => self.exec_policy.clone().unwrap_or_default(),
         };
-        let mut policy = inherited.exec.clone().unwrap_or_default();
-        for r in &inherited.child.from.authority.exec {
+        for r in added {
             policy.rules.push(Rule {
                 prefix: r.prefix.split_whitespace().map(str::to_string).collect(),
                 // Never looser than the default it may shadow: a rule

@@ -102,6 +102,10 @@ pub struct StoredRequest {
     /// `exec_policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<ChildOf>,
+    /// The skills the task uses, as judged and narrowed (see
+    /// [`crate::skills`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<loop_protocol::skill::SkillRecord>,
 }
 
 /// The guidance files read, in this order.
@@ -164,12 +168,23 @@ pub(crate) fn guarded(
         &new_tests,
     )?;
     // A child writes only beneath the paths its parent granted.
-    let protected = match &stored.delegation {
+    let mut protected = match &stored.delegation {
         Some(child) => protected
             .confined_to(&child.from.authority.writable, CONFINED)
             .map_err(|e| Error::usage(format!("a child's paths: {e}")))?,
         None => protected,
     };
+    // And a task using a skill that names its paths, only beneath them.
+    for s in &stored.skills {
+        if let Some(paths) = &s.capabilities.writable {
+            protected = protected
+                .confined_to(
+                    paths,
+                    &format!("skill {}: outside the skill's paths", s.name),
+                )
+                .map_err(|e| Error::usage(format!("skill {}'s paths: {e}", s.name)))?;
+        }
+    }
     Ok((protected, new_tests))
 }
 

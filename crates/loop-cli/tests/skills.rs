@@ -1,0 +1,296 @@
+//! Skill bundles through the `loop` binary: signed by a team's key,
+//! verified and installed into a project that trusts it, used by a task
+//! whose authority it can only narrow (its paths, its tools, its hosts),
+//! and recorded in the receipt; one byte changed, an unlisted signer, or
+//! a link in the bundle is refused by name. A project's own pattern stays
+//! usable unsigned, marked as such.
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("loop-skills-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// `loop` as the person whose state (and signing key) is `who`.
+fn loop_as(base: &Path, who: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env("LOOP_STATE_DIR", base.join(who))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+fn text(out: &Output) -> String {
+    shared::text(out)
+}
+
+/// A bundle `notes-keeper` that asks for the `notes/` folder, two tools,
+/// a host, and an exec rule that would widen (dropped).
+fn bundle(base: &Path) -> PathBuf {
+    let dir = base.join("share/notes-keeper");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: notes-keeper\ndescription: Keep the notes folder tidy\ncapabilities:\n  tools: [write_file, finish]\n  writable: [notes]\n  network: [docs.example.test]\n  exec:\n    - {prefix: rm, decision: allow}\n---\nWHEN: notes need writing. READ: resources/style.md.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("resources/style.md"), "one line per fact\n").unwrap();
+    dir
+}
+
+/// A project whose Loopfile trusts the team's key.
+fn project(base: &Path) -> PathBuf {
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("notes")).unwrap();
+    std::fs::create_dir_all(p.join("keys")).unwrap();
+    std::fs::write(p.join("README.md"), "readme\n").unwrap();
+    std::fs::write(p.join("notes/.keep"), "").unwrap();
+    let keys = loop_as(base, "team")
+        .args(["keys", "--json"])
+        .output()
+        .unwrap();
+    let pem: serde_json::Value = serde_json::from_slice(&keys.stdout).unwrap();
+    std::fs::write(p.join("keys/team.pem"), pem["pem"].as_str().unwrap()).unwrap();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        "skills:\n  trust: [keys/team.pem]\n",
+    )
+    .unwrap();
+    shared::commit_all(&p);
+    p
+}
+
+fn keyid(base: &Path, who: &str) -> String {
+    let keys = loop_as(base, who)
+        .args(["keys", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&keys.stdout).unwrap();
+    v["keyid"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
+    let base = tmpdir("use");
+    let dir = bundle(&base);
+    let project = project(&base);
+    let signed = loop_as(&base, "team")
+        .args(["skills", "sign"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    // Verified against the project's trusted keys, then installed.
+    let v = loop_as(&base, "state")
+        .args(["skills", "verify"])
+        .arg(&dir)
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
+    let team = keyid(&base, "team");
+    assert!(
+        text(&v).contains(&format!("signed by {team}")),
+        "{}",
+        text(&v)
+    );
+    let i = loop_as(&base, "state")
+        .args(["skills", "install"])
+        .arg(&dir)
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    assert!(
+        project
+            .join("loop-skills/notes-keeper/SKILL.sig.json")
+            .is_file()
+    );
+    let listed = loop_as(&base, "state")
+        .args(["skills", "list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let l: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(l["name"], "notes-keeper");
+    assert_eq!(l["usable"], true);
+    assert_eq!(l["state"], format!("signed by {team}"));
+    // A task uses it: a write outside its folder and a tool it does not
+    // name are refused; the write inside lands and the task is verified.
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: README.md, content: \"changed\\n\"}}\n      - {tool: run_command, args: {command: \"echo hi\"}}\n      - {tool: write_file, args: {path: notes/today.md, content: \"a fact\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: noted}}\n";
+    std::fs::write(base.join("script.yaml"), script).unwrap();
+    let run = loop_as(&base, "state")
+        .args([
+            "run",
+            "write today's note",
+            "--check",
+            "grep -q fact notes/today.md",
+            "--skill",
+            "notes-keeper",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let lines = shared::json_lines(&run);
+    let receipt = lines.iter().find(|e| e["kind"] == "receipt").unwrap();
+    let statement = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    let p = &statement["predicate"];
+    assert_eq!(p["outcome"]["kind"], "verified");
+    let s = &p["skills"][0];
+    assert_eq!(s["name"], "notes-keeper");
+    assert_eq!(s["signer"], team.as_str());
+    assert!(s["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(s["capabilities"]["writable"], serde_json::json!(["notes"]));
+    assert_eq!(
+        s["capabilities"]["tools"],
+        serde_json::json!(["write_file", "finish"])
+    );
+    // The host it asked for is not the task's: it did not get it.
+    assert_eq!(s["capabilities"]["network"], serde_json::json!([]));
+    assert_eq!(
+        s["dropped"],
+        serde_json::json!([
+            "exec rule `rm: allow`: a skill cannot widen the task's exec policy",
+            "network host `docs.example.test`: not in the task's network allow-list"
+        ])
+    );
+    let ledger = std::fs::read_to_string(
+        Path::new(receipt["path"].as_str().unwrap())
+            .with_file_name(format!("{}.ledger.jsonl", p["task_id"].as_str().unwrap())),
+    )
+    .unwrap();
+    assert!(
+        ledger.contains("skill notes-keeper: outside the skill's paths"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains("does not name the tool `run_command`"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains(&format!(
+            "SKILL.md of the notes-keeper skill (signed by {team})"
+        )),
+        "{ledger}"
+    );
+    // One byte changed in the installed copy: refused, naming the file.
+    std::fs::write(
+        project.join("loop-skills/notes-keeper/resources/style.md"),
+        "one line per fact!\n",
+    )
+    .unwrap();
+    let again = loop_as(&base, "state")
+        .args([
+            "run",
+            "write today's note",
+            "--check",
+            "grep -q fact notes/today.md",
+            "--skill",
+            "notes-keeper",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("resources/style.md changed since it was signed"),
+        "{}",
+        text(&again)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsigned() {
+    let base = tmpdir("refuse");
+    let dir = bundle(&base);
+    let project = project(&base);
+    // Signed by someone the project does not trust.
+    let signed = loop_as(&base, "stranger")
+        .args(["skills", "sign"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    let stranger = keyid(&base, "stranger");
+    let i = loop_as(&base, "state")
+        .args(["skills", "install"])
+        .arg(&dir)
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(i.status.code(), Some(2), "{}", text(&i));
+    assert!(
+        text(&i).contains(&format!(
+            "signed by {stranger}, not a key the Loopfile's `skills.trust` lists"
+        )),
+        "{}",
+        text(&i)
+    );
+    assert!(!project.join("loop-skills/notes-keeper").exists());
+    // A link in a bundle: refused by name, never read through.
+    std::fs::write(base.join("secret"), "host secret\n").unwrap();
+    std::os::unix::fs::symlink(base.join("secret"), dir.join("resources/leak.md")).unwrap();
+    let v = loop_as(&base, "team")
+        .args(["skills", "sign"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_ne!(v.status.code(), Some(0));
+    assert!(
+        text(&v).contains("resources/leak.md is a link"),
+        "{}",
+        text(&v)
+    );
+    // The project's own pattern, unsigned: usable, marked as such.
+    let pat = project.join("loop-patterns/tidy");
+    std::fs::create_dir_all(&pat).unwrap();
+    std::fs::write(pat.join("SKILL.md"), "WHEN: tidy up.\n").unwrap();
+    std::fs::write(
+        base.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: notes/t.md, content: \"tidy\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: tidy}}\n",
+    )
+    .unwrap();
+    let run = loop_as(&base, "state")
+        .args([
+            "run",
+            "tidy up",
+            "--check",
+            "grep -q tidy notes/t.md",
+            "--skill",
+            "tidy",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let lines = shared::json_lines(&run);
+    let receipt = lines.iter().find(|e| e["kind"] == "receipt").unwrap();
+    let statement = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    let s = &statement["predicate"]["skills"][0];
+    assert_eq!(s["name"], "tidy");
+    assert!(s.get("signer").is_none(), "{s}");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -1,0 +1,793 @@
+//! Skill bundles people share and trust: a folder with a `SKILL.md` (its
+//! front matter may declare `capabilities`), an optional `contract.yaml`
+//! and resources, signed by a DSSE envelope over the bundle's Merkle root
+//! (`SKILL.sig.json`). A bundle from outside the project is used only when
+//! a key the Loopfile's `skills.trust` lists signed it and not one byte
+//! changed since; a project's own `loop-patterns/NAME/` stays usable
+//! unsigned, marked as such. Every read goes through the project door: a
+//! link, a FIFO or a device in a bundle is refused by name, never read
+//! through. A skill can only narrow the task that uses it
+//! ([`narrow`]).
+
+use crate::Error;
+use base64::Engine as _;
+use loop_protocol::delegation::{ExecRule, Stricter};
+use loop_protocol::skill::{Capabilities, SkillRecord};
+use loop_workspace::door;
+use loop_workspace::untrusted::Node;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The signed manifest beside a bundle's files.
+pub const SIGNATURE_FILE: &str = "SKILL.sig.json";
+/// The DSSE payload type of a signed bundle.
+pub const PAYLOAD_TYPE: &str = "application/vnd.loop-engine.skill.v1+json";
+/// Where a project keeps the skills installed into it.
+pub const PROJECT_DIR: &str = "loop-skills";
+/// Where a project keeps its own (unsigned) patterns.
+pub const PATTERNS_DIR: &str = "loop-patterns";
+/// The most files a bundle holds.
+pub const MAX_FILES: usize = 256;
+/// The largest file in a bundle.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+/// All of a bundle's files together.
+pub const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+/// How deep a bundle's folders go.
+const MAX_DEPTH: usize = 8;
+
+/// One file of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleFile {
+    /// Its path in the bundle.
+    pub path: String,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its size.
+    pub size: u64,
+}
+
+/// A bundle as read from its folder.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    /// Its name (the folder's).
+    pub name: String,
+    /// The folder.
+    pub dir: PathBuf,
+    /// Its files (the signature left out), sorted.
+    pub files: Vec<BundleFile>,
+    /// `sha256:` and the Merkle root of its files.
+    pub digest: String,
+    /// `SKILL.md` without its front matter.
+    pub guidance: String,
+    /// What its front matter declares.
+    pub capabilities: Capabilities,
+    /// Exec rules it declared that could only widen (`allow`), dropped.
+    pub widening: Vec<String>,
+    /// Its front matter's `description`.
+    pub description: Option<String>,
+}
+
+/// What the envelope's payload says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Signed {
+    kind: String,
+    name: String,
+    digest: String,
+    files: Vec<BundleFile>,
+    capabilities: Capabilities,
+}
+
+const KIND: &str = "loop-engine/skill";
+
+fn bad(dir: &Path, why: impl std::fmt::Display) -> Error {
+    Error::usage(format!("skill {}: {why}", dir.display()))
+}
+
+/// Whether `name` can name a skill: 1 to 64 letters, digits, `.`, `-`,
+/// `_`, not starting with a dot.
+pub fn name_problem(name: &str) -> Option<String> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    (!ok)
+        .then(|| format!("`{name}` is not a skill name (1 to 64 letters, digits, `.`, `-` or `_`)"))
+}
+
+/// Read the bundle in `dir`: every file, no link followed, bounded.
+pub fn read_bundle(dir: &Path) -> Result<Bundle, Error> {
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    if let Some(why) = name_problem(&name) {
+        return Err(bad(dir, why));
+    }
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    walk(dir, "", 0, &mut files, &mut total)?;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let skill = door::read_text(dir, "SKILL.md", MAX_FILE_BYTES)
+        .map_err(|e| bad(dir, e))?
+        .ok_or_else(|| bad(dir, "no SKILL.md: a bundle is a folder with a SKILL.md"))?;
+    let (front, guidance) = front_matter(&skill);
+    let mut bundle = Bundle {
+        digest: digest_of(&files),
+        name,
+        dir: dir.to_path_buf(),
+        files,
+        guidance: guidance.to_string(),
+        capabilities: Capabilities::default(),
+        widening: Vec::new(),
+        description: None,
+    };
+    if let Some(front) = front {
+        read_front(&mut bundle, front)?;
+    }
+    Ok(bundle)
+}
+
+/// Every file beneath `rel` of `dir`, into `out`.
+fn walk(
+    dir: &Path,
+    rel: &str,
+    depth: usize,
+    out: &mut Vec<BundleFile>,
+    total: &mut u64,
+) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(bad(
+            dir,
+            format!("{rel}: folders nest deeper than {MAX_DEPTH}"),
+        ));
+    }
+    let names =
+        door::list(dir, (!rel.is_empty()).then(|| Path::new(rel))).map_err(|e| bad(dir, e))?;
+    for n in names {
+        // The signature, and a repository's own records, are not content.
+        if rel.is_empty() && (n == SIGNATURE_FILE || n == ".git") {
+            continue;
+        }
+        let path = if rel.is_empty() {
+            n.clone()
+        } else {
+            format!("{rel}/{n}")
+        };
+        match door::node(dir, &path).map_err(|e| bad(dir, e))? {
+            Node::Dir => walk(dir, &path, depth + 1, out, total)?,
+            Node::File { size, .. } => {
+                if size > MAX_FILE_BYTES {
+                    return Err(bad(
+                        dir,
+                        format!(
+                            "{path} is {size} bytes, over the {MAX_FILE_BYTES} a bundle's file may hold"
+                        ),
+                    ));
+                }
+                *total += size;
+                if *total > MAX_BUNDLE_BYTES || out.len() >= MAX_FILES {
+                    return Err(bad(
+                        dir,
+                        format!("over {MAX_FILES} files or {MAX_BUNDLE_BYTES} bytes"),
+                    ));
+                }
+                let bytes = door::read(dir, &path, MAX_FILE_BYTES)
+                    .map_err(|e| bad(dir, e))?
+                    .unwrap_or_default();
+                out.push(BundleFile {
+                    sha256: loop_protocol::hash::sha256_hex(&bytes),
+                    size: bytes.len() as u64,
+                    path,
+                });
+            }
+            Node::Symlink(t) => {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "{path} is a link (to {}): a skill bundle holds no links",
+                        t.display()
+                    ),
+                ));
+            }
+            Node::Missing => {}
+            _ => {
+                return Err(bad(
+                    dir,
+                    format!("{path} is not a file or a folder (a FIFO, socket or device)"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sha256:` and the Merkle root of `files` (as a workspace manifest's).
+fn digest_of(files: &[BundleFile]) -> String {
+    let entries: Vec<loop_workspace::Entry> = files
+        .iter()
+        .map(|f| loop_workspace::Entry {
+            path: f.path.clone(),
+            kind: loop_workspace::EntryKind::File,
+            sha256: f.sha256.clone(),
+            size: f.size,
+            executable: false,
+            raw_path: None,
+        })
+        .collect();
+    format!("sha256:{}", loop_workspace::manifest::merkle_root(&entries))
+}
+
+/// A `SKILL.md`'s front matter (between `---` lines at its top), if any,
+/// and the rest.
+fn front_matter(text: &str) -> (Option<&str>, &str) {
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return (None, text);
+    };
+    match rest.find("\n---\n") {
+        Some(end) => (Some(&rest[..end + 1]), &rest[end + 5..]),
+        None => match rest.strip_suffix("\n---") {
+            Some(front) => (Some(front), ""),
+            None => (None, text),
+        },
+    }
+}
+
+const FRONT_KEYS: &[&str] = &["name", "description", "capabilities"];
+const CAPABILITY_KEYS: &[&str] = &["tools", "exec", "network", "writable"];
+const RULE_KEYS: &[&str] = &["prefix", "decision"];
+
+/// Read the front matter's `name`, `description` and `capabilities`.
+fn read_front(bundle: &mut Bundle, front: &str) -> Result<(), Error> {
+    use loop_protocol::yaml::{self, Reader};
+    let origin = format!("{}/SKILL.md front matter", bundle.dir.display());
+    let root = yaml::parse(front)
+        .map_err(|e| Error::usage(format!("{origin}:{}: {}", e.pos, e.message)))?;
+    let mut r = Reader::new(&origin);
+    let mut caps = Capabilities::default();
+    for (k, v) in r
+        .mapping(&root, "the front matter", FRONT_KEYS)
+        .unwrap_or_default()
+    {
+        match k.name.as_str() {
+            "name" => {
+                if let Some(n) = r.string(v, "`name`")
+                    && n != bundle.name
+                {
+                    r.err(
+                        Some(v.pos),
+                        format!("`name` is `{n}` but the folder is `{}`", bundle.name),
+                        None,
+                    );
+                }
+            }
+            "description" => bundle.description = r.string(v, "`description`"),
+            "capabilities" => {
+                for (k, v) in r
+                    .mapping(v, "`capabilities`", CAPABILITY_KEYS)
+                    .unwrap_or_default()
+                {
+                    match k.name.as_str() {
+                        "tools" => caps.tools = r.strings(v, "`capabilities.tools`"),
+                        "network" => caps.network = r.strings(v, "`capabilities.network`"),
+                        "writable" => caps.writable = r.strings(v, "`capabilities.writable`"),
+                        "exec" => {
+                            for item in r.seq(v, "`capabilities.exec`").unwrap_or_default() {
+                                let mut prefix = None;
+                                let mut decision = None;
+                                for (k, v) in r
+                                    .mapping(item, "an exec rule", RULE_KEYS)
+                                    .unwrap_or_default()
+                                {
+                                    match k.name.as_str() {
+                                        "prefix" => prefix = r.nonempty_string(v, "`prefix`"),
+                                        "decision" => {
+                                            decision = r.one_of(
+                                                v,
+                                                "`decision`",
+                                                &["allow", "prompt", "forbidden"],
+                                            )
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                                match (prefix, decision) {
+                                    (Some(p), Some("allow")) => bundle.widening.push(format!(
+                                        "exec rule `{p}: allow`: a skill cannot widen the task's exec policy"
+                                    )),
+                                    (Some(prefix), Some(d)) => caps.exec.push(ExecRule {
+                                        prefix,
+                                        decision: if d == "prompt" {
+                                            Stricter::Prompt
+                                        } else {
+                                            Stricter::Forbidden
+                                        },
+                                    }),
+                                    _ => r.err(
+                                        Some(item.pos),
+                                        "an exec rule needs `prefix` and `decision`".into(),
+                                        None,
+                                    ),
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(paths) = &caps.writable {
+        for p in paths {
+            if loop_protocol::RelPath::parse(p).is_err() || p.is_empty() {
+                r.err(
+                    None,
+                    format!("`capabilities.writable`: `{p}` is not a path inside the workspace"),
+                    None,
+                );
+            }
+        }
+    }
+    r.finish(Some(()))
+        .map_err(|d| Error::usage(d.to_string()))?;
+    bundle.capabilities = caps;
+    Ok(())
+}
+
+/// What `loop skills sign` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SignReport {
+    /// The bundle.
+    pub name: String,
+    /// Its digest.
+    pub digest: String,
+    /// The key that signed it.
+    pub keyid: String,
+    /// How many files it holds.
+    pub files: usize,
+}
+
+/// Sign the bundle in `dir` with this user's signing key: its manifest,
+/// enveloped, written to `dir/SKILL.sig.json`.
+pub fn sign(dir: &Path) -> Result<SignReport, Error> {
+    let key = loop_receipt::KeyPair::load_or_create()
+        .map_err(|e| Error::usage(format!("signing key: {e}")))?;
+    sign_with(dir, &key)
+}
+
+/// [`sign`] with `key`.
+pub fn sign_with(dir: &Path, key: &loop_receipt::KeyPair) -> Result<SignReport, Error> {
+    let bundle = read_bundle(dir)?;
+    let payload = serde_json::to_vec(&Signed {
+        kind: KIND.into(),
+        name: bundle.name.clone(),
+        digest: bundle.digest.clone(),
+        files: bundle.files.clone(),
+        capabilities: bundle.capabilities.clone(),
+    })
+    .map_err(Error::from_cause)?;
+    let envelope = loop_receipt::Envelope {
+        payload_type: PAYLOAD_TYPE.into(),
+        payload: base64::engine::general_purpose::STANDARD.encode(&payload),
+        signatures: vec![loop_receipt::receipt::Signature {
+            keyid: key.keyid().to_string(),
+            sig: key.sign_b64(&loop_receipt::receipt::pae(PAYLOAD_TYPE, &payload)),
+        }],
+    };
+    let text = serde_json::to_vec_pretty(&envelope).map_err(Error::from_cause)?;
+    door::write(dir, SIGNATURE_FILE, &text).map_err(|e| bad(dir, e))?;
+    Ok(SignReport {
+        name: bundle.name,
+        digest: bundle.digest,
+        keyid: key.keyid().to_string(),
+        files: bundle.files.len(),
+    })
+}
+
+/// A bundle that holds: signed by `signer`, a trusted key, and as signed.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The bundle.
+    pub bundle: Bundle,
+    /// The key id that signed it.
+    pub signer: String,
+}
+
+/// Check the bundle in `dir` against its signature and `trusted`: every
+/// reason it does not hold, each naming what (a file, a key).
+pub fn verify(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verified, Error> {
+    let bundle = read_bundle(dir)?;
+    let sig = door::read(dir, SIGNATURE_FILE, 1 << 20)
+        .map_err(|e| bad(dir, e))?
+        .ok_or_else(|| {
+            bad(
+                dir,
+                format!("unsigned: no {SIGNATURE_FILE} (`loop skills sign DIR` signs a bundle)"),
+            )
+        })?;
+    let envelope: loop_receipt::Envelope = serde_json::from_slice(&sig)
+        .map_err(|e| bad(dir, format!("{SIGNATURE_FILE} is not a DSSE envelope: {e}")))?;
+    if envelope.payload_type != PAYLOAD_TYPE {
+        return Err(bad(
+            dir,
+            format!(
+                "{SIGNATURE_FILE}: payload type `{}`, not `{PAYLOAD_TYPE}`",
+                envelope.payload_type
+            ),
+        ));
+    }
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(envelope.payload.as_bytes())
+        .map_err(|e| bad(dir, format!("{SIGNATURE_FILE}: payload is not base64: {e}")))?;
+    let message = loop_receipt::receipt::pae(PAYLOAD_TYPE, &payload);
+    let signer = envelope.signatures.iter().find_map(|s| {
+        trusted
+            .iter()
+            .any(|k| k.keyid == s.keyid && k.verifies(&message, &s.sig))
+            .then(|| s.keyid.clone())
+    });
+    let Some(signer) = signer else {
+        let ids: Vec<&str> = envelope
+            .signatures
+            .iter()
+            .map(|s| s.keyid.as_str())
+            .collect();
+        let known = envelope
+            .signatures
+            .iter()
+            .any(|s| trusted.iter().any(|k| k.keyid == s.keyid));
+        return Err(bad(
+            dir,
+            if known {
+                format!("the signature by {} does not verify", ids.join(", "))
+            } else if ids.is_empty() {
+                "its envelope holds no signature".to_string()
+            } else {
+                format!(
+                    "signed by {}, not a key the Loopfile's `skills.trust` lists",
+                    ids.join(", ")
+                )
+            },
+        ));
+    };
+    let signed: Signed = serde_json::from_slice(&payload).map_err(|e| {
+        bad(
+            dir,
+            format!("{SIGNATURE_FILE}: its manifest cannot be read: {e}"),
+        )
+    })?;
+    let mut wrong = Vec::new();
+    if signed.kind != KIND {
+        wrong.push(format!("its manifest is a `{}`, not a skill", signed.kind));
+    }
+    if signed.name != bundle.name {
+        wrong.push(format!(
+            "it was signed as `{}`, not `{}`",
+            signed.name, bundle.name
+        ));
+    }
+    for f in &signed.files {
+        match bundle.files.iter().find(|g| g.path == f.path) {
+            None => wrong.push(format!("{} is gone since it was signed", f.path)),
+            Some(g) if g.sha256 != f.sha256 => {
+                wrong.push(format!("{} changed since it was signed", f.path))
+            }
+            Some(_) => {}
+        }
+    }
+    for g in &bundle.files {
+        if !signed.files.iter().any(|f| f.path == g.path) {
+            wrong.push(format!("{} was added since it was signed", g.path));
+        }
+    }
+    if wrong.is_empty() && signed.digest != bundle.digest {
+        wrong.push("its digest differs from the one signed".into());
+    }
+    if !wrong.is_empty() {
+        return Err(bad(dir, wrong.join("; ")));
+    }
+    Ok(Verified { bundle, signer })
+}
+
+/// The keys the Loopfile's `skills.trust` lists: each a public key in PEM,
+/// or a project path to one (read through the door).
+pub fn trusted(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<Vec<loop_receipt::PublicKey>, Error> {
+    let mut out = Vec::new();
+    for entry in &loopfile.skills_trust {
+        let text = if entry.trim_start().starts_with("-----BEGIN") {
+            entry.clone()
+        } else {
+            door::read_text(project, entry, 64 << 10)
+                .map_err(|e| Error::usage(format!("skills.trust: {e}")))?
+                .ok_or_else(|| Error::usage(format!("skills.trust: no file {entry}")))?
+        };
+        out.push(
+            loop_receipt::PublicKey::parse(&text)
+                .map_err(|e| Error::usage(format!("skills.trust: {entry}: {e}")))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Where this user keeps skills for every project.
+pub fn user_dir() -> PathBuf {
+    loop_receipt::state_dir().join("skills")
+}
+
+/// Where a skill is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Place {
+    /// `loop-skills/NAME/` in the project.
+    Project,
+    /// This user's skills (`$LOOP_STATE_DIR/skills/NAME/`).
+    User,
+    /// `loop-patterns/NAME/`: the project's own, unsigned.
+    Pattern,
+}
+
+impl Place {
+    /// The folder its skills are under, as a base the door opens and the
+    /// path beneath it (so no link on the way is followed).
+    fn base(self, project: &Path) -> (PathBuf, &'static str) {
+        match self {
+            Place::Project => (project.to_path_buf(), PROJECT_DIR),
+            Place::User => (loop_receipt::state_dir(), "skills"),
+            Place::Pattern => (project.to_path_buf(), PATTERNS_DIR),
+        }
+    }
+
+    fn dir(self, project: &Path) -> PathBuf {
+        let (base, rel) = self.base(project);
+        base.join(rel)
+    }
+
+    /// Whether skill `name` is kept here: `Ok(false)` when nothing is
+    /// there; a link or a file where its folder should be is refused.
+    fn holds(self, project: &Path, name: &str) -> Result<bool, Error> {
+        let (base, rel) = self.base(project);
+        if self == Place::User && !door::is_dir(&base, rel) {
+            return Ok(false);
+        }
+        match door::node(&base, Path::new(rel).join(name)) {
+            Ok(Node::Missing) => Ok(false),
+            Ok(Node::Dir) => Ok(true),
+            Ok(_) => Err(Error::usage(format!(
+                "skill {name}: {} is not a folder (a link?): refused",
+                base.join(rel).join(name).display()
+            ))),
+            Err(e) => Err(Error::usage(format!("skill {name}: {e}"))),
+        }
+    }
+
+    /// The names kept here.
+    fn names(self, project: &Path) -> Result<Vec<String>, Error> {
+        let (base, rel) = self.base(project);
+        if self == Place::User && !door::is_dir(&base, rel) {
+            return Ok(Vec::new());
+        }
+        door::list(&base, Some(Path::new(rel))).map_err(|e| Error::usage(e.to_string()))
+    }
+}
+
+/// A skill as `loop skills list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// Its name.
+    pub name: String,
+    /// Where it is kept.
+    pub place: Place,
+    /// Its digest, when it could be read.
+    pub digest: Option<String>,
+    /// `signed by KEY`, `unsigned, project-local`, or why it is refused.
+    pub state: String,
+    /// Whether a task may use it.
+    pub usable: bool,
+    /// Its description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Judge the skill `name` kept at `place`.
+fn judge(project: &Path, place: Place, name: &str, trusted: &[loop_receipt::PublicKey]) -> Listed {
+    let dir = place.dir(project).join(name);
+    let (digest, state, usable, description) = match place {
+        Place::Pattern => match read_bundle(&dir) {
+            Ok(b) => (
+                Some(b.digest),
+                "unsigned, project-local".to_string(),
+                true,
+                b.description,
+            ),
+            Err(e) => (None, e.to_string(), false, None),
+        },
+        _ => match verify(&dir, trusted) {
+            Ok(v) => (
+                Some(v.bundle.digest),
+                format!("signed by {}", v.signer),
+                true,
+                v.bundle.description,
+            ),
+            Err(e) => (None, format!("refused: {e}"), false, None),
+        },
+    };
+    Listed {
+        name: name.to_string(),
+        place,
+        digest,
+        state,
+        usable,
+        description,
+    }
+}
+
+/// Every skill this project can see, each judged.
+pub fn list(project: &Path) -> Result<Vec<Listed>, Error> {
+    let loopfile = crate::loopfile::Loopfile::load(project)?;
+    let trusted = trusted(project, &loopfile)?;
+    let mut out = Vec::new();
+    for place in [Place::Project, Place::User, Place::Pattern] {
+        for n in place
+            .names(project)?
+            .iter()
+            .filter(|n| name_problem(n).is_none())
+        {
+            out.push(judge(project, place, n, &trusted));
+        }
+    }
+    Ok(out)
+}
+
+/// The skill `name` a task may use, with how it is vouched for: the
+/// project's installed one, else this user's (each must verify), else the
+/// project's own pattern (unsigned). Refused with the reason otherwise.
+pub fn resolve(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    name: &str,
+) -> Result<(Bundle, Option<String>), Error> {
+    if let Some(why) = name_problem(name) {
+        return Err(Error::usage(why));
+    }
+    let trusted = trusted(project, loopfile)?;
+    for place in [Place::Project, Place::User] {
+        if place.holds(project, name)? {
+            let v = verify(&place.dir(project).join(name), &trusted)?;
+            return Ok((v.bundle, Some(v.signer)));
+        }
+    }
+    if Place::Pattern.holds(project, name)? {
+        return Ok((read_bundle(&Place::Pattern.dir(project).join(name))?, None));
+    }
+    Err(Error::usage(format!(
+        "no skill `{name}` (looked in {PROJECT_DIR}/, {} and {PATTERNS_DIR}/)",
+        user_dir().display()
+    )))
+}
+
+/// What `loop skills install` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Installed {
+    /// The skill.
+    pub name: String,
+    /// Where it now is.
+    pub path: PathBuf,
+    /// Its digest.
+    pub digest: String,
+    /// Who signed it.
+    pub signer: String,
+}
+
+/// Install the bundle at `from` (a folder, or a git repository's working
+/// tree holding one) into the project's `loop-skills/` or, with `user`,
+/// this user's skills, after it verifies against the project's trusted
+/// keys; copied file by file as verified, then verified again in place.
+pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Error> {
+    let loopfile = crate::loopfile::Loopfile::load(project)?;
+    let trusted = trusted(project, &loopfile)?;
+    let v = verify(from, &trusted)?;
+    let place = if user { Place::User } else { Place::Project };
+    let (base, rel) = place.base(project);
+    let dest = place.dir(project).join(&v.bundle.name);
+    if place.holds(project, &v.bundle.name)? {
+        return Err(Error::usage(format!(
+            "{} is there already: `loop skills remove {}` first",
+            dest.display(),
+            v.bundle.name
+        )));
+    }
+    let copy = || -> Result<(), Error> {
+        for f in v
+            .bundle
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain([SIGNATURE_FILE])
+        {
+            let bytes = door::read(from, f, MAX_FILE_BYTES)
+                .map_err(|e| bad(from, e))?
+                .unwrap_or_default();
+            door::write(&base, Path::new(rel).join(&v.bundle.name).join(f), &bytes)
+                .map_err(|e| bad(&dest, e))?;
+        }
+        verify(&dest, &trusted).map(|_| ())
+    };
+    if let Err(e) = copy() {
+        let _ = loop_workspace::snapshot::remove_tree(&dest);
+        return Err(e);
+    }
+    Ok(Installed {
+        name: v.bundle.name,
+        path: dest,
+        digest: v.bundle.digest,
+        signer: v.signer,
+    })
+}
+
+/// Remove the installed skill `name` (the project's, or with `user` this
+/// user's); a project's own pattern is its files, left to its owner.
+pub fn remove(project: &Path, name: &str, user: bool) -> Result<PathBuf, Error> {
+    if let Some(why) = name_problem(name) {
+        return Err(Error::usage(why));
+    }
+    let place = if user { Place::User } else { Place::Project };
+    let dir = place.dir(project).join(name);
+    if !place.holds(project, name)? {
+        return Err(Error::usage(format!(
+            "no skill `{name}` at {}",
+            dir.display()
+        )));
+    }
+    // A folder found through no link: removed whole (nothing followed).
+    loop_workspace::snapshot::remove_tree(&dir)
+        .map(|_| dir.clone())
+        .map_err(|e| Error::usage(format!("{}: {e}", dir.display())))
+}
+
+/// Intersect what `bundle` asks with the task's authority (`contract`),
+/// narrowing the contract's hosts to the skill's: the record of what is
+/// in force and what was dropped.
+pub fn narrow(
+    bundle: &Bundle,
+    signer: Option<String>,
+    contract: &mut loop_protocol::Contract,
+) -> SkillRecord {
+    let asked = &bundle.capabilities;
+    let mut dropped = bundle.widening.clone();
+    let mut caps = Capabilities {
+        tools: asked.tools.clone(),
+        exec: asked.exec.clone(),
+        network: None,
+        writable: asked.writable.clone(),
+    };
+    if let Some(hosts) = &asked.network {
+        let (kept, over): (Vec<String>, Vec<String>) = hosts
+            .iter()
+            .cloned()
+            .partition(|h| contract.network_allow.contains(h));
+        for h in over {
+            dropped.push(format!(
+                "network host `{h}`: not in the task's network allow-list"
+            ));
+        }
+        contract.network_allow.retain(|h| kept.contains(h));
+        caps.network = Some(kept);
+    }
+    SkillRecord {
+        name: bundle.name.clone(),
+        digest: bundle.digest.clone(),
+        signer,
+        capabilities: caps,
+        dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests;
