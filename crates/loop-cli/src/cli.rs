@@ -338,6 +338,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: SkillsAction,
     },
+    /// The project's memory: notes later tasks are given (`add TEXT`,
+    /// `list`, `show ID`, `approve ID`, `forget ID`).
+    Memory {
+        #[command(subcommand)]
+        action: MemoryAction,
+    },
     /// Print a shell's completion script for `loop` (e.g.
     /// `loop completions bash > /etc/bash_completion.d/loop`).
     Completions {
@@ -481,6 +487,55 @@ pub(crate) enum SkillsAction {
         /// Yours, not the project's.
         #[arg(long)]
         user: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+}
+
+/// What `loop memory` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MemoryAction {
+    /// Add a note (usable at once by later tasks whose words it shares).
+    Add {
+        /// The note (at most 500 characters).
+        text: String,
+        /// A path or topic it is about; repeatable.
+        #[arg(long = "about", value_name = "WHAT")]
+        about: Vec<String>,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// The notes, oldest first, each with its status and where it came from.
+    List {
+        /// Forgotten ones too.
+        #[arg(long)]
+        all: bool,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// One note in full.
+    Show {
+        /// The note's id (`n-…`).
+        id: String,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Approve a quarantined note (from a task that did not end verified).
+    Approve {
+        /// The note's id.
+        id: String,
+        /// The project.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
+    /// Forget a note: no task is given it again.
+    Forget {
+        /// The note's id.
+        id: String,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,

@@ -127,5 +127,5 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "hello\n"
     );
     let taken = std::fs::read_dir(&shots).unwrap().count();
-    assert_eq!(taken, 14, "screenshots in {}", shots.display());
+    assert_eq!(taken, 15, "screenshots in {}", shots.display());
 }

@@ -93,11 +93,19 @@ fn assert_session(seen: &Value, project: &Path) {
             "answer",
             "approve",
             "diff",
+            "memory",
             "run_task",
             "task_events",
             "task_status",
             "verify_receipt"
         ])
+    );
+    // Memory: a note added by the client is its own, usable, and listed.
+    assert_eq!(seen["note_status"], "usable", "{seen}");
+    assert_eq!(
+        seen["notes"],
+        serde_json::json!(["the client's note"]),
+        "{seen}"
     );
     assert_eq!(
         seen["read_only"],

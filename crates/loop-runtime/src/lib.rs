@@ -37,6 +37,10 @@ pub use ops::changes::{ApplyConsent, Diff, DiffSource, Settled, rotate_key};
 pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
 pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
 pub use ops::gc::{gc, task_branches};
+pub use ops::memory::{
+    add as add_note, approve as approve_note, forget as forget_note, list as list_notes,
+    show as show_note,
+};
 pub use ops::query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
 pub use ops::receipts::{
     ReceiptCheck, Replay, replay, verify as verify_receipt, verify_with as verify_receipt_with,

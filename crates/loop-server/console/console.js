@@ -912,6 +912,61 @@ async function showChange(box, id, t) {
   } catch (e) { fill(box, el("p", { class: "hint" }, unpath(e.message))); }
 }
 
+// ---- memory: the notes later tasks are given ----
+async function showMemory(view) {
+  document.title = "Memory · Loop Engine";
+  const list = el("div", { id: "notes" });
+  const text = el("textarea", { id: "note-text", name: "text", rows: "2", maxlength: "500", required: "" });
+  const about = el("input", { id: "note-about", name: "about", placeholder: "tests/test_hash.py, ci" });
+  const form = el("form", { class: "stack" },
+    el("label", { for: "note-text" }, "A note for later tasks"), text,
+    el("label", { for: "note-about" }, "About (paths or topics, comma-separated; optional)"), about,
+    el("div", { class: "row" }, el("button", { type: "submit" }, "Add the note")));
+  const draw = async () => {
+    try {
+      const r = await api("/api/v1/memory");
+      const notes = r.notes || [];
+      if (!notes.length) { fill(list, el("p", { class: "hint" }, "No notes yet: a verified task's `remember` calls and the notes added here make them.")); return; }
+      fill(list, ...notes.map((n) => noteCard(n, draw)));
+    } catch (e) { say(e.message); }
+  };
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { text: text.value.trim(), about: about.value.split(",").map((a) => a.trim()).filter(Boolean) };
+    try {
+      await api("/api/v1/memory", { method: "POST", body });
+      text.value = ""; about.value = "";
+      say("Noted.");
+      await draw();
+    } catch (e) { say(e.message); }
+  });
+  fill(view, el("h1", {}, "Memory"),
+    el("p", { class: "lead" }, "Notes later tasks of this project are given as untrusted guidance (they change no contract, limit or rule). A task's note is usable once its task ended verified; otherwise it waits here for a person."),
+    form, el("h2", {}, "Notes"), list);
+  await draw();
+}
+
+function noteCard(n, redraw) {
+  const b = n.body || {};
+  const from = b.source_task
+    ? el("span", {}, "from task ", el("a", { href: "#/task/" + encodeURIComponent(b.source_task) }, b.source_task), " (" + (b.outcome || "?") + ")")
+    : el("span", {}, "by " + (b.by || "a person"));
+  const act = async (what) => {
+    try {
+      await api("/api/v1/memory/" + encodeURIComponent(n.id) + "/" + what, { method: "POST" });
+      say(what === "approve" ? "Approved." : "Forgotten.");
+      await redraw();
+    } catch (e) { say(e.message); }
+  };
+  return el("div", { class: "card", "data-note": n.id },
+    el("p", {}, el("strong", {}, n.id), " · " + n.status + " · ", from),
+    el("p", {}, visible(n.text)),
+    (n.about || []).length ? el("p", { class: "hint" }, "About: " + n.about.join(", ")) : null,
+    el("div", { class: "row" },
+      n.status === "quarantined" ? el("button", { type: "button", onclick: () => act("approve") }, "Approve") : null,
+      n.status !== "forgotten" ? el("button", { type: "button", class: "secondary", onclick: () => act("forget") }, "Forget") : null));
+}
+
 // ---- routing ----
 function route() {
   stopView();
@@ -925,6 +980,7 @@ function route() {
   if (!signedIn) { document.title = "Sign in · Loop Engine"; $("#token").focus(); return; }
   const { path, params } = hashParts();
   if (path === "#/new") showNew(view);
+  else if (path === "#/memory") showMemory(view);
   else if (path.startsWith("#/task/")) showTask(view, decodeURIComponent(path.slice(7)));
   else if (path.startsWith("#/draft/")) showDraft(view, decodeURIComponent(path.slice(8)));
   else showList(view, params);

@@ -55,6 +55,9 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/apply", post(apply))
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
+        .route("/api/v1/memory", get(memory_list).post(memory_add))
+        .route("/api/v1/memory/{id}/approve", post(memory_approve))
+        .route("/api/v1/memory/{id}/forget", post(memory_forget))
         .route("/api/v1/hooks/{name}", post(hook))
         .route("/api/v1/drafts/{id}", get(draft_view))
         .route("/api/v1/drafts/{id}/confirm", post(draft_confirm))
@@ -599,6 +602,44 @@ async fn approve(
         answer: AnswerFields::of(&a, message.as_deref()),
     })
     .into_response())
+}
+
+/// The project's memory notes the caller may see.
+async fn memory_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read).await?;
+    let notes = crate::service::memory_list(&s, caller).await?;
+    Ok(Json(serde_json::json!({ "notes": notes })).into_response())
+}
+
+/// A person's note, the caller's own (usable at once).
+async fn memory_add(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Run).await?;
+    let new: crate::service::NewNote = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body: {e}")))?;
+    let n = crate::service::memory_add(&s, caller, new).await?;
+    Ok((StatusCode::CREATED, Json(n)).into_response())
+}
+
+async fn memory_approve(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Run).await?;
+    Ok(Json(crate::service::memory_settle(&s, caller, id, true).await?).into_response())
+}
+
+async fn memory_forget(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Run).await?;
+    Ok(Json(crate::service::memory_settle(&s, caller, id, false).await?).into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]

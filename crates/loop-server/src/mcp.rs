@@ -162,6 +162,18 @@ fn tool_list() -> Vec<Tool> {
             vec!["id"],
             true,
         ),
+        (
+            "memory",
+            "The project's memory: notes later tasks are given. `list` them (yours and the project's), `add` one of yours (text, about), `approve` a quarantined one or `forget` one (id).",
+            json!({
+                "action": {"enum": ["list", "add", "approve", "forget"]},
+                "text": {"type": "string", "description": "the note (add)"},
+                "about": {"type": "array", "items": {"type": "string"}, "description": "paths or topics it is about (add)"},
+                "id": {"type": "string", "description": "the note (approve, forget)"}
+            }),
+            vec!["action"],
+            false,
+        ),
     ];
     tools
         .into_iter()
@@ -457,8 +469,9 @@ impl LoopMcp {
                 let d = service::change_set_of(s, caller, id.clone()).await?;
                 said(&service::diff_body(s.runtime.project(), &id, &d))
             }
+            "memory" => memory_call(s, caller, &tool, args).await,
             other => Err(ApiError::bad_request(format!(
-                "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff)"
+                "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff, memory)"
             ))),
         }
     }
@@ -893,4 +906,32 @@ fn said<T: serde::Serialize>(body: &T) -> Result<Value, ApiError> {
             format!("the answer cannot be said as JSON: {e}"),
         )
     })
+}
+
+/// The `memory` tool: list, add, approve or forget a note.
+async fn memory_call(
+    s: &AppState,
+    caller: Caller,
+    tool: &str,
+    mut args: serde_json::Map<String, Value>,
+) -> Result<Value, ApiError> {
+    let action = required_str(tool, &mut args, "action")?;
+    match action.as_str() {
+        "list" => {
+            no_more(tool, &args)?;
+            said(&json!({"notes": service::memory_list(s, caller).await?}))
+        }
+        "add" => {
+            let new: service::NewNote = parse(tool, args)?;
+            said(&service::memory_add(s, caller, new).await?)
+        }
+        "approve" | "forget" => {
+            let id = required_str(tool, &mut args, "id")?;
+            no_more(tool, &args)?;
+            said(&service::memory_settle(s, caller, id, action == "approve").await?)
+        }
+        other => Err(ApiError::bad_request(format!(
+            "`{other}` is not an action of `memory` (list, add, approve, forget)"
+        ))),
+    }
 }

@@ -365,6 +365,42 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/api/v1/memory",
+        summary: "The project's memory notes the caller may see (an admin: all; others: their own and the project's), each with its status and source",
+        scope: Some("read"),
+        body: None,
+        response: notes,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/memory",
+        summary: "Add a note of the caller's for later tasks (usable at once)",
+        scope: Some("run"),
+        body: Some(new_note),
+        response: note,
+        ok: 201,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/memory/{id}/approve",
+        summary: "Approve a quarantined note (the caller's own; any with an admin token)",
+        scope: Some("run"),
+        body: None,
+        response: note,
+        ok: 200,
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/memory/{id}/forget",
+        summary: "Forget a note: no task is given it again",
+        scope: Some("run"),
+        body: None,
+        response: note,
+        ok: 200,
+    },
+    Route {
+        method: "get",
         path: "/api/v1/drafts/{id}",
         summary: "A contract drafted from an instruction alone: drafting, proposed (waiting for the answer), started or ended",
         scope: Some("read"),
@@ -382,6 +418,52 @@ pub(crate) const ROUTES: &[Route] = &[
         ok: 200,
     },
 ];
+
+fn note() -> Value {
+    obj(
+        json!({
+            "id": {"type": "string"},
+            "project": {"type": "string"},
+            "owner": {"type": "string"},
+            "text": {"type": "string"},
+            "about": {"type": "array", "items": {"type": "string"}},
+            "body": {"type": "object"},
+            "status": {"type": "string", "enum": ["usable", "quarantined", "forgotten"]},
+            "created_ms": {"type": "integer"},
+            "updated_ms": {"type": "integer"}
+        }),
+        &[
+            "id",
+            "project",
+            "owner",
+            "text",
+            "about",
+            "body",
+            "status",
+            "created_ms",
+            "updated_ms",
+        ],
+    )
+}
+
+fn notes() -> Value {
+    obj(
+        json!({"notes": {"type": "array", "items": note()}}),
+        &["notes"],
+    )
+}
+
+fn new_note() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "text": {"type": "string", "minLength": 1, "maxLength": 500},
+            "about": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 8}
+        },
+        "required": ["text"]
+    })
+}
 
 fn delivery() -> Value {
     json!({"type": "string", "description": "the webhook's payload, signed with the trigger's secret"})

@@ -598,3 +598,82 @@ pub(crate) fn diff_body<'a>(
         patch_sha256: &d.change_set.patch_sha256,
     }
 }
+
+/// A note a person adds (the API's body, MCP's arguments).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewNote {
+    text: String,
+    #[serde(default)]
+    about: Vec<String>,
+}
+
+/// The project's memory notes `caller` may see: an admin's, all; any
+/// other's, their own and the project's.
+pub(crate) async fn memory_list(
+    s: &AppState,
+    caller: Caller,
+) -> Result<Vec<loop_store::Note>, ApiError> {
+    let rt = s.runtime.clone();
+    crate::blocking(move || {
+        let owner = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+        Ok(loop_runtime::list_notes(rt.project(), false, owner)?)
+    })
+    .await
+}
+
+/// A note of `caller`'s, usable at once.
+pub(crate) async fn memory_add(
+    s: &AppState,
+    caller: Caller,
+    new: NewNote,
+) -> Result<loop_store::Note, ApiError> {
+    let rt = s.runtime.clone();
+    crate::blocking(move || {
+        let by = format!("the API (owner {})", caller.owner);
+        Ok(loop_runtime::add_note(
+            rt.project(),
+            &new.text,
+            &new.about,
+            Some(&caller.owner),
+            &by,
+        )?)
+    })
+    .await
+}
+
+/// Approve (or forget) note `id`: the caller's own, or any with `admin`.
+pub(crate) async fn memory_settle(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+    approve: bool,
+) -> Result<loop_store::Note, ApiError> {
+    let rt = s.runtime.clone();
+    crate::blocking(move || {
+        let admin = caller.scope == Scope::Admin;
+        let seen = (!admin).then_some(caller.owner.as_str());
+        // A note the caller may not see is not there for them.
+        let n = loop_runtime::show_note(rt.project(), &id, seen).map_err(|e| match e.kind {
+            loop_runtime::ErrorKind::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.message)
+            }
+            _ => e.into(),
+        })?;
+        if !admin && n.owner != caller.owner {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("note {id} is the project's: only an admin token may answer for it"),
+            ));
+        }
+        let by = format!("the API (owner {})", caller.owner);
+        let owner = Some(n.owner.as_str());
+        Ok(if approve {
+            loop_runtime::approve_note(rt.project(), &id, owner, &by)?
+        } else {
+            loop_runtime::forget_note(rt.project(), &id, owner, &by)?
+        })
+    })
+    .await
+}

@@ -137,7 +137,96 @@ pub const MIGRATIONS: &[&str] = &[
     // conditional write, and the holder renews all of its records in one.
     "ALTER TABLE drafts ADD COLUMN holder TEXT NOT NULL DEFAULT '';
      ALTER TABLE submissions ADD COLUMN holder TEXT NOT NULL DEFAULT '';",
+    // 8: memory: short notes for later tasks of a project (and owner),
+    // each with where it came from; searched by each engine's own
+    // full-text search (SQLite FTS5, PostgreSQL text search: see
+    // MEMORY_INDEX in each backend).
+    "CREATE TABLE notes (
+        id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        text TEXT NOT NULL,
+        words TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL
+     );
+     CREATE INDEX notes_by_project ON notes(project);",
 ];
+
+/// The words a note is found by: its text's and its `about`'s, each a
+/// run of letters or digits, lower-cased (both engines index these, so
+/// both find the same notes for the same words).
+pub fn note_words(text: &str, about: &[String]) -> Vec<String> {
+    std::iter::once(text)
+        .chain(about.iter().map(String::as_str))
+        .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| !w.is_empty() && w.chars().count() <= 64)
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// What a note is good for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteStatus {
+    /// Given to later tasks (its task ended verified, a person wrote it,
+    /// or a person approved it).
+    Usable,
+    /// Kept, but given to no task until a person approves it (its task
+    /// did not end verified).
+    Quarantined,
+    /// Forgotten: given to no task again.
+    Forgotten,
+}
+
+impl NoteStatus {
+    /// Its stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoteStatus::Usable => "usable",
+            NoteStatus::Quarantined => "quarantined",
+            NoteStatus::Forgotten => "forgotten",
+        }
+    }
+
+    /// The status a stored name names.
+    pub fn parse(s: &str) -> Option<NoteStatus> {
+        [
+            NoteStatus::Usable,
+            NoteStatus::Quarantined,
+            NoteStatus::Forgotten,
+        ]
+        .into_iter()
+        .find(|n| n.as_str() == s)
+    }
+}
+
+/// A memory note, as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Note {
+    /// Its id (`n-…`).
+    pub id: String,
+    /// The project it is for (the project's id).
+    pub project: String,
+    /// Whose it is: an API owner, or empty for the project's (the command
+    /// line's).
+    pub owner: String,
+    /// What it says.
+    pub text: String,
+    /// What it is about (paths, topics), searched with its text.
+    pub about: Vec<String>,
+    /// Where it came from and who answered for it (JSON: `source_task`,
+    /// `receipt_sha256`, `outcome`, `by`, `approved_by`).
+    pub body: serde_json::Value,
+    /// What it is good for.
+    pub status: NoteStatus,
+    /// When it was made (Unix ms).
+    pub created_ms: u64,
+    /// When it last changed.
+    pub updated_ms: u64,
+}
 
 /// The schema version this build writes.
 pub fn schema_version() -> i64 {
@@ -797,6 +886,23 @@ pub trait Store: Send + Sync {
     fn forget_kept_stored(&self, kind: Kept) -> Result<u64, StoreError>;
     /// Drop record `id` of `kind`; whether it was there.
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError>;
+    /// Keep memory note `n` (written again, it is replaced), and index it
+    /// for [`Store::search_notes`].
+    fn put_note(&self, n: &Note) -> Result<(), StoreError>;
+    /// `project`'s notes, oldest first (every status).
+    fn notes(&self, project: &str) -> Result<Vec<Note>, StoreError>;
+    /// Note `id`, if any.
+    fn note(&self, id: &str) -> Result<Option<Note>, StoreError>;
+    /// `project`'s usable notes for `owner` (and the project's own, owner
+    /// empty) that the engine's full-text search finds for any word of
+    /// `words`, best first, at most `limit`.
+    fn search_notes(
+        &self,
+        project: &str,
+        owner: &str,
+        words: &[String],
+        limit: usize,
+    ) -> Result<Vec<Note>, StoreError>;
     /// Keep draft `id` (a contract drafted over the API): [`Store::put_kept`].
     fn put_draft(
         &self,

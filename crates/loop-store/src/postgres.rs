@@ -373,6 +373,10 @@ impl PgStore {
             }
             for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                 tx.batch_execute(m)?;
+                // The engine's own index of the notes migration 8 makes.
+                if i + 1 == 8 {
+                    tx.batch_execute(MEMORY_INDEX)?;
+                }
                 tx.execute("UPDATE loop_schema SET version = $1", &[&(i as i64 + 1)])?;
             }
             tx.commit()?;
@@ -1291,6 +1295,28 @@ impl Store for PgStore {
         self.run(|c| Ok(c.execute(&sql, &[])?))
     }
 
+    fn put_note(&self, n: &crate::Note) -> Result<(), StoreError> {
+        self.put_note_here(n)
+    }
+
+    fn notes(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
+        self.notes_here(project)
+    }
+
+    fn note(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
+        self.note_here(id)
+    }
+
+    fn search_notes(
+        &self,
+        project: &str,
+        owner: &str,
+        words: &[String],
+        limit: usize,
+    ) -> Result<Vec<crate::Note>, StoreError> {
+        self.search_notes_here(project, owner, words, limit)
+    }
+
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
         let sql = format!("DELETE FROM {} WHERE id = $1", kind.table());
         self.run(|c| Ok(c.execute(&sql, &[&id])? > 0))
@@ -1377,6 +1403,113 @@ fn kept_record(r: &postgres::Row) -> Result<DraftRecord, postgres::Error> {
         updated_ms: r.try_get::<_, i64>(3)?.max(0) as u64,
         holder: r.try_get(4)?,
     })
+}
+
+/// PostgreSQL's full-text index of memory notes (made with migration 8):
+/// the `simple` configuration, so its words are the ones SQLite's index
+/// holds ([`crate::note_words`]).
+pub(crate) const MEMORY_INDEX: &str =
+    "CREATE INDEX notes_search ON notes USING gin (to_tsvector('simple', words));";
+
+fn note_row(r: &postgres::Row) -> Result<crate::Note, postgres::Error> {
+    let body: String = r.try_get("body")?;
+    let status: String = r.try_get("status")?;
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    Ok(crate::Note {
+        id: r.try_get("id")?,
+        project: r.try_get("project")?,
+        owner: r.try_get("owner")?,
+        text: r.try_get("text")?,
+        about: serde_json::from_value(body["about"].clone()).unwrap_or_default(),
+        body,
+        status: crate::NoteStatus::parse(&status).unwrap_or(crate::NoteStatus::Quarantined),
+        created_ms: r.try_get::<_, i64>("created_ms")?.max(0) as u64,
+        updated_ms: r.try_get::<_, i64>("updated_ms")?.max(0) as u64,
+    })
+}
+
+const NOTE_COLUMNS: &str = "id, project, owner, text, words, body, status, created_ms, updated_ms";
+
+impl PgStore {
+    pub(crate) fn put_note_here(&self, n: &crate::Note) -> Result<(), StoreError> {
+        let words = crate::note_words(&n.text, &n.about).join(" ");
+        let body = n.body.to_string();
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
+                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
+                &[
+                    &n.id,
+                    &n.project,
+                    &n.owner,
+                    &n.text,
+                    &words,
+                    &body,
+                    &n.status.as_str(),
+                    &ms(n.created_ms),
+                    &ms(n.updated_ms),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn notes_here(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
+        let sql =
+            format!("SELECT {NOTE_COLUMNS} FROM notes WHERE project = $1 ORDER BY created_ms, id");
+        self.run(|c| {
+            Ok(c.query(&sql, &[&project])?
+                .iter()
+                .map(note_row)
+                .collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    pub(crate) fn note_here(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
+        let sql = format!("SELECT {NOTE_COLUMNS} FROM notes WHERE id = $1");
+        self.run(|c| {
+            Ok(c.query_opt(&sql, &[&id])?
+                .as_ref()
+                .map(note_row)
+                .transpose()?)
+        })
+    }
+
+    pub(crate) fn search_notes_here(
+        &self,
+        project: &str,
+        owner: &str,
+        words: &[String],
+        limit: usize,
+    ) -> Result<Vec<crate::Note>, StoreError> {
+        // Each word quoted as a lexeme, any of them: nothing a note's words
+        // hold is read as an operator.
+        let query = words
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', "''").replace('\\', "")))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        if query.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {NOTE_COLUMNS} FROM notes
+             WHERE project = $1 AND status = 'usable' AND (owner = '' OR owner = $2)
+               AND to_tsvector('simple', words) @@ to_tsquery('simple', $3)
+             ORDER BY ts_rank(to_tsvector('simple', words), to_tsquery('simple', $3)) DESC,
+                      created_ms DESC
+             LIMIT $4"
+        );
+        let limit = limit as i64;
+        self.run(|c| {
+            Ok(c.query(&sql, &[&project, &owner, &query, &limit])?
+                .iter()
+                .map(note_row)
+                .collect::<Result<Vec<_>, _>>()?)
+        })
+    }
 }
 
 #[cfg(test)]

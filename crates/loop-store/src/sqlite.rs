@@ -449,6 +449,10 @@ impl SqliteStore {
             }
             for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                 tx.execute_batch(m).map_err(|e| self.err(e))?;
+                // The engine's own index of the notes migration 8 makes.
+                if i + 1 == 8 {
+                    tx.execute_batch(MEMORY_INDEX).map_err(|e| self.err(e))?;
+                }
                 tx.pragma_update(None, "user_version", i as i64 + 1)
                     .map_err(|e| self.err(e))?;
             }
@@ -1058,6 +1062,28 @@ impl Store for SqliteStore {
         })
     }
 
+    fn put_note(&self, n: &crate::Note) -> Result<(), StoreError> {
+        self.put_note_here(n)
+    }
+
+    fn notes(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
+        self.notes_here(project)
+    }
+
+    fn note(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
+        self.note_here(id)
+    }
+
+    fn search_notes(
+        &self,
+        project: &str,
+        owner: &str,
+        words: &[String],
+        limit: usize,
+    ) -> Result<Vec<crate::Note>, StoreError> {
+        self.search_notes_here(project, owner, words, limit)
+    }
+
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
         let sql = format!("DELETE FROM {} WHERE id = ?1", kind.table());
         self.with(|c| {
@@ -1143,4 +1169,120 @@ fn kept_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRecord> {
         updated_ms: r.get::<_, i64>(3)? as u64,
         holder: r.get(4)?,
     })
+}
+
+/// SQLite's full-text index of memory notes (made with migration 8).
+pub(crate) const MEMORY_INDEX: &str =
+    "CREATE VIRTUAL TABLE notes_fts USING fts5(id UNINDEXED, words, tokenize = 'unicode61');";
+
+fn note_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::Note> {
+    let body: String = r.get("body")?;
+    let status: String = r.get("status")?;
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    Ok(crate::Note {
+        id: r.get("id")?,
+        project: r.get("project")?,
+        owner: r.get("owner")?,
+        text: r.get("text")?,
+        about: serde_json::from_value(body["about"].clone()).unwrap_or_default(),
+        body,
+        status: crate::NoteStatus::parse(&status).unwrap_or(crate::NoteStatus::Quarantined),
+        created_ms: r.get::<_, i64>("created_ms")? as u64,
+        updated_ms: r.get::<_, i64>("updated_ms")? as u64,
+    })
+}
+
+/// An FTS5 query that matches any of `words` (each quoted: no operator a
+/// note's words could smuggle in).
+fn fts_any(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+impl SqliteStore {
+    pub(crate) fn put_note_here(&self, n: &crate::Note) -> Result<(), StoreError> {
+        let words = crate::note_words(&n.text, &n.about).join(" ");
+        let body = n.body.to_string();
+        self.with(|c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
+                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
+                params![
+                    n.id,
+                    n.project,
+                    n.owner,
+                    n.text,
+                    words,
+                    body,
+                    n.status.as_str(),
+                    n.created_ms as i64,
+                    n.updated_ms as i64
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.execute("DELETE FROM notes_fts WHERE id = ?1", params![n.id])
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO notes_fts (id, words) VALUES (?1, ?2)",
+                params![n.id, words],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    pub(crate) fn notes_here(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
+        self.read(|c| {
+            let mut q = c
+                .prepare_cached("SELECT * FROM notes WHERE project = ?1 ORDER BY created_ms, id")
+                .map_err(|e| self.err(e))?;
+            q.query_map(params![project], note_row)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    pub(crate) fn note_here(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
+        self.read(|c| {
+            c.query_row("SELECT * FROM notes WHERE id = ?1", params![id], note_row)
+                .optional()
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    pub(crate) fn search_notes_here(
+        &self,
+        project: &str,
+        owner: &str,
+        words: &[String],
+        limit: usize,
+    ) -> Result<Vec<crate::Note>, StoreError> {
+        if words.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = fts_any(words);
+        self.read(|c| {
+            let mut q = c
+                .prepare_cached(
+                    "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
+                     WHERE notes_fts MATCH ?1 AND n.project = ?2 AND n.status = 'usable'
+                       AND (n.owner = '' OR n.owner = ?3)
+                     ORDER BY bm25(notes_fts), n.created_ms DESC LIMIT ?4",
+                )
+                .map_err(|e| self.err(e))?;
+            q.query_map(params![query, project, owner, limit as i64], note_row)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))
+        })
+    }
 }

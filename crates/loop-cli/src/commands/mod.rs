@@ -7,6 +7,7 @@ pub(crate) mod eval;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod generated;
+pub(crate) mod memory;
 pub(crate) mod replay;
 pub(crate) mod run;
 pub(crate) mod serve;
@@ -115,6 +116,7 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         Command::Mcp { jobs, project } => serve::mcp(&project, jobs),
         Command::Tokens { action } => tokens::tokens_cmd(action, json),
         Command::Skills { action } => skills::skills_cmd(action, json),
+        Command::Memory { action } => memory::memory_cmd(action, json),
         Command::Completions { shell } => generated::completions(shell, json),
         Command::Man => generated::man(json),
         Command::Cost {

@@ -4,7 +4,7 @@ use crate::CliError;
 use crate::cli::SkillsAction;
 use std::path::{Path, PathBuf};
 
-fn project_of(project: &Path) -> Result<PathBuf, CliError> {
+pub(crate) fn project_of(project: &Path) -> Result<PathBuf, CliError> {
     project
         .canonicalize()
         .map_err(|e| CliError::usage(format!("project {}: {e}", project.display())))

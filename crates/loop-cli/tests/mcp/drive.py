@@ -92,6 +92,11 @@ async def exercise(session, seen):
     diff = await session.call_tool("diff", {"id": task})
     seen["diff_files"] = [f.get("path") for f in json.loads(text_of(diff))["files"]]
 
+    added = await session.call_tool("memory", {"action": "add", "text": "the client's note", "about": ["mcp"]})
+    seen["note_status"] = json.loads(text_of(added)).get("status")
+    listed = await session.call_tool("memory", {"action": "list"})
+    seen["notes"] = [n["text"] for n in json.loads(text_of(listed))["notes"]]
+
     resources = await session.list_resources()
     seen["resources"] = sorted(str(r.uri) for r in resources.resources)
     templates = await session.list_resource_templates()

@@ -2,13 +2,15 @@
 //! undone or discarded (`changes`), listings and status (`query`), receipts
 //! verified and replayed (`receipts`), API tokens (`tokens`), `loop eval`
 //! (`eval`), `loop audit` (`audit`), `loop exec` (`exec`), garbage
-//! collection (`gc`) and triggers (`triggers`).
+//! collection (`gc`), triggers (`triggers`) and the project's memory notes
+//! (`memory`).
 
 pub mod audit;
 pub mod changes;
 pub mod eval;
 pub mod exec;
 pub mod gc;
+pub mod memory;
 pub mod query;
 pub mod receipts;
 pub mod tokens;

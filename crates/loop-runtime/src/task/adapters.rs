@@ -137,6 +137,8 @@ pub struct ToolsAdapter<'a> {
     /// is absent): the task is offered, and may call, only tools every
     /// one of them names (and `finish`).
     pub skill_tools: Vec<(String, Vec<String>)>,
+    /// Notes this run's `remember` calls proposed and were told were noted.
+    pub remembered: usize,
 }
 
 impl ToolsAdapter<'_> {
@@ -176,6 +178,7 @@ impl Tools for ToolsAdapter<'_> {
         if self.delegator.is_some() {
             specs.push(loop_tools::specs::delegate());
         }
+        specs.push(crate::task::memory::spec());
         specs.retain(|s| self.skill_without(&s.name).is_none());
         specs
     }
@@ -199,6 +202,9 @@ impl Tools for ToolsAdapter<'_> {
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError> {
         if let Some(no) = self.refused_by_skill(call) {
             return Ok(no);
+        }
+        if call.tool == crate::task::memory::TOOL {
+            return Ok(crate::task::memory::answer(call, &mut self.remembered));
         }
         Ok(self.tools.execute(call))
     }
@@ -239,6 +245,9 @@ impl Tools for ToolsAdapter<'_> {
     fn effect(&self, call: &ToolCall) -> loop_protocol::Effect {
         if self.delegator.is_some() && call.tool == crate::task::delegate::TOOL {
             return loop_tools::specs::delegate().effect;
+        }
+        if call.tool == crate::task::memory::TOOL {
+            return loop_protocol::Effect::Pure;
         }
         self.tools.effect(call)
     }

@@ -349,6 +349,7 @@ fn wire<'a>(
             .iter()
             .filter_map(|s| Some((s.name.clone(), s.capabilities.tools.clone()?)))
             .collect(),
+        remembered: 0,
     };
     // Protected paths are guarded twice: tools refuse to write them, and the
     // verifier rejects a seal in which they differ from the baseline.

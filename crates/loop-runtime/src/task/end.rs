@@ -374,6 +374,19 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
             &patch_name,
         )?;
     }
+    // What the model proposed to remember is kept, with this receipt
+    // (usable later only if the task was verified).
+    if let Some(identity) = &s.stored.project_identity {
+        let receipt_bytes = std::fs::read(&receipt_path).map_err(io("receipt"))?;
+        crate::task::memory::keep(
+            s.store,
+            (&identity.id, s.stored.owner.as_deref().unwrap_or("")),
+            (task_id, &result.record.name().to_string()),
+            &ledger_bytes,
+            &loop_protocol::hash::sha256_hex(&receipt_bytes),
+            s.clock.now_ms(),
+        )?;
+    }
     // The task ends in the store only once its receipt is written.
     s.store
         .finish(

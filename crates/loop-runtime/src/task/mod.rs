@@ -19,6 +19,7 @@ pub(crate) mod delegate;
 pub(crate) mod drive;
 pub(crate) mod end;
 pub mod intake;
+pub(crate) mod memory;
 pub mod prepare;
 pub mod request;
 pub mod run;

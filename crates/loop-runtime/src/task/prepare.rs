@@ -186,6 +186,14 @@ fn provide_environments(
         observer,
     )?;
     stored.guidance = guidance(req, workspace, observer);
+    // And the notes earlier tasks of this project left that fit this one.
+    if let Some(identity) = &stored.project_identity {
+        let store = open_store(project)?;
+        let owner = req.owner.as_deref().unwrap_or("");
+        let notes =
+            crate::task::memory::recall(&*store, (&identity.id, owner), &req.contract, observer);
+        stored.guidance.extend(notes);
+    }
     stored.shares = crate::project::environments::share_environments(
         project,
         workspace,

@@ -6,6 +6,8 @@ read the diff, apply it. Screenshots of each step go to OUTDIR.
 Then a task started from the command line (the same project's store)
 appears in the console's list while it is open, and its story plays live.
 
+Then the memory page: a note added, listed, forgotten.
+
 Then the list as a tool: searched, filtered by outcome and owner (the
 filters kept in the address: reload and back keep them), with a totals row
 for what it shows; the list and a task's page at a desktop's width and at
@@ -346,6 +348,19 @@ try:
     assert asker in driver.current_url, (asker, driver.current_url)
     wait_text("ol.trace", "Approval: approved (by the API (owner web")
     clean_page("a child's page")
+
+    # Memory: a note added from its page is listed, then forgotten there.
+    driver.get(url + "/#/memory")
+    wait.until(EC.visibility_of_element_located((By.ID, "note-text")))
+    driver.find_element(By.ID, "note-text").send_keys("the console test's note")
+    driver.find_element(By.ID, "note-about").send_keys("console, tests")
+    click_fresh("#view form button[type=submit]")
+    wait_text("#notes", "the console test's note")
+    assert "About: console, tests" in text_of("#notes"), text_of("#notes")
+    clean_page("the memory page")
+    click_fresh("#notes div.card button.secondary")  # Forget
+    wait.until(lambda d: "the console test's note" not in d.find_element(By.ID, "notes").text)
+    shot("memory")
 
     if os.environ.get("LOOP_UPDATE_SCREENSHOTS") == "1":
         repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
