@@ -264,22 +264,19 @@ fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsi
     let pat = project.join("loop-patterns/tidy");
     std::fs::create_dir_all(&pat).unwrap();
     std::fs::write(pat.join("SKILL.md"), "WHEN: tidy up.\n").unwrap();
+    // Its contract template runs when no instruction is given.
+    std::fs::write(
+        pat.join("contract.yaml"),
+        "instruction: tidy up\ncriteria:\n  - {id: t, text: tidied, checks: [{file_contains: notes/t.md, text: tidy}]}\n",
+    )
+    .unwrap();
     std::fs::write(
         base.join("script.yaml"),
         "turns:\n  - calls:\n      - {tool: write_file, args: {path: notes/t.md, content: \"tidy\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: tidy}}\n",
     )
     .unwrap();
     let run = loop_as(&base, "state")
-        .args([
-            "run",
-            "tidy up",
-            "--check",
-            "grep -q tidy notes/t.md",
-            "--skill",
-            "tidy",
-            "--json",
-            "--model",
-        ])
+        .args(["run", "--skill", "tidy", "--json", "--model"])
         .arg(format!("scripted:{}", base.join("script.yaml").display()))
         .arg("--project")
         .arg(&project)
@@ -289,6 +286,8 @@ fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsi
     let lines = shared::json_lines(&run);
     let receipt = lines.iter().find(|e| e["kind"] == "receipt").unwrap();
     let statement = shared::payload_of(Path::new(receipt["path"].as_str().unwrap()));
+    assert_eq!(statement["predicate"]["contract"]["instruction"], "tidy up");
+    assert_eq!(statement["predicate"]["outcome"]["kind"], "verified");
     let s = &statement["predicate"]["skills"][0];
     assert_eq!(s["name"], "tidy");
     assert!(s.get("signer").is_none(), "{s}");

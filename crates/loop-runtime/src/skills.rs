@@ -516,6 +516,28 @@ pub fn trusted(
     Ok(out)
 }
 
+/// The bundle's contract template (`contract.yaml`), if it has one: read
+/// through the door and checked against the digest the bundle was read
+/// (and verified) with, so what runs is what was signed.
+pub fn contract_template(bundle: &Bundle) -> Result<Option<loop_protocol::Contract>, Error> {
+    let Some(listed) = bundle.files.iter().find(|f| f.path == "contract.yaml") else {
+        return Ok(None);
+    };
+    let text = door::read_text(&bundle.dir, "contract.yaml", MAX_FILE_BYTES)
+        .map_err(|e| bad(&bundle.dir, e))?
+        .unwrap_or_default();
+    if loop_protocol::hash::sha256_hex(text.as_bytes()) != listed.sha256 {
+        return Err(bad(
+            &bundle.dir,
+            "contract.yaml changed since the bundle was read",
+        ));
+    }
+    let origin = bundle.dir.join("contract.yaml").display().to_string();
+    loop_protocol::Contract::from_yaml(&text, &origin)
+        .map(Some)
+        .map_err(|e| Error::usage(e.to_string()))
+}
+
 /// Where this user keeps skills for every project.
 pub fn user_dir() -> PathBuf {
     loop_receipt::state_dir().join("skills")

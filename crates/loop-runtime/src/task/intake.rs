@@ -250,6 +250,19 @@ impl Runtime {
                     .map_err(flags)?;
                 c
             }
+            // A skill alone runs its contract template (as a pattern does).
+            ContractInput::None if instruction.is_none() && !req.skills.is_empty() => {
+                let name = &req.skills[0];
+                let (bundle, _) = crate::skills::resolve(self.project(), &loopfile, name)?;
+                let mut c = crate::skills::contract_template(&bundle)?.ok_or_else(|| {
+                    Error::usage(format!(
+                        "give an instruction: the skill {name} has no contract.yaml to run"
+                    ))
+                })?;
+                c.extend_with_flags(&req.checks, &req.artifacts)
+                    .map_err(flags)?;
+                c
+            }
             ContractInput::None => {
                 let Some(i) = &instruction else {
                     return Err(Error::usage(match via {
