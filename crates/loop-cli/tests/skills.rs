@@ -67,6 +67,16 @@ fn project(base: &Path) -> PathBuf {
     p
 }
 
+/// `loop skills ACTION DIR` as `who`, for `project` when given.
+fn skills(base: &Path, who: &str, action: &str, dir: &Path, project: Option<&Path>) -> Output {
+    let mut c = loop_as(base, who);
+    c.args(["skills", action]).arg(dir);
+    if let Some(p) = project {
+        c.arg("--project").arg(p);
+    }
+    c.output().unwrap()
+}
+
 fn keyid(base: &Path, who: &str) -> String {
     let keys = loop_as(base, who)
         .args(["keys", "--json"])
@@ -81,20 +91,10 @@ fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
     let base = tmpdir("use");
     let dir = bundle(&base);
     let project = project(&base);
-    let signed = loop_as(&base, "team")
-        .args(["skills", "sign"])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let signed = skills(&base, "team", "sign", &dir, None);
     assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
     // Verified against the project's trusted keys, then installed.
-    let v = loop_as(&base, "state")
-        .args(["skills", "verify"])
-        .arg(&dir)
-        .arg("--project")
-        .arg(&project)
-        .output()
-        .unwrap();
+    let v = skills(&base, "state", "verify", &dir, Some(&project));
     assert_eq!(v.status.code(), Some(0), "{}", text(&v));
     let team = keyid(&base, "team");
     assert!(
@@ -102,13 +102,7 @@ fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
         "{}",
         text(&v)
     );
-    let i = loop_as(&base, "state")
-        .args(["skills", "install"])
-        .arg(&dir)
-        .arg("--project")
-        .arg(&project)
-        .output()
-        .unwrap();
+    let i = skills(&base, "state", "install", &dir, Some(&project));
     assert_eq!(i.status.code(), Some(0), "{}", text(&i));
     assert!(
         project
@@ -223,20 +217,10 @@ fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsi
     let dir = bundle(&base);
     let project = project(&base);
     // Signed by someone the project does not trust.
-    let signed = loop_as(&base, "stranger")
-        .args(["skills", "sign"])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let signed = skills(&base, "stranger", "sign", &dir, None);
     assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
     let stranger = keyid(&base, "stranger");
-    let i = loop_as(&base, "state")
-        .args(["skills", "install"])
-        .arg(&dir)
-        .arg("--project")
-        .arg(&project)
-        .output()
-        .unwrap();
+    let i = skills(&base, "state", "install", &dir, Some(&project));
     assert_eq!(i.status.code(), Some(2), "{}", text(&i));
     assert!(
         text(&i).contains(&format!(
@@ -249,11 +233,7 @@ fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsi
     // A link in a bundle: refused by name, never read through.
     std::fs::write(base.join("secret"), "host secret\n").unwrap();
     std::os::unix::fs::symlink(base.join("secret"), dir.join("resources/leak.md")).unwrap();
-    let v = loop_as(&base, "team")
-        .args(["skills", "sign"])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let v = skills(&base, "team", "sign", &dir, None);
     assert_ne!(v.status.code(), Some(0));
     assert!(
         text(&v).contains("resources/leak.md is a link"),

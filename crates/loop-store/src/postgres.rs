@@ -1296,15 +1296,49 @@ impl Store for PgStore {
     }
 
     fn put_note(&self, n: &crate::Note) -> Result<(), StoreError> {
-        self.put_note_here(n)
+        let words = crate::note_words(&n.text, &n.about).join(" ");
+        let body = n.body.to_string();
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
+                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
+                &[
+                    &n.id,
+                    &n.project,
+                    &n.owner,
+                    &n.text,
+                    &words,
+                    &body,
+                    &n.status.as_str(),
+                    &ms(n.created_ms),
+                    &ms(n.updated_ms),
+                ],
+            )?;
+            Ok(())
+        })
     }
 
     fn notes(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
-        self.notes_here(project)
+        let sql =
+            format!("SELECT {NOTE_COLUMNS} FROM notes WHERE project = $1 ORDER BY created_ms, id");
+        self.run(|c| {
+            Ok(c.query(&sql, &[&project])?
+                .iter()
+                .map(note_row)
+                .collect::<Result<Vec<_>, _>>()?)
+        })
     }
 
     fn note(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
-        self.note_here(id)
+        let sql = format!("SELECT {NOTE_COLUMNS} FROM notes WHERE id = $1");
+        self.run(|c| {
+            Ok(c.query_opt(&sql, &[&id])?
+                .as_ref()
+                .map(note_row)
+                .transpose()?)
+        })
     }
 
     fn search_notes(
@@ -1314,7 +1348,31 @@ impl Store for PgStore {
         words: &[String],
         limit: usize,
     ) -> Result<Vec<crate::Note>, StoreError> {
-        self.search_notes_here(project, owner, words, limit)
+        // Each word quoted as a lexeme, any of them: nothing a note's words
+        // hold is read as an operator.
+        let query = words
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', "''").replace('\\', "")))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        if query.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {NOTE_COLUMNS} FROM notes
+             WHERE project = $1 AND status = 'usable' AND (owner = '' OR owner = $2)
+               AND to_tsvector('simple', words) @@ to_tsquery('simple', $3)
+             ORDER BY ts_rank(to_tsvector('simple', words), to_tsquery('simple', $3)) DESC,
+                      created_ms DESC
+             LIMIT $4"
+        );
+        let limit = limit as i64;
+        self.run(|c| {
+            Ok(c.query(&sql, &[&project, &owner, &query, &limit])?
+                .iter()
+                .map(note_row)
+                .collect::<Result<Vec<_>, _>>()?)
+        })
     }
 
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
@@ -1429,88 +1487,6 @@ fn note_row(r: &postgres::Row) -> Result<crate::Note, postgres::Error> {
 }
 
 const NOTE_COLUMNS: &str = "id, project, owner, text, words, body, status, created_ms, updated_ms";
-
-impl PgStore {
-    pub(crate) fn put_note_here(&self, n: &crate::Note) -> Result<(), StoreError> {
-        let words = crate::note_words(&n.text, &n.about).join(" ");
-        let body = n.body.to_string();
-        self.run(|c| {
-            c.execute(
-                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
-                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
-                &[
-                    &n.id,
-                    &n.project,
-                    &n.owner,
-                    &n.text,
-                    &words,
-                    &body,
-                    &n.status.as_str(),
-                    &ms(n.created_ms),
-                    &ms(n.updated_ms),
-                ],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub(crate) fn notes_here(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
-        let sql =
-            format!("SELECT {NOTE_COLUMNS} FROM notes WHERE project = $1 ORDER BY created_ms, id");
-        self.run(|c| {
-            Ok(c.query(&sql, &[&project])?
-                .iter()
-                .map(note_row)
-                .collect::<Result<Vec<_>, _>>()?)
-        })
-    }
-
-    pub(crate) fn note_here(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
-        let sql = format!("SELECT {NOTE_COLUMNS} FROM notes WHERE id = $1");
-        self.run(|c| {
-            Ok(c.query_opt(&sql, &[&id])?
-                .as_ref()
-                .map(note_row)
-                .transpose()?)
-        })
-    }
-
-    pub(crate) fn search_notes_here(
-        &self,
-        project: &str,
-        owner: &str,
-        words: &[String],
-        limit: usize,
-    ) -> Result<Vec<crate::Note>, StoreError> {
-        // Each word quoted as a lexeme, any of them: nothing a note's words
-        // hold is read as an operator.
-        let query = words
-            .iter()
-            .map(|w| format!("'{}'", w.replace('\'', "''").replace('\\', "")))
-            .collect::<Vec<_>>()
-            .join(" | ");
-        if query.is_empty() || limit == 0 {
-            return Ok(Vec::new());
-        }
-        let sql = format!(
-            "SELECT {NOTE_COLUMNS} FROM notes
-             WHERE project = $1 AND status = 'usable' AND (owner = '' OR owner = $2)
-               AND to_tsvector('simple', words) @@ to_tsquery('simple', $3)
-             ORDER BY ts_rank(to_tsvector('simple', words), to_tsquery('simple', $3)) DESC,
-                      created_ms DESC
-             LIMIT $4"
-        );
-        let limit = limit as i64;
-        self.run(|c| {
-            Ok(c.query(&sql, &[&project, &owner, &query, &limit])?
-                .iter()
-                .map(note_row)
-                .collect::<Result<Vec<_>, _>>()?)
-        })
-    }
-}
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures

@@ -1063,15 +1063,59 @@ impl Store for SqliteStore {
     }
 
     fn put_note(&self, n: &crate::Note) -> Result<(), StoreError> {
-        self.put_note_here(n)
+        let words = crate::note_words(&n.text, &n.about).join(" ");
+        let body = n.body.to_string();
+        self.with(|c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
+                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
+                params![
+                    n.id,
+                    n.project,
+                    n.owner,
+                    n.text,
+                    words,
+                    body,
+                    n.status.as_str(),
+                    n.created_ms as i64,
+                    n.updated_ms as i64
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.execute("DELETE FROM notes_fts WHERE id = ?1", params![n.id])
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO notes_fts (id, words) VALUES (?1, ?2)",
+                params![n.id, words],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))
+        })
     }
 
     fn notes(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
-        self.notes_here(project)
+        self.read(|c| {
+            let mut q = c
+                .prepare_cached("SELECT * FROM notes WHERE project = ?1 ORDER BY created_ms, id")
+                .map_err(|e| self.err(e))?;
+            q.query_map(params![project], note_row)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))
+        })
     }
 
     fn note(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
-        self.note_here(id)
+        self.read(|c| {
+            c.query_row("SELECT * FROM notes WHERE id = ?1", params![id], note_row)
+                .optional()
+                .map_err(|e| self.err(e))
+        })
     }
 
     fn search_notes(
@@ -1081,7 +1125,24 @@ impl Store for SqliteStore {
         words: &[String],
         limit: usize,
     ) -> Result<Vec<crate::Note>, StoreError> {
-        self.search_notes_here(project, owner, words, limit)
+        if words.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = fts_any(words);
+        self.read(|c| {
+            let mut q = c
+                .prepare_cached(
+                    "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
+                     WHERE notes_fts MATCH ?1 AND n.project = ?2 AND n.status = 'usable'
+                       AND (n.owner = '' OR n.owner = ?3)
+                     ORDER BY bm25(notes_fts), n.created_ms DESC LIMIT ?4",
+                )
+                .map_err(|e| self.err(e))?;
+            q.query_map(params![query, project, owner, limit as i64], note_row)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))
+        })
     }
 
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {
@@ -1200,89 +1261,4 @@ fn fts_any(words: &[String]) -> String {
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect::<Vec<_>>()
         .join(" OR ")
-}
-
-impl SqliteStore {
-    pub(crate) fn put_note_here(&self, n: &crate::Note) -> Result<(), StoreError> {
-        let words = crate::note_words(&n.text, &n.about).join(" ");
-        let body = n.body.to_string();
-        self.with(|c| {
-            let tx = c
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.err(e))?;
-            tx.execute(
-                "INSERT INTO notes (id, project, owner, text, words, body, status, created_ms, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (id) DO UPDATE SET text = excluded.text, words = excluded.words,
-                    body = excluded.body, status = excluded.status, updated_ms = excluded.updated_ms",
-                params![
-                    n.id,
-                    n.project,
-                    n.owner,
-                    n.text,
-                    words,
-                    body,
-                    n.status.as_str(),
-                    n.created_ms as i64,
-                    n.updated_ms as i64
-                ],
-            )
-            .map_err(|e| self.err(e))?;
-            tx.execute("DELETE FROM notes_fts WHERE id = ?1", params![n.id])
-                .map_err(|e| self.err(e))?;
-            tx.execute(
-                "INSERT INTO notes_fts (id, words) VALUES (?1, ?2)",
-                params![n.id, words],
-            )
-            .map_err(|e| self.err(e))?;
-            tx.commit().map_err(|e| self.err(e))
-        })
-    }
-
-    pub(crate) fn notes_here(&self, project: &str) -> Result<Vec<crate::Note>, StoreError> {
-        self.read(|c| {
-            let mut q = c
-                .prepare_cached("SELECT * FROM notes WHERE project = ?1 ORDER BY created_ms, id")
-                .map_err(|e| self.err(e))?;
-            q.query_map(params![project], note_row)
-                .map_err(|e| self.err(e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))
-        })
-    }
-
-    pub(crate) fn note_here(&self, id: &str) -> Result<Option<crate::Note>, StoreError> {
-        self.read(|c| {
-            c.query_row("SELECT * FROM notes WHERE id = ?1", params![id], note_row)
-                .optional()
-                .map_err(|e| self.err(e))
-        })
-    }
-
-    pub(crate) fn search_notes_here(
-        &self,
-        project: &str,
-        owner: &str,
-        words: &[String],
-        limit: usize,
-    ) -> Result<Vec<crate::Note>, StoreError> {
-        if words.is_empty() || limit == 0 {
-            return Ok(Vec::new());
-        }
-        let query = fts_any(words);
-        self.read(|c| {
-            let mut q = c
-                .prepare_cached(
-                    "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
-                     WHERE notes_fts MATCH ?1 AND n.project = ?2 AND n.status = 'usable'
-                       AND (n.owner = '' OR n.owner = ?3)
-                     ORDER BY bm25(notes_fts), n.created_ms DESC LIMIT ?4",
-                )
-                .map_err(|e| self.err(e))?;
-            q.query_map(params![query, project, owner, limit as i64], note_row)
-                .map_err(|e| self.err(e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))
-        })
-    }
 }
