@@ -855,3 +855,71 @@ fn a_childs_change_set_is_what_it_changed_from_its_parents_state() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_skills_paths_bound_what_a_parent_may_grant_and_its_child_keeps_the_skill() {
+    let base = tmpdir("skill");
+    let project = project(&base);
+    let pat = project.join("loop-patterns/only-a");
+    std::fs::create_dir_all(&pat).unwrap();
+    std::fs::write(
+        pat.join("SKILL.md"),
+        "---\ncapabilities:\n  writable: [pkg/a]\n---\nWork in package a only.\n",
+    )
+    .unwrap();
+    // Package b is outside the skill's paths: not granted. The child of
+    // package a remembers something: kept for a person, not given as is.
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("b")
+        + &delegate("a")
+        + "  - calls:\n      - tool: finish\n        args: { summary: a is done }\nchildren:\n  - - calls:\n        - tool: remember\n          args: { text: package a keeps its done file }\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    std::fs::write(base.join("task.yaml"), PARENT_OF_A).unwrap();
+    std::fs::write(base.join("script.yaml"), &script).unwrap();
+    let out = shared::loop_in(&base)
+        .args(["run", "--json", "--skill", "only-a", "--task"])
+        .arg(base.join("task.yaml"))
+        .arg("--model")
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", shared::text(&out));
+    let receipt = shared::json_lines(&out)
+        .into_iter()
+        .find(|e| e["kind"] == "receipt")
+        .unwrap();
+    let receipt = PathBuf::from(receipt["path"].as_str().unwrap());
+    let id = receipt
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_end_matches(".receipt.json")
+        .to_string();
+    let said = entries(&receipt, &id, "observed");
+    let refused = said[0]["payload"]["observation"].to_string();
+    assert!(
+        refused.contains("delegation: paths beneath the parent's"),
+        "{refused}"
+    );
+    assert!(refused.contains("pkg/b"), "{refused}");
+    let delegated = entries(&receipt, &id, "delegated");
+    assert_eq!(delegated.len(), 1);
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    let statement = shared::payload_of(&receipt.with_file_name(format!("{child}.receipt.json")));
+    assert_eq!(statement["predicate"]["skills"][0]["name"], "only-a");
+    // The child's note waits for a person although the child was verified.
+    let notes = shared::loop_in(&base)
+        .args(["memory", "list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let notes = shared::json_lines(&notes);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0]["status"], "quarantined");
+    let _ = std::fs::remove_dir_all(&base);
+}

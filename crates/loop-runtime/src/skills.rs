@@ -99,7 +99,13 @@ pub fn name_problem(name: &str) -> Option<String> {
 
 /// Read the bundle in `dir`: every file, no link followed, bounded.
 pub fn read_bundle(dir: &Path) -> Result<Bundle, Error> {
-    let name = dir
+    // A folder a person named as `.` or `..` is named by what it is.
+    let named = if dir.file_name().is_none() {
+        dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
+    } else {
+        dir.to_path_buf()
+    };
+    let name = named
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default()
@@ -109,12 +115,16 @@ pub fn read_bundle(dir: &Path) -> Result<Bundle, Error> {
     }
     let mut files = Vec::new();
     let mut total = 0u64;
-    walk(dir, "", 0, &mut files, &mut total)?;
+    // SKILL.md as it was hashed: what is parsed and given is what is signed.
+    let mut skill_md = None;
+    walk(dir, "", 0, &mut files, (&mut total, &mut skill_md))?;
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    let skill = door::read_text(dir, "SKILL.md", MAX_FILE_BYTES)
-        .map_err(|e| bad(dir, e))?
-        .ok_or_else(|| bad(dir, "no SKILL.md: a bundle is a folder with a SKILL.md"))?;
-    let (front, guidance) = front_matter(&skill);
+    let skill =
+        skill_md.ok_or_else(|| bad(dir, "no SKILL.md: a bundle is a folder with a SKILL.md"))?;
+    let skill = String::from_utf8(skill).map_err(|_| bad(dir, "SKILL.md is not UTF-8 text"))?;
+    // Line ends and a byte-order mark as editors leave them.
+    let skill = skill.trim_start_matches('\u{feff}').replace("\r\n", "\n");
+    let (front, guidance) = front_matter(&skill).map_err(|e| bad(dir, e.message))?;
     let mut bundle = Bundle {
         digest: digest_of(&files),
         name,
@@ -137,7 +147,7 @@ fn walk(
     rel: &str,
     depth: usize,
     out: &mut Vec<BundleFile>,
-    total: &mut u64,
+    (total, skill_md): (&mut u64, &mut Option<Vec<u8>>),
 ) -> Result<(), Error> {
     if depth > MAX_DEPTH {
         return Err(bad(
@@ -158,7 +168,7 @@ fn walk(
             format!("{rel}/{n}")
         };
         match door::node(dir, &path).map_err(|e| bad(dir, e))? {
-            Node::Dir => walk(dir, &path, depth + 1, out, total)?,
+            Node::Dir => walk(dir, &path, depth + 1, out, (&mut *total, &mut *skill_md))?,
             Node::File { size, .. } => {
                 if size > MAX_FILE_BYTES {
                     return Err(bad(
@@ -181,8 +191,11 @@ fn walk(
                 out.push(BundleFile {
                     sha256: loop_protocol::hash::sha256_hex(&bytes),
                     size: bytes.len() as u64,
-                    path,
+                    path: path.clone(),
                 });
+                if path == "SKILL.md" {
+                    *skill_md = Some(bytes);
+                }
             }
             Node::Symlink(t) => {
                 return Err(bad(
@@ -223,15 +236,18 @@ fn digest_of(files: &[BundleFile]) -> String {
 
 /// A `SKILL.md`'s front matter (between `---` lines at its top), if any,
 /// and the rest.
-fn front_matter(text: &str) -> (Option<&str>, &str) {
+fn front_matter(text: &str) -> Result<(Option<&str>, &str), Error> {
     let Some(rest) = text.strip_prefix("---\n") else {
-        return (None, text);
+        return Ok((None, text));
     };
     match rest.find("\n---\n") {
-        Some(end) => (Some(&rest[..end + 1]), &rest[end + 5..]),
+        Some(end) => Ok((Some(&rest[..end + 1]), &rest[end + 5..])),
         None => match rest.strip_suffix("\n---") {
-            Some(front) => (Some(front), ""),
-            None => (None, text),
+            Some(front) => Ok((Some(front), "")),
+            // Opened and never closed: its capabilities would be lost.
+            None => Err(Error::usage(
+                "SKILL.md opens a front matter (`---`) that no `---` line closes",
+            )),
         },
     }
 }
@@ -321,16 +337,26 @@ fn read_front(bundle: &mut Bundle, front: &str) -> Result<(), Error> {
             _ => {}
         }
     }
-    if let Some(paths) = &caps.writable {
-        for p in paths {
-            if loop_protocol::RelPath::parse(p).is_err() || p.is_empty() {
-                r.err(
+    if let Some(paths) = caps.writable.take() {
+        let mut normal = Vec::new();
+        for p in &paths {
+            match loop_protocol::RelPath::parse(p) {
+                Ok(rel) if !rel.is_root() => normal.push(rel.as_str().to_string()),
+                _ => r.err(
                     None,
-                    format!("`capabilities.writable`: `{p}` is not a path inside the workspace"),
+                    format!("`capabilities.writable`: `{p}` is not a path inside the workspace (and not the whole of it)"),
                     None,
-                );
+                ),
             }
         }
+        if paths.is_empty() {
+            r.err(
+                None,
+                "`capabilities.writable` names at least one path (a skill that writes nothing names no write tool in `tools`)".into(),
+                None,
+            );
+        }
+        caps.writable = Some(normal);
     }
     r.finish(Some(()))
         .map_err(|d| Error::usage(d.to_string()))?;
@@ -620,6 +646,17 @@ pub struct Listed {
 /// Judge the skill `name` kept at `place`.
 fn judge(project: &Path, place: Place, name: &str, trusted: &[loop_receipt::PublicKey]) -> Listed {
     let dir = place.dir(project).join(name);
+    // A link (or a file) where a skill's folder should be is never walked.
+    if let Err(e) = place.holds(project, name) {
+        return Listed {
+            name: name.to_string(),
+            place,
+            digest: None,
+            state: format!("refused: {e}"),
+            usable: false,
+            description: None,
+        };
+    }
     let (digest, state, usable, description) = match place {
         Place::Pattern => match read_bundle(&dir) {
             Ok(b) => (
@@ -725,6 +762,9 @@ pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Err
             v.bundle.name
         )));
     }
+    if place == Place::User {
+        make_state_dir(&base)?;
+    }
     let copy = || -> Result<(), Error> {
         for f in v
             .bundle
@@ -751,6 +791,12 @@ pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Err
         digest: v.bundle.digest,
         signer: v.signer,
     })
+}
+
+/// This user's own state directory, made if it is not there yet.
+#[allow(clippy::disallowed_methods)] // the user's own state directory, not a project's
+fn make_state_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("{}: {e}", dir.display())))
 }
 
 /// Remove the installed skill `name` (the project's, or with `user` this
@@ -780,6 +826,7 @@ pub fn narrow(
     bundle: &Bundle,
     signer: Option<String>,
     contract: &mut loop_protocol::Contract,
+    command_hosts: &[String],
 ) -> SkillRecord {
     let asked = &bundle.capabilities;
     let mut dropped = bundle.widening.clone();
@@ -793,12 +840,14 @@ pub fn narrow(
         let (kept, over): (Vec<String>, Vec<String>) = hosts
             .iter()
             .cloned()
-            .partition(|h| contract.network_allow.contains(h));
+            .partition(|h| contract.network_allow.contains(h) || command_hosts.contains(h));
         for h in over {
             dropped.push(format!(
                 "network host `{h}`: not in the task's network allow-list"
             ));
         }
+        // Checks and commands alike reach only the skill's hosts (the
+        // commands' list is narrowed where the task's network is planned).
         contract.network_allow.retain(|h| kept.contains(h));
         caps.network = Some(kept);
     }

@@ -961,7 +961,7 @@ function noteCard(n, redraw) {
   return el("div", { class: "card", "data-note": n.id },
     el("p", {}, el("strong", {}, n.id), " · " + n.status + " · ", from),
     el("p", {}, visible(n.text)),
-    (n.about || []).length ? el("p", { class: "hint" }, "About: " + n.about.join(", ")) : null,
+    (n.about || []).length ? el("p", { class: "hint" }, "About: " + visible(n.about.join(", "))) : null,
     el("div", { class: "row" },
       n.status === "quarantined" ? el("button", { type: "button", onclick: () => act("approve") }, "Approve") : null,
       n.status !== "forgotten" ? el("button", { type: "button", class: "secondary", onclick: () => act("forget") }, "Forget") : null));

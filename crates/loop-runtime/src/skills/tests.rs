@@ -114,7 +114,7 @@ fn a_skill_only_narrows_the_task_and_lists_what_it_asked_beyond() {
     let b = read_bundle(&dir).unwrap();
     let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
     c.network_allow = vec!["docs.example.test".into(), "api.example.test".into()];
-    let r = narrow(&b, Some("k".into()), &mut c);
+    let r = narrow(&b, Some("k".into()), &mut c, &[]);
     // The task keeps only the hosts the skill needs and it had.
     assert_eq!(c.network_allow, vec!["docs.example.test".to_string()]);
     assert_eq!(
@@ -134,7 +134,79 @@ fn a_skill_only_narrows_the_task_and_lists_what_it_asked_beyond() {
     plain.capabilities.network = None;
     let mut c2 = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
     c2.network_allow = vec!["api.example.test".into()];
-    narrow(&plain, None, &mut c2);
+    narrow(&plain, None, &mut c2, &[]);
     assert_eq!(c2.network_allow, vec!["api.example.test".to_string()]);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn front_matter_as_editors_leave_it_is_read_and_a_broken_one_refused() {
+    let dir = bundle_dir("crlf");
+    let md = std::fs::read_to_string(dir.join("SKILL.md")).unwrap();
+    // CRLF line ends and a byte-order mark: the same capabilities.
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!("\u{feff}{}", md.replace('\n', "\r\n")),
+    )
+    .unwrap();
+    let b = read_bundle(&dir).unwrap();
+    assert_eq!(
+        b.capabilities.writable.as_deref(),
+        Some(&["tests".to_string()][..])
+    );
+    // `./tests/` is `tests`; no path at all, or the whole workspace, is refused.
+    for (writable, ok) in [
+        ("[./tests/]", true),
+        ("[]", false),
+        ("[.]", false),
+        ("[../x]", false),
+    ] {
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\ncapabilities:\n  writable: {writable}\n---\nbody\n"),
+        )
+        .unwrap();
+        match read_bundle(&dir) {
+            Ok(b) => {
+                assert!(ok, "{writable} was taken");
+                assert_eq!(
+                    b.capabilities.writable.as_deref(),
+                    Some(&["tests".to_string()][..])
+                );
+            }
+            Err(e) => assert!(
+                !ok && e.to_string().contains("capabilities.writable"),
+                "{writable}: {e}"
+            ),
+        }
+    }
+    // A front matter opened and never closed: refused, not given as text.
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\ncapabilities:\n  tools: [finish]\nbody\n",
+    )
+    .unwrap();
+    let e = read_bundle(&dir).unwrap_err().to_string();
+    assert!(e.contains("no `---` line closes"), "{e}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn a_skills_hosts_narrow_what_commands_reach_too() {
+    let dir = bundle_dir("hosts");
+    let b = read_bundle(&dir).unwrap();
+    let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
+    // The task's commands may reach the mirror (the Loopfile's list), its
+    // checks nothing: the skill keeps the mirror, drops the docs host.
+    let r = narrow(&b, None, &mut c, &["mirror.example.test".to_string()]);
+    assert_eq!(
+        r.capabilities.network.as_deref(),
+        Some(&["mirror.example.test".to_string()][..])
+    );
+    assert!(c.network_allow.is_empty());
+    assert_eq!(
+        r.dropped.last().unwrap(),
+        "network host `docs.example.test`: not in the task's network allow-list"
+    );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }

@@ -252,6 +252,10 @@ impl Tools for ToolsAdapter<'_> {
         self.tools.effect(call)
     }
     fn needs_approval(&self, call: &ToolCall) -> Option<String> {
+        // A call a skill refuses is refused, never put to a person first.
+        if self.skill_without(&call.tool).is_some() {
+            return None;
+        }
         self.tools.needs_approval(call)
     }
     fn approve(&mut self, call_id: &str) {

@@ -140,10 +140,30 @@ impl Delegator<'_> {
     /// This task's own authority: what its parent granted it, else its
     /// contract's.
     fn own(&self) -> Authority {
-        match &self.stored.delegation {
+        let mut own = match &self.stored.delegation {
             Some(c) => c.from.authority.clone(),
             None => Authority::of_contract(&self.stored.contract),
+        };
+        // A skill that names its paths narrows what this task may grant.
+        for paths in self
+            .stored
+            .skills
+            .iter()
+            .filter_map(|s| s.capabilities.writable.as_ref())
+        {
+            let beneath =
+                |w: &str, p: &str| p.is_empty() || w == p || w.starts_with(&format!("{p}/"));
+            own.writable = if own.writable.iter().any(String::is_empty) {
+                paths.clone()
+            } else {
+                own.writable
+                    .iter()
+                    .filter(|w| paths.iter().any(|p| beneath(w, p)))
+                    .cloned()
+                    .collect()
+            };
         }
+        own
     }
 
     /// Run the children `calls` propose — each granted out of `left` less
@@ -553,6 +573,8 @@ impl Delegator<'_> {
             integrity: self.stored.check_integrity.clone(),
         });
         admitted.start_from = Some(self.workspace.clone());
+        // The skills that bound this task bound its child too.
+        admitted.skills = self.stored.skills.clone();
         Ok(admitted)
     }
 

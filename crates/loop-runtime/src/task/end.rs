@@ -376,17 +376,12 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
     }
     // What the model proposed to remember is kept, with this receipt
     // (usable later only if the task was verified).
-    if let Some(identity) = &s.stored.project_identity {
-        let receipt_bytes = std::fs::read(&receipt_path).map_err(io("receipt"))?;
-        crate::task::memory::keep(
-            s.store,
-            (&identity.id, s.stored.owner.as_deref().unwrap_or("")),
-            (task_id, &result.record.name().to_string()),
-            &ledger_bytes,
-            &loop_protocol::hash::sha256_hex(&receipt_bytes),
-            s.clock.now_ms(),
-        )?;
-    }
+    keep_notes(
+        (s.store, s.stored, task_id, s.clock),
+        &result.record,
+        &receipt_path,
+        &ledger_bytes,
+    )?;
     // The task ends in the store only once its receipt is written.
     s.store
         .finish(
@@ -407,6 +402,38 @@ pub(crate) fn ship(s: Shipment<'_>) -> Result<TaskReport, Error> {
         receipt: receipt_path,
         workspace: s.paths.workspace.clone(),
     })
+}
+
+/// Keep the notes the task's model proposed (see [`crate::task::memory`]).
+/// A child's notes wait for a person whatever its end: its contract was
+/// its parent model's to write. Memory is help, never a gate: a note that
+/// cannot be kept is said, and the task ends all the same.
+#[allow(clippy::disallowed_methods)] // the receipt the runtime just wrote
+fn keep_notes(
+    (store, stored, task_id, clock): (&dyn Store, &StoredRequest, &str, &dyn Clock),
+    ended: &loop_protocol::OutcomeRecord,
+    receipt_path: &Path,
+    ledger_bytes: &[u8],
+) -> Result<(), Error> {
+    let Some(identity) = &stored.project_identity else {
+        return Ok(());
+    };
+    let receipt_bytes = std::fs::read(receipt_path).map_err(io("receipt"))?;
+    let outcome = match &stored.delegation {
+        Some(_) => format!("{} (a child task)", ended.name()),
+        None => ended.name().to_string(),
+    };
+    if let Err(e) = crate::task::memory::keep(
+        store,
+        (&identity.id, stored.owner.as_deref().unwrap_or("")),
+        (task_id, &outcome),
+        ledger_bytes,
+        &loop_protocol::hash::sha256_hex(&receipt_bytes),
+        clock.now_ms(),
+    ) {
+        tracing::warn!("task {task_id}: its notes were not kept: {e}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

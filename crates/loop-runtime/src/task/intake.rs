@@ -261,6 +261,9 @@ impl Runtime {
                 })?;
                 c.extend_with_flags(&req.checks, &req.artifacts)
                     .map_err(flags)?;
+                // A template from elsewhere keeps the project's defaults
+                // (its protected paths, its limits) like any new contract.
+                loopfile.defaults.apply(&mut c);
                 c
             }
             ContractInput::None => {
@@ -290,7 +293,8 @@ impl Runtime {
         let mut skills = Vec::new();
         for name in &req.skills {
             let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
-            let record = crate::skills::narrow(&bundle, signer, &mut contract);
+            let commands = &loopfile.network.allow;
+            let record = crate::skills::narrow(&bundle, signer, &mut contract, commands);
             if !bundle.guidance.trim().is_empty() {
                 guidance.push((
                     format!("SKILL.md of the {name} skill ({})", record.vouched()),

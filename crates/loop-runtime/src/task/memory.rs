@@ -66,6 +66,15 @@ pub fn proposed(call: &ToolCall) -> Result<(String, Vec<String>), BadNote> {
     let a: Args = serde_json::from_value(call.args.clone())
         .map_err(|e| BadNote(format!("invalid arguments for `remember`: {e}")))?;
     let text = a.text.trim().to_string();
+    // Text for a prompt: no control character (a NUL no store can keep,
+    // an escape sequence for whoever lists the notes).
+    if text
+        .chars()
+        .chain(a.about.iter().flat_map(|s| s.chars()))
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(BadNote("a note holds no control characters".into()));
+    }
     if text.is_empty() || text.chars().count() > MAX_CHARS {
         return Err(BadNote(format!(
             "a note is 1 to {MAX_CHARS} characters, not {}",
@@ -283,6 +292,8 @@ mod tests {
             serde_json::json!({"text": long}),
             serde_json::json!({"text": "ok", "about": vec!["a"; MAX_ABOUT + 1]}),
             serde_json::json!({"text": "ok", "why": "extra"}),
+            serde_json::json!({"text": "a\u{0}b"}),
+            serde_json::json!({"text": "ok", "about": ["\u{1b}[2J"]}),
         ] {
             let o = answer(&call("c", bad), &mut n).observation;
             assert!(

@@ -421,7 +421,10 @@ fn stored_request(
         checkpoints: loopfile.checkpoints.clone(),
         check_integrity: Vec::new(),
         shares: Vec::new(),
-        network: crate::project::network::NetworkPlan::for_task(loopfile, &req.contract)?,
+        network: narrowed_network(
+            crate::project::network::NetworkPlan::for_task(loopfile, &req.contract)?,
+            &req.skills,
+        ),
         setup: None,
         drafting: None,
         guidance: Vec::new(),
@@ -431,6 +434,23 @@ fn stored_request(
         skills: req.skills.clone(),
     }
     .tightened(req))
+}
+
+/// `plan` with its commands' and setup steps' hosts narrowed to those
+/// each skill the task uses names (the checks' are narrowed in the
+/// contract already).
+fn narrowed_network(
+    mut plan: crate::project::network::NetworkPlan,
+    skills: &[loop_protocol::skill::SkillRecord],
+) -> crate::project::network::NetworkPlan {
+    for hosts in skills
+        .iter()
+        .filter_map(|s| s.capabilities.network.as_ref())
+    {
+        plan.commands.retain(|h| hosts.contains(h));
+        plan.setup.retain(|h| hosts.contains(h));
+    }
+    plan
 }
 
 impl StoredRequest {
