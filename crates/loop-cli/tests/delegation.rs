@@ -89,6 +89,19 @@ children:
     )
 }
 
+/// `loop list --json` of `project`: every task, one object each.
+fn tasks_of(base: &Path, project: &Path) -> Vec<serde_json::Value> {
+    let out = shared::loop_in(base)
+        .args(["list", "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// The entries of kind `kind` of the ledger beside `receipt`.
 fn entries(receipt: &Path, id: &str, kind: &str) -> Vec<serde_json::Value> {
     let ledger = receipt.with_file_name(format!("{id}.ledger.jsonl"));
@@ -353,17 +366,7 @@ fn a_parent_killed_while_its_two_children_run_resumes_them_and_ends_as_if_never_
     commands_begun(&receipts, 2, &mut run);
     run.kill().unwrap();
     run.wait().unwrap();
-    let listed = |p: &Path| -> Vec<serde_json::Value> {
-        let out = shared::loop_in(&base)
-            .args(["list", "--json", "--project"])
-            .arg(p)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    };
+    let listed = |p: &Path| tasks_of(&base, p);
     let tasks = listed(&project);
     assert_eq!(tasks.len(), 3, "{tasks:?}");
     let parent = tasks
@@ -763,17 +766,7 @@ fn a_child_whose_run_fails_stops_its_parent_unended_and_resuming_goes_on_with_it
     assert_ne!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("interrupted, not ended"), "{said}");
     assert!(said.contains("stopped before its end"), "{said}");
-    let listed = || -> Vec<serde_json::Value> {
-        let out = shared::loop_in(&base)
-            .args(["list", "--json", "--project"])
-            .arg(&project)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    };
+    let listed = || tasks_of(&base, &project);
     let tasks = listed();
     assert_eq!(tasks.len(), 2, "{tasks:?}");
     assert!(tasks.iter().all(|t| t["outcome"].is_null()), "{tasks:?}");

@@ -167,6 +167,35 @@ pub fn note_words(text: &str, about: &[String]) -> Vec<String> {
         .collect()
 }
 
+impl Note {
+    /// A note from its stored columns, as both backends read them (`body`
+    /// and `status` as text; a body that cannot be read is empty, a status
+    /// no build writes is quarantined).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_columns(
+        id: String,
+        project: String,
+        owner: String,
+        text: String,
+        (body, status): (&str, &str),
+        created_ms: i64,
+        updated_ms: i64,
+    ) -> Note {
+        let body: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        Note {
+            id,
+            project,
+            owner,
+            text,
+            about: serde_json::from_value(body["about"].clone()).unwrap_or_default(),
+            body,
+            status: NoteStatus::parse(status).unwrap_or(NoteStatus::Quarantined),
+            created_ms: created_ms.max(0) as u64,
+            updated_ms: updated_ms.max(0) as u64,
+        }
+    }
+}
+
 /// What a note is good for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

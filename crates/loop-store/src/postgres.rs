@@ -1470,20 +1470,16 @@ pub(crate) const MEMORY_INDEX: &str =
     "CREATE INDEX notes_search ON notes USING gin (to_tsvector('simple', words));";
 
 fn note_row(r: &postgres::Row) -> Result<crate::Note, postgres::Error> {
-    let body: String = r.try_get("body")?;
-    let status: String = r.try_get("status")?;
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    Ok(crate::Note {
-        id: r.try_get("id")?,
-        project: r.try_get("project")?,
-        owner: r.try_get("owner")?,
-        text: r.try_get("text")?,
-        about: serde_json::from_value(body["about"].clone()).unwrap_or_default(),
-        body,
-        status: crate::NoteStatus::parse(&status).unwrap_or(crate::NoteStatus::Quarantined),
-        created_ms: r.try_get::<_, i64>("created_ms")?.max(0) as u64,
-        updated_ms: r.try_get::<_, i64>("updated_ms")?.max(0) as u64,
-    })
+    let (body, status): (String, String) = (r.try_get("body")?, r.try_get("status")?);
+    Ok(crate::Note::from_columns(
+        r.try_get("id")?,
+        r.try_get("project")?,
+        r.try_get("owner")?,
+        r.try_get("text")?,
+        (&body, &status),
+        r.try_get("created_ms")?,
+        r.try_get("updated_ms")?,
+    ))
 }
 
 const NOTE_COLUMNS: &str = "id, project, owner, text, words, body, status, created_ms, updated_ms";

@@ -1237,20 +1237,16 @@ pub(crate) const MEMORY_INDEX: &str =
     "CREATE VIRTUAL TABLE notes_fts USING fts5(id UNINDEXED, words, tokenize = 'unicode61');";
 
 fn note_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::Note> {
-    let body: String = r.get("body")?;
-    let status: String = r.get("status")?;
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    Ok(crate::Note {
-        id: r.get("id")?,
-        project: r.get("project")?,
-        owner: r.get("owner")?,
-        text: r.get("text")?,
-        about: serde_json::from_value(body["about"].clone()).unwrap_or_default(),
-        body,
-        status: crate::NoteStatus::parse(&status).unwrap_or(crate::NoteStatus::Quarantined),
-        created_ms: r.get::<_, i64>("created_ms")? as u64,
-        updated_ms: r.get::<_, i64>("updated_ms")? as u64,
-    })
+    let (body, status): (String, String) = (r.get("body")?, r.get("status")?);
+    Ok(crate::Note::from_columns(
+        r.get("id")?,
+        r.get("project")?,
+        r.get("owner")?,
+        r.get("text")?,
+        (&body, &status),
+        r.get("created_ms")?,
+        r.get("updated_ms")?,
+    ))
 }
 
 /// An FTS5 query that matches any of `words` (each quoted: no operator a
