@@ -67,6 +67,7 @@ fn main() -> ExitCode {
     // This binary is also the spawner its own commands are forked from
     // (see loop_sandbox::spawner): that process serves and exits here.
     loop_sandbox::spawner::serve_if_asked();
+    loop_documents::bounded::serve_if_asked();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
@@ -105,6 +106,7 @@ fn main() -> ExitCode {
     // Commands are forked from a small spawner, never from this process
     // once it has grown; but `loop exec` of one command is small and
     // starts one process (a spawner would be a second).
+    loop_documents::bounded::enable();
     loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
     // A server or worker runs its tasks at nice +10, and a process cannot
     // lower its own priority again: its spawner is started now, at this

@@ -120,6 +120,60 @@ pub enum Check {
         /// The expected value.
         value: serde_json::Value,
     },
+    /// A spreadsheet's cell (`B4`) or range (`A1:C3`) holds `value` (a
+    /// range: rows of values). XLSX, XLSM, XLS, XLSB, ODS or CSV; a
+    /// formula's stored value is what is judged.
+    CellEquals {
+        /// The spreadsheet.
+        path: RelPath,
+        /// The sheet (the first when not named).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sheet: Option<String>,
+        /// The cell or range.
+        cell: String,
+        /// The expected value (rows of values for a range).
+        value: serde_json::Value,
+    },
+    /// A sheet's header row (its first row with anything in it) has these
+    /// columns, in this order.
+    SheetColumns {
+        /// The spreadsheet.
+        path: RelPath,
+        /// The sheet (the first when not named).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sheet: Option<String>,
+        /// The column names.
+        columns: Vec<String>,
+    },
+    /// One table holds every one of these rows: a sheet (or a CSV file),
+    /// or one of a Word document's tables.
+    TableRows {
+        /// The spreadsheet or Word document.
+        path: RelPath,
+        /// The sheet (the first when not named; spreadsheets only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sheet: Option<String>,
+        /// The rows, each its cells from the first column.
+        rows: Vec<Vec<serde_json::Value>>,
+    },
+    /// A Word document has these headings, in this order.
+    DocHeadings {
+        /// The DOCX file.
+        path: RelPath,
+        /// The headings' text.
+        headings: Vec<String>,
+    },
+    /// A PDF's text contains `text` (runs of white space count as one),
+    /// on the page named or on any page.
+    PdfText {
+        /// The PDF.
+        path: RelPath,
+        /// The page (from 1), or any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        page: Option<u32>,
+        /// The text.
+        text: String,
+    },
 }
 
 /// A `run` check.
@@ -295,6 +349,11 @@ impl Check {
             Check::FileContains { .. } => "file_contains",
             Check::FileMatches { .. } => "file_matches",
             Check::JsonEquals { .. } => "json_equals",
+            Check::CellEquals { .. } => "cell_equals",
+            Check::SheetColumns { .. } => "sheet_columns",
+            Check::TableRows { .. } => "table_rows",
+            Check::DocHeadings { .. } => "doc_headings",
+            Check::PdfText { .. } => "pdf_text",
         }
     }
 
@@ -310,8 +369,144 @@ impl Check {
                 pointer,
                 value,
             } => format!("json_equals {path} {pointer:?} == {value}"),
+            Check::CellEquals {
+                path,
+                sheet,
+                cell,
+                value,
+            } => format!("cell_equals {path}{} {cell} == {value}", in_sheet(sheet)),
+            Check::SheetColumns {
+                path,
+                sheet,
+                columns,
+            } => format!("sheet_columns {path}{} {columns:?}", in_sheet(sheet)),
+            Check::TableRows { path, sheet, rows } => {
+                format!("table_rows {path}{} ({} rows)", in_sheet(sheet), rows.len())
+            }
+            Check::DocHeadings { path, headings } => format!("doc_headings {path} {headings:?}"),
+            Check::PdfText { path, page, text } => match page {
+                Some(p) => format!("pdf_text {path} page {p} {text:?}"),
+                None => format!("pdf_text {path} {text:?}"),
+            },
         }
     }
+
+    /// The file a check reads, for the checks that read one.
+    pub fn file(&self) -> Option<&RelPath> {
+        match self {
+            Check::Run(_) => None,
+            Check::FileExists { path }
+            | Check::FileContains { path, .. }
+            | Check::FileMatches { path, .. }
+            | Check::JsonEquals { path, .. }
+            | Check::CellEquals { path, .. }
+            | Check::SheetColumns { path, .. }
+            | Check::TableRows { path, .. }
+            | Check::DocHeadings { path, .. }
+            | Check::PdfText { path, .. } => Some(path),
+        }
+    }
+
+    /// Whether the check reads a document's content (spreadsheets, Word
+    /// documents, PDFs) rather than its text.
+    pub fn is_document(&self) -> bool {
+        matches!(
+            self,
+            Check::CellEquals { .. }
+                | Check::SheetColumns { .. }
+                | Check::TableRows { .. }
+                | Check::DocHeadings { .. }
+                | Check::PdfText { .. }
+        )
+    }
+}
+
+/// A check as a contract file writes it (see [`Contract::to_authoring`]).
+fn check_authoring(c: &Check) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    match c {
+        Check::Run(r) => {
+            let mut m = Map::new();
+            m.insert("run".into(), r.command.clone().into());
+            if r.expect_exit != 0 {
+                m.insert("expect_exit".into(), r.expect_exit.into());
+            }
+            for (k, v) in [
+                ("expect_stdout", &r.expect_stdout),
+                ("expect_stderr", &r.expect_stderr),
+                ("stdout_matches", &r.stdout_matches),
+            ] {
+                if let Some(v) = v {
+                    m.insert(k.into(), v.clone().into());
+                }
+            }
+            if let Some(v) = r.nonempty_tests {
+                m.insert("nonempty_tests".into(), v.into());
+            }
+            if r.allow_vacuous {
+                m.insert("allow_vacuous".into(), true.into());
+            }
+            m.insert("timeout_secs".into(), r.timeout_secs.into());
+            Value::Object(m)
+        }
+        Check::FileExists { path } => json!({"file_exists": path.as_str()}),
+        Check::FileContains { path, text } => {
+            json!({"file_contains": path.as_str(), "text": text})
+        }
+        Check::FileMatches { path, regex } => {
+            json!({"file_matches": path.as_str(), "regex": regex})
+        }
+        Check::JsonEquals {
+            path,
+            pointer,
+            value,
+        } => json!({"json_equals": path.as_str(), "pointer": pointer, "value": value}),
+        Check::CellEquals {
+            path,
+            sheet,
+            cell,
+            value,
+        } => with_sheet(
+            json!({"cell_equals": path.as_str(), "cell": cell, "value": value}),
+            sheet,
+        ),
+        Check::SheetColumns {
+            path,
+            sheet,
+            columns,
+        } => with_sheet(
+            json!({"sheet_columns": path.as_str(), "columns": columns}),
+            sheet,
+        ),
+        Check::TableRows { path, sheet, rows } => {
+            with_sheet(json!({"table_rows": path.as_str(), "rows": rows}), sheet)
+        }
+        Check::DocHeadings { path, headings } => {
+            json!({"doc_headings": path.as_str(), "headings": headings})
+        }
+        Check::PdfText { path, page, text } => {
+            let mut v = json!({"pdf_text": path.as_str(), "text": text});
+            if let Some(p) = page {
+                v["page"] = (*p).into();
+            }
+            v
+        }
+    }
+}
+
+/// A check's YAML form with its `sheet`, when it names one.
+fn with_sheet(mut v: serde_json::Value, sheet: &Option<String>) -> serde_json::Value {
+    if let Some(s) = sheet {
+        v["sheet"] = s.clone().into();
+    }
+    v
+}
+
+fn in_sheet(sheet: &Option<String>) -> String {
+    sheet
+        .as_ref()
+        .map(|s| format!(" sheet {s:?}"))
+        .unwrap_or_default()
 }
 
 /// The largest contract read, in bytes (every way in: a file, the API,
@@ -378,46 +573,7 @@ impl Contract {
     /// what [`Contract::from_yaml`] reads back to the same contract.
     pub fn to_authoring(&self) -> serde_json::Value {
         use serde_json::{Map, Value, json};
-        let check = |c: &Check| -> Value {
-            match c {
-                Check::Run(r) => {
-                    let mut m = Map::new();
-                    m.insert("run".into(), r.command.clone().into());
-                    if r.expect_exit != 0 {
-                        m.insert("expect_exit".into(), r.expect_exit.into());
-                    }
-                    for (k, v) in [
-                        ("expect_stdout", &r.expect_stdout),
-                        ("expect_stderr", &r.expect_stderr),
-                        ("stdout_matches", &r.stdout_matches),
-                    ] {
-                        if let Some(v) = v {
-                            m.insert(k.into(), v.clone().into());
-                        }
-                    }
-                    if let Some(v) = r.nonempty_tests {
-                        m.insert("nonempty_tests".into(), v.into());
-                    }
-                    if r.allow_vacuous {
-                        m.insert("allow_vacuous".into(), true.into());
-                    }
-                    m.insert("timeout_secs".into(), r.timeout_secs.into());
-                    Value::Object(m)
-                }
-                Check::FileExists { path } => json!({"file_exists": path.as_str()}),
-                Check::FileContains { path, text } => {
-                    json!({"file_contains": path.as_str(), "text": text})
-                }
-                Check::FileMatches { path, regex } => {
-                    json!({"file_matches": path.as_str(), "regex": regex})
-                }
-                Check::JsonEquals {
-                    path,
-                    pointer,
-                    value,
-                } => json!({"json_equals": path.as_str(), "pointer": pointer, "value": value}),
-            }
-        };
+        let check = check_authoring;
         let criteria: Vec<Value> = self
             .criteria
             .iter()

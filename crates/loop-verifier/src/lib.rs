@@ -1432,12 +1432,8 @@ fn file_check(criterion: &str, index: usize, check: &Check, jail: &Jail) -> Chec
 
 #[allow(clippy::disallowed_methods)] // a path the jail resolved beneath the sealed view (regular files only, checked first)
 fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
-    let path = match check {
-        Check::FileExists { path }
-        | Check::FileContains { path, .. }
-        | Check::FileMatches { path, .. }
-        | Check::JsonEquals { path, .. } => path,
-        Check::Run(_) => return Some("not a file check".into()),
+    let Some(path) = check.file() else {
+        return Some("not a file check".into());
     };
     let full = match jail.resolve(path.as_str(), Intent::Read) {
         Ok((_, full)) => full,
@@ -1448,6 +1444,9 @@ fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
     }
     if matches!(check, Check::FileExists { .. }) {
         return None;
+    }
+    if check.is_document() {
+        return document_failure(check, path.as_str(), &full);
     }
     let text = match std::fs::read(&full) {
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -1478,6 +1477,34 @@ fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
             (!same).then(|| format!("{path} at {pointer:?} is {found}, expected {value}"))
         }
         _ => None,
+    }
+}
+
+/// Why a document check fails on the file at `full` (a regular file the
+/// jail resolved in the sealed view): read within the documents' bounds,
+/// in a child process of its own (see `loop_documents::bounded`).
+#[allow(clippy::disallowed_methods)] // a path the jail resolved beneath the sealed view (a regular file, checked first)
+fn document_failure(check: &Check, path: &str, full: &std::path::Path) -> Option<String> {
+    let Some(format) = loop_documents::Format::of(path) else {
+        return Some(format!(
+            "{path} is not a document a {} check reads (csv, tsv, xlsx, xlsm, xls, xlsb, ods, docx, pdf)",
+            check.kind()
+        ));
+    };
+    let size = std::fs::metadata(full).map(|m| m.len()).unwrap_or(0);
+    if size > loop_documents::MAX_BYTES {
+        return Some(format!(
+            "{path} is {size} bytes, more than the {} a document check reads",
+            loop_documents::MAX_BYTES
+        ));
+    }
+    let bytes = match std::fs::read(full) {
+        Ok(b) => b,
+        Err(e) => return Some(format!("cannot read {path}: {e}")),
+    };
+    match loop_documents::bounded::read(format, path, &bytes) {
+        Ok(doc) => loop_documents::judge(check, &doc),
+        Err(e) => Some(e.to_string()),
     }
 }
 

@@ -41,6 +41,11 @@ pub(super) const CHECK_KINDS: &[&str] = &[
     "file_contains",
     "file_matches",
     "json_equals",
+    "cell_equals",
+    "sheet_columns",
+    "table_rows",
+    "doc_headings",
+    "pdf_text",
 ];
 const RUN_KEYS: &[&str] = &[
     "run",
@@ -60,6 +65,11 @@ pub(super) fn keys_for_kind(kind: &str) -> &'static [&'static str] {
         "file_exists" => &["file_exists"],
         "file_contains" => &["file_contains", "text"],
         "file_matches" => &["file_matches", "regex"],
+        "cell_equals" => &["cell_equals", "sheet", "cell", "value"],
+        "sheet_columns" => &["sheet_columns", "sheet", "columns"],
+        "table_rows" => &["table_rows", "sheet", "rows"],
+        "doc_headings" => &["doc_headings", "headings"],
+        "pdf_text" => &["pdf_text", "page", "text"],
         _ => &["json_equals", "pointer", "value"],
     }
 }
@@ -544,7 +554,119 @@ impl Reader {
                 let regex = self.regex(regex_node, "`regex`")?;
                 Some(Check::FileMatches { path: path?, regex })
             }
-            _ => self.json_equals_check(&c, kind_node),
+            "json_equals" => self.json_equals_check(&c, kind_node),
+            _ => self.document_check(&c, kind_node),
+        }
+    }
+
+    /// A document check (`cell_equals`, `sheet_columns`, `table_rows`,
+    /// `doc_headings`, `pdf_text`): its file (`kind_node`) and its keys.
+    fn document_check(&mut self, c: &CheckEntries<'_>, kind_node: &Node) -> Option<Check> {
+        let what = format!("`{}` path", c.kind);
+        let path = self.rel_path(kind_node, &what);
+        let sheet = match c.get("sheet") {
+            Some(v) => Some(self.nonempty_string(v, "`sheet`")?),
+            None => None,
+        };
+        let check = match c.kind.as_str() {
+            "cell_equals" => {
+                let cell_node = c.required(self, "cell")?;
+                let cell = self.string(cell_node, "`cell`")?;
+                if !is_cell_or_range(&cell) {
+                    self.err(
+                        Some(cell_node.pos),
+                        format!("`cell` {cell:?} is not a cell or a range"),
+                        Some("name a cell as B4 or a range as A1:C3".into()),
+                    );
+                    return None;
+                }
+                let value_node = c.required(self, "value")?;
+                let value = self.json_value(value_node)?;
+                Check::CellEquals {
+                    path: path?,
+                    sheet,
+                    cell,
+                    value,
+                }
+            }
+            "sheet_columns" => {
+                let node = c.required(self, "columns")?;
+                let columns = self.strings(node, "`columns`")?;
+                Check::SheetColumns {
+                    path: path?,
+                    sheet,
+                    columns: self.nonempty_list(columns, c, "columns")?,
+                }
+            }
+            "table_rows" => {
+                let rows_node = c.required(self, "rows")?;
+                let mut rows = Vec::new();
+                for row in self.seq(rows_node, "`rows`")? {
+                    let cells = self.seq(row, "a row of `rows`")?;
+                    let mut out = Vec::new();
+                    for cell in cells {
+                        out.push(self.json_value(cell)?);
+                    }
+                    rows.push(out);
+                }
+                Check::TableRows {
+                    path: path?,
+                    sheet,
+                    rows: self.nonempty_list(rows, c, "rows")?,
+                }
+            }
+            "doc_headings" => {
+                let node = c.required(self, "headings")?;
+                let headings = self.strings(node, "`headings`")?;
+                Check::DocHeadings {
+                    path: path?,
+                    headings: self.nonempty_list(headings, c, "headings")?,
+                }
+            }
+            _ => {
+                let page = match c.get("page") {
+                    Some(v) => Some(u32::try_from(self.unsigned(v, "`page`", 1)?).ok()?),
+                    None => None,
+                };
+                let node = c.required(self, "text")?;
+                let text = self.nonempty_string(node, "`text`")?;
+                Check::PdfText {
+                    path: path?,
+                    page,
+                    text,
+                }
+            }
+        };
+        Some(check)
+    }
+
+    /// `list`, or an error at the check when it is empty (a check that
+    /// asks for nothing proves nothing).
+    fn nonempty_list<T>(
+        &mut self,
+        list: Vec<T>,
+        c: &CheckEntries<'_>,
+        key: &str,
+    ) -> Option<Vec<T>> {
+        if list.is_empty() {
+            self.err(
+                Some(c.node.pos),
+                format!("`{key}` of a `{}` check is empty", c.kind),
+                Some(format!("list at least one of the {key} the check requires")),
+            );
+            return None;
+        }
+        Some(list)
+    }
+
+    /// A YAML value as JSON, its error reported where it is.
+    fn json_value(&mut self, node: &Node) -> Option<serde_json::Value> {
+        match node.to_json() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err(Some(e.pos), e.message, None);
+                None
+            }
         }
     }
 
@@ -723,6 +845,23 @@ impl Reader {
             pointer,
             value,
         })
+    }
+}
+
+/// Whether `s` names a cell (`B4`, `$B$4`) or a range (`A1:C3`).
+fn is_cell_or_range(s: &str) -> bool {
+    let one = |r: &str| {
+        let r = r.trim().replace('$', "");
+        let letters = r.chars().take_while(|c| c.is_ascii_alphabetic()).count();
+        let digits = &r[letters..];
+        (1..=3).contains(&letters)
+            && !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit())
+            && !digits.starts_with('0')
+    };
+    match s.split_once(':') {
+        Some((a, b)) => one(a) && one(b),
+        None => one(s),
     }
 }
 

@@ -46,11 +46,29 @@ fn check_kind(kind: &str) -> Value {
             ("run", "terminal") => json!({"type": "boolean", "default": false,
                 "description": "true: the check runs on a pseudo-terminal the runtime makes and alone reads (a test that needs a terminal), never the caller's; its input is at its end"}),
             ("run", "timeout_secs") => count("seconds the check may take (default 300)"),
+            ("pdf_text", "text") => json!({"type": "string", "minLength": 1,
+                "description": "a text the page holds (runs of white space count as one)"}),
             (_, "text") => json!({"type": "string", "description": "an exact substring"}),
             (_, "regex") => json!({"type": "string", "description": "a regular expression"}),
             (_, "pointer") => json!({"type": "string", "pattern": "^(/.*)?$",
                 "description": "an RFC 6901 JSON pointer (\"\" is the whole document)"}),
+            ("cell_equals", "value") => {
+                json!({"description": "the value expected in the cell (a number, text, a boolean, null for an empty cell), or rows of values for a range"})
+            }
             (_, "value") => json!({"description": "the JSON value expected at the pointer"}),
+            (_, "sheet") => json!({"type": "string", "minLength": 1,
+                "description": "the sheet's name (the first sheet when absent)"}),
+            (_, "cell") => json!({"type": "string",
+                "pattern": "^\\$?[A-Za-z]{1,3}\\$?[1-9][0-9]*(:\\$?[A-Za-z]{1,3}\\$?[1-9][0-9]*)?$",
+                "description": "a cell (B4) or a range (A1:C3)"}),
+            (_, "columns") => json!({"type": "array", "minItems": 1, "items": {"type": "string"},
+                "description": "column names the header row has, in this order"}),
+            (_, "headings") => json!({"type": "array", "minItems": 1, "items": {"type": "string"},
+                "description": "headings the document has, in this order"}),
+            (_, "rows") => json!({"type": "array", "minItems": 1,
+                "items": {"type": "array", "items": {}},
+                "description": "rows one table holds, each its cells from the first column"}),
+            (_, "page") => count("the page (from 1); any page when absent"),
             _ => path(),
         };
         props.insert(key.to_string(), v);
@@ -58,7 +76,13 @@ fn check_kind(kind: &str) -> Value {
     let required: Vec<&str> = keys_for_kind(kind)
         .iter()
         .copied()
-        .filter(|k| *k == kind || matches!(*k, "text" | "regex" | "value"))
+        .filter(|k| {
+            *k == kind
+                || matches!(
+                    *k,
+                    "text" | "regex" | "value" | "cell" | "columns" | "rows" | "headings"
+                )
+        })
         .collect();
     json!({
         "type": "object",

@@ -375,3 +375,77 @@ fn a_contract_over_its_caps_is_refused_naming_the_cap_before_anything_runs() {
     let e = Contract::from_yaml(&big, "t").unwrap_err().to_string();
     assert!(e.contains("over the 262144-byte limit"), "{e}");
 }
+
+const DOCUMENTS: &str = r#"
+instruction: Summarise the regions.
+criteria:
+  - id: summary
+    checks:
+      - {cell_equals: out/summary.xlsx, sheet: Summary, cell: B2, value: 200.5}
+      - {cell_equals: out/summary.csv, cell: "A1:B2", value: [[Region, Total], [All, 200.5]]}
+      - {sheet_columns: out/summary.xlsx, columns: [Region, Total]}
+      - {table_rows: out/report.docx, rows: [[North, 120], [South, null]]}
+      - {doc_headings: out/report.docx, headings: [Summary, Outlook]}
+      - {pdf_text: out/invoice.pdf, page: 2, text: "Total due"}
+      - {pdf_text: out/invoice.pdf, text: "Paid"}
+"#;
+
+#[test]
+fn document_checks_read_and_write_back_the_same() {
+    let c = Contract::from_yaml(DOCUMENTS, "t").unwrap();
+    let kinds: Vec<&str> = c.criteria[0].checks.iter().map(Check::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "cell_equals",
+            "cell_equals",
+            "sheet_columns",
+            "table_rows",
+            "doc_headings",
+            "pdf_text",
+            "pdf_text"
+        ]
+    );
+    assert!(c.criteria[0].checks.iter().all(Check::is_document));
+    let Check::CellEquals { sheet, cell, .. } = &c.criteria[0].checks[0] else {
+        panic!("not a cell check")
+    };
+    assert_eq!((sheet.as_deref(), cell.as_str()), (Some("Summary"), "B2"));
+    let text = serde_json::to_string_pretty(&c.to_authoring()).unwrap();
+    let back = Contract::from_yaml(&text, "back").unwrap();
+    assert_eq!(back, c, "{text}");
+    let json = serde_json::to_string(&c).unwrap();
+    let again: Contract = serde_json::from_str(&json).unwrap();
+    assert_eq!(again.sha256().unwrap(), c.sha256().unwrap());
+}
+
+#[test]
+fn a_document_check_that_asks_nothing_or_names_no_cell_is_refused_where_it_is() {
+    let bad = |check: &str| {
+        let src = format!("instruction: x\ncriteria:\n  - id: a\n    checks:\n      - {check}\n");
+        one_error(&src)
+    };
+    let e = bad("{cell_equals: a.xlsx, cell: B0, value: 1}");
+    assert!(
+        e.message.contains("`cell` \"B0\" is not a cell or a range"),
+        "{e:?}"
+    );
+    assert_eq!(e.pos.map(|p| p.line), Some(5));
+    let e = bad("{sheet_columns: a.xlsx, columns: []}");
+    assert!(
+        e.message
+            .contains("`columns` of a `sheet_columns` check is empty"),
+        "{e:?}"
+    );
+    let e = bad("{doc_headings: a.docx, sheet: S, headings: [A]}");
+    assert!(e.message.contains("sheet"), "{e:?}");
+    let e = bad("{pdf_text: a.pdf, page: 0, text: A}");
+    assert!(e.message.contains("page"), "{e:?}");
+    let e = bad("{cell_equals: /etc/a.xlsx, cell: A1, value: 1}");
+    assert!(
+        e.message.contains("absolute") || e.message.contains("path"),
+        "{e:?}"
+    );
+    let e = bad("{table_rows: a.csv, rows: [North]}");
+    assert!(e.message.contains("row"), "{e:?}");
+}

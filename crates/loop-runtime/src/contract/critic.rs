@@ -324,7 +324,12 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
         Check::FileExists { path }
         | Check::FileContains { path, .. }
         | Check::FileMatches { path, .. }
-        | Check::JsonEquals { path, .. } => return Some(vec![path.as_str().to_string()]),
+        | Check::JsonEquals { path, .. }
+        | Check::CellEquals { path, .. }
+        | Check::SheetColumns { path, .. }
+        | Check::TableRows { path, .. }
+        | Check::DocHeadings { path, .. }
+        | Check::PdfText { path, .. } => return Some(vec![path.as_str().to_string()]),
     };
     let parsed = loop_tools::shell::parse(&r.command);
     if parsed.commands.is_empty() {
@@ -544,7 +549,8 @@ fn observable(check: &Check) -> bool {
                 || RUNNERS.iter().any(|t| r.command.contains(t))
         }
         Check::FileContains { .. } => true,
-        _ => false,
+        // A document's cells, columns, rows, headings or text.
+        c => c.is_document(),
     }
 }
 

@@ -375,7 +375,12 @@ pub fn compact_yaml(contract: &Contract, present: &dyn Fn(&str) -> bool) -> Stri
                 Check::FileExists { path }
                 | Check::FileContains { path, .. }
                 | Check::FileMatches { path, .. }
-                | Check::JsonEquals { path, .. } => {
+                | Check::JsonEquals { path, .. }
+                | Check::CellEquals { path, .. }
+                | Check::SheetColumns { path, .. }
+                | Check::TableRows { path, .. }
+                | Check::DocHeadings { path, .. }
+                | Check::PdfText { path, .. } => {
                     decided.push(format!("{} (the file checked)", path.as_str()));
                 }
             }
