@@ -106,3 +106,45 @@ fn a_workbook_is_verified_by_its_cells_and_a_wrong_one_or_a_bomb_is_not() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+const SUMMARY_TASK: &str = "instruction: Combine regions/*.csv into out/summary.xlsx with a Summary sheet\ncriteria:\n  - id: summary\n    text: the Summary sheet totals the three regions\n    checks:\n      - {sheet_columns: out/summary.xlsx, sheet: Summary, columns: [Region, Total]}\n      - {table_rows: out/summary.xlsx, sheet: Summary, rows: [[North, 120], [South, 80.5], [East, 42]]}\n      - {cell_equals: out/summary.xlsx, sheet: Summary, cell: B5, value: 242.5}\nlimits:\n  max_verifications: 1\n";
+
+/// A model that reads one input, then writes the workbook with `total`
+/// stored as the total's value.
+fn summary_script(total: f64) -> String {
+    format!(
+        "turns:\n  - calls:\n      - {{tool: read_document, args: {{path: regions/north.csv}}}}\n  - calls:\n      - tool: write_spreadsheet\n        args:\n          path: out/summary.xlsx\n          sheets:\n            - name: Summary\n              rows: [[Region, Total], [North, 120], [South, 80.5], [East, 42], [All]]\n              formulas: [{{cell: B5, formula: 'SUM(B2:B4)', value: {total}}}]\n  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\n"
+    )
+}
+
+#[test]
+fn a_model_writes_a_summary_workbook_from_three_csv_files_and_only_the_right_total_verifies() {
+    let base = tmpdir("summary");
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("regions")).unwrap();
+    for (name, amount) in [("north", "120"), ("south", "80.5"), ("east", "42")] {
+        std::fs::write(
+            p.join(format!("regions/{name}.csv")),
+            format!("region,amount\n{name},{amount}\n"),
+        )
+        .unwrap();
+    }
+    shared::commit_all(&p);
+
+    let right = shared::run_scripted(&base, &p, "right", (SUMMARY_TASK, &summary_script(242.5)));
+    assert_eq!(right.outcome(), "verified", "{}", shared::text(&right.out));
+    let said = shared::text(&right.out);
+    assert!(
+        said.contains("A2=\\\"north\\\" | B2=120"),
+        "the model read the CSV as typed cells: {said}"
+    );
+
+    let wrong = shared::run_scripted(&base, &p, "wrong", (SUMMARY_TASK, &summary_script(240.0)));
+    assert_ne!(wrong.outcome(), "verified", "{}", shared::text(&wrong.out));
+    assert!(
+        shared::text(&wrong.out).contains("cell B5 is the number 240, expected 242.5"),
+        "{}",
+        shared::text(&wrong.out)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -171,3 +171,37 @@ pub fn write_docx(spec: &DocxSpec) -> Result<Vec<u8>, DocError> {
         .map_err(|e| DocError::new(format!("cannot write the document: {e}")))?;
     Ok(out.into_inner())
 }
+
+/// The bytes of a CSV (or, with `sep` a tab, TSV) file of `sheet`'s rows
+/// (its formulas, which a CSV file cannot hold, refused).
+pub fn write_csv(sheet: &SheetSpec, sep: u8) -> Result<Vec<u8>, DocError> {
+    if !sheet.formulas.is_empty() {
+        return Err(DocError::new(
+            "a CSV file holds no formulas: write their values as cells",
+        ));
+    }
+    let cells: usize = sheet.rows.iter().map(Vec::len).sum();
+    if cells > MAX_WRITTEN_CELLS {
+        return Err(DocError::new(format!(
+            "{cells} cells: a written file has at most {MAX_WRITTEN_CELLS}"
+        )));
+    }
+    let mut w = csv::WriterBuilder::new()
+        .delimiter(sep)
+        .flexible(true)
+        .from_writer(Vec::new());
+    for row in &sheet.rows {
+        let fields: Vec<String> = row
+            .iter()
+            .map(|v| match v {
+                Value::Null => String::new(),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        w.write_record(&fields)
+            .map_err(|e| DocError::new(format!("cannot write the CSV file: {e}")))?;
+    }
+    w.into_inner()
+        .map_err(|e| DocError::new(format!("cannot write the CSV file: {e}")))
+}

@@ -9,6 +9,7 @@
 mod authority;
 use authority::StepEdits;
 mod command;
+pub mod documents;
 pub use command::block_cost;
 pub mod exec_policy;
 mod files;
@@ -414,6 +415,21 @@ impl ToolBox {
         *self.step.borrow_mut() = StepEdits::default();
     }
 
+    /// Offer the document tools (`read_document`, `write_spreadsheet`,
+    /// `write_document`): for a task that works with documents.
+    pub fn with_documents(mut self, on: bool) -> Self {
+        if on {
+            for t in [
+                documents::READ,
+                documents::WRITE_SHEET,
+                documents::WRITE_DOC,
+            ] {
+                self.granted.insert(t.to_string());
+            }
+        }
+        self
+    }
+
     /// Narrow the granted tools (authority can be narrowed, never widened).
     pub fn narrow(&mut self, keep: &[&str]) {
         self.granted.retain(|t| keep.contains(&t.as_str()));
@@ -432,6 +448,7 @@ impl ToolBox {
     pub fn specs(&self) -> Vec<ToolSpec> {
         let mut all: Vec<ToolSpec> = specs::all()
             .into_iter()
+            .chain(specs::documents())
             .filter(|s| self.granted.contains(&s.name))
             .map(|mut s| {
                 // A network-less command whose effects are staged and
@@ -474,6 +491,7 @@ impl ToolBox {
             .get_or_init(|| {
                 specs::all()
                     .into_iter()
+                    .chain(specs::documents())
                     .map(|s| (s.name, s.effect))
                     .collect()
             })
@@ -512,6 +530,24 @@ impl ToolBox {
             };
             return ToolOutcome {
                 observation,
+                control: None,
+            };
+        }
+        if [
+            documents::READ,
+            documents::WRITE_SHEET,
+            documents::WRITE_DOC,
+        ]
+        .contains(&tool)
+            && self.granted.contains(tool)
+        {
+            let observation = match tool {
+                documents::READ => self.parse(call).map(|a| self.read_document(id, &a)),
+                documents::WRITE_SHEET => self.parse(call).map(|a| self.write_spreadsheet(id, a)),
+                _ => self.parse(call).map(|a| self.write_word(id, a)),
+            };
+            return ToolOutcome {
+                observation: observation.unwrap_or_else(|e| e),
                 control: None,
             };
         }
@@ -600,7 +636,8 @@ impl ToolBox {
             call.args.clone()
         };
         // The schema first: its errors name the argument and what it should be.
-        let specs = specs::all();
+        let mut specs = specs::all();
+        specs.extend(specs::documents());
         if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, &call.tool) {
             return Err(Observation::error(
                 &call.id,

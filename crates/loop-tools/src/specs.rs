@@ -44,6 +44,54 @@ pub fn delegate() -> ToolSpec {
     )
 }
 
+/// The document tools' specs (see `documents.rs`): offered to a task that
+/// works with documents.
+pub fn documents() -> Vec<ToolSpec> {
+    let cell = json!({"description": "a number, text, true/false, or null for an empty cell"});
+    vec![
+        spec(
+            crate::documents::READ,
+            "Read a spreadsheet (csv, tsv, xlsx, xlsm, xls, xlsb, ods: every sheet, each cell named with its type, formulas with their stored values), a Word document (docx: headings, paragraphs, tables) or a PDF (its text page by page).",
+            json!({"path": {"type": "string", "description": "workspace-relative path"}}),
+            &["path"],
+            Effect::Pure,
+        ),
+        spec(
+            crate::documents::WRITE_SHEET,
+            "Create or replace a spreadsheet: .xlsx (several sheets, typed cells, formulas) or .csv/.tsv (one sheet). Formulas are not calculated: give each the value it is to be stored with.",
+            json!({
+                "path": {"type": "string", "description": "workspace-relative path ending in .xlsx, .csv or .tsv"},
+                "sheets": {"type": "array", "minItems": 1, "items": {"type": "object", "properties": {
+                    "name": {"type": "string"},
+                    "rows": {"type": "array", "description": "rows from A1, each a list of cells", "items": {"type": "array", "items": cell}},
+                    "formulas": {"type": "array", "items": {"type": "object", "properties": {
+                        "cell": {"type": "string", "description": "such as B5"},
+                        "formula": {"type": "string", "description": "such as SUM(B2:B4)"},
+                        "value": {"description": "the value stored as its result"}
+                    }, "required": ["cell", "formula"], "additionalProperties": false}}
+                }, "required": ["name"], "additionalProperties": false}}
+            }),
+            &["path", "sheets"],
+            Effect::Idempotent,
+        ),
+        spec(
+            crate::documents::WRITE_DOC,
+            "Create or replace a Word document (.docx) from blocks in order: headings (level 0 is the title, 1-9), paragraphs and tables.",
+            json!({
+                "path": {"type": "string", "description": "workspace-relative path ending in .docx"},
+                "blocks": {"type": "array", "items": {"type": "object", "properties": {
+                    "kind": {"enum": ["heading", "paragraph", "table"]},
+                    "level": {"type": "integer", "minimum": 0, "maximum": 9},
+                    "text": {"type": "string"},
+                    "rows": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}
+                }, "required": ["kind"], "additionalProperties": false}}
+            }),
+            &["path", "blocks"],
+            Effect::Idempotent,
+        ),
+    ]
+}
+
 /// Every tool's spec.
 pub fn all() -> Vec<ToolSpec> {
     vec![

@@ -1235,3 +1235,125 @@ fn a_layer_made_elsewhere_merges_whole_or_not_at_all() {
         "ok"
     );
 }
+
+#[test]
+fn document_tools_are_offered_only_to_a_task_that_works_with_documents() {
+    let d = TestDir::new("tools-docs-off");
+    let mut t = toolbox(&d);
+    assert!(!t.specs().iter().any(|s| s.name == "write_spreadsheet"));
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "a.xlsx", "sheets": [{"name": "S", "rows": [[1]]}]}),
+    ));
+    assert_eq!(rule_of(&o), Some("authority: unknown tool"));
+    assert!(!d.path().join("a.xlsx").exists());
+}
+
+#[test]
+fn a_written_workbook_reads_back_and_passes_the_gates_on_its_content() {
+    let d = TestDir::new("tools-docs");
+    let mut t = toolbox(&d).with_documents(true);
+    let names: Vec<String> = t.specs().into_iter().map(|s| s.name).collect();
+    for n in ["read_document", "write_spreadsheet", "write_document"] {
+        assert!(names.iter().any(|s| s == n), "{n} offered: {names:?}");
+    }
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "out/summary.xlsx", "sheets": [
+            {"name": "Summary", "rows": [["Region", "Total"], ["All"]],
+             "formulas": [{"cell": "B2", "formula": "SUM(1,2)", "value": 3}]}]}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call("read_document", json!({"path": "out/summary.xlsx"})));
+    assert!(
+        o.observation.content.contains("A2=\"All\" | B2=3")
+            && o.observation.content.contains("formula B2: =SUM(1,2)"),
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call(
+        "write_document",
+        json!({"path": "report.docx", "blocks": [
+            {"kind": "heading", "level": 1, "text": "Summary"},
+            {"kind": "table", "rows": [["North", "120"]]}]}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call("read_document", json!({"path": "report.docx"})));
+    assert!(
+        o.observation.content.contains("## Summary"),
+        "{}",
+        o.observation.content
+    );
+    // A CSV file from one sheet.
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "totals.csv", "sheets": [{"name": "t", "rows": [["a", 1], ["b, c", 2.5]]}]}),
+    ));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("totals.csv")).unwrap(),
+        "a,1\n\"b, c\",2.5\n"
+    );
+}
+
+#[test]
+fn a_document_write_is_refused_by_the_same_gates_as_a_text_file() {
+    let d = TestDir::new("tools-docs-gates");
+    let mut t = toolbox(&d).with_documents(true);
+    // A credential in a cell: the secret gate reads the cells.
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "keys.xlsx", "sheets": [{"name": "S", "rows": [["KEY", "sk-abcdefghijklmnopqrstu"]]}]}),
+    ));
+    assert_eq!(
+        rule_of(&o),
+        Some("gate: secret"),
+        "{}",
+        o.observation.content
+    );
+    assert!(!d.path().join("keys.xlsx").exists());
+    // A protected path.
+    let o = t.execute(&call(
+        "write_document",
+        json!({"path": ".git/x.docx", "blocks": [{"kind": "paragraph", "text": "x"}]}),
+    ));
+    assert_ne!(o.observation.status, ObservationStatus::Ok);
+    assert!(!d.path().join(".git/x.docx").exists());
+    // A workbook of more rows than a step may change.
+    let rows: Vec<serde_json::Value> = (0..400).map(|i| json!([i])).collect();
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "big.xlsx", "sheets": [{"name": "S", "rows": rows}]}),
+    ));
+    assert_eq!(
+        rule_of(&o),
+        Some("limit: max_diff_lines"),
+        "{}",
+        o.observation.content
+    );
+    // A path that is not a document it writes.
+    let o = t.execute(&call(
+        "write_spreadsheet",
+        json!({"path": "a.txt", "sheets": [{"name": "S", "rows": [[1]]}]}),
+    ));
+    assert!(
+        o.observation
+            .content
+            .contains("must end in .xlsx, .csv or .tsv")
+    );
+}

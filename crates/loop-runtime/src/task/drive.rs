@@ -221,6 +221,21 @@ fn task_verifier(
     verifier.with_new_tests(new_tests)
 }
 
+/// Whether a task works with documents (a document check, or an artifact
+/// that is a spreadsheet, Word document or PDF): then it is offered the
+/// document tools.
+fn works_with_documents(contract: &loop_protocol::Contract) -> bool {
+    contract
+        .criteria
+        .iter()
+        .flat_map(|c| &c.checks)
+        .any(loop_protocol::Check::is_document)
+        || contract
+            .artifacts
+            .iter()
+            .any(|a| loop_documents::Format::of(a.as_str()).is_some())
+}
+
 /// The task's tool box: its authority (the jail, the policies, the
 /// limits), the commands' sandbox, what earlier runs used of its budgets,
 /// the claim's fence and the edit journal.
@@ -236,7 +251,8 @@ fn task_toolbox(
         .with_sandbox(commands)
         .with_mcp_servers(stored.mcp_servers.clone())
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
-        .with_code_policy(stored.code_policy.clone().unwrap_or_default());
+        .with_code_policy(stored.code_policy.clone().unwrap_or_default())
+        .with_documents(works_with_documents(&stored.contract));
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens (nothing is rolled back
     // into the stand-in of a workspace that is gone).
