@@ -379,6 +379,11 @@ pub(crate) struct RunArgs {
     /// (an installed one must verify against `skills.trust`); repeatable.
     #[arg(long = "skill", value_name = "NAME")]
     pub(crate) skills: Vec<String>,
+    /// A file given with the task: put in its workspace as
+    /// `inputs/NAME` before it starts, its digest in the ledger's first
+    /// entry (at most 32 files of 32 MiB each); repeatable.
+    #[arg(long = "input", value_name = "PATH")]
+    pub(crate) inputs: Vec<std::path::PathBuf>,
     /// With an instruction and no --check or --task, the contract is
     /// drafted by the model and judged by the critic; this locks the
     /// draft the critic accepts without asking (needed without a terminal).

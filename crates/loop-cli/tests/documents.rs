@@ -107,44 +107,148 @@ fn a_workbook_is_verified_by_its_cells_and_a_wrong_one_or_a_bomb_is_not() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-const SUMMARY_TASK: &str = "instruction: Combine regions/*.csv into out/summary.xlsx with a Summary sheet\ncriteria:\n  - id: summary\n    text: the Summary sheet totals the three regions\n    checks:\n      - {sheet_columns: out/summary.xlsx, sheet: Summary, columns: [Region, Total]}\n      - {table_rows: out/summary.xlsx, sheet: Summary, rows: [[North, 120], [South, 80.5], [East, 42]]}\n      - {cell_equals: out/summary.xlsx, sheet: Summary, cell: B5, value: 242.5}\nlimits:\n  max_verifications: 1\n";
+const SUMMARY_TASK: &str = "instruction: Combine inputs/*.csv into out/summary.xlsx with a Summary sheet\ncriteria:\n  - id: summary\n    text: the Summary sheet totals the three regions\n    checks:\n      - {sheet_columns: out/summary.xlsx, sheet: Summary, columns: [Region, Total]}\n      - {table_rows: out/summary.xlsx, sheet: Summary, rows: [[North, 120], [South, 80.5], [East, 42]]}\n      - {cell_equals: out/summary.xlsx, sheet: Summary, cell: B5, value: 242.5}\nlimits:\n  max_verifications: 1\n";
 
 /// A model that reads one input, then writes the workbook with `total`
 /// stored as the total's value.
 fn summary_script(total: f64) -> String {
     format!(
-        "turns:\n  - calls:\n      - {{tool: read_document, args: {{path: regions/north.csv}}}}\n  - calls:\n      - tool: write_spreadsheet\n        args:\n          path: out/summary.xlsx\n          sheets:\n            - name: Summary\n              rows: [[Region, Total], [North, 120], [South, 80.5], [East, 42], [All]]\n              formulas: [{{cell: B5, formula: 'SUM(B2:B4)', value: {total}}}]\n  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\n"
+        "turns:\n  - calls:\n      - {{tool: read_document, args: {{path: inputs/north.csv}}}}\n  - calls:\n      - tool: write_spreadsheet\n        args:\n          path: out/summary.xlsx\n          sheets:\n            - name: Summary\n              rows: [[Region, Total], [North, 120], [South, 80.5], [East, 42], [All]]\n              formulas: [{{cell: B5, formula: 'SUM(B2:B4)', value: {total}}}]\n  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\n"
     )
 }
 
+/// `loop run --task TASK --input FILE…` with `script`, in `project`.
+fn run_with_inputs(
+    base: &Path,
+    project: &Path,
+    name: &str,
+    script: &str,
+    inputs: &[PathBuf],
+) -> std::process::Output {
+    std::fs::write(base.join(format!("{name}.task.yaml")), SUMMARY_TASK).unwrap();
+    std::fs::write(base.join(format!("{name}.script.yaml")), script).unwrap();
+    let mut c = shared::loop_in(base);
+    c.args(["run", "--json", "--task"])
+        .arg(base.join(format!("{name}.task.yaml")))
+        .arg("--model")
+        .arg(format!(
+            "scripted:{}",
+            base.join(format!("{name}.script.yaml")).display()
+        ))
+        .arg("--project")
+        .arg(project);
+    for i in inputs {
+        c.arg("--input").arg(i);
+    }
+    c.output().unwrap()
+}
+
+fn receipt_of(out: &std::process::Output) -> serde_json::Value {
+    let lines = shared::json_lines(out);
+    let r = lines
+        .iter()
+        .find(|e| e["kind"] == "receipt")
+        .unwrap_or_else(|| panic!("no receipt: {}", shared::text(out)));
+    shared::payload_of(Path::new(r["path"].as_str().unwrap()))
+}
+
 #[test]
-fn a_model_writes_a_summary_workbook_from_three_csv_files_and_only_the_right_total_verifies() {
+fn a_model_writes_a_summary_workbook_from_three_csv_inputs_and_only_the_right_total_verifies() {
     let base = tmpdir("summary");
     let p = base.join("project");
-    std::fs::create_dir_all(p.join("regions")).unwrap();
-    for (name, amount) in [("north", "120"), ("south", "80.5"), ("east", "42")] {
-        std::fs::write(
-            p.join(format!("regions/{name}.csv")),
-            format!("region,amount\n{name},{amount}\n"),
-        )
-        .unwrap();
-    }
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("README.md"), "sales\n").unwrap();
     shared::commit_all(&p);
+    let given = base.join("exports");
+    std::fs::create_dir_all(&given).unwrap();
+    let mut inputs = Vec::new();
+    for (name, amount) in [("north", "120"), ("south", "80.5"), ("east", "42")] {
+        let f = given.join(format!("{name}.csv"));
+        std::fs::write(&f, format!("region,amount\n{name},{amount}\n")).unwrap();
+        inputs.push(f);
+    }
 
-    let right = shared::run_scripted(&base, &p, "right", (SUMMARY_TASK, &summary_script(242.5)));
-    assert_eq!(right.outcome(), "verified", "{}", shared::text(&right.out));
-    let said = shared::text(&right.out);
+    let right = run_with_inputs(&base, &p, "right", &summary_script(242.5), &inputs);
+    let statement = receipt_of(&right);
+    assert_eq!(
+        statement["predicate"]["outcome"]["kind"],
+        "verified",
+        "{}",
+        shared::text(&right)
+    );
+    let said = shared::text(&right);
     assert!(
         said.contains("A2=\\\"north\\\" | B2=120"),
-        "the model read the CSV as typed cells: {said}"
+        "the model read the given CSV as typed cells: {said}"
+    );
+    // Each input is in the ledger's first entry with its digest, and is
+    // where the task started, not what it changed.
+    let id = statement["predicate"]["task_id"].as_str().unwrap();
+    let ledger = std::fs::read_to_string(
+        Path::new(
+            shared::json_lines(&right)
+                .iter()
+                .find(|e| e["kind"] == "receipt")
+                .unwrap()["path"]
+                .as_str()
+                .unwrap(),
+        )
+        .with_file_name(format!("{id}.ledger.jsonl")),
+    )
+    .unwrap();
+    let first: serde_json::Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let recorded = first["payload"]["inputs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(recorded.len(), 3, "{first}");
+    let north = recorded
+        .iter()
+        .find(|f| f["path"] == "inputs/north.csv")
+        .unwrap();
+    assert_eq!(
+        north["sha256"].as_str().unwrap(),
+        loop_protocol::hash::sha256_hex(b"region,amount\nnorth,120\n")
+    );
+    let changed: Vec<String> = statement["predicate"]["change_set"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(changed, ["out/summary.xlsx"], "{statement}");
+
+    let wrong = run_with_inputs(&base, &p, "wrong", &summary_script(240.0), &inputs);
+    assert_ne!(
+        receipt_of(&wrong)["predicate"]["outcome"]["kind"],
+        "verified"
+    );
+    assert!(
+        shared::text(&wrong).contains("cell B5 is the number 240, expected 242.5"),
+        "{}",
+        shared::text(&wrong)
     );
 
-    let wrong = shared::run_scripted(&base, &p, "wrong", (SUMMARY_TASK, &summary_script(240.0)));
-    assert_ne!(wrong.outcome(), "verified", "{}", shared::text(&wrong.out));
+    // A name the project already has under inputs/ is refused, naming it,
+    // and so is a hidden name.
+    std::fs::create_dir_all(p.join("inputs")).unwrap();
+    std::fs::write(p.join("inputs/north.csv"), "region,amount\n").unwrap();
+    shared::commit_all(&p);
+    let clash = run_with_inputs(&base, &p, "clash", &summary_script(242.5), &inputs);
+    assert_eq!(clash.status.code(), Some(2), "{}", shared::text(&clash));
     assert!(
-        shared::text(&wrong.out).contains("cell B5 is the number 240, expected 242.5"),
+        shared::text(&clash).contains("the project already has inputs/north.csv"),
         "{}",
-        shared::text(&wrong.out)
+        shared::text(&clash)
+    );
+    let hidden = given.join(".env");
+    std::fs::write(&hidden, "X=1\n").unwrap();
+    let out = run_with_inputs(&base, &p, "hidden", &summary_script(242.5), &[hidden]);
+    assert_eq!(out.status.code(), Some(2), "{}", shared::text(&out));
+    assert!(
+        shared::text(&out).contains("a plain file name is needed"),
+        "{}",
+        shared::text(&out)
     );
     let _ = std::fs::remove_dir_all(&base);
 }

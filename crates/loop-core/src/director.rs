@@ -133,6 +133,8 @@ pub struct Director<'a> {
     drafting: Option<Box<loop_protocol::DraftingRecord>>,
     /// The project's guidance files: (name, text, digest).
     guidance: Vec<(String, String, String)>,
+    /// The files given with the task (path, digest).
+    inputs: Vec<loop_protocol::KeyedFile>,
     /// The project's checks, as the baseline judged them.
     project_checks: Vec<loop_protocol::StackCheckRecord>,
     /// What the person who approved a call said (call id, words), for its
@@ -186,6 +188,7 @@ impl<'a> Director<'a> {
             setup: None,
             drafting: None,
             guidance: Vec::new(),
+            inputs: Vec::new(),
             project_checks: Vec::new(),
             approval_note: None,
             trigger: None,
@@ -315,6 +318,13 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// The files given with the task, put in its workspace before it
+    /// started: their paths and digests, recorded in the ledger's genesis.
+    pub fn with_inputs(mut self, inputs: Vec<loop_protocol::KeyedFile>) -> Self {
+        self.inputs = inputs;
+        self
+    }
+
     /// The project's checks and what the baseline said of each, recorded
     /// in the ledger's genesis.
     pub fn with_project_checks(mut self, checks: Vec<loop_protocol::StackCheckRecord>) -> Self {
@@ -376,6 +386,7 @@ impl<'a> Director<'a> {
         let drafting = self.drafting.take();
         let project_checks = std::mem::take(&mut self.project_checks);
         let trigger = self.trigger.take();
+        let inputs = std::mem::take(&mut self.inputs);
         self.record(Event::TaskStarted {
             task_id: self.task_id.clone(),
             contract_sha256: self.locked_sha256.clone(),
@@ -395,6 +406,7 @@ impl<'a> Director<'a> {
                     sha256: d.clone(),
                 })
                 .collect(),
+            inputs,
             project_checks,
             trigger,
         })?;

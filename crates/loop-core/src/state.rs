@@ -733,6 +733,7 @@ mod tests {
             setup: None,
             drafting: None,
             guidance: Vec::new(),
+            inputs: Vec::new(),
             project_checks: Vec::new(),
             trigger: None,
         }

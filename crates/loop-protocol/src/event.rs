@@ -92,6 +92,11 @@ pub enum Event {
         /// `AGENTS.md`), with their digests.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         guidance: Vec<crate::KeyedFile>,
+        /// Files given with the task (`loop run --input`, the API's
+        /// upload), put in the workspace before it started, with their
+        /// digests.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        inputs: Vec<crate::KeyedFile>,
         /// The project's own checks and what the untouched workspace said
         /// of each (those that held are the contract's `guard` criteria).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

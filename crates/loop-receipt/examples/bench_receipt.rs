@@ -40,6 +40,7 @@ fn main() {
                 setup: None,
                 drafting: None,
                 guidance: Vec::new(),
+                inputs: Vec::new(),
                 project_checks: Vec::new(),
                 trigger: None,
             },

@@ -29,6 +29,7 @@ fn genesis() -> Event {
         setup: None,
         drafting: None,
         guidance: Vec::new(),
+        inputs: Vec::new(),
         project_checks: Vec::new(),
         trigger: None,
     }
@@ -312,6 +313,7 @@ mod tree {
             setup: None,
             drafting: None,
             guidance: Vec::new(),
+            inputs: Vec::new(),
             project_checks: Vec::new(),
             trigger: None,
         };

@@ -65,7 +65,10 @@ pub use skills::{
 };
 pub use task::asking::{OnPrompt, Prompter, Question};
 pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};
-pub use task::intake::{Admitted, ContractInput, LimitOverrides, TaskRequest, Via};
+pub use task::intake::{
+    Admitted, ContractInput, InputFile, LimitOverrides, MAX_INPUT_BYTES, MAX_INPUTS, TaskRequest,
+    Via,
+};
 pub use task::request::{ContractSource, StoredRequest, TaskReport};
 pub use task::run::resume_task;
 

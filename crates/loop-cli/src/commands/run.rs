@@ -22,6 +22,7 @@ pub(crate) fn run_command(
         task,
         pattern,
         skills,
+        inputs,
         accept_contract,
         model,
         record,
@@ -56,6 +57,7 @@ pub(crate) fn run_command(
             return Ok(resumed_code);
         }
     }
+    let inputs = read_inputs(&inputs)?;
     let runtime = Runtime::open(&project)?;
     let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
     let request = TaskRequest {
@@ -85,6 +87,7 @@ pub(crate) fn run_command(
         trigger: None,
         via: loop_runtime::Via::Cli,
         skills,
+        inputs,
     };
     if let Some((url, name)) = queue {
         // The queue must answer before the task is stored.
@@ -248,4 +251,22 @@ fn wait_for_exit(pid: u32) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     false
+}
+
+/// The files `--input` names, read as a person named them (a link they
+/// made is followed; a FIFO or device is refused without blocking), each
+/// at most the size a task takes.
+fn read_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<loop_runtime::InputFile>, CliError> {
+    paths
+        .iter()
+        .map(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(|| CliError::usage(format!("--input {}: not a file", p.display())))?;
+            let bytes = loop_workspace::door::read_named(p, loop_runtime::MAX_INPUT_BYTES as u64)
+                .map_err(|e| CliError::usage(format!("--input {}: {e}", p.display())))?;
+            Ok(loop_runtime::InputFile { name, bytes })
+        })
+        .collect()
 }

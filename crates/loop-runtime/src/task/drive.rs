@@ -819,6 +819,7 @@ fn configured<'a>(
     };
     let director = director
         .with_guidance(stored.guidance.clone())
+        .with_inputs(stored.inputs.clone())
         .with_project_checks(stored.project_checks.clone());
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),

@@ -143,6 +143,68 @@ pub struct TaskRequest {
     /// Skills the task uses (`--skill NAME`): each verified, its guidance
     /// given to the model, its asks intersected with the task's authority.
     pub skills: Vec<String>,
+    /// Files given with the task (`--input`, the API's upload): put in
+    /// its workspace as `inputs/NAME` before it starts.
+    pub inputs: Vec<InputFile>,
+}
+
+/// A file given with a task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputFile {
+    /// Its name: a plain file name, put at `inputs/NAME`.
+    pub name: String,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+/// Files a task may be given.
+pub const MAX_INPUTS: usize = 32;
+/// The largest file a task may be given, in bytes.
+pub const MAX_INPUT_BYTES: usize = 32 * 1024 * 1024;
+/// What the files a task is given may add up to, in bytes.
+pub const MAX_INPUTS_BYTES: usize = 128 * 1024 * 1024;
+
+/// The given files, or the first reason they cannot be given: too many,
+/// too large, a name that is not a plain file name (no `/`, no `..`, no
+/// control character, not hidden), or a name given twice.
+fn check_inputs(inputs: &[InputFile]) -> Result<(), Error> {
+    if inputs.len() > MAX_INPUTS {
+        return Err(Error::usage(format!(
+            "{} input files: a task takes at most {MAX_INPUTS}",
+            inputs.len()
+        )));
+    }
+    let total: usize = inputs.iter().map(|f| f.bytes.len()).sum();
+    if total > MAX_INPUTS_BYTES {
+        return Err(Error::usage(format!(
+            "the input files add up to {total} bytes: a task takes at most {MAX_INPUTS_BYTES}"
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for f in inputs {
+        let n = &f.name;
+        if n.is_empty()
+            || n.len() > 255
+            || n.contains('/')
+            || n.contains('\\')
+            || n.starts_with('.')
+            || n.chars().any(char::is_control)
+        {
+            return Err(Error::usage(format!(
+                "input file name {n:?}: a plain file name is needed (no folder, not hidden, no control characters)"
+            )));
+        }
+        if f.bytes.len() > MAX_INPUT_BYTES {
+            return Err(Error::usage(format!(
+                "input file {n} is {} bytes: a task takes files of at most {MAX_INPUT_BYTES}",
+                f.bytes.len()
+            )));
+        }
+        if !seen.insert(n.as_str()) {
+            return Err(Error::usage(format!("input file {n} is given twice")));
+        }
+    }
+    Ok(())
 }
 
 /// A request the intake accepted: the contract assembled (or the
@@ -178,6 +240,8 @@ pub struct Admitted {
     pub(crate) start_from: Option<PathBuf>,
     /// The skills it uses, as judged and narrowed.
     pub(crate) skills: Vec<loop_protocol::skill::SkillRecord>,
+    /// The files given with it.
+    pub(crate) inputs: Vec<InputFile>,
 }
 
 /// What a child task is given by its parent beyond its contract.
@@ -290,6 +354,7 @@ impl Runtime {
             }
         };
         override_limits(&mut contract.limits, &req.limits, via)?;
+        check_inputs(&req.inputs)?;
         let mut skills = Vec::new();
         for name in &req.skills {
             let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
@@ -321,6 +386,7 @@ impl Runtime {
             delegation: None,
             start_from: None,
             skills,
+            inputs: req.inputs,
         })
     }
 

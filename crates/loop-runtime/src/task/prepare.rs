@@ -83,10 +83,11 @@ pub(crate) fn submit_claimed(
         take_content(&workspace, from).inspect_err(|_| drop(&task_ws))?;
     }
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
+    let mut stored = stored;
+    stored.inputs = put_inputs(&workspace, &req.inputs).inspect_err(|_| drop(&task_ws))?;
     if !req.include_dirty {
         note_left_out(&project, &task_ws, observer);
     }
-    let mut stored = stored;
     // Setup first: what it makes is shared like any environment. A failed
     // setup leaves no task behind (its steps' output is kept, and named).
     provide_environments(
@@ -142,6 +143,7 @@ pub(crate) fn submit_claimed(
         (&project, &task_id, &paths, &task_ws),
         (&contract_sha256, &request),
         (req.include_dirty, claim),
+        &stored.inputs,
     )?;
     // Stored: what its baseline ran is kept for the next task here.
     let mut ran: Vec<&loop_protocol::VerificationReport> = seen.iter().collect();
@@ -193,6 +195,16 @@ fn provide_environments(
         let notes =
             crate::task::memory::recall(&*store, (&identity.id, owner), &req.contract, observer);
         stored.guidance.extend(notes);
+    }
+    if !stored.inputs.is_empty() {
+        let list: Vec<&str> = stored.inputs.iter().map(|f| f.path.as_str()).collect();
+        stored.guidance.push((
+            "the files given with the task".into(),
+            format!(
+                "These files were given with the task and are in the workspace: {}.\n",
+                list.join(", ")
+            ),
+        ));
     }
     stored.shares = crate::project::environments::share_environments(
         project,
@@ -281,12 +293,16 @@ fn record_task(
     ),
     (contract_sha256, request): (&str, &serde_json::Value),
     (include_dirty, claim): (bool, bool),
+    inputs: &[loop_protocol::KeyedFile],
 ) -> Result<Option<loop_store::Owner>, Error> {
-    let carried = if include_dirty && task_ws.base_commit().is_some() {
+    let mut carried = if include_dirty && task_ws.base_commit().is_some() {
         loop_workspace::uncommitted(project)
     } else {
         Vec::new()
     };
+    // The files given with the task are in no commit: kept like the
+    // uncommitted ones, so a workspace rebuilt from the store has them.
+    carried.extend(inputs.iter().map(|f| f.path.clone()));
     crate::task::stored_workspace::keep_start(store, task_id, paths, &carried, clock.now_ms())?;
     store
         .create_task(task_id, contract_sha256, request, clock.now_ms())
@@ -432,6 +448,7 @@ fn stored_request(
         mcp_servers: loopfile.mcp_servers.clone(),
         delegation: req.delegation.as_ref().map(|d| d.child.clone()),
         skills: req.skills.clone(),
+        inputs: Vec::new(),
     }
     .tightened(req))
 }
@@ -993,4 +1010,38 @@ fn describe(workspace: &Path, origin: &Origin) -> String {
             skipped.join(", ")
         ),
     }
+}
+
+/// Put the files given with the task in its workspace as `inputs/NAME`
+/// (through the door: no link on the way, none written through), before
+/// its baseline is taken: they are where it starts, not what it changed.
+/// A name the project already has there is refused, naming it.
+fn put_inputs(
+    workspace: &Path,
+    inputs: &[crate::task::intake::InputFile],
+) -> Result<Vec<loop_protocol::KeyedFile>, Error> {
+    let mut out = Vec::new();
+    for f in inputs {
+        let rel = format!("inputs/{}", f.name);
+        if !matches!(
+            loop_workspace::door::node(workspace, &rel),
+            Ok(loop_workspace::Node::Missing)
+        ) {
+            return Err(Error::usage(format!(
+                "input file {}: the project already has {rel}; rename the file given",
+                f.name
+            )));
+        }
+        loop_workspace::door::write(workspace, &rel, &f.bytes).map_err(|e| {
+            Error::usage(format!(
+                "input file {}: cannot put it at {rel}: {e}",
+                f.name
+            ))
+        })?;
+        out.push(loop_protocol::KeyedFile {
+            sha256: loop_protocol::hash::sha256_hex(&f.bytes),
+            path: rel,
+        });
+    }
+    Ok(out)
 }

@@ -106,6 +106,10 @@ pub struct StoredRequest {
     /// [`crate::skills`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skills: Vec<loop_protocol::skill::SkillRecord>,
+    /// The files given with the task, as put in its workspace before it
+    /// started (`inputs/NAME`), with their digests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<loop_protocol::KeyedFile>,
 }
 
 /// The guidance files read, in this order.
