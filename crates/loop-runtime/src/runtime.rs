@@ -569,6 +569,13 @@ impl Runtime {
         crate::ops::changes::diff(&self.project, id)
     }
 
+    /// The file `rel` task `id` made (an artifact, or a file its change
+    /// set adds or modifies), as its receipt signs it.
+    pub fn produced_file(&self, id: &str, rel: &str) -> Result<crate::ProducedFile, Error> {
+        self.bring_receipt(id);
+        crate::ops::changes::produced_file(&self.project, id, rel)
+    }
+
     /// Undo task `id`'s applied change set.
     pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::ops::changes::undo(&self.project, id, observer)

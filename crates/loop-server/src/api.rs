@@ -42,7 +42,14 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
-        .route("/api/v1/tasks", get(list).post(create))
+        .route(
+            "/api/v1/tasks",
+            get(list)
+                .post(create)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::submissions::MAX_API_INPUT_BYTES * 4 / 3 + (2 << 20),
+                )),
+        )
         .route("/api/v1/tasks/{id}", get(one))
         .route("/api/v1/tasks/{id}/events", get(events))
         .route("/api/v1/tasks/{id}/stream", get(stream))
@@ -52,6 +59,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/receipt", get(receipt))
         .route("/api/v1/tasks/{id}/verify", get(verify))
         .route("/api/v1/tasks/{id}/diff", get(diff))
+        .route("/api/v1/tasks/{id}/files/{*path}", get(produced_file))
         .route("/api/v1/tasks/{id}/apply", post(apply))
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
@@ -240,14 +248,90 @@ async fn openapi(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<V
 async fn create(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Result<(StatusCode, Json<CreatedBody>), ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
-    let body: NewTask = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")))?;
+    let body = new_task_of(&headers, request).await?;
+    crate::submissions::given_inputs(&body.inputs)?;
     let wait = preferred_wait(&headers, s.prestart.answer_within);
     let created = create_task(&s, caller, body, loop_runtime::Via::Http, wait).await?;
     Ok((created.status(), Json(created.body())))
+}
+
+/// A new task from its request: a JSON body, or a multipart form whose
+/// `task` part is that JSON and whose `input` parts are files given with
+/// it (each part's file name its name).
+async fn new_task_of(
+    headers: &HeaderMap,
+    request: axum::extract::Request,
+) -> Result<NewTask, ApiError> {
+    use axum::extract::FromRequest;
+    let multipart = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("multipart/form-data"));
+    if !multipart {
+        // A JSON body keeps the 1 MiB every other body has: said at once
+        // when its length says more, and cut off when it grows past it.
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "a JSON body is at most 1 MiB: give files as a multipart upload".to_string(),
+            )
+        };
+        let declared = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > 1 << 20) {
+            return Err(too_large());
+        }
+        let body = axum::body::to_bytes(request.into_body(), 1 << 20)
+            .await
+            .map_err(|_| too_large())?;
+        return serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not a new task: {e}")));
+    }
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        ApiError::bad_request(format!("the upload cannot be read: {e}"))
+    };
+    let mut form = axum::extract::Multipart::from_request(request, &())
+        .await
+        .map_err(|e| ApiError::bad_request(format!("the upload cannot be read: {e}")))?;
+    let mut task: Option<NewTask> = None;
+    let mut files = Vec::new();
+    while let Some(field) = form.next_field().await.map_err(bad)? {
+        match field.name().unwrap_or("") {
+            "task" => {
+                let text = field.bytes().await.map_err(bad)?;
+                task = Some(serde_json::from_slice(&text).map_err(|e| {
+                    ApiError::bad_request(format!("the `task` part is not a new task: {e}"))
+                })?);
+            }
+            "input" => {
+                let name = field.file_name().unwrap_or("").to_string();
+                if files.len() >= crate::submissions::MAX_API_INPUTS {
+                    return Err(ApiError::bad_request(format!(
+                        "more than {} input files: a task takes at most that many over the API",
+                        crate::submissions::MAX_API_INPUTS
+                    )));
+                }
+                let bytes = field.bytes().await.map_err(bad)?;
+                files.push(crate::submissions::GivenFile::new(name, &bytes));
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "an upload has a `task` part and `input` files, not {other:?}"
+                )));
+            }
+        }
+    }
+    let mut task = task.ok_or_else(|| {
+        ApiError::bad_request("the upload has no `task` part (the new task as JSON)".to_string())
+    })?;
+    task.inputs.extend(files);
+    Ok(task)
 }
 
 /// How long the client asked to wait for its task's preparation
@@ -747,6 +831,71 @@ async fn verify(
     let caller = s.caller(&headers, Scope::Read).await?;
     let check = receipt_check(&s, caller, id.clone()).await?;
     Ok(Json(VerifyBody::of(&id, &check)).into_response())
+}
+
+/// A file the task made, as its receipt signs it: the bytes, with their
+/// SHA-256 in `Digest` (RFC 3230) and `X-Loop-Sha256`, as an attachment.
+async fn produced_file(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((id, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read).await?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let f = rt.produced_file(&id, &path).map_err(|e| match e.kind {
+            // The task is the caller's (`visible`): the file is what is not there.
+            loop_runtime::ErrorKind::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.message)
+            }
+            _ => ApiError::from(e),
+        })?;
+        // The name a browser saves it as: its last part, quoted safely.
+        let name: String = path
+            .rsplit('/')
+            .next()
+            .unwrap_or("file")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let digest = {
+            use base64::Engine;
+            let raw: Vec<u8> = (0..f.sha256.len() / 2)
+                .filter_map(|i| u8::from_str_radix(&f.sha256[2 * i..2 * i + 2], 16).ok())
+                .collect();
+            format!(
+                "sha-256={}",
+                base64::engine::general_purpose::STANDARD.encode(raw)
+            )
+        };
+        Ok((
+            [
+                (
+                    axum::http::header::CONTENT_TYPE,
+                    "application/octet-stream".to_string(),
+                ),
+                (
+                    axum::http::header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{name}\""),
+                ),
+                (axum::http::HeaderName::from_static("digest"), digest),
+                (
+                    axum::http::HeaderName::from_static("x-loop-sha256"),
+                    f.sha256,
+                ),
+            ],
+            f.bytes,
+        )
+            .into_response())
+    })
+    .await
 }
 
 async fn diff(

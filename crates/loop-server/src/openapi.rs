@@ -58,9 +58,17 @@ fn new_task() -> Value {
             "max_steps": {"type": ["integer", "null"], "minimum": 1, "maximum": 4294967295u64},
             "max_tokens": {"type": ["integer", "null"], "minimum": 1},
             "budget_usd": {"type": ["number", "null"], "minimum": 0},
-            "timeout_secs": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800}
+            "timeout_secs": {"type": ["integer", "null"], "minimum": 1, "maximum": 604800},
+            "inputs": {"type": "array", "maxItems": 16, "description": "files given with the task, put in its workspace as inputs/NAME (16 MiB together; a multipart upload's `input` parts are the same)",
+                "items": {"type": "object", "additionalProperties": false, "required": ["name", "content_base64"],
+                    "properties": {"name": {"type": "string", "description": "a plain file name"},
+                        "content_base64": {"type": "string", "contentEncoding": "base64"}}}}
         }
     })
+}
+
+fn bytes() -> Value {
+    json!({"type": "string", "format": "binary"})
 }
 
 fn created() -> Value {
@@ -328,6 +336,15 @@ pub(crate) const ROUTES: &[Route] = &[
         ok: 200,
     },
     Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/files/{path}",
+        summary: "A file the ended task made (an artifact, or a file its change set adds or modifies), as its receipt signs it: the bytes, their SHA-256 in `Digest` and `X-Loop-Sha256`; 404 for a file the receipt does not name, 409 for one that changed since",
+        scope: Some("read"),
+        body: None,
+        response: bytes,
+        ok: 200,
+    },
+    Route {
         method: "post",
         path: "/api/v1/tasks/{id}/apply",
         summary: "Apply the verified change set to the project",
@@ -549,6 +566,10 @@ fn operation(r: &Route) -> Map<String, Value> {
         let mut params = vec![
             json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
         ];
+        if r.path.ends_with("/{path}") {
+            params.push(json!({"name": "path", "in": "path", "required": true,
+                "description": "the file's path in the workspace (slashes and all)", "schema": {"type": "string"}}));
+        }
         if r.path.ends_with("/events") {
             params.push(json!({"name": "since", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}));
         }
@@ -563,13 +584,26 @@ fn operation(r: &Route) -> Map<String, Value> {
         } else {
             "application/json"
         };
+        let mut content = json!({media: {"schema": body()}});
+        if r.method == "post" && r.path == "/api/v1/tasks" {
+            // Files given with the task, uploaded beside it.
+            content["multipart/form-data"] = json!({"schema": {
+                "type": "object", "required": ["task"],
+                "properties": {
+                    "task": body(),
+                    "input": {"type": "array", "maxItems": 16, "items": bytes(),
+                        "description": "files given with the task (each part's file name its name)"}
+                }},
+                "encoding": {"task": {"contentType": "application/json"}}});
+        }
         op.insert(
             "requestBody".into(),
-            json!({"required": r.path == "/api/v1/tasks", "content": {media: {"schema": body()}}}),
+            json!({"required": r.path == "/api/v1/tasks", "content": content}),
         );
     }
     let media = match r.path {
         p if p.ends_with("/stream") => "text/event-stream",
+        p if p.contains("/files/") => "application/octet-stream",
         "/metrics" => "text/plain",
         "/" => "text/html",
         "/console.js" => "text/javascript",

@@ -41,6 +41,66 @@ pub(crate) struct NewTask {
     /// each marked `allow_vacuous` in the locked contract.
     #[serde(default)]
     allow_vacuous: bool,
+    /// Files given with the task (a multipart upload's `input` parts, or
+    /// given here): put in its workspace as `inputs/NAME`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) inputs: Vec<GivenFile>,
+}
+
+/// A file given with a task over the API: its name and its content in
+/// base64 (RFC 4648, with padding).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GivenFile {
+    pub(crate) name: String,
+    pub(crate) content_base64: String,
+}
+
+/// Files a task may be given over the API, and what they may add up to
+/// (a multipart upload's body is bounded a little above it).
+pub(crate) const MAX_API_INPUTS: usize = 16;
+pub(crate) const MAX_API_INPUT_BYTES: usize = 16 * 1024 * 1024;
+
+impl GivenFile {
+    pub(crate) fn new(name: String, bytes: &[u8]) -> GivenFile {
+        use base64::Engine;
+        GivenFile {
+            name,
+            content_base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
+    }
+}
+
+/// The files `given`, decoded, or a 400 naming the first that cannot be
+/// given over the API (too many, too large together, not base64).
+pub(crate) fn given_inputs(given: &[GivenFile]) -> Result<Vec<loop_runtime::InputFile>, ApiError> {
+    use base64::Engine;
+    if given.len() > MAX_API_INPUTS {
+        return Err(ApiError::bad_request(format!(
+            "{} input files: a task takes at most {MAX_API_INPUTS} over the API",
+            given.len()
+        )));
+    }
+    let mut total = 0usize;
+    let mut out = Vec::new();
+    for f in given {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(f.content_base64.as_bytes())
+            .map_err(|e| {
+                ApiError::bad_request(format!("input file {:?}: not base64: {e}", f.name))
+            })?;
+        total += bytes.len();
+        if total > MAX_API_INPUT_BYTES {
+            return Err(ApiError::bad_request(format!(
+                "the input files add up to more than {MAX_API_INPUT_BYTES} bytes: a task takes at most that over the API"
+            )));
+        }
+        out.push(loop_runtime::InputFile {
+            name: f.name.clone(),
+            bytes,
+        });
+    }
+    Ok(out)
 }
 
 impl NewTask {
@@ -75,6 +135,9 @@ impl NewTask {
             allow_vacuous: self.allow_vacuous,
             owner: Some(caller.owner.clone()),
             via,
+            // Checked when the request came (`given_inputs`): a kept
+            // submission's files decode as they did then.
+            inputs: given_inputs(&self.inputs).unwrap_or_default(),
             ..Default::default()
         }
     }

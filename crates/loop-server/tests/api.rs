@@ -1855,3 +1855,151 @@ fn a_task_cancelled_before_its_preparation_is_never_prepared() {
     );
     assert_eq!(status, 409, "{b}");
 }
+
+const UPLOAD_SCRIPT: &str = "turns:
+  - calls:
+      - {tool: read_document, args: {path: inputs/north.csv}}
+  - calls:
+      - tool: write_spreadsheet
+        args:
+          path: out/summary.xlsx
+          sheets:
+            - name: Summary
+              rows: [[Region, Total], [North, 120], [South, 80.5], [All]]
+              formulas: [{cell: B4, formula: 'SUM(B2:B3)', value: 200.5}]
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+const UPLOAD_CONTRACT: &str = "instruction: Sum the regions given\ncriteria:\n  - id: total\n    checks:\n      - {cell_equals: out/summary.xlsx, sheet: Summary, cell: B4, value: 200.5}\nartifacts: [out/summary.xlsx]\n";
+
+/// `POST /api/v1/tasks` as a multipart upload: the task as JSON, then
+/// each (name, bytes) as an `input` file.
+fn upload(s: &Server, token: &str, task: &Value, files: &[(&str, &[u8])]) -> (u16, String) {
+    let boundary = "loop-test-boundary-7d1f";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"task\"\r\nContent-Type: application/json\r\n\r\n{task}\r\n"
+    )
+    .into_bytes();
+    for (name, bytes) in files {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"input\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let mut resp = agent()
+        .post(&format!("{}/api/v1/tasks", s.base))
+        .header("Authorization", &format!("Bearer {token}"))
+        .content_type(&format!("multipart/form-data; boundary={boundary}"))
+        .send(&body[..])
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+#[test]
+fn files_uploaded_with_a_task_reach_it_and_what_it_made_downloads_as_its_receipt_signs_it() {
+    let s = start_with("upload", 10_000, 8, |p| {
+        std::fs::write(p.join("upload.yaml"), UPLOAD_SCRIPT).unwrap();
+    });
+    let alice = token(&s, "alice", Scope::Run);
+    let task = json!({"instruction": "Sum the regions given", "contract": UPLOAD_CONTRACT, "model": "scripted:upload.yaml"});
+    let (status, body) = upload(
+        &s,
+        &alice,
+        &task,
+        &[
+            ("north.csv", b"region,amount\nNorth,120\n"),
+            ("south.csv", b"region,amount\nSouth,80.5\n"),
+        ],
+    );
+    assert_eq!(status, 201, "{body}");
+    let id = json_of(&body)["id"].as_str().unwrap().to_string();
+    let v = wait_ended(&s, &alice, &id);
+    assert_eq!(v["outcome"], "verified", "{v}");
+    // The model read the uploaded file.
+    let (_, events) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/events"),
+        Some(&alice),
+        None,
+    );
+    assert!(events.contains("B2=120"), "{events}");
+    // The workbook downloads byte for byte as the receipt signs it.
+    let mut resp = agent()
+        .get(&format!(
+            "{}/api/v1/tasks/{id}/files/out/summary.xlsx",
+            s.base
+        ))
+        .header("Authorization", &format!("Bearer {alice}"))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let said = resp
+        .headers()
+        .get("x-loop-sha256")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let bytes = resp.body_mut().read_to_vec().unwrap();
+    let (_, receipt) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/receipt"),
+        Some(&alice),
+        None,
+    );
+    let envelope = json_of(&receipt);
+    use base64::Engine;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(envelope["payload"].as_str().unwrap())
+        .unwrap();
+    let statement: Value = serde_json::from_slice(&payload).unwrap();
+    let signed = statement["subject"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "out/summary.xlsx")
+        .unwrap()["digest"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(loop_protocol::hash::sha256_hex(&bytes), signed);
+    assert_eq!(said, signed);
+    // A given file is not a made one; a file the receipt does not name
+    // is not given; another owner sees nothing.
+    for p in ["inputs/north.csv", "README.md", "../README.md"] {
+        let (status, body) = call(
+            &s,
+            "get",
+            &format!("/api/v1/tasks/{id}/files/{p}"),
+            Some(&alice),
+            None,
+        );
+        assert_eq!(status, 404, "{p}: {body}");
+    }
+    let bob = token(&s, "bob", Scope::Run);
+    let (status, _) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/files/out/summary.xlsx"),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(status, 404);
+    // A name that is no plain file name, and too many files, are refused.
+    let (status, body) = upload(&s, &alice, &task, &[("../escape.csv", b"x")]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("a plain file name is needed"), "{body}");
+    let many: Vec<(String, Vec<u8>)> = (0..17)
+        .map(|i| (format!("f{i}.csv"), b"a\n".to_vec()))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = many.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
+    let (status, body) = upload(&s, &alice, &task, &refs);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("more than 16 input files"), "{body}");
+}

@@ -950,3 +950,61 @@ fn marked(dir: &Path, name: &str) -> bool {
         dir.join(name).exists()
     }
 }
+
+/// A file a task made, as its receipt records it: its bytes and SHA-256.
+#[derive(Debug, Clone)]
+pub struct ProducedFile {
+    /// Its content.
+    pub bytes: Vec<u8>,
+    /// SHA-256 of its content, as the receipt signs it.
+    pub sha256: String,
+}
+
+/// The file `rel` task `id` made, once it has ended: an artifact its
+/// receipt ships, or a file its change set adds or modifies. Read from
+/// the artifacts shipped beside the receipt, else from the task's
+/// workspace (through the door: no link, no FIFO), and given only when
+/// its content is the one the receipt signs; a file the receipt does not
+/// name is not found, one that changed since is a conflict.
+pub fn produced_file(project: &Path, id: &str, rel: &str) -> Result<ProducedFile, Error> {
+    let t = task(project, id)?;
+    if !marked(&t.receipt, "") {
+        return Err(Error::conflict(format!(
+            "task {id} has not ended: its files are given once its receipt is signed"
+        )));
+    }
+    let statement = holding_statement(&t)?;
+    let p = &statement.predicate;
+    let artifact = p.artifacts.iter().any(|a| a.as_str() == rel);
+    let signed = if artifact {
+        statement
+            .subject
+            .iter()
+            .find(|s| s.name == rel)
+            .and_then(|s| s.digest.get("sha256").cloned())
+    } else {
+        p.change_set
+            .files
+            .iter()
+            .find(|f| f.path == rel)
+            .and_then(|f| f.after_sha256.clone())
+    };
+    let Some(sha256) = signed else {
+        return Err(Error::not_found(format!(
+            "task {id}'s receipt names no artifact or changed file {rel:?}"
+        )));
+    };
+    let max = p.contract.limits.max_file_bytes.max(1);
+    let shipped = t.receipt.with_file_name(format!("{id}.artifacts"));
+    let paths = crate::project::locate::TaskPaths::of(&t.project, id);
+    let found = [shipped.as_path(), paths.workspace.as_path()]
+        .into_iter()
+        .filter_map(|root| loop_workspace::door::read(root, rel, max).ok().flatten())
+        .find(|b| loop_protocol::hash::sha256_hex(b) == sha256);
+    match found {
+        Some(bytes) => Ok(ProducedFile { bytes, sha256 }),
+        None => Err(Error::conflict(format!(
+            "task {id}'s {rel} is no longer as its receipt signs it (its workspace was applied, discarded or changed)"
+        ))),
+    }
+}
