@@ -59,6 +59,11 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
     std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
     std::fs::write(
+        project.join("upload.yaml"),
+        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"cp inputs/given.txt out.txt\"}}\n  - calls:\n      - {tool: finish, args: {summary: copied}}\n",
+    )
+    .unwrap();
+    std::fs::write(
         project.join("cli.yaml"),
         "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"sleep 2\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
     )
@@ -127,5 +132,5 @@ fn a_person_runs_a_task_from_the_console_in_chromium() {
         "hello\n"
     );
     let taken = std::fs::read_dir(&shots).unwrap().count();
-    assert_eq!(taken, 15, "screenshots in {}", shots.display());
+    assert_eq!(taken, 16, "screenshots in {}", shots.display());
 }

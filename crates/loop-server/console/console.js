@@ -88,11 +88,12 @@ function say(text) {
 
 async function api(path, opts = {}) {
   const headers = { Authorization: "Bearer " + token };
-  if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+  // A form (files uploaded) says its own type, with its boundary.
+  if (opts.body !== undefined && !(opts.body instanceof FormData)) headers["Content-Type"] = "application/json";
   const r = await fetch(path, {
     method: opts.method || "GET",
     headers,
-    body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+    body: opts.body === undefined ? undefined : opts.body instanceof FormData ? opts.body : JSON.stringify(opts.body),
   });
   const text = await r.text();
   let body = text;
@@ -420,6 +421,9 @@ function showNew(view) {
     el("input", { id: "model", name: "model", placeholder: "the Loopfile's maker" }),
     el("label", { for: "max_steps" }, "Most model turns (optional)"),
     el("input", { id: "max_steps", name: "max_steps", type: "number", min: "1" }),
+    el("label", { for: "inputs" }, "Files given with the task (optional)"),
+    el("input", { id: "inputs", name: "inputs", type: "file", multiple: "", "aria-describedby": "inputs-hint" }),
+    el("p", { id: "inputs-hint", class: "hint" }, "Put in the task's workspace as inputs/NAME before it starts, each with its digest in the record: at most 16 files, 16 MiB together."),
     el("div", { class: "row" }, el("button", { type: "submit" }, "Start the task")));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -429,8 +433,15 @@ function showNew(view) {
     };
     if (form.model.value.trim()) body.model = form.model.value.trim();
     if (form.max_steps.value) body.max_steps = Number(form.max_steps.value);
+    // With files: one upload, the task as JSON beside them.
+    let sent = body;
+    if (form.inputs.files.length) {
+      sent = new FormData();
+      sent.append("task", new Blob([JSON.stringify(body)], { type: "application/json" }));
+      for (const f of form.inputs.files) sent.append("input", f, f.name);
+    }
     try {
-      const made = await api("/api/v1/tasks", { method: "POST", body });
+      const made = await api("/api/v1/tasks", { method: "POST", body: sent });
       location.hash = made.draft
         ? "#/draft/" + encodeURIComponent(made.draft)
         : "#/task/" + encodeURIComponent(made.id);
@@ -865,6 +876,35 @@ async function download(id) {
   } catch (e) { say(e.message); }
 }
 
+// A file the ended task made, fetched with the token and saved under its
+// name; the digest the receipt signs is checked before it is offered.
+async function downloadFile(id, path) {
+  try {
+    const r = await fetch("/api/v1/tasks/" + encodeURIComponent(id) + "/files/" + path.split("/").map(encodeURIComponent).join("/"),
+      { headers: { Authorization: "Bearer " + token } });
+    if (r.status === 401) { signOut(); throw new Error("the token was refused: sign in again"); }
+    if (!r.ok) {
+      let m = "HTTP " + r.status;
+      try { m = (await r.json()).error.message; } catch (_) { /* not JSON */ }
+      throw new Error(m);
+    }
+    const bytes = await r.arrayBuffer();
+    const said = r.headers.get("x-loop-sha256") || "";
+    // (A page served over plain HTTP from another host has no digest
+    // function: the server checked the bytes, and that is said.)
+    let words = "checked by the server against the receipt";
+    if (window.crypto && crypto.subtle) {
+      const got = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)))
+        .map((b) => b.toString(16).padStart(2, "0")).join("");
+      if (said !== got) throw new Error(path + " did not arrive as the receipt signs it");
+      words = "SHA-256 " + got.slice(0, 16) + "…, as the receipt signs it";
+    }
+    const a = el("a", { href: URL.createObjectURL(new Blob([bytes])), download: path.split("/").pop() });
+    document.body.append(a); a.click(); a.remove();
+    say("downloaded " + unpath(path) + " (" + words + ")");
+  } catch (e) { say(unpath(e.message)); }
+}
+
 async function showChange(box, id, t) {
   try {
     const d = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/diff");
@@ -906,7 +946,11 @@ async function showChange(box, id, t) {
     const source = d.source && d.source.receipt ? "from the receipt" : "the workspace as it is now";
     fill(box,
       el("p", {}, files.length + " file(s) · " + source + (t.apply === "applied" ? " · applied" : "")),
-      files.length ? el("ul", { class: "files" }, ...files.map((x) => el("li", {}, el("span", { class: "change " + (x.change || "") }, x.change || ""), " ", unpath(x.path)))) : null,
+      files.length ? el("ul", { class: "files" }, ...files.map((x) => el("li", {}, el("span", { class: "change " + (x.change || "") }, x.change || ""), " ", unpath(x.path),
+        // Once the receipt signs them, what the task made downloads.
+        t.receipt && x.change !== "deleted"
+          ? el("span", {}, " · ", el("a", { href: "#", class: "download", onclick: (e) => { e.preventDefault(); downloadFile(id, x.path); } }, "download"))
+          : null))) : null,
       buttons, files.length ? pre : null,
       shortened ? el("p", { class: "hint" }, "Paths of the server's disk are shown shortened (…/name); `loop diff " + id + "` on the server shows them whole.") : null);
   } catch (e) { fill(box, el("p", { class: "hint" }, unpath(e.message))); }
