@@ -252,3 +252,147 @@ fn a_model_writes_a_summary_workbook_from_three_csv_inputs_and_only_the_right_to
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A stand-in for an OpenAI-compatible provider on 127.0.0.1: each
+/// request's body is kept; the answers are `view_image` of the given
+/// image, then writing `out.txt`, then `finish` (and `finish` after).
+fn provider() -> (
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) {
+    use std::io::{BufRead, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(32) {
+            let Ok(s) = s else { continue };
+            let mut r = std::io::BufReader::new(s);
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let n = {
+                let mut k = kept.lock().unwrap();
+                k.push(request);
+                k.len()
+            };
+            let call = match n {
+                1 => json!({"name": "view_image", "arguments": "{\"path\": \"inputs/shot.png\"}"}),
+                2 => {
+                    json!({"name": "write_file", "arguments": "{\"path\": \"out.txt\", \"content\": \"seen\\n\"}"})
+                }
+                _ => json!({"name": "finish", "arguments": "{\"summary\": \"done\"}"}),
+            };
+            let answer = json!({"id": "r", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": "", "tool_calls": [{"id": format!("call_{n}"), "type": "function", "function": call}]},
+                "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+            .to_string();
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// `loop run` of a task given a PNG, driven by the stand-in provider
+/// configured with `images: images`: its JSON lines and the requests the
+/// provider saw.
+fn run_with_image(
+    base: &Path,
+    name: &str,
+    images: bool,
+) -> (std::process::Output, Vec<serde_json::Value>) {
+    let p = base.join(name);
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("README.md"), "a page\n").unwrap();
+    let (port, seen) = provider();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        format!("models:\n  maker:\n    spec: openai:fake-vision\n    base_url: http://127.0.0.1:{port}/v1\n    stream: false\n    images: {images}\n"),
+    )
+    .unwrap();
+    shared::commit_all(&p);
+    std::fs::create_dir_all(base.join(format!("{name}-given"))).unwrap();
+    let shot = base.join(format!("{name}-given/shot.png"));
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend_from_slice(b"\0\0\0\rIHDR-not-a-real-picture");
+    std::fs::write(&shot, &png).unwrap();
+    let out = shared::loop_in(base)
+        .args([
+            "run",
+            "look at the screenshot and write out.txt",
+            "--json",
+            "--check",
+            "grep -q seen out.txt",
+            "--project",
+        ])
+        .arg(&p)
+        .arg("--input")
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    (out, seen)
+}
+
+#[test]
+fn an_image_reaches_a_model_that_takes_images_and_one_that_does_not_is_told() {
+    let base = tmpdir("images");
+    let url = format!("data:image/png;base64,{}", {
+        use base64::Engine;
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend_from_slice(b"\0\0\0\rIHDR-not-a-real-picture");
+        base64::engine::general_purpose::STANDARD.encode(png)
+    });
+    let (out, seen) = run_with_image(&base, "vision", true);
+    assert_eq!(out.status.code(), Some(0), "{}", shared::text(&out));
+    // The given image went with the instruction, and view_image's with
+    // its result, as image parts.
+    let first = seen[0].to_string();
+    assert!(first.contains(&url), "the instruction's image: {first}");
+    let second = &seen[1]["messages"];
+    let shown = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["role"] == "user" && m["content"][1]["image_url"]["url"] == url.as_str());
+    assert!(shown, "view_image's image: {second}");
+    // The record keeps its digest, not its bytes.
+    let said = shared::text(&out);
+    assert!(
+        said.contains("\"image\":{\"path\":\"inputs/shot.png\",\"media_type\":\"image/png\""),
+        "{said}"
+    );
+    assert!(!said.contains(&url), "the bytes stay out of the record");
+
+    let (out, seen) = run_with_image(&base, "text-only", false);
+    assert_eq!(out.status.code(), Some(0), "{}", shared::text(&out));
+    let all = serde_json::Value::Array(seen).to_string();
+    assert!(
+        !all.contains("image_url"),
+        "no image to a text-only model: {all}"
+    );
+    assert!(
+        all.contains("The model driving this task takes no images"),
+        "{all}"
+    );
+    let said = shared::text(&out);
+    assert!(said.contains("model: takes no images"), "{said}");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -135,6 +135,9 @@ pub struct Director<'a> {
     guidance: Vec<(String, String, String)>,
     /// The files given with the task (path, digest).
     inputs: Vec<loop_protocol::KeyedFile>,
+    /// The images among them, with their bytes, shown with the
+    /// instruction to a model that takes images.
+    input_images: Vec<loop_protocol::observation::Image>,
     /// The project's checks, as the baseline judged them.
     project_checks: Vec<loop_protocol::StackCheckRecord>,
     /// What the person who approved a call said (call id, words), for its
@@ -189,6 +192,7 @@ impl<'a> Director<'a> {
             drafting: None,
             guidance: Vec::new(),
             inputs: Vec::new(),
+            input_images: Vec::new(),
             project_checks: Vec::new(),
             approval_note: None,
             trigger: None,
@@ -325,6 +329,14 @@ impl<'a> Director<'a> {
         self
     }
 
+    /// The images given with the task (each also among the inputs, by its
+    /// digest): shown with the instruction to a model that takes images,
+    /// named as not shown to one that does not.
+    pub fn with_input_images(mut self, images: Vec<loop_protocol::observation::Image>) -> Self {
+        self.input_images = images;
+        self
+    }
+
     /// The project's checks and what the baseline said of each, recorded
     /// in the ledger's genesis.
     pub fn with_project_checks(mut self, checks: Vec<loop_protocol::StackCheckRecord>) -> Self {
@@ -377,6 +389,26 @@ impl<'a> Director<'a> {
         self.state.context.system = system_prompt(&self.contract, &self.locked_sha256, &tools)
             + &crate::prompt::guidance_section(&guidance);
         self.state.context.tools = tools;
+        let images = self.parts.model.accepts_images();
+        self.parts.tools.set_images(images);
+        // The images given with the task go with the instruction (not on
+        // the record: their digests are in its first entry).
+        if !self.input_images.is_empty()
+            && let Some(loop_protocol::Message::User {
+                content,
+                images: shown,
+            }) = self.state.context.messages.first_mut()
+        {
+            if images {
+                *shown = self.input_images.clone();
+            } else if !content.contains("(Images were given with the task") {
+                let names: Vec<&str> = self.input_images.iter().map(|i| i.path.as_str()).collect();
+                content.push_str(&format!(
+                    "\n\n(Images were given with the task and are in the workspace: {}. The model driving this task takes no images, so they are not shown.)",
+                    names.join(", ")
+                ));
+            }
+        }
     }
 
     /// Run the task to a terminal outcome.

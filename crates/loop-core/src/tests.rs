@@ -436,7 +436,7 @@ fn failing_evidence_is_fed_back_to_the_model() {
     );
     assert!(o.result.outcome.is_verified(), "{:?}", o.result.record);
     let third = &o.contexts[2];
-    let Some(Message::User { content }) = third.messages.last() else {
+    let Some(Message::User { content, .. }) = third.messages.last() else {
         panic!("feedback last")
     };
     assert!(content.contains("rejected the finish claim"), "{content}");
@@ -552,7 +552,7 @@ fn an_empty_turn_is_told_to_act() {
         vec![turn(vec![], 1), turn(vec![write("yes"), finish()], 1)],
     );
     assert!(o.result.outcome.is_verified());
-    let Some(Message::User { content }) = o.contexts[1].messages.last() else {
+    let Some(Message::User { content, .. }) = o.contexts[1].messages.last() else {
         panic!()
     };
     assert!(content.contains("No tool call was proposed"));
@@ -628,7 +628,7 @@ fn malformed_answers_are_charged_returned_to_the_model_and_end_lost() {
     assert_eq!(o.result.used.model_calls as u64, malformed);
     // The model saw what was wrong.
     let last = o.contexts.last().unwrap();
-    assert!(last.messages.iter().any(|m| matches!(m, loop_protocol::Message::User { content } if content.contains("invalid JSON at line 1, column 1"))));
+    assert!(last.messages.iter().any(|m| matches!(m, loop_protocol::Message::User { content, .. } if content.contains("invalid JSON at line 1, column 1"))));
     assert_well_formed(&o.ledger);
 }
 
@@ -710,7 +710,7 @@ fn the_checker_can_veto_accepted_work_and_its_reasons_reach_the_maker() {
     );
     // The maker saw the objection; the checker saw the evidence and was offered only `review`.
     assert!(o.contexts[1].messages.iter().any(
-        |m| matches!(m, Message::User { content } if content.contains("lacks a trailing newline"))
+        |m| matches!(m, Message::User { content, .. } if content.contains("lacks a trailing newline"))
     ));
     assert_eq!(seen[0].tools.len(), 1);
     assert_eq!(seen[0].tools[0].name, "review");

@@ -66,6 +66,11 @@ pub trait Tools {
     fn execute(&mut self, call: &ToolCall) -> Result<ToolOutcome, BoundaryError>;
     /// A new step begins (per-step limits, such as changed lines, restart).
     fn begin_step(&mut self) {}
+    /// Whether the model driving the task takes images (what `view_image`
+    /// may show it); told before the first step.
+    fn set_images(&mut self, on: bool) {
+        let _ = on;
+    }
     /// Merkle root of the workspace content now (progress keys on content).
     fn workspace_root(&mut self) -> Result<String, BoundaryError>;
     /// Whether this run's workspace was rebuilt from the store's record

@@ -13,6 +13,11 @@ use std::io::Read;
 /// The API version this client speaks.
 pub const API_VERSION: &str = "2023-06-01";
 
+/// An image as a Messages content block (base64 source).
+fn image_block(i: &loop_protocol::observation::Image) -> Value {
+    json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data_base64}})
+}
+
 /// The request body.
 pub fn request_body(req: &WireRequest<'_>) -> Value {
     // Messages must alternate; consecutive same-role blocks are merged, and
@@ -24,7 +29,12 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
     };
     for m in &req.context.messages {
         match m {
-            Message::User { content } => push("user", json!({"type": "text", "text": content})),
+            Message::User { content, images } => {
+                push("user", json!({"type": "text", "text": content}));
+                for i in images {
+                    push("user", image_block(i));
+                }
+            }
             Message::Assistant { thought, calls } => {
                 if req.native_tools {
                     if let Some(t) = thought.as_deref().filter(|t| !t.is_empty()) {
@@ -50,18 +60,27 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                 call_id,
                 tool,
                 content,
+                image,
             } => {
                 let is_error = content.starts_with("[error]") || content.starts_with("[refused");
                 if req.native_tools {
+                    // A tool result holds its image beside its text.
+                    let body = match image {
+                        Some(i) => json!([{"type": "text", "text": content}, image_block(i)]),
+                        None => json!(content),
+                    };
                     push(
                         "user",
-                        json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}),
+                        json!({"type": "tool_result", "tool_use_id": call_id, "content": body, "is_error": is_error}),
                     );
                 } else {
                     push(
                         "user",
                         json!({"type": "text", "text": format!("Result of {tool} (call {call_id}), untrusted data:\n{content}")}),
                     );
+                    if let Some(i) = image {
+                        push("user", image_block(i));
+                    }
                 }
             }
         }

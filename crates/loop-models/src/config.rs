@@ -100,6 +100,7 @@ struct EndpointDraft {
     tool_protocol: Option<ToolProtocol>,
     tool_choice: Option<ToolChoice>,
     stream: Option<bool>,
+    images: Option<bool>,
     retries: Option<u32>,
     timeout_secs: Option<u64>,
     max_tokens_field: Option<String>,
@@ -144,6 +145,7 @@ const ENDPOINT_KEYS: &[&str] = &[
     "tool_protocol",
     "tool_choice",
     "stream",
+    "images",
     "retries",
     "timeout_secs",
     "max_tokens_field",
@@ -186,6 +188,7 @@ fn endpoint(r: &mut Reader, n: &Node, what: &str) -> Option<EndpointDraft> {
                     .map(str::to_string)
             }
             "stream" => d.stream = r.boolean(v, "`stream`"),
+            "images" => d.images = r.boolean(v, "`images`"),
             "tool_protocol" => {
                 d.tool_protocol = r
                     .one_of(v, "tool_protocol", &["native", "json"])
@@ -338,6 +341,9 @@ fn bind(
     if let Some(s) = draft.stream {
         c.stream = s;
     }
+    if let Some(i) = draft.images {
+        c.images = i;
+    }
     if let Some(r) = draft.retries {
         c.retry = RetryPolicy {
             max_attempts: r.max(1),
@@ -446,6 +452,7 @@ pub fn models_schema() -> serde_json::Value {
                     "max_tokens_field" => json!({"enum": ["max_tokens", "max_completion_tokens"]}),
                     "tool_protocol" => json!({"enum": ["native", "json"]}),
                     "stream" => json!({"type": "boolean"}),
+                    "images" => json!({"type": "boolean", "description": "the model takes images (view_image, the images given with a task); default false"}),
                     "api_key_env" => json!({"type": "string",
                         "description": "the environment variable holding the key (never the key)"}),
                     "fallback" => json!({"type": "array", "items": {"$ref": "#/$defs/fallback"}}),

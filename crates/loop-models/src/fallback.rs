@@ -19,6 +19,10 @@ impl Fallback {
 }
 
 impl Model for Fallback {
+    /// Only when every model of the chain does (any may answer).
+    fn accepts_images(&self) -> bool {
+        !self.chain.is_empty() && self.chain.iter().all(|m| m.accepts_images())
+    }
     fn info(&self) -> ModelInfo {
         let mut info = self.chain.first().map(|p| p.info()).unwrap_or(ModelInfo {
             provider: "none".into(),

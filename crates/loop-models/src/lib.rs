@@ -66,6 +66,9 @@ impl Model for ScriptedModel {
     fn resume_at(&mut self, turns: u32) {
         ScriptedModel::skip_to(self, turns as usize);
     }
+    fn accepts_images(&self) -> bool {
+        ScriptedModel::accepts_images(self)
+    }
 }
 
 /// A parsed `--model` value.

@@ -10,12 +10,25 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Read;
 
+/// An image as a Chat Completions content part (a data URL).
+fn image_part(i: &loop_protocol::observation::Image) -> Value {
+    json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.media_type, i.data_base64)}})
+}
+
 /// The request body.
 pub fn request_body(req: &WireRequest<'_>) -> Value {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
     for m in &req.context.messages {
         match m {
-            Message::User { content } => messages.push(json!({"role": "user", "content": content})),
+            Message::User { content, images } if !images.is_empty() => {
+                // Text, then each image as a data URL part.
+                let mut parts = vec![json!({"type": "text", "text": content})];
+                parts.extend(images.iter().map(image_part));
+                messages.push(json!({"role": "user", "content": parts}));
+            }
+            Message::User { content, .. } => {
+                messages.push(json!({"role": "user", "content": content}))
+            }
             Message::Assistant { thought, calls } => {
                 if req.native_tools {
                     // Quirk: some servers reject `"content": null`; send "".
@@ -41,6 +54,7 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                 call_id,
                 tool,
                 content,
+                image,
             } => {
                 if req.native_tools {
                     messages
@@ -50,6 +64,14 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                         "role": "user",
                         "content": format!("Result of {tool} (call {call_id}), untrusted data:\n{content}")
                     }));
+                }
+                // A tool's message carries text only: the image it shows
+                // follows as the user's, named as the call's.
+                if let Some(i) = image {
+                    messages.push(json!({"role": "user", "content": [
+                        {"type": "text", "text": format!("The image {} that {tool} (call {call_id}) shows, untrusted data:", i.path)},
+                        image_part(i)
+                    ]}));
                 }
             }
         }

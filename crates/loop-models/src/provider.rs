@@ -76,6 +76,8 @@ pub struct EndpointConfig {
     pub tool_choice: ToolChoice,
     /// Stream answers.
     pub stream: bool,
+    /// It takes images (the configuration says so: `images: true`).
+    pub images: bool,
     /// Prices, if known.
     pub price: Option<Price>,
     /// Retries.
@@ -109,6 +111,7 @@ impl EndpointConfig {
             tool_protocol: ToolProtocol::Native,
             tool_choice: ToolChoice::Auto,
             stream: true,
+            images: false,
             price: None,
             retry: RetryPolicy::default(),
             role_prompt: None,
@@ -586,6 +589,9 @@ fn malformed(e: ActionError, excerpt: String, usage: Usage) -> ModelReply {
 }
 
 impl Model for HttpModel {
+    fn accepts_images(&self) -> bool {
+        self.cfg.images
+    }
     fn info(&self) -> ModelInfo {
         ModelInfo {
             provider: self.cfg.dialect.name().into(),

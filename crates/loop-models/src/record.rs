@@ -228,6 +228,9 @@ impl Model for Recorder {
     fn max_output_tokens(&self) -> u64 {
         self.inner.max_output_tokens()
     }
+    fn accepts_images(&self) -> bool {
+        self.inner.accepts_images()
+    }
     fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
         self.inner.estimate_prompt_tokens(context)
     }

@@ -31,6 +31,9 @@ impl Model for Redacted {
     fn max_output_tokens(&self) -> u64 {
         self.inner.max_output_tokens()
     }
+    fn accepts_images(&self) -> bool {
+        self.inner.accepts_images()
+    }
     fn estimate_prompt_tokens(&self, context: &Context) -> u64 {
         self.inner.estimate_prompt_tokens(context)
     }

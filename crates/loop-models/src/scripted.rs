@@ -25,6 +25,8 @@ pub struct ScriptedModel {
     /// Each child's turns, in the order the children are delegated.
     children: Vec<Vec<ScriptTurn>>,
     next: usize,
+    /// The script says its model takes images (`images: true`).
+    images: bool,
     /// The context's size, counted as it grows.
     size: loop_protocol::context::ContextSize,
 }
@@ -58,9 +60,14 @@ impl ScriptedModel {
         let mut turns_node = None;
         let mut draft = Vec::new();
         let mut children = Vec::new();
+        let mut images = false;
         for (k, v) in top {
             match k.name.as_str() {
                 "turns" => turns_node = Some(v),
+                "images" => match &v.value {
+                    Value::Bool(b) => images = *b,
+                    _ => errors.push(diag(v.pos, "`images` is true or false".into(), None)),
+                },
                 "draft" => match &v.value {
                     Value::Seq(items) => {
                         for item in items {
@@ -103,7 +110,7 @@ impl ScriptedModel {
                 other => errors.push(diag(
                     k.pos,
                     format!("unknown key `{other}` in the script"),
-                    Some("allowed: version, turns, draft, children"),
+                    Some("allowed: version, turns, draft, children, images"),
                 )),
             }
         }
@@ -131,6 +138,7 @@ impl ScriptedModel {
             draft,
             children,
             next: 0,
+            images,
             size: Default::default(),
         })
     }
@@ -162,6 +170,11 @@ impl ScriptedModel {
             next: 0,
             ..self
         }
+    }
+
+    /// Whether the script says its model takes images.
+    pub fn accepts_images(&self) -> bool {
+        self.images
     }
 
     /// Provenance.

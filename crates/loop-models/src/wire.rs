@@ -182,3 +182,99 @@ pub fn json_answer_text(thought: &Option<String>, calls: &[ToolCall]) -> String 
         .collect();
     serde_json::json!({"thought": thought, "calls": calls}).to_string()
 }
+
+#[cfg(test)]
+mod image_tests {
+    //! An image a tool shows, and one given with the task, reach each
+    //! provider in its own shape; a context without one sends none.
+    use super::WireRequest;
+    use loop_protocol::observation::{Image, Observation};
+    use loop_protocol::{Context, ToolCall};
+    use serde_json::json;
+
+    fn image() -> Image {
+        Image {
+            path: "shot.png".into(),
+            media_type: "image/png".into(),
+            bytes: 8,
+            sha256: "ab".repeat(32),
+            data_base64: "iVBORw0KGgo=".into(),
+        }
+    }
+
+    /// A context: the instruction with an image, a `view_image` call and
+    /// its result showing another.
+    fn context() -> Context {
+        let mut c = Context::new(String::new(), vec![], "fix the page");
+        if let Some(loop_protocol::Message::User { images, .. }) = c.messages.first_mut() {
+            images.push(image());
+        }
+        c.push_turn(
+            None,
+            vec![ToolCall {
+                id: "c1".into(),
+                tool: "view_image".into(),
+                args: json!({"path": "shot.png"}),
+            }],
+        );
+        let mut o = Observation::ok("c1", "view_image", "image shot.png: image/png", false);
+        o.image = Some(Box::new(image()));
+        c.push_observation(&o);
+        c
+    }
+
+    fn request(c: &Context) -> WireRequest<'_> {
+        WireRequest {
+            model: "m",
+            system: "s",
+            context: c,
+            max_output_tokens: 100,
+            temperature: None,
+            stream: false,
+            native_tools: true,
+            tool_choice: &crate::ToolChoice::Auto,
+            max_tokens_field: "max_tokens",
+        }
+    }
+
+    #[test]
+    fn openai_gets_image_url_parts_and_anthropic_image_blocks() {
+        let c = context();
+        let body = crate::openai::request_body(&request(&c));
+        let url = "data:image/png;base64,iVBORw0KGgo=";
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs[1]["content"][1]["image_url"]["url"], url, "{body}");
+        assert_eq!(msgs[3]["role"], "tool");
+        assert_eq!(msgs[4]["role"], "user");
+        assert_eq!(msgs[4]["content"][1]["type"], "image_url", "{body}");
+        assert_eq!(msgs[4]["content"][1]["image_url"]["url"], url);
+
+        let body = crate::anthropic::request_body(&request(&c));
+        let msgs = body["messages"].as_array().unwrap();
+        let first = &msgs[0]["content"];
+        assert_eq!(first[1]["type"], "image", "{body}");
+        assert_eq!(first[1]["source"]["data"], "iVBORw0KGgo=");
+        let result = &msgs[2]["content"][0];
+        assert_eq!(result["type"], "tool_result", "{body}");
+        assert_eq!(result["content"][1]["source"]["media_type"], "image/png");
+    }
+
+    #[test]
+    fn a_context_rebuilt_from_the_record_sends_no_image_and_says_so() {
+        let mut o = Observation::ok("c1", "view_image", "image shot.png: image/png", false);
+        o.image = Some(Box::new(image()));
+        // What the ledger keeps of it: no bytes.
+        let recorded: Observation =
+            serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
+        assert_eq!(recorded.image.as_ref().unwrap().sha256, "ab".repeat(32));
+        assert!(recorded.image.as_ref().unwrap().data_base64.is_empty());
+        let mut c = Context::new(String::new(), vec![], "x");
+        c.push_observation(&recorded);
+        let body = crate::openai::request_body(&request(&c));
+        assert!(!body.to_string().contains("image_url"), "{body}");
+        assert!(body.to_string().contains("view it again"), "{body}");
+        let plain = Context::new(String::new(), vec![], "x");
+        let body = crate::openai::request_body(&request(&plain));
+        assert_eq!(body["messages"][1]["content"], "x");
+    }
+}

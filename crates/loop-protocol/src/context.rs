@@ -15,6 +15,10 @@ pub enum Message {
     User {
         /// Text.
         content: String,
+        /// Images shown with it (the images given with the task, to a
+        /// model that takes images).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::observation::Image>,
     },
     /// What the model proposed.
     Assistant {
@@ -31,6 +35,10 @@ pub enum Message {
         tool: String,
         /// Bounded content.
         content: String,
+        /// The image the call shows, with its bytes (none once the context
+        /// was rebuilt from the record).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<Box<crate::observation::Image>>,
     },
 }
 
@@ -53,6 +61,7 @@ impl Context {
             tools,
             messages: vec![Message::User {
                 content: instruction.to_string(),
+                images: Vec::new(),
             }],
         }
     }
@@ -69,19 +78,33 @@ impl Context {
             ObservationStatus::Refused { rule } => format!("[refused: {rule}] "),
             ObservationStatus::Error => "[error] ".to_string(),
         };
+        // An image goes with its bytes, when it has them (a context
+        // rebuilt from the record has only the digest, and says so).
+        let image = obs.image.clone().filter(|i| !i.data_base64.is_empty());
+        let resent = match (&obs.image, &image) {
+            (Some(i), None) => format!(
+                "\n(the image {} was shown before this task was resumed; view it again to see it)",
+                i.path
+            ),
+            _ => String::new(),
+        };
         self.messages.push(Message::Tool {
             call_id: obs.call_id.clone(),
             tool: obs.tool.clone(),
             content: format!(
-                "{status}{}",
+                "{status}{}{resent}",
                 head_tail(&obs.content, OBSERVATION_TOKENS as usize * BYTES_PER_TOKEN)
             ),
+            image,
         });
     }
 
     /// Record runtime feedback (e.g. failing verification evidence).
     pub fn push_feedback(&mut self, text: String) {
-        self.messages.push(Message::User { content: text });
+        self.messages.push(Message::User {
+            content: text,
+            images: Vec::new(),
+        });
     }
 
     /// A rough size in tokens (for budgeting before a call; providers report
@@ -145,6 +168,7 @@ impl Context {
         if !dropped.is_empty() {
             messages.push(Message::User {
                 content: digest(dropped, digest_room as usize * BYTES_PER_TOKEN),
+                images: Vec::new(),
             });
         }
         let tail_budget =
@@ -161,10 +185,12 @@ impl Context {
                     call_id,
                     tool,
                     content,
+                    image,
                 } if content.len() > per_tool => Message::Tool {
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     content: head_tail(content, per_tool.max(256)),
+                    image: image.clone(),
                 },
                 other => other.clone(),
             });
@@ -308,13 +334,18 @@ pub fn estimate_tokens(text: &str) -> u64 {
     estimate_tokens_of_len(text.len())
 }
 
+/// What an image counts for in the context's estimate, in bytes of text.
+const IMAGE_BYTES: usize = 6000;
+
 fn estimate_tokens_of_len(len: usize) -> u64 {
     (len as u64).div_ceil(BYTES_PER_TOKEN as u64) + 4
 }
 
 fn message_len(m: &Message) -> usize {
     match m {
-        Message::User { content } => content.len(),
+        // An image counts as a few thousand bytes of text (providers bill
+        // a picture as hundreds to a couple of thousand tokens).
+        Message::User { content, images } => content.len() + images.len() * IMAGE_BYTES,
         Message::Assistant { thought, calls } => {
             thought.as_ref().map_or(0, |t| t.len())
                 + calls
@@ -322,7 +353,9 @@ fn message_len(m: &Message) -> usize {
                     .map(|c| c.id.len() + c.tool.len() + json_len(&c.args))
                     .sum::<usize>()
         }
-        Message::Tool { content, .. } => content.len() + 16,
+        Message::Tool { content, image, .. } => {
+            content.len() + 16 + image.as_ref().map_or(0, |_| IMAGE_BYTES)
+        }
     }
 }
 
@@ -369,7 +402,7 @@ fn digest(messages: &[Message], max: usize) -> String {
                     lines.push(format!("- {}{key} → {result}", c.tool));
                 }
             }
-            Message::User { content } => {
+            Message::User { content, .. } => {
                 let head: Vec<&str> = content
                     .lines()
                     .filter(|l| !l.trim().is_empty())
@@ -437,7 +470,7 @@ mod tests {
         assert!(a.estimate_tokens() <= 4_000, "{}", a.estimate_tokens());
         // The instruction stays first; the digest follows; the last call is verbatim.
         assert_eq!(a.messages[0], c.messages[0]);
-        let Message::User { content } = &a.messages[1] else {
+        let Message::User { content, .. } = &a.messages[1] else {
             panic!("digest expected, got {:?}", a.messages[1]);
         };
         assert!(content.contains("compacted by the runtime"), "{content}");

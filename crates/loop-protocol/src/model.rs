@@ -22,6 +22,12 @@ pub trait Model {
     fn max_output_tokens(&self) -> u64 {
         4096
     }
+    /// Whether it takes images (the `view_image` tool's, the images given
+    /// with the task): said by its configuration (`images: true`), never
+    /// guessed from its name.
+    fn accepts_images(&self) -> bool {
+        false
+    }
     /// Tokens the next call's prompt will take (the runtime's estimate
     /// unless the model knows better), checked against the budget before
     /// the call is made.

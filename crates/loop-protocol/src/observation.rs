@@ -44,6 +44,29 @@ pub struct Observation {
     /// and what came back (boxed, as `egress`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Box<McpCall>>,
+    /// An image the call shows the model (`view_image`): recorded by its
+    /// path, type, size and digest; its bytes go to the model with the
+    /// observation and are not kept in the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<Box<Image>>,
+}
+
+/// An image shown to a model: what the record keeps of it, and (in
+/// memory only) its bytes in base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Where it is in the workspace.
+    pub path: String,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its bytes in base64 (never serialised: a record holds the digest;
+    /// a context rebuilt from the record says the image is not resent).
+    #[serde(skip)]
+    pub data_base64: String,
 }
 
 /// One call of an MCP server's tool, as the ledger keeps it: what was
@@ -82,6 +105,7 @@ impl Observation {
             transient: false,
             egress: None,
             mcp: None,
+            image: None,
         }
     }
 
@@ -101,6 +125,7 @@ impl Observation {
             transient: false,
             egress: None,
             mcp: None,
+            image: None,
         }
     }
 
@@ -115,6 +140,7 @@ impl Observation {
             transient: false,
             egress: None,
             mcp: None,
+            image: None,
         }
     }
 }

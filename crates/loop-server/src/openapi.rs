@@ -67,6 +67,30 @@ fn new_task() -> Value {
     })
 }
 
+/// A route's request body, as OpenAPI says it (a new task's also as a
+/// multipart upload with the files given with it).
+fn request_body(r: &Route) -> Option<Value> {
+    let body = r.body?;
+    let media = if r.path.starts_with("/api/v1/hooks/") {
+        "application/octet-stream"
+    } else {
+        "application/json"
+    };
+    let mut content = json!({media: {"schema": body()}});
+    if r.method == "post" && r.path == "/api/v1/tasks" {
+        // Files given with the task, uploaded beside it.
+        content["multipart/form-data"] = json!({"schema": {
+            "type": "object", "required": ["task"],
+            "properties": {
+                "task": body(),
+                "input": {"type": "array", "maxItems": 16, "items": bytes(),
+                    "description": "files given with the task (each part's file name its name)"}
+            }},
+            "encoding": {"task": {"contentType": "application/json"}}});
+    }
+    Some(json!({"required": r.path == "/api/v1/tasks", "content": content}))
+}
+
 fn bytes() -> Value {
     json!({"type": "string", "format": "binary"})
 }
@@ -578,28 +602,8 @@ fn operation(r: &Route) -> Map<String, Value> {
         }
         op.insert("parameters".into(), Value::Array(params));
     }
-    if let Some(body) = r.body {
-        let media = if r.path.starts_with("/api/v1/hooks/") {
-            "application/octet-stream"
-        } else {
-            "application/json"
-        };
-        let mut content = json!({media: {"schema": body()}});
-        if r.method == "post" && r.path == "/api/v1/tasks" {
-            // Files given with the task, uploaded beside it.
-            content["multipart/form-data"] = json!({"schema": {
-                "type": "object", "required": ["task"],
-                "properties": {
-                    "task": body(),
-                    "input": {"type": "array", "maxItems": 16, "items": bytes(),
-                        "description": "files given with the task (each part's file name its name)"}
-                }},
-                "encoding": {"task": {"contentType": "application/json"}}});
-        }
-        op.insert(
-            "requestBody".into(),
-            json!({"required": r.path == "/api/v1/tasks", "content": content}),
-        );
+    if let Some(body) = request_body(r) {
+        op.insert("requestBody".into(), body);
     }
     let media = match r.path {
         p if p.ends_with("/stream") => "text/event-stream",

@@ -24,6 +24,51 @@ pub const READ: &str = "read_document";
 pub const WRITE_SHEET: &str = "write_spreadsheet";
 /// See the module's documentation.
 pub const WRITE_DOC: &str = "write_document";
+/// See the module's documentation.
+pub const VIEW_IMAGE: &str = "view_image";
+
+/// The document tools, as offered together.
+pub const NAMES: [&str; 4] = [READ, VIEW_IMAGE, WRITE_SHEET, WRITE_DOC];
+
+/// The largest image shown to a model, in bytes.
+pub const MAX_IMAGE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The media type of an image by its first bytes (PNG, JPEG, GIF, WebP),
+/// never by its name.
+pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() > 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// An image for a model: the bytes of `path`, typed by their first bytes,
+/// with their digest; or why they are not one.
+pub fn image_of(
+    path: &str,
+    bytes: Vec<u8>,
+) -> Result<loop_protocol::observation::Image, loop_documents::DocError> {
+    use base64::Engine;
+    let Some(media_type) = image_type(&bytes) else {
+        return Err(loop_documents::DocError(format!(
+            "{path} is not an image this shows (PNG, JPEG, GIF or WebP, by its content)"
+        )));
+    };
+    Ok(loop_protocol::observation::Image {
+        path: path.to_string(),
+        media_type: media_type.to_string(),
+        bytes: bytes.len() as u64,
+        sha256: loop_protocol::hash::sha256_hex(&bytes),
+        data_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+    })
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,6 +127,55 @@ impl ToolBox {
         let doc = loop_documents::bounded::read(format, &rel, &bytes)
             .map_err(|e| Observation::error(id, tool, e.to_string()))?;
         Ok((rel, Some(doc)))
+    }
+
+    /// `view_image`: the image at `path`, shown to a model that takes
+    /// images (by content type, at most [`MAX_IMAGE_BYTES`], recorded by its
+    /// digest), refused with the reason to one that does not.
+    pub(crate) fn view_image(&self, id: &str, a: &ReadArgs) -> Observation {
+        if !self.images {
+            return Observation::refused(
+                id,
+                VIEW_IMAGE,
+                "model: takes no images",
+                "Refused: the model driving this task takes no images (its configuration does not say `images: true`); learn what you need from the file another way.".to_string(),
+            );
+        }
+        let (rel, full) = match self.resolve(id, VIEW_IMAGE, &a.path, Intent::Read) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        let bytes = match loop_workspace::door::read(
+            self.jail.root(),
+            self.resolved_rel(&full),
+            MAX_IMAGE_BYTES,
+        ) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Observation::error(id, VIEW_IMAGE, format!("{rel} does not exist")),
+            Err(e) => {
+                return Observation::error(
+                    id,
+                    VIEW_IMAGE,
+                    format!("cannot show {rel} (at most {MAX_IMAGE_BYTES} bytes): {e}"),
+                );
+            }
+        };
+        match image_of(&rel, bytes) {
+            Ok(image) => {
+                let mut o = Observation::ok(
+                    id,
+                    VIEW_IMAGE,
+                    format!(
+                        "image {rel}: {}, {} bytes, SHA-256 {} (shown with this result)",
+                        image.media_type, image.bytes, image.sha256
+                    ),
+                    false,
+                );
+                o.image = Some(Box::new(image));
+                o
+            }
+            Err(why) => Observation::error(id, VIEW_IMAGE, why.0),
+        }
     }
 
     pub(crate) fn read_document(&self, id: &str, a: &ReadArgs) -> Observation {

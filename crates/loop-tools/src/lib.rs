@@ -76,6 +76,8 @@ pub struct ToolBox {
     step: std::cell::RefCell<StepEdits>,
     jail: Jail,
     journal: Journal,
+    /// The model driving the task takes images.
+    images: bool,
     granted: BTreeSet<String>,
     limits: ToolLimits,
     net: Net,
@@ -217,6 +219,7 @@ impl ToolBox {
             grown: Default::default(),
             written: Default::default(),
             written_file: None,
+            images: false,
         })
     }
 
@@ -419,15 +422,17 @@ impl ToolBox {
     /// `write_document`): for a task that works with documents.
     pub fn with_documents(mut self, on: bool) -> Self {
         if on {
-            for t in [
-                documents::READ,
-                documents::WRITE_SHEET,
-                documents::WRITE_DOC,
-            ] {
+            for t in documents::NAMES {
                 self.granted.insert(t.to_string());
             }
         }
         self
+    }
+
+    /// Whether the model driving the task takes images (`view_image`
+    /// shows them, or says it cannot).
+    pub fn set_images(&mut self, on: bool) {
+        self.images = on;
     }
 
     /// Narrow the granted tools (authority can be narrowed, never widened).
@@ -533,16 +538,10 @@ impl ToolBox {
                 control: None,
             };
         }
-        if [
-            documents::READ,
-            documents::WRITE_SHEET,
-            documents::WRITE_DOC,
-        ]
-        .contains(&tool)
-            && self.granted.contains(tool)
-        {
+        if documents::NAMES.contains(&tool) && self.granted.contains(tool) {
             let observation = match tool {
                 documents::READ => self.parse(call).map(|a| self.read_document(id, &a)),
+                documents::VIEW_IMAGE => self.parse(call).map(|a| self.view_image(id, &a)),
                 documents::WRITE_SHEET => self.parse(call).map(|a| self.write_spreadsheet(id, a)),
                 _ => self.parse(call).map(|a| self.write_word(id, a)),
             };

@@ -57,6 +57,13 @@ pub fn documents() -> Vec<ToolSpec> {
             Effect::Pure,
         ),
         spec(
+            crate::documents::VIEW_IMAGE,
+            "Look at an image in the workspace (PNG, JPEG, GIF or WebP, at most 4 MiB): it is shown to you with the result, if you take images.",
+            json!({"path": {"type": "string", "description": "workspace-relative path"}}),
+            &["path"],
+            Effect::Pure,
+        ),
+        spec(
             crate::documents::WRITE_SHEET,
             "Create or replace a spreadsheet: .xlsx (several sheets, typed cells, formulas) or .csv/.tsv (one sheet). Formulas are not calculated: give each the value it is to be stored with.",
             json!({

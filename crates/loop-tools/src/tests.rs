@@ -1357,3 +1357,45 @@ fn a_document_write_is_refused_by_the_same_gates_as_a_text_file() {
             .contains("must end in .xlsx, .csv or .tsv")
     );
 }
+
+#[test]
+fn view_image_shows_an_image_to_a_model_that_takes_images_and_says_why_not_otherwise() {
+    let d = TestDir::new("tools-image");
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend_from_slice(b"rest");
+    std::fs::write(d.path().join("shot.png"), &png).unwrap();
+    std::fs::write(d.path().join("fake.png"), "not a picture").unwrap();
+    let mut t = toolbox(&d).with_documents(true);
+    let o = t.execute(&call("view_image", json!({"path": "shot.png"})));
+    assert_eq!(
+        rule_of(&o),
+        Some("model: takes no images"),
+        "{}",
+        o.observation.content
+    );
+    assert!(o.observation.image.is_none());
+    t.set_images(true);
+    let o = t.execute(&call("view_image", json!({"path": "shot.png"})));
+    assert_eq!(
+        o.observation.status,
+        ObservationStatus::Ok,
+        "{}",
+        o.observation.content
+    );
+    let image = o.observation.image.as_ref().unwrap();
+    assert_eq!(image.media_type, "image/png");
+    assert_eq!(image.sha256, loop_protocol::hash::sha256_hex(&png));
+    assert!(!image.data_base64.is_empty());
+    // Typed by content, not by name; and nothing outside the workspace.
+    let o = t.execute(&call("view_image", json!({"path": "fake.png"})));
+    assert!(
+        o.observation.content.contains("not an image this shows"),
+        "{}",
+        o.observation.content
+    );
+    let o = t.execute(&call("view_image", json!({"path": "../../etc/passwd"})));
+    assert!(matches!(
+        o.observation.status,
+        ObservationStatus::Refused { .. }
+    ));
+}

@@ -264,6 +264,9 @@ impl Tools for ToolsAdapter<'_> {
     fn begin_step(&mut self) {
         self.tools.begin_step();
     }
+    fn set_images(&mut self, on: bool) {
+        self.tools.set_images(on);
+    }
     fn change_summary(&mut self) -> String {
         self.diff.as_mut().map(|d| d()).unwrap_or_default()
     }

@@ -221,10 +221,17 @@ fn task_verifier(
     verifier.with_new_tests(new_tests)
 }
 
-/// Whether a task works with documents (a document check, or an artifact
-/// that is a spreadsheet, Word document or PDF): then it is offered the
-/// document tools.
-fn works_with_documents(contract: &loop_protocol::Contract) -> bool {
+/// Whether a task works with documents (a document check, an artifact
+/// that is a spreadsheet, Word document or PDF, or a document or image
+/// given with it): then it is offered the document tools and `view_image`.
+fn works_with_documents(stored: &StoredRequest) -> bool {
+    let contract = &stored.contract;
+    let image = |p: &str| {
+        let l = p.to_ascii_lowercase();
+        [".png", ".jpg", ".jpeg", ".gif", ".webp"]
+            .iter()
+            .any(|e| l.ends_with(e))
+    };
     contract
         .criteria
         .iter()
@@ -234,6 +241,34 @@ fn works_with_documents(contract: &loop_protocol::Contract) -> bool {
             .artifacts
             .iter()
             .any(|a| loop_documents::Format::of(a.as_str()).is_some())
+        || stored
+            .inputs
+            .iter()
+            .any(|f| loop_documents::Format::of(&f.path).is_some() || image(&f.path))
+}
+
+/// The images among the files given with the task, as they were given
+/// (one the task has changed since is not shown again), each at most
+/// [`loop_tools::documents::MAX_IMAGE_BYTES`].
+fn input_images(
+    workspace: &Path,
+    inputs: &[loop_protocol::KeyedFile],
+) -> Vec<loop_protocol::observation::Image> {
+    inputs
+        .iter()
+        .filter_map(|f| {
+            let bytes = loop_workspace::door::read(
+                workspace,
+                &f.path,
+                loop_tools::documents::MAX_IMAGE_BYTES,
+            )
+            .ok()
+            .flatten()?;
+            (loop_protocol::hash::sha256_hex(&bytes) == f.sha256)
+                .then(|| loop_tools::documents::image_of(&f.path, bytes).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// The task's tool box: its authority (the jail, the policies, the
@@ -252,7 +287,7 @@ fn task_toolbox(
         .with_mcp_servers(stored.mcp_servers.clone())
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default())
-        .with_documents(works_with_documents(&stored.contract));
+        .with_documents(works_with_documents(stored));
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens (nothing is rolled back
     // into the stand-in of a workspace that is gone).
@@ -477,7 +512,7 @@ pub(crate) fn drive(
         checker
             .as_deref_mut()
             .map(|c| c as &mut dyn loop_core::Model),
-        gone,
+        (gone, &paths.workspace),
     )?
     .with_interrupt(&interrupted);
     confirm_claim(store, task_id, &owner.token, &fence)?;
@@ -787,7 +822,7 @@ fn configured<'a>(
     approvals: &'a mut dyn loop_core::Approvals,
     paused: Arc<AtomicU64>,
     checker: Option<&'a mut dyn loop_core::Model>,
-    gone: Option<String>,
+    (gone, workspace): (Option<String>, &Path),
 ) -> Result<Director<'a>, Error> {
     let policy = if stored.verify_on_change {
         VerifyPolicy::OnFinishOrChange
@@ -824,7 +859,8 @@ fn configured<'a>(
     let director = match gone {
         Some(reason) => director.ending_at_once(reason),
         None => director,
-    };
+    }
+    .with_input_images(input_images(workspace, &stored.inputs));
     Ok(match checker {
         Some(c) => director.with_reviewer(c),
         None => director,

@@ -71,7 +71,7 @@ pub(crate) fn submit_claimed(
         let _ = crate::project::workspaces::remove_near(&near);
     };
     let io = |what: &str, e: std::io::Error| Error::internal(format!("{what}: {e}"));
-    let stored = stored_request(req, &project, &loopfile)?;
+    let mut stored = stored_request(req, &project, &loopfile)?;
 
     // The task never works in the user's checkout: a worktree or a copy.
     let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
@@ -83,11 +83,8 @@ pub(crate) fn submit_claimed(
         take_content(&workspace, from).inspect_err(|_| drop(&task_ws))?;
     }
     save_origin(&task_dir, &task_ws).map_err(|e| io("task state", e))?;
-    let mut stored = stored;
     stored.inputs = put_inputs(&workspace, &req.inputs).inspect_err(|_| drop(&task_ws))?;
-    if !req.include_dirty {
-        note_left_out(&project, &task_ws, observer);
-    }
+    note_left_out(&project, &task_ws, req.include_dirty, observer);
     // Setup first: what it makes is shared like any environment. A failed
     // setup leaves no task behind (its steps' output is kept, and named).
     provide_environments(
@@ -541,9 +538,14 @@ fn take_content(workspace: &Path, from: &Path) -> Result<(), Error> {
 }
 
 /// Work the person has not committed is not in a worktree made from HEAD:
-/// said, so nobody wonders where it went.
-fn note_left_out(project: &Path, task_ws: &TaskWorkspace, observer: &mut dyn crate::Observer) {
-    let Some(base) = task_ws.base_commit() else {
+/// said, so nobody wonders where it went (unless it was `carried` in).
+fn note_left_out(
+    project: &Path,
+    task_ws: &TaskWorkspace,
+    carried: bool,
+    observer: &mut dyn crate::Observer,
+) {
+    let Some(base) = task_ws.base_commit().filter(|_| !carried) else {
         return;
     };
     let mut left = loop_workspace::uncommitted(project);
