@@ -31,7 +31,7 @@ const MAX_CPU_SECS: u64 = 20;
 /// The reader's wall-clock time.
 const MAX_WALL: Duration = Duration::from_secs(30);
 /// The most JSON the reader may answer with.
-const MAX_ANSWER: u64 = 512 * 1024 * 1024;
+const MAX_ANSWER: u64 = 64 * 1024 * 1024;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -61,6 +61,13 @@ fn serve(format: Option<Format>, name: &str) -> i32 {
         eprintln!("no document format given");
         return 2;
     };
+    // Its own limits first (set here, not between fork and exec: the
+    // runtime starts it without forking its own large process), then
+    // Landlock, then the bytes.
+    if let Err(e) = limit_self() {
+        eprintln!("cannot limit the reader: {e}");
+        return 2;
+    }
     if let Err(e) = confine() {
         eprintln!("cannot confine the reader: {e}");
         return 2;
@@ -112,8 +119,8 @@ pub fn read(format: Format, name: &str, bytes: &[u8]) -> Result<Document, DocErr
         // Said without starting a reader.
         return crate::read_as(format, name, bytes);
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| DocError::new(format!("cannot start a reader for {name}: {e}")))?;
+    // This very binary, even if the file it was started from was replaced.
+    let exe = std::path::PathBuf::from("/proc/self/exe");
     let format_arg = serde_json::to_value(format)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -126,7 +133,6 @@ pub fn read(format: Format, name: &str, bytes: &[u8]) -> Result<Document, DocErr
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    limit(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| DocError::new(format!("cannot start a reader for {name}: {e}")))?;
@@ -185,6 +191,12 @@ pub fn read(format: Format, name: &str, bytes: &[u8]) -> Result<Document, DocErr
     {
         return answer;
     }
+    if out.len() as u64 >= MAX_ANSWER {
+        return Err(DocError::new(format!(
+            "reading {name} gave more than {} MiB of content: not taken",
+            MAX_ANSWER >> 20
+        )));
+    }
     Err(DocError::new(format!(
         "reading {name} failed within its limits ({} MiB of memory, {MAX_CPU_SECS} s of CPU): {}{}",
         MAX_MEMORY >> 20,
@@ -212,32 +224,28 @@ fn last_line(err: &[u8]) -> String {
     }
 }
 
-/// Limits the reader starts with (set between fork and exec).
-fn limit(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
+/// The reader's own limits: its address space, CPU time, no file it may
+/// create or dump, no new privileges.
+fn limit_self() -> std::io::Result<()> {
     let limits = [
         (libc::RLIMIT_AS, MAX_MEMORY),
         (libc::RLIMIT_CPU, MAX_CPU_SECS),
         (libc::RLIMIT_FSIZE, 0),
         (libc::RLIMIT_CORE, 0),
     ];
-    // SAFETY: only setrlimit and prctl, async-signal-safe, between fork
-    // and exec; the limits array is prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            for (r, v) in limits {
-                let lim = libc::rlimit {
-                    rlim_cur: v,
-                    rlim_max: v,
-                };
-                if libc::setrlimit(r, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    for (r, v) in limits {
+        let lim = libc::rlimit {
+            rlim_cur: v,
+            rlim_max: v,
+        };
+        // SAFETY: setrlimit on a prepared struct.
+        if unsafe { libc::setrlimit(r, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -128,10 +128,20 @@ fn cell_equals(sheet: &Sheet, path: &str, cell: &str, want: &Value) -> Option<St
             };
             let found = at(sheet, r, c);
             if !matches(found, expected) {
+                let name = cell_name(r, c);
+                // A formula stored without its value (as some writers
+                // leave them) is said as such: nothing recalculates it.
+                let formula = sheet
+                    .formulas
+                    .iter()
+                    .find(|(at, _)| *at == name)
+                    .map(|(_, f)| {
+                        format!(" (it holds the formula ={f}; formulas are not recalculated: the value stored with it is what is judged)")
+                    })
+                    .unwrap_or_default();
                 return Some(format!(
-                    "{path}: sheet {:?} cell {} is {}, expected {expected}",
+                    "{path}: sheet {:?} cell {name} is {}, expected {expected}{formula}",
                     sheet.name,
-                    cell_name(r, c),
                     show(found)
                 ));
             }
@@ -191,7 +201,9 @@ pub(crate) fn matches(found: &Cell, want: &Value) -> bool {
         (Cell::Text(t), Value::Bool(w)) => {
             t.eq_ignore_ascii_case(if *w { "true" } else { "false" })
         }
-        (Cell::Date(d), Value::String(s)) => d == s,
+        // A date as written in ISO 8601: the day alone matches a date
+        // with no time.
+        (Cell::Date(d), Value::String(s)) => d == s || d.strip_suffix("T00:00:00") == Some(s),
         (Cell::Error(e), Value::String(s)) => e == s,
         _ => false,
     }

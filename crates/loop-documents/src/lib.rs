@@ -184,6 +184,12 @@ pub fn read_as(format: Format, name: &str, bytes: &[u8]) -> Result<Document, Doc
         Format::Workbook => {
             if bytes.starts_with(b"PK") {
                 archive_guard(name, bytes)?;
+            } else if has_vba_stream(bytes) {
+                // A binary (XLS) workbook's macros live in its compound
+                // file as the `_VBA_PROJECT_CUR` storage.
+                return Err(DocError::new(format!(
+                    "{name} contains macros (_VBA_PROJECT_CUR): such documents are not read"
+                )));
             }
             sheets::workbook(name, bytes)
         }
@@ -193,6 +199,16 @@ pub fn read_as(format: Format, name: &str, bytes: &[u8]) -> Result<Document, Doc
         }
         Format::Pdf => pdf::read(name, bytes),
     }
+}
+
+/// Whether a compound (OLE) file names a VBA project storage (its
+/// directory entries are UTF-16 names).
+fn has_vba_stream(bytes: &[u8]) -> bool {
+    let needle: Vec<u8> = "_VBA_PROJECT_CUR"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    bytes.windows(needle.len()).any(|w| w == needle.as_slice())
 }
 
 /// Look at an archive before any reader inflates it: how many entries,
@@ -218,14 +234,20 @@ fn archive_guard(name: &str, bytes: &[u8]) -> Result<(), DocError> {
             .map(|n| n.into_owned())
             .unwrap_or_else(|_| format!("part {i}"));
         let lower = part.to_ascii_lowercase();
-        if lower.ends_with("vbaproject.bin") || lower.contains("/activex/") {
+        // Macros: Office's VBA project and ActiveX controls, and an
+        // OpenDocument's Basic and script libraries.
+        if lower.ends_with("vbaproject.bin")
+            || lower.contains("/activex/")
+            || lower.starts_with("basic/")
+            || lower.starts_with("scripts/")
+        {
             return Err(DocError::new(format!(
                 "{name} contains macros or controls ({part}): such documents are not read"
             )));
         }
-        if lower.contains("externallinks/") || lower.contains("/embeddings/") {
+        if lower.contains("externallinks/") {
             return Err(DocError::new(format!(
-                "{name} links to or embeds other files ({part}): such documents are not read"
+                "{name} links to other workbooks ({part}): such documents are not read"
             )));
         }
         let size = entry.size();

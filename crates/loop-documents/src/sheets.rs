@@ -74,10 +74,10 @@ pub(crate) fn workbook(name: &str, bytes: &[u8]) -> Result<Document, DocError> {
         .map_err(|e| DocError::new(format!("{name} is not a readable workbook: {e}")))?;
     let names = book.sheet_names();
     let mut sheets = Vec::new();
-    let mut cells = 0usize;
+    let mut held = Held::default();
     for sheet in names {
         let read = match &mut book {
-            Sheets::Xlsx(x) => xlsx_sheet(name, x, &sheet, &mut cells)?,
+            Sheets::Xlsx(x) => xlsx_sheet(name, x, &sheet, &mut held)?,
             other => {
                 let range = other.worksheet_range(&sheet).map_err(|e| {
                     DocError::new(format!("{name}: sheet {sheet:?} is unreadable: {e}"))
@@ -86,8 +86,7 @@ pub(crate) fn workbook(name: &str, bytes: &[u8]) -> Result<Document, DocError> {
                 if h > MAX_ROWS {
                     return Err(too_many_rows(name, &sheet));
                 }
-                cells += h * w;
-                if cells > MAX_CELLS {
+                if h.saturating_mul(w) > MAX_CELLS {
                     return Err(too_many_cells(name));
                 }
                 let (r0, c0) = range.start().unwrap_or((0, 0));
@@ -95,7 +94,8 @@ pub(crate) fn workbook(name: &str, bytes: &[u8]) -> Result<Document, DocError> {
                 for (i, row) in range.rows().enumerate() {
                     for (j, v) in row.iter().enumerate() {
                         if !matches!(v, Data::Empty) {
-                            put(&mut rows, r0 as usize + i, c0 as usize + j, data(v));
+                            let at = (r0 as usize + i, c0 as usize + j);
+                            put(name, &mut held, &mut rows, at, data(v))?;
                         }
                     }
                 }
@@ -116,7 +116,7 @@ fn xlsx_sheet(
     name: &str,
     book: &mut calamine::Xlsx<Cursor<&[u8]>>,
     sheet: &str,
-    cells: &mut usize,
+    held: &mut Held,
 ) -> Result<Sheet, DocError> {
     let mut reader = book
         .worksheet_cells_reader(sheet)
@@ -132,8 +132,7 @@ fn xlsx_sheet(
         if r >= MAX_ROWS {
             return Err(too_many_rows(name, sheet));
         }
-        *cells += 1;
-        if *cells > MAX_CELLS || col >= 16_384 {
+        if col >= 16_384 {
             return Err(too_many_cells(name));
         }
         if let Some(f) = c.formula.filter(|f| !f.is_empty()) {
@@ -141,7 +140,7 @@ fn xlsx_sheet(
         }
         let v = data_ref(&c.value);
         if v != Cell::Empty {
-            put(&mut rows, r, col, v);
+            put(name, held, &mut rows, (r, col), v)?;
         }
     }
     Ok(Sheet {
@@ -151,16 +150,48 @@ fn xlsx_sheet(
     })
 }
 
-/// Set the cell at (`r`, `c`), growing the rows as needed.
-fn put(rows: &mut Vec<Vec<Cell>>, r: usize, c: usize, v: Cell) {
+/// What a document's cells take, counted as they are stored: every cell
+/// a row holds up to its last (the empty ones before it too), and the
+/// bytes of their text.
+#[derive(Default)]
+pub(crate) struct Held {
+    cells: usize,
+    text: usize,
+}
+
+/// The text a document read may hold, all cells together.
+const MAX_TEXT: usize = 64 * 1024 * 1024;
+
+/// Set the cell at (`r`, `c`), growing the rows as needed, within the
+/// bounds (a few far-apart cells must not make a million empty ones).
+fn put(
+    name: &str,
+    held: &mut Held,
+    rows: &mut Vec<Vec<Cell>>,
+    (r, c): (usize, usize),
+    v: Cell,
+) -> Result<(), DocError> {
     if rows.len() <= r {
         rows.resize(r + 1, Vec::new());
     }
     let row = &mut rows[r];
     if row.len() <= c {
+        held.cells += c + 1 - row.len();
+        if held.cells > MAX_CELLS {
+            return Err(too_many_cells(name));
+        }
         row.resize(c + 1, Cell::Empty);
     }
+    if let Cell::Text(t) | Cell::Date(t) | Cell::Error(t) = &v {
+        held.text += t.len();
+        if held.text > MAX_TEXT {
+            return Err(DocError::new(format!(
+                "{name} holds more than {MAX_TEXT} bytes of text, the most a document read may have"
+            )));
+        }
+    }
     row[c] = v;
+    Ok(())
 }
 
 fn data(v: &Data) -> Cell {
@@ -169,7 +200,7 @@ fn data(v: &Data) -> Cell {
         Data::Float(f) => Cell::Number(*f),
         Data::String(s) => Cell::Text(s.clone()),
         Data::Bool(b) => Cell::Bool(*b),
-        Data::DateTime(d) => Cell::Date(d.to_string()),
+        Data::DateTime(d) => date(d),
         Data::DateTimeIso(s) | Data::DurationIso(s) => Cell::Date(s.clone()),
         Data::Error(e) => Cell::Error(e.to_string()),
         Data::Empty => Cell::Empty,
@@ -183,9 +214,24 @@ fn data_ref(v: &DataRef<'_>) -> Cell {
         DataRef::String(s) => Cell::Text(s.clone()),
         DataRef::SharedString(s) => Cell::Text((*s).to_string()),
         DataRef::Bool(b) => Cell::Bool(*b),
-        DataRef::DateTime(d) => Cell::Date(d.to_string()),
+        DataRef::DateTime(d) => date(d),
         DataRef::DateTimeIso(s) | DataRef::DurationIso(s) => Cell::Date(s.clone()),
         DataRef::Error(e) => Cell::Error(e.to_string()),
         DataRef::Empty => Cell::Empty,
+    }
+}
+
+/// A date cell in ISO 8601 (`2024-03-15`, with `T10:30:00` when it has a
+/// time), in the workbook's own epoch (1900 or 1904); a duration as its
+/// number of days.
+fn date(d: &calamine::ExcelDateTime) -> Cell {
+    if d.is_duration() {
+        return Cell::Number(d.as_f64());
+    }
+    let (y, mo, da, h, mi, s, ms) = d.to_ymd_hms_milli();
+    if (h, mi, s, ms) == (0, 0, 0, 0) {
+        Cell::Date(format!("{y:04}-{mo:02}-{da:02}"))
+    } else {
+        Cell::Date(format!("{y:04}-{mo:02}-{da:02}T{h:02}:{mi:02}:{s:02}"))
     }
 }

@@ -228,7 +228,7 @@ fn hostile_documents_fail_within_the_bounds_with_the_reason() {
     );
     let linked = zip_of(&[("xl/externalLinks/externalLink1.xml", b"<x/>")]);
     let why = read("l.xlsx", &linked).unwrap_err().to_string();
-    assert!(why.contains("links to or embeds other files"), "{why}");
+    assert!(why.contains("links to other workbooks (xl/externalLinks/externalLink1.xml)"), "{why}");
     // A million rows stop at the bound, CSV and XLSX alike.
     let rows = "1\n".repeat(1_000_000);
     let why = read("big.csv", rows.as_bytes()).unwrap_err().to_string();
@@ -263,4 +263,82 @@ fn cell_references_read_as_excel_names_them() {
     assert_eq!(judge::cell_name(9, 26), "AA10");
     assert_eq!(cell_ref("A0"), None);
     assert_eq!(cell_ref("4B"), None);
+}
+
+#[test]
+fn far_apart_cells_and_dates_are_read_as_they_are_stored() {
+    // 1,500 cells in the last column would be 24 million stored cells:
+    // refused at the bound, not made.
+    let mut book = rust_xlsxwriter::Workbook::new();
+    let sheet = book.add_worksheet();
+    for r in 0..1500u32 {
+        sheet.write_number(r, 16_383, 1.0).unwrap();
+    }
+    let sparse = book.save_to_buffer().unwrap();
+    assert!(sparse.len() < 100_000);
+    let why = read("far.xlsx", &sparse).unwrap_err().to_string();
+    assert!(why.contains("more than 1000000 cells"), "{why}");
+
+    // A date reads as ISO 8601 and is judged so; a formula stored with no
+    // value is said as such.
+    let mut book = rust_xlsxwriter::Workbook::new();
+    let sheet = book.add_worksheet();
+    let day = rust_xlsxwriter::ExcelDateTime::from_ymd(2024, 3, 15).unwrap();
+    let fmt = rust_xlsxwriter::Format::new().set_num_format("yyyy-mm-dd");
+    sheet.write_datetime_with_format(0, 0, &day, &fmt).unwrap();
+    sheet
+        .write_formula(
+            0,
+            1,
+            rust_xlsxwriter::Formula::new("SUM(1,2)").set_result(""),
+        )
+        .unwrap();
+    let doc = read("dates.xlsx", &book.save_to_buffer().unwrap()).unwrap();
+    assert_eq!(
+        judge(&cell_equals(None, "A1", json!("2024-03-15")), &doc),
+        None
+    );
+    let why = judge(&cell_equals(None, "B1", json!(3)), &doc).unwrap();
+    assert!(
+        why.contains("it holds the formula =SUM(1,2); formulas are not recalculated"),
+        "{why}"
+    );
+}
+
+#[test]
+fn macros_of_every_kind_are_refused_by_name() {
+    let ods = zip_of(&[
+        ("Basic/Standard/Module1.xml", b"<x/>"),
+        ("content.xml", b"<x/>"),
+    ]);
+    let why = read("m.ods", &ods).unwrap_err().to_string();
+    assert!(
+        why.contains("contains macros or controls (Basic/Standard/Module1.xml)"),
+        "{why}"
+    );
+    // A binary workbook's VBA storage, named in UTF-16 in its directory.
+    let mut xls = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1".to_vec();
+    xls.extend("_VBA_PROJECT_CUR".encode_utf16().flat_map(u16::to_le_bytes));
+    let why = read("m.xls", &xls).unwrap_err().to_string();
+    assert!(why.contains("contains macros (_VBA_PROJECT_CUR)"), "{why}");
+    // A Word document with an embedded chart's data is read.
+    let spec: DocxSpec =
+        serde_json::from_value(json!({"blocks": [{"kind": "paragraph", "text": "x"}]})).unwrap();
+    let plain = write_docx(&spec).unwrap();
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(plain)).unwrap();
+    let mut out = Vec::new();
+    {
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(&mut out));
+        for i in 0..zip.len() {
+            w.raw_copy_file(zip.by_index_raw(i).unwrap()).unwrap();
+        }
+        w.start_file(
+            "word/embeddings/Microsoft_Excel_Worksheet.xlsx",
+            zip::write::SimpleFileOptions::default(),
+        )
+        .unwrap();
+        std::io::Write::write_all(&mut w, b"chart data").unwrap();
+        w.finish().unwrap();
+    }
+    assert!(read("chart.docx", &out).is_ok());
 }

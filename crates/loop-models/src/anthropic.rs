@@ -27,11 +27,13 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
         Some((r, blocks)) if r == role => blocks.push(block),
         _ => out.push((role.to_string(), vec![block])),
     };
-    for m in &req.context.messages {
+    let sent = crate::wire::images_sent(req.context);
+    for (n, m) in req.context.messages.iter().enumerate() {
+        let send = sent.contains(&n);
         match m {
             Message::User { content, images } => {
                 push("user", json!({"type": "text", "text": content}));
-                for i in images {
+                for i in images.iter().filter(|_| send) {
                     push("user", image_block(i));
                 }
             }
@@ -65,7 +67,7 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                 let is_error = content.starts_with("[error]") || content.starts_with("[refused");
                 if req.native_tools {
                     // A tool result holds its image beside its text.
-                    let body = match image {
+                    let body = match image.as_ref().filter(|_| send) {
                         Some(i) => json!([{"type": "text", "text": content}, image_block(i)]),
                         None => json!(content),
                     };
@@ -78,7 +80,7 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                         "user",
                         json!({"type": "text", "text": format!("Result of {tool} (call {call_id}), untrusted data:\n{content}")}),
                     );
-                    if let Some(i) = image {
+                    if let Some(i) = image.as_ref().filter(|_| send) {
                         push("user", image_block(i));
                     }
                 }

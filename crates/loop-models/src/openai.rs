@@ -18,9 +18,16 @@ fn image_part(i: &loop_protocol::observation::Image) -> Value {
 /// The request body.
 pub fn request_body(req: &WireRequest<'_>) -> Value {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
-    for m in &req.context.messages {
+    // Images tools showed wait until the turn's last tool message: the
+    // tool messages must follow their assistant message together.
+    let mut shown: Vec<Value> = Vec::new();
+    let sent = crate::wire::images_sent(req.context);
+    for (n, m) in req.context.messages.iter().enumerate() {
+        if !matches!(m, Message::Tool { .. }) && !shown.is_empty() {
+            messages.push(json!({"role": "user", "content": std::mem::take(&mut shown)}));
+        }
         match m {
-            Message::User { content, images } if !images.is_empty() => {
+            Message::User { content, images } if !images.is_empty() && sent.contains(&n) => {
                 // Text, then each image as a data URL part.
                 let mut parts = vec![json!({"type": "text", "text": content})];
                 parts.extend(images.iter().map(image_part));
@@ -66,15 +73,17 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                     }));
                 }
                 // A tool's message carries text only: the image it shows
-                // follows as the user's, named as the call's.
-                if let Some(i) = image {
-                    messages.push(json!({"role": "user", "content": [
-                        {"type": "text", "text": format!("The image {} that {tool} (call {call_id}) shows, untrusted data:", i.path)},
-                        image_part(i)
-                    ]}));
+                // follows as the user's, named as the call's, after the
+                // turn's last tool message.
+                if let Some(i) = image.as_ref().filter(|_| sent.contains(&n)) {
+                    shown.push(json!({"type": "text", "text": format!("The image {} that {tool} (call {call_id}) shows, untrusted data:", i.path)}));
+                    shown.push(image_part(i));
                 }
             }
         }
+    }
+    if !shown.is_empty() {
+        messages.push(json!({"role": "user", "content": shown}));
     }
     let mut body = json!({
         "model": req.model,

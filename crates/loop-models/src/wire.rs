@@ -183,6 +183,31 @@ pub fn json_answer_text(thought: &Option<String>, calls: &[ToolCall]) -> String 
     serde_json::json!({"thought": thought, "calls": calls}).to_string()
 }
 
+/// Images a request carries at most: the most recent ones (the rest were
+/// shown before, and their results say so by their digest; providers cap
+/// a request's size and the images in it).
+pub const MAX_IMAGES_SENT: usize = 4;
+
+/// The messages of `context` whose images are sent: the last
+/// [`MAX_IMAGES_SENT`] images, counted from the end.
+pub fn images_sent(context: &loop_protocol::Context) -> std::collections::BTreeSet<usize> {
+    use loop_protocol::Message;
+    let mut left = MAX_IMAGES_SENT;
+    let mut out = std::collections::BTreeSet::new();
+    for (n, m) in context.messages.iter().enumerate().rev() {
+        let count = match m {
+            Message::User { images, .. } => images.len(),
+            Message::Tool { image, .. } => usize::from(image.is_some()),
+            Message::Assistant { .. } => 0,
+        };
+        if count > 0 && count <= left {
+            left -= count;
+            out.insert(n);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod image_tests {
     //! An image a tool shows, and one given with the task, reach each
@@ -276,5 +301,93 @@ mod image_tests {
         let plain = Context::new(String::new(), vec![], "x");
         let body = crate::openai::request_body(&request(&plain));
         assert_eq!(body["messages"][1]["content"], "x");
+    }
+}
+
+#[cfg(test)]
+mod image_turn_tests {
+    //! Tool messages stay together after their turn, the images after
+    //! them; only the most recent images are carried.
+    use super::WireRequest;
+    use loop_protocol::observation::{Image, Observation};
+    use loop_protocol::{Context, ToolCall};
+    use serde_json::json;
+
+    fn image(n: usize) -> Image {
+        Image {
+            path: format!("s{n}.png"),
+            media_type: "image/png".into(),
+            bytes: 8,
+            sha256: "cd".repeat(32),
+            data_base64: format!("AAAA{n}"),
+        }
+    }
+
+    fn call(id: &str, tool: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            tool: tool.into(),
+            args: json!({}),
+        }
+    }
+
+    fn body(c: &Context) -> serde_json::Value {
+        crate::openai::request_body(&WireRequest {
+            model: "m",
+            system: "s",
+            context: c,
+            max_output_tokens: 100,
+            temperature: None,
+            stream: false,
+            native_tools: true,
+            tool_choice: &crate::ToolChoice::Auto,
+            max_tokens_field: "max_tokens",
+        })
+    }
+
+    #[test]
+    fn a_turn_of_two_calls_keeps_its_tool_messages_together() {
+        let mut c = Context::new(String::new(), vec![], "x");
+        c.push_turn(
+            None,
+            vec![call("c1", "view_image"), call("c2", "read_file")],
+        );
+        let mut o = Observation::ok("c1", "view_image", "image", false);
+        o.image = Some(Box::new(image(1)));
+        c.push_observation(&o);
+        c.push_observation(&Observation::ok("c2", "read_file", "text", false));
+        let b = body(&c);
+        let roles: Vec<&str> = b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "tool", "user"],
+            "{b}"
+        );
+        assert_eq!(
+            b["messages"][5]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,AAAA1"
+        );
+    }
+
+    #[test]
+    fn only_the_most_recent_images_are_carried() {
+        let mut c = Context::new(String::new(), vec![], "x");
+        for n in 0..6 {
+            let id = format!("c{n}");
+            c.push_turn(None, vec![call(&id, "view_image")]);
+            let mut o = Observation::ok(&id, "view_image", "image", false);
+            o.image = Some(Box::new(image(n)));
+            c.push_observation(&o);
+        }
+        let b = body(&c).to_string();
+        assert!(!b.contains("AAAA0") && !b.contains("AAAA1"), "{b}");
+        for n in 2..6 {
+            assert!(b.contains(&format!("AAAA{n}")), "{b}");
+        }
     }
 }

@@ -334,8 +334,13 @@ pub fn estimate_tokens(text: &str) -> u64 {
     estimate_tokens_of_len(text.len())
 }
 
-/// What an image counts for in the context's estimate, in bytes of text.
-const IMAGE_BYTES: usize = 6000;
+/// What an image counts for in the context's estimate, in bytes of text:
+/// at least a few thousand (providers bill a picture as hundreds to a
+/// couple of thousand tokens), and its base64 when that is more (what the
+/// request carries).
+fn image_len(i: &crate::observation::Image) -> usize {
+    i.data_base64.len().max(6000)
+}
 
 fn estimate_tokens_of_len(len: usize) -> u64 {
     (len as u64).div_ceil(BYTES_PER_TOKEN as u64) + 4
@@ -345,7 +350,9 @@ fn message_len(m: &Message) -> usize {
     match m {
         // An image counts as a few thousand bytes of text (providers bill
         // a picture as hundreds to a couple of thousand tokens).
-        Message::User { content, images } => content.len() + images.len() * IMAGE_BYTES,
+        Message::User { content, images } => {
+            content.len() + images.iter().map(image_len).sum::<usize>()
+        }
         Message::Assistant { thought, calls } => {
             thought.as_ref().map_or(0, |t| t.len())
                 + calls
@@ -354,7 +361,7 @@ fn message_len(m: &Message) -> usize {
                     .sum::<usize>()
         }
         Message::Tool { content, image, .. } => {
-            content.len() + 16 + image.as_ref().map_or(0, |_| IMAGE_BYTES)
+            content.len() + 16 + image.as_deref().map_or(0, image_len)
         }
     }
 }

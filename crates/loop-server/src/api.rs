@@ -252,7 +252,6 @@ async fn create(
 ) -> Result<(StatusCode, Json<CreatedBody>), ApiError> {
     let caller = s.caller(&headers, Scope::Run).await?;
     let body = new_task_of(&headers, request).await?;
-    crate::submissions::given_inputs(&body.inputs)?;
     let wait = preferred_wait(&headers, s.prestart.answer_within);
     let created = create_task(&s, caller, body, loop_runtime::Via::Http, wait).await?;
     Ok((created.status(), Json(created.body())))
@@ -305,6 +304,13 @@ async fn new_task_of(
         match field.name().unwrap_or("") {
             "task" => {
                 let text = field.bytes().await.map_err(bad)?;
+                if text.len() > 1 << 20 {
+                    return Err(ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "too_large",
+                        "the `task` part is at most 1 MiB, as a JSON body is".to_string(),
+                    ));
+                }
                 task = Some(serde_json::from_slice(&text).map_err(|e| {
                     ApiError::bad_request(format!("the `task` part is not a new task: {e}"))
                 })?);

@@ -100,6 +100,10 @@ pub(crate) async fn create_task(
     wait: std::time::Duration,
 ) -> Result<Created, ApiError> {
     let rt = s.runtime.clone();
+    // Files given with it are checked here, for every front end (the API's
+    // JSON or upload, MCP's arguments): a file that cannot be decoded is a
+    // 400 naming it, never a task started without it.
+    crate::submissions::given_inputs(&body.inputs)?;
     let request = body.clone().request(&caller, via);
     let admitted = blocking(move || Ok(rt.admit(request)?)).await?;
     if admitted.is_draft() {

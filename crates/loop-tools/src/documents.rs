@@ -30,8 +30,9 @@ pub const VIEW_IMAGE: &str = "view_image";
 /// The document tools, as offered together.
 pub const NAMES: [&str; 4] = [READ, VIEW_IMAGE, WRITE_SHEET, WRITE_DOC];
 
-/// The largest image shown to a model, in bytes.
-pub const MAX_IMAGE_BYTES: u64 = 4 * 1024 * 1024;
+/// The largest image shown to a model, in bytes: 3.75 MiB, whose base64
+/// (5 MiB) is within what providers take for one image.
+pub const MAX_IMAGE_BYTES: u64 = 3_932_160;
 
 /// The media type of an image by its first bytes (PNG, JPEG, GIF, WebP),
 /// never by its name.

@@ -58,7 +58,7 @@ pub fn documents() -> Vec<ToolSpec> {
         ),
         spec(
             crate::documents::VIEW_IMAGE,
-            "Look at an image in the workspace (PNG, JPEG, GIF or WebP, at most 4 MiB): it is shown to you with the result, if you take images.",
+            "Look at an image in the workspace (PNG, JPEG, GIF or WebP, at most 3.75 MiB): it is shown to you with the result, if you take images.",
             json!({"path": {"type": "string", "description": "workspace-relative path"}}),
             &["path"],
             Effect::Pure,

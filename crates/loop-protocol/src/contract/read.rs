@@ -625,7 +625,20 @@ impl Reader {
             }
             _ => {
                 let page = match c.get("page") {
-                    Some(v) => Some(u32::try_from(self.unsigned(v, "`page`", 1)?).ok()?),
+                    Some(v) => {
+                        let n = self.unsigned(v, "`page`", 1)?;
+                        match u32::try_from(n) {
+                            Ok(p) => Some(p),
+                            Err(_) => {
+                                self.err(
+                                    Some(v.pos),
+                                    format!("`page` {n} is past any PDF's"),
+                                    None,
+                                );
+                                return None;
+                            }
+                        }
+                    }
                     None => None,
                 };
                 let node = c.required(self, "text")?;
