@@ -228,7 +228,10 @@ fn hostile_documents_fail_within_the_bounds_with_the_reason() {
     );
     let linked = zip_of(&[("xl/externalLinks/externalLink1.xml", b"<x/>")]);
     let why = read("l.xlsx", &linked).unwrap_err().to_string();
-    assert!(why.contains("links to other workbooks (xl/externalLinks/externalLink1.xml)"), "{why}");
+    assert!(
+        why.contains("links to other workbooks (xl/externalLinks/externalLink1.xml)"),
+        "{why}"
+    );
     // A million rows stop at the bound, CSV and XLSX alike.
     let rows = "1\n".repeat(1_000_000);
     let why = read("big.csv", rows.as_bytes()).unwrap_err().to_string();

@@ -248,7 +248,7 @@ mod image_tests {
         c
     }
 
-    fn request(c: &Context) -> WireRequest<'_> {
+    pub(super) fn request(c: &Context) -> WireRequest<'_> {
         WireRequest {
             model: "m",
             system: "s",
@@ -308,7 +308,6 @@ mod image_tests {
 mod image_turn_tests {
     //! Tool messages stay together after their turn, the images after
     //! them; only the most recent images are carried.
-    use super::WireRequest;
     use loop_protocol::observation::{Image, Observation};
     use loop_protocol::{Context, ToolCall};
     use serde_json::json;
@@ -332,17 +331,7 @@ mod image_turn_tests {
     }
 
     fn body(c: &Context) -> serde_json::Value {
-        crate::openai::request_body(&WireRequest {
-            model: "m",
-            system: "s",
-            context: c,
-            max_output_tokens: 100,
-            temperature: None,
-            stream: false,
-            native_tools: true,
-            tool_choice: &crate::ToolChoice::Auto,
-            max_tokens_field: "max_tokens",
-        })
+        crate::openai::request_body(&super::image_tests::request(c))
     }
 
     #[test]

@@ -319,17 +319,9 @@ const FILE_TESTS: &[&str] = &[
 /// files. `None` when the check runs anything else (then something is
 /// executed and judged).
 fn files_read(check: &Check) -> Option<Vec<String>> {
-    let r = match check {
-        Check::Run(r) => r,
-        Check::FileExists { path }
-        | Check::FileContains { path, .. }
-        | Check::FileMatches { path, .. }
-        | Check::JsonEquals { path, .. }
-        | Check::CellEquals { path, .. }
-        | Check::SheetColumns { path, .. }
-        | Check::TableRows { path, .. }
-        | Check::DocHeadings { path, .. }
-        | Check::PdfText { path, .. } => return Some(vec![path.as_str().to_string()]),
+    let Check::Run(r) = check else {
+        // A file check reads its one file.
+        return check.file().map(|p| vec![p.as_str().to_string()]);
     };
     let parsed = loop_tools::shell::parse(&r.command);
     if parsed.commands.is_empty() {

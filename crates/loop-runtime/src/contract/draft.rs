@@ -372,16 +372,10 @@ pub fn compact_yaml(contract: &Contract, present: &dyn Fn(&str) -> bool) -> Stri
                         decided.push(format!("{} ({there})", j.paths[0]));
                     }
                 }
-                Check::FileExists { path }
-                | Check::FileContains { path, .. }
-                | Check::FileMatches { path, .. }
-                | Check::JsonEquals { path, .. }
-                | Check::CellEquals { path, .. }
-                | Check::SheetColumns { path, .. }
-                | Check::TableRows { path, .. }
-                | Check::DocHeadings { path, .. }
-                | Check::PdfText { path, .. } => {
-                    decided.push(format!("{} (the file checked)", path.as_str()));
+                other => {
+                    if let Some(path) = other.file() {
+                        decided.push(format!("{} (the file checked)", path.as_str()));
+                    }
                 }
             }
         }
