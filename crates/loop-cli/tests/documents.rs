@@ -396,3 +396,70 @@ fn an_image_reaches_a_model_that_takes_images_and_one_that_does_not_is_told() {
     assert!(said.contains("model: takes no images"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A page check's contract: the site served from `site/` on port 8000
+/// must show the price table.
+const PAGE_TASK: &str = "instruction: Make the landing page show the price table\ncriteria:\n  - id: prices\n    text: the landing page shows the price table in a browser\n    checks:\n      - page: /index.html\n        serve: python3 -m http.server 8000 --bind 127.0.0.1 --directory site\n        port: 8000\n        title: Prices\n        text: 9 EUR\n        element: '#prices'\n        timeout_secs: 60\nlimits:\n  max_verifications: 1\n";
+
+fn site_script(price: &str) -> String {
+    format!(
+        "turns:\n  - calls:\n      - {{tool: write_file, args: {{path: site/index.html, content: \"<html><head><title>Prices</title></head><body><table id=prices><tr><td>Basic</td><td id=p></td></tr></table><script>document.getElementById('p').textContent = '{price}'</script></body></html>\\n\"}}}}\n  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\n"
+    )
+}
+
+#[test]
+fn a_page_check_opens_the_served_site_in_chromium_inside_the_sandbox() {
+    if std::env::var_os("LOOP_BROWSER_VENV").is_none() {
+        // (scripts/test.sh sets it, with Chromium installed.)
+        eprintln!("skipped: LOOP_BROWSER_VENV is not set");
+        return;
+    }
+    assert!(shared::have("chromium"), "Chromium is not installed");
+    let base = tmpdir("page");
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("site")).unwrap();
+    std::fs::write(p.join("site/README"), "the site\n").unwrap();
+    shared::commit_all(&p);
+
+    // The price, set by the page's script, is seen in the browser.
+    let right = shared::run_scripted(&base, &p, "right", (PAGE_TASK, &site_script("9 EUR")));
+    assert_eq!(right.outcome(), "verified", "{}", shared::text(&right.out));
+    // Without it the page check fails, saying what the page lacks.
+    let wrong = shared::run_scripted(&base, &p, "wrong", (PAGE_TASK, &site_script("ask us")));
+    assert_ne!(wrong.outcome(), "verified");
+    let said = shared::text(&wrong.out);
+    assert!(
+        said.contains("the page /index.html it does not show \\\"9 EUR\\\""),
+        "{said}"
+    );
+
+    // A service of the host on 127.0.0.1 is not what the browser sees:
+    // the check's network is its own.
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for s in host.incoming().take(8) {
+            let Ok(mut s) = s else { continue };
+            let body =
+                "<html><head><title>HOST SECRET</title></head><body>HOST SECRET</body></html>";
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let probe = format!(
+        "instruction: Show the host's page\ncriteria:\n  - id: host\n    checks:\n      - page: /\n        serve: 'true'\n        port: {port}\n        text: HOST SECRET\n        timeout_secs: 8\nlimits:\n  max_verifications: 1\n"
+    );
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: x.txt, content: \"x\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
+    let reach = shared::run_scripted(&base, &p, "host", (&probe, script));
+    assert_ne!(reach.outcome(), "verified", "{}", shared::text(&reach.out));
+    let said = shared::text(&reach.out);
+    assert!(
+        said.contains("could not be opened: net::ERR_CONNECTION_REFUSED"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

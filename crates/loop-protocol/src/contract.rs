@@ -174,6 +174,34 @@ pub enum Check {
         /// The text.
         text: String,
     },
+    /// A page the project serves, opened in a real browser (headless
+    /// Chromium) inside the check's sandbox: its server started there,
+    /// the page opened, and its text, title or an element required.
+    Page(PageCheck),
+}
+
+/// A `page` check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageCheck {
+    /// The page's path, from `/`.
+    pub path: String,
+    /// The command that serves the project, run with `sh -c` in the
+    /// workspace root inside the check's sandbox.
+    pub serve: String,
+    /// The port it listens on, on 127.0.0.1 (the check's own network).
+    pub port: u16,
+    /// Text the page shows (its visible text contains it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The page's title, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// A CSS selector some element of the page matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<String>,
+    /// Wall-clock limit for the check (server start, load, render).
+    pub timeout_secs: u64,
 }
 
 /// A `run` check.
@@ -354,6 +382,7 @@ impl Check {
             Check::TableRows { .. } => "table_rows",
             Check::DocHeadings { .. } => "doc_headings",
             Check::PdfText { .. } => "pdf_text",
+            Check::Page(_) => "page",
         }
     }
 
@@ -388,13 +417,32 @@ impl Check {
                 Some(p) => format!("pdf_text {path} page {p} {text:?}"),
                 None => format!("pdf_text {path} {text:?}"),
             },
+            Check::Page(p) => {
+                let mut wants = Vec::new();
+                if let Some(t) = &p.title {
+                    wants.push(format!("title {t:?}"));
+                }
+                if let Some(t) = &p.text {
+                    wants.push(format!("text {t:?}"));
+                }
+                if let Some(e) = &p.element {
+                    wants.push(format!("element {e:?}"));
+                }
+                format!(
+                    "page {} (served by `{}` on port {}) shows {}",
+                    p.path,
+                    p.serve,
+                    p.port,
+                    wants.join(", ")
+                )
+            }
         }
     }
 
     /// The file a check reads, for the checks that read one.
     pub fn file(&self) -> Option<&RelPath> {
         match self {
-            Check::Run(_) => None,
+            Check::Run(_) | Check::Page(_) => None,
             Check::FileExists { path }
             | Check::FileContains { path, .. }
             | Check::FileMatches { path, .. }
@@ -488,6 +536,19 @@ fn check_authoring(c: &Check) -> serde_json::Value {
             let mut v = json!({"pdf_text": path.as_str(), "text": text});
             if let Some(p) = page {
                 v["page"] = (*p).into();
+            }
+            v
+        }
+        Check::Page(p) => {
+            let mut v = json!({"page": p.path, "serve": p.serve, "port": p.port, "timeout_secs": p.timeout_secs});
+            for (k, x) in [
+                ("text", &p.text),
+                ("title", &p.title),
+                ("element", &p.element),
+            ] {
+                if let Some(x) = x {
+                    v[k] = x.clone().into();
+                }
             }
             v
         }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub mod integrity;
+mod page;
 pub mod tally;
 
 /// Bytes of output kept per stream for matching (every byte is hashed).
@@ -512,7 +513,7 @@ pub fn runs_commands(contract: &Contract) -> bool {
         .criteria
         .iter()
         .flat_map(|c| c.checks.iter())
-        .any(|k| matches!(k, Check::Run(_)))
+        .any(|k| matches!(k, Check::Run(_) | Check::Page(_)))
 }
 
 /// The manifest hashed alongside the checks, when the seal is the
@@ -791,6 +792,16 @@ impl SnapshotVerifier {
             }
             (Check::Run(run), None) => {
                 self.run_fresh(pass, gathered, (&criterion.id, index, check, run))?
+            }
+            (Check::Page(p), _) => {
+                let attempt = pass.attempt;
+                let scratch = self
+                    .scratch
+                    .join(format!("view-{attempt}-{}-{index}", criterion.id));
+                let view = View::fresh(pass.dir, pass.copied, &scratch)?;
+                gathered.method = view.method.name().to_string();
+                (pass.first_done)();
+                page_check(&criterion.id, index, (check, p), &view, &self.sandbox)
             }
             (_, _) => file_check(&criterion.id, index, check, &pass.jail),
         })
@@ -1478,6 +1489,74 @@ fn file_failure(check: &Check, jail: &Jail) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A `page` check on its own fresh view: the project's server and a
+/// headless Chromium started together in the check's sandbox (see
+/// `page.rs`), the page read until it shows what the check requires.
+fn page_check(
+    criterion: &str,
+    index: usize,
+    (check, p): (&Check, &loop_protocol::contract::PageCheck),
+    view: &View,
+    sandbox: &Settings,
+) -> CheckEvidence {
+    let started = Instant::now();
+    let mut ev = blank(criterion, index, check, view.method.name());
+    let mut req = ExecRequest::shell(page::command(p), &view.dir);
+    req.overlay_scratch = view.overlay.clone();
+    req.overlay_below = view.below.clone();
+    req.workspace = Some(view.dir.clone());
+    req.check = true;
+    req.timeout = Duration::from_secs(p.timeout_secs);
+    sandbox.apply(&mut req);
+    let deadline = started + Duration::from_secs(p.timeout_secs);
+    let mut session = match loop_sandbox::spawn(&req) {
+        Ok(s) => s,
+        Err(e) => {
+            ev.failure = Some(format!("the server and the browser could not start: {e}"));
+            return ev;
+        }
+    };
+    let read = page::read_page(&mut session, p, deadline);
+    let said = session.stderr_tail();
+    session.stop();
+    ev.duration_ms = started.elapsed().as_millis() as u64;
+    ev.failure = match read {
+        Ok(seen) => {
+            let shown = format!(
+                "title: {}\n{}",
+                seen.title,
+                loop_protocol::observation::head_tail(&seen.text, 4096)
+            );
+            ev.stdout = Some(loop_protocol::StreamEvidence {
+                bytes: shown.len() as u64,
+                sha256: loop_protocol::hash::sha256_hex(shown.as_bytes()),
+                truncated: false,
+                excerpt: shown,
+            });
+            page::shows(p, &seen).map(|why| format!("the page {} {why}", p.path))
+        }
+        Err(e) => {
+            ev.timed_out = e.0 == "timed out";
+            let tail = said
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            Some(format!(
+                "the page {} could not be read: {e}{}",
+                p.path,
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the browser said: {tail})")
+                }
+            ))
+        }
+    };
+    ev.passed = ev.failure.is_none();
+    ev
 }
 
 /// Why a document check fails on the file at `full` (a regular file the

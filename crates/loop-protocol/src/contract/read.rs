@@ -46,6 +46,7 @@ pub(super) const CHECK_KINDS: &[&str] = &[
     "table_rows",
     "doc_headings",
     "pdf_text",
+    "page",
 ];
 const RUN_KEYS: &[&str] = &[
     "run",
@@ -70,6 +71,15 @@ pub(super) fn keys_for_kind(kind: &str) -> &'static [&'static str] {
         "table_rows" => &["table_rows", "sheet", "rows"],
         "doc_headings" => &["doc_headings", "headings"],
         "pdf_text" => &["pdf_text", "page", "text"],
+        "page" => &[
+            "page",
+            "serve",
+            "port",
+            "text",
+            "title",
+            "element",
+            "timeout_secs",
+        ],
         _ => &["json_equals", "pointer", "value"],
     }
 }
@@ -555,6 +565,7 @@ impl Reader {
                 Some(Check::FileMatches { path: path?, regex })
             }
             "json_equals" => self.json_equals_check(&c, kind_node),
+            "page" => self.page_check(&c, kind_node),
             _ => self.document_check(&c, kind_node),
         }
     }
@@ -653,6 +664,55 @@ impl Reader {
         Some(check)
     }
 
+    /// A `page` check: its path (`kind_node`), the command that serves it
+    /// and its port, and at least one of the text, title or element the
+    /// page must show.
+    fn page_check(&mut self, c: &CheckEntries<'_>, kind_node: &Node) -> Option<Check> {
+        let path = self.nonempty_string(kind_node, "`page` path")?;
+        if !path.starts_with('/') || path.chars().any(char::is_control) {
+            self.err(
+                Some(kind_node.pos),
+                format!("`page` {path:?} is not a path from `/`"),
+                Some("name the page as the server serves it, e.g. /index.html".into()),
+            );
+            return None;
+        }
+        let node = c.required(self, "serve")?;
+        let serve = self.nonempty_string(node, "`serve`")?;
+        let node = c.required(self, "port")?;
+        let port = self.unsigned(node, "`port`", 1)?;
+        let Ok(port) = u16::try_from(port) else {
+            self.err(Some(node.pos), format!("`port` {port} is not a port"), None);
+            return None;
+        };
+        let mut want = |key: &str| match c.get(key) {
+            Some(v) => self.nonempty_string(v, &format!("`{key}`")).map(Some),
+            None => Some(None),
+        };
+        let (text, title, element) = (want("text")?, want("title")?, want("element")?);
+        if text.is_none() && title.is_none() && element.is_none() {
+            self.err(
+                Some(c.node.pos),
+                "a `page` check names what the page must show".into(),
+                Some("give `text`, `title` or `element` (a CSS selector)".into()),
+            );
+            return None;
+        }
+        let timeout_secs = match c.get("timeout_secs") {
+            Some(v) => self.unsigned(v, "`timeout_secs`", 1)?,
+            None => 60,
+        };
+        Some(Check::Page(super::PageCheck {
+            path,
+            serve,
+            port,
+            text,
+            title,
+            element,
+            timeout_secs,
+        }))
+    }
+
     /// `list`, or an error at the check when it is empty (a check that
     /// asks for nothing proves nothing).
     fn nonempty_list<T>(
@@ -686,10 +746,13 @@ impl Reader {
     /// The one kind of the check at `node` (a mapping of `entries`): none,
     /// an unknown one or two are reported.
     fn check_kind(&mut self, node: &Node, entries: &[(Key, Node)]) -> Option<String> {
+        // `page` names a kind (a page in a browser) and a key of
+        // `pdf_text` (its page): beside `pdf_text` it is that key.
+        let pdf = entries.iter().any(|(k, _)| k.name == "pdf_text");
         let kinds: Vec<&Key> = entries
             .iter()
             .map(|(k, _)| k)
-            .filter(|k| CHECK_KINDS.contains(&k.name.as_str()))
+            .filter(|k| CHECK_KINDS.contains(&k.name.as_str()) && !(pdf && k.name == "page"))
             .collect();
         match kinds.as_slice() {
             [] => {

@@ -48,6 +48,9 @@ fn check_kind(kind: &str) -> Value {
             ("run", "timeout_secs") => count("seconds the check may take (default 300)"),
             ("pdf_text", "text") => json!({"type": "string", "minLength": 1,
                 "description": "a text the page holds (runs of white space count as one)"}),
+            ("page", "text") => {
+                json!({"type": "string", "minLength": 1, "description": "text the page shows"})
+            }
             (_, "text") => json!({"type": "string", "description": "an exact substring"}),
             (_, "regex") => json!({"type": "string", "description": "a regular expression"}),
             (_, "pointer") => json!({"type": "string", "pattern": "^(/.*)?$",
@@ -68,7 +71,22 @@ fn check_kind(kind: &str) -> Value {
             (_, "rows") => json!({"type": "array", "minItems": 1,
                 "items": {"type": "array", "items": {}},
                 "description": "rows one table holds, each its cells from the first column"}),
+            ("page", "page") => json!({"type": "string", "pattern": "^/",
+                "description": "the page's path, as the server serves it (from /)"}),
             (_, "page") => count("the page (from 1); any page when absent"),
+            (_, "serve") => json!({"type": "string", "minLength": 1,
+                "description": "the command that serves the project (sh -c in the workspace root, inside the check's sandbox)"}),
+            (_, "port") => json!({"type": "integer", "minimum": 1, "maximum": 65535,
+                "description": "the port it listens on, on 127.0.0.1 of the check's own network"}),
+            (_, "title") => {
+                json!({"type": "string", "minLength": 1, "description": "the page's title, exactly"})
+            }
+            (_, "element") => {
+                json!({"type": "string", "minLength": 1, "description": "a CSS selector some element matches"})
+            }
+            ("page", "timeout_secs") => {
+                count("seconds for the server to start and the page to show it (default 60)")
+            }
             _ => path(),
         };
         props.insert(key.to_string(), v);
@@ -76,12 +94,15 @@ fn check_kind(kind: &str) -> Value {
     let required: Vec<&str> = keys_for_kind(kind)
         .iter()
         .copied()
-        .filter(|k| {
-            *k == kind
-                || matches!(
-                    *k,
-                    "text" | "regex" | "value" | "cell" | "columns" | "rows" | "headings"
-                )
+        .filter(|k| match kind {
+            "page" => matches!(*k, "page" | "serve" | "port"),
+            _ => {
+                *k == kind
+                    || matches!(
+                        *k,
+                        "text" | "regex" | "value" | "cell" | "columns" | "rows" | "headings"
+                    )
+            }
         })
         .collect();
     json!({

@@ -388,6 +388,7 @@ criteria:
       - {doc_headings: out/report.docx, headings: [Summary, Outlook]}
       - {pdf_text: out/invoice.pdf, page: 2, text: "Total due"}
       - {pdf_text: out/invoice.pdf, text: "Paid"}
+      - {page: /index.html, serve: "python3 -m http.server 8000", port: 8000, text: "9 EUR", element: table}
 "#;
 
 #[test]
@@ -403,10 +404,18 @@ fn document_checks_read_and_write_back_the_same() {
             "table_rows",
             "doc_headings",
             "pdf_text",
-            "pdf_text"
+            "pdf_text",
+            "page"
         ]
     );
-    assert!(c.criteria[0].checks.iter().all(Check::is_document));
+    assert!(c.criteria[0].checks[..7].iter().all(Check::is_document));
+    let Check::Page(p) = &c.criteria[0].checks[7] else {
+        panic!("not a page check")
+    };
+    assert_eq!(
+        (p.port, p.timeout_secs, p.title.as_deref()),
+        (8000, 60, None)
+    );
     let Check::CellEquals { sheet, cell, .. } = &c.criteria[0].checks[0] else {
         panic!("not a cell check")
     };
@@ -448,4 +457,10 @@ fn a_document_check_that_asks_nothing_or_names_no_cell_is_refused_where_it_is() 
     );
     let e = bad("{table_rows: a.csv, rows: [North]}");
     assert!(e.message.contains("row"), "{e:?}");
+    let e = bad("{page: /, serve: x, port: 80}");
+    assert!(e.message.contains("names what the page must show"), "{e:?}");
+    let e = bad("{page: index.html, serve: x, port: 80, text: a}");
+    assert!(e.message.contains("is not a path from `/`"), "{e:?}");
+    let e = bad("{page: /, serve: x, port: 70000, text: a}");
+    assert!(e.message.contains("is not a port"), "{e:?}");
 }

@@ -540,7 +540,7 @@ fn observable(check: &Check) -> bool {
                 || r.nonempty_tests == Some(true)
                 || RUNNERS.iter().any(|t| r.command.contains(t))
         }
-        Check::FileContains { .. } => true,
+        Check::FileContains { .. } | Check::Page(_) => true,
         // A document's cells, columns, rows, headings or text.
         c => c.is_document(),
     }
