@@ -64,6 +64,7 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                 content,
                 image,
             } => {
+                let content = &crate::wire::with_unsent(content, image.is_some() && !send);
                 let is_error = content.starts_with("[error]") || content.starts_with("[refused");
                 if req.native_tools {
                     // A tool result holds its image beside its text.

@@ -63,6 +63,8 @@ pub fn request_body(req: &WireRequest<'_>) -> Value {
                 content,
                 image,
             } => {
+                let content =
+                    &crate::wire::with_unsent(content, image.is_some() && !sent.contains(&n));
                 if req.native_tools {
                     messages
                         .push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));

@@ -188,6 +188,17 @@ pub fn json_answer_text(thought: &Option<String>, calls: &[ToolCall]) -> String 
 /// a request's size and the images in it).
 pub const MAX_IMAGES_SENT: usize = 4;
 
+/// A tool result's text, saying so when its image is no longer sent.
+pub fn with_unsent(content: &str, unsent: bool) -> String {
+    if unsent {
+        format!(
+            "{content}\n(its image is no longer sent with each request: view it again to see it)"
+        )
+    } else {
+        content.to_string()
+    }
+}
+
 /// The messages of `context` whose images are sent: the last
 /// [`MAX_IMAGES_SENT`] images, counted from the end.
 pub fn images_sent(context: &loop_protocol::Context) -> std::collections::BTreeSet<usize> {
@@ -375,6 +386,7 @@ mod image_turn_tests {
         }
         let b = body(&c).to_string();
         assert!(!b.contains("AAAA0") && !b.contains("AAAA1"), "{b}");
+        assert_eq!(b.matches("no longer sent").count(), 2, "{b}");
         for n in 2..6 {
             assert!(b.contains(&format!("AAAA{n}")), "{b}");
         }

@@ -60,17 +60,32 @@ pub fn can_drop_privileges() -> bool {
     is_root() && Command::new("setpriv").arg("--version").output().is_ok()
 }
 
-/// The `loop` binary, copied once per test process where an unprivileged
-/// user can execute it (the build directory may not be).
+/// The `loop` binary, copied where an unprivileged user can execute it
+/// (the build directory may not be): one copy per build, shared by every
+/// test process (a copy per process left a 145 MB file each, some 9 GB a
+/// run). Named by the build's size and time; written beside its place and
+/// renamed into it, so a process never executes a half-written copy nor
+/// writes one another executes ("text file busy").
 pub fn shared_binary() -> PathBuf {
     static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("loop-test-bin-{}", std::process::id()));
+        let built = Path::new(env!("CARGO_BIN_EXE_loop"));
+        let meta = std::fs::metadata(built).unwrap();
+        let stamp = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("loop-test-bin-{}-{stamp}", meta.len()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let to = dir.join("loop");
-        std::fs::copy(env!("CARGO_BIN_EXE_loop"), &to).unwrap();
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if std::fs::metadata(&to).map(|m| m.len()).ok() != Some(meta.len()) {
+            let part = dir.join(format!("loop.{}", std::process::id()));
+            std::fs::copy(built, &part).unwrap();
+            std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::rename(&part, &to).unwrap();
+        }
         to
     })
     .clone()
