@@ -451,7 +451,7 @@ fn a_page_check_opens_the_served_site_in_chromium_inside_the_sandbox() {
         }
     });
     let probe = format!(
-        "instruction: Show the host's page\ncriteria:\n  - id: host\n    checks:\n      - page: /\n        serve: 'true'\n        port: {port}\n        text: HOST SECRET\n        timeout_secs: 8\nlimits:\n  max_verifications: 1\n"
+        "instruction: Show the host's page\ncriteria:\n  - id: host\n    checks:\n      - page: /\n        serve: 'sleep 30'\n        port: {port}\n        text: HOST SECRET\n        timeout_secs: 8\nlimits:\n  max_verifications: 1\n"
     );
     let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: x.txt, content: \"x\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
     let reach = shared::run_scripted(&base, &p, "host", (&probe, script));
@@ -461,5 +461,26 @@ fn a_page_check_opens_the_served_site_in_chromium_inside_the_sandbox() {
         said.contains("could not be opened: net::ERR_CONNECTION_REFUSED"),
         "{said}"
     );
+
+    // A page check whose server makes the page it is to show cannot fail:
+    // refused before the task starts.
+    let made = "instruction: Show the price\ncriteria:\n  - id: made\n    checks:\n      - page: /index.html\n        serve: mkdir -p s && echo '<p>9 EUR</p>' > s/index.html && python3 -m http.server 8000 --bind 127.0.0.1 --directory s\n        port: 8000\n        text: 9 EUR\n        timeout_secs: 30\n";
+    std::fs::write(base.join("made.task.yaml"), made).unwrap();
+    std::fs::write(base.join("made.script.yaml"), script).unwrap();
+    let out = shared::loop_in(&base)
+        .args(["run", "--json", "--task"])
+        .arg(base.join("made.task.yaml"))
+        .arg("--model")
+        .arg(format!(
+            "scripted:{}",
+            base.join("made.script.yaml").display()
+        ))
+        .arg("--project")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("passes on an empty workspace"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -40,12 +40,16 @@ pub(crate) struct Seen {
     pub has: Option<bool>,
 }
 
+/// What the check's shell says when the server command has ended (a
+/// server that never answers need not be waited for).
+const SERVER_ENDED: &str = "loop-page: the server command ended";
+
 /// The command run in the check's sandbox: the server in the background,
 /// then the browser on the pipe (its own output discarded, its errors
 /// kept by the session).
 pub(crate) fn command(p: &PageCheck) -> String {
     format!(
-        "( {} ) </dev/null >/dev/null 2>&1 &\nexec chromium --headless=new --no-sandbox --disable-gpu --no-first-run --no-default-browser-check --disable-dev-shm-usage --user-data-dir=\"${{TMPDIR:-/tmp}}/loop-page-browser\" --remote-debugging-pipe about:blank 3<&0 4>&1 </dev/null >/dev/null",
+        "( ( {} ) </dev/null >/dev/null 2>&1; echo '{SERVER_ENDED}' >&2 ) &\nexec chromium --headless=new --no-sandbox --disable-gpu --no-first-run --no-default-browser-check --disable-dev-shm-usage --user-data-dir=\"${{TMPDIR:-/tmp}}/loop-page-browser\" --remote-debugging-pipe about:blank 3<&0 4>&1 </dev/null >/dev/null",
         p.serve
     )
 }
@@ -166,8 +170,13 @@ pub(crate) fn read_page(
         let r = dt.call("Page.navigate", json!({"url": url}), Some(&page))?;
         match r["errorText"].as_str() {
             None | Some("") => break,
-            Some(e) if Instant::now() + Duration::from_millis(250) < deadline => {
-                let _ = e;
+            Some(_) if dt.session.stderr_tail().contains(SERVER_ENDED) => {
+                return Err(format!(
+                    "{url} could not be opened: the server command ended before it answered"
+                )
+                .into());
+            }
+            Some(_) if Instant::now() + Duration::from_millis(250) < deadline => {
                 std::thread::sleep(Duration::from_millis(250));
             }
             Some(e) => return Err(format!("{url} could not be opened: {e}").into()),

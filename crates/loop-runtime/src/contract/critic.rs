@@ -783,18 +783,21 @@ pub fn vacuous(contract: &Contract, empty: &VerificationReport) -> Vec<(usize, u
             continue;
         };
         for k in e.checks.iter().filter(|k| k.passed) {
-            if let Some(Check::Run(r)) = c.checks.get(k.index) {
-                out.push((
-                    ci,
-                    k.index,
-                    format!(
-                        "criterion `{}`, check {} (`{}`) passes on an empty workspace: it cannot fail, so it proves nothing about the project",
-                        c.id,
-                        k.index + 1,
-                        r.command
-                    ),
-                ));
-            }
+            // A command, or a page whose server makes what it shows.
+            let what = match c.checks.get(k.index) {
+                Some(Check::Run(r)) => r.command.clone(),
+                Some(p @ Check::Page(_)) => p.describe(),
+                _ => continue,
+            };
+            out.push((
+                ci,
+                k.index,
+                format!(
+                    "criterion `{}`, check {} (`{what}`) passes on an empty workspace: it cannot fail, so it proves nothing about the project",
+                    c.id,
+                    k.index + 1,
+                ),
+            ));
         }
     }
     out

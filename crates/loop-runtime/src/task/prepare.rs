@@ -876,9 +876,11 @@ fn refuse_vacuous(
         c.checks
             .retain(|k| !matches!(k, Check::Run(r) if r.allow_vacuous));
     }
-    judged
-        .criteria
-        .retain(|c| c.checks.iter().any(|k| matches!(k, Check::Run(_))));
+    judged.criteria.retain(|c| {
+        c.checks
+            .iter()
+            .any(|k| matches!(k, Check::Run(_) | Check::Page(_)))
+    });
     if judged.criteria.is_empty() {
         return Ok(());
     }
