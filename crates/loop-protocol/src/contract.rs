@@ -65,6 +65,11 @@ pub struct Contract {
     /// checks have no network at all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_allow: Vec<String>,
+    /// The task may drive a headless browser in its sandbox (the `browser`
+    /// tool), granted here or by the Loopfile's `browser: true`; off
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub browser: bool,
     /// Budgets the runtime enforces.
     pub limits: Limits,
 }
@@ -696,6 +701,9 @@ impl Contract {
                 doc.insert(k.into(), v.into());
             }
         }
+        if self.browser {
+            doc.insert("browser".into(), true.into());
+        }
         doc.insert("limits".into(), limits);
         Value::Object(doc)
     }
@@ -727,6 +735,7 @@ impl Contract {
             allow_check_changes: Vec::new(),
             judge_may_change: Vec::new(),
             network_allow: Vec::new(),
+            browser: false,
             limits: Limits::default(),
         }
     }

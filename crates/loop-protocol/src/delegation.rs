@@ -91,6 +91,9 @@ pub struct Proposal {
     /// More globs it may not write, on top of the parent's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protected: Vec<String>,
+    /// It may drive the browser (only if the parent may).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub browser: bool,
     /// More exec rules, each `prompt` or `forbidden`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exec: Vec<ExecRule>,
@@ -121,6 +124,9 @@ pub struct Authority {
     pub judge_may_change: Vec<String>,
     /// Hosts its checks may reach.
     pub network_allow: Vec<String>,
+    /// It may drive the browser.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub browser: bool,
     /// Exec rules added on top of the Loopfile's by delegation.
     pub exec: Vec<ExecRule>,
     /// Its whole budget.
@@ -141,6 +147,7 @@ impl Authority {
             allow_check_changes: contract.allow_check_changes.clone(),
             judge_may_change: contract.judge_may_change.clone(),
             network_allow: contract.network_allow.clone(),
+            browser: contract.browser,
             exec: Vec::new(),
             budget: Budget::of(&contract.limits),
             max_children: contract.limits.max_children,
@@ -246,6 +253,9 @@ pub fn contract_within(contract: &Contract, granted: &Authority) -> Vec<Refusal>
                 parent: granted.network_allow.clone(),
             });
         }
+    }
+    if contract.browser && !granted.browser {
+        no.push(Refusal::Browser);
     }
     let globs = contract.protected_globs();
     for g in &granted.protected {
@@ -371,6 +381,8 @@ pub enum Refusal {
         /// The parent's allow-list.
         parent: Vec<String>,
     },
+    /// The browser, which the parent may not drive.
+    Browser,
     /// A protection or check-integrity rule of the parent's the child
     /// lacks, or an exemption the parent does not have.
     Inherited {
@@ -408,6 +420,7 @@ impl Refusal {
             Refusal::NotAPath { .. } | Refusal::Paths { .. } => "delegation: paths",
             Refusal::Outside { .. } => "delegation: paths beneath the parent's",
             Refusal::Host { .. } => "delegation: network_allow within the parent's",
+            Refusal::Browser => "delegation: browser",
             Refusal::Inherited { .. } => "delegation: the parent's rules are inherited",
             Refusal::Budget { .. } => "delegation: budget out of what the parent has left",
             Refusal::ExecRule { .. } => "delegation: exec",
@@ -465,6 +478,10 @@ impl fmt::Display for Refusal {
                 f,
                 "host `{host}` is not in this task's network allow-list ({})",
                 shown(parent)
+            ),
+            Refusal::Browser => write!(
+                f,
+                "a child may drive the browser only when this task may (its contract or the Loopfile grants `browser`)"
             ),
             Refusal::Inherited { what, entry } => write!(
                 f,
@@ -553,6 +570,9 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
     }
     let mut no = Vec::new();
     let writable = granted_paths(parent, &p.paths, &mut no);
+    if p.browser && !parent.browser {
+        no.push(Refusal::Browser);
+    }
     for host in &p.network_allow {
         if !parent.network_allow.iter().any(|h| host_within(host, h)) {
             no.push(Refusal::Host {
@@ -573,6 +593,7 @@ pub fn grant(parent: &Authority, left: &Left, p: &Proposal) -> Result<Authority,
         allow_check_changes: parent.allow_check_changes.clone(),
         judge_may_change: parent.judge_may_change.clone(),
         network_allow: p.network_allow.clone(),
+        browser: p.browser,
         exec,
         budget: p.budget.clone(),
         max_children: p.max_children,
@@ -765,6 +786,9 @@ pub fn within(child: &Authority, parent: &Authority) -> Vec<Refusal> {
             });
         }
     }
+    if child.browser && !parent.browser {
+        no.push(Refusal::Browser);
+    }
     for g in &parent.protected {
         if !holds(&child.protected, g) {
             no.push(Refusal::Inherited {
@@ -840,6 +864,7 @@ pub fn child_contract(
         allow_check_changes: granted.allow_check_changes.clone(),
         judge_may_change: granted.judge_may_change.clone(),
         network_allow: granted.network_allow.clone(),
+        browser: granted.browser,
         limits,
     };
     let mut doc = shell.to_authoring();

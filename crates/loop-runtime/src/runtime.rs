@@ -576,6 +576,16 @@ impl Runtime {
         crate::ops::changes::produced_file(&self.project, id, rel)
     }
 
+    /// A screenshot task `id`'s browser kept as evidence, by its SHA-256,
+    /// with its media type.
+    pub fn evidence_file(
+        &self,
+        id: &str,
+        sha256: &str,
+    ) -> Result<(crate::ProducedFile, &'static str), Error> {
+        crate::ops::changes::evidence_file(&self.project, id, sha256)
+    }
+
     /// Undo task `id`'s applied change set.
     pub fn undo(&self, id: &str, observer: &mut dyn Observer) -> Result<Settled, Error> {
         crate::ops::changes::undo(&self.project, id, observer)

@@ -36,6 +36,7 @@ mod cgroup;
 pub mod check_env;
 mod child;
 pub mod confinement;
+pub mod devtools;
 pub mod egress;
 mod fdpass;
 mod kept;

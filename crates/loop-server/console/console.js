@@ -553,7 +553,7 @@ function endWords(o) {
 }
 
 // One recorded event as a line of the story (null: nothing to show).
-function storyLine(ev, calls) {
+function storyLine(ev, calls, id) {
   const li = (cls, text, ...detail) => el("li", { class: cls }, text, ...detail);
   const plain = (s) => (s ? el("span", { class: "detail" }, unpath(s)) : null);
   switch (ev.kind) {
@@ -575,7 +575,9 @@ function storyLine(ev, calls) {
       const what = calls[o.call_id] || o.tool;
       if (o.status === "refused") return li("bad", "⛔ " + what, output("refused by " + o.rule + ": " + (o.content || "")));
       const failed = o.status === "error" || (o.tool === "run_command" && commandFailed(o.content));
-      return li(failed ? "bad" : "good", (failed ? "✗ " : "✓ ") + what, output(o.content));
+      const shot = o.image && String(o.image.path || "").startsWith("evidence/") && /^[0-9a-f]{64}$/.test(o.image.sha256 || "")
+        ? screenshot(id, o.image.sha256) : null;
+      return li(failed ? "bad" : "good", (failed ? "✗ " : "✓ ") + what, output(o.content), shot);
     }
     case "approval_requested": return li("ask", "Waiting for a person: `" + firstLine(unpath(ev.detail), 100) + "` (rule " + ev.rule + ")");
     case "approval_decided": return li("ask", "Approval: " + ev.decision + (ev.by ? " (by " + unpath(ev.by) + ")" : ""), ev.message ? output(ev.message) : null);
@@ -777,7 +779,7 @@ async function showTask(view, id) {
       limits = { ...limits, max_steps: limits.max_steps + ev.add_steps, max_tokens: limits.max_tokens + ev.add_tokens,
         budget_usd: limits.budget_usd === null || limits.budget_usd === undefined ? limits.budget_usd : limits.budget_usd + ev.add_usd };
     }
-    const line = storyLine(ev, calls);
+    const line = storyLine(ev, calls, id);
     if (line) add(trace, line);
     if (["approval_requested", "checkpoint_requested", "approval_decided", "checkpoint_decided", "verified", "finished", "resumed", "budget_extended"].includes(ev.kind)) refresh();
   }, ctrl.signal).then(() => {
@@ -903,6 +905,28 @@ async function downloadFile(id, path) {
     document.body.append(a); a.click(); a.remove();
     say("downloaded " + unpath(path) + " (" + words + ")");
   } catch (e) { say(unpath(e.message)); }
+}
+
+// A screenshot the task's browser kept as evidence: fetched with the
+// token, shown only once its bytes have the digest the ledger records.
+function screenshot(id, sha) {
+  const fig = el("figure", { class: "shot" }, el("figcaption", {}, "screenshot, SHA-256 " + sha.slice(0, 16) + "…"));
+  (async () => {
+    try {
+      const r = await fetch("/api/v1/tasks/" + encodeURIComponent(id) + "/evidence/" + sha,
+        { headers: { Authorization: "Bearer " + token } });
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      const bytes = await r.arrayBuffer();
+      if (window.crypto && crypto.subtle) {
+        const got = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)))
+          .map((b) => b.toString(16).padStart(2, "0")).join("");
+        if (got !== sha) throw new Error("it did not arrive as the ledger records it");
+      }
+      const type = r.headers.get("content-type") === "image/jpeg" ? "image/jpeg" : "image/png";
+      fig.prepend(el("img", { src: URL.createObjectURL(new Blob([bytes], { type })), alt: "A screenshot the task's browser took", "data-sha256": sha }));
+    } catch (e) { add(fig, el("span", { class: "hint" }, "the screenshot could not be shown: " + unpath(e.message))); }
+  })();
+  return fig;
 }
 
 async function showChange(box, id, t) {

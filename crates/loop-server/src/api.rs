@@ -60,6 +60,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/verify", get(verify))
         .route("/api/v1/tasks/{id}/diff", get(diff))
         .route("/api/v1/tasks/{id}/files/{*path}", get(produced_file))
+        .route("/api/v1/tasks/{id}/evidence/{sha256}", get(evidence_file))
         .route("/api/v1/tasks/{id}/apply", post(apply))
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
@@ -871,35 +872,64 @@ async fn produced_file(
                 }
             })
             .collect();
-        let digest = {
-            use base64::Engine;
-            let raw: Vec<u8> = (0..f.sha256.len() / 2)
-                .filter_map(|i| u8::from_str_radix(&f.sha256[2 * i..2 * i + 2], 16).ok())
-                .collect();
-            format!(
-                "sha-256={}",
-                base64::engine::general_purpose::STANDARD.encode(raw)
-            )
-        };
-        Ok((
-            [
-                (
-                    axum::http::header::CONTENT_TYPE,
-                    "application/octet-stream".to_string(),
-                ),
-                (
-                    axum::http::header::CONTENT_DISPOSITION,
-                    format!("attachment; filename=\"{name}\""),
-                ),
-                (axum::http::HeaderName::from_static("digest"), digest),
-                (
-                    axum::http::HeaderName::from_static("x-loop-sha256"),
-                    f.sha256,
-                ),
-            ],
-            f.bytes,
+        Ok(file_response(
+            f,
+            "application/octet-stream",
+            format!("attachment; filename=\"{name}\""),
+        ))
+    })
+    .await
+}
+
+/// A file's bytes with their SHA-256 in `Digest` and `X-Loop-Sha256`.
+fn file_response(f: loop_runtime::ProducedFile, media: &str, disposition: String) -> Response {
+    let digest = {
+        use base64::Engine;
+        let raw: Vec<u8> = (0..f.sha256.len() / 2)
+            .filter_map(|i| u8::from_str_radix(&f.sha256[2 * i..2 * i + 2], 16).ok())
+            .collect();
+        format!(
+            "sha-256={}",
+            base64::engine::general_purpose::STANDARD.encode(raw)
         )
-            .into_response())
+    };
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, media.to_string()),
+            (axum::http::header::CONTENT_DISPOSITION, disposition),
+            (axum::http::HeaderName::from_static("digest"), digest),
+            (
+                axum::http::HeaderName::from_static("x-loop-sha256"),
+                f.sha256,
+            ),
+        ],
+        f.bytes,
+    )
+        .into_response()
+}
+
+/// A screenshot the task's browser kept as evidence, by its SHA-256.
+async fn evidence_file(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path((id, sha256)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read).await?;
+    let rt = s.runtime.clone();
+    blocking(move || {
+        visible(&rt, &caller, &id)?;
+        let (f, media) = rt.evidence_file(&id, &sha256).map_err(|e| match e.kind {
+            loop_runtime::ErrorKind::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.message)
+            }
+            _ => ApiError::from(e),
+        })?;
+        let name = format!("{}.{}", f.sha256, media.trim_start_matches("image/"));
+        Ok(file_response(
+            f,
+            media,
+            format!("inline; filename=\"{name}\""),
+        ))
     })
     .await
 }

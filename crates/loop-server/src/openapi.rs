@@ -369,6 +369,15 @@ pub(crate) const ROUTES: &[Route] = &[
         ok: 200,
     },
     Route {
+        method: "get",
+        path: "/api/v1/tasks/{id}/evidence/{sha256}",
+        summary: "A screenshot the task's browser kept as evidence (its ledger names it by SHA-256): PNG or JPEG, given only when its content has that digest (also in `Digest` and `X-Loop-Sha256`); 404 when the task keeps none such",
+        scope: Some("read"),
+        body: None,
+        response: bytes,
+        ok: 200,
+    },
+    Route {
         method: "post",
         path: "/api/v1/tasks/{id}/apply",
         summary: "Apply the verified change set to the project",
@@ -590,6 +599,11 @@ fn operation(r: &Route) -> Map<String, Value> {
         let mut params = vec![
             json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}),
         ];
+        if r.path.ends_with("/{sha256}") {
+            params.push(json!({"name": "sha256", "in": "path", "required": true,
+                "description": "the screenshot's SHA-256, as the ledger records it",
+                "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}));
+        }
         if r.path.ends_with("/{path}") {
             params.push(json!({"name": "path", "in": "path", "required": true,
                 "description": "the file's path in the workspace (slashes and all)", "schema": {"type": "string"}}));
@@ -608,6 +622,7 @@ fn operation(r: &Route) -> Map<String, Value> {
     let media = match r.path {
         p if p.ends_with("/stream") => "text/event-stream",
         p if p.contains("/files/") => "application/octet-stream",
+        p if p.contains("/evidence/") => "image/*",
         "/metrics" => "text/plain",
         "/" => "text/html",
         "/console.js" => "text/javascript",

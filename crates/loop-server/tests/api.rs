@@ -1991,6 +1991,57 @@ fn files_uploaded_with_a_task_reach_it_and_what_it_made_downloads_as_its_receipt
         None,
     );
     assert_eq!(status, 404);
+    // A screenshot kept as the task's evidence is given by its digest,
+    // with its media type, only while its content has that digest; a
+    // link in its place is not followed; a name that is no digest is a
+    // bad request.
+    let evidence = s.project.join(format!(".loop/tasks/{id}/evidence"));
+    std::fs::create_dir_all(&evidence).unwrap();
+    let png = b"\x89PNG\r\n\x1a\nnot really drawn".to_vec();
+    let sha = loop_protocol::hash::sha256_hex(&png);
+    std::fs::write(evidence.join(format!("{sha}.png")), &png).unwrap();
+    let mut resp = agent()
+        .get(&format!("{}/api/v1/tasks/{id}/evidence/{sha}", s.base))
+        .header("Authorization", &format!("Bearer {alice}"))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()
+            .get("content-type")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "image/png"
+    );
+    assert_eq!(resp.body_mut().read_to_vec().unwrap(), png);
+    let (status, _) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/evidence/{sha}"),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(status, 404, "another owner's evidence");
+    let forged = "ab".repeat(32);
+    std::fs::write(evidence.join(format!("{forged}.png")), &png).unwrap();
+    let host_file = s.project.join("README.md");
+    let linked = loop_protocol::hash::sha256_hex(&std::fs::read(&host_file).unwrap());
+    std::os::unix::fs::symlink(&host_file, evidence.join(format!("{linked}.png"))).unwrap();
+    for (name, want) in [
+        (&forged, 404),
+        (&linked, 404),
+        (&"not-a-digest".to_string(), 400),
+    ] {
+        let (status, body) = call(
+            &s,
+            "get",
+            &format!("/api/v1/tasks/{id}/evidence/{name}"),
+            Some(&alice),
+            None,
+        );
+        assert_eq!(status, want, "{name}: {body}");
+    }
     // A name that is no plain file name, and too many files, are refused.
     let (status, body) = upload(&s, &alice, &task, &[("../escape.csv", b"x")]);
     assert_eq!(status, 400, "{body}");

@@ -273,6 +273,17 @@ impl ToolBox {
     /// The exec policy's refusal of `command`, if it refuses it: forbidden,
     /// or needing a person's approval it does not have.
     fn policy_refusal_of(&self, id: &str, command: &str, approved: bool) -> Option<Observation> {
+        self.policy_refusal_for(id, "run_command", command, approved)
+    }
+
+    /// The exec policy's refusal of `command`, run by `tool`, if it refuses.
+    pub(crate) fn policy_refusal_for(
+        &self,
+        id: &str,
+        tool: &str,
+        command: &str,
+        approved: bool,
+    ) -> Option<Observation> {
         let verdict = self.exec_policy.evaluate(command);
         let rule = verdict.rule.clone().unwrap_or_else(|| "default".into());
         let (title, why) = match verdict.decision {
@@ -288,7 +299,7 @@ impl ToolBox {
         };
         Some(Observation::refused(
             id,
-            "run_command",
+            tool,
             title,
             format!(
                 "`{}` {why} (rule `{rule}`); it was not run",

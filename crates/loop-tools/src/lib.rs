@@ -7,6 +7,7 @@
 //! model, naming the rule — never a crash.
 
 mod authority;
+pub mod browser;
 use authority::StepEdits;
 mod command;
 pub mod documents;
@@ -106,6 +107,11 @@ pub struct ToolBox {
     written: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Where that count is kept.
     written_file: Option<std::path::PathBuf>,
+    /// The task's browser, while one is open ([`browser`]).
+    browser: std::cell::RefCell<Option<loop_sandbox::devtools::Browser>>,
+    /// Where screenshots are kept as the task's evidence
+    /// ([`ToolBox::with_evidence`]).
+    evidence: Option<std::path::PathBuf>,
 }
 
 /// Says whether writes may go on ([`ToolBox::with_fence`]).
@@ -213,6 +219,8 @@ impl ToolBox {
             commands: None,
             stat_cache: Default::default(),
             approved: BTreeSet::new(),
+            browser: Default::default(),
+            evidence: None,
             sync: true,
             fence: None,
             mcp: None,
@@ -429,6 +437,21 @@ impl ToolBox {
         self
     }
 
+    /// Offer the `browser` tool: for a task whose contract or Loopfile
+    /// grants it.
+    pub fn with_browser(mut self, on: bool) -> Self {
+        if on {
+            self.granted.insert(browser::NAME.to_string());
+        }
+        self
+    }
+
+    /// Keep screenshots (by their SHA-256) in `dir`, the task's evidence.
+    pub fn with_evidence(mut self, dir: std::path::PathBuf) -> Self {
+        self.evidence = Some(dir);
+        self
+    }
+
     /// Whether the model driving the task takes images (`view_image`
     /// shows them, or says it cannot).
     pub fn set_images(&mut self, on: bool) {
@@ -454,6 +477,7 @@ impl ToolBox {
         let mut all: Vec<ToolSpec> = specs::all()
             .into_iter()
             .chain(specs::documents())
+            .chain([specs::browser()])
             .filter(|s| self.granted.contains(&s.name))
             .map(|mut s| {
                 // A network-less command whose effects are staged and
@@ -550,6 +574,9 @@ impl ToolBox {
                 control: None,
             };
         }
+        if tool == browser::NAME {
+            return self.browser_call(call);
+        }
         if !specs::TOOL_NAMES.contains(&tool) {
             return refused(
                 id,
@@ -628,6 +655,28 @@ impl ToolBox {
         }
     }
 
+    /// The `browser` tool, granted or refused by name.
+    fn browser_call(&mut self, call: &ToolCall) -> ToolOutcome {
+        let (id, tool) = (call.id.as_str(), call.tool.as_str());
+        if !self.granted.contains(tool) {
+            return refused(
+                id,
+                tool,
+                "authority: tool not granted",
+                "The browser is not granted to this task: its contract (`browser: true`) or the Loopfile grants it.".to_string(),
+            );
+        }
+        let observation = self.parse(call).map(|a: browser::BrowserArgs| {
+            let o = self.browser(id, &a, self.approved.contains(id));
+            self.approved.remove(id);
+            o
+        });
+        ToolOutcome {
+            observation: observation.unwrap_or_else(|e| e),
+            control: None,
+        }
+    }
+
     fn parse<T: for<'de> Deserialize<'de>>(&self, call: &ToolCall) -> Result<T, Observation> {
         let args = if call.args.is_null() {
             serde_json::json!({})
@@ -637,6 +686,7 @@ impl ToolBox {
         // The schema first: its errors name the argument and what it should be.
         let mut specs = specs::all();
         specs.extend(specs::documents());
+        specs.push(specs::browser());
         if let Err(e) = loop_protocol::action::check_call(&specs, &call.tool, &args, &call.tool) {
             return Err(Observation::error(
                 &call.id,

@@ -28,6 +28,7 @@ pub fn delegate() -> ToolSpec {
             "paths": list("directories or files it may change (`pkg/a`, `docs/a.md`; `.` for all you may change); no patterns"),
             "network_allow": list("hosts its checks may reach, from your allow-list"),
             "protected": list("more globs it may not write"),
+            "browser": {"type": "boolean", "description": "it may drive the browser (only if you may; default false)"},
             "exec": {"type": "array", "description": "more exec rules for its commands, each stricter", "items": {"type": "object", "properties": {"prefix": {"type": "string"}, "decision": {"enum": ["prompt", "forbidden"]}}, "required": ["prefix", "decision"], "additionalProperties": false}},
             "budget": {"type": "object", "properties": {
                 "max_steps": {"type": "integer", "minimum": 1},
@@ -163,6 +164,24 @@ pub fn all() -> Vec<ToolSpec> {
             Effect::Pure,
         ),
     ]
+}
+
+/// The `browser` tool's spec (offered when granted).
+pub fn browser() -> ToolSpec {
+    spec(
+        crate::browser::NAME,
+        "Drive a headless Chromium in the task's sandbox. `open` a url (http or https; with `serve`, a shell command started first in the background in the same sandbox, such as `python3 -m http.server 8000 --bind 127.0.0.1`, reached at http://127.0.0.1:8000/; the workspace is read-only to it); `click` or `type` into the element a CSS `selector` matches; `read` the page's visible text and accessibility tree; `screenshot` it (kept as evidence, shown to you if you take images); `close` it. The browser reaches the sandbox's own 127.0.0.1 and only the hosts the task may reach.",
+        json!({
+            "action": {"type": "string", "enum": ["open", "click", "type", "read", "screenshot", "close"]},
+            "url": {"type": "string", "description": "for open"},
+            "serve": {"type": "string", "description": "for open: a server command to start first (the exec policy applies)"},
+            "selector": {"type": "string", "description": "for click and type: a CSS selector"},
+            "text": {"type": "string", "description": "for type"},
+            "timeout_secs": {"type": "integer", "minimum": 1, "description": "for this call (default 30)"}
+        }),
+        &["action"],
+        Effect::AtMostOnce,
+    )
 }
 
 fn spec(

@@ -1399,3 +1399,65 @@ fn view_image_shows_an_image_to_a_model_that_takes_images_and_says_why_not_other
         ObservationStatus::Refused { .. }
     ));
 }
+
+#[test]
+fn the_browser_is_refused_unless_granted_and_its_server_passes_the_exec_policy() {
+    let d = TestDir::new("tools-browser");
+    // Not granted: refused by name, and not offered.
+    let mut t = toolbox(&d);
+    assert!(!t.specs().iter().any(|s| s.name == "browser"));
+    let o = t.execute(&call(
+        "browser",
+        json!({"action": "open", "url": "http://127.0.0.1:8000/"}),
+    ));
+    assert_eq!(rule_of(&o), Some("authority: tool not granted"));
+    assert!(o.observation.content.contains("browser: true"));
+
+    // Granted: offered; a server command the exec policy forbids is
+    // refused with its rule before anything starts.
+    let policy = exec_policy::ExecPolicy {
+        rules: vec![exec_policy::Rule {
+            prefix: vec!["python3".into()],
+            decision: exec_policy::Decision::Forbidden,
+            examples: Vec::new(),
+            not_examples: Vec::new(),
+        }],
+        ..Default::default()
+    };
+    let mut t = toolbox(&d).with_browser(true).with_exec_policy(policy);
+    assert!(t.specs().iter().any(|s| s.name == "browser"));
+    let o = t.execute(&call(
+        "browser",
+        json!({"action": "open", "url": "http://127.0.0.1:8000/", "serve": "python3 -m http.server 8000"}),
+    ));
+    assert_eq!(rule_of(&o), Some("exec policy: forbidden (python3)"));
+    assert_eq!(o.observation.tool, "browser");
+
+    // Addresses other than http and https are not opened.
+    for url in [
+        "file:///etc/passwd",
+        "chrome://settings",
+        "javascript:alert(1)",
+        "http://a b/",
+    ] {
+        let o = t.execute(&call("browser", json!({"action": "open", "url": url})));
+        assert_eq!(o.observation.status, ObservationStatus::Error, "{url}");
+        assert!(
+            o.observation.content.contains("http or https")
+                || o.observation.content.contains("spaces or control"),
+            "{url}: {}",
+            o.observation.content
+        );
+    }
+    // Nothing is open yet: an action on the page says so.
+    let o = t.execute(&call("browser", json!({"action": "read"})));
+    assert_eq!(o.observation.status, ObservationStatus::Error);
+    assert!(o.observation.content.contains("no page is open"));
+    // An unknown action is a malformed call, named.
+    let o = t.execute(&call("browser", json!({"action": "hover"})));
+    assert!(
+        o.observation.content.contains("`hover`") && o.observation.content.contains("`screenshot`"),
+        "{}",
+        o.observation.content
+    );
+}

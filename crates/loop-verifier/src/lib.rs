@@ -1503,24 +1503,26 @@ fn page_check(
 ) -> CheckEvidence {
     let started = Instant::now();
     let mut ev = blank(criterion, index, check, view.method.name());
-    let mut req = ExecRequest::shell(page::command(p), &view.dir);
+    let mut req = ExecRequest::shell(String::new(), &view.dir);
     req.overlay_scratch = view.overlay.clone();
     req.overlay_below = view.below.clone();
     req.workspace = Some(view.dir.clone());
     req.check = true;
     req.timeout = Duration::from_secs(p.timeout_secs);
     sandbox.apply(&mut req);
+    let proxy = req.egress.is_some() && matches!(req.net, loop_sandbox::Net::None);
+    req.program = loop_sandbox::Program::Shell(page::command(p, proxy));
     let deadline = started + Duration::from_secs(p.timeout_secs);
-    let mut session = match loop_sandbox::spawn(&req) {
-        Ok(s) => s,
+    let mut browser = match loop_sandbox::spawn(&req) {
+        Ok(s) => loop_sandbox::devtools::Browser::new(s),
         Err(e) => {
             ev.failure = Some(format!("the server and the browser could not start: {e}"));
             return ev;
         }
     };
-    let read = page::read_page(&mut session, p, deadline);
-    let said = session.stderr_tail();
-    session.stop();
+    let read = page::read_page(&mut browser, p, deadline);
+    let said = browser.session().stderr_tail();
+    browser.stop();
     ev.duration_ms = started.elapsed().as_millis() as u64;
     ev.failure = match read {
         Ok(seen) => {
@@ -1538,7 +1540,7 @@ fn page_check(
             page::shows(p, &seen).map(|why| format!("the page {} {why}", p.path))
         }
         Err(e) => {
-            ev.timed_out = e.0 == "timed out";
+            ev.timed_out = e.timed_out();
             let tail = said
                 .lines()
                 .rev()

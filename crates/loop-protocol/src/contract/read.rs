@@ -19,6 +19,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "allow_check_changes",
     "judge_may_change",
     "network_allow",
+    "browser",
     "limits",
 ];
 pub(super) const CRITERION_KEYS: &[&str] = &["id", "text", "checks", "guard"];
@@ -98,6 +99,7 @@ impl Reader {
         let mut allow_check_changes = Vec::new();
         let mut judge_may_change = Vec::new();
         let mut network_allow = Vec::new();
+        let mut browser = false;
         let mut limits = Limits::default();
         for (k, v) in entries {
             match k.name.as_str() {
@@ -116,6 +118,7 @@ impl Reader {
                 }
                 "judge_may_change" => self.read_judge_may_change(v, &mut judge_may_change),
                 "network_allow" => self.read_network_allow(v, &mut network_allow),
+                "browser" => browser = self.boolean(v, "`browser`").unwrap_or(false),
                 "limits" => {
                     if let Some(l) = self.limits(v) {
                         limits = l;
@@ -135,6 +138,7 @@ impl Reader {
             allow_check_changes,
             judge_may_change,
             network_allow,
+            browser,
             limits,
         })
     }

@@ -162,6 +162,8 @@ pub fn contract_schema() -> Value {
                 "network_allow" => string_list(
                     "hosts the checks may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)",
                 ),
+                "browser" => json!({"type": "boolean",
+                    "description": "the task may drive a headless browser in its sandbox (the browser tool); default false"}),
                 _ => json!({"type": "object", "properties": limits,
                     "additionalProperties": false}),
             };

@@ -490,3 +490,31 @@ fn a_model_cannot_give_a_persons_exemption_to_its_childs_checks() {
     let child = grant(&parent, &left(), &p).unwrap();
     assert!(child_contract(&pc, &child, &p).is_ok());
 }
+
+#[test]
+fn a_child_drives_the_browser_only_when_its_parent_may() {
+    let mut p = proposal();
+    p.browser = true;
+    // A parent without the browser cannot hand it on: refused by name.
+    let pc = parent_contract();
+    assert!(!pc.browser);
+    let parent = Authority::of_contract(&pc);
+    let no = refused(&p, &parent, &left());
+    assert!(no.contains(&Refusal::Browser), "{no:?}");
+    assert_eq!(Refusal::Browser.rule(), "delegation: browser");
+    // A child's authority claiming it is outside such a parent's.
+    let mut claimed = grant(&parent, &left(), &proposal()).expect("granted");
+    assert!(!claimed.browser);
+    claimed.browser = true;
+    assert!(within(&claimed, &parent).contains(&Refusal::Browser));
+    // A parent with the browser grants it to the child that asks, and
+    // only to that one.
+    let mut pc = parent_contract();
+    pc.browser = true;
+    let parent = Authority::of_contract(&pc);
+    let child = grant(&parent, &left(), &p).expect("granted");
+    assert!(child.browser);
+    assert!(within(&child, &parent).is_empty());
+    let other = grant(&parent, &left(), &proposal()).expect("granted");
+    assert!(!other.browser);
+}

@@ -30,6 +30,7 @@ const SECTIONS: &[&str] = &[
     "mcp_servers",
     "project",
     "skills",
+    "browser",
 ];
 
 /// `skills:`'s keys.
@@ -144,6 +145,9 @@ pub struct Loopfile {
     /// `skills.trust`: the keys whose signed skill bundles a task may use
     /// (each a public key in PEM, or a project path to one).
     pub skills_trust: Vec<String>,
+    /// `browser: true`: every task of the project may drive a headless
+    /// browser in its sandbox (its contract says so once locked).
+    pub browser: bool,
 }
 
 /// The Loopfile's `project:`.
@@ -282,6 +286,7 @@ impl Loopfile {
                 "store" => out.store = read_store(&mut r, v),
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 "project" => out.project = read_project(&mut r, v),
+                "browser" => out.browser = r.boolean(v, "`browser`").unwrap_or(false),
                 "skills" => {
                     for (k, v) in r.mapping(v, "`skills`", SKILLS_KEYS).unwrap_or_default() {
                         if k.name == "trust" {
@@ -1182,6 +1187,8 @@ fn section_schema(
                 "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
         "mcp_servers" => mcp_servers_schema(),
+        "browser" => json!({"type": "boolean", "default": false,
+            "description": "every task may drive a headless browser in its sandbox (the browser tool); a contract may grant it alone"}),
         "skills" => json!({"type": "object", "additionalProperties": false,
             "description": "Skill bundles: `trust` lists the keys (PEM, or a project path to a PEM file) whose signed bundles a task may use",
             "properties": {"trust": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}}),

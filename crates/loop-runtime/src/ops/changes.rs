@@ -1008,3 +1008,43 @@ pub fn produced_file(project: &Path, id: &str, rel: &str) -> Result<ProducedFile
         ))),
     }
 }
+
+/// A screenshot task `id`'s browser took, kept as its evidence by its
+/// SHA-256 (see `loop_tools::browser`): PNG or JPEG, given only when its
+/// content is the one its name says. Its media type comes with it.
+pub fn evidence_file(
+    project: &Path,
+    id: &str,
+    sha256: &str,
+) -> Result<(ProducedFile, &'static str), Error> {
+    let t = task(project, id)?;
+    if sha256.len() != 64
+        || !sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(Error::usage(format!(
+            "`{sha256}` is not a SHA-256 (64 lowercase hexadecimal digits)"
+        )));
+    }
+    let evidence = t.dir.join("evidence");
+    for (ext, media) in [("png", "image/png"), ("jpeg", "image/jpeg")] {
+        let name = format!("{sha256}.{ext}");
+        if let Some(bytes) = loop_workspace::door::read(&evidence, &name, 16 << 20)
+            .ok()
+            .flatten()
+            .filter(|b| loop_protocol::hash::sha256_hex(b) == sha256)
+        {
+            return Ok((
+                ProducedFile {
+                    bytes,
+                    sha256: sha256.to_string(),
+                },
+                media,
+            ));
+        }
+    }
+    Err(Error::not_found(format!(
+        "task {id} keeps no screenshot whose SHA-256 is {sha256}"
+    )))
+}

@@ -287,7 +287,9 @@ fn task_toolbox(
         .with_mcp_servers(stored.mcp_servers.clone())
         .with_exec_policy(stored.exec_policy.clone().unwrap_or_default())
         .with_code_policy(stored.code_policy.clone().unwrap_or_default())
-        .with_documents(works_with_documents(stored));
+        .with_documents(works_with_documents(stored))
+        .with_browser(stored.contract.browser)
+        .with_evidence(paths.task_dir.join("evidence"));
     // The edit journal lives with the task: a step a crash interrupted is
     // rolled back before anything else happens (nothing is rolled back
     // into the stand-in of a workspace that is gone).

@@ -116,6 +116,7 @@ pub(crate) fn submit_claimed(
     );
     (stored.contract, stored.drafting, stored.project_checks) =
         settled.inspect_err(|_| drop(&task_ws))?;
+    grant_browser(&mut stored, &loopfile, req);
     let inherited = req.delegation.as_ref().map(|d| &d.integrity[..]);
     let (contract, contract_sha256, baseline) =
         lock_start(&mut stored, (&workspace, &task_dir), inherited)?;
@@ -984,6 +985,14 @@ fn draft_contract(
                 kept.display()
             )))
         }
+    }
+}
+
+/// The Loopfile's grant of the browser, written into the contract it
+/// locks so the receipt says it (a child gets it only from its parent).
+fn grant_browser(stored: &mut StoredRequest, loopfile: &crate::loopfile::Loopfile, req: &Admitted) {
+    if loopfile.browser && req.delegation.is_none() {
+        stored.contract.browser = true;
     }
 }
 
