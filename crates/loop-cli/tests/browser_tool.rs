@@ -209,3 +209,71 @@ fn a_model_serves_a_site_drives_it_in_chromium_and_the_page_check_verifies_it() 
     assert_eq!(files, vec!["site/hang.html", "site/index.html"]);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_screenshot_reaches_a_model_that_takes_images_as_an_image_part() {
+    if std::env::var_os("LOOP_BROWSER_VENV").is_none() {
+        eprintln!("skipped: LOOP_BROWSER_VENV is not set");
+        return;
+    }
+    let base = tmpdir("vision");
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("site")).unwrap();
+    std::fs::write(p.join("site/index.html"), "<h1>Seen</h1>\n").unwrap();
+    let (port, seen) = shared::openai_stand_in(vec![
+        serde_json::json!({"name": "browser", "arguments": serde_json::json!({"action": "open", "url": "http://127.0.0.1:8000/", "serve": "python3 -m http.server 8000 --bind 127.0.0.1 --directory site"}).to_string()}),
+        serde_json::json!({"name": "browser", "arguments": "{\"action\": \"screenshot\"}"}),
+        serde_json::json!({"name": "write_file", "arguments": "{\"path\": \"out.txt\", \"content\": \"seen\\n\"}"}),
+    ]);
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        format!("browser: true\nmodels:\n  maker:\n    spec: openai:fake-vision\n    base_url: http://127.0.0.1:{port}/v1\n    stream: false\n    images: true\n"),
+    )
+    .unwrap();
+    shared::commit_all(&p);
+    let out = shared::loop_in(&base)
+        .args([
+            "run",
+            "look at the page and write out.txt",
+            "--json",
+            "--check",
+            "grep -q seen out.txt",
+            "--project",
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let shot = shared::json_lines(&out)
+        .into_iter()
+        .find(|e| e["kind"] == "observed" && e["observation"]["image"].is_object())
+        .unwrap_or_else(|| panic!("no screenshot: {said}"));
+    let sha = shot["observation"]["image"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The request after the screenshot carries it as an image part whose
+    // bytes have the digest the record keeps.
+    let requests = seen.lock().unwrap().clone();
+    let url = requests[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|m| {
+            m["content"][1]["image_url"]["url"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("no image part: {}", requests[2]));
+    let b64 = url
+        .strip_prefix("data:image/png;base64,")
+        .expect("a PNG data URL");
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(loop_protocol::hash::sha256_hex(&png), sha);
+    assert!(!said.contains(b64), "the bytes stay out of the record");
+    let _ = std::fs::remove_dir_all(&base);
+}

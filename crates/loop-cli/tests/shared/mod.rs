@@ -410,3 +410,58 @@ pub fn commit_all(dir: &Path) {
         );
     }
 }
+
+/// A stand-in for an OpenAI-compatible provider on 127.0.0.1 (no
+/// streaming): each request's body is kept; the answers are the tool
+/// `calls` in order (`{"name", "arguments"}`), then `finish`.
+pub fn openai_stand_in(
+    calls: Vec<serde_json::Value>,
+) -> (
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) {
+    use std::io::{BufRead, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(32) {
+            let Ok(s) = s else { continue };
+            let mut r = std::io::BufReader::new(s);
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let n = {
+                let mut k = kept.lock().unwrap();
+                k.push(request);
+                k.len()
+            };
+            let call = calls.get(n - 1).cloned().unwrap_or_else(
+                || serde_json::json!({"name": "finish", "arguments": "{\"summary\": \"done\"}"}),
+            );
+            let answer = serde_json::json!({"id": "r", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": "", "tool_calls": [{"id": format!("call_{n}"), "type": "function", "function": call}]},
+                "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+            .to_string();
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (port, seen)
+}
