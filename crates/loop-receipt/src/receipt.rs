@@ -787,7 +787,7 @@ impl VerifyReport {
 
     /// Every problem of every layer, one line each (what a parent says of
     /// a child whose receipt does not hold).
-    fn problems(&self) -> Vec<String> {
+    pub fn problems(&self) -> Vec<String> {
         let signature = match &self.signature {
             SignatureStatus::Valid { .. } => None,
             other => Some(format!("signature: {other:?}")),

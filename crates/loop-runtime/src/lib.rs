@@ -34,6 +34,7 @@ pub use contract::patterns::{PATTERNS, init as init_project};
 pub use error::{Error, ErrorKind};
 pub use loopfile::{Loopfile, schema as loopfile_schema};
 pub use ops::changes::{ApplyConsent, Diff, DiffSource, ProducedFile, Settled, rotate_key};
+pub use ops::ci_check::{CiCheck, CiCheckRequest, CiReceipt, ci_check};
 pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
 pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
 pub use ops::gc::{gc, task_branches};

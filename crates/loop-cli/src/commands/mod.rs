@@ -49,6 +49,22 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         Command::Exec(args) => exec::command(args, json),
         Command::Doctor { project } => exec::doctor(&project, json),
         Command::Replay { receipt } => replay::replay(&receipt, json),
+        Command::CiCheck {
+            base,
+            head,
+            pubkey,
+            allow_uncovered,
+            project,
+        } => replay::ci_check(
+            loop_runtime::CiCheckRequest {
+                project,
+                base,
+                head,
+                pubkeys: pubkey,
+                allow_uncovered,
+            },
+            json,
+        ),
         Command::Keys {
             action: KeysAction::Rotate,
             project,

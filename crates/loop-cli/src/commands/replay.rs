@@ -68,3 +68,56 @@ pub fn replay(receipt: &Path, json: bool) -> Result<u8, CliError> {
     );
     Ok(if r.reproduced { 0 } else { 1 })
 }
+
+/// `loop ci-check`: exit 0 when every receipt the pull request brings
+/// holds, records a verified task and matches its diff, else 1.
+pub fn ci_check(req: loop_runtime::CiCheckRequest, json: bool) -> Result<u8, CliError> {
+    let r = loop_runtime::ci_check(&req)?;
+    if json {
+        crate::ui::say_json(&r)?;
+        return Ok(if r.ok { 0 } else { 1 });
+    }
+    say!(
+        "pull request {}..{}: {} receipt(s), trusting {}",
+        &r.base[..12.min(r.base.len())],
+        &r.head[..12.min(r.head.len())],
+        r.receipts.len(),
+        r.trusted
+            .iter()
+            .map(|k| &k[..16.min(k.len())])
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for c in &r.receipts {
+        let mark = if c.problems.is_empty() { "✓" } else { "✗" };
+        say!(
+            "  {mark} {} (task {}): {} path(s){}",
+            c.path,
+            c.task_id.as_deref().unwrap_or("?"),
+            c.covers.len(),
+            if c.problems.is_empty() {
+                ", verified, exactly the pull request's change"
+            } else {
+                ""
+            }
+        );
+        for p in &c.problems {
+            say!("      {p}");
+        }
+    }
+    for p in &r.problems {
+        say!("  ✗ {p}");
+    }
+    if !r.uncovered.is_empty() && r.problems.is_empty() {
+        say!("  (no receipt covers: {})", r.uncovered.join(", "));
+    }
+    say!(
+        "{}",
+        if r.ok {
+            "the pull request's receipts hold and cover its change"
+        } else {
+            "the pull request's receipts do not establish its change"
+        }
+    );
+    Ok(if r.ok { 0 } else { 1 })
+}

@@ -31,6 +31,7 @@ const SECTIONS: &[&str] = &[
     "project",
     "skills",
     "browser",
+    "receipts",
 ];
 
 /// `skills:`'s keys.
@@ -145,6 +146,10 @@ pub struct Loopfile {
     /// `skills.trust`: the keys whose signed skill bundles a task may use
     /// (each a public key in PEM, or a project path to one).
     pub skills_trust: Vec<String>,
+    /// `receipts.trust`: the keys whose receipts `loop ci-check` accepts
+    /// (each a public key in PEM, or a project path to one), read from the
+    /// pull request's base commit.
+    pub receipts_trust: Vec<String>,
     /// `browser: true`: every task of the project may drive a headless
     /// browser in its sandbox (its contract says so once locked).
     pub browser: bool,
@@ -287,6 +292,14 @@ impl Loopfile {
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 "project" => out.project = read_project(&mut r, v),
                 "browser" => out.browser = r.boolean(v, "`browser`").unwrap_or(false),
+                "receipts" => {
+                    for (k, v) in r.mapping(v, "`receipts`", SKILLS_KEYS).unwrap_or_default() {
+                        if k.name == "trust" {
+                            out.receipts_trust =
+                                r.strings(v, "`receipts.trust`").unwrap_or_default();
+                        }
+                    }
+                }
                 "skills" => {
                     for (k, v) in r.mapping(v, "`skills`", SKILLS_KEYS).unwrap_or_default() {
                         if k.name == "trust" {
@@ -1187,6 +1200,9 @@ fn section_schema(
                 "description": "hosts run_command may reach through the egress proxy (host, host:port, *.domain, or a preset: pypi, npm, crates)"}),
         })}),
         "mcp_servers" => mcp_servers_schema(),
+        "receipts" => json!({"type": "object", "additionalProperties": false,
+            "description": "Receipts a pull request brings: `trust` lists the keys (PEM, or a project path to a PEM file) whose receipts `loop ci-check` accepts, read from the pull request's base commit",
+            "properties": {"trust": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}}),
         "browser" => json!({"type": "boolean", "default": false,
             "description": "every task may drive a headless browser in its sandbox (the browser tool); a contract may grant it alone"}),
         "skills" => json!({"type": "object", "additionalProperties": false,

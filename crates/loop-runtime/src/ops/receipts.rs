@@ -91,6 +91,34 @@ pub fn verify_with(
     allow_extra: bool,
 ) -> Result<ReceiptCheck, Error> {
     let trusted = trusted_keys(pubkey)?;
+    let check = verify_trusting(receipt, artifacts, &trusted, allow_extra)?;
+    let trusted = match (pubkey, trusted.first()) {
+        (Some(_), Some(k)) => TrustedKey::Given(k.keyid.clone()),
+        (None, Some(k)) => TrustedKey::ThisMachine(k.keyid.clone()),
+        (_, None) => TrustedKey::None,
+    };
+    Ok(ReceiptCheck { trusted, ..check })
+}
+
+/// Verify `receipt` offline, its artifacts beside it, against `keys`
+/// (each given: the check says the first).
+pub fn verify_with_keys(receipt: &Path, keys: &[PublicKey]) -> Result<ReceiptCheck, Error> {
+    let check = verify_trusting(receipt, None, keys, false)?;
+    let trusted = match keys.first() {
+        Some(k) => TrustedKey::Given(k.keyid.clone()),
+        None => TrustedKey::None,
+    };
+    Ok(ReceiptCheck { trusted, ..check })
+}
+
+/// [`verify_with`] against the keys `trusted`.
+fn verify_trusting(
+    receipt: &Path,
+    artifacts: Option<&Path>,
+    trusted: &[PublicKey],
+    allow_extra: bool,
+) -> Result<ReceiptCheck, Error> {
+    let trusted = trusted.to_vec();
     let report =
         verify_receipt(receipt, artifacts, &trusted).map_err(|e| Error::usage(e.to_string()))?;
     // A revoked key stays revoked whoever passes it with --pubkey: this
@@ -112,11 +140,6 @@ pub fn verify_with(
         }
         _ => None,
     };
-    let trusted = match (pubkey, trusted.first()) {
-        (Some(_), Some(k)) => TrustedKey::Given(k.keyid.clone()),
-        (None, Some(k)) => TrustedKey::ThisMachine(k.keyid.clone()),
-        (_, None) => TrustedKey::None,
-    };
     let intact = report.ok()
         && revoked_signer.is_none()
         && (allow_extra || report.extra_artifacts.is_empty());
@@ -128,7 +151,7 @@ pub fn verify_with(
             .is_some_and(|s| s.predicate.outcome.kind == OutcomeKind::Verified);
     Ok(ReceiptCheck {
         report,
-        trusted,
+        trusted: TrustedKey::None,
         revoked_by_addenda,
         stray_addenda,
         revoked_signer,

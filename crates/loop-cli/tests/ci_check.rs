@@ -1,0 +1,278 @@
+//! `loop ci-check` on a real repository: a pull request that carries an
+//! agent's change with its receipt passes when the receipt holds under a
+//! key the base commit trusts, records a verified task and signs exactly
+//! the pull request's diff; it fails when one byte of the diff or of the
+//! receipt differs, when a path no receipt covers changes, when the
+//! receipt is signed by a key the base does not trust (a key the pull
+//! request itself adds counts for nothing), or when it records a task
+//! that was not verified; a link among the receipts is refused by name.
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("loop-ci-check-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.email=t@e", "-c", "user.name=t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+const SCRIPT: &str = "turns:\n  - calls:\n      - {tool: write_file, args: {path: b.txt, content: \"made\\n\"}}\n      - {tool: edit_file, args: {path: a.txt, old: hello, new: hi}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
+
+/// A verified task's change applied on branch `pr` of `p`, with its
+/// receipt's files under `.loop-receipts/`; the task's id.
+fn pull_request(base: &Path, p: &Path, name: &str, checks: &[&str]) -> String {
+    std::fs::write(base.join(format!("{name}.yaml")), SCRIPT).unwrap();
+    let mut run = shared::loop_in(base);
+    run.args(["run", "make b", "--json", "--project"]).arg(p);
+    for c in checks {
+        run.args(["--check", c]);
+    }
+    let out = run
+        .arg("--model")
+        .arg(format!(
+            "scripted:{}",
+            base.join(format!("{name}.yaml")).display()
+        ))
+        .output()
+        .unwrap();
+    let receipt = shared::json_lines(&out)
+        .into_iter()
+        .find(|e| e["kind"] == "receipt")
+        .unwrap_or_else(|| panic!("no receipt: {}", shared::text(&out)));
+    let id = receipt["task_id"].as_str().unwrap().to_string();
+    git(p, &["checkout", "-q", "-B", "pr", "main"]);
+    if receipt["outcome"]["kind"] == "verified" {
+        let out = shared::loop_in(base)
+            .args(["apply", &id, "--yes", "--project"])
+            .arg(p)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+    } else {
+        // (Its change by hand: what the unverified task did.)
+        std::fs::write(p.join("b.txt"), "made\n").unwrap();
+        std::fs::write(p.join("a.txt"), "hi\n").unwrap();
+    }
+    std::fs::create_dir_all(p.join(".loop-receipts")).unwrap();
+    for f in std::fs::read_dir(p.join(".loop/receipts")).unwrap() {
+        let f = f.unwrap();
+        let n = f.file_name().to_string_lossy().to_string();
+        if n.starts_with(&id) && f.file_type().unwrap().is_file() {
+            std::fs::copy(f.path(), p.join(".loop-receipts").join(&n)).unwrap();
+        }
+    }
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "the agent's change"]);
+    id
+}
+
+/// `loop ci-check --json` of `pr` against `main`, with `extra` flags.
+fn ci_check(base: &Path, p: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = shared::loop_in(base)
+        .args([
+            "ci-check",
+            "--json",
+            "--base",
+            "main",
+            "--head",
+            "pr",
+            "--project",
+        ])
+        .arg(p)
+        .args(extra)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    let v = shared::json_lines(&out).pop().unwrap_or_default();
+    (out.status.code().unwrap_or(-1), v, said)
+}
+
+#[test]
+fn a_pull_request_passes_only_with_a_trusted_verified_receipt_of_exactly_its_diff() {
+    let base = tmpdir("pr");
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("keys")).unwrap();
+    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
+    // The base commit trusts this machine's signing key.
+    let key = shared::loop_in(&base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    assert!(key.status.success(), "{}", shared::text(&key));
+    std::fs::write(p.join("keys/loop.pem"), &key.stdout).unwrap();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        "receipts:\n  trust: [keys/loop.pem]\n",
+    )
+    .unwrap();
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let id = pull_request(
+        &base,
+        &p,
+        "honest",
+        &["grep -q made b.txt", "grep -q hi a.txt"],
+    );
+
+    // The honest pull request passes.
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(v["ok"], true, "{v}");
+    let r = &v["receipts"][0];
+    assert_eq!(r["task_id"], id.as_str());
+    assert_eq!(r["covers"], serde_json::json!(["a.txt", "b.txt"]));
+    assert_eq!(r["verified"], true);
+
+    // One byte of the diff differs from what the receipt signs.
+    std::fs::write(p.join("b.txt"), "made!\n").unwrap();
+    git(&p, &["commit", "-qam", "and one more byte"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    let problems = v["receipts"][0]["problems"].to_string();
+    assert!(
+        problems.contains("b.txt: its content at the head is"),
+        "{problems}"
+    );
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+
+    // One byte of the receipt differs.
+    let receipt = p.join(format!(".loop-receipts/{id}.receipt.json"));
+    let mut bytes = std::fs::read(&receipt).unwrap();
+    let at = bytes.iter().position(|b| *b == b'"').unwrap() + 1;
+    bytes[at] ^= 0x01;
+    std::fs::write(&receipt, &bytes).unwrap();
+    git(&p, &["commit", "-qam", "a touched receipt"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert_eq!(v["receipts"][0]["intact"], false, "{v}");
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+
+    // A path no receipt covers: failed, unless accepted (and still named).
+    std::fs::write(p.join("c.txt"), "by hand\n").unwrap();
+    git(&p, &["add", "c.txt"]);
+    git(&p, &["commit", "-qm", "a person's file"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert_eq!(v["uncovered"], serde_json::json!(["c.txt"]));
+    let (code, v, said) = ci_check(&base, &p, &["--allow-uncovered"]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(v["uncovered"], serde_json::json!(["c.txt"]));
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+
+    // The pull request cannot bring the key that is to be trusted: the
+    // base's Loopfile is the one read. Another key alone is no trust.
+    let other = base.join("other");
+    let key = shared::loop_in(&other)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(base.join("other.pem"), &key.stdout).unwrap();
+    std::fs::write(p.join("Loopfile.yaml"), "receipts:\n  trust: []\n").unwrap();
+    git(&p, &["commit", "-qam", "trust nobody"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert!(v["uncovered"].to_string().contains("Loopfile.yaml"), "{v}");
+    assert_eq!(
+        v["receipts"][0]["intact"], true,
+        "the base's key still verifies it: {v}"
+    );
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+    git(&p, &["checkout", "-q", "-b", "untrusted", "main"]);
+    std::fs::write(p.join("Loopfile.yaml"), "").unwrap();
+    git(&p, &["commit", "-qam", "no trust at the base"]);
+    git(&p, &["rebase", "-q", "untrusted", "pr"]);
+    let out = shared::loop_in(&base)
+        .args([
+            "ci-check",
+            "--json",
+            "--base",
+            "untrusted",
+            "--head",
+            "pr",
+            "--pubkey",
+        ])
+        .arg(base.join("other.pem"))
+        .arg("--project")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("signature"), "{said}");
+
+    // A link among the receipts is refused by name, never read through.
+    git(&p, &["checkout", "-q", "pr"]);
+    std::os::unix::fs::symlink("/etc/passwd", p.join(".loop-receipts/evil.receipt.json")).unwrap();
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-qm", "a link"]);
+    let out = shared::loop_in(&base)
+        .args([
+            "ci-check",
+            "--base",
+            "untrusted",
+            "--head",
+            "pr",
+            "--pubkey",
+        ])
+        .arg(base.join("other.pem"))
+        .arg("--project")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(".loop-receipts/evil.receipt.json: not a regular file"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_receipt_of_a_task_that_was_not_verified_does_not_pass() {
+    let base = tmpdir("unverified");
+    let p = base.join("project");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let key = shared::loop_in(&base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    // Its check can never pass: the task ends without verification.
+    pull_request(&base, &p, "failing", &["grep -q never b.txt"]);
+    let key = base.join("key.pem");
+    let (code, v, said) = ci_check(&base, &p, &["--pubkey", key.to_str().unwrap()]);
+    assert_eq!(code, 1, "{said}");
+    assert_eq!(v["receipts"][0]["intact"], true, "{v}");
+    assert_eq!(v["receipts"][0]["verified"], false, "{v}");
+    assert!(
+        v["receipts"][0]["problems"]
+            .to_string()
+            .contains("not verified"),
+        "{v}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

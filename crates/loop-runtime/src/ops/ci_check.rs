@@ -1,0 +1,474 @@
+//! `loop ci-check`: what a reviewer's CI asks of a pull request that says
+//! an agent did its work. The receipts it brings (`.loop-receipts/`, the
+//! files beside each in `.loop/receipts/`, see docs/ci.md) are
+//! read out of git at the head commit, regular files only, and each is
+//! verified offline against the keys the *base* commit trusts (its
+//! Loopfile's `receipts.trust`, and `--pubkey`): a pull request cannot
+//! bring the key that signs its own receipt. Then the change set each
+//! receipt signs must be exactly the pull request's diff for the paths it
+//! covers (the content and mode each had at the base, and has at the
+//! head), every path the diff changes must be covered by one receipt
+//! (unless `--allow-uncovered`), and every receipt must record a verified
+//! task.
+//!
+//! Everything read from the pull request is hostile input: a link, a
+//! submodule or a name that is no plain path under `.loop-receipts/` is
+//! refused by name, a file over 64 MiB is refused before it is read.
+
+use crate::Error;
+use loop_protocol::hash::sha256_hex;
+use loop_receipt::PublicKey;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a pull request brings its receipts.
+pub const RECEIPTS_DIR: &str = ".loop-receipts";
+
+/// The largest file read out of git.
+const MAX_BLOB: u64 = 64 << 20;
+/// The most read out of git for the receipts in all.
+const MAX_RECEIPTS_BYTES: u64 = 256 << 20;
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct CiCheckRequest {
+    /// The repository.
+    pub project: PathBuf,
+    /// The pull request's base (a commit, branch or tag).
+    pub base: String,
+    /// Its head.
+    pub head: String,
+    /// More trusted public keys (PEM files), besides the base's.
+    pub pubkeys: Vec<PathBuf>,
+    /// Paths the diff changes that no receipt covers are said, not failed.
+    pub allow_uncovered: bool,
+}
+
+/// One receipt the pull request brings, and what was found of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CiReceipt {
+    /// Its path in the repository.
+    pub path: String,
+    /// The task it records (when it could be read).
+    pub task_id: Option<String>,
+    /// Signature, statement, ledger and artifacts hold, by a trusted key.
+    pub intact: bool,
+    /// It records a verified task.
+    pub verified: bool,
+    /// The paths its change set covers.
+    pub covers: Vec<String>,
+    /// What is wrong with it (nothing: it passes).
+    pub problems: Vec<String>,
+}
+
+/// What `loop ci-check` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CiCheck {
+    /// The base commit, resolved.
+    pub base: String,
+    /// The head commit, resolved.
+    pub head: String,
+    /// The key ids trusted.
+    pub trusted: Vec<String>,
+    /// Each receipt.
+    pub receipts: Vec<CiReceipt>,
+    /// Paths the diff changes that no receipt covers.
+    pub uncovered: Vec<String>,
+    /// What is wrong beyond single receipts.
+    pub problems: Vec<String>,
+    /// Every receipt holds, records a verified task and matches the diff,
+    /// and nothing is uncovered (or that is allowed).
+    pub ok: bool,
+}
+
+/// One path the diff changes: what it was and is (`None`: absent), as
+/// (git mode, blob id).
+#[derive(Debug, Clone)]
+struct Changed {
+    before: Option<(String, String)>,
+    after: Option<(String, String)>,
+}
+
+/// `git -C project ARGS`: its output, or what it said.
+fn git(project: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::usage(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::usage(format!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// The commit `rev` names.
+fn commit(project: &Path, rev: &str) -> Result<String, Error> {
+    if rev.starts_with('-') || rev.is_empty() {
+        return Err(Error::usage(format!("`{rev}` is not a revision")));
+    }
+    let out = git(
+        project,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
+    .map_err(|_| Error::usage(format!("`{rev}` names no commit here")))?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// A blob's bytes, refused past [`MAX_BLOB`] before it is read.
+fn blob(project: &Path, id: &str) -> Result<Vec<u8>, Error> {
+    let size: u64 = String::from_utf8_lossy(&git(project, &["cat-file", "-s", id])?)
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX);
+    if size > MAX_BLOB {
+        return Err(Error::usage(format!(
+            "blob {id} is {size} bytes, more than the {MAX_BLOB} read"
+        )));
+    }
+    git(project, &["cat-file", "blob", id])
+}
+
+/// The paths the diff from `base` to `head` changes (no rename
+/// detection: a rename is a deletion and an addition).
+fn diff(project: &Path, base: &str, head: &str) -> Result<BTreeMap<String, Changed>, Error> {
+    let raw = git(
+        project,
+        &[
+            "diff",
+            "--raw",
+            "-z",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            base,
+            head,
+        ],
+    )?;
+    let mut out = BTreeMap::new();
+    let mut parts = raw.split(|b| *b == 0).filter(|p| !p.is_empty());
+    while let (Some(meta), Some(path)) = (parts.next(), parts.next()) {
+        let meta = String::from_utf8_lossy(meta);
+        let f: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        if f.len() < 5 {
+            return Err(Error::internal(format!("git diff said `{meta}`")));
+        }
+        let side =
+            |mode: &str, id: &str| (mode != "000000").then(|| (mode.to_string(), id.to_string()));
+        let path = String::from_utf8(path.to_vec()).map_err(|_| {
+            Error::usage(format!(
+                "the diff changes a path that is not UTF-8: {}",
+                String::from_utf8_lossy(path)
+            ))
+        })?;
+        out.insert(
+            path,
+            Changed {
+                before: side(f[0], f[2]),
+                after: side(f[1], f[3]),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The keys the base commit's Loopfile trusts (`receipts.trust`: a PEM,
+/// or a path in the base commit to one), and those of `pubkeys`.
+fn trusted(project: &Path, base: &str, pubkeys: &[PathBuf]) -> Result<Vec<PublicKey>, Error> {
+    let mut keys = Vec::new();
+    for p in pubkeys {
+        keys.extend(crate::ops::receipts::trusted_keys(Some(p))?);
+    }
+    let Ok(text) = git(project, &["show", &format!("{base}:Loopfile.yaml")]) else {
+        return Ok(keys);
+    };
+    let text = String::from_utf8(text)
+        .map_err(|_| Error::usage("the base's Loopfile.yaml is not UTF-8"))?;
+    let loopfile = crate::loopfile::Loopfile::parse(&text, &format!("{base}:Loopfile.yaml"))?;
+    for entry in &loopfile.receipts_trust {
+        let pem = if entry.trim_start().starts_with("-----BEGIN") {
+            entry.clone()
+        } else {
+            let bytes = git(project, &["show", &format!("{base}:{entry}")]).map_err(|_| {
+                Error::usage(format!(
+                    "receipts.trust: the base commit has no file {entry}"
+                ))
+            })?;
+            String::from_utf8(bytes)
+                .map_err(|_| Error::usage(format!("receipts.trust: {entry} is not text")))?
+        };
+        keys.push(
+            PublicKey::parse(&pem)
+                .map_err(|e| Error::usage(format!("receipts.trust: {entry}: {e}")))?,
+        );
+    }
+    Ok(keys)
+}
+
+/// Write the head's `.loop-receipts/` tree into `into` (as a project's
+/// `.loop/receipts`), regular files only; the receipts' paths there.
+#[allow(clippy::disallowed_methods)] // a private directory the runtime made
+fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, Error> {
+    let listing = git(
+        project,
+        &[
+            "ls-tree",
+            "-r",
+            "-z",
+            "--full-tree",
+            head,
+            "--",
+            RECEIPTS_DIR,
+        ],
+    )?;
+    let mut receipts = Vec::new();
+    let mut total = 0u64;
+    for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let entry = String::from_utf8_lossy(entry);
+        let Some((meta, path)) = entry.split_once('\t') else {
+            continue;
+        };
+        let f: Vec<&str> = meta.split(' ').collect();
+        let rel = path.strip_prefix(&format!("{RECEIPTS_DIR}/")).unwrap_or("");
+        let plain = !rel.is_empty()
+            && Path::new(rel)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            && !rel.chars().any(char::is_control);
+        if f.len() < 3 || !matches!(f[0], "100644" | "100755") || !plain {
+            return Err(Error::usage(format!(
+                "{path}: not a regular file with a plain name (mode {}); a receipt's folder holds only files",
+                f.first().copied().unwrap_or("?")
+            )));
+        }
+        let bytes = blob(project, f[2])?;
+        total += bytes.len() as u64;
+        if total > MAX_RECEIPTS_BYTES {
+            return Err(Error::usage(format!(
+                "{RECEIPTS_DIR} holds more than {MAX_RECEIPTS_BYTES} bytes"
+            )));
+        }
+        let to = into.join(rel);
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(Error::from_cause)?;
+        }
+        std::fs::write(&to, bytes).map_err(Error::from_cause)?;
+        if rel.ends_with(".receipt.json") && !rel.contains('/') {
+            receipts.push(rel.to_string());
+        }
+    }
+    Ok(receipts)
+}
+
+/// Check the pull request from `req.base` to `req.head`.
+#[allow(clippy::disallowed_methods)] // a private temporary directory the runtime made
+pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
+    let base = commit(&req.project, &req.base)?;
+    let head = commit(&req.project, &req.head)?;
+    let keys = trusted(&req.project, &base, &req.pubkeys)?;
+    if keys.is_empty() {
+        return Err(Error::usage(
+            "no key is trusted: give --pubkey FILE, or list the signing keys in the base commit's Loopfile.yaml under receipts.trust",
+        ));
+    }
+    let changed = diff(&req.project, &base, &head)?;
+    let dir = std::env::temp_dir()
+        .join(loop_sandbox::unique_name("loop-ci-check").map_err(Error::from_cause)?);
+    let receipts_dir = dir.join(".loop").join("receipts");
+    std::fs::create_dir_all(&receipts_dir).map_err(Error::from_cause)?;
+    let result = (|| {
+        let names = materialise(&req.project, &head, &receipts_dir)?;
+        let mut receipts = Vec::new();
+        for name in names {
+            let path = format!("{RECEIPTS_DIR}/{name}");
+            // Only what this pull request brings or changes is checked.
+            if changed.contains_key(&path) {
+                receipts.push(check_one(
+                    &req.project,
+                    &receipts_dir.join(&name),
+                    path,
+                    &keys,
+                    &changed,
+                )?);
+            }
+        }
+        Ok::<_, Error>(receipts)
+    })();
+    let _ = loop_workspace::remove_tree(&dir);
+    let receipts = result?;
+    Ok(judge(req, (base, head), &keys, receipts, &changed))
+}
+
+/// The verdict over every receipt and the diff.
+fn judge(
+    req: &CiCheckRequest,
+    (base, head): (String, String),
+    keys: &[PublicKey],
+    receipts: Vec<CiReceipt>,
+    changed: &BTreeMap<String, Changed>,
+) -> CiCheck {
+    let mut problems = Vec::new();
+    let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
+    for r in &receipts {
+        for p in &r.covers {
+            if let Some(other) = owner.insert(p, &r.path) {
+                problems.push(format!(
+                    "{p} is covered by two receipts: {other} and {}",
+                    r.path
+                ));
+            }
+        }
+    }
+    let uncovered: Vec<String> = changed
+        .keys()
+        .filter(|p| !p.starts_with(&format!("{RECEIPTS_DIR}/")) && !owner.contains_key(p.as_str()))
+        .cloned()
+        .collect();
+    if receipts.is_empty() {
+        problems.push(format!(
+            "the pull request brings no receipt (none added or changed under {RECEIPTS_DIR}/)"
+        ));
+    }
+    if !uncovered.is_empty() && !req.allow_uncovered {
+        problems.push(format!(
+            "{} changed path(s) no receipt covers (--allow-uncovered accepts them): {}",
+            uncovered.len(),
+            uncovered.join(", ")
+        ));
+    }
+    let ok = problems.is_empty() && receipts.iter().all(|r| r.problems.is_empty());
+    CiCheck {
+        base,
+        head,
+        trusted: keys.iter().map(|k| k.keyid.clone()).collect(),
+        receipts,
+        uncovered,
+        problems,
+        ok,
+    }
+}
+
+/// Verify one receipt and match its change set to the diff.
+fn check_one(
+    project: &Path,
+    file: &Path,
+    path: String,
+    keys: &[PublicKey],
+    changed: &BTreeMap<String, Changed>,
+) -> Result<CiReceipt, Error> {
+    let check = match crate::ops::receipts::verify_with_keys(file, keys) {
+        Ok(c) => c,
+        // Not a receipt at all: said of it, under its name in the repository.
+        Err(e) => {
+            let why = e.message.replace(&file.display().to_string(), &path);
+            return Ok(CiReceipt {
+                path,
+                task_id: None,
+                intact: false,
+                verified: false,
+                covers: Vec::new(),
+                problems: vec![why],
+            });
+        }
+    };
+    let mut problems: Vec<String> = check.report.problems();
+    let statement = check.report.statement.clone();
+    if check.intact && !check.verified {
+        let outcome = statement
+            .as_ref()
+            .map(|s| s.predicate.outcome.to_string())
+            .unwrap_or_default();
+        problems.push(format!(
+            "it records a task that ended {outcome}, not verified"
+        ));
+    }
+    let mut covers = Vec::new();
+    if let Some(s) = &statement {
+        for f in &s.predicate.change_set.files {
+            covers.push(f.path.clone());
+            if let Some(why) = mismatch(project, f, changed.get(&f.path))? {
+                problems.push(format!("{}: {why}", f.path));
+            }
+        }
+    }
+    Ok(CiReceipt {
+        path,
+        task_id: statement.map(|s| s.predicate.task_id),
+        intact: check.intact,
+        verified: check.verified,
+        covers,
+        problems,
+    })
+}
+
+/// How the pull request's change to a path differs from what the receipt
+/// signs (`None`: it is exactly that).
+fn mismatch(
+    project: &Path,
+    f: &loop_protocol::FileChange,
+    got: Option<&Changed>,
+) -> Result<Option<String>, Error> {
+    let Some(got) = got else {
+        return Ok(Some(
+            "the receipt changes it, the pull request does not".into(),
+        ));
+    };
+    let side = |which: &str,
+                want_sha: Option<&String>,
+                want_mode: Option<&String>,
+                have: &Option<(String, String)>|
+     -> Result<Option<String>, Error> {
+        Ok(match (want_sha, have) {
+            (None, None) => None,
+            (None, Some(_)) => Some(format!(
+                "the receipt says it is absent {which}, the pull request has it"
+            )),
+            (Some(_), None) => Some(format!(
+                "the receipt says it is present {which}, the pull request has none"
+            )),
+            (Some(want), Some((mode, id))) => {
+                let sha = sha256_hex(&blob(project, id)?);
+                if sha != *want {
+                    Some(format!(
+                        "its content {which} is {sha}, the receipt signs {want}"
+                    ))
+                } else if want_mode.is_some_and(|m| m != mode) {
+                    Some(format!(
+                        "its mode {which} is {mode}, the receipt signs {}",
+                        want_mode.map(String::as_str).unwrap_or_default()
+                    ))
+                } else {
+                    None
+                }
+            }
+        })
+    };
+    if let Some(why) = side(
+        "at the base",
+        f.before_sha256.as_ref(),
+        f.before_mode.as_ref(),
+        &got.before,
+    )? {
+        return Ok(Some(why));
+    }
+    side(
+        "at the head",
+        f.after_sha256.as_ref(),
+        f.after_mode.as_ref(),
+        &got.after,
+    )
+}
