@@ -967,6 +967,26 @@ async function showChange(box, id, t) {
       el("span", { class: "check" }, trust, el("label", { for: "trust-host" }, " also files that run on the host (admin token)")));
     }
     if (t.apply === "applied") add(buttons, el("button", { type: "button", class: "secondary", onclick: () => act("undo") }, "Undo the apply"));
+    // Once the receipt is signed: the whole change set as a patch, and
+    // every artifact it ships (those the change set lists too).
+    const whole = el("p", { class: "downloads" });
+    if (t.receipt) {
+      add(whole, el("a", { href: "#", class: "download", onclick: (e) => {
+        e.preventDefault();
+        const a = el("a", { href: URL.createObjectURL(new Blob([String(d.patch || "")], { type: "text/x-diff" })), download: id + ".changes.patch" });
+        document.body.append(a); a.click(); a.remove();
+      } }, "Download the change set (.patch)"));
+      try {
+        const env = await api("/api/v1/tasks/" + encodeURIComponent(id) + "/receipt");
+        const bytes = Uint8Array.from(atob(env.payload || ""), (c) => c.charCodeAt(0));
+        const statement = JSON.parse(new TextDecoder().decode(bytes));
+        const listed = new Set(files.map((x) => x.path));
+        for (const a of (statement.predicate && statement.predicate.artifacts) || []) {
+          if (listed.has(a)) continue;
+          add(whole, " · ", el("a", { href: "#", class: "download", onclick: (e) => { e.preventDefault(); downloadFile(id, a); } }, "artifact " + unpath(a)));
+        }
+      } catch (_) { /* the receipt cannot be read here: the patch is still offered */ }
+    }
     const source = d.source && d.source.receipt ? "from the receipt" : "the workspace as it is now";
     fill(box,
       el("p", {}, files.length + " file(s) · " + source + (t.apply === "applied" ? " · applied" : "")),
@@ -975,6 +995,7 @@ async function showChange(box, id, t) {
         t.receipt && x.change !== "deleted"
           ? el("span", {}, " · ", el("a", { href: "#", class: "download", onclick: (e) => { e.preventDefault(); downloadFile(id, x.path); } }, "download"))
           : null))) : null,
+      t.receipt ? whole : null,
       buttons, files.length ? pre : null,
       shortened ? el("p", { class: "hint" }, "Paths of the server's disk are shown shortened (…/name); `loop diff " + id + "` on the server shows them whole.") : null);
   } catch (e) { fill(box, el("p", { class: "hint" }, unpath(e.message))); }

@@ -214,6 +214,9 @@ try:
     wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "ul.files a.download")))
     click_fresh("ul.files a.download")
     wait_text("#status", "downloaded out.txt (SHA-256")
+    # The whole change set downloads too, as a patch.
+    whole = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.downloads a.download")))
+    assert "Download the change set (.patch)" in whole.text, whole.text
     shot("downloaded")
 
     # An instruction alone: the drafted contract is shown, accepted here,
