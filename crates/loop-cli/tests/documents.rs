@@ -229,6 +229,32 @@ fn a_model_writes_a_summary_workbook_from_three_csv_inputs_and_only_the_right_to
         shared::text(&wrong)
     );
 
+    // What was given stays as given: the model's writes to it are refused
+    // (a file tool's and a command's), naming the protection.
+    let tamper = "turns:\n  - calls:\n      - {tool: write_file, args: {path: inputs/north.csv, content: \"region,amount\\nnorth,122.5\\n\"}}\n      - {tool: run_command, args: {command: 'echo x > inputs/east.csv'}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
+    let out = run_with_inputs(&base, &p, "tamper", tamper, &inputs);
+    let said = shared::text(&out);
+    let refused: Vec<serde_json::Value> = shared::json_lines(&out)
+        .into_iter()
+        .filter(|e| e["kind"] == "observed" && e["observation"]["tool"] != "finish")
+        .map(|e| e["observation"].clone())
+        .collect();
+    assert_eq!(refused.len(), 2, "{said}");
+    assert_eq!(refused[0]["status"], "refused", "{said}");
+    assert_eq!(refused[0]["rule"], "protected: inputs/**", "{said}");
+    let content = refused[1]["content"].as_str().unwrap_or_default();
+    assert!(
+        content.contains("cannot create inputs/east.csv: Read-only file system"),
+        "{said}"
+    );
+    let kept = receipt_of(&out);
+    assert!(
+        kept["predicate"]["contract"]["protected"]
+            .to_string()
+            .contains("inputs/**"),
+        "{kept}"
+    );
+
     // A name the project already has under inputs/ is refused, naming it,
     // and so is a hidden name.
     std::fs::create_dir_all(p.join("inputs")).unwrap();

@@ -116,7 +116,7 @@ pub(crate) fn submit_claimed(
     );
     (stored.contract, stored.drafting, stored.project_checks) =
         settled.inspect_err(|_| drop(&task_ws))?;
-    grant_browser(&mut stored, &loopfile, req);
+    settle_grants(&mut stored, &loopfile, req);
     let inherited = req.delegation.as_ref().map(|d| &d.integrity[..]);
     let (contract, contract_sha256, baseline) =
         lock_start(&mut stored, (&workspace, &task_dir), inherited)?;
@@ -988,11 +988,18 @@ fn draft_contract(
     }
 }
 
-/// The Loopfile's grant of the browser, written into the contract it
-/// locks so the receipt says it (a child gets it only from its parent).
-fn grant_browser(stored: &mut StoredRequest, loopfile: &crate::loopfile::Loopfile, req: &Admitted) {
+/// What the contract it locks says beyond what was written: the
+/// Loopfile's grant of the browser (so the receipt says it; a child gets
+/// it only from its parent), and the files given with the task protected
+/// (a model that rewrote them could change what a check compares with,
+/// and what it wrote there would never be applied).
+fn settle_grants(stored: &mut StoredRequest, loopfile: &crate::loopfile::Loopfile, req: &Admitted) {
     if loopfile.browser && req.delegation.is_none() {
         stored.contract.browser = true;
+    }
+    let given = "inputs/**";
+    if !stored.inputs.is_empty() && !stored.contract.protected.iter().any(|g| g == given) {
+        stored.contract.protected.push(given.to_string());
     }
 }
 
