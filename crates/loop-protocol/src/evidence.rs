@@ -101,6 +101,29 @@ pub struct TriggerRecord {
     pub verified_by: Option<String>,
     /// When it arrived (RFC 3339).
     pub at: String,
+    /// The GitHub issue or pull request that asked for the task (a
+    /// trigger with `github:`), where its outcome is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GithubOrigin>,
+}
+
+/// Where on GitHub a task was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubOrigin {
+    /// `OWNER/NAME`.
+    pub repository: String,
+    /// The issue's or pull request's number.
+    pub number: u64,
+    /// It is a pull request (a comment on one).
+    pub pull_request: bool,
+    /// Its page.
+    pub url: String,
+    /// Who asked (the label's author, or the comment's).
+    pub sender: String,
+    /// The comment that asked, when a comment did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<u64>,
 }
 
 /// The project's setup steps as a task got them: run in its workspace

@@ -5,7 +5,9 @@
 use loop_protocol::yaml::{Node, Reader};
 
 /// A trigger's keys.
-pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "task"];
+pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "github", "task"];
+/// A GitHub inlet's keys.
+pub(crate) const GITHUB_KEYS: &[&str] = &["token_env", "api_url", "label", "command", "authors"];
 /// A webhook's keys.
 pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
 /// A task template's keys.
@@ -27,8 +29,32 @@ pub struct Trigger {
     pub webhook: Option<Webhook>,
     /// Its schedule, when it has one (its tasks belong to `owner`).
     pub cron: Option<Schedule>,
+    /// Its GitHub inlet, when its webhook is GitHub's: which issues and
+    /// comments start a task, and where the result is reported.
+    pub github: Option<GithubInlet>,
     /// The task each firing starts.
     pub task: TaskTemplate,
+}
+
+/// A trigger's `github:`: an issue labelled `label`, or a comment whose
+/// first line starts with `command` by an author whose association with
+/// the repository is one of `authors`, starts the trigger's task with the
+/// issue's or comment's text as untrusted input; the outcome is reported
+/// back through GitHub's REST API at `api_url` with the token in
+/// `token_env` (a comment, and for a verified task a branch and a pull
+/// request carrying the change set and its receipt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubInlet {
+    /// The environment variable holding the API token (never the token).
+    pub token_env: String,
+    /// The REST API's base URL (GitHub Enterprise: `https://HOST/api/v3`).
+    pub api_url: String,
+    /// The label that asks for a task.
+    pub label: Option<String>,
+    /// The command a comment starts with (`/loop`).
+    pub command: Option<String>,
+    /// The `author_association` values whose comments are taken.
+    pub authors: Vec<String>,
 }
 
 /// How a webhook's deliveries are authenticated and whose tasks they start.
@@ -82,6 +108,7 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
         let mut name = None;
         let mut webhook = None;
         let mut cron = None;
+        let mut github = None;
         let mut task = None;
         for (k, v) in fields {
             match k.name.as_str() {
@@ -95,6 +122,7 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
                         }
                     }
                 }
+                "github" => github = read_github(r, v),
                 _ => task = read_template(r, v),
             }
         }
@@ -144,6 +172,10 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             );
             continue;
         };
+        if let Some(why) = github_problem(webhook.as_ref(), github.as_ref()) {
+            r.err(Some(item.pos), format!("trigger `{name}`: {why}"), None);
+            continue;
+        }
         if webhook.is_none() && cron.is_none() {
             r.err(
                 Some(item.pos),
@@ -164,10 +196,65 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             name,
             webhook,
             cron,
+            github,
             task,
         });
     }
     out
+}
+
+/// Why a trigger's `github:` cannot work with its webhook, if it cannot.
+fn github_problem(webhook: Option<&Webhook>, github: Option<&GithubInlet>) -> Option<String> {
+    let g = github?;
+    if webhook.map(|w| w.style) != Some(HookStyle::Github) {
+        return Some("`github` needs a webhook with `style: github`".into());
+    }
+    if g.label.is_none() && g.command.is_none() {
+        return Some("`github` needs a `label`, a `command`, or both".into());
+    }
+    None
+}
+
+fn read_github(r: &mut Reader, node: &Node) -> Option<GithubInlet> {
+    let fields = r.mapping(node, "`github`", GITHUB_KEYS)?;
+    let mut out = GithubInlet {
+        token_env: String::new(),
+        api_url: "https://api.github.com".into(),
+        label: None,
+        command: None,
+        authors: vec!["OWNER".into(), "MEMBER".into(), "COLLABORATOR".into()],
+    };
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "token_env" => out.token_env = r.string(v, "`token_env`").unwrap_or_default(),
+            "api_url" => {
+                let url = r.string(v, "`api_url`").unwrap_or_default();
+                if !(url.starts_with("https://") || url.starts_with("http://127.0.0.1:")) {
+                    r.err(
+                        Some(v.pos),
+                        format!("`api_url` `{url}`: an https:// URL (or http://127.0.0.1:PORT for a test server)"),
+                        None,
+                    );
+                }
+                out.api_url = url.trim_end_matches('/').to_string();
+            }
+            "label" => out.label = r.string(v, "`label`").filter(|l| !l.is_empty()),
+            "command" => out.command = r.string(v, "`command`").filter(|c| !c.trim().is_empty()),
+            _ => {
+                out.authors = r
+                    .strings(v, "`authors`")
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| a.to_ascii_uppercase())
+                    .collect()
+            }
+        }
+    }
+    if out.token_env.is_empty() {
+        r.err(Some(node.pos), "`github` needs a `token_env`".into(), None);
+        return None;
+    }
+    Some(out)
 }
 
 fn read_webhook(r: &mut Reader, node: &Node) -> Option<Webhook> {
@@ -438,6 +525,46 @@ mod loopfile_tests {
             e.contains("Loopfile.yaml:") && e.contains("`timeout_secs` is at most 604800 (a week)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_github_inlet_needs_githubs_webhook_a_token_and_something_to_answer() {
+        let with = |style: &str, github: &str| {
+            format!(
+                "triggers:\n  - name: gh\n    webhook: {{secret_env: S, owner: gh, style: {style}}}\n    github: {github}\n    task: {{instruction: x, checks: [\"true\"]}}\n"
+            )
+        };
+        let ok = crate::loopfile::Loopfile::parse(
+            &with("github", "{token_env: T, label: loop, authors: [member]}"),
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        let g = ok.triggers[0].github.clone().unwrap();
+        assert_eq!(g.api_url, "https://api.github.com");
+        assert_eq!(g.authors, vec!["MEMBER"]);
+        for (style, github, said) in [
+            (
+                "hmac",
+                "{token_env: T, label: loop}",
+                "needs a webhook with `style: github`",
+            ),
+            ("github", "{label: loop}", "`github` needs a `token_env`"),
+            (
+                "github",
+                "{token_env: T}",
+                "needs a `label`, a `command`, or both",
+            ),
+            (
+                "github",
+                "{token_env: T, label: l, api_url: 'http://example.test'}",
+                "an https:// URL",
+            ),
+        ] {
+            let e = crate::loopfile::Loopfile::parse(&with(style, github), "Loopfile.yaml")
+                .unwrap_err()
+                .message;
+            assert!(e.contains(said), "{github}: {e}");
+        }
     }
 
     #[test]

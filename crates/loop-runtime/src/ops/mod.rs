@@ -11,6 +11,7 @@ pub mod ci_check;
 pub mod eval;
 pub mod exec;
 pub mod gc;
+pub mod github;
 pub mod memory;
 pub mod query;
 pub mod receipts;

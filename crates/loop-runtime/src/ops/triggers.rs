@@ -147,6 +147,14 @@ impl Runtime {
         if event.as_deref() == Some("ping") {
             return Ok(Err(Refusal::Ignored("ping".into())));
         }
+        // A GitHub inlet takes only what asks for a task, from whom it may.
+        let asked = match &t.github {
+            Some(g) => match crate::ops::github::asked(g, event.as_deref(), body) {
+                Ok(a) => Some(a),
+                Err(why) => return Ok(Err(Refusal::Ignored(why.0))),
+            },
+            None => None,
+        };
         // Only an authentic delivery spends the trigger's rate: junk
         // cannot lock its real sender out.
         if !admit() {
@@ -183,8 +191,13 @@ impl Runtime {
                 .into(),
             ),
             at: loop_protocol::time::rfc3339_millis(now_ms),
+            github: asked.as_ref().map(|a| a.origin.clone()),
         };
-        match self.start_from(t, hook.owner.clone(), record) {
+        let instruction = match &asked {
+            Some(a) => a.instruction(&t.task.instruction),
+            None => t.task.instruction.clone(),
+        };
+        match self.start_from(t, hook.owner.clone(), record, instruction) {
             Ok(id) => Ok(Ok(id)),
             Err(e) => {
                 // Nothing started: the sender may try again.
@@ -263,10 +276,11 @@ impl Runtime {
             body_sha256: None,
             verified_by: None,
             at: loop_protocol::time::rfc3339_millis(now_ms),
+            github: None,
         };
         // One trigger that cannot start its task does not stop the
         // others; its minute is given back for the next check.
-        match self.start_from(t, owner, record) {
+        match self.start_from(t, owner, record, t.task.instruction.clone()) {
             Ok(id) => Ok(Some(id)),
             Err(e) => {
                 let _ = self.store()?.forget_delivery(&t.name, &delivery);
@@ -289,17 +303,19 @@ impl Runtime {
             .map(|t| t.id))
     }
 
-    /// Submit trigger `t`'s task for `owner`, recording `record`.
+    /// Submit trigger `t`'s task for `owner` with `instruction`,
+    /// recording `record`.
     fn start_from(
         &self,
         t: &Trigger,
         owner: String,
         record: loop_protocol::TriggerRecord,
+        instruction: String,
     ) -> Result<String, Error> {
         let name = &t.name;
         let admitted = self
             .admit(crate::TaskRequest {
-                instruction: Some(t.task.instruction.clone()),
+                instruction: Some(instruction),
                 checks: t.task.checks.clone(),
                 artifacts: t.task.artifacts.clone(),
                 limits: crate::LimitOverrides {

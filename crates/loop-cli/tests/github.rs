@@ -1,0 +1,410 @@
+//! GitHub in and out through `loop serve`, against a local server on
+//! 127.0.0.1 that answers the REST API's requests as GitHub's published
+//! description says (repositories, git blobs, trees, commits and refs,
+//! pulls, issue comments, statuses), with payloads shaped as GitHub sends
+//! them (`tests/fixtures/github/`): an issue labelled `loop` starts the
+//! trigger's task with the issue's text as untrusted input; once it is
+//! verified, a branch and a pull request carrying exactly its change and
+//! its receipt's files appear, with a comment on the issue; every call
+//! carries the token and the report keeps no token. A `/loop` comment from
+//! an author without the allowed association starts nothing, and a wrong
+//! signature is a 401.
+#![allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod shared;
+
+use serde_json::{Value, json};
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One request the stand-in for GitHub took.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    auth: String,
+    body: Value,
+}
+
+/// A stand-in for GitHub's REST API on 127.0.0.1: what it took, and its port.
+fn github() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(200) {
+            let Ok(s) = s else { continue };
+            let mut r = std::io::BufReader::new(s);
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let method = parts.next().unwrap_or_default().to_string();
+            let path = parts.next().unwrap_or_default().to_string();
+            let (mut len, mut auth) = (0usize, String::new());
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                let lower = h.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    auth = h["authorization:".len()..].trim().to_string();
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let n = {
+                let mut k = kept.lock().unwrap();
+                k.push(Seen {
+                    method: method.clone(),
+                    path: path.clone(),
+                    auth,
+                    body,
+                });
+                k.len()
+            };
+            let (status, answer) = answer(&method, &path, n);
+            let answer = answer.to_string();
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// GitHub's answer to `method path` (the `n`th request).
+fn answer(method: &str, path: &str, n: usize) -> (u16, Value) {
+    let repo = "/repos/acme/widgets";
+    let Some(rest) = path.strip_prefix(repo) else {
+        return (404, json!({"message": "Not Found"}));
+    };
+    match (method, rest) {
+        ("GET", "") => (
+            200,
+            json!({"full_name": "acme/widgets", "default_branch": "main"}),
+        ),
+        ("GET", r) if r.starts_with("/git/commits/") => {
+            (200, json!({"sha": &r[13..], "tree": {"sha": "base-tree"}}))
+        }
+        ("POST", "/git/blobs") => (201, json!({"sha": format!("blob-{n}")})),
+        ("POST", "/git/trees") => (201, json!({"sha": format!("tree-{n}")})),
+        ("POST", "/git/commits") => (201, json!({"sha": format!("c0ffee{n:04}")})),
+        ("POST", "/git/refs") => (
+            201,
+            json!({"ref": "refs/heads/x", "object": {"sha": "c0ffee"}}),
+        ),
+        ("POST", "/pulls") => (
+            201,
+            json!({"number": 77, "html_url": "https://github.test/acme/widgets/pull/77"}),
+        ),
+        ("GET", "/pulls/43") => (200, json!({"number": 43, "head": {"sha": "abc123def456"}})),
+        ("POST", "/statuses/abc123def456") => (201, json!({"state": "success"})),
+        ("POST", r) if r.starts_with("/issues/") && r.ends_with("/comments") => (
+            201,
+            json!({"id": 5, "html_url": format!("https://github.test/acme/widgets{r}#5")}),
+        ),
+        _ => (404, json!({"message": "Not Found"})),
+    }
+}
+
+fn sign(key: &[u8], body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        loop_protocol::hash::hex(&loop_protocol::hash::hmac_sha256(key, body))
+    )
+}
+
+/// POST a GitHub delivery of `event` to the trigger: status and body.
+fn deliver(url: &str, event: &str, body: &[u8], sig: &str, delivery: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut r = agent
+        .post(&format!("{url}/api/v1/hooks/gh"))
+        .header("X-Hub-Signature-256", sig)
+        .header("X-GitHub-Delivery", delivery)
+        .header("X-GitHub-Event", event)
+        .header("Content-Type", "application/json")
+        .send(body)
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/github")
+            .join(name),
+    )
+    .unwrap()
+}
+
+const SECRET: &str = "hook-s3cret-hook-s3cret";
+const TOKEN: &str = "ghp_testtoken0123456789abcdefABCDEF01";
+
+#[test]
+fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("github-inlet");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "widgets\n").unwrap();
+    std::fs::write(
+        project.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: fix.txt, content: \"fixed\\n\"}}\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    let (port, seen) = github();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!(
+            "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: gh\n    webhook: {{secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: github}}\n    github: {{token_env: LOOP_TEST_GITHUB_TOKEN, api_url: 'http://127.0.0.1:{port}', label: loop, command: /loop}}\n    task: {{instruction: \"Resolve the GitHub issue\", checks: [\"grep -q fixed fix.txt\"]}}\n"
+        ),
+    )
+    .unwrap();
+    shared::commit_all(&project);
+    let (server, url) = shared::serve(
+        &home,
+        &project,
+        &[
+            ("LOOP_TEST_HOOK_SECRET", SECRET),
+            ("LOOP_TEST_GITHUB_TOKEN", TOKEN),
+        ],
+        &[],
+    );
+
+    // A wrong signature: refused, nothing started.
+    let labelled = fixture("issues-labeled.json");
+    let (code, said) = deliver(&url, "issues", &labelled, &sign(b"wrong", &labelled), "g-0");
+    assert_eq!(code, 401, "{said}");
+    // A /loop comment from an author the trigger does not take: nothing.
+    let comment = fixture("issue-comment-created.json");
+    let (code, said) = deliver(
+        &url,
+        "issue_comment",
+        &comment,
+        &sign(SECRET.as_bytes(), &comment),
+        "g-1",
+    );
+    assert_eq!(code, 200, "{said}");
+    assert!(
+        said.contains("the comment's author (NONE) may not ask"),
+        "{said}"
+    );
+
+    // The labelled issue starts the task.
+    let (code, said) = deliver(
+        &url,
+        "issues",
+        &labelled,
+        &sign(SECRET.as_bytes(), &labelled),
+        "g-2",
+    );
+    assert_eq!(code, 202, "{said}");
+    let id = serde_json::from_str::<Value>(&said).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Its text is in the instruction as untrusted input, its forged end
+    // of the block defused.
+    let out = shared::loop_in(&home)
+        .args(["status", &id, "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let instruction = shared::json_lines(&out)
+        .pop()
+        .map(|v| v["instruction"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    assert!(instruction.starts_with("Resolve the GitHub issue\n\nThis task was asked for on GitHub (acme/widgets #42, by @octocat)"), "{instruction}");
+    assert!(instruction.contains("untrusted input"), "{instruction}");
+    assert_eq!(
+        instruction.matches("----- END GITHUB TEXT -----").count(),
+        1,
+        "{instruction}"
+    );
+
+    // Reported back: a pull request, then the comment.
+    let start = Instant::now();
+    let calls = loop {
+        let calls = seen.lock().unwrap().clone();
+        if calls
+            .iter()
+            .any(|c| c.path.ends_with("/issues/42/comments"))
+        {
+            break calls;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "{calls:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // A /loop comment on a pull request by a member: the same, and a
+    // commit status on the pull request's head.
+    let mut member: Value = serde_json::from_slice(&comment).unwrap();
+    member["comment"]["author_association"] = json!("MEMBER");
+    let member = serde_json::to_vec(&member).unwrap();
+    let (code, said) = deliver(
+        &url,
+        "issue_comment",
+        &member,
+        &sign(SECRET.as_bytes(), &member),
+        "g-3",
+    );
+    assert_eq!(code, 202, "{said}");
+    let start = Instant::now();
+    let all = loop {
+        let all = seen.lock().unwrap().clone();
+        if all
+            .iter()
+            .any(|c| c.path.ends_with("/statuses/abc123def456"))
+        {
+            break all;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "{all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let status = all
+        .iter()
+        .find(|c| c.path.ends_with("/statuses/abc123def456"))
+        .unwrap();
+    assert_eq!(status.body["state"], "success");
+    assert_eq!(status.body["context"], "loop-engine");
+    assert!(all.iter().any(|c| c.path.ends_with("/issues/43/comments")));
+    let pr43 = all
+        .iter()
+        .filter(|c| c.path.ends_with("/pulls") && c.method == "POST")
+        .nth(1)
+        .unwrap();
+    assert!(
+        !pr43.body["body"].as_str().unwrap().contains("Closes #"),
+        "a pull request closes nothing"
+    );
+    shared::stop(server);
+    assert!(
+        all.iter().all(|c| c.auth == format!("Bearer {TOKEN}")),
+        "{all:?}"
+    );
+    let tree = calls
+        .iter()
+        .find(|c| c.path.ends_with("/git/trees"))
+        .unwrap();
+    let paths: Vec<&str> = tree.body["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"fix.txt"), "{paths:?}");
+    assert!(
+        paths.contains(&format!(".loop-receipts/{id}.receipt.json").as_str()),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&format!(".loop-receipts/{id}.ledger.jsonl").as_str()),
+        "{paths:?}"
+    );
+    assert_eq!(tree.body["base_tree"], "base-tree");
+    // The change's content went up as it was verified.
+    use base64::Engine;
+    let blobs: Vec<Vec<u8>> = calls
+        .iter()
+        .filter(|c| c.path.ends_with("/git/blobs"))
+        .map(|c| {
+            base64::engine::general_purpose::STANDARD
+                .decode(c.body["content"].as_str().unwrap())
+                .unwrap()
+        })
+        .collect();
+    assert!(blobs.iter().any(|b| b == b"fixed\n"));
+    let commit = calls
+        .iter()
+        .find(|c| c.path.ends_with("/git/commits") && c.method == "POST")
+        .unwrap();
+    let base = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    let base = String::from_utf8_lossy(&base.stdout).to_string();
+    assert_eq!(commit.body["parents"], json!([base.trim()]));
+    let refs = calls
+        .iter()
+        .find(|c| c.path.ends_with("/git/refs"))
+        .unwrap();
+    assert_eq!(refs.body["ref"], format!("refs/heads/loop/{id}"));
+    let pr = calls.iter().find(|c| c.path.ends_with("/pulls")).unwrap();
+    assert_eq!(pr.body["base"], "main");
+    assert_eq!(pr.body["head"], format!("loop/{id}"));
+    let pr_body = pr.body["body"].as_str().unwrap();
+    assert!(pr_body.contains("was **verified**"), "{pr_body}");
+    assert!(pr_body.contains("Closes #42."), "{pr_body}");
+    let receipt = std::fs::read(project.join(format!(".loop/receipts/{id}.receipt.json"))).unwrap();
+    let digest = loop_protocol::hash::sha256_hex(&receipt);
+    assert!(pr_body.contains(&digest), "{pr_body}");
+    let c = calls
+        .iter()
+        .find(|c| c.path.ends_with("/issues/42/comments"))
+        .unwrap();
+    let said = c.body["body"].as_str().unwrap();
+    assert!(said.contains("ended **verified**"), "{said}");
+    assert!(
+        said.contains("https://github.test/acme/widgets/pull/77"),
+        "{said}"
+    );
+    // Every call is kept; the token nowhere.
+    let report =
+        std::fs::read_to_string(project.join(format!(".loop/tasks/{id}/github.json"))).unwrap();
+    let r: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        r["calls"].as_array().unwrap().len(),
+        calls.len(),
+        "{report}"
+    );
+    assert_eq!(
+        r["pull_request"],
+        "https://github.test/acme/widgets/pull/77"
+    );
+    assert!(!report.contains(TOKEN), "{report}");
+    let state = home.join("state");
+    for f in walk(&project.join(".loop")).into_iter().chain(walk(&state)) {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(TOKEN),
+            "the token is in {}",
+            f.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(walk(&e.path()));
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    out
+}
