@@ -186,7 +186,7 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
             ("LOOP_TEST_HOOK_SECRET", SECRET),
             ("LOOP_TEST_GITHUB_TOKEN", TOKEN),
         ],
-        &[],
+        &["--rate", "4"],
     );
 
     // A wrong signature: refused, nothing started.
@@ -221,6 +221,19 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         .as_str()
         .unwrap()
         .to_string();
+    // One sender may use a quarter of the trigger's rate (here 1 of 4 a
+    // minute): the same person's next issue waits, someone else's not.
+    let mut again: Value = serde_json::from_slice(&labelled).unwrap();
+    again["issue"]["number"] = json!(44);
+    let again = serde_json::to_vec(&again).unwrap();
+    let (code, said) = deliver(
+        &url,
+        "issues",
+        &again,
+        &sign(SECRET.as_bytes(), &again),
+        "g-2b",
+    );
+    assert_eq!(code, 429, "{said}");
     // Its text is in the instruction as untrusted input, its forged end
     // of the block defused.
     let out = shared::loop_in(&home)

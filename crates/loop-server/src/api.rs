@@ -1118,8 +1118,18 @@ async fn hook(
         // sent the request.
         // A trigger takes at most --rate deliveries a minute, counted only
         // once a delivery proved authentic.
+        // And one sender (a GitHub login) at most a quarter of that: one
+        // person cannot use up the trigger for everyone.
         let key = format!("hook:{hook_name}");
-        let mut admit = || rates.check_rate(&key).is_ok();
+        let per_sender = (rates.rate_per_minute / 4).max(1);
+        let mut admit = |sender: Option<&str>| {
+            let mine = sender.is_none_or(|who| {
+                rates
+                    .check_rate_with(&format!("{key}:from:{who}"), per_sender)
+                    .is_ok()
+            });
+            mine && rates.check_rate(&key).is_ok()
+        };
         rt.take_delivery(&hook_name, &header, &body, &mut admit)
             .map_err(|e| {
                 tracing::warn!("webhook `{hook_name}`: {}", e.message);

@@ -297,6 +297,11 @@ impl AppState {
 
     /// A fixed window of one minute per token.
     fn check_rate(&self, token_id: &str) -> Result<(), ApiError> {
+        self.check_rate_with(token_id, self.rate_per_minute)
+    }
+
+    /// A fixed window of one minute per key, at most `limit` in it.
+    fn check_rate_with(&self, token_id: &str, limit: u32) -> Result<(), ApiError> {
         let mut limits = self
             .limits
             .lock()
@@ -313,14 +318,11 @@ impl AppState {
             *slot = (now, 0);
         }
         slot.1 += 1;
-        if slot.1 > self.rate_per_minute {
+        if slot.1 > limit {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
-                format!(
-                    "more than {} requests in a minute with this token",
-                    self.rate_per_minute
-                ),
+                format!("more than {limit} requests in a minute with this token"),
             ));
         }
         Ok(())

@@ -107,8 +107,9 @@ pub struct Authenticated {
 }
 
 impl Runtime {
-    /// Take a webhook delivery for trigger `name`: authenticate it, refuse
-    /// a replay, and submit the trigger's task (owned by the webhook's
+    /// Take a webhook delivery for trigger `name`: authenticate it, ask
+    /// `admit` (with the sender, for a GitHub inlet) whether its rate
+    /// allows it, refuse a replay, and submit the trigger's task (owned by the webhook's
     /// owner, the delivery recorded in its genesis). The task's id; the
     /// caller runs it.
     pub fn take_delivery(
@@ -116,7 +117,7 @@ impl Runtime {
         name: &str,
         header: &dyn Fn(&str) -> Option<String>,
         body: &[u8],
-        admit: &mut dyn FnMut() -> bool,
+        admit: &mut dyn FnMut(Option<&str>) -> bool,
     ) -> Result<Result<String, Refusal>, Error> {
         let loopfile = crate::loopfile::Loopfile::load(self.project())?;
         let Some(t) = loopfile.triggers.iter().find(|t| t.name == name) else {
@@ -157,7 +158,7 @@ impl Runtime {
         };
         // Only an authentic delivery spends the trigger's rate: junk
         // cannot lock its real sender out.
-        if !admit() {
+        if !admit(asked.as_ref().map(|a| a.origin.sender.as_str())) {
             return Ok(Err(Refusal::RateLimited));
         }
         // Taken once: by its id, and by its signature (the same request
