@@ -1077,6 +1077,16 @@ function route() {
 
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
+  // Back from GitHub: the session's token is in the fragment (never sent
+  // to a server); kept in this tab, and taken out of the address.
+  if (location.hash.startsWith("#signed-in=")) {
+    token = decodeURIComponent(location.hash.slice("#signed-in=".length));
+    sessionStorage.setItem("loop-token", token);
+    history.replaceState(null, "", location.pathname + "#/");
+  }
+  fetch("/auth/providers").then((r) => (r.ok ? r.json() : {})).then((p) => {
+    if (p && p.github) $("#signin-github").hidden = false;
+  }).catch(() => null);
   $("#signin-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     token = $("#token").value.trim();

@@ -23,6 +23,7 @@ mod openapi;
 mod pool;
 mod prestart;
 mod service;
+mod signin;
 mod submissions;
 pub mod worker;
 
@@ -84,6 +85,8 @@ pub struct AppState {
     prestart: Arc<prestart::Prestart>,
     /// Interrupted tasks the command line started are taken up too.
     adopt_cli_tasks: bool,
+    /// GitHub sign-ins under way.
+    sign_ins: signin::Attempts,
 }
 
 /// Unauthenticated failures (a webhook name nobody configured, a signature
@@ -192,6 +195,7 @@ impl AppState {
             mcp_sessions: Arc::default(),
             prestart: Arc::new(prestart::Prestart::new(jobs)),
             adopt_cli_tasks: false,
+            sign_ins: Arc::default(),
         }
     }
 

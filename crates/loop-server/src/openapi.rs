@@ -226,6 +226,33 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/auth/providers",
+        summary: "Which sign-ins the console may offer besides a token (`github`)",
+        scope: None,
+        body: None,
+        response: || obj(json!({"github": {"type": "boolean"}}), &["github"]),
+        ok: 200,
+    },
+    Route {
+        method: "get",
+        path: "/auth/github",
+        summary: "Begin signing in with GitHub (OAuth with PKCE): a redirect to GitHub, the attempt's state also in a cookie; 404 when the Loopfile sets up none",
+        scope: None,
+        body: None,
+        response: any_object,
+        ok: 302,
+    },
+    Route {
+        method: "get",
+        path: "/auth/github/callback",
+        summary: "GitHub sends the person back: the state checked once (against the cookie too), the code exchanged with the PKCE verifier, the login or its team mapped to an owner and scope; a redirect to the console with a session's token in the fragment",
+        scope: None,
+        body: None,
+        response: any_object,
+        ok: 302,
+    },
+    Route {
+        method: "get",
         path: "/healthz",
         summary: "The process answers",
         scope: None,
@@ -572,7 +599,40 @@ fn operation_id(r: &Route) -> String {
 
 /// Route `r` as an OpenAPI operation: its parameters, body, responses
 /// (links from a new task to its routes) and security.
+/// GitHub sign-in's two steps: redirects, and a plain page when refused.
+fn sign_in_operation(r: &Route) -> Map<String, Value> {
+    let mut op = Map::new();
+    op.insert("summary".into(), json!(r.summary));
+    op.insert("operationId".into(), json!(operation_id(r)));
+    op.insert("security".into(), json!([]));
+    let mut responses = Map::new();
+    responses.insert(
+        "302".into(),
+        json!({"description": "to GitHub, or back to the console", "headers": {"Location": {"schema": {"type": "string"}}}}),
+    );
+    let json_err = json!({"description": "refused", "content": {"application/json": {"schema": error_schema()}}});
+    let text_err = json!({"description": "refused, said in a plain page", "content": {"text/plain": {"schema": {"type": "string"}}}});
+    if r.path.ends_with("/callback") {
+        op.insert(
+            "parameters".into(),
+            json!(["code", "state", "error"].iter().map(|n| json!({"name": n, "in": "query", "required": false, "schema": {"type": "string"}})).collect::<Vec<_>>()),
+        );
+        for code in ["400", "403", "500", "502"] {
+            responses.insert(code.into(), text_err.clone());
+        }
+    } else {
+        for code in ["404", "429", "500", "503"] {
+            responses.insert(code.into(), json_err.clone());
+        }
+    }
+    op.insert("responses".into(), Value::Object(responses));
+    op
+}
+
 fn operation(r: &Route) -> Map<String, Value> {
+    if r.path.starts_with("/auth/github") {
+        return sign_in_operation(r);
+    }
     let mut op = Map::new();
     op.insert("summary".into(), json!(r.summary));
     op.insert("operationId".into(), json!(operation_id(r)));

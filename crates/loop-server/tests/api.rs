@@ -2054,3 +2054,21 @@ fn files_uploaded_with_a_task_reach_it_and_what_it_made_downloads_as_its_receipt
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("more than 16 input files"), "{body}");
 }
+
+#[test]
+fn a_sessions_token_stops_working_when_its_time_is_up() {
+    let s = start("session", 100);
+    let live = s
+        .runtime
+        .create_session_token("ann", Scope::Read, 60_000)
+        .unwrap();
+    assert!(live.record.id.starts_with("ses-"), "{}", live.record.id);
+    let (status, body) = call(&s, "get", "/api/v1/tasks", Some(&live.token), None);
+    assert_eq!(status, 200, "{body}");
+    let spent = s
+        .runtime
+        .create_session_token("ann", Scope::Read, 0)
+        .unwrap();
+    let (status, body) = call(&s, "get", "/api/v1/tasks", Some(&spent.token), None);
+    assert_eq!(status, 401, "{body}");
+}

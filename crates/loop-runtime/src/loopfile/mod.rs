@@ -9,6 +9,7 @@ use loop_tools::exec_policy::{Decision, ExecPolicy, Rule};
 use std::path::{Path, PathBuf};
 
 pub mod sections;
+pub mod signin;
 pub mod triggers;
 
 /// The sections this build reads.
@@ -32,6 +33,7 @@ const SECTIONS: &[&str] = &[
     "skills",
     "browser",
     "receipts",
+    "console",
 ];
 
 /// `skills:`'s keys.
@@ -150,6 +152,8 @@ pub struct Loopfile {
     /// (each a public key in PEM, or a project path to one), read from the
     /// pull request's base commit.
     pub receipts_trust: Vec<String>,
+    /// `console.github`: GitHub sign-in to the web console.
+    pub github_sign_in: Option<signin::GithubSignIn>,
     /// `browser: true`: every task of the project may drive a headless
     /// browser in its sandbox (its contract says so once locked).
     pub browser: bool,
@@ -292,6 +296,7 @@ impl Loopfile {
                 "mcp_servers" => out.mcp_servers = read_mcp_servers(&mut r, v),
                 "project" => out.project = read_project(&mut r, v),
                 "browser" => out.browser = r.boolean(v, "`browser`").unwrap_or(false),
+                "console" => out.github_sign_in = signin::read_console(&mut r, v),
                 "receipts" => {
                     for (k, v) in r.mapping(v, "`receipts`", SKILLS_KEYS).unwrap_or_default() {
                         if k.name == "trust" {
@@ -1218,6 +1223,7 @@ fn section_schema(
             "properties": {"trust": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}}),
         "browser" => json!({"type": "boolean", "default": false,
             "description": "every task may drive a headless browser in its sandbox (the browser tool); a contract may grant it alone"}),
+        "console" => signin::schema(),
         "skills" => json!({"type": "object", "additionalProperties": false,
             "description": "Skill bundles: `trust` lists the keys (PEM, or a project path to a PEM file) whose signed bundles a task may use",
             "properties": {"trust": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}}),

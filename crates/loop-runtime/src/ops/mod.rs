@@ -15,5 +15,6 @@ pub mod github;
 pub mod memory;
 pub mod query;
 pub mod receipts;
+pub mod signin;
 pub mod tokens;
 pub mod triggers;

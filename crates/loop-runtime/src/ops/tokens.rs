@@ -70,6 +70,11 @@ pub struct NewToken {
     pub record: TokenRecord,
 }
 
+/// When a session's token (`ses-EXPIRY_MS-…`) stops working.
+fn session_expiry(id: &str) -> Option<u64> {
+    id.strip_prefix("ses-")?.split('-').next()?.parse().ok()
+}
+
 fn digest(token: &str) -> String {
     loop_protocol::hash::sha256_hex(token.as_bytes())
 }
@@ -78,6 +83,17 @@ impl Runtime {
     /// Make a token for `owner` with `scope`; the token is in the result
     /// only.
     pub fn create_token(&self, owner: &str, scope: Scope) -> Result<NewToken, Error> {
+        self.create_token_with_id(owner, scope, None)
+    }
+
+    /// [`Runtime::create_token`], one that stops working at `expires_ms`
+    /// when given (its id says when: `ses-EXPIRY_MS-…`).
+    pub(crate) fn create_token_with_id(
+        &self,
+        owner: &str,
+        scope: Scope,
+        expires_ms: Option<u64>,
+    ) -> Result<NewToken, Error> {
         let owner = owner.trim();
         if owner.is_empty() || owner.len() > 64 || owner.chars().any(char::is_control) {
             return Err(Error::usage(
@@ -88,7 +104,10 @@ impl Runtime {
         let id = loop_protocol::random::hex::<6>().map_err(Error::from_cause)?;
         let token = format!("loop_{secret}");
         let record = TokenRecord {
-            id: format!("tok-{id}"),
+            id: match expires_ms {
+                Some(at) => format!("ses-{at}-{id}"),
+                None => format!("tok-{id}"),
+            },
             owner: owner.to_string(),
             scope: scope.as_str().to_string(),
             created_ms: loop_core::Clock::now_ms(&loop_core::SystemClock),
@@ -109,6 +128,12 @@ impl Runtime {
         else {
             return Ok(None);
         };
+        // A session's token lives until the time its id says.
+        if let Some(at) = session_expiry(&r.id)
+            && loop_core::Clock::now_ms(&loop_core::SystemClock) >= at
+        {
+            return Ok(None);
+        }
         Ok(Some(Caller {
             scope: r.scope.parse()?,
             owner: r.owner,

@@ -1,0 +1,242 @@
+//! Signing in to the web console with GitHub: OAuth's authorization code
+//! flow with PKCE (RFC 7636, `S256`). The server makes a `state` and a
+//! code verifier per attempt ([`Runtime::github_sign_in`]) and keeps them;
+//! GitHub sends the person back with a code and the state; the server
+//! checks the state (once), exchanges the code with its verifier and the
+//! app's secret, asks GitHub who signed in (and, when teams are mapped,
+//! their teams), and maps that to the owner and scope the Loopfile's
+//! `console.github` gives them ([`Runtime::github_signed_in`]): a server
+//! token like any other, that lives `session_hours`. GitHub's own token is
+//! used for those two questions and dropped.
+
+use crate::loopfile::signin::{GithubSignIn, Grant};
+use crate::{Error, NewToken, Runtime, Scope};
+use serde_json::Value;
+
+/// A sign-in begun: where to send the person, and what to keep until
+/// they come back.
+#[derive(Debug, Clone)]
+pub struct SignInStart {
+    /// GitHub's authorization page, with the request.
+    pub url: String,
+    /// The state GitHub gives back.
+    pub state: String,
+    /// The PKCE code verifier (never sent until the exchange).
+    pub verifier: String,
+}
+
+/// `s` percent-encoded for a URL's query.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// PKCE's `S256` challenge of `verifier`: BASE64URL(SHA-256(verifier)).
+pub fn challenge(verifier: &str) -> String {
+    use base64::Engine;
+    let hex = loop_protocol::hash::sha256_hex(verifier.as_bytes());
+    let raw: Vec<u8> = (0..32)
+        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_connect(Some(std::time::Duration::from_secs(10)))
+        .timeout_global(Some(std::time::Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// The JSON GitHub answered, or what went wrong.
+fn answer(
+    r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    what: &str,
+) -> Result<Value, Error> {
+    use std::io::Read;
+    let resp = r.map_err(|e| Error::unavailable(format!("GitHub did not answer {what}: {e}")))?;
+    let status = resp.status().as_u16();
+    let mut bytes = Vec::new();
+    let _ = resp
+        .into_body()
+        .into_reader()
+        .take(1 << 20)
+        .read_to_end(&mut bytes);
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if !(200..300).contains(&status) || v.get("error").is_some() {
+        let said = v["error_description"]
+            .as_str()
+            .or(v["error"].as_str())
+            .or(v["message"].as_str())
+            .unwrap_or("(nothing said)");
+        return Err(Error::usage(format!(
+            "GitHub refused {what} ({status}): {said}"
+        )));
+    }
+    Ok(v)
+}
+
+impl Runtime {
+    /// The project's GitHub sign-in, if its Loopfile sets one up.
+    fn sign_in_config(&self) -> Result<Option<GithubSignIn>, Error> {
+        Ok(crate::loopfile::Loopfile::load(self.project())?.github_sign_in)
+    }
+
+    /// Whether the console offers GitHub sign-in here.
+    pub fn github_sign_in_offered(&self) -> bool {
+        self.sign_in_config().ok().flatten().is_some()
+    }
+
+    /// Begin a GitHub sign-in (`None`: the project offers none).
+    pub fn github_sign_in(&self) -> Result<Option<SignInStart>, Error> {
+        let Some(g) = self.sign_in_config()? else {
+            return Ok(None);
+        };
+        let state = loop_protocol::random::hex::<16>().map_err(Error::from_cause)?;
+        let verifier = loop_protocol::random::hex::<32>().map_err(Error::from_cause)?;
+        let scope = if g.teams.is_empty() { "" } else { "read:org" };
+        let url = format!(
+            "{}?client_id={}&redirect_uri={}&state={state}&code_challenge={}&code_challenge_method=S256&scope={}&allow_signup=false",
+            g.authorize_url,
+            encode(&g.client_id),
+            encode(&g.redirect_url),
+            challenge(&verifier),
+            encode(scope)
+        );
+        Ok(Some(SignInStart {
+            url,
+            state,
+            verifier,
+        }))
+    }
+
+    /// Finish a GitHub sign-in: exchange `code` with `verifier`, learn who
+    /// signed in, and make their session's token.
+    pub fn github_signed_in(&self, code: &str, verifier: &str) -> Result<NewToken, Error> {
+        let g = self
+            .sign_in_config()?
+            .ok_or_else(|| Error::not_found("this server offers no GitHub sign-in"))?;
+        if code.is_empty() || code.len() > 256 || !code.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::usage("the code GitHub gave back is not one"));
+        }
+        let secret = std::env::var(&g.client_secret_env)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                Error::unavailable(format!(
+                    "{} is not set where the server runs",
+                    g.client_secret_env
+                ))
+            })?;
+        let a = agent();
+        let body = serde_json::json!({
+            "client_id": g.client_id, "client_secret": secret, "code": code,
+            "redirect_uri": g.redirect_url, "code_verifier": verifier,
+        })
+        .to_string();
+        let t = answer(
+            a.post(&g.token_url)
+                .header("Accept", "application/json")
+                .header("Content-Type", "application/json")
+                .header("User-Agent", "loop-engine")
+                .send(body.as_bytes()),
+            "the code",
+        )?;
+        let token = t["access_token"]
+            .as_str()
+            .ok_or_else(|| Error::usage("GitHub gave no access token"))?
+            .to_string();
+        let get = |path: &str| {
+            answer(
+                a.get(&format!("{}{path}", g.api_url))
+                    .header("Authorization", &format!("Bearer {token}"))
+                    .header("Accept", "application/vnd.github+json")
+                    .header("User-Agent", "loop-engine")
+                    .call(),
+                path,
+            )
+        };
+        let login = get("/user")?["login"]
+            .as_str()
+            .ok_or_else(|| Error::usage("GitHub did not say who signed in"))?
+            .to_ascii_lowercase();
+        let teams: Vec<String> = if g.teams.is_empty() || g.users.contains_key(&login) {
+            Vec::new()
+        } else {
+            get("/user/teams?per_page=100")?
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| {
+                    Some(format!(
+                        "{}/{}",
+                        t["organization"]["login"].as_str()?,
+                        t["slug"].as_str()?
+                    ))
+                })
+                .map(|t| t.to_ascii_lowercase())
+                .collect()
+        };
+        let grant = grant_for(&g, &login, &teams).ok_or_else(|| {
+            Error::usage(format!(
+                "the GitHub account `{login}` may not sign in here (neither it nor its teams are in console.github)"
+            ))
+        })?;
+        self.create_session_token(&grant.owner, grant.scope, g.session_hours * 3_600_000)
+    }
+
+    /// A token for `owner` with `scope` that stops working `ttl_ms` from
+    /// now (its id says until when: `ses-EXPIRY_MS-…`).
+    pub fn create_session_token(
+        &self,
+        owner: &str,
+        scope: Scope,
+        ttl_ms: u64,
+    ) -> Result<NewToken, Error> {
+        let expires = loop_core::Clock::now_ms(&loop_core::SystemClock) + ttl_ms;
+        self.create_token_with_id(owner, scope, Some(expires))
+    }
+}
+
+/// What `login` (with `teams`) acts as: its own mapping, else the widest
+/// of its teams'.
+fn grant_for(g: &GithubSignIn, login: &str, teams: &[String]) -> Option<Grant> {
+    if let Some(u) = g.users.get(login) {
+        return Some(u.clone());
+    }
+    let rank = |s: Scope| match s {
+        Scope::Read => 0,
+        Scope::Run => 1,
+        Scope::Admin => 2,
+    };
+    teams
+        .iter()
+        .filter_map(|t| g.teams.get(t))
+        .max_by_key(|gr| rank(gr.scope))
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_is_rfc_7636s_example() {
+        // RFC 7636, appendix B.
+        assert_eq!(
+            challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+        assert_eq!(encode("a b/c?d"), "a%20b%2Fc%3Fd");
+    }
+}
