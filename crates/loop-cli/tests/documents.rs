@@ -241,7 +241,7 @@ fn a_model_writes_a_summary_workbook_from_three_csv_inputs_and_only_the_right_to
         .collect();
     assert_eq!(refused.len(), 2, "{said}");
     assert_eq!(refused[0]["status"], "refused", "{said}");
-    assert_eq!(refused[0]["rule"], "protected: inputs/**", "{said}");
+    assert_eq!(refused[0]["rule"], "protected: inputs/north.csv", "{said}");
     let content = refused[1]["content"].as_str().unwrap_or_default();
     assert!(
         content.contains("cannot create inputs/east.csv: Read-only file system"),
@@ -251,7 +251,7 @@ fn a_model_writes_a_summary_workbook_from_three_csv_inputs_and_only_the_right_to
     assert!(
         kept["predicate"]["contract"]["protected"]
             .to_string()
-            .contains("inputs/**"),
+            .contains("inputs/east.csv"),
         "{kept}"
     );
 

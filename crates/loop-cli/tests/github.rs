@@ -112,7 +112,7 @@ fn answer(method: &str, path: &str, n: usize) -> (u16, Value) {
             json!({"number": 77, "html_url": "https://github.test/acme/widgets/pull/77"}),
         ),
         ("GET", "/pulls/43") => (200, json!({"number": 43, "head": {"sha": "abc123def456"}})),
-        ("POST", "/statuses/abc123def456") => (201, json!({"state": "success"})),
+        ("POST", r) if r.starts_with("/statuses/") => (201, json!({"state": "success"})),
         ("POST", r) if r.starts_with("/issues/") && r.ends_with("/comments") => (
             201,
             json!({"id": 5, "html_url": format!("https://github.test/acme/widgets{r}#5")}),
@@ -248,7 +248,7 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     assert!(instruction.starts_with("Resolve the GitHub issue\n\nThis task was asked for on GitHub (acme/widgets #42, by @octocat)"), "{instruction}");
     assert!(instruction.contains("untrusted input"), "{instruction}");
     assert_eq!(
-        instruction.matches("----- END GITHUB TEXT -----").count(),
+        instruction.matches("----- END GITHUB TEXT").count(),
         1,
         "{instruction}"
     );
@@ -266,8 +266,9 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         assert!(start.elapsed() < Duration::from_secs(90), "{calls:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    // A /loop comment on a pull request by a member: the same, and a
-    // commit status on the pull request's head.
+    // A /loop comment on a pull request by a member: the same. A status
+    // goes only on the commit the task verified, never on the head of the
+    // pull request that asked (the task never ran its code).
     let mut member: Value = serde_json::from_slice(&comment).unwrap();
     member["comment"]["author_association"] = json!("MEMBER");
     let member = serde_json::to_vec(&member).unwrap();
@@ -282,22 +283,30 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     let start = Instant::now();
     let all = loop {
         let all = seen.lock().unwrap().clone();
-        if all
-            .iter()
-            .any(|c| c.path.ends_with("/statuses/abc123def456"))
-        {
+        if all.iter().filter(|c| c.path.contains("/statuses/")).count() == 2 {
             break all;
         }
         assert!(start.elapsed() < Duration::from_secs(90), "{all:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    let status = all
-        .iter()
-        .find(|c| c.path.ends_with("/statuses/abc123def456"))
-        .unwrap();
-    assert_eq!(status.body["state"], "success");
-    assert_eq!(status.body["context"], "loop-engine");
     assert!(all.iter().any(|c| c.path.ends_with("/issues/43/comments")));
+    for (n, status) in all
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.path.contains("/statuses/"))
+    {
+        assert!(!status.path.ends_with("abc123def456"), "{status:?}");
+        assert_eq!(status.body["state"], "success");
+        assert_eq!(status.body["context"], "loop-engine");
+        // The commit a POST /git/commits made (the stand-in numbers them).
+        let sha = status.path.rsplit('/').next().unwrap();
+        let made = all[..n].iter().enumerate().any(|(k, c)| {
+            c.path.ends_with("/git/commits")
+                && c.method == "POST"
+                && sha == format!("c0ffee{:04}", k + 1)
+        });
+        assert!(made, "{sha}");
+    }
     let pr43 = all
         .iter()
         .filter(|c| c.path.ends_with("/pulls") && c.method == "POST")

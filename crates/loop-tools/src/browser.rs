@@ -332,7 +332,12 @@ impl ToolBox {
 fn settle(b: &mut Browser, deadline: Instant) -> Result<(), BrowserError> {
     std::thread::sleep(Duration::from_millis(150));
     loop {
-        let state = b.evaluate("document.readyState")?;
+        let state = match b.evaluate("document.readyState") {
+            Ok(s) => s,
+            // A page being replaced has no context to ask yet: loading.
+            Err(e) if e.0.contains("context") => Value::Null,
+            Err(e) => return Err(e),
+        };
         if state == "complete" || Instant::now() + Duration::from_millis(100) >= deadline {
             return Ok(());
         }

@@ -346,10 +346,12 @@ impl ToolBox {
         if mcp::McpHub::claims(&call.tool) {
             return self.mcp.as_ref()?.borrow().approval_rule(&call.tool);
         }
-        if call.tool != "run_command" {
-            return None;
-        }
-        let command = call.args.get("command")?.as_str()?;
+        // A command: `run_command`'s, or the server a `browser` call starts.
+        let command = match call.tool.as_str() {
+            "run_command" => call.args.get("command")?.as_str()?,
+            browser::NAME => call.args.get("serve")?.as_str()?,
+            _ => return None,
+        };
         let v = self.exec_policy.evaluate(command);
         (v.decision == exec_policy::Decision::Prompt)
             .then(|| v.rule.unwrap_or_else(|| "default: prompt".into()))

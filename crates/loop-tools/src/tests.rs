@@ -1432,6 +1432,24 @@ fn the_browser_is_refused_unless_granted_and_its_server_passes_the_exec_policy()
     ));
     assert_eq!(rule_of(&o), Some("exec policy: forbidden (python3)"));
     assert_eq!(o.observation.tool, "browser");
+    // A server under a `prompt` rule is asked of a person like a command.
+    let ask = exec_policy::ExecPolicy {
+        rules: vec![exec_policy::Rule {
+            prefix: vec!["python3".into()],
+            decision: exec_policy::Decision::Prompt,
+            examples: Vec::new(),
+            not_examples: Vec::new(),
+        }],
+        ..Default::default()
+    };
+    let asking = toolbox(&d).with_browser(true).with_exec_policy(ask);
+    let serve = call(
+        "browser",
+        json!({"action": "open", "url": "http://127.0.0.1:8000/", "serve": "python3 -m http.server 8000"}),
+    );
+    assert_eq!(asking.needs_approval(&serve).as_deref(), Some("python3"));
+    let plain = call("browser", json!({"action": "read"}));
+    assert_eq!(asking.needs_approval(&plain), None);
 
     // Addresses other than http and https are not opened.
     for url in [

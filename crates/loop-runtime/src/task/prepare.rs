@@ -997,9 +997,22 @@ fn settle_grants(stored: &mut StoredRequest, loopfile: &crate::loopfile::Loopfil
     if loopfile.browser && req.delegation.is_none() {
         stored.contract.browser = true;
     }
-    let given = "inputs/**";
-    if !stored.inputs.is_empty() && !stored.contract.protected.iter().any(|g| g == given) {
-        stored.contract.protected.push(given.to_string());
+    // Each file given, exactly: the project's own files under `inputs/`
+    // stay the task's to change.
+    for f in &stored.inputs {
+        // As a glob matching that name alone (`[`, `*`, `?`, `{` are legal
+        // in a file's name).
+        let exact: String = f
+            .path
+            .chars()
+            .map(|c| match c {
+                '*' | '?' | '[' | ']' | '{' | '}' => format!("[{c}]"),
+                c => c.to_string(),
+            })
+            .collect();
+        if !stored.contract.protected.contains(&exact) {
+            stored.contract.protected.push(exact);
+        }
     }
 }
 
