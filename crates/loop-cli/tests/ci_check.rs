@@ -143,6 +143,57 @@ fn a_pull_request_passes_only_with_a_trusted_verified_receipt_of_exactly_its_dif
     assert_eq!(r["covers"], serde_json::json!(["a.txt", "b.txt"]));
     assert_eq!(r["verified"], true);
 
+    // The base moved on after the branch was made: the pull request's
+    // change is still measured from where it left the base.
+    git(&p, &["checkout", "-q", "main"]);
+    std::fs::write(p.join("later.txt"), "landed on main since\n").unwrap();
+    git(&p, &["add", "later.txt"]);
+    git(&p, &["commit", "-qm", "main moved on"]);
+    git(&p, &["checkout", "-q", "pr"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(v["uncovered"], serde_json::json!([]), "{v}");
+
+    // Only a receipt's own files ride along under .loop-receipts/: a
+    // script there, or a receipt further down, is not covered by any.
+    for (extra, said_of_it) in [
+        (".loop-receipts/run.sh", "run.sh"),
+        (
+            ".loop-receipts/old/x.receipt.json",
+            "is read only at the top",
+        ),
+    ] {
+        std::fs::create_dir_all(p.join(extra).parent().unwrap()).unwrap();
+        std::fs::write(p.join(extra), "{}\n").unwrap();
+        git(&p, &["add", "-A"]);
+        git(&p, &["commit", "-qm", "something beside the receipt"]);
+        let (code, v, said) = ci_check(&base, &p, &[]);
+        assert_eq!(code, 1, "{said}");
+        assert!(v.to_string().contains(said_of_it), "{v}");
+        git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+    }
+
+    // A mode the receipt does not sign (the content unchanged).
+    git(&p, &["update-index", "--chmod=+x", "b.txt"]);
+    git(&p, &["commit", "-qm", "executable now"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    let problems = v["receipts"][0]["problems"].to_string();
+    assert!(
+        problems.contains("b.txt: its mode at the head is 100755, the receipt signs 100644"),
+        "{problems}"
+    );
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+
+    // A key inside the checkout could be the pull request's own.
+    let (code, _, said) = ci_check(
+        &base,
+        &p,
+        &["--pubkey", p.join("keys/loop.pem").to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("inside the repository's checkout"), "{said}");
+
     // One byte of the diff differs from what the receipt signs.
     std::fs::write(p.join("b.txt"), "made!\n").unwrap();
     git(&p, &["commit", "-qam", "and one more byte"]);

@@ -57,6 +57,8 @@ pub struct CiReceipt {
     pub verified: bool,
     /// The paths its change set covers.
     pub covers: Vec<String>,
+    /// The artifacts it attests (shipped beside it as `ID.artifacts/…`).
+    pub artifacts: Vec<String>,
     /// What is wrong with it (nothing: it passes).
     pub problems: Vec<String>,
 }
@@ -219,10 +221,43 @@ fn trusted(project: &Path, base: &str, pubkeys: &[PathBuf]) -> Result<Vec<Public
     Ok(keys)
 }
 
-/// Write the head's `.loop-receipts/` tree into `into` (as a project's
-/// `.loop/receipts`), regular files only; the receipts' paths there.
+/// The receipts the diff adds or changes at the top of
+/// `.loop-receipts/` (their names there), and any it brings further down
+/// (which are never read: said).
+fn brought(changed: &BTreeMap<String, Changed>) -> (Vec<String>, Vec<String>) {
+    let mut top = Vec::new();
+    let mut deeper = Vec::new();
+    for (path, c) in changed {
+        let Some(rel) = path.strip_prefix(&format!("{RECEIPTS_DIR}/")) else {
+            continue;
+        };
+        if c.after.is_none() || !rel.ends_with(".receipt.json") {
+            continue;
+        }
+        if rel.contains('/') {
+            deeper.push(path.clone());
+        } else {
+            top.push(rel.to_string());
+        }
+    }
+    (top, deeper)
+}
+
+/// The task id a receipt's name says (`ID.receipt.json`).
+fn task_of(name: &str) -> &str {
+    name.strip_suffix(".receipt.json").unwrap_or(name)
+}
+
+/// Write into `into` (as a project's `.loop/receipts`) the head's files
+/// under `.loop-receipts/` that belong to the receipts `names` (`ID.*`,
+/// `ID.artifacts/…`) or that the diff changes: regular files only.
 #[allow(clippy::disallowed_methods)] // a private directory the runtime made
-fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, Error> {
+fn materialise(
+    project: &Path,
+    head: &str,
+    into: &Path,
+    (names, changed): (&[String], &BTreeMap<String, Changed>),
+) -> Result<(), Error> {
     let listing = git(
         project,
         &[
@@ -235,15 +270,21 @@ fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, E
             RECEIPTS_DIR,
         ],
     )?;
-    let mut receipts = Vec::new();
     let mut total = 0u64;
     for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
         let entry = String::from_utf8_lossy(entry);
         let Some((meta, path)) = entry.split_once('\t') else {
             continue;
         };
-        let f: Vec<&str> = meta.split(' ').collect();
         let rel = path.strip_prefix(&format!("{RECEIPTS_DIR}/")).unwrap_or("");
+        let wanted = changed.contains_key(path)
+            || names
+                .iter()
+                .any(|n| rel.starts_with(&format!("{}.", task_of(n))));
+        if !wanted {
+            continue;
+        }
+        let f: Vec<&str> = meta.split(' ').collect();
         let plain = !rel.is_empty()
             && Path::new(rel)
                 .components()
@@ -259,7 +300,7 @@ fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, E
         total += bytes.len() as u64;
         if total > MAX_RECEIPTS_BYTES {
             return Err(Error::usage(format!(
-                "{RECEIPTS_DIR} holds more than {MAX_RECEIPTS_BYTES} bytes"
+                "the receipts this pull request brings hold more than {MAX_RECEIPTS_BYTES} bytes"
             )));
         }
         let to = into.join(rel);
@@ -267,11 +308,35 @@ fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, E
             std::fs::create_dir_all(dir).map_err(Error::from_cause)?;
         }
         std::fs::write(&to, bytes).map_err(Error::from_cause)?;
-        if rel.ends_with(".receipt.json") && !rel.contains('/') {
-            receipts.push(rel.to_string());
-        }
     }
-    Ok(receipts)
+    Ok(())
+}
+
+/// The commit the pull request's branch left `base` at: its diff is
+/// measured from there, so commits the base gained since are not its.
+fn fork_point(project: &Path, base: &str, head: &str) -> Result<String, Error> {
+    let out = git(project, &["merge-base", base, head]).map_err(|_| {
+        Error::usage(format!(
+            "{base} and {head} share no history: not a pull request of it"
+        ))
+    })?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// A `--pubkey` inside the repository's checkout could be the pull
+/// request's own (CI checks out its head): refused, naming it.
+fn outside_checkout(project: &Path, key: &Path) -> Result<(), Error> {
+    let root = project
+        .canonicalize()
+        .unwrap_or_else(|_| project.to_path_buf());
+    let key_at = key.canonicalize().unwrap_or_else(|_| key.to_path_buf());
+    if key_at.starts_with(&root) {
+        return Err(Error::usage(format!(
+            "--pubkey {} is inside the repository's checkout, which may be the pull request's own: give a key from outside it (or from the base: `git show BASE:PATH > FILE`), or list it in the base commit's Loopfile under receipts.trust",
+            key.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Check the pull request from `req.base` to `req.head`.
@@ -279,38 +344,47 @@ fn materialise(project: &Path, head: &str, into: &Path) -> Result<Vec<String>, E
 pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
     let base = commit(&req.project, &req.base)?;
     let head = commit(&req.project, &req.head)?;
+    for k in &req.pubkeys {
+        outside_checkout(&req.project, k)?;
+    }
     let keys = trusted(&req.project, &base, &req.pubkeys)?;
     if keys.is_empty() {
         return Err(Error::usage(
             "no key is trusted: give --pubkey FILE, or list the signing keys in the base commit's Loopfile.yaml under receipts.trust",
         ));
     }
-    let changed = diff(&req.project, &base, &head)?;
+    let from = fork_point(&req.project, &base, &head)?;
+    let changed = diff(&req.project, &from, &head)?;
+    let (names, deeper) = brought(&changed);
     let dir = std::env::temp_dir()
         .join(loop_sandbox::unique_name("loop-ci-check").map_err(Error::from_cause)?);
     let receipts_dir = dir.join(".loop").join("receipts");
     std::fs::create_dir_all(&receipts_dir).map_err(Error::from_cause)?;
     let result = (|| {
-        let names = materialise(&req.project, &head, &receipts_dir)?;
+        materialise(&req.project, &head, &receipts_dir, (&names, &changed))?;
         let mut receipts = Vec::new();
-        for name in names {
+        for name in &names {
             let path = format!("{RECEIPTS_DIR}/{name}");
-            // Only what this pull request brings or changes is checked.
-            if changed.contains_key(&path) {
-                receipts.push(check_one(
-                    &req.project,
-                    &receipts_dir.join(&name),
-                    path,
-                    &keys,
-                    &changed,
-                )?);
-            }
+            receipts.push(check_one(
+                &req.project,
+                &receipts_dir.join(name),
+                path,
+                &keys,
+                &changed,
+            )?);
         }
         Ok::<_, Error>(receipts)
     })();
     let _ = loop_workspace::remove_tree(&dir);
     let receipts = result?;
-    Ok(judge(req, (base, head), &keys, receipts, &changed))
+    let mut check = judge(req, (base, head), &keys, receipts, &changed);
+    for d in deeper {
+        check.problems.push(format!(
+            "{d}: a receipt is read only at the top of {RECEIPTS_DIR}/, so this one is not checked"
+        ));
+        check.ok = false;
+    }
+    Ok(check)
 }
 
 /// The verdict over every receipt and the diff.
@@ -333,9 +407,29 @@ fn judge(
             }
         }
     }
+    // A receipt's own files (receipt, ledger, patch, the artifacts it
+    // attests, its addenda) are its; anything else under the folder, as
+    // anywhere, needs a receipt that covers it.
+    let own = |p: &str| {
+        let rel = p.strip_prefix(&format!("{RECEIPTS_DIR}/")).unwrap_or("");
+        receipts.iter().any(|r| {
+            let Some(id) = r.task_id.as_deref() else {
+                return false;
+            };
+            rel == format!("{id}.receipt.json")
+                || rel == format!("{id}.ledger.jsonl")
+                || rel == format!("{id}.changes.patch")
+                || r.artifacts
+                    .iter()
+                    .any(|a| rel == format!("{id}.artifacts/{a}"))
+                || (rel.starts_with(&format!("{id}.addendum-"))
+                    && rel.ends_with(".json")
+                    && !rel.contains('/'))
+        })
+    };
     let uncovered: Vec<String> = changed
         .keys()
-        .filter(|p| !p.starts_with(&format!("{RECEIPTS_DIR}/")) && !owner.contains_key(p.as_str()))
+        .filter(|p| !owner.contains_key(p.as_str()) && !own(p))
         .cloned()
         .collect();
     if receipts.is_empty() {
@@ -381,6 +475,7 @@ fn check_one(
                 intact: false,
                 verified: false,
                 covers: Vec::new(),
+                artifacts: Vec::new(),
                 problems: vec![why],
             });
         }
@@ -405,8 +500,19 @@ fn check_one(
             }
         }
     }
+    let artifacts = statement
+        .as_ref()
+        .map(|s| {
+            s.predicate
+                .artifacts
+                .iter()
+                .map(|a| a.as_str().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(CiReceipt {
         path,
+        artifacts,
         task_id: statement.map(|s| s.predicate.task_id),
         intact: check.intact,
         verified: check.verified,
@@ -446,10 +552,11 @@ fn mismatch(
                     Some(format!(
                         "its content {which} is {sha}, the receipt signs {want}"
                     ))
-                } else if want_mode.is_some_and(|m| m != mode) {
+                } else if want_mode.map(String::as_str).unwrap_or("100644") != mode {
+                    // (A receipt that records no mode signs a plain file.)
                     Some(format!(
                         "its mode {which} is {mode}, the receipt signs {}",
-                        want_mode.map(String::as_str).unwrap_or_default()
+                        want_mode.map(String::as_str).unwrap_or("100644")
                     ))
                 } else {
                     None
