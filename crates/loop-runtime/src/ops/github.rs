@@ -92,6 +92,70 @@ fn repository(payload: &Value) -> Option<String> {
     ok.then(|| name.to_string())
 }
 
+/// Where a comment asking (`kind`, in `p`) was made: the number, its
+/// page, whether it is a pull request, and the comment's id and words
+/// after the command; or why it asks nothing.
+fn comment_asks<'p>(
+    inlet: &crate::loopfile::triggers::GithubInlet,
+    kind: &str,
+    p: &'p Value,
+) -> Result<Where<'p>, NotAsked> {
+    let action = p["action"].as_str().unwrap_or_default();
+    let command = inlet
+        .command
+        .as_deref()
+        .ok_or("this trigger takes no commands")?;
+    if action != "created" {
+        return Err(NotAsked(format!(
+            "{kind}.{action}: only a new comment asks"
+        )));
+    }
+    let c = &p["comment"];
+    let body = c["body"].as_str().unwrap_or_default().trim_start();
+    let asks = body
+        .strip_prefix(command)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
+    if !asks {
+        return Err(NotAsked(format!(
+            "the comment does not start with `{command}`"
+        )));
+    }
+    let association = c["author_association"].as_str().unwrap_or("NONE");
+    if !inlet.authors.iter().any(|a| a == association) {
+        return Err(NotAsked(format!(
+            "the comment's author ({association}) may not ask: this trigger takes {}",
+            inlet.authors.join(", ")
+        )));
+    }
+    let issue = &p["issue"];
+    let (number, url, is_pr) = if kind == "issue_comment" {
+        (
+            issue["number"].as_u64(),
+            issue["html_url"].as_str(),
+            issue["pull_request"].is_object(),
+        )
+    } else {
+        let pr = &p["pull_request"];
+        (pr["number"].as_u64(), pr["html_url"].as_str(), true)
+    };
+    let said = body[command.len()..].trim();
+    Ok((
+        number,
+        url,
+        is_pr,
+        Some((c["id"].as_u64(), said.to_string())),
+    ))
+}
+
+/// An issue's or pull request's number, its page, whether it is a pull
+/// request, and the comment that asked (its id and words), if one did.
+type Where<'p> = (
+    Option<u64>,
+    Option<&'p str>,
+    bool,
+    Option<(Option<u64>, String)>,
+);
+
 /// What GitHub's `event` delivery (`payload`) asks of `inlet`, or why it
 /// asks nothing (said back to GitHub; nothing starts).
 pub fn asked(
@@ -140,49 +204,7 @@ pub fn asked(
             )
         }
         Some(kind @ ("issue_comment" | "pull_request_review_comment")) => {
-            let command = inlet
-                .command
-                .as_deref()
-                .ok_or("this trigger takes no commands")?;
-            if action != "created" {
-                return Err(NotAsked(format!(
-                    "{kind}.{action}: only a new comment asks"
-                )));
-            }
-            let c = &p["comment"];
-            let body = c["body"].as_str().unwrap_or_default().trim_start();
-            let asks = body
-                .strip_prefix(command)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
-            if !asks {
-                return Err(NotAsked(format!(
-                    "the comment does not start with `{command}`"
-                )));
-            }
-            let association = c["author_association"].as_str().unwrap_or("NONE");
-            if !inlet.authors.iter().any(|a| a == association) {
-                return Err(NotAsked(format!(
-                    "the comment's author ({association}) may not ask: this trigger takes {}",
-                    inlet.authors.join(", ")
-                )));
-            }
-            let (number, url, is_pr) = if kind == "issue_comment" {
-                (
-                    issue["number"].as_u64(),
-                    issue["html_url"].as_str(),
-                    issue["pull_request"].is_object(),
-                )
-            } else {
-                let pr = &p["pull_request"];
-                (pr["number"].as_u64(), pr["html_url"].as_str(), true)
-            };
-            let said = body[command.len()..].trim();
-            (
-                number,
-                url,
-                is_pr,
-                Some((c["id"].as_u64(), said.to_string())),
-            )
+            comment_asks(inlet, kind, &p)?
         }
         other => {
             return Err(NotAsked(format!(
