@@ -248,11 +248,9 @@ pub(crate) fn as_background_work() {
     }
 }
 
-/// A worker: run waiting tasks one after another; end when none has come
-/// for a while.
 /// Report task `id`'s end to GitHub when a GitHub trigger started it;
 /// what went wrong is logged (and kept in the task's report).
-fn report_back(runtime: &loop_runtime::Runtime, id: &str) {
+pub(crate) fn report_back(runtime: &loop_runtime::Runtime, id: &str) {
     match runtime.report_back(id) {
         Ok(Some(r)) => match r.error {
             Some(e) => tracing::warn!("task {id}: reporting to GitHub stopped: {e}"),
@@ -267,6 +265,8 @@ fn report_back(runtime: &loop_runtime::Runtime, id: &str) {
     }
 }
 
+/// A worker: run waiting tasks one after another; end when none has come
+/// for a while.
 fn work(inner: &Arc<Inner>) {
     as_background_work();
     loop {
@@ -300,10 +300,9 @@ fn work(inner: &Arc<Inner>) {
                     .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
                 None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
             }));
-        // A task a GitHub trigger started is reported where it was asked.
-        if matches!(result, Ok(Ok(_))) {
-            report_back(&inner.runtime, &job.id);
-        }
+        // A task a GitHub trigger started is reported where it was asked,
+        // once it has ended, however its run returned.
+        report_back(&inner.runtime, &job.id);
         let again = match result {
             Ok(Ok(_)) => false,
             Ok(Err(e)) if e.is_interruption() && job.retries < RETRIES => {

@@ -467,6 +467,10 @@ fn run_and_settle(
     let ended = runtime
         .task(&d.task)
         .is_ok_and(|v| v.state == loop_store::StoredState::TERMINAL);
+    // A task a GitHub trigger started is reported by whoever ran it.
+    if ended {
+        crate::pool::report_back(runtime, &d.task);
+    }
     match result {
         Ok(Ok(report)) if ended => {
             metrics.outcome(report.outcome.kind.name());
