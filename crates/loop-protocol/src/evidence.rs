@@ -105,6 +105,22 @@ pub struct TriggerRecord {
     /// trigger with `github:`), where its outcome is reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<GithubOrigin>,
+    /// The chat (Slack or Telegram) the task was asked from, where its
+    /// progress is posted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<ChatOrigin>,
+}
+
+/// Where in a chat a task was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatOrigin {
+    /// `slack` or `telegram`.
+    pub kind: String,
+    /// The channel's or chat's id.
+    pub chat: String,
+    /// Who asked (their user id).
+    pub sender: String,
 }
 
 /// Where on GitHub a task was asked for.

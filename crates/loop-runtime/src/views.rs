@@ -958,6 +958,13 @@ pub enum HookBody<'a> {
         /// The trigger.
         trigger: &'a str,
     },
+    /// A person's answer (a chat's button), taken.
+    Answered {
+        /// What it did.
+        answered: &'a str,
+        /// The trigger.
+        trigger: &'a str,
+    },
 }
 
 /// An API error: `{"error": {"kind", "message"}}`.

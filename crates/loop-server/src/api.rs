@@ -1078,7 +1078,6 @@ async fn hook(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    use loop_runtime::Refusal;
     s.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let peer = peer.ip();
     // A peer that keeps failing is answered before any work; what it
@@ -1092,6 +1091,7 @@ async fn hook(
         ));
     }
     let fail = |s: &AppState| s.peer_failures().fail(peer);
+    let slack = headers.contains_key("x-slack-signature");
     // A trigger's name is short and plain (the Loopfile's rule); anything
     // else is no trigger, answered without looking further.
     if name.is_empty()
@@ -1144,6 +1144,21 @@ async fn hook(
             })
     })
     .await?;
+    hook_answer(&s, &name, slack, taken, fail)
+}
+
+/// What a delivery's sender is told: a task started (202, or 200 for
+/// Slack), nothing to do or a person's answer taken (200), or why not.
+fn hook_answer(
+    s: &AppState,
+    name: &str,
+    slack: bool,
+    taken: Result<String, loop_runtime::Refusal>,
+    fail: impl Fn(&AppState),
+) -> Result<Response, ApiError> {
+    use loop_runtime::Refusal;
+    let s = s.clone();
+    let name = name.to_string();
     match taken {
         Ok(id) => {
             s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
@@ -1152,7 +1167,14 @@ async fn hook(
                 id: &id,
                 trigger: &name,
             };
-            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+            // Slack takes a command only with a 200 (anything else is a
+            // failure to the person who typed it).
+            let status = if slack {
+                StatusCode::OK
+            } else {
+                StatusCode::ACCEPTED
+            };
+            Ok((status, Json(body)).into_response())
         }
         Err(Refusal::Unknown) => {
             fail(&s);
@@ -1184,6 +1206,13 @@ async fn hook(
         Err(Refusal::Ignored(what)) => {
             let body = HookBody::Ignored {
                 ignored: &what,
+                trigger: &name,
+            };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
+        Err(Refusal::Answered(what)) => {
+            let body = HookBody::Answered {
+                answered: &what,
                 trigger: &name,
             };
             Ok((StatusCode::OK, Json(body)).into_response())

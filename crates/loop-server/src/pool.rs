@@ -263,6 +263,8 @@ pub(crate) fn report_back(runtime: &loop_runtime::Runtime, id: &str) {
         Ok(None) => {}
         Err(e) => tracing::warn!("task {id}: cannot report to GitHub: {}", e.message),
     }
+    // And one a chat started, in its chat.
+    let _ = runtime.chat_report(id);
 }
 
 /// A worker: run waiting tasks one after another; end when none has come
@@ -290,6 +292,7 @@ fn work(inner: &Arc<Inner>) {
         let mut observer = Poke {
             hub: inner.hub.clone(),
             id: job.id.clone(),
+            runtime: inner.runtime.clone(),
         };
         // A task that panics frees its place like any other (its record
         // stays where it stopped: interrupted, resumable).
@@ -374,11 +377,16 @@ fn work(inner: &Arc<Inner>) {
 struct Poke {
     hub: Hub,
     id: String,
+    runtime: Runtime,
 }
 
 impl loop_core::Observer for Poke {
-    fn on_event(&mut self, _event: &loop_protocol::Event) {
+    fn on_event(&mut self, event: &loop_protocol::Event) {
         self.hub.poke(&self.id);
+        // A question a person must answer goes to the chat that asked.
+        if matches!(event, loop_protocol::Event::ApprovalRequested { .. }) {
+            self.runtime.chat_notify(&self.id, event);
+        }
     }
 }
 

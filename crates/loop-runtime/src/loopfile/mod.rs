@@ -1065,7 +1065,7 @@ fn triggers_schema() -> serde_json::Value {
     use serde_json::json;
     json!({"type": "array", "items": {
     "type": "object", "additionalProperties": false, "required": ["name", "task"],
-    "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}],
+    "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}, {"required": ["chat"]}],
     "properties": {
         "cron": {"type": "string", "minLength": 9, "description": "minute hour day-of-month month day-of-week, in UTC"},
         "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
@@ -1077,6 +1077,20 @@ fn triggers_schema() -> serde_json::Value {
                     "description": "the environment variable holding the shared secret"}),
                 _ => json!({"type": "string", "minLength": 1,
                     "description": "the owner of the tasks it starts"}),
+            })},
+        "chat": {"type": "object", "additionalProperties": false,
+            "required": ["kind", "secret_env", "token_env", "owner", "senders"],
+            "description": "a Slack slash command or a Telegram bot's message starting with `command` from one of `senders` starts the task; its progress is posted there, approvals with buttons `approvers` may press",
+            "properties": props(triggers::CHAT_KEYS, |k| match k {
+                "kind" => json!({"enum": ["slack", "telegram"]}),
+                "senders" | "approvers" => json!({"type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "user ids"}),
+                "api_url" | "console_url" => json!({"type": "string", "pattern": "^(https://|http://127\\.0\\.0\\.1:)"}),
+                "secret_env" => json!({"type": "string", "minLength": 1,
+                    "description": "the environment variable holding Slack's signing secret or the Telegram webhook's secret token"}),
+                "token_env" => json!({"type": "string", "minLength": 1,
+                    "description": "the environment variable holding the bot's token"}),
+                _ => json!({"type": "string", "minLength": 1}),
             })},
         "github": {"type": "object", "additionalProperties": false,
             "required": ["token_env"],

@@ -5,7 +5,19 @@
 use loop_protocol::yaml::{Node, Reader};
 
 /// A trigger's keys.
-pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "github", "task"];
+pub(crate) const TRIGGER_KEYS: &[&str] = &["name", "webhook", "cron", "github", "chat", "task"];
+/// A chat inlet's keys.
+pub(crate) const CHAT_KEYS: &[&str] = &[
+    "kind",
+    "secret_env",
+    "token_env",
+    "api_url",
+    "command",
+    "owner",
+    "senders",
+    "approvers",
+    "console_url",
+];
 /// A GitHub inlet's keys.
 pub(crate) const GITHUB_KEYS: &[&str] = &["token_env", "api_url", "label", "command", "authors"];
 /// A webhook's keys.
@@ -32,8 +44,50 @@ pub struct Trigger {
     /// Its GitHub inlet, when its webhook is GitHub's: which issues and
     /// comments start a task, and where the result is reported.
     pub github: Option<GithubInlet>,
+    /// Its chat inlet (Slack or Telegram), when it has one: it is then
+    /// reached at the webhook's address with the platform's own signing.
+    pub chat: Option<ChatInlet>,
     /// The task each firing starts.
     pub task: TaskTemplate,
+}
+
+/// Which chat platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatKind {
+    /// Slack: a slash command and interactive buttons, signed with the
+    /// app's signing secret (`X-Slack-Signature`).
+    Slack,
+    /// Telegram: a bot's webhook, authenticated by its secret token
+    /// (`X-Telegram-Bot-Api-Secret-Token`).
+    Telegram,
+}
+
+/// A trigger's `chat:`: a message starting with `command` from one of
+/// `senders` starts the task (its text as untrusted input); its progress
+/// (started, waiting for approval with approve and deny buttons, ended) is
+/// posted where it was asked, and a press of a button by one of
+/// `approvers` answers the question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatInlet {
+    /// `slack` or `telegram`.
+    pub kind: ChatKind,
+    /// The environment variable with the signing secret (Slack) or the
+    /// webhook's secret token (Telegram).
+    pub secret_env: String,
+    /// The environment variable with the bot's token, for posting.
+    pub token_env: String,
+    /// The platform's API (tests: a server on 127.0.0.1).
+    pub api_url: String,
+    /// The command that asks (`/loop`).
+    pub command: String,
+    /// Whose the tasks are.
+    pub owner: String,
+    /// The user ids that may ask.
+    pub senders: Vec<String>,
+    /// The user ids that may approve.
+    pub approvers: Vec<String>,
+    /// The console's address, for links to a task.
+    pub console_url: Option<String>,
 }
 
 /// A trigger's `github:`: an issue labelled `label`, or a comment whose
@@ -109,6 +163,7 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
         let mut webhook = None;
         let mut cron = None;
         let mut github = None;
+        let mut chat = None;
         let mut task = None;
         for (k, v) in fields {
             match k.name.as_str() {
@@ -123,6 +178,7 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
                     }
                 }
                 "github" => github = read_github(r, v),
+                "chat" => chat = read_chat(r, v),
                 _ => task = read_template(r, v),
             }
         }
@@ -176,10 +232,18 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             r.err(Some(item.pos), format!("trigger `{name}`: {why}"), None);
             continue;
         }
-        if webhook.is_none() && cron.is_none() {
+        if chat.is_some() && (webhook.is_some() || cron.is_some() || github.is_some()) {
             r.err(
                 Some(item.pos),
-                format!("trigger `{name}` needs a `webhook` or a `cron` schedule"),
+                format!("trigger `{name}`: a `chat` trigger has no `webhook`, `cron` or `github` (the platform signs its own deliveries)"),
+                None,
+            );
+            continue;
+        }
+        if webhook.is_none() && cron.is_none() && chat.is_none() {
+            r.err(
+                Some(item.pos),
+                format!("trigger `{name}` needs a `webhook`, a `cron` schedule or a `chat`"),
                 None,
             );
             continue;
@@ -197,10 +261,73 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             webhook,
             cron,
             github,
+            chat,
             task,
         });
     }
     out
+}
+
+fn read_chat(r: &mut Reader, node: &Node) -> Option<ChatInlet> {
+    let fields = r.mapping(node, "`chat`", CHAT_KEYS)?;
+    let mut kind = None;
+    let (mut secret_env, mut token_env, mut owner) = (String::new(), String::new(), String::new());
+    let mut api_url = None;
+    let mut command = "/loop".to_string();
+    let (mut senders, mut approvers) = (Vec::new(), Vec::new());
+    let mut console_url = None;
+    for (k, v) in fields {
+        match k.name.as_str() {
+            "kind" => match r.string(v, "`kind`").as_deref() {
+                Some("slack") => kind = Some(ChatKind::Slack),
+                Some("telegram") => kind = Some(ChatKind::Telegram),
+                Some(other) => r.err(
+                    Some(v.pos),
+                    format!("chat kind `{other}`: `slack` or `telegram`"),
+                    None,
+                ),
+                None => {}
+            },
+            "secret_env" => secret_env = r.string(v, "`secret_env`").unwrap_or_default(),
+            "token_env" => token_env = r.string(v, "`token_env`").unwrap_or_default(),
+            "api_url" => api_url = r.string(v, "`api_url`"),
+            "command" => command = r.string(v, "`command`").unwrap_or(command),
+            "owner" => owner = r.string(v, "`owner`").unwrap_or_default(),
+            "senders" => senders = r.strings(v, "`senders`").unwrap_or_default(),
+            "approvers" => approvers = r.strings(v, "`approvers`").unwrap_or_default(),
+            _ => console_url = r.string(v, "`console_url`"),
+        }
+    }
+    let kind = kind?;
+    let api_url = api_url.unwrap_or_else(|| match kind {
+        ChatKind::Slack => "https://slack.com/api".into(),
+        ChatKind::Telegram => "https://api.telegram.org".into(),
+    });
+    let ok_url = api_url.starts_with("https://") || api_url.starts_with("http://127.0.0.1:");
+    if secret_env.is_empty()
+        || token_env.is_empty()
+        || owner.trim().is_empty()
+        || senders.is_empty()
+        || !ok_url
+    {
+        r.err(
+            Some(node.pos),
+            "`chat` needs `kind`, `secret_env`, `token_env`, `owner` and `senders` (who may ask), and an https:// `api_url`".into(),
+            None,
+        );
+        return None;
+    }
+    Some(ChatInlet {
+        kind,
+        secret_env,
+        token_env,
+        api_url: api_url.trim_end_matches('/').to_string(),
+        command,
+        owner,
+        senders,
+        approvers,
+        console_url: console_url.map(|u| u.trim_end_matches('/').to_string()),
+    })
 }
 
 /// Why a trigger's `github:` cannot work with its webhook, if it cannot.

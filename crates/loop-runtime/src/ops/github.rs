@@ -57,7 +57,7 @@ impl Asked {
 /// Text from GitHub as it may enter an instruction: no control
 /// characters but line breaks and tabs, no forged end of the block,
 /// bounded.
-fn plain(text: &str) -> String {
+pub(crate) fn plain(text: &str) -> String {
     let t: String = text
         .chars()
         .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
@@ -244,6 +244,12 @@ pub fn asked(
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct NotAsked(pub String);
+
+impl From<String> for NotAsked {
+    fn from(s: String) -> Self {
+        NotAsked(s)
+    }
+}
 
 impl From<&str> for NotAsked {
     fn from(s: &str) -> Self {
@@ -658,6 +664,21 @@ fn comment_body(
         body.push_str(&format!("\n\nThe change, with its receipt: {pr}"));
     }
     body
+}
+
+/// Claim `what` of the task whose directory is `dir`, once for all
+/// processes (`Some(false)`: claimed already; `None`: it cannot be).
+#[allow(clippy::disallowed_methods)] // the task's own directory, the runtime's
+pub(crate) fn claim(dir: &std::path::Path, what: &str) -> Option<bool> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dir.join(format!("{what}.claimed")))
+    {
+        Ok(_) => Some(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Some(false),
+        Err(_) => None,
+    }
 }
 
 /// Claim the task's report (`false`: someone did already).

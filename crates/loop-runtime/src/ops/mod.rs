@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod changes;
+pub mod chat;
 pub mod ci_check;
 pub mod eval;
 pub mod exec;

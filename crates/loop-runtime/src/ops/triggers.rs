@@ -37,6 +37,8 @@ pub enum Refusal {
     Ignored(String),
     /// Authentic, but over the trigger's rate: nothing taken.
     RateLimited,
+    /// A person's answer (a chat's button), taken: what it did.
+    Answered(String),
 }
 
 /// Check `body` against its headers as `hook` signs; the delivery id and
@@ -123,6 +125,9 @@ impl Runtime {
         let Some(t) = loopfile.triggers.iter().find(|t| t.name == name) else {
             return Ok(Err(Refusal::Unknown));
         };
+        if let Some(chat) = &t.chat {
+            return self.take_chat_delivery(t, chat, (header, body), admit);
+        }
         let Some(hook) = &t.webhook else {
             return Ok(Err(Refusal::Unknown));
         };
@@ -193,6 +198,7 @@ impl Runtime {
             ),
             at: loop_protocol::time::rfc3339_millis(now_ms),
             github: asked.as_ref().map(|a| a.origin.clone()),
+            chat: None,
         };
         let instruction = match &asked {
             Some(a) => a.instruction(&t.task.instruction),
@@ -278,6 +284,7 @@ impl Runtime {
             verified_by: None,
             at: loop_protocol::time::rfc3339_millis(now_ms),
             github: None,
+            chat: None,
         };
         // One trigger that cannot start its task does not stop the
         // others; its minute is given back for the next check.
@@ -306,7 +313,7 @@ impl Runtime {
 
     /// Submit trigger `t`'s task for `owner` with `instruction`,
     /// recording `record`.
-    fn start_from(
+    pub(crate) fn start_from(
         &self,
         t: &Trigger,
         owner: String,
