@@ -432,7 +432,7 @@ fn a_page_check_opens_the_served_site_in_chromium_inside_the_sandbox() {
         }
     });
     let probe = format!(
-        "instruction: Show the host's page\ncriteria:\n  - id: host\n    checks:\n      - page: /\n        serve: 'sleep 30'\n        port: {port}\n        text: HOST SECRET\n        timeout_secs: 8\nlimits:\n  max_verifications: 1\n"
+        "instruction: Show the host's page\ncriteria:\n  - id: host\n    checks:\n      - page: /\n        serve: 'sleep 30'\n        port: {port}\n        text: HOST SECRET\n        timeout_secs: 15\nlimits:\n  max_verifications: 1\n"
     );
     let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: x.txt, content: \"x\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
     let reach = shared::run_scripted(&base, &p, "host", (&probe, script));

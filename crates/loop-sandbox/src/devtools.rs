@@ -179,8 +179,21 @@ impl Browser {
     /// opened (a server still starting), until the deadline or the
     /// session's server has ended.
     pub fn navigate(&mut self, url: &str) -> Result<(), BrowserError> {
+        // What the last attempt said: the answer when time runs out during
+        // the next (a busy machine's browser may be slow to answer).
+        let mut last: Option<String> = None;
         loop {
-            let r = self.call("Page.navigate", json!({"url": url}), true)?;
+            let r = match self.call("Page.navigate", json!({"url": url}), true) {
+                Ok(r) => r,
+                Err(e) if e.timed_out() && last.is_some() => {
+                    let said = last.unwrap_or_default();
+                    return Err(format!("{url} could not be opened: {said}").into());
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(e) = r["errorText"].as_str().filter(|e| !e.is_empty()) {
+                last = Some(e.to_string());
+            }
             match r["errorText"].as_str() {
                 None | Some("") => return Ok(()),
                 Some(_) if self.server_ended() => {
