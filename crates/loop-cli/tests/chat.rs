@@ -13,62 +13,17 @@
 mod shared;
 
 use serde_json::{Value, json};
-use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One post the stand-in took: its path, `Authorization` and JSON.
-type Posts = Arc<Mutex<Vec<(String, String, Value)>>>;
+/// What a stand-in took.
+type Posts = shared::TakenAll;
 
 /// A stand-in for a chat platform's API: it answers every post `ok`.
 fn platform() -> (u16, Posts) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let posts: Posts = Arc::default();
-    let kept = posts.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().take(100) {
-            let Ok(s) = s else { continue };
-            let mut r = std::io::BufReader::new(s);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let path = line
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or_default()
-                .to_string();
-            let (mut len, mut auth) = (0usize, String::new());
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                let lower = h.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if lower.starts_with("authorization:") {
-                    auth = h["authorization:".len()..].trim().to_string();
-                }
-            }
-            let mut body = vec![0u8; len];
-            let _ = r.read_exact(&mut body);
-            kept.lock().unwrap().push((
-                path,
-                auth,
-                serde_json::from_slice(&body).unwrap_or(Value::Null),
-            ));
-            let answer = r#"{"ok":true,"result":{"message_id":1}}"#;
-            let mut s = r.into_inner();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
-    });
-    (port, posts)
+    shared::stand_in(100, |_, _| {
+        (200, r#"{"ok":true,"result":{"message_id":1}}"#.to_string())
+    })
 }
 
 /// POST `body` to trigger `name` with `headers`: status and answer.
@@ -101,15 +56,11 @@ fn deliver(
 
 /// Wait until a post whose text has `words` arrived; that post.
 fn wait_for(posts: &Posts, words: &str) -> (String, String, Value) {
+    let found = |t: &shared::Taken| t.body["text"].as_str().is_some_and(|x| x.contains(words));
     let start = Instant::now();
     loop {
-        if let Some(p) = posts
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(_, _, b)| b["text"].as_str().is_some_and(|t| t.contains(words)))
-        {
-            return p.clone();
+        if let Some(t) = posts.lock().unwrap().iter().find(|t| found(t)) {
+            return (t.path.clone(), t.auth.clone(), t.body.clone());
         }
         assert!(
             start.elapsed() < Duration::from_secs(90),
@@ -262,6 +213,17 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
         .to_string()
         .into_bytes()
     };
+    // A button this trigger never posted answers nothing.
+    let forged = format!("{}:beef0000", approve.rsplit_once(':').unwrap().0);
+    let (code, said) = deliver(
+        &url,
+        "tg",
+        &secret(TG_SECRET),
+        &press(40, 222, &forged),
+        false,
+    );
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains("this trigger did not post"), "{said}");
     // The sender may ask, not approve.
     let (code, said) = deliver(
         &url,
@@ -359,6 +321,18 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
     );
     assert_eq!(code, 200, "{said}");
     assert!(said.contains("approved by U222"), "{said}");
+    // The same signed press again is the same press: taken once.
+    let (code, said) = deliver(
+        &url,
+        "sl",
+        &slack_headers(&click("U222"), SLACK_SECRET),
+        &click("U222"),
+        true,
+    );
+    assert!(
+        code == 409 || said.contains("not answered"),
+        "{code} {said}"
+    );
     wait_for(&slack, &format!("Task {id} ended verified"));
     shared::stop(server);
 

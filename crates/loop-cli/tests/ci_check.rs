@@ -173,6 +173,16 @@ fn a_pull_request_passes_only_with_a_trusted_verified_receipt_of_exactly_its_dif
         git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
     }
 
+    // An addendum no trusted key signed rides along with nothing.
+    let stray = format!(".loop-receipts/{id}.addendum-9.json");
+    std::fs::write(p.join(&stray), "{\"payloadType\": \"x\"}\n").unwrap();
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-qm", "a stray addendum"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert_eq!(v["uncovered"], serde_json::json!([stray]), "{v}");
+    git(&p, &["reset", "-q", "--hard", "HEAD~1"]);
+
     // A mode the receipt does not sign (the content unchanged).
     git(&p, &["update-index", "--chmod=+x", "b.txt"]);
     git(&p, &["commit", "-qm", "executable now"]);

@@ -15,75 +15,15 @@
 mod shared;
 
 use serde_json::{Value, json};
-use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One request the stand-in for GitHub took.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    auth: String,
-    body: Value,
-}
-
-/// A stand-in for GitHub's REST API on 127.0.0.1: what it took, and its port.
-fn github() -> (u16, Arc<Mutex<Vec<Seen>>>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().take(200) {
-            let Ok(s) = s else { continue };
-            let mut r = std::io::BufReader::new(s);
-            let mut line = String::new();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                continue;
-            }
-            let mut parts = line.split_whitespace();
-            let method = parts.next().unwrap_or_default().to_string();
-            let path = parts.next().unwrap_or_default().to_string();
-            let (mut len, mut auth) = (0usize, String::new());
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                let lower = h.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if lower.starts_with("authorization:") {
-                    auth = h["authorization:".len()..].trim().to_string();
-                }
-            }
-            let mut body = vec![0u8; len];
-            let _ = r.read_exact(&mut body);
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let n = {
-                let mut k = kept.lock().unwrap();
-                k.push(Seen {
-                    method: method.clone(),
-                    path: path.clone(),
-                    auth,
-                    body,
-                });
-                k.len()
-            };
-            let (status, answer) = answer(&method, &path, n);
-            let answer = answer.to_string();
-            let mut s = r.into_inner();
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
-    });
-    (port, seen)
+/// A stand-in for GitHub's REST API on 127.0.0.1: its port, and what it took.
+fn github() -> (u16, shared::TakenAll) {
+    shared::stand_in(200, |t, n| {
+        let (status, v) = answer(&t.method, &t.path, n);
+        (status, v.to_string())
+    })
 }
 
 /// GitHub's answer to `method path` (the `n`th request).

@@ -12,7 +12,6 @@ mod shared;
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -21,69 +20,36 @@ type Codes = Arc<Mutex<HashMap<String, (String, String)>>>;
 
 /// A stand-in for GitHub's OAuth and REST endpoints; its port and codes.
 fn github() -> (u16, Codes) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
     let codes: Codes = Arc::default();
     let known = codes.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().take(100) {
-            let Ok(s) = s else { continue };
-            let mut r = std::io::BufReader::new(s);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let path = line
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or_default()
-                .to_string();
-            let (mut len, mut auth) = (0usize, String::new());
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                let lower = h.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if lower.starts_with("authorization:") {
-                    auth = h["authorization:".len()..].trim().to_string();
-                }
-            }
-            let mut body = vec![0u8; len];
-            let _ = r.read_exact(&mut body);
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let answer = match path.split('?').next().unwrap_or_default() {
-                "/login/oauth/access_token" => {
-                    let code = body["code"].as_str().unwrap_or_default();
-                    let verifier = body["code_verifier"].as_str().unwrap_or_default();
-                    let held = known.lock().unwrap().remove(code);
-                    match held {
-                        Some((challenge, login))
-                            if !verifier.is_empty()
-                                && loop_runtime_challenge(verifier) == challenge
-                                && body["client_secret"] == "app-s3cret" =>
-                        {
-                            json!({"access_token": format!("gho_{login}"), "token_type": "bearer", "scope": "read:org"})
-                        }
-                        _ => json!({"error": "bad_verification_code", "error_description": "The code passed is incorrect or expired."}),
+    let (port, _) = shared::stand_in(100, move |t, _| {
+        let body = &t.body;
+        let answer = match t.path.split('?').next().unwrap_or_default() {
+            "/login/oauth/access_token" => {
+                let code = body["code"].as_str().unwrap_or_default();
+                let verifier = body["code_verifier"].as_str().unwrap_or_default();
+                let held = known.lock().unwrap().remove(code);
+                match held {
+                    Some((challenge, login))
+                        if !verifier.is_empty()
+                            && loop_runtime_challenge(verifier) == challenge
+                            && body["client_secret"] == "app-s3cret" =>
+                    {
+                        json!({"access_token": format!("gho_{login}"), "token_type": "bearer", "scope": "read:org"})
+                    }
+                    _ => {
+                        json!({"error": "bad_verification_code", "error_description": "The code passed is incorrect or expired."})
                     }
                 }
-                "/api/user" => json!({"login": auth.strip_prefix("Bearer gho_").unwrap_or("nobody")}),
-                "/api/user/teams" if auth == "Bearer gho_Teamie" => {
-                    json!([{"slug": "maintainers", "organization": {"login": "Acme"}}, {"slug": "docs", "organization": {"login": "acme"}}])
-                }
-                "/api/user/teams" => json!([]),
-                _ => json!({"message": "Not Found"}),
             }
-            .to_string();
-            let mut s = r.into_inner();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
+            "/api/user" => json!({"login": t.auth.strip_prefix("Bearer gho_").unwrap_or("nobody")}),
+            "/api/user/teams" if t.auth == "Bearer gho_Teamie" => {
+                json!([{"slug": "maintainers", "organization": {"login": "Acme"}}, {"slug": "docs", "organization": {"login": "acme"}}])
+            }
+            "/api/user/teams" => json!([]),
+            _ => json!({"message": "Not Found"}),
+        };
+        (200, answer.to_string())
     });
     (port, codes)
 }
@@ -141,7 +107,10 @@ fn param(url: &str, name: &str) -> String {
 /// Begin a sign-in at `base`, and have GitHub send `login` back with a
 /// code: the callback's URL and the browser's cookie.
 fn begin(base: &str, codes: &Codes, login: &str, n: usize) -> (String, String) {
-    let (status, location, cookie, said) = get(&format!("{base}/auth/github"), None);
+    let (status, location, cookie, said) = get(
+        &format!("{base}/auth/github?nonce=0123456789abcdef{n:04}"),
+        None,
+    );
     assert_eq!(status, 302, "{said}");
     assert_eq!(param(&location, "code_challenge_method"), "S256");
     assert_eq!(param(&location, "client_id"), "Iv1.test");
@@ -193,7 +162,8 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     assert_eq!(status, 302, "{said}");
     let token = location
         .strip_prefix("/#signed-in=")
-        .expect("a token in the fragment");
+        .and_then(|t| t.strip_suffix("&nonce=0123456789abcdef0001"))
+        .expect("a token in the fragment, with the console's nonce");
     let api = |method: &str, token: &str| {
         let r = match method {
             "GET" => agent()
@@ -219,7 +189,10 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     let (back, cookie) = begin(&base, &codes, "Teamie", 2);
     let (status, location, _, said) = get(&back, Some(&cookie));
     assert_eq!(status, 302, "{said}");
-    let admin = location.strip_prefix("/#signed-in=").unwrap();
+    let admin = location
+        .strip_prefix("/#signed-in=")
+        .and_then(|t| t.split('&').next())
+        .unwrap();
     let out = shared::loop_in(&home)
         .args(["tokens", "list", "--json", "--project"])
         .arg(&project)
@@ -234,6 +207,9 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     );
     assert_eq!(api("GET", admin), 200);
 
+    // No nonce of the console's: refused before anything is kept.
+    let (status, _, _, said) = get(&format!("{base}/auth/github"), None);
+    assert_eq!(status, 400, "{said}");
     // Refused: a state nobody made; a sign-in begun in another browser
     // (no cookie); a code whose verifier GitHub does not accept (the
     // code belongs to another attempt's challenge); a login nobody mapped.

@@ -1079,14 +1079,29 @@ window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
   // Back from GitHub: the session's token is in the fragment (never sent
   // to a server); kept in this tab, and taken out of the address.
+  // Only a token this tab asked for (its nonce comes back with it): a link
+  // with someone else's token in it signs nobody in.
   if (location.hash.startsWith("#signed-in=")) {
-    token = decodeURIComponent(location.hash.slice("#signed-in=".length));
-    sessionStorage.setItem("loop-token", token);
+    const back = new URLSearchParams(location.hash.slice(1));
+    const asked = sessionStorage.getItem("loop-signin-nonce");
+    sessionStorage.removeItem("loop-signin-nonce");
+    if (asked && back.get("nonce") === asked && back.get("signed-in")) {
+      token = back.get("signed-in");
+      sessionStorage.setItem("loop-token", token);
+    } else {
+      say("that sign-in was not asked for in this tab: sign in again");
+    }
     history.replaceState(null, "", location.pathname + "#/");
   }
   fetch("/auth/providers").then((r) => (r.ok ? r.json() : {})).then((p) => {
     if (p && p.github) $("#signin-github").hidden = false;
   }).catch(() => null);
+  $("#signin-github-link").addEventListener("click", (ev) => {
+    ev.preventDefault();
+    const nonce = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+    sessionStorage.setItem("loop-signin-nonce", nonce);
+    location.href = "/auth/github?nonce=" + nonce;
+  });
   $("#signin-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     token = $("#token").value.trim();

@@ -21,8 +21,18 @@ const MAX_ATTEMPTS: usize = 1024;
 /// The cookie that ties an attempt to its browser.
 const COOKIE: &str = "loop_github_state";
 
-/// Sign-ins under way: state → (verifier, when begun).
-pub(crate) type Attempts = Arc<Mutex<HashMap<String, (String, Instant)>>>;
+/// Sign-ins under way: state → (verifier, the console's nonce, when begun).
+pub(crate) type Attempts = Arc<Mutex<HashMap<String, (String, String, Instant)>>>;
+
+/// Sign-ins one address may begin in a minute.
+const PER_ADDRESS: u32 = 20;
+
+/// `GET /auth/github`'s query: the console's nonce, given back with the
+/// token so the console takes only a token it asked for.
+#[derive(serde::Deserialize)]
+pub(crate) struct Begin {
+    nonce: Option<String>,
+}
 
 /// `GET /auth/providers`: which sign-ins the console may offer.
 pub(crate) async fn providers(State(s): State<AppState>) -> Response {
@@ -34,7 +44,23 @@ pub(crate) async fn providers(State(s): State<AppState>) -> Response {
 }
 
 /// `GET /auth/github`: off to GitHub.
-pub(crate) async fn begin(State(s): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn begin(
+    State(s): State<AppState>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    Query(q): Query<Begin>,
+) -> Result<Response, ApiError> {
+    let nonce = q
+        .nonce
+        .filter(|n| (16..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "a `nonce` of 16 to 64 letters and digits is needed (the console makes one)",
+            )
+        })?;
+    // One address cannot fill the table of attempts for everyone.
+    s.check_rate_with(&format!("signin:{}", peer.ip()), PER_ADDRESS)?;
     let rt = s.runtime.clone();
     let start = blocking(move || rt.github_sign_in().map_err(ApiError::from)).await?;
     let Some(start) = start else {
@@ -47,7 +73,7 @@ pub(crate) async fn begin(State(s): State<AppState>) -> Result<Response, ApiErro
             .sign_ins
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.retain(|_, (_, at)| at.elapsed() < ATTEMPT);
+        a.retain(|_, (_, _, at)| at.elapsed() < ATTEMPT);
         if a.len() >= MAX_ATTEMPTS {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -55,7 +81,7 @@ pub(crate) async fn begin(State(s): State<AppState>) -> Result<Response, ApiErro
                 "too many sign-ins under way: try again in a few minutes",
             ));
         }
-        a.insert(start.state.clone(), (start.verifier, Instant::now()));
+        a.insert(start.state.clone(), (start.verifier, nonce, Instant::now()));
     }
     Ok((
         StatusCode::FOUND,
@@ -64,8 +90,9 @@ pub(crate) async fn begin(State(s): State<AppState>) -> Result<Response, ApiErro
             (
                 header::SET_COOKIE,
                 format!(
-                    "{COOKIE}={}; Path=/auth/github; HttpOnly; SameSite=Lax; Max-Age=600",
-                    start.state
+                    "{COOKIE}={}; Path=/auth/github; HttpOnly; SameSite=Lax; Max-Age=600{}",
+                    start.state,
+                    if start.secure { "; Secure" } else { "" }
                 ),
             ),
         ],
@@ -131,8 +158,8 @@ pub(crate) async fn callback(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .remove(&state)
-        .filter(|(_, at)| at.elapsed() < ATTEMPT);
-    let Some((verifier, _)) = kept else {
+        .filter(|(_, _, at)| at.elapsed() < ATTEMPT);
+    let Some((verifier, nonce, _)) = kept else {
         return refused(
             StatusCode::BAD_REQUEST,
             "the sign-in's state is unknown, used or expired: start again",
@@ -150,7 +177,12 @@ pub(crate) async fn callback(
         Ok(Ok(t)) => (
             StatusCode::FOUND,
             [
-                (header::LOCATION, format!("/#signed-in={}", t.token)),
+                (
+                    header::LOCATION,
+                    format!("/#signed-in={}&nonce={nonce}", t.token),
+                ),
+                // The console's page is not to name where it came from.
+                (header::REFERRER_POLICY, "no-referrer".to_string()),
                 (
                     header::SET_COOKIE,
                     format!("{COOKIE}=; Path=/auth/github; HttpOnly; SameSite=Lax; Max-Age=0"),

@@ -465,3 +465,82 @@ pub fn openai_stand_in(
     });
     (port, seen)
 }
+
+/// A request a stand-in server took.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// `GET`, `POST`.
+    pub method: String,
+    /// The path, with its query.
+    pub path: String,
+    /// The `Authorization` header's value, if any.
+    pub auth: String,
+    /// The body as JSON (`Null` when it is not JSON).
+    pub body: serde_json::Value,
+}
+
+/// Every request a stand-in server took.
+pub type TakenAll = std::sync::Arc<std::sync::Mutex<Vec<Taken>>>;
+
+/// A stand-in HTTP/1.1 server on 127.0.0.1 for a platform's API: at most
+/// `most` requests, one per connection, each kept and answered with
+/// `answer(request, its number from 1)`: a status and a JSON text. Its
+/// port, and what it took.
+pub fn stand_in(
+    most: usize,
+    answer: impl Fn(&Taken, usize) -> (u16, String) + Send + 'static,
+) -> (u16, TakenAll) {
+    use std::io::{BufRead, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen: TakenAll = std::sync::Arc::default();
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(most) {
+            let Ok(s) = s else { continue };
+            let mut r = std::io::BufReader::new(s);
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let method = parts.next().unwrap_or_default().to_string();
+            let path = parts.next().unwrap_or_default().to_string();
+            let (mut len, mut auth) = (0usize, String::new());
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                let lower = h.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    auth = h["authorization:".len()..].trim().to_string();
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = r.read_exact(&mut body);
+            let taken = Taken {
+                method,
+                path,
+                auth,
+                body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            };
+            let n = {
+                let mut k = kept.lock().unwrap();
+                k.push(taken.clone());
+                k.len()
+            };
+            let (status, text) = answer(&taken, n);
+            let mut s = r.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    (port, seen)
+}

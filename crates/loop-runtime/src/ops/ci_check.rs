@@ -59,6 +59,9 @@ pub struct CiReceipt {
     pub covers: Vec<String>,
     /// The artifacts it attests (shipped beside it as `ID.artifacts/…`).
     pub artifacts: Vec<String>,
+    /// Addenda beside it that count for nothing, each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stray: Vec<String>,
     /// What is wrong with it (nothing: it passes).
     pub problems: Vec<String>,
 }
@@ -315,9 +318,10 @@ fn materialise(
 /// The commit the pull request's branch left `base` at: its diff is
 /// measured from there, so commits the base gained since are not its.
 fn fork_point(project: &Path, base: &str, head: &str) -> Result<String, Error> {
-    let out = git(project, &["merge-base", base, head]).map_err(|_| {
+    let out = git(project, &["merge-base", base, head]).map_err(|e| {
         Error::usage(format!(
-            "{base} and {head} share no history: not a pull request of it"
+            "{base} and {head} share no history here (a shallow clone needs fetch-depth 0): {}",
+            e.message
         ))
     })?;
     Ok(String::from_utf8_lossy(&out).trim().to_string())
@@ -422,9 +426,12 @@ fn judge(
                 || r.artifacts
                     .iter()
                     .any(|a| rel == format!("{id}.artifacts/{a}"))
+                // An addendum only when it is one about this receipt,
+                // signed by a trusted key (a stray one needs covering).
                 || (rel.starts_with(&format!("{id}.addendum-"))
                     && rel.ends_with(".json")
-                    && !rel.contains('/'))
+                    && !rel.contains('/')
+                    && !r.stray.iter().any(|x| x.starts_with(&format!("{rel}:"))))
         })
     };
     let uncovered: Vec<String> = changed
@@ -476,6 +483,7 @@ fn check_one(
                 verified: false,
                 covers: Vec::new(),
                 artifacts: Vec::new(),
+                stray: Vec::new(),
                 problems: vec![why],
             });
         }
@@ -513,6 +521,7 @@ fn check_one(
     Ok(CiReceipt {
         path,
         artifacts,
+        stray: check.stray_addenda.clone(),
         task_id: statement.map(|s| s.predicate.task_id),
         intact: check.intact,
         verified: check.verified,

@@ -66,7 +66,8 @@ pub(crate) fn plain(text: &str) -> String {
     let t = t
         .lines()
         .map(|l| {
-            if l.to_ascii_lowercase().contains("github text") {
+            let lower = l.to_ascii_lowercase();
+            if lower.contains("github text") || lower.contains("chat text") {
                 l.replace('-', "\u{2010}")
             } else {
                 l.to_string()
@@ -186,9 +187,20 @@ pub fn asked(
                 .ok_or("this trigger takes no labels")?;
             let labelled = match action {
                 "labeled" => p["label"]["name"].as_str() == Some(label),
-                "opened" => issue["labels"]
-                    .as_array()
-                    .is_some_and(|ls| ls.iter().any(|l| l["name"].as_str() == Some(label))),
+                // A template or form labels a new issue for anyone: who
+                // opened it must be one the trigger takes.
+                "opened" => {
+                    let by = issue["author_association"].as_str().unwrap_or("NONE");
+                    if !inlet.authors.iter().any(|a| a == by) {
+                        return Err(NotAsked(format!(
+                            "the issue's author ({by}) may not ask: this trigger takes {}",
+                            inlet.authors.join(", ")
+                        )));
+                    }
+                    issue["labels"]
+                        .as_array()
+                        .is_some_and(|ls| ls.iter().any(|l| l["name"].as_str() == Some(label)))
+                }
                 _ => false,
             };
             if !labelled {
@@ -227,7 +239,8 @@ pub fn asked(
         text.push_str(&format!("\n\nThe comment that asked (@{sender}): {said}"));
     }
     Ok(Asked {
-        nonce: loop_protocol::random::hex::<4>().unwrap_or_else(|_| "0".into()),
+        nonce: loop_protocol::random::hex::<4>()
+            .map_err(|e| NotAsked(format!("no randomness for the block's word: {e}")))?,
         text: plain(&text),
         origin: GithubOrigin {
             repository: repo,
@@ -762,6 +775,14 @@ mod tests {
             i.ends_with(&format!("----- END GITHUB TEXT {} -----", a.nonce)),
             "{i}"
         );
+        // A new issue a template labelled, by someone the trigger does not
+        // take: nothing asked.
+        let mut opened: Value = serde_json::from_slice(&issue("opened", "loop", "acme/w")).unwrap();
+        opened["issue"]["author_association"] = json!("NONE");
+        let e = asked(&inlet(), Some("issues"), opened.to_string().as_bytes()).unwrap_err();
+        assert!(e.0.contains("the issue's author (NONE) may not ask"), "{e}");
+        opened["issue"]["author_association"] = json!("MEMBER");
+        assert!(asked(&inlet(), Some("issues"), opened.to_string().as_bytes()).is_ok());
         // Another label, another action, another event: nothing asked.
         for (event, body) in [
             ("issues", issue("labeled", "bug", "acme/w")),

@@ -23,6 +23,8 @@ pub struct SignInStart {
     pub state: String,
     /// The PKCE code verifier (never sent until the exchange).
     pub verifier: String,
+    /// The console is reached over https (its cookie is then `Secure`).
+    pub secure: bool,
 }
 
 /// `s` percent-encoded for a URL's query.
@@ -117,6 +119,7 @@ impl Runtime {
             url,
             state,
             verifier,
+            secure: g.redirect_url.starts_with("https://"),
         }))
     }
 
