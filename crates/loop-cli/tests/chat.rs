@@ -114,7 +114,7 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(
         project.join("script.yaml"),
-        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"touch approved.txt\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+        "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"touch approved.txt; true AKIAABCDEFGHIJKLMNOP\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
     let (tg_port, tg) = platform();
@@ -196,9 +196,23 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
     );
     // The question, with its buttons.
     let (_, _, asked) = wait_for(&tg, "waits for approval");
+    // What the question shows is scrubbed as the ledger's copy is.
+    assert!(
+        !asked.to_string().contains("AKIAABCDEFGHIJKLMNOP"),
+        "{asked}"
+    );
+    assert!(
+        asked["text"]
+            .as_str()
+            .unwrap()
+            .contains("touch approved.txt"),
+        "{asked}"
+    );
     let buttons = &asked["reply_markup"]["inline_keyboard"][0];
     let approve = buttons[0]["callback_data"].as_str().unwrap().to_string();
     assert!(approve.starts_with(&format!("approve:{id}:")), "{asked}");
+    // Telegram takes at most 64 bytes of button data, whatever the call's id.
+    assert!(approve.len() <= 64, "{approve}");
     assert!(
         buttons[1]["callback_data"]
             .as_str()
