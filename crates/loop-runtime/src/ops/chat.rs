@@ -371,9 +371,32 @@ fn question_of(dir: &std::path::Path, handle: &str) -> Option<String> {
     all.get(handle).cloned()
 }
 
+/// [`post`] on a thread of its own, kept in `dir`'s record (a platform
+/// that answers slowly never holds a delivery's answer or a task's run).
+fn post_later(
+    inlet: &ChatInlet,
+    (chat, text, question): (&str, &str, Option<(&str, &str)>),
+    dir: std::path::PathBuf,
+) {
+    let (inlet, chat, text) = (inlet.clone(), chat.to_string(), text.to_string());
+    let question = question.map(|(t, q)| (t.to_string(), q.to_string()));
+    std::thread::spawn(move || {
+        let q = question.as_ref().map(|(t, h)| (t.as_str(), h.as_str()));
+        match post(&inlet, &chat, &text, q) {
+            Ok(p) => keep(&dir, p),
+            Err(e) => tracing::warn!("cannot post to the chat: {}", e.message),
+        }
+    });
+}
+
 /// Keep `post` in the task's chat record.
 #[allow(clippy::disallowed_methods)] // the task's own directory, the runtime's
 fn keep(dir: &std::path::Path, post: Post) {
+    // One writer at a time: posts may end together.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let file = dir.join("chat.json");
     let mut all: Vec<Post> = std::fs::read(&file)
         .ok()
@@ -486,10 +509,11 @@ impl Runtime {
                     .as_ref()
                     .map(|u| format!(" {u}/#/task/{id}"))
                     .unwrap_or_default();
-                match post(inlet, &chat, &format!("Started task {id}.{link}"), None) {
-                    Ok(p) => keep(&crate::project::locate::task_dir(self.project(), &id), p),
-                    Err(e) => tracing::warn!("task {id}: cannot post: {}", e.message),
-                }
+                post_later(
+                    inlet,
+                    (&chat, &format!("Started task {id}.{link}"), None),
+                    crate::project::locate::task_dir(self.project(), &id),
+                );
                 Ok(Ok(id))
             }
             ChatUpdate::Answer {
@@ -537,10 +561,7 @@ impl Runtime {
             ),
             Err(e) => format!("Task {task}: not answered: {}", e.message),
         };
-        match post(inlet, &chat, &said, None) {
-            Ok(p) => keep(&dir, p),
-            Err(e) => tracing::warn!("task {task}: cannot post: {}", e.message),
-        }
+        post_later(inlet, (&chat, &said, None), dir);
         Ok(Refusal::Answered(said))
     }
 
@@ -588,10 +609,9 @@ impl Runtime {
             tracing::warn!("task {id}: cannot keep the question's handle");
             return;
         };
-        match post(&inlet, &origin.chat, &text, Some((id, &handle))) {
-            Ok(p) => keep(&crate::project::locate::task_dir(self.project(), id), p),
-            Err(e) => tracing::warn!("task {id}: cannot post to {}: {}", origin.kind, e.message),
-        }
+        // Posted beside the run: a slow platform does not eat the
+        // approver's time.
+        post_later(&inlet, (&origin.chat, &text, Some((id, &handle))), dir);
     }
 
     /// Post task `id`'s end to the chat it was asked from (once).

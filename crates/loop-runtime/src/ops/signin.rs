@@ -222,10 +222,16 @@ fn grant_for(g: &GithubSignIn, login: &str, teams: &[String]) -> Option<Grant> {
         Scope::Run => 1,
         Scope::Admin => 2,
     };
-    teams
+    // The widest scope; between equals, the first mapped team by name
+    // (not the order GitHub lists them in).
+    g.teams
         .iter()
-        .filter_map(|t| g.teams.get(t))
-        .max_by_key(|gr| rank(gr.scope))
+        .filter(|(name, _)| teams.contains(name))
+        .map(|(_, gr)| gr)
+        .fold(None::<&Grant>, |best, gr| match best {
+            Some(b) if rank(b.scope) >= rank(gr.scope) => Some(b),
+            _ => Some(gr),
+        })
         .cloned()
 }
 
