@@ -457,8 +457,13 @@ fn run_and_settle(
     let result = std::thread::scope(|scope| {
         scope.spawn(|| renew_while(&done, consumer, opts, metrics, d));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // A worker's tasks are watched through the store: it says nothing.
-            runtime.run(&d.task, OnPrompt::Wait, &mut loop_runtime::Quiet)
+            // A worker's tasks are watched through the store: it says
+            // nothing, but a chat that asked hears its questions.
+            let mut asks = ChatAsks {
+                runtime: runtime.clone(),
+                id: d.task.clone(),
+            };
+            runtime.run(&d.task, OnPrompt::Wait, &mut asks)
         }));
         done.store(true, Ordering::SeqCst);
         r
@@ -636,4 +641,23 @@ fn serve_metrics(
         });
     });
     Ok(())
+}
+
+/// What a worker's run tells: only a question a person must answer, to
+/// the chat that asked for the task (if one did).
+struct ChatAsks {
+    runtime: Runtime,
+    id: String,
+}
+
+impl loop_core::Observer for ChatAsks {
+    fn on_event(&mut self, event: &loop_protocol::Event) {
+        if matches!(event, loop_protocol::Event::ApprovalRequested { .. }) {
+            self.runtime.chat_notify(&self.id, event);
+        }
+    }
+}
+
+impl loop_runtime::Observer for ChatAsks {
+    fn note(&mut self, _line: &str) {}
 }
