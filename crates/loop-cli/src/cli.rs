@@ -261,6 +261,10 @@ pub(crate) enum Command {
         /// still listed).
         #[arg(long)]
         allow_uncovered: bool,
+        /// Run each verified receipt's checks again, in the sandbox with
+        /// no network and no model, on the pull request's head tree.
+        #[arg(long)]
+        replay: bool,
         /// The repository.
         #[arg(long, default_value = ".")]
         project: PathBuf,

@@ -337,3 +337,49 @@ fn a_receipt_of_a_task_that_was_not_verified_does_not_pass() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn replayed_checks_must_pass_again_on_the_pull_requests_tree() {
+    let base = tmpdir("replay");
+    let p = base.join("project");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
+    std::fs::write(p.join("README.md"), "the project\n").unwrap();
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let key = shared::loop_in(&base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    pull_request(
+        &base,
+        &p,
+        "replayed",
+        &["grep -q made b.txt", "test -f README.md"],
+    );
+    let key = base.join("key.pem");
+    let key = key.to_str().unwrap();
+    // Honest: the checks pass again on the pull request's tree.
+    let (code, v, said) = ci_check(&base, &p, &["--pubkey", key, "--replay"]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(v["receipts"][0]["replayed"], true, "{v}");
+    // A change beside the agent's (allowed as uncovered) that breaks what
+    // the receipt's checks need: its diff still matches, its replay fails.
+    git(&p, &["rm", "-q", "README.md"]);
+    git(&p, &["commit", "-qm", "drop the readme"]);
+    let (code, v, said) = ci_check(
+        &base,
+        &p,
+        &["--pubkey", key, "--allow-uncovered", "--replay"],
+    );
+    assert_eq!(code, 1, "{said}");
+    assert_eq!(v["receipts"][0]["replayed"], false, "{v}");
+    assert!(
+        v["receipts"][0]["problems"]
+            .to_string()
+            .contains("replayed on the pull request's tree"),
+        "{v}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

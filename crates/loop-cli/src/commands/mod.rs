@@ -54,6 +54,7 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
             head,
             pubkey,
             allow_uncovered,
+            replay,
             project,
         } => replay::ci_check(
             loop_runtime::CiCheckRequest {
@@ -62,6 +63,7 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
                 head,
                 pubkeys: pubkey,
                 allow_uncovered,
+                replay,
             },
             json,
         ),

@@ -95,10 +95,12 @@ pub fn ci_check(req: loop_runtime::CiCheckRequest, json: bool) -> Result<u8, Cli
             c.path,
             c.task_id.as_deref().unwrap_or("?"),
             c.covers.len(),
-            if c.problems.is_empty() {
-                ", verified, exactly the pull request's change"
-            } else {
-                ""
+            match (c.problems.is_empty(), c.replayed) {
+                (true, Some(true)) => {
+                    ", verified, exactly the pull request's change, its checks pass again on it"
+                }
+                (true, _) => ", verified, exactly the pull request's change",
+                _ => "",
             }
         );
         for p in &c.problems {

@@ -42,6 +42,9 @@ pub struct CiCheckRequest {
     pub pubkeys: Vec<PathBuf>,
     /// Paths the diff changes that no receipt covers are said, not failed.
     pub allow_uncovered: bool,
+    /// Run each verified receipt's checks again, in the sandbox and with
+    /// no model, on the pull request's head tree.
+    pub replay: bool,
 }
 
 /// One receipt the pull request brings, and what was found of it.
@@ -62,6 +65,13 @@ pub struct CiReceipt {
     /// Addenda beside it that count for nothing, each with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stray: Vec<String>,
+    /// With `--replay`: whether its checks passed again on the pull
+    /// request's tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<bool>,
+    /// The contract it locked, and its SHA-256 (to replay).
+    #[serde(skip)]
+    pub contract: Option<(loop_protocol::Contract, String)>,
     /// What is wrong with it (nothing: it passes).
     pub problems: Vec<String>,
 }
@@ -380,7 +390,20 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
         Ok::<_, Error>(receipts)
     })();
     let _ = loop_workspace::remove_tree(&dir);
-    let receipts = result?;
+    let mut receipts = result?;
+    if req.replay {
+        for r in receipts
+            .iter_mut()
+            .filter(|r| r.verified && r.problems.is_empty())
+        {
+            let Some(contract) = r.contract.clone() else {
+                continue;
+            };
+            let failed = replay_on_head(&req.project, &head, &contract)?;
+            r.replayed = Some(failed.is_empty());
+            r.problems.extend(failed);
+        }
+    }
     let mut check = judge(req, (base, head), &keys, receipts, &changed);
     for d in deeper {
         check.problems.push(format!(
@@ -389,6 +412,78 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
         check.ok = false;
     }
     Ok(check)
+}
+
+/// The pull request's head tree, `.loop-receipts/` left out, written
+/// into `into` (`git archive`: a tree git holds, no path both a link and
+/// a folder).
+#[allow(clippy::disallowed_methods)] // a private directory the runtime made
+fn head_tree(project: &Path, head: &str, into: &Path) -> Result<(), Error> {
+    use std::process::{Command, Stdio};
+    std::fs::create_dir_all(into).map_err(Error::from_cause)?;
+    let mut archive = Command::new("git")
+        .arg("-C")
+        .arg(project)
+        .args(["archive", "--format=tar", head])
+        .env_remove("GIT_DIR")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::usage(format!("cannot run git archive: {e}")))?;
+    let out = archive.stdout.take();
+    let tar = Command::new("tar")
+        .args(["-x", "--no-same-owner", "-C"])
+        .arg(into)
+        .stdin(out.map(Stdio::from).unwrap_or_else(Stdio::null))
+        .status()
+        .map_err(|e| Error::usage(format!("cannot run tar: {e}")))?;
+    let archived = archive.wait().map_err(Error::from_cause)?;
+    if !tar.success() || !archived.success() {
+        return Err(Error::usage(format!("cannot write out the tree of {head}")));
+    }
+    let _ = loop_workspace::remove_tree(&into.join(RECEIPTS_DIR));
+    Ok(())
+}
+
+/// Run a receipt's checks (its locked `contract`) again on the pull
+/// request's head tree, in the sandbox with no network and no
+/// model: what failed (nothing: all passed).
+#[allow(clippy::disallowed_methods)] // a private directory the runtime made
+fn replay_on_head(
+    project: &Path,
+    head: &str,
+    (contract, sha): &(loop_protocol::Contract, String),
+) -> Result<Vec<String>, Error> {
+    let dir = std::env::temp_dir()
+        .join(loop_sandbox::unique_name("loop-ci-replay").map_err(Error::from_cause)?);
+    let result = (|| {
+        let tree = dir.join("tree");
+        head_tree(project, head, &tree)?;
+        let replayed = loop_verifier::SnapshotVerifier::new(&tree, &dir.join("scratch"))
+            .with_sandbox(loop_sandbox::Settings::default())
+            .verify(contract, sha, 1)
+            .map_err(Error::from_cause)?;
+        Ok(replayed
+            .criteria
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| {
+                let why = c
+                    .checks
+                    .iter()
+                    .find(|k| !k.passed)
+                    .and_then(|k| k.failure.clone())
+                    .unwrap_or_else(|| "failed".into());
+                format!(
+                    "replayed on the pull request's tree, criterion `{}` fails: {why}",
+                    c.id
+                )
+            })
+            .collect())
+    })();
+    let _ = loop_workspace::remove_tree(&dir);
+    result
 }
 
 /// The verdict over every receipt and the diff.
@@ -484,6 +579,8 @@ fn check_one(
                 covers: Vec::new(),
                 artifacts: Vec::new(),
                 stray: Vec::new(),
+                replayed: None,
+                contract: None,
                 problems: vec![why],
             });
         }
@@ -521,6 +618,13 @@ fn check_one(
     Ok(CiReceipt {
         path,
         artifacts,
+        replayed: None,
+        contract: statement.as_ref().map(|s| {
+            (
+                s.predicate.contract.clone(),
+                s.predicate.contract_sha256.clone(),
+            )
+        }),
         stray: check.stray_addenda.clone(),
         task_id: statement.map(|s| s.predicate.task_id),
         intact: check.intact,
