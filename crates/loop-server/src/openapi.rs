@@ -621,7 +621,13 @@ fn sign_in_operation(r: &Route) -> Map<String, Value> {
             responses.insert(code.into(), text_err.clone());
         }
     } else {
-        for code in ["404", "429", "500", "503"] {
+        op.insert(
+            "parameters".into(),
+            json!([{"name": "nonce", "in": "query", "required": true,
+                "description": "the console's random word, given back with the token",
+                "schema": {"type": "string", "pattern": "^[A-Za-z0-9]{16,64}$"}}]),
+        );
+        for code in ["400", "404", "429", "500", "503"] {
             responses.insert(code.into(), json_err.clone());
         }
     }

@@ -27,13 +27,6 @@ pub(crate) type Attempts = Arc<Mutex<HashMap<String, (String, String, Instant)>>
 /// Sign-ins one address may begin in a minute.
 const PER_ADDRESS: u32 = 20;
 
-/// `GET /auth/github`'s query: the console's nonce, given back with the
-/// token so the console takes only a token it asked for.
-#[derive(serde::Deserialize)]
-pub(crate) struct Begin {
-    nonce: Option<String>,
-}
-
 /// `GET /auth/providers`: which sign-ins the console may offer.
 pub(crate) async fn providers(State(s): State<AppState>) -> Response {
     let rt = s.runtime.clone();
@@ -47,10 +40,15 @@ pub(crate) async fn providers(State(s): State<AppState>) -> Response {
 pub(crate) async fn begin(
     State(s): State<AppState>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    Query(q): Query<Begin>,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
 ) -> Result<Response, ApiError> {
+    // (Read by hand: a malformed query is this route's JSON 400 too.)
     let nonce = q
-        .nonce
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("nonce="))
+        .map(str::to_string)
         .filter(|n| (16..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric()))
         .ok_or_else(|| {
             ApiError::new(
