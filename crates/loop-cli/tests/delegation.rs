@@ -916,3 +916,118 @@ fn a_skills_paths_bound_what_a_parent_may_grant_and_its_child_keeps_the_skill() 
     assert_eq!(notes[0]["status"], "quarantined");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// The ledger of task `id` somewhere below `dir`, once it is written.
+fn ledger_below(dir: &Path, id: &str) -> Option<PathBuf> {
+    let name = format!("{id}.ledger.jsonl");
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() && e.file_name().to_string_lossy() == name {
+                return Some(e.path());
+            }
+        }
+    }
+    None
+}
+
+/// `loop serve --jobs N` counts a task's children against its N places:
+/// a parent lends its children its own place, so with one place its two
+/// children run one after the other; with two, side by side (the honest
+/// case: a free place is used). Either way the tree verifies.
+#[test]
+fn loop_serve_jobs_counts_the_children_of_its_tasks() {
+    let child = |pkg: &str| {
+        format!(
+            "  - - calls:\n        - {{tool: run_command, args: {{command: \"sleep 1\"}}}}\n        - {{tool: write_file, args: {{path: pkg/{pkg}/done.txt, content: \"{pkg} is done\\n\"}}}}\n    - calls:\n        - {{tool: finish, args: {{summary: {pkg}}}}}\n"
+        )
+    };
+    let script = format!(
+        "turns:\n  - calls:\n{}{}  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\nchildren:\n{}{}",
+        delegate("a"),
+        delegate("b"),
+        child("a"),
+        child("b")
+    );
+    for (jobs, together) in [("1", false), ("2", true)] {
+        let base = tmpdir(&format!("serve-jobs-{jobs}"));
+        let project = project(&base);
+        std::fs::write(project.join("script.yaml"), &script).unwrap();
+        let out = shared::loop_in(&base)
+            .args([
+                "tokens",
+                "create",
+                "--owner",
+                "alice",
+                "--json",
+                "--project",
+            ])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+        let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let token = made["token"].as_str().unwrap().to_string();
+        let (server, url) = shared::serve(&base, &project, &[], &["--jobs", jobs]);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let body = serde_json::json!({"instruction": "Finish both packages.", "contract": PARENT, "model": "scripted:script.yaml"});
+        let mut r = agent
+            .post(&format!("{url}/api/v1/tasks"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body.to_string())
+            .unwrap();
+        let posted: serde_json::Value =
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(r.status().as_u16(), 201, "{posted}");
+        let id = posted["id"].as_str().unwrap().to_string();
+        let start = std::time::Instant::now();
+        let ended = loop {
+            let v: serde_json::Value = serde_json::from_str(
+                &agent
+                    .get(&format!("{url}/api/v1/tasks/{id}"))
+                    .header("Authorization", &format!("Bearer {token}"))
+                    .call()
+                    .unwrap()
+                    .body_mut()
+                    .read_to_string()
+                    .unwrap(),
+            )
+            .unwrap();
+            if v["outcome"].is_string() {
+                break v;
+            }
+            assert!(start.elapsed().as_secs() < 120, "{v}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        shared::stop(server);
+        assert_eq!(ended["outcome"], "verified", "--jobs {jobs}: {ended}");
+        let ledger = ledger_below(&project.join(".loop"), &id).expect("the parent's ledger");
+        let children: Vec<String> = entries(&ledger, &id, "delegated")
+            .iter()
+            .map(|e| {
+                e["payload"]["child"]["task_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(children.len(), 2, "--jobs {jobs}");
+        let (a, b) = (&children[0], &children[1]);
+        let overlap = at(&ledger, a, "task_started", false) < at(&ledger, b, "finished", true)
+            && at(&ledger, b, "task_started", false) < at(&ledger, a, "finished", true);
+        assert_eq!(
+            overlap, together,
+            "--jobs {jobs}: the children ran together: {overlap}"
+        );
+        let v = verify(&base, &ledger.with_file_name(format!("{id}.receipt.json")));
+        assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

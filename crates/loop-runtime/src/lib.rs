@@ -18,6 +18,7 @@ pub mod interrupt;
 mod loopfile;
 mod models;
 mod ops;
+mod places;
 mod project;
 mod runtime;
 mod skills;
@@ -48,6 +49,7 @@ pub use ops::receipts::{
 };
 pub use ops::tokens::{Caller, NewToken, Scope};
 pub use ops::triggers::Refusal;
+pub use places::{Place, Places};
 pub use project::environments::Standing as EnvironmentStanding;
 pub use project::locate::{
     Liveness, is_running, liveness, new_task_id, open_store, set_store_url, store_url, task_dir,

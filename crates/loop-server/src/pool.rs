@@ -57,6 +57,9 @@ impl Queue {
 
 struct Inner {
     jobs: usize,
+    /// The `jobs` places this server's tasks and their children run in
+    /// (a child beyond the place its parent lends it takes one of these).
+    places: Arc<loop_runtime::Places>,
     runtime: Runtime,
     hub: Hub,
     queue: Mutex<Queue>,
@@ -79,6 +82,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 jobs: jobs.max(1),
+                places: loop_runtime::Places::new(jobs),
                 runtime,
                 hub,
                 queue: Mutex::default(),
@@ -100,6 +104,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 jobs: jobs.max(1),
+                places: loop_runtime::Places::new(jobs),
                 runtime,
                 hub,
                 queue: Mutex::default(),
@@ -271,6 +276,7 @@ pub(crate) fn report_back(runtime: &loop_runtime::Runtime, id: &str) {
 /// for a while.
 fn work(inner: &Arc<Inner>) {
     as_background_work();
+    loop_runtime::Places::enter(Some(inner.places.clone()));
     loop {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -289,6 +295,8 @@ fn work(inner: &Arc<Inner>) {
                 }
             }
         };
+        // Its place, once the children of other tasks leave one free.
+        let place = inner.places.take();
         let mut observer = Poke {
             hub: inner.hub.clone(),
             id: job.id.clone(),
@@ -303,6 +311,7 @@ fn work(inner: &Arc<Inner>) {
                     .extend(&job.id, ext, OnPrompt::Wait, &mut observer),
                 None => inner.runtime.run(&job.id, OnPrompt::Wait, &mut observer),
             }));
+        drop(place);
         // A task a GitHub trigger started is reported where it was asked,
         // once it has ended, however its run returned.
         report_back(&inner.runtime, &job.id);

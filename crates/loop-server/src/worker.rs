@@ -224,12 +224,16 @@ pub fn work(opts: &WorkerOptions) -> Result<(), loop_runtime::Error> {
     let running: Running = Arc::default();
     // Slots that have left their loop (after the stop).
     let exited = Arc::new(AtomicU64::new(0));
+    // The places this worker's tasks and their children run in.
+    let places = loop_runtime::Places::new(opts.jobs);
     std::thread::scope(|scope| {
         for slot in 0..opts.jobs {
             let (runtime, metrics, running) = (runtime.clone(), metrics.clone(), running.clone());
+            let places = places.clone();
             let consumer = format!("{host}-{}-{slot}", std::process::id());
             let exited = exited.clone();
             scope.spawn(move || {
+                loop_runtime::Places::enter(Some(places));
                 slot_loop(slot, &consumer, &runtime, opts, &metrics, &running);
                 exited.fetch_add(1, Ordering::SeqCst);
             });
@@ -318,6 +322,15 @@ fn slot_loop(
                 }
             },
         };
+        // A place first (the children of running tasks may hold them all):
+        // no message is taken that could not run at once.
+        let place = match loop_runtime::Places::current() {
+            Some(places) => match places.take_within(Duration::from_secs(1)) {
+                Some(place) => Some(place),
+                None => continue,
+            },
+            None => None,
+        };
         let d = match q.take(consumer, Duration::from_secs(1)) {
             Ok(Some(d)) => d,
             Ok(None) => continue,
@@ -349,6 +362,7 @@ fn slot_loop(
             metrics.reclaimed.fetch_add(1, Ordering::Relaxed);
         }
         settle(q, consumer, runtime, opts, metrics, &d);
+        drop(place);
         if let Ok(mut r) = running.lock() {
             r.remove(&slot);
         }

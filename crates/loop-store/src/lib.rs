@@ -153,7 +153,18 @@ pub const MIGRATIONS: &[&str] = &[
         updated_ms BIGINT NOT NULL
      );
      CREATE INDEX notes_by_project ON notes(project);",
+    // 9: the task that delegated a task (its parent), so a task's children
+    // are found by an index, not by reading every task's request. Rows
+    // written before it are filled in by each engine (see PARENTS_FILLED).
+    "ALTER TABLE tasks ADD COLUMN parent TEXT;
+     CREATE INDEX tasks_by_parent ON tasks(parent);",
 ];
+
+/// The parent a task's stored request names (`delegation.from.parent`):
+/// what the `parent` column holds.
+pub fn parent_of(request: &serde_json::Value) -> Option<&str> {
+    request["delegation"]["from"]["parent"].as_str()
+}
 
 /// The words a note is found by: its text's and its `about`'s, each a
 /// run of letters or digits, lower-cased (both engines index these, so
@@ -755,6 +766,10 @@ pub trait Store: Send + Sync {
     fn task(&self, id: &str) -> Result<TaskRecord, StoreError>;
     /// Every task, newest first.
     fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// The tasks `parent` delegated to (its children, not theirs), in the
+    /// order they were made.
+    fn children(&self, parent: &str) -> Result<Vec<TaskRecord>, StoreError>;
     /// Append the next ledger entry and, in the same transaction, the task's
     /// new state (when the entry changes it). Refuses an entry whose `seq`
     /// is not the next one, but for the last entry offered again whole

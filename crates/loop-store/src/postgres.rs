@@ -377,6 +377,9 @@ impl PgStore {
                 if i + 1 == 8 {
                     tx.batch_execute(MEMORY_INDEX)?;
                 }
+                if i + 1 == 9 {
+                    tx.batch_execute(PARENTS_FILLED)?;
+                }
                 tx.execute("UPDATE loop_schema SET version = $1", &[&(i as i64 + 1)])?;
             }
             tx.commit()?;
@@ -618,11 +621,12 @@ impl Store for PgStore {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let text = request.to_string();
+        let parent = crate::parent_of(request);
         self.run(|c| {
             let n = c.execute(
-                "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms)
-                 VALUES ($1, 'pending', $2, $3, $4, $4) ON CONFLICT (id) DO NOTHING",
-                &[&id, &contract_sha256, &text, &ms(now_ms)],
+                "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms, parent)
+                 VALUES ($1, 'pending', $2, $3, $4, $4, $5) ON CONFLICT (id) DO NOTHING",
+                &[&id, &contract_sha256, &text, &ms(now_ms), &parent],
             )?;
             if n == 1 {
                 return Ok(());
@@ -649,6 +653,16 @@ impl Store for PgStore {
                 Some(r) => task_from(&r),
                 None => Err(Fail::Store(StoreError::NoSuchTask(id.to_string()))),
             }
+        })
+    }
+
+    fn children(&self, parent: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        self.run(|c| {
+            let rows = c.query(
+                &format!("{TASK_SELECT} WHERE t.parent = $1 ORDER BY t.created_ms, t.id"),
+                &[&parent],
+            )?;
+            rows.iter().map(task_from).collect::<Result<Vec<_>, _>>()
         })
     }
 
@@ -1462,6 +1476,12 @@ fn kept_record(r: &postgres::Row) -> Result<DraftRecord, postgres::Error> {
         holder: r.try_get(4)?,
     })
 }
+
+/// The parents of tasks stored before migration 9 made their column (a
+/// request is always JSON: the store writes it from a JSON value).
+const PARENTS_FILLED: &str =
+    "UPDATE tasks SET parent = request::jsonb #>> '{delegation,from,parent}'
+     WHERE jsonb_typeof(request::jsonb #> '{delegation,from,parent}') = 'string';";
 
 /// PostgreSQL's full-text index of memory notes (made with migration 8):
 /// the `simple` configuration, so its words are the ones SQLite's index

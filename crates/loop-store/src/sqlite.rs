@@ -453,6 +453,9 @@ impl SqliteStore {
                 if i + 1 == 8 {
                     tx.execute_batch(MEMORY_INDEX).map_err(|e| self.err(e))?;
                 }
+                if i + 1 == 9 {
+                    tx.execute_batch(PARENTS_FILLED).map_err(|e| self.err(e))?;
+                }
                 tx.pragma_update(None, "user_version", i as i64 + 1)
                     .map_err(|e| self.err(e))?;
             }
@@ -501,9 +504,15 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         self.with(|c| {
             c.execute(
-                "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms)
-                 VALUES (?1, 'pending', ?2, ?3, ?4, ?4)",
-                params![id, contract_sha256, request.to_string(), now_ms as i64],
+                "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms, parent)
+                 VALUES (?1, 'pending', ?2, ?3, ?4, ?4, ?5)",
+                params![
+                    id,
+                    contract_sha256,
+                    request.to_string(),
+                    now_ms as i64,
+                    crate::parent_of(request)
+                ],
             )
             .map_err(|e| self.err(e))?;
             Ok(())
@@ -516,6 +525,22 @@ impl Store for SqliteStore {
                 .optional()
                 .map_err(|e| self.err(e))?
                 .ok_or_else(|| StoreError::NoSuchTask(id.to_string()))
+        })
+    }
+
+    fn children(&self, parent: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare(&format!(
+                    "{TASK_SELECT} WHERE t.parent = ?1 ORDER BY t.created_ms, t.id"
+                ))
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([parent], row_to_task)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+            Ok(rows)
         })
     }
 
@@ -1231,6 +1256,11 @@ fn kept_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRecord> {
         holder: r.get(4)?,
     })
 }
+
+/// The parents of tasks stored before migration 9 made their column.
+const PARENTS_FILLED: &str =
+    "UPDATE tasks SET parent = json_extract(request, '$.delegation.from.parent')
+     WHERE json_valid(request) AND json_type(request, '$.delegation.from.parent') = 'text';";
 
 /// SQLite's full-text index of memory notes (made with migration 8).
 pub(crate) const MEMORY_INDEX: &str =

@@ -1215,3 +1215,77 @@ fn notes_are_found_by_their_words_only_when_usable_and_the_owners() {
         );
     }
 }
+
+/// A stored request of a task `parent` delegated (or of a top task).
+fn request_of(parent: Option<&str>) -> serde_json::Value {
+    match parent {
+        Some(p) => serde_json::json!({"delegation": {"from": {"parent": p}, "index": 0}}),
+        None => serde_json::json!({"instruction": "top"}),
+    }
+}
+
+/// Bring the fresh store at `b` to schema 8 by hand, as a build before
+/// the parent column left it, with `rows` (id, parent) in it.
+fn at_schema_8(b: &Backend, rows: &[(&str, Option<&str>)]) {
+    let insert = "INSERT INTO tasks (id, state, contract_sha256, request, created_ms, updated_ms)
+                  VALUES ($1, 'pending', 'c', $2, $3, $3)";
+    if b.name == "postgres" {
+        let mut c = postgres::Client::connect(&b.url, postgres::NoTls).unwrap();
+        c.batch_execute("CREATE TABLE loop_schema (version BIGINT NOT NULL); INSERT INTO loop_schema VALUES (8)")
+            .unwrap();
+        for m in &loop_store::MIGRATIONS[..8] {
+            c.batch_execute(m).unwrap();
+        }
+        for (i, (id, parent)) in rows.iter().enumerate() {
+            let body = request_of(*parent).to_string();
+            c.execute(insert, &[id, &body, &(i as i64)]).unwrap();
+        }
+    } else {
+        let c = rusqlite::Connection::open(&b.url).unwrap();
+        for m in &loop_store::MIGRATIONS[..8] {
+            c.execute_batch(m).unwrap();
+        }
+        c.pragma_update(None, "user_version", 8).unwrap();
+        for (i, (id, parent)) in rows.iter().enumerate() {
+            let body = request_of(*parent).to_string();
+            c.execute(
+                &insert.replace('$', "?"),
+                rusqlite::params![id, body, i as i64],
+            )
+            .unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_tasks_children_are_found_by_its_id_also_in_rows_from_before_the_parent_column() {
+    for b in backends("children") {
+        // Two children and a grandchild written by a build before schema 9,
+        // one task whose request names a parent that is no text.
+        at_schema_8(&b, &[("p", None), ("c1", Some("p")), ("g", Some("c1"))]);
+        let store = b.open();
+        store
+            .create_task("c2", "c", &request_of(Some("p")), 10)
+            .unwrap();
+        let odd = serde_json::json!({"delegation": {"from": {"parent": 7}}});
+        store.create_task("odd", "c", &odd, 11).unwrap();
+        store
+            .create_task("other", "c", &request_of(None), 12)
+            .unwrap();
+        let ids = |parent: &str| -> Vec<String> {
+            store
+                .children(parent)
+                .unwrap()
+                .into_iter()
+                .map(|t| t.id)
+                .collect()
+        };
+        assert_eq!(ids("p"), ["c1", "c2"], "{}", b.name);
+        assert_eq!(ids("c1"), ["g"], "{}", b.name);
+        assert!(ids("c2").is_empty(), "{}", b.name);
+        assert!(ids("7").is_empty(), "{}", b.name);
+        // A second handle (another process) sees the same.
+        let again = b.open();
+        assert_eq!(again.children("p").unwrap().len(), 2, "{}", b.name);
+    }
+}

@@ -27,7 +27,7 @@ pub use jail::{Intent, Jail, JailError, Protected};
 pub use journal::{Change, Journal};
 pub use manifest::{Entry, EntryKind, Manifest, StatCache};
 pub use overlay_commit::{Merged, OverlayCommit};
-pub use rebuild::{Delta, RebuildError, reconcile};
+pub use rebuild::{Delta, Fetched, RebuildError, reconcile, reconcile_from};
 pub use snapshot::{Sealed, SnapshotMethod, remove_tree};
 pub use task_workspace::{
     Origin, TaskWorkspace, WorkspaceError, git_head, surely_no_repository, uncommitted,

@@ -117,6 +117,21 @@ impl Delta {
     }
 }
 
+/// A writer that hashes what passes through it.
+struct Hashing(std::fs::File, sha2::Sha256);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.0.write(buf)?;
+        sha2::Digest::update(&mut self.1, &buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// `e`'s path as a relative path with only plain components (no `..`,
 /// `.`, root, empty name or NUL, and not under the root's `.git`).
 fn safe_rel(e: &Entry) -> Result<PathBuf, RebuildError> {
@@ -142,11 +157,31 @@ fn safe_rel(e: &Entry) -> Result<PathBuf, RebuildError> {
 /// refused). The manifest reached is returned, and refused unless its
 /// root is `target`'s. Only the runtime writes here meanwhile (nothing of
 /// the task runs).
-#[allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
 pub fn reconcile(
     dir: &Path,
     target: &Manifest,
     fetch: &mut dyn FnMut(&Entry) -> Result<Vec<u8>, RebuildError>,
+) -> Result<Manifest, RebuildError> {
+    reconcile_from(dir, target, &mut |e| fetch(e).map(Fetched::Bytes))
+}
+
+/// What a fetch gives for an entry: its content whole, or (a file's only)
+/// a reader of it, copied as it is read so no file is held in memory.
+pub enum Fetched {
+    /// A file's bytes, or a link's target.
+    Bytes(Vec<u8>),
+    /// A file's bytes as they are read.
+    Stream(Box<dyn std::io::Read>),
+}
+
+/// [`reconcile`], with contents that may be streamed: a streamed file is
+/// checked against its digest as it is written, and removed if it is not
+/// the content listed.
+#[allow(clippy::disallowed_methods)] // rebuilds the runtime's own workspace copy (O_NOFOLLOW where it reads workspace files)
+pub fn reconcile_from(
+    dir: &Path,
+    target: &Manifest,
+    fetch: &mut dyn FnMut(&Entry) -> Result<Fetched, RebuildError>,
 ) -> Result<Manifest, RebuildError> {
     let have = Manifest::of(dir)?;
     let want = by_path(target);
@@ -161,12 +196,15 @@ pub fn reconcile(
             continue;
         }
         let rel = safe_rel(e)?;
-        let bytes = fetch(e)?;
-        if loop_protocol::hash::sha256_hex(&bytes) != e.sha256 {
-            return Err(RebuildError::Content {
-                path: e.path.clone(),
-                why: format!("the content kept for it is not {}", e.sha256),
-            });
+        let wrong = || RebuildError::Content {
+            path: e.path.clone(),
+            why: format!("the content kept for it is not {}", e.sha256),
+        };
+        let content = fetch(e)?;
+        if let Fetched::Bytes(bytes) = &content
+            && loop_protocol::hash::sha256_hex(bytes) != e.sha256
+        {
+            return Err(wrong());
         }
         let full = dir.join(&rel);
         make_parents(dir, &rel)?;
@@ -178,18 +216,38 @@ pub fn reconcile(
             Err(x) if x.kind() == std::io::ErrorKind::NotFound => {}
             Err(x) => return Err(x.into()),
         }
-        match e.kind {
-            EntryKind::Symlink => {
+        match (e.kind, content) {
+            (EntryKind::Symlink, Fetched::Bytes(bytes)) => {
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&bytes), &full)?
             }
-            EntryKind::File => {
+            (EntryKind::Symlink, Fetched::Stream(_)) => {
+                return Err(RebuildError::Content {
+                    path: e.path.clone(),
+                    why: "a link's target was given as a file's content".into(),
+                });
+            }
+            (EntryKind::File, content) => {
                 let mut f = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(if e.executable { 0o755 } else { 0o644 })
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&full)?;
-                f.write_all(&bytes)?;
+                match content {
+                    Fetched::Bytes(bytes) => f.write_all(&bytes)?,
+                    Fetched::Stream(mut from) => {
+                        let mut hashing = Hashing(f, sha2::Sha256::default());
+                        std::io::copy(&mut from, &mut hashing)?;
+                        let Hashing(file, hasher) = hashing;
+                        f = file;
+                        use sha2::Digest;
+                        if loop_protocol::hash::hex(&hasher.finalize()) != e.sha256 {
+                            drop(f);
+                            std::fs::remove_file(&full)?;
+                            return Err(wrong());
+                        }
+                    }
+                }
                 // The umask may have taken the executable bit.
                 use std::os::unix::fs::PermissionsExt;
                 f.set_permissions(std::fs::Permissions::from_mode(if e.executable {
@@ -350,6 +408,26 @@ mod tests {
         let err = reconcile(&b, &target, &mut lying).unwrap_err().to_string();
         assert!(err.contains("is not"), "{err}");
         assert!(!b.join("f").exists() || std::fs::read(b.join("f")).unwrap() != b"three");
+        // Streamed, it is written as it comes, and removed once its digest
+        // is found wrong; the right content streamed is kept.
+        let mut streamed_lie = |_: &Entry| {
+            Ok(Fetched::Stream(Box::new(std::io::Cursor::new(
+                b"three".to_vec(),
+            ))))
+        };
+        let err = reconcile_from(&b, &target, &mut streamed_lie)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not"), "{err}");
+        assert!(!b.join("f").exists());
+        let mut streamed = |_: &Entry| {
+            Ok(Fetched::Stream(Box::new(std::io::Cursor::new(
+                b"two".to_vec(),
+            ))))
+        };
+        let reached = reconcile_from(&b, &target, &mut streamed).unwrap();
+        assert_eq!(reached.root, target.root);
+        assert_eq!(std::fs::read(b.join("f")).unwrap(), b"two");
     }
 
     #[test]

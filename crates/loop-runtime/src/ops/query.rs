@@ -259,12 +259,9 @@ pub fn status(store: &dyn Store, project: &Path, id: &str) -> Result<TaskStatus,
 /// The child tasks `id` delegated to, in the order it delegated them.
 fn children_of(store: &dyn Store, id: &str) -> Result<Vec<ChildView>, Error> {
     let mut out = Vec::new();
-    let mut tasks = store.tasks().map_err(store_err)?;
+    let mut tasks = store.children(id).map_err(store_err)?;
     tasks.sort_by_key(|t| t.request["delegation"]["index"].as_u64());
-    for t in tasks
-        .iter()
-        .filter(|t| t.request["delegation"]["from"]["parent"] == id)
-    {
+    for t in &tasks {
         let history: Vec<Event> = events(store, &t.id, 0)?
             .into_iter()
             .map(|r| r.event)

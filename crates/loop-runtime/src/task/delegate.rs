@@ -61,7 +61,7 @@ pub(crate) struct Delegator<'a> {
     pub start_child: StartChild,
 }
 
-/// Children started together, at most.
+/// Children one turn starts, at most.
 pub const TOGETHER: usize = 4;
 
 /// What a `delegate` call comes to before anything runs.
@@ -79,12 +79,6 @@ enum Plan {
         granted: Authority,
         ended: Option<crate::TaskReport>,
     },
-}
-
-/// A child's report, at hand or to be waited for.
-enum Either<'s> {
-    Ready(Result<crate::TaskReport, crate::Error>),
-    Running(std::thread::ScopedJoinHandle<'s, Result<crate::TaskReport, crate::Error>>),
 }
 
 /// A child's observer: nothing of its story is shown (the parent's
@@ -372,50 +366,78 @@ impl Delegator<'_> {
         })
     }
 
-    /// Run every plan that has a child to run, [`TOGETHER`] at a time:
-    /// each one's report, in the plans' order (`None`: nothing to run).
+    /// Run every plan that has a child to run and give each one's report,
+    /// in the plans' order (`None`: nothing to run). Children run together
+    /// as the process's places allow (see [`crate::Places`]): this task
+    /// lends them its own place while it waits, and each further child
+    /// runs beside it only in a place free now; without a bound, all of
+    /// them at once (a turn starts at most [`TOGETHER`]).
     fn run_plans(&self, plans: &[Plan]) -> Vec<Option<Result<crate::TaskReport, crate::Error>>> {
+        type Report = Result<crate::TaskReport, crate::Error>;
         let (start, resume) = (self.start_child.start, self.start_child.resume);
         let (project, on_prompt) = (self.project, self.on_prompt);
-        let asker = || Asker(self.person.as_ref().map(crate::task::asking::Person::turn));
-        let mut out: Vec<Option<Result<crate::TaskReport, crate::Error>>> =
-            Vec::with_capacity(plans.len());
-        for chunk in plans.chunks(TOGETHER) {
-            let ran: Vec<_> = std::thread::scope(|scope| {
-                let handles: Vec<_> = chunk
-                    .iter()
-                    .map(|plan| match plan {
-                        Plan::Answered(_) => None,
-                        Plan::Started { ended: Some(r), .. } => Some(Either::Ready(Ok(r.clone()))),
-                        Plan::Started {
-                            id, ended: None, ..
-                        } => {
-                            let mut asker = asker();
-                            Some(Either::Running(
-                                scope.spawn(move || resume(project, id, on_prompt, &mut asker)),
-                            ))
-                        }
-                        Plan::Fresh { admitted, .. } => {
-                            let (admitted, mut asker) = ((**admitted).clone(), asker());
-                            Some(Either::Running(
-                                scope.spawn(move || start(admitted, &mut asker)),
-                            ))
-                        }
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.map(|h| match h {
-                            Either::Ready(r) => r,
-                            Either::Running(j) => j.join().unwrap_or_else(|_| {
-                                Err(crate::Error::internal("the child's run panicked"))
-                            }),
-                        })
-                    })
-                    .collect()
-            });
-            out.extend(ran);
+        let mut out: Vec<Option<Report>> = plans
+            .iter()
+            .map(|plan| match plan {
+                Plan::Started { ended: Some(r), .. } => Some(Ok(r.clone())),
+                _ => None,
+            })
+            .collect();
+        let todo: Vec<usize> = (0..plans.len())
+            .filter(|&i| {
+                matches!(
+                    plans[i],
+                    Plan::Fresh { .. } | Plan::Started { ended: None, .. }
+                )
+            })
+            .collect();
+        let places = crate::Places::current();
+        let width = todo.len().min(TOGETHER);
+        let extra: Vec<crate::Place> = match &places {
+            Some(p) => (1..width).map_while(|_| p.try_take()).collect(),
+            None => Vec::new(),
+        };
+        let runners = if places.is_some() {
+            (1 + extra.len()).min(width)
+        } else {
+            width
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let reports: Vec<std::sync::Mutex<Option<Report>>> =
+            todo.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let run_one = |i: usize| -> Report {
+            let mut asker = Asker(self.person.as_ref().map(crate::task::asking::Person::turn));
+            match &plans[i] {
+                Plan::Started { id, .. } => resume(project, id, on_prompt, &mut asker),
+                Plan::Fresh { admitted, .. } => start((**admitted).clone(), &mut asker),
+                Plan::Answered(_) => Err(crate::Error::internal("nothing to run")),
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..runners {
+                scope.spawn(|| {
+                    crate::Places::enter(places.clone());
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let Some(&i) = todo.get(k) else { break };
+                        let report =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(i)))
+                                .unwrap_or_else(|_| {
+                                    Err(crate::Error::internal("the child's run panicked"))
+                                });
+                        *reports[k]
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(report);
+                    }
+                });
+            }
+        });
+        drop(extra);
+        for (k, i) in todo.into_iter().enumerate() {
+            out[i] = reports[k]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
         }
         out
     }
@@ -523,11 +545,9 @@ impl Delegator<'_> {
     fn children(&self) -> Result<Vec<loop_store::TaskRecord>, BoundaryError> {
         let store = crate::project::locate::open_store(self.project)
             .map_err(|e| BoundaryError::new(e.message))?;
-        let tasks = store.tasks().map_err(BoundaryError::caused_by)?;
-        Ok(tasks
-            .into_iter()
-            .filter(|t| t.request["delegation"]["from"]["parent"] == self.task_id)
-            .collect())
+        store
+            .children(self.task_id)
+            .map_err(BoundaryError::caused_by)
     }
 
     /// How many children this task has started.
@@ -835,18 +855,16 @@ pub(crate) fn cancel_children(
     store: &dyn loop_store::Store,
     parent: &str,
 ) -> Result<(), crate::Error> {
-    let tasks = store.tasks().map_err(crate::project::locate::store_err)?;
     let mut below = vec![parent.to_string()];
     // At most as deep as delegation goes.
     for _ in 0..=loop_protocol::delegation::MAX_DEPTH {
-        let next: Vec<String> = tasks
-            .iter()
-            .filter(|t| {
-                let p = &t.request["delegation"]["from"]["parent"];
-                below.iter().any(|b| p == b.as_str())
-            })
-            .map(|t| t.id.clone())
-            .collect();
+        let mut next = Vec::new();
+        for b in &below {
+            let children = store
+                .children(b)
+                .map_err(crate::project::locate::store_err)?;
+            next.extend(children.into_iter().map(|t| t.id));
+        }
         for child in &next {
             store
                 .request_cancel(child, loop_core::Clock::now_ms(&loop_core::SystemClock))

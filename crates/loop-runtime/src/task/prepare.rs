@@ -517,8 +517,10 @@ fn take_content(workspace: &Path, from: &Path) -> Result<(), Error> {
     };
     let target = Manifest::of(from).map_err(|e| fail(&e))?;
     let tree = loop_workspace::Tree::open(from).map_err(|e| fail(&e))?;
-    let mut fetch = |e: &loop_workspace::Entry| -> Result<Vec<u8>, loop_workspace::RebuildError> {
-        let gone = |why: String| loop_workspace::RebuildError::Content {
+    // A file is copied as it is read (a large one is never held whole).
+    let mut fetch = |e: &loop_workspace::Entry| {
+        use loop_workspace::{Fetched, Node, RebuildError};
+        let gone = |why: String| RebuildError::Content {
             path: e.path.clone(),
             why,
         };
@@ -526,15 +528,13 @@ fn take_content(workspace: &Path, from: &Path) -> Result<(), Error> {
             return Err(gone("its name is not UTF-8".into()));
         }
         match tree.node(&e.path) {
-            Ok(loop_workspace::Node::Symlink(t)) => Ok(t.into_os_string().into_encoded_bytes()),
-            Ok(loop_workspace::Node::File { .. }) => tree
-                .read_file(&e.path, u64::MAX / 2)
-                .map_err(|e| gone(e.to_string())),
+            Ok(Node::Symlink(t)) => Ok(Fetched::Bytes(t.into_os_string().into_encoded_bytes())),
+            Ok(Node::File { file, .. }) => Ok(Fetched::Stream(Box::new(file))),
             Ok(_) => Err(gone("it is no longer a file or a link".into())),
             Err(err) => Err(gone(err.to_string())),
         }
     };
-    loop_workspace::reconcile(workspace, &target, &mut fetch).map_err(|e| fail(&e))?;
+    loop_workspace::reconcile_from(workspace, &target, &mut fetch).map_err(|e| fail(&e))?;
     Ok(())
 }
 
