@@ -934,6 +934,84 @@ fn ledger_below(dir: &Path, id: &str) -> Option<PathBuf> {
     None
 }
 
+/// Task `contract` played by `script` through `loop serve --jobs JOBS` in
+/// `project`, waited for: its id, its status at its end, and its ledger.
+fn served(
+    base: &Path,
+    project: &Path,
+    jobs: &str,
+    contract: &str,
+    script: &str,
+) -> (String, serde_json::Value, PathBuf) {
+    std::fs::write(project.join("script.yaml"), script).unwrap();
+    let out = shared::loop_in(base)
+        .args([
+            "tokens",
+            "create",
+            "--owner",
+            "alice",
+            "--json",
+            "--project",
+        ])
+        .arg(project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shared::text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = made["token"].as_str().unwrap().to_string();
+    let (server, url) = shared::serve(base, project, &[], &["--jobs", jobs]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let body = serde_json::json!({"instruction": "Finish the work.", "contract": contract, "model": "scripted:script.yaml"});
+    let mut r = agent
+        .post(&format!("{url}/api/v1/tasks"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .content_type("application/json")
+        .send(body.to_string())
+        .unwrap();
+    let posted: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{posted}");
+    let id = posted["id"].as_str().unwrap().to_string();
+    let start = std::time::Instant::now();
+    let ended = loop {
+        let v: serde_json::Value = serde_json::from_str(
+            &agent
+                .get(&format!("{url}/api/v1/tasks/{id}"))
+                .header("Authorization", &format!("Bearer {token}"))
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        if v["outcome"].is_string() {
+            break v;
+        }
+        assert!(start.elapsed().as_secs() < 120, "{v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    shared::stop(server);
+    let ledger = ledger_below(&project.join(".loop"), &id).expect("the parent's ledger");
+    (id, ended, ledger)
+}
+
+/// The ids of the children the parent `id` records in `ledger`, in order.
+fn children_in(ledger: &Path, id: &str) -> Vec<String> {
+    entries(ledger, id, "delegated")
+        .iter()
+        .map(|e| {
+            e["payload"]["child"]["task_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
 /// `loop serve --jobs N` counts a task's children against its N places:
 /// a parent lends its children its own place, so with one place its two
 /// children run one after the other; with two, side by side (the honest
@@ -955,69 +1033,9 @@ fn loop_serve_jobs_counts_the_children_of_its_tasks() {
     for (jobs, together) in [("1", false), ("2", true)] {
         let base = tmpdir(&format!("serve-jobs-{jobs}"));
         let project = project(&base);
-        std::fs::write(project.join("script.yaml"), &script).unwrap();
-        let out = shared::loop_in(&base)
-            .args([
-                "tokens",
-                "create",
-                "--owner",
-                "alice",
-                "--json",
-                "--project",
-            ])
-            .arg(&project)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", shared::text(&out));
-        let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let token = made["token"].as_str().unwrap().to_string();
-        let (server, url) = shared::serve(&base, &project, &[], &["--jobs", jobs]);
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let body = serde_json::json!({"instruction": "Finish both packages.", "contract": PARENT, "model": "scripted:script.yaml"});
-        let mut r = agent
-            .post(&format!("{url}/api/v1/tasks"))
-            .header("Authorization", &format!("Bearer {token}"))
-            .content_type("application/json")
-            .send(body.to_string())
-            .unwrap();
-        let posted: serde_json::Value =
-            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
-        assert_eq!(r.status().as_u16(), 201, "{posted}");
-        let id = posted["id"].as_str().unwrap().to_string();
-        let start = std::time::Instant::now();
-        let ended = loop {
-            let v: serde_json::Value = serde_json::from_str(
-                &agent
-                    .get(&format!("{url}/api/v1/tasks/{id}"))
-                    .header("Authorization", &format!("Bearer {token}"))
-                    .call()
-                    .unwrap()
-                    .body_mut()
-                    .read_to_string()
-                    .unwrap(),
-            )
-            .unwrap();
-            if v["outcome"].is_string() {
-                break v;
-            }
-            assert!(start.elapsed().as_secs() < 120, "{v}");
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        };
-        shared::stop(server);
+        let (id, ended, ledger) = served(&base, &project, jobs, PARENT, &script);
         assert_eq!(ended["outcome"], "verified", "--jobs {jobs}: {ended}");
-        let ledger = ledger_below(&project.join(".loop"), &id).expect("the parent's ledger");
-        let children: Vec<String> = entries(&ledger, &id, "delegated")
-            .iter()
-            .map(|e| {
-                e["payload"]["child"]["task_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
+        let children = children_in(&ledger, &id);
         assert_eq!(children.len(), 2, "--jobs {jobs}");
         let (a, b) = (&children[0], &children[1]);
         let overlap = at(&ledger, a, "task_started", false) < at(&ledger, b, "finished", true)
@@ -1030,4 +1048,95 @@ fn loop_serve_jobs_counts_the_children_of_its_tasks() {
         assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
         let _ = std::fs::remove_dir_all(&base);
     }
+}
+
+/// A provider that sends two `delegate` calls with the same id in one turn
+/// starts one child: a child is known by its turn and call id (its record,
+/// its spending, its place in the receipt tree), and the second would run
+/// unrecorded. The first, with its own id, is started and merged as ever.
+#[test]
+fn two_delegate_calls_with_one_id_start_one_child() {
+    let base = tmpdir("same-id");
+    let project = project(&base);
+    let contract = r#"
+instruction: Finish package a.
+criteria:
+  - id: a
+    text: package a is done
+    checks:
+      - file_contains: pkg/a/done.txt
+        text: "a is done"
+limits: { max_steps: 20, max_children: 2, max_depth: 1 }
+"#;
+    let with_id = |pkg: &str| {
+        delegate(pkg).replacen("- tool: delegate", "- id: same\n        tool: delegate", 1)
+    };
+    let script = format!(
+        "turns:\n  - calls:\n{}{}  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\nchildren:\n  - - calls:\n        - {{tool: write_file, args: {{path: pkg/a/done.txt, content: \"a is done\\n\"}}}}\n    - calls:\n        - {{tool: finish, args: {{summary: a}}}}\n  - - calls:\n        - {{tool: write_file, args: {{path: pkg/b/done.txt, content: \"b is done\\n\"}}}}\n    - calls:\n        - {{tool: finish, args: {{summary: b}}}}\n",
+        with_id("a"),
+        with_id("b")
+    );
+    let run = shared::run_scripted(&base, &project, "same-id", (contract, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let parent = run.statement["predicate"]["task_id"].as_str().unwrap();
+    assert_eq!(entries(&receipt, parent, "delegated").len(), 1);
+    let said: Vec<serde_json::Value> = entries(&receipt, parent, "observed")
+        .into_iter()
+        .map(|e| e["payload"]["observation"].clone())
+        .collect();
+    assert_eq!(said[0]["status"], "ok", "{:?}", said[0]);
+    assert_eq!(said[1]["status"], "refused", "{:?}", said[1]);
+    assert_eq!(said[1]["rule"], "delegation: one child per call id");
+    // One child in the store, package b untouched.
+    let children: Vec<_> = tasks_of(&base, &project)
+        .into_iter()
+        .filter(|t| t["parent"] == parent)
+        .collect();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let ws = shared::workspace_of(&project, parent);
+    assert!(!ws.join("pkg/b/done.txt").exists());
+    let v = verify(&base, &receipt);
+    assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Children that run one after another (one place) run no longer than the
+/// time their parent had left as the turn began: the second is stopped at
+/// the parent's deadline instead of starting its own full grant there.
+/// (The first, within the time, ends verified as ever.)
+#[test]
+fn children_run_one_after_another_stop_at_their_parents_deadline() {
+    let child = |pkg: &str| {
+        format!(
+            "  - - calls:\n        - {{tool: run_command, args: {{command: \"sleep 3\"}}}}\n        - {{tool: write_file, args: {{path: pkg/{pkg}/done.txt, content: \"{pkg} is done\\n\"}}}}\n    - calls:\n        - {{tool: finish, args: {{summary: {pkg}}}}}\n"
+        )
+    };
+    let grant = |pkg: &str| delegate(pkg).replace("timeout_secs: 300", "timeout_secs: 5");
+    let script = format!(
+        "turns:\n  - calls:\n{}{}  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\nchildren:\n{}{}",
+        grant("a"),
+        grant("b"),
+        child("a"),
+        child("b")
+    );
+    let contract = PARENT.replace(
+        "limits: { max_steps: 20,",
+        "limits: { timeout_secs: 6, max_steps: 20,",
+    );
+    let base = tmpdir("deadline");
+    let project = project(&base);
+    let (id, ended, ledger) = served(&base, &project, "1", &contract, &script);
+    let children = children_in(&ledger, &id);
+    assert_eq!(children.len(), 2, "{ended}");
+    let outcome = |child: &str| {
+        entries(&ledger, child, "finished")[0]["payload"]["outcome"]["kind"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(outcome(&children[0]), "verified");
+    assert_eq!(outcome(&children[1]), "cancelled", "{ended}");
+    assert_ne!(ended["outcome"], "verified", "{ended}");
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -42,6 +42,13 @@ fn bundle(base: &Path) -> PathBuf {
     )
     .unwrap();
     std::fs::write(dir.join("resources/style.md"), "one line per fact\n").unwrap();
+    std::fs::write(dir.join("resources/tidy.sh"), "#!/bin/sh\nsort -u \"$1\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.join("resources/tidy.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     dir
 }
 
@@ -109,6 +116,17 @@ fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
             .join("loop-skills/notes-keeper/SKILL.sig.json")
             .is_file()
     );
+    // Installed as signed: its script still executable, its text not.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |rel: &str| {
+        std::fs::metadata(project.join("loop-skills/notes-keeper").join(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o111
+    };
+    assert_ne!(mode("resources/tidy.sh"), 0);
+    assert_eq!(mode("resources/style.md"), 0);
     let listed = loop_as(&base, "state")
         .args(["skills", "list", "--json", "--project"])
         .arg(&project)

@@ -34,7 +34,9 @@ pub struct ScriptedModel {
 #[derive(Debug, Clone)]
 struct ScriptTurn {
     thought: Option<String>,
-    calls: Vec<(String, serde_json::Value)>,
+    /// Each call's tool, arguments, and the id the script gives it (else
+    /// one is made: `tN-cK`).
+    calls: Vec<(String, serde_json::Value, Option<String>)>,
     usage: Option<Usage>,
 }
 
@@ -206,8 +208,8 @@ impl ScriptedModel {
             .calls
             .iter()
             .enumerate()
-            .map(|(i, (tool, args))| ToolCall {
-                id: format!("t{n}-c{}", i + 1),
+            .map(|(i, (tool, args, id))| ToolCall {
+                id: id.clone().unwrap_or_else(|| format!("t{n}-c{}", i + 1)),
                 tool: tool.clone(),
                 args: args.clone(),
             })
@@ -273,7 +275,7 @@ fn parse_turn(node: &Node) -> Result<ScriptTurn, Problem> {
     Ok(turn)
 }
 
-fn parse_call(node: &Node) -> Result<(String, serde_json::Value), Problem> {
+fn parse_call(node: &Node) -> Result<(String, serde_json::Value, Option<String>), Problem> {
     let Value::Map(entries) = &node.value else {
         return Err((
             node.pos,
@@ -282,6 +284,7 @@ fn parse_call(node: &Node) -> Result<(String, serde_json::Value), Problem> {
         ));
     };
     let mut tool = None;
+    let mut id = None;
     let mut args = serde_json::json!({});
     for (k, v) in entries {
         match k.name.as_str() {
@@ -289,18 +292,24 @@ fn parse_call(node: &Node) -> Result<(String, serde_json::Value), Problem> {
                 Value::Str(s) => tool = Some(s.clone()),
                 _ => return Err((v.pos, "`tool` must be a string".into(), None)),
             },
+            // A provider's own call id (a script can play one that sends
+            // the same id twice).
+            "id" => match &v.value {
+                Value::Str(s) if !s.is_empty() => id = Some(s.clone()),
+                _ => return Err((v.pos, "`id` must be a non-empty string".into(), None)),
+            },
             "args" => args = v.to_json().map_err(|e| (e.pos, e.message, None))?,
             other => {
                 return Err((
                     k.pos,
                     format!("unknown key `{other}` in a call"),
-                    Some("allowed: tool, args"),
+                    Some("allowed: tool, args, id"),
                 ));
             }
         }
     }
     let tool = tool.ok_or((node.pos, "a call has no `tool`".to_string(), None))?;
-    Ok((tool, args))
+    Ok((tool, args, id))
 }
 
 fn parse_usage(node: &Node) -> Result<Usage, Problem> {

@@ -62,16 +62,20 @@ impl Places {
         Place(self.clone())
     }
 
-    /// A place if one is free within `wait`.
-    pub fn take_within(self: &Arc<Self>, wait: std::time::Duration) -> Option<Place> {
-        let (mut taken, _) = self
+    /// Whether a place is free within `wait` (none is taken: a runner
+    /// that waits for work leaves free places to children meanwhile).
+    pub fn free_within(&self, wait: std::time::Duration) -> bool {
+        let (taken, _) = self
             .freed
             .wait_timeout_while(self.lock(), wait, |t| *t >= self.total)
             .unwrap_or_else(PoisonError::into_inner);
-        (*taken < self.total).then(|| {
-            *taken += 1;
-            Place(self.clone())
-        })
+        let free = *taken < self.total;
+        drop(taken);
+        if free {
+            // Another waiter may want the news too.
+            self.freed.notify_one();
+        }
+        free
     }
 
     /// A place if one is free now.
@@ -140,16 +144,17 @@ mod tests {
         waiter.join().unwrap();
         assert_eq!(p.taken(), 0);
         assert_eq!(Places::new(0).total(), 1);
+        // Looking for a free place takes none.
         let one = Places::new(1);
-        let held = one.take_within(std::time::Duration::ZERO).expect("free");
+        assert!(one.free_within(std::time::Duration::ZERO));
+        assert!(one.free_within(std::time::Duration::ZERO));
+        let held = one.take();
         let t = std::time::Instant::now();
-        assert!(
-            one.take_within(std::time::Duration::from_millis(30))
-                .is_none()
-        );
+        assert!(!one.free_within(std::time::Duration::from_millis(30)));
         assert!(t.elapsed() >= std::time::Duration::from_millis(30));
         drop(held);
-        assert!(one.take_within(std::time::Duration::ZERO).is_some());
+        assert!(one.free_within(std::time::Duration::ZERO));
+        assert_eq!(one.taken(), 0);
     }
 
     #[test]

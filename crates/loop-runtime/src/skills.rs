@@ -45,6 +45,10 @@ pub struct BundleFile {
     pub sha256: String,
     /// Its size.
     pub size: u64,
+    /// Whether it is executable (signed too: a script that becomes one
+    /// is a change).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub executable: bool,
 }
 
 /// A bundle as read from its folder.
@@ -169,7 +173,7 @@ fn walk(
         };
         match door::node(dir, &path).map_err(|e| bad(dir, e))? {
             Node::Dir => walk(dir, &path, depth + 1, out, (&mut *total, &mut *skill_md))?,
-            Node::File { size, .. } => {
+            Node::File { size, mode, .. } => {
                 if size > MAX_FILE_BYTES {
                     return Err(bad(
                         dir,
@@ -192,6 +196,7 @@ fn walk(
                     sha256: loop_protocol::hash::sha256_hex(&bytes),
                     size: bytes.len() as u64,
                     path: path.clone(),
+                    executable: mode & 0o111 != 0,
                 });
                 if path == "SKILL.md" {
                     *skill_md = Some(bytes);
@@ -227,7 +232,7 @@ fn digest_of(files: &[BundleFile]) -> String {
             kind: loop_workspace::EntryKind::File,
             sha256: f.sha256.clone(),
             size: f.size,
-            executable: false,
+            executable: f.executable,
             raw_path: None,
         })
         .collect();
@@ -252,7 +257,37 @@ fn front_matter(text: &str) -> Result<(Option<&str>, &str), Error> {
     }
 }
 
-const FRONT_KEYS: &[&str] = &["name", "description", "capabilities"];
+/// The front matter's keys: ours, and those of the shared `SKILL.md`
+/// format other agents read (`license`, `compatibility`, `metadata`,
+/// `allowed-tools`), taken and not used. Any other key is refused: a
+/// misspelt `capabilities` would otherwise leave the skill unbounded.
+const FRONT_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "capabilities",
+    "license",
+    "compatibility",
+    "metadata",
+    "allowed-tools",
+];
+
+/// Whether `name` names a tool a task can be offered: this build's own,
+/// `delegate`, `remember`, or an MCP server's (`mcp__SERVER__TOOL`).
+fn is_tool(name: &str) -> bool {
+    loop_tools::specs::all()
+        .iter()
+        .chain(loop_tools::specs::documents().iter())
+        .any(|s| s.name == name)
+        || [
+            loop_tools::browser::NAME,
+            crate::task::delegate::TOOL,
+            crate::task::memory::TOOL,
+        ]
+        .contains(&name)
+        || name
+            .strip_prefix(loop_tools::mcp::PREFIX)
+            .is_some_and(|rest| rest.contains("__"))
+}
 const CAPABILITY_KEYS: &[&str] = &["tools", "exec", "network", "writable"];
 const RULE_KEYS: &[&str] = &["prefix", "decision"];
 
@@ -287,7 +322,16 @@ fn read_front(bundle: &mut Bundle, front: &str) -> Result<(), Error> {
                     .unwrap_or_default()
                 {
                     match k.name.as_str() {
-                        "tools" => caps.tools = r.strings(v, "`capabilities.tools`"),
+                        "tools" => {
+                            caps.tools = r.strings(v, "`capabilities.tools`");
+                            for t in caps.tools.iter().flatten().filter(|t| !is_tool(t)) {
+                                r.err(
+                                    Some(v.pos),
+                                    format!("`capabilities.tools`: `{t}` is no tool (a task would be offered none by that name)"),
+                                    None,
+                                );
+                            }
+                        }
                         "network" => caps.network = r.strings(v, "`capabilities.network`"),
                         "writable" => caps.writable = r.strings(v, "`capabilities.writable`"),
                         "exec" => {
@@ -502,6 +546,15 @@ pub fn verify(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verifie
             Some(g) if g.sha256 != f.sha256 => {
                 wrong.push(format!("{} changed since it was signed", f.path))
             }
+            Some(g) if g.executable != f.executable => wrong.push(format!(
+                "{} was made {} since it was signed",
+                f.path,
+                if g.executable {
+                    "executable"
+                } else {
+                    "not executable"
+                }
+            )),
             Some(_) => {}
         }
     }
@@ -776,8 +829,14 @@ pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Err
             let bytes = door::read(from, f, MAX_FILE_BYTES)
                 .map_err(|e| bad(from, e))?
                 .unwrap_or_default();
-            door::write(&base, Path::new(rel).join(&v.bundle.name).join(f), &bytes)
-                .map_err(|e| bad(&dest, e))?;
+            let executable = v.bundle.files.iter().any(|b| b.path == f && b.executable);
+            door::write_as(
+                &base,
+                Path::new(rel).join(&v.bundle.name).join(f),
+                &bytes,
+                executable,
+            )
+            .map_err(|e| bad(&dest, e))?;
         }
         verify(&dest, &trusted).map(|_| ())
     };

@@ -122,7 +122,12 @@ pub(crate) fn resume_interrupted(state: &AppState) -> (usize, usize) {
         }
     };
     let (mut taken, mut left) = (0, 0);
-    for t in tasks.into_iter().filter(|t| t.interrupted) {
+    // A child is resumed by its parent (which finds it by its call), never
+    // on its own: it would run twice, its questions not its parent's.
+    for t in tasks
+        .into_iter()
+        .filter(|t| t.interrupted && t.parent.is_none())
+    {
         if t.owner.is_some() || state.adopt_cli_tasks {
             taken += 1;
             state.pool.start(t.id, None);

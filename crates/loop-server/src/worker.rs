@@ -322,15 +322,17 @@ fn slot_loop(
                 }
             },
         };
-        // A place first (the children of running tasks may hold them all):
-        // no message is taken that could not run at once.
-        let place = match loop_runtime::Places::current() {
-            Some(places) => match places.take_within(Duration::from_secs(1)) {
-                Some(place) => Some(place),
-                None => continue,
-            },
-            None => None,
-        };
+        // A free place first (the children of running tasks may hold them
+        // all), not taken while waiting for a message: children use it
+        // meanwhile. Taken with the message (waited for if a child took
+        // it in between).
+        let places = loop_runtime::Places::current();
+        if places
+            .as_ref()
+            .is_some_and(|p| !p.free_within(Duration::from_secs(1)))
+        {
+            continue;
+        }
         let d = match q.take(consumer, Duration::from_secs(1)) {
             Ok(Some(d)) => d,
             Ok(None) => continue,
@@ -357,6 +359,7 @@ fn slot_loop(
             }
             r.insert(slot, d.clone());
         }
+        let place = places.as_ref().map(|p| p.take());
         metrics.taken.fetch_add(1, Ordering::Relaxed);
         if d.attempts > 1 {
             metrics.reclaimed.fetch_add(1, Ordering::Relaxed);

@@ -155,15 +155,18 @@ pub const MIGRATIONS: &[&str] = &[
      CREATE INDEX notes_by_project ON notes(project);",
     // 9: the task that delegated a task (its parent), so a task's children
     // are found by an index, not by reading every task's request. Rows
-    // written before it are filled in by each engine (see PARENTS_FILLED).
+    // written before it are filled in as each engine migrates.
     "ALTER TABLE tasks ADD COLUMN parent TEXT;
      CREATE INDEX tasks_by_parent ON tasks(parent);",
 ];
 
 /// The parent a task's stored request names (`delegation.from.parent`):
-/// what the `parent` column holds.
+/// what the `parent` column holds (a task id never holds a NUL, which no
+/// PostgreSQL text can).
 pub fn parent_of(request: &serde_json::Value) -> Option<&str> {
-    request["delegation"]["from"]["parent"].as_str()
+    request["delegation"]["from"]["parent"]
+        .as_str()
+        .filter(|p| !p.contains('\0'))
 }
 
 /// The words a note is found by: its text's and its `about`'s, each a

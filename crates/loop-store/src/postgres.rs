@@ -378,7 +378,7 @@ impl PgStore {
                     tx.batch_execute(MEMORY_INDEX)?;
                 }
                 if i + 1 == 9 {
-                    tx.batch_execute(PARENTS_FILLED)?;
+                    fill_parents(&mut tx)?;
                 }
                 tx.execute("UPDATE loop_schema SET version = $1", &[&(i as i64 + 1)])?;
             }
@@ -1477,11 +1477,29 @@ fn kept_record(r: &postgres::Row) -> Result<DraftRecord, postgres::Error> {
     })
 }
 
-/// The parents of tasks stored before migration 9 made their column (a
-/// request is always JSON: the store writes it from a JSON value).
-const PARENTS_FILLED: &str =
-    "UPDATE tasks SET parent = request::jsonb #>> '{delegation,from,parent}'
-     WHERE jsonb_typeof(request::jsonb #> '{delegation,from,parent}') = 'string';";
+/// Fill in the parents of tasks stored before migration 9 made their
+/// column, each read as the store writes it (JSON text; read here, not by
+/// a cast to `jsonb`, which refuses some JSON, such as a `\u0000`, and
+/// would stop the migration).
+fn fill_parents(tx: &mut postgres::Transaction<'_>) -> Result<(), postgres::Error> {
+    let rows = tx.query(
+        "SELECT id, request FROM tasks WHERE request LIKE '%\"parent\"%'",
+        &[],
+    )?;
+    for row in rows {
+        let (id, body): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        let Ok(request) = serde_json::from_str::<serde_json::Value>(&body) else {
+            continue;
+        };
+        if let Some(parent) = crate::parent_of(&request) {
+            tx.execute(
+                "UPDATE tasks SET parent = $1 WHERE id = $2",
+                &[&parent, &id],
+            )?;
+        }
+    }
+    Ok(())
+}
 
 /// PostgreSQL's full-text index of memory notes (made with migration 8):
 /// the `simple` configuration, so its words are the ones SQLite's index

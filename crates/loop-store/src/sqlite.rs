@@ -1257,10 +1257,12 @@ fn kept_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRecord> {
     })
 }
 
-/// The parents of tasks stored before migration 9 made their column.
+/// The parents of tasks stored before migration 9 made their column (as
+/// `parent_of` reads them: text, no NUL in it).
 const PARENTS_FILLED: &str =
     "UPDATE tasks SET parent = json_extract(request, '$.delegation.from.parent')
-     WHERE json_valid(request) AND json_type(request, '$.delegation.from.parent') = 'text';";
+     WHERE json_valid(request) AND json_type(request, '$.delegation.from.parent') = 'text'
+       AND instr(json_extract(request, '$.delegation.from.parent'), char(0)) = 0;";
 
 /// SQLite's full-text index of memory notes (made with migration 8).
 pub(crate) const MEMORY_INDEX: &str =

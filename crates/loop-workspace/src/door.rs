@@ -212,11 +212,32 @@ pub fn read_named_text(path: &Path, max: u64) -> Result<String, UntrustedError> 
     })
 }
 
+/// Write `bytes` into the new file `f` and sync it: executable (0755)
+/// whatever the umask if `executable`, else as the umask leaves 0644.
+fn fill(f: &mut std::fs::File, bytes: &[u8], executable: bool) -> std::io::Result<()> {
+    f.write_all(bytes)?;
+    if executable {
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    }
+    f.sync_all()
+}
+
 /// Write `bytes` to `rel` beneath `root`: its directories are made where
 /// missing, but none on the way may be a link, and a link (or anything
 /// not a regular file) at `rel` itself is refused, never written through.
 /// The file is replaced whole (written beside it, then renamed over it).
 pub fn write(root: &Path, rel: impl AsRef<Path>, bytes: &[u8]) -> Result<(), UntrustedError> {
+    write_as(root, rel, bytes, false)
+}
+
+/// [`write`], the file made executable (mode 0755, whatever the umask)
+/// when `executable`.
+pub fn write_as(
+    root: &Path,
+    rel: impl AsRef<Path>,
+    bytes: &[u8],
+    executable: bool,
+) -> Result<(), UntrustedError> {
     let rel = rel_str(rel.as_ref())?;
     let (dirs, name) = match rel.rsplit_once('/') {
         Some((d, n)) => (Some(d), n),
@@ -302,7 +323,7 @@ pub fn write(root: &Path, rel: impl AsRef<Path>, bytes: &[u8]) -> Result<(), Unt
         // SAFETY: unlinkat of the name we just made, in the same directory.
         unsafe { libc::unlinkat(dir.as_raw_fd(), ctmp.as_ptr(), 0) };
     };
-    if let Err(e) = f.write_all(bytes).and_then(|_| f.sync_all()) {
+    if let Err(e) = fill(&mut f, bytes, executable) {
         unlink();
         return Err(io(e));
     }

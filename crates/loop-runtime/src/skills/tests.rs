@@ -210,3 +210,83 @@ fn a_skills_hosts_narrow_what_commands_reach_too() {
     );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
+
+#[test]
+fn a_misnamed_tool_or_key_is_refused_and_the_shared_formats_keys_are_taken() {
+    let dir = bundle_dir("names");
+    let write = |front: &str| {
+        std::fs::write(dir.join("SKILL.md"), format!("---\n{front}---\nbody\n")).unwrap();
+    };
+    // A typo in a tool's name would leave the task only the tools spelt
+    // right (or only `finish`): refused, naming it.
+    write("capabilities:\n  tools: [read_file, wirte_file, finish]\n");
+    let e = read_bundle(&dir).unwrap_err().to_string();
+    assert!(e.contains("`wirte_file` is no tool"), "{e}");
+    // Every tool a task can be offered is a name a skill may keep.
+    write(
+        "capabilities:\n  tools: [read_file, write_file, edit_file, apply_patch, list_files, run_command, finish, delegate, remember, browser, read_document, view_image, mcp__docs__search]\n",
+    );
+    let b = read_bundle(&dir).unwrap();
+    assert_eq!(b.capabilities.tools.as_ref().map(Vec::len), Some(13));
+    write("capabilities:\n  tools: [mcp__]\n");
+    assert!(
+        read_bundle(&dir).is_err(),
+        "an MCP name with no server and tool"
+    );
+    // The shared format's other keys are taken (and not used); a
+    // misspelt `capabilities` is refused, not read as no bound at all.
+    write(
+        "name: fix-flaky\nlicense: MIT\ncompatibility: any\nmetadata: {author: someone}\nallowed-tools: Read Grep\ncapabilities:\n  tools: [finish]\n",
+    );
+    let b = read_bundle(&dir).unwrap();
+    assert_eq!(
+        b.capabilities.tools.as_deref(),
+        Some(&["finish".to_string()][..])
+    );
+    write("capabilites:\n  tools: [finish]\n");
+    let e = read_bundle(&dir).unwrap_err().to_string();
+    assert!(e.contains("capabilites"), "{e}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn an_executable_bit_is_signed_and_a_changed_one_is_refused_naming_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = bundle_dir("modes");
+    let script = dir.join("resources/run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let chmod =
+        |m: u32| std::fs::set_permissions(&script, std::fs::Permissions::from_mode(m)).unwrap();
+    chmod(0o755);
+    let key = KeyPair::from_seed([9u8; 32]);
+    let signed = sign_with(&dir, &key).unwrap();
+    let trusted = [key.public()];
+    assert!(verify(&dir, &trusted).is_ok());
+    // The same bytes, no longer executable: another bundle.
+    chmod(0o644);
+    let e = verify(&dir, &trusted).unwrap_err().to_string();
+    assert!(
+        e.ends_with("resources/run.sh was made not executable since it was signed"),
+        "{e}"
+    );
+    assert_ne!(read_bundle(&dir).unwrap().digest, signed.digest);
+    // And a text made executable.
+    chmod(0o755);
+    std::fs::set_permissions(
+        dir.join("resources/notes.md"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let e = verify(&dir, &trusted).unwrap_err().to_string();
+    assert!(
+        e.ends_with("resources/notes.md was made executable since it was signed"),
+        "{e}"
+    );
+    std::fs::set_permissions(
+        dir.join("resources/notes.md"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    assert!(verify(&dir, &trusted).is_ok());
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}

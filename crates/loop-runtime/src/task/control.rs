@@ -122,7 +122,9 @@ pub fn answer_request(
     Ok(a)
 }
 
-/// Tasks of this project that are not over and whose runtime is gone.
+/// Tasks of this project that are not over and whose runtime is gone
+/// (not children: each is resumed by its parent, which finds it by its
+/// call; resumed alone it would run twice).
 pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     let store = open_store(project)?;
     let scope = crate::project::locate::project_scope(project)?;
@@ -131,7 +133,9 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
         .tasks()
         .map_err(store_err)?
         .into_iter()
-        .filter(|t| liveness(t) == Liveness::Interrupted)
+        .filter(|t| {
+            liveness(t) == Liveness::Interrupted && loop_store::parent_of(&t.request).is_none()
+        })
         .filter(|t| scope.takes(crate::project::locate::stored_project(t).as_ref()))
         .map(|t| t.id)
         .collect())

@@ -172,11 +172,22 @@ impl Delegator<'_> {
         left: &Left,
         tools: &mut ToolBox,
     ) -> Result<Vec<(ToolOutcome, Option<ChildRun>)>, BoundaryError> {
+        let left_at_start = left.secs;
         let mut left = left.clone();
         let mut index = self.children_so_far()?.saturating_add(1);
         let mut plans = Vec::with_capacity(calls.len());
         for (k, call) in calls.iter().enumerate() {
-            let plan = if k >= TOGETHER {
+            // A child is known by its turn and call id (its record, a
+            // resumed run finding it): a second call with the same id in
+            // one turn would run a child nobody records.
+            let plan = if calls[..k].iter().any(|c| c.id == call.id) {
+                Plan::Answered(outcome(Observation::refused(
+                    &call.id,
+                    TOOL,
+                    "delegation: one child per call id",
+                    "The child was not started: another call of this turn has the same id.",
+                )))
+            } else if k >= TOGETHER {
                 Plan::Answered(outcome(Observation::refused(
                     &call.id,
                     TOOL,
@@ -198,7 +209,11 @@ impl Delegator<'_> {
             }
             plans.push(plan);
         }
-        let reports = self.watching(|| self.run_plans(&plans));
+        // Children run one after another when no place is free: none
+        // runs past the time this task had left as the turn began.
+        let deadline =
+            std::time::Instant::now().checked_add(std::time::Duration::from_secs(left_at_start));
+        let reports = self.watching(deadline, || self.run_plans(&plans));
         // A child that was stored and then stopped before its end (its
         // run failed: the store, the disk, its claim) is an outage, not an
         // answer: this run stops too, unended, before anything of the
@@ -600,8 +615,9 @@ impl Delegator<'_> {
 
     /// Run `f` (a child's run) while a thread passes a cancel asked of
     /// this task on to its children (the child may be stored after it was
-    /// asked: it is asked again until `f` returns).
-    fn watching<T>(&self, f: impl FnOnce() -> T) -> T {
+    /// asked: it is asked again until `f` returns), and asks them to stop
+    /// once `deadline` (this task's time) has passed.
+    fn watching<T>(&self, deadline: Option<std::time::Instant>, f: impl FnOnce() -> T) -> T {
         use std::sync::atomic::{AtomicBool, Ordering};
         let done = std::sync::Arc::new(AtomicBool::new(false));
         let (project, parent, stop) = (
@@ -614,7 +630,9 @@ impl Delegator<'_> {
                 return;
             };
             while !stop.load(Ordering::SeqCst) {
-                if store.task(&parent).is_ok_and(|t| t.cancel_requested) {
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d)
+                    || store.task(&parent).is_ok_and(|t| t.cancel_requested)
+                {
                     let _ = cancel_children(&*store, &parent);
                 }
                 std::thread::sleep(std::time::Duration::from_millis(250));

@@ -473,8 +473,8 @@ pub(crate) fn drive(
     // The person this run's front end asks, shared with its children.
     let person = crate::Observer::prompter(observer).map(crate::task::asking::Person::new);
     let with = (on_prompt, person.clone(), start_child);
-    wired.tools.delegator = Delegator::of((project, task_id, stored), &paths, with);
-
+    let task = (project, task_id, stored);
+    carry_on(&mut wired, task, &paths, with, &record.history);
     let ledger_name = format!("{task_id}.ledger.jsonl");
     let mut ledger = ledger_for(store, task_id, &paths, &ledger_name, &record, &clock)?;
     keep_with(&mut ledger, &owner.token, &wired, (&paths, &start));
@@ -739,6 +739,24 @@ fn wire_settled<'a>(
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
     Ok(wired)
+}
+
+/// What the tools take from the task and its runs so far: the starter of
+/// its children, and the notes its earlier runs proposed (a run that goes
+/// on counts them toward the task's bound).
+fn carry_on<'a>(
+    wired: &mut Wired<'a>,
+    task: (&'a Path, &'a str, &'a StoredRequest),
+    paths: &TaskPaths,
+    with: (
+        crate::OnPrompt,
+        Option<crate::task::asking::Person>,
+        crate::task::delegate::StartChild,
+    ),
+    history: &[Event],
+) {
+    wired.tools.delegator = Delegator::of(task, paths, with);
+    wired.tools.remembered = crate::task::memory::accepted_in(history);
 }
 
 /// The ledger writes as the claim's holder and, when the store keeps the

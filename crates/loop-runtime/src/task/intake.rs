@@ -299,7 +299,10 @@ impl Runtime {
                 c.extend_with_flags(&req.checks, &req.artifacts)
                     .map_err(flags)?;
                 if !skill.trim().is_empty() {
-                    guidance.push((format!("SKILL.md of the {name} pattern"), skill));
+                    guidance.push((
+                        format!("{}the {name} pattern", loop_core::prompt::SKILL_GUIDANCE),
+                        skill,
+                    ));
                 }
                 c
             }
@@ -362,7 +365,11 @@ impl Runtime {
             let record = crate::skills::narrow(&bundle, signer, &mut contract, commands);
             if !bundle.guidance.trim().is_empty() {
                 guidance.push((
-                    format!("SKILL.md of the {name} skill ({})", record.vouched()),
+                    format!(
+                        "{}the {name} skill ({})",
+                        loop_core::prompt::SKILL_GUIDANCE,
+                        record.vouched()
+                    ),
                     bundle.guidance.clone(),
                 ));
             }

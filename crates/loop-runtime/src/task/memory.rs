@@ -115,6 +115,18 @@ pub fn answer(call: &ToolCall, accepted: &mut usize) -> loop_protocol::ToolOutco
     }
 }
 
+/// How many `remember` calls `history` accepted (a run that goes on
+/// counts them toward [`MAX_PER_TASK`]).
+pub fn accepted_in(history: &[Event]) -> usize {
+    history
+        .iter()
+        .filter(|e| {
+            matches!(e, Event::Observed { observation, .. }
+                if observation.tool == TOOL && observation.status == ObservationStatus::Ok)
+        })
+        .count()
+}
+
 /// The notes `ledger` (a task's JSON lines) holds: each `remember` call
 /// whose observation accepted it, in order, at most [`MAX_PER_TASK`].
 pub fn proposals(ledger: &[u8]) -> Vec<(String, String, Vec<String>)> {
@@ -264,7 +276,11 @@ pub fn recall(
             n.id
         ));
         out.push((
-            format!("memory note {} (untrusted, {source})", n.id),
+            format!(
+                "{}{} (untrusted, {source})",
+                loop_core::prompt::MEMORY_NOTE,
+                n.id
+            ),
             n.text,
         ));
     }
@@ -281,6 +297,37 @@ mod tests {
             tool: TOOL.into(),
             args,
         }
+    }
+
+    #[test]
+    fn a_run_that_goes_on_counts_the_notes_accepted_before() {
+        let observed = |tool: &str, ok: bool| Event::Observed {
+            step: 1,
+            observation: if ok {
+                loop_protocol::Observation::ok("c", tool, "noted", false)
+            } else {
+                loop_protocol::Observation::refused("c", tool, "memory: the note", "no")
+            },
+            workspace_root: None,
+        };
+        let history = vec![
+            observed(TOOL, true),
+            observed(TOOL, false),
+            observed("write_file", true),
+            observed(TOOL, true),
+        ];
+        let mut n = accepted_in(&history);
+        assert_eq!(n, 2);
+        for _ in 0..3 {
+            let o = answer(&call("c", serde_json::json!({"text": "a fact"})), &mut n);
+            assert_eq!(o.observation.status, ObservationStatus::Ok);
+        }
+        let o = answer(&call("c", serde_json::json!({"text": "one more"})), &mut n);
+        assert!(
+            matches!(o.observation.status, ObservationStatus::Refused { .. }),
+            "a sixth note across two runs: {:?}",
+            o.observation
+        );
     }
 
     #[test]
