@@ -267,6 +267,16 @@ fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies()
         said.contains("children   ok (2 child receipts hold"),
         "{said}"
     );
+    let show = shared::loop_in(&base)
+        .args(["show", &parent_id, "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let shown = shared::text(&show);
+    assert!(
+        shown.contains("  children: 2 child receipt(s) hold, each within its parent's authority"),
+        "{shown}"
+    );
 
     // One byte of a child's receipt changed: the parent's receipt no
     // longer holds, and says which child.
@@ -282,6 +292,21 @@ fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies()
     assert!(
         said.contains(&format!("children   BROKEN: child {b}:")),
         "{said}"
+    );
+    // `loop show` lists the children and says the tree no longer holds.
+    let show = shared::loop_in(&base)
+        .args(["show", &parent_id, "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let shown = shared::text(&show);
+    assert!(
+        shown.contains(&format!("child {b} verified · writes pkg/b")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("  children: BROKEN: child {b}:")),
+        "{shown}"
     );
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -1139,4 +1164,43 @@ fn children_run_one_after_another_stop_at_their_parents_deadline() {
     assert_eq!(outcome(&children[1]), "cancelled", "{ended}");
     assert_ne!(ended["outcome"], "verified", "{ended}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A child asking for an exec rule that would loosen its parent's
+/// (`allow`) is refused with the rule named, not as unreadable arguments,
+/// and nothing is started; the same proposal with `forbidden` is granted.
+#[test]
+fn a_looser_exec_rule_for_a_child_is_refused_by_its_rule() {
+    for (decision, started) in [("allow", false), ("forbidden", true)] {
+        let base = tmpdir(&format!("looser-{decision}"));
+        let project = project(&base);
+        let contract = PARENT.replace(
+            "  - id: b\n    text: package b is done\n    checks:\n      - file_contains: pkg/b/done.txt\n        text: \"b is done\"\n",
+            "",
+        );
+        let ask = delegate("a").replace(
+            "          paths: [pkg/a]\n",
+            &format!("          paths: [pkg/a]\n          exec: [{{ prefix: curl, decision: {decision} }}]\n"),
+        );
+        let script = format!(
+            "turns:\n  - calls:\n{ask}  - calls:\n      - {{tool: finish, args: {{summary: done}}}}\nchildren:\n  - - calls:\n        - {{tool: write_file, args: {{path: pkg/a/done.txt, content: \"a is done\\n\"}}}}\n    - calls:\n        - {{tool: finish, args: {{summary: a}}}}\n"
+        );
+        let run = shared::run_scripted(&base, &project, "looser", (&contract, &script));
+        let receipt = run.receipt_path();
+        let parent = run.statement["predicate"]["task_id"].as_str().unwrap();
+        let first = &entries(&receipt, parent, "observed")[0]["payload"]["observation"];
+        assert_eq!(
+            entries(&receipt, parent, "delegated").len(),
+            usize::from(started)
+        );
+        if started {
+            assert_eq!(first["status"], "ok", "{first:?}");
+        } else {
+            assert_eq!(first["status"], "refused", "{first:?}");
+            assert_eq!(first["rule"], "delegation: exec", "{first:?}");
+            let says = first["content"].as_str().unwrap();
+            assert!(says.contains("\"curl\" with `allow`"), "{says}");
+        }
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

@@ -326,6 +326,47 @@ fn every_json_shape_matches_its_golden() {
     }
     let audit = one(&run(&s, &["audit", "--json"]), "audit");
     assert!(audit.is_object(), "{audit}");
+    // Skills: a project's own pattern (unsigned), and a bundle signed
+    // with this user's key; memory: a note a person adds, then the list.
+    let pattern = s.project.join("loop-patterns/tidy");
+    std::fs::create_dir_all(&pattern).unwrap();
+    std::fs::write(
+        pattern.join("SKILL.md"),
+        "---\nname: tidy\ndescription: Keep it tidy\ncapabilities:\n  tools: [read_file, finish]\n---\nWHEN: always.\n",
+    )
+    .unwrap();
+    let bundle = s.home.join("share/tidy");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::copy(pattern.join("SKILL.md"), bundle.join("SKILL.md")).unwrap();
+    let bundle = bundle.display().to_string();
+    let out = run(&s, &["skills", "list", "--json"]);
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        assert!(
+            serde_json::from_str::<Value>(l).is_ok(),
+            "skills list: not JSON: {l}"
+        );
+    }
+    shapes.insert(
+        "skills list (a line per skill)".into(),
+        shape(&one(&out, "skills list")),
+    );
+    let skill_commands: Vec<(&str, Vec<&str>)> = vec![
+        ("skills show", vec!["skills", "show", "tidy", "--json"]),
+        ("skills sign", vec!["skills", "sign", &bundle, "--json"]),
+        (
+            "memory add",
+            vec!["memory", "add", "make check is the real gate", "--json"],
+        ),
+    ];
+    for (name, args) in &skill_commands {
+        let out = run(&s, args);
+        shapes.insert((*name).into(), shape(&one(&out, name)));
+    }
+    let out = run(&s, &["memory", "list", "--json"]);
+    shapes.insert(
+        "memory list (a line per note)".into(),
+        shape(&one(&out, "memory list")),
+    );
     let out = run(&s, &["discard", id, "--json"]);
     shapes.insert("discard".into(), shape(&one(&out, "discard")));
 

@@ -405,6 +405,11 @@ pub enum Refusal {
         /// The prefix as given.
         prefix: String,
     },
+    /// An exec rule that would loosen the parent's (`allow`).
+    LooserExec {
+        /// The prefix as given.
+        prefix: String,
+    },
     /// The child's own contract is malformed.
     Contract(String),
 }
@@ -423,7 +428,7 @@ impl Refusal {
             Refusal::Browser => "delegation: browser",
             Refusal::Inherited { .. } => "delegation: the parent's rules are inherited",
             Refusal::Budget { .. } => "delegation: budget out of what the parent has left",
-            Refusal::ExecRule { .. } => "delegation: exec",
+            Refusal::ExecRule { .. } | Refusal::LooserExec { .. } => "delegation: exec",
             Refusal::Contract(_) => "delegation: the child's contract",
         }
     }
@@ -493,6 +498,10 @@ impl fmt::Display for Refusal {
             Refusal::ExecRule { prefix } => write!(
                 f,
                 "exec rule {prefix:?}: a prefix is one or more words of a command, on one line"
+            ),
+            Refusal::LooserExec { prefix } => write!(
+                f,
+                "exec rule {prefix:?} with `allow`: a child's rule can only be stricter than its parent's (`prompt` or `forbidden`)"
             ),
             Refusal::Contract(why) => write!(f, "the child's contract: {why}"),
         }

@@ -276,6 +276,10 @@ fn event_line(r: &loop_runtime::Recorded) -> String {
             }
         )),
         Event::ApprovalRequested { detail, .. } => Some(detail.clone()),
+        Event::Delegated { child, .. } => Some(format!(
+            "child {} {} ({} steps, {} tokens, ${:.4})",
+            child.task_id, child.outcome, child.used.steps, child.used.tokens, child.used.usd
+        )),
         Event::Verified { accepted, .. } => Some(
             if *accepted {
                 "accepted"

@@ -322,6 +322,18 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     if status.apply == loop_runtime::ApplyState::Applied {
         println!("  applied to the project (loop undo {id} reverses it)");
     }
+    for ch in &status.children {
+        println!(
+            "child {} {} · writes {} · {} steps, {} tokens, ${:.4} (counted in this task's)",
+            ch.id,
+            ch.outcome
+                .map_or_else(|| ch.state.to_string(), |o| o.words().to_string()),
+            ch.writable.join(", "),
+            ch.used.steps,
+            ch.used.tokens,
+            ch.used.usd
+        );
+    }
     match &receipt {
         Some(Ok(c)) => {
             let verdict = match (c.intact, c.verified) {
@@ -335,6 +347,14 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                 ),
             };
             println!("receipt {}: {verdict}", c.report.receipt.display());
+            if let Some(problem) = c.report.tree_problems.first() {
+                println!("  children: BROKEN: {problem}");
+            } else if !c.report.children.is_empty() {
+                println!(
+                    "  children: {} child receipt(s) hold, each within its parent's authority",
+                    c.report.children.len()
+                );
+            }
             if let Some(st) = &c.report.statement {
                 println!(
                     "  contract: {}",

@@ -274,6 +274,21 @@ impl Delegator<'_> {
         if let Some(started) = self.started_by(step, id)? {
             return self.started(started);
         }
+        // A rule that would loosen the parent's is refused by its rule,
+        // not as unreadable arguments (`allow` is no decision a child's
+        // rule can take).
+        let looser: Vec<delegation::Refusal> = call.args["exec"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["decision"] == "allow")
+            .map(|r| delegation::Refusal::LooserExec {
+                prefix: r["prefix"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        if !looser.is_empty() {
+            return Ok(Plan::Answered(refused_grant(id, &looser)));
+        }
         let p: Proposal = match serde_json::from_value(call.args.clone()) {
             Ok(p) => p,
             Err(e) => {
