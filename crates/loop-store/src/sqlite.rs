@@ -455,6 +455,8 @@ impl SqliteStore {
                 }
                 if i + 1 == 9 {
                     tx.execute_batch(PARENTS_FILLED).map_err(|e| self.err(e))?;
+                    tx.execute_batch(MEMORY_INDEX_AGAIN)
+                        .map_err(|e| self.err(e))?;
                 }
                 tx.pragma_update(None, "user_version", i as i64 + 1)
                     .map_err(|e| self.err(e))?;
@@ -1264,9 +1266,16 @@ const PARENTS_FILLED: &str =
      WHERE json_valid(request) AND json_type(request, '$.delegation.from.parent') = 'text'
        AND instr(json_extract(request, '$.delegation.from.parent'), char(0)) = 0;";
 
-/// SQLite's full-text index of memory notes (made with migration 8).
-pub(crate) const MEMORY_INDEX: &str =
-    "CREATE VIRTUAL TABLE notes_fts USING fts5(id UNINDEXED, words, tokenize = 'unicode61');";
+/// SQLite's full-text index of memory notes (made with migration 8, made
+/// again with migration 9): diacritics kept, as PostgreSQL's `simple`
+/// configuration keeps them, so both engines find the same notes for the
+/// same words (`café` is not `cafe` in either).
+pub(crate) const MEMORY_INDEX: &str = "CREATE VIRTUAL TABLE notes_fts USING fts5(id UNINDEXED, words, tokenize = 'unicode61 remove_diacritics 0');";
+
+/// Migration 9's remaking of the notes' index, every note in it again.
+const MEMORY_INDEX_AGAIN: &str = "DROP TABLE IF EXISTS notes_fts;
+     CREATE VIRTUAL TABLE notes_fts USING fts5(id UNINDEXED, words, tokenize = 'unicode61 remove_diacritics 0');
+     INSERT INTO notes_fts (id, words) SELECT id, words FROM notes;";
 
 fn note_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<crate::Note> {
     let (body, status): (String, String) = (r.get("body")?, r.get("status")?);
