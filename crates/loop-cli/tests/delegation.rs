@@ -969,21 +969,7 @@ fn served(
     script: &str,
 ) -> (String, serde_json::Value, PathBuf) {
     std::fs::write(project.join("script.yaml"), script).unwrap();
-    let out = shared::loop_in(base)
-        .args([
-            "tokens",
-            "create",
-            "--owner",
-            "alice",
-            "--json",
-            "--project",
-        ])
-        .arg(project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", shared::text(&out));
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = made["token"].as_str().unwrap().to_string();
+    let token = shared::token_for(base, project, "alice");
     let (server, url) = shared::serve(base, project, &[], &["--jobs", jobs]);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

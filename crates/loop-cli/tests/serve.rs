@@ -48,21 +48,7 @@ fn a_served_task_is_the_clis_too_and_survives_a_restart_of_the_server() {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
-    let out = loop_in(&home)
-        .args([
-            "tokens",
-            "create",
-            "--owner",
-            "alice",
-            "--json",
-            "--project",
-        ])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = made["token"].as_str().unwrap().to_string();
+    let token = shared::token_for(&home, &project, "alice");
     // Only the hash is kept: the token is nowhere in the store.
     let db = std::fs::read(project.join(".loop/loop.db")).unwrap();
     assert!(
@@ -459,21 +445,7 @@ fn a_served_task_whose_run_failed_is_run_again_and_ends_verified() {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
-    let out = loop_in(&home)
-        .args([
-            "tokens",
-            "create",
-            "--owner",
-            "alice",
-            "--json",
-            "--project",
-        ])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = made["token"].as_str().unwrap().to_string();
+    let token = shared::token_for(&home, &project, "alice");
     let (server, url) = shared::serve(&home, &project, &[("LOOP_FAULT_RUNS_FAIL", "2")], &[]);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -541,21 +513,7 @@ turns:
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
-    let out = loop_in(&home)
-        .args([
-            "tokens",
-            "create",
-            "--owner",
-            "alice",
-            "--json",
-            "--project",
-        ])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = made["token"].as_str().unwrap().to_string();
+    let token = shared::token_for(&home, &project, "alice");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -683,21 +641,7 @@ fn tasks_answered_before_their_preparation_survive_a_killed_server() {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("script.yaml"), WRITES).unwrap();
-    let out = loop_in(&home)
-        .args([
-            "tokens",
-            "create",
-            "--owner",
-            "alice",
-            "--json",
-            "--project",
-        ])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = made["token"].as_str().unwrap().to_string();
+    let token = shared::token_for(&home, &project, "alice");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()

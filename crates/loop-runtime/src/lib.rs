@@ -43,7 +43,7 @@ pub use ops::memory::{
     add as add_note, approve as approve_note, forget as forget_note, list as list_notes,
     show as show_note,
 };
-pub use ops::query::{ApplyState, Recorded, TaskStatus, TaskView, Used};
+pub use ops::query::{ApplyState, ChildView, Recorded, TaskStatus, TaskView, Used};
 pub use ops::receipts::{
     ReceiptCheck, Replay, replay, verify as verify_receipt, verify_with as verify_receipt_with,
 };

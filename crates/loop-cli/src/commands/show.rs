@@ -324,14 +324,8 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     }
     for ch in &status.children {
         println!(
-            "child {} {} · writes {} · {} steps, {} tokens, ${:.4} (counted in this task's)",
-            ch.id,
-            ch.outcome
-                .map_or_else(|| ch.state.to_string(), |o| o.words().to_string()),
-            ch.writable.join(", "),
-            ch.used.steps,
-            ch.used.tokens,
-            ch.used.usd
+            "child {} (counted in this task's)",
+            super::tasks::child_line(ch)
         );
     }
     match &receipt {

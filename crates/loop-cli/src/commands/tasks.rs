@@ -186,16 +186,7 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
         say!("  parent       {p} (a child task it delegated to)");
     }
     for c in &s.children {
-        say!(
-            "  child        {} {} · writes {} · {} steps, {} tokens, ${:.4} (counted above)",
-            c.id,
-            c.outcome
-                .map_or_else(|| c.state.to_string(), |o| o.words().to_string()),
-            c.writable.join(", "),
-            c.used.steps,
-            c.used.tokens,
-            c.used.usd
-        );
+        say!("  child        {} (counted above)", child_line(c));
     }
     let verified = t
         .outcome
@@ -333,4 +324,19 @@ pub fn approve(
         a.payload["rule"].as_str().unwrap_or_default()
     );
     Ok(0)
+}
+
+/// What a child task came to, in one line: its id, outcome (or state),
+/// the paths it may write, and what it used.
+pub(crate) fn child_line(c: &loop_runtime::ChildView) -> String {
+    format!(
+        "{} {} · writes {} · {} steps, {} tokens, ${:.4}",
+        c.id,
+        c.outcome
+            .map_or_else(|| c.state.to_string(), |o| o.words().to_string()),
+        c.writable.join(", "),
+        c.used.steps,
+        c.used.tokens,
+        c.used.usd
+    )
 }

@@ -199,6 +199,20 @@ pub fn serve_saying(
     (child, said)
 }
 
+/// A new API token of `owner` for `project` (`loop tokens create`), as
+/// `loop` in `home` makes it.
+#[allow(dead_code)] // not every test binary asks for one
+pub fn token_for(home: &Path, project: &Path, owner: &str) -> String {
+    let out = loop_in(home)
+        .args(["tokens", "create", "--owner", owner, "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    made["token"].as_str().unwrap().to_string()
+}
+
 /// End a `loop serve` child with SIGTERM and wait for it.
 pub fn stop(mut server: std::process::Child) -> std::process::ExitStatus {
     // SAFETY: signalling our own child.
