@@ -141,9 +141,11 @@ fn a_verified_tasks_note_reaches_a_later_task_and_forget_removes_it() {
         .filter(|g| g["path"].as_str().unwrap_or("").starts_with("memory note "))
         .collect();
     assert_eq!(g.len(), 1, "{guidance:?}");
+    // The ledger names its source: the task and its receipt's SHA-256.
+    let source_receipt = n["body"]["receipt_sha256"].as_str().unwrap();
     assert_eq!(
         g[0]["path"],
-        format!("memory note {id} (untrusted, from task {first})")
+        format!("memory note {id} (untrusted, from task {first}, receipt sha256:{source_receipt})")
     );
     assert_eq!(
         g[0]["sha256"],
@@ -181,7 +183,7 @@ fn a_lost_tasks_note_waits_for_a_person_and_a_hostile_note_changes_nothing() {
         ("fill the generated report", "test -f report.txt"),
         lazy,
     );
-    assert_ne!(outcome, "verified");
+    assert_eq!(outcome, "lost");
     let kept = notes(&base, &project);
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0]["status"], "quarantined");
@@ -206,8 +208,17 @@ fn a_lost_tasks_note_waits_for_a_person_and_a_hostile_note_changes_nothing() {
     );
     assert_eq!(given(&guidance).len(), 1, "{guidance:?}");
     // A person's note that tells the model to skip the work: it is given,
-    // and the contract still decides — claiming done without the work is
-    // not verified.
+    // and the contract still decides — the same locked contract (its
+    // checks, limits and protected paths) as the same task without the
+    // note (the exec policy is the Loopfile's, which no note reaches);
+    // claiming done without the work is not verified.
+    let skip = "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
+    let (_, before, _) = run(
+        &base,
+        &project,
+        ("write the summary", "test -f summary.txt"),
+        skip,
+    );
     memory(
         &base,
         &project,
@@ -218,16 +229,39 @@ fn a_lost_tasks_note_waits_for_a_person_and_a_hostile_note_changes_nothing() {
             "summary",
         ],
     );
-    let skip = "turns:\n  - calls:\n      - {tool: finish, args: {summary: done}}\n";
-    let (outcome, _, guidance) = run(
+    let (outcome, after, guidance) = run(
         &base,
         &project,
         ("write the summary", "test -f summary.txt"),
         skip,
     );
     assert_eq!(given(&guidance).len(), 1, "{guidance:?}");
-    assert_ne!(outcome, "verified");
+    assert_eq!(outcome, "lost");
+    let (was, is) = (
+        started(&base, &project, &before),
+        started(&base, &project, &after),
+    );
+    for key in ["contract_sha256", "contract", "limits"] {
+        assert_eq!(was[key], is[key], "{key}: {was} / {is}");
+    }
+    assert!(is["contract_sha256"].is_string(), "{is}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// What task `id` began under: the payload of its ledger's first entry.
+fn started(base: &Path, project: &Path, id: &str) -> serde_json::Value {
+    let out = shared::loop_in(base)
+        .args(["status", id, "--json", "--project"])
+        .arg(project)
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let receipt = project.join(status["receipt"].as_str().unwrap());
+    let ledger =
+        std::fs::read_to_string(receipt.with_file_name(format!("{id}.ledger.jsonl"))).unwrap();
+    let first: serde_json::Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "task_started");
+    first["payload"].clone()
 }
 
 /// `METHOD url` with `token` and `body`: the status and the JSON answer.

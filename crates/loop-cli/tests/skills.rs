@@ -38,7 +38,7 @@ fn bundle(base: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("resources")).unwrap();
     std::fs::write(
         dir.join("SKILL.md"),
-        "---\nname: notes-keeper\ndescription: Keep the notes folder tidy\ncapabilities:\n  tools: [write_file, finish]\n  writable: [notes]\n  network: [docs.example.test]\n  exec:\n    - {prefix: rm, decision: allow}\n---\nWHEN: notes need writing. READ: resources/style.md.\n",
+        "---\nname: notes-keeper\ndescription: Keep the notes folder tidy\ncapabilities:\n  tools: [write_file, browser, finish]\n  writable: [notes, secrets]\n  network: [docs.example.test]\n  exec:\n    - {prefix: rm, decision: allow}\n---\nWHEN: notes need writing. READ: resources/style.md.\n",
     )
     .unwrap();
     std::fs::write(dir.join("resources/style.md"), "one line per fact\n").unwrap();
@@ -167,16 +167,20 @@ fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
     assert_eq!(s["signer"], team.as_str());
     assert!(s["digest"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(s["capabilities"]["writable"], serde_json::json!(["notes"]));
+    // A tool, a path and a host it asked for that the task lacks: not in
+    // force, each listed.
     assert_eq!(
         s["capabilities"]["tools"],
         serde_json::json!(["write_file", "finish"])
     );
-    // The host it asked for is not the task's: it did not get it.
+    assert_eq!(s["capabilities"]["writable"], serde_json::json!(["notes"]));
     assert_eq!(s["capabilities"]["network"], serde_json::json!([]));
     assert_eq!(
         s["dropped"],
         serde_json::json!([
             "exec rule `rm: allow`: a skill cannot widen the task's exec policy",
+            "tool `browser`: the task is not offered it",
+            "writable path `secrets`: protected in this task",
             "network host `docs.example.test`: not in the task's network allow-list"
         ])
     );

@@ -160,7 +160,7 @@ fn walk(
         ));
     }
     let names =
-        door::list(dir, (!rel.is_empty()).then(|| Path::new(rel))).map_err(|e| bad(dir, e))?;
+        door::list_all(dir, (!rel.is_empty()).then(|| Path::new(rel))).map_err(|e| bad(dir, e))?;
     for n in names {
         // The signature, and a repository's own records, are not content.
         if rel.is_empty() && (n == SIGNATURE_FILE || n == ".git") {
@@ -878,23 +878,158 @@ pub fn remove(project: &Path, name: &str, user: bool) -> Result<PathBuf, Error> 
         .map_err(|e| Error::usage(format!("{}: {e}", dir.display())))
 }
 
-/// Intersect what `bundle` asks with the task's authority (`contract`),
-/// narrowing the contract's hosts to the skill's: the record of what is
-/// in force and what was dropped.
+/// What the project gives a task, beyond its contract: the hosts its
+/// commands reach (the Loopfile's `network.allow`) and its MCP servers.
+#[derive(Debug, Clone, Default)]
+pub struct TaskGrants {
+    /// The Loopfile's `network.allow`.
+    pub command_hosts: Vec<String>,
+    /// The names of the Loopfile's `mcp_servers`.
+    pub mcp_servers: Vec<String>,
+}
+
+impl TaskGrants {
+    /// The grants of `loopfile`.
+    pub fn of(loopfile: &crate::loopfile::Loopfile) -> TaskGrants {
+        TaskGrants {
+            command_hosts: loopfile.network.allow.clone(),
+            mcp_servers: loopfile
+                .mcp_servers
+                .iter()
+                .map(|m| m.name.clone())
+                .collect(),
+        }
+    }
+}
+
+/// Whether a task of `contract` with `grants` is offered tool `name`.
+fn offered(name: &str, contract: &loop_protocol::Contract, grants: &TaskGrants) -> bool {
+    match name {
+        loop_tools::browser::NAME => contract.browser,
+        crate::task::delegate::TOOL => {
+            contract.limits.max_children > 0 && contract.limits.max_depth > 0
+        }
+        _ => match name.strip_prefix(loop_tools::mcp::PREFIX) {
+            Some(rest) => rest
+                .split_once("__")
+                .is_some_and(|(server, _)| grants.mcp_servers.iter().any(|s| s == server)),
+            None => true,
+        },
+    }
+}
+
+/// Refuse a skill's contract template that would give the task more than
+/// a task of this project gets without it: a template from outside the
+/// project only narrows (`unprotect`, `allow_check_changes`,
+/// `judge_may_change`, `network_allow`, a browser the Loopfile does not
+/// grant, and limits above the project's defaults are the Loopfile's or
+/// the person's to give, never a skill's).
+pub fn template_within(
+    name: &str,
+    template: &loop_protocol::Contract,
+    loopfile: &crate::loopfile::Loopfile,
+) -> Result<(), Error> {
+    let mut over = Vec::new();
+    for (field, set) in [
+        ("unprotect", !template.unprotect.is_empty()),
+        (
+            "allow_check_changes",
+            !template.allow_check_changes.is_empty(),
+        ),
+        ("judge_may_change", !template.judge_may_change.is_empty()),
+        ("network_allow", !template.network_allow.is_empty()),
+        ("browser", template.browser && !loopfile.browser),
+    ] {
+        if set {
+            over.push(format!("`{field}`"));
+        }
+    }
+    // The Loopfile's default limits replace a template's; without them the
+    // built-in ones are what the template may not exceed.
+    if loopfile.defaults.limits.is_none() {
+        let (t, d) = (&template.limits, loop_protocol::Limits::default());
+        for (field, asked, base) in [
+            ("max_steps", u64::from(t.max_steps), u64::from(d.max_steps)),
+            ("max_tokens", t.max_tokens, d.max_tokens),
+            ("timeout_secs", t.timeout_secs, d.timeout_secs),
+            (
+                "max_verifications",
+                u64::from(t.max_verifications),
+                u64::from(d.max_verifications),
+            ),
+            (
+                "max_diff_lines",
+                u64::from(t.max_diff_lines),
+                u64::from(d.max_diff_lines),
+            ),
+            ("max_file_bytes", t.max_file_bytes, d.max_file_bytes),
+            ("disk_mb", t.disk_mb, d.disk_mb),
+            ("write_mb", t.write_mb, d.write_mb),
+            (
+                "max_children",
+                u64::from(t.max_children),
+                u64::from(d.max_children),
+            ),
+            ("max_depth", u64::from(t.max_depth), u64::from(d.max_depth)),
+        ] {
+            if asked > base {
+                over.push(format!("`limits.{field}` {asked} (a task gets {base})"));
+            }
+        }
+    }
+    if over.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "skill {name}: its contract.yaml would give the task more than this project gives one: {} (a skill only narrows; such grants are the Loopfile's or your own contract's)",
+        over.join(", ")
+    )))
+}
+
+/// Intersect what `bundle` asks with the task's authority (`contract`
+/// and the project's `grants`), narrowing the contract's hosts to the
+/// skill's: the record of what is in force and what was dropped.
 pub fn narrow(
     bundle: &Bundle,
     signer: Option<String>,
     contract: &mut loop_protocol::Contract,
-    command_hosts: &[String],
+    grants: &TaskGrants,
 ) -> SkillRecord {
     let asked = &bundle.capabilities;
+    let command_hosts = &grants.command_hosts;
     let mut dropped = bundle.widening.clone();
     let mut caps = Capabilities {
-        tools: asked.tools.clone(),
+        tools: None,
         exec: asked.exec.clone(),
         network: None,
-        writable: asked.writable.clone(),
+        writable: None,
     };
+    // What is in force is what the task has of what was asked: a tool it
+    // is not offered, or a path it may not write at all, is listed as
+    // dropped (the task was never going to have it).
+    if let Some(tools) = &asked.tools {
+        let (kept, over): (Vec<String>, Vec<String>) = tools
+            .iter()
+            .cloned()
+            .partition(|t| offered(t, contract, grants));
+        for t in over {
+            dropped.push(format!("tool `{t}`: the task is not offered it"));
+        }
+        caps.tools = Some(kept);
+    }
+    if let Some(paths) = &asked.writable {
+        let protected = loop_workspace::Protected::new(&contract.protected_globs()).ok();
+        let writable = |p: &String| {
+            protected.as_ref().is_none_or(|pr| {
+                pr.matching(p).is_none() && pr.matching(&format!("{p}/x")).is_none()
+            })
+        };
+        let (kept, over): (Vec<String>, Vec<String>) = paths.iter().cloned().partition(writable);
+        for p in over {
+            dropped.push(format!("writable path `{p}`: protected in this task"));
+        }
+        caps.writable = Some(kept);
+    }
     if let Some(hosts) = &asked.network {
         let (kept, over): (Vec<String>, Vec<String>) = hosts
             .iter()

@@ -345,8 +345,19 @@ pub fn write_as(
 }
 
 /// The plain names in the directory `rel` beneath `root` (`None` for the
-/// root itself), sorted; no link followed to reach it. Missing: empty.
+/// root itself), sorted; no link followed to reach it. Missing: empty. A
+/// name that is not UTF-8 is left out.
 pub fn list(root: &Path, rel: Option<&Path>) -> Result<Vec<String>, UntrustedError> {
+    listing(root, rel, false)
+}
+
+/// [`list`], where a name that is not UTF-8 is an error naming it (for a
+/// listing that must be whole: what is signed or verified).
+pub fn list_all(root: &Path, rel: Option<&Path>) -> Result<Vec<String>, UntrustedError> {
+    listing(root, rel, true)
+}
+
+fn listing(root: &Path, rel: Option<&Path>, whole: bool) -> Result<Vec<String>, UntrustedError> {
     let tree = Tree::open(root).map_err(|source| UntrustedError::Io {
         path: root.display().to_string(),
         source,
@@ -370,8 +381,17 @@ pub fn list(root: &Path, rel: Option<&Path>) -> Result<Vec<String>, UntrustedErr
     // Listed through the descriptor held (no path looked up again).
     let mut out = Vec::new();
     for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(io)? {
-        if let Some(n) = e.map_err(io)?.file_name().to_str() {
-            out.push(n.to_string());
+        let name = e.map_err(io)?.file_name();
+        match name.to_str() {
+            Some(n) => out.push(n.to_string()),
+            None if whole => {
+                return Err(UntrustedError::BadPath(format!(
+                    "{}: a name that is not UTF-8 ({})",
+                    root.join(&rel).display(),
+                    name.to_string_lossy()
+                )));
+            }
+            None => {}
         }
     }
     out.sort();

