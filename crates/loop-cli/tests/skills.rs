@@ -295,3 +295,79 @@ fn an_unlisted_signer_or_a_link_is_refused_and_a_projects_pattern_is_usable_unsi
     assert!(s.get("signer").is_none(), "{s}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A skill shared as a git repository installs what its HEAD commit holds:
+/// from a working tree (an uncommitted edit is not what is installed) and
+/// from a bare clone; a commit whose bundle no longer matches its
+/// signature is refused naming the file.
+#[test]
+fn a_skill_installs_from_a_git_repository_as_committed() {
+    let base = tmpdir("git");
+    let dir = bundle(&base);
+    let project = project(&base);
+    let signed = skills(&base, "team", "sign", &dir, None);
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    shared::commit_all(&dir);
+    // Edited after the commit, not committed: not what is installed.
+    std::fs::write(dir.join("resources/style.md"), "anything goes\n").unwrap();
+    let i = skills(&base, "state", "install", &dir, Some(&project));
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    let installed = project.join("loop-skills/notes-keeper");
+    assert_eq!(
+        std::fs::read_to_string(installed.join("resources/style.md")).unwrap(),
+        "one line per fact\n"
+    );
+    assert!(!installed.join(".git").exists());
+    // A bare clone, installed as the user's own.
+    let bare = base.join("notes-keeper.git");
+    let cloned = Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&dir)
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(cloned.success());
+    let mut c = loop_as(&base, "state");
+    let u = c
+        .args(["skills", "install", "--user"])
+        .arg(&bare)
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(u.status.code(), Some(0), "{}", text(&u));
+    assert!(
+        base.join("state/skills/notes-keeper/SKILL.sig.json")
+            .is_file()
+    );
+    // The edit committed: the bundle no longer matches its signature.
+    for args in [
+        &["add", "-A"][..],
+        &[
+            "-c",
+            "user.email=t@e",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "edit",
+        ],
+    ] {
+        assert!(
+            Command::new("git")
+                .args(args)
+                .current_dir(&dir)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let again = skills(&base, "state", "install", &dir, Some(&project));
+    assert_ne!(again.status.code(), Some(0));
+    assert!(
+        text(&again).contains("resources/style.md changed since it was signed"),
+        "{}",
+        text(&again)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

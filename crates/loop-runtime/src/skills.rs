@@ -797,11 +797,44 @@ pub struct Installed {
     pub signer: String,
 }
 
-/// Install the bundle at `from` (a folder, or a git repository's working
-/// tree holding one) into the project's `loop-skills/` or, with `user`,
-/// this user's skills, after it verifies against the project's trusted
-/// keys; copied file by file as verified, then verified again in place.
+/// Install the bundle at `from` (a folder, or a git repository — the top
+/// of a working tree, or a bare one — whose HEAD commit holds one) into
+/// the project's `loop-skills/` or, with `user`, this user's skills, after
+/// it verifies against the project's trusted keys; copied file by file as
+/// verified, then verified again in place. From a repository, what is
+/// installed is its HEAD commit's tree, never uncommitted files.
 pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Error> {
+    if !crate::project::commits::is_repository(from) {
+        return install_folder(project, from, user);
+    }
+    // The commit's tree, written out under the repository's own name.
+    let named = if from.file_name().is_none() {
+        from.canonicalize().unwrap_or_else(|_| from.to_path_buf())
+    } else {
+        from.to_path_buf()
+    };
+    let name = named
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(|n| n.strip_suffix(".git").unwrap_or(n).to_string())
+        .unwrap_or_default();
+    if let Some(why) = name_problem(&name) {
+        return Err(bad(from, why));
+    }
+    let scratch = std::env::temp_dir().join(format!(
+        "loop-skill-{}-{}",
+        std::process::id(),
+        loop_core::Clock::now_ms(&loop_core::SystemClock)
+    ));
+    let tree = scratch.join(&name);
+    let installed = crate::project::commits::write_tree(from, "HEAD", &tree)
+        .and_then(|()| install_folder(project, &tree, user));
+    let _ = loop_workspace::remove_tree(&scratch);
+    installed
+}
+
+/// [`install`] from a folder.
+fn install_folder(project: &Path, from: &Path, user: bool) -> Result<Installed, Error> {
     let loopfile = crate::loopfile::Loopfile::load(project)?;
     let trusted = trusted(project, &loopfile)?;
     let v = verify(from, &trusted)?;

@@ -415,33 +415,9 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
 }
 
 /// The pull request's head tree, `.loop-receipts/` left out, written
-/// into `into` (`git archive`: a tree git holds, no path both a link and
-/// a folder).
-#[allow(clippy::disallowed_methods)] // a private directory the runtime made
+/// into `into`.
 fn head_tree(project: &Path, head: &str, into: &Path) -> Result<(), Error> {
-    use std::process::{Command, Stdio};
-    std::fs::create_dir_all(into).map_err(Error::from_cause)?;
-    let mut archive = Command::new("git")
-        .arg("-C")
-        .arg(project)
-        .args(["archive", "--format=tar", head])
-        .env_remove("GIT_DIR")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| Error::usage(format!("cannot run git archive: {e}")))?;
-    let out = archive.stdout.take();
-    let tar = Command::new("tar")
-        .args(["-x", "--no-same-owner", "-C"])
-        .arg(into)
-        .stdin(out.map(Stdio::from).unwrap_or_else(Stdio::null))
-        .status()
-        .map_err(|e| Error::usage(format!("cannot run tar: {e}")))?;
-    let archived = archive.wait().map_err(Error::from_cause)?;
-    if !tar.success() || !archived.success() {
-        return Err(Error::usage(format!("cannot write out the tree of {head}")));
-    }
+    crate::project::commits::write_tree(project, head, into)?;
     let _ = loop_workspace::remove_tree(&into.join(RECEIPTS_DIR));
     Ok(())
 }
