@@ -203,6 +203,17 @@ fn a_signed_skill_is_installed_used_narrowed_and_recorded() {
         )),
         "{ledger}"
     );
+    // Its resources are given as verified, each with its digest.
+    let first: serde_json::Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let given = first["payload"]["guidance"].as_array().unwrap();
+    let style = given
+        .iter()
+        .find(|g| g["path"] == "SKILL.md of the notes-keeper skill: resources/style.md")
+        .unwrap_or_else(|| panic!("{given:?}"));
+    assert_eq!(
+        style["sha256"],
+        loop_protocol::hash::sha256_hex(b"one line per fact\n")
+    );
     // One byte changed in the installed copy: refused, naming the file.
     std::fs::write(
         project.join("loop-skills/notes-keeper/resources/style.md"),

@@ -784,6 +784,33 @@ pub fn resolve(
     )))
 }
 
+/// The bundle's resources the model is given with its `SKILL.md`: each
+/// text file but `SKILL.md` and `contract.yaml`, read again through the
+/// door and given only if it still has the digest the bundle was
+/// verified with (`path`, text), in the bundle's order.
+pub fn resources(bundle: &Bundle) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in &bundle.files {
+        if f.path == "SKILL.md" || f.path == "contract.yaml" || f.size > RESOURCE_BYTES {
+            continue;
+        }
+        let Ok(Some(bytes)) = door::read(&bundle.dir, &f.path, RESOURCE_BYTES) else {
+            continue;
+        };
+        if loop_protocol::hash::sha256_hex(&bytes) != f.sha256 {
+            continue;
+        }
+        if let Ok(text) = String::from_utf8(bytes) {
+            out.push((f.path.clone(), text));
+        }
+    }
+    out
+}
+
+/// The largest resource given to the model (the skills' guidance has its
+/// own bound in all, see `loop_core::prompt`).
+const RESOURCE_BYTES: u64 = 64 << 10;
+
 /// What `loop skills install` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Installed {

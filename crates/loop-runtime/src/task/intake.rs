@@ -379,6 +379,15 @@ impl Runtime {
                     bundle.guidance.clone(),
                 ));
             }
+            // Its resources, as verified (a user's skill is in no
+            // workspace, and a committed copy may differ).
+            for (path, text) in crate::skills::resources(&bundle) {
+                let named = format!(
+                    "{}the {name} skill: {path}",
+                    loop_core::prompt::SKILL_GUIDANCE
+                );
+                guidance.push((named, text));
+            }
             skills.push(record);
         }
         let model = req.model.map(|m| self.resolve_model(&m, via)).transpose()?;
