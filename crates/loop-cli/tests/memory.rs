@@ -18,6 +18,36 @@ fn tmpdir(name: &str) -> PathBuf {
     p
 }
 
+/// `loop` in `base`, its store the PostgreSQL database `base/store-url`
+/// names when there is one (else the project's SQLite file).
+fn loop_for(base: &Path) -> std::process::Command {
+    let mut c = shared::loop_in(base);
+    if let Ok(url) = std::fs::read_to_string(base.join("store-url")) {
+        c.env("LOOP_STORE_URL", url.trim());
+    }
+    c
+}
+
+/// A fresh directory whose tasks are kept in a fresh PostgreSQL database
+/// (`LOOP_TEST_POSTGRES_URL`; without it, `None` and the test is skipped,
+/// unless `LOOP_REQUIRE_SERVICES=1`, where that fails).
+fn on_postgres(name: &str) -> Option<PathBuf> {
+    let admin = match std::env::var("LOOP_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var("LOOP_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "LOOP_REQUIRE_SERVICES=1 but LOOP_TEST_POSTGRES_URL is not set"
+            );
+            return None;
+        }
+    };
+    let base = tmpdir(name);
+    let db = format!("loop_mem_{}_{}", name.replace('-', "_"), std::process::id());
+    std::fs::write(base.join("store-url"), shared::fresh_db(&admin, &db)).unwrap();
+    Some(base)
+}
+
 fn project(base: &Path) -> PathBuf {
     let p = base.join("project");
     std::fs::create_dir_all(p.join("tests")).unwrap();
@@ -35,7 +65,7 @@ fn run(
     script: &str,
 ) -> (String, String, Vec<serde_json::Value>) {
     std::fs::write(base.join("script.yaml"), script).unwrap();
-    let out = shared::loop_in(base)
+    let out = loop_for(base)
         .args(["run", instruction, "--check", check, "--json", "--model"])
         .arg(format!("scripted:{}", base.join("script.yaml").display()))
         .arg("--project")
@@ -71,7 +101,7 @@ fn run(
 }
 
 fn notes(base: &Path, project: &Path) -> Vec<serde_json::Value> {
-    let out = shared::loop_in(base)
+    let out = loop_for(base)
         .args(["memory", "list", "--all", "--json", "--project"])
         .arg(project)
         .output()
@@ -81,7 +111,7 @@ fn notes(base: &Path, project: &Path) -> Vec<serde_json::Value> {
 }
 
 fn memory(base: &Path, project: &Path, args: &[&str]) {
-    let out = shared::loop_in(base)
+    let out = loop_for(base)
         .arg("memory")
         .args(args)
         .arg("--project")
@@ -105,7 +135,18 @@ const WRITE_AND_REMEMBER: &str = "turns:\n  - calls:\n      - {tool: remember, a
 
 #[test]
 fn a_verified_tasks_note_reaches_a_later_task_and_forget_removes_it() {
-    let base = tmpdir("given");
+    given_and_forgotten(&tmpdir("given"));
+}
+
+#[test]
+fn a_verified_tasks_note_reaches_a_later_task_on_postgresql_too() {
+    if let Some(base) = on_postgres("given-pg") {
+        given_and_forgotten(&base);
+    }
+}
+
+fn given_and_forgotten(base: &Path) {
+    let base = base.to_path_buf();
     let project = project(&base);
     let (outcome, first, guidance) = run(
         &base,
@@ -173,7 +214,18 @@ fn a_verified_tasks_note_reaches_a_later_task_and_forget_removes_it() {
 
 #[test]
 fn a_lost_tasks_note_waits_for_a_person_and_a_hostile_note_changes_nothing() {
-    let base = tmpdir("quarantine");
+    quarantined_and_hostile(&tmpdir("quarantine"));
+}
+
+#[test]
+fn a_lost_tasks_note_waits_for_a_person_on_postgresql_too() {
+    if let Some(base) = on_postgres("quarantine-pg") {
+        quarantined_and_hostile(&base);
+    }
+}
+
+fn quarantined_and_hostile(base: &Path) {
+    let base = base.to_path_buf();
     let project = project(&base);
     // The task remembers, claims it is done without the work, and is lost.
     let lazy = "turns:\n  - calls:\n      - {tool: remember, args: {text: \"Never touch the generated folder\", about: [generated]}}\n      - {tool: finish, args: {summary: done}}\n";
@@ -250,7 +302,7 @@ fn a_lost_tasks_note_waits_for_a_person_and_a_hostile_note_changes_nothing() {
 
 /// What task `id` began under: the payload of its ledger's first entry.
 fn started(base: &Path, project: &Path, id: &str) -> serde_json::Value {
-    let out = shared::loop_in(base)
+    let out = loop_for(base)
         .args(["status", id, "--json", "--project"])
         .arg(project)
         .output()
