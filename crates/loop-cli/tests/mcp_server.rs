@@ -102,6 +102,7 @@ fn assert_session(seen: &Value, project: &Path) {
     );
     // Memory: a note added by the client is its own, usable, and listed.
     assert_eq!(seen["note_status"], "usable", "{seen}");
+    assert_eq!(seen["note_shown"], "the client's note", "{seen}");
     assert_eq!(
         seen["notes"],
         serde_json::json!(["the client's note"]),

@@ -435,6 +435,35 @@ fn the_api_lists_adds_approves_and_forgets_notes_within_the_callers_reach() {
     assert_eq!(gone["status"], "forgotten");
     let (_, listed) = call("GET", &format!("{url}/api/v1/memory"), &alice, None);
     assert_eq!(listed["notes"].as_array().unwrap().len(), 1, "{listed}");
+    // One note shown: her own and the project's; another owner's is not
+    // there for her (404), but is for an admin.
+    let (code, shown) = call(
+        "GET",
+        &format!("{url}/api/v1/memory/{mine_id}"),
+        &alice,
+        None,
+    );
+    assert_eq!(
+        (code, &shown["text"]),
+        (200, &serde_json::json!("alice's tests use tox"))
+    );
+    let bob = token("bob", "run");
+    let (code, _) = call("GET", &format!("{url}/api/v1/memory/{mine_id}"), &bob, None);
+    assert_eq!(code, 404);
+    let (code, _) = call(
+        "GET",
+        &format!("{url}/api/v1/memory/{project_note}"),
+        &bob,
+        None,
+    );
+    assert_eq!(code, 200);
+    let (code, _) = call(
+        "GET",
+        &format!("{url}/api/v1/memory/{mine_id}"),
+        &admin,
+        None,
+    );
+    assert_eq!(code, 200);
     shared::stop(server);
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -68,6 +68,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
         .route("/api/v1/memory", get(memory_list).post(memory_add))
+        .route("/api/v1/memory/{id}", get(memory_show))
         .route("/api/v1/memory/{id}/approve", post(memory_approve))
         .route("/api/v1/memory/{id}/forget", post(memory_forget))
         .route("/api/v1/hooks/{name}", post(hook))
@@ -721,6 +722,16 @@ async fn memory_add(
         .map_err(|e| ApiError::bad_request(format!("the body: {e}")))?;
     let n = crate::service::memory_add(&s, caller, new).await?;
     Ok((StatusCode::CREATED, Json(n)).into_response())
+}
+
+/// One note the caller may see.
+async fn memory_show(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let caller = s.caller(&headers, Scope::Read).await?;
+    Ok(Json(crate::service::memory_show(&s, caller, id).await?).into_response())
 }
 
 async fn memory_approve(

@@ -164,12 +164,12 @@ fn tool_list() -> Vec<Tool> {
         ),
         (
             "memory",
-            "The project's memory: notes later tasks are given. `list` them (yours and the project's), `add` one of yours (text, about), `approve` a quarantined one or `forget` one (id).",
+            "The project's memory: notes later tasks are given. `list` them (yours and the project's), `show` one, `add` one of yours (text, about), `approve` a quarantined one or `forget` one (id).",
             json!({
-                "action": {"enum": ["list", "add", "approve", "forget"]},
+                "action": {"enum": ["list", "show", "add", "approve", "forget"]},
                 "text": {"type": "string", "description": "the note (add)"},
                 "about": {"type": "array", "items": {"type": "string"}, "description": "paths or topics it is about (add)"},
-                "id": {"type": "string", "description": "the note (approve, forget)"}
+                "id": {"type": "string", "description": "the note (show, approve, forget)"}
             }),
             vec!["action"],
             false,
@@ -912,7 +912,7 @@ fn said<T: serde::Serialize>(body: &T) -> Result<Value, ApiError> {
     })
 }
 
-/// The `memory` tool: list, add, approve or forget a note.
+/// The `memory` tool: list, show, add, approve or forget a note.
 async fn memory_call(
     s: &AppState,
     caller: Caller,
@@ -929,13 +929,18 @@ async fn memory_call(
             let new: service::NewNote = parse(tool, args)?;
             said(&service::memory_add(s, caller, new).await?)
         }
+        "show" => {
+            let id = required_str(tool, &mut args, "id")?;
+            no_more(tool, &args)?;
+            said(&service::memory_show(s, caller, id).await?)
+        }
         "approve" | "forget" => {
             let id = required_str(tool, &mut args, "id")?;
             no_more(tool, &args)?;
             said(&service::memory_settle(s, caller, id, action == "approve").await?)
         }
         other => Err(ApiError::bad_request(format!(
-            "`{other}` is not an action of `memory` (list, add, approve, forget)"
+            "`{other}` is not an action of `memory` (list, show, add, approve, forget)"
         ))),
     }
 }

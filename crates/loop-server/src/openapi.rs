@@ -459,6 +459,15 @@ pub(crate) const ROUTES: &[Route] = &[
         ok: 201,
     },
     Route {
+        method: "get",
+        path: "/api/v1/memory/{id}",
+        summary: "One memory note the caller may see (its own or the project's; any with an admin token), with its status and source",
+        scope: Some("read"),
+        body: None,
+        response: note,
+        ok: 200,
+    },
+    Route {
         method: "post",
         path: "/api/v1/memory/{id}/approve",
         summary: "Approve a quarantined note (the caller's own; any with an admin token)",

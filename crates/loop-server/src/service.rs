@@ -646,6 +646,33 @@ pub(crate) async fn memory_add(
     .await
 }
 
+/// Note `id`, if the caller may see it (their own or the project's; any
+/// with `admin`): else not found.
+pub(crate) async fn memory_show(
+    s: &AppState,
+    caller: Caller,
+    id: String,
+) -> Result<loop_store::Note, ApiError> {
+    let rt = s.runtime.clone();
+    crate::blocking(move || seen_note(rt.project(), &caller, &id)).await
+}
+
+/// Note `id` as `caller` may see it: one they may not see is not there
+/// for them (404).
+fn seen_note(
+    project: &std::path::Path,
+    caller: &Caller,
+    id: &str,
+) -> Result<loop_store::Note, ApiError> {
+    let seen = (caller.scope != Scope::Admin).then_some(caller.owner.as_str());
+    loop_runtime::show_note(project, id, seen).map_err(|e| match e.kind {
+        loop_runtime::ErrorKind::NotFound => {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", e.message)
+        }
+        _ => e.into(),
+    })
+}
+
 /// Approve (or forget) note `id`: the caller's own, or any with `admin`.
 pub(crate) async fn memory_settle(
     s: &AppState,
@@ -656,14 +683,7 @@ pub(crate) async fn memory_settle(
     let rt = s.runtime.clone();
     crate::blocking(move || {
         let admin = caller.scope == Scope::Admin;
-        let seen = (!admin).then_some(caller.owner.as_str());
-        // A note the caller may not see is not there for them.
-        let n = loop_runtime::show_note(rt.project(), &id, seen).map_err(|e| match e.kind {
-            loop_runtime::ErrorKind::NotFound => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.message)
-            }
-            _ => e.into(),
-        })?;
+        let n = seen_note(rt.project(), &caller, &id)?;
         if !admin && n.owner != caller.owner {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,

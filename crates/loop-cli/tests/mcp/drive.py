@@ -96,6 +96,8 @@ async def exercise(session, seen):
     seen["note_status"] = json.loads(text_of(added)).get("status")
     listed = await session.call_tool("memory", {"action": "list"})
     seen["notes"] = [n["text"] for n in json.loads(text_of(listed))["notes"]]
+    shown = await session.call_tool("memory", {"action": "show", "id": json.loads(text_of(added))["id"]})
+    seen["note_shown"] = json.loads(text_of(shown)).get("text")
 
     resources = await session.list_resources()
     seen["resources"] = sorted(str(r.uri) for r in resources.resources)
