@@ -934,9 +934,15 @@ fn check_children(
         ));
     }
     let mut charged = Vec::new();
+    let mut turns = Turns::default();
     for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
-            Ok(loop_protocol::Event::Delegated { child, .. }) => child,
+            Ok(loop_protocol::Event::Delegated { step, child, .. }) => {
+                if let Some(why) = turns.grant(step, &child, &own.budget) {
+                    report.tree_problems.push(why);
+                }
+                child
+            }
             _ => {
                 report.tree_problems.push(format!(
                     "ledger entry {} is not a readable child record",
@@ -967,6 +973,80 @@ fn check_children(
             "its children used {steps} steps, {tokens} tokens, ${usd:.4}, more than its own record of {} steps, {} tokens, ${:.4} holds",
             used.steps, used.tokens, used.usd
         ));
+    }
+}
+
+/// What a task's turns granted its children, in ledger order: each turn's
+/// grants came out of what the task had left, so with what its children of
+/// earlier turns used they fit in its own budget (what the task itself
+/// used is not counted: a bound every honest tree keeps).
+#[derive(Default)]
+struct Turns {
+    turn: Option<u32>,
+    /// Granted in this turn: steps, tokens, dollars.
+    granted: (u64, u64, f64),
+    /// Used by the children of this turn, and of the turns before it.
+    used_now: (u64, u64, f64),
+    used_before: (u64, u64, f64),
+}
+
+impl Turns {
+    /// Count `child`, granted in turn `step`; why the turn's grants no
+    /// longer fit in `budget`, once they do not.
+    fn grant(
+        &mut self,
+        step: u32,
+        child: &loop_protocol::ChildRun,
+        budget: &loop_protocol::delegation::Budget,
+    ) -> Option<String> {
+        if self.turn != Some(step) {
+            let (s, t, u) = self.used_now;
+            self.used_before = (
+                self.used_before.0 + s,
+                self.used_before.1 + t,
+                self.used_before.2 + u,
+            );
+            self.used_now = (0, 0, 0.0);
+            self.granted = (0, 0, 0.0);
+            self.turn = Some(step);
+        }
+        let g = &child.authority.budget;
+        let was_over = self.over(budget);
+        self.granted.0 += u64::from(g.max_steps);
+        self.granted.1 += g.max_tokens;
+        self.granted.2 += g.budget_usd.unwrap_or(0.0);
+        self.used_now.0 += u64::from(child.used.steps);
+        self.used_now.1 += child.used.tokens;
+        self.used_now.2 += child.used.usd;
+        match self.over(budget) {
+            Some(why) if was_over.is_none() => Some(format!(
+                "its turn {step} granted its children {why} (with what earlier children used)"
+            )),
+            _ => None,
+        }
+    }
+
+    /// What the turn's grants and the earlier use exceed of `budget`.
+    fn over(&self, budget: &loop_protocol::delegation::Budget) -> Option<String> {
+        let steps = self.granted.0 + self.used_before.0;
+        let tokens = self.granted.1 + self.used_before.1;
+        let usd = self.granted.2 + self.used_before.2;
+        if steps > u64::from(budget.max_steps) {
+            return Some(format!(
+                "{steps} steps, more than the {} it had",
+                budget.max_steps
+            ));
+        }
+        if tokens > budget.max_tokens {
+            return Some(format!(
+                "{tokens} tokens, more than the {} it had",
+                budget.max_tokens
+            ));
+        }
+        match budget.budget_usd {
+            Some(b) if usd > b + 1e-9 => Some(format!("${usd:.4}, more than the ${b:.4} it had")),
+            _ => None,
+        }
     }
 }
 

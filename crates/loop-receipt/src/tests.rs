@@ -455,6 +455,50 @@ mod tree {
     }
 
     #[test]
+    fn one_turns_grants_beyond_what_the_parent_had_fail_the_tree() {
+        // Two children granted 5 steps each in one turn of a parent that
+        // had 8 (a runtime that carved wrongly, or a ledger rewritten).
+        let dir = tmp("tree-carved");
+        let key = KeyPair::from_seed([5u8; 32]);
+        let mut parent = parent_contract(2);
+        parent.limits.max_steps = 8;
+        let own = Authority::of_contract(&parent_contract(2));
+        let mut events = Vec::new();
+        for (n, id) in ["a", "b"].into_iter().enumerate() {
+            let p = proposal(&format!("pkg/{id}"));
+            let granted = delegation::grant(&own, &left(), &p).unwrap();
+            let contract = delegation::child_contract(&parent_contract(2), &granted, &p).unwrap();
+            let from = DelegatedFrom {
+                parent: "p".into(),
+                authority: granted.clone(),
+            };
+            let (_, sha) = write_task(&dir, id, &contract, vec![], Some(from), &key);
+            events.push(Event::Delegated {
+                step: 1,
+                call_id: format!("c{n}"),
+                child: ChildRun {
+                    task_id: id.into(),
+                    authority: granted,
+                    outcome: "lost".into(),
+                    receipt_sha256: Some(sha),
+                    used: Default::default(),
+                },
+            });
+        }
+        let path = write_task(&dir, "p", &parent, events, None, &key).0;
+        let found = problems(&path, &key);
+        assert!(
+            found
+                .iter()
+                .any(|p| p == "its turn 1 granted its children 10 steps, more than the 8 it had (with what earlier children used)"),
+            "{found:?}"
+        );
+        // (The same grants in different turns of a parent with room for
+        // them hold: `a_receipt_tree_verifies_offline_child_by_child`.)
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_receipt_tree_verifies_offline_child_by_child() {
         let dir = tmp("tree-ok");
         let key = KeyPair::from_seed([3u8; 32]);
