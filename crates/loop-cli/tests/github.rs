@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The head commit of pull request #43, as the stand-in says it (set by
+/// the test once it made that commit in the project's remote).
+static PR_HEAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// A stand-in for GitHub's REST API on 127.0.0.1: its port, and what it took.
 fn github() -> (u16, shared::TakenAll) {
     shared::stand_in(200, |t, n| {
@@ -42,7 +46,7 @@ fn answer(method: &str, path: &str, n: usize) -> (u16, Value) {
         }
         ("POST", "/git/blobs") => (201, json!({"sha": format!("blob-{n}")})),
         ("POST", "/git/trees") => (201, json!({"sha": format!("tree-{n}")})),
-        ("POST", "/git/commits") => (201, json!({"sha": format!("c0ffee{n:04}")})),
+        ("POST", "/git/commits") => (201, json!({"sha": format!("c0ffee{n:034}")})),
         ("POST", "/git/refs") => (
             201,
             json!({"ref": "refs/heads/x", "object": {"sha": "c0ffee"}}),
@@ -51,7 +55,15 @@ fn answer(method: &str, path: &str, n: usize) -> (u16, Value) {
             201,
             json!({"number": 77, "html_url": "https://github.test/acme/widgets/pull/77"}),
         ),
-        ("GET", "/pulls/43") => (200, json!({"number": 43, "head": {"sha": "abc123def456"}})),
+        ("GET", "/pulls/43") => (
+            200,
+            json!({"number": 43, "head": {"sha": PR_HEAD.get().map_or("", String::as_str), "ref": "feature", "repo": {"full_name": "acme/widgets"}}}),
+        ),
+        // A pull request whose head the project's remote does not have.
+        ("GET", "/pulls/45") => (
+            200,
+            json!({"number": 45, "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": "gone", "repo": {"full_name": "acme/widgets"}}}),
+        ),
         ("POST", r) if r.starts_with("/statuses/") => (201, json!({"state": "success"})),
         ("POST", r) if r.starts_with("/issues/") && r.ends_with("/comments") => (
             201,
@@ -119,6 +131,25 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     )
     .unwrap();
     shared::commit_all(&project);
+    // The project's remote holds pull request #43's head as GitHub does
+    // (refs/pull/43/head): a commit the project's HEAD is not.
+    let remote = home.join("widgets.git");
+    let git = |dir: &Path, script: &str| -> String {
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {}", shared::text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    git(&home, "git init -q --bare widgets.git");
+    let head = git(
+        &project,
+        "git remote add origin ../widgets.git && git checkout -q -b feature && echo 'from the pull request' > pr.txt && git add pr.txt && git -c user.email=t@e -c user.name=t commit -qm pr && git push -q origin feature:refs/pull/43/head && git rev-parse HEAD && git checkout -q -",
+    );
+    PR_HEAD.set(head.clone()).unwrap();
+    assert!(remote.is_dir());
     let (server, url) = shared::serve(
         &home,
         &project,
@@ -206,11 +237,28 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         assert!(start.elapsed() < Duration::from_secs(90), "{calls:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    // A /loop comment on a pull request by a member: the same. A status
-    // goes only on the commit the task verified, never on the head of the
-    // pull request that asked (the task never ran its code).
+    // A /loop comment on a pull request by a member: the task starts from
+    // the pull request's head (fetched from the remote and checked against
+    // what GitHub says); its pull request goes into the branch that asked,
+    // and both the commit it made and the head it ran on get a status.
     let mut member: Value = serde_json::from_slice(&comment).unwrap();
     member["comment"]["author_association"] = json!("MEMBER");
+    // One whose head the remote lacks starts nothing.
+    let mut gone = member.clone();
+    gone["issue"]["number"] = json!(45);
+    // (Another member: one sender may ask once a minute at this rate.)
+    gone["comment"]["user"]["login"] = json!("hubot");
+    gone["sender"]["login"] = json!("hubot");
+    let gone = serde_json::to_vec(&gone).unwrap();
+    let (code, said) = deliver(
+        &url,
+        "issue_comment",
+        &gone,
+        &sign(SECRET.as_bytes(), &gone),
+        "g-4",
+    );
+    // (Why is in the server's log, not in the answer.)
+    assert_eq!(code, 503, "{said}");
     let member = serde_json::to_vec(&member).unwrap();
     let (code, said) = deliver(
         &url,
@@ -223,27 +271,34 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     let start = Instant::now();
     let all = loop {
         let all = seen.lock().unwrap().clone();
-        if all.iter().filter(|c| c.path.contains("/statuses/")).count() == 2 {
+        if all.iter().filter(|c| c.path.contains("/statuses/")).count() == 3 {
             break all;
         }
         assert!(start.elapsed() < Duration::from_secs(90), "{all:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(all.iter().any(|c| c.path.ends_with("/issues/43/comments")));
+    let on_head: Vec<_> = all
+        .iter()
+        .filter(|c| c.path.ends_with(&format!("/statuses/{head}")))
+        .collect();
+    assert_eq!(on_head.len(), 1, "{all:?}");
+    assert_eq!(on_head[0].body["state"], "success");
+    assert_eq!(on_head[0].body["context"], "loop-engine/task");
     for (n, status) in all
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.path.contains("/statuses/"))
+        .filter(|(_, c)| c.path.contains("/statuses/") && !c.path.ends_with(&head))
     {
-        assert!(!status.path.ends_with("abc123def456"), "{status:?}");
         assert_eq!(status.body["state"], "success");
         assert_eq!(status.body["context"], "loop-engine");
-        // The commit a POST /git/commits made (the stand-in numbers them).
+        // The commit a POST /git/commits made (the stand-in numbers them,
+        // 40 hexadecimal digits as GitHub's are).
         let sha = status.path.rsplit('/').next().unwrap();
         let made = all[..n].iter().enumerate().any(|(k, c)| {
             c.path.ends_with("/git/commits")
                 && c.method == "POST"
-                && sha == format!("c0ffee{:04}", k + 1)
+                && sha == format!("c0ffee{:034}", k + 1)
         });
         assert!(made, "{sha}");
     }
@@ -256,10 +311,30 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         !pr43.body["body"].as_str().unwrap().contains("Closes #"),
         "a pull request closes nothing"
     );
+    assert_eq!(pr43.body["base"], "feature", "{pr43:?}");
+    // Its commit's parent is the pull request's head: the task's base.
+    let second = all
+        .iter()
+        .filter(|c| c.path.ends_with("/git/commits") && c.method == "POST")
+        .nth(1)
+        .unwrap();
+    assert_eq!(second.body["parents"], json!([head.as_str()]));
     shared::stop(server);
     assert!(
         all.iter().all(|c| c.auth == format!("Bearer {TOKEN}")),
         "{all:?}"
+    );
+    // Two tasks in all: the issue's and pull request #43's (#45's none).
+    let listed = shared::loop_in(&home)
+        .args(["list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(
+        shared::json_lines(&listed).len(),
+        2,
+        "{}",
+        shared::text(&listed)
     );
     let tree = calls
         .iter()

@@ -140,6 +140,17 @@ pub struct GithubOrigin {
     /// The comment that asked, when a comment did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<u64>,
+    /// For a pull request: the commit its head was at when it asked (the
+    /// commit the task started from), its branch and the repository that
+    /// branch is in (another, for a fork's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_sha: Option<String>,
+    /// See `head_sha`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_ref: Option<String>,
+    /// See `head_sha`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_repository: Option<String>,
 }
 
 /// The project's setup steps as a task got them: run in its workspace

@@ -146,6 +146,39 @@ pub fn git_head(project: &Path) -> Option<String> {
     git(project, &["rev-parse", "--verify", "HEAD"]).ok()
 }
 
+/// The commit `rev` names in `project`, a repository's top (the one a
+/// task given a base starts from: it carries no uncommitted files, which
+/// belong to another commit).
+fn commit_of(project: &Path, rev: &str, include_dirty: bool) -> Result<String, WorkspaceError> {
+    let refuse = |why: String| WorkspaceError::Git {
+        args: format!("rev-parse {rev}"),
+        stderr: why,
+    };
+    if include_dirty {
+        return Err(refuse(
+            "a task from a given commit carries no uncommitted files".into(),
+        ));
+    }
+    if git_head(project).is_none() {
+        return Err(refuse(format!(
+            "{} is not the top of a git repository with a commit",
+            project.display()
+        )));
+    }
+    if rev.starts_with('-') || rev.is_empty() {
+        return Err(refuse("not a commit".into()));
+    }
+    git(
+        project,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
+}
+
 /// What the root `.git` of `workspace`, a worktree of `repo`, holds as
 /// git made it: `gitdir: ` and the worktree's administrative directory in
 /// `repo` (the one whose `gitdir` names `workspace`'s `.git`). `None` when
@@ -197,13 +230,15 @@ pub fn uncommitted(project: &Path) -> Vec<String> {
 }
 
 impl TaskWorkspace {
-    /// Make the workspace for `task_id` at `dest` from `project`.
+    /// Make the workspace for `task_id` at `dest` from `project`: a
+    /// worktree at its `HEAD`, or at `base` (a commit the repository
+    /// holds, such as a pull request's head it fetched) when given.
     #[allow(clippy::disallowed_methods)] // the task directory the runtime made (copies, worktrees), walked with links as links
     pub fn create(
         project: &Path,
         dest: &Path,
         task_id: &str,
-        include_dirty: bool,
+        (include_dirty, base): (bool, Option<&str>),
     ) -> Result<TaskWorkspace, WorkspaceError> {
         let io = |what: &str| {
             let what = what.to_string();
@@ -212,7 +247,11 @@ impl TaskWorkspace {
         if let Some(dir) = dest.parent() {
             std::fs::create_dir_all(dir).map_err(io("cannot create the task directory"))?;
         }
-        if let Some(base_commit) = git_head(project) {
+        let start = match base {
+            None => git_head(project),
+            Some(b) => Some(commit_of(project, b, include_dirty)?),
+        };
+        if let Some(base_commit) = start {
             let branch = format!("loop/{task_id}");
             let dest_s = dest.to_string_lossy().into_owned();
             git(
@@ -777,7 +816,9 @@ mod tests {
             let handles: Vec<_> = (0..12)
                 .map(|i| {
                     let (p, dest) = (&p, d.path().join(format!("t{i}/workspace")));
-                    sc.spawn(move || TaskWorkspace::create(p, &dest, &format!("t-{i}"), false))
+                    sc.spawn(move || {
+                        TaskWorkspace::create(p, &dest, &format!("t-{i}"), (false, None))
+                    })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -809,7 +850,7 @@ mod tests {
                 "task-{}/workspace",
                 project.file_name().unwrap().to_string_lossy()
             ));
-            let made = TaskWorkspace::create(&project, &dest, "t-1", false).unwrap();
+            let made = TaskWorkspace::create(&project, &dest, "t-1", (false, None)).unwrap();
             assert_eq!(made.base_commit(), base.as_deref());
             std::fs::write(dest.join("work.txt"), "the stale copy's work\n").unwrap();
             // Failing half way (the new tree is already made and written
@@ -930,7 +971,8 @@ mod tests {
     fn a_branch_is_dropped_through_the_repository_never_the_workspaces_git_file() {
         let d = TestDir::new("tw-drop-branch");
         let p = repo(&d);
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", false).unwrap();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", (false, None)).unwrap();
         // The workspace's `.git` replaced by one naming a repository of the
         // task's, whose hooks would run on the host.
         let evil = d.path().join("evil");
@@ -954,6 +996,50 @@ mod tests {
     }
 
     #[test]
+    fn a_task_given_a_commit_starts_from_it_not_from_head() {
+        let d = TestDir::new("tw-base");
+        let p = repo(&d);
+        // A commit the repository holds that is not HEAD (a pull request's
+        // head, fetched), and the checkout's HEAD.
+        let pr = sh(
+            &p,
+            "git checkout -q -b pr && echo pr > a.txt && git commit -qam pr && git rev-parse HEAD && git checkout -q -",
+        );
+        let pr = pr.trim();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", (false, Some(pr))).unwrap();
+        assert_eq!(ws.base_commit(), Some(pr));
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
+            "pr\n"
+        );
+        ws.discard().unwrap();
+        // With uncommitted files, an unknown commit, or an option: refused.
+        for (dirty, rev, says) in [
+            (true, pr, "carries no uncommitted files"),
+            (
+                false,
+                "0123456789012345678901234567890123456789",
+                "rev-parse",
+            ),
+            (false, "--all", "not a commit"),
+        ] {
+            let e =
+                TaskWorkspace::create(&p, &d.path().join("task/ws2"), "t-2", (dirty, Some(rev)))
+                    .unwrap_err()
+                    .to_string();
+            assert!(e.contains(says), "{rev}: {e}");
+        }
+        // And with none given, HEAD as ever.
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws3"), "t-3", (false, None)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
+            "one\n"
+        );
+    }
+
+    #[test]
     fn a_worktree_leaves_the_base_checkout_untouched() {
         let d = TestDir::new("tw-git");
         let p = repo(&d);
@@ -968,7 +1054,8 @@ mod tests {
             sh(&p, "git diff --cached"),
             std::fs::read(p.join("a.txt")).unwrap(),
         );
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", false).unwrap();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", (false, None)).unwrap();
         assert!(matches!(ws.origin, Origin::Worktree { .. }));
         assert_eq!(
             std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
@@ -1001,7 +1088,8 @@ mod tests {
             &p,
             "echo same > c.txt && git add c.txt && git commit -qm c && git update-index --assume-unchanged c.txt && echo SAME > c.txt && echo BASE > b.txt && touch -d '2001-02-03 04:05:06' a.txt b.txt c.txt",
         );
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", false).unwrap();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", (false, None)).unwrap();
         let mtime = |f: &Path| {
             std::fs::metadata(f)
                 .unwrap()
@@ -1031,7 +1119,7 @@ mod tests {
         let d = TestDir::new("tw-dirty");
         let p = repo(&d);
         sh(&p, "echo dirty > a.txt && echo new > c.txt");
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", true).unwrap();
+        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-2", (true, None)).unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.path.join("a.txt")).unwrap(),
             "dirty\n"
@@ -1058,7 +1146,8 @@ mod tests {
             std::fs::write(p.join(f), "x").unwrap();
         }
         std::fs::write(p.join(".gitignore"), "# comment\n*.log\n/logs/\n").unwrap();
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", false).unwrap();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-3", (false, None)).unwrap();
         let Origin::Copy { mut skipped } = ws.origin.clone() else {
             panic!()
         };
@@ -1093,7 +1182,8 @@ mod gitignore_tests {
         std::fs::write(p.join("src/trace.log"), "x").unwrap();
         std::fs::write(p.join("src/main.rs"), "x").unwrap();
         std::fs::write(p.join("docs/notes.log"), "x").unwrap();
-        let ws = TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", false).unwrap();
+        let ws =
+            TaskWorkspace::create(&p, &d.path().join("task/ws"), "t-1", (false, None)).unwrap();
         let has = |rel: &str| ws.path.join(rel).exists();
         assert!(!has("a.log"), "ignored");
         assert!(has("keep.log"), "a negation re-includes");

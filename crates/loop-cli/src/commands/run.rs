@@ -81,6 +81,7 @@ pub(crate) fn run_command(
         verify_on_change,
         isolation: isolation.level(),
         include_dirty,
+        base_commit: None,
         on_prompt: Some(on_prompt),
         allow_vacuous,
         owner: None,

@@ -1103,6 +1103,8 @@ fn triggers_schema() -> serde_json::Value {
                 "authors" => json!({"type": "array", "items": {"enum": ["OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE"]},
                     "description": "the author associations whose comments are taken (default OWNER, MEMBER, COLLABORATOR)"}),
                 "label" => json!({"type": "string", "minLength": 1, "description": "the label that asks for a task"}),
+                "remote" => json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                    "description": "the project's git remote a pull request's head is fetched from (refs/pull/N/head; default origin)"}),
                 _ => json!({"type": "string", "minLength": 1, "description": "the command a comment starts with, such as /loop"}),
             })},
         "task": {"type": "object", "additionalProperties": false,

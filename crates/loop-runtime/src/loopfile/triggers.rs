@@ -19,7 +19,14 @@ pub(crate) const CHAT_KEYS: &[&str] = &[
     "console_url",
 ];
 /// A GitHub inlet's keys.
-pub(crate) const GITHUB_KEYS: &[&str] = &["token_env", "api_url", "label", "command", "authors"];
+pub(crate) const GITHUB_KEYS: &[&str] = &[
+    "token_env",
+    "api_url",
+    "label",
+    "command",
+    "authors",
+    "remote",
+];
 /// A webhook's keys.
 pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
 /// A task template's keys.
@@ -109,6 +116,8 @@ pub struct GithubInlet {
     pub command: Option<String>,
     /// The `author_association` values whose comments are taken.
     pub authors: Vec<String>,
+    /// The project's git remote a pull request's head is fetched from.
+    pub remote: String,
 }
 
 /// How a webhook's deliveries are authenticated and whose tasks they start.
@@ -350,6 +359,7 @@ fn read_github(r: &mut Reader, node: &Node) -> Option<GithubInlet> {
         label: None,
         command: None,
         authors: vec!["OWNER".into(), "MEMBER".into(), "COLLABORATOR".into()],
+        remote: "origin".into(),
     };
     for (k, v) in fields {
         match k.name.as_str() {
@@ -367,6 +377,24 @@ fn read_github(r: &mut Reader, node: &Node) -> Option<GithubInlet> {
             }
             "label" => out.label = r.string(v, "`label`").filter(|l| !l.is_empty()),
             "command" => out.command = r.string(v, "`command`").filter(|c| !c.trim().is_empty()),
+            "remote" => {
+                let name = r.string(v, "`remote`").unwrap_or_default();
+                let plain = name
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphanumeric())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                if !plain {
+                    r.err(
+                        Some(v.pos),
+                        format!("`remote` `{name}`: a git remote's name (letters, digits, `.`, `_`, `-`)"),
+                        None,
+                    );
+                }
+                out.remote = name;
+            }
             _ => {
                 out.authors = r
                     .strings(v, "`authors`")
@@ -669,6 +697,16 @@ mod loopfile_tests {
         let g = ok.triggers[0].github.clone().unwrap();
         assert_eq!(g.api_url, "https://api.github.com");
         assert_eq!(g.authors, vec!["MEMBER"]);
+        assert_eq!(g.remote, "origin");
+        let named = crate::loopfile::Loopfile::parse(
+            &with("github", "{token_env: T, label: loop, remote: upstream.gh}"),
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            named.triggers[0].github.as_ref().unwrap().remote,
+            "upstream.gh"
+        );
         for (style, github, said) in [
             (
                 "hmac",
@@ -685,6 +723,17 @@ mod loopfile_tests {
                 "github",
                 "{token_env: T, label: l, api_url: 'http://example.test'}",
                 "an https:// URL",
+            ),
+            // A remote is a name git takes as one, never an option.
+            (
+                "github",
+                "{token_env: T, label: l, remote: '--upload-pack=touch x'}",
+                "a git remote's name",
+            ),
+            (
+                "github",
+                "{token_env: T, label: l, remote: ''}",
+                "a git remote's name",
             ),
         ] {
             let e = crate::loopfile::Loopfile::parse(&with(style, github), "Loopfile.yaml")

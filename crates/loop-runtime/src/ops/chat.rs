@@ -497,7 +497,8 @@ impl Runtime {
                     t.task.instruction,
                     crate::ops::github::plain(&text)
                 );
-                let id = match self.start_from(t, inlet.owner.clone(), record, instruction) {
+                let id = match self.start_from(t, (inlet.owner.clone(), None), record, instruction)
+                {
                     Ok(id) => id,
                     Err(e) => {
                         let _ = store.forget_delivery(&t.name, &delivery);

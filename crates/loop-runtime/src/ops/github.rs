@@ -249,8 +249,68 @@ pub fn asked(
             url: url.unwrap_or_default().to_string(),
             sender,
             comment: comment.and_then(|(id, _)| id),
+            head_sha: None,
+            head_ref: None,
+            head_repository: None,
         },
     })
+}
+
+/// The head of the pull request `origin` names, fetched into the project
+/// (`git fetch REMOTE refs/pull/N/head`, GitHub's ref of every pull
+/// request, a fork's too) and checked to be the commit GitHub says it is:
+/// the commit a task asked for on it starts from. `origin` learns it.
+pub(crate) fn fetch_pull_head(
+    inlet: &crate::loopfile::triggers::GithubInlet,
+    origin: &mut GithubOrigin,
+    project: &std::path::Path,
+) -> Result<String, Error> {
+    let token = std::env::var(&inlet.token_env)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "{} is not set where the server runs: the pull request's head cannot be read",
+                inlet.token_env
+            ))
+        })?;
+    let mut api = Api::new(&inlet.api_url, token);
+    let (repo, n) = (&origin.repository, origin.number);
+    let pr = api.call("GET", &format!("/repos/{repo}/pulls/{n}"), None)?;
+    let sha = pr["head"]["sha"].as_str().unwrap_or_default().to_string();
+    if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::unavailable(format!(
+            "GitHub named no head commit for {repo} #{n}"
+        )));
+    }
+    let local = format!("refs/loop/pull/{n}");
+    let spec = format!("+refs/pull/{n}/head:{local}");
+    crate::project::commits::git_bounded(
+        project,
+        &["fetch", "--no-tags", "--quiet", &inlet.remote, &spec],
+        std::time::Duration::from_secs(300),
+    )
+    .map_err(|e| Error::unavailable(format!("cannot fetch {repo} #{n}'s head: {}", e.message)))?;
+    let fetched = crate::project::commits::git_bounded(
+        project,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{local}^{{commit}}"),
+        ],
+        std::time::Duration::from_secs(30),
+    )?;
+    if fetched.trim() != sha {
+        return Err(Error::conflict(format!(
+            "{repo} #{n} moved while its head was fetched ({} fetched, {sha} on GitHub): ask again",
+            fetched.trim()
+        )));
+    }
+    origin.head_sha = Some(sha.clone());
+    origin.head_ref = pr["head"]["ref"].as_str().map(str::to_string);
+    origin.head_repository = pr["head"]["repo"]["full_name"].as_str().map(str::to_string);
+    Ok(sha)
 }
 
 /// Why a delivery asks for no task (said back to GitHub).
@@ -502,11 +562,10 @@ impl Runtime {
             Some(&json!({"body": body})),
         )?;
         report.comment = c["html_url"].as_str().map(str::to_string);
-        // A status only on the commit the task verified: never on the
-        // pull request that asked, whose code the task did not run.
-        if let Some(commit) =
-            made.filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
+        // A status on the commit the task verified, and on the pull
+        // request that asked: its head is the commit the task started
+        // from (fetched and checked), so its code is what the task ran.
+        if let Some(commit) = made.filter(|s| is_commit(s)) {
             api.call(
                 "POST",
                 &format!("/repos/{repo}/statuses/{commit}"),
@@ -514,6 +573,18 @@ impl Runtime {
                     "state": "success",
                     "context": "loop-engine",
                     "description": format!("task {id}: verified, with its receipt"),
+                })),
+            )?;
+        }
+        if let Some(head) = origin.head_sha.as_deref().filter(|s| is_commit(s)) {
+            let said = outcome_name(&p.outcome);
+            api.call(
+                "POST",
+                &format!("/repos/{repo}/statuses/{head}"),
+                Some(&json!({
+                    "state": if verified { "success" } else { "failure" },
+                    "context": "loop-engine/task",
+                    "description": format!("task {id} on this head: {said}"),
                 })),
             )?;
         }
@@ -534,10 +605,15 @@ impl Runtime {
     ) -> Result<(String, String), Error> {
         let repo = &origin.repository;
         let info = api.call("GET", &format!("/repos/{repo}"), None)?;
-        let default = info["default_branch"]
-            .as_str()
-            .unwrap_or("main")
-            .to_string();
+        // Into the branch of the pull request that asked, when it is in
+        // this repository (a fix for it); else the default branch.
+        let default = match (&origin.head_ref, &origin.head_repository) {
+            (Some(branch), Some(r)) if r == repo => branch.clone(),
+            _ => info["default_branch"]
+                .as_str()
+                .unwrap_or("main")
+                .to_string(),
+        };
         let base = p
             .change_set
             .base_commit
@@ -614,6 +690,11 @@ impl Runtime {
             c["sha"].as_str().unwrap_or_default().to_string(),
         ))
     }
+}
+
+/// Whether `s` is a full commit id.
+fn is_commit(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Upload `bytes` as a blob of `repo`; its id.
@@ -741,6 +822,7 @@ mod tests {
             label: Some("loop".into()),
             command: Some("/loop".into()),
             authors: vec!["OWNER".into(), "MEMBER".into()],
+            remote: "origin".into(),
         }
     }
 

@@ -154,7 +154,7 @@ impl Runtime {
             return Ok(Err(Refusal::Ignored("ping".into())));
         }
         // A GitHub inlet takes only what asks for a task, from whom it may.
-        let asked = match &t.github {
+        let mut asked = match &t.github {
             Some(g) => match crate::ops::github::asked(g, event.as_deref(), body) {
                 Ok(a) => Some(a),
                 Err(why) => return Ok(Err(Refusal::Ignored(why.0))),
@@ -183,6 +183,19 @@ impl Runtime {
         {
             return Ok(Err(Refusal::Replayed(delivery)));
         }
+        // Asked on a pull request: the task starts from its head, fetched
+        // (a failure starts nothing, and the delivery may come again).
+        let forget = || {
+            let _ = store.forget_delivery(name, &by_id);
+            let _ = store.forget_delivery(name, &by_signature);
+        };
+        let base = match (&t.github, asked.as_mut()) {
+            (Some(g), Some(a)) if a.origin.pull_request => Some(
+                crate::ops::github::fetch_pull_head(g, &mut a.origin, self.project())
+                    .inspect_err(|_| forget())?,
+            ),
+            _ => None,
+        };
         let record = loop_protocol::TriggerRecord {
             name: name.to_string(),
             kind: "webhook".into(),
@@ -204,12 +217,11 @@ impl Runtime {
             Some(a) => a.instruction(&t.task.instruction),
             None => t.task.instruction.clone(),
         };
-        match self.start_from(t, hook.owner.clone(), record, instruction) {
+        match self.start_from(t, (hook.owner.clone(), base), record, instruction) {
             Ok(id) => Ok(Ok(id)),
             Err(e) => {
                 // Nothing started: the sender may try again.
-                let _ = store.forget_delivery(name, &by_id);
-                let _ = store.forget_delivery(name, &by_signature);
+                forget();
                 Err(e)
             }
         }
@@ -288,7 +300,7 @@ impl Runtime {
         };
         // One trigger that cannot start its task does not stop the
         // others; its minute is given back for the next check.
-        match self.start_from(t, owner, record, t.task.instruction.clone()) {
+        match self.start_from(t, (owner, None), record, t.task.instruction.clone()) {
             Ok(id) => Ok(Some(id)),
             Err(e) => {
                 let _ = self.store()?.forget_delivery(&t.name, &delivery);
@@ -316,7 +328,7 @@ impl Runtime {
     pub(crate) fn start_from(
         &self,
         t: &Trigger,
-        owner: String,
+        (owner, base_commit): (String, Option<String>),
         record: loop_protocol::TriggerRecord,
         instruction: String,
     ) -> Result<String, Error> {
@@ -335,6 +347,7 @@ impl Runtime {
                 isolation: loop_sandbox::IsolationLevel::Required,
                 on_prompt: Some(crate::OnPrompt::Wait),
                 owner: Some(owner),
+                base_commit,
                 trigger: Some(record),
                 via: crate::Via::Trigger,
                 ..Default::default()

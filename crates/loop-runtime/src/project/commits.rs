@@ -51,3 +51,58 @@ pub(crate) fn is_repository(dir: &Path) -> bool {
         || (lstat(&dir.join("HEAD")).is_some_and(|m| m.is_file())
             && lstat(&dir.join("objects")).is_some_and(|m| m.is_dir()))
 }
+
+/// `git -C repo ARGS`, killed past `within`: its output, or what it said.
+#[allow(clippy::disallowed_methods)] // git's own output, read from its pipe
+pub(crate) fn git_bounded(
+    repo: &Path,
+    args: &[&str],
+    within: std::time::Duration,
+) -> Result<String, Error> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::usage(format!("cannot run git: {e}")))?;
+    let deadline = std::time::Instant::now() + within;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(Error::from_cause)? {
+            break s;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::unavailable(format!(
+                "git {} took longer than {} s",
+                args.join(" "),
+                within.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    if !status.success() {
+        return Err(Error::usage(format!(
+            "git {}: {}",
+            args.join(" "),
+            err.trim()
+        )));
+    }
+    Ok(out)
+}

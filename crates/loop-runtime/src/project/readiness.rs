@@ -97,7 +97,7 @@ fn as_a_task(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "audit".into());
     let workspace = scratch.join("workspace");
-    let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, false)
+    let task_ws = loop_workspace::TaskWorkspace::create(project, &workspace, &name, (false, None))
         .map_err(|e| Error::internal(format!("cannot make a task's workspace: {e}")))?;
     let ran = (|| {
         let shares = crate::project::environments::share_environments(

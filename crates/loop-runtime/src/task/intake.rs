@@ -128,6 +128,9 @@ pub struct TaskRequest {
     pub isolation: loop_sandbox::IsolationLevel,
     /// `--include-dirty`.
     pub include_dirty: bool,
+    /// The commit the task starts from instead of the project's `HEAD`
+    /// (a pull request's head a GitHub trigger fetched).
+    pub base_commit: Option<String>,
     /// Who answers the questions the task asks.
     pub on_prompt: Option<OnPrompt>,
     /// `--allow-vacuous`: a written contract's checks that pass on an
@@ -228,6 +231,7 @@ pub struct Admitted {
     pub(crate) verify_on_change: bool,
     pub(crate) isolation: loop_sandbox::IsolationLevel,
     pub(crate) include_dirty: bool,
+    pub(crate) base_commit: Option<String>,
     pub(crate) on_prompt: OnPrompt,
     pub(crate) owner: Option<String>,
     pub(crate) trigger: Option<loop_protocol::TriggerRecord>,
@@ -401,6 +405,7 @@ impl Runtime {
             verify_on_change: req.verify_on_change,
             isolation: req.isolation,
             include_dirty: req.include_dirty,
+            base_commit: req.base_commit,
             on_prompt: req.on_prompt.unwrap_or(OnPrompt::Deny),
             owner: req.owner,
             trigger: req.trigger,

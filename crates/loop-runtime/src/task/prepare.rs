@@ -74,11 +74,11 @@ pub(crate) fn submit_claimed(
     let mut stored = stored_request(req, &project, &loopfile)?;
 
     // The task never works in the user's checkout: a worktree or a copy.
-    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, req.include_dirty)
-        .map_err(|e| {
-            let _ = crate::project::workspaces::remove_near(&near);
-            Error::internal(format!("cannot make the task workspace: {e}"))
-        })?;
+    let start = (req.include_dirty, req.base_commit.as_deref());
+    let task_ws = TaskWorkspace::create(&project, &workspace, &task_id, start).map_err(|e| {
+        let _ = crate::project::workspaces::remove_near(&near);
+        Error::internal(format!("cannot make the task workspace: {e}"))
+    })?;
     if let Some(from) = &req.start_from {
         take_content(&workspace, from).inspect_err(|_| drop(&task_ws))?;
     }
