@@ -383,3 +383,76 @@ fn replayed_checks_must_pass_again_on_the_pull_requests_tree() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A delegated task's change comes with its receipt tree: the parent's
+/// receipt, and its child's beside it. The child's receipt is checked as
+/// the parent's tree (its change is part of the parent's, merged), not on
+/// its own, and its files are the parent's; one byte changed in the
+/// child's receipt fails the pull request naming the child.
+#[test]
+fn a_delegated_tasks_receipt_tree_passes_as_one() {
+    let base = tmpdir("tree");
+    let p = base.join("project");
+    std::fs::create_dir_all(p.join("keys")).unwrap();
+    std::fs::create_dir_all(p.join("pkg")).unwrap();
+    std::fs::write(p.join("pkg/README"), "pkg\n").unwrap();
+    let key = shared::loop_in(&base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(p.join("keys/loop.pem"), &key.stdout).unwrap();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        "receipts:\n  trust: [keys/loop.pem]\n",
+    )
+    .unwrap();
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let contract = "instruction: Make pkg.\ncriteria:\n  - id: made\n    text: pkg/b.txt is made\n    checks:\n      - file_contains: pkg/b.txt\n        text: made\nlimits: { max_steps: 10, max_children: 1, max_depth: 1 }\n";
+    let script = "turns:\n  - calls:\n      - tool: delegate\n        args:\n          instruction: Write pkg/b.txt\n          criteria:\n            - id: b\n              text: b is made\n              checks:\n                - file_contains: pkg/b.txt\n                  text: made\n          paths: [pkg]\n          budget: { max_steps: 4, max_tokens: 60000, timeout_secs: 300 }\n  - calls:\n      - {tool: finish, args: {summary: done}}\nchildren:\n  - - calls:\n        - {tool: write_file, args: {path: pkg/b.txt, content: \"made\\n\"}}\n    - calls:\n        - {tool: finish, args: {summary: b}}\n";
+    let run = shared::run_scripted(&base, &p, "tree", (contract, script));
+    assert_eq!(run.outcome(), "verified", "{}", shared::text(&run.out));
+    let id = run.id().to_string();
+    git(&p, &["checkout", "-q", "-B", "pr", "main"]);
+    let out = shared::loop_in(&base)
+        .args(["apply", &id, "--yes", "--project"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", shared::text(&out));
+    // Every file of the tree: the parent's and its child's.
+    std::fs::create_dir_all(p.join(".loop-receipts")).unwrap();
+    let mut child = None;
+    for f in std::fs::read_dir(p.join(".loop/receipts")).unwrap() {
+        let f = f.unwrap();
+        let n = f.file_name().to_string_lossy().to_string();
+        if !f.file_type().unwrap().is_file() || n.contains(".addendum-") {
+            continue;
+        }
+        if let Some(t) = n.strip_suffix(".receipt.json").filter(|t| *t != id) {
+            child = Some(t.to_string());
+        }
+        std::fs::copy(f.path(), p.join(".loop-receipts").join(&n)).unwrap();
+    }
+    let child = child.expect("the child's receipt");
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-qm", "the agent's change, delegated"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 0, "{said}");
+    let receipts = v["receipts"].as_array().unwrap();
+    assert_eq!(receipts.len(), 1, "{v}");
+    assert_eq!(receipts[0]["task_id"], id.as_str());
+    assert_eq!(receipts[0]["children"], serde_json::json!([child]));
+    assert!(v["uncovered"].as_array().unwrap().is_empty(), "{v}");
+    // One byte of the child's receipt: the tree no longer holds.
+    let path = p.join(format!(".loop-receipts/{child}.receipt.json"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+    git(&p, &["commit", "-qam", "a byte of the child's receipt"]);
+    let (code, v, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains(&format!("child {child}")), "{said}\n{v}");
+    let _ = std::fs::remove_dir_all(&base);
+}

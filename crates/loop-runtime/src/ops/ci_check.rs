@@ -72,6 +72,13 @@ pub struct CiReceipt {
     /// The contract it locked, and its SHA-256 (to replay).
     #[serde(skip)]
     pub contract: Option<(loop_protocol::Contract, String)>,
+    /// The task that delegated to it, when it is a child task.
+    #[serde(skip)]
+    pub parent: Option<String>,
+    /// The child tasks below it (at every depth) whose receipts came with
+    /// it: checked as its tree, their files its own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
     /// What is wrong with it (nothing: it passes).
     pub problems: Vec<String>,
 }
@@ -390,7 +397,7 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
         Ok::<_, Error>(receipts)
     })();
     let _ = loop_workspace::remove_tree(&dir);
-    let mut receipts = result?;
+    let mut receipts = trees(result?);
     if req.replay {
         for r in receipts
             .iter_mut()
@@ -412,6 +419,51 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
         check.ok = false;
     }
     Ok(check)
+}
+
+/// The receipts as trees: a child task's receipt that came with its
+/// parent's (at any depth) is not checked on its own — its change is
+/// part of its parent's, merged, and the parent's receipt verifies it as
+/// its tree — but is listed with the top receipt, its files that one's.
+fn trees(receipts: Vec<CiReceipt>) -> Vec<CiReceipt> {
+    let parent_of: BTreeMap<String, String> = receipts
+        .iter()
+        .filter_map(|r| Some((r.task_id.clone()?, r.parent.clone()?)))
+        .collect();
+    let ids: std::collections::BTreeSet<String> =
+        receipts.iter().filter_map(|r| r.task_id.clone()).collect();
+    let here = |id: &str| ids.contains(id);
+    // The top of `id`'s tree among the receipts here (itself if none).
+    let top = |id: &str| {
+        let mut at = id.to_string();
+        for _ in 0..=loop_protocol::delegation::MAX_DEPTH {
+            match parent_of.get(&at) {
+                Some(p) if here(p) => at = p.clone(),
+                _ => break,
+            }
+        }
+        at
+    };
+    let mut below: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut tops = std::collections::BTreeSet::new();
+    for id in &ids {
+        let t = top(id);
+        if t == *id {
+            tops.insert(t);
+        } else {
+            below.entry(t).or_default().push(id.clone());
+        }
+    }
+    receipts
+        .into_iter()
+        .filter(|r| r.task_id.as_ref().is_none_or(|id| tops.contains(id)))
+        .map(|mut r| {
+            if let Some(id) = r.task_id.as_deref() {
+                r.children = below.remove(id).unwrap_or_default();
+            }
+            r
+        })
+        .collect()
 }
 
 /// The pull request's head tree, `.loop-receipts/` left out, written
@@ -491,9 +543,13 @@ fn judge(
             let Some(id) = r.task_id.as_deref() else {
                 return false;
             };
-            rel == format!("{id}.receipt.json")
-                || rel == format!("{id}.ledger.jsonl")
-                || rel == format!("{id}.changes.patch")
+            let tree_file = |id: &str| {
+                rel == format!("{id}.receipt.json")
+                    || rel == format!("{id}.ledger.jsonl")
+                    || rel == format!("{id}.changes.patch")
+            };
+            tree_file(id)
+                || r.children.iter().any(|c| tree_file(c))
                 || r.artifacts
                     .iter()
                     .any(|a| rel == format!("{id}.artifacts/{a}"))
@@ -557,6 +613,8 @@ fn check_one(
                 stray: Vec::new(),
                 replayed: None,
                 contract: None,
+                parent: None,
+                children: Vec::new(),
                 problems: vec![why],
             });
         }
@@ -602,6 +660,11 @@ fn check_one(
             )
         }),
         stray: check.stray_addenda.clone(),
+        parent: statement
+            .as_ref()
+            .and_then(|s| s.predicate.delegation.as_ref())
+            .map(|d| d.parent.clone()),
+        children: Vec::new(),
         task_id: statement.map(|s| s.predicate.task_id),
         intact: check.intact,
         verified: check.verified,

@@ -635,9 +635,13 @@ impl Runtime {
             tree.push(json!({"path": f.path, "mode": f.after_mode.as_deref().unwrap_or("100644"), "type": "blob", "sha": sha}));
         }
         let receipts = crate::project::locate::TaskPaths::of(self.project(), id).receipts;
-        let mut names: Vec<String> = ["receipt.json", "ledger.jsonl", "changes.patch"]
-            .iter()
-            .map(|e| format!("{id}.{e}"))
+        // Its receipt's files, and its children's (at every depth: the
+        // receipt verifies them as its tree beside it).
+        let mut names: Vec<String> = std::iter::once(id.to_string())
+            .chain(crate::ops::receipts::tree_below(&receipts, id))
+            .flat_map(|t| {
+                ["receipt.json", "ledger.jsonl", "changes.patch"].map(|e| format!("{t}.{e}"))
+            })
             .collect();
         names.extend(
             p.artifacts

@@ -296,3 +296,81 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         reproduced,
     })
 }
+
+/// The child tasks below task `id` (its children, theirs, … in ledger
+/// order) as the ledgers beside its receipt in `dir` record them: whose
+/// receipts go with its own. A ledger that cannot be read names none.
+pub fn tree_below(dir: &Path, id: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut level = vec![id.to_string()];
+    for _ in 0..loop_protocol::delegation::MAX_DEPTH {
+        let mut next = Vec::new();
+        for task in &level {
+            let Ok(Some(ledger)) =
+                loop_workspace::door::read(dir, format!("{task}.ledger.jsonl"), 64 << 20)
+            else {
+                continue;
+            };
+            for line in String::from_utf8_lossy(&ledger).lines() {
+                let Ok(e) = serde_json::from_str::<loop_protocol::LedgerEntry>(line) else {
+                    continue;
+                };
+                if let Ok(loop_protocol::Event::Delegated { child, .. }) =
+                    loop_protocol::Event::from_kind_payload(&e.kind, &e.payload)
+                    && loop_protocol::RelPath::parse(&child.task_id)
+                        .is_ok_and(|p| !p.as_str().contains('/'))
+                    && !out.contains(&child.task_id)
+                {
+                    next.push(child.task_id.clone());
+                    out.push(child.task_id);
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
+mod tree_tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_below_a_task_is_read_from_the_ledgers_beside_it() {
+        let dir = std::env::temp_dir().join(format!("loop-tree-below-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let contract =
+            loop_protocol::Contract::from_flags("split", &["make test".into()], &[]).unwrap();
+        let line = |child: &str| {
+            let e = loop_protocol::Event::Delegated {
+                step: 1,
+                call_id: "c".into(),
+                child: loop_protocol::ChildRun {
+                    task_id: child.into(),
+                    authority: loop_protocol::delegation::Authority::of_contract(&contract),
+                    outcome: "verified".into(),
+                    receipt_sha256: None,
+                    used: Default::default(),
+                },
+            };
+            let (kind, payload) = e.to_kind_payload().unwrap();
+            serde_json::json!({"seq": 0, "prev": "", "kind": kind, "payload": payload, "at": "", "hash": ""})
+                .to_string()
+        };
+        // p delegated to c1 and, by a hostile name, to ../x; c1 to g1.
+        std::fs::write(
+            dir.join("p.ledger.jsonl"),
+            format!("{}\n{}\nnot json\n", line("c1"), line("../x")),
+        )
+        .unwrap();
+        std::fs::write(dir.join("c1.ledger.jsonl"), line("g1") + "\n").unwrap();
+        assert_eq!(tree_below(&dir, "p"), ["c1", "g1"]);
+        assert!(tree_below(&dir, "g1").is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
