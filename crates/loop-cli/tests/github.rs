@@ -119,7 +119,7 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     std::fs::write(project.join("README.md"), "widgets\n").unwrap();
     std::fs::write(
         project.join("script.yaml"),
-        "turns:\n  - calls:\n      - {tool: write_file, args: {path: fix.txt, content: \"fixed\\n\"}}\n      - {tool: finish, args: {summary: done}}\n",
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: fix.txt, content: \"fixed\\n\"}}\n      - {tool: run_command, args: {command: \"ln -s fix.txt link.txt\"}}\n      - {tool: finish, args: {summary: done}}\n",
     )
     .unwrap();
     let (port, seen) = github();
@@ -347,6 +347,15 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         .map(|e| e["path"].as_str().unwrap())
         .collect();
     assert!(paths.contains(&"fix.txt"), "{paths:?}");
+    // A link the task made goes up as git keeps one: a blob of its
+    // target, mode 120000.
+    let link = tree.body["tree"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "link.txt")
+        .unwrap_or_else(|| panic!("{paths:?}"));
+    assert_eq!(link["mode"], "120000");
     assert!(
         paths.contains(&format!(".loop-receipts/{id}.receipt.json").as_str()),
         "{paths:?}"
@@ -368,6 +377,7 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         })
         .collect();
     assert!(blobs.iter().any(|b| b == b"fixed\n"));
+    assert!(blobs.iter().any(|b| b == b"fix.txt"));
     let commit = calls
         .iter()
         .find(|c| c.path.ends_with("/git/commits") && c.method == "POST")

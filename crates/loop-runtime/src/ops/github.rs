@@ -630,8 +630,8 @@ impl Runtime {
                 tree.push(json!({"path": f.path, "mode": f.before_mode.as_deref().unwrap_or("100644"), "type": "blob", "sha": null}));
                 continue;
             }
-            let file = crate::ops::changes::produced_file(self.project(), id, &f.path)?;
-            let sha = blob(api, repo, &file.bytes)?;
+            let bytes = self.changed_content(id, f)?;
+            let sha = blob(api, repo, &bytes)?;
             tree.push(json!({"path": f.path, "mode": f.after_mode.as_deref().unwrap_or("100644"), "type": "blob", "sha": sha}));
         }
         let receipts = crate::project::locate::TaskPaths::of(self.project(), id).receipts;
@@ -693,6 +693,33 @@ impl Runtime {
             pr["html_url"].as_str().unwrap_or_default().to_string(),
             c["sha"].as_str().unwrap_or_default().to_string(),
         ))
+    }
+}
+
+impl Runtime {
+    /// What task `id`'s change set signs for `f`: a file's bytes, or a
+    /// link's target (git keeps a link as a blob of its target, mode
+    /// `120000`), read from its workspace without following it and given
+    /// only with the digest the receipt signs.
+    fn changed_content(&self, id: &str, f: &loop_protocol::FileChange) -> Result<Vec<u8>, Error> {
+        if f.after_mode.as_deref() != Some("120000") {
+            return Ok(crate::ops::changes::produced_file(self.project(), id, &f.path)?.bytes);
+        }
+        let workspace = crate::project::locate::TaskPaths::of(self.project(), id).workspace;
+        let target = loop_workspace::Tree::open(&workspace)
+            .ok()
+            .and_then(|t| t.node(&f.path).ok())
+            .and_then(|n| match n {
+                loop_workspace::Node::Symlink(t) => Some(t.into_os_string().into_encoded_bytes()),
+                _ => None,
+            });
+        match target {
+            Some(t) if f.after_sha256.as_deref() == Some(sha256_hex(&t).as_str()) => Ok(t),
+            _ => Err(Error::conflict(format!(
+                "task {id}'s change set makes {} a link, and its workspace no longer holds that link as the receipt signs it (applied, discarded or changed): the pull request cannot carry it",
+                f.path
+            ))),
+        }
     }
 }
 
