@@ -427,6 +427,20 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         "https://github.test/acme/widgets/pull/77"
     );
     assert!(!report.contains(TOKEN), "{report}");
+    // The same report, signed beside the receipt as an addendum about it;
+    // the receipt still verifies, the addendum not stray.
+    let addendum = project.join(format!(".loop/receipts/{id}.addendum-1.json"));
+    let payload = shared::payload_of(&addendum);
+    assert_eq!(payload["predicate"]["event"], "reported");
+    assert_eq!(payload["predicate"]["report"], r);
+    let v = shared::loop_in(&home)
+        .args(["verify", "--json"])
+        .arg(project.join(format!(".loop/receipts/{id}.receipt.json")))
+        .output()
+        .unwrap();
+    assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+    let verified: Value = serde_json::from_slice(&v.stdout).unwrap();
+    assert_eq!(verified["stray_addenda"], json!([]), "{verified}");
     let state = home.join("state");
     for f in walk(&project.join(".loop")).into_iter().chain(walk(&state)) {
         let bytes = std::fs::read(&f).unwrap_or_default();

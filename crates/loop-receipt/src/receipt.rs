@@ -470,7 +470,7 @@ pub struct Addendum {
 pub struct AddendumFact {
     /// The task.
     pub task_id: String,
-    /// `applied`, `undone` or `signing-key-revoked`.
+    /// `applied`, `undone`, `signing-key-revoked` or `reported`.
     pub event: String,
     /// Where.
     pub project: String,
@@ -488,6 +488,11 @@ pub struct AddendumFact {
     /// apply or undo (`rolled-back` or `completed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<String>,
+    /// For `reported`: what the task's end was told where it was asked
+    /// (GitHub: the pull request and comment made, every call's method,
+    /// path, status and digests; never a token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
     /// When (RFC 3339).
     pub at: String,
 }

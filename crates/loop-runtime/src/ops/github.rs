@@ -12,7 +12,8 @@
 //! and its receipt's files under `.loop-receipts/` (what `loop ci-check`
 //! reads); on a pull request that asked, a commit status. Every call is
 //! kept (method, path, status, digests of what was sent and answered) in
-//! `.loop/tasks/ID/github.json`; the token is never written anywhere.
+//! `.loop/tasks/ID/github.json` and in a signed addendum about the
+//! receipt (`reported`); the token is never written anywhere.
 
 use crate::{Error, Runtime};
 use loop_protocol::evidence::GithubOrigin;
@@ -515,6 +516,7 @@ impl Runtime {
         }
         report.calls = std::mem::take(&mut api.calls);
         keep_report(&dir, &report)?;
+        self.sign_report(id, &report)?;
         Ok(Some(report))
     }
 
@@ -697,6 +699,35 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// The report, signed beside task `id`'s receipt as an addendum about
+    /// it (`reported`): the receipt is never edited after it was signed,
+    /// and `loop verify` judges the addendum as every other.
+    fn sign_report(&self, id: &str, report: &Report) -> Result<(), Error> {
+        let receipt = crate::project::locate::TaskPaths::of(self.project(), id)
+            .receipts
+            .join(format!("{id}.receipt.json"));
+        let key = loop_receipt::KeyPair::load_or_create()
+            .map_err(|e| Error::usage(format!("signing key: {e}")))?;
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        loop_receipt::write_addendum(
+            &receipt,
+            loop_receipt::AddendumFact {
+                task_id: id.to_string(),
+                event: "reported".into(),
+                project: self.project().display().to_string(),
+                patch_sha256: None,
+                revoked_keyid: None,
+                matches_verified: None,
+                recovered: None,
+                report: Some(serde_json::to_value(report).map_err(Error::from_cause)?),
+                at: loop_protocol::time::rfc3339_millis(now),
+            },
+            &[&key],
+        )
+        .map_err(Error::from_cause)?;
+        Ok(())
+    }
+
     /// What task `id`'s change set signs for `f`: a file's bytes, or a
     /// link's target (git keeps a link as a blob of its target, mode
     /// `120000`), read from its workspace without following it and given
