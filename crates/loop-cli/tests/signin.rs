@@ -18,11 +18,12 @@ use std::sync::{Arc, Mutex};
 /// The stand-in's codes: code → (PKCE challenge, login it is for).
 type Codes = Arc<Mutex<HashMap<String, (String, String)>>>;
 
-/// A stand-in for GitHub's OAuth and REST endpoints; its port and codes.
-fn github() -> (u16, Codes) {
+/// A stand-in for GitHub's OAuth and REST endpoints; its port, codes, and
+/// what it took.
+fn github() -> (u16, Codes, shared::TakenAll) {
     let codes: Codes = Arc::default();
     let known = codes.clone();
-    let (port, _) = shared::stand_in(100, move |t, _| {
+    let (port, taken) = shared::stand_in(100, move |t, _| {
         let body = &t.body;
         let answer = match t.path.split('?').next().unwrap_or_default() {
             "/login/oauth/access_token" => {
@@ -43,15 +44,21 @@ fn github() -> (u16, Codes) {
                 }
             }
             "/api/user" => json!({"login": t.auth.strip_prefix("Bearer gho_").unwrap_or("nobody")}),
-            "/api/user/teams" if t.auth == "Bearer gho_Teamie" => {
+            // Teamie's mapped teams are on the second page of its teams.
+            "/api/user/teams" if t.auth == "Bearer gho_Teamie" && t.path.ends_with("page=2") => {
                 json!([{"slug": "maintainers", "organization": {"login": "Acme"}}, {"slug": "docs", "organization": {"login": "acme"}}])
             }
+            "/api/user/teams" if t.auth == "Bearer gho_Teamie" => json!(
+                (0..100)
+                    .map(|n| json!({"slug": format!("team-{n}"), "organization": {"login": "elsewhere"}}))
+                    .collect::<Vec<_>>()
+            ),
             "/api/user/teams" => json!([]),
             _ => json!({"message": "Not Found"}),
         };
         (200, answer.to_string())
     });
-    (port, codes)
+    (port, codes, taken)
 }
 
 /// PKCE's S256 challenge, computed here independently of the server.
@@ -135,7 +142,7 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     let project = home.join("project");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
-    let (port, codes) = github();
+    let (port, codes, taken) = github();
     std::fs::write(
         project.join("Loopfile.yaml"),
         format!(
@@ -206,6 +213,32 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
         "a session's token says until when: {listed}"
     );
     assert_eq!(api("GET", admin), 200);
+    // Its teams were read page by page (its mapped ones are on the
+    // second), and GitHub's token was given back once used, with the
+    // app's credentials.
+    let calls = taken.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.path.ends_with("/user/teams?per_page=100&page=2")),
+        "{calls:?}"
+    );
+    let given_back: Vec<_> = calls
+        .iter()
+        .filter(|c| c.method == "DELETE" && c.path == "/api/applications/Iv1.test/token")
+        .collect();
+    assert!(
+        given_back
+            .iter()
+            .any(|c| c.body["access_token"] == "gho_Teamie"),
+        "{calls:?}"
+    );
+    use base64::Engine;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("Iv1.test:app-s3cret")
+    );
+    assert!(given_back.iter().all(|c| c.auth == basic), "{given_back:?}");
 
     // No nonce of the console's: refused before anything is kept.
     let (status, _, _, said) = get(&format!("{base}/auth/github"), None);

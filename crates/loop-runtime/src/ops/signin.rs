@@ -50,6 +50,18 @@ pub fn challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
+/// Pages of a signed-in account's teams read, at most (100 teams each).
+const TEAM_PAGES: u32 = 10;
+
+/// HTTP Basic authentication of `user` with `password`.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -173,23 +185,49 @@ impl Runtime {
             .as_str()
             .ok_or_else(|| Error::usage("GitHub did not say who signed in"))?
             .to_ascii_lowercase();
-        let teams: Vec<String> = if g.teams.is_empty() || g.users.contains_key(&login) {
-            Vec::new()
-        } else {
-            get("/user/teams?per_page=100")?
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|t| {
-                    Some(format!(
-                        "{}/{}",
-                        t["organization"]["login"].as_str()?,
-                        t["slug"].as_str()?
-                    ))
-                })
-                .map(|t| t.to_ascii_lowercase())
-                .collect()
-        };
+        let mut teams: Vec<String> = Vec::new();
+        // Every page of its teams (100 a page), up to TEAM_PAGES.
+        if !g.teams.is_empty() && !g.users.contains_key(&login) {
+            for page in 1..=TEAM_PAGES {
+                let got = get(&format!("/user/teams?per_page=100&page={page}"))?;
+                let list = got.as_array().cloned().unwrap_or_default();
+                teams.extend(list.iter().filter_map(|t| {
+                    Some(
+                        format!(
+                            "{}/{}",
+                            t["organization"]["login"].as_str()?,
+                            t["slug"].as_str()?
+                        )
+                        .to_ascii_lowercase(),
+                    )
+                }));
+                if list.len() < 100 {
+                    break;
+                }
+            }
+        }
+        // GitHub's token is needed no more: given back (best effort), so
+        // it cannot be used after the sign-in, whoever saw it.
+        let revoked = a
+            .delete(&format!("{}/applications/{}/token", g.api_url, g.client_id))
+            .header("Authorization", &basic(&g.client_id, &secret))
+            .header("Accept", "application/vnd.github+json")
+            .header("Content-Type", "application/json")
+            .header("User-Agent", "loop-engine")
+            .force_send_body()
+            .send(
+                serde_json::json!({"access_token": token})
+                    .to_string()
+                    .as_bytes(),
+            );
+        match revoked {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => tracing::warn!(
+                "GitHub kept the sign-in's token: it answered {}",
+                r.status()
+            ),
+            Err(e) => tracing::warn!("GitHub kept the sign-in's token: {e}"),
+        }
         let grant = grant_for(&g, &login, &teams).ok_or_else(|| {
             Error::usage(format!(
                 "the GitHub account `{login}` may not sign in here (neither it nor its teams are in console.github)"
