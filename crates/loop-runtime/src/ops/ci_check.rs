@@ -75,6 +75,9 @@ pub struct CiReceipt {
     /// The task that delegated to it, when it is a child task.
     #[serde(skip)]
     pub parent: Option<String>,
+    /// Its direct children, as its own verified tree names them.
+    #[serde(skip)]
+    pub direct: Vec<String>,
     /// The child tasks below it (at every depth) whose receipts came with
     /// it: checked as its tree, their files its own.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -426,9 +429,17 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
 /// part of its parent's, merged, and the parent's receipt verifies it as
 /// its tree — but is listed with the top receipt, its files that one's.
 fn trees(receipts: Vec<CiReceipt>) -> Vec<CiReceipt> {
+    // A child only when its parent's receipt, verified, names it as its
+    // child: a receipt that merely says it has a parent here is checked
+    // on its own like any other.
+    let named: BTreeMap<String, Vec<String>> = receipts
+        .iter()
+        .filter_map(|r| Some((r.task_id.clone()?, r.direct.clone())))
+        .collect();
     let parent_of: BTreeMap<String, String> = receipts
         .iter()
         .filter_map(|r| Some((r.task_id.clone()?, r.parent.clone()?)))
+        .filter(|(id, p)| named.get(p).is_some_and(|kids| kids.contains(id)))
         .collect();
     let ids: std::collections::BTreeSet<String> =
         receipts.iter().filter_map(|r| r.task_id.clone()).collect();
@@ -614,6 +625,7 @@ fn check_one(
                 replayed: None,
                 contract: None,
                 parent: None,
+                direct: Vec::new(),
                 children: Vec::new(),
                 problems: vec![why],
             });
@@ -664,6 +676,12 @@ fn check_one(
             .as_ref()
             .and_then(|s| s.predicate.delegation.as_ref())
             .map(|d| d.parent.clone()),
+        direct: check
+            .report
+            .children
+            .iter()
+            .map(|c| c.task_id.clone())
+            .collect(),
         children: Vec::new(),
         task_id: statement.map(|s| s.predicate.task_id),
         intact: check.intact,
@@ -730,4 +748,52 @@ fn mismatch(
         f.after_mode.as_ref(),
         &got.after,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(id: &str, parent: Option<&str>, direct: &[&str]) -> CiReceipt {
+        CiReceipt {
+            path: format!("{RECEIPTS_DIR}/{id}.receipt.json"),
+            task_id: Some(id.into()),
+            intact: true,
+            verified: true,
+            covers: Vec::new(),
+            artifacts: Vec::new(),
+            stray: Vec::new(),
+            replayed: None,
+            contract: None,
+            parent: parent.map(str::to_string),
+            direct: direct.iter().map(|d| d.to_string()).collect(),
+            children: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_child_is_its_parents_only_when_the_parents_tree_names_it() {
+        let got = trees(vec![
+            receipt("p", None, &["c"]),
+            receipt("c", Some("p"), &["g"]),
+            receipt("g", Some("c"), &[]),
+            // Says it is p's child; p's verified tree does not name it.
+            receipt("sneaky", Some("p"), &[]),
+            // Its parent's receipt did not come with it.
+            receipt("orphan", Some("elsewhere"), &[]),
+        ]);
+        let tops: Vec<(&str, Vec<String>)> = got
+            .iter()
+            .map(|r| (r.task_id.as_deref().unwrap(), r.children.clone()))
+            .collect();
+        assert_eq!(
+            tops,
+            [
+                ("p", vec!["c".to_string(), "g".to_string()]),
+                ("sneaky", vec![]),
+                ("orphan", vec![]),
+            ]
+        );
+    }
 }
