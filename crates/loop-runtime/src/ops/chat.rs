@@ -278,13 +278,7 @@ fn post(
             )
         }
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_connect(Some(std::time::Duration::from_secs(10)))
-        .timeout_global(Some(std::time::Duration::from_secs(30)))
-        .build()
-        .into();
+    let agent = super::platform_agent(std::time::Duration::from_secs(30));
     let sent = body.to_string();
     let mut req = agent
         .post(&url)

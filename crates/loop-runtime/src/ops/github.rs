@@ -357,16 +357,10 @@ struct Api {
 
 impl Api {
     fn new(base: &str, token: String) -> Api {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_connect(Some(std::time::Duration::from_secs(10)))
-            .timeout_global(Some(std::time::Duration::from_secs(60)))
-            .build();
         Api {
             base: base.to_string(),
             token,
-            agent: config.into(),
+            agent: super::platform_agent(std::time::Duration::from_secs(60)),
             calls: Vec::new(),
         }
     }

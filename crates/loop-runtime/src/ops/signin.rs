@@ -63,13 +63,7 @@ fn basic(user: &str, password: &str) -> String {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_connect(Some(std::time::Duration::from_secs(10)))
-        .timeout_global(Some(std::time::Duration::from_secs(30)))
-        .build()
-        .into()
+    super::platform_agent(std::time::Duration::from_secs(30))
 }
 
 /// The JSON GitHub answered, or what went wrong.
