@@ -86,6 +86,25 @@ fn pull_request(base: &Path, p: &Path, name: &str, checks: &[&str]) -> String {
     id
 }
 
+/// Commit `p` as branch `main`, its Loopfile trusting this machine's
+/// signing key (`keys/loop.pem`, as the base commit holds it).
+fn trusting_main(base: &Path, p: &Path) {
+    std::fs::create_dir_all(p.join("keys")).unwrap();
+    let key = shared::loop_in(base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    assert!(key.status.success(), "{}", shared::text(&key));
+    std::fs::write(p.join("keys/loop.pem"), &key.stdout).unwrap();
+    std::fs::write(
+        p.join("Loopfile.yaml"),
+        "receipts:\n  trust: [keys/loop.pem]\n",
+    )
+    .unwrap();
+    shared::commit_all(p);
+    git(p, &["branch", "-M", "main"]);
+}
+
 /// `loop ci-check --json` of `pr` against `main`, with `extra` flags.
 fn ci_check(base: &Path, p: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
     let out = shared::loop_in(base)
@@ -111,22 +130,9 @@ fn ci_check(base: &Path, p: &Path, extra: &[&str]) -> (i32, serde_json::Value, S
 fn a_pull_request_passes_only_with_a_trusted_verified_receipt_of_exactly_its_diff() {
     let base = tmpdir("pr");
     let p = base.join("project");
-    std::fs::create_dir_all(p.join("keys")).unwrap();
+    std::fs::create_dir_all(&p).unwrap();
     std::fs::write(p.join("a.txt"), "hello\n").unwrap();
-    // The base commit trusts this machine's signing key.
-    let key = shared::loop_in(&base)
-        .args(["keys", "export"])
-        .output()
-        .unwrap();
-    assert!(key.status.success(), "{}", shared::text(&key));
-    std::fs::write(p.join("keys/loop.pem"), &key.stdout).unwrap();
-    std::fs::write(
-        p.join("Loopfile.yaml"),
-        "receipts:\n  trust: [keys/loop.pem]\n",
-    )
-    .unwrap();
-    shared::commit_all(&p);
-    git(&p, &["branch", "-M", "main"]);
+    trusting_main(&base, &p);
     let id = pull_request(
         &base,
         &p,
@@ -393,21 +399,9 @@ fn replayed_checks_must_pass_again_on_the_pull_requests_tree() {
 fn a_delegated_tasks_receipt_tree_passes_as_one() {
     let base = tmpdir("tree");
     let p = base.join("project");
-    std::fs::create_dir_all(p.join("keys")).unwrap();
     std::fs::create_dir_all(p.join("pkg")).unwrap();
     std::fs::write(p.join("pkg/README"), "pkg\n").unwrap();
-    let key = shared::loop_in(&base)
-        .args(["keys", "export"])
-        .output()
-        .unwrap();
-    std::fs::write(p.join("keys/loop.pem"), &key.stdout).unwrap();
-    std::fs::write(
-        p.join("Loopfile.yaml"),
-        "receipts:\n  trust: [keys/loop.pem]\n",
-    )
-    .unwrap();
-    shared::commit_all(&p);
-    git(&p, &["branch", "-M", "main"]);
+    trusting_main(&base, &p);
     let contract = "instruction: Make pkg.\ncriteria:\n  - id: made\n    text: pkg/b.txt is made\n    checks:\n      - file_contains: pkg/b.txt\n        text: made\nlimits: { max_steps: 10, max_children: 1, max_depth: 1 }\n";
     let script = "turns:\n  - calls:\n      - tool: delegate\n        args:\n          instruction: Write pkg/b.txt\n          criteria:\n            - id: b\n              text: b is made\n              checks:\n                - file_contains: pkg/b.txt\n                  text: made\n          paths: [pkg]\n          budget: { max_steps: 4, max_tokens: 60000, timeout_secs: 300 }\n  - calls:\n      - {tool: finish, args: {summary: done}}\nchildren:\n  - - calls:\n        - {tool: write_file, args: {path: pkg/b.txt, content: \"made\\n\"}}\n    - calls:\n        - {tool: finish, args: {summary: b}}\n";
     let run = shared::run_scripted(&base, &p, "tree", (contract, script));
