@@ -275,6 +275,27 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
         "{}",
         shared::text(&out)
     );
+    // Each post is kept, a JSON line appended per post (the end's is
+    // appended once it is made: waited for).
+    let record = project.join(format!(".loop/tasks/{id}/chat.jsonl"));
+    let start = std::time::Instant::now();
+    let kept = loop {
+        let lines: Vec<Value> = std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines
+            .iter()
+            .any(|p| p["what"].as_str().is_some_and(|w| w.contains("ended")))
+        {
+            break lines;
+        }
+        assert!(start.elapsed().as_secs() < 30, "{lines:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(kept.len() >= 3, "{kept:?}");
+    assert!(kept.iter().all(|p| p["status"] == 200), "{kept:?}");
 
     // Slack. A slash command, signed as Slack signs it.
     let command = format!(

@@ -13,7 +13,8 @@
 //! `X-Telegram-Bot-Api-Secret-Token` equal to the secret the webhook was
 //! set with. A delivery is taken once (Telegram's `update_id`, Slack's
 //! signature). The bot's token is never written anywhere: every post is
-//! kept (its method, status and digests) in `.loop/tasks/ID/chat.json`.
+//! kept (its method, status and digests) in `.loop/tasks/ID/chat.jsonl`,
+//! a JSON line each.
 
 use crate::loopfile::triggers::{ChatInlet, ChatKind, Trigger};
 use crate::ops::github::NotAsked;
@@ -383,24 +384,31 @@ fn post_later(
     });
 }
 
-/// Keep `post` in the task's chat record.
+/// Keep `post` in the task's chat record: one JSON line appended to
+/// `chat.jsonl` (never the whole record written again for each post).
 #[allow(clippy::disallowed_methods)] // the task's own directory, the runtime's
 fn keep(dir: &std::path::Path, post: Post) {
-    // One writer at a time: posts may end together.
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let file = dir.join("chat.json");
-    let mut all: Vec<Post> = std::fs::read(&file)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    all.push(post);
-    if let Ok(text) = serde_json::to_vec_pretty(&all) {
-        let _ = loop_workspace::fsutil::write_atomic_with(&file, &text, true);
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut line) = serde_json::to_vec(&post) else {
+        return;
+    };
+    line.push(b'\n');
+    // One write of the whole line, with O_APPEND: posts that end together
+    // never interleave.
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(CHAT_RECORD))
+        .and_then(|mut f| f.write_all(&line));
+    if let Err(e) = appended {
+        tracing::warn!("the chat post was made but not kept: {e}");
     }
 }
+
+/// The task's chat record, a JSON line per post.
+pub const CHAT_RECORD: &str = "chat.jsonl";
 
 impl Runtime {
     /// Take a chat delivery for trigger `t` (see the module's documentation).
