@@ -316,9 +316,21 @@ fn a_skill_installs_from_a_git_repository_as_committed() {
     let base = tmpdir("git");
     let dir = bundle(&base);
     let project = project(&base);
+    // The repository asks git to run a command for every file it writes
+    // out (a smudge filter in its own config): installing runs nothing of
+    // the repository's.
+    let pwned = base.join("pwned");
+    std::fs::write(dir.join(".gitattributes"), "* filter=x\n").unwrap();
     let signed = skills(&base, "team", "sign", &dir, None);
     assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
     shared::commit_all(&dir);
+    let configured = Command::new("git")
+        .args(["config", "filter.x.smudge"])
+        .arg(format!("touch {}; cat", pwned.display()))
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(configured.success());
     // Edited after the commit, not committed: not what is installed.
     std::fs::write(dir.join("resources/style.md"), "anything goes\n").unwrap();
     let i = skills(&base, "state", "install", &dir, Some(&project));
@@ -329,6 +341,7 @@ fn a_skill_installs_from_a_git_repository_as_committed() {
         "one line per fact\n"
     );
     assert!(!installed.join(".git").exists());
+    assert!(!pwned.exists(), "the repository's filter ran");
     // A bare clone, installed as the user's own.
     let bare = base.join("notes-keeper.git");
     let cloned = Command::new("git")

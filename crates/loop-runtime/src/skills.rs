@@ -848,13 +848,18 @@ pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Err
     if let Some(why) = name_problem(&name) {
         return Err(bad(from, why));
     }
-    let scratch = std::env::temp_dir().join(format!(
-        "loop-skill-{}-{}",
-        std::process::id(),
-        loop_core::Clock::now_ms(&loop_core::SystemClock)
-    ));
+    // A private directory of its own (a fresh random name, 0700).
+    let scratch = std::env::temp_dir()
+        .join(loop_sandbox::unique_name("loop-skill").map_err(Error::from_cause)?);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(Error::from_cause)?;
+    }
     let tree = scratch.join(&name);
-    let installed = crate::project::commits::write_tree(from, "HEAD", &tree)
+    let installed = crate::project::commits::write_tree(from, "HEAD", &tree, 2 * MAX_BUNDLE_BYTES)
         .and_then(|()| install_folder(project, &tree, user));
     let _ = loop_workspace::remove_tree(&scratch);
     installed
@@ -990,6 +995,17 @@ pub fn template_within(
     loopfile: &crate::loopfile::Loopfile,
 ) -> Result<(), Error> {
     let mut over = Vec::new();
+    // A check's word that it may prove nothing is a person's to give.
+    for c in template.criteria.iter().flat_map(|c| &c.checks) {
+        if let loop_protocol::Check::Run(r) = c {
+            if r.allow_vacuous {
+                over.push(format!("`allow_vacuous` on `{}`", r.command));
+            }
+            if r.nonempty_tests == Some(false) {
+                over.push(format!("`nonempty_tests: false` on `{}`", r.command));
+            }
+        }
+    }
     for (field, set) in [
         ("unprotect", !template.unprotect.is_empty()),
         (

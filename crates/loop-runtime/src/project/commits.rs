@@ -1,4 +1,4 @@
-//! A commit's tree written out as files (`git archive`): what a pull
+//! A commit's tree written out as files (its blobs, as git holds them): what a pull
 //! request's head holds (`loop ci-check --replay`) and what a skill's
 //! repository holds at its HEAD (`loop skills install`), never its
 //! working tree's uncommitted files.
@@ -7,38 +7,157 @@ use crate::Error;
 use std::path::Path;
 
 /// Write the tree of `rev` in the repository at `repo` (a working tree or
-/// a bare repository) into `into`: only what git holds (no path both a
-/// link and a folder, no name leaving the tree), owned by this user.
-#[allow(clippy::disallowed_methods)] // a private directory the runtime made
-pub(crate) fn write_tree(repo: &Path, rev: &str, into: &Path) -> Result<(), Error> {
-    use std::process::{Command, Stdio};
+/// a bare repository) into `into`, a new directory: each blob as git
+/// holds it (`ls-tree` and `cat-file`, so no attribute, filter or
+/// conversion of the repository's applies, and nothing of its own runs),
+/// regular files (executable as recorded) first, then links; a submodule
+/// is left out, a name that is not a plain path refused, and more than
+/// `max_bytes` in all refused.
+#[allow(clippy::disallowed_methods)] // a new private directory the runtime made
+pub(crate) fn write_tree(repo: &Path, rev: &str, into: &Path, max_bytes: u64) -> Result<(), Error> {
+    use std::io::{BufRead, Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let listing = git_output(repo, &["ls-tree", "-r", "-z", "--full-tree", rev])?;
+    let mut entries = Vec::new();
+    for e in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let e = String::from_utf8_lossy(e);
+        let Some((meta, path)) = e.split_once('\t') else {
+            continue;
+        };
+        let f: Vec<&str> = meta.split(' ').collect();
+        let (Some(mode), Some(id)) = (f.first(), f.get(2)) else {
+            continue;
+        };
+        if *mode == "160000" {
+            continue;
+        }
+        let plain = !path.is_empty()
+            && Path::new(path)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain || !matches!(*mode, "100644" | "100755" | "120000") {
+            return Err(Error::usage(format!(
+                "{rev}: `{path}` (mode {mode}) is not a file or link with a plain name"
+            )));
+        }
+        entries.push((mode.to_string(), id.to_string(), path.to_string()));
+    }
+    // Files before links: no link is in place while a file is written.
+    entries.sort_by_key(|(mode, _, _)| *mode == "120000");
     std::fs::create_dir_all(into).map_err(Error::from_cause)?;
-    let mut archive = Command::new("git")
+    let mut cat = std::process::Command::new("git")
         .arg("-C")
         .arg(repo)
-        .args(["archive", "--format=tar", rev])
+        .args(SAFE)
+        .args(["cat-file", "--batch"])
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| Error::usage(format!("cannot run git archive: {e}")))?;
-    let out = archive.stdout.take();
-    let tar = Command::new("tar")
-        .args(["-x", "--no-same-owner", "-C"])
-        .arg(into)
-        .stdin(out.map(Stdio::from).unwrap_or_else(Stdio::null))
-        .status()
-        .map_err(|e| Error::usage(format!("cannot run tar: {e}")))?;
-    let archived = archive.wait().map_err(Error::from_cause)?;
-    if !tar.success() || !archived.success() {
+        .map_err(|e| Error::usage(format!("cannot run git cat-file: {e}")))?;
+    let ids: Vec<String> = entries.iter().map(|(_, id, _)| format!("{id}\n")).collect();
+    let mut stdin = cat.stdin.take();
+    let feeder = std::thread::spawn(move || {
+        if let Some(w) = stdin.as_mut() {
+            for id in ids {
+                if w.write_all(id.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut out = std::io::BufReader::new(
+        cat.stdout
+            .take()
+            .ok_or_else(|| Error::internal("git cat-file: no output"))?,
+    );
+    let mut total = 0u64;
+    let result = (|| {
+        for (mode, id, path) in &entries {
+            let mut header = String::new();
+            out.read_line(&mut header).map_err(Error::from_cause)?;
+            let size: u64 = match header.split_whitespace().collect::<Vec<_>>()[..] {
+                [got, "blob", n] if got == id => n.parse().unwrap_or(u64::MAX),
+                _ => {
+                    return Err(Error::usage(format!(
+                        "{rev}: `{path}` is not a blob git holds"
+                    )));
+                }
+            };
+            total = total.saturating_add(size);
+            if total > max_bytes {
+                return Err(Error::usage(format!(
+                    "{rev}: its files hold more than {max_bytes} bytes"
+                )));
+            }
+            let mut bytes = Vec::with_capacity(size as usize);
+            (&mut out)
+                .take(size)
+                .read_to_end(&mut bytes)
+                .map_err(Error::from_cause)?;
+            let mut nl = [0u8; 1];
+            out.read_exact(&mut nl).map_err(Error::from_cause)?;
+            let to = into.join(path);
+            if let Some(dir) = to.parent() {
+                std::fs::create_dir_all(dir).map_err(Error::from_cause)?;
+            }
+            if mode == "120000" {
+                let target = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes);
+                std::os::unix::fs::symlink(target, &to).map_err(Error::from_cause)?;
+                continue;
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(if mode == "100755" { 0o755 } else { 0o644 })
+                .open(&to)
+                .map_err(|e| Error::usage(format!("{rev}: cannot write `{path}`: {e}")))?;
+            f.write_all(&bytes).map_err(Error::from_cause)?;
+        }
+        Ok(())
+    })();
+    let _ = cat.kill();
+    let _ = cat.wait();
+    let _ = feeder.join();
+    result
+}
+
+/// Options that keep git from running anything of a repository's own
+/// while it is read (its hooks, a file-system monitor).
+const SAFE: [&str; 4] = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+];
+
+/// `git -C repo ARGS`: its whole output (read as it comes), or what it
+/// said.
+#[allow(clippy::disallowed_methods)] // git's own output
+fn git_output(repo: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(SAFE)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::usage(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
         return Err(Error::usage(format!(
-            "cannot write out the tree of {rev} in {}",
-            repo.display()
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(())
+    Ok(out.stdout)
 }
 
 /// Whether `dir` is a git repository itself: the top of a working tree

@@ -395,6 +395,20 @@ fn a_skills_contract_template_gives_no_more_than_the_project_gives_a_task() {
             "{extra}: {e}"
         );
     }
+    // A check that may prove nothing, by the template's word: refused.
+    for (flag, named) in [
+        ("allow_vacuous: true", "`allow_vacuous` on `true`"),
+        ("nonempty_tests: false", "`nonempty_tests: false` on `true`"),
+    ] {
+        let yaml = format!(
+            "instruction: tidy\ncriteria:\n  - id: tidy\n    text: tidy\n    checks: [{{run: \"true\", {flag}}}]\n"
+        );
+        let t = loop_protocol::Contract::from_yaml(&yaml, "contract.yaml").unwrap();
+        let e = template_within("tidy", &t, &loopfile)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(named), "{flag}: {e}");
+    }
     // What the Loopfile grants every task, a template may ask for too.
     let granting = crate::loopfile::Loopfile::parse("browser: true\n", "Loopfile.yaml").unwrap();
     let t = loop_protocol::Contract::from_yaml(
