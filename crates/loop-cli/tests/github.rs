@@ -282,9 +282,23 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         .iter()
         .filter(|c| c.path.ends_with(&format!("/statuses/{head}")))
         .collect();
+    // The head itself needed the task's change: it does not pass, and the
+    // status says where the fix is.
     assert_eq!(on_head.len(), 1, "{all:?}");
-    assert_eq!(on_head[0].body["state"], "success");
+    assert_eq!(on_head[0].body["state"], "failure");
     assert_eq!(on_head[0].body["context"], "loop-engine/task");
+    assert!(
+        on_head[0].body["description"]
+            .as_str()
+            .unwrap()
+            .contains("pass only with its change"),
+        "{:?}",
+        on_head[0]
+    );
+    assert_eq!(
+        on_head[0].body["target_url"],
+        "https://github.test/acme/widgets/pull/77"
+    );
     for (n, status) in all
         .iter()
         .enumerate()

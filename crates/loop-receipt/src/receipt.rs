@@ -940,10 +940,17 @@ fn check_children(
     }
     let mut charged = Vec::new();
     let mut turns = Turns::default();
+    // What the task had to give: its grant, or for the top task what it
+    // was given in the end (a budget extended after it began).
+    let budget = if granted.is_none() && recorded.is_none() {
+        loop_protocol::delegation::Budget::of(&p.budgets.granted)
+    } else {
+        own.budget.clone()
+    };
     for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
             Ok(loop_protocol::Event::Delegated { step, child, .. }) => {
-                if let Some(why) = turns.grant(step, &child, &own.budget) {
+                if let Some(why) = turns.grant(step, &child, &budget) {
                     report.tree_problems.push(why);
                 }
                 child

@@ -324,8 +324,9 @@ fn slot_loop(
         };
         // A free place first (the children of running tasks may hold them
         // all), not taken while waiting for a message: children use it
-        // meanwhile. Taken with the message (waited for if a child took
-        // it in between).
+        // meanwhile. Taken with the message; if a child took it in
+        // between, the message goes back at once (never held unrun while
+        // its lease runs out).
         let places = loop_runtime::Places::current();
         if places
             .as_ref()
@@ -344,6 +345,15 @@ fn slot_loop(
             }
         };
         pause = Duration::from_millis(100);
+        let place = match places.as_ref().map(|p| p.try_take()) {
+            Some(None) => {
+                if q.hand_back(&d).unwrap_or(false) {
+                    metrics.handed_back.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            taken => taken.flatten(),
+        };
         {
             // The stop is looked at under the lock the drain takes to see
             // what runs: a message is either handed back here or seen there.
@@ -359,7 +369,6 @@ fn slot_loop(
             }
             r.insert(slot, d.clone());
         }
-        let place = places.as_ref().map(|p| p.take());
         metrics.taken.fetch_add(1, Ordering::Relaxed);
         if d.attempts > 1 {
             metrics.reclaimed.fetch_add(1, Ordering::Relaxed);

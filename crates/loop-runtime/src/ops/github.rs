@@ -289,7 +289,9 @@ pub(crate) fn fetch_pull_head(
     crate::project::commits::git_bounded(
         project,
         &["fetch", "--no-tags", "--quiet", &inlet.remote, &spec],
-        std::time::Duration::from_secs(300),
+        // Within the delivery's answer (the server answers every request
+        // within 60 s): a slower fetch starts nothing, and may come again.
+        std::time::Duration::from_secs(40),
     )
     .map_err(|e| Error::unavailable(format!("cannot fetch {repo} #{n}'s head: {}", e.message)))?;
     let fetched = crate::project::commits::git_bounded(
@@ -572,16 +574,37 @@ impl Runtime {
                 })),
             )?;
         }
+        // The head passes only if the task verified it as it is (no
+        // change of its own): a verified fix means the head needed one.
         if let Some(head) = origin.head_sha.as_deref().filter(|s| is_commit(s)) {
-            let said = outcome_name(&p.outcome);
+            let unchanged = p.change_set.files.is_empty();
+            let (state, said) = match (verified, unchanged) {
+                (true, true) => (
+                    "success",
+                    "its checks pass on this head as it is".to_string(),
+                ),
+                (true, false) => (
+                    "failure",
+                    "its checks pass only with its change (see its pull request)".to_string(),
+                ),
+                (false, _) => ("failure", format!("ended {}", outcome_name(&p.outcome))),
+            };
+            let mut status = json!({
+                "state": state,
+                "context": "loop-engine/task",
+                "description": format!("task {id}: {said}"),
+            });
+            if let Some(url) = report
+                .pull_request
+                .as_deref()
+                .filter(|u| u.starts_with("https://"))
+            {
+                status["target_url"] = json!(url);
+            }
             api.call(
                 "POST",
                 &format!("/repos/{repo}/statuses/{head}"),
-                Some(&json!({
-                    "state": if verified { "success" } else { "failure" },
-                    "context": "loop-engine/task",
-                    "description": format!("task {id} on this head: {said}"),
-                })),
+                Some(&status),
             )?;
         }
         Ok(())
@@ -700,6 +723,16 @@ impl Runtime {
         let receipt = crate::project::locate::TaskPaths::of(self.project(), id)
             .receipts
             .join(format!("{id}.receipt.json"));
+        // No receipt (reporting stopped before one was read): the report
+        // file alone says what happened.
+        if !loop_workspace::door::node(
+            receipt.parent().unwrap_or(&receipt),
+            format!("{id}.receipt.json"),
+        )
+        .is_ok_and(|n| matches!(n, loop_workspace::Node::File { .. }))
+        {
+            return Ok(());
+        }
         let key = loop_receipt::KeyPair::load_or_create()
             .map_err(|e| Error::usage(format!("signing key: {e}")))?;
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);

@@ -175,33 +175,37 @@ impl Runtime {
                 path,
             )
         };
-        let login = get("/user")?["login"]
-            .as_str()
-            .ok_or_else(|| Error::usage("GitHub did not say who signed in"))?
-            .to_ascii_lowercase();
-        let mut teams: Vec<String> = Vec::new();
-        // Every page of its teams (100 a page), up to TEAM_PAGES.
-        if !g.teams.is_empty() && !g.users.contains_key(&login) {
-            for page in 1..=TEAM_PAGES {
-                let got = get(&format!("/user/teams?per_page=100&page={page}"))?;
-                let list = got.as_array().cloned().unwrap_or_default();
-                teams.extend(list.iter().filter_map(|t| {
-                    Some(
-                        format!(
-                            "{}/{}",
-                            t["organization"]["login"].as_str()?,
-                            t["slug"].as_str()?
+        let asked = (|| -> Result<(String, Vec<String>), Error> {
+            let login = get("/user")?["login"]
+                .as_str()
+                .ok_or_else(|| Error::usage("GitHub did not say who signed in"))?
+                .to_ascii_lowercase();
+            let mut teams: Vec<String> = Vec::new();
+            // Every page of its teams (100 a page), up to TEAM_PAGES.
+            if !g.teams.is_empty() && !g.users.contains_key(&login) {
+                for page in 1..=TEAM_PAGES {
+                    let got = get(&format!("/user/teams?per_page=100&page={page}"))?;
+                    let list = got.as_array().cloned().unwrap_or_default();
+                    teams.extend(list.iter().filter_map(|t| {
+                        Some(
+                            format!(
+                                "{}/{}",
+                                t["organization"]["login"].as_str()?,
+                                t["slug"].as_str()?
+                            )
+                            .to_ascii_lowercase(),
                         )
-                        .to_ascii_lowercase(),
-                    )
-                }));
-                if list.len() < 100 {
-                    break;
+                    }));
+                    if list.len() < 100 {
+                        break;
+                    }
                 }
             }
-        }
+            Ok((login, teams))
+        })();
         // GitHub's token is needed no more: given back (best effort), so
-        // it cannot be used after the sign-in, whoever saw it.
+        // it cannot be used after the sign-in, whoever saw it; on every
+        // way out, the questions answered or not.
         let revoked = a
             .delete(&format!("{}/applications/{}/token", g.api_url, g.client_id))
             .header("Authorization", &basic(&g.client_id, &secret))
@@ -222,6 +226,7 @@ impl Runtime {
             ),
             Err(e) => tracing::warn!("GitHub kept the sign-in's token: {e}"),
         }
+        let (login, teams) = asked?;
         let grant = grant_for(&g, &login, &teams).ok_or_else(|| {
             Error::usage(format!(
                 "the GitHub account `{login}` may not sign in here (neither it nor its teams are in console.github)"
