@@ -459,10 +459,12 @@ fn trees(receipts: Vec<CiReceipt>) -> Vec<CiReceipt> {
     let mut tops = std::collections::BTreeSet::new();
     for id in &ids {
         let t = top(id);
-        if t == *id {
-            tops.insert(t);
-        } else {
+        // Under a top that is one (never in a loop of receipts naming
+        // each other, which are each checked on their own).
+        if t != *id && top(&t) == t {
             below.entry(t).or_default().push(id.clone());
+        } else {
+            tops.insert(id.clone());
         }
     }
     receipts
@@ -781,6 +783,9 @@ mod tests {
             receipt("g", Some("c"), &[]),
             // Says it is p's child; p's verified tree does not name it.
             receipt("sneaky", Some("p"), &[]),
+            // Two that name each other: neither is under the other.
+            receipt("x", Some("y"), &["y"]),
+            receipt("y", Some("x"), &["x"]),
             // Its parent's receipt did not come with it.
             receipt("orphan", Some("elsewhere"), &[]),
         ]);
@@ -793,6 +798,8 @@ mod tests {
             [
                 ("p", vec!["c".to_string(), "g".to_string()]),
                 ("sneaky", vec![]),
+                ("x", vec![]),
+                ("y", vec![]),
                 ("orphan", vec![]),
             ]
         );

@@ -443,9 +443,16 @@ impl Delegator<'_> {
                 Plan::Answered(_) => Err(crate::Error::internal("nothing to run")),
             }
         };
+        // Each runner beyond the first holds one of the places taken, and
+        // gives it back as soon as it finds nothing more to run.
+        let mut extra = extra.into_iter();
         std::thread::scope(|scope| {
             for _ in 0..runners {
-                scope.spawn(|| {
+                let held = extra.next();
+                let (places, next, todo, reports, run_one) =
+                    (&places, &next, &todo, &reports, &run_one);
+                scope.spawn(move || {
+                    let _held = held;
                     crate::Places::enter(places.clone());
                     loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -462,7 +469,6 @@ impl Delegator<'_> {
                 });
             }
         });
-        drop(extra);
         for (k, i) in todo.into_iter().enumerate() {
             out[i] = reports[k]
                 .lock()
