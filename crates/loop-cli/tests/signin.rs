@@ -43,7 +43,13 @@ fn github() -> (u16, Codes, shared::TakenAll) {
                     }
                 }
             }
-            "/api/user" => json!({"login": t.auth.strip_prefix("Bearer gho_").unwrap_or("nobody")}),
+            "/api/user" => {
+                let login = t.auth.strip_prefix("Bearer gho_").unwrap_or("nobody");
+                // GitHub's number for the account: 4242 is the one the
+                // Loopfile maps by number, whatever its login now is.
+                let id = if login == "Renamed" { 4242 } else { 1000 + login.len() };
+                json!({"login": login, "id": id})
+            }
             // Teamie's mapped teams are on the second page of its teams.
             "/api/user/teams" if t.auth == "Bearer gho_Teamie" && t.path.ends_with("page=2") => {
                 json!([{"slug": "maintainers", "organization": {"login": "Acme"}}, {"slug": "docs", "organization": {"login": "acme"}}])
@@ -146,7 +152,7 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     std::fs::write(
         project.join("Loopfile.yaml"),
         format!(
-            "console:\n  github:\n    client_id: Iv1.test\n    client_secret_env: LOOP_TEST_GITHUB_SECRET\n    redirect_url: http://127.0.0.1:1/auth/github/callback\n    authorize_url: http://127.0.0.1:{port}/login/oauth/authorize\n    token_url: http://127.0.0.1:{port}/login/oauth/access_token\n    api_url: http://127.0.0.1:{port}/api\n    users: {{octocat: {{owner: octo, scope: read}}}}\n    teams: {{acme/maintainers: {{owner: acme, scope: admin}}, acme/docs: {{owner: docs, scope: read}}}}\n"
+            "console:\n  github:\n    client_id: Iv1.test\n    client_secret_env: LOOP_TEST_GITHUB_SECRET\n    redirect_url: http://127.0.0.1:1/auth/github/callback\n    authorize_url: http://127.0.0.1:{port}/login/oauth/authorize\n    token_url: http://127.0.0.1:{port}/login/oauth/access_token\n    api_url: http://127.0.0.1:{port}/api\n    users: {{octocat: {{owner: octo, scope: read}}, 'id:4242': {{owner: numbered, scope: read}}}}\n    teams: {{acme/maintainers: {{owner: acme, scope: admin}}, acme/docs: {{owner: docs, scope: read}}}}\n"
         ),
     )
     .unwrap();
@@ -267,6 +273,21 @@ fn a_github_login_or_its_team_signs_in_as_the_loopfile_maps_it_and_nothing_else_
     let (status, _, _, said) = get(&back, Some(&cookie));
     assert_eq!(status, 403, "{said}");
     assert!(said.contains("`stranger` may not sign in here"), "{said}");
+    // An account mapped by GitHub's number signs in whatever its login
+    // has become (a login can be renamed and taken by someone else).
+    let (back, cookie) = begin(&base, &codes, "Renamed", 6);
+    let (status, _, _, said) = get(&back, Some(&cookie));
+    assert_eq!(status, 302, "{said}");
+    let out = shared::loop_in(&home)
+        .args(["tokens", "list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        shared::text(&out).contains("\"owner\":\"numbered\""),
+        "{}",
+        shared::text(&out)
+    );
     shared::stop(server);
     let _ = std::fs::remove_dir_all(&home);
 }

@@ -103,6 +103,22 @@ fn read_grants(r: &mut Reader, node: &Node, what: &str) -> BTreeMap<String, Gran
             owner.filter(|o| !o.trim().is_empty() && o.len() <= 64),
             scope,
         ) {
+            // A user is a login, or `id:N`, GitHub's number for the
+            // account (which no rename changes).
+            (Some(_), Some(_))
+                if k.name
+                    .strip_prefix("id:")
+                    .is_some_and(|n| n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit())) =>
+            {
+                r.err(
+                    Some(k.pos),
+                    format!(
+                        "{what} `{}`: `id:` is followed by GitHub's number for the account",
+                        k.name
+                    ),
+                    None,
+                )
+            }
             (Some(owner), Some(scope)) => {
                 out.insert(k.name.to_ascii_lowercase(), Grant { owner, scope });
             }
@@ -200,8 +216,36 @@ pub(crate) fn schema() -> serde_json::Value {
             "authorize_url": url("GitHub's authorization page (GitHub Enterprise: https://HOST/login/oauth/authorize)"),
             "token_url": url("GitHub's token endpoint"),
             "api_url": url("GitHub's REST API"),
-            "users": grants("GitHub logins and what each acts as"),
+            "users": grants("GitHub accounts and what each acts as: `id:N` (GitHub's number for the account, which no rename changes; preferred) or a login"),
             "teams": grants("ORG/TEAM-SLUG and what their members act as"),
             "session_hours": {"type": "integer", "minimum": 1, "maximum": 168, "default": 8}
         }}}})
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_user_is_a_login_or_githubs_number_for_the_account() {
+        let with = |users: &str| {
+            format!(
+                "console:\n  github:\n    client_id: Iv1.x\n    client_secret_env: S\n    redirect_url: https://loop.example.test/auth/github/callback\n    users: {users}\n"
+            )
+        };
+        let ok = crate::loopfile::Loopfile::parse(
+            &with("{octocat: {owner: o, scope: read}, 'id:4242': {owner: n, scope: run}}"),
+            "Loopfile.yaml",
+        )
+        .unwrap();
+        let g = ok.github_sign_in.unwrap();
+        assert!(g.users.contains_key("id:4242") && g.users.contains_key("octocat"));
+        for bad in ["'id:'", "'id:42x'", "'id:-1'"] {
+            let e = crate::loopfile::Loopfile::parse(
+                &with(&format!("{{{bad}: {{owner: n, scope: run}}}}")),
+                "Loopfile.yaml",
+            )
+            .unwrap_err()
+            .message;
+            assert!(e.contains("GitHub's number for the account"), "{bad}: {e}");
+        }
+    }
 }

@@ -175,14 +175,20 @@ impl Runtime {
                 path,
             )
         };
-        let asked = (|| -> Result<(String, Vec<String>), Error> {
-            let login = get("/user")?["login"]
+        let asked = (|| -> Result<(String, Option<u64>, Vec<String>), Error> {
+            let user = get("/user")?;
+            let login = user["login"]
                 .as_str()
                 .ok_or_else(|| Error::usage("GitHub did not say who signed in"))?
                 .to_ascii_lowercase();
+            // GitHub's number for the account: it never changes, where a
+            // login can be renamed and taken by someone else.
+            let id = user["id"].as_u64();
+            let mapped = id.is_some_and(|n| g.users.contains_key(&format!("id:{n}")))
+                || g.users.contains_key(&login);
             let mut teams: Vec<String> = Vec::new();
             // Every page of its teams (100 a page), up to TEAM_PAGES.
-            if !g.teams.is_empty() && !g.users.contains_key(&login) {
+            if !g.teams.is_empty() && !mapped {
                 for page in 1..=TEAM_PAGES {
                     let got = get(&format!("/user/teams?per_page=100&page={page}"))?;
                     let list = got.as_array().cloned().unwrap_or_default();
@@ -201,7 +207,7 @@ impl Runtime {
                     }
                 }
             }
-            Ok((login, teams))
+            Ok((login, id, teams))
         })();
         // GitHub's token is needed no more: given back (best effort), so
         // it cannot be used after the sign-in, whoever saw it; on every
@@ -226,8 +232,8 @@ impl Runtime {
             ),
             Err(e) => tracing::warn!("GitHub kept the sign-in's token: {e}"),
         }
-        let (login, teams) = asked?;
-        let grant = grant_for(&g, &login, &teams).ok_or_else(|| {
+        let (login, id, teams) = asked?;
+        let grant = grant_for(&g, (&login, id), &teams).ok_or_else(|| {
             Error::usage(format!(
                 "the GitHub account `{login}` may not sign in here (neither it nor its teams are in console.github)"
             ))
@@ -250,8 +256,16 @@ impl Runtime {
 
 /// What `login` (with `teams`) acts as: its own mapping, else the widest
 /// of its teams'.
-fn grant_for(g: &GithubSignIn, login: &str, teams: &[String]) -> Option<Grant> {
-    if let Some(u) = g.users.get(login) {
+fn grant_for(
+    g: &GithubSignIn,
+    (login, id): (&str, Option<u64>),
+    teams: &[String],
+) -> Option<Grant> {
+    // By the account's number first (`id:N`), then by its login.
+    if let Some(u) = id
+        .and_then(|n| g.users.get(&format!("id:{n}")))
+        .or_else(|| g.users.get(login))
+    {
         return Some(u.clone());
     }
     let rank = |s: Scope| match s {
