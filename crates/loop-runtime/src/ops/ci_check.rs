@@ -116,24 +116,7 @@ struct Changed {
 
 /// `git -C project ARGS`: its output, or what it said.
 fn git(project: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(project)
-        .args(args)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| Error::usage(format!("cannot run git: {e}")))?;
-    if !out.status.success() {
-        return Err(Error::usage(format!(
-            "git {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(out.stdout)
+    crate::project::commits::git_output(project, args)
 }
 
 /// The commit `rev` names.

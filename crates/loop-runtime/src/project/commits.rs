@@ -138,7 +138,7 @@ const SAFE: [&str; 4] = [
 /// `git -C repo ARGS`: its whole output (read as it comes), or what it
 /// said.
 #[allow(clippy::disallowed_methods)] // git's own output
-fn git_output(repo: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
+pub(crate) fn git_output(repo: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(repo)
