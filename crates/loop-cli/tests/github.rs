@@ -82,12 +82,24 @@ fn sign(key: &[u8], body: &[u8]) -> String {
 
 /// POST a GitHub delivery of `event` to the trigger: status and body.
 fn deliver(url: &str, event: &str, body: &[u8], sig: &str, delivery: &str) -> (u16, String) {
+    deliver_to("gh", url, event, body, sig, delivery)
+}
+
+/// [`deliver`] to trigger `trigger`.
+fn deliver_to(
+    trigger: &str,
+    url: &str,
+    event: &str,
+    body: &[u8],
+    sig: &str,
+    delivery: &str,
+) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
     let mut r = agent
-        .post(&format!("{url}/api/v1/hooks/gh"))
+        .post(&format!("{url}/api/v1/hooks/{trigger}"))
         .header("X-Hub-Signature-256", sig)
         .header("X-GitHub-Delivery", delivery)
         .header("X-GitHub-Event", event)
@@ -350,6 +362,21 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
         "{}",
         shared::text(&listed)
     );
+    // The pull request's task records the call that read its head.
+    let pr_task = shared::json_lines(&listed)
+        .into_iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .find(|t| *t != id)
+        .unwrap();
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{pr_task}.ledger.jsonl")))
+            .unwrap();
+    let genesis: Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let text = genesis.to_string();
+    let call = text
+        .find("\"calls\":[{\"method\":\"GET\",\"path\":\"/repos/acme/widgets/pulls/43\",\"status\":200,")
+        .map(|_| ());
+    assert!(call.is_some(), "{text}");
     let tree = calls
         .iter()
         .find(|c| c.path.ends_with("/git/trees"))
@@ -464,6 +491,213 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
             f.display()
         );
     }
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+const DRAFTING: &str = "draft:
+  - calls:
+      - tool: propose_contract
+        args:
+          criteria:
+            - id: hello
+              text: hello.txt says hello
+              checks:
+                - run: grep -q hello hello.txt
+turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
+
+/// Wait until the stand-in took a call `pick` accepts; all it took.
+fn wait_for(seen: &shared::TakenAll, pick: impl Fn(&shared::Taken) -> bool) -> Vec<shared::Taken> {
+    let start = Instant::now();
+    loop {
+        let all = seen.lock().unwrap().clone();
+        if all.iter().any(&pick) {
+            return all;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "{all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A GitHub trigger without checks drafts its contract from the issue:
+/// the draft is posted on the issue and waits for a person. A reply from
+/// an author the trigger does not take, one on another issue, and one
+/// naming a draft that is not there answer nothing; a member's reply on
+/// the issue confirms it, the task runs and is verified, and its genesis
+/// says who confirmed. A trigger with `auto_confirm` locks what the critic
+/// accepted without asking anyone.
+#[test]
+fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("github-draft");
+    let _ = std::fs::remove_dir_all(&home);
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "widgets\n").unwrap();
+    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
+    let (port, seen) = github();
+    let inlet = format!("token_env: LOOP_TEST_GITHUB_TOKEN, api_url: 'http://127.0.0.1:{port}'");
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!(
+            "models:\n  maker:\n    spec: scripted:draft.yaml\ntriggers:\n  - name: gh\n    webhook: {{secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: github}}\n    github: {{{inlet}, label: loop, command: /loop, console_url: 'https://loop.example.test'}}\n    task: {{instruction: \"Resolve the GitHub issue\"}}\n  - name: auto\n    webhook: {{secret_env: LOOP_TEST_HOOK_SECRET_2, style: github, owner: github}}\n    github: {{{inlet}, label: auto, auto_confirm: true}}\n    task: {{instruction: \"Resolve the GitHub issue\"}}\n"
+        ),
+    )
+    .unwrap();
+    shared::commit_all(&project);
+    const SECRET_2: &str = "another-hook-s3cret-2";
+    let (server, url) = shared::serve(
+        &home,
+        &project,
+        &[
+            ("LOOP_TEST_HOOK_SECRET", SECRET),
+            ("LOOP_TEST_HOOK_SECRET_2", SECRET_2),
+            ("LOOP_TEST_GITHUB_TOKEN", TOKEN),
+        ],
+        &["--rate", "40"],
+    );
+    let signed = |v: &Value| {
+        let b = serde_json::to_vec(v).unwrap();
+        let sig = sign(SECRET.as_bytes(), &b);
+        (b, sig)
+    };
+    let mut labelled: Value = serde_json::from_slice(&fixture("issues-labeled.json")).unwrap();
+    // What the issue asks decides what the drafted contract may check.
+    labelled["issue"]["title"] = json!("Write hello.txt saying hello");
+    let (b, sig) = signed(&labelled);
+    let (code, said) = deliver(&url, "issues", &b, &sig, "d-1");
+    assert_eq!(code, 202, "{said}");
+    let draft = serde_json::from_str::<Value>(&said).unwrap()["draft"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The drafted contract is posted on the issue, with how to answer.
+    let posted = |c: &shared::Taken| {
+        c.path.ends_with("/issues/42/comments")
+            && c.body["body"].as_str().is_some_and(|b| b.contains(&draft))
+    };
+    let all = wait_for(&seen, posted);
+    let shown = all.iter().find(|c| posted(c)).unwrap().body["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(shown.contains("grep -q hello hello.txt"), "{shown}");
+    assert!(shown.contains(&format!("/loop confirm {draft}")), "{shown}");
+    assert!(
+        shown.contains(&format!("https://loop.example.test/#/draft/{draft}")),
+        "{shown}"
+    );
+    // Replies that answer nothing.
+    let mut reply: Value = serde_json::from_slice(&fixture("issue-comment-created.json")).unwrap();
+    reply["issue"]["number"] = json!(42);
+    reply["issue"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pull_request");
+    reply["comment"]["body"] = json!(format!("/loop confirm {draft}"));
+    let (b, sig) = signed(&reply);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-2");
+    assert_eq!(code, 200, "{said}");
+    assert!(
+        said.contains("the comment's author (NONE) may not ask"),
+        "{said}"
+    );
+    reply["comment"]["author_association"] = json!("MEMBER");
+    let mut elsewhere = reply.clone();
+    elsewhere["issue"]["number"] = json!(7);
+    let (b, sig) = signed(&elsewhere);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-3");
+    assert_eq!(code, 200, "{said}");
+    assert!(
+        said.contains(&format!("no draft {draft} was asked for here")),
+        "{said}"
+    );
+    let mut unknown = reply.clone();
+    unknown["comment"]["body"] = json!("/loop confirm d-0000000000000000");
+    let (b, sig) = signed(&unknown);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-4");
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains("no draft d-0000000000000000"), "{said}");
+    // Nothing started yet.
+    let listed = |n: usize| {
+        let out = shared::loop_in(&home)
+            .args(["list", "--json", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert_eq!(shared::json_lines(&out).len(), n, "{}", shared::text(&out));
+        shared::json_lines(&out)
+    };
+    listed(0);
+    // A member's reply on the issue confirms it.
+    let (b, sig) = signed(&reply);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-5");
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains(&format!("draft {draft} confirmed")), "{said}");
+    // Answered once: the same answer again answers nothing.
+    let mut again = reply.clone();
+    again["comment"]["id"] = json!(999);
+    let (b, sig) = signed(&again);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-6");
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains("is not waiting for an answer"), "{said}");
+    // It runs, is verified and comes back as a pull request.
+    wait_for(&seen, |c| c.path.ends_with("/pulls") && c.method == "POST");
+    let id = listed(1)[0]["id"].as_str().unwrap().to_string();
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{id}.ledger.jsonl"))).unwrap();
+    let genesis: Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let text = genesis.to_string();
+    assert!(
+        text.contains("@drive-by on GitHub, in a reply comment on acme/widgets #42"),
+        "{text}"
+    );
+    assert!(text.contains("grep -q hello hello.txt"), "{text}");
+
+    // auto_confirm: the critic's contract is locked at once; no draft is
+    // posted, the task runs.
+    let mut auto = labelled.clone();
+    auto["issue"]["number"] = json!(50);
+    auto["label"]["name"] = json!("auto");
+    let b = serde_json::to_vec(&auto).unwrap();
+    let (code, said) = deliver_to(
+        "auto",
+        &url,
+        "issues",
+        &b,
+        &sign(SECRET_2.as_bytes(), &b),
+        "d-7",
+    );
+    assert_eq!(code, 202, "{said}");
+    let all = wait_for(&seen, |c| c.path.ends_with("/issues/50/comments"));
+    let on_50: Vec<_> = all
+        .iter()
+        .filter(|c| c.path.ends_with("/issues/50/comments"))
+        .collect();
+    assert_eq!(on_50.len(), 1, "{on_50:?}");
+    let said = on_50[0].body["body"].as_str().unwrap();
+    assert!(said.contains("ended **verified**"), "{said}");
+    shared::stop(server);
+    let tasks = listed(2);
+    let auto_id = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .find(|t| *t != id)
+        .unwrap();
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{auto_id}.ledger.jsonl")))
+            .unwrap();
+    assert!(
+        ledger
+            .lines()
+            .next()
+            .unwrap()
+            .contains("the trigger `auto` (auto_confirm)"),
+        "{ledger}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }
 

@@ -151,6 +151,28 @@ pub struct GithubOrigin {
     /// See `head_sha`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_repository: Option<String>,
+    /// The calls made to GitHub before the task started (reading a pull
+    /// request's head; posting a drafted contract for its answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ApiCall>,
+}
+
+/// One call made to a platform's API (GitHub's), as records keep it:
+/// never what was sent or answered, only their digests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiCall {
+    /// `GET`, `POST`.
+    pub method: String,
+    /// The path under the API's URL.
+    pub path: String,
+    /// The answer's status (0: no answer).
+    pub status: u16,
+    /// SHA-256 of the JSON sent, when something was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_sha256: Option<String>,
+    /// SHA-256 of the answer's body.
+    pub response_sha256: String,
 }
 
 /// The project's setup steps as a task got them: run in its workspace

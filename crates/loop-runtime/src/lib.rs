@@ -39,6 +39,7 @@ pub use ops::ci_check::{CiCheck, CiCheckRequest, CiReceipt, ci_check};
 pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
 pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
 pub use ops::gc::{gc, task_branches};
+pub use ops::github::GithubAsk;
 pub use ops::memory::{
     add as add_note, approve as approve_note, forget as forget_note, list as list_notes,
     show as show_note,
@@ -48,7 +49,7 @@ pub use ops::receipts::{
     ReceiptCheck, Replay, replay, verify as verify_receipt, verify_with as verify_receipt_with,
 };
 pub use ops::tokens::{Caller, NewToken, Scope};
-pub use ops::triggers::Refusal;
+pub use ops::triggers::{DraftAnswer, DraftAsked, Refusal, Taken};
 pub use places::{Place, Places};
 pub use project::environments::Standing as EnvironmentStanding;
 pub use project::locate::{

@@ -951,6 +951,14 @@ pub enum HookBody<'a> {
         /// The trigger.
         trigger: &'a str,
     },
+    /// It asked for a task whose contract is drafted first: the draft,
+    /// posted where it was asked for its answer.
+    Drafting {
+        /// The draft (`GET /api/v1/drafts/{id}`).
+        draft: &'a str,
+        /// The trigger.
+        trigger: &'a str,
+    },
     /// It asked for nothing this trigger does.
     Ignored {
         /// What it was.

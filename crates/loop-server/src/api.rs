@@ -1169,14 +1169,38 @@ fn hook_answer(
     s: &AppState,
     name: &str,
     slack: bool,
-    taken: Result<String, loop_runtime::Refusal>,
+    taken: Result<loop_runtime::Taken, loop_runtime::Refusal>,
     fail: impl Fn(&AppState),
 ) -> Result<Response, ApiError> {
-    use loop_runtime::Refusal;
+    use loop_runtime::{Refusal, Taken};
     let s = s.clone();
     let name = name.to_string();
     match taken {
-        Ok(id) => {
+        Ok(Taken::Draft(asked)) => {
+            let draft = crate::service::start_github_draft(&s, *asked)?;
+            let body = HookBody::Drafting {
+                draft: &draft,
+                trigger: &name,
+            };
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+        }
+        Ok(Taken::Answer(a)) => {
+            // An answer that answers nothing is said back, and starts
+            // nothing.
+            let said = crate::service::answer_from_github(&s, &a);
+            let body = match &said {
+                crate::service::Replied::Answered(did) => HookBody::Answered {
+                    answered: did,
+                    trigger: &name,
+                },
+                crate::service::Replied::Unanswered(why) => HookBody::Ignored {
+                    ignored: why,
+                    trigger: &name,
+                },
+            };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
+        Ok(Taken::Task(id)) => {
             s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
             s.pool.start(id.clone(), None);
             let body = HookBody::Taken {

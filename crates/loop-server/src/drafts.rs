@@ -66,6 +66,39 @@ pub struct Draft {
     restored: Option<u64>,
     /// When its contract was proposed.
     proposed_ms: Option<u64>,
+    /// Asked for on GitHub: where (only an answer given there is one).
+    asked_on: Option<AskedOn>,
+    /// Who gave the answer that confirmed it (the genesis says so).
+    answered_by: Option<String>,
+}
+
+/// Where a draft was asked for by a trigger (GitHub's): the place an
+/// answer must come from, and what its task is started with once a later
+/// server takes the draft up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AskedOn {
+    /// `TRIGGER OWNER/NAME#N`.
+    pub on: String,
+    /// The trigger's record (the task's genesis).
+    pub trigger: loop_protocol::TriggerRecord,
+    /// The commit the task starts from (a pull request's head).
+    #[serde(default)]
+    pub base_commit: Option<String>,
+}
+
+/// Who answers a draft.
+pub enum Answerer<'a> {
+    /// A caller of the API: its owner's drafts (an admin's: all).
+    Owner {
+        /// The caller's owner.
+        owner: &'a str,
+        /// The caller is an admin.
+        admin: bool,
+        /// Who they are, as the genesis says who confirmed.
+        who: String,
+    },
+    /// A reply where the draft was asked for.
+    Asked(&'a loop_runtime::DraftAnswer),
 }
 
 /// A draft as the store keeps it.
@@ -83,6 +116,9 @@ struct Kept {
     /// When its contract was proposed (its answer's wait counts from then).
     #[serde(default)]
     proposed_ms: Option<u64>,
+    /// Asked for on GitHub: where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    asked_on: Option<AskedOn>,
 }
 
 /// How often a waiting draft's holder renews its hold.
@@ -142,6 +178,7 @@ pub fn keep(drafts: &Drafts, id: &str) {
                 model: d.model.clone(),
                 holder: Some(this_server()),
                 proposed_ms: d.proposed_ms,
+                asked_on: d.asked_on.clone(),
             }),
         )
     });
@@ -228,6 +265,8 @@ pub fn restore(drafts: &Drafts) -> usize {
                 answer: None,
                 restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
                 proposed_ms: k.proposed_ms,
+                asked_on: k.asked_on,
+                answered_by: None,
             },
         );
         if changed {
@@ -237,8 +276,15 @@ pub fn restore(drafts: &Drafts) -> usize {
     waiting
 }
 
-/// Begin a draft of `instruction` for `owner`.
-pub fn begin(drafts: &Drafts, id: &str, owner: &str, instruction: &str, model: Option<&str>) {
+/// Begin a draft of `instruction` for `owner` (asked for where
+/// `asked_on` says, when a trigger asked).
+pub fn begin(
+    drafts: &Drafts,
+    id: &str,
+    (owner, asked_on): (&str, Option<AskedOn>),
+    instruction: &str,
+    model: Option<&str>,
+) {
     lock(drafts).insert(
         id.to_string(),
         Draft {
@@ -250,8 +296,17 @@ pub fn begin(drafts: &Drafts, id: &str, owner: &str, instruction: &str, model: O
             answer: None,
             restored: None,
             proposed_ms: None,
+            asked_on,
+            answered_by: None,
         },
     );
+}
+
+/// Note `line` on draft `id`.
+pub fn note(drafts: &Drafts, id: &str, line: &str) {
+    if let Some(d) = lock(drafts).get_mut(id) {
+        d.notes.push(line.to_string());
+    }
 }
 
 /// Set where draft `id` stands, and keep it (a blocking call).
@@ -292,7 +347,13 @@ pub enum Answered {
         model: Option<String>,
         /// Whose draft it is.
         owner: String,
+        /// Where a trigger asked for it, when one did.
+        asked_on: Option<Box<AskedOn>>,
+        /// Who answered.
+        who: String,
     },
+    /// It was asked for somewhere else than where this answer was given.
+    NotHere,
 }
 
 /// Give draft `id` its answer (`None`: not the caller's, or no such
@@ -300,15 +361,27 @@ pub enum Answered {
 pub fn answer(
     drafts: &Drafts,
     id: &str,
-    owner: &str,
-    admin: bool,
+    by: Answerer<'_>,
     review: ContractReview,
 ) -> Option<Answered> {
     let mut all = lock(drafts);
     let d = all.get_mut(id)?;
-    if !(admin || d.owner == owner) {
-        return None;
-    }
+    let who = match by {
+        Answerer::Owner { owner, admin, who } => {
+            if !(admin || d.owner == owner) {
+                return None;
+            }
+            who
+        }
+        // Only where the draft was asked for (its trigger, repository
+        // and number): a draft's id alone answers nothing.
+        Answerer::Asked(a) => {
+            if d.asked_on.as_ref().is_none_or(|o| o.on != a.asked_on) {
+                return Some(Answered::NotHere);
+            }
+            a.who.clone()
+        }
+    };
     if let (Some(until), DraftState::Proposed { contract }) = (d.restored, &d.state) {
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         if now > until {
@@ -325,12 +398,16 @@ pub fn answer(
                 instruction: d.instruction.clone(),
                 model: d.model.clone(),
                 owner: d.owner.clone(),
+                asked_on: d.asked_on.clone().map(Box::new),
+                who,
             },
             ContractReview::Edited(text) => Answered::Restored {
                 contract: text,
                 instruction: d.instruction.clone(),
                 model: d.model.clone(),
                 owner: d.owner.clone(),
+                asked_on: d.asked_on.clone().map(Box::new),
+                who,
             },
             _ => {
                 d.state = DraftState::Ended {
@@ -347,6 +424,7 @@ pub fn answer(
     Some(match d.answer.take() {
         Some(tx) => {
             d.state = DraftState::Drafting;
+            d.answered_by = Some(who);
             if tx.send(review).is_ok() {
                 Answered::Delivered
             } else {
@@ -366,6 +444,9 @@ pub struct DraftObserver {
     pub id: String,
     /// Who it is for (for the drafting record).
     pub who: String,
+    /// Asked for on GitHub: the draft is posted there for its answer (or
+    /// locked at once, when the trigger says `auto_confirm`).
+    pub github: Option<loop_runtime::GithubAsk>,
 }
 
 impl loop_core::Observer for DraftObserver {
@@ -380,6 +461,15 @@ impl loop_runtime::Observer for DraftObserver {
     }
 
     fn review_contract(&mut self, contract: &str, _edit_from: Option<&str>) -> ContractReview {
+        // The trigger's own `auto_confirm` locks what the critic accepted.
+        if let Some(g) = self.github.as_ref().filter(|g| g.auto_confirm()) {
+            let by = format!("the trigger `{}` (auto_confirm)", g.trigger());
+            if let Some(d) = lock(&self.drafts).get_mut(&self.id) {
+                d.notes.push(format!("confirmed by {by}"));
+                d.answered_by = Some(by);
+            }
+            return ContractReview::Accept;
+        }
         // (What "confirm" locks is shown; the console's editor keeps the
         // person's rejected edit on their side.)
         let (tx, rx): (Sender<ContractReview>, Receiver<ContractReview>) =
@@ -390,6 +480,10 @@ impl loop_runtime::Observer for DraftObserver {
             };
             d.answer = Some(tx);
             d.proposed_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
+        }
+        // Shown where it was asked, with how to answer there.
+        if let Some(g) = &self.github {
+            note(&self.drafts, &self.id, &g.post_draft(&self.id, contract));
         }
         keep(&self.drafts, &self.id);
         // Waiting, the hold is renewed (another server takes the draft
@@ -411,7 +505,10 @@ impl loop_runtime::Observer for DraftObserver {
     }
 
     fn reviewer(&self) -> String {
-        self.who.clone()
+        lock(&self.drafts)
+            .get(&self.id)
+            .and_then(|d| d.answered_by.clone())
+            .unwrap_or_else(|| self.who.clone())
     }
 }
 
@@ -440,6 +537,7 @@ mod tests {
                 model: None,
                 holder: Some(holder),
                 proposed_ms: Some(now),
+                asked_on: None,
             })
             .unwrap()
         };

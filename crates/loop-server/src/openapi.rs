@@ -557,8 +557,12 @@ fn delivery() -> Value {
 
 fn delivered() -> Value {
     obj(
-        json!({"id": {"type": "string"}, "trigger": {"type": "string"}}),
-        &["id", "trigger"],
+        json!({
+            "id": {"type": "string", "description": "the task started"},
+            "draft": {"type": "string", "description": "the draft whose contract is drafted first (a GitHub trigger without checks)"},
+            "trigger": {"type": "string"}
+        }),
+        &["trigger"],
     )
 }
 

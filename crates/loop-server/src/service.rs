@@ -134,11 +134,11 @@ pub(crate) async fn create_task(
 /// Draft `draft_id`'s task was submitted (`Ok`: it starts now) or not
 /// (the draft ends, saying why).
 pub(crate) fn draft_settled(
-    drafts: &crate::drafts::Drafts,
-    draft_id: &str,
+    (drafts, draft_id): (&crate::drafts::Drafts, &str),
     submitted: Result<String, loop_runtime::Error>,
     metrics: &crate::Metrics,
     pool: &crate::pool::Pool,
+    github: Option<&loop_runtime::GithubAsk>,
 ) {
     match submitted {
         Ok(task_id) => {
@@ -152,11 +152,17 @@ pub(crate) fn draft_settled(
             metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
             pool.start(task_id, None);
         }
-        Err(e) => crate::drafts::set(
-            drafts,
-            draft_id,
-            crate::drafts::DraftState::Ended { reason: e.message },
-        ),
+        Err(e) => {
+            // Where it was asked hears that nothing started, and why.
+            if let Some(g) = github {
+                crate::drafts::note(drafts, draft_id, &g.post_ended(draft_id, &e.message));
+            }
+            crate::drafts::set(
+                drafts,
+                draft_id,
+                crate::drafts::DraftState::Ended { reason: e.message },
+            )
+        }
     }
 }
 
@@ -167,25 +173,60 @@ fn start_draft(
     caller: &Caller,
     admitted: loop_runtime::Admitted,
 ) -> Result<Created, ApiError> {
+    let who = format!(
+        "the API (owner {}, token {})",
+        caller.owner, caller.token_id
+    );
+    draft_on_thread(s, (&caller.owner, who), admitted, None).map(Created::Drafting)
+}
+
+/// A GitHub trigger's task whose contract is drafted: posted where it
+/// was asked for a person's answer there (a reply comment) or in the
+/// console, or locked at once by the trigger's `auto_confirm`. The
+/// draft's id.
+pub(crate) fn start_github_draft(
+    s: &AppState,
+    asked: loop_runtime::DraftAsked,
+) -> Result<String, ApiError> {
+    let loop_runtime::DraftAsked {
+        admitted,
+        owner,
+        ask,
+    } = asked;
+    let who = format!("the console (owner {owner})");
+    draft_on_thread(s, (&owner, who), admitted, Some(ask))
+}
+
+/// Draft `admitted`'s contract on a thread of its own, for `owner`; the
+/// draft's id.
+fn draft_on_thread(
+    s: &AppState,
+    (owner, who): (&str, String),
+    admitted: loop_runtime::Admitted,
+    github: Option<loop_runtime::GithubAsk>,
+) -> Result<String, ApiError> {
     let rt = s.runtime.clone();
     let id = format!(
         "d-{}",
         loop_protocol::random::hex::<8>()
             .map_err(|e| ApiError::from(loop_runtime::Error::from_cause(e)))?
     );
+    let asked_on = github.as_ref().and_then(|g| {
+        Some(crate::drafts::AskedOn {
+            on: g.asked_on(),
+            trigger: admitted.trigger()?.clone(),
+            base_commit: admitted.base_commit().map(str::to_string),
+        })
+    });
     crate::drafts::begin(
         &s.drafts,
         &id,
-        &caller.owner,
+        (owner, asked_on),
         &admitted.contract().instruction,
         admitted.model(),
     );
     let drafts = s.drafts.clone();
     let draft_id = id.clone();
-    let who = format!(
-        "the API (owner {}, token {})",
-        caller.owner, caller.token_id
-    );
     let metrics = s.metrics.clone();
     let pool = s.pool.clone();
     let spawned = std::thread::Builder::new()
@@ -196,9 +237,16 @@ fn start_draft(
                 drafts: drafts.clone(),
                 id: draft_id.clone(),
                 who,
+                github: github.clone(),
             };
             let submitted = rt.submit_admitted(admitted, &mut observer);
-            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
+            draft_settled(
+                (&drafts, &draft_id),
+                submitted,
+                &metrics,
+                &pool,
+                github.as_ref(),
+            );
         });
     if let Err(e) = spawned {
         return Err(ApiError::new(
@@ -207,7 +255,7 @@ fn start_draft(
             format!("cannot start drafting: {e}"),
         ));
     }
-    Ok(Created::Drafting(id))
+    Ok(id)
 }
 
 /// Where a task stands as `caller` may see it: stored (its status, and
@@ -394,14 +442,16 @@ pub(crate) fn confirm_draft(
         (false, None) => ContractReview::Accept,
     };
     use crate::drafts::Answered;
-    match crate::drafts::answer(
-        &s.drafts,
-        id,
-        &caller.owner,
-        caller.scope == Scope::Admin,
-        review,
-    ) {
-        None => Err(ApiError::not_found(&format!("draft {id}"))),
+    let by = crate::drafts::Answerer::Owner {
+        owner: &caller.owner,
+        admin: caller.scope == Scope::Admin,
+        who: format!(
+            "the API (owner {}, token {})",
+            caller.owner, caller.token_id
+        ),
+    };
+    match crate::drafts::answer(&s.drafts, id, by, review) {
+        None | Some(Answered::NotHere) => Err(ApiError::not_found(&format!("draft {id}"))),
         Some(Answered::NotWaiting) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_waiting",
@@ -413,9 +463,60 @@ pub(crate) fn confirm_draft(
             instruction,
             model,
             owner,
+            asked_on,
+            who,
         }) => {
-            start_restored(s, caller, id, (contract, instruction, model, owner))?;
+            start_restored(
+                s,
+                id,
+                (contract, instruction, model, owner),
+                (who, asked_on),
+            )?;
             Ok(())
+        }
+    }
+}
+
+/// What a reply comment's answer did.
+pub(crate) enum Replied {
+    /// It answered the draft: how.
+    Answered(String),
+    /// It answered nothing: why.
+    Unanswered(String),
+}
+
+/// A reply comment's answer `a` to a drafted contract: what it did, or
+/// why it answered nothing.
+pub(crate) fn answer_from_github(s: &AppState, a: &loop_runtime::DraftAnswer) -> Replied {
+    use crate::drafts::Answered;
+    let review = if a.accept {
+        ContractReview::Accept
+    } else {
+        ContractReview::Reject
+    };
+    let id = &a.draft;
+    let done = if a.accept { "confirmed" } else { "rejected" };
+    match crate::drafts::answer(&s.drafts, id, crate::drafts::Answerer::Asked(a), review) {
+        None | Some(Answered::NotHere) => {
+            Replied::Unanswered(format!("no draft {id} was asked for here"))
+        }
+        Some(Answered::NotWaiting) => {
+            Replied::Unanswered(format!("draft {id} is not waiting for an answer"))
+        }
+        Some(Answered::Delivered) => Replied::Answered(format!("draft {id} {done}")),
+        Some(Answered::Restored {
+            contract,
+            instruction,
+            model,
+            owner,
+            asked_on,
+            who,
+        }) => {
+            let restored = (contract, instruction, model, owner);
+            match start_restored(s, id, restored, (who, asked_on)) {
+                Ok(()) => Replied::Answered(format!("draft {id} {done}")),
+                Err(e) => Replied::Unanswered(e.message),
+            }
         }
     }
 }
@@ -426,9 +527,9 @@ pub(crate) fn confirm_draft(
 /// it went.
 fn start_restored(
     s: &AppState,
-    caller: &Caller,
     id: &str,
     (contract, instruction, model, owner): (String, String, Option<String>, String),
+    (who, asked_on): (String, Option<Box<crate::drafts::AskedOn>>),
 ) -> Result<(), ApiError> {
     let (rt, drafts, pool, metrics) = (
         s.runtime.clone(),
@@ -437,10 +538,6 @@ fn start_restored(
         s.metrics.clone(),
     );
     let draft_id = id.to_string();
-    let who = format!(
-        "the API (owner {}, token {})",
-        caller.owner, caller.token_id
-    );
     let spawned = std::thread::Builder::new()
         .name(format!("draft {id}"))
         .spawn(move || {
@@ -457,6 +554,16 @@ fn start_restored(
                     drafts: drafts.clone(),
                     id: draft_id.clone(),
                     who,
+                    github: None,
+                };
+                // A trigger's draft keeps what the trigger recorded and
+                // the commit it was asked on.
+                let (trigger, base_commit, via) = match asked_on {
+                    Some(a) => {
+                        let a = *a;
+                        (Some(a.trigger), a.base_commit, loop_runtime::Via::Trigger)
+                    }
+                    None => (None, None, loop_runtime::Via::Http),
                 };
                 rt.submit(
                     loop_runtime::TaskRequest {
@@ -465,13 +572,15 @@ fn start_restored(
                         isolation: loop_sandbox::IsolationLevel::Required,
                         on_prompt: Some(OnPrompt::Wait),
                         owner: Some(owner),
-                        via: loop_runtime::Via::Http,
+                        trigger,
+                        base_commit,
+                        via,
                         ..Default::default()
                     },
                     &mut observer,
                 )
             })();
-            draft_settled(&drafts, &draft_id, submitted, &metrics, &pool);
+            draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, None);
         });
     spawned.map(|_| ()).map_err(|e| {
         ApiError::new(

@@ -1066,6 +1066,9 @@ fn triggers_schema() -> serde_json::Value {
     json!({"type": "array", "items": {
     "type": "object", "additionalProperties": false, "required": ["name", "task"],
     "anyOf": [{"required": ["webhook"]}, {"required": ["cron"]}, {"required": ["chat"]}],
+    // Only GitHub's inlet drafts a contract: every other task has checks.
+    "if": {"not": {"required": ["github"]}},
+    "then": {"properties": {"task": {"required": ["checks"]}}},
     "properties": {
         "cron": {"type": "string", "minLength": 9, "description": "minute hour day-of-month month day-of-week, in UTC"},
         "name": {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"},
@@ -1105,10 +1108,15 @@ fn triggers_schema() -> serde_json::Value {
                 "label" => json!({"type": "string", "minLength": 1, "description": "the label that asks for a task"}),
                 "remote" => json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
                     "description": "the project's git remote a pull request's head is fetched from (refs/pull/N/head; default origin)"}),
+                "auto_confirm" => json!({"type": "boolean",
+                    "description": "a task without checks: lock the drafted contract its critic accepted without a person's answer (otherwise it is posted on the issue for a reply `COMMAND confirm ID`, or the console)"}),
+                "console_url" => json!({"type": "string", "pattern": "^(https://|http://127\\.0\\.0\\.1:)",
+                    "description": "the console's address, for a link to a drafted contract"}),
                 _ => json!({"type": "string", "minLength": 1, "description": "the command a comment starts with, such as /loop"}),
             })},
         "task": {"type": "object", "additionalProperties": false,
-            "required": ["instruction", "checks"],
+            "required": ["instruction"],
+            "description": "the task each firing starts; without `checks` (a `github` trigger's only) its contract is drafted from the request",
             "properties": props(triggers::TEMPLATE_KEYS, |k| match k {
                 "checks" | "artifacts" => json!({"type": "array", "items": {"type": "string", "minLength": 1}}),
                 "max_steps" => json!({"type": "integer", "minimum": 1}),

@@ -26,6 +26,8 @@ pub(crate) const GITHUB_KEYS: &[&str] = &[
     "command",
     "authors",
     "remote",
+    "auto_confirm",
+    "console_url",
 ];
 /// A webhook's keys.
 pub(crate) const WEBHOOK_KEYS: &[&str] = &["secret_env", "style", "owner"];
@@ -118,6 +120,13 @@ pub struct GithubInlet {
     pub authors: Vec<String>,
     /// The project's git remote a pull request's head is fetched from.
     pub remote: String,
+    /// For a task whose contract is drafted (a `task:` without `checks`):
+    /// the contract the critic accepted is locked without a person's
+    /// answer. Otherwise it is posted where it was asked and waits for a
+    /// reply comment (`COMMAND confirm ID`) or the console.
+    pub auto_confirm: bool,
+    /// The console's address, for a link to a drafted contract.
+    pub console_url: Option<String>,
 }
 
 /// How a webhook's deliveries are authenticated and whose tasks they start.
@@ -237,44 +246,56 @@ pub(crate) fn read_triggers(r: &mut Reader, node: &Node) -> Vec<Trigger> {
             );
             continue;
         };
-        if let Some(why) = github_problem(webhook.as_ref(), github.as_ref()) {
-            r.err(Some(item.pos), format!("trigger `{name}`: {why}"), None);
-            continue;
-        }
-        if chat.is_some() && (webhook.is_some() || cron.is_some() || github.is_some()) {
-            r.err(
-                Some(item.pos),
-                format!("trigger `{name}`: a `chat` trigger has no `webhook`, `cron` or `github` (the platform signs its own deliveries)"),
-                None,
-            );
-            continue;
-        }
-        if webhook.is_none() && cron.is_none() && chat.is_none() {
-            r.err(
-                Some(item.pos),
-                format!("trigger `{name}` needs a `webhook`, a `cron` schedule or a `chat`"),
-                None,
-            );
-            continue;
-        }
-        if cron.is_some() && task.owner.is_none() && webhook.is_none() {
-            r.err(
-                Some(item.pos),
-                format!("trigger `{name}`: a scheduled task needs an `owner` (in `task`)"),
-                None,
-            );
-            continue;
-        }
-        out.push(Trigger {
+        let t = Trigger {
             name,
             webhook,
             cron,
             github,
             chat,
             task,
-        });
+        };
+        match trigger_problem(&t) {
+            Some(why) => r.err(Some(item.pos), why, None),
+            None => out.push(t),
+        }
     }
     out
+}
+
+/// Why trigger `t`'s parts do not fit together, if they do not.
+fn trigger_problem(t: &Trigger) -> Option<String> {
+    let name = &t.name;
+    // Only GitHub's inlet drafts a contract (posted where it was asked,
+    // for a person's answer there or in the console).
+    if t.task.checks.is_empty() && t.github.is_none() {
+        return Some(format!(
+            "trigger `{name}`: a trigger's task needs an `instruction` and `checks` (only a `github` trigger may leave `checks` out, to draft its contract)"
+        ));
+    }
+    if !t.task.checks.is_empty() && t.github.as_ref().is_some_and(|g| g.auto_confirm) {
+        return Some(format!(
+            "trigger `{name}`: `auto_confirm` locks a drafted contract, and this task's contract is its `checks`: leave one out"
+        ));
+    }
+    if let Some(why) = github_problem(t.webhook.as_ref(), t.github.as_ref()) {
+        return Some(format!("trigger `{name}`: {why}"));
+    }
+    if t.chat.is_some() && (t.webhook.is_some() || t.cron.is_some() || t.github.is_some()) {
+        return Some(format!(
+            "trigger `{name}`: a `chat` trigger has no `webhook`, `cron` or `github` (the platform signs its own deliveries)"
+        ));
+    }
+    if t.webhook.is_none() && t.cron.is_none() && t.chat.is_none() {
+        return Some(format!(
+            "trigger `{name}` needs a `webhook`, a `cron` schedule or a `chat`"
+        ));
+    }
+    if t.cron.is_some() && t.task.owner.is_none() && t.webhook.is_none() {
+        return Some(format!(
+            "trigger `{name}`: a scheduled task needs an `owner` (in `task`)"
+        ));
+    }
+    None
 }
 
 fn read_chat(r: &mut Reader, node: &Node) -> Option<ChatInlet> {
@@ -360,6 +381,8 @@ fn read_github(r: &mut Reader, node: &Node) -> Option<GithubInlet> {
         command: None,
         authors: vec!["OWNER".into(), "MEMBER".into(), "COLLABORATOR".into()],
         remote: "origin".into(),
+        auto_confirm: false,
+        console_url: None,
     };
     for (k, v) in fields {
         match k.name.as_str() {
@@ -376,6 +399,20 @@ fn read_github(r: &mut Reader, node: &Node) -> Option<GithubInlet> {
                 out.api_url = url.trim_end_matches('/').to_string();
             }
             "label" => out.label = r.string(v, "`label`").filter(|l| !l.is_empty()),
+            "auto_confirm" => out.auto_confirm = r.boolean(v, "`auto_confirm`").unwrap_or(false),
+            "console_url" => {
+                let url = r.string(v, "`console_url`").unwrap_or_default();
+                if !(url.starts_with("https://") || url.starts_with("http://127.0.0.1:")) {
+                    r.err(
+                        Some(v.pos),
+                        format!(
+                            "`console_url` `{url}`: an https:// URL (or http://127.0.0.1:PORT)"
+                        ),
+                        None,
+                    );
+                }
+                out.console_url = Some(url.trim_end_matches('/').to_string());
+            }
             "command" => out.command = r.string(v, "`command`").filter(|c| !c.trim().is_empty()),
             "remote" => {
                 let name = r.string(v, "`remote`").unwrap_or_default();
@@ -485,7 +522,7 @@ fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
             }
         }
     }
-    if t.instruction.trim().is_empty() || t.checks.is_empty() {
+    if t.instruction.trim().is_empty() {
         r.err(
             Some(node.pos),
             "a trigger's task needs an `instruction` and `checks`".into(),
@@ -740,6 +777,57 @@ mod loopfile_tests {
                 .unwrap_err()
                 .message;
             assert!(e.contains(said), "{github}: {e}");
+        }
+    }
+
+    /// Only a GitHub trigger drafts its contract (a `task:` without
+    /// `checks`), and `auto_confirm` is for such a task alone.
+    #[test]
+    fn only_a_github_trigger_may_leave_its_checks_to_a_draft() {
+        let parse = |t: &str| crate::loopfile::Loopfile::parse(t, "Loopfile.yaml");
+        let gh = |github: &str, task: &str| {
+            format!(
+                "triggers:\n  - name: gh\n    webhook: {{secret_env: S, owner: gh, style: github}}\n    github: {github}\n    task: {task}\n"
+            )
+        };
+        let drafted = parse(&gh("{token_env: T, label: loop}", "{instruction: x}")).unwrap();
+        let g = drafted.triggers[0].github.as_ref().unwrap();
+        assert!(drafted.triggers[0].task.checks.is_empty());
+        assert!(!g.auto_confirm);
+        let auto = parse(&gh(
+            "{token_env: T, label: loop, auto_confirm: true, console_url: 'https://c.example.test/'}",
+            "{instruction: x}",
+        ))
+        .unwrap();
+        let g = auto.triggers[0].github.as_ref().unwrap();
+        assert!(g.auto_confirm);
+        assert_eq!(g.console_url.as_deref(), Some("https://c.example.test"));
+        for (text, said) in [
+            (
+                gh(
+                    "{token_env: T, label: loop, auto_confirm: true}",
+                    "{instruction: x, checks: [\"true\"]}",
+                ),
+                "`auto_confirm` locks a drafted contract",
+            ),
+            (
+                gh(
+                    "{token_env: T, label: loop, console_url: 'ftp://x'}",
+                    "{instruction: x}",
+                ),
+                "`console_url` `ftp://x`",
+            ),
+            (
+                "triggers:\n  - name: hook\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x}\n".to_string(),
+                "only a `github` trigger may leave `checks` out",
+            ),
+            (
+                "triggers:\n  - name: tg\n    chat: {kind: telegram, secret_env: S, token_env: T, owner: o, senders: ['1']}\n    task: {instruction: x}\n".to_string(),
+                "only a `github` trigger may leave `checks` out",
+            ),
+        ] {
+            let e = parse(&text).unwrap_err().message;
+            assert!(e.contains(said), "{text}: {e}");
         }
     }
 

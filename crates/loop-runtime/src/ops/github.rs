@@ -37,6 +37,8 @@ pub struct Asked {
     /// A word of this delivery's own in the block's markers: text that
     /// cannot know it cannot end the block.
     pub nonce: String,
+    /// The comment's words after the command, when a comment asked.
+    pub said: Option<String>,
 }
 
 impl Asked {
@@ -235,11 +237,13 @@ pub fn asked(
         .as_str()
         .or(p["pull_request"]["body"].as_str())
         .unwrap_or_default();
+    let said = comment.as_ref().map(|(_, said)| said.clone());
     let mut text = format!("{title}\n\n{body}");
     if let Some((_, said)) = &comment {
         text.push_str(&format!("\n\nThe comment that asked (@{sender}): {said}"));
     }
     Ok(Asked {
+        said,
         nonce: loop_protocol::random::hex::<4>()
             .map_err(|e| NotAsked(format!("no randomness for the block's word: {e}")))?,
         text: plain(&text),
@@ -253,8 +257,142 @@ pub fn asked(
             head_sha: None,
             head_ref: None,
             head_repository: None,
+            calls: Vec::new(),
         },
     })
+}
+
+/// A reply comment's words answering a drafted contract: `confirm ID` or
+/// `reject ID` (nothing else on the first line): (confirmed, the draft).
+pub fn draft_answer(said: &str) -> Option<(bool, String)> {
+    let line = said.lines().next().unwrap_or_default();
+    let mut words = line.split_whitespace();
+    let accept = match words.next()? {
+        "confirm" => true,
+        "reject" => false,
+        _ => return None,
+    };
+    let id = words.next()?;
+    let plain =
+        id.len() == 18 && id.starts_with("d-") && id[2..].bytes().all(|b| b.is_ascii_hexdigit());
+    (plain && words.next().is_none()).then(|| (accept, id.to_string()))
+}
+
+/// Where a draft was asked for, as an answer must name it: the trigger,
+/// the repository and the number (an answer given anywhere else is not
+/// one to this draft).
+pub fn asked_on(trigger: &str, origin: &GithubOrigin) -> String {
+    format!("{trigger} {}#{}", origin.repository, origin.number)
+}
+
+/// A drafted contract's request on GitHub: where it was asked, and how
+/// to tell them there.
+#[derive(Debug, Clone)]
+pub struct GithubAsk {
+    pub(crate) trigger: String,
+    pub(crate) inlet: crate::loopfile::triggers::GithubInlet,
+    pub(crate) origin: GithubOrigin,
+}
+
+impl GithubAsk {
+    /// The trigger locks what its critic accepted, without a person.
+    pub fn auto_confirm(&self) -> bool {
+        self.inlet.auto_confirm
+    }
+
+    /// The trigger's name.
+    pub fn trigger(&self) -> &str {
+        &self.trigger
+    }
+
+    /// Where it was asked, as an answer must name it ([`asked_on`]).
+    pub fn asked_on(&self) -> String {
+        asked_on(&self.trigger, &self.origin)
+    }
+
+    /// Post draft `draft`'s `contract` where it was asked, with how to
+    /// answer it: a line for the draft's notes (what was called, never
+    /// the token).
+    pub fn post_draft(&self, draft: &str, contract: &str) -> String {
+        self.post(&draft_comment(&self.inlet, draft, contract))
+    }
+
+    /// Post that draft `draft` started no task, and why.
+    pub fn post_ended(&self, draft: &str, why: &str) -> String {
+        let why = plain(why);
+        self.post(&format!(
+            "Loop Engine started no task for draft `{draft}`: {}",
+            first_line(&why)
+        ))
+    }
+
+    fn post(&self, body: &str) -> String {
+        let (posted, calls) = comment_on(&self.inlet, &self.origin, body);
+        let made: Vec<String> = calls
+            .iter()
+            .map(|c| format!("{} {} → {}", c.method, c.path, c.status))
+            .collect();
+        match posted {
+            Ok(url) => format!("GitHub: {} ({url})", made.join(", ")),
+            Err(e) => format!("GitHub: not posted: {}", e.message),
+        }
+    }
+}
+
+/// Post `body` as a comment where `origin` asked, with `inlet`'s token:
+/// the comment's page (or why not) and the call made.
+pub(crate) fn comment_on(
+    inlet: &crate::loopfile::triggers::GithubInlet,
+    origin: &GithubOrigin,
+    body: &str,
+) -> (Result<String, Error>, Vec<Call>) {
+    let Some(token) = std::env::var(&inlet.token_env)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    else {
+        let why = format!("{} is not set where the server runs", inlet.token_env);
+        return (Err(Error::usage(why)), Vec::new());
+    };
+    let mut api = Api::new(&inlet.api_url, token);
+    let posted = api
+        .call(
+            "POST",
+            &format!(
+                "/repos/{}/issues/{}/comments",
+                origin.repository, origin.number
+            ),
+            Some(&json!({ "body": body })),
+        )
+        .map(|c| c["html_url"].as_str().unwrap_or_default().to_string());
+    (posted, api.calls)
+}
+
+/// The comment showing a drafted contract, and how to answer it.
+fn draft_comment(
+    inlet: &crate::loopfile::triggers::GithubInlet,
+    draft: &str,
+    contract: &str,
+) -> String {
+    let command = inlet.command.as_deref().unwrap_or("/loop");
+    // The contract is shown as text, whatever it holds (a fence longer
+    // than any run of backticks in it).
+    let longest = contract
+        .split(|c| c != '`')
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    let mut out = format!(
+        "Loop Engine drafted this acceptance contract for the request (draft `{draft}`); its critic accepted it. Nothing runs until a person confirms it: its checks decide when the work is done.\n\n{fence}yaml\n{}\n{fence}\n\nTo start it, reply `{command} confirm {draft}`; to drop it, `{command} reject {draft}` (as {}).",
+        contract.trim_end(),
+        inlet.authors.join(", ")
+    );
+    if let Some(url) = &inlet.console_url {
+        out.push_str(&format!(
+            " It can also be confirmed or edited in the console: {url}/#/draft/{draft}"
+        ));
+    }
+    out
 }
 
 /// The head of the pull request `origin` names, fetched into the project
@@ -276,8 +414,12 @@ pub(crate) fn fetch_pull_head(
             ))
         })?;
     let mut api = Api::new(&inlet.api_url, token);
-    let (repo, n) = (&origin.repository, origin.number);
-    let pr = api.call("GET", &format!("/repos/{repo}/pulls/{n}"), None)?;
+    let (repo, n) = (origin.repository.clone(), origin.number);
+    let pr = api.call("GET", &format!("/repos/{repo}/pulls/{n}"), None);
+    // The call is part of the task's record (its genesis), as every call
+    // reporting makes is part of the report.
+    origin.calls.append(&mut api.calls);
+    let pr = pr?;
     let sha = pr["head"]["sha"].as_str().unwrap_or_default().to_string();
     if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::unavailable(format!(
@@ -334,20 +476,7 @@ impl From<&str> for NotAsked {
 }
 
 /// One call made to GitHub, as the report keeps it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Call {
-    /// `GET`, `POST`.
-    pub method: String,
-    /// The path under the API's URL.
-    pub path: String,
-    /// The answer's status (0: no answer).
-    pub status: u16,
-    /// SHA-256 of the JSON sent, when something was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_sha256: Option<String>,
-    /// SHA-256 of the answer's body.
-    pub response_sha256: String,
-}
+pub use loop_protocol::evidence::ApiCall as Call;
 
 /// GitHub's REST API with a token, every call kept.
 struct Api {
@@ -912,7 +1041,51 @@ mod tests {
             command: Some("/loop".into()),
             authors: vec!["OWNER".into(), "MEMBER".into()],
             remote: "origin".into(),
+            auto_confirm: false,
+            console_url: None,
         }
+    }
+
+    /// Only `confirm ID` or `reject ID`, alone on the first line and with
+    /// an id of a draft's shape, answers a draft.
+    #[test]
+    fn a_reply_answers_a_draft_only_in_its_own_words() {
+        let id = "d-0123456789abcdef";
+        assert_eq!(
+            draft_answer(&format!("confirm {id}")),
+            Some((true, id.into()))
+        );
+        assert_eq!(
+            draft_answer(&format!("reject {id}\nbecause")),
+            Some((false, id.into()))
+        );
+        for not in [
+            format!("confirm {id} and also delete everything"),
+            format!("please confirm {id}"),
+            "confirm".to_string(),
+            "confirm d-0123".to_string(),
+            "confirm d-0123456789abcdeg".to_string(),
+            "confirm ../../etc/passwd".to_string(),
+            format!("Confirm {id}"),
+        ] {
+            assert_eq!(draft_answer(&not), None, "{not}");
+        }
+    }
+
+    /// A drafted contract is shown as text: backticks in it cannot end
+    /// its block and turn the rest into the comment's own words.
+    #[test]
+    fn a_drafted_contract_cannot_break_out_of_its_block() {
+        let contract =
+            "criteria:\n  - id: x\n    text: \"````\\nReply /loop confirm d-ffffffffffffffff\"\n";
+        let body = draft_comment(&inlet(), "d-0123456789abcdef", contract);
+        assert!(body.contains("`````yaml\n"), "{body}");
+        assert!(body.contains("\n`````\n"), "{body}");
+        assert!(body.ends_with("(as OWNER, MEMBER)."), "{body}");
+        assert!(
+            body.contains("reply `/loop confirm d-0123456789abcdef`"),
+            "{body}"
+        );
     }
 
     fn issue(action: &str, label: &str, repo: &str) -> Vec<u8> {

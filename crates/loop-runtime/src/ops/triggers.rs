@@ -41,6 +41,46 @@ pub enum Refusal {
     Answered(String),
 }
 
+/// What a delivery taken asks for.
+#[derive(Debug)]
+pub enum Taken {
+    /// A task, submitted: the caller runs it.
+    Task(String),
+    /// A task whose contract is drafted first (a GitHub trigger's task
+    /// without `checks`): the caller drafts it, posts the draft where it
+    /// was asked and waits for a person's answer (unless the trigger says
+    /// `auto_confirm`).
+    Draft(Box<DraftAsked>),
+    /// A person's answer to a drafted contract, by a reply comment
+    /// (`COMMAND confirm ID` or `COMMAND reject ID`).
+    Answer(DraftAnswer),
+}
+
+/// A GitHub task whose contract is to be drafted.
+#[derive(Debug)]
+pub struct DraftAsked {
+    /// The request taken in (its trigger record and base commit in it).
+    pub admitted: crate::Admitted,
+    /// Whose the task is.
+    pub owner: String,
+    /// Where it was asked, and how to answer there.
+    pub ask: crate::ops::github::GithubAsk,
+}
+
+/// A reply comment answering a drafted contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftAnswer {
+    /// The draft answered.
+    pub draft: String,
+    /// Confirmed (or rejected).
+    pub accept: bool,
+    /// Where the answer was given: only a draft asked for there takes it
+    /// ([`crate::ops::github::asked_on`]).
+    pub asked_on: String,
+    /// Who answered, as the genesis says who confirmed.
+    pub who: String,
+}
+
 /// Check `body` against its headers as `hook` signs; the delivery id and
 /// the sender's event name.
 pub fn authenticate(
@@ -108,6 +148,28 @@ pub struct Authenticated {
     pub signature: String,
 }
 
+/// A reply comment's answer to a drafted contract, when `asked` is one.
+fn draft_answered(
+    trigger: &str,
+    asked: &crate::ops::github::Asked,
+    delivery: &str,
+) -> Option<DraftAnswer> {
+    let (accept, draft) = asked
+        .said
+        .as_deref()
+        .and_then(crate::ops::github::draft_answer)?;
+    let o = &asked.origin;
+    Some(DraftAnswer {
+        draft,
+        accept,
+        asked_on: crate::ops::github::asked_on(trigger, o),
+        who: format!(
+            "@{} on GitHub, in a reply comment on {} #{} (delivery {delivery})",
+            o.sender, o.repository, o.number
+        ),
+    })
+}
+
 impl Runtime {
     /// Take a webhook delivery for trigger `name`: authenticate it, ask
     /// `admit` (with the sender, for a GitHub inlet) whether its rate
@@ -120,13 +182,15 @@ impl Runtime {
         header: &dyn Fn(&str) -> Option<String>,
         body: &[u8],
         admit: &mut dyn FnMut(Option<&str>) -> bool,
-    ) -> Result<Result<String, Refusal>, Error> {
+    ) -> Result<Result<Taken, Refusal>, Error> {
         let loopfile = crate::loopfile::Loopfile::load(self.project())?;
         let Some(t) = loopfile.triggers.iter().find(|t| t.name == name) else {
             return Ok(Err(Refusal::Unknown));
         };
         if let Some(chat) = &t.chat {
-            return self.take_chat_delivery(t, chat, (header, body), admit);
+            return Ok(self
+                .take_chat_delivery(t, chat, (header, body), admit)?
+                .map(Taken::Task));
         }
         let Some(hook) = &t.webhook else {
             return Ok(Err(Refusal::Unknown));
@@ -154,7 +218,7 @@ impl Runtime {
             return Ok(Err(Refusal::Ignored("ping".into())));
         }
         // A GitHub inlet takes only what asks for a task, from whom it may.
-        let mut asked = match &t.github {
+        let asked = match &t.github {
             Some(g) => match crate::ops::github::asked(g, event.as_deref(), body) {
                 Ok(a) => Some(a),
                 Err(why) => return Ok(Err(Refusal::Ignored(why.0))),
@@ -183,16 +247,47 @@ impl Runtime {
         {
             return Ok(Err(Refusal::Replayed(delivery)));
         }
-        // Asked on a pull request: the task starts from its head, fetched
-        // (a failure starts nothing, and the delivery may come again).
+        // A reply comment answering a drafted contract starts nothing of
+        // its own: the caller gives the draft its answer.
+        if let Some(answer) = asked
+            .as_ref()
+            .and_then(|a| draft_answered(name, a, &delivery))
+        {
+            return Ok(Ok(Taken::Answer(answer)));
+        }
         let forget = || {
             let _ = store.forget_delivery(name, &by_id);
             let _ = store.forget_delivery(name, &by_signature);
         };
+        let body_sha256 = loop_protocol::hash::sha256_hex(body);
+        match self.start_delivered(t, asked, (delivery, event, body_sha256, now_ms)) {
+            Ok(taken) => Ok(Ok(taken)),
+            Err(e) => {
+                // Nothing started: the sender may try again.
+                forget();
+                Err(e)
+            }
+        }
+    }
+
+    /// Start trigger `t`'s task for an authentic delivery taken once (what
+    /// GitHub `asked`, if it did): submitted, or its contract to draft.
+    fn start_delivered(
+        &self,
+        t: &Trigger,
+        mut asked: Option<crate::ops::github::Asked>,
+        (delivery, event, body_sha256, now_ms): (String, Option<String>, String, u64),
+    ) -> Result<Taken, Error> {
+        let name = &t.name;
+        let hook = t
+            .webhook
+            .as_ref()
+            .ok_or_else(|| Error::usage(format!("trigger `{name}` has no webhook")))?;
+        // Asked on a pull request: the task starts from its head, fetched
+        // (a failure starts nothing, and the delivery may come again).
         let base = match (&t.github, asked.as_mut()) {
             (Some(g), Some(a)) if a.origin.pull_request => Some(
-                crate::ops::github::fetch_pull_head(g, &mut a.origin, self.project())
-                    .inspect_err(|_| forget())?,
+                crate::ops::github::fetch_pull_head(g, &mut a.origin, self.project())?,
             ),
             _ => None,
         };
@@ -201,7 +296,7 @@ impl Runtime {
             kind: "webhook".into(),
             delivery: Some(delivery),
             event,
-            body_sha256: Some(loop_protocol::hash::sha256_hex(body)),
+            body_sha256: Some(body_sha256),
             verified_by: Some(
                 match hook.style {
                     HookStyle::Github => "github (X-Hub-Signature-256)",
@@ -217,13 +312,23 @@ impl Runtime {
             Some(a) => a.instruction(&t.task.instruction),
             None => t.task.instruction.clone(),
         };
-        match self.start_from(t, (hook.owner.clone(), base), record, instruction) {
-            Ok(id) => Ok(Ok(id)),
-            Err(e) => {
-                // Nothing started: the sender may try again.
-                forget();
-                Err(e)
+        let owner = hook.owner.clone();
+        let admitted = self.admit_from(t, (owner.clone(), base), record, instruction)?;
+        match (&t.github, asked) {
+            (Some(inlet), Some(a)) if admitted.is_draft() => {
+                Ok(Taken::Draft(Box::new(DraftAsked {
+                    admitted,
+                    owner,
+                    ask: crate::ops::github::GithubAsk {
+                        trigger: name.to_string(),
+                        inlet: inlet.clone(),
+                        origin: a.origin,
+                    },
+                })))
             }
+            _ => self
+                .submit_admitted(admitted, &mut crate::Quiet)
+                .map(Taken::Task),
         }
     }
 
@@ -328,35 +433,46 @@ impl Runtime {
     pub(crate) fn start_from(
         &self,
         t: &Trigger,
-        (owner, base_commit): (String, Option<String>),
+        owner: (String, Option<String>),
         record: loop_protocol::TriggerRecord,
         instruction: String,
     ) -> Result<String, Error> {
-        let name = &t.name;
-        let admitted = self
-            .admit(crate::TaskRequest {
-                instruction: Some(instruction),
-                checks: t.task.checks.clone(),
-                artifacts: t.task.artifacts.clone(),
-                limits: crate::LimitOverrides {
-                    max_steps: t.task.max_steps,
-                    timeout_secs: t.task.timeout_secs,
-                    ..Default::default()
-                },
-                model: t.task.model.clone(),
-                isolation: loop_sandbox::IsolationLevel::Required,
-                on_prompt: Some(crate::OnPrompt::Wait),
-                owner: Some(owner),
-                base_commit,
-                trigger: Some(record),
-                via: crate::Via::Trigger,
-                ..Default::default()
-            })
-            .map_err(|e| Error {
-                message: format!("trigger `{name}`: {}", e.message),
-                ..e
-            })?;
+        let admitted = self.admit_from(t, owner, record, instruction)?;
         self.submit_admitted(admitted, &mut crate::Quiet)
+    }
+
+    /// Take in trigger `t`'s task for `owner` with `instruction`,
+    /// recording `record`.
+    fn admit_from(
+        &self,
+        t: &Trigger,
+        (owner, base_commit): (String, Option<String>),
+        record: loop_protocol::TriggerRecord,
+        instruction: String,
+    ) -> Result<crate::Admitted, Error> {
+        let name = &t.name;
+        self.admit(crate::TaskRequest {
+            instruction: Some(instruction),
+            checks: t.task.checks.clone(),
+            artifacts: t.task.artifacts.clone(),
+            limits: crate::LimitOverrides {
+                max_steps: t.task.max_steps,
+                timeout_secs: t.task.timeout_secs,
+                ..Default::default()
+            },
+            model: t.task.model.clone(),
+            isolation: loop_sandbox::IsolationLevel::Required,
+            on_prompt: Some(crate::OnPrompt::Wait),
+            owner: Some(owner),
+            base_commit,
+            trigger: Some(record),
+            via: crate::Via::Trigger,
+            ..Default::default()
+        })
+        .map_err(|e| Error {
+            message: format!("trigger `{name}`: {}", e.message),
+            ..e
+        })
     }
 }
 

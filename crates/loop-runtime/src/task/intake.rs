@@ -276,6 +276,16 @@ impl Admitted {
     pub fn is_draft(&self) -> bool {
         matches!(self.source, ContractSource::Draft { .. })
     }
+
+    /// What started it, when a trigger did.
+    pub fn trigger(&self) -> Option<&loop_protocol::TriggerRecord> {
+        self.trigger.as_ref()
+    }
+
+    /// The commit it starts from, when one was named.
+    pub fn base_commit(&self) -> Option<&str> {
+        self.base_commit.as_deref()
+    }
 }
 
 impl Runtime {
@@ -350,8 +360,13 @@ impl Runtime {
                         _ => "give an instruction (with checks, or alone to draft its contract) or a contract".to_string(),
                     }));
                 };
-                // A trigger's task has nobody to confirm a draft.
-                let mut c = if req.checks.is_empty() && via != Via::Trigger {
+                // A trigger's task has nobody to confirm a draft, but
+                // GitHub's: the draft is posted where it was asked, for a
+                // person's answer there or in the console (or its trigger
+                // locks what the critic accepted, `auto_confirm`).
+                let answerable =
+                    via != Via::Trigger || req.trigger.as_ref().is_some_and(|t| t.github.is_some());
+                let mut c = if req.checks.is_empty() && answerable {
                     // The instruction alone: the contract is drafted.
                     source = ContractSource::Draft {
                         accept: req.accept_draft,
