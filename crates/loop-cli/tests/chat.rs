@@ -296,6 +296,27 @@ fn a_chat_asks_for_a_task_approves_its_command_there_and_hears_how_it_ended() {
     };
     assert!(kept.len() >= 3, "{kept:?}");
     assert!(kept.iter().all(|p| p["status"] == 200), "{kept:?}");
+    // The same posts, signed beside the receipt as an addendum about it;
+    // the receipt still verifies, the addendum not stray.
+    let addendum = project.join(format!(".loop/receipts/{id}.addendum-1.json"));
+    let start = std::time::Instant::now();
+    while !addendum.exists() {
+        assert!(start.elapsed().as_secs() < 30, "no addendum");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let payload = shared::payload_of(&addendum);
+    assert_eq!(payload["predicate"]["event"], "reported");
+    let signed = &payload["predicate"]["report"];
+    assert_eq!(signed["posts"].as_array().unwrap(), &kept, "{signed}");
+    assert_eq!(signed["chat"]["kind"], "telegram", "{signed}");
+    let v = shared::loop_in(&home)
+        .args(["verify", "--json"])
+        .arg(project.join(format!(".loop/receipts/{id}.receipt.json")))
+        .output()
+        .unwrap();
+    assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+    let verified: Value = serde_json::from_slice(&v.stdout).unwrap();
+    assert_eq!(verified["stray_addenda"], json!([]), "{verified}");
 
     // Slack. A slash command, signed as Slack signs it.
     let command = format!(

@@ -641,6 +641,21 @@ impl Runtime {
             Ok(p) => keep(&dir, p),
             Err(e) => tracing::warn!("task {id}: cannot post to {}: {}", origin.kind, e.message),
         }
+        // Every post, signed beside the receipt as an addendum about it
+        // (`reported`): the ledger ended with the task.
+        let posts: Vec<serde_json::Value> = loop_workspace::door::read(&dir, CHAT_RECORD, 16 << 20)
+            .ok()
+            .flatten()
+            .map(|b| {
+                b.split(|c| *c == b'\n')
+                    .filter_map(|l| serde_json::from_slice(l).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let report = serde_json::json!({"chat": origin, "posts": posts});
+        if let Err(e) = self.sign_report(id, report) {
+            tracing::warn!("task {id}: the chat's report is not signed: {}", e.message);
+        }
         Some(())
     }
 }

@@ -641,7 +641,10 @@ impl Runtime {
         }
         report.calls = std::mem::take(&mut api.calls);
         keep_report(&dir, &report)?;
-        self.sign_report(id, &report)?;
+        self.sign_report(
+            id,
+            serde_json::to_value(&report).map_err(Error::from_cause)?,
+        )?;
         Ok(Some(report))
     }
 
@@ -848,7 +851,7 @@ impl Runtime {
     /// The report, signed beside task `id`'s receipt as an addendum about
     /// it (`reported`): the receipt is never edited after it was signed,
     /// and `loop verify` judges the addendum as every other.
-    fn sign_report(&self, id: &str, report: &Report) -> Result<(), Error> {
+    pub(crate) fn sign_report(&self, id: &str, report: Value) -> Result<(), Error> {
         let receipt = crate::project::locate::TaskPaths::of(self.project(), id)
             .receipts
             .join(format!("{id}.receipt.json"));
@@ -875,7 +878,7 @@ impl Runtime {
                 revoked_keyid: None,
                 matches_verified: None,
                 recovered: None,
-                report: Some(serde_json::to_value(report).map_err(Error::from_cause)?),
+                report: Some(report),
                 at: loop_protocol::time::rfc3339_millis(now),
             },
             &[&key],
