@@ -701,6 +701,67 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
+/// A project below its repository's top works on a copy, which no
+/// commit of the repository holds: its verified task makes no pull
+/// request, and the comment on the issue says so and why (before, the
+/// issue heard nothing at all).
+#[test]
+fn a_project_below_the_repository_top_says_why_it_opens_no_pull_request() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("github-monorepo");
+    let _ = std::fs::remove_dir_all(&home);
+    let repo = home.join("repo");
+    let project = repo.join("app");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "widgets\n").unwrap();
+    std::fs::write(
+        project.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: fix.txt, content: \"fixed\\n\"}}\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    let (port, seen) = github();
+    std::fs::write(
+        project.join("Loopfile.yaml"),
+        format!(
+            "models:\n  maker:\n    spec: scripted:script.yaml\ntriggers:\n  - name: gh\n    webhook: {{secret_env: LOOP_TEST_HOOK_SECRET, style: github, owner: github}}\n    github: {{token_env: LOOP_TEST_GITHUB_TOKEN, api_url: 'http://127.0.0.1:{port}', label: loop}}\n    task: {{instruction: \"Resolve the GitHub issue\", checks: [\"grep -q fixed fix.txt\"]}}\n"
+        ),
+    )
+    .unwrap();
+    shared::commit_all(&repo);
+    let (server, url) = shared::serve(
+        &home,
+        &project,
+        &[
+            ("LOOP_TEST_HOOK_SECRET", SECRET),
+            ("LOOP_TEST_GITHUB_TOKEN", TOKEN),
+        ],
+        &[],
+    );
+    let labelled = fixture("issues-labeled.json");
+    let (code, said) = deliver(
+        &url,
+        "issues",
+        &labelled,
+        &sign(SECRET.as_bytes(), &labelled),
+        "m-1",
+    );
+    assert_eq!(code, 202, "{said}");
+    let all = wait_for(&seen, |c| c.path.ends_with("/issues/42/comments"));
+    shared::stop(server);
+    let c = all
+        .iter()
+        .find(|c| c.path.ends_with("/issues/42/comments"))
+        .unwrap();
+    let said = c.body["body"].as_str().unwrap();
+    assert!(said.contains("ended **verified**"), "{said}");
+    assert!(
+        said.contains("No pull request carries the change: task")
+            && said.contains("started from a copy of the project"),
+        "{said}"
+    );
+    assert!(!all.iter().any(|c| c.path.ends_with("/pulls")), "{all:?}");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
 /// Every file under `dir`.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -680,12 +680,23 @@ impl Runtime {
         let verified = check.verified;
         let repo = &origin.repository;
         let mut made = None;
+        // A pull request that cannot be made is said in the comment: the
+        // person who asked still hears how the task ended.
+        let mut no_pr = None;
         if verified {
-            let (url, commit) = self.open_pull_request(api, id, origin, p, &receipt_sha)?;
-            report.pull_request = Some(url);
-            made = Some(commit);
+            match self.open_pull_request(api, id, origin, p, &receipt_sha) {
+                Ok((url, commit)) => {
+                    report.pull_request = Some(url);
+                    made = Some(commit);
+                }
+                Err(e) => {
+                    report.error = Some(format!("no pull request: {}", e.message));
+                    no_pr = Some(e.message);
+                }
+            }
         }
-        let body = comment_body(id, p, &receipt_sha, report.pull_request.as_deref());
+        let pr = report.pull_request.as_deref().ok_or(no_pr.as_deref());
+        let body = comment_body(id, p, &receipt_sha, pr);
         let c = api.call(
             "POST",
             &format!("/repos/{repo}/issues/{}/comments", origin.number),
@@ -769,7 +780,11 @@ impl Runtime {
             .change_set
             .base_commit
             .clone()
-            .ok_or_else(|| Error::conflict(format!("task {id} started from no commit")))?;
+            .ok_or_else(|| {
+                Error::conflict(format!(
+                    "task {id} started from a copy of the project, not from a commit of its repository (a project below the repository's top, or not in one): `loop apply {id}` where the project is"
+                ))
+            })?;
         let parent = api.call("GET", &format!("/repos/{repo}/git/commits/{base}"), None)?;
         let base_tree = parent["tree"]["sha"]
             .as_str()
@@ -962,7 +977,7 @@ fn comment_body(
     id: &str,
     p: &loop_receipt::Predicate,
     receipt_sha: &str,
-    pr: Option<&str>,
+    pr: Result<&str, Option<&str>>,
 ) -> String {
     let u = &p.budgets.used;
     let mut body = format!(
@@ -975,8 +990,13 @@ fn comment_body(
         u.usd,
         u.elapsed_ms / 1000
     );
-    if let Some(pr) = pr {
-        body.push_str(&format!("\n\nThe change, with its receipt: {pr}"));
+    match pr {
+        Ok(pr) => body.push_str(&format!("\n\nThe change, with its receipt: {pr}")),
+        Err(Some(why)) => body.push_str(&format!(
+            "\n\nNo pull request carries the change: {}",
+            first_line(&plain(why))
+        )),
+        Err(None) => {}
     }
     body
 }
