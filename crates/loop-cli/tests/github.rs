@@ -585,7 +585,12 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .unwrap()
         .to_string();
     assert!(shown.contains("grep -q hello hello.txt"), "{shown}");
-    assert!(shown.contains(&format!("/loop confirm {draft}")), "{shown}");
+    // The reply names the contract shown by its digest.
+    let at = shown
+        .find(&format!("/loop confirm {draft} "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let digest = &shown[at + 15 + draft.len()..][..8];
+    assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()), "{shown}");
     assert!(
         shown.contains(&format!("https://loop.example.test/#/draft/{draft}")),
         "{shown}"
@@ -597,7 +602,7 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .as_object_mut()
         .unwrap()
         .remove("pull_request");
-    reply["comment"]["body"] = json!(format!("/loop confirm {draft}"));
+    reply["comment"]["body"] = json!(format!("/loop confirm {draft} {digest}"));
     let (b, sig) = signed(&reply);
     let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-2");
     assert_eq!(code, 200, "{said}");
@@ -616,11 +621,28 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         "{said}"
     );
     let mut unknown = reply.clone();
-    unknown["comment"]["body"] = json!("/loop confirm d-0000000000000000");
+    unknown["comment"]["body"] = json!(format!("/loop confirm d-0000000000000000 {digest}"));
     let (b, sig) = signed(&unknown);
     let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-4");
     assert_eq!(code, 200, "{said}");
     assert!(said.contains("no draft d-0000000000000000"), "{said}");
+    // An answer naming another contract than the one shown locks nothing;
+    // words that start as an answer but are not one draft nothing new.
+    let mut stale = reply.clone();
+    stale["comment"]["body"] = json!(format!("/loop confirm {draft} 00000000"));
+    let (b, sig) = signed(&stale);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-4b");
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains("contract changed since"), "{said}");
+    let mut short = reply.clone();
+    short["comment"]["body"] = json!(format!("/loop confirm {draft}"));
+    let (b, sig) = signed(&short);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-4c");
+    assert_eq!(code, 200, "{said}");
+    assert!(
+        said.contains("answer a draft with `confirm ID DIGEST`"),
+        "{said}"
+    );
     // Nothing started yet.
     let listed = |n: usize| {
         let out = shared::loop_in(&home)

@@ -152,9 +152,14 @@ pub struct GithubOrigin {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_repository: Option<String>,
     /// The calls made to GitHub before the task started (reading a pull
-    /// request's head; posting a drafted contract for its answer).
+    /// request's head).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ApiCall>,
+    /// Who confirmed its drafted contract, when a later server started it
+    /// (the server that drafted it stopped first, and the genesis has no
+    /// drafting record of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_by: Option<String>,
 }
 
 /// One call made to a platform's API (GitHub's), as records keep it:

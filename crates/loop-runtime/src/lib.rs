@@ -39,7 +39,7 @@ pub use ops::ci_check::{CiCheck, CiCheckRequest, CiReceipt, ci_check};
 pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
 pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
 pub use ops::gc::{gc, task_branches};
-pub use ops::github::GithubAsk;
+pub use ops::github::{Ended as DraftEnded, GithubAsk, contract_digest};
 pub use ops::memory::{
     add as add_note, approve as approve_note, forget as forget_note, list as list_notes,
     show as show_note,

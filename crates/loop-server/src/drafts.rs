@@ -354,6 +354,8 @@ pub enum Answered {
     },
     /// It was asked for somewhere else than where this answer was given.
     NotHere,
+    /// The answer names another contract than the one proposed now.
+    Changed,
 }
 
 /// Give draft `id` its answer (`None`: not the caller's, or no such
@@ -374,10 +376,16 @@ pub fn answer(
             who
         }
         // Only where the draft was asked for (its trigger, repository
-        // and number): a draft's id alone answers nothing.
+        // and number): a draft's id alone answers nothing. And only the
+        // contract its author read (an edit made since is read again).
         Answerer::Asked(a) => {
             if d.asked_on.as_ref().is_none_or(|o| o.on != a.asked_on) {
                 return Some(Answered::NotHere);
+            }
+            if let DraftState::Proposed { contract } = &d.state
+                && loop_runtime::contract_digest(contract) != a.digest
+            {
+                return Some(Answered::Changed);
             }
             a.who.clone()
         }
@@ -447,6 +455,35 @@ pub struct DraftObserver {
     /// Asked for on GitHub: the draft is posted there for its answer (or
     /// locked at once, when the trigger says `auto_confirm`).
     pub github: Option<loop_runtime::GithubAsk>,
+    /// The contract last posted there (shown again only once it changed).
+    pub posted: Option<String>,
+    /// How the person's answer ended it, when it did (rejected, or none
+    /// in time).
+    pub ended: Option<loop_runtime::DraftEnded>,
+}
+
+impl DraftObserver {
+    /// An observer of draft `id` for `who` (asked for on `github`).
+    pub fn new(
+        drafts: Drafts,
+        id: String,
+        who: String,
+        github: Option<loop_runtime::GithubAsk>,
+    ) -> DraftObserver {
+        DraftObserver {
+            drafts,
+            id,
+            who,
+            github,
+            posted: None,
+            ended: None,
+        }
+    }
+
+    /// Why its task did not start, as the issue is told.
+    pub fn ended(&self) -> loop_runtime::DraftEnded {
+        self.ended.unwrap_or(loop_runtime::DraftEnded::NotDrafted)
+    }
 }
 
 impl loop_core::Observer for DraftObserver {
@@ -482,8 +519,11 @@ impl loop_runtime::Observer for DraftObserver {
             d.proposed_ms = Some(loop_core::Clock::now_ms(&loop_core::SystemClock));
         }
         // Shown where it was asked, with how to answer there.
-        if let Some(g) = &self.github {
+        if let Some(g) = &self.github
+            && self.posted.as_deref() != Some(contract)
+        {
             note(&self.drafts, &self.id, &g.post_draft(&self.id, contract));
+            self.posted = Some(contract.to_string());
         }
         keep(&self.drafts, &self.id);
         // Waiting, the hold is renewed (another server takes the draft
@@ -492,15 +532,23 @@ impl loop_runtime::Observer for DraftObserver {
         loop {
             let left = WAIT.saturating_sub(since.elapsed());
             if left.is_zero() {
+                self.ended = Some(loop_runtime::DraftEnded::Unanswered);
                 return ContractReview::Unanswered;
             }
-            match rx.recv_timeout(left.min(RENEW)) {
-                Ok(review) => return review,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => keep(&self.drafts, &self.id),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return ContractReview::Unanswered;
+            let review = match rx.recv_timeout(left.min(RENEW)) {
+                Ok(review) => review,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    keep(&self.drafts, &self.id);
+                    continue;
                 }
-            }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => ContractReview::Unanswered,
+            };
+            self.ended = match review {
+                ContractReview::Reject => Some(loop_runtime::DraftEnded::Rejected),
+                ContractReview::Unanswered => Some(loop_runtime::DraftEnded::Unanswered),
+                _ => None,
+            };
+            return review;
         }
     }
 

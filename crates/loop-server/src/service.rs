@@ -138,7 +138,7 @@ pub(crate) fn draft_settled(
     submitted: Result<String, loop_runtime::Error>,
     metrics: &crate::Metrics,
     pool: &crate::pool::Pool,
-    github: Option<&loop_runtime::GithubAsk>,
+    github: Option<(&loop_runtime::GithubAsk, loop_runtime::DraftEnded)>,
 ) {
     match submitted {
         Ok(task_id) => {
@@ -154,8 +154,8 @@ pub(crate) fn draft_settled(
         }
         Err(e) => {
             // Where it was asked hears that nothing started, and why.
-            if let Some(g) = github {
-                crate::drafts::note(drafts, draft_id, &g.post_ended(draft_id, &e.message));
+            if let Some((g, why)) = github {
+                crate::drafts::note(drafts, draft_id, &g.post_ended(draft_id, why));
             }
             crate::drafts::set(
                 drafts,
@@ -233,20 +233,12 @@ fn draft_on_thread(
         .name(format!("draft {id}"))
         .spawn(move || {
             crate::drafts::keep(&drafts, &draft_id);
-            let mut observer = crate::drafts::DraftObserver {
-                drafts: drafts.clone(),
-                id: draft_id.clone(),
-                who,
-                github: github.clone(),
-            };
+            let mut observer =
+                crate::drafts::DraftObserver::new(drafts.clone(), draft_id.clone(), who, github);
             let submitted = rt.submit_admitted(admitted, &mut observer);
-            draft_settled(
-                (&drafts, &draft_id),
-                submitted,
-                &metrics,
-                &pool,
-                github.as_ref(),
-            );
+            let ended = observer.ended();
+            let github = observer.github.as_ref().map(|g| (g, ended));
+            draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, github);
         });
     if let Err(e) = spawned {
         return Err(ApiError::new(
@@ -451,7 +443,9 @@ pub(crate) fn confirm_draft(
         ),
     };
     match crate::drafts::answer(&s.drafts, id, by, review) {
-        None | Some(Answered::NotHere) => Err(ApiError::not_found(&format!("draft {id}"))),
+        None | Some(Answered::NotHere | Answered::Changed) => {
+            Err(ApiError::not_found(&format!("draft {id}")))
+        }
         Some(Answered::NotWaiting) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_waiting",
@@ -500,6 +494,9 @@ pub(crate) fn answer_from_github(s: &AppState, a: &loop_runtime::DraftAnswer) ->
         None | Some(Answered::NotHere) => {
             Replied::Unanswered(format!("no draft {id} was asked for here"))
         }
+        Some(Answered::Changed) => Replied::Unanswered(format!(
+            "draft {id}'s contract changed since the one this answer names: read it again and answer it"
+        )),
         Some(Answered::NotWaiting) => {
             Replied::Unanswered(format!("draft {id} is not waiting for an answer"))
         }
@@ -542,6 +539,8 @@ fn start_restored(
         .name(format!("draft {id}"))
         .spawn(move || {
             crate::drafts::keep(&drafts, &draft_id);
+            // Where a trigger asked still hears it if nothing starts.
+            let ask = asked_on.as_ref().and_then(|a| rt.github_ask(&a.trigger));
             let submitted = (|| {
                 let mut c = loop_protocol::Contract::from_yaml(&contract, "the drafted contract")
                     .map_err(|e| loop_runtime::Error::usage(e.to_string()))?;
@@ -550,17 +549,21 @@ fn start_restored(
                 // any contract a person gives.
                 c.criteria
                     .retain(|k| !k.id.starts_with("stack-") && !k.id.starts_with("project-"));
-                let mut observer = crate::drafts::DraftObserver {
-                    drafts: drafts.clone(),
-                    id: draft_id.clone(),
-                    who,
-                    github: None,
-                };
-                // A trigger's draft keeps what the trigger recorded and
-                // the commit it was asked on.
+                let mut observer = crate::drafts::DraftObserver::new(
+                    drafts.clone(),
+                    draft_id.clone(),
+                    who.clone(),
+                    None,
+                );
+                // A trigger's draft keeps what the trigger recorded, the
+                // commit it was asked on, and (no drafting record being
+                // made now) who confirmed it.
                 let (trigger, base_commit, via) = match asked_on {
                     Some(a) => {
-                        let a = *a;
+                        let mut a = *a;
+                        if let Some(g) = a.trigger.github.as_mut() {
+                            g.confirmed_by = Some(who);
+                        }
                         (Some(a.trigger), a.base_commit, loop_runtime::Via::Trigger)
                     }
                     None => (None, None, loop_runtime::Via::Http),
@@ -580,7 +583,10 @@ fn start_restored(
                     &mut observer,
                 )
             })();
-            draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, None);
+            let github = ask
+                .as_ref()
+                .map(|g| (g, loop_runtime::DraftEnded::NotDrafted));
+            draft_settled((&drafts, &draft_id), submitted, &metrics, &pool, github);
         });
     spawned.map(|_| ()).map_err(|e| {
         ApiError::new(

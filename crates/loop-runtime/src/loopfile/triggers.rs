@@ -272,6 +272,20 @@ fn trigger_problem(t: &Trigger) -> Option<String> {
             "trigger `{name}`: a trigger's task needs an `instruction` and `checks` (only a `github` trigger may leave `checks` out, to draft its contract)"
         ));
     }
+    if t.task.checks.is_empty() && t.cron.is_some() {
+        return Some(format!(
+            "trigger `{name}`: a scheduled task has nobody to confirm a drafted contract: give it `checks`"
+        ));
+    }
+    if t.task.checks.is_empty()
+        && t.github
+            .as_ref()
+            .is_some_and(|g| !g.auto_confirm && g.command.is_none())
+    {
+        return Some(format!(
+            "trigger `{name}`: a drafted contract is confirmed by a reply comment starting with the trigger's `command`: give one (or `auto_confirm: true`)"
+        ));
+    }
     if !t.task.checks.is_empty() && t.github.as_ref().is_some_and(|g| g.auto_confirm) {
         return Some(format!(
             "trigger `{name}`: `auto_confirm` locks a drafted contract, and this task's contract is its `checks`: leave one out"
@@ -525,7 +539,7 @@ fn read_template(r: &mut Reader, node: &Node) -> Option<TaskTemplate> {
     if t.instruction.trim().is_empty() {
         r.err(
             Some(node.pos),
-            "a trigger's task needs an `instruction` and `checks`".into(),
+            "a trigger's task needs an `instruction` (and `checks`, unless a `github` trigger drafts its contract)".into(),
             None,
         );
         return None;
@@ -790,7 +804,11 @@ mod loopfile_tests {
                 "triggers:\n  - name: gh\n    webhook: {{secret_env: S, owner: gh, style: github}}\n    github: {github}\n    task: {task}\n"
             )
         };
-        let drafted = parse(&gh("{token_env: T, label: loop}", "{instruction: x}")).unwrap();
+        let drafted = parse(&gh(
+            "{token_env: T, label: loop, command: /loop}",
+            "{instruction: x}",
+        ))
+        .unwrap();
         let g = drafted.triggers[0].github.as_ref().unwrap();
         assert!(drafted.triggers[0].task.checks.is_empty());
         assert!(!g.auto_confirm);
@@ -820,6 +838,15 @@ mod loopfile_tests {
             (
                 "triggers:\n  - name: hook\n    webhook: {secret_env: S, owner: ci}\n    task: {instruction: x}\n".to_string(),
                 "only a `github` trigger may leave `checks` out",
+            ),
+            // Nobody could answer a draft of a label-only trigger on GitHub.
+            (
+                gh("{token_env: T, label: loop}", "{instruction: x}"),
+                "give one (or `auto_confirm: true`)",
+            ),
+            (
+                "triggers:\n  - name: gh\n    webhook: {secret_env: S, owner: gh, style: github}\n    cron: '0 3 * * *'\n    github: {token_env: T, label: loop, command: /loop}\n    task: {instruction: x}\n".to_string(),
+                "a scheduled task has nobody to confirm a drafted contract",
             ),
             (
                 "triggers:\n  - name: tg\n    chat: {kind: telegram, secret_env: S, token_env: T, owner: o, senders: ['1']}\n    task: {instruction: x}\n".to_string(),

@@ -3,8 +3,9 @@
 //! `X-Hub-Signature-256`) for an issue labelled with its label, or a
 //! comment that starts with its command by an author whose association
 //! with the repository it allows; the issue's or comment's text becomes
-//! untrusted input in the task's instruction (the contract comes from the
-//! trigger). Out: when such a task ends, [`Runtime::report_back`] tells
+//! untrusted input in the task's instruction (the contract is the
+//! trigger's checks, or one drafted from the request and confirmed by a
+//! person, see [`GithubAsk`]). Out: when such a task ends, [`Runtime::report_back`] tells
 //! GitHub through its REST API, with the token from the server's
 //! environment: a comment with the outcome, each criterion and what its
 //! checks said, the cost and the receipt's digest; for a verified task a
@@ -258,13 +259,17 @@ pub fn asked(
             head_ref: None,
             head_repository: None,
             calls: Vec::new(),
+            confirmed_by: None,
         },
     })
 }
 
-/// A reply comment's words answering a drafted contract: `confirm ID` or
-/// `reject ID` (nothing else on the first line): (confirmed, the draft).
-pub fn draft_answer(said: &str) -> Option<(bool, String)> {
+/// A reply comment's words answering a drafted contract: `confirm ID
+/// DIGEST` or `reject ID DIGEST` (nothing else on the first line; DIGEST
+/// names the contract shown, so an answer locks only what its author
+/// read): `None` when the words are no answer at all, and why not when
+/// they start as one but are not.
+pub fn draft_answer(said: &str) -> Option<Result<(bool, String, String), NotAsked>> {
     let line = said.lines().next().unwrap_or_default();
     let mut words = line.split_whitespace();
     let accept = match words.next()? {
@@ -272,10 +277,23 @@ pub fn draft_answer(said: &str) -> Option<(bool, String)> {
         "reject" => false,
         _ => return None,
     };
-    let id = words.next()?;
-    let plain =
+    let how = "answer a draft with `confirm ID DIGEST` or `reject ID DIGEST`, as its comment shows, alone on the line";
+    let (Some(id), Some(digest), None) = (words.next(), words.next(), words.next()) else {
+        return Some(Err(NotAsked(how.into())));
+    };
+    let id_ok =
         id.len() == 18 && id.starts_with("d-") && id[2..].bytes().all(|b| b.is_ascii_hexdigit());
-    (plain && words.next().is_none()).then(|| (accept, id.to_string()))
+    let digest_ok = digest.len() == 8 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(id_ok && digest_ok) {
+        return Some(Err(NotAsked(how.into())));
+    }
+    Some(Ok((accept, id.to_string(), digest.to_ascii_lowercase())))
+}
+
+/// The short digest a reply names a drafted contract by: the first eight
+/// hexadecimal digits of the SHA-256 of the contract as shown.
+pub fn contract_digest(contract: &str) -> String {
+    sha256_hex(contract.as_bytes())[..8].to_string()
 }
 
 /// Where a draft was asked for, as an answer must name it: the trigger,
@@ -283,6 +301,17 @@ pub fn draft_answer(said: &str) -> Option<(bool, String)> {
 /// one to this draft).
 pub fn asked_on(trigger: &str, origin: &GithubOrigin) -> String {
     format!("{trigger} {}#{}", origin.repository, origin.number)
+}
+
+/// Why a drafted contract started no task, as the issue is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// A person rejected it.
+    Rejected,
+    /// Nobody answered in time.
+    Unanswered,
+    /// No draft was accepted by its critic (or the model failed).
+    NotDrafted,
 }
 
 /// A drafted contract's request on GitHub: where it was asked, and how
@@ -317,12 +346,20 @@ impl GithubAsk {
         self.post(&draft_comment(&self.inlet, draft, contract))
     }
 
-    /// Post that draft `draft` started no task, and why.
-    pub fn post_ended(&self, draft: &str, why: &str) -> String {
-        let why = plain(why);
+    /// Post that draft `draft` started no task, and why in words of
+    /// our own (`why`: a fixed sentence; the runtime's detail, which may
+    /// carry the model's or critic's text and the server's paths, stays
+    /// in the draft's notes).
+    pub fn post_ended(&self, draft: &str, why: Ended) -> String {
+        let said = match why {
+            Ended::Rejected => "a person rejected the drafted contract",
+            Ended::Unanswered => "no answer came within 30 minutes",
+            Ended::NotDrafted => {
+                "no contract was drafted that its critic accepts (the draft's notes, in the console, say why)"
+            }
+        };
         self.post(&format!(
-            "Loop Engine started no task for draft `{draft}`: {}",
-            first_line(&why)
+            "Loop Engine started no task for draft `{draft}`: {said}."
         ))
     }
 
@@ -373,26 +410,50 @@ fn draft_comment(
     draft: &str,
     contract: &str,
 ) -> String {
-    let command = inlet.command.as_deref().unwrap_or("/loop");
+    // Characters that change how text shows (bidirectional overrides,
+    // zero-width ones) are written as escapes: what a person reads is
+    // what would run.
+    let shown = visible(contract);
     // The contract is shown as text, whatever it holds (a fence longer
     // than any run of backticks in it).
-    let longest = contract
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = shown.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
+    let digest = contract_digest(contract);
     let mut out = format!(
-        "Loop Engine drafted this acceptance contract for the request (draft `{draft}`); its critic accepted it. Nothing runs until a person confirms it: its checks decide when the work is done.\n\n{fence}yaml\n{}\n{fence}\n\nTo start it, reply `{command} confirm {draft}`; to drop it, `{command} reject {draft}` (as {}).",
-        contract.trim_end(),
-        inlet.authors.join(", ")
+        "Loop Engine drafted this acceptance contract for the request (draft `{draft}`); its critic accepted it. The task does not start until it is confirmed: its checks decide when the work is done.\n\n{fence}yaml\n{}\n{fence}\n\n",
+        shown.trim_end()
     );
+    match &inlet.command {
+        Some(command) => out.push_str(&format!(
+            "To start it, reply `{command} confirm {draft} {digest}`; to drop it, `{command} reject {draft} {digest}` (as {}).",
+            inlet.authors.join(", ")
+        )),
+        None => out.push_str("It is confirmed in the console."),
+    }
     if let Some(url) = &inlet.console_url {
         out.push_str(&format!(
             " It can also be confirmed or edited in the console: {url}/#/draft/{draft}"
         ));
     }
     out
+}
+
+/// `text` with every character that changes how text shows without
+/// showing itself written as `\u{…}`.
+fn visible(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            let hidden = matches!(c,
+                '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}');
+            if hidden {
+                format!("\\u{{{:04X}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The head of the pull request `origin` names, fetched into the project
@@ -637,7 +698,11 @@ impl Runtime {
             calls: Vec::new(),
         };
         if let Err(e) = self.tell(&mut api, id, &origin, &mut report) {
-            report.error = Some(e.message);
+            // (A pull request that could not be made is said too.)
+            report.error = Some(match report.error.take() {
+                Some(first) => format!("{first}; then {}", e.message),
+                None => e.message,
+            });
         }
         report.calls = std::mem::take(&mut api.calls);
         keep_report(&dir, &report)?;
@@ -726,9 +791,13 @@ impl Runtime {
                     "success",
                     "its checks pass on this head as it is".to_string(),
                 ),
-                (true, false) => (
+                (true, false) if report.pull_request.is_some() => (
                     "failure",
                     "its checks pass only with its change (see its pull request)".to_string(),
+                ),
+                (true, false) => (
+                    "failure",
+                    "its checks pass only with its change".to_string(),
                 ),
                 (false, _) => ("failure", format!("ended {}", outcome_name(&p.outcome))),
             };
@@ -1069,29 +1138,40 @@ mod tests {
         }
     }
 
-    /// Only `confirm ID` or `reject ID`, alone on the first line and with
-    /// an id of a draft's shape, answers a draft.
+    /// Only `confirm ID DIGEST` or `reject ID DIGEST`, alone on the first
+    /// line and of a draft's shape, answers a draft; words that start as
+    /// an answer but are not one are told so (and never start a task).
     #[test]
     fn a_reply_answers_a_draft_only_in_its_own_words() {
         let id = "d-0123456789abcdef";
         assert_eq!(
-            draft_answer(&format!("confirm {id}")),
-            Some((true, id.into()))
+            draft_answer(&format!("confirm {id} 0A1b2c3d")),
+            Some(Ok((true, id.into(), "0a1b2c3d".into())))
         );
         assert_eq!(
-            draft_answer(&format!("reject {id}\nbecause")),
-            Some((false, id.into()))
+            draft_answer(&format!("reject {id} 0a1b2c3d\nbecause")),
+            Some(Ok((false, id.into(), "0a1b2c3d".into())))
         );
         for not in [
-            format!("confirm {id} and also delete everything"),
-            format!("please confirm {id}"),
-            "confirm".to_string(),
-            "confirm d-0123".to_string(),
-            "confirm d-0123456789abcdeg".to_string(),
-            "confirm ../../etc/passwd".to_string(),
-            format!("Confirm {id}"),
+            format!("please confirm {id} 0a1b2c3d"),
+            format!("Confirm {id} 0a1b2c3d"),
+            "fix the tests".to_string(),
         ] {
             assert_eq!(draft_answer(&not), None, "{not}");
+        }
+        for malformed in [
+            format!("confirm {id} 0a1b2c3d and also delete everything"),
+            format!("confirm {id}"),
+            "confirm".to_string(),
+            "confirm d-0123 0a1b2c3d".to_string(),
+            "confirm d-0123456789abcdeg 0a1b2c3d".to_string(),
+            format!("confirm {id} 0a1b2c3g"),
+            "confirm ../../etc/passwd 0a1b2c3d".to_string(),
+        ] {
+            assert!(
+                matches!(draft_answer(&malformed), Some(Err(_))),
+                "{malformed}"
+            );
         }
     }
 
@@ -1105,10 +1185,22 @@ mod tests {
         assert!(body.contains("`````yaml\n"), "{body}");
         assert!(body.contains("\n`````\n"), "{body}");
         assert!(body.ends_with("(as OWNER, MEMBER)."), "{body}");
+        let digest = contract_digest(contract);
         assert!(
-            body.contains("reply `/loop confirm d-0123456789abcdef`"),
+            body.contains(&format!(
+                "reply `/loop confirm d-0123456789abcdef {digest}`"
+            )),
             "{body}"
         );
+        // What shows otherwise than it runs is written out.
+        let tricky =
+            "criteria:\n  - id: x\n    checks:\n      - run: \"echo \u{202E}gnp.exe\u{200B}\"\n";
+        let body = draft_comment(&inlet(), "d-0123456789abcdef", tricky);
+        assert!(
+            !body.contains('\u{202E}') && !body.contains('\u{200B}'),
+            "{body}"
+        );
+        assert!(body.contains("\\u{202E}gnp.exe\\u{200B}"), "{body}");
     }
 
     fn issue(action: &str, label: &str, repo: &str) -> Vec<u8> {

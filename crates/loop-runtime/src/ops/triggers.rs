@@ -77,6 +77,9 @@ pub struct DraftAnswer {
     /// Where the answer was given: only a draft asked for there takes it
     /// ([`crate::ops::github::asked_on`]).
     pub asked_on: String,
+    /// The contract it answers, as the reply names it
+    /// ([`crate::ops::github::contract_digest`] of the one shown).
+    pub digest: String,
     /// Who answered, as the genesis says who confirmed.
     pub who: String,
 }
@@ -148,26 +151,32 @@ pub struct Authenticated {
     pub signature: String,
 }
 
-/// A reply comment's answer to a drafted contract, when `asked` is one.
+/// A reply comment's answer to a drafted contract, when `asked` is one
+/// (or why it is not, when its words start as one).
 fn draft_answered(
     trigger: &str,
     asked: &crate::ops::github::Asked,
     delivery: &str,
-) -> Option<DraftAnswer> {
-    let (accept, draft) = asked
+) -> Option<Result<DraftAnswer, crate::ops::github::NotAsked>> {
+    let (accept, draft, digest) = match asked
         .said
         .as_deref()
-        .and_then(crate::ops::github::draft_answer)?;
+        .and_then(crate::ops::github::draft_answer)?
+    {
+        Ok(a) => a,
+        Err(why) => return Some(Err(why)),
+    };
     let o = &asked.origin;
-    Some(DraftAnswer {
+    Some(Ok(DraftAnswer {
         draft,
         accept,
+        digest,
         asked_on: crate::ops::github::asked_on(trigger, o),
         who: format!(
             "@{} on GitHub, in a reply comment on {} #{} (delivery {delivery})",
             o.sender, o.repository, o.number
         ),
-    })
+    }))
 }
 
 impl Runtime {
@@ -249,11 +258,14 @@ impl Runtime {
         }
         // A reply comment answering a drafted contract starts nothing of
         // its own: the caller gives the draft its answer.
-        if let Some(answer) = asked
+        match asked
             .as_ref()
             .and_then(|a| draft_answered(name, a, &delivery))
         {
-            return Ok(Ok(Taken::Answer(answer)));
+            Some(Ok(answer)) => return Ok(Ok(Taken::Answer(answer))),
+            // Words that start as an answer never start a task.
+            Some(Err(why)) => return Ok(Err(Refusal::Ignored(why.0))),
+            None => {}
         }
         let forget = || {
             let _ = store.forget_delivery(name, &by_id);
@@ -330,6 +342,23 @@ impl Runtime {
                 .submit_admitted(admitted, &mut crate::Quiet)
                 .map(Taken::Task),
         }
+    }
+
+    /// Where a trigger's record says its task was asked for on GitHub, as
+    /// the Loopfile's trigger of that name tells it there (a draft an
+    /// earlier server kept: its issue still hears how it ended).
+    pub fn github_ask(&self, record: &loop_protocol::TriggerRecord) -> Option<crate::GithubAsk> {
+        let origin = record.github.clone()?;
+        let loopfile = crate::loopfile::Loopfile::load(self.project()).ok()?;
+        let t = loopfile
+            .triggers
+            .into_iter()
+            .find(|t| t.name == record.name)?;
+        Some(crate::GithubAsk {
+            trigger: t.name,
+            inlet: t.github?,
+            origin,
+        })
     }
 
     /// Fire every scheduled trigger whose schedule matches a minute (UTC)
