@@ -679,6 +679,88 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
     );
     assert!(text.contains("grep -q hello hello.txt"), "{text}");
 
+    // A draft outlives its server: a reply to it after a restart starts
+    // its task from the trigger's record, and the genesis says who
+    // confirmed it.
+    let mut later = labelled.clone();
+    later["issue"]["number"] = json!(60);
+    let (b, sig) = signed(&later);
+    let (code, said) = deliver(&url, "issues", &b, &sig, "d-8");
+    assert_eq!(code, 202, "{said}");
+    let kept = serde_json::from_str::<Value>(&said).unwrap()["draft"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let posted_60 = |c: &shared::Taken| {
+        c.path.ends_with("/issues/60/comments")
+            && c.body["body"].as_str().is_some_and(|b| b.contains(&kept))
+    };
+    let all = wait_for(&seen, posted_60);
+    let shown = all.iter().find(|c| posted_60(c)).unwrap().body["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let at = shown.find(&format!("/loop confirm {kept} ")).unwrap();
+    let kept_digest = shown[at + 15 + kept.len()..][..8].to_string();
+    shared::stop(server);
+    let (server, said) = shared::serve_saying(
+        &home,
+        &project,
+        &[
+            ("LOOP_TEST_HOOK_SECRET", SECRET),
+            ("LOOP_TEST_HOOK_SECRET_2", SECRET_2),
+            ("LOOP_TEST_GITHUB_TOKEN", TOKEN),
+        ],
+        &["--rate", "40"],
+        2,
+    );
+    assert_eq!(
+        said[1], "1 drafted contract(s) wait for their answer",
+        "{said:?}"
+    );
+    let url = said[0]
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let mut reply_60 = reply.clone();
+    reply_60["issue"]["number"] = json!(60);
+    reply_60["comment"]["id"] = json!(1060);
+    reply_60["comment"]["body"] = json!(format!("/loop confirm {kept} {kept_digest}"));
+    let (b, sig) = signed(&reply_60);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-9");
+    assert_eq!(code, 200, "{said}");
+    assert!(said.contains(&format!("draft {kept} confirmed")), "{said}");
+    let all = wait_for(&seen, |c| {
+        c.path.ends_with("/issues/60/comments")
+            && c.body["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("ended **verified**"))
+    });
+    assert_eq!(
+        all.iter()
+            .filter(|c| c.path.ends_with("/pulls") && c.method == "POST")
+            .count(),
+        2,
+        "{all:?}"
+    );
+    let later_id = listed(2)
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .find(|t| *t != id)
+        .unwrap();
+    let ledger =
+        std::fs::read_to_string(project.join(format!(".loop/receipts/{later_id}.ledger.jsonl")))
+            .unwrap();
+    let genesis: Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let text = genesis.to_string();
+    assert!(
+        text.contains(
+            "\"confirmed_by\":\"@drive-by on GitHub, in a reply comment on acme/widgets #60"
+        ),
+        "{text}"
+    );
+
     // auto_confirm: the critic's contract is locked at once; no draft is
     // posted, the task runs.
     let mut auto = labelled.clone();
@@ -703,11 +785,11 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
     let said = on_50[0].body["body"].as_str().unwrap();
     assert!(said.contains("ended **verified**"), "{said}");
     shared::stop(server);
-    let tasks = listed(2);
+    let tasks = listed(3);
     let auto_id = tasks
         .iter()
         .map(|t| t["id"].as_str().unwrap())
-        .find(|t| *t != id)
+        .find(|t| *t != id && *t != later_id)
         .unwrap();
     let ledger =
         std::fs::read_to_string(project.join(format!(".loop/receipts/{auto_id}.ledger.jsonl")))
