@@ -95,6 +95,7 @@ fn assert_session(seen: &Value, project: &Path) {
             "diff",
             "memory",
             "run_task",
+            "skills",
             "task_events",
             "task_status",
             "verify_receipt"
@@ -110,7 +111,13 @@ fn assert_session(seen: &Value, project: &Path) {
     );
     assert_eq!(
         seen["read_only"],
-        serde_json::json!(["diff", "task_events", "task_status", "verify_receipt"])
+        serde_json::json!([
+            "diff",
+            "skills",
+            "task_events",
+            "task_status",
+            "verify_receipt"
+        ])
     );
     // Run to verified, its progress streamed: one notification per
     // recorded event, in order, ending with the verdict.

@@ -421,6 +421,10 @@ function showNew(view) {
     el("input", { id: "model", name: "model", placeholder: "the Loopfile's maker" }),
     el("label", { for: "max_steps" }, "Most model turns (optional)"),
     el("input", { id: "max_steps", name: "max_steps", type: "number", min: "1" }),
+    el("label", { for: "skills" }, "Skills (optional)"),
+    el("input", { id: "skills", name: "skills", list: "skills-known", placeholder: "names, separated by commas", "aria-describedby": "skills-hint", spellcheck: "false" }),
+    el("datalist", { id: "skills-known" }),
+    el("p", { id: "skills-hint", class: "hint" }, "Each is verified (signed by a key the project trusts, or the project's own pattern) and gives no more than the project gives a task."),
     el("label", { for: "inputs" }, "Files given with the task (optional)"),
     el("input", { id: "inputs", name: "inputs", type: "file", multiple: "", "aria-describedby": "inputs-hint" }),
     el("p", { id: "inputs-hint", class: "hint" }, "Put in the task's workspace as inputs/NAME before it starts, each with its digest in the record: at most 16 files, 16 MiB together."),
@@ -433,6 +437,8 @@ function showNew(view) {
     };
     if (form.model.value.trim()) body.model = form.model.value.trim();
     if (form.max_steps.value) body.max_steps = Number(form.max_steps.value);
+    const skills = form.skills.value.split(",").map((n) => n.trim()).filter(Boolean);
+    if (skills.length) body.skills = skills;
     // With files: one upload, the task as JSON beside them.
     let sent = body;
     if (form.inputs.files.length) {
@@ -449,6 +455,14 @@ function showNew(view) {
   });
   fill(view, el("h1", {}, "New task"), form);
   form.instruction.focus();
+  // The skills a task may use, offered as the name is typed.
+  api("/api/v1/skills").then((r) => {
+    const known = document.getElementById("skills-known");
+    if (!known) return;
+    for (const k of r.skills.filter((k) => k.usable)) {
+      known.append(el("option", { value: k.name }, k.description || k.state));
+    }
+  }).catch(() => {});
 }
 
 // ---- a drafted contract, waiting for its answer ----

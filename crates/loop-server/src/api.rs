@@ -67,6 +67,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tasks/{id}/apply", post(apply))
         .route("/api/v1/tasks/{id}/undo", post(undo))
         .route("/api/v1/tasks/{id}/discard", post(discard))
+        .route("/api/v1/skills", get(skills_list))
         .route("/api/v1/memory", get(memory_list).post(memory_add))
         .route("/api/v1/memory/{id}", get(memory_show))
         .route("/api/v1/memory/{id}/approve", post(memory_approve))
@@ -702,6 +703,15 @@ async fn approve(
         answer: AnswerFields::of(&a, message.as_deref()),
     })
     .into_response())
+}
+
+/// The skills tasks of this project may use, each judged (signed by a
+/// trusted key, the project's own pattern, or why it is refused).
+async fn skills_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    // (Any reader: the skills are the project's, not an owner's.)
+    s.caller(&headers, Scope::Read).await?;
+    let skills = crate::service::skills_list(&s).await?;
+    Ok(Json(serde_json::json!({ "skills": skills })).into_response())
 }
 
 /// The project's memory notes the caller may see.

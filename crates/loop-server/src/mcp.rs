@@ -105,6 +105,7 @@ fn tool_list() -> Vec<Tool> {
                 "budget_usd": {"type": "number", "minimum": 0},
                 "timeout_secs": {"type": "integer", "minimum": 1},
                 "allow_vacuous": {"type": "boolean", "description": "keep checks that pass on an empty workspace (they prove nothing about the project, and are refused without this); recorded in the contract"},
+                "skills": {"type": "array", "items": {"type": "string"}, "description": "skills the task uses (the `skills` tool lists them), each verified and narrowed to what the project gives a task"},
                 "wait": wait,
                 "wait_secs": wait_secs,
             }),
@@ -173,6 +174,13 @@ fn tool_list() -> Vec<Tool> {
             }),
             vec!["action"],
             false,
+        ),
+        (
+            "skills",
+            "The skills tasks of this project may use, each judged: signed by a trusted key, the project's own pattern, or why it is refused.",
+            json!({}),
+            vec![],
+            true,
         ),
     ];
     tools
@@ -474,8 +482,12 @@ impl LoopMcp {
                 said(&service::diff_body(s.runtime.project(), &id, &d))
             }
             "memory" => memory_call(s, caller, &tool, args).await,
+            "skills" => {
+                no_more(&tool, &args)?;
+                said(&json!({"skills": service::skills_list(s).await?}))
+            }
             other => Err(ApiError::bad_request(format!(
-                "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff, memory)"
+                "there is no tool `{other}` (run_task, task_status, task_events, approve, answer, verify_receipt, diff, memory, skills)"
             ))),
         }
     }

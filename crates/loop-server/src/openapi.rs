@@ -62,7 +62,8 @@ fn new_task() -> Value {
             "inputs": {"type": "array", "maxItems": 16, "description": "files given with the task, put in its workspace as inputs/NAME (16 MiB together; a multipart upload's `input` parts are the same)",
                 "items": {"type": "object", "additionalProperties": false, "required": ["name", "content_base64"],
                     "properties": {"name": {"type": "string", "description": "a plain file name"},
-                        "content_base64": {"type": "string", "contentEncoding": "base64"}}}}
+                        "content_base64": {"type": "string", "contentEncoding": "base64"}}}},
+            "skills": {"type": "array", "items": {"type": "string"}, "description": "skills the task uses (GET /api/v1/skills), each verified and narrowed to what the project gives a task; a skill alone (an empty instruction) runs its contract template"}
         }
     })
 }
@@ -442,6 +443,15 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/api/v1/skills",
+        summary: "The skills tasks of this project may use, each judged: signed by a trusted key, the project's own pattern, or why it is refused",
+        scope: Some("read"),
+        body: None,
+        response: skills,
+        ok: 200,
+    },
+    Route {
+        method: "get",
         path: "/api/v1/memory",
         summary: "The project's memory notes the caller may see (an admin: all; others: their own and the project's), each with its status and source",
         scope: Some("read"),
@@ -529,6 +539,24 @@ fn note() -> Value {
             "created_ms",
             "updated_ms",
         ],
+    )
+}
+
+fn skills() -> Value {
+    let skill = obj(
+        json!({
+            "name": {"type": "string"},
+            "place": {"type": "string", "enum": ["project", "user", "pattern"]},
+            "digest": {"type": ["string", "null"]},
+            "state": {"type": "string", "description": "signed by KEY, unsigned, project-local (a pattern), or why it is refused"},
+            "usable": {"type": "boolean"},
+            "description": {"type": "string"}
+        }),
+        &["name", "place", "state", "usable"],
+    );
+    obj(
+        json!({"skills": {"type": "array", "items": skill}}),
+        &["skills"],
     )
 }
 

@@ -727,6 +727,12 @@ pub(crate) struct NewNote {
     about: Vec<String>,
 }
 
+/// Every skill the project can see, each judged.
+pub(crate) async fn skills_list(s: &AppState) -> Result<Vec<loop_runtime::ListedSkill>, ApiError> {
+    let rt = s.runtime.clone();
+    crate::blocking(move || Ok(loop_runtime::list_skills(rt.project())?)).await
+}
+
 /// The project's memory notes `caller` may see: an admin's, all; any
 /// other's, their own and the project's.
 pub(crate) async fn memory_list(

@@ -45,6 +45,10 @@ pub(crate) struct NewTask {
     /// given here): put in its workspace as `inputs/NAME`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) inputs: Vec<GivenFile>,
+    /// Skills the task uses (`GET /api/v1/skills` lists them): each
+    /// verified and narrowed as `loop run --skill` does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    skills: Vec<String>,
 }
 
 /// A file given with a task over the API: its name and its content in
@@ -138,6 +142,7 @@ impl NewTask {
             // Checked when the request came (`given_inputs`): a kept
             // submission's files decode as they did then.
             inputs: given_inputs(&self.inputs).unwrap_or_default(),
+            skills: self.skills,
             ..Default::default()
         }
     }

@@ -2072,3 +2072,101 @@ fn a_sessions_token_stops_working_when_its_time_is_up() {
     let (status, body) = call(&s, "get", "/api/v1/tasks", Some(&spent.token), None);
     assert_eq!(status, 401, "{body}");
 }
+
+/// The skills a task may use are listed over the API, each judged, and a
+/// task started over the API uses one as `loop run --skill` does: its
+/// guidance given, and the receipt naming it. A skill nobody can vouch
+/// for, or one that is not there, starts nothing, and says which.
+#[test]
+fn a_task_over_the_api_uses_a_skill_the_project_lists() {
+    let s = start_with("skills", 10_000, 8, |p| {
+        let pat = p.join("loop-patterns/greeter");
+        std::fs::create_dir_all(&pat).unwrap();
+        std::fs::write(
+            pat.join("SKILL.md"),
+            "---\nname: greeter\ndescription: writes greetings\n---\nWHEN: a greeting is asked for.\n",
+        )
+        .unwrap();
+        // A bundle in loop-skills/ with no signature a trusted key made.
+        let unsigned = p.join("loop-skills/stranger");
+        std::fs::create_dir_all(&unsigned).unwrap();
+        std::fs::write(
+            unsigned.join("SKILL.md"),
+            "---\nname: stranger\ndescription: from nowhere\n---\nDo as you like.\n",
+        )
+        .unwrap();
+    });
+    let alice = token(&s, "alice", Scope::Run);
+    let (status, body) = call(&s, "get", "/api/v1/skills", Some(&alice), None);
+    assert_eq!(status, 200, "{body}");
+    let listed = json_of(&body);
+    let named = |n: &str| {
+        listed["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{listed}"))
+    };
+    assert_eq!(named("greeter")["usable"], true, "{listed}");
+    assert_eq!(named("greeter")["place"], "pattern", "{listed}");
+    assert_eq!(named("stranger")["usable"], false, "{listed}");
+    // Without a token: nothing.
+    let (status, _) = call(&s, "get", "/api/v1/skills", None, None);
+    assert_eq!(status, 401);
+    let task = |skills: Value| {
+        post_task(
+            &s,
+            &alice,
+            json!({"instruction": "write hello", "checks": ["grep -q hello hello.txt"], "model": "scripted:script.yaml", "skills": skills}),
+        )
+    };
+    for (skills, said) in [
+        (json!(["stranger"]), "stranger"),
+        (json!(["nobody-has-it"]), "nobody-has-it"),
+    ] {
+        let (status, body) = task(skills);
+        let v = json_of(&body);
+        let refused = if status == 202 {
+            // (Refused while it was prepared: the task's standing says so.)
+            let id = v["id"].as_str().unwrap().to_string();
+            let start = Instant::now();
+            loop {
+                let (_, b) = call(
+                    &s,
+                    "get",
+                    &format!("/api/v1/tasks/{id}"),
+                    Some(&alice),
+                    None,
+                );
+                let t = json_of(&b);
+                if t["state"] == "refused" {
+                    break t["error"]["message"].as_str().unwrap().to_string();
+                }
+                assert!(start.elapsed() < Duration::from_secs(30), "{t}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        } else {
+            assert_eq!(status, 400, "{body}");
+            v["error"]["message"].as_str().unwrap().to_string()
+        };
+        assert!(refused.contains(said), "{refused}");
+    }
+    let (status, body) = task(json!(["greeter"]));
+    assert!(status == 201 || status == 202, "{body}");
+    let id = json_of(&body)["id"].as_str().unwrap().to_string();
+    let t = wait_ended(&s, &alice, &id);
+    assert_eq!(t["outcome"], "verified", "{t}");
+    let receipt = s.project.join(format!(".loop/receipts/{id}.receipt.json"));
+    let envelope: Value = serde_json::from_slice(&std::fs::read(receipt).unwrap()).unwrap();
+    use base64::Engine;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(envelope["payload"].as_str().unwrap())
+        .unwrap();
+    let statement: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(
+        statement["predicate"]["skills"][0]["name"], "greeter",
+        "{statement}"
+    );
+}
