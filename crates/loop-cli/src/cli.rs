@@ -493,6 +493,10 @@ pub(crate) enum SkillsAction {
         /// Into your skills (`$LOOP_STATE_DIR/skills`), for every project.
         #[arg(long)]
         user: bool,
+        /// Accept a bundle signed before a copy of it this machine already
+        /// took (refused otherwise: an older bundle put back).
+        #[arg(long)]
+        allow_older: bool,
         /// The project.
         #[arg(long, default_value = ".")]
         project: PathBuf,

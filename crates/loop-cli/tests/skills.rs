@@ -395,3 +395,124 @@ fn a_skill_installs_from_a_git_repository_as_committed() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Rollback protection: once this machine took a bundle signed at some
+/// time, an older signed copy of it is refused by name, whether it is
+/// installed again or put back in the project (a revert, a hostile
+/// commit), until a person accepts it with `--allow-older`. A newer one,
+/// or the same one again, is taken as before.
+#[test]
+fn an_older_signed_bundle_put_back_is_refused_until_accepted() {
+    let base = tmpdir("rollback");
+    let dir = bundle(&base);
+    let project = project(&base);
+    let signed = skills(&base, "team", "sign", &dir, None);
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    let old = base.join("old/notes-keeper");
+    std::fs::create_dir_all(base.join("old")).unwrap();
+    copy_dir(&dir, &old);
+    // A later release: a changed resource, signed again (later).
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(
+        dir.join("resources/style.md"),
+        "one line per fact, sorted\n",
+    )
+    .unwrap();
+    let signed = skills(&base, "team", "sign", &dir, None);
+    assert_eq!(signed.status.code(), Some(0), "{}", text(&signed));
+    let new = base.join("new/notes-keeper");
+    std::fs::create_dir_all(base.join("new")).unwrap();
+    copy_dir(&dir, &new);
+    let install = |from: &Path, extra: &[&str]| {
+        let out = loop_as(&base, "state")
+            .args(["skills", "install"])
+            .arg(from)
+            .args(extra)
+            .arg("--project")
+            .arg(&project)
+            .output()
+            .unwrap();
+        out
+    };
+    let remove = || {
+        let out = loop_as(&base, "state")
+            .args(["skills", "remove", "notes-keeper", "--project"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    };
+    // The old one first (nothing newer seen yet): taken; then the new one.
+    let i = install(&old, &[]);
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    remove();
+    let i = install(&new, &[]);
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    // Put back by hand in the project (as a revert would): refused by
+    // name where it is listed and where a task would use it.
+    let installed = project.join("loop-skills/notes-keeper");
+    std::fs::remove_dir_all(&installed).unwrap();
+    copy_dir(&old, &installed);
+    let list = loop_as(&base, "state")
+        .args(["skills", "list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let said = text(&list);
+    assert!(said.contains("an older bundle put back"), "{said}");
+    let run = loop_as(&base, "state")
+        .args([
+            "run",
+            "tidy the notes",
+            "--check",
+            "true",
+            "--skill",
+            "notes-keeper",
+            "--model",
+            "scripted:none.yaml",
+            "--project",
+        ])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run));
+    assert!(
+        text(&run).contains("before the copy of `notes-keeper` signed by"),
+        "{}",
+        text(&run)
+    );
+    // Installed again: refused the same way; accepted only when asked.
+    std::fs::remove_dir_all(&installed).unwrap();
+    let i = install(&old, &[]);
+    assert_ne!(i.status.code(), Some(0), "{}", text(&i));
+    assert!(text(&i).contains("--allow-older"), "{}", text(&i));
+    assert!(!installed.exists());
+    let i = install(&old, &["--allow-older"]);
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    // Accepted, it is usable; the newer one is taken again as newer.
+    let v = loop_as(&base, "state")
+        .args(["skills", "list", "--json", "--project"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        !text(&v).contains("an older bundle put back"),
+        "{}",
+        text(&v)
+    );
+    remove();
+    let i = install(&new, &[]);
+    assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Copy a bundle's folder (files and their modes).
+fn copy_dir(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}

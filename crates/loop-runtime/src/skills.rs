@@ -81,6 +81,10 @@ struct Signed {
     digest: String,
     files: Vec<BundleFile>,
     capabilities: Capabilities,
+    /// When it was signed (ms since the epoch; 0 in a signature made
+    /// before signing times were kept): what rollback protection compares.
+    #[serde(default)]
+    signed_at_ms: u64,
 }
 
 const KIND: &str = "loop-engine/skill";
@@ -438,6 +442,7 @@ pub fn sign_with(dir: &Path, key: &loop_receipt::KeyPair) -> Result<SignReport, 
         digest: bundle.digest.clone(),
         files: bundle.files.clone(),
         capabilities: bundle.capabilities.clone(),
+        signed_at_ms: loop_core::Clock::now_ms(&loop_core::SystemClock),
     })
     .map_err(Error::from_cause)?;
     let envelope = loop_receipt::Envelope {
@@ -465,6 +470,8 @@ pub struct Verified {
     pub bundle: Bundle,
     /// The key id that signed it.
     pub signer: String,
+    /// When it was signed (0: before signing times were kept).
+    pub signed_at_ms: u64,
 }
 
 /// Check the bundle in `dir` against its signature and `trusted`: every
@@ -569,7 +576,21 @@ pub fn verify(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verifie
     if !wrong.is_empty() {
         return Err(bad(dir, wrong.join("; ")));
     }
-    Ok(Verified { bundle, signer })
+    Ok(Verified {
+        bundle,
+        signer,
+        signed_at_ms: signed.signed_at_ms,
+    })
+}
+
+/// [`verify`], and not older than a copy this machine already took
+/// (rollback protection, see `floor`).
+fn verify_current(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verified, Error> {
+    let v = verify(dir, trusted)?;
+    if let Some(why) = floor::older(&v.bundle.name, &v.signer, v.signed_at_ms) {
+        return Err(bad(dir, why));
+    }
+    Ok(v)
 }
 
 /// The keys the Loopfile's `skills.trust` lists: each a public key in PEM,
@@ -720,7 +741,7 @@ fn judge(project: &Path, place: Place, name: &str, trusted: &[loop_receipt::Publ
             ),
             Err(e) => (None, e.to_string(), false, None),
         },
-        _ => match verify(&dir, trusted) {
+        _ => match verify_current(&dir, trusted) {
             Ok(v) => (
                 Some(v.bundle.digest),
                 format!("signed by {}", v.signer),
@@ -771,7 +792,8 @@ pub fn resolve(
     let trusted = trusted(project, loopfile)?;
     for place in [Place::Project, Place::User] {
         if place.holds(project, name)? {
-            let v = verify(&place.dir(project).join(name), &trusted)?;
+            let v = verify_current(&place.dir(project).join(name), &trusted)?;
+            floor::took(name, &v.signer, v.signed_at_ms, false)?;
             return Ok((v.bundle, Some(v.signer)));
         }
     }
@@ -830,9 +852,13 @@ pub struct Installed {
 /// it verifies against the project's trusted keys; copied file by file as
 /// verified, then verified again in place. From a repository, what is
 /// installed is its HEAD commit's tree, never uncommitted files.
-pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Error> {
+pub fn install(
+    project: &Path,
+    from: &Path,
+    (user, allow_older): (bool, bool),
+) -> Result<Installed, Error> {
     if !crate::project::commits::is_repository(from) {
-        return install_folder(project, from, user);
+        return install_folder(project, from, (user, allow_older));
     }
     // The commit's tree, written out under the repository's own name.
     let named = if from.file_name().is_none() {
@@ -860,16 +886,24 @@ pub fn install(project: &Path, from: &Path, user: bool) -> Result<Installed, Err
     }
     let tree = scratch.join(&name);
     let installed = crate::project::commits::write_tree(from, "HEAD", &tree, 2 * MAX_BUNDLE_BYTES)
-        .and_then(|()| install_folder(project, &tree, user));
+        .and_then(|()| install_folder(project, &tree, (user, allow_older)));
     let _ = loop_workspace::remove_tree(&scratch);
     installed
 }
 
 /// [`install`] from a folder.
-fn install_folder(project: &Path, from: &Path, user: bool) -> Result<Installed, Error> {
+fn install_folder(
+    project: &Path,
+    from: &Path,
+    (user, allow_older): (bool, bool),
+) -> Result<Installed, Error> {
     let loopfile = crate::loopfile::Loopfile::load(project)?;
     let trusted = trusted(project, &loopfile)?;
-    let v = verify(from, &trusted)?;
+    let v = if allow_older {
+        verify(from, &trusted)?
+    } else {
+        verify_current(from, &trusted)?
+    };
     let place = if user { Place::User } else { Place::Project };
     let (base, rel) = place.base(project);
     let dest = place.dir(project).join(&v.bundle.name);
@@ -909,6 +943,7 @@ fn install_folder(project: &Path, from: &Path, user: bool) -> Result<Installed, 
         let _ = loop_workspace::snapshot::remove_tree(&dest);
         return Err(e);
     }
+    floor::took(&v.bundle.name, &v.signer, v.signed_at_ms, allow_older)?;
     Ok(Installed {
         name: v.bundle.name,
         path: dest,
@@ -1129,6 +1164,8 @@ pub fn narrow(
         dropped,
     }
 }
+
+mod floor;
 
 #[cfg(test)]
 mod tests;

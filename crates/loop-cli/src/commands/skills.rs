@@ -18,8 +18,9 @@ pub(crate) fn skills_cmd(action: SkillsAction, json: bool) -> Result<u8, CliErro
         SkillsAction::Install {
             path,
             user,
+            allow_older,
             project,
-        } => install(&path, user, &project, json),
+        } => install(&path, (user, allow_older), &project, json),
         SkillsAction::List { project } => list(&project, json),
         SkillsAction::Show { name, project } => show(&name, &project, json),
         SkillsAction::Remove {
@@ -88,8 +89,13 @@ fn verify(dir: &Path, project: &Path, json: bool) -> Result<u8, CliError> {
     }
 }
 
-fn install(path: &Path, user: bool, project: &Path, json: bool) -> Result<u8, CliError> {
-    let i = loop_runtime::install_skill(&project_of(project)?, path, user)?;
+fn install(
+    path: &Path,
+    (user, allow_older): (bool, bool),
+    project: &Path,
+    json: bool,
+) -> Result<u8, CliError> {
+    let i = loop_runtime::install_skill(&project_of(project)?, path, (user, allow_older))?;
     if json {
         crate::ui::say_json(&i)?;
     } else {
