@@ -424,15 +424,14 @@ fn an_older_signed_bundle_put_back_is_refused_until_accepted() {
     std::fs::create_dir_all(base.join("new")).unwrap();
     copy_dir(&dir, &new);
     let install = |from: &Path, extra: &[&str]| {
-        let out = loop_as(&base, "state")
+        loop_as(&base, "state")
             .args(["skills", "install"])
             .arg(from)
             .args(extra)
             .arg("--project")
             .arg(&project)
             .output()
-            .unwrap();
-        out
+            .unwrap()
     };
     let remove = || {
         let out = loop_as(&base, "state")
