@@ -39,6 +39,9 @@ struct Queue {
     waiting: VecDeque<Job>,
     /// Tasks running here now (a task never runs twice at once).
     running: HashSet<String>,
+    /// Of those, the ones whose worker still waits for a place (the
+    /// children of other tasks hold them all): not running yet.
+    placing: HashSet<String>,
     workers: usize,
 }
 
@@ -203,12 +206,16 @@ impl Pool {
     /// Tasks waiting for a place, and tasks running.
     pub(crate) fn counts(&self) -> (usize, usize) {
         let q = self.lock();
-        (q.waiting.len(), q.running.len())
+        (
+            q.waiting.len() + q.placing.len(),
+            q.running.len().saturating_sub(q.placing.len()),
+        )
     }
 
     /// Whether task `id` waits for a place here.
     pub(crate) fn is_waiting(&self, id: &str) -> bool {
-        self.lock().waiting.iter().any(|j| j.id == id)
+        let q = self.lock();
+        q.placing.contains(id) || q.waiting.iter().any(|j| j.id == id)
     }
 
     /// Whether task `id` waits or runs here.
@@ -295,8 +302,19 @@ fn work(inner: &Arc<Inner>) {
                 }
             }
         };
-        // Its place, once the children of other tasks leave one free.
+        // Its place, once the children of other tasks leave one free
+        // (until then it waits, and says so).
+        let placing = |on: bool| {
+            let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if on {
+                q.placing.insert(job.id.clone());
+            } else {
+                q.placing.remove(&job.id);
+            }
+        };
+        placing(true);
         let place = inner.places.take();
+        placing(false);
         let mut observer = Poke {
             hub: inner.hub.clone(),
             id: job.id.clone(),
@@ -401,4 +419,47 @@ impl loop_core::Observer for Poke {
 
 impl loop_runtime::Observer for Poke {
     fn note(&mut self, _line: &str) {}
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, clippy::unwrap_used)] // tests make and read their own fixtures
+mod tests {
+    use super::*;
+
+    /// A task whose worker waits for a place (the children of other
+    /// tasks hold every one) is counted and said as waiting, not running,
+    /// until it has its place.
+    #[test]
+    fn a_task_waiting_for_a_place_is_not_counted_as_running() {
+        let dir = std::env::temp_dir().join(format!("loop-pool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = Runtime::open(&dir).unwrap();
+        let pool = Pool::new(rt, Hub::default(), 1);
+        // A child of another task holds the one place.
+        let held = pool.inner.places.take();
+        pool.start("t-waits".into(), None);
+        let start = std::time::Instant::now();
+        while !pool.lock().placing.contains("t-waits") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no worker took it"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(pool.counts(), (1, 0));
+        assert!(pool.is_waiting("t-waits"));
+        assert!(pool.holds("t-waits"));
+        // The place freed, it runs (here: a task the store does not hold,
+        // so its run fails at once), and no longer waits.
+        drop(held);
+        while pool.lock().placing.contains("t-waits") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "it never got its place"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
