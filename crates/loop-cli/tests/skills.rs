@@ -515,3 +515,78 @@ fn copy_dir(from: &Path, to: &Path) {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A skill's resources share the skills' prompt budget: the record says
+/// what the model was shown — a resource the budget cuts with how many
+/// bytes were shown, one it leaves out not at all — never a file given
+/// whole that was not.
+#[test]
+fn the_record_says_how_much_of_a_skills_resources_the_model_was_shown() {
+    let base = tmpdir("budget");
+    let project = base.join("project");
+    let pat = project.join("loop-patterns/big");
+    std::fs::create_dir_all(pat.join("resources")).unwrap();
+    std::fs::write(pat.join("SKILL.md"), "WHEN: big things.\n").unwrap();
+    std::fs::write(pat.join("resources/a.md"), "a".repeat(9000)).unwrap();
+    std::fs::write(pat.join("resources/b.md"), "b".repeat(100)).unwrap();
+    std::fs::write(project.join("README.md"), "readme\n").unwrap();
+    shared::commit_all(&project);
+    std::fs::write(
+        base.join("script.yaml"),
+        "turns:\n  - calls:\n      - {tool: write_file, args: {path: done.txt, content: \"done\\n\"}}\n  - calls:\n      - {tool: finish, args: {summary: done}}\n",
+    )
+    .unwrap();
+    let run = loop_as(&base, "state")
+        .args([
+            "run",
+            "write done.txt saying done",
+            "--check",
+            "grep -q done done.txt",
+            "--skill",
+            "big",
+            "--json",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", base.join("script.yaml").display()))
+        .arg("--project")
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let lines = shared::json_lines(&run);
+    let receipt = lines.iter().find(|e| e["kind"] == "receipt").unwrap();
+    let ledger = std::fs::read_to_string(
+        Path::new(receipt["path"].as_str().unwrap())
+            .with_extension("")
+            .with_extension("ledger.jsonl"),
+    )
+    .unwrap();
+    let first: serde_json::Value = serde_json::from_str(ledger.lines().next().unwrap()).unwrap();
+    let given = first["payload"]["guidance"].as_array().unwrap();
+    let named = |p: &str| given.iter().find(|g| g["path"] == p).cloned();
+    let skill = named("SKILL.md of the big skill (unsigned, project-local)")
+        .unwrap_or_else(|| panic!("{given:?}"));
+    assert!(skill.get("shown_bytes").is_none(), "{skill}");
+    let a =
+        named("SKILL.md of the big skill: resources/a.md").unwrap_or_else(|| panic!("{given:?}"));
+    assert_eq!(
+        a["shown_bytes"].as_u64(),
+        Some((8 * 1024 - "WHEN: big things.\n".len()) as u64),
+        "{a}"
+    );
+    assert!(
+        named("SKILL.md of the big skill: resources/b.md").is_none(),
+        "{given:?}"
+    );
+    // And what the person is told says the same.
+    let said = text(&run);
+    assert!(
+        said.contains("resources/b.md (100 bytes) is not given to the model"),
+        "{said}"
+    );
+    assert!(
+        said.contains("resources/a.md is given to the model cut to 8174 of its 9000 bytes"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

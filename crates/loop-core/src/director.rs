@@ -377,6 +377,28 @@ impl<'a> Director<'a> {
         self.record(Event::Feedback { step, text })
     }
 
+    /// The guidance files as the model is shown them, for the record: a
+    /// file its kind's budget leaves out is not there; one it cuts says
+    /// how many bytes were shown.
+    fn guidance_given(&self) -> Vec<loop_protocol::KeyedFile> {
+        let texts: Vec<(String, String)> = self
+            .guidance
+            .iter()
+            .map(|(n, t, _)| (n.clone(), t.clone()))
+            .collect();
+        let shown = crate::prompt::shown_bytes(&texts);
+        self.guidance
+            .iter()
+            .zip(shown)
+            .filter(|(_, shown)| *shown > 0)
+            .map(|((n, t, d), shown)| loop_protocol::KeyedFile {
+                path: n.clone(),
+                sha256: d.clone(),
+                shown_bytes: (shown < t.len()).then_some(shown as u64),
+            })
+            .collect()
+    }
+
     /// The tools this build offers and the system prompt naming them (they
     /// are part of the context, and not on the record).
     fn offer_tools(&mut self) {
@@ -430,14 +452,7 @@ impl<'a> Director<'a> {
             baseline_root: baseline_root.as_ref().cloned().unwrap_or_default(),
             setup,
             drafting,
-            guidance: self
-                .guidance
-                .iter()
-                .map(|(n, _, d)| loop_protocol::KeyedFile {
-                    path: n.clone(),
-                    sha256: d.clone(),
-                })
-                .collect(),
+            guidance: self.guidance_given(),
             inputs,
             project_checks,
             trigger,

@@ -79,9 +79,9 @@ pub fn guidance_section(files: &[(String, String)]) -> String {
     let of = |pick: &dyn Fn(&str) -> bool| -> Vec<&(String, String)> {
         files.iter().filter(|(n, _)| pick(n)).collect()
     };
-    let notes = of(&|n| n.starts_with(MEMORY_NOTE));
-    let skills = of(&|n| n.starts_with(SKILL_GUIDANCE));
-    let project = of(&|n| !n.starts_with(MEMORY_NOTE) && !n.starts_with(SKILL_GUIDANCE));
+    let notes = of(&|n| kind_of(n) == 2);
+    let skills = of(&|n| kind_of(n) == 1);
+    let project = of(&|n| kind_of(n) == 0);
     [
         (PROJECT_HEADER, project),
         (SKILLS_HEADER, skills),
@@ -93,15 +93,49 @@ pub fn guidance_section(files: &[(String, String)]) -> String {
     .collect()
 }
 
+/// The kind of guidance `name` is (its budget's): 0 the project's files,
+/// 1 the skills', 2 memory notes.
+fn kind_of(name: &str) -> usize {
+    if name.starts_with(MEMORY_NOTE) {
+        2
+    } else if name.starts_with(SKILL_GUIDANCE) {
+        1
+    } else {
+        0
+    }
+}
+
+/// How many bytes of each of `files` the model is shown by
+/// [`guidance_section`] (each kind cut to [`GUIDANCE_BYTES`] in its
+/// order): what a record may say was given, and no more.
+pub fn shown_bytes(files: &[(String, String)]) -> Vec<usize> {
+    let mut left = [GUIDANCE_BYTES; 3];
+    files
+        .iter()
+        .map(|(name, text)| {
+            let left = &mut left[kind_of(name)];
+            let end = cut_at(text, *left);
+            *left -= end;
+            end
+        })
+        .collect()
+}
+
+/// The largest char boundary of `text` at most `most` bytes in.
+fn cut_at(text: &str, most: usize) -> usize {
+    let mut end = text.len().min(most);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
 /// `files` under `header`, each fenced, cut to [`GUIDANCE_BYTES`] in all.
 fn fenced(header: &str, files: &[&(String, String)]) -> String {
     let mut s = String::from(header);
     let mut left = GUIDANCE_BYTES;
     for (file, text) in files {
-        let mut end = text.len().min(left);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = cut_at(text, left);
         left -= end;
         // The fence is the text's own digest: no text can hold the fence
         // that closes it (changing the text changes the fence).
@@ -122,6 +156,29 @@ fn fenced(header: &str, files: &[&(String, String)]) -> String {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::*;
+
+    /// What a record says was shown is what the prompt shows: each kind
+    /// cut to its own budget, in order.
+    #[test]
+    fn shown_bytes_are_what_the_section_shows() {
+        let big = "x".repeat(GUIDANCE_BYTES - 10);
+        let files = vec![
+            (format!("{SKILL_GUIDANCE}a"), big.clone()),
+            (
+                format!("{SKILL_GUIDANCE}a: resources/r.md"),
+                "y".repeat(100),
+            ),
+            (
+                format!("{SKILL_GUIDANCE}a: resources/s.md"),
+                "z".repeat(100),
+            ),
+            ("AGENTS.md".to_string(), "p".repeat(100)),
+        ];
+        assert_eq!(shown_bytes(&files), vec![GUIDANCE_BYTES - 10, 10, 0, 100]);
+        let section = guidance_section(&files);
+        assert!(section.contains(&format!("{}\n[… 90 more bytes", "y".repeat(10))));
+        assert!(section.contains("[… 100 more bytes of SKILL.md of a: resources/s.md not shown]"));
+    }
 
     #[test]
     fn guidance_is_marked_as_the_projects_and_bounded() {

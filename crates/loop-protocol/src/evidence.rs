@@ -281,6 +281,10 @@ pub struct KeyedFile {
     pub path: String,
     /// SHA-256 of its content.
     pub sha256: String,
+    /// For guidance cut to its kind's budget: how many of its first bytes
+    /// the model was shown (absent: all of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown_bytes: Option<u64>,
 }
 
 /// One setup step as it ran.

@@ -76,6 +76,7 @@ fn keyed_on(workspace: &Path, section: &SetupSection) -> Result<Vec<KeyedFile>, 
                 out.push(KeyedFile {
                     path: name,
                     sha256: loop_protocol::hash::sha256_hex(&bytes),
+                    shown_bytes: None,
                 });
             }
             Err(e) => {
@@ -462,6 +463,7 @@ fn make_layer(
                 .map(|m| KeyedFile {
                     path: o.clone(),
                     sha256: m.root,
+                    shown_bytes: None,
                 })
                 .map_err(|e| Error::internal(format!("setup output `{o}`: {e}")))
         })

@@ -579,11 +579,25 @@ fn guidance(
 ) -> Vec<(String, String)> {
     let mut all = req.guidance.clone();
     all.extend(crate::task::request::read_guidance(workspace));
-    for (file, text) in &all {
-        observer.note(&format!(
-            "project guidance: {file} ({} bytes) is given to the model",
-            text.len()
-        ));
+    // Said as the prompt shows it: a file its kind's budget cuts, or
+    // leaves out, is said to be so (never "given" whole).
+    let shown = loop_core::prompt::shown_bytes(&all);
+    for ((file, text), shown) in all.iter().zip(shown) {
+        let said = if shown == text.len() {
+            format!("({} bytes) is given to the model", text.len())
+        } else if shown == 0 {
+            format!(
+                "({} bytes) is not given to the model: its kind's {} bytes are used up",
+                text.len(),
+                loop_core::prompt::GUIDANCE_BYTES
+            )
+        } else {
+            format!(
+                "is given to the model cut to {shown} of its {} bytes",
+                text.len()
+            )
+        };
+        observer.note(&format!("project guidance: {file} {said}"));
     }
     all
 }
@@ -1074,6 +1088,7 @@ fn put_inputs(
         out.push(loop_protocol::KeyedFile {
             sha256: loop_protocol::hash::sha256_hex(&f.bytes),
             path: rel,
+            shown_bytes: None,
         });
     }
     Ok(out)
