@@ -271,6 +271,37 @@ pub struct Note {
     pub updated_ms: u64,
 }
 
+/// How many notes a search considers before ranking them: the newest of
+/// those the engine's full-text search matches.
+pub(crate) const NOTE_CANDIDATES: usize = 256;
+
+/// `found` ranked for `words` the same way whichever engine found them
+/// (SQLite's `bm25` and PostgreSQL's `ts_rank` disagree): the most of the
+/// distinct words first, then the shorter note (the more specific), then
+/// the newer, then by id; at most `limit`.
+pub(crate) fn rank_notes(mut found: Vec<Note>, words: &[String], limit: usize) -> Vec<Note> {
+    let wanted: std::collections::BTreeSet<String> =
+        words.iter().map(|w| w.to_lowercase()).collect();
+    let score = |n: &Note| {
+        let tokens: std::collections::BTreeSet<String> = std::iter::once(n.text.as_str())
+            .chain(n.about.iter().map(String::as_str))
+            .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
+            .filter(|t| !t.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let hits = wanted.iter().filter(|w| tokens.contains(*w)).count();
+        (hits, tokens.len())
+    };
+    let mut scored: Vec<((usize, usize), Note)> = found.drain(..).map(|n| (score(&n), n)).collect();
+    scored.sort_by(|(a, na), (b, nb)| {
+        b.0.cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(nb.created_ms.cmp(&na.created_ms))
+            .then(na.id.cmp(&nb.id))
+    });
+    scored.into_iter().take(limit).map(|(_, n)| n).collect()
+}
+
 /// The schema version this build writes.
 pub fn schema_version() -> i64 {
     MIGRATIONS.len() as i64
@@ -942,7 +973,8 @@ pub trait Store: Send + Sync {
     fn note(&self, id: &str) -> Result<Option<Note>, StoreError>;
     /// `project`'s usable notes for `owner` (and the project's own, owner
     /// empty) that the engine's full-text search finds for any word of
-    /// `words`, best first, at most `limit`.
+    /// `words`, best first as [`rank_notes`] ranks them (the same on every
+    /// engine), at most `limit`.
     fn search_notes(
         &self,
         project: &str,

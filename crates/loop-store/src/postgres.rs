@@ -1376,17 +1376,17 @@ impl Store for PgStore {
             "SELECT {NOTE_COLUMNS} FROM notes
              WHERE project = $1 AND status = 'usable' AND (owner = '' OR owner = $2)
                AND to_tsvector('simple', words) @@ to_tsquery('simple', $3)
-             ORDER BY ts_rank(to_tsvector('simple', words), to_tsquery('simple', $3)) DESC,
-                      created_ms DESC
+             ORDER BY created_ms DESC, id
              LIMIT $4"
         );
-        let limit = limit as i64;
-        self.run(|c| {
-            Ok(c.query(&sql, &[&project, &owner, &query, &limit])?
+        let candidates = crate::NOTE_CANDIDATES as i64;
+        let found = self.run(|c| {
+            Ok(c.query(&sql, &[&project, &owner, &query, &candidates])?
                 .iter()
                 .map(note_row)
                 .collect::<Result<Vec<_>, _>>()?)
-        })
+        })?;
+        Ok(crate::rank_notes(found, words, limit))
     }
 
     fn forget_kept(&self, kind: Kept, id: &str) -> Result<bool, StoreError> {

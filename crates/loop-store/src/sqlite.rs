@@ -1162,13 +1162,18 @@ impl Store for SqliteStore {
                     "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
                      WHERE notes_fts MATCH ?1 AND n.project = ?2 AND n.status = 'usable'
                        AND (n.owner = '' OR n.owner = ?3)
-                     ORDER BY bm25(notes_fts), n.created_ms DESC LIMIT ?4",
+                     ORDER BY n.created_ms DESC, n.id LIMIT ?4",
                 )
                 .map_err(|e| self.err(e))?;
-            q.query_map(params![query, project, owner, limit as i64], note_row)
+            let found = q
+                .query_map(
+                    params![query, project, owner, crate::NOTE_CANDIDATES as i64],
+                    note_row,
+                )
                 .map_err(|e| self.err(e))?
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))
+                .map_err(|e| self.err(e))?;
+            Ok(crate::rank_notes(found, words, limit))
         })
     }
 

@@ -1124,6 +1124,46 @@ fn note(
     }
 }
 
+/// With more matches than are given, both engines give the same notes in
+/// the same order: the most of the words, then the shorter, then the
+/// newer (SQLite's bm25 and PostgreSQL's ts_rank used to disagree).
+#[test]
+fn both_engines_rank_notes_alike() {
+    use loop_store::NoteStatus::*;
+    let mut seen: Vec<(String, Vec<String>)> = Vec::new();
+    for b in backends("ranking") {
+        let s = b.open();
+        for (id, text, at) in [
+            ("n-a", "flaky timeout on network tests", 1),
+            ("n-b", "flaky", 5),
+            ("n-c", "network timeout", 2),
+            (
+                "n-d",
+                "timeout network flaky but a much longer note with many other words in it",
+                3,
+            ),
+            ("n-e", "network", 4),
+            ("n-f", "nothing to do with it", 6),
+            ("n-g", "the network timeout is flaky, flaky, flaky", 7),
+        ] {
+            let mut n = note(id, "", text, &[], Usable);
+            n.created_ms = at;
+            s.put_note(&n).unwrap();
+        }
+        let words = ["flaky", "timeout", "network"].map(str::to_string);
+        let found: Vec<String> = s
+            .search_notes("proj", "", &words, 5)
+            .unwrap()
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        seen.push((b.name.to_string(), found));
+    }
+    for (name, found) in &seen {
+        assert_eq!(found, &["n-g", "n-a", "n-d", "n-c", "n-b"], "{name}");
+    }
+}
+
 #[test]
 fn notes_are_found_by_their_words_only_when_usable_and_the_owners() {
     use loop_store::NoteStatus::*;
