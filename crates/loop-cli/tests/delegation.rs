@@ -1190,3 +1190,60 @@ fn a_looser_exec_rule_for_a_child_is_refused_by_its_rule() {
         let _ = std::fs::remove_dir_all(&base);
     }
 }
+
+/// Budgets end to end: a child given two steps that never finishes ends
+/// `limit_reached` at its second step, nothing of it merged, and its
+/// parent hears so and goes on; a grant of more steps than the parent has
+/// left starts no child and says what was asked and what is left. The
+/// tree verifies, the grant checked against the parent's budget.
+#[test]
+fn a_child_ends_at_its_limit_and_a_grant_past_the_parents_is_refused() {
+    let base = tmpdir("limits");
+    let project = project(&base);
+    let grant = |pkg: &str, steps: u32| {
+        delegate(pkg).replace(
+            "budget: { max_steps: 4,",
+            &format!("budget: {{ max_steps: {steps},"),
+        )
+    };
+    assert!(grant("a", 2).contains("max_steps: 2,"));
+    let script = "turns:\n  - calls:\n".to_string()
+        + &grant("a", 2)
+        + "  - calls:\n"
+        + &grant("b", 500)
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done myself }\nchildren:\n  - - calls:\n        - tool: write_file\n          args: { path: pkg/a/one.txt, content: \"1\\n\" }\n    - calls:\n        - tool: write_file\n          args: { path: pkg/a/two.txt, content: \"2\\n\" }\n    - calls:\n        - tool: write_file\n          args: { path: pkg/a/three.txt, content: \"3\\n\" }\n";
+    let run = shared::run_scripted(&base, &project, "limits", (PARENT, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    assert_eq!(run.statement["predicate"]["outcome"]["kind"], "verified");
+    let receipt = run.receipt_path();
+    let id = run.statement["predicate"]["task_id"].as_str().unwrap();
+    let delegated = entries(&receipt, id, "delegated");
+    assert_eq!(delegated.len(), 1, "{delegated:?}");
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "limit_reached{steps}");
+    let observed = entries(&receipt, id, "observed");
+    let said = |n: usize| observed[n]["payload"]["observation"].clone();
+    let first = said(0);
+    assert!(
+        first["content"]
+            .as_str()
+            .unwrap()
+            .contains("ended limit_reached"),
+        "{first}"
+    );
+    assert_eq!(first["changed"], false, "{first}");
+    // Nothing of the child's reached the parent.
+    assert!(!project.join("pkg/a/one.txt").exists());
+    let second = said(1);
+    let refused = second["content"].as_str().unwrap();
+    assert!(
+        refused.contains("max_steps 500 is more than this task has left"),
+        "{second}"
+    );
+    // Only the one child was ever made.
+    assert_eq!(tasks_of(&base, &project).len(), 2);
+    let v = verify(&base, &receipt);
+    let text = shared::text(&v);
+    assert_eq!(v.status.code(), Some(0), "{text}");
+    assert!(text.contains("1 child receipts hold"), "{text}");
+    let _ = std::fs::remove_dir_all(&base);
+}
