@@ -1219,7 +1219,10 @@ fn a_child_ends_at_its_limit_and_a_grant_past_the_parents_is_refused() {
     let id = run.statement["predicate"]["task_id"].as_str().unwrap();
     let delegated = entries(&receipt, id, "delegated");
     assert_eq!(delegated.len(), 1, "{delegated:?}");
-    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "limit_reached{steps}");
+    assert_eq!(
+        delegated[0]["payload"]["child"]["outcome"],
+        "limit_reached{steps}"
+    );
     let observed = entries(&receipt, id, "observed");
     let said = |n: usize| observed[n]["payload"]["observation"].clone();
     let first = said(0);

@@ -494,21 +494,25 @@ fn a_labelled_issue_comes_back_as_a_pull_request_with_its_receipt() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
-const DRAFTING: &str = "draft:
-  - calls:
-      - tool: propose_contract
-        args:
-          criteria:
-            - id: hello
-              text: hello.txt says hello
-              checks:
-                - run: grep -q hello hello.txt
-turns:
-  - calls:
-      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
-  - calls:
-      - {tool: finish, args: {summary: done}}
-";
+/// The comment showing draft `draft` on issue `issue`, once posted, and
+/// the digest a reply names its contract by (eight hexadecimal digits).
+fn posted_draft(seen: &shared::TakenAll, issue: u64, draft: &str) -> (String, String) {
+    let posted = |c: &shared::Taken| {
+        c.path.ends_with(&format!("/issues/{issue}/comments"))
+            && c.body["body"].as_str().is_some_and(|b| b.contains(draft))
+    };
+    let all = wait_for(seen, posted);
+    let shown = all.iter().find(|c| posted(c)).unwrap().body["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let at = shown
+        .find(&format!("/loop confirm {draft} "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let digest = shown[at + 15 + draft.len()..][..8].to_string();
+    assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()), "{shown}");
+    (shown, digest)
+}
 
 /// Wait until the stand-in took a call `pick` accepts; all it took.
 fn wait_for(seen: &shared::TakenAll, pick: impl Fn(&shared::Taken) -> bool) -> Vec<shared::Taken> {
@@ -537,7 +541,7 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
     let project = home.join("project");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "widgets\n").unwrap();
-    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
+    std::fs::write(project.join("draft.yaml"), shared::DRAFTING).unwrap();
     let (port, seen) = github();
     let inlet = format!("token_env: LOOP_TEST_GITHUB_TOKEN, api_url: 'http://127.0.0.1:{port}'");
     std::fs::write(
@@ -575,22 +579,9 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .unwrap()
         .to_string();
     // The drafted contract is posted on the issue, with how to answer.
-    let posted = |c: &shared::Taken| {
-        c.path.ends_with("/issues/42/comments")
-            && c.body["body"].as_str().is_some_and(|b| b.contains(&draft))
-    };
-    let all = wait_for(&seen, posted);
-    let shown = all.iter().find(|c| posted(c)).unwrap().body["body"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (shown, digest) = posted_draft(&seen, 42, &draft);
+    let digest = digest.as_str();
     assert!(shown.contains("grep -q hello hello.txt"), "{shown}");
-    // The reply names the contract shown by its digest.
-    let at = shown
-        .find(&format!("/loop confirm {draft} "))
-        .unwrap_or_else(|| panic!("{shown}"));
-    let digest = &shown[at + 15 + draft.len()..][..8];
-    assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()), "{shown}");
     assert!(
         shown.contains(&format!("https://loop.example.test/#/draft/{draft}")),
         "{shown}"
@@ -691,17 +682,7 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .as_str()
         .unwrap()
         .to_string();
-    let posted_60 = |c: &shared::Taken| {
-        c.path.ends_with("/issues/60/comments")
-            && c.body["body"].as_str().is_some_and(|b| b.contains(&kept))
-    };
-    let all = wait_for(&seen, posted_60);
-    let shown = all.iter().find(|c| posted_60(c)).unwrap().body["body"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let at = shown.find(&format!("/loop confirm {kept} ")).unwrap();
-    let kept_digest = shown[at + 15 + kept.len()..][..8].to_string();
+    let (_, kept_digest) = posted_draft(&seen, 60, &kept);
     shared::stop(server);
     let (server, said) = shared::serve_saying(
         &home,

@@ -492,27 +492,12 @@ fn a_served_task_whose_run_failed_is_run_again_and_ends_verified() {
 /// nothing starts.
 #[test]
 fn a_drafted_contract_waiting_for_its_answer_survives_a_restart_of_the_server() {
-    const DRAFTING: &str = "draft:
-  - calls:
-      - tool: propose_contract
-        args:
-          criteria:
-            - id: hello
-              text: hello.txt says hello
-              checks:
-                - run: grep -q hello hello.txt
-turns:
-  - calls:
-      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
-  - calls:
-      - {tool: finish, args: {summary: done}}
-";
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-drafts");
     let _ = std::fs::remove_dir_all(&home);
     let project = home.join("project");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
-    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
+    std::fs::write(project.join("draft.yaml"), shared::DRAFTING).unwrap();
     let token = shared::token_for(&home, &project, "alice");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -86,6 +86,23 @@ pub struct AskedOn {
     pub base_commit: Option<String>,
 }
 
+/// A draft an earlier server kept, answered here: what its task starts
+/// from.
+pub struct Restored {
+    /// The contract to judge and lock (the person's edit, if they sent one).
+    pub contract: String,
+    /// The instruction.
+    pub instruction: String,
+    /// The model asked for.
+    pub model: Option<String>,
+    /// Whose draft it is.
+    pub owner: String,
+    /// Where a trigger asked for it, when one did.
+    pub asked_on: Option<AskedOn>,
+    /// Who answered.
+    pub who: String,
+}
+
 /// Who answers a draft.
 pub enum Answerer<'a> {
     /// A caller of the API: its owner's drafts (an admin's: all).
@@ -338,20 +355,7 @@ pub enum Answered {
     NotWaiting,
     /// The draft was kept by an earlier server: the caller starts the task
     /// from its proposed contract (the person's edit, if they sent one).
-    Restored {
-        /// The contract to judge and lock.
-        contract: String,
-        /// The instruction.
-        instruction: String,
-        /// The model asked for.
-        model: Option<String>,
-        /// Whose draft it is.
-        owner: String,
-        /// Where a trigger asked for it, when one did.
-        asked_on: Option<Box<AskedOn>>,
-        /// Who answered.
-        who: String,
-    },
+    Restored(Box<Restored>),
     /// It was asked for somewhere else than where this answer was given.
     NotHere,
     /// The answer names another contract than the one proposed now.
@@ -400,23 +404,9 @@ pub fn answer(
             keep_later(drafts, id);
             return Some(Answered::NotWaiting);
         }
-        let answered = match review {
-            ContractReview::Accept => Answered::Restored {
-                contract: contract.clone(),
-                instruction: d.instruction.clone(),
-                model: d.model.clone(),
-                owner: d.owner.clone(),
-                asked_on: d.asked_on.clone().map(Box::new),
-                who,
-            },
-            ContractReview::Edited(text) => Answered::Restored {
-                contract: text,
-                instruction: d.instruction.clone(),
-                model: d.model.clone(),
-                owner: d.owner.clone(),
-                asked_on: d.asked_on.clone().map(Box::new),
-                who,
-            },
+        let contract = match review {
+            ContractReview::Accept => contract.clone(),
+            ContractReview::Edited(text) => text,
             _ => {
                 d.state = DraftState::Ended {
                     reason: "rejected".into(),
@@ -426,6 +416,14 @@ pub fn answer(
                 return Some(Answered::Delivered);
             }
         };
+        let answered = Answered::Restored(Box::new(Restored {
+            contract,
+            instruction: d.instruction.clone(),
+            model: d.model.clone(),
+            owner: d.owner.clone(),
+            asked_on: d.asked_on.clone(),
+            who,
+        }));
         d.state = DraftState::Drafting;
         return Some(answered);
     }

@@ -452,22 +452,7 @@ pub(crate) fn confirm_draft(
             format!("draft {id} is not waiting for an answer"),
         )),
         Some(Answered::Delivered) => Ok(()),
-        Some(Answered::Restored {
-            contract,
-            instruction,
-            model,
-            owner,
-            asked_on,
-            who,
-        }) => {
-            start_restored(
-                s,
-                id,
-                (contract, instruction, model, owner),
-                (who, asked_on),
-            )?;
-            Ok(())
-        }
+        Some(Answered::Restored(r)) => start_restored(s, id, *r),
     }
 }
 
@@ -501,20 +486,10 @@ pub(crate) fn answer_from_github(s: &AppState, a: &loop_runtime::DraftAnswer) ->
             Replied::Unanswered(format!("draft {id} is not waiting for an answer"))
         }
         Some(Answered::Delivered) => Replied::Answered(format!("draft {id} {done}")),
-        Some(Answered::Restored {
-            contract,
-            instruction,
-            model,
-            owner,
-            asked_on,
-            who,
-        }) => {
-            let restored = (contract, instruction, model, owner);
-            match start_restored(s, id, restored, (who, asked_on)) {
-                Ok(()) => Replied::Answered(format!("draft {id} {done}")),
-                Err(e) => Replied::Unanswered(e.message),
-            }
-        }
+        Some(Answered::Restored(r)) => match start_restored(s, id, *r) {
+            Ok(()) => Replied::Answered(format!("draft {id} {done}")),
+            Err(e) => Replied::Unanswered(e.message),
+        },
     }
 }
 
@@ -525,9 +500,16 @@ pub(crate) fn answer_from_github(s: &AppState, a: &loop_runtime::DraftAnswer) ->
 fn start_restored(
     s: &AppState,
     id: &str,
-    (contract, instruction, model, owner): (String, String, Option<String>, String),
-    (who, asked_on): (String, Option<Box<crate::drafts::AskedOn>>),
+    restored: crate::drafts::Restored,
 ) -> Result<(), ApiError> {
+    let crate::drafts::Restored {
+        contract,
+        instruction,
+        model,
+        owner,
+        asked_on,
+        who,
+    } = restored;
     let (rt, drafts, pool, metrics) = (
         s.runtime.clone(),
         s.drafts.clone(),
@@ -559,8 +541,7 @@ fn start_restored(
                 // commit it was asked on, and (no drafting record being
                 // made now) who confirmed it.
                 let (trigger, base_commit, via) = match asked_on {
-                    Some(a) => {
-                        let mut a = *a;
+                    Some(mut a) => {
                         if let Some(g) = a.trigger.github.as_mut() {
                             g.confirmed_by = Some(who);
                         }

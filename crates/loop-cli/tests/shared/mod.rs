@@ -558,3 +558,21 @@ pub fn stand_in(
     });
     (port, seen)
 }
+
+/// A scripted model that drafts a contract (`hello.txt says hello`, checked
+/// by `grep -q hello hello.txt`), then does the work.
+pub const DRAFTING: &str = "draft:
+  - calls:
+      - tool: propose_contract
+        args:
+          criteria:
+            - id: hello
+              text: hello.txt says hello
+              checks:
+                - run: grep -q hello hello.txt
+turns:
+  - calls:
+      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
+  - calls:
+      - {tool: finish, args: {summary: done}}
+";
