@@ -668,6 +668,14 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         text.contains("@drive-by on GitHub, in a reply comment on acme/widgets #42"),
         "{text}"
     );
+    // The call that showed the draft on the issue is in the record.
+    let calls = &genesis["payload"]["drafting"]["calls"];
+    assert_eq!(calls[0]["method"], "POST", "{text}");
+    assert_eq!(
+        calls[0]["path"], "/repos/acme/widgets/issues/42/comments",
+        "{text}"
+    );
+    assert_eq!(calls[0]["status"], 201, "{text}");
     assert!(text.contains("grep -q hello hello.txt"), "{text}");
 
     // A draft outlives its server: a reply to it after a restart starts

@@ -225,6 +225,10 @@ pub struct DraftingRecord {
     /// Who locked the contract: `--accept-contract`, `terminal`, or
     /// `terminal, after editing`.
     pub confirmed_by: String,
+    /// The calls made to a platform to show the draft where it was asked
+    /// for its answer (GitHub's issue comments).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ApiCall>,
 }
 
 /// One drafting proposal.

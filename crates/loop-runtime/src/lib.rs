@@ -106,6 +106,12 @@ pub trait Observer: loop_core::Observer {
         "terminal".into()
     }
 
+    /// The calls made to a platform to show the drafted contract for its
+    /// answer, for the drafting record.
+    fn review_calls(&self) -> Vec<loop_protocol::evidence::ApiCall> {
+        Vec::new()
+    }
+
     /// Where a running task asks its person inline (approvals and
     /// checkpoints, with `OnPrompt::Ask`); `None` when nobody here can be
     /// asked (the request then waits for `loop approve`).

@@ -458,6 +458,8 @@ pub struct DraftObserver {
     /// How the person's answer ended it, when it did (rejected, or none
     /// in time).
     pub ended: Option<loop_runtime::DraftEnded>,
+    /// The calls made to show it where it was asked.
+    pub calls: Vec<loop_protocol::evidence::ApiCall>,
 }
 
 impl DraftObserver {
@@ -475,6 +477,7 @@ impl DraftObserver {
             github,
             posted: None,
             ended: None,
+            calls: Vec::new(),
         }
     }
 
@@ -520,7 +523,9 @@ impl loop_runtime::Observer for DraftObserver {
         if let Some(g) = &self.github
             && self.posted.as_deref() != Some(contract)
         {
-            note(&self.drafts, &self.id, &g.post_draft(&self.id, contract));
+            let (said, calls) = g.post_draft(&self.id, contract);
+            note(&self.drafts, &self.id, &said);
+            self.calls.extend(calls);
             self.posted = Some(contract.to_string());
         }
         keep(&self.drafts, &self.id);
@@ -548,6 +553,10 @@ impl loop_runtime::Observer for DraftObserver {
             };
             return review;
         }
+    }
+
+    fn review_calls(&self) -> Vec<loop_protocol::evidence::ApiCall> {
+        self.calls.clone()
     }
 
     fn reviewer(&self) -> String {

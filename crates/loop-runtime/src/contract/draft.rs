@@ -566,6 +566,7 @@ fn confirm(
         match observer.review_contract(&shown, kept_edit.as_deref()) {
             ContractReview::Accept => {
                 let who = observer.reviewer();
+                record.calls = observer.review_calls();
                 record.confirmed_by = if edited {
                     format!("{who}, after editing")
                 } else {
@@ -717,6 +718,7 @@ pub(crate) fn draft(
         model: d.model.info(),
         attempts: Vec::new(),
         confirmed_by: String::new(),
+        calls: Vec::new(),
     };
     let mut ctx = Context::new(
         system_prompt(),

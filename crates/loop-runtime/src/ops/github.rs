@@ -342,7 +342,7 @@ impl GithubAsk {
     /// Post draft `draft`'s `contract` where it was asked, with how to
     /// answer it: a line for the draft's notes (what was called, never
     /// the token).
-    pub fn post_draft(&self, draft: &str, contract: &str) -> String {
+    pub fn post_draft(&self, draft: &str, contract: &str) -> (String, Vec<Call>) {
         self.post(&draft_comment(&self.inlet, draft, contract))
     }
 
@@ -361,18 +361,20 @@ impl GithubAsk {
         self.post(&format!(
             "Loop Engine started no task for draft `{draft}`: {said}."
         ))
+        .0
     }
 
-    fn post(&self, body: &str) -> String {
+    fn post(&self, body: &str) -> (String, Vec<Call>) {
         let (posted, calls) = comment_on(&self.inlet, &self.origin, body);
         let made: Vec<String> = calls
             .iter()
             .map(|c| format!("{} {} → {}", c.method, c.path, c.status))
             .collect();
-        match posted {
+        let said = match posted {
             Ok(url) => format!("GitHub: {} ({url})", made.join(", ")),
             Err(e) => format!("GitHub: not posted: {}", e.message),
-        }
+        };
+        (said, calls)
     }
 }
 

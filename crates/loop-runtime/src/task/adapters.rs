@@ -80,6 +80,9 @@ impl crate::Observer for Scrubbed<'_> {
     fn reviewer(&self) -> String {
         self.0.reviewer()
     }
+    fn review_calls(&self) -> Vec<loop_protocol::evidence::ApiCall> {
+        self.0.review_calls()
+    }
     fn live_feed(&mut self) -> Option<loop_protocol::LiveFeed> {
         let inner = self.0.live_feed()?;
         Some(loop_protocol::LiveFeed::new(move |m| {
