@@ -1234,8 +1234,26 @@ fn a_child_ends_at_its_limit_and_a_grant_past_the_parents_is_refused() {
         "{first}"
     );
     assert_eq!(first["changed"], false, "{first}");
-    // Nothing of the child's reached the parent.
-    assert!(!project.join("pkg/a/one.txt").exists());
+    // Nothing of the child's reached the parent's workspace (the parent
+    // wrote its own files; the child's one.txt and two.txt stayed its).
+    let ws = shared::workspace_of(&project, id);
+    assert!(ws.join("pkg/a/done.txt").is_file(), "{}", ws.display());
+    assert!(!ws.join("pkg/a/one.txt").exists());
+    assert!(!ws.join("pkg/a/two.txt").exists());
+    // It ended at its second step: its ledger holds two model turns.
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    let child_ledger = receipt
+        .parent()
+        .unwrap()
+        .join(format!("{child}.ledger.jsonl"));
+    let turns = std::fs::read_to_string(&child_ledger)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"model_turn\""))
+        .count();
+    assert_eq!(turns, 2, "{}", child_ledger.display());
     let second = said(1);
     let refused = second["content"].as_str().unwrap();
     assert!(

@@ -476,7 +476,7 @@ fn an_older_signed_bundle_put_back_is_refused_until_accepted() {
         .unwrap();
     assert_ne!(run.status.code(), Some(0), "{}", text(&run));
     assert!(
-        text(&run).contains("before the copy of `notes-keeper` signed by"),
+        text(&run).contains("before the copy of `notes-keeper` this machine already took"),
         "{}",
         text(&run)
     );
@@ -502,6 +502,11 @@ fn an_older_signed_bundle_put_back_is_refused_until_accepted() {
     remove();
     let i = install(&new, &[]);
     assert_eq!(i.status.code(), Some(0), "{}", text(&i));
+    // The floor rose again with it: the old copy is refused once more.
+    remove();
+    let i = install(&old, &[]);
+    assert_ne!(i.status.code(), Some(0), "{}", text(&i));
+    assert!(text(&i).contains("--allow-older"), "{}", text(&i));
     let _ = std::fs::remove_dir_all(&base);
 }
 

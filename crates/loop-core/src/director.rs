@@ -390,7 +390,8 @@ impl<'a> Director<'a> {
         self.guidance
             .iter()
             .zip(shown)
-            .filter(|(_, shown)| *shown > 0)
+            // (An empty file is shown as empty: it is given.)
+            .filter(|((_, t, _), shown)| *shown > 0 || t.is_empty())
             .map(|((n, t, d), shown)| loop_protocol::KeyedFile {
                 path: n.clone(),
                 sha256: d.clone(),

@@ -65,7 +65,7 @@ pub use skills::{
     SIGNATURE_FILE as SKILL_SIGNATURE_FILE, SignReport as SkillSignReport,
     Verified as VerifiedSkill, install as install_skill, list as list_skills,
     remove as remove_skill, resolve as resolve_skill, sign as sign_skill,
-    trusted as trusted_skill_keys, verify as verify_skill,
+    trusted as trusted_skill_keys, user_dir as skills_user_dir, verify as verify_skill,
 };
 pub use task::asking::{OnPrompt, Prompter, Question};
 pub use task::control::{Cancelled, answer, cancel, interrupted_tasks};

@@ -583,11 +583,15 @@ pub fn verify(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verifie
     })
 }
 
-/// [`verify`], and not older than a copy this machine already took
-/// (rollback protection, see `floor`).
-fn verify_current(dir: &Path, trusted: &[loop_receipt::PublicKey]) -> Result<Verified, Error> {
+/// [`verify`], and not older than a copy this machine already took for
+/// `project` (rollback protection, see `floor`).
+fn verify_current(
+    project: &Path,
+    dir: &Path,
+    trusted: &[loop_receipt::PublicKey],
+) -> Result<Verified, Error> {
     let v = verify(dir, trusted)?;
-    if let Some(why) = floor::older(&v.bundle.name, &v.signer, v.signed_at_ms) {
+    if let Some(why) = floor::older(project, &v.bundle.name, v.signed_at_ms) {
         return Err(bad(dir, why));
     }
     Ok(v)
@@ -741,7 +745,7 @@ fn judge(project: &Path, place: Place, name: &str, trusted: &[loop_receipt::Publ
             ),
             Err(e) => (None, e.to_string(), false, None),
         },
-        _ => match verify_current(&dir, trusted) {
+        _ => match verify_current(project, &dir, trusted) {
             Ok(v) => (
                 Some(v.bundle.digest),
                 format!("signed by {}", v.signer),
@@ -786,14 +790,35 @@ pub fn resolve(
     loopfile: &crate::loopfile::Loopfile,
     name: &str,
 ) -> Result<(Bundle, Option<String>), Error> {
+    resolve_taking(project, loopfile, name, false)
+}
+
+/// [`resolve`] for a task that uses it: a signed one's signing time is
+/// remembered (rollback protection; looking at one changes nothing).
+pub(crate) fn resolve_for_task(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    name: &str,
+) -> Result<(Bundle, Option<String>), Error> {
+    resolve_taking(project, loopfile, name, true)
+}
+
+fn resolve_taking(
+    project: &Path,
+    loopfile: &crate::loopfile::Loopfile,
+    name: &str,
+    take: bool,
+) -> Result<(Bundle, Option<String>), Error> {
     if let Some(why) = name_problem(name) {
         return Err(Error::usage(why));
     }
     let trusted = trusted(project, loopfile)?;
     for place in [Place::Project, Place::User] {
         if place.holds(project, name)? {
-            let v = verify_current(&place.dir(project).join(name), &trusted)?;
-            floor::took(name, &v.signer, v.signed_at_ms, false)?;
+            let v = verify_current(project, &place.dir(project).join(name), &trusted)?;
+            if take {
+                floor::took(project, name, v.signed_at_ms, false)?;
+            }
             return Ok((v.bundle, Some(v.signer)));
         }
     }
@@ -902,7 +927,7 @@ fn install_folder(
     let v = if allow_older {
         verify(from, &trusted)?
     } else {
-        verify_current(from, &trusted)?
+        verify_current(project, from, &trusted)?
     };
     let place = if user { Place::User } else { Place::Project };
     let (base, rel) = place.base(project);
@@ -943,7 +968,7 @@ fn install_folder(
         let _ = loop_workspace::snapshot::remove_tree(&dest);
         return Err(e);
     }
-    floor::took(&v.bundle.name, &v.signer, v.signed_at_ms, allow_older)?;
+    floor::took(project, &v.bundle.name, v.signed_at_ms, allow_older)?;
     Ok(Installed {
         name: v.bundle.name,
         path: dest,

@@ -59,6 +59,9 @@ pub struct Draft {
     pub instruction: String,
     /// The model asked for, if one was.
     pub model: Option<String>,
+    /// The skills its task uses (resolved and narrowed again when a later
+    /// server starts it).
+    pub skills: Vec<String>,
     /// Where the person's answer goes, while one is awaited here.
     answer: Option<Sender<ContractReview>>,
     /// Kept by an earlier server: an answer starts the task from here,
@@ -95,6 +98,8 @@ pub struct Restored {
     pub instruction: String,
     /// The model asked for.
     pub model: Option<String>,
+    /// The skills its task uses.
+    pub skills: Vec<String>,
     /// Whose draft it is.
     pub owner: String,
     /// Where a trigger asked for it, when one did.
@@ -136,6 +141,9 @@ struct Kept {
     /// Asked for on GitHub: where.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     asked_on: Option<AskedOn>,
+    /// The skills its task uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    skills: Vec<String>,
 }
 
 /// How often a waiting draft's holder renews its hold.
@@ -196,6 +204,7 @@ pub fn keep(drafts: &Drafts, id: &str) {
                 holder: Some(this_server()),
                 proposed_ms: d.proposed_ms,
                 asked_on: d.asked_on.clone(),
+                skills: d.skills.clone(),
             }),
         )
     });
@@ -279,6 +288,7 @@ pub fn restore(drafts: &Drafts) -> usize {
                 notes: k.notes,
                 instruction: k.instruction,
                 model: k.model,
+                skills: k.skills,
                 answer: None,
                 restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
                 proposed_ms: k.proposed_ms,
@@ -300,7 +310,7 @@ pub fn begin(
     id: &str,
     (owner, asked_on): (&str, Option<AskedOn>),
     instruction: &str,
-    model: Option<&str>,
+    (model, skills): (Option<&str>, Vec<String>),
 ) {
     lock(drafts).insert(
         id.to_string(),
@@ -310,6 +320,7 @@ pub fn begin(
             notes: Vec::new(),
             instruction: instruction.to_string(),
             model: model.map(str::to_string),
+            skills,
             answer: None,
             restored: None,
             proposed_ms: None,
@@ -420,6 +431,7 @@ pub fn answer(
             contract,
             instruction: d.instruction.clone(),
             model: d.model.clone(),
+            skills: d.skills.clone(),
             owner: d.owner.clone(),
             asked_on: d.asked_on.clone(),
             who,
@@ -593,6 +605,7 @@ mod tests {
                 holder: Some(holder),
                 proposed_ms: Some(now),
                 asked_on: None,
+                skills: Vec::new(),
             })
             .unwrap()
         };

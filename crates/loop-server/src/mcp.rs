@@ -105,7 +105,7 @@ fn tool_list() -> Vec<Tool> {
                 "budget_usd": {"type": "number", "minimum": 0},
                 "timeout_secs": {"type": "integer", "minimum": 1},
                 "allow_vacuous": {"type": "boolean", "description": "keep checks that pass on an empty workspace (they prove nothing about the project, and are refused without this); recorded in the contract"},
-                "skills": {"type": "array", "items": {"type": "string"}, "description": "skills the task uses (the `skills` tool lists them), each verified and narrowed to what the project gives a task"},
+                "skills": {"type": "array", "maxItems": 8, "items": {"type": "string"}, "description": "skills the task uses (the `skills` tool lists them), each verified and narrowed to what the project gives a task"},
                 "wait": wait,
                 "wait_secs": wait_secs,
             }),

@@ -63,7 +63,7 @@ fn new_task() -> Value {
                 "items": {"type": "object", "additionalProperties": false, "required": ["name", "content_base64"],
                     "properties": {"name": {"type": "string", "description": "a plain file name"},
                         "content_base64": {"type": "string", "contentEncoding": "base64"}}}},
-            "skills": {"type": "array", "items": {"type": "string"}, "description": "skills the task uses (GET /api/v1/skills), each verified and narrowed to what the project gives a task; a skill alone (an empty instruction) runs its contract template"}
+            "skills": {"type": "array", "maxItems": 8, "uniqueItems": true, "items": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"}, "description": "skills the task uses (GET /api/v1/skills), each verified and narrowed to what the project gives a task; a skill alone (an empty instruction) runs its contract template"}
         }
     })
 }

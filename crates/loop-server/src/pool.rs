@@ -54,6 +54,8 @@ impl Queue {
             .position(|j| !self.running.contains(&j.id))?;
         let job = self.waiting.remove(at)?;
         self.running.insert(job.id.clone());
+        // It waits for its place until its worker has one.
+        self.placing.insert(job.id.clone());
         Some(job)
     }
 }
@@ -303,18 +305,14 @@ fn work(inner: &Arc<Inner>) {
             }
         };
         // Its place, once the children of other tasks leave one free
-        // (until then it waits, and says so).
-        let placing = |on: bool| {
-            let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            if on {
-                q.placing.insert(job.id.clone());
-            } else {
-                q.placing.remove(&job.id);
-            }
-        };
-        placing(true);
+        // (until then it waits, and says so: `take` marked it).
         let place = inner.places.take();
-        placing(false);
+        inner
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .placing
+            .remove(&job.id);
         let mut observer = Poke {
             hub: inner.hub.clone(),
             id: job.id.clone(),

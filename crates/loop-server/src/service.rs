@@ -223,7 +223,7 @@ fn draft_on_thread(
         &id,
         (owner, asked_on),
         &admitted.contract().instruction,
-        admitted.model(),
+        (admitted.model(), admitted.skill_names()),
     );
     let drafts = s.drafts.clone();
     let draft_id = id.clone();
@@ -506,6 +506,7 @@ fn start_restored(
         contract,
         instruction,
         model,
+        skills,
         owner,
         asked_on,
         who,
@@ -559,6 +560,8 @@ fn start_restored(
                         trigger,
                         base_commit,
                         via,
+                        // Resolved and narrowed again, as they were.
+                        skills,
                         ..Default::default()
                     },
                     &mut observer,
@@ -711,7 +714,19 @@ pub(crate) struct NewNote {
 /// Every skill the project can see, each judged.
 pub(crate) async fn skills_list(s: &AppState) -> Result<Vec<loop_runtime::ListedSkill>, ApiError> {
     let rt = s.runtime.clone();
-    crate::blocking(move || Ok(loop_runtime::list_skills(rt.project())?)).await
+    crate::blocking(move || {
+        let mut listed = loop_runtime::list_skills(rt.project())?;
+        // Where the server keeps things on its disk is its business: the
+        // project's paths are said relative to it, the user's skills as
+        // such.
+        let project = format!("{}/", rt.project().display());
+        let user = format!("{}/", loop_runtime::skills_user_dir().display());
+        for k in &mut listed {
+            k.state = k.state.replace(&project, "").replace(&user, "your skills/");
+        }
+        Ok(listed)
+    })
+    .await
 }
 
 /// The project's memory notes `caller` may see: an admin's, all; any

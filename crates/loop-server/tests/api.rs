@@ -2123,8 +2123,12 @@ fn a_task_over_the_api_uses_a_skill_the_project_lists() {
         )
     };
     for (skills, said) in [
-        (json!(["stranger"]), "stranger"),
-        (json!(["nobody-has-it"]), "nobody-has-it"),
+        (json!(["stranger"]), "unsigned: no SKILL.sig.json"),
+        (json!(["nobody-has-it"]), "no skill `nobody-has-it`"),
+        (
+            json!(["greeter", "greeter"]),
+            "skill `greeter` is named twice",
+        ),
     ] {
         let (status, body) = task(skills);
         let v = json_of(&body);

@@ -271,8 +271,8 @@ pub struct Note {
     pub updated_ms: u64,
 }
 
-/// How many notes a search considers before ranking them: the newest of
-/// those the engine's full-text search matches.
+/// How many notes a search considers before ranking them: those the
+/// engine's own full-text ranking puts first.
 pub(crate) const NOTE_CANDIDATES: usize = 256;
 
 /// `found` ranked for `words` the same way whichever engine found them

@@ -1376,7 +1376,8 @@ impl Store for PgStore {
             "SELECT {NOTE_COLUMNS} FROM notes
              WHERE project = $1 AND status = 'usable' AND (owner = '' OR owner = $2)
                AND to_tsvector('simple', words) @@ to_tsquery('simple', $3)
-             ORDER BY created_ms DESC, id
+             ORDER BY ts_rank(to_tsvector('simple', words), to_tsquery('simple', $3)) DESC,
+                      created_ms DESC, id
              LIMIT $4"
         );
         let candidates = crate::NOTE_CANDIDATES as i64;

@@ -1162,7 +1162,7 @@ impl Store for SqliteStore {
                     "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
                      WHERE notes_fts MATCH ?1 AND n.project = ?2 AND n.status = 'usable'
                        AND (n.owner = '' OR n.owner = ?3)
-                     ORDER BY n.created_ms DESC, n.id LIMIT ?4",
+                     ORDER BY bm25(notes_fts), n.created_ms DESC, n.id LIMIT ?4",
                 )
                 .map_err(|e| self.err(e))?;
             let found = q

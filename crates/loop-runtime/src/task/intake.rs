@@ -210,6 +210,9 @@ fn check_inputs(inputs: &[InputFile]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Skills one task may use.
+pub const MAX_SKILLS: usize = 8;
+
 /// A request the intake accepted: the contract assembled (or the
 /// instruction its draft starts from), ready to prepare. Only
 /// [`Runtime::admit`] makes one.
@@ -277,6 +280,11 @@ impl Admitted {
         matches!(self.source, ContractSource::Draft { .. })
     }
 
+    /// The skills it uses, by name.
+    pub fn skill_names(&self) -> Vec<String> {
+        self.skills.iter().map(|s| s.name.clone()).collect()
+    }
+
     /// What started it, when a trigger did.
     pub fn trigger(&self) -> Option<&loop_protocol::TriggerRecord> {
         self.trigger.as_ref()
@@ -334,7 +342,8 @@ impl Runtime {
             // A skill alone runs its contract template (as a pattern does).
             ContractInput::None if instruction.is_none() && !req.skills.is_empty() => {
                 let name = &req.skills[0];
-                let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
+                let (bundle, signer) =
+                    crate::skills::resolve_for_task(self.project(), &loopfile, name)?;
                 let mut c = crate::skills::contract_template(&bundle)?.ok_or_else(|| {
                     Error::usage(format!(
                         "give an instruction: the skill {name} has no contract.yaml to run"
@@ -383,9 +392,24 @@ impl Runtime {
         };
         override_limits(&mut contract.limits, &req.limits, via)?;
         check_inputs(&req.inputs)?;
+        // Each named once, a few at most (every one is read and hashed).
+        let mut named: Vec<&String> = Vec::new();
+        for n in &req.skills {
+            if named.contains(&n) {
+                return Err(Error::usage(format!("skill `{n}` is named twice")));
+            }
+            named.push(n);
+        }
+        if named.len() > MAX_SKILLS {
+            return Err(Error::usage(format!(
+                "{} skills are named: a task uses at most {MAX_SKILLS}",
+                named.len()
+            )));
+        }
         let mut skills = Vec::new();
         for name in &req.skills {
-            let (bundle, signer) = crate::skills::resolve(self.project(), &loopfile, name)?;
+            let (bundle, signer) =
+                crate::skills::resolve_for_task(self.project(), &loopfile, name)?;
             let grants = crate::skills::TaskGrants::of(&loopfile);
             let record = crate::skills::narrow(&bundle, signer, &mut contract, &grants);
             if !bundle.guidance.trim().is_empty() {
