@@ -397,6 +397,61 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
     }
 }
 
+/// A task's commands start from one sandbox session (`warm.rs`): the
+/// same user namespace and a copy of one mount namespace whose shared root
+/// was built once. Nothing one command leaves reaches the next: its
+/// `/tmp`, `/dev/shm` and `/run` are its own and empty, the root, `/dev`
+/// and the host trees cannot be written, no process of the last command
+/// is left (a daemon in a session of its own neither), and an abstract
+/// socket it listened on is gone with its network namespace. The honest
+/// twin: what a command writes in the workspace is there for the next.
+#[test]
+fn a_tasks_commands_share_a_session_but_nothing_one_leaves_reaches_the_next() {
+    for who in users() {
+        let sc = Scene::new("session", who);
+        let script = probe(&sc, "session_leftovers.py");
+        let out = sc
+            .command(
+                &["--repeat", "3", "--pause-ms", "100"],
+                &["python3", &script],
+            )
+            .env("LOOP_LOG", "loop_sandbox::phases=debug")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{who:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("a session made").count(),
+            1,
+            "{who:?}: the first command makes the session: {stderr}"
+        );
+        assert_eq!(
+            stderr
+                .matches("the session's user namespace and shared root")
+                .count(),
+            2,
+            "{who:?}: the next two enter it: {stderr}"
+        );
+        let facts = std::fs::read_to_string(sc.ws().join("facts.txt")).unwrap();
+        let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(rows.len(), 3, "{who:?}: {facts}");
+        for (i, r) in rows.iter().enumerate() {
+            let n = (i + 1).to_string();
+            assert_eq!(
+                r[..],
+                [n.as_str(), rows[0][1], "none", "0", "ECONNREFUSED", r[5]],
+                "{who:?}: {facts}"
+            );
+            for w in r[5].split(',') {
+                assert!(
+                    w == "EROFS" || w == "EACCES",
+                    "{who:?}: a write outside the command's own places: {facts}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
     for who in users() {

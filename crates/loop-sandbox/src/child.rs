@@ -80,8 +80,18 @@ pub struct ChildPlan {
     /// and a network namespace owned by it with `lo` up, both new and
     /// entered by this command only. They take the place of the user and
     /// network namespaces `unshare_flags` asks for. Never sent: only the
-    /// spawner sets it, in its own copy of the plan.
+    /// spawner sets it, in its own copy of the plan. In a session (see
+    /// `warm.rs`) the user namespace is the session's and the network
+    /// namespace (-1) is made by the command itself, in it.
     pub made: Option<(RawFd, RawFd)>,
+    /// Which session the command may share its user namespace and its
+    /// root's shared tree with (see `warm.rs`): 0 none, else a kind that
+    /// never shares with another (a task's commands, its checks).
+    pub session: u8,
+    /// The session's mount namespace, its root's shared tree built
+    /// (`RootPlan::shared`): the command's own mount namespace is a copy
+    /// of it, and only the command's own steps are made. Never sent.
+    pub made_mnt: Option<RawFd>,
 }
 
 /// The command's disk, as the child makes it.
@@ -189,21 +199,7 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
         }
         if plan.unshare_flags != 0 {
             let mut flags = plan.unshare_flags;
-            if let Some((user, net)) = plan.made {
-                if user >= 0 {
-                    check(
-                        libc::setns(user, libc::CLONE_NEWUSER) as libc::c_long,
-                        d,
-                        b"enter the command's user namespace",
-                    )?;
-                }
-                check(
-                    libc::setns(net, libc::CLONE_NEWNET) as libc::c_long,
-                    d,
-                    b"enter the command's network namespace",
-                )?;
-                flags &= !(libc::CLONE_NEWUSER | libc::CLONE_NEWNET);
-            }
+            flags = enter_made(plan, flags)?;
             check(
                 libc::unshare(flags) as libc::c_long,
                 d,
@@ -271,6 +267,47 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Enter the namespaces made before the command (`plan.made`, and a
+/// session's mount namespace): the flags left for `unshare` to make.
+///
+/// # Safety
+/// Between fork and exec (async-signal-safe system calls only).
+unsafe fn enter_made(plan: &ChildPlan, mut flags: libc::c_int) -> io::Result<libc::c_int> {
+    let d = plan.diag_fd;
+    let Some((user, net)) = plan.made else {
+        return Ok(flags);
+    };
+    // SAFETY: setns on descriptors the spawner holds open.
+    unsafe {
+        if user >= 0 {
+            check(
+                libc::setns(user, libc::CLONE_NEWUSER) as libc::c_long,
+                d,
+                b"enter the command's user namespace",
+            )?;
+        }
+        // The session's tree: `unshare` below makes the command's own
+        // mount namespace a copy of it.
+        if let Some(mnt) = plan.made_mnt {
+            check(
+                libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long,
+                d,
+                b"enter the session's mount namespace",
+            )?;
+        }
+        if net >= 0 {
+            check(
+                libc::setns(net, libc::CLONE_NEWNET) as libc::c_long,
+                d,
+                b"enter the command's network namespace",
+            )?;
+            flags &= !libc::CLONE_NEWNET;
+        }
+        flags &= !libc::CLONE_NEWUSER;
+    }
+    Ok(flags)
 }
 
 /// Mount the command's disk, make its directories, and send the runtime a
@@ -689,7 +726,7 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
             setup_mounts(plan, d)?;
         }
         if plan.loopback_up {
-            if plan.made.is_none() {
+            if plan.made.is_none_or(|(_, net)| net < 0) {
                 bring_up_loopback(d)?;
             }
             if let Some(pair) = plan.proxy_sock
@@ -740,7 +777,7 @@ unsafe fn setup_mounts(plan: &ChildPlan, d: RawFd) -> io::Result<()> {
         }
         if let Some(root) = &plan.root {
             let ruleset = plan.late_rules.map(|(fd, _, _)| fd);
-            enter_root(root, ruleset, d)?;
+            enter_root(root, ruleset, plan.made_mnt.is_some(), d)?;
         }
     }
     Ok(())
@@ -898,22 +935,14 @@ pub(crate) unsafe fn bring_up_loopback(d: RawFd) -> io::Result<()> {
 unsafe fn enter_root(
     root: &crate::root::RootPlan,
     ruleset: Option<RawFd>,
+    shared_built: bool,
     d: RawFd,
 ) -> io::Result<()> {
-    // SAFETY: mount on prepared NUL-terminated strings; the helpers' own
-    // conditions are this function's.
+    // SAFETY: the helpers' conditions are this function's.
     unsafe {
-        check(
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                root.staging.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                c"mode=755,size=1m".as_ptr().cast(),
-            ) as libc::c_long,
-            d,
-            b"mount the new root",
-        )?;
+        if !shared_built {
+            build_shared(root, d)?;
+        }
         for op in &root.ops {
             root_op(op, d)?;
         }
@@ -929,6 +958,34 @@ unsafe fn enter_root(
             }
         }
         pivot_into(root, d)?;
+    }
+    Ok(())
+}
+
+/// The root's tmpfs on its staging directory, and what every command
+/// shares built in it, read-only once built (see `warm.rs`).
+///
+/// # Safety
+/// Between fork and exec (or in a session's maker), inside a private
+/// mount namespace; the plan's strings are NUL-terminated.
+pub(crate) unsafe fn build_shared(root: &crate::root::RootPlan, d: RawFd) -> io::Result<()> {
+    // SAFETY: mount on prepared NUL-terminated strings; `root_op`'s
+    // conditions are this function's.
+    unsafe {
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                root.staging.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=755,size=1m".as_ptr().cast(),
+            ) as libc::c_long,
+            d,
+            b"mount the new root",
+        )?;
+        for op in &root.shared {
+            root_op(op, d)?;
+        }
     }
     Ok(())
 }
@@ -991,6 +1048,17 @@ unsafe fn root_op(op: &crate::root::Op, d: RawFd) -> io::Result<()> {
                 b"tmpfs in the new root",
             )?,
             Op::Harden(at, keep) => harden(at, *keep, d)?,
+            Op::ReadOnly(at, keep) => check(
+                libc::mount(
+                    std::ptr::null(),
+                    at.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | *keep,
+                    std::ptr::null(),
+                ) as libc::c_long,
+                d,
+                b"make the shared root read-only",
+            )?,
             Op::Sysfs(at, keep) => sysfs(at, *keep, d)?,
             Op::Proc(at) => check(
                 libc::mount(

@@ -51,6 +51,7 @@ mod session;
 mod spares;
 pub mod spawner;
 pub mod sweep;
+mod warm;
 mod wire;
 
 pub use capture::Captured;
@@ -64,9 +65,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -662,7 +663,7 @@ impl PrivateTmp {
     /// one (see [`scratch_tmpfs`]), else in the system's temporary
     /// directory.
     fn create(small: bool) -> std::io::Result<Self> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let under = match small.then(scratch_tmpfs).flatten() {
             Some(t) => t.to_path_buf(),
             None => std::env::temp_dir(),
@@ -674,21 +675,17 @@ impl PrivateTmp {
             let dir = under.join(unique_name("loop-sbx")?);
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
-                    let p = root::Private::under(dir);
+                    let mut p = root::Private::under(dir);
                     let mut b = std::fs::DirBuilder::new();
                     b.mode(0o700);
                     b.create(&p.tmp)?;
                     b.create(p.tmp.join("home"))?;
-                    b.mode(0o755);
-                    b.create(&p.staging)?;
-                    b.create(&p.empty)?;
-                    b.mode(0o700);
                     b.create(&p.disk)?;
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o000)
-                        .open(&p.mask)?;
+                    let shared = root_dirs(under.clone())?;
+                    p.staging = shared.staging;
+                    p.empty = shared.empty;
+                    p.mask = shared.mask;
+                    p.root_base = shared.root_base;
                     return Ok(PrivateTmp(p));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
@@ -701,6 +698,50 @@ impl PrivateTmp {
     fn tmp(&self) -> &Path {
         &self.0.tmp
     }
+}
+
+/// The directories every command's root is staged in and built from
+/// (`staging`, `empty`, `mask` of [`root::Private`]), one set per runtime
+/// process and place, so that what its commands' roots share is named
+/// alike (see `warm.rs`). Made again if something removed them; removed
+/// at the process's exit (a killed process's are swept, as a command's).
+fn root_dirs(under: PathBuf) -> std::io::Result<root::Private> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    static DIRS: Mutex<Vec<(PathBuf, root::Private)>> = Mutex::new(Vec::new());
+    extern "C" fn remove_at_exit() {
+        if let Ok(dirs) = DIRS.try_lock() {
+            for (_, d) in dirs.iter() {
+                let _ = std::fs::remove_dir_all(&d.root_base);
+            }
+        }
+    }
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, d)) = dirs.iter().find(|(u, _)| *u == under)
+        && d.staging.is_dir()
+        && d.empty.is_dir()
+        && std::fs::symlink_metadata(&d.mask).is_ok_and(|m| m.is_file())
+    {
+        return Ok(d.clone());
+    }
+    let base = under.join(unique_name("loop-sbx")?);
+    std::fs::DirBuilder::new().mode(0o700).create(&base)?;
+    let d = root::Private::under(base);
+    let mut b = std::fs::DirBuilder::new();
+    b.mode(0o755);
+    b.create(&d.staging)?;
+    b.create(&d.empty)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o000)
+        .open(&d.mask)?;
+    if dirs.is_empty() {
+        // SAFETY: registering a plain function to run at exit.
+        unsafe { libc::atexit(remove_at_exit) };
+    }
+    dirs.retain(|(u, _)| *u != under);
+    dirs.push((under, d.clone()));
+    Ok(d)
 }
 
 /// `PREFIX-<pid>-<seq>-<16 random hex digits>`: unique even across pid
@@ -1191,7 +1232,9 @@ fn child_plan(
         loopback_up: use_ns && req.net == Net::None,
         proxy_sock: p.proxy_pair.as_ref().map(|(_, child)| child.as_raw_fd()),
         ctty: req.terminal,
+        session: 0,
         made: None,
+        made_mnt: None,
         root: root_plan,
         disk: own_disk,
         rlimits: p.rlimits.iter().map(|(r, v, _)| (*r, *v)).collect(),
@@ -1631,13 +1674,14 @@ fn launch(
         )?;
         Ok((diag_read, diag_write, plan, in_root))
     });
-    let (diag_read, diag_write, plan, in_root) = match planned {
+    let (diag_read, diag_write, mut plan, in_root) = match planned {
         Ok(x) => x,
         Err(e) => {
             p.cgroups.destroy();
             return Err(e);
         }
     };
+    plan.session = session_of(req, &plan, session);
     note_disk_and_userns(req, &mut p, in_root);
     let spawner = spawner::handle();
     let (mut cmd, env_imposed, terminal) =
@@ -1689,6 +1733,30 @@ fn launch(
         env_imposed,
         terminal,
     })
+}
+
+/// Which session the command may share its user namespace and its root's
+/// shared tree with (see `warm.rs`): none for a long-lived process (it
+/// runs beside the task's commands), for one on a terminal or behind the
+/// egress proxy, for one that does not make every namespace, or with
+/// `LOOP_SANDBOX_SESSIONS=0`; an acceptance check never shares with
+/// what is not one.
+fn session_of(req: &ExecRequest, plan: &child::ChildPlan, long_lived: bool) -> u8 {
+    let all = libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let on = std::env::var_os("LOOP_SANDBOX_SESSIONS").is_none_or(|v| v != "0");
+    let eligible = on
+        && !long_lived
+        && !req.terminal
+        && plan.userns
+        && plan.root.is_some()
+        && plan.proxy_sock.is_none()
+        && plan.loopback_up
+        && plan.unshare_flags & all == all;
+    match (eligible, req.check) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    }
 }
 
 /// The notes on the command's disk and `/tmp` (inside its own root or

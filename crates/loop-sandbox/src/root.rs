@@ -57,6 +57,9 @@ pub enum Op {
     /// Make the mount at the target, and every mount beneath it, `nosuid`
     /// and `nodev` (with these flags kept, for the fallback remount).
     Harden(CString, libc::c_ulong),
+    /// Make the mount at the target read-only, keeping these flags: what
+    /// the root's own tmpfs mounts hold is set once, before any command.
+    ReadOnly(CString, libc::c_ulong),
 }
 
 /// Everything the child needs to build the root and enter it.
@@ -64,7 +67,15 @@ pub enum Op {
 pub struct RootPlan {
     /// The directory the new root's tmpfs is mounted on.
     pub staging: CString,
-    /// Mount steps, parents before children.
+    /// The steps that build what every command of a session shares, in
+    /// order, ending with that tree made read-only: the root's tmpfs and
+    /// its directories, the host trees, the masks over denied paths, and
+    /// `/dev` (see `warm.rs`). Nothing here depends on one command, holds
+    /// anything a command can write, or lies inside a mount of [`RootPlan::ops`].
+    pub shared: Vec<Op>,
+    /// The steps that are the command's own, after those (parents before
+    /// children): its `/tmp`, the workspace and what is mounted in it, a
+    /// git directory, `/proc`, `/sys`, `/dev/shm` and `/run`.
     pub ops: Vec<Op>,
     /// Landlock rules to add once the mounts exist (an overlay's tree is
     /// its own to Landlock): (path under the staging root, access mask).
@@ -169,6 +180,10 @@ pub struct Private {
     /// mount namespace: it holds the command's `/tmp` and its layer over
     /// the workspace.
     pub disk: PathBuf,
+    /// The directory holding `staging`, `empty` and `mask`: `base`, or
+    /// one the runtime process keeps for every command (so that what its
+    /// commands' roots share is named alike, see `warm.rs`).
+    pub root_base: PathBuf,
 }
 
 impl Private {
@@ -187,6 +202,7 @@ impl Private {
             empty: base.join("empty"),
             mask: base.join("mask"),
             disk: base.join("disk"),
+            root_base: base.clone(),
             base,
         }
     }
@@ -259,11 +275,22 @@ pub fn special(t: &Path) -> bool {
 
 /// Build the plan for one command.
 pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, RootError> {
+    let mut own_roots: Vec<PathBuf> = [inp.workspace, Path::new("/tmp")]
+        .into_iter()
+        .chain(SPECIAL.iter().map(Path::new))
+        .chain(inp.aliases.iter().map(PathBuf::as_path))
+        .chain(inp.git.map(|(dir, _)| dir))
+        .map(Path::to_path_buf)
+        .collect();
+    own_roots.retain(|r| r != Path::new("/dev"));
+    own_roots.push(PathBuf::from("/dev/shm"));
     let mut b = Builder {
         staging: &inp.private.staging,
+        shared: Vec::new(),
         ops: Vec::new(),
         rules: Vec::new(),
         made: Default::default(),
+        own_roots,
     };
     let targets = targets(inp);
     for (t, kind) in &targets {
@@ -282,8 +309,28 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, RootError> {
     b.mask_denied(inp, &targets)?;
     b.system(inp)?;
     b.resolv_conf(inp)?;
+    // What the commands share holds nothing any of them can write: the
+    // root's own tmpfs and the tmpfs mounts made in it are read-only
+    // from here on (each command's writable places are its own mounts).
+    for (t, kind) in &targets {
+        if matches!(kind, Kind::Mask) {
+            b.shared.push(Op::ReadOnly(
+                c(&under(b.staging, t))?,
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            ));
+        }
+    }
+    b.shared.push(Op::ReadOnly(
+        c(&under(b.staging, Path::new("/dev")))?,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+    ));
+    b.shared.push(Op::ReadOnly(
+        c(b.staging)?,
+        libc::MS_NOSUID | libc::MS_NODEV,
+    ));
     Ok(RootPlan {
         staging: c(b.staging)?,
+        shared: b.shared,
         ops: b.ops,
         rules: b.rules,
         cwd: c(inp.cwd)?,
@@ -349,23 +396,47 @@ fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
     targets
 }
 
-/// The plan as it is built: operations in order, Landlock rules for the
-/// new root, and the directories already made in it.
+/// The plan as it is built: operations in order (those every command
+/// shares, and the command's own), Landlock rules for the new root, and
+/// the directories already made in it.
 struct Builder<'s> {
     staging: &'s Path,
+    shared: Vec<Op>,
     ops: Vec<Op>,
     rules: Vec<(CString, u64)>,
     made: std::collections::BTreeSet<PathBuf>,
+    /// Host paths whose mounts are each command's own: what lies inside
+    /// one is the command's own too.
+    own_roots: Vec<PathBuf>,
 }
 
 impl Builder<'_> {
-    /// mkdir every ancestor of `p` (inside the new root) not made yet.
+    /// Whether what is mounted at `t` (a host path) is the command's own.
+    fn own(&self, t: &Path) -> bool {
+        self.own_roots.iter().any(|r| t.starts_with(r))
+    }
+
+    /// Add `op` to the command's own steps, or to the shared ones.
+    fn push(&mut self, own: bool, op: Op) {
+        if own {
+            self.ops.push(op)
+        } else {
+            self.shared.push(op)
+        }
+    }
+
+    /// mkdir every ancestor of `p` (inside the new root) not made yet:
+    /// in the root's own tmpfs, shared; inside a command's own mount, its own.
     fn mkdirs(&mut self, p: &Path) -> Result<(), RootError> {
         let mut acc = PathBuf::from("/");
         for comp in p.components().skip(1) {
             acc.push(comp);
             if self.made.insert(acc.clone()) {
-                self.ops.push(Op::Mkdir(c(&under(self.staging, &acc))?));
+                let own = self
+                    .own_roots
+                    .iter()
+                    .any(|r| acc.starts_with(r) && acc != *r);
+                self.push(own, Op::Mkdir(c(&under(self.staging, &acc))?));
             }
         }
         Ok(())
@@ -383,6 +454,7 @@ impl Builder<'_> {
                 if let Some(parent) = t.parent() {
                     self.mkdirs(parent)?;
                 }
+                let own = self.own(t);
                 let ft = meta.file_type();
                 if ft.is_symlink() {
                     // `/bin -> usr/bin` on merged-/usr systems.
@@ -390,23 +462,19 @@ impl Builder<'_> {
                         at: t.to_path_buf(),
                         source,
                     })?;
-                    self.ops.push(Op::Symlink(c(&target)?, c(&at)?));
+                    self.push(own, Op::Symlink(c(&target)?, c(&at)?));
                 } else if ft.is_dir() {
                     self.mkdirs(t)?;
                     if overlaid(t, inp.overlay_trees) {
-                        self.overlay_tree(inp, t, &at)?;
+                        self.overlay_tree(inp, t, &at, own)?;
                     } else {
-                        self.ops
-                            .push(Op::Bind(c(t)?, c(&at)?, true, Some(crate::locked_flags(t))));
+                        let flags = crate::locked_flags(t);
+                        self.push(own, Op::Bind(c(t)?, c(&at)?, true, Some(flags)));
                     }
                 } else if ft.is_file() {
-                    self.ops.push(Op::Touch(c(&at)?));
-                    self.ops.push(Op::Bind(
-                        c(t)?,
-                        c(&at)?,
-                        false,
-                        Some(crate::locked_flags(t)),
-                    ));
+                    self.push(own, Op::Touch(c(&at)?));
+                    let flags = crate::locked_flags(t);
+                    self.push(own, Op::Bind(c(t)?, c(&at)?, false, Some(flags)));
                 }
                 // Sockets, FIFOs and devices named as trees are left out.
             }
@@ -437,7 +505,8 @@ impl Builder<'_> {
             }
             Kind::Mask => {
                 self.mkdirs(t)?;
-                self.ops.push(Op::Tmpfs(
+                // Made read-only once the workspace's place is made in it.
+                self.shared.push(Op::Tmpfs(
                     c(&at)?,
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     c(Path::new("mode=755,size=64k"))?,
@@ -458,7 +527,13 @@ impl Builder<'_> {
     /// A host tree as a read-only overlay (over an empty upper layer, so no
     /// socket inside it is reachable). Landlock sees the overlay as a tree
     /// of its own: the view's rules for this tree are added again on it.
-    fn overlay_tree(&mut self, inp: &Inputs<'_>, t: &Path, at: &Path) -> Result<(), RootError> {
+    fn overlay_tree(
+        &mut self,
+        inp: &Inputs<'_>,
+        t: &Path,
+        at: &Path,
+        own: bool,
+    ) -> Result<(), RootError> {
         let mut o = format!(
             "lowerdir={}:{}",
             overlay_escape(t),
@@ -467,11 +542,14 @@ impl Builder<'_> {
         if inp.userns {
             o.push_str(",userxattr");
         }
-        self.ops.push(Op::Overlay(
-            c(at)?,
-            c(Path::new(&o))?,
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
-        ));
+        self.push(
+            own,
+            Op::Overlay(
+                c(at)?,
+                c(Path::new(&o))?,
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            ),
+        );
         let read_dir = inp.masks.read_dir;
         if read_dir != 0 {
             for e in inp.view.read_exec_under(t) {
@@ -616,6 +694,7 @@ impl Builder<'_> {
                     .any(|t| alias.starts_with(t) || t.starts_with(alias))
                     && !masked.iter().any(|m| alias.starts_with(m)))
                 || alias.starts_with(&inp.private.base)
+                || alias.starts_with(&inp.private.root_base)
                 || special(alias)
                 || alias.components().any(|c| {
                     !matches!(
@@ -673,22 +752,29 @@ impl Builder<'_> {
                 .any(|(t, k)| matches!(k, Kind::Mask) && p == t)
         };
         for d in &inp.view.denied {
-            if !mounted(d) || emptied(d) || d.starts_with(&inp.private.base) {
+            if !mounted(d)
+                || emptied(d)
+                || d.starts_with(&inp.private.base)
+                || d.starts_with(&inp.private.root_base)
+            {
                 continue;
             }
+            let own = self.own(d);
             let Ok(meta) = std::fs::symlink_metadata(d) else {
                 continue;
             };
             let at = c(&under(self.staging, d))?;
             if meta.is_dir() {
-                self.ops.push(Op::Tmpfs(
-                    at,
-                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    c(Path::new("mode=000,size=4k"))?,
-                ));
+                self.push(
+                    own,
+                    Op::Tmpfs(
+                        at,
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        c(Path::new("mode=000,size=4k"))?,
+                    ),
+                );
             } else if meta.is_file() {
-                self.ops
-                    .push(Op::Bind(c(&inp.private.mask)?, at, false, Some(0)));
+                self.push(own, Op::Bind(c(&inp.private.mask)?, at, false, Some(0)));
             }
         }
         Ok(())
@@ -700,7 +786,7 @@ impl Builder<'_> {
     fn system(&mut self, inp: &Inputs<'_>) -> Result<(), RootError> {
         let read_dir = inp.masks.read_dir;
         let proc_at = under(self.staging, Path::new("/proc"));
-        self.ops.push(Op::Mkdir(c(&proc_at)?));
+        self.shared.push(Op::Mkdir(c(&proc_at)?));
         if inp.fresh_proc {
             self.ops.push(Op::Proc(c(&proc_at)?));
             if read_dir != 0 {
@@ -709,7 +795,8 @@ impl Builder<'_> {
         }
         if Path::new("/sys").is_dir() {
             let sys_at = under(self.staging, Path::new("/sys"));
-            self.ops.push(Op::Mkdir(c(&sys_at)?));
+            // A fresh sysfs shows its network namespace, the command's own.
+            self.shared.push(Op::Mkdir(c(&sys_at)?));
             if inp.own_net {
                 self.ops.push(Op::Sysfs(
                     c(&sys_at)?,
@@ -728,8 +815,10 @@ impl Builder<'_> {
             }
         }
         let dev = under(self.staging, Path::new("/dev"));
-        self.ops.push(Op::Mkdir(c(&dev)?));
-        self.ops.push(Op::Tmpfs(
+        // Made read-only at the end: writing to a device bound here
+        // writes to the device, never to the tmpfs.
+        self.shared.push(Op::Mkdir(c(&dev)?));
+        self.shared.push(Op::Tmpfs(
             c(&dev)?,
             libc::MS_NOSUID | libc::MS_NOEXEC,
             c(Path::new("mode=755,size=64k"))?,
@@ -747,8 +836,8 @@ impl Builder<'_> {
             if std::fs::metadata(&host).is_err() {
                 continue;
             }
-            self.ops.push(Op::Touch(c(&dev.join(d))?));
-            self.ops
+            self.shared.push(Op::Touch(c(&dev.join(d))?));
+            self.shared
                 .push(Op::Bind(c(&host)?, c(&dev.join(d))?, false, None));
         }
         // The runtime's terminal at its own name, so `ttyname` finds it.
@@ -757,8 +846,8 @@ impl Builder<'_> {
         {
             let at = under(self.staging, t);
             self.mkdirs(t.parent().unwrap_or(t))?;
-            self.ops.push(Op::Touch(c(&at)?));
-            self.ops.push(Op::Bind(c(t)?, c(&at)?, false, None));
+            self.shared.push(Op::Touch(c(&at)?));
+            self.shared.push(Op::Bind(c(t)?, c(&at)?, false, None));
         }
         for (name, target) in [
             ("fd", "/proc/self/fd"),
@@ -766,14 +855,14 @@ impl Builder<'_> {
             ("stdout", "/proc/self/fd/1"),
             ("stderr", "/proc/self/fd/2"),
         ] {
-            self.ops
+            self.shared
                 .push(Op::Symlink(c(Path::new(target))?, c(&dev.join(name))?));
         }
         for (at, size) in [
             (dev.join("shm"), "64m"),
             (under(self.staging, Path::new("/run")), "16m"),
         ] {
-            self.ops.push(Op::Mkdir(c(&at)?));
+            self.shared.push(Op::Mkdir(c(&at)?));
             self.ops.push(Op::Tmpfs(
                 c(&at)?,
                 libc::MS_NOSUID | libc::MS_NODEV,
@@ -827,9 +916,11 @@ impl Builder<'_> {
 mod tests {
     use super::*;
 
+    /// Every step, in the order a command without a session makes them.
     fn names(plan: &RootPlan) -> Vec<String> {
-        plan.ops
+        plan.shared
             .iter()
+            .chain(&plan.ops)
             .map(|o| match o {
                 Op::Mkdir(p) => format!("mkdir {}", p.to_string_lossy()),
                 Op::Touch(p) => format!("touch {}", p.to_string_lossy()),
@@ -842,6 +933,7 @@ mod tests {
                 Op::Proc(p) => format!("proc {}", p.to_string_lossy()),
                 Op::Harden(p, _) => format!("harden {}", p.to_string_lossy()),
                 Op::Sysfs(p, _) => format!("sysfs {}", p.to_string_lossy()),
+                Op::ReadOnly(p, _) => format!("read-only {}", p.to_string_lossy()),
             })
             .collect()
     }
@@ -981,6 +1073,144 @@ mod tests {
         assert!(overlaid, "{:?}", cow.ops);
         assert!(!cow.ops.iter().any(|op| matches!(op, Op::Bind(src, _, _, _)
                 if src.to_str().unwrap().ends_with("project/a/env"))));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// What a session's commands share (`RootPlan::shared`) is built once
+    /// for all of them: nothing in it may be a command's own, writable, or
+    /// covered by a command's own mount; the command's own places are all
+    /// in its own steps. A workspace under `/tmp` (a task workspace often
+    /// is) and one elsewhere, with an alias, a git directory and a share.
+    #[test]
+    fn the_shared_tree_holds_nothing_a_command_owns_or_can_write() {
+        let base = std::env::temp_dir().join(format!("loop-root-split-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("ws/env")).unwrap();
+        std::fs::create_dir_all(base.join("git")).unwrap();
+        std::fs::create_dir_all(base.join("env")).unwrap();
+        let view = HostView::resolve("/usr/bin:/bin", Some(Path::new("/root")), &[]);
+        let private = Private::under(PathBuf::from("/tmp/p"));
+        let share = ShareMount {
+            host: base.join("env"),
+            rel: "env".into(),
+            layers: None,
+            middle: None,
+            skeleton: None,
+            caches: Vec::new(),
+            files: Vec::new(),
+        };
+        let elsewhere = PathBuf::from("/srv/loop-alias-ws");
+        for (ws, aliases) in [
+            (base.join("ws"), vec![elsewhere.clone()]),
+            (PathBuf::from("/tmp/x/ws"), Vec::new()),
+        ] {
+            let git = (base.join("git"), base.join("config"));
+            let plan = plan(&Inputs {
+                view: &view,
+                private: &private,
+                workspace: &ws,
+                cwd: &ws,
+                fresh_proc: true,
+                own_net: true,
+                git: Some((git.0.as_path(), git.1.as_path())),
+                overlay_trees: true,
+                shares: if ws.starts_with(&base) {
+                    std::slice::from_ref(&share)
+                } else {
+                    &[]
+                },
+                extra_trees: &[],
+                aliases: &aliases,
+                userns: true,
+                masks: Masks::default(),
+                tmp_dirs: &[],
+                terminal: None,
+            })
+            .unwrap();
+            let staged = |p: &Path| under(Path::new("/tmp/p/root"), p);
+            let own: Vec<PathBuf> = [ws.as_path(), Path::new("/tmp"), Path::new("/proc")]
+                .into_iter()
+                .chain([Path::new("/sys"), Path::new("/run"), Path::new("/dev/shm")])
+                .chain(aliases.iter().map(PathBuf::as_path))
+                .chain([git.0.as_path()])
+                .map(staged)
+                .collect();
+            let target = |op: &Op| -> PathBuf {
+                let c = match op {
+                    Op::Mkdir(p) | Op::Touch(p) | Op::Proc(p) => p,
+                    Op::Symlink(_, p) | Op::Bind(_, p, _, _) => p,
+                    Op::Overlay(p, _, _) | Op::Tmpfs(p, _, _) => p,
+                    Op::Sysfs(p, _) | Op::Harden(p, _) | Op::ReadOnly(p, _) => p,
+                };
+                PathBuf::from(c.to_str().unwrap())
+            };
+            for op in &plan.shared {
+                let t = target(op);
+                // A directory may be made for a mount of the command's
+                // own (its mount point): nothing inside one, nothing on one.
+                let inside = own.iter().any(|o| t.starts_with(o) && t != *o);
+                assert!(
+                    !inside,
+                    "{ws:?}: shared step inside a command's own place: {op:?}"
+                );
+                match op {
+                    Op::Mkdir(_) | Op::Touch(_) | Op::Symlink(..) | Op::ReadOnly(..) => {}
+                    Op::Overlay(_, _, flags) => assert!(flags & libc::MS_RDONLY != 0, "{op:?}"),
+                    Op::Bind(src, _, _, ro) => assert!(
+                        ro.is_some() || src.to_str().unwrap().starts_with("/dev/"),
+                        "{ws:?}: a writable shared bind: {op:?}"
+                    ),
+                    Op::Tmpfs(at, flags, _) => assert!(
+                        flags & libc::MS_RDONLY != 0
+                            || plan
+                                .shared
+                                .iter()
+                                .any(|o| matches!(o, Op::ReadOnly(p, _) if p == at)),
+                        "{ws:?}: a shared tmpfs left writable: {op:?}"
+                    ),
+                    Op::Proc(_) | Op::Sysfs(..) | Op::Harden(..) => {
+                        panic!("{ws:?}: a command's own mount in the shared tree: {op:?}")
+                    }
+                }
+            }
+            assert!(
+                matches!(plan.shared.last(), Some(Op::ReadOnly(p, _)) if p.to_str() == Ok("/tmp/p/root")),
+                "the root's own tmpfs is read-only last: {:?}",
+                plan.shared.last()
+            );
+            // The command's own places are its own steps.
+            let own_ops: Vec<PathBuf> = plan.ops.iter().map(target).collect();
+            for place in [
+                staged(&ws),
+                staged(Path::new("/tmp")),
+                staged(Path::new("/proc")),
+            ] {
+                assert!(
+                    own_ops.contains(&place),
+                    "{ws:?}: {place:?} in {own_ops:#?}"
+                );
+            }
+            for place in [staged(Path::new("/run")), staged(Path::new("/dev/shm"))] {
+                assert!(
+                    own_ops.contains(&place),
+                    "{ws:?}: {place:?} in {own_ops:#?}"
+                );
+            }
+            if ws.starts_with(&base) {
+                assert!(
+                    own_ops.contains(&staged(&ws.join("env"))),
+                    "the share: {own_ops:#?}"
+                );
+                assert!(
+                    own_ops.contains(&staged(&elsewhere)),
+                    "the alias: {own_ops:#?}"
+                );
+                assert!(
+                    own_ops.contains(&staged(&git.0)),
+                    "the git directory: {own_ops:#?}"
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -213,7 +213,7 @@ unsafe fn make(kind: &Kind, sock: RawFd) -> ! {
 ///
 /// # Safety
 /// Plain system calls; `sock` is an open socket.
-unsafe fn send(sock: RawFd, fds: &[RawFd]) -> bool {
+pub(crate) unsafe fn send(sock: RawFd, fds: &[RawFd]) -> bool {
     let mut data = *b"S";
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
@@ -274,7 +274,9 @@ mod tests {
             )],
             diag_fd: -1,
             ctty: false,
+            session: 0,
             made: None,
+            made_mnt: None,
         }
     }
 

@@ -45,6 +45,7 @@
 use crate::child::{self, ChildPlan};
 use crate::fdpass;
 use crate::spares::{Pair, Spares};
+use crate::warm::Sessions;
 use crate::wire::{Dec, Enc, Head, Order};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -537,12 +538,21 @@ pub(crate) fn spawn(
             "with the command's process id (the command may have begun)",
         ));
     }
-    let (pid, made_ahead) = read_pid(&chan)?;
-    if made_ahead {
-        tracing::debug!(
+    let (pid, ahead) = read_pid(&chan)?;
+    match ahead {
+        Ahead::Pair => tracing::debug!(
             target: "loop_sandbox::phases",
             "sandbox: user and network namespaces made ahead"
-        );
+        ),
+        Ahead::Session => tracing::debug!(
+            target: "loop_sandbox::phases",
+            "sandbox: namespaces made ahead: the session's user namespace and shared root (its network namespace the command's own)"
+        ),
+        Ahead::NewSession => tracing::debug!(
+            target: "loop_sandbox::phases",
+            "sandbox: a session made (user namespace, shared root) for this command and those like it"
+        ),
+        Ahead::None => {}
     }
     let mut proc = Proc {
         pid,
@@ -660,18 +670,31 @@ fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     }
 }
 
+/// What a command entered that was made before it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ahead {
+    None,
+    /// A user and a network namespace (`spares.rs`).
+    Pair,
+    /// A session (`warm.rs`) that served earlier commands.
+    Session,
+    /// A session made for this command, kept for the next.
+    NewSession,
+}
+
 /// The spawner's first answer: `P` + the command's pid (`p`: it entered
-/// namespaces made ahead), or `E` + the
-/// errno of a failed fork or a refused order; none (`EAGAIN`) when the
-/// spawner dropped the order or ended.
-fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, bool)> {
+/// namespaces made ahead; `s`: a session's, `n`: a session made for it),
+/// or `E` + the errno of a failed fork or a refused order; none
+/// (`EAGAIN`) when the spawner dropped the order or ended.
+fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, Ahead)> {
     let mut buf = [0u8; 8];
     let n = read_full_packet(chan, &mut buf)?;
     let value = || i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
     match (n, buf[0]) {
-        // `p`: the command entered namespaces made ahead (`spares.rs`).
-        (5, b'P') => Ok((value(), false)),
-        (5, b'p') => Ok((value(), true)),
+        (5, b'P') => Ok((value(), Ahead::None)),
+        (5, b'p') => Ok((value(), Ahead::Pair)),
+        (5, b's') => Ok((value(), Ahead::Session)),
+        (5, b'n') => Ok((value(), Ahead::NewSession)),
         // The errno itself, so a passing shortage (`EAGAIN` from fork)
         // reads as one.
         (5, b'E') => Err(io::Error::from_raw_os_error(value())),
@@ -751,6 +774,7 @@ fn serve() -> i32 {
     let sigfd = unsafe { OwnedFd::from_raw_fd(sigfd) };
     let mut kids: Vec<Kid> = Vec::new();
     let mut spares = Spares::default();
+    let mut sessions = Sessions::default();
     loop {
         let pollfd = |fd: RawFd| libc::pollfd {
             fd,
@@ -765,12 +789,23 @@ fn serve() -> i32 {
         );
         let kids_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
+        // An idle session is dropped when due, orders or not.
+        let wait = sessions
+            .next_expiry(Instant::now())
+            .map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32 + 1);
         // SAFETY: poll on pollfds we own.
-        if unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) } < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+        match unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait) } {
+            0 => {
+                sessions.tick();
                 continue;
             }
-            break;
+            n if n < 0 => {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break;
+            }
+            _ => {}
         }
         let asked: Vec<RawFd> = pfds[2..kids_end]
             .iter()
@@ -787,7 +822,7 @@ fn serve() -> i32 {
             let mut info = [0u8; 128];
             // SAFETY: draining the signalfd into a buffer we own.
             while unsafe { libc::read(sigfd.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
-            reap(&mut kids);
+            reap(&mut kids, &mut sessions);
             spares.reap();
         }
         if pfds.get(kids_end).is_some_and(|p| p.revents != 0) {
@@ -795,7 +830,7 @@ fn serve() -> i32 {
         }
         if pfds[0].revents != 0 {
             match receive_order() {
-                Received::Order(fds) => start_order(fds, &mut kids, &mut spares),
+                Received::Order(fds) => start_order(fds, &mut kids, &mut spares, &mut sessions),
                 Received::Nothing => {}
                 Received::Closed => break,
             }
@@ -848,8 +883,9 @@ fn hear(k: &mut Kid) {
     }
 }
 
-/// Tell every command that has ended: its group killed, then reaped.
-fn reap(kids: &mut Vec<Kid>) {
+/// Tell every command that has ended: its group killed, then reaped (its
+/// session, if it had one, free again).
+fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
     kids.retain(|k| {
         // SAFETY: waitid on our own child with a zeroed siginfo to fill.
         let ended = unsafe {
@@ -874,6 +910,7 @@ fn reap(kids: &mut Vec<Kid>) {
                 st = libc::SIGKILL;
             }
         }
+        sessions.release(k.pid);
         answer(&k.chan, b'X', st);
         false
     });
@@ -923,7 +960,12 @@ fn receive_order() -> Received {
 
 /// Start one ordered command: fork, and in the child enter its plan and
 /// run it; answer its pid (or why not) on its socket.
-fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>, spares: &mut Spares) {
+fn start_order(
+    mut fds: Vec<OwnedFd>,
+    kids: &mut Vec<Kid>,
+    spares: &mut Spares,
+    sessions: &mut Sessions,
+) {
     let rest = fds.split_off(2);
     let (Some(memfd), Some(chan)) = (fds.pop(), fds.pop()) else {
         return;
@@ -934,11 +976,21 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>, spares: &mut Spares) 
         Ok(o) => o,
         Err(_) => return answer(&chan, b'E', libc::EINVAL),
     };
-    let pair = spares.take(&order.plan);
-    order.plan.made = pair.as_ref().map(Pair::raw);
     let Ok(prepared) = Exec::new(&order.head) else {
         return answer(&chan, b'E', libc::EINVAL);
     };
+    // A session (`warm.rs`) where the plan may share one, else a pair
+    // of namespaces made ahead (`spares.rs`).
+    let given = sessions.take(&order.plan);
+    let pair = match given {
+        Some(_) => None,
+        None => spares.take(&order.plan),
+    };
+    order.plan.made = match (&given, &pair) {
+        (Some(g), _) => Some((g.user, -1)),
+        (None, p) => p.as_ref().map(Pair::raw),
+    };
+    order.plan.made_mnt = given.as_ref().map(|g| g.mnt);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     // SAFETY: this process is single-threaded: the child may do anything
@@ -949,14 +1001,22 @@ fn start_order(mut fds: Vec<OwnedFd>, kids: &mut Vec<Kid>, spares: &mut Spares) 
         unsafe { run(&order, &prepared, me) }
     }
     if pid < 0 {
-        return answer(
-            &chan,
-            b'E',
-            io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        );
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if let Some(g) = &given {
+            sessions.unbind(g.id);
+        }
+        return answer(&chan, b'E', errno);
     }
     // The child's descriptors are its own now.
-    let kind = if pair.is_some() { b'p' } else { b'P' };
+    let kind = match (&given, &pair) {
+        (Some(g), _) if g.new => b'n',
+        (Some(_), _) => b's',
+        (None, Some(_)) => b'p',
+        (None, None) => b'P',
+    };
+    if let Some(g) = &given {
+        sessions.bind(g.id, pid);
+    }
     drop((rest, memfd, pair));
     answer(&chan, kind, pid);
     kids.push(Kid {

@@ -280,6 +280,7 @@ fn encode_plan(p: &ChildPlan, e: &mut Enc) {
     }
     e.fd(p.diag_fd);
     e.bool(p.ctty);
+    e.u8(p.session);
 }
 
 fn decode_plan(d: &mut Dec<'_>) -> io::Result<ChildPlan> {
@@ -348,7 +349,9 @@ fn decode_plan(d: &mut Dec<'_>) -> io::Result<ChildPlan> {
         user_sysctls,
         diag_fd: d.fd()?,
         ctty: d.bool()?,
+        session: d.u8()?,
         made: None,
+        made_mnt: None,
     })
 }
 
@@ -389,8 +392,21 @@ fn decode_seccomp(d: &mut Dec<'_>) -> io::Result<Vec<Vec<libc::sock_filter>>> {
 
 fn encode_root(r: &RootPlan, e: &mut Enc) {
     e.cstr(&r.staging);
-    e.u32(r.ops.len() as u32);
-    for op in &r.ops {
+    encode_ops(&r.shared, e);
+    encode_ops(&r.ops, e);
+    e.u32(r.rules.len() as u32);
+    for (path, mask) in &r.rules {
+        e.cstr(path);
+        e.u64(*mask);
+    }
+    e.cstr(&r.cwd);
+}
+
+/// Mount steps, as an order carries them (also what names a session's
+/// shared tree, see `warm.rs`).
+pub(crate) fn encode_ops(ops: &[Op], e: &mut Enc) {
+    e.u32(ops.len() as u32);
+    for op in ops {
         match op {
             Op::Mkdir(a) => {
                 e.u8(0);
@@ -439,14 +455,13 @@ fn encode_root(r: &RootPlan, e: &mut Enc) {
                 e.cstr(a);
                 e.u64(*f);
             }
+            Op::ReadOnly(a, f) => {
+                e.u8(9);
+                e.cstr(a);
+                e.u64(*f);
+            }
         }
     }
-    e.u32(r.rules.len() as u32);
-    for (path, mask) in &r.rules {
-        e.cstr(path);
-        e.u64(*mask);
-    }
-    e.cstr(&r.cwd);
 }
 
 fn decode_op(d: &mut Dec<'_>) -> io::Result<Op> {
@@ -465,12 +480,15 @@ fn decode_op(d: &mut Dec<'_>) -> io::Result<Op> {
         6 => Op::Proc(d.cstr()?),
         7 => Op::Sysfs(d.cstr()?, d.u64()?),
         8 => Op::Harden(d.cstr()?, d.u64()?),
+        9 => Op::ReadOnly(d.cstr()?, d.u64()?),
         _ => return Err(bad("an unknown mount step")),
     })
 }
 
 fn decode_root(d: &mut Dec<'_>) -> io::Result<RootPlan> {
     let staging = d.cstr()?;
+    let n = d.len()?;
+    let shared = (0..n).map(|_| decode_op(d)).collect::<io::Result<_>>()?;
     let n = d.len()?;
     let ops = (0..n).map(|_| decode_op(d)).collect::<io::Result<_>>()?;
     let n = d.len()?;
@@ -479,6 +497,7 @@ fn decode_root(d: &mut Dec<'_>) -> io::Result<RootPlan> {
         .collect::<io::Result<_>>()?;
     Ok(RootPlan {
         staging,
+        shared,
         ops,
         rules,
         cwd: d.cstr()?,
@@ -508,6 +527,7 @@ mod tests {
             proxy_sock: Some(12),
             root: Some(RootPlan {
                 staging: c("/s"),
+                shared: vec![Op::Mkdir(c("/s/dev")), Op::ReadOnly(c("/s"), 3)],
                 ops: vec![
                     Op::Mkdir(c("/s/usr")),
                     Op::Touch(c("/s/f")),
@@ -540,7 +560,9 @@ mod tests {
             user_sysctls: vec![(c("/proc/sys/user/max_inotify_instances"), b"128".to_vec())],
             diag_fd: 14,
             ctty: false,
+            session: 2,
             made: None,
+            made_mnt: None,
         }
     }
 

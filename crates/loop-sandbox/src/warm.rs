@@ -1,0 +1,497 @@
+//! A sandbox session per task: what a task's commands share is built
+//! once, by the spawner, and each command starts from it.
+//!
+//! Every command of a task has the same root but for its own places: the
+//! same host trees (each an overlay), the same masks over denied paths,
+//! the same `/dev`. Building that tree is most of a command's mounts. A
+//! session is a user namespace (its id maps and per-user limits written)
+//! and a mount namespace in it holding that tree, built from
+//! [`RootPlan::shared`] by a small process forked from the spawner (the
+//! maker), which sends both namespaces back and exits. Each later command
+//! with the same shared steps enters the session's user namespace and a
+//! copy of its mount namespace (`setns`, then `unshare`), and makes only
+//! its own steps there: its `/tmp` on its own disk, the workspace and what
+//! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its network,
+//! PID, IPC and cgroup namespaces are its own and new, as before, and so
+//! are its Landlock ruleset, seccomp filter, limits and cgroups.
+//!
+//! Nothing a command can change is shared:
+//!
+//! - the shared tree is read-only once built (its tmpfs mounts remounted
+//!   read-only, every host tree read-only), and a command holds no
+//!   capability to remount it: what one command could write there, the
+//!   next would see;
+//! - a command's mount namespace is a copy: what it mounts is gone with it;
+//! - the user namespace keeps nothing a process without capabilities can
+//!   set (keyrings are refused by seccomp; its limits are read-only to it);
+//! - a session serves one command at a time: a second command of the same
+//!   kind while one runs gets another session, so two live commands never
+//!   share a namespace;
+//! - a task's commands and its acceptance checks never share one (the
+//!   session's kind is part of its key), nor do commands whose shared steps
+//!   differ in a byte (the key is those steps);
+//! - a long-lived process, a command on a terminal or behind the egress
+//!   proxy gets none (see `session_of` in `lib.rs`).
+//!
+//! A session unused for [`IDLE`] or older than [`MAX_AGE`] is dropped, so
+//! a host tree changed meanwhile is seen fresh by the next one; at most
+//! [`KEPT`] idle sessions are kept. A maker that fails turns sessions off
+//! for the spawner's life: commands then build their whole root each, as
+//! without a spawner.
+
+use crate::child::{self, ChildPlan};
+use crate::wire::Enc;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// An idle session is dropped after this long unused.
+pub(crate) const IDLE: Duration = Duration::from_secs(15);
+
+/// A session is dropped once this old (when no command is in it).
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(60);
+
+/// Idle sessions kept at most.
+pub(crate) const KEPT: usize = 4;
+
+/// How long a maker may take before it is killed.
+const MAKER_WAIT: Duration = Duration::from_secs(10);
+
+/// One session: its namespaces, the command in it, and its times.
+struct Entry {
+    id: u64,
+    key: Vec<u8>,
+    user: OwnedFd,
+    mnt: OwnedFd,
+    /// The command in it (0 while it is being forked).
+    busy: Option<libc::pid_t>,
+    made: Instant,
+    used: Instant,
+}
+
+/// The spawner's sessions.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    entries: Vec<Entry>,
+    next_id: u64,
+    /// A maker failed: none is made again.
+    off: bool,
+}
+
+/// A session given to one command: its id, and the user and mount
+/// namespaces to enter.
+pub(crate) struct Given {
+    pub id: u64,
+    pub user: RawFd,
+    pub mnt: RawFd,
+    /// It was made for this command (the first of its kind).
+    pub new: bool,
+}
+
+/// What names a session: its kind, the user namespace's maps and
+/// limits, and the shared steps; `None` when the plan may not share one.
+fn key_of(plan: &ChildPlan) -> Option<Vec<u8>> {
+    let root = plan.root.as_ref()?;
+    if plan.session == 0 || !plan.userns || root.shared.is_empty() {
+        return None;
+    }
+    let mut e = Enc::default();
+    e.buf.push(plan.session);
+    e.buf
+        .extend_from_slice(&(plan.uid_map.len() as u32).to_le_bytes());
+    e.buf.extend_from_slice(&plan.uid_map);
+    e.buf
+        .extend_from_slice(&(plan.gid_map.len() as u32).to_le_bytes());
+    e.buf.extend_from_slice(&plan.gid_map);
+    for (path, value) in &plan.user_sysctls {
+        e.buf.extend_from_slice(path.as_bytes_with_nul());
+        e.buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        e.buf.extend_from_slice(value);
+    }
+    e.buf.extend_from_slice(root.staging.as_bytes_with_nul());
+    crate::wire::encode_ops(&root.shared, &mut e);
+    Some(e.buf)
+}
+
+impl Sessions {
+    /// A free session for `plan`, made now if there is none (`None`: the
+    /// plan may not share one, or it could not be made; the command then
+    /// builds its whole root). Taken until [`Sessions::bind`]'s command
+    /// ends ([`Sessions::release`]).
+    pub(crate) fn take(&mut self, plan: &ChildPlan) -> Option<Given> {
+        if self.off {
+            return None;
+        }
+        let key = key_of(plan)?;
+        self.expire(Instant::now());
+        let now = Instant::now();
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.busy.is_none() && e.key == key)
+        {
+            e.busy = Some(0);
+            e.used = now;
+            return Some(Given {
+                id: e.id,
+                user: e.user.as_raw_fd(),
+                mnt: e.mnt.as_raw_fd(),
+                new: false,
+            });
+        }
+        let Some((user, mnt)) = make(plan) else {
+            tracing::debug!("sandbox: a session could not be made; commands build their own roots");
+            self.off = true;
+            return None;
+        };
+        self.next_id += 1;
+        let id = self.next_id;
+        let given = Given {
+            id,
+            user: user.as_raw_fd(),
+            mnt: mnt.as_raw_fd(),
+            new: true,
+        };
+        self.entries.push(Entry {
+            id,
+            key,
+            user,
+            mnt,
+            busy: Some(0),
+            made: now,
+            used: now,
+        });
+        Some(given)
+    }
+
+    /// The command `pid` is in session `id`.
+    pub(crate) fn bind(&mut self, id: u64, pid: libc::pid_t) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.busy = Some(pid);
+        }
+    }
+
+    /// Session `id` was given to no command after all (its fork failed).
+    pub(crate) fn unbind(&mut self, id: u64) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.busy = None;
+        }
+    }
+
+    /// The command `pid` has ended (reaped: everything in its PID
+    /// namespace is gone): its session is free.
+    pub(crate) fn release(&mut self, pid: libc::pid_t) {
+        let now = Instant::now();
+        if let Some(e) = self.entries.iter_mut().find(|e| e.busy == Some(pid)) {
+            e.busy = None;
+            e.used = now;
+        }
+        self.expire(now);
+    }
+
+    /// Drop idle sessions unused for [`IDLE`] or older than
+    /// [`MAX_AGE`], and the least recently used beyond [`KEPT`].
+    fn expire(&mut self, now: Instant) {
+        self.entries.retain(|e| {
+            e.busy.is_some()
+                || (now.duration_since(e.used) < IDLE && now.duration_since(e.made) < MAX_AGE)
+        });
+        let mut idle: Vec<(Instant, u64)> = self
+            .entries
+            .iter()
+            .filter(|e| e.busy.is_none())
+            .map(|e| (e.used, e.id))
+            .collect();
+        if idle.len() > KEPT {
+            idle.sort();
+            let drop: Vec<u64> = idle[..idle.len() - KEPT]
+                .iter()
+                .map(|(_, id)| *id)
+                .collect();
+            self.entries.retain(|e| !drop.contains(&e.id));
+        }
+    }
+
+    /// How long until an idle session is due to be dropped (for the
+    /// spawner's wait), if one is kept.
+    pub(crate) fn next_expiry(&self, now: Instant) -> Option<Duration> {
+        self.entries
+            .iter()
+            .filter(|e| e.busy.is_none())
+            .map(|e| {
+                let idle = (e.used + IDLE).saturating_duration_since(now);
+                let age = (e.made + MAX_AGE).saturating_duration_since(now);
+                idle.min(age)
+            })
+            .min()
+    }
+
+    /// Drop what is due (the spawner's wait ran out).
+    pub(crate) fn tick(&mut self) {
+        self.expire(Instant::now());
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Make a session for `plan`: fork a maker that makes the user namespace
+/// as a command would, a mount namespace in it with the shared tree
+/// built, and sends both back; wait for it and reap it.
+fn make(plan: &ChildPlan) -> Option<(OwnedFd, OwnedFd)> {
+    let root = plan.root.as_ref()?;
+    let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
+    // SAFETY: the spawner is single-threaded; the maker only makes system
+    // calls on data that exists before the fork, then exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the maker, once.
+        unsafe { maker(plan, root, theirs.as_raw_fd()) }
+    }
+    drop(theirs);
+    if pid < 0 {
+        return None;
+    }
+    let answered = {
+        let mut p = libc::pollfd {
+            fd: ours.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let end = Instant::now() + MAKER_WAIT;
+        loop {
+            let left = end.saturating_duration_since(Instant::now()).as_millis() as i32;
+            // SAFETY: poll on one descriptor we hold.
+            let n = unsafe { libc::poll(&mut p, 1, left) };
+            if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break n > 0;
+            }
+        }
+    };
+    let mut fds = if answered {
+        crate::fdpass::recv_fds(&ours, 2)
+    } else {
+        Vec::new()
+    };
+    // SAFETY: killing (if it hangs) and reaping our own child.
+    unsafe {
+        if fds.len() != 2 {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let mnt = fds.pop()?;
+    let user = fds.pop()?;
+    Some((user, mnt))
+}
+
+/// The maker: a new user namespace (its maps and limits as the plan's),
+/// a mount namespace in it, every mount private, the shared tree built on
+/// the staging directory; both namespaces sent over `sock`. Exits without
+/// sending when a step fails.
+///
+/// # Safety
+/// Only in the child just forked by [`make`].
+unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> ! {
+    // SAFETY (whole body): system calls on data made before the fork.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::unshare(libc::CLONE_NEWUSER) != 0
+            || !child::write_file(b"/proc/self/setgroups\0", b"deny")
+            || !child::write_file(b"/proc/self/gid_map\0", &plan.gid_map)
+            || !child::write_file(b"/proc/self/uid_map\0", &plan.uid_map)
+        {
+            libc::_exit(1);
+        }
+        for (path, value) in &plan.user_sysctls {
+            if !child::write_file(path.as_bytes_with_nul(), value)
+                && *libc::__errno_location() != libc::ENOENT
+            {
+                libc::_exit(1);
+            }
+        }
+        if libc::unshare(libc::CLONE_NEWNS) != 0
+            || libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            || child::build_shared(root, -1).is_err()
+        {
+            libc::_exit(1);
+        }
+        let open = |path: &[u8]| libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let user = open(b"/proc/self/ns/user\0");
+        let mnt = open(b"/proc/self/ns/mnt\0");
+        if user < 0 || mnt < 0 {
+            libc::_exit(1);
+        }
+        libc::_exit(if crate::spares::send(sock, &[user, mnt]) {
+            0
+        } else {
+            1
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::root::{Op, RootPlan};
+    use std::ffi::CString;
+    use std::path::PathBuf;
+
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+    fn c(p: &std::path::Path) -> CString {
+        CString::new(p.to_str().unwrap()).unwrap()
+    }
+
+    fn plan(staging: &std::path::Path, session: u8) -> ChildPlan {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        ChildPlan {
+            unshare_flags: libc::CLONE_NEWNS
+                | libc::CLONE_NEWPID
+                | libc::CLONE_NEWUSER
+                | libc::CLONE_NEWNET,
+            userns: true,
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+            cgroup_procs: Vec::new(),
+            mount_proc: true,
+            overlay: None,
+            ro_binds: Vec::new(),
+            late_rules: None,
+            loopback_up: true,
+            proxy_sock: None,
+            root: Some(RootPlan {
+                staging: c(staging),
+                shared: vec![
+                    Op::Mkdir(c(&staging.join("dev"))),
+                    Op::ReadOnly(c(staging), libc::MS_NOSUID | libc::MS_NODEV),
+                ],
+                ops: Vec::new(),
+                rules: Vec::new(),
+                cwd: c(staging),
+            }),
+            disk: None,
+            rlimits: Vec::new(),
+            landlock_fd: None,
+            seccomp: None,
+            user_sysctls: Vec::new(),
+            diag_fd: -1,
+            ctty: false,
+            session,
+            made: None,
+            made_mnt: None,
+        }
+    }
+
+    fn ino(fd: RawFd) -> u64 {
+        // SAFETY: fstat into a zeroed struct.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            assert_eq!(libc::fstat(fd, &mut st), 0);
+            st.st_ino
+        }
+    }
+
+    /// What a command entering `g` finds at `staging`: 0 when its shared
+    /// tree is there and read-only (a forked child enters both
+    /// namespaces, as a command's does, and tries to write).
+    fn written_in(g: &Given, staging: &std::path::Path) -> i32 {
+        let dev = c(&staging.join("dev"));
+        let new = c(&staging.join("new"));
+        // SAFETY: the child makes system calls on data made before the
+        // fork, then exits; the parent reaps it.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                let code = if libc::setns(g.user, libc::CLONE_NEWUSER) != 0
+                    || libc::setns(g.mnt, libc::CLONE_NEWNS) != 0
+                {
+                    3
+                } else if libc::access(dev.as_ptr(), libc::F_OK) != 0 {
+                    2
+                } else if libc::mkdir(new.as_ptr(), 0o755) == 0 {
+                    1
+                } else if *libc::__errno_location() == libc::EROFS {
+                    0
+                } else {
+                    4
+                };
+                libc::_exit(code);
+            }
+            let mut st = 0;
+            assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+            libc::WEXITSTATUS(st)
+        }
+    }
+
+    #[test]
+    fn a_session_serves_one_command_at_a_time_and_only_its_own_kind() {
+        if !crate::probe::support().userns {
+            eprintln!("no user namespaces here: nothing to test");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("loop-warm-{}", std::process::id()));
+        let staging: PathBuf = base.join("root");
+        std::fs::create_dir_all(&staging).unwrap();
+        let mut s = Sessions::default();
+        assert!(
+            s.take(&plan(&staging, 0)).is_none(),
+            "a plan that may not share"
+        );
+        let first = s.take(&plan(&staging, 1)).expect("a session is made");
+        assert!(first.new);
+        // SAFETY: ns ioctls that take no argument.
+        unsafe {
+            assert_eq!(libc::ioctl(first.user, NS_GET_NSTYPE), libc::CLONE_NEWUSER);
+            assert_eq!(libc::ioctl(first.mnt, NS_GET_NSTYPE), libc::CLONE_NEWNS);
+            let owner = libc::ioctl(first.mnt, NS_GET_USERNS);
+            assert!(owner >= 0);
+            assert_eq!(
+                ino(owner),
+                ino(first.user),
+                "the tree is the session user's"
+            );
+            libc::close(owner);
+        }
+        assert_eq!(written_in(&first, &staging), 0, "built, and read-only");
+        assert!(
+            !staging.join("dev").exists(),
+            "built in the session's own mount namespace, not the host's"
+        );
+        s.bind(first.id, 1001);
+        // While it serves a command, the next of its kind gets another.
+        let second = s.take(&plan(&staging, 1)).unwrap();
+        assert!(second.new && second.id != first.id);
+        assert_ne!(ino(second.user), ino(first.user));
+        s.bind(second.id, 1002);
+        // Its command ended: the session serves the next.
+        s.release(1001);
+        let again = s.take(&plan(&staging, 1)).unwrap();
+        assert!(!again.new);
+        assert_eq!(again.id, first.id);
+        s.bind(again.id, 1003);
+        // A check never enters a task command's session.
+        let check = s.take(&plan(&staging, 2)).unwrap();
+        assert!(check.new && check.id != first.id && check.id != second.id);
+        s.unbind(check.id);
+        // Idle sessions go once unused for long enough; one in use stays.
+        assert_eq!(s.len(), 3);
+        s.release(1002);
+        s.expire(Instant::now() + IDLE + Duration::from_secs(1));
+        assert_eq!(s.len(), 1, "only the one in use is kept");
+        s.release(1003);
+        assert!(s.next_expiry(Instant::now()).is_some_and(|d| d <= IDLE));
+        s.expire(Instant::now() + MAX_AGE);
+        assert_eq!(s.len(), 0);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
