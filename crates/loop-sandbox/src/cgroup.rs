@@ -9,11 +9,28 @@
 //! period — 5 to 16 ms a command on this machine whenever commands come
 //! apart, as a task's do. For a single-threaded process the two are the
 //! same move.
+//!
+//! A command's cgroups, once it has ended and nothing is left in them, are
+//! kept for the next command with the same limits (at most [`POOLED`]),
+//! rather than removed and made again: removing a v1 memory cgroup moves
+//! its pages to the parent and waits for an RCU grace period, and making
+//! one costs a dozen writes. Nothing is carried over: a cgroup is kept only
+//! when empty (every process killed and gone), its process count is then
+//! zero, and what memory is still charged to it is page cache the kernel
+//! reclaims before it would deny the next command anything. Those kept are
+//! removed at the process's exit (a killed process's are swept).
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Cgroup sets kept for reuse at most.
+const POOLED: usize = 4;
+
+/// Empty cgroup sets, with the limits they were made with.
+static POOL: Mutex<Vec<((u64, u64), Cgroups)>> = Mutex::new(Vec::new());
 
 /// The cgroup directories of one command.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Cgroups {
     /// Directories the child writes itself into (`cgroup.procs`, or v1's
     /// `tasks`).
@@ -31,6 +48,8 @@ pub struct Cgroups {
     pub v1: bool,
     /// Why a controller is missing.
     pub notes: Vec<String>,
+    /// The limits they were made with (memory bytes, processes).
+    limits: (u64, u64),
 }
 
 /// This process's cgroup path in a v1 hierarchy (`controller`) or in v2 (`""`).
@@ -76,9 +95,24 @@ fn v2_root() -> Option<PathBuf> {
 }
 
 impl Cgroups {
-    /// Create cgroups limiting memory to `mem_bytes` and processes to `pids`.
+    /// Cgroups limiting memory to `mem_bytes` and processes to `pids`:
+    /// an empty set kept from an earlier command with the same limits, or
+    /// new ones.
     pub fn create(mem_bytes: u64, pids: u64) -> Cgroups {
-        let mut cg = Cgroups::default();
+        let kept = {
+            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+            let at = pool.iter().position(|(l, _)| *l == (mem_bytes, pids));
+            at.map(|i| pool.swap_remove(i).1)
+        };
+        if let Some(cg) = kept
+            && cg.dirs.iter().all(|d| d.is_dir())
+        {
+            return cg;
+        }
+        let mut cg = Cgroups {
+            limits: (mem_bytes, pids),
+            ..Cgroups::default()
+        };
         let name = match crate::unique_name("loop") {
             Ok(n) => n,
             Err(e) => {
@@ -153,27 +187,124 @@ impl Cgroups {
         cg
     }
 
-    /// Kill whatever is left in the cgroups and remove them.
-    pub fn destroy(&self) {
+    /// Kill whatever is left in the cgroups, then keep them for the next
+    /// command if they are empty and there is room, else remove them.
+    /// Done once: they are no longer this command's after (another may
+    /// have them by the next call).
+    pub fn destroy(&mut self) {
+        let mut empty = true;
         for dir in &self.dirs {
-            for _ in 0..50 {
-                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                let pids: Vec<i32> = procs
-                    .lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .collect();
-                if pids.is_empty() {
-                    break;
-                }
-                for pid in pids {
-                    // SAFETY: kill with a pid read from our own cgroup; ESRCH is fine.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
+            empty &= kill_all_in(dir);
+        }
+        if empty && !self.dirs.is_empty() {
+            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.iter().any(|(_, c)| c.dirs == self.dirs) {
+                return;
             }
+            if pool.len() < POOLED {
+                if pool.is_empty() {
+                    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+                    // SAFETY: registering a plain function to run at exit.
+                    AT_EXIT.call_once(|| unsafe {
+                        libc::atexit(remove_pooled);
+                    });
+                }
+                pool.push((self.limits, self.clone()));
+                self.dirs.clear();
+                return;
+            }
+        }
+        for dir in self.dirs.drain(..) {
             let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// At exit, the cgroups kept for reuse are removed.
+extern "C" fn remove_pooled() {
+    if let Ok(mut pool) = POOL.try_lock() {
+        for (_, cg) in pool.drain(..) {
+            for dir in &cg.dirs {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+/// Kill every process in the cgroup `dir` until none is left (at most
+/// 100 ms): whether it is empty.
+fn kill_all_in(dir: &Path) -> bool {
+    for _ in 0..50 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill with a pid read from our own cgroup; ESRCH is fine.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command's cgroups are kept for the next command with the same
+    /// limits only once everything in them is killed and gone: the next
+    /// one starts in an empty set. Other limits get other cgroups.
+    #[test]
+    fn cgroups_are_reused_only_empty_and_only_with_the_same_limits() {
+        let (mem, pids) = (123 << 20, 77);
+        let mut first = Cgroups::create(mem, pids);
+        if first.dirs.is_empty() {
+            eprintln!("no writable cgroups here: nothing to test");
+            return;
+        }
+        let dirs = first.dirs.clone();
+        // A process left behind in them (as a command's daemon would be).
+        let mut left = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .unwrap();
+        for d in &dirs {
+            std::fs::write(d.join("cgroup.procs"), left.id().to_string()).unwrap();
+        }
+        first.destroy();
+        assert!(first.dirs.is_empty(), "no longer the first command's");
+        let status = left.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        let mut next = Cgroups::create(mem, pids);
+        assert_eq!(next.dirs, dirs, "the same cgroups, kept");
+        for d in &next.dirs {
+            assert_eq!(
+                std::fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap()
+                    .trim(),
+                ""
+            );
+        }
+        let mut other = Cgroups::create(mem * 2, pids);
+        assert!(
+            other.dirs.iter().all(|d| !dirs.contains(d)),
+            "other limits, other cgroups"
+        );
+        other.destroy();
+        next.destroy();
+        remove_pooled();
+        for d in &dirs {
+            assert!(!d.exists(), "removed at exit: {}", d.display());
         }
     }
 }

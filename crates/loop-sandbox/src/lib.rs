@@ -1008,13 +1008,13 @@ fn prepare(
         }
     };
     let mem_bytes = req.limits.mem_mb.saturating_mul(1024 * 1024);
-    let cgroups = if layers.cgroups {
+    let mut cgroups = if layers.cgroups {
         cgroup::Cgroups::create(mem_bytes, req.limits.nproc)
     } else {
         cgroup::Cgroups::default()
     };
     trace.mark("cgroups");
-    refuse_if_required(req, &cgroups, &missing)?;
+    refuse_if_required(req, &mut cgroups, &missing)?;
     note_what_is_missing(&mut notes, &cgroups, &missing, use_ns);
     let rlimits = rlimits_for(req, (cgroups.memory, cgroups.swap_bounded), mem_bytes);
     if support.root {
@@ -1110,7 +1110,7 @@ fn git_view_for(
 /// `missing`.
 fn refuse_if_required(
     req: &ExecRequest,
-    cgroups: &cgroup::Cgroups,
+    cgroups: &mut cgroup::Cgroups,
     missing: &[&str],
 ) -> Result<(), SandboxError> {
     if req.isolation == IsolationLevel::Required && req.memory_required && !cgroups.memory {
@@ -1718,11 +1718,11 @@ fn launch(
     receive_from_child(req, &mut p, spawned.is_ok());
     let (mut child, terminal) = match spawned {
         Ok(c) => c,
-        Err(e) => return Err(spawn_failed(diag_read, &p.cgroups, e, &spawn_err)),
+        Err(e) => return Err(spawn_failed(diag_read, &mut p.cgroups, e, &spawn_err)),
     };
     let landlock_abi = p.landlock.take().map(|l| l.abi);
     if session {
-        refuse_weak_session(req, &p, &mut child, landlock_abi)?;
+        refuse_weak_session(req, &mut p, &mut child, landlock_abi)?;
     }
     Ok(Launched {
         child,
@@ -1888,7 +1888,7 @@ fn receive_from_child(req: &ExecRequest, p: &mut Prepared, spawned: bool) {
 /// on `diag_read` if any, once the cgroups are destroyed.
 fn spawn_failed(
     diag_read: OwnedFd,
-    cgroups: &cgroup::Cgroups,
+    cgroups: &mut cgroup::Cgroups,
     e: std::io::Error,
     spawn_err: SpawnErr<'_>,
 ) -> SandboxError {
@@ -1909,7 +1909,7 @@ fn spawn_failed(
 /// cgroups destroyed.
 fn refuse_weak_session(
     req: &ExecRequest,
-    p: &Prepared,
+    p: &mut Prepared,
     child: &mut spawner::Proc,
     landlock_abi: Option<u32>,
 ) -> Result<(), SandboxError> {

@@ -313,7 +313,7 @@ pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, RootError> {
     // root's own tmpfs and the tmpfs mounts made in it are read-only
     // from here on (each command's writable places are its own mounts).
     for (t, kind) in &targets {
-        if matches!(kind, Kind::Mask) {
+        if matches!(kind, Kind::Mask) && !b.own(t) {
             b.shared.push(Op::ReadOnly(
                 c(&under(b.staging, t))?,
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
@@ -505,12 +505,18 @@ impl Builder<'_> {
             }
             Kind::Mask => {
                 self.mkdirs(t)?;
-                // Made read-only once the workspace's place is made in it.
-                self.shared.push(Op::Tmpfs(
-                    c(&at)?,
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    c(Path::new("mode=755,size=64k"))?,
-                ));
+                // Shared, made read-only once the workspace's place is
+                // made in it; inside a command's own place (a home under
+                // `/tmp`), the command's own.
+                let own = self.own(t);
+                self.push(
+                    own,
+                    Op::Tmpfs(
+                        c(&at)?,
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        c(Path::new("mode=755,size=64k"))?,
+                    ),
+                );
             }
             Kind::Workspace => {
                 self.mkdirs(t)?;

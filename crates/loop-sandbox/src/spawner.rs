@@ -789,6 +789,8 @@ fn serve() -> i32 {
         );
         let kids_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
+        let spares_end = pfds.len();
+        pfds.extend(sessions.waiting_on().map(pollfd));
         // An idle session is dropped when due, orders or not.
         let wait = sessions
             .next_expiry(Instant::now())
@@ -824,9 +826,13 @@ fn serve() -> i32 {
             while unsafe { libc::read(sigfd.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
             reap(&mut kids, &mut sessions);
             spares.reap();
+            sessions.reap();
         }
-        if pfds.get(kids_end).is_some_and(|p| p.revents != 0) {
+        if pfds[kids_end..spares_end].iter().any(|p| p.revents != 0) {
             spares.hear();
+        }
+        if pfds.get(spares_end).is_some_and(|p| p.revents != 0) {
+            sessions.hear();
         }
         if pfds[0].revents != 0 {
             match receive_order() {
@@ -836,7 +842,7 @@ fn serve() -> i32 {
             }
         }
     }
-    if let Some(maker) = spares.maker() {
+    for maker in spares.maker().into_iter().chain(sessions.maker()) {
         // SAFETY: killing and reaping our own child.
         unsafe {
             libc::kill(maker, libc::SIGKILL);
@@ -987,7 +993,7 @@ fn start_order(
         None => spares.take(&order.plan),
     };
     order.plan.made = match (&given, &pair) {
-        (Some(g), _) => Some((g.user, -1)),
+        (Some(g), _) => Some((g.user, g.net.as_ref().map_or(-1, |n| n.as_raw_fd()))),
         (None, p) => p.as_ref().map(Pair::raw),
     };
     order.plan.made_mnt = given.as_ref().map(|g| g.mnt);
@@ -1017,7 +1023,7 @@ fn start_order(
     if let Some(g) = &given {
         sessions.bind(g.id, pid);
     }
-    drop((rest, memfd, pair));
+    drop((rest, memfd, pair, given));
     answer(&chan, kind, pid);
     kids.push(Kid {
         pid,
@@ -1025,6 +1031,7 @@ fn start_order(
         heard: true,
     });
     spares.refill();
+    sessions.refill();
 }
 
 fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {

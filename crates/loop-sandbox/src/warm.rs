@@ -13,7 +13,11 @@
 //! its own steps there: its `/tmp` on its own disk, the workspace and what
 //! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its network,
 //! PID, IPC and cgroup namespaces are its own and new, as before, and so
-//! are its Landlock ruleset, seccomp filter, limits and cgroups.
+//! are its Landlock ruleset, seccomp filter, limits and cgroups. Its
+//! network namespace, the costliest of them, is made ahead in the
+//! session's user namespace (`lo` up) by another small process forked from
+//! the spawner once the last was given out, as `spares.rs` makes them;
+//! each is entered by one command only.
 //!
 //! Nothing a command can change is shared:
 //!
@@ -66,6 +70,8 @@ struct Entry {
     busy: Option<libc::pid_t>,
     made: Instant,
     used: Instant,
+    /// A network namespace made ahead in its user namespace.
+    net: Option<OwnedFd>,
 }
 
 /// The spawner's sessions.
@@ -75,6 +81,13 @@ pub(crate) struct Sessions {
     next_id: u64,
     /// A maker failed: none is made again.
     off: bool,
+    /// The network namespace maker at work: its pid, its socket, and the
+    /// session it makes for.
+    making: Option<(libc::pid_t, OwnedFd, u64)>,
+    /// A network namespace maker failed: commands make their own.
+    nets_off: bool,
+    /// Makers that answered, to reap once they have exited.
+    done: Vec<libc::pid_t>,
 }
 
 /// A session given to one command: its id, and the user and mount
@@ -83,6 +96,9 @@ pub(crate) struct Given {
     pub id: u64,
     pub user: RawFd,
     pub mnt: RawFd,
+    /// A network namespace made ahead in the session's user namespace,
+    /// for this command only (else it makes its own).
+    pub net: Option<OwnedFd>,
     /// It was made for this command (the first of its kind).
     pub new: bool,
 }
@@ -135,6 +151,7 @@ impl Sessions {
                 id: e.id,
                 user: e.user.as_raw_fd(),
                 mnt: e.mnt.as_raw_fd(),
+                net: e.net.take(),
                 new: false,
             });
         }
@@ -149,6 +166,7 @@ impl Sessions {
             id,
             user: user.as_raw_fd(),
             mnt: mnt.as_raw_fd(),
+            net: None,
             new: true,
         };
         self.entries.push(Entry {
@@ -159,8 +177,76 @@ impl Sessions {
             busy: Some(0),
             made: now,
             used: now,
+            net: None,
         });
         Some(given)
+    }
+
+    /// Start making a network namespace for the session used last that
+    /// has none ready, unless a maker is at work (or they failed).
+    pub(crate) fn refill(&mut self) {
+        if self.nets_off || self.making.is_some() {
+            return;
+        }
+        let Some(e) = self
+            .entries
+            .iter()
+            .filter(|e| e.net.is_none())
+            .max_by_key(|e| e.used)
+        else {
+            return;
+        };
+        let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
+            return;
+        };
+        let user = e.user.as_raw_fd();
+        // SAFETY: the spawner is single-threaded; the child only makes
+        // system calls on descriptors it holds, then exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the maker, once.
+            unsafe { net_maker(user, theirs.as_raw_fd()) }
+        }
+        if pid > 0 {
+            self.making = Some((pid, ours, e.id));
+        }
+    }
+
+    /// The socket to poll for the network maker's answer, if one is at work.
+    pub(crate) fn waiting_on(&self) -> Option<RawFd> {
+        self.making.as_ref().map(|(_, s, _)| s.as_raw_fd())
+    }
+
+    /// The network maker answered (or ended without): keep what it made
+    /// for its session, if that is still kept.
+    pub(crate) fn hear(&mut self) {
+        let Some((pid, sock, id)) = self.making.take() else {
+            return;
+        };
+        let net = crate::fdpass::recv_fds(&sock, 1).pop();
+        self.done.push(pid);
+        self.reap();
+        match net {
+            Some(net) => {
+                if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+                    e.net = Some(net);
+                }
+                self.refill();
+            }
+            None => self.nets_off = true,
+        }
+    }
+
+    /// Reap the network makers that have exited.
+    pub(crate) fn reap(&mut self) {
+        // SAFETY: reaping our own children, without waiting.
+        self.done
+            .retain(|pid| unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) } == 0);
+    }
+
+    /// The network maker at work, if any, for the spawner's end.
+    pub(crate) fn maker(&self) -> Option<libc::pid_t> {
+        self.making.as_ref().map(|(pid, _, _)| *pid)
     }
 
     /// The command `pid` is in session `id`.
@@ -233,6 +319,37 @@ impl Sessions {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// The network maker: a new network namespace in the session's user
+/// namespace, `lo` up, sent over `sock`. Exits without sending when a step
+/// fails.
+///
+/// # Safety
+/// Only in the child just forked by [`Sessions::refill`].
+unsafe fn net_maker(user: RawFd, sock: RawFd) -> ! {
+    // SAFETY (whole body): system calls on descriptors this process holds.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::setns(user, libc::CLONE_NEWUSER) != 0
+            || libc::unshare(libc::CLONE_NEWNET) != 0
+            || child::bring_up_loopback(-1).is_err()
+        {
+            libc::_exit(1);
+        }
+        let net = libc::open(
+            c"/proc/self/ns/net".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if net < 0 {
+            libc::_exit(1);
+        }
+        libc::_exit(if crate::spares::send(sock, &[net]) {
+            0
+        } else {
+            1
+        })
     }
 }
 
@@ -473,12 +590,37 @@ mod tests {
         assert!(second.new && second.id != first.id);
         assert_ne!(ino(second.user), ino(first.user));
         s.bind(second.id, 1002);
-        // Its command ended: the session serves the next.
+        // A network namespace is made ahead in the session used last,
+        // owned by its user namespace.
+        s.refill();
+        assert!(s.waiting_on().is_some(), "a maker is at work");
+        s.hear();
+        assert!(s.waiting_on().is_some(), "and then for the other session");
+        s.hear();
+        // Its command ended: the session serves the next, with a new
+        // network namespace of its own.
         s.release(1001);
         let again = s.take(&plan(&staging, 1)).unwrap();
         assert!(!again.new);
         assert_eq!(again.id, first.id);
+        let net = again.net.as_ref().expect("made ahead").as_raw_fd();
+        // SAFETY: ns ioctls that take no argument.
+        unsafe {
+            assert_eq!(libc::ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
+            let owner = libc::ioctl(net, NS_GET_USERNS);
+            assert!(owner >= 0);
+            assert_eq!(ino(owner), ino(again.user));
+            libc::close(owner);
+        }
         s.bind(again.id, 1003);
+        // Entered by that command only: the next one gets another.
+        s.refill();
+        s.hear();
+        s.release(1003);
+        let next = s.take(&plan(&staging, 1)).unwrap();
+        let other = next.net.as_ref().expect("made ahead again").as_raw_fd();
+        assert_ne!(ino(other), ino(net));
+        s.bind(next.id, 1003);
         // A check never enters a task command's session.
         let check = s.take(&plan(&staging, 2)).unwrap();
         assert!(check.new && check.id != first.id && check.id != second.id);
