@@ -163,12 +163,14 @@ def check_layers(a, ws, flags, on):
                                  f"{'on' if got else 'off'}: {iso}")
 
 
-def per_command(tmp, a, ws, flags, many, pause_ms=0):
+def per_command(tmp, a, ws, flags, many, pause_ms=0, env=""):
     """Marginal cost of one command inside one process: --repeat MANY+1 minus --repeat 1, / MANY; with
-    PAUSE_MS between the commands (a task's come seconds apart), less the pauses."""
+    PAUSE_MS between the commands (a task's come seconds apart), less the pauses; ENV (`NAME=VALUE`)
+    set for both runs."""
     pause = f"--pause-ms {pause_ms} " if pause_ms else ""
-    r = hyperfine(tmp, [("one", exec_cmd(a, ws, flags, "--repeat 1 -- true")),
-                        ("many", exec_cmd(a, ws, flags, f"--repeat {many + 1} {pause}-- true"))],
+    pre = f"env {env} " if env else ""
+    r = hyperfine(tmp, [("one", pre + exec_cmd(a, ws, flags, "--repeat 1 -- true")),
+                        ("many", pre + exec_cmd(a, ws, flags, f"--repeat {many + 1} {pause}-- true"))],
                   runs=a.reps(5, 2), warmup=a.reps(1, 0))
     return (r[1]["median"] - r[0]["median"]) / many - pause_ms / 1000
 
@@ -220,6 +222,10 @@ def sandbox(rep, a, tmp):
     bare_near, bare_apart = bare_per_command(tmp, a, many), bare_per_command(tmp, a, apart, pause)
     per = [(name, per_command(tmp, a, ws, flags, many)) for name, flags, _ in LAYERS]
     spaced = [(name, per_command(tmp, a, ws, flags, apart, pause)) for name, flags, _ in LAYERS]
+    # The same full isolation with every command building its whole root (no session), side by side.
+    cold = ("full isolation, each command building its whole root (`LOOP_SANDBOX_SESSIONS=0`, for comparison)",
+            per_command(tmp, a, ws, "", many, env="LOOP_SANDBOX_SESSIONS=0"),
+            per_command(tmp, a, ws, "", apart, pause, env="LOOP_SANDBOX_SESSIONS=0"))
     positive(a, "sandbox", *[(f"per command, {n}", p) for n, p in per + spaced],
              ("bare spawn in one process", bare_near), ("bare spawn in one process, apart", bare_apart))
     text.append(f"\nInside one process, where the host view, the Landlock rules and the seccomp program are "
@@ -230,13 +236,17 @@ def sandbox(rep, a, tmp):
                 "`run_command` pays inside `loop run`; a verification check pays it plus its overlay (next "
                 "section). Each column is set against a bare spawn measured the same way, from one process "
                 "(Python's `os.posix_spawnp` of `true` and `waitpid`, `N+1` runs minus 1, with the same "
-                "pauses): the first row. The goals are judged on the larger excess of the two columns.\n")
+                "pauses): the first row. The goals are judged on the larger excess of the two columns. "
+                "The commands of one process share a sandbox session (`warm.rs`): its user namespace and the "
+                "shared part of its root are built once, each command's own mounts, network, PID, IPC and "
+                "cgroup namespaces, Landlock ruleset and seccomp filter are its own; the last row turns "
+                "sessions off.\n")
     text.append(table(["layers", "back to back, ms", "over a bare spawn, ms", f"{pause} ms apart, ms",
                        "over a bare spawn, ms"],
                       [("bare spawn in one process (the anchor)", f"{ms(bare_near):.2f}", "", f"{ms(bare_apart):.2f}",
                         "")] +
                       [(n, f"{ms(p):.2f}", f"{ms(p - bare_near):+.2f}", f"{ms(q):.2f}", f"{ms(q - bare_apart):+.2f}")
-                       for (n, p), (_, q) in zip(per, spaced)]))
+                       for (n, p), (_, q) in zip(per + [cold[:2]], spaced + [(cold[0], cold[2])])]))
     text.append(phases(a, ws))
     rep.add("\n".join(text))
     bw = res[-1]["median"]
