@@ -72,13 +72,75 @@ pub(crate) struct Spares {
     /// Bumped when the kind changes: a maker's pair of an older kind is dropped.
     generation: u64,
     ready: Vec<Pair>,
-    /// The maker's pid, its socket, and the generation it makes for.
-    making: Option<(libc::pid_t, OwnedFd, u64)>,
+    /// The maker at work (tagged with the generation it makes for).
+    maker: Maker,
     /// A maker failed: none is started again.
     off: bool,
-    /// Makers that answered, to reap once they have exited (never waited
-    /// for: the spawner serves commands meanwhile).
+}
+
+/// A small process forked from the spawner that makes namespaces and
+/// sends their descriptors back (here, and in `warm.rs`): the one at
+/// work, with the tag of what it makes for, and those that answered, to
+/// reap once they have exited (never waited for: the spawner serves
+/// commands meanwhile).
+#[derive(Default)]
+pub(crate) struct Maker {
+    making: Option<(libc::pid_t, OwnedFd, u64)>,
     done: Vec<libc::pid_t>,
+}
+
+impl Maker {
+    /// Whether one is at work.
+    pub(crate) fn busy(&self) -> bool {
+        self.making.is_some()
+    }
+
+    /// Fork one that runs `body` with its end of a new socket (a failed
+    /// fork starts none). `body` runs in the child and exits it (should
+    /// it return, the child exits with 1).
+    pub(crate) fn start(&mut self, tag: u64, body: impl FnOnce(RawFd)) {
+        let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
+            return;
+        };
+        // SAFETY: the spawner is single-threaded; the child only makes
+        // system calls on data that exists before the fork, then exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            body(theirs.as_raw_fd());
+            // SAFETY: ending the forked child.
+            unsafe { libc::_exit(1) }
+        }
+        if pid > 0 {
+            self.making = Some((pid, ours, tag));
+        }
+    }
+
+    /// The socket to poll for its answer, if one is at work.
+    pub(crate) fn waiting_on(&self) -> Option<RawFd> {
+        self.making.as_ref().map(|(_, s, _)| s.as_raw_fd())
+    }
+
+    /// It answered, or ended without: its tag and the descriptors it
+    /// sent (at most `max`; none when it failed).
+    pub(crate) fn answer(&mut self, max: usize) -> Option<(u64, Vec<OwnedFd>)> {
+        let (pid, sock, tag) = self.making.take()?;
+        let fds = crate::fdpass::recv_fds(&sock, max);
+        self.done.push(pid);
+        self.reap();
+        Some((tag, fds))
+    }
+
+    /// Reap those that have exited.
+    pub(crate) fn reap(&mut self) {
+        // SAFETY: reaping our own children, without waiting.
+        self.done
+            .retain(|pid| unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) } == 0);
+    }
+
+    /// The one at work, if any, for the spawner's end.
+    pub(crate) fn pid(&self) -> Option<libc::pid_t> {
+        self.making.as_ref().map(|(pid, _, _)| *pid)
+    }
 }
 
 impl Spares {
@@ -97,41 +159,28 @@ impl Spares {
     /// Start a maker when fewer pairs than wanted are ready and none is
     /// at work (a failed fork: none; commands make their own).
     pub(crate) fn refill(&mut self) {
-        if self.off || self.making.is_some() || self.ready.len() >= READY {
+        if self.off || self.maker.busy() || self.ready.len() >= READY {
             return;
         }
         let Some(kind) = &self.kind else {
             return;
         };
-        let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
-            return;
-        };
-        // SAFETY: the spawner is single-threaded; the child only makes
-        // system calls on data that exists before the fork, then exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the maker, once.
-            unsafe { make(kind, theirs.as_raw_fd()) }
-        }
-        if pid > 0 {
-            self.making = Some((pid, ours, self.generation));
-        }
+        // SAFETY: in the maker, once.
+        self.maker
+            .start(self.generation, |sock| unsafe { make(kind, sock) });
     }
 
     /// The socket to poll for the maker's answer, if one is at work.
     pub(crate) fn waiting_on(&self) -> Option<RawFd> {
-        self.making.as_ref().map(|(_, s, _)| s.as_raw_fd())
+        self.maker.waiting_on()
     }
 
     /// The maker answered, or ended without a pair: keep what it made,
     /// reap it, and start the next.
     pub(crate) fn hear(&mut self) {
-        let Some((pid, sock, generation)) = self.making.take() else {
+        let Some((generation, mut fds)) = self.maker.answer(2) else {
             return;
         };
-        let mut fds = crate::fdpass::recv_fds(&sock, 2);
-        self.done.push(pid);
-        self.reap();
         let userns = self.kind.as_ref().is_some_and(|k| k.userns);
         let pair = match (userns, fds.len()) {
             (true, 2) => fds.pop().map(|net| Pair {
@@ -151,14 +200,12 @@ impl Spares {
 
     /// Reap the makers that have exited.
     pub(crate) fn reap(&mut self) {
-        // SAFETY: reaping our own children, without waiting.
-        self.done
-            .retain(|pid| unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) } == 0);
+        self.maker.reap();
     }
 
     /// The maker at work, if any, for the spawner's end.
     pub(crate) fn maker(&self) -> Option<libc::pid_t> {
-        self.making.as_ref().map(|(pid, _, _)| *pid)
+        self.maker.pid()
     }
 }
 

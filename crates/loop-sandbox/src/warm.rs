@@ -44,6 +44,7 @@
 //! without a spawner.
 
 use crate::child::{self, ChildPlan};
+use crate::spares::Maker;
 use crate::wire::Enc;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -81,13 +82,11 @@ pub(crate) struct Sessions {
     next_id: u64,
     /// A maker failed: none is made again.
     off: bool,
-    /// The network namespace maker at work: its pid, its socket, and the
-    /// session it makes for.
-    making: Option<(libc::pid_t, OwnedFd, u64)>,
+    /// The network namespace maker at work (tagged with the session it
+    /// makes for).
+    maker: Maker,
     /// A network namespace maker failed: commands make their own.
     nets_off: bool,
-    /// Makers that answered, to reap once they have exited.
-    done: Vec<libc::pid_t>,
 }
 
 /// A session given to one command: its id, and the user and mount
@@ -185,7 +184,7 @@ impl Sessions {
     /// Start making a network namespace for the session used last that
     /// has none ready, unless a maker is at work (or they failed).
     pub(crate) fn refill(&mut self) {
-        if self.nets_off || self.making.is_some() {
+        if self.nets_off || self.maker.busy() {
             return;
         }
         let Some(e) = self
@@ -196,37 +195,24 @@ impl Sessions {
         else {
             return;
         };
-        let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
-            return;
-        };
         let user = e.user.as_raw_fd();
-        // SAFETY: the spawner is single-threaded; the child only makes
-        // system calls on descriptors it holds, then exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the maker, once.
-            unsafe { net_maker(user, theirs.as_raw_fd()) }
-        }
-        if pid > 0 {
-            self.making = Some((pid, ours, e.id));
-        }
+        // SAFETY: in the maker, once.
+        self.maker
+            .start(e.id, |sock| unsafe { net_maker(user, sock) });
     }
 
     /// The socket to poll for the network maker's answer, if one is at work.
     pub(crate) fn waiting_on(&self) -> Option<RawFd> {
-        self.making.as_ref().map(|(_, s, _)| s.as_raw_fd())
+        self.maker.waiting_on()
     }
 
     /// The network maker answered (or ended without): keep what it made
     /// for its session, if that is still kept.
     pub(crate) fn hear(&mut self) {
-        let Some((pid, sock, id)) = self.making.take() else {
+        let Some((id, mut fds)) = self.maker.answer(1) else {
             return;
         };
-        let net = crate::fdpass::recv_fds(&sock, 1).pop();
-        self.done.push(pid);
-        self.reap();
-        match net {
+        match fds.pop() {
             Some(net) => {
                 if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
                     e.net = Some(net);
@@ -239,14 +225,12 @@ impl Sessions {
 
     /// Reap the network makers that have exited.
     pub(crate) fn reap(&mut self) {
-        // SAFETY: reaping our own children, without waiting.
-        self.done
-            .retain(|pid| unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) } == 0);
+        self.maker.reap();
     }
 
     /// The network maker at work, if any, for the spawner's end.
     pub(crate) fn maker(&self) -> Option<libc::pid_t> {
-        self.making.as_ref().map(|(pid, _, _)| *pid)
+        self.maker.pid()
     }
 
     /// The command `pid` is in session `id`.
