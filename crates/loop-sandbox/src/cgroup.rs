@@ -14,17 +14,22 @@
 //! kept for the next command with the same limits (at most [`POOLED`]),
 //! rather than removed and made again: removing a v1 memory cgroup moves
 //! its pages to the parent and waits for an RCU grace period, and making
-//! one costs a dozen writes. Nothing is carried over: a cgroup is kept only
-//! when empty (every process killed and gone), its process count is then
-//! zero, and what memory is still charged to it is page cache the kernel
-//! reclaims before it would deny the next command anything. Those kept are
-//! removed at the process's exit (a killed process's are swept).
+//! one costs a dozen writes. A cgroup is kept only when empty (every
+//! process killed and gone: its process count is zero) and when at most
+//! [`KEPT_CHARGE`] of memory is still charged to it (a command's disk,
+//! still held by the runtime, is charged there: such a cgroup is removed,
+//! as before, so the next command never starts with it); its limits are
+//! written again when it is reused. Those kept are removed at the
+//! process's exit (a killed process's are swept).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Cgroup sets kept for reuse at most.
 const POOLED: usize = 4;
+
+/// Memory still charged to a cgroup kept for reuse, at most.
+const KEPT_CHARGE: u64 = 4 << 20;
 
 /// Empty cgroup sets, with the limits they were made with.
 static POOL: Mutex<Vec<((u64, u64), Cgroups)>> = Mutex::new(Vec::new());
@@ -50,6 +55,12 @@ pub struct Cgroups {
     pub notes: Vec<String>,
     /// The limits they were made with (memory bytes, processes).
     limits: (u64, u64),
+    /// The limit files written, with their values (written again when
+    /// the cgroups are reused).
+    written: Vec<(PathBuf, String)>,
+    /// The file saying how much memory is charged (v2 `memory.current`,
+    /// v1 `memory.usage_in_bytes`).
+    usage: Option<PathBuf>,
 }
 
 /// This process's cgroup path in a v1 hierarchy (`controller`) or in v2 (`""`).
@@ -104,10 +115,11 @@ impl Cgroups {
             let at = pool.iter().position(|(l, _)| *l == (mem_bytes, pids));
             at.map(|i| pool.swap_remove(i).1)
         };
-        if let Some(cg) = kept
-            && cg.dirs.iter().all(|d| d.is_dir())
-        {
-            return cg;
+        if let Some(mut cg) = kept {
+            if cg.written.iter().all(|(f, v)| std::fs::write(f, v).is_ok()) {
+                return cg;
+            }
+            cg.remove();
         }
         let mut cg = Cgroups {
             limits: (mem_bytes, pids),
@@ -129,13 +141,20 @@ impl Cgroups {
                 && enabled.contains("pids")
                 && let Some(dir) = make(&base, &name)
             {
-                let ok = std::fs::write(dir.join("memory.max"), mem_bytes.to_string()).is_ok()
-                    & std::fs::write(dir.join("memory.swap.max"), "0").is_ok()
-                    & std::fs::write(dir.join("pids.max"), pids.to_string()).is_ok();
+                let files = [
+                    (dir.join("memory.max"), mem_bytes.to_string()),
+                    (dir.join("memory.swap.max"), "0".to_string()),
+                    (dir.join("pids.max"), pids.to_string()),
+                ];
+                let ok = files
+                    .iter()
+                    .fold(true, |ok, (f, v)| std::fs::write(f, v).is_ok() & ok);
                 if ok {
                     cg.memory = true;
                     cg.swap_bounded = true;
                     cg.pids = true;
+                    cg.usage = Some(dir.join("memory.current"));
+                    cg.written.extend(files);
                     cg.dirs.push(dir);
                     return cg;
                 }
@@ -154,6 +173,15 @@ impl Cgroups {
                         mem_bytes.to_string(),
                     )
                     .is_ok();
+                    cg.written
+                        .push((dir.join("memory.limit_in_bytes"), mem_bytes.to_string()));
+                    if memsw {
+                        cg.written.push((
+                            dir.join("memory.memsw.limit_in_bytes"),
+                            mem_bytes.to_string(),
+                        ));
+                    }
+                    cg.usage = Some(dir.join("memory.usage_in_bytes"));
                     cg.memory = true;
                     cg.swap_bounded = memsw || no_swap();
                     cg.v1 = true;
@@ -167,6 +195,7 @@ impl Cgroups {
             let base = Path::new("/sys/fs/cgroup/pids").join(own.trim_start_matches('/'));
             if let Some(dir) = make(&base, &name) {
                 if std::fs::write(dir.join("pids.max"), pids.to_string()).is_ok() {
+                    cg.written.push((dir.join("pids.max"), pids.to_string()));
                     cg.pids = true;
                     cg.v1 = true;
                     cg.dirs.push(dir);
@@ -196,7 +225,13 @@ impl Cgroups {
         for dir in &self.dirs {
             empty &= kill_all_in(dir);
         }
-        if empty && !self.dirs.is_empty() {
+        let charged = self.usage.as_ref().map_or(0, |f| {
+            std::fs::read_to_string(f)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(u64::MAX)
+        });
+        if empty && charged <= KEPT_CHARGE && !self.dirs.is_empty() {
             let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
             if pool.iter().any(|(_, c)| c.dirs == self.dirs) {
                 return;
@@ -214,6 +249,11 @@ impl Cgroups {
                 return;
             }
         }
+        self.remove();
+    }
+
+    /// Remove the (empty) cgroups.
+    fn remove(&mut self) {
         for dir in self.dirs.drain(..) {
             let _ = std::fs::remove_dir(dir);
         }
@@ -258,6 +298,13 @@ fn kill_all_in(dir: &Path) -> bool {
 mod tests {
     use super::*;
 
+    fn first_pids_file(dirs: &[PathBuf]) -> PathBuf {
+        dirs.iter()
+            .map(|d| d.join("pids.max"))
+            .find(|f| f.is_file())
+            .unwrap()
+    }
+
     /// A command's cgroups are kept for the next command with the same
     /// limits only once everything in them is killed and gone: the next
     /// one starts in an empty set. Other limits get other cgroups.
@@ -285,8 +332,12 @@ mod tests {
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(libc::SIGKILL)
         );
+        // A limit changed while it was kept is written again.
+        let pids_file = first_pids_file(&dirs);
+        std::fs::write(&pids_file, "999").unwrap();
         let mut next = Cgroups::create(mem, pids);
         assert_eq!(next.dirs, dirs, "the same cgroups, kept");
+        assert_eq!(std::fs::read_to_string(&pids_file).unwrap().trim(), "77");
         for d in &next.dirs {
             assert_eq!(
                 std::fs::read_to_string(d.join("cgroup.procs"))

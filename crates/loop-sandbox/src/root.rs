@@ -275,15 +275,15 @@ pub fn special(t: &Path) -> bool {
 
 /// Build the plan for one command.
 pub fn plan(inp: &Inputs<'_>) -> Result<RootPlan, RootError> {
-    let mut own_roots: Vec<PathBuf> = [inp.workspace, Path::new("/tmp")]
+    // The command's own mounts made before anything inside them: what
+    // lies inside one is its own. (`/proc`, `/sys`, `/dev/shm` and `/run`
+    // are mounted last, over whatever a tree put there, as before.)
+    let own_roots: Vec<PathBuf> = [inp.workspace, Path::new("/tmp")]
         .into_iter()
-        .chain(SPECIAL.iter().map(Path::new))
         .chain(inp.aliases.iter().map(PathBuf::as_path))
         .chain(inp.git.map(|(dir, _)| dir))
         .map(Path::to_path_buf)
         .collect();
-    own_roots.retain(|r| r != Path::new("/dev"));
-    own_roots.push(PathBuf::from("/dev/shm"));
     let mut b = Builder {
         staging: &inp.private.staging,
         shared: Vec::new(),
@@ -1125,7 +1125,9 @@ mod tests {
                 } else {
                     &[]
                 },
-                extra_trees: &[],
+                // A tree under a place mounted last (`/sys`): built
+                // like any tree, then covered, as before.
+                extra_trees: &[PathBuf::from("/sys/fs/cgroup")],
                 aliases: &aliases,
                 userns: true,
                 masks: Masks::default(),
@@ -1184,8 +1186,25 @@ mod tests {
                 "the root's own tmpfs is read-only last: {:?}",
                 plan.shared.last()
             );
-            // The command's own places are its own steps.
+            // The command's own places are its own steps; what it makes
+            // of its own is inside a mount of its own made before (the
+            // root's tmpfs is read-only by then).
             let own_ops: Vec<PathBuf> = plan.ops.iter().map(target).collect();
+            let early: Vec<PathBuf> = [ws.as_path(), Path::new("/tmp"), git.0.as_path()]
+                .into_iter()
+                .chain(aliases.iter().map(PathBuf::as_path))
+                .map(staged)
+                .collect();
+            for op in &plan.ops {
+                if let Op::Mkdir(_) | Op::Touch(_) | Op::Symlink(..) = op {
+                    let t = target(op);
+                    let in_run = t.starts_with(staged(Path::new("/run")));
+                    assert!(
+                        in_run || early.iter().any(|e| t.starts_with(e) && t != *e),
+                        "{ws:?}: made in the read-only root: {op:?}"
+                    );
+                }
+            }
             for place in [
                 staged(&ws),
                 staged(Path::new("/tmp")),

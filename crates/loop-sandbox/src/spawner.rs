@@ -916,7 +916,7 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
                 st = libc::SIGKILL;
             }
         }
-        sessions.release(k.pid);
+        sessions.release(k.pid, st);
         answer(&k.chan, b'X', st);
         false
     });

@@ -123,6 +123,13 @@ fn key_of(plan: &ChildPlan) -> Option<Vec<u8>> {
         e.buf.extend_from_slice(value);
     }
     e.buf.extend_from_slice(root.staging.as_bytes_with_nul());
+    // One task's: its workspace (where the root shows it) is in the key,
+    // even where nothing shared names it (a workspace under `/tmp`).
+    for op in &root.ops {
+        if let crate::root::Op::Harden(ws, _) = op {
+            e.buf.extend_from_slice(ws.as_bytes_with_nul());
+        }
+    }
     crate::wire::encode_ops(&root.shared, &mut e);
     Some(e.buf)
 }
@@ -247,11 +254,18 @@ impl Sessions {
         }
     }
 
-    /// The command `pid` has ended (reaped: everything in its PID
-    /// namespace is gone): its session is free.
-    pub(crate) fn release(&mut self, pid: libc::pid_t) {
+    /// The command `pid` has ended with wait status `status`: its
+    /// session is free. Its first process ends once its PID namespace's
+    /// init has, which kills and reaps everything left in it; but one that
+    /// was killed (`SIGKILL`: a deadline, a cancel) may end before init has
+    /// finished that, so its session is dropped rather than given to the
+    /// next command while a process of this one may still run in it.
+    pub(crate) fn release(&mut self, pid: libc::pid_t, status: libc::c_int) {
         let now = Instant::now();
-        if let Some(e) = self.entries.iter_mut().find(|e| e.busy == Some(pid)) {
+        let killed = libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL;
+        if killed {
+            self.entries.retain(|e| e.busy != Some(pid));
+        } else if let Some(e) = self.entries.iter_mut().find(|e| e.busy == Some(pid)) {
             e.busy = None;
             e.used = now;
         }
@@ -583,7 +597,7 @@ mod tests {
         s.hear();
         // Its command ended: the session serves the next, with a new
         // network namespace of its own.
-        s.release(1001);
+        s.release(1001, 0);
         let again = s.take(&plan(&staging, 1)).unwrap();
         assert!(!again.new);
         assert_eq!(again.id, first.id);
@@ -600,7 +614,7 @@ mod tests {
         // Entered by that command only: the next one gets another.
         s.refill();
         s.hear();
-        s.release(1003);
+        s.release(1003, 0);
         let next = s.take(&plan(&staging, 1)).unwrap();
         let other = next.net.as_ref().expect("made ahead again").as_raw_fd();
         assert_ne!(ino(other), ino(net));
@@ -611,13 +625,21 @@ mod tests {
         s.unbind(check.id);
         // Idle sessions go once unused for long enough; one in use stays.
         assert_eq!(s.len(), 3);
-        s.release(1002);
+        s.release(1002, 0);
         s.expire(Instant::now() + IDLE + Duration::from_secs(1));
         assert_eq!(s.len(), 1, "only the one in use is kept");
-        s.release(1003);
+        s.release(1003, 0);
         assert!(s.next_expiry(Instant::now()).is_some_and(|d| d <= IDLE));
         s.expire(Instant::now() + MAX_AGE);
         assert_eq!(s.len(), 0);
+        // A command killed (a deadline, a cancel) may leave a process in
+        // its session for a moment: the session is dropped, not reused.
+        let killed = s.take(&plan(&staging, 1)).unwrap();
+        s.bind(killed.id, 1004);
+        s.release(1004, libc::SIGKILL);
+        assert_eq!(s.len(), 0);
+        let fresh = s.take(&plan(&staging, 1)).unwrap();
+        assert!(fresh.new && fresh.id != killed.id);
         let _ = std::fs::remove_dir_all(&base);
     }
 }
