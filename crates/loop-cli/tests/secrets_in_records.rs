@@ -6,6 +6,7 @@
 
 #[path = "../../loop-models/tests/common/mod.rs"]
 mod common;
+mod shared;
 
 use common::{Canned, serve};
 use std::os::unix::fs::PermissionsExt;
@@ -31,20 +32,7 @@ fn loop_as(nobody: bool, dir: &Path) -> Command {
     if !nobody {
         return Command::new(env!("CARGO_BIN_EXE_loop"));
     }
-    // Copied once for the whole process: a copy made while another test
-    // executes it fails with "text file busy".
-    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let exe = COPY
-        .get_or_init(|| {
-            let bin = std::env::temp_dir().join(format!("loop-secrets-bin-{}", std::process::id()));
-            std::fs::create_dir_all(&bin).unwrap();
-            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-            let exe = bin.join("loop");
-            std::fs::copy(env!("CARGO_BIN_EXE_loop"), &exe).unwrap();
-            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-            exe
-        })
-        .clone();
+    let exe = shared::shared_binary();
     let st = Command::new("chown")
         .arg("-R")
         .arg(format!("{NOBODY}:{NOBODY}"))
@@ -274,8 +262,13 @@ fn token_in_patch(nobody: bool) {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // The runtime keeps a project's task workspaces beside it.
+        let mut beside = self.0.clone().into_os_string();
+        beside.push(".workspaces");
+        let _ = std::fs::remove_dir_all(beside);
     }
 }
 
-/// Removes a scene when the test ends.
+/// Removes a scene, and the workspaces the runtime kept beside it, when
+/// the test ends.
 struct Cleanup(PathBuf);

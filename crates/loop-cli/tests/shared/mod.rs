@@ -76,7 +76,9 @@ pub fn shared_binary() -> PathBuf {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!("loop-test-bin-{}-{stamp}", meta.len()));
+        let name = format!("loop-test-bin-{}-{stamp}", meta.len());
+        prune_old_copies(&name);
+        let dir = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let to = dir.join("loop");
@@ -89,6 +91,28 @@ pub fn shared_binary() -> PathBuf {
         to
     })
     .clone()
+}
+
+/// Removes the copies earlier builds left (each some 180 MB) once they
+/// are an hour old: a test process of an older build still running an
+/// hour later is not expected.
+fn prune_old_copies(keep: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 3600);
+        if name.starts_with("loop-test-bin-") && name != keep && old {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The payload of a DSSE envelope file (a receipt's in-toto statement,
