@@ -950,6 +950,20 @@ def plain_dir(tmp):
     return tempfile.mkdtemp(dir=tmp, prefix="peer-"), False
 
 
+def link_order(loop):
+    """How much of crates/loop-cli/link-order.txt the measured binary holds: the release build places
+    those functions together, and names a later change renamed are skipped, which costs memory (the
+    pages a run touches spread out again) and start-up time. Run scripts/link-order.sh when it falls."""
+    order = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "loop-cli", "link-order.txt")
+    names = set(open(order).read().split())
+    nm = run(["nm", "--defined-only", loop], check=False)
+    if nm.returncode != 0 or not names:
+        return "The link order could not be checked (`nm` failed).\n"
+    found = len(names & {line.rsplit(" ", 1)[-1] for line in nm.stdout.splitlines()})
+    return (f"The binary holds {found} of the {len(names)} functions `crates/loop-cli/link-order.txt` places "
+            f"together ({100 * found / len(names):.0f}%; `scripts/link-order.sh` makes the list again).\n")
+
+
 def peer(rep, a, tmp):
     runs = a.reps(15, 3)
     d, plain = plain_dir(tmp)
@@ -1001,7 +1015,7 @@ def peer_in(rep, a, d, plain, runs):
         + ("each in a fresh plain directory outside any repository, as the example runs "
            if plain else "each in a fresh directory inside this checkout (no plain one was found: ours asks "
            "git about it first) ") + "(spread in brackets); wall and CPU from bash's `time` (milliseconds), peak memory from GNU time.\n",
-        table(["measure", "ours", "peer", "ours / peer"], rows)]))
+        table(["measure", "ours", "peer", "ours / peer"], rows), link_order(a.loop)]))
     rep.goal("peer", "the peer's 3-step loop: ours at most 0.2× its CPU", f"{oc * 1000:.0f} vs {tc * 1000:.0f} ms "
              f"({oc / tc:.2f}×)", oc <= 0.2 * tc)
     rep.goal("peer", "the same: ours at most 0.5× its peak memory", f"{om / 1024:.1f} vs {tm / 1024:.1f} MiB "
