@@ -22,22 +22,6 @@ const SCRIPT: &str = "turns:
       - {tool: finish, args: {summary: done}}
 ";
 
-const DRAFTING: &str = "draft:
-  - calls:
-      - tool: propose_contract
-        args:
-          criteria:
-            - id: hello
-              text: hello.txt says hello
-              checks:
-                - run: grep -q hello hello.txt
-turns:
-  - calls:
-      - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
-  - calls:
-      - {tool: finish, args: {summary: done}}
-";
-
 /// The venv's Python, or `None` (skipped) outside `scripts/test.sh`.
 fn python() -> Option<PathBuf> {
     let Some(venv) = std::env::var_os("LOOP_MCP_VENV") else {
@@ -58,7 +42,7 @@ fn project(name: &str) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("README.md"), "hi\n").unwrap();
     std::fs::write(project.join("script.yaml"), SCRIPT).unwrap();
-    std::fs::write(project.join("draft.yaml"), DRAFTING).unwrap();
+    std::fs::write(project.join("draft.yaml"), shared::DRAFTING).unwrap();
     (home, project)
 }
 

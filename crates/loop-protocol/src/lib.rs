@@ -28,6 +28,7 @@ pub mod path;
 pub mod random;
 pub mod skill;
 pub mod state;
+pub mod text;
 pub mod time;
 pub mod yaml;
 

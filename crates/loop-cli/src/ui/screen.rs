@@ -284,7 +284,7 @@ fn fit_line(body: &str, (width, ascii): (usize, bool), out: &mut String) {
 pub fn defang(text: &str) -> String {
     if !text
         .chars()
-        .any(|c| (c.is_control() && c != '\n') || invisible(c))
+        .any(|c| (c.is_control() && c != '\n') || loop_protocol::text::hidden(c))
     {
         return text.to_string();
     }
@@ -297,23 +297,13 @@ pub fn defang(text: &str) -> String {
                 out.push('^');
                 out.push(char::from(b'@' + c as u8));
             }
-            c if c.is_control() || invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if c.is_control() || loop_protocol::text::hidden(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32))
+            }
             c => out.push(c),
         }
     }
     out
-}
-
-/// Characters that change what text seems to say without being seen:
-/// bidirectional overrides and isolates (a line that reads backwards),
-/// zero-width ones (names that look alike), the BOM.
-fn invisible(c: char) -> bool {
-    matches!(c,
-        '\u{200b}'..='\u{200f}'
-        | '\u{202a}'..='\u{202e}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
-        | '\u{feff}')
 }
 
 /// The ASCII stand-in of every glyph the narration uses.
@@ -467,6 +457,10 @@ mod tests {
         // A line that would read backwards, or hide a character, shows it.
         assert_eq!(defang("ok\u{202e}txt.exe"), "ok\\u{202e}txt.exe");
         assert_eq!(defang("a\u{200b}b"), "a\\u{200b}b");
+        // Tag characters and variation selectors carry hidden words.
+        assert_eq!(defang("ok\u{e0041}\u{fe01}"), "ok\\u{e0041}\\u{fe01}");
+        // The honest twin: any script shows as itself.
+        assert_eq!(defang("Grüße 日本語 עברית"), "Grüße 日本語 עברית");
         let colour = Screen {
             live: true,
             color: true,

@@ -412,10 +412,11 @@ fn draft_comment(
     draft: &str,
     contract: &str,
 ) -> String {
-    // Characters that change how text shows (bidirectional overrides,
-    // zero-width ones) are written as escapes: what a person reads is
-    // what would run.
-    let shown = visible(contract);
+    // Characters that change how text shows without showing themselves
+    // (every format character, bidirectional and zero-width ones among
+    // them, tags, variation selectors) are written as escapes: what a
+    // person reads is what would run.
+    let shown = loop_protocol::text::escape_hidden(contract);
     // The contract is shown as text, whatever it holds (a fence longer
     // than any run of backticks in it).
     let longest = shown.split(|c| c != '`').map(str::len).max().unwrap_or(0);
@@ -438,24 +439,6 @@ fn draft_comment(
         ));
     }
     out
-}
-
-/// `text` with every character that changes how text shows without
-/// showing itself written as `\u{…}`.
-fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            let hidden = matches!(c,
-                '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}');
-            if hidden {
-                format!("\\u{{{:04X}}}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// The head of the pull request `origin` names, fetched into the project
@@ -1015,8 +998,12 @@ fn blob(api: &mut Api, repo: &str, bytes: &[u8]) -> Result<String, Error> {
     Ok(b["sha"].as_str().unwrap_or_default().to_string())
 }
 
+/// The first line of text a model, a command or a person wrote, at most
+/// 200 bytes, with what would change how it shows written out.
 fn first_line(s: &str) -> String {
-    loop_protocol::observation::head_tail(s.lines().next().unwrap_or("Loop Engine task"), 200)
+    let line =
+        loop_protocol::observation::head_tail(s.lines().next().unwrap_or("Loop Engine task"), 200);
+    loop_protocol::text::escape_hidden(&line)
 }
 
 /// Each criterion, passed or failed with what its first failing check said.
@@ -1203,6 +1190,22 @@ mod tests {
             "{body}"
         );
         assert!(body.contains("\\u{202E}gnp.exe\\u{200B}"), "{body}");
+        // Tag characters spell a sentence no reader sees ("rm" here), and
+        // an Arabic format mark is no bidirectional control either: neither
+        // was on a list picked by hand.
+        let tagged = "criteria:\n  - id: x\n    checks:\n      - run: \"make test\u{E0072}\u{E006D}\u{0600}\"\n";
+        let body = draft_comment(&inlet(), "d-0123456789abcdef", tagged);
+        assert!(
+            body.contains("make test\\u{E0072}\\u{E006D}\\u{0600}"),
+            "{body}"
+        );
+        // The honest twin: a check in any script shows as written.
+        let honest = "criteria:\n  - id: x\n    checks:\n      - run: \"grep -q 'Grüße, 日本語, עברית' out.txt\"\n";
+        let body = draft_comment(&inlet(), "d-0123456789abcdef", honest);
+        assert!(
+            body.contains("grep -q 'Grüße, 日本語, עברית' out.txt"),
+            "{body}"
+        );
     }
 
     fn issue(action: &str, label: &str, repo: &str) -> Vec<u8> {
