@@ -691,6 +691,17 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .unwrap()
         .to_string();
     let (_, kept_digest) = posted_draft(&seen, 60, &kept);
+    // And one the person will reject after the restart.
+    let mut dropped = labelled.clone();
+    dropped["issue"]["number"] = json!(61);
+    let (b, sig) = signed(&dropped);
+    let (code, said) = deliver(&url, "issues", &b, &sig, "d-8b");
+    assert_eq!(code, 202, "{said}");
+    let dropped_draft = serde_json::from_str::<Value>(&said).unwrap()["draft"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, dropped_digest) = posted_draft(&seen, 61, &dropped_draft);
     shared::stop(server);
     let (server, said) = shared::serve_saying(
         &home,
@@ -704,7 +715,7 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         2,
     );
     assert_eq!(
-        said[1], "1 drafted contract(s) wait for their answer",
+        said[1], "2 drafted contract(s) wait for their answer",
         "{said:?}"
     );
     let url = said[0]
@@ -712,6 +723,27 @@ fn a_drafted_contract_is_confirmed_by_a_reply_comment_or_by_auto_confirm() {
         .find(|w| w.starts_with("http://"))
         .unwrap()
         .to_string();
+    // Rejected after the restart: the issue hears that nothing started,
+    // and why (before, only a draft drafted by the same server was told).
+    let mut reply_61 = reply.clone();
+    reply_61["issue"]["number"] = json!(61);
+    reply_61["comment"]["id"] = json!(1061);
+    reply_61["comment"]["body"] = json!(format!("/loop reject {dropped_draft} {dropped_digest}"));
+    let (b, sig) = signed(&reply_61);
+    let (code, said) = deliver(&url, "issue_comment", &b, &sig, "d-9b");
+    assert_eq!(code, 200, "{said}");
+    assert!(
+        said.contains(&format!("draft {dropped_draft} rejected")),
+        "{said}"
+    );
+    wait_for(&seen, |c| {
+        c.path.ends_with("/issues/61/comments")
+            && c.body["body"].as_str()
+                == Some(
+                    format!("Loop Engine started no task for draft `{dropped_draft}`: a person rejected the drafted contract.")
+                        .as_str(),
+                )
+    });
     let mut reply_60 = reply.clone();
     reply_60["issue"]["number"] = json!(60);
     reply_60["comment"]["id"] = json!(1060);

@@ -261,21 +261,21 @@ pub fn restore(drafts: &Drafts) -> usize {
         }
         let proposed = k.proposed_ms.unwrap_or(r.updated_ms);
         let expired = now.saturating_sub(proposed) > WAIT.as_millis() as u64;
-        let (state, changed) = match k.state {
+        let (state, ended) = match k.state {
             DraftState::Drafting => (
                 DraftState::Ended {
                     reason: "the server stopped while the contract was being drafted: ask again"
                         .into(),
                 },
-                true,
+                Some(loop_runtime::DraftEnded::Interrupted),
             ),
             DraftState::Proposed { .. } if expired => (
                 DraftState::Ended {
                     reason: format!("no answer came within {} minutes", WAIT.as_secs() / 60),
                 },
-                true,
+                Some(loop_runtime::DraftEnded::Unanswered),
             ),
-            other => (other, false),
+            other => (other, None),
         };
         if matches!(state, DraftState::Proposed { .. }) {
             waiting += 1;
@@ -296,11 +296,88 @@ pub fn restore(drafts: &Drafts) -> usize {
                 answered_by: None,
             },
         );
-        if changed {
+        if let Some(why) = ended {
             keep(drafts, &r.id);
+            tell_ended(drafts, &r.id, why);
         }
     }
+    if waiting > 0 {
+        expire_restored_later(drafts);
+    }
     waiting
+}
+
+/// Where a trigger asked for draft `id` hears that it started no task,
+/// and why (a call to GitHub, on a thread of its own); what was posted is
+/// noted on the draft and kept. Nothing for a draft no trigger asked for.
+fn tell_ended(drafts: &Drafts, id: &str, why: loop_runtime::DraftEnded) {
+    let Some(rt) = &drafts.keep else {
+        return;
+    };
+    let Some(ask) = lock(drafts)
+        .get(id)
+        .and_then(|d| d.asked_on.as_ref())
+        .and_then(|a| rt.github_ask(&a.trigger))
+    else {
+        return;
+    };
+    let (drafts, draft) = (drafts.clone(), id.to_string());
+    let spawned = std::thread::Builder::new()
+        .name(format!("ended {id}"))
+        .spawn(move || {
+            note(&drafts, &draft, &ask.post_ended(&draft, why));
+            keep(&drafts, &draft);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("draft {id}: where it was asked is not told it ended: {e}");
+    }
+}
+
+/// End the restored drafts whose wait is over, unanswered (and tell
+/// where they were asked); the time until the next one's wait ends, if
+/// one still waits.
+fn expire_restored(drafts: &Drafts, now: u64) -> Option<u64> {
+    let mut ended = Vec::new();
+    let mut next = None::<u64>;
+    for (id, d) in lock(drafts).iter_mut() {
+        let (Some(until), DraftState::Proposed { .. }) = (d.restored, &d.state) else {
+            continue;
+        };
+        if now > until {
+            d.state = DraftState::Ended {
+                reason: format!("no answer came within {} minutes", WAIT.as_secs() / 60),
+            };
+            ended.push(id.clone());
+        } else {
+            next = Some(next.map_or(until - now, |n| n.min(until - now)));
+        }
+    }
+    for id in ended {
+        keep(drafts, &id);
+        tell_ended(drafts, &id, loop_runtime::DraftEnded::Unanswered);
+    }
+    next
+}
+
+/// Watch the restored drafts' waits on a thread of its own until none
+/// waits: a restored draft nobody answers ends when its wait does, as a
+/// draft drafted here does, and where it was asked hears so.
+fn expire_restored_later(drafts: &Drafts) {
+    let drafts = drafts.clone();
+    let spawned = std::thread::Builder::new()
+        .name("restored drafts".into())
+        .spawn(move || {
+            loop {
+                let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+                let Some(left) = expire_restored(&drafts, now) else {
+                    return;
+                };
+                std::thread::sleep(Duration::from_millis(left.saturating_add(1)).min(RENEW));
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("restored drafts' waits are not watched: {e}");
+    }
 }
 
 /// Begin a draft of `instruction` for `owner` (asked for where
@@ -413,6 +490,7 @@ pub fn answer(
             };
             drop(all);
             keep_later(drafts, id);
+            tell_ended(drafts, id, loop_runtime::DraftEnded::Unanswered);
             return Some(Answered::NotWaiting);
         }
         let contract = match review {
@@ -424,6 +502,7 @@ pub fn answer(
                 };
                 drop(all);
                 keep_later(drafts, id);
+                tell_ended(drafts, id, loop_runtime::DraftEnded::Rejected);
                 return Some(Answered::Delivered);
             }
         };
@@ -583,6 +662,36 @@ impl loop_runtime::Observer for DraftObserver {
 #[allow(clippy::disallowed_methods, clippy::unwrap_used)] // tests make and read their own fixtures
 mod tests {
     use super::*;
+
+    /// A restored draft nobody answers ends when its wait does (before,
+    /// it waited unanswered forever, and where it was asked heard
+    /// nothing); one whose wait goes on is left, and the watcher is told
+    /// when to look again.
+    #[test]
+    fn a_restored_draft_ends_unanswered_when_its_wait_does() {
+        let drafts = Drafts::default();
+        for (id, until) in [("d-over", 1_000), ("d-later", 5_000), ("d-here", 0)] {
+            begin(&drafts, id, ("alice", None), "do it", (None, Vec::new()));
+            let mut all = lock(&drafts);
+            let d = all.get_mut(id).unwrap();
+            d.state = DraftState::Proposed {
+                contract: "{}".into(),
+            };
+            // d-here was drafted by this server: its own drafting thread
+            // ends it, not the watcher.
+            d.restored = (until > 0).then_some(until);
+        }
+        assert_eq!(expire_restored(&drafts, 2_000), Some(3_000));
+        let state = |id: &str| lock(&drafts).get(id).unwrap().state.clone();
+        assert!(
+            matches!(state("d-over"), DraftState::Ended { reason } if reason == "no answer came within 30 minutes")
+        );
+        assert!(matches!(state("d-later"), DraftState::Proposed { .. }));
+        assert!(matches!(state("d-here"), DraftState::Proposed { .. }));
+        assert_eq!(expire_restored(&drafts, 6_000), None);
+        assert!(matches!(state("d-later"), DraftState::Ended { .. }));
+        assert!(matches!(state("d-here"), DraftState::Proposed { .. }));
+    }
 
     /// A server takes up only the drafts no live server holds: one whose
     /// holder died here, or whose hold on another machine lapsed; never

@@ -312,6 +312,8 @@ pub enum Ended {
     Unanswered,
     /// No draft was accepted by its critic (or the model failed).
     NotDrafted,
+    /// The server stopped while the contract was being drafted.
+    Interrupted,
 }
 
 /// A drafted contract's request on GitHub: where it was asked, and how
@@ -356,6 +358,9 @@ impl GithubAsk {
             Ended::Unanswered => "no answer came within 30 minutes",
             Ended::NotDrafted => {
                 "no contract was drafted that its critic accepts (the draft's notes, in the console, say why)"
+            }
+            Ended::Interrupted => {
+                "the server stopped while the contract was being drafted; ask again"
             }
         };
         self.post(&format!(
