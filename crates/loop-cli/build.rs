@@ -11,7 +11,12 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=link-order.txt");
     println!("cargo:rerun-if-changed=build.rs");
-    for var in ["LOOP_LINK_ORDER", "RUSTC_LINKER", "CARGO_ENCODED_RUSTFLAGS"] {
+    for var in [
+        "LOOP_LINK_ORDER",
+        "LOOP_PACK_RELOCS",
+        "RUSTC_LINKER",
+        "CARGO_ENCODED_RUSTFLAGS",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let env = |k: &str| std::env::var(k).unwrap_or_default();
@@ -35,8 +40,11 @@ fn main() {
     println!("cargo:rustc-link-arg-bin=loop=-Wl,--no-warn-symbol-ordering");
     // Relative relocations packed (DT_RELR, read by glibc 2.36 and later):
     // the 30,000 entries of 24 bytes the loader reads at every start fit in
-    // a few kilobytes. Only where this machine's glibc reads them.
-    if glibc_reads_relr() {
+    // a few kilobytes. Asked for with LOOP_PACK_RELOCS=1, and only where
+    // this machine's glibc reads them: the binary then needs glibc 2.36
+    // wherever it runs (2.34 otherwise), so a build copied to an older
+    // system would not start.
+    if env("LOOP_PACK_RELOCS") == "1" && glibc_reads_relr() {
         println!("cargo:rustc-link-arg-bin=loop=-Wl,-z,pack-relative-relocs");
     }
 }

@@ -44,15 +44,41 @@ fn default_ignorable(c: char) -> bool {
         | '\u{E0000}'..='\u{E0FFF}')
 }
 
-/// `text` with every [`hidden`] character written as `\u{XXXX}`.
+/// Whether `c`, between `prev` and `next`, changes how text shows
+/// without showing itself: [`hidden`], but for what honest writing needs
+/// where it stands. A zero-width joiner or non-joiner between two
+/// characters outside ASCII (Persian and Indic words, emoji sequences:
+/// never inside an ASCII name that could be made to look like another),
+/// and one emoji or text presentation selector after a visible character
+/// (`❤️`; a run of selectors, which can carry hidden bytes, is written
+/// out from its second).
+pub fn hidden_between(prev: Option<char>, c: char, next: Option<char>) -> bool {
+    if !hidden(c) {
+        return false;
+    }
+    let shown =
+        |x: Option<char>| x.is_some_and(|x| !hidden(x) && !x.is_whitespace() && !x.is_control());
+    let wide = |x: Option<char>| shown(x) && x.is_some_and(|x| !x.is_ascii());
+    match c {
+        '\u{200C}' | '\u{200D}' => !(wide(prev) && wide(next)),
+        '\u{FE0E}' | '\u{FE0F}' => !shown(prev),
+        _ => true,
+    }
+}
+
+/// `text` with every character [`hidden_between`] its neighbours written
+/// as `\u{XXXX}`.
 pub fn escape_hidden(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if hidden(c) {
+    let mut prev = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if hidden_between(prev, c, chars.peek().copied()) {
             out.push_str(&format!("\\u{{{:04X}}}", c as u32));
         } else {
             out.push(c);
         }
+        prev = Some(c);
     }
     out
 }
@@ -98,6 +124,30 @@ mod tests {
         let honest = "Grüße, 日本語, עברית, العربية, हिन्दी, e\u{0301}, 👍🏽, a b\tc";
         assert!(!honest.chars().any(hidden), "{honest}");
         assert_eq!(escape_hidden(honest), honest);
+    }
+
+    #[test]
+    fn joiners_and_presentation_selectors_stay_where_writing_needs_them() {
+        // Persian (a non-joiner in a word), Devanagari and an emoji family
+        // (joiners), a red heart and a warning sign (emoji presentation).
+        for honest in [
+            "می\u{200C}خواهم",
+            "क्\u{200D}ष",
+            "👨\u{200D}👩\u{200D}👧",
+            "❤\u{FE0F} ⚠\u{FE0F} ok",
+        ] {
+            assert_eq!(escape_hidden(honest), honest);
+        }
+        // Inside an ASCII name, at an edge, beside a space, or a run of
+        // selectors (bytes hidden one per selector): written out.
+        assert_eq!(escape_hidden("pay\u{200C}pal"), "pay\\u{200C}pal");
+        assert_eq!(escape_hidden("\u{200D}👍"), "\\u{200D}👍");
+        assert_eq!(escape_hidden("👍\u{200D} x"), "👍\\u{200D} x");
+        assert_eq!(escape_hidden(" \u{FE0F}"), " \\u{FE0F}");
+        assert_eq!(
+            escape_hidden("❤\u{FE0F}\u{FE0F}\u{FE01}"),
+            "❤\u{FE0F}\\u{FE0F}\\u{FE01}"
+        );
     }
 
     #[test]

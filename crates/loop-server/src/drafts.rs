@@ -296,9 +296,15 @@ pub fn restore(drafts: &Drafts) -> usize {
                 answered_by: None,
             },
         );
-        if let Some(why) = ended {
-            keep(drafts, &r.id);
-            tell_ended(drafts, &r.id, why);
+        match ended {
+            Some(why) => {
+                keep(drafts, &r.id);
+                tell_ended(drafts, &r.id, why);
+            }
+            // Taken up: the store says this server holds it now (renewed
+            // while it waits), so no other server takes it up too.
+            None if open => keep(drafts, &r.id),
+            None => {}
         }
     }
     if waiting > 0 {
@@ -311,22 +317,26 @@ pub fn restore(drafts: &Drafts) -> usize {
 /// and why (a call to GitHub, on a thread of its own); what was posted is
 /// noted on the draft and kept. Nothing for a draft no trigger asked for.
 fn tell_ended(drafts: &Drafts, id: &str, why: loop_runtime::DraftEnded) {
-    let Some(rt) = &drafts.keep else {
+    let Some(rt) = drafts.keep.clone() else {
         return;
     };
-    let Some(ask) = lock(drafts)
+    let asked = lock(drafts)
         .get(id)
         .and_then(|d| d.asked_on.as_ref())
-        .and_then(|a| rt.github_ask(&a.trigger))
-    else {
+        .map(|a| a.trigger.clone());
+    let Some(trigger) = asked else {
         return;
     };
+    // The Loopfile is read, and GitHub called, off the caller's thread
+    // (an API handler's may be the executor's).
     let (drafts, draft) = (drafts.clone(), id.to_string());
     let spawned = std::thread::Builder::new()
         .name(format!("ended {id}"))
         .spawn(move || {
-            note(&drafts, &draft, &ask.post_ended(&draft, why));
-            keep(&drafts, &draft);
+            if let Some(ask) = rt.github_ask(&trigger) {
+                note(&drafts, &draft, &ask.post_ended(&draft, why));
+                keep(&drafts, &draft);
+            }
         });
     if let Err(e) = spawned {
         tracing::warn!("draft {id}: where it was asked is not told it ended: {e}");
@@ -359,19 +369,37 @@ fn expire_restored(drafts: &Drafts, now: u64) -> Option<u64> {
     next
 }
 
+/// Renew this server's hold on the restored drafts that still wait.
+fn renew_restored(drafts: &Drafts) {
+    let waiting: Vec<String> = lock(drafts)
+        .iter()
+        .filter(|(_, d)| d.restored.is_some() && matches!(d.state, DraftState::Proposed { .. }))
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in waiting {
+        keep(drafts, &id);
+    }
+}
+
 /// Watch the restored drafts' waits on a thread of its own until none
 /// waits: a restored draft nobody answers ends when its wait does, as a
-/// draft drafted here does, and where it was asked hears so.
+/// draft drafted here does, and where it was asked hears so; meanwhile
+/// this server's hold on them is renewed every [`RENEW`].
 fn expire_restored_later(drafts: &Drafts) {
     let drafts = drafts.clone();
     let spawned = std::thread::Builder::new()
         .name("restored drafts".into())
         .spawn(move || {
+            let mut renewed = std::time::Instant::now();
             loop {
                 let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
                 let Some(left) = expire_restored(&drafts, now) else {
                     return;
                 };
+                if renewed.elapsed() >= RENEW {
+                    renew_restored(&drafts);
+                    renewed = std::time::Instant::now();
+                }
                 std::thread::sleep(Duration::from_millis(left.saturating_add(1)).min(RENEW));
             }
         });

@@ -282,14 +282,17 @@ fn fit_line(body: &str, (width, ascii): (usize, bool), out: &mut String) {
 /// text) and tabs the terminal widens; tabs become spaces and every other
 /// control character but the newline is shown as `^X` or `\u{..}`.
 pub fn defang(text: &str) -> String {
+    use loop_protocol::text::{hidden, hidden_between};
     if !text
         .chars()
-        .any(|c| (c.is_control() && c != '\n') || loop_protocol::text::hidden(c))
+        .any(|c| (c.is_control() && c != '\n') || hidden(c))
     {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
+    let mut prev = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
             '\n' => out.push('\n'),
             '\t' => out.push_str("    "),
@@ -297,11 +300,12 @@ pub fn defang(text: &str) -> String {
                 out.push('^');
                 out.push(char::from(b'@' + c as u8));
             }
-            c if c.is_control() || loop_protocol::text::hidden(c) => {
+            c if c.is_control() || hidden_between(prev, c, chars.peek().copied()) => {
                 out.push_str(&format!("\\u{{{:x}}}", c as u32))
             }
             c => out.push(c),
         }
+        prev = Some(c);
     }
     out
 }

@@ -94,8 +94,8 @@ pub fn shared_binary() -> PathBuf {
 }
 
 /// Removes the copies earlier builds left (each some 180 MB) once they
-/// are an hour old: a test process of an older build still running an
-/// hour later is not expected.
+/// are a day old: a test process of an older build still running a day
+/// later is not expected.
 fn prune_old_copies(keep: &str) {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
@@ -108,7 +108,7 @@ fn prune_old_copies(keep: &str) {
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age.as_secs() > 3600);
+            .is_some_and(|age| age.as_secs() > 24 * 3600);
         if name.starts_with("loop-test-bin-") && name != keep && old {
             let _ = std::fs::remove_dir_all(e.path());
         }

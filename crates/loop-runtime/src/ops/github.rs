@@ -1003,12 +1003,18 @@ fn blob(api: &mut Api, repo: &str, bytes: &[u8]) -> Result<String, Error> {
     Ok(b["sha"].as_str().unwrap_or_default().to_string())
 }
 
-/// The first line of text a model, a command or a person wrote, at most
-/// 200 bytes, with what would change how it shows written out.
+/// The first line of text a model, a command or a person wrote, as one
+/// line of at most 200 bytes and a marker: what it cuts, a carriage
+/// return (a line break to Markdown) and any other control character
+/// become spaces, and what would change how it shows is written out.
 fn first_line(s: &str) -> String {
     let line =
         loop_protocol::observation::head_tail(s.lines().next().unwrap_or("Loop Engine task"), 200);
-    loop_protocol::text::escape_hidden(&line)
+    let flat: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    loop_protocol::text::escape_hidden(&flat)
 }
 
 /// Each criterion, passed or failed with what its first failing check said.
@@ -1204,6 +1210,15 @@ mod tests {
             body.contains("make test\\u{E0072}\\u{E006D}\\u{0600}"),
             "{body}"
         );
+        // What a check printed reaches a report as one line: a carriage
+        // return (a line break to Markdown), a cut's marker and the tail
+        // the model chose start no line of their own (a heading, a fake
+        // verdict); the honest twin keeps a short line as it is.
+        let said = format!("boom\r# verified{}\n<b>passed</b>", "x".repeat(400));
+        let line = first_line(&said);
+        assert!(!line.contains(['\r', '\n']), "{line:?}");
+        assert!(line.starts_with("boom # verified"), "{line:?}");
+        assert_eq!(first_line("tests: 3 failed\nmore"), "tests: 3 failed");
         // The honest twin: a check in any script shows as written.
         let honest = "criteria:\n  - id: x\n    checks:\n      - run: \"grep -q 'Grüße, 日本語, עברית' out.txt\"\n";
         let body = draft_comment(&inlet(), "d-0123456789abcdef", honest);
