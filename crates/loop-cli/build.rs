@@ -52,35 +52,28 @@ fn main() {
 /// Whether this machine's C library reads packed relative relocations
 /// (glibc 2.36 and later; `getconf` answers `glibc 2.36`).
 fn glibc_reads_relr() -> bool {
-    let Ok(out) = Command::new("getconf").arg("GNU_LIBC_VERSION").output() else {
-        return false;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut version = text
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("")
-        .split('.')
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (version.next().unwrap_or(0), version.next().unwrap_or(0));
-    (major, minor) >= (2, 36)
+    at_least(Command::new("getconf").arg("GNU_LIBC_VERSION"), (2, 36))
 }
 
 /// Whether this rustc links x86_64 Linux binaries with its own LLD by
-/// default (1.90 and later).
+/// default (1.90 and later; it answers `rustc 1.95.0 (…)`).
 fn rustc_links_with_lld() -> bool {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let Ok(out) = Command::new(rustc).arg("-V").output() else {
+    at_least(Command::new(rustc).arg("-V"), (1, 90))
+}
+
+/// Whether the version `command` prints as its second word (`NAME X.Y…`)
+/// is at least `least` (no answer: no).
+fn at_least(command: &mut Command, least: (u32, u32)) -> bool {
+    let Ok(out) = command.output() else {
         return false;
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    // `rustc 1.95.0 (…)`
     let mut version = text
         .split_whitespace()
         .nth(1)
         .unwrap_or("")
         .split(['.', '-'])
         .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (version.next().unwrap_or(0), version.next().unwrap_or(0));
-    (major, minor) >= (1, 90)
+    (version.next().unwrap_or(0), version.next().unwrap_or(0)) >= least
 }
