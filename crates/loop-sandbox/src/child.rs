@@ -124,6 +124,33 @@ fn check(ret: libc::c_long, diag: RawFd, step: &'static [u8]) -> io::Result<()> 
     }
 }
 
+/// Map the user namespace this process just made to our own ids only
+/// (`setgroups` denied, then the gid and uid maps) and bound its per-user
+/// kernel objects (a limit this kernel lacks is skipped); the step that
+/// failed, in the words a command's error names it. Async-signal-safe:
+/// the command's child and the spawner's makers all call it after a fork.
+pub(crate) fn map_user(
+    uid_map: &[u8],
+    gid_map: &[u8],
+    sysctls: &[(CString, Vec<u8>)],
+) -> Result<(), &'static [u8]> {
+    if !write_file(b"/proc/self/setgroups\0", b"deny")
+        || !write_file(b"/proc/self/gid_map\0", gid_map)
+        || !write_file(b"/proc/self/uid_map\0", uid_map)
+    {
+        return Err(b"write user namespace id maps");
+    }
+    for (path, value) in sysctls {
+        // SAFETY: reads this thread's errno.
+        if !write_file(path.as_bytes_with_nul(), value)
+            && unsafe { *libc::__errno_location() } != libc::ENOENT
+        {
+            return Err(b"bound per-user kernel objects");
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn write_file(path: &[u8], data: &[u8]) -> bool {
     // SAFETY: `path` is NUL-terminated (static or prepared); plain syscalls.
     unsafe {
@@ -207,19 +234,8 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
             )?;
             if plan.userns && plan.made.is_none() {
                 // Only our own ids are mapped: inside, we are who we were.
-                if !write_file(b"/proc/self/setgroups\0", b"deny")
-                    || !write_file(b"/proc/self/gid_map\0", &plan.gid_map)
-                    || !write_file(b"/proc/self/uid_map\0", &plan.uid_map)
-                {
-                    return Err(fail(d, b"write user namespace id maps"));
-                }
-                for (path, value) in &plan.user_sysctls {
-                    if !write_file(path.as_bytes_with_nul(), value)
-                        && *libc::__errno_location() != libc::ENOENT
-                    {
-                        return Err(fail(d, b"bound per-user kernel objects"));
-                    }
-                }
+                map_user(&plan.uid_map, &plan.gid_map, &plan.user_sysctls)
+                    .map_err(|step| fail(d, step))?;
             }
             relay_and_init(plan)?;
             setup_namespaces(plan)?;

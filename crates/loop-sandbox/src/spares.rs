@@ -222,20 +222,9 @@ unsafe fn make(kind: &Kind, sock: RawFd) -> ! {
         if libc::unshare(flags) != 0 {
             libc::_exit(1);
         }
-        if kind.userns {
-            if !child::write_file(b"/proc/self/setgroups\0", b"deny")
-                || !child::write_file(b"/proc/self/gid_map\0", &kind.gid_map)
-                || !child::write_file(b"/proc/self/uid_map\0", &kind.uid_map)
-            {
-                libc::_exit(1);
-            }
-            for (path, value) in &kind.user_sysctls {
-                if !child::write_file(path.as_bytes_with_nul(), value)
-                    && *libc::__errno_location() != libc::ENOENT
-                {
-                    libc::_exit(1);
-                }
-            }
+        if kind.userns && child::map_user(&kind.uid_map, &kind.gid_map, &kind.user_sysctls).is_err()
+        {
+            libc::_exit(1);
         }
         if child::bring_up_loopback(-1).is_err() {
             libc::_exit(1);

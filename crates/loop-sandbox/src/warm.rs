@@ -413,18 +413,9 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         if libc::unshare(libc::CLONE_NEWUSER) != 0
-            || !child::write_file(b"/proc/self/setgroups\0", b"deny")
-            || !child::write_file(b"/proc/self/gid_map\0", &plan.gid_map)
-            || !child::write_file(b"/proc/self/uid_map\0", &plan.uid_map)
+            || child::map_user(&plan.uid_map, &plan.gid_map, &plan.user_sysctls).is_err()
         {
             libc::_exit(1);
-        }
-        for (path, value) in &plan.user_sysctls {
-            if !child::write_file(path.as_bytes_with_nul(), value)
-                && *libc::__errno_location() != libc::ENOENT
-            {
-                libc::_exit(1);
-            }
         }
         if libc::unshare(libc::CLONE_NEWNS) != 0
             || libc::mount(
