@@ -18,15 +18,6 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
 
-const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
-
-/// `struct landlock_path_beneath_attr` (packed in the kernel ABI).
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
 /// Everything the child needs, prepared before fork.
 pub struct ChildPlan {
     /// Namespaces to create (`CLONE_NEW*`), 0 for none.
@@ -713,17 +704,7 @@ unsafe fn allow_beneath(
             }
             return Err(fail(d, step));
         }
-        let attr = PathBeneathAttr {
-            allowed_access: access,
-            parent_fd: fd,
-        };
-        let r = libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset,
-            LANDLOCK_RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        );
+        let r = crate::landlock::add_path_rule(ruleset, fd, access);
         libc::close(fd);
         check(r, d, step)
     }

@@ -3,11 +3,8 @@
 //! `landlock_restrict_self` call just before exec.
 
 use crate::confinement::HostView;
-use landlock::{
-    ABI, Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    Scope,
-};
-use std::os::fd::OwnedFd;
+use landlock::{ABI, Access, AccessFs, BitFlags, PathFd, Ruleset, RulesetAttr, Scope};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -23,6 +20,39 @@ pub struct Prepared {
     pub all_mask: u64,
     /// Read and execute for a file (directory rights removed).
     pub read_file_mask: u64,
+}
+
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel ABI).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `landlock_add_rule` of one path-beneath rule, as the kernel takes it
+/// (no `stat` of the parent first: callers know whether it is a file);
+/// the system call's return. Async-signal-safe: the child calls it too.
+///
+/// # Safety
+/// `ruleset` and `parent` are open descriptors (a ruleset, and a path).
+pub(crate) unsafe fn add_path_rule(ruleset: RawFd, parent: RawFd, access: u64) -> libc::c_long {
+    let attr = PathBeneathAttr {
+        allowed_access: access,
+        parent_fd: parent,
+    };
+    // SAFETY: the attribute is a local of the kernel's layout; the
+    // descriptors are the caller's.
+    unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    }
 }
 
 /// The Landlock ABI the kernel offers (0 when Landlock is unavailable).
@@ -127,44 +157,169 @@ pub fn prepare(
     if abi_n >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err(&e))?;
     }
-    let mut created = ruleset.create().map_err(|e| err(&e))?;
+    let created = ruleset.create().map_err(|e| err(&e))?;
+    let Some(fd) = Option::<OwnedFd>::from(created) else {
+        return Ok(None);
+    };
     let fixed = static_rules(view, abi);
-    for ((_, fd, access), overlaid) in fixed.rules.iter().zip(&fixed.overlaid) {
+    let read = AccessFs::from_read(fixed.abi);
+    let file = AccessFs::from_file(fixed.abi);
+    // The host view's rules come with their file-ness known from its walk:
+    // each is one system call, no `stat`.
+    for ((path, parent, access), overlaid) in fixed.rules.iter().zip(&fixed.overlaid) {
         if overlays && *overlaid {
             continue;
         }
-        created
-            .as_mut()
-            .add_rule(PathBeneath::new(fd, *access))
-            .map_err(|e| err(&e))?;
+        add(&fd, parent, *access, file).map_err(|e| err(&format!("{}: {e}", path.display())))?;
     }
     for p in read_write {
-        let Ok(fd) = PathFd::new(p) else { continue };
-        created
-            .as_mut()
-            .add_rule(PathBeneath::new(fd, all))
-            .map_err(|e| err(&e))?;
+        let Ok(parent) = PathFd::new(p) else { continue };
+        add(&fd, &parent, all, file).map_err(|e| err(&format!("{}: {e}", p.display())))?;
     }
-    let read = AccessFs::from_read(fixed.abi);
-    let file = AccessFs::from_file(fixed.abi);
     for p in read_only {
-        let Ok(fd) = PathFd::new(p) else { continue };
+        let Ok(parent) = PathFd::new(p) else { continue };
         let access = if p.is_dir() { read } else { read & file };
-        created
-            .as_mut()
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| err(&e))?;
+        add(&fd, &parent, access, file).map_err(|e| err(&format!("{}: {e}", p.display())))?;
     }
-    let fd: Option<OwnedFd> = created.into();
-    Ok(fd.map(|fd| Prepared {
+    Ok(Some(Prepared {
         fd,
         abi: abi_n,
-        read_mask: AccessFs::from_read(fixed.abi).bits(),
+        read_mask: read.bits(),
         all_mask: all.bits(),
-        read_file_mask: (AccessFs::from_read(fixed.abi) & AccessFs::from_file(fixed.abi)).bits(),
+        read_file_mask: (read & file).bits(),
     }))
+}
+
+/// Allow `access` beneath `parent` in `ruleset`. A parent that is a file
+/// (a path of the host view made a file since the view was read) takes a
+/// file's rights only, as the kernel requires.
+fn add(
+    ruleset: &OwnedFd,
+    parent: &PathFd,
+    access: BitFlags<AccessFs>,
+    file: BitFlags<AccessFs>,
+) -> std::io::Result<()> {
+    let try_with = |access: BitFlags<AccessFs>| {
+        // SAFETY: both descriptors are open for the call.
+        let r = unsafe {
+            add_path_rule(
+                ruleset.as_raw_fd(),
+                parent.as_fd().as_raw_fd(),
+                access.bits(),
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    match try_with(access) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && access & file != access => {
+            try_with(access & file)
+        }
+        r => r,
+    }
 }
 
 fn ioctl_dev(abi: ABI) -> BitFlags<AccessFs> {
     AccessFs::from_all(abi) & AccessFs::IoctlDev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ruleset handling every right of this kernel's ABI (`None` where
+    /// the kernel has no Landlock: nothing to add rules to).
+    fn ruleset() -> Option<(OwnedFd, BitFlags<AccessFs>, BitFlags<AccessFs>)> {
+        let abi_n = kernel_abi();
+        if abi_n == 0 {
+            eprintln!("this kernel has no Landlock: no ruleset to add rules to");
+            return None;
+        }
+        let abi = ABI::from(abi_n as i32);
+        let all = AccessFs::from_all(abi);
+        let created = Ruleset::default()
+            .handle_access(all)
+            .unwrap()
+            .create()
+            .unwrap();
+        Some((Option::from(created)?, all, AccessFs::from_file(abi)))
+    }
+
+    /// A fresh directory under the system's temporary directory.
+    struct Dir(PathBuf);
+    impl Dir {
+        fn new() -> Dir {
+            let p = std::env::temp_dir().join(crate::unique_name("landlock-test").unwrap());
+            std::fs::create_dir(&p).unwrap();
+            Dir(p)
+        }
+        fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_rule_is_one_call_and_a_file_takes_only_a_files_rights() {
+        let Some((fd, all, file)) = ruleset() else {
+            return;
+        };
+        let dir = Dir::new();
+        let f = dir.path().join("f");
+        std::fs::write(&f, "x").unwrap();
+        // A directory takes every right.
+        add(&fd, &PathFd::new(dir.path()).unwrap(), all, file).unwrap();
+        // The kernel refuses a directory's rights on a file...
+        let parent = PathFd::new(&f).unwrap();
+        // SAFETY: both descriptors are open.
+        let raw = unsafe { add_path_rule(fd.as_raw_fd(), parent.as_fd().as_raw_fd(), all.bits()) };
+        assert_eq!(raw, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        // ...which `add` gives it as a file's (a view's directory that
+        // became a file since the view was read still gets its rule).
+        add(&fd, &parent, all, file).unwrap();
+        // A right the ruleset does not handle is refused, not dropped.
+        let bad = add_path_rule_raw_unhandled(&fd, &parent);
+        assert_eq!(bad, Some(libc::EINVAL));
+    }
+
+    /// `landlock_add_rule` with a right outside the ruleset's: the errno.
+    fn add_path_rule_raw_unhandled(fd: &OwnedFd, parent: &PathFd) -> Option<i32> {
+        // Bit 63 names no right of any ABI.
+        // SAFETY: both descriptors are open.
+        let r = unsafe { add_path_rule(fd.as_raw_fd(), parent.as_fd().as_raw_fd(), 1 << 63) };
+        (r != 0).then(|| std::io::Error::last_os_error().raw_os_error())?
+    }
+
+    #[test]
+    fn the_host_views_files_get_only_a_files_rights_in_a_ruleset_built_from_it() {
+        let Some((_, _, _)) = ruleset() else {
+            return;
+        };
+        let view = crate::confinement::host_view();
+        let dir = Dir::new();
+        let ws = dir.path().to_path_buf();
+        let prepared = prepare(view, std::slice::from_ref(&ws), &[], false)
+            .unwrap()
+            .expect("a ruleset where the kernel has Landlock");
+        assert_eq!(prepared.abi, kernel_abi());
+        let fixed = static_rules(view, ABI::from(prepared.abi as i32));
+        // Every file of the view is given only a file's rights.
+        let file = AccessFs::from_file(fixed.abi);
+        for (path, _, access) in &fixed.rules {
+            if view.files.contains(path) {
+                assert_eq!(*access & file, *access, "{}", path.display());
+            }
+        }
+    }
 }
