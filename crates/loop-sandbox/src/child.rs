@@ -231,6 +231,80 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
             relay_and_init(plan)?;
             setup_namespaces(plan)?;
         }
+    }
+    // SAFETY: between fork and exec, as this function.
+    unsafe { restrict(plan) }
+}
+
+/// A chain's command, once its order has come (see `warm.rs`): what
+/// [`enter`] does after the namespaces are entered and the PID
+/// namespace's processes made, which the chain did ahead: the mounts and
+/// the network inside the namespaces, then [`restrict`].
+///
+/// # Safety
+/// In a chain's command process, between its order and exec.
+pub(crate) unsafe fn enter_rest(plan: &ChildPlan) -> io::Result<()> {
+    // SAFETY: the helpers' conditions are this function's.
+    unsafe {
+        close_inherited(plan.diag_fd)?;
+        setup_namespaces(plan)?;
+        restrict(plan)
+    }
+}
+
+/// A chain's first steps, made before its command is known (see
+/// `warm.rs`), exactly as [`enter`] makes them for a session's command
+/// with no cgroups: a new session (process group), the session's user
+/// and mount namespaces entered, `flags`' namespaces made (the network
+/// one among them), every descriptor but `keep` closed, and the relay
+/// and init forked. Returns in the command-to-be; `Err` where the caller
+/// should `_exit`.
+///
+/// # Safety
+/// Only in a process just forked by the single-threaded spawner.
+pub(crate) unsafe fn chain_ahead(
+    spawner: libc::pid_t,
+    (user, mnt): (RawFd, RawFd),
+    flags: libc::c_int,
+    keep: RawFd,
+) -> io::Result<()> {
+    // SAFETY (whole body): system calls on descriptors this process holds.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::getppid() != spawner {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // Signals as a fresh process has them (the spawner blocks SIGCHLD).
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        check(libc::setsid() as libc::c_long, -1, b"")?;
+        check(
+            libc::setns(user, libc::CLONE_NEWUSER) as libc::c_long,
+            -1,
+            b"",
+        )?;
+        check(libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long, -1, b"")?;
+        check(
+            libc::unshare(flags & !libc::CLONE_NEWUSER) as libc::c_long,
+            -1,
+            b"",
+        )?;
+        close_all_but(keep);
+        split_pid_namespace(-1)
+    }
+}
+
+/// The last steps before exec: limits, privileges dropped,
+/// `no_new_privs`, the Landlock ruleset and the seccomp filters.
+///
+/// # Safety
+/// Between fork and exec (async-signal-safe system calls only).
+unsafe fn restrict(plan: &ChildPlan) -> io::Result<()> {
+    let d = plan.diag_fd;
+    // SAFETY (whole body): raw system calls on prepared data.
+    unsafe {
         for (resource, value) in &plan.rlimits {
             let lim = libc::rlimit {
                 rlim_cur: *value,
@@ -590,7 +664,15 @@ unsafe fn close_inherited(d: RawFd) -> io::Result<()> {
 /// Called from [`enter`], between fork and exec: it forks again and makes
 /// only async-signal-safe calls on data prepared before the first fork.
 unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
-    let d = plan.diag_fd;
+    // SAFETY: this function's conditions.
+    unsafe { split_pid_namespace(plan.diag_fd) }
+}
+
+/// [`relay_and_init`], its errors' names written to `d`.
+///
+/// # Safety
+/// As [`relay_and_init`].
+unsafe fn split_pid_namespace(d: RawFd) -> io::Result<()> {
     // SAFETY: fork/wait/pipe/_exit only.
     unsafe {
         let mut status_pipe = [0 as RawFd; 2];

@@ -552,6 +552,10 @@ pub(crate) fn spawn(
             target: "loop_sandbox::phases",
             "sandbox: a session made (user namespace, shared root) for this command and those like it"
         ),
+        Ahead::Chain => tracing::debug!(
+            target: "loop_sandbox::phases",
+            "sandbox: namespaces made ahead: a session's chain took the command (the session's user namespace and shared root entered, its own network, mount, PID and IPC namespaces made, its relay and init forked, before it was ordered)"
+        ),
         Ahead::None => {}
     }
     let mut proc = Proc {
@@ -639,6 +643,11 @@ fn order_file(bytes: &[u8]) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
+/// Send a chain its order: the order's file, then the descriptors it names.
+pub(crate) fn send_order(sock: &OwnedFd, fds: &[RawFd]) -> io::Result<()> {
+    send_fds(sock, b"O", fds)
+}
+
 fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
@@ -680,6 +689,9 @@ enum Ahead {
     Session,
     /// A session made for this command, kept for the next.
     NewSession,
+    /// A session's chain: its namespaces entered and its processes made
+    /// before the command was ordered (`warm.rs`).
+    Chain,
 }
 
 /// The spawner's first answer: `P` + the command's pid (`p`: it entered
@@ -695,6 +707,7 @@ fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, Ahead)> {
         (5, b'p') => Ok((value(), Ahead::Pair)),
         (5, b's') => Ok((value(), Ahead::Session)),
         (5, b'n') => Ok((value(), Ahead::NewSession)),
+        (5, b'c') => Ok((value(), Ahead::Chain)),
         // The errno itself, so a passing shortage (`EAGAIN` from fork)
         // reads as one.
         (5, b'E') => Err(io::Error::from_raw_os_error(value())),
@@ -916,8 +929,10 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
                 st = libc::SIGKILL;
             }
         }
-        sessions.release(k.pid, st);
+        // Told first: what the session does next (a chain made for the
+        // next command) is not the runtime's wait.
         answer(&k.chan, b'X', st);
+        sessions.release(k.pid, st);
         false
     });
 }
@@ -987,7 +1002,25 @@ fn start_order(
     };
     // A session (`warm.rs`) where the plan may share one, else a pair
     // of namespaces made ahead (`spares.rs`).
-    let given = sessions.take(&order.plan);
+    let mut given = sessions.take(&order.plan);
+    // A session's chain made ahead takes the order as it came.
+    if let Some(g) = given.as_mut()
+        && let Some(chain) = g.chain.take()
+    {
+        let mut send = vec![memfd.as_raw_fd()];
+        send.extend_from_slice(&raw);
+        if let Some(pid) = chain.take_order(&send) {
+            sessions.bind(g.id, pid);
+            drop((rest, memfd, given));
+            answer(&chan, b'c', pid);
+            kids.push(Kid {
+                pid,
+                chan,
+                heard: true,
+            });
+            return;
+        }
+    }
     let pair = match given {
         Some(_) => None,
         None => spares.take(&order.plan),
@@ -1085,6 +1118,26 @@ unsafe fn run(order: &Order, exec: &Exec, spawner: libc::pid_t) -> ! {
         if libc::getppid() != spawner {
             libc::_exit(127);
         }
+        prelude(h);
+        if let Err(e) = child::enter(&order.plan) {
+            *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
+            failed(h.failed);
+        }
+        environ = exec.envp.as_ptr();
+        libc::execvp(exec.argv[0], exec.argv.as_ptr());
+        failed(h.failed)
+    }
+}
+
+/// What a spawned command's process sets up as `std` does: signals as a
+/// fresh process has them, the standard streams, the directory, and the
+/// ordering thread's priority (the server runs tasks at nice +10).
+///
+/// # Safety
+/// Only in a command's process, before its plan is entered.
+unsafe fn prelude(h: &Head) {
+    // SAFETY (whole body): system calls on data prepared before the fork.
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
@@ -1097,15 +1150,64 @@ unsafe fn run(order: &Order, exec: &Exec, spawner: libc::pid_t) -> ! {
         if libc::chdir(h.cwd.as_ptr()) != 0 {
             failed(h.failed);
         }
-        // A thread's priority (the server runs tasks at nice +10) is the
-        // command's, as it was when the thread forked it.
         libc::setpriority(libc::PRIO_PROCESS, 0, h.nice);
-        if let Err(e) = child::enter(&order.plan) {
+    }
+}
+
+/// In a chain's command-to-be (see `warm.rs`), its namespaces entered and
+/// its relay and init made: say it is ready on `sock`, wait there for its
+/// order (the order's file and the descriptors it names, as the spawner
+/// got them), then run it as [`run`] does from the mounts on. Never
+/// returns; ends without a word when the order cannot be read (the
+/// spawner read the same bytes before sending them).
+///
+/// # Safety
+/// Only in the process [`child::chain_ahead`] returned in.
+pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
+    // SAFETY (whole body): this single-threaded process is a fork of the
+    // single-threaded spawner: it may allocate; then system calls only.
+    unsafe {
+        if libc::send(sock, b"R".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) != 1 {
+            libc::_exit(1);
+        }
+        let mut data = [0u8; 8];
+        let (n, mut fds, cut) = loop {
+            let got = fdpass::recv_msg(sock, &mut data, MAX_FDS);
+            if got.0 < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break got;
+        };
+        if n <= 0 || cut || data[0] != b'O' || fds.is_empty() {
+            libc::_exit(1);
+        }
+        let rest = fds.split_off(1);
+        let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
+        let decoded =
+            read_order(&fds[0]).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
+        let Ok(mut order) = decoded else {
+            libc::_exit(1);
+        };
+        let Ok(exec) = Exec::new(&order.head) else {
+            failed(order.head.failed);
+        };
+        drop(fds);
+        libc::close(sock);
+        // The user, mount and network namespaces were entered or made
+        // ahead (`lo` is brought up here); the session's shared tree is
+        // built.
+        order.plan.made = Some((-1, -1));
+        order.plan.made_mnt = Some(-1);
+        let h = &order.head;
+        prelude(h);
+        if let Err(e) = child::enter_rest(&order.plan) {
             *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
             failed(h.failed);
         }
         environ = exec.envp.as_ptr();
         libc::execvp(exec.argv[0], exec.argv.as_ptr());
+        // `rest` (the order's descriptors) stays open until here.
+        let _ = &rest;
         failed(h.failed)
     }
 }

@@ -73,6 +73,139 @@ struct Entry {
     used: Instant,
     /// A network namespace made ahead in its user namespace.
     net: Option<OwnedFd>,
+    /// The flags of the namespaces its last command made, when that
+    /// command could have been a chain's (see [`Chain`]): chains are made
+    /// for it, not network namespaces.
+    chain_flags: Option<libc::c_int>,
+    /// A chain made ahead for its next command.
+    chain: Option<Chain>,
+}
+
+/// A session's next command made ahead, up to its order: a process forked
+/// from the spawner that made itself a new process group, entered the
+/// session's user and mount namespaces, made the command's own mount,
+/// PID, network, IPC and cgroup namespaces (`unshare`, as the command's
+/// child would: its mount namespace a copy of the session's tree), and
+/// forked the relay and init as [`child::enter`] does; the third process,
+/// the command-to-be, says it is ready and waits for its order on a
+/// socket (`spawner::chain_wait`). The order brings everything that is
+/// the command's own (its streams, directory, mounts, limits, Landlock
+/// ruleset, seccomp filters, program), and the command-to-be makes the
+/// rest of its start exactly as a forked child would.
+///
+/// A chain takes only a command of its session whose plan makes exactly
+/// its namespaces and joins no cgroup (a cgroup is joined before any
+/// namespace is made, and a cgroup namespace's root is the cgroup it is
+/// made in), has no terminal and no egress proxy; any other command
+/// starts as before. Nothing of a command is in a chain before its order:
+/// it runs nothing of the command's, and nothing a command can reach
+/// (another PID, network, IPC and mount namespace, no capability kept)
+/// reaches it. One that is dropped unused (its session dropped, the
+/// spawner ending) is killed with its process group and reaped.
+pub(crate) struct Chain {
+    /// Its first process (the relay), which the command's end is read
+    /// from; 0 once handed over.
+    relay: libc::pid_t,
+    sock: Option<OwnedFd>,
+    flags: libc::c_int,
+    ready: bool,
+}
+
+/// How long a command waits for its session's chain to be ready (it is
+/// made once the command before it has ended) before starting without it.
+const CHAIN_WAIT: Duration = Duration::from_millis(5);
+
+impl Chain {
+    /// Fork a chain in the session whose namespaces are `user` and `mnt`,
+    /// making `flags`' namespaces.
+    fn make(user: RawFd, mnt: RawFd, flags: libc::c_int) -> Option<Chain> {
+        let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        // SAFETY: the spawner is single-threaded; the chain only makes
+        // system calls until its order comes, then as a command's child.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the chain, once.
+            unsafe {
+                if child::chain_ahead(me, (user, mnt), flags, theirs.as_raw_fd()).is_err() {
+                    libc::_exit(1);
+                }
+                crate::spawner::chain_wait(theirs.as_raw_fd())
+            }
+        }
+        drop(theirs);
+        (pid > 0).then_some(Chain {
+            relay: pid,
+            sock: Some(ours),
+            flags,
+            ready: false,
+        })
+    }
+
+    /// Whether its command-to-be has said it is ready, waiting up to
+    /// [`CHAIN_WAIT`] for it (`None`: the chain is gone).
+    fn ready(&mut self) -> Option<bool> {
+        if self.ready {
+            return Some(true);
+        }
+        let sock = self.sock.as_ref()?.as_raw_fd();
+        let mut p = libc::pollfd {
+            fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we hold (EINTR reads as not ready).
+        unsafe { libc::poll(&mut p, 1, CHAIN_WAIT.as_millis() as libc::c_int) };
+        let mut b = [0u8; 1];
+        // SAFETY: recv into a buffer we own, without waiting.
+        let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
+        match n {
+            1 if b[0] == b'R' => {
+                self.ready = true;
+                Some(true)
+            }
+            n if n < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// Send it its order (the order's file and the descriptors it
+    /// names); its relay is then the command's first process, the
+    /// spawner's to reap as any command's.
+    pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<libc::pid_t> {
+        let sock = self.sock.take()?;
+        crate::spawner::send_order(&sock, fds).ok()?;
+        Some(std::mem::replace(&mut self.relay, 0))
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        if self.relay > 0 {
+            // SAFETY: killing and reaping our own child and its group.
+            unsafe {
+                libc::killpg(self.relay, libc::SIGKILL);
+                libc::kill(self.relay, libc::SIGKILL);
+                libc::waitpid(self.relay, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+/// The namespaces a chain would make for `plan`, if a chain may take it
+/// (see [`Chain`]).
+fn chain_flags(plan: &ChildPlan) -> Option<libc::c_int> {
+    (plan.cgroup_procs.is_empty()
+        && !plan.ctty
+        && plan.proxy_sock.is_none()
+        && plan.loopback_up
+        && plan.unshare_flags & libc::CLONE_NEWNET != 0)
+        .then_some(plan.unshare_flags)
 }
 
 /// The spawner's sessions.
@@ -100,6 +233,8 @@ pub(crate) struct Given {
     pub net: Option<OwnedFd>,
     /// It was made for this command (the first of its kind).
     pub new: bool,
+    /// Its chain, ready to take this command.
+    pub chain: Option<Chain>,
 }
 
 /// What names a session: its kind, the user namespace's maps and
@@ -146,6 +281,7 @@ impl Sessions {
         let key = key_of(plan)?;
         self.expire(Instant::now());
         let now = Instant::now();
+        let flags = chain_flags(plan);
         if let Some(e) = self
             .entries
             .iter_mut()
@@ -153,12 +289,23 @@ impl Sessions {
         {
             e.busy = Some(0);
             e.used = now;
+            e.chain_flags = flags;
+            let state = e.chain.as_mut().map(Chain::ready);
+            let chain = match state {
+                Some(None) => {
+                    e.chain = None;
+                    None
+                }
+                Some(Some(true)) if e.chain.as_ref().map(|c| c.flags) == flags => e.chain.take(),
+                _ => None,
+            };
             return Some(Given {
                 id: e.id,
                 user: e.user.as_raw_fd(),
                 mnt: e.mnt.as_raw_fd(),
-                net: e.net.take(),
+                net: if chain.is_some() { None } else { e.net.take() },
                 new: false,
+                chain,
             });
         }
         let Some((user, mnt)) = make(plan) else {
@@ -174,6 +321,7 @@ impl Sessions {
             mnt: mnt.as_raw_fd(),
             net: None,
             new: true,
+            chain: None,
         };
         self.entries.push(Entry {
             id,
@@ -184,6 +332,8 @@ impl Sessions {
             made: now,
             used: now,
             net: None,
+            chain_flags: flags,
+            chain: None,
         });
         Some(given)
     }
@@ -197,7 +347,7 @@ impl Sessions {
         let Some(e) = self
             .entries
             .iter()
-            .filter(|e| e.net.is_none())
+            .filter(|e| e.net.is_none() && e.chain_flags.is_none())
             .max_by_key(|e| e.used)
         else {
             return;
@@ -206,6 +356,21 @@ impl Sessions {
         // SAFETY: in the maker, once.
         self.maker
             .start(e.id, |sock| unsafe { net_maker(user, sock) });
+    }
+
+    /// Make a chain for the session used last whose commands chains take,
+    /// if it has none.
+    fn make_chain(&mut self) {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .filter(|e| e.chain_flags.is_some())
+            .max_by_key(|e| e.used)
+            && e.chain.is_none()
+            && let Some(flags) = e.chain_flags
+        {
+            e.chain = Chain::make(e.user.as_raw_fd(), e.mnt.as_raw_fd(), flags);
+        }
     }
 
     /// The socket to poll for the network maker's answer, if one is at work.
@@ -270,6 +435,9 @@ impl Sessions {
             e.used = now;
         }
         self.expire(now);
+        // The next chain is made now, not beside the command's own start
+        // or run: both take the kernel's mount and network locks.
+        self.make_chain();
     }
 
     /// Drop idle sessions unused for [`IDLE`] or older than
@@ -539,6 +707,120 @@ mod tests {
         }
     }
 
+    /// A plan that joins a cgroup (its commands start without a chain:
+    /// network namespaces are made ahead for its session instead).
+    fn joining(staging: &std::path::Path, session: u8) -> ChildPlan {
+        let mut p = plan(staging, session);
+        p.cgroup_procs = vec![CString::new("/sys/fs/cgroup/pids/loop-test/cgroup.procs").unwrap()];
+        p
+    }
+
+    /// The inode of `/proc/PID/ns/NAME`.
+    fn ns_of(pid: libc::pid_t, name: &str) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
+            .unwrap()
+            .ino()
+    }
+
+    /// Whether process group `pgid` is gone within a few seconds (its
+    /// killed members end, and are reaped by whoever took them up).
+    fn group_ends(pgid: libc::pid_t) -> bool {
+        (0..500).any(|_| {
+            // SAFETY: kill with signal 0 only asks.
+            let gone = unsafe { libc::kill(-pgid, 0) } == -1;
+            if !gone {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            gone
+        })
+    }
+
+    #[test]
+    fn a_chain_is_made_once_a_command_has_ended_and_takes_only_a_command_it_fits() {
+        if !crate::probe::support().userns {
+            eprintln!("no user namespaces here: nothing to test");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("loop-chain-{}", std::process::id()));
+        let staging: PathBuf = base.join("root");
+        std::fs::create_dir_all(&staging).unwrap();
+        let mut s = Sessions::default();
+        let first = s.take(&plan(&staging, 1)).expect("a session is made");
+        assert!(
+            first.new && first.chain.is_none(),
+            "the first starts on its own"
+        );
+        let (session_user, session_mnt) = (ino(first.user), ino(first.mnt));
+        s.bind(first.id, 2001);
+        s.refill();
+        assert!(
+            s.waiting_on().is_none(),
+            "no network namespace is made ahead for a session chains serve"
+        );
+        // Nothing is made beside a running command: the chain comes once
+        // it has ended.
+        assert!(s.entries.iter().all(|e| e.chain.is_none()));
+        s.release(2001, 0);
+        let mut next = None;
+        for _ in 0..400 {
+            let g = s.take(&plan(&staging, 1)).unwrap();
+            if g.chain.is_some() {
+                next = Some(g);
+                break;
+            }
+            s.unbind(g.id);
+        }
+        let next = next.expect("the chain says it is ready");
+        assert_eq!(next.id, first.id);
+        assert!(next.net.is_none(), "the chain made its own");
+        let chain = next.chain.unwrap();
+        let relay = chain.relay;
+        // Its first process is a process group of its own, in the
+        // session's user namespace, with a mount namespace of its own (a
+        // copy of the session's) and a network namespace of its own.
+        // SAFETY: getpgid of a child of ours.
+        assert_eq!(unsafe { libc::getpgid(relay) }, relay);
+        assert_eq!(ns_of(relay, "user"), session_user);
+        assert_ne!(ns_of(relay, "mnt"), session_mnt);
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        assert_ne!(ns_of(relay, "net"), ns_of(me, "net"));
+        assert_ne!(ns_of(relay, "mnt"), ns_of(me, "mnt"));
+        // Dropped unused (no order came): killed and reaped, group and all.
+        drop(chain);
+        // SAFETY: waitpid on a pid that was our child.
+        assert_eq!(
+            unsafe { libc::waitpid(relay, std::ptr::null_mut(), libc::WNOHANG) },
+            -1
+        );
+        assert!(group_ends(relay), "its group is gone");
+        s.bind(next.id, 2002);
+        s.release(2002, 0);
+        // A command that joins a cgroup is not a chain's: it takes the
+        // session and starts on its own.
+        let joined = s.take(&joining(&staging, 1)).unwrap();
+        assert_eq!(joined.id, first.id);
+        assert!(joined.chain.is_none());
+        s.unbind(joined.id);
+        // Nor does a check take a task command's chain.
+        let check = s.take(&plan(&staging, 2)).unwrap();
+        assert!(check.new && check.chain.is_none());
+        s.unbind(check.id);
+        // The spawner's end drops every session and kills their chains.
+        let relays: Vec<libc::pid_t> = s
+            .entries
+            .iter()
+            .filter_map(|e| e.chain.as_ref().map(|c| c.relay))
+            .collect();
+        drop(s);
+        assert!(!relays.is_empty());
+        for r in relays {
+            assert!(group_ends(r));
+        }
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
     #[test]
     fn a_session_serves_one_command_at_a_time_and_only_its_own_kind() {
         if !crate::probe::support().userns {
@@ -550,10 +832,10 @@ mod tests {
         std::fs::create_dir_all(&staging).unwrap();
         let mut s = Sessions::default();
         assert!(
-            s.take(&plan(&staging, 0)).is_none(),
+            s.take(&joining(&staging, 0)).is_none(),
             "a plan that may not share"
         );
-        let first = s.take(&plan(&staging, 1)).expect("a session is made");
+        let first = s.take(&joining(&staging, 1)).expect("a session is made");
         assert!(first.new);
         // SAFETY: ns ioctls that take no argument.
         unsafe {
@@ -575,7 +857,7 @@ mod tests {
         );
         s.bind(first.id, 1001);
         // While it serves a command, the next of its kind gets another.
-        let second = s.take(&plan(&staging, 1)).unwrap();
+        let second = s.take(&joining(&staging, 1)).unwrap();
         assert!(second.new && second.id != first.id);
         assert_ne!(ino(second.user), ino(first.user));
         s.bind(second.id, 1002);
@@ -589,7 +871,7 @@ mod tests {
         // Its command ended: the session serves the next, with a new
         // network namespace of its own.
         s.release(1001, 0);
-        let again = s.take(&plan(&staging, 1)).unwrap();
+        let again = s.take(&joining(&staging, 1)).unwrap();
         assert!(!again.new);
         assert_eq!(again.id, first.id);
         let net = again.net.as_ref().expect("made ahead").as_raw_fd();
@@ -606,12 +888,12 @@ mod tests {
         s.refill();
         s.hear();
         s.release(1003, 0);
-        let next = s.take(&plan(&staging, 1)).unwrap();
+        let next = s.take(&joining(&staging, 1)).unwrap();
         let other = next.net.as_ref().expect("made ahead again").as_raw_fd();
         assert_ne!(ino(other), ino(net));
         s.bind(next.id, 1003);
         // A check never enters a task command's session.
-        let check = s.take(&plan(&staging, 2)).unwrap();
+        let check = s.take(&joining(&staging, 2)).unwrap();
         assert!(check.new && check.id != first.id && check.id != second.id);
         s.unbind(check.id);
         // Idle sessions go once unused for long enough; one in use stays.
@@ -625,11 +907,11 @@ mod tests {
         assert_eq!(s.len(), 0);
         // A command killed (a deadline, a cancel) may leave a process in
         // its session for a moment: the session is dropped, not reused.
-        let killed = s.take(&plan(&staging, 1)).unwrap();
+        let killed = s.take(&joining(&staging, 1)).unwrap();
         s.bind(killed.id, 1004);
         s.release(1004, libc::SIGKILL);
         assert_eq!(s.len(), 0);
-        let fresh = s.take(&plan(&staging, 1)).unwrap();
+        let fresh = s.take(&joining(&staging, 1)).unwrap();
         assert!(fresh.new && fresh.id != killed.id);
         let _ = std::fs::remove_dir_all(&base);
     }
