@@ -253,11 +253,13 @@ pub(crate) unsafe fn enter_rest(plan: &ChildPlan) -> io::Result<()> {
 }
 
 /// A chain's first steps, made before its command is known (see
-/// `warm.rs`), exactly as [`enter`] makes them for a session's command
-/// with no cgroups: a new session (process group), the session's user
-/// and mount namespaces entered, `flags`' namespaces made (the network
-/// one among them), every descriptor but `keep` closed, and the relay
-/// and init forked. Returns in the command-to-be; `Err` where the caller
+/// `warm.rs`), as [`enter`] makes them for a session's command with no
+/// cgroups: a new session (process group), the session's user and mount
+/// namespaces entered, `flags`' namespaces made (the network one among
+/// them; `lo` is brought up after the order), every descriptor but `keep`
+/// closed, and the relay and init forked. Unlike a forked command's, its
+/// relay and init keep the spawner's priority (the command sets its own
+/// after the order). Returns in the command-to-be; `Err` where the caller
 /// should `_exit`.
 ///
 /// # Safety

@@ -192,7 +192,8 @@ pub fn prepare(
 
 /// Allow `access` beneath `parent` in `ruleset`. A parent that is a file
 /// (a path of the host view made a file since the view was read) takes a
-/// file's rights only, as the kernel requires.
+/// file's rights only, as the kernel requires; any other refusal is an
+/// error.
 fn add(
     ruleset: &OwnedFd,
     parent: &PathFd,
@@ -215,10 +216,25 @@ fn add(
         }
     };
     match try_with(access) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && access & file != access => {
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINVAL)
+                && access & file != access
+                && !is_dir(parent) =>
+        {
             try_with(access & file)
         }
         r => r,
+    }
+}
+
+/// Whether `fd` is a directory (what the kernel refuses a directory's
+/// rights for, it is not: only then are they narrowed).
+fn is_dir(fd: &PathFd) -> bool {
+    // SAFETY: fstat of an open descriptor into a zeroed struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_fd().as_raw_fd(), &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
     }
 }
 
@@ -288,17 +304,22 @@ mod tests {
         // ...which `add` gives it as a file's (a view's directory that
         // became a file since the view was read still gets its rule).
         add(&fd, &parent, all, file).unwrap();
-        // A right the ruleset does not handle is refused, not dropped.
-        let bad = add_path_rule_raw_unhandled(&fd, &parent);
-        assert_eq!(bad, Some(libc::EINVAL));
-    }
-
-    /// `landlock_add_rule` with a right outside the ruleset's: the errno.
-    fn add_path_rule_raw_unhandled(fd: &OwnedFd, parent: &PathFd) -> Option<i32> {
-        // Bit 63 names no right of any ABI.
-        // SAFETY: both descriptors are open.
-        let r = unsafe { add_path_rule(fd.as_raw_fd(), parent.as_fd().as_raw_fd(), 1 << 63) };
-        (r != 0).then(|| std::io::Error::last_os_error().raw_os_error())?
+        // A right the ruleset does not handle is an error for a
+        // directory, never narrowed away.
+        let abi = ABI::from(kernel_abi() as i32);
+        let narrow: OwnedFd = Option::from(
+            Ruleset::default()
+                .handle_access(AccessFs::from_read(abi))
+                .unwrap()
+                .create()
+                .unwrap(),
+        )
+        .unwrap();
+        let e = add(&narrow, &PathFd::new(dir.path()).unwrap(), all, file);
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        // SAFETY: both descriptors are open; bit 63 names no right of any ABI.
+        let raw = unsafe { add_path_rule(fd.as_raw_fd(), parent.as_fd().as_raw_fd(), 1 << 63) };
+        assert_eq!(raw, -1, "the kernel refuses a right it does not know");
     }
 
     #[test]

@@ -1178,15 +1178,17 @@ pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
             }
             break got;
         };
+        // Without an order there is nowhere to say why: 127, as a command
+        // that could not be started ends.
         if n <= 0 || cut || data[0] != b'O' || fds.is_empty() {
-            libc::_exit(1);
+            libc::_exit(127);
         }
         let rest = fds.split_off(1);
         let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
         let decoded =
             read_order(&fds[0]).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
         let Ok(mut order) = decoded else {
-            libc::_exit(1);
+            libc::_exit(127);
         };
         let Ok(exec) = Exec::new(&order.head) else {
             failed(order.head.failed);

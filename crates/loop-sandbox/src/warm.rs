@@ -17,7 +17,9 @@
 //! network namespace, the costliest of them, is made ahead in the
 //! session's user namespace (`lo` up) by another small process forked from
 //! the spawner once the last was given out, as `spares.rs` makes them;
-//! each is entered by one command only.
+//! each is entered by one command only. For a command that joins no
+//! cgroup, more is made ahead: a [`Chain`], the command's processes up to
+//! its order, its namespaces entered and made.
 //!
 //! Nothing a command can change is shared:
 //!
@@ -112,8 +114,10 @@ pub(crate) struct Chain {
 }
 
 /// How long a command waits for its session's chain to be ready (it is
-/// made once the command before it has ended) before starting without it.
-const CHAIN_WAIT: Duration = Duration::from_millis(5);
+/// made once the command before it has ended, and takes about a
+/// millisecond) before starting without it. The spawner answers nothing
+/// else meanwhile, so the wait is short.
+const CHAIN_WAIT: Duration = Duration::from_millis(2);
 
 impl Chain {
     /// Fork a chain in the session whose namespaces are `user` and `mnt`,
@@ -290,13 +294,22 @@ impl Sessions {
             e.busy = Some(0);
             e.used = now;
             e.chain_flags = flags;
-            let state = e.chain.as_mut().map(Chain::ready);
+            // A chain made for other namespaces is dropped (another is
+            // made for these once this command ends); one made for these
+            // is waited for if still being made.
+            if flags.is_some() && e.chain.as_ref().is_some_and(|c| Some(c.flags) != flags) {
+                e.chain = None;
+            }
+            let state = match flags {
+                Some(_) => e.chain.as_mut().map(Chain::ready),
+                None => None,
+            };
             let chain = match state {
                 Some(None) => {
                     e.chain = None;
                     None
                 }
-                Some(Some(true)) if e.chain.as_ref().map(|c| c.flags) == flags => e.chain.take(),
+                Some(Some(true)) => e.chain.take(),
                 _ => None,
             };
             return Some(Given {
@@ -358,13 +371,13 @@ impl Sessions {
             .start(e.id, |sock| unsafe { net_maker(user, sock) });
     }
 
-    /// Make a chain for the session used last whose commands chains take,
-    /// if it has none.
+    /// Make a chain for the idle session used last whose commands chains
+    /// take, if it has none.
     fn make_chain(&mut self) {
         if let Some(e) = self
             .entries
             .iter_mut()
-            .filter(|e| e.chain_flags.is_some())
+            .filter(|e| e.chain_flags.is_some() && e.busy.is_none())
             .max_by_key(|e| e.used)
             && e.chain.is_none()
             && let Some(flags) = e.chain_flags
@@ -798,11 +811,23 @@ mod tests {
         s.bind(next.id, 2002);
         s.release(2002, 0);
         // A command that joins a cgroup is not a chain's: it takes the
-        // session and starts on its own.
+        // session and starts on its own, the chain (ready) kept.
+        let made = s.entries.iter_mut().find(|e| e.id == first.id).unwrap();
+        let c = made.chain.as_mut().expect("made once the command ended");
+        assert!(
+            (0..1000).any(|_| c.ready() == Some(true)),
+            "the chain says it is ready"
+        );
         let joined = s.take(&joining(&staging, 1)).unwrap();
         assert_eq!(joined.id, first.id);
         assert!(joined.chain.is_none());
         s.unbind(joined.id);
+        assert!(
+            s.entries
+                .iter()
+                .any(|e| e.id == first.id && e.chain.is_some()),
+            "kept for a command it fits"
+        );
         // Nor does a check take a task command's chain.
         let check = s.take(&plan(&staging, 2)).unwrap();
         assert!(check.new && check.chain.is_none());
