@@ -41,6 +41,7 @@ pub mod egress;
 mod fdpass;
 mod kept;
 mod landlock;
+mod ordered;
 mod pipes;
 pub mod probe;
 pub mod pty;

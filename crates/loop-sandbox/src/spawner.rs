@@ -42,8 +42,9 @@
 //! spawner never hangs the runtime, and a slow one never costs the other
 //! commands it runs.
 
-use crate::child::{self, ChildPlan};
+use crate::child::ChildPlan;
 use crate::fdpass;
+use crate::ordered::{Exec, MAX_FDS, read_order, run, send_fds};
 use crate::spares::{Pair, Spares};
 use crate::warm::Sessions;
 use crate::wire::{Dec, Enc, Head, Order};
@@ -60,12 +61,6 @@ use std::time::{Duration, Instant};
 
 /// The hidden first argument that makes the binary a spawner.
 pub const ARG: &str = "__loop-spawner";
-
-/// Descriptors one order may carry (its socket and plan among them).
-const MAX_FDS: usize = 32;
-
-/// Orders larger than this are refused (a plan is a few KiB).
-const MAX_ORDER: u64 = 64 << 20;
 
 /// Spawners started in this process before it gives up on them.
 const MAX_STARTS: u32 = 3;
@@ -643,42 +638,6 @@ fn order_file(bytes: &[u8]) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
-/// Send a chain its order: the order's file, then the descriptors it names.
-pub(crate) fn send_order(sock: &OwnedFd, fds: &[RawFd]) -> io::Result<()> {
-    send_fds(sock, b"O", fds)
-}
-
-fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    let bytes = std::mem::size_of_val(fds);
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let msg = fdpass::header(&mut iov, &mut control, space);
-    // SAFETY: CMSG_* walk the control buffer `msg` points at, which
-    // outlives the call.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
-        loop {
-            let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-}
-
 /// What a command entered that was made before it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ahead {
@@ -1065,166 +1024,6 @@ fn start_order(
     });
     spares.refill();
     sessions.refill();
-}
-
-fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
-    let f = File::from(memfd.try_clone()?);
-    let len = f.metadata()?.len();
-    if len > MAX_ORDER {
-        return Err(io::Error::other("order too large"));
-    }
-    let mut buf = vec![0u8; len as usize];
-    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0)?;
-    Ok(buf)
-}
-
-/// The arrays `execvp` takes, made before the fork.
-struct Exec {
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-}
-
-impl Exec {
-    fn new(h: &Head) -> io::Result<Exec> {
-        let ptrs = |v: &[CString]| {
-            v.iter()
-                .map(|s| s.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect::<Vec<_>>()
-        };
-        Ok(Exec {
-            argv: ptrs(&h.argv),
-            envp: ptrs(&h.envp),
-        })
-    }
-}
-
-unsafe extern "C" {
-    static mut environ: *const *const libc::c_char;
-}
-
-/// In the spawner's child: set up as `std` does for a spawned command
-/// (signals as a fresh process has them, the standard streams, the
-/// directory), enter the plan, exec. Never returns.
-///
-/// # Safety
-/// Only in the child just forked by [`start_order`].
-unsafe fn run(order: &Order, exec: &Exec, spawner: libc::pid_t) -> ! {
-    let h = &order.head;
-    // SAFETY (whole body): system calls on data prepared before the fork.
-    unsafe {
-        // Dies with the spawner, even one that died before this line.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if libc::getppid() != spawner {
-            libc::_exit(127);
-        }
-        prelude(h);
-        if let Err(e) = child::enter(&order.plan) {
-            *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
-            failed(h.failed);
-        }
-        environ = exec.envp.as_ptr();
-        libc::execvp(exec.argv[0], exec.argv.as_ptr());
-        failed(h.failed)
-    }
-}
-
-/// What a spawned command's process sets up as `std` does: signals as a
-/// fresh process has them, the standard streams, the directory, and the
-/// ordering thread's priority (the server runs tasks at nice +10).
-///
-/// # Safety
-/// Only in a command's process, before its plan is entered.
-unsafe fn prelude(h: &Head) {
-    // SAFETY (whole body): system calls on data prepared before the fork.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        for (to, fd) in h.stdio.iter().enumerate() {
-            if libc::dup2(*fd, to as RawFd) < 0 {
-                failed(h.failed);
-            }
-        }
-        if libc::chdir(h.cwd.as_ptr()) != 0 {
-            failed(h.failed);
-        }
-        libc::setpriority(libc::PRIO_PROCESS, 0, h.nice);
-    }
-}
-
-/// In a chain's command-to-be (see `warm.rs`), its namespaces entered and
-/// its relay and init made: say it is ready on `sock`, wait there for its
-/// order (the order's file and the descriptors it names, as the spawner
-/// got them), then run it as [`run`] does from the mounts on. Never
-/// returns; ends without a word when the order cannot be read (the
-/// spawner read the same bytes before sending them).
-///
-/// # Safety
-/// Only in the process [`child::chain_ahead`] returned in.
-pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
-    // SAFETY (whole body): this single-threaded process is a fork of the
-    // single-threaded spawner: it may allocate; then system calls only.
-    unsafe {
-        if libc::send(sock, b"R".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) != 1 {
-            libc::_exit(1);
-        }
-        let mut data = [0u8; 8];
-        let (n, mut fds, cut) = loop {
-            let got = fdpass::recv_msg(sock, &mut data, MAX_FDS);
-            if got.0 < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break got;
-        };
-        // Without an order there is nowhere to say why: 127, as a command
-        // that could not be started ends.
-        if n <= 0 || cut || data[0] != b'O' || fds.is_empty() {
-            libc::_exit(127);
-        }
-        let rest = fds.split_off(1);
-        let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
-        let decoded =
-            read_order(&fds[0]).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
-        let Ok(mut order) = decoded else {
-            libc::_exit(127);
-        };
-        let Ok(exec) = Exec::new(&order.head) else {
-            failed(order.head.failed);
-        };
-        drop(fds);
-        libc::close(sock);
-        // The user, mount and network namespaces were entered or made
-        // ahead (`lo` is brought up here); the session's shared tree is
-        // built.
-        order.plan.made = Some((-1, -1));
-        order.plan.made_mnt = Some(-1);
-        let h = &order.head;
-        prelude(h);
-        if let Err(e) = child::enter_rest(&order.plan) {
-            *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
-            failed(h.failed);
-        }
-        environ = exec.envp.as_ptr();
-        libc::execvp(exec.argv[0], exec.argv.as_ptr());
-        // `rest` (the order's descriptors) stays open until here.
-        let _ = &rest;
-        failed(h.failed)
-    }
-}
-
-/// Write this errno where the runtime reads a failed start, and exit.
-///
-/// # Safety
-/// Only in the spawner's child.
-unsafe fn failed(fd: RawFd) -> ! {
-    // SAFETY: write of a stack buffer, then _exit.
-    unsafe {
-        let e = (*libc::__errno_location()).to_le_bytes();
-        libc::write(fd, e.as_ptr().cast(), 4);
-        libc::_exit(127)
-    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ struct Entry {
 /// child would: its mount namespace a copy of the session's tree), and
 /// forked the relay and init as [`child::enter`] does; the third process,
 /// the command-to-be, says it is ready and waits for its order on a
-/// socket (`spawner::chain_wait`). The order brings everything that is
+/// socket (`ordered::chain_wait`). The order brings everything that is
 /// the command's own (its streams, directory, mounts, limits, Landlock
 /// ruleset, seccomp filters, program), and the command-to-be makes the
 /// rest of its start exactly as a forked child would.
@@ -135,7 +135,7 @@ impl Chain {
                 if child::chain_ahead(me, (user, mnt), flags, theirs.as_raw_fd()).is_err() {
                     libc::_exit(1);
                 }
-                crate::spawner::chain_wait(theirs.as_raw_fd())
+                crate::ordered::chain_wait(theirs.as_raw_fd())
             }
         }
         drop(theirs);
@@ -183,7 +183,7 @@ impl Chain {
     /// spawner's to reap as any command's.
     pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<libc::pid_t> {
         let sock = self.sock.take()?;
-        crate::spawner::send_order(&sock, fds).ok()?;
+        crate::ordered::send_order(&sock, fds).ok()?;
         Some(std::mem::replace(&mut self.relay, 0))
     }
 }
