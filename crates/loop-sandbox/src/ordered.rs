@@ -53,7 +53,7 @@ pub(crate) fn send_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result
     }
 }
 
-pub(crate) fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
+fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
     let f = File::from(memfd.try_clone()?);
     let len = f.metadata()?.len();
     if len > MAX_ORDER {
@@ -62,6 +62,13 @@ pub(crate) fn read_order(memfd: &OwnedFd) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len as usize];
     std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0)?;
     Ok(buf)
+}
+
+/// The order in `memfd`, naming the descriptors `rest` (in the order they
+/// came).
+pub(crate) fn decode_order(memfd: &OwnedFd, rest: &[OwnedFd]) -> io::Result<Order> {
+    let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
+    read_order(memfd).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)))
 }
 
 /// The arrays `execvp` takes, made before the fork.
@@ -105,7 +112,19 @@ pub(crate) unsafe fn run(order: &Order, exec: &Exec, spawner: libc::pid_t) -> ! 
             libc::_exit(127);
         }
         prelude(h);
-        if let Err(e) = child::enter(&order.plan) {
+        exec_entered(h, exec, child::enter(&order.plan))
+    }
+}
+
+/// Run the program once the plan is `entered`; else, or when exec fails,
+/// say why where the runtime reads a failed start.
+///
+/// # Safety
+/// Only in a command's process, its plan entered.
+unsafe fn exec_entered(h: &Head, exec: &Exec, entered: io::Result<()>) -> ! {
+    // SAFETY (whole body): errno, environ and execvp on arrays made for it.
+    unsafe {
+        if let Err(e) = entered {
             *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
             failed(h.failed);
         }
@@ -170,10 +189,7 @@ pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
             libc::_exit(127);
         }
         let rest = fds.split_off(1);
-        let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
-        let decoded =
-            read_order(&fds[0]).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
-        let Ok(mut order) = decoded else {
+        let Ok(mut order) = decode_order(&fds[0], &rest) else {
             libc::_exit(127);
         };
         let Ok(exec) = Exec::new(&order.head) else {
@@ -188,15 +204,11 @@ pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
         order.plan.made_mnt = Some(-1);
         let h = &order.head;
         prelude(h);
-        if let Err(e) = child::enter_rest(&order.plan) {
-            *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL);
-            failed(h.failed);
-        }
-        environ = exec.envp.as_ptr();
-        libc::execvp(exec.argv[0], exec.argv.as_ptr());
-        // `rest` (the order's descriptors) stays open until here.
+        let entered = child::enter_rest(&order.plan);
+        // `rest` (the order's descriptors) stays open through the exec:
+        // this function never returns, so it is never dropped.
         let _ = &rest;
-        failed(h.failed)
+        exec_entered(h, &exec, entered)
     }
 }
 

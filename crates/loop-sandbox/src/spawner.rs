@@ -44,10 +44,10 @@
 
 use crate::child::ChildPlan;
 use crate::fdpass;
-use crate::ordered::{Exec, MAX_FDS, read_order, run, send_fds};
+use crate::ordered::{Exec, MAX_FDS, decode_order, run, send_fds};
 use crate::spares::{Pair, Spares};
 use crate::warm::Sessions;
-use crate::wire::{Dec, Enc, Head, Order};
+use crate::wire::{Enc, Head, Order};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
@@ -951,8 +951,7 @@ fn start_order(
         return;
     };
     let raw: Vec<RawFd> = rest.iter().map(|f| f.as_raw_fd()).collect();
-    let order = read_order(&memfd).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)));
-    let mut order = match order {
+    let mut order = match decode_order(&memfd, &rest) {
         Ok(o) => o,
         Err(_) => return answer(&chan, b'E', libc::EINVAL),
     };
