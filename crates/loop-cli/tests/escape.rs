@@ -510,6 +510,69 @@ fn a_memory_bomb_is_stopped() {
     }
 }
 
+/// A task's later commands start from a chain the spawner made ahead
+/// (`warm.rs`), which joins the command's cgroups only once its order has
+/// come: each is still held by its own memory cgroup and sees its own
+/// cgroups as `/`, and the honest allocation beside the bomb still runs.
+#[test]
+fn a_command_started_from_a_chain_is_held_by_its_own_cgroups() {
+    for who in users() {
+        let _alone = exclusive();
+        let sc = Scene::heavy("chaincg", who);
+        let script = "cat /proc/self/cgroup >> cg.txt; \
+                      python3 -c 'b = bytearray(64 * 1024**2); print(\"small\", len(b))'; \
+                      python3 -c 'b = bytearray(2 * 1024**3); print(len(b))'";
+        let out = sc
+            .command(
+                &[
+                    "--json",
+                    "--mem",
+                    "256",
+                    "--repeat",
+                    "3",
+                    "--pause-ms",
+                    "100",
+                ],
+                &["sh", "-c", script],
+            )
+            .env("LOOP_LOG", "loop_sandbox::phases=debug")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("a session's chain took the command").count(),
+            2,
+            "{who:?}: the second and third start from chains: {stderr}"
+        );
+        let j: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        assert!(
+            s(&j, "stdout").contains("small 67108864"),
+            "{who:?}: the honest allocation: {j}"
+        );
+        assert_ne!(
+            s(&j, "stdout").trim_end().lines().last(),
+            Some("2147483648")
+        );
+        let killed = j["signal"] == 9 || j["exit_code"] == 137;
+        if j["isolation"]["memory_cgroup"] == true {
+            assert!(killed, "{who:?}: not killed by its memory cgroup: {j}");
+        } else {
+            assert!(s(&j, "stderr").contains("MemoryError"), "{who:?}: {j}");
+        }
+        let cg = std::fs::read_to_string(sc.ws().join("cg.txt")).unwrap();
+        let lines: Vec<&str> = cg.lines().collect();
+        assert!(
+            !lines.is_empty() && lines.len().is_multiple_of(3),
+            "{who:?}: {cg}"
+        );
+        assert!(
+            lines.iter().all(|l| l.ends_with(":/")),
+            "{who:?}: each command sees its own cgroups as the root: {cg}"
+        );
+    }
+}
+
 #[test]
 fn files_cannot_grow_past_the_size_limit() {
     for who in users() {

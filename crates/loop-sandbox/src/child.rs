@@ -210,11 +210,7 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
             d,
             b"pdeathsig",
         )?;
-        for procs in &plan.cgroup_procs {
-            if !write_file(procs.as_bytes_with_nul(), b"0") {
-                return Err(fail(d, b"join cgroup"));
-            }
-        }
+        join_cgroups(plan)?;
         if plan.unshare_flags != 0 {
             let mut flags = plan.unshare_flags;
             flags = enter_made(plan, flags)?;
@@ -244,22 +240,54 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
 /// # Safety
 /// In a chain's command process, between its order and exec.
 pub(crate) unsafe fn enter_rest(plan: &ChildPlan) -> io::Result<()> {
+    let d = plan.diag_fd;
     // SAFETY: the helpers' conditions are this function's.
     unsafe {
-        close_inherited(plan.diag_fd)?;
+        close_inherited(d)?;
+        // The cgroups first, then the cgroup namespace, whose root is the
+        // cgroup it is made in: the command sees its own cgroups as `/`,
+        // as a forked child's does. The chain made every other namespace.
+        join_cgroups(plan)?;
+        if plan.unshare_flags & libc::CLONE_NEWCGROUP != 0 {
+            check(
+                libc::unshare(libc::CLONE_NEWCGROUP) as libc::c_long,
+                d,
+                b"unshare namespaces",
+            )?;
+        }
         setup_namespaces(plan)?;
         restrict(plan)
     }
 }
 
+/// Join the command's cgroups (writing `0`, this process, into each
+/// `cgroup.procs` or v1 `tasks`), before it forks anything of its own.
+fn join_cgroups(plan: &ChildPlan) -> io::Result<()> {
+    for procs in &plan.cgroup_procs {
+        if !write_file(procs.as_bytes_with_nul(), b"0") {
+            return Err(fail(plan.diag_fd, b"join cgroup"));
+        }
+    }
+    Ok(())
+}
+
+/// The namespaces a chain makes ahead of its order for a command whose
+/// plan makes `flags`: all but the user namespace (the session's is
+/// entered) and the cgroup namespace (made by the command once it has
+/// joined its cgroups, see [`enter_rest`]).
+pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
+    flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWCGROUP)
+}
+
 /// A chain's first steps, made before its command is known (see
-/// `warm.rs`), as [`enter`] makes them for a session's command with no
-/// cgroups: a new session (process group), the session's user and mount
-/// namespaces entered, `flags`' namespaces made (the network one among
-/// them; `lo` is brought up after the order), every descriptor but `keep`
-/// closed, and the relay and init forked. Unlike a forked command's, its
-/// relay and init keep the spawner's priority (the command sets its own
-/// after the order). Returns in the command-to-be; `Err` where the caller
+/// `warm.rs`), as [`enter`] makes them for a session's command: a new
+/// session (process group), the session's user and mount namespaces
+/// entered, `flags`' namespaces made but the cgroup one (see
+/// [`chain_unshares`]; the network one among them, `lo` brought up after
+/// the order), every descriptor but `keep` closed, and the relay and init
+/// forked. Unlike a forked command's, its relay and init keep the
+/// spawner's priority and cgroups (the command sets its own after the
+/// order). Returns in the command-to-be; `Err` where the caller
 /// should `_exit`.
 ///
 /// # Safety
@@ -289,7 +317,7 @@ pub(crate) unsafe fn chain_ahead(
         )?;
         check(libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long, -1, b"")?;
         check(
-            libc::unshare(flags & !libc::CLONE_NEWUSER) as libc::c_long,
+            libc::unshare(chain_unshares(flags)) as libc::c_long,
             -1,
             b"",
         )?;

@@ -761,8 +761,6 @@ fn serve() -> i32 {
         );
         let kids_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
-        let spares_end = pfds.len();
-        pfds.extend(sessions.waiting_on().map(pollfd));
         // An idle session is dropped when due, orders or not.
         let wait = sessions
             .next_expiry(Instant::now())
@@ -798,13 +796,9 @@ fn serve() -> i32 {
             while unsafe { libc::read(sigfd.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
             reap(&mut kids, &mut sessions);
             spares.reap();
-            sessions.reap();
         }
-        if pfds[kids_end..spares_end].iter().any(|p| p.revents != 0) {
+        if pfds[kids_end..].iter().any(|p| p.revents != 0) {
             spares.hear();
-        }
-        if pfds.get(spares_end).is_some_and(|p| p.revents != 0) {
-            sessions.hear();
         }
         if pfds[0].revents != 0 {
             match receive_order() {
@@ -814,7 +808,7 @@ fn serve() -> i32 {
             }
         }
     }
-    for maker in spares.maker().into_iter().chain(sessions.maker()) {
+    if let Some(maker) = spares.maker() {
         // SAFETY: killing and reaping our own child.
         unsafe {
             libc::kill(maker, libc::SIGKILL);
@@ -984,7 +978,7 @@ fn start_order(
         None => spares.take(&order.plan),
     };
     order.plan.made = match (&given, &pair) {
-        (Some(g), _) => Some((g.user, g.net.as_ref().map_or(-1, |n| n.as_raw_fd()))),
+        (Some(g), _) => Some((g.user, -1)),
         (None, p) => p.as_ref().map(Pair::raw),
     };
     order.plan.made_mnt = given.as_ref().map(|g| g.mnt);
@@ -1022,7 +1016,6 @@ fn start_order(
         heard: true,
     });
     spares.refill();
-    sessions.refill();
 }
 
 #[cfg(test)]

@@ -13,13 +13,10 @@
 //! its own steps there: its `/tmp` on its own disk, the workspace and what
 //! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its network,
 //! PID, IPC and cgroup namespaces are its own and new, as before, and so
-//! are its Landlock ruleset, seccomp filter, limits and cgroups. Its
-//! network namespace, the costliest of them, is made ahead in the
-//! session's user namespace (`lo` up) by another small process forked from
-//! the spawner once the last was given out, as `spares.rs` makes them;
-//! each is entered by one command only. For a command that joins no
-//! cgroup, more is made ahead: a [`Chain`], the command's processes up to
-//! its order, its namespaces entered and made.
+//! are its Landlock ruleset, seccomp filter, limits and cgroups. Once a
+//! session's command has ended, its next one is made ahead: a [`Chain`],
+//! the command's processes up to its order, its namespaces entered and
+//! made (the network one, the costliest, among them).
 //!
 //! Nothing a command can change is shared:
 //!
@@ -46,7 +43,6 @@
 //! without a spawner.
 
 use crate::child::{self, ChildPlan};
-use crate::spares::Maker;
 use crate::wire::Enc;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -73,11 +69,9 @@ struct Entry {
     busy: Option<libc::pid_t>,
     made: Instant,
     used: Instant,
-    /// A network namespace made ahead in its user namespace.
-    net: Option<OwnedFd>,
     /// The flags of the namespaces its last command made, when that
     /// command could have been a chain's (see [`Chain`]): chains are made
-    /// for it, not network namespaces.
+    /// for it.
     chain_flags: Option<libc::c_int>,
     /// A chain made ahead for its next command.
     chain: Option<Chain>,
@@ -86,19 +80,24 @@ struct Entry {
 /// A session's next command made ahead, up to its order: a process forked
 /// from the spawner that made itself a new process group, entered the
 /// session's user and mount namespaces, made the command's own mount,
-/// PID, network, IPC and cgroup namespaces (`unshare`, as the command's
-/// child would: its mount namespace a copy of the session's tree), and
-/// forked the relay and init as [`child::enter`] does; the third process,
-/// the command-to-be, says it is ready and waits for its order on a
-/// socket (`ordered::chain_wait`). The order brings everything that is
-/// the command's own (its streams, directory, mounts, limits, Landlock
-/// ruleset, seccomp filters, program), and the command-to-be makes the
-/// rest of its start exactly as a forked child would.
+/// PID, network and IPC namespaces (`unshare`, as the command's child
+/// would: its mount namespace a copy of the session's tree), and forked
+/// the relay and init as [`child::enter`] does; the third process, the
+/// command-to-be, says it is ready and waits for its order on a socket
+/// (`ordered::chain_wait`). The order brings everything that is the
+/// command's own (its streams, directory, cgroups, mounts, limits,
+/// Landlock ruleset, seccomp filters, program), and the command-to-be
+/// makes the rest of its start as a forked child would: it joins its
+/// cgroups, then makes its cgroup namespace (whose root is the cgroup it
+/// is made in, so the command sees its own as `/`), then the rest.
+///
+/// So the relay and init of a chain's command stay in the spawner's
+/// cgroups, where a forked child's join the command's: the command's
+/// memory and process limits count the command and what it starts, not
+/// those two (which run nothing of the command's and hold a few pages).
 ///
 /// A chain takes only a command of its session whose plan makes exactly
-/// its namespaces and joins no cgroup (a cgroup is joined before any
-/// namespace is made, and a cgroup namespace's root is the cgroup it is
-/// made in), has no terminal and no egress proxy; any other command
+/// its namespaces, has no terminal and no egress proxy; any other command
 /// starts as before. Nothing of a command is in a chain before its order:
 /// it runs nothing of the command's, and nothing a command can reach
 /// (another PID, network, IPC and mount namespace, no capability kept)
@@ -204,8 +203,7 @@ impl Drop for Chain {
 /// The namespaces a chain would make for `plan`, if a chain may take it
 /// (see [`Chain`]).
 fn chain_flags(plan: &ChildPlan) -> Option<libc::c_int> {
-    (plan.cgroup_procs.is_empty()
-        && !plan.ctty
+    (!plan.ctty
         && plan.proxy_sock.is_none()
         && plan.loopback_up
         && plan.unshare_flags & libc::CLONE_NEWNET != 0)
@@ -219,11 +217,6 @@ pub(crate) struct Sessions {
     next_id: u64,
     /// A maker failed: none is made again.
     off: bool,
-    /// The network namespace maker at work (tagged with the session it
-    /// makes for).
-    maker: Maker,
-    /// A network namespace maker failed: commands make their own.
-    nets_off: bool,
 }
 
 /// A session given to one command: its id, and the user and mount
@@ -232,9 +225,6 @@ pub(crate) struct Given {
     pub id: u64,
     pub user: RawFd,
     pub mnt: RawFd,
-    /// A network namespace made ahead in the session's user namespace,
-    /// for this command only (else it makes its own).
-    pub net: Option<OwnedFd>,
     /// It was made for this command (the first of its kind).
     pub new: bool,
     /// Its chain, ready to take this command.
@@ -316,7 +306,6 @@ impl Sessions {
                 id: e.id,
                 user: e.user.as_raw_fd(),
                 mnt: e.mnt.as_raw_fd(),
-                net: if chain.is_some() { None } else { e.net.take() },
                 new: false,
                 chain,
             });
@@ -332,7 +321,6 @@ impl Sessions {
             id,
             user: user.as_raw_fd(),
             mnt: mnt.as_raw_fd(),
-            net: None,
             new: true,
             chain: None,
         };
@@ -344,31 +332,10 @@ impl Sessions {
             busy: Some(0),
             made: now,
             used: now,
-            net: None,
             chain_flags: flags,
             chain: None,
         });
         Some(given)
-    }
-
-    /// Start making a network namespace for the session used last that
-    /// has none ready, unless a maker is at work (or they failed).
-    pub(crate) fn refill(&mut self) {
-        if self.nets_off || self.maker.busy() {
-            return;
-        }
-        let Some(e) = self
-            .entries
-            .iter()
-            .filter(|e| e.net.is_none() && e.chain_flags.is_none())
-            .max_by_key(|e| e.used)
-        else {
-            return;
-        };
-        let user = e.user.as_raw_fd();
-        // SAFETY: in the maker, once.
-        self.maker
-            .start(e.id, |sock| unsafe { net_maker(user, sock) });
     }
 
     /// Make a chain for the idle session used last whose commands chains
@@ -384,38 +351,6 @@ impl Sessions {
         {
             e.chain = Chain::make(e.user.as_raw_fd(), e.mnt.as_raw_fd(), flags);
         }
-    }
-
-    /// The socket to poll for the network maker's answer, if one is at work.
-    pub(crate) fn waiting_on(&self) -> Option<RawFd> {
-        self.maker.waiting_on()
-    }
-
-    /// The network maker answered (or ended without): keep what it made
-    /// for its session, if that is still kept.
-    pub(crate) fn hear(&mut self) {
-        let Some((id, mut fds)) = self.maker.answer(1) else {
-            return;
-        };
-        match fds.pop() {
-            Some(net) => {
-                if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
-                    e.net = Some(net);
-                }
-                self.refill();
-            }
-            None => self.nets_off = true,
-        }
-    }
-
-    /// Reap the network makers that have exited.
-    pub(crate) fn reap(&mut self) {
-        self.maker.reap();
-    }
-
-    /// The network maker at work, if any, for the spawner's end.
-    pub(crate) fn maker(&self) -> Option<libc::pid_t> {
-        self.maker.pid()
     }
 
     /// The command `pid` is in session `id`.
@@ -498,37 +433,6 @@ impl Sessions {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.len()
-    }
-}
-
-/// The network maker: a new network namespace in the session's user
-/// namespace, `lo` up, sent over `sock`. Exits without sending when a step
-/// fails.
-///
-/// # Safety
-/// Only in the child just forked by [`Sessions::refill`].
-unsafe fn net_maker(user: RawFd, sock: RawFd) -> ! {
-    // SAFETY (whole body): system calls on descriptors this process holds.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if libc::setns(user, libc::CLONE_NEWUSER) != 0
-            || libc::unshare(libc::CLONE_NEWNET) != 0
-            || child::bring_up_loopback(-1).is_err()
-        {
-            libc::_exit(1);
-        }
-        let net = libc::open(
-            c"/proc/self/ns/net".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if net < 0 {
-            libc::_exit(1);
-        }
-        libc::_exit(if crate::spares::send(sock, &[net]) {
-            0
-        } else {
-            1
-        })
     }
 }
 
@@ -645,7 +549,9 @@ mod tests {
             unshare_flags: libc::CLONE_NEWNS
                 | libc::CLONE_NEWPID
                 | libc::CLONE_NEWUSER
-                | libc::CLONE_NEWNET,
+                | libc::CLONE_NEWNET
+                | libc::CLONE_NEWIPC
+                | libc::CLONE_NEWCGROUP,
             userns: true,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
             gid_map: format!("{gid} {gid} 1").into_bytes(),
@@ -720,8 +626,8 @@ mod tests {
         }
     }
 
-    /// A plan that joins a cgroup (its commands start without a chain:
-    /// network namespaces are made ahead for its session instead).
+    /// A plan that joins a cgroup (the test never sends it as an order:
+    /// the cgroup is not made).
     fn joining(staging: &std::path::Path, session: u8) -> ChildPlan {
         let mut p = plan(staging, session);
         p.cgroup_procs = vec![CString::new("/sys/fs/cgroup/pids/loop-test/cgroup.procs").unwrap()];
@@ -766,11 +672,6 @@ mod tests {
         );
         let (session_user, session_mnt) = (ino(first.user), ino(first.mnt));
         s.bind(first.id, 2001);
-        s.refill();
-        assert!(
-            s.waiting_on().is_none(),
-            "no network namespace is made ahead for a session chains serve"
-        );
         // Nothing is made beside a running command: the chain comes once
         // it has ended.
         assert!(s.entries.iter().all(|e| e.chain.is_none()));
@@ -786,7 +687,6 @@ mod tests {
         }
         let next = next.expect("the chain says it is ready");
         assert_eq!(next.id, first.id);
-        assert!(next.net.is_none(), "the chain made its own");
         let chain = next.chain.unwrap();
         let relay = chain.relay;
         // Its first process is a process group of its own, in the
@@ -810,8 +710,9 @@ mod tests {
         assert!(group_ends(relay), "its group is gone");
         s.bind(next.id, 2002);
         s.release(2002, 0);
-        // A command that joins a cgroup is not a chain's: it takes the
-        // session and starts on its own, the chain (ready) kept.
+        // A command that joins cgroups takes a chain too: it joins them
+        // once its order has come, and only then makes its cgroup
+        // namespace, which the chain has not made.
         let made = s.entries.iter_mut().find(|e| e.id == first.id).unwrap();
         let c = made.chain.as_mut().expect("made once the command ended");
         assert!(
@@ -820,13 +721,17 @@ mod tests {
         );
         let joined = s.take(&joining(&staging, 1)).unwrap();
         assert_eq!(joined.id, first.id);
-        assert!(joined.chain.is_none());
-        s.unbind(joined.id);
+        let chain = joined.chain.expect("a chain takes a command with cgroups");
+        assert_eq!(ns_of(chain.relay, "cgroup"), ns_of(me, "cgroup"));
+        assert_ne!(ns_of(chain.relay, "ipc"), ns_of(me, "ipc"));
+        drop(chain);
+        s.bind(joined.id, 2003);
+        s.release(2003, 0);
         assert!(
             s.entries
                 .iter()
                 .any(|e| e.id == first.id && e.chain.is_some()),
-            "kept for a command it fits"
+            "the next is made once it has ended"
         );
         // Nor does a check take a task command's chain.
         let check = s.take(&plan(&staging, 2)).unwrap();
@@ -886,37 +791,13 @@ mod tests {
         assert!(second.new && second.id != first.id);
         assert_ne!(ino(second.user), ino(first.user));
         s.bind(second.id, 1002);
-        // A network namespace is made ahead in the session used last,
-        // owned by its user namespace.
-        s.refill();
-        assert!(s.waiting_on().is_some(), "a maker is at work");
-        s.hear();
-        assert!(s.waiting_on().is_some(), "and then for the other session");
-        s.hear();
-        // Its command ended: the session serves the next, with a new
-        // network namespace of its own.
+        // Its command ended: the session serves the next.
         s.release(1001, 0);
         let again = s.take(&joining(&staging, 1)).unwrap();
         assert!(!again.new);
         assert_eq!(again.id, first.id);
-        let net = again.net.as_ref().expect("made ahead").as_raw_fd();
-        // SAFETY: ns ioctls that take no argument.
-        unsafe {
-            assert_eq!(libc::ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
-            let owner = libc::ioctl(net, NS_GET_USERNS);
-            assert!(owner >= 0);
-            assert_eq!(ino(owner), ino(again.user));
-            libc::close(owner);
-        }
+        assert_eq!(ino(again.user), ino(first.user));
         s.bind(again.id, 1003);
-        // Entered by that command only: the next one gets another.
-        s.refill();
-        s.hear();
-        s.release(1003, 0);
-        let next = s.take(&joining(&staging, 1)).unwrap();
-        let other = next.net.as_ref().expect("made ahead again").as_raw_fd();
-        assert_ne!(ino(other), ino(net));
-        s.bind(next.id, 1003);
         // A check never enters a task command's session.
         let check = s.take(&joining(&staging, 2)).unwrap();
         assert!(check.new && check.id != first.id && check.id != second.id);
