@@ -573,6 +573,49 @@ fn a_command_started_from_a_chain_is_held_by_its_own_cgroups() {
     }
 }
 
+/// A chain's command is told ended by its relay as soon as its PID
+/// namespace is empty, before the relay's own exit: the code and signal
+/// it ended with come through as they do for a forked command, and what
+/// it left running does not outlive it.
+#[test]
+fn a_command_started_from_a_chain_ends_with_its_own_code_or_signal() {
+    for who in users() {
+        let sc = Scene::new("chainend", who);
+        for (script, code, signal) in [
+            ("exit 7", Some(7), None),
+            ("kill -TERM $$", None, Some(15)),
+            ("sleep 31.5 & echo left", Some(0), None),
+        ] {
+            let out = sc
+                .command(
+                    &["--json", "--repeat", "3", "--pause-ms", "50"],
+                    &["sh", "-c", script],
+                )
+                .env("LOOP_LOG", "loop_sandbox::phases=debug")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                stderr.matches("a session's chain took the command").count(),
+                2,
+                "{who:?}: {stderr}"
+            );
+            let j: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+            assert_eq!(j["exit_code"].as_i64(), code, "{who:?} {script}: {j}");
+            assert_eq!(j["signal"].as_i64(), signal, "{who:?} {script}: {j}");
+        }
+        let left = Command::new("pgrep")
+            .args(["-f", "sleep 31.5"])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{who:?}: a command's background process outlived it"
+        );
+    }
+}
+
 #[test]
 fn files_cannot_grow_past_the_size_limit() {
     for who in users() {

@@ -158,12 +158,23 @@ pub(crate) fn write_file(path: &[u8], data: &[u8]) -> bool {
 /// Close every descriptor except `keep` (`close_range`; before Linux 5.9,
 /// one by one up to the open-files limit in force).
 fn close_all_but(keep: RawFd) {
+    close_all_except([keep, -1]);
+}
+
+/// Close every descriptor except the two of `keep` (-1: none).
+fn close_all_except(keep: [RawFd; 2]) {
+    let (a, b) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
     // SAFETY: close_range/close on descriptor numbers; errors are harmless.
     unsafe {
-        let below =
-            keep <= 0 || libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32) == 0;
-        let above = libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32) == 0;
-        if below && above {
+        let range = |from: RawFd, to: RawFd| {
+            from > to || libc::syscall(libc::SYS_close_range, from as u32, to as u32, 0u32) == 0
+        };
+        let closed = if a < 0 {
+            range(0, b - 1) && range(b + 1, i32::MAX)
+        } else {
+            range(0, a - 1) && range(a + 1, b - 1) && range(b + 1, i32::MAX)
+        };
+        if closed {
             return;
         }
         let mut lim = libc::rlimit {
@@ -176,7 +187,7 @@ fn close_all_but(keep: RawFd) {
             1 << 20
         };
         for fd in 0..top {
-            if fd != keep {
+            if !keep.contains(&fd) {
                 libc::close(fd);
             }
         }
@@ -322,7 +333,8 @@ pub(crate) unsafe fn chain_ahead(
             b"",
         )?;
         close_all_but(keep);
-        split_pid_namespace(-1)
+        // The relay keeps `keep` to tell the spawner the command's end.
+        split_pid_namespace(-1, keep)
     }
 }
 
@@ -695,14 +707,18 @@ unsafe fn close_inherited(d: RawFd) -> io::Result<()> {
 /// only async-signal-safe calls on data prepared before the first fork.
 unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
     // SAFETY: this function's conditions.
-    unsafe { split_pid_namespace(plan.diag_fd) }
+    unsafe { split_pid_namespace(plan.diag_fd, -1) }
 }
 
-/// [`relay_and_init`], its errors' names written to `d`.
+/// [`relay_and_init`], its errors' names written to `d`. With a `report`
+/// socket (a chain's, see `warm.rs`), the relay sends `E` and the wait
+/// status it is about to end with there as soon as init has been reaped
+/// (everything in the PID namespace has ended then), before its own exit
+/// tears the namespaces down: the spawner tells the runtime then.
 ///
 /// # Safety
 /// As [`relay_and_init`].
-unsafe fn split_pid_namespace(d: RawFd) -> io::Result<()> {
+unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
     // SAFETY: fork/wait/pipe/_exit only.
     unsafe {
         let mut status_pipe = [0 as RawFd; 2];
@@ -717,7 +733,7 @@ unsafe fn split_pid_namespace(d: RawFd) -> io::Result<()> {
         }
         if init > 0 {
             // The relay.
-            close_all_but(status_pipe[0]);
+            close_all_except([status_pipe[0], report]);
             let mut st: libc::c_int = 0;
             let mut got = 0usize;
             let buf = &mut st as *mut libc::c_int as *mut u8;
@@ -735,6 +751,12 @@ unsafe fn split_pid_namespace(d: RawFd) -> io::Result<()> {
             {}
             if got < 4 {
                 st = init_st;
+            }
+            if report >= 0 {
+                let mut end = [b'E', 0, 0, 0, 0];
+                end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
+                libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
+                libc::close(report);
             }
             mirror(st);
         }
@@ -762,6 +784,18 @@ unsafe fn split_pid_namespace(d: RawFd) -> io::Result<()> {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
     Ok(())
+}
+
+/// The wait status [`mirror`] ends a process with, for the command's `st`
+/// (a core dump's flag aside).
+pub(crate) fn mirrored(st: libc::c_int) -> libc::c_int {
+    if libc::WIFSIGNALED(st) {
+        libc::WTERMSIG(st)
+    } else if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st) << 8
+    } else {
+        1 << 8
+    }
 }
 
 /// End this process the way the command ended: same exit code, or the same signal.
@@ -1358,5 +1392,72 @@ mod tests {
             })
         });
         assert_eq!(code, 0, "close_inherited left a descriptor to the command");
+    }
+
+    /// Runs `body` in a forked child (with `close_range` where the kernel
+    /// has it); its exit code, 0 when `body` held.
+    fn in_child(body: fn() -> bool) -> i32 {
+        // SAFETY: the child only makes system calls and exits.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                libc::_exit(if body() { 0 } else { 1 });
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            libc::WEXITSTATUS(status)
+        }
+    }
+
+    #[test]
+    fn a_relay_keeps_its_two_descriptors_and_closes_the_rest() {
+        fn body() -> bool {
+            let fds = open_some();
+            let keep = [fds[3], fds[1]];
+            close_all_except(keep);
+            fds.iter().all(|&fd| is_open(fd) == keep.contains(&fd))
+        }
+        assert_eq!(in_child(body), 0, "with close_range");
+        assert_eq!(without_close_range(body), 0, "by the fallback");
+        // One kept (the other -1), as `close_all_but`.
+        fn one() -> bool {
+            let fds = open_some();
+            close_all_except([-1, fds[4]]);
+            fds.iter().all(|&fd| is_open(fd) == (fd == fds[4]))
+        }
+        assert_eq!(in_child(one), 0);
+    }
+
+    /// What the relay tells the spawner early is the status its own end
+    /// gives: an exit code passed through, a signal raised again.
+    #[test]
+    fn the_status_a_relay_reports_is_the_one_it_ends_with() {
+        for st in [
+            0,
+            7 << 8,
+            255 << 8,
+            libc::SIGTERM,
+            libc::SIGKILL,
+            libc::SIGSEGV | 0x80,
+        ] {
+            // SAFETY: the child only sets a limit and ends as `mirror` does.
+            let got = unsafe {
+                let pid = libc::fork();
+                assert!(pid >= 0);
+                if pid == 0 {
+                    let none = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::setrlimit(libc::RLIMIT_CORE, &none);
+                    mirror(st);
+                }
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                status
+            };
+            assert_eq!(got, mirrored(st), "command status {st:#x}");
+        }
     }
 }

@@ -721,6 +721,12 @@ struct Kid {
     chan: OwnedFd,
     /// The runtime still holds its end (a `K` may come).
     heard: bool,
+    /// A chain's command: the socket its relay tells its end on, once
+    /// everything in its PID namespace has ended and before the relay's
+    /// own exit tears the namespaces down.
+    report: Option<OwnedFd>,
+    /// Its end was told from `report`: it is only reaped now.
+    told: bool,
 }
 
 /// The spawner's loop: start what is ordered on standard input, tell each
@@ -760,6 +766,12 @@ fn serve() -> i32 {
                 .map(|k| pollfd(k.chan.as_raw_fd())),
         );
         let kids_end = pfds.len();
+        let reports: Vec<RawFd> = kids
+            .iter()
+            .filter_map(|k| k.report.as_ref().map(|r| r.as_raw_fd()))
+            .collect();
+        pfds.extend(reports.iter().map(|&r| pollfd(r)));
+        let reports_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
         // An idle session is dropped when due, orders or not.
         let wait = sessions
@@ -790,6 +802,7 @@ fn serve() -> i32 {
         {
             hear(k);
         }
+        told_ends(&mut kids, &pfds[kids_end..reports_end], &mut sessions);
         if pfds[1].revents != 0 {
             let mut info = [0u8; 128];
             // SAFETY: draining the signalfd into a buffer we own.
@@ -797,7 +810,7 @@ fn serve() -> i32 {
             reap(&mut kids, &mut sessions);
             spares.reap();
         }
-        if pfds[kids_end..].iter().any(|p| p.revents != 0) {
+        if pfds[reports_end..].iter().any(|p| p.revents != 0) {
             spares.hear();
         }
         if pfds[0].revents != 0 {
@@ -882,12 +895,67 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
                 st = libc::SIGKILL;
             }
         }
+        if k.told {
+            return false;
+        }
         // Told first: what the session does next (a chain made for the
         // next command) is not the runtime's wait.
         answer(&k.chan, b'X', st);
         sessions.release(k.pid, st);
         false
     });
+}
+
+/// Hear the chains' relays whose reports are readable in `polled`.
+fn told_ends(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
+    let ended: Vec<RawFd> = polled
+        .iter()
+        .filter(|p| p.revents != 0)
+        .map(|p| p.fd)
+        .collect();
+    for k in kids.iter_mut().filter(|k| {
+        k.report
+            .as_ref()
+            .is_some_and(|r| ended.contains(&r.as_raw_fd()))
+    }) {
+        told(k, sessions);
+    }
+}
+
+/// A chain's relay said how its command ended (`E` and the wait status
+/// it is about to end with, everything in the PID namespace reaped), or
+/// closed its socket without (killed, say: it is told when reaped).
+/// Told now, its group killed as at [`reap`]; the relay is reaped later.
+fn told(k: &mut Kid, sessions: &mut Sessions) {
+    let Some(report) = k.report.take() else {
+        return;
+    };
+    let mut buf = [0u8; 8];
+    // SAFETY: recv into a buffer we own, without waiting.
+    let n = unsafe {
+        libc::recv(
+            report.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
+        k.report = Some(report);
+        return;
+    }
+    if n != 5 || buf[0] != b'E' {
+        return;
+    }
+    let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    // SAFETY: killpg of the group this command's relay leads (the relay
+    // itself is ending).
+    unsafe {
+        libc::killpg(k.pid, libc::SIGKILL);
+    }
+    k.told = true;
+    answer(&k.chan, b'X', st);
+    sessions.release(k.pid, st);
 }
 
 fn answer(chan: &OwnedFd, kind: u8, value: i32) {
@@ -961,7 +1029,7 @@ fn start_order(
     {
         let mut send = vec![memfd.as_raw_fd()];
         send.extend_from_slice(&raw);
-        if let Some(pid) = chain.take_order(&send) {
+        if let Some((pid, report)) = chain.take_order(&send) {
             sessions.bind(g.id, pid);
             drop((rest, memfd, given));
             answer(&chan, b'c', pid);
@@ -969,6 +1037,8 @@ fn start_order(
                 pid,
                 chan,
                 heard: true,
+                report: Some(report),
+                told: false,
             });
             return;
         }
@@ -1014,6 +1084,8 @@ fn start_order(
         pid,
         chan,
         heard: true,
+        report: None,
+        told: false,
     });
     spares.refill();
 }

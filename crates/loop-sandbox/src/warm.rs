@@ -179,11 +179,13 @@ impl Chain {
 
     /// Send it its order (the order's file and the descriptors it
     /// names); its relay is then the command's first process, the
-    /// spawner's to reap as any command's.
-    pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<libc::pid_t> {
+    /// spawner's to reap as any command's. Returned with the socket the
+    /// relay tells the command's end on, as soon as its init has been
+    /// reaped (see `child::split_pid_namespace`).
+    pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<(libc::pid_t, OwnedFd)> {
         let sock = self.sock.take()?;
         crate::ordered::send_order(&sock, fds).ok()?;
-        Some(std::mem::replace(&mut self.relay, 0))
+        Some((std::mem::replace(&mut self.relay, 0), sock))
     }
 }
 
