@@ -380,16 +380,47 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
                 .ino()
                 .to_string()
         };
-        let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
-        assert_eq!(rows.len(), 4, "{who:?}: {facts}");
-        for r in &rows {
-            assert_eq!(
-                r[..],
-                ["True", r[1], r[2], "lo", "1", "0", "refused", "0"],
-                "{who:?}: {facts}"
+        let rows_of = |facts: &str, n: usize| {
+            let rows: Vec<Vec<String>> = facts
+                .lines()
+                .map(|l| l.split(' ').map(str::to_string).collect())
+                .collect();
+            assert_eq!(rows.len(), n, "{who:?}: {facts}");
+            for r in &rows {
+                assert_eq!(
+                    r[..],
+                    ["True", &r[1], &r[2], "lo", "1", "0", "refused", "0"],
+                    "{who:?}: {facts}"
+                );
+                assert_ne!(r[1], host_user, "{who:?}: the host's user namespace");
+            }
+            rows
+        };
+        rows_of(&facts, 4);
+        // `loop exec` of one command, forked by the runtime itself: the
+        // pair it enters was made at the process's start, as new each time.
+        std::fs::remove_file(sc.ws().join("facts.txt")).unwrap();
+        for _ in 0..2 {
+            let out = sc
+                .command(&[], &["sh", "-c", &probe])
+                .env("LOOP_SPAWNER", "0")
+                .env("LOOP_LOG", "loop_sandbox::phases=debug")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{who:?}: {stderr}");
+            assert!(
+                stderr.contains("namespaces made ahead, at the process's start"),
+                "{who:?}: {stderr}"
             );
-            assert_ne!(r[1], host_user, "{who:?}: the host's user namespace");
         }
+        let facts = std::fs::read_to_string(sc.ws().join("facts.txt")).unwrap();
+        let rows = rows_of(&facts, 2);
+        assert_ne!(rows[0][1], rows[1][1], "{who:?}: one user namespace each");
+        assert_ne!(
+            rows[0][2], rows[1][2],
+            "{who:?}: one network namespace each"
+        );
         assert!(
             listener.accept().is_err(),
             "{who:?}: nothing reached the host"
@@ -510,6 +541,34 @@ fn a_memory_bomb_is_stopped() {
     }
 }
 
+/// Run `script` three times, 100 ms apart, in one process, with `flags`:
+/// the second and third start from chains (checked); the last's result.
+fn thrice_from_chains(sc: &Scene, flags: &[&str], script: &str) -> serde_json::Value {
+    let mut all = vec!["--json", "--repeat", "3", "--pause-ms", "100"];
+    all.extend_from_slice(flags);
+    let out = sc
+        .command(&all, &["sh", "-c", script])
+        .env("LOOP_LOG", "loop_sandbox::phases=debug")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("a session's chain took the command").count(),
+        2,
+        "{:?}: the second and third start from chains: {stderr}",
+        sc.who
+    );
+    let mut j: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    // How many ends a chain's relay told before its own exit (see
+    // `child::split_pid_namespace`), as the runtime's log says.
+    j["told_early"] = stderr
+        .matches("the command's end told by its chain's relay")
+        .count()
+        .into();
+    j
+}
+
 /// A task's later commands start from a chain the spawner made ahead
 /// (`warm.rs`), which joins the command's cgroups only once its order has
 /// come: each is still held by its own memory cgroup and sees its own
@@ -522,30 +581,7 @@ fn a_command_started_from_a_chain_is_held_by_its_own_cgroups() {
         let script = "cat /proc/self/cgroup >> cg.txt; \
                       python3 -c 'b = bytearray(64 * 1024**2); print(\"small\", len(b))'; \
                       python3 -c 'b = bytearray(2 * 1024**3); print(len(b))'";
-        let out = sc
-            .command(
-                &[
-                    "--json",
-                    "--mem",
-                    "256",
-                    "--repeat",
-                    "3",
-                    "--pause-ms",
-                    "100",
-                ],
-                &["sh", "-c", script],
-            )
-            .env("LOOP_LOG", "loop_sandbox::phases=debug")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            stderr.matches("a session's chain took the command").count(),
-            2,
-            "{who:?}: the second and third start from chains: {stderr}"
-        );
-        let j: serde_json::Value =
-            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        let j = thrice_from_chains(&sc, &["--mem", "256"], script);
         assert!(
             s(&j, "stdout").contains("small 67108864"),
             "{who:?}: the honest allocation: {j}"
@@ -586,22 +622,11 @@ fn a_command_started_from_a_chain_ends_with_its_own_code_or_signal() {
             ("kill -TERM $$", None, Some(15)),
             ("sleep 31.5 & echo left", Some(0), None),
         ] {
-            let out = sc
-                .command(
-                    &["--json", "--repeat", "3", "--pause-ms", "50"],
-                    &["sh", "-c", script],
-                )
-                .env("LOOP_LOG", "loop_sandbox::phases=debug")
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            let j = thrice_from_chains(&sc, &[], script);
             assert_eq!(
-                stderr.matches("a session's chain took the command").count(),
-                2,
-                "{who:?}: {stderr}"
+                j["told_early"], 2,
+                "{who:?}: each chain's end told by its relay: {j}"
             );
-            let j: serde_json::Value =
-                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
             assert_eq!(j["exit_code"].as_i64(), code, "{who:?} {script}: {j}");
             assert_eq!(j["signal"].as_i64(), signal, "{who:?} {script}: {j}");
         }

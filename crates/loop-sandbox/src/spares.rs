@@ -209,6 +209,87 @@ impl Spares {
     }
 }
 
+/// A pair made at a process's start for the one command it will fork
+/// itself (`loop exec` of one command, which starts no spawner): the
+/// maker works on the other core while the runtime reads its arguments
+/// and prepares the command, and the command's child enters the pair
+/// instead of making it. Made for the kind every such command has (a
+/// user namespace mapping only the caller's ids, with the usual
+/// limits); a command of another kind, or one started by a spawner, makes
+/// its own, and the maker is killed and reaped.
+struct Early {
+    kind: Kind,
+    maker: Maker,
+}
+
+static EARLY: std::sync::Mutex<Option<Early>> = std::sync::Mutex::new(None);
+
+/// How long the command waits for the early maker's answer (it began
+/// well before; a maker that has not answered by then is killed and the
+/// command makes its own namespaces).
+const EARLY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Start making a pair for this process's one command (see [`Early`]).
+///
+/// Call it first thing in `main`, while the process has one thread: it
+/// forks.
+pub fn make_early() {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let Ok(user_sysctls) = crate::user_sysctls_for(true) else {
+        return;
+    };
+    let kind = Kind {
+        userns: true,
+        uid_map: format!("{uid} {uid} 1").into_bytes(),
+        gid_map: format!("{gid} {gid} 1").into_bytes(),
+        user_sysctls,
+    };
+    let mut maker = Maker::default();
+    // SAFETY: in the maker, once (the caller is single-threaded).
+    maker.start(0, |sock| unsafe { make(&kind, sock) });
+    if maker.busy() {
+        *EARLY.lock().unwrap_or_else(|e| e.into_inner()) = Some(Early { kind, maker });
+    }
+}
+
+/// The pair made at start, if one was and `plan` is of its kind (waiting
+/// up to [`EARLY_WAIT`] for it). Whatever happens, the maker is reaped:
+/// the pair is taken once.
+pub(crate) fn take_early(plan: &ChildPlan) -> Option<Pair> {
+    let Early { kind, mut maker } = EARLY.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let pid = maker.pid()?;
+    let answered = Kind::of(plan).is_some_and(|k| k == kind)
+        && maker.waiting_on().is_some_and(|sock| {
+            let mut p = libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one descriptor we hold.
+            unsafe { libc::poll(&mut p, 1, EARLY_WAIT.as_millis() as libc::c_int) > 0 }
+        });
+    if !answered {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return None;
+    }
+    let (_, mut fds) = maker.answer(2)?;
+    // SAFETY: reaping our own child, which has answered and is ending.
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let net = fds.pop()?;
+    let user = fds.pop()?;
+    Some(Pair {
+        user: Some(user),
+        net,
+    })
+}
+
 /// The maker: make the namespaces as a command's child would, send their
 /// descriptors over `sock`, exit. Exits without sending when a step fails.
 ///
@@ -398,5 +479,53 @@ mod tests {
         other.uid_map = b"4000000 4000000 1".to_vec();
         assert!(s.take(&other).is_none(), "made with other maps: not given");
         assert!(s.ready.is_empty(), "and dropped");
+    }
+
+    /// The pair made at a process's start goes to its one command of that
+    /// kind, once; a command of another kind gets none, and the maker is
+    /// killed and reaped either way.
+    #[test]
+    fn the_pair_made_at_start_is_taken_once_and_only_by_its_kind() {
+        if !crate::probe::support().userns {
+            eprintln!("no user namespaces here: nothing to test");
+            return;
+        }
+        let full = libc::CLONE_NEWNS | libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        let maker = || {
+            make_early();
+            let e = EARLY.lock().unwrap();
+            e.as_ref().and_then(|e| e.maker.pid()).expect("a maker")
+        };
+        // As the runtime plans a command with a user namespace.
+        let command = || {
+            let mut p = plan(full, true);
+            p.user_sysctls = crate::user_sysctls_for(true).unwrap();
+            p
+        };
+        let pid = maker();
+        let pair = take_early(&command()).expect("made for this kind");
+        // SAFETY: waitpid on a pid that was our child, and ns ioctls.
+        unsafe {
+            assert_eq!(libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG), -1);
+            let (user, net) = pair.raw();
+            assert_eq!(libc::ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
+            let owner = libc::ioctl(net, NS_GET_USERNS);
+            assert!(owner >= 0);
+            assert_eq!(ino(owner), ino(user), "the network namespace is its user's");
+            libc::close(owner);
+        }
+        assert!(take_early(&command()).is_none(), "taken once");
+        let pid = maker();
+        let host = plan(libc::CLONE_NEWNS | libc::CLONE_NEWUSER, true);
+        assert!(
+            take_early(&host).is_none(),
+            "not for a command on the host's network"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) },
+            -1,
+            "the unused maker is reaped"
+        );
     }
 }

@@ -457,7 +457,13 @@ fn read_status(chan: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
             }
         }
         return match (n, buf[0]) {
-            (5, b'X') => {
+            (5, kind @ (b'X' | b'x')) => {
+                if kind == b'x' {
+                    tracing::debug!(
+                        target: "loop_sandbox::phases",
+                        "sandbox: the command's end told by its chain's relay, before the relay's own exit"
+                    );
+                }
                 let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
                 Ok(Some(ExitStatus::from_raw(st)))
             }
@@ -954,7 +960,8 @@ fn told(k: &mut Kid, sessions: &mut Sessions) {
         libc::killpg(k.pid, libc::SIGKILL);
     }
     k.told = true;
-    answer(&k.chan, b'X', st);
+    // `x`: `X`, told before the relay's end (the runtime says which).
+    answer(&k.chan, b'x', st);
     sessions.release(k.pid, st);
 }
 

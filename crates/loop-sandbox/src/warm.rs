@@ -94,7 +94,10 @@ struct Entry {
 /// So the relay and init of a chain's command stay in the spawner's
 /// cgroups, where a forked child's join the command's: the command's
 /// memory and process limits count the command and what it starts, not
-/// those two (which run nothing of the command's and hold a few pages).
+/// those two (which run nothing of the command's; the kernel memory of
+/// the namespaces they made is charged where they are), so a chain's
+/// command may start two more processes under the same `pids` limit
+/// than a forked one.
 ///
 /// A chain takes only a command of its session whose plan makes exactly
 /// its namespaces, has no terminal and no egress proxy; any other command
@@ -369,9 +372,11 @@ impl Sessions {
         }
     }
 
-    /// The command `pid` has ended with wait status `status`: its
-    /// session is free. Its first process ends once its PID namespace's
-    /// init has, which kills and reaps everything left in it; but one that
+    /// The command `pid` has ended with wait status `status` (its first
+    /// process's, or the one a chain's relay told once its init was
+    /// reaped): its session is free. Its first process ends once its PID
+    /// namespace's init has, which kills and reaps everything left in it;
+    /// but one that
     /// was killed (`SIGKILL`: a deadline, a cancel) may end before init has
     /// finished that, so its session is dropped rather than given to the
     /// next command while a process of this one may still run in it.
