@@ -63,30 +63,11 @@ impl CliError {
     }
 }
 
-/// Whether these arguments are `loop exec` of one command forked by this
-/// process: no `--repeat` before the command, and no spawner asked for
-/// (`LOOP_SPAWNER=1`). A guess made before parsing; a wrong one costs an
-/// unused pair of namespaces, killed when the command starts.
-fn one_command_exec(mut args: impl Iterator<Item = std::ffi::OsString>) -> bool {
-    let _program = args.next();
-    args.next().is_some_and(|a| a == "exec")
-        && std::env::var_os("LOOP_SPAWNER").is_none_or(|v| v != "1")
-        && !args
-            .take_while(|a| a != "--")
-            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--repeat")))
-}
-
 fn main() -> ExitCode {
     // This binary is also the spawner its own commands are forked from
     // (see loop_sandbox::spawner): that process serves and exits here.
     loop_sandbox::spawner::serve_if_asked();
     loop_documents::bounded::serve_if_asked();
-    // `loop exec` of one command forks it from this process (no
-    // spawner): the user and network namespaces it will enter are made
-    // now, on the other core, while the arguments are read.
-    if one_command_exec(std::env::args_os()) {
-        loop_sandbox::make_namespaces_early();
-    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
@@ -247,22 +228,4 @@ fn parse_failed(e: clap::Error) -> ExitCode {
         e.exit_code()
     };
     ExitCode::from(code.clamp(0, 255) as u8)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::one_command_exec;
-
-    #[test]
-    fn only_loop_exec_of_one_command_makes_namespaces_at_start() {
-        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
-        let guess = |a: &[&str]| one_command_exec(args(a).into_iter());
-        assert!(guess(&["loop", "exec", "--workspace", "w", "--", "true"]));
-        assert!(!guess(&["loop", "exec", "--repeat", "3", "--", "true"]));
-        assert!(!guess(&["loop", "exec", "--repeat=3", "--", "true"]));
-        // The command's own flags are not the runtime's.
-        assert!(guess(&["loop", "exec", "--", "tool", "--repeat", "3"]));
-        assert!(!guess(&["loop", "run", "--task", "t.yaml"]));
-        assert!(!guess(&["loop"]));
-    }
 }

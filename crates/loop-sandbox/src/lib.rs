@@ -59,7 +59,6 @@ pub use capture::Captured;
 pub use confinement::{IsolationLevel, Limits};
 use loop_protocol::Isolation;
 pub use session::Session;
-pub use spares::make_early as make_namespaces_early;
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -1399,7 +1398,7 @@ fn note_root_limits(
 
 /// The per-user kernel allowances bounded in the command's user namespace
 /// (`/proc/sys/user/…` file, value); none without one.
-pub(crate) fn user_sysctls_for(userns: bool) -> Result<Vec<(CString, Vec<u8>)>, SandboxError> {
+fn user_sysctls_for(userns: bool) -> Result<Vec<(CString, Vec<u8>)>, SandboxError> {
     if userns {
         USER_SYSCTLS
             .iter()
@@ -1704,25 +1703,12 @@ fn launch(
                     .stdout(Stdio::from(o))
                     .stderr(Stdio::from(e));
             }
-            // The user and network namespaces made at this process's
-            // start, if it made them for this command (`loop exec`).
-            let early = spares::take_early(&plan);
-            if let Some(pair) = &early {
-                plan.made = Some(pair.raw());
-                tracing::debug!(
-                    target: "loop_sandbox::phases",
-                    "sandbox: user and network namespaces made ahead, at the process's start"
-                );
-            }
             // SAFETY: `child::enter` only makes async-signal-safe system
             // calls on data prepared above, which outlives the spawn.
             unsafe {
                 cmd.pre_exec(move || child::enter(&plan));
             }
-            let spawned = cmd.spawn().map(|c| (spawner::Proc::direct(c), controller));
-            // The child has entered them (or failed): ours are closed.
-            drop(early);
-            spawned
+            cmd.spawn().map(|c| (spawner::Proc::direct(c), controller))
         }
     };
     // Its copies of the command's descriptors (the terminal end among
