@@ -1348,14 +1348,7 @@ mod tests {
                 }
                 libc::_exit(if body() { 0 } else { 1 });
             }
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
-            // A child killed by a signal never passes.
-            if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128
-            }
+            exit_code(pid)
         }
     }
 
@@ -1399,6 +1392,19 @@ mod tests {
         assert_eq!(code, 0, "close_inherited left a descriptor to the command");
     }
 
+    /// The exit code of child `pid`, once it has ended (128 when killed
+    /// by a signal: a crash never passes).
+    fn exit_code(pid: libc::pid_t) -> i32 {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128
+        }
+    }
+
     /// Runs `body` in a forked child (with `close_range` where the kernel
     /// has it); its exit code, 0 when `body` held.
     fn in_child(body: fn() -> bool) -> i32 {
@@ -1409,14 +1415,7 @@ mod tests {
             if pid == 0 {
                 libc::_exit(if body() { 0 } else { 1 });
             }
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
-            // A child killed by a signal never passes.
-            if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128
-            }
+            exit_code(pid)
         }
     }
 
