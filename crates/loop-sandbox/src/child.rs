@@ -169,12 +169,8 @@ fn close_all_except(keep: [RawFd; 2]) {
         let range = |from: RawFd, to: RawFd| {
             from > to || libc::syscall(libc::SYS_close_range, from as u32, to as u32, 0u32) == 0
         };
-        let closed = if a < 0 {
-            range(0, b - 1) && range(b + 1, i32::MAX)
-        } else {
-            range(0, a - 1) && range(a + 1, b - 1) && range(b + 1, i32::MAX)
-        };
-        if closed {
+        // With `a` at -1 the first range is empty and the second starts at 0.
+        if range(0, a - 1) && range(a + 1, b - 1) && range(b + 1, i32::MAX) {
             return;
         }
         let mut lim = libc::rlimit {
@@ -804,10 +800,12 @@ pub(crate) fn mirrored(st: libc::c_int) -> libc::c_int {
 /// Only in the relay or init process (never in the runtime): it resets a
 /// signal's disposition, raises it and `_exit`s, all async-signal-safe.
 unsafe fn mirror(st: libc::c_int) -> ! {
+    // One decision, the one the relay reports early (`mirrored`).
+    let end = mirrored(st);
     // SAFETY: signal/kill/_exit only.
     unsafe {
-        if libc::WIFSIGNALED(st) {
-            let sig = libc::WTERMSIG(st);
+        if libc::WIFSIGNALED(end) {
+            let sig = libc::WTERMSIG(end);
             libc::signal(sig, libc::SIG_DFL);
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
@@ -816,11 +814,7 @@ unsafe fn mirror(st: libc::c_int) -> ! {
             libc::kill(libc::getpid(), sig);
             libc::_exit(128 + sig);
         }
-        libc::_exit(if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else {
-            1
-        })
+        libc::_exit(libc::WEXITSTATUS(end))
     }
 }
 
