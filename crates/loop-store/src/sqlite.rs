@@ -136,6 +136,20 @@ impl SqliteStore {
         };
         let mut conn = Connection::open(path).map_err(db)?;
         conn.busy_handler(Some(wait_while_busy)).map_err(db)?;
+        steady_plans(&conn).map_err(db)?;
+        // What SQLite spills to temporary files (a statement's journal in
+        // the migrations, a sort) stays in memory: no file for it.
+        conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(db)?;
+        // A new database's switch to WAL writes only its header, with
+        // nothing to roll back to: no rollback journal on disk for it. (The
+        // header is synced as any commit is; its name in the directory
+        // with the log's, when the first commit syncs the new log.)
+        let fresh = file_len(path) == Some(0);
+        if fresh {
+            conn.pragma_update(None, "journal_mode", "MEMORY")
+                .map_err(db)?;
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -418,6 +432,7 @@ impl SqliteStore {
         let mut conn = Connection::open(&self.path).map_err(|e| self.err(e))?;
         conn.busy_handler(Some(wait_while_busy))
             .map_err(|e| self.err(e))?;
+        steady_plans(&conn).map_err(|e| self.err(e))?;
         conn.pragma_update(None, "query_only", true)
             .map_err(|e| self.err(e))?;
         Ok(conn)
@@ -1157,6 +1172,17 @@ impl Store for SqliteStore {
         }
         let query = fts_any(words);
         self.read(|c| {
+            // No note to find (most projects): the full-text index is not
+            // opened for it.
+            let any: bool = c
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM notes WHERE project = ?1 AND status = 'usable')",
+                )
+                .and_then(|mut q| q.query_row([project], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            if !any {
+                return Ok(Vec::new());
+            }
             let mut q = c
                 .prepare_cached(
                     "SELECT n.* FROM notes_fts f JOIN notes n ON n.id = f.id
@@ -1244,6 +1270,26 @@ impl Store for SqliteStore {
             Ok(n > 0)
         })
     }
+}
+
+/// A kept statement keeps its plan. SQLite's build here may plan from a
+/// bound value (`SQLITE_ENABLE_STAT4`): such a statement (the last `seq`
+/// of a task's entries, every append) is compiled again each time it is
+/// bound. The store never gathers the statistics that would use the value,
+/// so the plan cannot change: the query planner's stability guarantee
+/// keeps it.
+fn steady_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(drop)
+}
+
+/// A file's length, if it is there.
+#[allow(clippy::disallowed_methods)] // the database file's length only
+fn file_len(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
 }
 
 /// A file's device and inode, if it is there.

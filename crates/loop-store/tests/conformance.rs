@@ -1370,3 +1370,47 @@ fn a_tasks_children_are_found_by_its_id_also_in_rows_from_before_the_parent_colu
         }
     }
 }
+
+/// A new SQLite store is switched to WAL without a rollback journal on
+/// disk (its header is all there is to write): it is in WAL mode, no
+/// journal is left beside it, and stores opened at once on the same new
+/// file, by several threads as by several processes, all work on one
+/// database. An empty file at the path is a new store too.
+#[test]
+fn a_new_sqlite_store_is_made_in_wal_mode_and_shared_by_its_openers() {
+    let dir = std::env::temp_dir().join(format!("loop-fresh-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, empty_file) in [("new.db", false), ("empty.db", true)] {
+        let path = dir.join(name);
+        if empty_file {
+            std::fs::write(&path, b"").unwrap();
+        }
+        let stores: Vec<SqliteStore> = std::thread::scope(|sc| {
+            let opening: Vec<_> = (0..4)
+                .map(|_| sc.spawn(|| SqliteStore::open(&path).unwrap()))
+                .collect();
+            opening.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, s) in stores.iter().enumerate() {
+            s.create_task(&format!("t-{i}"), "x", &serde_json::json!({}), 0)
+                .unwrap();
+        }
+        for s in &stores {
+            for i in 0..stores.len() {
+                assert_eq!(s.task(&format!("t-{i}")).unwrap().id, format!("t-{i}"));
+            }
+        }
+        let header = std::fs::read(&path).unwrap();
+        assert_eq!(&header[..16], b"SQLite format 3\0", "{name}");
+        assert_eq!((header[18], header[19]), (2, 2), "{name}: not in WAL mode");
+        assert!(
+            !dir.join(format!("{name}-journal")).exists(),
+            "{name}: a rollback journal was left"
+        );
+        drop(stores);
+        let again = SqliteStore::open(&path).unwrap();
+        assert_eq!(again.task("t-3").unwrap().id, "t-3", "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,7 +17,7 @@ use std::path::Path;
 /// Prepare the task `req` asks for and store it, ready to run; its id.
 /// Bad model configuration is refused before anything is created.
 pub fn submit(req: &Admitted, observer: &mut dyn crate::Observer) -> Result<String, Error> {
-    submit_claimed(req, observer, false, None).map(|(id, _)| id)
+    submit_claimed(req, observer, false, None).map(|(id, _, _)| id)
 }
 
 /// [`submit`], under the id `id` (from [`crate::project::locate::new_task_id`]),
@@ -27,19 +27,27 @@ pub fn submit_as(
     req: &Admitted,
     observer: &mut dyn crate::Observer,
 ) -> Result<String, Error> {
-    submit_claimed(req, observer, false, Some(id)).map(|(id, _)| id)
+    submit_claimed(req, observer, false, Some(id)).map(|(id, _, _)| id)
 }
+
+/// A task stored: its id, its claim (when claimed), and the store.
+pub(crate) type Submitted = (
+    String,
+    Option<loop_store::Owner>,
+    std::sync::Arc<dyn loop_store::Store>,
+);
 
 /// [`submit`]; with `claim`, the task is claimed for this process the
 /// moment it is stored, so no other process ever finds it unclaimed
-/// between its submission and its run here.
+/// between its submission and its run here. Returned with the store it
+/// was kept in, for a caller that goes on with the task to hold open.
 #[allow(clippy::disallowed_methods)] // lstat of workspace names and existence in shared environments (no content read)
 pub(crate) fn submit_claimed(
     req: &Admitted,
     observer: &mut dyn crate::Observer,
     claim: bool,
     id: Option<&str>,
-) -> Result<(String, Option<loop_store::Owner>), Error> {
+) -> Result<Submitted, Error> {
     let clock = SystemClock;
     let project = req
         .project
@@ -152,7 +160,7 @@ pub(crate) fn submit_claimed(
             e.message
         ));
     }
-    Ok((task_id, owner))
+    Ok((task_id, owner, store))
 }
 
 /// The project's own commands whose baseline run kept build outputs for

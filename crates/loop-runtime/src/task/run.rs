@@ -16,7 +16,11 @@ use std::path::Path;
 /// Run one task and write its receipt; `observer` sees every event and
 /// every line for the person running it.
 pub fn run_task(req: Admitted, observer: &mut dyn crate::Observer) -> Result<TaskReport, Error> {
-    let (task_id, owner) = crate::task::prepare::submit_claimed(&req, observer, true, None)?;
+    // The store stays open from the task's submission to its end: on
+    // SQLite, closing its last connection checkpoints the write-ahead log
+    // and deletes it, and the drive would at once make it again.
+    let (task_id, owner, _store) =
+        crate::task::prepare::submit_claimed(&req, observer, true, None)?;
     drive_stored(&req.project, &task_id, None, req.on_prompt, observer, owner)
 }
 

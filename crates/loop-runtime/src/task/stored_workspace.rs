@@ -56,7 +56,8 @@ struct Kept {
 }
 
 /// Keep what a new task's workspace was made from, for a store that
-/// runtimes on other machines share; nothing otherwise.
+/// runtimes on other machines share; nothing otherwise. Not waited for on
+/// the disk: the caller stores the task's record next, and waits for it.
 #[allow(clippy::disallowed_methods)] // the runtime's own records in a task directory
 pub(crate) fn keep_start(
     store: &dyn Store,
@@ -93,7 +94,10 @@ pub(crate) fn keep_start(
             body,
             blobs,
             keep_only: None,
-            durable: true,
+            // Not waited for: the task's record, stored next and waited
+            // for, takes them to the disk (never reordered after it); a
+            // machine lost before that loses the task with them.
+            durable: false,
         };
         store
             .put_task_file(owner, &file, None, now_ms)
