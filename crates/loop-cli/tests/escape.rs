@@ -42,6 +42,9 @@ struct Scene {
     _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
     base: PathBuf,
     who: Who,
+    /// The `PATH` the runtime is given (the default: its own, or the
+    /// fixed one for the unprivileged user).
+    path: Option<String>,
 }
 
 impl Scene {
@@ -81,6 +84,7 @@ impl Scene {
             _shared: None,
             base,
             who,
+            path: None,
         }
     }
 
@@ -91,7 +95,13 @@ impl Scene {
     fn command(&self, flags: &[&str], cmd: &[&str]) -> Command {
         let bin = binary(self.who);
         let mut c = match self.who {
-            Who::Me => Command::new(&bin),
+            Who::Me => {
+                let mut c = Command::new(&bin);
+                if let Some(p) = &self.path {
+                    c.env("PATH", p);
+                }
+                c
+            }
             Who::Nobody => {
                 let mut c = Command::new("setpriv");
                 c.args([
@@ -102,7 +112,12 @@ impl Scene {
                     "env",
                 ])
                 .arg(format!("HOME={}", self.ws().display()))
-                .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+                .arg(format!(
+                    "PATH={}",
+                    self.path
+                        .as_deref()
+                        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                ))
                 .arg(&bin);
                 c
             }
@@ -513,10 +528,15 @@ fn a_memory_bomb_is_stopped() {
 /// Run `script` three times, 100 ms apart, in one process, with `flags`:
 /// the second and third start from chains (checked); the last's result.
 fn thrice_from_chains(sc: &Scene, flags: &[&str], script: &str) -> serde_json::Value {
+    thrice_from_chains_argv(sc, flags, &["sh", "-c", script])
+}
+
+/// [`thrice_from_chains`] of the argument vector `cmd`.
+fn thrice_from_chains_argv(sc: &Scene, flags: &[&str], cmd: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json", "--repeat", "3", "--pause-ms", "100"];
     all.extend_from_slice(flags);
     let out = sc
-        .command(&all, &["sh", "-c", script])
+        .command(&all, cmd)
         .env("LOOP_LOG", "loop_sandbox::phases=debug")
         .output()
         .unwrap();
@@ -536,6 +556,61 @@ fn thrice_from_chains(sc: &Scene, flags: &[&str], script: &str) -> serde_json::V
         .count()
         .into();
     j
+}
+
+/// A command named without a path runs what `execvp` would find on its
+/// `PATH`, also from a chain, whose command-to-be tries the first place it
+/// may execute at once (`ordered::exec_searched`): a directory and a file
+/// it may not execute, named like it earlier on the `PATH`, are passed over
+/// as `execvp` passes them; with nothing it may run, it is not started
+/// (126, `EACCES`); and the honest lookup, the program first on the
+/// `PATH`, runs it.
+#[test]
+fn a_command_found_on_path_runs_what_execvp_would_find() {
+    for who in users() {
+        let mut sc = Scene::new("pathsearch", who);
+        // In the workspace: seen inside at the same paths (`/tmp` is the
+        // command's own).
+        let dirs: Vec<PathBuf> = ["d1", "d2", "d3"].iter().map(|d| sc.ws().join(d)).collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // d1: a directory of its name; d2: a file it may not execute.
+        std::fs::create_dir_all(dirs[0].join("greet")).unwrap();
+        for (d, mode) in [(&dirs[1], 0o644), (&dirs[2], 0o755)] {
+            let name = d.file_name().unwrap().to_string_lossy().to_string();
+            std::fs::write(d.join("greet"), format!("#!/bin/sh\necho from-{name}\n")).unwrap();
+            std::fs::set_permissions(d.join("greet"), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        let on = |ds: &[&PathBuf]| {
+            let mut p: Vec<String> = ds.iter().map(|d| d.display().to_string()).collect();
+            p.push("/usr/local/bin:/usr/bin:/bin".into());
+            p.join(":")
+        };
+        sc.path = Some(on(&[&dirs[0], &dirs[1], &dirs[2]]));
+        let j = thrice_from_chains_argv(&sc, &[], &["greet"]);
+        assert_eq!(j["exit_code"], 0, "{who:?}: {j}");
+        assert_eq!(
+            s(&j, "stdout"),
+            "from-d3\n",
+            "{who:?}: past the directory and the file it may not run: {j}"
+        );
+        // Nothing it may run: not started (126), and why, as `execvp` says.
+        sc.path = Some(on(&[&dirs[0], &dirs[1]]));
+        let out = sc.command(&["--json"], &["greet"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{who:?}: {stderr}");
+        assert!(stderr.contains("Permission denied"), "{who:?}: {stderr}");
+        sc.path = Some(on(&[&dirs[2], &dirs[1]]));
+        let j = thrice_from_chains_argv(&sc, &[], &["greet"]);
+        assert_eq!(
+            s(&j, "stdout"),
+            "from-d3\n",
+            "{who:?}: the first on the PATH: {j}"
+        );
+    }
 }
 
 /// A task's later commands start from a chain the spawner made ahead

@@ -232,7 +232,7 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                     .map_err(|step| fail(d, step))?;
             }
             relay_and_init(plan)?;
-            setup_namespaces(plan)?;
+            setup_namespaces(plan, false)?;
         }
     }
     // SAFETY: between fork and exec, as this function.
@@ -262,7 +262,8 @@ pub(crate) unsafe fn enter_rest(plan: &ChildPlan) -> io::Result<()> {
                 b"unshare namespaces",
             )?;
         }
-        setup_namespaces(plan)?;
+        // Its `lo` was brought up by the chain.
+        setup_namespaces(plan, true)?;
         restrict(plan)
     }
 }
@@ -290,8 +291,9 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
 /// `warm.rs`), as [`enter`] makes them for a session's command: a new
 /// session (process group), the session's user and mount namespaces
 /// entered, `flags`' namespaces made but the cgroup one (see
-/// [`chain_unshares`]; the network one among them, `lo` brought up after
-/// the order), every descriptor but `keep` closed, and the relay and init
+/// [`chain_unshares`]; the network one among them, its `lo` brought up:
+/// a chain takes only a command whose plan brings it up, see `warm.rs`),
+/// every descriptor but `keep` closed, and the relay and init
 /// forked. Unlike a forked command's, its relay and init keep the
 /// spawner's priority and cgroups (the command sets its own after the
 /// order). Returns in the command-to-be; `Err` where the caller
@@ -328,6 +330,9 @@ pub(crate) unsafe fn chain_ahead(
             -1,
             b"",
         )?;
+        if flags & libc::CLONE_NEWNET != 0 {
+            bring_up_loopback(-1)?;
+        }
         close_all_but(keep);
         // The relay keeps `keep` to tell the spawner the command's end.
         split_pid_namespace(-1, keep)
@@ -855,7 +860,7 @@ unsafe fn allow_beneath(
 /// # Safety
 /// Between fork and exec, in the namespaces `plan` asked for; every string
 /// it passes is NUL-terminated and prepared before the fork.
-unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
+unsafe fn setup_namespaces(plan: &ChildPlan, lo_up: bool) -> io::Result<()> {
     let d = plan.diag_fd;
     // SAFETY: mount/socket/ioctl on prepared NUL-terminated strings.
     unsafe {
@@ -863,7 +868,7 @@ unsafe fn setup_namespaces(plan: &ChildPlan) -> io::Result<()> {
             setup_mounts(plan, d)?;
         }
         if plan.loopback_up {
-            if plan.made.is_none_or(|(_, net)| net < 0) {
+            if !lo_up && plan.made.is_none_or(|(_, net)| net < 0) {
                 bring_up_loopback(d)?;
             }
             if let Some(pair) = plan.proxy_sock

@@ -71,10 +71,12 @@ pub(crate) fn decode_order(memfd: &OwnedFd, rest: &[OwnedFd]) -> io::Result<Orde
     read_order(memfd).and_then(|bytes| Order::decode(&mut Dec::new(&bytes, &raw)))
 }
 
-/// The arrays `execvp` takes, made before the fork.
+/// The arrays `execvp` takes, made before the fork, and the places its
+/// search of `PATH` would try, in its order.
 pub(crate) struct Exec {
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
+    candidates: Vec<CString>,
 }
 
 impl Exec {
@@ -88,7 +90,60 @@ impl Exec {
         Ok(Exec {
             argv: ptrs(&h.argv),
             envp: ptrs(&h.envp),
+            candidates: path_candidates(h),
         })
+    }
+}
+
+/// Where `execvp` would look for the program, in order: each directory of
+/// the command's own `PATH` (an empty one is the working directory) joined
+/// with its name; none for a name with a `/` (not searched) or without a
+/// `PATH` (`execvp` then searches its own default).
+fn path_candidates(h: &Head) -> Vec<CString> {
+    let Some(name) = h.argv.first().map(|a| a.as_bytes()) else {
+        return Vec::new();
+    };
+    let path = h
+        .envp
+        .iter()
+        .find_map(|e| e.as_bytes().strip_prefix(b"PATH="));
+    let (Some(path), false) = (path, name.is_empty() || name.contains(&b'/')) else {
+        return Vec::new();
+    };
+    path.split(|b| *b == b':')
+        .filter_map(|dir| {
+            let mut p = match dir {
+                b"" => Vec::new(),
+                d => [d, b"/"].concat(),
+            };
+            p.extend_from_slice(name);
+            CString::new(p).ok()
+        })
+        .collect()
+}
+
+/// Exec the program as `execvp` would find it; returns only when it could
+/// not. The first place in `PATH` the command may execute (`faccessat`,
+/// after every restriction is in place) is tried at once, sparing an
+/// `execve` for each directory before it; should that place fail to exec
+/// (a directory, a file the kernel will not run, a Landlock refusal), the
+/// whole search is made as `execvp` makes it, so what runs is always what
+/// `execvp` would run.
+///
+/// # Safety
+/// Only in a command's process, with `environ` its own.
+unsafe fn exec_searched(exec: &Exec) {
+    // SAFETY (whole body): faccessat, execve and execvp on arrays made
+    // before the fork.
+    unsafe {
+        if let Some(found) = exec
+            .candidates
+            .iter()
+            .find(|c| libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, 0) == 0)
+        {
+            libc::execve(found.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
+        }
+        libc::execvp(exec.argv[0], exec.argv.as_ptr());
     }
 }
 
@@ -129,7 +184,7 @@ unsafe fn exec_entered(h: &Head, exec: &Exec, entered: io::Result<()>) -> ! {
             failed(h.failed);
         }
         environ = exec.envp.as_ptr();
-        libc::execvp(exec.argv[0], exec.argv.as_ptr());
+        exec_searched(exec);
         failed(h.failed)
     }
 }
@@ -198,8 +253,7 @@ pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
         drop(fds);
         libc::close(sock);
         // The user, mount and network namespaces were entered or made
-        // ahead (`lo` is brought up here); the session's shared tree is
-        // built.
+        // ahead (and `lo` brought up); the session's shared tree is built.
         order.plan.made = Some((-1, -1));
         order.plan.made_mnt = Some(-1);
         let h = &order.head;
@@ -222,5 +276,46 @@ unsafe fn failed(fd: RawFd) -> ! {
         let e = (*libc::__errno_location()).to_le_bytes();
         libc::write(fd, e.as_ptr().cast(), 4);
         libc::_exit(127)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(argv: &[&str], envp: &[&str]) -> Head {
+        let c = |v: &[&str]| v.iter().map(|s| CString::new(*s).unwrap()).collect();
+        Head {
+            argv: c(argv),
+            envp: c(envp),
+            cwd: CString::new("/").unwrap(),
+            nice: 0,
+            stdio: [0, 1, 2],
+            failed: -1,
+        }
+    }
+
+    fn shown(h: &Head) -> Vec<String> {
+        path_candidates(h)
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_candidates_are_the_paths_dirs_in_order_an_empty_one_the_working_directory() {
+        let h = head(&["greet", "x"], &["HOME=/h", "PATH=/a:/b/c::rel"]);
+        assert_eq!(shown(&h), ["/a/greet", "/b/c/greet", "greet", "rel/greet"]);
+    }
+
+    #[test]
+    fn a_name_with_a_slash_or_no_path_has_no_candidates() {
+        assert!(shown(&head(&["./greet"], &["PATH=/a"])).is_empty());
+        assert!(shown(&head(&["/usr/bin/true"], &["PATH=/a"])).is_empty());
+        assert!(shown(&head(&["greet"], &["HOME=/h"])).is_empty());
+        assert!(shown(&head(&[""], &["PATH=/a"])).is_empty());
+        assert!(shown(&head(&[], &["PATH=/a"])).is_empty());
+        // Only the variable named PATH: not one that ends so.
+        assert!(shown(&head(&["greet"], &["MYPATH=/a"])).is_empty());
     }
 }
