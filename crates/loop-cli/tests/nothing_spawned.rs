@@ -281,6 +281,63 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
     let _ = std::fs::remove_dir_all(&b);
 }
 
+/// A session's next chain is made while its command runs, once that
+/// command (itself from a chain) has exec'd, so a command that follows at
+/// once finds it ready: seen from outside, while the second of three
+/// commands runs, the spawner's children are that command's relay and an
+/// idle chain. While the first runs (forked: its session is new, and its
+/// chain is made when it ends) there is no chain beside it. All three run.
+#[test]
+fn the_next_chain_is_made_while_a_chained_command_runs() {
+    let b = base("chain-beside");
+    let seconds = format!("1.{:03}", std::process::id() % 1000);
+    let mut runtime = shared::loop_in(&b)
+        .current_dir(b.join("project"))
+        .args(["exec", "--json", "--repeat", "3", "--", "sleep", &seconds])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let running = |not: Option<u32>| loop {
+        if let Some(pid) = find_process(&["sleep", &seconds]).filter(|p| Some(*p) != not) {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "no command ran");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let kinds = |sleep: u32| {
+        let chain = ancestry(sleep);
+        // The relay and init are forks of the spawner too: it is the
+        // highest of them.
+        let spawner = chain
+            .iter()
+            .rev()
+            .find(|(_, a)| a.contains("__loop-spawner"))
+            .map(|(p, _)| *p)
+            .unwrap_or_else(|| panic!("no spawner above the command: {chain:?}"));
+        let mut k: Vec<bool> = children(spawner).into_iter().map(idle_chain).collect();
+        k.sort();
+        k
+    };
+    let first = running(None);
+    assert_eq!(kinds(first), [false], "beside the first command");
+    let second = running(Some(first));
+    // Made once the command has exec'd: a moment after it is seen.
+    let soon = std::time::Instant::now() + std::time::Duration::from_millis(800);
+    while kinds(second) != [false, true] && std::time::Instant::now() < soon {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(
+        kinds(second),
+        [false, true],
+        "beside the second command: its relay and a chain"
+    );
+    let status = runtime.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&b);
+}
+
 /// Wait until `file` has `n` lines.
 fn wait_for_lines(file: &Path, n: usize, deadline: std::time::Instant) {
     while std::fs::read_to_string(file)

@@ -733,6 +733,11 @@ struct Kid {
     report: Option<OwnedFd>,
     /// Its end was told from `report`: it is only reaped now.
     told: bool,
+    /// A chain's command: a pipe whose only writer is the command's
+    /// process (close-on-exec), with its session. Once it has exec'd (or
+    /// died) the next chain of the session is made, beside the program's
+    /// run rather than its start (both take the kernel's mount lock).
+    started: Option<(OwnedFd, u64)>,
 }
 
 /// The spawner's loop: start what is ordered on standard input, tell each
@@ -778,6 +783,11 @@ fn serve() -> i32 {
             .collect();
         pfds.extend(reports.iter().map(|&r| pollfd(r)));
         let reports_end = pfds.len();
+        pfds.extend(
+            kids.iter()
+                .filter_map(|k| k.started.as_ref().map(|(r, _)| pollfd(r.as_raw_fd()))),
+        );
+        let starts_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
         // An idle session is dropped when due, orders or not.
         let wait = sessions
@@ -809,6 +819,7 @@ fn serve() -> i32 {
             hear(k);
         }
         told_ends(&mut kids, &pfds[kids_end..reports_end], &mut sessions);
+        chains_after_exec(&mut kids, &pfds[reports_end..starts_end], &mut sessions);
         if pfds[1].revents != 0 {
             let mut info = [0u8; 128];
             // SAFETY: draining the signalfd into a buffer we own.
@@ -816,7 +827,7 @@ fn serve() -> i32 {
             reap(&mut kids, &mut sessions);
             spares.reap();
         }
-        if pfds[reports_end..].iter().any(|p| p.revents != 0) {
+        if pfds[starts_end..].iter().any(|p| p.revents != 0) {
             spares.hear();
         }
         if pfds[0].revents != 0 {
@@ -910,6 +921,24 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
         sessions.release(k.pid, st);
         false
     });
+}
+
+/// The chains' commands that have exec'd (or died): their sessions'
+/// next chains are made.
+fn chains_after_exec(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
+    let done: Vec<RawFd> = polled
+        .iter()
+        .filter(|p| p.revents != 0)
+        .map(|p| p.fd)
+        .collect();
+    for k in kids.iter_mut() {
+        if let Some((r, id)) = &k.started
+            && done.contains(&r.as_raw_fd())
+        {
+            sessions.make_chain_ahead(*id);
+            k.started = None;
+        }
+    }
 }
 
 /// Hear the chains' relays whose reports are readable in `polled`.
@@ -1036,8 +1065,13 @@ fn start_order(
     {
         let mut send = vec![memfd.as_raw_fd()];
         send.extend_from_slice(&raw);
+        // Last, named by nothing in the order: the command's end of the
+        // pipe that tells its exec.
+        let exec_pipe = pipe().ok();
+        send.extend(exec_pipe.as_ref().map(|(_, w)| w.as_raw_fd()));
         if let Some((pid, report)) = chain.take_order(&send) {
             sessions.bind(g.id, pid);
+            let started = exec_pipe.map(|(r, _)| (r, g.id));
             drop((rest, memfd, given));
             answer(&chan, b'c', pid);
             kids.push(Kid {
@@ -1046,6 +1080,7 @@ fn start_order(
                 heard: true,
                 report: Some(report),
                 told: false,
+                started,
             });
             return;
         }
@@ -1093,6 +1128,7 @@ fn start_order(
         heard: true,
         report: None,
         told: false,
+        started: None,
     });
     spares.refill();
 }

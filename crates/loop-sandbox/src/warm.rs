@@ -13,10 +13,21 @@
 //! its own steps there: its `/tmp` on its own disk, the workspace and what
 //! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its network,
 //! PID, IPC and cgroup namespaces are its own and new, as before, and so
-//! are its Landlock ruleset, seccomp filter, limits and cgroups. Once a
-//! session's command has ended, its next one is made ahead: a [`Chain`],
-//! the command's processes up to its order, its namespaces entered and
-//! made (the network one, the costliest, among them).
+//! are its Landlock ruleset, seccomp filter, limits and cgroups. A
+//! session's next command is made ahead: a [`Chain`], the command's
+//! processes up to its order, its namespaces entered and made (the
+//! network one, the costliest, among them). It is made once the command
+//! before it has exec'd, when that command came from a chain (the
+//! spawner hears the exec as the close of a pipe only that command's
+//! process held, close-on-exec), else once it has ended: beside the
+//! program's run, never beside a command's start, which takes the same
+//! kernel mount lock, so a command ordered at once after the last one's
+//! end finds its chain ready. While it waits beside the running command,
+//! a chain is in the session's user namespace with it, and nothing else:
+//! the command cannot see it (another PID namespace), reach it (other
+//! network, IPC and mount namespaces, no capability), or signal it; its
+//! three processes count toward the command's `RLIMIT_NPROC` there, as
+//! the command's own relay and init do (512 by default).
 //!
 //! Nothing a command can change is shared:
 //!
@@ -358,6 +369,17 @@ impl Sessions {
         }
     }
 
+    /// Make the chain for the next command of session `id` now, while its
+    /// command runs (it has exec'd: see the module's documentation).
+    pub(crate) fn make_chain_ahead(&mut self, id: u64) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id)
+            && e.chain.is_none()
+            && let Some(flags) = e.chain_flags
+        {
+            e.chain = Chain::make(e.user.as_raw_fd(), e.mnt.as_raw_fd(), flags);
+        }
+    }
+
     /// The command `pid` is in session `id`.
     pub(crate) fn bind(&mut self, id: u64, pid: libc::pid_t) {
         if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
@@ -390,8 +412,9 @@ impl Sessions {
             e.used = now;
         }
         self.expire(now);
-        // The next chain is made now, not beside the command's own start
-        // or run: both take the kernel's mount and network locks.
+        // A command that did not come from a chain (or ended before its
+        // exec) has its session's next chain made now, not beside its own
+        // start: both take the kernel's mount lock.
         self.make_chain();
     }
 
