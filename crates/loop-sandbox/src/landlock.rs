@@ -153,25 +153,21 @@ pub fn prepare(
     let abi = ABI::from(abi_n as i32);
     let all = AccessFs::from_all(abi);
     let err = |e: &dyn std::fmt::Display| crate::SandboxError::Prepare(format!("landlock: {e}"));
-    let mut ruleset = Ruleset::default().handle_access(all).map_err(|e| err(&e))?;
-    if abi_n >= 6 {
-        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err(&e))?;
-    }
-    let created = ruleset.create().map_err(|e| err(&e))?;
-    let Some(fd) = Option::<OwnedFd>::from(created) else {
-        return Ok(None);
+    let spare = SPARE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take_if(|(o, _)| *o == overlays)
+        .map(|(_, fd)| fd);
+    let fd = match spare {
+        Some(fd) => fd,
+        None => match base(view, abi_n, overlays)? {
+            Some(fd) => fd,
+            None => return Ok(None),
+        },
     };
     let fixed = static_rules(view, abi);
     let read = AccessFs::from_read(fixed.abi);
     let file = AccessFs::from_file(fixed.abi);
-    // The host view's rules come with their file-ness known from its walk:
-    // each is one system call, no `stat`.
-    for ((path, parent, access), overlaid) in fixed.rules.iter().zip(&fixed.overlaid) {
-        if overlays && *overlaid {
-            continue;
-        }
-        add(&fd, parent, *access, file).map_err(|e| err(&format!("{}: {e}", path.display())))?;
-    }
     for p in read_write {
         let Ok(parent) = PathFd::new(p) else { continue };
         add(&fd, &parent, all, file).map_err(|e| err(&format!("{}: {e}", p.display())))?;
@@ -188,6 +184,62 @@ pub fn prepare(
         all_mask: all.bits(),
         read_file_mask: (read & file).bits(),
     }))
+}
+
+/// A ruleset with the host view's rules and nothing of any command's,
+/// made for the next command while one runs ([`make_spare`]), with the
+/// `overlays` it was made for.
+static SPARE: std::sync::Mutex<Option<(bool, OwnedFd)>> = std::sync::Mutex::new(None);
+
+/// Make the next command's ruleset's common part now (its creation and
+/// the host view's rules, a rule a system call), while a command runs,
+/// unless one is kept already: [`prepare`] then adds only the command's
+/// own rules. One is kept per process: a ruleset is changed by the
+/// command it is given to, never given twice.
+pub(crate) fn make_spare(view: &'static HostView, overlays: bool) {
+    let abi_n = kernel_abi();
+    if abi_n == 0 || SPARE.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+        return;
+    }
+    if let Ok(Some(fd)) = base(view, abi_n, overlays) {
+        let mut kept = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none() {
+            *kept = Some((overlays, fd));
+        }
+    }
+}
+
+/// A new ruleset handling every right of ABI `abi_n` (and its scopes)
+/// with the host view's rules (but those the child adds on its overlays,
+/// with `overlays`); `None` where the kernel makes none.
+fn base(
+    view: &'static HostView,
+    abi_n: u32,
+    overlays: bool,
+) -> Result<Option<OwnedFd>, crate::SandboxError> {
+    let abi = ABI::from(abi_n as i32);
+    let err = |e: &dyn std::fmt::Display| crate::SandboxError::Prepare(format!("landlock: {e}"));
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(|e| err(&e))?;
+    if abi_n >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err(&e))?;
+    }
+    let created = ruleset.create().map_err(|e| err(&e))?;
+    let Some(fd) = Option::<OwnedFd>::from(created) else {
+        return Ok(None);
+    };
+    let fixed = static_rules(view, abi);
+    let file = AccessFs::from_file(fixed.abi);
+    // The host view's rules come with their file-ness known from its walk:
+    // each is one system call, no `stat`.
+    for ((path, parent, access), overlaid) in fixed.rules.iter().zip(&fixed.overlaid) {
+        if overlays && *overlaid {
+            continue;
+        }
+        add(&fd, parent, *access, file).map_err(|e| err(&format!("{}: {e}", path.display())))?;
+    }
+    Ok(Some(fd))
 }
 
 /// Allow `access` beneath `parent` in `ruleset`. A parent that is a file
@@ -280,6 +332,75 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+
+    /// What a process restricted by `ruleset` may create: (in `allowed`,
+    /// in `other`), from a forked child that only makes system calls.
+    fn creates(ruleset: &OwnedFd, allowed: &Dir, other: &Dir) -> (bool, bool) {
+        use std::os::unix::ffi::OsStringExt;
+        let a =
+            std::ffi::CString::new(allowed.path().join("f").into_os_string().into_vec()).unwrap();
+        let o = std::ffi::CString::new(other.path().join("f").into_os_string().into_vec()).unwrap();
+        let fd = ruleset.as_raw_fd();
+        // SAFETY: the child makes system calls on data made before the
+        // fork, then `_exit`s; the parent reaps it.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+                    libc::_exit(9);
+                }
+                let mut code = 0;
+                for (bit, path) in [(1, &a), (2, &o)] {
+                    if libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600) >= 0 {
+                        code |= bit;
+                    }
+                }
+                libc::_exit(code);
+            }
+            let mut st = 0;
+            assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+            let code = libc::WEXITSTATUS(st);
+            assert_ne!(code, 9, "the child could not restrict itself");
+            (code & 1 != 0, code & 2 != 0)
+        }
+    }
+
+    /// The next command's ruleset, made while one runs, is given once, and
+    /// only to a command with the `overlays` it was made for; with the
+    /// command's own rules added it confines as a ruleset made at once:
+    /// the workspace writable, a directory no rule names not.
+    #[test]
+    fn a_spare_ruleset_is_given_once_for_its_overlays_and_confines_as_a_fresh_one() {
+        if kernel_abi() == 0 {
+            eprintln!("this kernel has no Landlock");
+            return;
+        }
+        let view = crate::confinement::host_view();
+        let (ws, other) = (Dir::new(), Dir::new());
+        let spare = || SPARE.lock().unwrap().as_ref().map(|(o, _)| *o);
+        *SPARE.lock().unwrap() = None;
+        make_spare(view, false);
+        assert_eq!(spare(), Some(false));
+        // Kept while one is: not made twice.
+        make_spare(view, true);
+        assert_eq!(spare(), Some(false));
+        let for_overlays = prepare(view, &[ws.path().to_path_buf()], &[], true).unwrap();
+        assert_eq!(spare(), Some(false), "taken by a command with overlays");
+        let taken = prepare(view, &[ws.path().to_path_buf()], &[], false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(spare(), None, "not taken");
+        let fresh = prepare(view, &[ws.path().to_path_buf()], &[], false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(creates(&taken.fd, &ws, &other), (true, false));
+        assert_eq!(creates(&fresh.fd, &ws, &other), (true, false));
+        assert_eq!(
+            creates(&for_overlays.unwrap().fd, &ws, &other),
+            (true, false)
+        );
     }
 
     #[test]

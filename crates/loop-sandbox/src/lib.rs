@@ -1689,6 +1689,7 @@ fn launch(
         command_for(req, view, &mut p, (in_root, session), &spawn_err)?;
     trace.mark("plan");
     let started = Instant::now();
+    let many = spawner.is_some();
     let spawned = match (spawner, terminal) {
         (Some(h), (controller, given)) => {
             let streams = match given {
@@ -1724,6 +1725,12 @@ fn launch(
     let landlock_abi = p.landlock.take().map(|l| l.abi);
     if session {
         refuse_weak_session(req, &mut p, &mut child, landlock_abi)?;
+    }
+    // A process that starts many commands (through its spawner) makes the
+    // next one's ruleset while this one starts.
+    if many && landlock_abi.is_some() {
+        let overlays = support.namespaces && req.layers.namespaces && support.tree_overlay;
+        landlock::make_spare(view, overlays);
     }
     Ok(Launched {
         child,
