@@ -807,11 +807,7 @@ fn serve() -> i32 {
             }
             _ => {}
         }
-        let asked: Vec<RawFd> = pfds[2..kids_end]
-            .iter()
-            .filter(|p| p.revents != 0)
-            .map(|p| p.fd)
-            .collect();
+        let asked = woken(&pfds[2..kids_end]);
         for k in kids
             .iter_mut()
             .filter(|k| asked.contains(&k.chan.as_raw_fd()))
@@ -923,14 +919,19 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
     });
 }
 
-/// The chains' commands that have exec'd (or died): their sessions'
-/// next chains are made.
-fn chains_after_exec(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
-    let done: Vec<RawFd> = polled
+/// The descriptors in `polled` that poll woke for.
+fn woken(polled: &[libc::pollfd]) -> Vec<RawFd> {
+    polled
         .iter()
         .filter(|p| p.revents != 0)
         .map(|p| p.fd)
-        .collect();
+        .collect()
+}
+
+/// The chains' commands that have exec'd (or died): their sessions'
+/// next chains are made.
+fn chains_after_exec(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
+    let done = woken(polled);
     for k in kids.iter_mut() {
         if let Some((r, id)) = &k.started
             && done.contains(&r.as_raw_fd())
@@ -943,11 +944,7 @@ fn chains_after_exec(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut S
 
 /// Hear the chains' relays whose reports are readable in `polled`.
 fn told_ends(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
-    let ended: Vec<RawFd> = polled
-        .iter()
-        .filter(|p| p.revents != 0)
-        .map(|p| p.fd)
-        .collect();
+    let ended = woken(polled);
     for k in kids.iter_mut().filter(|k| {
         k.report
             .as_ref()
