@@ -8,7 +8,7 @@ Normally started by scripts/bench.sh, which installs the tools and builds
 release binaries first.
 
     scripts/bench.py --loop BIN --receipt-bench BIN [--quick] [--out FILE]
-                     [--only sandbox,flood,snapshot,steps,tasks,receipts,projects,queue]
+                     [--only peer,sandbox,flood,snapshot,steps,tasks,receipts,prepare,projects,queue]
 
 --quick is a smoke run (small sizes, few repetitions): it proves the script
 still works end to end, and its figures are not the ones to quote.

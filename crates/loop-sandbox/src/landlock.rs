@@ -334,6 +334,10 @@ mod tests {
         }
     }
 
+    /// Held by the tests that call [`prepare`], which may take the one
+    /// spare ruleset another test is looking at.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// What a process restricted by `ruleset` may create: (in `allowed`,
     /// in `other`), from a forked child that only makes system calls.
     fn creates(ruleset: &OwnedFd, allowed: &Dir, other: &Dir) -> (bool, bool) {
@@ -373,6 +377,7 @@ mod tests {
     /// the workspace writable, a directory no rule names not.
     #[test]
     fn a_spare_ruleset_is_given_once_for_its_overlays_and_confines_as_a_fresh_one() {
+        let _spare = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         if kernel_abi() == 0 {
             eprintln!("this kernel has no Landlock");
             return;
@@ -445,6 +450,7 @@ mod tests {
 
     #[test]
     fn the_host_views_files_get_only_a_files_rights_in_a_ruleset_built_from_it() {
+        let _spare = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let Some((_, _, _)) = ruleset() else {
             return;
         };

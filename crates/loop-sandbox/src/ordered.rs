@@ -123,25 +123,39 @@ fn path_candidates(h: &Head) -> Vec<CString> {
 }
 
 /// Exec the program as `execvp` would find it; returns only when it could
-/// not. The first place in `PATH` the command may execute (`faccessat`,
-/// after every restriction is in place) is tried at once, sparing an
-/// `execve` for each directory before it; should that place fail to exec
-/// (a directory, a file the kernel will not run, a Landlock refusal), the
-/// whole search is made as `execvp` makes it, so what runs is always what
-/// `execvp` would run.
+/// not. The places in `PATH` are looked at with `faccessat` (after every
+/// restriction is in place) as `execvp` goes through them with `execve`:
+/// past one that is not there or may not be executed (`ENOENT`,
+/// `ENOTDIR`, `EACCES`, and glibc's `ESTALE`, `ENODEV`, `ETIMEDOUT`); the
+/// first the command may execute is tried at once, sparing an `execve`
+/// for each place before it. On any other answer (a loop of links, a
+/// name too long, an I/O error), or should that place fail to exec (a
+/// directory, a file the kernel will not run, a Landlock refusal), the
+/// whole search is made as `execvp` makes it, so what runs, or the error
+/// it ends with, is `execvp`'s.
 ///
 /// # Safety
 /// Only in a command's process, with `environ` its own.
 unsafe fn exec_searched(exec: &Exec) {
-    // SAFETY (whole body): faccessat, execve and execvp on arrays made
-    // before the fork.
+    // SAFETY (whole body): faccessat, errno, execve and execvp on arrays
+    // made before the fork.
     unsafe {
-        if let Some(found) = exec
-            .candidates
-            .iter()
-            .find(|c| libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, 0) == 0)
-        {
-            libc::execve(found.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
+        for c in &exec.candidates {
+            if libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, 0) == 0 {
+                libc::execve(c.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
+                break;
+            }
+            if !matches!(
+                *libc::__errno_location(),
+                libc::ENOENT
+                    | libc::ENOTDIR
+                    | libc::EACCES
+                    | libc::ESTALE
+                    | libc::ENODEV
+                    | libc::ETIMEDOUT
+            ) {
+                break;
+            }
         }
         libc::execvp(exec.argv[0], exec.argv.as_ptr());
     }

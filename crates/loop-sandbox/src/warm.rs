@@ -27,7 +27,10 @@
 //! the command cannot see it (another PID namespace), reach it (other
 //! network, IPC and mount namespaces, no capability), or signal it; its
 //! three processes count toward the command's `RLIMIT_NPROC` there, as
-//! the command's own relay and init do (512 by default).
+//! the command's own relay and init do (512 by default), from the moment
+//! it is made: a command that runs within three processes of its limit
+//! may find them taken. Each running chained command so holds a chain
+//! beside it (three processes and a network namespace) for its whole run.
 //!
 //! Nothing a command can change is shared:
 //!
@@ -127,7 +130,7 @@ pub(crate) struct Chain {
 }
 
 /// How long a command waits for its session's chain to be ready (it is
-/// made once the command before it has ended, and takes about a
+/// made once the command before it has exec'd or ended, and takes about a
 /// millisecond) before starting without it. The spawner answers nothing
 /// else meanwhile, so the wait is short.
 const CHAIN_WAIT: Duration = Duration::from_millis(2);
@@ -702,8 +705,8 @@ mod tests {
         );
         let (session_user, session_mnt) = (ino(first.user), ino(first.mnt));
         s.bind(first.id, 2001);
-        // Nothing is made beside a running command: the chain comes once
-        // it has ended.
+        // Nothing is made beside a running forked command (the first of
+        // its session): its session's chain comes once it has ended.
         assert!(s.entries.iter().all(|e| e.chain.is_none()));
         s.release(2001, 0);
         let mut next = None;

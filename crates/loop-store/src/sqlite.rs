@@ -141,15 +141,6 @@ impl SqliteStore {
         // the migrations, a sort) stays in memory: no file for it.
         conn.pragma_update(None, "temp_store", "MEMORY")
             .map_err(db)?;
-        // A new database's switch to WAL writes only its header, with
-        // nothing to roll back to: no rollback journal on disk for it. (The
-        // header is synced as any commit is; its name in the directory
-        // with the log's, when the first commit syncs the new log.)
-        let fresh = file_len(path) == Some(0);
-        if fresh {
-            conn.pragma_update(None, "journal_mode", "MEMORY")
-                .map_err(db)?;
-        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -433,6 +424,8 @@ impl SqliteStore {
         conn.busy_handler(Some(wait_while_busy))
             .map_err(|e| self.err(e))?;
         steady_plans(&conn).map_err(|e| self.err(e))?;
+        conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(|e| self.err(e))?;
         conn.pragma_update(None, "query_only", true)
             .map_err(|e| self.err(e))?;
         Ok(conn)
@@ -1284,12 +1277,6 @@ fn steady_plans(conn: &Connection) -> rusqlite::Result<()> {
         true,
     )
     .map(drop)
-}
-
-/// A file's length, if it is there.
-#[allow(clippy::disallowed_methods)] // the database file's length only
-fn file_len(path: &Path) -> Option<u64> {
-    std::fs::metadata(path).ok().map(|m| m.len())
 }
 
 /// A file's device and inode, if it is there.
