@@ -743,6 +743,46 @@ fn daemons_do_not_outlive_the_timeout() {
     }
 }
 
+/// A command that ends while what it started runs on (a `setsid` daemon,
+/// a double fork): its end is told once everything in its PID namespace
+/// has ended, not when its first process exits; so nothing it left is
+/// still writing once the runtime has its result. As one command forked
+/// by the runtime itself, and as the second of a process's commands
+/// (started from a session's chain). The honest run beside it: its exit
+/// code and output are the command's.
+#[test]
+fn daemons_do_not_outlive_a_command_that_ends() {
+    for who in users() {
+        let sc = Scene::new("daemons-end", who);
+        for flags in [&[][..], &["--repeat", "2"][..]] {
+            let script = "setsid sh -c 'while true; do date +%s%N > hb1; sleep 0.01; done' & \
+                          (sh -c 'while true; do date +%s%N > hb2; sleep 0.01; done' &) ; \
+                          while [ ! -s hb1 ] || [ ! -s hb2 ]; do sleep 0.01; done; echo started; exit 7";
+            let (_, j) = sc.run(flags, script);
+            assert_eq!(j["exit_code"], 7, "{who:?} {flags:?}: {j}");
+            assert_eq!(j["stdout"], "started\n", "{who:?} {flags:?}: {j}");
+            let before = (
+                std::fs::read(sc.ws().join("hb1")).unwrap(),
+                std::fs::read(sc.ws().join("hb2")).unwrap(),
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            let after = (
+                std::fs::read(sc.ws().join("hb1")).unwrap(),
+                std::fs::read(sc.ws().join("hb2")).unwrap(),
+            );
+            assert_eq!(
+                before, after,
+                "{who:?} {flags:?}: a daemon is still writing"
+            );
+            let _ = std::fs::remove_file(sc.ws().join("hb1"));
+            let _ = std::fs::remove_file(sc.ws().join("hb2"));
+        }
+        let (_, honest) = sc.run(&[], "echo done; exit 3");
+        assert_eq!(honest["exit_code"], 3, "{who:?}: {honest}");
+        assert_eq!(honest["stdout"], "done\n", "{who:?}: {honest}");
+    }
+}
+
 /// A command that opens its own output pipe again (`/proc/$$/fd/1`) and
 /// reads it takes bytes the runtime saw ready: the runtime's read then
 /// finds nothing and must not wait for more (it reads without blocking),

@@ -196,7 +196,27 @@ fn close_all_except(keep: [RawFd; 2]) {
 /// # Safety
 /// Must be called between fork and exec; only async-signal-safe calls follow.
 pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
+    // SAFETY: this function's conditions.
+    unsafe { enter_reporting(plan, -1) }
+}
+
+/// [`enter`], with the command's end told on `report` (a socket, -1 for
+/// none) as soon as everything in its PID namespace has ended, before the
+/// namespaces are torn down (see [`split_pid_namespace`]). The command
+/// then joins its cgroups itself, once the relay and init are made (as a
+/// chain's command does, see [`enter_rest`]): the relay, still ending
+/// when its report is read, is in none of them, and they can be removed
+/// at once.
+///
+/// # Safety
+/// As [`enter`].
+pub unsafe fn enter_reporting(plan: &ChildPlan, report: RawFd) -> io::Result<()> {
     let d = plan.diag_fd;
+    let report = if plan.unshare_flags & libc::CLONE_NEWPID != 0 {
+        report
+    } else {
+        -1
+    };
     // SAFETY (whole body): raw system calls on prepared, NUL-terminated data.
     unsafe {
         // A new session: no controlling terminal, so `/dev/tty` names
@@ -217,9 +237,14 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
             d,
             b"pdeathsig",
         )?;
-        join_cgroups(plan)?;
+        if report < 0 {
+            join_cgroups(plan)?;
+        }
         if plan.unshare_flags != 0 {
             let mut flags = plan.unshare_flags;
+            if report >= 0 {
+                flags &= !libc::CLONE_NEWCGROUP;
+            }
             flags = enter_made(plan, flags)?;
             check(
                 libc::unshare(flags) as libc::c_long,
@@ -231,7 +256,18 @@ pub unsafe fn enter(plan: &ChildPlan) -> io::Result<()> {
                 map_user(&plan.uid_map, &plan.gid_map, &plan.user_sysctls)
                     .map_err(|step| fail(d, step))?;
             }
-            relay_and_init(plan)?;
+            split_pid_namespace(d, report)?;
+            if report >= 0 {
+                // The cgroups, then the cgroup namespace, rooted at them.
+                join_cgroups(plan)?;
+                if plan.unshare_flags & libc::CLONE_NEWCGROUP != 0 {
+                    check(
+                        libc::unshare(libc::CLONE_NEWCGROUP) as libc::c_long,
+                        d,
+                        b"unshare namespaces",
+                    )?;
+                }
+            }
             setup_namespaces(plan, false)?;
         }
     }
@@ -701,24 +737,18 @@ unsafe fn close_inherited(d: RawFd) -> io::Result<()> {
 }
 
 /// Fork twice: the relay stays outside the PID namespace and mirrors the
-/// command's end; init is PID 1 inside and reaps. Returns in the command.
+/// command's end; init is PID 1 inside and reaps. Returns in the command;
+/// its errors' names are written to `d`. With a `report` socket (a
+/// chain's, see `warm.rs`, or the runtime's own, see [`enter_reporting`]),
+/// `E` and the wait status the relay ends with are sent there as soon as
+/// everything in the PID namespace has ended, before the namespaces are
+/// torn down: by init, once it has reaped the command and has no child
+/// left; else by the relay, once init has been reaped (its exit ends
+/// whatever was left).
 ///
 /// # Safety
-/// Called from [`enter`], between fork and exec: it forks again and makes
-/// only async-signal-safe calls on data prepared before the first fork.
-unsafe fn relay_and_init(plan: &ChildPlan) -> io::Result<()> {
-    // SAFETY: this function's conditions.
-    unsafe { split_pid_namespace(plan.diag_fd, -1) }
-}
-
-/// [`relay_and_init`], its errors' names written to `d`. With a `report`
-/// socket (a chain's, see `warm.rs`), the relay sends `E` and the wait
-/// status it is about to end with there as soon as init has been reaped
-/// (everything in the PID namespace has ended then), before its own exit
-/// tears the namespaces down: the spawner tells the runtime then.
-///
-/// # Safety
-/// As [`relay_and_init`].
+/// Called between fork and exec: it forks again and makes only
+/// async-signal-safe calls on data prepared before the first fork.
 unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
     // SAFETY: fork/wait/pipe/_exit only.
     unsafe {
@@ -735,29 +765,33 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
         if init > 0 {
             // The relay.
             close_all_except([status_pipe[0], report]);
-            let mut st: libc::c_int = 0;
+            // Init's word: the command's wait status, and whether nothing
+            // else was left in the namespace (1) once it was reaped.
+            let mut word = [0u8; 5];
             let mut got = 0usize;
-            let buf = &mut st as *mut libc::c_int as *mut u8;
-            while got < 4 {
-                let n = libc::read(status_pipe[0], buf.add(got).cast(), 4 - got);
+            while got < word.len() {
+                let n = libc::read(
+                    status_pipe[0],
+                    word.as_mut_ptr().add(got).cast(),
+                    word.len() - got,
+                );
                 if n > 0 {
                     got += n as usize;
                 } else if n == 0 || *libc::__errno_location() != libc::EINTR {
                     break;
                 }
             }
+            let mut st = i32::from_ne_bytes([word[0], word[1], word[2], word[3]]);
             let mut init_st: libc::c_int = 0;
             while libc::waitpid(init, &mut init_st, 0) < 0
                 && *libc::__errno_location() == libc::EINTR
             {}
-            if got < 4 {
+            if got < word.len() {
                 st = init_st;
             }
-            if report >= 0 {
-                let mut end = [b'E', 0, 0, 0, 0];
-                end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
-                libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
-                libc::close(report);
+            // Where init was left alone, it told the command's end itself.
+            if got < word.len() || word[4] != 1 {
+                tell_end(report, st);
             }
             mirror(st);
         }
@@ -768,12 +802,35 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
             return Err(fail(d, b"fork command"));
         }
         if cmd > 0 {
-            close_all_but(status_pipe[1]);
+            close_all_except([status_pipe[1], report]);
             loop {
                 let mut st: libc::c_int = 0;
                 let pid = libc::waitpid(-1, &mut st, 0);
                 if pid == cmd {
-                    libc::write(status_pipe[1], (&st as *const libc::c_int).cast(), 4);
+                    // Every process in the namespace is init's descendant,
+                    // and the command's orphans are init's children by
+                    // the time its end can be waited for: with no child
+                    // left (`__WALL`: whatever signal a child would end
+                    // with), nothing but init is left in the namespace.
+                    let alone = loop {
+                        let mut other: libc::c_int = 0;
+                        let r = libc::waitpid(-1, &mut other, libc::WNOHANG | libc::__WALL);
+                        if r > 0 {
+                            continue;
+                        }
+                        break r < 0 && *libc::__errno_location() == libc::ECHILD;
+                    };
+                    // Then the command and everything it started have
+                    // ended: told now, while init ends and the namespace
+                    // is torn down (the relay tells otherwise, once the
+                    // kernel has ended what was left, with init).
+                    if alone {
+                        tell_end(report, st);
+                    }
+                    let mut word = [0u8; 5];
+                    word[..4].copy_from_slice(&st.to_ne_bytes());
+                    word[4] = u8::from(alone);
+                    libc::write(status_pipe[1], word.as_ptr().cast(), word.len());
                     libc::_exit(0);
                 }
                 if pid < 0 && *libc::__errno_location() == libc::ECHILD {
@@ -785,6 +842,23 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
     Ok(())
+}
+
+/// Send `E` and the wait status the relay ends with for the command's
+/// `st` on `report` (-1: none), and close it.
+///
+/// # Safety
+/// In the relay or init, between fork and exit (send/close only).
+unsafe fn tell_end(report: RawFd, st: libc::c_int) {
+    if report >= 0 {
+        let mut end = [b'E', 0, 0, 0, 0];
+        end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
+        // SAFETY: send from a buffer we own; close of our descriptor.
+        unsafe {
+            libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
+            libc::close(report);
+        }
+    }
 }
 
 /// The wait status [`mirror`] ends a process with, for the command's `st`

@@ -1699,17 +1699,7 @@ fn launch(
             spawner::spawn(h, &cmd, &plan, streams).map(|c| (c, controller))
         }
         (None, (controller, given)) => {
-            if let Some([i, o, e]) = given {
-                cmd.stdin(Stdio::from(i))
-                    .stdout(Stdio::from(o))
-                    .stderr(Stdio::from(e));
-            }
-            // SAFETY: `child::enter` only makes async-signal-safe system
-            // calls on data prepared above, which outlives the spawn.
-            unsafe {
-                cmd.pre_exec(move || child::enter(&plan));
-            }
-            cmd.spawn().map(|c| (spawner::Proc::direct(c), controller))
+            fork_here(&mut cmd, plan, given, session).map(|c| (c, controller))
         }
     };
     // Its copies of the command's descriptors (the terminal end among
@@ -1740,6 +1730,51 @@ fn launch(
         landlock_abi,
         env_imposed,
         terminal,
+    })
+}
+
+/// Fork the command from this process (no spawner), entering `plan`,
+/// with `given` as its standard streams (a terminal's end) if any.
+fn fork_here(
+    cmd: &mut Command,
+    plan: child::ChildPlan,
+    given: Option<[OwnedFd; 3]>,
+    session: bool,
+) -> std::io::Result<spawner::Proc> {
+    if let Some([i, o, e]) = given {
+        cmd.stdin(Stdio::from(i))
+            .stdout(Stdio::from(o))
+            .stderr(Stdio::from(e));
+    }
+    // The arrays the command is exec'd with, made before the fork
+    // (a name or variable `std` would refuse fails the same way).
+    let exec = spawner::argv_of(cmd)
+        .and_then(|argv| Ok(ordered::OwnedExec::new(argv, spawner::envp_of(cmd)?)));
+    // Where its relay tells its end (a command alone in its PID
+    // namespace, not a long-lived one): its result is then known
+    // while the relay's exit still tears the namespaces down.
+    let report = (!session && plan.unshare_flags & libc::CLONE_NEWPID != 0)
+        .then(|| fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok())
+        .flatten();
+    let theirs = report.as_ref().map_or(-1, |(_, t)| t.as_raw_fd());
+    match exec {
+        // SAFETY: `child::enter_reporting` and `OwnedExec::exec`
+        // only make async-signal-safe system calls on data
+        // prepared above, which outlives the spawn.
+        Ok(exec) => unsafe {
+            cmd.pre_exec(move || {
+                child::enter_reporting(&plan, theirs)?;
+                Err(exec.exec())
+            });
+        },
+        // SAFETY: as above.
+        Err(_) => unsafe {
+            cmd.pre_exec(move || child::enter_reporting(&plan, theirs));
+        },
+    }
+    cmd.spawn().map(|c| match report {
+        Some((ours, _theirs)) => spawner::Proc::direct_reported(c, ours),
+        None => spawner::Proc::direct(c),
     })
 }
 

@@ -81,17 +81,64 @@ pub(crate) struct Exec {
 
 impl Exec {
     pub(crate) fn new(h: &Head) -> io::Result<Exec> {
+        Ok(Exec::of(&h.argv, &h.envp))
+    }
+
+    /// The arrays for `argv` and `envp`, which must outlive them.
+    fn of(argv: &[CString], envp: &[CString]) -> Exec {
         let ptrs = |v: &[CString]| {
             v.iter()
                 .map(|s| s.as_ptr())
                 .chain(std::iter::once(std::ptr::null()))
                 .collect::<Vec<_>>()
         };
-        Ok(Exec {
-            argv: ptrs(&h.argv),
-            envp: ptrs(&h.envp),
-            candidates: path_candidates(h),
-        })
+        Exec {
+            argv: ptrs(argv),
+            envp: ptrs(envp),
+            candidates: path_candidates(argv, envp),
+        }
+    }
+}
+
+/// [`Exec`] with the strings it points into, for a command forked by the
+/// runtime itself through `std`'s `Command` (no spawner): its `pre_exec`
+/// execs as a spawned command does, sparing `std`'s `execvp` a failed
+/// `execve` for each place in `PATH` before the program's.
+pub(crate) struct OwnedExec {
+    exec: Exec,
+    // Pointed into by `exec`; a `CString`'s bytes stay where they are
+    // when the vector moves.
+    _strings: (Vec<CString>, Vec<CString>),
+}
+
+// SAFETY: the pointers are into strings `OwnedExec` owns and never
+// changes; nothing is written through them.
+unsafe impl Send for OwnedExec {}
+// SAFETY: as for `Send`: shared, it is only read.
+unsafe impl Sync for OwnedExec {}
+
+impl OwnedExec {
+    pub(crate) fn new(argv: Vec<CString>, envp: Vec<CString>) -> OwnedExec {
+        OwnedExec {
+            exec: Exec::of(&argv, &envp),
+            _strings: (argv, envp),
+        }
+    }
+
+    /// Exec the program as [`exec_searched`] finds it, with exactly the
+    /// variables given; returns only when it could not, with the error
+    /// `execvp` ended with (which `std` reports as the spawn's).
+    ///
+    /// # Safety
+    /// Only in the command's process, between fork and exec, its plan
+    /// entered.
+    pub(crate) unsafe fn exec(&self) -> io::Error {
+        // SAFETY: the caller's conditions; the arrays outlive the call.
+        unsafe {
+            environ = self.exec.envp.as_ptr();
+            exec_searched(&self.exec);
+        }
+        io::Error::last_os_error()
     }
 }
 
@@ -99,12 +146,11 @@ impl Exec {
 /// the command's own `PATH` (an empty one is the working directory) joined
 /// with its name; none for a name with a `/` (not searched) or without a
 /// `PATH` (`execvp` then searches its own default).
-fn path_candidates(h: &Head) -> Vec<CString> {
-    let Some(name) = h.argv.first().map(|a| a.as_bytes()) else {
+fn path_candidates(argv: &[CString], envp: &[CString]) -> Vec<CString> {
+    let Some(name) = argv.first().map(|a| a.as_bytes()) else {
         return Vec::new();
     };
-    let path = h
-        .envp
+    let path = envp
         .iter()
         .find_map(|e| e.as_bytes().strip_prefix(b"PATH="));
     let (Some(path), false) = (path, name.is_empty() || name.contains(&b'/')) else {
@@ -310,7 +356,7 @@ mod tests {
     }
 
     fn shown(h: &Head) -> Vec<String> {
-        path_candidates(h)
+        path_candidates(&h.argv, &h.envp)
             .iter()
             .map(|c| c.to_string_lossy().into_owned())
             .collect()

@@ -324,8 +324,14 @@ pub(crate) struct Proc {
 }
 
 enum How {
-    /// Forked by the runtime: its child, and a pidfd to sleep on.
-    Direct(Child, Option<OwnedFd>),
+    /// Forked by the runtime: its child, a pidfd to sleep on, and the
+    /// socket its relay tells the command's end on, with that end once
+    /// told (see `child::enter_reporting`).
+    Direct(
+        Child,
+        Option<OwnedFd>,
+        Option<(OwnedFd, Option<ExitStatus>)>,
+    ),
     /// Forked by the spawner: the socket its end is told on, its status
     /// once told, and the spawner (kept until its commands have ended,
     /// even once replaced: closing it kills what it started).
@@ -341,11 +347,23 @@ impl Proc {
         let stderr = c.stderr.take().map(|s| File::from(OwnedFd::from(s)));
         Proc {
             pid,
-            how: How::Direct(c, crate::pidfd_open(pid)),
+            how: How::Direct(c, crate::pidfd_open(pid), None),
             stdin,
             stdout,
             stderr,
         }
+    }
+
+    /// A command the runtime forked itself whose relay tells its end on
+    /// `report` (see `child::enter_reporting`): it has ended once that
+    /// comes, while the relay's own exit still tears its namespaces down
+    /// (the relay is then reaped beside, see `Drop`).
+    pub fn direct_reported(c: Child, report: OwnedFd) -> Proc {
+        let mut p = Proc::direct(c);
+        if let How::Direct(_, _, r) = &mut p.how {
+            *r = Some((report, None));
+        }
+        p
     }
 
     /// Its process id (its group's too).
@@ -356,7 +374,24 @@ impl Proc {
     /// Its status if it has ended (reaped), else `None`.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
-            How::Direct(c, _) => c.try_wait(),
+            How::Direct(c, _, report) => {
+                if let Some((fd, told)) = report {
+                    if told.is_none() {
+                        match read_report(fd, false)? {
+                            Reported::Ended(st) => *told = Some(st),
+                            Reported::NotYet => return Ok(None),
+                            // The relay ended without telling: its own
+                            // end, woken for by its pidfd from now on.
+                            Reported::Gone => {
+                                *report = None;
+                                return c.try_wait();
+                            }
+                        }
+                    }
+                    return Ok(*told);
+                }
+                c.try_wait()
+            }
             How::Spawned(chan, status, _) => {
                 if status.is_none() {
                     *status = read_status(chan, false)?;
@@ -369,7 +404,23 @@ impl Proc {
     /// Wait until it has ended.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         match &mut self.how {
-            How::Direct(c, _) => c.wait(),
+            How::Direct(c, _, report) => {
+                if let Some((fd, told)) = report {
+                    if told.is_none() {
+                        match read_report(fd, true)? {
+                            Reported::Ended(st) => *told = Some(st),
+                            Reported::NotYet | Reported::Gone => {
+                                *report = None;
+                                return c.wait();
+                            }
+                        }
+                    }
+                    if let Some(st) = *told {
+                        return Ok(st);
+                    }
+                }
+                c.wait()
+            }
             How::Spawned(chan, status, h) => {
                 // Asked for once the command was to end (its group killed),
                 // or once it has: the answer is owed at once.
@@ -390,7 +441,16 @@ impl Proc {
     /// is a zombie its id cannot name another group).
     pub fn try_end(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
-            How::Direct(c, _) => {
+            How::Direct(_, _, Some(_)) => {
+                let ended = self.try_wait()?;
+                if ended.is_some() {
+                    // SAFETY: killpg of the group we made, its leader
+                    // unreaped (reaped only once dropped).
+                    unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+                }
+                Ok(ended)
+            }
+            How::Direct(c, _, None) => {
                 // SAFETY: waitid on our own child with a zeroed siginfo to fill.
                 let exited = unsafe {
                     let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -434,9 +494,73 @@ impl Proc {
     /// is known, or cannot be waited for: then poll it).
     pub fn wake_fd(&self) -> Option<RawFd> {
         match &self.how {
-            How::Direct(_, Some(fd)) | How::Spawned(fd, None, _) => Some(fd.as_raw_fd()),
+            How::Direct(_, _, Some((fd, None)))
+            | How::Direct(_, Some(fd), None)
+            | How::Spawned(fd, None, _) => Some(fd.as_raw_fd()),
             _ => None,
         }
+    }
+}
+
+impl Drop for Proc {
+    /// A relay whose report told the command's end is reaped beside, once
+    /// its namespaces are torn down (it is never waited for otherwise).
+    fn drop(&mut self) {
+        if let How::Direct(c, _, Some((_, Some(_)))) = &mut self.how
+            && matches!(c.try_wait(), Ok(None))
+        {
+            let pid = self.pid;
+            // Unreaped, its id is still ours alone.
+            let _ = std::thread::Builder::new()
+                .name("loop-reap".into())
+                .spawn(move || {
+                    let mut st = 0;
+                    // SAFETY: waitpid on our own unreaped child.
+                    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
+                        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+                    {
+                    }
+                });
+        }
+    }
+}
+
+/// What a relay's report socket holds.
+enum Reported {
+    /// `E` and the wait status the relay ends with.
+    Ended(ExitStatus),
+    /// Nothing yet (only when not blocking).
+    NotYet,
+    /// The relay ended without telling (killed, or failed before).
+    Gone,
+}
+
+fn read_report(fd: &OwnedFd, block: bool) -> io::Result<Reported> {
+    let mut buf = [0u8; 8];
+    loop {
+        let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: recv into a buffer we own.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8, flags) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(Reported::NotYet),
+                _ => return Err(e),
+            }
+        }
+        return match (n, buf[0]) {
+            (5, b'E') => {
+                let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
+                tracing::debug!(
+                    target: "loop_sandbox::phases",
+                    "sandbox: the command's end told by its relay, before the relay's own exit"
+                );
+                Ok(Reported::Ended(ExitStatus::from_raw(st)))
+            }
+            (0, _) => Ok(Reported::Gone),
+            _ => Err(io::Error::other("the relay's report is malformed")),
+        };
     }
 }
 
@@ -609,7 +733,7 @@ fn cstring(s: &OsStr) -> io::Result<CString> {
     })
 }
 
-fn argv_of(cmd: &Command) -> io::Result<Vec<CString>> {
+pub(crate) fn argv_of(cmd: &Command) -> io::Result<Vec<CString>> {
     std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(cstring)
@@ -618,7 +742,7 @@ fn argv_of(cmd: &Command) -> io::Result<Vec<CString>> {
 
 /// The command's variables: exactly those set on it (every command's
 /// environment is cleared first), in `std`'s order.
-fn envp_of(cmd: &Command) -> io::Result<Vec<CString>> {
+pub(crate) fn envp_of(cmd: &Command) -> io::Result<Vec<CString>> {
     cmd.get_envs()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .map(|(k, v)| {

@@ -197,8 +197,8 @@ impl Chain {
     /// Send it its order (the order's file and the descriptors it
     /// names); its relay is then the command's first process, the
     /// spawner's to reap as any command's. Returned with the socket the
-    /// relay tells the command's end on, as soon as its init has been
-    /// reaped (see `child::split_pid_namespace`).
+    /// command's end is told on, as soon as everything in its PID
+    /// namespace has ended (see `child::split_pid_namespace`).
     pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<(libc::pid_t, OwnedFd)> {
         let sock = self.sock.take()?;
         crate::ordered::send_order(&sock, fds).ok()?;
@@ -398,8 +398,8 @@ impl Sessions {
     }
 
     /// The command `pid` has ended with wait status `status` (its first
-    /// process's, or the one a chain's relay told once its init was
-    /// reaped): its session is free. Its first process ends once its PID
+    /// process's, or the one told on a chain's report socket once its PID
+    /// namespace held nothing else): its session is free. Its first process ends once its PID
     /// namespace's init has, which kills and reaps everything left in it;
     /// but one that
     /// was killed (`SIGKILL`: a deadline, a cancel) may end before init has
