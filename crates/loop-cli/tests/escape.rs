@@ -549,10 +549,10 @@ fn thrice_from_chains_argv(sc: &Scene, flags: &[&str], cmd: &[&str]) -> serde_js
     );
     let mut j: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    // How many ends a chain's relay told before its own exit (see
+    // How many ends a chain told before its namespaces' teardown (see
     // `child::split_pid_namespace`), as the runtime's log says.
     j["told_early"] = stderr
-        .matches("the command's end told by its chain's relay")
+        .matches("the command's end told by its chain")
         .count()
         .into();
     j
@@ -669,8 +669,8 @@ fn a_command_started_from_a_chain_is_held_by_its_own_cgroups() {
     }
 }
 
-/// A chain's command is told ended by its relay as soon as its PID
-/// namespace is empty, before the relay's own exit: the code and signal
+/// A chain's command is told ended as soon as its PID namespace is
+/// empty, before its namespaces' teardown: the code and signal
 /// it ended with come through as they do for a forked command, and what
 /// it left running does not outlive it.
 #[test]
@@ -685,7 +685,7 @@ fn a_command_started_from_a_chain_ends_with_its_own_code_or_signal() {
             let j = thrice_from_chains(&sc, &[], script);
             assert_eq!(
                 j["told_early"], 2,
-                "{who:?}: each chain's end told by its relay: {j}"
+                "{who:?}: each chain's end told early: {j}"
             );
             assert_eq!(j["exit_code"].as_i64(), code, "{who:?} {script}: {j}");
             assert_eq!(j["signal"].as_i64(), signal, "{who:?} {script}: {j}");

@@ -554,7 +554,7 @@ fn read_report(fd: &OwnedFd, block: bool) -> io::Result<Reported> {
                 let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
                 tracing::debug!(
                     target: "loop_sandbox::phases",
-                    "sandbox: the command's end told by its relay, before the relay's own exit"
+                    "sandbox: the command's end told once its PID namespace held nothing else, before the namespaces' teardown"
                 );
                 Ok(Reported::Ended(ExitStatus::from_raw(st)))
             }
@@ -585,7 +585,7 @@ fn read_status(chan: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
                 if kind == b'x' {
                     tracing::debug!(
                         target: "loop_sandbox::phases",
-                        "sandbox: the command's end told by its chain's relay, before the relay's own exit"
+                        "sandbox: the command's end told by its chain once its PID namespace held nothing else, before the namespaces' teardown"
                     );
                 }
                 let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
