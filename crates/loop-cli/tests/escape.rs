@@ -783,6 +783,34 @@ fn daemons_do_not_outlive_a_command_that_ends() {
     }
 }
 
+/// The sandbox's own processes in the command's PID namespace (init,
+/// which holds the pipe the command's status goes through and the socket
+/// its end is told on) cannot be looked into by the command, even with
+/// Landlock (which keeps a command from other processes) turned off:
+/// nothing of init's opens through `/proc/1/fd`, and `pidfd_getfd` is
+/// refused. As one command forked by the runtime and as one started from
+/// a chain. The honest part beside it: the command's own descriptors are
+/// there to read, and its end is its own.
+#[test]
+fn the_sandboxs_own_processes_cannot_be_looked_into_even_without_landlock() {
+    for who in users() {
+        let sc = Scene::new("init-fds", who);
+        let script = probe(&sc, "init_fds.py");
+        for flags in [
+            &["--without", "landlock"][..],
+            &["--without", "landlock", "--repeat", "2"][..],
+            &[][..],
+        ] {
+            let (_, j) = sc.run(flags, &format!("python3 {script}; exit 4"));
+            let out = s(&j, "stdout");
+            assert!(out.contains("opened 0"), "{who:?} {flags:?}: {j}");
+            assert!(out.contains("getfd EPERM"), "{who:?} {flags:?}: {j}");
+            assert!(out.contains("own ok"), "{who:?} {flags:?}: {j}");
+            assert_eq!(j["exit_code"], 4, "{who:?} {flags:?}: {j}");
+        }
+    }
+}
+
 /// A command that opens its own output pipe again (`/proc/$$/fd/1`) and
 /// reads it takes bytes the runtime saw ready: the runtime's read then
 /// finds nothing and must not wait for more (it reads without blocking),

@@ -1,7 +1,11 @@
 //! Per-command cgroups for memory and process limits, where the machine
 //! offers writable ones (cgroup v2, or v1 `memory` and `pids` hierarchies).
-//! The child joins them before it forks anything, so every descendant is
-//! counted; the runtime kills what is left and removes them afterwards.
+//! The command's process joins them before its program runs, so every
+//! process of the command's own is counted (a command told ended early,
+//! from a chain or alone in its PID namespace, joins them itself after its
+//! relay and init are made: those two, our own code, are in none and do
+//! not hold them once the end is told); the runtime kills what is left
+//! and removes them afterwards.
 //!
 //! On cgroup v1 the child joins through `tasks`, moving its one thread
 //! (itself, just forked): the kernel then skips the global lock a

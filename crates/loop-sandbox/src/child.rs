@@ -330,9 +330,10 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
 /// [`chain_unshares`]; the network one among them, its `lo` brought up:
 /// a chain takes only a command whose plan brings it up, see `warm.rs`),
 /// every descriptor but `keep` closed, and the relay and init
-/// forked. Unlike a forked command's, its relay and init keep the
-/// spawner's priority and cgroups (the command sets its own after the
-/// order). Returns in the command-to-be; `Err` where the caller
+/// forked. Its relay and init keep the spawner's priority and cgroups
+/// (the command sets its own after the order, as a command forked with a
+/// report does, see [`enter_reporting`]). Returns in the command-to-be;
+/// `Err` where the caller
 /// should `_exit`.
 ///
 /// # Safety
@@ -763,7 +764,12 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
             return Err(fail(d, b"fork init"));
         }
         if init > 0 {
-            // The relay.
+            // The relay. Neither it nor init may be looked into by what
+            // the command starts (`/proc/PID/fd`, `pidfd_getfd`: a status
+            // written or an end told for it), even where Landlock, which
+            // keeps a command from other processes, is off: not dumpable,
+            // they take a capability in the runtime's user namespace.
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             close_all_except([status_pipe[0], report]);
             // Init's word: the command's wait status, and whether nothing
             // else was left in the namespace (1) once it was reaped.
@@ -795,7 +801,10 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
             }
             mirror(st);
         }
-        // Init: PID 1 of the new namespace.
+        // Init: PID 1 of the new namespace; not dumpable (see above)
+        // before the command is forked from it (its exec makes the
+        // command dumpable again).
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         let cmd = libc::fork();
         if cmd < 0 {

@@ -1990,9 +1990,10 @@ fn collect(
 ) -> Result<ExecResult, SandboxError> {
     let per_stream = (req.max_output / 2).max(2);
     let on_terminal = terminal.is_some();
-    // The runtime's end stays open until the command is reaped: its last
-    // close hangs the terminal up, which would signal (SIGHUP) whatever of
-    // the command's session is still there, its relay among them.
+    // The runtime's end stays open until the command's end is known (and
+    // its group killed): its last close hangs the terminal up, which would
+    // signal (SIGHUP) whatever of the command's session is still there,
+    // its relay among them.
     let _held = terminal.as_ref().and_then(|t| t.try_clone().ok());
     let mut pipes = match terminal {
         // Both streams are the terminal: its output is `stdout`, with the

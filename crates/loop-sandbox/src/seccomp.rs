@@ -24,6 +24,9 @@ pub const DENIED: &[(&str, i64)] = &[
     ("ptrace", libc::SYS_ptrace),
     ("process_vm_readv", libc::SYS_process_vm_readv),
     ("process_vm_writev", libc::SYS_process_vm_writev),
+    // Taking a descriptor out of another process (ptrace's rights, as
+    // the calls above).
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
     ("mount", libc::SYS_mount),
     ("umount2", libc::SYS_umount2),
     ("pivot_root", libc::SYS_pivot_root),

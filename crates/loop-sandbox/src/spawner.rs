@@ -441,14 +441,25 @@ impl Proc {
     /// is a zombie its id cannot name another group).
     pub fn try_end(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
-            How::Direct(_, _, Some(_)) => {
-                let ended = self.try_wait()?;
-                if ended.is_some() {
-                    // SAFETY: killpg of the group we made, its leader
-                    // unreaped (reaped only once dropped).
-                    unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+            How::Direct(_, _, Some((fd, told))) => {
+                if told.is_none() {
+                    match read_report(fd, false)? {
+                        Reported::Ended(st) => *told = Some(st),
+                        Reported::NotYet => return Ok(None),
+                        // The relay's own end, as without a report.
+                        Reported::Gone => {
+                            if let How::Direct(_, _, report) = &mut self.how {
+                                *report = None;
+                            }
+                            return self.try_end();
+                        }
+                    }
                 }
-                Ok(ended)
+                let told = *told;
+                // SAFETY: killpg of the group we made, its leader
+                // unreaped (reaped only once dropped).
+                unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+                Ok(told)
             }
             How::Direct(c, _, None) => {
                 // SAFETY: waitid on our own child with a zeroed siginfo to fill.
@@ -511,16 +522,22 @@ impl Drop for Proc {
         {
             let pid = self.pid;
             // Unreaped, its id is still ours alone.
-            let _ = std::thread::Builder::new()
+            let reap = move || {
+                let mut st = 0;
+                // SAFETY: waitpid on our own unreaped child.
+                while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
+                    && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+                {
+                }
+            };
+            // Without a thread, here (its group was killed: it is ending).
+            if std::thread::Builder::new()
                 .name("loop-reap".into())
-                .spawn(move || {
-                    let mut st = 0;
-                    // SAFETY: waitpid on our own unreaped child.
-                    while unsafe { libc::waitpid(pid, &mut st, 0) } < 0
-                        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-                    {
-                    }
-                });
+                .spawn(reap)
+                .is_err()
+            {
+                reap();
+            }
         }
     }
 }
