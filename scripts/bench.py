@@ -272,7 +272,7 @@ def sandbox(rep, a, tmp):
 PHASES = [("view", "host view resolved (PATH trees, /etc minus secrets)"), ("landlock", "Landlock rules built"),
           ("cgroups", "cgroups made, seccomp program built"), ("plan", "child plan ready"),
           ("spawned", "spawned: fork, unshare, id maps, init, mounts, restrictions, exec"),
-          ("exited", "exited, reaped through the relay and init"), ("cleaned", "cgroups removed")]
+          ("exited", "exited, its end told once its PID namespace held nothing else"), ("cleaned", "cgroups removed")]
 
 
 def phases(a, ws):
