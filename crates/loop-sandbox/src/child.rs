@@ -258,15 +258,7 @@ pub unsafe fn enter_reporting(plan: &ChildPlan, report: RawFd) -> io::Result<()>
             }
             split_pid_namespace(d, report)?;
             if report >= 0 {
-                // The cgroups, then the cgroup namespace, rooted at them.
-                join_cgroups(plan)?;
-                if plan.unshare_flags & libc::CLONE_NEWCGROUP != 0 {
-                    check(
-                        libc::unshare(libc::CLONE_NEWCGROUP) as libc::c_long,
-                        d,
-                        b"unshare namespaces",
-                    )?;
-                }
+                join_cgroups_then_their_namespace(plan)?;
             }
             setup_namespaces(plan, false)?;
         }
@@ -287,21 +279,31 @@ pub(crate) unsafe fn enter_rest(plan: &ChildPlan) -> io::Result<()> {
     // SAFETY: the helpers' conditions are this function's.
     unsafe {
         close_inherited(d)?;
-        // The cgroups first, then the cgroup namespace, whose root is the
-        // cgroup it is made in: the command sees its own cgroups as `/`,
-        // as a forked child's does. The chain made every other namespace.
-        join_cgroups(plan)?;
-        if plan.unshare_flags & libc::CLONE_NEWCGROUP != 0 {
-            check(
-                libc::unshare(libc::CLONE_NEWCGROUP) as libc::c_long,
-                d,
-                b"unshare namespaces",
-            )?;
-        }
+        // The chain made every other namespace.
+        join_cgroups_then_their_namespace(plan)?;
         // Its `lo` was brought up by the chain.
         setup_namespaces(plan, true)?;
         restrict(plan)
     }
+}
+
+/// The cgroups first, then the cgroup namespace (when the plan makes
+/// one), whose root is the cgroup it is made in: the command sees its own
+/// cgroups as `/`, as a command whose first process joined them does.
+///
+/// # Safety
+/// Between fork and exec (async-signal-safe system calls only).
+unsafe fn join_cgroups_then_their_namespace(plan: &ChildPlan) -> io::Result<()> {
+    join_cgroups(plan)?;
+    if plan.unshare_flags & libc::CLONE_NEWCGROUP != 0 {
+        // SAFETY: unshare of a flag; the caller's conditions.
+        check(
+            unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } as libc::c_long,
+            plan.diag_fd,
+            b"unshare namespaces",
+        )?;
+    }
+    Ok(())
 }
 
 /// Join the command's cgroups (writing `0`, this process, into each
