@@ -1746,10 +1746,9 @@ fn fork_here(
             .stdout(Stdio::from(o))
             .stderr(Stdio::from(e));
     }
-    // The arrays the command is exec'd with, made before the fork
-    // (a name or variable `std` would refuse fails the same way).
-    let exec = spawner::argv_of(cmd)
-        .and_then(|argv| Ok(ordered::OwnedExec::new(argv, spawner::envp_of(cmd)?)));
+    // The arrays the command is exec'd with, made before the fork (a name
+    // or variable with a NUL byte is refused as `std` refuses it).
+    let exec = ordered::OwnedExec::new(spawner::argv_of(cmd)?, spawner::envp_of(cmd)?);
     // Where its relay tells its end (a command alone in its PID
     // namespace, not a long-lived one): its result is then known
     // while the relay's exit still tears the namespaces down.
@@ -1757,20 +1756,14 @@ fn fork_here(
         .then(|| fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok())
         .flatten();
     let theirs = report.as_ref().map_or(-1, |(_, t)| t.as_raw_fd());
-    match exec {
-        // SAFETY: `child::enter_reporting` and `OwnedExec::exec`
-        // only make async-signal-safe system calls on data
-        // prepared above, which outlives the spawn.
-        Ok(exec) => unsafe {
-            cmd.pre_exec(move || {
-                child::enter_reporting(&plan, theirs)?;
-                Err(exec.exec())
-            });
-        },
-        // SAFETY: as above.
-        Err(_) => unsafe {
-            cmd.pre_exec(move || child::enter_reporting(&plan, theirs));
-        },
+    // SAFETY: `child::enter_reporting` and `OwnedExec::exec` only make
+    // async-signal-safe system calls on data prepared above, which
+    // outlives the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            child::enter_reporting(&plan, theirs)?;
+            Err(exec.exec())
+        });
     }
     cmd.spawn().map(|c| match report {
         Some((ours, _theirs)) => spawner::Proc::direct_reported(c, ours),

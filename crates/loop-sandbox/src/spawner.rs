@@ -374,24 +374,13 @@ impl Proc {
     /// Its status if it has ended (reaped), else `None`.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
-            How::Direct(c, _, report) => {
-                if let Some((fd, told)) = report {
-                    if told.is_none() {
-                        match read_report(fd, false)? {
-                            Reported::Ended(st) => *told = Some(st),
-                            Reported::NotYet => return Ok(None),
-                            // The relay ended without telling: its own
-                            // end, woken for by its pidfd from now on.
-                            Reported::Gone => {
-                                *report = None;
-                                return c.try_wait();
-                            }
-                        }
-                    }
-                    return Ok(*told);
-                }
-                c.try_wait()
-            }
+            How::Direct(c, _, report) => match relay_told(report, false)? {
+                Reported::Ended(st) => Ok(Some(st)),
+                Reported::NotYet => Ok(None),
+                // No report (or the relay ended without one): its own end,
+                // woken for by its pidfd.
+                Reported::Gone => c.try_wait(),
+            },
             How::Spawned(chan, status, _) => {
                 if status.is_none() {
                     *status = read_status(chan, false)?;
@@ -404,23 +393,10 @@ impl Proc {
     /// Wait until it has ended.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         match &mut self.how {
-            How::Direct(c, _, report) => {
-                if let Some((fd, told)) = report {
-                    if told.is_none() {
-                        match read_report(fd, true)? {
-                            Reported::Ended(st) => *told = Some(st),
-                            Reported::NotYet | Reported::Gone => {
-                                *report = None;
-                                return c.wait();
-                            }
-                        }
-                    }
-                    if let Some(st) = *told {
-                        return Ok(st);
-                    }
-                }
-                c.wait()
-            }
+            How::Direct(c, _, report) => match relay_told(report, true)? {
+                Reported::Ended(st) => Ok(st),
+                Reported::NotYet | Reported::Gone => c.wait(),
+            },
             How::Spawned(chan, status, h) => {
                 // Asked for once the command was to end (its group killed),
                 // or once it has: the answer is owed at once.
@@ -441,26 +417,17 @@ impl Proc {
     /// is a zombie its id cannot name another group).
     pub fn try_end(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.how {
-            How::Direct(_, _, Some((fd, told))) => {
-                if told.is_none() {
-                    match read_report(fd, false)? {
-                        Reported::Ended(st) => *told = Some(st),
-                        Reported::NotYet => return Ok(None),
-                        // The relay's own end, as without a report.
-                        Reported::Gone => {
-                            if let How::Direct(_, _, report) = &mut self.how {
-                                *report = None;
-                            }
-                            return self.try_end();
-                        }
-                    }
+            How::Direct(_, _, report @ Some(_)) => match relay_told(report, false)? {
+                Reported::Ended(st) => {
+                    // SAFETY: killpg of the group we made, its leader
+                    // unreaped (reaped only once dropped).
+                    unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+                    Ok(Some(st))
                 }
-                let told = *told;
-                // SAFETY: killpg of the group we made, its leader
-                // unreaped (reaped only once dropped).
-                unsafe { libc::killpg(self.pid, libc::SIGKILL) };
-                Ok(told)
-            }
+                Reported::NotYet => Ok(None),
+                // The relay's own end, as without a report (now `None`).
+                Reported::Gone => self.try_end(),
+            },
             How::Direct(c, _, None) => {
                 // SAFETY: waitid on our own child with a zeroed siginfo to fill.
                 let exited = unsafe {
@@ -548,71 +515,89 @@ enum Reported {
     Ended(ExitStatus),
     /// Nothing yet (only when not blocking).
     NotYet,
-    /// The relay ended without telling (killed, or failed before).
+    /// No report, or the relay ended without telling (killed, or failed
+    /// before).
     Gone,
 }
 
-fn read_report(fd: &OwnedFd, block: bool) -> io::Result<Reported> {
+/// The end a relay's `report` told (kept once told); `Gone` where there
+/// is none or the relay ended without telling (the report is then
+/// dropped: its own end is waited for).
+fn relay_told(
+    report: &mut Option<(OwnedFd, Option<ExitStatus>)>,
+    block: bool,
+) -> io::Result<Reported> {
+    let Some((fd, told)) = report else {
+        return Ok(Reported::Gone);
+    };
+    if let Some(st) = told {
+        return Ok(Reported::Ended(*st));
+    }
+    let got = match recv_word(fd, block)? {
+        None => Reported::NotYet,
+        Some((5, w)) if w[0] == b'E' => {
+            tracing::debug!(
+                target: "loop_sandbox::phases",
+                "sandbox: the command's end told once its PID namespace held nothing else, before the namespaces' teardown"
+            );
+            Reported::Ended(ExitStatus::from_raw(status_in(&w)))
+        }
+        Some((0, _)) => Reported::Gone,
+        Some(_) => return Err(io::Error::other("the relay's report is malformed")),
+    };
+    match got {
+        Reported::Ended(st) => *told = Some(st),
+        Reported::Gone => *report = None,
+        Reported::NotYet => {}
+    }
+    Ok(got)
+}
+
+/// One message of at most 8 bytes from `fd`: its length and bytes;
+/// `None` when none has come (only when not blocking).
+fn recv_word(fd: &OwnedFd, block: bool) -> io::Result<Option<(isize, [u8; 8])>> {
     let mut buf = [0u8; 8];
     loop {
         let flags = if block { 0 } else { libc::MSG_DONTWAIT };
         // SAFETY: recv into a buffer we own.
         let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8, flags) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(Reported::NotYet),
-                _ => return Err(e),
-            }
+        if n >= 0 {
+            return Ok(Some((n, buf)));
         }
-        return match (n, buf[0]) {
-            (5, b'E') => {
-                let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
-                tracing::debug!(
-                    target: "loop_sandbox::phases",
-                    "sandbox: the command's end told once its PID namespace held nothing else, before the namespaces' teardown"
-                );
-                Ok(Reported::Ended(ExitStatus::from_raw(st)))
-            }
-            (0, _) => Ok(Reported::Gone),
-            _ => Err(io::Error::other("the relay's report is malformed")),
-        };
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
     }
+}
+
+/// The wait status in bytes 1..5 of a `kind` + status word.
+fn status_in(w: &[u8; 8]) -> i32 {
+    i32::from_le_bytes([w[1], w[2], w[3], w[4]])
 }
 
 /// Read the spawner's `X` + wait status from a command's socket;
 /// `None` when it has not come yet (only when not blocking).
 fn read_status(chan: &OwnedFd, block: bool) -> io::Result<Option<ExitStatus>> {
-    let mut buf = [0u8; 8];
-    loop {
-        let flags = if block { 0 } else { libc::MSG_DONTWAIT };
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe { libc::recv(chan.as_raw_fd(), buf.as_mut_ptr().cast(), 8, flags) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(e),
+    let Some((n, w)) = recv_word(chan, block)? else {
+        return Ok(None);
+    };
+    match (n, w[0]) {
+        (5, kind @ (b'X' | b'x')) => {
+            if kind == b'x' {
+                tracing::debug!(
+                    target: "loop_sandbox::phases",
+                    "sandbox: the command's end told by its chain once its PID namespace held nothing else, before the namespaces' teardown"
+                );
             }
+            Ok(Some(ExitStatus::from_raw(status_in(&w))))
         }
-        return match (n, buf[0]) {
-            (5, kind @ (b'X' | b'x')) => {
-                if kind == b'x' {
-                    tracing::debug!(
-                        target: "loop_sandbox::phases",
-                        "sandbox: the command's end told by its chain once its PID namespace held nothing else, before the namespaces' teardown"
-                    );
-                }
-                let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
-                Ok(Some(ExitStatus::from_raw(st)))
-            }
-            (0, _) => Err(io::Error::other(
-                "the spawner ended before the command (which was killed with it)",
-            )),
-            _ => Err(io::Error::other("the spawner's answer is malformed")),
-        };
+        (0, _) => Err(io::Error::other(
+            "the spawner ended before the command (which was killed with it)",
+        )),
+        _ => Err(io::Error::other("the spawner's answer is malformed")),
     }
 }
 
