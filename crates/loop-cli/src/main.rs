@@ -68,6 +68,7 @@ fn main() -> ExitCode {
     // (see loop_sandbox::spawner): that process serves and exits here.
     loop_sandbox::spawner::serve_if_asked();
     loop_documents::bounded::serve_if_asked();
+    slow_exit_fault();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
@@ -129,6 +130,30 @@ fn main() -> ExitCode {
 /// For an unknown subcommand clap found nothing like (`loop rn`), the
 /// subcommand one or two edits away from what was typed, if exactly one
 /// is nearest.
+/// Test-only fault injection (the `fault-injection` feature): this
+/// process's exit takes `N` ms more once its spawner is closed (its
+/// at-exit step runs after the spawner's, which is registered later), as
+/// on a loaded machine, so what other threads do meanwhile shows
+/// (`LOOP_FAULT_SLOW_EXIT_MS=N`).
+#[cfg(feature = "fault-injection")]
+fn slow_exit_fault() {
+    extern "C" fn wait_a_while() {
+        let ms = std::env::var("LOOP_FAULT_SLOW_EXIT_MS")
+            .ok()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    if std::env::var_os("LOOP_FAULT_SLOW_EXIT_MS").is_some() {
+        // SAFETY: registering a plain function to run at exit.
+        unsafe { libc::atexit(wait_a_while) };
+    }
+}
+
+/// Without the `fault-injection` feature nothing is injected.
+#[cfg(not(feature = "fault-injection"))]
+fn slow_exit_fault() {}
+
 fn closest_subcommand(e: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue};
     if e.kind() != clap::error::ErrorKind::InvalidSubcommand

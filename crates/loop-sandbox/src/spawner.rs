@@ -211,8 +211,16 @@ impl Drop for Handle {
     }
 }
 
+/// Set once this process has begun to exit: its spawner is being closed,
+/// which kills every command it started. Those ends are the runtime's
+/// own, not the commands': see [`never_if_exiting`].
+static EXITING: AtomicBool = AtomicBool::new(false);
+
 /// At this process's exit, its spawner is closed and reaped.
 extern "C" fn close_at_exit() {
+    // Before the close: whatever a command's wait learns from here on may
+    // be the kill this close makes.
+    EXITING.store(true, Ordering::SeqCst);
     let handle = match STATE.try_lock() {
         Ok(mut s) => s.handle.take(),
         Err(_) => None,
@@ -232,12 +240,27 @@ static STATE: Mutex<State> = Mutex::new(State {
     starts: 0,
 });
 
+/// `r`, what a wait for a spawner's command learned, unless this process
+/// has begun to exit. Then the command may have been killed by closing
+/// the spawner (other threads run on while `exit` runs its handlers),
+/// and that end is not the command's: recorded as its result, a task
+/// resumed later would take a command the runtime cut short for one that
+/// ran. The thread that asked waits for the process's end instead, which
+/// comes once the spawner is reaped; so does one asking for a new command.
+fn never_if_exiting<T>(r: T) -> T {
+    while EXITING.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+    r
+}
+
 /// The spawner to start commands from: `None` when this process does not
 /// use one, or could not start one (then it forks commands itself).
 pub(crate) fn handle() -> Option<Arc<Handle>> {
     if !ENABLED.load(Ordering::SeqCst) {
         return None;
     }
+    never_if_exiting(());
     let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(h) = &s.handle {
         return Some(h.clone());
@@ -383,7 +406,7 @@ impl Proc {
             },
             How::Spawned(chan, status, _) => {
                 if status.is_none() {
-                    *status = read_status(chan, false)?;
+                    *status = never_if_exiting(read_status(chan, false))?;
                 }
                 Ok(*status)
             }
@@ -402,10 +425,10 @@ impl Proc {
                 // or once it has: the answer is owed at once.
                 if status.is_none() && !h.answers(chan.as_raw_fd()) {
                     h.hung();
-                    return Err(hung_error("once the command was to end"));
+                    return never_if_exiting(Err(hung_error("once the command was to end")));
                 }
                 if status.is_none() {
-                    *status = read_status(chan, true)?;
+                    *status = never_if_exiting(read_status(chan, true))?;
                 }
                 status.ok_or_else(|| io::Error::other("the spawner gave no status"))
             }
@@ -621,6 +644,13 @@ pub(crate) fn spawn(
     plan: &ChildPlan,
     streams: Streams,
 ) -> io::Result<Proc> {
+    // A start cut short by this process's exit is no more the command's
+    // than an end is.
+    never_if_exiting(order(h, cmd, plan, streams))
+}
+
+/// [`spawn`], whatever this process is doing.
+fn order(h: Arc<Handle>, cmd: &Command, plan: &ChildPlan, streams: Streams) -> io::Result<Proc> {
     let (theirs, [stdin, stdout, stderr]) = streams_for(streams)?;
     let (failed_read, failed_write) = pipe()?;
     let (chan, chan_theirs) = seqpacket_pair()?;
