@@ -557,7 +557,12 @@ impl Builder<'_> {
             ),
         );
         let read_dir = inp.masks.read_dir;
-        if read_dir != 0 {
+        // A tree asked for beyond the view (`extra_trees`: an interpreter a
+        // shared venv links to) is readable whole, as its rule on the host
+        // says; the overlay needs that rule again.
+        if read_dir != 0 && !inp.view.trees.iter().any(|v| v == t) {
+            self.rules.push((c(at)?, read_dir));
+        } else if read_dir != 0 {
             for e in inp.view.read_exec_under(t) {
                 let mask = if inp.view.files.contains(e) {
                     inp.masks.read_file
