@@ -24,7 +24,15 @@
 //!   read and written there only, never from `__pycache__` beside the
 //!   sources (a forged `tests/__pycache__/test_x.cpython-311.pyc` with an
 //!   unchecked hash would otherwise replace a protected test module, and
-//!   pytest's assertion-rewrite cache follows the same prefix).
+//!   pytest's assertion-rewrite cache follows the same prefix). The hook
+//!   makes one exception, for speed: a module whose `__pycache__` lies
+//!   where nothing a task runs can write (the host's read-only view, a
+//!   read-only share such as the project's venv; judged on its real path,
+//!   links resolved) has its bytecode read from there as without the
+//!   prefix. Recompiling the standard library and the installed packages
+//!   for every check doubled a pytest run (docs/benchmark-history.md).
+//!   Anything in the workspace, a private tmp, a share's caches or a
+//!   file the runtime rewrote keeps the private prefix.
 //!
 //! Everything imposed is reported (`NAME=value`) in the check's evidence.
 
@@ -88,12 +96,101 @@ def _loop_engine_check_path():
 
 _loop_engine_check_path()
 del _loop_engine_check_path
+
+
+def _loop_engine_bytecode(trusted, untrusted, rewritten):
+    """A module's bytecode is read from its own `__pycache__` when that
+    directory, links resolved, lies under one of `trusted` (places nothing
+    a task runs can write) and under no deeper one of `untrusted`, and its
+    source is none of `rewritten`; every other module keeps the private
+    PYTHONPYCACHEPREFIX."""
+    try:
+        import _frozen_importlib_external as external
+    except ImportError:
+        return
+    sep = _os.sep
+    roots = [(_os.fsdecode(r).rstrip(sep) + sep, True) for r in trusted]
+    roots += [(_os.fsdecode(r).rstrip(sep) + sep, False) for r in untrusted]
+    # The deepest root holding a path decides.
+    roots.sort(key=lambda root: -len(root[0]))
+    rewritten = {_os.fsdecode(r) for r in rewritten}
+    prefixed = external.cache_from_source
+    judged = {}
+
+    def readable_beside(head):
+        ok = judged.get(head)
+        if ok is None:
+            try:
+                real = _os.path.realpath(_os.path.join(head, "__pycache__")) + sep
+                ok = next((t for r, t in roots if real.startswith(r)), False)
+            except (OSError, ValueError):
+                ok = False
+            judged[head] = ok
+        return ok
+
+    def cache_from_source(path, debug_override=None, *, optimization=None):
+        cached = prefixed(path, debug_override, optimization=optimization)
+        path = _os.fspath(path)
+        if (
+            isinstance(path, str)
+            and _os.path.isabs(path)
+            and _sys.pycache_prefix is not None
+            and path not in rewritten
+            and readable_beside(_os.path.dirname(path))
+        ):
+            head = _os.path.dirname(path)
+            return _os.path.join(head, "__pycache__", _os.path.basename(cached))
+        return cached
+
+    external.cache_from_source = cache_from_source
+
+
 "#;
 
-/// Write the hook into `dir` (created).
-pub fn write_python_hook(dir: &Path) -> std::io::Result<()> {
+/// Where a check's modules may have their bytecode read from beside their
+/// source (see the module's documentation): paths as the command sees
+/// them. The deepest root holding a module's `__pycache__` decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BytecodeTrust {
+    /// Nothing a task runs can write under these.
+    pub trusted: Vec<std::path::PathBuf>,
+    /// Inside a trusted root, yet written by commands.
+    pub untrusted: Vec<std::path::PathBuf>,
+    /// Files in a trusted root the runtime shows rewritten to each
+    /// command (see `Repoint`).
+    pub rewritten: Vec<std::path::PathBuf>,
+}
+
+/// `bytes` as a Python bytes literal, every byte escaped.
+fn py_bytes(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(3 + 4 * bytes.len());
+    s.push_str("b\"");
+    for b in bytes {
+        s.push_str(&format!("\\x{b:02x}"));
+    }
+    s.push('"');
+    s
+}
+
+/// Write the hook into `dir` (created), reading bytecode beside its
+/// source only where `trust` says.
+pub fn write_python_hook(dir: &Path, trust: &BytecodeTrust) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let list = |paths: &[std::path::PathBuf]| {
+        let items: Vec<String> = paths
+            .iter()
+            .map(|p| py_bytes(p.as_os_str().as_bytes()))
+            .collect();
+        format!("[{}]", items.join(", "))
+    };
+    let hook = format!(
+        "{SITECUSTOMIZE}_loop_engine_bytecode({}, {}, {})\ndel _loop_engine_bytecode\n",
+        list(&trust.trusted),
+        list(&trust.untrusted),
+        list(&trust.rewritten)
+    );
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("sitecustomize.py"), SITECUSTOMIZE)
+    std::fs::write(dir.join("sitecustomize.py"), hook)
 }
 
 /// The variables a check gets: `host_path` reduced to absolute entries

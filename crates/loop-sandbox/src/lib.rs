@@ -1188,8 +1188,16 @@ fn child_plan(
     )?;
     p.kept_merges = merges;
     if req.check {
-        check_env::write_python_hook(&p.tmp.tmp().join(check_env::PYTHON_DIR))
-            .map_err(|e| spawn_err("check environment: ".into(), e))?;
+        check_env::write_python_hook(
+            &p.tmp.tmp().join(check_env::PYTHON_DIR),
+            &bytecode_trust(
+                req,
+                &p.workspace,
+                p.tmp.tmp(),
+                use_ns || p.landlock.is_some(),
+            ),
+        )
+        .map_err(|e| spawn_err("check environment: ".into(), e))?;
     }
     let root_plan = if use_ns {
         Some(root_plan_for(req, support, view, p, &shares, spawn_err)?)
@@ -1370,6 +1378,53 @@ fn root_plan_for(
         },
         terminal: p.terminal.as_ref().map(|t| t.path.as_path()),
     })?)
+}
+
+/// Where a check's modules may have their bytecode read from beside their
+/// source (see [`check_env`]), as the command sees them. With
+/// `host_read_only` (a root of its own, or Landlock: nothing outside the
+/// workspace and the private tmp is writable, for it or for any command
+/// of the task), the host's view and each read-only share; never the
+/// workspace (every path it is shown at), the private tmp, the fresh
+/// places a root has, a share's caches or a file the runtime rewrote.
+fn bytecode_trust(
+    req: &ExecRequest,
+    workspace: &Path,
+    tmp: &Path,
+    host_read_only: bool,
+) -> check_env::BytecodeTrust {
+    if !host_read_only {
+        return check_env::BytecodeTrust::default();
+    }
+    let shown: Vec<&Path> = std::iter::once(workspace)
+        .chain(req.workspace_aliases.iter().map(PathBuf::as_path))
+        .collect();
+    let (mut trusted, mut rewritten) = (vec![PathBuf::from("/")], Vec::new());
+    let mut untrusted: Vec<PathBuf> = shown.iter().map(|w| w.to_path_buf()).collect();
+    untrusted.extend(
+        [
+            tmp,
+            Path::new("/tmp"),
+            Path::new("/dev/shm"),
+            Path::new("/run"),
+        ]
+        .map(Path::to_path_buf),
+    );
+    for share in &req.shares {
+        for w in &shown {
+            let at = w.join(&share.rel);
+            untrusted.extend(share.caches.iter().map(|c| at.join(c)));
+            rewritten.extend(share.repoint.iter().map(|r| at.join(&r.rel)));
+            if share.access == ShareAccess::ReadOnly {
+                trusted.push(at);
+            }
+        }
+    }
+    check_env::BytecodeTrust {
+        trusted,
+        untrusted,
+        rewritten,
+    }
 }
 
 /// With namespaces, what the command's root lacks on this machine:
