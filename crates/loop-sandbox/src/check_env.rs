@@ -25,11 +25,11 @@
 //!   sources (a forged `tests/__pycache__/test_x.cpython-311.pyc` with an
 //!   unchecked hash would otherwise replace a protected test module, and
 //!   pytest's assertion-rewrite cache follows the same prefix). The hook
-//!   makes one exception, for speed: a module whose `__pycache__` lies
-//!   where nothing a task runs can write (the host's read-only view, a
+//!   makes one exception, for speed: a module whose directory lies where
+//!   nothing a task runs can write (the host trees the command is shown, a
 //!   read-only share such as the project's venv; judged on its real path,
-//!   links resolved) has its bytecode read from there as without the
-//!   prefix. Recompiling the standard library and the installed packages
+//!   links resolved) has its bytecode read from that directory's own
+//!   `__pycache__` (not a link to another) as without the prefix. Recompiling the standard library and the installed packages
 //!   for every check doubled a pytest run (docs/benchmark-history.md).
 //!   Anything in the workspace, a private tmp, a share's caches or a
 //!   file the runtime rewrote keeps the private prefix.
@@ -121,8 +121,14 @@ def _loop_engine_bytecode(trusted, untrusted, rewritten):
         ok = judged.get(head)
         if ok is None:
             try:
-                real = _os.path.realpath(_os.path.join(head, "__pycache__")) + sep
-                ok = next((t for r, t in roots if real.startswith(r)), False)
+                # The source's own directory decides, and its `__pycache__`
+                # must be that directory's (a link elsewhere, even into a
+                # trusted place, would pair its sources with other code).
+                real = _os.path.realpath(head)
+                cache = _os.path.realpath(_os.path.join(head, "__pycache__"))
+                ok = cache == _os.path.join(real, "__pycache__") and next(
+                    (t for r, t in roots if (real + sep).startswith(r)), False
+                )
             except (OSError, ValueError):
                 ok = False
             judged[head] = ok
@@ -134,9 +140,9 @@ def _loop_engine_bytecode(trusted, untrusted, rewritten):
         if (
             isinstance(path, str)
             and _os.path.isabs(path)
-            and _sys.pycache_prefix is not None
-            and path not in rewritten
+            and getattr(_sys, "pycache_prefix", None) is not None
             and readable_beside(_os.path.dirname(path))
+            and not (rewritten and _os.path.realpath(path) in rewritten)
         ):
             head = _os.path.dirname(path)
             return _os.path.join(head, "__pycache__", _os.path.basename(cached))
@@ -152,7 +158,8 @@ def _loop_engine_bytecode(trusted, untrusted, rewritten):
 /// them. The deepest root holding a module's `__pycache__` decides.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BytecodeTrust {
-    /// Nothing a task runs can write under these.
+    /// Nothing a task runs can write under these: the host's trees the
+    /// command is shown, more trees it is given, read-only shares.
     pub trusted: Vec<std::path::PathBuf>,
     /// Inside a trusted root, yet written by commands.
     pub untrusted: Vec<std::path::PathBuf>,

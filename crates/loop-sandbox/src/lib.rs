@@ -1192,8 +1192,8 @@ fn child_plan(
             &p.tmp.tmp().join(check_env::PYTHON_DIR),
             &bytecode_trust(
                 req,
-                &p.workspace,
-                p.tmp.tmp(),
+                view,
+                (&p.workspace, p.tmp.tmp()),
                 use_ns || p.landlock.is_some(),
             ),
         )
@@ -1384,13 +1384,14 @@ fn root_plan_for(
 /// source (see [`check_env`]), as the command sees them. With
 /// `host_read_only` (a root of its own, or Landlock: nothing outside the
 /// workspace and the private tmp is writable, for it or for any command
-/// of the task), the host's view and each read-only share; never the
-/// workspace (every path it is shown at), the private tmp, the fresh
-/// places a root has, a share's caches or a file the runtime rewrote.
+/// of the task), the host view's trees, the request's read-only trees and
+/// each read-only share; never the workspace (every path it is shown at),
+/// a writable share, the private tmp, the fresh places a root has, a
+/// share's caches or a file the runtime rewrote.
 fn bytecode_trust(
     req: &ExecRequest,
-    workspace: &Path,
-    tmp: &Path,
+    view: &confinement::HostView,
+    (workspace, tmp): (&Path, &Path),
     host_read_only: bool,
 ) -> check_env::BytecodeTrust {
     if !host_read_only {
@@ -1399,7 +1400,16 @@ fn bytecode_trust(
     let shown: Vec<&Path> = std::iter::once(workspace)
         .chain(req.workspace_aliases.iter().map(PathBuf::as_path))
         .collect();
-    let (mut trusted, mut rewritten) = (vec![PathBuf::from("/")], Vec::new());
+    // Only what is named as read-only is trusted (never `/proc`, a git
+    // directory's view or anything else a root shows).
+    let mut trusted: Vec<PathBuf> = view
+        .trees
+        .iter()
+        .filter(|t| !root::special(t))
+        .chain(&req.read_only_trees)
+        .cloned()
+        .collect();
+    let mut rewritten = Vec::new();
     let mut untrusted: Vec<PathBuf> = shown.iter().map(|w| w.to_path_buf()).collect();
     untrusted.extend(
         [
@@ -1417,6 +1427,8 @@ fn bytecode_trust(
             rewritten.extend(share.repoint.iter().map(|r| at.join(&r.rel)));
             if share.access == ShareAccess::ReadOnly {
                 trusted.push(at);
+            } else {
+                untrusted.push(at);
             }
         }
     }

@@ -115,9 +115,24 @@ fn bytecode_is_read_beside_its_source_only_where_no_task_could_have_written_it()
         value_in_check(&mut req, &host.join("linked"), "linkmod"),
         "source__"
     );
-    // A command that is not a check never had the private prefix: its
-    // Python does as it would anywhere.
-    req.check = false;
+    // A workspace directory whose `__pycache__` is a link to a trusted
+    // one: its sources are never paired with that code (here a source of
+    // the same name, time and size as the trusted one's).
+    let tests = b.ws().join("tests");
+    std::fs::create_dir_all(&tests).unwrap();
+    std::fs::copy(host.join("hostmod.py"), tests.join("hostmod.py")).unwrap();
+    let when = std::fs::metadata(host.join("hostmod.py"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(tests.join("hostmod.py"))
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    std::os::unix::fs::symlink(host.join("__pycache__"), tests.join("__pycache__")).unwrap();
+    assert_eq!(value_in_check(&mut req, &tests, "hostmod"), "source__");
     // With nothing holding the host's view read-only (no namespaces, no
     // Landlock), nothing there is trusted either.
     req.layers = Layers {

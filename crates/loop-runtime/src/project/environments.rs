@@ -318,8 +318,9 @@ pub fn standing(project: &Path, share: &Share, tracked: &dyn Fn(&str) -> bool) -
 /// (a venv's `python3 -> ~/.pyenv/versions/3.11.7/bin/python3`), followed
 /// link by link (at most 16), so the sandbox can show them read-only where
 /// the usual view does not. Only a prefix that holds an interpreter's
-/// library (`lib/python3*`) is taken: a link cannot make a home directory
-/// or `/` visible.
+/// library (`lib/python3*`) is taken, and never one that is or holds a
+/// home directory (an interpreter installed with `--prefix=$HOME`): a
+/// link cannot make a home directory or `/` visible.
 #[allow(clippy::disallowed_methods)] // follows an environment's bin/ links on purpose, only to pick which interpreter prefix to show read-only; reads no content
 pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
     let mut out: Vec<std::path::PathBuf> = Vec::new();
@@ -343,6 +344,7 @@ pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
                 && !prefix.starts_with(env)
                 && prefix.components().count() > 2
                 && holds_python_lib(prefix)
+                && !holds_a_home(prefix)
                 && !out.iter().any(|o| o == prefix)
             {
                 out.push(prefix.to_path_buf());
@@ -351,6 +353,15 @@ pub fn interpreter_trees(env: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// Whether `dir` is, or holds, a home directory: this process's `HOME`,
+/// `/root`, or one directly in `/home`.
+fn holds_a_home(dir: &Path) -> bool {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    home.is_some_and(|h| h.starts_with(dir))
+        || Path::new("/root").starts_with(dir)
+        || dir.starts_with("/home") && dir.components().count() <= 3
 }
 
 /// Whether `prefix/lib` holds a `python3*` directory.
@@ -781,6 +792,21 @@ mod tests {
         std::fs::remove_file(p.join("pyproject.toml")).unwrap();
         assert!(generated_files(&p).is_empty());
         let _ = std::fs::remove_dir_all(&p);
+    }
+
+    #[test]
+    fn a_home_directory_is_never_shown_as_an_interpreter_tree() {
+        for home in ["/root", "/home", "/home/alice", "/"] {
+            assert!(holds_a_home(Path::new(home)), "{home}");
+        }
+        for prefix in [
+            "/root/.pyenv/versions/3.11.7",
+            "/home/alice/.local/share/uv/python/cpython-3.12",
+            "/opt/python/3.12",
+            "/usr/local",
+        ] {
+            assert!(!holds_a_home(Path::new(prefix)), "{prefix}");
+        }
     }
 
     #[test]
