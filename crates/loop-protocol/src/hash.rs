@@ -123,6 +123,172 @@ pub fn write_canonical_number<W: std::io::Write>(
     }
 }
 
+/// Where the JSON value at the start of `bytes` ends, if it is written
+/// exactly as [`write_canonical_value`] writes what it holds: no
+/// whitespace, object members in the UTF-16 order of their names with no
+/// name twice, strings escaped as RFC 8785 says (only `"`, `\\` and
+/// control characters, these as `\b`, `\t`, `\n`, `\f`, `\r` or lower-case
+/// `\u00XX`), and every number an integer of at most 2^53 in magnitude.
+/// So its bytes are its canonical form, and can be hashed as they are.
+/// `None` is no judgement on the value (a fraction, an exponent, a name
+/// with an escape, nesting deeper than 64 all give `None`): decode it and
+/// canonicalise it instead. `bytes` must be valid UTF-8 (not checked).
+pub fn canonical_prefix(bytes: &[u8]) -> Option<usize> {
+    let mut s = Scan { b: bytes, i: 0 };
+    s.value(0)?;
+    Some(s.i)
+}
+
+/// A cursor over JSON text for [`canonical_prefix`].
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        let here = self.peek() == Some(c);
+        self.i += usize::from(here);
+        here
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > 64 {
+            return None;
+        }
+        match self.peek()? {
+            b'{' => self.object(depth),
+            b'[' => self.array(depth),
+            b'"' => self.string().map(|_| ()),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            b'n' => self.word(b"null"),
+            b'-' | b'0'..=b'9' => self.integer(),
+            _ => None,
+        }
+    }
+
+    fn word(&mut self, w: &[u8]) -> Option<()> {
+        self.b[self.i..].starts_with(w).then(|| self.i += w.len())
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        self.i += 1;
+        if self.eat(b']') {
+            return Some(());
+        }
+        loop {
+            self.value(depth + 1)?;
+            if !self.eat(b',') {
+                return self.eat(b']').then_some(());
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<()> {
+        self.i += 1;
+        if self.eat(b'}') {
+            return Some(());
+        }
+        let mut last: Option<&[u8]> = None;
+        loop {
+            let name = self.string()?;
+            // A name with an escape is left to the decoder (its order is
+            // that of what it decodes to).
+            if name.contains(&b'\\') || last.is_some_and(|l| !utf16_before(l, name)) {
+                return None;
+            }
+            last = Some(name);
+            if !self.eat(b':') {
+                return None;
+            }
+            self.value(depth + 1)?;
+            if !self.eat(b',') {
+                return self.eat(b'}').then_some(());
+            }
+        }
+    }
+
+    /// A string's text between its quotes, if escaped canonically.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.i;
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    let text = &self.b[start..self.i];
+                    self.i += 1;
+                    return Some(text);
+                }
+                b'\\' => match *self.b.get(self.i + 1)? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                    b'u' => {
+                        let h = self.b.get(self.i + 2..self.i + 6)?;
+                        let low = match h[3] {
+                            d @ b'0'..=b'9' => d - b'0',
+                            d @ b'a'..=b'f' => d - b'a' + 10,
+                            _ => return None,
+                        };
+                        let code = match (h[0], h[1], h[2]) {
+                            (b'0', b'0', b'0') => low,
+                            (b'0', b'0', b'1') => 16 + low,
+                            _ => return None,
+                        };
+                        // Those with a short form are written with it.
+                        if matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                            return None;
+                        }
+                        self.i += 6;
+                    }
+                    _ => return None,
+                },
+                0..=0x1f => return None,
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// An integer as ECMAScript prints it: no leading zero, no `-0`, at
+    /// most 2^53 in magnitude (where every integer is a double exactly).
+    fn integer(&mut self) -> Option<()> {
+        let negative = self.eat(b'-');
+        let start = self.i;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.i += 1;
+        }
+        let digits = &self.b[start..self.i];
+        if digits.is_empty()
+            || digits.len() > 16
+            || (digits[0] == b'0' && (digits.len() > 1 || negative))
+            || matches!(self.peek(), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        let n = digits
+            .iter()
+            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        (n <= 1 << 53).then_some(())
+    }
+}
+
+/// Whether the name `a` sorts before `b` by UTF-16 code units (both
+/// valid UTF-8 without escapes).
+fn utf16_before(a: &[u8], b: &[u8]) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a < b;
+    }
+    match (std::str::from_utf8(a), std::str::from_utf8(b)) {
+        (Ok(a), Ok(b)) => a.encode_utf16().lt(b.encode_utf16()),
+        _ => false,
+    }
+}
+
 /// A SHA-256 of what is written through it (buffered), in hex at the end.
 pub struct CanonicalHasher(std::io::BufWriter<HashWriter>);
 
@@ -247,6 +413,87 @@ mod tests {
             write_canonical_value(h.writer(), &v).unwrap();
             prop_assert_eq!(h.finish_hex().unwrap(), canonical_sha256(&v).unwrap());
         }
+    }
+
+    /// JSON texts of `v` that may or may not be canonical: as serde
+    /// writes it (members in insertion order, its own number forms),
+    /// pretty, canonical, and canonical with one byte changed.
+    fn texts(v: &serde_json::Value, at: usize, byte: u8) -> Vec<Vec<u8>> {
+        let canonical = canonical_json(v).unwrap();
+        let mut changed = canonical.clone();
+        let i = at % changed.len();
+        changed[i] = byte;
+        vec![
+            serde_json::to_vec(v).unwrap(),
+            serde_json::to_vec_pretty(v).unwrap(),
+            canonical,
+            changed,
+        ]
+    }
+
+    proptest! {
+        /// What `canonical_prefix` accepts is canonical: decoded and
+        /// canonicalised, it is the same bytes (so hashing them as they
+        /// are is hashing the canonical form).
+        #[test]
+        fn what_canonical_prefix_accepts_is_its_own_canonical_form(
+            v in value(), at in any::<usize>(), byte in prop_oneof![Just(b' '), Just(b'0'), Just(b'\\'), Just(b'u'), Just(b'"'), Just(b'e'), Just(b','), any::<u8>()],
+        ) {
+            for t in texts(&v, at, byte) {
+                let Ok(text) = std::str::from_utf8(&t) else { continue };
+                if canonical_prefix(text.as_bytes()) == Some(t.len()) {
+                    let decoded: serde_json::Value = serde_json::from_slice(&t).unwrap();
+                    let mut again = Vec::new();
+                    write_canonical_value(&mut again, &decoded).unwrap();
+                    prop_assert_eq!(String::from_utf8(again).unwrap(), text);
+                }
+            }
+            // And the canonical form of anything is accepted whole or not
+            // at all.
+            let c = canonical_json(&v).unwrap();
+            if let Some(n) = canonical_prefix(&c) {
+                prop_assert_eq!(n, c.len());
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_prefix_takes_what_ledger_payloads_hold_and_leaves_the_rest() {
+        let ok = [
+            "{\"a\":[true,false,null],\"b\":-12,\"c\":\"x\\\"\\\\\\n\\u001f\u{7f}\",\"n\":9007199254740992}",
+            "{\"a\":1,\"\u{e9}\":2,\"\u{1f600}\":3,\"\u{ff61}\":4}",
+            "[]",
+            "{}",
+            "0",
+        ];
+        for t in ok {
+            assert_eq!(canonical_prefix(t.as_bytes()), Some(t.len()), "{t}");
+        }
+        for t in [
+            r#"{"b":1,"a":2}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a": 1}"#,
+            r#"{"a":1.5}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":01}"#,
+            r#"{"a":9007199254740993}"#,
+            r#"{"a":"\u0041"}"#,
+            r#"{"a":"\u000a"}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u001F"}"#,
+            "{\"a\":\"\n\"}",
+            r#"{"\u00e9":1}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":1"#,
+        ] {
+            assert_eq!(canonical_prefix(t.as_bytes()), None, "{t}");
+        }
+        // U+FF61 sorts before U+1F600 by bytes, after it by UTF-16.
+        assert_eq!(
+            canonical_prefix("{\"\u{ff61}\":1,\"\u{1f600}\":2}".as_bytes()),
+            None
+        );
     }
 
     #[test]

@@ -2,7 +2,11 @@
 //! covers the previous entry's hash and its own canonical content.
 //!
 //! An entry: `{seq, prev, kind, payload, at}`; its `hash` is SHA-256 over the
-//! RFC 8785 canonical JSON of exactly those five fields. The genesis entry
+//! RFC 8785 canonical JSON of exactly those five fields. Each line is the
+//! canonical JSON of the entry with its `hash` (six members), so a
+//! verifier hashes a line's own bytes less its `hash` member, decoding
+//! nothing; a line in any other form (an older ledger's) is decoded and
+//! canonicalised, with the same result. The genesis entry
 //! (`seq` 0, `prev` all zeros) is a `task_started` event that binds the
 //! chain to the task id and the locked contract hash. Each append is
 //! flushed and fsynced before it returns, unless the ledger is a copy of
@@ -60,18 +64,40 @@ fn body(e: &LedgerEntry) -> EntryBodyRef<'_> {
 }
 
 /// The hash of `e`'s body (its five fields but `hash`), as
-/// `canonical_sha256` of the body gives it,
-/// written straight into the hasher: its members in canonical order (`at`,
-/// `kind`, `payload`, `prev`, `seq`) and the payload by
-/// [`loop_protocol::hash::write_canonical_value`] (no sorted copies).
+/// `canonical_sha256` of the body gives it, written straight into the
+/// hasher (see [`write_entry`]).
 fn body_sha256(e: &LedgerEntry) -> Result<String, loop_protocol::hash::CanonicalError> {
-    use loop_protocol::hash::{CanonicalError, CanonicalHasher, write_canonical_value};
-    let mut h = CanonicalHasher::default();
-    let w = h.writer();
+    let mut h = loop_protocol::hash::CanonicalHasher::default();
+    write_entry(h.writer(), e, None)?;
+    h.finish_hex()
+}
+
+/// `e` as its ledger line holds it (without the line's end): the
+/// canonical JSON of its six members.
+fn line_of(e: &LedgerEntry) -> Result<Vec<u8>, LedgerError> {
+    let mut line = Vec::with_capacity(256 + e.kind.len());
+    write_entry(&mut line, e, Some(&e.hash)).map_err(|x| LedgerError::Encode(x.to_string()))?;
+    Ok(line)
+}
+
+/// Write `e` as canonical JSON: its members in canonical order (`at`,
+/// `hash` when given, `kind`, `payload`, `prev`, `seq`), the payload by
+/// [`loop_protocol::hash::write_canonical_value`] (no sorted copies).
+/// Without `hash` this is its body, what its hash covers.
+fn write_entry<W: Write>(
+    w: &mut W,
+    e: &LedgerEntry,
+    hash: Option<&str>,
+) -> Result<(), loop_protocol::hash::CanonicalError> {
+    use loop_protocol::hash::{CanonicalError, write_canonical_value};
     let io = |e: std::io::Error| CanonicalError(serde_json::Error::io(e));
-    let text = |w: &mut _, s: &str| serde_json::to_writer(w, s).map_err(CanonicalError);
+    let text = |w: &mut W, s: &str| serde_json::to_writer(w, s).map_err(CanonicalError);
     w.write_all(b"{\"at\":").map_err(io)?;
     text(&mut *w, &e.at)?;
+    if let Some(hash) = hash {
+        w.write_all(b",\"hash\":").map_err(io)?;
+        text(&mut *w, hash)?;
+    }
     w.write_all(b",\"kind\":").map_err(io)?;
     text(&mut *w, &e.kind)?;
     w.write_all(b",\"payload\":").map_err(io)?;
@@ -80,8 +106,96 @@ fn body_sha256(e: &LedgerEntry) -> Result<String, loop_protocol::hash::Canonical
     text(&mut *w, &e.prev)?;
     w.write_all(b",\"seq\":").map_err(io)?;
     loop_protocol::hash::write_canonical_number(w, Some(e.seq as f64))?;
-    w.write_all(b"}").map_err(io)?;
-    h.finish_hex()
+    w.write_all(b"}").map_err(io)
+}
+
+/// What the chain needs of a line written by [`line_of`], read from its
+/// bytes: its place, link, kind and hash, and the hash of its body.
+struct Stored<'a> {
+    seq: u64,
+    prev: &'a str,
+    kind: &'a str,
+    hash: &'a str,
+    body_hash: String,
+}
+
+/// [`Stored`] of `line` when it is exactly what [`line_of`] writes: the
+/// canonical JSON of the six members, its `at`, `hash`, `kind` and `prev`
+/// strings without escapes, its payload canonical as
+/// [`loop_protocol::hash::canonical_prefix`] judges, its `seq` an integer.
+/// Then its body is its bytes less the `hash` member, byte for byte what
+/// decoding and canonicalising it would give. `None` for any other line:
+/// it is decoded instead (the same verdict, the long way).
+fn stored_canonical(line: &[u8]) -> Option<Stored<'_>> {
+    std::str::from_utf8(line).ok()?;
+    let mut c = Line { b: line, at: 0 };
+    c.lit(b"{\"at\":")?;
+    c.plain()?;
+    let hash_from = c.at;
+    c.lit(b",\"hash\":")?;
+    let hash = c.plain()?;
+    let hash_to = c.at;
+    c.lit(b",\"kind\":")?;
+    let kind = c.plain()?;
+    c.lit(b",\"payload\":")?;
+    c.at += loop_protocol::hash::canonical_prefix(&line[c.at..])?;
+    c.lit(b",\"prev\":")?;
+    let prev = c.plain()?;
+    c.lit(b",\"seq\":")?;
+    let digits = line.get(c.at..line.len().checked_sub(1)?)?;
+    if line.last() != Some(&b'}')
+        || digits.is_empty()
+        || digits.len() > 15
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && digits.len() > 1)
+    {
+        return None;
+    }
+    let seq = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    let mut h = loop_protocol::hash::Sha256Stream::default();
+    h.update(&line[..hash_from]);
+    h.update(&line[hash_to..]);
+    Some(Stored {
+        seq,
+        prev,
+        kind,
+        hash,
+        body_hash: h.finish_hex(),
+    })
+}
+
+/// The hash a line's stored bytes give its body, when they are read as
+/// they stand (for tests).
+#[cfg(test)]
+pub(crate) fn stored_for_tests(line: &[u8]) -> Option<String> {
+    stored_canonical(line).map(|s| s.body_hash)
+}
+
+/// A cursor over a ledger line for [`stored_canonical`].
+struct Line<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Line<'a> {
+    /// Step over `s`, if it is next.
+    fn lit(&mut self, s: &[u8]) -> Option<()> {
+        self.b[self.at..].starts_with(s).then(|| self.at += s.len())
+    }
+
+    /// A string next, without escapes or control characters: its text.
+    fn plain(&mut self) -> Option<&'a str> {
+        let rest = self.b.get(self.at..)?.strip_prefix(b"\"")?;
+        let end = rest.iter().position(|b| *b == b'"')?;
+        let text = &rest[..end];
+        if text.iter().any(|b| *b == b'\\' || *b < 0x20) {
+            return None;
+        }
+        self.at += end + 2;
+        std::str::from_utf8(text).ok()
+    }
 }
 
 /// A ledger failure.
@@ -151,7 +265,7 @@ impl FileLedger {
         };
         let mut text = Vec::new();
         for e in entries {
-            serde_json::to_writer(&mut text, e).map_err(|x| LedgerError::Encode(x.to_string()))?;
+            text.extend(line_of(e)?);
             text.push(b'\n');
         }
         let tmp = path.with_extension("jsonl.tmp");
@@ -210,8 +324,7 @@ impl FileLedger {
                 self.next_seq as i64 - 1
             )));
         }
-        let mut line =
-            serde_json::to_vec(&entry).map_err(|e| LedgerError::Encode(e.to_string()))?;
+        let mut line = line_of(&entry)?;
         line.push(b'\n');
         let io = |source| LedgerError::Io {
             path: self.path.display().to_string(),
@@ -332,13 +445,68 @@ pub struct ChainReport {
     /// The first broken entry and why.
     pub broken: Option<(u64, String)>,
     /// The entries, for replay and cross-checks (up to the break).
-    pub entries: Vec<LedgerEntry>,
+    pub entries: Entries,
 }
 
 impl ChainReport {
     /// Whether every entry verified.
     pub fn intact(&self) -> bool {
         self.broken.is_none()
+    }
+}
+
+/// A verified ledger's entries (up to any break), each decoded only when
+/// asked for: verification itself decodes none that it can check from
+/// their stored bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Entries {
+    data: std::sync::Arc<Vec<u8>>,
+    /// Each entry's line in `data`, and its kind.
+    lines: Vec<(std::ops::Range<usize>, Box<str>)>,
+}
+
+impl Entries {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The kind of entry `i`.
+    pub fn kind(&self, i: usize) -> Option<&str> {
+        self.lines.get(i).map(|(_, k)| &**k)
+    }
+
+    /// Entry `i`, decoded.
+    pub fn get(&self, i: usize) -> Option<LedgerEntry> {
+        let (span, _) = self.lines.get(i)?;
+        serde_json::from_slice(&self.data[span.clone()]).ok()
+    }
+
+    /// The first entry.
+    pub fn first(&self) -> Option<LedgerEntry> {
+        self.get(0)
+    }
+
+    /// The last entry.
+    pub fn last(&self) -> Option<LedgerEntry> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// Every entry of `kind`, decoded, in order.
+    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = LedgerEntry> + 'a {
+        (0..self.len())
+            .filter(move |i| self.kind(*i) == Some(kind))
+            .filter_map(|i| self.get(i))
+    }
+
+    /// Every entry, decoded, in order.
+    pub fn to_vec(&self) -> Vec<LedgerEntry> {
+        (0..self.len()).filter_map(|i| self.get(i)).collect()
     }
 }
 
@@ -350,29 +518,70 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport, LedgerError> {
             source,
         }
     })?;
-    Ok(verify_chain_bytes(&data))
+    Ok(verify_chain_bytes(data))
+}
+
+/// What the chain needs of one line, however it was read.
+struct Checked {
+    seq: u64,
+    prev: String,
+    kind: Box<str>,
+    hash: String,
+    recomputed: String,
+}
+
+/// One line checked: from its stored canonical bytes when it is in the
+/// form the ledger writes, else decoded and its body canonicalised.
+fn check_line(line: &[u8]) -> Result<Checked, Unreadable> {
+    if let Some(s) = stored_canonical(line) {
+        return Ok(Checked {
+            seq: s.seq,
+            prev: s.prev.to_string(),
+            kind: s.kind.into(),
+            hash: s.hash.to_string(),
+            recomputed: s.body_hash,
+        });
+    }
+    let entry: LedgerEntry =
+        serde_json::from_slice(line).map_err(|e| Unreadable(format!("not a ledger entry: {e}")))?;
+    let recomputed = body_sha256(&entry).map_err(|e| Unreadable(e.to_string()))?;
+    Ok(Checked {
+        seq: entry.seq,
+        prev: entry.prev,
+        kind: entry.kind.into(),
+        hash: entry.hash,
+        recomputed,
+    })
 }
 
 /// [`verify_chain`] over a ledger's bytes already read.
-pub fn verify_chain_bytes(data: &[u8]) -> ChainReport {
-    let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
-    if lines.last().is_some_and(|l| l.is_empty()) {
-        lines.pop();
+pub fn verify_chain_bytes(data: Vec<u8>) -> ChainReport {
+    let mut lines: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut from = 0;
+    for (i, b) in data.iter().enumerate() {
+        if *b == b'\n' {
+            lines.push(from..i);
+            from = i + 1;
+        }
     }
-    // Parsing and hashing each entry is independent work: spread it over
-    // the cores, then walk the chain in order.
-    let parse = |line: &[u8]| -> Result<(LedgerEntry, String), Unreadable> {
-        let entry: LedgerEntry = serde_json::from_slice(line)
-            .map_err(|e| Unreadable(format!("not a ledger entry: {e}")))?;
-        let hash = body_sha256(&entry).map_err(|e| Unreadable(e.to_string()))?;
-        Ok((entry, hash))
-    };
+    if from < data.len() {
+        lines.push(from..data.len());
+    }
+    // Each line is checked on its own: spread them over the cores, then
+    // walk the chain in order.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let chunk = lines.len().div_ceil(workers).max(1);
-    let parsed: Vec<Result<(LedgerEntry, String), Unreadable>> = std::thread::scope(|scope| {
+    let checked: Vec<Result<Checked, Unreadable>> = std::thread::scope(|scope| {
         let handles: Vec<_> = lines
             .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(|l| parse(l)).collect::<Vec<_>>()))
+            .map(|part| {
+                let data = &data;
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|r| check_line(&data[r.clone()]))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -387,46 +596,51 @@ pub fn verify_chain_bytes(data: &[u8]) -> ChainReport {
         intact_entries: 0,
         head: GENESIS_PREV.to_string(),
         broken: None,
-        entries: Vec::with_capacity(parsed.len()),
+        entries: Entries::default(),
     };
-    for (i, item) in parsed.into_iter().enumerate() {
+    let mut kept = Vec::with_capacity(checked.len());
+    for ((i, item), span) in checked.into_iter().enumerate().zip(lines) {
         let i = i as u64;
-        let (entry, recomputed) = match item {
-            Ok(pair) => pair,
+        let c = match item {
+            Ok(c) => c,
             Err(Unreadable(why)) => {
                 report.broken = Some((i, why));
                 break;
             }
         };
-        if entry.seq != i {
+        if c.seq != i {
             report.broken = Some((
                 i,
-                format!("sequence number {} where {i} was expected", entry.seq),
+                format!("sequence number {} where {i} was expected", c.seq),
             ));
             break;
         }
-        if entry.prev != report.head {
+        if c.prev != report.head {
             report.broken = Some((
                 i,
                 "its `prev` does not match the previous entry's hash".into(),
             ));
             break;
         }
-        if recomputed != entry.hash {
+        if c.recomputed != c.hash {
             report.broken = Some((i, "its content does not match its hash".into()));
             break;
         }
-        if i == 0 && entry.kind != "task_started" {
+        if i == 0 && &*c.kind != "task_started" {
             report.broken = Some((0, "the genesis entry is not `task_started`".into()));
             break;
         }
-        report.head = entry.hash.clone();
+        report.head = c.hash;
         report.intact_entries += 1;
-        report.entries.push(entry);
+        kept.push((span, c.kind));
     }
     if report.broken.is_none() && report.intact_entries == 0 {
         report.broken = Some((0, "the ledger is empty".into()));
     }
+    report.entries = Entries {
+        data: std::sync::Arc::new(data),
+        lines: kept,
+    };
     report
 }
 

@@ -758,7 +758,7 @@ pub struct VerifyReport {
     /// problem unless the verifier is told to accept them.
     pub extra_artifacts: Vec<String>,
     /// The ledger's entries (up to any break), for replay.
-    pub entries: Vec<LedgerEntry>,
+    pub entries: crate::ledger::Entries,
     /// The children the ledger records (`delegated`), each checked.
     pub children: Vec<ChildCheck>,
     /// Problems with the receipt tree: a child's receipt missing, changed
@@ -853,7 +853,7 @@ fn verify_at(
         artifacts_checked: 0,
         artifact_problems: Vec::new(),
         extra_artifacts: Vec::new(),
-        entries: Vec::new(),
+        entries: Default::default(),
         children: Vec::new(),
         tree_problems: Vec::new(),
     };
@@ -927,10 +927,8 @@ fn check_children(
         .or(recorded)
         .cloned()
         .unwrap_or_else(|| Authority::of_contract(&p.contract));
-    let records = report
-        .entries
-        .iter()
-        .filter(|e| e.kind == "delegated")
+    let records = (0..report.entries.len())
+        .filter(|i| report.entries.kind(*i) == Some("delegated"))
         .count();
     if records > own.max_children as usize {
         report.tree_problems.push(format!(
@@ -947,7 +945,8 @@ fn check_children(
     } else {
         own.budget.clone()
     };
-    for entry in report.entries.iter().filter(|e| e.kind == "delegated") {
+    let delegated: Vec<LedgerEntry> = report.entries.of_kind("delegated").collect();
+    for entry in &delegated {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
             Ok(loop_protocol::Event::Delegated { step, child, .. }) => {
                 if let Some(why) = turns.grant(step, &child, &budget) {
@@ -1341,7 +1340,7 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
             return;
         }
     };
-    let chain = crate::ledger::verify_chain_bytes(&bytes);
+    let chain = crate::ledger::verify_chain_bytes(bytes);
     report.ledger_entries = chain.intact_entries;
     if let Some((n, why)) = &chain.broken {
         problems.push(format!("broken at entry {n}: {why}"));

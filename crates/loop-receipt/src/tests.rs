@@ -62,10 +62,13 @@ fn an_intact_chain_verifies_entry_by_entry() {
     let r = verify_chain(&path).unwrap();
     assert!(r.intact(), "{:?}", r.broken);
     assert_eq!(r.intact_entries, 5);
-    assert_eq!(r.entries[0].prev, GENESIS_PREV);
-    assert_eq!(r.entries[1].prev, r.entries[0].hash);
+    // Decoded from the lines verification checked without decoding.
+    let entries = r.entries.to_vec();
+    assert_eq!(entries.len(), 5);
+    assert_eq!(entries[0].prev, GENESIS_PREV);
+    assert_eq!(entries[1].prev, entries[0].hash);
     // Events round-trip through kind + payload.
-    let e = Event::from_kind_payload(&r.entries[0].kind, &r.entries[0].payload).unwrap();
+    let e = Event::from_kind_payload(&entries[0].kind, &entries[0].payload).unwrap();
     assert_eq!(e, genesis());
 }
 
@@ -628,4 +631,122 @@ mod tree {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Each line of `path` rewritten by `f`.
+fn rewrite_lines(path: &std::path::Path, f: impl Fn(usize, &str) -> String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let out: String = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| f(i, l) + "\n")
+        .collect();
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn the_ledgers_own_lines_are_checked_from_their_bytes_with_the_decoders_verdict() {
+    let dir = tmp("stored");
+    let path = write_ledger(&dir);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in text.lines() {
+        // Each line is the canonical form of the entry it holds, and its
+        // body's hash read from its bytes is the hash decoding gives.
+        let entry: LedgerEntry = serde_json::from_str(line).unwrap();
+        let canonical = loop_protocol::hash::canonical_json(&entry).unwrap();
+        assert_eq!(line.as_bytes(), &canonical[..]);
+        let stored = crate::ledger::stored_for_tests(line.as_bytes()).expect("read from its bytes");
+        assert_eq!(stored, entry.hash);
+    }
+    // The same entries as an older ledger wrote them (members in the
+    // struct's order): decoded, they verify the same.
+    rewrite_lines(&path, |_, l| {
+        let e: LedgerEntry = serde_json::from_str(l).unwrap();
+        serde_json::to_string(&e).unwrap()
+    });
+    let old = verify_chain(&path).unwrap();
+    assert!(old.intact(), "{:?}", old.broken);
+    assert_eq!((old.intact_entries, old.entries.len()), (5, 5));
+    assert!(
+        crate::ledger::stored_for_tests(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+                .as_bytes()
+        )
+        .is_none()
+    );
+    // A space after a colon: not canonical, decoded, still the same entry.
+    std::fs::write(&path, &text).unwrap();
+    rewrite_lines(&path, |i, l| {
+        if i == 2 {
+            l.replacen("\"kind\":", "\"kind\": ", 1)
+        } else {
+            l.to_string()
+        }
+    });
+    assert!(verify_chain(&path).unwrap().intact());
+}
+
+#[test]
+fn a_change_to_a_stored_line_is_found_whether_or_not_it_stays_canonical() {
+    let dir = tmp("stored-tamper");
+    let path = write_ledger(&dir);
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Still canonical, so checked from its bytes: the reason changed.
+    rewrite_lines(&path, |i, l| {
+        if i == 2 {
+            l.replacen("\"reason\":\"r2\"", "\"reason\":\"r9\"", 1)
+        } else {
+            l.to_string()
+        }
+    });
+    let r = verify_chain(&path).unwrap();
+    assert_eq!(
+        r.broken.unwrap(),
+        (2, "its content does not match its hash".to_string())
+    );
+    // The sequence number, the link, the kind: each is what the chain
+    // checks, from the bytes as from a decoded entry.
+    for (from, to, at, why) in [
+        (
+            "\"seq\":3}",
+            "\"seq\":7}",
+            3,
+            "sequence number 7 where 3 was expected",
+        ),
+        (
+            "\"prev\":\"",
+            "\"prev\":\"f",
+            1,
+            "its `prev` does not match the previous entry's hash",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        rewrite_lines(&path, |i, l| {
+            if i == at {
+                l.replacen(from, to, 1)
+            } else {
+                l.to_string()
+            }
+        });
+        let r = verify_chain(&path).unwrap();
+        assert_eq!(r.broken.unwrap(), (at as u64, why.to_string()), "{from}");
+    }
+    // A hash member moved out of its canonical place: decoded, and the
+    // same entry (it verifies), not a different body.
+    std::fs::write(&path, &text).unwrap();
+    rewrite_lines(&path, |i, l| {
+        if i != 1 {
+            return l.to_string();
+        }
+        let e: LedgerEntry = serde_json::from_str(l).unwrap();
+        let mut v = serde_json::to_value(&e).unwrap();
+        let hash = v.as_object_mut().unwrap().shift_remove("hash").unwrap();
+        v.as_object_mut().unwrap().insert("hash".into(), hash);
+        serde_json::to_string(&v).unwrap()
+    });
+    assert!(verify_chain(&path).unwrap().intact());
 }

@@ -288,7 +288,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                     contract_provenance: c.report.statement.as_ref().map(|s| {
                         loop_receipt::ContractProvenance::of(
                             &s.predicate.contract,
-                            &c.report.entries,
+                            c.report.entries.first().as_slice(),
                         )
                     }),
                 }),
@@ -352,7 +352,10 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
             if let Some(st) = &c.report.statement {
                 println!(
                     "  contract: {}",
-                    loop_receipt::ContractProvenance::of(&st.predicate.contract, &c.report.entries)
+                    loop_receipt::ContractProvenance::of(
+                        &st.predicate.contract,
+                        c.report.entries.first().as_slice()
+                    )
                 );
             }
         }

@@ -197,7 +197,10 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
     if let Some(st) = &report.statement {
         s.push_str(&format!(
             "contract   {}\n",
-            loop_receipt::ContractProvenance::of(&st.predicate.contract, &report.entries)
+            loop_receipt::ContractProvenance::of(
+                &st.predicate.contract,
+                report.entries.first().as_slice()
+            )
         ));
         s.push_str(&format!(
             "outcome    {} — {}\n",
@@ -251,10 +254,12 @@ fn to_json<'a>(
             extra: &report.extra_artifacts,
         },
         outcome: report.statement.as_ref().map(|s| &s.predicate.outcome),
-        contract_provenance: report
-            .statement
-            .as_ref()
-            .map(|s| loop_receipt::ContractProvenance::of(&s.predicate.contract, &report.entries)),
+        contract_provenance: report.statement.as_ref().map(|s| {
+            loop_receipt::ContractProvenance::of(
+                &s.predicate.contract,
+                report.entries.first().as_slice(),
+            )
+        }),
         stray_addenda: &check.stray_addenda,
         children: loop_runtime::views::ChildrenChecked::of(report),
     }
