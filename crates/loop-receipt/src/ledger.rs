@@ -127,7 +127,7 @@ struct Stored<'a> {
 /// decoding and canonicalising it would give. `None` for any other line:
 /// it is decoded instead (the same verdict, the long way).
 fn stored_canonical(line: &[u8]) -> Option<Stored<'_>> {
-    std::str::from_utf8(line).ok()?;
+    let text = std::str::from_utf8(line).ok()?;
     let mut c = Line { b: line, at: 0 };
     c.lit(b"{\"at\":")?;
     c.plain()?;
@@ -138,7 +138,7 @@ fn stored_canonical(line: &[u8]) -> Option<Stored<'_>> {
     c.lit(b",\"kind\":")?;
     let kind = c.plain()?;
     c.lit(b",\"payload\":")?;
-    c.at += loop_protocol::hash::canonical_prefix(&line[c.at..])?;
+    c.at += loop_protocol::hash::canonical_prefix(text.get(c.at..)?)?;
     c.lit(b",\"prev\":")?;
     let prev = c.plain()?;
     c.lit(b",\"seq\":")?;
@@ -258,6 +258,29 @@ impl FileLedger {
     /// entries (atomically), then appended to. The links are checked first.
     #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
     pub fn continue_from(path: &Path, entries: &[LedgerEntry]) -> Result<FileLedger, LedgerError> {
+        Self::rewrite(path, entries, line_of)
+    }
+
+    /// [`FileLedger::continue_from`], the file's lines in the form earlier
+    /// versions wrote (members in the order `seq, prev, kind, payload,
+    /// at, hash`): the same entries, the same chain, the bytes a receipt
+    /// they signed names (see `loop_runtime`'s receipt brought from the
+    /// store).
+    pub fn continue_in_older_form(
+        path: &Path,
+        entries: &[LedgerEntry],
+    ) -> Result<FileLedger, LedgerError> {
+        Self::rewrite(path, entries, |e| {
+            serde_json::to_vec(e).map_err(|x| LedgerError::Encode(x.to_string()))
+        })
+    }
+
+    #[allow(clippy::disallowed_methods)] // the runtime's own ledger file in its task directory
+    fn rewrite(
+        path: &Path,
+        entries: &[LedgerEntry],
+        line: impl Fn(&LedgerEntry) -> Result<Vec<u8>, LedgerError>,
+    ) -> Result<FileLedger, LedgerError> {
         let head = linked(entries, "stored entry")?;
         let io = |source| LedgerError::Io {
             path: path.display().to_string(),
@@ -265,7 +288,7 @@ impl FileLedger {
         };
         let mut text = Vec::new();
         for e in entries {
-            text.extend(line_of(e)?);
+            text.extend(line(e)?);
             text.push(b'\n');
         }
         let tmp = path.with_extension("jsonl.tmp");

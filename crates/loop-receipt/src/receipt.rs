@@ -704,6 +704,18 @@ fn payload_of(bytes: &[u8]) -> Option<Vec<u8>> {
     B64.decode(env.payload.as_bytes()).ok()
 }
 
+/// The SHA-256 the receipt `envelope` (its bytes, signed or not: nothing
+/// is verified here) names for its ledger file, when it names one.
+pub fn ledger_digest_named(envelope: &[u8]) -> Option<String> {
+    let statement: Statement = serde_json::from_slice(&payload_of(envelope)?).ok()?;
+    let name = &statement.predicate.ledger.name;
+    statement
+        .subject
+        .iter()
+        .find(|s| &s.name == name)
+        .and_then(|s| s.digest.get("sha256").cloned())
+}
+
 /// The subject entry for a file's bytes.
 pub fn subject(name: &str, bytes: &[u8]) -> Subject {
     Subject {
@@ -946,6 +958,11 @@ fn check_children(
         own.budget.clone()
     };
     let delegated: Vec<LedgerEntry> = report.entries.of_kind("delegated").collect();
+    if delegated.len() != records {
+        report
+            .tree_problems
+            .push("a child record of the ledger cannot be read".into());
+    }
     for entry in &delegated {
         let child = match loop_protocol::Event::from_kind_payload(&entry.kind, &entry.payload) {
             Ok(loop_protocol::Event::Delegated { step, child, .. }) => {
@@ -1357,7 +1374,11 @@ fn check_ledger(report: &mut VerifyReport, statement: &Statement, dir: &Path) {
                 chain.head, p.ledger.head
             ));
         }
-        if let Some(genesis) = chain.entries.first() {
+        let genesis = chain.entries.first();
+        if genesis.is_none() {
+            problems.push("the genesis entry cannot be read".into());
+        }
+        if let Some(genesis) = genesis {
             let task = genesis.payload.get("task_id").and_then(|v| v.as_str());
             let contract = genesis
                 .payload

@@ -457,6 +457,40 @@ mod tree {
         r.tree_problems
     }
 
+    /// The digest a receipt names for its ledger is found in its envelope,
+    /// and only the ledger's bytes in the form it was signed over hold.
+    #[test]
+    fn a_receipt_names_the_digest_of_its_ledgers_own_form() {
+        let dir = super::tmp("named-form");
+        let key = KeyPair::from_seed([3u8; 32]);
+        let (receipt, _) = write_task(&dir, "p", &parent_contract(0), vec![], None, &key);
+        let ledger = dir.join("p.ledger.jsonl");
+        let bytes = std::fs::read(&ledger).unwrap();
+        assert_eq!(
+            ledger_digest_named(&std::fs::read(&receipt).unwrap()),
+            Some(loop_protocol::hash::sha256_hex(&bytes))
+        );
+        assert_eq!(ledger_digest_named(b"{}"), None);
+        let entries: Vec<loop_protocol::LedgerEntry> = String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ledger_problems = || {
+            verify_receipt(&receipt, None, &[key.public()])
+                .unwrap()
+                .ledger_problems
+        };
+        FileLedger::continue_in_older_form(&ledger, &entries).unwrap();
+        let found = ledger_problems();
+        assert!(
+            found.iter().any(|p| p.contains("the ledger file's sha256")),
+            "{found:?}"
+        );
+        FileLedger::continue_from(&ledger, &entries).unwrap();
+        assert_eq!(ledger_problems(), Vec::<String>::new());
+    }
+
     #[test]
     fn one_turns_grants_beyond_what_the_parent_had_fail_the_tree() {
         // Two children granted 5 steps each in one turn of a parent that
@@ -749,4 +783,28 @@ fn a_change_to_a_stored_line_is_found_whether_or_not_it_stays_canonical() {
         serde_json::to_string(&v).unwrap()
     });
     assert!(verify_chain(&path).unwrap().intact());
+}
+
+#[test]
+fn a_ledger_is_rewritten_in_the_form_a_receipt_names() {
+    let dir = tmp("older-form");
+    let path = write_ledger(&dir);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let entries: Vec<LedgerEntry> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The older form: each entry as serde writes it, the same chain.
+    let older = dir.join("older.ledger.jsonl");
+    FileLedger::continue_in_older_form(&older, &entries).unwrap();
+    let want: String = entries
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
+    assert_eq!(std::fs::read_to_string(&older).unwrap(), want);
+    assert!(verify_chain(&older).unwrap().intact());
+    // And the current form, byte for byte what was appended.
+    let again = dir.join("again.ledger.jsonl");
+    FileLedger::continue_from(&again, &entries).unwrap();
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text);
 }

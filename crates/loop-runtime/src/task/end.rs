@@ -170,6 +170,15 @@ pub(crate) fn bring_receipt(
     let mut file =
         loop_receipt::FileLedger::continue_from(&ledger, &chain).map_err(Error::from_cause)?;
     file.sync().map_err(Error::from_cause)?;
+    // A receipt signed by an earlier version names the file its lines'
+    // older form made: the same entries, written as it wrote them.
+    let signed = loop_receipt::ledger_digest_named(kept.envelope.as_bytes());
+    let written = std::fs::read(&ledger).map_err(io("the ledger"))?;
+    if signed.is_some_and(|d| d != loop_protocol::hash::sha256_hex(&written)) {
+        let mut older = loop_receipt::FileLedger::continue_in_older_form(&ledger, &chain)
+            .map_err(Error::from_cause)?;
+        older.sync().map_err(Error::from_cause)?;
+    }
     // The envelope last: a receipt here means all of it is.
     loop_workspace::write_atomic(&here, kept.envelope.as_bytes()).map_err(io("the receipt"))?;
     tracing::info!(
