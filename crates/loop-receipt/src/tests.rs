@@ -678,6 +678,17 @@ fn rewrite_lines(path: &std::path::Path, f: impl Fn(usize, &str) -> String) {
     std::fs::write(path, out).unwrap();
 }
 
+/// `from` replaced by `to`, once, in line `at` of `path` (from 0).
+fn replace_in_line(path: &std::path::Path, at: usize, from: &str, to: &str) {
+    rewrite_lines(path, |i, l| {
+        if i == at {
+            l.replacen(from, to, 1)
+        } else {
+            l.to_string()
+        }
+    });
+}
+
 #[test]
 fn the_ledgers_own_lines_are_checked_from_their_bytes_with_the_decoders_verdict() {
     let dir = tmp("stored");
@@ -714,13 +725,7 @@ fn the_ledgers_own_lines_are_checked_from_their_bytes_with_the_decoders_verdict(
     );
     // A space after a colon: not canonical, decoded, still the same entry.
     std::fs::write(&path, &text).unwrap();
-    rewrite_lines(&path, |i, l| {
-        if i == 2 {
-            l.replacen("\"kind\":", "\"kind\": ", 1)
-        } else {
-            l.to_string()
-        }
-    });
+    replace_in_line(&path, 2, "\"kind\":", "\"kind\": ");
     assert!(verify_chain(&path).unwrap().intact());
 }
 
@@ -730,13 +735,7 @@ fn a_change_to_a_stored_line_is_found_whether_or_not_it_stays_canonical() {
     let path = write_ledger(&dir);
     let text = std::fs::read_to_string(&path).unwrap();
     // Still canonical, so checked from its bytes: the reason changed.
-    rewrite_lines(&path, |i, l| {
-        if i == 2 {
-            l.replacen("\"reason\":\"r2\"", "\"reason\":\"r9\"", 1)
-        } else {
-            l.to_string()
-        }
-    });
+    replace_in_line(&path, 2, "\"reason\":\"r2\"", "\"reason\":\"r9\"");
     let r = verify_chain(&path).unwrap();
     assert_eq!(
         r.broken.unwrap(),
@@ -759,13 +758,7 @@ fn a_change_to_a_stored_line_is_found_whether_or_not_it_stays_canonical() {
         ),
     ] {
         std::fs::write(&path, &text).unwrap();
-        rewrite_lines(&path, |i, l| {
-            if i == at {
-                l.replacen(from, to, 1)
-            } else {
-                l.to_string()
-            }
-        });
+        replace_in_line(&path, at, from, to);
         let r = verify_chain(&path).unwrap();
         assert_eq!(r.broken.unwrap(), (at as u64, why.to_string()), "{from}");
     }
