@@ -467,6 +467,73 @@ fn a_tasks_commands_share_a_session_but_nothing_one_leaves_reaches_the_next() {
     }
 }
 
+/// A session's commands enter its network namespace only while it is
+/// untouched (`child::enter_chain_net`): no packet ever counted on `lo`,
+/// no socket in it. The attack: a command tries to change the namespace
+/// for the next (`lo` down, a network setting: refused, so the next
+/// command enters the same namespace, `lo` up), and leaves a connection
+/// in TIME_WAIT and an abstract listener held only by a descriptor in
+/// flight: the next command finds neither, in a new namespace. The honest
+/// twin: a server on the port the connection used binds it without
+/// `SO_REUSEADDR`, as on a fresh machine.
+#[test]
+fn a_sessions_network_namespace_is_entered_only_untouched() {
+    for who in users() {
+        let sc = Scene::new("session-net", who);
+        let script = probe(&sc, "session_network.py");
+        let out = sc
+            .command(
+                &["--repeat", "4", "--pause-ms", "100"],
+                &["python3", &script],
+            )
+            .env("LOOP_LOG", "loop_sandbox::phases=debug")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{who:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("a session's chain took the command").count(),
+            3,
+            "{who:?}: the last three commands came from the session's chains: {stderr}"
+        );
+        let facts = std::fs::read_to_string(sc.ws().join("net-facts.txt")).unwrap();
+        let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(rows.len(), 4, "{who:?}: {facts}");
+        for (i, r) in rows.iter().enumerate() {
+            let n = (i + 1).to_string();
+            assert_eq!(
+                r[..8],
+                [
+                    n.as_str(),
+                    r[1],
+                    "0",
+                    "0",
+                    "0",
+                    "1",
+                    "bound",
+                    "ECONNREFUSED"
+                ],
+                "{who:?}: nothing of an earlier command: {facts}"
+            );
+            let changes: Vec<&str> = r[8].split(',').collect();
+            assert_eq!(changes.len(), 2, "{who:?}: {facts}");
+            assert_eq!(changes[0], "EPERM", "{who:?}: lo down: {facts}");
+            assert!(
+                changes[1] == "EROFS" || changes[1] == "EACCES",
+                "{who:?}: a network setting: {facts}"
+            );
+        }
+        assert_eq!(
+            rows[1][1], rows[2][1],
+            "{who:?}: untouched, the session's namespace is entered again: {facts}"
+        );
+        assert_ne!(
+            rows[2][1], rows[3][1],
+            "{who:?}: touched, it is not: {facts}"
+        );
+    }
+}
+
 #[test]
 fn a_fork_bomb_is_contained_and_the_machine_stays_responsive() {
     for who in users() {

@@ -155,13 +155,9 @@ pub(crate) fn write_file(path: &[u8], data: &[u8]) -> bool {
     }
 }
 
-/// Close every descriptor except `keep` (`close_range`; before Linux 5.9,
-/// one by one up to the open-files limit in force).
-fn close_all_but(keep: RawFd) {
-    close_all_except([keep, -1]);
-}
-
-/// Close every descriptor except the two of `keep` (-1: none).
+/// Close every descriptor except the two of `keep` (-1: none;
+/// `close_range`, before Linux 5.9 one by one up to the open-files limit
+/// in force).
 fn close_all_except(keep: [RawFd; 2]) {
     let (a, b) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
     // SAFETY: close_range/close on descriptor numbers; errors are harmless.
@@ -328,11 +324,12 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
 /// A chain's first steps, made before its command is known (see
 /// `warm.rs`), as [`enter`] makes them for a session's command: a new
 /// session (process group), the session's user and mount namespaces
-/// entered, `flags`' namespaces made but the cgroup one (see
-/// [`chain_unshares`]; the network one among them, its `lo` brought up:
-/// a chain takes only a command whose plan brings it up, see `warm.rs`),
-/// every descriptor but `keep` closed, and the relay and init
-/// forked. Its relay and init keep the spawner's priority and cgroups
+/// entered, `flags`' namespaces made but the cgroup and network ones
+/// (see [`chain_unshares`]; the relay and init wait in the session's
+/// `park`ed network namespace, and the command enters its own at its
+/// order: [`enter_chain_net`]), every descriptor but `keep` closed (the
+/// spawner's socket, and the session's network namespace, which only the
+/// command-to-be keeps), and the relay and init forked. Its relay and init keep the spawner's priority and cgroups
 /// (the command sets its own after the order, as a command forked with a
 /// report does, see [`enter_reporting`]). Returns in the command-to-be;
 /// `Err` where the caller
@@ -342,9 +339,9 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
 /// Only in a process just forked by the single-threaded spawner.
 pub(crate) unsafe fn chain_ahead(
     spawner: libc::pid_t,
-    (user, mnt): (RawFd, RawFd),
+    (user, mnt, park): (RawFd, RawFd, RawFd),
     flags: libc::c_int,
-    keep: RawFd,
+    keep: [RawFd; 2],
 ) -> io::Result<()> {
     // SAFETY (whole body): system calls on descriptors this process holds.
     unsafe {
@@ -364,17 +361,116 @@ pub(crate) unsafe fn chain_ahead(
             b"",
         )?;
         check(libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long, -1, b"")?;
+        // The relay and init wait in the session's parked network
+        // namespace; the command enters its own at its order
+        // (`ordered::chain_wait`, [`enter_chain_net`]).
+        if flags & libc::CLONE_NEWNET != 0 {
+            check(
+                libc::setns(park, libc::CLONE_NEWNET) as libc::c_long,
+                -1,
+                b"",
+            )?;
+        }
         check(
-            libc::unshare(chain_unshares(flags)) as libc::c_long,
+            libc::unshare(chain_unshares(flags) & !libc::CLONE_NEWNET) as libc::c_long,
             -1,
             b"",
         )?;
-        if flags & libc::CLONE_NEWNET != 0 {
-            bring_up_loopback(-1)?;
+        close_all_except(keep);
+        // The relay keeps `keep[0]` to tell the spawner the command's end.
+        split_pid_namespace(-1, keep[0])
+    }
+}
+
+/// A chain's command enters its network namespace, at its order (so
+/// once the session's last command and everything it started have
+/// ended): the session's `net`, with `lo` up, if it is untouched (no
+/// packet ever received or sent on `lo`, no other interface, no Unix
+/// socket in it); else a new one, its `lo` brought up, as a command
+/// without a session makes. So a command never finds anything of an
+/// earlier one there: not a socket (a connection's `TIME_WAIT` among
+/// them, which would keep its port), not a counter. A command cannot
+/// change the namespace's settings (it holds no capability), and its
+/// sockets end with its processes, all of which have ended before the
+/// next order: what is left of it is a packet counted or a socket kept
+/// alive by a descriptor in flight, both seen here. Closes `net`.
+///
+/// # Safety
+/// In a chain's command-to-be, between its order and exec.
+pub(crate) unsafe fn enter_chain_net(net: RawFd) -> io::Result<()> {
+    // SAFETY (whole body): system calls on a descriptor this process holds
+    // and on buffers on this stack.
+    unsafe {
+        let entered = libc::setns(net, libc::CLONE_NEWNET) == 0;
+        libc::close(net);
+        if entered && net_untouched() {
+            return Ok(());
         }
-        close_all_but(keep);
-        // The relay keeps `keep` to tell the spawner the command's end.
-        split_pid_namespace(-1, keep)
+        check(libc::unshare(libc::CLONE_NEWNET) as libc::c_long, -1, b"")?;
+        bring_up_loopback(-1)
+    }
+}
+
+/// Whether this process's network namespace is as made: `lo` alone, no
+/// packet counted on it, no Unix socket in it (`/proc/self/net`; false
+/// where that cannot be read).
+fn net_untouched() -> bool {
+    let mut buf = [0u8; 4096];
+    let Some(dev) = read_proc(c"/proc/self/net/dev", &mut buf) else {
+        return false;
+    };
+    // Two heading lines, then one line per interface: `lo` alone, every
+    // counter of it zero.
+    let mut lines = dev.split(|&b| b == b'\n').filter(|l| !l.is_empty()).skip(2);
+    let lo_unused = lines.next().is_some_and(|l| {
+        let mut parts = l.splitn(2, |&b| b == b':');
+        let name = parts.next().unwrap_or_default().trim_ascii();
+        let counters = parts.next().unwrap_or_default();
+        name == b"lo"
+            && !counters.is_empty()
+            && counters
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|c| !c.is_empty())
+                .all(|c| c == b"0")
+    });
+    if !lo_unused || lines.next().is_some() {
+        return false;
+    }
+    let mut buf = [0u8; 4096];
+    // Its heading line alone.
+    read_proc(c"/proc/self/net/unix", &mut buf).is_some_and(|unix| {
+        unix.split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count()
+            == 1
+    })
+}
+
+/// The whole of a small `/proc` file read into `buf` (`None`: it could
+/// not be read, or is larger than `buf`).
+fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: open/read/close on a NUL-terminated path and a buffer we own.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let mut got = 0usize;
+        let ok = loop {
+            if got == buf.len() {
+                break false;
+            }
+            let n = libc::read(fd, buf.as_mut_ptr().add(got).cast(), buf.len() - got);
+            if n > 0 {
+                got += n as usize;
+            } else if n == 0 {
+                break true;
+            } else if *libc::__errno_location() != libc::EINTR {
+                break false;
+            }
+        };
+        libc::close(fd);
+        ok.then(|| &buf[..got])
     }
 }
 
@@ -1454,12 +1550,12 @@ mod tests {
         let code = without_close_range(|| {
             let fds = open_some();
             let keep = fds[2];
-            close_all_but(keep);
+            close_all_except([keep, -1]);
             is_open(keep) && fds.iter().all(|&fd| fd == keep || !is_open(fd))
         });
         assert_eq!(
             code, 0,
-            "close_all_but left a descriptor open (or the filter failed)"
+            "close_all_except left a descriptor open (or the filter failed)"
         );
         // Every inherited one is marked close-on-exec, by the fallback.
         let code = without_close_range(|| {
@@ -1503,6 +1599,53 @@ mod tests {
         }
     }
 
+    /// A network namespace is judged untouched only as made: a Unix
+    /// socket open in it, or a packet ever counted on `lo`, and it is not.
+    #[test]
+    fn a_network_namespace_is_untouched_only_as_made() {
+        fn body() -> bool {
+            // SAFETY: in a forked child of the test: namespaces and sockets
+            // of its own.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0
+                    || bring_up_loopback(-1).is_err()
+                    || !net_untouched()
+                {
+                    return false;
+                }
+                // A Unix socket open: touched; closed: untouched again.
+                let u = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+                let open_seen = !net_untouched();
+                libc::close(u);
+                if !open_seen || !net_untouched() {
+                    return false;
+                }
+                // One packet on `lo` (to a port nothing listens on): touched
+                // for good.
+                let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 9u16.to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                let sent = libc::sendto(
+                    s,
+                    b"x".as_ptr().cast(),
+                    1,
+                    0,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                libc::close(s);
+                sent == 1 && !net_untouched()
+            }
+        }
+        assert_eq!(in_child(body), 0);
+    }
+
     #[test]
     fn a_relay_keeps_its_two_descriptors_and_closes_the_rest() {
         fn body() -> bool {
@@ -1513,7 +1656,7 @@ mod tests {
         }
         assert_eq!(in_child(body), 0, "with close_range");
         assert_eq!(without_close_range(body), 0, "by the fallback");
-        // One kept (the other -1), as `close_all_but`.
+        // One kept (the other -1).
         fn one() -> bool {
             let fds = open_some();
             close_all_except([-1, fds[4]]);

@@ -283,7 +283,7 @@ unsafe fn prelude(h: &Head) {
 ///
 /// # Safety
 /// Only in the process [`child::chain_ahead`] returned in.
-pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
+pub(crate) unsafe fn chain_wait(sock: RawFd, net: RawFd) -> ! {
     // SAFETY (whole body): this single-threaded process is a fork of the
     // single-threaded spawner: it may allocate; then system calls only.
     unsafe {
@@ -312,8 +312,13 @@ pub(crate) unsafe fn chain_wait(sock: RawFd) -> ! {
         };
         drop(fds);
         libc::close(sock);
-        // The user, mount and network namespaces were entered or made
-        // ahead (and `lo` brought up); the session's shared tree is built.
+        // Its network namespace: the session's if untouched, else a new
+        // one (so only now, once the last command has ended).
+        if child::enter_chain_net(net).is_err() {
+            failed(order.head.failed);
+        }
+        // The user and mount namespaces were entered or made ahead, and
+        // the network one now (`lo` up); the session's shared tree is built.
         order.plan.made = Some((-1, -1));
         order.plan.made_mnt = Some(-1);
         let h = &order.head;

@@ -244,7 +244,7 @@ unsafe fn make(kind: &Kind, sock: RawFd) -> ! {
     }
 }
 
-/// Send up to two descriptors over `sock` with nothing allocated (the
+/// Send up to four descriptors over `sock` with nothing allocated (the
 /// maker may be forked from a process with other threads, in tests).
 ///
 /// # Safety
@@ -255,9 +255,9 @@ pub(crate) unsafe fn send(sock: RawFd, fds: &[RawFd]) -> bool {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    let fds = &fds[..fds.len().min(2)];
+    let fds = &fds[..fds.len().min(4)];
     let bytes = std::mem::size_of_val(fds);
-    // Room for a header and two descriptors, aligned.
+    // Room for a header and four descriptors, aligned.
     let mut control = [0u64; 8];
     // SAFETY (whole body): a message over buffers on this stack, which
     // outlive the call; CMSG_* walk `control` only.

@@ -711,7 +711,7 @@ fn order(h: Arc<Handle>, cmd: &Command, plan: &ChildPlan, streams: Streams) -> i
         ),
         Ahead::Chain => tracing::debug!(
             target: "loop_sandbox::phases",
-            "sandbox: namespaces made ahead: a session's chain took the command (the session's user namespace and shared root entered, its own network, mount, PID and IPC namespaces made, its relay and init forked, before it was ordered)"
+            "sandbox: namespaces made ahead: a session's chain took the command (the session's user namespace and shared root entered, its own mount, PID and IPC namespaces made, its relay and init forked, before it was ordered; at its order, the session's network namespace entered if untouched, else a new one made)"
         ),
         Ahead::None => {}
     }

@@ -11,26 +11,37 @@
 //! with the same shared steps enters the session's user namespace and a
 //! copy of its mount namespace (`setns`, then `unshare`), and makes only
 //! its own steps there: its `/tmp` on its own disk, the workspace and what
-//! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its network,
-//! PID, IPC and cgroup namespaces are its own and new, as before, and so
-//! are its Landlock ruleset, seccomp filter, limits and cgroups. A
-//! session's next command is made ahead: a [`Chain`], the command's
-//! processes up to its order, its namespaces entered and made (the
-//! network one, the costliest, among them). It is made once the command
+//! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its PID, IPC
+//! and cgroup namespaces are its own and new, as before, and so are its
+//! Landlock ruleset, seccomp filter, limits and cgroups. Its network
+//! namespace, the costliest to make and tear down (every network
+//! subsystem sets itself up in one), is the session's while that is
+//! untouched: at its order a chain's command enters the session's
+//! network namespace (`lo` up) only if no packet was ever counted on `lo`
+//! there and no socket is open in it, else it makes a new one, as before
+//! (`child::enter_chain_net`). A command holds no capability, so it cannot
+//! change the namespace's settings; what it can leave there (a counted
+//! packet, a socket in `TIME_WAIT` or held in flight) is what the check
+//! sees, once its processes have all ended. A session's next command is
+//! made ahead: a [`Chain`], the command's processes up to its order, its
+//! namespaces entered and made. It is made once the command
 //! before it has exec'd, when that command came from a chain (the
 //! spawner hears the exec as the close of a pipe only that command's
 //! process held, close-on-exec), else once it has ended: beside the
 //! program's run, never beside a command's start, which takes the same
 //! kernel mount lock, so a command ordered at once after the last one's
 //! end finds its chain ready. While it waits beside the running command,
-//! a chain is in the session's user namespace with it, and nothing else:
-//! the command cannot see it (another PID namespace), reach it (other
-//! network, IPC and mount namespaces, no capability), or signal it; its
+//! a chain is in the session's user namespace with it (its processes in
+//! a network namespace of the session's own, `lo` down, where nothing is
+//! ever bound or sent, until the command-to-be's order), and nothing
+//! else: the command cannot see it (another PID
+//! namespace), reach it (no socket in it, other IPC and mount namespaces,
+//! no capability), or signal it; its
 //! three processes count toward the command's `RLIMIT_NPROC` there, as
 //! the command's own relay and init do (512 by default), from the moment
 //! it is made: a command that runs within three processes of its limit
 //! may find them taken. Each running chained command so holds a chain
-//! beside it (three processes and a network namespace) for its whole run.
+//! beside it (three processes) for its whole run.
 //!
 //! Nothing a command can change is shared:
 //!
@@ -73,12 +84,23 @@ pub(crate) const KEPT: usize = 4;
 /// How long a maker may take before it is killed.
 const MAKER_WAIT: Duration = Duration::from_secs(10);
 
+/// A session's namespaces, made by its maker: its user and mount
+/// namespaces, and two network namespaces owned by that user namespace:
+/// `park`, where a chain's relay and init wait (`lo` down, nothing ever
+/// sent or bound in it), and `net`, which a chain's command enters at its
+/// order if it is untouched (see [`Chain`]).
+pub(crate) struct Made {
+    user: OwnedFd,
+    mnt: OwnedFd,
+    park: OwnedFd,
+    net: OwnedFd,
+}
+
 /// One session: its namespaces, the command in it, and its times.
 struct Entry {
     id: u64,
     key: Vec<u8>,
-    user: OwnedFd,
-    mnt: OwnedFd,
+    ns: Made,
     /// The command in it (0 while it is being forked).
     busy: Option<libc::pid_t>,
     made: Instant,
@@ -93,10 +115,11 @@ struct Entry {
 
 /// A session's next command made ahead, up to its order: a process forked
 /// from the spawner that made itself a new process group, entered the
-/// session's user and mount namespaces, made the command's own mount,
-/// PID, network and IPC namespaces (`unshare`, as the command's child
-/// would: its mount namespace a copy of the session's tree), and forked
-/// the relay and init as [`child::enter`] does; the third process, the
+/// session's user and mount namespaces and the session's `park`ed network
+/// namespace, made the command's own mount, PID and IPC namespaces
+/// (`unshare`, as the command's child would: its mount namespace a copy
+/// of the session's tree), and forked the relay and init as
+/// [`child::enter`] does; the third process, the
 /// command-to-be, says it is ready and waits for its order on a socket
 /// (`ordered::chain_wait`). The order brings everything that is the
 /// command's own (its streams, directory, cgroups, mounts, limits,
@@ -117,8 +140,10 @@ struct Entry {
 /// its namespaces, has no terminal and no egress proxy; any other command
 /// starts as before. Nothing of a command is in a chain before its order:
 /// it runs nothing of the command's, and nothing a command can reach
-/// (another PID, network, IPC and mount namespace, no capability kept)
-/// reaches it. One that is dropped unused (its session dropped, the
+/// (another PID, IPC and mount namespace, a network namespace where
+/// nothing is bound or sent, no capability kept) reaches it. At its
+/// order the command-to-be enters the session's network namespace if it
+/// is untouched, else makes a new one (`child::enter_chain_net`). One that is dropped unused (its session dropped, the
 /// spawner ending) is killed with its process group and reaped.
 pub(crate) struct Chain {
     /// Its first process (the relay), which the command's end is read
@@ -138,7 +163,13 @@ const CHAIN_WAIT: Duration = Duration::from_millis(2);
 impl Chain {
     /// Fork a chain in the session whose namespaces are `user` and `mnt`,
     /// making `flags`' namespaces.
-    fn make(user: RawFd, mnt: RawFd, flags: libc::c_int) -> Option<Chain> {
+    fn make(ns: &Made, flags: libc::c_int) -> Option<Chain> {
+        let (user, mnt, park, net) = (
+            ns.user.as_raw_fd(),
+            ns.mnt.as_raw_fd(),
+            ns.park.as_raw_fd(),
+            ns.net.as_raw_fd(),
+        );
         let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
@@ -148,10 +179,11 @@ impl Chain {
         if pid == 0 {
             // SAFETY: in the chain, once.
             unsafe {
-                if child::chain_ahead(me, (user, mnt), flags, theirs.as_raw_fd()).is_err() {
+                let keep = [theirs.as_raw_fd(), net];
+                if child::chain_ahead(me, (user, mnt, park), flags, keep).is_err() {
                     libc::_exit(1);
                 }
-                crate::ordered::chain_wait(theirs.as_raw_fd())
+                crate::ordered::chain_wait(theirs.as_raw_fd(), net)
             }
         }
         drop(theirs);
@@ -323,13 +355,13 @@ impl Sessions {
             };
             return Some(Given {
                 id: e.id,
-                user: e.user.as_raw_fd(),
-                mnt: e.mnt.as_raw_fd(),
+                user: e.ns.user.as_raw_fd(),
+                mnt: e.ns.mnt.as_raw_fd(),
                 new: false,
                 chain,
             });
         }
-        let Some((user, mnt)) = make(plan) else {
+        let Some(made) = make(plan) else {
             tracing::debug!("sandbox: a session could not be made; commands build their own roots");
             self.off = true;
             return None;
@@ -338,16 +370,15 @@ impl Sessions {
         let id = self.next_id;
         let given = Given {
             id,
-            user: user.as_raw_fd(),
-            mnt: mnt.as_raw_fd(),
+            user: made.user.as_raw_fd(),
+            mnt: made.mnt.as_raw_fd(),
             new: true,
             chain: None,
         };
         self.entries.push(Entry {
             id,
             key,
-            user,
-            mnt,
+            ns: made,
             busy: Some(0),
             made: now,
             used: now,
@@ -368,7 +399,7 @@ impl Sessions {
             && e.chain.is_none()
             && let Some(flags) = e.chain_flags
         {
-            e.chain = Chain::make(e.user.as_raw_fd(), e.mnt.as_raw_fd(), flags);
+            e.chain = Chain::make(&e.ns, flags);
         }
     }
 
@@ -379,7 +410,7 @@ impl Sessions {
             && e.chain.is_none()
             && let Some(flags) = e.chain_flags
         {
-            e.chain = Chain::make(e.user.as_raw_fd(), e.mnt.as_raw_fd(), flags);
+            e.chain = Chain::make(&e.ns, flags);
         }
     }
 
@@ -472,7 +503,7 @@ impl Sessions {
 /// Make a session for `plan`: fork a maker that makes the user namespace
 /// as a command would, a mount namespace in it with the shared tree
 /// built, and sends both back; wait for it and reap it.
-fn make(plan: &ChildPlan) -> Option<(OwnedFd, OwnedFd)> {
+fn make(plan: &ChildPlan) -> Option<Made> {
     let root = plan.root.as_ref()?;
     let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
     // SAFETY: the spawner is single-threaded; the maker only makes system
@@ -503,20 +534,27 @@ fn make(plan: &ChildPlan) -> Option<(OwnedFd, OwnedFd)> {
         }
     };
     let mut fds = if answered {
-        crate::fdpass::recv_fds(&ours, 2)
+        crate::fdpass::recv_fds(&ours, 4)
     } else {
         Vec::new()
     };
     // SAFETY: killing (if it hangs) and reaping our own child.
     unsafe {
-        if fds.len() != 2 {
+        if fds.len() != 4 {
             libc::kill(pid, libc::SIGKILL);
         }
         libc::waitpid(pid, std::ptr::null_mut(), 0);
     }
+    let net = fds.pop()?;
+    let park = fds.pop()?;
     let mnt = fds.pop()?;
     let user = fds.pop()?;
-    Some((user, mnt))
+    Some(Made {
+        user,
+        mnt,
+        park,
+        net,
+    })
 }
 
 /// The maker: a new user namespace (its maps and limits as the plan's),
@@ -535,6 +573,20 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         {
             libc::_exit(1);
         }
+        // Two network namespaces: one where a chain's relay and init wait
+        // (`lo` down, nothing ever in it), and the one its commands enter
+        // while it is untouched (`lo` up; see [`Chain`]).
+        let open = |path: &[u8]| libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if libc::unshare(libc::CLONE_NEWNET) != 0 {
+            libc::_exit(1);
+        }
+        let park = open(b"/proc/self/ns/net\0");
+        if park < 0
+            || libc::unshare(libc::CLONE_NEWNET) != 0
+            || child::bring_up_loopback(-1).is_err()
+        {
+            libc::_exit(1);
+        }
         if libc::unshare(libc::CLONE_NEWNS) != 0
             || libc::mount(
                 std::ptr::null(),
@@ -547,13 +599,13 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         {
             libc::_exit(1);
         }
-        let open = |path: &[u8]| libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         let user = open(b"/proc/self/ns/user\0");
         let mnt = open(b"/proc/self/ns/mnt\0");
-        if user < 0 || mnt < 0 {
+        let net = open(b"/proc/self/ns/net\0");
+        if user < 0 || mnt < 0 || net < 0 {
             libc::_exit(1);
         }
-        libc::_exit(if crate::spares::send(sock, &[user, mnt]) {
+        libc::_exit(if crate::spares::send(sock, &[user, mnt, park, net]) {
             0
         } else {
             1
@@ -724,7 +776,8 @@ mod tests {
         let relay = chain.relay;
         // Its first process is a process group of its own, in the
         // session's user namespace, with a mount namespace of its own (a
-        // copy of the session's) and a network namespace of its own.
+        // copy of the session's), waiting in the session's parked network
+        // namespace: not the spawner's, not the one commands enter.
         // SAFETY: getpgid of a child of ours.
         assert_eq!(unsafe { libc::getpgid(relay) }, relay);
         assert_eq!(ns_of(relay, "user"), session_user);
@@ -732,6 +785,17 @@ mod tests {
         // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
         assert_ne!(ns_of(relay, "net"), ns_of(me, "net"));
+        let session = s.entries.iter().find(|e| e.id == first.id).unwrap();
+        let ino = |fd: &OwnedFd| {
+            // SAFETY: fstat of a descriptor we hold, into a zeroed struct.
+            unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                assert_eq!(libc::fstat(fd.as_raw_fd(), &mut st), 0);
+                st.st_ino
+            }
+        };
+        assert_eq!(ns_of(relay, "net"), ino(&session.ns.park));
+        assert_ne!(ino(&session.ns.park), ino(&session.ns.net));
         assert_ne!(ns_of(relay, "mnt"), ns_of(me, "mnt"));
         // Dropped unused (no order came): killed and reaped, group and all.
         drop(chain);
