@@ -55,19 +55,23 @@ pub(crate) unsafe fn add_path_rule(ruleset: RawFd, parent: RawFd, access: u64) -
     }
 }
 
-/// The Landlock ABI the kernel offers (0 when Landlock is unavailable).
+/// The Landlock ABI the kernel offers (0 when Landlock is unavailable);
+/// asked once per process (a running kernel's answer does not change).
 pub fn kernel_abi() -> u32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
-    // SAFETY: querying the ABI version takes no pointers (NULL, 0).
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if v < 0 { 0 } else { v as u32 }
+    static ABI_VERSION: OnceLock<u32> = OnceLock::new();
+    *ABI_VERSION.get_or_init(|| {
+        const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
+        // SAFETY: querying the ABI version takes no pointers (NULL, 0).
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        if v < 0 { 0 } else { v as u32 }
+    })
 }
 
 /// Devices a command may read and write.
