@@ -418,7 +418,7 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
 /// `/tmp`, `/dev/shm` and `/run` are its own and empty, the root, `/dev`
 /// and the host trees cannot be written, no process of the last command
 /// is left (a daemon in a session of its own neither), and an abstract
-/// socket it listened on is gone with its network namespace. The honest
+/// socket it listened on is gone with the process that held it. The honest
 /// twin: what a command writes in the workspace is there for the next.
 #[test]
 fn a_tasks_commands_share_a_session_but_nothing_one_leaves_reaches_the_next() {
@@ -468,69 +468,77 @@ fn a_tasks_commands_share_a_session_but_nothing_one_leaves_reaches_the_next() {
 }
 
 /// A session's commands enter its network namespace only while it is
-/// untouched (`child::enter_chain_net`): no packet ever counted on `lo`,
-/// no socket in it. The attack: a command tries to change the namespace
-/// for the next (`lo` down, a network setting: refused, so the next
-/// command enters the same namespace, `lo` up), and leaves a connection
-/// in TIME_WAIT and an abstract listener held only by a descriptor in
-/// flight: the next command finds neither, in a new namespace. The honest
-/// twin: a server on the port the connection used binds it without
-/// `SO_REUSEADDR`, as on a fresh machine.
+/// untouched (`child::enter_chain_net`): no packet ever counted, no
+/// socket of any family, no IPv6 flow label. The attack: a command tries
+/// to change the namespace for the next (`lo` down, a network setting:
+/// refused, so the next command enters the same namespace, `lo` up), and
+/// leaves a connection in TIME_WAIT and an abstract listener held only by
+/// a descriptor in flight, or (sending nothing, keeping no socket) a flow
+/// label left to linger for anyone to read: the next command finds none
+/// of them, in a new namespace. The honest twin: a server on the port the
+/// connection used binds it without `SO_REUSEADDR`, as on a fresh machine.
 #[test]
 fn a_sessions_network_namespace_is_entered_only_untouched() {
     for who in users() {
-        let sc = Scene::new("session-net", who);
-        let script = probe(&sc, "session_network.py");
-        let out = sc
-            .command(
-                &["--repeat", "4", "--pause-ms", "100"],
-                &["python3", &script],
-            )
-            .env("LOOP_LOG", "loop_sandbox::phases=debug")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{who:?}: {stderr}");
-        assert_eq!(
-            stderr.matches("a session's chain took the command").count(),
-            3,
-            "{who:?}: the last three commands came from the session's chains: {stderr}"
-        );
-        let facts = std::fs::read_to_string(sc.ws().join("net-facts.txt")).unwrap();
-        let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
-        assert_eq!(rows.len(), 4, "{who:?}: {facts}");
-        for (i, r) in rows.iter().enumerate() {
-            let n = (i + 1).to_string();
+        for (what, runs) in [("sockets", 4), ("label", 3)] {
+            let sc = Scene::new(&format!("session-net-{what}"), who);
+            let script = probe(&sc, "session_network.py");
+            let out = sc
+                .command(
+                    &["--repeat", &runs.to_string(), "--pause-ms", "100"],
+                    &["python3", &script, what],
+                )
+                .env("LOOP_LOG", "loop_sandbox::phases=debug")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{who:?} {what}: {stderr}");
             assert_eq!(
-                r[..8],
-                [
-                    n.as_str(),
-                    r[1],
-                    "0",
-                    "0",
-                    "0",
-                    "1",
-                    "bound",
-                    "ECONNREFUSED"
-                ],
-                "{who:?}: nothing of an earlier command: {facts}"
+                stderr.matches("a session's chain took the command").count(),
+                runs - 1,
+                "{who:?} {what}: every command but the first came from the session's chains: {stderr}"
             );
-            let changes: Vec<&str> = r[8].split(',').collect();
-            assert_eq!(changes.len(), 2, "{who:?}: {facts}");
-            assert_eq!(changes[0], "EPERM", "{who:?}: lo down: {facts}");
-            assert!(
-                changes[1] == "EROFS" || changes[1] == "EACCES",
-                "{who:?}: a network setting: {facts}"
+            let facts = std::fs::read_to_string(sc.ws().join("net-facts.txt")).unwrap();
+            let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
+            assert_eq!(rows.len(), runs, "{who:?} {what}: {facts}");
+            for (i, r) in rows.iter().enumerate() {
+                let n = (i + 1).to_string();
+                assert_eq!(
+                    r[..9],
+                    [
+                        n.as_str(),
+                        r[1],
+                        "0",
+                        "0",
+                        "0",
+                        "1",
+                        "bound",
+                        "ECONNREFUSED",
+                        "0"
+                    ],
+                    "{who:?} {what}: nothing of an earlier command: {facts}"
+                );
+                let changes: Vec<&str> = r[9].split(',').collect();
+                assert_eq!(changes.len(), 2, "{who:?} {what}: {facts}");
+                assert_eq!(changes[0], "EPERM", "{who:?} {what}: lo down: {facts}");
+                assert!(
+                    changes[1] == "EROFS" || changes[1] == "EACCES",
+                    "{who:?} {what}: a network setting: {facts}"
+                );
+            }
+            // The run that left something, and the one after it.
+            let (left, next) = if what == "sockets" { (2, 3) } else { (1, 2) };
+            if what == "sockets" {
+                assert_eq!(
+                    rows[1][1], rows[2][1],
+                    "{who:?}: untouched, the session's namespace is entered again: {facts}"
+                );
+            }
+            assert_ne!(
+                rows[left][1], rows[next][1],
+                "{who:?} {what}: touched, it is not: {facts}"
             );
         }
-        assert_eq!(
-            rows[1][1], rows[2][1],
-            "{who:?}: untouched, the session's namespace is entered again: {facts}"
-        );
-        assert_ne!(
-            rows[2][1], rows[3][1],
-            "{who:?}: touched, it is not: {facts}"
-        );
     }
 }
 

@@ -384,66 +384,120 @@ pub(crate) unsafe fn chain_ahead(
 
 /// A chain's command enters its network namespace, at its order (so
 /// once the session's last command and everything it started have
-/// ended): the session's `net`, with `lo` up, if it is untouched (no
-/// packet ever received or sent on `lo`, no other interface, no Unix
-/// socket in it); else a new one, its `lo` brought up, as a command
-/// without a session makes. So a command never finds anything of an
-/// earlier one there: not a socket (a connection's `TIME_WAIT` among
-/// them, which would keep its port), not a counter. A command cannot
-/// change the namespace's settings (it holds no capability), and its
-/// sockets end with its processes, all of which have ended before the
-/// next order: what is left of it is a packet counted or a socket kept
-/// alive by a descriptor in flight, both seen here. Closes `net`.
+/// ended): the session's `net` (`-1`: none, a check's session), `lo` up,
+/// if it is untouched ([`net_untouched`]); else a new one, its `lo`
+/// brought up, as a command without a session makes. So a task's command
+/// never finds anything of an earlier one there: not a socket of any
+/// family (a connection in `TIME_WAIT` among them, which would keep its
+/// port, or one kept alive only by a descriptor in flight), not a packet
+/// counted, not an IPv6 flow label left to linger. A check never shares
+/// one: each check's network namespace is new. Closes `net`; a failure
+/// is written to `d`.
 ///
 /// # Safety
 /// In a chain's command-to-be, between its order and exec.
-pub(crate) unsafe fn enter_chain_net(net: RawFd) -> io::Result<()> {
+pub(crate) unsafe fn enter_chain_net(net: RawFd, d: RawFd) -> io::Result<()> {
     // SAFETY (whole body): system calls on a descriptor this process holds
     // and on buffers on this stack.
     unsafe {
-        let entered = libc::setns(net, libc::CLONE_NEWNET) == 0;
-        libc::close(net);
-        if entered && net_untouched() {
-            return Ok(());
+        if net >= 0 {
+            let entered = libc::setns(net, libc::CLONE_NEWNET) == 0;
+            libc::close(net);
+            if entered && net_untouched() {
+                return Ok(());
+            }
         }
-        check(libc::unshare(libc::CLONE_NEWNET) as libc::c_long, -1, b"")?;
-        bring_up_loopback(-1)
+        check(
+            libc::unshare(libc::CLONE_NEWNET) as libc::c_long,
+            d,
+            b"unshare network namespace",
+        )?;
+        bring_up_loopback(d)
     }
 }
 
-/// Whether this process's network namespace is as made: `lo` alone, no
-/// packet counted on it, no Unix socket in it (`/proc/self/net`; false
-/// where that cannot be read).
+/// Whether this process's network namespace is as made (false where
+/// `/proc/self/net` cannot be read):
+/// - every interface's counters zero (`lo`, and any the kernel puts in
+///   every new namespace, which a command cannot bring up): no packet
+///   ever sent or received;
+/// - no socket of any family in it (`sockstat`: none in use, none
+///   orphaned or in `TIME_WAIT`);
+/// - no IPv6 flow label (which lingers after its socket, for anyone to
+///   read or to keep from taking), where the kernel has IPv6.
 fn net_untouched() -> bool {
     let mut buf = [0u8; 4096];
     let Some(dev) = read_proc(c"/proc/self/net/dev", &mut buf) else {
         return false;
     };
-    // Two heading lines, then one line per interface: `lo` alone, every
-    // counter of it zero.
-    let mut lines = dev.split(|&b| b == b'\n').filter(|l| !l.is_empty()).skip(2);
-    let lo_unused = lines.next().is_some_and(|l| {
-        let mut parts = l.splitn(2, |&b| b == b':');
+    // Two heading lines, then one line per interface.
+    let mut lo = false;
+    for line in dev.split(|&b| b == b'\n').filter(|l| !l.is_empty()).skip(2) {
+        let mut parts = line.splitn(2, |&b| b == b':');
         let name = parts.next().unwrap_or_default().trim_ascii();
-        let counters = parts.next().unwrap_or_default();
-        name == b"lo"
-            && !counters.is_empty()
-            && counters
-                .split(|b| b.is_ascii_whitespace())
-                .filter(|c| !c.is_empty())
-                .all(|c| c == b"0")
-    });
-    if !lo_unused || lines.next().is_some() {
+        let mut counters = parts
+            .next()
+            .unwrap_or_default()
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|c| !c.is_empty())
+            .peekable();
+        if counters.peek().is_none() || !counters.all(|c| c == b"0") {
+            return false;
+        }
+        lo |= name == b"lo";
+    }
+    if !lo {
         return false;
     }
-    let mut buf = [0u8; 4096];
-    // Its heading line alone.
-    read_proc(c"/proc/self/net/unix", &mut buf).is_some_and(|unix| {
-        unix.split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .count()
-            == 1
-    })
+    let mut buf = [0u8; 1024];
+    let Some(stat) = read_proc(c"/proc/self/net/sockstat", &mut buf) else {
+        return false;
+    };
+    /// The word after `name` in `line`.
+    fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        let mut words = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty());
+        words.by_ref().find(|w| *w == name)?;
+        words.next()
+    }
+    let mut seen = 0;
+    for line in stat.split(|&b| b == b'\n') {
+        let wanted: &[&[u8]] = if line.starts_with(b"sockets:") {
+            &[b"used"]
+        } else if line.starts_with(b"TCP:") {
+            &[b"inuse", b"orphan", b"tw"]
+        } else {
+            continue;
+        };
+        for name in wanted {
+            if field(line, name) != Some(b"0") {
+                return false;
+            }
+        }
+        seen += 1;
+    }
+    if seen != 2 {
+        return false;
+    }
+    let mut buf = [0u8; 1024];
+    match read_proc(c"/proc/self/net/ip6_flowlabel", &mut buf) {
+        // Its heading line alone.
+        Some(labels) => {
+            labels
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count()
+                == 1
+        }
+        // No IPv6 in this kernel (no such file): no flow label.
+        None => {
+            // SAFETY: access on a NUL-terminated path.
+            let gone =
+                unsafe { libc::access(c"/proc/self/net/ip6_flowlabel".as_ptr(), libc::F_OK) } != 0;
+            gone && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
+        }
+    }
 }
 
 /// The whole of a small `/proc` file read into `buf` (`None`: it could
@@ -1599,26 +1653,41 @@ mod tests {
         }
     }
 
-    /// A network namespace is judged untouched only as made: a Unix
-    /// socket open in it, or a packet ever counted on `lo`, and it is not.
+    /// A network namespace is judged untouched only as made: a socket of
+    /// any family open in it (a Unix one, a TCP one that sent nothing),
+    /// or a packet ever counted on `lo`, and it is not. Closed sockets
+    /// leave it untouched again (the kernel may free one a moment after
+    /// its close: waited for).
     #[test]
     fn a_network_namespace_is_untouched_only_as_made() {
+        fn settles() -> bool {
+            (0..200).any(|_| {
+                net_untouched() || {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    false
+                }
+            })
+        }
         fn body() -> bool {
             // SAFETY: in a forked child of the test: namespaces and sockets
             // of its own.
             unsafe {
                 if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0
                     || bring_up_loopback(-1).is_err()
-                    || !net_untouched()
+                    || !settles()
                 {
                     return false;
                 }
-                // A Unix socket open: touched; closed: untouched again.
-                let u = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
-                let open_seen = !net_untouched();
-                libc::close(u);
-                if !open_seen || !net_untouched() {
-                    return false;
+                for (family, kind) in [
+                    (libc::AF_UNIX, libc::SOCK_DGRAM),
+                    (libc::AF_INET, libc::SOCK_STREAM),
+                ] {
+                    let fd = libc::socket(family, kind, 0);
+                    let open_seen = fd >= 0 && !net_untouched();
+                    libc::close(fd);
+                    if !open_seen || !settles() {
+                        return false;
+                    }
                 }
                 // One packet on `lo` (to a port nothing listens on): touched
                 // for good.
@@ -1640,6 +1709,7 @@ mod tests {
                     std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
                 );
                 libc::close(s);
+                std::thread::sleep(std::time::Duration::from_millis(50));
                 sent == 1 && !net_untouched()
             }
         }

@@ -313,8 +313,11 @@ pub(crate) unsafe fn chain_wait(sock: RawFd, net: RawFd) -> ! {
         drop(fds);
         libc::close(sock);
         // Its network namespace: the session's if untouched, else a new
-        // one (so only now, once the last command has ended).
-        if child::enter_chain_net(net).is_err() {
+        // one (so only now, once the last command has ended). A chain
+        // takes only a plan that makes one (see `warm.rs`).
+        if order.plan.unshare_flags & libc::CLONE_NEWNET == 0 {
+            libc::close(net);
+        } else if child::enter_chain_net(net, order.plan.diag_fd).is_err() {
             failed(order.head.failed);
         }
         // The user and mount namespaces were entered or made ahead, and

@@ -7,22 +7,27 @@
 //! session is a user namespace (its id maps and per-user limits written)
 //! and a mount namespace in it holding that tree, built from
 //! [`RootPlan::shared`] by a small process forked from the spawner (the
-//! maker), which sends both namespaces back and exits. Each later command
+//! maker), which sends them back and exits. Each later command
 //! with the same shared steps enters the session's user namespace and a
 //! copy of its mount namespace (`setns`, then `unshare`), and makes only
 //! its own steps there: its `/tmp` on its own disk, the workspace and what
 //! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its PID, IPC
 //! and cgroup namespaces are its own and new, as before, and so are its
-//! Landlock ruleset, seccomp filter, limits and cgroups. Its network
-//! namespace, the costliest to make and tear down (every network
-//! subsystem sets itself up in one), is the session's while that is
-//! untouched: at its order a chain's command enters the session's
-//! network namespace (`lo` up) only if no packet was ever counted on `lo`
-//! there and no socket is open in it, else it makes a new one, as before
-//! (`child::enter_chain_net`). A command holds no capability, so it cannot
-//! change the namespace's settings; what it can leave there (a counted
-//! packet, a socket in `TIME_WAIT` or held in flight) is what the check
-//! sees, once its processes have all ended. A session's next command is
+//! Landlock ruleset, seccomp filter, limits and cgroups. A task's
+//! command's network namespace, the costliest to make and tear down
+//! (every network subsystem sets itself up in one), is the session's
+//! while that is untouched: at its order a chain's command enters the
+//! session's network namespace (`lo` up) only if no packet was ever
+//! counted there, no socket of any family is in it and no IPv6 flow
+//! label lingers, else it makes a new one, as before
+//! (`child::enter_chain_net`). A verification's checks never share one:
+//! each check's is new. What a task's command could leave there (a
+//! counted packet, a socket in `TIME_WAIT` or held in flight, a flow
+//! label) is what the check sees, once its processes have all ended; it
+//! holds no capability to change the namespace's settings (and where it
+//! runs as the host's root, Landlock keeps `/proc` read-only to it); and
+//! whatever else it could leave would reach only the same task's later
+//! commands, which share its workspace anyway. A session's next command is
 //! made ahead: a [`Chain`], the command's processes up to its order, its
 //! namespaces entered and made. It is made once the command
 //! before it has exec'd, when that command came from a chain (the
@@ -34,9 +39,9 @@
 //! a chain is in the session's user namespace with it (its processes in
 //! a network namespace of the session's own, `lo` down, where nothing is
 //! ever bound or sent, until the command-to-be's order), and nothing
-//! else: the command cannot see it (another PID
-//! namespace), reach it (no socket in it, other IPC and mount namespaces,
-//! no capability), or signal it; its
+//! else: the command cannot see it (another PID namespace), reach it (no
+//! socket in its network namespace, other IPC and mount namespaces, no
+//! capability), or signal it; its
 //! three processes count toward the command's `RLIMIT_NPROC` there, as
 //! the command's own relay and init do (512 by default), from the moment
 //! it is made: a command that runs within three processes of its limit
@@ -45,6 +50,8 @@
 //!
 //! Nothing a command can change is shared:
 //!
+//! - the session's network namespace is entered only untouched (above),
+//!   and only by a task's commands;
 //! - the shared tree is read-only once built (its tmpfs mounts remounted
 //!   read-only, every host tree read-only), and a command holds no
 //!   capability to remount it: what one command could write there, the
@@ -85,15 +92,23 @@ pub(crate) const KEPT: usize = 4;
 const MAKER_WAIT: Duration = Duration::from_secs(10);
 
 /// A session's namespaces, made by its maker: its user and mount
-/// namespaces, and two network namespaces owned by that user namespace:
-/// `park`, where a chain's relay and init wait (`lo` down, nothing ever
-/// sent or bound in it), and `net`, which a chain's command enters at its
-/// order if it is untouched (see [`Chain`]).
+/// namespaces, and network namespaces owned by that user namespace:
+/// `park`, where a chain's processes wait for its order (`lo` down,
+/// nothing ever sent or bound in it), and, for a task's commands (never
+/// for checks, each of which gets a new one), `net`, which a chain's
+/// command enters at its order if it is untouched (see [`Chain`]).
 pub(crate) struct Made {
     user: OwnedFd,
     mnt: OwnedFd,
     park: OwnedFd,
-    net: OwnedFd,
+    net: Option<OwnedFd>,
+}
+
+/// Whether the commands of a session for `plan` may share its network
+/// namespace while it is untouched: a task's commands (session kind 1),
+/// which share a workspace anyway; never a verification's checks.
+fn shares_net(plan: &ChildPlan) -> bool {
+    plan.session == 1
 }
 
 /// One session: its namespaces, the command in it, and its times.
@@ -161,14 +176,14 @@ pub(crate) struct Chain {
 const CHAIN_WAIT: Duration = Duration::from_millis(2);
 
 impl Chain {
-    /// Fork a chain in the session whose namespaces are `user` and `mnt`,
-    /// making `flags`' namespaces.
+    /// Fork a chain in the session whose namespaces are `ns`, making
+    /// `flags`' namespaces.
     fn make(ns: &Made, flags: libc::c_int) -> Option<Chain> {
         let (user, mnt, park, net) = (
             ns.user.as_raw_fd(),
             ns.mnt.as_raw_fd(),
             ns.park.as_raw_fd(),
-            ns.net.as_raw_fd(),
+            ns.net.as_ref().map_or(-1, |n| n.as_raw_fd()),
         );
         let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
         // SAFETY: getpid has no preconditions.
@@ -501,8 +516,9 @@ impl Sessions {
 }
 
 /// Make a session for `plan`: fork a maker that makes the user namespace
-/// as a command would, a mount namespace in it with the shared tree
-/// built, and sends both back; wait for it and reap it.
+/// as a command would, its network namespaces, a mount namespace in it
+/// with the shared tree built, and sends them back; wait for it and reap
+/// it.
 fn make(plan: &ChildPlan) -> Option<Made> {
     let root = plan.root.as_ref()?;
     let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
@@ -533,19 +549,20 @@ fn make(plan: &ChildPlan) -> Option<Made> {
             }
         }
     };
+    let want = if shares_net(plan) { 4 } else { 3 };
     let mut fds = if answered {
-        crate::fdpass::recv_fds(&ours, 4)
+        crate::fdpass::recv_fds(&ours, want)
     } else {
         Vec::new()
     };
     // SAFETY: killing (if it hangs) and reaping our own child.
     unsafe {
-        if fds.len() != 4 {
+        if fds.len() != want {
             libc::kill(pid, libc::SIGKILL);
         }
         libc::waitpid(pid, std::ptr::null_mut(), 0);
     }
-    let net = fds.pop()?;
+    let net = if want == 4 { Some(fds.pop()?) } else { None };
     let park = fds.pop()?;
     let mnt = fds.pop()?;
     let user = fds.pop()?;
@@ -558,9 +575,10 @@ fn make(plan: &ChildPlan) -> Option<Made> {
 }
 
 /// The maker: a new user namespace (its maps and limits as the plan's),
-/// a mount namespace in it, every mount private, the shared tree built on
-/// the staging directory; both namespaces sent over `sock`. Exits without
-/// sending when a step fails.
+/// its network namespaces (see [`Made`]), a mount namespace in it, every
+/// mount private, the shared tree built on the staging directory; the
+/// namespaces sent over `sock` (user, mount, `park`, and `net` if made).
+/// Exits without sending when a step fails.
 ///
 /// # Safety
 /// Only in the child just forked by [`make`].
@@ -573,17 +591,19 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         {
             libc::_exit(1);
         }
-        // Two network namespaces: one where a chain's relay and init wait
-        // (`lo` down, nothing ever in it), and the one its commands enter
-        // while it is untouched (`lo` up; see [`Chain`]).
+        // The network namespace where a chain's processes wait (`lo`
+        // down, nothing ever in it), and, for a task's commands, the one
+        // they enter while it is untouched (`lo` up; see [`Chain`]).
         let open = |path: &[u8]| libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         if libc::unshare(libc::CLONE_NEWNET) != 0 {
             libc::_exit(1);
         }
         let park = open(b"/proc/self/ns/net\0");
+        let shared = shares_net(plan);
         if park < 0
-            || libc::unshare(libc::CLONE_NEWNET) != 0
-            || child::bring_up_loopback(-1).is_err()
+            || (shared
+                && (libc::unshare(libc::CLONE_NEWNET) != 0
+                    || child::bring_up_loopback(-1).is_err()))
         {
             libc::_exit(1);
         }
@@ -601,15 +621,17 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         }
         let user = open(b"/proc/self/ns/user\0");
         let mnt = open(b"/proc/self/ns/mnt\0");
-        let net = open(b"/proc/self/ns/net\0");
-        if user < 0 || mnt < 0 || net < 0 {
+        let net = if shared {
+            open(b"/proc/self/ns/net\0")
+        } else {
+            -2
+        };
+        if user < 0 || mnt < 0 || net == -1 {
             libc::_exit(1);
         }
-        libc::_exit(if crate::spares::send(sock, &[user, mnt, park, net]) {
-            0
-        } else {
-            1
-        })
+        let all = [user, mnt, park, net];
+        let fds = if shared { &all[..] } else { &all[..3] };
+        libc::_exit(if crate::spares::send(sock, fds) { 0 } else { 1 })
     }
 }
 
@@ -795,7 +817,12 @@ mod tests {
             }
         };
         assert_eq!(ns_of(relay, "net"), ino(&session.ns.park));
-        assert_ne!(ino(&session.ns.park), ino(&session.ns.net));
+        let net = session
+            .ns
+            .net
+            .as_ref()
+            .expect("a task's session has a network namespace");
+        assert_ne!(ino(&session.ns.park), ino(net));
         assert_ne!(ns_of(relay, "mnt"), ns_of(me, "mnt"));
         // Dropped unused (no order came): killed and reaped, group and all.
         drop(chain);
@@ -898,6 +925,20 @@ mod tests {
         // A check never enters a task command's session.
         let check = s.take(&joining(&staging, 2)).unwrap();
         assert!(check.new && check.id != first.id && check.id != second.id);
+        // A task's commands may share their session's network namespace
+        // while it is untouched; a verification's checks never do (each
+        // check makes its own at its order).
+        let net_of = |id: u64| {
+            s.entries
+                .iter()
+                .find(|e| e.id == id)
+                .unwrap()
+                .ns
+                .net
+                .is_some()
+        };
+        assert!(net_of(first.id) && net_of(second.id));
+        assert!(!net_of(check.id));
         s.unbind(check.id);
         // Idle sessions go once unused for long enough; one in use stays.
         assert_eq!(s.len(), 3);

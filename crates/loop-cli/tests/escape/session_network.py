@@ -1,16 +1,19 @@
-# One command of a task, run four times in one sandbox session: what it
-# finds of the network namespace it was given (nothing of an earlier
-# command's: no packet counted, no socket, its port free, `lo` up), what
-# comes of its attempts to change that namespace for the next command,
-# and, on its third run, leftovers for the fourth: a connection whose
-# TIME_WAIT holds a port, and a listening abstract socket kept alive only
-# by a descriptor in flight.
+# One command of a task, run several times in one sandbox session: what
+# it finds of the network namespace it was given (nothing of an earlier
+# command's: no packet counted, no socket, no flow label, its port free,
+# `lo` up), what comes of its attempts to change that namespace for the
+# next command, and leftovers for the next: on its third run (argument
+# `sockets`) a connection whose TIME_WAIT holds a port and a listening
+# abstract socket kept alive only by a descriptor in flight; on its second
+# (argument `label`) an IPv6 flow label left to linger, with no packet
+# sent and no socket left.
 import array
 import errno
 import fcntl
 import os
 import socket
 import struct
+import sys
 
 PORT = 47113
 NAME = "\0loop-session-net-left"
@@ -29,6 +32,7 @@ counted = sum(int(x) for x in lo.split(":", 1)[1].split())
 unix = len(open("/proc/self/net/unix").read().splitlines()) - 1
 tcp = sum(len(open(f"/proc/self/net/{t}").read().splitlines()) - 1 for t in ("tcp", "tcp6"))
 lo_up = int(open("/sys/class/net/lo/flags").read(), 16) & 1
+labels = len(open("/proc/self/net/ip6_flowlabel").read().splitlines()) - 1
 # Honest work: a server on a fixed port, without SO_REUSEADDR.
 s = socket.socket()
 try:
@@ -61,8 +65,16 @@ try:
 except OSError as e:
     changes.append(code(e))
 with open("net-facts.txt", "a") as f:
-    print(n, net, counted, unix, tcp, lo_up, bound, abstract, ",".join(changes), file=f)
-if n == 3:
+    print(n, net, counted, unix, tcp, lo_up, bound, abstract, labels, ",".join(changes), file=f)
+if sys.argv[1] == "label" and n == 2:
+    # A label shared with anyone, lingering a minute after its socket.
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    req = socket.inet_pton(socket.AF_INET6, "::1") + struct.pack(
+        "!I", 0x12345
+    ) + struct.pack("=BBHHHI", 0, 255, 1, 0, 60, 0)  # GET, share ANY, CREATE; linger 60 s
+    s.setsockopt(socket.IPPROTO_IPV6, 32, req)  # IPV6_FLOWLABEL_MGR
+    s.close()
+if sys.argv[1] == "sockets" and n == 3:
     # The server closes first: its side of the connection stays in
     # TIME_WAIT on PORT for a minute.
     server = socket.socket()
