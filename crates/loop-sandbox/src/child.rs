@@ -324,11 +324,13 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
 /// A chain's first steps, made before its command is known (see
 /// `warm.rs`), as [`enter`] makes them for a session's command: a new
 /// session (process group), the session's user and mount namespaces
-/// entered, `flags`' namespaces made but the cgroup and network ones
-/// (see [`chain_unshares`]; the relay and init wait in the session's
-/// `park`ed network namespace, and the command enters its own at its
-/// order: [`enter_chain_net`]), every descriptor but `keep` closed (the
-/// spawner's socket, and the session's network namespace, which only the
+/// entered, `flags`' namespaces made but the cgroup one (see
+/// [`chain_unshares`]; in a task's session, whose `park`ed network
+/// namespace is given, not the network one either: the relay and init
+/// wait in `park`, and the command enters its own at its order,
+/// [`enter_chain_net`]; else the network one is made with `lo` up, as a
+/// command's), every descriptor but `keep` closed (the spawner's socket,
+/// and the session's network namespace if any, which only the
 /// command-to-be keeps), and the relay and init forked. Its relay and init keep the spawner's priority and cgroups
 /// (the command sets its own after the order, as a command forked with a
 /// report does, see [`enter_reporting`]). Returns in the command-to-be;
@@ -361,21 +363,24 @@ pub(crate) unsafe fn chain_ahead(
             b"",
         )?;
         check(libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long, -1, b"")?;
-        // The relay and init wait in the session's parked network
-        // namespace; the command enters its own at its order
-        // (`ordered::chain_wait`, [`enter_chain_net`]).
-        if flags & libc::CLONE_NEWNET != 0 {
+        // In a task's session (`park` given), the relay and init wait in
+        // the session's parked network namespace, and the command enters
+        // its own at its order (`ordered::chain_wait`,
+        // [`enter_chain_net`]); else the chain makes the command's own now,
+        // its `lo` up.
+        let mut unshares = chain_unshares(flags);
+        if flags & libc::CLONE_NEWNET != 0 && park >= 0 {
             check(
                 libc::setns(park, libc::CLONE_NEWNET) as libc::c_long,
                 -1,
                 b"",
             )?;
+            unshares &= !libc::CLONE_NEWNET;
         }
-        check(
-            libc::unshare(chain_unshares(flags) & !libc::CLONE_NEWNET) as libc::c_long,
-            -1,
-            b"",
-        )?;
+        check(libc::unshare(unshares) as libc::c_long, -1, b"")?;
+        if unshares & libc::CLONE_NEWNET != 0 {
+            bring_up_loopback(-1)?;
+        }
         close_all_except(keep);
         // The relay keeps `keep[0]` to tell the spawner the command's end.
         split_pid_namespace(-1, keep[0])
@@ -384,9 +389,9 @@ pub(crate) unsafe fn chain_ahead(
 
 /// A chain's command enters its network namespace, at its order (so
 /// once the session's last command and everything it started have
-/// ended): the session's `net` (`-1`: none, a check's session), `lo` up,
-/// if it is untouched ([`net_untouched`]); else a new one, its `lo`
-/// brought up, as a command without a session makes. So a task's command
+/// ended): the session's `net`, `lo` up, if it is untouched
+/// ([`net_untouched`]); else a new one, its `lo` brought up, as a
+/// command without a session makes. So a task's command
 /// never finds anything of an earlier one there: not a socket of any
 /// family (a connection in `TIME_WAIT` among them, which would keep its
 /// port, or one kept alive only by a descriptor in flight), not a packet

@@ -36,9 +36,10 @@
 //! program's run, never beside a command's start, which takes the same
 //! kernel mount lock, so a command ordered at once after the last one's
 //! end finds its chain ready. While it waits beside the running command,
-//! a chain is in the session's user namespace with it (its processes in
-//! a network namespace of the session's own, `lo` down, where nothing is
-//! ever bound or sent, until the command-to-be's order), and nothing
+//! a chain is in the session's user namespace with it (its processes, in
+//! a task's session, in a network namespace of the session's own, `lo`
+//! down, where nothing is ever bound or sent, until the command-to-be's
+//! order; in a check's, in the check's own, made ahead), and nothing
 //! else: the command cannot see it (another PID namespace), reach it (no
 //! socket in its network namespace, other IPC and mount namespaces, no
 //! capability), or signal it; its
@@ -92,16 +93,22 @@ pub(crate) const KEPT: usize = 4;
 const MAKER_WAIT: Duration = Duration::from_secs(10);
 
 /// A session's namespaces, made by its maker: its user and mount
-/// namespaces, and network namespaces owned by that user namespace:
-/// `park`, where a chain's processes wait for its order (`lo` down,
-/// nothing ever sent or bound in it), and, for a task's commands (never
-/// for checks, each of which gets a new one), `net`, which a chain's
-/// command enters at its order if it is untouched (see [`Chain`]).
+/// namespaces, and, for a task's commands (never for checks, whose
+/// chains make each check's own network namespace ahead, as before),
+/// two network namespaces owned by that user namespace (see [`Nets`]).
 pub(crate) struct Made {
     user: OwnedFd,
     mnt: OwnedFd,
+    nets: Option<Nets>,
+}
+
+/// A task's session's network namespaces: `park`, where a chain's
+/// processes wait for its order (`lo` down, nothing ever sent or bound in
+/// it), and `net`, which a chain's command enters at its order if it is
+/// untouched (see [`Chain`]).
+struct Nets {
     park: OwnedFd,
-    net: Option<OwnedFd>,
+    net: OwnedFd,
 }
 
 /// Whether the commands of a session for `plan` may share its network
@@ -130,8 +137,9 @@ struct Entry {
 
 /// A session's next command made ahead, up to its order: a process forked
 /// from the spawner that made itself a new process group, entered the
-/// session's user and mount namespaces and the session's `park`ed network
-/// namespace, made the command's own mount, PID and IPC namespaces
+/// session's user and mount namespaces (and, in a task's session, its
+/// `park`ed network namespace), made the command's own mount, PID and IPC
+/// namespaces (and, in a check's session, its network namespace)
 /// (`unshare`, as the command's child would: its mount namespace a copy
 /// of the session's tree), and forked the relay and init as
 /// [`child::enter`] does; the third process, the
@@ -157,9 +165,10 @@ struct Entry {
 /// it runs nothing of the command's, and nothing a command can reach
 /// (another PID, IPC and mount namespace, a network namespace where
 /// nothing is bound or sent, no capability kept) reaches it. At its
-/// order the command-to-be enters the session's network namespace if it
-/// is untouched, else makes a new one (`child::enter_chain_net`). One that is dropped unused (its session dropped, the
-/// spawner ending) is killed with its process group and reaped.
+/// order a task's command-to-be enters the session's network namespace
+/// if it is untouched, else makes a new one (`child::enter_chain_net`).
+/// One that is dropped unused (its session dropped, the spawner ending)
+/// is killed with its process group and reaped.
 pub(crate) struct Chain {
     /// Its first process (the relay), which the command's end is read
     /// from; 0 once handed over.
@@ -179,12 +188,11 @@ impl Chain {
     /// Fork a chain in the session whose namespaces are `ns`, making
     /// `flags`' namespaces.
     fn make(ns: &Made, flags: libc::c_int) -> Option<Chain> {
-        let (user, mnt, park, net) = (
-            ns.user.as_raw_fd(),
-            ns.mnt.as_raw_fd(),
-            ns.park.as_raw_fd(),
-            ns.net.as_ref().map_or(-1, |n| n.as_raw_fd()),
-        );
+        let (user, mnt) = (ns.user.as_raw_fd(), ns.mnt.as_raw_fd());
+        let (park, net) = ns
+            .nets
+            .as_ref()
+            .map_or((-1, -1), |n| (n.park.as_raw_fd(), n.net.as_raw_fd()));
         let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
@@ -549,7 +557,7 @@ fn make(plan: &ChildPlan) -> Option<Made> {
             }
         }
     };
-    let want = if shares_net(plan) { 4 } else { 3 };
+    let want = if shares_net(plan) { 4 } else { 2 };
     let mut fds = if answered {
         crate::fdpass::recv_fds(&ours, want)
     } else {
@@ -562,22 +570,23 @@ fn make(plan: &ChildPlan) -> Option<Made> {
         }
         libc::waitpid(pid, std::ptr::null_mut(), 0);
     }
-    let net = if want == 4 { Some(fds.pop()?) } else { None };
-    let park = fds.pop()?;
+    let nets = if want == 4 {
+        let net = fds.pop()?;
+        let park = fds.pop()?;
+        Some(Nets { park, net })
+    } else {
+        None
+    };
     let mnt = fds.pop()?;
     let user = fds.pop()?;
-    Some(Made {
-        user,
-        mnt,
-        park,
-        net,
-    })
+    Some(Made { user, mnt, nets })
 }
 
 /// The maker: a new user namespace (its maps and limits as the plan's),
 /// its network namespaces (see [`Made`]), a mount namespace in it, every
 /// mount private, the shared tree built on the staging directory; the
-/// namespaces sent over `sock` (user, mount, `park`, and `net` if made).
+/// namespaces sent over `sock` (user, mount, and `park` and `net` if
+/// made).
 /// Exits without sending when a step fails.
 ///
 /// # Safety
@@ -591,21 +600,23 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         {
             libc::_exit(1);
         }
-        // The network namespace where a chain's processes wait (`lo`
-        // down, nothing ever in it), and, for a task's commands, the one
-        // they enter while it is untouched (`lo` up; see [`Chain`]).
+        // For a task's commands: the network namespace where a chain's
+        // processes wait (`lo` down, nothing ever in it), and the one they
+        // enter while it is untouched (`lo` up; see [`Chain`]).
         let open = |path: &[u8]| libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if libc::unshare(libc::CLONE_NEWNET) != 0 {
-            libc::_exit(1);
-        }
-        let park = open(b"/proc/self/ns/net\0");
         let shared = shares_net(plan);
-        if park < 0
-            || (shared
-                && (libc::unshare(libc::CLONE_NEWNET) != 0
-                    || child::bring_up_loopback(-1).is_err()))
-        {
-            libc::_exit(1);
+        let mut park = -2;
+        if shared {
+            if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                libc::_exit(1);
+            }
+            park = open(b"/proc/self/ns/net\0");
+            if park < 0
+                || libc::unshare(libc::CLONE_NEWNET) != 0
+                || child::bring_up_loopback(-1).is_err()
+            {
+                libc::_exit(1);
+            }
         }
         if libc::unshare(libc::CLONE_NEWNS) != 0
             || libc::mount(
@@ -630,7 +641,7 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
             libc::_exit(1);
         }
         let all = [user, mnt, park, net];
-        let fds = if shared { &all[..] } else { &all[..3] };
+        let fds = if shared { &all[..] } else { &all[..2] };
         libc::_exit(if crate::spares::send(sock, fds) { 0 } else { 1 })
     }
 }
@@ -799,7 +810,8 @@ mod tests {
         // Its first process is a process group of its own, in the
         // session's user namespace, with a mount namespace of its own (a
         // copy of the session's), waiting in the session's parked network
-        // namespace: not the spawner's, not the one commands enter.
+        // namespace: not the spawner's, not the one commands enter (a
+        // task's session: a check's chain makes the check's own ahead).
         // SAFETY: getpgid of a child of ours.
         assert_eq!(unsafe { libc::getpgid(relay) }, relay);
         assert_eq!(ns_of(relay, "user"), session_user);
@@ -816,13 +828,13 @@ mod tests {
                 st.st_ino
             }
         };
-        assert_eq!(ns_of(relay, "net"), ino(&session.ns.park));
-        let net = session
+        let nets = session
             .ns
-            .net
+            .nets
             .as_ref()
-            .expect("a task's session has a network namespace");
-        assert_ne!(ino(&session.ns.park), ino(net));
+            .expect("a task's session has network namespaces");
+        assert_eq!(ns_of(relay, "net"), ino(&nets.park));
+        assert_ne!(ino(&nets.park), ino(&nets.net));
         assert_ne!(ns_of(relay, "mnt"), ns_of(me, "mnt"));
         // Dropped unused (no order came): killed and reaped, group and all.
         drop(chain);
@@ -934,7 +946,7 @@ mod tests {
                 .find(|e| e.id == id)
                 .unwrap()
                 .ns
-                .net
+                .nets
                 .is_some()
         };
         assert!(net_of(first.id) && net_of(second.id));
