@@ -312,13 +312,16 @@ pub(crate) unsafe fn chain_wait(sock: RawFd, net: RawFd) -> ! {
         };
         drop(fds);
         libc::close(sock);
-        // Its network namespace: the session's if untouched, else a new
-        // one (so only now, once the last command has ended). A chain
-        // takes only a plan that makes one (see `warm.rs`).
-        if order.plan.unshare_flags & libc::CLONE_NEWNET == 0 {
-            libc::close(net);
-        } else if child::enter_chain_net(net, order.plan.diag_fd).is_err() {
-            failed(order.head.failed);
+        // A task's command's network namespace: the session's if
+        // untouched, else a new one (so only now, once the last command
+        // has ended); a check's chain made the check's own ahead (`net`
+        // -1). A chain takes only a plan that makes one (see `warm.rs`).
+        if net >= 0 {
+            if order.plan.unshare_flags & libc::CLONE_NEWNET == 0 {
+                libc::close(net);
+            } else if child::enter_chain_net(net, order.plan.diag_fd).is_err() {
+                failed(order.head.failed);
+            }
         }
         // The user and mount namespaces were entered or made ahead, and
         // the network one now (`lo` up); the session's shared tree is built.
