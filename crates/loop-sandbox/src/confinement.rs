@@ -1,7 +1,7 @@
 //! What a command may touch, decided once in the runtime and enforced in
 //! the child: resource limits, the filesystem view, the network.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -125,7 +125,7 @@ pub struct HostView {
     pub read_exec: Vec<PathBuf>,
     /// Those of `read_exec` that are not directories (known from the walk,
     /// so building a ruleset needs no `stat` per entry).
-    pub files: BTreeSet<PathBuf>,
+    pub files: HashSet<PathBuf>,
     /// Paths that must never be readable.
     pub denied: Vec<PathBuf>,
     /// Toolchain variables derived from the PATH (e.g. `PYENV_ROOT`), so
@@ -216,7 +216,7 @@ impl HostView {
         }
         let denied = denied_paths(&homes);
         let mut read_exec = Vec::new();
-        let mut files = BTreeSet::new();
+        let mut files = HashSet::new();
         for t in &trees {
             match std::fs::metadata(t) {
                 Ok(m) if m.is_dir() => expand_allow(t, &denied, &mut read_exec, &mut files),
@@ -227,12 +227,11 @@ impl HostView {
                 Err(_) => {}
             }
         }
-        read_exec.sort();
-        read_exec.dedup();
+        crate::pathcmp::sort_unique(&mut read_exec);
         // BTreeSet order puts a parent before its children.
         let mut outer: Vec<PathBuf> = Vec::new();
         for t in &trees {
-            if !outer.iter().any(|o| t.starts_with(o)) {
+            if !outer.iter().any(|o| crate::pathcmp::under(t, o)) {
                 outer.push(t.clone());
             }
         }
@@ -249,10 +248,12 @@ impl HostView {
     /// (each command's root asks once per tree; a scan of the whole list
     /// per tree was a measurable part of every command's start).
     pub fn read_exec_under<'s>(&'s self, t: &'s Path) -> impl Iterator<Item = &'s PathBuf> + 's {
-        let start = self.read_exec.partition_point(|e| e.as_path() < t);
+        let start = self
+            .read_exec
+            .partition_point(|e| crate::pathcmp::order(e, t).is_lt());
         self.read_exec[start..]
             .iter()
-            .take_while(move |e| e.starts_with(t))
+            .take_while(move |e| crate::pathcmp::under(e, t))
     }
 }
 
@@ -366,13 +367,13 @@ pub fn expand_allow(
     tree: &Path,
     denied: &[PathBuf],
     out: &mut Vec<PathBuf>,
-    files: &mut BTreeSet<PathBuf>,
+    files: &mut HashSet<PathBuf>,
 ) {
     // Only the denied paths under this tree matter below it; comparing
     // bytes keeps the walk of a large /etc cheap.
     let inner: Vec<&[u8]> = denied
         .iter()
-        .filter(|d| d.starts_with(tree))
+        .filter(|d| crate::pathcmp::under(d, tree))
         .map(|d| d.as_os_str().as_bytes())
         .collect();
     expand_inner(tree, &inner, out, files);
@@ -382,7 +383,7 @@ fn expand_inner(
     tree: &Path,
     denied: &[&[u8]],
     out: &mut Vec<PathBuf>,
-    files: &mut BTreeSet<PathBuf>,
+    files: &mut HashSet<PathBuf>,
 ) {
     let t = tree.as_os_str().as_bytes();
     if denied.contains(&t) {
@@ -471,9 +472,9 @@ mod tests {
         std::fs::write(root.join("home/notes"), "x").unwrap();
         let denied = vec![root.join("home/.ssh"), root.join("home/.netrc")];
         let mut out = Vec::new();
-        let mut files = BTreeSet::new();
+        let mut files = HashSet::new();
         expand_allow(&root, &denied, &mut out, &mut files);
-        assert_eq!(files, BTreeSet::from([root.join("home/notes")]));
+        assert_eq!(files, HashSet::from([root.join("home/notes")]));
         out.sort();
         assert_eq!(out, vec![root.join("home/.pyenv"), root.join("home/notes")]);
         std::fs::remove_dir_all(&root).unwrap();

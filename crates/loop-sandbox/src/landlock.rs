@@ -123,12 +123,17 @@ fn static_rules(view: &'static HostView, abi: ABI) -> &'static StaticRules {
                 ));
             }
         }
+        let shown_through_overlays: Vec<&PathBuf> = view
+            .trees
+            .iter()
+            .filter(|t| crate::root::overlaid(t, true) && !crate::root::special(t))
+            .collect();
         let overlaid = rules
             .iter()
             .map(|(p, _, _)| {
-                view.trees.iter().any(|t| {
-                    p.starts_with(t) && crate::root::overlaid(t, true) && !crate::root::special(t)
-                })
+                shown_through_overlays
+                    .iter()
+                    .any(|t| crate::pathcmp::under(p, t))
             })
             .collect();
         StaticRules {

@@ -42,6 +42,7 @@ mod fdpass;
 mod kept;
 mod landlock;
 mod ordered;
+mod pathcmp;
 mod pipes;
 pub mod probe;
 pub mod pty;

@@ -354,11 +354,11 @@ fn masked_ancestors(inp: &Inputs<'_>, targets: &[(PathBuf, Kind)]) -> Vec<PathBu
         .denied
         .iter()
         .filter(|d| {
-            let holds = |p: &Path| p.starts_with(d) && p != d.as_path();
+            let holds = |p: &Path| crate::pathcmp::under(p, d) && p != d.as_path();
             (holds(inp.workspace) || inp.aliases.iter().any(|a| holds(a)))
                 && targets
                     .iter()
-                    .any(|(t, k)| matches!(k, Kind::Tree) && d.starts_with(t))
+                    .any(|(t, k)| matches!(k, Kind::Tree) && crate::pathcmp::under(d, t))
                 && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
         })
         .cloned()
@@ -379,7 +379,7 @@ fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
         .collect();
     // More trees, unless the view already shows them.
     for t in inp.extra_trees {
-        if !inp.view.trees.iter().any(|v| t.starts_with(v)) && !special(t) {
+        if !inp.view.trees.iter().any(|v| crate::pathcmp::under(t, v)) && !special(t) {
             targets.push((t.clone(), Kind::Tree));
         }
     }
@@ -392,7 +392,7 @@ fn targets(inp: &Inputs<'_>) -> Vec<(PathBuf, Kind)> {
         targets.push((d, Kind::Mask));
     }
     targets.push((inp.workspace.to_path_buf(), Kind::Workspace));
-    targets.sort_by(|a, b| a.0.cmp(&b.0));
+    targets.sort_by(|a, b| crate::pathcmp::order(&a.0, &b.0));
     targets
 }
 
@@ -413,7 +413,7 @@ struct Builder<'s> {
 impl Builder<'_> {
     /// Whether what is mounted at `t` (a host path) is the command's own.
     fn own(&self, t: &Path) -> bool {
-        self.own_roots.iter().any(|r| t.starts_with(r))
+        self.own_roots.iter().any(|r| crate::pathcmp::under(t, r))
     }
 
     /// Add `op` to the command's own steps, or to the shared ones.
@@ -435,7 +435,7 @@ impl Builder<'_> {
                 let own = self
                     .own_roots
                     .iter()
-                    .any(|r| acc.starts_with(r) && acc != *r);
+                    .any(|r| crate::pathcmp::under(&acc, r) && acc != *r);
                 self.push(own, Op::Mkdir(c(&under(self.staging, &acc))?));
             }
         }
@@ -754,7 +754,7 @@ impl Builder<'_> {
         let mounted = |p: &Path| {
             targets
                 .iter()
-                .any(|(t, k)| !matches!(k, Kind::Tmp) && p.starts_with(t))
+                .any(|(t, k)| !matches!(k, Kind::Tmp) && crate::pathcmp::under(p, t))
         };
         // (Those on the way to the workspace are empty already.)
         let emptied = |p: &Path| {
@@ -765,8 +765,8 @@ impl Builder<'_> {
         for d in &inp.view.denied {
             if !mounted(d)
                 || emptied(d)
-                || d.starts_with(&inp.private.base)
-                || d.starts_with(&inp.private.root_base)
+                || crate::pathcmp::under(d, &inp.private.base)
+                || crate::pathcmp::under(d, &inp.private.root_base)
             {
                 continue;
             }
