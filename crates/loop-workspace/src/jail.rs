@@ -57,6 +57,11 @@ impl JailError {
 #[derive(Debug, Clone)]
 pub struct Protected {
     rules: Vec<Rule>,
+    /// Every rule's globs in one set (a set per rule cost a build each,
+    /// most of a one-command `loop exec`'s own work before its sandbox),
+    /// with the index of the rule each glob comes from.
+    any: GlobSet,
+    owner: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,7 +70,8 @@ struct Rule {
     name: String,
     /// The glob as given.
     glob: String,
-    set: GlobSet,
+    /// What it matches (see [`globs_of`]).
+    globs: Vec<Glob>,
     /// Paths this rule does not protect after all.
     unless: Option<GlobSet>,
     /// Exact paths this rule does not protect (no glob, no depth).
@@ -75,19 +81,35 @@ struct Rule {
     enter: Option<std::collections::BTreeSet<String>>,
 }
 
-fn compile(glob: &str) -> Result<GlobSet, globset::Error> {
-    let mut b = GlobSetBuilder::new();
-    b.add(Glob::new(glob)?);
+fn globs_of(glob: &str) -> Result<Vec<Glob>, globset::Error> {
+    let mut out = vec![Glob::new(glob)?];
     if !glob.contains('/') {
-        b.add(Glob::new(&format!("**/{glob}"))?);
+        out.push(Glob::new(&format!("**/{glob}"))?);
     }
     if let Some(dir) = glob.strip_suffix("/**") {
-        b.add(Glob::new(dir)?);
+        out.push(Glob::new(dir)?);
     }
-    b.build()
+    Ok(out)
 }
 
 impl Protected {
+    /// `rules`, with their globs built into one set.
+    fn of(rules: Vec<Rule>) -> Result<Self, globset::Error> {
+        let mut b = GlobSetBuilder::new();
+        let mut owner = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            for g in &r.globs {
+                b.add(g.clone());
+                owner.push(i);
+            }
+        }
+        Ok(Protected {
+            any: b.build()?,
+            owner,
+            rules,
+        })
+    }
+
     /// Compile `rules`. A rule without `/` matches at any depth (`*.pem`),
     /// as in `.gitignore`; `dir/**` also protects `dir` itself, so it cannot
     /// be replaced by a symlink.
@@ -97,13 +119,13 @@ impl Protected {
             compiled.push(Rule {
                 name: r.clone(),
                 glob: r.clone(),
-                set: compile(r)?,
+                globs: globs_of(r)?,
                 unless: None,
                 unless_exact: Default::default(),
                 enter: None,
             });
         }
-        Ok(Protected { rules: compiled })
+        Protected::of(compiled)
     }
 
     /// Add rules named for why they exist (`(glob, name)`), each lifted for
@@ -120,7 +142,7 @@ impl Protected {
     /// paths in `exact` (a bare name there means that path at the root,
     /// never the same name deeper).
     pub fn with_named_except(
-        mut self,
+        self,
         rules: &[(String, String)],
         unless: &[String],
         exact: &[String],
@@ -143,17 +165,18 @@ impl Protected {
             }
             Some(b.build()?)
         };
+        let mut all = self.rules;
         for (glob, name) in rules {
-            self.rules.push(Rule {
+            all.push(Rule {
                 name: name.clone(),
                 glob: glob.clone(),
-                set: compile(glob)?,
+                globs: globs_of(glob)?,
                 unless: unless.clone(),
                 unless_exact: exact.iter().cloned().collect(),
                 enter: None,
             });
         }
-        Ok(self)
+        Protected::of(all)
     }
 
     /// Confine writes to `writable` (workspace-relative directories or
@@ -193,10 +216,16 @@ impl Protected {
 
     /// The first rule that protects `rel`, its exceptions considered.
     fn rule_for(&self, rel: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| {
-            r.set.is_match(rel)
-                && !r.unless.as_ref().is_some_and(|u| u.is_match(rel))
-                && !r.unless_exact.contains(rel)
+        let mut hits: Vec<usize> = self
+            .any
+            .matches(rel)
+            .into_iter()
+            .map(|g| self.owner[g])
+            .collect();
+        hits.sort_unstable();
+        hits.dedup();
+        hits.into_iter().map(|i| &self.rules[i]).find(|r| {
+            !r.unless.as_ref().is_some_and(|u| u.is_match(rel)) && !r.unless_exact.contains(rel)
         })
     }
 
