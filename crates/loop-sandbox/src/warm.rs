@@ -135,6 +135,17 @@ struct Entry {
     chain: Option<Chain>,
 }
 
+impl Entry {
+    /// Make this session's chain, if it has none and its commands take one.
+    fn chain_if_none(&mut self) {
+        if self.chain.is_none()
+            && let Some(flags) = self.chain_flags
+        {
+            self.chain = Chain::make(&self.ns, flags);
+        }
+    }
+}
+
 /// A session's next command made ahead, up to its order: a process forked
 /// from the spawner that made itself a new process group, entered the
 /// session's user and mount namespaces (and, in a task's session, its
@@ -414,26 +425,21 @@ impl Sessions {
     /// Make a chain for the idle session used last whose commands chains
     /// take, if it has none.
     fn make_chain(&mut self) {
-        if let Some(e) = self
+        let last = self
             .entries
             .iter_mut()
             .filter(|e| e.chain_flags.is_some() && e.busy.is_none())
-            .max_by_key(|e| e.used)
-            && e.chain.is_none()
-            && let Some(flags) = e.chain_flags
-        {
-            e.chain = Chain::make(&e.ns, flags);
+            .max_by_key(|e| e.used);
+        if let Some(e) = last {
+            e.chain_if_none();
         }
     }
 
     /// Make the chain for the next command of session `id` now, while its
     /// command runs (it has exec'd: see the module's documentation).
     pub(crate) fn make_chain_ahead(&mut self, id: u64) {
-        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id)
-            && e.chain.is_none()
-            && let Some(flags) = e.chain_flags
-        {
-            e.chain = Chain::make(&e.ns, flags);
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.chain_if_none();
         }
     }
 
