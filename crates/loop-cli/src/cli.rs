@@ -12,6 +12,15 @@ use std::path::PathBuf;
     long_about = "Loop Engine turns one instruction into an acceptance contract, drives a model through plan → act → observe → verify inside a sandbox, and stops only when every check passes on a fresh snapshot — or when a budget, a stall or a person stops it. Every run ends with a hash-chained receipt.\n\nExit codes: 0 verified / success; 1 finished but not verified, or a receipt that does not hold; 2 bad usage, config or input; 3 internal error."
 )]
 pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) globals: Globals,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The options every subcommand takes.
+#[derive(clap::Args)]
+pub(crate) struct Globals {
     /// Diagnostics on stderr: -v info, -vv debug, -vvv trace (LOOP_LOG
     /// chooses by target instead, e.g. `LOOP_LOG=loop_sandbox=debug`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -28,8 +37,38 @@ pub(crate) struct Cli {
     /// `.loop/loop.db`.
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) store: Option<String>,
+}
+
+/// `loop exec` alone: the global options and `exec`'s own, parsed without
+/// building every other subcommand's (most of a one-command `loop exec`'s
+/// parsing). Only a line it accepts is taken from it: anything else
+/// (help, a version, a mistake) is parsed again by [`Cli`], whose answer
+/// is the one given.
+#[derive(Parser)]
+#[command(name = "loop")]
+pub(crate) struct ExecCli {
+    #[command(flatten)]
+    pub(crate) globals: Globals,
     #[command(subcommand)]
-    pub(crate) command: Command,
+    pub(crate) command: ExecOnly,
+}
+
+/// [`ExecCli`]'s one subcommand.
+#[derive(Subcommand)]
+pub(crate) enum ExecOnly {
+    Exec(ExecArgs),
+}
+
+impl ExecCli {
+    /// `args` parsed as `loop exec`, if [`ExecCli`] accepts them.
+    pub(crate) fn parse_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<Cli> {
+        let parsed = <ExecCli as Parser>::try_parse_from(args).ok()?;
+        let ExecOnly::Exec(args) = parsed.command;
+        Some(Cli {
+            globals: parsed.globals,
+            command: Command::Exec(args),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -881,4 +920,84 @@ pub(crate) enum NetArg {
     None,
     /// The host's network.
     Host,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument's raw values in `m` and its subcommand's, by id.
+    fn values(m: &clap::ArgMatches) -> Vec<(String, Option<Vec<String>>)> {
+        let mut out = Vec::new();
+        let mut at = Some(("".to_string(), m));
+        while let Some((name, m)) = at {
+            for id in m.ids() {
+                let raw = m.get_raw(id.as_str()).map(|v| {
+                    v.map(|s| s.to_string_lossy().into_owned())
+                        .collect::<Vec<_>>()
+                });
+                out.push((format!("{name}/{id}"), raw));
+            }
+            at = m.subcommand().map(|(n, sub)| (format!("{name}/{n}"), sub));
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn exec_alone_parses_a_line_as_the_whole_command_line_does() {
+        let lines: &[&[&str]] = &[
+            &["loop", "exec", "--", "true"],
+            &["loop", "--json", "exec", "--", "sh", "-c", "exit 3"],
+            &["loop", "exec", "--json", "-vv", "--", "true"],
+            &[
+                "loop",
+                "exec",
+                "--repeat",
+                "3",
+                "--pause-ms",
+                "5",
+                "--",
+                "true",
+            ],
+            &[
+                "loop",
+                "exec",
+                "--without",
+                "cgroups",
+                "--without",
+                "seccomp",
+                "--",
+                "true",
+            ],
+            &["loop", "exec", "--store", "x.db", "--", "echo", "--json"],
+            &["loop", "exec", "true", "--version"],
+        ];
+        let mut taken = 0;
+        for line in lines {
+            let full = Cli::command().try_get_matches_from(line.iter());
+            let alone = ExecCli::command().try_get_matches_from(line.iter());
+            match (full, alone) {
+                (Ok(f), Ok(a)) => {
+                    assert_eq!(values(&f), values(&a), "{line:?}");
+                    taken += 1;
+                }
+                (full, alone) => {
+                    assert!(alone.is_err(), "only exec alone took {line:?}: {full:?}");
+                }
+            }
+        }
+        assert!(taken >= 5, "{taken}");
+        // What exec alone does not take is the whole line's to answer.
+        for line in [
+            &["loop", "exec", "--help"][..],
+            &["loop", "exec", "--bogus", "--", "true"],
+            &["loop", "exec"],
+            &["loop", "-V", "exec"],
+        ] {
+            let args = line.iter().map(std::ffi::OsString::from);
+            assert!(ExecCli::parse_from(args).is_none(), "{line:?}");
+        }
+    }
 }

@@ -69,7 +69,12 @@ fn main() -> ExitCode {
     loop_sandbox::spawner::serve_if_asked();
     loop_documents::bounded::serve_if_asked();
     slow_exit_fault();
-    let cli = match Cli::try_parse() {
+    // `loop exec` starts a command at once: its line is parsed without
+    // building every other subcommand's (see `ExecCli`).
+    let exec_only = first_word_is("exec")
+        .then(|| cli::ExecCli::parse_from(std::env::args_os()))
+        .flatten();
+    let cli = match exec_only.map_or_else(Cli::try_parse, Ok) {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
     };
@@ -90,20 +95,20 @@ fn main() -> ExitCode {
     if !long_lived(&cli.command) {
         interrupt::install();
     }
-    if let Err(e) = logging::init(cli.verbose) {
+    if let Err(e) = logging::init(cli.globals.verbose) {
         // As for its flags: `loop exec`'s own failures are not the command's.
         let code = if matches!(cli.command, Command::Exec(_)) {
             125
         } else {
             2
         };
-        failure::tell(cli.json, code, &e.to_string());
+        failure::tell(cli.globals.json, code, &e.to_string());
         return ExitCode::from(code);
     }
     // Whatever credentials this process was given (provider keys, tokens)
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();
-    let json = cli.json;
+    let json = cli.globals.json;
     // Commands are forked from a small spawner, never from this process
     // once it has grown; but `loop exec` of one command is small and
     // starts one process (a spawner would be a second).
@@ -115,7 +120,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Serve(_) | Command::Worker(_)) {
         loop_sandbox::spawner::start_now();
     }
-    if let Some(url) = &cli.store {
+    if let Some(url) = &cli.globals.store {
         loop_runtime::set_store_url(url);
     }
     match commands::dispatch(cli.command, json) {
@@ -125,6 +130,16 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+/// Whether the first argument that is not an option is `word` (a look
+/// before the arguments are parsed; an option's value before it only
+/// sends the line to the full parser).
+fn first_word_is(word: &str) -> bool {
+    std::env::args_os()
+        .skip(1)
+        .find(|a| !a.as_encoded_bytes().starts_with(b"-"))
+        .is_some_and(|a| a == word)
 }
 
 /// For an unknown subcommand clap found nothing like (`loop rn`), the
