@@ -133,8 +133,8 @@ fn main() -> ExitCode {
 }
 
 /// Whether the first argument that is not an option is `word` (a look
-/// before the arguments are parsed; an option's value before it only
-/// sends the line to the full parser).
+/// before the arguments are parsed: an option's value may be taken for
+/// it, or hide it, which decides only which parser reads the line first).
 fn first_word_is(word: &str) -> bool {
     std::env::args_os()
         .skip(1)

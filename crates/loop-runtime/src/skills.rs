@@ -1154,15 +1154,22 @@ pub fn narrow(
         caps.tools = Some(kept);
     }
     if let Some(paths) = &asked.writable {
-        let protected = loop_workspace::Protected::new(&contract.protected_globs()).ok();
+        // Protection that cannot be compiled lifts nothing: every path
+        // asked for is dropped, naming why.
+        let protected = loop_workspace::Protected::new(&contract.protected_globs());
         let writable = |p: &String| {
-            protected.as_ref().is_none_or(|pr| {
+            protected.as_ref().is_ok_and(|pr| {
                 pr.matching(p).is_none() && pr.matching(&format!("{p}/x")).is_none()
             })
         };
         let (kept, over): (Vec<String>, Vec<String>) = paths.iter().cloned().partition(writable);
         for p in over {
-            dropped.push(format!("writable path `{p}`: protected in this task"));
+            match &protected {
+                Ok(_) => dropped.push(format!("writable path `{p}`: protected in this task")),
+                Err(e) => dropped.push(format!(
+                    "writable path `{p}`: the task's protected paths could not be compiled ({e})"
+                )),
+            }
         }
         caps.writable = Some(kept);
     }

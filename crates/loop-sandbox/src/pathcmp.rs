@@ -6,9 +6,10 @@
 //!
 //! A path is compared by its bytes only where its bytes are exactly its
 //! components joined by single separators (absolute, no empty, `.` or
-//! `..` component, no trailing `/`): every path the host view builds is
-//! (canonical, or joined from directory entries). Any other path is
-//! compared by components, as before.
+//! `..` component, no trailing `/`), as nearly every path the host view
+//! builds is (canonical, or joined from directory entries). Any other path
+//! (one kept as given where it could not be resolved) is compared by
+//! components, as before.
 
 use std::cmp::Ordering;
 use std::os::unix::ffi::OsStrExt;

@@ -53,15 +53,25 @@ impl JailError {
     }
 }
 
-/// Protected-path globs, compiled once.
+/// Protected-path globs, compiled when the rules are made (again, all of
+/// them, as rules are added).
 #[derive(Debug, Clone)]
 pub struct Protected {
     rules: Vec<Rule>,
+    sets: Sets,
+}
+
+/// How the rules' globs are matched.
+#[derive(Debug, Clone)]
+enum Sets {
     /// Every rule's globs in one set (a set per rule cost a build each,
     /// most of a one-command `loop exec`'s own work before its sandbox),
     /// with the index of the rule each glob comes from.
-    any: GlobSet,
-    owner: Vec<usize>,
+    One { any: GlobSet, owner: Vec<usize> },
+    /// A set per rule, where one set of them all is more than the matcher
+    /// builds (its size limit) though each rule's alone is not: as before
+    /// there was one set.
+    PerRule(Vec<GlobSet>),
 }
 
 #[derive(Debug, Clone)]
@@ -93,8 +103,15 @@ fn globs_of(glob: &str) -> Result<Vec<Glob>, globset::Error> {
 }
 
 impl Protected {
-    /// `rules`, with their globs built into one set.
+    /// `rules`, with their globs built into one set (else a set each).
     fn of(rules: Vec<Rule>) -> Result<Self, globset::Error> {
+        match Self::one_set(&rules) {
+            Ok(sets) => Ok(Protected { rules, sets }),
+            Err(_) => Self::set_each(rules),
+        }
+    }
+
+    fn one_set(rules: &[Rule]) -> Result<Sets, globset::Error> {
         let mut b = GlobSetBuilder::new();
         let mut owner = Vec::new();
         for (i, r) in rules.iter().enumerate() {
@@ -103,10 +120,26 @@ impl Protected {
                 owner.push(i);
             }
         }
-        Ok(Protected {
+        Ok(Sets::One {
             any: b.build()?,
             owner,
+        })
+    }
+
+    /// `rules`, a set each (a rule whose own set cannot be built is an
+    /// error, as it always was).
+    fn set_each(rules: Vec<Rule>) -> Result<Self, globset::Error> {
+        let mut sets = Vec::with_capacity(rules.len());
+        for r in &rules {
+            let mut b = GlobSetBuilder::new();
+            for g in &r.globs {
+                b.add(g.clone());
+            }
+            sets.push(b.build()?);
+        }
+        Ok(Protected {
             rules,
+            sets: Sets::PerRule(sets),
         })
     }
 
@@ -216,17 +249,24 @@ impl Protected {
 
     /// The first rule that protects `rel`, its exceptions considered.
     fn rule_for(&self, rel: &str) -> Option<&Rule> {
-        let mut hits: Vec<usize> = self
-            .any
-            .matches(rel)
-            .into_iter()
-            .map(|g| self.owner[g])
-            .collect();
-        hits.sort_unstable();
-        hits.dedup();
-        hits.into_iter().map(|i| &self.rules[i]).find(|r| {
+        let holds = |r: &&Rule| {
             !r.unless.as_ref().is_some_and(|u| u.is_match(rel)) && !r.unless_exact.contains(rel)
-        })
+        };
+        match &self.sets {
+            Sets::One { any, owner } => {
+                let mut hits: Vec<usize> = any.matches(rel).into_iter().map(|g| owner[g]).collect();
+                hits.sort_unstable();
+                hits.dedup();
+                hits.into_iter().map(|i| &self.rules[i]).find(holds)
+            }
+            Sets::PerRule(sets) => self
+                .rules
+                .iter()
+                .zip(sets)
+                .filter(|(_, s)| s.is_match(rel))
+                .map(|(r, _)| r)
+                .find(holds),
+        }
     }
 
     /// Existing paths under `root` that a rule protects, for the sandbox to
@@ -407,6 +447,61 @@ pub fn to_slash(p: &Path) -> String {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod exact_exceptions {
     use super::Protected;
+
+    #[test]
+    fn one_set_and_a_set_each_name_the_same_first_rule() {
+        let mut defaults: Vec<String> = loop_protocol::contract::DEFAULT_PROTECTED
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        defaults.push("*.pem".into());
+        defaults.push("docs/**".into());
+        let named = [
+            ("**/*.lock".to_string(), "lockfiles".to_string()),
+            ("docs/**".to_string(), "documents".to_string()),
+        ];
+        let one = Protected::new(&defaults)
+            .unwrap()
+            .with_named_except(&named, &["docs/ok/**".into()], &["Cargo.lock".into()])
+            .unwrap()
+            .confined_to(&["src".into(), "pkg/a".into()], "outside")
+            .unwrap();
+        assert!(matches!(one.sets, super::Sets::One { .. }));
+        let each = Protected::set_each(one.rules.clone()).unwrap();
+        let paths = [
+            ".git",
+            ".git/config",
+            "a/.git/HEAD",
+            ".gitmodules",
+            "x/.gitmodules",
+            ".loop/state",
+            "Loopfile.yaml",
+            "sub/Loopfile.yaml",
+            ".env",
+            ".env.local",
+            "secrets",
+            "secrets/k",
+            "cert.pem",
+            "a/b/c.key",
+            "Cargo.lock",
+            "sub/Cargo.lock",
+            "docs",
+            "docs/a.md",
+            "docs/ok/a.md",
+            "src/main.rs",
+            "pkg",
+            "pkg/a/x",
+            "pkg/b/x",
+            "README.md",
+        ];
+        for p in paths {
+            assert_eq!(one.matching(p), each.matching(p), "{p}");
+        }
+        assert_eq!(one.matching(".git/config"), Some("**/.git/**"));
+        assert_eq!(one.matching("docs/a.md"), Some("docs/**"));
+        assert_eq!(one.matching("src/main.rs"), None);
+        assert_eq!(one.matching("README.md"), Some("outside"));
+    }
 
     #[test]
     fn lifting_a_directorys_contents_lifts_the_directory() {
