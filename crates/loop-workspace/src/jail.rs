@@ -102,6 +102,15 @@ fn globs_of(glob: &str) -> Result<Vec<Glob>, globset::Error> {
     Ok(out)
 }
 
+/// One set of `globs`.
+fn set_of<'g>(globs: impl IntoIterator<Item = &'g Glob>) -> Result<GlobSet, globset::Error> {
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        b.add(g.clone());
+    }
+    b.build()
+}
+
 impl Protected {
     /// `rules`, with their globs built into one set (else a set each).
     fn of(rules: Vec<Rule>) -> Result<Self, globset::Error> {
@@ -112,16 +121,13 @@ impl Protected {
     }
 
     fn one_set(rules: &[Rule]) -> Result<Sets, globset::Error> {
-        let mut b = GlobSetBuilder::new();
-        let mut owner = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            for g in &r.globs {
-                b.add(g.clone());
-                owner.push(i);
-            }
-        }
+        let owner = rules
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.globs.iter().map(move |_| i))
+            .collect();
         Ok(Sets::One {
-            any: b.build()?,
+            any: set_of(rules.iter().flat_map(|r| &r.globs))?,
             owner,
         })
     }
@@ -129,14 +135,10 @@ impl Protected {
     /// `rules`, a set each (a rule whose own set cannot be built is an
     /// error, as it always was).
     fn set_each(rules: Vec<Rule>) -> Result<Self, globset::Error> {
-        let mut sets = Vec::with_capacity(rules.len());
-        for r in &rules {
-            let mut b = GlobSetBuilder::new();
-            for g in &r.globs {
-                b.add(g.clone());
-            }
-            sets.push(b.build()?);
-        }
+        let sets = rules
+            .iter()
+            .map(|r| set_of(&r.globs))
+            .collect::<Result<_, _>>()?;
         Ok(Protected {
             rules,
             sets: Sets::PerRule(sets),
@@ -183,20 +185,15 @@ impl Protected {
         let unless = if unless.is_empty() {
             None
         } else {
-            let mut b = GlobSetBuilder::new();
+            // Compiled as rules are (`globs_of`): lifting `dir/**` lifts
+            // `dir` too, since a rule's `dir/**` protects the directory
+            // itself, and a command that writes inside a lifted directory
+            // touches it.
+            let mut globs = Vec::new();
             for u in unless {
-                b.add(Glob::new(u)?);
-                if !u.contains('/') {
-                    b.add(Glob::new(&format!("**/{u}"))?);
-                }
-                // Lifting `dir/**` lifts `dir` too: a rule's `dir/**`
-                // protects the directory itself, and a command that writes
-                // inside a lifted directory touches it.
-                if let Some(dir) = u.strip_suffix("/**") {
-                    b.add(Glob::new(dir)?);
-                }
+                globs.extend(globs_of(u)?);
             }
-            Some(b.build()?)
+            Some(set_of(&globs)?)
         };
         let mut all = self.rules;
         for (glob, name) in rules {
