@@ -267,9 +267,24 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     wait_for_lines(&runs, 1, deadline);
     let spawner = spawner_between_commands(runtime.id(), deadline);
+    let zygotes: Vec<u32> = children(spawner)
+        .into_iter()
+        .filter(|c| zygote(spawner, *c))
+        .collect();
+    assert_eq!(zygotes.len(), 1, "the first command's session's zygote");
     // SAFETY: kill of a process this test found and owns.
     assert_eq!(unsafe { libc::kill(spawner as i32, libc::SIGKILL) }, 0);
     let status = runtime.wait().unwrap();
+    // The zygote dies with its spawner (its parent-death signal), and is
+    // reaped by whoever took it up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !zygotes.iter().all(|z| gone(*z)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a zygote outlived its killed spawner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let said = std::fs::read_to_string(&out).unwrap()
         + &std::fs::read_to_string(b.join("err.txt")).unwrap();
     assert!(status.success(), "{status:?}: {said}");
@@ -284,8 +299,8 @@ fn a_killed_spawner_is_replaced_at_the_next_command() {
 /// A session's next chain is made while its command runs, once that
 /// command (itself from a chain) has exec'd, so a command that follows at
 /// once finds it ready: seen from outside, while the second of three
-/// commands runs, the spawner's children are that command's relay and an
-/// idle chain. While the first runs (forked: its session is new, and its
+/// commands runs, the spawner's children are that command's init, an idle
+/// chain and the session's zygote, which cloned both. While the first runs (forked: its session is new, and its
 /// chain is made when it ends) there is no chain beside it. All three run.
 #[test]
 fn the_next_chain_is_made_while_a_chained_command_runs() {
@@ -308,7 +323,8 @@ fn the_next_chain_is_made_while_a_chained_command_runs() {
     };
     let kinds = |sleep: u32| {
         let chain = ancestry(sleep);
-        // The relay and init are forks of the spawner too: it is the
+        // A chain's init is a clone of a fork of the spawner (its zygote),
+        // a forked command's relay and init are forks of it: it is the
         // highest of them.
         let spawner = chain
             .iter()
@@ -316,7 +332,7 @@ fn the_next_chain_is_made_while_a_chained_command_runs() {
             .find(|(_, a)| a.contains("__loop-spawner"))
             .map(|(p, _)| *p)
             .unwrap_or_else(|| panic!("no spawner above the command: {chain:?}"));
-        let mut k: Vec<bool> = children(spawner).into_iter().map(idle_chain).collect();
+        let mut k: Vec<bool> = at_work(spawner).into_iter().map(idle_chain).collect();
         k.sort();
         k
     };
@@ -331,7 +347,28 @@ fn the_next_chain_is_made_while_a_chained_command_runs() {
     assert_eq!(
         kinds(second),
         [false, true],
-        "beside the second command: its relay and a chain"
+        "beside the second command: its init and a chain"
+    );
+    let spawner = ancestry(second)
+        .iter()
+        .rev()
+        .find(|(_, a)| a.contains("__loop-spawner"))
+        .map(|(p, _)| *p)
+        .unwrap();
+    let zygotes: Vec<u32> = children(spawner)
+        .into_iter()
+        .filter(|c| zygote(spawner, *c))
+        .collect();
+    assert_eq!(zygotes.len(), 1, "one session, one zygote");
+    // The command's init and the chain's are the zygote's clones, with
+    // the spawner as their parent: each in a PID namespace of its own.
+    let inits: Vec<u32> = at_work(spawner);
+    assert!(
+        inits
+            .iter()
+            .all(|i| ns_of(*i, "user") == ns_of(zygotes[0], "user")
+                && ns_of(*i, "pid") != ns_of(zygotes[0], "pid")),
+        "{inits:?} {zygotes:?}"
     );
     let status = runtime.wait().unwrap();
     assert!(status.success(), "{status:?}");
@@ -361,17 +398,39 @@ fn children(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `relay` is a chain a spawner made ahead for its next command
-/// (see `warm.rs`): its init's one child is a fork of the spawner still
-/// waiting for its order, not a command that has run its program.
-fn idle_chain(relay: u32) -> bool {
-    let only = |pid: u32| match children(pid)[..] {
-        [one] => Some(one),
-        _ => None,
-    };
-    only(relay)
-        .and_then(only)
-        .is_some_and(|c| ancestry(c)[0].1.contains("__loop-spawner"))
+/// Whether `init` is a chain a spawner made ahead for its next command
+/// (see `warm.rs`): its one child is a fork of the spawner still waiting
+/// for its order (with no child), not a command that has run its program
+/// (nor a forked command's relay, whose child is its init).
+fn idle_chain(init: u32) -> bool {
+    match children(init)[..] {
+        [one] => ancestry(one)[0].1.contains("__loop-spawner") && children(one).is_empty(),
+        _ => false,
+    }
+}
+
+/// The namespace `name` process `pid` is in (0 once it is gone).
+fn ns_of(pid: u32, name: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/{name}")).map_or(0, |m| m.ino())
+}
+
+/// Whether `child`, a child of `spawner`, is a session's zygote (see
+/// `warm.rs`): it stays in the session's mount namespace, in the
+/// spawner's PID namespace (a command's init is in a new one), and has
+/// no child (a forked command's relay, also in both, has its init).
+fn zygote(spawner: u32, child: u32) -> bool {
+    ns_of(child, "pid") == ns_of(spawner, "pid")
+        && ns_of(child, "mnt") != ns_of(spawner, "mnt")
+        && children(child).is_empty()
+}
+
+/// The children of `spawner` but its sessions' zygotes.
+fn at_work(spawner: u32) -> Vec<u32> {
+    children(spawner)
+        .into_iter()
+        .filter(|c| !zygote(spawner, *c))
+        .collect()
 }
 
 /// The spawner of the runtime `runtime` (other tests run theirs
@@ -390,8 +449,8 @@ fn spawner_between_commands(runtime: u32, deadline: std::time::Instant) -> u32 {
         })
         .expect("the runtime's spawner");
     // Nothing at work but, once the first command has ended and been
-    // reaped, the chain made for the next one.
-    while !match children(spawner)[..] {
+    // reaped, the chain made for the next one (and its session's zygote).
+    while !match at_work(spawner)[..] {
         [] => true,
         [one] => idle_chain(one),
         _ => false,

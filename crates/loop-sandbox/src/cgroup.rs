@@ -3,8 +3,8 @@
 //! The command's process joins them before its program runs, so every
 //! process of the command's own is counted (a command told ended early,
 //! from a chain or alone in its PID namespace, joins them itself after its
-//! relay and init are made: those two, our own code, are in none and do
-//! not hold them once the end is told); the runtime kills what is left
+//! init (and, forked, its relay) are made: those, our own code, are in
+//! none and do not hold them once the end is told); the runtime kills what is left
 //! and removes them afterwards.
 //!
 //! On cgroup v1 the child joins through `tasks`, moving its one thread

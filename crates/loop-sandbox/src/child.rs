@@ -158,7 +158,7 @@ pub(crate) fn write_file(path: &[u8], data: &[u8]) -> bool {
 /// Close every descriptor except the two of `keep` (-1: none;
 /// `close_range`, before Linux 5.9 one by one up to the open-files limit
 /// in force).
-fn close_all_except(keep: [RawFd; 2]) {
+pub(crate) fn close_all_except(keep: [RawFd; 2]) {
     let (a, b) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
     // SAFETY: close_range/close on descriptor numbers; errors are harmless.
     unsafe {
@@ -321,69 +321,40 @@ pub(crate) fn chain_unshares(flags: libc::c_int) -> libc::c_int {
     flags & !(libc::CLONE_NEWUSER | libc::CLONE_NEWCGROUP)
 }
 
-/// A chain's first steps, made before its command is known (see
-/// `warm.rs`), as [`enter`] makes them for a session's command: a new
-/// session (process group), the session's user and mount namespaces
-/// entered, `flags`' namespaces made but the cgroup one (see
-/// [`chain_unshares`]; in a task's session, whose `park`ed network
-/// namespace is given, not the network one either: the relay and init
-/// wait in `park`, and the command enters its own at its order,
-/// [`enter_chain_net`]; else the network one is made with `lo` up, as a
-/// command's), every descriptor but `keep` closed (the spawner's socket,
-/// and the session's network namespace if any, which only the
-/// command-to-be keeps), and the relay and init forked. Its relay and init keep the spawner's priority and cgroups
-/// (the command sets its own after the order, as a command forked with a
+/// A chain's init, made before its command is known (see `warm.rs`): a
+/// process the session's zygote cloned with `flags`' namespaces (the
+/// zygote is in the session's user and mount namespaces, and in a task's
+/// session in its `park`ed network namespace, where init waits while the
+/// command enters its own at its order, [`enter_chain_net`]; in a
+/// check's session `flags` make the check's network namespace, whose
+/// `lo` is brought up here) and `CLONE_PARENT`, so its parent is the
+/// spawner, which reaps it as it reaps a command's first process. It
+/// makes a new session (process group), closes every descriptor but
+/// `keep` (the spawner's socket, and the session's network namespace if
+/// any, which only the command-to-be keeps), and forks the command-to-be
+/// (see [`init_then_command`]: with no relay outside the PID namespace,
+/// init itself ends whatever the command left there before it tells the
+/// command's end). Init keeps the spawner's priority and cgroups (the
+/// command sets its own after the order, as a command forked with a
 /// report does, see [`enter_reporting`]). Returns in the command-to-be;
-/// `Err` where the caller
-/// should `_exit`.
+/// `Err` where the caller should `_exit`.
 ///
 /// # Safety
-/// Only in a process just forked by the single-threaded spawner.
-pub(crate) unsafe fn chain_ahead(
-    spawner: libc::pid_t,
-    (user, mnt, park): (RawFd, RawFd, RawFd),
-    flags: libc::c_int,
-    keep: [RawFd; 2],
-) -> io::Result<()> {
+/// Only in a process just cloned by a session's single-threaded zygote.
+pub(crate) unsafe fn chain_init(flags: libc::c_int, keep: [RawFd; 2]) -> io::Result<()> {
     // SAFETY (whole body): system calls on descriptors this process holds.
     unsafe {
+        // Its parent is the spawner (`CLONE_PARENT`). Should the spawner
+        // have died before this, the chain's socket is closed: the
+        // command-to-be ends at its first read, and init with it.
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if libc::getppid() != spawner {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        // Signals as a fresh process has them (the spawner blocks SIGCHLD).
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         check(libc::setsid() as libc::c_long, -1, b"")?;
-        check(
-            libc::setns(user, libc::CLONE_NEWUSER) as libc::c_long,
-            -1,
-            b"",
-        )?;
-        check(libc::setns(mnt, libc::CLONE_NEWNS) as libc::c_long, -1, b"")?;
-        // In a task's session (`park` given), the relay and init wait in
-        // the session's parked network namespace, and the command enters
-        // its own at its order (`ordered::chain_wait`,
-        // [`enter_chain_net`]); else the chain makes the command's own now,
-        // its `lo` up.
-        let mut unshares = chain_unshares(flags);
-        if flags & libc::CLONE_NEWNET != 0 && park >= 0 {
-            check(
-                libc::setns(park, libc::CLONE_NEWNET) as libc::c_long,
-                -1,
-                b"",
-            )?;
-            unshares &= !libc::CLONE_NEWNET;
-        }
-        check(libc::unshare(unshares) as libc::c_long, -1, b"")?;
-        if unshares & libc::CLONE_NEWNET != 0 {
+        if flags & libc::CLONE_NEWNET != 0 {
             bring_up_loopback(-1)?;
         }
         close_all_except(keep);
-        // The relay keeps `keep[0]` to tell the spawner the command's end.
-        split_pid_namespace(-1, keep[0])
+        init_then_command(-1, keep[0], -1)
     }
 }
 
@@ -896,8 +867,9 @@ unsafe fn close_inherited(d: RawFd) -> io::Result<()> {
 
 /// Fork twice: the relay stays outside the PID namespace and mirrors the
 /// command's end; init is PID 1 inside and reaps. Returns in the command;
-/// its errors' names are written to `d`. With a `report` socket (a
-/// chain's, see `warm.rs`, or the runtime's own, see [`enter_reporting`]),
+/// its errors' names are written to `d`. With a `report` socket (the
+/// runtime's own, see [`enter_reporting`]; a chain's init has none, see
+/// [`chain_init`]),
 /// `E` and the wait status the relay ends with are sent there as soon as
 /// everything in the PID namespace has ended, before the namespaces are
 /// torn down: by init, once it has reaped the command and has no child
@@ -958,6 +930,28 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
             }
             mirror(st);
         }
+        init_then_command(d, report, status_pipe[1])
+    }
+}
+
+/// Init, PID 1 of the command's PID namespace: fork the command (returns
+/// in it), then reap until the command has ended. With everything else in
+/// the namespace ended too, the command's end is told on `report` (if
+/// any) at once. Then, beneath a relay (`relay` the pipe it reads), the
+/// command's wait status and whether init was alone are written to it and
+/// init exits, ending whatever was left (the kernel kills it with init),
+/// the relay telling the end where init did not. Without one (a chain's
+/// init, whose parent is the spawner), init ends what was left itself
+/// (`kill(-1)` reaches every process in its namespace but init), reaps
+/// until it has no child at all, so nothing else is left, and tells the
+/// end then.
+///
+/// # Safety
+/// In a new PID namespace's first process, between fork and exec: it
+/// forks and makes only async-signal-safe calls.
+unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result<()> {
+    // SAFETY: fork/wait/kill/write/_exit only.
+    unsafe {
         // Init: PID 1 of the new namespace; not dumpable (see above)
         // before the command is forked from it (its exec makes the
         // command dumpable again).
@@ -968,7 +962,7 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
             return Err(fail(d, b"fork command"));
         }
         if cmd > 0 {
-            close_all_except([status_pipe[1], report]);
+            close_all_except([relay, report]);
             loop {
                 let mut st: libc::c_int = 0;
                 let pid = libc::waitpid(-1, &mut st, 0);
@@ -993,10 +987,28 @@ unsafe fn split_pid_namespace(d: RawFd, report: RawFd) -> io::Result<()> {
                     if alone {
                         tell_end(report, st);
                     }
+                    if relay < 0 {
+                        // No relay: what was left is ended here, each
+                        // process reaped (the orphans of those ended
+                        // are init's children too) until none is left.
+                        if !alone {
+                            libc::kill(-1, libc::SIGKILL);
+                            loop {
+                                let mut other: libc::c_int = 0;
+                                if libc::waitpid(-1, &mut other, libc::__WALL) < 0
+                                    && *libc::__errno_location() == libc::ECHILD
+                                {
+                                    break;
+                                }
+                            }
+                            tell_end(report, st);
+                        }
+                        libc::_exit(0);
+                    }
                     let mut word = [0u8; 5];
                     word[..4].copy_from_slice(&st.to_ne_bytes());
                     word[4] = u8::from(alone);
-                    libc::write(status_pipe[1], word.as_ptr().cast(), word.len());
+                    libc::write(relay, word.as_ptr().cast(), word.len());
                     libc::_exit(0);
                 }
                 if pid < 0 && *libc::__errno_location() == libc::ECHILD {

@@ -274,15 +274,15 @@ unsafe fn prelude(h: &Head) {
     }
 }
 
-/// In a chain's command-to-be (see `warm.rs`), its namespaces entered and
-/// its relay and init made: say it is ready on `sock`, wait there for its
+/// In a chain's command-to-be (see `warm.rs`), its namespaces made with
+/// its init: say it is ready on `sock`, wait there for its
 /// order (the order's file and the descriptors it names, as the spawner
 /// got them), then run it as [`run`] does from the mounts on. Never
 /// returns; ends without a word when the order cannot be read (the
 /// spawner read the same bytes before sending them).
 ///
 /// # Safety
-/// Only in the process [`child::chain_ahead`] returned in.
+/// Only in the process [`child::chain_init`] returned in.
 pub(crate) unsafe fn chain_wait(sock: RawFd, net: RawFd) -> ! {
     // SAFETY (whole body): this single-threaded process is a fork of the
     // single-threaded spawner: it may allocate; then system calls only.

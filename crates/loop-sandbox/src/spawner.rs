@@ -711,7 +711,7 @@ fn order(h: Arc<Handle>, cmd: &Command, plan: &ChildPlan, streams: Streams) -> i
         ),
         Ahead::Chain => tracing::debug!(
             target: "loop_sandbox::phases",
-            "sandbox: namespaces made ahead: a session's chain took the command (the session's user namespace and shared root entered, its own mount, PID and IPC namespaces made, its relay and init forked, before it was ordered; at its order, the session's network namespace entered if untouched, else a new one made)"
+            "sandbox: namespaces made ahead: a session's chain took the command (the session's user namespace and shared root entered, its own mount, PID and IPC namespaces made with its init, cloned by the session's zygote, before it was ordered; at its order, the session's network namespace entered if untouched, else a new one made)"
         ),
         Ahead::None => {}
     }
@@ -883,8 +883,8 @@ struct Kid {
     chan: OwnedFd,
     /// The runtime still holds its end (a `K` may come).
     heard: bool,
-    /// A chain's command: the socket its relay tells its end on, once
-    /// everything in its PID namespace has ended and before the relay's
+    /// A chain's command: the socket its init tells its end on, once
+    /// everything else in its PID namespace has ended and before init's
     /// own exit tears the namespaces down.
     report: Option<OwnedFd>,
     /// Its end was told from `report`: it is only reaped now.
@@ -1098,7 +1098,7 @@ fn chains_after_exec(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut S
     }
 }
 
-/// Hear the chains' relays whose reports are readable in `polled`.
+/// Hear the chains' inits whose reports are readable in `polled`.
 fn told_ends(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions) {
     let ended = woken(polled);
     for k in kids.iter_mut().filter(|k| {
@@ -1110,10 +1110,10 @@ fn told_ends(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions)
     }
 }
 
-/// A chain's relay said how its command ended (`E` and the wait status
-/// it is about to end with, everything in the PID namespace reaped), or
+/// A chain's init said how its command ended (`E` and the wait status a
+/// relay would end with, everything else in the PID namespace reaped), or
 /// closed its socket without (killed, say: it is told when reaped).
-/// Told now, its group killed as at [`reap`]; the relay is reaped later.
+/// Told now, its group killed as at [`reap`]; init is reaped later.
 fn told(k: &mut Kid, sessions: &mut Sessions) {
     let Some(report) = k.report.take() else {
         return;
@@ -1136,13 +1136,13 @@ fn told(k: &mut Kid, sessions: &mut Sessions) {
         return;
     }
     let st = i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    // SAFETY: killpg of the group this command's relay leads (the relay
-    // itself is ending).
+    // SAFETY: killpg of the group this command's init leads (init itself
+    // is ending).
     unsafe {
         libc::killpg(k.pid, libc::SIGKILL);
     }
     k.told = true;
-    // `x`: `X`, told before the relay's end (the runtime says which).
+    // `x`: `X`, told before init's end (the runtime says which).
     answer(&k.chan, b'x', st);
     sessions.release(k.pid, st);
 }

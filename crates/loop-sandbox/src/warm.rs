@@ -43,11 +43,12 @@
 //! else: the command cannot see it (another PID namespace), reach it (no
 //! socket in its network namespace, other IPC and mount namespaces, no
 //! capability), or signal it; its
-//! three processes count toward the command's `RLIMIT_NPROC` there, as
-//! the command's own relay and init do (512 by default), from the moment
-//! it is made: a command that runs within three processes of its limit
-//! may find them taken. Each running chained command so holds a chain
-//! beside it (three processes) for its whole run.
+//! two processes count toward the command's `RLIMIT_NPROC` there, as
+//! the command's own init does, and so does the session's zygote, which
+//! cloned it (512 by default), from the moment it is made: a command that
+//! runs within three processes of its limit may find them taken. Each
+//! running chained command so holds a chain beside it (two processes) for
+//! its whole run, and its session's zygote (one).
 //!
 //! Nothing a command can change is shared:
 //!
@@ -93,22 +94,145 @@ pub(crate) const KEPT: usize = 4;
 const MAKER_WAIT: Duration = Duration::from_secs(10);
 
 /// A session's namespaces, made by its maker: its user and mount
-/// namespaces, and, for a task's commands (never for checks, whose
-/// chains make each check's own network namespace ahead, as before),
-/// two network namespaces owned by that user namespace (see [`Nets`]).
+/// namespaces, held here for the commands that enter them without a
+/// chain; and its maker, which holds, for a task's commands (never for
+/// checks, whose chains make each check's own network namespace ahead,
+/// as before), two network namespaces owned by that user namespace: `park`,
+/// where a chain's processes wait for its order (`lo` down, nothing ever
+/// sent or bound in it), and `net`, which a chain's command enters at its
+/// order if it is untouched (see [`Chain`]).
 pub(crate) struct Made {
     user: OwnedFd,
     mnt: OwnedFd,
-    nets: Option<Nets>,
+    /// The session's maker, kept as the zygote its chains are cloned
+    /// from (see [`Zygote`]).
+    zygote: Zygote,
 }
 
-/// A task's session's network namespaces: `park`, where a chain's
-/// processes wait for its order (`lo` down, nothing ever sent or bound in
-/// it), and `net`, which a chain's command enters at its order if it is
-/// untouched (see [`Chain`]).
-struct Nets {
-    park: OwnedFd,
-    net: OwnedFd,
+/// A session's maker, which stays in the session's user and mount
+/// namespaces (and in a task's, in its `park`ed network namespace) once
+/// it has built them, and clones each chain's init there when asked
+/// ([`Chain::make`]): a small, single-threaded process, a fork of the
+/// spawner, holding nothing but its socket to the spawner (and the
+/// session's `net`, for the chains' commands), not dumpable, in no PID
+/// namespace a command can see. It ends when its socket closes (its
+/// session dropped, the spawner gone: it dies with the spawner too), and
+/// is killed and reaped with its session.
+struct Zygote {
+    pid: libc::pid_t,
+    ctl: OwnedFd,
+}
+
+impl Zygote {
+    /// Clone a chain's init making `flags`' namespaces, its end of the
+    /// chain's socket `theirs`: its pid (a child of the spawner's).
+    fn clone_init(&self, flags: libc::c_int, theirs: &OwnedFd) -> Option<libc::pid_t> {
+        let mut ask = [b'C', 0, 0, 0, 0];
+        ask[1..].copy_from_slice(&flags.to_le_bytes());
+        crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).ok()?;
+        let mut p = libc::pollfd {
+            fd: self.ctl.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // A clone of a small process: an answer not here within the
+        // maker's wait is a zygote stopped or gone (the chain is then not
+        // made, and the command starts without one).
+        let end = Instant::now() + MAKER_WAIT;
+        loop {
+            let left = end.saturating_duration_since(Instant::now()).as_millis() as i32;
+            // SAFETY: poll on one descriptor we hold.
+            let n = unsafe { libc::poll(&mut p, 1, left) };
+            if n > 0 {
+                break;
+            }
+            if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return None;
+            }
+        }
+        let mut got = [0u8; 8];
+        // SAFETY: recv into a buffer we own, without waiting.
+        let n = unsafe {
+            libc::recv(
+                self.ctl.as_raw_fd(),
+                got.as_mut_ptr().cast(),
+                got.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let pid = i32::from_le_bytes([got[1], got[2], got[3], got[4]]);
+        (n == 5 && got[0] == b'P' && pid > 0).then_some(pid)
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// The zygote's loop (see [`Zygote`]): each `C` and the namespaces' flags,
+/// with a chain's socket, clones that chain's init with the spawner as its
+/// parent, and answers `P` and its pid (or `F`). Exits when `sock` closes.
+///
+/// # Safety
+/// Only in a session's maker, once it has sent its namespaces, with
+/// nothing open but `sock` and `net` (the session's, or -1).
+unsafe fn zygote(sock: RawFd, net: RawFd) -> ! {
+    // SAFETY (whole body): system calls on descriptors this process holds
+    // and buffers on its stack; the clone's child is a copy of this
+    // single-threaded process, as a fork's is.
+    unsafe {
+        loop {
+            let mut data = [0u8; 8];
+            let (n, mut fds, cut) = crate::fdpass::recv_msg(sock, &mut data, 1);
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n <= 0 {
+                libc::_exit(0);
+            }
+            let Some(theirs) = fds.pop() else {
+                libc::_exit(1);
+            };
+            if n != 5 || cut || data[0] != b'C' {
+                libc::_exit(1);
+            }
+            let flags = i32::from_le_bytes([data[1], data[2], data[3], data[4]]);
+            let clone = child::chain_unshares(flags)
+                & !(if net >= 0 { libc::CLONE_NEWNET } else { 0 })
+                | libc::CLONE_PARENT;
+            let pid = libc::syscall(
+                libc::SYS_clone,
+                (clone | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            );
+            if pid == 0 {
+                let keep = [theirs.as_raw_fd(), net];
+                if child::chain_init(clone, keep).is_err() {
+                    libc::_exit(1);
+                }
+                crate::ordered::chain_wait(theirs.as_raw_fd(), net)
+            }
+            drop(theirs);
+            let mut answer = [b'P', 0, 0, 0, 0];
+            if pid < 0 {
+                answer[0] = b'F';
+            } else {
+                answer[1..].copy_from_slice(&(pid as i32).to_le_bytes());
+            }
+            if libc::send(sock, answer.as_ptr().cast(), 5, libc::MSG_NOSIGNAL) != 5 {
+                libc::_exit(0);
+            }
+        }
+    }
 }
 
 /// Whether the commands of a session for `plan` may share its network
@@ -146,29 +270,28 @@ impl Entry {
     }
 }
 
-/// A session's next command made ahead, up to its order: a process forked
-/// from the spawner that made itself a new process group, entered the
-/// session's user and mount namespaces (and, in a task's session, its
-/// `park`ed network namespace), made the command's own mount, PID and IPC
-/// namespaces (and, in a check's session, its network namespace)
-/// (`unshare`, as the command's child would: its mount namespace a copy
-/// of the session's tree), and forked the relay and init as
-/// [`child::enter`] does; the third process, the
-/// command-to-be, says it is ready and waits for its order on a socket
-/// (`ordered::chain_wait`). The order brings everything that is the
+/// A session's next command made ahead, up to its order: its init, cloned
+/// by the session's [`Zygote`] (in the session's user and mount
+/// namespaces, and in a task's session its `park`ed network namespace)
+/// with the command's own mount, PID and IPC namespaces (and, in a
+/// check's session, its network namespace; its mount namespace a copy of
+/// the session's tree) and with the spawner as its parent, which made
+/// itself a new process group and forked the command-to-be
+/// ([`child::chain_init`]). The command-to-be says it is ready and waits
+/// for its order on a socket (`ordered::chain_wait`). The order brings everything that is the
 /// command's own (its streams, directory, cgroups, mounts, limits,
 /// Landlock ruleset, seccomp filters, program), and the command-to-be
 /// makes the rest of its start as a forked child would: it joins its
 /// cgroups, then makes its cgroup namespace (whose root is the cgroup it
 /// is made in, so the command sees its own as `/`), then the rest.
 ///
-/// So the relay and init of a chain's command stay in the spawner's
-/// cgroups, where a forked child's join the command's: the command's
-/// memory and process limits count the command and what it starts, not
-/// those two (which run nothing of the command's; the kernel memory of
-/// the namespaces they made is charged where they are), so a chain's
-/// command may start two more processes under the same `pids` limit
-/// than a forked one.
+/// So the init of a chain's command stays in the spawner's cgroups (as
+/// the zygote does), where a forked child's relay and init join the
+/// command's: the command's memory and process limits count the command
+/// and what it starts, not init (which runs nothing of the command's; the
+/// kernel memory of the namespaces it made is charged where it is), so a
+/// chain's command may start two more processes under the same `pids`
+/// limit than a forked one.
 ///
 /// A chain takes only a command of its session whose plan makes exactly
 /// its namespaces, has no terminal and no egress proxy; any other command
@@ -181,9 +304,9 @@ impl Entry {
 /// One that is dropped unused (its session dropped, the spawner ending)
 /// is killed with its process group and reaped.
 pub(crate) struct Chain {
-    /// Its first process (the relay), which the command's end is read
-    /// from; 0 once handed over.
-    relay: libc::pid_t,
+    /// Its first process (init, the spawner's child), which the
+    /// command's end is read from; 0 once handed over.
+    init: libc::pid_t,
     sock: Option<OwnedFd>,
     flags: libc::c_int,
     ready: bool,
@@ -196,33 +319,14 @@ pub(crate) struct Chain {
 const CHAIN_WAIT: Duration = Duration::from_millis(2);
 
 impl Chain {
-    /// Fork a chain in the session whose namespaces are `ns`, making
-    /// `flags`' namespaces.
+    /// Have the zygote of the session whose namespaces are `ns` clone a
+    /// chain's init, making `flags`' namespaces.
     fn make(ns: &Made, flags: libc::c_int) -> Option<Chain> {
-        let (user, mnt) = (ns.user.as_raw_fd(), ns.mnt.as_raw_fd());
-        let (park, net) = ns
-            .nets
-            .as_ref()
-            .map_or((-1, -1), |n| (n.park.as_raw_fd(), n.net.as_raw_fd()));
         let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
-        // SAFETY: the spawner is single-threaded; the chain only makes
-        // system calls until its order comes, then as a command's child.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the chain, once.
-            unsafe {
-                let keep = [theirs.as_raw_fd(), net];
-                if child::chain_ahead(me, (user, mnt, park), flags, keep).is_err() {
-                    libc::_exit(1);
-                }
-                crate::ordered::chain_wait(theirs.as_raw_fd(), net)
-            }
-        }
+        let pid = ns.zygote.clone_init(flags, &theirs)?;
         drop(theirs);
-        (pid > 0).then_some(Chain {
-            relay: pid,
+        Some(Chain {
+            init: pid,
             sock: Some(ours),
             flags,
             ready: false,
@@ -261,25 +365,25 @@ impl Chain {
     }
 
     /// Send it its order (the order's file and the descriptors it
-    /// names); its relay is then the command's first process, the
+    /// names); its init is then the command's first process, the
     /// spawner's to reap as any command's. Returned with the socket the
     /// command's end is told on, as soon as everything in its PID
-    /// namespace has ended (see `child::split_pid_namespace`).
+    /// namespace has ended (see `child::init_then_command`).
     pub(crate) fn take_order(mut self, fds: &[RawFd]) -> Option<(libc::pid_t, OwnedFd)> {
         let sock = self.sock.take()?;
         crate::ordered::send_order(&sock, fds).ok()?;
-        Some((std::mem::replace(&mut self.relay, 0), sock))
+        Some((std::mem::replace(&mut self.init, 0), sock))
     }
 }
 
 impl Drop for Chain {
     fn drop(&mut self) {
-        if self.relay > 0 {
+        if self.init > 0 {
             // SAFETY: killing and reaping our own child and its group.
             unsafe {
-                libc::killpg(self.relay, libc::SIGKILL);
-                libc::kill(self.relay, libc::SIGKILL);
-                libc::waitpid(self.relay, std::ptr::null_mut(), 0);
+                libc::killpg(self.init, libc::SIGKILL);
+                libc::kill(self.init, libc::SIGKILL);
+                libc::waitpid(self.init, std::ptr::null_mut(), 0);
             }
         }
     }
@@ -531,8 +635,8 @@ impl Sessions {
 
 /// Make a session for `plan`: fork a maker that makes the user namespace
 /// as a command would, its network namespaces, a mount namespace in it
-/// with the shared tree built, and sends them back; wait for it and reap
-/// it.
+/// with the shared tree built, sends the user and mount namespaces back,
+/// and stays, as the session's [`Zygote`].
 fn make(plan: &ChildPlan) -> Option<Made> {
     let root = plan.root.as_ref()?;
     let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
@@ -563,36 +667,27 @@ fn make(plan: &ChildPlan) -> Option<Made> {
             }
         }
     };
-    let want = if shares_net(plan) { 4 } else { 2 };
     let mut fds = if answered {
-        crate::fdpass::recv_fds(&ours, want)
+        crate::fdpass::recv_fds(&ours, 2)
     } else {
         Vec::new()
     };
-    // SAFETY: killing (if it hangs) and reaping our own child.
-    unsafe {
-        if fds.len() != want {
-            libc::kill(pid, libc::SIGKILL);
-        }
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    // From here the maker is the session's zygote, killed and reaped
+    // with it (at once, where it did not send all it should have).
+    let zygote = Zygote { pid, ctl: ours };
+    if fds.len() != 2 {
+        return None;
     }
-    let nets = if want == 4 {
-        let net = fds.pop()?;
-        let park = fds.pop()?;
-        Some(Nets { park, net })
-    } else {
-        None
-    };
     let mnt = fds.pop()?;
     let user = fds.pop()?;
-    Some(Made { user, mnt, nets })
+    Some(Made { user, mnt, zygote })
 }
 
 /// The maker: a new user namespace (its maps and limits as the plan's),
 /// its network namespaces (see [`Made`]), a mount namespace in it, every
 /// mount private, the shared tree built on the staging directory; the
-/// namespaces sent over `sock` (user, mount, and `park` and `net` if
-/// made).
+/// user and mount namespaces sent over `sock`; then the session's
+/// [`zygote`], in `park` where made.
 /// Exits without sending when a step fails.
 ///
 /// # Safety
@@ -646,9 +741,28 @@ unsafe fn maker(plan: &ChildPlan, root: &crate::root::RootPlan, sock: RawFd) -> 
         if user < 0 || mnt < 0 || net == -1 {
             libc::_exit(1);
         }
-        let all = [user, mnt, park, net];
-        let fds = if shared { &all[..] } else { &all[..2] };
-        libc::_exit(if crate::spares::send(sock, fds) { 0 } else { 1 })
+        // The zygote: in a task's session, chains wait in `park`; it keeps
+        // the session's `net` for their commands, and nothing else.
+        if shared && libc::setns(park, libc::CLONE_NEWNET) != 0 {
+            libc::_exit(1);
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        // At the root of the session's mount namespace, as one entering
+        // it is; signals as a fresh process has them (the spawner blocks
+        // SIGCHLD and ignores SIGPIPE).
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            libc::_exit(1);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if !crate::spares::send(sock, &[user, mnt]) {
+            libc::_exit(1);
+        }
+        let net = if shared { net } else { -1 };
+        child::close_all_except([sock, net]);
+        zygote(sock, net)
     }
 }
 
@@ -759,6 +873,14 @@ mod tests {
     }
 
     /// The inode of `/proc/PID/ns/NAME`.
+    /// The parent of `pid`, from `/proc`.
+    fn ppid_of(pid: libc::pid_t) -> libc::pid_t {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // After the command's name, in parentheses: its state, its parent.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
     fn ns_of(pid: libc::pid_t, name: &str) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
@@ -812,44 +934,38 @@ mod tests {
         let next = next.expect("the chain says it is ready");
         assert_eq!(next.id, first.id);
         let chain = next.chain.unwrap();
-        let relay = chain.relay;
+        let init = chain.init;
         // Its first process is a process group of its own, in the
         // session's user namespace, with a mount namespace of its own (a
         // copy of the session's), waiting in the session's parked network
         // namespace: not the spawner's, not the one commands enter (a
         // task's session: a check's chain makes the check's own ahead).
         // SAFETY: getpgid of a child of ours.
-        assert_eq!(unsafe { libc::getpgid(relay) }, relay);
-        assert_eq!(ns_of(relay, "user"), session_user);
-        assert_ne!(ns_of(relay, "mnt"), session_mnt);
+        assert_eq!(unsafe { libc::getpgid(init) }, init);
+        assert_eq!(ns_of(init, "user"), session_user);
+        assert_ne!(ns_of(init, "mnt"), session_mnt);
         // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
-        assert_ne!(ns_of(relay, "net"), ns_of(me, "net"));
+        assert_ne!(ns_of(init, "net"), ns_of(me, "net"));
         let session = s.entries.iter().find(|e| e.id == first.id).unwrap();
-        let ino = |fd: &OwnedFd| {
-            // SAFETY: fstat of a descriptor we hold, into a zeroed struct.
-            unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                assert_eq!(libc::fstat(fd.as_raw_fd(), &mut st), 0);
-                st.st_ino
-            }
-        };
-        let nets = session
-            .ns
-            .nets
-            .as_ref()
-            .expect("a task's session has network namespaces");
-        assert_eq!(ns_of(relay, "net"), ino(&nets.park));
-        assert_ne!(ino(&nets.park), ino(&nets.net));
-        assert_ne!(ns_of(relay, "mnt"), ns_of(me, "mnt"));
+        // Cloned by the session's zygote, with the spawner as its parent:
+        // in the zygote's parked network namespace, with a copy of its
+        // mount namespace, in its user namespace.
+        let zygote = session.ns.zygote.pid;
+        assert_eq!(ppid_of(init), me);
+        assert_eq!(ns_of(init, "net"), ns_of(zygote, "net"));
+        assert_eq!(ns_of(zygote, "mnt"), session_mnt);
+        assert_eq!(ns_of(zygote, "user"), session_user);
+        assert_ne!(ns_of(init, "pid"), ns_of(zygote, "pid"));
+        assert_ne!(ns_of(init, "mnt"), ns_of(me, "mnt"));
         // Dropped unused (no order came): killed and reaped, group and all.
         drop(chain);
         // SAFETY: waitpid on a pid that was our child.
         assert_eq!(
-            unsafe { libc::waitpid(relay, std::ptr::null_mut(), libc::WNOHANG) },
+            unsafe { libc::waitpid(init, std::ptr::null_mut(), libc::WNOHANG) },
             -1
         );
-        assert!(group_ends(relay), "its group is gone");
+        assert!(group_ends(init), "its group is gone");
         s.bind(next.id, 2002);
         s.release(2002, 0);
         // A command that joins cgroups takes a chain too: it joins them
@@ -864,8 +980,8 @@ mod tests {
         let joined = s.take(&joining(&staging, 1)).unwrap();
         assert_eq!(joined.id, first.id);
         let chain = joined.chain.expect("a chain takes a command with cgroups");
-        assert_eq!(ns_of(chain.relay, "cgroup"), ns_of(me, "cgroup"));
-        assert_ne!(ns_of(chain.relay, "ipc"), ns_of(me, "ipc"));
+        assert_eq!(ns_of(chain.init, "cgroup"), ns_of(me, "cgroup"));
+        assert_ne!(ns_of(chain.init, "ipc"), ns_of(me, "ipc"));
         drop(chain);
         s.bind(joined.id, 2003);
         s.release(2003, 0);
@@ -879,16 +995,23 @@ mod tests {
         let check = s.take(&plan(&staging, 2)).unwrap();
         assert!(check.new && check.chain.is_none());
         s.unbind(check.id);
-        // The spawner's end drops every session and kills their chains.
-        let relays: Vec<libc::pid_t> = s
+        // The spawner's end drops every session and kills their chains
+        // and zygotes (reaped: no such process is left).
+        let inits: Vec<libc::pid_t> = s
             .entries
             .iter()
-            .filter_map(|e| e.chain.as_ref().map(|c| c.relay))
+            .filter_map(|e| e.chain.as_ref().map(|c| c.init))
             .collect();
+        let zygotes: Vec<libc::pid_t> = s.entries.iter().map(|e| e.ns.zygote.pid).collect();
         drop(s);
-        assert!(!relays.is_empty());
-        for r in relays {
+        assert!(!inits.is_empty());
+        for r in inits {
             assert!(group_ends(r));
+        }
+        assert_eq!(zygotes.len(), 2, "the task's session's and the check's");
+        for z in zygotes {
+            // SAFETY: kill with signal 0 only asks.
+            assert_eq!(unsafe { libc::kill(z, 0) }, -1, "zygote {z} is left");
         }
         let _ = std::fs::remove_dir_all(&base);
     }
@@ -946,14 +1069,11 @@ mod tests {
         // A task's commands may share their session's network namespace
         // while it is untouched; a verification's checks never do (each
         // check makes its own at its order).
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
         let net_of = |id: u64| {
-            s.entries
-                .iter()
-                .find(|e| e.id == id)
-                .unwrap()
-                .ns
-                .nets
-                .is_some()
+            let zygote = s.entries.iter().find(|e| e.id == id).unwrap().ns.zygote.pid;
+            ns_of(zygote, "net") != ns_of(me, "net")
         };
         assert!(net_of(first.id) && net_of(second.id));
         assert!(!net_of(check.id));
