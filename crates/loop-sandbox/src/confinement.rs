@@ -163,9 +163,12 @@ impl HostView {
         }
         let mut trees: BTreeSet<PathBuf> = SYSTEM_TREES.iter().map(PathBuf::from).collect();
         let mut env = Vec::new();
+        // A directory named twice (a `PATH` often is, by profile scripts
+        // run twice) is read once: what it adds is the same.
+        let mut seen: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
         for entry in path_var.split(':').filter(|e| e.starts_with('/')) {
             let dir = canon(Path::new(entry));
-            if !dir.is_dir() {
+            if !seen.insert(dir.clone()) || !dir.is_dir() {
                 continue;
             }
             trees.insert(toolchain_tree(&dir, &homes));
@@ -503,6 +506,38 @@ mod tests {
             toolchain_tree(Path::new("/bin"), &homes),
             PathBuf::from("/bin")
         );
+    }
+
+    /// A `PATH` naming a toolchain's directory twice (as spelled, and
+    /// through a `.`) gives the view it gives naming it once: the same
+    /// trees, rules and variables, each once.
+    #[test]
+    fn a_directory_named_twice_in_the_path_gives_the_view_named_once() {
+        let home = std::env::temp_dir().join(format!("loop-path-twice-{}", std::process::id()));
+        let bin = home.join(".cargo").join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/true", bin.join("tool")).unwrap();
+        let once = HostView::resolve(&format!("{}:/usr/bin", bin.display()), Some(&home), &[]);
+        let twice = HostView::resolve(
+            &format!("{0}:{1}/.:/usr/bin:{0}", bin.display(), bin.display()),
+            Some(&home),
+            &[],
+        );
+        assert_eq!(twice.read_exec, once.read_exec);
+        assert_eq!(twice.files, once.files);
+        assert_eq!(twice.denied, once.denied);
+        assert_eq!(twice.trees, once.trees);
+        assert_eq!(twice.toolchain_env, once.toolchain_env);
+        assert_eq!(
+            once.toolchain_env
+                .iter()
+                .filter(|(k, _)| k == "CARGO_HOME")
+                .count(),
+            1,
+            "{:?}",
+            once.toolchain_env
+        );
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     #[test]
