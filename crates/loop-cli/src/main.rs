@@ -78,6 +78,21 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
     };
+    // Commands are forked from a small spawner, never from this process
+    // once it has grown; but `loop exec` of one command is small and
+    // starts one process (a spawner would be a second). Its user and
+    // network namespaces and its Landlock ruleset's common part are made
+    // from here on, beside the rest of its start (see
+    // `loop_sandbox::prepare_ahead`).
+    loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
+    if let Command::Exec(o) = &cli.command
+        && o.repeat <= 1
+    {
+        let on = |layer: &str| !o.without.iter().any(|l| l == layer);
+        // A command on the host's network makes no network namespace.
+        let own_net = matches!(o.net, cli::NetArg::None);
+        loop_sandbox::prepare_ahead(on("namespaces"), own_net, on("landlock"));
+    }
     // Output into a closed pipe (`loop demo | head`) ends the process
     // quietly, as it does for other command-line tools, not with a panic.
     // Not the long-lived ones: a server, a worker or an MCP server whose
@@ -109,11 +124,7 @@ fn main() -> ExitCode {
     // are scrubbed, by value, from every record it writes.
     loop_sandbox::redact::register_environment();
     let json = cli.globals.json;
-    // Commands are forked from a small spawner, never from this process
-    // once it has grown; but `loop exec` of one command is small and
-    // starts one process (a spawner would be a second).
     loop_documents::bounded::enable();
-    loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
     // A server or worker runs its tasks at nice +10, and a process cannot
     // lower its own priority again: its spawner is started now, at this
     // thread's, so each command can be given its asker's.

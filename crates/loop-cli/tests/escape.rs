@@ -137,9 +137,20 @@ impl Scene {
     }
 
     fn run(&self, flags: &[&str], script: &str) -> (Output, serde_json::Value) {
+        self.run_with(flags, script, "1")
+    }
+
+    /// [`Scene::run`], with `LOOP_SPAWNER` set to `spawner` (`0`: the one
+    /// command is forked by the runtime itself, as `loop exec` does).
+    fn run_with(&self, flags: &[&str], script: &str, spawner: &str) -> (Output, serde_json::Value) {
         let mut all = vec!["--json"];
         all.extend_from_slice(flags);
-        let out = self.command(&all, &["sh", "-c", script]).output().unwrap();
+        let out = self
+            .command(&all, &["sh", "-c", script])
+            .env("LOOP_SPAWNER", spawner)
+            .env("LOOP_LOG", "loop_sandbox::phases=debug")
+            .output()
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let json: serde_json::Value = serde_json::from_str(stdout.trim())
             .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
@@ -235,6 +246,63 @@ fn writing_outside_the_workspace_is_denied() {
             "ok\n",
             "the workspace is writable"
         );
+    }
+}
+
+/// `loop exec` of one command forks it itself, its user and network
+/// namespaces made by a forked maker and its Landlock ruleset's common
+/// part on a thread of its own while the runtime prepares the rest
+/// (`loop_sandbox::prepare_ahead`): it is held as a command from the
+/// spawner is, with namespaces and with Landlock alone. The attack:
+/// writes outside the workspace and reads of `/etc/shadow` and of a
+/// sibling workspace are refused, the network is its own. The honest
+/// twin: the workspace is written, and the command's code is its own.
+#[test]
+fn one_command_prepared_beside_its_start_is_held_as_any() {
+    for who in users() {
+        let sc = Scene::new("one-ahead", who);
+        std::fs::create_dir_all(sc.base.join("sibling")).unwrap();
+        std::fs::write(sc.base.join("sibling/secret"), "sibling-secret").unwrap();
+        let target = sc.base.join("outside/escaped");
+        let script = format!(
+            "echo x > {}; cat /etc/shadow; cat {}/sibling/secret; \
+             ls /sys/class/net; echo ok > inside; exit 3",
+            target.display(),
+            sc.base.display()
+        );
+        for flags in [&[][..], &["--without", "namespaces"][..]] {
+            let _ = std::fs::remove_file(sc.ws().join("inside"));
+            let (out, j) = sc.run_with(flags, &script, "0");
+            let log = String::from_utf8_lossy(&out.stderr);
+            let err = s(&j, "stderr");
+            assert_eq!(j["exit_code"], 3, "{who:?} {flags:?}: {j}");
+            assert!(refused(err, "outside/escaped"), "{who:?} {flags:?}: {err}");
+            assert!(!target.exists(), "{who:?} {flags:?}");
+            assert!(
+                err.contains("/etc/shadow: Permission denied"),
+                "{who:?} {flags:?}: {err}"
+            );
+            assert!(refused(err, "sibling/secret"), "{who:?} {flags:?}: {err}");
+            assert!(!s(&j, "stdout").contains("sibling-secret"));
+            assert!(
+                j["isolation"]["landlock_abi"].as_u64().unwrap() >= 1,
+                "{who:?} {flags:?}: {j}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(sc.ws().join("inside")).unwrap(),
+                "ok\n",
+                "{who:?} {flags:?}: the workspace is writable"
+            );
+            if flags.is_empty() {
+                assert_eq!(s(&j, "stdout"), "lo\n", "{who:?}: its own network");
+                assert!(
+                    log.contains(
+                        "user and network namespaces made ahead, while the command was prepared"
+                    ),
+                    "{who:?}: {log}"
+                );
+            }
+        }
     }
 }
 
@@ -339,9 +407,10 @@ fn loopback_outside_the_namespace_is_unreachable_unless_host_net_is_chosen() {
     }
 }
 
-/// Commands after the first of a spawner enter a user and a network
-/// namespace made ahead of time (`spares.rs`): each is as new, as closed
-/// and as bounded as one the command makes itself. Per command: the
+/// Commands after the first of a spawner, and the one command of a
+/// `loop exec`, enter a user and a network namespace made ahead of time
+/// (`spares.rs`): each is as new, as closed and as bounded as one the
+/// command makes itself. Per command: the
 /// network namespace is owned by the command's own user namespace and
 /// holds only `lo`, up; the user namespace is not the host's and keeps
 /// its limits; a host listener on loopback is unreachable; and nothing
@@ -387,6 +456,24 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
             stderr.contains("namespaces made ahead"),
             "{who:?}: a later command entered namespaces made ahead: {stderr}"
         );
+        // `loop exec` of one command makes its command's while it prepares
+        // it (`spares::make_ahead`): the same facts, twice over.
+        for _ in 0..2 {
+            let out = sc
+                .command(&[], &["sh", "-c", &probe])
+                .env("LOOP_SPAWNER", "0")
+                .env("LOOP_LOG", "loop_sandbox::phases=debug")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{who:?}: {stderr}");
+            assert!(
+                stderr.contains(
+                    "user and network namespaces made ahead, while the command was prepared"
+                ),
+                "{who:?}: one command entered namespaces made as it was prepared: {stderr}"
+            );
+        }
         let facts = std::fs::read_to_string(sc.ws().join("facts.txt")).unwrap();
         let host_user = {
             use std::os::unix::fs::MetadataExt;
@@ -396,7 +483,7 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
                 .to_string()
         };
         let rows: Vec<Vec<&str>> = facts.lines().map(|l| l.split(' ').collect()).collect();
-        assert_eq!(rows.len(), 4, "{who:?}: {facts}");
+        assert_eq!(rows.len(), 6, "{who:?}: {facts}");
         for r in &rows {
             assert_eq!(
                 r[..],

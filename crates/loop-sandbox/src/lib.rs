@@ -1466,7 +1466,7 @@ fn note_root_limits(
 
 /// The per-user kernel allowances bounded in the command's user namespace
 /// (`/proc/sys/user/…` file, value); none without one.
-fn user_sysctls_for(userns: bool) -> Result<Vec<(CString, Vec<u8>)>, SandboxError> {
+pub(crate) fn user_sysctls_for(userns: bool) -> Result<Vec<(CString, Vec<u8>)>, SandboxError> {
     if userns {
         USER_SYSCTLS
             .iter()
@@ -1801,14 +1801,52 @@ fn launch(
     })
 }
 
+/// For a process that prepares and forks one command itself (`loop exec`
+/// of one command), start now, while it does the rest of its start:
+/// - with `namespaces` and `own_net` (its own network namespace), making
+///   the command's user and network namespaces (a forked maker): its
+///   child enters them where it would have made them, if its plan makes
+///   namespaces of that kind (this user's, with the limits every
+///   command's user namespace gets); else they are dropped. Each is
+///   entered by that command only;
+/// - with `landlock`, the host view and the common part of its Landlock
+///   ruleset (a thread): the command's ruleset is that one, with only the
+///   command's own rules added, as a spawner's next command's is.
+///
+/// Call it before the process starts any other thread. A process that
+/// starts its commands from a spawner makes none of this (the spawner
+/// makes its own namespaces ahead, and the runtime its next ruleset).
+pub fn prepare_ahead(namespaces: bool, own_net: bool, landlock: bool) {
+    if spawner::enabled() {
+        return;
+    }
+    if namespaces && own_net {
+        spares::make_ahead();
+    }
+    if landlock {
+        let support = probe::optimistic();
+        landlock::make_spare_beside(namespaces && support.namespaces && support.tree_overlay);
+    }
+}
+
 /// Fork the command from this process (no spawner), entering `plan`,
 /// with `given` as its standard streams (a terminal's end) if any.
 fn fork_here(
     cmd: &mut Command,
-    plan: child::ChildPlan,
+    mut plan: child::ChildPlan,
     given: Option<[OwnedFd; 3]>,
     session: bool,
 ) -> std::io::Result<spawner::Proc> {
+    // The namespaces made ahead for it (see `make_namespaces_ahead`),
+    // kept open here until the child has entered them.
+    let ahead = spares::take_ahead(&plan);
+    if let Some(pair) = &ahead {
+        plan.made = Some(pair.raw());
+        tracing::debug!(
+            target: "loop_sandbox::phases",
+            "sandbox: user and network namespaces made ahead, while the command was prepared"
+        );
+    }
     if let Some([i, o, e]) = given {
         cmd.stdin(Stdio::from(i))
             .stdout(Stdio::from(o))
@@ -1833,7 +1871,9 @@ fn fork_here(
             Err(exec.exec())
         });
     }
-    cmd.spawn().map(|c| match report {
+    let spawned = cmd.spawn();
+    drop(ahead);
+    spawned.map(|c| match report {
         Some((ours, _theirs)) => spawner::Proc::direct_reported(c, ours),
         None => spawner::Proc::direct(c),
     })

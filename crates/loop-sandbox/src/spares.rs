@@ -209,11 +209,94 @@ impl Spares {
     }
 }
 
+/// A pair made ahead for a process that forks its one command itself
+/// (`loop exec` of one command, which starts no spawner): its maker,
+/// forked as the process starts ([`make_ahead`]), makes the namespaces
+/// while the process prepares the command (its host view, Landlock rules,
+/// root), and the command's child enters them ([`take_ahead`]) where it
+/// would have made them. The kind is this process's user's, with the
+/// limits every command's user namespace gets; a plan of another kind
+/// (no user or network namespace, say) gets none, and the maker is killed.
+struct Ahead {
+    kind: Kind,
+    pid: libc::pid_t,
+    sock: OwnedFd,
+}
+
+static AHEAD: std::sync::Mutex<Option<Ahead>> = std::sync::Mutex::new(None);
+
+/// How long a command waits for the pair made ahead (begun as the
+/// process started, it is normally there); then it makes its own.
+const AHEAD_WAIT_MS: libc::c_int = 1000;
+
+/// Start making a pair for this process's one command (see [`Ahead`]),
+/// unless one is being made.
+pub fn make_ahead() {
+    let mut slot = AHEAD.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_some() {
+        return;
+    }
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let Ok(user_sysctls) = crate::user_sysctls_for(true) else {
+        return;
+    };
+    let kind = Kind {
+        userns: true,
+        uid_map: format!("{uid} {uid} 1").into_bytes(),
+        gid_map: format!("{gid} {gid} 1").into_bytes(),
+        user_sysctls,
+    };
+    let mut maker = Maker::default();
+    // SAFETY: in the maker, once: it makes only system calls on `kind`,
+    // made before the fork (this process may have other threads).
+    maker.start(0, |sock| unsafe { make(&kind, sock) });
+    if let Some((pid, sock, _)) = maker.making.take() {
+        *slot = Some(Ahead { kind, pid, sock });
+    }
+}
+
+/// The pair made ahead, if `plan` is of its kind and it was made (the
+/// maker reaped either way; one not answering within [`AHEAD_WAIT_MS`]
+/// is killed).
+pub(crate) fn take_ahead(plan: &ChildPlan) -> Option<Pair> {
+    let a = AHEAD.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let fds = if Kind::of(plan).as_ref() == Some(&a.kind) {
+        let mut p = libc::pollfd {
+            fd: a.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we hold (EINTR reads as no answer).
+        if unsafe { libc::poll(&mut p, 1, AHEAD_WAIT_MS) } > 0 {
+            crate::fdpass::recv_fds(&a.sock, 2)
+        } else {
+            Vec::new()
+        }
+    } else {
+        Vec::new()
+    };
+    // SAFETY: killing (it may still be at work) and reaping our own child.
+    unsafe {
+        if fds.len() != 2 {
+            libc::kill(a.pid, libc::SIGKILL);
+        }
+        libc::waitpid(a.pid, std::ptr::null_mut(), 0);
+    }
+    let mut fds = fds;
+    let net = fds.pop()?;
+    let user = fds.pop()?;
+    Some(Pair {
+        user: Some(user),
+        net,
+    })
+}
+
 /// The maker: make the namespaces as a command's child would, send their
 /// descriptors over `sock`, exit. Exits without sending when a step fails.
 ///
 /// # Safety
-/// Only in the child just forked by [`Spares::refill`].
+/// Only in the child just forked by [`Spares::refill`] or [`make_ahead`].
 unsafe fn make(kind: &Kind, sock: RawFd) -> ! {
     // SAFETY (whole body): system calls on data made before the fork.
     unsafe {
@@ -398,5 +481,56 @@ mod tests {
         other.uid_map = b"4000000 4000000 1".to_vec();
         assert!(s.take(&other).is_none(), "made with other maps: not given");
         assert!(s.ready.is_empty(), "and dropped");
+    }
+
+    /// One test, in order, for the one pair a process makes ahead for its
+    /// one command (the slot is the process's).
+    #[test]
+    fn a_pair_made_ahead_goes_only_to_a_plan_of_its_kind_and_once() {
+        let full =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        let mut p = plan(full, true);
+        p.user_sysctls = crate::user_sysctls_for(true).unwrap();
+        let gone = |pid: libc::pid_t| {
+            // SAFETY: waitpid without waiting on a pid that was our child.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == -1 }
+        };
+        // A plan on the host's network: none for it, and the maker is
+        // killed and reaped.
+        make_ahead();
+        let maker = AHEAD.lock().unwrap().as_ref().map(|a| a.pid).unwrap();
+        let host = plan(libc::CLONE_NEWNS | libc::CLONE_NEWUSER, true);
+        assert!(take_ahead(&host).is_none());
+        assert!(gone(maker), "the maker is reaped");
+        assert!(take_ahead(&p).is_none(), "nothing is left to take");
+        // Other maps: none either.
+        make_ahead();
+        let mut other = plan(full, true);
+        other.user_sysctls = p.user_sysctls.clone();
+        other.uid_map = b"4000000 4000000 1".to_vec();
+        assert!(take_ahead(&other).is_none());
+        // Its kind: a new user namespace owning a new network namespace,
+        // given once.
+        make_ahead();
+        let maker = AHEAD.lock().unwrap().as_ref().map(|a| a.pid).unwrap();
+        let pair = take_ahead(&p).expect("made ahead for a plan of its kind");
+        assert!(gone(maker), "the maker is reaped");
+        let (user, net) = pair.raw();
+        assert_eq!(ns_ioctl(user, NS_GET_NSTYPE), libc::CLONE_NEWUSER);
+        assert_eq!(ns_ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
+        let owner = ns_ioctl(net, NS_GET_USERNS);
+        assert!(owner >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor the ioctl just made.
+        let owner = unsafe { OwnedFd::from_raw_fd(owner) };
+        assert_eq!(ino(owner.as_raw_fd()), ino(user));
+        let own = |name: &str| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/self/ns/{name}"))
+                .unwrap()
+                .ino()
+        };
+        assert_ne!(ino(user), own("user"), "a new user namespace");
+        assert_ne!(ino(net), own("net"), "a new network namespace");
+        assert!(take_ahead(&p).is_none(), "given once");
     }
 }

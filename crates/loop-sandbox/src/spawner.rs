@@ -87,6 +87,11 @@ pub fn enable(by_default: bool) {
     ENABLED.store(on, Ordering::SeqCst);
 }
 
+/// Whether this process starts its commands from a spawner.
+pub(crate) fn enabled() -> bool {
+    ENABLED.load(Ordering::SeqCst)
+}
+
 /// A started spawner: the runtime's end of the control socket.
 pub(crate) struct Handle {
     ctl: OwnedFd,
