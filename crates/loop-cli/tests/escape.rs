@@ -293,6 +293,10 @@ fn one_command_prepared_beside_its_start_is_held_as_any() {
                 "ok\n",
                 "{who:?} {flags:?}: the workspace is writable"
             );
+            assert!(
+                log.contains("the Landlock ruleset's common part was made ahead"),
+                "{who:?} {flags:?}: {log}"
+            );
             if flags.is_empty() {
                 assert_eq!(s(&j, "stdout"), "lo\n", "{who:?}: its own network");
                 assert!(

@@ -984,9 +984,7 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                     // ended: told now, while init ends and the namespace
                     // is torn down (the relay tells otherwise, once the
                     // kernel has ended what was left, with init).
-                    if alone {
-                        tell_end(report, st);
-                    }
+                    let mut told = alone && tell_end(report, st);
                     if relay < 0 {
                         // No relay: what was left is ended here, each
                         // process reaped (the orphans of those ended
@@ -1001,9 +999,14 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                                     break;
                                 }
                             }
-                            tell_end(report, st);
+                            told = tell_end(report, st);
                         }
-                        libc::_exit(0);
+                        // An end that could not be told is read from
+                        // init's own (the spawner reaps it): the
+                        // command's code, or 128 and its signal (init
+                        // cannot end by a signal of its own), never 0
+                        // for a command that did not end with 0.
+                        libc::_exit(if told { 0 } else { exit_code_of(st) });
                     }
                     let mut word = [0u8; 5];
                     word[..4].copy_from_slice(&st.to_ne_bytes());
@@ -1011,8 +1014,11 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                     libc::write(relay, word.as_ptr().cast(), word.len());
                     libc::_exit(0);
                 }
+                // The command is init's child until reaped: this is not
+                // reached; were it, its end is unknown, and never read
+                // as success.
                 if pid < 0 && *libc::__errno_location() == libc::ECHILD {
-                    libc::_exit(0);
+                    libc::_exit(1);
                 }
             }
         }
@@ -1023,19 +1029,33 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
 }
 
 /// Send `E` and the wait status the relay ends with for the command's
-/// `st` on `report` (-1: none), and close it.
+/// `st` on `report` (-1: none), and close it: whether it was sent.
 ///
 /// # Safety
 /// In the relay or init, between fork and exit (send/close only).
-unsafe fn tell_end(report: RawFd, st: libc::c_int) {
-    if report >= 0 {
-        let mut end = [b'E', 0, 0, 0, 0];
-        end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
-        // SAFETY: send from a buffer we own; close of our descriptor.
-        unsafe {
-            libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
-            libc::close(report);
-        }
+unsafe fn tell_end(report: RawFd, st: libc::c_int) -> bool {
+    if report < 0 {
+        return false;
+    }
+    let mut end = [b'E', 0, 0, 0, 0];
+    end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
+    // SAFETY: send from a buffer we own; close of our descriptor.
+    unsafe {
+        let sent = libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
+        libc::close(report);
+        sent == end.len() as isize
+    }
+}
+
+/// The exit code a process that cannot end by the command's signal ends
+/// with for the command's `st`: its code, or 128 and its signal (as a
+/// shell says it).
+fn exit_code_of(st: libc::c_int) -> libc::c_int {
+    let end = mirrored(st);
+    if libc::WIFSIGNALED(end) {
+        128 + libc::WTERMSIG(end)
+    } else {
+        libc::WEXITSTATUS(end)
     }
 }
 
@@ -1780,5 +1800,17 @@ mod tests {
             // A core dump's flag aside, which the runtime does not read.
             assert_eq!(got & !0x80, mirrored(st), "command status {st:#x}");
         }
+    }
+
+    /// What a chain's init ends with where it could not tell the end: the
+    /// command's code, or 128 and its signal; never 0 for a command that
+    /// did not end with 0.
+    #[test]
+    fn an_end_init_could_not_tell_is_never_read_as_success() {
+        assert_eq!(exit_code_of(0), 0);
+        assert_eq!(exit_code_of(7 << 8), 7);
+        assert_eq!(exit_code_of(255 << 8), 255);
+        assert_eq!(exit_code_of(libc::SIGKILL), 128 + libc::SIGKILL);
+        assert_eq!(exit_code_of(libc::SIGSEGV | 0x80), 128 + libc::SIGSEGV);
     }
 }

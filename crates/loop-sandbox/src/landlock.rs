@@ -169,7 +169,13 @@ pub fn prepare(
         .take_if(|(o, _)| *o == overlays)
         .map(|(_, fd)| fd);
     let fd = match spare {
-        Some(fd) => fd,
+        Some(fd) => {
+            tracing::debug!(
+                target: "loop_sandbox::phases",
+                "sandbox: the Landlock ruleset's common part was made ahead"
+            );
+            fd
+        }
         None => match base(view, abi_n, overlays)? {
             Some(fd) => fd,
             None => return Ok(None),
@@ -241,9 +247,17 @@ pub(crate) fn make_spare_beside(overlays: bool) {
     let started = std::thread::Builder::new()
         .name("landlock rules".into())
         .spawn(move || {
+            // Done, however it ends (a panic included): [`prepare`] waits
+            // for this.
+            struct Done;
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    *MAKING.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
+                    MAKING.1.notify_all();
+                }
+            }
+            let _done = Done;
             make_spare(crate::confinement::host_view(), overlays);
-            *MAKING.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            MAKING.1.notify_all();
         });
     if started.is_err() {
         *making = false;

@@ -1837,7 +1837,7 @@ fn fork_here(
     given: Option<[OwnedFd; 3]>,
     session: bool,
 ) -> std::io::Result<spawner::Proc> {
-    // The namespaces made ahead for it (see `make_namespaces_ahead`),
+    // The namespaces made ahead for it (see `prepare_ahead`),
     // kept open here until the child has entered them.
     let ahead = spares::take_ahead(&plan);
     if let Some(pair) = &ahead {

@@ -284,8 +284,10 @@ unsafe fn prelude(h: &Head) {
 /// # Safety
 /// Only in the process [`child::chain_init`] returned in.
 pub(crate) unsafe fn chain_wait(sock: RawFd, net: RawFd) -> ! {
-    // SAFETY (whole body): this single-threaded process is a fork of the
-    // single-threaded spawner: it may allocate; then system calls only.
+    // SAFETY (whole body): this single-threaded process is a fork of a
+    // chain's init, a clone of the session's zygote, a fork of the
+    // single-threaded spawner (none of them ever had another thread): it
+    // may allocate; then system calls only.
     unsafe {
         if libc::send(sock, b"R".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) != 1 {
             libc::_exit(1);

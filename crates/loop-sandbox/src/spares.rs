@@ -102,8 +102,10 @@ impl Maker {
         let Ok((ours, theirs)) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET) else {
             return;
         };
-        // SAFETY: the spawner is single-threaded; the child only makes
-        // system calls on data that exists before the fork, then exits.
+        // SAFETY: the child only makes system calls on data that exists
+        // before the fork, then exits: safe whether this process is the
+        // single-threaded spawner or a runtime with other threads
+        // ([`make_ahead`]).
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             body(theirs.as_raw_fd());

@@ -7,10 +7,11 @@
 //! session is a user namespace (its id maps and per-user limits written)
 //! and a mount namespace in it holding that tree, built from
 //! [`RootPlan::shared`] by a small process forked from the spawner (the
-//! maker), which sends them back and exits. Each later command
-//! with the same shared steps enters the session's user namespace and a
-//! copy of its mount namespace (`setns`, then `unshare`), and makes only
-//! its own steps there: its `/tmp` on its own disk, the workspace and what
+//! maker), which sends them back and stays as the session's [`Zygote`].
+//! Each later command with the same shared steps is in the session's user
+//! namespace and a copy of its mount namespace (a chain's init cloned by
+//! the zygote, see [`Chain`]; else `setns`, then `unshare`), and makes
+//! only its own steps there: its `/tmp` on its own disk, the workspace and what
 //! is mounted in it, `/proc`, `/sys`, `/dev/shm`, `/run`; its PID, IPC
 //! and cgroup namespaces are its own and new, as before, and so are its
 //! Landlock ruleset, seccomp filter, limits and cgroups. A task's
@@ -121,15 +122,37 @@ pub(crate) struct Made {
 struct Zygote {
     pid: libc::pid_t,
     ctl: OwnedFd,
+    /// It did not answer in time, or answered what it should not: killed,
+    /// and asked nothing again (an answer still on its way would be read
+    /// as the next one's).
+    dead: std::cell::Cell<bool>,
 }
 
 impl Zygote {
     /// Clone a chain's init making `flags`' namespaces, its end of the
     /// chain's socket `theirs`: its pid (a child of the spawner's).
     fn clone_init(&self, flags: libc::c_int, theirs: &OwnedFd) -> Option<libc::pid_t> {
+        if self.dead.get() {
+            return None;
+        }
+        match self.ask(flags, theirs) {
+            Ok(pid) => pid,
+            Err(()) => {
+                // SAFETY: a signal to our own child (reaped when dropped).
+                unsafe { libc::kill(self.pid, libc::SIGKILL) };
+                self.dead.set(true);
+                None
+            }
+        }
+    }
+
+    /// Ask for one init and read its answer (see [`Zygote::clone_init`]):
+    /// its pid, or `None` where its clone failed (`F`); `Err` where the
+    /// zygote is gone, did not answer in time or answered something else.
+    fn ask(&self, flags: libc::c_int, theirs: &OwnedFd) -> Result<Option<libc::pid_t>, ()> {
         let mut ask = [b'C', 0, 0, 0, 0];
         ask[1..].copy_from_slice(&flags.to_le_bytes());
-        crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).ok()?;
+        crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).map_err(|_| ())?;
         let mut p = libc::pollfd {
             fd: self.ctl.as_raw_fd(),
             events: libc::POLLIN,
@@ -137,7 +160,10 @@ impl Zygote {
         };
         // A clone of a small process: an answer not here within the
         // maker's wait is a zygote stopped or gone (the chain is then not
-        // made, and the command starts without one).
+        // made, and the command starts without one). Killed then, should
+        // its answer still come, an init it cloned meanwhile finds its
+        // chain's socket closed and ends (left unreaped by the spawner,
+        // which reaps only what it knows of).
         let end = Instant::now() + MAKER_WAIT;
         loop {
             let left = end.saturating_duration_since(Instant::now()).as_millis() as i32;
@@ -147,7 +173,7 @@ impl Zygote {
                 break;
             }
             if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return None;
+                return Err(());
             }
         }
         let mut got = [0u8; 8];
@@ -161,7 +187,11 @@ impl Zygote {
             )
         };
         let pid = i32::from_le_bytes([got[1], got[2], got[3], got[4]]);
-        (n == 5 && got[0] == b'P' && pid > 0).then_some(pid)
+        match (n, got[0]) {
+            (5, b'P') if pid > 0 => Ok(Some(pid)),
+            (5, b'F') => Ok(None),
+            _ => Err(()),
+        }
     }
 }
 
@@ -674,7 +704,11 @@ fn make(plan: &ChildPlan) -> Option<Made> {
     };
     // From here the maker is the session's zygote, killed and reaped
     // with it (at once, where it did not send all it should have).
-    let zygote = Zygote { pid, ctl: ours };
+    let zygote = Zygote {
+        pid,
+        ctl: ours,
+        dead: std::cell::Cell::new(false),
+    };
     if fds.len() != 2 {
         return None;
     }
@@ -872,7 +906,6 @@ mod tests {
         p
     }
 
-    /// The inode of `/proc/PID/ns/NAME`.
     /// The parent of `pid`, from `/proc`.
     fn ppid_of(pid: libc::pid_t) -> libc::pid_t {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -881,6 +914,7 @@ mod tests {
         rest.split(' ').nth(1).unwrap().parse().unwrap()
     }
 
+    /// The inode of `/proc/PID/ns/NAME`.
     fn ns_of(pid: libc::pid_t, name: &str) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(format!("/proc/{pid}/ns/{name}"))
@@ -1013,6 +1047,54 @@ mod tests {
             // SAFETY: kill with signal 0 only asks.
             assert_eq!(unsafe { libc::kill(z, 0) }, -1, "zygote {z} is left");
         }
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A zygote that is gone (killed, say) makes no chain, is asked
+    /// nothing again, and its session still serves commands (which then
+    /// start as without a chain).
+    #[test]
+    fn a_zygote_gone_makes_no_chain_and_its_session_still_serves() {
+        if !crate::probe::support().userns {
+            eprintln!("no user namespaces here: nothing to test");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("loop-zygote-{}", std::process::id()));
+        let staging: PathBuf = base.join("root");
+        std::fs::create_dir_all(&staging).unwrap();
+        let mut s = Sessions::default();
+        let first = s.take(&plan(&staging, 1)).expect("a session is made");
+        let e = s.entries.iter().find(|e| e.id == first.id).unwrap();
+        let zygote = e.ns.zygote.pid;
+        // SAFETY: a signal to our own child, then waiting for its end
+        // without reaping it (its session reaps it when dropped).
+        unsafe {
+            libc::kill(zygote, libc::SIGKILL);
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                zygote as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            );
+        }
+        let flags = chain_flags(&plan(&staging, 1)).unwrap();
+        assert!(Chain::make(&e.ns, flags).is_none(), "no chain");
+        assert!(e.ns.zygote.dead.get(), "and it is asked nothing again");
+        assert!(Chain::make(&e.ns, flags).is_none());
+        s.bind(first.id, 4001);
+        s.release(4001, 0);
+        let again = s.take(&plan(&staging, 1)).expect("the session serves");
+        assert_eq!(again.id, first.id);
+        assert!(!again.new && again.chain.is_none());
+        s.unbind(again.id);
+        drop(s);
+        // SAFETY: kill with signal 0 only asks.
+        assert_eq!(
+            unsafe { libc::kill(zygote, 0) },
+            -1,
+            "reaped with its session"
+        );
         let _ = std::fs::remove_dir_all(&base);
     }
 
