@@ -81,9 +81,8 @@ fn main() -> ExitCode {
     // Commands are forked from a small spawner, never from this process
     // once it has grown; but `loop exec` of one command is small and
     // starts one process (a spawner would be a second). Its user and
-    // network namespaces and its Landlock ruleset's common part are made
-    // from here on, beside the rest of its start (see
-    // `loop_sandbox::prepare_ahead`).
+    // network namespaces are made from here on, beside the rest of its
+    // start (see `loop_sandbox::prepare_ahead`).
     loop_sandbox::spawner::enable(!matches!(&cli.command, Command::Exec(o) if o.repeat <= 1));
     if let Command::Exec(o) = &cli.command
         && o.repeat <= 1
@@ -91,7 +90,7 @@ fn main() -> ExitCode {
         let on = |layer: &str| !o.without.iter().any(|l| l == layer);
         // A command on the host's network makes no network namespace.
         let own_net = matches!(o.net, cli::NetArg::None);
-        loop_sandbox::prepare_ahead(on("namespaces"), own_net, on("landlock"));
+        loop_sandbox::prepare_ahead(on("namespaces"), own_net);
     }
     // Output into a closed pipe (`loop demo | head`) ends the process
     // quietly, as it does for other command-line tools, not with a panic.

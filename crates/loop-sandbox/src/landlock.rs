@@ -162,7 +162,6 @@ pub fn prepare(
     let abi = ABI::from(abi_n as i32);
     let all = AccessFs::from_all(abi);
     let err = |e: &dyn std::fmt::Display| crate::SandboxError::Prepare(format!("landlock: {e}"));
-    wait_for_spare_beside();
     let spare = SPARE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -223,56 +222,6 @@ pub(crate) fn make_spare(view: &'static HostView, overlays: bool) {
             *kept = Some((overlays, fd));
         }
     }
-}
-
-/// Whether a spare is being made on a thread of its own
-/// ([`make_spare_beside`]), and where [`prepare`] waits for it.
-static MAKING: (std::sync::Mutex<bool>, std::sync::Condvar) =
-    (std::sync::Mutex::new(false), std::sync::Condvar::new());
-
-/// Make the first command's ruleset's common part (and the host view
-/// before it) on a thread of its own, while the process does the rest of
-/// its start: for a process that prepares one command (`loop exec` of
-/// one command), whose [`prepare`] then waits for it and adds only the
-/// command's own rules, instead of making it then.
-pub(crate) fn make_spare_beside(overlays: bool) {
-    if kernel_abi() == 0 {
-        return;
-    }
-    let mut making = MAKING.0.lock().unwrap_or_else(|e| e.into_inner());
-    if *making {
-        return;
-    }
-    *making = true;
-    let started = std::thread::Builder::new()
-        .name("landlock rules".into())
-        .spawn(move || {
-            // Done, however it ends (a panic included): [`prepare`] waits
-            // for this.
-            struct Done;
-            impl Drop for Done {
-                fn drop(&mut self) {
-                    *MAKING.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
-                    MAKING.1.notify_all();
-                }
-            }
-            let _done = Done;
-            make_spare(crate::confinement::host_view(), overlays);
-        });
-    if started.is_err() {
-        *making = false;
-    }
-}
-
-/// Wait for a spare being made beside ([`make_spare_beside`]), for at
-/// most ten seconds (then the command's is made as without one).
-fn wait_for_spare_beside() {
-    let making = MAKING.0.lock().unwrap_or_else(|e| e.into_inner());
-    drop(
-        MAKING
-            .1
-            .wait_timeout_while(making, std::time::Duration::from_secs(10), |m| *m),
-    );
 }
 
 /// A new ruleset handling every right of ABI `abi_n` (and its scopes)

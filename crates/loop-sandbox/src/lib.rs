@@ -1808,24 +1808,22 @@ fn launch(
 ///   child enters them where it would have made them, if its plan makes
 ///   namespaces of that kind (this user's, with the limits every
 ///   command's user namespace gets); else they are dropped. Each is
-///   entered by that command only;
-/// - with `landlock`, the host view and the common part of its Landlock
-///   ruleset (a thread): the command's ruleset is that one, with only the
-///   command's own rules added, as a spawner's next command's is.
+///   entered by that command only.
+///
+/// (Its Landlock ruleset's common part is not made on a thread beside:
+/// measured from a benchmark's harness, such a thread made the whole
+/// `loop exec` three times slower, from its shell as fast; see
+/// `docs/benchmark-history.md`.)
 ///
 /// Call it before the process starts any other thread. A process that
 /// starts its commands from a spawner makes none of this (the spawner
-/// makes its own namespaces ahead, and the runtime its next ruleset).
-pub fn prepare_ahead(namespaces: bool, own_net: bool, landlock: bool) {
+/// makes its own namespaces ahead).
+pub fn prepare_ahead(namespaces: bool, own_net: bool) {
     if spawner::enabled() {
         return;
     }
     if namespaces && own_net {
         spares::make_ahead();
-    }
-    if landlock {
-        let support = probe::optimistic();
-        landlock::make_spare_beside(namespaces && support.namespaces && support.tree_overlay);
     }
 }
 

@@ -416,6 +416,27 @@ mod tests {
         unsafe { libc::ioctl(fd, req) }
     }
 
+    /// `pair` is a new user namespace and a new network namespace owned by
+    /// it, as one a command made after its own user namespace would be.
+    fn assert_new(pair: &Pair) {
+        let (user, net) = pair.raw();
+        assert_eq!(ns_ioctl(user, NS_GET_NSTYPE), libc::CLONE_NEWUSER);
+        assert_eq!(ns_ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
+        let owner = ns_ioctl(net, NS_GET_USERNS);
+        assert!(owner >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor the ioctl just made.
+        let owner = unsafe { OwnedFd::from_raw_fd(owner) };
+        assert_eq!(ino(owner.as_raw_fd()), ino(user));
+        let own = |name: &str| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/self/ns/{name}"))
+                .unwrap()
+                .ino()
+        };
+        assert_ne!(ino(user), own("user"), "a new user namespace");
+        assert_ne!(ino(net), own("net"), "a new network namespace");
+    }
+
     fn made(s: &mut Spares, p: &ChildPlan) -> Pair {
         for _ in 0..4 {
             if let Some(pair) = s.take(p) {
@@ -436,23 +457,8 @@ mod tests {
         let mut s = Spares::default();
         assert!(s.take(&p).is_none(), "the first command makes its own");
         let (a, b) = (made(&mut s, &p), made(&mut s, &p));
-        // SAFETY: opening our own namespace files.
-        let own_user = unsafe { libc::open(c"/proc/self/ns/user".as_ptr(), libc::O_RDONLY) };
-        let own_net = unsafe { libc::open(c"/proc/self/ns/net".as_ptr(), libc::O_RDONLY) };
-        for pair in [&a, &b] {
-            let (user, net) = pair.raw();
-            assert_eq!(ns_ioctl(user, NS_GET_NSTYPE), libc::CLONE_NEWUSER);
-            assert_eq!(ns_ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
-            // The network namespace is owned by the pair's user namespace,
-            // as one the command made after its own user namespace would be.
-            let owner = ns_ioctl(net, NS_GET_USERNS);
-            assert!(owner >= 0, "{}", std::io::Error::last_os_error());
-            // SAFETY: a descriptor the ioctl just made.
-            let owner = unsafe { OwnedFd::from_raw_fd(owner) };
-            assert_eq!(ino(owner.as_raw_fd()), ino(user));
-            assert_ne!(ino(user), ino(own_user), "a new user namespace");
-            assert_ne!(ino(net), ino(own_net), "a new network namespace");
-        }
+        assert_new(&a);
+        assert_new(&b);
         assert_ne!(a.raw(), b.raw());
         assert_ne!(
             ino(a.raw().1),
@@ -463,11 +469,6 @@ mod tests {
         // nothing made ahead is for it.
         let host = plan(libc::CLONE_NEWNS | libc::CLONE_NEWUSER, true);
         assert!(s.take(&host).is_none());
-        // SAFETY: closing what was opened above.
-        unsafe {
-            libc::close(own_user);
-            libc::close(own_net);
-        }
     }
 
     #[test]
@@ -517,22 +518,7 @@ mod tests {
         let maker = AHEAD.lock().unwrap().as_ref().map(|a| a.pid).unwrap();
         let pair = take_ahead(&p).expect("made ahead for a plan of its kind");
         assert!(gone(maker), "the maker is reaped");
-        let (user, net) = pair.raw();
-        assert_eq!(ns_ioctl(user, NS_GET_NSTYPE), libc::CLONE_NEWUSER);
-        assert_eq!(ns_ioctl(net, NS_GET_NSTYPE), libc::CLONE_NEWNET);
-        let owner = ns_ioctl(net, NS_GET_USERNS);
-        assert!(owner >= 0, "{}", std::io::Error::last_os_error());
-        // SAFETY: a descriptor the ioctl just made.
-        let owner = unsafe { OwnedFd::from_raw_fd(owner) };
-        assert_eq!(ino(owner.as_raw_fd()), ino(user));
-        let own = |name: &str| {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(format!("/proc/self/ns/{name}"))
-                .unwrap()
-                .ino()
-        };
-        assert_ne!(ino(user), own("user"), "a new user namespace");
-        assert_ne!(ino(net), own("net"), "a new network namespace");
+        assert_new(&pair);
         assert!(take_ahead(&p).is_none(), "given once");
     }
 }

@@ -906,6 +906,20 @@ mod tests {
         p
     }
 
+    /// A directory for a test named `name` and the staging directory in
+    /// it; `None` where this machine has no user namespaces (nothing to
+    /// test).
+    fn scene(name: &str) -> Option<(PathBuf, PathBuf)> {
+        if !crate::probe::support().userns {
+            eprintln!("no user namespaces here: nothing to test");
+            return None;
+        }
+        let base = std::env::temp_dir().join(format!("loop-{name}-{}", std::process::id()));
+        let staging = base.join("root");
+        std::fs::create_dir_all(&staging).unwrap();
+        Some((base, staging))
+    }
+
     /// The parent of `pid`, from `/proc`.
     fn ppid_of(pid: libc::pid_t) -> libc::pid_t {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -937,13 +951,9 @@ mod tests {
 
     #[test]
     fn a_chain_is_made_once_a_command_has_ended_and_takes_only_a_command_it_fits() {
-        if !crate::probe::support().userns {
-            eprintln!("no user namespaces here: nothing to test");
+        let Some((base, staging)) = scene("chain") else {
             return;
-        }
-        let base = std::env::temp_dir().join(format!("loop-chain-{}", std::process::id()));
-        let staging: PathBuf = base.join("root");
-        std::fs::create_dir_all(&staging).unwrap();
+        };
         let mut s = Sessions::default();
         let first = s.take(&plan(&staging, 1)).expect("a session is made");
         assert!(
@@ -1055,13 +1065,9 @@ mod tests {
     /// start as without a chain).
     #[test]
     fn a_zygote_gone_makes_no_chain_and_its_session_still_serves() {
-        if !crate::probe::support().userns {
-            eprintln!("no user namespaces here: nothing to test");
+        let Some((base, staging)) = scene("zygote") else {
             return;
-        }
-        let base = std::env::temp_dir().join(format!("loop-zygote-{}", std::process::id()));
-        let staging: PathBuf = base.join("root");
-        std::fs::create_dir_all(&staging).unwrap();
+        };
         let mut s = Sessions::default();
         let first = s.take(&plan(&staging, 1)).expect("a session is made");
         let e = s.entries.iter().find(|e| e.id == first.id).unwrap();
@@ -1100,13 +1106,9 @@ mod tests {
 
     #[test]
     fn a_session_serves_one_command_at_a_time_and_only_its_own_kind() {
-        if !crate::probe::support().userns {
-            eprintln!("no user namespaces here: nothing to test");
+        let Some((base, staging)) = scene("warm") else {
             return;
-        }
-        let base = std::env::temp_dir().join(format!("loop-warm-{}", std::process::id()));
-        let staging: PathBuf = base.join("root");
-        std::fs::create_dir_all(&staging).unwrap();
+        };
         let mut s = Sessions::default();
         assert!(
             s.take(&joining(&staging, 0)).is_none(),
