@@ -124,6 +124,25 @@ pub(crate) fn recv_fds(sock: &OwnedFd, max: usize) -> Vec<OwnedFd> {
     }
 }
 
+/// One `recv` of a message on a `SOCK_SEQPACKET` socket `fd` into `buf`:
+/// its length, 0 only once the peer has gone and nothing it sent is left.
+/// Linux answers a read that does not wait (`MSG_DONTWAIT`) by looking at
+/// the queue, then, finding it empty, at whether the peer has gone: a
+/// peer that sends its last message and closes between the two makes
+/// that read answer 0 with the message queued. So a 0 is read again once,
+/// without waiting: the peer has gone for good by then, and anything it
+/// sent is in the queue. (A read that waits looks at the queue again
+/// before the peer's end, and is answered the same way.)
+pub(crate) fn recv_packet(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> isize {
+    // SAFETY: recv into a buffer we own, of its length.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n != 0 {
+        return n;
+    }
+    // SAFETY: as above.
+    unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) }
+}
+
 /// One `recvmsg` on `fd` into `data`, with room for `max` descriptors:
 /// its return, the descriptors it carried (owned, close-on-exec), and
 /// whether they were cut short.
@@ -157,5 +176,66 @@ pub(crate) fn recv_msg(fd: RawFd, data: &mut [u8; 8], max: usize) -> (isize, Vec
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
         (n, fds, msg.msg_flags & libc::MSG_CTRUNC != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(fd: &OwnedFd, bytes: &[u8]) {
+        // SAFETY: send from a buffer we own on a socket we hold.
+        let n = unsafe { libc::send(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+        assert_eq!(n, bytes.len() as isize);
+    }
+
+    #[test]
+    fn a_peers_last_message_is_read_before_its_end() {
+        let (ours, theirs) = socket_pair_of(libc::SOCK_SEQPACKET).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            recv_packet(ours.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT),
+            -1,
+            "nothing sent yet: EAGAIN"
+        );
+        send(&theirs, b"X1234");
+        drop(theirs);
+        assert_eq!(
+            recv_packet(ours.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT),
+            5
+        );
+        assert_eq!(&buf[..5], b"X1234");
+        assert_eq!(
+            recv_packet(ours.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT),
+            0
+        );
+        assert_eq!(recv_packet(ours.as_raw_fd(), &mut buf, 0), 0);
+    }
+
+    /// A reader that does not wait, racing a peer that sends its last
+    /// message and closes (as the spawner answers a command's end and
+    /// forgets it): the message is read every time, never an end before
+    /// it. Linux answers such a read 0 with the message queued about 4
+    /// times in 10,000 on the 2-core VM (a plain `recv` in the same loop,
+    /// in C), seen under load as "the spawner ended before the command".
+    #[test]
+    fn a_message_sent_as_its_peer_closes_is_never_lost_to_a_read_that_does_not_wait() {
+        for _ in 0..10_000 {
+            let (ours, theirs) = socket_pair_of(libc::SOCK_SEQPACKET).unwrap();
+            let peer = std::thread::spawn(move || {
+                send(&theirs, b"X1234");
+                drop(theirs);
+            });
+            let mut buf = [0u8; 8];
+            let n = loop {
+                let n = recv_packet(ours.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT);
+                if n != -1 {
+                    break n;
+                }
+                std::hint::spin_loop();
+            };
+            peer.join().unwrap();
+            assert_eq!((n, &buf[..5]), (5, &b"X1234"[..]));
+        }
     }
 }

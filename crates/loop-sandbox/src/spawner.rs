@@ -587,8 +587,7 @@ fn recv_word(fd: &OwnedFd, block: bool) -> io::Result<Option<(isize, [u8; 8])>> 
     let mut buf = [0u8; 8];
     loop {
         let flags = if block { 0 } else { libc::MSG_DONTWAIT };
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8, flags) };
+        let n = crate::fdpass::recv_packet(fd.as_raw_fd(), &mut buf, flags);
         if n >= 0 {
             return Ok(Some((n, buf)));
         }
@@ -847,8 +846,7 @@ fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, Ahead)> {
 
 fn read_full_packet(chan: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        // SAFETY: recv into a buffer we own.
-        let n = unsafe { libc::recv(chan.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let n = crate::fdpass::recv_packet(chan.as_raw_fd(), buf, 0);
         if n >= 0 {
             return Ok(n as usize);
         }
@@ -1022,15 +1020,7 @@ fn serve() -> i32 {
 /// it is not listened to again.
 fn hear(k: &mut Kid) {
     let mut buf = [0u8; 8];
-    // SAFETY: recv into a buffer we own, without waiting.
-    let n = unsafe {
-        libc::recv(
-            k.chan.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let n = crate::fdpass::recv_packet(k.chan.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT);
     match (n, buf[0]) {
         // SAFETY: killpg of a group this process made, leader unreaped.
         (5, b'K') => unsafe {
@@ -1124,15 +1114,7 @@ fn told(k: &mut Kid, sessions: &mut Sessions) {
         return;
     };
     let mut buf = [0u8; 8];
-    // SAFETY: recv into a buffer we own, without waiting.
-    let n = unsafe {
-        libc::recv(
-            report.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let n = crate::fdpass::recv_packet(report.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT);
     if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
         k.report = Some(report);
         return;

@@ -177,15 +177,7 @@ impl Zygote {
             }
         }
         let mut got = [0u8; 8];
-        // SAFETY: recv into a buffer we own, without waiting.
-        let n = unsafe {
-            libc::recv(
-                self.ctl.as_raw_fd(),
-                got.as_mut_ptr().cast(),
-                got.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = crate::fdpass::recv_packet(self.ctl.as_raw_fd(), &mut got, libc::MSG_DONTWAIT);
         let pid = i32::from_le_bytes([got[1], got[2], got[3], got[4]]);
         match (n, got[0]) {
             (5, b'P') if pid > 0 => Ok(Some(pid)),
@@ -378,8 +370,7 @@ impl Chain {
         // SAFETY: poll on one descriptor we hold (EINTR reads as not ready).
         unsafe { libc::poll(&mut p, 1, CHAIN_WAIT.as_millis() as libc::c_int) };
         let mut b = [0u8; 1];
-        // SAFETY: recv into a buffer we own, without waiting.
-        let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
+        let n = crate::fdpass::recv_packet(sock, &mut b, libc::MSG_DONTWAIT);
         match n {
             1 if b[0] == b'R' => {
                 self.ready = true;
