@@ -145,16 +145,24 @@ impl Scene {
     fn run_with(&self, flags: &[&str], script: &str, spawner: &str) -> (Output, serde_json::Value) {
         let mut all = vec!["--json"];
         all.extend_from_slice(flags);
-        let out = self
-            .command(&all, &["sh", "-c", script])
-            .env("LOOP_SPAWNER", spawner)
-            .env("LOOP_LOG", "loop_sandbox::phases=debug")
-            .output()
-            .unwrap();
+        let (out, stderr) = self.logged(&all, &["sh", "-c", script], Some(spawner));
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let json: serde_json::Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+            .unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
         (out, json)
+    }
+
+    /// `cmd` run with the sandbox's phases logged, with `LOOP_SPAWNER`
+    /// set where `spawner` says: its output, and its error as text.
+    fn logged(&self, flags: &[&str], cmd: &[&str], spawner: Option<&str>) -> (Output, String) {
+        let mut c = self.command(flags, cmd);
+        c.env("LOOP_LOG", "loop_sandbox::phases=debug");
+        if let Some(s) = spawner {
+            c.env("LOOP_SPAWNER", s);
+        }
+        let out = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        (out, stderr)
     }
 }
 
@@ -441,15 +449,11 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
       open('/proc/sys/user/max_user_namespaces').read().strip(), reached, sent)
 " >> facts.txt"#
         );
-        let out = sc
-            .command(
-                &["--repeat", "4", "--pause-ms", "300"],
-                &["sh", "-c", &probe],
-            )
-            .env("LOOP_LOG", "loop_sandbox::phases=debug")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (out, stderr) = sc.logged(
+            &["--repeat", "4", "--pause-ms", "300"],
+            &["sh", "-c", &probe],
+            None,
+        );
         assert!(out.status.success(), "{who:?}: {stderr}");
         assert!(
             stderr.contains("namespaces made ahead"),
@@ -458,13 +462,7 @@ print(os.fstat(owner).st_ino == os.fstat(u).st_ino, os.fstat(u).st_ino, os.fstat
         // `loop exec` of one command makes its command's while it prepares
         // it (`spares::make_ahead`): the same facts, twice over.
         for _ in 0..2 {
-            let out = sc
-                .command(&[], &["sh", "-c", &probe])
-                .env("LOOP_SPAWNER", "0")
-                .env("LOOP_LOG", "loop_sandbox::phases=debug")
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            let (out, stderr) = sc.logged(&[], &["sh", "-c", &probe], Some("0"));
             assert!(out.status.success(), "{who:?}: {stderr}");
             assert!(
                 stderr.contains(
@@ -511,15 +509,11 @@ fn a_tasks_commands_share_a_session_but_nothing_one_leaves_reaches_the_next() {
     for who in users() {
         let sc = Scene::new("session", who);
         let script = probe(&sc, "session_leftovers.py");
-        let out = sc
-            .command(
-                &["--repeat", "3", "--pause-ms", "100"],
-                &["python3", &script],
-            )
-            .env("LOOP_LOG", "loop_sandbox::phases=debug")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (out, stderr) = sc.logged(
+            &["--repeat", "3", "--pause-ms", "100"],
+            &["python3", &script],
+            None,
+        );
         assert!(out.status.success(), "{who:?}: {stderr}");
         assert_eq!(
             stderr.matches("a session made").count(),
@@ -569,15 +563,11 @@ fn a_sessions_network_namespace_is_entered_only_untouched() {
         for (what, runs) in [("sockets", 4), ("label", 3)] {
             let sc = Scene::new(&format!("session-net-{what}"), who);
             let script = probe(&sc, "session_network.py");
-            let out = sc
-                .command(
-                    &["--repeat", &runs.to_string(), "--pause-ms", "100"],
-                    &["python3", &script, what],
-                )
-                .env("LOOP_LOG", "loop_sandbox::phases=debug")
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            let (out, stderr) = sc.logged(
+                &["--repeat", &runs.to_string(), "--pause-ms", "100"],
+                &["python3", &script, what],
+                None,
+            );
             assert!(out.status.success(), "{who:?} {what}: {stderr}");
             assert_eq!(
                 stderr.matches("a session's chain took the command").count(),
@@ -696,12 +686,7 @@ fn thrice_from_chains(sc: &Scene, flags: &[&str], script: &str) -> serde_json::V
 fn thrice_from_chains_argv(sc: &Scene, flags: &[&str], cmd: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json", "--repeat", "3", "--pause-ms", "100"];
     all.extend_from_slice(flags);
-    let out = sc
-        .command(&all, cmd)
-        .env("LOOP_LOG", "loop_sandbox::phases=debug")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = sc.logged(&all, cmd, None);
     assert_eq!(
         stderr.matches("a session's chain took the command").count(),
         2,

@@ -124,6 +124,31 @@ pub(crate) fn recv_fds(sock: &OwnedFd, max: usize) -> Vec<OwnedFd> {
     }
 }
 
+/// Whether `fd` became readable (or its peer went away) within `wait`.
+pub(crate) fn readable_within(fd: RawFd, wait: Duration) -> bool {
+    let end = std::time::Instant::now() + wait;
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        // SAFETY: poll on one descriptor the caller holds open.
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            n if n > 0 => return true,
+            0 if std::time::Instant::now() >= end => return false,
+            0 => {}
+            // An error is for the read that follows to say.
+            _ if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+}
+
 /// One `recv` of a message on a `SOCK_SEQPACKET` socket `fd` into `buf`:
 /// its length, 0 only once the peer has gone and nothing it sent is left.
 /// Linux answers a read that does not wait (`MSG_DONTWAIT`) by looking at

@@ -229,7 +229,7 @@ static AHEAD: std::sync::Mutex<Option<Ahead>> = std::sync::Mutex::new(None);
 
 /// How long a command waits for the pair made ahead (begun as the
 /// process started, it is normally there); then it makes its own.
-const AHEAD_WAIT_MS: libc::c_int = 1000;
+const AHEAD_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// Start making a pair for this process's one command (see [`Ahead`]),
 /// unless one is being made.
@@ -259,18 +259,12 @@ pub fn make_ahead() {
 }
 
 /// The pair made ahead, if `plan` is of its kind and it was made (the
-/// maker reaped either way; one not answering within [`AHEAD_WAIT_MS`]
+/// maker reaped either way; one not answering within [`AHEAD_WAIT`]
 /// is killed).
 pub(crate) fn take_ahead(plan: &ChildPlan) -> Option<Pair> {
     let a = AHEAD.lock().unwrap_or_else(|e| e.into_inner()).take()?;
     let fds = if Kind::of(plan).as_ref() == Some(&a.kind) {
-        let mut p = libc::pollfd {
-            fd: a.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one descriptor we hold (EINTR reads as no answer).
-        if unsafe { libc::poll(&mut p, 1, AHEAD_WAIT_MS) } > 0 {
+        if crate::fdpass::readable_within(a.sock.as_raw_fd(), AHEAD_WAIT) {
             crate::fdpass::recv_fds(&a.sock, 2)
         } else {
             Vec::new()

@@ -156,7 +156,7 @@ fn answer_wait() -> Duration {
 /// has passed without, process `pid` is stopped or gone.
 fn answered_or_stopped(fd: RawFd, pid: u32, wait: Duration) -> bool {
     loop {
-        if readable_within(fd, wait) {
+        if crate::fdpass::readable_within(fd, wait) {
             return true;
         }
         // The state follows the name, which is in parentheses. Only a
@@ -172,29 +172,6 @@ fn answered_or_stopped(fd: RawFd, pid: u32, wait: Duration) -> bool {
             .and_then(|(_, rest)| rest.chars().next());
         if matches!(state, Some('T' | 't' | 'Z' | 'X')) {
             return false;
-        }
-    }
-}
-
-/// Whether `fd` became readable (or its peer went away) within `wait`.
-fn readable_within(fd: RawFd, wait: Duration) -> bool {
-    let end = Instant::now() + wait;
-    loop {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let left = end.saturating_duration_since(Instant::now());
-        let ms = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: poll on one descriptor the caller holds open.
-        match unsafe { libc::poll(&mut p, 1, ms) } {
-            n if n > 0 => return true,
-            0 if Instant::now() >= end => return false,
-            0 => {}
-            // An error is for the read that follows to say.
-            _ if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted => return true,
-            _ => {}
         }
     }
 }

@@ -153,28 +153,14 @@ impl Zygote {
         let mut ask = [b'C', 0, 0, 0, 0];
         ask[1..].copy_from_slice(&flags.to_le_bytes());
         crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).map_err(|_| ())?;
-        let mut p = libc::pollfd {
-            fd: self.ctl.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
         // A clone of a small process: an answer not here within the
         // maker's wait is a zygote stopped or gone (the chain is then not
         // made, and the command starts without one). Killed then, should
         // its answer still come, an init it cloned meanwhile finds its
         // chain's socket closed and ends (left unreaped by the spawner,
         // which reaps only what it knows of).
-        let end = Instant::now() + MAKER_WAIT;
-        loop {
-            let left = end.saturating_duration_since(Instant::now()).as_millis() as i32;
-            // SAFETY: poll on one descriptor we hold.
-            let n = unsafe { libc::poll(&mut p, 1, left) };
-            if n > 0 {
-                break;
-            }
-            if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return Err(());
-            }
+        if !crate::fdpass::readable_within(self.ctl.as_raw_fd(), MAKER_WAIT) {
+            return Err(());
         }
         let mut got = [0u8; 8];
         let n = crate::fdpass::recv_packet(self.ctl.as_raw_fd(), &mut got, libc::MSG_DONTWAIT);
@@ -672,23 +658,7 @@ fn make(plan: &ChildPlan) -> Option<Made> {
     if pid < 0 {
         return None;
     }
-    let answered = {
-        let mut p = libc::pollfd {
-            fd: ours.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let end = Instant::now() + MAKER_WAIT;
-        loop {
-            let left = end.saturating_duration_since(Instant::now()).as_millis() as i32;
-            // SAFETY: poll on one descriptor we hold.
-            let n = unsafe { libc::poll(&mut p, 1, left) };
-            if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                break n > 0;
-            }
-        }
-    };
-    let mut fds = if answered {
+    let mut fds = if crate::fdpass::readable_within(ours.as_raw_fd(), MAKER_WAIT) {
         crate::fdpass::recv_fds(&ours, 2)
     } else {
         Vec::new()
