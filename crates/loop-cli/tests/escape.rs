@@ -1541,6 +1541,33 @@ fn host_ipc_is_invisible_and_nothing_made_inside_outlives_the_command() {
     }
 }
 
+/// A command a session's chain starts (cloned by the session's zygote,
+/// in the session's user namespace, where it held every capability until
+/// its order) holds as little at its exec as a first one: every set
+/// empty, the bounding set too (the honest twin: it runs, and writes the
+/// workspace).
+#[test]
+fn a_chained_command_holds_no_capability_either() {
+    for who in users() {
+        let sc = Scene::new("chained-privilege", who);
+        let j = thrice_from_chains(
+            &sc,
+            &[],
+            "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; echo ran >> ran.txt",
+        );
+        let out = s(&j, "stdout");
+        for held in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert!(
+                out.contains(&format!("{held}:\t0000000000000000")),
+                "{who:?}: {held}: {out}"
+            );
+        }
+        assert_eq!(j["isolation"]["no_capabilities"], true, "{who:?}: {j}");
+        let ran = std::fs::read_to_string(sc.ws().join("ran.txt")).unwrap();
+        assert_eq!(ran, "ran\nran\nran\n", "{who:?}");
+    }
+}
+
 #[test]
 fn no_command_leaves_a_file_that_gives_privilege_and_root_inside_holds_none() {
     for who in users() {
