@@ -1119,14 +1119,29 @@ def main():
     os.makedirs(scratch, exist_ok=True)
     # The machine, the commit and the tree as the run starts.
     a.machine = machine(a)
+    # The tasks' workspaces (kept outside their projects, beside the state
+    # directory, for `loop show` and `apply`) go with the run's projects: a
+    # run made ~17 GB of them (five copies of the 100,000-file tree) that
+    # nothing would ever remove. Beside the default place (the same disk,
+    # and ancestors the runtime trusts), removed at the end.
+    own_workspaces = None
+    if "LOOP_WORKSPACES_DIR" not in os.environ:
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        os.makedirs(state, mode=0o700, exist_ok=True)
+        own_workspaces = tempfile.mkdtemp(prefix="loop-engine-bench-workspaces-", dir=state)
+        os.environ["LOOP_WORKSPACES_DIR"] = own_workspaces
+    try:
+        return run_sections(a, only, scratch)
+    finally:
+        if own_workspaces:
+            shutil.rmtree(own_workspaces, ignore_errors=True)
+
+
+def run_sections(a, only, scratch):
+    """Every section asked for, in one scratch directory; the report written after each."""
     rep = Report()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="loop-bench-", dir=scratch) as tmp:
-        # The tasks' workspaces (kept outside their projects, under the
-        # state directory's sibling, for `loop show` and `apply`) go with
-        # the run's projects: a run made ~17 GB of them (five copies of the
-        # 100,000-file tree) that nothing would ever remove.
-        os.environ.setdefault("LOOP_WORKSPACES_DIR", os.path.join(tmp, "workspaces"))
         for name in only:
             t = time.monotonic()
             print(f"bench: {name} ...", file=sys.stderr, flush=True)

@@ -151,17 +151,22 @@ pub(crate) fn readable_within(fd: RawFd, wait: Duration) -> bool {
 
 /// One `recv` of a message on a `SOCK_SEQPACKET` socket `fd` into `buf`:
 /// its length, 0 only once the peer has gone and nothing it sent is left.
-/// Linux answers a read that does not wait (`MSG_DONTWAIT`) by looking at
-/// the queue, then, finding it empty, at whether the peer has gone: a
-/// peer that sends its last message and closes between the two makes
-/// that read answer 0 with the message queued. So a 0 is read again once,
-/// without waiting: the peer has gone for good by then, and anything it
-/// sent is in the queue. (A read that waits looks at the queue again
-/// before the peer's end, and is answered the same way.)
+/// Linux answers a read by looking at the queue, then, finding it empty,
+/// at whether the peer has gone (without a lock between the two): a peer
+/// that sends its last message and closes between them makes the read
+/// answer 0 with the message queued. And a peer that closes with a
+/// message of ours unread (a `K` the spawner had not yet heard) makes our
+/// next read answer `ECONNRESET` before it looks at the queue at all. So
+/// either is read again once, without waiting: the peer has gone for good
+/// by then, anything it sent is in the queue, and the error is cleared by
+/// being told. (No side of these sockets ever sends an empty message,
+/// which would also read as 0.)
 pub(crate) fn recv_packet(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> isize {
     // SAFETY: recv into a buffer we own, of its length.
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
-    if n != 0 {
+    let reset =
+        || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECONNRESET);
+    if n != 0 && !reset() {
         return n;
     }
     // SAFETY: as above.
@@ -235,6 +240,24 @@ mod tests {
             0
         );
         assert_eq!(recv_packet(ours.as_raw_fd(), &mut buf, 0), 0);
+    }
+
+    /// A peer that closes with a message of ours unread (the spawner
+    /// forgetting a command whose runtime had just asked it to kill it)
+    /// makes our next read answer `ECONNRESET` before the queue: its last
+    /// message is still read, then its end.
+    #[test]
+    fn a_peer_closing_with_our_message_unread_still_gives_its_last() {
+        for flags in [0, libc::MSG_DONTWAIT] {
+            let (ours, theirs) = socket_pair_of(libc::SOCK_SEQPACKET).unwrap();
+            send(&ours, b"K1234");
+            send(&theirs, b"X1234");
+            drop(theirs);
+            let mut buf = [0u8; 8];
+            assert_eq!(recv_packet(ours.as_raw_fd(), &mut buf, flags), 5);
+            assert_eq!(&buf[..5], b"X1234");
+            assert_eq!(recv_packet(ours.as_raw_fd(), &mut buf, flags), 0);
+        }
     }
 
     /// A reader that does not wait, racing a peer that sends its last
