@@ -984,7 +984,9 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                     // ended: told now, while init ends and the namespace
                     // is torn down (the relay tells otherwise, once the
                     // kernel has ended what was left, with init).
-                    let mut told = alone && tell_end(report, st);
+                    if alone {
+                        tell_end(report, st);
+                    }
                     if relay < 0 {
                         // No relay: what was left is ended here, each
                         // process reaped (the orphans of those ended
@@ -999,14 +1001,16 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                                     break;
                                 }
                             }
-                            told = tell_end(report, st);
+                            tell_end(report, st);
                         }
-                        // An end that could not be told is read from
-                        // init's own (the spawner reaps it): the
-                        // command's code, or 128 and its signal (init
-                        // cannot end by a signal of its own), never 0
-                        // for a command that did not end with 0.
-                        libc::_exit(if told { 0 } else { exit_code_of(st) });
+                        // Told or not, init ends with the command's code,
+                        // or 128 and its signal (init cannot end by a
+                        // signal of its own), never 0 for a command that
+                        // did not end with 0: an end that could not be
+                        // told is read from init's (the spawner reaps
+                        // it), and so is one whose report the spawner
+                        // had not read when it saw init's end.
+                        libc::_exit(exit_code_of(st));
                     }
                     let mut word = [0u8; 5];
                     word[..4].copy_from_slice(&st.to_ne_bytes());
@@ -1029,21 +1033,21 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
 }
 
 /// Send `E` and the wait status the relay ends with for the command's
-/// `st` on `report` (-1: none), and close it: whether it was sent.
+/// `st` on `report` (-1: none), and close it. One that could not be sent
+/// is read from the sender's own end, which is the command's too.
 ///
 /// # Safety
 /// In the relay or init, between fork and exit (send/close only).
-unsafe fn tell_end(report: RawFd, st: libc::c_int) -> bool {
+unsafe fn tell_end(report: RawFd, st: libc::c_int) {
     if report < 0 {
-        return false;
+        return;
     }
     let mut end = [b'E', 0, 0, 0, 0];
     end[1..].copy_from_slice(&mirrored(st).to_le_bytes());
     // SAFETY: send from a buffer we own; close of our descriptor.
     unsafe {
-        let sent = libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
+        libc::send(report, end.as_ptr().cast(), end.len(), libc::MSG_NOSIGNAL);
         libc::close(report);
-        sent == end.len() as isize
     }
 }
 

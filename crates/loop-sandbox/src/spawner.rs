@@ -1012,7 +1012,7 @@ fn hear(k: &mut Kid) {
 /// Tell every command that has ended: its group killed, then reaped (its
 /// session, if it had one, free again).
 fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
-    kids.retain(|k| {
+    kids.retain_mut(|k| {
         // SAFETY: waitid on our own child with a zeroed siginfo to fill.
         let ended = unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -1026,6 +1026,14 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
         };
         if !ended {
             return true;
+        }
+        // A chain's init tells the command's end on its report, then
+        // exits: seen ended, what it told is queued already (or was never
+        // sent). Read first: this loop may have been woken by another
+        // command's end before that report was readable, and init's own
+        // status is not the command's.
+        if !k.told && k.report.is_some() {
+            told(k, sessions);
         }
         let mut st: libc::c_int = 0;
         // SAFETY: the leader is a zombie: its id names its group only;
