@@ -801,8 +801,8 @@ enum Ahead {
 /// or `E` + the errno of a failed fork or a refused order; none
 /// (`EAGAIN`) when the spawner dropped the order or ended.
 fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, Ahead)> {
-    let mut buf = [0u8; 8];
-    let n = read_full_packet(chan, &mut buf)?;
+    // A blocking read has a message or the end.
+    let (n, buf) = recv_word(chan, true)?.unwrap_or((0, [0; 8]));
     let value = || i32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]);
     match (n, buf[0]) {
         (5, b'P') => Ok((value(), Ahead::None)),
@@ -818,19 +818,6 @@ fn read_pid(chan: &OwnedFd) -> io::Result<(libc::pid_t, Ahead)> {
             io::ErrorKind::InvalidData,
             "the spawner's answer is malformed",
         )),
-    }
-}
-
-fn read_full_packet(chan: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        let n = crate::fdpass::recv_packet(chan.as_raw_fd(), buf, 0);
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
     }
 }
 
