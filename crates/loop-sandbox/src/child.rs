@@ -1016,7 +1016,9 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
                     word[..4].copy_from_slice(&st.to_ne_bytes());
                     word[4] = u8::from(alone);
                     libc::write(relay, word.as_ptr().cast(), word.len());
-                    libc::_exit(0);
+                    // The relay reads the word; its own end is the
+                    // command's code anyway, as without a relay.
+                    libc::_exit(exit_code_of(st));
                 }
                 // The command is init's child until reaped: this is not
                 // reached; were it, its end is unknown, and never read
@@ -1034,7 +1036,9 @@ unsafe fn init_then_command(d: RawFd, report: RawFd, relay: RawFd) -> io::Result
 
 /// Send `E` and the wait status the relay ends with for the command's
 /// `st` on `report` (-1: none), and close it. One that could not be sent
-/// is read from the sender's own end, which is the command's too.
+/// is read from the sender's own end, which says the command's too (the
+/// relay ends as the command did; init with its code, or 128 and its
+/// signal).
 ///
 /// # Safety
 /// In the relay or init, between fork and exit (send/close only).
@@ -1806,9 +1810,9 @@ mod tests {
         }
     }
 
-    /// What a chain's init ends with where it could not tell the end: the
-    /// command's code, or 128 and its signal; never 0 for a command that
-    /// did not end with 0.
+    /// What a chain's init ends with, told or not (its end may be seen
+    /// before its report is read): the command's code, or 128 and its
+    /// signal; never 0 for a command that did not end with 0.
     #[test]
     fn an_end_init_could_not_tell_is_never_read_as_success() {
         assert_eq!(exit_code_of(0), 0);

@@ -1018,7 +1018,7 @@ fn reap(kids: &mut Vec<Kid>, sessions: &mut Sessions) {
         // exits: seen ended, what it told is queued already (or was never
         // sent). Read first: this loop may have been woken by another
         // command's end before that report was readable, and init's own
-        // status is not the command's.
+        // end says a signal only as a code (128 and its number).
         if !k.told && k.report.is_some() {
             told(k, sessions);
         }
@@ -1080,7 +1080,8 @@ fn told_ends(kids: &mut [Kid], polled: &[libc::pollfd], sessions: &mut Sessions)
 /// A chain's init said how its command ended (`E` and the wait status a
 /// relay would end with, everything else in the PID namespace reaped), or
 /// closed its socket without (killed, say: it is told when reaped).
-/// Told now, its group killed as at [`reap`]; init is reaped later.
+/// Told now, its group killed as at [`reap`]; init is reaped once it has
+/// gone (at once, where [`reap`] found it ended and read this first).
 fn told(k: &mut Kid, sessions: &mut Sessions) {
     let Some(report) = k.report.take() else {
         return;

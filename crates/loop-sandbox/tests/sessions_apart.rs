@@ -11,13 +11,66 @@
 
 use loop_sandbox::{ExecRequest, run};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn main() {
     // The spawner is this binary, started again with its argument.
     loop_sandbox::spawner::serve_if_asked();
+    for off in ["LOOP_SPAWNER", "LOOP_SANDBOX_SESSIONS"] {
+        assert!(
+            std::env::var_os(off).is_none_or(|v| v != "0"),
+            "{off}=0 would run these commands without what they test"
+        );
+    }
+    if !loop_sandbox::probe::support().userns {
+        assert!(
+            std::env::var("CI").is_err(),
+            "user namespaces are unavailable on this CI machine"
+        );
+        println!("sessions_apart: no user namespaces here: skipped");
+        return;
+    }
     loop_sandbox::spawner::enable(true);
+    tracing::subscriber::set_global_default(Chained).unwrap();
     concurrent_checks_of_several_workspaces_never_see_each_other();
     println!("sessions_apart: ok");
+}
+
+/// Commands a session's chain took (the spawner's answer, said by the
+/// runtime as a `loop_sandbox::phases` event).
+static CHAINED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts [`CHAINED`] commands; hears nothing else.
+struct Chained;
+
+struct Message(bool);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 |= format!("{value:?}").contains("a session's chain took the command");
+        }
+    }
+}
+
+impl tracing::Subscriber for Chained {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.target() == "loop_sandbox::phases"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut m = Message(false);
+        e.record(&mut m);
+        if m.0 {
+            CHAINED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A workspace whose check prints `name` and exits with `code`.
@@ -62,4 +115,15 @@ fn concurrent_checks_of_several_workspaces_never_see_each_other() {
     let wrong: Vec<String> = runs.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let _ = std::fs::remove_dir_all(&base);
     assert!(wrong.is_empty(), "{wrong:#?}");
+    // Most came from chains: what is tested here was used.
+    let chained = CHAINED.load(Ordering::SeqCst);
+    assert!(
+        chained > n * rounds / 2,
+        "{chained} of {} chained",
+        n * rounds
+    );
+    println!(
+        "sessions_apart: {chained} of {} commands from chains",
+        n * rounds
+    );
 }
