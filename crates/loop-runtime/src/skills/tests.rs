@@ -436,3 +436,33 @@ fn a_file_whose_name_is_not_utf8_is_refused_not_left_out() {
     assert!(verify(&dir, &[key.public()]).is_ok());
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
+
+/// Protection that cannot be compiled lifts nothing: every path a skill
+/// asks to write is dropped, each naming why; the same asks under a
+/// protection that compiles are in force.
+#[test]
+fn a_protection_that_cannot_be_compiled_keeps_every_asked_path_out() {
+    let dir = bundle_dir("uncompiled");
+    let mut b = read_bundle(&dir).unwrap();
+    b.capabilities.writable = Some(["src", "docs"].map(String::from).to_vec());
+    let grants = TaskGrants::default();
+    let mut c = loop_protocol::Contract::from_flags("fix it", &["true".into()], &[]).unwrap();
+    let r = narrow(&b, None, &mut c.clone(), &grants);
+    assert_eq!(r.capabilities.writable.as_deref().unwrap(), ["src", "docs"]);
+    assert!(r.dropped.iter().all(|d| !d.starts_with("writable path")));
+    // An unclosed class: no glob set can be built of these paths.
+    c.protected.push("docs/a[".into());
+    assert!(loop_workspace::Protected::new(&c.protected_globs()).is_err());
+    let r = narrow(&b, None, &mut c, &grants);
+    assert_eq!(r.capabilities.writable.as_deref(), Some(&[][..]));
+    for p in ["src", "docs"] {
+        let why =
+            format!("writable path `{p}`: the task's protected paths could not be compiled (");
+        assert!(
+            r.dropped.iter().any(|d| d.starts_with(&why)),
+            "{why}: {:?}",
+            r.dropped
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
