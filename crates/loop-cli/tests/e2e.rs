@@ -10,8 +10,16 @@ mod shared;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// `loop`, with this test process's own state directory (its signing
+/// key, and beside it its tasks' workspaces): never the person's who runs
+/// the tests. A test that sets `LOOP_STATE_DIR` itself overrides it.
 fn loop_bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_loop"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_loop"));
+    c.env(
+        "LOOP_STATE_DIR",
+        std::env::temp_dir().join(format!("loop-e2e-state-{}", std::process::id())),
+    );
+    c
 }
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -970,7 +978,7 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     let orphan = near.with_file_name("t-20990101-000000-0ddba1");
     std::fs::create_dir_all(orphan.join("workspace")).unwrap();
     std::fs::write(orphan.join("workspace/app.py"), "x\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+    let out = loop_bin()
         .args(["list", "--project"])
         .arg(&p)
         .output()
@@ -982,7 +990,7 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
         "{said}"
     );
     let gc = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_loop"))
+        let out = loop_bin()
             .arg("gc")
             .args(extra)
             .arg("--project")
@@ -1028,11 +1036,7 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     let out = task_cmd("apply", &id, &p);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!sh(&p, "git branch --list").contains(&format!("loop/{id}")));
-    let out = Command::new(env!("CARGO_BIN_EXE_loop"))
-        .arg("replay")
-        .arg(&r.receipt)
-        .output()
-        .unwrap();
+    let out = loop_bin().arg("replay").arg(&r.receipt).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
@@ -1371,6 +1375,7 @@ fn the_command_line_refuses_what_it_cannot_honour() {
     // A closed pipe ends `loop` quietly (SIGPIPE), never with a panic.
     let dir = tmpdir("pipe");
     let out = Command::new("bash")
+        .env("LOOP_STATE_DIR", dir.join("state"))
         .arg("-c")
         .arg(format!(
             "\"{}\" demo --dir \"{}\" | head -1 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\"",
