@@ -124,6 +124,29 @@ impl Runtime {
             .map_err(crate::project::locate::store_err)
     }
 
+    /// Take kept draft `id` over from the record as read (`from`: its
+    /// holder in the store and when it was last written), writing `body`:
+    /// `false` when it was written since (another server took it first) or
+    /// is gone. One write decides between two servers.
+    pub fn claim_draft(
+        &self,
+        id: &str,
+        from: (&str, u64),
+        body: &serde_json::Value,
+    ) -> Result<bool, Error> {
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        self.store()?
+            .claim_kept(
+                loop_store::Kept::Drafts,
+                id,
+                from,
+                from.0,
+                &body.to_string(),
+                now,
+            )
+            .map_err(crate::project::locate::store_err)
+    }
+
     /// This project's kept drafts, oldest first, once those last written
     /// before `before_ms` are dropped.
     pub fn kept_drafts(&self, before_ms: u64) -> Result<Vec<loop_store::DraftRecord>, Error> {

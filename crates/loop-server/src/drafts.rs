@@ -193,26 +193,34 @@ pub fn keep(drafts: &Drafts, id: &str) {
     let Some(rt) = &drafts.keep else {
         return;
     };
-    let kept = lock(drafts).get(id).map(|d| {
-        (
-            d.owner.clone(),
-            serde_json::to_value(Kept {
-                state: d.state.clone(),
-                notes: d.notes.clone(),
-                instruction: d.instruction.clone(),
-                model: d.model.clone(),
-                holder: Some(this_server()),
-                proposed_ms: d.proposed_ms,
-                asked_on: d.asked_on.clone(),
-                skills: d.skills.clone(),
-            }),
-        )
-    });
-    if let Some((owner, Ok(body))) = kept
+    if let Some((owner, body)) = kept_of(drafts, id)
         && let Err(e) = rt.keep_draft(id, &owner, &body)
     {
         tracing::warn!("draft {id}: not kept in the store: {e}");
     }
+}
+
+/// Draft `id` as the store keeps it, held by this server: its owner and
+/// its record's body.
+fn kept_of(drafts: &Drafts, id: &str) -> Option<(String, serde_json::Value)> {
+    let all = lock(drafts);
+    let d = all.get(id)?;
+    Some((d.owner.clone(), kept_body(d)?))
+}
+
+/// Draft `d`'s record's body, held by this server.
+fn kept_body(d: &Draft) -> Option<serde_json::Value> {
+    serde_json::to_value(Kept {
+        state: d.state.clone(),
+        notes: d.notes.clone(),
+        instruction: d.instruction.clone(),
+        model: d.model.clone(),
+        holder: Some(this_server()),
+        proposed_ms: d.proposed_ms,
+        asked_on: d.asked_on.clone(),
+        skills: d.skills.clone(),
+    })
+    .ok()
 }
 
 /// [`keep`] on a thread of its own (for callers on the executor).
@@ -242,6 +250,18 @@ pub fn restore(drafts: &Drafts) -> usize {
             return 0;
         }
     };
+    take_up(drafts, records, now)
+}
+
+/// [`restore`] from `records`, as read at `now`. A draft this server
+/// acts on (ends, or holds while it waits) is taken in the store by one
+/// conditional write, against the record as read: of two servers that
+/// read it alike, one takes it and the other leaves it (before, both
+/// could end it, and where it was asked heard so twice).
+fn take_up(drafts: &Drafts, records: Vec<loop_store::DraftRecord>, now: u64) -> usize {
+    if drafts.keep.is_none() {
+        return 0;
+    }
     let mut waiting = 0;
     for r in records {
         let Ok(k) = serde_json::from_str::<Kept>(&r.body) else {
@@ -277,40 +297,57 @@ pub fn restore(drafts: &Drafts) -> usize {
             ),
             other => (other, None),
         };
-        if matches!(state, DraftState::Proposed { .. }) {
+        let proposed_now = matches!(state, DraftState::Proposed { .. });
+        let draft = Draft {
+            owner: r.owner.clone(),
+            state,
+            notes: k.notes,
+            instruction: k.instruction,
+            model: k.model,
+            skills: k.skills,
+            answer: None,
+            restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
+            proposed_ms: k.proposed_ms,
+            asked_on: k.asked_on,
+            answered_by: None,
+        };
+        // Ended here, or taken up (the store says this server holds it
+        // now, renewed while it waits): only if no other server took it
+        // since it was read, and before it is seen or answered here.
+        if (ended.is_some() || open) && !taken(drafts, &r, &draft) {
+            continue;
+        }
+        lock(drafts).insert(r.id.clone(), draft);
+        if proposed_now {
             waiting += 1;
         }
-        lock(drafts).insert(
-            r.id.clone(),
-            Draft {
-                owner: r.owner,
-                state,
-                notes: k.notes,
-                instruction: k.instruction,
-                model: k.model,
-                skills: k.skills,
-                answer: None,
-                restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
-                proposed_ms: k.proposed_ms,
-                asked_on: k.asked_on,
-                answered_by: None,
-            },
-        );
-        match ended {
-            Some(why) => {
-                keep(drafts, &r.id);
-                tell_ended(drafts, &r.id, why);
-            }
-            // Taken up: the store says this server holds it now (renewed
-            // while it waits), so no other server takes it up too.
-            None if open => keep(drafts, &r.id),
-            None => {}
+        if let Some(why) = ended {
+            tell_ended(drafts, &r.id, why);
         }
     }
     if waiting > 0 {
         expire_restored_later(drafts);
     }
     waiting
+}
+
+/// Take draft `r.id` (to stand as `d`) from the record `r` as read:
+/// whether no other server wrote it since (a failure to ask is a no).
+fn taken(drafts: &Drafts, r: &loop_store::DraftRecord, d: &Draft) -> bool {
+    let (Some(rt), Some(body)) = (&drafts.keep, kept_body(d)) else {
+        return false;
+    };
+    match rt.claim_draft(&r.id, (&r.holder, r.updated_ms), &body) {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::info!("draft {}: another server took it up first", r.id);
+            false
+        }
+        Err(e) => {
+            tracing::warn!("draft {}: not taken up, the store refused: {e}", r.id);
+            false
+        }
+    }
 }
 
 /// Where a trigger asked for draft `id` hears that it started no task,
@@ -772,6 +809,75 @@ mod tests {
         let mut taken: Vec<String> = lock(&drafts).keys().cloned().collect();
         taken.sort();
         assert_eq!(taken, ["d-dead", "d-lapsed"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two servers that read the kept drafts alike (both started after
+    /// the server that held them died) each act on a draft only if the
+    /// store's one conditional write gives it to them: a draft whose
+    /// drafting was cut short ends once, a waiting one is held by one
+    /// server; the other server leaves both (before, each ended the first,
+    /// and where it was asked heard so twice).
+    #[test]
+    fn of_two_servers_that_read_a_draft_alike_one_takes_it_up() {
+        let dir = std::env::temp_dir().join(format!("loop-drafts-two-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = Runtime::open(&dir).unwrap();
+        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
+        let dead = loop_store::Owner {
+            token: "gone".into(),
+            pid: u32::MAX - 1,
+            start_time: 1,
+            ..loop_store::Owner::this_process("gone".into(), now)
+        };
+        for (id, state) in [
+            ("d-cut", DraftState::Drafting),
+            (
+                "d-wait",
+                DraftState::Proposed {
+                    contract: "{}".into(),
+                },
+            ),
+        ] {
+            let body = serde_json::to_value(Kept {
+                state,
+                notes: Vec::new(),
+                instruction: "do it".into(),
+                model: None,
+                holder: Some(dead.clone()),
+                proposed_ms: Some(now),
+                asked_on: None,
+                skills: Vec::new(),
+            })
+            .unwrap();
+            rt.keep_draft(id, "alice", &body).unwrap();
+        }
+        let read = rt.kept_drafts(0).unwrap();
+        assert_eq!(read.len(), 2);
+        let first = Drafts::kept_in(Runtime::open(&dir).unwrap());
+        let second = Drafts::kept_in(Runtime::open(&dir).unwrap());
+        assert_eq!(take_up(&first, read.clone(), now), 1, "d-wait waits");
+        assert_eq!(take_up(&second, read, now), 0);
+        let mut taken: Vec<String> = lock(&first).keys().cloned().collect();
+        taken.sort();
+        assert_eq!(taken, ["d-cut", "d-wait"]);
+        assert!(
+            lock(&second).is_empty(),
+            "the second server took a draft too"
+        );
+        // The store holds what the first server wrote: d-cut ended, d-wait
+        // held by it.
+        let stored = |id: &str| -> Kept {
+            let r = rt.kept_drafts(0).unwrap();
+            let r = r.iter().find(|r| r.id == id).unwrap();
+            serde_json::from_str(&r.body).unwrap()
+        };
+        assert!(matches!(stored("d-cut").state, DraftState::Ended { .. }));
+        assert_eq!(
+            stored("d-wait").holder.map(|h| h.token),
+            Some(this_server().token)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
