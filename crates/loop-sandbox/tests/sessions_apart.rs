@@ -82,9 +82,20 @@ fn workspace(base: &Path, name: &str, code: u8) -> PathBuf {
     ws
 }
 
+/// A directory removed when this is dropped, a panic's unwinding too.
+struct Gone(std::path::PathBuf);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn concurrent_checks_of_several_workspaces_never_see_each_other() {
     let base = std::env::temp_dir().join(format!("loop-apart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
+    // Removed however the test ends (a command that cannot start panics).
+    let _gone = Gone(base.clone());
     // Without the fix, 8 runs of 8 failed with these (about 2.7 s each).
     let (n, rounds) = (4, 150);
     // Half of them pass, half fail, each with a code of its own.
@@ -113,7 +124,6 @@ fn concurrent_checks_of_several_workspaces_never_see_each_other() {
         })
         .collect();
     let wrong: Vec<String> = runs.into_iter().flat_map(|t| t.join().unwrap()).collect();
-    let _ = std::fs::remove_dir_all(&base);
     assert!(wrong.is_empty(), "{wrong:#?}");
     // Most came from chains: what is tested here was used.
     let chained = CHAINED.load(Ordering::SeqCst);
