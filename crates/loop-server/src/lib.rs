@@ -744,6 +744,42 @@ pub fn serve(opts: &ServeOptions) -> Result<(), loop_runtime::Error> {
     served
 }
 
+/// Before the unit tests' `main` (one thread, the environment not yet
+/// read): the runtime's state and its tasks' workspaces, for the tests
+/// that run tasks in this process, go under the temp directory (this
+/// process's own, removed at its exit), never the person's
+/// `~/.local/state`.
+#[cfg(test)]
+mod own_state {
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static OWN_STATE: extern "C" fn() = own_state;
+
+    fn state() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("loop-server-state-{}", std::process::id()))
+    }
+
+    extern "C" fn own_state() {
+        // SAFETY: called from `.init_array`, before `main` and so before
+        // any thread exists or anything reads the environment; `gone` is
+        // a function that lives as long as the process.
+        unsafe {
+            std::env::set_var("LOOP_STATE_DIR", state());
+            libc::atexit(gone);
+        }
+    }
+
+    #[allow(clippy::disallowed_methods)] // the tests' own state, no project's
+    extern "C" fn gone() {
+        let state = state();
+        let _ = std::fs::remove_dir_all(state.with_file_name(format!(
+            "loop-server-state-{}-workspaces",
+            std::process::id()
+        )));
+        let _ = std::fs::remove_dir_all(state);
+    }
+}
+
 #[cfg(test)]
 mod peer_failures {
     use super::PeerFailures;

@@ -14,6 +14,25 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Before the harness's `main` (one thread, the environment not yet read
+/// by anyone): the runtime's state (its signing key) and its tasks'
+/// workspaces, for every test here, go under this binary's temp directory,
+/// never the person's `~/.local/state` (which kept about 15 projects'
+/// workspaces a run). The workspaces of the last run are removed.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static OWN_STATE: extern "C" fn() = own_state;
+
+extern "C" fn own_state() {
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("api-state");
+    let _ = std::fs::remove_dir_all(state.with_file_name("api-state-workspaces"));
+    // SAFETY: called from `.init_array`, before `main` and so before any
+    // thread exists or anything reads the environment.
+    unsafe {
+        std::env::set_var("LOOP_STATE_DIR", &state);
+    }
+}
+
 const SCRIPT: &str = "turns:
   - calls:
       - {tool: write_file, args: {path: hello.txt, content: \"hello\\n\"}}
