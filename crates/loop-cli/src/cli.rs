@@ -152,6 +152,14 @@ pub(crate) enum Command {
         /// Only say what would be removed.
         #[arg(long)]
         dry_run: bool,
+        /// List the task workspaces kept for projects no longer where they
+        /// were (deleted or moved), instead.
+        #[arg(long, conflicts_with = "forget_project")]
+        gone_projects: bool,
+        /// Remove the task workspaces kept for the project that was at
+        /// PATH (no project may be there now), instead.
+        #[arg(long, value_name = "PATH")]
+        forget_project: Option<PathBuf>,
     },
     /// One task: state or outcome, budgets used, receipt.
     Status {

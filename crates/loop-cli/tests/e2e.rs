@@ -1040,6 +1040,78 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// The task workspaces kept for a project no longer where it was (deleted,
+/// or moved: they look alike, and a moved project's tasks still use them)
+/// are listed by `loop gc --gone-projects` and left; `--forget-project
+/// PATH` removes those of that path only (`--dry-run` says so first), and
+/// refuses a path where a project still is, touching nothing.
+#[test]
+fn workspaces_of_a_project_gone_are_listed_and_removed_only_when_named() {
+    let script = "turns:\n  - calls:\n      - {tool: write_file, args: {path: app.py, content: \"print('hello')\\n\"}}\n      - {tool: finish, args: {summary: prints hello}}\n";
+    let (keep, gone) = (project("gc-keep"), project("gc-gone"));
+    for p in [&keep, &gone] {
+        let r = run_script(p, script, &[]);
+        assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    }
+    let (keep, gone) = (keep.canonicalize().unwrap(), gone.canonicalize().unwrap());
+    let root =
+        std::env::temp_dir().join(format!("loop-e2e-state-{}-workspaces", std::process::id()));
+    // Each project's directory of task workspaces, by the path its marker names.
+    let dir_of = |p: &Path| {
+        std::fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                std::fs::read_to_string(d.join("project"))
+                    .is_ok_and(|m| m == format!("{}\n", p.display()))
+            })
+    };
+    let (keep_dir, gone_dir) = (dir_of(&keep).unwrap(), dir_of(&gone).unwrap());
+    std::fs::remove_dir_all(gone.parent().unwrap()).unwrap();
+    let gc = |args: &[&str], path: Option<&Path>| {
+        let mut c = loop_bin();
+        c.arg("gc").args(args);
+        if let Some(p) = path {
+            c.arg("--forget-project").arg(p);
+        }
+        let out = c.output().unwrap();
+        (out.status.code(), text(&out))
+    };
+    let (code, said) = gc(&["--gone-projects", "--json"], None);
+    assert_eq!(code, Some(0), "{said}");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&said).unwrap();
+    let was = |v: &serde_json::Value| PathBuf::from(v["was"].as_str().unwrap());
+    let mine = listed.iter().find(|g| was(g) == gone).unwrap();
+    assert_eq!(PathBuf::from(mine["dir"].as_str().unwrap()), gone_dir);
+    assert_eq!(mine["removed"], false);
+    assert!(mine["bytes"].as_u64().unwrap() > 0);
+    assert!(!listed.iter().any(|g| was(g) == keep), "{said}");
+    assert!(gone_dir.is_dir(), "listing removed it");
+    // A project is at this path: refused, nothing removed.
+    let (code, said) = gc(&[], Some(&keep));
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("or a project is there now"), "{said}");
+    assert!(keep_dir.is_dir());
+    let (code, said) = gc(&["--dry-run"], Some(&gone));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!("would remove {}", gone_dir.display())),
+        "{said}"
+    );
+    assert!(gone_dir.is_dir());
+    let (code, said) = gc(&[], Some(&gone));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains(&format!("removed {}", gone_dir.display())),
+        "{said}"
+    );
+    assert!(!gone_dir.exists());
+    assert!(keep_dir.is_dir(), "another project's were removed too");
+    let (code, said) = gc(&[], Some(&gone));
+    assert_eq!(code, Some(2), "{said}");
+}
+
 #[test]
 fn apply_refuses_when_the_project_changed_and_applies_nothing() {
     let p = git_project("git-conflict");

@@ -38,7 +38,7 @@ pub use ops::changes::{ApplyConsent, Diff, DiffSource, ProducedFile, Settled, ro
 pub use ops::ci_check::{CiCheck, CiCheckRequest, CiReceipt, ci_check};
 pub use ops::eval::{CaseRun, CaseVerdict, EvalOptions, EvalReport, run as run_eval};
 pub use ops::exec::{ExecFailureKind, ExecOptions, exec};
-pub use ops::gc::{gc, task_branches};
+pub use ops::gc::{GoneProject, gc, gone_projects, task_branches};
 pub use ops::github::{Ended as DraftEnded, GithubAsk, contract_digest};
 pub use ops::memory::{
     add as add_note, approve as approve_note, forget as forget_note, list as list_notes,

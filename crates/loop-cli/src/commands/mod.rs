@@ -95,7 +95,17 @@ pub(crate) fn dispatch(command: Command, json: bool) -> Result<u8, CliError> {
         } => settle::undo(&project, &id, forget, json),
         Command::Discard { id, project } => settle::discard(&project, &id, json),
         Command::List { project } => tasks::list(&project, json),
-        Command::Gc { project, dry_run } => tasks::gc(&project, dry_run, json),
+        Command::Gc {
+            gone_projects,
+            forget_project,
+            dry_run,
+            ..
+        } if gone_projects || forget_project.is_some() => {
+            tasks::gone_projects(forget_project.as_deref(), dry_run, json)
+        }
+        Command::Gc {
+            project, dry_run, ..
+        } => tasks::gc(&project, dry_run, json),
         Command::Diff {
             id,
             stat,

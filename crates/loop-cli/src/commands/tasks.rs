@@ -118,6 +118,40 @@ pub fn gc(project: &Path, dry_run: bool, json: bool) -> Result<u8, CliError> {
     Ok(0)
 }
 
+/// `loop gc --gone-projects` and `loop gc --forget-project PATH`.
+pub fn gone_projects(forget: Option<&Path>, dry_run: bool, json: bool) -> Result<u8, CliError> {
+    let gone = loop_runtime::gone_projects(forget, dry_run)?;
+    if json {
+        crate::ui::say_json(&gone)?;
+        return Ok(0);
+    }
+    for g in &gone {
+        let mib = g.bytes as f64 / 1048576.0;
+        let (was, dir) = (g.was.display(), g.dir.display());
+        match (g.removed, forget.is_some()) {
+            (true, _) => say!(
+                "removed {dir} ({mib:.1} MiB): the task workspaces of the project that was at {was}"
+            ),
+            (false, true) => say!(
+                "would remove {dir} ({mib:.1} MiB): the task workspaces of the project that was at {was}"
+            ),
+            (false, false) => say!(
+                "{was}: no project there now; its task workspaces are kept in {dir} ({mib:.1} MiB)"
+            ),
+        }
+    }
+    if forget.is_none() {
+        match gone.len() {
+            0 => say!("every project with task workspaces kept is where it was"),
+            _ => say!(
+                "a project moved elsewhere looks the same as one deleted, and its tasks still use these: \
+                 `loop gc --forget-project PATH` removes those of the project that was at PATH"
+            ),
+        }
+    }
+    Ok(0)
+}
+
 /// `loop status ID`.
 pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     let s = Runtime::open(project)?.status(id)?;

@@ -108,6 +108,80 @@ impl Tasks {
     }
 }
 
+/// A project directory of task workspaces whose project is no longer at
+/// the path it was made for.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GoneProject {
+    /// Where the project was.
+    pub was: PathBuf,
+    /// Its directory of task workspaces.
+    pub dir: PathBuf,
+    /// The bytes it holds.
+    pub bytes: u64,
+    /// It was removed (asked for by its path, not a dry run).
+    pub removed: bool,
+}
+
+/// `loop gc --gone-projects` and `--forget-project PATH`: the directories
+/// of task workspaces whose project is no longer where it was (deleted, or
+/// moved: the two look alike from here). Listed; with `forget`, the one
+/// made for that path is removed (unless `dry_run`), once the path is
+/// checked to hold no project now. A path with no such directory is an
+/// error naming it.
+pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GoneProject>, Error> {
+    // The path as the marker holds it: absolute, `.` and `..` resolved by
+    // name (it need not exist any more).
+    let forget = match forget {
+        Some(p) => {
+            let mut at = PathBuf::new();
+            let whole = match p.is_absolute() {
+                true => p.to_path_buf(),
+                false => std::env::current_dir()
+                    .map_err(|e| Error::usage(format!("current directory: {e}")))?
+                    .join(p),
+            };
+            for c in whole.components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        at.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => at.push(c),
+                }
+            }
+            Some(at)
+        }
+        None => None,
+    };
+    let mut out = Vec::new();
+    for (dir, was) in crate::project::workspaces::gone_projects() {
+        if forget.as_ref().is_some_and(|f| *f != was) {
+            continue;
+        }
+        let bytes = bytes_of(&dir);
+        let removed = forget.is_some() && !dry_run;
+        if removed {
+            loop_workspace::remove_tree(&dir)
+                .map_err(|e| Error::internal(format!("{}: {e}", dir.display())))?;
+        }
+        out.push(GoneProject {
+            was,
+            dir,
+            bytes,
+            removed,
+        });
+    }
+    if let Some(f) = &forget
+        && out.is_empty()
+    {
+        return Err(Error::usage(format!(
+            "no task workspaces are kept for a project that was at {}, or a project is there now (`loop gc --gone-projects` lists those kept for projects gone)",
+            f.display()
+        )));
+    }
+    Ok(out)
+}
+
 /// Collect what no task of `project` needs.
 pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     let project = project

@@ -392,6 +392,57 @@ pub(crate) fn orphans(project: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The project directories under this environment's root whose project is
+/// no longer where it was (its marker names a path that holds no `.loop`
+/// now): each with that path. A directory is counted only when it is this
+/// user's own (mode 0700), its name has a key's shape, and its marker is
+/// one absolute path whose key is that name: anything else there is left
+/// alone. A project moved elsewhere is not told apart from one deleted:
+/// its tasks' records still name these directories, so nothing here
+/// removes one unless asked for it by the path it was made for.
+pub(crate) fn gone_projects() -> Vec<(PathBuf, PathBuf)> {
+    root().map(|r| gone_projects_in(&r)).unwrap_or_default()
+}
+
+/// [`gone_projects`] under `root`.
+#[allow(clippy::disallowed_methods)] // the runtime's own workspace directories; lstat of the named paths
+fn gone_projects_in(root: &Path) -> Vec<(PathBuf, PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mine = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.is_dir() && m.uid() == euid() && m.mode() & 0o077 == 0)
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let dir = e.path();
+        if !is_key(&name) || !mine(&dir) {
+            continue;
+        }
+        let marker = dir.join(MARKER);
+        let is_file =
+            std::fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file() && m.len() <= 4096);
+        let Some(text) = is_file.then(|| std::fs::read(&marker).ok()).flatten() else {
+            continue;
+        };
+        let Some(line) = text.strip_suffix(b"\n").filter(|l| !l.contains(&b'\n')) else {
+            continue;
+        };
+        let was = PathBuf::from(std::ffi::OsStr::from_bytes(line));
+        if !was.is_absolute() || key(&was) != name {
+            continue;
+        }
+        if std::fs::symlink_metadata(was.join(".loop")).is_err() {
+            out.push((dir, was));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Remove a near directory (never following a link in it). The project's
 /// directory stays, with its marker: another task of the project may be
 /// being made in it at this moment.
@@ -490,5 +541,48 @@ mod tests {
         ] {
             assert!(classify(Path::new(bad), id).is_err(), "{bad}");
         }
+    }
+
+    /// Only a directory of this user's own, named by a key, whose marker
+    /// (a file, not a link) names a path with that key and no project at
+    /// it now, is a gone project's: a forged marker naming another path,
+    /// a path where a project is, a directory others may read, a linked
+    /// marker or a linked directory are left alone.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the test's own directories
+    fn only_a_consistent_directory_of_a_project_no_longer_there_is_gone() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("loop-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let here = base.join("here");
+        std::fs::create_dir_all(here.join(".loop")).unwrap();
+        let make = |project: &Path, marker: &Path, mode: u32| {
+            let dir = root.join(key(project));
+            std::fs::create_dir_all(dir.join("t-1")).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::write(dir.join(MARKER), format!("{}\n", marker.display())).unwrap();
+            dir
+        };
+        let gone = base.join("gone");
+        let gone_dir = make(&gone, &gone, 0o700);
+        make(&base.join("a"), &base.join("b"), 0o700);
+        make(&here, &here, 0o700);
+        make(&base.join("open"), &base.join("open"), 0o755);
+        let linked = make(&base.join("linked"), &base.join("linked"), 0o700);
+        std::fs::remove_file(linked.join(MARKER)).unwrap();
+        std::os::unix::fs::symlink(gone_dir.join(MARKER), linked.join(MARKER)).unwrap();
+        let elsewhere = base.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(
+            elsewhere.join(MARKER),
+            format!("{}\n", base.join("x").display()),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join(key(&base.join("x")))).unwrap();
+        assert_eq!(gone_projects_in(&root), vec![(gone_dir, gone)]);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
