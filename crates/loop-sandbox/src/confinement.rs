@@ -325,7 +325,7 @@ fn denied_paths(homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
 }
 
 /// `a/b/../c` → `a/c`, without touching the filesystem.
-fn normalize(p: &Path) -> PathBuf {
+pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {

@@ -132,25 +132,12 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
     // The path as the marker holds it: absolute, `.` and `..` resolved by
     // name (it need not exist any more).
     let forget = match forget {
-        Some(p) => {
-            let mut at = PathBuf::new();
-            let whole = match p.is_absolute() {
-                true => p.to_path_buf(),
-                false => std::env::current_dir()
-                    .map_err(|e| Error::usage(format!("current directory: {e}")))?
-                    .join(p),
-            };
-            for c in whole.components() {
-                match c {
-                    std::path::Component::ParentDir => {
-                        at.pop();
-                    }
-                    std::path::Component::CurDir => {}
-                    c => at.push(c),
-                }
-            }
-            Some(at)
-        }
+        Some(p) if p.is_absolute() => Some(loop_sandbox::confinement::normalize(p)),
+        Some(p) => Some(loop_sandbox::confinement::normalize(
+            &std::env::current_dir()
+                .map_err(|e| Error::usage(format!("current directory: {e}")))?
+                .join(p),
+        )),
         None => None,
     };
     let mut out = Vec::new();
