@@ -147,6 +147,13 @@ impl Runtime {
             .map_err(crate::project::locate::store_err)
     }
 
+    /// Kept draft `id`, as the store has it now.
+    pub fn kept_draft(&self, id: &str) -> Result<Option<loop_store::DraftRecord>, Error> {
+        self.store()?
+            .kept_one(loop_store::Kept::Drafts, id)
+            .map_err(crate::project::locate::store_err)
+    }
+
     /// This project's kept drafts, oldest first, once those last written
     /// before `before_ms` are dropped.
     pub fn kept_drafts(&self, before_ms: u64) -> Result<Vec<loop_store::DraftRecord>, Error> {

@@ -169,6 +169,9 @@ pub(crate) fn this_server() -> loop_store::Owner {
 pub struct Drafts {
     all: Arc<Mutex<HashMap<String, Draft>>>,
     keep: Option<Runtime>,
+    /// The token this server holds its drafts by ([`this_server`]'s, but
+    /// in tests that play two servers in one process).
+    token: Option<Arc<str>>,
 }
 
 impl Drafts {
@@ -177,6 +180,18 @@ impl Drafts {
         Drafts {
             all: Arc::default(),
             keep: Some(runtime),
+            token: None,
+        }
+    }
+
+    /// This server, as it holds its drafts.
+    fn me(&self) -> loop_store::Owner {
+        match &self.token {
+            Some(t) => loop_store::Owner {
+                token: t.to_string(),
+                ..this_server()
+            },
+            None => this_server(),
         }
     }
 }
@@ -203,19 +218,20 @@ pub fn keep(drafts: &Drafts, id: &str) {
 /// Draft `id` as the store keeps it, held by this server: its owner and
 /// its record's body.
 fn kept_of(drafts: &Drafts, id: &str) -> Option<(String, serde_json::Value)> {
+    let me = drafts.me();
     let all = lock(drafts);
     let d = all.get(id)?;
-    Some((d.owner.clone(), kept_body(d)?))
+    Some((d.owner.clone(), kept_body(d, me)?))
 }
 
-/// Draft `d`'s record's body, held by this server.
-fn kept_body(d: &Draft) -> Option<serde_json::Value> {
+/// Draft `d`'s record's body, held by `me`.
+fn kept_body(d: &Draft, me: loop_store::Owner) -> Option<serde_json::Value> {
     serde_json::to_value(Kept {
         state: d.state.clone(),
         notes: d.notes.clone(),
         instruction: d.instruction.clone(),
         model: d.model.clone(),
-        holder: Some(this_server()),
+        holder: Some(me),
         proposed_ms: d.proposed_ms,
         asked_on: d.asked_on.clone(),
         skills: d.skills.clone(),
@@ -257,72 +273,37 @@ pub fn restore(drafts: &Drafts) -> usize {
 /// acts on (ends, or holds while it waits) is taken in the store by one
 /// conditional write, against the record as read: of two servers that
 /// read it alike, one takes it and the other leaves it (before, both
-/// could end it, and where it was asked heard so twice).
+/// could end it, and where it was asked heard so twice). One written
+/// since it was read is read again and judged again (a holder that wrote
+/// its last before it died leaves it to be taken), a few times.
 fn take_up(drafts: &Drafts, records: Vec<loop_store::DraftRecord>, now: u64) -> usize {
-    if drafts.keep.is_none() {
+    let Some(rt) = drafts.keep.clone() else {
         return 0;
-    }
+    };
     let mut waiting = 0;
-    for r in records {
-        let Ok(k) = serde_json::from_str::<Kept>(&r.body) else {
-            tracing::warn!("draft {}: its kept record cannot be read", r.id);
-            continue;
-        };
-        // A draft another server still holds (drafting, or waiting for
-        // its answer there) stays that server's.
-        let open = matches!(k.state, DraftState::Drafting | DraftState::Proposed { .. });
-        if open
-            && let Some(h) = &k.holder
-            && h.token != this_server().token
-            && !h.is_dead()
-            && !h.expired(HOLD.as_millis() as u64, now)
-        {
-            continue;
-        }
-        let proposed = k.proposed_ms.unwrap_or(r.updated_ms);
-        let expired = now.saturating_sub(proposed) > WAIT.as_millis() as u64;
-        let (state, ended) = match k.state {
-            DraftState::Drafting => (
-                DraftState::Ended {
-                    reason: "the server stopped while the contract was being drafted: ask again"
-                        .into(),
-                },
-                Some(loop_runtime::DraftEnded::Interrupted),
-            ),
-            DraftState::Proposed { .. } if expired => (
-                DraftState::Ended {
-                    reason: format!("no answer came within {} minutes", WAIT.as_secs() / 60),
-                },
-                Some(loop_runtime::DraftEnded::Unanswered),
-            ),
-            other => (other, None),
-        };
-        let proposed_now = matches!(state, DraftState::Proposed { .. });
-        let draft = Draft {
-            owner: r.owner.clone(),
-            state,
-            notes: k.notes,
-            instruction: k.instruction,
-            model: k.model,
-            skills: k.skills,
-            answer: None,
-            restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
-            proposed_ms: k.proposed_ms,
-            asked_on: k.asked_on,
-            answered_by: None,
-        };
-        // Ended here, or taken up (the store says this server holds it
-        // now, renewed while it waits): only if no other server took it
-        // since it was read, and before it is seen or answered here.
-        if (ended.is_some() || open) && !taken(drafts, &r, &draft) {
-            continue;
-        }
-        lock(drafts).insert(r.id.clone(), draft);
-        if proposed_now {
-            waiting += 1;
-        }
-        if let Some(why) = ended {
-            tell_ended(drafts, &r.id, why);
+    for first in records {
+        let mut r = first;
+        for _ in 0..3 {
+            let Some((draft, ended, act)) = judged(&r, now, &drafts.me().token) else {
+                break;
+            };
+            if act && !taken(&rt, &r, &draft, drafts.me()) {
+                match rt.kept_draft(&r.id) {
+                    Ok(Some(again)) => {
+                        r = again;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            if matches!(draft.state, DraftState::Proposed { .. }) {
+                waiting += 1;
+            }
+            lock(drafts).insert(r.id.clone(), draft);
+            if let Some(why) = ended {
+                tell_ended(drafts, &r.id, why);
+            }
+            break;
         }
     }
     if waiting > 0 {
@@ -331,16 +312,75 @@ fn take_up(drafts: &Drafts, records: Vec<loop_store::DraftRecord>, now: u64) -> 
     waiting
 }
 
-/// Take draft `r.id` (to stand as `d`) from the record `r` as read:
-/// whether no other server wrote it since (a failure to ask is a no).
-fn taken(drafts: &Drafts, r: &loop_store::DraftRecord, d: &Draft) -> bool {
-    let (Some(rt), Some(body)) = (&drafts.keep, kept_body(d)) else {
+/// What this server makes of kept record `r` at `now`: the draft as it
+/// stands here, why it ends (if it ends here), and whether this server
+/// acts on it (ends it, or holds it while it waits: only once it is
+/// taken); `None` for a record that cannot be read, or a draft another
+/// live server holds.
+fn judged(
+    r: &loop_store::DraftRecord,
+    now: u64,
+    me: &str,
+) -> Option<(Draft, Option<loop_runtime::DraftEnded>, bool)> {
+    let Ok(k) = serde_json::from_str::<Kept>(&r.body) else {
+        tracing::warn!("draft {}: its kept record cannot be read", r.id);
+        return None;
+    };
+    // A draft another server still holds (drafting, or waiting for its
+    // answer there) stays that server's.
+    let open = matches!(k.state, DraftState::Drafting | DraftState::Proposed { .. });
+    if open
+        && let Some(h) = &k.holder
+        && h.token != me
+        && !h.is_dead()
+        && !h.expired(HOLD.as_millis() as u64, now)
+    {
+        return None;
+    }
+    let proposed = k.proposed_ms.unwrap_or(r.updated_ms);
+    let expired = now.saturating_sub(proposed) > WAIT.as_millis() as u64;
+    let (state, ended) = match k.state {
+        DraftState::Drafting => (
+            DraftState::Ended {
+                reason: "the server stopped while the contract was being drafted: ask again".into(),
+            },
+            Some(loop_runtime::DraftEnded::Interrupted),
+        ),
+        DraftState::Proposed { .. } if expired => (
+            DraftState::Ended {
+                reason: format!("no answer came within {} minutes", WAIT.as_secs() / 60),
+            },
+            Some(loop_runtime::DraftEnded::Unanswered),
+        ),
+        other => (other, None),
+    };
+    let draft = Draft {
+        owner: r.owner.clone(),
+        state,
+        notes: k.notes,
+        instruction: k.instruction,
+        model: k.model,
+        skills: k.skills,
+        answer: None,
+        restored: Some(proposed.saturating_add(WAIT.as_millis() as u64)),
+        proposed_ms: k.proposed_ms,
+        asked_on: k.asked_on,
+        answered_by: None,
+    };
+    Some((draft, ended, open))
+}
+
+/// Take draft `r.id` (to stand as `d`, held by `me`) from the record `r`
+/// as read: whether no other server wrote it since (a failure to ask is a
+/// no).
+fn taken(rt: &Runtime, r: &loop_store::DraftRecord, d: &Draft, me: loop_store::Owner) -> bool {
+    let Some(body) = kept_body(d, me) else {
         return false;
     };
     match rt.claim_draft(&r.id, (&r.holder, r.updated_ms), &body) {
         Ok(true) => true,
         Ok(false) => {
-            tracing::info!("draft {}: another server took it up first", r.id);
+            tracing::info!("draft {}: written since it was read; read again", r.id);
             false
         }
         Err(e) => {
@@ -816,8 +856,11 @@ mod tests {
     /// the server that held them died) each act on a draft only if the
     /// store's one conditional write gives it to them: a draft whose
     /// drafting was cut short ends once, a waiting one is held by one
-    /// server; the other server leaves both (before, each ended the first,
-    /// and where it was asked heard so twice).
+    /// server; the other, finding each record written since it read it,
+    /// reads it again: the ended one it only shows, the waiting one, held
+    /// by a live server, it leaves (before, each ended the first, and
+    /// where it was asked heard so twice). A record its dead holder wrote
+    /// once more after it was read is read again and taken.
     #[test]
     fn of_two_servers_that_read_a_draft_alike_one_takes_it_up() {
         let dir = std::env::temp_dir().join(format!("loop-drafts-two-{}", std::process::id()));
@@ -831,16 +874,8 @@ mod tests {
             start_time: 1,
             ..loop_store::Owner::this_process("gone".into(), now)
         };
-        for (id, state) in [
-            ("d-cut", DraftState::Drafting),
-            (
-                "d-wait",
-                DraftState::Proposed {
-                    contract: "{}".into(),
-                },
-            ),
-        ] {
-            let body = serde_json::to_value(Kept {
+        let kept = |state: DraftState| {
+            serde_json::to_value(Kept {
                 state,
                 notes: Vec::new(),
                 instruction: "do it".into(),
@@ -850,33 +885,54 @@ mod tests {
                 asked_on: None,
                 skills: Vec::new(),
             })
+            .unwrap()
+        };
+        let waiting = || DraftState::Proposed {
+            contract: "{}".into(),
+        };
+        rt.keep_draft("d-cut", "alice", &kept(DraftState::Drafting))
             .unwrap();
-            rt.keep_draft(id, "alice", &body).unwrap();
-        }
+        rt.keep_draft("d-wait", "alice", &kept(waiting())).unwrap();
         let read = rt.kept_drafts(0).unwrap();
         assert_eq!(read.len(), 2);
-        let first = Drafts::kept_in(Runtime::open(&dir).unwrap());
-        let second = Drafts::kept_in(Runtime::open(&dir).unwrap());
+        let server = |token: &str| Drafts {
+            token: Some(token.into()),
+            ..Drafts::kept_in(Runtime::open(&dir).unwrap())
+        };
+        let (first, second) = (server("first"), server("second"));
         assert_eq!(take_up(&first, read.clone(), now), 1, "d-wait waits");
         assert_eq!(take_up(&second, read, now), 0);
         let mut taken: Vec<String> = lock(&first).keys().cloned().collect();
         taken.sort();
         assert_eq!(taken, ["d-cut", "d-wait"]);
-        assert!(
-            lock(&second).is_empty(),
-            "the second server took a draft too"
-        );
-        // The store holds what the first server wrote: d-cut ended, d-wait
-        // held by it.
+        // The second shows the ended draft as the first left it, and holds
+        // nothing.
+        let seen: Vec<String> = lock(&second).keys().cloned().collect();
+        assert_eq!(seen, ["d-cut"], "the second server took a draft too");
+        assert!(matches!(
+            &lock(&second)["d-cut"].state,
+            DraftState::Ended { reason } if reason.contains("ask again")
+        ));
         let stored = |id: &str| -> Kept {
-            let r = rt.kept_drafts(0).unwrap();
-            let r = r.iter().find(|r| r.id == id).unwrap();
+            let r = rt.kept_draft(id).unwrap().unwrap();
             serde_json::from_str(&r.body).unwrap()
         };
         assert!(matches!(stored("d-cut").state, DraftState::Ended { .. }));
+        for id in ["d-cut", "d-wait"] {
+            assert_eq!(stored(id).holder.map(|h| h.token).as_deref(), Some("first"));
+        }
+        // Written by its dead holder once more after it was read: read
+        // again, and taken.
+        rt.keep_draft("d-late", "alice", &kept(waiting())).unwrap();
+        let read = rt.kept_drafts(0).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        rt.keep_draft("d-late", "alice", &kept(waiting())).unwrap();
+        let third = server("third");
+        let late: Vec<_> = read.into_iter().filter(|r| r.id == "d-late").collect();
+        assert_eq!(take_up(&third, late, now), 1);
         assert_eq!(
-            stored("d-wait").holder.map(|h| h.token),
-            Some(this_server().token)
+            stored("d-late").holder.map(|h| h.token).as_deref(),
+            Some("third")
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
