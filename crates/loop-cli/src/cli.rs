@@ -154,11 +154,11 @@ pub(crate) enum Command {
         dry_run: bool,
         /// List the task workspaces kept for projects no longer where they
         /// were (deleted or moved), instead.
-        #[arg(long, conflicts_with = "forget_project")]
+        #[arg(long, conflicts_with_all = ["forget_project", "dry_run", "project"])]
         gone_projects: bool,
         /// Remove the task workspaces kept for the project that was at
         /// PATH (no project may be there now), instead.
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", conflicts_with = "project")]
         forget_project: Option<PathBuf>,
     },
     /// One task: state or outcome, budgets used, receipt.

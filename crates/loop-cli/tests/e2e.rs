@@ -18,7 +18,9 @@ fn loop_bin() -> Command {
     c.env(
         "LOOP_STATE_DIR",
         std::env::temp_dir().join(format!("loop-e2e-state-{}", std::process::id())),
-    );
+    )
+    // Its tasks' workspaces beside it, whatever the person set.
+    .env_remove("LOOP_WORKSPACES_DIR");
     c
 }
 
@@ -1091,7 +1093,10 @@ fn workspaces_of_a_project_gone_are_listed_and_removed_only_when_named() {
     // A project is at this path: refused, nothing removed.
     let (code, said) = gc(&[], Some(&keep));
     assert_eq!(code, Some(2), "{said}");
-    assert!(said.contains("or a project is there now"), "{said}");
+    assert!(
+        said.contains(&format!("a project is at {} now", keep.display())),
+        "{said}"
+    );
     assert!(keep_dir.is_dir());
     let (code, said) = gc(&["--dry-run"], Some(&gone));
     assert_eq!(code, Some(0), "{said}");
@@ -1110,6 +1115,18 @@ fn workspaces_of_a_project_gone_are_listed_and_removed_only_when_named() {
     assert!(keep_dir.is_dir(), "another project's were removed too");
     let (code, said) = gc(&[], Some(&gone));
     assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("no task workspaces in"), "{said}");
+    // A path given through a link and `..` names the project as recorded.
+    let (keep2, link) = (project("gc-keep2"), tmpdir("gc-link"));
+    let r = run_script(&keep2, script, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let keep2 = keep2.canonicalize().unwrap();
+    std::os::unix::fs::symlink(keep2.parent().unwrap(), link.join("to")).unwrap();
+    let keep2_dir = dir_of(&keep2).unwrap();
+    std::fs::remove_dir_all(&keep2).unwrap();
+    let (code, said) = gc(&[], Some(&link.join("to/x/../project")));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(!keep2_dir.exists(), "{said}");
 }
 
 #[test]

@@ -129,15 +129,8 @@ pub struct GoneProject {
 /// checked to hold no project now. A path with no such directory is an
 /// error naming it.
 pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GoneProject>, Error> {
-    // The path as the marker holds it: absolute, `.` and `..` resolved by
-    // name (it need not exist any more).
     let forget = match forget {
-        Some(p) if p.is_absolute() => Some(loop_sandbox::confinement::normalize(p)),
-        Some(p) => Some(loop_sandbox::confinement::normalize(
-            &std::env::current_dir()
-                .map_err(|e| Error::usage(format!("current directory: {e}")))?
-                .join(p),
-        )),
+        Some(p) => Some(as_recorded(p)?),
         None => None,
     };
     let mut out = Vec::new();
@@ -146,7 +139,9 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
             continue;
         }
         let bytes = bytes_of(&dir);
-        let removed = forget.is_some() && !dry_run;
+        // Looked at again just before: a project may have come back.
+        let removed =
+            forget.is_some() && !dry_run && crate::project::workspaces::project_gone(&was);
         if removed {
             loop_workspace::remove_tree(&dir)
                 .map_err(|e| Error::internal(format!("{}: {e}", dir.display())))?;
@@ -158,15 +153,64 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
             removed,
         });
     }
-    if let Some(f) = &forget
-        && out.is_empty()
-    {
+    let Some(f) = &forget else {
+        return Ok(out);
+    };
+    if out.is_empty() && !crate::project::workspaces::project_gone(f) {
         return Err(Error::usage(format!(
-            "no task workspaces are kept for a project that was at {}, or a project is there now (`loop gc --gone-projects` lists those kept for projects gone)",
+            "a project is at {} now: its tasks' workspaces stay (`loop gc --project {}` removes what its tasks no longer need)",
+            f.display(),
+            f.display()
+        )));
+    }
+    if out.is_empty() {
+        let root = crate::project::workspaces::root()
+            .map(|r| r.display().to_string())
+            .unwrap_or_else(|e| e.to_string());
+        return Err(Error::usage(format!(
+            "no task workspaces in {root} were made for a project at {} (a project's path is recorded resolved, links followed; `loop gc --gone-projects` lists those kept for projects no longer where they were)",
             f.display()
         )));
     }
     Ok(out)
+}
+
+/// `p` as a workspace marker records a project's path: absolute, its
+/// longest part that still exists resolved by the kernel (links followed,
+/// as the project's path was when it was recorded), the rest as given,
+/// with `.` and `..` taken by name.
+fn as_recorded(p: &Path) -> Result<PathBuf, Error> {
+    use std::path::Component;
+    let whole = match p.is_absolute() {
+        true => p.to_path_buf(),
+        false => std::env::current_dir()
+            .map_err(|e| Error::usage(format!("current directory: {e}")))?
+            .join(p),
+    };
+    let mut head: Vec<Component<'_>> = whole.components().collect();
+    let mut rest = Vec::new();
+    while let Some(last) = head.pop() {
+        let Ok(mut at) = head
+            .iter()
+            .chain([&last])
+            .collect::<PathBuf>()
+            .canonicalize()
+        else {
+            rest.push(last);
+            continue;
+        };
+        for c in rest.iter().rev() {
+            match c {
+                Component::ParentDir => {
+                    at.pop();
+                }
+                Component::CurDir => {}
+                c => at.push(c),
+            }
+        }
+        return Ok(at);
+    }
+    Ok(loop_sandbox::confinement::normalize(&whole))
 }
 
 /// Collect what no task of `project` needs.

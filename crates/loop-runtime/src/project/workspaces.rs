@@ -435,12 +435,26 @@ fn gone_projects_in(root: &Path) -> Vec<(PathBuf, PathBuf)> {
         if !was.is_absolute() || key(&was) != name {
             continue;
         }
-        if std::fs::symlink_metadata(was.join(".loop")).is_err() {
+        if project_gone(&was) {
             out.push((dir, was));
         }
     }
     out.sort();
     out
+}
+
+/// Whether no project is at `was` now: its `.loop` is not there, or a
+/// part of the path is not a directory. Any other failure to look (a
+/// permission refused, a network file system's error) is not "gone".
+#[allow(clippy::disallowed_methods)] // lstat of a project's own directory
+pub(crate) fn project_gone(was: &Path) -> bool {
+    match std::fs::symlink_metadata(was.join(".loop")) {
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        ),
+    }
 }
 
 /// Remove a near directory (never following a link in it). The project's
@@ -570,9 +584,11 @@ mod tests {
         make(&base.join("a"), &base.join("b"), 0o700);
         make(&here, &here, 0o700);
         make(&base.join("open"), &base.join("open"), 0o755);
+        // A link to a marker that would count, were it the file itself.
         let linked = make(&base.join("linked"), &base.join("linked"), 0o700);
-        std::fs::remove_file(linked.join(MARKER)).unwrap();
-        std::os::unix::fs::symlink(gone_dir.join(MARKER), linked.join(MARKER)).unwrap();
+        let outside = base.join("marker-outside");
+        std::fs::rename(linked.join(MARKER), &outside).unwrap();
+        std::os::unix::fs::symlink(&outside, linked.join(MARKER)).unwrap();
         let elsewhere = base.join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
