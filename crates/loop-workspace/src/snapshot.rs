@@ -12,7 +12,6 @@
 
 use crate::fsutil::{copy_tree, make_read_only};
 use crate::manifest::Manifest;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// How a check's view was made.
@@ -135,16 +134,64 @@ pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-#[allow(clippy::disallowed_methods)] // seals the runtime's own snapshot directories
+/// Make `dir` and every directory beneath it 0755 (so what a sealed or
+/// read-only tree holds can be removed), through descriptors opened with
+/// no link followed: a link swapped in for a directory meanwhile (a
+/// command still running in the tree) is never followed out of it.
 fn make_writable(dir: &Path) {
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-    if let Ok(items) = std::fs::read_dir(dir) {
-        for item in items.flatten() {
-            if let Ok(meta) = std::fs::symlink_metadata(item.path())
-                && meta.is_dir()
-            {
-                make_writable(&item.path());
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: open of a NUL-terminated path; the descriptor is owned below.
+    let fd = unsafe { libc::open(path.as_ptr(), DIR_NO_LINK) };
+    if fd >= 0 {
+        // SAFETY: a descriptor just opened, owned here only.
+        writable_beneath(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    }
+}
+
+/// Directories opened only as directories, never through a link.
+const DIR_NO_LINK: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+/// [`make_writable`] of the directory open as `dir`.
+fn writable_beneath(dir: std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+    // SAFETY: fchmod of a descriptor we hold.
+    unsafe { libc::fchmod(dir.as_raw_fd(), 0o755) };
+    // Its entries' names, read through a descriptor of its own.
+    let mut names = Vec::new();
+    if let Ok(listing) = dir.try_clone() {
+        // SAFETY: fdopendir takes the descriptor; closedir releases both.
+        unsafe {
+            let fd = listing.into_raw_fd();
+            let d = libc::fdopendir(fd);
+            if d.is_null() {
+                drop(std::os::fd::OwnedFd::from_raw_fd(fd));
+            } else {
+                loop {
+                    let e = libc::readdir(d);
+                    if e.is_null() {
+                        break;
+                    }
+                    let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_owned();
+                    if name.as_bytes() != b"." && name.as_bytes() != b".." {
+                        names.push(name);
+                    }
+                }
+                libc::closedir(d);
             }
+        }
+    }
+    for name in names {
+        // SAFETY: openat beneath a descriptor we hold, a NUL-terminated
+        // name; what is not a directory (a link among them) is not opened.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), DIR_NO_LINK) };
+        if fd >= 0 {
+            // SAFETY: a descriptor just opened, owned here only.
+            writable_beneath(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
         }
     }
 }
@@ -154,6 +201,36 @@ fn make_writable(dir: &Path) {
 mod tests {
     use super::*;
     use crate::testdir::TestDir;
+
+    /// Every directory of the tree is made 0755, and no link is followed:
+    /// neither one inside it nor the tree's own path given as a link.
+    #[test]
+    fn making_a_tree_writable_never_follows_a_link_out_of_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = TestDir::new("writable");
+        let tree = d.path().join("tree");
+        let outside = d.path().join("outside");
+        std::fs::create_dir_all(tree.join("a/b")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("a/link")).unwrap();
+        for p in ["a/b", "a"] {
+            std::fs::set_permissions(tree.join(p), std::fs::Permissions::from_mode(0o500)).unwrap();
+        }
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        make_writable(&tree);
+        assert_eq!(mode(&tree.join("a")), 0o755);
+        assert_eq!(mode(&tree.join("a/b")), 0o755);
+        assert_eq!(mode(&outside), 0o700, "a link inside was followed");
+        let link = d.path().join("tree-link");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        make_writable(&link);
+        assert_eq!(
+            mode(&outside),
+            0o700,
+            "the tree's own path, a link, was followed"
+        );
+    }
 
     #[test]
     fn views_are_independent_and_never_reach_the_seal() {
