@@ -765,6 +765,8 @@ mod own_state {
         // a function that lives as long as the process.
         unsafe {
             std::env::set_var("LOOP_STATE_DIR", state());
+            // The workspaces beside it, whatever the person set.
+            std::env::remove_var("LOOP_WORKSPACES_DIR");
             libc::atexit(gone);
         }
     }

@@ -30,6 +30,8 @@ extern "C" fn own_state() {
     // thread exists or anything reads the environment.
     unsafe {
         std::env::set_var("LOOP_STATE_DIR", &state);
+        // The workspaces beside it, whatever the person set.
+        std::env::remove_var("LOOP_WORKSPACES_DIR");
     }
 }
 
