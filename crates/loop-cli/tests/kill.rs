@@ -264,6 +264,13 @@ fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
     let pid = a.id() as i32;
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let ledger = project.join(format!(".loop/receipts/{id}.ledger.jsonl"));
+    let intents = || {
+        std::fs::read_to_string(&ledger)
+            .unwrap_or_default()
+            .matches("\"kind\":\"intent\"")
+            .count()
+    };
     // Another runtime takes the task once the lease has lapsed (15 s).
     let taken = Instant::now();
     let mut b = loop {
@@ -273,18 +280,23 @@ fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
         );
         let mut c = resume_cmd(&dir, &project, &id);
         let mut child = c.spawn().unwrap();
-        // A runtime refused by the lease exits 2 at once; one that took
-        // the task over runs it (its command sleeps 6 s). Waited for up
-        // to 3 s, so a refusal slowed by a loaded machine is not taken
-        // for a takeover.
+        // A runtime refused by the lease exits 2; one that took the task
+        // over runs its command again (a second intent; the command
+        // sleeps 6 s). Told apart by those, not by how long it runs: on a
+        // loaded machine a refusal took more than 3 s, and was taken for
+        // a takeover.
         let spawned = Instant::now();
         let exited = loop {
             if let Some(status) = child.try_wait().unwrap() {
                 break Some(status);
             }
-            if spawned.elapsed() >= Duration::from_secs(3) {
+            if intents() >= 2 {
                 break None;
             }
+            assert!(
+                spawned.elapsed() < Duration::from_secs(60),
+                "a resumer neither ended nor ran the command"
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         match exited {
@@ -299,14 +311,8 @@ fn a_runtime_frozen_past_its_lease_writes_nothing_when_it_wakes() {
         "taken over while the lease held"
     );
     // Once the other runtime runs the command again (its own intent)...
-    let ledger = project.join(format!(".loop/receipts/{id}.ledger.jsonl"));
     let again = Instant::now();
-    while std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .matches("\"kind\":\"intent\"")
-        .count()
-        < 2
-    {
+    while intents() < 2 {
         assert!(
             again.elapsed() < Duration::from_secs(30),
             "the takeover never ran the command"
