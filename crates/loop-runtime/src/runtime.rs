@@ -114,36 +114,59 @@ impl Runtime {
     }
 
     /// Keep draft `id` of `owner` (a contract drafted over the API; `body`
-    /// says where it stands) in the store, under this project: it outlives
-    /// the server that drafted it.
-    pub fn keep_draft(&self, id: &str, owner: &str, body: &serde_json::Value) -> Result<(), Error> {
+    /// says where it stands) in the store, under this project, held by
+    /// `holder` (a server process's token): it outlives the server that
+    /// drafted it. `false`, and nothing written, when another holder has
+    /// taken it over since (this one's hold lapsed): it is theirs.
+    pub fn keep_draft(
+        &self,
+        id: &str,
+        owner: &str,
+        body: &serde_json::Value,
+        holder: &str,
+    ) -> Result<bool, Error> {
         let project = self.scope()?.identity.id;
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         self.store()?
-            .put_draft(id, owner, &project, &body.to_string(), now)
+            .put_kept_held(
+                loop_store::Kept::Drafts,
+                id,
+                owner,
+                &project,
+                &body.to_string(),
+                holder,
+                now,
+            )
             .map_err(crate::project::locate::store_err)
     }
 
     /// Take kept draft `id` over from the record as read (`from`: its
-    /// holder in the store and when it was last written), writing `body`:
-    /// `false` when it was written since (another server took it first) or
-    /// is gone. One write decides between two servers.
+    /// holder in the store and when it was last written) for holder `to`,
+    /// writing `body`: `false` when it was written since (another server
+    /// took it first) or is gone. One write decides between two servers.
     pub fn claim_draft(
         &self,
         id: &str,
         from: (&str, u64),
+        to: &str,
+        body: &serde_json::Value,
+    ) -> Result<bool, Error> {
+        self.claim_kept(loop_store::Kept::Drafts, id, from, to, body)
+    }
+
+    /// Take record `id` of `kind` over from `from` (its holder and when it
+    /// was last written, as read) for `to`, writing `body`.
+    fn claim_kept(
+        &self,
+        kind: loop_store::Kept,
+        id: &str,
+        from: (&str, u64),
+        to: &str,
         body: &serde_json::Value,
     ) -> Result<bool, Error> {
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         self.store()?
-            .claim_kept(
-                loop_store::Kept::Drafts,
-                id,
-                from,
-                from.0,
-                &body.to_string(),
-                now,
-            )
+            .claim_kept(kind, id, from, to, &body.to_string(), now)
             .map_err(crate::project::locate::store_err)
     }
 
@@ -211,17 +234,7 @@ impl Runtime {
         to: &str,
         body: &serde_json::Value,
     ) -> Result<bool, Error> {
-        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        self.store()?
-            .claim_kept(
-                loop_store::Kept::Submissions,
-                id,
-                from,
-                to,
-                &body.to_string(),
-                now,
-            )
-            .map_err(crate::project::locate::store_err)
+        self.claim_kept(loop_store::Kept::Submissions, id, from, to, body)
     }
 
     /// Renew every submission `holder` holds: how many.

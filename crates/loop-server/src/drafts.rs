@@ -203,22 +203,47 @@ fn lock(d: &Drafts) -> std::sync::MutexGuard<'_, HashMap<String, Draft>> {
 }
 
 /// Write draft `id` as it stands to the store (a blocking call: never on
-/// the executor). A failure is logged: the draft still lives here.
-pub fn keep(drafts: &Drafts, id: &str) {
+/// the executor), held by this server: whether it is still this server's.
+/// A draft another server took over while this one's hold lapsed (a
+/// pause past [`HOLD`]) is not written over: it is given up here (its
+/// answer, if one was awaited, no longer comes here) and `false` is the
+/// answer. A store's failure is logged: the draft still lives here.
+pub fn keep(drafts: &Drafts, id: &str) -> bool {
     let Some(rt) = &drafts.keep else {
-        return;
+        return true;
     };
-    if let Some((owner, body)) = kept_of(drafts, id)
-        && let Err(e) = rt.keep_draft(id, &owner, &body)
-    {
-        tracing::warn!("draft {id}: not kept in the store: {e}");
+    let me = drafts.me();
+    let Some((owner, body)) = kept_of(drafts, id, me.clone()) else {
+        return lock(drafts).contains_key(id);
+    };
+    match rt.keep_draft(id, &owner, &body, &me.token) {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(
+                "draft {id}: taken over by another server while this one's hold on it lapsed; it is that server's now"
+            );
+            lock(drafts).remove(id);
+            false
+        }
+        Err(e) => {
+            tracing::warn!("draft {id}: not kept in the store: {e}");
+            true
+        }
     }
+}
+
+/// Whether draft `id` is this server's (not given up to another).
+pub fn held_here(drafts: &Drafts, id: &str) -> bool {
+    lock(drafts).contains_key(id)
 }
 
 /// Draft `id` as the store keeps it, held by this server: its owner and
 /// its record's body.
-fn kept_of(drafts: &Drafts, id: &str) -> Option<(String, serde_json::Value)> {
-    let me = drafts.me();
+fn kept_of(
+    drafts: &Drafts,
+    id: &str,
+    me: loop_store::Owner,
+) -> Option<(String, serde_json::Value)> {
     let all = lock(drafts);
     let d = all.get(id)?;
     Some((d.owner.clone(), kept_body(d, me)?))
@@ -244,7 +269,9 @@ pub fn keep_later(drafts: &Drafts, id: &str) {
     let (drafts, id) = (drafts.clone(), id.to_string());
     let spawned = std::thread::Builder::new()
         .name(format!("keep {id}"))
-        .spawn(move || keep(&drafts, &id));
+        .spawn(move || {
+            keep(&drafts, &id);
+        });
     if let Err(e) = spawned {
         tracing::warn!("a draft's record is not kept: {e}");
     }
@@ -374,10 +401,11 @@ fn judged(
 /// as read: whether no other server wrote it since (a failure to ask is a
 /// no).
 fn taken(rt: &Runtime, r: &loop_store::DraftRecord, d: &Draft, me: loop_store::Owner) -> bool {
+    let token = me.token.clone();
     let Some(body) = kept_body(d, me) else {
         return false;
     };
-    match rt.claim_draft(&r.id, (&r.holder, r.updated_ms), &body) {
+    match rt.claim_draft(&r.id, (&r.holder, r.updated_ms), &token, &body) {
         Ok(true) => true,
         Ok(false) => {
             tracing::info!("draft {}: written since it was read; read again", r.id);
@@ -842,7 +870,8 @@ mod tests {
             ("d-lapsed", elsewhere(now - 10 * 60 * 1000)),
             ("d-far", elsewhere(now)),
         ] {
-            rt.keep_draft(id, "alice", &held(holder)).unwrap();
+            let token = holder.token.clone();
+            assert!(rt.keep_draft(id, "alice", &held(holder), &token).unwrap());
         }
         let drafts = Drafts::kept_in(rt);
         assert_eq!(restore(&drafts), 2);
@@ -890,9 +919,14 @@ mod tests {
         let waiting = || DraftState::Proposed {
             contract: "{}".into(),
         };
-        rt.keep_draft("d-cut", "alice", &kept(DraftState::Drafting))
-            .unwrap();
-        rt.keep_draft("d-wait", "alice", &kept(waiting())).unwrap();
+        assert!(
+            rt.keep_draft("d-cut", "alice", &kept(DraftState::Drafting), "gone")
+                .unwrap()
+        );
+        assert!(
+            rt.keep_draft("d-wait", "alice", &kept(waiting()), "gone")
+                .unwrap()
+        );
         let read = rt.kept_drafts(0).unwrap();
         assert_eq!(read.len(), 2);
         let server = |token: &str| Drafts {
@@ -923,10 +957,16 @@ mod tests {
         }
         // Written by its dead holder once more after it was read: read
         // again, and taken.
-        rt.keep_draft("d-late", "alice", &kept(waiting())).unwrap();
+        assert!(
+            rt.keep_draft("d-late", "alice", &kept(waiting()), "gone")
+                .unwrap()
+        );
         let read = rt.kept_drafts(0).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(5));
-        rt.keep_draft("d-late", "alice", &kept(waiting())).unwrap();
+        assert!(
+            rt.keep_draft("d-late", "alice", &kept(waiting()), "gone")
+                .unwrap()
+        );
         let third = server("third");
         let late: Vec<_> = read.into_iter().filter(|r| r.id == "d-late").collect();
         assert_eq!(take_up(&third, late, now), 1);
@@ -934,6 +974,75 @@ mod tests {
             stored("d-late").holder.map(|h| h.token).as_deref(),
             Some("third")
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A server paused past its hold (its draft taken over meanwhile by a
+    /// server that started then) never writes over the new holder when it
+    /// wakes: its next keep finds the draft taken, and it gives the draft
+    /// up (before, its renewal wrote itself back as the holder, and both
+    /// servers waited on the draft, each ready to start its task). Its own
+    /// renewals, while nobody took the draft, are written.
+    #[test]
+    fn a_server_whose_hold_lapsed_gives_its_draft_up_rather_than_write_over_it() {
+        let dir = std::env::temp_dir().join(format!("loop-drafts-lapsed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = Runtime::open(&dir).unwrap();
+        let server = |token: &str| Drafts {
+            token: Some(token.into()),
+            ..Drafts::kept_in(Runtime::open(&dir).unwrap())
+        };
+        let (first, second) = (server("first"), server("second"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        begin(&first, "d", ("alice", None), "do it", (None, Vec::new()));
+        if let Some(d) = lock(&first).get_mut("d") {
+            d.state = DraftState::Proposed {
+                contract: "{}".into(),
+            };
+            d.answer = Some(tx);
+        }
+        let stored = || {
+            let r = rt.kept_draft("d").unwrap().unwrap();
+            let k: Kept = serde_json::from_str(&r.body).unwrap();
+            (r.holder, k.holder.map(|h| h.token), r.updated_ms)
+        };
+        // Its own keeps, while the draft is its own, are written.
+        assert!(keep(&first, "d"));
+        let (_, _, was) = stored();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(keep(&first, "d"), "its own renewal");
+        let (column, holder, at) = stored();
+        assert_eq!(
+            (column.as_str(), holder.as_deref()),
+            ("first", Some("first"))
+        );
+        assert!(at > was, "renewed");
+        assert!(held_here(&first, "d"));
+        // Read past the first server's hold (it paused): the second takes it.
+        let later = loop_core::Clock::now_ms(&loop_core::SystemClock) + HOLD.as_millis() as u64 + 1;
+        assert_eq!(take_up(&second, rt.kept_drafts(0).unwrap(), later), 1);
+        assert_eq!(
+            stored().0,
+            "second",
+            "the store's holder is the server that took it"
+        );
+        // The first wakes and renews: refused, the draft given up here,
+        // the answer it awaited no longer coming here.
+        assert!(!keep(&first, "d"));
+        let (column, holder, _) = stored();
+        assert_eq!(
+            (column.as_str(), holder.as_deref()),
+            ("second", Some("second")),
+            "written over by the server whose hold lapsed"
+        );
+        assert!(!held_here(&first, "d"));
+        assert!(matches!(
+            rx.recv_timeout(std::time::Duration::from_millis(100)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+        ));
+        assert!(held_here(&second, "d"));
+        assert!(keep(&second, "d"), "the new holder's renewal");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

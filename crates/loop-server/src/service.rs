@@ -153,8 +153,12 @@ pub(crate) fn draft_settled(
             pool.start(task_id, None);
         }
         Err(e) => {
-            // Where it was asked hears that nothing started, and why.
-            if let Some((g, why)) = github {
+            // Where it was asked hears that nothing started, and why (not
+            // from here once another server took the draft over: it is
+            // that server's to tell).
+            if let Some((g, why)) = github
+                && crate::drafts::held_here(drafts, draft_id)
+            {
                 crate::drafts::note(drafts, draft_id, &g.post_ended(draft_id, why));
             }
             crate::drafts::set(
@@ -521,7 +525,11 @@ fn start_restored(
     let spawned = std::thread::Builder::new()
         .name(format!("draft {id}"))
         .spawn(move || {
-            crate::drafts::keep(&drafts, &draft_id);
+            // Taken over by another server while this one's hold lapsed:
+            // it is that server's to start (once answered there).
+            if !crate::drafts::keep(&drafts, &draft_id) {
+                return;
+            }
             // Where a trigger asked still hears it if nothing starts.
             let ask = asked_on.as_ref().and_then(|a| rt.github_ask(&a.trigger));
             let submitted = (|| {

@@ -935,6 +935,23 @@ pub trait Store: Send + Sync {
         holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError>;
+    /// Keep `id` of `kind` as [`Store::put_kept`] does, held by `holder`
+    /// (not empty), unless another holder has taken it since: a record
+    /// held by someone else is left as it is, and the answer is `false`.
+    /// New, held by `holder` already or by nobody, it is written. One
+    /// write decides, so a holder whose hold lapsed (paused past it) never
+    /// writes over the server that took the record over meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn put_kept_held(
+        &self,
+        kind: Kept,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        holder: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError>;
     /// The records of `kind` kept for `project`, oldest first.
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError>;
     /// Record `id` of `kind`, if it is kept.

@@ -1240,6 +1240,30 @@ impl Store for PgStore {
         })
     }
 
+    fn put_kept_held(
+        &self,
+        kind: Kept,
+        id: &str,
+        owner: &str,
+        project: &str,
+        body: &str,
+        holder: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let t = kind.table();
+        let sql = format!(
+            "INSERT INTO {t} (id, owner, project, body, holder, updated_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
+                holder = excluded.holder, updated_ms = excluded.updated_ms
+             WHERE {t}.holder = excluded.holder OR {t}.holder = ''"
+        );
+        self.run(|c| {
+            let n = c.execute(&sql, &[&id, &owner, &project, &body, &holder, &ms(now_ms)])?;
+            Ok(n == 1)
+        })
+    }
+
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {
         let sql = format!(
             "SELECT id, owner, body, updated_ms, holder FROM {} WHERE project = $1

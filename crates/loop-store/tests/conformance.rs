@@ -686,6 +686,33 @@ fn approvals_tokens_and_deliveries_round_trip() {
             0,
             "{who}: no longer A's"
         );
+
+        // Kept by its holder: written while it is the holder's (or new, or
+        // nobody's), never over another holder's take.
+        let held = |holder: &str, body: &str, now: u64| {
+            s.put_kept_held(Kept::Drafts, "h-1", "alice", "p-h", body, holder, now)
+                .unwrap()
+        };
+        let h = |s: &dyn loop_store::Store| {
+            let r = s.kept_one(Kept::Drafts, "h-1").unwrap().unwrap();
+            (r.holder, r.body, r.updated_ms)
+        };
+        assert!(held("A", r#"{"a":1}"#, 80), "{who}: new");
+        assert!(held("A", r#"{"a":2}"#, 81), "{who}: its holder's");
+        assert_eq!(h(&*s), ("A".into(), r#"{"a":2}"#.into(), 81), "{who}");
+        assert!(
+            s.claim_kept(Kept::Drafts, "h-1", ("A", 81), "B", r#"{"b":1}"#, 90)
+                .unwrap(),
+            "{who}"
+        );
+        assert!(!held("A", r#"{"a":3}"#, 95), "{who}: taken over meanwhile");
+        assert_eq!(h(&*s), ("B".into(), r#"{"b":1}"#.into(), 90), "{who}");
+        assert!(held("B", r#"{"b":2}"#, 96), "{who}: the new holder's");
+        // Nobody's (as kept before holders were written): taken by a write.
+        s.put_kept(Kept::Drafts, "h-1", "alice", "p-h", "{}", "", 97)
+            .unwrap();
+        assert!(held("A", r#"{"a":4}"#, 98), "{who}: nobody's");
+        assert_eq!(h(&*s), ("A".into(), r#"{"a":4}"#.into(), 98), "{who}");
     }
 }
 
