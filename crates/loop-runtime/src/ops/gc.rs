@@ -139,10 +139,12 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
             continue;
         }
         let bytes = bytes_of(&dir);
-        // Looked at again just before: a project may have come back.
-        let removed =
-            forget.is_some() && !dry_run && crate::project::workspaces::project_gone(&was);
+        let removed = forget.is_some() && !dry_run;
         if removed {
+            // Looked at again just before: a project may have come back.
+            if !crate::project::workspaces::project_gone(&was) {
+                return Err(here_now(&was));
+            }
             loop_workspace::remove_tree(&dir)
                 .map_err(|e| Error::internal(format!("{}: {e}", dir.display())))?;
         }
@@ -157,11 +159,7 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
         return Ok(out);
     };
     if out.is_empty() && !crate::project::workspaces::project_gone(f) {
-        return Err(Error::usage(format!(
-            "a project is at {} now: its tasks' workspaces stay (`loop gc --project {}` removes what its tasks no longer need)",
-            f.display(),
-            f.display()
-        )));
+        return Err(here_now(f));
     }
     if out.is_empty() {
         let root = crate::project::workspaces::root()
@@ -173,6 +171,15 @@ pub fn gone_projects(forget: Option<&Path>, dry_run: bool) -> Result<Vec<GonePro
         )));
     }
     Ok(out)
+}
+
+/// The refusal to forget the workspaces of a project that is at `at`.
+fn here_now(at: &Path) -> Error {
+    Error::usage(format!(
+        "a project is at {} now: its tasks' workspaces stay (`loop gc --project {}` removes what its tasks no longer need)",
+        at.display(),
+        at.display()
+    ))
 }
 
 /// `p` as a workspace marker records a project's path: absolute, its
