@@ -66,6 +66,38 @@ pub const HOST_EXECUTABLE: &[&str] = &[
     "**/.zprofile",
     "**/.zlogin",
     "**/.inputrc",
+    // What picks the program the host runs for any command in that
+    // directory, `--version` included (an editor runs one on opening the
+    // project): a toolchain named by its path (rustup's `path`, asdf's and
+    // mise's `path:`, .NET's `sdk.paths`), a version string that walks out
+    // of pyenv's or rbenv's versions (CVE-2022-35861), a package
+    // manager's own release in the project (Yarn's `yarnPath`) or its
+    // loader.
+    "**/rust-toolchain",
+    "**/rust-toolchain.toml",
+    "**/.tool-versions",
+    "**/.mise.toml",
+    "**/.mise.local.toml",
+    "**/mise.toml",
+    "**/mise.local.toml",
+    "**/.mise/**",
+    "**/.python-version",
+    "**/.ruby-version",
+    "**/.node-version",
+    "**/.nvmrc",
+    "**/global.json",
+    "**/.yarn/releases/**",
+    "**/.yarn/plugins/**",
+    "**/.pnp.cjs",
+    "**/.pnp.loader.mjs",
+    // Editors' and agents' settings that start a program when the
+    // project is opened or worked in (language servers, tasks, hooks).
+    "**/.zed/**",
+    "**/.helix/**",
+    "**/.nvim.lua",
+    "**/.exrc",
+    "**/.claude/settings.json",
+    "**/.claude/settings.local.json",
 ];
 
 /// Largest file shown as text in a patch; larger ones are named by digest.
@@ -743,5 +775,61 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o644);
         assert_eq!(cs.standing(&project).unwrap(), Standing::After);
+    }
+
+    /// What picks the program the host runs in a directory (a toolchain or
+    /// version file, a package manager's own release, an editor's or an
+    /// agent's settings) is host-executable wherever it lies; files that
+    /// only look alike are not.
+    #[test]
+    fn toolchain_version_and_editor_files_the_host_picks_up_are_host_executable() {
+        let rules: Vec<String> = HOST_EXECUTABLE.iter().map(|s| s.to_string()).collect();
+        let host = crate::Protected::new(&rules).unwrap();
+        for path in [
+            "rust-toolchain.toml",
+            "rust-toolchain",
+            "crates/x/rust-toolchain.toml",
+            ".tool-versions",
+            "svc/.tool-versions",
+            ".mise.toml",
+            "mise.toml",
+            ".config/mise.toml",
+            ".mise/tasks/build",
+            ".python-version",
+            "app/.ruby-version",
+            ".node-version",
+            ".nvmrc",
+            "global.json",
+            ".yarn/releases/yarn-4.1.0.cjs",
+            ".yarn/plugins/p.cjs",
+            ".pnp.cjs",
+            ".pnp.loader.mjs",
+            ".zed/settings.json",
+            ".helix/languages.toml",
+            ".nvim.lua",
+            ".exrc",
+            ".claude/settings.json",
+            "web/.claude/settings.local.json",
+        ] {
+            assert!(
+                host.matching(path).is_some(),
+                "{path} is not host-executable"
+            );
+        }
+        for path in [
+            "docs/rust-toolchain.md",
+            "src/tool_versions.rs",
+            "python-version.txt",
+            "config/global.json.example",
+            "yarn.lock",
+            ".claude/commands/review.md",
+            "README.md",
+        ] {
+            assert_eq!(
+                host.matching(path),
+                None,
+                "{path} is taken for host-executable"
+            );
+        }
     }
 }
