@@ -1042,6 +1042,52 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// A task removed from the project by hand (its `.loop/tasks/ID` gone)
+/// leaves a worktree and a branch: one `loop gc` removes the worktree,
+/// prunes git's record of it and deletes the branch, as its `--dry-run`
+/// says it will (before, git's record was never pruned, as its dry run
+/// speaks on stderr, and the branch stayed for ever); another task's
+/// branch and workspace stay.
+#[test]
+fn gc_deletes_the_branch_of_a_task_removed_by_hand_in_one_run() {
+    let p = git_project("git-gc-hand");
+    let (gone, kept) = (run_script(&p, HONEST, &[]), run_script(&p, HONEST, &[]));
+    assert_eq!(gone.outcome["kind"], "verified", "{}", gone.output);
+    assert_eq!(kept.outcome["kind"], "verified", "{}", kept.output);
+    let (gone, kept) = (task_id(&gone), task_id(&kept));
+    let aside = tmpdir("gc-hand-aside");
+    std::fs::rename(p.join(".loop/tasks").join(&gone), aside.join(&gone)).unwrap();
+    let gc = |extra: &[&str]| {
+        let out = loop_bin()
+            .arg("gc")
+            .args(extra)
+            .arg("--project")
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        text(&out)
+    };
+    let said = gc(&["--dry-run"]);
+    assert!(
+        said.contains(&format!("would delete branch loop/{gone}")),
+        "{said}"
+    );
+    let said = gc(&[]);
+    assert!(
+        said.contains(&format!("deleted branch loop/{gone}")),
+        "{said}"
+    );
+    let branches = sh(&p, "git branch --list");
+    assert!(!branches.contains(&format!("loop/{gone}")), "{branches}");
+    assert!(branches.contains(&format!("loop/{kept}")), "{branches}");
+    let listed = sh(&p, "git worktree list --porcelain");
+    assert!(!listed.contains("prunable"), "{listed}");
+    assert!(shared::near_of(&p, &kept).join("workspace").is_dir());
+    let said = gc(&[]);
+    assert!(said.contains("nothing to collect"), "{said}");
+}
+
 /// The task workspaces kept for a project no longer where it was (deleted,
 /// or moved: they look alike, and a moved project's tasks still use them)
 /// are listed by `loop gc --gone-projects` and left; `--forget-project

@@ -243,17 +243,19 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     };
     killed_preparations(&project, &tasks, &mut out);
     orphans(&project, &tasks, &mut out);
-    // Worktrees git still records whose directories are gone.
+    // Worktrees git still records whose directories are gone (an orphan's
+    // just removed among them: its branch is deleted below once its record
+    // is gone). git names them `prunable` in its porcelain listing (its
+    // `prune --dry-run` says so on stderr only); a git too old to say is
+    // pruned all the same.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
         let _one = loop_workspace::task_workspace::worktree_commands();
-        let stale = git(&project, &["worktree", "prune", "--dry-run"])
-            .is_some_and(|t| !t.trim().is_empty());
-        if stale {
-            if !dry_run {
-                git(&project, &["worktree", "prune"]);
-            }
-            out.pruned_worktrees = true;
+        let stale = git(&project, &["worktree", "list", "--porcelain"])
+            .is_some_and(|t| t.lines().any(|l| l.starts_with("prunable")));
+        if !dry_run {
+            git(&project, &["worktree", "prune"]);
         }
+        out.pruned_worktrees = stale;
     }
     branches(&project, &tasks, &mut out);
     scratch(&project, &tasks, &mut out);
