@@ -1704,6 +1704,49 @@ fn read_only_git_works_in_a_worktree_task_and_its_remotes_stay_unreadable() {
     assert_eq!(sh(&p, "git log --oneline").lines().count(), 1);
 }
 
+/// `loop exec` shows the command's output once it has ended, as the kept
+/// excerpt in text: where that is not what the command wrote (bytes left
+/// out past `--max-output`, bytes that are not UTF-8), stderr says so
+/// (before, a cut or re-encoded output passed for a copy); plain text
+/// comes out exactly, with no note.
+#[test]
+fn loop_exec_says_when_what_it_shows_is_not_the_commands_bytes() {
+    let dir = tmpdir("exec-bytes");
+    let exec = |script: &str, extra: &[&str]| {
+        let out = loop_bin()
+            .args(["exec", "--workspace"])
+            .arg(&dir)
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .env_remove("LOOP_LOG")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        (
+            out.stdout,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (out, err) = exec("printf 'na\\303\\257ve\\n'", &[]);
+    assert_eq!(out, "naïve\n".as_bytes());
+    assert!(err.is_empty(), "{err}");
+    let (out, err) = exec("printf 'a\\377\\376b\\n'", &[]);
+    assert_ne!(out, b"a\xff\xfeb\n");
+    assert!(
+        err.contains("the command's output is shown as text, not byte for byte"),
+        "{err}"
+    );
+    let (out, err) = exec(
+        "head -c 5000 /dev/zero | tr '\\0' x",
+        &["--max-output", "1000"],
+    );
+    assert!(out.len() < 1100, "{}", out.len());
+    assert!(
+        err.contains("4500 of the 5000 bytes of the command's output were left out"),
+        "{err}"
+    );
+}
+
 #[test]
 fn diagnostics_are_off_by_default_and_on_with_v_or_loop_log() {
     let dir = std::env::temp_dir().join(format!("loop-e2e-log-{}", std::process::id()));

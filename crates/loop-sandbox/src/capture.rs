@@ -61,6 +61,18 @@ impl Captured {
         redact(&text)
     }
 
+    /// Whether [`Captured::excerpt`] is exactly the bytes the command
+    /// wrote: nothing left out, nothing replaced (bytes that are not
+    /// UTF-8) and nothing redacted.
+    pub fn excerpt_is_exact(&self) -> bool {
+        if self.truncated() {
+            return false;
+        }
+        let mut all = self.head.clone();
+        all.extend_from_slice(&self.tail_bytes());
+        self.excerpt().as_bytes() == all.as_slice()
+    }
+
     /// As evidence for a receipt.
     pub fn evidence(&self) -> StreamEvidence {
         StreamEvidence {
@@ -197,5 +209,21 @@ mod tests {
         let c = Captured::read_all(&b"hello\n"[..], 1000);
         assert_eq!(c.excerpt(), "hello\n");
         assert!(!c.truncated());
+        assert!(c.excerpt_is_exact());
+    }
+
+    /// The excerpt is said to be exact only when it is the bytes written:
+    /// not when some were left out, replaced (not UTF-8) or redacted.
+    #[test]
+    fn an_excerpt_is_exact_only_when_it_is_the_bytes_written() {
+        let text = "naïve — ok\n".repeat(10);
+        assert!(Captured::read_all(text.as_bytes(), 1000).excerpt_is_exact());
+        assert!(!Captured::read_all(text.as_bytes(), 20).excerpt_is_exact());
+        let binary = b"\x00\x01\xff\xfe\x80abc\n";
+        assert!(!Captured::read_all(&binary[..], 1000).excerpt_is_exact());
+        let secret = b"token ghp_0123456789abcdefghijklmnopqrstuvwxyzAB\n";
+        let c = Captured::read_all(&secret[..], 1000);
+        assert!(!c.excerpt().contains("ghp_0123"), "{}", c.excerpt());
+        assert!(!c.excerpt_is_exact());
     }
 }

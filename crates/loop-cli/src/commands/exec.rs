@@ -91,6 +91,21 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
     } else {
         let _ = std::io::stdout().write_all(r.stdout.excerpt().as_bytes());
         let _ = std::io::stderr().write_all(r.stderr.excerpt().as_bytes());
+        // What was shown is the kept excerpt, as text: said when it is not
+        // what the command wrote, so no one takes it for a copy.
+        for (name, c) in [("output", &r.stdout), ("error output", &r.stderr)] {
+            if c.truncated() {
+                eprintln!(
+                    "loop exec: {} of the {} bytes of the command's {name} were left out (--max-output keeps the head and tail of each stream); --json gives the count and SHA-256 of every byte",
+                    c.omitted(),
+                    c.total()
+                );
+            } else if !c.excerpt_is_exact() {
+                eprintln!(
+                    "loop exec: the command's {name} is shown as text, not byte for byte (bytes that are not UTF-8 replaced, secrets redacted); --json gives the count and SHA-256 of what it wrote"
+                );
+            }
+        }
         if r.timed_out {
             eprintln!(
                 "loop exec: timed out after {} s; the command's process tree was killed",
