@@ -1360,6 +1360,19 @@ fn rotating_the_key_revokes_old_receipts_through_signed_addenda() {
         addendum["signatures"][0]["keyid"], stmt["predicate"]["revoked_keyid"],
         "signed by the new key"
     );
+    // Work the revoked key signed is not applied, and the refusal says why.
+    let out = loop_bin()
+        .args(["apply", task, "--yes", "--project"])
+        .arg(&p)
+        .env("LOOP_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("which `loop keys rotate` revoked"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -92,12 +92,9 @@ fn holding_statement(t: &Task) -> Result<loop_receipt::Statement, Error> {
         .unwrap_or_default();
     let report =
         verify_receipt(&t.receipt, None, &trusted).map_err(|e| Error::usage(e.to_string()))?;
-    match report.statement {
-        Some(statement) if report.ok() => Ok(statement),
-        _ => Err(Error::usage(format!(
-            "the receipt {} does not hold; run `loop verify` on it",
-            t.receipt.display()
-        ))),
+    match &report.statement {
+        Some(statement) if report.ok() => Ok(statement.clone()),
+        _ => Err(super::receipts::not_holding(&t.receipt, &report, None)),
     }
 }
 

@@ -175,6 +175,48 @@ pub struct Replay {
     pub reproduced: bool,
 }
 
+/// The refusal of work whose receipt does not hold, saying why: a key
+/// this machine revoked (`loop keys rotate`: what it signed is no longer
+/// trusted here), another key, a signature that does not verify, or the
+/// first problems of the other layers.
+pub(crate) fn not_holding(receipt: &Path, report: &VerifyReport, revoked: Option<&str>) -> Error {
+    let revoked_here = KeyPair::revoked();
+    let revoked = revoked
+        .map(str::to_string)
+        .or_else(|| match &report.signature {
+            SignatureStatus::UnknownKey { keyids } => {
+                keyids.iter().find(|k| revoked_here.contains(k)).cloned()
+            }
+            _ => None,
+        });
+    let why = match (&report.signature, revoked) {
+        (_, Some(k)) => format!(
+            "it is signed by key {k}, which `loop keys rotate` revoked: work a revoked key signed is not trusted here (run the task again to have it signed by the current key)"
+        ),
+        (SignatureStatus::UnknownKey { keyids }, None) => format!(
+            "it is signed by key {}, not by this machine's",
+            keyids.join(", ")
+        ),
+        (SignatureStatus::Invalid { .. }, None) => "its signature does not verify".into(),
+        (SignatureStatus::Unsigned, None) => "it is not signed".into(),
+        (SignatureStatus::Valid { .. }, None) => {
+            let problems = report.problems();
+            match problems.len() {
+                0 => "its statement could not be read".into(),
+                n => format!(
+                    "{}{}",
+                    problems[..n.min(2)].join("; "),
+                    if n > 2 { "; …" } else { "" }
+                ),
+            }
+        }
+    };
+    Error::usage(format!(
+        "the receipt {} does not hold: {why}; `loop verify` on it says more",
+        receipt.display()
+    ))
+}
+
 /// Re-run every check of `receipt`'s contract, in the sandbox, on fresh
 /// snapshots of the exact tree the receipt verified (the task workspace,
 /// if it still holds exactly that content), with no model.
@@ -185,11 +227,15 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         .canonicalize()
         .map_err(|e| Error::usage(format!("{}: {e}", receipt.display())))?;
     let check = verify(receipt, None, None)?;
-    let Some(statement) = check.report.statement.filter(|_| check.intact) else {
-        return Err(Error::usage(format!(
-            "the receipt {} does not hold; run `loop verify` on it",
-            receipt.display()
-        )));
+    if !check.intact {
+        return Err(not_holding(
+            receipt,
+            &check.report,
+            check.revoked_signer.as_deref(),
+        ));
+    }
+    let Some(statement) = check.report.statement else {
+        return Err(not_holding(receipt, &check.report, None));
     };
     let p = &statement.predicate;
     let Some(recorded) = p.verification.clone() else {
