@@ -70,19 +70,7 @@ pub fn validate_loopfile(file: &Path, json: bool) -> Result<u8, CliError> {
     let text = loop_workspace::door::read_named_text(file, loop_workspace::door::MAX_PROJECT_FILE)
         .map_err(|e| CliError::usage(format!("cannot read the Loopfile: {e}")))?;
     let l = loop_runtime::Loopfile::parse(&text, &file.display().to_string())?;
-    let read: Vec<&str> = [
-        ("models", l.models.is_some()),
-        ("exec", l.exec.is_some()),
-        ("rules", l.rules.is_some()),
-        ("progress", l.progress.is_some()),
-        ("checkpoints", l.checkpoints.is_some()),
-        ("apply", !l.host_executable.is_empty()),
-        ("workspace", !l.shares.is_empty() || l.no_share_detection),
-    ]
-    .iter()
-    .filter(|(_, set)| *set)
-    .map(|(n, _)| *n)
-    .collect();
+    let read: Vec<&str> = l.sections.iter().map(String::as_str).collect();
     if json {
         crate::ui::say_json(&loop_runtime::views::LoopfileValidLine {
             file,

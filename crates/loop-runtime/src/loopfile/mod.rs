@@ -157,6 +157,9 @@ pub struct Loopfile {
     /// `browser: true`: every task of the project may drive a headless
     /// browser in its sandbox (its contract says so once locked).
     pub browser: bool,
+    /// The sections the file holds, in its order (what `loop validate`
+    /// says it read).
+    pub sections: Vec<String>,
 }
 
 /// The Loopfile's `project:`.
@@ -278,6 +281,9 @@ impl Loopfile {
             _ => r.entries(&root, "a Loopfile").unwrap_or_default(),
         };
         for (k, v) in entries {
+            if SECTIONS.contains(&k.name.as_str()) && !out.sections.contains(&k.name) {
+                out.sections.push(k.name.clone());
+            }
             match k.name.as_str() {
                 "version" => {}
                 "models" => out.models = ModelsSection::read(&mut r, v),
@@ -1301,6 +1307,23 @@ pub fn schema() -> serde_json::Value {
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod tests {
     use super::Loopfile;
+
+    /// The sections a Loopfile holds are named as read, in its order, each
+    /// once (what `loop validate` says): `loop init`'s own file said "no
+    /// sections" before.
+    #[test]
+    fn the_sections_read_are_named_in_the_files_order() {
+        let l = Loopfile::parse(
+            "version: 1\nverification:\n  test: \"python3 -m unittest\"\ndefaults:\n  limits:\n    max_steps: 30\nnetwork:\n  allow: []\n",
+            "L",
+        )
+        .unwrap();
+        assert_eq!(
+            l.sections,
+            ["version", "verification", "defaults", "network"]
+        );
+        assert!(Loopfile::parse("", "L").unwrap().sections.is_empty());
+    }
 
     #[test]
     fn a_project_section_names_its_id_and_what_it_serves() {

@@ -168,8 +168,23 @@ fn python_tests(dir: &Path) -> (String, String) {
             ),
         )
     } else {
+        // unittest finds test modules from the top only in packages: a
+        // `tests/` (or `test/`) of `test_*.py` without `__init__.py` is
+        // searched by name, or it would run none.
+        let start = ["tests", "test"].into_iter().find(|d| {
+            loop_workspace::door::is_dir(dir, d)
+                && !has(dir, &format!("{d}/__init__.py"))
+                && loop_workspace::door::list(dir, Some(Path::new(d))).is_ok_and(|names| {
+                    names
+                        .iter()
+                        .any(|n| n.starts_with("test") && n.ends_with(".py"))
+                })
+        });
         (
-            format!("{py} -m unittest discover -v"),
+            match start {
+                Some(d) => format!("{py} -m unittest discover -s {d} -v"),
+                None => format!("{py} -m unittest discover -v"),
+            },
             format!("unittest (no pytest declared), run by {where_}"),
         )
     }
@@ -301,6 +316,25 @@ mod tests {
             .into_iter()
             .map(|c| format!("{} {}: {}", c.stack, c.kind, c.command))
             .collect()
+    }
+
+    /// unittest run from the top finds no test in a `tests/` that is not
+    /// a package: such a directory is named (`-s tests`); one that is a
+    /// package, or tests at the top, keep the plain command.
+    #[test]
+    fn unittest_is_pointed_at_a_tests_directory_that_is_not_a_package() {
+        let d = dir("unittest-dir");
+        std::fs::create_dir_all(d.join("tests")).unwrap();
+        std::fs::write(d.join("tests/test_calc.py"), "").unwrap();
+        assert_eq!(
+            commands(&d),
+            ["python test: python3 -m unittest discover -s tests -v"]
+        );
+        std::fs::write(d.join("tests/__init__.py"), "").unwrap();
+        assert_eq!(
+            commands(&d),
+            ["python test: python3 -m unittest discover -v"]
+        );
     }
 
     #[test]
