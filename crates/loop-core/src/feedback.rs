@@ -52,7 +52,10 @@ pub fn rejection_feedback(
         }
     }
     for a in report.missing_artifacts() {
-        s.push_str(&format!("\nrequired artifact missing: {}\n", a.path));
+        s.push_str(&format!(
+            "\nrequired artifact missing: {} (it must be a regular file: a link or a directory there does not count)\n",
+            a.path
+        ));
     }
     s.push_str("\nRepair the cause, then call `finish` again.");
     s

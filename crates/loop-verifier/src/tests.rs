@@ -224,6 +224,12 @@ fn missing_artifacts_are_reported() {
     );
     assert!(!r.artifacts[0].present);
     assert_eq!(r.missing_artifacts().count(), 1);
+    // A directory where the file should be is no artifact either.
+    let r = verify(
+        &[("out.txt/inner", "x\n")],
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{run: \"true\"}]\nartifacts: [out.txt]\n",
+    );
+    assert!(!r.artifacts[0].present);
 }
 
 #[test]

@@ -653,7 +653,10 @@ fn verification(
         if let Some(h) = &a.sha256 {
             s.push_str(&format!("    ✓ artifact {} sha256:{}\n", a.path, short(h)));
         } else {
-            s.push_str(&format!("    ✗ artifact {} missing\n", a.path));
+            s.push_str(&format!(
+                "    ✗ artifact {} missing (no regular file there)\n",
+                a.path
+            ));
         }
     }
     if accepted {

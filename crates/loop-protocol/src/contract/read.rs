@@ -442,6 +442,9 @@ impl Reader {
     ) -> Option<Criterion> {
         let entries = self.mapping(node, "a criterion", CRITERION_KEYS)?;
         let find = |name: &str| entries.iter().find(|(k, _)| k.name == name);
+        // A duplicate id is said, and the rest of the criterion is still
+        // read (every problem is reported at once).
+        let mut ok = true;
         let id = match find("id") {
             Some((_, v)) => {
                 let id = self.nonempty_string(v, "criterion `id`")?;
@@ -465,7 +468,7 @@ impl Reader {
                         ),
                         Some("give every criterion its own id".into()),
                     );
-                    return None;
+                    ok = false;
                 }
                 seen.push((id.clone(), v.pos));
                 id
@@ -505,7 +508,6 @@ impl Reader {
             return None;
         }
         let mut checks = Vec::new();
-        let mut ok = true;
         for item in items {
             match self.check(item) {
                 Some(c) => checks.push(c),

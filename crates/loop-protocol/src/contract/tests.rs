@@ -105,6 +105,24 @@ fn duplicate_ids_are_refused_at_the_second() {
     );
 }
 
+/// A criterion with a duplicate id is still read: its other problems are
+/// reported with the duplicate, as every problem is, at once.
+#[test]
+fn a_duplicate_id_does_not_hide_the_criterions_other_problems() {
+    let errs = errors(
+        "instruction: x\ncriteria:\n  - id: a\n    checks: [{file_exists: f}]\n  - id: a\n    checks: []\n",
+    );
+    let all: Vec<String> = errs.iter().map(|d| d.message.clone()).collect();
+    assert!(
+        all.iter().any(|m| m.contains("duplicate criterion id `a`")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter().any(|m| m.contains("criterion `a` has no check")),
+        "{all:?}"
+    );
+}
+
 #[test]
 fn unknown_key_reports_position_and_did_you_mean() {
     let errs = errors("instruction: x\ncritera: []\n");
