@@ -953,6 +953,19 @@ fn a_git_task_works_in_a_worktree_and_its_change_set_applies_and_undoes_exactly(
     assert_eq!(sh(&p, "git worktree list").lines().count(), 1);
 }
 
+/// `loop gc EXTRA --project P`, expected to succeed: what it said.
+fn gc_in(p: &Path, extra: &[&str]) -> String {
+    let out = loop_bin()
+        .arg("gc")
+        .args(extra)
+        .arg("--project")
+        .arg(p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    text(&out)
+}
+
 /// `loop list` names each task's branch and the branches of no task;
 /// `loop gc` deletes what no task needs (a branch whose task is gone, the
 /// scratch of tasks not running) and keeps what one does (the branch and
@@ -991,17 +1004,7 @@ fn gc_removes_what_no_task_needs_and_keeps_what_one_does() {
         said.contains("branches of no task here: loop/t-gone (`loop gc` deletes them)"),
         "{said}"
     );
-    let gc = |extra: &[&str]| {
-        let out = loop_bin()
-            .arg("gc")
-            .args(extra)
-            .arg("--project")
-            .arg(&p)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        text(&out)
-    };
+    let gc = |extra: &[&str]| gc_in(&p, extra);
     let said = gc(&["--dry-run"]);
     assert!(
         said.contains("would delete branch loop/t-gone: no such task here"),
@@ -1057,17 +1060,7 @@ fn gc_deletes_the_branch_of_a_task_removed_by_hand_in_one_run() {
     let (gone, kept) = (task_id(&gone), task_id(&kept));
     let aside = tmpdir("gc-hand-aside");
     std::fs::rename(p.join(".loop/tasks").join(&gone), aside.join(&gone)).unwrap();
-    let gc = |extra: &[&str]| {
-        let out = loop_bin()
-            .arg("gc")
-            .args(extra)
-            .arg("--project")
-            .arg(&p)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        text(&out)
-    };
+    let gc = |extra: &[&str]| gc_in(&p, extra);
     let said = gc(&["--dry-run"]);
     assert!(
         said.contains(&format!("would delete branch loop/{gone}")),
