@@ -229,10 +229,20 @@ fn files_that_define_a_check_are_refused_by_the_check_integrity_set() {
                 "tests/test_zz_patch.py",
                 "import calc\ncalc.add = lambda a, b: a + b\n",
             ),
+            // An interpreter older than PYTHONSAFEPATH, picked by pyenv's
+            // shim from the directory the check runs in.
+            write(".python-version", "3.9.18\n"),
             finish(),
         ]],
     );
     assert_ne!(run.outcome, "verified", "{}", run.text);
+    assert!(
+        run.text.contains(
+            "check integrity: the Python pyenv's shims run (any command) `**/.python-version`"
+        ),
+        "{}",
+        run.text
+    );
     assert!(
         run.text
             .contains("check integrity: pytest hook files (python) `**/conftest.py`"),
@@ -260,7 +270,12 @@ fn files_that_define_a_check_are_refused_by_the_check_integrity_set() {
         .file_name();
     let ws = shared::workspace_of(&sc.project(), &id.to_string_lossy());
     assert!(ws.parent().unwrap().is_dir(), "{}", ws.display());
-    for f in ["conftest.py", "pytest.ini", "tests/test_zz_patch.py"] {
+    for f in [
+        "conftest.py",
+        "pytest.ini",
+        "tests/test_zz_patch.py",
+        ".python-version",
+    ] {
         assert!(!ws.join(f).exists(), "{f}");
     }
     assert_eq!(run.check()["passed"], false);

@@ -1751,6 +1751,32 @@ fn loop_exec_says_when_what_it_shows_is_not_the_commands_bytes() {
         err.contains("4500 of the 5000 bytes of the command's output were left out"),
         "{err}"
     );
+    // Piped, an escape sequence passes as the command wrote it; to a
+    // terminal (util-linux `script`'s pty), it is made visible, never
+    // obeyed: no ESC or BEL of the command's reaches it.
+    let (out, _) = exec("printf 'A\\033]0;TITLE\\007B\\n'", &[]);
+    assert_eq!(out, b"A\x1b]0;TITLE\x07B\n");
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: util-linux `script` (a pty) is not installed");
+        return;
+    }
+    let line = format!(
+        "{} exec --workspace {} -- printf 'A\\033]0;TITLE\\007B\\n'",
+        env!("CARGO_BIN_EXE_loop"),
+        dir.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("LOOP_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.contains("A^[]0;TITLE^GB"), "{seen:?}");
+    assert!(
+        !out.stdout.iter().any(|b| *b == 0x1b || *b == 0x07),
+        "{seen:?}"
+    );
 }
 
 #[test]

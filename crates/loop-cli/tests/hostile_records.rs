@@ -649,6 +649,17 @@ fn apply_asks_before_bringing_home_what_runs_on_the_host() {
     }
 }
 
+/// A task whose checks run no command: no check-integrity set protects
+/// what selects a program (`rust-toolchain.toml`, `.tool-versions`), so
+/// only `loop apply`'s gate stands between them and the host.
+const FILES_ONLY_TASK: &str = r#"instruction: leave a report
+criteria:
+  - id: report
+    checks:
+      - file_exists: report.txt
+limits: { max_steps: 4, max_verifications: 1, timeout_secs: 60 }
+"#;
+
 #[test]
 fn apply_refuses_every_kind_of_file_the_host_runs_by_itself_until_a_person_trusts_it() {
     for who in users() {
@@ -658,7 +669,7 @@ fn apply_refuses_every_kind_of_file_the_host_runs_by_itself_until_a_person_trust
         // then one file of every kind an interpreter or tool on the host
         // picks up by itself.
         let script = "turns:\n  - calls:\n      - {tool: run_command, args: {command: \"python3 -m venv --copies --without-pip .venv && mkdir -p newenv/lib && printf 'home = /usr/bin\\\\n' > newenv/pyvenv.cfg && echo 'import os' > newenv/lib/mod.py && mkdir -p .venv/lib/python3/site-packages && echo 'import os' > .venv/lib/python3/site-packages/zz_evil.pth\"}}\n      - {tool: write_file, args: {path: report.txt, content: \"ok\\n\"}}\n      - {tool: write_file, args: {path: top.pth, content: \"import os\\n\"}}\n      - {tool: write_file, args: {path: lib/sitecustomize.py, content: \"import os\\n\"}}\n      - {tool: write_file, args: {path: pkg-1.0.dist-info/entry_points.txt, content: \"[console_scripts]\\nx = os:system\\n\"}}\n      - {tool: write_file, args: {path: node_modules/.bin/jest, content: \"#!/bin/sh\\nid\\n\"}}\n      - {tool: write_file, args: {path: .cargo/config.toml, content: \"[build]\\nrustc-wrapper = \\\"/tmp/x\\\"\\n\"}}\n      - {tool: write_file, args: {path: .npmrc, content: \"script-shell=/tmp/x\\n\"}}\n      - {tool: write_file, args: {path: .bashrc, content: \"id\\n\"}}\n      - {tool: write_file, args: {path: tools/config, content: \"[core]\\n\\tpager = id\\n\"}}\n      - {tool: write_file, args: {path: share/my.gitconfig, content: \"[alias]\\n\\tst = !id\\n\"}}\n      - {tool: write_file, args: {path: rust-toolchain.toml, content: \"[toolchain]\\npath = \\\"/tmp/x\\\"\\n\"}}\n      - {tool: write_file, args: {path: svc/.tool-versions, content: \"python path:/tmp/x\\n\"}}\n      - {tool: finish, args: {summary: ok}}\n";
-        let (out, receipt, outcome) = sc.run(TRIVIAL_TASK, script);
+        let (out, receipt, outcome) = sc.run(FILES_ONLY_TASK, script);
         assert_eq!(outcome, "verified", "{who:?}: {out}");
         let id = id_of(&receipt);
         let o = sc.task_cmd("apply", &id);

@@ -138,8 +138,6 @@ const STACKS: &[Stack] = &[
             ("**/build.rs", "build scripts"),
             ("tests/**", "integration tests"),
             ("**/tests/**", "integration tests of workspace members"),
-            ("rust-toolchain", "toolchain selection"),
-            ("rust-toolchain.toml", "toolchain selection"),
         ],
     },
     Stack {
@@ -241,6 +239,44 @@ const STACKS: &[Stack] = &[
             ("**/*.mk", "make includes"),
         ],
     },
+];
+
+/// What picks the program any command runs, read by a version manager's
+/// shim on `PATH` from the directory a check runs in and above (pyenv,
+/// rbenv, asdf, mise, nvm, rustup's proxies, the dotnet host): a
+/// `.python-version` naming an interpreter that ignores
+/// `PYTHONSAFEPATH`, or a toolchain path, decides what every check does,
+/// whatever its stack.
+const PROGRAM_SELECTION: &[(&str, &str)] = &[
+    ("**/.python-version", "the Python pyenv's shims run"),
+    ("**/.ruby-version", "the Ruby rbenv's shims run"),
+    ("**/.node-version", "the Node a version manager's shims run"),
+    ("**/.nvmrc", "the Node nvm selects"),
+    ("**/.tool-versions", "the tools asdf's shims run"),
+    (
+        "**/mise.toml",
+        "the tools, environment and hooks mise applies",
+    ),
+    (
+        "**/.mise.toml",
+        "the tools, environment and hooks mise applies",
+    ),
+    (
+        "**/mise.local.toml",
+        "the tools, environment and hooks mise applies",
+    ),
+    (
+        "**/.mise.local.toml",
+        "the tools, environment and hooks mise applies",
+    ),
+    ("**/.mise/**", "mise's configuration and tasks"),
+    ("**/.config/mise/**", "mise's configuration and tasks"),
+    ("**/rust-toolchain", "the toolchain rustup's proxies run"),
+    (
+        "**/rust-toolchain.toml",
+        "the toolchain rustup's proxies run",
+    ),
+    ("**/global.json", "the .NET SDK the dotnet host picks"),
 ];
 
 /// Test-named files and directories: the set of a check whose stack the
@@ -779,6 +815,9 @@ pub fn derive(contract: &Contract, root: &Path) -> Vec<IntegrityRule> {
                 &mut out,
             );
         }
+    }
+    for (glob, why) in PROGRAM_SELECTION {
+        push(glob.to_string(), format!("{why} (any command)"), &mut out);
     }
     let mut classified = false;
     for stack in STACKS {

@@ -89,20 +89,39 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
     if json {
         crate::ui::say_json(&loop_runtime::views::ExecLine::of(&r))?;
     } else {
-        let _ = std::io::stdout().write_all(r.stdout.excerpt().as_bytes());
-        let _ = std::io::stderr().write_all(r.stderr.excerpt().as_bytes());
+        // To a terminal, the command's control characters are made visible
+        // (`^[`): an escape sequence it wrote could set the clipboard, or
+        // make the terminal answer into its own input.
+        use std::io::IsTerminal;
+        let streams = [
+            ("output", &r.stdout, std::io::stdout().is_terminal()),
+            ("error output", &r.stderr, std::io::stderr().is_terminal()),
+        ];
+        for (i, (_, c, terminal)) in streams.iter().enumerate() {
+            let text = c.excerpt();
+            let text = match terminal {
+                true => crate::ui::screen::defang(&text),
+                false => text,
+            };
+            let _ = match i {
+                0 => std::io::stdout().write_all(text.as_bytes()),
+                _ => std::io::stderr().write_all(text.as_bytes()),
+            };
+        }
         // What was shown is the kept excerpt, as text: said when it is not
         // what the command wrote, so no one takes it for a copy.
-        for (name, c) in [("output", &r.stdout), ("error output", &r.stderr)] {
+        for (name, c, terminal) in streams {
             if c.truncated() {
                 eprintln!(
                     "loop exec: {} of the {} bytes of the command's {name} were left out (--max-output keeps the head and tail of each stream); --json gives the count and SHA-256 of every byte",
                     c.omitted(),
                     c.total()
                 );
-            } else if !c.excerpt_is_exact() {
+            } else if !c.excerpt_is_exact()
+                || (terminal && crate::ui::screen::defang(&c.excerpt()) != c.excerpt())
+            {
                 eprintln!(
-                    "loop exec: the command's {name} is shown as text, not byte for byte (bytes that are not UTF-8 replaced, secrets redacted); --json gives the count and SHA-256 of what it wrote"
+                    "loop exec: the command's {name} is shown as text, not byte for byte (bytes that are not UTF-8 replaced, secrets redacted, control characters made visible on a terminal); --json gives the count and SHA-256 of what it wrote"
                 );
             }
         }
