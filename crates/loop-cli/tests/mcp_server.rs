@@ -265,5 +265,24 @@ fn an_mcp_client_over_http_needs_a_token_and_sees_only_its_owners_tasks() {
             .contains("this needs a `run` token; this one is `read`"),
         "{peek}"
     );
+    // Memory is changed only with `run`, as over REST; read, it is shown.
+    for action in ["memory_add", "memory_forget"] {
+        assert_eq!(peek[action]["is_error"], true, "{action}: {peek}");
+        assert!(
+            peek[action]["text"]
+                .as_str()
+                .unwrap()
+                .contains("this needs a `run` token; this one is `read`"),
+            "{action}: {peek}"
+        );
+    }
+    assert_eq!(peek["memory_list"]["is_error"], false, "{peek}");
+    assert!(
+        !peek["memory_list"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("from a read token"),
+        "{peek}"
+    );
     shared::stop(server);
 }

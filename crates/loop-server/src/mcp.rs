@@ -394,8 +394,16 @@ impl LoopMcp {
         let tool = req.name.to_string();
         let mut args = args_of(&req);
         let s = &self.state;
+        // What changes something needs `run`, as over REST: a task, an
+        // answer, and a memory note added, approved or forgotten.
+        let changes_memory = tool == "memory"
+            && args
+                .get("action")
+                .and_then(Value::as_str)
+                .is_some_and(|a| matches!(a, "add" | "approve" | "forget"));
         let need = match tool.as_str() {
             "run_task" | "approve" | "answer" => Scope::Run,
+            _ if changes_memory => Scope::Run,
             _ => Scope::Read,
         };
         let caller = self.caller(ctx, need).map_err(|e| {

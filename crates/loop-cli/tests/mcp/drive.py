@@ -48,6 +48,12 @@ async def peek(session, seen, task):
         "run_task", {"instruction": "x", "checks": ["true"], "allow_vacuous": True, "model": "scripted:script.yaml"}
     )
     seen["run"] = {"is_error": run.is_error, "text": text_of(run)}
+    # Memory: a read-only token reads notes, never adds or forgets one.
+    for action, args in [("add", {"text": "from a read token", "about": ["x"]}), ("forget", {"id": "n-0"})]:
+        call = await session.call_tool("memory", {"action": action, **args})
+        seen[f"memory_{action}"] = {"is_error": call.is_error, "text": text_of(call)}
+    listed = await session.call_tool("memory", {"action": "list"})
+    seen["memory_list"] = {"is_error": listed.is_error, "text": text_of(listed)}
 
 
 async def exercise(session, seen):
