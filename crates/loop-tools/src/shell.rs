@@ -174,6 +174,16 @@ fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
                 }
             }
         }
+        "test_command" => {
+            // `[ … ]` and `[[ … ]]`: the builtin `test`, judged as a command
+            // named by its bracket with its operators and operands as words
+            // (what `test` itself would be given).
+            let mut words: Vec<Word> = Vec::new();
+            test_words(n, src, &mut words);
+            if !words.is_empty() {
+                out.commands.push(words);
+            }
+        }
         "declaration_command" | "unset_command" => {
             // `export`, `local`, `declare`, `readonly`, `unset`: builtins,
             // judged like commands by their keyword and literal arguments.
@@ -195,6 +205,28 @@ fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
     let mut c = n.walk();
     for child in n.children(&mut c) {
         walk(child, src, depth, out);
+    }
+}
+
+/// The words of a `test_command` in order: its brackets and operators as
+/// they are written, each operand as [`literal`] reads a word.
+fn test_words(n: Node<'_>, src: &str, out: &mut Vec<Word>) {
+    let mut c = n.walk();
+    for child in n.children(&mut c) {
+        match child.kind() {
+            "word"
+            | "string"
+            | "raw_string"
+            | "concatenation"
+            | "number"
+            | "simple_expansion"
+            | "expansion"
+            | "command_substitution"
+            | "ansi_c_string"
+            | "translated_string" => out.push(literal(child, src)),
+            _ if child.child_count() == 0 => out.push(Some(text(child, src).to_string())),
+            _ => test_words(child, src, out),
+        }
     }
 }
 

@@ -272,6 +272,10 @@ fn only_readers(line: &str) -> bool {
     !parsed.commands.is_empty()
         && parsed.commands.iter().all(|c| {
             c.first().cloned().flatten().is_some_and(|w| {
+                let w = match w.strip_prefix('/') {
+                    Some(_) => w.rsplit('/').next().unwrap_or(&w).to_string(),
+                    None => w,
+                };
                 READERS.contains(&w.as_str())
                     || WRAPPERS.contains(&w.as_str())
                     || NO_OPS.contains(&w.as_str())
@@ -339,6 +343,9 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
             continue;
         }
         let name = first.rsplit('/').next().unwrap_or(first);
+        // A reader named by its absolute path (`/usr/bin/test`) is that
+        // reader; a relative one is a program of the workspace's.
+        let first = if first.starts_with('/') { name } else { first };
         let inline = |flags: &[&str]| {
             words
                 .windows(2)
@@ -1094,6 +1101,32 @@ mod tests {
                 "the work is finished",
                 "run: test -f done.flag",
                 "among them `done.flag`",
+            ),
+            // `test` spelt as brackets, negated, or by its path.
+            (
+                "the fix is complete",
+                "run: \"[ -e done.txt ]\"",
+                "among them `done.txt`",
+            ),
+            (
+                "the fix is complete",
+                "run: \"[ -s done.txt ]\"",
+                "among them `done.txt`",
+            ),
+            (
+                "the fix is complete",
+                "run: \"[[ -f done.txt ]]\"",
+                "among them `done.txt`",
+            ),
+            (
+                "the fix is complete",
+                "run: \"! [ ! -e done.txt ]\"",
+                "among them `done.txt`",
+            ),
+            (
+                "the fix is complete",
+                "run: /usr/bin/test -e done.txt",
+                "among them `done.txt`",
             ),
             (
                 "changes are recorded",
