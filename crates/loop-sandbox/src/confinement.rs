@@ -171,7 +171,7 @@ impl HostView {
             if !seen.insert(dir.clone()) || !dir.is_dir() {
                 continue;
             }
-            trees.insert(toolchain_tree(&dir, &homes));
+            trees.extend(toolchain_trees(&dir, &homes));
             // Links in the system's own bin directories are the packages'
             // business and stay in the system trees; elsewhere (home
             // toolchains, /usr/local) interpreters behind symlinked shims
@@ -284,7 +284,7 @@ fn link_trees(dir: &Path, homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
         if let Ok(target) = item.path().canonicalize()
             && let Some(parent) = target.parent()
         {
-            out.push(toolchain_tree(parent, homes));
+            out.extend(toolchain_trees(parent, homes));
         }
     }
     out
@@ -343,25 +343,36 @@ fn canon(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The tree to allow for a directory on the PATH: `X/bin` or `X/shims`
+/// The trees to allow for a directory on the PATH: `X/bin` or `X/shims`
 /// allows `X`, and under a home directory the top-level entry
-/// (`~/.pyenv`, `~/.cargo`, `~/.local`) — never a home directory itself.
-fn toolchain_tree(dir: &Path, homes: &BTreeSet<PathBuf>) -> PathBuf {
+/// (`~/.pyenv`, `~/.cargo`) — never a home directory itself, and of
+/// `~/.local` only the entry named (`~/.local/bin`, with `~/.local/lib`
+/// its programs import from), never its `share` or `state` (keyrings,
+/// histories, servers' tokens).
+fn toolchain_trees(dir: &Path, homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
     for h in homes {
         if let Ok(rest) = dir.strip_prefix(h) {
-            return match rest.components().next() {
-                Some(first) => h.join(first),
-                None => dir.to_path_buf(),
+            let mut parts = rest.components();
+            return match (parts.next(), parts.next()) {
+                (None, _) => Vec::new(),
+                (Some(first), second) if first.as_os_str() == ".local" => match second {
+                    Some(s) if s.as_os_str() == "bin" => {
+                        vec![h.join(".local/bin"), h.join(".local/lib")]
+                    }
+                    Some(_) => vec![dir.to_path_buf()],
+                    None => Vec::new(),
+                },
+                (Some(first), _) => vec![h.join(first)],
             };
         }
     }
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    match (name, dir.parent()) {
+    vec![match (name, dir.parent()) {
         ("bin" | "sbin" | "shims", Some(parent)) if parent != Path::new("/") => {
             parent.to_path_buf()
         }
         _ => dir.to_path_buf(),
-    }
+    }]
 }
 
 /// Allow `tree` minus every denied path beneath it: where a denied path
@@ -486,26 +497,27 @@ mod tests {
     #[test]
     fn path_trees_under_a_home_allow_the_toolchain_not_the_home() {
         let homes = BTreeSet::from([PathBuf::from("/root")]);
+        let trees = |d: &str| toolchain_trees(Path::new(d), &homes);
+        assert_eq!(trees("/root/.pyenv/shims"), [PathBuf::from("/root/.pyenv")]);
+        assert_eq!(trees("/root/.cargo/bin"), [PathBuf::from("/root/.cargo")]);
+        // A home on the PATH allows nothing of it; of `~/.local`, the
+        // entry named (and the libraries `~/.local/bin` imports), never
+        // all of it (`share` holds keyrings, histories, servers' tokens).
+        assert!(trees("/root").is_empty());
+        assert!(trees("/root/.local").is_empty());
         assert_eq!(
-            toolchain_tree(Path::new("/root/.pyenv/shims"), &homes),
-            PathBuf::from("/root/.pyenv")
+            trees("/root/.local/bin"),
+            [
+                PathBuf::from("/root/.local/bin"),
+                PathBuf::from("/root/.local/lib")
+            ]
         );
         assert_eq!(
-            toolchain_tree(Path::new("/root/.cargo/bin"), &homes),
-            PathBuf::from("/root/.cargo")
+            trees("/root/.local/share/pnpm"),
+            [PathBuf::from("/root/.local/share/pnpm")]
         );
-        assert_eq!(
-            toolchain_tree(Path::new("/root"), &homes),
-            PathBuf::from("/root")
-        );
-        assert_eq!(
-            toolchain_tree(Path::new("/usr/local/bin"), &homes),
-            PathBuf::from("/usr/local")
-        );
-        assert_eq!(
-            toolchain_tree(Path::new("/bin"), &homes),
-            PathBuf::from("/bin")
-        );
+        assert_eq!(trees("/usr/local/bin"), [PathBuf::from("/usr/local")]);
+        assert_eq!(trees("/bin"), [PathBuf::from("/bin")]);
     }
 
     /// A `PATH` naming a toolchain's directory twice (as spelled, and
