@@ -111,10 +111,21 @@ fn xattr_is_y(path: &Path, name: &str) -> bool {
     n == 1 && buf[0] == b'y'
 }
 
+/// Whether `rel` is a plain path inside the workspace: relative, not
+/// empty, no `.`, `..` or empty component, no NUL.
+fn inside(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.contains('\0')
+        && rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
 /// Walk the upper layer into a list of operations, parents before
 /// children. A name that is not UTF-8 (no record can show it faithfully,
 /// and its lossy rendering could pass for another file's) is put in
-/// `unreadable`, rendered lossily, and not entered.
+/// `unreadable`, rendered lossily, and not entered; so is a socket or a
+/// device file (`NAME\0what it is`): nothing of it can be merged.
 #[allow(clippy::disallowed_methods)] // merges an overlay's upper layer the runtime made; every workspace name is checked (no link followed, special files refused) as it is read
 fn plan(
     upper: &Path,
@@ -141,8 +152,18 @@ fn plan(
             continue;
         }
         let meta = std::fs::symlink_metadata(e.path())?;
+        let kind = meta.file_type();
         if is_whiteout(&meta) {
             ops.push(Op::Delete(child));
+        } else if kind.is_socket() || kind.is_block_device() || kind.is_char_device() {
+            // Not workspace content (nothing can be copied of it): refused
+            // by name, never half merged.
+            let what = if kind.is_socket() {
+                "a socket"
+            } else {
+                "a device file"
+            };
+            unreadable.push(format!("{child}\0{what}"));
         } else if meta.is_dir() {
             if is_opaque(&e.path()) {
                 ops.push(Op::ReplaceDir(child.clone()));
@@ -384,9 +405,12 @@ impl OverlayCommit {
         }
         let mut merged = Merged::default();
         for name in unreadable {
-            merged.refused.push(format!(
-                "{name} (a name that is not UTF-8, which no record can show faithfully)"
-            ));
+            merged.refused.push(match name.split_once('\0') {
+                Some((name, what)) => format!("{name} ({what}, which is not workspace content)"),
+                None => format!(
+                    "{name} (a name that is not UTF-8, which no record can show faithfully)"
+                ),
+            });
         }
         let mut refused_dirs: Vec<String> = Vec::new();
         ops.retain(|op| {
@@ -530,11 +554,9 @@ impl OverlayCommit {
         let plan: Plan = serde_json::from_slice(&text)
             .map_err(|e| std::io::Error::other(format!("overlay journal unreadable: {e}")))?;
         // The plan lives beside the task's other state: it may name only
-        // plain paths inside the workspace.
-        if let Some((op, _)) = plan.ops.iter().find(|(op, _)| {
-            loop_protocol::RelPath::parse(op.rel())
-                .map_or(true, |r| r.is_root() || r.as_str() != op.rel())
-        }) {
+        // plain paths inside the workspace (any name a merge takes, a
+        // backslash in one included: it is a file name's byte here).
+        if let Some((op, _)) = plan.ops.iter().find(|(op, _)| !inside(op.rel())) {
             return Err(std::io::Error::other(format!(
                 "{}: the plan names `{}`, which is not a path inside the workspace: refusing to recover from it",
                 self.plan_path().display(),
@@ -845,6 +867,57 @@ mod tests {
         assert_eq!(merged.paths, vec!["0data.txt", "0first.txt", "z.txt"]);
         assert!(!ws.join("0data.txt").exists() && !ws.join("b.key").exists());
         assert_eq!(std::fs::read_to_string(ws.join("z.txt")).unwrap(), "new");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// A name with a backslash (a file name's byte here, which apply and
+    /// undo take) is rolled back as any other when a merge fails (before,
+    /// the rollback refused the plan naming it, leaving half the merge in
+    /// the workspace and every later merge refused); a socket is refused by
+    /// name and the rest merges (before, the merge failed on it with an
+    /// unexplained "No such file").
+    #[test]
+    fn a_backslash_name_rolls_back_and_a_socket_is_refused_by_name() {
+        let base = tmp("backslash-socket");
+        let (ws, journal) = (base.join("ws"), base.join("journal"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "old").unwrap();
+        let make_upper = |name: &str| {
+            let upper = base.join(name);
+            std::fs::create_dir_all(&upper).unwrap();
+            std::fs::write(upper.join("a.txt"), "new").unwrap();
+            std::fs::write(upper.join("back\\slash.txt"), "z").unwrap();
+            std::fs::write(upper.join("z.txt"), "z").unwrap();
+            upper
+        };
+        let none = |_: &str| None;
+        let before = crate::Manifest::of(&ws).unwrap();
+        for at in 0..3 {
+            let upper = make_upper(&format!("upper-{at}"));
+            let e = OverlayCommit::new(&journal)
+                .merge_until(&upper, &ws, &none, Some(at))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("rolled back"), "{e}");
+            assert_eq!(
+                crate::Manifest::of(&ws).unwrap().root,
+                before.root,
+                "fail at {at}"
+            );
+            assert!(!journal.exists());
+        }
+        let upper = make_upper("upper-socket");
+        let _socket = std::os::unix::net::UnixListener::bind(upper.join("m.sock")).unwrap();
+        let merged = OverlayCommit::new(&journal)
+            .merge(&upper, &ws, &none)
+            .unwrap();
+        assert_eq!(
+            merged.refused,
+            vec!["m.sock (a socket, which is not workspace content)".to_string()]
+        );
+        assert_eq!(merged.paths, vec!["a.txt", "back\\slash.txt", "z.txt"]);
+        assert!(!ws.join("m.sock").exists());
+        assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "new");
         std::fs::remove_dir_all(&base).unwrap();
     }
 
