@@ -98,6 +98,15 @@ pub const HOST_EXECUTABLE: &[&str] = &[
     "**/.exrc",
     "**/.claude/settings.json",
     "**/.claude/settings.local.json",
+    "**/.mcp.json",
+    "**/.cursor/mcp.json",
+    "**/.vscode/mcp.json",
+    "**/.gemini/settings.json",
+    "**/.config/mise/**",
+    "**/bunfig.toml",
+    "**/.pdbrc",
+    // A Mercurial repository's hooks run on the next `hg` there.
+    "**/.hg/**",
 ];
 
 /// Largest file shown as text in a patch; larger ones are named by digest.
@@ -810,6 +819,13 @@ mod tests {
             ".exrc",
             ".claude/settings.json",
             "web/.claude/settings.local.json",
+            ".mcp.json",
+            ".cursor/mcp.json",
+            ".gemini/settings.json",
+            ".config/mise/config.toml",
+            "bunfig.toml",
+            ".pdbrc",
+            "vendor/lib/.hg/hgrc",
         ] {
             assert!(
                 host.matching(path).is_some(),
