@@ -608,17 +608,23 @@ impl Store for SqliteStore {
                 )
                 .map_err(|e| self.err(e))?;
             let rows = stmt
-                .query_map(params![task, from_seq as i64], |r| {
-                    let payload: String = r.get(3)?;
-                    Ok(LedgerEntry {
-                        seq: r.get::<_, i64>(0)? as u64,
-                        prev: r.get(1)?,
-                        kind: r.get(2)?,
-                        payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
-                        at: r.get(4)?,
-                        hash: r.get(5)?,
-                    })
-                })
+                // A `from` past what SQLite's integers hold reads nothing
+                // (cast, it wrapped below zero and read everything).
+                .query_map(
+                    params![task, i64::try_from(from_seq).unwrap_or(i64::MAX)],
+                    |r| {
+                        let payload: String = r.get(3)?;
+                        Ok(LedgerEntry {
+                            seq: r.get::<_, i64>(0)? as u64,
+                            prev: r.get(1)?,
+                            kind: r.get(2)?,
+                            payload: serde_json::from_str(&payload)
+                                .unwrap_or(serde_json::Value::Null),
+                            at: r.get(4)?,
+                            hash: r.get(5)?,
+                        })
+                    },
+                )
                 .map_err(|e| self.err(e))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| self.err(e))?;

@@ -163,6 +163,11 @@ fn tasks_entries_and_states_round_trip_and_the_chain_cannot_fork() {
             "{who}"
         );
         assert_eq!(s.entries("t1", 1).unwrap(), vec![entry(1)], "{who}");
+        // Past the last, however far (past what the engine's integers
+        // hold too): nothing.
+        for from in [2, 1 << 63, u64::MAX] {
+            assert!(s.entries("t1", from).unwrap().is_empty(), "{who}: {from}");
+        }
         assert_eq!(
             s.entries("t1", 0).unwrap(),
             vec![entry(0), entry(1)],
