@@ -33,8 +33,10 @@ impl<'a> MakeWriter<'a> for Scrubbing {
 }
 
 /// The filter `verbose` and `LOOP_LOG` ask for; an unreadable `LOOP_LOG`
-/// is an error naming it.
-pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, CliError> {
+/// is an error naming it. A long-lived process (a server, a worker, an MCP
+/// server) says its warnings by default: it has no story on a terminal,
+/// and its errors tell a person to see its log.
+pub fn filter(verbose: u8, env: Option<&str>, long_lived: bool) -> Result<Targets, CliError> {
     if let Some(spec) = env.filter(|s| !s.trim().is_empty()) {
         return spec.parse::<Targets>().map_err(|e| {
             CliError::usage(format!(
@@ -43,6 +45,7 @@ pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, CliError> {
         });
     }
     let level = match verbose {
+        0 if long_lived => tracing::Level::WARN,
         0 => return Ok(Targets::new()),
         1 => tracing::Level::INFO,
         2 => tracing::Level::DEBUG,
@@ -51,10 +54,11 @@ pub fn filter(verbose: u8, env: Option<&str>) -> Result<Targets, CliError> {
     Ok(Targets::new().with_default(level))
 }
 
-/// Install the subscriber for this process.
-pub fn init(verbose: u8) -> Result<(), CliError> {
+/// Install the subscriber for this process (`long_lived`: a server, a
+/// worker or an MCP server, see [`filter`]).
+pub fn init(verbose: u8, long_lived: bool) -> Result<(), CliError> {
     let env = std::env::var("LOOP_LOG").ok();
-    let targets = filter(verbose, env.as_deref())?;
+    let targets = filter(verbose, env.as_deref(), long_lived)?;
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(Scrubbing)
         .with_ansi(false)
@@ -79,25 +83,37 @@ mod tests {
 
     #[test]
     fn quiet_by_default_and_louder_with_each_v() {
-        let off = filter(0, None).unwrap();
+        let off = filter(0, None, false).unwrap();
         assert!(!enabled(&off, "loop_runtime", Level::ERROR));
-        let v = filter(1, None).unwrap();
+        let v = filter(1, None, false).unwrap();
         assert!(enabled(&v, "loop_runtime", Level::INFO));
         assert!(!enabled(&v, "ureq", Level::DEBUG));
-        let vv = filter(2, None).unwrap();
+        let vv = filter(2, None, false).unwrap();
         assert!(enabled(&vv, "ureq", Level::DEBUG));
         assert!(!enabled(&vv, "rustls", Level::TRACE));
     }
 
+    /// A server's warnings are its log: said without `-v` (its errors tell
+    /// a person to see it), its chatter not.
+    #[test]
+    fn a_long_lived_process_says_its_warnings_by_default() {
+        let served = filter(0, None, true).unwrap();
+        assert!(enabled(&served, "loop_server", Level::WARN));
+        assert!(enabled(&served, "loop_runtime", Level::ERROR));
+        assert!(!enabled(&served, "loop_server", Level::INFO));
+        let v = filter(1, None, true).unwrap();
+        assert!(enabled(&v, "loop_server", Level::INFO));
+    }
+
     #[test]
     fn loop_log_chooses_exactly_and_bad_text_is_named() {
-        let t = filter(3, Some("loop_sandbox::phases=debug")).unwrap();
+        let t = filter(3, Some("loop_sandbox::phases=debug"), false).unwrap();
         assert!(enabled(&t, "loop_sandbox::phases", Level::DEBUG));
         assert!(
             !enabled(&t, "loop_runtime", Level::ERROR),
             "-v is overridden"
         );
-        let e = filter(0, Some("loop_sandbox=loudest")).unwrap_err();
+        let e = filter(0, Some("loop_sandbox=loudest"), false).unwrap_err();
         assert!(
             e.to_string().contains("LOOP_LOG=loop_sandbox=loudest"),
             "{e}"

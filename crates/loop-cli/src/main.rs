@@ -109,7 +109,7 @@ fn main() -> ExitCode {
     if !long_lived(&cli.command) {
         interrupt::install();
     }
-    if let Err(e) = logging::init(cli.globals.verbose) {
+    if let Err(e) = logging::init(cli.globals.verbose, long_lived(&cli.command)) {
         // As for its flags: `loop exec`'s own failures are not the command's.
         let code = if matches!(cli.command, Command::Exec(_)) {
             125
