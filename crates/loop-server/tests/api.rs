@@ -1889,6 +1889,8 @@ const UPLOAD_SCRIPT: &str = "turns:
               rows: [[Region, Total], [North, 120], [South, 80.5], [All]]
               formulas: [{cell: B4, formula: 'SUM(B2:B3)', value: 200.5}]
   - calls:
+      - {tool: run_command, args: {command: 'ln -s summary.xlsx out/latest.xlsx'}}
+  - calls:
       - {tool: finish, args: {summary: done}}
 ";
 
@@ -1991,6 +1993,17 @@ fn files_uploaded_with_a_task_reach_it_and_what_it_made_downloads_as_its_receipt
         .to_string();
     assert_eq!(loop_protocol::hash::sha256_hex(&bytes), signed);
     assert_eq!(said, signed);
+    // A link the change set adds is said to be one, not a file changed
+    // since its receipt.
+    let (status, body) = call(
+        &s,
+        "get",
+        &format!("/api/v1/tasks/{id}/files/out/latest.xlsx"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("is a symbolic link"), "{body}");
     // A given file is not a made one; a file the receipt does not name
     // is not given; another owner sees nothing.
     for p in ["inputs/north.csv", "README.md", "../README.md"] {

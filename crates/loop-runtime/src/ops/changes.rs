@@ -975,6 +975,16 @@ pub fn produced_file(project: &Path, id: &str, rel: &str) -> Result<ProducedFile
     let statement = holding_statement(&t)?;
     let p = &statement.predicate;
     let artifact = p.artifacts.iter().any(|a| a.as_str() == rel);
+    // A link the change set adds is its target's name, not a file's
+    // content: said so, not taken for a file changed since.
+    if !artifact
+        && let Some(f) = p.change_set.files.iter().find(|f| f.path == rel)
+        && f.after_mode.as_deref() == Some("120000")
+    {
+        return Err(Error::usage(format!(
+            "task {id}'s {rel} is a symbolic link, which is not served as a file: `loop diff {id}` shows where it points"
+        )));
+    }
     let signed = if artifact {
         statement
             .subject
