@@ -314,6 +314,11 @@ async fn new_task_of(
     while let Some(field) = form.next_field().await.map_err(bad)? {
         match field.name().unwrap_or("") {
             "task" => {
+                if task.is_some() {
+                    return Err(ApiError::bad_request(
+                        "the upload has two `task` parts: give the new task once".to_string(),
+                    ));
+                }
                 let text = field.bytes().await.map_err(bad)?;
                 if text.len() > 1 << 20 {
                     return Err(ApiError::new(

@@ -2086,7 +2086,21 @@ fn files_uploaded_with_a_task_reach_it_and_what_it_made_downloads_as_its_receipt
     let refs: Vec<(&str, &[u8])> = many.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
     let (status, body) = upload(&s, &alice, &task, &refs);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("more than 16 input files"), "{body}");
+    assert!(body.contains("more than 16 input files"), "{body}"); // The task given twice (which one would run?) is refused.
+    let boundary = "loop-test-boundary-twice";
+    let part = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"task\"\r\nContent-Type: application/json\r\n\r\n{task}\r\n"
+    );
+    let body = format!("{part}{part}--{boundary}--\r\n");
+    let mut resp = agent()
+        .post(&format!("{}/api/v1/tasks", s.base))
+        .header("Authorization", &format!("Bearer {alice}"))
+        .content_type(&format!("multipart/form-data; boundary={boundary}"))
+        .send(body.as_bytes())
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let said = resp.body_mut().read_to_string().unwrap_or_default();
+    assert!(said.contains("two `task` parts"), "{said}");
 }
 
 #[test]
