@@ -227,15 +227,9 @@ pub fn replay(receipt: &Path) -> Result<Replay, Error> {
         .canonicalize()
         .map_err(|e| Error::usage(format!("{}: {e}", receipt.display())))?;
     let check = verify(receipt, None, None)?;
-    if !check.intact {
-        return Err(not_holding(
-            receipt,
-            &check.report,
-            check.revoked_signer.as_deref(),
-        ));
-    }
-    let Some(statement) = check.report.statement else {
-        return Err(not_holding(receipt, &check.report, None));
+    let (report, signer) = (&check.report, check.revoked_signer.as_deref());
+    let Some(statement) = report.statement.clone().filter(|_| check.intact) else {
+        return Err(not_holding(receipt, report, signer));
     };
     let p = &statement.predicate;
     let Some(recorded) = p.verification.clone() else {
