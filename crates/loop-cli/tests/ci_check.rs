@@ -438,6 +438,31 @@ fn a_delegated_tasks_receipt_tree_passes_as_one() {
     assert_eq!(receipts[0]["task_id"], id.as_str());
     assert_eq!(receipts[0]["children"], serde_json::json!([child]));
     assert!(v["uncovered"].as_array().unwrap().is_empty(), "{v}");
+    // The child's receipt alone, its parent's left out: it counts for
+    // nothing (its contract is the parent's model's, confirmed by no
+    // person), though it holds and matches the change.
+    let aside = base.join("parent-aside");
+    std::fs::create_dir_all(&aside).unwrap();
+    let theirs = |at: &Path| -> Vec<String> {
+        std::fs::read_dir(at)
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(&format!("{id}.")))
+            .collect()
+    };
+    for n in theirs(&p.join(".loop-receipts")) {
+        std::fs::rename(p.join(".loop-receipts").join(&n), aside.join(&n)).unwrap();
+    }
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-qm", "the child's receipt alone"]);
+    let (code, _, said) = ci_check(&base, &p, &[]);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("counts only with its parent's"), "{said}");
+    for n in theirs(&aside) {
+        std::fs::rename(aside.join(&n), p.join(".loop-receipts").join(&n)).unwrap();
+    }
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-qm", "the parent's receipt back"]);
     // One byte of the child's receipt: the tree no longer holds.
     let path = p.join(format!(".loop-receipts/{child}.receipt.json"));
     let mut bytes = std::fs::read(&path).unwrap();

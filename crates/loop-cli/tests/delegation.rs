@@ -278,6 +278,17 @@ fn a_parent_splits_its_work_between_two_children_and_the_receipt_tree_verifies()
         "{shown}"
     );
 
+    // A child's receipt says whose its contract is: its parent's model's,
+    // confirmed by no person (not "written" as a person's is).
+    let (a, _) = &children[0];
+    let v = verify(&base, &receipt.with_file_name(format!("{a}.receipt.json")));
+    let said = shared::text(&v);
+    assert!(
+        said.contains(&format!(
+            "contract   delegated by task {parent_id}: written by its model within the authority it granted, confirmed by no person"
+        )),
+        "{said}"
+    );
     // One byte of a child's receipt changed: the parent's receipt no
     // longer holds, and says which child.
     let (b, _) = &children[1];

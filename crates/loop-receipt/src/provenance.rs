@@ -11,8 +11,12 @@ use loop_protocol::{Check, Contract, DraftingRecord};
 /// The contract's provenance.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ContractProvenance {
-    /// `written` or `drafted`.
+    /// `written`, `drafted`, or `delegated` (a child task's: its parent's
+    /// model wrote it).
     pub how: &'static str,
+    /// The parent task, for a child task's contract.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delegated_by: Option<String>,
     /// The drafting model, when drafted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drafted_by: Option<String>,
@@ -70,6 +74,7 @@ impl ContractProvenance {
             })
             .collect();
         Self {
+            delegated_by: None,
             how: if drafting.is_some() {
                 "drafted"
             } else {
@@ -92,8 +97,38 @@ impl ContractProvenance {
     }
 }
 
+impl ContractProvenance {
+    /// For a child task (its predicate's `delegation`): the contract is
+    /// its parent's model's, within the authority the parent granted, and
+    /// no person confirmed it.
+    pub fn with_delegation(
+        mut self,
+        delegation: Option<&loop_protocol::delegation::DelegatedFrom>,
+    ) -> Self {
+        if let Some(d) = delegation {
+            self.how = "delegated";
+            self.delegated_by = Some(d.parent.clone());
+        }
+        self
+    }
+}
+
 impl std::fmt::Display for ContractProvenance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = &self.delegated_by {
+            write!(
+                f,
+                "delegated by task {p}: written by its model within the authority it granted, confirmed by no person"
+            )?;
+        } else {
+            self.how_drafted(f)?;
+        }
+        self.rest(f)
+    }
+}
+
+impl ContractProvenance {
+    fn how_drafted(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.drafted_by {
             Some(m) => write!(
                 f,
@@ -108,6 +143,10 @@ impl std::fmt::Display for ContractProvenance {
             )?,
             None => write!(f, "written (not drafted)")?,
         }
+        Ok(())
+    }
+
+    fn rest(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(c) = &self.checker {
             write!(f, "; checker {c}")?;
         }

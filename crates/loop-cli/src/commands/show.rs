@@ -290,6 +290,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                             &s.predicate.contract,
                             c.report.entries.first().as_slice(),
                         )
+                        .with_delegation(s.predicate.delegation.as_ref())
                     }),
                 }),
                 Err(e) => OrError::failed(e),
@@ -356,6 +357,7 @@ pub fn show(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
                         &st.predicate.contract,
                         c.report.entries.first().as_slice()
                     )
+                    .with_delegation(st.predicate.delegation.as_ref())
                 );
             }
         }

@@ -201,6 +201,7 @@ fn render(check: &ReceiptCheck, verdict: ReceiptVerdict) -> String {
                 &st.predicate.contract,
                 report.entries.first().as_slice()
             )
+            .with_delegation(st.predicate.delegation.as_ref())
         ));
         s.push_str(&format!(
             "outcome    {} — {}\n",
@@ -259,6 +260,7 @@ fn to_json<'a>(
                 &s.predicate.contract,
                 report.entries.first().as_slice(),
             )
+            .with_delegation(s.predicate.delegation.as_ref())
         }),
         stray_addenda: &check.stray_addenda,
         children: loop_runtime::views::ChildrenChecked::of(report),

@@ -457,6 +457,14 @@ fn trees(receipts: Vec<CiReceipt>) -> Vec<CiReceipt> {
             if let Some(id) = r.task_id.as_deref() {
                 r.children = below.remove(id).unwrap_or_default();
             }
+            // A child task's contract is its parent's model's, confirmed
+            // by no person: its receipt covers a change only within its
+            // parent's verified tree, never alone.
+            if let Some(p) = &r.parent {
+                r.problems.push(format!(
+                    "it records a child task of {p}, whose contract {p}'s model wrote and no person confirmed: a child's receipt counts only with its parent's, verified and naming it"
+                ));
+            }
             r
         })
         .collect()
@@ -786,5 +794,19 @@ mod tests {
                 ("orphan", vec![]),
             ]
         );
+        // A child checked alone counts for nothing: its contract is a
+        // model's; the whole tree under its parent is fine.
+        for r in &got {
+            let alone = r.parent.is_some();
+            assert_eq!(
+                r.problems
+                    .iter()
+                    .any(|p| p.contains("counts only with its parent's")),
+                alone,
+                "{:?}: {:?}",
+                r.task_id,
+                r.problems
+            );
+        }
     }
 }
