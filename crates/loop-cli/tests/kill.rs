@@ -929,6 +929,71 @@ limits: { max_steps: 6, max_verifications: 2, timeout_secs: 120 }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM (a shutdown, `docker stop`, a CI runner's timeout) is no
+/// person's decision: the run stops, its command killed, and the task is
+/// left interrupted, never cancelled (before, it ended `cancelled by
+/// request` for good); `loop resume` takes it to its end, every effect
+/// once. A person's Ctrl-C (SIGINT) still cancels it.
+#[test]
+fn sigterm_leaves_a_task_interrupted_and_ctrl_c_cancels_it() {
+    for (signal, name) in [(libc::SIGTERM, "term"), (libc::SIGINT, "int")] {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kill-signal-{name}"));
+        let project = setup(&dir);
+        let echo = "echo c2 >> effects.log";
+        std::fs::write(
+            dir.join("script.yaml"),
+            SCRIPT.replace(echo, &format!("{echo}; sleep 30")),
+        )
+        .unwrap();
+        let child = run_cmd(&dir, &project).spawn().unwrap();
+        // Signalled once the slow command has begun (its intent is kept).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let begun = tasks(&project)
+                .first()
+                .is_some_and(|t| t["entries"].as_u64().unwrap_or(0) >= 5);
+            if begun || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name}: {said}"
+        );
+        let t = &tasks(&project)[0];
+        let id = t["id"].as_str().unwrap().to_string();
+        if signal == libc::SIGINT {
+            assert_eq!(t["outcome"], "cancelled", "{name}: {t}");
+            continue;
+        }
+        assert!(
+            t["outcome"].is_null(),
+            "SIGTERM decided an outcome: {t}\n{said}"
+        );
+        assert!(said.contains("interrupted, not ended"), "{said}");
+        std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
+        let out = resume_cmd(&dir, &project, &id)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check_task(&dir, &project, &id, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A git project whose own build check takes `build` (the preparation
 /// runs it for the baseline).
 fn slow_to_prepare(name: &str, build: &str) -> (PathBuf, PathBuf) {

@@ -215,7 +215,7 @@ impl<'a> Director<'a> {
     fn fault(&self) -> Result<(), DirectorError> {
         match self.interrupted {
             Some(f) if f.load(Ordering::SeqCst) => Err(DirectorError::Interrupted(
-                "the task's claim could not be renewed (the store is unreachable or another runtime holds it)".into(),
+                "the run was stopped before it decided (a SIGTERM, or the task's claim could not be renewed: the store is unreachable or another runtime holds it); `loop resume` goes on".into(),
             )),
             _ => Ok(()),
         }

@@ -1,7 +1,10 @@
-//! Ctrl-C (or SIGTERM) asks the Director to stop at its next decision
-//! point and kills a running sandboxed command, so the task still ends
-//! `cancelled` with a ledger entry and a receipt. Once the task is being
-//! cancelled, another Ctrl-C kills the process.
+//! Ctrl-C asks the Director to stop at its next decision point and kills
+//! a running sandboxed command, so the task still ends `cancelled` with a
+//! ledger entry and a receipt: a person stopped it. SIGTERM is no person's
+//! decision (a shutdown, `docker stop`, a CI runner's timeout): it stops
+//! the run the same way but leaves the task interrupted, to be resumed
+//! ([`stopping`]), as a server does. Once either came, another one ends
+//! the process.
 //!
 //! A front end that can ask its person ([`ask_first`]) turns the first
 //! Ctrl-C into a question instead ([`pending`]): cancel, detach or go on;
@@ -15,6 +18,14 @@ static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 static ASK_FIRST: AtomicBool = AtomicBool::new(false);
 /// A Ctrl-C waits for its question to be answered.
 static PENDING: AtomicBool = AtomicBool::new(false);
+/// SIGTERM came: stop, leaving the task interrupted (not cancelled).
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Whether SIGTERM asked this process to stop: its task is left
+/// interrupted, never cancelled (a fault or a shutdown is not a decision).
+pub fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
 
 /// The process-wide cancel flag (created on first use).
 pub fn flag() -> Arc<AtomicBool> {
@@ -44,7 +55,9 @@ extern "C" fn on_signal(signal: libc::c_int) {
     {
         return;
     }
-    if let Some(f) = FLAG.get() {
+    if signal == libc::SIGTERM {
+        STOP.store(true, Ordering::SeqCst);
+    } else if let Some(f) = FLAG.get() {
         f.store(true, Ordering::SeqCst);
     }
     default_next();

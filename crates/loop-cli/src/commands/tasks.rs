@@ -263,7 +263,7 @@ pub fn logs(project: &Path, id: &str, follow: bool, json: bool) -> Result<u8, Cl
         if !follow {
             return Ok(0);
         }
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) || loop_runtime::interrupt::stopping() {
             eprintln!(
                 "(stopped following; task {id} goes on: `loop logs {id} --follow` watches it again, `loop cancel {id}` stops it)"
             );

@@ -1016,6 +1016,17 @@ fn run_watched(
             use std::sync::mpsc::RecvTimeoutError;
             let process = crate::interrupt::flag();
             loop {
+                // SIGTERM (a shutdown, a runner's timeout): stopped, left
+                // interrupted for `loop resume`; only a person cancels.
+                if crate::interrupt::stopping() {
+                    if !flags.interrupted.load(Ordering::SeqCst) {
+                        tracing::warn!(
+                            "task {task_id}: SIGTERM: stopping, and leaving it interrupted (`loop resume {task_id}` goes on)"
+                        );
+                        flags.interrupt();
+                    }
+                    return;
+                }
                 if process.load(Ordering::SeqCst) {
                     flags.cancel();
                     return;
