@@ -253,6 +253,30 @@ impl Setup {
         c
     }
 
+    /// Submit one task as a person's script would (no `--json`): stdout
+    /// is its id alone, the story on stderr. Its id.
+    fn submit_plain(&self, model: &Path) -> String {
+        let out = self
+            .loop_cmd()
+            .arg("submit")
+            .arg("--task")
+            .arg(self.dir.join("task.yaml"))
+            .arg("--model")
+            .arg(format!("scripted:{}", model.display()))
+            .arg("--project")
+            .arg(&self.project)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", shared::text(&out));
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let id = said.trim_end_matches('\n');
+        assert!(
+            id.starts_with("t-") && !id.contains(char::is_whitespace),
+            "stdout is not the task id alone: {said:?}"
+        );
+        id.to_string()
+    }
+
     /// Submit one task; `model` is its script. Its id.
     fn submit(&self, model: &Path) -> String {
         let out = self
@@ -385,7 +409,7 @@ fn a_message_naming_no_task_is_dead_lettered_and_real_work_goes_on() {
     let redis = Redis::start(&root.join("redis"));
     let db = database(&admin, &format!("loop_no_task_{}", std::process::id()));
     let s = Setup::new(&root.join("run"), db.url.clone(), redis.url());
-    let id = s.submit(&s.dir.join("script.yaml"));
+    let id = s.submit_plain(&s.dir.join("script.yaml"));
     let log = root.join("worker.log");
     let mut w = s.worker(2, 3, &log);
     let ghost = "t-20000101-000000-0a0b0c";

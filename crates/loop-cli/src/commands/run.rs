@@ -59,7 +59,11 @@ pub(crate) fn run_command(
     }
     let inputs = read_inputs(&inputs)?;
     let runtime = Runtime::open(&project)?;
-    let mut story = story::Story::watching(json, Some(runtime.project()), on_prompt);
+    // Submitted, the story goes to stderr: stdout is the task's id.
+    let mut story = match &queue {
+        Some(_) if !json => story::Story::new(json).on_stderr(),
+        _ => story::Story::watching(json, Some(runtime.project()), on_prompt),
+    };
     let request = TaskRequest {
         instruction,
         contract: match (pattern, task) {

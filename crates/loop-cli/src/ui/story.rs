@@ -28,6 +28,9 @@ pub struct Story {
     /// This run answers questions itself (`--yes`, `--on-prompt allow`
     /// or `deny`): a request is not told as waiting for `loop approve`.
     answered_here: bool,
+    /// Narration goes to stderr (stdout carries one answer: `loop
+    /// submit`'s task id).
+    stderr: bool,
 }
 
 impl Story {
@@ -42,6 +45,7 @@ impl Story {
             detach: None,
             notes: Vec::new(),
             answered_here: false,
+            stderr: false,
         }
     }
 
@@ -109,12 +113,34 @@ impl Story {
         story
     }
 
+    /// This story told on stderr, with no live view: stdout carries the
+    /// command's one answer (`loop submit`'s task id).
+    pub fn on_stderr(mut self) -> Self {
+        use std::io::IsTerminal;
+        self.stderr = true;
+        self.view = None;
+        self.screen = Screen::decide(std::io::stderr().is_terminal(), &|k| std::env::var_os(k));
+        self
+    }
+
+    /// Write `text` where this story is told.
+    fn put(&self, text: &str) {
+        let text = self.screen.render(text);
+        if self.stderr {
+            let mut out = std::io::stderr().lock();
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        } else {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        }
+    }
+
     /// Text after the run (its live view gone), as this screen shows it:
     /// fitted to a terminal's width.
     pub fn said(&self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{}", self.screen.render(text));
-        let _ = out.flush();
+        self.put(text);
     }
 
     /// Print narration: above the live view, or as plain lines.
@@ -124,11 +150,7 @@ impl Story {
         }
         match &self.view {
             Some(view) => view.print(text),
-            None => {
-                let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{}", self.screen.render(text));
-                let _ = out.flush();
-            }
+            None => self.put(text),
         }
     }
 }
