@@ -126,6 +126,10 @@ fn a_task_runs_and_resumes_through_the_library_alone() {
     }
     assert_eq!(submitted.entries, 0, "submitting runs nothing");
     assert!(seen.kinds.is_empty(), "{:?}", seen.kinds);
+    // Submitted and not yet taken up, it waits (for a worker, a server):
+    // no crash left it, and resuming the interrupted leaves it alone.
+    assert!(submitted.waiting(), "{submitted:?}");
+    assert!(runtime.interrupted().unwrap().is_empty());
     let report = runtime.run(&id, OnPrompt::Deny, &mut seen).unwrap();
     assert_eq!(report.task_id, id);
     assert_eq!(

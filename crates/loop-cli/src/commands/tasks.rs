@@ -10,6 +10,9 @@ use std::time::Duration;
 
 /// How `loop list`/`status` name a task's liveness.
 fn live_name(t: &TaskView) -> &'static str {
+    if t.waiting() {
+        return "waiting: submitted, no runtime has taken it up yet";
+    }
     match t.liveness() {
         Liveness::Running => "running",
         Liveness::Interrupted => "interrupted",
@@ -238,6 +241,11 @@ pub fn status(project: &Path, id: &str, json: bool) -> Result<u8, CliError> {
     }
     if let Some(r) = &t.receipt {
         say!("  receipt      {r}");
+    } else if t.waiting() {
+        say!(
+            "  waiting for  a worker (loop worker) or a server to take it up; loop resume {} runs it here instead",
+            t.id
+        );
     } else if t.interrupted {
         say!("  resume with  loop resume {}", t.id);
     }

@@ -51,6 +51,10 @@ pub struct TaskView {
     /// Whether its runtime is with it (see [`TaskView::liveness`]).
     #[serde(skip)]
     pub(crate) liveness: Liveness,
+    /// Not over and never taken up by a runtime: submitted to a queue or
+    /// a server, waiting for a worker (see [`TaskView::waiting`]).
+    #[serde(skip)]
+    pub(crate) waiting: bool,
 }
 
 impl TaskView {
@@ -79,7 +83,14 @@ impl TaskView {
                 .as_str()
                 .map(str::to_string),
             liveness: live,
+            waiting: !t.is_terminal() && t.owner.is_none(),
         }
+    }
+
+    /// Submitted (to a queue, or a server) and not yet taken up by any
+    /// runtime: waiting, not interrupted.
+    pub fn waiting(&self) -> bool {
+        self.waiting
     }
 
     /// Whether a process runs it, it is interrupted, or it is over.

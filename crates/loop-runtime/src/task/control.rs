@@ -124,7 +124,8 @@ pub fn answer_request(
 
 /// Tasks of this project that are not over and whose runtime is gone
 /// (not children: each is resumed by its parent, which finds it by its
-/// call; resumed alone it would run twice).
+/// call; resumed alone it would run twice; nor a task no runtime ever
+/// took up: submitted to a queue or a server, it waits for its worker).
 pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
     let store = open_store(project)?;
     let scope = crate::project::locate::project_scope(project)?;
@@ -134,7 +135,9 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
         .map_err(store_err)?
         .into_iter()
         .filter(|t| {
-            liveness(t) == Liveness::Interrupted && loop_store::parent_of(&t.request).is_none()
+            liveness(t) == Liveness::Interrupted
+                && t.owner.is_some()
+                && loop_store::parent_of(&t.request).is_none()
         })
         .filter(|t| scope.takes(crate::project::locate::stored_project(t).as_ref()))
         .map(|t| t.id)
