@@ -1015,6 +1015,7 @@ mod tests {
             owner: None,
             parent: None,
             liveness: crate::Liveness::Over,
+            waiting: false,
         }
     }
 
