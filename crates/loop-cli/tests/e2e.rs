@@ -719,6 +719,9 @@ fn bad_input_exits_2_with_a_position() {
     assert!(text(&out).contains("not a DSSE envelope"), "{}", text(&out));
 }
 
+/// A person's Ctrl-C (SIGINT) cancels the run: it ends `cancelled` with
+/// an intact receipt. (SIGTERM, no person's decision, leaves it
+/// interrupted: see kill.rs.)
 #[test]
 fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
     let p = project("cancel");
@@ -733,7 +736,7 @@ fn a_terminated_run_ends_cancelled_with_an_intact_receipt() {
     .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let status = Command::new("kill")
-        .arg("-TERM")
+        .arg("-INT")
         .arg(child.id().to_string())
         .status()
         .unwrap();
@@ -1079,6 +1082,18 @@ fn gc_deletes_the_branch_of_a_task_removed_by_hand_in_one_run() {
     assert!(shared::near_of(&p, &kept).join("workspace").is_dir());
     let said = gc(&[]);
     assert!(said.contains("nothing to collect"), "{said}");
+    // A worktree of the person's own whose directory is away for now (an
+    // unmounted drive) is not pruned by Loop.
+    let mine = tmpdir("gc-hand-mine").join("wt");
+    sh(
+        &p,
+        &format!("git worktree add -q {} -b mine", mine.display()),
+    );
+    let away = mine.with_file_name("wt-away");
+    std::fs::rename(&mine, &away).unwrap();
+    gc(&[]);
+    let listed = sh(&p, "git worktree list --porcelain");
+    assert!(listed.contains(&mine.display().to_string()), "{listed}");
 }
 
 /// The task workspaces kept for a project no longer where it was (deleted,

@@ -979,7 +979,12 @@ fn sigterm_leaves_a_task_interrupted_and_ctrl_c_cancels_it() {
         );
         assert!(said.contains("interrupted, not ended"), "{said}");
         std::fs::write(dir.join("script.yaml"), SCRIPT).unwrap();
-        let out = resume_cmd(&dir, &project, &id)
+        // Found as one whose runtime stopped (not as waiting for a worker):
+        // `--resume-interrupted` takes it up.
+        let out = loop_bin()
+            .args(["run", "--resume-interrupted", "--json", "--project"])
+            .arg(&project)
+            .env("LOOP_STATE_DIR", dir.join("state"))
             .stdout(Stdio::piped())
             .output()
             .unwrap();

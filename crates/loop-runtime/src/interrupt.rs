@@ -20,6 +20,28 @@ static ASK_FIRST: AtomicBool = AtomicBool::new(false);
 static PENDING: AtomicBool = AtomicBool::new(false);
 /// SIGTERM came: stop, leaving the task interrupted (not cancelled).
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Task runs under way in this process (see [`RunGuard`]): SIGTERM
+/// leaves them to their watcher, which interrupts them; with none, it
+/// stops whatever runs (a check, a model call, a replay) as a cancel of
+/// the work in hand does, no task being decided by it.
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A task run under way in this process, for as long as it is held.
+pub struct RunGuard(());
+
+impl RunGuard {
+    /// A task run begins here.
+    pub fn begin() -> RunGuard {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        RunGuard(())
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        RUNS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Whether SIGTERM asked this process to stop: its task is left
 /// interrupted, never cancelled (a fault or a shutdown is not a decision).
@@ -57,7 +79,11 @@ extern "C" fn on_signal(signal: libc::c_int) {
     }
     if signal == libc::SIGTERM {
         STOP.store(true, Ordering::SeqCst);
-    } else if let Some(f) = FLAG.get() {
+    }
+    let runs = RUNS.load(Ordering::SeqCst);
+    if (signal != libc::SIGTERM || runs == 0)
+        && let Some(f) = FLAG.get()
+    {
         f.store(true, Ordering::SeqCst);
     }
     default_next();

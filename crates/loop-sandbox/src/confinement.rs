@@ -345,34 +345,46 @@ fn canon(p: &Path) -> PathBuf {
 
 /// The trees to allow for a directory on the PATH: `X/bin` or `X/shims`
 /// allows `X`, and under a home directory the top-level entry
-/// (`~/.pyenv`, `~/.cargo`) — never a home directory itself, and of
-/// `~/.local` only the entry named (`~/.local/bin`, with `~/.local/lib`
-/// its programs import from), never its `share` or `state` (keyrings,
-/// histories, servers' tokens).
+/// (`~/.pyenv`, `~/.cargo`) — never a home directory itself; under
+/// `~/.local` and `~/.config`, which hold keyrings, histories, tokens and
+/// every program's settings, only the toolchain's own directory (`X` of
+/// `X/bin`, as `~/.local/share/pipx/venvs/black` or
+/// `~/.local/share/mise`; `~/.local/bin` with `~/.local/lib`, which its
+/// programs import from), never the whole of either.
 fn toolchain_trees(dir: &Path, homes: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let own = |dir: &Path| {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match (name, dir.parent()) {
+            ("bin" | "sbin" | "shims", Some(parent)) if parent != Path::new("/") => {
+                parent.to_path_buf()
+            }
+            _ => dir.to_path_buf(),
+        }
+    };
     for h in homes {
         if let Ok(rest) = dir.strip_prefix(h) {
-            let mut parts = rest.components();
-            return match (parts.next(), parts.next()) {
-                (None, _) => Vec::new(),
-                (Some(first), second) if first.as_os_str() == ".local" => match second {
-                    Some(s) if s.as_os_str() == "bin" => {
-                        vec![h.join(".local/bin"), h.join(".local/lib")]
-                    }
-                    Some(_) => vec![dir.to_path_buf()],
-                    None => Vec::new(),
-                },
-                (Some(first), _) => vec![h.join(first)],
+            let parts: Vec<_> = rest.components().collect();
+            let Some(first) = parts.first() else {
+                return Vec::new();
+            };
+            let shared = first.as_os_str() == ".local" || first.as_os_str() == ".config";
+            if !shared {
+                return vec![h.join(first)];
+            }
+            if first.as_os_str() == ".local" && rest == Path::new(".local/bin") {
+                return vec![h.join(".local/bin"), h.join(".local/lib")];
+            }
+            // Two levels below the home at least: never `~/.local/share`
+            // or `~/.config` whole.
+            let tree = own(dir);
+            return match tree.strip_prefix(h) {
+                Ok(r) if r.components().count() >= 3 => vec![tree],
+                _ if parts.len() >= 3 => vec![dir.to_path_buf()],
+                _ => Vec::new(),
             };
         }
     }
-    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    vec![match (name, dir.parent()) {
-        ("bin" | "sbin" | "shims", Some(parent)) if parent != Path::new("/") => {
-            parent.to_path_buf()
-        }
-        _ => dir.to_path_buf(),
-    }]
+    vec![own(dir)]
 }
 
 /// Allow `tree` minus every denied path beneath it: where a denied path
@@ -498,13 +510,15 @@ mod tests {
     fn path_trees_under_a_home_allow_the_toolchain_not_the_home() {
         let homes = BTreeSet::from([PathBuf::from("/root")]);
         let trees = |d: &str| toolchain_trees(Path::new(d), &homes);
-        assert_eq!(trees("/root/.pyenv/shims"), [PathBuf::from("/root/.pyenv")]);
-        assert_eq!(trees("/root/.cargo/bin"), [PathBuf::from("/root/.cargo")]);
-        // A home on the PATH allows nothing of it; of `~/.local`, the
-        // entry named (and the libraries `~/.local/bin` imports), never
-        // all of it (`share` holds keyrings, histories, servers' tokens).
+        let one = |d: &str| vec![PathBuf::from(d)];
+        assert_eq!(trees("/root/.pyenv/shims"), one("/root/.pyenv"));
+        assert_eq!(trees("/root/.cargo/bin"), one("/root/.cargo"));
+        // A home on the PATH allows nothing of it; of `~/.local` and
+        // `~/.config`, the toolchain's own directory (its venv, its
+        // installs), never all of either (keyrings, histories, tokens).
         assert!(trees("/root").is_empty());
         assert!(trees("/root/.local").is_empty());
+        assert!(trees("/root/.config").is_empty());
         assert_eq!(
             trees("/root/.local/bin"),
             [
@@ -514,10 +528,29 @@ mod tests {
         );
         assert_eq!(
             trees("/root/.local/share/pnpm"),
-            [PathBuf::from("/root/.local/share/pnpm")]
+            one("/root/.local/share/pnpm")
         );
-        assert_eq!(trees("/usr/local/bin"), [PathBuf::from("/usr/local")]);
-        assert_eq!(trees("/bin"), [PathBuf::from("/bin")]);
+        // pipx's and uv's venvs, mise's shims: the venv, mise's home.
+        assert_eq!(
+            trees("/root/.local/share/pipx/venvs/black/bin"),
+            one("/root/.local/share/pipx/venvs/black")
+        );
+        assert_eq!(
+            trees("/root/.local/share/mise/shims"),
+            one("/root/.local/share/mise")
+        );
+        assert_eq!(
+            trees("/root/.config/composer/vendor/bin"),
+            one("/root/.config/composer/vendor")
+        );
+        // Never `~/.local/share` or `~/.config` whole.
+        assert_eq!(
+            trees("/root/.local/share/bin"),
+            one("/root/.local/share/bin")
+        );
+        assert!(trees("/root/.config/bin").is_empty());
+        assert_eq!(trees("/usr/local/bin"), one("/usr/local"));
+        assert_eq!(trees("/bin"), one("/bin"));
     }
 
     /// A `PATH` naming a toolchain's directory twice (as spelled, and

@@ -181,7 +181,11 @@ impl ExecPolicy {
         }
         let mut best = default;
         let mut first = true;
-        for words in &parsed.commands {
+        // `[ … ]` and `[[ … ]]` run nothing (what their command
+        // substitutions run is judged as its own command): never judged.
+        let bracket =
+            |w: &Vec<shell::Word>| matches!(w.first(), Some(Some(n)) if n == "[" || n == "[[");
+        for words in parsed.commands.iter().filter(|w| !bracket(w)) {
             let (decision, rule) = self
                 .rules
                 .iter()
@@ -275,6 +279,25 @@ mod tests {
             ],
             approval_timeout_secs: 60,
         }
+    }
+
+    /// A test in brackets runs nothing: under a strict default, `[ -f x ]
+    /// && make` is judged by `make`; what a bracket's command substitution
+    /// runs still is judged.
+    #[test]
+    fn a_bracket_test_is_not_judged_but_what_it_substitutes_is() {
+        let p = ExecPolicy {
+            default: Decision::Prompt,
+            rules: vec![
+                rule("make", Decision::Allow),
+                rule("rm", Decision::Forbidden),
+            ],
+            approval_timeout_secs: 60,
+        };
+        let d = |c: &str| p.evaluate(c).decision;
+        assert_eq!(d("[ -f Makefile ] && make"), Decision::Allow);
+        assert_eq!(d("[[ -d build ]] && make test"), Decision::Allow);
+        assert_eq!(d("[ -n \"$(rm -rf x)\" ] && make"), Decision::Forbidden);
     }
 
     #[test]

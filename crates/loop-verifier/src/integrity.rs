@@ -253,6 +253,19 @@ const PROGRAM_SELECTION: &[(&str, &str)] = &[
     ("**/.node-version", "the Node a version manager's shims run"),
     ("**/.nvmrc", "the Node nvm selects"),
     ("**/.tool-versions", "the tools asdf's shims run"),
+    ("**/.go-version", "the Go goenv's shims run"),
+    ("**/.java-version", "the Java jenv's shims run"),
+    ("**/.perl-version", "the Perl plenv's shims run"),
+    ("**/.terraform-version", "the Terraform tfenv runs"),
+    ("**/.sdkmanrc", "the SDKs sdkman selects"),
+    (
+        "**/mise.*.toml",
+        "the tools, environment and hooks mise applies",
+    ),
+    (
+        "**/.mise.*.toml",
+        "the tools, environment and hooks mise applies",
+    ),
     (
         "**/mise.toml",
         "the tools, environment and hooks mise applies",

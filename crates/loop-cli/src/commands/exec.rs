@@ -100,7 +100,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         for (i, (_, c, terminal)) in streams.iter().enumerate() {
             let text = c.excerpt();
             let text = match terminal {
-                true => crate::ui::screen::defang(&text),
+                true => visible(&text),
                 false => text,
             };
             let _ = match i {
@@ -117,9 +117,7 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
                     c.omitted(),
                     c.total()
                 );
-            } else if !c.excerpt_is_exact()
-                || (terminal && crate::ui::screen::defang(&c.excerpt()) != c.excerpt())
-            {
+            } else if !c.excerpt_is_exact() || (terminal && visible(&c.excerpt()) != c.excerpt()) {
                 eprintln!(
                     "loop exec: the command's {name} is shown as text, not byte for byte (bytes that are not UTF-8 replaced, secrets redacted, control characters made visible on a terminal); --json gives the count and SHA-256 of what it wrote"
                 );
@@ -137,6 +135,15 @@ pub fn exec(o: ExecArgs, json: bool) -> Result<u8, CliError> {
         (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
         _ => 1,
     })
+}
+
+/// A command's output for a terminal: its control characters made
+/// visible (`^[`), its tabs kept (columns of `make`, `go test`).
+fn visible(text: &str) -> String {
+    text.split('\t')
+        .map(crate::ui::screen::defang)
+        .collect::<Vec<_>>()
+        .join("\t")
 }
 
 /// What `loop doctor` found, row by row: printed as aligned lines, or

@@ -220,6 +220,23 @@ fn as_recorded(p: &Path) -> Result<PathBuf, Error> {
     Ok(loop_sandbox::confinement::normalize(&whole))
 }
 
+/// The worktrees git's porcelain listing names `prunable` (their
+/// directories gone).
+fn prunable_worktrees(listed: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut at: Option<&str> = None;
+    for line in listed.lines() {
+        if let Some(p) = line.strip_prefix("worktree ") {
+            at = Some(p);
+        } else if line.starts_with("prunable")
+            && let Some(p) = at
+        {
+            out.push(PathBuf::from(p));
+        }
+    }
+    out
+}
+
 /// Collect what no task of `project` needs.
 pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     let project = project
@@ -248,14 +265,24 @@ pub fn gc(project: &Path, dry_run: bool) -> Result<Collected, Error> {
     // is gone). git names them `prunable` in its porcelain listing (its
     // `prune --dry-run` says so on stderr only); a git too old to say is
     // pruned all the same.
+    // Only when every record git would prune is one of Loop's (a task's
+    // worktree, beside its workspace or in the project's `.loop`): a
+    // worktree of the person's own whose directory is away for now (an
+    // unmounted drive) is never pruned by Loop.
     if git(&project, &["rev-parse", "--git-dir"]).is_some() {
         let _one = loop_workspace::task_workspace::worktree_commands();
-        let stale = git(&project, &["worktree", "list", "--porcelain"])
-            .is_some_and(|t| t.lines().any(|l| l.starts_with("prunable")));
-        if !dry_run {
-            git(&project, &["worktree", "prune"]);
+        let listed = git(&project, &["worktree", "list", "--porcelain"]).unwrap_or_default();
+        let prunable = prunable_worktrees(&listed);
+        let ours = |p: &Path| {
+            p.starts_with(project.join(".loop"))
+                || crate::project::workspaces::root().is_ok_and(|r| p.starts_with(r))
+        };
+        if !prunable.is_empty() && prunable.iter().all(|p| ours(p)) {
+            if !dry_run {
+                git(&project, &["worktree", "prune"]);
+            }
+            out.pruned_worktrees = true;
         }
-        out.pruned_worktrees = stale;
     }
     branches(&project, &tasks, &mut out);
     scratch(&project, &tasks, &mut out);

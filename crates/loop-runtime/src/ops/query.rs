@@ -83,7 +83,10 @@ impl TaskView {
                 .as_str()
                 .map(str::to_string),
             liveness: live,
-            waiting: !t.is_terminal() && t.owner.is_none(),
+            // Released with nothing recorded: never run (a run that ended
+            // cleanly, SIGTERM's among them, lets its claim go too, but
+            // has recorded its start).
+            waiting: !t.is_terminal() && t.owner.is_none() && t.entries == 0,
         }
     }
 

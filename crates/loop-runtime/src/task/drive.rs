@@ -342,7 +342,8 @@ fn wire<'a>(
     // stops only the one asked to stop. The watcher raises it for a
     // cancel request in the store and for this process's Ctrl-C/SIGTERM.
     let cancel = Arc::new(AtomicBool::new(
-        crate::interrupt::flag().load(std::sync::atomic::Ordering::SeqCst),
+        crate::interrupt::flag().load(std::sync::atomic::Ordering::SeqCst)
+            && !crate::interrupt::stopping(),
     ));
     let kill = Arc::new(AtomicBool::new(
         cancel.load(std::sync::atomic::Ordering::SeqCst),
@@ -1001,6 +1002,9 @@ fn run_watched(
     flags: Flags<'_>,
     work: impl FnOnce() -> Result<RunResult, loop_core::DirectorError>,
 ) -> Result<RunResult, loop_core::DirectorError> {
+    // SIGTERM meanwhile is this run's watcher's to turn into an
+    // interruption (see `interrupt::RunGuard`).
+    let _run = crate::interrupt::RunGuard::begin();
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     // The poller's own word that the work ended: it waits on it between
     // looks, so the run never waits out a poller's sleep.
@@ -1134,7 +1138,7 @@ fn watch(
                 Err(_) => look = true,
             }
         }
-        if crate::interrupt::flag().load(Ordering::SeqCst) {
+        if crate::interrupt::flag().load(Ordering::SeqCst) && !crate::interrupt::stopping() {
             flags.cancel();
         }
         match stopped.try_recv() {
