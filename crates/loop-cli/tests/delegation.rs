@@ -1279,3 +1279,95 @@ fn a_child_ends_at_its_limit_and_a_grant_past_the_parents_is_refused() {
     assert!(text.contains("1 child receipts hold"), "{text}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `limits.write_mb` holds over the whole tree: a child may write only
+/// what its parent has left (shared by the children of a turn), and what
+/// it wrote is charged to the parent when it ends. The parent (3 MiB)
+/// writes 1.5 MiB; its first child is granted 1 MiB, writes 0.6 MiB and
+/// is verified; the parent's count then holds both, so a second child
+/// (0.9 MiB left) is not started, and says why.
+#[test]
+fn a_childs_writes_come_out_of_its_parents_write_mb() {
+    let base = tmpdir("write-mb");
+    let project = project(&base);
+    let contract = PARENT.replace(
+        "limits: { max_steps: 20,",
+        "limits: { write_mb: 3, max_steps: 20,",
+    );
+    assert!(contract.contains("write_mb: 3"));
+    let fill = |path: &str, bytes: u32, indent: &str| {
+        format!(
+            "{indent}- tool: run_command\n{indent}  args: {{ command: \"head -c {bytes} /dev/zero | tr '\\\\0' a > {path}\" }}\n"
+        )
+    };
+    let script = "turns:\n  - calls:\n".to_string()
+        + &fill("big.txt", 1_600_000, "      ")
+        + "  - calls:\n"
+        + &delegate("a")
+        + "  - calls:\n"
+        + &delegate("b")
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done }\nchildren:\n  - - calls:\n"
+        + &fill("pkg/a/blob.txt", 650_000, "        ")
+        + "        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    let run = shared::run_scripted(&base, &project, "write-mb", (&contract, &script));
+    assert_eq!(run.out.status.code(), Some(0), "{}", shared::text(&run.out));
+    assert_eq!(run.outcome(), "verified", "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let id = run.id();
+    let delegated = entries(&receipt, id, "delegated");
+    assert_eq!(delegated.len(), 1, "{delegated:?}");
+    let child = delegated[0]["payload"]["child"]["task_id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    // The child was made with what its parent had left (1.47 MiB: 1).
+    let child_task = project.join(".loop/tasks").join(child);
+    let wrote = |dir: &Path| -> u64 {
+        std::fs::read_to_string(dir.join("written"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let child_wrote = wrote(&child_task);
+    assert!(child_wrote >= 650_000, "{child_wrote}");
+    let listed = tasks_of(&base, &project);
+    let child_row = listed
+        .iter()
+        .find(|t| t["id"] == child)
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    let shown = shared::loop_in(&base)
+        .args(["show", "--json", "--project"])
+        .arg(&project)
+        .arg(child)
+        .output()
+        .unwrap();
+    let shown_text = shared::text(&shown);
+    assert!(
+        shown_text.contains("\"write_mb\":1"),
+        "{child_row}\n{shown_text}"
+    );
+    // The parent's count holds its own 1.6 MB and the child's writes.
+    let parent_wrote = wrote(&project.join(".loop/tasks").join(id));
+    assert!(
+        parent_wrote >= 1_600_000 + child_wrote,
+        "{parent_wrote} < 1600000 + {child_wrote}"
+    );
+    let observed = entries(&receipt, id, "observed");
+    let refused = observed
+        .iter()
+        .find(|o| o["payload"]["observation"]["rule"] == "limit: write_mb")
+        .unwrap_or_else(|| panic!("{observed:?}"));
+    let said = refused["payload"]["observation"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        said.contains("The child was not started") && said.contains("of its 3 MiB"),
+        "{said}"
+    );
+    // Only the one child was ever made, and the tree verifies.
+    assert_eq!(listed.len(), 2);
+    let v = verify(&base, &receipt);
+    assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
+    let _ = std::fs::remove_dir_all(&base);
+}

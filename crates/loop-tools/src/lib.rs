@@ -285,9 +285,15 @@ impl ToolBox {
         self
     }
 
-    /// Count `bytes` more written by the task's commands, and keep the
-    /// total.
-    pub(crate) fn count_written(&self, bytes: u64) {
+    /// The most the task's commands may write in all, its children's
+    /// included ([`ToolLimits::write_bytes`]; see [`ToolBox::written`]).
+    pub fn write_limit(&self) -> u64 {
+        self.limits.write_bytes
+    }
+
+    /// Count `bytes` more written by the task's commands (or by a child's,
+    /// charged to this task when it ends), and keep the total.
+    pub fn count_written(&self, bytes: u64) {
         let total = self
             .written
             .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst)
@@ -299,7 +305,8 @@ impl ToolBox {
         }
     }
 
-    /// Bytes counted against [`ToolLimits::write_bytes`] so far.
+    /// Bytes counted against [`ToolLimits::write_bytes`] so far (a
+    /// child's, once it ended and was charged, with them).
     pub fn written(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::SeqCst)
     }

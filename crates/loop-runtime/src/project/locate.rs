@@ -624,6 +624,19 @@ pub(crate) fn discarded(project: &Path, id: &str) -> bool {
     )
 }
 
+/// The count of what a task's commands wrote (its ended children's
+/// charged to it), kept in its directory.
+pub(crate) const WRITTEN: &str = "written";
+
+/// The count kept at `file` (0 when none is, or it cannot be read).
+#[allow(clippy::disallowed_methods)] // a count in the task directory the runtime made
+pub(crate) fn written_so_far(file: &Path) -> u64 {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests make and read their own fixtures
 mod root_tests {

@@ -55,6 +55,8 @@ pub(crate) struct Delegator<'a> {
     pub workspace: PathBuf,
     /// Where a child's change is laid out before it is merged.
     pub scratch: PathBuf,
+    /// The children whose writes this task has been charged with.
+    pub charged: PathBuf,
     pub on_prompt: OnPrompt,
     /// The person this task's front end asks: its children ask them too.
     pub person: Option<crate::task::asking::Person>,
@@ -63,6 +65,15 @@ pub(crate) struct Delegator<'a> {
 
 /// Children one turn starts, at most.
 pub const TOGETHER: usize = 4;
+
+/// What the parent's commands have written and may write in all, and
+/// what each child of a turn may write of what is left (bytes).
+#[derive(Clone, Copy)]
+struct Writes {
+    written: u64,
+    most: u64,
+    share: u64,
+}
 
 /// What a `delegate` call comes to before anything runs.
 enum Plan {
@@ -125,6 +136,7 @@ impl Delegator<'_> {
             stored,
             workspace: paths.workspace.clone(),
             scratch: paths.near.join("delegate"),
+            charged: paths.task_dir.join("written-by-children"),
             on_prompt,
             person,
             start_child,
@@ -174,6 +186,14 @@ impl Delegator<'_> {
     ) -> Result<Vec<(ToolOutcome, Option<ChildRun>)>, BoundaryError> {
         let left_at_start = left.secs;
         let mut left = left.clone();
+        // What this task's commands may still write (its children's count
+        // against it too), shared evenly by the children of this turn.
+        let (written, most) = (tools.written(), tools.write_limit());
+        let writes = Writes {
+            written,
+            most,
+            share: most.saturating_sub(written) / calls.len().clamp(1, TOGETHER) as u64,
+        };
         let mut index = self.children_so_far()?.saturating_add(1);
         let mut plans = Vec::with_capacity(calls.len());
         for (k, call) in calls.iter().enumerate() {
@@ -197,7 +217,7 @@ impl Delegator<'_> {
                     ),
                 )))
             } else {
-                self.plan((step, call), &left, index)?
+                self.plan((step, call), (&left, writes), index)?
             };
             match &plan {
                 Plan::Fresh { granted, .. } => {
@@ -267,7 +287,7 @@ impl Delegator<'_> {
     fn plan(
         &self,
         (step, call): (u32, &ToolCall),
-        left: &Left,
+        (left, writes): (&Left, Writes),
         index: u32,
     ) -> Result<Plan, BoundaryError> {
         let id = call.id.as_str();
@@ -299,12 +319,30 @@ impl Delegator<'_> {
                 ))));
             }
         };
+        // A child writes out of what this task may still write: under a
+        // MiB of it (the least a contract's `write_mb` can say) starts none.
+        let write_mb = writes.share >> 20;
+        if write_mb == 0 {
+            return Ok(Plan::Answered(outcome(Observation::refused(
+                id,
+                TOOL,
+                "limit: write_mb",
+                format!(
+                    "The child was not started: this task's commands have written {} MiB of its {} MiB (limits.write_mb), and a child's commands write out of what is left; less than 1 MiB would be its.",
+                    writes.written >> 20,
+                    writes.most >> 20
+                ),
+            ))));
+        }
         let granted = match delegation::grant(&self.own(), left, &p) {
             Ok(a) => a,
             Err(no) => return Ok(Plan::Answered(refused_grant(id, &no))),
         };
         let contract = match delegation::child_contract(&self.stored.contract, &granted, &p) {
-            Ok(c) => c,
+            Ok(mut c) => {
+                c.limits.write_mb = c.limits.write_mb.min(write_mb);
+                c
+            }
             Err(e) => {
                 return Ok(Plan::Answered(outcome(Observation::refused(
                     id,
@@ -494,6 +532,7 @@ impl Delegator<'_> {
         )
         .map_err(|e| BoundaryError::new(format!("child {}: {}", report.task_id, e.message)))?;
         let (run, evidence) = self.record(report, granted.clone())?;
+        self.charge(&report.task_id, &paths.task_dir, tools);
         let used = run.used;
         let name = run.outcome.clone();
         let head = format!(
@@ -536,6 +575,23 @@ impl Delegator<'_> {
             Err(o) => o,
         };
         Ok((outcome(observation), Some(run)))
+    }
+
+    /// Count what child `child` (whose directory is `dir`) and its own
+    /// children wrote against this task's `limits.write_mb`, once: the
+    /// children charged are listed in this task's directory (a resumed
+    /// run concludes a child again), each charged before it is listed.
+    #[allow(clippy::disallowed_methods)] // counts in the task directories the runtime made
+    fn charge(&self, child: &str, dir: &Path, tools: &ToolBox) {
+        let listed = std::fs::read_to_string(&self.charged).unwrap_or_default();
+        if listed.lines().any(|l| l == child) {
+            return;
+        }
+        tools.count_written(crate::project::locate::written_so_far(
+            &dir.join(crate::project::locate::WRITTEN),
+        ));
+        let _ =
+            loop_workspace::write_atomic(&self.charged, format!("{listed}{child}\n").as_bytes());
     }
 
     /// The parent's record of child `report`: its id, its grant, how it

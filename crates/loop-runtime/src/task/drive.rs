@@ -135,18 +135,6 @@ struct Wired<'a> {
     interrupted: Arc<AtomicBool>,
 }
 
-/// The count of what a task's commands wrote, kept in its directory.
-const WRITTEN: &str = "written";
-
-/// The count kept at `file` (0 when none is, or it cannot be read).
-#[allow(clippy::disallowed_methods)] // a count in the task directory the runtime made
-fn written_so_far(file: &Path) -> u64 {
-    std::fs::read_to_string(file)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The contract's limits as the tools enforce them (max_diff_lines was
 /// once left at its default whatever the contract said).
 fn tool_limits(contract: &loop_protocol::Contract) -> ToolLimits {
@@ -336,8 +324,10 @@ fn wire<'a>(
     let jail = Jail::new(&paths.workspace, protected.clone())
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
-    let written_file = paths.task_dir.join(WRITTEN);
-    let written = Arc::new(AtomicU64::new(written_so_far(&written_file)));
+    let written_file = paths.task_dir.join(crate::project::locate::WRITTEN);
+    let written = Arc::new(AtomicU64::new(crate::project::locate::written_so_far(
+        &written_file,
+    )));
     // The task's own flag: a process that runs several tasks (a server)
     // stops only the one asked to stop. The watcher raises it for a
     // cancel request in the store and for this process's Ctrl-C/SIGTERM.
