@@ -1282,10 +1282,11 @@ fn a_child_ends_at_its_limit_and_a_grant_past_the_parents_is_refused() {
 
 /// `limits.write_mb` holds over the whole tree: a child may write only
 /// what its parent has left (shared by the children of a turn), and what
-/// it wrote is charged to the parent when it ends. The parent (3 MiB)
-/// writes 1.5 MiB; its first child is granted 1 MiB, writes 0.6 MiB and
-/// is verified; the parent's count then holds both, so a second child
-/// (0.9 MiB left) is not started, and says why.
+/// it wrote is charged to the parent when it ends; no command's disk is
+/// larger than what is left. The parent (3 MiB) writes 1.5 MiB; its first
+/// child is granted 1 MiB, writes 0.6 MiB and is verified; the parent's
+/// count then holds both, so a second child (0.9 MiB left) is not
+/// started, and the parent's own 2 MB command fills a 1 MiB disk.
 #[test]
 fn a_childs_writes_come_out_of_its_parents_write_mb() {
     let base = tmpdir("write-mb");
@@ -1306,6 +1307,8 @@ fn a_childs_writes_come_out_of_its_parents_write_mb() {
         + &delegate("a")
         + "  - calls:\n"
         + &delegate("b")
+        + "  - calls:\n"
+        + &fill("more.txt", 2_000_000, "      ")
         + "  - calls:\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done }\nchildren:\n  - - calls:\n"
         + &fill("pkg/a/blob.txt", 650_000, "        ")
         + "        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
@@ -1321,21 +1324,6 @@ fn a_childs_writes_come_out_of_its_parents_write_mb() {
         .unwrap();
     assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
     // The child was made with what its parent had left (1.47 MiB: 1).
-    let child_task = project.join(".loop/tasks").join(child);
-    let wrote = |dir: &Path| -> u64 {
-        std::fs::read_to_string(dir.join("written"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let child_wrote = wrote(&child_task);
-    assert!(child_wrote >= 650_000, "{child_wrote}");
-    let listed = tasks_of(&base, &project);
-    let child_row = listed
-        .iter()
-        .find(|t| t["id"] == child)
-        .unwrap_or_else(|| panic!("{listed:?}"));
     let shown = shared::loop_in(&base)
         .args(["show", "--json", "--project"])
         .arg(&project)
@@ -1343,30 +1331,60 @@ fn a_childs_writes_come_out_of_its_parents_write_mb() {
         .output()
         .unwrap();
     let shown_text = shared::text(&shown);
-    assert!(
-        shown_text.contains("\"write_mb\":1"),
-        "{child_row}\n{shown_text}"
-    );
-    // The parent's count holds its own 1.6 MB and the child's writes.
-    let parent_wrote = wrote(&project.join(".loop/tasks").join(id));
-    assert!(
-        parent_wrote >= 1_600_000 + child_wrote,
-        "{parent_wrote} < 1600000 + {child_wrote}"
+    assert!(shown_text.contains("\"write_mb\":1"), "{shown_text}");
+    // Its writes are listed as charged to the parent, and counted there.
+    let tasks = project.join(".loop/tasks");
+    let child_wrote: u64 = std::fs::read_to_string(tasks.join(child).join("written"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(child_wrote >= 650_000, "{child_wrote}");
+    assert_eq!(
+        std::fs::read_to_string(tasks.join(id).join("written-by-children")).unwrap(),
+        format!("{child} {child_wrote}\n")
     );
     let observed = entries(&receipt, id, "observed");
-    let refused = observed
-        .iter()
-        .find(|o| o["payload"]["observation"]["rule"] == "limit: write_mb")
-        .unwrap_or_else(|| panic!("{observed:?}"));
-    let said = refused["payload"]["observation"]["content"]
-        .as_str()
-        .unwrap();
+    let said = |rule: &str| -> String {
+        let o = observed
+            .iter()
+            .find(|o| {
+                o["payload"]["observation"]["rule"] == rule
+                    || o["payload"]["observation"]["content"]
+                        .as_str()
+                        .is_some_and(|c| c.contains(rule))
+            })
+            .unwrap_or_else(|| panic!("{rule}: {observed:?}"));
+        o["payload"]["observation"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let refused = said("limit: write_mb");
     assert!(
-        said.contains("The child was not started") && said.contains("of its 3 MiB"),
-        "{said}"
+        refused.contains("The child was not started") && refused.contains("of its 3 MiB"),
+        "{refused}"
     );
+    // The parent's 2 MB command had a disk of what was left (0.85 MiB,
+    // rounded up), and is told which limit sized it.
+    let filled = said("--- disk ---");
+    assert!(
+        filled.contains(
+            "may not exceed 1 MiB, what is left of the task's limit of 3 MiB on what its commands write in all (limits.write_mb)"
+        ),
+        "{filled}"
+    );
+    // The parent's own count kept its commands' writes alone, and its
+    // total stayed within a MiB of its limit.
+    let own: u64 = std::fs::read_to_string(tasks.join(id).join("written"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(own >= 1_600_000, "{own}");
+    assert!(own + child_wrote < 4 << 20, "{own} + {child_wrote}");
     // Only the one child was ever made, and the tree verifies.
-    assert_eq!(listed.len(), 2);
+    assert_eq!(tasks_of(&base, &project).len(), 2);
     let v = verify(&base, &receipt);
     assert_eq!(v.status.code(), Some(0), "{}", shared::text(&v));
     let _ = std::fs::remove_dir_all(&base);

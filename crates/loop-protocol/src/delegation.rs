@@ -845,7 +845,8 @@ pub fn within(child: &Authority, parent: &Authority) -> Vec<Refusal> {
 /// The child's contract: its instruction and criteria (read as a contract
 /// file's, every diagnostic kept), its parent's protection and exemptions
 /// with what the child adds, its hosts, and its budget as its limits (the
-/// rest of the parent's limits kept).
+/// rest of the parent's limits kept: the runtime then lowers `write_mb` to
+/// what the parent may still write).
 pub fn child_contract(
     parent: &Contract,
     granted: &Authority,

@@ -125,18 +125,23 @@ impl Runtime {
         body: &serde_json::Value,
         holder: &str,
     ) -> Result<bool, Error> {
+        self.keep_held(loop_store::Kept::Drafts, id, owner, body, holder)
+    }
+
+    /// Keep record `id` of `kind` for `owner` in this project, held by
+    /// `holder`, unless another holder has taken it (`false`).
+    fn keep_held(
+        &self,
+        kind: loop_store::Kept,
+        id: &str,
+        owner: &str,
+        body: &serde_json::Value,
+        holder: &str,
+    ) -> Result<bool, Error> {
         let project = self.scope()?.identity.id;
         let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
         self.store()?
-            .put_kept_held(
-                loop_store::Kept::Drafts,
-                id,
-                owner,
-                &project,
-                &body.to_string(),
-                holder,
-                now,
-            )
+            .put_kept_held(kind, id, owner, &project, &body.to_string(), holder, now)
             .map_err(crate::project::locate::store_err)
     }
 
@@ -193,8 +198,8 @@ impl Runtime {
     /// Keep submission `id` of `owner` (a task asked for over the API and
     /// answered before its preparation; `body` says how to prepare it, or
     /// why it was refused) in the store, under this project, held by
-    /// `holder` (a server process's token; empty once nobody prepares it):
-    /// it outlives the server that answered.
+    /// `holder` (a server process's token): it outlives the server that
+    /// answered. Refused (a conflict) when another server holds it.
     pub fn keep_submission(
         &self,
         id: &str,
@@ -202,19 +207,13 @@ impl Runtime {
         body: &serde_json::Value,
         holder: &str,
     ) -> Result<(), Error> {
-        let project = self.scope()?.identity.id;
-        let now = loop_core::Clock::now_ms(&loop_core::SystemClock);
-        self.store()?
-            .put_kept(
-                loop_store::Kept::Submissions,
-                id,
-                owner,
-                &project,
-                &body.to_string(),
-                holder,
-                now,
-            )
-            .map_err(crate::project::locate::store_err)
+        if self.keep_held(loop_store::Kept::Submissions, id, owner, body, holder)? {
+            Ok(())
+        } else {
+            Err(Error::conflict(format!(
+                "submission {id} is held by another server"
+            )))
+        }
     }
 
     /// Kept submission `id`, if there is one.

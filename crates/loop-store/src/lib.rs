@@ -326,6 +326,27 @@ impl Kept {
             Kept::Submissions => "submissions",
         }
     }
+
+    /// The statement that keeps a record of this kind, its parameters id,
+    /// owner, project, body, holder and time (the `n`th written `mark(n)`),
+    /// replacing the one kept already: whoever holds it, or (`held`) only
+    /// when the same holder or nobody does.
+    pub(crate) fn upsert(self, held: bool, mark: fn(usize) -> String) -> String {
+        let t = self.table();
+        let marks: Vec<String> = (1..=6).map(mark).collect();
+        format!(
+            "INSERT INTO {t} (id, owner, project, body, holder, updated_ms)
+             VALUES ({})
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
+                holder = excluded.holder, updated_ms = excluded.updated_ms{}",
+            marks.join(", "),
+            if held {
+                format!(" WHERE {t}.holder = excluded.holder OR {t}.holder = ''")
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 /// A draft or a submission, as stored ([`Store::put_kept`]).
@@ -574,6 +595,12 @@ impl TaskRecord {
     /// How it ended, once it has.
     pub fn outcome_kind(&self) -> Option<loop_protocol::OutcomeKind> {
         self.outcome.map(|o| o.kind)
+    }
+
+    /// Whether no runtime has taken it up yet: stored (submitted to a
+    /// queue or a server), never held and nothing recorded of it.
+    pub fn never_run(&self) -> bool {
+        self.owner.is_none() && self.entries == 0
     }
 }
 

@@ -174,6 +174,21 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 impl PgStore {
+    /// Keep a record of `kind` ([`Kept::upsert`]): whether it was written.
+    fn upsert_kept(
+        &self,
+        kind: Kept,
+        held: bool,
+        [id, owner, project, body, holder]: [&str; 5],
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let sql = kind.upsert(held, |n| format!("${n}"));
+        self.run(|c| {
+            let n = c.execute(&sql, &[&id, &owner, &project, &body, &holder, &ms(now_ms)])?;
+            Ok(n == 1)
+        })
+    }
+
     /// The store at `url`, one per URL in this process (its pool and its
     /// listener are shared by every caller).
     pub fn shared(url: &str) -> Result<Arc<PgStore>, StoreError> {
@@ -1227,17 +1242,8 @@ impl Store for PgStore {
         holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO {} (id, owner, project, body, holder, updated_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
-                holder = excluded.holder, updated_ms = excluded.updated_ms",
-            kind.table()
-        );
-        self.run(|c| {
-            c.execute(&sql, &[&id, &owner, &project, &body, &holder, &ms(now_ms)])?;
-            Ok(())
-        })
+        self.upsert_kept(kind, false, [id, owner, project, body, holder], now_ms)
+            .map(|_| ())
     }
 
     fn put_kept_held(
@@ -1250,18 +1256,7 @@ impl Store for PgStore {
         holder: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let t = kind.table();
-        let sql = format!(
-            "INSERT INTO {t} (id, owner, project, body, holder, updated_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
-                holder = excluded.holder, updated_ms = excluded.updated_ms
-             WHERE {t}.holder = excluded.holder OR {t}.holder = ''"
-        );
-        self.run(|c| {
-            let n = c.execute(&sql, &[&id, &owner, &project, &body, &holder, &ms(now_ms)])?;
-            Ok(n == 1)
-        })
+        self.upsert_kept(kind, true, [id, owner, project, body, holder], now_ms)
     }
 
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {

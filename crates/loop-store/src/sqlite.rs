@@ -81,6 +81,26 @@ fn wait_while_busy(tries: i32) -> bool {
 const READERS_KEPT: usize = 8;
 
 impl SqliteStore {
+    /// Keep a record of `kind` ([`Kept::upsert`]): whether it was written.
+    fn upsert_kept(
+        &self,
+        kind: Kept,
+        held: bool,
+        [id, owner, project, body, holder]: [&str; 5],
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let sql = kind.upsert(held, |n| format!("?{n}"));
+        self.with(|c| {
+            let n = c
+                .execute(
+                    &sql,
+                    params![id, owner, project, body, holder, now_ms as i64],
+                )
+                .map_err(|e| self.err(e))?;
+            Ok(n == 1)
+        })
+    }
+
     /// Open (creating and migrating as needed). Two processes creating the
     /// database at once can find it busy while the other switches it to WAL
     /// (that switch does not wait on the busy handler): retried for up to
@@ -996,21 +1016,8 @@ impl Store for SqliteStore {
         holder: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO {} (id, owner, project, body, holder, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
-                holder = excluded.holder, updated_ms = excluded.updated_ms",
-            kind.table()
-        );
-        self.with(|c| {
-            c.execute(
-                &sql,
-                params![id, owner, project, body, holder, now_ms as i64],
-            )
-            .map_err(|e| self.err(e))?;
-            Ok(())
-        })
+        self.upsert_kept(kind, false, [id, owner, project, body, holder], now_ms)
+            .map(|_| ())
     }
 
     fn put_kept_held(
@@ -1023,23 +1030,7 @@ impl Store for SqliteStore {
         holder: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let t = kind.table();
-        let sql = format!(
-            "INSERT INTO {t} (id, owner, project, body, holder, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body,
-                holder = excluded.holder, updated_ms = excluded.updated_ms
-             WHERE {t}.holder = excluded.holder OR {t}.holder = ''"
-        );
-        self.with(|c| {
-            let n = c
-                .execute(
-                    &sql,
-                    params![id, owner, project, body, holder, now_ms as i64],
-                )
-                .map_err(|e| self.err(e))?;
-            Ok(n == 1)
-        })
+        self.upsert_kept(kind, true, [id, owner, project, body, holder], now_ms)
     }
 
     fn kept(&self, kind: Kept, project: &str) -> Result<Vec<DraftRecord>, StoreError> {

@@ -76,7 +76,12 @@ impl ToolBox {
         // at its end, or (a command with no disk of its own) what it
         // brought into the workspace.
         self.count_written(result.disk_used.max(merged.bytes));
-        let content = report(&result, timeout, &merged.refused);
+        let content = report(
+            &result,
+            timeout,
+            &merged.refused,
+            (self.limits.disk_bytes >> 20, self.limits.write_bytes >> 20),
+        );
         let mut o = Observation::ok(id, "run_command", content, merged.changed);
         if !result.isolation.egress.is_empty() {
             o.egress = Some(Box::new(result.isolation.egress));
@@ -139,6 +144,10 @@ impl ToolBox {
         req.net = self.net;
         req.terminal = a.terminal;
         self.sandbox.apply(&mut req);
+        // Nor may its disk hold more than the task may still write (its
+        // children's writes counted), rounded up to a MiB: one command
+        // passes the total by less than a MiB, never by a whole disk.
+        req.limits.disk_mb = req.limits.disk_mb.min(self.write_left_mb().max(1));
         req.max_output = self.limits.max_shown_bytes * 2;
         req
     }
@@ -436,7 +445,14 @@ const NO_NETWORK: &[&str] = &[
 
 /// What the model is shown of a command: how it ended, its output, and
 /// what of its effects was refused.
-fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[String]) -> String {
+/// `limits`: the task's `disk_mb` and `write_mb`, to name the one that
+/// sized the command's disk.
+fn report(
+    result: &loop_sandbox::ExecResult,
+    timeout: Duration,
+    refused: &[String],
+    (disk_mb, write_mb): (u64, u64),
+) -> String {
     let status = match (result.exit_code, result.signal, result.timed_out) {
         _ if result.cancelled => "cancelled; the command's process tree was killed".to_string(),
         (_, _, true) => format!("timed out after {} s and was killed", timeout.as_secs()),
@@ -451,8 +467,15 @@ fn report(result: &loop_sandbox::ExecResult, timeout: Duration, refused: &[Strin
     if let Some(mb) = result.isolation.disk_mb
         && (result.disk_full || no_space(&result.stdout) || no_space(&result.stderr))
     {
+        let most = if mb < disk_mb {
+            format!(
+                "{mb} MiB, what is left of the task's limit of {write_mb} MiB on what its commands write in all (limits.write_mb)"
+            )
+        } else {
+            format!("the task's limit of {mb} MiB (limits.disk_mb)")
+        };
         content.push_str(&format!(
-            "--- disk ---\nthe command's writes (its /tmp and its changes to the workspace together) may not exceed the task's limit of {mb} MiB (limits.disk_mb); what went past it failed with \"No space left on device\"\n"
+            "--- disk ---\nthe command's writes (its /tmp and its changes to the workspace together) may not exceed {most}; what went past it failed with \"No space left on device\"\n"
         ));
     }
     // A name that did not resolve, or a host not reached, in a sandbox

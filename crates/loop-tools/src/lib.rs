@@ -105,8 +105,12 @@ pub struct ToolBox {
     /// Bytes the task's commands have written so far (see
     /// [`ToolLimits::write_bytes`]).
     written: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Where that count is kept.
+    /// Where this task's own part of that count is kept.
     written_file: Option<std::path::PathBuf>,
+    /// The part of `written` its ended children wrote, charged to it
+    /// ([`ToolBox::charge_child`]; kept by the runtime, not in
+    /// `written_file`).
+    charged: std::sync::atomic::AtomicU64,
     /// The task's browser, while one is open ([`browser`]).
     browser: std::cell::RefCell<Option<loop_sandbox::devtools::Browser>>,
     /// Where screenshots are kept as the task's evidence
@@ -227,6 +231,7 @@ impl ToolBox {
             grown: Default::default(),
             written: Default::default(),
             written_file: None,
+            charged: Default::default(),
             images: false,
         })
     }
@@ -272,16 +277,19 @@ impl ToolBox {
     }
 
     /// Count what the task's commands write in `counter` (which holds
-    /// what its earlier runs wrote, for a task resumed: counted against
-    /// [`ToolLimits::write_bytes`] too), and keep the count in `file`
-    /// after every command (a kill loses nothing of it).
+    /// what its earlier runs wrote, for a task resumed, and `charged`, what
+    /// its ended children wrote: counted against
+    /// [`ToolLimits::write_bytes`] too), and keep this task's own part of
+    /// the count in `file` after every command (a kill loses nothing of
+    /// it).
     pub fn with_written(
         mut self,
         counter: std::sync::Arc<std::sync::atomic::AtomicU64>,
-        file: Option<std::path::PathBuf>,
+        (file, charged): (Option<std::path::PathBuf>, u64),
     ) -> Self {
         self.written = counter;
         self.written_file = file;
+        self.charged = charged.into();
         self
     }
 
@@ -291,18 +299,35 @@ impl ToolBox {
         self.limits.write_bytes
     }
 
-    /// Count `bytes` more written by the task's commands (or by a child's,
-    /// charged to this task when it ends), and keep the total.
-    pub fn count_written(&self, bytes: u64) {
-        let total = self
-            .written
-            .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst)
-            .saturating_add(bytes);
+    /// Count `bytes` more written by the task's commands, and keep its
+    /// own part of the total.
+    pub(crate) fn count_written(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let total = self.written.fetch_add(bytes, SeqCst).saturating_add(bytes);
         // (Not kept, this run still counts it: only a resume would start
         // from less.)
         if let Some(f) = &self.written_file {
-            let _ = loop_workspace::write_atomic(f, total.to_string().as_bytes());
+            let own = total.saturating_sub(self.charged.load(SeqCst));
+            let _ = loop_workspace::write_atomic(f, own.to_string().as_bytes());
         }
+    }
+
+    /// Count `bytes` a child of this task wrote (recorded by the runtime
+    /// before it calls this) against the task's total.
+    pub fn charge_child(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.charged.fetch_add(bytes, SeqCst);
+        self.written.fetch_add(bytes, SeqCst);
+    }
+
+    /// What is left of the task's writes for one command's disk, in MiB
+    /// (a disk's unit), rounded up: a command may pass the total by less
+    /// than 1 MiB, never by a whole disk.
+    pub(crate) fn write_left_mb(&self) -> u64 {
+        self.limits
+            .write_bytes
+            .saturating_sub(self.written())
+            .div_ceil(1024 * 1024)
     }
 
     /// Bytes counted against [`ToolLimits::write_bytes`] so far (a

@@ -86,7 +86,7 @@ impl TaskView {
             // Released with nothing recorded: never run (a run that ended
             // cleanly, SIGTERM's among them, lets its claim go too, but
             // has recorded its start).
-            waiting: !t.is_terminal() && t.owner.is_none() && t.entries == 0,
+            waiting: !t.is_terminal() && t.never_run(),
         }
     }
 

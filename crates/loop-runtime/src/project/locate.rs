@@ -624,9 +624,12 @@ pub(crate) fn discarded(project: &Path, id: &str) -> bool {
     )
 }
 
-/// The count of what a task's commands wrote (its ended children's
-/// charged to it), kept in its directory.
+/// The count of what a task's own commands wrote, kept in its directory.
 pub(crate) const WRITTEN: &str = "written";
+
+/// The children whose writes a task was charged with, a line each (`ID
+/// BYTES`), kept in its directory.
+pub(crate) const CHARGED: &str = "written-by-children";
 
 /// The count kept at `file` (0 when none is, or it cannot be read).
 #[allow(clippy::disallowed_methods)] // a count in the task directory the runtime made
@@ -635,6 +638,41 @@ pub(crate) fn written_so_far(file: &Path) -> u64 {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The children task directory `dir` lists as charged to its task, each
+/// with what it wrote ([`CHARGED`]; none when the list is missing).
+#[allow(clippy::disallowed_methods)] // a list in the task directory the runtime made
+pub(crate) fn charged_children(dir: &Path) -> std::io::Result<Vec<(String, u64)>> {
+    let text = match std::fs::read_to_string(dir.join(CHARGED)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    text.lines()
+        .map(|l| {
+            l.split_once(' ')
+                .and_then(|(id, n)| Some((id.to_string(), n.parse().ok()?)))
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: not `ID BYTES`: {l:?}", dir.join(CHARGED).display()),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// What the task whose directory is `dir` wrote in all: its own commands'
+/// count and each child's charged to it.
+pub(crate) fn written_in_all(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let charged = charged_children(dir)?
+        .iter()
+        .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+    Ok((
+        written_so_far(&dir.join(WRITTEN)).saturating_add(charged),
+        charged,
+    ))
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ pub fn interrupted_tasks(project: &Path) -> Result<Vec<String>, Error> {
         .into_iter()
         .filter(|t| {
             liveness(t) == Liveness::Interrupted
-                && (t.owner.is_some() || t.entries > 0)
+                && !t.never_run()
                 && loop_store::parent_of(&t.request).is_none()
         })
         .filter(|t| scope.takes(crate::project::locate::stored_project(t).as_ref()))

@@ -55,8 +55,9 @@ pub(crate) struct Delegator<'a> {
     pub workspace: PathBuf,
     /// Where a child's change is laid out before it is merged.
     pub scratch: PathBuf,
-    /// The children whose writes this task has been charged with.
-    pub charged: PathBuf,
+    /// This task's directory (where the children charged to it are
+    /// listed).
+    pub task_dir: PathBuf,
     pub on_prompt: OnPrompt,
     /// The person this task's front end asks: its children ask them too.
     pub person: Option<crate::task::asking::Person>,
@@ -72,7 +73,27 @@ pub const TOGETHER: usize = 4;
 struct Writes {
     written: u64,
     most: u64,
-    share: u64,
+    /// The children the turn may start (its calls of distinct ids, at
+    /// most [`TOGETHER`]).
+    starting: usize,
+}
+
+impl Writes {
+    /// What one child of the turn may write, in MiB.
+    fn share_mb(&self) -> u64 {
+        (self.most.saturating_sub(self.written) / self.starting.max(1) as u64) >> 20
+    }
+}
+
+/// How many children `calls` may start: those of ids not seen before in
+/// the turn, at most [`TOGETHER`].
+fn starting(calls: &[ToolCall]) -> usize {
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(k, c)| !calls[..*k].iter().any(|d| d.id == c.id))
+        .count()
+        .min(TOGETHER)
 }
 
 /// What a `delegate` call comes to before anything runs.
@@ -136,7 +157,7 @@ impl Delegator<'_> {
             stored,
             workspace: paths.workspace.clone(),
             scratch: paths.near.join("delegate"),
-            charged: paths.task_dir.join("written-by-children"),
+            task_dir: paths.task_dir.clone(),
             on_prompt,
             person,
             start_child,
@@ -192,7 +213,7 @@ impl Delegator<'_> {
         let writes = Writes {
             written,
             most,
-            share: most.saturating_sub(written) / calls.len().clamp(1, TOGETHER) as u64,
+            starting: starting(calls),
         };
         let mut index = self.children_so_far()?.saturating_add(1);
         let mut plans = Vec::with_capacity(calls.len());
@@ -319,18 +340,20 @@ impl Delegator<'_> {
                 ))));
             }
         };
-        // A child writes out of what this task may still write: under a
-        // MiB of it (the least a contract's `write_mb` can say) starts none.
-        let write_mb = writes.share >> 20;
+        // A child writes out of what this task may still write, shared by
+        // the children of the turn: a share under a MiB (the least a
+        // contract's `write_mb` can say) starts none.
+        let write_mb = writes.share_mb();
         if write_mb == 0 {
             return Ok(Plan::Answered(outcome(Observation::refused(
                 id,
                 TOOL,
                 "limit: write_mb",
                 format!(
-                    "The child was not started: this task's commands have written {} MiB of its {} MiB (limits.write_mb), and a child's commands write out of what is left; less than 1 MiB would be its.",
+                    "The child was not started: this task's commands have written {} MiB of its {} MiB (limits.write_mb); a child's commands write out of what is left, shared by the {} children this turn starts, and each share would be under 1 MiB. Start fewer children at once, or do the work here.",
                     writes.written >> 20,
-                    writes.most >> 20
+                    writes.most >> 20,
+                    writes.starting
                 ),
             ))));
         }
@@ -532,7 +555,7 @@ impl Delegator<'_> {
         )
         .map_err(|e| BoundaryError::new(format!("child {}: {}", report.task_id, e.message)))?;
         let (run, evidence) = self.record(report, granted.clone())?;
-        self.charge(&report.task_id, &paths.task_dir, tools);
+        self.charge(&report.task_id, &paths.task_dir, tools)?;
         let used = run.used;
         let name = run.outcome.clone();
         let head = format!(
@@ -578,20 +601,28 @@ impl Delegator<'_> {
     }
 
     /// Count what child `child` (whose directory is `dir`) and its own
-    /// children wrote against this task's `limits.write_mb`, once: the
-    /// children charged are listed in this task's directory (a resumed
-    /// run concludes a child again), each charged before it is listed.
-    #[allow(clippy::disallowed_methods)] // counts in the task directories the runtime made
-    fn charge(&self, child: &str, dir: &Path, tools: &ToolBox) {
-        let listed = std::fs::read_to_string(&self.charged).unwrap_or_default();
-        if listed.lines().any(|l| l == child) {
-            return;
+    /// children wrote against this task's `limits.write_mb`, once: each
+    /// child charged is listed, with what it wrote, in this task's
+    /// directory before it is counted here, and a resumed run counts the
+    /// list again (so a run killed between the two charges it once).
+    fn charge(&self, child: &str, dir: &Path, tools: &ToolBox) -> Result<(), BoundaryError> {
+        use crate::project::locate::{CHARGED, charged_children, written_in_all};
+        let failed = |e: std::io::Error| {
+            BoundaryError::new(format!(
+                "child {child}: what it wrote cannot be charged: {e}"
+            ))
+        };
+        let mut listed = charged_children(&self.task_dir).map_err(failed)?;
+        if listed.iter().any(|(id, _)| id == child) {
+            return Ok(());
         }
-        tools.count_written(crate::project::locate::written_so_far(
-            &dir.join(crate::project::locate::WRITTEN),
-        ));
-        let _ =
-            loop_workspace::write_atomic(&self.charged, format!("{listed}{child}\n").as_bytes());
+        let (wrote, _) = written_in_all(dir).map_err(failed)?;
+        listed.push((child.to_string(), wrote));
+        let text: String = listed.iter().map(|(id, n)| format!("{id} {n}\n")).collect();
+        loop_workspace::write_atomic(&self.task_dir.join(CHARGED), text.as_bytes())
+            .map_err(failed)?;
+        tools.charge_child(wrote);
+        Ok(())
     }
 
     /// The parent's record of child `report`: its id, its grant, how it

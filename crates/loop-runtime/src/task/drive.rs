@@ -266,7 +266,7 @@ fn task_toolbox(
     (jail, tool_limits, commands): (Jail, ToolLimits, loop_sandbox::Settings),
     stored: &StoredRequest,
     (paths, start, kept): (&TaskPaths, &Start, bool),
-    (written, written_file): (Arc<AtomicU64>, std::path::PathBuf),
+    (written, (written_file, charged)): (Arc<AtomicU64>, (std::path::PathBuf, u64)),
     (fence, interrupted, kill): (&Arc<ClaimFence>, &Arc<AtomicBool>, &Arc<AtomicBool>),
 ) -> Result<ToolBox, Error> {
     let toolbox = ToolBox::new(jail, tool_limits)
@@ -292,7 +292,7 @@ fn task_toolbox(
     let toolbox = toolbox.with_disk_used(grown_since(&paths.workspace, &start.baseline));
     // And what its commands wrote (kept in the task directory after each
     // command).
-    let toolbox = toolbox.with_written(written, Some(written_file));
+    let toolbox = toolbox.with_written(written, (Some(written_file), charged));
     // Nothing is written once the claim may have lapsed, and a refused
     // write is a fault, not an observation: the run stops at once and the
     // task stays interrupted (the model never hears of it).
@@ -325,9 +325,9 @@ fn wire<'a>(
         .map_err(|e| Error::internal(format!("workspace: {e}")))?;
     let paused = Arc::new(AtomicU64::new(0));
     let written_file = paths.task_dir.join(crate::project::locate::WRITTEN);
-    let written = Arc::new(AtomicU64::new(crate::project::locate::written_so_far(
-        &written_file,
-    )));
+    let (in_all, charged) = crate::project::locate::written_in_all(&paths.task_dir)
+        .map_err(|e| Error::internal(format!("what the task wrote: {e}")))?;
+    let written = Arc::new(AtomicU64::new(in_all));
     // The task's own flag: a process that runs several tasks (a server)
     // stops only the one asked to stop. The watcher raises it for a
     // cancel request in the store and for this process's Ctrl-C/SIGTERM.
@@ -371,7 +371,7 @@ fn wire<'a>(
         (jail, tool_limits, commands),
         stored,
         (paths, start, kept),
-        (written, written_file),
+        (written, (written_file, charged)),
         (fence, &interrupted, &kill),
     )?;
     let diff_ws = paths.workspace.clone();
