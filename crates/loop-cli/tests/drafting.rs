@@ -915,18 +915,24 @@ fn doctor_names_the_projects_toolchains_store_key_and_model_endpoint() {
 /// `loop run` on a terminal (a pty from util-linux's `script`), typing
 /// `keys`, with `editor` as `$EDITOR`: (exit code, what it printed).
 fn on_a_terminal(base: &Path, project: &Path, keys: &str, editor: &str) -> (Option<i32>, String) {
-    use std::io::Write;
-    let ed = base.join("editor.sh");
-    std::fs::write(&ed, format!("#!/bin/sh\n{editor}\n")).unwrap();
-    std::fs::set_permissions(&ed, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let cmd = format!(
         "{} run 'make the tests pass' --model scripted:{} --project {}",
         env!("CARGO_BIN_EXE_loop"),
         base.join("script.yaml").display(),
         project.display()
     );
+    shell_on_a_terminal(base, &cmd, keys, editor)
+}
+
+/// The shell command `cmd` on a terminal (a pty from `script`), typing
+/// `keys`, with `editor` as `$EDITOR`: (exit code, what the pty showed).
+fn shell_on_a_terminal(base: &Path, cmd: &str, keys: &str, editor: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let ed = base.join("editor.sh");
+    std::fs::write(&ed, format!("#!/bin/sh\n{editor}\n")).unwrap();
+    std::fs::set_permissions(&ed, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
+        .args(["-qec", cmd, "/dev/null"])
         .env("LOOP_STATE_DIR", base.join("state"))
         .env("EDITOR", &ed)
         .env_remove("VISUAL")
@@ -1041,5 +1047,88 @@ fn on_a_terminal_the_draft_is_accepted_edited_and_judged_again_or_rejected() {
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("is what [e]dit opens"), "{said}");
     assert_eq!(std::fs::read_to_string(&count).unwrap().trim(), "2");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `loop submit` drafting on a terminal asks there, and its stdout (sent
+/// to a file here) carries the task's id alone, as it does without a
+/// terminal: the drafted contract and the question go to stderr.
+#[test]
+fn loop_submit_asks_on_the_terminal_and_prints_only_the_id() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: util-linux `script` (a pty for the terminal flow) is not installed");
+        return;
+    }
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("LOOP_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "LOOP_REQUIRE_SERVICES=1 but redis-server is missing"
+        );
+        eprintln!(
+            "SKIPPED: redis-server (the queue `loop submit` puts the task on) is not installed"
+        );
+        return;
+    }
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-submit-terminal");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    std::fs::write(
+        base.join("script.yaml"),
+        "draft:\n  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: tests\n              text: the unittest suite passes\n              checks:\n                - run: python3 -m unittest -v test_calc\n                  nonempty_tests: true\nturns:\n  - calls:\n      - tool: finish\n        args: { summary: for a worker }\n",
+    )
+    .unwrap();
+    // A queue of the test's own, on a free port, kept nowhere.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no"])
+        .arg("--dir")
+        .arg(&base)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = base.join("stdout.txt");
+    let cmd = format!(
+        "{} submit 'make the tests pass' --queue redis://127.0.0.1:{port} --model scripted:{} --project {} > {}",
+        env!("CARGO_BIN_EXE_loop"),
+        base.join("script.yaml").display(),
+        project.display(),
+        out.display()
+    );
+    let (code, said) = shell_on_a_terminal(&base, &cmd, "a\n", "true");
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("The drafted contract (the critic accepted it)")
+            && said.contains("Lock it and start?"),
+        "{said}"
+    );
+    let printed = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 1, "{printed:?}");
+    assert!(lines[0].starts_with("t-"), "{printed:?}");
     let _ = std::fs::remove_dir_all(&base);
 }

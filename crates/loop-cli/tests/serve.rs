@@ -599,6 +599,20 @@ fn a_drafted_contract_waiting_for_its_answer_survives_a_restart_of_the_server() 
         serde_json::json!({}),
     );
     assert_eq!(status, 409);
+    // An edit that is no contract is refused at once, naming what is
+    // wrong, and the draft goes on waiting.
+    let (status, v) = post(
+        &format!("{url}/api/v1/drafts/{}/confirm", drafts[1]),
+        serde_json::json!({"contract": "instruction: write hello\ncriteria: 7\n"}),
+    );
+    assert_eq!(status, 400, "{v}");
+    let said = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("the edited contract is refused") && said.contains("criteria"),
+        "{v}"
+    );
+    let v = get(&format!("{url}/api/v1/drafts/{}", drafts[1]), &token);
+    assert_eq!(v["state"], "proposed", "{v}");
     let (status, v) = post(
         &format!("{url}/api/v1/drafts/{}/confirm", drafts[1]),
         serde_json::json!({"reject": true}),

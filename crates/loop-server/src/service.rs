@@ -432,6 +432,16 @@ pub(crate) fn confirm_draft(
     id: &str,
     c: Confirm,
 ) -> Result<(), ApiError> {
+    // An edit that is no contract is refused here, answered at once: the
+    // draft goes on waiting (one the critic refuses is judged where it
+    // waits, and its reason joins the draft's notes).
+    if let (false, Some(text)) = (c.reject, &c.contract)
+        && let Err(e) = loop_protocol::Contract::from_yaml(text, "your edit")
+    {
+        return Err(ApiError::bad_request(format!(
+            "draft {id}: the edited contract is refused, and the draft still waits for an answer:\n{e}"
+        )));
+    }
     let review = match (c.reject, c.contract) {
         (true, _) => ContractReview::Reject,
         (false, Some(text)) => ContractReview::Edited(text),

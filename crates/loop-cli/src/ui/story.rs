@@ -125,7 +125,12 @@ impl Story {
 
     /// Write `text` where this story is told.
     fn put(&self, text: &str) {
-        let text = self.screen.render(text);
+        self.put_raw(&self.screen.render(text));
+    }
+
+    /// Write `text` where this story is told, as it is (a question, a
+    /// contract to review: never fitted or cut).
+    fn put_raw(&self, text: &str) {
         if self.stderr {
             let mut out = std::io::stderr().lock();
             let _ = write!(out, "{text}");
@@ -183,8 +188,7 @@ impl loop_runtime::Observer for Story {
         if let Some(v) = &self.view {
             v.pause();
         }
-        print!("{question} [y/N] ");
-        let _ = std::io::stdout().flush();
+        self.put_raw(&format!("{question} [y/N] "));
         let mut answer = String::new();
         let _ = std::io::stdin().read_line(&mut answer);
         if let Some(v) = &self.view {
@@ -208,16 +212,15 @@ impl loop_runtime::Observer for Story {
         if let Some(v) = &self.view {
             v.pause();
         }
-        println!(
-            "The drafted contract (the critic accepted it):\n{}",
+        self.put_raw(&format!(
+            "The drafted contract (the critic accepted it):\n{}\n",
             crate::ui::screen::defang(contract)
-        );
+        ));
         if edit_from.is_some() {
-            println!("(Your last edit, which the critic rejected, is what [e]dit opens.)");
+            self.put_raw("(Your last edit, which the critic rejected, is what [e]dit opens.)\n");
         }
         let review = loop {
-            print!("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
-            let _ = std::io::stdout().flush();
+            self.put_raw("Lock it and start? [a]ccept, [e]dit, [r]eject: ");
             let mut answer = String::new();
             if std::io::stdin().read_line(&mut answer).unwrap_or(0) == 0 {
                 break ContractReview::Unanswered;
@@ -228,16 +231,16 @@ impl loop_runtime::Observer for Story {
                 "e" | "edit" => {
                     match crate::ui::prompt::edit_in_editor(edit_from.unwrap_or(contract)) {
                         Ok(text) => break ContractReview::Edited(text),
-                        Err(e) => println!("{e}"),
+                        Err(e) => self.put_raw(&format!("{e}\n")),
                     }
                 }
-                "" => println!(
-                    "type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)"
+                "" => self.put_raw(
+                    "type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)\n",
                 ),
-                other => println!(
-                    "`{}` is not an answer here: type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)",
+                other => self.put_raw(&format!(
+                    "`{}` is not an answer here: type a to lock it and start, e to edit it, r to reject it (Ctrl-D keeps it in a file for later)\n",
                     crate::ui::screen::defang(other)
-                ),
+                )),
             }
         };
         if let Some(v) = &self.view {
