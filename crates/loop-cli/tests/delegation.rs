@@ -763,6 +763,37 @@ fn a_child_whose_check_proves_nothing_is_not_started() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A child's check that passes on the untouched project once the file it
+/// tests for merely exists (`expr` passes already; only `done.txt`
+/// decides) is refused when the child is prepared, by execution, and the
+/// parent hears why; the parent goes on and does the work itself.
+#[test]
+fn a_child_whose_check_passes_once_a_file_merely_exists_is_refused() {
+    let base = tmpdir("made-file");
+    let project = project(&base);
+    let script = delegate("a").replace(
+        "- file_contains: pkg/a/done.txt\n                  text: \"a is done\"",
+        "- run: \"expr 1 + 1 && [ -e pkg/a/done.txt ]\"\n                  stdout_matches: \"^2\"",
+    );
+    assert!(script.contains("expr 1 + 1"), "{script}");
+    let script = "turns:\n  - calls:\n".to_string()
+        + &script
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done myself }\n";
+    let run = shared::run_scripted(&base, &project, "made-file", (PARENT, &script));
+    assert_eq!(run.outcome(), "verified", "{}", shared::text(&run.out));
+    let receipt = run.receipt_path();
+    let id = run.id();
+    assert!(entries(&receipt, id, "delegated").is_empty());
+    let said = &entries(&receipt, id, "observed")[0]["payload"]["observation"];
+    let content = said["content"].as_str().unwrap();
+    assert!(
+        content.contains("the child's contract is refused")
+            && content.contains("once `pkg/a/done.txt` merely exist(s)"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A parent of one child, `a`, that finishes once the child has.
 const PARENT_OF_A: &str = r#"
 instruction: Finish package a.

@@ -546,6 +546,45 @@ fn a_draft_may_not_keep_a_vacuous_check_and_its_receipt_says_how_the_contract_ca
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A drafted check that passes on the untouched project once the file it
+/// tests for is merely made (`python3 -c 'import calc' && [ -e done.txt
+/// ]`: the import works already) is rejected, run so; an honest check of
+/// the same shape, whose other part fails until the work is done
+/// (`python3 -m unittest … && test -f calc.py`), is accepted, and the
+/// task runs to verified.
+#[test]
+fn a_draft_whose_check_passes_once_a_file_merely_exists_is_rejected() {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-made-file");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let project = python_project(&base);
+    let turn = |check: &str| {
+        format!(
+            "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: fixed\n              text: add is fixed\n              checks:\n                - run: {check:?}\n"
+        )
+    };
+    let script = format!(
+        "draft:\n{}{}turns:\n{FIX}",
+        turn("python3 -c 'import calc' && [ -e done.txt ]"),
+        turn("python3 -m unittest -v test_calc && test -f calc.py && [ ! -e done.txt ]"),
+    );
+    let out = run(&base, &project, &script, &["--accept-contract"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(
+            "passes on the untouched project once `done.txt` merely exist(s) (made there, empty): it proves that a file was made, not that the work was done"
+        ),
+        "{said}"
+    );
+    let (_, line) = receipt_and_provenance(&base, &out);
+    assert!(
+        line.contains("accepted by the critic after 2 proposal(s)"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 #[test]
 fn a_draft_already_true_before_the_work_is_no_contract_for_a_change() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-guard");

@@ -810,6 +810,125 @@ pub fn vacuous(contract: &Contract, empty: &VerificationReport) -> Vec<(usize, u
     out
 }
 
+/// A check's tests for workspace paths the untouched project lacks (`test
+/// -e out.txt`, `[ -s done.txt ]`, `[[ -x build/app ]]`): each path with
+/// the shell that makes it exist (empty; with a byte for `-s`; a
+/// directory for `-d`; executable for `-x`). A negated test (`[ ! -e X
+/// ]`) is left out: making its path could only make it fail.
+fn tested_absent(command: &str, present: &dyn Fn(&str) -> bool) -> Vec<(String, String)> {
+    let quoted = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
+    let mut out: Vec<(String, String)> = Vec::new();
+    for c in &loop_tools::shell::parse(command).commands {
+        let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
+        let Some(first) = words.first() else { continue };
+        let name = first.rsplit('/').next().unwrap_or(first);
+        if !matches!(name, "test" | "[" | "[[") || words.contains(&"!") {
+            continue;
+        }
+        for w in words[1..].windows(2) {
+            let Some(path) = crate::contract::judges::workspace_path(w[1]) else {
+                continue;
+            };
+            if path == "]" || path == "]]" || present(&path) || out.iter().any(|(p, _)| *p == path)
+            {
+                continue;
+            }
+            let q = quoted(&path);
+            let parent = format!("mkdir -p -- \"$(dirname -- {q})\"");
+            let make = match w[0] {
+                "-d" => format!("mkdir -p -- {q}"),
+                "-s" => format!("{parent} && echo made > {q}"),
+                "-x" => format!("{parent} && : > {q} && chmod +x -- {q}"),
+                "-e" | "-f" | "-r" | "-w" => format!("{parent} && : > {q}"),
+                _ => continue,
+            };
+            out.push((path, make));
+        }
+    }
+    out
+}
+
+/// Which checks pass once the paths they test for merely exist. The
+/// probe: each `run` check of a change criterion (not a guard) that tests
+/// for paths the untouched project lacks ([`tested_absent`]), made to run
+/// after those paths are made there; run on the untouched project (a
+/// check's view is its own, so nothing is left behind). `None` when no
+/// check tests for such a path. With the probe: for each check changed,
+/// (criterion index, check index, the paths).
+#[allow(clippy::type_complexity)]
+pub fn existence_probe(
+    contract: &Contract,
+    present: &dyn Fn(&str) -> bool,
+) -> Option<(Contract, Vec<(usize, usize, Vec<String>)>)> {
+    let mut probe = contract.clone();
+    probe.criteria.clear();
+    let mut probed = Vec::new();
+    for (ci, c) in contract
+        .criteria
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.guard)
+    {
+        let mut changed = c.clone();
+        let mut any = false;
+        for (ki, k) in changed.checks.iter_mut().enumerate() {
+            let Check::Run(r) = k else { continue };
+            let made = tested_absent(&r.command, present);
+            if made.is_empty() {
+                continue;
+            }
+            let makes: Vec<&str> = made.iter().map(|(_, m)| m.as_str()).collect();
+            r.command = format!(
+                "{{ {}; }} >/dev/null 2>&1 || exit 97\n{}",
+                makes.join(" && "),
+                r.command
+            );
+            probed.push((ci, ki, made.into_iter().map(|(p, _)| p).collect()));
+            any = true;
+        }
+        if any {
+            probe.criteria.push(changed);
+        }
+    }
+    (!probed.is_empty()).then_some((probe, probed))
+}
+
+/// The checks of `contract` the probe's `report` (see [`existence_probe`])
+/// says pass once the paths they test for merely exist: each proves that
+/// a file was made, not that the work was done.
+pub fn judge_existence(
+    contract: &Contract,
+    probed: &[(usize, usize, Vec<String>)],
+    report: &VerificationReport,
+) -> Vec<String> {
+    probed
+        .iter()
+        .filter_map(|(ci, ki, paths)| {
+            let c = contract.criteria.get(*ci)?;
+            let Some(Check::Run(r)) = c.checks.get(*ki) else {
+                return None;
+            };
+            report
+                .criteria
+                .iter()
+                .find(|e| e.id == c.id)?
+                .checks
+                .iter()
+                .any(|k| k.index == *ki && k.passed)
+                .then(|| {
+                    let named: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
+                    format!(
+                        "criterion `{}`, check {} (`{}`) passes on the untouched project once {} merely exist(s) (made there, empty): it proves that a file was made, not that the work was done; check what the work must do",
+                        c.id,
+                        ki + 1,
+                        r.command,
+                        named.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
 /// What the untouched workspace says of the draft: the criteria that
 /// already hold become regression guards (labelled in `contract`), and a
 /// contract of guards only, for an instruction that asks for a change, is
@@ -1031,6 +1150,48 @@ mod tests {
         assert!(asks_for_change(
             "Check the CSV parser rejects empty rows and fix it"
         ));
+    }
+
+    /// The paths a check tests for that the project lacks, each with how
+    /// it is made for the probe: a negated test, a present path, a test of
+    /// no path and an escaping one are left out.
+    #[test]
+    fn the_paths_a_check_tests_for_are_made_as_each_test_reads_them() {
+        let present = |p: &str| p == "calc.py";
+        let made = |cmd: &str| tested_absent(cmd, &present);
+        let paths = |cmd: &str| made(cmd).into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        assert_eq!(
+            paths("python3 -c 'import calc' && [ -e done.txt ] && test -f calc.py"),
+            ["done.txt"]
+        );
+        assert_eq!(
+            paths("[[ -s out/r.txt ]] && [ -d build ]"),
+            ["out/r.txt", "build"]
+        );
+        assert!(paths("[ ! -e done.txt ] && test -n \"$X\"").is_empty());
+        assert!(paths("test 1 = 1").is_empty());
+        assert!(paths("make && ./build/app").is_empty());
+        let all = made("/usr/bin/test -x 'bin/it s' && [ -s n.txt ]");
+        assert_eq!(all[0].0, "bin/it s");
+        assert!(all[0].1.ends_with("chmod +x -- 'bin/it s'"), "{all:?}");
+        assert!(all[1].1.ends_with("echo made > 'n.txt'"), "{all:?}");
+        // The probe runs each changed check after its paths are made.
+        let c = Contract::from_yaml(
+            "instruction: fix add\ncriteria:\n  - id: a\n    text: a\n    checks:\n      - run: \"make && [ -e done.txt ]\"\n      - run: python3 -m unittest\n  - id: g\n    text: g\n    guard: true\n    checks:\n      - run: \"[ -e x.txt ]\"\n",
+            "t",
+        )
+        .unwrap();
+        let (probe, probed) = existence_probe(&c, &present).unwrap();
+        assert_eq!(probed, vec![(0, 0, vec!["done.txt".to_string()])]);
+        assert_eq!(probe.criteria.len(), 1);
+        let Check::Run(r) = &probe.criteria[0].checks[0] else {
+            panic!()
+        };
+        assert!(
+            r.command.ends_with("|| exit 97\nmake && [ -e done.txt ]"),
+            "{}",
+            r.command
+        );
     }
 
     /// Drafts a lazy model would make for "make slugify() strip accents"

@@ -280,11 +280,18 @@ fn judge(
     let (mut labelled, report, records) = guard_project_checks(contract, stack, baseline)?;
     // (The project's guards are guards already: "all guards" is about the
     // draft's own criteria.)
-    let (reasons, notes) = critic::judge_baseline(
+    let (mut reasons, notes) = critic::judge_baseline(
         &mut labelled,
         &report,
         critic::asks_for_change(&contract.instruction),
     );
+    // And a check that passes there once the files it tests for are
+    // merely made proves only that they were.
+    if reasons.is_empty()
+        && let Some((probe, probed)) = critic::existence_probe(&labelled, present)
+    {
+        reasons = critic::judge_existence(&labelled, &probed, &baseline(&probe)?);
+    }
     Ok(Judgement {
         reasons,
         notes,

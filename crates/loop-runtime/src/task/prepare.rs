@@ -818,6 +818,9 @@ fn settle_contract(
             let mut given = req.contract.clone();
             refuse_self_judged(&given, workspace, present)?;
             refuse_vacuous(&mut given, req.allow_vacuous, &mut empty, observer)?;
+            if req.delegation.is_some() {
+                refuse_made_files(&given, present, &mut baseline)?;
+            }
             // A written contract gets the project's checks as guards too:
             // what builds and passes before the work must after it.
             let stack = crate::project::stacks::project_checks(project, &loopfile.verification);
@@ -852,6 +855,28 @@ fn settle_contract(
         contract.criteria.push(c.clone());
     }
     Ok((contract, drafting, checks))
+}
+
+/// A child's contract is a model's, judged as a draft is: a check that
+/// passes on the untouched workspace once the files it tests for merely
+/// exist is refused (see [`crate::contract::critic::existence_probe`]).
+fn refuse_made_files(
+    contract: &loop_protocol::Contract,
+    present: &dyn Fn(&str) -> bool,
+    baseline: &mut crate::contract::draft::Runner<'_>,
+) -> Result<(), Error> {
+    use crate::contract::critic::{existence_probe, judge_existence};
+    let Some((probe, probed)) = existence_probe(contract, present) else {
+        return Ok(());
+    };
+    let found = judge_existence(contract, &probed, &baseline(&probe)?);
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "the child's contract is refused:\n  - {}",
+        found.join("\n  - ")
+    )))
 }
 
 /// A written contract whose change criterion is decided by a file the task
