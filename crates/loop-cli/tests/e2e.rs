@@ -2091,6 +2091,46 @@ fn a_discarded_task_says_so_when_applied_or_discarded_again() {
     );
 }
 
+/// A project copied with its `.git` and `.loop` (`cp -r`) holds the
+/// original's record of a task's worktree: `loop discard` there refuses
+/// (exit 2) naming where the branch is checked out, and touches nothing;
+/// in the original project the same discard succeeds.
+#[test]
+fn discard_in_a_copy_of_the_project_refuses_and_leaves_the_original_alone() {
+    let p = git_project("git-discard-copy");
+    let r = run_script(&p, HONEST, &[]);
+    assert_eq!(r.outcome["kind"], "verified", "{}", r.output);
+    let id = task_id(&r);
+    let copy = p.with_file_name("git-discard-copy-cp");
+    let _ = std::fs::remove_dir_all(&copy);
+    let cp = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&p)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let ws = p.join(format!(".loop/tasks/{id}/workspace.json"));
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&ws).unwrap()).unwrap();
+    let workspace = std::path::PathBuf::from(recorded["path"].as_str().unwrap());
+    assert!(workspace.join("app.py").is_file());
+    let out = task_cmd("discard", &id, &copy);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!(
+            "its branch `loop/{id}` is checked out by the worktree at"
+        )) && said.contains("nothing was discarded"),
+        "{said}"
+    );
+    // The original's workspace and branch are untouched, and its discard works.
+    assert!(workspace.join("app.py").is_file());
+    let out = task_cmd("discard", &id, &p);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!workspace.exists());
+    let _ = std::fs::remove_dir_all(&copy);
+}
+
 /// `loop list` in a directory where nothing was ever run lists nothing
 /// and makes nothing there (no `.loop/`); a project that cannot be
 /// written (as an unprivileged user, a directory that is not theirs) is a

@@ -529,6 +529,29 @@ impl TaskWorkspace {
         Ok(true)
     }
 
+    /// For a worktree: where another worktree of the repository has the
+    /// task's branch checked out, not this workspace (a project copied
+    /// with its `.git` keeps the record of the original's worktree, which
+    /// is the original project's to remove, never this one's).
+    pub fn branch_held_elsewhere(&self) -> Option<PathBuf> {
+        let Origin::Worktree { repo, branch, .. } = &self.origin else {
+            return None;
+        };
+        let listed = git(repo, &["worktree", "list", "--porcelain", "-z"]).ok()?;
+        let mut at: Option<&str> = None;
+        for field in listed.split('\0') {
+            if let Some(path) = field.strip_prefix("worktree ") {
+                at = Some(path);
+            } else if field == format!("branch refs/heads/{branch}") {
+                let path = PathBuf::from(at?);
+                let ours = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
+                let theirs = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+                return (ours != theirs).then_some(path);
+            }
+        }
+        None
+    }
+
     /// Remove the workspace (and, for a worktree, prune it and delete its
     /// branch, if it still has one).
     pub fn discard(&self) -> Result<(), WorkspaceError> {

@@ -810,6 +810,14 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     }
     let paths = crate::project::locate::TaskPaths::of(&t.project, id);
     let ws = load_origin(&paths)?;
+    // A copy of a project (with its `.git`) has the original's record of
+    // the task's worktree: that workspace is the original's.
+    if let Some(elsewhere) = ws.branch_held_elsewhere() {
+        return Err(Error::usage(format!(
+            "task {id}: its branch `loop/{id}` is checked out by the worktree at {}, not by this project's workspace of the task (was this project copied with its .git from the one that ran it?); nothing was discarded: `loop discard {id}` in that project discards it there",
+            elsewhere.display()
+        )));
+    }
     ws.discard().map_err(Error::from_cause)?;
     mark(&t, DISCARDED, "")?;
     // What was kept beside the workspace goes with it (outside the
