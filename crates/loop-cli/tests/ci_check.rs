@@ -475,3 +475,60 @@ fn a_delegated_tasks_receipt_tree_passes_as_one() {
     assert!(said.contains(&format!("child {child}")), "{said}\n{v}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A receipt of a task that began from a commit the pull request's history
+/// lacks (its base rewritten, the branch rebased onto it) still passes
+/// when its change is exactly the diff, and says where its task began:
+/// its checks passed on that tree, not this one. A task that began in the
+/// history says nothing of it.
+#[test]
+fn a_receipt_whose_task_began_outside_the_pull_requests_history_says_so() {
+    let base = tmpdir("elsewhere");
+    let p = base.join("project");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let key = shared::loop_in(&base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    let key = base.join("key.pem");
+    let key = key.to_str().unwrap();
+    pull_request(&base, &p, "elsewhere", &["grep -q made b.txt"]);
+    let (code, v, said) = ci_check(&base, &p, &["--pubkey", key]);
+    assert_eq!(code, 0, "{said}");
+    assert!(v["receipts"][0].get("began_elsewhere").is_none(), "{v}");
+    // main rewritten (the same tree, another commit), the branch rebased.
+    let old = git(&p, &["rev-parse", "main"]).trim().to_string();
+    git(&p, &["checkout", "-q", "main"]);
+    git(&p, &["commit", "-q", "--amend", "-m", "rewritten"]);
+    git(&p, &["rebase", "-q", "--onto", "main", &old, "pr"]);
+    let (code, v, said) = ci_check(&base, &p, &["--pubkey", key]);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(v["receipts"][0]["began_elsewhere"], old.as_str(), "{v}");
+    let out = shared::loop_in(&base)
+        .args([
+            "ci-check",
+            "--base",
+            "main",
+            "--head",
+            "pr",
+            "--pubkey",
+            key,
+            "--project",
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let said = shared::text(&out);
+    assert!(
+        said.contains(&format!(
+            "note: its task began at commit {}, which is not in this pull request's history",
+            &old[..12]
+        )),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

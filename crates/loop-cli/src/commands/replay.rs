@@ -106,6 +106,14 @@ pub fn ci_check(req: loop_runtime::CiCheckRequest, json: bool) -> Result<u8, Cli
         for p in &c.problems {
             say!("      {p}");
         }
+        if let Some(at) = &c.began_elsewhere
+            && c.replayed != Some(true)
+        {
+            say!(
+                "      note: its task began at commit {}, which is not in this pull request's history: its checks passed on that tree, not this one (--replay runs them on this one)",
+                &at[..12.min(at.len())]
+            );
+        }
     }
     for p in &r.problems {
         say!("  ✗ {p}");

@@ -65,6 +65,12 @@ pub struct CiReceipt {
     /// Addenda beside it that count for nothing, each with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stray: Vec<String>,
+    /// The commit its task began from, when that is not in the pull
+    /// request's history (a receipt of work on another tree: its checks
+    /// passed there; `--replay` runs them on this one). Said, not failed:
+    /// its change is still checked path by path against the diff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub began_elsewhere: Option<String>,
     /// With `--replay`: whether its checks passed again on the pull
     /// request's tree.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -373,7 +379,7 @@ pub fn ci_check(req: &CiCheckRequest) -> Result<CiCheck, Error> {
         for name in &names {
             let path = format!("{RECEIPTS_DIR}/{name}");
             receipts.push(check_one(
-                &req.project,
+                (&req.project, &head),
                 &receipts_dir.join(name),
                 path,
                 &keys,
@@ -597,7 +603,7 @@ fn judge(
 
 /// Verify one receipt and match its change set to the diff.
 fn check_one(
-    project: &Path,
+    (project, head): (&Path, &str),
     file: &Path,
     path: String,
     keys: &[PublicKey],
@@ -616,6 +622,7 @@ fn check_one(
                 covers: Vec::new(),
                 artifacts: Vec::new(),
                 stray: Vec::new(),
+                began_elsewhere: None,
                 replayed: None,
                 contract: None,
                 parent: None,
@@ -655,9 +662,18 @@ fn check_one(
                 .collect()
         })
         .unwrap_or_default();
+    // Where its task began: in this pull request's history, or not.
+    let began_elsewhere = statement
+        .as_ref()
+        .and_then(|s| s.predicate.change_set.base_commit.clone())
+        .filter(|c| {
+            c.bytes().all(|b| b.is_ascii_hexdigit())
+                && git(project, &["merge-base", "--is-ancestor", c, head]).is_err()
+        });
     Ok(CiReceipt {
         path,
         artifacts,
+        began_elsewhere,
         replayed: None,
         contract: statement.as_ref().map(|s| {
             (
@@ -757,6 +773,7 @@ mod tests {
             covers: Vec::new(),
             artifacts: Vec::new(),
             stray: Vec::new(),
+            began_elsewhere: None,
             replayed: None,
             contract: None,
             parent: parent.map(str::to_string),
