@@ -774,7 +774,9 @@ fn a_child_whose_check_passes_once_a_file_merely_exists_is_refused() {
     let script = delegate("a").replace(
         "- file_contains: pkg/a/done.txt\n                  text: \"a is done\"",
         "- run: \"expr 1 + 1 && [ -e pkg/a/done.txt ]\"\n                  stdout_matches: \"^2\"",
-    );
+    )
+    // (An instruction that asks for the file would make the file the work.)
+    .replace("Write pkg/a/done.txt", "Finish package a");
     assert!(script.contains("expr 1 + 1"), "{script}");
     let script = "turns:\n  - calls:\n".to_string()
         + &script
@@ -1363,6 +1365,17 @@ fn a_childs_writes_come_out_of_its_parents_write_mb() {
         .unwrap();
     let shown_text = shared::text(&shown);
     assert!(shown_text.contains("\"write_mb\":1"), "{shown_text}");
+    // Its 0.6 MiB command, on a disk of the 1 MiB it may write, is not
+    // told it filled it.
+    let child_ledger = std::fs::read_to_string(
+        receipt
+            .parent()
+            .unwrap()
+            .join(format!("{child}.ledger.jsonl")),
+    )
+    .unwrap();
+    assert!(child_ledger.contains("run_command"), "{child_ledger}");
+    assert!(!child_ledger.contains("--- disk ---"), "{child_ledger}");
     // Its writes are listed as charged to the parent, and counted there.
     let tasks = project.join(".loop/tasks");
     let child_wrote: u64 = std::fs::read_to_string(tasks.join(child).join("written"))

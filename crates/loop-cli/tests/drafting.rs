@@ -573,7 +573,7 @@ fn a_draft_whose_check_passes_once_a_file_merely_exists_is_rejected() {
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(
         said.contains(
-            "passes on the untouched project once `done.txt` merely exist(s) (made there, empty): it proves that a file was made, not that the work was done"
+            "criterion `fixed` passes on the untouched project once `done.txt` merely exist(s) (made there, empty unless a check asks for content): its checks prove that a file was made, not that the work was done"
         ),
         "{said}"
     );
@@ -1091,7 +1091,8 @@ fn on_a_terminal_the_draft_is_accepted_edited_and_judged_again_or_rejected() {
 
 /// `loop submit` drafting on a terminal asks there, and its stdout (sent
 /// to a file here) carries the task's id alone, as it does without a
-/// terminal: the drafted contract and the question go to stderr.
+/// terminal: the drafted contract, the question and the editor go to
+/// stderr's terminal.
 #[test]
 fn loop_submit_asks_on_the_terminal_and_prints_only_the_id() {
     if Command::new("script").arg("--version").output().is_err() {
@@ -1156,7 +1157,8 @@ fn loop_submit_asks_on_the_terminal_and_prints_only_the_id() {
         project.display(),
         out.display()
     );
-    let (code, said) = shell_on_a_terminal(&base, &cmd, "a\n", "true");
+    // An edit first, by an editor that writes to its stdout, then accept.
+    let (code, said) = shell_on_a_terminal(&base, &cmd, "e\na\n", "echo EDITOR-WROTE-THIS");
     let _ = redis.kill();
     let _ = redis.wait();
     assert_eq!(code, Some(0), "{said}");

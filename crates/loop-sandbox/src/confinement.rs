@@ -55,6 +55,29 @@ pub struct Limits {
     /// layer over the workspace live on one tmpfs of this size (`fallocate`
     /// counted), so no command can fill the host's disk.
     pub disk_mb: u64,
+    /// This command's disk is no larger than this, in MiB, where it is
+    /// less than `disk_mb` (what is left of a task's writes in all): the
+    /// budget of kept shares stays `disk_mb`'s.
+    pub disk_cap_mb: Option<u64>,
+}
+
+impl Limits {
+    /// The size of this command's disk, in MiB.
+    pub fn disk_size_mb(&self) -> u64 {
+        self.disk_cap_mb
+            .map_or(self.disk_mb, |cap| cap.clamp(1, self.disk_mb.max(1)))
+    }
+
+    /// What sized the command's disk, for a person: `disk_mb`'s limit, or
+    /// what was left of the task's writes.
+    pub fn disk_named(&self) -> String {
+        let size = self.disk_size_mb();
+        if size < self.disk_mb {
+            format!("{size} MiB (what was left of the task's limits.write_mb)")
+        } else {
+            format!("{size} MiB (limits.disk_mb)")
+        }
+    }
 }
 
 impl Default for Limits {
@@ -66,6 +89,7 @@ impl Default for Limits {
             nproc: 512,
             fsize_mb: 1024,
             disk_mb: DEFAULT_DISK_MB,
+            disk_cap_mb: None,
         }
     }
 }

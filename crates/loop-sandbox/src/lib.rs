@@ -1216,7 +1216,7 @@ fn child_plan(
     let own_disk = match (&disk, &p.disk_pair) {
         (Some(at), Some((_, theirs))) => Some(disk_plan(
             at,
-            req.limits.disk_mb,
+            req.limits.disk_size_mb(),
             (
                 req.overlay_scratch.is_some() && layers_disk.is_some(),
                 &share_dirs,
@@ -1905,11 +1905,11 @@ fn session_of(req: &ExecRequest, plan: &child::ChildPlan, long_lived: bool) -> u
 /// not) and on a missing user namespace.
 fn note_disk_and_userns(req: &ExecRequest, p: &mut Prepared, in_root: bool) {
     if in_root {
-        p.disk_mb = Some(req.limits.disk_mb);
+        p.disk_mb = Some(req.limits.disk_size_mb());
         if req.overlay_scratch.is_none() && !req.workspace_read_only {
             p.notes.push(format!(
                 "the workspace is written directly (no overlay): only /tmp is on the command's disk of {} MiB; its writes to the workspace are bounded by --fsize per file",
-                req.limits.disk_mb
+                req.limits.disk_size_mb()
             ));
         }
         if !p.layers_on_disk
@@ -2199,12 +2199,14 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
     }
     p.notes
         .extend(not_kept.iter().map(|n| format!("shared {n}")));
+    // Full: less than a MiB left (an eighth of a disk under 8 MiB).
     // SAFETY: fstatvfs into a zeroed struct on a descriptor we own.
     let (full, used) = unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
         if libc::fstatvfs(fd.as_raw_fd(), &mut st) == 0 {
+            let size = st.f_blocks.saturating_mul(st.f_frsize);
             (
-                st.f_bavail.saturating_mul(st.f_bsize) < 1024 * 1024,
+                st.f_bavail.saturating_mul(st.f_bsize) < (1024 * 1024).min(size / 8),
                 st.f_blocks
                     .saturating_sub(st.f_bfree)
                     .saturating_mul(st.f_frsize),
@@ -2215,8 +2217,8 @@ fn keep_writes(req: &ExecRequest, p: &mut Prepared) -> Result<Kept, SandboxError
     };
     if full {
         p.notes.push(format!(
-            "the command's writes filled its disk of {} MiB (limits.disk_mb): what it wrote past that failed with \"No space left on device\"",
-            req.limits.disk_mb
+            "the command's writes filled its disk of {}: what it wrote past that failed with \"No space left on device\"",
+            req.limits.disk_named()
         ));
     }
     Ok((wanted.then(|| Layer(Arc::new(fd))), (full, used), not_kept))

@@ -46,7 +46,7 @@ impl ToolBox {
         };
         let before = match &staging {
             Some(_) => None,
-            None => Manifest::of(self.jail.root()).map(|m| m.root).ok(),
+            None => Manifest::of(self.jail.root()).ok(),
         };
         let req = self.exec_request(a, staging.as_ref(), timeout);
         let result = match loop_sandbox::run(&req) {
@@ -66,16 +66,26 @@ impl ToolBox {
                 Ok(m) => m,
                 Err(o) => return o,
             },
-            _ => Merged {
-                changed: before != Manifest::of(self.jail.root()).map(|m| m.root).ok(),
-                bytes: 0,
-                refused: Vec::new(),
-            },
+            // Written in place (no staging here): what it brought is every
+            // file it made or changed, counted whole.
+            _ => {
+                let after = Manifest::of(self.jail.root()).ok();
+                Merged {
+                    changed: before.as_ref().map(|m| &m.root) != after.as_ref().map(|m| &m.root),
+                    bytes: brought(before.as_ref(), after.as_ref()),
+                    refused: Vec::new(),
+                }
+            }
         };
         // What it wrote counts against the task's total: what its disk held
         // at its end, or (a command with no disk of its own) what it
         // brought into the workspace.
-        self.count_written(result.disk_used.max(merged.bytes));
+        self.count_written(if staging.is_some() {
+            result.disk_used.max(merged.bytes)
+        } else {
+            // (Its disk, if any, held only its /tmp.)
+            result.disk_used.saturating_add(merged.bytes)
+        });
         let content = report(
             &result,
             timeout,
@@ -147,7 +157,7 @@ impl ToolBox {
         // Nor may its disk hold more than the task may still write (its
         // children's writes counted), rounded up to a MiB: one command
         // passes the total by less than a MiB, never by a whole disk.
-        req.limits.disk_mb = req.limits.disk_mb.min(self.write_left_mb().max(1));
+        req.limits.disk_cap_mb = Some(self.write_left_mb().max(1));
         req.max_output = self.limits.max_shown_bytes * 2;
         req
     }
@@ -352,6 +362,15 @@ impl ToolBox {
                     "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
                 ));
             }
+            // Nor more than the task may still write (where the command's
+            // layer was not on its own disk, nothing else bounded it).
+            let left = self.write_left_mb().max(1) << 20;
+            if total > left {
+                return Some(format!(
+                    "the command's files would reach {total} bytes, over the {} MiB the task may still write (limits.write_mb)",
+                    left >> 20
+                ));
+            }
             // What the task's commands leave, added up over the task, in
             // the blocks it takes (an empty file costs one).
             let before = std::fs::symlink_metadata(self.jail.root().join(rel))
@@ -442,6 +461,24 @@ const NO_NETWORK: &[&str] = &[
     "Failed to establish a new connection",
     "No address associated with hostname",
 ];
+
+/// The bytes of the files `after` holds that `before` did not hold as
+/// they are (new or changed), whole.
+fn brought(before: Option<&Manifest>, after: Option<&Manifest>) -> u64 {
+    let (Some(before), Some(after)) = (before, after) else {
+        return 0;
+    };
+    let had: std::collections::HashMap<&str, &str> = before
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.sha256.as_str()))
+        .collect();
+    after
+        .entries
+        .iter()
+        .filter(|e| had.get(e.path.as_str()) != Some(&e.sha256.as_str()))
+        .fold(0u64, |n, e| n.saturating_add(e.size))
+}
 
 /// What the model is shown of a command: how it ended, its output, and
 /// what of its effects was refused.

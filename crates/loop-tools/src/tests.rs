@@ -1096,6 +1096,48 @@ fn a_resumed_task_counts_what_its_earlier_runs_wrote_against_its_disk_budget() {
     );
 }
 
+/// Where commands are not staged (no journal here: they write the
+/// workspace in place), what each brings into the workspace still counts
+/// against the task's total: two commands of 2 MiB reach 3 MiB, and the
+/// third is refused.
+#[test]
+fn commands_that_write_the_workspace_in_place_count_what_they_bring() {
+    let d = TestDir::new("tools-write-in-place");
+    let ws = d.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let jail = Jail::new(&ws, Protected::new(&[]).unwrap()).unwrap();
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut t = ToolBox::new(
+        jail,
+        ToolLimits {
+            write_bytes: 3 << 20,
+            ..ToolLimits::default()
+        },
+    )
+    .unwrap()
+    .with_written(counter.clone(), (None, 0));
+    let mut said = Vec::new();
+    for n in 0..3 {
+        let o = t.execute(&call(
+            "run_command",
+            json!({"command": format!("head -c 2097152 /dev/zero | tr '\\0' a > big{n}.txt")}),
+        ));
+        said.push((o.observation.status.clone(), o.observation.content.clone()));
+    }
+    assert_eq!(said[0].0, loop_protocol::ObservationStatus::Ok, "{said:?}");
+    assert_eq!(said[1].0, loop_protocol::ObservationStatus::Ok, "{said:?}");
+    assert!(
+        matches!(said[2].0, loop_protocol::ObservationStatus::Refused { .. })
+            && said[2].1.contains("limits.write_mb"),
+        "{said:?}"
+    );
+    assert!(
+        counter.load(std::sync::atomic::Ordering::SeqCst) >= 4 << 20,
+        "{}",
+        counter.load(std::sync::atomic::Ordering::SeqCst)
+    );
+}
+
 /// The task's total of writes (limits.write_mb): a command that writes and
 /// removes never grows the workspace, but what each leaves on its disk
 /// adds up; once the total is reached no command runs (and a resumed

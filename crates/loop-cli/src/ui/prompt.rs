@@ -68,6 +68,7 @@ pub fn typed_line() -> Option<String> {
 /// edited text, or why it could not be edited.
 #[allow(clippy::disallowed_methods)] // the temporary file this command made for the editor
 pub fn edit_in_editor(text: &str) -> Result<String, CliError> {
+    use std::os::fd::AsFd;
     let path = std::env::temp_dir().join(format!(
         "loop-contract-{}.yaml",
         loop_sandbox::unique_name("edit").map_err(|e| CliError::internal(e.to_string()))?
@@ -77,11 +78,23 @@ pub fn edit_in_editor(text: &str) -> Result<String, CliError> {
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
-    let status = std::process::Command::new("sh")
-        .arg("-c")
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
         .arg(format!("{editor} \"$1\""))
         .arg("editor")
-        .arg(&path)
+        .arg(&path);
+    // An editor draws on the terminal: where stdout is not one (`loop
+    // submit`'s carries the task's id alone), on stderr's.
+    {
+        use std::io::IsTerminal;
+        if !std::io::stdout().is_terminal()
+            && std::io::stderr().is_terminal()
+            && let Ok(err) = std::io::stderr().as_fd().try_clone_to_owned()
+        {
+            cmd.stdout(err);
+        }
+    }
+    let status = cmd
         .status()
         .map_err(|e| CliError::usage(format!("cannot run the editor `{editor}`: {e}")))?;
     let edited = std::fs::read_to_string(&path);

@@ -810,56 +810,148 @@ pub fn vacuous(contract: &Contract, empty: &VerificationReport) -> Vec<(usize, u
     out
 }
 
+/// How a check's tests read one path: the operators that must hold of it,
+/// and those a `!` negates.
+#[derive(Default)]
+struct Tested {
+    ops: Vec<&'static str>,
+    negated: Vec<&'static str>,
+}
+
+/// `test`'s operators on a file that the probe can make hold: made as a
+/// file, but `-d` (a directory), `-s` (a byte in it), `-x` (executable),
+/// `-L`/`-h` (a link), `-p` (a pipe).
+const MADE_TESTS: &[&str] = &[
+    "-e", "-f", "-r", "-w", "-O", "-G", "-s", "-x", "-d", "-L", "-h", "-p",
+];
+
 /// A check's tests for workspace paths the untouched project lacks (`test
-/// -e out.txt`, `[ -s done.txt ]`, `[[ -x build/app ]]`): each path with
-/// the shell that makes it exist (empty; with a byte for `-s`; a
-/// directory for `-d`; executable for `-x`). A negated test (`[ ! -e X
-/// ]`) is left out: making its path could only make it fail.
-fn tested_absent(command: &str, present: &dyn Fn(&str) -> bool) -> Vec<(String, String)> {
-    let quoted = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
-    let mut out: Vec<(String, String)> = Vec::new();
+/// -e out.txt`, `[ -s done.txt ]`, `[[ -x build/app ]]`, after a `cd DIR`
+/// the path under it): each path with the shell that makes it as every
+/// test of it reads it (a file; a directory for `-d` or when another
+/// tested path lies beneath it; a byte in it for `-s`; executable for
+/// `-x`; a link for `-L`; a pipe for `-p`). A path whose tests cannot all
+/// hold at once (`-f` and `! -e`) is left out, as is one the instruction
+/// names (the work may be that file).
+fn tested_absent(
+    command: &str,
+    present: &dyn Fn(&str) -> bool,
+    instruction: &str,
+) -> Vec<(String, String)> {
+    let mut tested: Vec<(String, Tested)> = Vec::new();
+    let mut dir = String::new();
     for c in &loop_tools::shell::parse(command).commands {
         let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
         let Some(first) = words.first() else { continue };
         let name = first.rsplit('/').next().unwrap_or(first);
-        if !matches!(name, "test" | "[" | "[[") || words.contains(&"!") {
+        if name == "cd" && words.len() == 2 {
+            dir = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
+                Some(d) if dir.is_empty() => d,
+                Some(d) => format!("{dir}/{d}"),
+                None => return Vec::new(),
+            };
             continue;
         }
-        for w in words[1..].windows(2) {
-            let Some(path) = crate::contract::judges::workspace_path(w[1]) else {
+        if !matches!(name, "test" | "[" | "[[") {
+            continue;
+        }
+        for (k, w) in words.iter().enumerate().skip(1) {
+            let op = if *w == "-a" && name == "[[" { "-e" } else { w };
+            let Some(op) = MADE_TESTS.iter().find(|o| **o == op) else {
                 continue;
             };
-            if path == "]" || path == "]]" || present(&path) || out.iter().any(|(p, _)| *p == path)
+            let Some(arg) = words.get(k + 1) else {
+                continue;
+            };
+            let Some(rel) = crate::contract::judges::workspace_path(arg.trim_end_matches('/'))
+            else {
+                continue;
+            };
+            let path = if dir.is_empty() {
+                rel
+            } else {
+                format!("{dir}/{rel}")
+            };
+            if path == "]"
+                || path == "]]"
+                || present(&path)
+                || instruction_names(instruction, &path)
             {
                 continue;
             }
-            let q = quoted(&path);
-            let parent = format!("mkdir -p -- \"$(dirname -- {q})\"");
-            let make = match w[0] {
-                "-d" => format!("mkdir -p -- {q}"),
-                "-s" => format!("{parent} && echo made > {q}"),
-                "-x" => format!("{parent} && : > {q} && chmod +x -- {q}"),
-                "-e" | "-f" | "-r" | "-w" => format!("{parent} && : > {q}"),
-                _ => continue,
+            let at = match tested.iter().position(|(p, _)| *p == path) {
+                Some(at) => at,
+                None => {
+                    tested.push((path, Tested::default()));
+                    tested.len() - 1
+                }
             };
-            out.push((path, make));
+            let t = &mut tested[at].1;
+            if k >= 2 && words[k - 1] == "!" {
+                t.negated.push(op);
+            } else {
+                t.ops.push(op);
+            }
         }
     }
-    out
+    let quoted = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
+    let parents: Vec<String> = tested.iter().map(|(p, _)| format!("{p}/")).collect();
+    tested
+        .iter()
+        .filter(|(_, t)| !t.ops.is_empty())
+        .filter_map(|(path, t)| {
+            let has = |o: &str| t.ops.contains(&o);
+            let not = |o: &str| t.negated.contains(&o);
+            let q = quoted(path);
+            let dir = has("-d")
+                || parents
+                    .iter()
+                    .any(|p| p.len() > path.len() + 1 && p.starts_with(&format!("{path}/")));
+            let link = has("-L") || has("-h");
+            let file = !dir && !link && !has("-p");
+            // Tests that cannot all hold of what is made: not judged.
+            if not("-e")
+                || (dir && (not("-d") || has("-f") || has("-p")))
+                || (file && not("-f"))
+                || (link && (not("-L") || not("-h")))
+                || (has("-s") && not("-s"))
+                || (has("-x") && not("-x"))
+            {
+                return None;
+            }
+            let parent = format!("mkdir -p -- \"$(dirname -- {q})\"");
+            let made = if dir {
+                format!("mkdir -p -- {q}")
+            } else if link {
+                format!("{parent} && ln -s -- made {q}")
+            } else if has("-p") {
+                format!("{parent} && mkfifo -- {q}")
+            } else {
+                let body = if has("-s") { "echo made" } else { ":" };
+                let exec = if has("-x") {
+                    format!(" && chmod +x -- {q}")
+                } else {
+                    String::new()
+                };
+                format!("{parent} && {body} > {q}{exec}")
+            };
+            Some((path.clone(), made))
+        })
+        .collect()
 }
 
-/// Which checks pass once the paths they test for merely exist. The
-/// probe: each `run` check of a change criterion (not a guard) that tests
-/// for paths the untouched project lacks ([`tested_absent`]), made to run
-/// after those paths are made there; run on the untouched project (a
-/// check's view is its own, so nothing is left behind). `None` when no
-/// check tests for such a path. With the probe: for each check changed,
-/// (criterion index, check index, the paths).
+/// Which criteria pass once the paths their checks test for merely exist.
+/// The probe: each `run` check of a change criterion (not a guard) that
+/// tests for paths the untouched project lacks ([`tested_absent`]), made
+/// to run after those paths are made there, its criterion's other checks
+/// as they are; run on the untouched project (a check's view is its own,
+/// so nothing is left behind). `None` when no check tests for such a path.
+/// With the probe: for each criterion changed, its index and the paths.
 #[allow(clippy::type_complexity)]
 pub fn existence_probe(
     contract: &Contract,
     present: &dyn Fn(&str) -> bool,
-) -> Option<(Contract, Vec<(usize, usize, Vec<String>)>)> {
+) -> Option<(Contract, Vec<(usize, Vec<String>)>)> {
     let mut probe = contract.clone();
     probe.criteria.clear();
     let mut probed = Vec::new();
@@ -870,10 +962,10 @@ pub fn existence_probe(
         .filter(|(_, c)| !c.guard)
     {
         let mut changed = c.clone();
-        let mut any = false;
-        for (ki, k) in changed.checks.iter_mut().enumerate() {
+        let mut paths: Vec<String> = Vec::new();
+        for k in changed.checks.iter_mut() {
             let Check::Run(r) = k else { continue };
-            let made = tested_absent(&r.command, present);
+            let made = tested_absent(&r.command, present, &contract.instruction);
             if made.is_empty() {
                 continue;
             }
@@ -883,48 +975,46 @@ pub fn existence_probe(
                 makes.join(" && "),
                 r.command
             );
-            probed.push((ci, ki, made.into_iter().map(|(p, _)| p).collect()));
-            any = true;
+            for (p, _) in made {
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
         }
-        if any {
+        if !paths.is_empty() {
             probe.criteria.push(changed);
+            probed.push((ci, paths));
         }
     }
     (!probed.is_empty()).then_some((probe, probed))
 }
 
-/// The checks of `contract` the probe's `report` (see [`existence_probe`])
-/// says pass once the paths they test for merely exist: each proves that
-/// a file was made, not that the work was done.
+/// The criteria of `contract` the probe's `report` (see
+/// [`existence_probe`]) says pass once the paths their checks test for
+/// merely exist, among those `failing` now (`None`: every one probed):
+/// each proves that a file was made, not that the work was done.
 pub fn judge_existence(
     contract: &Contract,
-    probed: &[(usize, usize, Vec<String>)],
+    probed: &[(usize, Vec<String>)],
     report: &VerificationReport,
+    failing: Option<&VerificationReport>,
 ) -> Vec<String> {
     probed
         .iter()
-        .filter_map(|(ci, ki, paths)| {
+        .filter_map(|(ci, paths)| {
             let c = contract.criteria.get(*ci)?;
-            let Some(Check::Run(r)) = c.checks.get(*ki) else {
-                return None;
-            };
-            report
-                .criteria
-                .iter()
-                .find(|e| e.id == c.id)?
-                .checks
-                .iter()
-                .any(|k| k.index == *ki && k.passed)
-                .then(|| {
-                    let named: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
-                    format!(
-                        "criterion `{}`, check {} (`{}`) passes on the untouched project once {} merely exist(s) (made there, empty): it proves that a file was made, not that the work was done; check what the work must do",
-                        c.id,
-                        ki + 1,
-                        r.command,
-                        named.join(", ")
-                    )
-                })
+            let fails_now = failing.is_none_or(|b| {
+                b.criteria.iter().any(|e| e.id == c.id && !e.passed)
+            });
+            let passes = report.criteria.iter().any(|e| e.id == c.id && e.passed);
+            (fails_now && passes).then(|| {
+                let named: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
+                format!(
+                    "criterion `{}` passes on the untouched project once {} merely exist(s) (made there, empty unless a check asks for content): its checks prove that a file was made, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
+                    c.id,
+                    named.join(", ")
+                )
+            })
         })
         .collect()
 }
@@ -1152,38 +1242,68 @@ mod tests {
         ));
     }
 
-    /// The paths a check tests for that the project lacks, each with how
-    /// it is made for the probe: a negated test, a present path, a test of
-    /// no path and an escaping one are left out.
+    /// The paths a check tests for that the project lacks, each made as
+    /// every test of it reads it: a path whose tests cannot all hold, a
+    /// present one, one the instruction names, a test of no path and an
+    /// escaping one are left out.
     #[test]
     fn the_paths_a_check_tests_for_are_made_as_each_test_reads_them() {
         let present = |p: &str| p == "calc.py";
-        let made = |cmd: &str| tested_absent(cmd, &present);
+        let made = |cmd: &str| tested_absent(cmd, &present, "make the tests pass");
         let paths = |cmd: &str| made(cmd).into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        let how = |cmd: &str, path: &str| {
+            made(cmd)
+                .into_iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, m)| m)
+                .unwrap_or_default()
+        };
         assert_eq!(
             paths("python3 -c 'import calc' && [ -e done.txt ] && test -f calc.py"),
             ["done.txt"]
         );
         assert_eq!(
-            paths("[[ -s out/r.txt ]] && [ -d build ]"),
+            paths("[[ -s out/r.txt ]] && [ -d build/ ]"),
             ["out/r.txt", "build"]
         );
-        assert!(paths("[ ! -e done.txt ] && test -n \"$X\"").is_empty());
+        // Every test of a path counts: a file with a byte in it.
+        assert!(how("[ -f d.txt ] && [ -s d.txt ]", "d.txt").ends_with("echo made > 'd.txt'"));
+        assert!(how("test -f app && test -x app", "app").ends_with("chmod +x -- 'app'"));
+        // A path with another tested beneath it is a directory.
+        assert_eq!(
+            how("[ -s out/d.txt ] && [ -e out ]", "out"),
+            "mkdir -p -- 'out'"
+        );
+        // A test negated on its own operand only.
+        assert_eq!(paths("[ -e d.txt -a ! -d d.txt ]"), ["d.txt"]);
+        assert!(paths("[ ! -e d.txt ] && test -n \"$X\"").is_empty());
+        assert!(paths("[ -f d.txt ] && [ ! -f d.txt ]").is_empty());
+        // Ownership, links, `[[ -a ]]`, and a path under a `cd`.
+        assert_eq!(paths("[ -O a.txt ] && [ -G b.txt ]"), ["a.txt", "b.txt"]);
+        assert!(how("[ -L l.txt ]", "l.txt").ends_with("ln -s -- made 'l.txt'"));
+        assert_eq!(paths("[[ -a x.txt ]]"), ["x.txt"]);
+        assert_eq!(paths("cd pkg && [ -e done.txt ]"), ["pkg/done.txt"]);
         assert!(paths("test 1 = 1").is_empty());
         assert!(paths("make && ./build/app").is_empty());
+        // What the instruction asks for may be the work itself.
+        assert!(
+            tested_absent("test -f py.typed", &present, "add an empty py.typed marker").is_empty()
+        );
         let all = made("/usr/bin/test -x 'bin/it s' && [ -s n.txt ]");
         assert_eq!(all[0].0, "bin/it s");
         assert!(all[0].1.ends_with("chmod +x -- 'bin/it s'"), "{all:?}");
         assert!(all[1].1.ends_with("echo made > 'n.txt'"), "{all:?}");
-        // The probe runs each changed check after its paths are made.
+        // The probe runs each changed check after its paths are made, the
+        // criterion's other checks as they are; guards are not probed.
         let c = Contract::from_yaml(
             "instruction: fix add\ncriteria:\n  - id: a\n    text: a\n    checks:\n      - run: \"make && [ -e done.txt ]\"\n      - run: python3 -m unittest\n  - id: g\n    text: g\n    guard: true\n    checks:\n      - run: \"[ -e x.txt ]\"\n",
             "t",
         )
         .unwrap();
         let (probe, probed) = existence_probe(&c, &present).unwrap();
-        assert_eq!(probed, vec![(0, 0, vec!["done.txt".to_string()])]);
+        assert_eq!(probed, vec![(0, vec!["done.txt".to_string()])]);
         assert_eq!(probe.criteria.len(), 1);
+        assert_eq!(probe.criteria[0].checks.len(), 2);
         let Check::Run(r) = &probe.criteria[0].checks[0] else {
             panic!()
         };

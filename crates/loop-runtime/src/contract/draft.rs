@@ -290,7 +290,7 @@ fn judge(
     if reasons.is_empty()
         && let Some((probe, probed)) = critic::existence_probe(&labelled, present)
     {
-        reasons = critic::judge_existence(&labelled, &probed, &baseline(&probe)?);
+        reasons = critic::judge_existence(&labelled, &probed, &baseline(&probe)?, Some(&report));
     }
     Ok(Judgement {
         reasons,

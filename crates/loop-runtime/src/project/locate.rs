@@ -656,7 +656,10 @@ pub(crate) fn charged_children(dir: &Path) -> std::io::Result<Vec<(String, u64)>
                 .ok_or_else(|| {
                     std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
-                        format!("{}: not `ID BYTES`: {l:?}", dir.join(CHARGED).display()),
+                        format!(
+                            "{}: a line is not `ID BYTES` ({l:?}): the runtime writes this list of the child tasks charged to this one; restore it, or end the line with what that child wrote",
+                            dir.join(CHARGED).display()
+                        ),
                     )
                 })
         })
@@ -664,11 +667,27 @@ pub(crate) fn charged_children(dir: &Path) -> std::io::Result<Vec<(String, u64)>
 }
 
 /// What the task whose directory is `dir` wrote in all: its own commands'
-/// count and each child's charged to it.
+/// count and each child's charged to it (what the list says, or what the
+/// child has written in all since, if more: a child a person resumed by
+/// hand counts too), with that children's part.
 pub(crate) fn written_in_all(dir: &Path) -> std::io::Result<(u64, u64)> {
-    let charged = charged_children(dir)?
-        .iter()
-        .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+    written_below(dir, 0)
+}
+
+/// [`written_in_all`], `depth` levels below the task asked about.
+fn written_below(dir: &Path, depth: u32) -> std::io::Result<(u64, u64)> {
+    let mut charged = 0u64;
+    for (id, listed) in charged_children(dir)? {
+        let now = match dir.parent() {
+            // (Children are at most a few levels deep; a list that goes
+            // on is not followed.)
+            Some(tasks) if depth < 8 && !id.contains('/') && !id.starts_with('.') => {
+                written_below(&tasks.join(&id), depth + 1)?.0
+            }
+            _ => 0,
+        };
+        charged = charged.saturating_add(listed.max(now));
+    }
     Ok((
         written_so_far(&dir.join(WRITTEN)).saturating_add(charged),
         charged,
