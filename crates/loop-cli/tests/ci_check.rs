@@ -105,6 +105,25 @@ fn trusting_main(base: &Path, p: &Path) {
     git(p, &["branch", "-M", "main"]);
 }
 
+/// A project under `base` whose branch `main` holds `a.txt` and `files`,
+/// and this machine's public key at `base/key.pem` (given with --pubkey).
+fn main_and_key(base: &Path, files: &[(&str, &str)]) -> PathBuf {
+    let p = base.join("project");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
+    for (name, text) in files {
+        std::fs::write(p.join(name), text).unwrap();
+    }
+    shared::commit_all(&p);
+    git(&p, &["branch", "-M", "main"]);
+    let key = shared::loop_in(base)
+        .args(["keys", "export"])
+        .output()
+        .unwrap();
+    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    p
+}
+
 /// `loop ci-check --json` of `pr` against `main`, with `extra` flags.
 fn ci_check(base: &Path, p: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
     let out = shared::loop_in(base)
@@ -318,16 +337,7 @@ fn a_pull_request_passes_only_with_a_trusted_verified_receipt_of_exactly_its_dif
 #[test]
 fn a_receipt_of_a_task_that_was_not_verified_does_not_pass() {
     let base = tmpdir("unverified");
-    let p = base.join("project");
-    std::fs::create_dir_all(&p).unwrap();
-    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
-    shared::commit_all(&p);
-    git(&p, &["branch", "-M", "main"]);
-    let key = shared::loop_in(&base)
-        .args(["keys", "export"])
-        .output()
-        .unwrap();
-    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    let p = main_and_key(&base, &[]);
     // Its check can never pass: the task ends without verification.
     pull_request(&base, &p, "failing", &["grep -q never b.txt"]);
     let key = base.join("key.pem");
@@ -347,17 +357,7 @@ fn a_receipt_of_a_task_that_was_not_verified_does_not_pass() {
 #[test]
 fn replayed_checks_must_pass_again_on_the_pull_requests_tree() {
     let base = tmpdir("replay");
-    let p = base.join("project");
-    std::fs::create_dir_all(&p).unwrap();
-    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
-    std::fs::write(p.join("README.md"), "the project\n").unwrap();
-    shared::commit_all(&p);
-    git(&p, &["branch", "-M", "main"]);
-    let key = shared::loop_in(&base)
-        .args(["keys", "export"])
-        .output()
-        .unwrap();
-    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    let p = main_and_key(&base, &[("README.md", "the project\n")]);
     pull_request(
         &base,
         &p,
@@ -484,16 +484,7 @@ fn a_delegated_tasks_receipt_tree_passes_as_one() {
 #[test]
 fn a_receipt_whose_task_began_outside_the_pull_requests_history_says_so() {
     let base = tmpdir("elsewhere");
-    let p = base.join("project");
-    std::fs::create_dir_all(&p).unwrap();
-    std::fs::write(p.join("a.txt"), "hello\n").unwrap();
-    shared::commit_all(&p);
-    git(&p, &["branch", "-M", "main"]);
-    let key = shared::loop_in(&base)
-        .args(["keys", "export"])
-        .output()
-        .unwrap();
-    std::fs::write(base.join("key.pem"), &key.stdout).unwrap();
+    let p = main_and_key(&base, &[]);
     let key = base.join("key.pem");
     let key = key.to_str().unwrap();
     pull_request(&base, &p, "elsewhere", &["grep -q made b.txt"]);
