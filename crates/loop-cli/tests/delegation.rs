@@ -763,6 +763,37 @@ fn a_child_whose_check_proves_nothing_is_not_started() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A child that writes most of its grant has its verified change merged:
+/// what it wrote is charged to its parent, and its change is not judged
+/// again against what the parent has left after that charge.
+#[test]
+fn a_child_that_writes_most_of_its_grant_is_merged() {
+    let base = tmpdir("write-most");
+    let project = project(&base);
+    let contract = PARENT.replace(
+        "limits: { max_steps: 20,",
+        "limits: { write_mb: 8, max_steps: 20,",
+    );
+    let script = "turns:\n  - calls:\n".to_string()
+        + &delegate("a")
+        + "  - calls:\n      - tool: write_file\n        args: { path: pkg/b/done.txt, content: \"b is done\\n\" }\n  - calls:\n      - tool: finish\n        args: { summary: done }\nchildren:\n  - - calls:\n        - tool: run_command\n          args: { command: \"head -c 5000000 /dev/zero | tr '\\\\0' a > pkg/a/blob.txt\" }\n        - tool: write_file\n          args: { path: pkg/a/done.txt, content: \"a is done\\n\" }\n    - calls:\n        - tool: finish\n          args: { summary: a }\n";
+    let run = shared::run_scripted(&base, &project, "write-most", (&contract, &script));
+    assert_eq!(run.outcome(), "verified", "{}", shared::text(&run.out));
+    let delegated = entries(&run.receipt_path(), run.id(), "delegated");
+    assert_eq!(delegated[0]["payload"]["child"]["outcome"], "verified");
+    let observed = entries(&run.receipt_path(), run.id(), "observed");
+    let said = observed[0]["payload"]["observation"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(said.contains("Merged into this workspace"), "{said}");
+    let ws = shared::workspace_of(&project, run.id());
+    assert_eq!(
+        std::fs::metadata(ws.join("pkg/a/blob.txt")).unwrap().len(),
+        5_000_000
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// A child's check that passes on the untouched project once the file it
 /// tests for merely exists (`expr` passes already; only `done.txt`
 /// decides) is refused when the child is prepared, by execution, and the

@@ -436,7 +436,10 @@ pub(crate) fn confirm_draft(
     // draft goes on waiting (one the critic refuses is judged where it
     // waits, and its reason joins the draft's notes).
     if let (false, Some(text)) = (c.reject, &c.contract)
-        && draft_view(s, caller, id).is_ok()
+        && matches!(
+            draft_view(s, caller, id),
+            Ok((crate::drafts::DraftState::Proposed { .. }, _))
+        )
         && let Err(e) = loop_protocol::Contract::from_yaml(text, "your edit")
     {
         return Err(ApiError::bad_request(format!(

@@ -80,10 +80,11 @@ impl ToolBox {
         // What it wrote counts against the task's total: what its disk held
         // at its end, or (a command with no disk of its own) what it
         // brought into the workspace.
-        self.count_written(if staging.is_some() {
+        self.count_written(if staging.is_some() && result.layer.is_some() {
             result.disk_used.max(merged.bytes)
         } else {
-            // (Its disk, if any, held only its /tmp.)
+            // (Its disk, if any, held only its /tmp: its layer over the
+            // workspace was on the host's disk, or it wrote in place.)
             result.disk_used.saturating_add(merged.bytes)
         });
         let content = report(
@@ -109,7 +110,7 @@ impl ToolBox {
                 "run_command",
                 "limit: write_mb",
                 format!(
-                    "Refused: the task's commands have written {} MiB in all, its limit of {} MiB (limits.write_mb); no more commands run. Finish with what the workspace holds.",
+                    "Refused: the task's commands (its child tasks' with them) have written {} MiB in all, its limit of {} MiB (limits.write_mb); no more commands run. Finish with what the workspace holds.",
                     written >> 20,
                     self.limits.write_bytes >> 20
                 ),
@@ -188,7 +189,8 @@ impl ToolBox {
         }
         let admitted = std::cell::Cell::new(0u64);
         let growth = std::cell::Cell::new(0i64);
-        let refuse = |rel: &str| self.effect_refusal(&upper, rel, (&admitted, &growth));
+        let left = Some(self.write_left_mb().max(1) << 20);
+        let refuse = |rel: &str| self.effect_refusal(&upper, rel, (&admitted, &growth), left);
         let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
         if !self.sync {
             commit = commit.unsynced();
@@ -243,7 +245,7 @@ impl ToolBox {
         let refused: Vec<String> = paths
             .iter()
             .filter_map(|rel| {
-                self.effect_refusal(upper, rel, (&admitted, &growth))
+                self.effect_refusal(upper, rel, (&admitted, &growth), None)
                     .map(|why| format!("{rel} ({why})"))
             })
             .collect();
@@ -260,7 +262,7 @@ impl ToolBox {
         }
         let admitted = std::cell::Cell::new(0u64);
         let growth = std::cell::Cell::new(0i64);
-        let refuse = |rel: &str| self.effect_refusal(upper, rel, (&admitted, &growth));
+        let refuse = |rel: &str| self.effect_refusal(upper, rel, (&admitted, &growth), None);
         let mut commit = loop_workspace::OverlayCommit::new(&c.journal);
         if !self.sync {
             commit = commit.unsynced();
@@ -338,6 +340,7 @@ impl ToolBox {
         upper: &std::path::Path,
         rel: &str,
         (admitted, growth): (&std::cell::Cell<u64>, &std::cell::Cell<i64>),
+        write_left: Option<u64>,
     ) -> Option<String> {
         if let Some(rule) = self.jail.protected().matching(rel) {
             return Some(format!("protected by {rule}"));
@@ -362,10 +365,12 @@ impl ToolBox {
                     "the command's files would reach {total} bytes, over the per-command total of {cap} (4 × limits.max_file_bytes)"
                 ));
             }
-            // Nor more than the task may still write (where the command's
-            // layer was not on its own disk, nothing else bounded it).
-            let left = self.write_left_mb().max(1) << 20;
-            if total > left {
+            // A command's, no more than the task may still write (where its
+            // layer was not on its own disk, nothing else bounded it; a
+            // child's change was charged already, as its writes).
+            if let Some(left) = write_left
+                && total > left
+            {
                 return Some(format!(
                     "the command's files would reach {total} bytes, over the {} MiB the task may still write (limits.write_mb)",
                     left >> 20

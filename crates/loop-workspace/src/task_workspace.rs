@@ -530,23 +530,31 @@ impl TaskWorkspace {
     }
 
     /// For a worktree: where another worktree of the repository has the
-    /// task's branch checked out, not this workspace (a project copied
-    /// with its `.git` keeps the record of the original's worktree, which
-    /// is the original project's to remove, never this one's).
-    pub fn branch_held_elsewhere(&self) -> Option<PathBuf> {
+    /// task's branch checked out, not this workspace, and whether that is
+    /// the repository's own checkout (a person switched to the branch).
+    /// A project copied with its `.git` keeps the record of the original's
+    /// worktree, which is the original project's to remove, never this
+    /// one's. A record git would prune (its directory gone) is none.
+    pub fn branch_held_elsewhere(&self) -> Option<(PathBuf, bool)> {
         let Origin::Worktree { repo, branch, .. } = &self.origin else {
             return None;
         };
         let listed = git(repo, &["worktree", "list", "--porcelain", "-z"]).ok()?;
-        let mut at: Option<&str> = None;
-        for field in listed.split('\0') {
-            if let Some(path) = field.strip_prefix("worktree ") {
-                at = Some(path);
-            } else if field == format!("branch refs/heads/{branch}") {
-                let path = PathBuf::from(at?);
-                let ours = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
-                let theirs = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-                return (ours != theirs).then_some(path);
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let ours = canon(&self.path);
+        // Records are separated by an empty field; the first is the
+        // repository's own checkout.
+        for (k, record) in listed.split("\0\0").enumerate() {
+            let fields: Vec<&str> = record.split('\0').collect();
+            let holds = fields
+                .iter()
+                .any(|f| *f == format!("branch refs/heads/{branch}"));
+            let prunable = fields.iter().any(|f| f.starts_with("prunable"));
+            let Some(at) = fields.iter().find_map(|f| f.strip_prefix("worktree ")) else {
+                continue;
+            };
+            if holds && !prunable && canon(Path::new(at)) != ours {
+                return Some((PathBuf::from(at), k == 0));
             }
         }
         None

@@ -818,6 +818,18 @@ struct Tested {
     negated: Vec<&'static str>,
 }
 
+/// Whether `instruction` names the file at `path` itself (`py.typed` in
+/// "add an empty py.typed marker"; a word of its name is not enough).
+fn names_file(instruction: &str, path: &str) -> bool {
+    let p = path.to_lowercase();
+    let file = p.rsplit('/').next().unwrap_or(&p);
+    instruction
+        .to_lowercase()
+        .split(|c: char| c.is_whitespace() || "`'\",;:()".contains(c))
+        .map(|w| w.trim_end_matches('.'))
+        .any(|w| w == p || w == file || w.ends_with(&format!("/{file}")))
+}
+
 /// `test`'s operators on a file that the probe can make hold: made as a
 /// file, but `-d` (a directory), `-s` (a byte in it), `-x` (executable),
 /// `-L`/`-h` (a link), `-p` (a pipe).
@@ -872,11 +884,7 @@ fn tested_absent(
             } else {
                 format!("{dir}/{rel}")
             };
-            if path == "]"
-                || path == "]]"
-                || present(&path)
-                || instruction_names(instruction, &path)
-            {
+            if path == "]" || path == "]]" || present(&path) || names_file(instruction, &path) {
                 continue;
             }
             let at = match tested.iter().position(|(p, _)| *p == path) {
@@ -1287,7 +1295,20 @@ mod tests {
         assert!(paths("make && ./build/app").is_empty());
         // What the instruction asks for may be the work itself.
         assert!(
-            tested_absent("test -f py.typed", &present, "add an empty py.typed marker").is_empty()
+            tested_absent(
+                "test -f py.typed",
+                &present,
+                "add an empty py.typed marker."
+            )
+            .is_empty()
+        );
+        // A word of the name is not the file.
+        assert_eq!(
+            tested_absent("[ -e done.txt ]", &present, "mark it done")
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect::<Vec<_>>(),
+            ["done.txt"]
         );
         let all = made("/usr/bin/test -x 'bin/it s' && [ -s n.txt ]");
         assert_eq!(all[0].0, "bin/it s");

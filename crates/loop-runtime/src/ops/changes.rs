@@ -812,11 +812,20 @@ pub fn discard(project: &Path, id: &str, out: &mut dyn crate::Observer) -> Resul
     let ws = load_origin(&paths)?;
     // A copy of a project (with its `.git`) has the original's record of
     // the task's worktree: that workspace is the original's.
-    if let Some(elsewhere) = ws.branch_held_elsewhere() {
-        return Err(Error::usage(format!(
-            "task {id}: its branch `loop/{id}` is checked out by the worktree at {}, not by this project's workspace of the task (was this project copied with its .git from the one that ran it?); nothing was discarded: `loop discard {id}` in that project discards it there",
-            elsewhere.display()
-        )));
+    match ws.branch_held_elsewhere() {
+        Some((here, true)) => {
+            return Err(Error::usage(format!(
+                "task {id}: its branch `loop/{id}` is checked out in the project itself ({}); nothing was discarded: switch to another branch there, then discard",
+                here.display()
+            )));
+        }
+        Some((elsewhere, false)) => {
+            return Err(Error::usage(format!(
+                "task {id}: its branch `loop/{id}` is checked out by the worktree at {}, not by this project's workspace of the task (was this project copied with its .git from the one that ran it?); nothing was discarded: `loop discard {id}` in that project discards it there",
+                elsewhere.display()
+            )));
+        }
+        None => {}
     }
     ws.discard().map_err(Error::from_cause)?;
     mark(&t, DISCARDED, "")?;

@@ -667,7 +667,11 @@ fn check_one(
         .as_ref()
         .and_then(|s| s.predicate.change_set.base_commit.clone())
         .filter(|c| {
-            c.bytes().all(|b| b.is_ascii_hexdigit())
+            // (A commit this clone lacks, a shallow one's, is not said: a
+            // rebase is not what that shows.)
+            !c.is_empty()
+                && c.bytes().all(|b| b.is_ascii_hexdigit())
+                && git(project, &["cat-file", "-e", &format!("{c}^{{commit}}")]).is_ok()
                 && git(project, &["merge-base", "--is-ancestor", c, head]).is_err()
         });
     Ok(CiReceipt {

@@ -83,6 +83,33 @@ impl Writes {
     fn share_mb(&self) -> u64 {
         (self.most.saturating_sub(self.written) / self.starting.max(1) as u64) >> 20
     }
+
+    /// The refusal of a child whose share is under a MiB.
+    fn refused(&self, id: &str) -> ToolOutcome {
+        outcome(Observation::refused(
+            id,
+            TOOL,
+            "limit: write_mb",
+            format!(
+                "The child was not started: this task's commands have written {} MiB of its {} MiB (limits.write_mb); a child's commands write out of what is left, {}. Do the work here{}.",
+                self.written >> 20,
+                self.most >> 20,
+                if self.starting > 1 {
+                    format!(
+                        "shared by the {} children this turn starts, and each share would be under 1 MiB",
+                        self.starting
+                    )
+                } else {
+                    "and less than 1 MiB is left".to_string()
+                },
+                if self.starting > 1 {
+                    ", or start fewer children at once"
+                } else {
+                    ""
+                }
+            ),
+        ))
+    }
 }
 
 /// How many children `calls` may start: those of ids not seen before in
@@ -345,17 +372,7 @@ impl Delegator<'_> {
         // contract's `write_mb` can say) starts none.
         let write_mb = writes.share_mb();
         if write_mb == 0 {
-            return Ok(Plan::Answered(outcome(Observation::refused(
-                id,
-                TOOL,
-                "limit: write_mb",
-                format!(
-                    "The child was not started: this task's commands have written {} MiB of its {} MiB (limits.write_mb); a child's commands write out of what is left, shared by the {} children this turn starts, and each share would be under 1 MiB. Start fewer children at once, or do the work here.",
-                    writes.written >> 20,
-                    writes.most >> 20,
-                    writes.starting
-                ),
-            ))));
+            return Ok(Plan::Answered(writes.refused(id)));
         }
         let granted = match delegation::grant(&self.own(), left, &p) {
             Ok(a) => a,
