@@ -253,21 +253,29 @@ impl Setup {
         c
     }
 
-    /// Submit one task as a person's script would (no `--json`): stdout
-    /// is its id alone, the story on stderr. Its id.
-    fn submit_plain(&self, model: &Path) -> String {
-        let out = self
-            .loop_cmd()
-            .arg("submit")
+    /// `loop submit` of the task with `model` as its script (`--json`
+    /// added when `json`), which must succeed: what it printed.
+    fn submitted(&self, model: &Path, json: bool) -> std::process::Output {
+        let mut cmd = self.loop_cmd();
+        cmd.arg("submit")
             .arg("--task")
             .arg(self.dir.join("task.yaml"))
             .arg("--model")
             .arg(format!("scripted:{}", model.display()))
             .arg("--project")
-            .arg(&self.project)
-            .output()
-            .unwrap();
+            .arg(&self.project);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
         assert!(out.status.success(), "{}", shared::text(&out));
+        out
+    }
+
+    /// Submit one task as a person's script would (no `--json`): stdout
+    /// is its id alone, the story on stderr. Its id.
+    fn submit_plain(&self, model: &Path) -> String {
+        let out = self.submitted(model, false);
         let said = String::from_utf8_lossy(&out.stdout).to_string();
         let id = said.trim_end_matches('\n');
         assert!(
@@ -279,19 +287,7 @@ impl Setup {
 
     /// Submit one task; `model` is its script. Its id.
     fn submit(&self, model: &Path) -> String {
-        let out = self
-            .loop_cmd()
-            .arg("submit")
-            .arg("--task")
-            .arg(self.dir.join("task.yaml"))
-            .arg("--model")
-            .arg(format!("scripted:{}", model.display()))
-            .arg("--project")
-            .arg(&self.project)
-            .arg("--json")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", shared::text(&out));
+        let out = self.submitted(model, true);
         let last = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
