@@ -911,6 +911,8 @@ fn serve() -> i32 {
                 .filter_map(|k| k.started.as_ref().map(|(r, _)| pollfd(r.as_raw_fd()))),
         );
         let starts_end = pfds.len();
+        pfds.extend(sessions.awaited().map(pollfd));
+        let zygotes_end = pfds.len();
         pfds.extend(spares.waiting_on().map(pollfd));
         // An idle session is dropped when due, orders or not.
         let wait = sessions
@@ -938,6 +940,7 @@ fn serve() -> i32 {
             hear(k);
         }
         told_ends(&mut kids, &pfds[kids_end..reports_end], &mut sessions);
+        sessions.hear_zygotes(&woken(&pfds[starts_end..zygotes_end]));
         chains_after_exec(&mut kids, &pfds[reports_end..starts_end], &mut sessions);
         if pfds[1].revents != 0 {
             let mut info = [0u8; 128];
@@ -946,7 +949,7 @@ fn serve() -> i32 {
             reap(&mut kids, &mut sessions);
             spares.reap();
         }
-        if pfds[starts_end..].iter().any(|p| p.revents != 0) {
+        if pfds[zygotes_end..].iter().any(|p| p.revents != 0) {
             spares.hear();
         }
         if pfds[0].revents != 0 {

@@ -129,47 +129,58 @@ struct Zygote {
 }
 
 impl Zygote {
-    /// Clone a chain's init making `flags`' namespaces, its end of the
-    /// chain's socket `theirs`: its pid (a child of the spawner's).
-    fn clone_init(&self, flags: libc::c_int, theirs: &OwnedFd) -> Option<libc::pid_t> {
+    /// Ask for one chain's init making `flags`' namespaces, its end of the
+    /// chain's socket `theirs`; its answer is read by [`Zygote::answer`]
+    /// (the spawner serves its commands meanwhile). `false` where it is
+    /// gone or could not be asked (then killed, and asked nothing again).
+    fn ask(&self, flags: libc::c_int, theirs: &OwnedFd) -> bool {
+        if self.dead.get() {
+            return false;
+        }
+        let mut ask = [b'C', 0, 0, 0, 0];
+        ask[1..].copy_from_slice(&flags.to_le_bytes());
+        if crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).is_err() {
+            self.kill();
+            return false;
+        }
+        true
+    }
+
+    /// The answer to the one question asked: the init's pid (a child of
+    /// the spawner's), or `None` where its clone failed (`F`), or where
+    /// the zygote is gone, did not answer within `wait` or answered
+    /// something else (it is then killed). A clone of a small process: an
+    /// answer not here within the maker's wait is a zygote stopped or
+    /// gone. Killed then, should its answer still come, an init it cloned
+    /// meanwhile finds its chain's socket closed and ends (left unreaped
+    /// by the spawner, which reaps only what it knows of).
+    fn answer(&self, wait: Duration) -> Option<libc::pid_t> {
         if self.dead.get() {
             return None;
         }
-        match self.ask(flags, theirs) {
-            Ok(pid) => pid,
-            Err(()) => {
-                // SAFETY: a signal to our own child (reaped when dropped).
-                unsafe { libc::kill(self.pid, libc::SIGKILL) };
-                self.dead.set(true);
-                None
-            }
-        }
-    }
-
-    /// Ask for one init and read its answer (see [`Zygote::clone_init`]):
-    /// its pid, or `None` where its clone failed (`F`); `Err` where the
-    /// zygote is gone, did not answer in time or answered something else.
-    fn ask(&self, flags: libc::c_int, theirs: &OwnedFd) -> Result<Option<libc::pid_t>, ()> {
-        let mut ask = [b'C', 0, 0, 0, 0];
-        ask[1..].copy_from_slice(&flags.to_le_bytes());
-        crate::ordered::send_fds(&self.ctl, &ask, &[theirs.as_raw_fd()]).map_err(|_| ())?;
-        // A clone of a small process: an answer not here within the
-        // maker's wait is a zygote stopped or gone (the chain is then not
-        // made, and the command starts without one). Killed then, should
-        // its answer still come, an init it cloned meanwhile finds its
-        // chain's socket closed and ends (left unreaped by the spawner,
-        // which reaps only what it knows of).
-        if !crate::fdpass::readable_within(self.ctl.as_raw_fd(), MAKER_WAIT) {
-            return Err(());
+        if !crate::fdpass::readable_within(self.ctl.as_raw_fd(), wait) {
+            self.kill();
+            return None;
         }
         let mut got = [0u8; 8];
         let n = crate::fdpass::recv_packet(self.ctl.as_raw_fd(), &mut got, libc::MSG_DONTWAIT);
         let pid = i32::from_le_bytes([got[1], got[2], got[3], got[4]]);
         match (n, got[0]) {
-            (5, b'P') if pid > 0 => Ok(Some(pid)),
-            (5, b'F') => Ok(None),
-            _ => Err(()),
+            (5, b'P') if pid > 0 => Some(pid),
+            (5, b'F') => None,
+            _ => {
+                self.kill();
+                None
+            }
         }
+    }
+
+    /// Kill it (reaped when dropped); nothing is asked of it again (an
+    /// answer still on its way would be read as the next one's).
+    fn kill(&self) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        self.dead.set(true);
     }
 }
 
@@ -276,6 +287,31 @@ impl Entry {
             self.chain = Chain::make(&self.ns, flags);
         }
     }
+
+    /// Read its zygote's answer for its chain, if one is owed, waiting up
+    /// to `wait`.
+    fn settle(&mut self, wait: Duration) {
+        if let Some(c) = self.chain.as_mut() {
+            c.settle(&self.ns.zygote, wait);
+        }
+    }
+
+    /// The zygote's socket, while its answer for this session's chain is
+    /// owed.
+    fn awaited(&self) -> Option<RawFd> {
+        self.chain
+            .as_ref()
+            .filter(|c| c.asked)
+            .map(|_| self.ns.zygote.ctl.as_raw_fd())
+    }
+}
+
+impl Drop for Entry {
+    /// A chain whose init is not yet known is settled first, so that init
+    /// is killed and reaped with it.
+    fn drop(&mut self) {
+        self.settle(MAKER_WAIT);
+    }
 }
 
 /// A session's next command made ahead, up to its order: its init, cloned
@@ -313,11 +349,18 @@ impl Entry {
 /// is killed with its process group and reaped.
 pub(crate) struct Chain {
     /// Its first process (init, the spawner's child), which the
-    /// command's end is read from; 0 once handed over.
+    /// command's end is read from; 0 until the zygote's answer is read
+    /// (see [`Chain::settle`]), and once handed over.
     init: libc::pid_t,
     sock: Option<OwnedFd>,
     flags: libc::c_int,
     ready: bool,
+    /// The zygote was asked for it and its answer (init's pid) is not yet
+    /// read: the spawner serves its commands meanwhile (a command's end
+    /// told while a chain is cloned beside it is passed on at once), and
+    /// reads it when it comes ([`Sessions::hear_zygotes`]) or when it
+    /// must ([`Chain::settle`]).
+    asked: bool,
 }
 
 /// How long a command waits for its session's chain to be ready (it is
@@ -327,25 +370,48 @@ pub(crate) struct Chain {
 const CHAIN_WAIT: Duration = Duration::from_millis(2);
 
 impl Chain {
-    /// Have the zygote of the session whose namespaces are `ns` clone a
-    /// chain's init, making `flags`' namespaces.
+    /// Ask the zygote of the session whose namespaces are `ns` to clone
+    /// a chain's init, making `flags`' namespaces (its answer is read
+    /// later, see [`Chain::asked`]).
     fn make(ns: &Made, flags: libc::c_int) -> Option<Chain> {
         let (ours, theirs) = crate::fdpass::socket_pair_of(libc::SOCK_SEQPACKET).ok()?;
-        let pid = ns.zygote.clone_init(flags, &theirs)?;
+        if !ns.zygote.ask(flags, &theirs) {
+            return None;
+        }
+        // The zygote holds its own copy now.
         drop(theirs);
         Some(Chain {
-            init: pid,
+            init: 0,
             sock: Some(ours),
             flags,
             ready: false,
+            asked: true,
         })
     }
 
+    /// Read the zygote's answer if it is still owed, waiting up to `wait`
+    /// for it: the chain's init is then known (and killed and reaped
+    /// with it), or the chain is gone (its clone failed, or the zygote
+    /// did not answer: killed).
+    fn settle(&mut self, zygote: &Zygote, wait: Duration) {
+        if !std::mem::replace(&mut self.asked, false) {
+            return;
+        }
+        match zygote.answer(wait) {
+            Some(pid) => self.init = pid,
+            None => self.sock = None,
+        }
+    }
+
     /// Whether its command-to-be has said it is ready, waiting up to
-    /// [`CHAIN_WAIT`] for it (`None`: the chain is gone).
+    /// [`CHAIN_WAIT`] for it (`None`: the chain is gone). Its init must
+    /// be known ([`Chain::settle`]).
     fn ready(&mut self) -> Option<bool> {
         if self.ready {
             return Some(true);
+        }
+        if self.asked || self.init <= 0 {
+            return None;
         }
         let sock = self.sock.as_ref()?.as_raw_fd();
         let mut p = libc::pollfd {
@@ -480,6 +546,9 @@ impl Sessions {
             e.busy = Some(0);
             e.used = now;
             e.chain_flags = flags;
+            // Asked for when the last command exec'd or ended, its answer
+            // has almost always come by now.
+            e.settle(MAKER_WAIT);
             // A chain made for other namespaces is dropped (another is
             // made for these once this command ends); one made for these
             // is waited for if still being made.
@@ -551,6 +620,20 @@ impl Sessions {
     pub(crate) fn make_chain_ahead(&mut self, id: u64) {
         if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
             e.chain_if_none();
+        }
+    }
+
+    /// The zygotes whose answers are owed (for the spawner's wait).
+    pub(crate) fn awaited(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.entries.iter().filter_map(Entry::awaited)
+    }
+
+    /// Read the answers the zygotes whose sockets are in `readable` gave.
+    pub(crate) fn hear_zygotes(&mut self, readable: &[RawFd]) {
+        for e in &mut self.entries {
+            if e.awaited().is_some_and(|fd| readable.contains(&fd)) {
+                e.settle(Duration::ZERO);
+            }
         }
     }
 
@@ -977,7 +1060,12 @@ mod tests {
         // once its order has come, and only then makes its cgroup
         // namespace, which the chain has not made.
         let made = s.entries.iter_mut().find(|e| e.id == first.id).unwrap();
+        // Asked for, not waited for: its init is known once the zygote's
+        // answer is read.
+        assert!(made.chain.as_ref().is_some_and(|c| c.asked && c.init == 0));
+        made.settle(MAKER_WAIT);
         let c = made.chain.as_mut().expect("made once the command ended");
+        assert!(c.init > 0 && !c.asked);
         assert!(
             (0..1000).any(|_| c.ready() == Some(true)),
             "the chain says it is ready"
@@ -1002,6 +1090,9 @@ mod tests {
         s.unbind(check.id);
         // The spawner's end drops every session and kills their chains
         // and zygotes (reaped: no such process is left).
+        for e in &mut s.entries {
+            e.settle(MAKER_WAIT);
+        }
         let inits: Vec<libc::pid_t> = s
             .entries
             .iter()
