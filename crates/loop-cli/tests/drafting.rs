@@ -554,7 +554,32 @@ fn a_draft_may_not_keep_a_vacuous_check_and_its_receipt_says_how_the_contract_ca
 /// task runs to verified.
 #[test]
 fn a_draft_whose_check_passes_once_a_file_merely_exists_is_rejected() {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-made-file");
+    lazy_then_honest_draft(
+        "draft-made-file",
+        "python3 -c 'import calc' && [ -e done.txt ]",
+        "python3 -m unittest -v test_calc && test -f calc.py && [ ! -e done.txt ]",
+        "`done.txt`",
+    );
+}
+
+/// The same with a reader for the test (`ls`, `cat … > /dev/null`: each
+/// fails where its file is missing, so the file decides the check); an
+/// honest check reading a file the project has is accepted.
+#[test]
+fn a_draft_whose_reader_passes_once_a_file_merely_exists_is_rejected() {
+    lazy_then_honest_draft(
+        "draft-read-file",
+        "python3 -c 'import calc' && ls out/done.txt && cat out/log.txt > /dev/null",
+        "python3 -m unittest -v test_calc && cat calc.py > /dev/null",
+        "`out/done.txt`, `out/log.txt`",
+    );
+}
+
+/// A draft whose first proposal is `lazy` (rejected: it passes on the
+/// untouched project once `made` merely exist) and whose second is
+/// `honest` (accepted: the task runs to verified).
+fn lazy_then_honest_draft(dir: &str, lazy: &str, honest: &str, made: &str) {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(dir);
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
     let project = python_project(&base);
@@ -563,18 +588,14 @@ fn a_draft_whose_check_passes_once_a_file_merely_exists_is_rejected() {
             "  - calls:\n      - tool: propose_contract\n        args:\n          criteria:\n            - id: fixed\n              text: add is fixed\n              checks:\n                - run: {check:?}\n"
         )
     };
-    let script = format!(
-        "draft:\n{}{}turns:\n{FIX}",
-        turn("python3 -c 'import calc' && [ -e done.txt ]"),
-        turn("python3 -m unittest -v test_calc && test -f calc.py && [ ! -e done.txt ]"),
-    );
+    let script = format!("draft:\n{}{}turns:\n{FIX}", turn(lazy), turn(honest));
     let out = run(&base, &project, &script, &["--accept-contract"]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(
-        said.contains(
-            "criterion `fixed` passes on the untouched project once `done.txt` merely exist(s) (made there, empty unless a check asks for content): its checks prove that a file was made, not that the work was done"
-        ),
+        said.contains(&format!(
+            "criterion `fixed` passes on the untouched project once {made} merely exist(s) (made there, empty unless a check asks for content): its checks prove that a file was made, not that the work was done"
+        )),
         "{said}"
     );
     let (_, line) = receipt_and_provenance(&base, &out);

@@ -837,21 +837,84 @@ const MADE_TESTS: &[&str] = &[
     "-e", "-f", "-r", "-w", "-O", "-G", "-s", "-x", "-d", "-L", "-h", "-p",
 ];
 
+/// Commands that read the files they are given and fail where one is
+/// missing (`ls out.txt`, `cat done.txt > /dev/null`, `stat f`, `diff a
+/// b`, `find build -name x` (its starting points)): each operand the
+/// untouched project lacks is an existence test (`-e`) for the probe.
+const EXISTENCE_READERS: &[&str] = &[
+    "ls",
+    "stat",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "file",
+    "du",
+    "readlink",
+    "realpath",
+    "find",
+    "diff",
+    "cmp",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "b2sum",
+    "cksum",
+];
+
 /// A check's tests for workspace paths the untouched project lacks (`test
-/// -e out.txt`, `[ -s done.txt ]`, `[[ -x build/app ]]`, after a `cd DIR`
-/// the path under it): each path with the shell that makes it as every
-/// test of it reads it (a file; a directory for `-d` or when another
-/// tested path lies beneath it; a byte in it for `-s`; executable for
-/// `-x`; a link for `-L`; a pipe for `-p`). A path whose tests cannot all
-/// hold at once (`-f` and `! -e`) is left out, as is one the instruction
-/// names (the work may be that file).
+/// -e out.txt`, `[ -s done.txt ]`, `[[ -x build/app ]]`, `ls done.txt`,
+/// `cat out.txt`, after a `cd DIR` the path under it): each path with the
+/// shell that makes it as every test of it reads it (a file; a directory
+/// for `-d` or when another tested path lies beneath it; a byte in it for
+/// `-s`; executable for `-x`; a link for `-L`; a pipe for `-p`). A path
+/// whose tests cannot all hold at once (`-f` and `! -e`) is left out, as
+/// is one the instruction names (the work may be that file).
 fn tested_absent(
     command: &str,
     present: &dyn Fn(&str) -> bool,
     instruction: &str,
 ) -> Vec<(String, String)> {
+    let Some(tested) = tests_of_paths(command, &|path| {
+        path == "]" || path == "]]" || present(path) || names_file(instruction, path)
+    }) else {
+        return Vec::new();
+    };
+    made_as_tested(&tested)
+}
+
+/// The tests `command` makes of paths (`skip` leaves a path out): each
+/// path and how it is tested; `None` where a `cd` leaves the workspace.
+fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(String, Tested)>> {
     let mut tested: Vec<(String, Tested)> = Vec::new();
     let mut dir = String::new();
+    let mut note = |dir: &str, arg: &str, op: &'static str, negated: bool| {
+        let Some(rel) = crate::contract::judges::workspace_path(arg.trim_end_matches('/')) else {
+            return;
+        };
+        let path = if dir.is_empty() {
+            rel
+        } else {
+            format!("{dir}/{rel}")
+        };
+        if skip(&path) {
+            return;
+        }
+        let at = match tested.iter().position(|(p, _)| *p == path) {
+            Some(at) => at,
+            None => {
+                tested.push((path, Tested::default()));
+                tested.len() - 1
+            }
+        };
+        let t = &mut tested[at].1;
+        if negated {
+            t.negated.push(op);
+        } else {
+            t.ops.push(op);
+        }
+    };
     for c in &loop_tools::shell::parse(command).commands {
         let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
         let Some(first) = words.first() else { continue };
@@ -860,8 +923,37 @@ fn tested_absent(
             dir = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
                 Some(d) if dir.is_empty() => d,
                 Some(d) => format!("{dir}/{d}"),
-                None => return Vec::new(),
+                None => return None,
             };
+            continue;
+        }
+        // A reader named by a relative path is a program of the
+        // workspace's, not the reader.
+        if EXISTENCE_READERS.contains(&name) && (first.starts_with('/') || *first == name) {
+            let operands = words[1..].iter().filter(|w| !w.is_empty());
+            let operands: Vec<&&str> = if name == "find" {
+                operands
+                    .take_while(|w| !w.starts_with('-') && !matches!(**w, "(" | "!"))
+                    .collect()
+            } else {
+                // The value of an option that takes one (`stat -c %s`,
+                // `head -n 5`) is no operand.
+                let valued: &[&str] = match name {
+                    "stat" => &["-c", "--format", "--printf"],
+                    "head" | "tail" => &["-n", "-c"],
+                    _ => &[],
+                };
+                let mut after_valued = false;
+                operands
+                    .filter(|w| {
+                        let value = std::mem::replace(&mut after_valued, valued.contains(*w));
+                        !value && !w.starts_with('-') && !w.chars().all(|c| c.is_ascii_digit())
+                    })
+                    .collect()
+            };
+            for w in operands {
+                note(&dir, w, "-e", false);
+            }
             continue;
         }
         if !matches!(name, "test" | "[" | "[[") {
@@ -875,33 +967,15 @@ fn tested_absent(
             let Some(arg) = words.get(k + 1) else {
                 continue;
             };
-            let Some(rel) = crate::contract::judges::workspace_path(arg.trim_end_matches('/'))
-            else {
-                continue;
-            };
-            let path = if dir.is_empty() {
-                rel
-            } else {
-                format!("{dir}/{rel}")
-            };
-            if path == "]" || path == "]]" || present(&path) || names_file(instruction, &path) {
-                continue;
-            }
-            let at = match tested.iter().position(|(p, _)| *p == path) {
-                Some(at) => at,
-                None => {
-                    tested.push((path, Tested::default()));
-                    tested.len() - 1
-                }
-            };
-            let t = &mut tested[at].1;
-            if k >= 2 && words[k - 1] == "!" {
-                t.negated.push(op);
-            } else {
-                t.ops.push(op);
-            }
+            note(&dir, arg, op, k >= 2 && words[k - 1] == "!");
         }
     }
+    Some(tested)
+}
+
+/// The shell that makes each tested path as its tests read it (see
+/// [`tested_absent`]).
+fn made_as_tested(tested: &[(String, Tested)]) -> Vec<(String, String)> {
     let quoted = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
     let parents: Vec<String> = tested.iter().map(|(p, _)| format!("{p}/")).collect();
     tested
@@ -1293,6 +1367,28 @@ mod tests {
         assert_eq!(paths("cd pkg && [ -e done.txt ]"), ["pkg/done.txt"]);
         assert!(paths("test 1 = 1").is_empty());
         assert!(paths("make && ./build/app").is_empty());
+        // Readers of a file fail where it is missing: each operand the
+        // project lacks is tested for (a find's starting points only; a
+        // count is no path; a workspace program named like a reader is
+        // not one).
+        assert_eq!(
+            paths("python3 -c 'import calc' && ls done.txt"),
+            ["done.txt"]
+        );
+        assert_eq!(
+            paths("cat out/r.txt > /dev/null && head -n 5 calc.py && stat -c %s s.bin"),
+            ["out/r.txt", "s.bin"]
+        );
+        assert_eq!(
+            paths("find build -name '*.o' | grep -q . && diff a.txt b.txt"),
+            ["build", "a.txt", "b.txt"]
+        );
+        assert_eq!(
+            how("[ -e out/x ] && ls out/x", "out/x"),
+            "mkdir -p -- \"$(dirname -- 'out/x')\" && : > 'out/x'"
+        );
+        assert!(paths("./ls done.txt && bin/cat x.txt").is_empty());
+        assert!(paths("ls done.txt && [ ! -e done.txt ]").is_empty());
         // What the instruction asks for may be the work itself.
         assert!(
             tested_absent(
