@@ -393,20 +393,27 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
             ),
         }
     }
-    // What `< FILE` feeds (not a here-document's `<<`).
-    let bytes = r.command.as_bytes();
-    for (i, _) in r.command.match_indices('<') {
+    out.extend(fed_files(&r.command).iter().filter_map(|w| named(w)));
+    Some(out)
+}
+
+/// The words `< FILE` feeds in `command` (not a here-document's `<<`),
+/// as written.
+fn fed_files(command: &str) -> Vec<String> {
+    let bytes = command.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in command.match_indices('<') {
         if bytes.get(i + 1) == Some(&b'<') || (i > 0 && bytes[i - 1] == b'<') {
             continue;
         }
-        let rest = r.command[i + 1..].trim_start();
+        let rest = command[i + 1..].trim_start();
         let word: String = rest
             .chars()
             .take_while(|c| !c.is_whitespace() && !";|&<>()`\"'".contains(*c))
             .collect();
-        out.extend(named(&word));
+        out.push(word);
     }
-    Some(out)
+    out
 }
 
 /// Whether the instruction asks for `path`: it names the path or the
@@ -825,7 +832,7 @@ fn names_file(instruction: &str, path: &str) -> bool {
     let file = p.rsplit('/').next().unwrap_or(&p);
     instruction
         .to_lowercase()
-        .split(|c: char| c.is_whitespace() || "`'\",;:()".contains(c))
+        .split(|c: char| c.is_whitespace() || "`'\",;:()!?".contains(c))
         .map(|w| w.trim_end_matches('.'))
         .any(|w| w == p || w == file || w.ends_with(&format!("/{file}")))
 }
@@ -890,6 +897,12 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
     let mut tested: Vec<(String, Tested)> = Vec::new();
     let mut dir = String::new();
     let mut note = |dir: &str, arg: &str, op: &'static str, negated: bool| {
+        // `out//x` is `out/x`; `out/` names a directory.
+        let mut arg = arg.to_string();
+        while arg.contains("//") {
+            arg = arg.replace("//", "/");
+        }
+        let directory = arg.len() > 1 && arg.ends_with('/');
         let Some(rel) = crate::contract::judges::workspace_path(arg.trim_end_matches('/')) else {
             return;
         };
@@ -913,6 +926,9 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
             t.negated.push(op);
         } else {
             t.ops.push(op);
+            if directory {
+                t.ops.push("-d");
+            }
         }
     };
     for c in &loop_tools::shell::parse(command).commands {
@@ -923,7 +939,8 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
             dir = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
                 Some(d) if dir.is_empty() => d,
                 Some(d) => format!("{dir}/{d}"),
-                None => return None,
+                // Where it goes is not known: what follows is not read.
+                None => break,
             };
             continue;
         }
@@ -951,8 +968,9 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
                     })
                     .collect()
             };
+            // Made with a line in it: what it holds is anything.
             for w in operands {
-                note(&dir, w, "-e", false);
+                note(&dir, w, "-s", false);
             }
             continue;
         }
@@ -968,6 +986,13 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
                 continue;
             };
             note(&dir, arg, op, k >= 2 && words[k - 1] == "!");
+        }
+    }
+    // What `< FILE` feeds is read as a reader reads it (outside any `cd`
+    // when the line has none).
+    if dir.is_empty() {
+        for w in fed_files(command) {
+            note("", &w, "-s", false);
         }
     }
     Some(tested)
@@ -1007,7 +1032,10 @@ fn made_as_tested(tested: &[(String, Tested)]) -> Vec<(String, String)> {
             } else if link {
                 format!("{parent} && ln -s -- made {q}")
             } else if has("-p") {
-                format!("{parent} && mkfifo -- {q}")
+                // A writer that opens it and closes it: a reader of the
+                // pipe reads its end rather than waiting for the check's
+                // deadline (what is left is ended with the check).
+                format!("{parent} && mkfifo -- {q} && {{ : > {q} & }}")
             } else {
                 let body = if has("-s") { "echo made" } else { ":" };
                 let exec = if has("-x") {
@@ -1052,11 +1080,9 @@ pub fn existence_probe(
                 continue;
             }
             let makes: Vec<&str> = made.iter().map(|(_, m)| m.as_str()).collect();
-            r.command = format!(
-                "{{ {}; }} >/dev/null 2>&1 || exit 97\n{}",
-                makes.join(" && "),
-                r.command
-            );
+            // Each made on its own: one that cannot be (a path under a
+            // file) leaves the others made, and is simply missing.
+            r.command = format!("{{ {}; }} >/dev/null 2>&1\n{}", makes.join("; "), r.command);
             for (p, _) in made {
                 if !paths.contains(&p) {
                     paths.push(p);
@@ -1383,12 +1409,33 @@ mod tests {
             paths("find build -name '*.o' | grep -q . && diff a.txt b.txt"),
             ["build", "a.txt", "b.txt"]
         );
+        // A reader's file is made with a line in it (what it holds is
+        // anything); `out/` is a directory; `a//b` is `a/b`; what `<` feeds
+        // is read; a pipe gets a writer, so a reader of it ends.
         assert_eq!(
             how("[ -e out/x ] && ls out/x", "out/x"),
-            "mkdir -p -- \"$(dirname -- 'out/x')\" && : > 'out/x'"
+            "mkdir -p -- \"$(dirname -- 'out/x')\" && echo made > 'out/x'"
         );
+        assert_eq!(how("ls out/ && du -s b/", "out"), "mkdir -p -- 'out'");
+        assert_eq!(how("[ -e out/ ]", "out"), "mkdir -p -- 'out'");
+        assert!(paths("[ -f out/ ]").is_empty());
+        assert_eq!(paths("ls out//done.txt"), ["out/done.txt"]);
+        assert_eq!(
+            paths(": < done.txt && wc -c < n.txt"),
+            ["done.txt", "n.txt"]
+        );
+        assert!(paths("cat <<EOF\nx\nEOF").is_empty());
+        assert!(
+            how("[ -p p ] && cat p", "p").ends_with("mkfifo -- 'p' && { : > 'p' & }"),
+            "{:?}",
+            made("[ -p p ] && cat p")
+        );
+        // A `cd` to where the line does not say: what follows is not read.
+        assert_eq!(paths("ls a.txt && cd \"$D\" && ls b.txt"), ["a.txt"]);
         assert!(paths("./ls done.txt && bin/cat x.txt").is_empty());
         assert!(paths("ls done.txt && [ ! -e done.txt ]").is_empty());
+        // An instruction's word ends at `!` or `?` too.
+        assert!(tested_absent("ls done.txt", &present, "create done.txt!").is_empty());
         // What the instruction asks for may be the work itself.
         assert!(
             tested_absent(
@@ -1425,7 +1472,8 @@ mod tests {
             panic!()
         };
         assert!(
-            r.command.ends_with("|| exit 97\nmake && [ -e done.txt ]"),
+            r.command
+                .ends_with("} >/dev/null 2>&1\nmake && [ -e done.txt ]"),
             "{}",
             r.command
         );
