@@ -293,6 +293,10 @@ impl Entry {
     fn settle(&mut self, wait: Duration) {
         if let Some(c) = self.chain.as_mut() {
             c.settle(&self.ns.zygote, wait);
+            // None was made (its clone failed): another may be asked for.
+            if c.sock.is_none() && c.init <= 0 {
+                self.chain = None;
+            }
         }
     }
 

@@ -36,6 +36,8 @@ pub struct Parsed {
     written: Vec<String>,
     /// The line writes to a path it computes (`> "$TMPDIR/s.sh"`).
     writes_computed: bool,
+    /// Files the line reads by a `< FILE` redirection (literal paths).
+    fed: Vec<String>,
     /// Programs at computed paths shells and interpreters are given.
     computed_programs: Vec<String>,
     /// The `sh -c`/`eval` string being read is run with its standard input
@@ -57,6 +59,12 @@ impl Parsed {
     /// `make -f` are given to run (literal paths), with who runs them.
     pub fn programs(&self) -> &[(String, String)] {
         &self.programs
+    }
+
+    /// Files the line feeds a command by `< FILE` (literal paths; not a
+    /// here-document, a process substitution, `<&` or `<>`).
+    pub fn fed(&self) -> &[String] {
+        &self.fed
     }
 }
 
@@ -161,16 +169,23 @@ fn walk(n: Node<'_>, src: &str, depth: usize, out: &mut Parsed) {
     match n.kind() {
         "command" => command(n, src, depth, out),
         "file_redirect" => {
-            // `> f`, `>> f`, `>| f`, `&> f`: a file this line writes.
-            let writes = {
+            // `> f`, `>> f`, `>| f`, `&> f`: a file this line writes;
+            // `< f` (and `2< f`), one it reads.
+            let (writes, reads) = {
                 let mut c = n.walk();
-                n.children(&mut c)
-                    .any(|k| !k.is_named() && text(k, src).contains('>'))
+                let ops: Vec<&str> = n
+                    .children(&mut c)
+                    .filter(|k| !k.is_named())
+                    .map(|k| text(k, src))
+                    .collect();
+                (ops.iter().any(|op| op.contains('>')), ops.contains(&"<"))
             };
-            if writes && let Some(dest) = n.child_by_field_name("destination") {
-                match literal(dest, src) {
-                    Some(path) => out.written.push(path),
-                    None => out.writes_computed = true,
+            if let Some(dest) = n.child_by_field_name("destination") {
+                match (writes, literal(dest, src)) {
+                    (true, Some(path)) => out.written.push(path),
+                    (true, None) => out.writes_computed = true,
+                    (false, Some(path)) if reads => out.fed.push(path),
+                    _ => {}
                 }
             }
         }

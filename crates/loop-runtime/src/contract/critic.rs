@@ -393,27 +393,9 @@ fn files_read(check: &Check) -> Option<Vec<String>> {
             ),
         }
     }
-    out.extend(fed_files(&r.command).iter().filter_map(|w| named(w)));
+    // What `< FILE` feeds (not a here-document's `<<`).
+    out.extend(parsed.fed().iter().filter_map(|w| named(w)));
     Some(out)
-}
-
-/// The words `< FILE` feeds in `command` (not a here-document's `<<`),
-/// as written.
-fn fed_files(command: &str) -> Vec<String> {
-    let bytes = command.as_bytes();
-    let mut out = Vec::new();
-    for (i, _) in command.match_indices('<') {
-        if bytes.get(i + 1) == Some(&b'<') || (i > 0 && bytes[i - 1] == b'<') {
-            continue;
-        }
-        let rest = command[i + 1..].trim_start();
-        let word: String = rest
-            .chars()
-            .take_while(|c| !c.is_whitespace() && !";|&<>()`\"'".contains(*c))
-            .collect();
-        out.push(word);
-    }
-    out
 }
 
 /// Whether the instruction asks for `path`: it names the path or the
@@ -846,8 +828,9 @@ const MADE_TESTS: &[&str] = &[
 
 /// Commands that read the files they are given and fail where one is
 /// missing (`ls out.txt`, `cat done.txt > /dev/null`, `stat f`, `diff a
-/// b`, `find build -name x` (its starting points)): each operand the
-/// untouched project lacks is an existence test (`-e`) for the probe.
+/// b`, `find build -name x` (its starting points); `readlink` and
+/// `realpath` with `-e` or `-f`): each operand the untouched project
+/// lacks is tested for, and made with a line in it, by the probe.
 const EXISTENCE_READERS: &[&str] = &[
     "ls",
     "stat",
@@ -855,7 +838,6 @@ const EXISTENCE_READERS: &[&str] = &[
     "head",
     "tail",
     "wc",
-    "file",
     "du",
     "readlink",
     "realpath",
@@ -883,17 +865,17 @@ fn tested_absent(
     present: &dyn Fn(&str) -> bool,
     instruction: &str,
 ) -> Vec<(String, String)> {
-    let Some(tested) = tests_of_paths(command, &|path| {
+    let tested = tests_of_paths(command, &|path| {
         path == "]" || path == "]]" || present(path) || names_file(instruction, path)
-    }) else {
-        return Vec::new();
-    };
+    });
     made_as_tested(&tested)
 }
 
 /// The tests `command` makes of paths (`skip` leaves a path out): each
-/// path and how it is tested; `None` where a `cd` leaves the workspace.
-fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(String, Tested)>> {
+/// path and how it is tested, up to a `cd` to a place the line does not
+/// say.
+fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Vec<(String, Tested)> {
+    let parsed = loop_tools::shell::parse(command);
     let mut tested: Vec<(String, Tested)> = Vec::new();
     let mut dir = String::new();
     let mut note = |dir: &str, arg: &str, op: &'static str, negated: bool| {
@@ -931,10 +913,14 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
             }
         }
     };
-    for c in &loop_tools::shell::parse(command).commands {
+    let mut moved = false;
+    for c in &parsed.commands {
         let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
         let Some(first) = words.first() else { continue };
         let name = first.rsplit('/').next().unwrap_or(first);
+        if name == "cd" {
+            moved = true;
+        }
         if name == "cd" && words.len() == 2 {
             dir = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
                 Some(d) if dir.is_empty() => d,
@@ -988,14 +974,14 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Option<Vec<(Str
             note(&dir, arg, op, k >= 2 && words[k - 1] == "!");
         }
     }
-    // What `< FILE` feeds is read as a reader reads it (outside any `cd`
-    // when the line has none).
-    if dir.is_empty() {
-        for w in fed_files(command) {
-            note("", &w, "-s", false);
+    // What `< FILE` feeds is read as a reader reads it (where the line
+    // has no `cd`: which directory it is read in is not known otherwise).
+    if !moved {
+        for w in parsed.fed() {
+            note("", w, "-s", false);
         }
     }
-    Some(tested)
+    tested
 }
 
 /// The shell that makes each tested path as its tests read it (see
@@ -1118,7 +1104,7 @@ pub fn judge_existence(
             (fails_now && passes).then(|| {
                 let named: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
                 format!(
-                    "criterion `{}` passes on the untouched project once {} merely exist(s) (made there, empty unless a check asks for content): its checks prove that a file was made, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
+                    "criterion `{}` passes on the untouched project once {} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it): its checks prove that a file was made, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
                     c.id,
                     named.join(", ")
                 )
@@ -1421,10 +1407,13 @@ mod tests {
         assert!(paths("[ -f out/ ]").is_empty());
         assert_eq!(paths("ls out//done.txt"), ["out/done.txt"]);
         assert_eq!(
-            paths(": < done.txt && wc -c < n.txt"),
+            paths(": < done.txt && wc -c < \"n.txt\""),
             ["done.txt", "n.txt"]
         );
         assert!(paths("cat <<EOF\nx\nEOF").is_empty());
+        // A `<` that feeds no file is none.
+        assert!(paths("[[ a < b.txt ]] && (( 1 < 10 )) && grep -q '<title>' calc.py").is_empty());
+        assert!(paths("cd sub && wc -c < n.txt").is_empty());
         assert!(
             how("[ -p p ] && cat p", "p").ends_with("mkfifo -- 'p' && { : > 'p' & }"),
             "{:?}",
@@ -1464,6 +1453,21 @@ mod tests {
             "t",
         )
         .unwrap();
+        // Each path is made on its own: one that cannot be spares no other.
+        let two = Contract::from_yaml(
+            "instruction: fix add\ncriteria:\n  - id: a\n    text: a\n    checks:\n      - run: \"ls calc.py/x done.txt\"\n",
+            "t",
+        )
+        .unwrap();
+        let (probe2, _) = existence_probe(&two, &present).unwrap();
+        let Check::Run(r2) = &probe2.criteria[0].checks[0] else {
+            panic!()
+        };
+        assert!(
+            r2.command.starts_with("{ mkdir -p -- \"$(dirname -- 'calc.py/x')\" && echo made > 'calc.py/x'; mkdir -p -- \"$(dirname -- 'done.txt')\" && echo made > 'done.txt'; }"),
+            "{}",
+            r2.command
+        );
         let (probe, probed) = existence_probe(&c, &present).unwrap();
         assert_eq!(probed, vec![(0, vec!["done.txt".to_string()])]);
         assert_eq!(probe.criteria.len(), 1);
