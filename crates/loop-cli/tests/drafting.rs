@@ -575,6 +575,20 @@ fn a_draft_whose_reader_passes_once_a_file_merely_exists_is_rejected() {
     );
 }
 
+/// Not only readers: a drafted check passes on the untouched project once
+/// files exist when any command finds them there (`grep -c .`, a name in
+/// code given to Python): rejected by name; the honest check, whose
+/// command reads a file the project has, is accepted.
+#[test]
+fn a_draft_whose_check_passes_once_any_command_finds_a_file_is_rejected() {
+    lazy_then_honest_draft(
+        "draft-any-command",
+        "python3 -c 'import calc' && grep -c . out/done.txt && python3 -c \"import os; assert os.path.exists('out/log.txt')\"",
+        "python3 -m unittest -v test_calc && grep -q def calc.py",
+        "`out/done.txt`, `out/log.txt`",
+    );
+}
+
 /// A draft whose first proposal is `lazy` (rejected: it passes on the
 /// untouched project once `made` merely exist) and whose second is
 /// `honest` (accepted: the task runs to verified).

@@ -930,37 +930,15 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Vec<(String, Te
             };
             continue;
         }
-        // A reader named by a relative path is a program of the
-        // workspace's, not the reader.
-        if EXISTENCE_READERS.contains(&name) && (first.starts_with('/') || *first == name) {
-            let operands = words[1..].iter().filter(|w| !w.is_empty());
-            let operands: Vec<&&str> = if name == "find" {
-                operands
-                    .take_while(|w| !w.starts_with('-') && !matches!(**w, "(" | "!"))
-                    .collect()
-            } else {
-                // The value of an option that takes one (`stat -c %s`,
-                // `head -n 5`) is no operand.
-                let valued: &[&str] = match name {
-                    "stat" => &["-c", "--format", "--printf"],
-                    "head" | "tail" => &["-n", "-c"],
-                    _ => &[],
-                };
-                let mut after_valued = false;
-                operands
-                    .filter(|w| {
-                        let value = std::mem::replace(&mut after_valued, valued.contains(*w));
-                        !value && !w.starts_with('-') && !w.chars().all(|c| c.is_ascii_digit())
-                    })
-                    .collect()
-            };
-            // Made with a line in it: what it holds is anything.
-            for w in operands {
-                note(&dir, w, "-s", false);
-            }
-            continue;
-        }
         if !matches!(name, "test" | "[" | "[[") {
+            // A program named by a relative path is the workspace's own
+            // (`./ls`), not the reader of that name.
+            if first.starts_with('/') || *first == name {
+                // Made with a line in it: what it holds is anything.
+                for w in operands_read(name, &words) {
+                    note(&dir, &w, "-s", false);
+                }
+            }
             continue;
         }
         for (k, w) in words.iter().enumerate().skip(1) {
@@ -982,6 +960,102 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Vec<(String, Te
         }
     }
     tested
+}
+
+/// The files a command (`name`, its `words`) reads that a probe makes
+/// with a line in it:
+/// - a reader's operands ([`EXISTENCE_READERS`]: not an option's value,
+///   `stat -c %s`, `head -n 5`; a `find`'s starting points, and what its
+///   `-name` or `-path` names literally, under the first of them);
+/// - any other command's operands that name a file ([`names_a_file`]:
+///   `grep -c . done.txt`, `sort out.txt`, `sed -n p log.txt`, `ls |
+///   grep -q done.txt`), and the quoted file names in code it is given
+///   (`python3 -c "assert os.path.exists('done.txt')"`).
+///
+/// A check that passes once these merely exist proves that a file was
+/// made, whatever the command.
+fn operands_read(name: &str, words: &[&str]) -> Vec<String> {
+    let operands = words[1..].iter().filter(|w| !w.is_empty());
+    if name == "find" {
+        let starts: Vec<&&str> = operands
+            .take_while(|w| !w.starts_with('-') && !matches!(**w, "(" | "!"))
+            .collect();
+        let under = starts
+            .first()
+            .map(|s| s.trim_end_matches('/'))
+            .filter(|s| !matches!(*s, "" | "."));
+        let mut out: Vec<String> = starts
+            .iter()
+            .filter(|s| !matches!(s.trim_end_matches('/'), "" | "."))
+            .map(|s| s.to_string())
+            .collect();
+        for pair in words.windows(2) {
+            let literal = !pair[1].is_empty() && !pair[1].contains(['*', '?', '[', '\\']);
+            match pair[0] {
+                "-name" | "-iname" if literal && !pair[1].contains('/') => out.push(match under {
+                    Some(u) => format!("{u}/{}", pair[1]),
+                    None => pair[1].to_string(),
+                }),
+                "-path" | "-wholename" if literal => out.push(pair[1].to_string()),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    if EXISTENCE_READERS.contains(&name) {
+        // The value of an option that takes one (`stat -c %s`,
+        // `head -n 5`) is no operand.
+        let valued: &[&str] = match name {
+            "stat" => &["-c", "--format", "--printf"],
+            "head" | "tail" => &["-n", "-c"],
+            _ => &[],
+        };
+        let mut after_valued = false;
+        return operands
+            .filter(|w| {
+                let value = std::mem::replace(&mut after_valued, valued.contains(*w));
+                !value && !w.starts_with('-') && !w.chars().all(|c| c.is_ascii_digit())
+            })
+            .map(|w| w.to_string())
+            .collect();
+    }
+    let mut out = Vec::new();
+    for w in operands {
+        if names_a_file(w) {
+            out.push(w.to_string());
+            continue;
+        }
+        // Code given to an interpreter: the file names quoted in it.
+        for quote in ['\'', '"'] {
+            out.extend(
+                w.split(quote)
+                    .skip(1)
+                    .step_by(2)
+                    .filter(|s| names_a_file(s))
+                    .map(str::to_string),
+            );
+        }
+    }
+    out
+}
+
+/// Whether a literal word, given to a command that is no reader, names
+/// a file in the workspace: a relative path, its last part holding a `.`
+/// (`done.txt`, `out/r.json`, `.env`) or under a directory (`build/app`);
+/// no option, number, directory (`out/`), pattern, URL, assignment or
+/// code (a word with a space, a quote or a shell, glob or code sign).
+fn names_a_file(w: &str) -> bool {
+    let Some(rel) = crate::contract::judges::workspace_path(w) else {
+        return false;
+    };
+    let last = rel.rsplit('/').next().unwrap_or(&rel);
+    !w.ends_with('/')
+        && !matches!(last, "" | "." | "..")
+        && !w
+            .chars()
+            .any(|c| c.is_whitespace() || "=:;,(){}[]<>|&*?$\\'\"#%@!~^`".contains(c))
+        && !w.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && (last.contains('.') || rel.contains('/'))
 }
 
 /// The shell that makes each tested path as its tests read it (see
@@ -1419,6 +1493,41 @@ mod tests {
             "{:?}",
             made("[ -p p ] && cat p")
         );
+        // Any other command's operand that names a file is made too, and
+        // so is a file named in quotes in code it is given: a check that
+        // passes once these merely exist proves a file was made.
+        assert_eq!(paths("grep -c . done.txt"), ["done.txt"]);
+        assert_eq!(
+            paths("sort out.txt | uniq | grep -q . && sed -n p log/run.log | grep -q ."),
+            ["out.txt", "log/run.log"]
+        );
+        assert_eq!(paths("ls | grep -qx done.txt"), ["done.txt"]);
+        assert_eq!(paths("find . -name done.txt | grep -q ."), ["done.txt"]);
+        assert_eq!(
+            paths("find out/ -iname r.json -o -path ./logs/a.log | grep -q ."),
+            ["out/", "out/r.json", "./logs/a.log"]
+                .map(|p| p.trim_start_matches("./").trim_end_matches('/'))
+        );
+        assert_eq!(
+            paths("python3 -c \"import os; assert os.path.exists('out/done.txt')\""),
+            ["out/done.txt"]
+        );
+        assert_eq!(
+            paths("node -e 'require(\"fs\").statSync(\"r.json\")' && timeout 5 wc -l build/app"),
+            ["r.json", "build/app"]
+        );
+        // No file: an option, a pattern, a number, a version, a URL, a
+        // directory, a present file, code without a quoted name, a glob;
+        // a workspace program's operands are its own.
+        for line in [
+            "python3 -m pytest -q -k test_add tests/",
+            "grep -q 'def add' calc.py && echo 3.14",
+            "pip install requests==2.31 && curl -s http://127.0.0.1:8000/x.json",
+            "python3 -c 'import calc; print(calc.add(1, 2))'",
+            "find . -name '*.pyc' | grep -q . && ./gen out.txt",
+        ] {
+            assert!(paths(line).is_empty(), "{line}: {:?}", paths(line));
+        }
         // A `cd` to where the line does not say: what follows is not read.
         assert_eq!(paths("ls a.txt && cd \"$D\" && ls b.txt"), ["a.txt"]);
         assert!(paths("./ls done.txt && bin/cat x.txt").is_empty());
