@@ -593,6 +593,20 @@ fn a_draft_whose_check_passes_once_any_command_finds_a_file_is_rejected() {
 /// untouched project once `made` merely exist) and whose second is
 /// `honest` (accepted: the task runs to verified).
 fn lazy_then_honest_draft(dir: &str, lazy: &str, honest: &str, made: &str) {
+    lazy_then_honest(
+        dir,
+        lazy,
+        honest,
+        &format!(
+            "criterion `fixed` passes on the untouched project once {made} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it): its checks prove that a file was made, not that the work was done"
+        ),
+    );
+}
+
+/// A draft whose first proposal is `lazy` (rejected, the critic saying
+/// `why`) and whose second is `honest` (accepted: the task runs to
+/// verified).
+fn lazy_then_honest(dir: &str, lazy: &str, honest: &str, why: &str) {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(dir);
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
@@ -606,18 +620,27 @@ fn lazy_then_honest_draft(dir: &str, lazy: &str, honest: &str, made: &str) {
     let out = run(&base, &project, &script, &["--accept-contract"]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
-    assert!(
-        said.contains(&format!(
-            "criterion `fixed` passes on the untouched project once {made} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it): its checks prove that a file was made, not that the work was done"
-        )),
-        "{said}"
-    );
+    assert!(said.contains(why), "{said}");
     let (_, line) = receipt_and_provenance(&base, &out);
     assert!(
         line.contains("accepted by the critic after 2 proposal(s)"),
         "{line}"
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A drafted check that passes once anything in the project changed (git's
+/// view of the worktree: a model adding a comment would pass it) is
+/// rejected by name; an honest check that also reads git's view (the test
+/// file left as it was) is accepted and verifies.
+#[test]
+fn a_draft_whose_check_passes_once_anything_changed_is_rejected() {
+    lazy_then_honest(
+        "draft-any-change",
+        "test -n \"$(git status --porcelain)\" && ! git diff --quiet -- calc.py",
+        "python3 -m unittest -v test_calc && git diff --quiet -- test_calc.py",
+        "criterion `fixed` passes on the untouched project once the project's files merely change (a line added to each file git tracks, and a new file made): its checks prove that something changed, not that the work was done",
+    );
 }
 
 #[test]

@@ -1110,18 +1110,62 @@ fn made_as_tested(tested: &[(String, Tested)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Which criteria pass once the paths their checks test for merely exist.
-/// The probe: each `run` check of a change criterion (not a guard) that
-/// tests for paths the untouched project lacks ([`tested_absent`]), made
-/// to run after those paths are made there, its criterion's other checks
-/// as they are; run on the untouched project (a check's view is its own,
-/// so nothing is left behind). `None` when no check tests for such a path.
-/// With the probe: for each criterion changed, its index and the paths.
-#[allow(clippy::type_complexity)]
+/// Commands whose verdict can come from a change to the project's files
+/// alone, whatever it is: git's view of the worktree (`git diff --quiet`,
+/// `git status --porcelain`, `git diff --name-only | grep -q calc.py`),
+/// comparisons with a copy (`! cmp -s calc.py orig/calc.py`, `diff`) and
+/// checksums (`! sha256sum -c sums.txt`).
+const CHANGE_READERS: &[&str] = &[
+    "git",
+    "cmp",
+    "diff",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "b2sum",
+    "cksum",
+];
+
+/// The shell that changes the untouched project for the change probe: a
+/// line added to each regular file git tracks, and a new file.
+const CHANGE_EVERYTHING: &str = "git ls-files | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then echo made >> \"$f\"; fi; done; echo made > loop-probe-change.txt";
+
+/// Whether `command` runs one of [`CHANGE_READERS`] (named by its bare
+/// name or an absolute path, not a workspace program).
+fn reads_change(command: &str) -> bool {
+    loop_tools::shell::parse(command).commands.iter().any(|c| {
+        c.first().cloned().flatten().is_some_and(|w| {
+            let name = w.rsplit('/').next().unwrap_or(&w);
+            CHANGE_READERS.contains(&name) && (w.starts_with('/') || w == name)
+        })
+    })
+}
+
+/// One criterion the probe (see [`existence_probe`]) runs changed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Probed {
+    /// Its index in the contract.
+    pub criterion: usize,
+    /// The paths made for its checks.
+    pub paths: Vec<String>,
+    /// Whether its checks ran after every file git tracks was changed.
+    pub changed: bool,
+}
+
+/// Which criteria pass once the paths their checks test for merely exist,
+/// or once anything in the project changed. The probe: each `run` check
+/// of a change criterion (not a guard) that tests for paths the untouched
+/// project lacks ([`tested_absent`]), made to run after those paths are
+/// made there, and each that reads git's view of the worktree, compares
+/// files or sums them ([`reads_change`]) after a line is added to each
+/// file git tracks and a new file is made; its criterion's other checks as
+/// they are; run on the untouched project (a check's view is its own, so
+/// nothing is left behind). `None` when no check is changed.
 pub fn existence_probe(
     contract: &Contract,
     present: &dyn Fn(&str) -> bool,
-) -> Option<(Contract, Vec<(usize, Vec<String>)>)> {
+) -> Option<(Contract, Vec<Probed>)> {
     let mut probe = contract.clone();
     probe.criteria.clear();
     let mut probed = Vec::new();
@@ -1133,15 +1177,21 @@ pub fn existence_probe(
     {
         let mut changed = c.clone();
         let mut paths: Vec<String> = Vec::new();
+        let mut touched = false;
         for k in changed.checks.iter_mut() {
             let Check::Run(r) = k else { continue };
             let made = tested_absent(&r.command, present, &contract.instruction);
-            if made.is_empty() {
+            let change = reads_change(&r.command);
+            if made.is_empty() && !change {
                 continue;
             }
-            let makes: Vec<&str> = made.iter().map(|(_, m)| m.as_str()).collect();
             // Each made on its own: one that cannot be (a path under a
             // file) leaves the others made, and is simply missing.
+            let mut makes: Vec<&str> = made.iter().map(|(_, m)| m.as_str()).collect();
+            if change {
+                makes.push(CHANGE_EVERYTHING);
+                touched = true;
+            }
             r.command = format!("{{ {}; }} >/dev/null 2>&1\n{}", makes.join("; "), r.command);
             for (p, _) in made {
                 if !paths.contains(&p) {
@@ -1149,9 +1199,13 @@ pub fn existence_probe(
                 }
             }
         }
-        if !paths.is_empty() {
+        if !paths.is_empty() || touched {
             probe.criteria.push(changed);
-            probed.push((ci, paths));
+            probed.push(Probed {
+                criterion: ci,
+                paths,
+                changed: touched,
+            });
         }
     }
     (!probed.is_empty()).then_some((probe, probed))
@@ -1159,28 +1213,41 @@ pub fn existence_probe(
 
 /// The criteria of `contract` the probe's `report` (see
 /// [`existence_probe`]) says pass once the paths their checks test for
-/// merely exist, among those `failing` now (`None`: every one probed):
-/// each proves that a file was made, not that the work was done.
+/// merely exist, or once anything changed, among those `failing` now
+/// (`None`: every one probed): each proves that a file was made or
+/// changed, not that the work was done.
 pub fn judge_existence(
     contract: &Contract,
-    probed: &[(usize, Vec<String>)],
+    probed: &[Probed],
     report: &VerificationReport,
     failing: Option<&VerificationReport>,
 ) -> Vec<String> {
     probed
         .iter()
-        .filter_map(|(ci, paths)| {
-            let c = contract.criteria.get(*ci)?;
+        .filter_map(|p| {
+            let c = contract.criteria.get(p.criterion)?;
             let fails_now = failing.is_none_or(|b| {
                 b.criteria.iter().any(|e| e.id == c.id && !e.passed)
             });
             let passes = report.criteria.iter().any(|e| e.id == c.id && e.passed);
             (fails_now && passes).then(|| {
-                let named: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
-                format!(
-                    "criterion `{}` passes on the untouched project once {} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it): its checks prove that a file was made, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
-                    c.id,
+                let named: Vec<String> = p.paths.iter().map(|p| format!("`{p}`")).collect();
+                let exist = format!(
+                    "{} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it)",
                     named.join(", ")
+                );
+                let change = "the project's files merely change (a line added to each file git tracks, and a new file made)";
+                let (once, what) = match (p.paths.is_empty(), p.changed) {
+                    (false, false) => (exist, "that a file was made"),
+                    (true, _) => (change.to_string(), "that something changed"),
+                    (false, true) => (
+                        format!("{exist} and {change}"),
+                        "that a file was made or something changed",
+                    ),
+                };
+                format!(
+                    "criterion `{}` passes on the untouched project once {once}: its checks prove {what}, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
+                    c.id
                 )
             })
         })
@@ -1578,7 +1645,14 @@ mod tests {
             r2.command
         );
         let (probe, probed) = existence_probe(&c, &present).unwrap();
-        assert_eq!(probed, vec![(0, vec!["done.txt".to_string()])]);
+        assert_eq!(
+            probed,
+            vec![Probed {
+                criterion: 0,
+                paths: vec!["done.txt".to_string()],
+                changed: false
+            }]
+        );
         assert_eq!(probe.criteria.len(), 1);
         assert_eq!(probe.criteria[0].checks.len(), 2);
         let Check::Run(r) = &probe.criteria[0].checks[0] else {
@@ -1589,6 +1663,56 @@ mod tests {
                 .ends_with("} >/dev/null 2>&1\nmake && [ -e done.txt ]"),
             "{}",
             r.command
+        );
+    }
+
+    /// A check that reads git's view of the worktree, compares files or
+    /// sums them is run once more after every file git tracks is changed
+    /// (and a new file made); other checks are not.
+    #[test]
+    fn checks_that_read_a_change_are_run_after_everything_changed() {
+        for line in [
+            "test -n \"$(git status --porcelain)\"",
+            "! git diff --quiet",
+            "git diff --name-only | grep -q calc.py",
+            "/usr/bin/git status -s | grep -q .",
+            "! cmp -s calc.py orig/calc.py",
+            "! sha256sum -c sums.txt",
+            "python3 -m unittest && diff <(python3 calc.py) expected.txt",
+        ] {
+            assert!(reads_change(line), "{line}");
+        }
+        for line in [
+            "python3 -m unittest",
+            "./git status",
+            "grep -q git README.md",
+            "make diff",
+        ] {
+            assert!(!reads_change(line), "{line}");
+        }
+        let present = |p: &str| p == "calc.py";
+        let c = Contract::from_yaml(
+            "instruction: fix add\ncriteria:\n  - id: a\n    text: a\n    checks:\n      - run: python3 -m unittest\n      - run: \"! git diff --quiet\"\n  - id: b\n    text: b\n    checks:\n      - run: python3 -m unittest\n",
+            "t",
+        )
+        .unwrap();
+        let (probe, probed) = existence_probe(&c, &present).unwrap();
+        assert_eq!(
+            probed,
+            vec![Probed {
+                criterion: 0,
+                paths: vec![],
+                changed: true
+            }]
+        );
+        let run = |k: &Check| match k {
+            Check::Run(r) => r.command.clone(),
+            _ => panic!(),
+        };
+        assert_eq!(run(&probe.criteria[0].checks[0]), "python3 -m unittest");
+        assert_eq!(
+            run(&probe.criteria[0].checks[1]),
+            format!("{{ {CHANGE_EVERYTHING}; }} >/dev/null 2>&1\n! git diff --quiet")
         );
     }
 
