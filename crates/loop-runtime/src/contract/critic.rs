@@ -914,20 +914,33 @@ fn tests_of_paths(command: &str, skip: &dyn Fn(&str) -> bool) -> Vec<(String, Te
         }
     };
     let mut moved = false;
+    let mut pushed: Vec<String> = Vec::new();
     for c in &parsed.commands {
         let words: Vec<&str> = c.iter().map(|w| w.as_deref().unwrap_or("")).collect();
         let Some(first) = words.first() else { continue };
         let name = first.rsplit('/').next().unwrap_or(first);
-        if name == "cd" {
+        if matches!(name, "cd" | "pushd" | "popd") {
             moved = true;
         }
-        if name == "cd" && words.len() == 2 {
-            dir = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
+        if name == "popd" {
+            // Back where the `pushd` was (or where is not known).
+            match pushed.pop() {
+                Some(d) => dir = d,
+                None => break,
+            }
+            continue;
+        }
+        if matches!(name, "cd" | "pushd") && words.len() == 2 {
+            let to = match crate::contract::judges::workspace_path(words[1].trim_end_matches('/')) {
                 Some(d) if dir.is_empty() => d,
                 Some(d) => format!("{dir}/{d}"),
                 // Where it goes is not known: what follows is not read.
                 None => break,
             };
+            if name == "pushd" {
+                pushed.push(std::mem::take(&mut dir));
+            }
+            dir = to;
             continue;
         }
         if !matches!(name, "test" | "[" | "[[") {
@@ -1019,22 +1032,107 @@ fn operands_read(name: &str, words: &[&str]) -> Vec<String> {
             .map(|w| w.to_string())
             .collect();
     }
+    if matches!(name, "grep" | "egrep" | "fgrep") {
+        return grep_files(&words[1..]);
+    }
     let mut out = Vec::new();
+    let mut after_m = false;
     for w in operands {
+        // A module (`python3 -m json.tool`) is no file.
+        if std::mem::replace(&mut after_m, *w == "-m") {
+            continue;
+        }
+        // An option's value given with it (`--input=done.txt`).
+        let w = match w.split_once('=') {
+            Some((opt, value)) if opt.starts_with("--") => value,
+            _ => w,
+        };
         if names_a_file(w) {
             out.push(w.to_string());
             continue;
         }
         // Code given to an interpreter: the file names quoted in it.
-        for quote in ['\'', '"'] {
-            out.extend(
-                w.split(quote)
-                    .skip(1)
-                    .step_by(2)
-                    .filter(|s| names_a_file(s))
-                    .map(str::to_string),
-            );
+        out.extend(
+            quoted(w)
+                .into_iter()
+                .filter(|s| names_a_file(s))
+                .map(str::to_string),
+        );
+    }
+    out
+}
+
+/// The files `grep` is given (its `args`): every operand after the
+/// pattern (the first operand, unless `-e` or `-f` gave it), whatever its
+/// name (`grep -c . DONE`); not an option's value. Given none, a pattern
+/// that names a file is one: its input is searched for that name.
+fn grep_files(args: &[&str]) -> Vec<String> {
+    const VALUED: &[&str] = &[
+        "-e",
+        "-f",
+        "-m",
+        "-A",
+        "-B",
+        "-C",
+        "-d",
+        "-D",
+        "--regexp",
+        "--file",
+        "--max-count",
+        "--after-context",
+        "--before-context",
+        "--context",
+        "--label",
+    ];
+    let mut pattern_given = false;
+    let mut operands = Vec::new();
+    let mut k = 0;
+    while k < args.len() {
+        let w = args[k];
+        k += 1;
+        if w == "--" {
+            operands.extend(args[k..].iter().copied());
+            break;
         }
+        if w.starts_with('-') && w.len() > 1 {
+            if matches!(w, "-e" | "-f" | "--regexp" | "--file")
+                || w.starts_with("--regexp=")
+                || w.starts_with("--file=")
+                || (w.starts_with("-e") || w.starts_with("-f")) && !w.starts_with("--")
+            {
+                pattern_given = true;
+            }
+            if VALUED.contains(&w) {
+                k += 1;
+            }
+            continue;
+        }
+        operands.push(w);
+    }
+    // Reading its input, a pattern that names a file is a search for
+    // that name (`ls | grep -qx done.txt`).
+    if !pattern_given && operands.len() == 1 && names_a_file(operands[0]) {
+        return vec![operands[0].to_string()];
+    }
+    operands
+        .into_iter()
+        .skip(usize::from(!pattern_given))
+        .filter(|w| !w.is_empty() && *w != "-")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The string literals in `code` (`'…'` or `"…"`, each closed by its own
+/// quote, so an apostrophe inside `"don't"` opens nothing).
+fn quoted(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(open) = rest.find(['\'', '"']) {
+        let q = &rest[open..open + 1];
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(q) else { break };
+        out.push(&after[..close]);
+        rest = &after[close + 1..];
     }
     out
 }
@@ -1097,7 +1195,13 @@ fn made_as_tested(tested: &[(String, Tested)]) -> Vec<(String, String)> {
                 // deadline (what is left is ended with the check).
                 format!("{parent} && mkfifo -- {q} && {{ : > {q} & }}")
             } else {
-                let body = if has("-s") { "echo made" } else { ":" };
+                // A line that reads as what the name says where a check
+                // could ask no more of it (`jq empty r.json`: `{}`).
+                let body = match has("-s") {
+                    true if path.ends_with(".json") => "echo '{}'",
+                    true => "echo made",
+                    false => ":",
+                };
                 let exec = if has("-x") {
                     format!(" && chmod +x -- {q}")
                 } else {
@@ -1128,8 +1232,10 @@ const CHANGE_READERS: &[&str] = &[
 ];
 
 /// The shell that changes the untouched project for the change probe: a
-/// line added to each regular file git tracks, and a new file.
-const CHANGE_EVERYTHING: &str = "git ls-files | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then echo made >> \"$f\"; fi; done; echo made > loop-probe-change.txt";
+/// word added at the end of each regular file git tracks (no newline
+/// after it, so a check that every file ends with one still fails), and a
+/// new file.
+const CHANGE_EVERYTHING: &str = "git ls-files | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then printf made >> \"$f\"; fi; done; echo made > loop-probe-change.txt";
 
 /// Whether `command` runs one of [`CHANGE_READERS`] (named by its bare
 /// name or an absolute path, not a workspace program).
@@ -1158,8 +1264,8 @@ pub struct Probed {
 /// of a change criterion (not a guard) that tests for paths the untouched
 /// project lacks ([`tested_absent`]), made to run after those paths are
 /// made there, and each that reads git's view of the worktree, compares
-/// files or sums them ([`reads_change`]) after a line is added to each
-/// file git tracks and a new file is made; its criterion's other checks as
+/// files or sums them ([`reads_change`]) after a word is added at the end of
+/// each file git tracks and a new file is made; its criterion's other checks as
 /// they are; run on the untouched project (a check's view is its own, so
 /// nothing is left behind). `None` when no check is changed.
 pub fn existence_probe(
@@ -1236,7 +1342,7 @@ pub fn judge_existence(
                     "{} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it)",
                     named.join(", ")
                 );
-                let change = "the project's files merely change (a line added to each file git tracks, and a new file made)";
+                let change = "the project's files merely change (a word added at the end of each file git tracks, and a new file made)";
                 let (once, what) = match (p.paths.is_empty(), p.changed) {
                     (false, false) => (exist, "that a file was made"),
                     (true, _) => (change.to_string(), "that something changed"),
@@ -1245,8 +1351,15 @@ pub fn judge_existence(
                         "that a file was made or something changed",
                     ),
                 };
+                // A check about a file that must be missing (`python3
+                // sum.py nosuch.txt`) passes as well once it is there.
+                let missing = if p.paths.is_empty() {
+                    ""
+                } else {
+                    "; a check of what happens without a file says so (`test ! -e FILE && …`)"
+                };
                 format!(
-                    "criterion `{}` passes on the untouched project once {once}: its checks prove {what}, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for)",
+                    "criterion `{}` passes on the untouched project once {once}: its checks prove {what}, not that the work was done; add a check that fails until the work itself is done (a test of the behaviour asked for){missing}",
                     c.id
                 )
             })
@@ -1582,6 +1695,35 @@ mod tests {
         assert_eq!(
             paths("node -e 'require(\"fs\").statSync(\"r.json\")' && timeout 5 wc -l build/app"),
             ["r.json", "build/app"]
+        );
+        // grep's files whatever their names (not its pattern or an
+        // option's value); a `pushd` as a `cd`, a `popd` back; an option's
+        // value given with it; a quote inside another opens nothing; a
+        // module is no file.
+        assert_eq!(
+            paths("grep -c . DONE && grep -q -e x -m 1 LOG notes && grep -- -v NOTE"),
+            ["DONE", "LOG", "notes", "NOTE"]
+        );
+        assert_eq!(
+            paths("pushd out && grep -c . done.txt && popd && grep -c . top.txt"),
+            ["out/done.txt", "top.txt"]
+        );
+        assert_eq!(
+            paths("./gen.sh; python3 calc.py --input=in.txt"),
+            ["in.txt"]
+        );
+        assert_eq!(
+            paths(
+                "python3 -m json.tool x.json; python3 -c \"assert \\\"don't\\\" and os.path.exists('done.txt')\""
+            ),
+            ["x.json", "done.txt"]
+        );
+        assert!(how("jq empty r.json", "r.json").ends_with("echo '{}' > 'r.json'"));
+        // A check of what happens without a file, saying so, is not
+        // probed for it (the rejection's message tells a drafter how).
+        assert!(
+            paths("test ! -e nosuch.txt && python3 calc.py nosuch.txt 2>&1 | grep -qi error")
+                .is_empty()
         );
         // No file: an option, a pattern, a number, a version, a URL, a
         // directory, a present file, code without a quoted name, a glob;
