@@ -325,11 +325,17 @@ fn prepare(
             Ok(rt.submit_admitted_as(&tid, admitted, &mut loop_runtime::Quiet)?)
         })
         .await;
-        drop(permit);
+        // Its preparation is over (stored, or refused) before its place is
+        // another's: its status never says `preparing` beside the next's.
         match &r {
-            Ok(_) => started(&st, &task_id).await,
+            Ok(_) => {
+                let cancel = st.prestart.take_stored(&task_id);
+                drop(permit);
+                started(&st, &task_id, cancel).await;
+            }
             Err(e) => {
                 st.prestart.refused(&task_id, e);
+                drop(permit);
                 settle(&st, &task_id, e).await;
             }
         }
@@ -399,10 +405,9 @@ async fn still_ours(s: &AppState, id: &str) -> Option<ApiError> {
 }
 
 /// Task `id` is stored: it starts, or is cancelled at once if a person
-/// cancelled it while it was being prepared (here, or through another
-/// server, which says so in the store).
-async fn started(s: &AppState, id: &str) {
-    let mut cancel = s.prestart.take_stored(id);
+/// cancelled it while it was being prepared (`cancel`, here; or through
+/// another server, which says so in the store).
+async fn started(s: &AppState, id: &str, mut cancel: bool) {
     s.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
     if !cancel {
         let (rt, tid) = (s.runtime.clone(), id.to_string());

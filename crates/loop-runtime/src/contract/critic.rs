@@ -1217,8 +1217,9 @@ fn made_as_tested(tested: &[(String, Tested)]) -> Vec<(String, String)> {
 /// Commands whose verdict can come from a change to the project's files
 /// alone, whatever it is: git's view of the worktree (`git diff --quiet`,
 /// `git status --porcelain`, `git diff --name-only | grep -q calc.py`),
-/// comparisons with a copy (`! cmp -s calc.py orig/calc.py`, `diff`) and
-/// checksums (`! sha256sum -c sums.txt`).
+/// comparisons with a copy (`! cmp -s calc.py orig/calc.py`, `diff`),
+/// checksums (`! sha256sum -c sums.txt`) and sizes (`[ "$(wc -c <
+/// calc.py)" -ne 42 ]`, `stat -c %s`, `du`, `find -size`).
 const CHANGE_READERS: &[&str] = &[
     "git",
     "cmp",
@@ -1229,7 +1230,14 @@ const CHANGE_READERS: &[&str] = &[
     "sha512sum",
     "b2sum",
     "cksum",
+    "wc",
+    "stat",
+    "du",
+    "find",
 ];
+
+/// What code given to an interpreter reads a file's sum or size with.
+const CHANGE_IN_CODE: &[&str] = &["hashlib", "getsize", "st_size", "createHash", "statSync"];
 
 /// The shell that changes the untouched project for the change probe: a
 /// word added at the end of each regular file git tracks (no newline
@@ -1238,13 +1246,19 @@ const CHANGE_READERS: &[&str] = &[
 const CHANGE_EVERYTHING: &str = "git ls-files | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then printf made >> \"$f\"; fi; done; echo made > loop-probe-change.txt";
 
 /// Whether `command` runs one of [`CHANGE_READERS`] (named by its bare
-/// name or an absolute path, not a workspace program).
+/// name or an absolute path, not a workspace program) or gives code that
+/// sums or sizes a file ([`CHANGE_IN_CODE`]).
 fn reads_change(command: &str) -> bool {
     loop_tools::shell::parse(command).commands.iter().any(|c| {
-        c.first().cloned().flatten().is_some_and(|w| {
+        let by_name = c.first().cloned().flatten().is_some_and(|w| {
             let name = w.rsplit('/').next().unwrap_or(&w);
             CHANGE_READERS.contains(&name) && (w.starts_with('/') || w == name)
-        })
+        });
+        let in_code = c[1..]
+            .iter()
+            .flatten()
+            .any(|w| CHANGE_IN_CODE.iter().any(|m| w.contains(m)));
+        by_name || in_code
     })
 }
 
@@ -1821,6 +1835,8 @@ mod tests {
             "! cmp -s calc.py orig/calc.py",
             "! sha256sum -c sums.txt",
             "python3 -m unittest && diff <(python3 calc.py) expected.txt",
+            "[ \"$(wc -c < calc.py)\" -ne 42 ]",
+            "python3 -c \"import hashlib; print(hashlib.sha256(open('calc.py','rb').read()).hexdigest())\" | grep -vq 3f2a",
         ] {
             assert!(reads_change(line), "{line}");
         }
