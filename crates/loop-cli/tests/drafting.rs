@@ -639,7 +639,7 @@ fn a_draft_whose_check_passes_once_anything_changed_is_rejected() {
         "draft-any-change",
         "test -n \"$(git status --porcelain)\" && ! git diff --quiet -- calc.py",
         "python3 -m unittest -v test_calc && git diff --quiet -- test_calc.py",
-        "criterion `fixed` passes on the untouched project once the project's files merely change (a word added at the end of each file git tracks, and a new file made): its checks prove that something changed, not that the work was done",
+        "criterion `fixed` passes on the untouched project once the project's files merely change (a word added at the end of the files git tracks, and a new file made): its checks prove that something changed, not that the work was done",
     );
 }
 

@@ -1239,11 +1239,59 @@ const CHANGE_READERS: &[&str] = &[
 /// What code given to an interpreter reads a file's sum or size with.
 const CHANGE_IN_CODE: &[&str] = &["hashlib", "getsize", "st_size", "createHash", "statSync"];
 
-/// The shell that changes the untouched project for the change probe: a
-/// word added at the end of each regular file git tracks (no newline
-/// after it, so a check that every file ends with one still fails), and a
-/// new file.
-const CHANGE_EVERYTHING: &str = "git ls-files | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then printf made >> \"$f\"; fi; done; echo made > loop-probe-change.txt";
+/// Files git tracks that the change probe changes at most, beside those
+/// a check names.
+const CHANGED_AT_MOST: usize = 200;
+
+/// The shell that changes the untouched project for the change probe of
+/// `command`: a word added at the end of each regular file git tracks
+/// (the first [`CHANGED_AT_MOST`], and as many under each path the
+/// command names: a large project's every file would be copied for it),
+/// with no newline after it (so a check that every file ends with one
+/// still fails), and a new file.
+fn change_everything(command: &str) -> String {
+    let quote = |p: &str| format!("'{}'", p.replace('\'', "'\\''"));
+    let named: Vec<String> = named_paths(command).iter().map(|p| quote(p)).collect();
+    let under = if named.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " git ls-files -- {} | head -n {CHANGED_AT_MOST};",
+            named.join(" ")
+        )
+    };
+    format!(
+        "{{ git ls-files | head -n {CHANGED_AT_MOST};{under} }} | sort -u | while IFS= read -r f; do if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then printf made >> \"$f\"; fi; done; echo made > loop-probe-change.txt"
+    )
+}
+
+/// The workspace paths a command line names (at most 32): each word, an
+/// option's value given with it, or a string in code, that is a relative
+/// path with a `.` or a `/` in it (a directory too).
+fn named_paths(command: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let parsed = loop_tools::shell::parse(command);
+    for w in parsed
+        .commands
+        .iter()
+        .flat_map(|c| c.iter().skip(1).flatten())
+    {
+        let w = match w.split_once('=') {
+            Some((opt, value)) if opt.starts_with("--") => value,
+            _ => w.as_str(),
+        };
+        for p in std::iter::once(w).chain(quoted(w)) {
+            let path = p.trim_end_matches('/');
+            // A directory (`src/`) as a file beneath it would be named.
+            let named =
+                names_a_file(path) || (p.ends_with('/') && names_a_file(&format!("{path}/f")));
+            if named && !out.iter().any(|o| o == path) && out.len() < 32 {
+                out.push(path.to_string());
+            }
+        }
+    }
+    out
+}
 
 /// Whether `command` runs one of [`CHANGE_READERS`] (named by its bare
 /// name or an absolute path, not a workspace program) or gives code that
@@ -1279,7 +1327,7 @@ pub struct Probed {
 /// project lacks ([`tested_absent`]), made to run after those paths are
 /// made there, and each that reads git's view of the worktree, compares
 /// files or sums them ([`reads_change`]) after a word is added at the end of
-/// each file git tracks and a new file is made; its criterion's other checks as
+/// the files git tracks ([`change_everything`]) and a new file is made; its criterion's other checks as
 /// they are; run on the untouched project (a check's view is its own, so
 /// nothing is left behind). `None` when no check is changed.
 pub fn existence_probe(
@@ -1308,8 +1356,9 @@ pub fn existence_probe(
             // Each made on its own: one that cannot be (a path under a
             // file) leaves the others made, and is simply missing.
             let mut makes: Vec<&str> = made.iter().map(|(_, m)| m.as_str()).collect();
+            let everything = change_everything(&r.command);
             if change {
-                makes.push(CHANGE_EVERYTHING);
+                makes.push(&everything);
                 touched = true;
             }
             r.command = format!("{{ {}; }} >/dev/null 2>&1\n{}", makes.join("; "), r.command);
@@ -1356,7 +1405,7 @@ pub fn judge_existence(
                     "{} merely exist(s) (made there: empty, or with a line in it where a check reads or sizes it)",
                     named.join(", ")
                 );
-                let change = "the project's files merely change (a word added at the end of each file git tracks, and a new file made)";
+                let change = "the project's files merely change (a word added at the end of the files git tracks, and a new file made)";
                 let (once, what) = match (p.paths.is_empty(), p.changed) {
                     (false, false) => (exist, "that a file was made"),
                     (true, _) => (change.to_string(), "that something changed"),
@@ -1848,6 +1897,21 @@ mod tests {
         ] {
             assert!(!reads_change(line), "{line}");
         }
+        // What is changed: the first files git tracks, and those under
+        // each path the check names.
+        assert_eq!(
+            named_paths(
+                "git diff --name-only -- src/ | grep -qx lib/calc.py && python3 -c \"open('a.json')\""
+            ),
+            ["src", "lib/calc.py", "a.json"]
+        );
+        assert!(
+            change_everything("! git diff --quiet -- src/").starts_with(
+                "{ git ls-files | head -n 200; git ls-files -- 'src' | head -n 200; } | sort -u | while"
+            ),
+            "{}",
+            change_everything("! git diff --quiet -- src/")
+        );
         let present = |p: &str| p == "calc.py";
         let c = Contract::from_yaml(
             "instruction: fix add\ncriteria:\n  - id: a\n    text: a\n    checks:\n      - run: python3 -m unittest\n      - run: \"! git diff --quiet\"\n  - id: b\n    text: b\n    checks:\n      - run: python3 -m unittest\n",
@@ -1870,7 +1934,10 @@ mod tests {
         assert_eq!(run(&probe.criteria[0].checks[0]), "python3 -m unittest");
         assert_eq!(
             run(&probe.criteria[0].checks[1]),
-            format!("{{ {CHANGE_EVERYTHING}; }} >/dev/null 2>&1\n! git diff --quiet")
+            format!(
+                "{{ {}; }} >/dev/null 2>&1\n! git diff --quiet",
+                change_everything("! git diff --quiet")
+            )
         );
     }
 
